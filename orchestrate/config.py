@@ -1,0 +1,92 @@
+"""The launch configuration: what the user asked for, validated in one place."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrate.errors import UsageError
+
+DEFAULT_IMAGE = "ddp-compose-node:latest"
+DEFAULT_TARGET: tuple[str, ...] = ("-m", "app.toy")
+DEFAULT_MASTER_PORT = 29500
+# The project root holds app/; it is mounted into every node so `-m app.NAME` works from
+# any work directory.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs to know, checked when it is made.
+
+    Attributes:
+        nodes: Number of simulated nodes (containers).
+        nproc_per_node: Worker processes torchrun starts on every node.
+        target: What torchrun runs: ``("script.py", *args)`` or ``("-m", "module", *args)``.
+        workdir: Host directory mounted into every node as its working directory.
+        image: Node image to run.
+        gpus_per_node: GPUs reserved for each node; 0 runs the CPU/Gloo variant.
+        keep: Leave the containers, network and volume behind after the run.
+        master_port: Port of torchrun's rendezvous on node 0 (inside the project network).
+        runs_dir: Where every run gets a directory of logs.
+        project_root: The ddp-compose checkout mounted at /opt/ddp-compose in every node.
+        ready_timeout_s: Deadline for all nodes to resolve each other by name.
+    """
+
+    nodes: int = 2
+    nproc_per_node: int = 1
+    target: tuple[str, ...] = DEFAULT_TARGET
+    workdir: Path = field(default_factory=Path.cwd)
+    image: str = DEFAULT_IMAGE
+    gpus_per_node: int = 0
+    keep: bool = False
+    master_port: int = DEFAULT_MASTER_PORT
+    runs_dir: Path = field(default_factory=lambda: Path.cwd() / "runs")
+    project_root: Path = PROJECT_ROOT
+    ready_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise UsageError(f"--nodes must be a positive integer, got {self.nodes}")
+        if self.nproc_per_node < 1:
+            raise UsageError(
+                f"--nproc-per-node must be a positive integer, got {self.nproc_per_node}"
+            )
+        if self.gpus_per_node < 0:
+            raise UsageError(f"--gpus-per-node must be 0 or more, got {self.gpus_per_node}")
+        if not 1 <= self.master_port <= 65535:
+            raise UsageError(f"--master-port must be in 1-65535, got {self.master_port}")
+        if not self.image:
+            raise UsageError("--image must not be empty")
+        workdir = Path(self.workdir)
+        if not workdir.is_dir():
+            raise UsageError(f"work directory {str(workdir)!r} does not exist or is not a directory")
+        object.__setattr__(self, "workdir", workdir.resolve())
+        object.__setattr__(self, "runs_dir", Path(self.runs_dir).resolve())
+        object.__setattr__(self, "project_root", Path(self.project_root).resolve())
+        target = tuple(self.target) or DEFAULT_TARGET
+        object.__setattr__(self, "target", target)
+        self._check_target(target)
+
+    def _check_target(self, target: tuple[str, ...]) -> None:
+        if target[0] in ("-m", "--module"):
+            if len(target) < 2 or not _MODULE_NAME.match(target[1]):
+                given = target[1] if len(target) > 1 else "nothing"
+                raise UsageError(
+                    f"-m needs a module name, usage example: -- -m app.toy. Given: {given}"
+                )
+            return
+        if target[0].startswith("-"):
+            raise UsageError(
+                f"TARGET must be a script path or -m MODULE, usage example: -- train.py --epochs 2."
+                f" Given: {target[0]}"
+            )
+        script = Path(target[0])
+        if script.is_absolute():
+            raise UsageError(
+                f"script {target[0]!r} must be a path relative to the work directory {self.workdir}"
+            )
+        if not (self.workdir / script).is_file():
+            raise UsageError(f"script {target[0]!r} not found in work directory {self.workdir}")

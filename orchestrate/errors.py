@@ -1,0 +1,61 @@
+"""Errors raised by the orchestrator.
+
+Every error a user can cause or fix derives from :class:`OrchestrateError`; the CLI turns
+them into a one-line message and an exit code, never a traceback.
+"""
+from __future__ import annotations
+
+
+class OrchestrateError(Exception):
+    """Base class of every error the orchestrator raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UsageError(OrchestrateError):
+    """Raised when the request itself is invalid (bad option value, missing script)."""
+
+    exit_code = 2
+
+
+class EngineUnavailableError(OrchestrateError):
+    """Raised when no Docker engine answers, or Compose v2 cannot be found."""
+
+    exit_code = 2
+
+
+class ImageUnavailableError(OrchestrateError):
+    """Raised when the node image is missing and cannot be built."""
+
+    exit_code = 2
+
+
+class ComposeError(OrchestrateError):
+    """Raised when a ``docker compose`` command fails.
+
+    Attributes:
+        command: The argv that failed.
+        returncode: Its exit status.
+        stderr: What it printed on stderr.
+    """
+
+    def __init__(self, command: list[str], returncode: int, stderr: str) -> None:
+        self.command = command
+        self.returncode = returncode
+        self.stderr = stderr
+        last = next((ln for ln in reversed(stderr.strip().splitlines()) if ln.strip()), "")
+        super().__init__(f"`{' '.join(command[:4])} ...` exited {returncode}: {last}")
+
+
+class NodeLookupError(OrchestrateError):
+    """Raised when the containers of a node cannot be found by their labels (zero or several)."""
+
+
+class NodesNotReadyError(OrchestrateError):
+    """Raised when the nodes do not all resolve each other before the deadline."""
+
+
+class JobInterrupted(OrchestrateError):
+    """Raised when the user interrupts a run (Ctrl-C or SIGTERM)."""
+
+    exit_code = 130

@@ -1,0 +1,201 @@
+"""The pure plan step: turn a :class:`RunConfig` into the exact nodes, ranks and commands.
+
+Nothing here talks to Docker; ``--dry-run`` prints what :func:`make_plan` returns, and the
+apply step (:mod:`orchestrate.launcher`) only carries it out.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from orchestrate.config import RunConfig
+
+WORKSPACE_DIR = "/workspace"
+PROJECT_MOUNT_DIR = "/opt/ddp-compose"
+SHARED_DIR = "/shared"
+# Each node sits on one project network, so its only interface besides lo is eth0.
+NODE_INTERFACE = "eth0"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One simulated node: a container that runs one torchrun.
+
+    Attributes:
+        name: Service name, also the host name other nodes resolve it by.
+        node_rank: torchrun's ``--node-rank``.
+        global_ranks: The global ranks of this node's workers, local rank 0 first.
+        gpu_ids: Host GPU indices reserved for this node (empty on CPU).
+        torchrun_argv: The exact command run inside the container.
+        env: Environment of that command.
+    """
+
+    name: str
+    node_rank: int
+    global_ranks: tuple[int, ...]
+    gpu_ids: tuple[str, ...]
+    torchrun_argv: tuple[str, ...]
+    env: dict[str, str]
+
+    def global_rank(self, local_rank: int) -> int:
+        """Return the global rank of this node's worker with ``local_rank``."""
+        return self.global_ranks[local_rank]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A whole run: the Compose project and every node in it."""
+
+    run_id: str
+    project_name: str
+    config: RunConfig
+    master_addr: str
+    master_port: int
+    world_size: int
+    backend: str
+    nodes: tuple[NodePlan, ...]
+
+
+def node_name(node_rank: int) -> str:
+    """Return the service (and host) name of the node with ``node_rank``."""
+    return f"node{node_rank}"
+
+
+def assign_ranks(nodes: int, nproc_per_node: int) -> list[tuple[int, ...]]:
+    """Assign global ranks to every node's workers.
+
+    torchrun's static rendezvous with ``--node-rank`` orders workers by node rank, then by
+    local rank, so:
+
+    1. node ``i`` has node rank ``i``;
+    2. its local rank ``l`` is global rank ``i * nproc_per_node + l``.
+
+    Args:
+        nodes: Number of nodes.
+        nproc_per_node: Workers per node.
+
+    Returns:
+        One tuple of global ranks per node, in node-rank order.
+    """
+    return [
+        tuple(range(i * nproc_per_node, (i + 1) * nproc_per_node)) for i in range(nodes)
+    ]
+
+
+def torchrun_argv(
+    *,
+    nodes: int,
+    node_rank: int,
+    nproc_per_node: int,
+    master_addr: str,
+    master_port: int,
+    target: tuple[str, ...],
+) -> tuple[str, ...]:
+    """Build the torchrun command of one node (static rendezvous).
+
+    ``--tee 3`` makes torchrun prefix every worker line with its local rank
+    (``[default0]:``), which the launcher turns into the global rank.
+    """
+    return (
+        "torchrun",
+        "--nnodes", str(nodes),
+        "--node-rank", str(node_rank),
+        "--nproc-per-node", str(nproc_per_node),
+        "--master-addr", master_addr,
+        "--master-port", str(master_port),
+        "--max-restarts", "0",
+        "--tee", "3",
+        *target,
+    )
+
+
+def node_env(config: RunConfig, backend: str) -> dict[str, str]:
+    """Return the environment torchrun and its workers get on every node."""
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": PROJECT_MOUNT_DIR,
+        "DDP_BACKEND": backend,
+        "DDP_SHARED_DIR": SHARED_DIR,
+        "GLOO_SOCKET_IFNAME": NODE_INTERFACE,
+        "NCCL_SOCKET_IFNAME": NODE_INTERFACE,
+    }
+
+
+def make_plan(config: RunConfig, run_id: str) -> JobPlan:
+    """Plan a run: nodes, ranks, master address and every node's command.
+
+    Args:
+        config: The validated launch configuration.
+        run_id: Unique id of this run; it names the Compose project, so two runs on one
+            host never share containers or networks.
+
+    Returns:
+        The plan the apply step carries out.
+    """
+    master_addr = node_name(0)
+    backend = "nccl" if config.gpus_per_node else "gloo"
+    env = node_env(config, backend)
+    nodes = []
+    for rank, global_ranks in enumerate(assign_ranks(config.nodes, config.nproc_per_node)):
+        gpu_ids = tuple(
+            str(g)
+            for g in range(rank * config.gpus_per_node, (rank + 1) * config.gpus_per_node)
+        )
+        argv = torchrun_argv(
+            nodes=config.nodes,
+            node_rank=rank,
+            nproc_per_node=config.nproc_per_node,
+            master_addr=master_addr,
+            master_port=config.master_port,
+            target=config.target,
+        )
+        nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpu_ids, argv, dict(env)))
+    return JobPlan(
+        run_id=run_id,
+        project_name=f"ddp-{run_id}",
+        config=config,
+        master_addr=master_addr,
+        master_port=config.master_port,
+        world_size=config.nodes * config.nproc_per_node,
+        backend=backend,
+        nodes=tuple(nodes),
+    )
+
+
+def format_plan(plan: JobPlan) -> str:
+    """Render the plan as the readable table ``--dry-run`` prints."""
+    cfg = plan.config
+    lines = [
+        f"run {plan.run_id}  (compose project {plan.project_name})",
+        f"image {cfg.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
+        f"nodes N={cfg.nodes}  local world size L={cfg.nproc_per_node}  world size W={plan.world_size}"
+        f"  master {plan.master_addr}:{plan.master_port}",
+        "",
+    ]
+    header = ("node", "node rank", "local ranks", "global ranks", "GPUs")
+    rows = [
+        (
+            n.name,
+            str(n.node_rank),
+            ",".join(str(lr) for lr in range(len(n.global_ranks))),
+            ",".join(str(r) for r in n.global_ranks),
+            ",".join(n.gpu_ids) or "-",
+        )
+        for n in plan.nodes
+    ]
+    lines += format_table(header, rows)
+    lines.append("")
+    for n in plan.nodes:
+        lines.append(f"{n.name}$ {shlex.join(n.torchrun_argv)}")
+    env = plan.nodes[0].env if plan.nodes else {}
+    lines.append("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    return "\n".join(lines)
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Format rows as left-aligned columns under a header and a rule."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*header).rstrip(), "  ".join("-" * w for w in widths)]
+    out += [fmt.format(*row).rstrip() for row in rows]
+    return out
