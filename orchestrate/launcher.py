@@ -1,0 +1,292 @@
+"""The apply step: carry out a :class:`JobPlan` on a Docker engine.
+
+Bring the Compose project up, wait until every node resolves every other node, run
+torchrun in every node concurrently with ``docker exec``, stream and save their output,
+stop the others on the first failure, and tear everything down, whatever happens.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Callable, Optional
+
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+from orchestrate.compose import NODE_RANK_LABEL, ComposeProject, write_compose_file
+from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
+from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Timings
+from orchestrate.output import NodeOutput, open_node_log
+from orchestrate.plan import WORKSPACE_DIR, JobPlan, NodePlan
+
+log = logging.getLogger(__name__)
+
+# After the first failure, the other nodes get this long to end by themselves (so that
+# their own torchrun reports are not lost) before they are killed.
+FAILURE_GRACE_S = 3.0
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
+
+
+def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
+    """Find a node's container by its Compose labels.
+
+    Raises:
+        NodeLookupError: When zero or several containers carry those labels.
+    """
+    labels = [
+        f"{COMPOSE_PROJECT_LABEL}={project_name}",
+        f"{COMPOSE_SERVICE_LABEL}={node.name}",
+        f"{NODE_RANK_LABEL}={node.node_rank}",
+    ]
+    found = client.containers.list(all=True, filters={"label": labels})
+    if len(found) != 1:
+        raise NodeLookupError(
+            f"expected one container labelled {', '.join(labels)}; found {len(found)}"
+        )
+    return found[0]
+
+
+def exec_output(client: Any, container: Any, argv: list[str]) -> tuple[int, str]:
+    """Run ``argv`` in ``container`` to completion; return its exit code and output."""
+    exec_id = client.api.exec_create(container.id, argv, stdout=True, stderr=True)["Id"]
+    output = client.api.exec_start(exec_id, stream=False)
+    code = client.api.exec_inspect(exec_id).get("ExitCode")
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+    return (code if code is not None else -1), text
+
+
+def wait_until_nodes_resolve(
+    client: Any, containers: dict[str, Any], plan: JobPlan, timeout_s: float
+) -> None:
+    """Poll until every node resolves every node's name, or the deadline passes.
+
+    Raises:
+        NodesNotReadyError: Naming a node that still cannot resolve its peers.
+    """
+    names = [n.name for n in plan.nodes]
+    pending = dict(containers)
+
+    def check_all() -> bool:
+        for name, container in list(pending.items()):
+            code, _ = exec_output(client, container, ["getent", "hosts", *names])
+            if code == 0:
+                del pending[name]
+        return not pending
+
+    retrying = Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.5),
+        retry=retry_if_result(lambda ready: not ready),
+    )
+    try:
+        retrying(check_all)
+    except RetryError:
+        raise NodesNotReadyError(
+            f"nodes not ready after {timeout_s:.0f} s: {', '.join(sorted(pending))} cannot"
+            f" resolve {', '.join(names)}"
+        ) from None
+
+
+@dataclass
+class _Event:
+    node: str
+    at: float
+    line: Optional[str] = None
+    exit_code: Optional[int] = None
+    done: bool = False
+
+
+def _stream_node(
+    client: Any, container: Any, node: NodePlan, events: "queue.Queue[_Event]",
+    clock: Callable[[], float],
+) -> None:
+    """Run torchrun in one node and turn its output and exit into events (a thread)."""
+    exit_code: Optional[int] = None
+    try:
+        exec_id = client.api.exec_create(
+            container.id, list(node.torchrun_argv), stdout=True, stderr=True,
+            environment=node.env, workdir=WORKSPACE_DIR,
+        )["Id"]
+        pending = b""
+        for chunk in client.api.exec_start(exec_id, stream=True):
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for raw in complete:
+                events.put(_Event(node.name, clock(), line=raw.decode("utf-8", "replace")))
+        if pending:
+            events.put(_Event(node.name, clock(), line=pending.decode("utf-8", "replace")))
+        exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
+    except Exception as exc:  # the container was killed, or the engine went away
+        log.debug("stream of %s ended: %s", node.name, exc)
+    events.put(_Event(node.name, clock(), exit_code=exit_code, done=True))
+
+
+class JobRunner:
+    """Runs one planned job; see :func:`launch` for the whole sequence."""
+
+    def __init__(
+        self, plan: JobPlan, client: Any, out: IO[str], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.plan = plan
+        self.client = client
+        self.out = out
+        self.clock = clock
+        self.containers: dict[str, Any] = {}
+        self.killed: set[str] = set()
+        self.results = {n.name: NodeResult(n) for n in plan.nodes}
+        self.width = max(len(f"{n.name}/rank{max(n.global_ranks)}") for n in plan.nodes)
+
+    def find_containers(self) -> None:
+        """Look up every node's container."""
+        for node in self.plan.nodes:
+            self.containers[node.name] = find_node_container(
+                self.client, self.plan.project_name, node
+            )
+
+    def kill(self, names: list[str]) -> None:
+        """Kill the named nodes' containers, ignoring those already gone."""
+        for name in names:
+            self.killed.add(name)
+            container = self.containers.get(name)
+            if container is None:
+                continue
+            try:
+                container.kill()
+            except Exception as exc:  # already stopped or removed
+                log.debug("kill %s: %s", name, exc)
+
+    def run_nodes(self, run_dir: Path, timings: Timings) -> None:
+        """Run torchrun on every node at once; return when every node has ended."""
+        events: "queue.Queue[_Event]" = queue.Queue()
+        outputs = {n.name: NodeOutput(n, open_node_log(run_dir, n)) for n in self.plan.nodes}
+        started = self.clock()
+        for node in self.plan.nodes:
+            self.results[node.name].state = NodeState.STOPPED
+            threading.Thread(
+                target=_stream_node,
+                args=(self.client, self.containers[node.name], node, events, self.clock),
+                name=f"exec-{node.name}", daemon=True,
+            ).start()
+        running = {n.name for n in self.plan.nodes}
+        kill_at: Optional[float] = None
+        try:
+            while running:
+                if kill_at is not None and self.clock() >= kill_at:
+                    self.kill(sorted(running))
+                    kill_at = float("inf")
+                try:
+                    event = events.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                output = outputs[event.node]
+                if event.line is not None:
+                    line = output.add(event.line, event.at)
+                    self.out.write(line.render(self.width) + "\n")
+                    self.out.flush()
+                    continue
+                running.discard(event.node)
+                result = self.results[event.node]
+                result.wall_s = event.at - started
+                result.ended_at = event.at
+                if event.exit_code == 0:
+                    result.state, result.exit_code = NodeState.SUCCEEDED, 0
+                elif event.node in self.killed:
+                    result.state, result.exit_code = NodeState.STOPPED, event.exit_code
+                else:
+                    result.state, result.exit_code = NodeState.FAILED, event.exit_code
+                    result.root_cause = output.root_cause()
+                    rank = result.root_cause.rank if result.root_cause else None
+                    result.last_lines = output.last_lines(rank)
+                    if kill_at is None and running:
+                        kill_at = event.at + FAILURE_GRACE_S
+                        self.out.write(
+                            f"[orchestrate] {event.node} failed; stopping the other nodes"
+                            f" in {FAILURE_GRACE_S:.0f} s\n"
+                        )
+        finally:
+            for output in outputs.values():
+                output.log_file.close()
+            timings.job_s = self.clock() - started
+            firsts = [o.first_worker_line_at for o in outputs.values()]
+            if all(f is not None for f in firsts):
+                timings.rendezvous_s = max(firsts) - started  # type: ignore[type-var]
+
+
+def new_run_dir(plan: JobPlan) -> Path:
+    """Create and return the directory that holds the run's logs and Compose file."""
+    run_dir = plan.config.runs_dir / plan.run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+def launch(
+    plan: JobPlan,
+    client: Any,
+    *,
+    out: IO[str] = sys.stdout,
+    compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
+    clock: Callable[[], float] = time.monotonic,
+) -> JobOutcome:
+    """Carry out ``plan``: bring up, run, report, tear down.
+
+    Args:
+        plan: What to run (from :func:`orchestrate.plan.make_plan`).
+        client: A Docker SDK client.
+        out: Where worker output and progress go.
+        compose_factory: Makes the Compose project driver (a fake one in tests).
+        clock: Monotonic clock.
+
+    Returns:
+        The outcome; it is a failure, not an exception, when a node fails.
+
+    Ctrl-C (KeyboardInterrupt) stops every node and tears down; the outcome then says it
+    was interrupted. A failure to bring the nodes up is reported in the outcome too.
+    """
+    run_dir = new_run_dir(plan)
+    compose = compose_factory(plan.project_name, write_compose_file(plan, run_dir / "compose.json"))
+    runner = JobRunner(plan, client, out, clock)
+    timings = Timings()
+    outcome = JobOutcome(plan.run_id, run_dir, list(runner.results.values()), timings)
+    say = lambda text: (out.write(f"[orchestrate] {text}\n"), out.flush())  # noqa: E731
+    t0 = clock()
+    try:
+        say(f"run {plan.run_id}: bringing up {len(plan.nodes)} nodes (project {plan.project_name})")
+        compose.up()
+        runner.find_containers()
+        wait_until_nodes_resolve(client, runner.containers, plan, plan.config.ready_timeout_s)
+        timings.bring_up_s = clock() - t0
+        say(f"nodes up in {timings.bring_up_s:.1f} s; starting torchrun on every node")
+        runner.run_nodes(run_dir, timings)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+        say("interrupted: stopping every node")
+        runner.kill(list(runner.containers))
+    except OrchestrateError as exc:
+        outcome.error = str(exc)
+    finally:
+        t1 = clock()
+        if plan.config.keep:
+            say(f"--keep: leaving project {plan.project_name} running;"
+                f" remove it with: docker compose -p {plan.project_name} down -v")
+        else:
+            teardown(compose, say)
+        timings.teardown_s = clock() - t1
+    return outcome
+
+
+def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> None:
+    """Remove the project; a second Ctrl-C during teardown does not stop it."""
+    for attempt in range(3):
+        try:
+            compose.down()
+            return
+        except KeyboardInterrupt:
+            say("teardown in progress; please wait")
+        except OrchestrateError as exc:
+            say(f"teardown attempt {attempt + 1} failed: {exc}")
+    say(f"could not remove project {compose.project_name}; run: docker compose -p {compose.project_name} down -v")

@@ -1,0 +1,165 @@
+"""How a run ended: the pure ending logic and the summary printed at the end of every run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+from orchestrate.output import RootCause, is_collateral
+from orchestrate.plan import NodePlan, format_table
+
+
+class NodeState(str, Enum):
+    """How one node's torchrun ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # killed by the launcher after another node failed or on Ctrl-C
+    NOT_STARTED = "not started"
+
+
+@dataclass
+class NodeResult:
+    """The end of one node's torchrun.
+
+    Attributes:
+        node: The node's plan.
+        state: How it ended.
+        exit_code: torchrun's exit status (None when it was never started or was killed).
+        wall_s: Seconds from its launch to its end.
+        ended_at: Monotonic time it ended (orders failures).
+        root_cause: What torchrun reported as its first failure.
+        last_lines: The last output lines of the failing worker (or of the node).
+    """
+
+    node: NodePlan
+    state: NodeState = NodeState.NOT_STARTED
+    exit_code: Optional[int] = None
+    wall_s: float = 0.0
+    ended_at: float = 0.0
+    root_cause: Optional[RootCause] = None
+    last_lines: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The failure a run is reported for: the earliest one that was not a consequence."""
+
+    node: str
+    rank: Optional[int]
+    exit_code: Optional[int]
+    exception: str
+    last_lines: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line naming the node, the rank, the exit code and the exception."""
+        rank = f" rank {self.rank}" if self.rank is not None else ""
+        what = f": {self.exception}" if self.exception else ""
+        return f"{self.node}{rank} failed (exit code {self.exit_code}){what}"
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each phase of a run."""
+
+    bring_up_s: float = 0.0
+    rendezvous_s: Optional[float] = None
+    job_s: float = 0.0
+    teardown_s: float = 0.0
+
+
+@dataclass
+class JobOutcome:
+    """The result of a whole run."""
+
+    run_id: str
+    run_dir: Path
+    results: list[NodeResult]
+    timings: Timings
+    interrupted: bool = False
+    error: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """True only when every node's torchrun exited 0."""
+        return (
+            not self.interrupted
+            and not self.error
+            and bool(self.results)
+            and all(r.state is NodeState.SUCCEEDED for r in self.results)
+        )
+
+    @property
+    def failure(self) -> Optional[Failure]:
+        """The failure to report, chosen by :func:`find_failure`."""
+        return find_failure(self.results)
+
+
+def find_failure(results: list[NodeResult]) -> Optional[Failure]:
+    """Choose the failure that explains a run.
+
+    1. Only nodes whose torchrun failed by itself count (not those the launcher stopped).
+    2. Among them, a failure that is not a consequence of another (a peer's closed
+       connection, a SIGTERM from torchrun) wins over one that is.
+    3. Ties go to the node that ended first.
+
+    Returns:
+        The failure, or None when no node failed by itself.
+    """
+    failed = [r for r in results if r.state is NodeState.FAILED]
+    if not failed:
+        return None
+
+    def collateral(result: NodeResult) -> bool:
+        return result.root_cause is not None and is_collateral(result.root_cause, result.last_lines)
+
+    first = min(failed, key=lambda r: (collateral(r), r.ended_at))
+    cause = first.root_cause
+    return Failure(
+        node=first.node.name,
+        rank=cause.rank if cause else None,
+        exit_code=(cause.exit_code if cause and cause.exit_code is not None else first.exit_code),
+        exception=cause.exception if cause else "",
+        last_lines=tuple(first.last_lines),
+    )
+
+
+def format_summary(outcome: JobOutcome) -> str:
+    """Render the table printed at the end of every run, followed by its verdict."""
+    header = ("node", "ranks", "state", "exit code", "wall time")
+    rows = [
+        (
+            r.node.name,
+            ",".join(str(g) for g in r.node.global_ranks),
+            r.state.value,
+            "-" if r.exit_code is None else str(r.exit_code),
+            f"{r.wall_s:.1f} s",
+        )
+        for r in outcome.results
+    ]
+    t = outcome.timings
+    rendezvous = "-" if t.rendezvous_s is None else f"{t.rendezvous_s:.1f} s"
+    lines = ["", f"=== run {outcome.run_id} summary ===", *format_table(header, rows)]
+    lines.append(
+        f"bring-up {t.bring_up_s:.1f} s | rendezvous {rendezvous} | job {t.job_s:.1f} s"
+        f" | teardown {t.teardown_s:.1f} s"
+    )
+    lines.append(f"logs: {outcome.run_dir}")
+    if outcome.succeeded:
+        lines.append(f"SUCCEEDED: all {len(outcome.results)} nodes exited 0")
+        return "\n".join(lines)
+    if outcome.interrupted:
+        lines.append("INTERRUPTED: stopped by the user; every node was stopped")
+    elif outcome.error:
+        lines.append(f"FAILED: {outcome.error}")
+    failure = outcome.failure
+    if failure is not None:
+        lines.append(f"FAILED: {failure.describe()}")
+        if failure.last_lines:
+            lines.append(f"last lines of {failure.node}" + (
+                f"/rank{failure.rank}:" if failure.rank is not None else ":"))
+            lines += [f"  | {ln}" for ln in failure.last_lines]
+    elif not outcome.interrupted and not outcome.error:
+        lines.append("FAILED: not every node exited 0")
+    return "\n".join(lines)

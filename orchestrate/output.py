@@ -1,0 +1,145 @@
+"""Read what torchrun prints: worker lines, their ranks, and its failure report."""
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Optional
+
+from orchestrate.plan import NodePlan
+
+# torchrun --tee prefixes every worker line with "[<role><local rank>]:".
+_WORKER_LINE = re.compile(r"^\[(?P<role>[A-Za-z_]+?)(?P<local_rank>\d+)\]:(?P<text>.*)$")
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
+_RANK_FIELD = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)")
+_EXIT_FIELD = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
+_EXCEPTION_LINE = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
+# Failures that are consequences of another rank dying, not causes.
+_COLLATERAL_MARKERS = (
+    "Connection closed by peer",
+    "remote worker crashing",
+    "Connection reset by peer",
+    "SIGTERM",
+    "SIGKILL",
+)
+LAST_LINES = 20
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    """One line of a node's output, attributed to a worker where torchrun says whose."""
+
+    node: str
+    text: str
+    local_rank: Optional[int] = None
+    global_rank: Optional[int] = None
+
+    @property
+    def prefix(self) -> str:
+        """The label shown before the line: ``node1/rank3`` or ``node1``."""
+        if self.global_rank is None:
+            return self.node
+        return f"{self.node}/rank{self.global_rank}"
+
+    def render(self, width: int = 0) -> str:
+        """Return the line with its prefix, the prefix padded to ``width``."""
+        return f"[{self.prefix}]".ljust(width + 2) + " " + self.text
+
+
+def parse_line(node: NodePlan, raw: str) -> OutputLine:
+    """Attribute one raw output line of ``node`` to its worker's global rank, if any."""
+    match = _WORKER_LINE.match(raw)
+    if match:
+        local_rank = int(match.group("local_rank"))
+        if local_rank < len(node.global_ranks):
+            return OutputLine(node.name, match.group("text"), local_rank, node.global_rank(local_rank))
+    return OutputLine(node.name, raw)
+
+
+@dataclass
+class RootCause:
+    """torchrun's "first observed failure" of one node."""
+
+    rank: int
+    local_rank: int
+    exit_code: Optional[int] = None
+    exception: str = ""
+
+
+
+def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
+    """Whether a failure looks like a consequence of another rank failing.
+
+    A worker killed by a signal, or one whose error is a peer's closed connection, failed
+    because some other rank went first.
+    """
+    if cause.exit_code is not None and cause.exit_code < 0:
+        return True
+    text = "\n".join([cause.exception, *last_lines[-5:]])
+    return any(marker in text for marker in _COLLATERAL_MARKERS)
+
+
+def parse_root_cause(lines: list[str]) -> Optional[RootCause]:
+    """Find the root cause in torchrun's ChildFailedError report, if the output has one."""
+    start = next((i for i, ln in enumerate(lines) if _ROOT_CAUSE.search(ln)), None)
+    if start is None:
+        return None
+    cause: Optional[RootCause] = None
+    for line in lines[start + 1:]:
+        if line.startswith("====="):
+            break
+        if cause is None:
+            match = _RANK_FIELD.match(line)
+            if match:
+                cause = RootCause(int(match.group("rank")), int(match.group("local_rank")))
+            continue
+        exit_match = _EXIT_FIELD.match(line)
+        if exit_match and cause.exit_code is None:
+            cause.exit_code = int(exit_match.group("code"))
+            if "(SIG" in line:
+                cause.exception = line.split("(", 2)[-1].rstrip(") ").strip()
+            continue
+        exc_match = _EXCEPTION_LINE.match(line)
+        if exc_match and not line.lstrip().startswith("File "):
+            cause.exception = exc_match.group("exc").strip()
+    return cause
+
+
+@dataclass
+class NodeOutput:
+    """Everything one node printed: kept in a log file, and its last lines in memory."""
+
+    node: NodePlan
+    log_file: IO[str]
+    tail: deque = field(default_factory=lambda: deque(maxlen=400))
+    rank_tails: dict[int, deque] = field(default_factory=dict)
+    first_worker_line_at: Optional[float] = None
+
+    def add(self, raw: str, at: float) -> OutputLine:
+        """Record one raw line received at monotonic time ``at`` and return it parsed."""
+        line = parse_line(self.node, raw)
+        self.log_file.write(line.render() + "\n")
+        self.log_file.flush()
+        self.tail.append(raw)
+        if line.global_rank is not None:
+            self.rank_tails.setdefault(line.global_rank, deque(maxlen=LAST_LINES)).append(line.text)
+            if self.first_worker_line_at is None:
+                self.first_worker_line_at = at
+        return line
+
+    def last_lines(self, rank: Optional[int] = None, count: int = 10) -> list[str]:
+        """Return the last lines of one worker, or of the whole node when ``rank`` is None."""
+        lines = list(self.rank_tails.get(rank, ())) if rank is not None else []
+        if not lines:
+            lines = [ln for ln in self.tail if ln.strip()]
+        return lines[-count:]
+
+    def root_cause(self) -> Optional[RootCause]:
+        """The root cause torchrun reported on this node, if it reported one."""
+        return parse_root_cause(list(self.tail))
+
+
+def open_node_log(run_dir: Path, node: NodePlan) -> IO[str]:
+    """Open the log file of ``node`` in ``run_dir`` for writing."""
+    return open(run_dir / f"{node.name}.log", "w", encoding="utf-8")
