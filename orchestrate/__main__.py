@@ -1,0 +1,5 @@
+import sys
+
+from orchestrate.cli import main
+
+sys.exit(main())

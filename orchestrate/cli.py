@@ -1,0 +1,248 @@
+"""``python -m orchestrate``: parse the command line, build a config, call the library.
+
+Subcommands:
+    run    plan and run a torchrun job across N simulated nodes
+    plan   print the plan of a run (same as ``run --dry-run``)
+    image  build the node image
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, NoReturn, Optional, Sequence
+
+from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig
+from orchestrate.errors import OrchestrateError
+from orchestrate.plan import format_plan, make_plan
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage block) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer of 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The options shared by ``run`` and ``plan``."""
+    parser.add_argument("--nodes", type=positive_int, default=2,
+                        help="number of simulated nodes (containers) (default: 2)")
+    parser.add_argument("--nproc-per-node", type=positive_int, default=1, metavar="P",
+                        help="worker processes torchrun starts on each node (default: 1)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="force the CPU/Gloo variant: no GPU reservation (the default when"
+                             " --gpus-per-node is not given)")
+    parser.add_argument("--gpus-per-node", type=non_negative_int, default=0, metavar="G",
+                        help="GPUs reserved for each node; node i gets GPUs [i*G, (i+1)*G)"
+                             " and the backend becomes NCCL (default: 0, CPU/Gloo)")
+    parser.add_argument("--workdir", type=Path, default=Path("."), metavar="DIR",
+                        help="host directory mounted into every node as its working directory;"
+                             " TARGET scripts are relative to it (default: current directory)")
+    parser.add_argument("--image", default=DEFAULT_IMAGE,
+                        help=f"node image; built on first use if missing (default: {DEFAULT_IMAGE})")
+    parser.add_argument("--master-port", type=positive_int, default=DEFAULT_MASTER_PORT,
+                        help="rendezvous port on node0, inside the run's private network"
+                             f" (default: {DEFAULT_MASTER_PORT})")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
+                        help="where each run gets a directory of node logs (default: ./runs)")
+    parser.add_argument("--ready-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="deadline for the nodes to come up and resolve each other (default: 60)")
+
+
+def build_parser() -> OneLineParser:
+    """The whole command line of ``python -m orchestrate``."""
+    parser = OneLineParser(
+        prog="python -m orchestrate",
+        description="Simulate multi-node PyTorch DDP training: N Docker Compose containers,"
+                    " one torchrun node each.",
+        epilog="TARGET (after --) is what torchrun runs: a script relative to --workdir with"
+               " its arguments, or -m MODULE [ARGS]. Default: -m app.toy.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+
+    run = sub.add_parser("run", help="run a torchrun job across N simulated nodes",
+                         description="Bring up N nodes, run torchrun on each, stream every"
+                                     " rank's output, report how it ended, tear down.",
+                         epilog="usage example: python -m orchestrate run --nodes 2"
+                                " --nproc-per-node 2 -- -m app.toy --steps 20")
+    add_job_options(run)
+    run.add_argument("--keep", action="store_true",
+                     help="leave the containers, network and volume after the run (for debugging)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the plan (nodes, ranks, commands) and exit without Docker")
+    run.add_argument("--no-build", action="store_true",
+                     help="fail instead of building the node image when it is missing")
+
+    plan = sub.add_parser("plan", help="print the plan of a run without starting anything",
+                          description="Print nodes, ranks and torchrun commands of a run.")
+    add_job_options(plan)
+
+    image = sub.add_parser("image", help="manage the node image")
+    image_sub = image.add_subparsers(dest="image_command", metavar="ACTION",
+                                     parser_class=OneLineParser)
+    build = image_sub.add_parser("build", help="build the node image",
+                                 description="Build docker/Dockerfile from an official base image,"
+                                             " or offline (debootstrap base + host wheelhouse)"
+                                             " when the base cannot be pulled.")
+    build.add_argument("--image", default=DEFAULT_IMAGE, help=f"tag to build (default: {DEFAULT_IMAGE})")
+    build.add_argument("--base-image", default=None,
+                       help="official base image (default: python:3.11-slim-bookworm)")
+    mode = build.add_mutually_exclusive_group()
+    mode.add_argument("--offline", action="store_true",
+                      help="skip the pull: debootstrap a base and install from a host wheelhouse")
+    mode.add_argument("--online", action="store_true",
+                      help="never fall back to the offline path")
+    build.add_argument("--if-missing", action="store_true",
+                       help="do nothing when the image already exists")
+    return parser
+
+
+def split_target(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split argv at the first ``--``: options before, torchrun TARGET after."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def config_from_args(args: argparse.Namespace, target: list[str]) -> RunConfig:
+    """Translate parsed options into a validated :class:`RunConfig`."""
+    return RunConfig(
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        target=tuple(target),
+        workdir=args.workdir,
+        image=args.image,
+        gpus_per_node=0 if args.cpu else args.gpus_per_node,
+        keep=getattr(args, "keep", False),
+        master_port=args.master_port,
+        runs_dir=args.runs_dir,
+        ready_timeout_s=args.ready_timeout,
+    )
+
+
+def new_run_id() -> str:
+    """A run id unique on this host: time for humans, random for two runs in one second."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> int:
+    """``run``: plan, then (unless --dry-run) apply and report."""
+    from orchestrate.compose import compose_command
+    from orchestrate.engine import connect
+    from orchestrate.image import ensure_node_image, image_exists
+    from orchestrate.launcher import launch
+    from orchestrate.outcome import format_summary
+
+    config = config_from_args(args, target)
+    plan = make_plan(config, new_run_id())
+    if args.dry_run:
+        out.write(format_plan(plan) + "\n")
+        return EXIT_OK
+    client = connect()
+    compose_command()
+    if args.no_build:
+        if not image_exists(client, config.image):
+            raise_image_missing(config.image)
+    else:
+        ensure_node_image(client, config.image, progress=lambda s: print(f"[image] {s}", file=out, flush=True))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    outcome = launch(plan, client, out=out)
+    out.write(format_summary(outcome) + "\n")
+    out.flush()
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if outcome.succeeded else EXIT_JOB_FAILED
+
+
+def raise_image_missing(image: str) -> NoReturn:
+    from orchestrate.errors import ImageUnavailableError
+
+    raise ImageUnavailableError(
+        f"node image {image} not found and --no-build was given; build it with"
+        " `python -m orchestrate image build`"
+    )
+
+
+def command_image_build(args: argparse.Namespace, out: IO[str]) -> int:
+    """``image build``: build the node image by the official or the offline path."""
+    from orchestrate.engine import connect
+    from orchestrate.image import DEFAULT_CPU_BASE, build_node_image, image_exists
+
+    client = connect()
+    if args.if_missing and image_exists(client, args.image):
+        out.write(f"node image {args.image} already exists\n")
+        return EXIT_OK
+    offline = True if args.offline else (False if args.online else None)
+    build_node_image(
+        client, args.image, base_image=args.base_image or DEFAULT_CPU_BASE, offline=offline,
+        progress=lambda s: print(f"[image] {s}", file=out, flush=True),
+    )
+    return EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int:
+    """Run the command line and return its exit code.
+
+    Exit codes: 0 success, 1 the job failed, 2 bad input or an environment problem
+    (no engine, no image), 130 interrupted.
+    """
+    options, target = split_target(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(options)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command in ("run", "plan"):
+            if args.command == "plan":
+                args.dry_run = True
+            return command_run(args, target, out)
+        if args.command == "image" and args.image_command == "build":
+            return command_image_build(args, out)
+        parser.print_help(out)
+        return EXIT_USAGE
+    except OrchestrateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
