@@ -1,0 +1,1 @@
+"""DDP worker programs: plain torchrun programs (``torchrun ... -m app.NAME``)."""

@@ -1,0 +1,95 @@
+"""What every worker needs: the torchrun environment, a device, a backend, a process group.
+
+These programs run the same under ``torchrun --standalone`` on a laptop, in ddp-compose's
+nodes and on a real cluster: everything comes from the environment torchrun sets.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """The torchrun environment of one worker process."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    master_addr: str
+    master_port: str
+    host: str
+
+    @classmethod
+    def from_environ(cls) -> "WorkerEnv":
+        """Read the variables torchrun sets; fail with a clear message outside torchrun."""
+        missing = [k for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                   if k not in os.environ]
+        if missing:
+            raise SystemExit(
+                f"{', '.join(missing)} not set: run me with torchrun, e.g."
+                " torchrun --standalone --nproc-per-node 2 -m app.hello"
+            )
+        return cls(
+            rank=int(os.environ["RANK"]),
+            local_rank=int(os.environ["LOCAL_RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            master_addr=os.environ["MASTER_ADDR"],
+            master_port=os.environ["MASTER_PORT"],
+            host=socket.gethostname(),
+        )
+
+
+def select_device(local_rank: int) -> torch.device:
+    """One process per accelerator: local rank ``l`` uses device ``l``; else the CPU."""
+    if os.environ.get("DDP_FORCE_CPU") != "1" and torch.accelerator.is_available():
+        accelerator = torch.accelerator.current_accelerator()
+        count = torch.accelerator.device_count()
+        if local_rank >= count:
+            raise SystemExit(
+                f"local rank {local_rank} has no {accelerator.type} device of its own"
+                f" ({count} visible): use --nproc-per-node {count} or fewer"
+            )
+        torch.accelerator.set_device_index(local_rank)
+        return torch.device(accelerator.type, local_rank)
+    return torch.device("cpu")
+
+
+def backend_for(device: torch.device) -> str:
+    """The collective backend for ``device`` (nccl on CUDA, gloo on CPU)."""
+    return dist.get_default_backend_for_device(device)
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device, timeout_s: float = 300.0) -> Iterator[str]:
+    """Initialise the default process group from the environment and always destroy it.
+
+    Args:
+        device: This worker's device; it picks the backend.
+        timeout_s: Collective timeout; stragglers beyond it fail the job instead of hanging.
+
+    Yields:
+        The backend name.
+    """
+    backend = backend_for(device)
+    kwargs = {"device_id": device} if device.type != "cpu" else {}
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **kwargs)
+    try:
+        yield backend
+    finally:
+        dist.destroy_process_group()
+
+
+def log0(*args: object) -> None:
+    """Print on global rank 0 only."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(*args, flush=True)
