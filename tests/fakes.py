@@ -1,0 +1,130 @@
+"""The one fake Docker client (and fake Compose project) of the unit tests.
+
+It records every call it receives, so tests assert on what the launcher asked of Docker.
+A node's torchrun is scripted as lines to print and an exit code.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class ScriptedExec:
+    """What torchrun "prints" and returns on one node; ``hang`` blocks until killed."""
+
+    lines: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    hang: bool = False
+
+
+class FakeContainer:
+    def __init__(self, client: "FakeDockerClient", name: str, labels: dict[str, str]) -> None:
+        self.client = client
+        self.id = f"id-{name}"
+        self.name = name
+        self.labels = labels
+        self.killed = threading.Event()
+
+    def kill(self) -> None:
+        self.client.calls.append(("kill", self.name))
+        self.killed.set()
+
+
+class FakeContainers:
+    def __init__(self, client: "FakeDockerClient") -> None:
+        self.client = client
+
+    def list(self, all: bool = False, filters: Optional[dict] = None) -> list[FakeContainer]:
+        self.client.calls.append(("containers.list", tuple((filters or {}).get("label", ()))))
+        wanted = (filters or {}).get("label", [])
+        return [
+            c for c in self.client.containers_by_name.values()
+            if all_labels_match(c.labels, wanted)
+        ]
+
+
+def all_labels_match(labels: dict[str, str], wanted: list[str]) -> bool:
+    for item in wanted:
+        key, _, value = item.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+class FakeAPI:
+    def __init__(self, client: "FakeDockerClient") -> None:
+        self.client = client
+        self.execs: dict[str, tuple[FakeContainer, list[str], dict]] = {}
+
+    def exec_create(self, container_id: str, cmd: list[str], **kwargs) -> dict:
+        container = next(c for c in self.client.containers_by_name.values() if c.id == container_id)
+        exec_id = f"exec-{len(self.execs)}"
+        self.execs[exec_id] = (container, list(cmd), kwargs)
+        self.client.calls.append(("exec_create", container.name, tuple(cmd)))
+        return {"Id": exec_id}
+
+    def exec_start(self, exec_id: str, stream: bool = False):
+        container, cmd, _ = self.execs[exec_id]
+        if cmd[0] == "getent":
+            return b"" if stream is False else iter([])
+        script = self.client.scripts[container.name]
+
+        def chunks():
+            for line in script.lines:
+                yield (line + "\n").encode()
+            if script.hang:
+                container.killed.wait(timeout=10)
+
+        return chunks()
+
+    def exec_inspect(self, exec_id: str) -> dict:
+        container, cmd, _ = self.execs[exec_id]
+        if cmd[0] == "getent":
+            resolved = self.client.resolve_after.get(container.name, 0)
+            self.client.resolve_after[container.name] = resolved - 1
+            return {"ExitCode": 0 if resolved <= 0 else 2}
+        if container.killed.is_set():
+            return {"ExitCode": 137}
+        return {"ExitCode": self.client.scripts[container.name].exit_code}
+
+
+class FakeDockerClient:
+    """A Docker SDK client double: ``containers``, ``api`` and a call log."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.containers_by_name: dict[str, FakeContainer] = {}
+        self.scripts: dict[str, ScriptedExec] = {}
+        # node -> how many getent checks fail before it resolves its peers
+        self.resolve_after: dict[str, int] = {}
+        self.containers = FakeContainers(self)
+        self.api = FakeAPI(self)
+
+    def add_node(self, project: str, name: str, node_rank: int, script: ScriptedExec) -> None:
+        self.containers_by_name[name] = FakeContainer(self, name, {
+            "com.docker.compose.project": project,
+            "com.docker.compose.service": name,
+            "io.ddp-compose.node-rank": str(node_rank),
+        })
+        self.scripts[name] = script
+
+
+class FakeCompose:
+    """Stands in for ComposeProject; on ``up`` it creates the planned nodes in the client."""
+
+    instances: list["FakeCompose"] = []
+
+    def __init__(self, project_name: str, compose_file: Path) -> None:
+        self.project_name = project_name
+        self.compose_file = compose_file
+        self.calls: list[str] = []
+        FakeCompose.instances.append(self)
+
+    def up(self) -> None:
+        self.calls.append("up")
+
+    def down(self) -> None:
+        self.calls.append("down")

@@ -1,0 +1,124 @@
+"""Integration tests: the real Docker engine, real Compose v2, the real node image.
+
+They skip, with the reason, only where no engine can be had; under CI (CI=true) a missing
+engine, Compose or image is a failure, since .ci/run installs and starts all three.
+"""
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrate.cli import main
+from orchestrate.config import DEFAULT_IMAGE
+
+PROJECT_LABEL = "com.docker.compose.project"
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI must provide this, but: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    try:
+        import docker
+
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # any failure to reach the engine
+        unavailable(f"no Docker engine reachable ({str(exc).splitlines()[0][:120]}); "
+                    "run scripts/run-tests.sh to set one up")
+    from orchestrate.compose import compose_command
+    from orchestrate.errors import EngineUnavailableError
+
+    try:
+        compose_command()
+    except EngineUnavailableError as exc:
+        unavailable(str(exc))
+    try:
+        client.images.get(DEFAULT_IMAGE)
+    except Exception:
+        unavailable(f"node image {DEFAULT_IMAGE} missing; build it with"
+                    " `python -m orchestrate image build`")
+    return client
+
+
+def leftovers(client, project: str) -> list[str]:
+    """Every container, network and volume still carrying the Compose project's label."""
+    label = {"label": f"{PROJECT_LABEL}={project}"}
+    found = [f"container {c.name}" for c in client.containers.list(all=True, filters=label)]
+    found += [f"network {n.name}" for n in client.networks.list(filters=label)]
+    found += [f"volume {v.name}" for v in client.volumes.list(filters=label)]
+    return found
+
+
+def remove_project(client, project: str) -> None:
+    """Force-remove whatever a failed test left of a project."""
+    label = {"label": f"{PROJECT_LABEL}={project}"}
+    for container in client.containers.list(all=True, filters=label):
+        container.remove(force=True)
+    for network in client.networks.list(filters=label):
+        network.remove()
+    for volume in client.volumes.list(filters=label):
+        volume.remove(force=True)
+
+
+@dataclass
+class RunResult:
+    code: int
+    output: str
+    run_id: str
+    run_dir: Path
+
+    @property
+    def project(self) -> str:
+        return f"ddp-{self.run_id}"
+
+
+@pytest.fixture
+def orchestrate_run(docker_client, tmp_path):
+    """Run ``python -m orchestrate run ...`` in-process; clean up its project afterwards."""
+    projects: list[str] = []
+    counter = iter(range(10**6))
+    lock = threading.Lock()
+
+    def run(*args: str) -> RunResult:
+        with lock:
+            runs_dir = tmp_path / f"runs-{next(counter)}"
+        options, target = list(args), []
+        if "--" in options:
+            i = options.index("--")
+            options, target = options[:i], ["--", *options[i + 1:]]
+        out = io.StringIO()
+        code = main(["run", "--runs-dir", str(runs_dir), *options, *target], out=out)
+        run_dirs = sorted(runs_dir.iterdir()) if runs_dir.exists() else []
+        run_dir = run_dirs[0] if run_dirs else runs_dir
+        result = RunResult(code, out.getvalue(), run_dir.name, run_dir)
+        with lock:
+            projects.append(result.project)
+        return result
+
+    yield run
+    for project in projects:
+        remove_project(docker_client, project)
+
+
+@pytest.fixture
+def compose_project(docker_client):
+    """A unique Compose project name for the checked-in compose.yaml, removed afterwards."""
+    import secrets
+
+    name = f"ddp-compose-test-{secrets.token_hex(4)}"
+    yield name
+    subprocess.run(["docker", "compose", "-p", name, "-f", "compose.yaml", "-f", "compose.cpu.yaml",
+                    "down", "--volumes", "--timeout", "2"], capture_output=True,
+                   cwd=Path(__file__).resolve().parents[2])
+    remove_project(docker_client, name)

@@ -1,0 +1,82 @@
+"""Two CPU/Gloo nodes x two processes, through `python -m orchestrate run`."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import leftovers
+
+pytestmark = pytest.mark.integration
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+
+
+def test_hello_sees_world_size_4_with_ranks_on_their_nodes(orchestrate_run, docker_client):
+    result = orchestrate_run("--nodes", "2", "--nproc-per-node", "2", "--cpu", "--", "-m", "app.hello")
+    assert result.code == 0, result.output
+    hellos = re.findall(r"^\[(node\d)/rank(\d)\]\s+hello rank=(\d) .*? world_size=(\d) .*host=(\S+)",
+                        result.output, re.M)
+    assert sorted(int(h[2]) for h in hellos) == [0, 1, 2, 3]  # every rank exactly once
+    for node, prefix_rank, rank, world_size, host in hellos:
+        assert prefix_rank == rank and world_size == "4"
+        assert node == host == ("node0" if int(rank) < 2 else "node1")
+    sums = re.findall(r"all_reduce rank=\d sum=(\S+) expected=10 ok", result.output)
+    assert sums == ["10"] * 4
+    assert "SUCCEEDED: all 2 nodes exited 0" in result.output
+    assert (result.run_dir / "node1.log").read_text().count("hello rank=") == 2
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_toy_ddp_training_leaves_identical_replicas(orchestrate_run, docker_client):
+    result = orchestrate_run("--nodes", "2", "--nproc-per-node", "2", "--", "-m", "app.toy",
+                             "--steps", "30")
+    assert result.code == 0, result.output
+    checksums = dict(re.findall(r"param_checksum rank=(\d) value=(\S+)", result.output))
+    assert sorted(checksums) == ["0", "1", "2", "3"]
+    assert len(set(checksums.values())) == 1, checksums
+    assert "step 30/30" in result.output
+    summary = result.output.split("summary ===")[1]
+    assert re.search(r"^node0\s+0,1\s+succeeded\s+0\s", summary, re.M)
+    assert re.search(r"^node1\s+2,3\s+succeeded\s+0\s", summary, re.M)
+    assert re.search(r"bring-up [\d.]+ s \| rendezvous [\d.]+ s \| job [\d.]+ s", summary)
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_failing_rank_fails_fast_naming_node_and_rank(orchestrate_run, docker_client):
+    started = time.monotonic()
+    result = orchestrate_run("--nodes", "2", "--nproc-per-node", "2", "--workdir", str(JOBS),
+                             "--", "fail_rank.py", "--fail-rank", "3")
+    elapsed = time.monotonic() - started
+    assert result.code == 1
+    assert "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: injected failure on rank 3" in result.output
+    # The gloo collective timeout defaults to 30 minutes; the run must end long before.
+    assert elapsed < 120, f"took {elapsed:.0f} s"
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_missing_image_that_may_not_be_built_is_exit_2_and_starts_nothing(orchestrate_run, docker_client):
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    result = orchestrate_run("--image", "ddp-compose-no-such-image:0", "--no-build")
+    assert result.code == 2
+    assert {c.id for c in docker_client.containers.list(all=True)} == before
+
+
+def test_two_runs_at_once_do_not_collide(orchestrate_run, docker_client):
+    results = {}
+
+    def go(name: str) -> None:
+        results[name] = orchestrate_run("--nodes", "2", "--", "-m", "app.hello")
+
+    threads = [threading.Thread(target=go, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert {n: r.code for n, r in results.items()} == {"a": 0, "b": 0}, [r.output for r in results.values()]
+    assert results["a"].project != results["b"].project
+    for r in results.values():
+        assert len(re.findall(r"all_reduce rank=\d sum=3 expected=3 ok", r.output)) == 2
+        assert leftovers(docker_client, r.project) == []

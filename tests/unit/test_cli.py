@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrate.cli import main, split_target
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "orchestrate", *args], capture_output=True,
+                          text=True, env=full_env, cwd=cwd, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--nodes", "0"], "argument --nodes: expected a positive integer, got '0'"),
+        (["run", "--nodes", "abc"], "argument --nodes: expected a positive integer, got 'abc'"),
+        (["run", "--nproc-per-node", "0"], "argument --nproc-per-node: expected a positive integer"),
+        (["run", "--", "no_such_script.py"], "script 'no_such_script.py' not found in work directory"),
+        (["run", "--workdir", "/no/such/dir"], "work directory '/no/such/dir' does not exist"),
+        (["run", "--", "-m"], "-m needs a module name"),
+        (["run", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = orchestrate(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreachable_engine_is_one_line_and_exit_2(tmp_path):
+    proc = orchestrate("run", "--runs-dir", str(tmp_path),
+                       env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach the Docker engine" in lines[0], proc.stderr
+    assert not list(tmp_path.glob("*/node0.log")), "no run may start without an engine"
+
+
+def test_dry_run_prints_the_plan_without_docker(tmp_path):
+    out = io.StringIO()
+    code = main(["run", "--nodes", "3", "--nproc-per-node", "2", "--workdir", str(tmp_path),
+                 "--dry-run", "--", "-m", "app.hello"], out=out)
+    text = out.getvalue()
+    assert code == 0
+    assert "world size W=6" in text
+    assert "node2$ torchrun --nnodes 3 --node-rank 2 --nproc-per-node 2" in text
+    assert text.rstrip().splitlines()[-2].endswith("-m app.hello")
+
+
+def test_plan_command_equals_dry_run(tmp_path):
+    outs = []
+    for args in (["plan"], ["run", "--dry-run"]):
+        out = io.StringIO()
+        assert main([*args, "--workdir", str(tmp_path)], out=out) == 0
+        outs.append([ln for ln in out.getvalue().splitlines() if "$ torchrun" in ln])
+    assert outs[0] == outs[1] and len(outs[0]) == 2
+
+
+def test_help_explains_every_run_option():
+    proc = orchestrate("run", "--help")
+    assert proc.returncode == 0
+    for option in ("--nodes", "--nproc-per-node", "--cpu", "--gpus-per-node", "--workdir",
+                   "--image", "--keep", "--dry-run", "--master-port", "--runs-dir",
+                   "--ready-timeout", "--no-build"):
+        assert option in proc.stdout
+
+
+def test_split_target_keeps_everything_after_the_first_double_dash():
+    assert split_target(["run", "--nodes", "2", "--", "train.py", "--", "x"]) == (
+        ["run", "--nodes", "2"], ["train.py", "--", "x"])
+    assert split_target(["run"]) == (["run"], [])
+
+
+def test_orchestrate_does_not_import_torch():
+    code = ("import sys, orchestrate.cli, orchestrate.launcher, orchestrate.image;"
+            " print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.strip() == "False", proc.stderr

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import json
+
+from orchestrate.compose import (NETWORK, NODE_RANK_LABEL, RUN_ID_LABEL, render_compose,
+                                 write_compose_file)
+
+
+def test_every_node_is_a_service_on_one_bridge_network(make_job):
+    project = render_compose(make_job(nodes=3))
+    assert project["name"] == "ddp-test-run"
+    assert list(project["services"]) == ["node0", "node1", "node2"]
+    assert project["networks"] == {NETWORK: {"driver": "bridge"}}
+    for name, service in project["services"].items():
+        assert service["networks"] == [NETWORK]
+        assert service["hostname"] == name
+
+
+def test_nodes_publish_no_ports_and_use_init_and_big_shm(make_job):
+    for service in render_compose(make_job())["services"].values():
+        assert "ports" not in service
+        assert service["init"] is True
+        assert service["shm_size"] == "2gb"
+        assert service["pull_policy"] == "never"
+        assert service["environment"]["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert service["environment"]["NCCL_SOCKET_IFNAME"] == "eth0"
+
+
+def test_workdir_project_and_shared_volume_are_mounted(make_job, tmp_path):
+    service = render_compose(make_job())["services"]["node0"]
+    mounts = {m["target"]: m for m in service["volumes"]}
+    assert mounts["/workspace"]["source"] == str(tmp_path)
+    assert mounts["/opt/ddp-compose"]["read_only"] is True
+    assert mounts["/shared"] == {"type": "volume", "source": "shared", "target": "/shared"}
+    assert service["working_dir"] == "/workspace"
+
+
+def test_nodes_are_labelled_with_run_and_node_rank(make_job):
+    services = render_compose(make_job("r1", nodes=2))["services"]
+    assert services["node1"]["labels"] == {RUN_ID_LABEL: "r1", NODE_RANK_LABEL: "1"}
+
+
+def test_cpu_nodes_have_no_gpu_reservation(make_job):
+    assert all("deploy" not in s for s in render_compose(make_job())["services"].values())
+
+
+def test_gpu_nodes_reserve_distinct_device_ids_never_count(make_job):
+    services = render_compose(make_job(nodes=2, nproc_per_node=2, gpus_per_node=2))["services"]
+    devices = [s["deploy"]["resources"]["reservations"]["devices"][0] for s in services.values()]
+    assert [d["device_ids"] for d in devices] == [["0", "1"], ["2", "3"]]
+    assert all(d["driver"] == "nvidia" and "count" not in d for d in devices)
+
+
+def test_written_file_is_json_and_valid_yaml_for_compose(make_job, tmp_path):
+    plan = make_job()
+    path = write_compose_file(plan, tmp_path / "compose.json")
+    assert json.loads(path.read_text()) == render_compose(plan)
+
+
+def test_only_gpu_nodes_raise_the_memlock_limit(make_job):
+    cpu = render_compose(make_job())["services"]["node0"]
+    gpu = render_compose(make_job(gpus_per_node=1))["services"]["node0"]
+    assert "ulimits" not in cpu
+    assert gpu["ulimits"] == {"memlock": -1}

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from orchestrate.config import RunConfig
+from orchestrate.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(nodes=0), "--nodes must be a positive integer, got 0"),
+        (dict(nproc_per_node=0), "--nproc-per-node must be a positive integer, got 0"),
+        (dict(gpus_per_node=-1), "--gpus-per-node must be 0 or more"),
+        (dict(master_port=70000), "--master-port must be in 1-65535"),
+        (dict(target=("missing.py",)), "script 'missing.py' not found in work directory"),
+        (dict(target=("-m",)), "-m needs a module name"),
+        (dict(target=("-m", "not a module")), "-m needs a module name"),
+        (dict(target=("--weird",)), "TARGET must be a script path or -m MODULE"),
+        (dict(target=("/abs/train.py",)), "must be a path relative to the work directory"),
+    ],
+)
+def test_invalid_config_is_refused_with_the_rule(tmp_path, overrides, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        RunConfig(workdir=tmp_path, **overrides)
+
+
+def test_missing_workdir_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        RunConfig(workdir=tmp_path / "nope")
+
+
+def test_script_relative_to_workdir_is_accepted_and_paths_are_absolute(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    config = RunConfig(workdir=tmp_path, target=("train.py", "--epochs", "2"), runs_dir="runs")
+    assert config.target == ("train.py", "--epochs", "2")
+    assert config.workdir.is_absolute() and config.runs_dir.is_absolute()
+
+
+def test_empty_target_means_the_default_job(tmp_path):
+    assert RunConfig(workdir=tmp_path, target=()).target == ("-m", "app.toy")

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Timings, find_failure, format_summary
+from orchestrate.output import RootCause
+
+
+def results_for(plan, *specs):
+    results = []
+    for node, (state, code, ended_at, cause) in zip(plan.nodes, specs):
+        results.append(NodeResult(node, state, code, wall_s=ended_at, ended_at=ended_at,
+                                  root_cause=cause, last_lines=[f"last of {node.name}"]))
+    return results
+
+
+def outcome(results, **kw):
+    return JobOutcome("run-1", Path("/tmp/runs/run-1"), results, Timings(1.0, 2.0, 3.0, 0.5), **kw)
+
+
+def test_success_only_when_every_node_exits_zero(make_job):
+    plan = make_job(nodes=2)
+    ok = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.SUCCEEDED, 0, 1, None))
+    assert outcome(ok).succeeded
+    one_bad = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.FAILED, 1, 1, None))
+    assert not outcome(one_bad).succeeded
+    assert not outcome(ok, interrupted=True).succeeded
+    assert not outcome([]).succeeded
+
+
+def test_the_cause_wins_over_an_earlier_collateral_failure(make_job):
+    plan = make_job(nodes=2, nproc_per_node=2)
+    results = results_for(
+        plan,
+        (NodeState.FAILED, 1, 5.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer")),
+        (NodeState.FAILED, 1, 5.2, RootCause(3, 1, 1, "RuntimeError: injected failure")),
+    )
+    failure = find_failure(results)
+    assert (failure.node, failure.rank, failure.exception) == ("node1", 3, "RuntimeError: injected failure")
+
+
+def test_earliest_real_failure_wins_and_stopped_nodes_never_count(make_job):
+    plan = make_job(nodes=3)
+    results = results_for(
+        plan,
+        (NodeState.STOPPED, 137, 1.0, None),
+        (NodeState.FAILED, 1, 4.0, RootCause(1, 0, 1, "ValueError: late")),
+        (NodeState.FAILED, 1, 3.0, RootCause(2, 0, 1, "ValueError: early")),
+    )
+    assert find_failure(results).node == "node2"
+
+
+def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
+    plan = make_job(nodes=2, nproc_per_node=2)
+    results = results_for(plan, (NodeState.STOPPED, None, 6.0, None),
+                          (NodeState.FAILED, 1, 5.0, RootCause(3, 1, 1, "RuntimeError: boom")))
+    text = format_summary(outcome(results))
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"node\d ", ln)]
+    assert rows[0][:4] == ["node0", "0,1", "stopped", "-"]
+    assert rows[1][:4] == ["node1", "2,3", "failed", "1"]
+    assert "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s" in text
+    assert "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: boom" in text
+    assert "  | last of node1" in text
+
+
+def test_summary_of_a_success_says_so(make_job):
+    plan = make_job(nodes=2)
+    text = format_summary(outcome(results_for(
+        plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.SUCCEEDED, 0, 1, None))))
+    assert text.rstrip().endswith("SUCCEEDED: all 2 nodes exited 0")

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from orchestrate.output import NodeOutput, RootCause, is_collateral, parse_line, parse_root_cause
+
+SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
+
+
+def test_worker_lines_get_the_global_rank_of_their_node(make_job):
+    node1 = make_job(nodes=2, nproc_per_node=2).nodes[1]
+    line = parse_line(node1, "[default1]:loss 0.5")
+    assert (line.node, line.local_rank, line.global_rank, line.text) == ("node1", 1, 3, "loss 0.5")
+    assert line.render() == "[node1/rank3] loss 0.5"
+
+
+def test_torchrun_own_lines_are_labelled_with_the_node_only(make_job):
+    node0 = make_job().nodes[0]
+    line = parse_line(node0, "W1121 09:15:23 run.py:982] Setting OMP_NUM_THREADS")
+    assert line.global_rank is None
+    assert line.render() == "[node0] W1121 09:15:23 run.py:982] Setting OMP_NUM_THREADS"
+
+
+def test_a_local_rank_beyond_the_plan_is_not_attributed(make_job):
+    assert parse_line(make_job().nodes[0], "[default5]:x").global_rank is None
+
+
+def test_root_cause_is_read_from_a_real_torchrun_report():
+    cause = parse_root_cause(SAMPLE)
+    assert (cause.rank, cause.local_rank, cause.exit_code) == (1, 1, 1)
+    assert cause.exception == "RuntimeError: boom on rank 1"
+    assert not is_collateral(cause, [])
+
+
+def test_no_report_means_no_root_cause():
+    assert parse_root_cause(["[default0]:all good", "done"]) is None
+
+
+def test_failures_caused_by_a_dead_peer_are_collateral():
+    closed = RootCause(0, 0, 1, "RuntimeError: [pair.cc:561] Connection closed by peer [10.0.0.3]:1")
+    signalled = RootCause(2, 0, -15, "")
+    assert is_collateral(closed, [])
+    assert is_collateral(signalled, [])
+    assert is_collateral(RootCause(0, 0, 1, ""), ["... Connection reset by peer"])
+
+
+def test_node_output_keeps_a_log_file_and_per_rank_tails(make_job):
+    node = make_job(nodes=1, nproc_per_node=2).nodes[0]
+    log = io.StringIO()
+    output = NodeOutput(node, log)
+    for i, raw in enumerate(["starting", "[default0]:a", "[default1]:b", "[default1]:c"]):
+        output.add(raw, at=float(i))
+    assert output.first_worker_line_at == 1.0
+    assert output.last_lines(rank=1) == ["b", "c"]
+    assert output.last_lines() == ["starting", "[default0]:a", "[default1]:b", "[default1]:c"]
+    assert log.getvalue().splitlines()[1] == "[node0/rank0] a"

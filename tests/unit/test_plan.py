@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+
+from orchestrate.plan import assign_ranks, format_plan, torchrun_argv
+
+
+@pytest.mark.parametrize(
+    "nodes, nproc, expected",
+    [
+        (1, 1, [(0,)]),
+        (2, 2, [(0, 1), (2, 3)]),
+        (3, 4, [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)]),
+    ],
+)
+def test_assign_ranks_orders_by_node_then_local_rank(nodes, nproc, expected):
+    assert assign_ranks(nodes, nproc) == expected
+
+
+def test_assign_ranks_covers_every_rank_once():
+    ranks = [r for node in assign_ranks(5, 3) for r in node]
+    assert sorted(ranks) == list(range(15))
+
+
+def test_torchrun_argv_is_static_rendezvous_with_the_target_last():
+    argv = torchrun_argv(nodes=2, node_rank=1, nproc_per_node=2, master_addr="node0",
+                         master_port=29500, target=("-m", "app.toy", "--steps", "5"))
+    assert argv[0] == "torchrun"
+    options = dict(zip(argv[1:-4:2], argv[2:-4:2]))
+    assert options == {
+        "--nnodes": "2", "--node-rank": "1", "--nproc-per-node": "2",
+        "--master-addr": "node0", "--master-port": "29500", "--max-restarts": "0", "--tee": "3",
+    }
+    assert argv[-4:] == ("-m", "app.toy", "--steps", "5")
+
+
+def test_plan_assigns_node_ranks_master_and_world_size(make_job):
+    plan = make_job(nodes=3, nproc_per_node=2)
+    assert [n.name for n in plan.nodes] == ["node0", "node1", "node2"]
+    assert [n.node_rank for n in plan.nodes] == [0, 1, 2]
+    assert plan.master_addr == "node0"
+    assert plan.world_size == 6
+    assert plan.nodes[2].global_ranks == (4, 5)
+    assert plan.nodes[1].global_rank(1) == 3
+    for node in plan.nodes:
+        i = node.torchrun_argv.index("--node-rank")
+        assert node.torchrun_argv[i + 1] == str(node.node_rank)
+        assert node.torchrun_argv[node.torchrun_argv.index("--master-addr") + 1] == "node0"
+
+
+def test_cpu_plan_uses_gloo_and_reserves_no_gpu(make_job):
+    plan = make_job(nodes=2)
+    assert plan.backend == "gloo"
+    assert all(n.gpu_ids == () for n in plan.nodes)
+    assert plan.nodes[0].env["GLOO_SOCKET_IFNAME"] == "eth0"
+
+
+def test_gpu_plan_gives_each_node_distinct_gpus(make_job):
+    plan = make_job(nodes=3, nproc_per_node=2, gpus_per_node=2)
+    assert plan.backend == "nccl"
+    assert [n.gpu_ids for n in plan.nodes] == [("0", "1"), ("2", "3"), ("4", "5")]
+
+
+def test_project_name_is_unique_per_run(make_job):
+    assert make_job("a").project_name != make_job("b").project_name
+
+
+def test_default_target_is_the_toy_job(make_job):
+    plan = make_job()
+    assert plan.nodes[0].torchrun_argv[-2:] == ("-m", "app.toy")
+
+
+def test_format_plan_shows_every_node_with_its_ranks_and_command(make_job):
+    text = format_plan(make_job(nodes=2, nproc_per_node=2))
+    assert "world size W=4" in text
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith("node0 ") or ln.startswith("node1 ")]
+    assert rows == [["node0", "0", "0,1", "0,1", "-"], ["node1", "1", "0,1", "2,3", "-"]]
+    assert "node1$ torchrun --nnodes 2 --node-rank 1" in text
