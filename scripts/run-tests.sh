@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The tests: set everything up, then run the whole suite (unit + integration).
+# Extra arguments go to pytest, e.g. -m 'not integration' or -k failing_rank
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+cd "$ROOT"
+exec "$PY" -m pytest "$@"
