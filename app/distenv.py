@@ -85,6 +85,8 @@ def process_group(device: torch.device, timeout_s: float = 300.0) -> Iterator[st
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **kwargs)
     try:
         yield backend
+        # Leave together: gloo aborts a process that tears down while a peer still talks.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -93,3 +95,61 @@ def log0(*args: object) -> None:
     """Print on global rank 0 only."""
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(*args, flush=True)
+
+
+def accelerator_count() -> int:
+    """How many accelerator devices this process can see (0 on CPU or with DDP_FORCE_CPU=1)."""
+    if os.environ.get("DDP_FORCE_CPU") == "1" or not torch.accelerator.is_available():
+        return 0
+    return torch.accelerator.device_count()
+
+
+def device_indices(local_rank: int, local_world_size: int, per_process: int, available: int) -> list[int]:
+    """The accelerator indices of one process that spans ``per_process`` devices.
+
+    Local rank ``l`` gets ``[l * per_process, (l + 1) * per_process)``: with L = 2
+    processes on a node with 8 GPUs and 4 per process, rank 0 has GPUs 0-3 and rank 1
+    GPUs 4-7.
+
+    Raises:
+        ValueError: With the arithmetic, when the node has too few devices.
+    """
+    needed = local_world_size * per_process
+    if needed > available:
+        raise ValueError(
+            f"{local_world_size} processes x {per_process} GPUs each need {needed} GPUs on this"
+            f" node, but {available} are visible: use fewer processes per node or more GPUs"
+        )
+    return list(range(local_rank * per_process, (local_rank + 1) * per_process))
+
+
+def span_per_process(available: int, local_world_size: int) -> int:
+    """How many of a node's GPUs each of its L processes spans: G // L.
+
+    Raises:
+        ValueError: When G < L, so some process would have no GPU of its own.
+    """
+    if available < local_world_size:
+        raise ValueError(
+            f"{available} GPUs cannot be spanned by {local_world_size} processes per node: each"
+            f" process needs at least one (use --nproc-per-node {available} or fewer)"
+        )
+    return available // local_world_size
+
+
+def process_devices(local_rank: int, local_world_size: int, per_process: int) -> list[torch.device]:
+    """The devices of a process spanning ``per_process`` of them; CPU stand-ins without GPUs.
+
+    Raises:
+        SystemExit: With the arithmetic, when the node has too few accelerators.
+    """
+    count = accelerator_count()
+    if count == 0:
+        return [torch.device("cpu")] * per_process
+    try:
+        indices = device_indices(local_rank, local_world_size, per_process, count)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    kind = torch.accelerator.current_accelerator().type
+    torch.accelerator.set_device_index(indices[0])
+    return [torch.device(kind, i) for i in indices]

@@ -1,0 +1,68 @@
+"""Checkpoints that never corrupt: rank 0 writes, everybody waits, everybody loads.
+
+A checkpoint is written to a temporary file, flushed and fsynced, then renamed into place;
+the ``LATEST`` pointer is replaced the same way afterwards. A crash at any moment leaves
+the previous checkpoint and pointer intact.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+LATEST = "LATEST"
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_checkpoint(directory: Path, name: str, state: dict[str, Any]) -> Optional[Path]:
+    """Save ``state`` on global rank 0 as ``directory/name`` and point LATEST at it.
+
+    Every rank must call this: a barrier after the write keeps the others from reading
+    a checkpoint before it exists.
+
+    Returns:
+        The checkpoint path on rank 0, None elsewhere.
+    """
+    path = None
+    if dist.get_rank() == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / name
+        _atomic_write(path, lambda f: torch.save(state, f))
+        _atomic_write(directory / LATEST, lambda f: f.write(name.encode()))
+    dist.barrier()
+    return path
+
+
+def latest_checkpoint(directory: Path) -> Optional[Path]:
+    """The checkpoint LATEST points to, or None when there is none."""
+    pointer = directory / LATEST
+    if not pointer.is_file():
+        return None
+    path = directory / pointer.read_text().strip()
+    return path if path.is_file() else None
+
+
+def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
+    """Load a checkpoint onto this rank's own device (never onto rank 0's)."""
+    return torch.load(path, map_location=device, weights_only=True)
