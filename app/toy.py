@@ -1,15 +1,24 @@
-"""The DDP tutorial's ToyModel, trained across every rank.
+"""The DDP tutorial's demos with its ToyModel, trained across every rank.
 
-Each rank draws its own data (seeded by its rank); DDP averages the gradients, so every
-replica stays identical. At the end every rank prints a checksum of its parameters and
-the program checks that all ranks agree.
+    torchrun --standalone --nproc-per-node 2 -m app.toy [--demo basic|checkpoint|model-parallel|spanning]
 
-    torchrun --standalone --nproc-per-node 2 -m app.toy --steps 20
+- basic: ToyModel under DDP; each rank draws its own data, DDP averages the gradients.
+- checkpoint: train, rank 0 saves, a barrier, every rank loads onto its own device
+  (map_location), training goes on from there.
+- model-parallel: each process spans two devices (the model split across them, DDP
+  without device_ids); GPUs need 2 per process; on the CPU both halves are on the CPU.
+- spanning: each process spans G/L of its node's G GPUs (L processes per node), the
+  model split across them; refused when G < L.
+
+Every demo ends with a checksum of each rank's parameters and checks that all agree.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -17,20 +26,28 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from app.distenv import WorkerEnv, log0, process_group, select_device
+from app.checkpoint import load_checkpoint, save_checkpoint
+from app.distenv import (WorkerEnv, accelerator_count, log0, process_devices, process_group,
+                         span_per_process)
 
 
-class ToyModel(nn.Module):
-    """Linear(10, 10) -> ReLU -> Linear(10, 5)."""
+class SplitToyModel(nn.Module):
+    """ToyModel split across devices: net1 on the first, net2 on the last, extra hidden
+    stages (Linear(10, 10) -> ReLU) on the devices between. One device: the ToyModel."""
 
-    def __init__(self) -> None:
+    def __init__(self, devices: list[torch.device]) -> None:
         super().__init__()
-        self.net1 = nn.Linear(10, 10)
+        self.devices = devices
+        self.net1 = nn.Linear(10, 10).to(devices[0])
+        self.hidden = nn.ModuleList(nn.Linear(10, 10).to(d) for d in devices[1:-1])
         self.relu = nn.ReLU()
-        self.net2 = nn.Linear(10, 5)
+        self.net2 = nn.Linear(10, 5).to(devices[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net2(self.relu(self.net1(x)))
+        x = self.relu(self.net1(x.to(self.devices[0])))
+        for layer, device in zip(self.hidden, self.devices[1:-1]):
+            x = self.relu(layer(x.to(device)))
+        return self.net2(x.to(self.devices[-1]))
 
 
 def parameter_checksum(model: nn.Module) -> float:
@@ -48,43 +65,103 @@ def replicas_agree(checksum: float, device: torch.device) -> bool:
     return max(values) - min(values) <= 1e-9 * max(1.0, abs(values[0]))
 
 
-def train_basic(args: argparse.Namespace, env: WorkerEnv, device: torch.device) -> bool:
-    """Train the ToyModel under DDP for ``args.steps`` steps; return whether replicas agree."""
-    torch.manual_seed(args.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
-    model = ToyModel().to(device)
-    ddp_model = DDP(model, device_ids=[device.index] if device.type != "cpu" else None)
+def wrap_ddp(model: nn.Module, devices: list[torch.device]) -> DDP:
+    """DDP with device_ids for a one-GPU module; without them for CPU or multi-device modules."""
+    single_gpu = len(devices) == 1 and devices[0].type != "cpu"
+    return DDP(model, device_ids=[devices[0].index] if single_gpu else None)
+
+
+def train(ddp_model: nn.Module, devices: list[torch.device], env: WorkerEnv,
+          args: argparse.Namespace, steps: int, data: torch.Generator, label: str) -> None:
+    """``steps`` SGD steps on this rank's own random data; progress from rank 0."""
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
-    data = torch.Generator().manual_seed(args.seed + 1000 + env.rank)  # each rank its own data
-    started = last = time.perf_counter()
-    for step in range(1, args.steps + 1):
-        inputs = torch.randn(args.batch_size, 10, generator=data).to(device)
-        labels = torch.randn(args.batch_size, 5, generator=data).to(device)
+    last = time.perf_counter()
+    for step in range(1, steps + 1):
+        inputs = torch.randn(args.batch_size, 10, generator=data).to(devices[0])
+        labels = torch.randn(args.batch_size, 5, generator=data).to(devices[-1])
         optimizer.zero_grad()
         loss = loss_fn(ddp_model(inputs), labels)
         loss.backward()
         optimizer.step()
-        now = time.perf_counter()
-        if step % args.log_every == 0 or step == args.steps:
+        if step % args.log_every == 0 or step == steps:
+            now = time.perf_counter()
             rate = args.log_every * args.batch_size * env.world_size / max(now - last, 1e-9)
-            log0(f"step {step}/{args.steps} loss {loss.item():.4f} ({rate:.0f} samples/s)")
+            log0(f"{label} step {step}/{steps} loss {loss.item():.4f} ({rate:.0f} samples/s)")
             last = now
+
+
+def finish(model: nn.Module, devices: list[torch.device], env: WorkerEnv, what: str) -> bool:
+    """Print this rank's parameter checksum and check that every replica agrees."""
     checksum = parameter_checksum(model)
     print(f"param_checksum rank={env.rank} value={checksum:.12f}", flush=True)
-    agree = replicas_agree(checksum, device)
-    log0(f"trained {args.steps} steps in {time.perf_counter() - started:.2f} s;"
-         f" replicas {'identical' if agree else 'DIFFER'} across {env.world_size} ranks")
+    agree = replicas_agree(checksum, devices[0])
+    log0(f"{what}: replicas {'identical' if agree else 'DIFFER'} across {env.world_size} ranks")
     return agree
+
+
+def demo_devices(args: argparse.Namespace, env: WorkerEnv) -> list[torch.device]:
+    """The devices this process uses in ``args.demo``."""
+    if args.demo == "model-parallel":
+        return process_devices(env.local_rank, env.local_world_size, 2)
+    if args.demo == "spanning":
+        gpus = accelerator_count()
+        try:
+            per_process = span_per_process(gpus, env.local_world_size) if gpus else 1
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+        devices = process_devices(env.local_rank, env.local_world_size, per_process)
+        print(f"rank {env.rank} (local rank {env.local_rank} of {env.local_world_size}) spans"
+              f" {per_process} device(s): {[str(d) for d in devices]}", flush=True)
+        return devices
+    return process_devices(env.local_rank, env.local_world_size, 1)
+
+
+def run_demo(args: argparse.Namespace, env: WorkerEnv, devices: list[torch.device]) -> bool:
+    """Run ``args.demo``; return whether its checks passed."""
+    torch.manual_seed(args.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
+    model = SplitToyModel(devices)
+    ddp_model = wrap_ddp(model, devices)
+    data = torch.Generator().manual_seed(args.seed + 1000 + env.rank)  # each rank its own data
+    started = time.perf_counter()
+    train(ddp_model, devices, env, args, args.steps, data, args.demo)
+    if args.demo != "checkpoint":
+        log0(f"trained {args.steps} steps in {time.perf_counter() - started:.2f} s")
+        return finish(model, devices, env, args.demo)
+
+    before = parameter_checksum(model)
+    name = f"toy-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}-{env.master_port}.pt"
+    path = args.checkpoint_dir / name
+    save_checkpoint(args.checkpoint_dir, name, {"model": ddp_model.state_dict()})
+    log0(f"rank 0 saved {path}; barrier passed, every rank loads it onto its own device")
+    ddp_model.load_state_dict(load_checkpoint(path, devices[0])["model"])
+    loaded = parameter_checksum(model)
+    ok = abs(loaded - before) <= 1e-9 * max(1.0, abs(before))
+    print(f"rank {env.rank} loaded the checkpoint: checksum {loaded:.12f}"
+          f" {'matches' if ok else 'DIFFERS FROM'} its own {before:.12f}", flush=True)
+    train(ddp_model, devices, env, args, args.steps, data, "after load")
+    agree = finish(model, devices, env, "checkpoint")
+    dist.barrier()  # nobody may still be reading when rank 0 removes the file
+    if env.rank == 0:
+        path.unlink(missing_ok=True)
+    return ok and agree
+
+
+DEMOS = ("basic", "checkpoint", "model-parallel", "spanning")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.toy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--demo", choices=DEMOS, default="basic", help="which demo (default: basic)")
     parser.add_argument("--steps", type=int, default=20, help="training steps (default: 20)")
     parser.add_argument("--batch-size", type=int, default=20, help="per-rank batch size (default: 20)")
     parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default: 0.01)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--log-every", type=int, default=5, help="print progress every N steps")
+    parser.add_argument("--checkpoint-dir", type=Path,
+                        default=Path(os.environ.get("DDP_SHARED_DIR", tempfile.gettempdir())),
+                        help="directory all ranks can read (default: $DDP_SHARED_DIR, else the temp dir)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="process group timeout in seconds (default: 300)")
     return parser.parse_args(argv)
@@ -94,10 +171,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     env = WorkerEnv.from_environ()
-    device = select_device(env.local_rank)
-    with process_group(device, args.timeout) as backend:
-        log0(f"toy DDP: world size {env.world_size}, backend {backend}, device {device.type}")
-        ok = train_basic(args, env, device)
+    devices = demo_devices(args, env)
+    with process_group(devices[0], args.timeout) as backend:
+        log0(f"toy DDP, demo {args.demo}: world size {env.world_size}, backend {backend},"
+             f" {len(devices)} device(s) per process ({devices[0].type})")
+        ok = run_demo(args, env, devices)
     return 0 if ok else 1
 
 
