@@ -1,0 +1,38 @@
+"""Host-level tests of app/: real torchrun --standalone, real gloo process groups."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="app/ tests need torch (scripts/setup.sh installs it)")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Torchrun:
+    """Runs ``torchrun --standalone`` for a module of app/ in a scratch directory."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def __call__(self, nproc: int, module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "DDP_FORCE_CPU": "1"}
+        env.pop("DDP_SHARED_DIR", None)
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(nproc), "--tee", "3", "-m", module, *args]
+        return subprocess.run(argv, cwd=self.cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def torchrun(tmp_path: Path) -> Torchrun:
+    return Torchrun(tmp_path)
+
+
+def checksums(output: str) -> dict[int, str]:
+    """Every rank's ``param_checksum`` line."""
+    return {int(r): v for r, v in re.findall(r"param_checksum rank=(\d+) value=(\S+)", output)}

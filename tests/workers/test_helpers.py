@@ -1,0 +1,60 @@
+"""The pure helpers of app/, in one process."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.checkpoint import LATEST, latest_checkpoint
+from app.distenv import device_indices, span_per_process
+from app.mnist_data import has_mnist, raw_dir, write_synthetic_mnist
+
+
+def test_synthetic_mnist_is_read_by_torchvision(tmp_path):
+    from torchvision.datasets import MNIST
+
+    write_synthetic_mnist(tmp_path, train_size=100, test_size=30)
+    assert has_mnist(tmp_path)
+    train, test = MNIST(str(tmp_path), train=True), MNIST(str(tmp_path), train=False)
+    assert (len(train), len(test)) == (100, 30)
+    image, label = train[0]
+    assert image.size == (28, 28) and 0 <= label < 10
+    assert set(train.targets.tolist()) == set(range(10))
+    assert [p.name for p in raw_dir(tmp_path).parent.iterdir()] == ["raw"], "no staging left"
+
+
+def test_synthetic_mnist_is_deterministic(tmp_path):
+    write_synthetic_mnist(tmp_path / "a", 50, 10)
+    write_synthetic_mnist(tmp_path / "b", 50, 10)
+    for name in ("train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        assert (raw_dir(tmp_path / "a") / name).read_bytes() == (raw_dir(tmp_path / "b") / name).read_bytes()
+
+
+def test_latest_checkpoint_follows_the_pointer(tmp_path):
+    assert latest_checkpoint(tmp_path) is None
+    (tmp_path / "epoch-0001.pt").write_bytes(b"x")
+    (tmp_path / LATEST).write_text("epoch-0001.pt")
+    assert latest_checkpoint(tmp_path) == tmp_path / "epoch-0001.pt"
+    (tmp_path / LATEST).write_text("epoch-0009.pt")
+    assert latest_checkpoint(tmp_path) is None
+
+
+@pytest.mark.parametrize("local_rank, world, per, available, expected", [
+    (0, 2, 4, 8, [0, 1, 2, 3]),
+    (1, 2, 4, 8, [4, 5, 6, 7]),
+    (3, 4, 2, 8, [6, 7]),
+    (0, 1, 1, 1, [0]),
+])
+def test_each_process_gets_its_own_block_of_gpus(local_rank, world, per, available, expected):
+    assert device_indices(local_rank, world, per, available) == expected
+
+
+def test_model_parallel_with_too_few_gpus_is_refused_with_the_arithmetic():
+    with pytest.raises(ValueError, match="1 processes x 2 GPUs each need 2 GPUs on this node, but 1 are visible"):
+        device_indices(0, 1, 2, 1)
+
+
+def test_spanning_splits_gpus_evenly_and_refuses_g_below_l():
+    assert span_per_process(8, 2) == 4
+    assert span_per_process(8, 3) == 2
+    with pytest.raises(ValueError, match="2 GPUs cannot be spanned by 4 processes per node"):
+        span_per_process(2, 4)
