@@ -65,8 +65,9 @@ def select_device(local_rank: int) -> torch.device:
 
 
 def backend_for(device: torch.device) -> str:
-    """The collective backend for ``device`` (nccl on CUDA, gloo on CPU)."""
-    return dist.get_default_backend_for_device(device)
+    """The collective backend: ``$DDP_BACKEND`` when the launcher set one, else the
+    device's default (nccl on CUDA, gloo on CPU)."""
+    return os.environ.get("DDP_BACKEND") or dist.get_default_backend_for_device(device)
 
 
 @contextlib.contextmanager

@@ -15,10 +15,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, NoReturn, Optional, Sequence
+from typing import IO, Any, NoReturn, Optional, Sequence
 
 from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig
 from orchestrate.errors import OrchestrateError
+from orchestrate.gpus import GpuLayout, detect_gpus, resolve_gpu_layout
 from orchestrate.plan import format_plan, make_plan
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -57,14 +58,19 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``run`` and ``plan``."""
     parser.add_argument("--nodes", type=positive_int, default=2,
                         help="number of simulated nodes (containers) (default: 2)")
-    parser.add_argument("--nproc-per-node", type=positive_int, default=1, metavar="P",
-                        help="worker processes torchrun starts on each node (default: 1)")
+    parser.add_argument("--nproc-per-node", type=positive_int, default=None, metavar="P",
+                        help="worker processes torchrun starts on each node (default: one per"
+                             " GPU of the node, 1 on CPU); with fewer processes than GPUs each"
+                             " process spans G/P GPUs")
     parser.add_argument("--cpu", action="store_true",
-                        help="force the CPU/Gloo variant: no GPU reservation (the default when"
-                             " --gpus-per-node is not given)")
-    parser.add_argument("--gpus-per-node", type=non_negative_int, default=0, metavar="G",
-                        help="GPUs reserved for each node; node i gets GPUs [i*G, (i+1)*G)"
-                             " and the backend becomes NCCL (default: 0, CPU/Gloo)")
+                        help="force the CPU/Gloo variant: no GPU reservation, even on a GPU host")
+    parser.add_argument("--gpus-per-node", type=non_negative_int, default=None, metavar="G",
+                        help="GPUs reserved for each node; node i gets host GPUs [i*G, (i+1)*G)"
+                             " (default: the engine's GPUs split evenly among the nodes, 0 when"
+                             " it has none)")
+    parser.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
+                        help="collective backend the workers use (default: auto: nccl with"
+                             " GPUs, gloo without)")
     parser.add_argument("--workdir", type=Path, default=Path("."), metavar="DIR",
                         help="host directory mounted into every node as its working directory;"
                              " TARGET scripts are relative to it (default: current directory)")
@@ -137,20 +143,33 @@ def split_target(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def config_from_args(args: argparse.Namespace, target: list[str]) -> RunConfig:
-    """Translate parsed options into a validated :class:`RunConfig`."""
+def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLayout) -> RunConfig:
+    """Translate parsed options and the resolved GPU layout into a validated RunConfig."""
     return RunConfig(
         nodes=args.nodes,
-        nproc_per_node=args.nproc_per_node,
+        nproc_per_node=layout.nproc_per_node,
         target=tuple(target),
         workdir=args.workdir,
         image=args.image,
-        gpus_per_node=0 if args.cpu else args.gpus_per_node,
+        gpus_per_node=layout.gpus_per_node,
+        backend=layout.backend,
         keep=getattr(args, "keep", False),
         master_port=args.master_port,
         runs_dir=args.runs_dir,
         ready_timeout_s=args.ready_timeout,
     )
+
+
+def resolve_config(args: argparse.Namespace, target: list[str], client: Any) -> RunConfig:
+    """Check the request, then fit it to the engine's GPUs (None: no engine, in a dry run)."""
+    # Paths and the target first: a missing script is reported whatever the engine has.
+    config_from_args(args, target, GpuLayout(0, args.nproc_per_node or 1, "gloo"))
+    available = None if client is None else detect_gpus(client).count
+    layout = resolve_gpu_layout(
+        nodes=args.nodes, nproc_per_node=args.nproc_per_node, gpus_per_node=args.gpus_per_node,
+        available=available, cpu=args.cpu, backend=args.backend,
+    )
+    return config_from_args(args, target, layout)
 
 
 def new_run_id() -> str:
@@ -166,16 +185,26 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> in
     """``run``: plan, then (unless --dry-run) apply and report."""
     from orchestrate.compose import compose_command
     from orchestrate.engine import connect
+    from orchestrate.errors import EngineUnavailableError
     from orchestrate.image import ensure_node_image, image_exists
-    from orchestrate.launcher import launch
+    from orchestrate.launcher import gpu_topology, launch
     from orchestrate.outcome import format_summary
 
-    config = config_from_args(args, target)
-    plan = make_plan(config, new_run_id())
     if args.dry_run:
+        try:
+            client = None if args.cpu else connect()
+        except EngineUnavailableError:
+            client = None  # a dry run needs no engine; GPU availability is then unchecked
+        plan = make_plan(resolve_config(args, target, client), new_run_id())
         out.write(format_plan(plan) + "\n")
+        if client is not None and plan.config.gpus_per_node and image_exists(client, plan.config.image):
+            out.write("\nGPU topology seen from node0 (nvidia-smi topo -m):\n")
+            out.write(gpu_topology(client, plan) + "\n")
         return EXIT_OK
+    resolve_config(args, target, None)  # bad input is refused before any engine is asked
     client = connect()
+    plan = make_plan(resolve_config(args, target, client), new_run_id())
+    config = plan.config
     compose_command()
     if args.no_build:
         if not image_exists(client, config.image):

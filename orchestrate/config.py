@@ -28,6 +28,7 @@ class RunConfig:
         workdir: Host directory mounted into every node as its working directory.
         image: Node image to run.
         gpus_per_node: GPUs reserved for each node; 0 runs the CPU/Gloo variant.
+        backend: The collective backend the workers are told to use (gloo or nccl).
         keep: Leave the containers, network and volume behind after the run.
         master_port: Port of torchrun's rendezvous on node 0 (inside the project network).
         runs_dir: Where every run gets a directory of logs.
@@ -41,6 +42,7 @@ class RunConfig:
     workdir: Path = field(default_factory=Path.cwd)
     image: str = DEFAULT_IMAGE
     gpus_per_node: int = 0
+    backend: str = "gloo"
     keep: bool = False
     master_port: int = DEFAULT_MASTER_PORT
     runs_dir: Path = field(default_factory=lambda: Path.cwd() / "runs")
@@ -56,6 +58,15 @@ class RunConfig:
             )
         if self.gpus_per_node < 0:
             raise UsageError(f"--gpus-per-node must be 0 or more, got {self.gpus_per_node}")
+        if self.gpus_per_node and self.gpus_per_node % self.nproc_per_node:
+            raise UsageError(
+                f"--gpus-per-node {self.gpus_per_node} cannot be split evenly among"
+                f" --nproc-per-node {self.nproc_per_node} processes"
+            )
+        if self.backend not in ("gloo", "nccl"):
+            raise UsageError(f"--backend must be gloo or nccl, got {self.backend!r}")
+        if self.backend == "nccl" and not self.gpus_per_node:
+            raise UsageError("--backend nccl needs GPUs (--gpus-per-node 1 or more)")
         if not 1 <= self.master_port <= 65535:
             raise UsageError(f"--master-port must be in 1-65535, got {self.master_port}")
         if not self.image:

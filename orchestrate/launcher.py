@@ -92,6 +92,24 @@ def wait_until_nodes_resolve(
         ) from None
 
 
+def gpu_topology(client: Any, plan: JobPlan, container: Any = None) -> str:
+    """``nvidia-smi topo -m`` as node0 sees its GPUs: in its container, or a throwaway one."""
+    argv = ["nvidia-smi", "topo", "-m"]
+    try:
+        if container is not None:
+            _, text = exec_output(client, container, argv)
+            return text.rstrip()
+        import docker.types
+
+        request = docker.types.DeviceRequest(
+            driver="nvidia", device_ids=list(plan.nodes[0].gpu_ids), capabilities=[["gpu"]]
+        )
+        output = client.containers.run(plan.config.image, argv, device_requests=[request], remove=True)
+        return output.decode("utf-8", "replace").rstrip()
+    except Exception as exc:  # the topology is information, never a reason to fail a run
+        return f"(nvidia-smi topo -m unavailable: {str(exc).splitlines()[0][:200]})"
+
+
 @dataclass
 class _Event:
     node: str
@@ -260,6 +278,9 @@ def launch(
         runner.find_containers()
         wait_until_nodes_resolve(client, runner.containers, plan, plan.config.ready_timeout_s)
         timings.bring_up_s = clock() - t0
+        if plan.config.gpus_per_node:
+            say("GPU topology seen from node0 (nvidia-smi topo -m):\n"
+                + gpu_topology(client, plan, runner.containers[plan.nodes[0].name]))
         say(f"nodes up in {timings.bring_up_s:.1f} s; starting torchrun on every node")
         runner.run_nodes(run_dir, timings)
     except KeyboardInterrupt:

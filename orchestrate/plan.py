@@ -26,6 +26,7 @@ class NodePlan:
         node_rank: torchrun's ``--node-rank``.
         global_ranks: The global ranks of this node's workers, local rank 0 first.
         gpu_ids: Host GPU indices reserved for this node (empty on CPU).
+        process_gpus: For each local rank, the host GPU indices its process spans.
         torchrun_argv: The exact command run inside the container.
         env: Environment of that command.
     """
@@ -34,6 +35,7 @@ class NodePlan:
     node_rank: int
     global_ranks: tuple[int, ...]
     gpu_ids: tuple[str, ...]
+    process_gpus: tuple[tuple[str, ...], ...]
     torchrun_argv: tuple[str, ...]
     env: dict[str, str]
 
@@ -133,8 +135,9 @@ def make_plan(config: RunConfig, run_id: str) -> JobPlan:
         The plan the apply step carries out.
     """
     master_addr = node_name(0)
-    backend = "nccl" if config.gpus_per_node else "gloo"
+    backend = config.backend
     env = node_env(config, backend)
+    per_process = config.gpus_per_node // config.nproc_per_node
     nodes = []
     for rank, global_ranks in enumerate(assign_ranks(config.nodes, config.nproc_per_node)):
         gpu_ids = tuple(
@@ -149,7 +152,13 @@ def make_plan(config: RunConfig, run_id: str) -> JobPlan:
             master_port=config.master_port,
             target=config.target,
         )
-        nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpu_ids, argv, dict(env)))
+        process_gpus = tuple(
+            gpu_ids[local * per_process:(local + 1) * per_process]
+            for local in range(config.nproc_per_node)
+        )
+        nodes.append(
+            NodePlan(node_name(rank), rank, global_ranks, gpu_ids, process_gpus, argv, dict(env))
+        )
     return JobPlan(
         run_id=run_id,
         project_name=f"ddp-{run_id}",
@@ -168,20 +177,22 @@ def format_plan(plan: JobPlan) -> str:
     lines = [
         f"run {plan.run_id}  (compose project {plan.project_name})",
         f"image {cfg.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
-        f"nodes N={cfg.nodes}  local world size L={cfg.nproc_per_node}  world size W={plan.world_size}"
+        f"nodes N={cfg.nodes}  GPUs per node G={cfg.gpus_per_node}  local world size"
+        f" L={cfg.nproc_per_node}  world size W={plan.world_size}"
         f"  master {plan.master_addr}:{plan.master_port}",
         "",
     ]
-    header = ("node", "node rank", "local ranks", "global ranks", "GPUs")
+    header = ("node", "node rank", "local rank", "global rank", "GPUs (host ids)")
     rows = [
         (
             n.name,
             str(n.node_rank),
-            ",".join(str(lr) for lr in range(len(n.global_ranks))),
-            ",".join(str(r) for r in n.global_ranks),
-            ",".join(n.gpu_ids) or "-",
+            str(local),
+            str(global_rank),
+            ",".join(n.process_gpus[local]) or "- (CPU)",
         )
         for n in plan.nodes
+        for local, global_rank in enumerate(n.global_ranks)
     ]
     lines += format_table(header, rows)
     lines.append("")

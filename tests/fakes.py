@@ -70,6 +70,8 @@ class FakeAPI:
         container, cmd, _ = self.execs[exec_id]
         if cmd[0] == "getent":
             return b"" if stream is False else iter([])
+        if cmd[0] in self.client.command_outputs:
+            return self.client.command_outputs[cmd[0]][1]
         script = self.client.scripts[container.name]
 
         def chunks():
@@ -82,6 +84,8 @@ class FakeAPI:
 
     def exec_inspect(self, exec_id: str) -> dict:
         container, cmd, _ = self.execs[exec_id]
+        if cmd[0] in self.client.command_outputs:
+            return {"ExitCode": self.client.command_outputs[cmd[0]][0]}
         if cmd[0] == "getent":
             resolved = self.client.resolve_after.get(container.name, 0)
             self.client.resolve_after[container.name] = resolved - 1
@@ -100,6 +104,8 @@ class FakeDockerClient:
         self.scripts: dict[str, ScriptedExec] = {}
         # node -> how many getent checks fail before it resolves its peers
         self.resolve_after: dict[str, int] = {}
+        # other commands run with exec: argv[0] -> (exit code, output)
+        self.command_outputs: dict[str, tuple[int, bytes]] = {}
         self.containers = FakeContainers(self)
         self.api = FakeAPI(self)
 

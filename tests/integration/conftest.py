@@ -27,6 +27,18 @@ def unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
+def compose_cli() -> None:
+    """Compose v2 itself (``config`` needs no engine)."""
+    from orchestrate.compose import compose_command
+    from orchestrate.errors import EngineUnavailableError
+
+    try:
+        compose_command()
+    except EngineUnavailableError as exc:
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
 def docker_client():
     try:
         import docker

@@ -80,3 +80,14 @@ def test_two_runs_at_once_do_not_collide(orchestrate_run, docker_client):
     for r in results.values():
         assert len(re.findall(r"all_reduce rank=\d sum=3 expected=3 ok", r.output)) == 2
         assert leftovers(docker_client, r.project) == []
+
+
+def test_gpus_the_engine_does_not_have_are_refused_before_anything_starts(orchestrate_run, docker_client):
+    from orchestrate.gpus import detect_gpus
+
+    if detect_gpus(docker_client).count:
+        pytest.skip("this engine has GPUs")
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    result = orchestrate_run("--nodes", "2", "--gpus-per-node", "1")
+    assert result.code == 2
+    assert {c.id for c in docker_client.containers.list(all=True)} == before

@@ -31,10 +31,16 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--workdir", "/no/such/dir"], "work directory '/no/such/dir' does not exist"),
         (["run", "--", "-m"], "-m needs a module name"),
         (["run", "--bogus"], "unrecognized arguments: --bogus"),
+        (["run", "--gpus-per-node", "2", "--nproc-per-node", "4"],
+         "--nproc-per-node 4 is more than the 2 GPU(s) per node"),
+        (["run", "--gpus-per-node", "4", "--nproc-per-node", "3"],
+         "--gpus-per-node 4 cannot be split evenly among 3"),
+        (["run", "--cpu", "--backend", "nccl"], "--backend nccl needs GPUs"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args, message):
-    proc = orchestrate(*args)
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    # No engine: bad input must be refused before one is even asked.
+    proc = orchestrate(*args, env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -71,10 +77,20 @@ def test_plan_command_equals_dry_run(tmp_path):
     assert outs[0] == outs[1] and len(outs[0]) == 2
 
 
+def test_dry_run_without_an_engine_plans_the_requested_gpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    out = io.StringIO()
+    code = main(["plan", "--nodes", "2", "--gpus-per-node", "2", "--workdir", str(tmp_path)], out=out)
+    assert code == 0
+    rows = [ln.split() for ln in out.getvalue().splitlines() if ln.startswith("node1 ")]
+    assert rows == [["node1", "1", "0", "2", "2"], ["node1", "1", "1", "3", "3"]]
+    assert "backend nccl" in out.getvalue()
+
+
 def test_help_explains_every_run_option():
     proc = orchestrate("run", "--help")
     assert proc.returncode == 0
-    for option in ("--nodes", "--nproc-per-node", "--cpu", "--gpus-per-node", "--workdir",
+    for option in ("--nodes", "--nproc-per-node", "--cpu", "--gpus-per-node", "--backend", "--workdir",
                    "--image", "--keep", "--dry-run", "--master-port", "--runs-dir",
                    "--ready-timeout", "--no-build"):
         assert option in proc.stdout

@@ -45,7 +45,7 @@ def test_cpu_nodes_have_no_gpu_reservation(make_job):
 
 
 def test_gpu_nodes_reserve_distinct_device_ids_never_count(make_job):
-    services = render_compose(make_job(nodes=2, nproc_per_node=2, gpus_per_node=2))["services"]
+    services = render_compose(make_job(nodes=2, nproc_per_node=2, gpus_per_node=2, backend="nccl"))["services"]
     devices = [s["deploy"]["resources"]["reservations"]["devices"][0] for s in services.values()]
     assert [d["device_ids"] for d in devices] == [["0", "1"], ["2", "3"]]
     assert all(d["driver"] == "nvidia" and "count" not in d for d in devices)
@@ -59,6 +59,12 @@ def test_written_file_is_json_and_valid_yaml_for_compose(make_job, tmp_path):
 
 def test_only_gpu_nodes_raise_the_memlock_limit(make_job):
     cpu = render_compose(make_job())["services"]["node0"]
-    gpu = render_compose(make_job(gpus_per_node=1))["services"]["node0"]
+    gpu = render_compose(make_job(gpus_per_node=1, backend="nccl"))["services"]["node0"]
     assert "ulimits" not in cpu
     assert gpu["ulimits"] == {"memlock": -1}
+
+
+def test_nodes_are_never_privileged_nor_share_the_host_ipc(make_job):
+    for service in render_compose(make_job(gpus_per_node=1, backend="nccl"))["services"].values():
+        assert "privileged" not in service and "ipc" not in service
+        assert "network_mode" not in service and "pid" not in service

@@ -139,3 +139,21 @@ def test_node_lookup_needs_exactly_one_labelled_container(make_job, copies):
         client.containers_by_name[f"node0-{i}"].labels["com.docker.compose.service"] = "node0"
     with pytest.raises(NodeLookupError, match=f"found {copies}"):
         find_node_container(client, plan.project_name, plan.nodes[0])
+
+
+def test_gpu_runs_show_the_topology_node0_sees(make_job):
+    plan = make_job(nodes=2, gpus_per_node=1, backend="nccl")
+    client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
+    client.command_outputs["nvidia-smi"] = (0, b"        GPU0\nGPU0     X \n")
+    outcome, text, _ = run(plan, client)
+    assert outcome.succeeded
+    assert "GPU topology seen from node0 (nvidia-smi topo -m):\n        GPU0\nGPU0     X" in text
+    topo = [c for c in client.calls if c[0] == "exec_create" and c[2][0] == "nvidia-smi"]
+    assert topo == [("exec_create", "node0", ("nvidia-smi", "topo", "-m"))]
+
+
+def test_cpu_runs_do_not_ask_for_a_gpu_topology(make_job):
+    plan = make_job(nodes=2)
+    client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
+    run(plan, client)
+    assert not [c for c in client.calls if c[0] == "exec_create" and c[2][0] == "nvidia-smi"]

@@ -56,9 +56,16 @@ def test_cpu_plan_uses_gloo_and_reserves_no_gpu(make_job):
 
 
 def test_gpu_plan_gives_each_node_distinct_gpus(make_job):
-    plan = make_job(nodes=3, nproc_per_node=2, gpus_per_node=2)
+    plan = make_job(nodes=3, nproc_per_node=2, gpus_per_node=2, backend="nccl")
     assert plan.backend == "nccl"
     assert [n.gpu_ids for n in plan.nodes] == [("0", "1"), ("2", "3"), ("4", "5")]
+    assert plan.nodes[1].process_gpus == (("2",), ("3",))
+    assert plan.nodes[0].env["DDP_BACKEND"] == "nccl"
+
+
+def test_a_process_spanning_several_gpus_gets_a_block_of_its_node(make_job):
+    plan = make_job(nodes=2, nproc_per_node=2, gpus_per_node=4, backend="nccl")
+    assert plan.nodes[1].process_gpus == (("4", "5"), ("6", "7"))
 
 
 def test_project_name_is_unique_per_run(make_job):
@@ -70,9 +77,16 @@ def test_default_target_is_the_toy_job(make_job):
     assert plan.nodes[0].torchrun_argv[-2:] == ("-m", "app.toy")
 
 
-def test_format_plan_shows_every_node_with_its_ranks_and_command(make_job):
-    text = format_plan(make_job(nodes=2, nproc_per_node=2))
-    assert "world size W=4" in text
-    rows = [ln.split() for ln in text.splitlines() if ln.startswith("node0 ") or ln.startswith("node1 ")]
-    assert rows == [["node0", "0", "0,1", "0,1", "-"], ["node1", "1", "0,1", "2,3", "-"]]
+def test_format_plan_shows_nodes_x_local_ranks_x_global_ranks_x_gpus(make_job):
+    text = format_plan(make_job(nodes=2, nproc_per_node=2, gpus_per_node=2, backend="nccl"))
+    assert "GPUs per node G=2  local world size L=2  world size W=4" in text
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith(("node0 ", "node1 "))]
+    assert rows == [["node0", "0", "0", "0", "0"], ["node0", "0", "1", "1", "1"],
+                    ["node1", "1", "0", "2", "2"], ["node1", "1", "1", "3", "3"]]
     assert "node1$ torchrun --nnodes 2 --node-rank 1" in text
+
+
+def test_format_plan_marks_cpu_processes(make_job):
+    text = format_plan(make_job(nodes=1, nproc_per_node=1))
+    assert [ln.split() for ln in text.splitlines() if ln.startswith("node0 ")] == [
+        ["node0", "0", "0", "0", "-", "(CPU)"]]

@@ -1,0 +1,148 @@
+"""GPUs: which ones the Docker engine can hand out, and how a run splits them among nodes.
+
+:func:`resolve_gpu_layout` is pure: it turns what the user asked for and what the engine
+has into GPUs per node and processes per node, or refuses before anything starts.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrate.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The GPUs the engine can give containers.
+
+    Attributes:
+        runtime: How they are exposed: "nvidia" (the NVIDIA runtime), "cdi", or "" (none).
+        indices: The host's GPU indices.
+    """
+
+    runtime: str = ""
+    indices: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.indices) if self.runtime else 0
+
+    def describe(self) -> str:
+        if not self.count:
+            return "no GPUs the engine can hand out (no NVIDIA runtime or CDI devices)"
+        return f"{self.count} GPU(s) via {self.runtime}: {', '.join(self.indices)}"
+
+
+def host_gpu_indices() -> tuple[str, ...]:
+    """The GPU indices ``nvidia-smi`` lists on this host (none without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(line.strip() for line in out.stdout.splitlines() if line.strip().isdigit())
+
+
+def has_nvidia_cdi(dirs: tuple[Path, ...] = CDI_DIRS) -> bool:
+    """Whether a CDI spec for NVIDIA GPUs is installed."""
+    for directory in dirs:
+        for spec in list(directory.glob("*.yaml")) + list(directory.glob("*.json")):
+            try:
+                if "nvidia.com/gpu" in spec.read_text(errors="replace"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def detect_gpus(client: Any) -> GpuInventory:
+    """Ask the engine for the NVIDIA runtime (or look for CDI specs), then list the host's GPUs."""
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except Exception as exc:  # an engine that cannot say has no GPUs for us
+        log.debug("engine info failed: %s", exc)
+        return GpuInventory()
+    runtime = "nvidia" if "nvidia" in runtimes else ("cdi" if has_nvidia_cdi() else "")
+    if not runtime:
+        return GpuInventory()
+    return GpuInventory(runtime, host_gpu_indices())
+
+
+@dataclass(frozen=True)
+class GpuLayout:
+    """How a run uses GPUs: per node, and processes per node."""
+
+    gpus_per_node: int
+    nproc_per_node: int
+    backend: str
+
+
+def resolve_gpu_layout(
+    *,
+    nodes: int,
+    nproc_per_node: Optional[int],
+    gpus_per_node: Optional[int],
+    available: Optional[int],
+    cpu: bool = False,
+    backend: str = "auto",
+) -> GpuLayout:
+    """Decide GPUs per node, processes per node and the backend, or refuse.
+
+    1. ``--cpu`` (or no GPUs and none asked for): 0 GPUs, Gloo, 1 process per node by default.
+    2. ``--gpus-per-node`` not given: all available GPUs split evenly among the nodes.
+    3. Processes per node default to one per GPU.
+    4. Refused: more GPUs than available; fewer GPUs than nodes (two nodes would share
+       one, which NCCL refuses); more processes than GPUs on a node; GPUs that cannot be
+       split evenly among the processes that span them.
+
+    Args:
+        nodes: Number of nodes.
+        nproc_per_node: ``--nproc-per-node``, or None for the default.
+        gpus_per_node: ``--gpus-per-node``, or None for the default.
+        available: GPUs the engine has, or None when unknown (no engine in a dry run).
+        cpu: ``--cpu``.
+        backend: ``--backend``: auto, nccl or gloo.
+
+    Raises:
+        UsageError: With the arithmetic and the alternatives.
+    """
+    alternatives = "use fewer nodes, fewer processes per node, or --cpu for the Gloo variant"
+    if cpu or (gpus_per_node is None and not available) or gpus_per_node == 0:
+        if backend == "nccl":
+            raise UsageError("--backend nccl needs GPUs: drop --cpu/--gpus-per-node 0, or use --backend gloo")
+        return GpuLayout(0, nproc_per_node or 1, "gloo")
+    if gpus_per_node is None:
+        assert available is not None
+        if available < nodes:
+            raise UsageError(
+                f"{available} GPU(s) cannot give {nodes} nodes a GPU each (NCCL refuses two"
+                f" nodes on one GPU): use --nodes {available} or fewer, or --cpu"
+            )
+        gpus_per_node = available // nodes
+    if available is not None and nodes * gpus_per_node > available:
+        raise UsageError(
+            f"--nodes {nodes} x --gpus-per-node {gpus_per_node} needs {nodes * gpus_per_node}"
+            f" GPUs, but the engine has {available}: {alternatives}"
+        )
+    nproc = nproc_per_node or gpus_per_node
+    if nproc > gpus_per_node:
+        raise UsageError(
+            f"--nproc-per-node {nproc} is more than the {gpus_per_node} GPU(s) per node: each"
+            f" process needs its own GPU (NCCL refuses two ranks on one): {alternatives}"
+        )
+    if gpus_per_node % nproc:
+        raise UsageError(
+            f"--gpus-per-node {gpus_per_node} cannot be split evenly among {nproc} processes"
+            f" that each span several GPUs: use a divisor of {gpus_per_node} for --nproc-per-node"
+        )
+    return GpuLayout(gpus_per_node, nproc, "gloo" if backend == "gloo" else "nccl")

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+
+from orchestrate.errors import UsageError
+from orchestrate.gpus import GpuInventory, GpuLayout, detect_gpus, has_nvidia_cdi, resolve_gpu_layout
+
+
+def layout(**kw) -> GpuLayout:
+    options = dict(nodes=2, nproc_per_node=None, gpus_per_node=None, available=0)
+    options.update(kw)
+    return resolve_gpu_layout(**options)
+
+
+def test_no_gpus_means_the_gloo_variant_with_one_process_per_node():
+    assert layout() == GpuLayout(0, 1, "gloo")
+    assert layout(nproc_per_node=3) == GpuLayout(0, 3, "gloo")
+
+
+def test_cpu_wins_even_on_a_gpu_host():
+    assert layout(available=8, cpu=True) == GpuLayout(0, 1, "gloo")
+
+
+def test_default_splits_all_gpus_evenly_one_process_per_gpu():
+    assert layout(available=8) == GpuLayout(4, 4, "nccl")
+    assert layout(nodes=3, available=8) == GpuLayout(2, 2, "nccl")
+
+
+def test_processes_spanning_several_gpus():
+    assert layout(available=8, nproc_per_node=2) == GpuLayout(4, 2, "nccl")
+
+
+def test_backend_can_be_overridden():
+    assert layout(available=2, backend="gloo") == GpuLayout(1, 1, "gloo")
+    with pytest.raises(UsageError, match="--backend nccl needs GPUs"):
+        layout(backend="nccl")
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(gpus_per_node=2, available=2), "--nodes 2 x --gpus-per-node 2 needs 4 GPUs, but the engine has 2"),
+    (dict(available=1), "1 GPU\\(s\\) cannot give 2 nodes a GPU each \\(NCCL refuses two nodes on one GPU\\)"),
+    (dict(available=4, nproc_per_node=3), "--nproc-per-node 3 is more than the 2 GPU\\(s\\) per node"),
+    (dict(gpus_per_node=3, available=8, nproc_per_node=2), "--gpus-per-node 3 cannot be split evenly among 2"),
+])
+def test_impossible_layouts_are_refused_with_the_alternatives(kw, message):
+    with pytest.raises(UsageError, match=message):
+        layout(**kw)
+
+
+def test_unknown_availability_trusts_the_request():
+    assert layout(gpus_per_node=1, available=None) == GpuLayout(1, 1, "nccl")
+
+
+class InfoClient:
+    def __init__(self, runtimes):
+        self.runtimes = runtimes
+
+    def info(self):
+        return {"Runtimes": self.runtimes}
+
+
+def test_an_engine_without_the_nvidia_runtime_has_no_gpus(monkeypatch):
+    monkeypatch.setattr("orchestrate.gpus.has_nvidia_cdi", lambda: False)
+    assert detect_gpus(InfoClient({"runc": {}})) == GpuInventory()
+    assert GpuInventory().count == 0
+
+
+def test_the_nvidia_runtime_lists_the_host_gpus(monkeypatch):
+    monkeypatch.setattr("orchestrate.gpus.host_gpu_indices", lambda: ("0", "1"))
+    inventory = detect_gpus(InfoClient({"runc": {}, "nvidia": {}}))
+    assert inventory == GpuInventory("nvidia", ("0", "1")) and inventory.count == 2
+
+
+def test_cdi_specs_for_nvidia_are_recognised(tmp_path):
+    assert not has_nvidia_cdi((tmp_path,))
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices: []\n")
+    assert has_nvidia_cdi((tmp_path,))
