@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, log0, process_group, select_device
+from app.distenv import WorkerEnv, log0, process_group, run_main, select_device
 from app.gradsync import butterfly_all_reduce
 
 Step = Callable[[torch.device, argparse.Namespace], bool]
@@ -181,4 +181,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

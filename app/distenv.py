@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
+import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterator
+from typing import Callable, Iterator, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -154,3 +156,29 @@ def process_devices(local_rank: int, local_world_size: int, per_process: int) ->
     kind = torch.accelerator.current_accelerator().type
     torch.accelerator.set_device_index(indices[0])
     return [torch.device(kind, i) for i in indices]
+
+
+def run_main(main: Callable[[], int]) -> NoReturn:
+    """Run a worker's ``main`` and exit with its code, skipping interpreter finalisation.
+
+    Gloo's worker threads can still hold tensors when the interpreter finalises, and a
+    process that already destroyed its process group then dies with SIGABRT ("terminate
+    called without an active exception", seen here in about 1 run in 10; pytorch PR
+    179291 describes it). Exiting with ``os._exit`` once the output is flushed avoids that
+    crash and keeps the real exit code. Errors still print their traceback, and ``@record``
+    has already written the structured error file by then.
+    """
+    try:
+        code = main()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            code = 1
+        else:
+            code = exc.code or 0
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, process_group, select_device
+from app.distenv import WorkerEnv, process_group, run_main, select_device
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,4 +42,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from app.checkpoint import load_checkpoint, save_checkpoint
 from app.distenv import (WorkerEnv, accelerator_count, log0, process_devices, process_group,
-                         span_per_process)
+                         run_main, span_per_process)
 
 
 class SplitToyModel(nn.Module):
@@ -180,4 +180,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

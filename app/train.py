@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from app.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from app.distenv import WorkerEnv, log0, process_group, select_device
+from app.distenv import WorkerEnv, log0, process_group, run_main, select_device
 from app.gradsync import average_gradients, butterfly_average_gradients
 from app.mnist_data import prepare_mnist
 from app.toy import parameter_checksum, replicas_agree
@@ -260,4 +260,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)
