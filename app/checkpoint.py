@@ -44,13 +44,23 @@ def save_checkpoint(directory: Path, name: str, state: dict[str, Any]) -> Option
     Returns:
         The checkpoint path on rank 0, None elsewhere.
     """
-    path = None
-    if dist.get_rank() == 0:
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / name
-        _atomic_write(path, lambda f: torch.save(state, f))
-        _atomic_write(directory / LATEST, lambda f: f.write(name.encode()))
+    path = write_checkpoint(directory, name, state) if dist.get_rank() == 0 else None
     dist.barrier()
+    return path
+
+
+def write_checkpoint(directory: Path, name: str, state: dict[str, Any]) -> Path:
+    """Write ``directory/name`` atomically, then point LATEST at it (one process, no barrier).
+
+    One writer per directory: temporary files found here were left by a writer killed
+    mid-save, and are removed.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    path = directory / name
+    _atomic_write(path, lambda f: torch.save(state, f))
+    _atomic_write(directory / LATEST, lambda f: f.write(name.encode()))
     return path
 
 
