@@ -182,3 +182,11 @@ def run_main(main: Callable[[], int]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def default_timeout_s(fallback: float = 300.0) -> float:
+    """The process group timeout: ``$DDP_TIMEOUT`` (set by ``orchestrate --collective-timeout``) or ``fallback``."""
+    try:
+        return float(os.environ["DDP_TIMEOUT"])
+    except (KeyError, ValueError):
+        return fallback

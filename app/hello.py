@@ -11,13 +11,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, process_group, run_main, select_device
+from app.distenv import WorkerEnv, default_timeout_s, process_group, run_main, select_device
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.hello", description=__doc__)
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="process group timeout in seconds (default: 300)")
+    parser.add_argument("--timeout", type=float, default=default_timeout_s(300.0),
+                        help="process group timeout in seconds (default: $DDP_TIMEOUT, else 300)")
     return parser.parse_args(argv)
 
 

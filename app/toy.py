@@ -27,8 +27,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from app.checkpoint import load_checkpoint, save_checkpoint
-from app.distenv import (WorkerEnv, accelerator_count, log0, process_devices, process_group,
-                         run_main, span_per_process)
+from app.distenv import (WorkerEnv, accelerator_count, default_timeout_s, log0, process_devices,
+                         process_group, run_main, span_per_process)
 
 
 class SplitToyModel(nn.Module):
@@ -162,8 +162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", type=Path,
                         default=Path(os.environ.get("DDP_SHARED_DIR", tempfile.gettempdir())),
                         help="directory all ranks can read (default: $DDP_SHARED_DIR, else the temp dir)")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="process group timeout in seconds (default: 300)")
+    parser.add_argument("--timeout", type=float, default=default_timeout_s(300.0),
+                        help="process group timeout in seconds (default: $DDP_TIMEOUT, else 300)")
     return parser.parse_args(argv)
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import IO, Any, NoReturn, Optional, Sequence
 
 from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig
-from orchestrate.errors import OrchestrateError
+from orchestrate.errors import OrchestrateError, UsageError
+from orchestrate.faults import FaultSpec, parse_fault
 from orchestrate.gpus import GpuLayout, detect_gpus, resolve_gpu_layout
 from orchestrate.plan import format_plan, make_plan
 
@@ -54,6 +55,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def fault_arg(text: str) -> FaultSpec:
+    """argparse type: one --fault spec."""
+    try:
+        return parse_fault(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("invalid --fault ", "")) from None
+
+
 def add_job_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``run`` and ``plan``."""
     parser.add_argument("--nodes", type=positive_int, default=2,
@@ -83,6 +92,14 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                         help="where each run gets a directory of node logs (default: ./runs)")
     parser.add_argument("--ready-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="deadline for the nodes to come up and resolve each other (default: 60)")
+    parser.add_argument("--collective-timeout", type=float, default=None, metavar="SECONDS",
+                        help="process group timeout given to the workers as DDP_TIMEOUT (app/"
+                             " programs use it; a hung peer fails the job after it) (default: the"
+                             " program's own, 300 s for app/)")
+    parser.add_argument("--fault", action="append", type=fault_arg, default=[], metavar="SPEC",
+                        help="inject a fault: ACTION:NODE[@t=SECONDS|@step=N] with ACTION kill"
+                             " (node dies), pause (node hangs), disconnect (node cut off the"
+                             " network) or restart; e.g. kill:node1@step=20; repeatable")
 
 
 def build_parser() -> OneLineParser:
@@ -113,6 +130,16 @@ def build_parser() -> OneLineParser:
     plan = sub.add_parser("plan", help="print the plan of a run without starting anything",
                           description="Print nodes, ranks and torchrun commands of a run.")
     add_job_options(plan)
+
+    fault = sub.add_parser("fault", help="inject faults into a run that is already going",
+                           description="Kill, pause, cut off or restart nodes of a running run,"
+                                       " now. The run id is printed when the run starts (and"
+                                       " names its runs/ directory).",
+                           epilog="usage example: python -m orchestrate fault 20261121-093012-1f2e3d"
+                                  " pause:node1")
+    fault.add_argument("run_id", metavar="RUN_ID", help="the run to inject into")
+    fault.add_argument("specs", nargs="+", type=fault_arg, metavar="SPEC",
+                       help="ACTION:NODE (kill, pause, disconnect, restart); triggers are ignored")
 
     image = sub.add_parser("image", help="manage the node image")
     image_sub = image.add_subparsers(dest="image_command", metavar="ACTION",
@@ -157,6 +184,8 @@ def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLay
         master_port=args.master_port,
         runs_dir=args.runs_dir,
         ready_timeout_s=args.ready_timeout,
+        collective_timeout_s=args.collective_timeout,
+        faults=tuple(args.fault),
     )
 
 
@@ -247,6 +276,30 @@ def command_image_build(args: argparse.Namespace, out: IO[str]) -> int:
     return EXIT_OK
 
 
+def command_fault(args: argparse.Namespace, out: IO[str]) -> int:
+    """``fault``: inject faults now into the running run ``args.run_id``."""
+    from orchestrate.compose import NETWORK, RUN_ID_LABEL
+    from orchestrate.engine import connect
+    from orchestrate.faults import FaultAction, apply_fault, project_network
+
+    client = connect()
+    for spec in args.specs:
+        found = client.containers.list(filters={"label": [
+            f"{RUN_ID_LABEL}={args.run_id}", f"com.docker.compose.service={spec.node}"]})
+        if len(found) != 1:
+            raise UsageError(
+                f"no running {spec.node} in run {args.run_id} (found {len(found)} containers"
+                f" labelled {RUN_ID_LABEL}={args.run_id})")
+        container = found[0]
+        network = None
+        if spec.action is FaultAction.DISCONNECT:
+            project = container.labels["com.docker.compose.project"]
+            network = project_network(client, project, NETWORK)
+        apply_fault(client, container, spec.action, network)
+        out.write(f"injected {spec.action.value} into {spec.node} of run {args.run_id}\n")
+    return EXIT_OK
+
+
 def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int:
     """Run the command line and return its exit code.
 
@@ -265,6 +318,8 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int
             if args.command == "plan":
                 args.dry_run = True
             return command_run(args, target, out)
+        if args.command == "fault":
+            return command_fault(args, out)
         if args.command == "image" and args.image_command == "build":
             return command_image_build(args, out)
         parser.print_help(out)

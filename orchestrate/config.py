@@ -4,8 +4,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from orchestrate.errors import UsageError
+from orchestrate.faults import FaultSpec, check_fault_nodes
 
 DEFAULT_IMAGE = "ddp-compose-node:latest"
 DEFAULT_TARGET: tuple[str, ...] = ("-m", "app.toy")
@@ -34,6 +36,9 @@ class RunConfig:
         runs_dir: Where every run gets a directory of logs.
         project_root: The ddp-compose checkout mounted at /opt/ddp-compose in every node.
         ready_timeout_s: Deadline for all nodes to resolve each other by name.
+        collective_timeout_s: Process group timeout the workers are told to use
+            (``DDP_TIMEOUT``); None leaves it to them.
+        faults: Faults to inject during the run.
     """
 
     nodes: int = 2
@@ -48,6 +53,8 @@ class RunConfig:
     runs_dir: Path = field(default_factory=lambda: Path.cwd() / "runs")
     project_root: Path = PROJECT_ROOT
     ready_timeout_s: float = 60.0
+    collective_timeout_s: Optional[float] = None
+    faults: tuple[FaultSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -69,6 +76,9 @@ class RunConfig:
             raise UsageError("--backend nccl needs GPUs (--gpus-per-node 1 or more)")
         if not 1 <= self.master_port <= 65535:
             raise UsageError(f"--master-port must be in 1-65535, got {self.master_port}")
+        if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
+            raise UsageError(f"--collective-timeout must be positive, got {self.collective_timeout_s}")
+        check_fault_nodes(list(self.faults), [f"node{i}" for i in range(self.nodes)])
         if not self.image:
             raise UsageError("--image must not be empty")
         workdir = Path(self.workdir)

@@ -17,10 +17,11 @@ from typing import IO, Any, Callable, Optional
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from orchestrate.compose import NODE_RANK_LABEL, ComposeProject, write_compose_file
+from orchestrate.compose import NETWORK, NODE_RANK_LABEL, ComposeProject, write_compose_file
 from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
+from orchestrate.faults import STEP_LINE, FaultAction, FaultSpec, apply_fault, probe_node, project_network
 from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Timings
-from orchestrate.output import NodeOutput, open_node_log
+from orchestrate.output import NodeOutput, OutputLine, open_node_log
 from orchestrate.plan import WORKSPACE_DIR, JobPlan, NodePlan
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,57 @@ class JobRunner:
         self.killed: set[str] = set()
         self.results = {n.name: NodeResult(n) for n in plan.nodes}
         self.width = max(len(f"{n.name}/rank{max(n.global_ranks)}") for n in plan.nodes)
+        self.pending_faults: list[FaultSpec] = list(plan.config.faults)
+        self.max_step: Optional[int] = None
+
+    def say(self, text: str) -> None:
+        self.out.write(f"[orchestrate] {text}\n")
+        self.out.flush()
+
+    def fire_due_faults(self, elapsed_s: float) -> None:
+        """Inject every fault whose time or training step has come."""
+        for fault in [f for f in self.pending_faults if f.due(elapsed_s, self.max_step)]:
+            self.pending_faults.remove(fault)
+            network = None
+            if fault.action is FaultAction.DISCONNECT:
+                network = project_network(self.client, self.plan.project_name, NETWORK)
+            try:
+                apply_fault(self.client, self.containers[fault.node], fault.action, network)
+            except Exception as exc:  # a node that already ended cannot be faulted
+                self.say(f"fault {fault} could not be injected: {str(exc).splitlines()[0][:160]}")
+                continue
+            self.results[fault.node].fault = str(fault)
+            step = "-" if self.max_step is None else self.max_step
+            self.say(f"fault injected: {fault} ({elapsed_s:.1f} s into the job, at step {step})")
+
+    def note_progress(self, line: OutputLine) -> None:
+        """Follow the training step the workers report (for @step= faults)."""
+        if line.global_rank is None:
+            return
+        match = STEP_LINE.search(line.text)
+        if match:
+            self.max_step = max(self.max_step or 0, int(match.group(1)))
+
+    def read_error_file(self, name: str, result: NodeResult) -> None:
+        """Complete a failed node's root cause from its worker's structured error file."""
+        cause = result.root_cause
+        if cause is None or not cause.error_file or name in self.killed:
+            return
+        try:
+            code, text = exec_output(self.client, self.containers[name], ["cat", cause.error_file])
+        except Exception as exc:  # the node is gone: torchrun's own report has to do
+            log.debug("reading %s on %s: %s", cause.error_file, name, exc)
+            return
+        if code == 0:
+            cause.add_error_file(text)
+
+    def probe_unresponsive(self, names: set[str]) -> None:
+        """Find the nodes among ``names`` that cannot answer their peers, and say why."""
+        for name in sorted(names):
+            reason = probe_node(self.containers[name], NETWORK)
+            if reason:
+                self.results[name].unresponsive = reason
+                self.say(f"{name} stopped answering: {reason}")
 
     def find_containers(self) -> None:
         """Look up every node's container."""
@@ -194,6 +246,8 @@ class JobRunner:
         kill_at: Optional[float] = None
         try:
             while running:
+                if self.pending_faults:
+                    self.fire_due_faults(self.clock() - started)
                 if kill_at is not None and self.clock() >= kill_at:
                     self.kill(sorted(running))
                     kill_at = float("inf")
@@ -204,6 +258,7 @@ class JobRunner:
                 output = outputs[event.node]
                 if event.line is not None:
                     line = output.add(event.line, event.at)
+                    self.note_progress(line)
                     self.out.write(line.render(self.width) + "\n")
                     self.out.flush()
                     continue
@@ -220,19 +275,26 @@ class JobRunner:
                     result.root_cause = output.root_cause()
                     rank = result.root_cause.rank if result.root_cause else None
                     result.last_lines = output.last_lines(rank)
-                    if kill_at is None and running:
+                    self.read_error_file(event.node, result)
+                    if kill_at is None:
+                        self.probe_unresponsive(running)
+                        # A hung or cut-off node has no report to finish: stop it now.
+                        self.kill([n for n in running if self.results[n].unresponsive])
+                    responsive = [n for n in running if n not in self.killed]
+                    if kill_at is None and responsive:
                         kill_at = event.at + FAILURE_GRACE_S
-                        self.out.write(
-                            f"[orchestrate] {event.node} failed; stopping the other nodes"
-                            f" in {FAILURE_GRACE_S:.0f} s\n"
-                        )
+                        self.say(f"{event.node} failed; stopping the other nodes in {FAILURE_GRACE_S:.0f} s")
+                    elif kill_at is None:
+                        kill_at = event.at
         finally:
             for output in outputs.values():
                 output.log_file.close()
             timings.job_s = self.clock() - started
-            firsts = [o.first_worker_line_at for o in outputs.values()]
-            if all(f is not None for f in firsts):
-                timings.rendezvous_s = max(firsts) - started  # type: ignore[type-var]
+            # torchrun starts workers only once every node joined: the first worker line
+            # anywhere marks the end of the rendezvous (plus the workers' start-up).
+            firsts = [o.first_worker_line_at for o in outputs.values() if o.first_worker_line_at]
+            if firsts:
+                timings.rendezvous_s = min(firsts) - started
 
 
 def new_run_dir(plan: JobPlan) -> Path:

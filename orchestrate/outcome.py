@@ -29,8 +29,10 @@ class NodeResult:
         exit_code: torchrun's exit status (None when it was never started or was killed).
         wall_s: Seconds from its launch to its end.
         ended_at: Monotonic time it ended (orders failures).
-        root_cause: What torchrun reported as its first failure.
+        root_cause: What torchrun reported as its first failure (with its error file).
         last_lines: The last output lines of the failing worker (or of the node).
+        fault: The fault injected into this node, if any.
+        unresponsive: Why the node could not answer its peers when the job failed, if so.
     """
 
     node: NodePlan
@@ -40,6 +42,8 @@ class NodeResult:
     ended_at: float = 0.0
     root_cause: Optional[RootCause] = None
     last_lines: list[str] = field(default_factory=list)
+    fault: str = ""
+    unresponsive: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,9 +55,13 @@ class Failure:
     exit_code: Optional[int]
     exception: str
     last_lines: tuple[str, ...]
+    traceback: str = ""
+    reason: str = ""
 
     def describe(self) -> str:
-        """One line naming the node, the rank, the exit code and the exception."""
+        """One line naming the node, the rank, the exit code and the exception (or why it hung)."""
+        if self.reason:
+            return f"{self.node} {self.reason}"
         rank = f" rank {self.rank}" if self.rank is not None else ""
         what = f": {self.exception}" if self.exception else ""
         return f"{self.node}{rank} failed (exit code {self.exit_code}){what}"
@@ -99,22 +107,34 @@ class JobOutcome:
 def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     """Choose the failure that explains a run.
 
-    1. Only nodes whose torchrun failed by itself count (not those the launcher stopped).
-    2. Among them, a failure that is not a consequence of another (a peer's closed
+    1. A node that stopped answering (paused, cut off, gone) or that a fault was injected
+       into explains the failures of the others, which only waited for it.
+    2. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
+       stopped); a failure that is not a consequence of another (a peer's closed
        connection, a SIGTERM from torchrun) wins over one that is.
-    3. Ties go to the node that ended first.
+    3. Then the earliest failure by the workers' error files, then the node that ended first.
 
     Returns:
-        The failure, or None when no node failed by itself.
+        The failure, or None when no node failed.
     """
+    for result in results:
+        if result.unresponsive or (result.fault and result.state is not NodeState.SUCCEEDED):
+            reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
+            if result.fault:
+                reason += f" (injected fault {result.fault})"
+            return Failure(result.node.name, None, result.exit_code, "", tuple(result.last_lines),
+                           reason=reason)
     failed = [r for r in results if r.state is NodeState.FAILED]
     if not failed:
         return None
 
-    def collateral(result: NodeResult) -> bool:
-        return result.root_cause is not None and is_collateral(result.root_cause, result.last_lines)
+    def order(result: NodeResult) -> tuple:
+        cause = result.root_cause
+        collateral = cause is not None and is_collateral(cause, result.last_lines)
+        stamp = cause.timestamp if cause and cause.timestamp is not None else float("inf")
+        return (collateral, stamp, result.ended_at)
 
-    first = min(failed, key=lambda r: (collateral(r), r.ended_at))
+    first = min(failed, key=order)
     cause = first.root_cause
     return Failure(
         node=first.node.name,
@@ -122,6 +142,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
         exit_code=(cause.exit_code if cause and cause.exit_code is not None else first.exit_code),
         exception=cause.exception if cause else "",
         last_lines=tuple(first.last_lines),
+        traceback=cause.traceback if cause else "",
     )
 
 
@@ -156,7 +177,15 @@ def format_summary(outcome: JobOutcome) -> str:
     failure = outcome.failure
     if failure is not None:
         lines.append(f"FAILED: {failure.describe()}")
-        if failure.last_lines:
+        others = [r for r in outcome.results
+                  if r.state is NodeState.FAILED and r.node.name != failure.node and r.root_cause]
+        for other in others:
+            lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
+                         f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
+        if failure.traceback:
+            lines.append(f"traceback from the error file of {failure.node}/rank{failure.rank}:")
+            lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-15:]]
+        elif failure.last_lines:
             lines.append(f"last lines of {failure.node}" + (
                 f"/rank{failure.rank}:" if failure.rank is not None else ":"))
             lines += [f"  | {ln}" for ln in failure.last_lines]

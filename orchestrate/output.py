@@ -1,6 +1,7 @@
 """Read what torchrun prints: worker lines, their ranks, and its failure report."""
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ _WORKER_LINE = re.compile(r"^\[(?P<role>[A-Za-z_]+?)(?P<local_rank>\d+)\]:(?P<te
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
 _RANK_FIELD = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)")
 _EXIT_FIELD = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
+_ERROR_FILE_FIELD = re.compile(r"^\s*error_file\s*:\s*(?P<path>/\S+)")
 _EXCEPTION_LINE = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
 # Failures that are consequences of another rank dying, not causes.
 _COLLATERAL_MARKERS = (
@@ -65,6 +67,26 @@ class RootCause:
     local_rank: int
     exit_code: Optional[int] = None
     exception: str = ""
+    error_file: str = ""
+    traceback: str = ""
+    timestamp: Optional[float] = None
+
+    def add_error_file(self, text: str) -> None:
+        """Take message, traceback and time from the worker's structured error file (JSON)."""
+        try:
+            message = json.loads(text)["message"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if isinstance(message, dict):
+            self.exception = str(message.get("message") or self.exception)
+            extra = message.get("extraInfo") or {}
+            self.traceback = str(extra.get("py_callstack") or "")
+            try:
+                self.timestamp = float(extra.get("timestamp"))
+            except (TypeError, ValueError):
+                pass
+        elif isinstance(message, str):
+            self.exception = message
 
 
 
@@ -93,6 +115,10 @@ def parse_root_cause(lines: list[str]) -> Optional[RootCause]:
             match = _RANK_FIELD.match(line)
             if match:
                 cause = RootCause(int(match.group("rank")), int(match.group("local_rank")))
+            continue
+        file_match = _ERROR_FILE_FIELD.match(line)
+        if file_match and not cause.error_file:
+            cause.error_file = file_match.group("path")
             continue
         exit_match = _EXIT_FIELD.match(line)
         if exit_match and cause.exit_code is None:

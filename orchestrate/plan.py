@@ -113,7 +113,7 @@ def torchrun_argv(
 
 def node_env(config: RunConfig, backend: str) -> dict[str, str]:
     """Return the environment torchrun and its workers get on every node."""
-    return {
+    env = {
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": PROJECT_MOUNT_DIR,
         "DDP_BACKEND": backend,
@@ -121,6 +121,9 @@ def node_env(config: RunConfig, backend: str) -> dict[str, str]:
         "GLOO_SOCKET_IFNAME": NODE_INTERFACE,
         "NCCL_SOCKET_IFNAME": NODE_INTERFACE,
     }
+    if config.collective_timeout_s is not None:
+        env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
+    return env
 
 
 def make_plan(config: RunConfig, run_id: str) -> JobPlan:
@@ -200,6 +203,8 @@ def format_plan(plan: JobPlan) -> str:
         lines.append(f"{n.name}$ {shlex.join(n.torchrun_argv)}")
     env = plan.nodes[0].env if plan.nodes else {}
     lines.append("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    if cfg.faults:
+        lines.append("faults: " + " ".join(str(f) for f in cfg.faults))
     return "\n".join(lines)
 
 

@@ -27,10 +27,50 @@ class FakeContainer:
         self.name = name
         self.labels = labels
         self.killed = threading.Event()
+        self.status = "running"
+        self.paused = False
+        self.networks = {f"{labels['com.docker.compose.project']}_ddp": {}}
+
+    @property
+    def attrs(self) -> dict:
+        return {"State": {"Running": self.status == "running", "Paused": self.paused},
+                "NetworkSettings": {"Networks": self.networks}}
+
+    def reload(self) -> None:
+        self.client.calls.append(("reload", self.name))
 
     def kill(self) -> None:
         self.client.calls.append(("kill", self.name))
         self.killed.set()
+        self.status = "exited"
+
+    def pause(self) -> None:
+        self.client.calls.append(("pause", self.name))
+        self.paused = True
+
+    def restart(self, timeout: int = 10) -> None:
+        self.client.calls.append(("restart", self.name))
+        self.killed.set()
+
+
+class FakeNetwork:
+    def __init__(self, client: "FakeDockerClient", name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def disconnect(self, container: FakeContainer, force: bool = False) -> None:
+        self.client.calls.append(("disconnect", container.name, self.name))
+        container.networks.pop(self.name, None)
+
+
+class FakeNetworks:
+    def __init__(self, client: "FakeDockerClient") -> None:
+        self.client = client
+
+    def list(self, filters: Optional[dict] = None) -> list[FakeNetwork]:
+        wanted = dict(item.partition("=")[::2] for item in (filters or {}).get("label", []))
+        project = wanted.get("com.docker.compose.project")
+        return [FakeNetwork(self.client, f"{project}_{wanted.get('com.docker.compose.network')}")]
 
 
 class FakeContainers:
@@ -107,6 +147,7 @@ class FakeDockerClient:
         # other commands run with exec: argv[0] -> (exit code, output)
         self.command_outputs: dict[str, tuple[int, bytes]] = {}
         self.containers = FakeContainers(self)
+        self.networks = FakeNetworks(self)
         self.api = FakeAPI(self)
 
     def add_node(self, project: str, name: str, node_rank: int, script: ScriptedExec) -> None:

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import io
 import os
+import queue
+import re
 import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,3 +138,31 @@ def compose_project(docker_client):
                     "down", "--volumes", "--timeout", "2"], capture_output=True,
                    cwd=Path(__file__).resolve().parents[2])
     remove_project(docker_client, name)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "run", "--runs-dir", str(tmp_path), *args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+    )
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
+    return proc, lines
+
+
+def wait_for(lines: "queue.Queue[str]", pattern: str, seen: list[str], timeout: float = 120) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n{''.join(seen[-30:])}")

@@ -1,47 +1,14 @@
 """Ctrl-C (SIGINT) and SIGTERM to a real run tear everything down within seconds."""
 from __future__ import annotations
 
-import os
-import queue
-import re
 import signal
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import leftovers, remove_project
+from tests.integration.conftest import leftovers, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrate", "run", "--runs-dir", str(tmp_path), *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
-    )
-    lines: "queue.Queue[str]" = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
-    return proc, lines
-
-
-def wait_for(lines: "queue.Queue[str]", pattern: str, seen: list[str], timeout: float = 120) -> re.Match:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        match = re.search(pattern, line)
-        if match:
-            return match
-    raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n{''.join(seen[-30:])}")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

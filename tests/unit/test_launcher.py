@@ -157,3 +157,21 @@ def test_cpu_runs_do_not_ask_for_a_gpu_topology(make_job):
     client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
     run(plan, client)
     assert not [c for c in client.calls if c[0] == "exec_create" and c[2][0] == "nvidia-smi"]
+
+
+def test_a_fault_fires_at_its_step_and_explains_the_failure(make_job):
+    from orchestrate.faults import parse_fault
+
+    plan = make_job(nodes=2, faults=(parse_fault("pause:node1@step=3"),))
+    steps = [f"[default0]:step {i}" for i in range(1, 6)]
+    client = fake_engine(plan, [
+        ScriptedExec(steps + FAILURE_REPORT[1:4] + ["  rank      : 0 (local_rank: 0)", "====="], exit_code=1),
+        ScriptedExec(["[default0]:waiting"], hang=True),
+    ])
+    outcome, text, compose = run(plan, client)
+    assert ("pause", "node1") in client.calls
+    assert "fault injected: pause:node1@step=3" in text
+    assert outcome.failure.describe() == (
+        "node1 stopped answering: its container is paused (hung) (injected fault pause:node1@step=3)")
+    # the hung node is stopped at once, not after the grace period
+    assert ("kill", "node1") in client.calls and "stopping the other nodes" not in text

@@ -1,0 +1,121 @@
+"""Fault injection: kill, pause, cut off or restart a node, at a time or at a training step.
+
+A fault is written ``ACTION:NODE[@t=SECONDS|@step=N]``, e.g. ``kill:node1@step=20`` or
+``pause:node1@t=15``; without a trigger it fires as soon as the job starts. Parsing is
+pure; :func:`apply_fault` and :func:`probe_node` are the only parts that talk to Docker.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Optional
+
+from orchestrate.errors import UsageError
+
+USAGE = "usage: ACTION:NODE[@t=SECONDS|@step=N], e.g. kill:node1@step=20 or pause:node1@t=15"
+_SPEC = re.compile(
+    r"^(?P<action>[a-z]+):(?P<node>node\d+)"
+    r"(?:@(?:t=(?P<seconds>\d+(?:\.\d+)?)s?|step=(?P<step>\d+)))?$"
+)
+# Training progress lines of any worker: "step 37", "step 37/100".
+STEP_LINE = re.compile(r"\bstep (\d+)\b")
+
+
+class FaultAction(str, Enum):
+    """What a fault does to a node's container."""
+
+    KILL = "kill"  # SIGKILL every process: a node that dies
+    PAUSE = "pause"  # freeze every process: a node that hangs
+    DISCONNECT = "disconnect"  # take it off the project network: a node that is cut off
+    RESTART = "restart"  # kill and start the container again: a node that reboots
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One fault to inject."""
+
+    action: FaultAction
+    node: str
+    at_seconds: Optional[float] = None
+    at_step: Optional[int] = None
+
+    def __str__(self) -> str:
+        if self.at_step is not None:
+            trigger = f"@step={self.at_step}"
+        elif self.at_seconds:
+            trigger = f"@t={self.at_seconds:g}"
+        else:
+            trigger = ""
+        return f"{self.action.value}:{self.node}{trigger}"
+
+    def due(self, elapsed_s: float, step: Optional[int]) -> bool:
+        """Whether the fault should fire, ``elapsed_s`` into the job at training ``step``."""
+        if self.at_step is not None:
+            return step is not None and step >= self.at_step
+        return elapsed_s >= (self.at_seconds or 0.0)
+
+
+def parse_fault(text: str) -> FaultSpec:
+    """Parse one ``--fault`` value.
+
+    Raises:
+        UsageError: Quoting the value and the usage.
+    """
+    match = _SPEC.match(text.strip())
+    if not match:
+        raise UsageError(f"invalid --fault {text!r}: {USAGE}")
+    try:
+        action = FaultAction(match.group("action"))
+    except ValueError:
+        choices = ", ".join(a.value for a in FaultAction)
+        raise UsageError(f"invalid --fault {text!r}: action must be one of {choices}") from None
+    seconds, step = match.group("seconds"), match.group("step")
+    return FaultSpec(action, match.group("node"),
+                     float(seconds) if seconds is not None else None,
+                     int(step) if step is not None else None)
+
+
+def check_fault_nodes(faults: list[FaultSpec], node_names: list[str]) -> None:
+    """Refuse faults aimed at nodes the run does not have."""
+    for fault in faults:
+        if fault.node not in node_names:
+            raise UsageError(f"--fault {fault}: no {fault.node} in this run (nodes: {', '.join(node_names)})")
+
+
+def project_network(client: Any, project_name: str, network: str) -> Any:
+    """The Compose project's network, found by its labels."""
+    found = client.networks.list(filters={"label": [
+        f"com.docker.compose.project={project_name}", f"com.docker.compose.network={network}"]})
+    if len(found) != 1:
+        raise UsageError(f"expected one network {network} of project {project_name}; found {len(found)}")
+    return found[0]
+
+
+def apply_fault(client: Any, container: Any, action: FaultAction, network: Any = None) -> None:
+    """Do ``action`` to a node's container."""
+    if action is FaultAction.KILL:
+        container.kill()
+    elif action is FaultAction.PAUSE:
+        container.pause()
+    elif action is FaultAction.DISCONNECT:
+        network.disconnect(container, force=True)
+    elif action is FaultAction.RESTART:
+        container.restart(timeout=0)
+
+
+def probe_node(container: Any, network_name: str) -> Optional[str]:
+    """Why a node cannot answer its peers (paused, not running, off the network), or None."""
+    try:
+        container.reload()
+    except Exception as exc:  # removed, or the engine cannot say
+        return f"its container is gone ({str(exc).splitlines()[0][:80]})"
+    state = container.attrs.get("State", {})
+    if state.get("Paused") or container.status == "paused":
+        return "its container is paused (hung)"
+    if not state.get("Running", container.status == "running"):
+        return f"its container is {container.status}"
+    networks = container.attrs.get("NetworkSettings", {}).get("Networks", {}) or {}
+    if not any(name == network_name or name.endswith("_" + network_name) for name in networks):
+        return f"it is cut off from the {network_name} network"
+    return None

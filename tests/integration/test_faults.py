@@ -1,0 +1,72 @@
+"""Injected faults on real nodes: a node that dies, hangs or is cut off, on CPU/Gloo."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from orchestrate.cli import main
+from tests.integration.conftest import leftovers, remove_project, start_run, wait_for
+
+pytestmark = pytest.mark.integration
+LONG_TOY = ("--", "-m", "app.toy", "--steps", "100000000", "--log-every", "10")
+
+
+def test_killed_node_fails_the_static_job_and_is_named(orchestrate_run, docker_client):
+    result = orchestrate_run("--nodes", "2", "--fault", "kill:node1@step=30", *LONG_TOY)
+    assert result.code == 1
+    assert "fault injected: kill:node1@step=30" in result.output
+    assert "FAILED: node1 failed (injected fault kill:node1@step=30)" in result.output
+    assert leftovers(docker_client, result.project) == []
+
+
+@pytest.mark.parametrize("action, reason", [
+    ("pause", "its container is paused (hung)"),
+    ("disconnect", "it is cut off from the ddp network"),
+])
+def test_hung_or_cut_off_node_fails_the_job_after_the_timeout_naming_it(docker_client, tmp_path, action, reason):
+    timeout = 8
+    proc, lines = start_run(tmp_path, "--nodes", "2", "--collective-timeout", str(timeout),
+                            "--fault", f"{action}:node1@step=30", *LONG_TOY)
+    seen: list[str] = []
+    project = "ddp-" + wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+    try:
+        wait_for(lines, rf"fault injected: {action}:node1@step=30", seen)
+        injected = time.monotonic()
+        proc.wait(timeout=120)
+        took = time.monotonic() - injected
+        output = "".join(seen) + "".join(iter_remaining(lines))
+        assert proc.returncode == 1
+        assert f"FAILED: node1 stopped answering: {reason} (injected fault {action}:node1@step=30)" in output
+        assert re.search(r"then node0 rank 0: RuntimeError: .*Timed out", output)
+        # the collective timeout plus a few seconds of teardown, never the 30-minute default
+        assert timeout - 1 < took < timeout + 12, f"{took:.1f} s after the fault"
+        assert leftovers(docker_client, project) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remove_project(docker_client, project)
+
+
+def iter_remaining(lines):
+    while not lines.empty():
+        yield lines.get()
+
+
+def test_faults_can_be_injected_into_a_running_run_by_id(docker_client, tmp_path, capsys):
+    proc, lines = start_run(tmp_path, "--nodes", "2", *LONG_TOY)
+    seen: list[str] = []
+    run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+    try:
+        wait_for(lines, r"basic step 20\b", seen)
+        assert main(["fault", run_id, "kill:node1"]) == 0
+        assert proc.wait(timeout=60) == 1
+        output = "".join(seen) + "".join(iter_remaining(lines))
+        assert "FAILED: node1 failed (exit code 137)" in output
+        assert main(["fault", "no-such-run", "kill:node1"]) == 2
+        assert "no running node1 in run no-such-run" in capsys.readouterr().err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remove_project(docker_client, f"ddp-{run_id}")
