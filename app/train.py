@@ -155,12 +155,27 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
     steps_per_epoch = len(loader)
     accuracy = None
     last_log = time.perf_counter()
+
+    def checkpoint(epoch_to_continue: int) -> None:
+        """Save where training continues: an epoch, and the global step (maybe mid-epoch)."""
+        rng = [None] * world
+        dist.all_gather_object(rng, torch.get_rng_state())
+        save_checkpoint(args.checkpoint_dir, f"step-{step:07d}.pt", {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "epoch": epoch_to_continue, "step": step, "rng": rng, "world_size": world,
+        })
+
     for epoch in range(start_epoch, args.epochs):
         epoch_started = time.perf_counter()
         sampler.set_epoch(epoch)
+        # Resuming mid-epoch: the sampler's order is fixed by seed and epoch, so skipping the
+        # batches already trained continues exactly where the checkpoint left off.
+        skip = max(0, step - epoch * steps_per_epoch)
         batches = global_batches(train_set, args, epoch) if args.emulate_world_size else ([b] for b in loader)
         samples, loss_sum, batch_count = 0, 0.0, 0
         for i, shares in enumerate(batches):
+            if i < skip:
+                continue
             if args.max_steps and step >= args.max_steps:
                 break
             optimizer.zero_grad()
@@ -178,20 +193,17 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
             loss_sum, batch_count = loss_sum + loss.item(), batch_count + 1
             now = time.perf_counter()
             if now - last_log >= args.log_interval:
-                log0(f"epoch {epoch + 1}/{args.epochs} step {i + 1}/{steps_per_epoch}"
+                log0(f"step {step} (epoch {epoch + 1}/{args.epochs}, batch {i + 1}/{steps_per_epoch})"
                      f" loss {loss.item():.4f} ({samples / (now - epoch_started):.0f} samples/s)")
                 last_log = now
+            if args.checkpoint_every and step % args.checkpoint_every == 0 and i + 1 < steps_per_epoch:
+                checkpoint(epoch)
         correct, total = evaluate(model, test_set, device, args)
         accuracy = correct / total
         log0(f"epoch {epoch + 1}/{args.epochs} done: train loss {loss_sum / max(batch_count, 1):.4f},"
              f" test accuracy {accuracy:.2%} ({correct}/{total}),"
              f" {time.perf_counter() - epoch_started:.1f} s")
-        rng = [None] * world
-        dist.all_gather_object(rng, torch.get_rng_state())
-        save_checkpoint(args.checkpoint_dir, f"epoch-{epoch + 1:04d}.pt", {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "epoch": epoch + 1, "step": step, "rng": rng, "world_size": world,
-        })
+        checkpoint(epoch + 1 if step >= (epoch + 1) * steps_per_epoch else epoch)
         if args.stop_after_epoch and epoch + 1 >= args.stop_after_epoch and epoch + 1 < args.epochs:
             log0(f"stopping after epoch {epoch + 1} as asked (--stop-after-epoch); resume with --resume")
             return 0
@@ -233,6 +245,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
     parser.add_argument("--checkpoint-dir", type=Path, default=shared / "checkpoints" / "train",
                         help="where rank 0 saves checkpoints (default: $DDP_SHARED_DIR/checkpoints/train)")
+    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
+                        help="also checkpoint every STEPS steps within an epoch (default: 0, per epoch only)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     parser.add_argument("--stop-after-epoch", type=int, default=0,
                         help="stop (exit 0) after this epoch's checkpoint, to be resumed")

@@ -55,6 +55,18 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def node_range(text: str) -> tuple[int, int]:
+    """argparse type: MIN:MAX (or N) node counts."""
+    low, _, high = text.partition(":")
+    try:
+        values = (int(low), int(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX, e.g. 1:2, got {text!r}") from None
+    if not 1 <= values[0] <= values[1]:
+        raise argparse.ArgumentTypeError(f"expected 1 <= MIN <= MAX, got {text!r}")
+    return values
+
+
 def fault_arg(text: str) -> FaultSpec:
     """argparse type: one --fault spec."""
     try:
@@ -96,6 +108,17 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                         help="process group timeout given to the workers as DDP_TIMEOUT (app/"
                              " programs use it; a hung peer fails the job after it) (default: the"
                              " program's own, 300 s for app/)")
+    parser.add_argument("--rdzv", choices=("static", "c10d"), default="static",
+                        help="rendezvous: static (--node-rank i, fixed ranks) or c10d (elastic:"
+                             " torchrun's c10d rendezvous on node0; dead nodes are restarted and"
+                             " rejoin, workers restart) (default: static)")
+    parser.add_argument("--nnodes", type=node_range, default=None, metavar="MIN:MAX",
+                        help="elastic mode's node range (default: --nodes:--nodes)")
+    parser.add_argument("--max-restarts", type=non_negative_int, default=None, metavar="R",
+                        help="worker-group restarts torchrun allows, and node restarts the launcher"
+                             " makes, in elastic mode (default: 3 with --rdzv c10d, else 0)")
+    parser.add_argument("--rdzv-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="how long an elastic rendezvous waits for nodes to join (default: 60)")
     parser.add_argument("--fault", action="append", type=fault_arg, default=[], metavar="SPEC",
                         help="inject a fault: ACTION:NODE[@t=SECONDS|@step=N] with ACTION kill"
                              " (node dies), pause (node hangs), disconnect (node cut off the"
@@ -186,6 +209,12 @@ def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLay
         ready_timeout_s=args.ready_timeout,
         collective_timeout_s=args.collective_timeout,
         faults=tuple(args.fault),
+        rdzv=args.rdzv,
+        min_nodes=args.nnodes[0] if args.nnodes else None,
+        max_nodes=args.nnodes[1] if args.nnodes else None,
+        max_restarts=(args.max_restarts if args.max_restarts is not None
+                      else (3 if args.rdzv == "c10d" else 0)),
+        rdzv_timeout_s=args.rdzv_timeout,
     )
 
 

@@ -39,6 +39,12 @@ class RunConfig:
         collective_timeout_s: Process group timeout the workers are told to use
             (``DDP_TIMEOUT``); None leaves it to them.
         faults: Faults to inject during the run.
+        rdzv: "static" (``--node-rank``, fixed ranks) or "c10d" (elastic: torchrun's c10d
+            rendezvous hosted on node0, nodes may leave and rejoin).
+        min_nodes: Elastic mode's smallest node count (``--nnodes MIN:MAX``).
+        max_nodes: Elastic mode's largest node count.
+        max_restarts: How often torchrun restarts its workers (and the launcher a dead node).
+        rdzv_timeout_s: How long an elastic rendezvous waits for nodes to join.
     """
 
     nodes: int = 2
@@ -55,6 +61,11 @@ class RunConfig:
     ready_timeout_s: float = 60.0
     collective_timeout_s: Optional[float] = None
     faults: tuple[FaultSpec, ...] = ()
+    rdzv: str = "static"
+    min_nodes: Optional[int] = None
+    max_nodes: Optional[int] = None
+    max_restarts: int = 0
+    rdzv_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -79,6 +90,7 @@ class RunConfig:
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
             raise UsageError(f"--collective-timeout must be positive, got {self.collective_timeout_s}")
         check_fault_nodes(list(self.faults), [f"node{i}" for i in range(self.nodes)])
+        self._check_rendezvous()
         if not self.image:
             raise UsageError("--image must not be empty")
         workdir = Path(self.workdir)
@@ -90,6 +102,31 @@ class RunConfig:
         target = tuple(self.target) or DEFAULT_TARGET
         object.__setattr__(self, "target", target)
         self._check_target(target)
+
+    @property
+    def elastic(self) -> bool:
+        """Whether ranks come from an elastic (c10d) rendezvous rather than --node-rank."""
+        return self.rdzv == "c10d"
+
+    def _check_rendezvous(self) -> None:
+        if self.rdzv not in ("static", "c10d"):
+            raise UsageError(f"--rdzv must be static or c10d, got {self.rdzv!r}")
+        if self.max_restarts < 0:
+            raise UsageError(f"--max-restarts must be 0 or more, got {self.max_restarts}")
+        if self.rdzv_timeout_s <= 0:
+            raise UsageError(f"--rdzv-timeout must be positive, got {self.rdzv_timeout_s}")
+        if not self.elastic:
+            if self.min_nodes is not None or self.max_nodes is not None:
+                raise UsageError("--nnodes MIN:MAX needs --rdzv c10d (elastic mode)")
+            return
+        low = self.nodes if self.min_nodes is None else self.min_nodes
+        high = self.nodes if self.max_nodes is None else self.max_nodes
+        if not 1 <= low <= self.nodes <= high:
+            raise UsageError(
+                f"--nnodes {low}:{high} must satisfy 1 <= MIN <= --nodes ({self.nodes}) <= MAX"
+            )
+        object.__setattr__(self, "min_nodes", low)
+        object.__setattr__(self, "max_nodes", high)
 
     def _check_target(self, target: tuple[str, ...]) -> None:
         if target[0] in ("-m", "--module"):

@@ -19,8 +19,8 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from orchestrate.compose import NETWORK, NODE_RANK_LABEL, ComposeProject, write_compose_file
 from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
-from orchestrate.faults import STEP_LINE, FaultAction, FaultSpec, apply_fault, probe_node, project_network
-from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Timings
+from orchestrate.faults import RESUMED_LINE, STEP_LINE, FaultAction, FaultSpec, apply_fault, probe_node, project_network
+from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Recovery, Timings
 from orchestrate.output import NodeOutput, OutputLine, open_node_log
 from orchestrate.plan import WORKSPACE_DIR, JobPlan, NodePlan
 
@@ -118,13 +118,18 @@ class _Event:
     line: Optional[str] = None
     exit_code: Optional[int] = None
     done: bool = False
+    generation: int = 0
 
 
 def _stream_node(
     client: Any, container: Any, node: NodePlan, events: "queue.Queue[_Event]",
-    clock: Callable[[], float],
+    clock: Callable[[], float], generation: int = 0,
 ) -> None:
-    """Run torchrun in one node and turn its output and exit into events (a thread)."""
+    """Run torchrun in one node and turn its output and exit into events (a thread).
+
+    ``generation`` counts the launches on this node, so that the events of a superseded
+    launch are recognised.
+    """
     exit_code: Optional[int] = None
     try:
         exec_id = client.api.exec_create(
@@ -136,13 +141,15 @@ def _stream_node(
             pending += chunk
             *complete, pending = pending.split(b"\n")
             for raw in complete:
-                events.put(_Event(node.name, clock(), line=raw.decode("utf-8", "replace")))
+                events.put(_Event(node.name, clock(), line=raw.decode("utf-8", "replace"),
+                                  generation=generation))
         if pending:
-            events.put(_Event(node.name, clock(), line=pending.decode("utf-8", "replace")))
+            events.put(_Event(node.name, clock(), line=pending.decode("utf-8", "replace"),
+                              generation=generation))
         exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
     except Exception as exc:  # the container was killed, or the engine went away
         log.debug("stream of %s ended: %s", node.name, exc)
-    events.put(_Event(node.name, clock(), exit_code=exit_code, done=True))
+    events.put(_Event(node.name, clock(), exit_code=exit_code, done=True, generation=generation))
 
 
 class JobRunner:
@@ -158,9 +165,12 @@ class JobRunner:
         self.containers: dict[str, Any] = {}
         self.killed: set[str] = set()
         self.results = {n.name: NodeResult(n) for n in plan.nodes}
-        self.width = max(len(f"{n.name}/rank{max(n.global_ranks)}") for n in plan.nodes)
+        self.width = max(len(f"{n.name}/rank{max(n.global_ranks, default=0)}") for n in plan.nodes) + 1
         self.pending_faults: list[FaultSpec] = list(plan.config.faults)
         self.max_step: Optional[int] = None
+        self.generation = {n.name: 0 for n in plan.nodes}
+        self.job_restarts = 0
+        self.recoveries: list[Recovery] = []
 
     def say(self, text: str) -> None:
         self.out.write(f"[orchestrate] {text}\n")
@@ -182,13 +192,67 @@ class JobRunner:
             step = "-" if self.max_step is None else self.max_step
             self.say(f"fault injected: {fault} ({elapsed_s:.1f} s into the job, at step {step})")
 
-    def note_progress(self, line: OutputLine) -> None:
-        """Follow the training step the workers report (for @step= faults)."""
-        if line.global_rank is None:
+    def note_progress(self, line: OutputLine, at: float) -> None:
+        """Follow the training step the workers report (for @step= faults and recoveries)."""
+        if line.local_rank is None:
+            return
+        open_recovery = next((r for r in self.recoveries if r.resumed_at is None), None)
+        resumed = RESUMED_LINE.search(line.text)
+        if resumed and open_recovery is not None:
+            open_recovery.resumed_from = int(resumed.group(1))
             return
         match = STEP_LINE.search(line.text)
-        if match:
-            self.max_step = max(self.max_step or 0, int(match.group(1)))
+        if not match:
+            return
+        step = int(match.group(1))
+        if open_recovery is not None and open_recovery.resumed_from is not None:
+            open_recovery.resumed_at = at
+            self.max_step = step
+            return
+        self.max_step = max(self.max_step or 0, step)
+
+    def node_died(self, name: str, exit_code: Optional[int]) -> bool:
+        """Whether a node's torchrun ended because the node itself died (killed, restarted)."""
+        if exit_code in (None, 137, 143) or self.results[name].fault:
+            return True
+        try:
+            self.containers[name].reload()
+            return self.containers[name].status != "running"
+        except Exception:  # gone altogether
+            return True
+
+    def launch_node(self, node: NodePlan, events: "queue.Queue[_Event]") -> None:
+        """Start torchrun on ``node`` (again), as a new generation of its launches."""
+        self.generation[node.name] += 1
+        threading.Thread(
+            target=_stream_node,
+            args=(self.client, self.containers[node.name], node, events, self.clock,
+                  self.generation[node.name]),
+            name=f"exec-{node.name}-{self.generation[node.name]}", daemon=True,
+        ).start()
+
+    def restart_job(self, dead: str, events: "queue.Queue[_Event]", at: float) -> None:
+        """Bring a dead node back and relaunch torchrun on every node (elastic recovery).
+
+        Every node restarts, not only the dead one: torch's c10d rendezvous lets a freshly
+        started agent join only if rank 0's agent is fresh too (an agent that stays rank 0
+        keeps its cached bootstrap address and never publishes it for the new round, so
+        the newcomer waits forever). Fresh agents everywhere form a fresh rendezvous, and
+        the workers resume from the latest checkpoint.
+        """
+        self.job_restarts += 1
+        result = self.results[dead]
+        cause = f"injected fault {result.fault}" if result.fault else "its death"
+        self.recoveries.append(Recovery(dead, cause, at, step_before=self.max_step))
+        self.say(f"{dead} died ({cause}); restarting every node so that it rejoins"
+                 f" ({self.job_restarts}/{self.plan.config.max_restarts})")
+        result.fault = ""
+        for node in self.plan.nodes:
+            self.generation[node.name] += 1  # whatever the old launches still report is stale
+            self.containers[node.name].restart(timeout=0)
+        wait_until_nodes_resolve(self.client, self.containers, self.plan, self.plan.config.ready_timeout_s)
+        for node in self.plan.nodes:
+            self.launch_node(node, events)
 
     def read_error_file(self, name: str, result: NodeResult) -> None:
         """Complete a failed node's root cause from its worker's structured error file."""
@@ -237,11 +301,7 @@ class JobRunner:
         started = self.clock()
         for node in self.plan.nodes:
             self.results[node.name].state = NodeState.STOPPED
-            threading.Thread(
-                target=_stream_node,
-                args=(self.client, self.containers[node.name], node, events, self.clock),
-                name=f"exec-{node.name}", daemon=True,
-            ).start()
+            self.launch_node(node, events)
         running = {n.name for n in self.plan.nodes}
         kill_at: Optional[float] = None
         try:
@@ -258,9 +318,16 @@ class JobRunner:
                 output = outputs[event.node]
                 if event.line is not None:
                     line = output.add(event.line, event.at)
-                    self.note_progress(line)
+                    self.note_progress(line, event.at)
                     self.out.write(line.render(self.width) + "\n")
                     self.out.flush()
+                    continue
+                if event.generation != self.generation[event.node]:
+                    continue  # a launch that a restart superseded
+                if (self.plan.config.elastic and event.exit_code != 0 and kill_at is None
+                        and self.job_restarts < self.plan.config.max_restarts
+                        and self.node_died(event.node, event.exit_code)):
+                    self.restart_job(event.node, events, event.at)
                     continue
                 running.discard(event.node)
                 result = self.results[event.node]
@@ -290,6 +357,7 @@ class JobRunner:
             for output in outputs.values():
                 output.log_file.close()
             timings.job_s = self.clock() - started
+            timings.recoveries = list(self.recoveries)
             # torchrun starts workers only once every node joined: the first worker line
             # anywhere marks the end of the rendezvous (plus the workers' start-up).
             firsts = [o.first_worker_line_at for o in outputs.values() if o.first_worker_line_at]

@@ -68,6 +68,44 @@ class Failure:
 
 
 @dataclass
+class Recovery:
+    """One node that died and rejoined an elastic job.
+
+    Attributes:
+        node: The node.
+        cause: What happened to it (the injected fault, or its exit).
+        failed_at: Monotonic time the failure was detected.
+        step_before: The highest training step seen before the failure.
+        resumed_from: The step the workers resumed from (from "resumed from ... step N").
+        resumed_at: Monotonic time of the first training step after the resume.
+    """
+
+    node: str
+    cause: str
+    failed_at: float
+    step_before: Optional[int] = None
+    resumed_from: Optional[int] = None
+    resumed_at: Optional[float] = None
+
+    @property
+    def recovery_s(self) -> Optional[float]:
+        return None if self.resumed_at is None else self.resumed_at - self.failed_at
+
+    @property
+    def steps_lost(self) -> Optional[int]:
+        if self.step_before is None or self.resumed_from is None:
+            return None
+        return max(0, self.step_before - self.resumed_from)
+
+    def describe(self) -> str:
+        took = "-" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
+        lost = "-" if self.steps_lost is None else str(self.steps_lost)
+        return (f"{self.node} rejoined after {self.cause}: recovery (failure detected to first step"
+                f" after resume) {took}; steps lost {lost} (last step {self.step_before},"
+                f" resumed from {self.resumed_from})")
+
+
+@dataclass
 class Timings:
     """Seconds spent in each phase of a run."""
 
@@ -75,6 +113,7 @@ class Timings:
     rendezvous_s: Optional[float] = None
     job_s: float = 0.0
     teardown_s: float = 0.0
+    recoveries: list[Recovery] = field(default_factory=list)
 
 
 @dataclass
@@ -152,7 +191,7 @@ def format_summary(outcome: JobOutcome) -> str:
     rows = [
         (
             r.node.name,
-            ",".join(str(g) for g in r.node.global_ranks),
+            ",".join(str(g) for g in r.node.global_ranks) or "elastic",
             r.state.value,
             "-" if r.exit_code is None else str(r.exit_code),
             f"{r.wall_s:.1f} s",
@@ -166,6 +205,8 @@ def format_summary(outcome: JobOutcome) -> str:
         f"bring-up {t.bring_up_s:.1f} s | rendezvous {rendezvous} | job {t.job_s:.1f} s"
         f" | teardown {t.teardown_s:.1f} s"
     )
+    for recovery in t.recoveries:
+        lines.append(f"recovery: {recovery.describe()}")
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.succeeded:
         lines.append(f"SUCCEEDED: all {len(outcome.results)} nodes exited 0")

@@ -40,9 +40,11 @@ class OutputLine:
     @property
     def prefix(self) -> str:
         """The label shown before the line: ``node1/rank3`` or ``node1``."""
-        if self.global_rank is None:
-            return self.node
-        return f"{self.node}/rank{self.global_rank}"
+        if self.global_rank is not None:
+            return f"{self.node}/rank{self.global_rank}"
+        if self.local_rank is not None:
+            return f"{self.node}/local{self.local_rank}"
+        return self.node
 
     def render(self, width: int = 0) -> str:
         """Return the line with its prefix, the prefix padded to ``width``."""
@@ -56,6 +58,8 @@ def parse_line(node: NodePlan, raw: str) -> OutputLine:
         local_rank = int(match.group("local_rank"))
         if local_rank < len(node.global_ranks):
             return OutputLine(node.name, match.group("text"), local_rank, node.global_rank(local_rank))
+        if not node.global_ranks:  # elastic: the rendezvous, not the plan, knows global ranks
+            return OutputLine(node.name, match.group("text"), local_rank)
     return OutputLine(node.name, raw)
 
 
@@ -148,8 +152,9 @@ class NodeOutput:
         self.log_file.write(line.render() + "\n")
         self.log_file.flush()
         self.tail.append(raw)
-        if line.global_rank is not None:
-            self.rank_tails.setdefault(line.global_rank, deque(maxlen=LAST_LINES)).append(line.text)
+        if line.local_rank is not None:
+            key = line.global_rank if line.global_rank is not None else line.local_rank
+            self.rank_tails.setdefault(key, deque(maxlen=LAST_LINES)).append(line.text)
             if self.first_worker_line_at is None:
                 self.first_worker_line_at = at
         return line

@@ -15,6 +15,8 @@ PROJECT_MOUNT_DIR = "/opt/ddp-compose"
 SHARED_DIR = "/shared"
 # Each node sits on one project network, so its only interface besides lo is eth0.
 NODE_INTERFACE = "eth0"
+# The elastic rendezvous store (torchrun's c10d backend) listens here on node0.
+RDZV_PORT = 29400
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,8 @@ class NodePlan:
     Attributes:
         name: Service name, also the host name other nodes resolve it by.
         node_rank: torchrun's ``--node-rank``.
-        global_ranks: The global ranks of this node's workers, local rank 0 first.
+        global_ranks: The global ranks of this node's workers, local rank 0 first (empty in
+            elastic mode, where the rendezvous decides them).
         gpu_ids: Host GPU indices reserved for this node (empty on CPU).
         process_gpus: For each local rank, the host GPU indices its process spans.
         torchrun_argv: The exact command run inside the container.
@@ -111,6 +114,29 @@ def torchrun_argv(
     )
 
 
+def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str) -> tuple[str, ...]:
+    """Build the torchrun command of every node in elastic mode (c10d rendezvous on node0).
+
+    The same command runs on every node: the rendezvous assigns node and global ranks, and
+    torchrun restarts the workers (up to ``--max-restarts``) when a node leaves or joins.
+    """
+    return (
+        "torchrun",
+        "--nnodes", f"{config.min_nodes}:{config.max_nodes}",
+        "--nproc-per-node", str(config.nproc_per_node),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"{rdzv_host}:{RDZV_PORT}",
+        "--rdzv-id", run_id,
+        # Short keep-alives: a dead node leaves the rendezvous after ~3 s instead of 15 s.
+        "--rdzv-conf", f"join_timeout={config.rdzv_timeout_s:g},last_call_timeout=2,close_timeout=10,"
+                       "keep_alive_interval=1,keep_alive_max_attempt=3",
+        "--max-restarts", str(config.max_restarts),
+        "--monitor-interval", "0.5",
+        "--tee", "3",
+        *config.target,
+    )
+
+
 def node_env(config: RunConfig, backend: str) -> dict[str, str]:
     """Return the environment torchrun and its workers get on every node."""
     env = {
@@ -123,6 +149,8 @@ def node_env(config: RunConfig, backend: str) -> dict[str, str]:
     }
     if config.collective_timeout_s is not None:
         env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
+    if config.elastic:
+        env["LOGLEVEL"] = "INFO"  # torchrun then reports every rendezvous round it joins
     return env
 
 
@@ -147,14 +175,18 @@ def make_plan(config: RunConfig, run_id: str) -> JobPlan:
             str(g)
             for g in range(rank * config.gpus_per_node, (rank + 1) * config.gpus_per_node)
         )
-        argv = torchrun_argv(
-            nodes=config.nodes,
-            node_rank=rank,
-            nproc_per_node=config.nproc_per_node,
-            master_addr=master_addr,
-            master_port=config.master_port,
-            target=config.target,
-        )
+        if config.elastic:
+            argv = elastic_torchrun_argv(config, run_id, master_addr)
+            global_ranks = ()
+        else:
+            argv = torchrun_argv(
+                nodes=config.nodes,
+                node_rank=rank,
+                nproc_per_node=config.nproc_per_node,
+                master_addr=master_addr,
+                master_port=config.master_port,
+                target=config.target,
+            )
         process_gpus = tuple(
             gpu_ids[local * per_process:(local + 1) * per_process]
             for local in range(config.nproc_per_node)
@@ -186,16 +218,20 @@ def format_plan(plan: JobPlan) -> str:
         "",
     ]
     header = ("node", "node rank", "local rank", "global rank", "GPUs (host ids)")
+    if cfg.elastic:
+        lines.insert(3, f"elastic: c10d rendezvous on {plan.master_addr}:{RDZV_PORT}, nodes"
+                        f" {cfg.min_nodes}:{cfg.max_nodes}, max restarts {cfg.max_restarts};"
+                        " node and global ranks are decided by the rendezvous")
     rows = [
         (
             n.name,
-            str(n.node_rank),
+            "by rendezvous" if cfg.elastic else str(n.node_rank),
             str(local),
-            str(global_rank),
+            str(n.global_ranks[local]) if n.global_ranks else "by rendezvous",
             ",".join(n.process_gpus[local]) or "- (CPU)",
         )
         for n in plan.nodes
-        for local, global_rank in enumerate(n.global_ranks)
+        for local in range(cfg.nproc_per_node)
     ]
     lines += format_table(header, rows)
     lines.append("")
@@ -215,3 +251,4 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[s
     out = [fmt.format(*header).rstrip(), "  ".join("-" * w for w in widths)]
     out += [fmt.format(*row).rstrip() for row in rows]
     return out
+

@@ -38,7 +38,7 @@ def test_train_across_nodes_resumes_to_the_uninterrupted_result(orchestrate_run,
     resumed = orchestrate_run(*nodes, *TRAIN, "--checkpoint-dir", "ck", "--resume",
                               "--save-params", "resumed.pt")
     assert resumed.code == 0, resumed.output[-4000:]
-    assert "resumed from ck/epoch-0001.pt (epoch 1, step 8)" in resumed.output
+    assert "resumed from ck/step-0000008.pt (epoch 1, step 8)" in resumed.output
 
     a = torch.load(tmp_path / "full.pt", weights_only=True)
     b = torch.load(tmp_path / "resumed.pt", weights_only=True)

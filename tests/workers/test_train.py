@@ -57,14 +57,14 @@ def test_stopped_and_resumed_run_ends_like_an_uninterrupted_one(torchrun):
     first = torchrun(2, "app.train", *COMMON, "--epochs", "2", "--checkpoint-dir", "ck",
                      "--stop-after-epoch", "1")
     assert first.returncode == 0 and "stopping after epoch 1" in first.stdout
-    assert (torchrun.cwd / "ck" / "LATEST").read_text() == "epoch-0001.pt"
+    assert (torchrun.cwd / "ck" / "LATEST").read_text() == "step-0000016.pt"
     resumed = torchrun(2, "app.train", *COMMON, "--epochs", "2", "--checkpoint-dir", "ck",
                        "--resume", "--save-params", "resumed.pt")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from ck/epoch-0001.pt (epoch 1, step 16)" in resumed.stdout
+    assert "resumed from ck/step-0000016.pt (epoch 1, step 16)" in resumed.stdout
     assert "epoch 1/2 done" not in resumed.stdout
     assert max_difference(params(torchrun.cwd / "full.pt"), params(torchrun.cwd / "resumed.pt")) < 1e-6
-    assert (torchrun.cwd / "ck" / "LATEST").read_text() == "epoch-0002.pt"
+    assert (torchrun.cwd / "ck" / "LATEST").read_text() == "step-0000032.pt"
     assert not list((torchrun.cwd / "ck").glob("*.tmp")), "no temporary files may remain"
 
 
@@ -81,3 +81,17 @@ def test_reference_mode_needs_a_single_process(torchrun):
     proc = torchrun(2, "app.train", *COMMON, "--emulate-world-size", "2", "--checkpoint-dir", "ck")
     assert proc.returncode != 0
     assert "use --nproc-per-node 1" in proc.stdout + proc.stderr
+
+
+def test_resuming_from_a_mid_epoch_checkpoint_matches_too(torchrun):
+    full = torchrun(2, "app.train", *COMMON, "--epochs", "1", "--checkpoint-dir", "ck-full",
+                    "--save-params", "full.pt")
+    assert full.returncode == 0, full.stderr[-3000:]
+    first = torchrun(2, "app.train", *COMMON, "--epochs", "1", "--checkpoint-dir", "ck",
+                     "--checkpoint-every", "5", "--max-steps", "12", "--min-accuracy", "0")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert (torchrun.cwd / "ck" / "LATEST").read_text() == "step-0000012.pt"
+    resumed = torchrun(2, "app.train", *COMMON, "--epochs", "1", "--checkpoint-dir", "ck",
+                       "--resume", "--save-params", "resumed.pt")
+    assert "resumed from ck/step-0000012.pt (epoch 0, step 12)" in resumed.stdout
+    assert max_difference(params(torchrun.cwd / "full.pt"), params(torchrun.cwd / "resumed.pt")) < 1e-6

@@ -1,0 +1,51 @@
+"""Elastic mode (c10d rendezvous): a killed node rejoins and training ends as if undisturbed."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.integration.conftest import leftovers
+
+pytestmark = pytest.mark.integration
+TRAIN = ("-m", "app.train", "--data", "synthetic", "--data-dir", "data", "--train-size", "1024",
+         "--test-size", "256", "--epochs", "2", "--checkpoint-every", "4", "--resume",
+         "--log-interval", "0.2")
+
+
+def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(orchestrate_run, docker_client, tmp_path):
+    import torch
+
+    elastic = ("--nodes", "2", "--rdzv", "c10d", "--rdzv-timeout", "30", "--collective-timeout", "20",
+               "--workdir", str(tmp_path))
+    calm = orchestrate_run(*elastic, "--", *TRAIN, "--checkpoint-dir", "ck-calm", "--save-params", "calm.pt")
+    assert calm.code == 0, calm.output[-4000:]
+
+    hit = orchestrate_run(*elastic, "--fault", "kill:node1@step=12", "--", *TRAIN,
+                          "--checkpoint-dir", "ck-hit", "--save-params", "hit.pt")
+    assert hit.code == 0, hit.output[-4000:]
+    assert "fault injected: kill:node1@step=12" in hit.output
+    assert "node1 died (injected fault kill:node1@step=12); restarting every node" in hit.output
+    assert re.search(r"\[node\d/local0\]\s+resumed from ck-hit/step-\d+\.pt", hit.output)
+    recovery = re.search(r"recovery: node1 rejoined after injected fault kill:node1@step=12: recovery"
+                         r" \(failure detected to first step after resume\) ([\d.]+) s; steps lost (\d+)"
+                         r" \(last step (\d+), resumed from (\d+)\)", hit.output)
+    assert recovery, hit.output[-3000:]
+    seconds, lost, last, resumed = float(recovery[1]), int(recovery[2]), int(recovery[3]), int(recovery[4])
+    assert 0 < seconds < 60 and lost == last - resumed and resumed % 4 == 0 and lost < 12
+    assert "SUCCEEDED: all 2 nodes exited 0" in hit.output
+
+    calm_params = torch.load(tmp_path / "calm.pt", weights_only=True)
+    hit_params = torch.load(tmp_path / "hit.pt", weights_only=True)
+    assert max((calm_params[k] - hit_params[k]).abs().max().item() for k in calm_params) < 1e-6
+    for run in (calm, hit):
+        assert leftovers(docker_client, run.project) == []
+
+
+def test_elastic_without_restarts_left_fails_naming_the_dead_node(orchestrate_run, docker_client, tmp_path):
+    result = orchestrate_run("--nodes", "2", "--rdzv", "c10d", "--max-restarts", "0", "--workdir",
+                             str(tmp_path), "--fault", "kill:node1@step=12", "--", *TRAIN,
+                             "--checkpoint-dir", "ck", "--epochs", "50")
+    assert result.code == 1
+    assert "FAILED: node1 failed (injected fault kill:node1@step=12)" in result.output
+    assert leftovers(docker_client, result.project) == []
