@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, default_timeout_s, log0, process_group, run_main, select_device
+from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, run_main, select_device
 from app.gradsync import butterfly_all_reduce
 
 Step = Callable[[torch.device, argparse.Namespace], bool]
@@ -149,8 +149,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--isend-delay", type=float, default=0.5,
                         help="seconds rank 0 waits before isend (default: 0.5)")
     parser.add_argument("--vector-size", type=int, default=10, help="butterfly vector length")
-    parser.add_argument("--timeout", type=float, default=default_timeout_s(120.0),
-                        help="process group timeout in seconds (default: $DDP_TIMEOUT, else 120)")
+    add_timeout_option(parser, 120.0)
     args = parser.parse_args(argv)
     unknown = sorted(set(args.steps.split(",")) - set(STEPS))
     if unknown:

@@ -5,6 +5,7 @@ nodes and on a real cluster: everything comes from the environment torchrun sets
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import socket
@@ -190,3 +191,9 @@ def default_timeout_s(fallback: float = 300.0) -> float:
         return float(os.environ["DDP_TIMEOUT"])
     except (KeyError, ValueError):
         return fallback
+
+
+def add_timeout_option(parser: argparse.ArgumentParser, fallback: float = 300.0) -> None:
+    """The ``--timeout`` every worker takes: stragglers beyond it fail instead of hanging."""
+    parser.add_argument("--timeout", type=float, default=default_timeout_s(fallback),
+                        help=f"process group timeout in seconds (default: $DDP_TIMEOUT, else {fallback:g})")

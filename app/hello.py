@@ -11,13 +11,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, default_timeout_s, process_group, run_main, select_device
+from app.distenv import WorkerEnv, add_timeout_option, process_group, run_main, select_device
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.hello", description=__doc__)
-    parser.add_argument("--timeout", type=float, default=default_timeout_s(300.0),
-                        help="process group timeout in seconds (default: $DDP_TIMEOUT, else 300)")
+    add_timeout_option(parser)
     return parser.parse_args(argv)
 
 

@@ -27,7 +27,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from app.checkpoint import load_checkpoint, save_checkpoint
-from app.distenv import (WorkerEnv, accelerator_count, default_timeout_s, log0, process_devices,
+from app.distenv import (WorkerEnv, accelerator_count, add_timeout_option, log0, process_devices,
                          process_group, run_main, span_per_process)
 
 
@@ -162,8 +162,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", type=Path,
                         default=Path(os.environ.get("DDP_SHARED_DIR", tempfile.gettempdir())),
                         help="directory all ranks can read (default: $DDP_SHARED_DIR, else the temp dir)")
-    parser.add_argument("--timeout", type=float, default=default_timeout_s(300.0),
-                        help="process group timeout in seconds (default: $DDP_TIMEOUT, else 300)")
+    add_timeout_option(parser)
     return parser.parse_args(argv)
 
 

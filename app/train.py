@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from app.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from app.distenv import WorkerEnv, default_timeout_s, log0, process_group, run_main, select_device
+from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, run_main, select_device
 from app.gradsync import average_gradients, butterfly_average_gradients
 from app.mnist_data import prepare_mnist
 from app.toy import parameter_checksum, replicas_agree
@@ -257,8 +257,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--min-accuracy", type=float, default=0.5,
                         help="fail unless the final test accuracy reaches this (default: 0.5)")
     parser.add_argument("--log-interval", type=float, default=2.0, help="seconds between progress lines")
-    parser.add_argument("--timeout", type=float, default=default_timeout_s(300.0),
-                        help="process group timeout in seconds (default: $DDP_TIMEOUT, else 300)")
+    add_timeout_option(parser)
     return parser.parse_args(argv)
 
 

@@ -222,7 +222,7 @@ class JobRunner:
             return True
 
     def launch_node(self, node: NodePlan, events: "queue.Queue[_Event]") -> None:
-        """Start torchrun on ``node`` (again), as a new generation of its launches."""
+        """Start torchrun on ``node`` (again); what earlier launches still report is stale."""
         self.generation[node.name] += 1
         threading.Thread(
             target=_stream_node,
@@ -248,7 +248,6 @@ class JobRunner:
                  f" ({self.job_restarts}/{self.plan.config.max_restarts})")
         result.fault = ""
         for node in self.plan.nodes:
-            self.generation[node.name] += 1  # whatever the old launches still report is stale
             self.containers[node.name].restart(timeout=0)
         wait_until_nodes_resolve(self.client, self.containers, self.plan, self.plan.config.ready_timeout_s)
         for node in self.plan.nodes:
@@ -294,6 +293,37 @@ class JobRunner:
             except Exception as exc:  # already stopped or removed
                 log.debug("kill %s: %s", name, exc)
 
+    def end_node(self, event: _Event, output: NodeOutput, started: float) -> bool:
+        """Record how a node's torchrun ended; return whether it failed by itself."""
+        result = self.results[event.node]
+        result.wall_s = event.at - started
+        result.ended_at = event.at
+        if event.exit_code == 0:
+            result.state, result.exit_code = NodeState.SUCCEEDED, 0
+            return False
+        if event.node in self.killed:
+            result.state, result.exit_code = NodeState.STOPPED, event.exit_code
+            return False
+        result.state, result.exit_code = NodeState.FAILED, event.exit_code
+        result.root_cause = output.root_cause()
+        result.last_lines = output.last_lines(result.root_cause.rank if result.root_cause else None)
+        self.read_error_file(event.node, result)
+        return True
+
+    def stop_others_after(self, failed: str, running: set[str], at: float) -> float:
+        """After the first failure: name and stop hung nodes now, the others after a grace.
+
+        Returns:
+            When the nodes still running are to be killed.
+        """
+        self.probe_unresponsive(running)
+        # A hung or cut-off node has no report to finish: stop it now.
+        self.kill([n for n in running if self.results[n].unresponsive])
+        if not [n for n in running if n not in self.killed]:
+            return at
+        self.say(f"{failed} failed; stopping the other nodes in {FAILURE_GRACE_S:.0f} s")
+        return at + FAILURE_GRACE_S
+
     def run_nodes(self, run_dir: Path, timings: Timings) -> None:
         """Run torchrun on every node at once; return when every node has ended."""
         events: "queue.Queue[_Event]" = queue.Queue()
@@ -330,29 +360,9 @@ class JobRunner:
                     self.restart_job(event.node, events, event.at)
                     continue
                 running.discard(event.node)
-                result = self.results[event.node]
-                result.wall_s = event.at - started
-                result.ended_at = event.at
-                if event.exit_code == 0:
-                    result.state, result.exit_code = NodeState.SUCCEEDED, 0
-                elif event.node in self.killed:
-                    result.state, result.exit_code = NodeState.STOPPED, event.exit_code
-                else:
-                    result.state, result.exit_code = NodeState.FAILED, event.exit_code
-                    result.root_cause = output.root_cause()
-                    rank = result.root_cause.rank if result.root_cause else None
-                    result.last_lines = output.last_lines(rank)
-                    self.read_error_file(event.node, result)
-                    if kill_at is None:
-                        self.probe_unresponsive(running)
-                        # A hung or cut-off node has no report to finish: stop it now.
-                        self.kill([n for n in running if self.results[n].unresponsive])
-                    responsive = [n for n in running if n not in self.killed]
-                    if kill_at is None and responsive:
-                        kill_at = event.at + FAILURE_GRACE_S
-                        self.say(f"{event.node} failed; stopping the other nodes in {FAILURE_GRACE_S:.0f} s")
-                    elif kill_at is None:
-                        kill_at = event.at
+                failed = self.end_node(event, output, started)
+                if failed and kill_at is None:
+                    kill_at = self.stop_others_after(event.node, running, event.at)
         finally:
             for output in outputs.values():
                 output.log_file.close()
