@@ -3,6 +3,7 @@
 Subcommands:
     run    plan and run a torchrun job across N simulated nodes
     plan   print the plan of a run (same as ``run --dry-run``)
+    fault  inject faults into a run that is already going
     image  build the node image
 """
 from __future__ import annotations
@@ -258,6 +259,8 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> in
             out.write(gpu_topology(client, plan) + "\n")
         return EXIT_OK
     resolve_config(args, target, None)  # bad input is refused before any engine is asked
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM tears down like Ctrl-C
     client = connect()
     plan = make_plan(resolve_config(args, target, client), new_run_id())
     config = plan.config
@@ -267,8 +270,6 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> in
             raise_image_missing(config.image)
     else:
         ensure_node_image(client, config.image, progress=lambda s: print(f"[image] {s}", file=out, flush=True))
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_interrupt)
     outcome = launch(plan, client, out=out)
     out.write(format_summary(outcome) + "\n")
     out.flush()
