@@ -50,7 +50,9 @@ class FakeContainer:
 
     def restart(self, timeout: int = 10) -> None:
         self.client.calls.append(("restart", self.name))
-        self.killed.set()
+        self.killed.set()  # what ran in it dies; what is started afterwards does not
+        self.killed = threading.Event()
+        self.status = "running"
 
 
 class FakeNetwork:
@@ -97,42 +99,45 @@ def all_labels_match(labels: dict[str, str], wanted: list[str]) -> bool:
 class FakeAPI:
     def __init__(self, client: "FakeDockerClient") -> None:
         self.client = client
-        self.execs: dict[str, tuple[FakeContainer, list[str], dict]] = {}
+        # exec id -> (container, argv, kwargs, its script, the container's kill event then)
+        self.execs: dict[str, tuple] = {}
 
     def exec_create(self, container_id: str, cmd: list[str], **kwargs) -> dict:
         container = next(c for c in self.client.containers_by_name.values() if c.id == container_id)
         exec_id = f"exec-{len(self.execs)}"
-        self.execs[exec_id] = (container, list(cmd), kwargs)
+        script = None
+        if cmd[0] not in ("getent", *self.client.command_outputs):
+            script = self.client.next_script(container.name)
+        self.execs[exec_id] = (container, list(cmd), kwargs, script, container.killed)
         self.client.calls.append(("exec_create", container.name, tuple(cmd)))
         return {"Id": exec_id}
 
     def exec_start(self, exec_id: str, stream: bool = False):
-        container, cmd, _ = self.execs[exec_id]
+        container, cmd, _, script, killed = self.execs[exec_id]
         if cmd[0] == "getent":
             return b"" if stream is False else iter([])
         if cmd[0] in self.client.command_outputs:
             return self.client.command_outputs[cmd[0]][1]
-        script = self.client.scripts[container.name]
 
         def chunks():
             for line in script.lines:
                 yield (line + "\n").encode()
             if script.hang:
-                container.killed.wait(timeout=10)
+                killed.wait(timeout=10)
 
         return chunks()
 
     def exec_inspect(self, exec_id: str) -> dict:
-        container, cmd, _ = self.execs[exec_id]
+        container, cmd, _, script, killed = self.execs[exec_id]
         if cmd[0] in self.client.command_outputs:
             return {"ExitCode": self.client.command_outputs[cmd[0]][0]}
         if cmd[0] == "getent":
             resolved = self.client.resolve_after.get(container.name, 0)
             self.client.resolve_after[container.name] = resolved - 1
             return {"ExitCode": 0 if resolved <= 0 else 2}
-        if container.killed.is_set():
+        if killed.is_set():
             return {"ExitCode": 137}
-        return {"ExitCode": self.client.scripts[container.name].exit_code}
+        return {"ExitCode": script.exit_code}
 
 
 class FakeDockerClient:
@@ -144,6 +149,9 @@ class FakeDockerClient:
         self.scripts: dict[str, ScriptedExec] = {}
         # node -> how many getent checks fail before it resolves its peers
         self.resolve_after: dict[str, int] = {}
+        # node -> scripts of its relaunches, in order (after its first script)
+        self.later_scripts: dict[str, list[ScriptedExec]] = {}
+        self.launches: dict[str, int] = {}
         # other commands run with exec: argv[0] -> (exit code, output)
         self.command_outputs: dict[str, tuple[int, bytes]] = {}
         self.containers = FakeContainers(self)
@@ -151,12 +159,24 @@ class FakeDockerClient:
         self.api = FakeAPI(self)
 
     def add_node(self, project: str, name: str, node_rank: int, script: ScriptedExec) -> None:
+        self.later_scripts.setdefault(name, [])
         self.containers_by_name[name] = FakeContainer(self, name, {
             "com.docker.compose.project": project,
             "com.docker.compose.service": name,
             "io.ddp-compose.node-rank": str(node_rank),
         })
         self.scripts[name] = script
+
+
+def _next_script(self: "FakeDockerClient", name: str) -> ScriptedExec:
+    launch = self.launches.get(name, 0)
+    self.launches[name] = launch + 1
+    if launch == 0:
+        return self.scripts[name]
+    return self.later_scripts[name][launch - 1]
+
+
+FakeDockerClient.next_script = _next_script
 
 
 class FakeCompose:

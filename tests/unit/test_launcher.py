@@ -57,7 +57,7 @@ def test_torchrun_runs_in_every_node_with_its_planned_argv_and_env(make_job):
     plan = make_job(nodes=2)
     client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
     run(plan, client)
-    execs = {c.name: (cmd, kw) for c, cmd, kw in client.api.execs.values() if cmd[0] == "torchrun"}
+    execs = {c.name: (cmd, kw) for c, cmd, kw, *_ in client.api.execs.values() if cmd[0] == "torchrun"}
     for node in plan.nodes:
         cmd, kwargs = execs[node.name]
         assert tuple(cmd) == node.torchrun_argv
@@ -175,3 +175,37 @@ def test_a_fault_fires_at_its_step_and_explains_the_failure(make_job):
         "node1 stopped answering: its container is paused (hung) (injected fault pause:node1@step=3)")
     # the hung node is stopped at once, not after the grace period
     assert ("kill", "node1") in client.calls and "stopping the other nodes" not in text
+
+
+def test_elastic_mode_restarts_every_node_when_one_dies_and_ignores_stale_exits(make_job):
+    from orchestrate.faults import parse_fault
+
+    plan = make_job(nodes=2, rdzv="c10d", max_restarts=1, faults=(parse_fault("kill:node1@step=2"),))
+    steps = [f"[default0]:step {i}" for i in range(1, 4)]
+    client = fake_engine(plan, [ScriptedExec(steps, hang=True), ScriptedExec(["[default0]:up"], hang=True)])
+    client.later_scripts = {
+        "node0": [ScriptedExec(["[default0]:resumed from ck/step-2.pt (epoch 0, step 2)",
+                                "[default0]:step 3", "[default0]:step 4"])],
+        "node1": [ScriptedExec(["[default0]:up again"])],
+    }
+    outcome, text, _ = run(plan, client)
+    assert outcome.succeeded, text
+    assert [c[1] for c in client.calls if c[0] == "restart"] == ["node0", "node1"]
+    assert "node1 died (injected fault kill:node1@step=2); restarting every node" in text
+    [recovery] = outcome.timings.recoveries
+    assert (recovery.node, recovery.step_before, recovery.resumed_from, recovery.steps_lost) == ("node1", 3, 2, 1)
+    assert recovery.recovery_s is not None and recovery.recovery_s >= 0
+    from orchestrate.outcome import format_summary
+
+    assert "recovery: node1 rejoined after injected fault kill:node1@step=2" in format_summary(outcome)
+
+
+def test_elastic_mode_without_restarts_left_fails(make_job):
+    from orchestrate.faults import parse_fault
+
+    plan = make_job(nodes=2, rdzv="c10d", max_restarts=0, faults=(parse_fault("kill:node1@step=1"),))
+    client = fake_engine(plan, [ScriptedExec(["[default0]:step 1"], hang=True), ScriptedExec(hang=True)])
+    outcome, text, _ = run(plan, client)
+    assert not outcome.succeeded
+    assert outcome.failure.describe() == "node1 failed (injected fault kill:node1@step=1)"
+    assert not [c for c in client.calls if c[0] == "restart"]
