@@ -75,7 +75,8 @@ class Recovery:
         node: The node.
         cause: What happened to it (the injected fault, or its exit).
         failed_at: Monotonic time the failure was detected.
-        step_before: The highest training step seen before the failure.
+        step_before: The highest training step the workers reported before the failure (as
+            exact as their progress lines are frequent).
         resumed_from: The step the workers resumed from (from "resumed from ... step N").
         resumed_at: Monotonic time of the first training step after the resume.
     """

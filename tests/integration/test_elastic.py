@@ -10,7 +10,7 @@ from tests.integration.conftest import leftovers
 pytestmark = pytest.mark.integration
 TRAIN = ("-m", "app.train", "--data", "synthetic", "--data-dir", "data", "--train-size", "1024",
          "--test-size", "256", "--epochs", "2", "--checkpoint-every", "4", "--resume",
-         "--log-interval", "0.2")
+         "--log-interval", "0")
 
 
 def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(orchestrate_run, docker_client, tmp_path):
