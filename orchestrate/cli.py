@@ -145,7 +145,8 @@ def build_parser() -> OneLineParser:
     run.add_argument("--keep", action="store_true",
                      help="leave the containers, network and volume after the run (for debugging)")
     run.add_argument("--dry-run", action="store_true",
-                     help="print the plan (nodes, ranks, commands) and exit without Docker")
+                     help="print the plan (nodes, ranks, commands) and exit; starts nothing, asks"
+                          " the engine at most which GPUs it has")
     run.add_argument("--no-build", action="store_true",
                      help="fail instead of building the node image when it is missing")
 
@@ -306,14 +307,14 @@ def command_image_build(args: argparse.Namespace, out: IO[str]) -> int:
 
 def command_fault(args: argparse.Namespace, out: IO[str]) -> int:
     """``fault``: inject faults now into the running run ``args.run_id``."""
-    from orchestrate.compose import NETWORK, RUN_ID_LABEL
+    from orchestrate.compose import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, RUN_ID_LABEL, project_network
     from orchestrate.engine import connect
-    from orchestrate.faults import FaultAction, apply_fault, project_network
+    from orchestrate.faults import FaultAction, apply_fault
 
     client = connect()
     for spec in args.specs:
         found = client.containers.list(filters={"label": [
-            f"{RUN_ID_LABEL}={args.run_id}", f"com.docker.compose.service={spec.node}"]})
+            f"{RUN_ID_LABEL}={args.run_id}", f"{COMPOSE_SERVICE_LABEL}={spec.node}"]})
         if len(found) != 1:
             raise UsageError(
                 f"no running {spec.node} in run {args.run_id} (found {len(found)} containers"
@@ -321,8 +322,7 @@ def command_fault(args: argparse.Namespace, out: IO[str]) -> int:
         container = found[0]
         network = None
         if spec.action is FaultAction.DISCONNECT:
-            project = container.labels["com.docker.compose.project"]
-            network = project_network(client, project, NETWORK)
+            network = project_network(client, container.labels[COMPOSE_PROJECT_LABEL])
         apply_fault(client, container, spec.action, network)
         out.write(f"injected {spec.action.value} into {spec.node} of run {args.run_id}\n")
     return EXIT_OK

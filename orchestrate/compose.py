@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from orchestrate.errors import ComposeError, EngineUnavailableError
+from orchestrate.errors import ComposeError, EngineUnavailableError, NodeLookupError
 from orchestrate.plan import PROJECT_MOUNT_DIR, SHARED_DIR, WORKSPACE_DIR, JobPlan, NodePlan
 
 log = logging.getLogger(__name__)
@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 NETWORK = "ddp"
 SHARED_VOLUME = "shared"
 RUN_ID_LABEL = "io.ddp-compose.run-id"
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
+COMPOSE_NETWORK_LABEL = "com.docker.compose.network"
 NODE_RANK_LABEL = "io.ddp-compose.node-rank"
 # Enough for DataLoader workers and NCCL's shared-memory transport; Docker's default is 64 MB.
 SHM_SIZE = "2gb"
@@ -85,6 +88,19 @@ def write_compose_file(plan: JobPlan, path: Path) -> Path:
     """Write the rendered project to ``path`` and return it."""
     path.write_text(json.dumps(render_compose(plan), indent=2) + "\n")
     return path
+
+
+def project_network(client: Any, project_name: str) -> Any:
+    """The run's network, found by its Compose labels.
+
+    Raises:
+        NodeLookupError: When zero or several networks carry them.
+    """
+    labels = [f"{COMPOSE_PROJECT_LABEL}={project_name}", f"{COMPOSE_NETWORK_LABEL}={NETWORK}"]
+    found = client.networks.list(filters={"label": labels})
+    if len(found) != 1:
+        raise NodeLookupError(f"expected one network labelled {', '.join(labels)}; found {len(found)}")
+    return found[0]
 
 
 @lru_cache(maxsize=1)

@@ -53,9 +53,3 @@ class NodeLookupError(OrchestrateError):
 
 class NodesNotReadyError(OrchestrateError):
     """Raised when the nodes do not all resolve each other before the deadline."""
-
-
-class JobInterrupted(OrchestrateError):
-    """Raised when the user interrupts a run (Ctrl-C or SIGTERM)."""
-
-    exit_code = 130

@@ -85,15 +85,6 @@ def check_fault_nodes(faults: list[FaultSpec], node_names: list[str]) -> None:
             raise UsageError(f"--fault {fault}: no {fault.node} in this run (nodes: {', '.join(node_names)})")
 
 
-def project_network(client: Any, project_name: str, network: str) -> Any:
-    """The Compose project's network, found by its labels."""
-    found = client.networks.list(filters={"label": [
-        f"com.docker.compose.project={project_name}", f"com.docker.compose.network={network}"]})
-    if len(found) != 1:
-        raise UsageError(f"expected one network {network} of project {project_name}; found {len(found)}")
-    return found[0]
-
-
 def apply_fault(client: Any, container: Any, action: FaultAction, network: Any = None) -> None:
     """Do ``action`` to a node's container."""
     if action is FaultAction.KILL:

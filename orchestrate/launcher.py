@@ -17,9 +17,10 @@ from typing import IO, Any, Callable, Optional
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from orchestrate.compose import NETWORK, NODE_RANK_LABEL, ComposeProject, write_compose_file
+from orchestrate.compose import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NETWORK, NODE_RANK_LABEL,
+                                 ComposeProject, project_network, write_compose_file)
 from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
-from orchestrate.faults import RESUMED_LINE, STEP_LINE, FaultAction, FaultSpec, apply_fault, probe_node, project_network
+from orchestrate.faults import RESUMED_LINE, STEP_LINE, FaultAction, FaultSpec, apply_fault, probe_node
 from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Recovery, Timings
 from orchestrate.output import NodeOutput, OutputLine, open_node_log
 from orchestrate.plan import WORKSPACE_DIR, JobPlan, NodePlan
@@ -29,8 +30,6 @@ log = logging.getLogger(__name__)
 # After the first failure, the other nodes get this long to end by themselves (so that
 # their own torchrun reports are not lost) before they are killed.
 FAILURE_GRACE_S = 3.0
-COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
-COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 
 
 def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
@@ -182,7 +181,7 @@ class JobRunner:
             self.pending_faults.remove(fault)
             network = None
             if fault.action is FaultAction.DISCONNECT:
-                network = project_network(self.client, self.plan.project_name, NETWORK)
+                network = project_network(self.client, self.plan.project_name)
             try:
                 apply_fault(self.client, self.containers[fault.node], fault.action, network)
             except Exception as exc:  # a node that already ended cannot be faulted
@@ -410,7 +409,7 @@ def launch(
     runner = JobRunner(plan, client, out, clock)
     timings = Timings()
     outcome = JobOutcome(plan.run_id, run_dir, list(runner.results.values()), timings)
-    say = lambda text: (out.write(f"[orchestrate] {text}\n"), out.flush())  # noqa: E731
+    say = runner.say
     t0 = clock()
     try:
         say(f"run {plan.run_id}: bringing up {len(plan.nodes)} nodes (project {plan.project_name})")

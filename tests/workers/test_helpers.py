@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from app.checkpoint import LATEST, latest_checkpoint
 from app.distenv import device_indices, span_per_process
