@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Idempotent set-up for ddp-compose, sourced by run-demo.sh and run-tests.sh:
-#   1. a virtual environment (.venv) with the project, torch, pytest and Compose v2;
-#   2. a reachable Docker engine (installed and started on a root Debian machine);
+#   1. a virtual environment (.venv) with the project, pytest and Compose v2;
+#   2. a reachable Docker engine (installed and started on a root Debian/Ubuntu machine);
 #   3. Compose v2 as the `docker compose` plugin;
-#   4. the node image (built on first use; offline when no base image can be pulled).
-# Second and later runs find everything in place and take seconds.
+#   4. the node image, built on first use; when no base image can be pulled it is built
+#      offline, and the host tools that needs (debootstrap) are installed first;
+#   5. torch and torchvision in .venv, the image's pinned pair (from its wheelhouse if any).
+# Second and later runs find everything in place and take seconds. Portable: no GNU-only
+# commands or flags outside the Debian-only branches (macOS has no `timeout` or `setsid`).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,32 +18,76 @@ DOCKERD_LOG="${DDP_DOCKERD_LOG:-/var/log/ddp-compose-dockerd.log}"
 say() { echo "[setup] $*"; }
 die() { echo "[setup] error: $*" >&2; exit 1; }
 
+is_root_apt() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; }
+
+apt_install() {
+    say "installing $* (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    if [ -z "${APT_UPDATED:-}" ]; then
+        apt-get update -qq
+        APT_UPDATED=1
+    fi
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# `docker info` with a deadline, without GNU timeout: an engine that hangs counts as down.
+engine_up() {
+    python3 - <<'EOF' >/dev/null 2>&1
+import subprocess, sys
+try:
+    sys.exit(subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode)
+except (OSError, subprocess.TimeoutExpired):
+    sys.exit(1)
+EOF
+}
+
 ensure_venv() {
-    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, pytest, torch, torchvision, compose' 2>/dev/null; then
+    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, pytest, compose' 2>/dev/null; then
         return
     fi
-    say "creating $VENV with the project, torch and test tools (first run: a few minutes)"
+    say "creating $VENV with the project and the test tools"
     command -v python3 >/dev/null || die "python3 not found: install Python 3.9 or newer"
     [ -x "$PY" ] || python3 -m venv "$VENV"
     "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT[dev,workers]"
+    "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT[dev]"
 }
 
-engine_up() { timeout 20 docker info >/dev/null 2>&1; }
+# The node image's exit guard (docker/ddp_compose_exit.py), in the venv too, so that host-side
+# torchrun runs exit like the nodes do.
+ensure_exit_guard() {
+    local site
+    site="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+    if ! cmp -s "$ROOT/docker/ddp_compose_exit.py" "$site/ddp_compose_exit.py"; then
+        cp "$ROOT/docker/ddp_compose_exit.py" "$site/ddp_compose_exit.py"
+        echo "import ddp_compose_exit" > "$site/ddp-compose-exit.pth"
+    fi
+}
+
+# torch/torchvision for the host-side tests, pinned to the node image's pair (the workers
+# extra). After the image, so that an offline build's wheelhouse serves the same wheels.
+ensure_torch() {
+    if "$PY" -c 'import torch, torchvision' 2>/dev/null; then
+        return
+    fi
+    local version wheels
+    version="$("$PY" -c 'from orchestrate.torch_versions import DEFAULT_TORCH; print(DEFAULT_TORCH)')"
+    wheels="$ROOT/docker/wheelhouse/torch-$version"
+    say "installing torch $version into $VENV (a few minutes the first time)"
+    if [ -d "$wheels" ]; then
+        "$PY" -m pip install --quiet --disable-pip-version-check --find-links "$wheels" -e "$ROOT[dev,workers]"
+    else
+        "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT[dev,workers]"
+    fi
+}
 
 ensure_docker() {
     if command -v docker >/dev/null && engine_up; then
         return
     fi
-    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    if ! is_root_apt; then
         die "no Docker engine is reachable: install Docker Engine (docs.docker.com/engine/install), start it, and make sure \`docker info\` works for this user"
     fi
-    if ! command -v dockerd >/dev/null; then
-        say "installing Docker Engine (Debian docker.io)"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq docker.io >/dev/null
-    fi
+    command -v dockerd >/dev/null || apt_install docker.io
     if ! engine_up; then
         say "starting dockerd (log: $DOCKERD_LOG)"
         nohup setsid dockerd >"$DOCKERD_LOG" 2>&1 &
@@ -54,7 +101,7 @@ ensure_docker() {
 }
 
 ensure_compose() {
-    if docker compose version --short 2>/dev/null | grep -q '^v\?[2-9]'; then
+    if docker compose version --short 2>/dev/null | grep -q '^v\{0,1\}[2-9]'; then
         return
     fi
     local binary
@@ -66,13 +113,30 @@ ensure_compose() {
     say "Compose $(docker compose version --short) installed as the docker compose plugin"
 }
 
+# The host tools of the offline image path: debootstrap makes the base when none can be
+# pulled. Installed only when the image is missing, on machines where set-up may install.
+ensure_offline_tools() {
+    if command -v debootstrap >/dev/null || ! is_root_apt; then
+        return
+    fi
+    apt_install debootstrap
+}
+
 ensure_image() {
+    local image
+    image="$("$PY" -c 'from orchestrate.config import DEFAULT_IMAGE; print(DEFAULT_IMAGE)')"
+    if docker image inspect "$image" >/dev/null 2>&1; then
+        return
+    fi
+    ensure_offline_tools
     "$PY" -m orchestrate image build --if-missing
 }
 
 if [ "${DDP_SKIP_SETUP:-0}" != 1 ]; then
     ensure_venv
+    ensure_exit_guard
     ensure_docker
     ensure_compose
     ensure_image
+    ensure_torch
 fi

@@ -106,7 +106,7 @@ class FakeAPI:
         container = next(c for c in self.client.containers_by_name.values() if c.id == container_id)
         exec_id = f"exec-{len(self.execs)}"
         script = None
-        if cmd[0] not in ("getent", *self.client.command_outputs):
+        if cmd[0] not in ("getent", *self.client.command_outputs) and not self.client.output_for(container.name, cmd):
             script = self.client.next_script(container.name)
         self.execs[exec_id] = (container, list(cmd), kwargs, script, container.killed)
         self.client.calls.append(("exec_create", container.name, tuple(cmd)))
@@ -116,8 +116,9 @@ class FakeAPI:
         container, cmd, _, script, killed = self.execs[exec_id]
         if cmd[0] == "getent":
             return b"" if stream is False else iter([])
-        if cmd[0] in self.client.command_outputs:
-            return self.client.command_outputs[cmd[0]][1]
+        scripted = self.client.output_for(container.name, cmd)
+        if scripted:
+            return scripted[1]
 
         def chunks():
             for line in script.lines:
@@ -129,8 +130,9 @@ class FakeAPI:
 
     def exec_inspect(self, exec_id: str) -> dict:
         container, cmd, _, script, killed = self.execs[exec_id]
-        if cmd[0] in self.client.command_outputs:
-            return {"ExitCode": self.client.command_outputs[cmd[0]][0]}
+        scripted = self.client.output_for(container.name, cmd)
+        if scripted:
+            return {"ExitCode": scripted[0]}
         if cmd[0] == "getent":
             resolved = self.client.resolve_after.get(container.name, 0)
             self.client.resolve_after[container.name] = resolved - 1
@@ -138,6 +140,44 @@ class FakeAPI:
         if killed.is_set():
             return {"ExitCode": 137}
         return {"ExitCode": script.exit_code}
+
+
+class FakeImage:
+    def __init__(self, name: str, labels: dict[str, str]) -> None:
+        self.id = f"sha256:{abs(hash(name)):x}"
+        self.tags = [name]
+        self.labels = labels
+
+
+class FakeImages:
+    """Images by name; a missing one raises the SDK's own ImageNotFound."""
+
+    def __init__(self, client: "FakeDockerClient") -> None:
+        self.client = client
+        self.by_name: dict[str, FakeImage] = {}
+
+    def add(self, name: str, **labels: str) -> FakeImage:
+        self.by_name[name] = FakeImage(name, labels)
+        return self.by_name[name]
+
+    def get(self, name: str) -> FakeImage:
+        import docker.errors
+
+        self.client.calls.append(("images.get", name))
+        if name not in self.by_name:
+            raise docker.errors.ImageNotFound(f"No such image: {name}")
+        return self.by_name[name]
+
+    def pull(self, name: str) -> FakeImage:
+        """Succeeds only for names in ``pullable``, else fails like an unreachable registry."""
+        import docker.errors
+
+        self.client.calls.append(("images.pull", name))
+        if name not in self.pullable:
+            raise docker.errors.APIError(f"pull access denied for {name}", explanation=f"dial tcp: lookup registry: no such host")
+        return self.add(name)
+
+    pullable: set = set()
 
 
 class FakeDockerClient:
@@ -152,11 +192,19 @@ class FakeDockerClient:
         # node -> scripts of its relaunches, in order (after its first script)
         self.later_scripts: dict[str, list[ScriptedExec]] = {}
         self.launches: dict[str, int] = {}
-        # other commands run with exec: argv[0] -> (exit code, output)
-        self.command_outputs: dict[str, tuple[int, bytes]] = {}
+        # other commands run with exec: argv[0] -> (exit code, output), or per node:
+        # (node, argv[0]) -> (exit code, output)
+        self.command_outputs: dict = {}
         self.containers = FakeContainers(self)
         self.networks = FakeNetworks(self)
+        self.images = FakeImages(self)
         self.api = FakeAPI(self)
+
+    def output_for(self, node: str, cmd: list[str]) -> Optional[tuple[int, bytes]]:
+        return self.command_outputs.get((node, cmd[0])) or self.command_outputs.get(cmd[0])
+
+    def info(self) -> dict:
+        return {"NCPU": 2, "MemTotal": 24 * 1024**3, "Runtimes": {"runc": {}}}
 
     def add_node(self, project: str, name: str, node_rank: int, script: ScriptedExec) -> None:
         self.later_scripts.setdefault(name, [])
@@ -184,6 +232,8 @@ class FakeCompose:
 
     instances: list["FakeCompose"] = []
 
+    fail_down = False
+
     def __init__(self, project_name: str, compose_file: Path) -> None:
         self.project_name = project_name
         self.compose_file = compose_file
@@ -194,4 +244,8 @@ class FakeCompose:
         self.calls.append("up")
 
     def down(self) -> None:
+        from orchestrate.errors import ComposeError
+
         self.calls.append("down")
+        if FakeCompose.fail_down:
+            raise ComposeError(["docker", "compose", "down"], 1, "Error response from daemon: device busy")

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+import orchestrate.image as image
+from orchestrate.config import DEFAULT_IMAGE
+from orchestrate.errors import ImageUnavailableError
+from tests.fakes import FakeDockerClient
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Record node image builds instead of running them."""
+    calls = []
+    monkeypatch.setattr(image, "build_node_image", lambda client, tag, **kw: calls.append(tag) or client.images.add(tag))
+    return calls
+
+
+def test_a_present_image_is_used_as_it_is(builds):
+    client = FakeDockerClient()
+    client.images.add("my/image:1")
+    image.ensure_image(client, "my/image:1", progress=lambda _: None)
+    assert builds == [] and not [c for c in client.calls if c[0] == "images.pull"]
+
+
+def test_a_missing_custom_image_is_pulled(builds):
+    client = FakeDockerClient()
+    client.images.pullable = {"my/image:1"}
+    image.ensure_image(client, "my/image:1", progress=lambda _: None)
+    assert ("images.pull", "my/image:1") in client.calls and builds == []
+
+
+def test_a_custom_image_that_cannot_be_pulled_is_refused_and_nothing_is_built(builds):
+    client = FakeDockerClient()
+    with pytest.raises(ImageUnavailableError, match="my/image:1 is not in the engine and cannot be pulled"):
+        image.ensure_image(client, "my/image:1", progress=lambda _: None)
+    assert builds == []
+    assert "my/image:1" not in client.images.by_name
+
+
+def test_only_the_default_image_is_built_on_first_use(builds):
+    client = FakeDockerClient()
+    image.ensure_image(client, DEFAULT_IMAGE, progress=lambda _: None)
+    assert builds == [DEFAULT_IMAGE]
+
+
+def test_the_default_image_is_not_built_with_no_build(builds):
+    with pytest.raises(ImageUnavailableError, match="--no-build was given"):
+        image.ensure_image(FakeDockerClient(), DEFAULT_IMAGE, build_default=False, progress=lambda _: None)
+    assert builds == []
+
+
+def test_build_context_holds_exactly_the_given_files(tmp_path):
+    import tarfile
+
+    (tmp_path / "Dockerfile").write_text("FROM x\n")
+    with tarfile.open(fileobj=image.build_context({"Dockerfile": tmp_path / "Dockerfile", "r.txt": b"six\n"})) as tar:
+        assert sorted(tar.getnames()) == ["Dockerfile", "r.txt"]
+        assert tar.extractfile("r.txt").read() == b"six\n"
