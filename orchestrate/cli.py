@@ -9,7 +9,9 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -18,13 +20,18 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, NoReturn, Optional, Sequence
 
-from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig
-from orchestrate.errors import OrchestrateError, UsageError
+from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig, parse_memory
+from orchestrate.errors import EngineError, OrchestrateError, UsageError
 from orchestrate.faults import FaultSpec, parse_fault
 from orchestrate.gpus import GpuLayout, detect_gpus, resolve_gpu_layout
 from orchestrate.plan import format_plan, make_plan
+from orchestrate.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file
+from orchestrate.user_image import derived_image_spec
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+# Signals that stop a run the way Ctrl-C does: a closed terminal (HUP), kill (TERM), Ctrl-\ (QUIT).
+TEARDOWN_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -74,6 +81,59 @@ def fault_arg(text: str) -> FaultSpec:
         raise argparse.ArgumentTypeError(str(exc).replace("invalid --fault ", "")) from None
 
 
+def usage_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse type from a parser that raises UsageError: the message without the option name
+    (argparse adds it)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    return convert
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, e.g. 1 or 0.5, got {text!r}")
+    return value
+
+
+def add_node_options(parser: argparse.ArgumentParser) -> None:
+    """What the user brings into every node: environment, dependencies, sizes."""
+    group = parser.add_argument_group("the user's environment, dependencies and node sizes")
+    group.add_argument("--env", action="append", type=usage_type(parse_assignment), default=[],
+                       metavar="KEY=VALUE",
+                       help="set a variable in every node (repeatable); wins over --copy-env and"
+                            " --env-file; e.g. --env WANDB_MODE=offline")
+    group.add_argument("--env-file", type=Path, default=None, metavar="FILE",
+                       help="variables for every node from a file of KEY=VALUE lines (# comments,"
+                            " optional 'export ' and quotes)")
+    group.add_argument("--copy-env", action="append", default=[], metavar="PATTERN",
+                       help="copy the host's variables matching a shell pattern into every node"
+                            " (repeatable), e.g. --copy-env 'NCCL_*' --copy-env 'WANDB_*'")
+    group.add_argument("--requirements", type=Path, default=None, metavar="FILE",
+                       help="pip requirements installed into a node image derived from --image;"
+                            " built once, reused while nothing changed (offline from a host"
+                            " wheelhouse when the nodes cannot reach the package index)")
+    group.add_argument("--dockerfile", type=Path, default=None, metavar="FILE",
+                       help="a Dockerfile built on the node image (it starts with ARG BASE_IMAGE and"
+                            " FROM ${BASE_IMAGE}); default: DIR/Dockerfile of --workdir when present")
+    group.add_argument("--no-dockerfile", action="store_true",
+                       help="ignore a Dockerfile in the work directory")
+    group.add_argument("--cpus-per-node", type=positive_float, default=None, metavar="CPUS",
+                       help="CPU limit of every node container, e.g. 1 or 0.5 (default: none)")
+    group.add_argument("--memory-per-node", type=usage_type(parse_memory), default=None, metavar="SIZE",
+                       help="memory limit of every node container, e.g. 512m or 2g; a node past it is"
+                            " OOM-killed and named as such (default: none)")
+
+
 def add_job_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``run`` and ``plan``."""
     parser.add_argument("--nodes", type=positive_int, default=2,
@@ -95,7 +155,8 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                         help="host directory mounted into every node as its working directory;"
                              " TARGET scripts are relative to it (default: current directory)")
     parser.add_argument("--image", default=DEFAULT_IMAGE,
-                        help=f"node image; built on first use if missing (default: {DEFAULT_IMAGE})")
+                        help=f"node image: used if present, else pulled, else refused (exit 2); only"
+                             f" the default is built on first use (default: {DEFAULT_IMAGE})")
     parser.add_argument("--master-port", type=positive_int, default=DEFAULT_MASTER_PORT,
                         help="rendezvous port on node0, inside the run's private network"
                              f" (default: {DEFAULT_MASTER_PORT})")
@@ -122,6 +183,7 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                         help="inject a fault: ACTION:NODE[@t=SECONDS|@step=N] with ACTION kill"
                              " (node dies), pause (node hangs), disconnect (node cut off the"
                              " network) or restart; e.g. kill:node1@step=20; repeatable")
+    add_node_options(parser)
 
 
 def build_parser() -> OneLineParser:
@@ -170,8 +232,15 @@ def build_parser() -> OneLineParser:
     build = image_sub.add_parser("build", help="build the node image",
                                  description="Build docker/Dockerfile from an official base image,"
                                              " or offline (debootstrap base + host wheelhouse)"
-                                             " when the base cannot be pulled.")
-    build.add_argument("--image", default=DEFAULT_IMAGE, help=f"tag to build (default: {DEFAULT_IMAGE})")
+                                             " when the base cannot be pulled.",
+                                 epilog="usage example: python -m orchestrate image build --torch 2.14.1"
+                                        " (tagged ddp-compose-node:torch-2.14.1; run it with --image)")
+    build.add_argument("--torch", default=DEFAULT_TORCH, metavar="VERSION",
+                       help=f"torch release to install, with its matching torchvision (default:"
+                            f" {DEFAULT_TORCH}, the release the exit-soundness benchmark proved sound)")
+    build.add_argument("--image", default=None,
+                       help=f"tag to build (default: {DEFAULT_IMAGE} for torch {DEFAULT_TORCH},"
+                            " else ddp-compose-node:torch-VERSION)")
     build.add_argument("--base-image", default=None,
                        help="official base image (default: python:3.11-slim-bookworm)")
     mode = build.add_mutually_exclusive_group()
@@ -191,6 +260,33 @@ def split_target(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, []
+
+
+def user_env_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
+    """The variables of --env-file, --copy-env and --env, in that order of precedence."""
+    from_file: dict[str, str] = {}
+    if args.env_file is not None:
+        try:
+            text = args.env_file.read_text()
+        except OSError as exc:
+            raise UsageError(f"--env-file {args.env_file}: {exc.strerror or exc}") from None
+        from_file = parse_env_file(text, str(args.env_file))
+    return merge_user_env(from_file, copy_env(args.copy_env, environ), args.env)
+
+
+def dockerfile_from_args(args: argparse.Namespace) -> Optional[Path]:
+    """--dockerfile, else the work directory's Dockerfile unless --no-dockerfile."""
+    if args.dockerfile is not None:
+        return args.dockerfile
+    found = Path(args.workdir) / "Dockerfile"
+    return found if not args.no_dockerfile and found.is_file() else None
+
+
+def invoking_user() -> Optional[str]:
+    """``UID:GID`` of whoever runs the launcher (None where the OS has no uids)."""
+    if not hasattr(os, "getuid"):
+        return None
+    return f"{os.getuid()}:{os.getgid()}"
 
 
 def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLayout) -> RunConfig:
@@ -215,13 +311,19 @@ def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLay
         max_restarts=(args.max_restarts if args.max_restarts is not None
                       else (3 if args.rdzv == "c10d" else 0)),
         rdzv_timeout_s=args.rdzv_timeout,
+        user_env=user_env_from_args(args, dict(os.environ)),
+        run_as=invoking_user(),
+        cpus_per_node=args.cpus_per_node,
+        memory_per_node=args.memory_per_node,
+        requirements=args.requirements,
+        dockerfile=dockerfile_from_args(args),
     )
 
 
 def resolve_config(args: argparse.Namespace, target: list[str], client: Any) -> RunConfig:
     """Check the request, then fit it to the engine's GPUs (None: no engine, in a dry run)."""
     # Paths and the target first: a missing script is reported whatever the engine has.
-    config_from_args(args, target, GpuLayout(0, args.nproc_per_node or 1, "gloo"))
+    derived_image_spec(config_from_args(args, target, GpuLayout(0, args.nproc_per_node or 1, "gloo")))
     available = None if client is None else detect_gpus(client).count
     layout = resolve_gpu_layout(
         nodes=args.nodes, nproc_per_node=args.nproc_per_node, gpus_per_node=args.gpus_per_node,
@@ -230,13 +332,46 @@ def resolve_config(args: argparse.Namespace, target: list[str], client: Any) -> 
     return config_from_args(args, target, layout)
 
 
+def check_node_size(config: RunConfig, engine_info: dict) -> None:
+    """Refuse node sizes the engine cannot give (it would fail every container at start)."""
+    cpus = engine_info.get("NCPU")
+    if config.cpus_per_node and cpus and config.cpus_per_node > cpus:
+        raise UsageError(f"--cpus-per-node {config.cpus_per_node:g} is more than the engine's {cpus} CPUs")
+    memory = engine_info.get("MemTotal")
+    if config.memory_per_node and memory and config.memory_per_node > memory:
+        raise UsageError(f"--memory-per-node {config.memory_per_node // 2**20}m is more than the"
+                         f" engine's {memory // 2**20}m of memory")
+
+
 def new_run_id() -> str:
     """A run id unique on this host: time for humans, random for two runs in one second."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """Raised in the main thread when a teardown signal arrives, to unwind like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise SignalInterrupt(signum)
+
+
+def install_teardown_signals() -> None:
+    """SIGTERM, SIGHUP and SIGQUIT tear down like Ctrl-C (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in TEARDOWN_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _raise_interrupt)
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    """128 + the signal number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
 def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> int:
@@ -244,9 +379,10 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> in
     from orchestrate.compose import compose_command
     from orchestrate.engine import connect
     from orchestrate.errors import EngineUnavailableError
-    from orchestrate.image import ensure_node_image, image_exists
+    from orchestrate.image import ensure_image, image_exists
     from orchestrate.launcher import gpu_topology, launch
     from orchestrate.outcome import format_summary
+    from orchestrate.user_image import ensure_derived_image
 
     if args.dry_run:
         try:
@@ -260,32 +396,31 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> in
             out.write(gpu_topology(client, plan) + "\n")
         return EXIT_OK
     resolve_config(args, target, None)  # bad input is refused before any engine is asked
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM tears down like Ctrl-C
+    install_teardown_signals()
     client = connect()
     plan = make_plan(resolve_config(args, target, client), new_run_id())
     config = plan.config
+    check_node_size(config, client.info())
     compose_command()
-    if args.no_build:
-        if not image_exists(client, config.image):
-            raise_image_missing(config.image)
-    else:
-        ensure_node_image(client, config.image, progress=lambda s: print(f"[image] {s}", file=out, flush=True))
+
+    def progress(text: str) -> None:
+        print(f"[image] {text}", file=out, flush=True)
+
+    ensure_image(client, config.image, build_default=not args.no_build, progress=progress)
+    spec = derived_image_spec(config)
+    if spec is not None:
+        plan = dataclasses.replace(plan, image=ensure_derived_image(client, spec, progress))
     outcome = launch(plan, client, out=out)
     out.write(format_summary(outcome) + "\n")
     out.flush()
-    if outcome.interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if outcome.succeeded else EXIT_JOB_FAILED
+    return outcome.exit_code(interrupt_code=128 + outcome.signal_number)
 
 
-def raise_image_missing(image: str) -> NoReturn:
-    from orchestrate.errors import ImageUnavailableError
-
-    raise ImageUnavailableError(
-        f"node image {image} not found and --no-build was given; build it with"
-        " `python -m orchestrate image build`"
-    )
+def image_tag_for(torch_version: str) -> str:
+    """The tag ``image build --torch VERSION`` uses when no --image is given."""
+    if torch_version == DEFAULT_TORCH:
+        return DEFAULT_IMAGE
+    return f"{DEFAULT_IMAGE.partition(':')[0]}:torch-{torch_version}"
 
 
 def command_image_build(args: argparse.Namespace, out: IO[str]) -> int:
@@ -293,15 +428,19 @@ def command_image_build(args: argparse.Namespace, out: IO[str]) -> int:
     from orchestrate.engine import connect
     from orchestrate.image import DEFAULT_CPU_BASE, build_node_image, image_exists
 
+    torchvision_for(args.torch)  # a bad version is refused before the engine is asked
+    tag = args.image or image_tag_for(args.torch)
     client = connect()
-    if args.if_missing and image_exists(client, args.image):
-        out.write(f"node image {args.image} already exists\n")
+    if args.if_missing and image_exists(client, tag):
+        out.write(f"node image {tag} already exists\n")
         return EXIT_OK
     offline = True if args.offline else (False if args.online else None)
     build_node_image(
-        client, args.image, base_image=args.base_image or DEFAULT_CPU_BASE, offline=offline,
-        progress=lambda s: print(f"[image] {s}", file=out, flush=True),
+        client, tag, torch_version=args.torch, base_image=args.base_image or DEFAULT_CPU_BASE,
+        offline=offline, progress=lambda s: print(f"[image] {s}", file=out, flush=True),
     )
+    if tag != DEFAULT_IMAGE:
+        out.write(f"run jobs on it with: python -m orchestrate run --image {tag} ...\n")
     return EXIT_OK
 
 
@@ -310,6 +449,7 @@ def command_fault(args: argparse.Namespace, out: IO[str]) -> int:
     from orchestrate.compose import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, RUN_ID_LABEL, project_network
     from orchestrate.engine import connect
     from orchestrate.faults import FaultAction, apply_fault
+    import docker.errors
 
     client = connect()
     for spec in args.specs:
@@ -321,9 +461,13 @@ def command_fault(args: argparse.Namespace, out: IO[str]) -> int:
                 f" labelled {RUN_ID_LABEL}={args.run_id})")
         container = found[0]
         network = None
-        if spec.action is FaultAction.DISCONNECT:
-            network = project_network(client, container.labels[COMPOSE_PROJECT_LABEL])
-        apply_fault(client, container, spec.action, network)
+        try:
+            if spec.action is FaultAction.DISCONNECT:
+                network = project_network(client, container.labels[COMPOSE_PROJECT_LABEL])
+            apply_fault(client, container, spec.action, network)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot {spec.action.value} {spec.node} of run {args.run_id}:"
+                              f" {exc.explanation or exc}") from None
         out.write(f"injected {spec.action.value} into {spec.node} of run {args.run_id}\n")
     return EXIT_OK
 
@@ -355,6 +499,11 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int
     except OrchestrateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupt_exit_code(exc)
+    except Exception as exc:
+        if type(exc).__module__.startswith("docker"):  # an engine error: the environment, not the job
+            print(f"error: engine error: {str(exc).splitlines()[0][:300]}", file=sys.stderr)
+            return EXIT_USAGE
+        raise

@@ -33,7 +33,7 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
     """
     cfg = plan.config
     service: dict[str, Any] = {
-        "image": cfg.image,
+        "image": plan.image,
         "pull_policy": "never",
         "hostname": node.name,
         "init": True,
@@ -55,6 +55,14 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
         ],
         "labels": {RUN_ID_LABEL: plan.run_id, NODE_RANK_LABEL: str(node.node_rank)},
     }
+    if cfg.run_as:
+        # The invoking user's uid:gid, so that what the workers write is theirs on the host.
+        service["user"] = cfg.run_as
+    if cfg.cpus_per_node:
+        service["cpus"] = cfg.cpus_per_node
+    if cfg.memory_per_node:
+        service["mem_limit"] = cfg.memory_per_node
+        service["memswap_limit"] = cfg.memory_per_node  # no swap: past the limit a node is OOM-killed
     if node.gpu_ids:
         # NCCL pins memory for its transports; unlimited memlock is what it expects.
         service["ulimits"] = {"memlock": -1}
@@ -85,7 +93,9 @@ def render_compose(plan: JobPlan) -> dict[str, Any]:
 
 
 def write_compose_file(plan: JobPlan, path: Path) -> Path:
-    """Write the rendered project to ``path`` and return it."""
+    """Write the rendered project to ``path`` (readable by its owner only: it holds the
+    user's environment) and return it."""
+    path.touch(mode=0o600)
     path.write_text(json.dumps(render_compose(plan), indent=2) + "\n")
     return path
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 from orchestrate.errors import UsageError
 from orchestrate.faults import FaultSpec, check_fault_nodes
+from orchestrate.user_env import check_name
 
 DEFAULT_IMAGE = "ddp-compose-node:latest"
 DEFAULT_TARGET: tuple[str, ...] = ("-m", "app.toy")
@@ -17,6 +18,34 @@ DEFAULT_MASTER_PORT = 29500
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_MEMORY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[bkmg]?)b?$", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+# The engine refuses smaller memory limits.
+MIN_NODE_MEMORY = 6 * 1024**2
+_RUN_AS = re.compile(r"^\d+:\d+$")
+
+
+def parse_memory(text: str) -> int:
+    """Bytes in a size like ``512m``, ``2g``, ``1.5G`` or ``1073741824``.
+
+    Raises:
+        UsageError: ``--memory-per-node: expected a size like 512m or 2g. Given: 'abc'``
+    """
+    match = _MEMORY.match(text.strip())
+    if not match:
+        raise UsageError(f"--memory-per-node: expected a size like 512m or 2g. Given: {text!r}")
+    size = int(float(match["number"]) * _UNITS[match["unit"].lower()])
+    if size < MIN_NODE_MEMORY:
+        raise UsageError(f"--memory-per-node must be at least 6m (the engine's minimum), got {text!r}")
+    return size
+
+
+def format_bytes(size: int) -> str:
+    """``2147483648`` -> ``2g``, ``536870912`` -> ``512m``."""
+    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}b"
 
 
 @dataclass(frozen=True)
@@ -45,6 +74,13 @@ class RunConfig:
         max_nodes: Elastic mode's largest node count.
         max_restarts: How often torchrun restarts its workers (and the launcher a dead node).
         rdzv_timeout_s: How long an elastic rendezvous waits for nodes to join.
+        user_env: The user's variables for every node (``--env``, ``--env-file``, ``--copy-env``).
+        run_as: ``UID:GID`` the nodes run as (the invoking user's, so that what the workers
+            write into the work directory is theirs); None keeps the image's user.
+        cpus_per_node: CPU limit of each node container (None: unlimited).
+        memory_per_node: Memory limit of each node container in bytes (None: unlimited).
+        requirements: A pip requirements file installed into a derived node image.
+        dockerfile: A Dockerfile (``FROM`` the node image) built into a derived node image.
     """
 
     nodes: int = 2
@@ -66,6 +102,12 @@ class RunConfig:
     max_nodes: Optional[int] = None
     max_restarts: int = 0
     rdzv_timeout_s: float = 60.0
+    user_env: dict[str, str] = field(default_factory=dict)
+    run_as: Optional[str] = None
+    cpus_per_node: Optional[float] = None
+    memory_per_node: Optional[int] = None
+    requirements: Optional[Path] = None
+    dockerfile: Optional[Path] = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -102,6 +144,23 @@ class RunConfig:
         target = tuple(self.target) or DEFAULT_TARGET
         object.__setattr__(self, "target", target)
         self._check_target(target)
+        self._check_node_options()
+
+    def _check_node_options(self) -> None:
+        for name in self.user_env:
+            check_name(name, "--env")
+        if self.run_as is not None and not _RUN_AS.match(self.run_as):
+            raise UsageError(f"run_as must be UID:GID, got {self.run_as!r}")
+        if self.cpus_per_node is not None and not self.cpus_per_node > 0:
+            raise UsageError(f"--cpus-per-node must be positive, e.g. 1 or 0.5, got {self.cpus_per_node:g}")
+        if self.memory_per_node is not None and self.memory_per_node < MIN_NODE_MEMORY:
+            raise UsageError(f"--memory-per-node must be at least 6m, got {self.memory_per_node} bytes")
+        for option, path in (("--requirements", self.requirements), ("--dockerfile", self.dockerfile)):
+            if path is None:
+                continue
+            if not Path(path).is_file():
+                raise UsageError(f"{option} file {str(path)!r} not found")
+            object.__setattr__(self, option.strip("-"), Path(path).resolve())
 
     @property
     def elastic(self) -> bool:

@@ -1,7 +1,9 @@
 """Errors raised by the orchestrator.
 
 Every error a user can cause or fix derives from :class:`OrchestrateError`; the CLI turns
-them into a one-line message and an exit code, never a traceback.
+them into a one-line message and an exit code, never a traceback. One rule for exit codes:
+2 for bad input or a broken environment (no engine, no image, no GPU driver, a bring-up or
+engine request that failed), 1 only for a job that ran and failed.
 """
 from __future__ import annotations
 
@@ -30,14 +32,22 @@ class ImageUnavailableError(OrchestrateError):
     exit_code = 2
 
 
+class EngineError(OrchestrateError):
+    """Raised when the engine refuses or fails a request (an API error, not a dead node)."""
+
+    exit_code = 2
+
+
 class ComposeError(OrchestrateError):
-    """Raised when a ``docker compose`` command fails.
+    """Raised when a ``docker compose`` command fails (bring-up or teardown).
 
     Attributes:
         command: The argv that failed.
         returncode: Its exit status.
         stderr: What it printed on stderr.
     """
+
+    exit_code = 2
 
     def __init__(self, command: list[str], returncode: int, stderr: str) -> None:
         self.command = command
@@ -50,6 +60,10 @@ class ComposeError(OrchestrateError):
 class NodeLookupError(OrchestrateError):
     """Raised when the containers of a node cannot be found by their labels (zero or several)."""
 
+    exit_code = 2
+
 
 class NodesNotReadyError(OrchestrateError):
     """Raised when the nodes do not all resolve each other before the deadline."""
+
+    exit_code = 2

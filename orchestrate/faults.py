@@ -97,6 +97,22 @@ def apply_fault(client: Any, container: Any, action: FaultAction, network: Any =
         container.restart(timeout=0)
 
 
+# The kernel's OOM-kill counter of a container's memory cgroup (v1, then v2), read inside it.
+OOM_COUNTER_ARGV = ["sh", "-c", "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"]
+_OOM_KILL = re.compile(r"^oom_kill (\d+)$", re.M)
+
+
+def oom_kills(state: dict, counter_output: Optional[str]) -> int:
+    """How many processes the kernel OOM-killed in a node (pure).
+
+    Args:
+        state: The container's ``State`` (``OOMKilled`` is set once it has exited).
+        counter_output: What :data:`OOM_COUNTER_ARGV` printed in it, while it runs.
+    """
+    counted = sum(int(n) for n in _OOM_KILL.findall(counter_output or ""))
+    return max(counted, 1 if state.get("OOMKilled") else 0)
+
+
 def probe_node(container: Any, network_name: str) -> Optional[str]:
     """Why a node cannot answer its peers (paused, not running, off the network), or None."""
     try:

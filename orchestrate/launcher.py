@@ -20,7 +20,9 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from orchestrate.compose import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NETWORK, NODE_RANK_LABEL,
                                  ComposeProject, project_network, write_compose_file)
 from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
-from orchestrate.faults import RESUMED_LINE, STEP_LINE, FaultAction, FaultSpec, apply_fault, probe_node
+from orchestrate.image import TORCH_LABEL
+from orchestrate.faults import (OOM_COUNTER_ARGV, RESUMED_LINE, STEP_LINE, FaultAction, FaultSpec, apply_fault,
+                                oom_kills, probe_node)
 from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Recovery, Timings
 from orchestrate.output import NodeOutput, OutputLine, open_node_log
 from orchestrate.plan import WORKSPACE_DIR, JobPlan, NodePlan
@@ -273,6 +275,21 @@ class JobRunner:
                 self.results[name].unresponsive = reason
                 self.say(f"{name} stopped answering: {reason}")
 
+    def probe_oom(self) -> None:
+        """Find the nodes whose processes the kernel OOM-killed (they explain their peers' failures)."""
+        for name, container in self.containers.items():
+            try:
+                container.reload()
+                state = container.attrs.get("State", {})
+                counter = exec_output(self.client, container, OOM_COUNTER_ARGV)[1] if state.get("Running") else None
+            except Exception as exc:  # gone: nothing more to learn from it
+                log.debug("OOM probe of %s: %s", name, exc)
+                continue
+            kills = oom_kills(state, counter)
+            if kills and not self.results[name].oom_kills:
+                self.results[name].oom_kills = kills
+                self.say(f"{name} was OOM-killed: the kernel killed {kills} process(es) at its memory limit")
+
     def find_containers(self) -> None:
         """Look up every node's container."""
         for node in self.plan.nodes:
@@ -315,6 +332,8 @@ class JobRunner:
         Returns:
             When the nodes still running are to be killed.
         """
+        if self.plan.config.memory_per_node:
+            self.probe_oom()
         self.probe_unresponsive(running)
         # A hung or cut-off node has no report to finish: stop it now.
         self.kill([n for n in running if self.results[n].unresponsive])
@@ -410,6 +429,7 @@ def launch(
     timings = Timings()
     outcome = JobOutcome(plan.run_id, run_dir, list(runner.results.values()), timings)
     say = runner.say
+    outcome.image_torch = image_label(client, plan.image, TORCH_LABEL)
     t0 = clock()
     try:
         say(f"run {plan.run_id}: bringing up {len(plan.nodes)} nodes (project {plan.project_name})")
@@ -422,31 +442,55 @@ def launch(
                 + gpu_topology(client, plan, runner.containers[plan.nodes[0].name]))
         say(f"nodes up in {timings.bring_up_s:.1f} s; starting torchrun on every node")
         runner.run_nodes(run_dir, timings)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         outcome.interrupted = True
+        outcome.signal_number = int(getattr(exc, "signum", 2))
         say("interrupted: stopping every node")
         runner.kill(list(runner.containers))
     except OrchestrateError as exc:
-        outcome.error = str(exc)
+        outcome.error, outcome.error_exit_code = str(exc), exc.exit_code
+    except docker_errors() as exc:  # the engine refused something: an environment problem
+        outcome.error = f"engine error: {str(exc).splitlines()[0][:300]}"
     finally:
         t1 = clock()
         if plan.config.keep:
             say(f"--keep: leaving project {plan.project_name} running;"
                 f" remove it with: docker compose -p {plan.project_name} down -v")
         else:
-            teardown(compose, say)
+            outcome.teardown_error = teardown(compose, say)
         timings.teardown_s = clock() - t1
     return outcome
 
 
-def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> None:
-    """Remove the project; a second Ctrl-C during teardown does not stop it."""
+def image_label(client: Any, image: str, label: str) -> str:
+    """One label of an image, "" when it has none or the engine cannot say."""
+    try:
+        return client.images.get(image).labels.get(label, "")
+    except docker_errors() as exc:
+        log.debug("labels of %s: %s", image, exc)
+        return ""
+
+
+def docker_errors() -> tuple[type[BaseException], ...]:
+    """The docker SDK's exception types (imported late: the launcher takes the client given)."""
+    import docker.errors
+
+    return (docker.errors.DockerException,)
+
+
+def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> str:
+    """Remove the project; a second Ctrl-C during teardown does not stop it.
+
+    Returns:
+        "" when it was removed, else what went wrong and how to remove it by hand.
+    """
     for attempt in range(3):
         try:
             compose.down()
-            return
+            return ""
         except KeyboardInterrupt:
             say("teardown in progress; please wait")
         except OrchestrateError as exc:
             say(f"teardown attempt {attempt + 1} failed: {exc}")
-    say(f"could not remove project {compose.project_name}; run: docker compose -p {compose.project_name} down -v")
+    return (f"could not remove project {compose.project_name}; run:"
+            f" docker compose -p {compose.project_name} down -v")

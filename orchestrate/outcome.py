@@ -1,6 +1,7 @@
 """How a run ended: the pure ending logic and the summary printed at the end of every run."""
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -33,6 +34,7 @@ class NodeResult:
         last_lines: The last output lines of the failing worker (or of the node).
         fault: The fault injected into this node, if any.
         unresponsive: Why the node could not answer its peers when the job failed, if so.
+        oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
     """
 
     node: NodePlan
@@ -44,6 +46,7 @@ class NodeResult:
     last_lines: list[str] = field(default_factory=list)
     fault: str = ""
     unresponsive: str = ""
+    oom_kills: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,11 @@ class JobOutcome:
     results: list[NodeResult]
     timings: Timings
     interrupted: bool = False
+    signal_number: int = 2
     error: str = ""
+    error_exit_code: int = 2
+    teardown_error: str = ""
+    image_torch: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -138,6 +145,18 @@ class JobOutcome:
             and all(r.state is NodeState.SUCCEEDED for r in self.results)
         )
 
+    def exit_code(self, interrupt_code: int = 130) -> int:
+        """The CLI's exit code: 0 success, 1 the job failed, 2 the environment failed it (a
+        bring-up or engine error, or a teardown that left something behind),
+        ``interrupt_code`` when stopped by a signal."""
+        if self.interrupted:
+            return interrupt_code
+        if self.error:
+            return self.error_exit_code
+        if not self.succeeded:
+            return 1
+        return 2 if self.teardown_error else 0
+
     @property
     def failure(self) -> Optional[Failure]:
         """The failure to report, chosen by :func:`find_failure`."""
@@ -147,8 +166,9 @@ class JobOutcome:
 def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     """Choose the failure that explains a run.
 
-    1. A node that stopped answering (paused, cut off, gone) or that a fault was injected
-       into explains the failures of the others, which only waited for it.
+    1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
+       was injected into explains the failures of the others, which only waited for it or
+       saw its connections close.
     2. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
        stopped); a failure that is not a consequence of another (a peer's closed
        connection, a SIGTERM from torchrun) wins over one that is.
@@ -157,6 +177,14 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     Returns:
         The failure, or None when no node failed.
     """
+    for result in results:
+        if result.oom_kills:
+            cause = result.root_cause
+            rank = f" (rank {cause.rank} killed)" if cause and cause.exit_code == -9 else ""
+            return Failure(result.node.name, cause.rank if cause else None, result.exit_code, "",
+                           tuple(result.last_lines), traceback="",
+                           reason=f"OOM-killed: the kernel killed {result.oom_kills} process(es) at the"
+                                  f" node's memory limit{rank}; raise --memory-per-node or use less memory")
     for result in results:
         if result.unresponsive or (result.fault and result.state is not NodeState.SUCCEEDED):
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
@@ -186,6 +214,38 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     )
 
 
+def died_at_exit(outcome: "JobOutcome") -> Optional[str]:
+    """Explain a worker that died by a signal after its peers finished, or return None.
+
+    Every other node exited 0 and the failing rank died by a signal with no Python error: the
+    job's work was done, and the process crashed on its way out. SIGABRT there is the known
+    gloo crash at interpreter exit of torch 2.10 and later.
+    """
+    failure = outcome.failure
+    if failure is None or failure.reason or failure.exit_code is None or failure.exit_code >= 0:
+        return None
+    others = [r for r in outcome.results if r.node.name != failure.node]
+    if not others or any(r.state is not NodeState.SUCCEEDED for r in others):
+        return None
+    try:
+        name = signal.Signals(-failure.exit_code).name
+    except ValueError:
+        name = f"signal {-failure.exit_code}"
+    rank = f" rank {failure.rank}" if failure.rank is not None else ""
+    lines = [f"{failure.node}{rank} died by {name} after its peers finished: the job's work was done,"
+             " and the worker process crashed while exiting."]
+    if name == "SIGABRT":
+        torch = f" (this image has torch {outcome.image_torch})" if outcome.image_torch else ""
+        lines.append("  cause: gloo's worker threads release tensors during Python's interpreter shutdown"
+                     f" and abort (\"terminate called without an active exception\"); torch 2.10 to 2.15"
+                     f" do this{torch}.")
+        lines.append("  remedy: run on the default node image (torch 2.9.1, measured sound), or free"
+                     " the DDP model (del model; gc.collect()) before destroy_process_group().")
+    else:
+        lines.append("  look for native extensions or atexit handlers that outlive destroy_process_group().")
+    return "\n".join(lines)
+
+
 def format_summary(outcome: JobOutcome) -> str:
     """Render the table printed at the end of every run, followed by its verdict."""
     header = ("node", "ranks", "state", "exit code", "wall time")
@@ -209,11 +269,13 @@ def format_summary(outcome: JobOutcome) -> str:
     for recovery in t.recoveries:
         lines.append(f"recovery: {recovery.describe()}")
     lines.append(f"logs: {outcome.run_dir}")
+    if outcome.teardown_error:
+        lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
     if outcome.succeeded:
         lines.append(f"SUCCEEDED: all {len(outcome.results)} nodes exited 0")
         return "\n".join(lines)
     if outcome.interrupted:
-        lines.append("INTERRUPTED: stopped by the user; every node was stopped")
+        lines.append(f"INTERRUPTED by {signal.Signals(outcome.signal_number).name}: every node was stopped")
     elif outcome.error:
         lines.append(f"FAILED: {outcome.error}")
     failure = outcome.failure
@@ -224,6 +286,9 @@ def format_summary(outcome: JobOutcome) -> str:
         for other in others:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
+        advice = died_at_exit(outcome)
+        if advice:
+            lines.append(advice)
         if failure.traceback:
             lines.append(f"traceback from the error file of {failure.node}/rank{failure.rank}:")
             lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-15:]]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from orchestrate.config import RunConfig
+from orchestrate.config import RunConfig, format_bytes
+from orchestrate.user_env import shown_value
 
 WORKSPACE_DIR = "/workspace"
 PROJECT_MOUNT_DIR = "/opt/ddp-compose"
@@ -49,11 +50,16 @@ class NodePlan:
 
 @dataclass(frozen=True)
 class JobPlan:
-    """A whole run: the Compose project and every node in it."""
+    """A whole run: the Compose project and every node in it.
+
+    ``image`` is what the nodes run: the configured image, or the image derived from it for
+    the user's requirements and Dockerfile once that is built.
+    """
 
     run_id: str
     project_name: str
     config: RunConfig
+    image: str
     master_addr: str
     master_port: int
     world_size: int
@@ -138,7 +144,12 @@ def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str) -> tup
 
 
 def node_env(config: RunConfig, backend: str) -> dict[str, str]:
-    """Return the environment torchrun and its workers get on every node."""
+    """Return the environment torchrun and its workers get on every node.
+
+    The user's variables come first and may override the launcher's defaults (the socket
+    interfaces, ``DDP_TIMEOUT``), except ``PYTHONPATH``, which keeps the project at its end
+    so that ``-m app.NAME`` still resolves.
+    """
     env = {
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": PROJECT_MOUNT_DIR,
@@ -151,6 +162,10 @@ def node_env(config: RunConfig, backend: str) -> dict[str, str]:
         env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
     if config.elastic:
         env["LOGLEVEL"] = "INFO"  # torchrun then reports every rendezvous round it joins
+    user = dict(config.user_env)
+    if user.get("PYTHONPATH"):
+        user["PYTHONPATH"] = f"{user['PYTHONPATH']}:{PROJECT_MOUNT_DIR}"
+    env.update(user)
     return env
 
 
@@ -198,6 +213,7 @@ def make_plan(config: RunConfig, run_id: str) -> JobPlan:
         run_id=run_id,
         project_name=f"ddp-{run_id}",
         config=config,
+        image=config.image,
         master_addr=master_addr,
         master_port=config.master_port,
         world_size=config.nodes * config.nproc_per_node,
@@ -211,7 +227,7 @@ def format_plan(plan: JobPlan) -> str:
     cfg = plan.config
     lines = [
         f"run {plan.run_id}  (compose project {plan.project_name})",
-        f"image {cfg.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
+        f"image {plan.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
         f"nodes N={cfg.nodes}  GPUs per node G={cfg.gpus_per_node}  local world size"
         f" L={cfg.nproc_per_node}  world size W={plan.world_size}"
         f"  master {plan.master_addr}:{plan.master_port}",
@@ -238,7 +254,16 @@ def format_plan(plan: JobPlan) -> str:
     for n in plan.nodes:
         lines.append(f"{n.name}$ {shlex.join(n.torchrun_argv)}")
     env = plan.nodes[0].env if plan.nodes else {}
-    lines.append("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    lines.append("env: " + " ".join(f"{k}={shown_value(k, v)}" for k, v in sorted(env.items())))
+    sizes = [f"{cfg.cpus_per_node:g} CPUs" if cfg.cpus_per_node else "",
+             f"{format_bytes(cfg.memory_per_node)} memory" if cfg.memory_per_node else ""]
+    lines.append(f"each node: {', '.join(s for s in sizes if s) or 'no CPU or memory limit'};"
+                 f" runs as {'uid:gid ' + cfg.run_as if cfg.run_as else 'the image user'}")
+    if cfg.requirements or cfg.dockerfile:
+        extra = [f"pip install -r {cfg.requirements}" if cfg.requirements else "",
+                 f"{cfg.dockerfile}" if cfg.dockerfile else ""]
+        lines.append(f"derived image: {cfg.image} + {' + '.join(e for e in extra if e)}"
+                     " (built at run time, tagged by a digest of its inputs)")
     if cfg.faults:
         lines.append("faults: " + " ".join(str(f) for f in cfg.faults))
     return "\n".join(lines)

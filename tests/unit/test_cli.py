@@ -36,6 +36,16 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--gpus-per-node", "4", "--nproc-per-node", "3"],
          "--gpus-per-node 4 cannot be split evenly among 3"),
         (["run", "--cpu", "--backend", "nccl"], "--backend nccl needs GPUs"),
+        (["run", "--env", "NOVALUE"], "argument --env: expected KEY=VALUE, e.g. --env WANDB_MODE=offline"),
+        (["run", "--env", "RANK=1"], "RANK is set by torchrun or the launcher"),
+        (["run", "--env-file", "/no/such.env"], "--env-file /no/such.env: No such file or directory"),
+        (["run", "--requirements", "/no/requirements.txt"], "--requirements file '/no/requirements.txt' not found"),
+        (["run", "--dockerfile", "/no/Dockerfile"], "--dockerfile file '/no/Dockerfile' not found"),
+        (["run", "--memory-per-node", "abc"], "--memory-per-node: expected a size like 512m or 2g. Given: 'abc'"),
+        (["run", "--memory-per-node", "1k"], "at least 6m"),
+        (["run", "--cpus-per-node", "0"], "--cpus-per-node: expected a positive number"),
+        (["run", "--copy-env", ""], "--copy-env: expected a variable name or pattern"),
+        (["image", "build", "--torch", "3.1"], "--torch must be a torch release like 2.9.1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
@@ -65,7 +75,7 @@ def test_dry_run_prints_the_plan_without_docker(tmp_path):
     assert code == 0
     assert "world size W=6" in text
     assert "node2$ torchrun --nnodes 3 --node-rank 2 --nproc-per-node 2" in text
-    assert text.rstrip().splitlines()[-2].endswith("-m app.hello")
+    assert [ln for ln in text.splitlines() if ln.startswith("node2$")][0].endswith("-m app.hello")
 
 
 def test_plan_command_equals_dry_run(tmp_path):
@@ -92,7 +102,8 @@ def test_help_explains_every_run_option():
     assert proc.returncode == 0
     for option in ("--nodes", "--nproc-per-node", "--cpu", "--gpus-per-node", "--backend", "--workdir",
                    "--image", "--keep", "--dry-run", "--master-port", "--runs-dir",
-                   "--ready-timeout", "--no-build"):
+                   "--ready-timeout", "--no-build", "--env", "--env-file", "--copy-env", "--requirements",
+                   "--dockerfile", "--no-dockerfile", "--cpus-per-node", "--memory-per-node"):
         assert option in proc.stdout
 
 
@@ -108,3 +119,34 @@ def test_orchestrate_does_not_import_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_dry_run_shows_the_users_environment_sizes_and_derived_image(tmp_path, monkeypatch):
+    (tmp_path / "requirements.txt").write_text("six\n")
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    out = io.StringIO()
+    code = main(["plan", "--workdir", str(tmp_path), "--env", "WANDB_API_KEY=s3cret", "--copy-env", "NCCL_*",
+                 "--cpus-per-node", "1.5", "--memory-per-node", "2g",
+                 "--requirements", str(tmp_path / "requirements.txt")], out=out)
+    text = out.getvalue()
+    assert code == 0
+    assert "WANDB_API_KEY=***" in text and "s3cret" not in text
+    assert "NCCL_DEBUG=INFO" in text
+    assert "each node: 1.5 CPUs, 2g memory; runs as uid:gid " in text
+    assert f"+ pip install -r {tmp_path / 'requirements.txt'} + {tmp_path / 'Dockerfile'}" in text
+
+
+def test_a_workdir_dockerfile_is_ignored_with_no_dockerfile(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM debian\n")
+    out = io.StringIO()
+    assert main(["plan", "--workdir", str(tmp_path), "--no-dockerfile"], out=out) == 0
+    assert "derived image" not in out.getvalue()
+    assert main(["plan", "--workdir", str(tmp_path)], out=io.StringIO()) == 2
+
+
+def test_image_build_tags_other_torch_versions_apart():
+    from orchestrate.cli import image_tag_for
+
+    assert image_tag_for("2.9.1") == "ddp-compose-node:latest"
+    assert image_tag_for("2.14.1") == "ddp-compose-node:torch-2.14.1"

@@ -68,3 +68,27 @@ def test_nodes_are_never_privileged_nor_share_the_host_ipc(make_job):
     for service in render_compose(make_job(gpus_per_node=1, backend="nccl"))["services"].values():
         assert "privileged" not in service and "ipc" not in service
         assert "network_mode" not in service and "pid" not in service
+
+
+def test_user_environment_sizes_and_uid_reach_every_node(make_job):
+    plan = make_job(nodes=2, user_env={"WANDB_MODE": "offline", "PYTHONPATH": "/workspace/src",
+                                       "GLOO_SOCKET_IFNAME": "lo"},
+                    run_as="1000:1000", cpus_per_node=1.5, memory_per_node=2 * 1024**3)
+    for service in render_compose(plan)["services"].values():
+        env = service["environment"]
+        assert env["WANDB_MODE"] == "offline"
+        assert env["PYTHONPATH"] == "/workspace/src:/opt/ddp-compose"  # the project stays importable
+        assert env["GLOO_SOCKET_IFNAME"] == "lo"  # the user may override the launcher's defaults
+        assert service["user"] == "1000:1000"
+        assert service["cpus"] == 1.5
+        assert service["mem_limit"] == service["memswap_limit"] == 2 * 1024**3
+
+
+def test_no_sizes_and_no_uid_unless_asked(make_job):
+    service = render_compose(make_job())["services"]["node0"]
+    assert not {"user", "cpus", "mem_limit", "memswap_limit"} & set(service)
+
+
+def test_the_compose_file_is_private_to_its_owner(make_job, tmp_path):
+    path = write_compose_file(make_job(user_env={"WANDB_API_KEY": "s"}), tmp_path / "compose.json")
+    assert path.stat().st_mode & 0o077 == 0

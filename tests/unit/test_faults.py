@@ -54,3 +54,14 @@ def test_probe_names_paused_stopped_and_cut_off_nodes():
     assert probe_node(container, "ddp") == "its container is paused (hung)"
     container.paused, container.status = False, "exited"
     assert probe_node(container, "ddp") == "its container is exited"
+
+
+def test_oom_kills_come_from_the_cgroup_counter_or_the_exited_state():
+    from orchestrate.faults import oom_kills
+
+    v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"
+    v2 = "low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\n"
+    assert oom_kills({"Running": True}, v1) == 2
+    assert oom_kills({"Running": True}, v2) == 1
+    assert oom_kills({"Running": False, "OOMKilled": True}, None) == 1
+    assert oom_kills({"Running": True}, "oom_kill 0\n") == 0

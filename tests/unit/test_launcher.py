@@ -209,3 +209,36 @@ def test_elastic_mode_without_restarts_left_fails(make_job):
     assert not outcome.succeeded
     assert outcome.failure.describe() == "node1 failed (injected fault kill:node1@step=1)"
     assert not [c for c in client.calls if c[0] == "restart"]
+
+
+def test_an_oom_killed_node_is_found_by_its_cgroup_counter_and_named(make_job):
+    plan = make_job(nodes=2, memory_per_node=1024**3)
+    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 0)",
+              "  exitcode  : -9 (pid: 7)", "====="]
+    client = fake_engine(plan, [ScriptedExec(["[default0]:waiting"], hang=True), ScriptedExec(report, exit_code=1)])
+    client.command_outputs[("node1", "sh")] = (0, b"oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    client.command_outputs[("node0", "sh")] = (0, b"oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    outcome, text, _ = run(plan, client)
+    assert "node1 was OOM-killed" in text and "node0 was OOM-killed" not in text
+    assert outcome.failure.describe().startswith("node1 OOM-killed")
+    assert outcome.exit_code() == 1
+
+
+def test_a_teardown_that_fails_is_never_success(make_job):
+    plan = make_job(nodes=1)
+    FakeCompose.fail_down = True
+    try:
+        outcome, text, compose = run(plan, fake_engine(plan, [ScriptedExec()]))
+    finally:
+        FakeCompose.fail_down = False
+    assert compose.calls.count("down") == 3
+    assert outcome.teardown_error.startswith(f"could not remove project {plan.project_name}")
+    assert outcome.exit_code() == 2
+
+
+def test_the_image_torch_version_is_reported(make_job):
+    plan = make_job(nodes=1)
+    client = fake_engine(plan, [ScriptedExec()])
+    client.images.add(plan.image, **{"io.ddp-compose.torch": "2.9.1"})
+    outcome, _, _ = run(plan, client)
+    assert outcome.image_torch == "2.9.1"

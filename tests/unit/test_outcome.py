@@ -69,3 +69,47 @@ def test_summary_of_a_success_says_so(make_job):
     text = format_summary(outcome(results_for(
         plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.SUCCEEDED, 0, 1, None))))
     assert text.rstrip().endswith("SUCCEEDED: all 2 nodes exited 0")
+
+
+def test_exit_codes_follow_one_rule(make_job):
+    plan = make_job(nodes=2)
+    ok = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.SUCCEEDED, 0, 1, None))
+    bad = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.FAILED, 1, 1, None))
+    assert outcome(ok).exit_code() == 0
+    assert outcome(bad).exit_code() == 1
+    assert outcome(ok, error="compose up failed", error_exit_code=2).exit_code() == 2
+    assert outcome(ok, teardown_error="could not remove project").exit_code() == 2  # never 0
+    assert outcome(bad, teardown_error="could not remove project").exit_code() == 1
+    assert outcome(ok, interrupted=True, signal_number=15).exit_code(interrupt_code=143) == 143
+    assert "TEARDOWN FAILED: could not remove project" in format_summary(outcome(ok, teardown_error="could not remove project"))
+
+
+def test_an_oom_killed_node_is_the_cause_not_its_peers_closed_connections(make_job):
+    plan = make_job(nodes=2, memory_per_node=1024**3)
+    results = results_for(
+        plan,
+        (NodeState.FAILED, 1, 5.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer", timestamp=1.0)),
+        (NodeState.FAILED, 1, 5.2, RootCause(1, 0, -9, "SIGKILL")),
+    )
+    results[1].oom_kills = 1
+    failure = find_failure(results)
+    assert failure.node == "node1"
+    assert failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es) at the node's memory"
+                                         " limit (rank 1 killed)")
+
+
+def test_a_worker_killed_by_a_signal_after_its_peers_finished_is_explained(make_job):
+    plan = make_job(nodes=2, nproc_per_node=2)
+    results = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None),
+                          (NodeState.FAILED, 1, 1.2, RootCause(3, 1, -6, "Signal 6 (SIGABRT) received by PID 42")))
+    text = format_summary(outcome(results, image_torch="2.14.1"))
+    assert "node1 rank 3 died by SIGABRT after its peers finished: the job's work was done" in text
+    assert "torch 2.10 to 2.15 do this (this image has torch 2.14.1)" in text
+    assert "remedy: run on the default node image (torch 2.9.1" in text
+
+
+def test_a_signal_death_while_peers_also_failed_is_not_called_an_exit_crash(make_job):
+    plan = make_job(nodes=2)
+    results = results_for(plan, (NodeState.FAILED, 1, 1, RootCause(0, 0, 1, "RuntimeError: boom", timestamp=1.0)),
+                          (NodeState.FAILED, 1, 1.2, RootCause(1, 0, -6, "SIGABRT")))
+    assert "after its peers finished" not in format_summary(outcome(results))

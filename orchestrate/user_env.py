@@ -1,0 +1,94 @@
+"""The user's environment for every node: ``--env``, ``--env-file`` and ``--copy-env``.
+
+Pure parsing; the CLI reads the file and the host environment and passes their text in.
+Precedence, lowest first: ``--env-file``, then ``--copy-env``, then ``--env``.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Iterable, Mapping
+
+from orchestrate.errors import UsageError
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# torchrun and the launcher own these: a user value would give ranks a wrong world.
+RESERVED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+            "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+            "TORCHELASTIC_*", "PET_*", "DDP_RUN_*")
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+
+
+def check_name(name: str, origin: str) -> None:
+    """Refuse a variable name that is not an identifier, or one the launcher owns."""
+    if not _NAME.match(name):
+        raise UsageError(f"{origin}: {name!r} is not a variable name (letters, digits, _; not starting with a digit)")
+    for reserved in RESERVED:
+        if fnmatch.fnmatchcase(name, reserved):
+            raise UsageError(f"{origin}: {name} is set by torchrun or the launcher for every rank and cannot be overridden")
+
+
+def parse_assignment(text: str, origin: str = "--env") -> tuple[str, str]:
+    """Parse ``KEY=VALUE`` (the value may be empty or contain ``=``).
+
+    Raises:
+        UsageError: ``--env: expected KEY=VALUE, e.g. --env WANDB_MODE=offline. Given: ...``
+    """
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise UsageError(f"{origin}: expected KEY=VALUE, e.g. --env WANDB_MODE=offline. Given: {text!r}")
+    check_name(name, origin)
+    return name, value
+
+
+def parse_env_file(text: str, path: str) -> dict[str, str]:
+    """Parse an env file: ``KEY=VALUE`` lines, ``#`` comments, blank lines, an optional
+    ``export`` prefix, and values in matching single or double quotes.
+
+    Raises:
+        UsageError: Naming the file and line of the first bad line.
+    """
+    env: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        name, value = parse_assignment(line, f"--env-file {path}:{number}")
+        name, value = name.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[name] = value
+    return env
+
+
+def copy_env(patterns: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The host variables matching any of ``patterns`` (shell-style: ``NCCL_*``, ``WANDB_*``).
+
+    Raises:
+        UsageError: For an empty pattern, or a reserved name among the matches.
+    """
+    copied: dict[str, str] = {}
+    for pattern in patterns:
+        if not pattern:
+            raise UsageError("--copy-env: expected a variable name or pattern, e.g. --copy-env 'NCCL_*'")
+        for name in sorted(environ):
+            if fnmatch.fnmatchcase(name, pattern):
+                check_name(name, f"--copy-env {pattern}")
+                copied[name] = environ[name]
+    return copied
+
+
+def merge_user_env(env_file: Mapping[str, str], copied: Mapping[str, str],
+                   explicit: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """One environment: ``--env-file``, overridden by ``--copy-env``, overridden by ``--env``."""
+    merged = dict(env_file)
+    merged.update(copied)
+    merged.update(dict(explicit))
+    return merged
+
+
+def shown_value(name: str, value: str) -> str:
+    """The value as the plan prints it: secrets (``*KEY*``, ``*TOKEN*``, ...) masked."""
+    return "***" if _SECRET.search(name) and value else value

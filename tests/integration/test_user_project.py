@@ -1,0 +1,196 @@
+"""A user's own project on real nodes: environment, dependencies, file ownership, images, sizes."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import pwd
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ROOT, leftovers
+
+pytestmark = pytest.mark.integration
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+
+
+def copy_job(workdir: Path, name: str) -> None:
+    shutil.copy(JOBS / name, workdir / name)
+
+
+def test_env_env_file_and_copy_env_reach_every_rank_with_their_precedence(orchestrate_run, docker_client,
+                                                                          tmp_path, monkeypatch):
+    copy_job(tmp_path, "show_env.py")
+    (tmp_path / "job.env").write_text("# a comment\nDDPTEST_FILE=from-file\nexport DDPTEST_BOTH='file'\n"
+                                      "DDPTEST_QUOTED=\"a b\"\n")
+    monkeypatch.setenv("DDPTEST_COPIED", "from-host")
+    monkeypatch.setenv("DDPTEST_BOTH", "host")
+    monkeypatch.setenv("DDPTEST_NOT_ASKED", "x")
+    result = orchestrate_run("--nodes", "2", "--nproc-per-node", "2", "--workdir", str(tmp_path),
+                             "--env-file", str(tmp_path / "job.env"), "--copy-env", "DDPTEST_COPIED",
+                             "--copy-env", "DDPTEST_BOTH", "--env", "DDPTEST_CLI=a=b", "--", "show_env.py")
+    assert result.code == 0, result.output[-3000:]
+    lines = re.findall(r"^\[node\d/rank\d\]\s+env rank=(\d) (.*)$", result.output, re.M)
+    assert sorted(int(rank) for rank, _ in lines) == [0, 1, 2, 3]
+    for _, variables in lines:
+        # --env wins over --copy-env, which wins over --env-file; nothing else is copied
+        assert variables == ("DDPTEST_BOTH=host DDPTEST_CLI=a=b DDPTEST_COPIED=from-host"
+                             " DDPTEST_FILE=from-file DDPTEST_QUOTED=a b")
+    assert leftovers(docker_client, result.project) == []
+
+
+def make_wheel(directory: Path, name: str, version: str, module_text: str) -> Path:
+    """A minimal pure-Python wheel, written by hand: no index, no build backend needed."""
+    module = name.replace("-", "_")
+    dist_info = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": module_text,
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: ddp-compose-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = "\n".join(record) + "\n"
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+@pytest.fixture
+def derived_images(docker_client):
+    """Tags of derived images a test built, removed afterwards with their wheelhouses."""
+    tags: list[str] = []
+    yield tags
+    for tag in set(tags):
+        try:
+            docker_client.images.remove(tag, force=True)
+        except Exception:  # already gone
+            pass
+    for wheelhouse in (ROOT / "docker" / "wheelhouse").glob("user-*"):
+        if (wheelhouse / "ddptest_dep-1.0-py3-none-any.whl").exists():
+            shutil.rmtree(wheelhouse)
+
+
+def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_while_unchanged(
+        orchestrate_run, docker_client, tmp_path, derived_images):
+    copy_job(tmp_path, "user_deps.py")
+    make_wheel(tmp_path / "wheels", "ddptest-dep", "1.0", "VALUE = 42\n")
+    (tmp_path / "requirements.txt").write_text("--find-links wheels\nddptest-dep==1.0\n")
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n"
+                                         "RUN echo from-dockerfile > /opt/ddptest-marker.txt\n")
+    dangling_before = {i.id for i in docker_client.images.list(filters={"dangling": True})}
+    args = ("--nodes", "2", "--workdir", str(tmp_path), "--requirements", str(tmp_path / "requirements.txt"),
+            "--", "user_deps.py")
+    first = orchestrate_run(*args)
+    built = re.search(r"\[image\] built (ddp-compose-user:[0-9a-f]+)", first.output)
+    derived_images.extend([built[1]] if built else [])
+    assert first.code == 0, first.output[-3000:]
+    assert built, first.output[-3000:]
+    # the requirements point at a local wheel directory, so they are resolved on the host
+    assert "wheels for Python 3.11 from the host" in first.output
+    assert sorted(re.findall(r"deps rank=(\d) dep=42 marker=from-dockerfile", first.output)) == ["0", "1"]
+
+    second = orchestrate_run(*args)
+    assert second.code == 0, second.output[-3000:]
+    assert f"[image] reusing {built[1]}" in second.output
+    assert "[image] built" not in second.output
+
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n"
+                                         "RUN echo changed > /opt/ddptest-marker.txt\n")
+    third = orchestrate_run(*args)
+    rebuilt = re.search(r"\[image\] built (ddp-compose-user:[0-9a-f]+)", third.output)
+    derived_images.extend([rebuilt[1]] if rebuilt else [])
+    assert third.code == 0 and rebuilt and rebuilt[1] != built[1], third.output[-3000:]
+    assert len(re.findall(r"marker=changed", third.output)) == 2
+    # no build left an untagged stage image behind
+    assert {i.id for i in docker_client.images.list(filters={"dangling": True})} <= dangling_before
+    for run in (first, second, third):
+        assert leftovers(docker_client, run.project) == []
+
+
+def test_a_dockerfile_not_built_on_the_node_image_is_refused(orchestrate_run, tmp_path):
+    copy_job(tmp_path, "show_env.py")
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm\n")
+    result = orchestrate_run("--workdir", str(tmp_path), "--", "show_env.py")
+    assert result.code == 2
+
+
+@pytest.fixture
+def unprivileged_user(docker_client):
+    """A throwaway host user who may use the engine (group of the socket), removed afterwards."""
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("needs root and useradd to make a non-root user")
+    name = f"ddpt{secrets.token_hex(3)}"
+    socket_gid = os.stat("/var/run/docker.sock").st_gid
+    subprocess.run(["useradd", "--no-create-home", "--gid", str(socket_gid), name], check=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, tmp_path, unprivileged_user):
+    user = unprivileged_user
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    copy_job(workdir, "write_files.py")
+    for path in (tmp_path, workdir, workdir / "write_files.py"):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    venv_bin = Path(sys.executable).parent
+    env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
+           "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
+         sys.executable, "-m", "orchestrate", "run", "--nodes", "2", "--workdir", str(workdir),
+         "--runs-dir", str(workdir / "runs"), "--no-build", "--", "write_files.py"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    output = proc.stdout + proc.stderr
+    run_id = re.search(r"run (\S+): bringing up", output)
+    try:
+        assert proc.returncode == 0, output[-3000:]
+        # every worker ran as the invoking user, with a writable HOME and shared volume
+        assert sorted(re.findall(rf"wrote rank=(\d) uid={user.pw_uid} gid={user.pw_gid} ", output)) == ["0", "1"]
+        written = [workdir / "out", workdir / "out" / "rank0.txt", workdir / "out" / "rank1.txt"]
+        written += list((workdir / "runs").rglob("*"))
+        assert len(written) > 3
+        assert {(p.stat().st_uid, p.stat().st_gid) for p in written} == {(user.pw_uid, user.pw_gid)}
+    finally:
+        if run_id:
+            from tests.integration.conftest import remove_project
+
+            remove_project(docker_client, f"ddp-{run_id[1]}")
+    assert run_id and leftovers(docker_client, f"ddp-{run_id[1]}") == []
+
+
+def test_a_custom_image_that_is_missing_is_refused_and_nothing_is_built(orchestrate_run, docker_client, capsys):
+    images_before = {(i.id, tuple(i.tags)) for i in docker_client.images.list(all=True)}
+    containers_before = {c.id for c in docker_client.containers.list(all=True)}
+    result = orchestrate_run("--image", "ddp-compose-no-such-image:0")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert result.code == 2
+    assert len(err) == 1 and "ddp-compose-no-such-image:0 is not in the engine and cannot be pulled" in err[0]
+    assert {(i.id, tuple(i.tags)) for i in docker_client.images.list(all=True)} == images_before
+    assert {c.id for c in docker_client.containers.list(all=True)} == containers_before
+
+
+def test_a_node_past_its_memory_limit_is_named_oom_killed_not_its_peers(orchestrate_run, docker_client):
+    result = orchestrate_run("--nodes", "2", "--memory-per-node", "1g", "--cpus-per-node", "1",
+                             "--workdir", str(JOBS), "--", "eat_memory.py", "--rank", "1", "--gib", "3")
+    assert result.code == 1, result.output[-3000:]
+    assert "rank 1 allocating 3.0 GiB" in result.output
+    assert re.search(r"FAILED: node1 OOM-killed: the kernel killed \d+ process\(es\) at the node's memory limit",
+                     result.output), result.output[-3000:]
+    assert leftovers(docker_client, result.project) == []

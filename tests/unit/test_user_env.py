@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import pytest
+
+from orchestrate.errors import UsageError
+from orchestrate.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file, shown_value
+
+
+def test_assignment_keeps_everything_after_the_first_equals_sign():
+    assert parse_assignment("URL=http://x/?a=b") == ("URL", "http://x/?a=b")
+    assert parse_assignment("EMPTY=") == ("EMPTY", "")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("NOVALUE", "expected KEY=VALUE, e.g. --env WANDB_MODE=offline. Given: 'NOVALUE'"),
+    ("=x", "expected KEY=VALUE"),
+    ("1ABC=x", "'1ABC' is not a variable name"),
+    ("RANK=3", "RANK is set by torchrun or the launcher"),
+    ("PET_NNODES=4", "PET_NNODES is set by torchrun or the launcher"),
+    ("MASTER_ADDR=x", "MASTER_ADDR is set by torchrun"),
+])
+def test_bad_assignments_are_refused_with_the_rule(text, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("?", r"\?")):
+        parse_assignment(text)
+
+
+def test_env_file_takes_comments_export_and_quotes():
+    text = "# setting\n\nA=1\nexport B=two words\nC='quoted # not a comment'\nD=\"x\"\n"
+    assert parse_env_file(text, "job.env") == {"A": "1", "B": "two words", "C": "quoted # not a comment", "D": "x"}
+
+
+def test_env_file_errors_name_the_file_and_line():
+    with pytest.raises(UsageError, match=r"--env-file job.env:3: expected KEY=VALUE"):
+        parse_env_file("A=1\n# ok\nbroken line\n", "job.env")
+
+
+def test_copy_env_takes_matching_host_variables_only():
+    host = {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "WANDB_MODE": "offline", "HOME": "/root"}
+    assert copy_env(["NCCL_*"], host) == {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1"}
+    assert copy_env(["WANDB_MODE", "NOPE_*"], host) == {"WANDB_MODE": "offline"}
+    with pytest.raises(UsageError, match="LOCAL_RANK is set by torchrun"):
+        copy_env(["*RANK"], {"LOCAL_RANK": "0"})
+
+
+def test_env_precedence_is_file_then_copied_then_explicit():
+    merged = merge_user_env({"A": "file", "B": "file", "C": "file"}, {"B": "host", "C": "host"}, [("C", "cli")])
+    assert merged == {"A": "file", "B": "host", "C": "cli"}
+
+
+def test_secrets_are_masked_where_the_plan_prints_them():
+    assert shown_value("WANDB_API_KEY", "abc") == "***"
+    assert shown_value("HF_TOKEN", "abc") == "***"
+    assert shown_value("NCCL_DEBUG", "INFO") == "INFO"

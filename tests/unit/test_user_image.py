@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import pytest
+
+from orchestrate.config import RunConfig
+from orchestrate.errors import UsageError
+from orchestrate.user_image import (check_dockerfile_base, context_files, derived_image_spec, inputs_digest,
+                                    refers_to_local_files)
+
+
+@pytest.mark.parametrize("text", ["ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n", "FROM $BASE_IMAGE AS dev\n",
+                                  "# comment\nFROM ddp-compose-node:latest\nRUN true\n"])
+def test_dockerfiles_built_on_the_node_image_are_accepted(text, tmp_path):
+    check_dockerfile_base(text, "ddp-compose-node:latest", tmp_path / "Dockerfile")
+
+
+def test_a_dockerfile_on_another_base_is_refused_with_the_accepted_forms(tmp_path):
+    with pytest.raises(UsageError, match=r"must build on the node image: start it with `ARG BASE_IMAGE`.*"
+                                         r"found FROM nvidia/cuda:12; pass --no-dockerfile"):
+        check_dockerfile_base("FROM nvidia/cuda:12\n", "ddp-compose-node:latest", tmp_path / "Dockerfile")
+
+
+def test_no_requirements_and_no_dockerfile_need_no_derived_image(tmp_path):
+    assert derived_image_spec(RunConfig(workdir=tmp_path)) is None
+
+
+def test_the_spec_excludes_the_runs_directory_inside_the_context(tmp_path):
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")
+    spec = derived_image_spec(RunConfig(workdir=tmp_path, runs_dir=tmp_path / "runs", dockerfile=tmp_path / "Dockerfile"))
+    assert spec.context == tmp_path and spec.excluded == ("runs",)
+
+
+def test_context_files_follow_dockerignore_and_leave_out_the_runs(tmp_path):
+    for name in ("train.py", "data/big.bin", "runs/r1/node0.log", "notes.tmp"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "Dockerfile").write_text("FROM x\n")
+    (tmp_path / ".dockerignore").write_text("*.tmp\ndata\n")
+    files = context_files(tmp_path, tmp_path / "Dockerfile", ("runs",))
+    assert sorted(files) == [".dockerignore", "Dockerfile", "train.py"]
+
+
+def test_the_digest_changes_with_every_input_and_only_then():
+    base = inputs_digest("sha256:a", b"six\n", b"FROM x\n", [("train.py", 10, 1)])
+    assert base == inputs_digest("sha256:a", b"six\n", b"FROM x\n", [("train.py", 10, 1)])
+    for changed in (inputs_digest("sha256:b", b"six\n", b"FROM x\n", [("train.py", 10, 1)]),
+                    inputs_digest("sha256:a", b"seven\n", b"FROM x\n", [("train.py", 10, 1)]),
+                    inputs_digest("sha256:a", b"six\n", b"FROM y\n", [("train.py", 10, 1)]),
+                    inputs_digest("sha256:a", b"six\n", b"FROM x\n", [("train.py", 11, 1)]),
+                    inputs_digest("sha256:a", b"six\n", None, [])):
+        assert changed != base
+
+
+@pytest.mark.parametrize("text, local", [("six==1.16\n", False), ("--find-links wheels\nsix\n", True),
+                                          ("-e .\n", True), ("./pkg\n", True), ("pkg @ file:///x.whl\n", True),
+                                          ("numpy>=1  # -e not really\n", False)])
+def test_requirements_naming_host_paths_are_resolved_on_the_host(text, local):
+    assert refers_to_local_files(text) is local
