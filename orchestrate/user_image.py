@@ -10,7 +10,9 @@ exactly like the node image. The plan (:func:`derived_image_spec`) is pure; the 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +115,37 @@ def check_dockerfile_base(text: str, node_image: str, path: Path) -> None:
     )
 
 
+def copied_sources(dockerfile_text: str) -> Optional[list[str]]:
+    """What the Dockerfile's ``COPY``/``ADD`` take from the build context (pure).
+
+    Returns:
+        The source paths or patterns (``.`` for everything); an empty list when it copies
+        nothing from the context (``COPY --from=`` copies from a stage); None when it cannot
+        be read (then every file counts).
+    """
+    sources: list[str] = []
+    for line in re.sub(r"\\\n", " ", dockerfile_text).splitlines():
+        keyword, _, rest = line.strip().partition(" ")
+        if keyword.upper() not in ("COPY", "ADD"):
+            continue
+        flags = []
+        rest = rest.strip()
+        while rest.startswith("--"):
+            flag, _, rest = rest.partition(" ")
+            flags.append(flag)
+            rest = rest.strip()
+        if any(flag.startswith("--from") for flag in flags):
+            continue
+        try:
+            args = json.loads(rest) if rest.startswith("[") else rest.split()
+        except ValueError:
+            return None
+        if len(args) < 2:
+            return None
+        sources += [os.path.normpath(a.lstrip("/")) if a.strip("/") else "." for a in args[:-1]]
+    return sources
+
+
 def context_files(context: Path, dockerfile: Path, excluded: tuple[str, ...]) -> list[str]:
     """The files of the build context, as Docker would send them (``.dockerignore`` applies)."""
     from docker.utils.build import exclude_paths
@@ -128,6 +161,21 @@ def context_files(context: Path, dockerfile: Path, excluded: tuple[str, ...]) ->
     return sorted(exclude_paths(str(context), patterns, dockerfile=relative))
 
 
+def files_copied(files: list[str], sources: Optional[list[str]]) -> list[str]:
+    """The context files a build can see through its COPY/ADD sources (all when unknown)."""
+    import fnmatch
+
+    if sources is None or "." in sources:
+        return files
+    chosen = []
+    for name in files:
+        for source in sources:
+            if name == source or name.startswith(source.rstrip("/") + "/") or fnmatch.fnmatchcase(name, source):
+                chosen.append(name)
+                break
+    return chosen
+
+
 def inputs_digest(base_id: str, requirements: Optional[bytes], dockerfile: Optional[bytes],
                   files: list[tuple[str, int, int]]) -> str:
     """A digest of everything a derived image is built from (pure).
@@ -136,7 +184,7 @@ def inputs_digest(base_id: str, requirements: Optional[bytes], dockerfile: Optio
         base_id: The base image's id (a rebuilt base gives a new digest).
         requirements: The requirements file's bytes.
         dockerfile: The Dockerfile's bytes.
-        files: (path, size, mtime in ns) of every file in the Dockerfile's context.
+        files: (path, size, mtime in ns) of every context file the Dockerfile copies.
     """
     digest = hashlib.sha256()
     for part in (base_id.encode(), requirements or b"-", dockerfile or b"-"):
@@ -239,7 +287,9 @@ def ensure_derived_image(client: Any, spec: DerivedImageSpec, progress: Progress
     stats: list[tuple[str, int, int]] = []
     if spec.dockerfile is not None and spec.context is not None:
         files = context_files(spec.context, spec.dockerfile, spec.excluded)
-        for name in files:
+        # Only what the Dockerfile copies counts: the job's own outputs in the work directory
+        # (checkpoints, data, logs) must not force a rebuild on every run.
+        for name in files_copied(files, copied_sources(spec.dockerfile.read_text(errors="replace"))):
             st = (spec.context / name).stat()
             stats.append((name, st.st_size, st.st_mtime_ns))
     digest = inputs_digest(

@@ -86,13 +86,16 @@ def derived_images(docker_client):
 
 def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_while_unchanged(
         orchestrate_run, docker_client, tmp_path, derived_images):
-    copy_job(tmp_path, "user_deps.py")
-    make_wheel(tmp_path / "wheels", "ddptest-dep", "1.0", "VALUE = 42\n")
-    (tmp_path / "requirements.txt").write_text("--find-links wheels\nddptest-dep==1.0\n")
-    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n"
-                                         "RUN echo from-dockerfile > /opt/ddptest-marker.txt\n")
+    project = tmp_path / "project"  # the runs directories stay outside, as ./runs would be excluded
+    project.mkdir()
+    copy_job(project, "user_deps.py")
+    make_wheel(project / "wheels", "ddptest-dep", "1.0", "VALUE = 42\n")
+    (project / "requirements.txt").write_text("--find-links wheels\nddptest-dep==1.0\n")
+    (project / "notes.txt").write_text("copied into the image\n")
+    (project / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY notes.txt /opt/notes.txt\n"
+                                        "RUN echo from-dockerfile > /opt/ddptest-marker.txt\n")
     dangling_before = {i.id for i in docker_client.images.list(filters={"dangling": True})}
-    args = ("--nodes", "2", "--workdir", str(tmp_path), "--requirements", str(tmp_path / "requirements.txt"),
+    args = ("--nodes", "2", "--workdir", str(project), "--requirements", str(project / "requirements.txt"),
             "--", "user_deps.py")
     first = orchestrate_run(*args)
     built = re.search(r"\[image\] built (ddp-compose-user:[0-9a-f]+)", first.output)
@@ -103,29 +106,38 @@ def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_whi
     assert "wheels for Python 3.11 from the host" in first.output
     assert sorted(re.findall(r"deps rank=(\d) dep=42 marker=from-dockerfile", first.output)) == ["0", "1"]
 
+    (project / "outputs").mkdir()  # what a job writes into its work directory is not an input
+    (project / "outputs" / "metrics.json").write_text("{}")
     second = orchestrate_run(*args)
     assert second.code == 0, second.output[-3000:]
     assert f"[image] reusing {built[1]}" in second.output
     assert "[image] built" not in second.output
 
-    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n"
-                                         "RUN echo changed > /opt/ddptest-marker.txt\n")
+    (project / "notes.txt").write_text("a file the Dockerfile copies changed\n")
     third = orchestrate_run(*args)
-    rebuilt = re.search(r"\[image\] built (ddp-compose-user:[0-9a-f]+)", third.output)
+    rebuilt_for_notes = re.search(r"\[image\] built (ddp-compose-user:[0-9a-f]+)", third.output)
+    derived_images.extend([rebuilt_for_notes[1]] if rebuilt_for_notes else [])
+    assert third.code == 0 and rebuilt_for_notes and rebuilt_for_notes[1] != built[1], third.output[-3000:]
+
+    (project / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n"
+                                        "RUN echo changed > /opt/ddptest-marker.txt\n")
+    fourth = orchestrate_run(*args)
+    rebuilt = re.search(r"\[image\] built (ddp-compose-user:[0-9a-f]+)", fourth.output)
     derived_images.extend([rebuilt[1]] if rebuilt else [])
-    assert third.code == 0 and rebuilt and rebuilt[1] != built[1], third.output[-3000:]
-    assert len(re.findall(r"marker=changed", third.output)) == 2
+    assert fourth.code == 0 and rebuilt and rebuilt[1] != built[1], fourth.output[-3000:]
+    assert len(re.findall(r"marker=changed", fourth.output)) == 2
     # no build left an untagged stage image behind
     assert {i.id for i in docker_client.images.list(filters={"dangling": True})} <= dangling_before
-    for run in (first, second, third):
+    for run in (first, second, third, fourth):
         assert leftovers(docker_client, run.project) == []
 
 
-def test_a_dockerfile_not_built_on_the_node_image_is_refused(orchestrate_run, tmp_path):
+def test_a_dockerfile_not_built_on_the_node_image_is_refused(orchestrate_run, tmp_path, capsys):
     copy_job(tmp_path, "show_env.py")
     (tmp_path / "Dockerfile").write_text("FROM debian:bookworm\n")
     result = orchestrate_run("--workdir", str(tmp_path), "--", "show_env.py")
     assert result.code == 2
+    assert "must build on the node image" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -142,19 +154,44 @@ def unprivileged_user(docker_client):
         subprocess.run(["userdel", name], capture_output=True)
 
 
-def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, tmp_path, unprivileged_user):
+def python_for(user: pwd.struct_passwd, home: Path) -> tuple[str, dict[str, str]]:
+    """A Python the user can run, with this project's dependencies and Compose v2 on its paths.
+
+    The suite's venv may point into root's home (pyenv), which no other user can enter, so
+    the user gets the system's Python of the same version and the venv's packages.
+    """
+    import sysconfig
+
+    system = Path("/usr/bin/python3")
+    version = subprocess.run([str(system), "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip() if system.exists() else ""
+    if version != str(sys.version_info[:2]):
+        pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} that another user can run")
+    import compose
+
+    bin_dir = home / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker-compose").symlink_to(Path(compose.__file__).parent / "docker-compose")
+    site = sysconfig.get_path("purelib")
+    return str(system), {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+                         "PYTHONPATH": f"{ROOT}:{site}", "PYTHONUNBUFFERED": "1"}
+
+
+def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, unprivileged_user):
+    import tempfile
+
     user = unprivileged_user
-    workdir = tmp_path / "project"
+    home = Path(tempfile.mkdtemp(prefix="ddp-user-test-"))  # pytest's tmp tree is root's alone
+    workdir = home / "project"
     workdir.mkdir()
     copy_job(workdir, "write_files.py")
-    for path in (tmp_path, workdir, workdir / "write_files.py"):
+    for path in (home, workdir, workdir / "write_files.py"):
         os.chown(path, user.pw_uid, user.pw_gid)
-    venv_bin = Path(sys.executable).parent
-    env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
-           "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    tmp_path = home
+    python, env = python_for(user, home)
     proc = subprocess.run(
         ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
-         sys.executable, "-m", "orchestrate", "run", "--nodes", "2", "--workdir", str(workdir),
+         python, "-m", "orchestrate", "run", "--nodes", "2", "--workdir", str(workdir),
          "--runs-dir", str(workdir / "runs"), "--no-build", "--", "write_files.py"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     output = proc.stdout + proc.stderr
@@ -172,6 +209,7 @@ def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, tmp_
             from tests.integration.conftest import remove_project
 
             remove_project(docker_client, f"ddp-{run_id[1]}")
+        shutil.rmtree(home, ignore_errors=True)
     assert run_id and leftovers(docker_client, f"ddp-{run_id[1]}") == []
 
 

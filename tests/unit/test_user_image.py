@@ -56,3 +56,28 @@ def test_the_digest_changes_with_every_input_and_only_then():
                                           ("numpy>=1  # -e not really\n", False)])
 def test_requirements_naming_host_paths_are_resolved_on_the_host(text, local):
     assert refers_to_local_files(text) is local
+
+
+@pytest.mark.parametrize("text, sources", [
+    ("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN pip install x\n", []),
+    ("FROM x\nCOPY requirements.txt setup.py /app/\n", ["requirements.txt", "setup.py"]),
+    ("FROM x\nCOPY --chown=1000:1000 ./src /app/src\n", ["src"]),
+    ('FROM x\nADD ["conf/a.yaml", "/etc/a.yaml"]\n', ["conf/a.yaml"]),
+    ("FROM x\nCOPY . /app\n", ["."]),
+    ("FROM x AS b\nRUN make\nFROM x\nCOPY --from=b /out /out\n", []),
+    ("FROM x\nCOPY a \\\n     b /dst/\n", ["a", "b"]),
+])
+def test_the_dockerfiles_copies_say_which_context_files_count(text, sources):
+    from orchestrate.user_image import copied_sources
+
+    assert copied_sources(text) == sources
+
+
+def test_outputs_a_job_writes_do_not_count_unless_copied():
+    from orchestrate.user_image import files_copied
+
+    files = ["Dockerfile", "src/model.py", "src/data/x.bin", "checkpoints/step-1.pt", "conf.yaml"]
+    assert files_copied(files, ["src"]) == ["src/model.py", "src/data/x.bin"]
+    assert files_copied(files, ["*.yaml"]) == ["conf.yaml"]
+    assert files_copied(files, []) == []
+    assert files_copied(files, None) == files and files_copied(files, ["."]) == files
