@@ -9,6 +9,7 @@ mean. Each step prints what it did and checks its result; any failed check exits
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Callable, Optional
 
@@ -16,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, run_main, select_device
+from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, select_device
 from app.gradsync import butterfly_all_reduce
 
 Step = Callable[[torch.device, argparse.Namespace], bool]
@@ -181,4 +182,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    sys.exit(main())

@@ -9,11 +9,9 @@ import argparse
 import contextlib
 import os
 import socket
-import sys
-import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Iterator, NoReturn
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -95,6 +93,16 @@ def process_group(device: torch.device, timeout_s: float = 300.0) -> Iterator[st
         dist.destroy_process_group()
 
 
+try:  # the launcher's progress channel: exact @step faults, recovery figures, reports
+    from orchestrate.progress import report as report_step, report_resumed
+except ImportError:  # plain torchrun elsewhere: nobody listens
+    def report_step(step: int, **metrics: float) -> None:
+        """Report a training step to ddp-compose (a no-op without it)."""
+
+    def report_resumed(step: int) -> None:
+        """Report a resume from a checkpoint to ddp-compose (a no-op without it)."""
+
+
 def log0(*args: object) -> None:
     """Print on global rank 0 only."""
     if not dist.is_initialized() or dist.get_rank() == 0:
@@ -157,32 +165,6 @@ def process_devices(local_rank: int, local_world_size: int, per_process: int) ->
     kind = torch.accelerator.current_accelerator().type
     torch.accelerator.set_device_index(indices[0])
     return [torch.device(kind, i) for i in indices]
-
-
-def run_main(main: Callable[[], int]) -> NoReturn:
-    """Run a worker's ``main`` and exit with its code, skipping interpreter finalisation.
-
-    Gloo's worker threads can still hold tensors when the interpreter finalises, and a
-    process that already destroyed its process group then dies with SIGABRT ("terminate
-    called without an active exception", seen here in about 1 run in 10; pytorch PR
-    179291 describes it). Exiting with ``os._exit`` once the output is flushed avoids that
-    crash and keeps the real exit code. Errors still print their traceback, and ``@record``
-    has already written the structured error file by then.
-    """
-    try:
-        code = main()
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            code = 1
-        else:
-            code = exc.code or 0
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def default_timeout_s(fallback: float = 300.0) -> float:

@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import os
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, add_timeout_option, process_group, run_main, select_device
+from app.distenv import WorkerEnv, add_timeout_option, process_group, select_device
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,4 +42,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    sys.exit(main())

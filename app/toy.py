@@ -15,6 +15,7 @@ Every demo ends with a checksum of each rank's parameters and checks that all ag
 from __future__ import annotations
 
 import argparse
+import sys
 import os
 import tempfile
 import time
@@ -28,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from app.checkpoint import load_checkpoint, save_checkpoint
 from app.distenv import (WorkerEnv, accelerator_count, add_timeout_option, log0, process_devices,
-                         process_group, run_main, span_per_process)
+                         process_group, report_step, span_per_process)
 
 
 class SplitToyModel(nn.Module):
@@ -84,6 +85,7 @@ def train(ddp_model: nn.Module, devices: list[torch.device], env: WorkerEnv,
         loss = loss_fn(ddp_model(inputs), labels)
         loss.backward()
         optimizer.step()
+        report_step(step, loss=loss.item())
         if step % args.log_every == 0 or step == steps:
             now = time.perf_counter()
             rate = args.log_every * args.batch_size * env.world_size / max(now - last, 1e-9)
@@ -179,4 +181,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    sys.exit(main())

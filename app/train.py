@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import os
 import time
 from pathlib import Path
@@ -34,7 +35,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from app.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, run_main, select_device
+from app.distenv import (WorkerEnv, add_timeout_option, log0, process_group, report_resumed, report_step,
+                         select_device)
 from app.gradsync import average_gradients, butterfly_average_gradients
 from app.mnist_data import prepare_mnist
 from app.toy import parameter_checksum, replicas_agree
@@ -150,6 +152,7 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
             if state.get("world_size") == world:
                 torch.set_rng_state(state["rng"][rank].cpu())
             log0(f"resumed from {path} (epoch {start_epoch}, step {step})")
+            report_resumed(step)
 
     loader, sampler = train_loader(train_set, args, world, rank)
     steps_per_epoch = len(loader)
@@ -191,6 +194,7 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
             step += 1
             samples += sum(len(y) for _, y in shares) * world
             loss_sum, batch_count = loss_sum + loss.item(), batch_count + 1
+            report_step(step, loss=loss.item())
             now = time.perf_counter()
             if now - last_log >= args.log_interval:
                 log0(f"step {step} (epoch {epoch + 1}/{args.epochs}, batch {i + 1}/{steps_per_epoch})"
@@ -274,4 +278,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    sys.exit(main())

@@ -1,30 +1,40 @@
 """``python -m orchestrate``: parse the command line, build a config, call the library.
 
 Subcommands:
-    run    plan and run a torchrun job across N simulated nodes
-    plan   print the plan of a run (same as ``run --dry-run``)
-    fault  inject faults into a run that is already going
-    image  build the node image
+    run     plan and run a torchrun job across N simulated nodes (--detach: leave it running)
+    plan    print the plan of a run (same as ``run --dry-run``)
+    ps      list runs (alias: list)
+    logs    print a run's output (-f: follow it)
+    attach  follow a run to its end and print its summary
+    stop    stop a run's nodes, keep their logs and state
+    down    remove a run
+    prune   remove every run that ended or lost its launcher
+    fault   inject faults into a run that is already going
+    image   build the node image
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
 import secrets
+import shlex
 import signal
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, NoReturn, Optional, Sequence
 
 from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig, parse_memory
 from orchestrate.errors import EngineError, OrchestrateError, UsageError
 from orchestrate.faults import FaultSpec, parse_fault
-from orchestrate.gpus import GpuLayout, detect_gpus, resolve_gpu_layout
-from orchestrate.plan import format_plan, make_plan
+from orchestrate.gpus import GpuLayout, check_lease, detect_gpus, free_gpus, resolve_gpu_layout
+from orchestrate.hostlock import host_lock, try_lock
+from orchestrate.plan import JobPlan, format_plan, format_table, make_plan
 from orchestrate.torch_versions import DEFAULT_TORCH, torchvision_for
 from orchestrate.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file
 from orchestrate.user_image import derived_image_spec
@@ -211,10 +221,49 @@ def build_parser() -> OneLineParser:
                           " the engine at most which GPUs it has")
     run.add_argument("--no-build", action="store_true",
                      help="fail instead of building the node image when it is missing")
+    run.add_argument("-d", "--detach", action="store_true",
+                     help="print the run id and return once the nodes run; the engine keeps the run"
+                          " (follow it with logs/attach, end it with stop/down)")
 
     plan = sub.add_parser("plan", help="print the plan of a run without starting anything",
                           description="Print nodes, ranks and torchrun commands of a run.")
     add_job_options(plan)
+
+    ps = sub.add_parser("ps", aliases=["list"], help="list runs: id, nodes, state, age, work directory",
+                        description="Every run the engine has, rebuilt from container labels: running,"
+                                    " succeeded, failed, stopped, or orphaned (its launcher is gone).")
+    ps.set_defaults(command="ps")
+
+    logs = sub.add_parser("logs", help="print a run's rank-prefixed output",
+                          description="The output of a run's nodes from the engine, merged in time.",
+                          epilog="usage example: python -m orchestrate logs 20261121-093012-1f2e3d --node node1 -f")
+    logs.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+    logs.add_argument("--node", default=None, metavar="NAME", help="one node only, e.g. node1")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the nodes end")
+
+    attach = sub.add_parser("attach", help="follow a run to its end and print its summary",
+                            description="Re-stream a run's output from the start and end with the same"
+                                        " summary as run, from any terminal, even after the launcher that"
+                                        " started it is gone. For a detached run, attach also acts as its"
+                                        " launcher (ends it on a failure, restarts elastic nodes); Ctrl-C"
+                                        " detaches and leaves the run going.")
+    attach.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+
+    stop = sub.add_parser("stop", help="stop a run's nodes; keep their logs and state",
+                          description="SIGTERM every node of the run (SIGKILL after --timeout); the"
+                                      " containers, logs and state stay until down or prune.")
+    stop.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+    stop.add_argument("--timeout", type=non_negative_int, default=10, metavar="SECONDS",
+                      help="seconds between SIGTERM and SIGKILL (default: 10)")
+
+    down = sub.add_parser("down", help="remove a run: containers, network, volume",
+                          description="Remove everything the run has in the engine (its log files in"
+                                      " the runs directory stay).")
+    down.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+
+    sub.add_parser("prune", help="remove every run that has ended or lost its launcher",
+                   description="Remove the runs that succeeded, failed, were stopped, or are orphaned"
+                               " (their foreground launcher is gone), and say what was removed.")
 
     fault = sub.add_parser("fault", help="inject faults into a run that is already going",
                            description="Kill, pause, cut off or restart nodes of a running run,"
@@ -320,16 +369,31 @@ def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLay
     )
 
 
-def resolve_config(args: argparse.Namespace, target: list[str], client: Any) -> RunConfig:
-    """Check the request, then fit it to the engine's GPUs (None: no engine, in a dry run)."""
+def resolve_config(args: argparse.Namespace, target: list[str], client: Any) -> tuple[RunConfig, tuple[str, ...]]:
+    """Check the request, then fit it to the engine's free GPUs (client None: no engine, in a
+    dry run or before the engine is asked).
+
+    Returns:
+        The config and the host GPUs the run may use, in order (the free ones).
+    """
     # Paths and the target first: a missing script is reported whatever the engine has.
     derived_image_spec(config_from_args(args, target, GpuLayout(0, args.nproc_per_node or 1, "gloo")))
-    available = None if client is None else detect_gpus(client).count
+    available: Optional[int] = None
+    free: tuple[str, ...] = ()
+    if client is not None and not args.cpu:
+        from orchestrate.runs import gpus_in_use, list_runs
+
+        inventory = detect_gpus(client)
+        held = gpus_in_use(list_runs(client)) if inventory.count else {}
+        if held and args.gpus_per_node:
+            check_lease(args.nodes * args.gpus_per_node, inventory.indices, held)
+        free = free_gpus(inventory.indices if inventory.count else (), held)
+        available = len(free)
     layout = resolve_gpu_layout(
         nodes=args.nodes, nproc_per_node=args.nproc_per_node, gpus_per_node=args.gpus_per_node,
         available=available, cpu=args.cpu, backend=args.backend,
     )
-    return config_from_args(args, target, layout)
+    return config_from_args(args, target, layout), free
 
 
 def check_node_size(config: RunConfig, engine_info: dict) -> None:
@@ -374,13 +438,24 @@ def interrupt_exit_code(exc: BaseException) -> int:
     return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
-def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> int:
-    """``run``: plan, then (unless --dry-run) apply and report."""
+def plan_run(args: argparse.Namespace, target: list[str], client: Any, command_line: str) -> JobPlan:
+    """Resolve the config against the engine and plan the run, recording who asked for it."""
+    from orchestrate.runs import launcher_identity
+
+    config, gpu_ids = resolve_config(args, target, client)
+    detached = bool(getattr(args, "detach", False))
+    return make_plan(config, new_run_id(), detached=detached, gpu_ids=gpu_ids,
+                     launcher="" if detached else launcher_identity(), command_line=command_line,
+                     created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def command_run(args: argparse.Namespace, target: list[str], out: IO[str], command_line: str = "") -> int:
+    """``run``: plan, then (unless --dry-run) apply: follow to the end, or return (--detach)."""
     from orchestrate.compose import compose_command
     from orchestrate.engine import connect
     from orchestrate.errors import EngineUnavailableError
     from orchestrate.image import ensure_image, image_exists
-    from orchestrate.launcher import gpu_topology, launch
+    from orchestrate.launcher import gpu_topology, launch, start_run
     from orchestrate.outcome import format_summary
     from orchestrate.user_image import ensure_derived_image
 
@@ -389,27 +464,45 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str]) -> in
             client = None if args.cpu else connect()
         except EngineUnavailableError:
             client = None  # a dry run needs no engine; GPU availability is then unchecked
-        plan = make_plan(resolve_config(args, target, client), new_run_id())
+        plan = plan_run(args, target, client, command_line)
         out.write(format_plan(plan) + "\n")
         if client is not None and plan.config.gpus_per_node and image_exists(client, plan.config.image):
             out.write("\nGPU topology seen from node0 (nvidia-smi topo -m):\n")
             out.write(gpu_topology(client, plan) + "\n")
         return EXIT_OK
-    resolve_config(args, target, None)  # bad input is refused before any engine is asked
+    config, _ = resolve_config(args, target, None)  # bad input is refused before any engine is asked
+    if args.detach and (args.fault or args.keep):
+        raise UsageError("--fault and --keep need the launcher attached: drop --detach (inject faults into"
+                         " a detached run with `python -m orchestrate fault RUN SPEC`)")
     install_teardown_signals()
     client = connect()
-    plan = make_plan(resolve_config(args, target, client), new_run_id())
-    config = plan.config
     check_node_size(config, client.info())
     compose_command()
 
+    # Detached, stdout carries only the run id (RUN=$(python -m orchestrate run -d ...)).
+    chatter = sys.stderr if args.detach else out
+
     def progress(text: str) -> None:
-        print(f"[image] {text}", file=out, flush=True)
+        print(f"[image] {text}", file=chatter, flush=True)
 
     ensure_image(client, config.image, build_default=not args.no_build, progress=progress)
     spec = derived_image_spec(config)
-    if spec is not None:
-        plan = dataclasses.replace(plan, image=ensure_derived_image(client, spec, progress))
+    image = ensure_derived_image(client, spec, progress) if spec is not None else config.image
+    # GPUs are leased by labels on the containers: plan and start under one host lock, so
+    # that two launches never take the same free GPUs.
+    lock = host_lock("gpu-lease") if not args.cpu and args.gpus_per_node != 0 else contextlib.nullcontext()
+    with lock:
+        plan = dataclasses.replace(plan_run(args, target, client, command_line), image=image)
+        if args.detach:
+            start_run(plan, client, say=lambda text: print(f"[orchestrate] {text}", file=chatter, flush=True))
+    if args.detach:
+        run = plan.run_id
+        chatter.write(f"[orchestrate] run {run} is running detached; follow it with:\n"
+                      f"  python -m orchestrate logs {run} -f      # its output\n"
+                      f"  python -m orchestrate attach {run}       # its output and summary\n"
+                      f"  python -m orchestrate stop {run} / down {run}\n")
+        out.write(f"{run}\n")
+        return EXIT_OK
     outcome = launch(plan, client, out=out)
     out.write(format_summary(outcome) + "\n")
     out.flush()
@@ -472,13 +565,121 @@ def command_fault(args: argparse.Namespace, out: IO[str]) -> int:
     return EXIT_OK
 
 
+def command_ps(out: IO[str]) -> int:
+    """``ps``: every run with its id, nodes, state, age and work directory."""
+    from orchestrate.engine import connect
+    from orchestrate.runs import age, list_runs
+
+    runs = list_runs(connect())
+    if not runs:
+        out.write("no runs\n")
+        return EXIT_OK
+    rows = [(r.run_id, f"{len(r.nodes)}" if len(r.nodes) == r.planned_nodes else f"{len(r.nodes)}/{r.planned_nodes}",
+             r.state.value, "detached" if r.detached else "foreground", age(r.created), r.workdir) for r in runs]
+    out.write("\n".join(format_table(("RUN ID", "NODES", "STATE", "MODE", "AGE", "WORKDIR"), rows)) + "\n")
+    return EXIT_OK
+
+
+def command_logs(args: argparse.Namespace, out: IO[str]) -> int:
+    """``logs RUN``: the run's output, all nodes or one, then followed with -f."""
+    from orchestrate.engine import connect
+    from orchestrate.logs import print_logs
+    from orchestrate.runs import find_run
+
+    print_logs(find_run(connect(), args.run_id), out, node=args.node, follow_live=args.follow)
+    return EXIT_OK
+
+
+def command_attach(args: argparse.Namespace, out: IO[str]) -> int:
+    """``attach RUN``: follow a run to its end (acting for a detached one) and summarise it."""
+    from orchestrate.engine import connect
+    from orchestrate.outcome import format_summary
+    from orchestrate.runs import find_run, spec_for_run
+    from orchestrate.supervise import Supervisor
+
+    client = connect()
+    run = find_run(client, args.run_id)
+    spec = spec_for_run(run)
+    with try_lock(spec.run_dir / "supervisor.lock") as holds_lock:
+        active = run.detached and holds_lock and not run.state.ended
+        role = "acting as its launcher" if active else "watching"
+        out.write(f"[orchestrate] attached to run {run.run_id} ({run.state.value}, {role}); Ctrl-C detaches\n")
+        supervisor = Supervisor(spec, client, out, active=active,
+                                containers={n.name: n.container for n in run.nodes})
+        try:
+            outcome = supervisor.follow()
+        except KeyboardInterrupt as exc:
+            out.write(f"\n[orchestrate] detached from run {run.run_id}; it keeps running (stop it with:"
+                      f" python -m orchestrate stop {run.run_id})\n")
+            return interrupt_exit_code(exc)
+    outcome.image_torch = image_torch_of(client, run)
+    out.write(format_summary(outcome) + "\n")
+    if run.detached:
+        out.write(f"remove it with: python -m orchestrate down {run.run_id}\n")
+    return outcome.exit_code()
+
+
+def image_torch_of(client: Any, run: Any) -> str:
+    from orchestrate.image import TORCH_LABEL
+    from orchestrate.launcher import image_label
+
+    image = run.nodes[0].container.attrs.get("Config", {}).get("Image", "") if run.nodes else ""
+    return image_label(client, image, TORCH_LABEL) if image else ""
+
+
+def command_stop(args: argparse.Namespace, out: IO[str]) -> int:
+    """``stop RUN``: stop its nodes, keep their containers, logs and state."""
+    from orchestrate.engine import connect
+    from orchestrate.runs import find_run, stop_run
+
+    run = find_run(connect(), args.run_id)
+    stopped = stop_run(run, args.timeout)
+    if stopped:
+        out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; logs and state kept"
+                  f" (remove it with: python -m orchestrate down {run.run_id})\n")
+    else:
+        out.write(f"run {run.run_id} has already ended ({run.state.value}); nothing to stop\n")
+    return EXIT_OK
+
+
+def command_down(args: argparse.Namespace, out: IO[str]) -> int:
+    """``down RUN``: remove the run's containers, network and volume."""
+    from orchestrate.engine import connect
+    from orchestrate.runs import find_run, remove_run
+
+    client = connect()
+    run = find_run(client, args.run_id)
+    removed = remove_run(client, run)
+    out.write(f"removed run {run.run_id}: {', '.join(removed)}\n")
+    if run.run_dir.is_dir():
+        out.write(f"its logs stay in {run.run_dir}\n")
+    return EXIT_OK
+
+
+def command_prune(out: IO[str]) -> int:
+    """``prune``: remove every run that ended or whose launcher is gone; say what went."""
+    from orchestrate.engine import connect
+    from orchestrate.runs import list_runs, remove_run
+
+    client = connect()
+    pruned = 0
+    for run in list_runs(client):
+        if run.state.ended:
+            removed = remove_run(client, run)
+            out.write(f"removed run {run.run_id} ({run.state.value}): {', '.join(removed)}\n")
+            pruned += 1
+    out.write(f"pruned {pruned} run(s)\n" if pruned else "nothing to prune: every run is still running\n")
+    return EXIT_OK
+
+
 def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int:
     """Run the command line and return its exit code.
 
     Exit codes: 0 success, 1 the job failed, 2 bad input or an environment problem
     (no engine, no image), 130 interrupted.
     """
-    options, target = split_target(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    options, target = split_target(argv)
     parser = build_parser()
     args = parser.parse_args(options)
     logging.basicConfig(
@@ -489,7 +690,19 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int
         if args.command in ("run", "plan"):
             if args.command == "plan":
                 args.dry_run = True
-            return command_run(args, target, out)
+            return command_run(args, target, out, "python -m orchestrate " + shlex.join(argv))
+        if args.command == "ps":
+            return command_ps(out)
+        if args.command == "logs":
+            return command_logs(args, out)
+        if args.command == "attach":
+            return command_attach(args, out)
+        if args.command == "stop":
+            return command_stop(args, out)
+        if args.command == "down":
+            return command_down(args, out)
+        if args.command == "prune":
+            return command_prune(out)
         if args.command == "fault":
             return command_fault(args, out)
         if args.command == "image" and args.image_command == "build":

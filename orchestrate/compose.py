@@ -10,26 +10,70 @@ from pathlib import Path
 from typing import Any
 
 from orchestrate.errors import ComposeError, EngineUnavailableError, NodeLookupError
-from orchestrate.plan import PROJECT_MOUNT_DIR, SHARED_DIR, WORKSPACE_DIR, JobPlan, NodePlan
+from orchestrate.plan import PROJECT_MOUNT_DIR, RUN_DIR_MOUNT, SHARED_DIR, WORKSPACE_DIR, JobPlan, NodePlan
 
 log = logging.getLogger(__name__)
 
 NETWORK = "ddp"
 SHARED_VOLUME = "shared"
-RUN_ID_LABEL = "io.ddp-compose.run-id"
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 COMPOSE_NETWORK_LABEL = "com.docker.compose.network"
+# Everything `ps`, `attach` and `prune` need is on the containers: the engine is the record.
+RUN_ID_LABEL = "io.ddp-compose.run-id"
 NODE_RANK_LABEL = "io.ddp-compose.node-rank"
+NODES_LABEL = "io.ddp-compose.nodes"
+NPROC_LABEL = "io.ddp-compose.nproc-per-node"
+RDZV_LABEL = "io.ddp-compose.rdzv"
+MAX_RESTARTS_LABEL = "io.ddp-compose.max-restarts"
+GPUS_LABEL = "io.ddp-compose.gpus"
+WORKDIR_LABEL = "io.ddp-compose.workdir"
+RUN_DIR_LABEL = "io.ddp-compose.run-dir"
+DETACHED_LABEL = "io.ddp-compose.detached"
+LAUNCHER_LABEL = "io.ddp-compose.launcher"
+CREATED_LABEL = "io.ddp-compose.created"
+COMMAND_LABEL = "io.ddp-compose.command"
 # Enough for DataLoader workers and NCCL's shared-memory transport; Docker's default is 64 MB.
 SHM_SIZE = "2gb"
+
+
+def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
+    """The labels of a node's container: the run's record in the engine."""
+    cfg = plan.config
+    return {
+        RUN_ID_LABEL: plan.run_id,
+        NODE_RANK_LABEL: str(node.node_rank),
+        NODES_LABEL: str(cfg.nodes),
+        NPROC_LABEL: str(cfg.nproc_per_node),
+        RDZV_LABEL: cfg.rdzv,
+        MAX_RESTARTS_LABEL: str(cfg.max_restarts),
+        GPUS_LABEL: ",".join(node.gpu_ids),
+        WORKDIR_LABEL: str(cfg.workdir),
+        RUN_DIR_LABEL: str(plan.run_dir),
+        DETACHED_LABEL: "1" if plan.detached else "0",
+        LAUNCHER_LABEL: plan.launcher,
+        CREATED_LABEL: plan.created,
+        COMMAND_LABEL: plan.command_line,
+    }
+
+
+def escape_interpolation(value: Any) -> Any:
+    """Double every ``$`` so that Compose passes strings through as they are (torchrun's
+    ``${rank}`` template, a user's ``--env PRICE=$5``)."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [escape_interpolation(v) for v in value]
+    if isinstance(value, dict):
+        return {k: escape_interpolation(v) for k, v in value.items()}
+    return value
 
 
 def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
     """Return the Compose service of one node.
 
-    The container only idles (``sleep infinity`` under ``init``): the launcher runs torchrun
-    in it with ``docker exec`` so that it sees every node's exit status and output.
+    Its main process is the node supervisor running torchrun (``node.command``), so the
+    container's exit code, log and restarts are torchrun's, and the engine holds them.
     """
     cfg = plan.config
     service: dict[str, Any] = {
@@ -37,9 +81,9 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
         "pull_policy": "never",
         "hostname": node.name,
         "init": True,
-        "command": ["sleep", "infinity"],
+        "command": escape_interpolation(list(node.command)),
         "working_dir": WORKSPACE_DIR,
-        "environment": dict(node.env),
+        "environment": escape_interpolation(dict(node.env)),
         "shm_size": SHM_SIZE,
         "stop_grace_period": "2s",
         "networks": [NETWORK],
@@ -52,8 +96,9 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
                 "read_only": True,
             },
             {"type": "volume", "source": SHARED_VOLUME, "target": SHARED_DIR},
+            {"type": "bind", "source": str(plan.run_dir), "target": RUN_DIR_MOUNT},
         ],
-        "labels": {RUN_ID_LABEL: plan.run_id, NODE_RANK_LABEL: str(node.node_rank)},
+        "labels": escape_interpolation(node_labels(plan, node)),
     }
     if cfg.run_as:
         # The invoking user's uid:gid, so that what the workers write is theirs on the host.

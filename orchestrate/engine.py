@@ -24,3 +24,12 @@ def connect(timeout_s: int = 120) -> Any:
             f"cannot reach the Docker engine ({reason[:160]}); start it (dockerd) or set DOCKER_HOST"
         ) from None
     return client
+
+
+def exec_output(client: Any, container: Any, argv: list[str]) -> tuple[int, str]:
+    """Run ``argv`` in ``container`` to completion; return its exit code and output."""
+    exec_id = client.api.exec_create(container.id, argv, stdout=True, stderr=True)["Id"]
+    output = client.api.exec_start(exec_id, stream=False)
+    code = client.api.exec_inspect(exec_id).get("ExitCode")
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+    return (code if code is not None else -1), text

@@ -18,10 +18,6 @@ _SPEC = re.compile(
     r"^(?P<action>[a-z]+):(?P<node>node\d+)"
     r"(?:@(?:t=(?P<seconds>\d+(?:\.\d+)?)s?|step=(?P<step>\d+)))?$"
 )
-# Training progress lines of any worker: "step 37", "step 37/100".
-STEP_LINE = re.compile(r"\bstep (\d+)\b")
-# What a worker prints when it resumes from a checkpoint: "resumed from ... step 16)".
-RESUMED_LINE = re.compile(r"\bresumed from \S+ \(.*\bstep (\d+)\)")
 
 
 class FaultAction(str, Enum):

@@ -146,3 +146,25 @@ def resolve_gpu_layout(
             f" that each span several GPUs: use a divisor of {gpus_per_node} for --nproc-per-node"
         )
     return GpuLayout(gpus_per_node, nproc, "gloo" if backend == "gloo" else "nccl")
+
+
+def free_gpus(indices: tuple[str, ...], held: dict[str, str]) -> tuple[str, ...]:
+    """The host GPUs no live node of another run holds (``held``: GPU id -> run id)."""
+    return tuple(g for g in indices if g not in held)
+
+
+def check_lease(wanted: int, indices: tuple[str, ...], held: dict[str, str]) -> tuple[str, ...]:
+    """The first ``wanted`` free GPUs; refused, naming the runs that hold the others.
+
+    Raises:
+        UsageError: ``4 GPUs wanted but only 2 are free: GPUs 0,1 are held by run R``.
+    """
+    free = free_gpus(indices, held)
+    if len(free) >= wanted:
+        return free[:wanted]
+    holders: dict[str, list[str]] = {}
+    for gpu, run in sorted(held.items()):
+        holders.setdefault(run, []).append(gpu)
+    named = "; ".join(f"GPUs {','.join(gpus)} are held by run {run}" for run, gpus in holders.items())
+    raise UsageError(f"{wanted} GPU(s) wanted but only {len(free)} of {len(indices)} are free: {named}"
+                     " (stop it with `python -m orchestrate stop RUN`, or ask for fewer)")

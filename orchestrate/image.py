@@ -9,7 +9,6 @@ become a layer and the Dockerfile stays one stage: no untagged image is left beh
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import logging
 import os
@@ -28,6 +27,7 @@ from typing import IO, Any, Callable, Iterator, Optional
 
 from orchestrate.config import DEFAULT_IMAGE, PROJECT_ROOT
 from orchestrate.errors import ImageUnavailableError
+from orchestrate.hostlock import host_lock
 from orchestrate.torch_versions import DEFAULT_TORCH, torchvision_for
 
 log = logging.getLogger(__name__)
@@ -77,17 +77,10 @@ class ImageBuild:
     seconds: float
 
 
-@contextlib.contextmanager
-def build_lock() -> Iterator[None]:
+def build_lock() -> Any:
     """Serialise image builds on this host: two runs that both miss an image build it once,
-    and one build's clean-up never removes a stage another build still needs."""
-    path = Path(tempfile.gettempdir()) / f"ddp-compose-build-{os.getuid()}.lock"
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    and one build's clean-up never removes an image another build still needs."""
+    return host_lock("build")
 
 
 def image_exists(client: Any, name: str) -> bool:

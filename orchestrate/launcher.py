@@ -1,13 +1,15 @@
 """The apply step: carry out a :class:`JobPlan` on a Docker engine.
 
-Bring the Compose project up, wait until every node resolves every other node, run
-torchrun in every node concurrently with ``docker exec``, stream and save their output,
-stop the others on the first failure, and tear everything down, whatever happens.
+Bring the Compose project up (every node's main process is torchrun, under the node
+supervisor), then either return (``--detach``: the engine holds the run) or follow it with a
+:class:`~orchestrate.supervise.Supervisor` to its end and tear everything down, whatever
+happens. A foreground launcher keeps a heartbeat in the run directory; if the launcher dies,
+the nodes notice within ``LEASE_TIMEOUT_S`` and stop themselves.
 """
 from __future__ import annotations
 
+import json
 import logging
-import queue
 import sys
 import threading
 import time
@@ -15,23 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
-
-from orchestrate.compose import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NETWORK, NODE_RANK_LABEL,
-                                 ComposeProject, project_network, write_compose_file)
+from orchestrate.compose import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NODE_RANK_LABEL, ComposeProject,
+                                 write_compose_file)
+from orchestrate.engine import exec_output
 from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
+from orchestrate.hostlock import try_lock
 from orchestrate.image import TORCH_LABEL
-from orchestrate.faults import (OOM_COUNTER_ARGV, RESUMED_LINE, STEP_LINE, FaultAction, FaultSpec, apply_fault,
-                                oom_kills, probe_node)
-from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Recovery, Timings
-from orchestrate.output import NodeOutput, OutputLine, open_node_log
-from orchestrate.plan import WORKSPACE_DIR, JobPlan, NodePlan
+from orchestrate.outcome import JobOutcome, Timings
+from orchestrate.plan import HEARTBEAT_FILE, PROGRESS_SUBDIR, JobPlan, NodePlan
+from orchestrate.progress import write_triggers
+from orchestrate.supervise import RunSpec, Supervisor
 
 log = logging.getLogger(__name__)
 
-# After the first failure, the other nodes get this long to end by themselves (so that
-# their own torchrun reports are not lost) before they are killed.
-FAILURE_GRACE_S = 3.0
+HEARTBEAT_INTERVAL_S = 2.0
 
 
 def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
@@ -53,45 +52,24 @@ def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
     return found[0]
 
 
-def exec_output(client: Any, container: Any, argv: list[str]) -> tuple[int, str]:
-    """Run ``argv`` in ``container`` to completion; return its exit code and output."""
-    exec_id = client.api.exec_create(container.id, argv, stdout=True, stderr=True)["Id"]
-    output = client.api.exec_start(exec_id, stream=False)
-    code = client.api.exec_inspect(exec_id).get("ExitCode")
-    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
-    return (code if code is not None else -1), text
-
-
-def wait_until_nodes_resolve(
-    client: Any, containers: dict[str, Any], plan: JobPlan, timeout_s: float
-) -> None:
-    """Poll until every node resolves every node's name, or the deadline passes.
+def wait_until_started(containers: dict[str, Any], timeout_s: float, clock: Callable[[], float]) -> None:
+    """Poll until every node container has started (it may have ended already).
 
     Raises:
-        NodesNotReadyError: Naming a node that still cannot resolve its peers.
+        NodesNotReadyError: Naming the nodes still not started at the deadline.
     """
-    names = [n.name for n in plan.nodes]
+    deadline = clock() + timeout_s
     pending = dict(containers)
-
-    def check_all() -> bool:
+    while pending:
         for name, container in list(pending.items()):
-            code, _ = exec_output(client, container, ["getent", "hosts", *names])
-            if code == 0:
+            container.reload()
+            if container.status != "created":
                 del pending[name]
-        return not pending
-
-    retrying = Retrying(
-        stop=stop_after_delay(timeout_s),
-        wait=wait_fixed(0.5),
-        retry=retry_if_result(lambda ready: not ready),
-    )
-    try:
-        retrying(check_all)
-    except RetryError:
-        raise NodesNotReadyError(
-            f"nodes not ready after {timeout_s:.0f} s: {', '.join(sorted(pending))} cannot"
-            f" resolve {', '.join(names)}"
-        ) from None
+        if not pending:
+            return
+        if clock() >= deadline:
+            raise NodesNotReadyError(f"nodes not started after {timeout_s:.0f} s: {', '.join(sorted(pending))}")
+        time.sleep(0.2)
 
 
 def gpu_topology(client: Any, plan: JobPlan, container: Any = None) -> str:
@@ -106,298 +84,104 @@ def gpu_topology(client: Any, plan: JobPlan, container: Any = None) -> str:
         request = docker.types.DeviceRequest(
             driver="nvidia", device_ids=list(plan.nodes[0].gpu_ids), capabilities=[["gpu"]]
         )
-        output = client.containers.run(plan.config.image, argv, device_requests=[request], remove=True)
+        output = client.containers.run(plan.image, argv, device_requests=[request], remove=True, entrypoint=[])
         return output.decode("utf-8", "replace").rstrip()
     except Exception as exc:  # the topology is information, never a reason to fail a run
         return f"(nvidia-smi topo -m unavailable: {str(exc).splitlines()[0][:200]})"
 
 
-@dataclass
-class _Event:
-    node: str
-    at: float
-    line: Optional[str] = None
-    exit_code: Optional[int] = None
-    done: bool = False
-    generation: int = 0
+class Heartbeat:
+    """The foreground launcher's lease on its nodes: a file rewritten every few seconds.
 
-
-def _stream_node(
-    client: Any, container: Any, node: NodePlan, events: "queue.Queue[_Event]",
-    clock: Callable[[], float], generation: int = 0,
-) -> None:
-    """Run torchrun in one node and turn its output and exit into events (a thread).
-
-    ``generation`` counts the launches on this node, so that the events of a superseded
-    launch are recognised.
+    The nodes (``node_main.py --lease``) stop themselves when it stops changing.
     """
-    exit_code: Optional[int] = None
-    try:
-        exec_id = client.api.exec_create(
-            container.id, list(node.torchrun_argv), stdout=True, stderr=True,
-            environment=node.env, workdir=WORKSPACE_DIR,
-        )["Id"]
-        pending = b""
-        for chunk in client.api.exec_start(exec_id, stream=True):
-            pending += chunk
-            *complete, pending = pending.split(b"\n")
-            for raw in complete:
-                events.put(_Event(node.name, clock(), line=raw.decode("utf-8", "replace"),
-                                  generation=generation))
-        if pending:
-            events.put(_Event(node.name, clock(), line=pending.decode("utf-8", "replace"),
-                              generation=generation))
-        exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
-    except Exception as exc:  # the container was killed, or the engine went away
-        log.debug("stream of %s ended: %s", node.name, exc)
-    events.put(_Event(node.name, clock(), exit_code=exit_code, done=True, generation=generation))
 
+    def __init__(self, path: Path, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        self.path = path
+        self.interval_s = interval_s
+        self.beats = 0
+        self.stopped = threading.Event()
 
-class JobRunner:
-    """Runs one planned job; see :func:`launch` for the whole sequence."""
+    def beat(self) -> None:
+        self.beats += 1
+        self.path.write_text(f"{self.beats} {time.time():.3f}\n")
 
-    def __init__(
-        self, plan: JobPlan, client: Any, out: IO[str], clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.plan = plan
-        self.client = client
-        self.out = out
-        self.clock = clock
-        self.containers: dict[str, Any] = {}
-        self.killed: set[str] = set()
-        self.results = {n.name: NodeResult(n) for n in plan.nodes}
-        self.width = max(len(f"{n.name}/rank{max(n.global_ranks, default=0)}") for n in plan.nodes) + 1
-        self.pending_faults: list[FaultSpec] = list(plan.config.faults)
-        self.max_step: Optional[int] = None
-        self.generation = {n.name: 0 for n in plan.nodes}
-        self.job_restarts = 0
-        self.recoveries: list[Recovery] = []
+    def start(self) -> "Heartbeat":
+        self.beat()
+        threading.Thread(target=self._run, name="heartbeat", daemon=True).start()
+        return self
 
-    def say(self, text: str) -> None:
-        self.out.write(f"[orchestrate] {text}\n")
-        self.out.flush()
-
-    def fire_due_faults(self, elapsed_s: float) -> None:
-        """Inject every fault whose time or training step has come."""
-        for fault in [f for f in self.pending_faults if f.due(elapsed_s, self.max_step)]:
-            self.pending_faults.remove(fault)
-            network = None
-            if fault.action is FaultAction.DISCONNECT:
-                network = project_network(self.client, self.plan.project_name)
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
             try:
-                apply_fault(self.client, self.containers[fault.node], fault.action, network)
-            except Exception as exc:  # a node that already ended cannot be faulted
-                self.say(f"fault {fault} could not be injected: {str(exc).splitlines()[0][:160]}")
-                continue
-            self.results[fault.node].fault = str(fault)
-            step = "-" if self.max_step is None else self.max_step
-            self.say(f"fault injected: {fault} ({elapsed_s:.1f} s into the job, at step {step})")
+                self.beat()
+            except OSError as exc:  # the run directory went away
+                log.debug("heartbeat: %s", exc)
 
-    def note_progress(self, line: OutputLine, at: float) -> None:
-        """Follow the training step the workers report (for @step= faults and recoveries)."""
-        if line.local_rank is None:
-            return
-        open_recovery = next((r for r in self.recoveries if r.resumed_at is None), None)
-        resumed = RESUMED_LINE.search(line.text)
-        if resumed and open_recovery is not None:
-            open_recovery.resumed_from = int(resumed.group(1))
-            return
-        match = STEP_LINE.search(line.text)
-        if not match:
-            return
-        step = int(match.group(1))
-        if open_recovery is not None and open_recovery.resumed_from is not None:
-            open_recovery.resumed_at = at
-            self.max_step = step
-            return
-        self.max_step = max(self.max_step or 0, step)
-
-    def node_died(self, name: str, exit_code: Optional[int]) -> bool:
-        """Whether a node's torchrun ended because the node itself died (killed, restarted)."""
-        if exit_code in (None, 137, 143) or self.results[name].fault:
-            return True
-        try:
-            self.containers[name].reload()
-            return self.containers[name].status != "running"
-        except Exception:  # gone altogether
-            return True
-
-    def launch_node(self, node: NodePlan, events: "queue.Queue[_Event]") -> None:
-        """Start torchrun on ``node`` (again); what earlier launches still report is stale."""
-        self.generation[node.name] += 1
-        threading.Thread(
-            target=_stream_node,
-            args=(self.client, self.containers[node.name], node, events, self.clock,
-                  self.generation[node.name]),
-            name=f"exec-{node.name}-{self.generation[node.name]}", daemon=True,
-        ).start()
-
-    def restart_job(self, dead: str, events: "queue.Queue[_Event]", at: float) -> None:
-        """Bring a dead node back and relaunch torchrun on every node (elastic recovery).
-
-        Every node restarts, not only the dead one: torch's c10d rendezvous lets a freshly
-        started agent join only if rank 0's agent is fresh too (an agent that stays rank 0
-        keeps its cached bootstrap address and never publishes it for the new round, so
-        the newcomer waits forever). Fresh agents everywhere form a fresh rendezvous, and
-        the workers resume from the latest checkpoint.
-        """
-        self.job_restarts += 1
-        result = self.results[dead]
-        cause = f"injected fault {result.fault}" if result.fault else "its death"
-        self.recoveries.append(Recovery(dead, cause, at, step_before=self.max_step))
-        self.say(f"{dead} died ({cause}); restarting every node so that it rejoins"
-                 f" ({self.job_restarts}/{self.plan.config.max_restarts})")
-        result.fault = ""
-        for node in self.plan.nodes:
-            self.containers[node.name].restart(timeout=0)
-        wait_until_nodes_resolve(self.client, self.containers, self.plan, self.plan.config.ready_timeout_s)
-        for node in self.plan.nodes:
-            self.launch_node(node, events)
-
-    def read_error_file(self, name: str, result: NodeResult) -> None:
-        """Complete a failed node's root cause from its worker's structured error file."""
-        cause = result.root_cause
-        if cause is None or not cause.error_file or name in self.killed:
-            return
-        try:
-            code, text = exec_output(self.client, self.containers[name], ["cat", cause.error_file])
-        except Exception as exc:  # the node is gone: torchrun's own report has to do
-            log.debug("reading %s on %s: %s", cause.error_file, name, exc)
-            return
-        if code == 0:
-            cause.add_error_file(text)
-
-    def probe_unresponsive(self, names: set[str]) -> None:
-        """Find the nodes among ``names`` that cannot answer their peers, and say why."""
-        for name in sorted(names):
-            reason = probe_node(self.containers[name], NETWORK)
-            if reason:
-                self.results[name].unresponsive = reason
-                self.say(f"{name} stopped answering: {reason}")
-
-    def probe_oom(self) -> None:
-        """Find the nodes whose processes the kernel OOM-killed (they explain their peers' failures)."""
-        for name, container in self.containers.items():
-            try:
-                container.reload()
-                state = container.attrs.get("State", {})
-                counter = exec_output(self.client, container, OOM_COUNTER_ARGV)[1] if state.get("Running") else None
-            except Exception as exc:  # gone: nothing more to learn from it
-                log.debug("OOM probe of %s: %s", name, exc)
-                continue
-            kills = oom_kills(state, counter)
-            if kills and not self.results[name].oom_kills:
-                self.results[name].oom_kills = kills
-                self.say(f"{name} was OOM-killed: the kernel killed {kills} process(es) at its memory limit")
-
-    def find_containers(self) -> None:
-        """Look up every node's container."""
-        for node in self.plan.nodes:
-            self.containers[node.name] = find_node_container(
-                self.client, self.plan.project_name, node
-            )
-
-    def kill(self, names: list[str]) -> None:
-        """Kill the named nodes' containers, ignoring those already gone."""
-        for name in names:
-            self.killed.add(name)
-            container = self.containers.get(name)
-            if container is None:
-                continue
-            try:
-                container.kill()
-            except Exception as exc:  # already stopped or removed
-                log.debug("kill %s: %s", name, exc)
-
-    def end_node(self, event: _Event, output: NodeOutput, started: float) -> bool:
-        """Record how a node's torchrun ended; return whether it failed by itself."""
-        result = self.results[event.node]
-        result.wall_s = event.at - started
-        result.ended_at = event.at
-        if event.exit_code == 0:
-            result.state, result.exit_code = NodeState.SUCCEEDED, 0
-            return False
-        if event.node in self.killed:
-            result.state, result.exit_code = NodeState.STOPPED, event.exit_code
-            return False
-        result.state, result.exit_code = NodeState.FAILED, event.exit_code
-        result.root_cause = output.root_cause()
-        result.last_lines = output.last_lines(result.root_cause.rank if result.root_cause else None)
-        self.read_error_file(event.node, result)
-        return True
-
-    def stop_others_after(self, failed: str, running: set[str], at: float) -> float:
-        """After the first failure: name and stop hung nodes now, the others after a grace.
-
-        Returns:
-            When the nodes still running are to be killed.
-        """
-        if self.plan.config.memory_per_node:
-            self.probe_oom()
-        self.probe_unresponsive(running)
-        # A hung or cut-off node has no report to finish: stop it now.
-        self.kill([n for n in running if self.results[n].unresponsive])
-        if not [n for n in running if n not in self.killed]:
-            return at
-        self.say(f"{failed} failed; stopping the other nodes in {FAILURE_GRACE_S:.0f} s")
-        return at + FAILURE_GRACE_S
-
-    def run_nodes(self, run_dir: Path, timings: Timings) -> None:
-        """Run torchrun on every node at once; return when every node has ended."""
-        events: "queue.Queue[_Event]" = queue.Queue()
-        outputs = {n.name: NodeOutput(n, open_node_log(run_dir, n)) for n in self.plan.nodes}
-        started = self.clock()
-        for node in self.plan.nodes:
-            self.results[node.name].state = NodeState.STOPPED
-            self.launch_node(node, events)
-        running = {n.name for n in self.plan.nodes}
-        kill_at: Optional[float] = None
-        try:
-            while running:
-                if self.pending_faults:
-                    self.fire_due_faults(self.clock() - started)
-                if kill_at is not None and self.clock() >= kill_at:
-                    self.kill(sorted(running))
-                    kill_at = float("inf")
-                try:
-                    event = events.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                output = outputs[event.node]
-                if event.line is not None:
-                    line = output.add(event.line, event.at)
-                    self.note_progress(line, event.at)
-                    self.out.write(line.render(self.width) + "\n")
-                    self.out.flush()
-                    continue
-                if event.generation != self.generation[event.node]:
-                    continue  # a launch that a restart superseded
-                if (self.plan.config.elastic and event.exit_code != 0 and kill_at is None
-                        and self.job_restarts < self.plan.config.max_restarts
-                        and self.node_died(event.node, event.exit_code)):
-                    self.restart_job(event.node, events, event.at)
-                    continue
-                running.discard(event.node)
-                failed = self.end_node(event, output, started)
-                if failed and kill_at is None:
-                    kill_at = self.stop_others_after(event.node, running, event.at)
-        finally:
-            for output in outputs.values():
-                output.log_file.close()
-            timings.job_s = self.clock() - started
-            timings.recoveries = list(self.recoveries)
-            # torchrun starts workers only once every node joined: the first worker line
-            # anywhere marks the end of the rendezvous (plus the workers' start-up).
-            firsts = [o.first_worker_line_at for o in outputs.values() if o.first_worker_line_at]
-            if firsts:
-                timings.rendezvous_s = min(firsts) - started
+    def stop(self) -> None:
+        self.stopped.set()
 
 
-def new_run_dir(plan: JobPlan) -> Path:
-    """Create and return the directory that holds the run's logs and Compose file."""
-    run_dir = plan.config.runs_dir / plan.run_id
+def spec_for(plan: JobPlan) -> RunSpec:
+    """What the supervisor needs of a planned run."""
+    cfg = plan.config
+    return RunSpec(plan.run_id, plan.project_name, plan.run_dir, plan.nodes, elastic=cfg.elastic,
+                   max_restarts=cfg.max_restarts, memory_limited=cfg.memory_per_node is not None,
+                   faults=cfg.faults, ready_timeout_s=cfg.ready_timeout_s)
+
+
+@dataclass
+class StartedRun:
+    """A run whose nodes are up."""
+
+    plan: JobPlan
+    compose: ComposeProject
+    containers: dict[str, Any]
+    bring_up_s: float
+    heartbeat: Optional[Heartbeat]
+
+
+def prepare_run_dir(plan: JobPlan) -> Path:
+    """Create the run's directory: Compose file, plan, fault triggers, progress directory."""
+    run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=False)
+    (run_dir / PROGRESS_SUBDIR).mkdir()
+    for node in plan.nodes:
+        (run_dir / node.name).mkdir()
+    write_triggers(run_dir / PROGRESS_SUBDIR, [f.at_step for f in plan.config.faults if f.at_step is not None])
+    (run_dir / "run.json").write_text(json.dumps({
+        "run_id": plan.run_id, "command": plan.command_line, "created": plan.created, "image": plan.image,
+        "backend": plan.backend, "world_size": plan.world_size, "detached": plan.detached,
+        "faults": [str(f) for f in plan.config.faults],
+        "nodes": [{"name": n.name, "node_rank": n.node_rank, "global_ranks": list(n.global_ranks),
+                   "gpus": list(n.gpu_ids), "torchrun": list(n.torchrun_argv)} for n in plan.nodes],
+    }, indent=2) + "\n")
     return run_dir
+
+
+def start_run(plan: JobPlan, client: Any, *, say: Callable[[str], None],
+              compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
+              clock: Callable[[], float] = time.monotonic) -> StartedRun:
+    """Bring the run's nodes up; they start torchrun by themselves.
+
+    Raises:
+        OrchestrateError: When bring-up fails; whatever was created is removed first.
+    """
+    run_dir = prepare_run_dir(plan)
+    compose = compose_factory(plan.project_name, write_compose_file(plan, run_dir / "compose.json"))
+    heartbeat = None if plan.detached else Heartbeat(run_dir / HEARTBEAT_FILE).start()
+    t0 = clock()
+    try:
+        say(f"run {plan.run_id}: bringing up {len(plan.nodes)} nodes (project {plan.project_name})")
+        compose.up()
+        containers = {n.name: find_node_container(client, plan.project_name, n) for n in plan.nodes}
+        wait_until_started(containers, plan.config.ready_timeout_s, clock)
+    except BaseException:
+        if heartbeat is not None:
+            heartbeat.stop()
+        teardown(compose, say)
+        raise
+    return StartedRun(plan, compose, containers, clock() - t0, heartbeat)
 
 
 def launch(
@@ -408,7 +192,7 @@ def launch(
     compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
     clock: Callable[[], float] = time.monotonic,
 ) -> JobOutcome:
-    """Carry out ``plan``: bring up, run, report, tear down.
+    """Carry out ``plan`` in the foreground: bring up, follow, report, tear down.
 
     Args:
         plan: What to run (from :func:`orchestrate.plan.make_plan`).
@@ -418,47 +202,54 @@ def launch(
         clock: Monotonic clock.
 
     Returns:
-        The outcome; it is a failure, not an exception, when a node fails.
-
-    Ctrl-C (KeyboardInterrupt) stops every node and tears down; the outcome then says it
-    was interrupted. A failure to bring the nodes up is reported in the outcome too.
+        The outcome; it is a failure, not an exception, when a node fails. Ctrl-C (or a
+        teardown signal raised as KeyboardInterrupt) stops every node and tears down; the
+        outcome then says it was interrupted. A failed bring-up is reported in it too.
     """
-    run_dir = new_run_dir(plan)
-    compose = compose_factory(plan.project_name, write_compose_file(plan, run_dir / "compose.json"))
-    runner = JobRunner(plan, client, out, clock)
+    def say(text: str) -> None:
+        out.write(f"[orchestrate] {text}\n")
+        out.flush()
+
     timings = Timings()
-    outcome = JobOutcome(plan.run_id, run_dir, list(runner.results.values()), timings)
-    say = runner.say
+    outcome = JobOutcome(plan.run_id, plan.run_dir, [], timings)
     outcome.image_torch = image_label(client, plan.image, TORCH_LABEL)
-    t0 = clock()
+    started: Optional[StartedRun] = None
+    supervisor: Optional[Supervisor] = None
     try:
-        say(f"run {plan.run_id}: bringing up {len(plan.nodes)} nodes (project {plan.project_name})")
-        compose.up()
-        runner.find_containers()
-        wait_until_nodes_resolve(client, runner.containers, plan, plan.config.ready_timeout_s)
-        timings.bring_up_s = clock() - t0
+        started = start_run(plan, client, say=say, compose_factory=compose_factory, clock=clock)
+        timings.bring_up_s = started.bring_up_s
         if plan.config.gpus_per_node:
             say("GPU topology seen from node0 (nvidia-smi topo -m):\n"
-                + gpu_topology(client, plan, runner.containers[plan.nodes[0].name]))
-        say(f"nodes up in {timings.bring_up_s:.1f} s; starting torchrun on every node")
-        runner.run_nodes(run_dir, timings)
+                + gpu_topology(client, plan, started.containers[plan.nodes[0].name]))
+        say(f"nodes up in {started.bring_up_s:.1f} s; torchrun runs on every node")
+        supervisor = Supervisor(spec_for(plan), client, out, active=True, containers=started.containers,
+                                clock=clock)
+        with try_lock(plan.run_dir / "supervisor.lock"):  # attach then only watches
+            followed = supervisor.follow()
+        outcome.results, outcome.timings = followed.results, followed.timings
+        outcome.timings.bring_up_s = started.bring_up_s
     except KeyboardInterrupt as exc:
         outcome.interrupted = True
         outcome.signal_number = int(getattr(exc, "signum", 2))
         say("interrupted: stopping every node")
-        runner.kill(list(runner.containers))
+        if supervisor is not None:
+            supervisor.stop_all()
+            outcome.results = [t.result for t in supervisor.trackers.values()]
     except OrchestrateError as exc:
         outcome.error, outcome.error_exit_code = str(exc), exc.exit_code
     except docker_errors() as exc:  # the engine refused something: an environment problem
         outcome.error = f"engine error: {str(exc).splitlines()[0][:300]}"
     finally:
-        t1 = clock()
-        if plan.config.keep:
-            say(f"--keep: leaving project {plan.project_name} running;"
-                f" remove it with: docker compose -p {plan.project_name} down -v")
-        else:
-            outcome.teardown_error = teardown(compose, say)
-        timings.teardown_s = clock() - t1
+        if started is not None:
+            if started.heartbeat is not None:
+                started.heartbeat.stop()
+            t1 = clock()
+            if plan.config.keep:
+                say(f"--keep: leaving run {plan.run_id} in the engine; remove it with:"
+                    f" python -m orchestrate down {plan.run_id}")
+            else:
+                outcome.teardown_error = teardown(started.compose, say)
+            outcome.timings.teardown_s = clock() - t1
     return outcome
 
 

@@ -3,21 +3,12 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 from orchestrate.output import RootCause, is_collateral
 from orchestrate.plan import NodePlan, format_table
-
-
-class NodeState(str, Enum):
-    """How one node's torchrun ended."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"  # killed by the launcher after another node failed or on Ctrl-C
-    NOT_STARTED = "not started"
+from orchestrate.states import NodePhase
 
 
 @dataclass
@@ -26,8 +17,8 @@ class NodeResult:
 
     Attributes:
         node: The node's plan.
-        state: How it ended.
-        exit_code: torchrun's exit status (None when it was never started or was killed).
+        state: Where it is; a final phase once it ended (CREATED: never started).
+        exit_code: torchrun's exit status, the container's (None while it runs).
         wall_s: Seconds from its launch to its end.
         ended_at: Monotonic time it ended (orders failures).
         root_cause: What torchrun reported as its first failure (with its error file).
@@ -35,10 +26,12 @@ class NodeResult:
         fault: The fault injected into this node, if any.
         unresponsive: Why the node could not answer its peers when the job failed, if so.
         oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
+        oom_reported: Whether the OOM kill was announced already.
+        killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
     """
 
     node: NodePlan
-    state: NodeState = NodeState.NOT_STARTED
+    state: NodePhase = NodePhase.CREATED
     exit_code: Optional[int] = None
     wall_s: float = 0.0
     ended_at: float = 0.0
@@ -47,6 +40,8 @@ class NodeResult:
     fault: str = ""
     unresponsive: str = ""
     oom_kills: int = 0
+    oom_reported: bool = False
+    killed_by_launcher: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,10 +108,10 @@ class Recovery:
 class Timings:
     """Seconds spent in each phase of a run."""
 
-    bring_up_s: float = 0.0
+    bring_up_s: Optional[float] = None
     rendezvous_s: Optional[float] = None
     job_s: float = 0.0
-    teardown_s: float = 0.0
+    teardown_s: Optional[float] = None
     recoveries: list[Recovery] = field(default_factory=list)
 
 
@@ -142,7 +137,7 @@ class JobOutcome:
             not self.interrupted
             and not self.error
             and bool(self.results)
-            and all(r.state is NodeState.SUCCEEDED for r in self.results)
+            and all(r.state is NodePhase.SUCCEEDED for r in self.results)
         )
 
     def exit_code(self, interrupt_code: int = 130) -> int:
@@ -186,13 +181,13 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
                            reason=f"OOM-killed: the kernel killed {result.oom_kills} process(es) at the"
                                   f" node's memory limit{rank}; raise --memory-per-node or use less memory")
     for result in results:
-        if result.unresponsive or (result.fault and result.state is not NodeState.SUCCEEDED):
+        if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED):
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
             if result.fault:
                 reason += f" (injected fault {result.fault})"
             return Failure(result.node.name, None, result.exit_code, "", tuple(result.last_lines),
                            reason=reason)
-    failed = [r for r in results if r.state is NodeState.FAILED]
+    failed = [r for r in results if r.state is NodePhase.FAILED]
     if not failed:
         return None
 
@@ -225,7 +220,7 @@ def died_at_exit(outcome: "JobOutcome") -> Optional[str]:
     if failure is None or failure.reason or failure.exit_code is None or failure.exit_code >= 0:
         return None
     others = [r for r in outcome.results if r.node.name != failure.node]
-    if not others or any(r.state is not NodeState.SUCCEEDED for r in others):
+    if not others or any(r.state is not NodePhase.SUCCEEDED for r in others):
         return None
     try:
         name = signal.Signals(-failure.exit_code).name
@@ -260,11 +255,13 @@ def format_summary(outcome: JobOutcome) -> str:
         for r in outcome.results
     ]
     t = outcome.timings
-    rendezvous = "-" if t.rendezvous_s is None else f"{t.rendezvous_s:.1f} s"
+    def seconds(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.1f} s"
+
     lines = ["", f"=== run {outcome.run_id} summary ===", *format_table(header, rows)]
     lines.append(
-        f"bring-up {t.bring_up_s:.1f} s | rendezvous {rendezvous} | job {t.job_s:.1f} s"
-        f" | teardown {t.teardown_s:.1f} s"
+        f"bring-up {seconds(t.bring_up_s)} | rendezvous {seconds(t.rendezvous_s)} | job {t.job_s:.1f} s"
+        f" | teardown {seconds(t.teardown_s)}"
     )
     for recovery in t.recoveries:
         lines.append(f"recovery: {recovery.describe()}")
@@ -282,7 +279,7 @@ def format_summary(outcome: JobOutcome) -> str:
     if failure is not None:
         lines.append(f"FAILED: {failure.describe()}")
         others = [r for r in outcome.results
-                  if r.state is NodeState.FAILED and r.node.name != failure.node and r.root_cause]
+                  if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         for other in others:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")

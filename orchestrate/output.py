@@ -10,8 +10,9 @@ from typing import IO, Optional
 
 from orchestrate.plan import NodePlan
 
-# torchrun --tee prefixes every worker line with "[<role><local rank>]:".
-_WORKER_LINE = re.compile(r"^\[(?P<role>[A-Za-z_]+?)(?P<local_rank>\d+)\]:(?P<text>.*)$")
+# torchrun --tee prefixes every worker line: "[<global rank>|<local rank>]:" with the launcher's
+# template (plan.LOG_LINE_PREFIX_TEMPLATE), "[<role><local rank>]:" by default (plain compose up).
+_WORKER_LINE = re.compile(r"^\[(?:(?P<rank>\d+)\|(?P<local>\d+)|(?P<role>[A-Za-z_]+?)(?P<local_rank>\d+))\]:(?P<text>.*)$")
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
 _RANK_FIELD = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)")
 _EXIT_FIELD = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
@@ -54,6 +55,8 @@ class OutputLine:
 def parse_line(node: NodePlan, raw: str) -> OutputLine:
     """Attribute one raw output line of ``node`` to its worker's global rank, if any."""
     match = _WORKER_LINE.match(raw)
+    if match and match.group("rank") is not None:
+        return OutputLine(node.name, match.group("text"), int(match.group("local")), int(match.group("rank")))
     if match:
         local_rank = int(match.group("local_rank"))
         if local_rank < len(node.global_ranks):

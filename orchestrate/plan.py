@@ -14,6 +14,17 @@ from orchestrate.user_env import shown_value
 WORKSPACE_DIR = "/workspace"
 PROJECT_MOUNT_DIR = "/opt/ddp-compose"
 SHARED_DIR = "/shared"
+# The run's directory on the host (logs, torchrun's error files, progress, the launcher's
+# heartbeat), mounted in every node.
+RUN_DIR_MOUNT = "/ddp-run"
+NODE_MAIN = f"{PROJECT_MOUNT_DIR}/orchestrate/node_main.py"
+HEARTBEAT_FILE = "heartbeat"
+PROGRESS_SUBDIR = "progress"
+# A node stops itself when the foreground launcher's heartbeat is this old: with the poll and
+# the stop grace, its containers end within LEASE_TIMEOUT_S + 7 s of the launcher's death.
+LEASE_TIMEOUT_S = 30
+# torchrun prefixes every worker line with its global and local rank: "[3|1]:text".
+LOG_LINE_PREFIX_TEMPLATE = "[${rank}|${local_rank}]:"
 # Each node sits on one project network, so its only interface besides lo is eth0.
 NODE_INTERFACE = "eth0"
 # The elastic rendezvous store (torchrun's c10d backend) listens here on node0.
@@ -31,8 +42,9 @@ class NodePlan:
             elastic mode, where the rendezvous decides them).
         gpu_ids: Host GPU indices reserved for this node (empty on CPU).
         process_gpus: For each local rank, the host GPU indices its process spans.
-        torchrun_argv: The exact command run inside the container.
+        torchrun_argv: The exact torchrun command of this node.
         env: Environment of that command.
+        command: The container's main process: the node supervisor around ``torchrun_argv``.
     """
 
     name: str
@@ -42,6 +54,7 @@ class NodePlan:
     process_gpus: tuple[tuple[str, ...], ...]
     torchrun_argv: tuple[str, ...]
     env: dict[str, str]
+    command: tuple[str, ...] = ()
 
     def global_rank(self, local_rank: int) -> int:
         """Return the global rank of this node's worker with ``local_rank``."""
@@ -65,6 +78,15 @@ class JobPlan:
     world_size: int
     backend: str
     nodes: tuple[NodePlan, ...]
+    detached: bool = False
+    launcher: str = ""
+    command_line: str = ""
+    created: str = ""
+
+    @property
+    def run_dir(self):
+        """The run's directory on the host: logs, torchrun's error files, progress."""
+        return self.config.runs_dir / self.run_id
 
 
 def node_name(node_rank: int) -> str:
@@ -104,8 +126,9 @@ def torchrun_argv(
 ) -> tuple[str, ...]:
     """Build the torchrun command of one node (static rendezvous).
 
-    ``--tee 3`` makes torchrun prefix every worker line with its local rank
-    (``[default0]:``), which the launcher turns into the global rank.
+    ``--tee 3`` prints every worker line prefixed by :data:`LOG_LINE_PREFIX_TEMPLATE`, and
+    ``--log-dir`` keeps each worker's output and structured error file in the node's
+    directory of the run, on the host.
     """
     return (
         "torchrun",
@@ -116,11 +139,27 @@ def torchrun_argv(
         "--master-port", str(master_port),
         "--max-restarts", "0",
         "--tee", "3",
+        "--log-dir", torchrun_log_dir(node_name(node_rank)),
         *target,
     )
 
 
-def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str) -> tuple[str, ...]:
+def torchrun_log_dir(node: str) -> str:
+    """Where torchrun keeps a node's per-worker logs and error files (inside the node)."""
+    return f"{RUN_DIR_MOUNT}/{node}/torchrun"
+
+
+def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detached: bool) -> tuple[str, ...]:
+    """The container's main process: the node supervisor (``orchestrate/node_main.py``)
+    waiting for the peers, holding the launcher's lease unless detached, and running torchrun."""
+    lease = () if detached else ("--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}",
+                                 "--lease-timeout", str(LEASE_TIMEOUT_S))
+    peers = ",".join(node_name(i) for i in range(config.nodes))
+    return ("python3", NODE_MAIN, "--peers", peers, "--ready-timeout", f"{config.ready_timeout_s:g}",
+            *lease, "--", *torchrun)
+
+
+def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str, node: str) -> tuple[str, ...]:
     """Build the torchrun command of every node in elastic mode (c10d rendezvous on node0).
 
     The same command runs on every node: the rendezvous assigns node and global ranks, and
@@ -139,6 +178,7 @@ def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str) -> tup
         "--max-restarts", str(config.max_restarts),
         "--monitor-interval", "0.5",
         "--tee", "3",
+        "--log-dir", torchrun_log_dir(node),
         *config.target,
     )
 
@@ -155,6 +195,8 @@ def node_env(config: RunConfig, backend: str) -> dict[str, str]:
         "PYTHONPATH": PROJECT_MOUNT_DIR,
         "DDP_BACKEND": backend,
         "DDP_SHARED_DIR": SHARED_DIR,
+        "DDP_PROGRESS_DIR": f"{RUN_DIR_MOUNT}/{PROGRESS_SUBDIR}",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_LINE_PREFIX_TEMPLATE,
         "GLOO_SOCKET_IFNAME": NODE_INTERFACE,
         "NCCL_SOCKET_IFNAME": NODE_INTERFACE,
     }
@@ -169,29 +211,40 @@ def node_env(config: RunConfig, backend: str) -> dict[str, str]:
     return env
 
 
-def make_plan(config: RunConfig, run_id: str) -> JobPlan:
+def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
+              gpu_ids: tuple[str, ...] = (), launcher: str = "", command_line: str = "",
+              created: str = "") -> JobPlan:
     """Plan a run: nodes, ranks, master address and every node's command.
 
     Args:
         config: The validated launch configuration.
         run_id: Unique id of this run; it names the Compose project, so two runs on one
             host never share containers or networks.
+        detached: The launcher will not stay: the nodes hold no lease on it.
+        launcher: Who launches it (``host:pid:start``), recorded so that ``ps`` can tell
+            a run whose launcher died.
+        command_line: The command line that asked for it (recorded for ``ps`` and reports).
+        created: When it was asked for (ISO 8601).
+        gpu_ids: The host GPUs this run may use, in order (the free ones, see
+            :mod:`orchestrate.gpus`); node ``i`` gets the ``i``-th block of
+            ``gpus_per_node``. Default: ``0 .. N*G-1``.
 
     Returns:
         The plan the apply step carries out.
     """
+    wanted = config.nodes * config.gpus_per_node
+    gpu_ids = tuple(gpu_ids) or tuple(str(g) for g in range(wanted))
+    if len(gpu_ids) < wanted:
+        raise ValueError(f"{wanted} GPUs planned but only {len(gpu_ids)} given")
     master_addr = node_name(0)
     backend = config.backend
     env = node_env(config, backend)
     per_process = config.gpus_per_node // config.nproc_per_node
     nodes = []
     for rank, global_ranks in enumerate(assign_ranks(config.nodes, config.nproc_per_node)):
-        gpu_ids = tuple(
-            str(g)
-            for g in range(rank * config.gpus_per_node, (rank + 1) * config.gpus_per_node)
-        )
+        node_gpus = gpu_ids[rank * config.gpus_per_node:(rank + 1) * config.gpus_per_node]
         if config.elastic:
-            argv = elastic_torchrun_argv(config, run_id, master_addr)
+            argv = elastic_torchrun_argv(config, run_id, master_addr, node_name(rank))
             global_ranks = ()
         else:
             argv = torchrun_argv(
@@ -203,12 +256,11 @@ def make_plan(config: RunConfig, run_id: str) -> JobPlan:
                 target=config.target,
             )
         process_gpus = tuple(
-            gpu_ids[local * per_process:(local + 1) * per_process]
+            node_gpus[local * per_process:(local + 1) * per_process]
             for local in range(config.nproc_per_node)
         )
-        nodes.append(
-            NodePlan(node_name(rank), rank, global_ranks, gpu_ids, process_gpus, argv, dict(env))
-        )
+        nodes.append(NodePlan(node_name(rank), rank, global_ranks, node_gpus, process_gpus, argv, dict(env),
+                              node_command(config, node_name(rank), argv, detached)))
     return JobPlan(
         run_id=run_id,
         project_name=f"ddp-{run_id}",
@@ -219,6 +271,10 @@ def make_plan(config: RunConfig, run_id: str) -> JobPlan:
         world_size=config.nodes * config.nproc_per_node,
         backend=backend,
         nodes=tuple(nodes),
+        detached=detached,
+        launcher=launcher,
+        command_line=command_line,
+        created=created,
     )
 
 

@@ -1,145 +1,250 @@
-"""The one fake Docker client (and fake Compose project) of the unit tests.
+"""The one fake Docker engine of the unit tests.
 
-It records every call it receives, so tests assert on what the launcher asked of Docker.
-A node's torchrun is scripted as lines to print and an exit code.
+A small simulation, not a recorder of canned answers: :class:`FakeCompose` creates the node
+containers from the Compose file the launcher really rendered (so labels and commands are the
+real ones), each container's main process is a :class:`Script` that writes timestamped log
+lines and exits, and the engine publishes ``start``/``die``/``oom``/``kill`` events to whoever
+follows them. Killing, pausing, restarting and removing behave as on the engine, and engine
+errors are the SDK's own exceptions. Every call is recorded in ``client.calls``.
 """
 from __future__ import annotations
 
+import json
+import queue
 import threading
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
 
 
 @dataclass
-class ScriptedExec:
-    """What torchrun "prints" and returns on one node; ``hang`` blocks until killed."""
+class Script:
+    """What a node's main process (torchrun) prints and how it ends.
+
+    ``hang``: it runs until killed. ``oom``: the kernel OOM-kills a process in it first.
+    ``then``: an action run after the lines (e.g. writing a progress file), followed by the
+    ``after`` lines (``after_delay_s`` later).
+    """
 
     lines: list[str] = field(default_factory=list)
     exit_code: int = 0
     hang: bool = False
+    delay_s: float = 0.005
+    oom: bool = False
+    then: Optional[Any] = None
+    after: list[str] = field(default_factory=list)
+    after_delay_s: float = 0.0
+
+
+def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
+    for item in [wanted] if isinstance(wanted, str) else list(wanted):
+        key, sep, value = item.partition("=")
+        if key not in labels or (sep and labels[key] != value):
+            return False
+    return True
+
+
+class FakeEventStream:
+    def __init__(self, engine: "FakeDockerClient", wanted: Any) -> None:
+        self.engine = engine
+        self.wanted = wanted
+        self.events: "queue.Queue[Optional[dict]]" = queue.Queue()
+        engine.subscribers.append(self)
+
+    def __iter__(self) -> Iterator[dict]:
+        while True:
+            event = self.events.get()
+            if event is None:
+                return
+            yield event
+
+    def close(self) -> None:
+        self.events.put(None)
 
 
 class FakeContainer:
-    def __init__(self, client: "FakeDockerClient", name: str, labels: dict[str, str]) -> None:
+    def __init__(self, client: "FakeDockerClient", name: str, service: dict) -> None:
         self.client = client
-        self.id = f"id-{name}"
         self.name = name
-        self.labels = labels
+        self.id = f"id-{name}"
+        self.labels = dict(service.get("labels", {}))
+        self.service = service
+        self.status = "created"
+        self.exit_code = 0
+        self.oom_killed = False
+        self.created = now_rfc3339()
+        self.started = "0001-01-01T00:00:00Z"
+        self.finished = "0001-01-01T00:00:00Z"
+        self.log: list[tuple[float, str]] = []
+        self.changed = threading.Condition()
         self.killed = threading.Event()
-        self.status = "running"
-        self.paused = False
-        self.networks = {f"{labels['com.docker.compose.project']}_ddp": {}}
+        self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
 
     @property
     def attrs(self) -> dict:
-        return {"State": {"Running": self.status == "running", "Paused": self.paused},
-                "NetworkSettings": {"Networks": self.networks}}
+        return {
+            "Created": self.created,
+            "Config": {"Image": self.service.get("image", ""), "Labels": self.labels},
+            "HostConfig": {"Memory": self.service.get("mem_limit", 0)},
+            "State": {"Status": self.status, "Running": self.status in ("running", "paused"),
+                      "Paused": self.status == "paused", "ExitCode": self.exit_code,
+                      "OOMKilled": self.oom_killed, "StartedAt": self.started, "FinishedAt": self.finished},
+            "NetworkSettings": {"Networks": self.networks},
+        }
+
+    # the main process -------------------------------------------------------------------
+
+    def start(self) -> None:
+        script = self.client.next_script(self.labels.get("com.docker.compose.service", self.name))
+        self.killed = threading.Event()
+        self.status, self.started = "running", now_rfc3339()
+        self.client.emit(self, "start")
+        threading.Thread(target=self._run, args=(script, self.killed), daemon=True).start()
+
+    def _run(self, script: Script, killed: threading.Event) -> None:
+        for line in script.lines:
+            if killed.is_set():
+                return
+            self.write(line)
+            time.sleep(script.delay_s)
+        if script.oom:
+            self.oom_killed = True
+            self.client.emit(self, "oom")
+        if script.then is not None:
+            script.then()
+        if script.after:
+            time.sleep(script.after_delay_s)
+        for line in script.after:
+            if killed.is_set():
+                return
+            self.write(line)
+        if script.hang:
+            killed.wait(timeout=30)
+            return
+        if not killed.is_set():
+            self.exit(script.exit_code)
+
+    def write(self, line: str) -> None:
+        with self.changed:
+            self.log.append((time.time(), line))
+            self.changed.notify_all()
+
+    def exit(self, code: int) -> None:
+        with self.changed:
+            self.status, self.exit_code, self.finished = "exited", code, now_rfc3339()
+            self.changed.notify_all()
+        self.client.emit(self, "die", exitCode=str(code))
+
+    # the SDK's model methods ------------------------------------------------------------
 
     def reload(self) -> None:
         self.client.calls.append(("reload", self.name))
+        if self.name not in self.client.containers_by_name:
+            import docker.errors
+
+            raise docker.errors.NotFound(f"No such container: {self.name}")
 
     def kill(self) -> None:
         self.client.calls.append(("kill", self.name))
+        if self.status not in ("running", "paused"):
+            import docker.errors
+
+            raise docker.errors.APIError(f"Container {self.name} is not running")
         self.killed.set()
-        self.status = "exited"
+        self.client.emit(self, "kill")
+        self.exit(137)
+
+    def stop(self, timeout: int = 10) -> None:
+        self.client.calls.append(("stop", self.name))
+        if self.status in ("running", "paused"):
+            self.killed.set()
+            self.exit(143)
 
     def pause(self) -> None:
         self.client.calls.append(("pause", self.name))
-        self.paused = True
+        self.status = "paused"
+        self.client.emit(self, "pause")
+
+    def unpause(self) -> None:
+        self.client.calls.append(("unpause", self.name))
+        self.status = "running"
 
     def restart(self, timeout: int = 10) -> None:
         self.client.calls.append(("restart", self.name))
-        self.killed.set()  # what ran in it dies; what is started afterwards does not
-        self.killed = threading.Event()
-        self.status = "running"
+        if self.status in ("running", "paused"):
+            self.killed.set()
+            self.exit(137)
+        self.start()
+
+    def remove(self, force: bool = False) -> None:
+        self.client.calls.append(("remove", self.name))
+        self.killed.set()
+        self.client.containers_by_name.pop(self.name, None)
+
+    def logs(self, stream: bool = False, follow: bool = False, timestamps: bool = False,
+             since: Optional[float] = None) -> Any:
+        def render(stamp: float, line: str) -> bytes:
+            prefix = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z ")
+            return ((prefix if timestamps else "") + line + "\n").encode()
+
+        if not stream:
+            return b"".join(render(s, ln) for s, ln in self.log if since is None or s >= since)
+
+        def chunks() -> Iterator[bytes]:
+            index = 0
+            while True:
+                with self.changed:
+                    while index >= len(self.log) and follow and self.status in ("running", "paused"):
+                        self.changed.wait(timeout=0.5)
+                    pending = self.log[index:]
+                    index = len(self.log)
+                    running = self.status in ("running", "paused")
+                for stamp, line in pending:
+                    if since is None or stamp >= since:
+                        yield render(stamp, line)
+                if not follow or not running:
+                    return
+
+        return chunks()
 
 
 class FakeNetwork:
-    def __init__(self, client: "FakeDockerClient", name: str) -> None:
+    def __init__(self, client: "FakeDockerClient", name: str, labels: dict) -> None:
         self.client = client
         self.name = name
+        self.labels = labels
 
     def disconnect(self, container: FakeContainer, force: bool = False) -> None:
         self.client.calls.append(("disconnect", container.name, self.name))
         container.networks.pop(self.name, None)
 
+    def remove(self) -> None:
+        self.client.calls.append(("network.remove", self.name))
+        self.client.networks_by_name.pop(self.name, None)
 
-class FakeNetworks:
-    def __init__(self, client: "FakeDockerClient") -> None:
+
+class FakeVolume(FakeNetwork):
+    def remove(self, force: bool = False) -> None:
+        self.client.calls.append(("volume.remove", self.name))
+        self.client.volumes_by_name.pop(self.name, None)
+
+
+class _Collection:
+    def __init__(self, client: "FakeDockerClient", attr: str) -> None:
         self.client = client
+        self.attr = attr
 
-    def list(self, filters: Optional[dict] = None) -> list[FakeNetwork]:
-        wanted = dict(item.partition("=")[::2] for item in (filters or {}).get("label", []))
-        project = wanted.get("com.docker.compose.project")
-        return [FakeNetwork(self.client, f"{project}_{wanted.get('com.docker.compose.network')}")]
-
-
-class FakeContainers:
-    def __init__(self, client: "FakeDockerClient") -> None:
-        self.client = client
-
-    def list(self, all: bool = False, filters: Optional[dict] = None) -> list[FakeContainer]:
-        self.client.calls.append(("containers.list", tuple((filters or {}).get("label", ()))))
+    def list(self, all: bool = False, filters: Optional[dict] = None) -> list:
         wanted = (filters or {}).get("label", [])
-        return [
-            c for c in self.client.containers_by_name.values()
-            if all_labels_match(c.labels, wanted)
-        ]
-
-
-def all_labels_match(labels: dict[str, str], wanted: list[str]) -> bool:
-    for item in wanted:
-        key, _, value = item.partition("=")
-        if labels.get(key) != value:
-            return False
-    return True
-
-
-class FakeAPI:
-    def __init__(self, client: "FakeDockerClient") -> None:
-        self.client = client
-        # exec id -> (container, argv, kwargs, its script, the container's kill event then)
-        self.execs: dict[str, tuple] = {}
-
-    def exec_create(self, container_id: str, cmd: list[str], **kwargs) -> dict:
-        container = next(c for c in self.client.containers_by_name.values() if c.id == container_id)
-        exec_id = f"exec-{len(self.execs)}"
-        script = None
-        if cmd[0] not in ("getent", *self.client.command_outputs) and not self.client.output_for(container.name, cmd):
-            script = self.client.next_script(container.name)
-        self.execs[exec_id] = (container, list(cmd), kwargs, script, container.killed)
-        self.client.calls.append(("exec_create", container.name, tuple(cmd)))
-        return {"Id": exec_id}
-
-    def exec_start(self, exec_id: str, stream: bool = False):
-        container, cmd, _, script, killed = self.execs[exec_id]
-        if cmd[0] == "getent":
-            return b"" if stream is False else iter([])
-        scripted = self.client.output_for(container.name, cmd)
-        if scripted:
-            return scripted[1]
-
-        def chunks():
-            for line in script.lines:
-                yield (line + "\n").encode()
-            if script.hang:
-                killed.wait(timeout=10)
-
-        return chunks()
-
-    def exec_inspect(self, exec_id: str) -> dict:
-        container, cmd, _, script, killed = self.execs[exec_id]
-        scripted = self.client.output_for(container.name, cmd)
-        if scripted:
-            return {"ExitCode": scripted[0]}
-        if cmd[0] == "getent":
-            resolved = self.client.resolve_after.get(container.name, 0)
-            self.client.resolve_after[container.name] = resolved - 1
-            return {"ExitCode": 0 if resolved <= 0 else 2}
-        if killed.is_set():
-            return {"ExitCode": 137}
-        return {"ExitCode": script.exit_code}
+        self.client.calls.append((f"{self.attr}.list", tuple([wanted] if isinstance(wanted, str) else wanted)))
+        found = getattr(self.client, self.attr).values()
+        return [item for item in list(found) if all_labels_match(item.labels, wanted)]
 
 
 class FakeImage:
@@ -155,6 +260,7 @@ class FakeImages:
     def __init__(self, client: "FakeDockerClient") -> None:
         self.client = client
         self.by_name: dict[str, FakeImage] = {}
+        self.pullable: set[str] = set()
 
     def add(self, name: str, **labels: str) -> FakeImage:
         self.by_name[name] = FakeImage(name, labels)
@@ -174,65 +280,100 @@ class FakeImages:
 
         self.client.calls.append(("images.pull", name))
         if name not in self.pullable:
-            raise docker.errors.APIError(f"pull access denied for {name}", explanation=f"dial tcp: lookup registry: no such host")
+            raise docker.errors.APIError(f"pull access denied for {name}",
+                                         explanation="dial tcp: lookup registry: no such host")
         return self.add(name)
 
-    pullable: set = set()
+
+class FakeAPI:
+    """``client.api``: exec, for the commands the launcher runs in a node (OOM counter, topology)."""
+
+    def __init__(self, client: "FakeDockerClient") -> None:
+        self.client = client
+        self.execs: dict[str, tuple[FakeContainer, list[str]]] = {}
+
+    def exec_create(self, container_id: str, cmd: list[str], **kwargs: Any) -> dict:
+        container = next(c for c in self.client.containers_by_name.values() if c.id == container_id)
+        exec_id = f"exec-{len(self.execs)}"
+        self.execs[exec_id] = (container, list(cmd))
+        self.client.calls.append(("exec_create", container.name, tuple(cmd)))
+        return {"Id": exec_id}
+
+    def exec_start(self, exec_id: str, stream: bool = False) -> bytes:
+        container, cmd = self.execs[exec_id]
+        return self.client.output_for(container.name, cmd)[1]
+
+    def exec_inspect(self, exec_id: str) -> dict:
+        container, cmd = self.execs[exec_id]
+        return {"ExitCode": self.client.output_for(container.name, cmd)[0]}
 
 
 class FakeDockerClient:
-    """A Docker SDK client double: ``containers``, ``api`` and a call log."""
+    """The engine: containers, networks, volumes, images, events, ``api`` and a call log."""
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self.containers_by_name: dict[str, FakeContainer] = {}
-        self.scripts: dict[str, ScriptedExec] = {}
-        # node -> how many getent checks fail before it resolves its peers
-        self.resolve_after: dict[str, int] = {}
-        # node -> scripts of its relaunches, in order (after its first script)
-        self.later_scripts: dict[str, list[ScriptedExec]] = {}
-        self.launches: dict[str, int] = {}
-        # other commands run with exec: argv[0] -> (exit code, output), or per node:
-        # (node, argv[0]) -> (exit code, output)
+        self.networks_by_name: dict[str, FakeNetwork] = {}
+        self.volumes_by_name: dict[str, FakeVolume] = {}
+        # node -> the scripts of its main process, one per start
+        self.scripts: dict[str, list[Script]] = {}
+        # what exec'd commands print: argv[0] or (node, argv[0]) -> (exit code, output)
         self.command_outputs: dict = {}
-        self.containers = FakeContainers(self)
-        self.networks = FakeNetworks(self)
+        self.subscribers: list[FakeEventStream] = []
+        self.containers = _Collection(self, "containers_by_name")
+        self.networks = _Collection(self, "networks_by_name")
+        self.volumes = _Collection(self, "volumes_by_name")
         self.images = FakeImages(self)
         self.api = FakeAPI(self)
 
-    def output_for(self, node: str, cmd: list[str]) -> Optional[tuple[int, bytes]]:
-        return self.command_outputs.get((node, cmd[0])) or self.command_outputs.get(cmd[0])
+    def script(self, node: str, *scripts: Script) -> None:
+        self.scripts[node] = list(scripts)
+
+    def next_script(self, node: str) -> Script:
+        queue_ = self.scripts.get(node) or [Script()]
+        return queue_.pop(0) if len(queue_) > 1 else queue_[0]
+
+    def output_for(self, node: str, cmd: list[str]) -> tuple[int, bytes]:
+        return self.command_outputs.get((node, cmd[0])) or self.command_outputs.get(cmd[0]) or (0, b"")
+
+    def emit(self, container: FakeContainer, action: str, **attributes: str) -> None:
+        event = {"Type": "container", "Action": action, "time": int(time.time()),
+                 "Actor": {"ID": container.id, "Attributes": {**container.labels, "name": container.name,
+                                                               **attributes}}}
+        for stream in list(self.subscribers):
+            if all_labels_match(container.labels, (stream.wanted or {}).get("label", [])):
+                stream.events.put(event)
+
+    def events(self, decode: bool = True, since: Any = None, filters: Optional[dict] = None) -> FakeEventStream:
+        self.calls.append(("events", json.dumps(filters, sort_keys=True)))
+        return FakeEventStream(self, filters)
 
     def info(self) -> dict:
         return {"NCPU": 2, "MemTotal": 24 * 1024**3, "Runtimes": {"runc": {}}}
 
-    def add_node(self, project: str, name: str, node_rank: int, script: ScriptedExec) -> None:
-        self.later_scripts.setdefault(name, [])
-        self.containers_by_name[name] = FakeContainer(self, name, {
-            "com.docker.compose.project": project,
-            "com.docker.compose.service": name,
-            "io.ddp-compose.node-rank": str(node_rank),
-        })
-        self.scripts[name] = script
-
-
-def _next_script(self: "FakeDockerClient", name: str) -> ScriptedExec:
-    launch = self.launches.get(name, 0)
-    self.launches[name] = launch + 1
-    if launch == 0:
-        return self.scripts[name]
-    return self.later_scripts[name][launch - 1]
-
-
-FakeDockerClient.next_script = _next_script
+    def up(self, compose_file: Path) -> None:
+        """What ``docker compose up -d`` does to the engine for the rendered project."""
+        project = json.loads(compose_file.read_text())
+        name = project["name"]
+        common = {"com.docker.compose.project": name}
+        self.networks_by_name[f"{name}_ddp"] = FakeNetwork(self, f"{name}_ddp", {**common, "com.docker.compose.network": "ddp"})
+        self.volumes_by_name[f"{name}_shared"] = FakeVolume(self, f"{name}_shared", dict(common))
+        for service_name, service in project["services"].items():
+            service = json.loads(json.dumps(service).replace("$$", "$"))
+            service["labels"] = {**service["labels"], **common, "com.docker.compose.service": service_name}
+            container = FakeContainer(self, f"{name}-{service_name}-1", service)
+            self.containers_by_name[container.name] = container
+        for container in [c for c in self.containers_by_name.values() if c.status == "created"]:
+            container.start()
 
 
 class FakeCompose:
-    """Stands in for ComposeProject; on ``up`` it creates the planned nodes in the client."""
+    """Stands in for ComposeProject: ``up`` and ``down`` act on the fake engine."""
 
-    instances: list["FakeCompose"] = []
-
+    engine: Optional[FakeDockerClient] = None
     fail_down = False
+    instances: list["FakeCompose"] = []
 
     def __init__(self, project_name: str, compose_file: Path) -> None:
         self.project_name = project_name
@@ -242,6 +383,8 @@ class FakeCompose:
 
     def up(self) -> None:
         self.calls.append("up")
+        assert FakeCompose.engine is not None
+        FakeCompose.engine.up(self.compose_file)
 
     def down(self) -> None:
         from orchestrate.errors import ComposeError
@@ -249,3 +392,10 @@ class FakeCompose:
         self.calls.append("down")
         if FakeCompose.fail_down:
             raise ComposeError(["docker", "compose", "down"], 1, "Error response from daemon: device busy")
+        engine = FakeCompose.engine
+        for container in [c for c in engine.containers_by_name.values()
+                          if c.labels.get("com.docker.compose.project") == self.project_name]:
+            container.remove(force=True)
+        for store in (engine.networks_by_name, engine.volumes_by_name):
+            for key in [k for k, v in store.items() if v.labels.get("com.docker.compose.project") == self.project_name]:
+                del store[key]

@@ -165,4 +165,6 @@ def wait_for(lines: "queue.Queue[str]", pattern: str, seen: list[str], timeout: 
         match = re.search(pattern, line)
         if match:
             return match
-    raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n{''.join(seen[-30:])}")
+    launcher = [line for line in seen if line.startswith("[orchestrate]")]
+    raise AssertionError(f"no line matching {pattern!r} within {timeout} s; the launcher said:\n{''.join(launcher)}"
+                         f"\nlast lines:\n{''.join(seen[-15:])}")

@@ -8,9 +8,9 @@ import pytest
 from tests.integration.conftest import leftovers
 
 pytestmark = pytest.mark.integration
+# app.train's default progress lines (one every 2 s): the @step trigger does not depend on them.
 TRAIN = ("-m", "app.train", "--data", "synthetic", "--data-dir", "data", "--train-size", "1024",
-         "--test-size", "256", "--epochs", "2", "--checkpoint-every", "4", "--resume",
-         "--log-interval", "0")
+         "--test-size", "256", "--epochs", "2", "--checkpoint-every", "4", "--resume")
 
 
 def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(orchestrate_run, docker_client, tmp_path):
@@ -26,13 +26,15 @@ def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(orchestrat
     assert hit.code == 0, hit.output[-4000:]
     assert "fault injected: kill:node1@step=12" in hit.output
     assert "node1 died (injected fault kill:node1@step=12); restarting every node" in hit.output
-    assert re.search(r"\[node\d/local0\]\s+resumed from ck-hit/step-\d+\.pt", hit.output)
+    # torchrun's prefix template gives elastic workers their global ranks
+    assert re.search(r"\[node\d/rank0\]\s+resumed from ck-hit/step-0000008\.pt", hit.output)
     recovery = re.search(r"recovery: node1 rejoined after injected fault kill:node1@step=12: recovery"
                          r" \(failure detected to first step after resume\) ([\d.]+) s; steps lost (\d+)"
                          r" \(last step (\d+), resumed from (\d+)\)", hit.output)
     assert recovery, hit.output[-3000:]
     seconds, lost, last, resumed = float(recovery[1]), int(recovery[2]), int(recovery[3]), int(recovery[4])
-    assert 0 < seconds < 60 and lost == last - resumed and resumed % 4 == 0 and lost < 12
+    # exact: the ranks waited at step 12 for the kill; step 12's checkpoint was never written
+    assert 0 < seconds < 60 and (last, resumed, lost) == (12, 8, 4)
     assert "SUCCEEDED: all 2 nodes exited 0" in hit.output
 
     calm_params = torch.load(tmp_path / "calm.pt", weights_only=True)

@@ -35,9 +35,22 @@ def test_workdir_project_and_shared_volume_are_mounted(make_job, tmp_path):
     assert service["working_dir"] == "/workspace"
 
 
-def test_nodes_are_labelled_with_run_and_node_rank(make_job):
-    services = render_compose(make_job("r1", nodes=2))["services"]
-    assert services["node1"]["labels"] == {RUN_ID_LABEL: "r1", NODE_RANK_LABEL: "1"}
+def test_nodes_carry_the_runs_record_in_their_labels(make_job, tmp_path):
+    services = render_compose(make_job("r1", nodes=2, nproc_per_node=2))["services"]
+    labels = services["node1"]["labels"]
+    assert labels[RUN_ID_LABEL] == "r1" and labels[NODE_RANK_LABEL] == "1"
+    assert labels["io.ddp-compose.nodes"] == "2" and labels["io.ddp-compose.nproc-per-node"] == "2"
+    assert labels["io.ddp-compose.workdir"] == str(tmp_path)
+    assert labels["io.ddp-compose.run-dir"] == str(tmp_path / "runs" / "r1")
+
+
+def test_the_run_directory_is_mounted_and_dollars_reach_the_node_unchanged(make_job, tmp_path):
+    service = render_compose(make_job("r1", user_env={"PRICE": "$5"}))["services"]["node0"]
+    mounts = {m["target"]: m for m in service["volumes"]}
+    assert mounts["/ddp-run"]["source"] == str(tmp_path / "runs" / "r1")
+    # Compose interpolates $VAR: every $ is doubled so torchrun's template and user values survive
+    assert service["environment"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[$${rank}|$${local_rank}]:"
+    assert service["environment"]["PRICE"] == "$$5"
 
 
 def test_cpu_nodes_have_no_gpu_reservation(make_job):

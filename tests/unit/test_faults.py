@@ -4,7 +4,7 @@ import pytest
 
 from orchestrate.errors import UsageError
 from orchestrate.faults import FaultAction, FaultSpec, check_fault_nodes, parse_fault, probe_node
-from tests.fakes import FakeDockerClient, ScriptedExec
+from tests.fakes import FakeContainer, FakeDockerClient
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -45,14 +45,15 @@ def test_faults_must_target_nodes_of_the_run():
 
 def test_probe_names_paused_stopped_and_cut_off_nodes():
     client = FakeDockerClient()
-    client.add_node("p", "node1", 1, ScriptedExec())
-    container = client.containers_by_name["node1"]
+    container = FakeContainer(client, "p-node1-1", {"labels": {"com.docker.compose.project": "p"}})
+    client.containers_by_name[container.name] = container
+    container.status = "running"
     assert probe_node(container, "ddp") is None
     container.networks.clear()
     assert probe_node(container, "ddp") == "it is cut off from the ddp network"
     container.pause()
     assert probe_node(container, "ddp") == "its container is paused (hung)"
-    container.paused, container.status = False, "exited"
+    container.status = "exited"
     assert probe_node(container, "ddp") == "its container is exited"
 
 

@@ -1,234 +1,206 @@
+"""The launcher and the supervisor against the simulated engine of tests/fakes.py."""
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pytest
 
 from orchestrate.errors import NodeLookupError
-from orchestrate.launcher import find_node_container, launch
-from orchestrate.outcome import NodeState
-from tests.fakes import FakeCompose, FakeDockerClient, ScriptedExec
-
-FAILURE_REPORT = [
-    "[default1]:RuntimeError: injected failure on rank 3",
-    "Root Cause (first observed failure):",
-    "[0]:",
-    "  rank      : 3 (local_rank: 1)",
-    "  exitcode  : 1 (pid: 42)",
-    "  traceback : Traceback (most recent call last):",
-    "  RuntimeError: injected failure on rank 3",
-    "=====",
-]
+from orchestrate.faults import parse_fault
+from orchestrate.launcher import Heartbeat, find_node_container, launch, start_run
+from orchestrate.plan import HEARTBEAT_FILE, NODE_MAIN
+from orchestrate.states import NodePhase
+from tests.fakes import FakeCompose, FakeDockerClient, Script
 
 
-def fake_engine(plan, scripts):
-    client = FakeDockerClient()
-    for node, script in zip(plan.nodes, scripts):
-        client.add_node(plan.project_name, node.name, node.node_rank, script)
-    return client
+def report(rank: int, local: int, exit_code: int = 1, error_file: str = "<N/A>", exc: str = "RuntimeError: boom"):
+    return ["Root Cause (first observed failure):", "[0]:", f"  rank      : {rank} (local_rank: {local})",
+            f"  exitcode  : {exit_code} (pid: 42)", f"  error_file: {error_file}",
+            f"  traceback : {exc}", "====="]
 
 
-def run(plan, client):
+def run(plan, client: FakeDockerClient, **scripts: list[Script]):
+    FakeCompose.engine = client
     FakeCompose.instances.clear()
+    for node, node_scripts in scripts.items():
+        client.script(node, *node_scripts)
     out = io.StringIO()
     outcome = launch(plan, client, out=out, compose_factory=FakeCompose)
     return outcome, out.getvalue(), FakeCompose.instances[-1]
 
 
-def test_success_streams_prefixed_lines_saves_logs_and_tears_down(make_job):
+def progress_writer(plan, rank: int, steps: range, resumed: int | None = None):
+    """A Script.then that reports steps on the run's progress channel, as a worker would."""
+    def write() -> None:
+        path = plan.run_dir / "progress" / f"rank{rank}.jsonl"
+        with open(path, "a") as handle:
+            if resumed is not None:
+                handle.write(json.dumps({"rank": rank, "resumed": resumed, "time": 1.0}) + "\n")
+            for step in steps:
+                handle.write(json.dumps({"rank": rank, "step": step, "time": 1.0, "loss": 0.5}) + "\n")
+    return write
+
+
+def test_success_streams_rank_prefixed_lines_saves_logs_and_removes_everything(make_job):
     plan = make_job(nodes=2, nproc_per_node=2)
-    client = fake_engine(plan, [
-        ScriptedExec(["[default0]:hello 0", "[default1]:hello 1"]),
-        ScriptedExec(["[default0]:hello 2", "[default1]:hello 3"]),
-    ])
-    outcome, text, compose = run(plan, client)
-    assert outcome.succeeded
+    client = FakeDockerClient()
+    outcome, text, compose = run(plan, client, node0=[Script(["[0|0]:hello 0", "[1|1]:hello 1"])],
+                                 node1=[Script(["[2|0]:hello 2", "[3|1]:hello 3"])])
+    assert outcome.succeeded and outcome.exit_code() == 0
     assert compose.calls == ["up", "down"]
     for rank in range(4):
         node = "node0" if rank < 2 else "node1"
         assert f"[{node}/rank{rank}] hello {rank}" in " ".join(text.split())
-    log1 = (outcome.run_dir / "node1.log").read_text().splitlines()
-    assert log1 == ["[node1/rank2] hello 2", "[node1/rank3] hello 3"]
-    assert (outcome.run_dir / "compose.json").exists()
-    assert outcome.timings.rendezvous_s is not None
+    assert (plan.run_dir / "node1.log").read_text().splitlines() == ["[node1/rank2] hello 2", "[node1/rank3] hello 3"]
+    assert [r.state for r in outcome.results] == [NodePhase.SUCCEEDED, NodePhase.SUCCEEDED]
+    assert client.containers_by_name == {} and client.networks_by_name == {} and client.volumes_by_name == {}
+    assert outcome.timings.bring_up_s is not None and outcome.timings.rendezvous_s is not None
 
 
-def test_torchrun_runs_in_every_node_with_its_planned_argv_and_env(make_job):
+def test_each_node_runs_torchrun_under_the_node_supervisor_with_the_runs_labels(make_job):
     plan = make_job(nodes=2)
-    client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
-    run(plan, client)
-    execs = {c.name: (cmd, kw) for c, cmd, kw, *_ in client.api.execs.values() if cmd[0] == "torchrun"}
+    client = FakeDockerClient()
+    seen = {}
+    FakeCompose.engine = client
+    start_run(plan, client, say=lambda _: None, compose_factory=FakeCompose)
+    for container in client.containers_by_name.values():
+        seen[container.labels["com.docker.compose.service"]] = container
     for node in plan.nodes:
-        cmd, kwargs = execs[node.name]
-        assert tuple(cmd) == node.torchrun_argv
-        assert kwargs["environment"] == node.env
-        assert kwargs["workdir"] == "/workspace"
+        command = seen[node.name].service["command"]
+        assert command[:2] == ["python3", NODE_MAIN]
+        assert command[command.index("--") + 1:] == list(node.torchrun_argv)
+        assert "--lease" in command  # a foreground run: the nodes hold the launcher's lease
+        labels = seen[node.name].labels
+        assert labels["io.ddp-compose.run-id"] == plan.run_id
+        assert labels["io.ddp-compose.run-dir"] == str(plan.run_dir)
+        assert labels["io.ddp-compose.detached"] == "0"
 
 
-def test_first_failure_stops_the_other_nodes_and_names_node_and_rank(make_job):
+def test_a_detached_run_holds_no_lease_on_its_launcher(make_job):
+    from orchestrate.plan import make_plan
+
+    attached, detached = make_job(nodes=1).config, None
+    detached = make_plan(attached, "d1", detached=True)
+    assert "--lease" not in detached.nodes[0].command
+    assert "--lease" in make_plan(attached, "f1").nodes[0].command
+
+
+def test_the_first_failure_stops_the_others_after_a_grace_and_names_node_and_rank(make_job):
     plan = make_job(nodes=3, nproc_per_node=2)
-    client = fake_engine(plan, [
-        ScriptedExec(["[default0]:waiting"], hang=True),
-        ScriptedExec(FAILURE_REPORT, exit_code=1),
-        ScriptedExec(["[default0]:waiting"], hang=True),
-    ])
-    outcome, text, compose = run(plan, client)
-    assert not outcome.succeeded
+    client = FakeDockerClient()
+    outcome, text, compose = run(plan, client, node0=[Script(["[0|0]:waiting"], hang=True)],
+                                 node1=[Script(["[3|1]:RuntimeError: injected failure on rank 3",
+                                                *report(3, 1, exc="RuntimeError: injected failure on rank 3")],
+                                               exit_code=1)],
+                                 node2=[Script(["[4|0]:waiting"], hang=True)])
+    assert not outcome.succeeded and outcome.exit_code() == 1
     states = {r.node.name: r.state for r in outcome.results}
-    assert states == {"node0": NodeState.STOPPED, "node1": NodeState.FAILED, "node2": NodeState.STOPPED}
-    assert sorted(c[1] for c in client.calls if c[0] == "kill") == ["node0", "node2"]
+    assert states == {"node0": NodePhase.STOPPED, "node1": NodePhase.FAILED, "node2": NodePhase.STOPPED}
+    assert sorted(c[1] for c in client.calls if c[0] == "kill") == ["ddp-test-run-node0-1", "ddp-test-run-node2-1"]
+    assert "node1 failed; stopping the other nodes in 3 s" in text
     failure = outcome.failure
     assert (failure.node, failure.rank, failure.exit_code) == ("node1", 3, 1)
-    assert failure.exception == "RuntimeError: injected failure on rank 3"
     assert compose.calls[-1] == "down"
 
 
-def test_nodes_are_polled_until_they_resolve_each_other(make_job):
-    plan = make_job(nodes=2)
-    client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
-    client.resolve_after = {"node1": 2}
-    outcome, _, _ = run(plan, client)
-    assert outcome.succeeded
-    getents = [c for c in client.calls if c[0] == "exec_create" and c[2][0] == "getent"]
-    assert [c[1] for c in getents].count("node1") == 3
-    assert getents[0][2] == ("getent", "hosts", "node0", "node1")
+def test_the_root_cause_traceback_comes_from_the_error_file_on_the_host_mount(make_job):
+    plan = make_job(nodes=1, nproc_per_node=2)
+    container_path = "/ddp-run/node0/torchrun/r_x/attempt_0/1/error.json"
 
+    def write_error_file() -> None:
+        host = plan.run_dir / "node0/torchrun/r_x/attempt_0/1/error.json"
+        host.parent.mkdir(parents=True)
+        host.write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": {
+            "py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9\nValueError: bad batch",
+            "timestamp": "1700000000"}}}))
 
-def test_nodes_that_never_resolve_fail_the_run_and_are_torn_down(make_job):
-    plan = make_job(nodes=2, ready_timeout_s=1.0)
-    client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
-    client.resolve_after = {"node1": 10**6}
-    outcome, _, compose = run(plan, client)
-    assert not outcome.succeeded
-    assert "node1 cannot resolve node0, node1" in outcome.error
-    assert compose.calls == ["up", "down"]
-    assert not any(c for c in client.calls if c[0] == "exec_create" and c[2][0] == "torchrun")
-
-
-def test_keep_leaves_the_project_up(make_job):
-    plan = make_job(nodes=1, keep=True)
-    _, text, compose = run(plan, fake_engine(plan, [ScriptedExec()]))
-    assert compose.calls == ["up"]
-    assert f"docker compose -p {plan.project_name} down -v" in text
-
-
-def test_ctrl_c_stops_every_node_and_tears_down(make_job, monkeypatch):
-    plan = make_job(nodes=2)
-    client = fake_engine(plan, [ScriptedExec(hang=True), ScriptedExec(hang=True)])
-    import orchestrate.launcher as launcher
-
-    original = launcher.JobRunner.run_nodes
-
-    def interrupted(self, run_dir, timings):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(launcher.JobRunner, "run_nodes", interrupted)
-    outcome, _, compose = run(plan, client)
-    monkeypatch.setattr(launcher.JobRunner, "run_nodes", original)
-    assert outcome.interrupted and not outcome.succeeded
-    assert sorted(c[1] for c in client.calls if c[0] == "kill") == ["node0", "node1"]
-    assert compose.calls == ["up", "down"]
-
-
-@pytest.mark.parametrize("copies", [0, 2])
-def test_node_lookup_needs_exactly_one_labelled_container(make_job, copies):
-    plan = make_job(nodes=1)
     client = FakeDockerClient()
-    for i in range(copies):
-        client.add_node(plan.project_name, f"node0-{i}", 0, ScriptedExec())
-        client.containers_by_name[f"node0-{i}"].labels["com.docker.compose.service"] = "node0"
-    with pytest.raises(NodeLookupError, match=f"found {copies}"):
-        find_node_container(client, plan.project_name, plan.nodes[0])
+    outcome, text, _ = run(plan, client, node0=[Script(report(1, 1, error_file=container_path), exit_code=1,
+                                                       then=write_error_file)])
+    failure = outcome.failure
+    assert failure.exception == "ValueError: bad batch"
+    assert 'File "train.py", line 9' in failure.traceback
 
 
-def test_gpu_runs_show_the_topology_node0_sees(make_job):
-    plan = make_job(nodes=2, gpus_per_node=1, backend="nccl")
-    client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
-    client.command_outputs["nvidia-smi"] = (0, b"        GPU0\nGPU0     X \n")
-    outcome, text, _ = run(plan, client)
-    assert outcome.succeeded
-    assert "GPU topology seen from node0 (nvidia-smi topo -m):\n        GPU0\nGPU0     X" in text
-    topo = [c for c in client.calls if c[0] == "exec_create" and c[2][0] == "nvidia-smi"]
-    assert topo == [("exec_create", "node0", ("nvidia-smi", "topo", "-m"))]
-
-
-def test_cpu_runs_do_not_ask_for_a_gpu_topology(make_job):
-    plan = make_job(nodes=2)
-    client = fake_engine(plan, [ScriptedExec(), ScriptedExec()])
-    run(plan, client)
-    assert not [c for c in client.calls if c[0] == "exec_create" and c[2][0] == "nvidia-smi"]
-
-
-def test_a_fault_fires_at_its_step_and_explains_the_failure(make_job):
-    from orchestrate.faults import parse_fault
-
+def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_named(make_job):
     plan = make_job(nodes=2, faults=(parse_fault("pause:node1@step=3"),))
-    steps = [f"[default0]:step {i}" for i in range(1, 6)]
-    client = fake_engine(plan, [
-        ScriptedExec(steps + FAILURE_REPORT[1:4] + ["  rank      : 0 (local_rank: 0)", "====="], exit_code=1),
-        ScriptedExec(["[default0]:waiting"], hang=True),
-    ])
-    outcome, text, compose = run(plan, client)
-    assert ("pause", "node1") in client.calls
+    triggers = json.loads((Path(plan.run_dir) / "progress" / "triggers.json").read_text()) \
+        if (Path(plan.run_dir) / "progress").exists() else None
+    client = FakeDockerClient()
+    outcome, text, _ = run(
+        plan, client,
+        node0=[Script(["[0|0]:training"], then=progress_writer(plan, 0, range(1, 6)), exit_code=1,
+                      after=report(0, 0, exc="RuntimeError: Timed out waiting for node1"), after_delay_s=1.0)],
+        node1=[Script(["[1|0]:training"], hang=True)],
+    )
+    assert triggers is None  # the run directory is made by the launcher, not before
+    assert json.loads((plan.run_dir / "progress" / "triggers.json").read_text()) == {"steps": [3]}
+    assert (plan.run_dir / "progress" / "fired-3").exists()  # the waiting ranks were let go
+    assert ("pause", "ddp-test-run-node1-1") in client.calls
     assert "fault injected: pause:node1@step=3" in text
-    assert outcome.failure.describe() == (
-        "node1 stopped answering: its container is paused (hung) (injected fault pause:node1@step=3)")
-    # the hung node is stopped at once, not after the grace period
-    assert ("kill", "node1") in client.calls and "stopping the other nodes" not in text
+    assert outcome.failure.describe() == ("node1 stopped answering: its container is paused (hung)"
+                                          " (injected fault pause:node1@step=3)")
 
 
-def test_elastic_mode_restarts_every_node_when_one_dies_and_ignores_stale_exits(make_job):
-    from orchestrate.faults import parse_fault
+def test_a_node_that_stopped_answering_is_the_cause_and_is_killed_at_once(make_job):
+    plan = make_job(nodes=2)
+    client = FakeDockerClient()
 
+    def pause_node1() -> None:
+        client.containers_by_name["ddp-test-run-node1-1"].pause()
+
+    outcome, text, _ = run(plan, client,
+                           node0=[Script(["[0|0]:waiting", *report(0, 0, exc="RuntimeError: Timed out")],
+                                         exit_code=1, then=pause_node1)],
+                           node1=[Script(["[1|0]:waiting"], hang=True)])
+    assert outcome.failure.describe() == "node1 stopped answering: its container is paused (hung)"
+    assert "stopping the other nodes" not in text  # a hung node has no report to finish
+
+
+def test_elastic_mode_restarts_every_node_when_one_dies_and_measures_the_recovery(make_job):
     plan = make_job(nodes=2, rdzv="c10d", max_restarts=1, faults=(parse_fault("kill:node1@step=2"),))
-    steps = [f"[default0]:step {i}" for i in range(1, 4)]
-    client = fake_engine(plan, [ScriptedExec(steps, hang=True), ScriptedExec(["[default0]:up"], hang=True)])
-    client.later_scripts = {
-        "node0": [ScriptedExec(["[default0]:resumed from ck/step-2.pt (epoch 0, step 2)",
-                                "[default0]:step 3", "[default0]:step 4"])],
-        "node1": [ScriptedExec(["[default0]:up again"])],
-    }
-    outcome, text, _ = run(plan, client)
+    client = FakeDockerClient()
+    outcome, text, _ = run(
+        plan, client,
+        node0=[Script(["[0|0]:step"], then=progress_writer(plan, 0, range(1, 4)), hang=True),
+               Script(["[0|0]:resumed"], then=progress_writer(plan, 0, range(3, 5), resumed=2))],
+        node1=[Script(["[1|0]:up"], hang=True), Script(["[1|0]:up again"])],
+    )
     assert outcome.succeeded, text
-    assert [c[1] for c in client.calls if c[0] == "restart"] == ["node0", "node1"]
+    assert sorted(c[1] for c in client.calls if c[0] == "restart") == ["ddp-test-run-node0-1", "ddp-test-run-node1-1"]
     assert "node1 died (injected fault kill:node1@step=2); restarting every node" in text
     [recovery] = outcome.timings.recoveries
-    assert (recovery.node, recovery.step_before, recovery.resumed_from, recovery.steps_lost) == ("node1", 3, 2, 1)
+    assert (recovery.node, recovery.resumed_from) == ("node1", 2)
+    assert recovery.step_before >= 2 and recovery.steps_lost == recovery.step_before - 2
     assert recovery.recovery_s is not None and recovery.recovery_s >= 0
-    from orchestrate.outcome import format_summary
-
-    assert "recovery: node1 rejoined after injected fault kill:node1@step=2" in format_summary(outcome)
 
 
-def test_elastic_mode_without_restarts_left_fails(make_job):
-    from orchestrate.faults import parse_fault
-
+def test_elastic_mode_without_restarts_left_fails_naming_the_node(make_job):
     plan = make_job(nodes=2, rdzv="c10d", max_restarts=0, faults=(parse_fault("kill:node1@step=1"),))
-    client = fake_engine(plan, [ScriptedExec(["[default0]:step 1"], hang=True), ScriptedExec(hang=True)])
-    outcome, text, _ = run(plan, client)
+    client = FakeDockerClient()
+    outcome, text, _ = run(plan, client,
+                           node0=[Script(["[0|0]:step 1"], then=progress_writer(plan, 0, range(1, 2)), hang=True)],
+                           node1=[Script(hang=True)])
     assert not outcome.succeeded
     assert outcome.failure.describe() == "node1 failed (injected fault kill:node1@step=1)"
     assert not [c for c in client.calls if c[0] == "restart"]
 
 
-def test_an_oom_killed_node_is_found_by_its_cgroup_counter_and_named(make_job):
+def test_an_oom_killed_node_is_named_from_the_engine(make_job):
     plan = make_job(nodes=2, memory_per_node=1024**3)
-    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 0)",
-              "  exitcode  : -9 (pid: 7)", "====="]
-    client = fake_engine(plan, [ScriptedExec(["[default0]:waiting"], hang=True), ScriptedExec(report, exit_code=1)])
-    client.command_outputs[("node1", "sh")] = (0, b"oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
-    client.command_outputs[("node0", "sh")] = (0, b"oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
-    outcome, text, _ = run(plan, client)
-    assert "node1 was OOM-killed" in text and "node0 was OOM-killed" not in text
-    assert outcome.failure.describe().startswith("node1 OOM-killed")
-    assert outcome.exit_code() == 1
+    client = FakeDockerClient()
+    outcome, text, _ = run(plan, client, node0=[Script(["[0|0]:waiting"], hang=True)],
+                           node1=[Script(report(1, 0, exit_code=-9, exc="Signal 9 (SIGKILL)"), exit_code=1, oom=True)])
+    assert outcome.failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es)")
 
 
 def test_a_teardown_that_fails_is_never_success(make_job):
     plan = make_job(nodes=1)
     FakeCompose.fail_down = True
     try:
-        outcome, text, compose = run(plan, fake_engine(plan, [ScriptedExec()]))
+        outcome, _, compose = run(plan, FakeDockerClient())
     finally:
         FakeCompose.fail_down = False
     assert compose.calls.count("down") == 3
@@ -236,9 +208,82 @@ def test_a_teardown_that_fails_is_never_success(make_job):
     assert outcome.exit_code() == 2
 
 
+def test_ctrl_c_stops_every_node_and_tears_down(make_job, monkeypatch):
+    import orchestrate.supervise as supervise
+
+    plan = make_job(nodes=2)
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(supervise.Supervisor, "follow", interrupted)
+    client = FakeDockerClient()
+    outcome, _, compose = run(plan, client, node0=[Script(hang=True)], node1=[Script(hang=True)])
+    assert outcome.interrupted and outcome.exit_code(130) == 130
+    assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
+    assert compose.calls == ["up", "down"]
+
+
+def test_keep_leaves_the_run_in_the_engine(make_job):
+    plan = make_job(nodes=1, keep=True)
+    outcome, text, compose = run(plan, FakeDockerClient())
+    assert compose.calls == ["up"]
+    assert f"python -m orchestrate down {plan.run_id}" in text
+
+
+@pytest.mark.parametrize("copies", [0, 2])
+def test_node_lookup_needs_exactly_one_labelled_container(make_job, copies):
+    plan = make_job(nodes=1)
+    client = FakeDockerClient()
+    for i in range(copies):
+        from tests.fakes import FakeContainer
+
+        client.containers_by_name[f"c{i}"] = FakeContainer(client, f"c{i}", {"labels": {
+            "com.docker.compose.project": plan.project_name, "com.docker.compose.service": "node0",
+            "io.ddp-compose.node-rank": "0"}})
+    with pytest.raises(NodeLookupError, match=f"found {copies}"):
+        find_node_container(client, plan.project_name, plan.nodes[0])
+
+
+def test_gpu_runs_show_the_topology_node0_sees(make_job):
+    plan = make_job(nodes=2, gpus_per_node=1, backend="nccl")
+    client = FakeDockerClient()
+    client.command_outputs["nvidia-smi"] = (0, b"        GPU0\nGPU0     X \n")
+    outcome, text, _ = run(plan, client)
+    assert outcome.succeeded
+    assert "GPU topology seen from node0 (nvidia-smi topo -m):\n        GPU0\nGPU0     X" in text
+
+
 def test_the_image_torch_version_is_reported(make_job):
     plan = make_job(nodes=1)
-    client = fake_engine(plan, [ScriptedExec()])
+    client = FakeDockerClient()
     client.images.add(plan.image, **{"io.ddp-compose.torch": "2.9.1"})
     outcome, _, _ = run(plan, client)
     assert outcome.image_torch == "2.9.1"
+
+
+def test_the_heartbeat_changes_while_the_launcher_lives(tmp_path):
+    beat = Heartbeat(tmp_path / HEARTBEAT_FILE, interval_s=0.05).start()
+    first = (tmp_path / HEARTBEAT_FILE).read_text()
+    import time
+
+    deadline = time.monotonic() + 5
+    while (tmp_path / HEARTBEAT_FILE).read_text() == first and time.monotonic() < deadline:
+        time.sleep(0.02)
+    beat.stop()
+    assert (tmp_path / HEARTBEAT_FILE).read_text() != first
+
+
+def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make_job, monkeypatch):
+    import orchestrate.supervise as supervise
+
+    monkeypatch.setattr(supervise, "NO_PROGRESS_WARNING_S", 0.3)
+    plan = make_job(nodes=2, faults=(parse_fault("kill:node1@step=5"),))
+    client = FakeDockerClient()
+    outcome, text, _ = run(plan, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_delay_s=1.5)],
+                           node1=[Script(["[1|0]:working"], after=["[1|0]:done"], after_delay_s=1.5)])
+    assert outcome.succeeded
+    assert "kill:node1@step=5: fires when a worker reports that step" in text
+    assert ("no worker has reported a training step in 0 s: kill:node1@step=5 cannot fire;"
+            " report steps with orchestrate.progress.report(step)") in text
+    assert "fault injected" not in text

@@ -3,7 +3,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrate.outcome import JobOutcome, NodeResult, NodeState, Timings, find_failure, format_summary
+from orchestrate.outcome import JobOutcome, NodeResult, Timings, find_failure, format_summary
+from orchestrate.states import NodePhase
 from orchestrate.output import RootCause
 
 
@@ -21,9 +22,9 @@ def outcome(results, **kw):
 
 def test_success_only_when_every_node_exits_zero(make_job):
     plan = make_job(nodes=2)
-    ok = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.SUCCEEDED, 0, 1, None))
+    ok = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))
     assert outcome(ok).succeeded
-    one_bad = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.FAILED, 1, 1, None))
+    one_bad = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.FAILED, 1, 1, None))
     assert not outcome(one_bad).succeeded
     assert not outcome(ok, interrupted=True).succeeded
     assert not outcome([]).succeeded
@@ -33,8 +34,8 @@ def test_the_cause_wins_over_an_earlier_collateral_failure(make_job):
     plan = make_job(nodes=2, nproc_per_node=2)
     results = results_for(
         plan,
-        (NodeState.FAILED, 1, 5.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer")),
-        (NodeState.FAILED, 1, 5.2, RootCause(3, 1, 1, "RuntimeError: injected failure")),
+        (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer")),
+        (NodePhase.FAILED, 1, 5.2, RootCause(3, 1, 1, "RuntimeError: injected failure")),
     )
     failure = find_failure(results)
     assert (failure.node, failure.rank, failure.exception) == ("node1", 3, "RuntimeError: injected failure")
@@ -44,17 +45,17 @@ def test_earliest_real_failure_wins_and_stopped_nodes_never_count(make_job):
     plan = make_job(nodes=3)
     results = results_for(
         plan,
-        (NodeState.STOPPED, 137, 1.0, None),
-        (NodeState.FAILED, 1, 4.0, RootCause(1, 0, 1, "ValueError: late")),
-        (NodeState.FAILED, 1, 3.0, RootCause(2, 0, 1, "ValueError: early")),
+        (NodePhase.STOPPED, 137, 1.0, None),
+        (NodePhase.FAILED, 1, 4.0, RootCause(1, 0, 1, "ValueError: late")),
+        (NodePhase.FAILED, 1, 3.0, RootCause(2, 0, 1, "ValueError: early")),
     )
     assert find_failure(results).node == "node2"
 
 
 def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
     plan = make_job(nodes=2, nproc_per_node=2)
-    results = results_for(plan, (NodeState.STOPPED, None, 6.0, None),
-                          (NodeState.FAILED, 1, 5.0, RootCause(3, 1, 1, "RuntimeError: boom")))
+    results = results_for(plan, (NodePhase.STOPPED, None, 6.0, None),
+                          (NodePhase.FAILED, 1, 5.0, RootCause(3, 1, 1, "RuntimeError: boom")))
     text = format_summary(outcome(results))
     rows = [ln.split() for ln in text.splitlines() if re.match(r"node\d ", ln)]
     assert rows[0][:4] == ["node0", "0,1", "stopped", "-"]
@@ -67,14 +68,14 @@ def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
 def test_summary_of_a_success_says_so(make_job):
     plan = make_job(nodes=2)
     text = format_summary(outcome(results_for(
-        plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.SUCCEEDED, 0, 1, None))))
+        plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))))
     assert text.rstrip().endswith("SUCCEEDED: all 2 nodes exited 0")
 
 
 def test_exit_codes_follow_one_rule(make_job):
     plan = make_job(nodes=2)
-    ok = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.SUCCEEDED, 0, 1, None))
-    bad = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None), (NodeState.FAILED, 1, 1, None))
+    ok = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))
+    bad = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.FAILED, 1, 1, None))
     assert outcome(ok).exit_code() == 0
     assert outcome(bad).exit_code() == 1
     assert outcome(ok, error="compose up failed", error_exit_code=2).exit_code() == 2
@@ -88,8 +89,8 @@ def test_an_oom_killed_node_is_the_cause_not_its_peers_closed_connections(make_j
     plan = make_job(nodes=2, memory_per_node=1024**3)
     results = results_for(
         plan,
-        (NodeState.FAILED, 1, 5.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer", timestamp=1.0)),
-        (NodeState.FAILED, 1, 5.2, RootCause(1, 0, -9, "SIGKILL")),
+        (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer", timestamp=1.0)),
+        (NodePhase.FAILED, 1, 5.2, RootCause(1, 0, -9, "SIGKILL")),
     )
     results[1].oom_kills = 1
     failure = find_failure(results)
@@ -100,8 +101,8 @@ def test_an_oom_killed_node_is_the_cause_not_its_peers_closed_connections(make_j
 
 def test_a_worker_killed_by_a_signal_after_its_peers_finished_is_explained(make_job):
     plan = make_job(nodes=2, nproc_per_node=2)
-    results = results_for(plan, (NodeState.SUCCEEDED, 0, 1, None),
-                          (NodeState.FAILED, 1, 1.2, RootCause(3, 1, -6, "Signal 6 (SIGABRT) received by PID 42")))
+    results = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None),
+                          (NodePhase.FAILED, 1, 1.2, RootCause(3, 1, -6, "Signal 6 (SIGABRT) received by PID 42")))
     text = format_summary(outcome(results, image_torch="2.14.1"))
     assert "node1 rank 3 died by SIGABRT after its peers finished: the job's work was done" in text
     assert "torch 2.10 to 2.15 do this (this image has torch 2.14.1)" in text
@@ -110,6 +111,6 @@ def test_a_worker_killed_by_a_signal_after_its_peers_finished_is_explained(make_
 
 def test_a_signal_death_while_peers_also_failed_is_not_called_an_exit_crash(make_job):
     plan = make_job(nodes=2)
-    results = results_for(plan, (NodeState.FAILED, 1, 1, RootCause(0, 0, 1, "RuntimeError: boom", timestamp=1.0)),
-                          (NodeState.FAILED, 1, 1.2, RootCause(1, 0, -6, "SIGABRT")))
+    results = results_for(plan, (NodePhase.FAILED, 1, 1, RootCause(0, 0, 1, "RuntimeError: boom", timestamp=1.0)),
+                          (NodePhase.FAILED, 1, 1.2, RootCause(1, 0, -6, "SIGABRT")))
     assert "after its peers finished" not in format_summary(outcome(results))

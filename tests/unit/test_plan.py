@@ -30,6 +30,7 @@ def test_torchrun_argv_is_static_rendezvous_with_the_target_last():
     assert options == {
         "--nnodes": "2", "--node-rank": "1", "--nproc-per-node": "2",
         "--master-addr": "node0", "--master-port": "29500", "--max-restarts": "0", "--tee": "3",
+        "--log-dir": "/ddp-run/node1/torchrun",
     }
     assert argv[-4:] == ("-m", "app.toy", "--steps", "5")
 
@@ -90,3 +91,27 @@ def test_format_plan_marks_cpu_processes(make_job):
     text = format_plan(make_job(nodes=1, nproc_per_node=1))
     assert [ln.split() for ln in text.splitlines() if ln.startswith("node0 ")] == [
         ["node0", "0", "0", "0", "-", "(CPU)"]]
+
+
+def test_the_node_command_wraps_torchrun_in_the_node_supervisor(make_job):
+    plan = make_job(nodes=2, ready_timeout_s=30)
+    command = plan.nodes[1].command
+    assert command[:4] == ("python3", "/opt/ddp-compose/orchestrate/node_main.py", "--peers", "node0,node1")
+    assert command[command.index("--ready-timeout") + 1] == "30"
+    assert command[command.index("--lease") + 1] == "/ddp-run/heartbeat"
+    assert command[command.index("--") + 1:] == plan.nodes[1].torchrun_argv
+
+
+def test_workers_get_the_progress_channel_and_global_rank_prefixes(make_job):
+    env = make_job().nodes[0].env
+    assert env["DDP_PROGRESS_DIR"] == "/ddp-run/progress"
+    assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[${rank}|${local_rank}]:"
+
+
+def test_leased_gpus_are_split_among_the_nodes_in_order(make_job):
+    from orchestrate.config import RunConfig
+    from orchestrate.plan import make_plan
+
+    config = make_job(nodes=2, gpus_per_node=2, backend="nccl").config
+    plan = make_plan(config, "r", gpu_ids=("2", "3", "6", "7"))
+    assert [n.gpu_ids for n in plan.nodes] == [("2", "3"), ("6", "7")]

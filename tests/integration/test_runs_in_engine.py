@@ -1,0 +1,164 @@
+"""Runs live in the engine: detach, ps, logs, attach, stop, down, prune; a dead launcher leaks nothing."""
+from __future__ import annotations
+
+import io
+import re
+import signal
+import time
+
+import pytest
+
+from orchestrate.cli import main
+from tests.integration.conftest import ROOT, leftovers, remove_project, start_run, wait_for
+
+pytestmark = pytest.mark.integration
+# The bound README states for a foreground run's nodes after its launcher is SIGKILLed.
+LEASE_BOUND_S = 40
+
+
+def cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(args), out=out)
+    return code, out.getvalue()
+
+
+def wait_until(condition, timeout_s: float, what: str) -> float:
+    """Poll ``condition`` until true; return the seconds it took."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"{what} not within {timeout_s:.0f} s")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def run_state(docker_client, run_id: str) -> str:
+    code, text = cli("ps")
+    assert code == 0
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith(run_id)]
+    return rows[0][2] if rows else "gone"
+
+
+def test_detach_ps_logs_attach_then_the_same_summary(docker_client, tmp_path):
+    code, out = cli("run", "--detach", "--nodes", "2", "--nproc-per-node", "2", "--runs-dir", str(tmp_path),
+                    "--", "-m", "app.toy", "--steps", "60", "--log-every", "20")
+    run_id = out.strip()
+    try:
+        assert code == 0 and re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run_id), out
+        assert run_state(docker_client, run_id) == "running"  # detach returns once the nodes run
+        code, listing = cli("ps")
+        assert re.search(rf"^{run_id}\s+2\s+running\s+detached\s+\S+\s+{re.escape(str(ROOT))}$", listing, re.M)
+
+        code, attached = cli("attach", run_id)  # from the start, to the end, with the summary
+        assert code == 0, attached[-3000:]
+        checksums = dict(re.findall(r"param_checksum rank=(\d) value=(\S+)", attached))
+        assert sorted(checksums) == ["0", "1", "2", "3"] and len(set(checksums.values())) == 1
+        assert re.search(r"^node1\s+2,3\s+succeeded\s+0\s", attached, re.M)
+        assert "SUCCEEDED: all 2 nodes exited 0" in attached
+        assert run_state(docker_client, run_id) == "succeeded"
+
+        code, logs = cli("logs", run_id, "--node", "node1")  # after the end, still in the engine
+        assert code == 0
+        assert re.search(r"^\[node1/rank[23]\]\s+param_checksum rank=[23]", logs, re.M)
+        assert "[node0" not in logs
+
+        code, again = cli("attach", run_id)  # a second attach after the end tells the same story
+        assert code == 0
+        assert sorted(re.findall(r"param_checksum.*", again)) == sorted(re.findall(r"param_checksum.*", attached))
+        assert again.split("summary ===")[1].splitlines()[:4] == attached.split("summary ===")[1].splitlines()[:4]
+    finally:
+        remove_project(docker_client, f"ddp-{run_id}")
+
+
+def test_stop_keeps_the_logs_and_state_down_and_prune_remove_everything(docker_client, tmp_path):
+    runs = []
+    for _ in range(2):
+        code, out = cli("run", "-d", "--nodes", "2", "--runs-dir", str(tmp_path), "--",
+                        "-m", "app.toy", "--steps", "100000000", "--log-every", "200")
+        assert code == 0, out
+        runs.append(out.strip())
+    first, second = runs
+    try:
+        wait_until(lambda: "basic step" in cli("logs", first)[1], 120, "training output")
+        code, out = cli("stop", first)
+        assert code == 0 and "stopped node0, node1 of run" in out
+        assert run_state(docker_client, first) == "stopped"
+        code, logs = cli("logs", first)  # the logs outlive the stop
+        assert code == 0 and "basic step" in logs
+
+        code, out = cli("down", second)
+        assert code == 0 and f"removed run {second}: container" in out
+        assert leftovers(docker_client, f"ddp-{second}") == []
+
+        code, out = cli("prune")
+        assert code == 0 and f"removed run {first} (stopped)" in out
+        assert leftovers(docker_client, f"ddp-{first}") == []
+        assert cli("logs", first)[0] == 2  # gone from the engine
+    finally:
+        for run_id in runs:
+            remove_project(docker_client, f"ddp-{run_id}")
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGHUP"])
+def test_a_launcher_that_dies_or_hangs_up_leaves_nothing_behind(docker_client, tmp_path, how):
+    proc, lines = start_run(tmp_path, "--nodes", "2", "--", "-m", "app.toy", "--steps", "100000000",
+                            "--log-every", "200")
+    seen: list[str] = []
+    run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+    project = f"ddp-{run_id}"
+    try:
+        wait_for(lines, r"basic step \d+", seen)
+        proc.send_signal(getattr(signal, how))
+        proc.wait(timeout=60)
+        if how == "SIGHUP":
+            # a hang-up (a closed terminal) tears down like Ctrl-C
+            assert proc.returncode == 129
+            assert leftovers(docker_client, project) == []
+            return
+        assert proc.returncode == -signal.SIGKILL
+        assert run_state(docker_client, run_id) == "orphaned"  # the launcher's pid is gone
+        took = wait_until(lambda: not docker_client.containers.list(filters={"label": f"io.ddp-compose.run-id={run_id}"}),
+                          LEASE_BOUND_S + 5, "the nodes stopping by themselves")
+        assert took <= LEASE_BOUND_S, f"nodes stopped {took:.0f} s after the launcher died"
+        code, out = cli("logs", run_id, "--node", "node0")
+        assert "the launcher is gone (no heartbeat for 30 s): stopping this node" in out
+        code, out = cli("prune")
+        assert f"removed run {run_id} (orphaned)" in out
+        assert leftovers(docker_client, project) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remove_project(docker_client, project)
+
+
+def test_a_step_fault_fires_at_the_named_step_with_app_train_defaults(orchestrate_run, docker_client, tmp_path):
+    result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--collective-timeout", "20",
+                             "--fault", "kill:node1@step=7", "--", "-m", "app.train", "--data", "synthetic",
+                             "--train-size", "1024", "--test-size", "256", "--epochs", "3")
+    assert result.code == 1, result.output[-3000:]
+    # app.train prints a line every 2 s, but reports every step on the progress channel
+    assert re.search(r"fault injected: kill:node1@step=7 \([\d.]+ s into the job, at step 7\)", result.output)
+    assert "FAILED: node1 failed (injected fault kill:node1@step=7)" in result.output
+    steps = [int(s) for s in re.findall(r'"step": (\d+)', (result.run_dir / "progress" / "rank0.jsonl").read_text())]
+    assert max(steps) == 7  # no rank got past the fault's step
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_step_fault_in_a_script_that_reports_no_steps_is_announced(docker_client, tmp_path):
+    proc, lines = start_run(tmp_path, "--nodes", "2", "--workdir", str(ROOT / "tests" / "jobs"),
+                            "--fault", "kill:node1@step=5", "--", "show_env.py")
+    seen: list[str] = []
+    project = ""
+    try:
+        project = "ddp-" + wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+        wait_for(lines, r"kill:node1@step=5: fires when a worker reports that step through"
+                        r" orchestrate.progress.report\(step\)", seen)
+        assert proc.wait(timeout=120) == 0  # the job ends normally; the fault never fires
+        while not lines.empty():
+            seen.append(lines.get())
+        assert not [line for line in seen if "fault injected" in line]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if project:
+            remove_project(docker_client, project)

@@ -1,0 +1,60 @@
+"""The node's main process, run for real (it is a plain Python script in every node)."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NODE_MAIN = Path(__file__).resolve().parents[2] / "orchestrate" / "node_main.py"
+
+
+def node_main(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(NODE_MAIN), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_the_exit_code_is_torchruns_or_128_plus_its_signal():
+    assert node_main("--", sys.executable, "-c", "raise SystemExit(7)").wait(timeout=30) == 7
+    assert node_main("--", "sh", "-c", "kill -9 $$").wait(timeout=30) == 137
+
+
+def test_sigterm_reaches_the_command_and_ends_the_node_with_143():
+    proc = node_main("--", "sleep", "30")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+
+
+def test_a_stale_lease_stops_the_node_even_if_the_command_ignores_sigterm(tmp_path):
+    lease = tmp_path / "heartbeat"
+    lease.write_text("1")
+    started = time.monotonic()
+    proc = node_main("--lease", str(lease), "--lease-timeout", "2", "--stop-grace", "1", "--",
+                     "sh", "-c", "trap '' TERM; sleep 60")
+    assert proc.wait(timeout=30) == 75
+    took = time.monotonic() - started
+    assert 2 <= took < 8, took
+    assert "the launcher is gone (no heartbeat for 2 s)" in proc.stdout.read()
+
+
+def test_a_live_lease_keeps_the_node_running(tmp_path):
+    lease = tmp_path / "heartbeat"
+    lease.write_text("0")
+    proc = node_main("--lease", str(lease), "--lease-timeout", "1.5", "--", "sleep", "4")
+    deadline = time.monotonic() + 30
+    beat = 0
+    while proc.poll() is None and time.monotonic() < deadline:
+        beat += 1
+        lease.write_text(str(beat))
+        time.sleep(0.3)
+    assert proc.returncode == 0
+
+
+def test_peers_that_never_resolve_are_named_and_torchrun_is_not_started(tmp_path):
+    marker = tmp_path / "started"
+    proc = node_main("--peers", "no-such-peer.invalid", "--ready-timeout", "1", "--", "touch", str(marker))
+    assert proc.wait(timeout=30) == 69
+    assert "peers no-such-peer.invalid do not resolve" in proc.stdout.read()
+    assert not marker.exists()

@@ -1,0 +1,51 @@
+"""The progress channel: workers report steps, fault steps make them wait, the launcher reads."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import orchestrate.progress as progress
+
+
+def test_report_is_a_no_op_outside_ddp_compose(monkeypatch):
+    monkeypatch.delenv("DDP_PROGRESS_DIR", raising=False)
+    monkeypatch.setattr(progress, "_channel", None)
+    progress.report(3, loss=0.1)  # nothing to write to, nothing raised
+    assert progress._channel is None
+
+
+def test_steps_and_resumes_reach_the_reader_and_torn_lines_wait(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setattr(progress, "_channel", None)
+    reader = progress.ProgressReader(tmp_path)
+    progress.report_resumed(8)
+    progress.report(9, loss=0.25)
+    with open(tmp_path / "rank3.jsonl", "a") as handle:
+        handle.write('{"rank": 3, "step": 10, "ti')  # a line still being written
+    records = reader.poll()
+    assert [(r.rank, r.resumed, r.step) for r in records] == [(3, 8, None), (3, None, 9)]
+    assert records[1].metrics == {"loss": 0.25}
+    with open(tmp_path / "rank3.jsonl", "a") as handle:
+        handle.write('me": 5.0}\n')
+    assert [r.step for r in reader.poll()] == [10]
+
+
+def test_a_rank_at_a_fault_step_waits_until_the_fault_is_injected(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(progress, "_channel", None)
+    progress.write_triggers(tmp_path, [12])
+    progress.report(11)  # not a fault step: returns at once
+    released = threading.Event()
+
+    def worker() -> None:
+        progress.report(12)
+        released.set()
+
+    threading.Thread(target=worker, daemon=True).start()
+    assert not released.wait(0.3)  # waiting at step 12
+    assert json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[-1])["step"] == 12  # reported first
+    progress.mark_fired(tmp_path, 12)
+    assert released.wait(2)

@@ -1,0 +1,183 @@
+"""Runs rebuilt from the engine: states, launcher liveness, GPU leases, stop/down/prune."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from orchestrate.gpus import check_lease
+from orchestrate.errors import UsageError
+from orchestrate.runs import RunState, age, gpus_in_use, launcher_alive, launcher_identity, list_runs, run_state
+from orchestrate.states import IllegalTransition, NodePhase, advance
+from orchestrate.supervise import engine_time
+from tests.fakes import FakeCompose, FakeDockerClient, Script
+
+
+@pytest.mark.parametrize("detached, alive, nodes, state", [
+    (False, True, [("running", None), ("running", None)], RunState.RUNNING),
+    (True, None, [("running", None), ("exited", 0)], RunState.RUNNING),
+    (False, False, [("running", None), ("running", None)], RunState.ORPHANED),
+    (True, False, [("running", None)], RunState.RUNNING),  # detached runs need no launcher
+    (False, None, [("exited", 0), ("exited", 0)], RunState.SUCCEEDED),
+    (False, None, [("exited", 1), ("exited", 137)], RunState.FAILED),
+    (False, None, [("exited", 143), ("exited", 143)], RunState.STOPPED),
+    (False, None, [("exited", 75), ("exited", 75)], RunState.ORPHANED),
+])
+def test_a_runs_state_follows_from_its_nodes(detached, alive, nodes, state):
+    assert run_state(detached, alive, nodes) is state
+
+
+def test_launcher_liveness_is_known_on_this_host_only():
+    assert launcher_alive(launcher_identity()) is True
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert launcher_alive(f"{socket.gethostname()}:{dead.pid}:") is False
+    assert launcher_alive(f"some-other-host:{os.getpid()}:1") is None
+    assert launcher_alive("") is None
+
+
+def test_the_node_state_machine_refuses_what_it_does_not_connect():
+    assert advance(NodePhase.CREATED, NodePhase.STARTING) is NodePhase.STARTING
+    assert advance(NodePhase.RUNNING, NodePhase.RESTARTING) is NodePhase.RESTARTING
+    assert advance(NodePhase.RESTARTING, NodePhase.STARTING) is NodePhase.STARTING
+    for final in (NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.STOPPED, NodePhase.ORPHANED):
+        with pytest.raises(IllegalTransition, match=f"from {final.value} to running"):
+            advance(final, NodePhase.RUNNING)
+    with pytest.raises(IllegalTransition):
+        advance(NodePhase.CREATED, NodePhase.RUNNING)
+
+
+def test_gpu_leases_take_free_gpus_and_name_the_holder():
+    held = {"0": "run-a", "1": "run-a"}
+    assert check_lease(2, ("0", "1", "2", "3"), held) == ("2", "3")
+    with pytest.raises(UsageError, match=r"4 GPU\(s\) wanted but only 2 of 4 are free: GPUs 0,1 are held by run run-a"):
+        check_lease(4, ("0", "1", "2", "3"), held)
+
+
+def test_engine_times_parse_with_nanoseconds_and_unset_ones_are_none():
+    from datetime import datetime, timezone
+
+    expected = datetime(2026, 11, 21, 13, 5, 54, 123456, tzinfo=timezone.utc).timestamp()
+    assert engine_time("2026-11-21T13:05:54.123456789Z") == pytest.approx(expected)
+    assert engine_time("0001-01-01T00:00:00Z") is None
+    assert engine_time("") is None
+
+
+def test_ages_read_like_docker_ps():
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    assert [age(now - timedelta(seconds=s), now) for s in (5, 125, 7300, 200000)] == ["5s", "2m", "2h", "2d"]
+    assert age(None) == "-"
+
+
+def wait_until(condition, timeout_s: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def started_runs(make_job, client, *specs):
+    """Bring up runs in the fake engine; each spec: (run id, detached, node scripts)."""
+    from orchestrate.launcher import start_run
+    from orchestrate.plan import make_plan
+
+    FakeCompose.engine = client
+    plans = []
+    for run_id, detached, scripts, extra in specs:
+        base = make_job(run_id, **{k: v for k, v in extra.items() if k != "gpu_ids"})
+        plan = make_plan(base.config, run_id, detached=detached, gpu_ids=extra.get("gpu_ids", ()),
+                         launcher="" if detached else launcher_identity(), created="2026-11-21T10:00:00+00:00")
+        for node, script in scripts.items():
+            client.script(node, script)
+        start_run(plan, client, say=lambda _: None, compose_factory=FakeCompose)
+        plans.append(plan)
+    return plans
+
+
+def test_runs_are_rebuilt_from_labels_and_their_gpus_are_leased(make_job):
+    client = FakeDockerClient()
+    started_runs(make_job, client,
+                 ("gpu-run", True, {"node0": Script(hang=True), "node1": Script(hang=True)},
+                  dict(nodes=2, gpus_per_node=1, backend="nccl", gpu_ids=("2", "3"))))
+    [run] = list_runs(client)
+    assert (run.run_id, run.detached, run.planned_nodes, run.state) == ("gpu-run", True, 2, RunState.RUNNING)
+    assert [n.gpus for n in run.nodes] == [("2",), ("3",)]
+    assert gpus_in_use([run]) == {"2": "gpu-run", "3": "gpu-run"}
+
+
+def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_job, capsys, monkeypatch):
+    import orchestrate.engine
+    from orchestrate.cli import main
+
+    client = FakeDockerClient()
+    monkeypatch.setattr(orchestrate.engine, "connect", lambda timeout_s=120: client)
+    started_runs(make_job, client,
+                 ("done", True, {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
+                 ("going", True, {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: {r.run_id: r.state for r in list_runs(client)}["done"] is RunState.SUCCEEDED)
+    out = io.StringIO()
+    assert main(["ps"], out=out) == 0
+    rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[2:]}
+    assert rows["done"][2] == "succeeded" and rows["going"][2] == "running"
+
+    out = io.StringIO()
+    assert main(["stop", "going"], out=out) == 0
+    assert "stopped node0 of run going; logs and state kept" in out.getvalue()
+    assert {r.run_id: r.state for r in list_runs(client)} == {"done": RunState.SUCCEEDED, "going": RunState.STOPPED}
+
+    out = io.StringIO()
+    assert main(["prune"], out=out) == 0
+    assert "removed run done (succeeded): container ddp-done-node0-1, network ddp-done_ddp, volume ddp-done_shared" in out.getvalue()
+    assert "pruned 2 run(s)" in out.getvalue()
+    assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
+    assert main(["down", "no-such-run"], out=io.StringIO()) == 2
+    assert "no run no-such-run in the engine" in capsys.readouterr().err
+
+
+def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_job, monkeypatch):
+    import time
+
+    import orchestrate.engine
+    from orchestrate.cli import main
+
+    client = FakeDockerClient()
+    monkeypatch.setattr(orchestrate.engine, "connect", lambda timeout_s=120: client)
+    started_runs(make_job, client, ("r", True, {"node0": Script(["[0|0]:a", "[0|0]:c"], delay_s=0.05),
+                                                "node1": Script(["[1|0]:b", "[1|0]:d"], delay_s=0.05)}, dict(nodes=2)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    out = io.StringIO()
+    assert main(["logs", "r"], out=out) == 0
+    lines = [" ".join(ln.split()) for ln in out.getvalue().splitlines()]
+    assert sorted(lines) == ["[node0/rank0] a", "[node0/rank0] c", "[node1/rank1] b", "[node1/rank1] d"]
+    assert lines.index("[node0/rank0] a") < lines.index("[node0/rank0] c")
+    out = io.StringIO()
+    assert main(["logs", "r", "--node", "node1"], out=out) == 0
+    assert all("node1" in ln for ln in out.getvalue().splitlines())
+    assert main(["logs", "r", "--node", "node7"], out=io.StringIO()) == 2
+
+
+def test_attach_after_the_end_reports_what_the_run_did(make_job, monkeypatch):
+    import time
+
+    import orchestrate.engine
+    from orchestrate.cli import main
+
+    client = FakeDockerClient()
+    monkeypatch.setattr(orchestrate.engine, "connect", lambda timeout_s=120: client)
+    started_runs(make_job, client, ("r", True, {"node0": Script(["[0|0]:hello"]), "node1": Script(["[1|0]:hello"])},
+                                    dict(nodes=2)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    out = io.StringIO()
+    assert main(["attach", "r"], out=out) == 0
+    text = out.getvalue()
+    assert "[node1/rank1] hello" in " ".join(text.split())
+    assert "SUCCEEDED: all 2 nodes exited 0" in text
+    assert "remove it with: python -m orchestrate down r" in text
