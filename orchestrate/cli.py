@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import secrets
@@ -34,7 +35,8 @@ from orchestrate.errors import EngineError, OrchestrateError, UsageError
 from orchestrate.faults import FaultSpec, parse_fault
 from orchestrate.gpus import GpuLayout, check_lease, detect_gpus, free_gpus, resolve_gpu_layout
 from orchestrate.hostlock import host_lock, try_lock
-from orchestrate.plan import JobPlan, format_plan, format_table, make_plan
+from orchestrate.link import PRESETS, netem_missing_message, parse_link, probe_netem
+from orchestrate.plan import RUN_DIR_MOUNT, JobPlan, format_plan, format_table, make_plan
 from orchestrate.torch_versions import DEFAULT_TORCH, torchvision_for
 from orchestrate.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file
 from orchestrate.user_image import derived_image_spec
@@ -137,6 +139,10 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
                             " FROM ${BASE_IMAGE}); default: DIR/Dockerfile of --workdir when present")
     group.add_argument("--no-dockerfile", action="store_true",
                        help="ignore a Dockerfile in the work directory")
+    group.add_argument("--link", type=usage_type(parse_link), default=None, metavar="SPEC",
+                       help="shape every node's link with Linux traffic control: rate=10gbit[,delay=5ms]"
+                            "[,loss=0.1%%] or a preset (" + ", ".join(PRESETS) + "); delay and loss need the"
+                            " kernel's netem, refused where it is missing")
     group.add_argument("--cpus-per-node", type=positive_float, default=None, metavar="CPUS",
                        help="CPU limit of every node container, e.g. 1 or 0.5 (default: none)")
     group.add_argument("--memory-per-node", type=usage_type(parse_memory), default=None, metavar="SIZE",
@@ -265,6 +271,52 @@ def build_parser() -> OneLineParser:
                    description="Remove the runs that succeeded, failed, were stopped, or are orphaned"
                                " (their foreground launcher is gone), and say what was removed.")
 
+    bench = sub.add_parser("bench", help="benchmarks across simulated nodes (tables, JSON, PNG plots)",
+                           description="Measure communication against the wire, DDP's overhead, and the"
+                                       " launcher's own cost. Each prints a table and writes JSON and a PNG"
+                                       " plot into the run's directory.")
+    bench_sub = bench.add_subparsers(dest="bench_kind", metavar="KIND", parser_class=OneLineParser)
+    collectives = bench_sub.add_parser(
+        "collectives", help="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all against the wire",
+        description="nccl-tests-style time, algbw and busbw of every collective from --min-size to"
+                    " --max-size, each result checked, next to the raw TCP limit between the nodes.",
+        epilog="usage example: python -m orchestrate bench collectives --nodes 2 --link rate=1gbit")
+    add_job_options(collectives)
+    collectives.add_argument("--ops", nargs="+", default=None, metavar="OP",
+                             help="operations (default: all_reduce all_gather reduce_scatter broadcast all_to_all)")
+    collectives.add_argument("--min-size", default="4", help="smallest message, e.g. 4, 1K (default: 4)")
+    collectives.add_argument("--max-size", default="256M", help="largest message, e.g. 64M (default: 256M)")
+    collectives.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
+                             help="timed calls per size last about this long (default: 0.3)")
+    collectives.add_argument("--wire-bytes", default="256M",
+                             help="bytes per TCP stream when measuring the wire (0: skip) (default: 256M)")
+    ddp = bench_sub.add_parser(
+        "ddp", help="step time without DDP, with DDP (bucket sizes), with one all_reduce per parameter",
+        description="ResNet-50 (161 parameter tensors) on synthetic images, on every node count of"
+                    " --node-counts: overhead, scaling efficiency and DDP's speed-up over the naive form.",
+        epilog="usage example: python -m orchestrate bench ddp --node-counts 2 4")
+    add_job_options(ddp)
+    ddp.add_argument("--node-counts", type=positive_int, nargs="+", default=[2, 4], metavar="N",
+                     help="node counts to run on, one run each (default: 2 4; --nodes is ignored)")
+    ddp.add_argument("--buckets", type=float, nargs="+", default=[1.0, 25.0, 100.0], metavar="MB",
+                     help="DDP bucket sizes to try (default: 1 25 100)")
+    ddp.add_argument("--steps", type=positive_int, default=5, help="timed steps per form (default: 5)")
+    ddp.add_argument("--batch-size", type=positive_int, default=8, help="images per rank and step (default: 8)")
+    ddp.add_argument("--image-size", type=positive_int, default=64, help="image side in pixels (default: 64)")
+    launcher_bench = bench_sub.add_parser(
+        "launcher", help="wall time of a trivial 2x2 job against a hand-made compose + exec baseline",
+        description="The launcher, a hand-made `docker compose up` + `docker exec torchrun` and TorchX"
+                    " local_docker (when installed), alternating; then a scaling series of node counts.",
+        epilog="usage example: python -m orchestrate bench launcher --repeats 5 --scaling 1 2 4 8")
+    launcher_bench.add_argument("--repeats", type=positive_int, default=5, help="rounds side by side (default: 5)")
+    launcher_bench.add_argument("--scaling", type=positive_int, nargs="*", default=[1, 2, 4, 8], metavar="N",
+                                help="node counts of the scaling series (default: 1 2 4 8; none: skip)")
+    launcher_bench.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
+                                help="where the runs and the results go (default: ./runs)")
+    launcher_bench.add_argument("--image", default=DEFAULT_IMAGE, help=f"node image (default: {DEFAULT_IMAGE})")
+    for kind in (collectives, ddp):
+        kind.set_defaults(keep=False, dry_run=False, detach=False, no_build=False)
+
     fault = sub.add_parser("fault", help="inject faults into a run that is already going",
                            description="Kill, pause, cut off or restart nodes of a running run,"
                                        " now. The run id is printed when the run starts (and"
@@ -366,6 +418,7 @@ def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLay
         memory_per_node=args.memory_per_node,
         requirements=args.requirements,
         dockerfile=dockerfile_from_args(args),
+        link=args.link,
     )
 
 
@@ -451,6 +504,12 @@ def plan_run(args: argparse.Namespace, target: list[str], client: Any, command_l
 
 def command_run(args: argparse.Namespace, target: list[str], out: IO[str], command_line: str = "") -> int:
     """``run``: plan, then (unless --dry-run) apply: follow to the end, or return (--detach)."""
+    return run_job(args, target, out, command_line)[0]
+
+
+def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
+            command_line: str = "") -> tuple[int, Optional[Any]]:
+    """Plan and apply a run; return its exit code and, for a run followed to its end, its outcome."""
     from orchestrate.compose import compose_command
     from orchestrate.engine import connect
     from orchestrate.errors import EngineUnavailableError
@@ -469,7 +528,7 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str], comma
         if client is not None and plan.config.gpus_per_node and image_exists(client, plan.config.image):
             out.write("\nGPU topology seen from node0 (nvidia-smi topo -m):\n")
             out.write(gpu_topology(client, plan) + "\n")
-        return EXIT_OK
+        return EXIT_OK, None
     config, _ = resolve_config(args, target, None)  # bad input is refused before any engine is asked
     if args.detach and (args.fault or args.keep):
         raise UsageError("--fault and --keep need the launcher attached: drop --detach (inject faults into"
@@ -486,6 +545,10 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str], comma
         print(f"[image] {text}", file=chatter, flush=True)
 
     ensure_image(client, config.image, build_default=not args.no_build, progress=progress)
+    if config.link is not None and config.link.needs_netem:
+        missing = probe_netem(client, config.image)
+        if missing is not None:
+            raise UsageError(netem_missing_message(config.link, missing))
     spec = derived_image_spec(config)
     image = ensure_derived_image(client, spec, progress) if spec is not None else config.image
     # GPUs are leased by labels on the containers: plan and start under one host lock, so
@@ -502,11 +565,11 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str], comma
                       f"  python -m orchestrate attach {run}       # its output and summary\n"
                       f"  python -m orchestrate stop {run} / down {run}\n")
         out.write(f"{run}\n")
-        return EXIT_OK
+        return EXIT_OK, None
     outcome = launch(plan, client, out=out)
     out.write(format_summary(outcome) + "\n")
     out.flush()
-    return outcome.exit_code(interrupt_code=128 + outcome.signal_number)
+    return outcome.exit_code(interrupt_code=128 + outcome.signal_number), outcome
 
 
 def image_tag_for(torch_version: str) -> str:
@@ -672,6 +735,51 @@ def command_prune(out: IO[str]) -> int:
     return EXIT_OK
 
 
+def command_bench(args: argparse.Namespace, out: IO[str], command_line: str) -> int:
+    """``bench KIND``: run the benchmark, then print its table and write its JSON and plot."""
+    from orchestrate import bench, plots
+
+    if args.bench_kind == "launcher":
+        from orchestrate.engine import connect
+        from orchestrate.image import ensure_image
+
+        ensure_image(connect(), args.image, progress=lambda t: print(f"[image] {t}", file=out, flush=True))
+        directory = args.runs_dir.resolve() / f"bench-launcher-{new_run_id()}"
+        directory.mkdir(parents=True)
+        summary = bench.run_launcher_bench(directory, args.repeats, args.scaling, out, args.image)
+        data, plot = bench.write_artifacts(directory, "bench", summary, plots.plot_launcher, summary)
+        out.write(bench.format_launcher(summary) + f"\nresults: {data}\nplot: {plot}\n")
+        return EXIT_OK
+    if args.bench_kind == "collectives":
+        target = ["-m", "app.bench_collectives", "--out", f"{RUN_DIR_MOUNT}/{bench.BENCH_FILE}",
+                  "--min-size", args.min_size, "--max-size", args.max_size, "--min-time", f"{args.min_time:g}",
+                  "--wire-bytes", args.wire_bytes, *(["--ops", *args.ops] if args.ops else [])]
+        code, outcome = run_job(args, target, out, command_line)
+        if outcome is None or not outcome.succeeded:
+            return code
+        results = json.loads((outcome.run_dir / bench.BENCH_FILE).read_text())
+        summary = bench.collectives_summary(results, str(args.link or ""))
+        data, plot = bench.write_artifacts(outcome.run_dir, "bench", summary, plots.plot_collectives, summary)
+        out.write(bench.format_collectives(summary) + f"\nresults: {data}\nplot: {plot}\n")
+        return code
+    if args.bench_kind == "ddp":
+        summaries, last_dir = [], None
+        for nodes in args.node_counts:
+            args.nodes = nodes
+            target = ["-m", "app.bench_ddp", "--out", f"{RUN_DIR_MOUNT}/{bench.BENCH_FILE}",
+                      "--steps", str(args.steps), "--batch-size", str(args.batch_size),
+                      "--image-size", str(args.image_size), "--buckets", *[f"{b:g}" for b in args.buckets]]
+            code, outcome = run_job(args, target, out, command_line)
+            if outcome is None or not outcome.succeeded:
+                return code
+            summaries.append(bench.ddp_summary(json.loads((outcome.run_dir / bench.BENCH_FILE).read_text())))
+            last_dir = outcome.run_dir
+        data, plot = bench.write_artifacts(last_dir, "bench", {"runs": summaries}, plots.plot_ddp, summaries)
+        out.write(bench.format_ddp(summaries) + f"\nresults: {data}\nplot: {plot}\n")
+        return EXIT_OK
+    raise UsageError("bench needs a KIND: collectives, ddp or launcher (see python -m orchestrate bench --help)")
+
+
 def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int:
     """Run the command line and return its exit code.
 
@@ -705,6 +813,8 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int
             return command_prune(out)
         if args.command == "fault":
             return command_fault(args, out)
+        if args.command == "bench":
+            return command_bench(args, out, "python -m orchestrate " + shlex.join(argv))
         if args.command == "image" and args.image_command == "build":
             return command_image_build(args, out)
         parser.print_help(out)

@@ -100,7 +100,12 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
         ],
         "labels": escape_interpolation(node_labels(plan, node)),
     }
-    if cfg.run_as:
+    if cfg.link is not None:
+        # Shaping the link needs root and NET_ADMIN, in shaped runs only; the node supervisor
+        # shapes, then starts torchrun as the user.
+        service["user"] = "0:0"
+        service["cap_add"] = ["NET_ADMIN"]
+    elif cfg.run_as:
         # The invoking user's uid:gid, so that what the workers write is theirs on the host.
         service["user"] = cfg.run_as
     if cfg.cpus_per_node:

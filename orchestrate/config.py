@@ -8,6 +8,7 @@ from typing import Optional
 
 from orchestrate.errors import UsageError
 from orchestrate.faults import FaultSpec, check_fault_nodes
+from orchestrate.link import LinkSpec
 from orchestrate.user_env import check_name
 
 DEFAULT_IMAGE = "ddp-compose-node:latest"
@@ -81,6 +82,7 @@ class RunConfig:
         memory_per_node: Memory limit of each node container in bytes (None: unlimited).
         requirements: A pip requirements file installed into a derived node image.
         dockerfile: A Dockerfile (``FROM`` the node image) built into a derived node image.
+        link: How every node's link is shaped (``--link``); None leaves the bridge as it is.
     """
 
     nodes: int = 2
@@ -108,6 +110,7 @@ class RunConfig:
     memory_per_node: Optional[int] = None
     requirements: Optional[Path] = None
     dockerfile: Optional[Path] = None
+    link: Optional[LinkSpec] = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

@@ -23,7 +23,7 @@ from orchestrate.engine import exec_output
 from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
 from orchestrate.hostlock import try_lock
 from orchestrate.image import TORCH_LABEL
-from orchestrate.outcome import JobOutcome, Timings
+from orchestrate.outcome import JobOutcome, Timings, outcome_record
 from orchestrate.plan import HEARTBEAT_FILE, PROGRESS_SUBDIR, JobPlan, NodePlan
 from orchestrate.progress import write_triggers
 from orchestrate.supervise import RunSpec, Supervisor
@@ -250,7 +250,16 @@ def launch(
             else:
                 outcome.teardown_error = teardown(started.compose, say)
             outcome.timings.teardown_s = clock() - t1
+            write_outcome(outcome)
     return outcome
+
+
+def write_outcome(outcome: JobOutcome) -> None:
+    """Record how the run ended in its directory (``outcome.json``)."""
+    try:
+        (outcome.run_dir / "outcome.json").write_text(json.dumps(outcome_record(outcome), indent=2) + "\n")
+    except OSError as exc:  # the run directory went away: the summary on screen still says it all
+        log.debug("outcome.json: %s", exc)
 
 
 def image_label(client: Any, image: str, label: str) -> str:

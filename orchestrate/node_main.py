@@ -10,17 +10,20 @@ torchrun's output, and restarting the container restarts torchrun.
    ``--ready-timeout`` seconds.
 2. Start torchrun in a process group of its own; pass SIGTERM/SIGINT/SIGHUP on to that group
    and, if it is still there ``--stop-grace`` seconds later, SIGKILL it.
-3. With ``--lease FILE`` (a foreground run), watch the launcher's heartbeat: the launcher
+3. With ``--tc "COMMAND"`` (a shaped link, see ``orchestrate/link.py``): run each traffic-
+   control command (as root, with NET_ADMIN), then start torchrun as ``--run-as UID:GID``.
+4. With ``--lease FILE`` (a foreground run), watch the launcher's heartbeat: the launcher
    rewrites FILE every few seconds; when its content has not changed for ``--lease-timeout``
    seconds of this node's own clock, the launcher is gone, and the node stops torchrun and
    exits with :data:`EXIT_LAUNCHER_GONE`. A detached run has no lease.
-4. Exit with torchrun's exit code, or 128 + the signal that ended it; a node stopped from
+5. Exit with torchrun's exit code, or 128 + the signal that ended it; a node stopped from
    outside (``docker stop``: SIGTERM) exits 128 + that signal, whatever torchrun made of it.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -31,6 +34,7 @@ from typing import List, Optional
 # EX_TEMPFAIL: the run lost its launcher; ``ps`` shows such runs as orphaned.
 EXIT_LAUNCHER_GONE = 75
 EXIT_PEERS_UNREACHABLE = 69  # EX_UNAVAILABLE
+EXIT_SHAPING_FAILED = 71  # EX_OSERR
 LEASE_POLL_S = 1.0
 
 
@@ -66,15 +70,25 @@ def read_lease(path: str) -> Optional[bytes]:
 class Node:
     """torchrun as a child in its own process group, with the signal and lease handling."""
 
-    def __init__(self, argv: List[str], stop_grace_s: float) -> None:
+    def __init__(self, argv: List[str], stop_grace_s: float, run_as: Optional[str] = None) -> None:
         self.argv = argv
         self.stop_grace_s = stop_grace_s
+        self.run_as = run_as
         self.child: Optional[subprocess.Popen] = None
         self.stop_requested_at: Optional[float] = None
         self.stop_reason = 0
 
     def start(self) -> None:
-        self.child = subprocess.Popen(self.argv, start_new_session=True)
+        self.child = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=self._drop_privileges)
+
+    def _drop_privileges(self) -> None:
+        """In the child, before exec: become the user (the shaping needed root, torchrun does not)."""
+        if not self.run_as:
+            return
+        uid, gid = (int(x) for x in self.run_as.split(":"))
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
 
     def signal_group(self, signum: int) -> None:
         if self.child is None or self.child.poll() is not None:
@@ -128,13 +142,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--lease", default=None, help="the launcher's heartbeat file (foreground runs)")
     parser.add_argument("--lease-timeout", type=float, default=30.0, help="seconds without a heartbeat")
     parser.add_argument("--stop-grace", type=float, default=5.0, help="seconds from SIGTERM to SIGKILL")
+    parser.add_argument("--tc", action="append", default=[], metavar="COMMAND",
+                        help="a traffic-control command shaping this node's link (repeatable)")
+    parser.add_argument("--run-as", default=None, metavar="UID:GID", help="run torchrun as this user")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- torchrun ...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command after --")
 
-    node = Node(command, args.stop_grace)
+    for tc in args.tc:
+        shaped = subprocess.run(shlex.split(tc), capture_output=True, text=True)
+        if shaped.returncode != 0:
+            say(f"cannot shape the link ({tc}): {shaped.stderr.strip() or shaped.returncode}")
+            return EXIT_SHAPING_FAILED
+        say(f"link shaped: {tc}")
+    node = Node(command, args.stop_grace, args.run_as)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, node.on_signal)
     peers = [p for p in args.peers.split(",") if p]

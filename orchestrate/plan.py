@@ -9,6 +9,7 @@ import shlex
 from dataclasses import dataclass
 
 from orchestrate.config import RunConfig, format_bytes
+from orchestrate.link import tc_commands
 from orchestrate.user_env import shown_value
 
 WORKSPACE_DIR = "/workspace"
@@ -154,9 +155,15 @@ def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detach
     waiting for the peers, holding the launcher's lease unless detached, and running torchrun."""
     lease = () if detached else ("--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}",
                                  "--lease-timeout", str(LEASE_TIMEOUT_S))
+    shaping: tuple[str, ...] = ()
+    if config.link is not None:
+        # The container starts as root with NET_ADMIN to shape its link; torchrun runs as the user.
+        shaping = tuple(a for cmd in tc_commands(config.link, NODE_INTERFACE) for a in ("--tc", shlex.join(cmd)))
+        if config.run_as:
+            shaping += ("--run-as", config.run_as)
     peers = ",".join(node_name(i) for i in range(config.nodes))
     return ("python3", NODE_MAIN, "--peers", peers, "--ready-timeout", f"{config.ready_timeout_s:g}",
-            *lease, "--", *torchrun)
+            *lease, *shaping, "--", *torchrun)
 
 
 def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str, node: str) -> tuple[str, ...]:
@@ -314,7 +321,8 @@ def format_plan(plan: JobPlan) -> str:
     sizes = [f"{cfg.cpus_per_node:g} CPUs" if cfg.cpus_per_node else "",
              f"{format_bytes(cfg.memory_per_node)} memory" if cfg.memory_per_node else ""]
     lines.append(f"each node: {', '.join(s for s in sizes if s) or 'no CPU or memory limit'};"
-                 f" runs as {'uid:gid ' + cfg.run_as if cfg.run_as else 'the image user'}")
+                 f" runs as {'uid:gid ' + cfg.run_as if cfg.run_as else 'the image user'};"
+                 f" link {cfg.link or 'as the bridge gives it'}")
     if cfg.requirements or cfg.dockerfile:
         extra = [f"pip install -r {cfg.requirements}" if cfg.requirements else "",
                  f"{cfg.dockerfile}" if cfg.dockerfile else ""]

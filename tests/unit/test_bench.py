@@ -1,0 +1,48 @@
+"""The benchmarks' summaries: pure functions of the figures."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrate.bench import (collectives_summary, ddp_summary, format_collectives, format_ddp, format_launcher,
+                               launcher_summary)
+
+
+def test_busbw_is_set_against_one_tcp_stream_and_the_goal_is_judged():
+    results = {"world_size": 2, "nodes": 2, "local_world_size": 1, "wire": {
+        "single_stream_Bps": 1.5e9, "per_pair_Bps": 1.5e9, "pairs": 1, "bytes": 1},
+        "results": [{"op": "all_reduce", "size": 64 << 20, "time_s": 0.07, "iters": 5, "algbw_Bps": 0.96e9,
+                     "busbw_Bps": 0.96e9, "ok": True}]}
+    summary = collectives_summary(results, "rate=1gbit")
+    assert summary["all_reduce_64MB_of_wire"] == pytest.approx(0.64)
+    assert summary["link"] == "rate=1gbit"
+    text = format_collectives(summary)
+    assert "all_reduce busbw at 64 MB: 64% of one TCP stream (meets the 60% goal)" in text
+    assert " 64M " in text
+
+
+def test_without_a_second_node_there_is_no_wire_fraction():
+    summary = collectives_summary({"wire": None, "results": [{"op": "broadcast", "size": 4, "time_s": 1e-4,
+                                   "iters": 5, "algbw_Bps": 4e4, "busbw_Bps": 4e4, "ok": True}]})
+    assert summary["results"][0]["of_wire"] is None and summary["all_reduce_64MB_of_wire"] is None
+
+
+def test_ddp_overhead_efficiency_and_speedup_over_the_naive_form():
+    run = {"model": "resnet50", "nodes": 2, "local_world_size": 1, "parameter_tensors": 161, "forms": [
+        {"form": "local", "step_s": 1.0}, {"form": "ddp-1MB", "step_s": 1.25}, {"form": "ddp-25MB", "step_s": 1.1},
+        {"form": "naive", "step_s": 2.2}]}
+    summary = ddp_summary(run)
+    assert summary["best_ddp"] == "ddp-25MB"
+    assert summary["overhead"] == pytest.approx(0.1)
+    assert summary["scaling_efficiency"] == pytest.approx(1 / 1.1)
+    assert summary["speedup_over_naive"] == pytest.approx(2.0)
+    assert "2.00x faster than one all_reduce per parameter (meets the 1.5x goal; 161 tensors)" in format_ddp([summary])
+
+
+def test_the_launcher_is_judged_against_the_hand_made_baseline():
+    summary = launcher_summary({"launcher": [7.0, 7.4, 7.2], "hand-made": [6.8, 6.5, 6.6], "torchx local_docker": []},
+                               [{"nodes": 2, "wall_s": 7.2, "bring_up_s": 0.7, "rendezvous_s": 5.0, "job_s": 6.0,
+                                 "teardown_s": 0.4}])
+    assert summary["ratio_to_hand_made"] == pytest.approx(7.2 / 6.6)
+    assert "torchx local_docker" not in summary["side_by_side"]  # not installed: no column
+    assert summary["scaling"][0]["rest_of_job_s"] == pytest.approx(1.0)
+    assert "launcher / hand-made: 1.09x (meets the 1.1x goal)" in format_launcher(summary)
