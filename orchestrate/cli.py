@@ -30,8 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, NoReturn, Optional, Sequence
 
-from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig, parse_memory
+from orchestrate.config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, DEFAULT_TARGET, RunConfig, parse_memory
 from orchestrate.errors import EngineError, OrchestrateError, UsageError
+from orchestrate.export import CONTAINER_WORKDIR, TARGETS
 from orchestrate.faults import FaultSpec, parse_fault
 from orchestrate.gpus import GpuLayout, check_lease, detect_gpus, free_gpus, resolve_gpu_layout
 from orchestrate.hostlock import host_lock, try_lock
@@ -195,11 +196,74 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                              " makes, in elastic mode (default: 3 with --rdzv c10d, else 0)")
     parser.add_argument("--rdzv-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="how long an elastic rendezvous waits for nodes to join (default: 60)")
+    parser.add_argument("--scheduler", choices=("compose", "slurm"), default="compose",
+                        help="compose: torchrun in every node (default); slurm: the nodes form a real Slurm"
+                             " cluster (slurmctld, slurmd, munge) and the job goes through sbatch and srun")
+    parser.add_argument("--sbatch", type=Path, default=None, metavar="FILE",
+                        help="with --scheduler slurm: submit your own batch script unchanged instead of the"
+                             " generated one (TARGET is then unused)")
     parser.add_argument("--fault", action="append", type=fault_arg, default=[], metavar="SPEC",
                         help="inject a fault: ACTION:NODE[@t=SECONDS|@step=N] with ACTION kill"
                              " (node dies), pause (node hangs), disconnect (node cut off the"
                              " network) or restart; e.g. kill:node1@step=20; repeatable")
     add_node_options(parser)
+
+
+def add_export_options(parser: argparse.ArgumentParser) -> None:
+    """``export``: the job (as for run) and what only a real cluster needs."""
+    parser.add_argument("--to", choices=TARGETS, required=True,
+                        help="slurm: an sbatch script; kubernetes: Service + Indexed Job manifests (YAML)")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                        help="write here (default: standard output)")
+    parser.add_argument("--name", default=None,
+                        help="job name; names the Kubernetes Job and Service (default: ddp-<script or module>)")
+    job = parser.add_argument_group("the job")
+    job.add_argument("--nodes", type=positive_int, default=2, help="number of nodes (default: 2)")
+    job.add_argument("--nproc-per-node", type=positive_int, default=None, metavar="P",
+                     help="processes per node (default: one per GPU, 1 without GPUs)")
+    job.add_argument("--gpus-per-node", type=non_negative_int, default=0, metavar="G",
+                     help="GPUs per node: #SBATCH --gpus-per-node, nvidia.com/gpu limits (default: 0)")
+    job.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
+                     help="what the workers are told to use as DDP_BACKEND (default: nccl with GPUs, else gloo)")
+    job.add_argument("--workdir", type=Path, default=Path("."), metavar="DIR",
+                     help="your project: a TARGET script is relative to it and must exist there (default: .)")
+    job.add_argument("--image", default=DEFAULT_IMAGE,
+                     help="Kubernetes: the container image, pullable by the cluster, holding your code in"
+                          f" {CONTAINER_WORKDIR} (default: {DEFAULT_IMAGE})")
+    job.add_argument("--master-port", type=positive_int, default=DEFAULT_MASTER_PORT,
+                     help=f"static rendezvous port on the first node (default: {DEFAULT_MASTER_PORT})")
+    job.add_argument("--rdzv", choices=("static", "c10d"), default="static",
+                     help="static (node ranks) or c10d (elastic) rendezvous (default: static)")
+    job.add_argument("--nnodes", type=node_range, default=None, metavar="MIN:MAX",
+                     help="elastic node range (default: --nodes:--nodes)")
+    job.add_argument("--max-restarts", type=non_negative_int, default=None, metavar="R",
+                     help="torchrun's worker restarts in elastic mode (default: 3 with c10d, else 0)")
+    job.add_argument("--collective-timeout", type=float, default=None, metavar="SECONDS",
+                     help="exported as DDP_TIMEOUT (default: not set)")
+    job.add_argument("--env", action="append", type=usage_type(parse_assignment), default=[],
+                     metavar="KEY=VALUE", help="a variable for every node (repeatable)")
+    job.add_argument("--env-file", type=Path, default=None, metavar="FILE",
+                     help="variables for every node from a file of KEY=VALUE lines")
+    job.add_argument("--copy-env", action="append", default=[], metavar="PATTERN",
+                     help="copy the host's variables matching a shell pattern (repeatable)")
+    job.add_argument("--cpus-per-node", type=positive_float, default=None, metavar="CPUS",
+                     help="Kubernetes: cpu request and limit of every node (default: none)")
+    job.add_argument("--memory-per-node", type=usage_type(parse_memory), default=None, metavar="SIZE",
+                     help="Kubernetes: memory request and limit of every node, e.g. 64g (default: none)")
+    slurm = parser.add_argument_group("slurm")
+    slurm.add_argument("--container-image", default=None, metavar="IMAGE",
+                       help="run each task in IMAGE with the cluster's container support (pyxis/enroot:"
+                            " srun --container-image) (default: the nodes' own environment)")
+    slurm.add_argument("--container-mounts", default=None, metavar="SRC:DST[,...]",
+                       help="srun --container-mounts, with --container-image")
+    slurm.add_argument("--time", default=None, metavar="LIMIT", help="#SBATCH --time, e.g. 04:00:00")
+    slurm.add_argument("--partition", default=None, help="#SBATCH --partition")
+    kubernetes = parser.add_argument_group("kubernetes")
+    kubernetes.add_argument("--namespace", default=None, help="namespace of every object (default: none given)")
+    kubernetes.add_argument("--trainjob", action="store_true",
+                            help="also write a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)")
+    kubernetes.add_argument("--runtime", default="torch-distributed",
+                            help="the TrainJob's ClusterTrainingRuntime (default: torch-distributed)")
 
 
 def build_parser() -> OneLineParser:
@@ -327,6 +391,17 @@ def build_parser() -> OneLineParser:
     fault.add_argument("specs", nargs="+", type=fault_arg, metavar="SPEC",
                        help="ACTION:NODE (kill, pause, disconnect, restart); triggers are ignored")
 
+    export = sub.add_parser(
+        "export", help="write the job for a real cluster: an sbatch script or Kubernetes manifests",
+        description="The same plan as run, for a real scheduler. slurm: an sbatch script (one srun task"
+                    " per node, node rank from $SLURM_NODEID, master from the node list); kubernetes: a"
+                    " headless Service and an Indexed Job (node rank from the completion index, master"
+                    " <job>-0.<job>, torchrun's options as Kubeflow's PET_* variables), and a Kubeflow"
+                    " Trainer TrainJob with --trainjob. Nothing is started.",
+        epilog="usage example: python -m orchestrate export --to kubernetes --nodes 4 --gpus-per-node 8"
+               " --image registry.example.com/me/train:1 -o k8s.yaml -- train.py --epochs 10")
+    add_export_options(export)
+
     image = sub.add_parser("image", help="manage the node image")
     image_sub = image.add_subparsers(dest="image_command", metavar="ACTION",
                                      parser_class=OneLineParser)
@@ -449,6 +524,32 @@ def resolve_config(args: argparse.Namespace, target: list[str], client: Any) -> 
     return config_from_args(args, target, layout), free
 
 
+def check_scheduler_options(args: argparse.Namespace) -> None:
+    """Refuse what the simulated Slurm cluster does not do, before anything starts."""
+    if args.sbatch is not None and args.scheduler != "slurm":
+        raise UsageError("--sbatch needs --scheduler slurm")
+    if args.scheduler != "slurm":
+        return
+    if args.sbatch is not None and not args.sbatch.is_file():
+        raise UsageError(f"--sbatch file {str(args.sbatch)!r} not found")
+    if args.detach:
+        raise UsageError("--detach is for --scheduler compose; a Slurm run stays attached (Slurm keeps the queue)")
+    if not args.cpu and (args.gpus_per_node or 0) > 0:
+        raise UsageError("the simulated Slurm cluster runs CPU/Gloo nodes: use --cpu (export --to slurm writes"
+                         " #SBATCH --gpus-per-node for a real cluster)")
+
+
+def run_on_slurm(args: argparse.Namespace, plan: JobPlan, client: Any, out: IO[str]) -> tuple[int, None]:
+    """The plan through sbatch on a simulated Slurm cluster."""
+    from orchestrate.slurm.runner import SlurmRun, format_slurm_summary, slurm_image
+
+    image = slurm_image(client, plan.image, lambda text: print(f"[image] {text}", file=out, flush=True))
+    outcome = SlurmRun(plan, client, out, run_as=plan.config.run_as or "0:0",
+                       sbatch=args.sbatch.resolve() if args.sbatch else None).run(image)
+    out.write(format_slurm_summary(outcome) + "\n")
+    return outcome.exit_code(), None
+
+
 def check_node_size(config: RunConfig, engine_info: dict) -> None:
     """Refuse node sizes the engine cannot give (it would fail every container at start)."""
     cpus = engine_info.get("NCPU")
@@ -530,6 +631,7 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
             out.write(gpu_topology(client, plan) + "\n")
         return EXIT_OK, None
     config, _ = resolve_config(args, target, None)  # bad input is refused before any engine is asked
+    check_scheduler_options(args)
     if args.detach and (args.fault or args.keep):
         raise UsageError("--fault and --keep need the launcher attached: drop --detach (inject faults into"
                          " a detached run with `python -m orchestrate fault RUN SPEC`)")
@@ -558,6 +660,8 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
         plan = dataclasses.replace(plan_run(args, target, client, command_line), image=image)
         if args.detach:
             start_run(plan, client, say=lambda text: print(f"[orchestrate] {text}", file=chatter, flush=True))
+    if args.scheduler == "slurm":
+        return run_on_slurm(args, plan, client, out)
     if args.detach:
         run = plan.run_id
         chatter.write(f"[orchestrate] run {run} is running detached; follow it with:\n"
@@ -780,6 +884,43 @@ def command_bench(args: argparse.Namespace, out: IO[str], command_line: str) -> 
     raise UsageError("bench needs a KIND: collectives, ddp or launcher (see python -m orchestrate bench --help)")
 
 
+def command_export(args: argparse.Namespace, target: list[str], out: IO[str]) -> int:
+    """Write the plan for a real cluster; starts nothing and needs no engine."""
+    from orchestrate.export import ExportOptions, default_job_name, export_kubernetes, export_slurm, to_yaml
+
+    target = target or list(DEFAULT_TARGET)
+    layout = resolve_gpu_layout(nodes=args.nodes, nproc_per_node=args.nproc_per_node,
+                                gpus_per_node=args.gpus_per_node, available=None,
+                                cpu=not args.gpus_per_node, backend=args.backend)
+    config = RunConfig(
+        nodes=args.nodes, nproc_per_node=layout.nproc_per_node, target=tuple(target), workdir=args.workdir,
+        image=args.image, gpus_per_node=layout.gpus_per_node, backend=layout.backend, master_port=args.master_port,
+        collective_timeout_s=args.collective_timeout, rdzv=args.rdzv,
+        min_nodes=args.nnodes[0] if args.nnodes else None, max_nodes=args.nnodes[1] if args.nnodes else None,
+        max_restarts=args.max_restarts if args.max_restarts is not None else (3 if args.rdzv == "c10d" else 0),
+        user_env=user_env_from_args(args, dict(os.environ)), cpus_per_node=args.cpus_per_node,
+        memory_per_node=args.memory_per_node)
+    options = ExportOptions(name=args.name or default_job_name(config.target),
+                            container_image=args.container_image, container_mounts=args.container_mounts,
+                            time_limit=args.time, partition=args.partition, namespace=args.namespace,
+                            trainjob=args.trainjob, runtime=args.runtime)
+    plan = make_plan(config, options.name)
+    text = export_slurm(plan, options) if args.to == "slurm" else to_yaml(export_kubernetes(plan, options))
+    if args.output is None:
+        out.write(text)
+        return 0
+    try:
+        args.output.write_text(text)
+        if args.to == "slurm":
+            args.output.chmod(0o755)
+    except OSError as exc:
+        raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
+    what = "sbatch script" if args.to == "slurm" else "Kubernetes manifests"
+    print(f"wrote the {what} of {config.nodes} nodes x {config.nproc_per_node} processes to {args.output}",
+          file=sys.stderr)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int:
     """Run the command line and return its exit code.
 
@@ -813,6 +954,8 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int
             return command_prune(out)
         if args.command == "fault":
             return command_fault(args, out)
+        if args.command == "export":
+            return command_export(args, target, out)
         if args.command == "bench":
             return command_bench(args, out, "python -m orchestrate " + shlex.join(argv))
         if args.command == "image" and args.image_command == "build":

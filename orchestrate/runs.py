@@ -194,6 +194,8 @@ def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
         raise EngineError(f"cannot list runs: {exc.explanation or exc}") from None
     by_run: dict[str, list[Any]] = {}
     for container in containers:
+        if container.labels.get("io.ddp-compose.role") == "controller":
+            continue  # a Slurm controller is part of the run, not one of its nodes
         by_run.setdefault(container.labels[RUN_ID_LABEL], []).append(container)
     runs = []
     for rid, members in by_run.items():

@@ -1,0 +1,9 @@
+"""A real Slurm cluster of simulated nodes, and the sbatch script that runs a plan on any Slurm.
+
+- :mod:`orchestrate.slurm.script` renders the batch script (pure): the same for the simulated
+  cluster and for ``export --to slurm``;
+- :mod:`orchestrate.slurm.cluster` renders ``slurm.conf`` and the cluster's Compose project
+  (pure);
+- :mod:`orchestrate.slurm.runner` brings the cluster up, submits with ``sbatch`` and follows
+  the job through Slurm's own state (``scontrol``).
+"""

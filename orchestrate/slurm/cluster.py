@@ -1,0 +1,130 @@
+"""The simulated Slurm cluster (pure): its ``slurm.conf`` and its Compose project.
+
+A controller container runs ``slurmctld``, every node container ``slurmd``; each also runs
+``munged`` with the run's own key, and every one has the Slurm client commands. No container
+is privileged and none needs an added capability: processes are tracked by process group
+(``proctrack/pgid``, no cgroups) and tasks are not bound (``task/none``). Each container's
+main process is the node supervisor (``node_main.py``, the launcher's lease included) around
+the daemon, after ``start.sh`` installed the key and the configuration and made the host
+user, as whom the jobs run.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from orchestrate.compose import (NETWORK, SHARED_VOLUME, SHM_SIZE, escape_interpolation, node_labels)
+from orchestrate.plan import (HEARTBEAT_FILE, LEASE_TIMEOUT_S, NODE_MAIN, PROJECT_MOUNT_DIR, RUN_DIR_MOUNT,
+                              SHARED_DIR, WORKSPACE_DIR, JobPlan)
+
+CONTROLLER = "slurmctl"
+ROLE_LABEL = "io.ddp-compose.role"
+SCHEDULER_LABEL = "io.ddp-compose.scheduler"
+SLURM_DIR = "slurm"  # in the run directory: slurm.conf, munge.key, job.sbatch, the job's output
+START_SCRIPT = f"{PROJECT_MOUNT_DIR}/orchestrate/slurm/start.sh"
+# Seconds before Slurm declares a silent node DOWN (the default, 300, is too long to watch).
+SLURMD_TIMEOUT_S = 10
+
+
+def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
+    """``slurm.conf`` for the plan's nodes. Every node offers the engine's CPUs and memory
+    (nodes share the host; a user's script may ask for --cpus-per-task or --mem)."""
+    last = len(plan.nodes) - 1
+    names = f"node[0-{last}]" if last else "node0"
+    return "\n".join([
+        f"# Slurm configuration of ddp-compose run {plan.run_id}",
+        f"ClusterName=ddp",
+        f"SlurmctldHost={CONTROLLER}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "# No cgroups, no privileges: processes are tracked by process group, tasks not bound.",
+        "ProctrackType=proctrack/pgid",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SchedulerType=sched/backfill",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "# A job whose node fails ends (NODE_FAIL) instead of going back to the queue.",
+        "JobRequeue=0",
+        f"SlurmdTimeout={SLURMD_TIMEOUT_S}",
+        "SlurmctldTimeout=10",
+        "# Ended jobs stay in the controller's memory for scontrol (no accounting database).",
+        "MinJobAge=86400",
+        "KillWait=5",
+        "StateSaveLocation=/var/spool/slurmctld",
+        "SlurmdSpoolDir=/var/spool/slurmd",
+        "SlurmctldPidFile=/run/slurmctld.pid",
+        "SlurmdPidFile=/run/slurmd.pid",
+        "SlurmdParameters=config_overrides",
+        f"NodeName={names} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
+        f"PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        "",
+    ])
+
+
+def daemon_command(plan: JobPlan, daemon: list[str], run_as: str) -> list[str]:
+    """start.sh (as root: key, configuration, the user, munged), then the node supervisor
+    holding the launcher's lease around the daemon in the foreground."""
+    lease = [] if plan.detached else ["--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}", "--lease-timeout",
+                                     str(LEASE_TIMEOUT_S)]
+    return ["sh", START_SCRIPT, run_as, "python3", NODE_MAIN, *lease, "--", *daemon]
+
+
+def render_slurm_compose(plan: JobPlan, image: str, run_as: str) -> dict[str, Any]:
+    """The cluster's Compose project: the controller and one container per node."""
+    cfg = plan.config
+    volumes = [
+        {"type": "bind", "source": str(cfg.workdir), "target": WORKSPACE_DIR},
+        {"type": "bind", "source": str(cfg.project_root), "target": PROJECT_MOUNT_DIR, "read_only": True},
+        {"type": "volume", "source": SHARED_VOLUME, "target": SHARED_DIR},
+        {"type": "bind", "source": str(plan.run_dir), "target": RUN_DIR_MOUNT},
+    ]
+
+    def service(name: str, role: str, daemon: list[str], labels: dict[str, str]) -> dict[str, Any]:
+        svc: dict[str, Any] = {
+            "image": image, "pull_policy": "never", "hostname": name, "init": True,
+            "user": "0:0",  # the daemons run as root inside; jobs run as the host user
+            "command": escape_interpolation(daemon_command(plan, daemon, run_as)),
+            "working_dir": WORKSPACE_DIR, "shm_size": SHM_SIZE, "stop_grace_period": "2s",
+            "networks": [NETWORK], "volumes": volumes,
+            "labels": escape_interpolation({**labels, ROLE_LABEL: role, SCHEDULER_LABEL: "slurm"}),
+        }
+        if cfg.cpus_per_node and role == "node":
+            svc["cpus"] = cfg.cpus_per_node
+        if cfg.memory_per_node and role == "node":
+            svc["mem_limit"] = svc["memswap_limit"] = cfg.memory_per_node
+        return svc
+
+    services = {CONTROLLER: service(CONTROLLER, "controller", ["slurmctld", "-D"],
+                                    {k: v for k, v in node_labels(plan, plan.nodes[0]).items()
+                                     if not k.endswith("node-rank")})}
+    for node in plan.nodes:
+        services[node.name] = service(node.name, "node", ["slurmd", "-D"], node_labels(plan, node))
+    return {"name": plan.project_name, "services": services, "networks": {NETWORK: {"driver": "bridge"}},
+            "volumes": {SHARED_VOLUME: {}}}
+
+
+def sinfo_idle(sinfo_output: str, nodes: int) -> bool:
+    """Whether ``sinfo -h -N -o '%N %t'`` shows every node idle (pure)."""
+    states = dict(line.split()[:2] for line in sinfo_output.splitlines() if len(line.split()) >= 2)
+    return len(states) >= nodes and all(state == "idle" for state in states.values())
+
+
+def parse_scontrol(record: str) -> dict[str, str]:
+    """``scontrol show ... -o`` output (``Key=Value`` pairs on one line) as a dict (pure).
+    A value runs to the next `` Key=``, so values with spaces (``Reason=Not responding``)
+    stay whole."""
+    record = record.strip()
+    keys = list(_SCONTROL_KEY.finditer(record))
+    fields: dict[str, str] = {}
+    for match, following in zip(keys, keys[1:] + [None]):
+        end = following.start() if following is not None else len(record)
+        fields[match["key"]] = record[match.end():end].strip()
+    return fields
+
+
+_SCONTROL_KEY = re.compile(r"(?:^|(?<=\s))(?P<key>[A-Za-z][A-Za-z0-9_:/.]*)=")

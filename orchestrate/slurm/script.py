@@ -1,0 +1,103 @@
+"""The sbatch script of a plan (pure): what runs on the simulated cluster and on a real one.
+
+One task per node (``srun --ntasks-per-node=1``) runs torchrun with the node's index in the
+allocation as its node rank and the allocation's first host as the master, the mapping
+people get wrong by hand::
+
+    head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+    srun bash -c 'exec torchrun --nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$DDP_MASTER_ADDR" ...'
+
+``$SLURM_NODEID`` is expanded by each task, not by the batch script. Elastic plans use the
+c10d rendezvous on the head host instead of node ranks.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Optional
+
+from orchestrate.plan import JobPlan
+from orchestrate.plan import RDZV_PORT
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Where and how the script runs.
+
+    Attributes:
+        job_name: ``#SBATCH --job-name``.
+        output: ``#SBATCH --output`` (``%j`` is the job id); None keeps Slurm's default.
+        chdir: ``#SBATCH --chdir``; None: where the job is submitted from.
+        env: Variables exported to every task.
+        log_dir: torchrun's ``--log-dir`` (``$SLURMD_NODENAME`` is the node's name); None: none.
+        container_image: Run each task in this image with the cluster's container support
+            (pyxis/enroot: ``srun --container-image``).
+        container_mounts: ``srun --container-mounts`` with ``container_image``.
+        time_limit: ``#SBATCH --time`` (e.g. ``01:00:00``).
+        partition: ``#SBATCH --partition``.
+    """
+
+    job_name: str = "ddp"
+    output: Optional[str] = None
+    chdir: Optional[str] = None
+    env: dict[str, str] = field(default_factory=dict)
+    log_dir: Optional[str] = None
+    container_image: Optional[str] = None
+    container_mounts: Optional[str] = None
+    time_limit: Optional[str] = None
+    partition: Optional[str] = None
+
+
+def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
+    """The torchrun command each task runs, as shell text (task-side variables unexpanded)."""
+    cfg = plan.config
+    if cfg.elastic:
+        rendezvous = (f'--nnodes {cfg.min_nodes}:{cfg.max_nodes} --rdzv-backend c10d'
+                      f' --rdzv-endpoint "$DDP_MASTER_ADDR:{RDZV_PORT}" --rdzv-id "$SLURM_JOB_ID"'
+                      f' --max-restarts {cfg.max_restarts}')
+    else:
+        rendezvous = (f'--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$DDP_MASTER_ADDR"'
+                      f' --master-port {plan.master_port} --max-restarts 0')
+    log_dir = f' --log-dir "{options.log_dir}"' if options.log_dir else ""
+    return (f"exec torchrun {rendezvous} --nproc-per-node {cfg.nproc_per_node} --tee 3{log_dir} "
+            + shlex.join(cfg.target))
+
+
+def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
+    """The whole batch script."""
+    cfg = plan.config
+    lines = [
+        "#!/bin/bash",
+        f"# {plan.config.nodes} nodes x {cfg.nproc_per_node} processes, world size {plan.world_size},"
+        f" {'elastic c10d' if cfg.elastic else 'static'} rendezvous; written by ddp-compose.",
+        f"#SBATCH --job-name={options.job_name}",
+        f"#SBATCH --nodes={cfg.nodes if not cfg.elastic else f'{cfg.min_nodes}-{cfg.max_nodes}'}",
+        "#SBATCH --ntasks-per-node=1",
+    ]
+    if cfg.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={cfg.gpus_per_node}")
+    for flag, value in (("output", options.output), ("chdir", options.chdir), ("time", options.time_limit),
+                        ("partition", options.partition)):
+        if value:
+            lines.append(f"#SBATCH --{flag}={value}")
+    lines += [
+        "set -euo pipefail",
+        "",
+        "# The master is the allocation's first host; every task gets it from the environment.",
+        'DDP_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export DDP_MASTER_ADDR",
+    ]
+    for name, value in sorted(options.env.items()):
+        lines.append(f"export {name}={shlex.quote(value)}")
+    srun = ["srun", "--label", "--kill-on-bad-exit=1", "--ntasks-per-node=1"]
+    if options.container_image:
+        srun.append(f"--container-image={options.container_image}")
+        if options.container_mounts:
+            srun.append(f"--container-mounts={options.container_mounts}")
+    lines += [
+        "",
+        "# One task per node: $SLURM_NODEID is its node rank (expanded by the task, not here).",
+        f"{shlex.join(srun)} bash -c {shlex.quote(torchrun_line(plan, options))}",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,107 @@
+"""The simulated Slurm cluster: real slurmctld, slurmd and munge in the nodes, jobs through
+sbatch and srun, the state from Slurm (CPU/Gloo)."""
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrate.cli import main
+from tests.integration.conftest import leftovers
+
+pytestmark = pytest.mark.integration
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+TRAIN = ("-m", "app.train", "--data", "synthetic", "--data-dir", "data", "--train-size", "1024",
+         "--test-size", "256", "--epochs", "2", "--min-accuracy", "0.9")
+SLURM = ("--scheduler", "slurm", "--cpu")
+
+
+def hellos(output: str) -> list[tuple[str, int, int, str]]:
+    """(prefix node, rank, world size, host) of every hello line."""
+    return [(node, int(rank), int(world), host) for node, rank, world, host in re.findall(
+        r"^\[(node\d|task\d)[^\]]*\]\s+hello rank=(\d) .*? world_size=(\d) .*host=(\S+)", output, re.M)]
+
+
+def test_two_by_two_under_slurm_is_a_world_of_four_with_ranks_on_their_nodes(orchestrate_run, docker_client,
+                                                                              tmp_path):
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--nproc-per-node", "2", "--workdir", str(tmp_path),
+                             "--", "-m", "app.hello")
+    assert result.code == 0, result.output[-4000:]
+    found = hellos(result.output)
+    assert sorted(rank for _, rank, _, _ in found) == [0, 1, 2, 3]
+    for node, rank, world, host in found:
+        assert world == 4 and node == host == ("node0" if rank < 2 else "node1")
+    assert re.findall(r"all_reduce rank=\d sum=(\S+) expected=10 ok", result.output) == ["10"] * 4
+    summary = result.output.split("summary (Slurm job")[1]
+    assert re.search(r"^SUCCEEDED: Slurm job \d+ COMPLETED, exit code 0:0$", summary, re.M)
+    assert re.search(r"^node0\s+IDLE", summary, re.M) and re.search(r"^node1\s+IDLE", summary, re.M)
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_app_train_generated_and_exported_scripts_reach_the_same_checked_result(orchestrate_run, docker_client,
+                                                                                  tmp_path):
+    import torch
+
+    generated = orchestrate_run(*SLURM, "--nodes", "2", "--nproc-per-node", "2", "--workdir", str(tmp_path),
+                                "--", *TRAIN, "--save-params", "generated.pt")
+    assert generated.code == 0, generated.output[-4000:]
+    checksums = re.findall(r"^\[(node\d)/rank(\d)\]\s+param_checksum rank=\d value=(\S+)", generated.output, re.M)
+    assert sorted((node, int(rank)) for node, rank, _ in checksums) == [
+        ("node0", 0), ("node0", 1), ("node1", 2), ("node1", 3)]
+    assert len({value for _, _, value in checksums}) == 1
+    assert "replicas identical" in generated.output and "world size 4, backend gloo" in generated.output
+
+    script = tmp_path / "exported.sbatch"
+    assert main(["export", "--to", "slurm", "--nodes", "2", "--nproc-per-node", "2", "--workdir", str(tmp_path),
+                 "-o", str(script), "--", *TRAIN, "--save-params", "exported.pt"]) == 0
+    exported = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--sbatch", str(script))
+    assert exported.code == 0, exported.output[-4000:]
+    assert "replicas identical" in exported.output
+    a = torch.load(tmp_path / "generated.pt", weights_only=True)
+    b = torch.load(tmp_path / "exported.pt", weights_only=True)
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+    for run in (generated, exported):
+        assert leftovers(docker_client, run.project) == []
+
+
+def test_a_users_own_sbatch_script_is_submitted_unchanged(orchestrate_run, docker_client, tmp_path):
+    script = tmp_path / "user_job.sbatch"
+    shutil.copyfile(JOBS / "user_job.sbatch", script)
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--sbatch", str(script))
+    assert result.code == 0, result.output[-4000:]
+    submitted = result.run_dir / "slurm" / "user_job.sbatch"
+    assert hashlib.sha256(submitted.read_bytes()).hexdigest() == digest == \
+        hashlib.sha256(script.read_bytes()).hexdigest()
+    found = hellos(result.output)
+    assert sorted(rank for _, rank, _, _ in found) == [0, 1, 2, 3]
+    assert all(world == 4 and host == ("node0" if rank < 2 else "node1") for _, rank, world, host in found)
+    job_id = re.search(r"sbatch submitted job (\d+)", result.output)[1]
+    assert (tmp_path / f"my-ddp-{job_id}.out").is_file()  # the script's own --output, where it said
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_failing_rank_is_named_from_slurms_state_and_the_workers(orchestrate_run, docker_client, tmp_path):
+    shutil.copyfile(JOBS / "fail_rank.py", tmp_path / "fail_rank.py")
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--nproc-per-node", "2", "--workdir", str(tmp_path),
+                             "--", "fail_rank.py", "--fail-rank", "3")
+    assert result.code == 1, result.output[-4000:]
+    summary = result.output.split("summary (Slurm job")[1]
+    assert re.search(r"^FAILED: Slurm job \d+ FAILED \(reason NonZeroExitCode, exit code \d+:0\)", summary, re.M)
+    assert "workers: node1 rank 3: RuntimeError: injected failure on rank 3" in summary
+    assert 'raise RuntimeError(f"injected failure on rank {rank}")' in summary
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_killed_node_is_reported_down_by_slurm(orchestrate_run, docker_client, tmp_path):
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--fault", "kill:node1@step=3", "--", *TRAIN[:-2])
+    assert result.code == 1, result.output[-4000:]
+    summary = result.output.split("summary (Slurm job")[1]
+    assert re.search(r"^fault injected: kill:node1@step=3 \(.* at step 3\)$", summary, re.M)
+    assert re.search(r"^node1\s+DOWN\S*\s+Not responding", summary, re.M)
+    assert re.search(r"^FAILED: Slurm job \d+ NODE_FAIL \(reason NodeDown", summary, re.M)
+    assert leftovers(docker_client, result.project) == []

@@ -1,0 +1,127 @@
+"""export --to slurm|kubernetes: the manifests against Kubernetes' own schemas (offline, with
+kubernetes-validate), the rank and master wiring, and the command line."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+
+from orchestrate.cli import main
+from orchestrate.errors import UsageError
+from orchestrate.export import (COMPLETION_INDEX, ExportOptions, default_job_name, export_kubernetes,
+                                export_slurm, to_yaml)
+
+KUBERNETES_VERSION = "1.33"
+
+
+def validate(obj: dict) -> None:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def env_of(container: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_manifests_are_valid_kubernetes_objects(make_job):
+    plan = make_job(nodes=4, nproc_per_node=8, gpus_per_node=8, backend="nccl", cpus_per_node=32,
+                    memory_per_node=256 * 2**30, user_env={"WANDB_MODE": "offline"})
+    objects = export_kubernetes(plan, ExportOptions(name="ddp-train", namespace="ml"))
+    assert [o["kind"] for o in objects] == ["Service", "Job"]
+    for obj in yaml.safe_load_all(to_yaml(objects)):  # what the user gets, read back
+        validate(obj)
+
+
+def test_the_schema_check_catches_a_broken_manifest(make_job):
+    import kubernetes_validate
+
+    job = export_kubernetes(make_job(nodes=2), ExportOptions(name="ddp-x"))[1]
+    job["spec"]["completions"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(job)
+    job["spec"]["completions"] = 2
+    job["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1  # no such field: strict refuses it
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(job)
+
+
+def test_node_rank_is_the_completion_index_and_the_master_is_pod_zero(make_job, tmp_path):
+    (tmp_path / "train.py").write_text("")
+    plan = make_job(nodes=3, nproc_per_node=2, target=("train.py", "--epochs", "3"))
+    service, job = export_kubernetes(plan, ExportOptions(name="ddp-train"))
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": "ddp-train"}
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == service["metadata"]["name"]  # <job>-0.<service> resolves
+    container = pod["containers"][0]
+    assert container["command"] == ["torchrun"] and container["args"] == ["train.py", "--epochs", "3"]
+    env = env_of(container)
+    assert env["PET_NODE_RANK"] == {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"]) == ("3", "2")
+    assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"]) == ("ddp-train-0.ddp-train", str(plan.master_port))
+    # none of the simulation's own variables go to a real cluster
+    assert not {"DDP_SHARED_DIR", "DDP_PROGRESS_DIR", "GLOO_SOCKET_IFNAME"} & set(env)
+
+
+def test_elastic_jobs_rendezvous_with_c10d_on_pod_zero(make_job):
+    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2, max_restarts=3)
+    job = export_kubernetes(plan, ExportOptions(name="ddp-e"))[1]
+    env = env_of(job["spec"]["template"]["spec"]["containers"][0])
+    assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_BACKEND"] == "c10d"
+    assert env["PET_RDZV_ENDPOINT"] == "ddp-e-0.ddp-e:29400" and "PET_NODE_RANK" not in env
+    validate(job)
+
+
+def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job):
+    plan = make_job(nodes=2, nproc_per_node=4, gpus_per_node=4, backend="nccl", target=("-m", "app.train"))
+    trainjob = export_kubernetes(plan, ExportOptions(name="ddp-train", trainjob=True))[2]
+    assert trainjob["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and trainjob["kind"] == "TrainJob"
+    assert trainjob["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    trainer = trainjob["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 4)
+    assert trainer["command"] == ["torchrun", "-m", "app.train"]
+    assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": 4}
+
+
+def test_exported_sbatch_has_no_simulation_paths(make_job):
+    plan = make_job(nodes=2, nproc_per_node=4, gpus_per_node=4, backend="nccl")
+    script = export_slurm(plan, ExportOptions(name="ddp-train", container_image="nvcr.io/me/t:1"))
+    assert "#SBATCH --gpus-per-node=4" in script and "--container-image=nvcr.io/me/t:1" in script
+    assert "/ddp-run" not in script and "--log-dir" not in script and "--output" not in script
+    assert "export DDP_BACKEND=nccl" in script
+
+
+@pytest.mark.parametrize("target, name", [
+    (("-m", "app.train", "--epochs", "1"), "ddp-train"),
+    (("scripts/My_Train.py",), "ddp-my-train"),
+])
+def test_default_job_name_comes_from_the_target(target, name):
+    assert default_job_name(target) == name
+
+
+@pytest.mark.parametrize("name", ["Train", "-x", "a" * 51, "ddp_train"])
+def test_names_kubernetes_refuses_are_refused(name):
+    with pytest.raises(UsageError, match="--name"):
+        ExportOptions(name=name)
+
+
+def test_cli_writes_to_a_file_and_refuses_bad_input(tmp_path, capsys):
+    target = tmp_path / "k8s.yaml"
+    code = main(["export", "--to", "kubernetes", "--nodes", "2", "-o", str(target), "--workdir", str(tmp_path),
+                 "--", "-m", "app.train"])
+    assert code == 0
+    kinds = [o["kind"] for o in yaml.safe_load_all(target.read_text())]
+    assert kinds == ["Service", "Job"]
+    assert "wrote the Kubernetes manifests of 2 nodes x 1 processes" in capsys.readouterr().err
+    out = io.StringIO()
+    assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--", "missing.py"], out=out) == 2
+    assert "script 'missing.py' not found" in capsys.readouterr().err
+    assert main(["export", "--to", "slurm", "--name", "Bad_Name", "--workdir", str(tmp_path)], out=out) == 2
+    assert main(["export", "--to", "slurm", "--container-mounts", "/a:/a", "--workdir", str(tmp_path)], out=out) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--to", "lsf"])
+    assert exit_info.value.code == 2

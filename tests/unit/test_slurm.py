@@ -1,0 +1,152 @@
+"""The simulated Slurm cluster's pure parts: the batch script, slurm.conf, the Compose
+project, scontrol's records, the job's output lines and the summary."""
+from __future__ import annotations
+
+import io
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrate.cli import main
+
+from orchestrate.slurm.cluster import (CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle,
+                                       slurm_conf)
+from orchestrate.slurm.runner import SlurmOutcome, format_slurm_summary, render_line
+from orchestrate.slurm.script import BatchOptions, render_sbatch
+
+STUBS = {
+    # scontrol show hostnames LIST: the allocation's hosts, one per line (the first is the master)
+    "scontrol": '[ "$1 $2" = "show hostnames" ] && printf "gpu-a17\\ngpu-b03\\ngpu-c11\\n"',
+    # srun: one task per node of the allocation, each with its own SLURM_NODEID
+    "srun": 'while [ "${1#-}" != "$1" ]; do shift; done\n'
+            'for i in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$i "$@"; done',
+    "torchrun": 'echo "torchrun $*"',
+}
+
+
+def run_script(tmp_path: Path, script: str, nodes: int) -> list[str]:
+    """Run a batch script with stand-ins for scontrol, srun and torchrun on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in STUBS.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/bash\n{body}\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    job = tmp_path / "job.sbatch"
+    job.write_text(script)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_NNODES": str(nodes),
+           "SLURM_JOB_NODELIST": "gpu-a17,gpu-b03,gpu-c11", "SLURM_JOB_ID": "42"}
+    proc = subprocess.run(["bash", str(job)], capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_each_task_gets_its_own_node_rank_and_the_first_host_as_master(make_job, tmp_path):
+    plan = make_job(nodes=3, nproc_per_node=2, target=("-m", "app.train", "--epochs", "1"))
+    lines = run_script(tmp_path, render_sbatch(plan, BatchOptions()), nodes=3)
+    assert lines == [
+        f"torchrun --nnodes 3 --node-rank {i} --master-addr gpu-a17 --master-port {plan.master_port}"
+        " --max-restarts 0 --nproc-per-node 2 --tee 3 -m app.train --epochs 1"
+        for i in range(3)
+    ]
+
+
+def test_elastic_plans_use_c10d_on_the_first_host_with_the_job_id(make_job, tmp_path):
+    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2, max_restarts=3)
+    script = render_sbatch(plan, BatchOptions())
+    assert "#SBATCH --nodes=1-2" in script
+    lines = run_script(tmp_path, script, nodes=2)
+    assert len(lines) == 2 and lines[0] == lines[1]
+    assert "--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint gpu-a17:29400 --rdzv-id 42" in lines[0]
+
+
+def test_arguments_with_spaces_and_quotes_reach_torchrun_whole(make_job, tmp_path):
+    plan = make_job(nodes=1, target=("-m", "app.hello", "--note", "it's a 'test' $HOME"))
+    lines = run_script(tmp_path, render_sbatch(plan, BatchOptions(env={"MSG": "a b 'c'"})), nodes=1)
+    assert lines[0].endswith("-m app.hello --note it's a 'test' $HOME")
+
+
+def test_sbatch_directives_follow_the_plan_and_options(make_job):
+    plan = make_job(nodes=4, nproc_per_node=8, gpus_per_node=8, backend="nccl")
+    script = render_sbatch(plan, BatchOptions(job_name="big", time_limit="04:00:00", partition="gpu",
+                                              container_image="nvcr.io/me/train:1",
+                                              container_mounts="/data:/data"))
+    for line in ("#SBATCH --job-name=big", "#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --gpus-per-node=8", "#SBATCH --time=04:00:00", "#SBATCH --partition=gpu"):
+        assert line in script.splitlines()
+    assert "--container-image=nvcr.io/me/train:1 --container-mounts=/data:/data" in script
+
+
+def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
+    conf = slurm_conf(make_job(nodes=3), cpus=8, memory_mb=16000)
+    lines = conf.splitlines()
+    assert f"SlurmctldHost={CONTROLLER}" in lines
+    assert "NodeName=node[0-2] CPUs=8 RealMemory=16000 State=UNKNOWN" in lines
+    assert "ProctrackType=proctrack/pgid" in lines and "TaskPlugin=task/none" in lines
+    assert "JobRequeue=0" in lines  # a node failure ends the job instead of queueing it again
+    assert "NodeName=node0 CPUs=1" in slurm_conf(make_job(nodes=1), cpus=1, memory_mb=1000)
+
+
+def test_cluster_compose_has_a_controller_and_unprivileged_nodes(make_job):
+    plan = make_job(nodes=2)
+    project = render_slurm_compose(plan, "ddp-compose-slurm:abc", "1000:1000")
+    assert sorted(project["services"]) == sorted([CONTROLLER, "node0", "node1"])
+    for name, service in project["services"].items():
+        assert "privileged" not in service and "cap_add" not in service
+        assert service["hostname"] == name
+    assert project["services"]["node1"]["command"][-2:] == ["slurmd", "-D"]
+    assert project["services"][CONTROLLER]["command"][-2:] == ["slurmctld", "-D"]
+
+
+def test_scontrol_records_keep_values_with_spaces():
+    node = parse_scontrol("NodeName=node1 Arch=x86_64 State=DOWN+NOT_RESPONDING"
+                          " Reason=Not responding [slurm@2026-11-21T16:01:10] Comment=(null)")
+    assert node["State"] == "DOWN+NOT_RESPONDING"
+    assert node["Reason"] == "Not responding [slurm@2026-11-21T16:01:10]"
+    job = parse_scontrol("JobId=7 JobName=ddp x JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0"
+                         " TRES=cpu=4,mem=1M,node=2")
+    assert job == {"JobId": "7", "JobName": "ddp x", "JobState": "FAILED", "Reason": "NonZeroExitCode",
+                   "ExitCode": "1:0", "TRES": "cpu=4,mem=1M,node=2"}
+    assert parse_scontrol("") == {}
+
+
+@pytest.mark.parametrize("output, nodes, idle", [
+    ("node0 idle\nnode1 idle\n", 2, True),
+    ("node0 idle\nnode1 unk*\n", 2, False),
+    ("node0 idle\n", 2, False),
+    ("", 1, False),
+])
+def test_sinfo_idle_needs_every_node_idle(output, nodes, idle):
+    assert sinfo_idle(output, nodes) is idle
+
+
+def test_job_output_lines_get_node_and_rank_prefixes():
+    assert render_line("1: [3|1]:loss 0.5", 14) == "[node1/rank3]".ljust(16) + " loss 0.5"
+    assert render_line("0: agent says hi", 14) == "[node0]".ljust(16) + " agent says hi"
+    assert render_line("srun: error: node1: task 1", 14).endswith(" srun: error: node1: task 1")
+    # a user's script may run a task per process: the label is then the task, not the node
+    assert render_line("3: hello", 14, tasks_are_nodes=False) == "[task3]".ljust(16) + " hello"
+
+
+def test_failed_summary_says_what_slurm_reported(tmp_path):
+    outcome = SlurmOutcome("r1", tmp_path, job_id="3",
+                           job={"JobState": "NODE_FAIL", "Reason": "NodeDown", "ExitCode": "0:15"},
+                           nodes={"node0": {"State": "IDLE"},
+                                  "node1": {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}})
+    text = format_slurm_summary(outcome)
+    assert outcome.exit_code() == 1
+    assert ("FAILED: Slurm job 3 NODE_FAIL (reason NodeDown, exit code 0:15); Slurm reports node1"
+            " DOWN+NOT_RESPONDING (Not responding)") in text
+    done = SlurmOutcome("r2", tmp_path, job_id="4", job={"JobState": "COMPLETED", "ExitCode": "0:0"})
+    assert done.exit_code() == 0 and "SUCCEEDED: Slurm job 4 COMPLETED" in format_slurm_summary(done)
+
+
+def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
+    out = io.StringIO()
+    assert main(["run", "--scheduler", "slurm", "--detach", "--cpu"], out=out) == 2
+    assert "--detach is for --scheduler compose" in capsys.readouterr().err
+    assert main(["run", "--sbatch", str(tmp_path / "none.sh")], out=out) == 2
+    assert "--sbatch needs --scheduler slurm" in capsys.readouterr().err
