@@ -42,7 +42,7 @@ EOF
 }
 
 ensure_venv() {
-    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, pytest, compose' 2>/dev/null; then
+    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, pytest, compose, yaml, kubernetes_validate, matplotlib' 2>/dev/null; then
         return
     fi
     say "creating $VENV with the project and the test tools"

@@ -77,6 +77,7 @@ class SlurmOutcome:
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     root_cause: Optional[RootCause] = None
     root_node: str = ""
+    root_is_collateral: bool = False  # the workers' error is a peer's closed connection
     faults: list[str] = field(default_factory=list)
     seconds: float = 0.0
     bring_up_s: float = 0.0
@@ -137,8 +138,11 @@ def format_slurm_summary(outcome: SlurmOutcome) -> str:
                      f" exit code {job.get('ExitCode', '?')})" + (f"; Slurm reports {', '.join(down)}" if down else ""))
         cause = outcome.root_cause
         if cause is not None:
-            lines.append(f"  workers: {outcome.root_node} rank {cause.rank}: {cause.exception or 'exit code ' + str(cause.exit_code)}")
-            if cause.traceback:
+            # A peer's closed connection only follows from what Slurm reported: say so, briefly.
+            label = "workers, as a result" if outcome.root_is_collateral and (down or outcome.faults) else "workers"
+            lines.append(f"  {label}: {outcome.root_node} rank {cause.rank}:"
+                         f" {cause.exception or 'exit code ' + str(cause.exit_code)}")
+            if cause.traceback and label == "workers":
                 lines += [f"  | {ln}" for ln in cause.traceback.rstrip().splitlines()[-12:]]
     return "\n".join(lines)
 
@@ -316,7 +320,8 @@ class SlurmRun:
                 stamp = cause.timestamp if cause.timestamp is not None else float("inf")
                 found.append((is_collateral(cause, []), stamp, node.name, cause))
         if found:
-            _, _, self.outcome.root_node, self.outcome.root_cause = min(found, key=lambda f: f[:2])
+            collateral, _, self.outcome.root_node, self.outcome.root_cause = min(found, key=lambda f: f[:2])
+            self.outcome.root_is_collateral = collateral
 
     # All of it -----------------------------------------------------------------------------
 

@@ -150,3 +150,18 @@ def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
     assert "--detach is for --scheduler compose" in capsys.readouterr().err
     assert main(["run", "--sbatch", str(tmp_path / "none.sh")], out=out) == 2
     assert "--sbatch needs --scheduler slurm" in capsys.readouterr().err
+
+
+def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(tmp_path):
+    from orchestrate.output import RootCause
+
+    cause = RootCause(0, 0)
+    cause.exception = "RuntimeError: Connection closed by peer [10.0.0.3]:6576"
+    cause.traceback = "Traceback (most recent call last):\n  File x\nRuntimeError: Connection closed by peer"
+    outcome = SlurmOutcome("r1", tmp_path, job_id="3", job={"JobState": "NODE_FAIL", "Reason": "NodeDown"},
+                           nodes={"node1": {"State": "DOWN", "Reason": "Not responding"}},
+                           root_cause=cause, root_node="node0", root_is_collateral=True,
+                           faults=["kill:node1@step=3 (9.1 s into the job, at step 3)"])
+    text = format_slurm_summary(outcome)
+    assert "  workers, as a result: node0 rank 0: RuntimeError: Connection closed by peer" in text
+    assert "| Traceback" not in text
