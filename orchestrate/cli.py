@@ -402,6 +402,16 @@ def build_parser() -> OneLineParser:
                " --image registry.example.com/me/train:1 -o k8s.yaml -- train.py --epochs 10")
     add_export_options(export)
 
+    report = sub.add_parser("report", help="(re)build a run's report page and print its path",
+                            description="Write runs/<id>/report.html from the run's recorded files (plan,"
+                                        " events, progress, outcome): a timeline of nodes and ranks, faults,"
+                                        " recoveries, progress and the root cause, in one self-contained page"
+                                        " that opens offline. Works for a running or an ended run.",
+                            epilog="usage example: python -m orchestrate report 20261121-093012-1f2e3d")
+    report.add_argument("run_id", metavar="RUN", help="the run id (or a unique prefix), or its directory")
+    report.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
+                        help="where the runs' directories are (default: ./runs)")
+
     image = sub.add_parser("image", help="manage the node image")
     image_sub = image.add_subparsers(dest="image_command", metavar="ACTION",
                                      parser_class=OneLineParser)
@@ -780,6 +790,11 @@ def command_attach(args: argparse.Namespace, out: IO[str]) -> int:
                       f" python -m orchestrate stop {run.run_id})\n")
             return interrupt_exit_code(exc)
     outcome.image_torch = image_torch_of(client, run)
+    if active:  # the run's launcher: its record is ours to finish
+        from orchestrate.launcher import finish_record, write_outcome
+
+        write_outcome(outcome)
+        finish_record(outcome)
     out.write(format_summary(outcome) + "\n")
     if run.detached:
         out.write(f"remove it with: python -m orchestrate down {run.run_id}\n")
@@ -864,6 +879,7 @@ def command_bench(args: argparse.Namespace, out: IO[str], command_line: str) -> 
         results = json.loads((outcome.run_dir / bench.BENCH_FILE).read_text())
         summary = bench.collectives_summary(results, str(args.link or ""))
         data, plot = bench.write_artifacts(outcome.run_dir, "bench", summary, plots.plot_collectives, summary)
+        rebuild_report(outcome.run_dir)  # with the benchmark's table and plot
         out.write(bench.format_collectives(summary) + f"\nresults: {data}\nplot: {plot}\n")
         return code
     if args.bench_kind == "ddp":
@@ -879,9 +895,29 @@ def command_bench(args: argparse.Namespace, out: IO[str], command_line: str) -> 
             summaries.append(bench.ddp_summary(json.loads((outcome.run_dir / bench.BENCH_FILE).read_text())))
             last_dir = outcome.run_dir
         data, plot = bench.write_artifacts(last_dir, "bench", {"runs": summaries}, plots.plot_ddp, summaries)
+        rebuild_report(last_dir)
         out.write(bench.format_ddp(summaries) + f"\nresults: {data}\nplot: {plot}\n")
         return EXIT_OK
     raise UsageError("bench needs a KIND: collectives, ddp or launcher (see python -m orchestrate bench --help)")
+
+
+def rebuild_report(run_dir: Path) -> None:
+    """Write a run's report again (after a benchmark added its figures); never fails the command."""
+    from orchestrate.report import write_report
+
+    try:
+        write_report(run_dir)
+    except Exception as exc:  # a report is a view of the run
+        logging.getLogger(__name__).warning("report of %s not rebuilt: %s", run_dir.name, exc)
+
+
+def command_report(args: argparse.Namespace, out: IO[str]) -> int:
+    """``report RUN``: rebuild the run's page and print where it is."""
+    from orchestrate.report import find_run_dir, write_report
+
+    path = write_report(find_run_dir(args.runs_dir, args.run_id))
+    out.write(f"{path.resolve()}\n")
+    return 0
 
 
 def command_export(args: argparse.Namespace, target: list[str], out: IO[str]) -> int:
@@ -954,6 +990,8 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout) -> int
             return command_prune(out)
         if args.command == "fault":
             return command_fault(args, out)
+        if args.command == "report":
+            return command_report(args, out)
         if args.command == "export":
             return command_export(args, target, out)
         if args.command == "bench":

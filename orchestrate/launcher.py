@@ -20,6 +20,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.compose import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NODE_RANK_LABEL, ComposeProject,
                                  write_compose_file)
 from orchestrate.engine import exec_output
+from orchestrate.events import record_event
 from orchestrate.errors import NodeLookupError, NodesNotReadyError, OrchestrateError
 from orchestrate.hostlock import try_lock
 from orchestrate.image import TORCH_LABEL
@@ -173,9 +174,11 @@ def start_run(plan: JobPlan, client: Any, *, say: Callable[[str], None],
     t0 = clock()
     try:
         say(f"run {plan.run_id}: bringing up {len(plan.nodes)} nodes (project {plan.project_name})")
+        record_event(run_dir, "bring-up", nodes=[n.name for n in plan.nodes])
         compose.up()
         containers = {n.name: find_node_container(client, plan.project_name, n) for n in plan.nodes}
         wait_until_started(containers, plan.config.ready_timeout_s, clock)
+        record_event(run_dir, "nodes-up")
     except BaseException:
         if heartbeat is not None:
             heartbeat.stop()
@@ -251,7 +254,20 @@ def launch(
                 outcome.teardown_error = teardown(started.compose, say)
             outcome.timings.teardown_s = clock() - t1
             write_outcome(outcome)
+            finish_record(outcome)
     return outcome
+
+
+def finish_record(outcome: JobOutcome) -> None:
+    """The run's last event, then its report page (neither may fail the run)."""
+    from orchestrate.report import write_report
+
+    try:
+        record_event(outcome.run_dir, "run-ended", exit_code=outcome.exit_code(128 + outcome.signal_number),
+                     succeeded=outcome.succeeded, interrupted=outcome.interrupted, error=outcome.error)
+        write_report(outcome.run_dir)
+    except Exception as exc:  # a report is a view of the run, never its outcome
+        log.warning("report of run %s not written: %s", outcome.run_id, exc)
 
 
 def write_outcome(outcome: JobOutcome) -> None:

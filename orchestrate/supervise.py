@@ -30,6 +30,7 @@ from typing import IO, Any, Callable, Optional
 
 from orchestrate.compose import COMPOSE_SERVICE_LABEL, NETWORK, RUN_ID_LABEL, project_network
 from orchestrate.engine import exec_output
+from orchestrate.events import record_event
 from orchestrate.faults import OOM_COUNTER_ARGV, FaultAction, FaultSpec, apply_fault, oom_kills, probe_node
 from orchestrate.outcome import JobOutcome, NodeResult, Recovery, Timings
 from orchestrate.output import NodeOutput, OutputLine, RootCause
@@ -153,6 +154,7 @@ class Supervisor:
         self.first_failure_seen = False
         self.started_at = clock()
         self.first_worker_at: Optional[float] = None
+        self.ranks_seen: set[int] = set()  # ranks whose first line was recorded (since the last restart)
         self.event_stream: Any = None
         self.stop = threading.Event()
 
@@ -164,9 +166,10 @@ class Supervisor:
 
     def record(self, kind: str, **fields: Any) -> None:
         """Append one event to the run's event file (events.jsonl)."""
-        entry = {"time": time.time(), "event": kind, **fields}
-        with open(self.spec.run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
+        try:
+            record_event(self.spec.run_dir, kind, **fields)
+        except OSError as exc:  # the run directory went away: the output on screen still says it
+            log.debug("events.jsonl: %s", exc)
 
     # Sources -----------------------------------------------------------------------------
 
@@ -288,8 +291,12 @@ class Supervisor:
             if event.stream != tracker.stream:
                 return  # a stream that a restart superseded
             line = tracker.output.add(event.line, event.time)
+            if line.global_rank is not None and line.global_rank not in self.ranks_seen:
+                self.ranks_seen.add(line.global_rank)
+                self.record("rank-started", node=event.node, rank=line.global_rank)
             if line.local_rank is not None and tracker.phase is NodePhase.STARTING:
                 tracker.move(NodePhase.RUNNING)
+                self.record("node-running", node=event.node)
                 if self.first_worker_at is None:
                     self.first_worker_at = event.at
                     self.record("workers-started", node=event.node)
@@ -498,6 +505,7 @@ class Supervisor:
         self.say(f"{dead.plan.name} died ({cause}); restarting every node so that it rejoins"
                  f" ({self.job_restarts}/{self.spec.max_restarts})")
         self.record("restart", node=dead.plan.name, cause=cause, step=self.max_step)
+        self.ranks_seen.clear()
         result.fault = ""
         for tracker in self.trackers.values():
             tracker.move(NodePhase.RESTARTING)

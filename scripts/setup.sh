@@ -5,7 +5,8 @@
 #   3. Compose v2 as the `docker compose` plugin;
 #   4. the node image, built on first use; when no base image can be pulled it is built
 #      offline, and the host tools that needs (debootstrap) are installed first;
-#   5. torch and torchvision in .venv, the image's pinned pair (from its wheelhouse if any).
+#   5. torch and torchvision in .venv, the image's pinned pair (from its wheelhouse if any);
+#   6. for the tests only (DDP_SETUP_BROWSER=1): Debian's chromium, for the report pages.
 # Second and later runs find everything in place and take seconds. Portable: no GNU-only
 # commands or flags outside the Debian-only branches (macOS has no `timeout` or `setsid`).
 set -euo pipefail
@@ -42,7 +43,7 @@ EOF
 }
 
 ensure_venv() {
-    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, pytest, compose, yaml, kubernetes_validate, matplotlib' 2>/dev/null; then
+    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, pytest, compose, yaml, kubernetes_validate, matplotlib, playwright' 2>/dev/null; then
         return
     fi
     say "creating $VENV with the project and the test tools"
@@ -132,6 +133,19 @@ ensure_image() {
     "$PY" -m orchestrate image build --if-missing
 }
 
+# The tests' browser: Debian's chromium (the report pages are opened in it). Only for the
+# tests (run-tests.sh sets DDP_SETUP_BROWSER=1); elsewhere a one-line instruction.
+ensure_browser() {
+    if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
+        return
+    fi
+    if is_root_apt; then
+        apt_install chromium
+    else
+        say "no chromium: install it (e.g. apt-get install chromium) for the report's browser tests"
+    fi
+}
+
 if [ "${DDP_SKIP_SETUP:-0}" != 1 ]; then
     ensure_venv
     ensure_exit_guard
@@ -139,4 +153,7 @@ if [ "${DDP_SKIP_SETUP:-0}" != 1 ]; then
     ensure_compose
     ensure_image
     ensure_torch
+    if [ "${DDP_SETUP_BROWSER:-0}" = 1 ]; then
+        ensure_browser
+    fi
 fi

@@ -19,6 +19,7 @@ from typing import IO, Any, Callable, Optional
 
 from orchestrate.compose import ComposeProject, project_network
 from orchestrate.engine import exec_output
+from orchestrate.events import record_event
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
 from orchestrate.faults import FaultAction, apply_fault
 from orchestrate.image import build_context, build_lock, docker_build, image_exists, DOCKER_DIR
@@ -275,6 +276,8 @@ class SlurmRun:
                     if fault.action is FaultAction.DISCONNECT else None
                 apply_fault(self.client, self.containers[fault.node], fault.action, network)
                 self.outcome.faults.append(f"{fault} ({elapsed:.1f} s into the job, at step {self.max_step or '-'})")
+                record_event(self.plan.run_dir, "fault", node=fault.node, spec=str(fault), action=fault.action.value,
+                             step=self.max_step)
                 self.say(f"fault injected: {fault} ({elapsed:.1f} s into the job, at step {self.max_step or '-'})")
             except docker_errors() as exc:
                 self.say(f"fault {fault} could not be injected: {str(exc).splitlines()[0][:160]}")
@@ -333,9 +336,11 @@ class SlurmRun:
             t0 = self.clock()
             self.say(f"run {self.plan.run_id}: bringing up a Slurm cluster: {CONTROLLER} (slurmctld) and"
                      f" {len(self.plan.nodes)} nodes (slurmd) (project {self.plan.project_name})")
+            record_event(self.plan.run_dir, "bring-up", nodes=[n.name for n in self.plan.nodes])
             compose.up()
             self.find_containers()
             self.wait_until_idle(self.plan.config.ready_timeout_s)
+            record_event(self.plan.run_dir, "nodes-up")
             self.outcome.bring_up_s = self.clock() - t0
             job_id = self.submit()
             self.outcome.job_id = job_id
@@ -361,4 +366,30 @@ class SlurmRun:
                          f" {self.plan.run_id}")
             else:
                 self.outcome.teardown_error = teardown(compose, self.say)
+            self.finish_record()
         return self.outcome
+
+    def finish_record(self) -> None:
+        """outcome.json, the last event and the report page, as for a Compose run."""
+        import json
+
+        from orchestrate.report import write_report
+
+        outcome = self.outcome
+        cause = outcome.root_cause
+        failure = None
+        if not outcome.succeeded and not outcome.interrupted and not outcome.error:
+            failure = {"node": outcome.root_node, "rank": cause.rank if cause else None,
+                       "describe": f"Slurm job {outcome.job_id} {outcome.state} (reason {outcome.job.get('Reason', '-')})"
+                                   + (f"; workers: {outcome.root_node} rank {cause.rank}: {cause.exception}" if cause else ""),
+                       "traceback": cause.traceback if cause else "", "then": [], "last_lines": []}
+        try:
+            (outcome.run_dir / "outcome.json").write_text(json.dumps({
+                "run_id": outcome.run_id, "scheduler": "slurm", "job_id": outcome.job_id, "job": outcome.job,
+                "slurm_nodes": outcome.nodes, "succeeded": outcome.succeeded, "exit_code": outcome.exit_code(),
+                "interrupted": outcome.interrupted, "error": outcome.error, "failure": failure}, indent=2) + "\n")
+            record_event(outcome.run_dir, "run-ended", exit_code=outcome.exit_code(), succeeded=outcome.succeeded,
+                         interrupted=outcome.interrupted, error=outcome.error, job_state=outcome.state)
+            write_report(outcome.run_dir)
+        except Exception as exc:  # a report is a view of the run, never its outcome
+            log.warning("report of run %s not written: %s", outcome.run_id, exc)

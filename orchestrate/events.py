@@ -1,0 +1,55 @@
+"""The run's event file, ``runs/<id>/events.jsonl``: what happened, when (JSON lines).
+
+One object per line with ``time`` (Unix seconds) and ``event``, and the event's own fields:
+
+=================  ==============================================================
+bring-up           the launcher starts the nodes (``nodes``)
+nodes-up           every node container runs
+node-running       a node's first worker spoke: its rendezvous is done (``node``)
+rank-started       a rank's first line (``node``, ``rank``)
+fault              a fault was injected (``node``, ``spec``, ``action``, ``step``)
+fault-failed       a fault could not be injected (``node``, ``spec``, ``error``)
+node-unresponsive  a hung or cut-off node was detected (``node``, ``reason``)
+oom                the kernel OOM-killed a node's process (``node``)
+node-exited        a node's container ended (``node``, ``exit_code``)
+node-failed        a node ended in failure (``node``, ``exit_code``, ``rank``)
+node-killed        the launcher killed a node (``node``)
+restart            an elastic recovery restarts every node (``node``: the dead one, ``cause``, ``step``)
+resumed            training resumed after a recovery (``node``, ``step``, ``recovery_s``, ``steps_lost``)
+run-ended          the launcher is done (``exit_code``, ``succeeded``, ``interrupted``, ``error``)
+=================  ==============================================================
+
+Reports (:mod:`orchestrate.report`) are built from it; it is useful on its own (``jq``).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+EVENTS_FILE = "events.jsonl"
+
+
+def record_event(run_dir: Path, kind: str, **fields: Any) -> None:
+    """Append one event, stamped now."""
+    entry = {"time": time.time(), "event": kind, **fields}
+    with open(run_dir / EVENTS_FILE, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    """Every event of a run in time order (a torn last line, from a run still going, is skipped)."""
+    events = []
+    try:
+        lines = (run_dir / EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "time" in entry and "event" in entry:
+            events.append(entry)
+    return sorted(events, key=lambda e: e["time"])

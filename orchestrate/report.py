@@ -1,0 +1,533 @@
+"""A run's report page, ``runs/<id>/report.html``: its story in time, from its recorded files.
+
+Built from what the run directory holds, never by re-parsing printed text:
+
+- ``run.json`` (the plan: command line, nodes, ranks, GPUs, image), ``outcome.json`` (how it
+  ended: root cause, traceback, failures it caused, recoveries), ``events.jsonl`` (see
+  :mod:`orchestrate.events`), the progress channel (``progress/rank<R>.jsonl``: steps and
+  loss per rank), and for a ``bench`` run ``bench.json`` and ``bench.png``.
+
+Two steps, as everywhere here: :func:`build_model` (pure) turns those records into lanes,
+phases, markers and series; :func:`render_html` draws them. The charts are drawn with
+matplotlib (already the benchmarks' plotting library) as inline SVG: no JavaScript, nothing
+loaded from the network, so the page opens offline and can be attached to a bug report;
+SVG elements keep the ids given to matplotlib artists (``lane-node0``, ``marker-fault-0``),
+and each phase and marker gets an SVG ``<title>``, the browser's hover text, with its exact
+times.
+"""
+from __future__ import annotations
+
+import base64
+import glob
+import html
+import io
+import json
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrate.events import read_events
+
+REPORT_FILE = "report.html"
+PHASE_COLOURS = {"bring-up": "#9ecae1", "rendezvous": "#fdd0a2", "running": "#74c476", "restarting": "#fdae6b",
+                 "hung": "#d9d9d9"}
+MARKER_STYLES = {  # kind: (matplotlib marker, colour, what it is)
+    "fault": ("v", "#d62728", "fault injected"),
+    "detected": ("X", "#9467bd", "detected"),
+    "killed": ("x", "#000000", "killed by the launcher"),
+    "exit": ("o", "#636363", "exited"),
+    "failed": ("s", "#d62728", "failed"),
+    "restart": ("D", "#ff7f0e", "elastic restart"),
+    "resumed": ("^", "#2ca02c", "resumed"),
+    "oom": ("P", "#8c564b", "OOM kill"),
+}
+SVG_NS = "http://www.w3.org/2000/svg"
+
+
+# The model (pure) ----------------------------------------------------------------------------
+
+@dataclass
+class Phase:
+    """A stretch of one lane: ``name`` from ``start`` to ``end`` (seconds since the run began)."""
+
+    name: str
+    start: float
+    end: float
+    detail: str = ""
+
+
+@dataclass
+class Marker:
+    """A moment on one lane (``lane`` None: every node's)."""
+
+    kind: str
+    time: float
+    lane: Optional[str]
+    label: str
+
+
+@dataclass
+class Lane:
+    """A node, or one of its ranks (``rank`` set)."""
+
+    name: str
+    node: str
+    rank: Optional[int] = None
+    phases: list[Phase] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return self.node if self.rank is None else f"{self.node}-rank{self.rank}"
+
+
+@dataclass
+class ReportModel:
+    """Everything the page shows."""
+
+    run_id: str
+    command: str = ""
+    image: str = ""
+    torch: str = ""
+    outcome: str = "running"
+    succeeded: Optional[bool] = None
+    exit_code: Optional[int] = None
+    plan_rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+    lanes: list[Lane] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    progress: dict[int, list[tuple[float, int, Optional[float]]]] = field(default_factory=dict)
+    end: float = 0.0
+    failure: Optional[dict] = None
+    recoveries: list[dict] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    bench: Optional[dict] = None
+    bench_png: Optional[bytes] = None
+    events: list[tuple[float, str, str, str]] = field(default_factory=list)
+
+    def lane(self, key: str) -> Lane:
+        return next(lane for lane in self.lanes if lane.key == key)
+
+
+def read_progress(progress_dir: Path) -> list[dict]:
+    """Every progress record of every rank."""
+    records = []
+    for path in sorted(progress_dir.glob("rank*.jsonl")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "time" in record:
+                records.append(record)
+    return records
+
+
+def _load_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    """The run's records, as :func:`build_model` takes them."""
+    png = run_dir / "bench.png"
+    return {
+        "run_id": run_dir.name,
+        "run": _load_json(run_dir / "run.json") or {},
+        "outcome": _load_json(run_dir / "outcome.json"),
+        "events": read_events(run_dir),
+        "progress": read_progress(run_dir / "progress"),
+        "bench": _load_json(run_dir / "bench.json"),
+        "bench_png": png.read_bytes() if png.is_file() else None,
+        "logs": sorted(p.name for p in run_dir.glob("*.log")),
+    }
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:.1f} s"
+
+
+class _LaneBuilder:
+    """Phases of every node lane from the events, in order."""
+
+    def __init__(self, model: ReportModel, t0: float) -> None:
+        self.model, self.t0 = model, t0
+        self.open: dict[str, tuple[str, float]] = {}
+
+    def at(self, event: dict) -> float:
+        return event["time"] - self.t0
+
+    def begin(self, node: str, phase: str, when: float) -> None:
+        self.close(node, when)
+        self.open[node] = (phase, when)
+
+    def close(self, node: str, when: float, detail: str = "") -> None:
+        if node in self.open:
+            phase, start = self.open.pop(node)
+            self.model.lane(node).phases.append(Phase(phase, start, max(start, when), detail))
+
+    def mark(self, kind: str, when: float, lane: Optional[str], label: str) -> None:
+        self.model.markers.append(Marker(kind, when, lane, label))
+
+
+def build_model(records: dict[str, Any]) -> ReportModel:
+    """Lanes, phases, markers and series from a run's records (pure)."""
+    run, outcome, events = records.get("run") or {}, records.get("outcome"), records.get("events") or []
+    progress = records.get("progress") or []
+    model = ReportModel(run_id=run.get("run_id") or records.get("run_id", ""), command=run.get("command", ""),
+                        image=run.get("image", ""), logs=list(records.get("logs") or []),
+                        bench=records.get("bench"), bench_png=records.get("bench_png"))
+    nodes = run.get("nodes") or []
+    for node in nodes:
+        ranks = node.get("global_ranks") or []
+        model.plan_rows.append((node["name"], str(node.get("node_rank", "")),
+                                ",".join(map(str, ranks)) or "elastic", ",".join(node.get("gpus") or []) or "-"))
+    times = [e["time"] for e in events] + [r["time"] for r in progress]
+    t0 = min(times) if times else 0.0
+    node_names = [n["name"] for n in nodes] or sorted({e["node"] for e in events if e.get("node")})
+    ranks_of: dict[str, list[int]] = {n["name"]: list(n.get("global_ranks") or []) for n in nodes}
+    for event in events:  # elastic runs learn their ranks as they start
+        if event["event"] == "rank-started" and event.get("rank") not in ranks_of.setdefault(event["node"], []):
+            ranks_of[event["node"]].append(event["rank"])
+    for name in node_names:
+        model.lanes.append(Lane(name, name))
+        for rank in sorted(ranks_of.get(name, [])):
+            model.lanes.append(Lane(f"rank {rank}", name, rank))
+
+    lanes = _LaneBuilder(model, t0)
+    rank_first: dict[int, float] = {}
+    for event in events:
+        kind, when, node = event["event"], lanes.at(event), event.get("node")
+        model.events.append((when, node or "-", kind, _describe(event)))
+        if kind == "bring-up":
+            for name in node_names:
+                lanes.begin(name, "bring-up", when)
+        elif kind == "nodes-up":
+            for name in node_names:
+                lanes.begin(name, "rendezvous", when)
+        elif kind == "node-running" and node in node_names:
+            lanes.begin(node, "running", when)
+        elif kind == "rank-started":
+            rank_first.setdefault(event["rank"], when)
+        elif kind == "fault":
+            lanes.mark("fault", when, node, f"fault injected: {event.get('spec')} at {_fmt(when)}"
+                       + (f", step {event['step']}" if event.get("step") is not None else ""))
+            if event.get("action") == "pause" and node in lanes.open:
+                lanes.begin(node, "hung", when)
+        elif kind == "node-unresponsive":
+            lanes.mark("detected", when, node, f"{node} detected at {_fmt(when)}: {event.get('reason', '')}")
+        elif kind == "oom":
+            lanes.mark("oom", when, node, f"{node} OOM-killed at {_fmt(when)}")
+        elif kind == "node-killed":
+            lanes.mark("killed", when, node, f"{node} killed by the launcher at {_fmt(when)}")
+        elif kind == "node-exited" and node in node_names:
+            code = event.get("exit_code")
+            lanes.close(node, when, f"exit code {code}")
+            lanes.mark("exit", when, node, f"{node} exited at {_fmt(when)} with {_exit_words(code)}")
+        elif kind == "node-failed":
+            rank = event.get("rank")
+            label = f"{node} failed at {_fmt(when)}" + (f" (rank {rank})" if rank is not None else "")
+            lanes.mark("failed", when, f"{node}-rank{rank}" if rank is not None else node, label)
+        elif kind == "restart":
+            lanes.mark("restart", when, None, f"elastic restart at {_fmt(when)}: {node} died ({event.get('cause')}),"
+                                              f" at step {event.get('step')}; every node restarts")
+            for name in node_names:
+                lanes.begin(name, "restarting", when)
+        elif kind == "resumed":
+            lanes.mark("resumed", when, None, f"resumed at step {event.get('step')} at {_fmt(when)}: recovery"
+                                              f" {event.get('recovery_s', 0):.1f} s, {event.get('steps_lost')} steps lost")
+        elif kind == "run-ended":
+            model.exit_code = event.get("exit_code")
+    end_times = [when for when, *_ in model.events] + [r["time"] - t0 for r in progress]
+    model.end = max(end_times, default=0.0)
+    for name in list(lanes.open):
+        lanes.close(name, model.end, "still open at the last record")
+
+    for record in progress:
+        if record.get("step") is None:
+            continue
+        loss = record.get("loss")
+        model.progress.setdefault(int(record["rank"]), []).append(
+            (record["time"] - t0, int(record["step"]), float(loss) if loss is not None else None))
+    for series in model.progress.values():
+        series.sort()
+    for lane in model.lanes:  # a rank lives its node's phases from its first line on
+        if lane.rank is None:
+            continue
+        seen = [t for t, *_ in model.progress.get(lane.rank, [])]
+        start = rank_first.get(lane.rank, min(seen, default=None))
+        if start is None:
+            continue
+        for phase in model.lane(lane.node).phases:
+            if phase.end > start and phase.name not in ("bring-up",):
+                name = "running" if phase.name == "rendezvous" and phase.start <= start else phase.name
+                lane.phases.append(Phase(name, max(phase.start, start), phase.end,
+                                         f"{len(seen)} steps reported in all" if name == "running" else phase.detail))
+
+    if outcome:
+        model.succeeded = outcome.get("succeeded")
+        model.exit_code = outcome.get("exit_code", model.exit_code)
+        model.torch = outcome.get("image_torch", "")
+        model.failure = outcome.get("failure")
+        model.recoveries = outcome.get("recoveries") or []
+        if outcome.get("interrupted"):
+            model.outcome = f"INTERRUPTED (exit code {model.exit_code})"
+        elif outcome.get("error"):
+            model.outcome = f"FAILED (exit code {model.exit_code}): {outcome['error']}"
+        elif model.succeeded:
+            model.outcome = "SUCCEEDED"
+        elif model.failure:
+            model.outcome = f"FAILED (exit code {model.exit_code}): {model.failure.get('describe', '')}"
+        else:
+            model.outcome = f"FAILED (exit code {model.exit_code})"
+    return model
+
+
+def _exit_words(code: Any) -> str:
+    if code is None:
+        return "no exit code"
+    if isinstance(code, int) and code > 128:
+        import signal
+
+        try:
+            return f"exit code {code} ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
+def _describe(event: dict) -> str:
+    skip = {"time", "event", "node"}
+    return ", ".join(f"{k} {v}" for k, v in event.items() if k not in skip and v not in (None, "", []))
+
+
+# Rendering -----------------------------------------------------------------------------------
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable
+    plt.rcParams["svg.hashsalt"] = "ddp-compose"  # the same run draws the same page
+    return plt
+
+
+def _svg(fig: Any, titles: dict[str, str], data_times: dict[str, float]) -> str:
+    """The figure as inline SVG, with a ``<title>`` (hover text) and ``data-time`` on each
+    element whose gid has one."""
+    plt = _pyplot()
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    ElementTree.register_namespace("", SVG_NS)
+    ElementTree.register_namespace("xlink", "http://www.w3.org/1999/xlink")
+    root = ElementTree.fromstring(buffer.getvalue().encode("utf-8"))
+    for element in root.iter():
+        gid = element.get("id")
+        if gid in titles:
+            title = ElementTree.Element(f"{{{SVG_NS}}}title")
+            title.text = titles[gid]
+            element.insert(0, title)
+        if gid in data_times:
+            element.set("data-time", f"{data_times[gid]:.3f}")
+    return ElementTree.tostring(root, encoding="unicode")
+
+
+def timeline_svg(model: ReportModel) -> str:
+    """One lane per node and a sub-lane per rank: phases as bars, moments as markers."""
+    plt = _pyplot()
+    rows = len(model.lanes)
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.42 * max(rows, 1)))
+    titles: dict[str, str] = {}
+    times: dict[str, float] = {}
+    y_of = {lane.key: rows - 1 - i for i, lane in enumerate(model.lanes)}
+    for lane in model.lanes:
+        y = y_of[lane.key]
+        node_lane = lane.rank is None
+        band = ax.axhspan(y - 0.5, y + 0.5, color="#f4f4f4" if node_lane else "#fbfbfb", zorder=0)
+        band.set_gid(f"lane-{lane.key}")
+        titles[f"lane-{lane.key}"] = lane.key
+        height = 0.7 if node_lane else 0.4
+        for i, phase in enumerate(lane.phases):
+            bars = ax.broken_barh([(phase.start, max(phase.end - phase.start, model.end * 0.002))], (y - height / 2, height),
+                                  facecolors=PHASE_COLOURS.get(phase.name, "#bdbdbd"), edgecolor="white", zorder=2)
+            gid = f"phase-{lane.key}-{i}"
+            bars.set_gid(gid)
+            titles[gid] = (f"{lane.key}: {phase.name} from {_fmt(phase.start)} to {_fmt(phase.end)}"
+                           + (f" ({phase.detail})" if phase.detail else ""))
+            times[gid] = phase.start
+    counts: dict[str, int] = {}
+    for marker in model.markers:
+        symbol, colour, _ = MARKER_STYLES[marker.kind]
+        index = counts[marker.kind] = counts.get(marker.kind, -1) + 1
+        gid = f"marker-{marker.kind}-{index}"
+        if marker.lane is None:
+            line = ax.axvline(marker.time, color=colour, linestyle="--", linewidth=1.2, zorder=3)
+        else:
+            y = y_of.get(marker.lane, y_of.get(marker.lane.split("-rank")[0], 0))
+            (line,) = ax.plot([marker.time], [y], marker=symbol, color=colour, markersize=10, linestyle="none",
+                              markeredgecolor="white", zorder=4)
+        line.set_gid(gid)
+        titles[gid] = marker.label
+        times[gid] = marker.time
+    ax.set_yticks([y_of[lane.key] for lane in model.lanes])
+    ax.set_yticklabels([lane.name if lane.rank is not None else lane.node for lane in model.lanes])
+    for label, lane in zip(ax.get_yticklabels(), model.lanes):
+        label.set_fontweight("bold" if lane.rank is None else "normal")
+    ax.set_ylim(-0.6, rows - 0.4)
+    ax.set_xlim(0, max(model.end, 1.0) * 1.02)
+    ax.set_xlabel("seconds since the run began")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
+    labels = list(PHASE_COLOURS)
+    used = dict.fromkeys(m.kind for m in model.markers)
+    for kind in used:
+        symbol, colour, words = MARKER_STYLES[kind]
+        handles.append(plt.Line2D([], [], marker=symbol, color=colour, linestyle="none", markersize=8))
+        labels.append(words)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18 if rows > 3 else -0.35),
+              ncol=min(len(labels), 7), fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig, titles, times)
+
+
+def progress_svg(model: ReportModel) -> str:
+    """Steps against time per rank, and loss where the workers report it."""
+    plt = _pyplot()
+    with_loss = any(loss is not None for series in model.progress.values() for *_, loss in series)
+    fig, axes = plt.subplots(1, 2 if with_loss else 1, figsize=(11, 3.6), squeeze=False)
+    titles: dict[str, str] = {}
+    for rank, series in sorted(model.progress.items()):
+        (line,) = axes[0][0].plot([t for t, _, _ in series], [s for _, s, _ in series], marker=".", markersize=3,
+                                  label=f"rank {rank}")
+        line.set_gid(f"progress-rank{rank}")
+        titles[f"progress-rank{rank}"] = (f"rank {rank}: {len(series)} steps, last step {series[-1][1]}"
+                                          f" at {_fmt(series[-1][0])}")
+        if with_loss:
+            points = [(t, loss) for t, _, loss in series if loss is not None]
+            axes[0][1].plot([t for t, _ in points], [v for _, v in points], marker=".", markersize=3, label=f"rank {rank}")
+    for marker in model.markers:
+        if marker.kind in ("fault", "restart", "resumed"):
+            for ax in axes[0]:
+                ax.axvline(marker.time, color=MARKER_STYLES[marker.kind][1], linestyle=":", linewidth=1)
+    for ax in axes[0]:  # the timeline's time axis, so that the two read together
+        ax.set_xlim(0, max(model.end, 1.0) * 1.02)
+    axes[0][0].set_xlabel("seconds since the run began")
+    axes[0][0].set_ylabel("training step")
+    axes[0][0].legend(fontsize=8)
+    axes[0][0].grid(alpha=0.3)
+    if with_loss:
+        axes[0][1].set_xlabel("seconds since the run began")
+        axes[0][1].set_ylabel("loss")
+        axes[0][1].grid(alpha=0.3)
+    return _svg(fig, titles, {})
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str = "") -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1200px; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
+.outcome { font-weight: bold; padding: 0.4em 0.8em; display: inline-block; border-radius: 4px; }
+.succeeded { background: #e5f5e0; } .failed { background: #fee0d2; } .running { background: #eee; }
+code { background: #f6f6f6; padding: 0 0.2em; }
+svg { max-width: 100%; height: auto; }
+"""
+
+
+def render_html(model: ReportModel) -> str:
+    """The whole page (pure but for matplotlib's drawing)."""
+    esc = html.escape
+    verdict = "succeeded" if model.succeeded else ("running" if model.succeeded is None else "failed")
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        # No network, ever: the page says so to the browser too.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline';"
+        " img-src data:\">",
+        f"<title>ddp-compose run {esc(model.run_id)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>Run {esc(model.run_id)}</h1>",
+        f'<p id="outcome" class="outcome {verdict}">{esc(model.outcome)}</p>',
+        f'<p>Command: <code id="command">{esc(model.command or "-")}</code></p>',
+        f'<p>Image: <code>{esc(model.image or "-")}</code>, torch {esc(model.torch or "unknown")}</p>',
+        "<h2>Plan</h2>", _table(("node", "node rank", "global ranks", "GPUs"), model.plan_rows, "plan"),
+        "<h2>Timeline</h2>",
+        "<p>One lane per node and one per rank. Hover a bar or a marker for its exact times.</p>",
+        f'<div id="timeline">{timeline_svg(model)}</div>' if model.lanes else "<p>No events recorded yet.</p>",
+    ]
+    if model.recoveries:
+        parts += ["<h2>Recoveries</h2>", _table(
+            ("node", "cause", "step before", "resumed from", "steps lost", "recovery"),
+            [(r["node"], r["cause"], r.get("step_before"), r.get("resumed_from"), r.get("steps_lost"),
+              f"{r['recovery_s']:.1f} s" if r.get("recovery_s") is not None else "-") for r in model.recoveries],
+            "recoveries")]
+    if model.progress:
+        parts += ["<h2>Progress</h2>", f'<div id="progress">{progress_svg(model)}</div>']
+    parts.append("<h2>The ending</h2>")
+    failure = model.failure
+    if failure:
+        parts.append(f'<p id="root-cause"><b>Root cause:</b> {esc(failure.get("describe", ""))}</p>')
+        if failure.get("reason") and failure["reason"] not in failure.get("describe", ""):
+            parts.append(f"<p>{esc(failure['reason'])}</p>")
+        if failure.get("traceback"):
+            parts.append(f'<pre id="traceback">{esc(failure["traceback"])}</pre>')
+        if failure.get("then"):
+            parts.append("<p>Failures it caused:</p><ul>" + "".join(
+                f"<li>{esc(t['node'])} rank {t['rank']}: {esc(t.get('exception') or '')}</li>" for t in failure["then"])
+                + "</ul>")
+        if failure.get("last_lines"):
+            parts.append(f"<p>Last lines of {esc(failure.get('node', ''))} rank {failure.get('rank')}:</p>"
+                         f'<pre id="last-lines">{esc(chr(10).join(failure["last_lines"]))}</pre>')
+    else:
+        parts.append(f"<p>{esc(model.outcome)}</p>")
+    if model.logs:
+        parts.append("<p>Full logs: " + ", ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in model.logs)
+                     + "</p>")
+    if model.bench or model.bench_png:
+        parts.append("<h2>Benchmark</h2>")
+        if model.bench_png:
+            data = base64.b64encode(model.bench_png).decode("ascii")
+            parts.append(f'<img id="bench-plot" alt="benchmark plot" src="data:image/png;base64,{data}">')
+        rows = (model.bench or {}).get("results") or []
+        if rows and isinstance(rows[0], dict):
+            headers = tuple(rows[0])
+            parts.append(_table(headers, [tuple(r.get(h, "") for h in headers) for r in rows], "bench-table"))
+    parts += ["<h2>Events</h2>", _table(("time", "node", "event", "details"),
+                                       [(f"{t:.3f} s", n, k, d) for t, n, k, d in model.events], "events")]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(run_dir: Path) -> Path:
+    """Build ``run_dir/report.html`` from the run's records and return its path."""
+    path = run_dir / REPORT_FILE
+    text = render_html(build_model(load_run(run_dir)))
+    temporary = path.with_suffix(".html.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+def find_run_dir(runs_dir: Path, run: str) -> Path:
+    """A run's directory from its id (or a unique prefix of it), or a path to it."""
+    from orchestrate.errors import UsageError
+
+    given = Path(run)
+    if (given / "run.json").is_file():
+        return given
+    matches = sorted(p for p in runs_dir.glob(f"{glob.escape(run)}*") if (p / "run.json").is_file()) \
+        if runs_dir.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"no run {run!r} in {runs_dir} (give the run id, or --runs-dir)")
+    raise UsageError(f"{run!r} matches {len(matches)} runs in {runs_dir}: {', '.join(p.name for p in matches[:5])}")

@@ -1,0 +1,163 @@
+"""The report: a run's records (plan, events, progress, outcome) -> lanes, phases, markers; the page."""
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+
+from orchestrate.cli import main
+from orchestrate.events import read_events, record_event
+from orchestrate.report import build_model, find_run_dir, load_run, render_html, write_report
+
+T0 = 1_800_000_000.0
+
+
+def plan(nodes: int = 2, nproc: int = 2, elastic: bool = False) -> dict:
+    return {"run_id": "r1", "command": "python -m orchestrate run --nodes 2", "image": "ddp-compose-node:latest",
+            "nodes": [{"name": f"node{i}", "node_rank": i,
+                       "global_ranks": [] if elastic else list(range(i * nproc, (i + 1) * nproc)), "gpus": []}
+                      for i in range(nodes)]}
+
+
+def ev(at: float, kind: str, **fields) -> dict:
+    return {"time": T0 + at, "event": kind, **fields}
+
+
+def started(nodes: int = 2, nproc: int = 2, at: float = 3.0) -> list[dict]:
+    events = [ev(0.0, "bring-up", nodes=[f"node{i}" for i in range(nodes)]), ev(1.0, "nodes-up")]
+    for node in range(nodes):
+        events.append(ev(at + node * 0.1, "node-running", node=f"node{node}"))
+        events += [ev(at + node * 0.1, "rank-started", node=f"node{node}", rank=node * nproc + r) for r in range(nproc)]
+    return events
+
+
+def steps(rank: int, first: float, count: int, every: float = 0.5, loss: bool = True) -> list[dict]:
+    return [{"rank": rank, "step": s + 1, "time": T0 + first + s * every, **({"loss": 2.0 / (s + 1)} if loss else {})}
+            for s in range(count)]
+
+
+def phases(model, key: str) -> list[tuple[str, float, float]]:
+    return [(p.name, round(p.start, 3), round(p.end, 3)) for p in model.lane(key).phases]
+
+
+def test_a_successful_run_has_a_lane_per_node_and_rank_through_its_phases():
+    events = started() + [ev(10.0, "node-exited", node="node0", exit_code=0),
+                          ev(10.2, "node-exited", node="node1", exit_code=0),
+                          ev(10.5, "run-ended", exit_code=0, succeeded=True)]
+    progress = [r for rank in range(4) for r in steps(rank, 4.0, 10)]
+    model = build_model({"run": plan(), "events": events, "progress": progress,
+                         "outcome": {"succeeded": True, "exit_code": 0, "image_torch": "2.9.1"}})
+    assert [lane.key for lane in model.lanes] == ["node0", "node0-rank0", "node0-rank1", "node1", "node1-rank2",
+                                                  "node1-rank3"]
+    assert phases(model, "node0") == [("bring-up", 0.0, 1.0), ("rendezvous", 1.0, 3.0), ("running", 3.0, 10.0)]
+    assert phases(model, "node1-rank3") == [("running", 3.1, 10.2)]
+    assert [(m.kind, m.lane, round(m.time, 1)) for m in model.markers] == [("exit", "node0", 10.0), ("exit", "node1", 10.2)]
+    assert model.outcome == "SUCCEEDED" and model.torch == "2.9.1"
+    assert [s for _, s, _ in model.progress[2]] == list(range(1, 11))
+    assert model.end == pytest.approx(10.5)
+
+
+def test_a_failure_names_its_root_cause_on_the_failing_rank():
+    events = started() + [ev(6.0, "node-exited", node="node1", exit_code=1),
+                          ev(6.01, "node-failed", node="node1", exit_code=1, rank=3),
+                          ev(9.0, "node-killed", node="node0"), ev(9.05, "node-exited", node="node0", exit_code=137)]
+    failure = {"node": "node1", "rank": 3, "describe": "node1 rank 3 failed (exit code 1): RuntimeError: boom",
+               "traceback": "Traceback (most recent call last):\n  ...\nRuntimeError: boom", "reason": "",
+               "then": [{"node": "node0", "rank": 0, "exception": "RuntimeError: Connection closed by peer"}],
+               "last_lines": ["step 5", "RuntimeError: boom"]}
+    model = build_model({"run": plan(), "events": events, "progress": [],
+                         "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}})
+    failed = [m for m in model.markers if m.kind == "failed"]
+    assert [(m.lane, round(m.time, 2)) for m in failed] == [("node1-rank3", 6.01)]
+    assert [m.label for m in model.markers if m.kind == "killed"] == ["node0 killed by the launcher at 9.0 s"]
+    assert "exit code 137 (SIGKILL)" in [m.label for m in model.markers if m.lane == "node0" and m.kind == "exit"][0]
+    assert model.outcome.startswith("FAILED (exit code 1): node1 rank 3 failed")
+    page = render_html(model)
+    assert re.search(r'id="root-cause"><b>Root cause:</b> node1 rank 3 failed \(exit code 1\): RuntimeError: boom',
+                     page)
+    assert "node0 rank 0: RuntimeError: Connection closed by peer" in page
+    assert '<pre id="last-lines">step 5\nRuntimeError: boom</pre>' in page
+
+
+def test_a_paused_node_is_hung_from_the_fault_to_its_detection():
+    events = started() + [ev(4.9, "fault", node="node1", spec="pause:node1@t=4.9", action="pause", step=None),
+                          ev(14.9, "node-exited", node="node0", exit_code=1),
+                          ev(14.91, "node-failed", node="node0", exit_code=1, rank=0),
+                          ev(14.95, "node-unresponsive", node="node1", reason="its container is paused (hung)"),
+                          ev(15.2, "node-killed", node="node1"), ev(15.3, "node-exited", node="node1", exit_code=137)]
+    model = build_model({"run": plan(), "events": events, "progress": []})
+    assert phases(model, "node1")[-2:] == [("running", 3.1, 4.9), ("hung", 4.9, 15.3)]
+    assert ("hung", 4.9, 15.3) in phases(model, "node1-rank2")  # its ranks hang with it
+    kinds = {(m.kind, m.lane): round(m.time, 2) for m in model.markers}
+    assert kinds[("fault", "node1")] == 4.9 and kinds[("detected", "node1")] == 14.95
+    fault = next(m for m in model.markers if m.kind == "fault")
+    assert fault.label == "fault injected: pause:node1@t=4.9 at 4.9 s"
+    assert model.outcome == "running"  # no outcome.json yet: a run still going
+
+
+def test_an_elastic_recovery_restarts_every_lane_and_reports_the_resume():
+    events = started(nproc=1) + [
+        ev(8.0, "fault", node="node1", spec="kill:node1@step=12", action="kill", step=12),
+        ev(8.2, "node-exited", node="node1", exit_code=137),
+        ev(8.3, "restart", node="node1", cause="injected fault kill:node1@step=12", step=12),
+        ev(12.0, "node-running", node="node0"), ev(12.0, "rank-started", node="node0", rank=0),
+        ev(12.1, "node-running", node="node1"), ev(12.1, "rank-started", node="node1", rank=1),
+        ev(13.0, "resumed", node="node1", step=9, recovery_s=4.7, steps_lost=4),
+        ev(20.0, "node-exited", node="node0", exit_code=0), ev(20.1, "node-exited", node="node1", exit_code=0)]
+    records = {"run": plan(nproc=1, elastic=True), "events": events,
+               "progress": steps(0, 4.0, 12) + steps(0, 13.0, 10), "outcome": {
+                   "succeeded": True, "exit_code": 0,
+                   "recoveries": [{"node": "node1", "cause": "injected fault kill:node1@step=12", "recovery_s": 4.7,
+                                   "steps_lost": 4, "step_before": 12, "resumed_from": 8}]}}
+    model = build_model(records)
+    assert [lane.key for lane in model.lanes] == ["node0", "node0-rank0", "node1", "node1-rank1"]  # from the events
+    assert [p[0] for p in phases(model, "node0")] == ["bring-up", "rendezvous", "running", "restarting", "running"]
+    assert ("restarting", 8.3, 12.1) in phases(model, "node1")
+    restart = next(m for m in model.markers if m.kind == "restart")
+    resumed = next(m for m in model.markers if m.kind == "resumed")
+    assert restart.lane is None and round(restart.time, 1) == 8.3
+    assert resumed.label == "resumed at step 9 at 13.0 s: recovery 4.7 s, 4 steps lost"
+    assert 'id="recoveries"' in render_html(model)
+
+
+def test_the_page_is_self_contained_and_marks_times_in_the_svg(tmp_path):
+    events = started() + [ev(4.9, "fault", node="node1", spec="pause:node1@t=4.9", action="pause", step=None)]
+    model = build_model({"run": plan(), "events": events, "progress": steps(0, 4.0, 5)})
+    page = render_html(model)
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing loaded from the network
+    assert "<script" not in page
+    assert re.search(r'<g id="lane-node0"', page) and re.search(r'<g id="lane-node1"', page)
+    fault = re.search(r'<g id="marker-fault-0" data-time="([\d.]+)">\s*<title>([^<]+)</title>', page)
+    assert fault and float(fault[1]) == pytest.approx(4.9) and "pause:node1@t=4.9" in fault[2]
+
+
+def test_a_run_of_eight_nodes_stays_small():
+    nodes, nproc = 8, 8
+    events = started(nodes, nproc) + [ev(60.0 + n, "node-exited", node=f"node{n}", exit_code=0) for n in range(nodes)]
+    progress = [r for rank in range(nodes * nproc) for r in steps(rank, 4.0, 200, every=0.25)]
+    page = render_html(build_model({"run": plan(nodes, nproc), "events": events, "progress": progress}))
+    assert len(page.encode()) < 3 * 2**20, len(page)
+
+
+def test_events_file_roundtrip_skips_a_torn_line(tmp_path):
+    record_event(tmp_path, "bring-up", nodes=["node0"])
+    with open(tmp_path / "events.jsonl", "a") as handle:
+        handle.write('{"time": 1, "ev')
+    assert [e["event"] for e in read_events(tmp_path)] == ["bring-up"]
+
+
+def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys):
+    run_dir = tmp_path / "runs" / "20261121-101010-abcdef"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps(plan()))
+    (run_dir / "events.jsonl").write_text("\n".join(json.dumps(e) for e in started()) + "\n")
+    out = io.StringIO()
+    assert main(["report", "20261121-1010", "--runs-dir", str(tmp_path / "runs")], out=out) == 0
+    assert out.getvalue().strip() == str((run_dir / "report.html").resolve())
+    assert "One lane per node" in (run_dir / "report.html").read_text()
+    assert main(["report", "nope", "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+    assert find_run_dir(tmp_path / "runs", str(run_dir)) == run_dir
+    assert load_run(run_dir)["outcome"] is None and write_report(run_dir).is_file()
