@@ -37,6 +37,8 @@ def test_bench_collectives_checks_every_result_and_measures_the_wire(docker_clie
     assert min(r["size"] for r in data["results"] if r["op"] == "all_reduce") == 4
     assert data["wire"]["single_stream_Bps"] > 0 and data["wire"]["pairs"] == 1
     assert results.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
+    report = (results.parent / "report.html").read_text()  # rebuilt with the benchmark in it
+    assert 'id="bench-plot"' in report and 'id="bench-table"' in report
     assert leftovers(docker_client, f"ddp-{run_id_of(text)}") == []
 
 
