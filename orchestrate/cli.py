@@ -589,9 +589,13 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def install_teardown_signals() -> None:
-    """SIGTERM, SIGHUP and SIGQUIT tear down like Ctrl-C (main thread only)."""
+    """SIGTERM, SIGHUP and SIGQUIT tear down like Ctrl-C (main thread only). SIGINT itself is
+    set too: a launcher started in the background of a script (``cmd &``, no job control)
+    inherits SIGINT ignored, and Python then leaves it ignored, so that ``kill -INT`` would
+    be lost instead of tearing the run down."""
     if threading.current_thread() is not threading.main_thread():
         return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for name in TEARDOWN_SIGNALS:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _raise_interrupt)

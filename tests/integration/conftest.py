@@ -143,11 +143,16 @@ def compose_project(docker_client):
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+def start_run(tmp_path: Path, *args: str, sigint_ignored: bool = False) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+    """The launcher as a child process; ``sigint_ignored``: started as a shell starts a
+    background job without job control (``cmd &`` in a script), with SIGINT ignored."""
+    import signal
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrate", "run", "--runs-dir", str(tmp_path), *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
     lines: "queue.Queue[str]" = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()

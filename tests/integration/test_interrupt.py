@@ -11,10 +11,13 @@ from tests.integration.conftest import leftovers, remove_project, start_run, wai
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
-def test_signal_during_training_stops_and_removes_everything(docker_client, tmp_path, signum):
+@pytest.mark.parametrize("signum, background", [
+    (signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGQUIT, False),
+    (signal.SIGINT, True),  # `orchestrate run ... &` in a script: SIGINT arrives inherited as ignored
+])
+def test_signal_during_training_stops_and_removes_everything(docker_client, tmp_path, signum, background):
     proc, lines = start_run(tmp_path, "--nodes", "2", "--", "-m", "app.toy", "--steps", "100000000",
-                            "--log-every", "200")
+                            "--log-every", "200", sigint_ignored=background)
     seen: list[str] = []
     project = "ddp-" + wait_for(lines, r"run (\S+): bringing up", seen).group(1)
     try:
