@@ -861,6 +861,7 @@ def command_prune(out: IO[str]) -> int:
 def command_bench(args: argparse.Namespace, out: IO[str], command_line: str) -> int:
     """``bench KIND``: run the benchmark, then print its table and write its JSON and plot."""
     from orchestrate import bench, plots
+    from orchestrate.report import write_report_quietly
 
     if args.bench_kind == "launcher":
         from orchestrate.engine import connect
@@ -883,7 +884,7 @@ def command_bench(args: argparse.Namespace, out: IO[str], command_line: str) -> 
         results = json.loads((outcome.run_dir / bench.BENCH_FILE).read_text())
         summary = bench.collectives_summary(results, str(args.link or ""))
         data, plot = bench.write_artifacts(outcome.run_dir, "bench", summary, plots.plot_collectives, summary)
-        rebuild_report(outcome.run_dir)  # with the benchmark's table and plot
+        write_report_quietly(outcome.run_dir)  # again, with the benchmark's table and plot
         out.write(bench.format_collectives(summary) + f"\nresults: {data}\nplot: {plot}\n")
         return code
     if args.bench_kind == "ddp":
@@ -899,20 +900,10 @@ def command_bench(args: argparse.Namespace, out: IO[str], command_line: str) -> 
             summaries.append(bench.ddp_summary(json.loads((outcome.run_dir / bench.BENCH_FILE).read_text())))
             last_dir = outcome.run_dir
         data, plot = bench.write_artifacts(last_dir, "bench", {"runs": summaries}, plots.plot_ddp, summaries)
-        rebuild_report(last_dir)
+        write_report_quietly(last_dir)
         out.write(bench.format_ddp(summaries) + f"\nresults: {data}\nplot: {plot}\n")
         return EXIT_OK
     raise UsageError("bench needs a KIND: collectives, ddp or launcher (see python -m orchestrate bench --help)")
-
-
-def rebuild_report(run_dir: Path) -> None:
-    """Write a run's report again (after a benchmark added its figures); never fails the command."""
-    from orchestrate.report import write_report
-
-    try:
-        write_report(run_dir)
-    except Exception as exc:  # a report is a view of the run
-        logging.getLogger(__name__).warning("report of %s not rebuilt: %s", run_dir.name, exc)
 
 
 def command_report(args: argparse.Namespace, out: IO[str]) -> int:

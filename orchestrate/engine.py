@@ -1,9 +1,12 @@
 """The one place that creates a Docker SDK client."""
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Iterable, Iterator, Optional
 
 from orchestrate.errors import EngineUnavailableError
+
+log = logging.getLogger(__name__)
 
 
 def connect(timeout_s: int = 120) -> Any:
@@ -26,10 +29,28 @@ def connect(timeout_s: int = 120) -> Any:
     return client
 
 
-def exec_output(client: Any, container: Any, argv: list[str]) -> tuple[int, str]:
-    """Run ``argv`` in ``container`` to completion; return its exit code and output."""
-    exec_id = client.api.exec_create(container.id, argv, stdout=True, stderr=True)["Id"]
+def exec_output(client: Any, container: Any, argv: list[str], *, user: str = "", workdir: Optional[str] = None,
+                environment: Optional[dict[str, str]] = None) -> tuple[int, str]:
+    """Run ``argv`` in ``container`` to completion (as ``user``, in ``workdir``, with
+    ``environment`` where given); return its exit code and output."""
+    exec_id = client.api.exec_create(container.id, argv, stdout=True, stderr=True, user=user, workdir=workdir,
+                                     environment=environment)["Id"]
     output = client.api.exec_start(exec_id, stream=False)
     code = client.api.exec_inspect(exec_id).get("ExitCode")
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
     return (code if code is not None else -1), text
+
+
+def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The complete lines of a byte stream (a container's log, an exec's output), then the
+    unfinished last one. A stream that breaks off (its container went away) just ends."""
+    pending = b""
+    try:
+        for chunk in chunks:
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            yield from complete
+    except Exception as exc:  # the engine's stream errors have no common type
+        log.debug("stream ended: %s", exc)
+    if pending:
+        yield pending

@@ -260,14 +260,10 @@ def launch(
 
 def finish_record(outcome: JobOutcome) -> None:
     """The run's last event, then its report page (neither may fail the run)."""
-    from orchestrate.report import write_report
+    from orchestrate.report import end_record
 
-    try:
-        record_event(outcome.run_dir, "run-ended", exit_code=outcome.exit_code(128 + outcome.signal_number),
-                     succeeded=outcome.succeeded, interrupted=outcome.interrupted, error=outcome.error)
-        write_report(outcome.run_dir)
-    except Exception as exc:  # a report is a view of the run, never its outcome
-        log.warning("report of run %s not written: %s", outcome.run_id, exc)
+    end_record(outcome.run_dir, exit_code=outcome.exit_code(128 + outcome.signal_number),
+               succeeded=outcome.succeeded, interrupted=outcome.interrupted, error=outcome.error)
 
 
 def write_outcome(outcome: JobOutcome) -> None:

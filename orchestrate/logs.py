@@ -6,6 +6,7 @@ import re
 import threading
 from typing import IO, Any, Iterator, Optional
 
+from orchestrate.engine import stream_lines
 from orchestrate.errors import UsageError
 from orchestrate.output import parse_line
 from orchestrate.plan import NodePlan
@@ -57,16 +58,10 @@ def follow(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
     lines: "queue.Queue[Optional[str]]" = queue.Queue()
 
     def read(plan: NodePlan, container: Any) -> None:
-        pending = b""
         try:
-            for chunk in container.logs(stream=True, follow=True, timestamps=True):
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    lines.put(parse_line(plan, split_stamp(raw.decode("utf-8", "replace"))[1]).render(width))
+            for raw in stream_lines(container.logs(stream=True, follow=True, timestamps=True)):
+                lines.put(parse_line(plan, split_stamp(raw.decode("utf-8", "replace"))[1]).render(width))
         finally:
-            if pending:
-                lines.put(parse_line(plan, split_stamp(pending.decode("utf-8", "replace"))[1]).render(width))
             lines.put(None)
 
     for plan, container in pairs:

@@ -22,12 +22,17 @@ import glob
 import html
 import io
 import json
+import logging
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.events import read_events
+from orchestrate.events import read_events, record_event
+from orchestrate.plan import PROGRESS_SUBDIR
+from orchestrate.progress import ProgressReader
+
+log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.html"
 PHASE_COLOURS = {"bring-up": "#9ecae1", "rendezvous": "#fdd0a2", "running": "#74c476", "restarting": "#fdae6b",
@@ -108,20 +113,6 @@ class ReportModel:
         return next(lane for lane in self.lanes if lane.key == key)
 
 
-def read_progress(progress_dir: Path) -> list[dict]:
-    """Every progress record of every rank."""
-    records = []
-    for path in sorted(progress_dir.glob("rank*.jsonl")):
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "time" in record:
-                records.append(record)
-    return records
-
-
 def _load_json(path: Path) -> Optional[dict]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -137,7 +128,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "run": _load_json(run_dir / "run.json") or {},
         "outcome": _load_json(run_dir / "outcome.json"),
         "events": read_events(run_dir),
-        "progress": read_progress(run_dir / "progress"),
+        "progress": ProgressReader(run_dir / PROGRESS_SUBDIR).poll(),
         "bench": _load_json(run_dir / "bench.json"),
         "bench_png": png.read_bytes() if png.is_file() else None,
         "logs": sorted(p.name for p in run_dir.glob("*.log")),
@@ -183,7 +174,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         ranks = node.get("global_ranks") or []
         model.plan_rows.append((node["name"], str(node.get("node_rank", "")),
                                 ",".join(map(str, ranks)) or "elastic", ",".join(node.get("gpus") or []) or "-"))
-    times = [e["time"] for e in events] + [r["time"] for r in progress]
+    times = [e["time"] for e in events] + [r.time for r in progress]
     t0 = min(times) if times else 0.0
     node_names = [n["name"] for n in nodes] or sorted({e["node"] for e in events if e.get("node")})
     ranks_of: dict[str, list[int]] = {n["name"]: list(n.get("global_ranks") or []) for n in nodes}
@@ -239,17 +230,14 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                                               f" {event.get('recovery_s', 0):.1f} s, {event.get('steps_lost')} steps lost")
         elif kind == "run-ended":
             model.exit_code = event.get("exit_code")
-    end_times = [when for when, *_ in model.events] + [r["time"] - t0 for r in progress]
+    end_times = [when for when, *_ in model.events] + [r.time - t0 for r in progress]
     model.end = max(end_times, default=0.0)
     for name in list(lanes.open):
         lanes.close(name, model.end, "still open at the last record")
 
     for record in progress:
-        if record.get("step") is None:
-            continue
-        loss = record.get("loss")
-        model.progress.setdefault(int(record["rank"]), []).append(
-            (record["time"] - t0, int(record["step"]), float(loss) if loss is not None else None))
+        if record.step is not None:
+            model.progress.setdefault(record.rank, []).append((record.time - t0, record.step, record.metrics.get("loss")))
     for series in model.progress.values():
         series.sort()
     for lane in model.lanes:  # a rank lives its node's phases from its first line on
@@ -305,11 +293,9 @@ def _describe(event: dict) -> str:
 # Rendering -----------------------------------------------------------------------------------
 
 def _pyplot() -> Any:
-    import matplotlib
+    from orchestrate.plots import _pyplot as pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     plt.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable
     plt.rcParams["svg.hashsalt"] = "ddp-compose"  # the same run draws the same page
     return plt
@@ -515,6 +501,25 @@ def write_report(run_dir: Path) -> Path:
     temporary.write_text(text, encoding="utf-8")
     temporary.replace(path)
     return path
+
+
+def write_report_quietly(run_dir: Path) -> Optional[Path]:
+    """:func:`write_report`, for the end of a command: a report is a view of the run, so
+    failing to write it is logged, never the command's failure."""
+    try:
+        return write_report(run_dir)
+    except Exception as exc:  # whatever the records hold, the run's own outcome stands
+        log.warning("report of run %s not written: %s", run_dir.name, exc)
+        return None
+
+
+def end_record(run_dir: Path, **fields: Any) -> None:
+    """A run's last event (``run-ended`` with ``fields``), then its report page."""
+    try:
+        record_event(run_dir, "run-ended", **fields)
+    except OSError as exc:  # the run directory went away
+        log.warning("events of run %s: %s", run_dir.name, exc)
+    write_report_quietly(run_dir)
 
 
 def find_run_dir(runs_dir: Path, run: str) -> Path:

@@ -22,6 +22,7 @@ from orchestrate.compose import (COMMAND_LABEL, COMPOSE_PROJECT_LABEL, COMPOSE_S
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node_main import EXIT_LAUNCHER_GONE
 from orchestrate.plan import NodePlan
+from orchestrate.slurm.cluster import CONTROLLER_ROLE, ROLE_LABEL
 from orchestrate.supervise import RunSpec
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
         raise EngineError(f"cannot list runs: {exc.explanation or exc}") from None
     by_run: dict[str, list[Any]] = {}
     for container in containers:
-        if container.labels.get("io.ddp-compose.role") == "controller":
+        if container.labels.get(ROLE_LABEL) == CONTROLLER_ROLE:
             continue  # a Slurm controller is part of the run, not one of its nodes
         by_run.setdefault(container.labels[RUN_ID_LABEL], []).append(container)
     runs = []

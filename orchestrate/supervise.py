@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.compose import COMPOSE_SERVICE_LABEL, NETWORK, RUN_ID_LABEL, project_network
-from orchestrate.engine import exec_output
+from orchestrate.engine import exec_output, stream_lines
 from orchestrate.events import record_event
 from orchestrate.faults import OOM_COUNTER_ARGV, FaultAction, FaultSpec, apply_fault, oom_kills, probe_node
 from orchestrate.outcome import JobOutcome, NodeResult, Recovery, Timings
@@ -200,17 +200,11 @@ class Supervisor:
         kwargs: dict[str, Any] = {"stream": True, "follow": True, "timestamps": True}
         if since is not None:
             kwargs["since"] = since
-        pending = b""
         try:
-            for chunk in container.logs(**kwargs):
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    self._put_line(node, stream, raw)
-        except Exception as exc:  # the container went away
+            for raw in stream_lines(container.logs(**kwargs)):
+                self._put_line(node, stream, raw)
+        except Exception as exc:  # the container went away before its log could be asked for
             log.debug("log stream of %s ended: %s", node, exc)
-        if pending:
-            self._put_line(node, stream, pending)
         self.events.put(_Event("log-end", node, self.clock(), stream=stream))
 
     def _put_line(self, node: str, stream: int, raw: bytes) -> None:
@@ -299,7 +293,6 @@ class Supervisor:
                 self.record("node-running", node=event.node)
                 if self.first_worker_at is None:
                     self.first_worker_at = event.at
-                    self.record("workers-started", node=event.node)
             self.out.write(line.render(self.width) + "\n")
             self.out.flush()
         elif event.kind == "log-end":

@@ -19,6 +19,7 @@ from orchestrate.plan import (HEARTBEAT_FILE, LEASE_TIMEOUT_S, NODE_MAIN, PROJEC
 
 CONTROLLER = "slurmctl"
 ROLE_LABEL = "io.ddp-compose.role"
+CONTROLLER_ROLE = "controller"  # the role label of the slurmctld container (not a node)
 SCHEDULER_LABEL = "io.ddp-compose.scheduler"
 SLURM_DIR = "slurm"  # in the run directory: slurm.conf, munge.key, job.sbatch, the job's output
 START_SCRIPT = f"{PROJECT_MOUNT_DIR}/orchestrate/slurm/start.sh"
@@ -99,7 +100,7 @@ def render_slurm_compose(plan: JobPlan, image: str, run_as: str) -> dict[str, An
             svc["mem_limit"] = svc["memswap_limit"] = cfg.memory_per_node
         return svc
 
-    services = {CONTROLLER: service(CONTROLLER, "controller", ["slurmctld", "-D"],
+    services = {CONTROLLER: service(CONTROLLER, CONTROLLER_ROLE, ["slurmctld", "-D"],
                                     {k: v for k, v in node_labels(plan, plan.nodes[0]).items()
                                      if not k.endswith("node-rank")})}
     for node in plan.nodes:

@@ -6,6 +6,7 @@ cause comes from torchrun's error files in the run directory, as with Compose.
 """
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import re
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.compose import ComposeProject, project_network
-from orchestrate.engine import exec_output
+from orchestrate.engine import exec_output, stream_lines
 from orchestrate.events import record_event
+from orchestrate.report import end_record
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
 from orchestrate.faults import FaultAction, apply_fault
 from orchestrate.image import build_context, build_lock, docker_build, image_exists, DOCKER_DIR
@@ -177,8 +179,6 @@ class SlurmRun:
 
     def prepare(self, image: str) -> Path:
         """The run directory: the Slurm configuration, the munge key, the batch script."""
-        import json
-
         run_dir = prepare_run_dir(self.plan)
         slurm_dir = run_dir / SLURM_DIR
         slurm_dir.mkdir()
@@ -224,11 +224,10 @@ class SlurmRun:
 
     def submit(self) -> str:
         script = f"{RUN_DIR_MOUNT}/{SLURM_DIR}/{self.sbatch.name if self.sbatch else 'job.sbatch'}"
-        exec_id = self.client.api.exec_create(self.containers[CONTROLLER].id, ["sbatch", "--parsable", script],
-                                              user=self.run_as, workdir=WORKSPACE_DIR,
-                                              environment=self.plan.nodes[0].env)["Id"]
-        output = self.client.api.exec_start(exec_id).decode("utf-8", "replace").strip()
-        if self.client.api.exec_inspect(exec_id).get("ExitCode") != 0:
+        code, output = exec_output(self.client, self.containers[CONTROLLER], ["sbatch", "--parsable", script],
+                                   user=self.run_as, workdir=WORKSPACE_DIR, environment=self.plan.nodes[0].env)
+        output = output.strip()
+        if code != 0:
             raise OrchestrateError(f"sbatch refused the job: {output.splitlines()[-1] if output else 'no output'}")
         return output.split(";")[0]
 
@@ -247,13 +246,9 @@ class SlurmRun:
             try:
                 exec_id = self.client.api.exec_create(self.containers[host].id, ["tail", "-n", "+1", "-F", path],
                                                       stdout=True, stderr=False)["Id"]
-                pending = b""
-                for chunk in self.client.api.exec_start(exec_id, stream=True):
-                    pending += chunk
-                    *complete, pending = pending.split(b"\n")
-                    for raw in complete:
-                        self.lines.put(raw.decode("utf-8", "replace"))
-            except Exception as exc:  # the batch host went away
+                for raw in stream_lines(self.client.api.exec_start(exec_id, stream=True)):
+                    self.lines.put(raw.decode("utf-8", "replace"))
+            except Exception as exc:  # the batch host went away before the exec started
                 log.debug("output of the job: %s", exc)
 
         threading.Thread(target=read, name="slurm-output", daemon=True).start()
@@ -371,10 +366,6 @@ class SlurmRun:
 
     def finish_record(self) -> None:
         """outcome.json, the last event and the report page, as for a Compose run."""
-        import json
-
-        from orchestrate.report import write_report
-
         outcome = self.outcome
         cause = outcome.root_cause
         failure = None
@@ -388,8 +379,7 @@ class SlurmRun:
                 "run_id": outcome.run_id, "scheduler": "slurm", "job_id": outcome.job_id, "job": outcome.job,
                 "slurm_nodes": outcome.nodes, "succeeded": outcome.succeeded, "exit_code": outcome.exit_code(),
                 "interrupted": outcome.interrupted, "error": outcome.error, "failure": failure}, indent=2) + "\n")
-            record_event(outcome.run_dir, "run-ended", exit_code=outcome.exit_code(), succeeded=outcome.succeeded,
-                         interrupted=outcome.interrupted, error=outcome.error, job_state=outcome.state)
-            write_report(outcome.run_dir)
-        except Exception as exc:  # a report is a view of the run, never its outcome
-            log.warning("report of run %s not written: %s", outcome.run_id, exc)
+        except OSError as exc:  # the run directory went away: the summary on screen still says it all
+            log.debug("outcome.json: %s", exc)
+        end_record(outcome.run_dir, exit_code=outcome.exit_code(), succeeded=outcome.succeeded,
+                   interrupted=outcome.interrupted, error=outcome.error, job_state=outcome.state)

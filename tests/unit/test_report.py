@@ -9,6 +9,7 @@ import pytest
 
 from orchestrate.cli import main
 from orchestrate.events import read_events, record_event
+from orchestrate.progress import ProgressRecord
 from orchestrate.report import build_model, find_run_dir, load_run, render_html, write_report
 
 T0 = 1_800_000_000.0
@@ -33,8 +34,8 @@ def started(nodes: int = 2, nproc: int = 2, at: float = 3.0) -> list[dict]:
     return events
 
 
-def steps(rank: int, first: float, count: int, every: float = 0.5, loss: bool = True) -> list[dict]:
-    return [{"rank": rank, "step": s + 1, "time": T0 + first + s * every, **({"loss": 2.0 / (s + 1)} if loss else {})}
+def steps(rank: int, first: float, count: int, every: float = 0.5, loss: bool = True) -> list[ProgressRecord]:
+    return [ProgressRecord(rank, T0 + first + s * every, step=s + 1, metrics={"loss": 2.0 / (s + 1)} if loss else {})
             for s in range(count)]
 
 
