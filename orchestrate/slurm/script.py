@@ -4,10 +4,13 @@ One task per node (``srun --ntasks-per-node=1``) runs torchrun with the node's i
 allocation as its node rank and the allocation's first host as the master, the mapping
 people get wrong by hand::
 
-    head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+    DDP_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
     srun bash -c 'exec torchrun --nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$DDP_MASTER_ADDR" ...'
 
-``$SLURM_NODEID`` is expanded by each task, not by the batch script. Elastic plans use the
+``$SLURM_NODEID`` is expanded by each task, not by the batch script. The first host is taken
+with ``sed -n 1p``, which reads all of ``scontrol``'s output: ``head -n 1`` exits after one line,
+and under ``set -o pipefail`` the SIGPIPE that ``scontrol`` may then get (whenever it has not
+finished writing) fails the whole job with exit 141. Elastic plans use the
 c10d rendezvous on the head host instead of node ranks.
 """
 from __future__ import annotations
@@ -84,7 +87,8 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
         "set -euo pipefail",
         "",
         "# The master is the allocation's first host; every task gets it from the environment.",
-        'DDP_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# (sed reads every line: with head, scontrol could die of SIGPIPE and pipefail end the job.)",
+        'DDP_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "export DDP_MASTER_ADDR",
     ]
     for name, value in sorted(options.env.items()):

@@ -27,11 +27,12 @@ STUBS = {
 }
 
 
-def run_script(tmp_path: Path, script: str, nodes: int) -> list[str]:
-    """Run a batch script with stand-ins for scontrol, srun and torchrun on PATH."""
+def run_script(tmp_path: Path, script: str, nodes: int, **stubs: str) -> list[str]:
+    """Run a batch script with stand-ins for scontrol, srun and torchrun on PATH (``stubs``
+    replaces some of them)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in STUBS.items():
+    for name, body in {**STUBS, **stubs}.items():
         path = bin_dir / name
         path.write_text(f"#!/bin/bash\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -67,6 +68,14 @@ def test_arguments_with_spaces_and_quotes_reach_torchrun_whole(make_job, tmp_pat
     plan = make_job(nodes=1, target=("-m", "app.hello", "--note", "it's a 'test' $HOME"))
     lines = run_script(tmp_path, render_sbatch(plan, BatchOptions(env={"MSG": "a b 'c'"})), nodes=1)
     assert lines[0].endswith("-m app.hello --note it's a 'test' $HOME")
+
+
+def test_a_node_list_longer_than_a_pipe_holds_gives_its_first_host_without_sigpipe(make_job, tmp_path):
+    # 20000 hosts (~200 KB, past the 64 KB pipe buffer): a reader that stops after the first
+    # line would leave scontrol to die of SIGPIPE, and pipefail would end the job with 141.
+    many = 'printf "gpu-%05d\\n" $(seq 1 20000)'
+    lines = run_script(tmp_path, render_sbatch(make_job(nodes=2), BatchOptions()), nodes=2, scontrol=many)
+    assert len(lines) == 2 and all("--master-addr gpu-00001 " in line for line in lines)
 
 
 def test_sbatch_directives_follow_the_plan_and_options(make_job):
