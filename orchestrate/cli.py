@@ -612,9 +612,11 @@ def plan_run(args: argparse.Namespace, target: list[str], client: Any, command_l
 
     config, gpu_ids = resolve_config(args, target, client)
     detached = bool(getattr(args, "detach", False))
+    # The nodes share the engine's cores (this machine's, for a dry run without an engine).
+    host_cpus = (client.info().get("NCPU") if client is not None else None) or os.cpu_count()
     return make_plan(config, new_run_id(), detached=detached, gpu_ids=gpu_ids,
                      launcher="" if detached else launcher_identity(), command_line=command_line,
-                     created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                     created=datetime.now(timezone.utc).isoformat(timespec="seconds"), host_cpus=host_cpus)
 
 
 def command_run(args: argparse.Namespace, target: list[str], out: IO[str], command_line: str = "") -> int:

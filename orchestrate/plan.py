@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Optional
 
 from orchestrate.config import RunConfig, format_bytes
 from orchestrate.link import tc_commands
@@ -190,12 +191,27 @@ def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str, node: 
     )
 
 
-def node_env(config: RunConfig, backend: str) -> dict[str, str]:
+def threads_per_process(config: RunConfig, host_cpus: int) -> int:
+    """The CPU threads each worker should use: its share of the cores its node really has.
+
+    Every simulated node runs on the same host, yet torch in each of them sizes its thread
+    pools by all the host's cores, so N nodes ask for N times the cores there are. The
+    oversubscribed threads slow the compute and starve the communication threads (on 2
+    cores, 2 nodes x 1 process: ResNet-50 steps 1.4x slower without DDP, 2.9x with it).
+    A node has ``--cpus-per-node`` cores when given, else an equal share of the host's.
+    """
+    node_cpus = config.cpus_per_node or host_cpus / config.nodes
+    return max(1, int(node_cpus // config.nproc_per_node))
+
+
+def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -> dict[str, str]:
     """Return the environment torchrun and its workers get on every node.
 
     The user's variables come first and may override the launcher's defaults (the socket
-    interfaces, ``DDP_TIMEOUT``), except ``PYTHONPATH``, which keeps the project at its end
-    so that ``-m app.NAME`` still resolves.
+    interfaces, ``DDP_TIMEOUT``, ``OMP_NUM_THREADS``), except ``PYTHONPATH``, which keeps the
+    project at its end so that ``-m app.NAME`` still resolves. ``host_cpus`` (the cores of
+    the host the nodes share) sets ``OMP_NUM_THREADS`` to each worker's share of them; without
+    it (an export to a real cluster, whose nodes have their own cores) torchrun's default stands.
     """
     env = {
         "PYTHONUNBUFFERED": "1",
@@ -207,6 +223,8 @@ def node_env(config: RunConfig, backend: str) -> dict[str, str]:
         "GLOO_SOCKET_IFNAME": NODE_INTERFACE,
         "NCCL_SOCKET_IFNAME": NODE_INTERFACE,
     }
+    if host_cpus:
+        env["OMP_NUM_THREADS"] = str(threads_per_process(config, host_cpus))
     if config.collective_timeout_s is not None:
         env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
     if config.elastic:
@@ -220,7 +238,7 @@ def node_env(config: RunConfig, backend: str) -> dict[str, str]:
 
 def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
               gpu_ids: tuple[str, ...] = (), launcher: str = "", command_line: str = "",
-              created: str = "") -> JobPlan:
+              created: str = "", host_cpus: Optional[int] = None) -> JobPlan:
     """Plan a run: nodes, ranks, master address and every node's command.
 
     Args:
@@ -232,6 +250,8 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
             a run whose launcher died.
         command_line: The command line that asked for it (recorded for ``ps`` and reports).
         created: When it was asked for (ISO 8601).
+        host_cpus: The cores of the host the nodes share; each worker then gets
+            ``OMP_NUM_THREADS`` = its share (see :func:`threads_per_process`). None: unset.
         gpu_ids: The host GPUs this run may use, in order (the free ones, see
             :mod:`orchestrate.gpus`); node ``i`` gets the ``i``-th block of
             ``gpus_per_node``. Default: ``0 .. N*G-1``.
@@ -245,7 +265,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
         raise ValueError(f"{wanted} GPUs planned but only {len(gpu_ids)} given")
     master_addr = node_name(0)
     backend = config.backend
-    env = node_env(config, backend)
+    env = node_env(config, backend, host_cpus)
     per_process = config.gpus_per_node // config.nproc_per_node
     nodes = []
     for rank, global_ranks in enumerate(assign_ranks(config.nodes, config.nproc_per_node)):

@@ -46,6 +46,22 @@ def test_env_env_file_and_copy_env_reach_every_rank_with_their_precedence(orches
     assert leftovers(docker_client, result.project) == []
 
 
+def test_nodes_share_the_hosts_cores_instead_of_each_taking_them_all(orchestrate_run, docker_client, tmp_path):
+    from orchestrate.config import RunConfig
+    from orchestrate.plan import threads_per_process
+
+    copy_job(tmp_path, "show_env.py")
+    result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--", "show_env.py")
+    assert result.code == 0, result.output[-3000:]
+    threads = re.findall(r"^\[node\d/rank\d\]\s+threads rank=\d torch=(\d+)$", result.output, re.M)
+    host_cpus = docker_client.info()["NCPU"]
+    share = threads_per_process(RunConfig(nodes=2), host_cpus)
+    assert threads == [str(share)] * 2
+    if host_cpus >= 2:  # torch alone would size each node's pool to every core of the host
+        assert share < host_cpus
+    assert leftovers(docker_client, result.project) == []
+
+
 def make_wheel(directory: Path, name: str, version: str, module_text: str) -> Path:
     """A minimal pure-Python wheel, written by hand: no index, no build backend needed."""
     module = name.replace("-", "_")

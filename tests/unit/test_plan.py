@@ -115,3 +115,33 @@ def test_leased_gpus_are_split_among_the_nodes_in_order(make_job):
     config = make_job(nodes=2, gpus_per_node=2, backend="nccl").config
     plan = make_plan(config, "r", gpu_ids=("2", "3", "6", "7"))
     assert [n.gpu_ids for n in plan.nodes] == [("2", "3"), ("6", "7")]
+
+
+@pytest.mark.parametrize(
+    "nodes, nproc, cpus_per_node, host_cpus, expected",
+    [
+        (2, 1, None, 2, 1),  # two nodes share two cores: one thread each, not two
+        (2, 2, None, 16, 4),  # 8 cores per node, 2 processes
+        (4, 1, None, 2, 1),  # fewer cores than nodes: never below one thread
+        (3, 1, None, 16, 5),  # 16/3 cores per node, rounded down
+        (2, 2, 6, 2, 3),  # --cpus-per-node sets the node's cores, whatever the host has
+        (2, 1, 0.5, 8, 1),
+    ],
+)
+def test_each_worker_gets_its_share_of_the_cores_the_nodes_share(nodes, nproc, cpus_per_node, host_cpus, expected):
+    from orchestrate.config import RunConfig
+    from orchestrate.plan import make_plan, threads_per_process
+
+    config = RunConfig(nodes=nodes, nproc_per_node=nproc, cpus_per_node=cpus_per_node)
+    assert threads_per_process(config, host_cpus) == expected
+    plan = make_plan(config, "r", host_cpus=host_cpus)
+    assert {n.env["OMP_NUM_THREADS"] for n in plan.nodes} == {str(expected)}
+
+
+def test_thread_count_is_left_to_torchrun_without_host_cores_and_to_the_user_when_set():
+    from orchestrate.config import RunConfig
+    from orchestrate.plan import make_plan
+
+    assert "OMP_NUM_THREADS" not in make_plan(RunConfig(nodes=2), "r").nodes[0].env  # e.g. an export
+    mine = RunConfig(nodes=2, user_env={"OMP_NUM_THREADS": "7"})
+    assert make_plan(mine, "r", host_cpus=2).nodes[0].env["OMP_NUM_THREADS"] == "7"
