@@ -6,10 +6,16 @@ For every operation (all_reduce, all_gather, reduce_scatter, broadcast, all_to_a
 size from ``--min-size`` to ``--max-size`` (x4 each step): warm-up calls, then timed calls; the
 time is the slowest rank's mean; algbw = size / time and busbw = algbw x nccl-tests' factor
 (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1), size being
-the largest buffer a rank holds, as nccl-tests count it. Every result is checked against the
-value it must have. Before that, the ranks of one node send to those of the next over plain
-TCP sockets: one stream alone, then one per process pair at once, the wire's limit. Rank 0
-prints a row per measurement and writes everything as JSON (``--out``).
+the largest buffer a rank holds, as nccl-tests count it. As in nccl-tests, the timed calls run
+back to back on the same buffers (an all_reduce sums onto its last result), and then one more
+call, on freshly initialised buffers, is checked against the value it must have.
+
+Before that, the ranks of one node send to those of the next over plain TCP sockets, the
+wire's limits: one stream alone; one stream per process pair at once; and every pair both
+ways at once. The last is the most a collective that sends and receives at the same time can
+use (a ring all_reduce does): on a host whose cores carry both nodes' TCP copies, it is about
+half the single stream, since both directions share the same cores. Rank 0 prints a row per
+measurement and writes everything as JSON (``--out``).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -77,9 +84,13 @@ class Collective:
         else:
             raise ValueError(f"unknown operation {op}")
 
-    def __call__(self) -> None:
+    def reset(self) -> None:
+        """Initialise the buffer that calls change in place (an all_reduce sums onto it)."""
         if self.op == "all_reduce":
             self.input.fill_(float(self.rank + 1))
+
+    def __call__(self) -> None:
+        if self.op == "all_reduce":
             dist.all_reduce(self.input)
         elif self.op == "all_gather":
             dist.all_gather_into_tensor(self.output, self.input)
@@ -115,7 +126,8 @@ def slowest(seconds: float, device: torch.device) -> float:
 
 def measure(collective: Collective, warmup: int, min_time_s: float, max_iters: int,
             device: torch.device) -> tuple[float, int, bool]:
-    """Mean seconds per call (the slowest rank's), the calls timed, and whether all were right."""
+    """Mean seconds per call (the slowest rank's), the calls timed, and whether a call on freshly
+    initialised buffers gave, on every rank, what it must."""
     for _ in range(warmup):
         collective()
     dist.barrier()
@@ -128,6 +140,8 @@ def measure(collective: Collective, warmup: int, min_time_s: float, max_iters: i
     for _ in range(iters):
         collective()
     elapsed = slowest(time.perf_counter() - start, device)
+    collective.reset()
+    collective()
     ok = torch.tensor([1 if collective.correct() else 0], device=device)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     return elapsed / iters, iters, bool(ok.item())
@@ -159,38 +173,54 @@ def tcp_send(address: tuple[str, int], total: int) -> None:
             sent += TCP_CHUNK
 
 
+def tcp_both_ways(server: socket.socket, address: tuple[str, int], total: int) -> float:
+    """Send ``total`` bytes to ``address`` while receiving as much on ``server``; the rate received."""
+    received: list[float] = []
+    receiver = threading.Thread(target=lambda: received.append(tcp_receive(server, total)))
+    receiver.start()
+    tcp_send(address, total)
+    receiver.join()
+    return received[0]
+
+
 def wire_limit(env: WorkerEnv, total: int, rounds: int) -> Optional[dict]:
-    """TCP throughput from the ranks of node 0 to those of node 1: one stream alone, then one
-    per process pair at once (best of ``rounds``). None with a single node."""
+    """TCP throughput between the ranks of node 0 and those of node 1: one stream alone (node 0
+    to node 1), then one per process pair at once, then every pair both ways at once (per
+    direction, summed over the pairs); best of ``rounds`` each. None with a single node."""
     local = env.local_world_size
     if env.world_size < 2 * local:
         return None
     node, local_rank = env.rank // local, env.rank % local
     server = None
     address = None
-    if node == 1:
+    if node in (0, 1):
         server = socket.create_server(("", 0))
         address = (socket.gethostname(), server.getsockname()[1])
     addresses: list = [None] * env.world_size
     dist.all_gather_object(addresses, address)
+    peer = addresses[(1 - node) * local + local_rank] if node in (0, 1) else None
 
-    def round_trip(active: bool) -> float:
+    def round_trip(active: bool, both_ways: bool = False) -> float:
         rate = 0.0
         dist.barrier()
-        if active and node == 1:
+        if active and both_ways:
+            rate = tcp_both_ways(server, peer, total)
+        elif active and node == 1:
             rate = tcp_receive(server, total)
         elif active and node == 0:
             time.sleep(0.05)
-            tcp_send(addresses[local + local_rank], total)
+            tcp_send(peer, total)
         rates: list = [None] * env.world_size
         dist.all_gather_object(rates, rate)
         return sum(r for r in rates if r)
 
     single = max(round_trip(local_rank == 0) for _ in range(rounds))
     pairs = max(round_trip(True) for _ in range(rounds))
+    both = max(round_trip(node in (0, 1), both_ways=True) for _ in range(rounds)) / 2
     if server is not None:
         server.close()
-    return {"single_stream_Bps": single, "per_pair_Bps": pairs, "pairs": local, "bytes": total}
+    return {"single_stream_Bps": single, "per_pair_Bps": pairs, "both_ways_Bps": both, "pairs": local,
+            "bytes": total}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -220,7 +250,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             if results["wire"]:
                 wire = results["wire"]
                 log0(f"wire: one TCP stream {wire['single_stream_Bps'] / 1e9:.3f} GB/s, {wire['pairs']}"
-                     f" stream(s) at once {wire['per_pair_Bps'] / 1e9:.3f} GB/s")
+                     f" stream(s) at once {wire['per_pair_Bps'] / 1e9:.3f} GB/s, both ways at once"
+                     f" {wire['both_ways_Bps'] / 1e9:.3f} GB/s each way")
         log0(f"{'op':<15} {'size':>12} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'iters':>6} check")
         all_ok = True
         for op in args.ops:

@@ -32,6 +32,9 @@ def plot_collectives(results: dict, path: Path) -> Path:
     if wire.get("single_stream_Bps"):
         ax.axhline(wire["single_stream_Bps"] / 1e9, color="black", linestyle="--",
                    label=f"one TCP stream ({wire['single_stream_Bps'] / 1e9:.2f} GB/s)")
+    if wire.get("both_ways_Bps"):
+        ax.axhline(wire["both_ways_Bps"] / 1e9, color="black", linestyle=":",
+                   label=f"both ways at once, each way ({wire['both_ways_Bps'] / 1e9:.2f} GB/s)")
     if wire.get("per_pair_Bps") and wire.get("pairs", 1) > 1:
         ax.axhline(wire["per_pair_Bps"] / 1e9, color="gray", linestyle=":",
                    label=f"{wire['pairs']} streams at once ({wire['per_pair_Bps'] / 1e9:.2f} GB/s)")

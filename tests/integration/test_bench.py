@@ -36,6 +36,7 @@ def test_bench_collectives_checks_every_result_and_measures_the_wire(docker_clie
     assert all(r["ok"] for r in data["results"])
     assert min(r["size"] for r in data["results"] if r["op"] == "all_reduce") == 4
     assert data["wire"]["single_stream_Bps"] > 0 and data["wire"]["pairs"] == 1
+    assert data["wire"]["both_ways_Bps"] > 0
     assert results.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
     report = (results.parent / "report.html").read_text()  # rebuilt with the benchmark in it
     assert 'id="bench-plot"' in report and 'id="bench-table"' in report

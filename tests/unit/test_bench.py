@@ -20,6 +20,20 @@ def test_busbw_is_set_against_one_tcp_stream_and_the_goal_is_judged():
     assert " 64M " in text
 
 
+def test_all_reduce_is_also_set_against_the_wire_both_ways():
+    results = {"world_size": 2, "nodes": 2, "local_world_size": 1, "wire": {
+        "single_stream_Bps": 2.0e9, "per_pair_Bps": 2.0e9, "both_ways_Bps": 1.2e9, "pairs": 1, "bytes": 1},
+        "results": [{"op": "all_reduce", "size": 64 << 20, "time_s": 0.07, "iters": 5, "algbw_Bps": 0.9e9,
+                     "busbw_Bps": 0.9e9, "ok": True}]}
+    summary = collectives_summary(results)
+    assert summary["all_reduce_64MB_of_wire"] == pytest.approx(0.45)
+    assert summary["all_reduce_64MB_of_both_ways"] == pytest.approx(0.75)
+    assert summary["both_ways_of_single_stream"] == pytest.approx(0.6)
+    text = format_collectives(summary)
+    assert "both ways at once 1.200 GB/s each way (60% of one stream)" in text
+    assert "45% of one TCP stream (misses the 60% goal); 75% of the wire both ways, its ceiling" in text
+
+
 def test_without_a_second_node_there_is_no_wire_fraction():
     summary = collectives_summary({"wire": None, "results": [{"op": "broadcast", "size": 4, "time_s": 1e-4,
                                    "iters": 5, "algbw_Bps": 4e4, "busbw_Bps": 4e4, "ok": True}]})
