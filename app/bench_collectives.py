@@ -191,14 +191,15 @@ def wire_limit(env: WorkerEnv, total: int, rounds: int) -> Optional[dict]:
     if env.world_size < 2 * local:
         return None
     node, local_rank = env.rank // local, env.rank % local
+    on_wire = node in (0, 1)  # the two nodes measured; any others only take part in the gathers
     server = None
     address = None
-    if node in (0, 1):
+    if on_wire:
         server = socket.create_server(("", 0))
         address = (socket.gethostname(), server.getsockname()[1])
     addresses: list = [None] * env.world_size
     dist.all_gather_object(addresses, address)
-    peer = addresses[(1 - node) * local + local_rank] if node in (0, 1) else None
+    peer = addresses[(1 - node) * local + local_rank] if on_wire else None
 
     def round_trip(active: bool, both_ways: bool = False) -> float:
         rate = 0.0
@@ -216,7 +217,7 @@ def wire_limit(env: WorkerEnv, total: int, rounds: int) -> Optional[dict]:
 
     single = max(round_trip(local_rank == 0) for _ in range(rounds))
     pairs = max(round_trip(True) for _ in range(rounds))
-    both = max(round_trip(node in (0, 1), both_ways=True) for _ in range(rounds)) / 2
+    both = max(round_trip(on_wire, both_ways=True) for _ in range(rounds)) / 2
     if server is not None:
         server.close()
     return {"single_stream_Bps": single, "per_pair_Bps": pairs, "both_ways_Bps": both, "pairs": local,

@@ -606,14 +606,15 @@ def interrupt_exit_code(exc: BaseException) -> int:
     return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
-def plan_run(args: argparse.Namespace, target: list[str], client: Any, command_line: str) -> JobPlan:
-    """Resolve the config against the engine and plan the run, recording who asked for it."""
+def plan_run(args: argparse.Namespace, target: list[str], client: Any, command_line: str,
+             engine_cpus: Optional[int]) -> JobPlan:
+    """Resolve the config against the engine and plan the run, recording who asked for it.
+    The nodes share the engine's ``engine_cpus`` cores (this machine's when it is unknown)."""
     from orchestrate.runs import launcher_identity
 
     config, gpu_ids = resolve_config(args, target, client)
     detached = bool(getattr(args, "detach", False))
-    # The nodes share the engine's cores (this machine's, for a dry run without an engine).
-    host_cpus = (client.info().get("NCPU") if client is not None else None) or os.cpu_count()
+    host_cpus = engine_cpus or os.cpu_count()
     return make_plan(config, new_run_id(), detached=detached, gpu_ids=gpu_ids,
                      launcher="" if detached else launcher_identity(), command_line=command_line,
                      created=datetime.now(timezone.utc).isoformat(timespec="seconds"), host_cpus=host_cpus)
@@ -640,7 +641,8 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
             client = None if args.cpu else connect()
         except EngineUnavailableError:
             client = None  # a dry run needs no engine; GPU availability is then unchecked
-        plan = plan_run(args, target, client, command_line)
+        plan = plan_run(args, target, client, command_line,
+                        client.info().get("NCPU") if client is not None else None)
         out.write(format_plan(plan) + "\n")
         if client is not None and plan.config.gpus_per_node and image_exists(client, plan.config.image):
             out.write("\nGPU topology seen from node0 (nvidia-smi topo -m):\n")
@@ -653,7 +655,8 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
                          " a detached run with `python -m orchestrate fault RUN SPEC`)")
     install_teardown_signals()
     client = connect()
-    check_node_size(config, client.info())
+    engine_info = client.info()
+    check_node_size(config, engine_info)
     compose_command()
 
     # Detached, stdout carries only the run id (RUN=$(python -m orchestrate run -d ...)).
@@ -673,7 +676,8 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
     # that two launches never take the same free GPUs.
     lock = host_lock("gpu-lease") if not args.cpu and args.gpus_per_node != 0 else contextlib.nullcontext()
     with lock:
-        plan = dataclasses.replace(plan_run(args, target, client, command_line), image=image)
+        plan = dataclasses.replace(plan_run(args, target, client, command_line, engine_info.get("NCPU")),
+                                   image=image)
         if args.detach:
             start_run(plan, client, say=lambda text: print(f"[orchestrate] {text}", file=chatter, flush=True))
     if args.scheduler == "slurm":

@@ -225,7 +225,9 @@ def launch(
             say("GPU topology seen from node0 (nvidia-smi topo -m):\n"
                 + gpu_topology(client, plan, started.containers[plan.nodes[0].name]))
         say(f"nodes up in {started.bring_up_s:.1f} s; torchrun runs on every node")
-        warm_up_report()
+        from orchestrate.report import warm_up
+
+        warm_up()  # the report's plotting import, while the launcher only waits
         supervisor = Supervisor(spec_for(plan), client, out, active=True, containers=started.containers,
                                 clock=clock)
         with try_lock(plan.run_dir / "supervisor.lock"):  # attach then only watches
@@ -257,12 +259,6 @@ def launch(
             write_outcome(outcome)
             finish_record(outcome)
     return outcome
-
-
-def warm_up_report() -> None:
-    from orchestrate.report import warm_up
-
-    warm_up()
 
 
 def finish_record(outcome: JobOutcome) -> None:
