@@ -41,7 +41,10 @@ def collectives_summary(results: dict, link: str = "") -> dict:
         row["of_wire"] = row["busbw_Bps"] / single if single else None
     at_64mb = [r for r in summary["results"] if r["op"] == "all_reduce" and r["size"] == 64 << 20]
     summary["all_reduce_64MB_of_wire"] = at_64mb[0]["of_wire"] if at_64mb and single else None
-    summary["all_reduce_64MB_of_both_ways"] = at_64mb[0]["busbw_Bps"] / both if at_64mb and both else None
+    # With one process per node the ring's two directions are the one pair's: its ceiling. With
+    # more, both-ways is summed over the pairs and bounds no single rank's busbw.
+    ceiling = both if wire.get("pairs") == 1 else None
+    summary["all_reduce_64MB_of_both_ways"] = at_64mb[0]["busbw_Bps"] / ceiling if at_64mb and ceiling else None
     summary["both_ways_of_single_stream"] = both / single if both and single else None
     return summary
 

@@ -34,6 +34,17 @@ def test_all_reduce_is_also_set_against_the_wire_both_ways():
     assert "45% of one TCP stream (misses the 60% goal); 75% of the wire both ways, its ceiling" in text
 
 
+def test_both_ways_summed_over_several_pairs_is_not_called_the_all_reduces_ceiling():
+    results = {"world_size": 4, "nodes": 2, "local_world_size": 2, "wire": {
+        "single_stream_Bps": 1.5e9, "per_pair_Bps": 3.0e9, "both_ways_Bps": 1.8e9, "pairs": 2, "bytes": 1},
+        "results": [{"op": "all_reduce", "size": 64 << 20, "time_s": 0.2, "iters": 5, "algbw_Bps": 0.3e9,
+                     "busbw_Bps": 0.45e9, "ok": True}]}
+    summary = collectives_summary(results)
+    assert summary["all_reduce_64MB_of_both_ways"] is None
+    text = format_collectives(summary)
+    assert "both ways at once 1.800 GB/s each way" in text and "ceiling" not in text
+
+
 def test_without_a_second_node_there_is_no_wire_fraction():
     summary = collectives_summary({"wire": None, "results": [{"op": "broadcast", "size": 4, "time_s": 1e-4,
                                    "iters": 5, "algbw_Bps": 4e4, "busbw_Bps": 4e4, "ok": True}]})
