@@ -38,6 +38,7 @@ from orchestrate.gpus import GpuLayout, check_lease, detect_gpus, free_gpus, res
 from orchestrate.hostlock import host_lock, try_lock
 from orchestrate.link import PRESETS, netem_missing_message, parse_link, probe_netem
 from orchestrate.plan import RUN_DIR_MOUNT, JobPlan, format_plan, format_table, make_plan
+from orchestrate.report_helper import ReportHelper
 from orchestrate.torch_versions import DEFAULT_TORCH, torchvision_for
 from orchestrate.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file
 from orchestrate.user_image import derived_image_spec
@@ -628,13 +629,10 @@ def command_run(args: argparse.Namespace, target: list[str], out: IO[str], comma
 def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
             command_line: str = "") -> tuple[int, Optional[Any]]:
     """Plan and apply a run; return its exit code and, for a run followed to its end, its outcome."""
-    from orchestrate.compose import compose_command
     from orchestrate.engine import connect
     from orchestrate.errors import EngineUnavailableError
-    from orchestrate.image import ensure_image, image_exists
-    from orchestrate.launcher import gpu_topology, launch, start_run
-    from orchestrate.outcome import format_summary
-    from orchestrate.user_image import ensure_derived_image
+    from orchestrate.image import image_exists
+    from orchestrate.launcher import gpu_topology
 
     if args.dry_run:
         try:
@@ -654,6 +652,23 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
         raise UsageError("--fault and --keep need the launcher attached: drop --detach (inject faults into"
                          " a detached run with `python -m orchestrate fault RUN SPEC`)")
     install_teardown_signals()
+    # A run followed here to its end has a report page to write: its helper starts now (see
+    # orchestrate/report_helper.py), and goes whatever happens.
+    followed = not args.detach and args.scheduler != "slurm"
+    with ReportHelper.start() if followed else contextlib.nullcontext(None) as report_helper:
+        return apply_run(args, target, out, command_line, config, report_helper)
+
+
+def apply_run(args: argparse.Namespace, target: list[str], out: IO[str], command_line: str, config: RunConfig,
+              report_helper: Optional[ReportHelper]) -> tuple[int, Optional[Any]]:
+    """:func:`run_job` once the input is checked: the engine's part."""
+    from orchestrate.compose import compose_command
+    from orchestrate.engine import connect
+    from orchestrate.image import ensure_image
+    from orchestrate.launcher import launch, start_run
+    from orchestrate.outcome import format_summary
+    from orchestrate.user_image import ensure_derived_image
+
     client = connect()
     engine_info = client.info()
     check_node_size(config, engine_info)
@@ -690,7 +705,7 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
                       f"  python -m orchestrate stop {run} / down {run}\n")
         out.write(f"{run}\n")
         return EXIT_OK, None
-    outcome = launch(plan, client, out=out)
+    outcome = launch(plan, client, out=out, report_helper=report_helper)
     out.write(format_summary(outcome) + "\n")
     out.flush()
     return outcome.exit_code(interrupt_code=128 + outcome.signal_number), outcome

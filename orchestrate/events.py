@@ -17,6 +17,7 @@ node-killed        the launcher killed a node (``node``)
 restart            an elastic recovery restarts every node (``node``: the dead one, ``cause``, ``step``)
 resumed            training resumed after a recovery (``node``, ``step``, ``recovery_s``, ``steps_lost``)
 run-ended          the launcher is done (``exit_code``, ``succeeded``, ``interrupted``, ``error``)
+teardown-failed    the nodes could not be removed (``error``, ``exit_code``: the run's, now 2)
 =================  ==============================================================
 
 Reports (:mod:`orchestrate.report`) are built from it; it is useful on its own (``jq``).

@@ -27,6 +27,7 @@ from orchestrate.image import TORCH_LABEL
 from orchestrate.outcome import JobOutcome, Timings, outcome_record
 from orchestrate.plan import HEARTBEAT_FILE, PROGRESS_SUBDIR, JobPlan, NodePlan
 from orchestrate.progress import write_triggers
+from orchestrate.report_helper import ReportHelper
 from orchestrate.supervise import RunSpec, Supervisor
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,7 @@ def launch(
     out: IO[str] = sys.stdout,
     compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
     clock: Callable[[], float] = time.monotonic,
+    report_helper: Optional[ReportHelper] = None,
 ) -> JobOutcome:
     """Carry out ``plan`` in the foreground: bring up, follow, report, tear down.
 
@@ -203,6 +205,8 @@ def launch(
         out: Where worker output and progress go.
         compose_factory: Makes the Compose project driver (a fake one in tests).
         clock: Monotonic clock.
+        report_helper: Writes the report page in its own process (without it, a thread of this
+            one draws it).
 
     Returns:
         The outcome; it is a failure, not an exception, when a node fails. Ctrl-C (or a
@@ -225,9 +229,6 @@ def launch(
             say("GPU topology seen from node0 (nvidia-smi topo -m):\n"
                 + gpu_topology(client, plan, started.containers[plan.nodes[0].name]))
         say(f"nodes up in {started.bring_up_s:.1f} s; torchrun runs on every node")
-        from orchestrate.report import warm_up
-
-        warm_up()  # the report's plotting import, while the launcher only waits
         supervisor = Supervisor(spec_for(plan), client, out, active=True, containers=started.containers,
                                 clock=clock)
         with try_lock(plan.run_dir / "supervisor.lock"):  # attach then only watches
@@ -249,24 +250,73 @@ def launch(
         if started is not None:
             if started.heartbeat is not None:
                 started.heartbeat.stop()
-            t1 = clock()
             if plan.config.keep:
                 say(f"--keep: leaving run {plan.run_id} in the engine; remove it with:"
                     f" python -m orchestrate down {plan.run_id}")
-            else:
-                outcome.teardown_error = teardown(started.compose, say)
-            outcome.timings.teardown_s = clock() - t1
-            write_outcome(outcome)
-            finish_record(outcome)
+            finish_while_tearing_down(outcome, None if plan.config.keep else started.compose, say, clock,
+                                      report_helper)
     return outcome
+
+
+def finish_while_tearing_down(outcome: JobOutcome, compose: Optional[ComposeProject], say: Callable[[str], Any],
+                              clock: Callable[[], float], report_helper: Optional[ReportHelper] = None) -> None:
+    """Remove the nodes (unless ``compose`` is None: ``--keep``) while the run's record is finished.
+
+    The record (``outcome.json``, the ``run-ended`` event, the report page) needs no node, and
+    drawing the report is CPU work while the removal is the engine's: doing both at once keeps
+    the report off the run's wall time. The report helper draws it, else a thread of this
+    process. ``outcome.json`` is written again with the teardown's time; a teardown that fails
+    changes the exit code, and the record then says so too.
+    """
+    from orchestrate.report import write_report_quietly
+
+    write_outcome(outcome)
+    try:
+        record_event(outcome.run_dir, "run-ended", **end_fields(outcome))
+    except OSError as exc:  # the run directory went away
+        log.debug("events: %s", exc)
+    drawing = None
+    if report_helper is None or not report_helper.request(outcome.run_dir):
+        drawing = threading.Thread(target=write_report_quietly, args=(outcome.run_dir,), name="report", daemon=True)
+        drawing.start()
+    t1 = clock()
+    if compose is not None:
+        outcome.teardown_error = teardown(compose, say)
+    outcome.timings.teardown_s = clock() - t1
+    if drawing is not None:
+        join_uninterrupted(drawing)
+    elif not report_helper.wait():  # type: ignore[union-attr]
+        write_report_quietly(outcome.run_dir)  # the helper failed: draw it here after all
+    write_outcome(outcome)
+    if outcome.teardown_error:
+        try:
+            record_event(outcome.run_dir, "teardown-failed", error=outcome.teardown_error,
+                         exit_code=outcome.exit_code(128 + outcome.signal_number))
+        except OSError as exc:  # the run directory went away
+            log.debug("events: %s", exc)
+        write_report_quietly(outcome.run_dir)
+
+
+def join_uninterrupted(thread: threading.Thread) -> None:
+    """Wait for ``thread`` (a report being written: well under a second) through Ctrl-C."""
+    while thread.is_alive():
+        try:
+            thread.join()
+        except KeyboardInterrupt:
+            continue
+
+
+def end_fields(outcome: JobOutcome) -> dict[str, Any]:
+    """The ``run-ended`` event's fields."""
+    return {"exit_code": outcome.exit_code(128 + outcome.signal_number), "succeeded": outcome.succeeded,
+            "interrupted": outcome.interrupted, "error": outcome.error}
 
 
 def finish_record(outcome: JobOutcome) -> None:
     """The run's last event, then its report page (neither may fail the run)."""
     from orchestrate.report import end_record
 
-    end_record(outcome.run_dir, exit_code=outcome.exit_code(128 + outcome.signal_number),
-               succeeded=outcome.succeeded, interrupted=outcome.interrupted, error=outcome.error)
+    end_record(outcome.run_dir, **end_fields(outcome))
 
 
 def write_outcome(outcome: JobOutcome) -> None:

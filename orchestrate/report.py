@@ -269,6 +269,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             model.outcome = f"FAILED (exit code {model.exit_code}): {model.failure.get('describe', '')}"
         else:
             model.outcome = f"FAILED (exit code {model.exit_code})"
+        if outcome.get("teardown_error"):
+            model.outcome += f"; TEARDOWN FAILED: {outcome['teardown_error']}"
     return model
 
 
@@ -491,14 +493,6 @@ def render_html(model: ReportModel) -> str:
                                        [(f"{t:.3f} s", n, k, d) for t, n, k, d in model.events], "events")]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
-
-
-def warm_up() -> None:
-    """Import the plotting library in a background thread while a run goes on, so that the
-    report at its end does not add the import (about 0.5 s) to the run's wall time."""
-    import threading
-
-    threading.Thread(target=_pyplot, name="report-warm-up", daemon=True).start()
 
 
 def write_report(run_dir: Path) -> Path:

@@ -206,6 +206,22 @@ def test_a_teardown_that_fails_is_never_success(make_job):
     assert compose.calls.count("down") == 3
     assert outcome.teardown_error.startswith(f"could not remove project {plan.project_name}")
     assert outcome.exit_code() == 2
+    # The record, written while the teardown went on, is corrected after it.
+    assert json.loads((plan.run_dir / "outcome.json").read_text())["exit_code"] == 2
+    events = [json.loads(line) for line in (plan.run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events[-2:]] == ["run-ended", "teardown-failed"]
+    assert (events[-2]["exit_code"], events[-1]["exit_code"]) == (0, 2)
+    assert "TEARDOWN FAILED: could not remove project" in (plan.run_dir / "report.html").read_text()
+
+
+def test_the_report_is_written_by_the_end_of_a_run_with_the_teardown_timed(make_job):
+    plan = make_job(nodes=2)
+    outcome, _, compose = run(plan, FakeDockerClient())
+    assert compose.calls[-1] == "down"
+    assert outcome.succeeded and (plan.run_dir / "report.html").is_file()
+    record = json.loads((plan.run_dir / "outcome.json").read_text())
+    assert record["timings"]["teardown_s"] == outcome.timings.teardown_s > 0
+    assert "SUCCEEDED" in (plan.run_dir / "report.html").read_text()
 
 
 def test_ctrl_c_stops_every_node_and_tears_down(make_job, monkeypatch):
