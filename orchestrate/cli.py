@@ -662,17 +662,18 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
 def apply_run(args: argparse.Namespace, target: list[str], out: IO[str], command_line: str, config: RunConfig,
               report_helper: Optional[ReportHelper]) -> tuple[int, Optional[Any]]:
     """:func:`run_job` once the input is checked: the engine's part."""
-    from orchestrate.compose import compose_command
+    from orchestrate.compose import find_compose_meanwhile
     from orchestrate.engine import connect
     from orchestrate.image import ensure_image
     from orchestrate.launcher import launch, start_run
     from orchestrate.outcome import format_summary
     from orchestrate.user_image import ensure_derived_image
 
+    compose_found = find_compose_meanwhile()
     client = connect()
     engine_info = client.info()
     check_node_size(config, engine_info)
-    compose_command()
+    compose_found()
 
     # Detached, stdout carries only the run id (RUN=$(python -m orchestrate run -d ...)).
     chatter = sys.stderr if args.detach else out

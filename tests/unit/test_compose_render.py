@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from orchestrate.compose import (NETWORK, NODE_RANK_LABEL, RUN_ID_LABEL, render_compose,
                                  write_compose_file)
 
@@ -105,3 +107,24 @@ def test_no_sizes_and_no_uid_unless_asked(make_job):
 def test_the_compose_file_is_private_to_its_owner(make_job, tmp_path):
     path = write_compose_file(make_job(user_env={"WANDB_API_KEY": "s"}), tmp_path / "compose.json")
     assert path.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("version, found", [("2.40.3", ("docker", "compose")), ("1.29.2", None)])
+def test_compose_is_found_in_a_thread_and_a_v1_refused_in_the_callers(tmp_path, monkeypatch, version, found):
+    from orchestrate.compose import compose_command, find_compose_meanwhile
+    from orchestrate.errors import EngineUnavailableError
+
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'compose version' ] && echo v{version}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    compose_command.cache_clear()
+    try:
+        answer = find_compose_meanwhile()
+        if found is None:
+            with pytest.raises(EngineUnavailableError, match="Compose v2 not found"):
+                answer()
+        else:
+            assert answer() == found
+    finally:
+        compose_command.cache_clear()
