@@ -17,7 +17,6 @@ hung nodes are killed at once) and restarts the nodes of an elastic job. A *pass
 """
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import re
@@ -33,7 +32,7 @@ from orchestrate.engine import exec_output, stream_lines
 from orchestrate.events import record_event
 from orchestrate.faults import OOM_COUNTER_ARGV, FaultAction, FaultSpec, apply_fault, oom_kills, probe_node
 from orchestrate.outcome import JobOutcome, NodeResult, Recovery, Timings
-from orchestrate.output import NodeOutput, OutputLine, RootCause
+from orchestrate.output import NodeOutput, RootCause
 from orchestrate.plan import PROGRESS_SUBDIR, RUN_DIR_MOUNT, NodePlan
 from orchestrate.progress import ProgressReader, mark_fired
 from orchestrate.states import NodePhase, advance

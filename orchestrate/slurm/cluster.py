@@ -34,7 +34,7 @@ def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
     names = f"node[0-{last}]" if last else "node0"
     return "\n".join([
         f"# Slurm configuration of ddp-compose run {plan.run_id}",
-        f"ClusterName=ddp",
+        "ClusterName=ddp",
         f"SlurmctldHost={CONTROLLER}",
         "SlurmUser=root",
         "SlurmdUser=root",
@@ -62,7 +62,7 @@ def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
         "SlurmdPidFile=/run/slurmd.pid",
         "SlurmdParameters=config_overrides",
         f"NodeName={names} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
-        f"PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        "PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
         "",
     ])
 

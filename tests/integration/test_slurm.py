@@ -3,7 +3,6 @@ sbatch and srun, the state from Slurm (CPU/Gloo)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import shutil
 from pathlib import Path

@@ -203,7 +203,6 @@ def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, unpr
     copy_job(workdir, "write_files.py")
     for path in (home, workdir, workdir / "write_files.py"):
         os.chown(path, user.pw_uid, user.pw_gid)
-    tmp_path = home
     python, env = python_for(user, home)
     proc = subprocess.run(
         ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",

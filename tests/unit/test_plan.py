@@ -109,7 +109,6 @@ def test_workers_get_the_progress_channel_and_global_rank_prefixes(make_job):
 
 
 def test_leased_gpus_are_split_among_the_nodes_in_order(make_job):
-    from orchestrate.config import RunConfig
     from orchestrate.plan import make_plan
 
     config = make_job(nodes=2, gpus_per_node=2, backend="nccl").config

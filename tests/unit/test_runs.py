@@ -143,7 +143,6 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_job, capsys
 
 
 def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_job, monkeypatch):
-    import time
 
     import orchestrate.engine
     from orchestrate.cli import main
@@ -165,7 +164,6 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_job, monke
 
 
 def test_attach_after_the_end_reports_what_the_run_did(make_job, monkeypatch):
-    import time
 
     import orchestrate.engine
     from orchestrate.cli import main
