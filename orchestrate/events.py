@@ -25,18 +25,25 @@ Reports (:mod:`orchestrate.report`) are built from it; it is useful on its own (
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 EVENTS_FILE = "events.jsonl"
 
+log = logging.getLogger(__name__)
+
 
 def record_event(run_dir: Path, kind: str, **fields: Any) -> None:
-    """Append one event, stamped now."""
+    """Append one event, stamped now. The file is a record of the run, never its outcome: a
+    run directory that went away is logged, and the run goes on."""
     entry = {"time": time.time(), "event": kind, **fields}
-    with open(run_dir / EVENTS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(entry) + "\n")
+    try:
+        with open(run_dir / EVENTS_FILE, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+    except OSError as exc:
+        log.debug("events of run %s: %s", run_dir.name, exc)
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:

@@ -205,8 +205,8 @@ def launch(
         out: Where worker output and progress go.
         compose_factory: Makes the Compose project driver (a fake one in tests).
         clock: Monotonic clock.
-        report_helper: Writes the report page in its own process (without it, a thread of this
-            one draws it).
+        report_helper: Draws the report page in its own process while the nodes are removed
+            (without it, this process draws it after).
 
     Returns:
         The outcome; it is a failure, not an exception, when a node fails. Ctrl-C (or a
@@ -263,47 +263,27 @@ def finish_while_tearing_down(outcome: JobOutcome, compose: Optional[ComposeProj
     """Remove the nodes (unless ``compose`` is None: ``--keep``) while the run's record is finished.
 
     The record (``outcome.json``, the ``run-ended`` event, the report page) needs no node, and
-    drawing the report is CPU work while the removal is the engine's: doing both at once keeps
-    the report off the run's wall time. The report helper draws it, else a thread of this
-    process. ``outcome.json`` is written again with the teardown's time; a teardown that fails
-    changes the exit code, and the record then says so too.
+    drawing the report is CPU work while the removal is the engine's: the report helper draws
+    it meanwhile, which keeps it off the run's wall time. Without a helper, or when it fails,
+    this process draws it after the teardown. ``outcome.json`` is written again with the
+    teardown's time; a teardown that fails changes the exit code, and the record then says so.
     """
     from orchestrate.report import write_report_quietly
 
     write_outcome(outcome)
-    try:
-        record_event(outcome.run_dir, "run-ended", **end_fields(outcome))
-    except OSError as exc:  # the run directory went away
-        log.debug("events: %s", exc)
-    drawing = None
-    if report_helper is None or not report_helper.request(outcome.run_dir):
-        drawing = threading.Thread(target=write_report_quietly, args=(outcome.run_dir,), name="report", daemon=True)
-        drawing.start()
+    record_event(outcome.run_dir, "run-ended", **end_fields(outcome))
+    helped = report_helper is not None and report_helper.request(outcome.run_dir)
     t1 = clock()
     if compose is not None:
         outcome.teardown_error = teardown(compose, say)
     outcome.timings.teardown_s = clock() - t1
-    if drawing is not None:
-        join_uninterrupted(drawing)
-    elif not report_helper.wait():  # type: ignore[union-attr]
-        write_report_quietly(outcome.run_dir)  # the helper failed: draw it here after all
-    write_outcome(outcome)
+    drawn = helped and report_helper.wait()  # type: ignore[union-attr]
+    write_outcome(outcome)  # only now: the helper read the first one
     if outcome.teardown_error:
-        try:
-            record_event(outcome.run_dir, "teardown-failed", error=outcome.teardown_error,
-                         exit_code=outcome.exit_code(128 + outcome.signal_number))
-        except OSError as exc:  # the run directory went away
-            log.debug("events: %s", exc)
+        record_event(outcome.run_dir, "teardown-failed", error=outcome.teardown_error,
+                     exit_code=outcome.exit_code(128 + outcome.signal_number))
+    if not drawn or outcome.teardown_error:
         write_report_quietly(outcome.run_dir)
-
-
-def join_uninterrupted(thread: threading.Thread) -> None:
-    """Wait for ``thread`` (a report being written: well under a second) through Ctrl-C."""
-    while thread.is_alive():
-        try:
-            thread.join()
-        except KeyboardInterrupt:
-            continue
 
 
 def end_fields(outcome: JobOutcome) -> dict[str, Any]:

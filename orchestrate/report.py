@@ -517,10 +517,7 @@ def write_report_quietly(run_dir: Path) -> Optional[Path]:
 
 def end_record(run_dir: Path, **fields: Any) -> None:
     """A run's last event (``run-ended`` with ``fields``), then its report page."""
-    try:
-        record_event(run_dir, "run-ended", **fields)
-    except OSError as exc:  # the run directory went away
-        log.warning("events of run %s: %s", run_dir.name, exc)
+    record_event(run_dir, "run-ended", **fields)
     write_report_quietly(run_dir)
 
 

@@ -165,10 +165,7 @@ class Supervisor:
 
     def record(self, kind: str, **fields: Any) -> None:
         """Append one event to the run's event file (events.jsonl)."""
-        try:
-            record_event(self.spec.run_dir, kind, **fields)
-        except OSError as exc:  # the run directory went away: the output on screen still says it
-            log.debug("events.jsonl: %s", exc)
+        record_event(self.spec.run_dir, kind, **fields)
 
     # Sources -----------------------------------------------------------------------------
 

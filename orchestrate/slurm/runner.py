@@ -20,15 +20,15 @@ from typing import IO, Any, Callable, Optional
 
 from orchestrate.compose import ComposeProject, project_network
 from orchestrate.engine import exec_output, stream_lines
-from orchestrate.events import record_event
-from orchestrate.report import end_record
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
+from orchestrate.events import record_event
 from orchestrate.faults import FaultAction, apply_fault
 from orchestrate.image import build_context, build_lock, docker_build, image_exists, DOCKER_DIR
 from orchestrate.launcher import Heartbeat, docker_errors, prepare_run_dir, teardown
 from orchestrate.output import RootCause, is_collateral
 from orchestrate.plan import HEARTBEAT_FILE, PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR, JobPlan
 from orchestrate.progress import ProgressReader, mark_fired
+from orchestrate.report import end_record
 from orchestrate.slurm.cluster import (CONTROLLER, SLURM_DIR, parse_scontrol, render_slurm_compose, sinfo_idle,
                                        slurm_conf)
 from orchestrate.slurm.script import BatchOptions, render_sbatch
