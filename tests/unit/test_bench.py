@@ -7,11 +7,16 @@ from orchestrate.bench import (collectives_summary, ddp_summary, format_collecti
                                launcher_summary)
 
 
+def all_reduce_at_64mb(busbw: float, pairs: int = 1, **wire: float) -> dict:
+    """The results of a 2-node bench collectives: one 64 MB all_reduce, and the wire."""
+    return {"world_size": 2 * pairs, "nodes": 2, "local_world_size": pairs,
+            "wire": {**wire, "pairs": pairs, "bytes": 1},
+            "results": [{"op": "all_reduce", "size": 64 << 20, "time_s": 0.07, "iters": 5,
+                         "algbw_Bps": busbw * pairs / (2 * pairs - 1), "busbw_Bps": busbw, "ok": True}]}
+
+
 def test_busbw_is_set_against_one_tcp_stream_and_the_goal_is_judged():
-    results = {"world_size": 2, "nodes": 2, "local_world_size": 1, "wire": {
-        "single_stream_Bps": 1.5e9, "per_pair_Bps": 1.5e9, "pairs": 1, "bytes": 1},
-        "results": [{"op": "all_reduce", "size": 64 << 20, "time_s": 0.07, "iters": 5, "algbw_Bps": 0.96e9,
-                     "busbw_Bps": 0.96e9, "ok": True}]}
+    results = all_reduce_at_64mb(0.96e9, single_stream_Bps=1.5e9, per_pair_Bps=1.5e9)
     summary = collectives_summary(results, "rate=1gbit")
     assert summary["all_reduce_64MB_of_wire"] == pytest.approx(0.64)
     assert summary["link"] == "rate=1gbit"
@@ -21,10 +26,7 @@ def test_busbw_is_set_against_one_tcp_stream_and_the_goal_is_judged():
 
 
 def test_all_reduce_is_also_set_against_the_wire_both_ways():
-    results = {"world_size": 2, "nodes": 2, "local_world_size": 1, "wire": {
-        "single_stream_Bps": 2.0e9, "per_pair_Bps": 2.0e9, "both_ways_Bps": 1.2e9, "pairs": 1, "bytes": 1},
-        "results": [{"op": "all_reduce", "size": 64 << 20, "time_s": 0.07, "iters": 5, "algbw_Bps": 0.9e9,
-                     "busbw_Bps": 0.9e9, "ok": True}]}
+    results = all_reduce_at_64mb(0.9e9, single_stream_Bps=2.0e9, per_pair_Bps=2.0e9, both_ways_Bps=1.2e9)
     summary = collectives_summary(results)
     assert summary["all_reduce_64MB_of_wire"] == pytest.approx(0.45)
     assert summary["all_reduce_64MB_of_both_ways"] == pytest.approx(0.75)
@@ -35,10 +37,7 @@ def test_all_reduce_is_also_set_against_the_wire_both_ways():
 
 
 def test_both_ways_summed_over_several_pairs_is_not_called_the_all_reduces_ceiling():
-    results = {"world_size": 4, "nodes": 2, "local_world_size": 2, "wire": {
-        "single_stream_Bps": 1.5e9, "per_pair_Bps": 3.0e9, "both_ways_Bps": 1.8e9, "pairs": 2, "bytes": 1},
-        "results": [{"op": "all_reduce", "size": 64 << 20, "time_s": 0.2, "iters": 5, "algbw_Bps": 0.3e9,
-                     "busbw_Bps": 0.45e9, "ok": True}]}
+    results = all_reduce_at_64mb(0.45e9, pairs=2, single_stream_Bps=1.5e9, per_pair_Bps=3.0e9, both_ways_Bps=1.8e9)
     summary = collectives_summary(results)
     assert summary["all_reduce_64MB_of_both_ways"] is None
     text = format_collectives(summary)
