@@ -8,7 +8,7 @@ from typing import IO, Any, Iterator, Optional
 
 from orchestrate.engine import stream_lines
 from orchestrate.errors import UsageError
-from orchestrate.output import parse_line
+from orchestrate.output import WorkerLines
 from orchestrate.plan import NodePlan
 from orchestrate.runs import RunInfo, node_plans
 from orchestrate.supervise import engine_time
@@ -44,10 +44,14 @@ def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
     width = max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
     lines = []
     for order, (plan, container) in enumerate(pairs):
-        text = container.logs(timestamps=True).decode("utf-8", "replace")
-        for index, raw in enumerate(text.splitlines()):
-            stamp, line = split_stamp(raw)
-            lines.append((stamp, order, index, parse_line(plan, line).render(width)))
+        worker_lines = WorkerLines(plan)
+        stamp = 0.0
+        # The engine ends each line with "\n" only: a "\r" inside one is the line's own.
+        for raw in container.logs(timestamps=True).decode("utf-8", "replace").split("\n"):
+            if raw:
+                stamp, text = split_stamp(raw)
+                lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.feed(text))
+        lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.flush())
     for *_, rendered in sorted(lines):
         yield rendered
 
@@ -58,10 +62,14 @@ def follow(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
     lines: "queue.Queue[Optional[str]]" = queue.Queue()
 
     def read(plan: NodePlan, container: Any) -> None:
+        worker_lines = WorkerLines(plan)
         try:
             for raw in stream_lines(container.logs(stream=True, follow=True, timestamps=True)):
-                lines.put(parse_line(plan, split_stamp(raw.decode("utf-8", "replace"))[1]).render(width))
+                for line in worker_lines.feed(split_stamp(raw.decode("utf-8", "replace"))[1]):
+                    lines.put(line.render(width))
         finally:
+            for line in worker_lines.flush():
+                lines.put(line.render(width))
             lines.put(None)
 
     for plan, container in pairs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Optional
 
@@ -13,6 +13,11 @@ from orchestrate.plan import NodePlan
 # torchrun --tee prefixes every worker line: "[<global rank>|<local rank>]:" with the launcher's
 # template (plan.LOG_LINE_PREFIX_TEMPLATE), "[<role><local rank>]:" by default (plain compose up).
 _WORKER_LINE = re.compile(r"^\[(?:(?P<rank>\d+)\|(?P<local>\d+)|(?P<role>[A-Za-z_]+?)(?P<local_rank>\d+))\]:(?P<text>.*)$")
+# The same prefix anywhere in a line. torchrun's tee copies a worker's log file line by line,
+# and a line the worker has not finished yet (a progress bar's "\r" update, print(..., end=""))
+# is copied as far as it goes, prefixed: the rest follows later under a prefix of its own.
+# So in "[0|0]:epoch 1[1|1]:loss 0.5", rank 0's line goes on after rank 1's, in a later line.
+_WORKER_PREFIX = re.compile(r"\[(?:\d+\|\d+|[A-Za-z_]+?\d+)\]:")
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
 _RANK_FIELD = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)")
 _EXIT_FIELD = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
@@ -64,6 +69,59 @@ def parse_line(node: NodePlan, raw: str) -> OutputLine:
         if not node.global_ranks:  # elastic: the rendezvous, not the plan, knows global ranks
             return OutputLine(node.name, match.group("text"), local_rank)
     return OutputLine(node.name, raw)
+
+
+class WorkerLines:
+    """Turns one node's raw output lines into whole worker lines.
+
+    A raw line may hold pieces of several workers' lines, each behind its prefix (see
+    ``_WORKER_PREFIX``): every piece but the last is unfinished, and is kept until its
+    worker's line goes on; the last piece ends a line.
+    """
+
+    def __init__(self, node: NodePlan) -> None:
+        self.node = node
+        self.unfinished: dict[int, OutputLine] = {}
+
+    def feed(self, raw: str) -> list[OutputLine]:
+        """The lines that ``raw`` completes (none while it only holds unfinished pieces)."""
+        pieces = self._pieces(raw)
+        for piece in pieces[:-1]:
+            self.unfinished[piece.local_rank] = self._joined(piece)  # type: ignore[index]
+        last = pieces[-1]
+        return [self._joined(last) if last.local_rank is not None else last]
+
+    def flush(self) -> list[OutputLine]:
+        """The unfinished lines as they are (their node's output has ended)."""
+        lines, self.unfinished = list(self.unfinished.values()), {}
+        return lines
+
+    def _joined(self, piece: OutputLine) -> OutputLine:
+        before = self.unfinished.pop(piece.local_rank, None)  # type: ignore[arg-type]
+        return replace(piece, text=before.text + piece.text) if before else piece
+
+    def _of_a_worker_here(self, piece: OutputLine) -> bool:
+        if piece.local_rank is None:
+            return False
+        # An elastic run plans no ranks: any local rank may be a worker's.
+        return not self.node.global_ranks or piece.local_rank < len(self.node.global_ranks)
+
+    def _pieces(self, raw: str) -> list[OutputLine]:
+        """``raw`` cut at every prefix of this node's workers; one piece if it begins with none."""
+        first = parse_line(self.node, raw)
+        if first.local_rank is None:
+            return [first]
+        prefix_end = len(raw) - len(first.text)
+        pieces = [first]
+        for match in _WORKER_PREFIX.finditer(raw, prefix_end):
+            piece = parse_line(self.node, raw[match.start():])
+            if not self._of_a_worker_here(piece):
+                continue  # text that only looks like a prefix
+            previous = pieces[-1]
+            pieces[-1] = replace(previous, text=previous.text[:len(previous.text) - len(piece.text)
+                                                               - (match.end() - match.start())])
+            pieces.append(piece)
+        return pieces
 
 
 @dataclass
@@ -148,19 +206,30 @@ class NodeOutput:
     tail: deque = field(default_factory=lambda: deque(maxlen=400))
     rank_tails: dict[int, deque] = field(default_factory=dict)
     first_worker_line_at: Optional[float] = None
+    worker_lines: WorkerLines = field(init=False)
 
-    def add(self, raw: str, at: float) -> OutputLine:
-        """Record one raw line received at monotonic time ``at`` and return it parsed."""
-        line = parse_line(self.node, raw)
-        self.log_file.write(line.render() + "\n")
-        self.log_file.flush()
+    def __post_init__(self) -> None:
+        self.worker_lines = WorkerLines(self.node)
+
+    def add(self, raw: str, at: float) -> list[OutputLine]:
+        """Record one raw line received at monotonic time ``at``; return the lines it completes."""
         self.tail.append(raw)
-        if line.local_rank is not None:
-            key = line.global_rank if line.global_rank is not None else line.local_rank
-            self.rank_tails.setdefault(key, deque(maxlen=LAST_LINES)).append(line.text)
-            if self.first_worker_line_at is None:
-                self.first_worker_line_at = at
-        return line
+        return self._keep(self.worker_lines.feed(raw), at)
+
+    def end(self, at: float) -> list[OutputLine]:
+        """The node's output has ended: record and return the lines its workers left unfinished."""
+        return self._keep(self.worker_lines.flush(), at)
+
+    def _keep(self, lines: list[OutputLine], at: float) -> list[OutputLine]:
+        for line in lines:
+            self.log_file.write(line.render() + "\n")
+            if line.local_rank is not None:
+                key = line.global_rank if line.global_rank is not None else line.local_rank
+                self.rank_tails.setdefault(key, deque(maxlen=LAST_LINES)).append(line.text)
+                if self.first_worker_line_at is None:
+                    self.first_worker_line_at = at
+        self.log_file.flush()
+        return lines
 
     def last_lines(self, rank: Optional[int] = None, count: int = 10) -> list[str]:
         """Return the last lines of one worker, or of the whole node when ``rank`` is None."""

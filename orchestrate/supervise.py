@@ -32,7 +32,7 @@ from orchestrate.engine import exec_output, stream_lines
 from orchestrate.events import record_event
 from orchestrate.faults import OOM_COUNTER_ARGV, FaultAction, FaultSpec, apply_fault, oom_kills, probe_node
 from orchestrate.outcome import JobOutcome, NodeResult, Recovery, Timings
-from orchestrate.output import NodeOutput, RootCause
+from orchestrate.output import NodeOutput, OutputLine, RootCause
 from orchestrate.plan import PROGRESS_SUBDIR, RUN_DIR_MOUNT, NodePlan
 from orchestrate.progress import ProgressReader, mark_fired
 from orchestrate.states import NodePhase, advance
@@ -187,6 +187,7 @@ class Supervisor:
 
     def stream_logs(self, tracker: NodeTracker, since: Optional[float] = None) -> None:
         """Follow a node's container log (from the start, or since a restart) in a thread."""
+        self.show(tracker, tracker.output.end(time.time()), self.clock())  # what the last stream left unfinished
         tracker.stream += 1
         tracker.log_open = True
         threading.Thread(target=self._read_log, args=(tracker.container, tracker.plan.name, tracker.stream, since),
@@ -280,24 +281,29 @@ class Supervisor:
         if event.kind == "line":
             if event.stream != tracker.stream:
                 return  # a stream that a restart superseded
-            line = tracker.output.add(event.line, event.time)
-            if line.global_rank is not None and line.global_rank not in self.ranks_seen:
-                self.ranks_seen.add(line.global_rank)
-                self.record("rank-started", node=event.node, rank=line.global_rank)
-            if line.local_rank is not None and tracker.phase is NodePhase.STARTING:
-                tracker.move(NodePhase.RUNNING)
-                self.record("node-running", node=event.node)
-                if self.first_worker_at is None:
-                    self.first_worker_at = event.at
-            self.out.write(line.render(self.width) + "\n")
-            self.out.flush()
+            self.show(tracker, tracker.output.add(event.line, event.time), event.at)
         elif event.kind == "log-end":
             if event.stream == tracker.stream:
                 tracker.log_open = False
+                self.show(tracker, tracker.output.end(event.time), event.at)
                 if tracker.exited_at is not None and tracker.phase is not NodePhase.RESTARTING:
                     self.finish(tracker)
         else:
             self.handle_engine(tracker, event)
+
+    def show(self, tracker: NodeTracker, lines: list[OutputLine], at: float) -> None:
+        """Print a node's lines; its workers' first lines mark ranks started and the node running."""
+        for line in lines:
+            if line.global_rank is not None and line.global_rank not in self.ranks_seen:
+                self.ranks_seen.add(line.global_rank)
+                self.record("rank-started", node=tracker.plan.name, rank=line.global_rank)
+            if line.local_rank is not None and tracker.phase is NodePhase.STARTING:
+                tracker.move(NodePhase.RUNNING)
+                self.record("node-running", node=tracker.plan.name)
+                if self.first_worker_at is None:
+                    self.first_worker_at = at
+            self.out.write(line.render(self.width) + "\n")
+        self.out.flush()
 
     def handle_engine(self, tracker: NodeTracker, event: _Event) -> None:
         action = event.action

@@ -25,8 +25,8 @@ from orchestrate.events import record_event
 from orchestrate.faults import FaultAction, apply_fault
 from orchestrate.image import build_context, build_lock, docker_build, image_exists, DOCKER_DIR
 from orchestrate.launcher import Heartbeat, docker_errors, prepare_run_dir, teardown
-from orchestrate.output import RootCause, is_collateral
-from orchestrate.plan import HEARTBEAT_FILE, PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR, JobPlan
+from orchestrate.output import RootCause, WorkerLines, is_collateral
+from orchestrate.plan import HEARTBEAT_FILE, PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR, JobPlan, NodePlan
 from orchestrate.progress import ProgressReader, mark_fired
 from orchestrate.report import end_record
 from orchestrate.slurm.cluster import (CONTROLLER, SLURM_DIR, parse_scontrol, render_slurm_compose, sinfo_idle,
@@ -42,7 +42,7 @@ SLURM_REPOSITORY = "ddp-compose-slurm"
 # How long the controller may fail to answer for the job before the run gives up on it.
 CONTROLLER_SILENCE_S = 30.0
 # "T: [R|L]:text" (srun --label, then torchrun's prefix), or "T: text" (torchrun's agent).
-_LABELLED = re.compile(r"^\s*(?P<task>\d+): (?:\[(?P<rank>\d+)\|(?P<local>\d+)\]:)?(?P<text>.*)$")
+_LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
 
 
 def slurm_image(client: Any, base: str, progress: Callable[[str], None]) -> str:
@@ -57,16 +57,39 @@ def slurm_image(client: Any, base: str, progress: Callable[[str], None]) -> str:
     return tag
 
 
-def render_line(raw: str, width: int, tasks_are_nodes: bool = True) -> str:
-    """A line of the job's output with the node and global rank in front, as ``run`` shows it.
-    ``srun --label`` puts the task id first: the node's index when the script runs one task per
-    node (ours), else just the task (a user's script may run one per process)."""
-    match = _LABELLED.match(raw)
-    if not match:
-        return "[slurm]".ljust(width + 2) + " " + raw
-    who = f"node{match['task']}" if tasks_are_nodes else f"task{match['task']}"
-    prefix = f"{who}/rank{match['rank']}" if match["rank"] is not None else who
-    return f"[{prefix}]".ljust(width + 2) + " " + match["text"]
+class JobLines:
+    """The job's output, as ``srun --label`` writes it, in whole lines with the node and global
+    rank in front, as ``run`` shows them. ``srun --label`` puts the task id first: the node's
+    index when the script runs one task per node (ours), else just the task (a user's script
+    may run one per process); what follows is torchrun's output, joined as a node's is."""
+
+    def __init__(self, plan: JobPlan, width: int, tasks_are_nodes: bool = True) -> None:
+        self.plan = plan
+        self.width = width
+        self.tasks_are_nodes = tasks_are_nodes
+        self.tasks: dict[int, WorkerLines] = {}
+
+    def feed(self, raw: str) -> list[str]:
+        """The rendered lines that ``raw``, one line of the output file, completes."""
+        match = _LABELLED.match(raw)
+        if not match:
+            return ["[slurm]".ljust(self.width + 2) + " " + raw]
+        task = int(match["task"])
+        if task not in self.tasks:
+            self.tasks[task] = WorkerLines(self.task_node(task))
+        return [line.render(self.width) for line in self.tasks[task].feed(match["text"])]
+
+    def flush(self) -> list[str]:
+        """The lines the workers left unfinished (the job has ended)."""
+        return [line.render(self.width) for lines in self.tasks.values() for line in lines.flush()]
+
+    def task_node(self, task: int) -> NodePlan:
+        """The node a task stands for; a task of a user's script is named for itself, and its
+        workers' ranks are torchrun's."""
+        if self.tasks_are_nodes and task < len(self.plan.nodes):
+            return self.plan.nodes[task]
+        return NodePlan(name=f"{'node' if self.tasks_are_nodes else 'task'}{task}", node_rank=task,
+                        global_ranks=(), gpu_ids=(), process_gpus=(), torchrun_argv=(), env={})
 
 
 @dataclass
@@ -170,6 +193,7 @@ class SlurmRun:
         self.progress = ProgressReader(plan.run_dir / PROGRESS_SUBDIR)
         self.max_step: Optional[int] = None
         self.width = max(len(f"{n.name}/rank{max(n.global_ranks, default=9)}") for n in plan.nodes) + 1
+        self.job_lines = JobLines(plan, self.width, tasks_are_nodes=sbatch is None)
 
     def say(self, text: str) -> None:
         self.out.write(f"[orchestrate] {text}\n")
@@ -253,9 +277,13 @@ class SlurmRun:
 
         threading.Thread(target=read, name="slurm-output", daemon=True).start()
 
-    def drain_output(self, log_file: IO[str]) -> None:
+    def drain_output(self, log_file: IO[str], *, ended: bool = False) -> None:
+        rendered = []
         while not self.lines.empty():
-            line = render_line(self.lines.get(), self.width, tasks_are_nodes=self.sbatch is None)
+            rendered += self.job_lines.feed(self.lines.get())
+        if ended:
+            rendered += self.job_lines.flush()
+        for line in rendered:
             self.out.write(line + "\n")
             log_file.write(line + "\n")
         self.out.flush()
@@ -298,7 +326,7 @@ class SlurmRun:
                 self.drain_output(log_file)
                 if job.get("JobState") in FINAL_JOB_STATES:
                     time.sleep(1.0)  # the last lines of the file
-                    self.drain_output(log_file)
+                    self.drain_output(log_file, ended=True)
                     self.outcome.job = job
                     break
                 if self.pending_faults:

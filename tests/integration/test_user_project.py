@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
 import pwd
 import re
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT, leftovers
+from orchestrate.cli import main
+from tests.integration.conftest import ROOT, leftovers, remove_project
 
 pytestmark = pytest.mark.integration
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -23,6 +25,30 @@ JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 def copy_job(workdir: Path, name: str) -> None:
     shutil.copy(JOBS / name, workdir / name)
+
+
+def test_lines_a_script_writes_in_pieces_are_shown_whole_when_followed_and_in_the_logs(docker_client, tmp_path):
+    copy_job(tmp_path, "progress_bar.py")
+    out = io.StringIO()
+    assert main(["run", "--detach", "--nodes", "2", "--nproc-per-node", "2", "--workdir", str(tmp_path),
+                 "--runs-dir", str(tmp_path / "runs"), "--", "progress_bar.py"], out=out) == 0, out.getvalue()
+    run_id = out.getvalue().strip()
+    try:
+        attached, logs = io.StringIO(), io.StringIO()
+        assert main(["attach", run_id], out=attached) == 0, attached.getvalue()[-3000:]
+        assert main(["logs", run_id], out=logs) == 0
+        node0 = docker_client.containers.list(all=True, filters={"label": [f"com.docker.compose.project=ddp-{run_id}",
+                                                                           "com.docker.compose.service=node0"]})[0]
+        # What the tool had to join: torchrun's tee copied the unfinished line as it was, and the
+        # next prefix (its own or another worker's) went on from there.
+        assert re.search(r"^\[0\|0\]:rank 0 half\[\d\|\d\]:", node0.logs().decode(), re.M)
+        for shown in (attached.getvalue(), logs.getvalue()):
+            for rank in range(4):
+                lines = re.findall(rf"^\[node\d/rank{rank}\] +(.*)$", shown, re.M)
+                assert [ln for ln in lines if ln] == [f"rank {rank} step {s}/3" for s in (1, 2, 3)] + \
+                    [f"rank {rank} half and the rest"], shown[-3000:]
+    finally:
+        remove_project(docker_client, f"ddp-{run_id}")
 
 
 def test_env_env_file_and_copy_env_reach_every_rank_with_their_precedence(orchestrate_run, docker_client,

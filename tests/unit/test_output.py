@@ -3,7 +3,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from orchestrate.output import NodeOutput, RootCause, is_collateral, parse_line, parse_root_cause
+from orchestrate.output import NodeOutput, RootCause, WorkerLines, is_collateral, parse_line, parse_root_cause
 
 SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
 
@@ -55,3 +55,41 @@ def test_node_output_keeps_a_log_file_and_per_rank_tails(make_job):
     assert output.last_lines(rank=1) == ["b", "c"]
     assert output.last_lines() == ["starting", "[default0]:a", "[default1]:b", "[default1]:c"]
     assert log.getvalue().splitlines()[1] == "[node0/rank0] a"
+
+
+def whole_lines(node, raws):
+    worker_lines = WorkerLines(node)
+    lines = [line for raw in raws for line in worker_lines.feed(raw)] + worker_lines.flush()
+    return [(line.global_rank, line.text) for line in lines]
+
+
+def test_a_progress_bar_torchrun_tees_in_pieces_comes_out_one_line_per_redraw(make_job):
+    # What torchrun's tee makes of a worker writing "\rstep 1/3", "\rstep 2/3", "\rstep 3/3\n".
+    raws = ["[0|0]:", "[0|0]:step 1/3[0|0]:", "[0|0]:step 2/3[0|0]:", "[0|0]:step 3/3[0|0]:"]
+    assert whole_lines(make_job().nodes[0], raws) == [(0, ""), (0, "step 1/3"), (0, "step 2/3"), (0, "step 3/3")]
+
+
+def test_a_line_written_in_pieces_is_joined_across_another_workers_lines(make_job):
+    node1 = make_job(nodes=2, nproc_per_node=2).nodes[1]
+    raws = ["[2|0]:epoch 1[3|1]:loss 0.5", "[3|1]:loss 0.4", "[2|0]: done", "[default1]:a[default0]:b"]
+    assert whole_lines(node1, raws) == [(3, "loss 0.5"), (3, "loss 0.4"), (2, "epoch 1 done"), (2, "b"), (3, "a")]
+
+
+def test_only_a_prefix_of_this_nodes_workers_cuts_a_line(make_job):
+    node0 = make_job(nodes=2, nproc_per_node=2).nodes[0]
+    raws = ["[0|0]:see [5|7]: and [default9]:x", "W1121 run.py:982] [0|0]:not a worker's line"]
+    assert whole_lines(node0, raws) == [(0, "see [5|7]: and [default9]:x"), (None, raws[1])]
+
+
+def test_node_output_logs_whole_lines_and_ends_with_the_unfinished_ones(make_job):
+    node = make_job(nodes=1, nproc_per_node=2).nodes[0]
+    log = io.StringIO()
+    output = NodeOutput(node, log)
+    assert output.add("[0|0]:half[1|1]:b", at=1.0)[0].text == "b"
+    assert [line.text for line in output.add("[0|0]: and half", at=2.0)] == ["half and half"]
+    assert output.add("[1|1]:cut[1|1]:", at=3.0)[0].text == "cut"
+    output.add("[1|1]:no newline[0|0]:x", at=4.0)
+    assert [line.render() for line in output.end(at=5.0)] == ["[node0/rank1] no newline"]
+    assert output.last_lines(rank=0) == ["half and half", "x"]
+    assert log.getvalue().splitlines() == ["[node0/rank1] b", "[node0/rank0] half and half", "[node0/rank1] cut",
+                                           "[node0/rank0] x", "[node0/rank1] no newline"]

@@ -14,7 +14,7 @@ from orchestrate.cli import main
 
 from orchestrate.slurm.cluster import (CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle,
                                        slurm_conf)
-from orchestrate.slurm.runner import SlurmOutcome, format_slurm_summary, render_line
+from orchestrate.slurm.runner import JobLines, SlurmOutcome, format_slurm_summary
 from orchestrate.slurm.script import BatchOptions, render_sbatch
 
 STUBS = {
@@ -132,12 +132,25 @@ def test_sinfo_idle_needs_every_node_idle(output, nodes, idle):
     assert sinfo_idle(output, nodes) is idle
 
 
-def test_job_output_lines_get_node_and_rank_prefixes():
-    assert render_line("1: [3|1]:loss 0.5", 14) == "[node1/rank3]".ljust(16) + " loss 0.5"
-    assert render_line("0: agent says hi", 14) == "[node0]".ljust(16) + " agent says hi"
-    assert render_line("srun: error: node1: task 1", 14).endswith(" srun: error: node1: task 1")
+def test_job_output_lines_get_node_and_rank_prefixes(make_job):
+    plan = make_job(nodes=2, nproc_per_node=2)
+    lines = JobLines(plan, 14)
+    assert lines.feed("1: [3|1]:loss 0.5") == ["[node1/rank3]".ljust(16) + " loss 0.5"]
+    assert lines.feed("0: agent says hi") == ["[node0]".ljust(16) + " agent says hi"]
+    assert lines.feed("srun: error: node1: task 1") == ["[slurm]".ljust(16) + " srun: error: node1: task 1"]
     # a user's script may run a task per process: the label is then the task, not the node
-    assert render_line("3: hello", 14, tasks_are_nodes=False) == "[task3]".ljust(16) + " hello"
+    assert JobLines(plan, 14, tasks_are_nodes=False).feed("3: hello") == ["[task3]".ljust(16) + " hello"]
+
+
+def test_job_output_lines_written_in_pieces_are_joined_per_task(make_job):
+    lines = JobLines(make_job(nodes=2, nproc_per_node=2), 14)
+    # what srun --label makes of torchrun's tee when on node1 rank 3 draws a bar ("\rstep 1",
+    # "\rstep 2", no newline) while rank 2 prints "half", then " done\n"
+    raws = ["1: [3|1]:", "1: [3|1]:step 1[2|0]:half[3|1]:", "0: [0|0]:other", "1: [3|1]:step 2[2|0]: done"]
+    shown = [line for raw in raws for line in lines.feed(raw)] + lines.flush()
+    assert [line.split(maxsplit=1) for line in shown] == [
+        ["[node1/rank3]"], ["[node1/rank3]", "step 1"], ["[node0/rank0]", "other"], ["[node1/rank2]", "half done"],
+        ["[node1/rank3]", "step 2"]]
 
 
 def test_failed_summary_says_what_slurm_reported(tmp_path):
