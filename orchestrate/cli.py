@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import getpass
 import json
 import logging
 import os
@@ -476,6 +477,20 @@ def invoking_user() -> Optional[str]:
     return f"{os.getuid()}:{os.getgid()}"
 
 
+def invoking_user_name() -> str:
+    """The login name of whoever runs the launcher: its uid's, not a USER it may have
+    inherited (setpriv, su); "" where it has none."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):  # no passwd (Windows), or a uid without an entry
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):
+            return ""
+
+
 def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLayout) -> RunConfig:
     """Translate parsed options and the resolved GPU layout into a validated RunConfig."""
     return RunConfig(
@@ -500,6 +515,7 @@ def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLay
         rdzv_timeout_s=args.rdzv_timeout,
         user_env=user_env_from_args(args, dict(os.environ)),
         run_as=invoking_user(),
+        user_name=invoking_user_name(),
         cpus_per_node=args.cpus_per_node,
         memory_per_node=args.memory_per_node,
         requirements=args.requirements,

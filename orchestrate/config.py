@@ -78,6 +78,8 @@ class RunConfig:
         user_env: The user's variables for every node (``--env``, ``--env-file``, ``--copy-env``).
         run_as: ``UID:GID`` the nodes run as (the invoking user's, so that what the workers
             write into the work directory is theirs); None keeps the image's user.
+        user_name: The invoking user's login name: with ``run_as``, the workers' ``USER`` and
+            ``LOGNAME`` (the image has no passwd entry for the uid).
         cpus_per_node: CPU limit of each node container (None: unlimited).
         memory_per_node: Memory limit of each node container in bytes (None: unlimited).
         requirements: A pip requirements file installed into a derived node image.
@@ -106,6 +108,7 @@ class RunConfig:
     rdzv_timeout_s: float = 60.0
     user_env: dict[str, str] = field(default_factory=dict)
     run_as: Optional[str] = None
+    user_name: str = ""
     cpus_per_node: Optional[float] = None
     memory_per_node: Optional[int] = None
     requirements: Optional[Path] = None

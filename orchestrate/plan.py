@@ -229,6 +229,10 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
         env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
     if config.elastic:
         env["LOGLEVEL"] = "INFO"  # torchrun then reports every rendezvous round it joins
+    if config.run_as:
+        # The uid has no passwd entry in the image: without these, getpass.getuser() fails,
+        # and with it torch.compile (its cache directory is named after the user).
+        env["USER"] = env["LOGNAME"] = config.user_name or "node"
     user = dict(config.user_env)
     if user.get("PYTHONPATH"):
         user["PYTHONPATH"] = f"{user['PYTHONPATH']}:{PROJECT_MOUNT_DIR}"

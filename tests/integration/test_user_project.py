@@ -241,6 +241,8 @@ def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, unpr
         assert proc.returncode == 0, output[-3000:]
         # every worker ran as the invoking user, with a writable HOME and shared volume
         assert sorted(re.findall(rf"wrote rank=(\d) uid={user.pw_uid} gid={user.pw_gid} ", output)) == ["0", "1"]
+        # getpass.getuser() (torch.compile's cache directory) knows the uid by the user's name
+        assert sorted(re.findall(rf"wrote rank=(\d) .* user={user.pw_name}$", output, re.M)) == ["0", "1"]
         written = [workdir / "out", workdir / "out" / "rank0.txt", workdir / "out" / "rank1.txt"]
         written += list((workdir / "runs").rglob("*"))
         assert len(written) > 3

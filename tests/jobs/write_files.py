@@ -1,4 +1,5 @@
 """Write into the work directory, HOME's cache and the shared volume, and say who we are."""
+import getpass
 import os
 from pathlib import Path
 
@@ -14,6 +15,7 @@ cache.mkdir(parents=True, exist_ok=True)
 shared = Path(os.environ["DDP_SHARED_DIR"]) / "ckpt"
 shared.mkdir(exist_ok=True)
 (shared / f"rank{rank}.pt").write_text("checkpoint\n")
-print(f"wrote rank={rank} uid={os.getuid()} gid={os.getgid()} home={os.environ['HOME']}", flush=True)
+print(f"wrote rank={rank} uid={os.getuid()} gid={os.getgid()} home={os.environ['HOME']}"
+      f" user={getpass.getuser()}", flush=True)
 dist.barrier()
 dist.destroy_process_group()

@@ -144,3 +144,17 @@ def test_thread_count_is_left_to_torchrun_without_host_cores_and_to_the_user_whe
     assert "OMP_NUM_THREADS" not in make_plan(RunConfig(nodes=2), "r").nodes[0].env  # e.g. an export
     mine = RunConfig(nodes=2, user_env={"OMP_NUM_THREADS": "7"})
     assert make_plan(mine, "r", host_cpus=2).nodes[0].env["OMP_NUM_THREADS"] == "7"
+
+
+@pytest.mark.parametrize("run_as, user_name, user_env, expected", [
+    ("1000:1000", "ada", {}, ("ada", "ada")),
+    ("1000:1000", "", {}, ("node", "node")),  # a uid without a name on the host either
+    ("1000:1000", "ada", {"USER": "svc"}, ("svc", "ada")),  # the user's own --env wins
+    (None, "ada", {}, (None, None)),  # the image's own user
+])
+def test_nodes_run_as_a_uid_get_a_user_name_to_go_with_it(run_as, user_name, user_env, expected):
+    from orchestrate.config import RunConfig
+    from orchestrate.plan import make_plan
+
+    env = make_plan(RunConfig(nodes=2, run_as=run_as, user_name=user_name, user_env=user_env), "r").nodes[1].env
+    assert (env.get("USER"), env.get("LOGNAME")) == expected
