@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import getpass
 import json
 import logging
 import os
@@ -484,11 +483,8 @@ def invoking_user_name() -> str:
         import pwd
 
         return pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError):  # no passwd (Windows), or a uid without an entry
-        try:
-            return getpass.getuser()
-        except (KeyError, OSError):
-            return ""
+    except (ImportError, KeyError):  # no uids (Windows), or a uid without a name
+        return ""
 
 
 def config_from_args(args: argparse.Namespace, target: list[str], layout: GpuLayout) -> RunConfig:

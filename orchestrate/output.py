@@ -111,17 +111,9 @@ class WorkerLines:
         first = parse_line(self.node, raw)
         if first.local_rank is None:
             return [first]
-        prefix_end = len(raw) - len(first.text)
-        pieces = [first]
-        for match in _WORKER_PREFIX.finditer(raw, prefix_end):
-            piece = parse_line(self.node, raw[match.start():])
-            if not self._of_a_worker_here(piece):
-                continue  # text that only looks like a prefix
-            previous = pieces[-1]
-            pieces[-1] = replace(previous, text=previous.text[:len(previous.text) - len(piece.text)
-                                                               - (match.end() - match.start())])
-            pieces.append(piece)
-        return pieces
+        cuts = [0] + [match.start() for match in _WORKER_PREFIX.finditer(raw, len(raw) - len(first.text))
+                      if self._of_a_worker_here(parse_line(self.node, match.group()))]
+        return [parse_line(self.node, raw[start:end]) for start, end in zip(cuts, cuts[1:] + [len(raw)])]
 
 
 @dataclass
