@@ -1,5 +1,5 @@
 import sys
 
-from orchestrate.cli import main
+from orchestrate.cli.main import main
 
 sys.exit(main())

@@ -71,7 +71,7 @@ ensure_torch() {
         return
     fi
     local version wheels
-    version="$("$PY" -c 'from orchestrate.torch_versions import DEFAULT_TORCH; print(DEFAULT_TORCH)')"
+    version="$("$PY" -c 'from orchestrate.config.torch_versions import DEFAULT_TORCH; print(DEFAULT_TORCH)')"
     wheels="$ROOT/docker/wheelhouse/torch-$version"
     say "installing torch $version into $VENV (a few minutes the first time)"
     if [ -d "$wheels" ]; then
@@ -125,7 +125,7 @@ ensure_offline_tools() {
 
 ensure_image() {
     local image
-    image="$("$PY" -c 'from orchestrate.config import DEFAULT_IMAGE; print(DEFAULT_IMAGE)')"
+    image="$("$PY" -c 'from orchestrate.config.run_config import DEFAULT_IMAGE; print(DEFAULT_IMAGE)')"
     if docker image inspect "$image" >/dev/null 2>&1; then
         return
     fi

@@ -9,8 +9,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from orchestrate.config import RunConfig  # noqa: E402
-from orchestrate.plan import JobPlan, make_plan  # noqa: E402
+from orchestrate.config.run_config import RunConfig  # noqa: E402
+from orchestrate.plan.model import JobPlan
+from orchestrate.plan.make import make_plan  # noqa: E402
 
 
 @pytest.fixture

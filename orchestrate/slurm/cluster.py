@@ -4,7 +4,7 @@ A controller container runs ``slurmctld``, every node container ``slurmd``; each
 ``munged`` with the run's own key, and every one has the Slurm client commands. No container
 is privileged and none needs an added capability: processes are tracked by process group
 (``proctrack/pgid``, no cgroups) and tasks are not bound (``task/none``). Each container's
-main process is the node supervisor (``node_main.py``, the launcher's lease included) around
+main process is the node supervisor (``orchestrate/node/main.py``, the launcher's lease included) around
 the daemon, after ``start.sh`` installed the key and the configuration and made the host
 user, as whom the jobs run.
 """
@@ -13,9 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from orchestrate.compose import (NETWORK, SHARED_VOLUME, SHM_SIZE, escape_interpolation, node_labels)
-from orchestrate.plan import (HEARTBEAT_FILE, LEASE_TIMEOUT_S, NODE_MAIN, PROJECT_MOUNT_DIR, RUN_DIR_MOUNT,
-                              SHARED_DIR, WORKSPACE_DIR, JobPlan)
+from orchestrate.engine.compose_file import escape_interpolation
+from orchestrate.plan.layout import NETWORK, SHARED_VOLUME, SHM_SIZE
+from orchestrate.engine.labels import node_labels
+from orchestrate.plan.layout import (HEARTBEAT_FILE, LEASE_TIMEOUT_S, NODE_MAIN, PROJECT_MOUNT_DIR, RUN_DIR_MOUNT, SHARED_DIR, WORKSPACE_DIR)
+from orchestrate.plan.model import JobPlan
 
 CONTROLLER = "slurmctl"
 ROLE_LABEL = "io.ddp-compose.role"

@@ -18,21 +18,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
-from orchestrate.compose import ComposeProject, project_network
-from orchestrate.engine import exec_output, stream_lines
+from orchestrate.engine.compose_cli import ComposeProject
+from orchestrate.engine.labels import project_network
+from orchestrate.engine.client import exec_output, stream_lines
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
-from orchestrate.events import record_event
-from orchestrate.faults import FaultAction, apply_fault
-from orchestrate.image import build_context, build_lock, docker_build, image_exists, DOCKER_DIR
-from orchestrate.launcher import Heartbeat, docker_errors, prepare_run_dir, teardown
-from orchestrate.output import RootCause, WorkerLines, is_collateral
-from orchestrate.plan import HEARTBEAT_FILE, PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR, JobPlan, NodePlan
-from orchestrate.progress import ProgressReader, mark_fired
-from orchestrate.report import end_record
+from orchestrate.outcome.events import record_event
+from orchestrate.faults.spec import FaultAction
+from orchestrate.faults.inject import apply_fault
+from orchestrate.engine.images import build_context, build_lock, docker_build, image_exists, DOCKER_DIR
+from orchestrate.launch.heartbeat import Heartbeat
+from orchestrate.engine.client import docker_errors
+from orchestrate.launch.run_dir import prepare_run_dir
+from orchestrate.launch.run import teardown
+from orchestrate.outcome.root_cause import RootCause, is_collateral
+from orchestrate.supervise.worker_lines import WorkerLines
+from orchestrate.plan.layout import HEARTBEAT_FILE, PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
+from orchestrate.plan.model import JobPlan, NodePlan
+from orchestrate.supervise.progress import ProgressReader, mark_fired
+from orchestrate.report.page import end_record
 from orchestrate.slurm.cluster import (CONTROLLER, SLURM_DIR, parse_scontrol, render_slurm_compose, sinfo_idle,
                                        slurm_conf)
 from orchestrate.slurm.script import BatchOptions, render_sbatch
-from orchestrate.supervise import latest_error_files
+from orchestrate.outcome.root_cause import latest_error_files
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +140,7 @@ class SlurmOutcome:
 
 def format_slurm_summary(outcome: SlurmOutcome) -> str:
     """The table and verdict printed at the end of a Slurm run."""
-    from orchestrate.plan import format_table
+    from orchestrate.text import format_table
 
     lines = ["", f"=== run {outcome.run_id} summary (Slurm job {outcome.job_id or '-'}) ==="]
     rows = [(name, info.get("State", "?"), info.get("Reason", "") or "-") for name, info in sorted(outcome.nodes.items())]
@@ -238,7 +245,7 @@ class SlurmRun:
         raise NodesNotReadyError(f"Slurm nodes not idle after {timeout_s:.0f} s (sinfo: {' '.join(last.split())})")
 
     def find_containers(self) -> None:
-        from orchestrate.compose import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL
+        from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL
 
         for container in self.client.containers.list(all=True, filters={
                 "label": f"{COMPOSE_PROJECT_LABEL}={self.plan.project_name}"}):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.cli import main
-from orchestrate.config import DEFAULT_IMAGE
+from orchestrate.cli.main import main
+from orchestrate.config.run_config import DEFAULT_IMAGE
 
 PROJECT_LABEL = "com.docker.compose.project"
 
@@ -33,7 +33,7 @@ def unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def compose_cli() -> None:
     """Compose v2 itself (``config`` needs no engine)."""
-    from orchestrate.compose import compose_command
+    from orchestrate.engine.compose_cli import compose_command
     from orchestrate.errors import EngineUnavailableError
 
     try:
@@ -52,7 +52,7 @@ def docker_client():
     except Exception as exc:  # any failure to reach the engine
         unavailable(f"no Docker engine reachable ({str(exc).splitlines()[0][:120]}); "
                     "run scripts/run-tests.sh to set one up")
-    from orchestrate.compose import compose_command
+    from orchestrate.engine.compose_cli import compose_command
     from orchestrate.errors import EngineUnavailableError
 
     try:

@@ -66,9 +66,9 @@ def compose_config(*files: str, cwd: Path = ROOT) -> dict:
 
 
 def rendered_gpu_project(tmp_path: Path, nodes: int, gpus: int, nproc: int) -> dict:
-    from orchestrate.compose import write_compose_file
-    from orchestrate.config import RunConfig
-    from orchestrate.plan import make_plan
+    from orchestrate.engine.compose_file import write_compose_file
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.make import make_plan
 
     plan = make_plan(RunConfig(nodes=nodes, nproc_per_node=nproc, gpus_per_node=gpus, backend="nccl",
                                workdir=ROOT, runs_dir=tmp_path), "gpu-check")

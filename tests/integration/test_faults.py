@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from orchestrate.cli import main
+from orchestrate.cli.main import main
 from tests.integration.conftest import leftovers, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration

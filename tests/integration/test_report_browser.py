@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from orchestrate.events import read_events
+from orchestrate.outcome.events import read_events
 from tests.integration.conftest import leftovers, unavailable
 
 pytestmark = pytest.mark.integration

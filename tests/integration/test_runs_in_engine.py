@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from orchestrate.cli import main
+from orchestrate.cli.main import main
 from tests.integration.conftest import ROOT, leftovers, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.cli import main
+from orchestrate.cli.main import main
 from tests.integration.conftest import leftovers
 
 pytestmark = pytest.mark.integration

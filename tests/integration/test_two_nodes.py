@@ -86,7 +86,7 @@ def test_two_runs_at_once_do_not_collide(orchestrate_run, docker_client):
 
 
 def test_gpus_the_engine_does_not_have_are_refused_before_anything_starts(orchestrate_run, docker_client):
-    from orchestrate.gpus import detect_gpus
+    from orchestrate.engine.gpus import detect_gpus
 
     if detect_gpus(docker_client).count:
         pytest.skip("this engine has GPUs")

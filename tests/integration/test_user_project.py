@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.cli import main
+from orchestrate.cli.main import main
 from tests.integration.conftest import ROOT, leftovers, remove_project
 
 pytestmark = pytest.mark.integration
@@ -73,8 +73,8 @@ def test_env_env_file_and_copy_env_reach_every_rank_with_their_precedence(orches
 
 
 def test_nodes_share_the_hosts_cores_instead_of_each_taking_them_all(orchestrate_run, docker_client, tmp_path):
-    from orchestrate.config import RunConfig
-    from orchestrate.plan import threads_per_process
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.make import threads_per_process
 
     copy_job(tmp_path, "show_env.py")
     result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--", "show_env.py")

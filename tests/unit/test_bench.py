@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.bench import (collectives_summary, ddp_summary, format_collectives, format_ddp, format_launcher,
-                               launcher_summary)
+from orchestrate.bench.collectives import collectives_summary, format_collectives
+from orchestrate.bench.ddp import ddp_summary, format_ddp
+from orchestrate.bench.launcher import format_launcher, launcher_summary
 
 
 def all_reduce_at_64mb(busbw: float, pairs: int = 1, **wire: float) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.cli import main, split_target
+from orchestrate.cli.main import main, split_target
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,7 +114,7 @@ def test_split_target_keeps_everything_after_the_first_double_dash():
 
 
 def test_orchestrate_does_not_import_torch():
-    code = ("import sys, orchestrate.cli, orchestrate.launcher, orchestrate.image;"
+    code = ("import sys, orchestrate.cli.main, orchestrate.launch.run, orchestrate.engine.images;"
             " print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -146,7 +146,7 @@ def test_a_workdir_dockerfile_is_ignored_with_no_dockerfile(tmp_path):
 
 
 def test_image_build_tags_other_torch_versions_apart():
-    from orchestrate.cli import image_tag_for
+    from orchestrate.cli.main import image_tag_for
 
     assert image_tag_for("2.9.1") == "ddp-compose-node:latest"
     assert image_tag_for("2.14.1") == "ddp-compose-node:torch-2.14.1"

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from orchestrate.compose import (NETWORK, NODE_RANK_LABEL, RUN_ID_LABEL, render_compose,
-                                 write_compose_file)
+from orchestrate.engine.compose_file import render_compose, write_compose_file
+from orchestrate.plan.layout import NETWORK
+from orchestrate.engine.labels import NODE_RANK_LABEL, RUN_ID_LABEL
 
 
 def test_every_node_is_a_service_on_one_bridge_network(make_job):
@@ -111,7 +112,7 @@ def test_the_compose_file_is_private_to_its_owner(make_job, tmp_path):
 
 @pytest.mark.parametrize("version, found", [("2.40.3", ("docker", "compose")), ("1.29.2", None)])
 def test_compose_is_found_in_a_thread_and_a_v1_refused_in_the_callers(tmp_path, monkeypatch, version, found):
-    from orchestrate.compose import compose_command, find_compose_meanwhile
+    from orchestrate.engine.compose_cli import compose_command, find_compose_meanwhile
     from orchestrate.errors import EngineUnavailableError
 
     fake = tmp_path / "docker"

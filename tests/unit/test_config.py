@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.config import RunConfig
+from orchestrate.config.run_config import RunConfig
 from orchestrate.errors import UsageError
 
 

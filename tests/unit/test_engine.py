@@ -1,7 +1,7 @@
 """engine.stream_lines: whole lines out of the engine's byte chunks."""
 from __future__ import annotations
 
-from orchestrate.engine import stream_lines
+from orchestrate.engine.client import stream_lines
 
 
 def test_lines_split_across_chunks_come_out_whole_and_the_last_one_too():

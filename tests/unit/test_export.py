@@ -7,10 +7,11 @@ import io
 import pytest
 import yaml
 
-from orchestrate.cli import main
+from orchestrate.cli.main import main
 from orchestrate.errors import UsageError
-from orchestrate.export import (COMPLETION_INDEX, ExportOptions, default_job_name, export_kubernetes,
-                                export_slurm, to_yaml)
+from orchestrate.export.kubernetes import COMPLETION_INDEX, export_kubernetes, to_yaml
+from orchestrate.export.options import ExportOptions, default_job_name
+from orchestrate.export.slurm import export_slurm
 
 KUBERNETES_VERSION = "1.33"
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrate.errors import UsageError
-from orchestrate.faults import FaultAction, FaultSpec, check_fault_nodes, parse_fault, probe_node
+from orchestrate.faults.spec import FaultAction, FaultSpec, check_fault_nodes, parse_fault
+from orchestrate.faults.inject import probe_node
 from tests.fakes import FakeContainer, FakeDockerClient
 
 
@@ -58,7 +59,7 @@ def test_probe_names_paused_stopped_and_cut_off_nodes():
 
 
 def test_oom_kills_come_from_the_cgroup_counter_or_the_exited_state():
-    from orchestrate.faults import oom_kills
+    from orchestrate.faults.inject import oom_kills
 
     v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"
     v2 = "low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\n"

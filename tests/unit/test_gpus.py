@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrate.errors import UsageError
-from orchestrate.gpus import GpuInventory, GpuLayout, detect_gpus, has_nvidia_cdi, resolve_gpu_layout
+from orchestrate.engine.gpus import GpuInventory, detect_gpus, has_nvidia_cdi
+from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
 
 
 def layout(**kw) -> GpuLayout:
@@ -60,13 +61,13 @@ class InfoClient:
 
 
 def test_an_engine_without_the_nvidia_runtime_has_no_gpus(monkeypatch):
-    monkeypatch.setattr("orchestrate.gpus.has_nvidia_cdi", lambda: False)
+    monkeypatch.setattr("orchestrate.engine.gpus.has_nvidia_cdi", lambda: False)
     assert detect_gpus(InfoClient({"runc": {}})) == GpuInventory()
     assert GpuInventory().count == 0
 
 
 def test_the_nvidia_runtime_lists_the_host_gpus(monkeypatch):
-    monkeypatch.setattr("orchestrate.gpus.host_gpu_indices", lambda: ("0", "1"))
+    monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: ("0", "1"))
     inventory = detect_gpus(InfoClient({"runc": {}, "nvidia": {}}))
     assert inventory == GpuInventory("nvidia", ("0", "1")) and inventory.count == 2
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-import orchestrate.image as image
-from orchestrate.config import DEFAULT_IMAGE
+import orchestrate.engine.images as image
+from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.errors import ImageUnavailableError
 from tests.fakes import FakeDockerClient
 

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from orchestrate.errors import NodeLookupError
-from orchestrate.faults import parse_fault
-from orchestrate.launcher import Heartbeat, find_node_container, launch, start_run
-from orchestrate.plan import HEARTBEAT_FILE, NODE_MAIN
-from orchestrate.states import NodePhase
+from orchestrate.faults.spec import parse_fault
+from orchestrate.launch.heartbeat import Heartbeat
+from orchestrate.engine.labels import find_node_container
+from orchestrate.launch.run import launch, start_run
+from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
+from orchestrate.outcome.states import NodePhase
 from tests.fakes import FakeCompose, FakeDockerClient, Script
 
 
@@ -79,7 +81,7 @@ def test_each_node_runs_torchrun_under_the_node_supervisor_with_the_runs_labels(
 
 
 def test_a_detached_run_holds_no_lease_on_its_launcher(make_job):
-    from orchestrate.plan import make_plan
+    from orchestrate.plan.make import make_plan
 
     attached, detached = make_job(nodes=1).config, None
     detached = make_plan(attached, "d1", detached=True)
@@ -225,7 +227,7 @@ def test_the_report_is_written_by_the_end_of_a_run_with_the_teardown_timed(make_
 
 
 def test_ctrl_c_stops_every_node_and_tears_down(make_job, monkeypatch):
-    import orchestrate.supervise as supervise
+    import orchestrate.supervise.supervisor as supervise
 
     plan = make_job(nodes=2)
 
@@ -291,7 +293,7 @@ def test_the_heartbeat_changes_while_the_launcher_lives(tmp_path):
 
 
 def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make_job, monkeypatch):
-    import orchestrate.supervise as supervise
+    import orchestrate.supervise.supervisor as supervise
 
     monkeypatch.setattr(supervise, "NO_PROGRESS_WARNING_S", 0.3)
     plan = make_job(nodes=2, faults=(parse_fault("kill:node1@step=5"),))

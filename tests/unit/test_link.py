@@ -5,9 +5,9 @@ import io
 
 import pytest
 
-from orchestrate.compose import render_compose
+from orchestrate.engine.compose_file import render_compose
 from orchestrate.errors import UsageError
-from orchestrate.link import LinkSpec, netem_missing_message, parse_link, tc_commands
+from orchestrate.config.link import LinkSpec, netem_missing_message, parse_link, tc_commands
 
 
 @pytest.mark.parametrize("text, spec", [
@@ -65,14 +65,14 @@ def test_only_shaped_runs_get_net_admin_and_start_as_root(make_job):
 
 
 def test_delay_where_the_kernel_lacks_netem_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
-    import orchestrate.cli as cli
-    import orchestrate.engine
-    import orchestrate.image
+    import orchestrate.cli.main as cli
+    import orchestrate.engine.client
+    import orchestrate.engine.images
     from tests.fakes import FakeDockerClient
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine, "connect", lambda timeout_s=120: client)
-    monkeypatch.setattr(orchestrate.image, "ensure_image", lambda *a, **k: None)
+    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
+    monkeypatch.setattr(orchestrate.engine.images, "ensure_image", lambda *a, **k: None)
     monkeypatch.setattr(cli, "probe_netem", lambda c, image: "Error: Specified qdisc kind is unknown.\n")
     code = cli.main(["run", "--workdir", str(tmp_path), "--runs-dir", str(tmp_path / "runs"),
                      "--link", "rate=1gbit,delay=5ms"], out=io.StringIO())

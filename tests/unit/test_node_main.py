@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-NODE_MAIN = Path(__file__).resolve().parents[2] / "orchestrate" / "node_main.py"
+NODE_MAIN = Path(__file__).resolve().parents[2] / "orchestrate" / "node" / "main.py"
 
 
 def node_main(*args: str) -> subprocess.Popen:

@@ -3,9 +3,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrate.outcome import JobOutcome, NodeResult, Timings, find_failure, format_summary
-from orchestrate.states import NodePhase
-from orchestrate.output import RootCause
+from orchestrate.outcome.model import JobOutcome, NodeResult, Timings
+from orchestrate.outcome.judge import find_failure
+from orchestrate.outcome.summary import format_summary
+from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.root_cause import RootCause
 
 
 def results_for(plan, *specs):

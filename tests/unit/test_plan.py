@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.plan import assign_ranks, format_plan, torchrun_argv
+from orchestrate.plan.make import assign_ranks
+from orchestrate.plan.show import format_plan
+from orchestrate.plan.torchrun import torchrun_argv
 
 
 @pytest.mark.parametrize(
@@ -96,7 +98,7 @@ def test_format_plan_marks_cpu_processes(make_job):
 def test_the_node_command_wraps_torchrun_in_the_node_supervisor(make_job):
     plan = make_job(nodes=2, ready_timeout_s=30)
     command = plan.nodes[1].command
-    assert command[:4] == ("python3", "/opt/ddp-compose/orchestrate/node_main.py", "--peers", "node0,node1")
+    assert command[:4] == ("python3", "/opt/ddp-compose/orchestrate/node/main.py", "--peers", "node0,node1")
     assert command[command.index("--ready-timeout") + 1] == "30"
     assert command[command.index("--lease") + 1] == "/ddp-run/heartbeat"
     assert command[command.index("--") + 1:] == plan.nodes[1].torchrun_argv
@@ -109,7 +111,7 @@ def test_workers_get_the_progress_channel_and_global_rank_prefixes(make_job):
 
 
 def test_leased_gpus_are_split_among_the_nodes_in_order(make_job):
-    from orchestrate.plan import make_plan
+    from orchestrate.plan.make import make_plan
 
     config = make_job(nodes=2, gpus_per_node=2, backend="nccl").config
     plan = make_plan(config, "r", gpu_ids=("2", "3", "6", "7"))
@@ -128,8 +130,8 @@ def test_leased_gpus_are_split_among_the_nodes_in_order(make_job):
     ],
 )
 def test_each_worker_gets_its_share_of_the_cores_the_nodes_share(nodes, nproc, cpus_per_node, host_cpus, expected):
-    from orchestrate.config import RunConfig
-    from orchestrate.plan import make_plan, threads_per_process
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.make import make_plan, threads_per_process
 
     config = RunConfig(nodes=nodes, nproc_per_node=nproc, cpus_per_node=cpus_per_node)
     assert threads_per_process(config, host_cpus) == expected
@@ -138,8 +140,8 @@ def test_each_worker_gets_its_share_of_the_cores_the_nodes_share(nodes, nproc, c
 
 
 def test_thread_count_is_left_to_torchrun_without_host_cores_and_to_the_user_when_set():
-    from orchestrate.config import RunConfig
-    from orchestrate.plan import make_plan
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.make import make_plan
 
     assert "OMP_NUM_THREADS" not in make_plan(RunConfig(nodes=2), "r").nodes[0].env  # e.g. an export
     mine = RunConfig(nodes=2, user_env={"OMP_NUM_THREADS": "7"})
@@ -153,8 +155,8 @@ def test_thread_count_is_left_to_torchrun_without_host_cores_and_to_the_user_whe
     (None, "ada", {}, (None, None)),  # the image's own user
 ])
 def test_nodes_run_as_a_uid_get_a_user_name_to_go_with_it(run_as, user_name, user_env, expected):
-    from orchestrate.config import RunConfig
-    from orchestrate.plan import make_plan
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.make import make_plan
 
     env = make_plan(RunConfig(nodes=2, run_as=run_as, user_name=user_name, user_env=user_env), "r").nodes[1].env
     assert (env.get("USER"), env.get("LOGNAME")) == expected

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import threading
 
-import orchestrate.progress as progress
+import orchestrate.node.progress as progress
+from orchestrate.supervise.progress import ProgressReader, mark_fired, write_triggers
 
 
 def test_report_is_a_no_op_outside_ddp_compose(monkeypatch):
@@ -18,7 +19,7 @@ def test_steps_and_resumes_reach_the_reader_and_torn_lines_wait(tmp_path, monkey
     monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setattr(progress, "_channel", None)
-    reader = progress.ProgressReader(tmp_path)
+    reader = ProgressReader(tmp_path)
     progress.report_resumed(8)
     progress.report(9, loss=0.25)
     with open(tmp_path / "rank3.jsonl", "a") as handle:
@@ -35,7 +36,7 @@ def test_a_rank_at_a_fault_step_waits_until_the_fault_is_injected(tmp_path, monk
     monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(progress, "_channel", None)
-    progress.write_triggers(tmp_path, [12])
+    write_triggers(tmp_path, [12])
     progress.report(11)  # not a fault step: returns at once
     released = threading.Event()
 
@@ -46,5 +47,5 @@ def test_a_rank_at_a_fault_step_waits_until_the_fault_is_injected(tmp_path, monk
     threading.Thread(target=worker, daemon=True).start()
     assert not released.wait(0.3)  # waiting at step 12
     assert json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[-1])["step"] == 12  # reported first
-    progress.mark_fired(tmp_path, 12)
+    mark_fired(tmp_path, 12)
     assert released.wait(2)

@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from orchestrate.cli import main
-from orchestrate.events import read_events, record_event
-from orchestrate.progress import ProgressRecord
-from orchestrate.report import build_model, find_run_dir, load_run, render_html, write_report
+from orchestrate.cli.main import main
+from orchestrate.outcome.events import read_events, record_event
+from orchestrate.supervise.progress import ProgressRecord
+from orchestrate.report.model import build_model, load_run
+from orchestrate.report.page import find_run_dir, render_html, write_report
 
 T0 = 1_800_000_000.0
 

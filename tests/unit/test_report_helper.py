@@ -5,9 +5,9 @@ import json
 import os
 import signal
 
-from orchestrate.launcher import finish_while_tearing_down
-from orchestrate.outcome import JobOutcome, Timings
-from orchestrate.report_helper import ReportHelper
+from orchestrate.launch.run import finish_while_tearing_down
+from orchestrate.outcome.model import JobOutcome, Timings
+from orchestrate.report.helper import ReportHelper
 from tests.unit.test_report import plan, started
 
 

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from orchestrate.gpus import check_lease
+from orchestrate.config.gpu_layout import check_lease
 from orchestrate.errors import UsageError
-from orchestrate.runs import RunState, age, gpus_in_use, launcher_alive, launcher_identity, list_runs, run_state
-from orchestrate.states import IllegalTransition, NodePhase, advance
-from orchestrate.supervise import engine_time
+from orchestrate.engine.runs import (RunState, age, gpus_in_use, launcher_alive, launcher_identity, list_runs, run_state)
+from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
+from orchestrate.engine.client import engine_time
 from tests.fakes import FakeCompose, FakeDockerClient, Script
 
 
@@ -86,8 +86,8 @@ def wait_until(condition, timeout_s: float = 10.0) -> None:
 
 def started_runs(make_job, client, *specs):
     """Bring up runs in the fake engine; each spec: (run id, detached, node scripts)."""
-    from orchestrate.launcher import start_run
-    from orchestrate.plan import make_plan
+    from orchestrate.launch.run import start_run
+    from orchestrate.plan.make import make_plan
 
     FakeCompose.engine = client
     plans = []
@@ -114,11 +114,11 @@ def test_runs_are_rebuilt_from_labels_and_their_gpus_are_leased(make_job):
 
 
 def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_job, capsys, monkeypatch):
-    import orchestrate.engine
-    from orchestrate.cli import main
+    import orchestrate.engine.client
+    from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine, "connect", lambda timeout_s=120: client)
+    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
     started_runs(make_job, client,
                  ("done", True, {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
                  ("going", True, {"node0": Script(hang=True)}, dict(nodes=1)))
@@ -144,11 +144,11 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_job, capsys
 
 def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_job, monkeypatch):
 
-    import orchestrate.engine
-    from orchestrate.cli import main
+    import orchestrate.engine.client
+    from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine, "connect", lambda timeout_s=120: client)
+    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
     started_runs(make_job, client, ("r", True, {"node0": Script(["[0|0]:a", "[0|0]:c"], delay_s=0.05),
                                                 "node1": Script(["[1|0]:b", "[1|0]:d"], delay_s=0.05)}, dict(nodes=2)))
     wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
@@ -165,11 +165,11 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_job, monke
 
 def test_attach_after_the_end_reports_what_the_run_did(make_job, monkeypatch):
 
-    import orchestrate.engine
-    from orchestrate.cli import main
+    import orchestrate.engine.client
+    from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine, "connect", lambda timeout_s=120: client)
+    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
     started_runs(make_job, client, ("r", True, {"node0": Script(["[0|0]:hello"]), "node1": Script(["[1|0]:hello"])},
                                     dict(nodes=2)))
     wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.cli import main
+from orchestrate.cli.main import main
 
 from orchestrate.slurm.cluster import (CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle,
                                        slurm_conf)
@@ -175,7 +175,7 @@ def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
 
 
 def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(tmp_path):
-    from orchestrate.output import RootCause
+    from orchestrate.outcome.root_cause import RootCause
 
     cause = RootCause(0, 0)
     cause.exception = "RuntimeError: Connection closed by peer [10.0.0.3]:6576"

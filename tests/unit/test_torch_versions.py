@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.errors import UsageError
-from orchestrate.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrate.errors import UsageError
-from orchestrate.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file, shown_value
+from orchestrate.config.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file, shown_value
 
 
 def test_assignment_keeps_everything_after_the_first_equals_sign():

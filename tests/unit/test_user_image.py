@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.config import RunConfig
+from orchestrate.config.run_config import RunConfig
 from orchestrate.errors import UsageError
-from orchestrate.user_image import (check_dockerfile_base, context_files, derived_image_spec, inputs_digest,
-                                    refers_to_local_files)
+from orchestrate.engine.user_image import (check_dockerfile_base, context_files, derived_image_spec, inputs_digest, refers_to_local_files)
 
 
 @pytest.mark.parametrize("text", ["ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n", "FROM $BASE_IMAGE AS dev\n",
@@ -68,13 +67,13 @@ def test_requirements_naming_host_paths_are_resolved_on_the_host(text, local):
     ("FROM x\nCOPY a \\\n     b /dst/\n", ["a", "b"]),
 ])
 def test_the_dockerfiles_copies_say_which_context_files_count(text, sources):
-    from orchestrate.user_image import copied_sources
+    from orchestrate.engine.user_image import copied_sources
 
     assert copied_sources(text) == sources
 
 
 def test_outputs_a_job_writes_do_not_count_unless_copied():
-    from orchestrate.user_image import files_copied
+    from orchestrate.engine.user_image import files_copied
 
     files = ["Dockerfile", "src/model.py", "src/data/x.bin", "checkpoints/step-1.pt", "conf.yaml"]
     assert files_copied(files, ["src"]) == ["src/model.py", "src/data/x.bin"]

@@ -1,0 +1,23 @@
+"""What every benchmark leaves: its figures as JSON and its plot."""
+from __future__ import annotations
+from typing import Any
+from typing import Callable
+from pathlib import Path
+import json
+
+BENCH_FILE = "bench.json"
+
+
+def human(size: float) -> str:
+    for unit, step in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= step and size % step == 0:
+            return f"{size // step}{unit}"
+    return str(int(size))
+
+
+def write_artifacts(directory: Path, name: str, data: dict, plot: Callable[[Any, Path], Path], plot_input: Any) -> tuple[Path, Path]:
+    """Write ``<name>.json`` and draw ``<name>.png`` into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data_path = directory / f"{name}.json"
+    data_path.write_text(json.dumps(data, indent=2) + "\n")
+    return data_path, plot(plot_input, directory / f"{name}.png")

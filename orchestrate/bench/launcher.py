@@ -1,0 +1,149 @@
+"""``python -m orchestrate bench KIND``: benchmarks across simulated nodes.
+
+- ``collectives`` and ``ddp`` are runs of ``app.bench_collectives`` and ``app.bench_ddp``
+  (plain torchrun programs that work the same on a real cluster); the run's rank 0 writes its
+  figures to ``/ddp-run/bench.json``, and this module adds what the host knows (the link, the
+  fractions of the wire, the goals), prints a table and draws the plot into the run directory.
+- ``launcher`` times a trivial 2x2 job through the launcher, side by side with a hand-made
+  ``docker compose up`` + ``docker exec torchrun`` baseline (and TorchX's ``local_docker``
+  when ``torchx`` is installed), and a scaling series over node counts.
+
+The summaries are pure functions of the figures, tested apart from any engine.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Optional
+
+from orchestrate.config.run_config import DEFAULT_IMAGE, PROJECT_ROOT
+
+LAUNCHER_GOAL_RATIO = 1.10  # the launcher against the hand-made baseline
+
+
+def launcher_summary(side_by_side: dict[str, list[float]], scaling: list[dict]) -> dict:
+    """Medians, the launcher's ratio to the hand-made baseline, and the scaling phases."""
+    medians = {name: {"runs_s": times, "median_s": statistics.median(times)} for name, times in side_by_side.items()
+               if times}
+    ratio = None
+    if "launcher" in medians and "hand-made" in medians:
+        ratio = medians["launcher"]["median_s"] / medians["hand-made"]["median_s"]
+    rows = []
+    for row in scaling:
+        row = dict(row)
+        known = [row.get(k) or 0.0 for k in ("bring_up_s", "rendezvous_s")]
+        row["rest_of_job_s"] = max(0.0, (row.get("job_s") or 0.0) - (row.get("rendezvous_s") or 0.0))
+        row["total_s"] = sum(known) + row["rest_of_job_s"] + (row.get("teardown_s") or 0.0)
+        rows.append(row)
+    return {"side_by_side": medians, "ratio_to_hand_made": ratio, "scaling": rows}
+
+
+def format_launcher(summary: dict) -> str:
+    lines = [f"{'launcher':<22} {'median (s)':>10} {'runs (s)'}"]
+    for name, row in summary["side_by_side"].items():
+        lines.append(f"{name:<22} {row['median_s']:>10.2f} {' '.join(f'{t:.2f}' for t in row['runs_s'])}")
+    if summary["ratio_to_hand_made"] is not None:
+        ratio = summary["ratio_to_hand_made"]
+        verdict = "meets" if ratio <= LAUNCHER_GOAL_RATIO else "misses"
+        lines.append(f"launcher / hand-made: {ratio:.2f}x ({verdict} the {LAUNCHER_GOAL_RATIO}x goal)")
+    if summary["scaling"]:
+        lines.append(f"{'nodes':>5} {'bring-up':>9} {'rendezvous':>11} {'job':>7} {'teardown':>9} {'wall':>7}")
+        for row in summary["scaling"]:
+            lines.append(f"{row['nodes']:>5} {row.get('bring_up_s') or 0:>9.1f} {row.get('rendezvous_s') or 0:>11.1f}"
+                         f" {row.get('job_s') or 0:>7.1f} {row.get('teardown_s') or 0:>9.1f} {row['wall_s']:>7.1f}")
+    return "\n".join(lines)
+
+
+# The launcher benchmark --------------------------------------------------------------------
+
+TRIVIAL_JOB = ("-m", "app.hello")
+
+
+def time_launcher(nodes: int, nproc: int, runs_dir: Path, image: str) -> tuple[float, dict]:
+    """Wall time of ``python -m orchestrate run`` for a trivial job, and its outcome record."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "orchestrate", "run", "--nodes", str(nodes), "--nproc-per-node",
+                           str(nproc), "--cpu", "--no-build", "--image", image, "--runs-dir", str(runs_dir), "--",
+                           *TRIVIAL_JOB], capture_output=True, text=True, cwd=PROJECT_ROOT)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"launcher run failed ({proc.returncode}): {proc.stdout[-500:]}{proc.stderr[-500:]}")
+    latest = max(runs_dir.glob("*/outcome.json"), key=lambda p: p.stat().st_mtime)
+    return wall, json.loads(latest.read_text())
+
+
+def hand_made_project(nodes: int, image: str, name: str) -> dict:
+    """The least a person would write: N containers on one network, idling, the project mounted."""
+    services = {
+        f"node{i}": {"image": image, "hostname": f"node{i}", "init": True, "command": ["sleep", "infinity"],
+                     "environment": {"PYTHONPATH": "/opt/ddp-compose", "GLOO_SOCKET_IFNAME": "eth0"},
+                     "volumes": [f"{PROJECT_ROOT}:/opt/ddp-compose:ro"], "networks": ["ddp"]}
+        for i in range(nodes)
+    }
+    return {"name": name, "services": services, "networks": {"ddp": {}}}
+
+
+def time_hand_made(nodes: int, nproc: int, image: str) -> float:
+    """``docker compose up`` + ``docker exec torchrun`` on every node at once + ``down``."""
+    from orchestrate.engine.compose_cli import compose_command
+
+    name = f"ddp-bench-baseline-{int(time.time() * 1000) % 10**8}"
+    with tempfile.TemporaryDirectory() as scratch:
+        compose_file = Path(scratch) / "compose.json"
+        compose_file.write_text(json.dumps(hand_made_project(nodes, image, name)))
+        base = [*compose_command(), "-p", name, "-f", str(compose_file)]
+        started = time.monotonic()
+        try:
+            subprocess.run([*base, "up", "-d", "--quiet-pull"], check=True, capture_output=True)
+            execs = [subprocess.Popen([*base, "exec", "-T", f"node{i}", "torchrun", "--nnodes", str(nodes),
+                                       "--node-rank", str(i), "--nproc-per-node", str(nproc), "--master-addr",
+                                       "node0", "--master-port", "29500", *TRIVIAL_JOB],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(nodes)]
+            codes = [p.wait() for p in execs]
+            if any(codes):
+                raise RuntimeError(f"hand-made baseline failed: exit codes {codes}")
+        finally:
+            subprocess.run([*base, "down", "-v", "-t", "2"], capture_output=True)
+        return time.monotonic() - started
+
+
+def time_torchx(nodes: int, nproc: int, image: str) -> Optional[float]:
+    """TorchX ``local_docker`` with ``dist.ddp`` (None when torchx is not installed)."""
+    if shutil.which("torchx") is None:
+        return None
+    started = time.monotonic()
+    proc = subprocess.run(["torchx", "run", "-s", "local_docker", "--wait", "dist.ddp", "-j", f"{nodes}x{nproc}",
+                           "--image", image, "--script", "app/hello.py"], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"torchx failed: {proc.stderr[-500:]}")
+    return time.monotonic() - started
+
+
+def run_launcher_bench(runs_dir: Path, repeats: int, scaling: list[int], out: IO[str],
+                       image: str = DEFAULT_IMAGE) -> dict:
+    """Side by side (alternating, so that each sees the same machine), then the scaling series."""
+    side: dict[str, list[float]] = {"launcher": [], "hand-made": [], "torchx local_docker": []}
+    for i in range(repeats):
+        side["launcher"].append(time_launcher(2, 2, runs_dir, image)[0])
+        side["hand-made"].append(time_hand_made(2, 2, image))
+        torchx = time_torchx(2, 2, image)
+        if torchx is not None:
+            side["torchx local_docker"].append(torchx)
+        out.write(f"[bench] 2x2 round {i + 1}/{repeats}: launcher {side['launcher'][-1]:.2f} s,"
+                  f" hand-made {side['hand-made'][-1]:.2f} s"
+                  + (f", torchx {torchx:.2f} s" if torchx is not None else ", torchx not installed") + "\n")
+        out.flush()
+    rows = []
+    for nodes in scaling:
+        wall, record = time_launcher(nodes, 1, runs_dir, image)
+        rows.append({"nodes": nodes, "wall_s": wall, **record["timings"]})
+        out.write(f"[bench] scaling: {nodes} node(s) in {wall:.1f} s\n")
+        out.flush()
+    return launcher_summary(side, rows)

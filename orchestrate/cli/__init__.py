@@ -1,0 +1,2 @@
+"""``python -m orchestrate``: a module per command, each a thin layer over the library (launch).
+May import every package."""

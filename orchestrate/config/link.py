@@ -1,0 +1,141 @@
+"""Realistic links: ``--link rate=10gbit[,delay=5ms][,loss=0.1%]`` or a preset like ``10gbe``.
+
+Pure parsing and rendering: :func:`tc_commands` gives the Linux traffic-control commands that
+shape a node's interface (``tbf`` for the rate, ``netem`` for delay and loss, ``tbf`` under
+it when both). Each node shapes what it sends, so every direction of every link is shaped.
+The node supervisor runs them as root with ``NET_ADMIN`` (added to shaped runs only) and
+drops to the user's uid before torchrun starts.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from orchestrate.errors import UsageError
+
+# name -> spec; rates as Ethernet and InfiniBand generations name them
+PRESETS = {
+    "1gbe": "rate=1gbit",
+    "10gbe": "rate=10gbit",
+    "25gbe": "rate=25gbit",
+    "100gbe": "rate=100gbit",
+    "ib-hdr": "rate=200gbit",
+    "wan": "rate=100mbit,delay=20ms",
+}
+USAGE = ("usage: --link rate=10gbit[,delay=5ms][,loss=0.1%] or a preset (" + ", ".join(PRESETS) + ")")
+_RATE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[kmg]?)(?:bit|bps)$", re.I)
+_RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+_DELAY = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>us|ms|s)$")
+_DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+_LOSS = re.compile(r"^(?P<n>\d+(?:\.\d+)?)%$")
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """How every node's link is shaped.
+
+    Attributes:
+        rate_bits: Bits per second each node may send (None: unshaped).
+        delay_ms: One-way delay added to every packet a node sends.
+        loss_pct: Percentage of packets a node's link drops.
+    """
+
+    rate_bits: Optional[int] = None
+    delay_ms: float = 0.0
+    loss_pct: float = 0.0
+
+    @property
+    def needs_netem(self) -> bool:
+        return bool(self.delay_ms or self.loss_pct)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.rate_bits:
+            parts.append(f"rate={format_rate(self.rate_bits)}")
+        if self.delay_ms:
+            parts.append(f"delay={self.delay_ms:g}ms")
+        if self.loss_pct:
+            parts.append(f"loss={self.loss_pct:g}%")
+        return ",".join(parts)
+
+
+def format_rate(bits: int) -> str:
+    for unit, size in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits >= size and bits % size == 0:
+            return f"{bits // size}{unit}"
+    return f"{bits}bit"
+
+
+def parse_link(text: str) -> LinkSpec:
+    """Parse ``--link``.
+
+    Raises:
+        UsageError: Quoting the value and the usage.
+    """
+    spec_text = PRESETS.get(text.strip().lower(), text.strip())
+    fields: dict[str, str] = {}
+    for part in filter(None, spec_text.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep or key not in ("rate", "delay", "loss") or key in fields:
+            raise UsageError(f"invalid --link {text!r}: {USAGE}")
+        fields[key] = value.strip()
+    if not fields:
+        raise UsageError(f"invalid --link {text!r}: {USAGE}")
+    rate = delay = loss = None
+    if "rate" in fields:
+        rate = _RATE.match(fields["rate"])
+        if not rate or float(rate["n"]) <= 0:
+            raise UsageError(f"invalid --link rate {fields['rate']!r}: expected e.g. 100mbit, 1gbit, 10gbit")
+    if "delay" in fields:
+        delay = _DELAY.match(fields["delay"])
+        if not delay:
+            raise UsageError(f"invalid --link delay {fields['delay']!r}: expected e.g. 500us, 5ms")
+    if "loss" in fields:
+        loss = _LOSS.match(fields["loss"])
+        if not loss or float(loss["n"]) >= 100:
+            raise UsageError(f"invalid --link loss {fields['loss']!r}: expected a percentage below 100, e.g. 0.1%")
+    return LinkSpec(
+        rate_bits=int(float(rate["n"]) * _RATE_UNITS[rate["unit"].lower()]) if rate else None,
+        delay_ms=float(delay["n"]) * _DELAY_UNITS[delay["unit"]] if delay else 0.0,
+        loss_pct=float(loss["n"]) if loss else 0.0,
+    )
+
+
+def tbf_burst_bytes(rate_bits: int) -> int:
+    """Bucket size of a ``tbf`` at ``rate_bits``: 4 ms of traffic, at least 32 KB (the kernel
+    refills the bucket once per timer tick, so a smaller one cannot reach the rate)."""
+    return max(32 * 1024, rate_bits // 8 // 250)
+
+
+def tc_commands(spec: LinkSpec, interface: str) -> list[list[str]]:
+    """The ``tc`` commands that shape ``interface`` to ``spec`` (pure)."""
+    commands: list[list[str]] = []
+    parent = ["root"]
+    if spec.needs_netem:
+        netem = ["tc", "qdisc", "add", "dev", interface, "root", "handle", "1:", "netem"]
+        if spec.delay_ms:
+            netem += ["delay", f"{spec.delay_ms:g}ms"]
+        if spec.loss_pct:
+            netem += ["loss", f"{spec.loss_pct:g}%"]
+        commands.append(netem)
+        parent = ["parent", "1:", "handle", "2:"]
+    if spec.rate_bits:
+        commands.append(["tc", "qdisc", "add", "dev", interface, *parent, "tbf",
+                         "rate", format_rate(spec.rate_bits), "burst", str(tbf_burst_bytes(spec.rate_bits)),
+                         "latency", "100ms"])
+    return commands
+
+
+# What a kernel without netem answers (seen: "Specified qdisc kind is unknown").
+NETEM_MISSING = re.compile(r"qdisc kind is unknown|No such file or directory|Operation not supported", re.I)
+
+
+def netem_missing_message(spec: LinkSpec, tc_stderr: str) -> str:
+    """The one line that refuses ``delay=``/``loss=`` where the kernel has no netem."""
+    wanted = ",".join(p for p in str(spec).split(",") if not p.startswith("rate="))
+    reason = tc_stderr.strip().splitlines()[-1] if tc_stderr.strip() else "netem unavailable"
+    return (f"--link {wanted} needs the kernel's netem qdisc, which this kernel lacks (tc: {reason});"
+            " shape the rate only (e.g. --link rate=1gbit), or load sch_netem on the host")
+
+

@@ -1,0 +1,215 @@
+"""The launch configuration: what the user asked for, validated in one place."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from orchestrate.errors import UsageError
+from orchestrate.faults.spec import FaultSpec, check_fault_nodes
+from orchestrate.config.link import LinkSpec
+from orchestrate.config.user_env import check_name
+
+DEFAULT_IMAGE = "ddp-compose-node:latest"
+DEFAULT_TARGET: tuple[str, ...] = ("-m", "app.toy")
+DEFAULT_MASTER_PORT = 29500
+# The project root holds app/; it is mounted into every node so `-m app.NAME` works from
+# any work directory.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_MEMORY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[bkmg]?)b?$", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+# The engine refuses smaller memory limits.
+MIN_NODE_MEMORY = 6 * 1024**2
+_RUN_AS = re.compile(r"^\d+:\d+$")
+
+
+def parse_memory(text: str) -> int:
+    """Bytes in a size like ``512m``, ``2g``, ``1.5G`` or ``1073741824``.
+
+    Raises:
+        UsageError: ``--memory-per-node: expected a size like 512m or 2g. Given: 'abc'``
+    """
+    match = _MEMORY.match(text.strip())
+    if not match:
+        raise UsageError(f"--memory-per-node: expected a size like 512m or 2g. Given: {text!r}")
+    size = int(float(match["number"]) * _UNITS[match["unit"].lower()])
+    if size < MIN_NODE_MEMORY:
+        raise UsageError(f"--memory-per-node must be at least 6m (the engine's minimum), got {text!r}")
+    return size
+
+
+def format_bytes(size: int) -> str:
+    """``2147483648`` -> ``2g``, ``536870912`` -> ``512m``."""
+    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}b"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs to know, checked when it is made.
+
+    Attributes:
+        nodes: Number of simulated nodes (containers).
+        nproc_per_node: Worker processes torchrun starts on every node.
+        target: What torchrun runs: ``("script.py", *args)`` or ``("-m", "module", *args)``.
+        workdir: Host directory mounted into every node as its working directory.
+        image: Node image to run.
+        gpus_per_node: GPUs reserved for each node; 0 runs the CPU/Gloo variant.
+        backend: The collective backend the workers are told to use (gloo or nccl).
+        keep: Leave the containers, network and volume behind after the run.
+        master_port: Port of torchrun's rendezvous on node 0 (inside the project network).
+        runs_dir: Where every run gets a directory of logs.
+        project_root: The ddp-compose checkout mounted at /opt/ddp-compose in every node.
+        ready_timeout_s: Deadline for all nodes to resolve each other by name.
+        collective_timeout_s: Process group timeout the workers are told to use
+            (``DDP_TIMEOUT``); None leaves it to them.
+        faults: Faults to inject during the run.
+        rdzv: "static" (``--node-rank``, fixed ranks) or "c10d" (elastic: torchrun's c10d
+            rendezvous hosted on node0, nodes may leave and rejoin).
+        min_nodes: Elastic mode's smallest node count (``--nnodes MIN:MAX``).
+        max_nodes: Elastic mode's largest node count.
+        max_restarts: How often torchrun restarts its workers (and the launcher a dead node).
+        rdzv_timeout_s: How long an elastic rendezvous waits for nodes to join.
+        user_env: The user's variables for every node (``--env``, ``--env-file``, ``--copy-env``).
+        run_as: ``UID:GID`` the nodes run as (the invoking user's, so that what the workers
+            write into the work directory is theirs); None keeps the image's user.
+        user_name: The invoking user's login name: with ``run_as``, the workers' ``USER`` and
+            ``LOGNAME`` (the image has no passwd entry for the uid).
+        cpus_per_node: CPU limit of each node container (None: unlimited).
+        memory_per_node: Memory limit of each node container in bytes (None: unlimited).
+        requirements: A pip requirements file installed into a derived node image.
+        dockerfile: A Dockerfile (``FROM`` the node image) built into a derived node image.
+        link: How every node's link is shaped (``--link``); None leaves the bridge as it is.
+    """
+
+    nodes: int = 2
+    nproc_per_node: int = 1
+    target: tuple[str, ...] = DEFAULT_TARGET
+    workdir: Path = field(default_factory=Path.cwd)
+    image: str = DEFAULT_IMAGE
+    gpus_per_node: int = 0
+    backend: str = "gloo"
+    keep: bool = False
+    master_port: int = DEFAULT_MASTER_PORT
+    runs_dir: Path = field(default_factory=lambda: Path.cwd() / "runs")
+    project_root: Path = PROJECT_ROOT
+    ready_timeout_s: float = 60.0
+    collective_timeout_s: Optional[float] = None
+    faults: tuple[FaultSpec, ...] = ()
+    rdzv: str = "static"
+    min_nodes: Optional[int] = None
+    max_nodes: Optional[int] = None
+    max_restarts: int = 0
+    rdzv_timeout_s: float = 60.0
+    user_env: dict[str, str] = field(default_factory=dict)
+    run_as: Optional[str] = None
+    user_name: str = ""
+    cpus_per_node: Optional[float] = None
+    memory_per_node: Optional[int] = None
+    requirements: Optional[Path] = None
+    dockerfile: Optional[Path] = None
+    link: Optional[LinkSpec] = None
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise UsageError(f"--nodes must be a positive integer, got {self.nodes}")
+        if self.nproc_per_node < 1:
+            raise UsageError(
+                f"--nproc-per-node must be a positive integer, got {self.nproc_per_node}"
+            )
+        if self.gpus_per_node < 0:
+            raise UsageError(f"--gpus-per-node must be 0 or more, got {self.gpus_per_node}")
+        if self.gpus_per_node and self.gpus_per_node % self.nproc_per_node:
+            raise UsageError(
+                f"--gpus-per-node {self.gpus_per_node} cannot be split evenly among"
+                f" --nproc-per-node {self.nproc_per_node} processes"
+            )
+        if self.backend not in ("gloo", "nccl"):
+            raise UsageError(f"--backend must be gloo or nccl, got {self.backend!r}")
+        if self.backend == "nccl" and not self.gpus_per_node:
+            raise UsageError("--backend nccl needs GPUs (--gpus-per-node 1 or more)")
+        if not 1 <= self.master_port <= 65535:
+            raise UsageError(f"--master-port must be in 1-65535, got {self.master_port}")
+        if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
+            raise UsageError(f"--collective-timeout must be positive, got {self.collective_timeout_s}")
+        check_fault_nodes(list(self.faults), [f"node{i}" for i in range(self.nodes)])
+        self._check_rendezvous()
+        if not self.image:
+            raise UsageError("--image must not be empty")
+        workdir = Path(self.workdir)
+        if not workdir.is_dir():
+            raise UsageError(f"work directory {str(workdir)!r} does not exist or is not a directory")
+        object.__setattr__(self, "workdir", workdir.resolve())
+        object.__setattr__(self, "runs_dir", Path(self.runs_dir).resolve())
+        object.__setattr__(self, "project_root", Path(self.project_root).resolve())
+        target = tuple(self.target) or DEFAULT_TARGET
+        object.__setattr__(self, "target", target)
+        self._check_target(target)
+        self._check_node_options()
+
+    def _check_node_options(self) -> None:
+        for name in self.user_env:
+            check_name(name, "--env")
+        if self.run_as is not None and not _RUN_AS.match(self.run_as):
+            raise UsageError(f"run_as must be UID:GID, got {self.run_as!r}")
+        if self.cpus_per_node is not None and not self.cpus_per_node > 0:
+            raise UsageError(f"--cpus-per-node must be positive, e.g. 1 or 0.5, got {self.cpus_per_node:g}")
+        if self.memory_per_node is not None and self.memory_per_node < MIN_NODE_MEMORY:
+            raise UsageError(f"--memory-per-node must be at least 6m, got {self.memory_per_node} bytes")
+        for option, path in (("--requirements", self.requirements), ("--dockerfile", self.dockerfile)):
+            if path is None:
+                continue
+            if not Path(path).is_file():
+                raise UsageError(f"{option} file {str(path)!r} not found")
+            object.__setattr__(self, option.strip("-"), Path(path).resolve())
+
+    @property
+    def elastic(self) -> bool:
+        """Whether ranks come from an elastic (c10d) rendezvous rather than --node-rank."""
+        return self.rdzv == "c10d"
+
+    def _check_rendezvous(self) -> None:
+        if self.rdzv not in ("static", "c10d"):
+            raise UsageError(f"--rdzv must be static or c10d, got {self.rdzv!r}")
+        if self.max_restarts < 0:
+            raise UsageError(f"--max-restarts must be 0 or more, got {self.max_restarts}")
+        if self.rdzv_timeout_s <= 0:
+            raise UsageError(f"--rdzv-timeout must be positive, got {self.rdzv_timeout_s}")
+        if not self.elastic:
+            if self.min_nodes is not None or self.max_nodes is not None:
+                raise UsageError("--nnodes MIN:MAX needs --rdzv c10d (elastic mode)")
+            return
+        low = self.nodes if self.min_nodes is None else self.min_nodes
+        high = self.nodes if self.max_nodes is None else self.max_nodes
+        if not 1 <= low <= self.nodes <= high:
+            raise UsageError(
+                f"--nnodes {low}:{high} must satisfy 1 <= MIN <= --nodes ({self.nodes}) <= MAX"
+            )
+        object.__setattr__(self, "min_nodes", low)
+        object.__setattr__(self, "max_nodes", high)
+
+    def _check_target(self, target: tuple[str, ...]) -> None:
+        if target[0] in ("-m", "--module"):
+            if len(target) < 2 or not _MODULE_NAME.match(target[1]):
+                given = target[1] if len(target) > 1 else "nothing"
+                raise UsageError(
+                    f"-m needs a module name, usage example: -- -m app.toy. Given: {given}"
+                )
+            return
+        if target[0].startswith("-"):
+            raise UsageError(
+                f"TARGET must be a script path or -m MODULE, usage example: -- train.py --epochs 2."
+                f" Given: {target[0]}"
+            )
+        script = Path(target[0])
+        if script.is_absolute():
+            raise UsageError(
+                f"script {target[0]!r} must be a path relative to the work directory {self.workdir}"
+            )
+        if not (self.workdir / script).is_file():
+            raise UsageError(f"script {target[0]!r} not found in work directory {self.workdir}")

@@ -1,0 +1,2 @@
+"""Everything that talks to the Docker engine: the client, Compose rendering and driving, images,
+GPUs, runs found by their labels, and the host locks around them. May import config and plan."""

@@ -1,0 +1,76 @@
+"""The one place that creates a Docker SDK client."""
+from __future__ import annotations
+from datetime import datetime
+
+import logging
+from typing import Any, Iterable, Iterator, Optional
+
+from orchestrate.errors import EngineUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+def connect(timeout_s: int = 120) -> Any:
+    """Return a Docker client for the engine of the environment (DOCKER_HOST or the socket).
+
+    Raises:
+        EngineUnavailableError: When no engine answers.
+    """
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=timeout_s)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EngineUnavailableError(
+            f"cannot reach the Docker engine ({reason[:160]}); start it (dockerd) or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+def exec_output(client: Any, container: Any, argv: list[str], *, user: str = "", workdir: Optional[str] = None,
+                environment: Optional[dict[str, str]] = None) -> tuple[int, str]:
+    """Run ``argv`` in ``container`` to completion (as ``user``, in ``workdir``, with
+    ``environment`` where given); return its exit code and output."""
+    exec_id = client.api.exec_create(container.id, argv, stdout=True, stderr=True, user=user, workdir=workdir,
+                                     environment=environment)["Id"]
+    output = client.api.exec_start(exec_id, stream=False)
+    code = client.api.exec_inspect(exec_id).get("ExitCode")
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+    return (code if code is not None else -1), text
+
+
+def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The complete lines of a byte stream (a container's log, an exec's output), then the
+    unfinished last one. A stream that breaks off (its container went away) just ends."""
+    pending = b""
+    try:
+        for chunk in chunks:
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            yield from complete
+    except Exception as exc:  # the engine's stream errors have no common type
+        log.debug("stream ended: %s", exc)
+    if pending:
+        yield pending
+
+
+def engine_time(text: str) -> Optional[float]:
+    """Epoch seconds of an engine timestamp (RFC 3339, nanoseconds, ``Z``); None if unset."""
+    if not text or text.startswith("0001-"):
+        return None
+    main, _, rest = text.rstrip("Z").partition(".")
+    fraction = (rest[:6] or "0").ljust(6, "0")
+    try:
+        return datetime.fromisoformat(f"{main}.{fraction}+00:00").timestamp()
+    except ValueError:
+        return None
+
+
+def docker_errors() -> tuple[type[BaseException], ...]:
+    """The docker SDK's exception types (imported late: the launcher takes the client given)."""
+    import docker.errors
+
+    return (docker.errors.DockerException,)

@@ -1,0 +1,111 @@
+"""Render a :class:`JobPlan` as a Compose project, and drive ``docker compose`` for it."""
+from __future__ import annotations
+from orchestrate.plan.layout import NETWORK
+from orchestrate.plan.layout import SHARED_VOLUME
+from orchestrate.plan.layout import SHM_SIZE
+from orchestrate.engine.labels import node_labels
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from orchestrate.plan.layout import PROJECT_MOUNT_DIR, RUN_DIR_MOUNT, SHARED_DIR, WORKSPACE_DIR
+from orchestrate.plan.model import JobPlan, NodePlan
+
+log = logging.getLogger(__name__)
+
+
+def escape_interpolation(value: Any) -> Any:
+    """Double every ``$`` so that Compose passes strings through as they are (torchrun's
+    ``${rank}`` template, a user's ``--env PRICE=$5``)."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [escape_interpolation(v) for v in value]
+    if isinstance(value, dict):
+        return {k: escape_interpolation(v) for k, v in value.items()}
+    return value
+
+
+def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
+    """Return the Compose service of one node.
+
+    Its main process is the node supervisor running torchrun (``node.command``), so the
+    container's exit code, log and restarts are torchrun's, and the engine holds them.
+    """
+    cfg = plan.config
+    service: dict[str, Any] = {
+        "image": plan.image,
+        "pull_policy": "never",
+        "hostname": node.name,
+        "init": True,
+        "command": escape_interpolation(list(node.command)),
+        "working_dir": WORKSPACE_DIR,
+        "environment": escape_interpolation(dict(node.env)),
+        "shm_size": SHM_SIZE,
+        "stop_grace_period": "2s",
+        "networks": [NETWORK],
+        "volumes": [
+            {"type": "bind", "source": str(cfg.workdir), "target": WORKSPACE_DIR},
+            {
+                "type": "bind",
+                "source": str(cfg.project_root),
+                "target": PROJECT_MOUNT_DIR,
+                "read_only": True,
+            },
+            {"type": "volume", "source": SHARED_VOLUME, "target": SHARED_DIR},
+            {"type": "bind", "source": str(plan.run_dir), "target": RUN_DIR_MOUNT},
+        ],
+        "labels": escape_interpolation(node_labels(plan, node)),
+    }
+    if cfg.link is not None:
+        # Shaping the link needs root and NET_ADMIN, in shaped runs only; the node supervisor
+        # shapes, then starts torchrun as the user.
+        service["user"] = "0:0"
+        service["cap_add"] = ["NET_ADMIN"]
+    elif cfg.run_as:
+        # The invoking user's uid:gid, so that what the workers write is theirs on the host.
+        service["user"] = cfg.run_as
+    if cfg.cpus_per_node:
+        service["cpus"] = cfg.cpus_per_node
+    if cfg.memory_per_node:
+        service["mem_limit"] = cfg.memory_per_node
+        service["memswap_limit"] = cfg.memory_per_node  # no swap: past the limit a node is OOM-killed
+    if node.gpu_ids:
+        # NCCL pins memory for its transports; unlimited memlock is what it expects.
+        service["ulimits"] = {"memlock": -1}
+        service["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {
+                            "driver": "nvidia",
+                            "device_ids": list(node.gpu_ids),
+                            "capabilities": ["gpu"],
+                        }
+                    ]
+                }
+            }
+        }
+    return service
+
+
+def render_compose(plan: JobPlan) -> dict[str, Any]:
+    """Render the whole Compose project of a run (JSON-compatible, so also valid YAML)."""
+    return {
+        "name": plan.project_name,
+        "services": {node.name: render_node(plan, node) for node in plan.nodes},
+        "networks": {NETWORK: {"driver": "bridge"}},
+        "volumes": {SHARED_VOLUME: {}},
+    }
+
+
+def write_compose_file(plan: JobPlan, path: Path) -> Path:
+    """Write the rendered project to ``path`` (readable by its owner only: it holds the
+    user's environment) and return it."""
+    path.touch(mode=0o600)
+    path.write_text(json.dumps(render_compose(plan), indent=2) + "\n")
+    return path
+
+

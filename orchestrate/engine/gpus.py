@@ -1,0 +1,97 @@
+"""GPUs: which ones the Docker engine can hand out, and how a run splits them among nodes.
+
+:func:`resolve_gpu_layout` is pure: it turns what the user asked for and what the engine
+has into GPUs per node and processes per node, or refuses before anything starts.
+"""
+from __future__ import annotations
+from orchestrate.plan.model import JobPlan
+from orchestrate.engine.client import exec_output
+
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+log = logging.getLogger(__name__)
+
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The GPUs the engine can give containers.
+
+    Attributes:
+        runtime: How they are exposed: "nvidia" (the NVIDIA runtime), "cdi", or "" (none).
+        indices: The host's GPU indices.
+    """
+
+    runtime: str = ""
+    indices: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.indices) if self.runtime else 0
+
+    def describe(self) -> str:
+        if not self.count:
+            return "no GPUs the engine can hand out (no NVIDIA runtime or CDI devices)"
+        return f"{self.count} GPU(s) via {self.runtime}: {', '.join(self.indices)}"
+
+
+def host_gpu_indices() -> tuple[str, ...]:
+    """The GPU indices ``nvidia-smi`` lists on this host (none without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(line.strip() for line in out.stdout.splitlines() if line.strip().isdigit())
+
+
+def has_nvidia_cdi(dirs: tuple[Path, ...] = CDI_DIRS) -> bool:
+    """Whether a CDI spec for NVIDIA GPUs is installed."""
+    for directory in dirs:
+        for spec in list(directory.glob("*.yaml")) + list(directory.glob("*.json")):
+            try:
+                if "nvidia.com/gpu" in spec.read_text(errors="replace"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def detect_gpus(client: Any) -> GpuInventory:
+    """Ask the engine for the NVIDIA runtime (or look for CDI specs), then list the host's GPUs."""
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except Exception as exc:  # an engine that cannot say has no GPUs for us
+        log.debug("engine info failed: %s", exc)
+        return GpuInventory()
+    runtime = "nvidia" if "nvidia" in runtimes else ("cdi" if has_nvidia_cdi() else "")
+    if not runtime:
+        return GpuInventory()
+    return GpuInventory(runtime, host_gpu_indices())
+
+
+def gpu_topology(client: Any, plan: JobPlan, container: Any = None) -> str:
+    """``nvidia-smi topo -m`` as node0 sees its GPUs: in its container, or a throwaway one."""
+    argv = ["nvidia-smi", "topo", "-m"]
+    try:
+        if container is not None:
+            _, text = exec_output(client, container, argv)
+            return text.rstrip()
+        import docker.types
+
+        request = docker.types.DeviceRequest(
+            driver="nvidia", device_ids=list(plan.nodes[0].gpu_ids), capabilities=[["gpu"]]
+        )
+        output = client.containers.run(plan.image, argv, device_requests=[request], remove=True, entrypoint=[])
+        return output.decode("utf-8", "replace").rstrip()
+    except Exception as exc:  # the topology is information, never a reason to fail a run
+        return f"(nvidia-smi topo -m unavailable: {str(exc).splitlines()[0][:200]})"

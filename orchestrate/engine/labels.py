@@ -1,0 +1,107 @@
+"""A run's record in the engine: the labels on its containers, and finding them by those labels."""
+from __future__ import annotations
+from typing import Any
+from orchestrate.plan.model import JobPlan
+from orchestrate.plan.layout import NETWORK
+from orchestrate.errors import NodeLookupError
+from orchestrate.plan.model import NodePlan
+
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+
+
+COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
+
+
+COMPOSE_NETWORK_LABEL = "com.docker.compose.network"
+
+
+# Everything `ps`, `attach` and `prune` need is on the containers: the engine is the record.
+RUN_ID_LABEL = "io.ddp-compose.run-id"
+
+
+NODE_RANK_LABEL = "io.ddp-compose.node-rank"
+
+
+NODES_LABEL = "io.ddp-compose.nodes"
+
+
+NPROC_LABEL = "io.ddp-compose.nproc-per-node"
+
+
+RDZV_LABEL = "io.ddp-compose.rdzv"
+
+
+MAX_RESTARTS_LABEL = "io.ddp-compose.max-restarts"
+
+
+GPUS_LABEL = "io.ddp-compose.gpus"
+
+
+WORKDIR_LABEL = "io.ddp-compose.workdir"
+
+
+RUN_DIR_LABEL = "io.ddp-compose.run-dir"
+
+
+DETACHED_LABEL = "io.ddp-compose.detached"
+
+
+LAUNCHER_LABEL = "io.ddp-compose.launcher"
+
+
+CREATED_LABEL = "io.ddp-compose.created"
+
+
+COMMAND_LABEL = "io.ddp-compose.command"
+
+
+def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
+    """The labels of a node's container: the run's record in the engine."""
+    cfg = plan.config
+    return {
+        RUN_ID_LABEL: plan.run_id,
+        NODE_RANK_LABEL: str(node.node_rank),
+        NODES_LABEL: str(cfg.nodes),
+        NPROC_LABEL: str(cfg.nproc_per_node),
+        RDZV_LABEL: cfg.rdzv,
+        MAX_RESTARTS_LABEL: str(cfg.max_restarts),
+        GPUS_LABEL: ",".join(node.gpu_ids),
+        WORKDIR_LABEL: str(cfg.workdir),
+        RUN_DIR_LABEL: str(plan.run_dir),
+        DETACHED_LABEL: "1" if plan.detached else "0",
+        LAUNCHER_LABEL: plan.launcher,
+        CREATED_LABEL: plan.created,
+        COMMAND_LABEL: plan.command_line,
+    }
+
+
+def project_network(client: Any, project_name: str) -> Any:
+    """The run's network, found by its Compose labels.
+
+    Raises:
+        NodeLookupError: When zero or several networks carry them.
+    """
+    labels = [f"{COMPOSE_PROJECT_LABEL}={project_name}", f"{COMPOSE_NETWORK_LABEL}={NETWORK}"]
+    found = client.networks.list(filters={"label": labels})
+    if len(found) != 1:
+        raise NodeLookupError(f"expected one network labelled {', '.join(labels)}; found {len(found)}")
+    return found[0]
+
+
+def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
+    """Find a node's container by its Compose labels.
+
+    Raises:
+        NodeLookupError: When zero or several containers carry those labels.
+    """
+    labels = [
+        f"{COMPOSE_PROJECT_LABEL}={project_name}",
+        f"{COMPOSE_SERVICE_LABEL}={node.name}",
+        f"{NODE_RANK_LABEL}={node.node_rank}",
+    ]
+    found = client.containers.list(all=True, filters={"label": labels})
+    if len(found) != 1:
+        raise NodeLookupError(
+            f"expected one container labelled {', '.join(labels)}; found {len(found)}"
+        )
+    return found[0]

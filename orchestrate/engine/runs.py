@@ -1,0 +1,298 @@
+"""Runs as the engine knows them: found by labels, described, stopped, removed.
+
+The launcher keeps nothing a run needs: every node container carries the run's labels
+(:func:`orchestrate.engine.labels.node_labels`), its exit code and its log, so ``ps``, ``logs``,
+``attach``, ``stop``, ``down`` and ``prune`` work from any terminal, after the launcher that
+started the run is gone. :func:`run_state` is the pure rule that names a run's state.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrate.engine.labels import (COMMAND_LABEL, COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, CREATED_LABEL, DETACHED_LABEL, GPUS_LABEL, LAUNCHER_LABEL, MAX_RESTARTS_LABEL, NODE_RANK_LABEL, NODES_LABEL, NPROC_LABEL, RDZV_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL, WORKDIR_LABEL)
+from orchestrate.errors import EngineError, UsageError
+from orchestrate.node.main import EXIT_LAUNCHER_GONE
+from orchestrate.plan.model import NodePlan
+from orchestrate.slurm.cluster import CONTROLLER_ROLE, ROLE_LABEL
+
+log = logging.getLogger(__name__)
+
+# Container states in which a node still holds its GPUs and may still produce output.
+LIVE_STATUSES = frozenset({"created", "running", "paused", "restarting"})
+# Exit codes of a node that was stopped (SIGTERM, then SIGKILL), not one that failed.
+STOP_EXIT_CODES = frozenset({137, 143})
+
+
+class RunState(str, Enum):
+    """A run's state, as ``ps`` shows it."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    ORPHANED = "orphaned"  # a foreground run whose launcher is gone
+
+    @property
+    def ended(self) -> bool:
+        return self is not RunState.RUNNING
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node container as the engine describes it."""
+
+    name: str
+    node_rank: int
+    container: Any
+    status: str
+    exit_code: Optional[int]
+    oom_killed: bool
+    gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run, rebuilt from its containers' labels and states."""
+
+    run_id: str
+    project: str
+    nodes: tuple[NodeInfo, ...]
+    labels: dict[str, str]
+    launcher_alive: Optional[bool]
+
+    @property
+    def detached(self) -> bool:
+        return self.labels.get(DETACHED_LABEL) == "1"
+
+    @property
+    def workdir(self) -> str:
+        return self.labels.get(WORKDIR_LABEL, "")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.labels.get(RUN_DIR_LABEL, ""))
+
+    @property
+    def command_line(self) -> str:
+        return self.labels.get(COMMAND_LABEL, "")
+
+    @property
+    def planned_nodes(self) -> int:
+        return int(self.labels.get(NODES_LABEL, len(self.nodes)) or len(self.nodes))
+
+    @property
+    def nproc_per_node(self) -> int:
+        return int(self.labels.get(NPROC_LABEL, "1") or 1)
+
+    @property
+    def elastic(self) -> bool:
+        return self.labels.get(RDZV_LABEL) == "c10d"
+
+    @property
+    def max_restarts(self) -> int:
+        return int(self.labels.get(MAX_RESTARTS_LABEL, "0") or 0)
+
+    @property
+    def created(self) -> Optional[datetime]:
+        try:
+            return datetime.fromisoformat(self.labels.get(CREATED_LABEL, ""))
+        except ValueError:
+            return None
+
+    @property
+    def state(self) -> RunState:
+        return run_state(self.detached, self.launcher_alive,
+                         [(n.status, n.exit_code) for n in self.nodes])
+
+
+def run_state(detached: bool, launcher_alive: Optional[bool],
+              nodes: list[tuple[str, Optional[int]]]) -> RunState:
+    """Name a run's state from its nodes' container states and exit codes (pure).
+
+    1. Some node still live: running, unless it is a foreground run whose launcher is known
+       to be dead (orphaned: its nodes will stop themselves, ``prune`` removes them).
+    2. Every node ended: orphaned if one stopped itself because the launcher vanished;
+       failed if one exited otherwise than 0 or by a stop signal; stopped if one was stopped;
+       else succeeded.
+    """
+    if any(status in LIVE_STATUSES for status, _ in nodes):
+        if not detached and launcher_alive is False:
+            return RunState.ORPHANED
+        return RunState.RUNNING
+    codes = [code for _, code in nodes]
+    if EXIT_LAUNCHER_GONE in codes:
+        return RunState.ORPHANED
+    if any(code not in (0, *STOP_EXIT_CODES) for code in codes):
+        return RunState.FAILED
+    if any(code in STOP_EXIT_CODES for code in codes):
+        return RunState.STOPPED
+    return RunState.SUCCEEDED
+
+
+def launcher_identity() -> str:
+    """``host:pid:start`` of this process; the start time (Linux) tells a reused pid apart."""
+    return f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid())}"
+
+
+def process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), "" elsewhere."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def launcher_alive(identity: str) -> Optional[bool]:
+    """Whether the launcher ``host:pid:start`` still runs; None when it ran on another host."""
+    host, _, rest = identity.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if not identity or host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    return not start or process_start(pid) in ("", start)
+
+
+def _node_info(container: Any) -> NodeInfo:
+    state = container.attrs.get("State", {})
+    labels = container.labels
+    exit_code = state.get("ExitCode") if container.status not in LIVE_STATUSES else None
+    return NodeInfo(
+        name=labels.get(COMPOSE_SERVICE_LABEL, container.name),
+        node_rank=int(labels.get(NODE_RANK_LABEL, "0") or 0),
+        container=container,
+        status=container.status,
+        exit_code=exit_code,
+        oom_killed=bool(state.get("OOMKilled")),
+        gpus=tuple(g for g in labels.get(GPUS_LABEL, "").split(",") if g),
+    )
+
+
+def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
+    """Every run the engine has containers of (or just ``run_id``), newest first."""
+    import docker.errors
+
+    wanted = f"{RUN_ID_LABEL}={run_id}" if run_id else RUN_ID_LABEL
+    try:
+        containers = client.containers.list(all=True, filters={"label": wanted})
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot list runs: {exc.explanation or exc}") from None
+    by_run: dict[str, list[Any]] = {}
+    for container in containers:
+        if container.labels.get(ROLE_LABEL) == CONTROLLER_ROLE:
+            continue  # a Slurm controller is part of the run, not one of its nodes
+        by_run.setdefault(container.labels[RUN_ID_LABEL], []).append(container)
+    runs = []
+    for rid, members in by_run.items():
+        labels = dict(members[0].labels)
+        nodes = tuple(sorted((_node_info(c) for c in members), key=lambda n: n.node_rank))
+        runs.append(RunInfo(rid, labels.get(COMPOSE_PROJECT_LABEL, f"ddp-{rid}"), nodes, labels,
+                            launcher_alive(labels.get(LAUNCHER_LABEL, ""))))
+    return sorted(runs, key=lambda r: r.labels.get(CREATED_LABEL, ""), reverse=True)
+
+
+def find_run(client: Any, run_id: str) -> RunInfo:
+    """The run ``run_id``.
+
+    Raises:
+        UsageError: When the engine has no container of it.
+    """
+    found = list_runs(client, run_id)
+    if not found:
+        raise UsageError(f"no run {run_id} in the engine (see `python -m orchestrate ps`)")
+    return found[0]
+
+
+def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:
+    """GPU id -> the run holding it: the GPUs of every live node container."""
+    held: dict[str, str] = {}
+    for run in runs:
+        for node in run.nodes:
+            if node.status in LIVE_STATUSES:
+                for gpu in node.gpus:
+                    held[gpu] = run.run_id
+    return held
+
+
+def stop_run(run: RunInfo, timeout_s: int = 10) -> list[str]:
+    """Stop every live node (SIGTERM, then SIGKILL after ``timeout_s``); keep containers,
+    logs and state. Returns the nodes stopped."""
+    import docker.errors
+
+    stopped = []
+    for node in run.nodes:
+        if node.status in LIVE_STATUSES:
+            try:
+                if node.status == "paused":
+                    node.container.unpause()
+                node.container.stop(timeout=timeout_s)
+                stopped.append(node.name)
+            except docker.errors.APIError as exc:
+                raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
+    return stopped
+
+
+def remove_run(client: Any, run: RunInfo) -> list[str]:
+    """Remove the run's containers, network and volume (found by its Compose project label).
+
+    Returns:
+        What was removed, one line each.
+    """
+    import docker.errors
+
+    removed = []
+    label = {"label": f"{COMPOSE_PROJECT_LABEL}={run.project}"}
+    try:
+        for container in client.containers.list(all=True, filters=label):
+            container.remove(force=True)
+            removed.append(f"container {container.name}")
+        for network in client.networks.list(filters=label):
+            network.remove()
+            removed.append(f"network {network.name}")
+        for volume in client.volumes.list(filters=label):
+            volume.remove(force=True)
+            removed.append(f"volume {volume.name}")
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot remove run {run.run_id}: {exc.explanation or exc}") from None
+    return removed
+
+
+def age(created: Optional[datetime], now: Optional[datetime] = None) -> str:
+    """``42s``, ``5m``, ``3h``, ``2d`` since ``created`` (``-`` when unknown)."""
+    if created is None:
+        return "-"
+    now = now or datetime.now(timezone.utc)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=timezone.utc)
+    seconds = max(0, int((now - created).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def node_plans(run: RunInfo) -> tuple[NodePlan, ...]:
+    """The run's nodes as plans, from labels: names, node ranks, static global ranks, GPUs."""
+    nproc = run.nproc_per_node
+    plans = []
+    for node in run.nodes:
+        ranks = () if run.elastic else tuple(range(node.node_rank * nproc, (node.node_rank + 1) * nproc))
+        per = len(node.gpus) // nproc if node.gpus else 0
+        process_gpus = tuple(node.gpus[i * per:(i + 1) * per] for i in range(nproc))
+        plans.append(NodePlan(node.name, node.node_rank, ranks, node.gpus, process_gpus, (), {}))
+    return tuple(plans)
+
+

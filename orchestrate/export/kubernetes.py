@@ -1,0 +1,141 @@
+"""The same job for a real cluster (pure): an sbatch script, or Kubernetes manifests.
+
+Slurm: :func:`orchestrate.slurm.script.render_sbatch`, the script the simulated cluster runs,
+without the simulation's paths (its output file, torchrun's log directory).
+
+Kubernetes: core objects only, so that the job runs on any cluster without an operator:
+
+- a headless Service (``clusterIP: None``) named like the job, publishing pods before they are
+  ready, so that ``<job>-0.<service>`` resolves while the workers start;
+- an Indexed Job (``completionMode: Indexed``): pod ``i`` is node ``i``, its hostname
+  ``<job>-<i>``, its subdomain the Service; the node rank is the completion index.
+
+torchrun reads its options from ``PET_*`` variables, the contract Kubeflow's PyTorch runtime
+uses too: ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
+``PET_MASTER_PORT`` (and ``PET_RDZV_*`` for the elastic c10d rendezvous). Optionally a Kubeflow
+Trainer ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``) for clusters that run Kubeflow Trainer.
+"""
+from __future__ import annotations
+from orchestrate.export.options import CONTAINER_WORKDIR
+from orchestrate.export.options import ExportOptions
+from orchestrate.export.options import job_env
+
+from typing import Any
+
+from orchestrate.plan.layout import RDZV_PORT
+from orchestrate.plan.model import JobPlan
+
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+
+
+def _metadata(name: str, options: ExportOptions, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": options.name,
+                                                     "app.kubernetes.io/managed-by": "ddp-compose"}}
+    if options.namespace:
+        meta["namespace"] = options.namespace
+    meta.update(extra)
+    return meta
+
+
+def torchrun_env(plan: JobPlan, options: ExportOptions) -> list[dict[str, Any]]:
+    """torchrun's options as ``PET_*`` variables (Kubeflow's contract), the rank from the
+    completion index."""
+    cfg = plan.config
+    master = f"{options.name}-0.{options.name}"
+    env: list[dict[str, Any]] = [{"name": "PET_NPROC_PER_NODE", "value": str(cfg.nproc_per_node)}]
+    if cfg.elastic:
+        env += [
+            {"name": "PET_NNODES", "value": f"{cfg.min_nodes}:{cfg.max_nodes}"},
+            {"name": "PET_RDZV_BACKEND", "value": "c10d"},
+            {"name": "PET_RDZV_ENDPOINT", "value": f"{master}:{RDZV_PORT}"},
+            {"name": "PET_RDZV_ID", "value": options.name},
+            {"name": "PET_MAX_RESTARTS", "value": str(cfg.max_restarts)},
+        ]
+    else:
+        env += [
+            {"name": "PET_NNODES", "value": str(cfg.nodes)},
+            {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
+            {"name": "PET_MASTER_ADDR", "value": master},
+            {"name": "PET_MASTER_PORT", "value": str(plan.master_port)},
+        ]
+    return env + [{"name": k, "value": v} for k, v in sorted(job_env(plan).items())]
+
+
+def node_resources(plan: JobPlan) -> dict[str, Any]:
+    cfg = plan.config
+    limits: dict[str, Any] = {}
+    if cfg.gpus_per_node:
+        limits["nvidia.com/gpu"] = cfg.gpus_per_node
+    if cfg.cpus_per_node:
+        limits["cpu"] = f"{cfg.cpus_per_node:g}"
+    if cfg.memory_per_node:
+        limits["memory"] = f"{cfg.memory_per_node // 2**20}Mi"
+    return {"limits": limits, "requests": dict(limits)} if limits else {}
+
+
+def export_kubernetes(plan: JobPlan, options: ExportOptions) -> list[dict[str, Any]]:
+    """The headless Service and the Indexed Job (and a TrainJob where asked)."""
+    cfg = plan.config
+    name = options.name
+    ports = [{"name": "rendezvous", "port": RDZV_PORT if cfg.elastic else plan.master_port}]
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(name, options),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {"batch.kubernetes.io/job-name": name}, "ports": ports},
+    }
+    container: dict[str, Any] = {
+        "name": "node", "image": cfg.image, "workingDir": CONTAINER_WORKDIR,
+        "command": ["torchrun"], "args": list(cfg.target), "env": torchrun_env(plan, options),
+        "ports": [{"name": "rendezvous", "containerPort": ports[0]["port"]}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    resources = node_resources(plan)
+    if resources:
+        container["resources"] = resources
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(name, options),
+        "spec": {
+            "completionMode": "Indexed", "completions": cfg.nodes, "parallelism": cfg.nodes,
+            # One node failing fails the job, as a failed rank fails torchrun's static world.
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": name}},
+                "spec": {
+                    "subdomain": name, "restartPolicy": "Never",
+                    "containers": [container],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                },
+            },
+        },
+    }
+    objects = [service, job]
+    if options.trainjob:
+        objects.append(trainjob(plan, options, container))
+    return objects
+
+
+def trainjob(plan: JobPlan, options: ExportOptions, container: dict[str, Any]) -> dict[str, Any]:
+    """The same job as a Kubeflow Trainer ``TrainJob``: the runtime sets the ``PET_*``
+    variables and the network itself, so only the image, command and sizes go in."""
+    cfg = plan.config
+    trainer: dict[str, Any] = {
+        "image": cfg.image, "command": ["torchrun", *cfg.target], "numNodes": cfg.nodes,
+        "numProcPerNode": cfg.nproc_per_node,
+        "env": [{"name": k, "value": v} for k, v in sorted(job_env(plan).items())],
+    }
+    if container.get("resources"):
+        trainer["resourcesPerNode"] = container["resources"]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": _metadata(f"{options.name}-trainjob", options),
+        "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                "name": options.runtime},
+                 "trainer": trainer},
+    }
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """Objects as one multi-document YAML stream."""
+    import yaml
+
+    return "---\n".join(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False) for obj in objects)

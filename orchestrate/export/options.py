@@ -1,0 +1,73 @@
+"""What an export needs beyond the job: names, images, limits of the real cluster."""
+from __future__ import annotations
+from orchestrate.plan.model import JobPlan
+from typing import Optional
+from orchestrate.errors import UsageError
+from dataclasses import dataclass
+import re
+
+TARGETS = ("slurm", "kubernetes")
+
+
+# Where the job's code is inside the image on a cluster (the nodes mount --workdir there).
+CONTAINER_WORKDIR = "/workspace"
+
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+# Pod hostnames are <job>-<index>: the name leaves room for the index within 63 characters.
+MAX_JOB_NAME = 50
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What only a real cluster needs.
+
+    Attributes:
+        name: The job's name (Slurm job name; Kubernetes Job and Service name).
+        container_image: Slurm: run each task in this image (pyxis/enroot ``--container-image``).
+        container_mounts: Slurm: ``--container-mounts`` with ``container_image``.
+        time_limit: Slurm: ``#SBATCH --time``.
+        partition: Slurm: ``#SBATCH --partition``.
+        namespace: Kubernetes: the namespace of every object (None: the current one).
+        trainjob: Kubernetes: add a Kubeflow Trainer ``TrainJob`` for the same job.
+        runtime: Kubernetes: the ``ClusterTrainingRuntime`` the TrainJob refers to.
+    """
+
+    name: str = "ddp-job"
+    container_image: Optional[str] = None
+    container_mounts: Optional[str] = None
+    time_limit: Optional[str] = None
+    partition: Optional[str] = None
+    namespace: Optional[str] = None
+    trainjob: bool = False
+    runtime: str = "torch-distributed"
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.match(self.name) or len(self.name) > MAX_JOB_NAME:
+            raise UsageError(f"--name {self.name!r} must be lower-case letters, digits and '-', start with a"
+                             f" letter and be at most {MAX_JOB_NAME} characters (it names Kubernetes objects)")
+        if self.container_mounts and not self.container_image:
+            raise UsageError("--container-mounts needs --container-image")
+
+
+def default_job_name(target: tuple[str, ...]) -> str:
+    """``ddp-<script or module>``: ``-m app.train`` gives ddp-train, ``train.py`` ddp-train."""
+    if target[:1] == ("-m",) and len(target) > 1:
+        stem = target[1].rsplit(".", 1)[-1]
+    else:
+        stem = target[0].rsplit("/", 1)[-1].removesuffix(".py") if target else "job"
+    stem = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-") or "job"
+    return f"ddp-{stem}"[:MAX_JOB_NAME].rstrip("-")
+
+
+def job_env(plan: JobPlan) -> dict[str, str]:
+    """The variables a cluster job needs: the backend, the collective timeout, the user's;
+    none of the simulation's own (its shared volume, progress channel, interfaces)."""
+    cfg = plan.config
+    env = {"PYTHONUNBUFFERED": "1", "DDP_BACKEND": cfg.backend}
+    if cfg.collective_timeout_s is not None:
+        env["DDP_TIMEOUT"] = f"{cfg.collective_timeout_s:g}"
+    env.update(cfg.user_env)
+    return env

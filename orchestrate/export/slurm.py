@@ -1,0 +1,13 @@
+"""``export --to slurm``: the sbatch script for a real cluster (pure)."""
+from __future__ import annotations
+from orchestrate.slurm.script import BatchOptions
+from orchestrate.export.options import ExportOptions
+from orchestrate.plan.model import JobPlan
+from orchestrate.export.options import job_env
+from orchestrate.slurm.script import render_sbatch
+
+def export_slurm(plan: JobPlan, options: ExportOptions) -> str:
+    """The sbatch script for a real cluster."""
+    return render_sbatch(plan, BatchOptions(
+        job_name=options.name, env=job_env(plan), container_image=options.container_image,
+        container_mounts=options.container_mounts, time_limit=options.time_limit, partition=options.partition))

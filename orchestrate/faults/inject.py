@@ -1,0 +1,52 @@
+"""Doing a fault to a node's container, and probing a node that stopped answering."""
+from __future__ import annotations
+from typing import Any
+from orchestrate.faults.spec import FaultAction
+from typing import Optional
+import re
+
+def apply_fault(client: Any, container: Any, action: FaultAction, network: Any = None) -> None:
+    """Do ``action`` to a node's container."""
+    if action is FaultAction.KILL:
+        container.kill()
+    elif action is FaultAction.PAUSE:
+        container.pause()
+    elif action is FaultAction.DISCONNECT:
+        network.disconnect(container, force=True)
+    elif action is FaultAction.RESTART:
+        container.restart(timeout=0)
+
+
+# The kernel's OOM-kill counter of a container's memory cgroup (v1, then v2), read inside it.
+OOM_COUNTER_ARGV = ["sh", "-c", "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"]
+
+
+_OOM_KILL = re.compile(r"^oom_kill (\d+)$", re.M)
+
+
+def oom_kills(state: dict, counter_output: Optional[str]) -> int:
+    """How many processes the kernel OOM-killed in a node (pure).
+
+    Args:
+        state: The container's ``State`` (``OOMKilled`` is set once it has exited).
+        counter_output: What :data:`OOM_COUNTER_ARGV` printed in it, while it runs.
+    """
+    counted = sum(int(n) for n in _OOM_KILL.findall(counter_output or ""))
+    return max(counted, 1 if state.get("OOMKilled") else 0)
+
+
+def probe_node(container: Any, network_name: str) -> Optional[str]:
+    """Why a node cannot answer its peers (paused, not running, off the network), or None."""
+    try:
+        container.reload()
+    except Exception as exc:  # removed, or the engine cannot say
+        return f"its container is gone ({str(exc).splitlines()[0][:80]})"
+    state = container.attrs.get("State", {})
+    if state.get("Paused") or container.status == "paused":
+        return "its container is paused (hung)"
+    if not state.get("Running", container.status == "running"):
+        return f"its container is {container.status}"
+    networks = container.attrs.get("NetworkSettings", {}).get("Networks", {}) or {}
+    if not any(name == network_name or name.endswith("_" + network_name) for name in networks):
+        return f"it is cut off from the {network_name} network"
+    return None

@@ -1,0 +1,24 @@
+"""A run's directory on the host: created before bring-up, with the plan (``run.json``)."""
+from __future__ import annotations
+from orchestrate.plan.model import JobPlan
+from orchestrate.plan.layout import PROGRESS_SUBDIR
+from pathlib import Path
+import json
+from orchestrate.supervise.progress import write_triggers
+
+def prepare_run_dir(plan: JobPlan) -> Path:
+    """Create the run's directory: Compose file, plan, fault triggers, progress directory."""
+    run_dir = plan.run_dir
+    run_dir.mkdir(parents=True, exist_ok=False)
+    (run_dir / PROGRESS_SUBDIR).mkdir()
+    for node in plan.nodes:
+        (run_dir / node.name).mkdir()
+    write_triggers(run_dir / PROGRESS_SUBDIR, [f.at_step for f in plan.config.faults if f.at_step is not None])
+    (run_dir / "run.json").write_text(json.dumps({
+        "run_id": plan.run_id, "command": plan.command_line, "created": plan.created, "image": plan.image,
+        "backend": plan.backend, "world_size": plan.world_size, "detached": plan.detached,
+        "faults": [str(f) for f in plan.config.faults],
+        "nodes": [{"name": n.name, "node_rank": n.node_rank, "global_ranks": list(n.global_ranks),
+                   "gpus": list(n.gpu_ids), "torchrun": list(n.torchrun_argv)} for n in plan.nodes],
+    }, indent=2) + "\n")
+    return run_dir

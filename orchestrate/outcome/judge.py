@@ -1,0 +1,91 @@
+"""Judging a run (pure): which failure explains it, and a crash at exit told apart."""
+from __future__ import annotations
+from orchestrate.outcome.model import Failure
+from orchestrate.outcome.model import JobOutcome
+from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.model import NodeResult
+from typing import Optional
+from orchestrate.outcome.root_cause import is_collateral
+import signal
+
+def find_failure(results: list[NodeResult]) -> Optional[Failure]:
+    """Choose the failure that explains a run.
+
+    1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
+       was injected into explains the failures of the others, which only waited for it or
+       saw its connections close.
+    2. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
+       stopped); a failure that is not a consequence of another (a peer's closed
+       connection, a SIGTERM from torchrun) wins over one that is.
+    3. Then the earliest failure by the workers' error files, then the node that ended first.
+
+    Returns:
+        The failure, or None when no node failed.
+    """
+    for result in results:
+        if result.oom_kills:
+            cause = result.root_cause
+            rank = f" (rank {cause.rank} killed)" if cause and cause.exit_code == -9 else ""
+            return Failure(result.node.name, cause.rank if cause else None, result.exit_code, "",
+                           tuple(result.last_lines), traceback="",
+                           reason=f"OOM-killed: the kernel killed {result.oom_kills} process(es) at the"
+                                  f" node's memory limit{rank}; raise --memory-per-node or use less memory")
+    for result in results:
+        if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED):
+            reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
+            if result.fault:
+                reason += f" (injected fault {result.fault})"
+            return Failure(result.node.name, None, result.exit_code, "", tuple(result.last_lines),
+                           reason=reason)
+    failed = [r for r in results if r.state is NodePhase.FAILED]
+    if not failed:
+        return None
+
+    def order(result: NodeResult) -> tuple:
+        cause = result.root_cause
+        collateral = cause is not None and is_collateral(cause, result.last_lines)
+        stamp = cause.timestamp if cause and cause.timestamp is not None else float("inf")
+        return (collateral, stamp, result.ended_at)
+
+    first = min(failed, key=order)
+    cause = first.root_cause
+    return Failure(
+        node=first.node.name,
+        rank=cause.rank if cause else None,
+        exit_code=(cause.exit_code if cause and cause.exit_code is not None else first.exit_code),
+        exception=cause.exception if cause else "",
+        last_lines=tuple(first.last_lines),
+        traceback=cause.traceback if cause else "",
+    )
+
+
+def died_at_exit(outcome: "JobOutcome") -> Optional[str]:
+    """Explain a worker that died by a signal after its peers finished, or return None.
+
+    Every other node exited 0 and the failing rank died by a signal with no Python error: the
+    job's work was done, and the process crashed on its way out. SIGABRT there is the known
+    gloo crash at interpreter exit of torch 2.10 and later.
+    """
+    failure = outcome.failure
+    if failure is None or failure.reason or failure.exit_code is None or failure.exit_code >= 0:
+        return None
+    others = [r for r in outcome.results if r.node.name != failure.node]
+    if not others or any(r.state is not NodePhase.SUCCEEDED for r in others):
+        return None
+    try:
+        name = signal.Signals(-failure.exit_code).name
+    except ValueError:
+        name = f"signal {-failure.exit_code}"
+    rank = f" rank {failure.rank}" if failure.rank is not None else ""
+    lines = [f"{failure.node}{rank} died by {name} after its peers finished: the job's work was done,"
+             " and the worker process crashed while exiting."]
+    if name == "SIGABRT":
+        torch = f" (this image has torch {outcome.image_torch})" if outcome.image_torch else ""
+        lines.append("  cause: gloo's worker threads release tensors during Python's interpreter shutdown"
+                     f" and abort (\"terminate called without an active exception\"); torch 2.10 to 2.15"
+                     f" do this{torch}.")
+        lines.append("  remedy: run on the default node image (torch 2.9.1, measured sound), or free"
+                     " the DDP model (del model; gc.collect()) before destroy_process_group().")
+    else:
+        lines.append("  look for native extensions or atexit handlers that outlive destroy_process_group().")
+    return "\n".join(lines)

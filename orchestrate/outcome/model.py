@@ -1,0 +1,161 @@
+"""How a run ended, as data: every node's result, the recoveries, the timings, and the run's result."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from orchestrate.outcome.root_cause import RootCause
+from orchestrate.plan.model import NodePlan
+from orchestrate.outcome.states import NodePhase
+
+
+@dataclass
+class NodeResult:
+    """The end of one node's torchrun.
+
+    Attributes:
+        node: The node's plan.
+        state: Where it is; a final phase once it ended (CREATED: never started).
+        exit_code: torchrun's exit status, the container's (None while it runs).
+        wall_s: Seconds from its launch to its end.
+        ended_at: Monotonic time it ended (orders failures).
+        root_cause: What torchrun reported as its first failure (with its error file).
+        last_lines: The last output lines of the failing worker (or of the node).
+        fault: The fault injected into this node, if any.
+        unresponsive: Why the node could not answer its peers when the job failed, if so.
+        oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
+        oom_reported: Whether the OOM kill was announced already.
+        killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
+    """
+
+    node: NodePlan
+    state: NodePhase = NodePhase.CREATED
+    exit_code: Optional[int] = None
+    wall_s: float = 0.0
+    ended_at: float = 0.0
+    root_cause: Optional[RootCause] = None
+    last_lines: list[str] = field(default_factory=list)
+    fault: str = ""
+    unresponsive: str = ""
+    oom_kills: int = 0
+    oom_reported: bool = False
+    killed_by_launcher: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The failure a run is reported for: the earliest one that was not a consequence."""
+
+    node: str
+    rank: Optional[int]
+    exit_code: Optional[int]
+    exception: str
+    last_lines: tuple[str, ...]
+    traceback: str = ""
+    reason: str = ""
+
+    def describe(self) -> str:
+        """One line naming the node, the rank, the exit code and the exception (or why it hung)."""
+        if self.reason:
+            return f"{self.node} {self.reason}"
+        rank = f" rank {self.rank}" if self.rank is not None else ""
+        what = f": {self.exception}" if self.exception else ""
+        return f"{self.node}{rank} failed (exit code {self.exit_code}){what}"
+
+
+@dataclass
+class Recovery:
+    """One node that died and rejoined an elastic job.
+
+    Attributes:
+        node: The node.
+        cause: What happened to it (the injected fault, or its exit).
+        failed_at: Monotonic time the failure was detected.
+        step_before: The highest training step the workers reported before the failure (as
+            exact as their progress lines are frequent).
+        resumed_from: The step the workers resumed from (from "resumed from ... step N").
+        resumed_at: Monotonic time of the first training step after the resume.
+    """
+
+    node: str
+    cause: str
+    failed_at: float
+    step_before: Optional[int] = None
+    resumed_from: Optional[int] = None
+    resumed_at: Optional[float] = None
+
+    @property
+    def recovery_s(self) -> Optional[float]:
+        return None if self.resumed_at is None else self.resumed_at - self.failed_at
+
+    @property
+    def steps_lost(self) -> Optional[int]:
+        if self.step_before is None or self.resumed_from is None:
+            return None
+        return max(0, self.step_before - self.resumed_from)
+
+    def describe(self) -> str:
+        took = "-" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
+        lost = "-" if self.steps_lost is None else str(self.steps_lost)
+        return (f"{self.node} rejoined after {self.cause}: recovery (failure detected to first step"
+                f" after resume) {took}; steps lost {lost} (last step {self.step_before},"
+                f" resumed from {self.resumed_from})")
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each phase of a run."""
+
+    bring_up_s: Optional[float] = None
+    rendezvous_s: Optional[float] = None
+    job_s: float = 0.0
+    teardown_s: Optional[float] = None
+    recoveries: list[Recovery] = field(default_factory=list)
+
+
+@dataclass
+class JobOutcome:
+    """The result of a whole run."""
+
+    run_id: str
+    run_dir: Path
+    results: list[NodeResult]
+    timings: Timings
+    interrupted: bool = False
+    signal_number: int = 2
+    error: str = ""
+    error_exit_code: int = 2
+    teardown_error: str = ""
+    image_torch: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """True only when every node's torchrun exited 0."""
+        return (
+            not self.interrupted
+            and not self.error
+            and bool(self.results)
+            and all(r.state is NodePhase.SUCCEEDED for r in self.results)
+        )
+
+    def exit_code(self, interrupt_code: int = 130) -> int:
+        """The CLI's exit code: 0 success, 1 the job failed, 2 the environment failed it (a
+        bring-up or engine error, or a teardown that left something behind),
+        ``interrupt_code`` when stopped by a signal."""
+        if self.interrupted:
+            return interrupt_code
+        if self.error:
+            return self.error_exit_code
+        if not self.succeeded:
+            return 1
+        return 2 if self.teardown_error else 0
+
+    @property
+    def failure(self) -> Optional[Failure]:
+        """The failure to report, chosen by :func:`~orchestrate.outcome.judge.find_failure`."""
+        from orchestrate.outcome.judge import find_failure  # judging needs this model: imported when judged
+
+        return find_failure(self.results)
+
+

@@ -1,0 +1,45 @@
+"""How a run ended, on disk: ``runs/<id>/outcome.json``, one schema for every scheduler."""
+from __future__ import annotations
+from orchestrate.outcome.model import JobOutcome
+from orchestrate.outcome.states import NodePhase
+import json
+import logging
+
+log = logging.getLogger(__name__)
+
+def outcome_record(outcome: JobOutcome) -> dict:
+    """The outcome as JSON-ready data (``runs/<id>/outcome.json``): for reports and benchmarks."""
+    t = outcome.timings
+    failure = outcome.failure
+    return {
+        "run_id": outcome.run_id,
+        "succeeded": outcome.succeeded,
+        "exit_code": outcome.exit_code(128 + outcome.signal_number),
+        "interrupted": outcome.interrupted,
+        "error": outcome.error,
+        "teardown_error": outcome.teardown_error,
+        "image_torch": outcome.image_torch,
+        "timings": {"bring_up_s": t.bring_up_s, "rendezvous_s": t.rendezvous_s, "job_s": t.job_s,
+                    "teardown_s": t.teardown_s},
+        "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
+                        "step_before": r.step_before, "resumed_from": r.resumed_from} for r in t.recoveries],
+        "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
+                   "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,
+                   "oom_kills": r.oom_kills} for r in outcome.results],
+        "failure": None if failure is None else {
+            "node": failure.node, "rank": failure.rank, "exit_code": failure.exit_code,
+            "exception": failure.exception, "reason": failure.reason, "describe": failure.describe(),
+            "traceback": failure.traceback, "last_lines": list(failure.last_lines),
+            "then": [{"node": r.node.name, "rank": r.root_cause.rank, "exception": r.root_cause.exception}
+                     for r in outcome.results if r.state is NodePhase.FAILED and r.node.name != failure.node
+                     and r.root_cause],
+        },
+    }
+
+
+def write_outcome(outcome: JobOutcome) -> None:
+    """Record how the run ended in its directory (``outcome.json``)."""
+    try:
+        (outcome.run_dir / "outcome.json").write_text(json.dumps(outcome_record(outcome), indent=2) + "\n")
+    except OSError as exc:  # the run directory went away: the summary on screen still says it all
+        log.debug("outcome.json: %s", exc)

@@ -1,0 +1,118 @@
+"""Why a node failed: torchrun's failure report and its workers' structured error files."""
+from __future__ import annotations
+from typing import Optional
+from pathlib import Path
+from orchestrate.plan.layout import RUN_DIR_MOUNT
+from dataclasses import dataclass
+import json
+import re
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
+
+
+_RANK_FIELD = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)")
+
+
+_EXIT_FIELD = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
+
+
+_ERROR_FILE_FIELD = re.compile(r"^\s*error_file\s*:\s*(?P<path>/\S+)")
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
+
+
+# Failures that are consequences of another rank dying, not causes.
+_COLLATERAL_MARKERS = (
+    "Connection closed by peer",
+    "remote worker crashing",
+    "Connection reset by peer",
+    "SIGTERM",
+    "SIGKILL",
+)
+
+
+@dataclass
+class RootCause:
+    """torchrun's "first observed failure" of one node."""
+
+    rank: int
+    local_rank: int
+    exit_code: Optional[int] = None
+    exception: str = ""
+    error_file: str = ""
+    traceback: str = ""
+    timestamp: Optional[float] = None
+
+    def add_error_file(self, text: str) -> None:
+        """Take message, traceback and time from the worker's structured error file (JSON)."""
+        try:
+            message = json.loads(text)["message"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if isinstance(message, dict):
+            self.exception = str(message.get("message") or self.exception)
+            extra = message.get("extraInfo") or {}
+            self.traceback = str(extra.get("py_callstack") or "")
+            try:
+                self.timestamp = float(extra.get("timestamp"))
+            except (TypeError, ValueError):
+                pass
+        elif isinstance(message, str):
+            self.exception = message
+
+
+def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
+    """Whether a failure looks like a consequence of another rank failing.
+
+    A worker killed by a signal, or one whose error is a peer's closed connection, failed
+    because some other rank went first.
+    """
+    if cause.exit_code is not None and cause.exit_code < 0:
+        return True
+    text = "\n".join([cause.exception, *last_lines[-5:]])
+    return any(marker in text for marker in _COLLATERAL_MARKERS)
+
+
+def parse_root_cause(lines: list[str]) -> Optional[RootCause]:
+    """Find the root cause in torchrun's ChildFailedError report, if the output has one."""
+    start = next((i for i, ln in enumerate(lines) if _ROOT_CAUSE.search(ln)), None)
+    if start is None:
+        return None
+    cause: Optional[RootCause] = None
+    for line in lines[start + 1:]:
+        if line.startswith("====="):
+            break
+        if cause is None:
+            match = _RANK_FIELD.match(line)
+            if match:
+                cause = RootCause(int(match.group("rank")), int(match.group("local_rank")))
+            continue
+        file_match = _ERROR_FILE_FIELD.match(line)
+        if file_match and not cause.error_file:
+            cause.error_file = file_match.group("path")
+            continue
+        exit_match = _EXIT_FIELD.match(line)
+        if exit_match and cause.exit_code is None:
+            cause.exit_code = int(exit_match.group("code"))
+            if "(SIG" in line:
+                cause.exception = line.split("(", 2)[-1].rstrip(") ").strip()
+            continue
+        exc_match = _EXCEPTION_LINE.match(line)
+        if exc_match and not line.lstrip().startswith("File "):
+            cause.exception = exc_match.group("exc").strip()
+    return cause
+
+
+def error_file_on_host(run_dir: Path, container_path: str) -> Path:
+    """Where a file the node wrote under the run mount lies on the host."""
+    return run_dir / Path(container_path).relative_to(RUN_DIR_MOUNT)
+
+
+def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:
+    """torchrun's structured error files of a node's last attempt: local rank -> file."""
+    attempts = sorted((run_dir / node / "torchrun").glob("*/attempt_*"),
+                      key=lambda p: (p.stat().st_mtime, p.name))
+    if not attempts:
+        return {}
+    return {int(p.parent.name): p for p in attempts[-1].glob("*/error.json") if p.parent.name.isdigit()}

@@ -1,0 +1,51 @@
+"""Where things are inside a node: the paths, ports and names every node of every run shares."""
+from __future__ import annotations
+
+WORKSPACE_DIR = "/workspace"
+
+
+PROJECT_MOUNT_DIR = "/opt/ddp-compose"
+
+
+SHARED_DIR = "/shared"
+
+
+# The run's directory on the host (logs, torchrun's error files, progress, the launcher's
+# heartbeat), mounted in every node.
+RUN_DIR_MOUNT = "/ddp-run"
+
+
+NODE_MAIN = f"{PROJECT_MOUNT_DIR}/orchestrate/node/main.py"
+
+
+HEARTBEAT_FILE = "heartbeat"
+
+
+PROGRESS_SUBDIR = "progress"
+
+
+# A node stops itself when the foreground launcher's heartbeat is this old: with the poll and
+# the stop grace, its containers end within LEASE_TIMEOUT_S + 7 s of the launcher's death.
+LEASE_TIMEOUT_S = 30
+
+
+# torchrun prefixes every worker line with its global and local rank: "[3|1]:text".
+LOG_LINE_PREFIX_TEMPLATE = "[${rank}|${local_rank}]:"
+
+
+# Each node sits on one project network, so its only interface besides lo is eth0.
+NODE_INTERFACE = "eth0"
+
+
+# The elastic rendezvous store (torchrun's c10d backend) listens here on node0.
+RDZV_PORT = 29400
+
+
+NETWORK = "ddp"
+
+
+SHARED_VOLUME = "shared"
+
+
+# Enough for DataLoader workers and NCCL's shared-memory transport; Docker's default is 64 MB.
+SHM_SIZE = "2gb"

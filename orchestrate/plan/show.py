@@ -1,0 +1,56 @@
+"""The plan as --dry-run prints it."""
+from __future__ import annotations
+from orchestrate.plan.model import JobPlan
+from orchestrate.plan.layout import RDZV_PORT
+from orchestrate.plan.layout import WORKSPACE_DIR
+from orchestrate.config.run_config import format_bytes
+from orchestrate.text import format_table
+import shlex
+from orchestrate.config.user_env import shown_value
+
+def format_plan(plan: JobPlan) -> str:
+    """Render the plan as the readable table ``--dry-run`` prints."""
+    cfg = plan.config
+    lines = [
+        f"run {plan.run_id}  (compose project {plan.project_name})",
+        f"image {plan.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
+        f"nodes N={cfg.nodes}  GPUs per node G={cfg.gpus_per_node}  local world size"
+        f" L={cfg.nproc_per_node}  world size W={plan.world_size}"
+        f"  master {plan.master_addr}:{plan.master_port}",
+        "",
+    ]
+    header = ("node", "node rank", "local rank", "global rank", "GPUs (host ids)")
+    if cfg.elastic:
+        lines.insert(3, f"elastic: c10d rendezvous on {plan.master_addr}:{RDZV_PORT}, nodes"
+                        f" {cfg.min_nodes}:{cfg.max_nodes}, max restarts {cfg.max_restarts};"
+                        " node and global ranks are decided by the rendezvous")
+    rows = [
+        (
+            n.name,
+            "by rendezvous" if cfg.elastic else str(n.node_rank),
+            str(local),
+            str(n.global_ranks[local]) if n.global_ranks else "by rendezvous",
+            ",".join(n.process_gpus[local]) or "- (CPU)",
+        )
+        for n in plan.nodes
+        for local in range(cfg.nproc_per_node)
+    ]
+    lines += format_table(header, rows)
+    lines.append("")
+    for n in plan.nodes:
+        lines.append(f"{n.name}$ {shlex.join(n.torchrun_argv)}")
+    env = plan.nodes[0].env if plan.nodes else {}
+    lines.append("env: " + " ".join(f"{k}={shown_value(k, v)}" for k, v in sorted(env.items())))
+    sizes = [f"{cfg.cpus_per_node:g} CPUs" if cfg.cpus_per_node else "",
+             f"{format_bytes(cfg.memory_per_node)} memory" if cfg.memory_per_node else ""]
+    lines.append(f"each node: {', '.join(s for s in sizes if s) or 'no CPU or memory limit'};"
+                 f" runs as {'uid:gid ' + cfg.run_as if cfg.run_as else 'the image user'};"
+                 f" link {cfg.link or 'as the bridge gives it'}")
+    if cfg.requirements or cfg.dockerfile:
+        extra = [f"pip install -r {cfg.requirements}" if cfg.requirements else "",
+                 f"{cfg.dockerfile}" if cfg.dockerfile else ""]
+        lines.append(f"derived image: {cfg.image} + {' + '.join(e for e in extra if e)}"
+                     " (built at run time, tagged by a digest of its inputs)")
+    if cfg.faults:
+        lines.append("faults: " + " ".join(str(f) for f in cfg.faults))
+    return "\n".join(lines)

@@ -1,0 +1,250 @@
+"""A run's report as data (pure): lanes, phases, markers and series from its recorded files."""
+from __future__ import annotations
+from typing import Any
+from typing import Optional
+from orchestrate.plan.layout import PROGRESS_SUBDIR
+from pathlib import Path
+from orchestrate.supervise.progress import ProgressReader
+from dataclasses import dataclass
+from dataclasses import field
+import json
+from orchestrate.outcome.events import read_events
+
+@dataclass
+class Phase:
+    """A stretch of one lane: ``name`` from ``start`` to ``end`` (seconds since the run began)."""
+
+    name: str
+    start: float
+    end: float
+    detail: str = ""
+
+
+@dataclass
+class Marker:
+    """A moment on one lane (``lane`` None: every node's)."""
+
+    kind: str
+    time: float
+    lane: Optional[str]
+    label: str
+
+
+@dataclass
+class Lane:
+    """A node, or one of its ranks (``rank`` set)."""
+
+    name: str
+    node: str
+    rank: Optional[int] = None
+    phases: list[Phase] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return self.node if self.rank is None else f"{self.node}-rank{self.rank}"
+
+
+@dataclass
+class ReportModel:
+    """Everything the page shows."""
+
+    run_id: str
+    command: str = ""
+    image: str = ""
+    torch: str = ""
+    outcome: str = "running"
+    succeeded: Optional[bool] = None
+    exit_code: Optional[int] = None
+    plan_rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+    lanes: list[Lane] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    progress: dict[int, list[tuple[float, int, Optional[float]]]] = field(default_factory=dict)
+    end: float = 0.0
+    failure: Optional[dict] = None
+    recoveries: list[dict] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    bench: Optional[dict] = None
+    bench_png: Optional[bytes] = None
+    events: list[tuple[float, str, str, str]] = field(default_factory=list)
+
+    def lane(self, key: str) -> Lane:
+        return next(lane for lane in self.lanes if lane.key == key)
+
+
+def _load_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    """The run's records, as :func:`build_model` takes them."""
+    png = run_dir / "bench.png"
+    return {
+        "run_id": run_dir.name,
+        "run": _load_json(run_dir / "run.json") or {},
+        "outcome": _load_json(run_dir / "outcome.json"),
+        "events": read_events(run_dir),
+        "progress": ProgressReader(run_dir / PROGRESS_SUBDIR).poll(),
+        "bench": _load_json(run_dir / "bench.json"),
+        "bench_png": png.read_bytes() if png.is_file() else None,
+        "logs": sorted(p.name for p in run_dir.glob("*.log")),
+    }
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:.1f} s"
+
+
+class _LaneBuilder:
+    """Phases of every node lane from the events, in order."""
+
+    def __init__(self, model: ReportModel, t0: float) -> None:
+        self.model, self.t0 = model, t0
+        self.open: dict[str, tuple[str, float]] = {}
+
+    def at(self, event: dict) -> float:
+        return event["time"] - self.t0
+
+    def begin(self, node: str, phase: str, when: float) -> None:
+        self.close(node, when)
+        self.open[node] = (phase, when)
+
+    def close(self, node: str, when: float, detail: str = "") -> None:
+        if node in self.open:
+            phase, start = self.open.pop(node)
+            self.model.lane(node).phases.append(Phase(phase, start, max(start, when), detail))
+
+    def mark(self, kind: str, when: float, lane: Optional[str], label: str) -> None:
+        self.model.markers.append(Marker(kind, when, lane, label))
+
+
+def build_model(records: dict[str, Any]) -> ReportModel:
+    """Lanes, phases, markers and series from a run's records (pure)."""
+    run, outcome, events = records.get("run") or {}, records.get("outcome"), records.get("events") or []
+    progress = records.get("progress") or []
+    model = ReportModel(run_id=run.get("run_id") or records.get("run_id", ""), command=run.get("command", ""),
+                        image=run.get("image", ""), logs=list(records.get("logs") or []),
+                        bench=records.get("bench"), bench_png=records.get("bench_png"))
+    nodes = run.get("nodes") or []
+    for node in nodes:
+        ranks = node.get("global_ranks") or []
+        model.plan_rows.append((node["name"], str(node.get("node_rank", "")),
+                                ",".join(map(str, ranks)) or "elastic", ",".join(node.get("gpus") or []) or "-"))
+    times = [e["time"] for e in events] + [r.time for r in progress]
+    t0 = min(times) if times else 0.0
+    node_names = [n["name"] for n in nodes] or sorted({e["node"] for e in events if e.get("node")})
+    ranks_of: dict[str, list[int]] = {n["name"]: list(n.get("global_ranks") or []) for n in nodes}
+    for event in events:  # elastic runs learn their ranks as they start
+        if event["event"] == "rank-started" and event.get("rank") not in ranks_of.setdefault(event["node"], []):
+            ranks_of[event["node"]].append(event["rank"])
+    for name in node_names:
+        model.lanes.append(Lane(name, name))
+        for rank in sorted(ranks_of.get(name, [])):
+            model.lanes.append(Lane(f"rank {rank}", name, rank))
+
+    lanes = _LaneBuilder(model, t0)
+    rank_first: dict[int, float] = {}
+    for event in events:
+        kind, when, node = event["event"], lanes.at(event), event.get("node")
+        model.events.append((when, node or "-", kind, _describe(event)))
+        if kind == "bring-up":
+            for name in node_names:
+                lanes.begin(name, "bring-up", when)
+        elif kind == "nodes-up":
+            for name in node_names:
+                lanes.begin(name, "rendezvous", when)
+        elif kind == "node-running" and node in node_names:
+            lanes.begin(node, "running", when)
+        elif kind == "rank-started":
+            rank_first.setdefault(event["rank"], when)
+        elif kind == "fault":
+            lanes.mark("fault", when, node, f"fault injected: {event.get('spec')} at {_fmt(when)}"
+                       + (f", step {event['step']}" if event.get("step") is not None else ""))
+            if event.get("action") == "pause" and node in lanes.open:
+                lanes.begin(node, "hung", when)
+        elif kind == "node-unresponsive":
+            lanes.mark("detected", when, node, f"{node} detected at {_fmt(when)}: {event.get('reason', '')}")
+        elif kind == "oom":
+            lanes.mark("oom", when, node, f"{node} OOM-killed at {_fmt(when)}")
+        elif kind == "node-killed":
+            lanes.mark("killed", when, node, f"{node} killed by the launcher at {_fmt(when)}")
+        elif kind == "node-exited" and node in node_names:
+            code = event.get("exit_code")
+            lanes.close(node, when, f"exit code {code}")
+            lanes.mark("exit", when, node, f"{node} exited at {_fmt(when)} with {_exit_words(code)}")
+        elif kind == "node-failed":
+            rank = event.get("rank")
+            label = f"{node} failed at {_fmt(when)}" + (f" (rank {rank})" if rank is not None else "")
+            lanes.mark("failed", when, f"{node}-rank{rank}" if rank is not None else node, label)
+        elif kind == "restart":
+            lanes.mark("restart", when, None, f"elastic restart at {_fmt(when)}: {node} died ({event.get('cause')}),"
+                                              f" at step {event.get('step')}; every node restarts")
+            for name in node_names:
+                lanes.begin(name, "restarting", when)
+        elif kind == "resumed":
+            lanes.mark("resumed", when, None, f"resumed at step {event.get('step')} at {_fmt(when)}: recovery"
+                                              f" {event.get('recovery_s', 0):.1f} s, {event.get('steps_lost')} steps lost")
+        elif kind == "run-ended":
+            model.exit_code = event.get("exit_code")
+    end_times = [when for when, *_ in model.events] + [r.time - t0 for r in progress]
+    model.end = max(end_times, default=0.0)
+    for name in list(lanes.open):
+        lanes.close(name, model.end, "still open at the last record")
+
+    for record in progress:
+        if record.step is not None:
+            model.progress.setdefault(record.rank, []).append((record.time - t0, record.step, record.metrics.get("loss")))
+    for series in model.progress.values():
+        series.sort()
+    for lane in model.lanes:  # a rank lives its node's phases from its first line on
+        if lane.rank is None:
+            continue
+        seen = [t for t, *_ in model.progress.get(lane.rank, [])]
+        start = rank_first.get(lane.rank, min(seen, default=None))
+        if start is None:
+            continue
+        for phase in model.lane(lane.node).phases:
+            if phase.end > start and phase.name not in ("bring-up",):
+                name = "running" if phase.name == "rendezvous" and phase.start <= start else phase.name
+                lane.phases.append(Phase(name, max(phase.start, start), phase.end,
+                                         f"{len(seen)} steps reported in all" if name == "running" else phase.detail))
+
+    if outcome:
+        model.succeeded = outcome.get("succeeded")
+        model.exit_code = outcome.get("exit_code", model.exit_code)
+        model.torch = outcome.get("image_torch", "")
+        model.failure = outcome.get("failure")
+        model.recoveries = outcome.get("recoveries") or []
+        if outcome.get("interrupted"):
+            model.outcome = f"INTERRUPTED (exit code {model.exit_code})"
+        elif outcome.get("error"):
+            model.outcome = f"FAILED (exit code {model.exit_code}): {outcome['error']}"
+        elif model.succeeded:
+            model.outcome = "SUCCEEDED"
+        elif model.failure:
+            model.outcome = f"FAILED (exit code {model.exit_code}): {model.failure.get('describe', '')}"
+        else:
+            model.outcome = f"FAILED (exit code {model.exit_code})"
+        if outcome.get("teardown_error"):
+            model.outcome += f"; TEARDOWN FAILED: {outcome['teardown_error']}"
+    return model
+
+
+def _exit_words(code: Any) -> str:
+    if code is None:
+        return "no exit code"
+    if isinstance(code, int) and code > 128:
+        import signal
+
+        try:
+            return f"exit code {code} ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
+def _describe(event: dict) -> str:
+    skip = {"time", "event", "node"}
+    return ", ".join(f"{k} {v}" for k, v in event.items() if k not in skip and v not in (None, "", []))

@@ -1,0 +1,298 @@
+"""A run's report page, ``runs/<id>/report.html``: its story in time, from its recorded files.
+
+Built from what the run directory holds, never by re-parsing printed text:
+
+- ``run.json`` (the plan: command line, nodes, ranks, GPUs, image), ``outcome.json`` (how it
+  ended: root cause, traceback, failures it caused, recoveries), ``events.jsonl`` (see
+  :mod:`orchestrate.outcome.events`), the progress channel (``progress/rank<R>.jsonl``: steps and
+  loss per rank), and for a ``bench`` run ``bench.json`` and ``bench.png``.
+
+Two steps, as everywhere here: :func:`build_model` (pure) turns those records into lanes,
+phases, markers and series; :func:`render_html` draws them. The charts are drawn with
+matplotlib (already the benchmarks' plotting library) as inline SVG: no JavaScript, nothing
+loaded from the network, so the page opens offline and can be attached to a bug report;
+SVG elements keep the ids given to matplotlib artists (``lane-node0``, ``marker-fault-0``),
+and each phase and marker gets an SVG ``<title>``, the browser's hover text, with its exact
+times.
+"""
+from __future__ import annotations
+from orchestrate.report.model import ReportModel
+from orchestrate.report.model import _fmt
+from orchestrate.report.model import build_model
+from orchestrate.report.model import load_run
+
+import base64
+import glob
+import html
+import io
+import logging
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrate.outcome.events import record_event
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "report.html"
+PHASE_COLOURS = {"bring-up": "#9ecae1", "rendezvous": "#fdd0a2", "running": "#74c476", "restarting": "#fdae6b",
+                 "hung": "#d9d9d9"}
+MARKER_STYLES = {  # kind: (matplotlib marker, colour, what it is)
+    "fault": ("v", "#d62728", "fault injected"),
+    "detected": ("X", "#9467bd", "detected"),
+    "killed": ("x", "#000000", "killed by the launcher"),
+    "exit": ("o", "#636363", "exited"),
+    "failed": ("s", "#d62728", "failed"),
+    "restart": ("D", "#ff7f0e", "elastic restart"),
+    "resumed": ("^", "#2ca02c", "resumed"),
+    "oom": ("P", "#8c564b", "OOM kill"),
+}
+SVG_NS = "http://www.w3.org/2000/svg"
+
+
+# The model (pure) ----------------------------------------------------------------------------
+
+
+# Rendering -----------------------------------------------------------------------------------
+
+def _pyplot() -> Any:
+    from orchestrate.report.drawing import _pyplot as pyplot
+
+    plt = pyplot()
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable
+    plt.rcParams["svg.hashsalt"] = "ddp-compose"  # the same run draws the same page
+    return plt
+
+
+def _svg(fig: Any, titles: dict[str, str], data_times: dict[str, float]) -> str:
+    """The figure as inline SVG, with a ``<title>`` (hover text) and ``data-time`` on each
+    element whose gid has one."""
+    plt = _pyplot()
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    ElementTree.register_namespace("", SVG_NS)
+    ElementTree.register_namespace("xlink", "http://www.w3.org/1999/xlink")
+    root = ElementTree.fromstring(buffer.getvalue().encode("utf-8"))
+    for element in root.iter():
+        gid = element.get("id")
+        if gid in titles:
+            title = ElementTree.Element(f"{{{SVG_NS}}}title")
+            title.text = titles[gid]
+            element.insert(0, title)
+        if gid in data_times:
+            element.set("data-time", f"{data_times[gid]:.3f}")
+    return ElementTree.tostring(root, encoding="unicode")
+
+
+def timeline_svg(model: ReportModel) -> str:
+    """One lane per node and a sub-lane per rank: phases as bars, moments as markers."""
+    plt = _pyplot()
+    rows = len(model.lanes)
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.42 * max(rows, 1)))
+    titles: dict[str, str] = {}
+    times: dict[str, float] = {}
+    y_of = {lane.key: rows - 1 - i for i, lane in enumerate(model.lanes)}
+    for lane in model.lanes:
+        y = y_of[lane.key]
+        node_lane = lane.rank is None
+        band = ax.axhspan(y - 0.5, y + 0.5, color="#f4f4f4" if node_lane else "#fbfbfb", zorder=0)
+        band.set_gid(f"lane-{lane.key}")
+        titles[f"lane-{lane.key}"] = lane.key
+        height = 0.7 if node_lane else 0.4
+        for i, phase in enumerate(lane.phases):
+            bars = ax.broken_barh([(phase.start, max(phase.end - phase.start, model.end * 0.002))], (y - height / 2, height),
+                                  facecolors=PHASE_COLOURS.get(phase.name, "#bdbdbd"), edgecolor="white", zorder=2)
+            gid = f"phase-{lane.key}-{i}"
+            bars.set_gid(gid)
+            titles[gid] = (f"{lane.key}: {phase.name} from {_fmt(phase.start)} to {_fmt(phase.end)}"
+                           + (f" ({phase.detail})" if phase.detail else ""))
+            times[gid] = phase.start
+    counts: dict[str, int] = {}
+    for marker in model.markers:
+        symbol, colour, _ = MARKER_STYLES[marker.kind]
+        index = counts[marker.kind] = counts.get(marker.kind, -1) + 1
+        gid = f"marker-{marker.kind}-{index}"
+        if marker.lane is None:
+            line = ax.axvline(marker.time, color=colour, linestyle="--", linewidth=1.2, zorder=3)
+        else:
+            y = y_of.get(marker.lane, y_of.get(marker.lane.split("-rank")[0], 0))
+            (line,) = ax.plot([marker.time], [y], marker=symbol, color=colour, markersize=10, linestyle="none",
+                              markeredgecolor="white", zorder=4)
+        line.set_gid(gid)
+        titles[gid] = marker.label
+        times[gid] = marker.time
+    ax.set_yticks([y_of[lane.key] for lane in model.lanes])
+    ax.set_yticklabels([lane.name if lane.rank is not None else lane.node for lane in model.lanes])
+    for label, lane in zip(ax.get_yticklabels(), model.lanes):
+        label.set_fontweight("bold" if lane.rank is None else "normal")
+    ax.set_ylim(-0.6, rows - 0.4)
+    ax.set_xlim(0, max(model.end, 1.0) * 1.02)
+    ax.set_xlabel("seconds since the run began")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
+    labels = list(PHASE_COLOURS)
+    used = dict.fromkeys(m.kind for m in model.markers)
+    for kind in used:
+        symbol, colour, words = MARKER_STYLES[kind]
+        handles.append(plt.Line2D([], [], marker=symbol, color=colour, linestyle="none", markersize=8))
+        labels.append(words)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18 if rows > 3 else -0.35),
+              ncol=min(len(labels), 7), fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig, titles, times)
+
+
+def progress_svg(model: ReportModel) -> str:
+    """Steps against time per rank, and loss where the workers report it."""
+    plt = _pyplot()
+    with_loss = any(loss is not None for series in model.progress.values() for *_, loss in series)
+    fig, axes = plt.subplots(1, 2 if with_loss else 1, figsize=(11, 3.6), squeeze=False)
+    titles: dict[str, str] = {}
+    for rank, series in sorted(model.progress.items()):
+        (line,) = axes[0][0].plot([t for t, _, _ in series], [s for _, s, _ in series], marker=".", markersize=3,
+                                  label=f"rank {rank}")
+        line.set_gid(f"progress-rank{rank}")
+        titles[f"progress-rank{rank}"] = (f"rank {rank}: {len(series)} steps, last step {series[-1][1]}"
+                                          f" at {_fmt(series[-1][0])}")
+        if with_loss:
+            points = [(t, loss) for t, _, loss in series if loss is not None]
+            axes[0][1].plot([t for t, _ in points], [v for _, v in points], marker=".", markersize=3, label=f"rank {rank}")
+    for marker in model.markers:
+        if marker.kind in ("fault", "restart", "resumed"):
+            for ax in axes[0]:
+                ax.axvline(marker.time, color=MARKER_STYLES[marker.kind][1], linestyle=":", linewidth=1)
+    for ax in axes[0]:  # the timeline's time axis, so that the two read together
+        ax.set_xlim(0, max(model.end, 1.0) * 1.02)
+    axes[0][0].set_xlabel("seconds since the run began")
+    axes[0][0].set_ylabel("training step")
+    axes[0][0].legend(fontsize=8)
+    axes[0][0].grid(alpha=0.3)
+    if with_loss:
+        axes[0][1].set_xlabel("seconds since the run began")
+        axes[0][1].set_ylabel("loss")
+        axes[0][1].grid(alpha=0.3)
+    return _svg(fig, titles, {})
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str = "") -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1200px; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
+.outcome { font-weight: bold; padding: 0.4em 0.8em; display: inline-block; border-radius: 4px; }
+.succeeded { background: #e5f5e0; } .failed { background: #fee0d2; } .running { background: #eee; }
+code { background: #f6f6f6; padding: 0 0.2em; }
+svg { max-width: 100%; height: auto; }
+"""
+
+
+def render_html(model: ReportModel) -> str:
+    """The whole page (pure but for matplotlib's drawing)."""
+    esc = html.escape
+    verdict = "succeeded" if model.succeeded else ("running" if model.succeeded is None else "failed")
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        # No network, ever: the page says so to the browser too.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline';"
+        " img-src data:\">",
+        f"<title>ddp-compose run {esc(model.run_id)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>Run {esc(model.run_id)}</h1>",
+        f'<p id="outcome" class="outcome {verdict}">{esc(model.outcome)}</p>',
+        f'<p>Command: <code id="command">{esc(model.command or "-")}</code></p>',
+        f'<p>Image: <code>{esc(model.image or "-")}</code>, torch {esc(model.torch or "unknown")}</p>',
+        "<h2>Plan</h2>", _table(("node", "node rank", "global ranks", "GPUs"), model.plan_rows, "plan"),
+        "<h2>Timeline</h2>",
+        "<p>One lane per node and one per rank. Hover a bar or a marker for its exact times.</p>",
+        f'<div id="timeline">{timeline_svg(model)}</div>' if model.lanes else "<p>No events recorded yet.</p>",
+    ]
+    if model.recoveries:
+        parts += ["<h2>Recoveries</h2>", _table(
+            ("node", "cause", "step before", "resumed from", "steps lost", "recovery"),
+            [(r["node"], r["cause"], r.get("step_before"), r.get("resumed_from"), r.get("steps_lost"),
+              f"{r['recovery_s']:.1f} s" if r.get("recovery_s") is not None else "-") for r in model.recoveries],
+            "recoveries")]
+    if model.progress:
+        parts += ["<h2>Progress</h2>", f'<div id="progress">{progress_svg(model)}</div>']
+    parts.append("<h2>The ending</h2>")
+    failure = model.failure
+    if failure:
+        parts.append(f'<p id="root-cause"><b>Root cause:</b> {esc(failure.get("describe", ""))}</p>')
+        if failure.get("reason") and failure["reason"] not in failure.get("describe", ""):
+            parts.append(f"<p>{esc(failure['reason'])}</p>")
+        if failure.get("traceback"):
+            parts.append(f'<pre id="traceback">{esc(failure["traceback"])}</pre>')
+        if failure.get("then"):
+            parts.append("<p>Failures it caused:</p><ul>" + "".join(
+                f"<li>{esc(t['node'])} rank {t['rank']}: {esc(t.get('exception') or '')}</li>" for t in failure["then"])
+                + "</ul>")
+        if failure.get("last_lines"):
+            parts.append(f"<p>Last lines of {esc(failure.get('node', ''))} rank {failure.get('rank')}:</p>"
+                         f'<pre id="last-lines">{esc(chr(10).join(failure["last_lines"]))}</pre>')
+    else:
+        parts.append(f"<p>{esc(model.outcome)}</p>")
+    if model.logs:
+        parts.append("<p>Full logs: " + ", ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in model.logs)
+                     + "</p>")
+    if model.bench or model.bench_png:
+        parts.append("<h2>Benchmark</h2>")
+        if model.bench_png:
+            data = base64.b64encode(model.bench_png).decode("ascii")
+            parts.append(f'<img id="bench-plot" alt="benchmark plot" src="data:image/png;base64,{data}">')
+        rows = (model.bench or {}).get("results") or []
+        if rows and isinstance(rows[0], dict):
+            headers = tuple(rows[0])
+            parts.append(_table(headers, [tuple(r.get(h, "") for h in headers) for r in rows], "bench-table"))
+    parts += ["<h2>Events</h2>", _table(("time", "node", "event", "details"),
+                                       [(f"{t:.3f} s", n, k, d) for t, n, k, d in model.events], "events")]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(run_dir: Path) -> Path:
+    """Build ``run_dir/report.html`` from the run's records and return its path."""
+    path = run_dir / REPORT_FILE
+    text = render_html(build_model(load_run(run_dir)))
+    temporary = path.with_suffix(".html.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+def write_report_quietly(run_dir: Path) -> Optional[Path]:
+    """:func:`write_report`, for the end of a command: a report is a view of the run, so
+    failing to write it is logged, never the command's failure."""
+    try:
+        return write_report(run_dir)
+    except Exception as exc:  # whatever the records hold, the run's own outcome stands
+        log.warning("report of run %s not written: %s", run_dir.name, exc)
+        return None
+
+
+def end_record(run_dir: Path, **fields: Any) -> None:
+    """A run's last event (``run-ended`` with ``fields``), then its report page."""
+    record_event(run_dir, "run-ended", **fields)
+    write_report_quietly(run_dir)
+
+
+def find_run_dir(runs_dir: Path, run: str) -> Path:
+    """A run's directory from its id (or a unique prefix of it), or a path to it."""
+    from orchestrate.errors import UsageError
+
+    given = Path(run)
+    if (given / "run.json").is_file():
+        return given
+    matches = sorted(p for p in runs_dir.glob(f"{glob.escape(run)}*") if (p / "run.json").is_file()) \
+        if runs_dir.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"no run {run!r} in {runs_dir} (give the run id, or --runs-dir)")
+    raise UsageError(f"{run!r} matches {len(matches)} runs in {runs_dir}: {', '.join(p.name for p in matches[:5])}")

@@ -1,0 +1,155 @@
+"""Read what torchrun prints: worker lines, their ranks, and its failure report."""
+from __future__ import annotations
+from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.root_cause import parse_root_cause
+
+import re
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Optional
+
+from orchestrate.plan.model import NodePlan
+
+# torchrun --tee prefixes every worker line: "[<global rank>|<local rank>]:" with the launcher's
+# template (plan.LOG_LINE_PREFIX_TEMPLATE), "[<role><local rank>]:" by default (plain compose up).
+_WORKER_LINE = re.compile(r"^\[(?:(?P<rank>\d+)\|(?P<local>\d+)|(?P<role>[A-Za-z_]+?)(?P<local_rank>\d+))\]:(?P<text>.*)$")
+# The same prefix anywhere in a line. torchrun's tee copies a worker's log file line by line,
+# and a line the worker has not finished yet (a progress bar's "\r" update, print(..., end=""))
+# is copied as far as it goes, prefixed: the rest follows later under a prefix of its own.
+# So in "[0|0]:epoch 1[1|1]:loss 0.5", rank 0's line goes on after rank 1's, in a later line.
+_WORKER_PREFIX = re.compile(r"\[(?:\d+\|\d+|[A-Za-z_]+?\d+)\]:")
+LAST_LINES = 20
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    """One line of a node's output, attributed to a worker where torchrun says whose."""
+
+    node: str
+    text: str
+    local_rank: Optional[int] = None
+    global_rank: Optional[int] = None
+
+    @property
+    def prefix(self) -> str:
+        """The label shown before the line: ``node1/rank3`` or ``node1``."""
+        if self.global_rank is not None:
+            return f"{self.node}/rank{self.global_rank}"
+        if self.local_rank is not None:
+            return f"{self.node}/local{self.local_rank}"
+        return self.node
+
+    def render(self, width: int = 0) -> str:
+        """Return the line with its prefix, the prefix padded to ``width``."""
+        return f"[{self.prefix}]".ljust(width + 2) + " " + self.text
+
+
+def parse_line(node: NodePlan, raw: str) -> OutputLine:
+    """Attribute one raw output line of ``node`` to its worker's global rank, if any."""
+    match = _WORKER_LINE.match(raw)
+    if match and match.group("rank") is not None:
+        return OutputLine(node.name, match.group("text"), int(match.group("local")), int(match.group("rank")))
+    if match:
+        local_rank = int(match.group("local_rank"))
+        if local_rank < len(node.global_ranks):
+            return OutputLine(node.name, match.group("text"), local_rank, node.global_rank(local_rank))
+        if not node.global_ranks:  # elastic: the rendezvous, not the plan, knows global ranks
+            return OutputLine(node.name, match.group("text"), local_rank)
+    return OutputLine(node.name, raw)
+
+
+class WorkerLines:
+    """Turns one node's raw output lines into whole worker lines.
+
+    A raw line may hold pieces of several workers' lines, each behind its prefix (see
+    ``_WORKER_PREFIX``): every piece but the last is unfinished, and is kept until its
+    worker's line goes on; the last piece ends a line.
+    """
+
+    def __init__(self, node: NodePlan) -> None:
+        self.node = node
+        self.unfinished: dict[int, OutputLine] = {}
+
+    def feed(self, raw: str) -> list[OutputLine]:
+        """The lines that ``raw`` completes (none while it only holds unfinished pieces)."""
+        pieces = self._pieces(raw)
+        for piece in pieces[:-1]:
+            self.unfinished[piece.local_rank] = self._joined(piece)  # type: ignore[index]
+        last = pieces[-1]
+        return [self._joined(last) if last.local_rank is not None else last]
+
+    def flush(self) -> list[OutputLine]:
+        """The unfinished lines as they are (their node's output has ended)."""
+        lines, self.unfinished = list(self.unfinished.values()), {}
+        return lines
+
+    def _joined(self, piece: OutputLine) -> OutputLine:
+        before = self.unfinished.pop(piece.local_rank, None)  # type: ignore[arg-type]
+        return replace(piece, text=before.text + piece.text) if before else piece
+
+    def _of_a_worker_here(self, piece: OutputLine) -> bool:
+        if piece.local_rank is None:
+            return False
+        # An elastic run plans no ranks: any local rank may be a worker's.
+        return not self.node.global_ranks or piece.local_rank < len(self.node.global_ranks)
+
+    def _pieces(self, raw: str) -> list[OutputLine]:
+        """``raw`` cut at every prefix of this node's workers; one piece if it begins with none."""
+        first = parse_line(self.node, raw)
+        if first.local_rank is None:
+            return [first]
+        cuts = [0] + [match.start() for match in _WORKER_PREFIX.finditer(raw, len(raw) - len(first.text))
+                      if self._of_a_worker_here(parse_line(self.node, match.group()))]
+        return [parse_line(self.node, raw[start:end]) for start, end in zip(cuts, cuts[1:] + [len(raw)])]
+
+
+@dataclass
+class NodeOutput:
+    """Everything one node printed: kept in a log file, and its last lines in memory."""
+
+    node: NodePlan
+    log_file: IO[str]
+    tail: deque = field(default_factory=lambda: deque(maxlen=400))
+    rank_tails: dict[int, deque] = field(default_factory=dict)
+    first_worker_line_at: Optional[float] = None
+    worker_lines: WorkerLines = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.worker_lines = WorkerLines(self.node)
+
+    def add(self, raw: str, at: float) -> list[OutputLine]:
+        """Record one raw line received at monotonic time ``at``; return the lines it completes."""
+        self.tail.append(raw)
+        return self._keep(self.worker_lines.feed(raw), at)
+
+    def end(self, at: float) -> list[OutputLine]:
+        """The node's output has ended: record and return the lines its workers left unfinished."""
+        return self._keep(self.worker_lines.flush(), at)
+
+    def _keep(self, lines: list[OutputLine], at: float) -> list[OutputLine]:
+        for line in lines:
+            self.log_file.write(line.render() + "\n")
+            if line.local_rank is not None:
+                key = line.global_rank if line.global_rank is not None else line.local_rank
+                self.rank_tails.setdefault(key, deque(maxlen=LAST_LINES)).append(line.text)
+                if self.first_worker_line_at is None:
+                    self.first_worker_line_at = at
+        self.log_file.flush()
+        return lines
+
+    def last_lines(self, rank: Optional[int] = None, count: int = 10) -> list[str]:
+        """Return the last lines of one worker, or of the whole node when ``rank`` is None."""
+        lines = list(self.rank_tails.get(rank, ())) if rank is not None else []
+        if not lines:
+            lines = [ln for ln in self.tail if ln.strip()]
+        return lines[-count:]
+
+    def root_cause(self) -> Optional[RootCause]:
+        """The root cause torchrun reported on this node, if it reported one."""
+        return parse_root_cause(list(self.tail))
+
+
+def open_node_log(run_dir: Path, node: NodePlan) -> IO[str]:
+    """Open the log file of ``node`` in ``run_dir`` for writing."""
+    return open(run_dir / f"{node.name}.log", "w", encoding="utf-8")

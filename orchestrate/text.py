@@ -1,0 +1,10 @@
+"""Plain-text helpers shared by every printed table."""
+from __future__ import annotations
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Format rows as left-aligned columns under a header and a rule."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*header).rstrip(), "  ".join("-" * w for w in widths)]
+    out += [fmt.format(*row).rstrip() for row in rows]
+    return out
