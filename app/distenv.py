@@ -94,7 +94,8 @@ def process_group(device: torch.device, timeout_s: float = 300.0) -> Iterator[st
 
 
 try:  # the launcher's progress channel: exact @step faults, recovery figures, reports
-    from orchestrate.node.progress import report as report_step, report_resumed
+    from orchestrate.node.progress import report as report_step
+    from orchestrate.node.progress import report_resumed
 except ImportError:  # plain torchrun elsewhere: nobody listens
     def report_step(step: int, **metrics: float) -> None:
         """Report a training step to ddp-compose (a no-op without it)."""

@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import os
+import sys
 
 import torch
 import torch.distributed as dist

@@ -15,8 +15,8 @@ Every demo ends with a checksum of each rank's parameters and checks that all ag
 from __future__ import annotations
 
 import argparse
-import sys
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +28,16 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from app.checkpoint import load_checkpoint, save_checkpoint
-from app.distenv import (WorkerEnv, accelerator_count, add_timeout_option, log0, process_devices,
-                         process_group, report_step, span_per_process)
+from app.distenv import (
+    WorkerEnv,
+    accelerator_count,
+    add_timeout_option,
+    log0,
+    process_devices,
+    process_group,
+    report_step,
+    span_per_process,
+)
 
 
 class SplitToyModel(nn.Module):

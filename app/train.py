@@ -19,8 +19,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -35,8 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from app.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from app.distenv import (WorkerEnv, add_timeout_option, log0, process_group, report_resumed, report_step,
-                         select_device)
+from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, report_resumed, report_step, select_device
 from app.gradsync import average_gradients, butterfly_average_gradients
 from app.mnist_data import prepare_mnist
 from app.toy import parameter_checksum, replicas_agree

@@ -1,6 +1,7 @@
 """Plain-text helpers shared by every printed table."""
 from __future__ import annotations
 
+
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     """Format rows as left-aligned columns under a header and a rule."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]

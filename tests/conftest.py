@@ -10,8 +10,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from orchestrate.config.run_config import RunConfig  # noqa: E402
-from orchestrate.plan.model import JobPlan
 from orchestrate.plan.make import make_plan  # noqa: E402
+from orchestrate.plan.model import JobPlan
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 """What every benchmark leaves: its figures as JSON and its plot."""
 from __future__ import annotations
-from typing import Any
-from typing import Callable
-from pathlib import Path
+
 import json
+from pathlib import Path
+from typing import Any, Callable
 
 BENCH_FILE = "bench.json"
 

@@ -1,5 +1,6 @@
 """``bench collectives``: busbw against the wire (pure summaries of the figures)."""
 from __future__ import annotations
+
 from orchestrate.bench.artifacts import human
 
 # The issue's goals, printed next to the figures.

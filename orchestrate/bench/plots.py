@@ -1,9 +1,9 @@
 """The benchmarks' plots (PNG), drawn with matplotlib, imported only when a plot is drawn."""
 from __future__ import annotations
 
-from orchestrate.report.drawing import _pyplot
-
 from pathlib import Path
+
+from orchestrate.report.drawing import _pyplot
 
 
 def human_size(size: float) -> str:

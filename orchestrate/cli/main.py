@@ -30,24 +30,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, NoReturn, Optional, Sequence
 
+from orchestrate.config.gpu_layout import GpuLayout, check_lease, free_gpus, resolve_gpu_layout
+from orchestrate.config.link import PRESETS, netem_missing_message, parse_link
 from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, DEFAULT_TARGET, RunConfig, parse_memory
+from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.config.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file
+from orchestrate.engine.gpus import detect_gpus
+from orchestrate.engine.locks import host_lock, try_lock
+from orchestrate.engine.netem import probe_netem
+from orchestrate.engine.user_image import derived_image_spec
 from orchestrate.errors import EngineError, OrchestrateError, UsageError
 from orchestrate.export.options import CONTAINER_WORKDIR, TARGETS
 from orchestrate.faults.spec import FaultSpec, parse_fault
-from orchestrate.config.gpu_layout import GpuLayout, check_lease, free_gpus, resolve_gpu_layout
-from orchestrate.engine.gpus import detect_gpus
-from orchestrate.engine.locks import host_lock, try_lock
-from orchestrate.config.link import PRESETS, netem_missing_message, parse_link
-from orchestrate.engine.netem import probe_netem
 from orchestrate.plan.layout import RUN_DIR_MOUNT
+from orchestrate.plan.make import make_plan
 from orchestrate.plan.model import JobPlan
 from orchestrate.plan.show import format_plan
-from orchestrate.text import format_table
-from orchestrate.plan.make import make_plan
 from orchestrate.report.helper import ReportHelper
-from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
-from orchestrate.config.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file
-from orchestrate.engine.user_image import derived_image_spec
+from orchestrate.text import format_table
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 # Signals that stop a run the way Ctrl-C does: a closed terminal (HUP), kill (TERM), Ctrl-\ (QUIT).
@@ -648,9 +648,9 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
             command_line: str = "") -> tuple[int, Optional[Any]]:
     """Plan and apply a run; return its exit code and, for a run followed to its end, its outcome."""
     from orchestrate.engine.client import connect
-    from orchestrate.errors import EngineUnavailableError
-    from orchestrate.engine.images import image_exists
     from orchestrate.engine.gpus import gpu_topology
+    from orchestrate.engine.images import image_exists
+    from orchestrate.errors import EngineUnavailableError
 
     if args.dry_run:
         try:
@@ -680,12 +680,12 @@ def run_job(args: argparse.Namespace, target: list[str], out: IO[str],
 def apply_run(args: argparse.Namespace, target: list[str], out: IO[str], command_line: str, config: RunConfig,
               report_helper: Optional[ReportHelper]) -> tuple[int, Optional[Any]]:
     """:func:`run_job` once the input is checked: the engine's part."""
-    from orchestrate.engine.compose_cli import find_compose_meanwhile
     from orchestrate.engine.client import connect
+    from orchestrate.engine.compose_cli import find_compose_meanwhile
     from orchestrate.engine.images import ensure_image
+    from orchestrate.engine.user_image import ensure_derived_image
     from orchestrate.launch.run import launch, start_run
     from orchestrate.outcome.summary import format_summary
-    from orchestrate.engine.user_image import ensure_derived_image
 
     compose_found = find_compose_meanwhile()
     client = connect()
@@ -727,7 +727,7 @@ def apply_run(args: argparse.Namespace, target: list[str], out: IO[str], command
     outcome = launch(plan, client, out=out, report_helper=report_helper)
     out.write(format_summary(outcome) + "\n")
     out.flush()
-    return outcome.exit_code(interrupt_code=128 + outcome.signal_number), outcome
+    return outcome.exit_code, outcome
 
 
 def image_tag_for(torch_version: str) -> str:
@@ -760,11 +760,12 @@ def command_image_build(args: argparse.Namespace, out: IO[str]) -> int:
 
 def command_fault(args: argparse.Namespace, out: IO[str]) -> int:
     """``fault``: inject faults now into the running run ``args.run_id``."""
-    from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, RUN_ID_LABEL, project_network
-    from orchestrate.engine.client import connect
-    from orchestrate.faults.spec import FaultAction
-    from orchestrate.faults.inject import apply_fault
     import docker.errors
+
+    from orchestrate.engine.client import connect
+    from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, RUN_ID_LABEL, project_network
+    from orchestrate.faults.inject import apply_fault
+    from orchestrate.faults.spec import FaultAction
 
     client = connect()
     for spec in args.specs:
@@ -805,8 +806,8 @@ def command_ps(out: IO[str]) -> int:
 def command_logs(args: argparse.Namespace, out: IO[str]) -> int:
     """``logs RUN``: the run's output, all nodes or one, then followed with -f."""
     from orchestrate.engine.client import connect
-    from orchestrate.supervise.logs import print_logs
     from orchestrate.engine.runs import find_run
+    from orchestrate.supervise.logs import print_logs
 
     print_logs(find_run(connect(), args.run_id), out, node=args.node, follow_live=args.follow)
     return EXIT_OK
@@ -815,9 +816,9 @@ def command_logs(args: argparse.Namespace, out: IO[str]) -> int:
 def command_attach(args: argparse.Namespace, out: IO[str]) -> int:
     """``attach RUN``: follow a run to its end (acting for a detached one) and summarise it."""
     from orchestrate.engine.client import connect
-    from orchestrate.outcome.summary import format_summary
     from orchestrate.engine.runs import find_run
     from orchestrate.launch.run import spec_for_run
+    from orchestrate.outcome.summary import format_summary
     from orchestrate.supervise.supervisor import Supervisor
 
     client = connect()
@@ -845,12 +846,11 @@ def command_attach(args: argparse.Namespace, out: IO[str]) -> int:
     out.write(format_summary(outcome) + "\n")
     if run.detached:
         out.write(f"remove it with: python -m orchestrate down {run.run_id}\n")
-    return outcome.exit_code()
+    return outcome.exit_code
 
 
 def image_torch_of(client: Any, run: Any) -> str:
-    from orchestrate.engine.images import TORCH_LABEL
-    from orchestrate.engine.images import image_label
+    from orchestrate.engine.images import TORCH_LABEL, image_label
 
     image = run.nodes[0].container.attrs.get("Config", {}).get("Image", "") if run.nodes else ""
     return image_label(client, image, TORCH_LABEL) if image else ""
@@ -960,8 +960,8 @@ def command_report(args: argparse.Namespace, out: IO[str]) -> int:
 
 def command_export(args: argparse.Namespace, target: list[str], out: IO[str]) -> int:
     """Write the plan for a real cluster; starts nothing and needs no engine."""
-    from orchestrate.export.options import ExportOptions, default_job_name
     from orchestrate.export.kubernetes import export_kubernetes, to_yaml
+    from orchestrate.export.options import ExportOptions, default_job_name
     from orchestrate.export.slurm import export_slurm
 
     target = target or list(DEFAULT_TARGET)

@@ -1,8 +1,11 @@
 """How a run uses GPUs (pure): GPUs and processes per node from what was asked and what the engine has."""
 from __future__ import annotations
-from typing import Optional
-from orchestrate.errors import UsageError
+
 from dataclasses import dataclass
+from typing import Optional
+
+from orchestrate.errors import UsageError
+
 
 @dataclass(frozen=True)
 class GpuLayout:

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.errors import UsageError
-from orchestrate.faults.spec import FaultSpec, check_fault_nodes
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.user_env import check_name
+from orchestrate.errors import UsageError
+from orchestrate.faults.spec import FaultSpec, check_fault_nodes
 
 DEFAULT_IMAGE = "ddp-compose-node:latest"
 DEFAULT_TARGET: tuple[str, ...] = ("-m", "app.toy")

@@ -1,8 +1,8 @@
 """The one place that creates a Docker SDK client."""
 from __future__ import annotations
-from datetime import datetime
 
 import logging
+from datetime import datetime
 from typing import Any, Iterable, Iterator, Optional
 
 from orchestrate.errors import EngineUnavailableError
@@ -16,8 +16,9 @@ def connect(timeout_s: int = 120) -> Any:
     Raises:
         EngineUnavailableError: When no engine answers.
     """
-    import docker
     import docker.errors
+
+    import docker
 
     try:
         client = docker.from_env(timeout=timeout_s)

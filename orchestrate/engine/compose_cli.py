@@ -1,14 +1,15 @@
 """Drive Compose v2 (``docker compose``) for one rendered project."""
 from __future__ import annotations
-from typing import Callable
-from orchestrate.errors import ComposeError
-from orchestrate.errors import EngineUnavailableError
-from pathlib import Path
+
 import logging
-from functools import lru_cache
 import shutil
 import subprocess
 import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from orchestrate.errors import ComposeError, EngineUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,21 @@
 """Render a :class:`JobPlan` as a Compose project, and drive ``docker compose`` for it."""
 from __future__ import annotations
-from orchestrate.plan.layout import NETWORK
-from orchestrate.plan.layout import SHARED_VOLUME
-from orchestrate.plan.layout import SHM_SIZE
-from orchestrate.engine.labels import node_labels
 
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrate.plan.layout import PROJECT_MOUNT_DIR, RUN_DIR_MOUNT, SHARED_DIR, WORKSPACE_DIR
+from orchestrate.engine.labels import node_labels
+from orchestrate.plan.layout import (
+    NETWORK,
+    PROJECT_MOUNT_DIR,
+    RUN_DIR_MOUNT,
+    SHARED_DIR,
+    SHARED_VOLUME,
+    SHM_SIZE,
+    WORKSPACE_DIR,
+)
 from orchestrate.plan.model import JobPlan, NodePlan
 
 log = logging.getLogger(__name__)

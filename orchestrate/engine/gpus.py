@@ -4,8 +4,6 @@
 has into GPUs per node and processes per node, or refuses before anything starts.
 """
 from __future__ import annotations
-from orchestrate.plan.model import JobPlan
-from orchestrate.engine.client import exec_output
 
 import logging
 import shutil
@@ -14,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrate.engine.client import exec_output
+from orchestrate.plan.model import JobPlan
 
 log = logging.getLogger(__name__)
 

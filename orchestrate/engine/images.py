@@ -7,7 +7,6 @@ a throwaway wheel server on an internal network (:func:`wheel_server`), so the w
 become a layer and the Dockerfile stays one stage: no untagged image is left behind.
 """
 from __future__ import annotations
-from orchestrate.engine.client import docker_errors
 
 import contextlib
 import io
@@ -27,9 +26,10 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Optional
 
 from orchestrate.config.run_config import DEFAULT_IMAGE, PROJECT_ROOT
-from orchestrate.errors import ImageUnavailableError
-from orchestrate.engine.locks import host_lock
 from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.engine.client import docker_errors
+from orchestrate.engine.locks import host_lock
+from orchestrate.errors import ImageUnavailableError
 
 log = logging.getLogger(__name__)
 

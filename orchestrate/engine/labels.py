@@ -1,10 +1,11 @@
 """A run's record in the engine: the labels on its containers, and finding them by those labels."""
 from __future__ import annotations
+
 from typing import Any
-from orchestrate.plan.model import JobPlan
-from orchestrate.plan.layout import NETWORK
+
 from orchestrate.errors import NodeLookupError
-from orchestrate.plan.model import NodePlan
+from orchestrate.plan.layout import NETWORK
+from orchestrate.plan.model import JobPlan, NodePlan
 
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 

@@ -1,7 +1,8 @@
 """Whether the engine's kernel has netem (delay and loss need it)."""
 from __future__ import annotations
-from typing import Any
-from typing import Optional
+
+from typing import Any, Optional
+
 
 def probe_netem(client: Any, image: str) -> Optional[str]:
     """Try netem in a throwaway container of ``image``; None when it works, else tc's error.

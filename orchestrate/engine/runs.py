@@ -16,7 +16,23 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.engine.labels import (COMMAND_LABEL, COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, CREATED_LABEL, DETACHED_LABEL, GPUS_LABEL, LAUNCHER_LABEL, MAX_RESTARTS_LABEL, NODE_RANK_LABEL, NODES_LABEL, NPROC_LABEL, RDZV_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL, WORKDIR_LABEL)
+from orchestrate.engine.labels import (
+    COMMAND_LABEL,
+    COMPOSE_PROJECT_LABEL,
+    COMPOSE_SERVICE_LABEL,
+    CREATED_LABEL,
+    DETACHED_LABEL,
+    GPUS_LABEL,
+    LAUNCHER_LABEL,
+    MAX_RESTARTS_LABEL,
+    NODE_RANK_LABEL,
+    NODES_LABEL,
+    NPROC_LABEL,
+    RDZV_LABEL,
+    RUN_DIR_LABEL,
+    RUN_ID_LABEL,
+    WORKDIR_LABEL,
+)
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.model import NodePlan

@@ -19,8 +19,18 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.config.run_config import RunConfig
+from orchestrate.engine.images import (
+    WHEELHOUSE_DIR,
+    Progress,
+    build_context,
+    build_lock,
+    docker_build,
+    download_wheels,
+    first_line,
+    image_exists,
+    wheel_server,
+)
 from orchestrate.errors import ImageUnavailableError, UsageError
-from orchestrate.engine.images import (WHEELHOUSE_DIR, Progress, build_context, build_lock, docker_build, download_wheels, first_line, image_exists, wheel_server)
 
 log = logging.getLogger(__name__)
 

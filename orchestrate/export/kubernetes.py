@@ -16,12 +16,10 @@ uses too: ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTE
 Trainer ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``) for clusters that run Kubeflow Trainer.
 """
 from __future__ import annotations
-from orchestrate.export.options import CONTAINER_WORKDIR
-from orchestrate.export.options import ExportOptions
-from orchestrate.export.options import job_env
 
 from typing import Any
 
+from orchestrate.export.options import CONTAINER_WORKDIR, ExportOptions, job_env
 from orchestrate.plan.layout import RDZV_PORT
 from orchestrate.plan.model import JobPlan
 

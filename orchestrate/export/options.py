@@ -1,10 +1,12 @@
 """What an export needs beyond the job: names, images, limits of the real cluster."""
 from __future__ import annotations
-from orchestrate.plan.model import JobPlan
-from typing import Optional
-from orchestrate.errors import UsageError
-from dataclasses import dataclass
+
 import re
+from dataclasses import dataclass
+from typing import Optional
+
+from orchestrate.errors import UsageError
+from orchestrate.plan.model import JobPlan
 
 TARGETS = ("slurm", "kubernetes")
 

@@ -1,10 +1,10 @@
 """``export --to slurm``: the sbatch script for a real cluster (pure)."""
 from __future__ import annotations
-from orchestrate.slurm.script import BatchOptions
-from orchestrate.export.options import ExportOptions
+
+from orchestrate.export.options import ExportOptions, job_env
 from orchestrate.plan.model import JobPlan
-from orchestrate.export.options import job_env
-from orchestrate.slurm.script import render_sbatch
+from orchestrate.slurm.script import BatchOptions, render_sbatch
+
 
 def export_slurm(plan: JobPlan, options: ExportOptions) -> str:
     """The sbatch script for a real cluster."""

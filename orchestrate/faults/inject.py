@@ -1,9 +1,24 @@
 """Doing a fault to a node's container, and probing a node that stopped answering."""
 from __future__ import annotations
-from typing import Any
-from orchestrate.faults.spec import FaultAction
-from typing import Optional
+
 import re
+from typing import Any, Optional
+
+from orchestrate.engine.labels import project_network
+from orchestrate.faults.spec import FaultAction
+
+
+def inject(client: Any, project: str, container: Any, action: FaultAction) -> None:
+    """Do ``action`` to a node's container in Compose project ``project`` (whose network a
+    disconnect needs).
+
+    Raises:
+        docker.errors.DockerException: When the engine refuses (the node already ended).
+        NodeLookupError: When the project's network cannot be found.
+    """
+    network = project_network(client, project) if action is FaultAction.DISCONNECT else None
+    apply_fault(client, container, action, network)
+
 
 def apply_fault(client: Any, container: Any, action: FaultAction, network: Any = None) -> None:
     """Do ``action`` to a node's container."""

@@ -1,9 +1,10 @@
 """The foreground launcher's lease on its nodes: a heartbeat file they watch."""
 from __future__ import annotations
-from pathlib import Path
+
 import logging
 import threading
 import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 

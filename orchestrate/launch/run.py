@@ -7,15 +7,6 @@ happens. A foreground launcher keeps a heartbeat in the run directory; if the la
 the nodes notice within ``LEASE_TIMEOUT_S`` and stop themselves.
 """
 from __future__ import annotations
-from orchestrate.launch.heartbeat import Heartbeat
-from orchestrate.engine.runs import RunInfo
-from orchestrate.engine.client import docker_errors
-from orchestrate.engine.labels import find_node_container
-from orchestrate.engine.gpus import gpu_topology
-from orchestrate.engine.images import image_label
-from orchestrate.engine.runs import node_plans
-from orchestrate.launch.run_dir import prepare_run_dir
-from orchestrate.outcome.record import write_outcome
 
 import logging
 import sys
@@ -24,13 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
+from orchestrate.engine.client import docker_errors
 from orchestrate.engine.compose_cli import ComposeProject
 from orchestrate.engine.compose_file import write_compose_file
-from orchestrate.outcome.events import record_event
-from orchestrate.errors import NodesNotReadyError, OrchestrateError
+from orchestrate.engine.gpus import gpu_topology
+from orchestrate.engine.images import TORCH_LABEL, image_label
+from orchestrate.engine.labels import find_node_container
 from orchestrate.engine.locks import try_lock
-from orchestrate.engine.images import TORCH_LABEL
-from orchestrate.outcome.model import JobOutcome, Timings
+from orchestrate.engine.runs import RunInfo, node_plans
+from orchestrate.errors import NodesNotReadyError, OrchestrateError
+from orchestrate.launch.heartbeat import Heartbeat
+from orchestrate.launch.run_dir import prepare_run_dir
+from orchestrate.outcome.events import record_event
+from orchestrate.outcome.model import RunResult, Timings
+from orchestrate.outcome.record import write_outcome
 from orchestrate.plan.layout import HEARTBEAT_FILE
 from orchestrate.plan.model import JobPlan
 from orchestrate.report.helper import ReportHelper
@@ -113,7 +111,7 @@ def launch(
     compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
     clock: Callable[[], float] = time.monotonic,
     report_helper: Optional[ReportHelper] = None,
-) -> JobOutcome:
+) -> RunResult:
     """Carry out ``plan`` in the foreground: bring up, follow, report, tear down.
 
     Args:
@@ -135,7 +133,7 @@ def launch(
         out.flush()
 
     timings = Timings()
-    outcome = JobOutcome(plan.run_id, plan.run_dir, [], timings)
+    outcome = RunResult(plan.run_id, plan.run_dir, [], timings)
     outcome.image_torch = image_label(client, plan.image, TORCH_LABEL)
     started: Optional[StartedRun] = None
     supervisor: Optional[Supervisor] = None
@@ -150,7 +148,7 @@ def launch(
                                 clock=clock)
         with try_lock(plan.run_dir / "supervisor.lock"):  # attach then only watches
             followed = supervisor.follow()
-        outcome.results, outcome.timings = followed.results, followed.timings
+        outcome.results, outcome.timings, outcome.fired_faults = followed.results, followed.timings, followed.fired_faults
         outcome.timings.bring_up_s = started.bring_up_s
     except KeyboardInterrupt as exc:
         outcome.interrupted = True
@@ -175,7 +173,7 @@ def launch(
     return outcome
 
 
-def finish_while_tearing_down(outcome: JobOutcome, compose: Optional[ComposeProject], say: Callable[[str], Any],
+def finish_while_tearing_down(outcome: RunResult, compose: Optional[ComposeProject], say: Callable[[str], Any],
                               clock: Callable[[], float], report_helper: Optional[ReportHelper] = None) -> None:
     """Remove the nodes (unless ``compose`` is None: ``--keep``) while the run's record is finished.
 
@@ -198,18 +196,18 @@ def finish_while_tearing_down(outcome: JobOutcome, compose: Optional[ComposeProj
     write_outcome(outcome)  # only now: the helper read the first one
     if outcome.teardown_error:
         record_event(outcome.run_dir, "teardown-failed", error=outcome.teardown_error,
-                     exit_code=outcome.exit_code(128 + outcome.signal_number))
+                     exit_code=outcome.exit_code)
     if not drawn or outcome.teardown_error:
         write_report_quietly(outcome.run_dir)
 
 
-def end_fields(outcome: JobOutcome) -> dict[str, Any]:
+def end_fields(outcome: RunResult) -> dict[str, Any]:
     """The ``run-ended`` event's fields."""
-    return {"exit_code": outcome.exit_code(128 + outcome.signal_number), "succeeded": outcome.succeeded,
+    return {"exit_code": outcome.exit_code, "succeeded": outcome.succeeded,
             "interrupted": outcome.interrupted, "error": outcome.error}
 
 
-def finish_record(outcome: JobOutcome) -> None:
+def finish_record(outcome: RunResult) -> None:
     """The run's last event, then its report page (neither may fail the run)."""
     from orchestrate.report.page import end_record
 

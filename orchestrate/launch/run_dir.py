@@ -1,10 +1,13 @@
 """A run's directory on the host: created before bring-up, with the plan (``run.json``)."""
 from __future__ import annotations
-from orchestrate.plan.model import JobPlan
-from orchestrate.plan.layout import PROGRESS_SUBDIR
-from pathlib import Path
+
 import json
-from orchestrate.supervise.progress import write_triggers
+from pathlib import Path
+
+from orchestrate.faults.scheduler import write_triggers
+from orchestrate.plan.layout import PROGRESS_SUBDIR
+from orchestrate.plan.model import JobPlan
+
 
 def prepare_run_dir(plan: JobPlan) -> Path:
     """Create the run's directory: Compose file, plan, fault triggers, progress directory."""

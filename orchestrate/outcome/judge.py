@@ -1,12 +1,13 @@
 """Judging a run (pure): which failure explains it, and a crash at exit told apart."""
 from __future__ import annotations
-from orchestrate.outcome.model import Failure
-from orchestrate.outcome.model import JobOutcome
-from orchestrate.outcome.states import NodePhase
-from orchestrate.outcome.model import NodeResult
-from typing import Optional
-from orchestrate.outcome.root_cause import is_collateral
+
 import signal
+from typing import Optional
+
+from orchestrate.outcome.model import Failure, NodeResult, RunResult
+from orchestrate.outcome.root_cause import is_collateral
+from orchestrate.outcome.states import NodePhase
+
 
 def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     """Choose the failure that explains a run.
@@ -59,7 +60,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     )
 
 
-def died_at_exit(outcome: "JobOutcome") -> Optional[str]:
+def died_at_exit(outcome: "RunResult") -> Optional[str]:
     """Explain a worker that died by a signal after its peers finished, or return None.
 
     Every other node exited 0 and the failing rank died by a signal with no Python error: the

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrate.outcome.root_cause import RootCause
-from orchestrate.plan.model import NodePlan
 from orchestrate.outcome.states import NodePhase
+from orchestrate.plan.model import NodePlan
 
 
 @dataclass
@@ -114,14 +114,42 @@ class Timings:
     recoveries: list[Recovery] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class FiredFault:
+    """A fault that was injected: ``elapsed_s`` into the job, at training ``step`` (None: no
+    worker had reported one)."""
+
+    spec: str
+    node: str
+    elapsed_s: float
+    step: Optional[int]
+
+    def describe(self) -> str:
+        return f"{self.spec} ({self.elapsed_s:.1f} s into the job, at step {'-' if self.step is None else self.step})"
+
+
 @dataclass
-class JobOutcome:
-    """The result of a whole run."""
+class RunResult:
+    """The result of a whole run: what the library returns and the CLI prints.
+
+    Attributes:
+        run_id: The run.
+        run_dir: Its directory of records (logs, events, outcome.json, report.html).
+        results: Every node's result, in node-rank order.
+        timings: Seconds spent in each phase, and the recoveries.
+        fired_faults: The faults injected, in order.
+        interrupted: A signal stopped the run (``signal_number``).
+        error: Why the environment failed the run (bring-up, the engine), if it did.
+        error_exit_code: The exit code of that error.
+        teardown_error: What was left behind, if the teardown failed.
+        image_torch: The torch version of the nodes' image.
+    """
 
     run_id: str
     run_dir: Path
     results: list[NodeResult]
     timings: Timings
+    fired_faults: list[FiredFault] = field(default_factory=list)
     interrupted: bool = False
     signal_number: int = 2
     error: str = ""
@@ -139,12 +167,13 @@ class JobOutcome:
             and all(r.state is NodePhase.SUCCEEDED for r in self.results)
         )
 
-    def exit_code(self, interrupt_code: int = 130) -> int:
-        """The CLI's exit code: 0 success, 1 the job failed, 2 the environment failed it (a
-        bring-up or engine error, or a teardown that left something behind),
-        ``interrupt_code`` when stopped by a signal."""
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code, one rule: 0 success, 1 the job failed, 2 the environment failed
+        it (a bring-up or engine error, or a teardown that left something behind), 128 + the
+        signal when a signal stopped it."""
         if self.interrupted:
-            return interrupt_code
+            return 128 + self.signal_number
         if self.error:
             return self.error_exit_code
         if not self.succeeded:
@@ -157,5 +186,3 @@ class JobOutcome:
         from orchestrate.outcome.judge import find_failure  # judging needs this model: imported when judged
 
         return find_failure(self.results)
-
-

@@ -1,20 +1,22 @@
 """How a run ended, on disk: ``runs/<id>/outcome.json``, one schema for every scheduler."""
 from __future__ import annotations
-from orchestrate.outcome.model import JobOutcome
-from orchestrate.outcome.states import NodePhase
+
 import json
 import logging
 
+from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.states import NodePhase
+
 log = logging.getLogger(__name__)
 
-def outcome_record(outcome: JobOutcome) -> dict:
+def outcome_record(outcome: RunResult) -> dict:
     """The outcome as JSON-ready data (``runs/<id>/outcome.json``): for reports and benchmarks."""
     t = outcome.timings
     failure = outcome.failure
     return {
         "run_id": outcome.run_id,
         "succeeded": outcome.succeeded,
-        "exit_code": outcome.exit_code(128 + outcome.signal_number),
+        "exit_code": outcome.exit_code,
         "interrupted": outcome.interrupted,
         "error": outcome.error,
         "teardown_error": outcome.teardown_error,
@@ -37,7 +39,7 @@ def outcome_record(outcome: JobOutcome) -> dict:
     }
 
 
-def write_outcome(outcome: JobOutcome) -> None:
+def write_outcome(outcome: RunResult) -> None:
     """Record how the run ended in its directory (``outcome.json``)."""
     try:
         (outcome.run_dir / "outcome.json").write_text(json.dumps(outcome_record(outcome), indent=2) + "\n")

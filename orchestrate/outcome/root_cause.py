@@ -1,11 +1,13 @@
 """Why a node failed: torchrun's failure report and its workers' structured error files."""
 from __future__ import annotations
-from typing import Optional
-from pathlib import Path
-from orchestrate.plan.layout import RUN_DIR_MOUNT
-from dataclasses import dataclass
+
 import json
 import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from orchestrate.plan.layout import RUN_DIR_MOUNT
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
 

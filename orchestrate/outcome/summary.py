@@ -1,13 +1,16 @@
 """The summary printed at the end of every run."""
 from __future__ import annotations
-from orchestrate.outcome.model import JobOutcome
-from orchestrate.outcome.states import NodePhase
-from typing import Optional
-from orchestrate.outcome.judge import died_at_exit
-from orchestrate.text import format_table
-import signal
 
-def format_summary(outcome: JobOutcome) -> str:
+import signal
+from typing import Optional
+
+from orchestrate.outcome.judge import died_at_exit
+from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.states import NodePhase
+from orchestrate.text import format_table
+
+
+def format_summary(outcome: RunResult) -> str:
     """Render the table printed at the end of every run, followed by its verdict."""
     header = ("node", "ranks", "state", "exit code", "wall time")
     rows = [

@@ -4,26 +4,25 @@ Nothing here talks to Docker; ``--dry-run`` prints what :func:`make_plan` return
 apply step (:mod:`orchestrate.launch`) only carries it out.
 """
 from __future__ import annotations
-from orchestrate.plan.layout import HEARTBEAT_FILE
-from orchestrate.plan.model import JobPlan
-from orchestrate.plan.layout import LEASE_TIMEOUT_S
-from orchestrate.plan.layout import LOG_LINE_PREFIX_TEMPLATE
-from orchestrate.plan.layout import NODE_INTERFACE
-from orchestrate.plan.layout import NODE_MAIN
-from orchestrate.plan.model import NodePlan
-from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.plan.layout import PROJECT_MOUNT_DIR
-from orchestrate.plan.layout import RUN_DIR_MOUNT
-from orchestrate.plan.layout import SHARED_DIR
-from orchestrate.plan.torchrun import elastic_torchrun_argv
-from orchestrate.plan.model import node_name
-from orchestrate.plan.torchrun import torchrun_argv
 
 import shlex
 from typing import Optional
 
-from orchestrate.config.run_config import RunConfig
 from orchestrate.config.link import tc_commands
+from orchestrate.config.run_config import RunConfig
+from orchestrate.plan.layout import (
+    HEARTBEAT_FILE,
+    LEASE_TIMEOUT_S,
+    LOG_LINE_PREFIX_TEMPLATE,
+    NODE_INTERFACE,
+    NODE_MAIN,
+    PROGRESS_SUBDIR,
+    PROJECT_MOUNT_DIR,
+    RUN_DIR_MOUNT,
+    SHARED_DIR,
+)
+from orchestrate.plan.model import JobPlan, NodePlan, node_name
+from orchestrate.plan.torchrun import elastic_torchrun_argv, torchrun_argv
 
 
 def assign_ranks(nodes: int, nproc_per_node: int) -> list[tuple[int, ...]]:

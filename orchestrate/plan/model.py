@@ -1,7 +1,10 @@
 """A run's plan as data: every node with its ranks, GPUs, command and environment."""
 from __future__ import annotations
-from orchestrate.config.run_config import RunConfig
+
 from dataclasses import dataclass
+
+from orchestrate.config.run_config import RunConfig
+
 
 @dataclass(frozen=True)
 class NodePlan:

@@ -1,12 +1,14 @@
 """The plan as --dry-run prints it."""
 from __future__ import annotations
-from orchestrate.plan.model import JobPlan
-from orchestrate.plan.layout import RDZV_PORT
-from orchestrate.plan.layout import WORKSPACE_DIR
-from orchestrate.config.run_config import format_bytes
-from orchestrate.text import format_table
+
 import shlex
+
+from orchestrate.config.run_config import format_bytes
 from orchestrate.config.user_env import shown_value
+from orchestrate.plan.layout import RDZV_PORT, WORKSPACE_DIR
+from orchestrate.plan.model import JobPlan
+from orchestrate.text import format_table
+
 
 def format_plan(plan: JobPlan) -> str:
     """Render the plan as the readable table ``--dry-run`` prints."""

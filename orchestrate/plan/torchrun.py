@@ -1,9 +1,10 @@
 """torchrun's command line for one node: static (node ranks) or elastic (c10d rendezvous)."""
 from __future__ import annotations
-from orchestrate.plan.layout import RDZV_PORT
-from orchestrate.plan.layout import RUN_DIR_MOUNT
+
 from orchestrate.config.run_config import RunConfig
+from orchestrate.plan.layout import RDZV_PORT, RUN_DIR_MOUNT
 from orchestrate.plan.model import node_name
+
 
 def torchrun_argv(
     *,

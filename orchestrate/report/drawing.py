@@ -1,6 +1,8 @@
 """matplotlib, set up once for files (no display), imported only when something is drawn."""
 from __future__ import annotations
+
 from typing import Any
+
 
 def _pyplot() -> Any:
     import matplotlib

@@ -1,14 +1,15 @@
 """A run's report as data (pure): lanes, phases, markers and series from its recorded files."""
 from __future__ import annotations
-from typing import Any
-from typing import Optional
-from orchestrate.plan.layout import PROGRESS_SUBDIR
-from pathlib import Path
-from orchestrate.supervise.progress import ProgressReader
-from dataclasses import dataclass
-from dataclasses import field
+
 import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
 from orchestrate.outcome.events import read_events
+from orchestrate.outcome.progress import ProgressReader
+from orchestrate.plan.layout import PROGRESS_SUBDIR
+
 
 @dataclass
 class Phase:

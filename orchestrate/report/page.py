@@ -16,10 +16,6 @@ and each phase and marker gets an SVG ``<title>``, the browser's hover text, wit
 times.
 """
 from __future__ import annotations
-from orchestrate.report.model import ReportModel
-from orchestrate.report.model import _fmt
-from orchestrate.report.model import build_model
-from orchestrate.report.model import load_run
 
 import base64
 import glob
@@ -31,6 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.outcome.events import record_event
+from orchestrate.report.model import ReportModel, _fmt, build_model, load_run
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,19 @@ import re
 from typing import Any
 
 from orchestrate.engine.compose_file import escape_interpolation
-from orchestrate.plan.layout import NETWORK, SHARED_VOLUME, SHM_SIZE
 from orchestrate.engine.labels import node_labels
-from orchestrate.plan.layout import (HEARTBEAT_FILE, LEASE_TIMEOUT_S, NODE_MAIN, PROJECT_MOUNT_DIR, RUN_DIR_MOUNT, SHARED_DIR, WORKSPACE_DIR)
+from orchestrate.plan.layout import (
+    HEARTBEAT_FILE,
+    LEASE_TIMEOUT_S,
+    NETWORK,
+    NODE_MAIN,
+    PROJECT_MOUNT_DIR,
+    RUN_DIR_MOUNT,
+    SHARED_DIR,
+    SHARED_VOLUME,
+    SHM_SIZE,
+    WORKSPACE_DIR,
+)
 from orchestrate.plan.model import JobPlan
 
 CONTROLLER = "slurmctl"

@@ -18,28 +18,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
+from orchestrate.engine.client import docker_errors, exec_output, stream_lines
 from orchestrate.engine.compose_cli import ComposeProject
-from orchestrate.engine.labels import project_network
-from orchestrate.engine.client import exec_output, stream_lines
+from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
-from orchestrate.outcome.events import record_event
-from orchestrate.faults.spec import FaultAction
-from orchestrate.faults.inject import apply_fault
-from orchestrate.engine.images import build_context, build_lock, docker_build, image_exists, DOCKER_DIR
+from orchestrate.faults.inject import inject
+from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.faults.spec import FaultSpec
 from orchestrate.launch.heartbeat import Heartbeat
-from orchestrate.engine.client import docker_errors
-from orchestrate.launch.run_dir import prepare_run_dir
 from orchestrate.launch.run import teardown
-from orchestrate.outcome.root_cause import RootCause, is_collateral
-from orchestrate.supervise.worker_lines import WorkerLines
+from orchestrate.launch.run_dir import prepare_run_dir
+from orchestrate.outcome.events import record_event
+from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files
 from orchestrate.plan.layout import HEARTBEAT_FILE, PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan
-from orchestrate.supervise.progress import ProgressReader, mark_fired
 from orchestrate.report.page import end_record
-from orchestrate.slurm.cluster import (CONTROLLER, SLURM_DIR, parse_scontrol, render_slurm_compose, sinfo_idle,
-                                       slurm_conf)
+from orchestrate.slurm.cluster import (
+    CONTROLLER,
+    SLURM_DIR,
+    parse_scontrol,
+    render_slurm_compose,
+    sinfo_idle,
+    slurm_conf,
+)
 from orchestrate.slurm.script import BatchOptions, render_sbatch
-from orchestrate.outcome.root_cause import latest_error_files
+from orchestrate.supervise.progress import ProgressWatch
+from orchestrate.supervise.worker_lines import WorkerLines
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +200,9 @@ class SlurmRun:
         self.containers: dict[str, Any] = {}
         self.outcome = SlurmOutcome(plan.run_id, plan.run_dir)
         self.lines: "queue.Queue[str]" = queue.Queue()
-        self.pending_faults = list(plan.config.faults)
-        self.progress = ProgressReader(plan.run_dir / PROGRESS_SUBDIR)
-        self.max_step: Optional[int] = None
+        self.progress = ProgressWatch(plan.run_dir / PROGRESS_SUBDIR, self.record)
+        self.faults = FaultScheduler(plan.config.faults, self.inject, plan.run_dir / PROGRESS_SUBDIR, self.say,
+                                     self.record)
         self.width = max(len(f"{n.name}/rank{max(n.global_ranks, default=9)}") for n in plan.nodes) + 1
         self.job_lines = JobLines(plan, self.width, tasks_are_nodes=sbatch is None)
 
@@ -295,25 +299,11 @@ class SlurmRun:
             log_file.write(line + "\n")
         self.out.flush()
 
-    def fire_due_faults(self, elapsed: float) -> None:
-        for record in self.progress.poll():
-            if record.step is not None:
-                self.max_step = max(self.max_step or 0, record.step)
-        for fault in [f for f in self.pending_faults if f.due(elapsed, self.max_step)]:
-            self.pending_faults.remove(fault)
-            try:
-                network = project_network(self.client, self.plan.project_name) \
-                    if fault.action is FaultAction.DISCONNECT else None
-                apply_fault(self.client, self.containers[fault.node], fault.action, network)
-                self.outcome.faults.append(f"{fault} ({elapsed:.1f} s into the job, at step {self.max_step or '-'})")
-                record_event(self.plan.run_dir, "fault", node=fault.node, spec=str(fault), action=fault.action.value,
-                             step=self.max_step)
-                self.say(f"fault injected: {fault} ({elapsed:.1f} s into the job, at step {self.max_step or '-'})")
-            except docker_errors() as exc:
-                self.say(f"fault {fault} could not be injected: {str(exc).splitlines()[0][:160]}")
-            finally:
-                if fault.at_step is not None:
-                    mark_fired(self.plan.run_dir / PROGRESS_SUBDIR, fault.at_step)
+    def record(self, kind: str, **fields: Any) -> None:
+        record_event(self.plan.run_dir, kind, **fields)
+
+    def inject(self, fault: FaultSpec) -> None:
+        inject(self.client, self.plan.project_name, self.containers[fault.node], fault.action)
 
     def follow(self, job_id: str) -> None:
         started = self.clock()
@@ -336,10 +326,12 @@ class SlurmRun:
                     self.drain_output(log_file, ended=True)
                     self.outcome.job = job
                     break
-                if self.pending_faults:
-                    self.fire_due_faults(self.clock() - started)
+                if self.faults.pending:
+                    self.progress.poll(self.clock(), None)
+                    self.faults.fire_due(self.clock() - started, self.progress.max_step)
                 time.sleep(0.5)
         self.outcome.seconds = self.clock() - started
+        self.outcome.faults = [fired.describe() for fired in self.faults.fired]
 
     def root_cause(self) -> None:
         """The worker failure that explains the others, from the error files they left

@@ -19,8 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrate.plan.model import JobPlan
 from orchestrate.plan.layout import RDZV_PORT
+from orchestrate.plan.model import JobPlan
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,11 @@ import re
 import threading
 from typing import IO, Any, Iterator, Optional
 
-from orchestrate.engine.client import stream_lines
-from orchestrate.errors import UsageError
-from orchestrate.supervise.worker_lines import WorkerLines
-from orchestrate.plan.model import NodePlan
+from orchestrate.engine.client import engine_time, stream_lines
 from orchestrate.engine.runs import RunInfo, node_plans
-from orchestrate.engine.client import engine_time
+from orchestrate.errors import UsageError
+from orchestrate.plan.model import NodePlan
+from orchestrate.supervise.worker_lines import WorkerLines
 
 _TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?(.*)$", re.S)
 

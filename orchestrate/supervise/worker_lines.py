@@ -1,7 +1,5 @@
 """Read what torchrun prints: worker lines, their ranks, and its failure report."""
 from __future__ import annotations
-from orchestrate.outcome.root_cause import RootCause
-from orchestrate.outcome.root_cause import parse_root_cause
 
 import re
 from collections import deque
@@ -9,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Optional
 
+from orchestrate.outcome.root_cause import RootCause, parse_root_cause
 from orchestrate.plan.model import NodePlan
 
 # torchrun --tee prefixes every worker line: "[<global rank>|<local rank>]:" with the launcher's

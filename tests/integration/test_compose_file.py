@@ -66,8 +66,8 @@ def compose_config(*files: str, cwd: Path = ROOT) -> dict:
 
 
 def rendered_gpu_project(tmp_path: Path, nodes: int, gpus: int, nproc: int) -> dict:
-    from orchestrate.engine.compose_file import write_compose_file
     from orchestrate.config.run_config import RunConfig
+    from orchestrate.engine.compose_file import write_compose_file
     from orchestrate.plan.make import make_plan
 
     plan = make_plan(RunConfig(nodes=nodes, nproc_per_node=nproc, gpus_per_node=gpus, backend="nccl",

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from orchestrate.engine.compose_file import render_compose, write_compose_file
-from orchestrate.plan.layout import NETWORK
 from orchestrate.engine.labels import NODE_RANK_LABEL, RUN_ID_LABEL
+from orchestrate.plan.layout import NETWORK
 
 
 def test_every_node_is_a_service_on_one_bridge_network(make_job):

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrate.errors import UsageError
-from orchestrate.faults.spec import FaultAction, FaultSpec, check_fault_nodes, parse_fault
 from orchestrate.faults.inject import probe_node
+from orchestrate.faults.spec import FaultAction, FaultSpec, check_fault_nodes, parse_fault
 from tests.fakes import FakeContainer, FakeDockerClient
 
 

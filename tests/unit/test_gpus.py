@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.errors import UsageError
-from orchestrate.engine.gpus import GpuInventory, detect_gpus, has_nvidia_cdi
 from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
+from orchestrate.engine.gpus import GpuInventory, detect_gpus, has_nvidia_cdi
+from orchestrate.errors import UsageError
 
 
 def layout(**kw) -> GpuLayout:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrate.engine.labels import find_node_container
 from orchestrate.errors import NodeLookupError
 from orchestrate.faults.spec import parse_fault
 from orchestrate.launch.heartbeat import Heartbeat
-from orchestrate.engine.labels import find_node_container
 from orchestrate.launch.run import launch, start_run
-from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
 from orchestrate.outcome.states import NodePhase
+from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
 from tests.fakes import FakeCompose, FakeDockerClient, Script
 
 
@@ -50,7 +50,7 @@ def test_success_streams_rank_prefixed_lines_saves_logs_and_removes_everything(m
     client = FakeDockerClient()
     outcome, text, compose = run(plan, client, node0=[Script(["[0|0]:hello 0", "[1|1]:hello 1"])],
                                  node1=[Script(["[2|0]:hello 2", "[3|1]:hello 3"])])
-    assert outcome.succeeded and outcome.exit_code() == 0
+    assert outcome.succeeded and outcome.exit_code == 0
     assert compose.calls == ["up", "down"]
     for rank in range(4):
         node = "node0" if rank < 2 else "node1"
@@ -97,7 +97,7 @@ def test_the_first_failure_stops_the_others_after_a_grace_and_names_node_and_ran
                                                 *report(3, 1, exc="RuntimeError: injected failure on rank 3")],
                                                exit_code=1)],
                                  node2=[Script(["[4|0]:waiting"], hang=True)])
-    assert not outcome.succeeded and outcome.exit_code() == 1
+    assert not outcome.succeeded and outcome.exit_code == 1
     states = {r.node.name: r.state for r in outcome.results}
     assert states == {"node0": NodePhase.STOPPED, "node1": NodePhase.FAILED, "node2": NodePhase.STOPPED}
     assert sorted(c[1] for c in client.calls if c[0] == "kill") == ["ddp-test-run-node0-1", "ddp-test-run-node2-1"]
@@ -207,7 +207,7 @@ def test_a_teardown_that_fails_is_never_success(make_job):
         FakeCompose.fail_down = False
     assert compose.calls.count("down") == 3
     assert outcome.teardown_error.startswith(f"could not remove project {plan.project_name}")
-    assert outcome.exit_code() == 2
+    assert outcome.exit_code == 2
     # The record, written while the teardown went on, is corrected after it.
     assert json.loads((plan.run_dir / "outcome.json").read_text())["exit_code"] == 2
     events = [json.loads(line) for line in (plan.run_dir / "events.jsonl").read_text().splitlines()]
@@ -237,7 +237,7 @@ def test_ctrl_c_stops_every_node_and_tears_down(make_job, monkeypatch):
     monkeypatch.setattr(supervise.Supervisor, "follow", interrupted)
     client = FakeDockerClient()
     outcome, _, compose = run(plan, client, node0=[Script(hang=True)], node1=[Script(hang=True)])
-    assert outcome.interrupted and outcome.exit_code(130) == 130
+    assert outcome.interrupted and outcome.exit_code == 130
     assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
     assert compose.calls == ["up", "down"]
 
@@ -293,9 +293,9 @@ def test_the_heartbeat_changes_while_the_launcher_lives(tmp_path):
 
 
 def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make_job, monkeypatch):
-    import orchestrate.supervise.supervisor as supervise
+    import orchestrate.faults.scheduler as scheduler
 
-    monkeypatch.setattr(supervise, "NO_PROGRESS_WARNING_S", 0.3)
+    monkeypatch.setattr(scheduler, "NO_PROGRESS_WARNING_S", 0.3)
     plan = make_job(nodes=2, faults=(parse_fault("kill:node1@step=5"),))
     client = FakeDockerClient()
     outcome, text, _ = run(plan, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_delay_s=1.5)],

@@ -5,9 +5,9 @@ import io
 
 import pytest
 
+from orchestrate.config.link import LinkSpec, netem_missing_message, parse_link, tc_commands
 from orchestrate.engine.compose_file import render_compose
 from orchestrate.errors import UsageError
-from orchestrate.config.link import LinkSpec, netem_missing_message, parse_link, tc_commands
 
 
 @pytest.mark.parametrize("text, spec", [

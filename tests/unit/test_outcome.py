@@ -3,11 +3,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrate.outcome.model import JobOutcome, NodeResult, Timings
 from orchestrate.outcome.judge import find_failure
-from orchestrate.outcome.summary import format_summary
-from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.model import NodeResult, RunResult, Timings
 from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.summary import format_summary
 
 
 def results_for(plan, *specs):
@@ -19,7 +19,7 @@ def results_for(plan, *specs):
 
 
 def outcome(results, **kw):
-    return JobOutcome("run-1", Path("/tmp/runs/run-1"), results, Timings(1.0, 2.0, 3.0, 0.5), **kw)
+    return RunResult("run-1", Path("/tmp/runs/run-1"), results, Timings(1.0, 2.0, 3.0, 0.5), **kw)
 
 
 def test_success_only_when_every_node_exits_zero(make_job):
@@ -78,12 +78,12 @@ def test_exit_codes_follow_one_rule(make_job):
     plan = make_job(nodes=2)
     ok = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))
     bad = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.FAILED, 1, 1, None))
-    assert outcome(ok).exit_code() == 0
-    assert outcome(bad).exit_code() == 1
-    assert outcome(ok, error="compose up failed", error_exit_code=2).exit_code() == 2
-    assert outcome(ok, teardown_error="could not remove project").exit_code() == 2  # never 0
-    assert outcome(bad, teardown_error="could not remove project").exit_code() == 1
-    assert outcome(ok, interrupted=True, signal_number=15).exit_code(interrupt_code=143) == 143
+    assert outcome(ok).exit_code == 0
+    assert outcome(bad).exit_code == 1
+    assert outcome(ok, error="compose up failed", error_exit_code=2).exit_code == 2
+    assert outcome(ok, teardown_error="could not remove project").exit_code == 2  # never 0
+    assert outcome(bad, teardown_error="could not remove project").exit_code == 1
+    assert outcome(ok, interrupted=True, signal_number=15).exit_code == 143
     assert "TEARDOWN FAILED: could not remove project" in format_summary(outcome(ok, teardown_error="could not remove project"))
 
 

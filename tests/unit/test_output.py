@@ -3,8 +3,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from orchestrate.supervise.worker_lines import NodeOutput, WorkerLines, parse_line
 from orchestrate.outcome.root_cause import RootCause, is_collateral, parse_root_cause
+from orchestrate.supervise.worker_lines import NodeOutput, WorkerLines, parse_line
 
 SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
 

@@ -5,7 +5,8 @@ import json
 import threading
 
 import orchestrate.node.progress as progress
-from orchestrate.supervise.progress import ProgressReader, mark_fired, write_triggers
+from orchestrate.faults.scheduler import mark_fired, write_triggers
+from orchestrate.outcome.progress import ProgressReader
 
 
 def test_report_is_a_no_op_outside_ddp_compose(monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrate.cli.main import main
 from orchestrate.outcome.events import read_events, record_event
-from orchestrate.supervise.progress import ProgressRecord
+from orchestrate.outcome.progress import ProgressRecord
 from orchestrate.report.model import build_model, load_run
 from orchestrate.report.page import find_run_dir, render_html, write_report
 

@@ -6,7 +6,7 @@ import os
 import signal
 
 from orchestrate.launch.run import finish_while_tearing_down
-from orchestrate.outcome.model import JobOutcome, Timings
+from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.report.helper import ReportHelper
 from tests.unit.test_report import plan, started
 
@@ -60,7 +60,7 @@ class FailingHelper(ReportHelper):
 def test_the_launcher_draws_the_page_itself_when_the_helper_fails_or_is_missing(tmp_path):
     for i, helper in enumerate((FailingHelper(), ReportHelper(None), None)):
         run_dir = a_run_dir(tmp_path, f"run{i}")
-        outcome = JobOutcome("r1", run_dir, [], Timings())
+        outcome = RunResult("r1", run_dir, [], Timings())
         finish_while_tearing_down(outcome, None, print, lambda: 0.0, helper)
         assert "One lane per node" in (run_dir / "report.html").read_text(), helper
         assert json.loads((run_dir / "outcome.json").read_text())["run_id"] == "r1"

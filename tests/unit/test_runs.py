@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from orchestrate.config.gpu_layout import check_lease
-from orchestrate.errors import UsageError
-from orchestrate.engine.runs import (RunState, age, gpus_in_use, launcher_alive, launcher_identity, list_runs, run_state)
-from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
 from orchestrate.engine.client import engine_time
+from orchestrate.engine.runs import RunState, age, gpus_in_use, launcher_alive, launcher_identity, list_runs, run_state
+from orchestrate.errors import UsageError
+from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
 from tests.fakes import FakeCompose, FakeDockerClient, Script
 
 

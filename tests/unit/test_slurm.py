@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.cli.main import main
-
-from orchestrate.slurm.cluster import (CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle,
-                                       slurm_conf)
+from orchestrate.slurm.cluster import CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle, slurm_conf
 from orchestrate.slurm.runner import JobLines, SlurmOutcome, format_slurm_summary
 from orchestrate.slurm.script import BatchOptions, render_sbatch
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.errors import UsageError
 from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.errors import UsageError
 from orchestrate.config.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file, shown_value
+from orchestrate.errors import UsageError
 
 
 def test_assignment_keeps_everything_after_the_first_equals_sign():

@@ -3,8 +3,14 @@ from __future__ import annotations
 import pytest
 
 from orchestrate.config.run_config import RunConfig
+from orchestrate.engine.user_image import (
+    check_dockerfile_base,
+    context_files,
+    derived_image_spec,
+    inputs_digest,
+    refers_to_local_files,
+)
 from orchestrate.errors import UsageError
-from orchestrate.engine.user_image import (check_dockerfile_base, context_files, derived_image_spec, inputs_digest, refers_to_local_files)
 
 
 @pytest.mark.parametrize("text", ["ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n", "FROM $BASE_IMAGE AS dev\n",

@@ -1,0 +1,60 @@
+"""A run's progress records: the steps its workers reported, read from its directory
+(``progress/rank<R>.jsonl``, written by :mod:`orchestrate.node.progress`)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class ProgressRecord:
+    """One line of the channel."""
+
+    rank: int
+    time: float
+    step: Optional[int] = None
+    resumed: Optional[int] = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def parse_record(line: str) -> Optional[ProgressRecord]:
+    """Parse one JSON line; None for a torn or foreign line."""
+    try:
+        data = json.loads(line)
+        record = ProgressRecord(int(data.pop("rank")), float(data.pop("time")))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if "step" in data:
+        record.step = int(data.pop("step"))
+    if "resumed" in data:
+        record.resumed = int(data.pop("resumed"))
+    record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}
+    return record
+
+
+class ProgressReader:
+    """Reads the new lines of every rank's file since the last call (the launcher polls it)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, str] = {}
+
+    def poll(self) -> list[ProgressRecord]:
+        records: list[ProgressRecord] = []
+        for path in sorted(self.directory.glob("rank*.jsonl")):
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    handle.seek(self.offsets.get(path, 0))
+                    chunk = handle.read()
+                    self.offsets[path] = handle.tell()
+            except OSError:
+                continue
+            text = self.partial.pop(path, "") + chunk
+            *lines, rest = text.split("\n")
+            if rest:
+                self.partial[path] = rest
+            records += [r for r in map(parse_record, lines) if r is not None]
+        return records

@@ -1,0 +1,101 @@
+"""The supervisor's types: what it is told about a run, each node as it follows it, and the
+messages its sources (log streams, engine events) put in its inbox."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from orchestrate.faults.spec import FaultSpec
+from orchestrate.outcome.model import NodeResult
+from orchestrate.outcome.states import NodePhase, advance
+from orchestrate.plan.model import NodePlan
+from orchestrate.supervise.worker_lines import NodeOutput
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a supervisor needs to know of a run (from its plan, or rebuilt from labels)."""
+
+    run_id: str
+    project: str
+    run_dir: Path
+    nodes: tuple[NodePlan, ...]
+    elastic: bool = False
+    max_restarts: int = 0
+    memory_limited: bool = False
+    faults: tuple[FaultSpec, ...] = ()
+    ready_timeout_s: float = 60.0
+
+
+@dataclass
+class NodeTracker:
+    """One node as the supervisor follows it.
+
+    Attributes:
+        plan: The node's plan.
+        container: Its container (a docker SDK model).
+        result: What will be reported of it; its ``state`` is the node's phase.
+        output: Its lines: the node log, the last lines, its workers' pieces.
+        stream: The number of its current log stream (a restart starts a new one).
+        log_open: Whether that stream is still open.
+        exited_at: Monotonic time the engine said its container died (None while it runs).
+        exit_code: That exit code.
+        first_started: Engine time of the container's first start seen.
+    """
+
+    plan: NodePlan
+    container: Any
+    result: NodeResult
+    output: NodeOutput
+    stream: int = 0
+    log_open: bool = False
+    exited_at: Optional[float] = None
+    exit_code: Optional[int] = None
+    first_started: Optional[float] = None
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def phase(self) -> NodePhase:
+        return self.result.state
+
+    def move(self, phase: NodePhase) -> None:
+        self.result.state = advance(self.result.state, phase)
+
+
+@dataclass(frozen=True)
+class LineArrived:
+    """A raw line of a node's container log (``stamp``: the engine's time of it)."""
+
+    node: str
+    stream: int
+    text: str
+    stamp: float
+    at: float
+
+
+@dataclass(frozen=True)
+class LogEnded:
+    """A node's log stream ended (its container stopped, or went away)."""
+
+    node: str
+    stream: int
+    stamp: float
+    at: float
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    """An engine event of a node's container (``start``, ``die`` with ``exitCode``, ``oom``)."""
+
+    node: str
+    action: str
+    attrs: dict = field(default_factory=dict)
+    stamp: float = 0.0
+    at: float = 0.0
+
+
+Message = Union[LineArrived, LogEnded, EngineEvent]

@@ -1,0 +1,72 @@
+"""Why nodes failed or stopped answering: torchrun's report and its workers' error files, the
+kernel's OOM kills, a paused or cut-off container."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from orchestrate.engine.client import exec_output
+from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
+from orchestrate.outcome.root_cause import RootCause, error_file_on_host, latest_error_files
+from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
+from orchestrate.supervise.api import NodeTracker
+
+log = logging.getLogger(__name__)
+
+
+class Diagnosis:
+    """Reads what explains a node's end, from the run directory and the engine."""
+
+    def __init__(self, client: Any, run_dir: Path, say: Callable[[str], None], record: Callable[..., None]) -> None:
+        self.client = client
+        self.run_dir = run_dir
+        self.say = say
+        self.record = record
+
+    def explain_failure(self, tracker: NodeTracker) -> None:
+        """Fill a failed node's root cause and last lines: torchrun's report in its output,
+        completed from the worker's structured error file on the host mount (or, without a
+        report, from the error file of its lowest local rank)."""
+        result = tracker.result
+        cause = result.root_cause = tracker.output.root_cause()
+        result.last_lines = tracker.output.last_lines(cause.rank if cause else None)
+        files = latest_error_files(self.run_dir, tracker.name)
+        path: Optional[Path] = None
+        if cause is not None and cause.error_file.startswith(RUN_DIR_MOUNT):
+            path = error_file_on_host(self.run_dir, cause.error_file)
+        elif cause is not None:
+            path = files.get(cause.local_rank)
+        elif files:
+            local, path = min(files.items())
+            ranks = tracker.plan.global_ranks
+            cause = result.root_cause = RootCause(ranks[local] if local < len(ranks) else local, local,
+                                                  result.exit_code)
+        if cause is not None and path is not None and path.exists():
+            cause.add_error_file(path.read_text(errors="replace"))
+
+    def unresponsive(self, tracker: NodeTracker) -> str:
+        """Why the node cannot answer its peers (paused, gone, cut off), said and recorded; "" if it can."""
+        reason = probe_node(tracker.container, NETWORK) or ""
+        if reason:
+            tracker.result.unresponsive = reason
+            self.say(f"{tracker.name} stopped answering: {reason}")
+            self.record("node-unresponsive", node=tracker.name, reason=reason)
+        return reason
+
+    def find_oom_kills(self, trackers: list[NodeTracker]) -> None:
+        """Find nodes the kernel OOM-killed processes in (they explain their peers' failures)."""
+        for tracker in trackers:
+            try:
+                tracker.container.reload()
+                state = tracker.container.attrs.get("State", {})
+                counter = exec_output(self.client, tracker.container, OOM_COUNTER_ARGV)[1] \
+                    if state.get("Running") else None
+            except Exception as exc:  # gone: nothing more to learn from it
+                log.debug("OOM probe of %s: %s", tracker.name, exc)
+                continue
+            kills = max(oom_kills(state, counter), tracker.result.oom_kills)
+            if kills and not tracker.result.oom_reported:
+                tracker.result.oom_kills = kills
+                tracker.result.oom_reported = True
+                self.say(f"{tracker.name} was OOM-killed: the kernel killed {kills} process(es) at its memory limit")

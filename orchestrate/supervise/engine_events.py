@@ -1,0 +1,55 @@
+"""The engine's events of a run's containers (``start``, ``die`` with the exit code, ``oom``),
+found by the run's label, into the supervisor's inbox: a thread."""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL, RUN_ID_LABEL
+from orchestrate.supervise.api import EngineEvent, Message
+
+log = logging.getLogger(__name__)
+
+
+class EngineEvents:
+    """Reads the events of run ``run_id``'s containers for the nodes named ``nodes``."""
+
+    def __init__(self, client: Any, run_id: str, nodes: set[str], inbox: "queue.Queue[Message]",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.nodes = nodes
+        self.inbox = inbox
+        self.clock = clock
+        self.stream: Optional[Any] = None
+        self.closed = threading.Event()
+
+    def start(self) -> "EngineEvents":
+        threading.Thread(target=self._read, name="engine-events", daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self.closed.set()
+        if self.stream is not None:
+            try:
+                self.stream.close()
+            except Exception:  # already closed
+                pass
+
+    def _read(self) -> None:
+        try:
+            self.stream = self.client.events(
+                decode=True, since=int(time.time()) - 1,
+                filters={"type": "container", "label": f"{RUN_ID_LABEL}={self.run_id}"})
+            for event in self.stream:
+                attrs = (event.get("Actor") or {}).get("Attributes") or {}
+                node = attrs.get(COMPOSE_SERVICE_LABEL, "")
+                if node in self.nodes:
+                    self.inbox.put(EngineEvent(node, event.get("Action", ""), attrs, float(event.get("time", 0)),
+                                               self.clock()))
+        except Exception as exc:  # the stream was closed, or the engine went away
+            if not self.closed.is_set():
+                log.debug("engine events ended: %s", exc)

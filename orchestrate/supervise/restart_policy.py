@@ -1,0 +1,65 @@
+"""Elastic recovery: which node deaths an elastic job recovers from, and the restart that lets
+the dead node rejoin."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from orchestrate.outcome.model import Recovery
+from orchestrate.outcome.states import NodePhase
+from orchestrate.supervise.api import NodeTracker
+
+# Exit codes of a node that was killed or stopped from outside, not one whose job failed.
+DEATH_EXIT_CODES = (None, 137, 143)
+
+
+class RestartPolicy:
+    """Restarts an elastic job's nodes when one dies, up to ``max_restarts`` times.
+
+    Only an active supervisor of an elastic run restarts; a node's death counts when its
+    container was killed (137), stopped (143) or gone (no exit code), or when a fault was
+    injected into it. A job that is already ending is never restarted.
+    """
+
+    def __init__(self, *, enabled: bool, max_restarts: int, say: Callable[[str], None],
+                 record: Callable[..., None], clock: Callable[[], float]) -> None:
+        self.enabled = enabled
+        self.max_restarts = max_restarts
+        self.say = say
+        self.record = record
+        self.clock = clock
+        self.restarts = 0
+        self.recoveries: list[Recovery] = []
+
+    @property
+    def open_recovery(self) -> Optional[Recovery]:
+        """The recovery whose training has not resumed yet, if any."""
+        return next((r for r in self.recoveries if r.resumed_at is None), None)
+
+    def should_restart(self, tracker: NodeTracker, ending: bool) -> bool:
+        """Whether ``tracker``'s exit is a death the job recovers from."""
+        if not self.enabled or ending or tracker.exit_code == 0 or self.restarts >= self.max_restarts:
+            return False
+        return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
+
+    def restart(self, dead: NodeTracker, trackers: list[NodeTracker], step: Optional[int]) -> None:
+        """Restart every node so that the dead one rejoins.
+
+        Every node restarts, not only the dead one: torch's c10d rendezvous lets a freshly
+        started agent join only if rank 0's agent is fresh too (an agent that stays rank 0
+        keeps its cached bootstrap address and never publishes it for the new round, so the
+        newcomer waits forever). Fresh agents everywhere form a fresh rendezvous, and the
+        workers resume from the latest checkpoint.
+        """
+        self.restarts += 1
+        result = dead.result
+        cause = f"injected fault {result.fault}" if result.fault else "its death"
+        self.recoveries.append(Recovery(dead.name, cause, self.clock(), step_before=step))
+        self.say(f"{dead.name} died ({cause}); restarting every node so that it rejoins"
+                 f" ({self.restarts}/{self.max_restarts})")
+        self.record("restart", node=dead.name, cause=cause, step=step)
+        result.fault = ""
+        for tracker in trackers:
+            tracker.move(NodePhase.RESTARTING)
+            tracker.exited_at = tracker.exit_code = None
+        for tracker in trackers:
+            tracker.container.restart(timeout=0)
