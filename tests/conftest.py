@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -22,5 +23,23 @@ def make_job(tmp_path: Path):
         options = dict(workdir=tmp_path, runs_dir=tmp_path / "runs")
         options.update(overrides)
         return make_plan(RunConfig(**options), run_id)
+
+    return make
+
+
+@pytest.fixture
+def make_run(tmp_path: Path):
+    """A Run whose work and runs directories live in tmp_path, with no host environment or
+    user, on the CPU unless GPUs are asked for; ``client`` and ``out`` are the caller's."""
+    from orchestrate.config.request import HostFacts, RunRequest
+    from orchestrate.launch.run import Run
+    from tests.fakes import FakeCompose
+
+    def make(run_id: str = "test-run", *, client=None, out=None, target=(), **options) -> Run:
+        options = {"workdir": tmp_path, "runs_dir": tmp_path / "runs", **options}
+        options.setdefault("cpu", not options.get("gpus_per_node"))
+        request = RunRequest.from_options(tuple(target), **options)
+        return Run(request, client=client, out=out or io.StringIO(), host=HostFacts(), run_id=run_id,
+                   compose_factory=FakeCompose)
 
     return make

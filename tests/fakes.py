@@ -321,6 +321,7 @@ class FakeDockerClient:
         # what exec'd commands print: argv[0] or (node, argv[0]) -> (exit code, output)
         self.command_outputs: dict = {}
         self.subscribers: list[FakeEventStream] = []
+        self.gpus: tuple[str, ...] = ()
         self.containers = _Collection(self, "containers_by_name")
         self.networks = _Collection(self, "networks_by_name")
         self.volumes = _Collection(self, "volumes_by_name")
@@ -350,7 +351,9 @@ class FakeDockerClient:
         return FakeEventStream(self, filters)
 
     def info(self) -> dict:
-        return {"NCPU": 2, "MemTotal": 24 * 1024**3, "Runtimes": {"runc": {}}}
+        """The engine's answer; the NVIDIA runtime is there when ``gpus`` lists the host's GPUs."""
+        runtimes = {"runc": {}, **({"nvidia": {}} if self.gpus else {})}
+        return {"NCPU": 2, "MemTotal": 24 * 1024**3, "Runtimes": runtimes}
 
     def up(self, compose_file: Path) -> None:
         """What ``docker compose up -d`` does to the engine for the rendered project."""
@@ -380,6 +383,10 @@ class FakeCompose:
         self.compose_file = compose_file
         self.calls: list[str] = []
         FakeCompose.instances.append(self)
+
+    @staticmethod
+    def find_cli() -> tuple[str, ...]:
+        return ("docker", "compose")
 
     def up(self) -> None:
         self.calls.append("up")

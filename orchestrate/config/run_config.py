@@ -6,17 +6,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from orchestrate.config.fault_spec import FaultSpec, check_fault_nodes
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.user_env import check_name
 from orchestrate.errors import UsageError
-from orchestrate.faults.spec import FaultSpec, check_fault_nodes
 
 DEFAULT_IMAGE = "ddp-compose-node:latest"
 DEFAULT_TARGET: tuple[str, ...] = ("-m", "app.toy")
 DEFAULT_MASTER_PORT = 29500
 # The project root holds app/; it is mounted into every node so `-m app.NAME` works from
 # any work directory.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _MEMORY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[bkmg]?)b?$", re.I)

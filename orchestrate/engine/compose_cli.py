@@ -41,13 +41,13 @@ def compose_command() -> tuple[str, ...]:
     )
 
 
-def find_compose_meanwhile() -> Callable[[], tuple[str, ...]]:
-    """Start :func:`compose_command` in a thread (its probe runs Compose, about 0.1 s) while
-    the caller asks the engine its questions; the function returned waits for the answer,
-    and raises what :func:`compose_command` raises."""
+def find_compose_meanwhile(find: Callable[[], tuple[str, ...]] = compose_command) -> Callable[[], tuple[str, ...]]:
+    """Start ``find`` (:func:`compose_command`: its probe runs Compose, about 0.1 s) in a thread
+    while the caller asks the engine its questions; the function returned waits for the
+    answer, and raises what ``find`` raises, in the caller's thread."""
     def probe() -> None:
         try:
-            compose_command()
+            find()
         except EngineUnavailableError:
             pass  # said again, in the caller's thread, when it asks
 
@@ -56,7 +56,7 @@ def find_compose_meanwhile() -> Callable[[], tuple[str, ...]]:
 
     def answer() -> tuple[str, ...]:
         thread.join()
-        return compose_command()
+        return find()
 
     return answer
 
@@ -67,6 +67,11 @@ class ComposeProject:
     def __init__(self, project_name: str, compose_file: Path) -> None:
         self.project_name = project_name
         self.compose_file = compose_file
+
+    @staticmethod
+    def find_cli() -> tuple[str, ...]:
+        """The Compose v2 command line (see :func:`compose_command`)."""
+        return compose_command()
 
     def _run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         argv = [*compose_command(), "-p", self.project_name, "-f", str(self.compose_file), *args]

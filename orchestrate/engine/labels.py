@@ -106,3 +106,9 @@ def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
             f"expected one container labelled {', '.join(labels)}; found {len(found)}"
         )
     return found[0]
+
+
+def containers_of_project(client: Any, project_name: str) -> dict[str, Any]:
+    """Every container of a Compose project, by its service name."""
+    found = client.containers.list(all=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={project_name}"})
+    return {container.labels[COMPOSE_SERVICE_LABEL]: container for container in found}

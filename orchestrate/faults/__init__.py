@@ -1,2 +1,3 @@
-"""Faults: their specs (pure), injecting them into nodes, and scheduling them by time or step.
-May import config, plan and engine."""
+"""Faults at run time: injecting them into nodes (one function per kind) and firing them at their
+time or training step. Their specs, what a user asks for, are config.fault_spec. May import config,
+plan, engine and outcome."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from orchestrate.config.fault_spec import FaultAction
 from orchestrate.engine.labels import project_network
-from orchestrate.faults.spec import FaultAction
 
 
 def inject(client: Any, project: str, container: Any, action: FaultAction) -> None:

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
+from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.errors import OrchestrateError
-from orchestrate.faults.spec import FaultSpec
 from orchestrate.node.progress import TRIGGERS_FILE
 from orchestrate.outcome.model import FiredFault
 

@@ -1,235 +1,328 @@
-"""The apply step: carry out a :class:`JobPlan` on a Docker engine.
+"""The library's product: :class:`Run`, one object that owns a run's whole life.
 
-Bring the Compose project up (every node's main process is torchrun, under the node
-supervisor), then either return (``--detach``: the engine holds the run) or follow it with a
-:class:`~orchestrate.supervise.Supervisor` to its end and tear everything down, whatever
-happens. A foreground launcher keeps a heartbeat in the run directory; if the launcher dies,
-the nodes notice within ``LEASE_TIMEOUT_S`` and stop themselves.
+::
+
+    request ─ check ─ pre-flight ─ image ─┬─ GPU lease ─ plan ─ bring up ─┐
+                                          │          (one host lock)      │
+                                          └───────────────────────────────┴─ follow ─ judge ─ tear down ─ record
+
+``run``, ``plan``, ``attach``, Slurm runs, the benchmarks and the pytest plugin all go through
+it, and every run ends in the one :class:`~orchestrate.outcome.model.RunResult` and the one
+``outcome.json``. A backend does what differs between schedulers
+(:class:`~orchestrate.launch.compose_backend.ComposeBackend`,
+:class:`~orchestrate.slurm.backend.SlurmBackend`); the run directory, the launcher's
+heartbeat, ``docker compose up`` and ``down`` and the record are the Run's.
+
+A foreground run keeps a heartbeat in its directory: if the launcher dies, the nodes notice
+within ``LEASE_TIMEOUT_S`` and stop themselves. A detached run returns once its nodes run,
+and the engine keeps it.
 """
 from __future__ import annotations
 
-import logging
+import contextlib
+import dataclasses
+import secrets
 import sys
 import time
-from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Callable, Optional
+from typing import IO, Any, Callable, Optional, Union
 
-from orchestrate.engine.client import docker_errors
-from orchestrate.engine.compose_cli import ComposeProject
-from orchestrate.engine.compose_file import write_compose_file
-from orchestrate.engine.gpus import gpu_topology
+from orchestrate.config.request import HostFacts, RunRequest, resolve_config
+from orchestrate.config.run_config import RunConfig
+from orchestrate.engine.client import connect, docker_errors
+from orchestrate.engine.compose_cli import ComposeProject, find_compose_meanwhile
 from orchestrate.engine.images import TORCH_LABEL, image_label
-from orchestrate.engine.labels import find_node_container
 from orchestrate.engine.locks import try_lock
-from orchestrate.engine.runs import RunInfo, node_plans
-from orchestrate.errors import NodesNotReadyError, OrchestrateError
+from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, node_plans
+from orchestrate.engine.user_image import derived_image_spec
+from orchestrate.errors import EngineUnavailableError, OrchestrateError
+from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
+from orchestrate.launch.lease import gpu_lease
+from orchestrate.launch.preflight import check_node_size, prepare_image
 from orchestrate.launch.run_dir import prepare_run_dir
+from orchestrate.launch.teardown import finish_record, finish_while_tearing_down, teardown
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult, Timings
-from orchestrate.outcome.record import write_outcome
 from orchestrate.plan.layout import HEARTBEAT_FILE
+from orchestrate.plan.make import make_plan, project_name
 from orchestrate.plan.model import JobPlan
 from orchestrate.report.helper import ReportHelper
-from orchestrate.supervise.supervisor import RunSpec, Supervisor
+from orchestrate.slurm.backend import SlurmBackend, slurm_image
+from orchestrate.supervise.api import RunSpec
 
-log = logging.getLogger(__name__)
-
-
-def wait_until_started(containers: dict[str, Any], timeout_s: float, clock: Callable[[], float]) -> None:
-    """Poll until every node container has started (it may have ended already).
-
-    Raises:
-        NodesNotReadyError: Naming the nodes still not started at the deadline.
-    """
-    deadline = clock() + timeout_s
-    pending = dict(containers)
-    while pending:
-        for name, container in list(pending.items()):
-            container.reload()
-            if container.status != "created":
-                del pending[name]
-        if not pending:
-            return
-        if clock() >= deadline:
-            raise NodesNotReadyError(f"nodes not started after {timeout_s:.0f} s: {', '.join(sorted(pending))}")
-        time.sleep(0.2)
+Backend = Union[ComposeBackend, SlurmBackend]
 
 
-def spec_for(plan: JobPlan) -> RunSpec:
-    """What the supervisor needs of a planned run."""
-    cfg = plan.config
-    return RunSpec(plan.run_id, plan.project_name, plan.run_dir, plan.nodes, elastic=cfg.elastic,
-                   max_restarts=cfg.max_restarts, memory_limited=cfg.memory_per_node is not None,
-                   faults=cfg.faults, ready_timeout_s=cfg.ready_timeout_s)
+def new_run_id() -> str:
+    """A run id unique on this host: time for humans, random for two runs in one second."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-@dataclass
-class StartedRun:
-    """A run whose nodes are up."""
-
-    plan: JobPlan
-    compose: ComposeProject
-    containers: dict[str, Any]
-    bring_up_s: float
-    heartbeat: Optional[Heartbeat]
-
-
-def start_run(plan: JobPlan, client: Any, *, say: Callable[[str], None],
-              compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
-              clock: Callable[[], float] = time.monotonic) -> StartedRun:
-    """Bring the run's nodes up; they start torchrun by themselves.
-
-    Raises:
-        OrchestrateError: When bring-up fails; whatever was created is removed first.
-    """
-    run_dir = prepare_run_dir(plan)
-    compose = compose_factory(plan.project_name, write_compose_file(plan, run_dir / "compose.json"))
-    heartbeat = None if plan.detached else Heartbeat(run_dir / HEARTBEAT_FILE).start()
-    t0 = clock()
-    try:
-        say(f"run {plan.run_id}: bringing up {len(plan.nodes)} nodes (project {plan.project_name})")
-        record_event(run_dir, "bring-up", nodes=[n.name for n in plan.nodes])
-        compose.up()
-        containers = {n.name: find_node_container(client, plan.project_name, n) for n in plan.nodes}
-        wait_until_started(containers, plan.config.ready_timeout_s, clock)
-        record_event(run_dir, "nodes-up")
-    except BaseException:
-        if heartbeat is not None:
-            heartbeat.stop()
-        teardown(compose, say)
-        raise
-    return StartedRun(plan, compose, containers, clock() - t0, heartbeat)
-
-
-def launch(
-    plan: JobPlan,
-    client: Any,
-    *,
-    out: IO[str] = sys.stdout,
-    compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
-    clock: Callable[[], float] = time.monotonic,
-    report_helper: Optional[ReportHelper] = None,
-) -> RunResult:
-    """Carry out ``plan`` in the foreground: bring up, follow, report, tear down.
+class Run:
+    """One run, from the request to a torn-down engine and a written record.
 
     Args:
-        plan: What to run (from :func:`orchestrate.plan.make_plan`).
-        client: A Docker SDK client.
-        out: Where worker output and progress go.
-        compose_factory: Makes the Compose project driver (a fake one in tests).
+        request: What to run (see :class:`~orchestrate.config.request.RunRequest`).
+        out: Where the workers' lines, the launcher's lines and the progress go.
+        client: A docker SDK client (default: the environment's engine, asked when needed).
+        host: The launching host's environment and user (default: this process's).
+        command_line: The command that asked for the run (recorded for ``ps`` and reports).
+        run_id: The run's id (default: a new one).
+        compose_factory: Makes the driver of a Compose project (a fake one in unit tests).
         clock: Monotonic clock.
-        report_helper: Draws the report page in its own process while the nodes are removed
-            (without it, this process draws it after).
-
-    Returns:
-        The outcome; it is a failure, not an exception, when a node fails. Ctrl-C (or a
-        teardown signal raised as KeyboardInterrupt) stops every node and tears down; the
-        outcome then says it was interrupted. A failed bring-up is reported in it too.
     """
-    def say(text: str) -> None:
-        out.write(f"[orchestrate] {text}\n")
-        out.flush()
 
-    timings = Timings()
-    outcome = RunResult(plan.run_id, plan.run_dir, [], timings)
-    outcome.image_torch = image_label(client, plan.image, TORCH_LABEL)
-    started: Optional[StartedRun] = None
-    supervisor: Optional[Supervisor] = None
-    try:
-        started = start_run(plan, client, say=say, compose_factory=compose_factory, clock=clock)
-        timings.bring_up_s = started.bring_up_s
-        if plan.config.gpus_per_node:
-            say("GPU topology seen from node0 (nvidia-smi topo -m):\n"
-                + gpu_topology(client, plan, started.containers[plan.nodes[0].name]))
-        say(f"nodes up in {started.bring_up_s:.1f} s; torchrun runs on every node")
-        supervisor = Supervisor(spec_for(plan), client, out, active=True, containers=started.containers,
-                                clock=clock)
-        with try_lock(plan.run_dir / "supervisor.lock"):  # attach then only watches
-            followed = supervisor.follow()
-        outcome.results, outcome.timings, outcome.fired_faults = followed.results, followed.timings, followed.fired_faults
-        outcome.timings.bring_up_s = started.bring_up_s
-    except KeyboardInterrupt as exc:
-        outcome.interrupted = True
-        outcome.signal_number = int(getattr(exc, "signum", 2))
-        say("interrupted: stopping every node")
-        if supervisor is not None:
-            supervisor.stop_all()
-            outcome.results = [t.result for t in supervisor.trackers.values()]
-    except OrchestrateError as exc:
-        outcome.error, outcome.error_exit_code = str(exc), exc.exit_code
-    except docker_errors() as exc:  # the engine refused something: an environment problem
-        outcome.error = f"engine error: {str(exc).splitlines()[0][:300]}"
-    finally:
-        if started is not None:
-            if started.heartbeat is not None:
-                started.heartbeat.stop()
-            if plan.config.keep:
-                say(f"--keep: leaving run {plan.run_id} in the engine; remove it with:"
-                    f" python -m orchestrate down {plan.run_id}")
-            finish_while_tearing_down(outcome, None if plan.config.keep else started.compose, say, clock,
-                                      report_helper)
-    return outcome
+    def __init__(self, request: RunRequest, *, out: IO[str] = sys.stdout, client: Any = None,
+                 host: Optional[HostFacts] = None, command_line: str = "", run_id: Optional[str] = None,
+                 compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.request = request
+        self.out = out
+        # Detached, the caller's output carries only the run id (RUN=$(python -m orchestrate run -d ...)).
+        self.chatter = sys.stderr if request.detach else out
+        self.client = client
+        self.host = host or HostFacts.here()
+        self.command_line = command_line
+        self.run_id = run_id or new_run_id()
+        self.compose_factory = compose_factory
+        self.clock = clock
+        self.plan: Optional[JobPlan] = None
+        self.backend: Optional[Backend] = None
+        self.compose: Optional[ComposeProject] = None
+        self.heartbeat: Optional[Heartbeat] = None
+        self.bring_up_s: Optional[float] = None
+        self.image_torch = ""
+        self.result: Optional[RunResult] = None
+        self.attached: Optional[RunInfo] = None
 
+    @property
+    def run_dir(self) -> Path:
+        """The run's directory of records (its logs, events, outcome.json, report.html)."""
+        return Path(self.request.runs_dir).resolve() / self.run_id
 
-def finish_while_tearing_down(outcome: RunResult, compose: Optional[ComposeProject], say: Callable[[str], Any],
-                              clock: Callable[[], float], report_helper: Optional[ReportHelper] = None) -> None:
-    """Remove the nodes (unless ``compose`` is None: ``--keep``) while the run's record is finished.
+    @property
+    def project_name(self) -> str:
+        return project_name(self.run_id)
 
-    The record (``outcome.json``, the ``run-ended`` event, the report page) needs no node, and
-    drawing the report is CPU work while the removal is the engine's: the report helper draws
-    it meanwhile, which keeps it off the run's wall time. Without a helper, or when it fails,
-    this process draws it after the teardown. ``outcome.json`` is written again with the
-    teardown's time; a teardown that fails changes the exit code, and the record then says so.
-    """
-    from orchestrate.report.page import write_report_quietly
+    @classmethod
+    def attach(cls, run_id: str, *, out: IO[str] = sys.stdout, client: Any = None,
+               clock: Callable[[], float] = time.monotonic) -> "Run":
+        """A run already in the engine (``attach``): :meth:`follow` watches it to its end, and
+        acts as its launcher when it is a detached run that nobody else follows."""
+        run = cls(RunRequest(), out=out, client=client, run_id=run_id, clock=clock)
+        run.attached = find_run(run.engine(), run_id)
+        return run
 
-    write_outcome(outcome)
-    record_event(outcome.run_dir, "run-ended", **end_fields(outcome))
-    helped = report_helper is not None and report_helper.request(outcome.run_dir)
-    t1 = clock()
-    if compose is not None:
-        outcome.teardown_error = teardown(compose, say)
-    outcome.timings.teardown_s = clock() - t1
-    drawn = helped and report_helper.wait()  # type: ignore[union-attr]
-    write_outcome(outcome)  # only now: the helper read the first one
-    if outcome.teardown_error:
-        record_event(outcome.run_dir, "teardown-failed", error=outcome.teardown_error,
-                     exit_code=outcome.exit_code)
-    if not drawn or outcome.teardown_error:
-        write_report_quietly(outcome.run_dir)
+    # Talking ---------------------------------------------------------------------------------
 
+    def say(self, text: str) -> None:
+        print(f"[orchestrate] {text}", file=self.chatter, flush=True)
 
-def end_fields(outcome: RunResult) -> dict[str, Any]:
-    """The ``run-ended`` event's fields."""
-    return {"exit_code": outcome.exit_code, "succeeded": outcome.succeeded,
-            "interrupted": outcome.interrupted, "error": outcome.error}
+    def progress(self, text: str) -> None:
+        print(f"[image] {text}", file=self.chatter, flush=True)
 
+    def engine(self) -> Any:
+        if self.client is None:
+            self.client = connect()
+        return self.client
 
-def finish_record(outcome: RunResult) -> None:
-    """The run's last event, then its report page (neither may fail the run)."""
-    from orchestrate.report.page import end_record
+    # Before anything starts ------------------------------------------------------------------
 
-    end_record(outcome.run_dir, **end_fields(outcome))
+    def check(self) -> RunConfig:
+        """Refuse bad input with one line, before the engine is asked anything."""
+        request = self.request
+        # Paths and the target first: a missing script is reported whatever the engine has.
+        derived_image_spec(resolve_config(request.replace(cpu=True, backend="auto"), self.host))
+        config = resolve_config(request, self.host)
+        request.check_combination()
+        return config
 
+    def dry_plan(self) -> JobPlan:
+        """The plan alone (``plan``, ``run --dry-run``): the engine is asked at most which GPUs
+        it has, and not even that when none answers."""
+        self.check()
+        client = None
+        if not self.request.cpu:
+            with contextlib.suppress(EngineUnavailableError):  # a dry run needs no engine
+                client = self.engine()
+        info = client.info() if client is not None else {}
+        free = None
+        if client is not None:
+            from orchestrate.launch.lease import free_gpu_ids, wants_gpus
 
-def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> str:
-    """Remove the project; a second Ctrl-C during teardown does not stop it.
+            free = free_gpu_ids(client, self.request) if wants_gpus(self.request) else None
+        self.plan = self._plan(info, self.request.image, free)
+        return self.plan
 
-    Returns:
-        "" when it was removed, else what went wrong and how to remove it by hand.
-    """
-    for attempt in range(3):
-        try:
-            compose.down()
-            return ""
-        except KeyboardInterrupt:
-            say("teardown in progress; please wait")
-        except OrchestrateError as exc:
-            say(f"teardown attempt {attempt + 1} failed: {exc}")
-    return (f"could not remove project {compose.project_name}; run:"
-            f" docker compose -p {compose.project_name} down -v")
+    def _plan(self, engine_info: dict, image: str, free_gpus: Optional[tuple[str, ...]]) -> JobPlan:
+        config = resolve_config(self.request, self.host, None if free_gpus is None else len(free_gpus))
+        detached = self.request.detach
+        plan = make_plan(config, self.run_id, detached=detached, gpu_ids=free_gpus or (),
+                         launcher="" if detached else launcher_identity(), command_line=self.command_line,
+                         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                         host_cpus=engine_info.get("NCPU") or None)
+        return plan if image == plan.image else dataclasses.replace(plan, image=image)
+
+    # Starting --------------------------------------------------------------------------------
+
+    def start(self) -> JobPlan:
+        """Pre-flight, image, GPU lease, plan and bring-up: the nodes run when it returns (a
+        detached run is then the engine's).
+
+        Raises:
+            OrchestrateError: When something refuses the run (bad input, the engine, the
+                image, a failed bring-up); whatever was created is removed first.
+        """
+        config = self.check()
+        compose_found = find_compose_meanwhile(self.compose_factory.find_cli)
+        client = self.engine()
+        info = client.info()
+        check_node_size(config, info)
+        compose_found()
+        image = prepare_image(client, config, build=not self.request.no_build, progress=self.progress)
+        self.image_torch = image_label(client, image, TORCH_LABEL)
+        node_image = slurm_image(client, image, self.progress) if self.request.scheduler == "slurm" else image
+        # The lease is held until the containers, which carry the GPUs' labels, exist.
+        with gpu_lease(client, self.request) as free:
+            self.plan = self._plan(info, image, free)
+            self.backend = self._backend(self.plan, node_image)
+            try:
+                self._bring_up()
+            except BaseException:
+                self.close()
+                raise
+        return self.plan
+
+    def _backend(self, plan: JobPlan, node_image: str) -> Backend:
+        if self.request.scheduler == "slurm":
+            sbatch = Path(self.request.sbatch).resolve() if self.request.sbatch else None
+            return SlurmBackend(plan, self.client, self.out, run_as=plan.config.run_as or "0:0", image=node_image,
+                                sbatch=sbatch, clock=self.clock)
+        return ComposeBackend.for_plan(plan, self.client, self.out, self.clock)
+
+    def _bring_up(self) -> None:
+        plan, backend = self.plan, self.backend
+        assert plan is not None and backend is not None
+        run_dir = prepare_run_dir(plan)
+        self.compose = self.compose_factory(plan.project_name, backend.render(run_dir))
+        self.heartbeat = None if plan.detached else Heartbeat(run_dir / HEARTBEAT_FILE).start()
+        started = self.clock()
+        self.say(backend.bring_up_line())
+        record_event(run_dir, "bring-up", nodes=[n.name for n in plan.nodes])
+        self.compose.up()
+        backend.wait_ready()
+        record_event(run_dir, "nodes-up")
+        self.bring_up_s = self.clock() - started
+        for line in backend.ready_lines(self.bring_up_s):
+            self.say(line)
+
+    def close(self) -> None:
+        """Remove what the run has in the engine, without following it to its end (a start
+        that failed, or a started run its caller gives up)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if self.compose is not None:
+            teardown(self.compose, self.say)
+            self.compose = None
+
+    # Following to the end --------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        """The foreground run whole: start, follow, judge, tear down, record.
+
+        A failing job is a result, not an exception, and so are Ctrl-C (or a teardown signal
+        raised as KeyboardInterrupt: every node is stopped) and an engine or bring-up error
+        once the run exists. Before that (bad input, no engine, no image) the error is raised.
+        """
+        # The report page is drawn by a helper process while the nodes are torn down (see
+        # orchestrate/report/helper.py); it starts now, and goes whatever happens.
+        with ReportHelper.start() as helper:
+            try:
+                self.start()
+                self.result = self.follow()
+            except KeyboardInterrupt as exc:
+                if self.plan is None or not self.plan.run_dir.is_dir():
+                    raise
+                self.say("interrupted: stopping every node")
+                self.result = self._partial_result()
+                self.result.interrupted = True
+                self.result.signal_number = int(getattr(exc, "signum", 2))
+            except OrchestrateError as exc:
+                if self.plan is None or not self.plan.run_dir.is_dir():
+                    raise
+                self.result = self._partial_result()
+                self.result.error, self.result.error_exit_code = str(exc), exc.exit_code
+            except docker_errors() as exc:  # the engine refused something: an environment problem
+                if self.plan is None or not self.plan.run_dir.is_dir():
+                    raise
+                self.result = self._partial_result()
+                self.result.error = f"engine error: {str(exc).splitlines()[0][:300]}"
+            finally:
+                if self.result is not None:
+                    self._finish(self.result, helper)
+        assert self.result is not None
+        return self.result
+
+    def follow(self) -> RunResult:
+        """Follow the started (or attached) run to its end and judge it; nothing is torn down."""
+        if self.attached is not None:
+            return self._follow_attached()
+        assert self.backend is not None and self.plan is not None
+        with try_lock(self.plan.run_dir / SUPERVISOR_LOCK):  # a later attach then only watches
+            result = self.backend.follow()
+        result.timings.bring_up_s = self.bring_up_s
+        result.image_torch = self.image_torch
+        return result
+
+    def _partial_result(self) -> RunResult:
+        """What is known of a run that an interrupt or an error ended early; its nodes stopped."""
+        assert self.plan is not None
+        if self.backend is None:
+            result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
+        else:
+            self.backend.stop()
+            result = self.backend.partial_result()
+        result.timings.bring_up_s = self.bring_up_s
+        result.image_torch = self.image_torch
+        return result
+
+    def _finish(self, result: RunResult, helper: Optional[ReportHelper]) -> None:
+        """Stop the heartbeat; tear down (unless --keep) while the record is finished."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if self.request.keep and self.compose is not None:
+            self.say(f"--keep: leaving run {self.run_id} in the engine; remove it with:"
+                     f" python -m orchestrate down {self.run_id}")
+            self.compose = None
+        finish_while_tearing_down(result, self.compose, self.say, self.clock, helper)
+        self.compose = None
+
+    # Attached runs ---------------------------------------------------------------------------
+
+    def _follow_attached(self) -> RunResult:
+        """Follow a run found in the engine; act as its launcher when it is detached and no one
+        else does (then its record is this process's to finish). KeyboardInterrupt propagates:
+        for ``attach`` it only detaches."""
+        from orchestrate.outcome.record import write_outcome
+
+        run = self.attached
+        assert run is not None
+        spec = spec_for_run(run)
+        with try_lock(spec.run_dir / SUPERVISOR_LOCK) as holds_lock:
+            active = run.detached and holds_lock and not run.state.ended
+            role = "acting as its launcher" if active else "watching"
+            self.say(f"attached to run {run.run_id} ({run.state.value}, {role}); Ctrl-C detaches")
+            backend = ComposeBackend(spec, self.client, self.out, active=active,
+                                     containers={n.name: n.container for n in run.nodes}, clock=self.clock)
+            result = backend.follow()
+        image = run.nodes[0].container.attrs.get("Config", {}).get("Image", "") if run.nodes else ""
+        result.image_torch = image_label(self.client, image, TORCH_LABEL) if image else ""
+        if active:  # the run's launcher: its record is ours to finish
+            write_outcome(result)
+            finish_record(result)
+        return result
 
 
 def spec_for_run(run: RunInfo) -> RunSpec:
@@ -238,3 +331,8 @@ def spec_for_run(run: RunInfo) -> RunSpec:
     return RunSpec(run.run_id, run.project, run.run_dir, node_plans(run), elastic=run.elastic,
                    max_restarts=run.max_restarts,
                    memory_limited=any(n.container.attrs.get("HostConfig", {}).get("Memory") for n in run.nodes))
+
+
+def run(request: RunRequest, **options: Any) -> RunResult:
+    """Run ``request`` in the foreground to its end: ``Run(request, **options).run()``."""
+    return Run(request, **options).run()

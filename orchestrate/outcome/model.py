@@ -54,9 +54,13 @@ class Failure:
     last_lines: tuple[str, ...]
     traceback: str = ""
     reason: str = ""
+    description: str = ""
 
     def describe(self) -> str:
-        """One line naming the node, the rank, the exit code and the exception (or why it hung)."""
+        """One line naming the node, the rank, the exit code and the exception (or why it hung);
+        a scheduler's own words where it gave them."""
+        if self.description:
+            return self.description
         if self.reason:
             return f"{self.node} {self.reason}"
         rank = f" rank {self.rank}" if self.rank is not None else ""
@@ -129,6 +133,28 @@ class FiredFault:
 
 
 @dataclass
+class SlurmJob:
+    """A Slurm job as Slurm reported it: ``scontrol show job`` and ``show node``.
+
+    Attributes:
+        job_id: The job's id (empty when it was never submitted).
+        job: Its record (``JobState``, ``Reason``, ``ExitCode``, ``NodeList``, ``RunTime``, ...).
+        nodes: Each node's record (``State``, ``Reason``), by node name.
+        workers_collateral: The workers' first error is a peer's closed connection: a
+            consequence of what Slurm reported, not a cause.
+    """
+
+    job_id: str = ""
+    job: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, dict[str, str]] = field(default_factory=dict)
+    workers_collateral: bool = False
+
+    @property
+    def state(self) -> str:
+        return self.job.get("JobState", "")
+
+
+@dataclass
 class RunResult:
     """The result of a whole run: what the library returns and the CLI prints.
 
@@ -143,6 +169,9 @@ class RunResult:
         error_exit_code: The exit code of that error.
         teardown_error: What was left behind, if the teardown failed.
         image_torch: The torch version of the nodes' image.
+        slurm: The Slurm job, for a run under ``--scheduler slurm``.
+        reported_failure: The failure as the scheduler reported it (Slurm); None: judged from
+            the nodes' results.
     """
 
     run_id: str
@@ -156,16 +185,17 @@ class RunResult:
     error_exit_code: int = 2
     teardown_error: str = ""
     image_torch: str = ""
+    slurm: Optional[SlurmJob] = None
+    reported_failure: Optional[Failure] = None
 
     @property
     def succeeded(self) -> bool:
-        """True only when every node's torchrun exited 0."""
-        return (
-            not self.interrupted
-            and not self.error
-            and bool(self.results)
-            and all(r.state is NodePhase.SUCCEEDED for r in self.results)
-        )
+        """True only when every node's torchrun exited 0 (under Slurm: the job COMPLETED)."""
+        if self.interrupted or self.error:
+            return False
+        if self.slurm is not None:
+            return self.slurm.state == "COMPLETED"
+        return bool(self.results) and all(r.state is NodePhase.SUCCEEDED for r in self.results)
 
     @property
     def exit_code(self) -> int:
@@ -185,4 +215,6 @@ class RunResult:
         """The failure to report, chosen by :func:`~orchestrate.outcome.judge.find_failure`."""
         from orchestrate.outcome.judge import find_failure  # judging needs this model: imported when judged
 
+        if self.reported_failure is not None or self.slurm is not None:
+            return self.reported_failure
         return find_failure(self.results)

@@ -13,8 +13,10 @@ def outcome_record(outcome: RunResult) -> dict:
     """The outcome as JSON-ready data (``runs/<id>/outcome.json``): for reports and benchmarks."""
     t = outcome.timings
     failure = outcome.failure
+    slurm = outcome.slurm
     return {
         "run_id": outcome.run_id,
+        "scheduler": "compose" if slurm is None else "slurm",
         "succeeded": outcome.succeeded,
         "exit_code": outcome.exit_code,
         "interrupted": outcome.interrupted,
@@ -25,6 +27,9 @@ def outcome_record(outcome: RunResult) -> dict:
                     "teardown_s": t.teardown_s},
         "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
                         "step_before": r.step_before, "resumed_from": r.resumed_from} for r in t.recoveries],
+        "faults": [{"spec": f.spec, "node": f.node, "fired": True, "fired_at_s": f.elapsed_s,
+                    "fired_at_step": f.step} for f in outcome.fired_faults],
+        "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,
                    "oom_kills": r.oom_kills} for r in outcome.results],

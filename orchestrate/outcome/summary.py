@@ -12,6 +12,8 @@ from orchestrate.text import format_table
 
 def format_summary(outcome: RunResult) -> str:
     """Render the table printed at the end of every run, followed by its verdict."""
+    if outcome.slurm is not None:
+        return format_slurm_summary(outcome)
     header = ("node", "ranks", "state", "exit code", "wall time")
     rows = [
         (
@@ -64,4 +66,51 @@ def format_summary(outcome: RunResult) -> str:
             lines += [f"  | {ln}" for ln in failure.last_lines]
     elif not outcome.interrupted and not outcome.error:
         lines.append("FAILED: not every node exited 0")
+    return "\n".join(lines)
+
+
+# Slurm node states that explain a failed job.
+_SLURM_TROUBLE = ("DOWN", "FAIL", "DRAIN", "NOT_RESPONDING")
+
+
+def format_slurm_summary(outcome: RunResult) -> str:
+    """The table and verdict of a run under Slurm, in Slurm's words and the workers'."""
+    slurm = outcome.slurm
+    assert slurm is not None
+    lines = ["", f"=== run {outcome.run_id} summary (Slurm job {slurm.job_id or '-'}) ==="]
+    rows = [(name, info.get("State", "?"), info.get("Reason", "") or "-") for name, info in sorted(slurm.nodes.items())]
+    if rows:
+        lines += format_table(("node", "Slurm state", "reason"), rows)
+    job = slurm.job
+    if job:
+        lines.append(f"job {slurm.job_id}: {job.get('JobState', '?')} (reason {job.get('Reason', '-')}),"
+                     f" exit code {job.get('ExitCode', '?')}, on {job.get('NodeList', '-')},"
+                     f" run time {job.get('RunTime', '-')}")
+    bring_up = outcome.timings.bring_up_s or 0.0
+    lines.append(f"bring-up {bring_up:.1f} s | job {outcome.timings.job_s:.1f} s")
+    for fired in outcome.fired_faults:
+        lines.append(f"fault injected: {fired.describe()}")
+    lines.append(f"logs: {outcome.run_dir}")
+    if outcome.teardown_error:
+        lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
+    if outcome.succeeded:
+        lines.append(f"SUCCEEDED: Slurm job {slurm.job_id} COMPLETED, exit code {job.get('ExitCode', '0:0')}")
+        return "\n".join(lines)
+    if outcome.interrupted:
+        lines.append(f"INTERRUPTED: Slurm job {slurm.job_id or '-'} cancelled, every node stopped")
+    elif outcome.error:
+        lines.append(f"FAILED: {outcome.error}")
+    else:
+        down = [f"{n} {i.get('State')} ({i.get('Reason') or 'no reason given'})" for n, i in sorted(slurm.nodes.items())
+                if any(s in i.get("State", "") for s in _SLURM_TROUBLE)]
+        lines.append(f"FAILED: Slurm job {slurm.job_id} {slurm.state} (reason {job.get('Reason', '-')},"
+                     f" exit code {job.get('ExitCode', '?')})" + (f"; Slurm reports {', '.join(down)}" if down else ""))
+        failure = outcome.failure
+        if failure is not None and failure.rank is not None:
+            # A peer's closed connection only follows from what Slurm reported: say so, briefly.
+            label = "workers, as a result" if slurm.workers_collateral and (down or outcome.fired_faults) else "workers"
+            lines.append(f"  {label}: {failure.node} rank {failure.rank}:"
+                         f" {failure.exception or 'exit code ' + str(failure.exit_code)}")
+            if failure.traceback and label == "workers":
+                lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-12:]]
     return "\n".join(lines)

@@ -111,6 +111,11 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
     return env
 
 
+def project_name(run_id: str) -> str:
+    """The Compose project of run ``run_id``: its containers, network and volume are named after it."""
+    return f"ddp-{run_id}"
+
+
 def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
               gpu_ids: tuple[str, ...] = (), launcher: str = "", command_line: str = "",
               created: str = "", host_cpus: Optional[int] = None) -> JobPlan:
@@ -165,7 +170,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
                               node_command(config, node_name(rank), argv, detached)))
     return JobPlan(
         run_id=run_id,
-        project_name=f"ddp-{run_id}",
+        project_name=project_name(run_id),
         config=config,
         image=config.image,
         master_addr=master_addr,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from orchestrate.faults.spec import FaultSpec
+from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.outcome.model import NodeResult
 from orchestrate.outcome.states import NodePhase, advance
 from orchestrate.plan.model import NodePlan

@@ -26,10 +26,10 @@ import queue
 import time
 from typing import IO, Any, Callable, Optional
 
+from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
-from orchestrate.faults.spec import FaultSpec
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import NodeResult, RunResult

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.cli.main import main, split_target
+from orchestrate.cli.main import main
+from orchestrate.cli.options import split_target
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,7 +147,7 @@ def test_a_workdir_dockerfile_is_ignored_with_no_dockerfile(tmp_path):
 
 
 def test_image_build_tags_other_torch_versions_apart():
-    from orchestrate.cli.main import image_tag_for
+    from orchestrate.cli.image import image_tag_for
 
     assert image_tag_for("2.9.1") == "ddp-compose-node:latest"
     assert image_tag_for("2.14.1") == "ddp-compose-node:torch-2.14.1"

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_nodes, parse_fault
 from orchestrate.errors import UsageError
 from orchestrate.faults.inject import probe_node
-from orchestrate.faults.spec import FaultAction, FaultSpec, check_fault_nodes, parse_fault
 from tests.fakes import FakeContainer, FakeDockerClient
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.labels import find_node_container
 from orchestrate.errors import NodeLookupError
-from orchestrate.faults.spec import parse_fault
 from orchestrate.launch.heartbeat import Heartbeat
-from orchestrate.launch.run import launch, start_run
+from orchestrate.launch.run import Run
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
 from tests.fakes import FakeCompose, FakeDockerClient, Script
@@ -23,20 +24,28 @@ def report(rank: int, local: int, exit_code: int = 1, error_file: str = "<N/A>",
             f"  traceback : {exc}", "====="]
 
 
-def run(plan, client: FakeDockerClient, **scripts: list[Script]):
+def engine(client: FakeDockerClient, **scripts: list[Script]) -> FakeDockerClient:
+    """The fake engine, with the node image, each node's scripts and the fake Compose on it."""
     FakeCompose.engine = client
     FakeCompose.instances.clear()
+    if DEFAULT_IMAGE not in client.images.by_name:
+        client.images.add(DEFAULT_IMAGE)
     for node, node_scripts in scripts.items():
         client.script(node, *node_scripts)
-    out = io.StringIO()
-    outcome = launch(plan, client, out=out, compose_factory=FakeCompose)
-    return outcome, out.getvalue(), FakeCompose.instances[-1]
+    return client
 
 
-def progress_writer(plan, rank: int, steps: range, resumed: int | None = None):
+def run(job: Run, client: FakeDockerClient, **scripts: list[Script]):
+    """The whole run of ``job`` on the fake engine: its result, its output, its Compose project."""
+    job.client = engine(client, **scripts)
+    result = job.run()
+    return result, job.out.getvalue(), FakeCompose.instances[-1]
+
+
+def progress_writer(job, rank: int, steps: range, resumed: int | None = None):
     """A Script.then that reports steps on the run's progress channel, as a worker would."""
     def write() -> None:
-        path = plan.run_dir / "progress" / f"rank{rank}.jsonl"
+        path = job.run_dir / "progress" / f"rank{rank}.jsonl"
         with open(path, "a") as handle:
             if resumed is not None:
                 handle.write(json.dumps({"rank": rank, "resumed": resumed, "time": 1.0}) + "\n")
@@ -45,38 +54,40 @@ def progress_writer(plan, rank: int, steps: range, resumed: int | None = None):
     return write
 
 
-def test_success_streams_rank_prefixed_lines_saves_logs_and_removes_everything(make_job):
-    plan = make_job(nodes=2, nproc_per_node=2)
+def test_success_streams_rank_prefixed_lines_saves_logs_and_removes_everything(make_run):
+    job = make_run(nodes=2, nproc_per_node=2)
     client = FakeDockerClient()
-    outcome, text, compose = run(plan, client, node0=[Script(["[0|0]:hello 0", "[1|1]:hello 1"])],
+    outcome, text, compose = run(job, client, node0=[Script(["[0|0]:hello 0", "[1|1]:hello 1"])],
                                  node1=[Script(["[2|0]:hello 2", "[3|1]:hello 3"])])
     assert outcome.succeeded and outcome.exit_code == 0
     assert compose.calls == ["up", "down"]
     for rank in range(4):
         node = "node0" if rank < 2 else "node1"
         assert f"[{node}/rank{rank}] hello {rank}" in " ".join(text.split())
-    assert (plan.run_dir / "node1.log").read_text().splitlines() == ["[node1/rank2] hello 2", "[node1/rank3] hello 3"]
+    assert (job.run_dir / "node1.log").read_text().splitlines() == ["[node1/rank2] hello 2", "[node1/rank3] hello 3"]
     assert [r.state for r in outcome.results] == [NodePhase.SUCCEEDED, NodePhase.SUCCEEDED]
     assert client.containers_by_name == {} and client.networks_by_name == {} and client.volumes_by_name == {}
     assert outcome.timings.bring_up_s is not None and outcome.timings.rendezvous_s is not None
 
 
-def test_each_node_runs_torchrun_under_the_node_supervisor_with_the_runs_labels(make_job):
-    plan = make_job(nodes=2)
-    client = FakeDockerClient()
-    seen = {}
-    FakeCompose.engine = client
-    start_run(plan, client, say=lambda _: None, compose_factory=FakeCompose)
-    for container in client.containers_by_name.values():
-        seen[container.labels["com.docker.compose.service"]] = container
+def test_each_node_runs_torchrun_under_the_node_supervisor_with_the_runs_labels(make_run):
+    job = make_run(nodes=2)
+    client = engine(FakeDockerClient(), node0=[Script(hang=True)], node1=[Script(hang=True)])
+    job.client = client
+    try:
+        plan = job.start()
+        seen = {c.labels["com.docker.compose.service"]: c for c in client.containers_by_name.values()}
+    finally:
+        job.close()
+    assert client.containers_by_name == {}  # close removed them
     for node in plan.nodes:
         command = seen[node.name].service["command"]
         assert command[:2] == ["python3", NODE_MAIN]
         assert command[command.index("--") + 1:] == list(node.torchrun_argv)
         assert "--lease" in command  # a foreground run: the nodes hold the launcher's lease
         labels = seen[node.name].labels
-        assert labels["io.ddp-compose.run-id"] == plan.run_id
-        assert labels["io.ddp-compose.run-dir"] == str(plan.run_dir)
+        assert labels["io.ddp-compose.run-id"] == job.run_id
+        assert labels["io.ddp-compose.run-dir"] == str(job.run_dir)
         assert labels["io.ddp-compose.detached"] == "0"
 
 
@@ -89,10 +100,10 @@ def test_a_detached_run_holds_no_lease_on_its_launcher(make_job):
     assert "--lease" in make_plan(attached, "f1").nodes[0].command
 
 
-def test_the_first_failure_stops_the_others_after_a_grace_and_names_node_and_rank(make_job):
-    plan = make_job(nodes=3, nproc_per_node=2)
+def test_the_first_failure_stops_the_others_after_a_grace_and_names_node_and_rank(make_run):
+    job = make_run(nodes=3, nproc_per_node=2)
     client = FakeDockerClient()
-    outcome, text, compose = run(plan, client, node0=[Script(["[0|0]:waiting"], hang=True)],
+    outcome, text, compose = run(job, client, node0=[Script(["[0|0]:waiting"], hang=True)],
                                  node1=[Script(["[3|1]:RuntimeError: injected failure on rank 3",
                                                 *report(3, 1, exc="RuntimeError: injected failure on rank 3")],
                                                exit_code=1)],
@@ -107,53 +118,53 @@ def test_the_first_failure_stops_the_others_after_a_grace_and_names_node_and_ran
     assert compose.calls[-1] == "down"
 
 
-def test_the_root_cause_traceback_comes_from_the_error_file_on_the_host_mount(make_job):
-    plan = make_job(nodes=1, nproc_per_node=2)
+def test_the_root_cause_traceback_comes_from_the_error_file_on_the_host_mount(make_run):
+    job = make_run(nodes=1, nproc_per_node=2)
     container_path = "/ddp-run/node0/torchrun/r_x/attempt_0/1/error.json"
 
     def write_error_file() -> None:
-        host = plan.run_dir / "node0/torchrun/r_x/attempt_0/1/error.json"
+        host = job.run_dir / "node0/torchrun/r_x/attempt_0/1/error.json"
         host.parent.mkdir(parents=True)
         host.write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": {
             "py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9\nValueError: bad batch",
             "timestamp": "1700000000"}}}))
 
     client = FakeDockerClient()
-    outcome, text, _ = run(plan, client, node0=[Script(report(1, 1, error_file=container_path), exit_code=1,
+    outcome, text, _ = run(job, client, node0=[Script(report(1, 1, error_file=container_path), exit_code=1,
                                                        then=write_error_file)])
     failure = outcome.failure
     assert failure.exception == "ValueError: bad batch"
     assert 'File "train.py", line 9' in failure.traceback
 
 
-def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_named(make_job):
-    plan = make_job(nodes=2, faults=(parse_fault("pause:node1@step=3"),))
-    triggers = json.loads((Path(plan.run_dir) / "progress" / "triggers.json").read_text()) \
-        if (Path(plan.run_dir) / "progress").exists() else None
+def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_named(make_run):
+    job = make_run(nodes=2, faults=(parse_fault("pause:node1@step=3"),))
+    triggers = json.loads((Path(job.run_dir) / "progress" / "triggers.json").read_text()) \
+        if (Path(job.run_dir) / "progress").exists() else None
     client = FakeDockerClient()
     outcome, text, _ = run(
-        plan, client,
-        node0=[Script(["[0|0]:training"], then=progress_writer(plan, 0, range(1, 6)), exit_code=1,
+        job, client,
+        node0=[Script(["[0|0]:training"], then=progress_writer(job, 0, range(1, 6)), exit_code=1,
                       after=report(0, 0, exc="RuntimeError: Timed out waiting for node1"), after_delay_s=1.0)],
         node1=[Script(["[1|0]:training"], hang=True)],
     )
     assert triggers is None  # the run directory is made by the launcher, not before
-    assert json.loads((plan.run_dir / "progress" / "triggers.json").read_text()) == {"steps": [3]}
-    assert (plan.run_dir / "progress" / "fired-3").exists()  # the waiting ranks were let go
+    assert json.loads((job.run_dir / "progress" / "triggers.json").read_text()) == {"steps": [3]}
+    assert (job.run_dir / "progress" / "fired-3").exists()  # the waiting ranks were let go
     assert ("pause", "ddp-test-run-node1-1") in client.calls
     assert "fault injected: pause:node1@step=3" in text
     assert outcome.failure.describe() == ("node1 stopped answering: its container is paused (hung)"
                                           " (injected fault pause:node1@step=3)")
 
 
-def test_a_node_that_stopped_answering_is_the_cause_and_is_killed_at_once(make_job):
-    plan = make_job(nodes=2)
+def test_a_node_that_stopped_answering_is_the_cause_and_is_killed_at_once(make_run):
+    job = make_run(nodes=2)
     client = FakeDockerClient()
 
     def pause_node1() -> None:
         client.containers_by_name["ddp-test-run-node1-1"].pause()
 
-    outcome, text, _ = run(plan, client,
+    outcome, text, _ = run(job, client,
                            node0=[Script(["[0|0]:waiting", *report(0, 0, exc="RuntimeError: Timed out")],
                                          exit_code=1, then=pause_node1)],
                            node1=[Script(["[1|0]:waiting"], hang=True)])
@@ -161,13 +172,13 @@ def test_a_node_that_stopped_answering_is_the_cause_and_is_killed_at_once(make_j
     assert "stopping the other nodes" not in text  # a hung node has no report to finish
 
 
-def test_elastic_mode_restarts_every_node_when_one_dies_and_measures_the_recovery(make_job):
-    plan = make_job(nodes=2, rdzv="c10d", max_restarts=1, faults=(parse_fault("kill:node1@step=2"),))
+def test_elastic_mode_restarts_every_node_when_one_dies_and_measures_the_recovery(make_run):
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=1, faults=(parse_fault("kill:node1@step=2"),))
     client = FakeDockerClient()
     outcome, text, _ = run(
-        plan, client,
-        node0=[Script(["[0|0]:step"], then=progress_writer(plan, 0, range(1, 4)), hang=True),
-               Script(["[0|0]:resumed"], then=progress_writer(plan, 0, range(3, 5), resumed=2))],
+        job, client,
+        node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)), hang=True),
+               Script(["[0|0]:resumed"], then=progress_writer(job, 0, range(3, 5), resumed=2))],
         node1=[Script(["[1|0]:up"], hang=True), Script(["[1|0]:up again"])],
     )
     assert outcome.succeeded, text
@@ -179,74 +190,74 @@ def test_elastic_mode_restarts_every_node_when_one_dies_and_measures_the_recover
     assert recovery.recovery_s is not None and recovery.recovery_s >= 0
 
 
-def test_elastic_mode_without_restarts_left_fails_naming_the_node(make_job):
-    plan = make_job(nodes=2, rdzv="c10d", max_restarts=0, faults=(parse_fault("kill:node1@step=1"),))
+def test_elastic_mode_without_restarts_left_fails_naming_the_node(make_run):
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=0, faults=(parse_fault("kill:node1@step=1"),))
     client = FakeDockerClient()
-    outcome, text, _ = run(plan, client,
-                           node0=[Script(["[0|0]:step 1"], then=progress_writer(plan, 0, range(1, 2)), hang=True)],
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:step 1"], then=progress_writer(job, 0, range(1, 2)), hang=True)],
                            node1=[Script(hang=True)])
     assert not outcome.succeeded
     assert outcome.failure.describe() == "node1 failed (injected fault kill:node1@step=1)"
     assert not [c for c in client.calls if c[0] == "restart"]
 
 
-def test_an_oom_killed_node_is_named_from_the_engine(make_job):
-    plan = make_job(nodes=2, memory_per_node=1024**3)
+def test_an_oom_killed_node_is_named_from_the_engine(make_run):
+    job = make_run(nodes=2, memory_per_node=1024**3)
     client = FakeDockerClient()
-    outcome, text, _ = run(plan, client, node0=[Script(["[0|0]:waiting"], hang=True)],
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], hang=True)],
                            node1=[Script(report(1, 0, exit_code=-9, exc="Signal 9 (SIGKILL)"), exit_code=1, oom=True)])
     assert outcome.failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es)")
 
 
-def test_a_teardown_that_fails_is_never_success(make_job):
-    plan = make_job(nodes=1)
+def test_a_teardown_that_fails_is_never_success(make_run):
+    job = make_run(nodes=1)
     FakeCompose.fail_down = True
     try:
-        outcome, _, compose = run(plan, FakeDockerClient())
+        outcome, _, compose = run(job, FakeDockerClient())
     finally:
         FakeCompose.fail_down = False
     assert compose.calls.count("down") == 3
-    assert outcome.teardown_error.startswith(f"could not remove project {plan.project_name}")
+    assert outcome.teardown_error.startswith(f"could not remove project {job.project_name}")
     assert outcome.exit_code == 2
     # The record, written while the teardown went on, is corrected after it.
-    assert json.loads((plan.run_dir / "outcome.json").read_text())["exit_code"] == 2
-    events = [json.loads(line) for line in (plan.run_dir / "events.jsonl").read_text().splitlines()]
+    assert json.loads((job.run_dir / "outcome.json").read_text())["exit_code"] == 2
+    events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events[-2:]] == ["run-ended", "teardown-failed"]
     assert (events[-2]["exit_code"], events[-1]["exit_code"]) == (0, 2)
-    assert "TEARDOWN FAILED: could not remove project" in (plan.run_dir / "report.html").read_text()
+    assert "TEARDOWN FAILED: could not remove project" in (job.run_dir / "report.html").read_text()
 
 
-def test_the_report_is_written_by_the_end_of_a_run_with_the_teardown_timed(make_job):
-    plan = make_job(nodes=2)
-    outcome, _, compose = run(plan, FakeDockerClient())
+def test_the_report_is_written_by_the_end_of_a_run_with_the_teardown_timed(make_run):
+    job = make_run(nodes=2)
+    outcome, _, compose = run(job, FakeDockerClient())
     assert compose.calls[-1] == "down"
-    assert outcome.succeeded and (plan.run_dir / "report.html").is_file()
-    record = json.loads((plan.run_dir / "outcome.json").read_text())
+    assert outcome.succeeded and (job.run_dir / "report.html").is_file()
+    record = json.loads((job.run_dir / "outcome.json").read_text())
     assert record["timings"]["teardown_s"] == outcome.timings.teardown_s > 0
-    assert "SUCCEEDED" in (plan.run_dir / "report.html").read_text()
+    assert "SUCCEEDED" in (job.run_dir / "report.html").read_text()
 
 
-def test_ctrl_c_stops_every_node_and_tears_down(make_job, monkeypatch):
+def test_ctrl_c_stops_every_node_and_tears_down(make_run, monkeypatch):
     import orchestrate.supervise.supervisor as supervise
 
-    plan = make_job(nodes=2)
+    job = make_run(nodes=2)
 
     def interrupted(self):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(supervise.Supervisor, "follow", interrupted)
     client = FakeDockerClient()
-    outcome, _, compose = run(plan, client, node0=[Script(hang=True)], node1=[Script(hang=True)])
+    outcome, _, compose = run(job, client, node0=[Script(hang=True)], node1=[Script(hang=True)])
     assert outcome.interrupted and outcome.exit_code == 130
     assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
     assert compose.calls == ["up", "down"]
 
 
-def test_keep_leaves_the_run_in_the_engine(make_job):
-    plan = make_job(nodes=1, keep=True)
-    outcome, text, compose = run(plan, FakeDockerClient())
+def test_keep_leaves_the_run_in_the_engine(make_run):
+    job = make_run(nodes=1, keep=True)
+    outcome, text, compose = run(job, FakeDockerClient())
     assert compose.calls == ["up"]
-    assert f"python -m orchestrate down {plan.run_id}" in text
+    assert f"python -m orchestrate down {job.run_id}" in text
 
 
 @pytest.mark.parametrize("copies", [0, 2])
@@ -263,20 +274,22 @@ def test_node_lookup_needs_exactly_one_labelled_container(make_job, copies):
         find_node_container(client, plan.project_name, plan.nodes[0])
 
 
-def test_gpu_runs_show_the_topology_node0_sees(make_job):
-    plan = make_job(nodes=2, gpus_per_node=1, backend="nccl")
+def test_gpu_runs_show_the_topology_node0_sees(make_run, monkeypatch):
+    job = make_run(nodes=2, gpus_per_node=1, backend="nccl")
     client = FakeDockerClient()
+    client.gpus = ("0", "1")
+    monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: client.gpus)
     client.command_outputs["nvidia-smi"] = (0, b"        GPU0\nGPU0     X \n")
-    outcome, text, _ = run(plan, client)
+    outcome, text, _ = run(job, client)
     assert outcome.succeeded
     assert "GPU topology seen from node0 (nvidia-smi topo -m):\n        GPU0\nGPU0     X" in text
 
 
-def test_the_image_torch_version_is_reported(make_job):
-    plan = make_job(nodes=1)
+def test_the_image_torch_version_is_reported(make_run):
+    job = make_run(nodes=1)
     client = FakeDockerClient()
-    client.images.add(plan.image, **{"io.ddp-compose.torch": "2.9.1"})
-    outcome, _, _ = run(plan, client)
+    client.images.add(DEFAULT_IMAGE, **{"io.ddp-compose.torch": "2.9.1"})
+    outcome, _, _ = run(job, client)
     assert outcome.image_torch == "2.9.1"
 
 
@@ -292,13 +305,13 @@ def test_the_heartbeat_changes_while_the_launcher_lives(tmp_path):
     assert (tmp_path / HEARTBEAT_FILE).read_text() != first
 
 
-def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make_job, monkeypatch):
+def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make_run, monkeypatch):
     import orchestrate.faults.scheduler as scheduler
 
     monkeypatch.setattr(scheduler, "NO_PROGRESS_WARNING_S", 0.3)
-    plan = make_job(nodes=2, faults=(parse_fault("kill:node1@step=5"),))
+    job = make_run(nodes=2, faults=(parse_fault("kill:node1@step=5"),))
     client = FakeDockerClient()
-    outcome, text, _ = run(plan, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_delay_s=1.5)],
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_delay_s=1.5)],
                            node1=[Script(["[1|0]:working"], after=["[1|0]:done"], after_delay_s=1.5)])
     assert outcome.succeeded
     assert "kill:node1@step=5: fires when a worker reports that step" in text

@@ -65,17 +65,16 @@ def test_only_shaped_runs_get_net_admin_and_start_as_root(make_job):
 
 
 def test_delay_where_the_kernel_lacks_netem_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
-    import orchestrate.cli.main as cli
-    import orchestrate.engine.client
-    import orchestrate.engine.images
+    from orchestrate.cli.main import main
+    from orchestrate.config.run_config import DEFAULT_IMAGE
     from tests.fakes import FakeDockerClient
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
-    monkeypatch.setattr(orchestrate.engine.images, "ensure_image", lambda *a, **k: None)
-    monkeypatch.setattr(cli, "probe_netem", lambda c, image: "Error: Specified qdisc kind is unknown.\n")
-    code = cli.main(["run", "--workdir", str(tmp_path), "--runs-dir", str(tmp_path / "runs"),
-                     "--link", "rate=1gbit,delay=5ms"], out=io.StringIO())
+    client.images.add(DEFAULT_IMAGE)
+    monkeypatch.setattr("orchestrate.launch.preflight.probe_netem",
+                        lambda c, image: "Error: Specified qdisc kind is unknown.\n")
+    code = main(["run", "--cpu", "--workdir", str(tmp_path), "--runs-dir", str(tmp_path / "runs"),
+                 "--link", "rate=1gbit,delay=5ms"], out=io.StringIO(), client=client)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert "--link delay=5ms needs the kernel's netem qdisc, which this kernel lacks" in err[0]

@@ -5,7 +5,7 @@ import json
 import os
 import signal
 
-from orchestrate.launch.run import finish_while_tearing_down
+from orchestrate.launch.teardown import finish_while_tearing_down
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.report.helper import ReportHelper
 from tests.unit.test_report import plan, started

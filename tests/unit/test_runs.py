@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from orchestrate.config.gpu_layout import check_lease
+from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.runs import RunState, age, gpus_in_use, launcher_alive, launcher_identity, list_runs, run_state
 from orchestrate.errors import UsageError
@@ -84,97 +85,85 @@ def wait_until(condition, timeout_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def started_runs(make_job, client, *specs):
-    """Bring up runs in the fake engine; each spec: (run id, detached, node scripts)."""
-    from orchestrate.launch.run import start_run
-    from orchestrate.plan.make import make_plan
-
+def started_runs(make_run, client, *specs):
+    """Start detached runs in the fake engine; each spec: (run id, node scripts, options)."""
     FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
     plans = []
-    for run_id, detached, scripts, extra in specs:
-        base = make_job(run_id, **{k: v for k, v in extra.items() if k != "gpu_ids"})
-        plan = make_plan(base.config, run_id, detached=detached, gpu_ids=extra.get("gpu_ids", ()),
-                         launcher="" if detached else launcher_identity(), created="2026-11-21T10:00:00+00:00")
+    for run_id, scripts, options in specs:
         for node, script in scripts.items():
             client.script(node, script)
-        start_run(plan, client, say=lambda _: None, compose_factory=FakeCompose)
-        plans.append(plan)
+        plans.append(make_run(run_id, client=client, detach=True, **options).start())
     return plans
 
 
-def test_runs_are_rebuilt_from_labels_and_their_gpus_are_leased(make_job):
+def test_runs_are_rebuilt_from_labels_and_their_gpus_are_leased(make_run, monkeypatch):
     client = FakeDockerClient()
-    started_runs(make_job, client,
-                 ("gpu-run", True, {"node0": Script(hang=True), "node1": Script(hang=True)},
-                  dict(nodes=2, gpus_per_node=1, backend="nccl", gpu_ids=("2", "3"))))
+    client.gpus = ("2", "3")
+    monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: client.gpus)
+    started_runs(make_run, client,
+                 ("gpu-run", {"node0": Script(hang=True), "node1": Script(hang=True)},
+                  dict(nodes=2, gpus_per_node=1, backend="nccl")))
     [run] = list_runs(client)
     assert (run.run_id, run.detached, run.planned_nodes, run.state) == ("gpu-run", True, 2, RunState.RUNNING)
     assert [n.gpus for n in run.nodes] == [("2",), ("3",)]
     assert gpus_in_use([run]) == {"2": "gpu-run", "3": "gpu-run"}
 
 
-def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_job, capsys, monkeypatch):
-    import orchestrate.engine.client
+def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys):
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
-    started_runs(make_job, client,
-                 ("done", True, {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
-                 ("going", True, {"node0": Script(hang=True)}, dict(nodes=1)))
+    started_runs(make_run, client,
+                 ("done", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
+                 ("going", {"node0": Script(hang=True)}, dict(nodes=1)))
     wait_until(lambda: {r.run_id: r.state for r in list_runs(client)}["done"] is RunState.SUCCEEDED)
     out = io.StringIO()
-    assert main(["ps"], out=out) == 0
+    assert main(client=client, argv=["ps"], out=out) == 0
     rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[2:]}
     assert rows["done"][2] == "succeeded" and rows["going"][2] == "running"
 
     out = io.StringIO()
-    assert main(["stop", "going"], out=out) == 0
+    assert main(client=client, argv=["stop", "going"], out=out) == 0
     assert "stopped node0 of run going; logs and state kept" in out.getvalue()
     assert {r.run_id: r.state for r in list_runs(client)} == {"done": RunState.SUCCEEDED, "going": RunState.STOPPED}
 
     out = io.StringIO()
-    assert main(["prune"], out=out) == 0
+    assert main(client=client, argv=["prune"], out=out) == 0
     assert "removed run done (succeeded): container ddp-done-node0-1, network ddp-done_ddp, volume ddp-done_shared" in out.getvalue()
     assert "pruned 2 run(s)" in out.getvalue()
     assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
-    assert main(["down", "no-such-run"], out=io.StringIO()) == 2
+    assert main(client=client, argv=["down", "no-such-run"], out=io.StringIO()) == 2
     assert "no run no-such-run in the engine" in capsys.readouterr().err
 
 
-def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_job, monkeypatch):
-
-    import orchestrate.engine.client
+def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run):
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
-    started_runs(make_job, client, ("r", True, {"node0": Script(["[0|0]:a", "[0|0]:c"], delay_s=0.05),
-                                                "node1": Script(["[1|0]:b", "[1|0]:d"], delay_s=0.05)}, dict(nodes=2)))
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:a", "[0|0]:c"], delay_s=0.05),
+                                          "node1": Script(["[1|0]:b", "[1|0]:d"], delay_s=0.05)}, dict(nodes=2)))
     wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
     out = io.StringIO()
-    assert main(["logs", "r"], out=out) == 0
+    assert main(client=client, argv=["logs", "r"], out=out) == 0
     lines = [" ".join(ln.split()) for ln in out.getvalue().splitlines()]
     assert sorted(lines) == ["[node0/rank0] a", "[node0/rank0] c", "[node1/rank1] b", "[node1/rank1] d"]
     assert lines.index("[node0/rank0] a") < lines.index("[node0/rank0] c")
     out = io.StringIO()
-    assert main(["logs", "r", "--node", "node1"], out=out) == 0
+    assert main(client=client, argv=["logs", "r", "--node", "node1"], out=out) == 0
     assert all("node1" in ln for ln in out.getvalue().splitlines())
-    assert main(["logs", "r", "--node", "node7"], out=io.StringIO()) == 2
+    assert main(client=client, argv=["logs", "r", "--node", "node7"], out=io.StringIO()) == 2
 
 
-def test_attach_after_the_end_reports_what_the_run_did(make_job, monkeypatch):
-
-    import orchestrate.engine.client
+def test_attach_after_the_end_reports_what_the_run_did(make_run):
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    monkeypatch.setattr(orchestrate.engine.client, "connect", lambda timeout_s=120: client)
-    started_runs(make_job, client, ("r", True, {"node0": Script(["[0|0]:hello"]), "node1": Script(["[1|0]:hello"])},
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:hello"]), "node1": Script(["[1|0]:hello"])},
                                     dict(nodes=2)))
     wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
     out = io.StringIO()
-    assert main(["attach", "r"], out=out) == 0
+    assert main(client=client, argv=["attach", "r"], out=out) == 0
     text = out.getvalue()
     assert "[node1/rank1] hello" in " ".join(text.split())
     assert "SUCCEEDED: all 2 nodes exited 0" in text

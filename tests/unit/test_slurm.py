@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from orchestrate.cli.main import main
+from orchestrate.outcome.model import Failure, FiredFault, RunResult, SlurmJob, Timings
+from orchestrate.outcome.summary import format_slurm_summary
+from orchestrate.slurm.backend import JobLines
 from orchestrate.slurm.cluster import CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle, slurm_conf
-from orchestrate.slurm.runner import JobLines, SlurmOutcome, format_slurm_summary
 from orchestrate.slurm.script import BatchOptions, render_sbatch
 
 STUBS = {
@@ -152,16 +154,15 @@ def test_job_output_lines_written_in_pieces_are_joined_per_task(make_job):
 
 
 def test_failed_summary_says_what_slurm_reported(tmp_path):
-    outcome = SlurmOutcome("r1", tmp_path, job_id="3",
-                           job={"JobState": "NODE_FAIL", "Reason": "NodeDown", "ExitCode": "0:15"},
-                           nodes={"node0": {"State": "IDLE"},
-                                  "node1": {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}})
+    outcome = RunResult("r1", tmp_path, [], Timings(), slurm=SlurmJob(
+        "3", job={"JobState": "NODE_FAIL", "Reason": "NodeDown", "ExitCode": "0:15"},
+        nodes={"node0": {"State": "IDLE"}, "node1": {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}}))
     text = format_slurm_summary(outcome)
-    assert outcome.exit_code() == 1
+    assert outcome.exit_code == 1
     assert ("FAILED: Slurm job 3 NODE_FAIL (reason NodeDown, exit code 0:15); Slurm reports node1"
             " DOWN+NOT_RESPONDING (Not responding)") in text
-    done = SlurmOutcome("r2", tmp_path, job_id="4", job={"JobState": "COMPLETED", "ExitCode": "0:0"})
-    assert done.exit_code() == 0 and "SUCCEEDED: Slurm job 4 COMPLETED" in format_slurm_summary(done)
+    done = RunResult("r2", tmp_path, [], Timings(), slurm=SlurmJob("4", job={"JobState": "COMPLETED", "ExitCode": "0:0"}))
+    assert done.exit_code == 0 and "SUCCEEDED: Slurm job 4 COMPLETED" in format_slurm_summary(done)
 
 
 def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
@@ -173,15 +174,13 @@ def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
 
 
 def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(tmp_path):
-    from orchestrate.outcome.root_cause import RootCause
-
-    cause = RootCause(0, 0)
-    cause.exception = "RuntimeError: Connection closed by peer [10.0.0.3]:6576"
-    cause.traceback = "Traceback (most recent call last):\n  File x\nRuntimeError: Connection closed by peer"
-    outcome = SlurmOutcome("r1", tmp_path, job_id="3", job={"JobState": "NODE_FAIL", "Reason": "NodeDown"},
-                           nodes={"node1": {"State": "DOWN", "Reason": "Not responding"}},
-                           root_cause=cause, root_node="node0", root_is_collateral=True,
-                           faults=["kill:node1@step=3 (9.1 s into the job, at step 3)"])
+    cause = Failure("node0", 0, None, "RuntimeError: Connection closed by peer [10.0.0.3]:6576", (),
+                    traceback="Traceback (most recent call last):\n  File x\nRuntimeError: Connection closed by peer")
+    outcome = RunResult("r1", tmp_path, [], Timings(), reported_failure=cause,
+                        fired_faults=[FiredFault("kill:node1@step=3", "node1", 9.1, 3)],
+                        slurm=SlurmJob("3", job={"JobState": "NODE_FAIL", "Reason": "NodeDown"},
+                                       nodes={"node1": {"State": "DOWN", "Reason": "Not responding"}},
+                                       workers_collateral=True))
     text = format_slurm_summary(outcome)
     assert "  workers, as a result: node0 rank 0: RuntimeError: Connection closed by peer" in text
     assert "| Traceback" not in text

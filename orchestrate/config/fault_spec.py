@@ -1,8 +1,9 @@
-"""Fault injection: kill, pause, cut off or restart a node, at a time or at a training step.
+"""Faults as a user asks for them (pure): kill, pause, cut off or restart a node, at a time or
+at a training step.
 
 A fault is written ``ACTION:NODE[@t=SECONDS|@step=N]``, e.g. ``kill:node1@step=20`` or
-``pause:node1@t=15``; without a trigger it fires as soon as the job starts. Parsing is
-pure; :func:`apply_fault` and :func:`probe_node` are the only parts that talk to Docker.
+``pause:node1@t=15``; without a trigger it fires as soon as the job starts. Doing them is
+:mod:`orchestrate.faults`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,35 @@
+"""``attach RUN``: follow a run to its end, from any terminal, and print its summary."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.signals import interrupt_exit_code
+from orchestrate.launch.run import Run
+from orchestrate.outcome.summary import format_summary
+
+
+def add_parsers(sub: Any) -> None:
+    attach = sub.add_parser("attach", help="follow a run to its end and print its summary",
+                            description="Re-stream a run's output from the start and end with the same summary"
+                                        " as run, from any terminal, even after the launcher that started it is"
+                                        " gone. For a detached run, attach also acts as its launcher (ends it on a"
+                                        " failure, restarts elastic nodes); Ctrl-C detaches and leaves the run"
+                                        " going.")
+    attach.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+    attach.set_defaults(handler=command)
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    run = Run.attach(args.run_id, out=inv.out, client=inv.client)
+    try:
+        result = run.follow()
+    except KeyboardInterrupt as exc:
+        inv.out.write(f"\n[orchestrate] detached from run {args.run_id}; it keeps running (stop it with:"
+                      f" python -m orchestrate stop {args.run_id})\n")
+        return interrupt_exit_code(exc)
+    inv.out.write(format_summary(result) + "\n")
+    if run.attached is not None and run.attached.detached:
+        inv.out.write(f"remove it with: python -m orchestrate down {args.run_id}\n")
+    return result.exit_code

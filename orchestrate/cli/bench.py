@@ -1,0 +1,125 @@
+"""``bench KIND``: benchmarks across simulated nodes; each prints a table and writes its JSON
+and plot into the run's directory."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from orchestrate.bench import collectives, ddp, launcher, plots
+from orchestrate.bench.artifacts import BENCH_FILE, write_artifacts
+from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import argparse_type, request_from_args
+from orchestrate.cli.run import add_job_options, run_request
+from orchestrate.config.options import positive_int
+from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.errors import UsageError
+from orchestrate.plan.layout import RUN_DIR_MOUNT
+from orchestrate.report.page import write_report_quietly
+
+BENCH_OUT = f"{RUN_DIR_MOUNT}/{BENCH_FILE}"
+
+
+def add_parsers(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="benchmarks across simulated nodes (tables, JSON, PNG plots)",
+                           description="Measure communication against the wire, DDP's overhead, and the launcher's"
+                                       " own cost. Each prints a table and writes JSON and a PNG plot into the run's"
+                                       " directory.")
+    bench.set_defaults(handler=command, bench_kind=None)
+    kinds = bench.add_subparsers(dest="bench_kind", metavar="KIND", parser_class=type(bench))
+    count = argparse_type(positive_int, "a count")
+    coll = kinds.add_parser(
+        "collectives", help="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all against the wire",
+        description="nccl-tests-style time, algbw and busbw of every collective from --min-size to --max-size, each"
+                    " result checked, next to the raw TCP limit between the nodes.",
+        epilog="usage example: python -m orchestrate bench collectives --nodes 2 --link rate=1gbit")
+    add_job_options(coll)
+    coll.add_argument("--ops", nargs="+", default=None, metavar="OP",
+                      help="operations (default: all_reduce all_gather reduce_scatter broadcast all_to_all)")
+    coll.add_argument("--min-size", default="4", help="smallest message, e.g. 4, 1K (default: 4)")
+    coll.add_argument("--max-size", default="256M", help="largest message, e.g. 64M (default: 256M)")
+    coll.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
+                      help="timed calls per size last about this long (default: 0.3)")
+    coll.add_argument("--wire-bytes", default="256M",
+                      help="bytes per TCP stream when measuring the wire (0: skip) (default: 256M)")
+    ddp_parser = kinds.add_parser(
+        "ddp", help="step time without DDP, with DDP (bucket sizes), with one all_reduce per parameter",
+        description="ResNet-50 (161 parameter tensors) on synthetic images, on every node count of --node-counts:"
+                    " overhead, scaling efficiency and DDP's speed-up over the naive form.",
+        epilog="usage example: python -m orchestrate bench ddp --node-counts 2 4")
+    add_job_options(ddp_parser)
+    ddp_parser.add_argument("--node-counts", type=count, nargs="+", default=[2, 4], metavar="N",
+                            help="node counts to run on, one run each (default: 2 4; --nodes is ignored)")
+    ddp_parser.add_argument("--buckets", type=float, nargs="+", default=[1.0, 25.0, 100.0], metavar="MB",
+                            help="DDP bucket sizes to try (default: 1 25 100)")
+    ddp_parser.add_argument("--steps", type=count, default=5, help="timed steps per form (default: 5)")
+    ddp_parser.add_argument("--batch-size", type=count, default=8, help="images per rank and step (default: 8)")
+    ddp_parser.add_argument("--image-size", type=count, default=64, help="image side in pixels (default: 64)")
+    launch = kinds.add_parser(
+        "launcher", help="wall time of a trivial 2x2 job against a hand-made compose + exec baseline",
+        description="The launcher, a hand-made `docker compose up` + `docker exec torchrun` and TorchX"
+                    " local_docker (when installed), alternating; then a scaling series of node counts.",
+        epilog="usage example: python -m orchestrate bench launcher --repeats 5 --scaling 1 2 4 8")
+    launch.add_argument("--repeats", type=count, default=5, help="rounds side by side (default: 5)")
+    launch.add_argument("--scaling", type=count, nargs="*", default=[1, 2, 4, 8], metavar="N",
+                        help="node counts of the scaling series (default: 1 2 4 8; none: skip)")
+    launch.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
+                        help="where the runs and the results go (default: ./runs)")
+    launch.add_argument("--image", default=DEFAULT_IMAGE, help=f"node image (default: {DEFAULT_IMAGE})")
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    if args.bench_kind == "launcher":
+        return bench_launcher(args, inv)
+    if args.bench_kind == "collectives":
+        return bench_collectives(args, inv)
+    if args.bench_kind == "ddp":
+        return bench_ddp(args, inv)
+    raise UsageError("bench needs a KIND: collectives, ddp or launcher (see python -m orchestrate bench --help)")
+
+
+def bench_launcher(args: argparse.Namespace, inv: Invocation) -> int:
+    from orchestrate.engine.images import ensure_image
+    from orchestrate.launch.run import new_run_id
+
+    ensure_image(inv.engine(), args.image, progress=lambda t: print(f"[image] {t}", file=inv.out, flush=True))
+    directory = args.runs_dir.resolve() / f"bench-launcher-{new_run_id()}"
+    directory.mkdir(parents=True)
+    summary = launcher.run_launcher_bench(directory, args.repeats, args.scaling, inv.out, args.image)
+    data, plot = write_artifacts(directory, "bench", summary, plots.plot_launcher, summary)
+    inv.out.write(launcher.format_launcher(summary) + f"\nresults: {data}\nplot: {plot}\n")
+    return 0
+
+
+def bench_collectives(args: argparse.Namespace, inv: Invocation) -> int:
+    target = ["-m", "app.bench_collectives", "--out", BENCH_OUT, "--min-size", args.min_size, "--max-size",
+              args.max_size, "--min-time", f"{args.min_time:g}", "--wire-bytes", args.wire_bytes,
+              *(["--ops", *args.ops] if args.ops else [])]
+    code, result = run_request(request_from_args(args, target), inv)
+    if result is None or not result.succeeded:
+        return code
+    summary = collectives.collectives_summary(json.loads((result.run_dir / BENCH_FILE).read_text()),
+                                              str(args.link or ""))
+    data, plot = write_artifacts(result.run_dir, "bench", summary, plots.plot_collectives, summary)
+    write_report_quietly(result.run_dir)  # again, with the benchmark's table and plot
+    inv.out.write(collectives.format_collectives(summary) + f"\nresults: {data}\nplot: {plot}\n")
+    return code
+
+
+def bench_ddp(args: argparse.Namespace, inv: Invocation) -> int:
+    summaries, last_dir = [], None
+    target = ["-m", "app.bench_ddp", "--out", BENCH_OUT, "--steps", str(args.steps), "--batch-size",
+              str(args.batch_size), "--image-size", str(args.image_size), "--buckets",
+              *[f"{b:g}" for b in args.buckets]]
+    for nodes in args.node_counts:
+        code, result = run_request(request_from_args(args, target, nodes=nodes), inv)
+        if result is None or not result.succeeded:
+            return code
+        summaries.append(ddp.ddp_summary(json.loads((result.run_dir / BENCH_FILE).read_text())))
+        last_dir = result.run_dir
+    assert last_dir is not None
+    data, plot = write_artifacts(last_dir, "bench", {"runs": summaries}, plots.plot_ddp, summaries)
+    write_report_quietly(last_dir)
+    inv.out.write(ddp.format_ddp(summaries) + f"\nresults: {data}\nplot: {plot}\n")
+    return 0

@@ -1,0 +1,95 @@
+"""``export --to slurm|kubernetes``: the same job for a real cluster; starts nothing, needs no engine."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import add_options, request_from_args
+from orchestrate.config.options import OPTIONS_BY_DEST
+from orchestrate.config.request import HostFacts, resolve_config
+from orchestrate.errors import UsageError
+from orchestrate.export.kubernetes import export_kubernetes, to_yaml
+from orchestrate.export.options import CONTAINER_WORKDIR, TARGETS, ExportOptions, default_job_name
+from orchestrate.export.slurm import export_slurm
+from orchestrate.plan.make import make_plan
+
+# The run options a real cluster's job has (the simulation's own, such as faults, links or the
+# runs directory, mean nothing there).
+JOB_DESTS = ("nodes", "nproc_per_node", "gpus_per_node", "backend", "workdir", "image", "master_port", "rdzv",
+             "nnodes", "max_restarts", "collective_timeout", "env", "env_file", "copy_env", "cpus_per_node",
+             "memory_per_node")
+# Where the meaning on a real cluster differs from the simulation's.
+HELP = {
+    "gpus_per_node": "GPUs per node: #SBATCH --gpus-per-node, nvidia.com/gpu limits (default: 0)",
+    "workdir": "your project: a TARGET script is relative to it and must exist there (default: .)",
+    "image": "Kubernetes: the container image, pullable by the cluster, holding your code in"
+             f" {CONTAINER_WORKDIR} (default: %(default)s)",
+    "collective_timeout": "exported as DDP_TIMEOUT (default: not set)",
+    "cpus_per_node": "Kubernetes: cpu request and limit of every node (default: none)",
+    "memory_per_node": "Kubernetes: memory request and limit of every node, e.g. 64g (default: none)",
+}
+
+
+def add_parsers(sub: Any) -> None:
+    export = sub.add_parser(
+        "export", help="write the job for a real cluster: an sbatch script or Kubernetes manifests",
+        description="The same plan as run, for a real scheduler. slurm: an sbatch script (one srun task per node,"
+                    " node rank from $SLURM_NODEID, master from the node list); kubernetes: a headless Service and"
+                    " an Indexed Job (node rank from the completion index, master <job>-0.<job>, torchrun's options"
+                    " as Kubeflow's PET_* variables), and a Kubeflow Trainer TrainJob with --trainjob. Nothing is"
+                    " started.",
+        epilog="usage example: python -m orchestrate export --to kubernetes --nodes 4 --gpus-per-node 8"
+               " --image registry.example.com/me/train:1 -o k8s.yaml -- train.py --epochs 10")
+    export.add_argument("--to", choices=TARGETS, required=True,
+                        help="slurm: an sbatch script; kubernetes: Service + Indexed Job manifests (YAML)")
+    export.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                        help="write here (default: standard output)")
+    export.add_argument("--name", default=None,
+                        help="job name; names the Kubernetes Job and Service (default: ddp-<script or module>)")
+    add_options(export.add_argument_group("the job"), [OPTIONS_BY_DEST[d] for d in JOB_DESTS], help_overrides=HELP)
+    slurm = export.add_argument_group("slurm")
+    slurm.add_argument("--container-image", default=None, metavar="IMAGE",
+                       help="run each task in IMAGE with the cluster's container support (pyxis/enroot: srun"
+                            " --container-image) (default: the nodes' own environment)")
+    slurm.add_argument("--container-mounts", default=None, metavar="SRC:DST[,...]",
+                       help="srun --container-mounts, with --container-image")
+    slurm.add_argument("--time", default=None, metavar="LIMIT", help="#SBATCH --time, e.g. 04:00:00")
+    slurm.add_argument("--partition", default=None, help="#SBATCH --partition")
+    kubernetes = export.add_argument_group("kubernetes")
+    kubernetes.add_argument("--namespace", default=None, help="namespace of every object (default: none given)")
+    kubernetes.add_argument("--trainjob", action="store_true",
+                            help="also write a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)")
+    kubernetes.add_argument("--runtime", default="torch-distributed",
+                            help="the TrainJob's ClusterTrainingRuntime (default: torch-distributed)")
+    export.set_defaults(handler=command)
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    """Write the plan for a real cluster."""
+    request = request_from_args(args, inv.target)
+    # No engine: the GPUs asked for are what the cluster's nodes have.
+    config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(os.environ)))
+    options = ExportOptions(name=args.name or default_job_name(config.target),
+                            container_image=args.container_image, container_mounts=args.container_mounts,
+                            time_limit=args.time, partition=args.partition, namespace=args.namespace,
+                            trainjob=args.trainjob, runtime=args.runtime)
+    plan = make_plan(config, options.name)
+    text = export_slurm(plan, options) if args.to == "slurm" else to_yaml(export_kubernetes(plan, options))
+    if args.output is None:
+        inv.out.write(text)
+        return 0
+    try:
+        args.output.write_text(text)
+        if args.to == "slurm":
+            args.output.chmod(0o755)
+    except OSError as exc:
+        raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
+    what = "sbatch script" if args.to == "slurm" else "Kubernetes manifests"
+    print(f"wrote the {what} of {config.nodes} nodes x {config.nproc_per_node} processes to {args.output}",
+          file=sys.stderr)
+    return 0
+

@@ -1,0 +1,60 @@
+"""``image build``: the node image, from an official base or offline."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from orchestrate.cli.invocation import Invocation
+from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
+
+
+def add_parsers(sub: Any) -> None:
+    image = sub.add_parser("image", help="manage the node image")
+    image_sub = image.add_subparsers(dest="image_command", metavar="ACTION", parser_class=type(image))
+    build = image_sub.add_parser("build", help="build the node image",
+                                 description="Build docker/Dockerfile from an official base image, or offline"
+                                             " (debootstrap base + host wheelhouse) when the base cannot be pulled.",
+                                 epilog="usage example: python -m orchestrate image build --torch 2.14.1"
+                                        " (tagged ddp-compose-node:torch-2.14.1; run it with --image)")
+    build.add_argument("--torch", default=DEFAULT_TORCH, metavar="VERSION",
+                       help=f"torch release to install, with its matching torchvision (default: {DEFAULT_TORCH},"
+                            " the release the exit-soundness benchmark proved sound)")
+    build.add_argument("--image", default=None,
+                       help=f"tag to build (default: {DEFAULT_IMAGE} for torch {DEFAULT_TORCH}, else"
+                            " ddp-compose-node:torch-VERSION)")
+    build.add_argument("--base-image", default=None, help="official base image (default: python:3.11-slim-bookworm)")
+    mode = build.add_mutually_exclusive_group()
+    mode.add_argument("--offline", action="store_true",
+                      help="skip the pull: debootstrap a base and install from a host wheelhouse")
+    mode.add_argument("--online", action="store_true", help="never fall back to the offline path")
+    build.add_argument("--if-missing", action="store_true", help="do nothing when the image already exists")
+    image.set_defaults(handler=command, image_parser=image)
+
+
+def image_tag_for(torch_version: str) -> str:
+    """The tag ``image build --torch VERSION`` uses when no --image is given."""
+    if torch_version == DEFAULT_TORCH:
+        return DEFAULT_IMAGE
+    return f"{DEFAULT_IMAGE.partition(':')[0]}:torch-{torch_version}"
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    """``image build``: build the node image by the official or the offline path."""
+    from orchestrate.engine.images import DEFAULT_CPU_BASE, build_node_image, image_exists
+
+    if args.image_command != "build":
+        args.image_parser.print_help(inv.out)
+        return 2
+    torchvision_for(args.torch)  # a bad version is refused before the engine is asked
+    tag = args.image or image_tag_for(args.torch)
+    client = inv.engine()
+    if args.if_missing and image_exists(client, tag):
+        inv.out.write(f"node image {tag} already exists\n")
+        return 0
+    offline = True if args.offline else (False if args.online else None)
+    build_node_image(client, tag, torch_version=args.torch, base_image=args.base_image or DEFAULT_CPU_BASE,
+                     offline=offline, progress=lambda s: print(f"[image] {s}", file=inv.out, flush=True))
+    if tag != DEFAULT_IMAGE:
+        inv.out.write(f"run jobs on it with: python -m orchestrate run --image {tag} ...\n")
+    return 0

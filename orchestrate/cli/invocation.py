@@ -1,0 +1,37 @@
+"""What every command is given besides its options: the torchrun TARGET, where to print, and
+the command line itself (recorded with a run)."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import IO, Any, Sequence
+
+
+@dataclass
+class Invocation:
+    """One call of ``python -m orchestrate``.
+
+    Attributes:
+        argv: Its arguments, as given.
+        target: What follows ``--``: the script or ``-m MODULE`` and its arguments.
+        out: Where the command prints.
+        client: The Docker engine's client; the environment's engine, connected on first use,
+            when None.
+    """
+
+    argv: Sequence[str]
+    target: Sequence[str]
+    out: IO[str]
+    client: Any = None
+
+    def engine(self) -> Any:
+        """The engine's client (the one given, or the environment's)."""
+        if self.client is None:
+            from orchestrate.engine.client import connect
+
+            self.client = connect()
+        return self.client
+
+    @property
+    def command_line(self) -> str:
+        return "python -m orchestrate " + shlex.join(self.argv)

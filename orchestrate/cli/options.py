@@ -1,0 +1,78 @@
+"""The command line's side of the option definitions (:mod:`orchestrate.config.options`): the
+parser whose errors are one line, the options added to a command, and the request they make."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+from orchestrate.config.options import Option
+from orchestrate.config.request import RunRequest
+from orchestrate.errors import UsageError
+
+EXIT_USAGE = 2
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunRequest)}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage block) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def argparse_type(parse: Callable[[str], Any], flag: str) -> Callable[[str], Any]:
+    """An argparse ``type`` from a parser that raises UsageError: the message without the
+    option's name (argparse puts it in front)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except UsageError as exc:
+            message = str(exc)
+            for prefix in (f"{flag}: ", f"invalid {flag} "):
+                if message.startswith(prefix):
+                    message = message[len(prefix):]
+            raise argparse.ArgumentTypeError(message) from None
+
+    return convert
+
+
+def add_options(parser: Any, options: Sequence[Option], *, help_overrides: Optional[dict[str, str]] = None,
+                defaults: Optional[dict[str, Any]] = None) -> None:
+    """Add ``options`` to a parser or argument group, with RunRequest's defaults (or ``defaults``)."""
+    for option in options:
+        kwargs: dict[str, Any] = {"dest": option.dest, "help": (help_overrides or {}).get(option.dest, option.help)}
+        default = (defaults or {}).get(option.dest, _DEFAULTS.get(option.dest))
+        if option.switch:
+            kwargs.update(action="store_true", default=bool(default))
+        else:
+            kwargs["default"] = [] if option.repeat else default
+            if option.repeat:
+                kwargs["action"] = "append"
+            if option.parse is not None:
+                kwargs["type"] = argparse_type(option.parse, option.flag)
+            if option.metavar:
+                kwargs["metavar"] = option.metavar
+            if option.choices:
+                kwargs["choices"] = option.choices
+        parser.add_argument(*option.aliases, option.flag, **kwargs)
+
+
+def request_from_args(args: argparse.Namespace, target: Sequence[str], **changes: Any) -> RunRequest:
+    """The RunRequest the parsed options make (options a command does not have keep their defaults)."""
+    values = {}
+    for name in _DEFAULTS:
+        if name != "target" and hasattr(args, name):
+            value = getattr(args, name)
+            values[name] = tuple(value) if isinstance(value, list) else value
+    return RunRequest(target=tuple(target), **{**values, **changes})
+
+
+def split_target(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split argv at the first ``--``: options before, torchrun TARGET after."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []

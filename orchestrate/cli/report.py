@@ -1,0 +1,28 @@
+"""``report RUN``: (re)build a run's report page from its recorded files and print its path."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from orchestrate.cli.invocation import Invocation
+from orchestrate.report.page import find_run_dir, write_report
+
+
+def add_parsers(sub: Any) -> None:
+    report = sub.add_parser("report", help="(re)build a run's report page and print its path",
+                            description="Write runs/<id>/report.html from the run's recorded files (plan, events,"
+                                        " progress, outcome): a timeline of nodes and ranks, faults, recoveries,"
+                                        " progress and the root cause, in one self-contained page that opens"
+                                        " offline. Works for a running or an ended run.",
+                            epilog="usage example: python -m orchestrate report 20261121-093012-1f2e3d")
+    report.add_argument("run_id", metavar="RUN", help="the run id (or a unique prefix), or its directory")
+    report.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
+                        help="where the runs' directories are (default: ./runs)")
+    report.set_defaults(handler=command)
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    path = write_report(find_run_dir(args.runs_dir, args.run_id))
+    inv.out.write(f"{path.resolve()}\n")
+    return 0

@@ -1,0 +1,202 @@
+"""Every option of a run, defined once: its flag, help, parser and group.
+
+The same definitions make ``run``'s, ``plan``'s, ``bench``'s and ``export``'s command lines
+(:func:`orchestrate.cli.options.add_options`) and read keyword options in the library
+(:meth:`orchestrate.config.request.RunRequest.from_options`, which the pytest plugin uses).
+Defaults are :class:`~orchestrate.config.request.RunRequest`'s own, so they cannot drift.
+Parsers take the text a user types and raise :class:`~orchestrate.errors.UsageError`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.config.link import PRESETS, parse_link
+from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, parse_memory
+from orchestrate.config.user_env import parse_assignment
+from orchestrate.errors import UsageError
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """A parser of integers of ``minimum`` or more."""
+    wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise UsageError(f"expected {wanted}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+
+
+def positive_float(text: str) -> float:
+    """A number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise UsageError(f"expected a positive number, e.g. 1 or 0.5, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds (a number)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"expected seconds, e.g. 60, got {text!r}") from None
+
+
+def node_range(text: str) -> tuple[int, int]:
+    """``MIN:MAX`` (or ``N``) node counts."""
+    low, _, high = text.partition(":")
+    try:
+        values = (int(low), int(high or low))
+    except ValueError:
+        raise UsageError(f"expected MIN:MAX, e.g. 1:2, got {text!r}") from None
+    if not 1 <= values[0] <= values[1]:
+        raise UsageError(f"expected 1 <= MIN <= MAX, got {text!r}")
+    return values
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a run.
+
+    Attributes:
+        dest: Its field in :class:`~orchestrate.config.request.RunRequest` (and argparse dest).
+        flag: The command-line flag.
+        help: What it does (argparse adds the default where it says ``%(default)s``).
+        parse: Text to value; None for a flag (a switch) and for plain strings.
+        metavar: What the help calls its value.
+        choices: The values it allows.
+        repeat: Given several times, each value is kept (``--env``, ``--fault``).
+        switch: A flag without a value.
+        aliases: Other flags for it (``-d``).
+    """
+
+    dest: str
+    flag: str
+    help: str
+    parse: Optional[Callable[[str], Any]] = None
+    metavar: Optional[str] = None
+    choices: Optional[tuple[str, ...]] = None
+    repeat: bool = False
+    switch: bool = False
+    aliases: tuple[str, ...] = ()
+
+    def value(self, given: Any) -> Any:
+        """A keyword option's value: text goes through the parser, like the command line's."""
+        if self.repeat and not isinstance(given, (str, bytes)):
+            return tuple(self.value_of_one(item) for item in given)
+        return self.value_of_one(given)
+
+    def value_of_one(self, given: Any) -> Any:
+        if self.choices and given not in self.choices:
+            raise UsageError(f"{self.flag} must be one of {', '.join(self.choices)}, got {given!r}")
+        if not isinstance(given, str) or self.parse is None:
+            return given
+        try:
+            return self.parse(given)
+        except UsageError as exc:
+            message = str(exc)
+            raise UsageError(message if self.flag in message else f"{self.flag}: {message}") from None
+
+
+_LINK_HELP = ("shape every node's link with Linux traffic control: rate=10gbit[,delay=5ms][,loss=0.1%%] or a preset ("
+              + ", ".join(PRESETS) + "); delay and loss need the kernel's netem, refused where it is missing")
+
+# The job: its shape, rendezvous and image; what run, plan, bench and export share.
+JOB_OPTIONS = (
+    Option("nodes", "--nodes", "number of simulated nodes (containers) (default: %(default)s)", positive_int),
+    Option("nproc_per_node", "--nproc-per-node", "worker processes torchrun starts on each node (default: one per"
+           " GPU of the node, 1 on CPU); with fewer processes than GPUs each process spans G/P GPUs",
+           positive_int, metavar="P"),
+    Option("cpu", "--cpu", "force the CPU/Gloo variant: no GPU reservation, even on a GPU host", switch=True),
+    Option("gpus_per_node", "--gpus-per-node", "GPUs reserved for each node; node i gets host GPUs [i*G, (i+1)*G)"
+           " (default: the engine's GPUs split evenly among the nodes, 0 when it has none)",
+           non_negative_int, metavar="G"),
+    Option("backend", "--backend", "collective backend the workers use (default: auto: nccl with GPUs, gloo"
+           " without)", choices=("auto", "nccl", "gloo")),
+    Option("workdir", "--workdir", "host directory mounted into every node as its working directory; TARGET"
+           " scripts are relative to it (default: current directory)", Path, metavar="DIR"),
+    Option("image", "--image", "node image: used if present, else pulled, else refused (exit 2); only the"
+           f" default is built on first use (default: {DEFAULT_IMAGE})"),
+    Option("master_port", "--master-port", "rendezvous port on node0, inside the run's private network"
+           f" (default: {DEFAULT_MASTER_PORT})", positive_int),
+    Option("collective_timeout", "--collective-timeout", "process group timeout given to the workers as"
+           " DDP_TIMEOUT (app/ programs use it; a hung peer fails the job after it) (default: the program's own,"
+           " 300 s for app/)", seconds, metavar="SECONDS"),
+    Option("rdzv", "--rdzv", "rendezvous: static (--node-rank i, fixed ranks) or c10d (elastic: torchrun's c10d"
+           " rendezvous on node0; dead nodes are restarted and rejoin, workers restart) (default: static)",
+           choices=("static", "c10d")),
+    Option("nnodes", "--nnodes", "elastic mode's node range (default: --nodes:--nodes)", node_range,
+           metavar="MIN:MAX"),
+    Option("max_restarts", "--max-restarts", "worker-group restarts torchrun allows, and node restarts the launcher"
+           " makes, in elastic mode (default: 3 with --rdzv c10d, else 0)", non_negative_int, metavar="R"),
+    Option("rdzv_timeout", "--rdzv-timeout", "how long an elastic rendezvous waits for nodes to join"
+           " (default: 60)", seconds, metavar="SECONDS"),
+)
+
+# What the user brings into every node.
+NODE_OPTIONS = (
+    Option("env", "--env", "set a variable in every node (repeatable); wins over --copy-env and --env-file;"
+           " e.g. --env WANDB_MODE=offline", parse_assignment, metavar="KEY=VALUE", repeat=True),
+    Option("env_file", "--env-file", "variables for every node from a file of KEY=VALUE lines (# comments,"
+           " optional 'export ' and quotes)", Path, metavar="FILE"),
+    Option("copy_env", "--copy-env", "copy the host's variables matching a shell pattern into every node"
+           " (repeatable), e.g. --copy-env 'NCCL_*' --copy-env 'WANDB_*'", metavar="PATTERN", repeat=True),
+    Option("requirements", "--requirements", "pip requirements installed into a node image derived from --image;"
+           " built once, reused while nothing changed (offline from a host wheelhouse when the nodes cannot reach"
+           " the package index)", Path, metavar="FILE"),
+    Option("dockerfile", "--dockerfile", "a Dockerfile built on the node image (it starts with ARG BASE_IMAGE and"
+           " FROM ${BASE_IMAGE}); default: DIR/Dockerfile of --workdir when present", Path, metavar="FILE"),
+    Option("no_dockerfile", "--no-dockerfile", "ignore a Dockerfile in the work directory", switch=True),
+    Option("link", "--link", _LINK_HELP, parse_link, metavar="SPEC"),
+    Option("cpus_per_node", "--cpus-per-node", "CPU limit of every node container, e.g. 1 or 0.5 (default: none)",
+           positive_float, metavar="CPUS"),
+    Option("memory_per_node", "--memory-per-node", "memory limit of every node container, e.g. 512m or 2g; a node"
+           " past it is OOM-killed and named as such (default: none)", parse_memory, metavar="SIZE"),
+)
+
+# How a run is carried out here: where its records go, its faults, its scheduler.
+RUN_OPTIONS = (
+    Option("runs_dir", "--runs-dir", "where each run gets a directory of node logs (default: ./runs)", Path,
+           metavar="DIR"),
+    Option("ready_timeout", "--ready-timeout", "deadline for the nodes to come up and resolve each other"
+           " (default: 60)", seconds, metavar="SECONDS"),
+    Option("scheduler", "--scheduler", "compose: torchrun in every node (default); slurm: the nodes form a real"
+           " Slurm cluster (slurmctld, slurmd, munge) and the job goes through sbatch and srun",
+           choices=("compose", "slurm")),
+    Option("sbatch", "--sbatch", "with --scheduler slurm: submit your own batch script unchanged instead of the"
+           " generated one (TARGET is then unused)", Path, metavar="FILE"),
+    Option("faults", "--fault", "inject a fault: ACTION:NODE[@t=SECONDS|@step=N] with ACTION kill (node dies),"
+           " pause (node hangs), disconnect (node cut off the network) or restart; e.g. kill:node1@step=20;"
+           " repeatable", parse_fault, metavar="SPEC", repeat=True),
+)
+
+# What only a foreground or detached launch does.
+LAUNCH_OPTIONS = (
+    Option("keep", "--keep", "leave the containers, network and volume after the run (for debugging)", switch=True),
+    Option("no_build", "--no-build", "fail instead of building the node image when it is missing", switch=True),
+    Option("detach", "--detach", "print the run id and return once the nodes run; the engine keeps the run"
+           " (follow it with logs/attach, end it with stop/down)", switch=True, aliases=("-d",)),
+)
+
+ALL_OPTIONS = JOB_OPTIONS + NODE_OPTIONS + RUN_OPTIONS + LAUNCH_OPTIONS
+OPTIONS_BY_DEST = {option.dest: option for option in ALL_OPTIONS}
+# The order ``--help`` lists a job's options in (the node options follow, in a group).
+JOB_HELP_ORDER = ("nodes", "nproc_per_node", "cpu", "gpus_per_node", "backend", "workdir", "image", "master_port",
+                  "runs_dir", "ready_timeout", "collective_timeout", "rdzv", "nnodes", "max_restarts",
+                  "rdzv_timeout", "scheduler", "sbatch", "faults")

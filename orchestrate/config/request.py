@@ -1,0 +1,207 @@
+"""A run as the user asks for it, and how it becomes a :class:`RunConfig`.
+
+:class:`RunRequest` holds the options as given, ``None`` where the tool decides (GPUs per node,
+processes per node, restarts). :func:`resolve_config` decides them from the engine's free GPUs
+and reads what the options point at (the env file, the host's variables), refusing bad input
+with one line before anything starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
+from orchestrate.config.link import LinkSpec
+from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig
+from orchestrate.config.user_env import copy_env, merge_user_env, parse_env_file
+from orchestrate.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Every option of a run (see :mod:`orchestrate.config.options`), as asked.
+
+    ``target`` is what torchrun runs: ``("train.py", *args)`` or ``("-m", "module", *args)``;
+    empty means the default job. The other fields are the options of ``run``, named as
+    their flags (``--nproc-per-node`` is ``nproc_per_node``), with the same defaults.
+    """
+
+    target: tuple[str, ...] = ()
+    nodes: int = 2
+    nproc_per_node: Optional[int] = None
+    cpu: bool = False
+    gpus_per_node: Optional[int] = None
+    backend: str = "auto"
+    workdir: Path = Path(".")
+    image: str = DEFAULT_IMAGE
+    master_port: int = DEFAULT_MASTER_PORT
+    collective_timeout: Optional[float] = None
+    rdzv: str = "static"
+    nnodes: Optional[tuple[int, int]] = None
+    max_restarts: Optional[int] = None
+    rdzv_timeout: float = 60.0
+    env: tuple[tuple[str, str], ...] = ()
+    env_file: Optional[Path] = None
+    copy_env: tuple[str, ...] = ()
+    requirements: Optional[Path] = None
+    dockerfile: Optional[Path] = None
+    no_dockerfile: bool = False
+    link: Optional[LinkSpec] = None
+    cpus_per_node: Optional[float] = None
+    memory_per_node: Optional[int] = None
+    runs_dir: Path = Path("runs")
+    ready_timeout: float = 60.0
+    scheduler: str = "compose"
+    sbatch: Optional[Path] = None
+    faults: tuple[FaultSpec, ...] = ()
+    keep: bool = False
+    no_build: bool = False
+    detach: bool = False
+
+    @classmethod
+    def from_options(cls, target: tuple[str, ...] = (), **options: Any) -> "RunRequest":
+        """A request from keyword options, as the command line would take them: text is
+        parsed by the option's own parser (``link="1gbe"``, ``faults=["kill:node1@t=5"]``,
+        ``memory_per_node="2g"``), ``env`` may be a mapping.
+
+        Raises:
+            UsageError: For an option ``run`` does not have, or a bad value.
+        """
+        from orchestrate.config.options import OPTIONS_BY_DEST
+
+        values: dict[str, Any] = {}
+        for name, given in options.items():
+            option = OPTIONS_BY_DEST.get(name)
+            if option is None:
+                known = ", ".join(sorted(OPTIONS_BY_DEST))
+                raise UsageError(f"no run option {name!r} (options: {known})")
+            if name == "env" and isinstance(given, Mapping):
+                given = tuple(given.items())
+            values[name] = option.value(given)
+        return cls(target=tuple(target), **values)
+
+    def replace(self, **changes: Any) -> "RunRequest":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def elastic(self) -> bool:
+        return self.rdzv == "c10d"
+
+    def check_combination(self) -> None:
+        """Refuse options that cannot go together, before anything is asked of the engine."""
+        if self.sbatch is not None and self.scheduler != "slurm":
+            raise UsageError("--sbatch needs --scheduler slurm")
+        if self.detach and (self.faults or self.keep):
+            raise UsageError("--fault and --keep need the launcher attached: drop --detach (inject faults into"
+                             " a detached run with `python -m orchestrate fault RUN SPEC`)")
+        if self.scheduler != "slurm":
+            return
+        if self.sbatch is not None and not self.sbatch.is_file():
+            raise UsageError(f"--sbatch file {str(self.sbatch)!r} not found")
+        if self.detach:
+            raise UsageError("--detach is for --scheduler compose; a Slurm run stays attached (Slurm keeps the queue)")
+        if not self.cpu and (self.gpus_per_node or 0) > 0:
+            raise UsageError("the simulated Slurm cluster runs CPU/Gloo nodes: use --cpu (export --to slurm writes"
+                             " #SBATCH --gpus-per-node for a real cluster)")
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the launching host adds to a run: its environment (for ``--copy-env``) and the user
+    the nodes run as."""
+
+    environ: Mapping[str, str] = field(default_factory=dict)
+    run_as: Optional[str] = None
+    user_name: str = ""
+
+    @classmethod
+    def here(cls) -> "HostFacts":
+        """This process's environment and user."""
+        return cls(dict(os.environ), invoking_user(), invoking_user_name())
+
+
+def invoking_user() -> Optional[str]:
+    """``UID:GID`` of whoever runs the launcher (None where the OS has no uids)."""
+    if not hasattr(os, "getuid"):
+        return None
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def invoking_user_name() -> str:
+    """The login name of whoever runs the launcher: its uid's, not a USER it may have
+    inherited (setpriv, su); "" where it has none."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):  # no uids (Windows), or a uid without a name
+        return ""
+
+
+def user_env(request: RunRequest, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of --env-file, --copy-env and --env, in that order of precedence."""
+    from_file: dict[str, str] = {}
+    if request.env_file is not None:
+        try:
+            text = Path(request.env_file).read_text()
+        except OSError as exc:
+            raise UsageError(f"--env-file {request.env_file}: {exc.strerror or exc}") from None
+        from_file = parse_env_file(text, str(request.env_file))
+    return merge_user_env(from_file, copy_env(request.copy_env, environ), request.env)
+
+
+def chosen_dockerfile(request: RunRequest) -> Optional[Path]:
+    """--dockerfile, else the work directory's Dockerfile unless --no-dockerfile."""
+    if request.dockerfile is not None:
+        return Path(request.dockerfile)
+    found = Path(request.workdir) / "Dockerfile"
+    return found if not request.no_dockerfile and found.is_file() else None
+
+
+def resolve_layout(request: RunRequest, available: Optional[int]) -> GpuLayout:
+    """GPUs and processes per node, and the backend, for ``available`` GPUs (None: unknown)."""
+    return resolve_gpu_layout(nodes=request.nodes, nproc_per_node=request.nproc_per_node,
+                              gpus_per_node=request.gpus_per_node, available=available, cpu=request.cpu,
+                              backend=request.backend)
+
+
+def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optional[int] = None) -> RunConfig:
+    """The validated configuration of ``request`` on a host with ``available_gpus`` free GPUs
+    (None: unknown, as in a dry run without an engine; the request's own numbers stand).
+
+    Raises:
+        UsageError: With the one line that says what is wrong.
+    """
+    layout = resolve_layout(request, available_gpus)
+    return RunConfig(
+        nodes=request.nodes,
+        nproc_per_node=layout.nproc_per_node,
+        target=tuple(request.target),
+        workdir=request.workdir,
+        image=request.image,
+        gpus_per_node=layout.gpus_per_node,
+        backend=layout.backend,
+        keep=request.keep,
+        master_port=request.master_port,
+        runs_dir=request.runs_dir,
+        ready_timeout_s=request.ready_timeout,
+        collective_timeout_s=request.collective_timeout,
+        faults=tuple(request.faults),
+        rdzv=request.rdzv,
+        min_nodes=request.nnodes[0] if request.nnodes else None,
+        max_nodes=request.nnodes[1] if request.nnodes else None,
+        max_restarts=request.max_restarts if request.max_restarts is not None else (3 if request.elastic else 0),
+        rdzv_timeout_s=request.rdzv_timeout,
+        user_env=user_env(request, host.environ),
+        run_as=host.run_as,
+        user_name=host.user_name,
+        cpus_per_node=request.cpus_per_node,
+        memory_per_node=request.memory_per_node,
+        requirements=request.requirements,
+        dockerfile=chosen_dockerfile(request),
+        link=request.link,
+    )

@@ -1,0 +1,44 @@
+"""The GPU lease: two launches on one host never take the same GPUs.
+
+GPUs are leased by labels on the containers that hold them (``io.ddp-compose.gpus``), so the
+host lock is held from reading the free GPUs until the run's containers, with those labels,
+exist: another launch then sees them taken.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Optional
+
+from orchestrate.config.gpu_layout import check_lease, free_gpus
+from orchestrate.config.request import RunRequest
+from orchestrate.engine.gpus import detect_gpus
+from orchestrate.engine.locks import host_lock
+from orchestrate.engine.runs import gpus_in_use, list_runs
+
+
+def wants_gpus(request: RunRequest) -> bool:
+    return not request.cpu and request.gpus_per_node != 0
+
+
+@contextlib.contextmanager
+def gpu_lease(client: Any, request: RunRequest) -> Iterator[Optional[tuple[str, ...]]]:
+    """Hold the lease while the caller plans and starts the run; yield the free GPUs, in order
+    (None for a CPU run, which takes no lock).
+
+    Raises:
+        UsageError: When the GPUs asked for are held by other runs, naming them.
+    """
+    if not wants_gpus(request):
+        yield None
+        return
+    with host_lock("gpu-lease"):
+        yield free_gpu_ids(client, request)
+
+
+def free_gpu_ids(client: Any, request: RunRequest) -> tuple[str, ...]:
+    """The engine's GPUs that no live run holds."""
+    inventory = detect_gpus(client)
+    held = gpus_in_use(list_runs(client)) if inventory.count else {}
+    if held and request.gpus_per_node:
+        check_lease(request.nodes * request.gpus_per_node, inventory.indices, held)
+    return free_gpus(inventory.indices if inventory.count else (), held)

@@ -1,0 +1,293 @@
+"""The Slurm backend: a plan as a Slurm job on the simulated cluster (``--scheduler slurm``).
+
+The run itself (its directory, the launcher's heartbeat, ``docker compose up`` and ``down``,
+its record) is :class:`orchestrate.launch.run.Run`'s; this backend renders the cluster (the
+Slurm configuration, the munge key, the batch script, the Compose project), waits until every
+slurmd is idle, submits with ``sbatch`` and follows the job. The job's state comes from Slurm
+itself (``scontrol show job``, ``scontrol show node``); its output is the file Slurm writes
+(``StdOut``), followed in the batch host; the workers' root cause comes from torchrun's error
+files in the run directory, as with Compose.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import re
+import secrets
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Callable, Optional
+
+from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.engine.client import exec_output, stream_lines
+from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
+from orchestrate.engine.labels import containers_of_project
+from orchestrate.errors import NodesNotReadyError, OrchestrateError
+from orchestrate.faults.inject import inject
+from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.outcome.events import record_event
+from orchestrate.outcome.model import Failure, RunResult, SlurmJob, Timings
+from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files
+from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
+from orchestrate.plan.model import JobPlan, NodePlan
+from orchestrate.slurm.cluster import (
+    CONTROLLER,
+    SLURM_DIR,
+    parse_scontrol,
+    render_slurm_compose,
+    sinfo_idle,
+    slurm_conf,
+)
+from orchestrate.slurm.script import BatchOptions, render_sbatch
+from orchestrate.supervise.progress import ProgressWatch
+from orchestrate.supervise.worker_lines import WorkerLines
+
+log = logging.getLogger(__name__)
+
+FINAL_JOB_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                    "BOOT_FAIL", "DEADLINE"}
+SLURM_REPOSITORY = "ddp-compose-slurm"
+# How long the controller may fail to answer for the job before the run gives up on it.
+CONTROLLER_SILENCE_S = 30.0
+# "T: [R|L]:text" (srun --label, then torchrun's prefix), or "T: text" (torchrun's agent).
+_LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
+
+
+def slurm_image(client: Any, base: str, progress: Callable[[str], None]) -> str:
+    """The Slurm variant of ``base`` (built once per base image id)."""
+    tag = f"{SLURM_REPOSITORY}:{client.images.get(base).id.split(':')[-1][:12]}"
+    with build_lock():
+        if image_exists(client, tag):
+            return tag
+        progress(f"building {tag}: {base} + Debian's slurmctld, slurmd, slurm-client and munge")
+        docker_build(client, build_context({"Dockerfile": DOCKER_DIR / "slurm" / "Dockerfile"}), tag,
+                     buildargs={"BASE_IMAGE": base}, progress=progress)
+    return tag
+
+
+class JobLines:
+    """The job's output, as ``srun --label`` writes it, in whole lines with the node and global
+    rank in front, as ``run`` shows them. ``srun --label`` puts the task id first: the node's
+    index when the script runs one task per node (ours), else just the task (a user's script
+    may run one per process); what follows is torchrun's output, joined as a node's is."""
+
+    def __init__(self, plan: JobPlan, width: int, tasks_are_nodes: bool = True) -> None:
+        self.plan = plan
+        self.width = width
+        self.tasks_are_nodes = tasks_are_nodes
+        self.tasks: dict[int, WorkerLines] = {}
+
+    def feed(self, raw: str) -> list[str]:
+        """The rendered lines that ``raw``, one line of the output file, completes."""
+        match = _LABELLED.match(raw)
+        if not match:
+            return ["[slurm]".ljust(self.width + 2) + " " + raw]
+        task = int(match["task"])
+        if task not in self.tasks:
+            self.tasks[task] = WorkerLines(self.task_node(task))
+        return [line.render(self.width) for line in self.tasks[task].feed(match["text"])]
+
+    def flush(self) -> list[str]:
+        """The lines the workers left unfinished (the job has ended)."""
+        return [line.render(self.width) for lines in self.tasks.values() for line in lines.flush()]
+
+    def task_node(self, task: int) -> NodePlan:
+        """The node a task stands for; a task of a user's script is named for itself, and its
+        workers' ranks are torchrun's."""
+        if self.tasks_are_nodes and task < len(self.plan.nodes):
+            return self.plan.nodes[task]
+        return NodePlan(name=f"{'node' if self.tasks_are_nodes else 'task'}{task}", node_rank=task,
+                        global_ranks=(), gpu_ids=(), process_gpus=(), torchrun_argv=(), env={})
+
+
+class SlurmBackend:
+    """One plan as a Slurm job; the :class:`~orchestrate.launch.run.Run` drives it."""
+
+    def __init__(self, plan: JobPlan, client: Any, out: IO[str], *, run_as: str, image: str,
+                 sbatch: Optional[Path] = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan = plan
+        self.client = client
+        self.out = out
+        self.run_as = run_as
+        self.image = image
+        self.sbatch = sbatch
+        self.clock = clock
+        self.containers: dict[str, Any] = {}
+        self.job_id = ""
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.progress = ProgressWatch(plan.run_dir / PROGRESS_SUBDIR, self.record)
+        self.faults = FaultScheduler(plan.config.faults, self.inject, plan.run_dir / PROGRESS_SUBDIR, self.say,
+                                     self.record)
+        self.width = max(len(f"{n.name}/rank{max(n.global_ranks, default=9)}") for n in plan.nodes) + 1
+        self.job_lines = JobLines(plan, self.width, tasks_are_nodes=sbatch is None)
+
+    def say(self, text: str) -> None:
+        self.out.write(f"[orchestrate] {text}\n")
+        self.out.flush()
+
+    def record(self, kind: str, **fields: Any) -> None:
+        record_event(self.plan.run_dir, kind, **fields)
+
+    def inject(self, fault: FaultSpec) -> None:
+        inject(self.client, self.plan.project_name, self.containers[fault.node], fault.action)
+
+    # Bring-up --------------------------------------------------------------------------------
+
+    def bring_up_line(self) -> str:
+        return (f"run {self.plan.run_id}: bringing up a Slurm cluster: {CONTROLLER} (slurmctld) and"
+                f" {len(self.plan.nodes)} nodes (slurmd) (project {self.plan.project_name})")
+
+    def render(self, run_dir: Path) -> Path:
+        """The Slurm configuration, the munge key, the batch script and the cluster's Compose file."""
+        slurm_dir = run_dir / SLURM_DIR
+        slurm_dir.mkdir()
+        info = self.client.info()
+        (slurm_dir / "slurm.conf").write_text(
+            slurm_conf(self.plan, int(info.get("NCPU") or 1), int((info.get("MemTotal") or 2**30) // 2**20)))
+        key = slurm_dir / "munge.key"
+        key.touch(mode=0o600)
+        key.write_bytes(secrets.token_bytes(1024))
+        if self.sbatch is None:
+            (slurm_dir / "job.sbatch").write_text(render_sbatch(self.plan, self.batch_options()))
+        else:
+            shutil.copyfile(self.sbatch, slurm_dir / self.sbatch.name)  # byte for byte: submitted unchanged
+        compose_file = run_dir / "compose.json"
+        compose_file.touch(mode=0o600)
+        compose_file.write_text(json.dumps(render_slurm_compose(self.plan, self.image, self.run_as), indent=2) + "\n")
+        return compose_file
+
+    def batch_options(self) -> BatchOptions:
+        env = dict(self.plan.nodes[0].env)
+        return BatchOptions(job_name=f"ddp-{self.plan.run_id}", output=f"{RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out",
+                            chdir=WORKSPACE_DIR, env=env, log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun")
+
+    def wait_ready(self) -> None:
+        """Find the cluster's containers, then wait until every slurmd is idle."""
+        self.containers = containers_of_project(self.client, self.plan.project_name)
+        timeout_s = self.plan.config.ready_timeout_s
+        deadline = self.clock() + timeout_s
+        last = ""
+        while self.clock() < deadline:
+            code, last = exec_output(self.client, self.containers[CONTROLLER], ["sinfo", "-h", "-N", "-o", "%N %t"])
+            if code == 0 and sinfo_idle(last, len(self.plan.nodes)):
+                return
+            time.sleep(0.5)
+        raise NodesNotReadyError(f"Slurm nodes not idle after {timeout_s:.0f} s (sinfo: {' '.join(last.split())})")
+
+    def ready_lines(self, bring_up_s: float) -> list[str]:
+        return [f"Slurm nodes idle in {bring_up_s:.1f} s; submitting the job with sbatch"]
+
+    # The job ---------------------------------------------------------------------------------
+
+    def submit(self) -> str:
+        script = f"{RUN_DIR_MOUNT}/{SLURM_DIR}/{self.sbatch.name if self.sbatch else 'job.sbatch'}"
+        code, output = exec_output(self.client, self.containers[CONTROLLER], ["sbatch", "--parsable", script],
+                                   user=self.run_as, workdir=WORKSPACE_DIR, environment=self.plan.nodes[0].env)
+        output = output.strip()
+        if code != 0:
+            raise OrchestrateError(f"sbatch refused the job: {output.splitlines()[-1] if output else 'no output'}")
+        return output.split(";")[0]
+
+    def job_record(self, job_id: str) -> dict[str, str]:
+        code, text = exec_output(self.client, self.containers[CONTROLLER], ["scontrol", "show", "job", job_id, "-o"])
+        return parse_scontrol(text) if code == 0 else {}
+
+    def node_records(self) -> dict[str, dict[str, str]]:
+        code, text = exec_output(self.client, self.containers[CONTROLLER], ["scontrol", "show", "node", "-o"])
+        records = [parse_scontrol(line) for line in text.splitlines() if line.strip()] if code == 0 else []
+        return {r["NodeName"]: r for r in records if "NodeName" in r}
+
+    def follow_output(self, host: str, path: str) -> None:
+        """Stream the job's output file from its batch host (a thread)."""
+        def read() -> None:
+            try:
+                exec_id = self.client.api.exec_create(self.containers[host].id, ["tail", "-n", "+1", "-F", path],
+                                                      stdout=True, stderr=False)["Id"]
+                for raw in stream_lines(self.client.api.exec_start(exec_id, stream=True)):
+                    self.lines.put(raw.decode("utf-8", "replace"))
+            except Exception as exc:  # the batch host went away before the exec started
+                log.debug("output of the job: %s", exc)
+
+        threading.Thread(target=read, name="slurm-output", daemon=True).start()
+
+    def drain_output(self, log_file: IO[str], *, ended: bool = False) -> None:
+        rendered = []
+        while not self.lines.empty():
+            rendered += self.job_lines.feed(self.lines.get())
+        if ended:
+            rendered += self.job_lines.flush()
+        for line in rendered:
+            self.out.write(line + "\n")
+            log_file.write(line + "\n")
+        self.out.flush()
+
+    def follow(self) -> RunResult:
+        """Submit the job and follow it to its end in Slurm's state; judge it."""
+        self.job_id = self.submit()
+        self.say(f"sbatch submitted job {self.job_id}")
+        slurm = SlurmJob(self.job_id)
+        result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=slurm)
+        started = self.clock()
+        following = False
+        try:
+            with open(self.plan.run_dir / "slurm-job.log", "w", encoding="utf-8") as log_file:
+                last_seen = self.clock()
+                while True:
+                    job = self.job_record(self.job_id)
+                    if job:
+                        last_seen = self.clock()
+                    elif self.clock() - last_seen > CONTROLLER_SILENCE_S:
+                        raise OrchestrateError(f"slurmctld has not answered for job {self.job_id} in"
+                                               f" {CONTROLLER_SILENCE_S:.0f} s (scontrol show job failed)")
+                    if not following and job.get("BatchHost") in self.containers and job.get("StdOut"):
+                        self.follow_output(job["BatchHost"], job["StdOut"])
+                        following = True
+                    self.drain_output(log_file)
+                    if job.get("JobState") in FINAL_JOB_STATES:
+                        time.sleep(1.0)  # the last lines of the file
+                        self.drain_output(log_file, ended=True)
+                        slurm.job = job
+                        break
+                    if self.faults.pending:
+                        self.progress.poll(self.clock(), None)
+                        self.faults.fire_due(self.clock() - started, self.progress.max_step)
+                    time.sleep(0.5)
+        finally:
+            result.timings.job_s = self.clock() - started
+            result.fired_faults = list(self.faults.fired)
+        slurm.nodes = self.node_records()
+        if not result.succeeded:
+            result.reported_failure = self.root_cause(slurm)
+        return result
+
+    def partial_result(self) -> RunResult:
+        """What is known of a job that was interrupted."""
+        return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=SlurmJob(self.job_id),
+                         fired_faults=list(self.faults.fired))
+
+    def stop(self) -> None:
+        """Cancel the job (Ctrl-C); the nodes go with the teardown."""
+        if self.job_id and CONTROLLER in self.containers:
+            exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
+
+    def root_cause(self, slurm: SlurmJob) -> Failure:
+        """The worker failure that explains the others, from the error files they left
+        (torchrun's --log-dir, per node): one that is not a peer's closed connection first,
+        then the earliest (the files' timestamps have one-second steps)."""
+        found: list[tuple[bool, float, str, RootCause]] = []
+        for node in self.plan.nodes:
+            for local, path in latest_error_files(self.plan.run_dir, node.name).items():
+                cause = RootCause(node.global_rank(local) if local < len(node.global_ranks) else local, local)
+                cause.add_error_file(path.read_text(errors="replace"))
+                stamp = cause.timestamp if cause.timestamp is not None else float("inf")
+                found.append((is_collateral(cause, []), stamp, node.name, cause))
+        describe = f"Slurm job {slurm.job_id} {slurm.state} (reason {slurm.job.get('Reason', '-')})"
+        if not found:
+            return Failure("", None, None, "", (), description=describe)
+        collateral, _, node, cause = min(found, key=lambda f: f[:2])
+        slurm.workers_collateral = collateral
+        return Failure(node, cause.rank, cause.exit_code, cause.exception, (), traceback=cause.traceback,
+                       description=f"{describe}; workers: {node} rank {cause.rank}: {cause.exception}")
