@@ -1,9 +1,10 @@
 """ddp-compose's launcher: run torchrun jobs across simulated nodes (Docker Compose).
 
-Library API: build a :class:`RunConfig`, plan it with :func:`make_plan`, carry it out with
-:func:`launch`. The CLI (``python -m orchestrate``) is a thin layer over these. This
-package never imports torch, and importing it imports nothing: the workers' import
-(``orchestrate.progress``) stays as light as the standard library.
+Library API: describe the job with a :class:`RunRequest` (the options of ``run``, as
+keywords), run it with :class:`Run` (or :func:`run`), and read the :class:`RunResult`. The
+plan alone is :func:`make_plan` of a :class:`RunConfig`. The CLI (``python -m orchestrate``)
+is a thin layer over these. This package never imports torch, and importing it imports
+nothing: the workers' import (``orchestrate.progress``) stays as light as the standard library.
 """
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "RunRequest": "orchestrate.config.request",
+    "Run": "orchestrate.launch.run",
+    "run": "orchestrate.launch.run",
+    "RunResult": "orchestrate.outcome.model",
     "RunConfig": "orchestrate.config.run_config",
     "JobPlan": "orchestrate.plan.model",
     "NodePlan": "orchestrate.plan.model",
     "make_plan": "orchestrate.plan.make",
-    "launch": "orchestrate.launch.run",
 }
 __all__ = list(_EXPORTS)
 

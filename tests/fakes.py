@@ -29,7 +29,7 @@ class Script:
 
     ``hang``: it runs until killed. ``oom``: the kernel OOM-kills a process in it first.
     ``then``: an action run after the lines (e.g. writing a progress file), followed by the
-    ``after`` lines (``after_delay_s`` later).
+    ``after`` lines once ``after_when`` holds (polled, at most 10 s).
     """
 
     lines: list[str] = field(default_factory=list)
@@ -39,7 +39,7 @@ class Script:
     oom: bool = False
     then: Optional[Any] = None
     after: list[str] = field(default_factory=list)
-    after_delay_s: float = 0.0
+    after_when: Optional[Any] = None
 
 
 def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
@@ -58,10 +58,16 @@ class FakeEventStream:
         engine.subscribers.append(self)
 
     def __iter__(self) -> Iterator[dict]:
+        delivered = 0
         while True:
+            if self.engine.events_break_after is not None and delivered >= self.engine.events_break_after:
+                import requests
+
+                raise requests.exceptions.ConnectionError("Connection aborted: the engine went away")
             event = self.events.get()
             if event is None:
                 return
+            delivered += 1
             yield event
 
     def close(self) -> None:
@@ -118,8 +124,10 @@ class FakeContainer:
             self.client.emit(self, "oom")
         if script.then is not None:
             script.then()
-        if script.after:
-            time.sleep(script.after_delay_s)
+        if script.after and script.after_when is not None:
+            deadline = time.monotonic() + 10
+            while not script.after_when() and time.monotonic() < deadline and not killed.is_set():
+                time.sleep(0.01)
         for line in script.after:
             if killed.is_set():
                 return
@@ -152,6 +160,7 @@ class FakeContainer:
 
     def kill(self) -> None:
         self.client.calls.append(("kill", self.name))
+        self.client.maybe_fail("kill")
         if self.status not in ("running", "paused"):
             import docker.errors
 
@@ -243,6 +252,7 @@ class _Collection:
     def list(self, all: bool = False, filters: Optional[dict] = None) -> list:
         wanted = (filters or {}).get("label", [])
         self.client.calls.append((f"{self.attr}.list", tuple([wanted] if isinstance(wanted, str) else wanted)))
+        self.client.maybe_fail(f"{self.attr.split('_')[0]}.list")
         found = getattr(self.client, self.attr).values()
         return [item for item in list(found) if all_labels_match(item.labels, wanted)]
 
@@ -322,11 +332,18 @@ class FakeDockerClient:
         self.command_outputs: dict = {}
         self.subscribers: list[FakeEventStream] = []
         self.gpus: tuple[str, ...] = ()
+        self.failures: dict[str, BaseException] = {}
+        self.events_break_after: Optional[int] = None
         self.containers = _Collection(self, "containers_by_name")
         self.networks = _Collection(self, "networks_by_name")
         self.volumes = _Collection(self, "volumes_by_name")
         self.images = FakeImages(self)
         self.api = FakeAPI(self)
+
+    def maybe_fail(self, call: str) -> None:
+        """Raise what a test asked ``call`` to raise."""
+        if call in self.failures:
+            raise self.failures[call]
 
     def script(self, node: str, *scripts: Script) -> None:
         self.scripts[node] = list(scripts)
@@ -348,15 +365,18 @@ class FakeDockerClient:
 
     def events(self, decode: bool = True, since: Any = None, filters: Optional[dict] = None) -> FakeEventStream:
         self.calls.append(("events", json.dumps(filters, sort_keys=True)))
+        self.maybe_fail("events")
         return FakeEventStream(self, filters)
 
     def info(self) -> dict:
         """The engine's answer; the NVIDIA runtime is there when ``gpus`` lists the host's GPUs."""
+        self.maybe_fail("info")
         runtimes = {"runc": {}, **({"nvidia": {}} if self.gpus else {})}
         return {"NCPU": 2, "MemTotal": 24 * 1024**3, "Runtimes": runtimes}
 
-    def up(self, compose_file: Path) -> None:
-        """What ``docker compose up -d`` does to the engine for the rendered project."""
+    def up(self, compose_file: Path, start: bool = True) -> None:
+        """What ``docker compose up -d`` does to the engine for the rendered project (``start``
+        False: the containers are only created)."""
         project = json.loads(compose_file.read_text())
         name = project["name"]
         common = {"com.docker.compose.project": name}
@@ -367,7 +387,7 @@ class FakeDockerClient:
             service["labels"] = {**service["labels"], **common, "com.docker.compose.service": service_name}
             container = FakeContainer(self, f"{name}-{service_name}-1", service)
             self.containers_by_name[container.name] = container
-        for container in [c for c in self.containers_by_name.values() if c.status == "created"]:
+        for container in [c for c in self.containers_by_name.values() if c.status == "created" and start]:
             container.start()
 
 
@@ -376,6 +396,7 @@ class FakeCompose:
 
     engine: Optional[FakeDockerClient] = None
     fail_down = False
+    fail_up = False
     instances: list["FakeCompose"] = []
 
     def __init__(self, project_name: str, compose_file: Path) -> None:
@@ -389,7 +410,12 @@ class FakeCompose:
         return ("docker", "compose")
 
     def up(self) -> None:
+        from orchestrate.errors import ComposeError
+
         self.calls.append("up")
+        if FakeCompose.fail_up:  # as Compose fails: the network made, a container that could not start
+            FakeCompose.engine.up(self.compose_file, start=False)
+            raise ComposeError(["docker", "compose", "up"], 1, "Error response from daemon: port is already allocated")
         assert FakeCompose.engine is not None
         FakeCompose.engine.up(self.compose_file)
 

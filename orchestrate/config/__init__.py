@@ -1,2 +1,3 @@
-"""What the user asked for, validated (pure, standard library only): the run configuration, GPU
-layout, environment, link shaping and torch versions. Imports nothing of orchestrate but errors."""
+"""What the user asked for, validated (pure): every run option defined once, the request, the run
+configuration, GPU layout, environment, link shaping, fault specs and torch versions. Imports nothing
+of orchestrate but errors."""

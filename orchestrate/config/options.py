@@ -2,7 +2,7 @@
 
 The same definitions make ``run``'s, ``plan``'s, ``bench``'s and ``export``'s command lines
 (:func:`orchestrate.cli.options.add_options`) and read keyword options in the library
-(:meth:`orchestrate.config.request.RunRequest.from_options`, which the pytest plugin uses).
+(:meth:`orchestrate.config.request.RunRequest.from_options`).
 Defaults are :class:`~orchestrate.config.request.RunRequest`'s own, so they cannot drift.
 Parsers take the text a user types and raise :class:`~orchestrate.errors.UsageError`.
 """

@@ -19,23 +19,24 @@ DEFAULT_MASTER_PORT = 29500
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_MEMORY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[bkmg]?)b?$", re.I)
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 # The engine refuses smaller memory limits.
 MIN_NODE_MEMORY = 6 * 1024**2
 _RUN_AS = re.compile(r"^\d+:\d+$")
 
 
 def parse_memory(text: str) -> int:
-    """Bytes in a size like ``512m``, ``2g``, ``1.5G`` or ``1073741824``.
+    """Bytes in a size like ``512m``, ``2g``, ``1.5G`` or ``1073741824``, as Docker reads it.
 
     Raises:
         UsageError: ``--memory-per-node: expected a size like 512m or 2g. Given: 'abc'``
     """
-    match = _MEMORY.match(text.strip())
-    if not match:
-        raise UsageError(f"--memory-per-node: expected a size like 512m or 2g. Given: {text!r}")
-    size = int(float(match["number"]) * _UNITS[match["unit"].lower()])
+    from docker.errors import DockerException
+    from docker.utils import parse_bytes
+
+    try:
+        size = int(parse_bytes(text.strip()))
+    except (DockerException, ValueError):
+        raise UsageError(f"--memory-per-node: expected a size like 512m or 2g. Given: {text!r}") from None
     if size < MIN_NODE_MEMORY:
         raise UsageError(f"--memory-per-node must be at least 6m (the engine's minimum), got {text!r}")
     return size

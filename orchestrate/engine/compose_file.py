@@ -1,4 +1,5 @@
-"""Render a :class:`JobPlan` as a Compose project, and drive ``docker compose`` for it."""
+"""Render a :class:`JobPlan` as a Compose project (pure); :mod:`orchestrate.engine.compose_cli`
+drives ``docker compose`` for it."""
 from __future__ import annotations
 
 import json

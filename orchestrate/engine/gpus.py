@@ -1,7 +1,6 @@
-"""GPUs: which ones the Docker engine can hand out, and how a run splits them among nodes.
+"""GPUs: which ones the Docker engine can hand out, and the topology a node sees.
 
-:func:`resolve_gpu_layout` is pure: it turns what the user asked for and what the engine
-has into GPUs per node and processes per node, or refuses before anything starts.
+How a run splits them among its nodes is :mod:`orchestrate.config.gpu_layout` (pure).
 """
 from __future__ import annotations
 

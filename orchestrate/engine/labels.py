@@ -112,3 +112,12 @@ def containers_of_project(client: Any, project_name: str) -> dict[str, Any]:
     """Every container of a Compose project, by its service name."""
     found = client.containers.list(all=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={project_name}"})
     return {container.labels[COMPOSE_SERVICE_LABEL]: container for container in found}
+
+
+ROLE_LABEL = "io.ddp-compose.role"
+
+
+CONTROLLER_ROLE = "controller"  # the role label of the slurmctld container (not a node)
+
+
+SCHEDULER_LABEL = "io.ddp-compose.scheduler"

@@ -20,6 +20,7 @@ from orchestrate.engine.labels import (
     COMMAND_LABEL,
     COMPOSE_PROJECT_LABEL,
     COMPOSE_SERVICE_LABEL,
+    CONTROLLER_ROLE,
     CREATED_LABEL,
     DETACHED_LABEL,
     GPUS_LABEL,
@@ -29,6 +30,7 @@ from orchestrate.engine.labels import (
     NODES_LABEL,
     NPROC_LABEL,
     RDZV_LABEL,
+    ROLE_LABEL,
     RUN_DIR_LABEL,
     RUN_ID_LABEL,
     WORKDIR_LABEL,
@@ -36,7 +38,6 @@ from orchestrate.engine.labels import (
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.model import NodePlan
-from orchestrate.slurm.cluster import CONTROLLER_ROLE, ROLE_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``@step=N`` faults are exact: the ranks that reach step N wait on the progress channel until
 the fault is injected (:func:`mark_fired` lets them go on), so
-no rank gets past step N first. Used by the supervisor of a Compose run and by the Slurm runner.
+no rank gets past step N first. Used by the supervisor of a Compose run and by the Slurm backend.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
                                           │          (one host lock)      │
                                           └───────────────────────────────┴─ follow ─ judge ─ tear down ─ record
 
-``run``, ``plan``, ``attach``, Slurm runs, the benchmarks and the pytest plugin all go through
+``run``, ``plan``, ``attach``, Slurm runs and the benchmarks all go through
 it, and every run ends in the one :class:`~orchestrate.outcome.model.RunResult` and the one
 ``outcome.json``. A backend does what differs between schedulers
 (:class:`~orchestrate.launch.compose_backend.ComposeBackend`,

@@ -4,6 +4,6 @@
   cluster and for ``export --to slurm``;
 - :mod:`orchestrate.slurm.cluster` renders ``slurm.conf`` and the cluster's Compose project
   (pure);
-- :mod:`orchestrate.slurm.runner` brings the cluster up, submits with ``sbatch`` and follows
+- :mod:`orchestrate.slurm.backend` renders the cluster, submits with ``sbatch`` and follows
   the job through Slurm's own state (``scontrol``).
 """

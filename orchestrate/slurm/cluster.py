@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from orchestrate.engine.compose_file import escape_interpolation
-from orchestrate.engine.labels import node_labels
+from orchestrate.engine.labels import CONTROLLER_ROLE, ROLE_LABEL, SCHEDULER_LABEL, node_labels
 from orchestrate.plan.layout import (
     HEARTBEAT_FILE,
     LEASE_TIMEOUT_S,
@@ -30,9 +30,6 @@ from orchestrate.plan.layout import (
 from orchestrate.plan.model import JobPlan
 
 CONTROLLER = "slurmctl"
-ROLE_LABEL = "io.ddp-compose.role"
-CONTROLLER_ROLE = "controller"  # the role label of the slurmctld container (not a node)
-SCHEDULER_LABEL = "io.ddp-compose.scheduler"
 SLURM_DIR = "slurm"  # in the run directory: slurm.conf, munge.key, job.sbatch, the job's output
 START_SCRIPT = f"{PROJECT_MOUNT_DIR}/orchestrate/slurm/start.sh"
 # Seconds before Slurm declares a silent node DOWN (the default, 300, is too long to watch).

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from orchestrate.engine.compose_file import render_compose, write_compose_file
@@ -67,10 +65,19 @@ def test_gpu_nodes_reserve_distinct_device_ids_never_count(make_job):
     assert all(d["driver"] == "nvidia" and "count" not in d for d in devices)
 
 
-def test_written_file_is_json_and_valid_yaml_for_compose(make_job, tmp_path):
-    plan = make_job()
+def test_the_written_file_reads_back_as_yaml_and_only_its_owner_may_read_it(make_job, tmp_path):
+    import stat
+
+    import yaml
+
+    plan = make_job(user_env={"WANDB_API_KEY": "s3cret", "PRICE": "$5", "MODE": "on"})
     path = write_compose_file(plan, tmp_path / "compose.json")
-    assert json.loads(path.read_text()) == render_compose(plan)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it holds the user's secrets
+    # Compose reads it as YAML: every value must come back as written, YAML's own words
+    # ("on", "yes") and $ interpolation included.
+    assert yaml.safe_load(path.read_text()) == render_compose(plan)
+    environment = yaml.safe_load(path.read_text())["services"]["node0"]["environment"]
+    assert (environment["MODE"], environment["PRICE"]) == ("on", "$$5")
 
 
 def test_only_gpu_nodes_raise_the_memlock_limit(make_job):

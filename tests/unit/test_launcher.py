@@ -1,7 +1,6 @@
 """The launcher and the supervisor against the simulated engine of tests/fakes.py."""
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from orchestrate.errors import NodeLookupError
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.run import Run
 from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
 from tests.fakes import FakeCompose, FakeDockerClient, Script
 
@@ -145,7 +145,8 @@ def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_
     outcome, text, _ = run(
         job, client,
         node0=[Script(["[0|0]:training"], then=progress_writer(job, 0, range(1, 6)), exit_code=1,
-                      after=report(0, 0, exc="RuntimeError: Timed out waiting for node1"), after_delay_s=1.0)],
+                      after=report(0, 0, exc="RuntimeError: Timed out waiting for node1"),
+                      after_when=lambda: ("pause", "ddp-test-run-node1-1") in client.calls)],
         node1=[Script(["[1|0]:training"], hang=True)],
     )
     assert triggers is None  # the run directory is made by the launcher, not before
@@ -311,10 +312,27 @@ def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make
     monkeypatch.setattr(scheduler, "NO_PROGRESS_WARNING_S", 0.3)
     job = make_run(nodes=2, faults=(parse_fault("kill:node1@step=5"),))
     client = FakeDockerClient()
-    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_delay_s=1.5)],
-                           node1=[Script(["[1|0]:working"], after=["[1|0]:done"], after_delay_s=1.5)])
+    warned = lambda: "no worker has reported a training step" in job.out.getvalue()  # noqa: E731
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_when=warned)],
+                           node1=[Script(["[1|0]:working"], after=["[1|0]:done"], after_when=warned)])
     assert outcome.succeeded
     assert "kill:node1@step=5: fires when a worker reports that step" in text
     assert ("no worker has reported a training step in 0 s: kill:node1@step=5 cannot fire;"
             " report steps with orchestrate.progress.report(step)") in text
     assert "fault injected" not in text
+
+
+def test_a_failed_bring_up_is_exit_2_recorded_and_leaves_nothing(make_run):
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    FakeCompose.fail_up = True
+    try:
+        outcome, text, compose = run(job, client)
+    finally:
+        FakeCompose.fail_up = False
+    assert outcome.exit_code == 2 and "port is already allocated" in outcome.error
+    assert compose.calls == ["up", "down"]
+    assert client.containers_by_name == {} and client.networks_by_name == {}
+    assert json.loads((job.run_dir / "outcome.json").read_text())["exit_code"] == 2
+    assert "FAILED: `docker compose up ...` exited 1" in format_summary(outcome)
+

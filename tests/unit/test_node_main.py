@@ -20,9 +20,25 @@ def test_the_exit_code_is_torchruns_or_128_plus_its_signal():
     assert node_main("--", "sh", "-c", "kill -9 $$").wait(timeout=30) == 137
 
 
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def test_sigterm_reaches_the_command_and_ends_the_node_with_143():
     proc = node_main("--", "sleep", "30")
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not children_of(proc.pid):  # its command runs: the signal handlers are in place
+        assert time.monotonic() < deadline, "the node never started its command"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
 

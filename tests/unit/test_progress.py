@@ -3,17 +3,31 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+
+import pytest
 
 import orchestrate.node.progress as progress
 from orchestrate.faults.scheduler import mark_fired, write_triggers
 from orchestrate.outcome.progress import ProgressReader
 
 
-def test_report_is_a_no_op_outside_ddp_compose(monkeypatch):
-    monkeypatch.delenv("DDP_PROGRESS_DIR", raising=False)
+@pytest.mark.parametrize("progress_dir", [None, "missing"])
+def test_report_writes_nothing_outside_ddp_compose(tmp_path, monkeypatch, progress_dir):
+    # A script that reports its steps runs unchanged under plain torchrun: nothing is
+    # written anywhere, and a step that would be a fault's trigger does not wait.
+    monkeypatch.chdir(tmp_path)
+    if progress_dir is None:
+        monkeypatch.delenv("DDP_PROGRESS_DIR", raising=False)
+    else:
+        monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path / progress_dir))
     monkeypatch.setattr(progress, "_channel", None)
-    progress.report(3, loss=0.1)  # nothing to write to, nothing raised
-    assert progress._channel is None
+    started = time.monotonic()
+    for step in range(3):
+        progress.report(step, loss=0.1)
+    progress.report_resumed(1)
+    assert time.monotonic() - started < 1.0
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_steps_and_resumes_reach_the_reader_and_torn_lines_wait(tmp_path, monkeypatch):

@@ -1,0 +1,250 @@
+"""Each of the Supervisor's collaborators alone, against the fake engine of tests/fakes.py."""
+from __future__ import annotations
+
+import io
+import json
+import queue
+import time
+
+import docker.errors
+import pytest
+
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.outcome.model import NodeResult
+from orchestrate.outcome.states import NodePhase
+from orchestrate.supervise.api import EngineEvent, LineArrived, LogEnded, NodeTracker
+from orchestrate.supervise.diagnosis import Diagnosis
+from orchestrate.supervise.engine_events import EngineEvents
+from orchestrate.supervise.log_pump import LogPump
+from orchestrate.supervise.progress import ProgressWatch
+from orchestrate.supervise.restart_policy import RestartPolicy
+from orchestrate.supervise.worker_lines import NodeOutput
+from tests.fakes import FakeContainer, FakeDockerClient, Script
+
+
+class Recorder:
+    """Stands in for what a collaborator says and records."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+        self.events: list[tuple[str, dict]] = []
+
+    def say(self, text: str) -> None:
+        self.said.append(text)
+
+    def record(self, kind: str, **fields) -> None:
+        self.events.append((kind, fields))
+
+
+def node_container(client: FakeDockerClient, run_id: str, node: str, *scripts: Script) -> FakeContainer:
+    labels = {"io.ddp-compose.run-id": run_id, "com.docker.compose.project": f"ddp-{run_id}",
+              "com.docker.compose.service": node}
+    container = FakeContainer(client, f"ddp-{run_id}-{node}-1", {"labels": labels})
+    client.containers_by_name[container.name] = container
+    client.script(node, *scripts)
+    return container
+
+
+def tracker_for(plan, index: int, container, tmp_path) -> NodeTracker:
+    node = plan.nodes[index]
+    return NodeTracker(node, container, NodeResult(node), NodeOutput(node, open(tmp_path / f"{node.name}.log", "w")))
+
+
+def drain(inbox: "queue.Queue", until, timeout_s: float = 10.0) -> list:
+    """Messages from the inbox until one satisfies ``until``."""
+    taken, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            message = inbox.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        taken.append(message)
+        if until(message):
+            return taken
+    raise AssertionError(f"no such message within {timeout_s} s; got {taken}")
+
+
+def test_the_log_pump_shows_whole_worker_lines_and_drops_a_superseded_stream(make_job, tmp_path):
+    plan = make_job(nodes=1, nproc_per_node=2)
+    client = FakeDockerClient()
+    # rank 1's line comes in two pieces around rank 0's whole line, as torchrun's tee cuts it
+    container = node_container(client, "r", "node0", Script(["[1|1]:half[0|0]:zero", "[1|1]: and the rest"]))
+    tracker = tracker_for(plan, 0, container, tmp_path)
+    container.start()
+    inbox: "queue.Queue" = queue.Queue()
+    out = io.StringIO()
+    pump = LogPump(inbox, out, width=12)
+    pump.follow(tracker)
+    shown = []
+    for message in drain(inbox, lambda m: isinstance(m, LogEnded)):
+        shown += pump.take(tracker, message)
+    assert [(line.global_rank, line.text) for line in shown] == [(0, "zero"), (1, "half and the rest")]
+    assert not tracker.log_open
+    assert out.getvalue().splitlines() == [f"{'[node0/rank0]':<14} zero", f"{'[node0/rank1]':<14} half and the rest"]
+    tracker.output.log_file.close()
+    assert (tmp_path / "node0.log").read_text().splitlines() == ["[node0/rank0] zero", "[node0/rank1] half and the rest"]
+    stale = LineArrived("node0", tracker.stream - 1, "[0|0]:old", 0.0, 0.0)
+    assert pump.take(tracker, stale) == []
+
+
+def test_engine_events_of_the_runs_nodes_reach_the_inbox_and_others_do_not(tmp_path):
+    client = FakeDockerClient()
+    mine = node_container(client, "r", "node0", Script(exit_code=3))
+    other = node_container(client, "other", "node1", Script())  # a node of the same name, in another run
+    inbox: "queue.Queue" = queue.Queue()
+    events = EngineEvents(client, "r", {"node0", "node1"}, inbox).start()
+    try:
+        deadline = time.monotonic() + 10
+        while not any(c[0] == "events" for c in client.calls):  # subscribed
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        other.start()
+        mine.start()
+        taken = drain(inbox, lambda m: m.action == "die")
+    finally:
+        events.close()
+    assert all(isinstance(m, EngineEvent) and m.node == "node0" for m in taken)
+    assert [m.action for m in taken] == ["start", "die"] and taken[-1].attrs["exitCode"] == "3"
+    assert all(m.attrs["io.ddp-compose.run-id"] == "r" for m in taken)
+
+
+def test_the_fault_scheduler_fires_by_time_and_by_step_once_each(tmp_path):
+    recorder, injected = Recorder(), []
+    scheduler = FaultScheduler((parse_fault("pause:node1@t=5"), parse_fault("kill:node0@step=3")),
+                               injected.append, tmp_path, recorder.say, recorder.record)
+    scheduler.announce()
+    assert recorder.said == ["kill:node0@step=3: fires when a worker reports that step through"
+                             " orchestrate.progress.report(step) (app/ does, every step); ranks wait at that step"
+                             " until the fault is injected"]
+    assert scheduler.fire_due(4.9, 2) == [] and injected == []
+    assert [str(f) for f in scheduler.fire_due(5.0, 2)] == ["pause:node1@t=5"]
+    assert [str(f) for f in scheduler.fire_due(6.0, 3)] == ["kill:node0@step=3"]
+    assert scheduler.fire_due(100.0, 50) == [] and len(injected) == 2
+    assert (tmp_path / "fired-3").exists()  # the ranks waiting at step 3 may go on
+    assert [(f.spec, f.elapsed_s, f.step) for f in scheduler.fired] == [("pause:node1@t=5", 5.0, 2),
+                                                                      ("kill:node0@step=3", 6.0, 3)]
+    assert [kind for kind, _ in recorder.events] == ["fault", "fault"]
+
+
+def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its_step(tmp_path):
+    recorder = Recorder()
+
+    def refuse(fault):
+        raise docker.errors.APIError("Container node1 is not running")
+
+    scheduler = FaultScheduler((parse_fault("kill:node1@step=2"),), refuse, tmp_path, recorder.say, recorder.record)
+    assert scheduler.fire_due(1.0, 2) == [] and scheduler.fired == []
+    assert recorder.said == ["fault kill:node1@step=2 could not be injected: Container node1 is not running"]
+    assert recorder.events[0][0] == "fault-failed" and (tmp_path / "fired-2").exists()
+
+
+def test_the_fault_scheduler_warns_once_when_no_step_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr("orchestrate.faults.scheduler.NO_PROGRESS_WARNING_S", 1.0)
+    recorder = Recorder()
+    scheduler = FaultScheduler((parse_fault("kill:node1@step=2"),), print, tmp_path, recorder.say, recorder.record)
+    scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=0.5)
+    scheduler.warn_if_no_progress(progress_seen=True, since_first_worker_s=5.0)
+    assert recorder.said == []
+    scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=5.0)
+    scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=9.0)
+    assert len(recorder.said) == 1 and "kill:node1@step=2 cannot fire" in recorder.said[0]
+
+
+@pytest.mark.parametrize("enabled, exit_code, fault, ending, restarts, expected", [
+    (True, 137, "", False, 0, True),  # killed
+    (True, 143, "", False, 0, True),  # stopped
+    (True, None, "", False, 0, True),  # gone
+    (True, 1, "kill:node1", False, 0, True),  # a fault was injected into it
+    (True, 1, "", False, 0, False),  # its job failed by itself: nothing to recover
+    (True, 0, "", False, 0, False),
+    (True, 137, "", True, 0, False),  # the job is ending anyway
+    (True, 137, "", False, 2, False),  # no restarts left
+    (False, 137, "", False, 0, False),  # static run, or a passive supervisor
+])
+def test_the_restart_policy_recovers_from_deaths_only(make_job, tmp_path, enabled, exit_code, fault, ending, restarts,
+                                                      expected):
+    plan = make_job(nodes=2)
+    tracker = tracker_for(plan, 1, None, tmp_path)
+    tracker.exit_code, tracker.result.fault = exit_code, fault
+    policy = RestartPolicy(enabled=enabled, max_restarts=2, say=print, record=print, clock=time.monotonic)
+    policy.restarts = restarts
+    assert policy.should_restart(tracker, ending) is expected
+
+
+def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
+    plan = make_job(nodes=2)
+    client = FakeDockerClient()
+    trackers = [tracker_for(plan, i, node_container(client, "r", f"node{i}", Script(hang=True)), tmp_path)
+                for i in range(2)]
+    for tracker in trackers:
+        tracker.container.start()
+        tracker.move(NodePhase.STARTING)
+        tracker.move(NodePhase.RUNNING)
+    dead = trackers[1]
+    dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record,
+                           clock=lambda: 42.0)
+    policy.restart(dead, trackers, step=5)
+    assert sorted(c[1] for c in client.calls if c[0] == "restart") == ["ddp-r-node0-1", "ddp-r-node1-1"]
+    assert all(t.phase is NodePhase.RESTARTING and t.exit_code is None for t in trackers)
+    [recovery] = policy.recoveries
+    assert (recovery.node, recovery.cause, recovery.failed_at, recovery.step_before) == (
+        "node1", "injected fault kill:node1@step=4", 42.0, 5)
+    assert policy.open_recovery is recovery and policy.restarts == 1
+    assert recorder.said == ["node1 died (injected fault kill:node1@step=4); restarting every node so that it"
+                             " rejoins (1/3)"]
+
+
+def test_progress_watch_follows_the_steps_and_times_the_resume(tmp_path):
+    from orchestrate.outcome.model import Recovery
+
+    recorder = Recorder()
+    watch = ProgressWatch(tmp_path, recorder.record)
+    (tmp_path / "rank0.jsonl").write_text("".join(json.dumps({"rank": 0, "step": s, "time": 1.0}) + "\n"
+                                                  for s in (1, 2, 3)))
+    watch.poll(10.0, None)
+    assert (watch.max_step, watch.seen) == (3, True)
+    recovery = Recovery("node1", "its death", failed_at=11.0, step_before=3)
+    with open(tmp_path / "rank0.jsonl", "a") as handle:
+        handle.write(json.dumps({"rank": 0, "resumed": 2, "time": 2.0}) + "\n")
+        handle.write(json.dumps({"rank": 0, "step": 3, "time": 3.0}) + "\n")
+    watch.poll(14.5, recovery)
+    assert (recovery.resumed_from, recovery.resumed_at, recovery.recovery_s, recovery.steps_lost) == (2, 14.5, 3.5, 1)
+    assert recorder.events == [("resumed", {"node": "node1", "step": 3, "recovery_s": 3.5, "steps_lost": 1})]
+    assert watch.max_step == 3  # counted again from the resume
+
+
+def test_diagnosis_reads_the_error_file_names_a_paused_node_and_counts_oom_kills(make_job, tmp_path):
+    plan = make_job(nodes=2, nproc_per_node=2)
+    client = FakeDockerClient()
+    failed = tracker_for(plan, 1, node_container(client, "r", "node1", Script()), tmp_path)
+    for line in ["[3|1]:boom", "Root Cause (first observed failure):", "[0]:", "  rank      : 3 (local_rank: 1)",
+                 "  exitcode  : 1 (pid: 42)", "  error_file: /ddp-run/node1/torchrun/x/attempt_0/1/error.json",
+                 "====="]:
+        failed.output.add(line, 0.0)
+    error_file = tmp_path / "node1/torchrun/x/attempt_0/1/error.json"
+    error_file.parent.mkdir(parents=True)
+    error_file.write_text(json.dumps({"message": {"message": "ValueError: bad batch",
+                                                  "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "7"}}}))
+    recorder = Recorder()
+    diagnosis = Diagnosis(client, tmp_path, recorder.say, recorder.record)
+    failed.result.exit_code = 1
+    diagnosis.explain_failure(failed)
+    cause = failed.result.root_cause
+    assert (cause.rank, cause.exception, cause.traceback, cause.timestamp) == (3, "ValueError: bad batch",
+                                                                               "Traceback ...", 7.0)
+    assert failed.result.last_lines == ["boom"]
+
+    hung = tracker_for(plan, 0, node_container(client, "r", "node0", Script(hang=True)), tmp_path)
+    hung.container.start()
+    hung.container.pause()
+    assert diagnosis.unresponsive(hung) == "its container is paused (hung)"
+    assert recorder.events[-1] == ("node-unresponsive", {"node": "node0", "reason": "its container is paused (hung)"})
+
+    hung.container.unpause()
+    client.command_outputs["sh"] = (0, b"oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    diagnosis.find_oom_kills([hung])
+    assert hung.result.oom_kills == 2
+    assert recorder.said[-1] == "node0 was OOM-killed: the kernel killed 2 process(es) at its memory limit"
