@@ -2,11 +2,37 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from typing import Optional
 
-from orchestrate.outcome.model import Failure, NodeResult, RunResult
+from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import is_collateral
 from orchestrate.outcome.states import NodePhase
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The failure a run is reported for: the earliest one that was not a consequence."""
+
+    node: str
+    rank: Optional[int]
+    exit_code: Optional[int]
+    exception: str
+    last_lines: tuple[str, ...]
+    traceback: str = ""
+    reason: str = ""
+    description: str = ""
+
+    def describe(self) -> str:
+        """One line naming the node, the rank, the exit code and the exception (or why it hung);
+        a scheduler's own words where it gave them."""
+        if self.description:
+            return self.description
+        if self.reason:
+            return f"{self.node} {self.reason}"
+        rank = f" rank {self.rank}" if self.rank is not None else ""
+        what = f": {self.exception}" if self.exception else ""
+        return f"{self.node}{rank} failed (exit code {self.exit_code}){what}"
 
 
 def find_failure(results: list[NodeResult]) -> Optional[Failure]:
@@ -60,17 +86,16 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     )
 
 
-def died_at_exit(outcome: "RunResult") -> Optional[str]:
+def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_torch: str = "") -> Optional[str]:
     """Explain a worker that died by a signal after its peers finished, or return None.
 
     Every other node exited 0 and the failing rank died by a signal with no Python error: the
     job's work was done, and the process crashed on its way out. SIGABRT there is the known
-    gloo crash at interpreter exit of torch 2.10 and later.
+    gloo crash at interpreter exit of torch 2.10 and later (``image_torch``: the nodes' torch).
     """
-    failure = outcome.failure
     if failure is None or failure.reason or failure.exit_code is None or failure.exit_code >= 0:
         return None
-    others = [r for r in outcome.results if r.node.name != failure.node]
+    others = [r for r in results if r.node.name != failure.node]
     if not others or any(r.state is not NodePhase.SUCCEEDED for r in others):
         return None
     try:
@@ -81,7 +106,7 @@ def died_at_exit(outcome: "RunResult") -> Optional[str]:
     lines = [f"{failure.node}{rank} died by {name} after its peers finished: the job's work was done,"
              " and the worker process crashed while exiting."]
     if name == "SIGABRT":
-        torch = f" (this image has torch {outcome.image_torch})" if outcome.image_torch else ""
+        torch = f" (this image has torch {image_torch})" if image_torch else ""
         lines.append("  cause: gloo's worker threads release tensors during Python's interpreter shutdown"
                      f" and abort (\"terminate called without an active exception\"); torch 2.10 to 2.15"
                      f" do this{torch}.")

@@ -5,67 +5,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.judge import Failure, find_failure
+from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.plan.model import NodePlan
-
-
-@dataclass
-class NodeResult:
-    """The end of one node's torchrun.
-
-    Attributes:
-        node: The node's plan.
-        state: Where it is; a final phase once it ended (CREATED: never started).
-        exit_code: torchrun's exit status, the container's (None while it runs).
-        wall_s: Seconds from its launch to its end.
-        ended_at: Monotonic time it ended (orders failures).
-        root_cause: What torchrun reported as its first failure (with its error file).
-        last_lines: The last output lines of the failing worker (or of the node).
-        fault: The fault injected into this node, if any.
-        unresponsive: Why the node could not answer its peers when the job failed, if so.
-        oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
-        oom_reported: Whether the OOM kill was announced already.
-        killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
-    """
-
-    node: NodePlan
-    state: NodePhase = NodePhase.CREATED
-    exit_code: Optional[int] = None
-    wall_s: float = 0.0
-    ended_at: float = 0.0
-    root_cause: Optional[RootCause] = None
-    last_lines: list[str] = field(default_factory=list)
-    fault: str = ""
-    unresponsive: str = ""
-    oom_kills: int = 0
-    oom_reported: bool = False
-    killed_by_launcher: bool = False
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The failure a run is reported for: the earliest one that was not a consequence."""
-
-    node: str
-    rank: Optional[int]
-    exit_code: Optional[int]
-    exception: str
-    last_lines: tuple[str, ...]
-    traceback: str = ""
-    reason: str = ""
-    description: str = ""
-
-    def describe(self) -> str:
-        """One line naming the node, the rank, the exit code and the exception (or why it hung);
-        a scheduler's own words where it gave them."""
-        if self.description:
-            return self.description
-        if self.reason:
-            return f"{self.node} {self.reason}"
-        rank = f" rank {self.rank}" if self.rank is not None else ""
-        what = f": {self.exception}" if self.exception else ""
-        return f"{self.node}{rank} failed (exit code {self.exit_code}){what}"
 
 
 @dataclass
@@ -213,8 +155,6 @@ class RunResult:
     @property
     def failure(self) -> Optional[Failure]:
         """The failure to report, chosen by :func:`~orchestrate.outcome.judge.find_failure`."""
-        from orchestrate.outcome.judge import find_failure  # judging needs this model: imported when judged
-
         if self.reported_failure is not None or self.slurm is not None:
             return self.reported_failure
         return find_failure(self.results)

@@ -54,7 +54,7 @@ def format_summary(outcome: RunResult) -> str:
         for other in others:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
-        advice = died_at_exit(outcome)
+        advice = died_at_exit(failure, outcome.results, outcome.image_torch)
         if advice:
             lines.append(advice)
         if failure.traceback:

@@ -29,7 +29,8 @@ from orchestrate.errors import NodesNotReadyError, OrchestrateError
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.events import record_event
-from orchestrate.outcome.model import Failure, RunResult, SlurmJob, Timings
+from orchestrate.outcome.judge import Failure
+from orchestrate.outcome.model import RunResult, SlurmJob, Timings
 from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files
 from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan

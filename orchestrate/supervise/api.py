@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from orchestrate.config.fault_spec import FaultSpec
-from orchestrate.outcome.model import NodeResult
+from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase, advance
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.worker_lines import NodeOutput

@@ -32,7 +32,8 @@ from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
-from orchestrate.outcome.model import NodeResult, RunResult
+from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.api import EngineEvent, LogEnded, Message, NodeTracker, RunSpec

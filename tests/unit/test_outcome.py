@@ -4,7 +4,8 @@ import re
 from pathlib import Path
 
 from orchestrate.outcome.judge import find_failure
-from orchestrate.outcome.model import NodeResult, RunResult, Timings
+from orchestrate.outcome.model import RunResult, Timings
+from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary

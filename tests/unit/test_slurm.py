@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchestrate.cli.main import main
-from orchestrate.outcome.model import Failure, FiredFault, RunResult, SlurmJob, Timings
+from orchestrate.outcome.judge import Failure
+from orchestrate.outcome.model import FiredFault, RunResult, SlurmJob, Timings
 from orchestrate.outcome.summary import format_slurm_summary
 from orchestrate.slurm.backend import JobLines
 from orchestrate.slurm.cluster import CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle, slurm_conf

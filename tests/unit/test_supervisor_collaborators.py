@@ -11,7 +11,7 @@ import pytest
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.faults.scheduler import FaultScheduler
-from orchestrate.outcome.model import NodeResult
+from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.supervise.api import EngineEvent, LineArrived, LogEnded, NodeTracker
 from orchestrate.supervise.diagnosis import Diagnosis

@@ -1,0 +1,42 @@
+"""One node's end, as the supervisor records it and the judge reads it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.states import NodePhase
+from orchestrate.plan.model import NodePlan
+
+
+@dataclass
+class NodeResult:
+    """The end of one node's torchrun.
+
+    Attributes:
+        node: The node's plan.
+        state: Where it is; a final phase once it ended (CREATED: never started).
+        exit_code: torchrun's exit status, the container's (None while it runs).
+        wall_s: Seconds from its launch to its end.
+        ended_at: Monotonic time it ended (orders failures).
+        root_cause: What torchrun reported as its first failure (with its error file).
+        last_lines: The last output lines of the failing worker (or of the node).
+        fault: The fault injected into this node, if any.
+        unresponsive: Why the node could not answer its peers when the job failed, if so.
+        oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
+        oom_reported: Whether the OOM kill was announced already.
+        killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
+    """
+
+    node: NodePlan
+    state: NodePhase = NodePhase.CREATED
+    exit_code: Optional[int] = None
+    wall_s: float = 0.0
+    ended_at: float = 0.0
+    root_cause: Optional[RootCause] = None
+    last_lines: list[str] = field(default_factory=list)
+    fault: str = ""
+    unresponsive: str = ""
+    oom_kills: int = 0
+    oom_reported: bool = False
+    killed_by_launcher: bool = False
