@@ -16,7 +16,13 @@ from typing import Any, Mapping, Optional
 from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
 from orchestrate.config.link import LinkSpec
-from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, RunConfig
+from orchestrate.config.run_config import (
+    DEFAULT_IMAGE,
+    DEFAULT_MASTER_PORT,
+    LEASE_TIMEOUT_ENV,
+    LEASE_TIMEOUT_S,
+    RunConfig,
+)
 from orchestrate.config.user_env import copy_env, merge_user_env, parse_env_file
 from orchestrate.errors import UsageError
 
@@ -204,4 +210,18 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         requirements=request.requirements,
         dockerfile=chosen_dockerfile(request),
         link=request.link,
+        lease_timeout_s=lease_timeout(host.environ),
     )
+
+
+def lease_timeout(environ: Mapping[str, str]) -> float:
+    """How long the nodes outlive a silent foreground launcher: ``LEASE_TIMEOUT_S``, or the
+    host's ``DDP_COMPOSE_LEASE_TIMEOUT_S`` (a test setting: tests that kill a launcher wait
+    that long, not 30 s)."""
+    text = environ.get(LEASE_TIMEOUT_ENV)
+    if not text:
+        return LEASE_TIMEOUT_S
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{LEASE_TIMEOUT_ENV} must be seconds, e.g. 5, got {text!r}") from None

@@ -21,6 +21,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # The engine refuses smaller memory limits.
 MIN_NODE_MEMORY = 6 * 1024**2
+# A node stops itself when the foreground launcher's heartbeat is this old: with the poll and
+# the stop grace, its containers end within LEASE_TIMEOUT_S + 7 s of the launcher's death.
+LEASE_TIMEOUT_S = 30.0
+# The host variable that shortens it, for tests that watch a launcher die.
+LEASE_TIMEOUT_ENV = "DDP_COMPOSE_LEASE_TIMEOUT_S"
 _RUN_AS = re.compile(r"^\d+:\d+$")
 
 
@@ -86,6 +91,7 @@ class RunConfig:
         requirements: A pip requirements file installed into a derived node image.
         dockerfile: A Dockerfile (``FROM`` the node image) built into a derived node image.
         link: How every node's link is shaped (``--link``); None leaves the bridge as it is.
+        lease_timeout_s: How long the nodes of a foreground run outlive a silent launcher.
     """
 
     nodes: int = 2
@@ -115,6 +121,7 @@ class RunConfig:
     requirements: Optional[Path] = None
     dockerfile: Optional[Path] = None
     link: Optional[LinkSpec] = None
+    lease_timeout_s: float = LEASE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -136,6 +143,8 @@ class RunConfig:
             raise UsageError("--backend nccl needs GPUs (--gpus-per-node 1 or more)")
         if not 1 <= self.master_port <= 65535:
             raise UsageError(f"--master-port must be in 1-65535, got {self.master_port}")
+        if not self.lease_timeout_s > 0:
+            raise UsageError(f"the launcher's lease must be positive, got {self.lease_timeout_s:g} s")
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
             raise UsageError(f"--collective-timeout must be positive, got {self.collective_timeout_s}")
         check_fault_nodes(list(self.faults), [f"node{i}" for i in range(self.nodes)])
@@ -214,3 +223,4 @@ class RunConfig:
             )
         if not (self.workdir / script).is_file():
             raise UsageError(f"script {target[0]!r} not found in work directory {self.workdir}")
+

@@ -24,11 +24,6 @@ HEARTBEAT_FILE = "heartbeat"
 PROGRESS_SUBDIR = "progress"
 
 
-# A node stops itself when the foreground launcher's heartbeat is this old: with the poll and
-# the stop grace, its containers end within LEASE_TIMEOUT_S + 7 s of the launcher's death.
-LEASE_TIMEOUT_S = 30
-
-
 # torchrun prefixes every worker line with its global and local rank: "[3|1]:text".
 LOG_LINE_PREFIX_TEMPLATE = "[${rank}|${local_rank}]:"
 

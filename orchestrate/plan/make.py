@@ -12,7 +12,6 @@ from orchestrate.config.link import tc_commands
 from orchestrate.config.run_config import RunConfig
 from orchestrate.plan.layout import (
     HEARTBEAT_FILE,
-    LEASE_TIMEOUT_S,
     LOG_LINE_PREFIX_TEMPLATE,
     NODE_INTERFACE,
     NODE_MAIN,
@@ -50,7 +49,7 @@ def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detach
     """The container's main process: the node supervisor (``orchestrate/node/main.py``)
     waiting for the peers, holding the launcher's lease unless detached, and running torchrun."""
     lease = () if detached else ("--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}",
-                                 "--lease-timeout", str(LEASE_TIMEOUT_S))
+                                 "--lease-timeout", f"{config.lease_timeout_s:g}")
     shaping: tuple[str, ...] = ()
     if config.link is not None:
         # The container starts as root with NET_ADMIN to shape its link; torchrun runs as the user.

@@ -17,7 +17,6 @@ from orchestrate.engine.compose_file import escape_interpolation
 from orchestrate.engine.labels import CONTROLLER_ROLE, ROLE_LABEL, SCHEDULER_LABEL, node_labels
 from orchestrate.plan.layout import (
     HEARTBEAT_FILE,
-    LEASE_TIMEOUT_S,
     NETWORK,
     NODE_MAIN,
     PROJECT_MOUNT_DIR,
@@ -80,7 +79,7 @@ def daemon_command(plan: JobPlan, daemon: list[str], run_as: str) -> list[str]:
     """start.sh (as root: key, configuration, the user, munged), then the node supervisor
     holding the launcher's lease around the daemon in the foreground."""
     lease = [] if plan.detached else ["--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}", "--lease-timeout",
-                                     str(LEASE_TIMEOUT_S)]
+                                     f"{plan.config.lease_timeout_s:g}"]
     return ["sh", START_SCRIPT, run_as, "python3", NODE_MAIN, *lease, "--", *daemon]
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -143,15 +144,17 @@ def compose_project(docker_client):
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_run(tmp_path: Path, *args: str, sigint_ignored: bool = False) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
-    """The launcher as a child process; ``sigint_ignored``: started as a shell starts a
-    background job without job control (``cmd &`` in a script), with SIGINT ignored."""
+def start_run(tmp_path: Path, *args: str, sigint_ignored: bool = False,
+              env: Optional[dict[str, str]] = None) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+    """The launcher as a child process (with ``env`` added to its environment);
+    ``sigint_ignored``: started as a shell starts a background job without job control
+    (``cmd &`` in a script), with SIGINT ignored."""
     import signal
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrate", "run", "--runs-dir", str(tmp_path), *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})},
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
     lines: "queue.Queue[str]" = queue.Queue()
@@ -173,3 +176,86 @@ def wait_for(lines: "queue.Queue[str]", pattern: str, seen: list[str], timeout: 
     launcher = [line for line in seen if line.startswith("[orchestrate]")]
     raise AssertionError(f"no line matching {pattern!r} within {timeout} s; the launcher said:\n{''.join(launcher)}"
                          f"\nlast lines:\n{''.join(seen[-15:])}")
+
+
+# Runs that several tests only read: each is made once per session (and the tests that share
+# one are kept on one xdist worker by their xdist_group).
+LONG_TOY = ("--", "-m", "app.toy", "--steps", "100000000", "--log-every", "10")
+HUNG_TIMEOUT_S = 8  # the collective timeout of the runs whose node1 hangs or is cut off
+ELASTIC_TRAIN = ("-m", "app.train", "--data", "synthetic", "--data-dir", "data", "--train-size", "1024",
+                 "--test-size", "256", "--epochs", "2", "--checkpoint-every", "4", "--resume")
+ELASTIC = ("--nodes", "2", "--rdzv", "c10d", "--rdzv-timeout", "30", "--collective-timeout", "20")
+
+
+@dataclass
+class FaultedRun:
+    """A run with a fault injected into node1 at step 30, followed to its end."""
+
+    code: int
+    output: str
+    seconds_after_fault: float
+    run_dir: Path
+    project: str
+    leftovers: list[str]
+
+
+@pytest.fixture(scope="session")
+def faulted_run(docker_client, tmp_path_factory):
+    """``faulted_run(action)``: the run whose node1 gets ``pause`` or ``disconnect`` at step 30,
+    made once per action."""
+    made: dict[str, FaultedRun] = {}
+
+    def make(action: str) -> FaultedRun:
+        if action not in made:
+            tmp = tmp_path_factory.mktemp(f"{action}-run")
+            proc, lines = start_run(tmp, "--nodes", "2", "--collective-timeout", str(HUNG_TIMEOUT_S),
+                                    "--fault", f"{action}:node1@step=30", *LONG_TOY)
+            seen: list[str] = []
+            run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+            try:
+                wait_for(lines, rf"fault injected: {action}:node1@step=30", seen)
+                injected = time.monotonic()
+                proc.wait(timeout=120)
+                took = time.monotonic() - injected
+                proc.stdout.close()
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and (not lines.empty() or proc.poll() is None):
+                    try:
+                        seen.append(lines.get(timeout=0.2))
+                    except queue.Empty:
+                        break
+                made[action] = FaultedRun(proc.returncode, "".join(seen), took, tmp / run_id, f"ddp-{run_id}",
+                                          leftovers(docker_client, f"ddp-{run_id}"))
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                remove_project(docker_client, f"ddp-{run_id}")
+        return made[action]
+
+    return make
+
+
+@dataclass
+class ElasticRecovery:
+    """The elastic run whose node1 was killed at step 12 and rejoined."""
+
+    run: RunResult
+    workdir: Path
+    leftovers: list[str]
+
+
+@pytest.fixture(scope="session")
+def elastic_recovery(docker_client, tmp_path_factory):
+    """The elastic run whose node1 is killed at step 12, recovers and ends (its parameters in
+    hit.pt of its work directory), made once."""
+    workdir = tmp_path_factory.mktemp("elastic-recovery")
+    runs_dir = workdir / "runs"
+    out = io.StringIO()
+    code = main(["run", "--runs-dir", str(runs_dir), *ELASTIC, "--workdir", str(workdir),
+                 "--fault", "kill:node1@step=12", "--", *ELASTIC_TRAIN, "--checkpoint-dir", "ck-hit",
+                 "--save-params", "hit.pt"], out=out)
+    run_dirs = sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []
+    run_dir = run_dirs[0] if run_dirs else runs_dir
+    run = RunResult(code, out.getvalue(), run_dir.name, run_dir)
+    yield ElasticRecovery(run, workdir, leftovers(docker_client, run.project))
+    remove_project(docker_client, run.project)

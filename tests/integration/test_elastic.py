@@ -5,24 +5,23 @@ import re
 
 import pytest
 
-from tests.integration.conftest import leftovers
+from tests.integration.conftest import ELASTIC, ELASTIC_TRAIN, leftovers
 
 pytestmark = pytest.mark.integration
 # app.train's default progress lines (one every 2 s): the @step trigger does not depend on them.
-TRAIN = ("-m", "app.train", "--data", "synthetic", "--data-dir", "data", "--train-size", "1024",
-         "--test-size", "256", "--epochs", "2", "--checkpoint-every", "4", "--resume")
+TRAIN = ELASTIC_TRAIN
 
 
-def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(orchestrate_run, docker_client, tmp_path):
+@pytest.mark.xdist_group("elastic-run")
+def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(elastic_recovery, orchestrate_run, docker_client,
+                                                                      tmp_path):
     import torch
 
-    elastic = ("--nodes", "2", "--rdzv", "c10d", "--rdzv-timeout", "30", "--collective-timeout", "20",
-               "--workdir", str(tmp_path))
-    calm = orchestrate_run(*elastic, "--", *TRAIN, "--checkpoint-dir", "ck-calm", "--save-params", "calm.pt")
+    calm = orchestrate_run(*ELASTIC, "--workdir", str(tmp_path), "--", *TRAIN, "--checkpoint-dir", "ck-calm",
+                           "--save-params", "calm.pt")
     assert calm.code == 0, calm.output[-4000:]
 
-    hit = orchestrate_run(*elastic, "--fault", "kill:node1@step=12", "--", *TRAIN,
-                          "--checkpoint-dir", "ck-hit", "--save-params", "hit.pt")
+    hit = elastic_recovery.run
     assert hit.code == 0, hit.output[-4000:]
     assert "fault injected: kill:node1@step=12" in hit.output
     assert "node1 died (injected fault kill:node1@step=12); restarting every node" in hit.output
@@ -38,10 +37,9 @@ def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(orchestrat
     assert "SUCCEEDED: all 2 nodes exited 0" in hit.output
 
     calm_params = torch.load(tmp_path / "calm.pt", weights_only=True)
-    hit_params = torch.load(tmp_path / "hit.pt", weights_only=True)
+    hit_params = torch.load(elastic_recovery.workdir / "hit.pt", weights_only=True)
     assert max((calm_params[k] - hit_params[k]).abs().max().item() for k in calm_params) < 1e-6
-    for run in (calm, hit):
-        assert leftovers(docker_client, run.project) == []
+    assert leftovers(docker_client, calm.project) == [] and elastic_recovery.leftovers == []
 
 
 def test_elastic_without_restarts_left_fails_naming_the_dead_node(orchestrate_run, docker_client, tmp_path):

@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
 from orchestrate.cli.main import main
-from tests.integration.conftest import leftovers, remove_project, start_run, wait_for
+from tests.integration.conftest import HUNG_TIMEOUT_S, LONG_TOY, leftovers, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration
-LONG_TOY = ("--", "-m", "app.toy", "--steps", "100000000", "--log-every", "10")
 
 
 def test_killed_node_fails_the_static_job_and_is_named(orchestrate_run, docker_client):
@@ -22,31 +20,18 @@ def test_killed_node_fails_the_static_job_and_is_named(orchestrate_run, docker_c
 
 
 @pytest.mark.parametrize("action, reason", [
-    ("pause", "its container is paused (hung)"),
+    pytest.param("pause", "its container is paused (hung)", marks=pytest.mark.xdist_group("paused-run")),
     ("disconnect", "it is cut off from the ddp network"),
 ])
-def test_hung_or_cut_off_node_fails_the_job_after_the_timeout_naming_it(docker_client, tmp_path, action, reason):
-    timeout = 8
-    proc, lines = start_run(tmp_path, "--nodes", "2", "--collective-timeout", str(timeout),
-                            "--fault", f"{action}:node1@step=30", *LONG_TOY)
-    seen: list[str] = []
-    project = "ddp-" + wait_for(lines, r"run (\S+): bringing up", seen).group(1)
-    try:
-        wait_for(lines, rf"fault injected: {action}:node1@step=30", seen)
-        injected = time.monotonic()
-        proc.wait(timeout=120)
-        took = time.monotonic() - injected
-        output = "".join(seen) + "".join(iter_remaining(lines))
-        assert proc.returncode == 1
-        assert f"FAILED: node1 stopped answering: {reason} (injected fault {action}:node1@step=30)" in output
-        assert re.search(r"then node0 rank 0: RuntimeError: .*Timed out", output)
-        # the collective timeout plus a few seconds of teardown, never the 30-minute default
-        assert timeout - 1 < took < timeout + 12, f"{took:.1f} s after the fault"
-        assert leftovers(docker_client, project) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        remove_project(docker_client, project)
+def test_hung_or_cut_off_node_fails_the_job_after_the_timeout_naming_it(faulted_run, action, reason):
+    run = faulted_run(action)
+    assert run.code == 1
+    assert f"FAILED: node1 stopped answering: {reason} (injected fault {action}:node1@step=30)" in run.output
+    assert re.search(r"then node0 rank 0: RuntimeError: .*Timed out", run.output)
+    # the collective timeout plus a few seconds of teardown, never the 30-minute default
+    took = run.seconds_after_fault
+    assert HUNG_TIMEOUT_S - 1 < took < HUNG_TIMEOUT_S + 12, f"{took:.1f} s after the fault"
+    assert run.leftovers == []
 
 
 def iter_remaining(lines):

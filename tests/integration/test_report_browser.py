@@ -10,12 +10,9 @@ import shutil
 import pytest
 
 from orchestrate.outcome.events import read_events
-from tests.integration.conftest import leftovers, unavailable
+from tests.integration.conftest import unavailable
 
 pytestmark = pytest.mark.integration
-LONG_TOY = ("-m", "app.toy", "--steps", "100000000", "--log-every", "10")
-TRAIN = ("-m", "app.train", "--data", "synthetic", "--data-dir", "data", "--train-size", "1024",
-         "--test-size", "256", "--epochs", "2", "--checkpoint-every", "4", "--resume", "--checkpoint-dir", "ck")
 
 
 def chromium_path() -> str:
@@ -62,19 +59,19 @@ def seconds_since_start(run_dir, kind: str) -> float:
     return next(e["time"] for e in events if e["event"] == kind) - events[0]["time"]
 
 
-def test_report_of_a_paused_node_shows_lanes_fault_and_root_cause(orchestrate_run, docker_client, browser, tmp_path):
-    result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--collective-timeout", "8",
-                             "--fault", "pause:node1@step=20", "--", *LONG_TOY)
-    assert result.code == 1, result.output[-3000:]
-    assert leftovers(docker_client, result.project) == []
-    page, url, requests = open_report(browser, result.run_dir)
+@pytest.mark.xdist_group("paused-run")
+def test_report_of_a_paused_node_shows_lanes_fault_and_root_cause(faulted_run, browser):
+    run = faulted_run("pause")
+    assert run.code == 1, run.output[-3000:]
+    assert run.leftovers == []
+    page, url, requests = open_report(browser, run.run_dir)
     try:
         assert page.locator("#lane-node0").count() == 1 and page.locator("#lane-node1").count() == 1
         assert page.locator("#lane-node2").count() == 0
         marker = page.locator("#marker-fault-0")
         assert float(marker.get_attribute("data-time")) == pytest.approx(
-            seconds_since_start(result.run_dir, "fault"), abs=0.01)
-        assert "pause:node1@step=20" in marker.locator("title").text_content()
+            seconds_since_start(run.run_dir, "fault"), abs=0.01)
+        assert "pause:node1@step=30" in marker.locator("title").text_content()
         assert page.locator("#marker-detected-0 title").text_content().startswith("node1 detected at")
         root = page.locator("#root-cause").inner_text()
         assert "node1 stopped answering: its container is paused (hung)" in root
@@ -84,11 +81,11 @@ def test_report_of_a_paused_node_shows_lanes_fault_and_root_cause(orchestrate_ru
     assert requests == [url], requests  # the page's own file, nothing else
 
 
-def test_report_of_an_elastic_recovery_shows_restart_and_resume(orchestrate_run, docker_client, browser, tmp_path):
-    result = orchestrate_run("--nodes", "2", "--rdzv", "c10d", "--rdzv-timeout", "30", "--collective-timeout", "20",
-                             "--workdir", str(tmp_path), "--fault", "kill:node1@step=12", "--", *TRAIN)
+@pytest.mark.xdist_group("elastic-run")
+def test_report_of_an_elastic_recovery_shows_restart_and_resume(elastic_recovery, browser):
+    result = elastic_recovery.run
     assert result.code == 0, result.output[-3000:]
-    assert leftovers(docker_client, result.project) == []
+    assert elastic_recovery.leftovers == []
     page, url, requests = open_report(browser, result.run_dir)
     try:
         assert page.locator("#lane-node0").count() == 1 and page.locator("#lane-node1").count() == 1

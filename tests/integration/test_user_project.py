@@ -27,6 +27,7 @@ def copy_job(workdir: Path, name: str) -> None:
     shutil.copy(JOBS / name, workdir / name)
 
 
+@pytest.mark.xdist_group("engine-wide")  # a detached run, which a prune elsewhere would remove
 def test_lines_a_script_writes_in_pieces_are_shown_whole_when_followed_and_in_the_logs(docker_client, tmp_path):
     copy_job(tmp_path, "progress_bar.py")
     out = io.StringIO()
