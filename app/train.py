@@ -226,7 +226,6 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    shared = Path(os.environ.get("DDP_SHARED_DIR", "."))
     parser = argparse.ArgumentParser(prog="app.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=2, help="epochs to train (default: 2)")
@@ -246,8 +245,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--train-size", type=int, default=2048, help="synthetic training samples")
     parser.add_argument("--test-size", type=int, default=512, help="synthetic test samples")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
-    parser.add_argument("--checkpoint-dir", type=Path, default=shared / "checkpoints" / "train",
-                        help="where rank 0 saves checkpoints (default: $DDP_SHARED_DIR/checkpoints/train)")
+    # In the work directory, as the tutorials keep theirs: the checkpoints a run may resume from
+    # must outlive it (ddp-compose's shared volume goes with every run's teardown).
+    parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints") / "train",
+                        help="where rank 0 saves checkpoints, shared by the ranks (default: ./checkpoints/train,"
+                             " in the work directory, which every node mounts)")
     parser.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
                         help="also checkpoint every STEPS steps within an epoch (default: 0, per epoch only)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")

@@ -67,3 +67,13 @@ class NodesNotReadyError(OrchestrateError):
     """Raised when the nodes do not all resolve each other before the deadline."""
 
     exit_code = 2
+
+
+class EngineLostError(EngineError):
+    """Raised when the engine stops answering in the middle of a run."""
+
+
+class LockTimeoutError(OrchestrateError):
+    """Raised when another launch holds a host lock (the GPU lease, an image build) for too long."""
+
+    exit_code = 2

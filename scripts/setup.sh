@@ -43,7 +43,7 @@ EOF
 }
 
 ensure_venv() {
-    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, pytest, compose, yaml, kubernetes_validate, matplotlib, playwright' 2>/dev/null; then
+    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, filelock, pytest, xdist, compose, yaml, kubernetes_validate, matplotlib, playwright' 2>/dev/null; then
         return
     fi
     say "creating $VENV with the project and the test tools"

@@ -28,6 +28,8 @@ class Script:
     """What a node's main process (torchrun) prints and how it ends.
 
     ``hang``: it runs until killed. ``oom``: the kernel OOM-kills a process in it first.
+    ``on_sigterm``: the lines its workers write when it gets SIGTERM before it exits 143
+    (``ignore_sigterm``: it goes on, and only SIGKILL ends it).
     ``then``: an action run after the lines (e.g. writing a progress file), followed by the
     ``after`` lines once ``after_when`` holds (polled, at most 10 s).
     """
@@ -40,6 +42,8 @@ class Script:
     then: Optional[Any] = None
     after: list[str] = field(default_factory=list)
     after_when: Optional[Any] = None
+    on_sigterm: list[str] = field(default_factory=list)
+    ignore_sigterm: bool = False
 
 
 def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
@@ -108,6 +112,7 @@ class FakeContainer:
 
     def start(self) -> None:
         script = self.client.next_script(self.labels.get("com.docker.compose.service", self.name))
+        self.script = script
         self.killed = threading.Event()
         self.status, self.started = "running", now_rfc3339()
         self.client.emit(self, "start")
@@ -153,20 +158,32 @@ class FakeContainer:
 
     def reload(self) -> None:
         self.client.calls.append(("reload", self.name))
+        self.client.maybe_fail("reload")
         if self.name not in self.client.containers_by_name:
             import docker.errors
 
             raise docker.errors.NotFound(f"No such container: {self.name}")
 
-    def kill(self) -> None:
-        self.client.calls.append(("kill", self.name))
+    def kill(self, signal: str = "SIGKILL") -> None:
+        self.client.calls.append(("kill", self.name) if signal == "SIGKILL" else ("kill", self.name, signal))
         self.client.maybe_fail("kill")
         if self.status not in ("running", "paused"):
             import docker.errors
+            import requests
 
-            raise docker.errors.APIError(f"Container {self.name} is not running")
+            response = requests.Response()
+            response.status_code = 409
+            raise docker.errors.APIError(f"Container {self.name} is not running", response=response)
+        self.client.emit(self, "kill", signal=signal)
+        if signal == "SIGTERM":
+            if self.script.ignore_sigterm:
+                return
+            self.killed.set()
+            for line in self.script.on_sigterm:
+                self.write(line)
+            self.exit(143)
+            return
         self.killed.set()
-        self.client.emit(self, "kill")
         self.exit(137)
 
     def stop(self, timeout: int = 10) -> None:
@@ -271,6 +288,16 @@ class FakeImages:
         self.client = client
         self.by_name: dict[str, FakeImage] = {}
         self.pullable: set[str] = set()
+        self.dangling: list[FakeImage] = []  # untagged images, by id
+
+    def list(self, filters: Optional[dict] = None) -> list:
+        self.client.calls.append(("images.list", json.dumps(filters, sort_keys=True)))
+        return list(self.dangling) if (filters or {}).get("dangling") else list(self.by_name.values())
+
+    def remove(self, image: str, force: bool = False, noprune: bool = False) -> None:
+        self.client.calls.append(("images.remove", image))
+        self.dangling = [i for i in self.dangling if i.id != image]
+        self.by_name.pop(image, None)
 
     def add(self, name: str, **labels: str) -> FakeImage:
         self.by_name[name] = FakeImage(name, labels)
@@ -317,6 +344,29 @@ class FakeAPI:
         container, cmd = self.execs[exec_id]
         return {"ExitCode": self.client.output_for(container.name, cmd)[0]}
 
+    def build(self, **kwargs: Any) -> Iterator[dict]:
+        """A classic-builder build: streams ``client.build_output`` (decoded chunks)."""
+        self.client.calls.append(("build", kwargs.get("tag")))
+        yield from self.client.build_output
+
+    def import_image_from_stream(self, stream: Any, repository: Optional[str] = None, tag: Optional[str] = None,
+                                 changes: Optional[list] = None) -> str:
+        """``docker import``: reads the tar stream; ``client.import_fails_after`` bytes makes it
+        refuse part way, as an engine out of disk does."""
+        import docker.errors
+
+        self.client.calls.append(("import", f"{repository}:{tag}"))
+        read = 0
+        while True:
+            chunk = stream.read(65536)
+            if not chunk:
+                break
+            read += len(chunk)
+            if self.client.import_fails_after is not None and read >= self.client.import_fails_after:
+                raise docker.errors.APIError("500 Server Error", explanation="no space left on device")
+        self.client.images.add(f"{repository}:{tag}")
+        return '{"status": "sha256:0"}'
+
 
 class FakeDockerClient:
     """The engine: containers, networks, volumes, images, events, ``api`` and a call log."""
@@ -334,6 +384,8 @@ class FakeDockerClient:
         self.gpus: tuple[str, ...] = ()
         self.failures: dict[str, BaseException] = {}
         self.events_break_after: Optional[int] = None
+        self.build_output: list[dict] = []
+        self.import_fails_after: Optional[int] = None
         self.containers = _Collection(self, "containers_by_name")
         self.networks = _Collection(self, "networks_by_name")
         self.volumes = _Collection(self, "volumes_by_name")

@@ -6,7 +6,7 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
-from orchestrate.config.fault_spec import parse_fault
+from orchestrate.config.fault_spec import FaultAction, parse_fault
 from orchestrate.engine.runs import LIVE_STATUSES, list_runs
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import inject
@@ -19,7 +19,7 @@ def add_parsers(sub: Any) -> None:
                            epilog="usage example: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1")
     fault.add_argument("run_id", metavar="RUN_ID", help="the run to inject into")
     fault.add_argument("specs", nargs="+", type=argparse_type(parse_fault, "--fault"), metavar="SPEC",
-                       help="ACTION:NODE (kill, pause, disconnect, restart); triggers are ignored")
+                       help="ACTION:NODE (kill, pause, disconnect, restart, preempt); triggers are ignored")
     fault.set_defaults(handler=command)
 
 
@@ -33,7 +33,10 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         if len(nodes) != 1:
             raise UsageError(f"no running {spec.node} in run {args.run_id} (see `python -m orchestrate ps`)")
         try:
-            inject(client, runs[0].project, nodes[0].container, spec.action)
+            if spec.action is FaultAction.PREEMPT:  # SIGTERM, then SIGKILL after the run's grace
+                nodes[0].container.stop(timeout=int(round(runs[0].stop_grace_s)))
+            else:
+                inject(client, runs[0].project, nodes[0].container, spec.action)
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot {spec.action.value} {spec.node} of run {args.run_id}:"
                               f" {exc.explanation or exc}") from None

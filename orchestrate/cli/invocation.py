@@ -6,6 +6,8 @@ import shlex
 from dataclasses import dataclass
 from typing import IO, Any, Sequence
 
+from orchestrate.config.user_env import mask_env_options
+
 
 @dataclass
 class Invocation:
@@ -34,4 +36,5 @@ class Invocation:
 
     @property
     def command_line(self) -> str:
-        return "python -m orchestrate " + shlex.join(self.argv)
+        """The command as it is recorded: the values of ``--env`` masked (they may be secrets)."""
+        return "python -m orchestrate " + shlex.join(mask_env_options(self.argv))

@@ -28,6 +28,7 @@ from orchestrate.cli import attach, bench, down, export, fault, image, logs, pru
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
 from orchestrate.cli.signals import interrupt_exit_code
+from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 
 # In the order ``--help`` lists them.
@@ -70,8 +71,6 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
     except KeyboardInterrupt as exc:
         print("interrupted", file=sys.stderr)
         return interrupt_exit_code(exc)
-    except Exception as exc:
-        if type(exc).__module__.startswith("docker"):  # an engine error: the environment, not the job
-            print(f"error: engine error: {str(exc).splitlines()[0][:300]}", file=sys.stderr)
-            return EXIT_USAGE
-        raise
+    except engine_errors() as exc:  # the environment, not the job; anything else is a bug, and raised
+        print(f"error: engine error: {describe(exc)}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,5 +1,5 @@
-"""Faults as a user asks for them (pure): kill, pause, cut off or restart a node, at a time or
-at a training step.
+"""Faults as a user asks for them (pure): kill, pause, cut off, restart or preempt a node, at a
+time or at a training step.
 
 A fault is written ``ACTION:NODE[@t=SECONDS|@step=N]``, e.g. ``kill:node1@step=20`` or
 ``pause:node1@t=15``; without a trigger it fires as soon as the job starts. Doing them is
@@ -28,6 +28,7 @@ class FaultAction(str, Enum):
     PAUSE = "pause"  # freeze every process: a node that hangs
     DISCONNECT = "disconnect"  # take it off the project network: a node that is cut off
     RESTART = "restart"  # kill and start the container again: a node that reboots
+    PREEMPT = "preempt"  # SIGTERM, then SIGKILL after the stop grace: a node its cluster takes back
 
 
 @dataclass(frozen=True)

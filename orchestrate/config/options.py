@@ -58,6 +58,14 @@ def seconds(text: str) -> float:
         raise UsageError(f"expected seconds, e.g. 60, got {text!r}") from None
 
 
+def non_negative_seconds(text: str) -> float:
+    """A duration of 0 seconds or more."""
+    value = seconds(text)
+    if value < 0:
+        raise UsageError(f"expected seconds, 0 or more, got {text!r}")
+    return value
+
+
 def node_range(text: str) -> tuple[int, int]:
     """``MIN:MAX`` (or ``N``) node counts."""
     low, _, high = text.partition(":")
@@ -181,9 +189,13 @@ RUN_OPTIONS = (
            choices=("compose", "slurm")),
     Option("sbatch", "--sbatch", "with --scheduler slurm: submit your own batch script unchanged instead of the"
            " generated one (TARGET is then unused)", Path, metavar="FILE"),
+    Option("stop_grace", "--stop-grace", "seconds the workers get between SIGTERM and SIGKILL when the run is"
+           " stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: 10)",
+           non_negative_seconds, metavar="SECONDS"),
     Option("faults", "--fault", "inject a fault: ACTION:NODE[@t=SECONDS|@step=N] with ACTION kill (node dies),"
-           " pause (node hangs), disconnect (node cut off the network) or restart; e.g. kill:node1@step=20;"
-           " repeatable", parse_fault, metavar="SPEC", repeat=True),
+           " pause (node hangs), disconnect (node cut off the network), restart, or preempt (SIGTERM, then"
+           " SIGKILL after --stop-grace, as a cluster preempts); e.g. kill:node1@step=20; repeatable",
+           parse_fault, metavar="SPEC", repeat=True),
 )
 
 # What only a foreground or detached launch does.
@@ -199,4 +211,4 @@ OPTIONS_BY_DEST = {option.dest: option for option in ALL_OPTIONS}
 # The order ``--help`` lists a job's options in (the node options follow, in a group).
 JOB_HELP_ORDER = ("nodes", "nproc_per_node", "cpu", "gpus_per_node", "backend", "workdir", "image", "master_port",
                   "runs_dir", "ready_timeout", "collective_timeout", "rdzv", "nnodes", "max_restarts",
-                  "rdzv_timeout", "scheduler", "sbatch", "faults")
+                  "rdzv_timeout", "scheduler", "sbatch", "stop_grace", "faults")

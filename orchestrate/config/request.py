@@ -19,6 +19,7 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.config.run_config import (
     DEFAULT_IMAGE,
     DEFAULT_MASTER_PORT,
+    DEFAULT_STOP_GRACE_S,
     LEASE_TIMEOUT_ENV,
     LEASE_TIMEOUT_S,
     RunConfig,
@@ -63,6 +64,7 @@ class RunRequest:
     ready_timeout: float = 60.0
     scheduler: str = "compose"
     sbatch: Optional[Path] = None
+    stop_grace: float = DEFAULT_STOP_GRACE_S
     faults: tuple[FaultSpec, ...] = ()
     keep: bool = False
     no_build: bool = False
@@ -210,6 +212,7 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         requirements=request.requirements,
         dockerfile=chosen_dockerfile(request),
         link=request.link,
+        stop_grace_s=request.stop_grace,
         lease_timeout_s=lease_timeout(host.environ),
     )
 

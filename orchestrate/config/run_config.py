@@ -24,6 +24,8 @@ MIN_NODE_MEMORY = 6 * 1024**2
 # A node stops itself when the foreground launcher's heartbeat is this old: with the poll and
 # the stop grace, its containers end within LEASE_TIMEOUT_S + 7 s of the launcher's death.
 LEASE_TIMEOUT_S = 30.0
+# The workers' time between SIGTERM and SIGKILL when a run is stopped (--stop-grace).
+DEFAULT_STOP_GRACE_S = 10.0
 # The host variable that shortens it, for tests that watch a launcher die.
 LEASE_TIMEOUT_ENV = "DDP_COMPOSE_LEASE_TIMEOUT_S"
 _RUN_AS = re.compile(r"^\d+:\d+$")
@@ -91,6 +93,7 @@ class RunConfig:
         requirements: A pip requirements file installed into a derived node image.
         dockerfile: A Dockerfile (``FROM`` the node image) built into a derived node image.
         link: How every node's link is shaped (``--link``); None leaves the bridge as it is.
+        stop_grace_s: The workers' time between SIGTERM and SIGKILL when the run is stopped.
         lease_timeout_s: How long the nodes of a foreground run outlive a silent launcher.
     """
 
@@ -121,6 +124,7 @@ class RunConfig:
     requirements: Optional[Path] = None
     dockerfile: Optional[Path] = None
     link: Optional[LinkSpec] = None
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
     lease_timeout_s: float = LEASE_TIMEOUT_S
 
     def __post_init__(self) -> None:
@@ -143,6 +147,8 @@ class RunConfig:
             raise UsageError("--backend nccl needs GPUs (--gpus-per-node 1 or more)")
         if not 1 <= self.master_port <= 65535:
             raise UsageError(f"--master-port must be in 1-65535, got {self.master_port}")
+        if self.stop_grace_s < 0:
+            raise UsageError(f"--stop-grace must be 0 or more, got {self.stop_grace_s:g}")
         if not self.lease_timeout_s > 0:
             raise UsageError(f"the launcher's lease must be positive, got {self.lease_timeout_s:g} s")
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:

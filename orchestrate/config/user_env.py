@@ -1,7 +1,8 @@
 """The user's environment for every node: ``--env``, ``--env-file`` and ``--copy-env``.
 
 Pure parsing; the CLI reads the file and the host environment and passes their text in.
-Precedence, lowest first: ``--env-file``, then ``--copy-env``, then ``--env``.
+Precedence, lowest first: ``--env-file``, then ``--copy-env``, then ``--env``. Their values
+may be secrets: only the Compose file (mode 0600) holds them; every record masks them.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
             "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
             "TORCHELASTIC_*", "PET_*", "DDP_RUN_*")
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 
 def check_name(name: str, origin: str) -> None:
@@ -89,6 +89,29 @@ def merge_user_env(env_file: Mapping[str, str], copied: Mapping[str, str],
     return merged
 
 
-def shown_value(name: str, value: str) -> str:
-    """The value as the plan prints it: secrets (``*KEY*``, ``*TOKEN*``, ...) masked."""
-    return "***" if _SECRET.search(name) and value else value
+MASK = "***"
+
+
+def mask_assignments(text: str, names: Iterable[str]) -> str:
+    """``text`` (a command line) with the value of every ``NAME=value`` of ``names`` masked:
+    the user's variables are written into the Compose file and nowhere else (not into labels,
+    ``run.json``, events, ``outcome.json``, the report or the console)."""
+    for name in sorted(set(names), key=len, reverse=True):
+        escaped = re.escape(name)
+        for quote in ("'", '"'):  # shlex.join quotes the whole assignment: 'NAME=a value'
+            text = re.sub(rf"{quote}{escaped}=[^{quote}]*{quote}", f"{quote}{name}={MASK}{quote}", text)
+        text = re.sub(rf"(?<![\w'\"]){escaped}=(?:'[^']*'|\"[^\"]*\"|[^\s'\"]+)", f"{name}={MASK}", text)
+    return text
+
+
+def mask_env_options(argv: Iterable[str]) -> list[str]:
+    """A command line's arguments with the value of every ``--env NAME=value`` masked."""
+    masked, after_env = [], False
+    for arg in argv:
+        if after_env and "=" in arg:
+            arg = arg.split("=", 1)[0] + "=" + MASK
+        elif arg.startswith("--env=") and arg.count("=") >= 2:
+            arg = "--env=" + arg[len("--env="):].split("=", 1)[0] + "=" + MASK
+        masked.append(arg)
+        after_env = arg == "--env"
+    return masked

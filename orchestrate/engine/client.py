@@ -5,6 +5,7 @@ import logging
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Optional
 
+from orchestrate.engine.errors import engine_errors
 from orchestrate.errors import EngineUnavailableError
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
             pending += chunk
             *complete, pending = pending.split(b"\n")
             yield from complete
-    except Exception as exc:  # the engine's stream errors have no common type
+    except engine_errors() as exc:  # the stream broke off; anything else is a bug, and raised
         log.debug("stream ended: %s", exc)
     if pending:
         yield pending
@@ -69,9 +70,3 @@ def engine_time(text: str) -> Optional[float]:
     except ValueError:
         return None
 
-
-def docker_errors() -> tuple[type[BaseException], ...]:
-    """The docker SDK's exception types (imported late: the launcher takes the client given)."""
-    import docker.errors
-
-    return (docker.errors.DockerException,)

@@ -76,7 +76,10 @@ class ComposeProject:
     def _run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         argv = [*compose_command(), "-p", self.project_name, "-f", str(self.compose_file), *args]
         log.debug("running %s", argv)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:  # a hung engine: said as Compose's own failures are
+            raise ComposeError(argv, -1, f"no answer in {timeout:g} s") from None
         if proc.returncode != 0:
             raise ComposeError(argv, proc.returncode, proc.stderr)
         return proc

@@ -50,7 +50,8 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
         "working_dir": WORKSPACE_DIR,
         "environment": escape_interpolation(dict(node.env)),
         "shm_size": SHM_SIZE,
-        "stop_grace_period": "2s",
+        # `docker stop` and `compose stop` give the workers the run's grace before SIGKILL.
+        "stop_grace_period": f"{cfg.stop_grace_s:g}s",
         "networks": [NETWORK],
         "volumes": [
             {"type": "bind", "source": str(cfg.workdir), "target": WORKSPACE_DIR},

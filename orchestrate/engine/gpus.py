@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrate.engine.client import exec_output
+from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.errors import EngineError
 from orchestrate.plan.model import JobPlan
 
 log = logging.getLogger(__name__)
@@ -66,12 +68,16 @@ def has_nvidia_cdi(dirs: tuple[Path, ...] = CDI_DIRS) -> bool:
 
 
 def detect_gpus(client: Any) -> GpuInventory:
-    """Ask the engine for the NVIDIA runtime (or look for CDI specs), then list the host's GPUs."""
+    """Ask the engine for the NVIDIA runtime (or look for CDI specs), then list the host's GPUs.
+
+    Raises:
+        EngineError: When the engine cannot say: a GPU host must not fall back to the CPU
+            silently because its engine failed to answer.
+    """
     try:
         runtimes = client.info().get("Runtimes") or {}
-    except Exception as exc:  # an engine that cannot say has no GPUs for us
-        log.debug("engine info failed: %s", exc)
-        return GpuInventory()
+    except engine_errors() as exc:
+        raise EngineError(f"cannot ask the engine which GPUs it has: {describe(exc)}") from None
     runtime = "nvidia" if "nvidia" in runtimes else ("cdi" if has_nvidia_cdi() else "")
     if not runtime:
         return GpuInventory()
@@ -92,5 +98,5 @@ def gpu_topology(client: Any, plan: JobPlan, container: Any = None) -> str:
         )
         output = client.containers.run(plan.image, argv, device_requests=[request], remove=True, entrypoint=[])
         return output.decode("utf-8", "replace").rstrip()
-    except Exception as exc:  # the topology is information, never a reason to fail a run
-        return f"(nvidia-smi topo -m unavailable: {str(exc).splitlines()[0][:200]})"
+    except engine_errors() as exc:  # the topology is information, never a reason to fail a run
+        return f"(nvidia-smi topo -m unavailable: {describe(exc)[:200]})"

@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Iterator, Optional
 
 from orchestrate.config.run_config import DEFAULT_IMAGE, PROJECT_ROOT
 from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
-from orchestrate.engine.client import docker_errors
+from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.locks import host_lock
 from orchestrate.errors import ImageUnavailableError
 
@@ -78,10 +78,12 @@ class ImageBuild:
     seconds: float
 
 
-def build_lock() -> Any:
+def build_lock(image: str = "", progress: Optional[Callable[[str], None]] = None) -> Any:
     """Serialise image builds on this host: two runs that both miss an image build it once,
-    and one build's clean-up never removes an image another build still needs."""
-    return host_lock("build")
+    and one build's clean-up never removes an image another build still needs. Builds take
+    minutes: a second launch waits up to 30 minutes, saying for what."""
+    return host_lock("build", f"the build of {image or 'an image'} by process {os.getpid()}", timeout_s=1800,
+                     say=progress)
 
 
 def image_exists(client: Any, name: str) -> bool:
@@ -148,8 +150,8 @@ def host_apt_mirror() -> str:
     )
 
 
-def build_offline_base(progress: Progress) -> None:
-    """Make ``OFFLINE_BASE`` with debootstrap from the host's apt mirror and docker import."""
+def build_offline_base(client: Any, progress: Progress) -> None:
+    """Make ``OFFLINE_BASE`` with debootstrap from the host's apt mirror, imported into the engine."""
     if shutil.which("debootstrap") is None:
         raise ImageUnavailableError(
             "the base image cannot be pulled and debootstrap is missing for the offline build:"
@@ -172,14 +174,36 @@ def build_offline_base(progress: Progress) -> None:
             raise ImageUnavailableError(f"debootstrap failed: {tail}")
         shutil.rmtree(Path(rootfs) / "var/cache/apt/archives", ignore_errors=True)
         progress(f"offline base: importing rootfs as {OFFLINE_BASE} ...")
-        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(
-            ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", OFFLINE_BASE],
-            stdin=tar.stdout, capture_output=True, text=True,
-        )
-        tar.wait()
-        if imp.returncode != 0:
-            raise ImageUnavailableError(f"docker import failed: {first_line(imp.stderr)}")
+        import_rootfs(client, Path(rootfs), OFFLINE_BASE)
+
+
+def import_rootfs(client: Any, rootfs: Path, image: str) -> None:
+    """``tar -c rootfs`` streamed into the engine as ``image`` (``docker import``).
+
+    The tar process is always ended: an import the engine refuses part way closes the pipe,
+    and tar, which can then write no more, exits; it never waits on a reader that is gone.
+
+    Raises:
+        ImageUnavailableError: With the engine's or tar's reason.
+    """
+    repository, _, tag = image.partition(":")
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert tar.stdout is not None
+    try:
+        client.api.import_image_from_stream(tar.stdout, repository=repository, tag=tag or None,
+                                            changes=['CMD ["/bin/bash"]'])
+    except engine_errors() as exc:
+        raise ImageUnavailableError(f"importing {image} failed: {describe(exc)}") from None
+    finally:
+        tar.stdout.close()
+        try:
+            tar.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            tar.kill()
+            tar.wait()
+    if tar.returncode != 0:
+        reason = first_line(tar.stderr.read().decode("utf-8", "replace")) if tar.stderr else ""
+        raise ImageUnavailableError(f"tar of the base's root file system failed ({tar.returncode}): {reason}")
 
 
 def download_wheels(requirements: list[str], wheelhouse: Path, progress: Progress, *,
@@ -281,17 +305,19 @@ def docker_build(
     labels: Optional[dict[str, str]] = None,
     dockerfile: Optional[str] = None,
 ) -> None:
-    """Build a tar ``context``, streaming its steps as progress; leave no untagged image.
+    """Build a tar ``context``, streaming its steps as progress; leave no untagged image of its own.
 
     Our Dockerfiles have one stage; a user's may have several, whose earlier stages the
-    builder leaves as dangling images: those that appeared during the build are removed.
+    builder leaves as dangling images: those this build made (the step images in its own
+    output, not the ones it took from the cache) are removed, and nothing else.
 
     Raises:
         ImageUnavailableError: With the build's first error line.
     """
     import docker.errors
 
-    dangling_before = {i.id for i in client.images.list(filters={"dangling": True})}
+    made: set[str] = set()
+    cached = False
     try:
         stream = client.api.build(
             fileobj=context, custom_context=True, tag=tag, dockerfile=dockerfile,
@@ -302,26 +328,37 @@ def docker_build(
             if "error" in chunk:
                 raise ImageUnavailableError(f"building {tag} failed: {first_line(chunk['error'])}")
             text = chunk.get("stream", "").strip()
+            cached = cached or text == "---> Using cache"
+            step_image = _STEP_IMAGE.match(text)
+            if step_image:
+                if not cached:
+                    made.add(step_image[1])
+                cached = False
             if text.startswith(("Step ", "Successfully installed", "ERROR:")):
                 progress(f"  {text[:160]}")
     except docker.errors.APIError as exc:
         raise ImageUnavailableError(f"building {tag} failed: {first_line(str(exc))}") from exc
     finally:
         context.close()
-        remove_new_dangling_images(client, dangling_before)
+        remove_stage_images(client, made)
 
 
-def remove_new_dangling_images(client: Any, dangling_before: set[str]) -> None:
-    """Remove the untagged images that appeared during a build (a multi-stage build's stages)."""
-    import docker.errors
+# A step's result in the classic builder's output: " ---> 1a2b3c4d5e6f".
+_STEP_IMAGE = re.compile(r"^---> ([0-9a-f]{12})$")
 
+
+def remove_stage_images(client: Any, made: set[str]) -> None:
+    """Remove the untagged images that a build made (the stages of a multi-stage build); an
+    image in use, or not this build's, stays."""
+    if not made:
+        return
     for image in client.images.list(filters={"dangling": True}):
-        if image.id in dangling_before:
+        if image.id.split(":")[-1][:12] not in made:
             continue
         try:
-            client.images.remove(image.id, force=True)
-        except docker.errors.APIError as exc:  # in use by a container, or already gone
-            log.debug("removing stage image %s: %s", image.short_id, exc)
+            client.images.remove(image.id)
+        except engine_errors() as exc:  # in use by a container, or already gone
+            log.debug("removing stage image %s: %s", image.id[:19], exc)
 
 
 def node_image_context() -> IO[bytes]:
@@ -377,7 +414,7 @@ def build_node_image(
         wheelhouse = torch_wheelhouse(torch_version)
         progress(f"using the offline path: base {OFFLINE_BASE}, wheels from {wheelhouse}")
         if not image_exists(client, OFFLINE_BASE):
-            build_offline_base(progress)
+            build_offline_base(client, progress)
         download_wheels([f"torch=={torch_version}", f"torchvision=={torchvision}"], wheelhouse, progress)
         progress(f"building {image} (torch {torch_version}, torchvision {torchvision}) on {base};"
                  " the build reaches only a wheel server for the host's wheels ...")
@@ -410,7 +447,7 @@ def ensure_image(client: Any, image: str, *, build_default: bool = True, progres
                 f"node image {image} not found and --no-build was given; build it with"
                 " `python -m orchestrate image build`"
             )
-        with build_lock():
+        with build_lock(image, progress):
             if image_exists(client, image):  # another run built it meanwhile
                 return
             progress(f"node image {image} not found; building it (first run only)")
@@ -428,6 +465,6 @@ def image_label(client: Any, image: str, label: str) -> str:
     """One label of an image, "" when it has none or the engine cannot say."""
     try:
         return client.images.get(image).labels.get(label, "")
-    except docker_errors() as exc:
+    except engine_errors() as exc:
         log.debug("labels of %s: %s", image, exc)
         return ""

@@ -54,6 +54,7 @@ CREATED_LABEL = "io.ddp-compose.created"
 
 
 COMMAND_LABEL = "io.ddp-compose.command"
+STOP_GRACE_LABEL = "io.ddp-compose.stop-grace"
 
 
 def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
@@ -73,6 +74,7 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         LAUNCHER_LABEL: plan.launcher,
         CREATED_LABEL: plan.created,
         COMMAND_LABEL: plan.command_line,
+        STOP_GRACE_LABEL: f"{cfg.stop_grace_s:g}",
     }
 
 

@@ -33,6 +33,7 @@ from orchestrate.engine.labels import (
     ROLE_LABEL,
     RUN_DIR_LABEL,
     RUN_ID_LABEL,
+    STOP_GRACE_LABEL,
     WORKDIR_LABEL,
 )
 from orchestrate.errors import EngineError, UsageError
@@ -115,6 +116,10 @@ class RunInfo:
     @property
     def max_restarts(self) -> int:
         return int(self.labels.get(MAX_RESTARTS_LABEL, "0") or 0)
+
+    @property
+    def stop_grace_s(self) -> float:
+        return float(self.labels.get(STOP_GRACE_LABEL, "10") or 10)
 
     @property
     def created(self) -> Optional[datetime]:

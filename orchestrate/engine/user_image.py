@@ -308,7 +308,7 @@ def ensure_derived_image(client: Any, spec: DerivedImageSpec, progress: Progress
         stats,
     )
     tag = derived_tag(digest)
-    with build_lock():
+    with build_lock(tag, progress):
         if image_exists(client, tag):
             progress(f"reusing {tag} ({spec.describe()}; nothing changed)")
             return tag

@@ -1,10 +1,15 @@
 """Doing a fault to a node's container, and probing a node that stopped answering."""
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
+
 import re
 from typing import Any, Optional
 
 from orchestrate.config.fault_spec import FaultAction
+from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
 
 
@@ -30,6 +35,8 @@ def apply_fault(client: Any, container: Any, action: FaultAction, network: Any =
         network.disconnect(container, force=True)
     elif action is FaultAction.RESTART:
         container.restart(timeout=0)
+    elif action is FaultAction.PREEMPT:  # its SIGKILL, after the stop grace, is the caller's to send
+        container.kill(signal="SIGTERM")
 
 
 # The kernel's OOM-kill counter of a container's memory cgroup (v1, then v2), read inside it.
@@ -51,16 +58,20 @@ def oom_kills(state: dict, counter_output: Optional[str]) -> int:
 
 
 def probe_node(container: Any, network_name: str) -> Optional[str]:
-    """Why a node cannot answer its peers (paused, not running, off the network), or None."""
+    """Why a running node cannot answer its peers (paused, gone, off the network), or None
+    (it answers, it already ended, or the engine cannot say)."""
     try:
         container.reload()
-    except Exception as exc:  # removed, or the engine cannot say
-        return f"its container is gone ({str(exc).splitlines()[0][:80]})"
+    except engine_errors() as exc:
+        if classify(exc) is EngineFault.NOT_FOUND:
+            return f"its container is gone ({describe(exc)[:80]})"
+        log.debug("probe of %s: the engine cannot say: %s", getattr(container, "name", "?"), exc)
+        return None  # the engine did not answer: that is no reason to blame the node
     state = container.attrs.get("State", {})
     if state.get("Paused") or container.status == "paused":
         return "its container is paused (hung)"
     if not state.get("Running", container.status == "running"):
-        return f"its container is {container.status}"
+        return None  # it ended: its own exit code says how, it is not hung
     networks = container.attrs.get("NetworkSettings", {}).get("Networks", {}) or {}
     if not any(name == network_name or name.endswith("_" + network_name) for name in networks):
         return f"it is cut off from the {network_name} network"

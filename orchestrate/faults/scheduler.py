@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.engine.errors import engine_errors
 from orchestrate.errors import OrchestrateError
 from orchestrate.node.progress import TRIGGERS_FILE
 from orchestrate.outcome.model import FiredFault
@@ -19,12 +20,10 @@ from orchestrate.outcome.model import FiredFault
 NO_PROGRESS_WARNING_S = 30.0
 
 
-def engine_errors() -> tuple[type[BaseException], ...]:
-    """What an injection into a node that already ended raises (the docker SDK's errors, a
-    network that could not be found)."""
-    import docker.errors
-
-    return (docker.errors.DockerException, OrchestrateError)
+def injection_errors() -> tuple[type[BaseException], ...]:
+    """What an injection into a node that already ended raises (an engine error, a network
+    that could not be found)."""
+    return (*engine_errors(), OrchestrateError)
 
 
 class FaultScheduler:
@@ -58,7 +57,7 @@ class FaultScheduler:
             self.pending.remove(fault)
             try:
                 self.inject(fault)
-            except engine_errors() as exc:  # a node that already ended cannot be faulted
+            except injection_errors() as exc:  # a node that already ended cannot be faulted
                 self.say(f"fault {fault} could not be injected: {str(exc).splitlines()[0][:160]}")
                 self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
                 continue

@@ -29,7 +29,7 @@ def spec_for(plan: JobPlan) -> RunSpec:
     cfg = plan.config
     return RunSpec(plan.run_id, plan.project_name, plan.run_dir, plan.nodes, elastic=cfg.elastic,
                    max_restarts=cfg.max_restarts, memory_limited=cfg.memory_per_node is not None,
-                   faults=cfg.faults, ready_timeout_s=cfg.ready_timeout_s)
+                   faults=cfg.faults, ready_timeout_s=cfg.ready_timeout_s, stop_grace_s=cfg.stop_grace_s)
 
 
 def wait_until_started(containers: dict[str, Any], timeout_s: float) -> None:
@@ -99,13 +99,23 @@ class ComposeBackend:
                                      containers=self.containers, clock=self.clock)
         return self.supervisor.follow()
 
-    def stop(self) -> None:
-        """Stop every node that still runs (Ctrl-C)."""
+    def wind_down(self, grace_s: float) -> RunResult:
+        """After an interrupt: stop every node (SIGTERM, SIGKILL after ``grace_s``; a second
+        interrupt kills at once) and follow them to their end."""
+        if self.supervisor is None:
+            return self.partial_result()
+        return self.supervisor.wind_down(grace_s)
+
+    def detach(self) -> None:
+        """Stop following; the run goes on (``attach`` interrupted)."""
         if self.supervisor is not None:
-            self.supervisor.stop_all()
+            self.supervisor.close()
 
     def partial_result(self) -> RunResult:
-        """What is known of a run that was interrupted."""
-        results = [t.result for t in self.supervisor.trackers.values()] if self.supervisor else []
-        fired = list(self.supervisor.faults.fired) if self.supervisor else []
-        return RunResult(self.spec.run_id, self.spec.run_dir, results, Timings(), fired_faults=fired)
+        """What is known of a run that an error ended early (the teardown stops its nodes)."""
+        if self.supervisor is None:
+            return RunResult(self.spec.run_id, self.spec.run_dir, [], Timings())
+        self.supervisor.close()
+        results = [t.result for t in self.supervisor.trackers.values()]
+        return RunResult(self.spec.run_id, self.spec.run_dir, results, Timings(),
+                         fired_faults=list(self.supervisor.faults.fired))

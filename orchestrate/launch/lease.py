@@ -7,7 +7,7 @@ exist: another launch then sees them taken.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from orchestrate.config.gpu_layout import check_lease, free_gpus
 from orchestrate.config.request import RunRequest
@@ -21,17 +21,19 @@ def wants_gpus(request: RunRequest) -> bool:
 
 
 @contextlib.contextmanager
-def gpu_lease(client: Any, request: RunRequest) -> Iterator[Optional[tuple[str, ...]]]:
-    """Hold the lease while the caller plans and starts the run; yield the free GPUs, in order
-    (None for a CPU run, which takes no lock).
+def gpu_lease(client: Any, request: RunRequest, run_id: str,
+              say: Optional[Callable[[str], None]] = None) -> Iterator[Optional[tuple[str, ...]]]:
+    """Hold the lease while the caller plans and starts run ``run_id``; yield the free GPUs, in
+    order (None for a CPU run, which takes no lock).
 
     Raises:
         UsageError: When the GPUs asked for are held by other runs, naming them.
+        LockTimeoutError: When another launch holds the lease for too long, naming it.
     """
     if not wants_gpus(request):
         yield None
         return
-    with host_lock("gpu-lease"):
+    with host_lock("gpu-lease", f"run {run_id}", say=say):
         yield free_gpu_ids(client, request)
 
 

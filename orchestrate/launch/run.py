@@ -30,8 +30,10 @@ from typing import IO, Any, Callable, Optional, Union
 
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
 from orchestrate.config.run_config import RunConfig
-from orchestrate.engine.client import connect, docker_errors
+from orchestrate.config.user_env import mask_assignments
+from orchestrate.engine.client import connect
 from orchestrate.engine.compose_cli import ComposeProject, find_compose_meanwhile
+from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.images import TORCH_LABEL, image_label
 from orchestrate.engine.locks import try_lock
 from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, node_plans
@@ -160,7 +162,8 @@ class Run:
         config = resolve_config(self.request, self.host, None if free_gpus is None else len(free_gpus))
         detached = self.request.detach
         plan = make_plan(config, self.run_id, detached=detached, gpu_ids=free_gpus or (),
-                         launcher="" if detached else launcher_identity(), command_line=self.command_line,
+                         launcher="" if detached else launcher_identity(),
+                         command_line=mask_assignments(self.command_line, config.user_env),
                          created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                          host_cpus=engine_info.get("NCPU") or None)
         return plan if image == plan.image else dataclasses.replace(plan, image=image)
@@ -185,7 +188,7 @@ class Run:
         self.image_torch = image_label(client, image, TORCH_LABEL)
         node_image = slurm_image(client, image, self.progress) if self.request.scheduler == "slurm" else image
         # The lease is held until the containers, which carry the GPUs' labels, exist.
-        with gpu_lease(client, self.request) as free:
+        with gpu_lease(client, self.request, self.run_id, self.say) as free:
             self.plan = self._plan(info, image, free)
             self.backend = self._backend(self.plan, node_image)
             try:
@@ -233,9 +236,12 @@ class Run:
         """The foreground run whole: start, follow, judge, tear down, record.
 
         A failing job is a result, not an exception, and so are Ctrl-C (or a teardown signal
-        raised as KeyboardInterrupt: every node is stopped) and an engine or bring-up error
-        once the run exists. Before that (bad input, no engine, no image) the error is raised.
+        raised as KeyboardInterrupt: every node gets SIGTERM and the stop grace, a second one
+        kills them at once) and an engine or bring-up error once the run exists. Before that
+        (bad input, no engine, no image) the error is raised. The teardown happens whatever
+        happens, a further Ctrl-C included.
         """
+        self.check()  # bad input is refused before a helper process is started
         # The report page is drawn by a helper process while the nodes are torn down (see
         # orchestrate/report/helper.py); it starts now, and goes whatever happens.
         with ReportHelper.start() as helper:
@@ -243,27 +249,43 @@ class Run:
                 self.start()
                 self.result = self.follow()
             except KeyboardInterrupt as exc:
-                if self.plan is None or not self.plan.run_dir.is_dir():
+                if not self._exists():
                     raise
-                self.say("interrupted: stopping every node")
-                self.result = self._partial_result()
-                self.result.interrupted = True
-                self.result.signal_number = int(getattr(exc, "signum", 2))
+                self.result = self._wind_down(int(getattr(exc, "signum", 2)))
             except OrchestrateError as exc:
-                if self.plan is None or not self.plan.run_dir.is_dir():
+                if not self._exists():
                     raise
                 self.result = self._partial_result()
                 self.result.error, self.result.error_exit_code = str(exc), exc.exit_code
-            except docker_errors() as exc:  # the engine refused something: an environment problem
-                if self.plan is None or not self.plan.run_dir.is_dir():
+            except engine_errors() as exc:  # the engine refused something: an environment problem
+                if not self._exists():
                     raise
                 self.result = self._partial_result()
-                self.result.error = f"engine error: {str(exc).splitlines()[0][:300]}"
+                self.result.error = f"engine error: {describe(exc)}"
             finally:
                 if self.result is not None:
                     self._finish(self.result, helper)
         assert self.result is not None
         return self.result
+
+    def _exists(self) -> bool:
+        """Whether the run has begun (its directory exists): from then on it ends in a result."""
+        return self.plan is not None and self.plan.run_dir.is_dir()
+
+    def _wind_down(self, signal_number: int) -> RunResult:
+        """Stop every node gracefully after an interrupt and follow them to their end."""
+        assert self.plan is not None
+        grace = self.plan.config.stop_grace_s
+        if self.backend is None:
+            result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
+        else:
+            self.say(f"interrupted: stopping every node (SIGTERM, then SIGKILL after {grace:g} s;"
+                     " interrupt again to kill them now)")
+            result = self.backend.wind_down(grace)
+        result.interrupted, result.signal_number = True, signal_number
+        result.timings.bring_up_s = self.bring_up_s
+        result.image_torch = self.image_torch
+        return result
 
     def follow(self) -> RunResult:
         """Follow the started (or attached) run to its end and judge it; nothing is torn down."""
@@ -277,19 +299,19 @@ class Run:
         return result
 
     def _partial_result(self) -> RunResult:
-        """What is known of a run that an interrupt or an error ended early; its nodes stopped."""
+        """What is known of a run that an error ended early (the teardown stops its nodes)."""
         assert self.plan is not None
         if self.backend is None:
             result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
         else:
-            self.backend.stop()
             result = self.backend.partial_result()
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch
         return result
 
     def _finish(self, result: RunResult, helper: Optional[ReportHelper]) -> None:
-        """Stop the heartbeat; tear down (unless --keep) while the record is finished."""
+        """Stop the heartbeat; tear down (unless --keep) while the record is finished; nothing,
+        a further interrupt included, skips the teardown."""
         if self.heartbeat is not None:
             self.heartbeat.stop()
         if self.request.keep and self.compose is not None:
@@ -316,7 +338,11 @@ class Run:
             self.say(f"attached to run {run.run_id} ({run.state.value}, {role}); Ctrl-C detaches")
             backend = ComposeBackend(spec, self.client, self.out, active=active,
                                      containers={n.name: n.container for n in run.nodes}, clock=self.clock)
-            result = backend.follow()
+            try:
+                result = backend.follow()
+            except KeyboardInterrupt:
+                backend.detach()
+                raise
         image = run.nodes[0].container.attrs.get("Config", {}).get("Image", "") if run.nodes else ""
         result.image_torch = image_label(self.client, image, TORCH_LABEL) if image else ""
         if active:  # the run's launcher: its record is ours to finish
@@ -329,7 +355,7 @@ def spec_for_run(run: RunInfo) -> RunSpec:
     """What a supervisor needs of a run found in the engine (no faults: those are the
     foreground launcher's, or the `fault` command's)."""
     return RunSpec(run.run_id, run.project, run.run_dir, node_plans(run), elastic=run.elastic,
-                   max_restarts=run.max_restarts,
+                   max_restarts=run.max_restarts, stop_grace_s=run.stop_grace_s,
                    memory_limited=any(n.container.attrs.get("HostConfig", {}).get("Memory") for n in run.nodes))
 
 

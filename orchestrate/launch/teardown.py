@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from tenacity import RetryCallState, Retrying, TryAgain, retry_if_exception_type, stop_after_attempt, wait_exponential
+
 from orchestrate.engine.compose_cli import ComposeProject
 from orchestrate.errors import OrchestrateError
 from orchestrate.outcome.events import record_event
@@ -10,23 +12,48 @@ from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.record import write_outcome
 from orchestrate.report.helper import ReportHelper
 
+# Attempts at `docker compose down`, and the backoff between them: an engine that went away
+# for a moment (a daemon restart) is waited for about half a minute.
+TEARDOWN_ATTEMPTS = 5
+TEARDOWN_BACKOFF = wait_exponential(multiplier=1, min=1, max=15)
+
 
 def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> str:
-    """Remove the project; a second Ctrl-C during teardown does not stop it.
+    """Remove the project, retrying while the engine does not answer; an interrupt during the
+    teardown does not stop it.
 
     Returns:
         "" when it was removed, else what went wrong and how to remove it by hand.
     """
-    for attempt in range(3):
+    def down() -> None:
         try:
             compose.down()
-            return ""
         except KeyboardInterrupt:
             say("teardown in progress; please wait")
-        except OrchestrateError as exc:
-            say(f"teardown attempt {attempt + 1} failed: {exc}")
-    return (f"could not remove project {compose.project_name}; run:"
-            f" docker compose -p {compose.project_name} down -v")
+            raise TryAgain from None
+
+    def said(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if exc is not None and not isinstance(exc, TryAgain):
+            say(f"teardown attempt {state.attempt_number} failed: {exc}")
+
+    try:
+        Retrying(stop=stop_after_attempt(TEARDOWN_ATTEMPTS), wait=TEARDOWN_BACKOFF, after=said,
+                 retry=retry_if_exception_type((OrchestrateError, TryAgain)), reraise=True)(down)
+        return ""
+    except (OrchestrateError, TryAgain):
+        return (f"could not remove project {compose.project_name}; run:"
+                f" docker compose -p {compose.project_name} down -v")
+
+
+def uninterrupted(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``step`` to its end: an interrupt during it (a second Ctrl-C) is set aside and the
+    step runs again, so that a teardown or a record is never left half done."""
+    while True:
+        try:
+            return step(*args, **kwargs)
+        except KeyboardInterrupt:
+            continue
 
 
 def end_fields(result: RunResult) -> dict[str, Any]:
@@ -54,16 +81,20 @@ def finish_while_tearing_down(result: RunResult, compose: Optional[ComposeProjec
     """
     from orchestrate.report.page import write_report_quietly
 
-    write_outcome(result)
-    record_event(result.run_dir, "run-ended", **end_fields(result))
-    helped = helper is not None and helper.request(result.run_dir)
-    started = clock()
-    if compose is not None:
-        result.teardown_error = teardown(compose, say)
-    result.timings.teardown_s = clock() - started
-    drawn = helped and helper.wait()  # type: ignore[union-attr]
-    write_outcome(result)  # only now: the helper read the first one
+    helped = False
+    try:
+        uninterrupted(write_outcome, result)
+        uninterrupted(record_event, result.run_dir, "run-ended", **end_fields(result))
+        helped = helper is not None and uninterrupted(helper.request, result.run_dir)
+    finally:  # the teardown, whatever the record did
+        started = clock()
+        if compose is not None:
+            result.teardown_error = uninterrupted(teardown, compose, say)
+        result.timings.teardown_s = clock() - started
+    drawn = helped and uninterrupted(helper.wait)  # type: ignore[union-attr]
+    uninterrupted(write_outcome, result)  # only now: the helper read the first one
     if result.teardown_error:
-        record_event(result.run_dir, "teardown-failed", error=result.teardown_error, exit_code=result.exit_code)
+        uninterrupted(record_event, result.run_dir, "teardown-failed", error=result.teardown_error,
+                      exit_code=result.exit_code)
     if not drawn or result.teardown_error:
-        write_report_quietly(result.run_dir)
+        uninterrupted(write_report_quietly, result.run_dir)

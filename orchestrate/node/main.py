@@ -8,14 +8,16 @@ torchrun's output, and restarting the container restarts torchrun.
 
 1. Wait until every peer's name resolves (Compose starts the containers in parallel), at most
    ``--ready-timeout`` seconds.
-2. Start torchrun in a process group of its own; pass SIGTERM/SIGINT/SIGHUP on to that group
-   and, if it is still there ``--stop-grace`` seconds later, SIGKILL it.
+2. Start torchrun in a process group of its own; pass SIGTERM/SIGINT/SIGHUP on to that group.
+   Whoever sent the signal decides when to SIGKILL (``docker stop``'s timeout, the launcher's
+   stop grace), so a ``stop --timeout 60`` gives the workers their 60 s.
 3. With ``--tc "COMMAND"`` (a shaped link, see ``orchestrate/config/link.py``): run each traffic-
    control command (as root, with NET_ADMIN), then start torchrun as ``--run-as UID:GID``.
 4. With ``--lease FILE`` (a foreground run), watch the launcher's heartbeat: the launcher
    rewrites FILE every few seconds; when its content has not changed for ``--lease-timeout``
-   seconds of this node's own clock, the launcher is gone, and the node stops torchrun and
-   exits with :data:`EXIT_LAUNCHER_GONE`. A detached run has no lease.
+   seconds of this node's own clock, the launcher is gone, and the node stops torchrun
+   (SIGTERM, then SIGKILL ``--stop-grace`` seconds later: here no one else will) and exits
+   with :data:`EXIT_LAUNCHER_GONE`. A detached run has no lease.
 5. Exit with torchrun's exit code, or 128 + the signal that ended it; a node stopped from
    outside (``docker stop``: SIGTERM) exits 128 + that signal, whatever torchrun made of it.
 """
@@ -77,6 +79,7 @@ class Node:
         self.child: Optional[subprocess.Popen] = None
         self.stop_requested_at: Optional[float] = None
         self.stop_reason = 0
+        self.kill_after_grace = False  # only when this node stops itself
 
     def start(self) -> None:
         self.child = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=self._drop_privileges)
@@ -98,11 +101,12 @@ class Node:
         except ProcessLookupError:
             pass
 
-    def request_stop(self, signum: int, reason: int) -> None:
+    def request_stop(self, signum: int, reason: int, kill_after_grace: bool = False) -> None:
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
             self.stop_reason = reason
-        self.signal_group(signum)
+            self.kill_after_grace = kill_after_grace
+            self.signal_group(signum)
 
     def on_signal(self, signum: int, frame: object) -> None:
         self.request_stop(signum, 128 + signum)
@@ -119,7 +123,8 @@ class Node:
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
-            if self.stop_requested_at is not None and now - self.stop_requested_at > self.stop_grace_s:
+            if (self.stop_requested_at is not None and self.kill_after_grace
+                    and now - self.stop_requested_at > self.stop_grace_s):
                 self.signal_group(signal.SIGKILL)
             if lease is None or self.stop_requested_at is not None:
                 continue
@@ -128,7 +133,7 @@ class Node:
                 last_lease, lease_changed_at = current, now
             elif now - lease_changed_at > lease_timeout_s:
                 say(f"the launcher is gone (no heartbeat for {lease_timeout_s:g} s): stopping this node")
-                self.request_stop(signal.SIGTERM, EXIT_LAUNCHER_GONE)
+                self.request_stop(signal.SIGTERM, EXIT_LAUNCHER_GONE, kill_after_grace=True)
         if self.stop_reason:  # stopped from outside (or by the lease): say so, not torchrun's code
             return self.stop_reason
         return code if code >= 0 else 128 - code
@@ -141,7 +146,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for the peers")
     parser.add_argument("--lease", default=None, help="the launcher's heartbeat file (foreground runs)")
     parser.add_argument("--lease-timeout", type=float, default=30.0, help="seconds without a heartbeat")
-    parser.add_argument("--stop-grace", type=float, default=5.0, help="seconds from SIGTERM to SIGKILL")
+    parser.add_argument("--stop-grace", type=float, default=10.0,
+                        help="seconds from SIGTERM to SIGKILL when the node stops itself (its launcher gone)")
     parser.add_argument("--tc", action="append", default=[], metavar="COMMAND",
                         help="a traffic-control command shaping this node's link (repeatable)")
     parser.add_argument("--run-as", default=None, metavar="UID:GID", help="run torchrun as this user")

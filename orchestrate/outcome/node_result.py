@@ -26,6 +26,8 @@ class NodeResult:
         oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
         oom_reported: Whether the OOM kill was announced already.
         killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
+        oom_events: The engine's ``oom`` events of it.
+        oom_in_state: Its container's state says it was OOM-killed.
     """
 
     node: NodePlan
@@ -40,3 +42,12 @@ class NodeResult:
     oom_kills: int = 0
     oom_reported: bool = False
     killed_by_launcher: bool = False
+    oom_events: int = 0
+    oom_in_state: bool = False
+
+    def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:
+        """Learn of OOM kills, in whatever order the news comes: an engine ``oom`` event (one
+        kill), the container's ``OOMKilled`` flag (at least one), the cgroup's counter."""
+        self.oom_events += int(event)
+        self.oom_in_state = self.oom_in_state or in_state
+        self.oom_kills = max(self.oom_kills, self.oom_events, int(self.oom_in_state), counted)

@@ -49,7 +49,8 @@ def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detach
     """The container's main process: the node supervisor (``orchestrate/node/main.py``)
     waiting for the peers, holding the launcher's lease unless detached, and running torchrun."""
     lease = () if detached else ("--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}",
-                                 "--lease-timeout", f"{config.lease_timeout_s:g}")
+                                 "--lease-timeout", f"{config.lease_timeout_s:g}",
+                                 "--stop-grace", f"{config.stop_grace_s:g}")
     shaping: tuple[str, ...] = ()
     if config.link is not None:
         # The container starts as root with NET_ADMIN to shape its link; torchrun runs as the user.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 
 from orchestrate.config.run_config import format_bytes
-from orchestrate.config.user_env import shown_value
+from orchestrate.config.user_env import MASK
 from orchestrate.plan.layout import RDZV_PORT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan
 from orchestrate.text import format_table
@@ -42,7 +42,8 @@ def format_plan(plan: JobPlan) -> str:
     for n in plan.nodes:
         lines.append(f"{n.name}$ {shlex.join(n.torchrun_argv)}")
     env = plan.nodes[0].env if plan.nodes else {}
-    lines.append("env: " + " ".join(f"{k}={shown_value(k, v)}" for k, v in sorted(env.items())))
+    lines.append("env: " + " ".join(f"{k}={MASK if k in cfg.user_env else v}" for k, v in sorted(env.items()))
+                 + (" (your variables' values are not shown)" if cfg.user_env else ""))
     sizes = [f"{cfg.cpus_per_node:g} CPUs" if cfg.cpus_per_node else "",
              f"{format_bytes(cfg.memory_per_node)} memory" if cfg.memory_per_node else ""]
     lines.append(f"each node: {', '.join(s for s in sizes if s) or 'no CPU or memory limit'};"

@@ -23,6 +23,7 @@ from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.engine.client import exec_output, stream_lines
+from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
 from orchestrate.engine.labels import containers_of_project
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
@@ -60,7 +61,7 @@ _LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
 def slurm_image(client: Any, base: str, progress: Callable[[str], None]) -> str:
     """The Slurm variant of ``base`` (built once per base image id)."""
     tag = f"{SLURM_REPOSITORY}:{client.images.get(base).id.split(':')[-1][:12]}"
-    with build_lock():
+    with build_lock(tag, progress):
         if image_exists(client, tag):
             return tag
         progress(f"building {tag}: {base} + Debian's slurmctld, slurmd, slurm-client and munge")
@@ -161,7 +162,10 @@ class SlurmBackend:
         return compose_file
 
     def batch_options(self) -> BatchOptions:
-        env = dict(self.plan.nodes[0].env)
+        # The user's variables reach the job through sbatch's own environment (it exports it to
+        # every task): the script, a record of the run, never holds their values.
+        user = self.plan.config.user_env
+        env = {k: v for k, v in self.plan.nodes[0].env.items() if k not in user}
         return BatchOptions(job_name=f"ddp-{self.plan.run_id}", output=f"{RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out",
                             chdir=WORKSPACE_DIR, env=env, log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun")
 
@@ -209,7 +213,7 @@ class SlurmBackend:
                                                       stdout=True, stderr=False)["Id"]
                 for raw in stream_lines(self.client.api.exec_start(exec_id, stream=True)):
                     self.lines.put(raw.decode("utf-8", "replace"))
-            except Exception as exc:  # the batch host went away before the exec started
+            except engine_errors() as exc:  # the batch host went away before the exec started
                 log.debug("output of the job: %s", exc)
 
         threading.Thread(target=read, name="slurm-output", daemon=True).start()
@@ -269,10 +273,12 @@ class SlurmBackend:
         return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=SlurmJob(self.job_id),
                          fired_faults=list(self.faults.fired))
 
-    def stop(self) -> None:
-        """Cancel the job (Ctrl-C); the nodes go with the teardown."""
+    def wind_down(self, grace_s: float) -> RunResult:
+        """After an interrupt: cancel the job (Slurm sends its tasks SIGTERM, then SIGKILL after
+        its KillWait); the nodes go with the teardown."""
         if self.job_id and CONTROLLER in self.containers:
             exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
+        return self.partial_result()
 
     def root_cause(self, slurm: SlurmJob) -> Failure:
         """The worker failure that explains the others, from the error files they left

@@ -98,7 +98,7 @@ def render_slurm_compose(plan: JobPlan, image: str, run_as: str) -> dict[str, An
             "image": image, "pull_policy": "never", "hostname": name, "init": True,
             "user": "0:0",  # the daemons run as root inside; jobs run as the host user
             "command": escape_interpolation(daemon_command(plan, daemon, run_as)),
-            "working_dir": WORKSPACE_DIR, "shm_size": SHM_SIZE, "stop_grace_period": "2s",
+            "working_dir": WORKSPACE_DIR, "shm_size": SHM_SIZE, "stop_grace_period": f"{cfg.stop_grace_s:g}s",
             "networks": [NETWORK], "volumes": volumes,
             "labels": escape_interpolation({**labels, ROLE_LABEL: role, SCHEDULER_LABEL: "slurm"}),
         }

@@ -26,6 +26,7 @@ class RunSpec:
     memory_limited: bool = False
     faults: tuple[FaultSpec, ...] = ()
     ready_timeout_s: float = 60.0
+    stop_grace_s: float = 10.0
 
 
 @dataclass
@@ -42,6 +43,7 @@ class NodeTracker:
         exited_at: Monotonic time the engine said its container died (None while it runs).
         exit_code: That exit code.
         first_started: Engine time of the container's first start seen.
+        last_log_stamp: Engine time of the last log line read (a broken stream resumes there).
     """
 
     plan: NodePlan
@@ -53,6 +55,7 @@ class NodeTracker:
     exited_at: Optional[float] = None
     exit_code: Optional[int] = None
     first_started: Optional[float] = None
+    last_log_stamp: Optional[float] = None
 
     @property
     def name(self) -> str:
@@ -98,4 +101,13 @@ class EngineEvent:
     at: float = 0.0
 
 
-Message = Union[LineArrived, LogEnded, EngineEvent]
+@dataclass(frozen=True)
+class EventsEnded:
+    """The engine's event stream ended while the run goes on (``reason``: why, if it said)."""
+
+    reason: str
+    at: float = 0.0
+    node: str = ""
+
+
+Message = Union[LineArrived, LogEnded, EngineEvent, EventsEnded]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from orchestrate.engine.client import exec_output
+from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
 from orchestrate.outcome.root_cause import RootCause, error_file_on_host, latest_error_files
 from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
@@ -62,11 +63,11 @@ class Diagnosis:
                 state = tracker.container.attrs.get("State", {})
                 counter = exec_output(self.client, tracker.container, OOM_COUNTER_ARGV)[1] \
                     if state.get("Running") else None
-            except Exception as exc:  # gone: nothing more to learn from it
+            except engine_errors() as exc:  # gone, or the engine cannot say: nothing to learn from it
                 log.debug("OOM probe of %s: %s", tracker.name, exc)
                 continue
-            kills = max(oom_kills(state, counter), tracker.result.oom_kills)
+            tracker.result.note_oom(counted=oom_kills(state, counter))
+            kills = tracker.result.oom_kills
             if kills and not tracker.result.oom_reported:
-                tracker.result.oom_kills = kills
                 tracker.result.oom_reported = True
                 self.say(f"{tracker.name} was OOM-killed: the kernel killed {kills} process(es) at its memory limit")

@@ -1,5 +1,6 @@
 """The engine's events of a run's containers (``start``, ``die`` with the exit code, ``oom``),
-found by the run's label, into the supervisor's inbox: a thread."""
+found by the run's label, into the supervisor's inbox: a thread. A stream that breaks or ends
+says so (:class:`~orchestrate.supervise.api.EventsEnded`); the supervisor then inspects."""
 from __future__ import annotations
 
 import logging
@@ -8,8 +9,9 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL, RUN_ID_LABEL
-from orchestrate.supervise.api import EngineEvent, Message
+from orchestrate.supervise.api import EngineEvent, EventsEnded, Message
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ class EngineEvents:
         if self.stream is not None:
             try:
                 self.stream.close()
-            except Exception:  # already closed
+            except engine_errors():  # already closed
                 pass
 
     def _read(self) -> None:
@@ -50,6 +52,9 @@ class EngineEvents:
                 if node in self.nodes:
                     self.inbox.put(EngineEvent(node, event.get("Action", ""), attrs, float(event.get("time", 0)),
                                                self.clock()))
-        except Exception as exc:  # the stream was closed, or the engine went away
+        except engine_errors() as exc:  # the engine went away, or the stream broke off
             if not self.closed.is_set():
-                log.debug("engine events ended: %s", exc)
+                self.inbox.put(EventsEnded(describe(exc), self.clock()))
+            return
+        if not self.closed.is_set():  # the engine closed the stream itself (a daemon restart)
+            self.inbox.put(EventsEnded("the engine closed the stream", self.clock()))

@@ -16,6 +16,7 @@ import time
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.engine.client import engine_time, stream_lines
+from orchestrate.engine.errors import engine_errors
 from orchestrate.supervise.api import LineArrived, LogEnded, Message, NodeTracker
 from orchestrate.supervise.worker_lines import OutputLine
 
@@ -53,6 +54,7 @@ class LogPump:
             tracker.log_open = False
             return self.show(tracker.output.end(message.stamp))
         assert isinstance(message, LineArrived)
+        tracker.last_log_stamp = message.stamp
         return self.show(tracker.output.add(message.text, message.stamp))
 
     def show(self, lines: list[OutputLine]) -> list[OutputLine]:
@@ -71,6 +73,6 @@ class LogPump:
                 text = (match.group(2) if match else raw).decode("utf-8", "replace").rstrip("\r")
                 stamp = (engine_time(match.group(1).decode()) if match else None) or time.time()
                 self.inbox.put(LineArrived(node, stream, text, stamp, self.clock()))
-        except Exception as exc:  # the container went away before its log could be asked for
+        except engine_errors() as exc:  # the container went away before its log could be asked for
             log.debug("log stream of %s ended: %s", node, exc)
         self.inbox.put(LogEnded(node, stream, time.time(), self.clock()))

@@ -11,13 +11,16 @@ collaborators has one job:
 - :class:`~orchestrate.supervise.progress.ProgressWatch`: the workers' training steps;
 - :class:`~orchestrate.faults.scheduler.FaultScheduler`: faults fired at their time or step;
 - :class:`~orchestrate.supervise.restart_policy.RestartPolicy`: elastic restarts;
-- :class:`~orchestrate.supervise.diagnosis.Diagnosis`: root causes, OOM kills, hung nodes.
+- :class:`~orchestrate.supervise.diagnosis.Diagnosis`: root causes, OOM kills, hung nodes;
+- :class:`~orchestrate.supervise.inspection.Inspector`: the containers as the engine describes
+  them now (events for speed, inspection for truth), and an engine that stopped answering.
 
 Each node moves through :class:`~orchestrate.outcome.states.NodePhase`, here only. An
 *active* supervisor (the foreground launcher, or ``attach`` of a detached run) also acts: it
 fires faults, ends the job on the first failure (the others get a grace period, hung nodes
 are killed at once) and restarts the nodes of an elastic job. A *passive* one (a second
-``attach``) only watches.
+``attach``) only watches. A node is stopped as a cluster stops one: SIGTERM, then SIGKILL
+after the run's stop grace, without holding up the loop.
 """
 from __future__ import annotations
 
@@ -26,8 +29,9 @@ import queue
 import time
 from typing import IO, Any, Callable, Optional
 
-from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
+from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
@@ -36,9 +40,10 @@ from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.supervise.api import EngineEvent, LogEnded, Message, NodeTracker, RunSpec
+from orchestrate.supervise.api import EngineEvent, EventsEnded, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
+from orchestrate.supervise.inspection import Inspector, Seen
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.restart_policy import RestartPolicy
@@ -52,6 +57,8 @@ log = logging.getLogger(__name__)
 FAILURE_GRACE_S = 3.0
 # A node's exit is final once its log stream has ended too, or this long after its exit.
 LOG_DRAIN_S = 3.0
+# After an interrupt, how long beyond the stop grace the supervisor waits for the nodes' ends.
+WIND_DOWN_MARGIN_S = 5.0
 
 
 class Supervisor:
@@ -80,7 +87,11 @@ class Supervisor:
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
+        self.inspector = Inspector(clock, self.say)
         self.kill_at: Optional[float] = None
+        self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
+        self.winding_down = False
+        self.closed = False
         self.first_failure_seen = False
         self.started_at = clock()
         self.first_worker_at: Optional[float] = None
@@ -98,6 +109,8 @@ class Supervisor:
         tracker = self.trackers[fault.node]
         inject(self.client, self.spec.project, tracker.container, fault.action)
         tracker.result.fault = str(fault)
+        if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
+            self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s
 
     @property
     def live(self) -> list[NodeTracker]:
@@ -108,8 +121,9 @@ class Supervisor:
     def follow(self) -> RunResult:
         """Follow the run until every node has ended; return how it ended.
 
-        KeyboardInterrupt propagates: the caller decides whether that stops the run (the
-        foreground launcher) or only detaches (``attach``).
+        KeyboardInterrupt propagates, with the sources still open: the caller decides whether
+        that stops the run (:meth:`wind_down`, the foreground launcher) or only detaches
+        (:meth:`close`, ``attach``).
         """
         self.engine_events.start()
         for tracker in self.trackers.values():
@@ -117,17 +131,51 @@ class Supervisor:
             self.logs.follow(tracker)
         self.faults.announce()
         try:
-            while self.live:
-                self.tick()
-                try:
-                    message = self.inbox.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                self.handle(message)
+            self.loop()
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self.close()
+        return self.result()
+
+    def loop(self, until: Optional[float] = None) -> None:
+        """Take the sources' messages and tick until every node has ended (or ``until``)."""
+        while self.live and (until is None or self.clock() < until):
+            self.tick()
+            try:
+                message = self.inbox.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.handle(message)
+
+    def close(self) -> None:
+        """Stop reading the sources; close the node logs."""
+        if self.closed:
+            return
+        self.closed = True
+        self.engine_events.close()
+        for tracker in self.trackers.values():
+            tracker.output.log_file.close()
+
+    def wind_down(self, grace_s: float) -> RunResult:
+        """After an interrupt: stop every node (SIGTERM, then SIGKILL after ``grace_s``) and
+        follow them to their end, so that their last lines and real times are kept. A second
+        interrupt kills them at once."""
+        self.winding_down = True
+        self.faults.pending.clear()
+        self.stop(self.live, grace_s)
+        try:
+            self.loop(until=self.clock() + grace_s + WIND_DOWN_MARGIN_S)
+        except KeyboardInterrupt:
+            self.say("interrupted again: killing every node now")
+            self.kill(self.live)
+            self.loop(until=self.clock() + LOG_DRAIN_S + WIND_DOWN_MARGIN_S)
         finally:
-            self.engine_events.close()
-            for tracker in self.trackers.values():
-                tracker.output.log_file.close()
+            self.close()
+        for tracker in self.live:  # no end seen in time: the teardown removes them
+            tracker.move(NodePhase.STOPPED)
         return self.result()
 
     def sync(self, tracker: NodeTracker) -> None:
@@ -141,19 +189,26 @@ class Supervisor:
             tracker.move(NodePhase.STARTING)
             tracker.exit_code = state.get("ExitCode")
             tracker.exited_at = self.clock()
-            if state.get("OOMKilled"):
-                tracker.result.oom_kills = max(tracker.result.oom_kills, 1)
+            tracker.result.note_oom(in_state=bool(state.get("OOMKilled")))
 
     def tick(self) -> None:
-        """What time alone decides: progress, due faults, the end of a failure's grace, exits
-        whose log never ended."""
+        """What time alone decides: progress, due faults, the end of a failure's grace, stop
+        graces that ran out, inspections, exits whose log never ended."""
         now = self.clock()
         self.progress.poll(now, self.restarts.open_recovery)
         if self.faults.pending:
             self.faults.fire_due(now - self.started_at, self.progress.max_step)
         if self.kill_at is not None and now >= self.kill_at:
-            self.kill(self.live)
             self.kill_at = None
+            self.stop(self.live, self.spec.stop_grace_s)
+        for name, at in list(self.force_at.items()):
+            if now >= at:
+                del self.force_at[name]
+                if not self.trackers[name].phase.final and self.trackers[name].exited_at is None:
+                    self.kill([self.trackers[name]], by_launcher=self.trackers[name].result.killed_by_launcher)
+        if self.inspector.due(now):
+            for seen in self.inspector.inspect([t for t in self.live if t.phase is not NodePhase.CREATED]):
+                self.on_seen(self.trackers[seen.node], seen)
         for tracker in self.live:
             if (tracker.exited_at is not None and tracker.phase is not NodePhase.RESTARTING
                     and now - tracker.exited_at > LOG_DRAIN_S):
@@ -162,14 +217,22 @@ class Supervisor:
             self.progress.seen, None if self.first_worker_at is None else now - self.first_worker_at)
 
     def handle(self, message: Message) -> None:
+        if isinstance(message, EventsEnded):
+            self.say(f"the engine's event stream ended ({message.reason}); following the nodes by inspecting"
+                     " their containers")
+            self.record("events-ended", reason=message.reason)
+            self.inspector.without_events()
+            return
         tracker = self.trackers[message.node]
         if isinstance(message, EngineEvent):
             self.on_engine_event(tracker, message)
             return
         self.on_lines(tracker, self.logs.take(tracker, message), message.at)
-        if (isinstance(message, LogEnded) and not tracker.log_open and tracker.exited_at is not None
-                and tracker.phase is not NodePhase.RESTARTING):
-            self.finish(tracker)
+        if isinstance(message, LogEnded) and not tracker.log_open and tracker.phase is not NodePhase.RESTARTING:
+            if tracker.exited_at is not None:
+                self.finish(tracker)
+            else:  # the stream ended, but no exit was seen: ask the engine what happened
+                self.inspector.soon()
 
     def on_lines(self, tracker: NodeTracker, lines: list[OutputLine], at: float) -> None:
         """A node's workers' first lines mark its ranks started and the node running."""
@@ -185,7 +248,7 @@ class Supervisor:
 
     def on_engine_event(self, tracker: NodeTracker, event: EngineEvent) -> None:
         if event.action == "oom":
-            tracker.result.oom_kills += 1
+            tracker.result.note_oom(event=True)
             self.record("oom", node=tracker.name)
         elif event.action == "start" and tracker.phase in (NodePhase.RESTARTING, NodePhase.CREATED):
             # A restarted container's log goes on from the restart; a container that was only
@@ -194,17 +257,35 @@ class Supervisor:
             tracker.move(NodePhase.STARTING)
             if restarted or not tracker.log_open:
                 self.on_lines(tracker, self.logs.follow(tracker, since=event.stamp or None), event.at)
-        elif event.action == "die" and tracker.phase is not NodePhase.RESTARTING and not tracker.phase.final:
+        elif (event.action == "die" and tracker.phase is not NodePhase.RESTARTING and not tracker.phase.final
+              and tracker.exited_at is None):  # an inspection may have seen the exit first
             code = event.attrs.get("exitCode")
-            tracker.exit_code = int(code) if code not in (None, "") else None
-            tracker.exited_at = event.at
-            self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code)
-            ending = self.kill_at is not None or self.first_failure_seen
-            if self.restarts.should_restart(tracker, ending):
-                self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
-                self.ranks_seen.clear()
-            elif not tracker.log_open:
-                self.finish(tracker)
+            self.on_exit(tracker, int(code) if code not in (None, "") else None, event.at)
+
+    def on_seen(self, tracker: NodeTracker, seen: Seen) -> None:
+        """What an inspection found that the events did not say: an exit, a restart, a broken log."""
+        if seen.ended and tracker.exited_at is None and tracker.phase is not NodePhase.RESTARTING:
+            tracker.result.note_oom(in_state=seen.oom_killed)
+            if seen.status == "gone":
+                tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({seen.detail})"
+            self.on_exit(tracker, seen.exit_code, self.clock(), via="inspection")
+        elif seen.status == "running" and tracker.phase is NodePhase.RESTARTING:
+            tracker.move(NodePhase.STARTING)  # its start event was missed
+            self.on_lines(tracker, self.logs.follow(tracker, since=tracker.last_log_stamp), self.clock())
+        elif seen.status in ("running", "paused") and not tracker.log_open and tracker.exited_at is None:
+            # its log stream broke off (the engine's connection dropped): go on where it stopped
+            self.on_lines(tracker, self.logs.follow(tracker, since=tracker.last_log_stamp), self.clock())
+
+    def on_exit(self, tracker: NodeTracker, code: Optional[int], at: float, via: str = "") -> None:
+        """A node's container ended: restart the job (elastic), or finish the node."""
+        tracker.exit_code, tracker.exited_at = code, at
+        self.record("node-exited", node=tracker.name, exit_code=code, **({"via": via} if via else {}))
+        ending = self.kill_at is not None or self.first_failure_seen or self.winding_down
+        if self.restarts.should_restart(tracker, ending):
+            self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
+            self.ranks_seen.clear()
+        elif not tracker.log_open:
+            self.finish(tracker)
 
     # Endings -----------------------------------------------------------------------------
 
@@ -231,7 +312,8 @@ class Supervisor:
                 self.end_job_after(tracker)
 
     def end_job_after(self, failed: NodeTracker) -> None:
-        """After the first failure: name and stop hung nodes now, the others after a grace."""
+        """After the first failure: name and kill hung nodes now (they cannot finish anything),
+        and stop the others after a grace in which they may end by themselves."""
         running = self.live
         if self.spec.memory_limited:
             self.diagnosis.find_oom_kills(list(self.trackers.values()))
@@ -241,27 +323,41 @@ class Supervisor:
             self.say(f"{failed.name} failed; stopping the other nodes in {FAILURE_GRACE_S:.0f} s")
             self.kill_at = self.clock() + FAILURE_GRACE_S
 
-    def kill(self, trackers: list[NodeTracker]) -> None:
-        """Kill these nodes' containers (the launcher ends them), ignoring those gone."""
-        import docker.errors
-
+    def stop(self, trackers: list[NodeTracker], grace_s: float) -> None:
+        """Stop these nodes as a cluster does: SIGTERM to their workers now, SIGKILL to what is
+        left after ``grace_s`` (see :meth:`tick`)."""
+        now = self.clock()
         for tracker in trackers:
             tracker.result.killed_by_launcher = True
-            try:
-                if tracker.container.status == "paused" or tracker.result.unresponsive.startswith(
-                        "its container is paused"):
-                    tracker.container.unpause()
-                tracker.container.kill()
-            except docker.errors.APIError as exc:  # already stopped or removed
-                log.debug("kill %s: %s", tracker.name, exc)
-            self.record("node-killed", node=tracker.name)
+            if grace_s <= 0:
+                self.kill([tracker])
+                continue
+            self.signal(tracker, "SIGTERM")
+            self.force_at[tracker.name] = now + grace_s
+            self.record("node-stopping", node=tracker.name, grace_s=grace_s)
 
-    def stop_all(self) -> None:
-        """Kill every node that still runs and mark it stopped (Ctrl-C of the foreground run)."""
-        live = self.live
-        self.kill(live)
-        for tracker in live:
-            tracker.move(NodePhase.STOPPED)
+    def kill(self, trackers: list[NodeTracker], by_launcher: bool = True) -> None:
+        """SIGKILL these nodes' containers now, ignoring those that already ended."""
+        for tracker in trackers:
+            tracker.result.killed_by_launcher = tracker.result.killed_by_launcher or by_launcher
+            self.force_at.pop(tracker.name, None)
+            if self.signal(tracker, "SIGKILL"):
+                self.record("node-killed", node=tracker.name)
+
+    def signal(self, tracker: NodeTracker, signal_name: str) -> bool:
+        """Send a signal to a node's main process (a paused node is unpaused first); False
+        when its container already ended or is gone."""
+        try:
+            if tracker.container.status == "paused" or tracker.result.unresponsive.startswith(
+                    "its container is paused"):
+                tracker.container.unpause()
+            tracker.container.kill(signal=signal_name)
+            return True
+        except engine_errors() as exc:
+            if classify(exc) not in (EngineFault.NOT_FOUND, EngineFault.CONFLICT):
+                raise
+            log.debug("%s to %s: %s", signal_name, tracker.name, exc)  # it ended meanwhile
+            return False
 
     # The result --------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from orchestrate.engine.client import engine_time
+from orchestrate.engine.errors import engine_errors
 from orchestrate.outcome.model import Recovery, Timings
 from orchestrate.supervise.api import NodeTracker
 
@@ -21,7 +22,7 @@ def run_timings(trackers: list[NodeTracker], job_s: float, recoveries: list[Reco
         try:
             tracker.container.reload()
             state = tracker.container.attrs.get("State", {})
-        except Exception as exc:  # removed meanwhile: the supervisor's own clock must do
+        except engine_errors() as exc:  # removed meanwhile: the supervisor's own clock must do
             log.debug("timing %s: %s", tracker.name, exc)
             continue
         started = tracker.first_started or engine_time(state.get("StartedAt", ""))

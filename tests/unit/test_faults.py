@@ -44,7 +44,9 @@ def test_faults_must_target_nodes_of_the_run():
         check_fault_nodes([parse_fault("kill:node2")], ["node0", "node1"])
 
 
-def test_probe_names_paused_stopped_and_cut_off_nodes():
+def test_probe_names_paused_gone_and_cut_off_nodes_but_not_ended_ones():
+    import requests
+
     client = FakeDockerClient()
     container = FakeContainer(client, "p-node1-1", {"labels": {"com.docker.compose.project": "p"}})
     client.containers_by_name[container.name] = container
@@ -54,8 +56,15 @@ def test_probe_names_paused_stopped_and_cut_off_nodes():
     assert probe_node(container, "ddp") == "it is cut off from the ddp network"
     container.pause()
     assert probe_node(container, "ddp") == "its container is paused (hung)"
+    # A node that ended is not hung: its own exit says how it ended (a peer's failure closed
+    # its connections, and it exited before the probe; it must not be blamed).
     container.status = "exited"
-    assert probe_node(container, "ddp") == "its container is exited"
+    assert probe_node(container, "ddp") is None
+    client.failures["reload"] = requests.exceptions.ConnectionError("Connection refused")
+    assert probe_node(container, "ddp") is None  # an engine that cannot say blames no node
+    del client.failures["reload"]
+    del client.containers_by_name[container.name]
+    assert probe_node(container, "ddp").startswith("its container is gone")
 
 
 def test_oom_kills_come_from_the_cgroup_counter_or_the_exited_state():

@@ -210,14 +210,17 @@ def test_an_oom_killed_node_is_named_from_the_engine(make_run):
     assert outcome.failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es)")
 
 
-def test_a_teardown_that_fails_is_never_success(make_run):
+def test_a_teardown_that_fails_is_never_success(make_run, monkeypatch):
+    from tenacity import wait_none
+
+    monkeypatch.setattr("orchestrate.launch.teardown.TEARDOWN_BACKOFF", wait_none())
     job = make_run(nodes=1)
     FakeCompose.fail_down = True
     try:
-        outcome, _, compose = run(job, FakeDockerClient())
+        outcome, text, compose = run(job, FakeDockerClient())
     finally:
         FakeCompose.fail_down = False
-    assert compose.calls.count("down") == 3
+    assert compose.calls.count("down") == 5 and "teardown attempt 5 failed" in text
     assert outcome.teardown_error.startswith(f"could not remove project {job.project_name}")
     assert outcome.exit_code == 2
     # The record, written while the teardown went on, is corrected after it.

@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.config.user_env import copy_env, merge_user_env, parse_assignment, parse_env_file, shown_value
+from orchestrate.config.user_env import (
+    copy_env,
+    mask_assignments,
+    mask_env_options,
+    merge_user_env,
+    parse_assignment,
+    parse_env_file,
+)
 from orchestrate.errors import UsageError
 
 
@@ -47,7 +54,15 @@ def test_env_precedence_is_file_then_copied_then_explicit():
     assert merged == {"A": "file", "B": "host", "C": "cli"}
 
 
-def test_secrets_are_masked_where_the_plan_prints_them():
-    assert shown_value("WANDB_API_KEY", "abc") == "***"
-    assert shown_value("HF_TOKEN", "abc") == "***"
-    assert shown_value("NCCL_DEBUG", "INFO") == "INFO"
+def test_the_values_of_the_users_variables_are_masked_in_a_recorded_command_line():
+    import shlex
+
+    argv = ["run", "--env", "WANDB_API_KEY=supersecret", "--env", "B=a b", "--env=C=x y", "--nodes", "2",
+            "--", "train.py", "--note", "MYWANDB_API_KEY=kept"]
+    assert mask_env_options(argv) == ["run", "--env", "WANDB_API_KEY=***", "--env", "B=***", "--env=C=***",
+                                      "--nodes", "2", "--", "train.py", "--note", "MYWANDB_API_KEY=kept"]
+    line = "python -m orchestrate " + shlex.join(argv)
+    masked = mask_assignments(line, ["WANDB_API_KEY", "B", "C"])
+    assert all(secret not in masked for secret in ("supersecret", "a b", "x y"))
+    assert "MYWANDB_API_KEY=kept" in masked  # another variable that only ends the same way
+    assert shlex.split(masked)[5:7] == ["WANDB_API_KEY=***", "--env"]

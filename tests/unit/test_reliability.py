@@ -1,0 +1,344 @@
+"""No lost work, no leaked secret, no hang: graceful stops, secrets, a launcher that always ends,
+engine errors read right, locks with a deadline, builds that clean only their own. Against the
+fake engine of tests/fakes.py, which fails too."""
+from __future__ import annotations
+
+import _thread
+import io
+import json
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.errors import ComposeError, EngineError, ImageUnavailableError, LockTimeoutError, UsageError
+from orchestrate.outcome.states import NodePhase
+from tests.fakes import FakeCompose, FakeDockerClient, Script
+
+
+def engine(client: FakeDockerClient, **scripts) -> FakeDockerClient:
+    FakeCompose.engine = client
+    FakeCompose.instances.clear()
+    client.images.add(DEFAULT_IMAGE)
+    for node, node_scripts in scripts.items():
+        client.script(node, *node_scripts)
+    return client
+
+
+def when(condition, then, timeout_s: float = 20.0) -> threading.Thread:
+    """Do ``then`` once ``condition`` holds (polled in a thread)."""
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if condition():
+                then()
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def interrupt() -> None:
+    """What Ctrl-C does to the launcher: a KeyboardInterrupt in its main thread."""
+    _thread.interrupt_main()
+
+
+# Graceful stops --------------------------------------------------------------------------------
+
+def test_ctrl_c_gives_the_workers_sigterm_and_their_grace_and_the_summary_real_times(make_run):
+    job = make_run(nodes=2, stop_grace=5)
+    client = engine(FakeDockerClient(),
+                    node0=[Script(["[0|0]:training"], hang=True, on_sigterm=["[0|0]:checkpoint saved on SIGTERM"])],
+                    node1=[Script(["[1|0]:training"], hang=True, on_sigterm=["[1|0]:checkpoint saved on SIGTERM"])])
+    job.client = client
+    when(lambda: job.out.getvalue().count("training") == 2, interrupt)
+    result = job.run()
+    text = job.out.getvalue()
+    assert result.interrupted and result.exit_code == 130
+    assert "interrupted: stopping every node (SIGTERM, then SIGKILL after 5 s; interrupt again to kill them now)" in text
+    assert "checkpoint saved on SIGTERM" in " ".join(text.split())  # the workers' last lines are kept
+    assert ("kill", "ddp-test-run-node0-1", "SIGTERM") in client.calls
+    assert ("kill", "ddp-test-run-node0-1") not in client.calls  # no SIGKILL was needed
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 143)] * 2
+    assert all(r.wall_s > 0 for r in result.results) and result.timings.job_s > 0  # not the 0.0 s of old
+    assert FakeCompose.instances[-1].calls == ["up", "down"]
+
+
+def test_a_second_ctrl_c_kills_at_once(make_run):
+    job = make_run(nodes=1, stop_grace=60)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)])
+    job.client = client
+    when(lambda: "training" in job.out.getvalue(), interrupt)
+    when(lambda: "interrupted: stopping every node" in job.out.getvalue(), interrupt)
+    started = time.monotonic()
+    result = job.run()
+    assert time.monotonic() - started < 30  # not the 60 s grace
+    assert "interrupted again: killing every node now" in job.out.getvalue()
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 137)]
+    assert result.exit_code == 130 and FakeCompose.instances[-1].calls == ["up", "down"]
+
+
+def test_preempt_sends_sigterm_then_sigkill_after_the_grace(make_run):
+    job = make_run(nodes=2, stop_grace=0.5, faults=["preempt:node1@t=0"])
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:waiting"], hang=True)],
+                    node1=[Script(["[1|0]:training"], hang=True, ignore_sigterm=True)])
+    job.client = client
+    result = job.run()
+    text = job.out.getvalue()
+    calls = [c for c in client.calls if c[0] == "kill" and c[1] == "ddp-test-run-node1-1"]
+    assert calls[:2] == [("kill", "ddp-test-run-node1-1", "SIGTERM"), ("kill", "ddp-test-run-node1-1")]
+    assert "fault injected: preempt:node1" in text
+    assert result.failure.describe() == "node1 failed (injected fault preempt:node1)"
+    assert result.exit_code == 1
+
+
+def test_a_preempted_node_of_an_elastic_job_rejoins(make_run):
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=1, faults=["preempt:node1@t=0"])
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:step"], hang=True), Script(["[0|0]:resumed"])],
+                    node1=[Script(["[1|0]:step"], hang=True, on_sigterm=["[1|0]:saved"]), Script(["[1|0]:back"])])
+    job.client = client
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    assert "node1 died (injected fault preempt:node1); restarting every node" in job.out.getvalue()
+
+
+# A launcher that always ends ----------------------------------------------------------------------
+
+def test_a_broken_event_stream_is_said_and_the_nodes_are_followed_by_inspection(make_run):
+    job = make_run(nodes=2)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:a", "[0|0]:b"])], node1=[Script(["[1|0]:c"], exit_code=3)])
+    client.events_break_after = 0  # as a daemon restart cuts it
+    job.client = client
+    result = job.run()
+    assert "the engine's event stream ended (Connection aborted" in job.out.getvalue()
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.SUCCEEDED, 0), (NodePhase.FAILED, 3)]
+    events = [json.loads(line)["event"] for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+    assert "events-ended" in events
+
+
+def test_a_lost_engine_ends_the_run_with_exit_2_and_one_line(make_run, monkeypatch):
+    monkeypatch.setattr("orchestrate.supervise.inspection.ENGINE_LOST_S", 0.5)
+    monkeypatch.setattr("orchestrate.launch.teardown.TEARDOWN_BACKOFF", __import__("tenacity").wait_none())
+    job = make_run(nodes=2)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)],
+                    node1=[Script(["[1|0]:training"], hang=True)])
+    client.events_break_after = 0
+    job.client = client
+    when(lambda: job.out.getvalue().count("training") == 2,
+         lambda: client.failures.update(reload=requests.exceptions.ConnectionError("Connection refused")))
+    started = time.monotonic()
+    result = job.run()
+    assert time.monotonic() - started < 30
+    assert result.exit_code == 2 and result.error.startswith("lost the Docker engine: no answer for")
+    assert "Connection refused" in result.error
+    assert "the engine does not answer (Connection refused)" in job.out.getvalue()
+    assert "down" in FakeCompose.instances[-1].calls  # the teardown was tried
+
+
+def test_an_exit_seen_by_inspection_and_by_its_event_counts_once(make_run):
+    job = make_run(nodes=1)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:bye"], exit_code=4)])
+    job.client = client
+    result = job.run()
+    events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("node-exited") == 1
+    assert [e["event"] for e in events].count("node-failed") == 1
+    assert result.results[0].exit_code == 4
+
+
+# Secrets -----------------------------------------------------------------------------------------
+
+def test_a_planted_secret_is_in_the_compose_file_only(make_run, tmp_path):
+    (tmp_path / "job.env").write_text("HF_TOKEN=file-secret-42\n")
+    job = make_run(nodes=2, env={"WANDB_API_KEY": "supersecret123"}, env_file=tmp_path / "job.env")
+    job.command_line = "python -m orchestrate run --env WANDB_API_KEY=supersecret123 --env-file job.env"
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:hi"])], node1=[Script(["[1|0]:hi"], exit_code=1)])
+    job.client = client
+    result = job.run()
+    assert result.exit_code == 1
+    compose = job.run_dir / "compose.json"
+    assert stat.S_IMODE(compose.stat().st_mode) == 0o600
+    assert "supersecret123" in compose.read_text() and "file-secret-42" in compose.read_text()
+    leaked = [p.name for p in job.run_dir.rglob("*") if p.is_file() and p != compose
+              and ("supersecret123" in p.read_text(errors="replace") or "file-secret-42" in p.read_text(errors="replace"))]
+    assert leaked == []
+    assert "supersecret123" not in job.out.getvalue()
+    # The labels live in the Compose file too (the engine shows them to anyone who inspects):
+    # only the environment may hold the value there.
+    services = json.loads(compose.read_text())["services"].values()
+    assert all("supersecret123" not in json.dumps(s["labels"]) for s in services)
+    assert all(s["environment"]["WANDB_API_KEY"] == "supersecret123" for s in services)
+    assert json.loads((job.run_dir / "run.json").read_text())["command"].endswith("--env WANDB_API_KEY=*** --env-file job.env")
+
+
+# Engine errors read right -----------------------------------------------------------------------
+
+def test_an_engine_that_cannot_say_which_gpus_it_has_is_an_error_not_a_cpu_run():
+    from orchestrate.engine.gpus import detect_gpus
+
+    client = FakeDockerClient()
+    client.failures["info"] = requests.exceptions.ReadTimeout("Read timed out")
+    with pytest.raises(EngineError, match="cannot ask the engine which GPUs it has: Read timed out"):
+        detect_gpus(client)
+
+
+def test_a_broken_stream_ends_but_a_bug_is_raised():
+    from orchestrate.engine.client import stream_lines
+
+    def broken():
+        yield b"one\ntw"
+        raise requests.exceptions.ConnectionError("reset")
+
+    def buggy():
+        yield b"one\n"
+        raise TypeError("a bug")
+
+    assert list(stream_lines(broken())) == [b"one", b"tw"]
+    with pytest.raises(TypeError):
+        list(stream_lines(buggy()))
+
+
+def test_a_lost_connection_in_a_command_is_one_line_and_exit_2(capsys):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    client.failures["containers.list"] = requests.exceptions.ConnectionError("Connection aborted")
+    assert main(["ps"], out=io.StringIO(), client=client) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: engine error: Connection aborted"]
+
+
+# Teardown gaps ----------------------------------------------------------------------------------
+
+def test_a_hung_compose_is_a_compose_error(tmp_path, monkeypatch):
+    from orchestrate.engine.compose_cli import ComposeProject
+
+    def hang(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"))
+
+    monkeypatch.setattr("orchestrate.engine.compose_cli.compose_command", lambda: ("docker", "compose"))
+    monkeypatch.setattr("orchestrate.engine.compose_cli.subprocess.run", hang)
+    with pytest.raises(ComposeError, match="no answer in 300 s"):
+        ComposeProject("p", tmp_path / "compose.json").down()
+
+
+def test_a_second_interrupt_while_the_record_is_written_does_not_skip_the_teardown(tmp_path, monkeypatch):
+    from orchestrate.launch import teardown as teardown_module
+    from orchestrate.outcome.model import RunResult, Timings
+
+    calls = []
+    real_write = teardown_module.write_outcome
+    interrupted = []
+
+    def write_once_interrupted(result):
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        real_write(result)
+
+    class Compose:
+        project_name = "p"
+
+        def down(self):
+            calls.append("down")
+
+    monkeypatch.setattr(teardown_module, "write_outcome", write_once_interrupted)
+    result = RunResult("r", tmp_path, [], Timings())
+    teardown_module.finish_while_tearing_down(result, Compose(), print, time.monotonic)
+    assert calls == ["down"] and interrupted == [True]
+    assert json.loads((tmp_path / "outcome.json").read_text())["run_id"] == "r"
+
+
+# The GPU lease and the host lock -----------------------------------------------------------------
+
+def test_two_gpu_runs_started_at_once_never_take_the_same_gpus(make_run, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
+    client = engine(FakeDockerClient(), node0=[Script(hang=True)], node1=[Script(hang=True)])
+    client.gpus = ("0", "1")
+    monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: client.gpus)
+    jobs = [make_run(f"gpu-{i}", client=client, nodes=2, gpus_per_node=1, backend="nccl", detach=True)
+            for i in range(2)]
+    outcomes: dict[str, object] = {}
+    barrier = threading.Barrier(2)
+
+    def start(job):
+        barrier.wait()
+        try:
+            outcomes[job.run_id] = job.start()
+        except UsageError as exc:
+            outcomes[job.run_id] = exc
+
+    threads = [threading.Thread(target=start, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    refused = [o for o in outcomes.values() if isinstance(o, UsageError)]
+    started = [o for o in outcomes.values() if not isinstance(o, UsageError)]
+    assert len(refused) == 1 and len(started) == 1, outcomes
+    assert "2 GPU(s) wanted but only 0 of 2 are free: GPUs 0,1 are held by run" in str(refused[0])
+    for job in jobs:
+        job.close()
+
+
+def test_a_held_host_lock_says_for_whom_it_waits_and_gives_up_naming_the_holder(tmp_path):
+    from orchestrate.engine.locks import host_lock
+
+    said: list[str] = []
+    with host_lock("gpu-lease", "run first", directory=tmp_path):
+        with pytest.raises(LockTimeoutError, match="run first has held the gpu-lease lock for over 0 s"):
+            with host_lock("gpu-lease", "run second", directory=tmp_path, timeout_s=0.2, say=said.append):
+                pass
+    assert said == ["waiting for run first (gpu-lease), at most 0 s"]
+    with host_lock("gpu-lease", "run third", directory=tmp_path, timeout_s=0.2):  # free again
+        assert (tmp_path / "gpu-lease.holder").read_text() == "run third\n"
+
+
+def test_the_lock_directory_is_the_users_own(tmp_path, monkeypatch):
+    from orchestrate.engine.locks import lock_dir
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    directory = lock_dir()
+    assert directory == tmp_path / "ddp-compose" and stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+# Builds -------------------------------------------------------------------------------------------
+
+def test_a_build_removes_the_stage_images_it_made_and_no_one_elses(tmp_path):
+    from orchestrate.engine.images import build_context, docker_build
+    from tests.fakes import FakeImage
+
+    client = FakeDockerClient()
+    mine, cached, others = (FakeImage(name, {}) for name in ("mine", "cached", "others"))
+    mine.id, cached.id, others.id = ("sha256:" + c * 64 for c in "abc")
+    client.images.dangling = [mine, cached, others]
+    client.build_output = [{"stream": "Step 1/4 : FROM base AS stage"}, {"stream": " ---> Using cache\n"},
+                           {"stream": f" ---> {'b' * 12}\n"}, {"stream": "Step 2/4 : RUN make"},
+                           {"stream": " ---> Running in 0123456789ab\n"}, {"stream": f" ---> {'a' * 12}\n"},
+                           {"stream": "Successfully built ffffffffffff\n"}]
+    docker_build(client, build_context({"Dockerfile": b"FROM base\n"}), "t:1", buildargs={},
+                 progress=lambda _: None)
+    removed = [c[1] for c in client.calls if c[0] == "images.remove"]
+    assert removed == [mine.id]  # not the cached one, not the one another build left
+
+
+def test_an_import_the_engine_refuses_part_way_ends_the_tar_and_says_why(tmp_path):
+    from orchestrate.engine.images import import_rootfs
+
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    (rootfs / "big").write_bytes(b"\0" * (4 << 20))
+    client = FakeDockerClient()
+    client.import_fails_after = 65536
+    started = time.monotonic()
+    with pytest.raises(ImageUnavailableError, match="importing base:1 failed: no space left on device"):
+        import_rootfs(client, rootfs, "base:1")
+    assert time.monotonic() - started < 30  # the tar did not wait on a reader that was gone
+    client.import_fails_after = None
+    import_rootfs(client, rootfs, "base:1")
+    assert "base:1" in client.images.by_name
