@@ -39,6 +39,7 @@ from orchestrate.engine.locks import try_lock
 from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, node_plans
 from orchestrate.engine.user_image import derived_image_spec
 from orchestrate.errors import EngineUnavailableError, OrchestrateError
+from orchestrate.interrupts import uninterrupted
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import gpu_lease
@@ -262,7 +263,10 @@ class Run:
                     raise
                 self.result = self._partial_result()
                 self.result.error = f"engine error: {describe(exc)}"
-            finally:
+            finally:  # once the run exists, it is torn down and recorded, whatever happened
+                if self.result is None and self._exists():
+                    self.result = uninterrupted(self._partial_result)
+                    self.result.error = self.result.error or "the launcher failed; see the log above"
                 if self.result is not None:
                     self._finish(self.result, helper)
         assert self.result is not None
@@ -273,15 +277,22 @@ class Run:
         return self.plan is not None and self.plan.run_dir.is_dir()
 
     def _wind_down(self, signal_number: int) -> RunResult:
-        """Stop every node gracefully after an interrupt and follow them to their end."""
+        """Stop every node gracefully after an interrupt and follow them to their end; an
+        interrupt before the backend takes charge of it forces, as a second one does later."""
         assert self.plan is not None
         grace = self.plan.config.stop_grace_s
         if self.backend is None:
             result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
         else:
-            self.say(f"interrupted: stopping every node (SIGTERM, then SIGKILL after {grace:g} s;"
-                     " interrupt again to kill them now)")
-            result = self.backend.wind_down(grace)
+            while True:
+                try:
+                    self.say(f"interrupted: stopping every node (SIGTERM, then SIGKILL after {grace:g} s;"
+                             " interrupt again to kill them now)" if grace else "interrupted again: killing every"
+                             " node now")
+                    result = self.backend.wind_down(grace)
+                    break
+                except KeyboardInterrupt:
+                    grace = 0
         result.interrupted, result.signal_number = True, signal_number
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch

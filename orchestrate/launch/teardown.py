@@ -7,6 +7,7 @@ from tenacity import RetryCallState, Retrying, TryAgain, retry_if_exception_type
 
 from orchestrate.engine.compose_cli import ComposeProject
 from orchestrate.errors import OrchestrateError
+from orchestrate.interrupts import uninterrupted
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.record import write_outcome
@@ -44,16 +45,6 @@ def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> str:
     except (OrchestrateError, TryAgain):
         return (f"could not remove project {compose.project_name}; run:"
                 f" docker compose -p {compose.project_name} down -v")
-
-
-def uninterrupted(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run ``step`` to its end: an interrupt during it (a second Ctrl-C) is set aside and the
-    step runs again, so that a teardown or a record is never left half done."""
-    while True:
-        try:
-            return step(*args, **kwargs)
-        except KeyboardInterrupt:
-            continue
 
 
 def end_fields(result: RunResult) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult
@@ -165,15 +166,21 @@ class Supervisor:
         interrupt kills them at once."""
         self.winding_down = True
         self.faults.pending.clear()
-        self.stop(self.live, grace_s)
-        try:
-            self.loop(until=self.clock() + grace_s + WIND_DOWN_MARGIN_S)
-        except KeyboardInterrupt:
-            self.say("interrupted again: killing every node now")
-            self.kill(self.live)
-            self.loop(until=self.clock() + LOG_DRAIN_S + WIND_DOWN_MARGIN_S)
-        finally:
-            self.close()
+        forced, deadline = grace_s <= 0, None
+        while True:  # an interrupt anywhere in here forces; a further one is waited out
+            try:
+                if deadline is None:
+                    deadline = self.clock() + grace_s + WIND_DOWN_MARGIN_S
+                    self.stop(self.live, grace_s)
+                self.loop(until=deadline)
+                break
+            except KeyboardInterrupt:
+                if not forced:
+                    forced = True
+                    self.say("interrupted again: killing every node now")
+                    deadline = self.clock() + LOG_DRAIN_S + WIND_DOWN_MARGIN_S
+                    uninterrupted(self.kill, self.live)
+        self.close()
         for tracker in self.live:  # no end seen in time: the teardown removes them
             tracker.move(NodePhase.STOPPED)
         return self.result()

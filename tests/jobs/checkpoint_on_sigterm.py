@@ -1,0 +1,48 @@
+"""A training loop that checkpoints when it gets SIGTERM, as a job does where clusters preempt:
+every rank writes ckpt-rank<R>.json into the work directory at its next step boundary, says so,
+and exits. With --ignore-sigterm it goes on regardless (only SIGKILL ends it)."""
+import argparse
+import json
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+try:
+    from orchestrate.progress import report
+except ImportError:  # outside ddp-compose
+    def report(step, **metrics):
+        pass
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--ignore-sigterm", action="store_true")
+args = parser.parse_args()
+
+stop = False
+
+
+def on_sigterm(signum, frame):
+    global stop
+    stop = not args.ignore_sigterm
+
+
+signal.signal(signal.SIGTERM, on_sigterm)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+weight = torch.zeros(4)
+step = 0
+while True:
+    step += 1
+    update = torch.ones(4)
+    dist.all_reduce(update)
+    weight += update
+    report(step)
+    print(f"rank {rank} step {step}", flush=True)
+    if stop:
+        with open(f"ckpt-rank{rank}.json", "w") as handle:
+            json.dump({"rank": rank, "step": step, "weight": weight.tolist()}, handle)
+        print(f"rank {rank} checkpoint written at step {step}", flush=True)
+        os._exit(0)  # the peers are stopping too: no collective teardown to wait for
+    time.sleep(0.2)
