@@ -15,9 +15,9 @@ from tests.integration.conftest import ROOT, leftovers, remove_project, start_ru
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("engine-wide")]
 # The launcher's lease in the test that kills a launcher (DDP_COMPOSE_LEASE_TIMEOUT_S; 30 s by
 # default), and the bound docs/runs-in-the-engine.md states for its nodes after it: the lease,
-# the node supervisor's poll and its stop grace (+ 7 s), and a little slack.
+# the node supervisor's 1 s poll and the run's 10 s stop grace, and a little slack.
 LEASE_S = 5
-LEASE_BOUND_S = LEASE_S + 10
+LEASE_BOUND_S = LEASE_S + 15
 
 
 def cli(*args: str) -> tuple[int, str]:
