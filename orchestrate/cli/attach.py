@@ -22,7 +22,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    run = Run.attach(args.run_id, out=inv.out, client=inv.client)
+    run = Run.attach(args.run_id, out=inv.out, client=inv.client, verbose=inv.verbose)
     try:
         result = run.follow()
     except KeyboardInterrupt as exc:

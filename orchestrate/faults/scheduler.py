@@ -14,7 +14,7 @@ from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.engine.errors import engine_errors
 from orchestrate.errors import OrchestrateError
 from orchestrate.node.progress import TRIGGERS_FILE
-from orchestrate.outcome.model import FiredFault
+from orchestrate.outcome.model import FaultRecord
 
 # How long a run with @step faults may run with no progress reported before we say so.
 NO_PROGRESS_WARNING_S = 30.0
@@ -36,7 +36,8 @@ class FaultScheduler:
         self.progress_dir = progress_dir
         self.say = say
         self.record = record
-        self.fired: list[FiredFault] = []
+        self.fired: list[FaultRecord] = []
+        self.failed: list[FaultRecord] = []
         self.warned_no_progress = False
 
     @property
@@ -58,18 +59,35 @@ class FaultScheduler:
             try:
                 self.inject(fault)
             except injection_errors() as exc:  # a node that already ended cannot be faulted
-                self.say(f"fault {fault} could not be injected: {str(exc).splitlines()[0][:160]}")
+                reason = f"could not be injected: {str(exc).splitlines()[0][:160]}"
+                self.say(f"fault {fault} {reason}")
                 self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
+                self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
                 continue
             finally:
                 if fault.at_step is not None:
                     mark_fired(self.progress_dir, fault.at_step)
-            fired = FiredFault(str(fault), fault.node, elapsed_s, step)
+            fired = FaultRecord(str(fault), fault.node, True, elapsed_s, step)
             self.fired.append(fired)
             injected.append(fault)
             self.say(f"fault injected: {fired.describe()}")
             self.record("fault", node=fault.node, spec=str(fault), action=fault.action.value, step=step)
         return injected
+
+    def records(self, elapsed_s: float, step: Optional[int], progress_seen: bool) -> list[FaultRecord]:
+        """Every fault asked for: those that fired, then those that did not, with why (the job
+        ending ``elapsed_s`` in, having reached training ``step``)."""
+        unfired = []
+        for fault in self.pending:
+            if fault.at_step is not None and not progress_seen:
+                reason = ("no worker reported a training step (report them with orchestrate.progress.report(step)"
+                          " in the training loop)")
+            elif fault.at_step is not None:
+                reason = f"the workers reached step {step} only, not step {fault.at_step}"
+            else:
+                reason = f"the job ended {elapsed_s:.1f} s in, before t={fault.at_seconds or 0:g} s"
+            unfired.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
+        return [*self.fired, *self.failed, *unfired]
 
     def warn_if_no_progress(self, progress_seen: bool, since_first_worker_s: Optional[float]) -> None:
         """Say once that step faults cannot fire when no worker has reported a step for long."""

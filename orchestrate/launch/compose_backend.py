@@ -56,7 +56,7 @@ class ComposeBackend:
 
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool = True,
                  containers: Optional[dict[str, Any]] = None, plan: Optional[JobPlan] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, verbose: bool = False) -> None:
         self.spec = spec
         self.client = client
         self.out = out
@@ -64,11 +64,13 @@ class ComposeBackend:
         self.containers = dict(containers or {})
         self.plan = plan
         self.clock = clock
+        self.verbose = verbose
         self.supervisor: Optional[Supervisor] = None
 
     @classmethod
-    def for_plan(cls, plan: JobPlan, client: Any, out: IO[str], clock: Callable[[], float]) -> "ComposeBackend":
-        return cls(spec_for(plan), client, out, plan=plan, clock=clock)
+    def for_plan(cls, plan: JobPlan, client: Any, out: IO[str], clock: Callable[[], float],
+                 verbose: bool = False) -> "ComposeBackend":
+        return cls(spec_for(plan), client, out, plan=plan, clock=clock, verbose=verbose)
 
     def say(self, text: str) -> None:
         self.out.write(f"[orchestrate] {text}\n")
@@ -93,11 +95,11 @@ class ComposeBackend:
             lines.append(f"GPU topology seen from node0 (nvidia-smi topo -m):\n{topology}")
         return lines + [f"nodes up in {bring_up_s:.1f} s; torchrun runs on every node"]
 
-    def follow(self) -> RunResult:
-        """Supervise the run to its end."""
+    def follow(self, timeout_s: Optional[float] = None) -> RunResult:
+        """Supervise the run to its end (or ``timeout_s``)."""
         self.supervisor = Supervisor(self.spec, self.client, self.out, active=self.active,
-                                     containers=self.containers, clock=self.clock)
-        return self.supervisor.follow()
+                                     containers=self.containers, clock=self.clock, verbose=self.verbose)
+        return self.supervisor.follow(timeout_s)
 
     def wind_down(self, grace_s: float) -> RunResult:
         """After an interrupt: stop every node (SIGTERM, SIGKILL after ``grace_s``; a second
@@ -118,4 +120,4 @@ class ComposeBackend:
         self.supervisor.close()
         results = [t.result for t in self.supervisor.trackers.values()]
         return RunResult(self.spec.run_id, self.spec.run_dir, results, Timings(),
-                         fired_faults=list(self.supervisor.faults.fired))
+                         faults=list(self.supervisor.faults.fired))

@@ -75,12 +75,16 @@ class Run:
         run_id: The run's id (default: a new one).
         compose_factory: Makes the driver of a Compose project (a fake one in unit tests).
         clock: Monotonic clock.
+        verbose: Show torchrun's own INFO records too (``-v``; the node logs always keep them).
+        timeout_s: The most the job may run once its nodes are up; then every node is stopped
+            and the run fails (None: no limit).
     """
 
     def __init__(self, request: RunRequest, *, out: IO[str] = sys.stdout, client: Any = None,
                  host: Optional[HostFacts] = None, command_line: str = "", run_id: Optional[str] = None,
                  compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, verbose: bool = False,
+                 timeout_s: Optional[float] = None) -> None:
         self.request = request
         self.out = out
         # Detached, the caller's output carries only the run id (RUN=$(python -m orchestrate run -d ...)).
@@ -91,6 +95,8 @@ class Run:
         self.run_id = run_id or new_run_id()
         self.compose_factory = compose_factory
         self.clock = clock
+        self.verbose = verbose
+        self.timeout_s = timeout_s
         self.plan: Optional[JobPlan] = None
         self.backend: Optional[Backend] = None
         self.compose: Optional[ComposeProject] = None
@@ -111,10 +117,10 @@ class Run:
 
     @classmethod
     def attach(cls, run_id: str, *, out: IO[str] = sys.stdout, client: Any = None,
-               clock: Callable[[], float] = time.monotonic) -> "Run":
+               clock: Callable[[], float] = time.monotonic, verbose: bool = False) -> "Run":
         """A run already in the engine (``attach``): :meth:`follow` watches it to its end, and
         acts as its launcher when it is a detached run that nobody else follows."""
-        run = cls(RunRequest(), out=out, client=client, run_id=run_id, clock=clock)
+        run = cls(RunRequest(), out=out, client=client, run_id=run_id, clock=clock, verbose=verbose)
         run.attached = find_run(run.engine(), run_id)
         return run
 
@@ -204,7 +210,7 @@ class Run:
             sbatch = Path(self.request.sbatch).resolve() if self.request.sbatch else None
             return SlurmBackend(plan, self.client, self.out, run_as=plan.config.run_as or "0:0", image=node_image,
                                 sbatch=sbatch, clock=self.clock)
-        return ComposeBackend.for_plan(plan, self.client, self.out, self.clock)
+        return ComposeBackend.for_plan(plan, self.client, self.out, self.clock, self.verbose)
 
     def _bring_up(self) -> None:
         plan, backend = self.plan, self.backend
@@ -304,7 +310,7 @@ class Run:
             return self._follow_attached()
         assert self.backend is not None and self.plan is not None
         with try_lock(self.plan.run_dir / SUPERVISOR_LOCK):  # a later attach then only watches
-            result = self.backend.follow()
+            result = self.backend.follow(self.timeout_s)
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch
         return result
@@ -348,7 +354,8 @@ class Run:
             role = "acting as its launcher" if active else "watching"
             self.say(f"attached to run {run.run_id} ({run.state.value}, {role}); Ctrl-C detaches")
             backend = ComposeBackend(spec, self.client, self.out, active=active,
-                                     containers={n.name: n.container for n in run.nodes}, clock=self.clock)
+                                     containers={n.name: n.container for n in run.nodes}, clock=self.clock,
+                                     verbose=self.verbose)
             try:
                 result = backend.follow()
             except KeyboardInterrupt:

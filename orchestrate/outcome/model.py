@@ -1,6 +1,7 @@
 """How a run ended, as data: every node's result, the recoveries, the timings, and the run's result."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -42,11 +43,16 @@ class Recovery:
         return max(0, self.step_before - self.resumed_from)
 
     def describe(self) -> str:
-        took = "-" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
-        lost = "-" if self.steps_lost is None else str(self.steps_lost)
-        return (f"{self.node} rejoined after {self.cause}: recovery (failure detected to first step"
-                f" after resume) {took}; steps lost {lost} (last step {self.step_before},"
-                f" resumed from {self.resumed_from})")
+        """One line; what is not known (no steps reported, no resume yet) is left out."""
+        parts = [f"{self.node} rejoined after {self.cause}"]
+        if self.recovery_s is not None:
+            parts.append(f"recovery (failure detected to first step after resume) {self.recovery_s:.1f} s")
+        if self.steps_lost is not None:
+            parts.append(f"steps lost {self.steps_lost} (last step {self.step_before}, resumed from"
+                         f" {self.resumed_from})")
+        elif self.step_before is not None:
+            parts.append(f"last step before it {self.step_before}")
+        return "; ".join([": ".join(parts[:2])] + parts[2:]) if len(parts) > 1 else parts[0]
 
 
 @dataclass
@@ -61,17 +67,30 @@ class Timings:
 
 
 @dataclass(frozen=True)
-class FiredFault:
-    """A fault that was injected: ``elapsed_s`` into the job, at training ``step`` (None: no
-    worker had reported one)."""
+class FaultRecord:
+    """A fault that was asked for: when it fired (``elapsed_s`` into the job, at training
+    ``step``, None when no worker had reported one), or why it did not (``reason``)."""
 
     spec: str
     node: str
-    elapsed_s: float
-    step: Optional[int]
+    fired: bool = True
+    elapsed_s: Optional[float] = None
+    step: Optional[int] = None
+    reason: str = ""
+
+    @property
+    def fired_at_s(self) -> Optional[float]:
+        return self.elapsed_s if self.fired else None
+
+    @property
+    def fired_at_step(self) -> Optional[int]:
+        return self.step if self.fired else None
 
     def describe(self) -> str:
-        return f"{self.spec} ({self.elapsed_s:.1f} s into the job, at step {'-' if self.step is None else self.step})"
+        if not self.fired:
+            return f"{self.spec} did not fire: {self.reason}"
+        at = "" if self.step is None else f", at step {self.step}"
+        return f"{self.spec} ({self.elapsed_s or 0.0:.1f} s into the job{at})"
 
 
 @dataclass
@@ -105,7 +124,7 @@ class RunResult:
         run_dir: Its directory of records (logs, events, outcome.json, report.html).
         results: Every node's result, in node-rank order.
         timings: Seconds spent in each phase, and the recoveries.
-        fired_faults: The faults injected, in order.
+        faults: Every fault asked for, in the order they fired, then those that did not.
         interrupted: A signal stopped the run (``signal_number``).
         error: Why the environment failed the run (bring-up, the engine), if it did.
         error_exit_code: The exit code of that error.
@@ -120,7 +139,7 @@ class RunResult:
     run_dir: Path
     results: list[NodeResult]
     timings: Timings
-    fired_faults: list[FiredFault] = field(default_factory=list)
+    faults: list[FaultRecord] = field(default_factory=list)
     interrupted: bool = False
     signal_number: int = 2
     error: str = ""
@@ -131,13 +150,72 @@ class RunResult:
     reported_failure: Optional[Failure] = None
 
     @property
-    def succeeded(self) -> bool:
-        """True only when every node's torchrun exited 0 (under Slurm: the job COMPLETED)."""
+    def job_succeeded(self) -> bool:
+        """Every node's torchrun exited 0 (under Slurm: the job COMPLETED)."""
         if self.interrupted or self.error:
             return False
         if self.slurm is not None:
             return self.slurm.state == "COMPLETED"
         return bool(self.results) and all(r.state is NodePhase.SUCCEEDED for r in self.results)
+
+    @property
+    def succeeded(self) -> bool:
+        """The job succeeded, and every fault asked for happened: a run whose experiment did not
+        happen is not a success, however the job ended."""
+        return self.job_succeeded and not self.unfired_faults
+
+    @property
+    def fired_faults(self) -> list[FaultRecord]:
+        return [f for f in self.faults if f.fired]
+
+    @property
+    def unfired_faults(self) -> list[FaultRecord]:
+        return [f for f in self.faults if not f.fired]
+
+    @property
+    def root_cause(self) -> Optional[Failure]:
+        """The failure that explains the run (its node, rank, exception, traceback), or None."""
+        return self.failure
+
+    @property
+    def recoveries(self) -> list[Recovery]:
+        return self.timings.recoveries
+
+    @property
+    def report(self) -> Path:
+        """The run's report page."""
+        return self.run_dir / "report.html"
+
+    @property
+    def output(self) -> str:
+        """Every line the nodes printed, rank-prefixed (``[node1/rank3] ...``), node by node."""
+        logs = sorted(self.run_dir.glob("node*.log")) or sorted(self.run_dir.glob("slurm-job.log"))
+        return "".join(log.read_text(errors="replace") for log in logs)
+
+    def rank_output(self, rank: int) -> list[str]:
+        """The lines of global rank ``rank``, without their prefix."""
+        return re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", self.output, re.M)
+
+    def __repr__(self) -> str:
+        """What a failed ``assert result.succeeded`` shows: how the run ended and why first, the
+        failing rank's last lines last (pytest keeps a long repr's head and tail)."""
+        if self.succeeded:
+            return f"RunResult({self.run_id}: SUCCEEDED, {len(self.results)} nodes, run_dir={self.run_dir})"
+        why = []
+        if self.interrupted:
+            why.append(f"interrupted by signal {self.signal_number}")
+        if self.error:
+            why.append(self.error)
+        failure = self.failure
+        if failure is not None:
+            why.append(failure.describe())
+        why += [f"fault {f.describe()}" for f in self.unfired_faults]
+        tail = ""
+        if failure is not None:
+            last = (failure.traceback.rstrip().splitlines() if failure.traceback else list(failure.last_lines))[-3:]
+            where = f"{failure.node}/rank{failure.rank}" if failure.rank is not None else failure.node
+            tail = f"; last lines of {where}: " + " | ".join(line.strip() for line in last) if last else ""
+        return f"RunResult({self.run_id}: FAILED (exit code {self.exit_code}): {'; '.join(why)}{tail})"
 
     @property
     def exit_code(self) -> int:

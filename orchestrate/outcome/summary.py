@@ -36,11 +36,17 @@ def format_summary(outcome: RunResult) -> str:
     )
     for recovery in t.recoveries:
         lines.append(f"recovery: {recovery.describe()}")
+    lines += fault_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
     if outcome.succeeded:
         lines.append(f"SUCCEEDED: all {len(outcome.results)} nodes exited 0")
+        return "\n".join(lines)
+    if outcome.job_succeeded:  # the job did, but the experiment asked for did not happen
+        unfired = outcome.unfired_faults
+        lines.append(f"FAILED: all {len(outcome.results)} nodes exited 0, but {len(unfired)} fault(s) asked for"
+                     f" never fired: {', '.join(f.spec for f in unfired)}")
         return "\n".join(lines)
     if outcome.interrupted:
         lines.append(f"INTERRUPTED by {signal.Signals(outcome.signal_number).name}: every node was stopped")
@@ -69,6 +75,11 @@ def format_summary(outcome: RunResult) -> str:
     return "\n".join(lines)
 
 
+def fault_lines(outcome: RunResult) -> list[str]:
+    """The faults asked for that did not fire, with why (those that did are said as they fire)."""
+    return [f"fault not fired: {f.describe()}" for f in outcome.unfired_faults]
+
+
 # Slurm node states that explain a failed job.
 _SLURM_TROUBLE = ("DOWN", "FAIL", "DRAIN", "NOT_RESPONDING")
 
@@ -90,6 +101,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
     lines.append(f"bring-up {bring_up:.1f} s | job {outcome.timings.job_s:.1f} s")
     for fired in outcome.fired_faults:
         lines.append(f"fault injected: {fired.describe()}")
+    lines += fault_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")

@@ -229,8 +229,9 @@ class SlurmBackend:
             log_file.write(line + "\n")
         self.out.flush()
 
-    def follow(self) -> RunResult:
-        """Submit the job and follow it to its end in Slurm's state; judge it."""
+    def follow(self, timeout_s: Optional[float] = None) -> RunResult:
+        """Submit the job and follow it to its end in Slurm's state (cancelled after
+        ``timeout_s``); judge it."""
         self.job_id = self.submit()
         self.say(f"sbatch submitted job {self.job_id}")
         slurm = SlurmJob(self.job_id)
@@ -251,6 +252,11 @@ class SlurmBackend:
                         self.follow_output(job["BatchHost"], job["StdOut"])
                         following = True
                     self.drain_output(log_file)
+                    if timeout_s is not None and self.clock() - started > timeout_s and not result.error:
+                        self.say(f"the job did not end within its time limit of {timeout_s:g} s: cancelling it")
+                        exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
+                        result.error = f"timed out: the job did not end within {timeout_s:g} s"
+                        result.error_exit_code = 1
                     if job.get("JobState") in FINAL_JOB_STATES:
                         time.sleep(1.0)  # the last lines of the file
                         self.drain_output(log_file, ended=True)
@@ -262,7 +268,7 @@ class SlurmBackend:
                     time.sleep(0.5)
         finally:
             result.timings.job_s = self.clock() - started
-            result.fired_faults = list(self.faults.fired)
+            result.faults = self.faults.records(result.timings.job_s, self.progress.max_step, self.progress.seen)
         slurm.nodes = self.node_records()
         if not result.succeeded:
             result.reported_failure = self.root_cause(slurm)
@@ -271,7 +277,7 @@ class SlurmBackend:
     def partial_result(self) -> RunResult:
         """What is known of a job that was interrupted."""
         return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=SlurmJob(self.job_id),
-                         fired_faults=list(self.faults.fired))
+                         faults=list(self.faults.fired))
 
     def wind_down(self, grace_s: float) -> RunResult:
         """After an interrupt: cancel the job (Slurm sends its tasks SIGTERM, then SIGKILL after

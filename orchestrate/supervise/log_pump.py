@@ -23,17 +23,21 @@ from orchestrate.supervise.worker_lines import OutputLine
 log = logging.getLogger(__name__)
 
 _TIMESTAMPED = re.compile(rb"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?(.*)$", re.S)
+# torchrun's own INFO records ("I1123 01:03:22.761000 16858 .../api.py:890] ..."): its
+# rendezvous rounds. The node logs keep them; the console shows them with -v only.
+_AGENT_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 
 
 class LogPump:
     """Streams node logs into ``inbox`` and shows the lines taken out of it."""
 
     def __init__(self, inbox: "queue.Queue[Message]", out: IO[str], width: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, verbose: bool = False) -> None:
         self.inbox = inbox
         self.out = out
         self.width = width
         self.clock = clock
+        self.verbose = verbose
 
     def follow(self, tracker: NodeTracker, since: Optional[float] = None) -> list[OutputLine]:
         """Start a new stream of the node's log (from the start, or ``since`` an engine time);
@@ -59,7 +63,8 @@ class LogPump:
 
     def show(self, lines: list[OutputLine]) -> list[OutputLine]:
         for line in lines:
-            self.out.write(line.render(self.width) + "\n")
+            if self.verbose or line.local_rank is not None or not _AGENT_INFO.match(line.text):
+                self.out.write(line.render(self.width) + "\n")
         self.out.flush()
         return lines
 

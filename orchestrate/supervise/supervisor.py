@@ -66,7 +66,8 @@ class Supervisor:
     """Follows one run to its end; see the module docstring."""
 
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool,
-                 containers: dict[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
+                 containers: dict[str, Any], clock: Callable[[], float] = time.monotonic,
+                 verbose: bool = False) -> None:
         self.spec = spec
         self.client = client
         self.out = out
@@ -80,7 +81,7 @@ class Supervisor:
             for n in spec.nodes
         }
         width = max(len(f"{n.name}/rank{max(n.global_ranks, default=9)}") for n in spec.nodes) + 1
-        self.logs = LogPump(self.inbox, out, width, clock)
+        self.logs = LogPump(self.inbox, out, width, clock, verbose)
         self.engine_events = EngineEvents(client, spec.run_id, set(self.trackers), self.inbox, clock)
         self.progress = ProgressWatch(spec.run_dir / PROGRESS_SUBDIR, self.record)
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
@@ -119,8 +120,9 @@ class Supervisor:
 
     # The loop ----------------------------------------------------------------------------
 
-    def follow(self) -> RunResult:
-        """Follow the run until every node has ended; return how it ended.
+    def follow(self, timeout_s: Optional[float] = None) -> RunResult:
+        """Follow the run until every node has ended (or ``timeout_s`` has passed: every node
+        is then stopped, and the run fails, saying so); return how it ended.
 
         KeyboardInterrupt propagates, with the sources still open: the caller decides whether
         that stops the run (:meth:`wind_down`, the foreground launcher) or only detaches
@@ -132,12 +134,17 @@ class Supervisor:
             self.logs.follow(tracker)
         self.faults.announce()
         try:
-            self.loop()
+            self.loop(until=None if timeout_s is None else self.clock() + timeout_s)
         except KeyboardInterrupt:
             raise
         except BaseException:
             self.close()
             raise
+        if self.live:  # the time limit, not the job, ended it
+            self.say(f"the run did not end within its time limit of {timeout_s:g} s: stopping every node")
+            result = self.wind_down(self.spec.stop_grace_s)
+            result.error, result.error_exit_code = f"timed out: the job did not end within {timeout_s:g} s", 1
+            return result
         self.close()
         return self.result()
 
@@ -196,6 +203,7 @@ class Supervisor:
             tracker.move(NodePhase.STARTING)
             tracker.exit_code = state.get("ExitCode")
             tracker.exited_at = self.clock()
+            self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection")
             tracker.result.note_oom(in_state=bool(state.get("OOMKilled")))
 
     def tick(self) -> None:
@@ -372,5 +380,5 @@ class Supervisor:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
         trackers = list(self.trackers.values())
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
-        return RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
-                         fired_faults=list(self.faults.fired))
+        faults = self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen)
+        return RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings, faults=faults)

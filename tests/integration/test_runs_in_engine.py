@@ -157,10 +157,14 @@ def test_a_step_fault_in_a_script_that_reports_no_steps_is_announced(docker_clie
         project = "ddp-" + wait_for(lines, r"run (\S+): bringing up", seen).group(1)
         wait_for(lines, r"kill:node1@step=5: fires when a worker reports that step through"
                         r" orchestrate.progress.report\(step\)", seen)
-        assert proc.wait(timeout=120) == 0  # the job ends normally; the fault never fires
+        # the job ends normally, but the fault asked for never fires: not a success
+        assert proc.wait(timeout=120) == 1
         while not lines.empty():
             seen.append(lines.get())
         assert not [line for line in seen if "fault injected" in line]
+        output = "".join(seen)
+        assert "fault not fired: kill:node1@step=5 did not fire: no worker reported a training step" in output
+        assert "FAILED: all 2 nodes exited 0, but 1 fault(s) asked for never fired: kill:node1@step=5" in output
     finally:
         if proc.poll() is None:
             proc.kill()

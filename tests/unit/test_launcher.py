@@ -318,11 +318,21 @@ def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make
     warned = lambda: "no worker has reported a training step" in job.out.getvalue()  # noqa: E731
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_when=warned)],
                            node1=[Script(["[1|0]:working"], after=["[1|0]:done"], after_when=warned)])
-    assert outcome.succeeded
     assert "kill:node1@step=5: fires when a worker reports that step" in text
     assert ("no worker has reported a training step in 0 s: kill:node1@step=5 cannot fire;"
             " report steps with orchestrate.progress.report(step)") in text
     assert "fault injected" not in text
+    # Every node exited 0, but the experiment asked for did not happen: not a success.
+    assert outcome.job_succeeded and not outcome.succeeded and outcome.exit_code == 1
+    [fault] = outcome.faults
+    assert (fault.spec, fault.fired, fault.fired_at_step) == ("kill:node1@step=5", False, None)
+    assert fault.reason.startswith("no worker reported a training step")
+    summary = format_summary(outcome)
+    assert "fault not fired: kill:node1@step=5 did not fire: no worker reported a training step" in summary
+    assert "FAILED: all 2 nodes exited 0, but 1 fault(s) asked for never fired: kill:node1@step=5" in summary
+    record = json.loads((job.run_dir / "outcome.json").read_text())
+    assert record["exit_code"] == 1 and record["faults"][0]["fired"] is False
+    assert record["faults"][0]["not_fired_because"].startswith("no worker reported a training step")
 
 
 def test_a_failed_bring_up_is_exit_2_recorded_and_leaves_nothing(make_run):

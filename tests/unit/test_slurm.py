@@ -12,7 +12,7 @@ import pytest
 
 from orchestrate.cli.main import main
 from orchestrate.outcome.judge import Failure
-from orchestrate.outcome.model import FiredFault, RunResult, SlurmJob, Timings
+from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings
 from orchestrate.outcome.summary import format_slurm_summary
 from orchestrate.slurm.backend import JobLines
 from orchestrate.slurm.cluster import CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle, slurm_conf
@@ -178,7 +178,7 @@ def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(t
     cause = Failure("node0", 0, None, "RuntimeError: Connection closed by peer [10.0.0.3]:6576", (),
                     traceback="Traceback (most recent call last):\n  File x\nRuntimeError: Connection closed by peer")
     outcome = RunResult("r1", tmp_path, [], Timings(), reported_failure=cause,
-                        fired_faults=[FiredFault("kill:node1@step=3", "node1", 9.1, 3)],
+                        faults=[FaultRecord("kill:node1@step=3", "node1", True, 9.1, 3)],
                         slurm=SlurmJob("3", job={"JobState": "NODE_FAIL", "Reason": "NodeDown"},
                                        nodes={"node1": {"State": "DOWN", "Reason": "Not responding"}},
                                        workers_collateral=True))

@@ -1,0 +1,97 @@
+"""``ddp_cluster``: run a job across simulated nodes from a test, and get its result.
+
+The object the fixture yields. Each run goes through the library's :class:`~orchestrate.launch.run.Run`,
+exactly as ``python -m orchestrate run`` does, and returns its
+:class:`~orchestrate.outcome.model.RunResult`. Nothing outlives the test: every run is torn down
+at its end, or, with ``--ddp-keep``, kept only when the test failed (for a look), saying how to
+remove it.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import IO, Any, Iterable, Mapping, Optional
+
+from orchestrate.config.request import RunRequest
+from orchestrate.engine.client import connect
+from orchestrate.engine.runs import find_run, remove_run
+from orchestrate.errors import UsageError
+from orchestrate.launch.run import Run
+from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.summary import format_summary
+
+
+class DdpCluster:
+    """Runs jobs across simulated nodes for one test.
+
+    Args:
+        workdir: The default work directory: the directory of the test file that asks.
+        runs_dir: Where each run gets its directory of records.
+        image: The node image every run uses unless it names one (``--ddp-image``).
+        keep_failed: ``--ddp-keep``: keep the nodes of a failing test's runs for a look.
+        out: Where the runs' lines go (default: the standard output of the moment, which
+            pytest captures and shows for a failing test).
+    """
+
+    def __init__(self, workdir: Path, runs_dir: Path, *, image: Optional[str] = None, keep_failed: bool = False,
+                 out: Optional[IO[str]] = None) -> None:
+        self.workdir = workdir
+        self.runs_dir = runs_dir
+        self.image = image
+        self.keep_failed = keep_failed
+        self.out = out
+        self.results: list[RunResult] = []
+
+    def run(self, target: str, *args: str, nodes: int = 2, nproc_per_node: int = 1,
+            workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None, faults: Iterable[Any] = (),
+            rdzv: str = "static", timeout: Optional[float] = 600, **run_options: Any) -> RunResult:
+        """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
+        with its arguments, or ``"-m", "module"``) and return how it ended.
+
+        Every other option of ``run`` is a keyword, as on the command line (``cpu=True``,
+        ``requirements="requirements.txt"``, ``link="1gbe"``, ``memory_per_node="2g"``).
+        ``timeout`` is the most the job may run once its nodes are up (None: no limit).
+
+        Raises:
+            UsageError: For a bad option (a test that asks the impossible should fail loudly).
+            KeyboardInterrupt: When the test session is interrupted (the run is torn down first).
+        """
+        options: dict[str, Any] = {"nodes": nodes, "nproc_per_node": nproc_per_node, "rdzv": rdzv,
+                                   "workdir": Path(workdir) if workdir is not None else self.workdir,
+                                   "env": dict(env or {}), "faults": list(faults), "runs_dir": self.runs_dir,
+                                   **run_options}
+        if self.image and "image" not in run_options:
+            options["image"] = self.image
+        if self.keep_failed:
+            options["keep"] = True  # removed at the test's end unless it failed
+        if options.get("detach"):
+            raise UsageError("ddp_cluster.run follows a run to its end: detach is not for tests")
+        request = RunRequest.from_options((target, *args), **options)
+        words = [repr(a) for a in (target, *args)] + [f"{k}={v!r}" for k, v in run_options.items()]
+        run = Run(request, out=self.out or sys.stdout, command_line=f"ddp_cluster.run({', '.join(words)})",
+                  timeout_s=timeout)
+        result = run.run()
+        self.results.append(result)
+        print(format_summary(result), file=self.out or sys.stdout, flush=True)  # shown when the test fails
+        if result.interrupted:  # the session was interrupted: stop it, as pytest would
+            raise KeyboardInterrupt
+        return result
+
+    def finish(self, test_failed: bool) -> list[str]:
+        """At the test's end: remove the runs kept with ``--ddp-keep`` unless the test failed;
+        return what was kept, one line each."""
+        kept = [r for r in self.results if self.keep_failed and not r.interrupted]
+        if not kept:
+            return []
+        if test_failed:
+            return [f"kept run {r.run_id} for a look (its page: {r.report}); remove it with:"
+                    f" python -m orchestrate down {r.run_id}" for r in kept]
+        client = connect()
+        for result in kept:
+            try:
+                remove_run(client, find_run(client, result.run_id))
+            except UsageError:  # already gone
+                pass
+        return []
+
+

@@ -1,0 +1,49 @@
+"""The pytest plugin (registered through the ``pytest11`` entry point, so installing the package
+is enough): the ``ddp_cluster`` fixture and its options.
+
+::
+
+    def test_trains_on_two_nodes(ddp_cluster):
+        result = ddp_cluster.run("train.py", "--epochs", "1", nodes=2, nproc_per_node=2, cpu=True)
+        assert result.succeeded          # a failure shows the root cause and the rank's last lines
+        assert "replicas identical" in result.output
+
+Options: ``--ddp-image IMAGE`` (every run's node image), ``--ddp-keep`` (keep a failing test's
+nodes for a look). Runs get unique projects, so tests may run at once under pytest-xdist.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from orchestrate.testing.cluster import DdpCluster
+
+
+def pytest_addoption(parser: Any) -> None:
+    group = parser.getgroup("ddp-compose", "multi-node DDP runs (the ddp_cluster fixture)")
+    group.addoption("--ddp-image", default=None, metavar="IMAGE",
+                    help="node image of every ddp_cluster run (default: ddp-compose-node:latest)")
+    group.addoption("--ddp-keep", action="store_true",
+                    help="keep the nodes of a failing test's runs for a look (they are removed when it passes)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+    """Let the fixture know whether its test failed (for --ddp-keep)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.ddp_test_failed = report.failed
+
+
+@pytest.fixture
+def ddp_cluster(request: Any, tmp_path: Any, capsys: Any) -> Iterator[DdpCluster]:
+    """Runs jobs across simulated nodes; see :class:`orchestrate.testing.cluster.DdpCluster`.
+    The work directory defaults to the directory of the test file."""
+    cluster = DdpCluster(request.path.parent, tmp_path / "runs", image=request.config.getoption("--ddp-image"),
+                         keep_failed=request.config.getoption("--ddp-keep"))
+    yield cluster
+    for line in cluster.finish(getattr(request.node, "ddp_test_failed", True)):
+        with capsys.disabled():
+            print(f"\n[ddp-compose] {line}")
