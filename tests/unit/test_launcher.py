@@ -246,7 +246,7 @@ def test_ctrl_c_stops_every_node_and_tears_down(make_run, monkeypatch):
 
     job = make_run(nodes=2)
 
-    def interrupted(self):
+    def interrupted(self, timeout_s=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(supervise.Supervisor, "follow", interrupted)
