@@ -71,6 +71,7 @@ class FakeEventStream:
             event = self.events.get()
             if event is None:
                 return
+            time.sleep(self.engine.events_lag_s)
             delivered += 1
             yield event
 
@@ -384,6 +385,7 @@ class FakeDockerClient:
         self.gpus: tuple[str, ...] = ()
         self.failures: dict[str, BaseException] = {}
         self.events_break_after: Optional[int] = None
+        self.events_lag_s = 0.0  # each event reaches its reader this late (a busy engine)
         self.build_output: list[dict] = []
         self.import_fails_after: Optional[int] = None
         self.containers = _Collection(self, "containers_by_name")
@@ -408,7 +410,8 @@ class FakeDockerClient:
         return self.command_outputs.get((node, cmd[0])) or self.command_outputs.get(cmd[0]) or (0, b"")
 
     def emit(self, container: FakeContainer, action: str, **attributes: str) -> None:
-        event = {"Type": "container", "Action": action, "time": int(time.time()),
+        now_ns = time.time_ns()
+        event = {"Type": "container", "Action": action, "time": now_ns // 10**9, "timeNano": now_ns,
                  "Actor": {"ID": container.id, "Attributes": {**container.labels, "name": container.name,
                                                                **attributes}}}
         for stream in list(self.subscribers):

@@ -43,6 +43,9 @@ class NodeTracker:
         exited_at: Monotonic time the engine said its container died (None while it runs).
         exit_code: That exit code.
         first_started: Engine time of the container's first start seen.
+        latest_start: Engine time of its latest start taken in (from its ``start`` event or an
+            inspection): a ``die`` event from before it belongs to a run of the container
+            that is over (a restart's), however late the event stream brings it.
         last_log_stamp: Engine time of the last log line read (a broken stream resumes there).
     """
 
@@ -55,6 +58,7 @@ class NodeTracker:
     exited_at: Optional[float] = None
     exit_code: Optional[int] = None
     first_started: Optional[float] = None
+    latest_start: Optional[float] = None
     last_log_stamp: Optional[float] = None
 
     @property

@@ -50,11 +50,18 @@ class EngineEvents:
                 attrs = (event.get("Actor") or {}).get("Attributes") or {}
                 node = attrs.get(COMPOSE_SERVICE_LABEL, "")
                 if node in self.nodes:
-                    self.inbox.put(EngineEvent(node, event.get("Action", ""), attrs, float(event.get("time", 0)),
-                                               self.clock()))
+                    self.inbox.put(EngineEvent(node, event.get("Action", ""), attrs, event_time(event), self.clock()))
         except engine_errors() as exc:  # the engine went away, or the stream broke off
             if not self.closed.is_set():
                 self.inbox.put(EventsEnded(describe(exc), self.clock()))
             return
         if not self.closed.is_set():  # the engine closed the stream itself (a daemon restart)
             self.inbox.put(EventsEnded("the engine closed the stream", self.clock()))
+
+
+def event_time(event: dict) -> float:
+    """An engine event's time in epoch seconds, to the nanosecond where the engine gives it (a
+    restart's ``die`` and ``start`` fall in the same second)."""
+    if event.get("timeNano"):
+        return int(event["timeNano"]) / 1e9
+    return float(event.get("time", 0))

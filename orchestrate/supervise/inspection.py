@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.errors import EngineLostError
 from orchestrate.supervise.api import NodeTracker
@@ -33,6 +34,7 @@ class Seen:
     exit_code: Optional[int] = None
     oom_killed: bool = False
     detail: str = ""
+    started_at: Optional[float] = None
 
     @property
     def ended(self) -> bool:
@@ -82,7 +84,8 @@ class Inspector:
             state = tracker.container.attrs.get("State", {})
             status = tracker.container.status
             code = state.get("ExitCode") if status in ("exited", "dead") else None
-            seen.append(Seen(tracker.name, status, code, bool(state.get("OOMKilled"))))
+            seen.append(Seen(tracker.name, status, code, bool(state.get("OOMKilled")),
+                             started_at=engine_time(state.get("StartedAt", ""))))
         if self.silent_since is not None:
             self.say(f"the engine answers again after {now - self.silent_since:.0f} s")
             self.silent_since = None

@@ -270,10 +270,13 @@ class Supervisor:
             # created when we began following has had no log stream worth the name yet.
             restarted = tracker.phase is NodePhase.RESTARTING
             tracker.move(NodePhase.STARTING)
+            if event.stamp:
+                tracker.latest_start = max(tracker.latest_start or 0.0, event.stamp)
             if restarted or not tracker.log_open:
                 self.on_lines(tracker, self.logs.follow(tracker, since=event.stamp or None), event.at)
         elif (event.action == "die" and tracker.phase is not NodePhase.RESTARTING and not tracker.phase.final
-              and tracker.exited_at is None):  # an inspection may have seen the exit first
+              and tracker.exited_at is None  # an inspection may have seen the exit first
+              and not (tracker.latest_start and event.stamp and event.stamp < tracker.latest_start)):
             code = event.attrs.get("exitCode")
             self.on_exit(tracker, int(code) if code not in (None, "") else None, event.at)
 
@@ -285,7 +288,8 @@ class Supervisor:
                 tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({seen.detail})"
             self.on_exit(tracker, seen.exit_code, self.clock(), via="inspection")
         elif seen.status == "running" and tracker.phase is NodePhase.RESTARTING:
-            tracker.move(NodePhase.STARTING)  # its start event was missed
+            tracker.move(NodePhase.STARTING)  # its start event is late, or was missed
+            tracker.latest_start = seen.started_at
             self.on_lines(tracker, self.logs.follow(tracker, since=tracker.last_log_stamp), self.clock())
         elif seen.status in ("running", "paused") and not tracker.log_open and tracker.exited_at is None:
             # its log stream broke off (the engine's connection dropped): go on where it stopped

@@ -108,6 +108,22 @@ def test_a_preempted_node_of_an_elastic_job_rejoins(make_run):
     assert "node1 died (injected fault preempt:node1); restarting every node" in job.out.getvalue()
 
 
+def test_a_restart_seen_by_inspection_before_its_late_die_event_is_one_restart(make_run, monkeypatch):
+    # Inspections find the restarted containers running before the engine's event stream
+    # brings the restart's own "die": that old death must not count as a new one.
+    monkeypatch.setattr("orchestrate.supervise.inspection.INSPECT_EVERY_S", 0.05)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"])
+    client = engine(FakeDockerClient(),
+                    node0=[Script(["[0|0]:step"], hang=True), Script(["[0|0]:resumed", "[0|0]:done"], delay_s=1.0)],
+                    node1=[Script(["[1|0]:step"], hang=True), Script(["[1|0]:back", "[1|0]:done"], delay_s=1.0)])
+    client.events_lag_s = 0.2
+    job.client = client
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    assert [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
+    assert [c[1][-7:-2] for c in client.calls if c[0] == "restart"] == ["node0", "node1"]
+
+
 # A launcher that always ends ----------------------------------------------------------------------
 
 def test_a_broken_event_stream_is_said_and_the_nodes_are_followed_by_inspection(make_run):
