@@ -3,6 +3,7 @@
 Commands:
     run     run a torchrun job across N simulated nodes (--detach: leave it running)
     plan    print the plan of a run (same as ``run --dry-run``)
+    chaos   a resilience check: the job undisturbed, then with faults drawn from a seed; a verdict
     ps      list runs (alias: list)
     logs    print a run's output (-f: follow it)
     attach  follow a run to its end and print its summary
@@ -24,7 +25,7 @@ import logging
 import sys
 from typing import IO, Any, Optional, Sequence
 
-from orchestrate.cli import attach, bench, down, export, fault, image, logs, prune, ps, report, run, stop
+from orchestrate.cli import attach, bench, chaos, down, export, fault, image, logs, prune, ps, report, run, stop
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
 from orchestrate.cli.signals import interrupt_exit_code
@@ -32,7 +33,7 @@ from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 
 # In the order ``--help`` lists them.
-COMMANDS = (run, ps, logs, attach, stop, down, prune, bench, fault, export, report, image)
+COMMANDS = (run, chaos, ps, logs, attach, stop, down, prune, bench, fault, export, report, image)
 
 
 def build_parser() -> OneLineParser:

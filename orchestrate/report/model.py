@@ -66,7 +66,17 @@ class ReportModel:
     logs: list[str] = field(default_factory=list)
     bench: Optional[dict] = None
     bench_png: Optional[bytes] = None
+    chaos: Optional[dict] = None
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
+
+    def step_times(self) -> dict[int, list[tuple[float, float]]]:
+        """Per rank: (time, seconds since its previous step), for the steps that follow one; a
+        straggler's steps take longer than its peers'."""
+        times = {}
+        for rank, series in self.progress.items():
+            times[rank] = [(t, t - t_before) for (t_before, s_before, _), (t, s, _) in zip(series, series[1:])
+                           if s == s_before + 1]
+        return {rank: points for rank, points in times.items() if points}
 
     def lane(self, key: str) -> Lane:
         return next(lane for lane in self.lanes if lane.key == key)
@@ -89,6 +99,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "events": read_events(run_dir),
         "progress": ProgressReader(run_dir / PROGRESS_SUBDIR).poll(),
         "bench": _load_json(run_dir / "bench.json"),
+        "chaos": _load_json(run_dir / "chaos.json"),
         "bench_png": png.read_bytes() if png.is_file() else None,
         "logs": sorted(p.name for p in run_dir.glob("*.log")),
     }
@@ -127,7 +138,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
     progress = records.get("progress") or []
     model = ReportModel(run_id=run.get("run_id") or records.get("run_id", ""), command=run.get("command", ""),
                         image=run.get("image", ""), logs=list(records.get("logs") or []),
-                        bench=records.get("bench"), bench_png=records.get("bench_png"))
+                        bench=records.get("bench"), bench_png=records.get("bench_png"), chaos=records.get("chaos"))
     nodes = run.get("nodes") or []
     for node in nodes:
         ranks = node.get("global_ranks") or []

@@ -171,6 +171,65 @@ def progress_svg(model: ReportModel) -> str:
     return _svg(fig, titles, {})
 
 
+# Points drawn per rank in the step-times chart (each the slowest step of its stretch).
+STEP_TIME_POINTS = 60
+
+
+def step_times_svg(model: ReportModel) -> str:
+    """Seconds per training step against time, one line per rank."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    titles: dict[str, str] = {}
+    series = sorted(model.step_times().items())
+    for rank, points in series:
+        shown = slowest_per_bin(points, STEP_TIME_POINTS)
+        (line,) = ax.plot([t for t, _ in shown], [d for _, d in shown], marker="." if len(series) <= 8 else None,
+                          markersize=3, linewidth=1, label=f"rank {rank}")
+        gid = f"step-time-rank{rank}"
+        line.set_gid(gid)
+        titles[gid] = (f"rank {rank}: median {sorted(d for _, d in points)[len(points) // 2]:.3f} s a step,"
+                       f" slowest {max(d for _, d in points):.3f} s")
+    for marker in model.markers:
+        if marker.kind in ("fault", "restart", "resumed"):
+            ax.axvline(marker.time, color=MARKER_STYLES[marker.kind][1], linestyle=":", linewidth=1)
+    ax.set_xlim(0, max(model.end, 1.0) * 1.02)
+    ax.set_xlabel("seconds since the run began")
+    ax.set_ylabel("seconds per step")
+    if len(series) <= 16:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _svg(fig, titles, {})
+
+
+def slowest_per_bin(points: list[tuple[float, float]], most: int) -> list[tuple[float, float]]:
+    """At most ``most`` points: the slowest step of each run of consecutive points, so that a
+    long run's chart stays small and a slow step still shows."""
+    if len(points) <= most:
+        return points
+    size = -(-len(points) // most)
+    return [max(points[i:i + size], key=lambda p: p[1]) for i in range(0, len(points), size)]
+
+
+def chaos_section(chaos: dict) -> list[str]:
+    """The chaos check's schedule and verdict."""
+    esc = html.escape
+    verdict = "holds" if chaos.get("holds") else "does not hold"
+    parts = ["<h2>Chaos check</h2>",
+             f'<p id="chaos-verdict" class="outcome {"succeeded" if chaos.get("holds") else "failed"}">'
+             f"The verdict {verdict} (seed {esc(str(chaos.get('seed')))}; undisturbed run"
+             f" {esc(str(chaos.get('reference_run')))})</p>",
+             _table(("fault", "fired", "at", "at step", "why not"),
+                    [(r["fault"], r["fired"], r["at"], r["at_step"], r["why_not"]) for r in chaos.get("schedule", [])],
+                    "chaos-schedule")]
+    if chaos.get("comparisons"):
+        parts.append(_table(("file", "kind", "equal", "largest difference", "where", "problem"),
+                            [(c["path"], c["kind"], c["equal"], c.get("max_difference"), c.get("where", ""),
+                              c.get("problem", "")) for c in chaos["comparisons"]], "chaos-comparisons"))
+    if chaos.get("failures"):
+        parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in chaos["failures"]) + "</ul>")
+    return parts
+
+
 def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str = "") -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -218,6 +277,11 @@ def render_html(model: ReportModel) -> str:
             "recoveries")]
     if model.progress:
         parts += ["<h2>Progress</h2>", f'<div id="progress">{progress_svg(model)}</div>']
+    if model.step_times():
+        parts += ["<h2>Step times</h2>", "<p>Seconds each rank took per training step: a straggler stands out.</p>",
+                  f'<div id="step-times">{step_times_svg(model)}</div>']
+    if model.chaos:
+        parts += chaos_section(model.chaos)
     parts.append("<h2>The ending</h2>")
     failure = model.failure
     if failure:

@@ -1,0 +1,68 @@
+"""``chaos``: a resilience check with a verdict. The job undisturbed, then the same job with
+faults drawn from a seed; exit 0 when it survived them and ended where the undisturbed run
+ended, 1 when not (naming what failed), 2 for bad input."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from orchestrate.chaos.check import ChaosCheck
+from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
+from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import add_options, argparse_type, request_from_args
+from orchestrate.cli.signals import install_teardown_signals
+from orchestrate.config.options import JOB_HELP_ORDER, NODE_OPTIONS, OPTIONS_BY_DEST, non_negative_int, positive_int
+
+# chaos draws the faults, runs on Compose and always elastic: those options are not its to take.
+NOT_CHAOS = ("faults", "scheduler", "sbatch", "rdzv")
+
+
+def non_negative_float(text: str) -> float:
+    from orchestrate.errors import UsageError
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise UsageError(f"expected a number of 0 or more, e.g. 1e-6, got {text!r}")
+    return value
+
+
+def add_parsers(sub: Any) -> None:
+    chaos = sub.add_parser(
+        "chaos", help="a resilience check with a verdict: the job undisturbed, then with faults drawn from a seed",
+        description="Run the job undisturbed, then the same job (both with the elastic c10d rendezvous, each from"
+                    " its own copy of the work directory) with N faults drawn from a seed: at training steps when"
+                    " the workers report them, else at times spread over the undisturbed run. The verdict holds"
+                    " when the job completed, every fault fired, and every --compare file matches the undisturbed"
+                    " run's (tensors with torch.load, exactly or within --rtol; other files byte for byte).",
+        epilog="usage example: python -m orchestrate chaos --nodes 2 --faults 2 --seed 7 --compare final.pt --"
+               " train.py --epochs 2 --save final.pt")
+    add_options(chaos, [OPTIONS_BY_DEST[d] for d in JOB_HELP_ORDER if d not in NOT_CHAOS])
+    add_options(chaos.add_argument_group("the user's environment, dependencies and node sizes"), NODE_OPTIONS)
+    check = chaos.add_argument_group("the check")
+    check.add_argument("--faults", dest="fault_count", type=argparse_type(positive_int, "--faults"), default=1,
+                       metavar="N", help="faults to inject into the second run (default: 1)")
+    check.add_argument("--seed", type=argparse_type(non_negative_int, "--seed"), default=0,
+                       help="the seed the schedule is drawn from; the same seed gives the same schedule (default: 0)")
+    check.add_argument("--kinds", type=argparse_type(parse_kinds, "--kinds"), default=DEFAULT_KINDS,
+                       metavar="KIND[,KIND...]",
+                       help="fault kinds to draw from, e.g. kill,restart,preempt,disconnect (default: kill,restart,"
+                            "preempt: those an elastic job is meant to survive)")
+    check.add_argument("--compare", action="append", default=[], metavar="PATH",
+                       help="a file both runs write (relative to the work directory) that must match (repeatable)")
+    check.add_argument("--rtol", type=argparse_type(non_negative_float, "--rtol"), default=0.0, metavar="X",
+                       help="relative tolerance of tensor comparisons (default: 0, exactly equal)")
+    chaos.set_defaults(handler=command)
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    request = request_from_args(args, inv.target)
+    install_teardown_signals()
+    check = ChaosCheck(request, faults=args.fault_count, seed=args.seed, kinds=tuple(args.kinds),
+                       compare=tuple(args.compare), rtol=args.rtol, out=inv.out, client=inv.client,
+                       command_line=inv.command_line, verbose=inv.verbose)
+    verdict = check.run()
+    inv.out.write(verdict.format() + "\n")
+    return verdict.exit_code
