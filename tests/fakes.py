@@ -96,13 +96,16 @@ class FakeContainer:
         self.changed = threading.Condition()
         self.killed = threading.Event()
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
+        self.resources: dict[str, Any] = {"cpu_period": service.get("cpu_period", 0),
+                                          "cpu_quota": service.get("cpu_quota", 0)}
 
     @property
     def attrs(self) -> dict:
         return {
             "Created": self.created,
             "Config": {"Image": self.service.get("image", ""), "Labels": self.labels},
-            "HostConfig": {"Memory": self.service.get("mem_limit", 0)},
+            "HostConfig": {"Memory": self.service.get("mem_limit", 0), "CpuPeriod": self.resources["cpu_period"],
+                           "CpuQuota": self.resources["cpu_quota"]},
             "State": {"Status": self.status, "Running": self.status in ("running", "paused"),
                       "Paused": self.status == "paused", "ExitCode": self.exit_code,
                       "OOMKilled": self.oom_killed, "StartedAt": self.started, "FinishedAt": self.finished},
@@ -202,6 +205,17 @@ class FakeContainer:
         self.client.calls.append(("unpause", self.name))
         self.status = "running"
 
+    def update(self, **resources: Any) -> dict:
+        """``docker update``: the CPU quota (``cpu_period``, ``cpu_quota``; -1 lifts it)."""
+        self.client.calls.append(("update", self.name, tuple(sorted(resources.items()))))
+        self.client.maybe_fail("update")
+        if self.status not in ("running", "paused", "created"):
+            import docker.errors
+
+            raise docker.errors.APIError(f"Cannot update container {self.name}: it is not running")
+        self.resources.update(resources)
+        return {"Warnings": None}
+
     def restart(self, timeout: int = 10) -> None:
         self.client.calls.append(("restart", self.name))
         if self.status in ("running", "paused"):
@@ -250,6 +264,11 @@ class FakeNetwork:
     def disconnect(self, container: FakeContainer, force: bool = False) -> None:
         self.client.calls.append(("disconnect", container.name, self.name))
         container.networks.pop(self.name, None)
+
+    def connect(self, container: FakeContainer, aliases: Optional[list] = None) -> None:
+        self.client.calls.append(("connect", container.name, self.name, tuple(aliases or ())))
+        self.client.maybe_fail("connect")
+        container.networks[self.name] = {"Aliases": list(aliases or [])}
 
     def remove(self) -> None:
         self.client.calls.append(("network.remove", self.name))

@@ -68,7 +68,7 @@ class ChaosCheck:
     def run(self) -> ChaosVerdict:
         """Both runs and the verdict. An interrupt stops at once (KeyboardInterrupt, with the
         run already torn down)."""
-        Run(self.request.replace(rdzv="c10d"), out=self.out).check()  # bad input before any copy or run
+        config = Run(self.request.replace(rdzv="c10d"), out=self.out).check()  # bad input before any copy or run
         base = Path(self.request.runs_dir).resolve() / f"chaos-{new_run_id()}"
         undisturbed, with_faults = self.copies(base)
         elastic = self.request.replace(rdzv="c10d", runs_dir=base / "runs",
@@ -79,8 +79,10 @@ class ChaosCheck:
             return ChaosVerdict(self.seed, reference, None, [], rtol=self.rtol)
         facts = Reference(last_step(reference), reference.timings.job_s)
         nodes = [node_name(i) for i in range(self.request.nodes)]
-        schedule = draw_schedule(self.seed, self.count, self.kinds, nodes, facts)
-        at = f"steps 2..{facts.last_step - 1}" if facts.last_step is not None else f"{facts.job_s:.0f} s of the job"
+        schedule = draw_schedule(self.seed, self.count, self.kinds, nodes, facts,
+                                 world_size=config.nodes * config.nproc_per_node)
+        at = (f"steps 2..{facts.last_step - 1}" if facts.last_step is not None and any(f.at_step for f in schedule)
+              else f"{facts.job_s:.0f} s of the job")
         self.say(f"run 2 of 2: the same job with {self.count} fault(s) drawn from seed {self.seed} over {at}:"
                  f" {' '.join(str(f) for f in schedule)}")
         disturbed = self.one_run(elastic.replace(workdir=with_faults, faults=schedule))

@@ -16,6 +16,8 @@ from orchestrate.errors import UsageError
 
 # The kinds an elastic job is meant to survive: a node that dies, reboots or is taken back.
 DEFAULT_KINDS = (FaultAction.KILL, FaultAction.RESTART, FaultAction.PREEMPT)
+# How long a drawn fault that lasts (a pause, a straggler, a hung rank) lasts at most.
+LASTING_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -46,38 +48,43 @@ def parse_kinds(text: str) -> tuple[FaultAction, ...]:
 
 
 def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: list[str],
-                  reference: Reference) -> tuple[FaultSpec, ...]:
-    """``count`` faults from ``seed``: at steps of ``reference`` when it reported steps (never
-    its first or last), else at times within its job's duration (never its first or last tenth).
+                  reference: Reference, world_size: Optional[int] = None) -> tuple[FaultSpec, ...]:
+    """``count`` faults from ``seed``, one in each of ``count`` equal stretches: at a step of
+    ``reference`` when it reported steps (never its first or last), else at a time within its
+    job's duration (never its first or last tenth). Node faults aim at one of ``nodes``, rank
+    faults at one of ``world_size`` ranks. A fault that lasts falls at a time (no step comes
+    while a node or a rank hangs) and ends within its stretch, after at most
+    :data:`LASTING_S`.
 
     Raises:
         UsageError: When the reference leaves no room for ``count`` faults.
     """
     rng = random.Random(seed)
-    if reference.last_step is not None:
-        low, high = 2, reference.last_step - 1
-        if high - low + 1 < count:
-            raise UsageError(f"the undisturbed run reached step {reference.last_step}: no room for {count}"
-                             " faults at distinct steps; ask for fewer, or train longer")
-        points = _spread(rng, low, high, count, integer=True)
-        return tuple(FaultSpec(rng.choice(kinds), rng.choice(nodes), at_step=int(p)) for p in points)
-    low, high = reference.job_s * 0.1, reference.job_s * 0.9
-    if high - low < count:
+    low_s, high_s = reference.job_s * 0.1, reference.job_s * 0.9
+    by_steps = reference.last_step is not None and not all(k.lasting for k in kinds)
+    if by_steps and reference.last_step - 2 < count:
+        raise UsageError(f"the undisturbed run reached step {reference.last_step}: no room for {count}"
+                         " faults at distinct steps; ask for fewer, or train longer")
+    if not by_steps and high_s - low_s < count:
         raise UsageError(f"the undisturbed run's job took {reference.job_s:.1f} s: too short for {count} faults"
                          " spread over it; ask for fewer, or report steps with orchestrate.progress.report(step)")
-    points = _spread(rng, low, high, count, integer=False)
-    return tuple(FaultSpec(rng.choice(kinds), rng.choice(nodes), at_seconds=round(p, 1)) for p in points)
-
-
-def _spread(rng: random.Random, low: float, high: float, count: int, *, integer: bool) -> list[float]:
-    """One point drawn in each of ``count`` equal stretches of [low, high]."""
-    width = (high - low + (1 if integer else 0)) / count
-    points = []
+    width_s = (high_s - low_s) / count
+    schedule = []
     for i in range(count):
-        start = low + i * width
-        if integer:
-            lo, hi = int(start), max(int(start), int(start + width) - 1)
-            points.append(rng.randint(lo, hi))
-        else:
-            points.append(rng.uniform(start, start + width))
-    return points
+        kind = rng.choice(kinds)
+        target = {"rank": rng.randrange(world_size or len(nodes))} if kind.on_rank else {"node": rng.choice(nodes)}
+        if by_steps and not kind.lasting:
+            first, last = _stretch(2, reference.last_step - 1, count, i)
+            schedule.append(FaultSpec(kind, at_step=rng.randint(first, last), **target))
+            continue
+        start = rng.uniform(low_s + i * width_s, low_s + (i + 0.5 if kind.lasting else i + 1) * width_s)
+        until = round(start + min(LASTING_S, width_s / 2), 1) if kind.lasting else None
+        schedule.append(FaultSpec(kind, at_seconds=round(start, 1), until_seconds=until, **target))
+    return tuple(schedule)
+
+
+def _stretch(low: int, high: int, count: int, index: int) -> tuple[int, int]:
+    """The steps of stretch ``index`` of ``count`` equal stretches of [low, high]."""
+    width = (high - low + 1) / count
+    first = low + int(index * width)
+    return first, max(first, low + int((index + 1) * width) - 1)

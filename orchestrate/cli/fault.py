@@ -1,44 +1,109 @@
-"""``fault RUN SPEC...``: inject faults now into a run that is already going."""
+"""``fault RUN SPEC...``: inject faults now into a run that is already going; a fault given an
+end (``slow:node1,cpus=0.2@t=0..30``) is held that long, then undone (Ctrl-C undoes it at once)."""
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
-from orchestrate.config.fault_spec import FaultAction, parse_fault
-from orchestrate.engine.runs import LIVE_STATUSES, list_runs
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, parse_fault
+from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.engine.runs import LIVE_STATUSES, RunInfo, find_run
 from orchestrate.errors import EngineError, UsageError
-from orchestrate.faults.inject import inject
+from orchestrate.faults.inject import inject, undo
+from orchestrate.faults.ranks import signal_rank
+
+RANK_SIGNALS = {FaultAction.KILL_RANK: "SIGKILL", FaultAction.HANG_RANK: "SIGSTOP"}
 
 
 def add_parsers(sub: Any) -> None:
-    fault = sub.add_parser("fault", help="inject faults into a run that is already going",
-                           description="Kill, pause, cut off or restart nodes of a running run, now. The run id is"
-                                       " printed when the run starts (and names its runs/ directory).",
-                           epilog="usage example: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1")
-    fault.add_argument("run_id", metavar="RUN_ID", help="the run to inject into")
+    fault = sub.add_parser(
+        "fault", help="inject faults into a run that is already going",
+        description="Do faults to nodes or workers of a running run, now: kill, pause, disconnect, restart or"
+                    " preempt a node, slow it (cpus=F) or degrade its link (rate=R), kill or hang one rank. A"
+                    " fault given an end (@t=START..END) is held for END-START seconds, then undone. The run id"
+                    " is printed when the run starts (and names its runs/ directory).",
+        epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
+               " python -m orchestrate fault 20261121-093012 slow:node1,cpus=0.2@t=0..30")
+    fault.add_argument("run_id", metavar="RUN_ID", help="the run to inject into (its id, as `ps` lists it)")
     fault.add_argument("specs", nargs="+", type=argparse_type(parse_fault, "--fault"), metavar="SPEC",
-                       help="ACTION:NODE (kill, pause, disconnect, restart, preempt); triggers are ignored")
+                       help="KIND:TARGET[,KEY=VALUE] as --fault takes it (see `run --help`); a start is ignored, an"
+                            " end is held from now")
     fault.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
+    for spec in args.specs:
+        if spec.until_step is not None:
+            raise UsageError(f"{spec}: an end at a step needs the run's launcher (give it to run --fault); here"
+                             " give an end in seconds, e.g. @t=0..30")
+    client = inv.engine()
+    run = find_run(client, args.run_id)
+    done: list[tuple[FaultSpec, str]] = []
+    for spec in args.specs:
+        node = inject_now(client, run, spec)
+        inv.out.write(f"injected {spec.action.value} into {node if spec.rank is None else f'rank {spec.rank} on {node}'}"
+                      f" of run {run.run_id}\n")
+        inv.out.flush()
+        done.append((spec, node))
+    lasting = [(spec, node) for spec, node in done if spec.has_end]
+    if lasting:
+        hold(inv, client, run, lasting)
+    return 0
+
+
+def inject_now(client: Any, run: RunInfo, spec: FaultSpec) -> str:
+    """Do one fault now; return the node it landed on."""
     import docker.errors
 
-    client = inv.engine()
-    runs = list_runs(client, args.run_id)
-    for spec in args.specs:
-        nodes = [n for run in runs for n in run.nodes if n.name == spec.node and n.status in LIVE_STATUSES]
-        if len(nodes) != 1:
-            raise UsageError(f"no running {spec.node} in run {args.run_id} (see `python -m orchestrate ps`)")
-        try:
-            if spec.action is FaultAction.PREEMPT:  # SIGTERM, then SIGKILL after the run's grace
-                nodes[0].container.stop(timeout=int(round(runs[0].stop_grace_s)))
-            else:
-                inject(client, runs[0].project, nodes[0].container, spec.action)
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot {spec.action.value} {spec.node} of run {args.run_id}:"
-                              f" {exc.explanation or exc}") from None
-        inv.out.write(f"injected {spec.action.value} into {spec.node} of run {args.run_id}\n")
-    return 0
+    live = {n.name: n.container for n in run.nodes if n.status in LIVE_STATUSES}
+    if spec.rank is not None:
+        return signal_rank(client, live, spec.rank, RANK_SIGNALS[spec.action])
+    if spec.node not in live:
+        raise UsageError(f"no running {spec.node} in run {run.run_id} (see `python -m orchestrate ps`)")
+    try:
+        if spec.action is FaultAction.PREEMPT:  # SIGTERM, then SIGKILL after the run's grace
+            live[spec.node].stop(timeout=int(round(run.stop_grace_s)))
+        else:
+            inject(client, run.project, live[spec.node], spec)
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot {spec.action.value} {spec.node} of run {run.run_id}:"
+                          f" {exc.explanation or exc}") from None
+    return spec.node
+
+
+def hold(inv: Invocation, client: Any, run: RunInfo, lasting: list[tuple[FaultSpec, str]]) -> None:
+    """Keep the faults with an end for their duration (from now), then undo them; an interrupt
+    undoes them at once (and is raised on)."""
+    started = time.monotonic()
+    ends = sorted(((spec.until_seconds if spec.until_seconds is not None else 0.0) - (spec.at_seconds or 0.0),
+                   index) for index, (spec, _) in enumerate(lasting))
+    inv.out.write(f"holding {', '.join(str(s) for s, _ in lasting)} for up to {ends[-1][0]:g} s;"
+                  " Ctrl-C ends them now\n")
+    inv.out.flush()
+    try:
+        for duration, index in ends:
+            time.sleep(max(0.0, started + duration - time.monotonic()))
+            end_one(inv, client, run, *lasting[index])
+            lasting[index] = (lasting[index][0], "")
+    finally:  # an interrupt, or an error: what is still held is undone
+        for spec, node in lasting:
+            if node:
+                end_one(inv, client, run, spec, node)
+
+
+def end_one(inv: Invocation, client: Any, run: RunInfo, spec: FaultSpec, node: str) -> None:
+    live = {n.name: n.container for n in run.nodes}
+    try:
+        if spec.rank is not None:
+            signal_rank(client, {node: live[node]}, spec.rank, "SIGCONT")
+        else:
+            undo(client, run.project, live[node], spec, node=node, cpus_per_node=run.cpus_per_node, link=run.link)
+    except (*engine_errors(), EngineError) as exc:
+        inv.out.write(f"could not end {spec} on {node}: {describe(exc) if not isinstance(exc, EngineError) else exc}\n")
+        return
+    inv.out.write(f"ended {spec} on {node} of run {run.run_id}\n")
+    inv.out.flush()
+

@@ -1,9 +1,20 @@
-"""Faults as a user asks for them (pure): kill, pause, cut off, restart or preempt a node, at a
-time or at a training step.
+"""Faults as a user asks for them (pure): what happens to a node or to one worker, when, and
+for how long. Doing them is :mod:`orchestrate.faults`.
 
-A fault is written ``ACTION:NODE[@t=SECONDS|@step=N]``, e.g. ``kill:node1@step=20`` or
-``pause:node1@t=15``; without a trigger it fires as soon as the job starts. Doing them is
-:mod:`orchestrate.faults`.
+A fault is written ``KIND:TARGET[,KEY=VALUE...][@t=S[..E]|@step=N[..M]]``:
+
+- node faults aim at a node (``node1``): ``kill``, ``pause``, ``disconnect``, ``restart``,
+  ``preempt``, ``slow`` (``cpus=F``: its CPU quota cut, a straggler) and ``degrade``
+  (``rate=R``: its link rate drops);
+- rank faults aim at a global rank (``3``): ``kill-rank`` (the worker process dies while its
+  node lives) and ``hang-rank`` (the worker is stopped: the classic hung collective).
+
+Without a trigger a fault fires as soon as the job starts. The faults that last
+(``pause``, ``disconnect``, ``slow``, ``degrade``, ``hang-rank``) may be given an end:
+``slow:node1,cpus=0.2@t=5..20`` is a straggler from 5 s to 20 s into the job,
+``degrade:node0,rate=10mbit@step=10..20`` degrades its link from step 10 until a worker
+reports step 20. (An end at a step is refused where no step can come while the fault lasts:
+a paused or cut-off node, a hung rank.)
 """
 from __future__ import annotations
 
@@ -12,42 +23,113 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
+from orchestrate.config.link import format_rate, parse_rate
 from orchestrate.errors import UsageError
 
-USAGE = "usage: ACTION:NODE[@t=SECONDS|@step=N], e.g. kill:node1@step=20 or pause:node1@t=15"
+USAGE = ("usage: KIND:TARGET[,KEY=VALUE][@t=SECONDS[..END]|@step=N[..END]], e.g. kill:node1@step=20,"
+         " slow:node1,cpus=0.2@t=5..20, degrade:node0,rate=10mbit, hang-rank:1@t=10")
+_NUMBER = r"\d+(?:\.\d+)?"
 _SPEC = re.compile(
-    r"^(?P<action>[a-z]+):(?P<node>node\d+)"
-    r"(?:@(?:t=(?P<seconds>\d+(?:\.\d+)?)s?|step=(?P<step>\d+)))?$"
+    r"^(?P<kind>[a-z][a-z-]*):(?P<target>[a-z]*\d+)(?P<options>(?:,[a-z]+=[^,@]*)*)"
+    rf"(?:@(?:t=(?P<seconds>{_NUMBER})s?(?:\.\.(?P<until_seconds>{_NUMBER})s?)?"
+    r"|step=(?P<step>\d+)(?:\.\.(?P<until_step>\d+))?))?$"
 )
+# A straggler's CPU quota unless ``cpus=`` says otherwise, and a degraded link's rate.
+DEFAULT_SLOW_CPUS = 0.25
+DEFAULT_DEGRADED_RATE = "10mbit"
 
 
 class FaultAction(str, Enum):
-    """What a fault does to a node's container."""
+    """What a fault does."""
 
-    KILL = "kill"  # SIGKILL every process: a node that dies
-    PAUSE = "pause"  # freeze every process: a node that hangs
-    DISCONNECT = "disconnect"  # take it off the project network: a node that is cut off
-    RESTART = "restart"  # kill and start the container again: a node that reboots
+    KILL = "kill"  # SIGKILL every process of a node: a node that dies
+    PAUSE = "pause"  # freeze every process of a node: a node that hangs
+    DISCONNECT = "disconnect"  # take a node off the project network: a node that is cut off
+    RESTART = "restart"  # kill and start a node's container again: a node that reboots
     PREEMPT = "preempt"  # SIGTERM, then SIGKILL after the stop grace: a node its cluster takes back
+    SLOW = "slow"  # cut a node's CPU quota: a straggler
+    DEGRADE = "degrade"  # drop a node's link rate: a link that degrades
+    KILL_RANK = "kill-rank"  # SIGKILL one worker process: a worker that dies on a healthy node
+    HANG_RANK = "hang-rank"  # SIGSTOP one worker process: a worker that hangs in a collective
+
+    @property
+    def on_rank(self) -> bool:
+        """Aimed at a global rank, not a node."""
+        return self in (FaultAction.KILL_RANK, FaultAction.HANG_RANK)
+
+    @property
+    def lasting(self) -> bool:
+        """It lasts until undone, so it may be given an end."""
+        return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.SLOW, FaultAction.DEGRADE,
+                        FaultAction.HANG_RANK)
+
+    @property
+    def stops_progress(self) -> bool:
+        """While it lasts no rank gets past its next collective, so no later step is reported."""
+        return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.HANG_RANK)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The ``,KEY=VALUE`` options it takes."""
+        return {FaultAction.SLOW: ("cpus",), FaultAction.DEGRADE: ("rate",)}.get(self, ())
 
 
 @dataclass(frozen=True)
 class FaultSpec:
-    """One fault to inject."""
+    """One fault to inject.
+
+    Attributes:
+        action: What it does.
+        node: The node it aims at (node faults; "" for rank faults).
+        at_seconds: When it fires, in seconds into the job (None: at once, or at a step).
+        at_step: The training step at which it fires.
+        rank: The global rank it aims at (rank faults).
+        until_seconds: When it ends, in seconds into the job (lasting faults).
+        until_step: The training step at which it ends.
+        cpus: A slowed node's CPU quota, in CPUs.
+        rate_bits: A degraded link's rate, in bits per second.
+    """
 
     action: FaultAction
-    node: str
+    node: str = ""
     at_seconds: Optional[float] = None
     at_step: Optional[int] = None
+    rank: Optional[int] = None
+    until_seconds: Optional[float] = None
+    until_step: Optional[int] = None
+    cpus: Optional[float] = None
+    rate_bits: Optional[int] = None
+
+    @property
+    def target(self) -> str:
+        return str(self.rank) if self.action.on_rank else self.node
+
+    @property
+    def has_end(self) -> bool:
+        return self.until_seconds is not None or self.until_step is not None
 
     def __str__(self) -> str:
+        options = ""
+        if self.action is FaultAction.SLOW:
+            options = f",cpus={self.slow_cpus:g}"
+        elif self.action is FaultAction.DEGRADE:
+            options = f",rate={format_rate(self.degraded_rate_bits)}"
         if self.at_step is not None:
-            trigger = f"@step={self.at_step}"
-        elif self.at_seconds:
-            trigger = f"@t={self.at_seconds:g}"
+            trigger = f"@step={self.at_step}" + (f"..{self.until_step}" if self.until_step is not None else "")
+        elif self.at_seconds or self.until_seconds is not None:
+            trigger = f"@t={self.at_seconds or 0:g}" + (
+                f"..{self.until_seconds:g}" if self.until_seconds is not None else "")
         else:
             trigger = ""
-        return f"{self.action.value}:{self.node}{trigger}"
+        return f"{self.action.value}:{self.target}{options}{trigger}"
+
+    @property
+    def slow_cpus(self) -> float:
+        return self.cpus if self.cpus is not None else DEFAULT_SLOW_CPUS
+
+    @property
+    def degraded_rate_bits(self) -> int:
+        return self.rate_bits if self.rate_bits is not None else parse_rate(DEFAULT_DEGRADED_RATE, "rate")
 
     def due(self, elapsed_s: float, step: Optional[int]) -> bool:
         """Whether the fault should fire, ``elapsed_s`` into the job at training ``step``."""
@@ -55,31 +137,90 @@ class FaultSpec:
             return step is not None and step >= self.at_step
         return elapsed_s >= (self.at_seconds or 0.0)
 
+    def end_due(self, elapsed_s: float, step: Optional[int]) -> bool:
+        """Whether a fault with an end that fired should be undone now."""
+        if self.until_step is not None:
+            return step is not None and step >= self.until_step
+        return self.until_seconds is not None and elapsed_s >= self.until_seconds
+
 
 def parse_fault(text: str) -> FaultSpec:
     """Parse one ``--fault`` value.
 
     Raises:
-        UsageError: Quoting the value and the usage.
+        UsageError: Quoting the value and what is wrong with it.
     """
     match = _SPEC.match(text.strip())
     if not match:
         raise UsageError(f"invalid --fault {text!r}: {USAGE}")
     try:
-        action = FaultAction(match.group("action"))
+        action = FaultAction(match["kind"])
     except ValueError:
         choices = ", ".join(a.value for a in FaultAction)
-        raise UsageError(f"invalid --fault {text!r}: action must be one of {choices}") from None
-    seconds, step = match.group("seconds"), match.group("step")
-    return FaultSpec(action, match.group("node"),
-                     float(seconds) if seconds is not None else None,
-                     int(step) if step is not None else None)
+        raise UsageError(f"invalid --fault {text!r}: the kind must be one of {choices}") from None
+    node, rank = _target(text, action, match["target"])
+    options = _options(text, action, match["options"])
+    seconds, until_seconds = _number(match["seconds"]), _number(match["until_seconds"])
+    step, until_step = _integer(match["step"]), _integer(match["until_step"])
+    if (until_seconds is not None or until_step is not None) and not action.lasting:
+        lasting = ", ".join(a.value for a in FaultAction if a.lasting)
+        raise UsageError(f"invalid --fault {text!r}: {action.value} has no end (only {lasting} last)")
+    if until_seconds is not None and until_seconds <= (seconds or 0.0):
+        raise UsageError(f"invalid --fault {text!r}: the end must come after the start")
+    if until_step is not None and until_step <= (step or 0):
+        raise UsageError(f"invalid --fault {text!r}: the end must come after the start")
+    if until_step is not None and action.stops_progress:
+        raise UsageError(f"invalid --fault {text!r}: while {action.value} lasts no step is reported, so an end at a"
+                         " step never comes; give it in seconds, e.g. @t=5..20")
+    return FaultSpec(action, node, seconds, step, rank, until_seconds, until_step, **options)
 
 
-def check_fault_nodes(faults: list[FaultSpec], node_names: list[str]) -> None:
-    """Refuse faults aimed at nodes the run does not have."""
+def _target(text: str, action: FaultAction, target: str) -> tuple[str, Optional[int]]:
+    if action.on_rank:
+        if not target.isdigit():
+            raise UsageError(f"invalid --fault {text!r}: {action.value} aims at a global rank, e.g."
+                             f" {action.value}:1")
+        return "", int(target)
+    if not re.fullmatch(r"node\d+", target):
+        raise UsageError(f"invalid --fault {text!r}: {action.value} aims at a node, e.g. {action.value}:node1")
+    return target, None
+
+
+def _options(text: str, action: FaultAction, written: str) -> dict:
+    options: dict = {}
+    for part in filter(None, written.split(",")):
+        key, _, value = part.partition("=")
+        if key not in action.options or key in options:
+            takes = f"takes {', '.join(k + '=' for k in action.options)}" if action.options else "takes no options"
+            raise UsageError(f"invalid --fault {text!r}: {action.value} {takes}")
+        options[key] = value
+    if "cpus" in options:
+        cpus = _number(options["cpus"]) if re.fullmatch(_NUMBER, options["cpus"]) else None
+        if cpus is None or not 0.01 <= cpus:
+            raise UsageError(f"invalid --fault {text!r}: cpus must be a number of CPUs of 0.01 or more, e.g. 0.2")
+        options["cpus"] = cpus
+    if "rate" in options:
+        options["rate_bits"] = parse_rate(options.pop("rate"), f"--fault {text!r}: rate")
+    if action is FaultAction.SLOW:
+        options.setdefault("cpus", DEFAULT_SLOW_CPUS)
+    if action is FaultAction.DEGRADE:
+        options.setdefault("rate_bits", parse_rate(DEFAULT_DEGRADED_RATE, "rate"))
+    return options
+
+
+def _number(text: Optional[str]) -> Optional[float]:
+    return float(text) if text is not None else None
+
+
+def _integer(text: Optional[str]) -> Optional[int]:
+    return int(text) if text is not None else None
+
+
+def check_fault_targets(faults: list[FaultSpec], node_names: list[str], world_size: int) -> None:
+    """Refuse faults aimed at nodes or ranks the run does not have."""
     for fault in faults:
-        if fault.node not in node_names:
+        if fault.action.on_rank:
+            if fault.rank is not None and fault.rank >= world_size:
+                raise UsageError(f"--fault {fault}: no rank {fault.rank} in this run (ranks 0-{world_size - 1})")
+        elif fault.node not in node_names:
             raise UsageError(f"--fault {fault}: no {fault.node} in this run (nodes: {', '.join(node_names)})")
-
-

@@ -82,11 +82,9 @@ def parse_link(text: str) -> LinkSpec:
         fields[key] = value.strip()
     if not fields:
         raise UsageError(f"invalid --link {text!r}: {USAGE}")
-    rate = delay = loss = None
+    rate_bits = delay = loss = None
     if "rate" in fields:
-        rate = _RATE.match(fields["rate"])
-        if not rate or float(rate["n"]) <= 0:
-            raise UsageError(f"invalid --link rate {fields['rate']!r}: expected e.g. 100mbit, 1gbit, 10gbit")
+        rate_bits = parse_rate(fields["rate"], "--link rate")
     if "delay" in fields:
         delay = _DELAY.match(fields["delay"])
         if not delay:
@@ -96,10 +94,22 @@ def parse_link(text: str) -> LinkSpec:
         if not loss or float(loss["n"]) >= 100:
             raise UsageError(f"invalid --link loss {fields['loss']!r}: expected a percentage below 100, e.g. 0.1%")
     return LinkSpec(
-        rate_bits=int(float(rate["n"]) * _RATE_UNITS[rate["unit"].lower()]) if rate else None,
+        rate_bits=rate_bits,
         delay_ms=float(delay["n"]) * _DELAY_UNITS[delay["unit"]] if delay else 0.0,
         loss_pct=float(loss["n"]) if loss else 0.0,
     )
+
+
+def parse_rate(text: str, option: str) -> int:
+    """A rate such as ``100mbit`` or ``1gbit``, in bits per second.
+
+    Raises:
+        UsageError: Naming ``option``.
+    """
+    rate = _RATE.match(text.strip())
+    if not rate or float(rate["n"]) <= 0:
+        raise UsageError(f"invalid {option} {text!r}: expected e.g. 100mbit, 1gbit, 10gbit")
+    return int(float(rate["n"]) * _RATE_UNITS[rate["unit"].lower()])
 
 
 def tbf_burst_bytes(rate_bits: int) -> int:

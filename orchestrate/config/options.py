@@ -192,9 +192,13 @@ RUN_OPTIONS = (
     Option("stop_grace", "--stop-grace", "seconds the workers get between SIGTERM and SIGKILL when the run is"
            " stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: 10)",
            non_negative_seconds, metavar="SECONDS"),
-    Option("faults", "--fault", "inject a fault: ACTION:NODE[@t=SECONDS|@step=N] with ACTION kill (node dies),"
-           " pause (node hangs), disconnect (node cut off the network), restart, or preempt (SIGTERM, then"
-           " SIGKILL after --stop-grace, as a cluster preempts); e.g. kill:node1@step=20; repeatable",
+    Option("faults", "--fault", "inject a fault: KIND:TARGET[,KEY=VALUE][@t=S[..END]|@step=N[..END]]. Node faults"
+           " (TARGET nodeN): kill (dies), pause (hangs), disconnect (cut off the network), restart (reboots),"
+           " preempt (SIGTERM, then SIGKILL after --stop-grace), slow[,cpus=F] (a straggler: CPU quota cut to F,"
+           " default 0.25), degrade[,rate=R] (its link drops to R, default 10mbit). Rank faults (TARGET a global"
+           " rank): kill-rank (the worker dies, its node lives), hang-rank (the worker is stopped). pause,"
+           " disconnect, slow, degrade and hang-rank may end (..END). A fault that never fires fails the run."
+           " e.g. kill:node1@step=20, slow:node1,cpus=0.2@t=5..20, hang-rank:3@t=10; repeatable",
            parse_fault, metavar="SPEC", repeat=True),
 )
 

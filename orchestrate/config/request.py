@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.run_config import (
@@ -115,6 +115,15 @@ class RunRequest:
         if not self.cpu and (self.gpus_per_node or 0) > 0:
             raise UsageError("the simulated Slurm cluster runs CPU/Gloo nodes: use --cpu (export --to slurm writes"
                              " #SBATCH --gpus-per-node for a real cluster)")
+        for fault in self.faults:
+            if fault.action not in SLURM_FAULTS or fault.has_end:
+                raise UsageError(f"--fault {fault}: under --scheduler slurm a fault is one of"
+                                 f" {', '.join(a.value for a in SLURM_FAULTS)}, without an end")
+
+
+# The faults a Slurm node can suffer: those Slurm itself sees (a node down, hung, cut off).
+SLURM_FAULTS = (FaultAction.KILL, FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.RESTART,
+                FaultAction.PREEMPT)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.config.fault_spec import FaultSpec, check_fault_nodes
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.user_env import check_name
 from orchestrate.errors import UsageError
@@ -153,8 +153,9 @@ class RunConfig:
             raise UsageError(f"the launcher's lease must be positive, got {self.lease_timeout_s:g} s")
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
             raise UsageError(f"--collective-timeout must be positive, got {self.collective_timeout_s}")
-        check_fault_nodes(list(self.faults), [f"node{i}" for i in range(self.nodes)])
         self._check_rendezvous()
+        most_nodes = self.nodes if self.max_nodes is None else max(self.nodes, self.max_nodes)
+        check_fault_targets(list(self.faults), [f"node{i}" for i in range(self.nodes)], most_nodes * self.nproc_per_node)
         if not self.image:
             raise UsageError("--image must not be empty")
         workdir = Path(self.workdir)
@@ -183,6 +184,12 @@ class RunConfig:
             if not Path(path).is_file():
                 raise UsageError(f"{option} file {str(path)!r} not found")
             object.__setattr__(self, option.strip("-"), Path(path).resolve())
+
+    @property
+    def shapes_links(self) -> bool:
+        """Whether the nodes' links are shaped: at start (``--link``) or by a ``degrade`` fault,
+        which needs NET_ADMIN in the nodes."""
+        return self.link is not None or any(f.action is FaultAction.DEGRADE for f in self.faults)
 
     @property
     def elastic(self) -> bool:

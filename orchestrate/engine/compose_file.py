@@ -9,6 +9,7 @@ from typing import Any
 
 from orchestrate.engine.labels import node_labels
 from orchestrate.plan.layout import (
+    CPU_PERIOD_US,
     NETWORK,
     PROJECT_MOUNT_DIR,
     RUN_DIR_MOUNT,
@@ -70,12 +71,18 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
         # Shaping the link needs root and NET_ADMIN, in shaped runs only; the node supervisor
         # shapes, then starts torchrun as the user.
         service["user"] = "0:0"
-        service["cap_add"] = ["NET_ADMIN"]
     elif cfg.run_as:
         # The invoking user's uid:gid, so that what the workers write is theirs on the host.
         service["user"] = cfg.run_as
+    if cfg.shapes_links:
+        # A degrade fault shapes the link from outside (an exec as root): the workers, as the
+        # user, hold no capability of it.
+        service["cap_add"] = ["NET_ADMIN"]
     if cfg.cpus_per_node:
-        service["cpus"] = cfg.cpus_per_node
+        # As a quota, not `cpus`: a slow fault changes the quota at run time, which the engine
+        # refuses for a container created with `cpus` (NanoCpus).
+        service["cpu_period"] = CPU_PERIOD_US
+        service["cpu_quota"] = int(round(cfg.cpus_per_node * CPU_PERIOD_US))
     if cfg.memory_per_node:
         service["mem_limit"] = cfg.memory_per_node
         service["memswap_limit"] = cfg.memory_per_node  # no swap: past the limit a node is OOM-killed

@@ -55,6 +55,10 @@ CREATED_LABEL = "io.ddp-compose.created"
 
 COMMAND_LABEL = "io.ddp-compose.command"
 STOP_GRACE_LABEL = "io.ddp-compose.stop-grace"
+# The --link the nodes were shaped to ("" unshaped): what a degrade fault's end gives back.
+LINK_LABEL = "io.ddp-compose.link"
+# The --cpus-per-node of the nodes ("" unlimited): what a slow fault's end gives back.
+CPUS_LABEL = "io.ddp-compose.cpus-per-node"
 
 
 def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
@@ -75,6 +79,8 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         CREATED_LABEL: plan.created,
         COMMAND_LABEL: plan.command_line,
         STOP_GRACE_LABEL: f"{cfg.stop_grace_s:g}",
+        LINK_LABEL: str(cfg.link or ""),
+        CPUS_LABEL: f"{cfg.cpus_per_node:g}" if cfg.cpus_per_node else "",
     }
 
 

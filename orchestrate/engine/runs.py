@@ -16,15 +16,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
+from orchestrate.config.link import LinkSpec, parse_link
 from orchestrate.engine.labels import (
     COMMAND_LABEL,
     COMPOSE_PROJECT_LABEL,
     COMPOSE_SERVICE_LABEL,
     CONTROLLER_ROLE,
+    CPUS_LABEL,
     CREATED_LABEL,
     DETACHED_LABEL,
     GPUS_LABEL,
     LAUNCHER_LABEL,
+    LINK_LABEL,
     MAX_RESTARTS_LABEL,
     NODE_RANK_LABEL,
     NODES_LABEL,
@@ -120,6 +123,18 @@ class RunInfo:
     @property
     def stop_grace_s(self) -> float:
         return float(self.labels.get(STOP_GRACE_LABEL, "10") or 10)
+
+    @property
+    def cpus_per_node(self) -> Optional[float]:
+        """The ``--cpus-per-node`` of its nodes (None: unlimited)."""
+        text = self.labels.get(CPUS_LABEL, "")
+        return float(text) if text else None
+
+    @property
+    def link(self) -> Optional[LinkSpec]:
+        """The ``--link`` its nodes were shaped to (None: unshaped)."""
+        text = self.labels.get(LINK_LABEL, "")
+        return parse_link(text) if text else None
 
     @property
     def created(self) -> Optional[datetime]:

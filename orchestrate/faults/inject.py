@@ -1,42 +1,88 @@
-"""Doing a fault to a node's container, and probing a node that stopped answering."""
+"""Doing a fault to a node's container and undoing it at its end, and probing a node that
+stopped answering. Faults aimed at one worker are :mod:`orchestrate.faults.ranks`."""
 from __future__ import annotations
 
 import logging
-
-log = logging.getLogger(__name__)
-
 import re
 from typing import Any, Optional
 
-from orchestrate.config.fault_spec import FaultAction
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.config.link import LinkSpec, format_rate, tbf_burst_bytes, tc_commands
+from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
+from orchestrate.errors import EngineError
+from orchestrate.plan.layout import CPU_PERIOD_US, NODE_INTERFACE
+
+log = logging.getLogger(__name__)
 
 
-def inject(client: Any, project: str, container: Any, action: FaultAction) -> None:
-    """Do ``action`` to a node's container in Compose project ``project`` (whose network a
-    disconnect needs).
+def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
+    """Do ``fault`` (a node fault) to a node's container in Compose project ``project``
+    (whose network a disconnect needs).
 
     Raises:
         docker.errors.DockerException: When the engine refuses (the node already ended).
         NodeLookupError: When the project's network cannot be found.
+        EngineError: When the node's link cannot be shaped.
     """
-    network = project_network(client, project) if action is FaultAction.DISCONNECT else None
-    apply_fault(client, container, action, network)
-
-
-def apply_fault(client: Any, container: Any, action: FaultAction, network: Any = None) -> None:
-    """Do ``action`` to a node's container."""
+    action = fault.action
     if action is FaultAction.KILL:
         container.kill()
     elif action is FaultAction.PAUSE:
         container.pause()
     elif action is FaultAction.DISCONNECT:
-        network.disconnect(container, force=True)
+        project_network(client, project).disconnect(container, force=True)
     elif action is FaultAction.RESTART:
         container.restart(timeout=0)
     elif action is FaultAction.PREEMPT:  # its SIGKILL, after the stop grace, is the caller's to send
         container.kill(signal="SIGTERM")
+    elif action is FaultAction.SLOW:
+        container.update(cpu_period=CPU_PERIOD_US, cpu_quota=int(round(fault.slow_cpus * CPU_PERIOD_US)))
+    elif action is FaultAction.DEGRADE:
+        rate = fault.degraded_rate_bits
+        shape(client, container, [["tc", "qdisc", "replace", "dev", NODE_INTERFACE, "root", "tbf", "rate",
+                                   format_rate(rate), "burst", str(tbf_burst_bytes(rate)), "latency", "100ms"]])
+    else:
+        raise ValueError(f"{action.value} is not a node fault")
+
+
+def undo(client: Any, project: str, container: Any, fault: FaultSpec, *, node: str,
+         cpus_per_node: Optional[float] = None, link: Optional[LinkSpec] = None) -> None:
+    """End a lasting node fault: the node as the run made it again (its ``--cpus-per-node``
+    quota, its ``--link`` shaping).
+
+    Raises:
+        docker.errors.DockerException: When the engine refuses (the node already ended).
+        EngineError: When the node's link cannot be shaped back.
+    """
+    action = fault.action
+    if action is FaultAction.PAUSE:
+        container.unpause()
+    elif action is FaultAction.DISCONNECT:
+        project_network(client, project).connect(container, aliases=[node])
+    elif action is FaultAction.SLOW:
+        quota = int(round(cpus_per_node * CPU_PERIOD_US)) if cpus_per_node else -1  # -1: no quota
+        container.update(cpu_period=CPU_PERIOD_US, cpu_quota=quota)
+    elif action is FaultAction.DEGRADE:
+        restore = tc_commands(link, NODE_INTERFACE) if link is not None else []
+        shape(client, container, [["tc", "qdisc", "del", "dev", NODE_INTERFACE, "root"], *restore])
+
+
+def shape(client: Any, container: Any, commands: list[list[str]]) -> None:
+    """Run traffic-control commands in a node, as root (the node has NET_ADMIN in runs that
+    shape links).
+
+    Raises:
+        EngineError: Quoting tc when it fails.
+    """
+    for command in commands:
+        code, output = exec_output(client, container, command, user="0:0")
+        if code != 0:
+            hint = (" (the run's nodes lack NET_ADMIN: only runs started with --link or a degrade fault"
+                    " can be shaped)") if "not permitted" in output else ""
+            raise EngineError(f"cannot shape {getattr(container, 'name', 'the node')}'s link"
+                              f" ({' '.join(command)}): {output.strip()[-200:]}{hint}")
 
 
 # The kernel's OOM-kill counter of a container's memory cgroup (v1, then v2), read inside it.

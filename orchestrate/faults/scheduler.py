@@ -7,6 +7,7 @@ no rank gets past step N first. Used by the supervisor of a Compose run and by t
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -27,18 +28,38 @@ def injection_errors() -> tuple[type[BaseException], ...]:
 
 
 class FaultScheduler:
-    """Holds the faults still to fire; :meth:`fire_due` injects those whose time has come."""
+    """Holds the faults still to fire; :meth:`fire_due` injects those whose time has come, and
+    undoes those whose end has come.
 
-    def __init__(self, faults: tuple[FaultSpec, ...], inject: Callable[[FaultSpec], None], progress_dir: Path,
-                 say: Callable[[str], None], record: Callable[..., None]) -> None:
+    ``inject`` does a fault and returns the node it landed on (a rank fault finds its node
+    then); ``undo`` ends a lasting fault on that node.
+    """
+
+    def __init__(self, faults: tuple[FaultSpec, ...], inject: Callable[[FaultSpec], str], progress_dir: Path,
+                 say: Callable[[str], None], record: Callable[..., None],
+                 undo: Optional[Callable[[FaultSpec, str], None]] = None) -> None:
         self.pending = list(faults)
         self.inject = inject
+        self.undo = undo
         self.progress_dir = progress_dir
         self.say = say
         self.record = record
         self.fired: list[FaultRecord] = []
         self.failed: list[FaultRecord] = []
+        self.lasting: list[tuple[FaultSpec, str]] = []  # fired, with an end still to come
+        self.stopped_first: list[FaultSpec] = []  # still to fire when the run was stopped
         self.warned_no_progress = False
+
+    def cancel(self) -> None:
+        """Fire nothing more and end nothing more (the run is being stopped)."""
+        self.stopped_first.extend(self.pending)
+        self.pending.clear()
+        self.lasting.clear()
+
+    @property
+    def waiting(self) -> bool:
+        """Faults still to fire, or to end."""
+        return bool(self.pending or self.lasting)
 
     @property
     def step_faults(self) -> list[FaultSpec]:
@@ -52,14 +73,15 @@ class FaultScheduler:
                      " until the fault is injected")
 
     def fire_due(self, elapsed_s: float, step: Optional[int]) -> list[FaultSpec]:
-        """Inject every fault whose time or step has come; return those injected."""
+        """Inject every fault whose time or step has come, and undo every fault whose end has
+        come; return those injected."""
         injected = []
         for fault in [f for f in self.pending if f.due(elapsed_s, step)]:
             self.pending.remove(fault)
             try:
-                self.inject(fault)
+                node = self.inject(fault) or fault.node
             except injection_errors() as exc:  # a node that already ended cannot be faulted
-                reason = f"could not be injected: {str(exc).splitlines()[0][:160]}"
+                reason = f"could not be injected: {str(exc).splitlines()[0][:200]}"
                 self.say(f"fault {fault} {reason}")
                 self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
                 self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
@@ -67,12 +89,32 @@ class FaultScheduler:
             finally:
                 if fault.at_step is not None:
                     mark_fired(self.progress_dir, fault.at_step)
-            fired = FaultRecord(str(fault), fault.node, True, elapsed_s, step)
+            fired = FaultRecord(str(fault), node, True, elapsed_s, step)
             self.fired.append(fired)
             injected.append(fault)
+            if fault.has_end:
+                self.lasting.append((fault, node))
             self.say(f"fault injected: {fired.describe()}")
-            self.record("fault", node=fault.node, spec=str(fault), action=fault.action.value, step=step)
+            self.record("fault", node=node, spec=str(fault), action=fault.action.value, step=step,
+                        **({"rank": fault.rank} if fault.rank is not None else {}))
+        for fault, node in [(f, n) for f, n in self.lasting if f.end_due(elapsed_s, step)]:
+            self.lasting.remove((fault, node))
+            self.end(fault, node, elapsed_s)
         return injected
+
+    def end(self, fault: FaultSpec, node: str, elapsed_s: float) -> None:
+        """Undo a lasting fault whose end has come; say so, or why it could not be undone."""
+        try:
+            if self.undo is not None:
+                self.undo(fault, node)
+        except injection_errors() as exc:  # the node ended meanwhile: nothing left to undo
+            self.say(f"fault {fault} could not be ended: {str(exc).splitlines()[0][:200]}")
+            self.record("fault-end-failed", node=node, spec=str(fault), error=str(exc)[:500])
+            return
+        self.fired = [replace(r, ended_s=elapsed_s) if r.spec == str(fault) and r.ended_s is None else r
+                      for r in self.fired]
+        self.say(f"fault ended: {fault} ({elapsed_s:.1f} s into the job)")
+        self.record("fault-ended", node=node, spec=str(fault), action=fault.action.value)
 
     def records(self, elapsed_s: float, step: Optional[int], progress_seen: bool) -> list[FaultRecord]:
         """Every fault asked for: those that fired, then those that did not, with why (the job
@@ -87,6 +129,8 @@ class FaultScheduler:
             else:
                 reason = f"the job ended {elapsed_s:.1f} s in, before t={fault.at_seconds or 0:g} s"
             unfired.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
+        unfired += [FaultRecord(str(f), f.node, fired=False, reason="the run was stopped before it fired")
+                    for f in self.stopped_first]
         return [*self.fired, *self.failed, *unfired]
 
     def warn_if_no_progress(self, progress_seen: bool, since_first_worker_s: Optional[float]) -> None:

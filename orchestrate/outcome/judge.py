@@ -62,7 +62,9 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
             if result.fault:
                 reason += f" (injected fault {result.fault})"
-            return Failure(result.node.name, None, result.exit_code, "", tuple(result.last_lines),
+            if result.culprit_rank is not None:  # one worker explains it: name it
+                reason = f"rank {result.culprit_rank} {reason}"
+            return Failure(result.node.name, result.culprit_rank, result.exit_code, "", tuple(result.last_lines),
                            reason=reason)
     failed = [r for r in results if r.state is NodePhase.FAILED]
     if not failed:

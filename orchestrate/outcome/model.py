@@ -69,7 +69,9 @@ class Timings:
 @dataclass(frozen=True)
 class FaultRecord:
     """A fault that was asked for: when it fired (``elapsed_s`` into the job, at training
-    ``step``, None when no worker had reported one), or why it did not (``reason``)."""
+    ``step``, None when no worker had reported one) on which ``node`` (a rank fault's is where
+    its rank ran), or why it did not (``reason``); when a fault with an end was undone
+    (``ended_s``)."""
 
     spec: str
     node: str
@@ -77,6 +79,7 @@ class FaultRecord:
     elapsed_s: Optional[float] = None
     step: Optional[int] = None
     reason: str = ""
+    ended_s: Optional[float] = None
 
     @property
     def fired_at_s(self) -> Optional[float]:
@@ -90,7 +93,9 @@ class FaultRecord:
         if not self.fired:
             return f"{self.spec} did not fire: {self.reason}"
         at = "" if self.step is None else f", at step {self.step}"
-        return f"{self.spec} ({self.elapsed_s or 0.0:.1f} s into the job{at})"
+        on = f", on {self.node}" if self.node and f":{self.node}" not in self.spec else ""
+        until = "" if self.ended_s is None else f", until {self.ended_s:.1f} s"
+        return f"{self.spec} ({self.elapsed_s or 0.0:.1f} s into the job{at}{on}{until})"
 
 
 @dataclass

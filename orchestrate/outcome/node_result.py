@@ -21,7 +21,9 @@ class NodeResult:
         ended_at: Monotonic time it ended (orders failures).
         root_cause: What torchrun reported as its first failure (with its error file).
         last_lines: The last output lines of the failing worker (or of the node).
-        fault: The fault injected into this node, if any.
+        fault: The fault injected into this node, if any (while it lasts).
+        culprit_rank: The global rank that explains this node's end when one worker does: the
+            one a fault aimed at, or one found stopped (hung).
         unresponsive: Why the node could not answer its peers when the job failed, if so.
         oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
         oom_reported: Whether the OOM kill was announced already.
@@ -38,6 +40,7 @@ class NodeResult:
     root_cause: Optional[RootCause] = None
     last_lines: list[str] = field(default_factory=list)
     fault: str = ""
+    culprit_rank: Optional[int] = None
     unresponsive: str = ""
     oom_kills: int = 0
     oom_reported: bool = False

@@ -44,3 +44,7 @@ SHARED_VOLUME = "shared"
 
 # Enough for DataLoader workers and NCCL's shared-memory transport; Docker's default is 64 MB.
 SHM_SIZE = "2gb"
+
+# The CPU quota's period of every node, in microseconds (the kernel's default): --cpus-per-node
+# and a slow fault set the quota as a share of it.
+CPU_PERIOD_US = 100_000

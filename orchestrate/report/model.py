@@ -176,6 +176,10 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                        + (f", step {event['step']}" if event.get("step") is not None else ""))
             if event.get("action") == "pause" and node in lanes.open:
                 lanes.begin(node, "hung", when)
+        elif kind == "fault-ended":
+            lanes.mark("fault", when, node, f"fault ended: {event.get('spec')} at {_fmt(when)}")
+            if event.get("action") == "pause" and node in lanes.open:
+                lanes.begin(node, "running", when)
         elif kind == "node-unresponsive":
             lanes.mark("detected", when, node, f"{node} detected at {_fmt(when)}: {event.get('reason', '')}")
         elif kind == "oom":

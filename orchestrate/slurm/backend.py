@@ -133,8 +133,9 @@ class SlurmBackend:
     def record(self, kind: str, **fields: Any) -> None:
         record_event(self.plan.run_dir, kind, **fields)
 
-    def inject(self, fault: FaultSpec) -> None:
-        inject(self.client, self.plan.project_name, self.containers[fault.node], fault.action)
+    def inject(self, fault: FaultSpec) -> str:
+        inject(self.client, self.plan.project_name, self.containers[fault.node], fault)
+        return fault.node
 
     # Bring-up --------------------------------------------------------------------------------
 
@@ -262,7 +263,7 @@ class SlurmBackend:
                         self.drain_output(log_file, ended=True)
                         slurm.job = job
                         break
-                    if self.faults.pending:
+                    if self.faults.waiting:
                         self.progress.poll(self.clock(), None)
                         self.faults.fire_due(self.clock() - started, self.progress.max_step)
                     time.sleep(0.5)

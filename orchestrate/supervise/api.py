@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.config.link import LinkSpec
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase, advance
 from orchestrate.plan.model import NodePlan
@@ -27,6 +28,8 @@ class RunSpec:
     faults: tuple[FaultSpec, ...] = ()
     ready_timeout_s: float = 60.0
     stop_grace_s: float = 10.0
+    cpus_per_node: Optional[float] = None  # what a slow fault's end gives back
+    link: Optional[LinkSpec] = None  # what a degrade fault's end gives back
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
+from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.outcome.root_cause import RootCause, error_file_on_host, latest_error_files
 from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
 from orchestrate.supervise.api import NodeTracker
@@ -47,11 +48,19 @@ class Diagnosis:
             cause.add_error_file(path.read_text(errors="replace"))
 
     def unresponsive(self, tracker: NodeTracker) -> str:
-        """Why the node cannot answer its peers (paused, gone, cut off), said and recorded; "" if it can."""
+        """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),
+        said and recorded; "" if it can."""
         reason = probe_node(tracker.container, NETWORK) or ""
+        if not reason:
+            stopped = stopped_ranks(self.client, tracker.container)
+            if stopped:
+                tracker.result.culprit_rank = stopped[0]
+                others = f"; ranks {', '.join(map(str, stopped[1:]))} too" if stopped[1:] else ""
+                reason = f"its worker process is stopped (hung){others}"
         if reason:
             tracker.result.unresponsive = reason
-            self.say(f"{tracker.name} stopped answering: {reason}")
+            rank = f" rank {tracker.result.culprit_rank}" if tracker.result.culprit_rank is not None else ""
+            self.say(f"{tracker.name}{rank} stopped answering: {reason}")
             self.record("node-unresponsive", node=tracker.name, reason=reason)
         return reason
 

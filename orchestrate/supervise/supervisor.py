@@ -32,7 +32,8 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.faults.inject import inject
+from orchestrate.faults.inject import inject, undo
+from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
@@ -85,7 +86,7 @@ class Supervisor:
         self.engine_events = EngineEvents(client, spec.run_id, set(self.trackers), self.inbox, clock)
         self.progress = ProgressWatch(spec.run_dir / PROGRESS_SUBDIR, self.record)
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
-                                     self.say, self.record)
+                                     self.say, self.record, undo=self.undo)
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
@@ -107,12 +108,30 @@ class Supervisor:
         """Append one event to the run's event file (events.jsonl)."""
         record_event(self.spec.run_dir, kind, **fields)
 
-    def inject(self, fault: FaultSpec) -> None:
-        tracker = self.trackers[fault.node]
-        inject(self.client, self.spec.project, tracker.container, fault.action)
+    def inject(self, fault: FaultSpec) -> str:
+        """Do a fault (the scheduler's callback); return the node it landed on."""
+        if fault.action.on_rank:  # the rank's worker, on whichever node runs it now
+            signal_name = "SIGKILL" if fault.action is FaultAction.KILL_RANK else "SIGSTOP"
+            node = signal_rank(self.client, {t.name: t.container for t in self.live}, fault.rank, signal_name)
+            tracker = self.trackers[node]
+            tracker.result.culprit_rank = fault.rank
+        else:
+            tracker = self.trackers[fault.node]
+            inject(self.client, self.spec.project, tracker.container, fault)
         tracker.result.fault = str(fault)
         if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
             self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s
+        return tracker.name
+
+    def undo(self, fault: FaultSpec, node: str) -> None:
+        """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
+        tracker = self.trackers[node]
+        if fault.action.on_rank:
+            signal_rank(self.client, {node: tracker.container}, fault.rank, "SIGCONT")
+        else:
+            undo(self.client, self.spec.project, tracker.container, fault, node=node,
+                 cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
+        tracker.result.fault, tracker.result.culprit_rank = "", None
 
     @property
     def live(self) -> list[NodeTracker]:
@@ -172,7 +191,7 @@ class Supervisor:
         follow them to their end, so that their last lines and real times are kept. A second
         interrupt kills them at once."""
         self.winding_down = True
-        self.faults.pending.clear()
+        self.faults.cancel()
         forced, deadline = grace_s <= 0, None
         while True:  # an interrupt anywhere in here forces; a further one is waited out
             try:
@@ -211,7 +230,7 @@ class Supervisor:
         graces that ran out, inspections, exits whose log never ended."""
         now = self.clock()
         self.progress.poll(now, self.restarts.open_recovery)
-        if self.faults.pending:
+        if self.faults.waiting:
             self.faults.fire_due(now - self.started_at, self.progress.max_step)
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None

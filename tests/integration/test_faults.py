@@ -50,7 +50,7 @@ def test_faults_can_be_injected_into_a_running_run_by_id(docker_client, tmp_path
         output = "".join(seen) + "".join(iter_remaining(lines))
         assert "FAILED: node1 failed (exit code 137)" in output
         assert main(["fault", "no-such-run", "kill:node1"]) == 2
-        assert "no running node1 in run no-such-run" in capsys.readouterr().err
+        assert "no run no-such-run in the engine" in capsys.readouterr().err
     finally:
         if proc.poll() is None:
             proc.kill()

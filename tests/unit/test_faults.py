@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_nodes, parse_fault
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets, parse_fault
 from orchestrate.errors import UsageError
 from orchestrate.faults.inject import probe_node
 from tests.fakes import FakeContainer, FakeDockerClient
@@ -13,35 +15,65 @@ from tests.fakes import FakeContainer, FakeDockerClient
     ("pause:node0@t=15", FaultSpec(FaultAction.PAUSE, "node0", 15.0, None)),
     ("disconnect:node2@t=2.5s", FaultSpec(FaultAction.DISCONNECT, "node2", 2.5, None)),
     ("restart:node1", FaultSpec(FaultAction.RESTART, "node1", None, None)),
+    ("slow:node1,cpus=0.2@t=5..20", FaultSpec(FaultAction.SLOW, "node1", 5.0, cpus=0.2, until_seconds=20.0)),
+    ("slow:node0", FaultSpec(FaultAction.SLOW, "node0", cpus=0.25)),
+    ("degrade:node0,rate=10mbit@step=10..20",
+     FaultSpec(FaultAction.DEGRADE, "node0", at_step=10, until_step=20, rate_bits=10_000_000)),
+    ("kill-rank:3@step=7", FaultSpec(FaultAction.KILL_RANK, at_step=7, rank=3)),
+    ("hang-rank:1@t=0..12", FaultSpec(FaultAction.HANG_RANK, at_seconds=0.0, rank=1, until_seconds=12.0)),
+    ("pause:node1@t=4..9.5", FaultSpec(FaultAction.PAUSE, "node1", 4.0, until_seconds=9.5)),
 ])
-def test_fault_specs_parse(text, expected):
+def test_fault_specs_parse_and_print_back(text, expected):
     assert parse_fault(text) == expected
     assert parse_fault(str(expected)) == expected
 
 
+def test_a_fault_says_its_defaults_when_printed():
+    assert str(parse_fault("slow:node0")) == "slow:node0,cpus=0.25"
+    assert str(parse_fault("degrade:node1@t=3")) == "degrade:node1,rate=10mbit@t=3"
+    assert str(parse_fault("hang-rank:1@t=0..12")) == "hang-rank:1@t=0..12"
+
+
 @pytest.mark.parametrize("text, message", [
-    ("explode:node1", "action must be one of kill, pause, disconnect, restart"),
-    ("kill", "usage: ACTION:NODE"),
-    ("kill:worker1", "usage: ACTION:NODE"),
-    ("kill:node1@step=x", "usage: ACTION:NODE"),
-    ("kill:node1@when=3", "usage: ACTION:NODE"),
+    ("explode:node1", "the kind must be one of kill, pause, disconnect, restart, preempt, slow, degrade, kill-rank,"
+                      " hang-rank"),
+    ("kill", "usage: KIND:TARGET"),
+    ("kill:node1@step=x", "usage: KIND:TARGET"),
+    ("kill:node1@when=3", "usage: KIND:TARGET"),
+    ("kill:worker1", "kill aims at a node, e.g. kill:node1"),
+    ("kill-rank:node1", "kill-rank aims at a global rank, e.g. kill-rank:1"),
+    ("kill:node1@t=2..5", "kill has no end (only pause, disconnect, slow, degrade, hang-rank last)"),
+    ("kill-rank:1@step=3..5", "kill-rank has no end"),
+    ("slow:node1@t=9..5", "the end must come after the start"),
+    ("hang-rank:1@step=5..9", "no step is reported, so an end at a step never comes; give it in seconds"),
+    ("slow:node1,rate=1gbit", "slow takes cpus="),
+    ("pause:node1,cpus=1", "pause takes no options"),
+    ("slow:node1,cpus=0", "cpus must be a number of CPUs of 0.01 or more"),
+    ("degrade:node1,rate=fast", "expected e.g. 100mbit, 1gbit, 10gbit"),
 ])
-def test_bad_fault_specs_are_refused_with_the_usage(text, message):
-    with pytest.raises(UsageError, match=message):
+def test_bad_fault_specs_are_refused_saying_what_is_wrong(text, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
         parse_fault(text)
 
 
-def test_faults_fire_at_their_time_or_step():
+def test_faults_fire_at_their_time_or_step_and_end_at_theirs():
     at_time, at_step, now = parse_fault("kill:node1@t=5"), parse_fault("kill:node1@step=20"), parse_fault("kill:node1")
     assert not at_time.due(4.9, None) and at_time.due(5.0, None)
     assert not at_step.due(100.0, None) and not at_step.due(100.0, 19) and at_step.due(0.0, 20)
     assert now.due(0.0, None)
+    timed, stepped = parse_fault("slow:node1@t=5..20"), parse_fault("degrade:node1@step=3..8")
+    assert not timed.end_due(19.9, None) and timed.end_due(20.0, None)
+    assert not stepped.end_due(1000.0, 7) and stepped.end_due(0.0, 8)
+    assert not at_time.end_due(10**6, 10**6)  # a fault without an end never ends
 
 
-def test_faults_must_target_nodes_of_the_run():
-    check_fault_nodes([parse_fault("kill:node1")], ["node0", "node1"])
+def test_faults_must_target_nodes_and_ranks_of_the_run():
+    nodes = ["node0", "node1"]
+    check_fault_targets([parse_fault("kill:node1"), parse_fault("kill-rank:3")], nodes, world_size=4)
     with pytest.raises(UsageError, match="no node2 in this run"):
-        check_fault_nodes([parse_fault("kill:node2")], ["node0", "node1"])
+        check_fault_targets([parse_fault("kill:node2")], nodes, world_size=4)
+    with pytest.raises(UsageError, match=r"no rank 4 in this run \(ranks 0-3\)"):
+        check_fault_targets([parse_fault("hang-rank:4")], nodes, world_size=4)
 
 
 def test_probe_names_paused_gone_and_cut_off_nodes_but_not_ended_ones():

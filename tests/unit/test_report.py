@@ -163,3 +163,20 @@ def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys
     assert "no run 'nope'" in capsys.readouterr().err
     assert find_run_dir(tmp_path / "runs", str(run_dir)) == run_dir
     assert load_run(run_dir)["outcome"] is None and write_report(run_dir).is_file()
+
+
+def test_step_times_show_a_straggler_and_the_chaos_verdict_is_on_the_page():
+    fast = [ProgressRecord(0, T0 + 4.0 + s * 0.2, step=s + 1) for s in range(20)]
+    slow = [ProgressRecord(1, T0 + 4.0 + s * 0.2 + (1.5 if s >= 10 else 0.0), step=s + 1) for s in range(20)]
+    chaos = {"seed": 7, "holds": False, "failures": ["final.pt: differs (tensors; largest difference 0.23 at w)"],
+             "schedule": [{"fault": "slow:node1,cpus=0.1@step=10..15", "fired": "yes", "at": "4.1 s", "at_step": "10",
+                           "why_not": ""}],
+             "comparisons": [{"path": "final.pt", "kind": "tensors", "equal": False, "max_difference": 0.23,
+                              "where": "w", "problem": ""}], "reference_run": "r0"}
+    model = build_model({"run": plan(nproc=1), "events": started(nproc=1), "progress": fast + slow, "chaos": chaos})
+    times = model.step_times()
+    assert max(d for _, d in times[1]) == pytest.approx(1.7) and max(d for _, d in times[0]) == pytest.approx(0.2)
+    page = render_html(model)
+    assert re.search(r'<g id="step-time-rank1">\s*<title>rank 1: median 0\.200 s a step, slowest 1\.700 s', page)
+    assert 'id="chaos-verdict" class="outcome failed">The verdict does not hold (seed 7' in page
+    assert "slow:node1,cpus=0.1@step=10..15" in page and "final.pt: differs" in page

@@ -1,0 +1,198 @@
+"""The faults real clusters suffer, against the fake engine: a straggler (slow), a degraded link,
+one worker killed or hung while its node lives; faults that end. And the script that finds a
+rank's worker process, run here on real processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.engine.compose_file import render_compose
+from orchestrate.faults.ranks import RANK_SCRIPT
+from tests.fakes import FakeCompose, FakeDockerClient, Script
+
+
+def engine(**scripts) -> FakeDockerClient:
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    FakeCompose.instances.clear()
+    client.images.add(DEFAULT_IMAGE)
+    for node, node_scripts in scripts.items():
+        client.script(node, *node_scripts)
+    return client
+
+
+def lines(node: int, count: int, delay_s: float = 0.1, exit_code: int = 0) -> Script:
+    return Script([f"[{node}|0]:step {i}" for i in range(count)], delay_s=delay_s, exit_code=exit_code)
+
+
+def calls(client: FakeDockerClient, kind: str) -> list[tuple]:
+    return [c[1:] for c in client.calls if c[0] == kind]
+
+
+def events(job) -> list[dict]:
+    return [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_slow_cuts_the_cpu_quota_and_its_end_gives_back_the_nodes_own(make_run):
+    job = make_run(nodes=2, cpus_per_node=1.5, faults=["slow:node1,cpus=0.2@t=0..0.3"])
+    job.client = client = engine(node0=[lines(0, 10)], node1=[lines(1, 10)])
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    assert calls(client, "update") == [
+        ("ddp-test-run-node1-1", (("cpu_period", 100_000), ("cpu_quota", 20_000))),
+        ("ddp-test-run-node1-1", (("cpu_period", 100_000), ("cpu_quota", 150_000)))]  # its --cpus-per-node
+    assert "fault ended: slow:node1,cpus=0.2@t=0..0.3" in job.out.getvalue()
+    [fault] = result.faults
+    assert fault.fired and fault.ended_s is not None and 0.3 <= fault.ended_s < 2.0
+    assert [e["event"] for e in events(job)].count("fault-ended") == 1
+
+
+def test_a_slow_node_without_a_cpu_limit_gets_none_back():
+    from orchestrate.faults.inject import undo
+    from tests.fakes import FakeContainer
+
+    client = FakeDockerClient()
+    container = FakeContainer(client, "n1", {"labels": {}})
+    container.status = "running"
+    undo(client, "p", container, parse_fault("slow:node1"), node="node1")
+    assert container.resources["cpu_quota"] == -1  # the engine's "no quota"
+
+
+def test_degrade_shapes_the_link_by_an_exec_as_root_and_its_end_restores_the_runs_link(make_run):
+    job = make_run(nodes=2, link="rate=1gbit", faults=["degrade:node0,rate=10mbit@t=0..0.3"])
+    job.client = client = engine(node0=[lines(0, 10)], node1=[lines(1, 10)])
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    shaped = [cmd for name, cmd in calls(client, "exec_create") if cmd[0] == "tc"]
+    assert shaped[0] == ("tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "10mbit", "burst", "32768",
+                         "latency", "100ms")
+    assert shaped[1] == ("tc", "qdisc", "del", "dev", "eth0", "root")
+    assert shaped[2][:8] == ("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate") and shaped[2][8] == "1gbit"
+
+
+def test_only_runs_that_shape_links_get_net_admin_and_a_degrade_keeps_the_users_uid(make_job):
+    degraded = render_compose(make_job(nodes=2, run_as="1000:1000", faults=(parse_fault("degrade:node1"),)))["services"]["node0"]
+    assert degraded["cap_add"] == ["NET_ADMIN"] and degraded["user"] == "1000:1000"
+    plain = render_compose(make_job(nodes=2, run_as="1000:1000", faults=(parse_fault("slow:node1"),)))["services"]["node0"]
+    assert "cap_add" not in plain
+
+
+def test_a_degrade_the_node_refuses_says_it_lacks_net_admin(make_run):
+    job = make_run(nodes=2, faults=["degrade:node1@t=0"])
+    job.client = client = engine(node0=[lines(0, 5)], node1=[lines(1, 5)])
+    client.command_outputs[("ddp-test-run-node1-1", "tc")] = (2, b"RTNETLINK answers: Operation not permitted\n")
+    result = job.run()
+    assert not result.succeeded and result.exit_code == 1
+    [fault] = result.unfired_faults
+    assert "could not be injected: cannot shape" in fault.reason and "Operation not permitted" in fault.reason
+    assert "lack NET_ADMIN" in fault.reason
+
+
+def test_kill_rank_finds_the_ranks_node_and_the_failure_names_the_rank(make_run):
+    job = make_run(nodes=2, nproc_per_node=2, faults=["kill-rank:3@t=0"])
+    job.client = client = engine(node0=[Script(["[0|0]:step"], hang=True)],
+                                 node1=[lines(1, 3, delay_s=0.3, exit_code=1)])
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"4242\n")  # node1 runs rank 3: its pid
+    result = job.run()
+    rank_execs = [(name, cmd[3:]) for name, cmd in calls(client, "exec_create") if cmd[:2] == ("python3", "-c")]
+    assert ("ddp-test-run-node0-1", ("signal", "3", "SIGKILL")) in rank_execs  # looked for everywhere
+    assert ("ddp-test-run-node1-1", ("signal", "3", "SIGKILL")) in rank_execs
+    [fault] = result.faults
+    assert fault.fired and fault.node == "node1"
+    assert "fault injected: kill-rank:3 (0.0 s into the job, on node1)" in job.out.getvalue()
+    assert result.failure.rank == 3
+    assert result.failure.describe() == "node1 rank 3 failed (injected fault kill-rank:3)"
+
+
+def test_a_hung_rank_is_named_when_its_peers_time_out(make_run):
+    job = make_run(nodes=2, faults=["hang-rank:1@t=0"])
+    job.client = client = engine(node0=[lines(0, 3, delay_s=0.3, exit_code=1)],  # its collective times out
+                                 node1=[Script(["[1|0]:step"], hang=True)])
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"1 4242\n")  # the pid it stopped; then: stopped
+    result = job.run()
+    assert "node1 rank 1 stopped answering: its worker process is stopped (hung)" in job.out.getvalue()
+    assert result.failure.describe() == ("node1 rank 1 stopped answering: its worker process is stopped (hung)"
+                                         " (injected fault hang-rank:1)")
+
+
+def test_a_hang_with_an_end_is_resumed_and_the_job_goes_on(make_run):
+    job = make_run(nodes=2, faults=["hang-rank:0@t=0..0.3"])
+    job.client = client = engine(node0=[lines(0, 10)], node1=[lines(1, 10)])
+    client.command_outputs[("ddp-test-run-node0-1", "python3")] = (0, b"77\n")
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    signals = [cmd[3:] for name, cmd in calls(client, "exec_create") if cmd[:2] == ("python3", "-c")
+               and name.endswith("node0-1")]
+    assert signals == [("signal", "0", "SIGSTOP"), ("signal", "0", "SIGCONT")]
+
+
+def test_a_rank_that_runs_nowhere_is_a_fault_that_did_not_fire(make_run):
+    job = make_run(nodes=2, faults=["kill-rank:1@t=0"])
+    job.client = engine(node0=[lines(0, 5)], node1=[lines(1, 5)])
+    result = job.run()
+    assert result.exit_code == 1 and result.job_succeeded
+    assert result.unfired_faults[0].reason == "could not be injected: rank 1 is not running on any node now"
+
+
+def test_an_end_that_cannot_be_undone_is_said_and_the_run_goes_on(make_run):
+    job = make_run(nodes=2, faults=["disconnect:node1@t=0..0.2"])
+    job.client = client = engine(node0=[lines(0, 8)], node1=[lines(1, 8)])
+    import docker.errors
+
+    client.failures["connect"] = docker.errors.APIError("network is gone")
+    result = job.run()
+    assert "fault disconnect:node1@t=0..0.2 could not be ended: network is gone" in job.out.getvalue()
+    assert result.faults[0].ended_s is None
+    assert ("connect", "ddp-test-run-node1-1", "ddp-test-run_ddp", ("node1",)) in client.calls
+
+
+# The script that finds a rank's worker process, on real processes ---------------------------
+
+@pytest.fixture
+def fake_worker():
+    """A process as torchrun starts a worker (TORCHELASTIC_RUN_ID, RANK=5), with a child of
+    its own that inherits both (as a data loader worker does)."""
+    env = {**os.environ, "TORCHELASTIC_RUN_ID": "r", "RANK": "5", "LOCAL_RANK": "0"}
+    worker = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time;"
+                               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+                               "print(c.pid, flush=True); time.sleep(60)"], env=env, stdout=subprocess.PIPE, text=True)
+    child = int(worker.stdout.readline())
+    yield worker.pid, child
+    for pid in (worker.pid, child):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    worker.wait()
+
+
+def state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def rank_script(*args: str) -> str:
+    return subprocess.run([sys.executable, "-c", RANK_SCRIPT, *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_it(fake_worker):
+    worker, child = fake_worker
+    assert rank_script("signal", "5", "SIGSTOP").split() == [str(worker)]
+    deadline = time.monotonic() + 10
+    while state(worker) != "T" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert state(worker) == "T" and state(child) != "T"
+    assert rank_script("stopped").split() == ["5", str(worker)]
+    assert rank_script("signal", "6", "SIGCONT") == ""  # no such rank here
+    rank_script("signal", "5", "SIGCONT")
+    while state(worker) == "T" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rank_script("stopped") == ""
