@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -71,6 +73,22 @@ def test_ddp_keep_keeps_a_failing_tests_nodes_and_removes_a_passing_ones(pyteste
         live = {c.labels.get("com.docker.compose.project") for c in docker_client.containers.list(all=True)}
         assert f"ddp-{kept[0]}" in live  # the failing test's nodes, kept
         assert not (projects_of(text) - {f"ddp-{kept[0]}"}) & live  # the passing test's, removed
+    finally:
+        for project in projects_of(text):
+            remove_project(docker_client, project)
+
+
+def test_the_ci_recipes_tests_pass_as_its_pytest_command_runs_them(docker_client, tmp_path):
+    # examples/ci/ stands for a user's repository: its recipe's pytest command, run there
+    recipe = ROOT / "examples" / "ci"
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/multinode", "-n", "2", "-ra", "-p", "no:cacheprovider",
+                           f"--basetemp={tmp_path / 'ddp-test-runs'}"], cwd=recipe, capture_output=True, text=True,
+                          timeout=900)
+    text = done.stdout + done.stderr
+    try:
+        assert done.returncode == 0, text[-4000:]
+        assert re.search(r"\b2 passed\b", text), text[-2000:]
+        assert len(list((tmp_path / "ddp-test-runs").glob("**/report.html"))) == 2  # what the recipe keeps
     finally:
         for project in projects_of(text):
             remove_project(docker_client, project)
