@@ -46,9 +46,10 @@ class NodeTracker:
         exited_at: Monotonic time the engine said its container died (None while it runs).
         exit_code: That exit code.
         first_started: Engine time of the container's first start seen.
-        latest_start: Engine time of its latest start taken in (from its ``start`` event or an
-            inspection): a ``die`` event from before it belongs to a run of the container
-            that is over (a restart's), however late the event stream brings it.
+        latest_start: Engine time of its latest start taken in (from its ``start`` event, the
+            restart that made it, or an inspection): a ``start`` or ``die`` event from before
+            it belongs to a run of the container that is over, however late the event stream
+            brings it.
         last_log_stamp: Engine time of the last log line read (a broken stream resumes there).
     """
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from orchestrate.engine.client import engine_time
+from orchestrate.engine.errors import engine_errors
 from orchestrate.outcome.model import Recovery
 from orchestrate.outcome.states import NodePhase
 from orchestrate.supervise.api import NodeTracker
@@ -63,3 +65,10 @@ class RestartPolicy:
             tracker.exited_at = tracker.exit_code = None
         for tracker in trackers:
             tracker.container.restart(timeout=0)
+            # Its new start, by the engine's clock: what the events still bring from before it
+            # (this restart's die, a restart fault's start and die) is over.
+            try:
+                tracker.container.reload()
+            except engine_errors():  # the engine cannot say now: its start event will
+                continue
+            tracker.latest_start = engine_time(tracker.container.attrs.get("State", {}).get("StartedAt", ""))

@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 FAILURE_GRACE_S = 3.0
 # A node's exit is final once its log stream has ended too, or this long after its exit.
 LOG_DRAIN_S = 3.0
+# A container's StartedAt and its start event's time differ by the engine's own bookkeeping:
+# an event this much older than the start it is compared with belongs to an earlier start.
+STAMP_SLACK_S = 0.001
 # After an interrupt, how long beyond the stop grace the supervisor waits for the nodes' ends.
 WIND_DOWN_MARGIN_S = 5.0
 
@@ -284,7 +287,8 @@ class Supervisor:
         if event.action == "oom":
             tracker.result.note_oom(event=True)
             self.record("oom", node=tracker.name)
-        elif event.action == "start" and tracker.phase in (NodePhase.RESTARTING, NodePhase.CREATED):
+        elif (event.action == "start" and tracker.phase in (NodePhase.RESTARTING, NodePhase.CREATED)
+              and not (tracker.latest_start and event.stamp and event.stamp < tracker.latest_start - STAMP_SLACK_S)):
             # A restarted container's log goes on from the restart; a container that was only
             # created when we began following has had no log stream worth the name yet.
             restarted = tracker.phase is NodePhase.RESTARTING

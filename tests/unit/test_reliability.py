@@ -124,6 +124,21 @@ def test_a_restart_seen_by_inspection_before_its_late_die_event_is_one_restart(m
     assert [c[1][-7:-2] for c in client.calls if c[0] == "restart"] == ["node0", "node1"]
 
 
+def test_a_restart_fault_in_an_elastic_job_is_one_recovery(make_run):
+    # The fault's own restart brings a die and a start; the policy's restart of every node
+    # follows: the events from before it must not count as another death.
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["restart:node1@t=0"])
+    client = engine(FakeDockerClient(),
+                    node0=[Script(["[0|0]:step"], hang=True), Script(["[0|0]:resumed", "[0|0]:done"], delay_s=0.5)],
+                    node1=[Script(["[1|0]:step"], hang=True), Script(["[1|0]:rebooted"], hang=True),
+                           Script(["[1|0]:back", "[1|0]:done"], delay_s=0.5)])
+    client.events_lag_s = 0.05
+    job.client = client
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    assert [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
+
+
 # A launcher that always ends ----------------------------------------------------------------------
 
 def test_a_broken_event_stream_is_said_and_the_nodes_are_followed_by_inspection(make_run):
