@@ -311,8 +311,10 @@ class Supervisor:
                 tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({seen.detail})"
             self.on_exit(tracker, seen.exit_code, self.clock(), via="inspection")
         elif seen.status == "running" and tracker.phase is NodePhase.RESTARTING:
+            if tracker.latest_start and seen.started_at and seen.started_at < tracker.latest_start - STAMP_SLACK_S:
+                return  # seen before its restart (one inspection's sightings outlive a restart it caused)
             tracker.move(NodePhase.STARTING)  # its start event is late, or was missed
-            tracker.latest_start = seen.started_at
+            tracker.latest_start = max(tracker.latest_start or 0.0, seen.started_at or 0.0) or None
             self.on_lines(tracker, self.logs.follow(tracker, since=tracker.last_log_stamp), self.clock())
         elif seen.status in ("running", "paused") and not tracker.log_open and tracker.exited_at is None:
             # its log stream broke off (the engine's connection dropped): go on where it stopped

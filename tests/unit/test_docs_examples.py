@@ -270,7 +270,7 @@ def check_orchestrate(command: Command) -> None:
         pytest.fail(f"{command.where}: the CLI refuses this example (exit {exc.code}):\n  {command.text}\n"
                     f"  {errors.getvalue().strip()}")
     assert getattr(args, "handler", None) is not None, f"{command.where}: no command given: {command.text}"
-    if args.command in ("run", "plan", "export"):
+    if args.command in ("run", "plan", "export", "chaos"):
         request = request_from_args(args, target)
         try:
             request.check_combination()

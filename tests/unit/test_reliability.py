@@ -139,6 +139,22 @@ def test_a_restart_fault_in_an_elastic_job_is_one_recovery(make_run):
     assert [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
 
 
+def test_an_inspection_taken_before_a_restart_does_not_undo_it(make_run, monkeypatch):
+    # One inspection sees node0 dead and node1 running; node0's death restarts every node, then
+    # the same inspection's sighting of node1 (from before its restart) comes up: it must not
+    # stand for node1's new start, or node1's restart would count as a death of its own.
+    monkeypatch.setattr("orchestrate.supervise.inspection.INSPECT_EVERY_S", 0.01)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node0@t=0"])
+    client = engine(FakeDockerClient(),
+                    node0=[Script(["[0|0]:step"], hang=True), Script([f"[0|0]:resumed {i}" for i in range(4)], delay_s=0.5)],
+                    node1=[Script(["[1|0]:step"], hang=True), Script([f"[1|0]:back {i}" for i in range(4)], delay_s=0.5)])
+    client.events_lag_s = 0.1  # the inspection sees the kill before its event comes
+    job.client = client
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    assert [r.node for r in result.recoveries] == ["node0"], job.out.getvalue()
+
+
 # A launcher that always ends ----------------------------------------------------------------------
 
 def test_a_broken_event_stream_is_said_and_the_nodes_are_followed_by_inspection(make_run):
