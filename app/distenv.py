@@ -51,10 +51,14 @@ class WorkerEnv:
 
 
 def select_device(local_rank: int) -> torch.device:
-    """One process per accelerator: local rank ``l`` uses device ``l``; else the CPU."""
+    """One process per accelerator: local rank ``l`` uses device ``l``; else the CPU. Where
+    the launcher lets processes share GPUs (``DDP_SHARED_GPUS=1``, ddp-compose's
+    ``--share-gpus``), local rank ``l`` uses device ``l mod count``."""
     if os.environ.get("DDP_FORCE_CPU") != "1" and torch.accelerator.is_available():
         accelerator = torch.accelerator.current_accelerator()
         count = torch.accelerator.device_count()
+        if os.environ.get("DDP_SHARED_GPUS") == "1":
+            local_rank %= count
         if local_rank >= count:
             raise SystemExit(
                 f"local rank {local_rank} has no {accelerator.type} device of its own"

@@ -9,11 +9,14 @@ from orchestrate.errors import UsageError
 
 @dataclass(frozen=True)
 class GpuLayout:
-    """How a run uses GPUs: per node, and processes per node."""
+    """How a run uses GPUs: per node, and processes per node. ``shared``: nodes, and the
+    processes of a node, may share GPUs (``--share-gpus``): node ``i`` takes its GPUs from
+    the run's in turn, wrapping around, and local rank ``l`` uses its node's GPU ``l mod G``."""
 
     gpus_per_node: int
     nproc_per_node: int
     backend: str
+    shared: bool = False
 
 
 def resolve_gpu_layout(
@@ -24,15 +27,18 @@ def resolve_gpu_layout(
     available: Optional[int],
     cpu: bool = False,
     backend: str = "auto",
+    share: bool = False,
 ) -> GpuLayout:
     """Decide GPUs per node, processes per node and the backend, or refuse.
 
     1. ``--cpu`` (or no GPUs and none asked for): 0 GPUs, Gloo, 1 process per node by default.
-    2. ``--gpus-per-node`` not given: all available GPUs split evenly among the nodes.
+    2. ``--gpus-per-node`` not given: all available GPUs split evenly among the nodes (with
+       ``--share-gpus``, at least one each).
     3. Processes per node default to one per GPU.
     4. Refused: more GPUs than available; fewer GPUs than nodes (two nodes would share
        one, which NCCL refuses); more processes than GPUs on a node; GPUs that cannot be
-       split evenly among the processes that span them.
+       split evenly among the processes that span them. With ``--share-gpus`` the first
+       three are allowed: nodes wrap around the GPUs, and processes share their node's.
 
     Args:
         nodes: Number of nodes.
@@ -41,40 +47,46 @@ def resolve_gpu_layout(
         available: GPUs the engine has, or None when unknown (no engine in a dry run).
         cpu: ``--cpu``.
         backend: ``--backend``: auto, nccl or gloo.
+        share: ``--share-gpus``.
 
     Raises:
         UsageError: With the arithmetic and the alternatives.
     """
-    alternatives = "use fewer nodes, fewer processes per node, or --cpu for the Gloo variant"
+    alternatives = "use fewer nodes, fewer processes per node, --share-gpus, or --cpu for the Gloo variant"
     if cpu or (gpus_per_node is None and not available) or gpus_per_node == 0:
         if backend == "nccl":
             raise UsageError("--backend nccl needs GPUs: drop --cpu/--gpus-per-node 0, or use --backend gloo")
+        if share:
+            raise UsageError("--share-gpus shares GPUs, and this run has none: drop --share-gpus or --cpu")
         return GpuLayout(0, nproc_per_node or 1, "gloo")
     if gpus_per_node is None:
         assert available is not None
-        if available < nodes:
+        if available < nodes and not share:
             raise UsageError(
                 f"{available} GPU(s) cannot give {nodes} nodes a GPU each (NCCL refuses two"
-                f" nodes on one GPU): use --nodes {available} or fewer, or --cpu"
+                f" nodes on one GPU): use --nodes {available} or fewer, --share-gpus to share them, or --cpu"
             )
-        gpus_per_node = available // nodes
-    if available is not None and nodes * gpus_per_node > available:
+        gpus_per_node = max(1, available // nodes)
+    if available is not None and share and gpus_per_node > available:
+        raise UsageError(f"--gpus-per-node {gpus_per_node} is more than the {available} GPU(s) the engine has,"
+                         " even shared: ask for fewer")
+    if available is not None and not share and nodes * gpus_per_node > available:
         raise UsageError(
             f"--nodes {nodes} x --gpus-per-node {gpus_per_node} needs {nodes * gpus_per_node}"
             f" GPUs, but the engine has {available}: {alternatives}"
         )
     nproc = nproc_per_node or gpus_per_node
-    if nproc > gpus_per_node:
+    if nproc > gpus_per_node and not share:
         raise UsageError(
             f"--nproc-per-node {nproc} is more than the {gpus_per_node} GPU(s) per node: each"
             f" process needs its own GPU (NCCL refuses two ranks on one): {alternatives}"
         )
-    if gpus_per_node % nproc:
+    if nproc <= gpus_per_node and gpus_per_node % nproc:
         raise UsageError(
             f"--gpus-per-node {gpus_per_node} cannot be split evenly among {nproc} processes"
             f" that each span several GPUs: use a divisor of {gpus_per_node} for --nproc-per-node"
         )
-    return GpuLayout(gpus_per_node, nproc, "gloo" if backend == "gloo" else "nccl")
+    return GpuLayout(gpus_per_node, nproc, "gloo" if backend == "gloo" else "nccl", share)
 
 
 def free_gpus(indices: tuple[str, ...], held: dict[str, str]) -> tuple[str, ...]:

@@ -135,8 +135,14 @@ JOB_OPTIONS = (
     Option("gpus_per_node", "--gpus-per-node", "GPUs reserved for each node; node i gets host GPUs [i*G, (i+1)*G)"
            " (default: the engine's GPUs split evenly among the nodes, 0 when it has none)",
            non_negative_int, metavar="G"),
+    Option("share_gpus", "--share-gpus", "let nodes, and the processes of a node, share GPUs when there are"
+           " fewer than they need (one GPU, two nodes): node i takes its GPUs in turn, wrapping around; local rank l"
+           " uses its node's GPU l mod G, with its own NCCL_HOSTID. Shows correctness and NCCL's control flow, not"
+           " its speed (the transport is sockets)", switch=True),
     Option("backend", "--backend", "collective backend the workers use (default: auto: nccl with GPUs, gloo"
            " without)", choices=("auto", "nccl", "gloo")),
+    Option("nccl_as_gloo", "--nccl-as-gloo", "with --backend gloo: give scripts that ask init_process_group or"
+           " new_group for nccl gloo instead (on CUDA tensors too), by a start-up hook in every worker", switch=True),
     Option("workdir", "--workdir", "host directory mounted into every node as its working directory; TARGET"
            " scripts are relative to it (default: current directory)", Path, metavar="DIR"),
     Option("image", "--image", "node image: used if present, else pulled, else refused (exit 2); only the"
@@ -213,6 +219,6 @@ LAUNCH_OPTIONS = (
 ALL_OPTIONS = JOB_OPTIONS + NODE_OPTIONS + RUN_OPTIONS + LAUNCH_OPTIONS
 OPTIONS_BY_DEST = {option.dest: option for option in ALL_OPTIONS}
 # The order ``--help`` lists a job's options in (the node options follow, in a group).
-JOB_HELP_ORDER = ("nodes", "nproc_per_node", "cpu", "gpus_per_node", "backend", "workdir", "image", "master_port",
+JOB_HELP_ORDER = ("nodes", "nproc_per_node", "cpu", "gpus_per_node", "share_gpus", "backend", "nccl_as_gloo", "workdir", "image", "master_port",
                   "runs_dir", "ready_timeout", "collective_timeout", "rdzv", "nnodes", "max_restarts",
                   "rdzv_timeout", "scheduler", "sbatch", "stop_grace", "faults")

@@ -42,7 +42,9 @@ class RunRequest:
     nproc_per_node: Optional[int] = None
     cpu: bool = False
     gpus_per_node: Optional[int] = None
+    share_gpus: bool = False
     backend: str = "auto"
+    nccl_as_gloo: bool = False
     workdir: Path = Path(".")
     image: str = DEFAULT_IMAGE
     master_port: int = DEFAULT_MASTER_PORT
@@ -183,7 +185,7 @@ def resolve_layout(request: RunRequest, available: Optional[int]) -> GpuLayout:
     """GPUs and processes per node, and the backend, for ``available`` GPUs (None: unknown)."""
     return resolve_gpu_layout(nodes=request.nodes, nproc_per_node=request.nproc_per_node,
                               gpus_per_node=request.gpus_per_node, available=available, cpu=request.cpu,
-                              backend=request.backend)
+                              backend=request.backend, share=request.share_gpus)
 
 
 def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optional[int] = None) -> RunConfig:
@@ -201,7 +203,9 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         workdir=request.workdir,
         image=request.image,
         gpus_per_node=layout.gpus_per_node,
+        share_gpus=layout.shared,
         backend=layout.backend,
+        nccl_as_gloo=request.nccl_as_gloo,
         keep=request.keep,
         master_port=request.master_port,
         runs_dir=request.runs_dir,

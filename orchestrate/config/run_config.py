@@ -103,7 +103,9 @@ class RunConfig:
     workdir: Path = field(default_factory=Path.cwd)
     image: str = DEFAULT_IMAGE
     gpus_per_node: int = 0
+    share_gpus: bool = False
     backend: str = "gloo"
+    nccl_as_gloo: bool = False
     keep: bool = False
     master_port: int = DEFAULT_MASTER_PORT
     runs_dir: Path = field(default_factory=lambda: Path.cwd() / "runs")
@@ -136,7 +138,8 @@ class RunConfig:
             )
         if self.gpus_per_node < 0:
             raise UsageError(f"--gpus-per-node must be 0 or more, got {self.gpus_per_node}")
-        if self.gpus_per_node and self.gpus_per_node % self.nproc_per_node:
+        if (self.gpus_per_node and self.nproc_per_node <= self.gpus_per_node
+                and self.gpus_per_node % self.nproc_per_node):
             raise UsageError(
                 f"--gpus-per-node {self.gpus_per_node} cannot be split evenly among"
                 f" --nproc-per-node {self.nproc_per_node} processes"
@@ -145,6 +148,12 @@ class RunConfig:
             raise UsageError(f"--backend must be gloo or nccl, got {self.backend!r}")
         if self.backend == "nccl" and not self.gpus_per_node:
             raise UsageError("--backend nccl needs GPUs (--gpus-per-node 1 or more)")
+        if self.nccl_as_gloo and self.backend != "gloo":
+            raise UsageError("--nccl-as-gloo gives scripts that name nccl gloo instead: use it with --backend gloo"
+                             " (or --cpu)")
+        if self.gpus_per_node and self.nproc_per_node > self.gpus_per_node and not self.share_gpus:
+            raise UsageError(f"--nproc-per-node {self.nproc_per_node} is more than the {self.gpus_per_node} GPU(s)"
+                             " per node: add --share-gpus to let processes share them")
         if not 1 <= self.master_port <= 65535:
             raise UsageError(f"--master-port must be in 1-65535, got {self.master_port}")
         if self.stop_grace_s < 0:

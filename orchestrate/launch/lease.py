@@ -42,5 +42,7 @@ def free_gpu_ids(client: Any, request: RunRequest) -> tuple[str, ...]:
     inventory = detect_gpus(client)
     held = gpus_in_use(list_runs(client)) if inventory.count else {}
     if held and request.gpus_per_node:
-        check_lease(request.nodes * request.gpus_per_node, inventory.indices, held)
+        # Shared, the run needs one node's GPUs at least; the nodes take turns on them.
+        wanted = request.gpus_per_node * (1 if request.share_gpus else request.nodes)
+        check_lease(wanted, inventory.indices, held)
     return free_gpus(inventory.indices if inventory.count else (), held)

@@ -17,6 +17,10 @@ RUN_DIR_MOUNT = "/ddp-run"
 
 NODE_MAIN = f"{PROJECT_MOUNT_DIR}/orchestrate/node/main.py"
 
+# The workers' start-up hook (orchestrate/node/worker_start.py), run by torchrun in place of the
+# target when a run needs one (per-rank NCCL host ids, the nccl-as-gloo shim).
+WORKER_START = f"{PROJECT_MOUNT_DIR}/orchestrate/node/worker_start.py"
+
 
 HEARTBEAT_FILE = "heartbeat"
 

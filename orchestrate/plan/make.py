@@ -10,6 +10,7 @@ from typing import Optional
 
 from orchestrate.config.link import tc_commands
 from orchestrate.config.run_config import RunConfig
+from orchestrate.plan.gpu_assignment import gpus_in_use, node_gpus, process_gpus
 from orchestrate.plan.layout import (
     HEARTBEAT_FILE,
     LOG_LINE_PREFIX_TEMPLATE,
@@ -19,6 +20,7 @@ from orchestrate.plan.layout import (
     PROJECT_MOUNT_DIR,
     RUN_DIR_MOUNT,
     SHARED_DIR,
+    WORKER_START,
 )
 from orchestrate.plan.model import JobPlan, NodePlan, node_name
 from orchestrate.plan.torchrun import elastic_torchrun_argv, torchrun_argv
@@ -96,6 +98,8 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
     }
     if host_cpus:
         env["OMP_NUM_THREADS"] = str(threads_per_process(config, host_cpus))
+    if config.share_gpus:
+        env["DDP_SHARED_GPUS"] = "1"  # app/: local rank l takes GPU l mod the node's GPUs
     if config.collective_timeout_s is not None:
         env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
     if config.elastic:
@@ -109,6 +113,17 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
         user["PYTHONPATH"] = f"{user['PYTHONPATH']}:{PROJECT_MOUNT_DIR}"
     env.update(user)
     return env
+
+
+def worker_target(config: RunConfig) -> tuple[str, ...]:
+    """What torchrun runs: the target, or the workers' start-up hook around it when the run
+    needs one (:mod:`orchestrate.node.worker_start`)."""
+    flags = []
+    if config.share_gpus and config.gpus_per_node and config.nproc_per_node > config.gpus_per_node:
+        flags.append("--nccl-hostid-per-rank")  # two ranks of a node on one GPU
+    if config.nccl_as_gloo:
+        flags.append("--nccl-as-gloo")
+    return (WORKER_START, *flags, "--", *config.target) if flags else config.target
 
 
 def project_name(run_id: str) -> str:
@@ -139,19 +154,19 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
     Returns:
         The plan the apply step carries out.
     """
-    wanted = config.nodes * config.gpus_per_node
-    gpu_ids = tuple(gpu_ids) or tuple(str(g) for g in range(wanted))
-    if len(gpu_ids) < wanted:
-        raise ValueError(f"{wanted} GPUs planned but only {len(gpu_ids)} given")
+    gpu_ids = tuple(gpu_ids) or tuple(str(g) for g in range(config.nodes * config.gpus_per_node))
+    wanted = gpus_in_use(gpu_ids, config.nodes, config.gpus_per_node, config.share_gpus)
+    if len(gpu_ids) < wanted or (config.gpus_per_node and len(gpu_ids) < config.gpus_per_node):
+        raise ValueError(f"{max(wanted, config.gpus_per_node)} GPUs planned but only {len(gpu_ids)} given")
     master_addr = node_name(0)
     backend = config.backend
     env = node_env(config, backend, host_cpus)
-    per_process = config.gpus_per_node // config.nproc_per_node
+    target = worker_target(config)
     nodes = []
     for rank, global_ranks in enumerate(assign_ranks(config.nodes, config.nproc_per_node)):
-        node_gpus = gpu_ids[rank * config.gpus_per_node:(rank + 1) * config.gpus_per_node]
+        gpus = node_gpus(gpu_ids, rank, config.gpus_per_node, config.share_gpus)
         if config.elastic:
-            argv = elastic_torchrun_argv(config, run_id, master_addr, node_name(rank))
+            argv = elastic_torchrun_argv(config, run_id, master_addr, node_name(rank), target)
             global_ranks = ()
         else:
             argv = torchrun_argv(
@@ -160,14 +175,10 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
                 nproc_per_node=config.nproc_per_node,
                 master_addr=master_addr,
                 master_port=config.master_port,
-                target=config.target,
+                target=target,
             )
-        process_gpus = tuple(
-            node_gpus[local * per_process:(local + 1) * per_process]
-            for local in range(config.nproc_per_node)
-        )
-        nodes.append(NodePlan(node_name(rank), rank, global_ranks, node_gpus, process_gpus, argv, dict(env),
-                              node_command(config, node_name(rank), argv, detached)))
+        nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, config.nproc_per_node),
+                              argv, dict(env), node_command(config, node_name(rank), argv, detached)))
     return JobPlan(
         run_id=run_id,
         project_name=project_name(run_id),

@@ -5,6 +5,7 @@ import shlex
 
 from orchestrate.config.run_config import format_bytes
 from orchestrate.config.user_env import MASK
+from orchestrate.plan.gpu_assignment import shared_gpus
 from orchestrate.plan.layout import RDZV_PORT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan
 from orchestrate.text import format_table
@@ -38,6 +39,13 @@ def format_plan(plan: JobPlan) -> str:
         for local in range(cfg.nproc_per_node)
     ]
     lines += format_table(header, rows)
+    if cfg.share_gpus:
+        shared = shared_gpus({n.name: n.process_gpus for n in plan.nodes})
+        lines.append("GPUs shared (--share-gpus): " + ("; ".join(f"GPU {gpu} by {', '.join(users)}"
+                                                               for gpu, users in sorted(shared.items()))
+                                                     or "none: there are enough for every process")
+                     + ". Correctness, CUDA code paths and NCCL's control flow, not NCCL's speed: the transport"
+                       " between workers is sockets")
     lines.append("")
     for n in plan.nodes:
         lines.append(f"{n.name}$ {shlex.join(n.torchrun_argv)}")

@@ -40,11 +40,13 @@ def torchrun_log_dir(node: str) -> str:
     return f"{RUN_DIR_MOUNT}/{node}/torchrun"
 
 
-def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str, node: str) -> tuple[str, ...]:
+def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str, node: str,
+                          target: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Build the torchrun command of every node in elastic mode (c10d rendezvous on node0).
 
     The same command runs on every node: the rendezvous assigns node and global ranks, and
     torchrun restarts the workers (up to ``--max-restarts``) when a node leaves or joins.
+    ``target``: what torchrun runs (default: the config's target).
     """
     return (
         "torchrun",
@@ -60,5 +62,5 @@ def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str, node: 
         "--monitor-interval", "0.5",
         "--tee", "3",
         "--log-dir", torchrun_log_dir(node),
-        *config.target,
+        *(target or config.target),
     )

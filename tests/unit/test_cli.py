@@ -48,6 +48,7 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--cpus-per-node", "0"], "--cpus-per-node: expected a positive number"),
         (["run", "--copy-env", ""], "--copy-env: expected a variable name or pattern"),
         (["image", "build", "--torch", "3.1"], "--torch must be a torch release like 2.9.1"),
+        (["run", "--cpu", "--share-gpus"], "--share-gpus shares GPUs, and this run has none"),
         (["run", "--fault", "kill-rank:9"], "--fault kill-rank:9: no rank 9 in this run (ranks 0-1)"),
         (["run", "--fault", "kill:node1@t=2..5"], "kill has no end"),
         (["run", "--scheduler", "slurm", "--cpu", "--fault", "slow:node1"],

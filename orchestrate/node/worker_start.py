@@ -1,0 +1,106 @@
+"""A worker's start-up hook: what a worker process needs before the user's script runs, where
+the run asks for it. torchrun runs it as the training script, in place of the target::
+
+    python3 worker_start.py [--nccl-hostid-per-rank] [--nccl-as-gloo] -- TARGET...
+
+1. ``--nccl-hostid-per-rank`` (``--share-gpus`` with more processes than GPUs on a node):
+   ``NCCL_HOSTID`` = the node's host name and the worker's local rank, set before NCCL starts,
+   so that two ranks of one node on one GPU count as different hosts, which NCCL allows.
+2. ``--nccl-as-gloo`` (opt-in, with ``--backend gloo``): a script that asks
+   ``init_process_group`` or ``new_group`` for ``nccl`` (or for none, on CUDA) gets gloo,
+   which takes CUDA tensors too. Scripts that name their backend run unchanged.
+
+Then TARGET runs as ``python3 TARGET...`` would run it: a script (its directory first on
+``sys.path``, ``__name__ == "__main__"``) or ``-m module``. Standard library only, until the
+shim wraps torch's functions (torch is imported then, as the script would).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import runpy
+import socket
+import sys
+from typing import Any, Optional
+
+USAGE = "usage: worker_start.py [--nccl-hostid-per-rank] [--nccl-as-gloo] -- SCRIPT ARGS | -m MODULE ARGS"
+
+
+def nccl_hostid(hostname: str, local_rank: str) -> str:
+    """The NCCL host id of one worker: unique per node and local rank."""
+    return f"{hostname}-local{local_rank}"
+
+
+def as_gloo(backend: Optional[str]) -> Optional[str]:
+    """The backend a script asked for, with nccl replaced by gloo (None, torch's default,
+    becomes gloo for CPU and CUDA alike); any other backend unchanged."""
+    if backend is None:
+        return "cpu:gloo,cuda:gloo"
+    text = str(backend)
+    if "nccl" not in text.lower():
+        return backend
+    if ":" not in text:
+        return "gloo"
+    devices = dict(part.split(":", 1) for part in text.split(",") if ":" in part)
+    return ",".join(f"{device}:{'gloo' if name.lower() == 'nccl' else name}" for device, name in devices.items())
+
+
+def install_gloo_shim() -> None:
+    """Wrap ``torch.distributed``'s ``init_process_group`` and ``new_group`` so that nccl
+    becomes gloo (where the script finds them: the package and ``distributed_c10d``)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def shimmed(original: Any) -> Any:
+        @functools.wraps(original)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                args = (as_gloo(args[0]), *args[1:])
+            else:
+                kwargs["backend"] = as_gloo(kwargs.get("backend"))
+            return original(*args, **kwargs)
+
+        return call
+
+    for name in ("init_process_group", "new_group"):
+        wrapped = shimmed(getattr(c10d, name))
+        setattr(c10d, name, wrapped)
+        setattr(dist, name, wrapped)
+
+
+def split_argv(argv: list[str]) -> tuple[set[str], list[str]]:
+    """The hook's flags and the target (after ``--``)."""
+    if "--" not in argv:
+        raise SystemExit(USAGE)
+    cut = argv.index("--")
+    flags, target = set(argv[:cut]), argv[cut + 1:]
+    unknown = flags - {"--nccl-hostid-per-rank", "--nccl-as-gloo"}
+    if unknown or not target or (target[0] == "-m" and len(target) < 2):
+        raise SystemExit(USAGE)
+    return flags, target
+
+
+def run_target(target: list[str]) -> None:
+    """Run ``target`` as ``python3`` would: ``-m module args`` or ``script args``."""
+    if target[0] == "-m":
+        sys.argv = [target[1], *target[2:]]
+        sys.path[0] = os.getcwd()  # as python -m has it, not this hook's own directory
+        runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+        return
+    script = os.path.abspath(target[0])
+    sys.argv = [target[0], *target[1:]]
+    sys.path[0] = os.path.dirname(script)
+    runpy.run_path(script, run_name="__main__")
+
+
+def main(argv: list[str]) -> None:
+    flags, target = split_argv(argv)
+    if "--nccl-hostid-per-rank" in flags:
+        os.environ["NCCL_HOSTID"] = nccl_hostid(socket.gethostname(), os.environ.get("LOCAL_RANK", "0"))
+    if "--nccl-as-gloo" in flags:
+        install_gloo_shim()
+    run_target(target)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
