@@ -9,12 +9,33 @@ import argparse
 import contextlib
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 import torch
 import torch.distributed as dist
+
+
+class CannotRun(Exception):
+    """What this worker was asked cannot be done here (too few GPUs, an option the CPU lacks)."""
+
+
+def refuse(message: str) -> NoReturn:
+    """Refuse to run, as a command refuses bad input: ``message`` on one line of stderr, exit
+    code 2. The line also goes to torchrun's error file of this worker (where torchrun gives
+    one), so that a launcher names it as the failure: torchrun still prints its own report of
+    a worker that exits non-zero, and ddp-compose's summary gives this one line instead."""
+    line = " ".join(message.split())
+    print(line, file=sys.stderr, flush=True)
+    try:
+        raise CannotRun(line)
+    except CannotRun as exc:
+        from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
+
+        ErrorHandler().record_exception(exc)
+    raise SystemExit(2)
 
 
 @dataclass(frozen=True)
@@ -35,10 +56,8 @@ class WorkerEnv:
         missing = [k for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
                    if k not in os.environ]
         if missing:
-            raise SystemExit(
-                f"{', '.join(missing)} not set: run me with torchrun, e.g."
-                " torchrun --standalone --nproc-per-node 2 -m app.hello"
-            )
+            refuse(f"{', '.join(missing)} not set: run me with torchrun, e.g."
+                   " torchrun --standalone --nproc-per-node 2 -m app.hello")
         return cls(
             rank=int(os.environ["RANK"]),
             local_rank=int(os.environ["LOCAL_RANK"]),
@@ -60,10 +79,8 @@ def select_device(local_rank: int) -> torch.device:
         if os.environ.get("DDP_SHARED_GPUS") == "1":
             local_rank %= count
         if local_rank >= count:
-            raise SystemExit(
-                f"local rank {local_rank} has no {accelerator.type} device of its own"
-                f" ({count} visible): use --nproc-per-node {count} or fewer"
-            )
+            refuse(f"local rank {local_rank} has no {accelerator.type} device of its own"
+                   f" ({count} visible): use --nproc-per-node {count} or fewer")
         torch.accelerator.set_device_index(local_rank)
         return torch.device(accelerator.type, local_rank)
     return torch.device("cpu")
@@ -158,7 +175,8 @@ def process_devices(local_rank: int, local_world_size: int, per_process: int) ->
     """The devices of a process spanning ``per_process`` of them; CPU stand-ins without GPUs.
 
     Raises:
-        SystemExit: With the arithmetic, when the node has too few accelerators.
+        SystemExit: Exit code 2 (:func:`refuse`), with the arithmetic, when the node has too
+            few accelerators.
     """
     count = accelerator_count()
     if count == 0:
@@ -166,7 +184,7 @@ def process_devices(local_rank: int, local_world_size: int, per_process: int) ->
     try:
         indices = device_indices(local_rank, local_world_size, per_process, count)
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        refuse(str(exc))
     kind = torch.accelerator.current_accelerator().type
     torch.accelerator.set_device_index(indices[0])
     return [torch.device(kind, i) for i in indices]

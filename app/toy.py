@@ -35,6 +35,7 @@ from app.distenv import (
     log0,
     process_devices,
     process_group,
+    refuse,
     report_step,
     span_per_process,
 )
@@ -119,7 +120,7 @@ def demo_devices(args: argparse.Namespace, env: WorkerEnv) -> list[torch.device]
         try:
             per_process = span_per_process(gpus, env.local_world_size) if gpus else 1
         except ValueError as exc:
-            raise SystemExit(str(exc)) from None
+            refuse(str(exc))
         devices = process_devices(env.local_rank, env.local_world_size, per_process)
         print(f"rank {env.rank} (local rank {env.local_rank} of {env.local_world_size}) spans"
               f" {per_process} device(s): {[str(d) for d in devices]}", flush=True)

@@ -35,7 +35,16 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from app.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, report_resumed, report_step, select_device
+from app.distenv import (
+    WorkerEnv,
+    add_timeout_option,
+    log0,
+    process_group,
+    refuse,
+    report_resumed,
+    report_step,
+    select_device,
+)
 from app.gradsync import average_gradients, butterfly_average_gradients
 from app.mnist_data import prepare_mnist
 from app.toy import parameter_checksum, replicas_agree
@@ -120,9 +129,9 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
     """Train, evaluate, checkpoint; return the exit code (0 only when every check passes)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.emulate_world_size and world != 1:
-        raise SystemExit("--emulate-world-size trains the reference in one process: use --nproc-per-node 1")
+        refuse("--emulate-world-size trains the reference in one process: use --nproc-per-node 1")
     if args.sync_bn and device.type == "cpu":
-        raise SystemExit("--sync-bn needs GPUs: torch's SyncBatchNorm does not run on the CPU")
+        refuse("--sync-bn needs GPUs: torch's SyncBatchNorm does not run on the CPU")
     prepare_data(args, env)
     train_set, test_set = mnist(args.data_dir, True), mnist(args.data_dir, False)
 

@@ -9,6 +9,9 @@ from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import is_collateral
 from orchestrate.outcome.states import NodePhase
 
+# The exit code of a worker that refused its input, by the convention of argparse and app/.
+REFUSED_EXIT_CODE = 2
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -25,13 +28,16 @@ class Failure:
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
-        a scheduler's own words where it gave them."""
+        a scheduler's own words where it gave them. A worker that exited 2 with no exception
+        refused its input (argparse, ``app/``'s refusals): its last line says why."""
         if self.description:
             return self.description
         if self.reason:
             return f"{self.node} {self.reason}"
         rank = f" rank {self.rank}" if self.rank is not None else ""
         what = f": {self.exception}" if self.exception else ""
+        if not what and self.exit_code == REFUSED_EXIT_CODE and self.last_lines and self.last_lines[-1].strip():
+            what = f": {self.last_lines[-1].strip()}"
         return f"{self.node}{rank} failed (exit code {self.exit_code}){what}"
 
 

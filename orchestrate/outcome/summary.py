@@ -4,7 +4,7 @@ from __future__ import annotations
 import signal
 from typing import Optional
 
-from orchestrate.outcome.judge import died_at_exit
+from orchestrate.outcome.judge import REFUSED_EXIT_CODE, died_at_exit
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import format_table
@@ -63,7 +63,9 @@ def format_summary(outcome: RunResult) -> str:
         advice = died_at_exit(failure, outcome.results, outcome.image_torch)
         if advice:
             lines.append(advice)
-        if failure.traceback:
+        if failure.exit_code == REFUSED_EXIT_CODE and failure.exception:
+            pass  # a worker that refused its input: its one line above says it all
+        elif failure.traceback:
             lines.append(f"traceback from the error file of {failure.node}/rank{failure.rank}:")
             lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-15:]]
         elif failure.last_lines:

@@ -18,14 +18,12 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.engine.client import engine_time, stream_lines
 from orchestrate.engine.errors import engine_errors
 from orchestrate.supervise.api import LineArrived, LogEnded, Message, NodeTracker
+from orchestrate.supervise.console_filter import ConsoleFilter
 from orchestrate.supervise.worker_lines import OutputLine
 
 log = logging.getLogger(__name__)
 
 _TIMESTAMPED = re.compile(rb"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?(.*)$", re.S)
-# torchrun's own INFO records ("I1123 01:03:22.761000 16858 .../api.py:890] ..."): its
-# rendezvous rounds. The node logs keep them; the console shows them with -v only.
-_AGENT_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 
 
 class LogPump:
@@ -38,6 +36,7 @@ class LogPump:
         self.width = width
         self.clock = clock
         self.verbose = verbose
+        self.console = ConsoleFilter()  # what the console leaves to the node logs, without -v
 
     def follow(self, tracker: NodeTracker, since: Optional[float] = None) -> list[OutputLine]:
         """Start a new stream of the node's log (from the start, or ``since`` an engine time);
@@ -56,15 +55,19 @@ class LogPump:
             return []
         if isinstance(message, LogEnded):
             tracker.log_open = False
-            return self.show(tracker.output.end(message.stamp))
+            return self.show(tracker.output.end(message.stamp), ended=tracker.name)
         assert isinstance(message, LineArrived)
         tracker.last_log_stamp = message.stamp
         return self.show(tracker.output.add(message.text, message.stamp))
 
-    def show(self, lines: list[OutputLine]) -> list[OutputLine]:
-        for line in lines:
-            if self.verbose or line.local_rank is not None or not _AGENT_INFO.match(line.text):
-                self.out.write(line.render(self.width) + "\n")
+    def show(self, lines: list[OutputLine], ended: Optional[str] = None) -> list[OutputLine]:
+        """Print ``lines`` (the console's share of them, without -v); return them all.
+        ``ended``: the node whose stream they end."""
+        shown = lines if self.verbose else [s for line in lines for s in self.console.shown(line)]
+        if ended is not None and not self.verbose:
+            shown += self.console.flush(ended)
+        for line in shown:
+            self.out.write(line.render(self.width) + "\n")
         self.out.flush()
         return lines
 

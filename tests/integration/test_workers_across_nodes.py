@@ -45,3 +45,19 @@ def test_train_across_nodes_resumes_to_the_uninterrupted_result(orchestrate_run,
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
     for run in (full, stopped, resumed):
         assert leftovers(docker_client, run.project) == []
+
+
+def test_a_worker_that_refuses_is_one_line_in_the_summary_and_torchruns_report_stays_in_the_log(
+        orchestrate_run, docker_client, tmp_path):
+    # The CPU's counterpart of model parallel on too few GPUs: app/ refuses, exit code 2
+    result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--", "-m", "app.train", "--data",
+                             "synthetic", "--sync-bn")
+    assert result.code == 1
+    summary = result.output[result.output.index("=== run"):]
+    assert re.search(r"FAILED: node\d rank \d failed \(exit code 2\): CannotRun: --sync-bn needs GPUs: torch's"
+                     r" SyncBatchNorm does not run on the CPU\n", summary), summary
+    assert "traceback" not in summary  # the refusal's one line is all there is to say
+    assert "errors.ChildFailedError" not in result.output  # the console leaves torchrun's report to the logs
+    assert "torchrun's ChildFailedError report: see the summary below" in result.output
+    assert "ChildFailedError" in (result.run_dir / "node0.log").read_text()
+    assert leftovers(docker_client, result.project) == []

@@ -117,3 +117,14 @@ def test_a_signal_death_while_peers_also_failed_is_not_called_an_exit_crash(make
     results = results_for(plan, (NodePhase.FAILED, 1, 1, RootCause(0, 0, 1, "RuntimeError: boom", timestamp=1.0)),
                           (NodePhase.FAILED, 1, 1.2, RootCause(1, 0, -6, "SIGABRT")))
     assert "after its peers finished" not in format_summary(outcome(results))
+
+
+def test_a_worker_that_refused_its_input_is_said_in_one_line_with_its_last_line():
+    from orchestrate.outcome.judge import Failure
+
+    refused = Failure("node0", 0, 2, "", ("[Gloo] Rank 0 is connected", "--sync-bn needs GPUs: torch's SyncBatchNorm"
+                                          " does not run on the CPU"))
+    assert refused.describe() == ("node0 rank 0 failed (exit code 2): --sync-bn needs GPUs: torch's SyncBatchNorm does"
+                                  " not run on the CPU")
+    crashed = Failure("node0", 0, 1, "", ("some line",))
+    assert crashed.describe() == "node0 rank 0 failed (exit code 1)"  # only a refusal's last line is its reason

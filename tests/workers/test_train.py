@@ -75,6 +75,7 @@ def test_train_refuses_what_the_cpu_cannot_do(torchrun, flag, message):
     proc = torchrun(1, "app.train", *COMMON, "--epochs", "1", flag, "--checkpoint-dir", "ck")
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
+    assert re.search(r"exitcode\s*:\s*2\b", proc.stderr)  # refused, as bad input is: exit 2
 
 
 def test_reference_mode_needs_a_single_process(torchrun):

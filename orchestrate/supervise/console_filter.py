@@ -1,0 +1,60 @@
+"""What the console shows of the nodes' own lines (pure). The node logs keep every line, and
+``-v`` shows them all; otherwise two things torchrun prints are left to the logs:
+
+- its INFO records (``I1123 01:03:22.761000 16858 .../api.py:890] ...``): its rendezvous rounds;
+- its ``ChildFailedError`` report: the traceback of torchrun itself and the table that follows,
+  printed whenever a worker exits non-zero. The run's summary names the failing rank, its exit
+  code and its error in one line, so the console shows one line in its place.
+
+Workers' lines always pass, and so does any other traceback (of the node supervisor, say).
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from orchestrate.supervise.worker_lines import OutputLine
+
+_AGENT_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+_TRACEBACK = "Traceback (most recent call last):"
+# The first frame of torchrun's own traceback: its console script, or torch.distributed.run.
+_AGENT_FRAME = re.compile(r'^\s*File ".*(/torchrun|torch/distributed/run\.py)", line \d+')
+_RULE = re.compile(r"^=+$")
+REPORT_NOTE = "(torchrun's ChildFailedError report: see the summary below, the node log, or -v)"
+
+
+class ConsoleFilter:
+    """Decides, line by line and node by node, what the console shows."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, list[OutputLine]] = {}  # a traceback's first line, until its next says whose
+        self.in_report: dict[str, int] = {}  # node -> rules seen so far in torchrun's report
+
+    def shown(self, line: OutputLine) -> list[OutputLine]:
+        """The lines to show now that ``line`` arrived (none, it, or lines held back before it)."""
+        if line.local_rank is not None:
+            return [line]
+        node = line.node
+        if node in self.in_report:
+            if _RULE.match(line.text.strip()):
+                self.in_report[node] += 1
+                if self.in_report[node] == 2:  # the table's closing rule: the report is over
+                    del self.in_report[node]
+                    return [OutputLine(node, REPORT_NOTE)]
+            return []
+        if node in self.held:
+            held = self.held.pop(node)
+            if _AGENT_FRAME.match(line.text):
+                self.in_report[node] = 0
+                return []
+            return [*held, *self.shown(line)]
+        if line.text.strip() == _TRACEBACK:
+            self.held[node] = [line]
+            return []
+        return [] if _AGENT_INFO.match(line.text) else [line]
+
+    def flush(self, node: Optional[str] = None) -> list[OutputLine]:
+        """A stream ended: what was held back is shown, and a report cut short is over."""
+        nodes = [node] if node is not None else list(self.held)
+        self.in_report.pop(node, None) if node is not None else self.in_report.clear()
+        return [line for name in nodes for line in self.held.pop(name, [])]
