@@ -1,26 +1,43 @@
-"""Step time of one model in three forms: without DDP, with DDP (a few bucket sizes), and with
-one all_reduce per parameter after backward (the naive form).
+"""Step time of one model in several forms, measured side by side:
 
-    torchrun --standalone --nproc-per-node 2 -m app.bench_ddp --buckets 1 25 100 --out ddp.json
+- ``local``: without DDP (every rank on its own, at once, so that it sees the same contention);
+- ``ddp-<B>MB``: DDP with its defaults, at each bucket size of ``--buckets``;
+- ``ddp-tuned``: DDP (25 MB buckets) with ``gradient_as_bucket_view=True`` (gradients are views
+  into the buckets: no copy in or out), ``broadcast_buffers=False`` (no broadcast of the
+  buffers before every forward) and ``static_graph=True`` (the graph is traced once, not
+  searched every step);
+- ``ddp-noop``: DDP whose communication hook does nothing (torch's ``debugging_hooks.noop_hook``):
+  DDP's bookkeeping alone, as PyTorch's docs suggest for headroom analysis;
+- ``naive``: one blocking all_reduce per parameter after backward.
+
+    torchrun --standalone --nproc-per-node 2 -m app.bench_ddp --buckets 25 --out ddp.json
+    torchrun --standalone --nproc-per-node 1 -m app.bench_ddp --sweep --image-size 224
 
 The model is torchvision's ResNet-50 (161 parameter tensors, 25.6 M parameters) on synthetic
 images; every rank keeps its batch (weak scaling), so the ideal step time with DDP is the
-step time without it. "Without DDP" runs on every rank at once, each on its own, so that it
-sees the same CPU contention as the others. The forms are measured side by side: every round
-runs one step of each, in turn, so that warm-up, drift and the machine's load hit them alike;
-a step's time is the slowest rank's, a form's is the median over the timed rounds. After the
-DDP and naive forms every replica must be identical. Rank 0 prints a row per form and writes
-the results as JSON (``--out``).
+step time without it. Every round runs one step of each form, in turn, so that warm-up, drift
+and the machine's load hit them alike; a step's time is the slowest rank's, a form's is the
+median over the timed rounds. After the DDP and naive forms every replica must be identical.
+
+**The regime.** On a GPU a small batch's step is bound by the CPU launching kernels: its time
+hardly grows with the batch, and DDP's extra launches count in full, though a GPU-bound step
+would hide them. So each batch size's regime is measured: ``--sweep`` doubles the batch from
+``--batch-size`` (the default on GPUs) until the step time grows with it (doubling the batch
+makes the step at least 1.6x slower: GPU-bound), and every form is measured at each batch
+size of the sweep, each row saying its regime. On the CPU the step is compute-bound at any
+batch: one batch size, regime ``cpu``. Rank 0 prints a row per batch size and form and
+writes the results as JSON (``--out``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -29,6 +46,33 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, select_device
 from app.toy import parameter_checksum, replicas_agree
+
+# Doubling the batch makes a GPU-bound step at least this much slower (its time grows with
+# the batch); a launch-bound step barely slows.
+GPU_BOUND_ELASTICITY = 0.7  # log(t2/t1) / log(b2/b1): 1 = time proportional to the batch
+SWEEP_MAX_DOUBLINGS = 4
+
+
+def step_elasticity(batch_1: int, time_1: float, batch_2: int, time_2: float) -> float:
+    """How a step's time grows with the batch: 1 when proportional, 0 when flat."""
+    return math.log(time_2 / time_1) / math.log(batch_2 / batch_1)
+
+
+def batch_regimes(step_times: dict[int, float], device_type: str) -> dict[int, str]:
+    """Each batch size's regime from the step times without DDP (pure): ``gpu-bound`` when the
+    step's time grows with the batch from it to the next size (the last size: from the one
+    before), else ``launch-bound``; ``cpu`` on the CPU; ``unknown`` for a lone GPU batch size."""
+    batches = sorted(step_times)
+    if device_type == "cpu":
+        return {b: "cpu" for b in batches}
+    if len(batches) < 2:
+        return {b: "unknown" for b in batches}
+    regimes = {}
+    for i, batch in enumerate(batches):
+        j, k = (i, i + 1) if i + 1 < len(batches) else (i - 1, i)
+        growth = step_elasticity(batches[j], step_times[batches[j]], batches[k], step_times[batches[k]])
+        regimes[batch] = "gpu-bound" if growth >= GPU_BOUND_ELASTICITY else "launch-bound"
+    return regimes
 
 
 def make_model(name: str, device: torch.device) -> nn.Module:
@@ -41,15 +85,15 @@ def make_model(name: str, device: torch.device) -> nn.Module:
 class Form:
     """One way to train the model: its own replica, optimizer and gradient synchronisation."""
 
-    def __init__(self, name: str, model: nn.Module, sync, device: torch.device, args: argparse.Namespace,
-                 replica: Optional[nn.Module] = None, **extra: float) -> None:
+    def __init__(self, name: str, model: nn.Module, sync: Callable[[], None], device: torch.device,
+                 args: argparse.Namespace, batch: int, replica: Optional[nn.Module] = None, **extra: object) -> None:
         self.name, self.model, self.sync, self.device = name, model, sync, device
         self.replica = replica  # the module whose parameters must agree across ranks
         self.extra = extra
         self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         generator = torch.Generator().manual_seed(1 + dist.get_rank())
-        self.images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator).to(device)
-        self.labels = torch.randint(0, 1000, (args.batch_size,), generator=generator).to(device)
+        self.images = torch.randn(batch, 3, args.image_size, args.image_size, generator=generator).to(device)
+        self.labels = torch.randint(0, 1000, (batch,), generator=generator).to(device)
         self.times: list[float] = []
 
     def step(self, timed: bool) -> None:
@@ -68,7 +112,7 @@ class Form:
             self.times.append(float(elapsed.item()))
 
 
-def naive_sync(model: nn.Module, world: int):
+def naive_sync(model: nn.Module, world: int) -> Callable[[], None]:
     """After backward: one blocking all_reduce per parameter, then the mean."""
     def sync() -> None:
         for param in model.parameters():
@@ -78,14 +122,91 @@ def naive_sync(model: nn.Module, world: int):
     return sync
 
 
+def ddp_of(model: nn.Module, device: torch.device, **knobs: object) -> DDP:
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **knobs)
+
+
+def no_sync() -> None:
+    """DDP synchronises in backward: nothing left to do after it."""
+
+
+def make_forms(args: argparse.Namespace, device: torch.device, batch: int) -> list[Form]:
+    """Every form, at ``batch`` images per rank; ``local`` first."""
+    forms = [Form("local", make_model(args.model, device), no_sync, device, args, batch)]
+    for bucket in args.buckets:
+        ddp = ddp_of(make_model(args.model, device), device, bucket_cap_mb=bucket)
+        forms.append(Form(f"ddp-{bucket:g}MB", ddp, no_sync, device, args, batch, replica=ddp.module, bucket_mb=bucket))
+    tuned = ddp_of(make_model(args.model, device), device, gradient_as_bucket_view=True, broadcast_buffers=False,
+                   static_graph=True)
+    forms.append(Form("ddp-tuned", tuned, no_sync, device, args, batch, replica=tuned.module, bucket_mb=25.0,
+                      knobs="gradient_as_bucket_view, broadcast_buffers=False, static_graph"))
+    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks
+
+    noop = ddp_of(make_model(args.model, device), device)
+    noop.register_comm_hook(None, debugging_hooks.noop_hook)  # no communication: replicas drift apart
+    forms.append(Form("ddp-noop", noop, no_sync, device, args, batch, knobs="noop_hook: DDP without communication"))
+    naive = make_model(args.model, device)
+    for tensor in naive.state_dict().values():  # the same start on every rank, as DDP guarantees
+        dist.broadcast(tensor, src=0)
+    forms.append(Form("naive", naive, naive_sync(naive, dist.get_world_size()), device, args, batch, replica=naive))
+    return forms
+
+
+def measure(forms: list[Form], args: argparse.Namespace, label: str) -> None:
+    """Warm-up and timed rounds, one step of each form per round."""
+    for round_ in range(args.warmup + args.steps):
+        for form in forms:
+            form.step(timed=round_ >= args.warmup)
+        if round_ >= args.warmup:
+            log0(f"{label} round {round_ + 1 - args.warmup}/{args.steps}: "
+                 + ", ".join(f"{f.name} {f.times[-1] * 1e3:.0f} ms" for f in forms))
+
+
+def local_step_s(args: argparse.Namespace, device: torch.device, batch: int) -> float:
+    """The step time without DDP at ``batch`` (the sweep's probe)."""
+    form = Form("local", make_model(args.model, device), no_sync, device, args, batch)
+    measure([form], args, f"sweep, batch {batch}:")
+    return statistics.median(form.times)
+
+
+def batch_sizes(args: argparse.Namespace, device: torch.device) -> list[int]:
+    """The batch sizes to measure: ``--batch-sizes``, or the sweep (GPUs, or ``--sweep``): from
+    ``--batch-size``, doubling until the step time grows with the batch, or memory runs out."""
+    if args.batch_sizes:
+        return sorted(set(args.batch_sizes))
+    if not (args.sweep if args.sweep is not None else device.type == "cuda"):
+        return [args.batch_size]
+    swept = {args.batch_size: local_step_s(args, device, args.batch_size)}
+    batch = args.batch_size
+    for _ in range(SWEEP_MAX_DOUBLINGS):
+        try:
+            swept[batch * 2] = local_step_s(args, device, batch * 2)
+        except torch.OutOfMemoryError:
+            log0(f"sweep: batch {batch * 2} does not fit in memory; stopping at {batch}")
+            break
+        if step_elasticity(batch, swept[batch], batch * 2, swept[batch * 2]) >= GPU_BOUND_ELASTICITY:
+            log0(f"sweep: batch {batch * 2} is GPU-bound (the step grows with the batch)")
+            batch *= 2
+            break
+        batch *= 2
+    return sorted(swept)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="app.bench_ddp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet50", help="a torchvision model (default: resnet50)")
-    parser.add_argument("--batch-size", type=int, default=8, help="images per rank and step (default: 8)")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="images per rank and step; where a sweep starts (default: 8)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None, metavar="N",
+                        help="measure at these batch sizes instead (no sweep)")
+    sweep = parser.add_mutually_exclusive_group()
+    sweep.add_argument("--sweep", dest="sweep", action="store_true", default=None,
+                       help="double the batch from --batch-size until the step is GPU-bound (default on GPUs)")
+    sweep.add_argument("--no-sweep", dest="sweep", action="store_false", help="measure at --batch-size only")
     parser.add_argument("--image-size", type=int, default=64, help="image side in pixels (default: 64)")
-    parser.add_argument("--buckets", type=float, nargs="+", default=[1.0, 25.0, 100.0],
-                        help="DDP bucket sizes in MB to try (default: 1 25 100; 25 is DDP's default)")
+    parser.add_argument("--buckets", type=float, nargs="+", default=[25.0],
+                        help="DDP bucket sizes in MB to try with DDP's defaults (default: 25, DDP's own)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per form (default: 2)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per form (default: 5)")
     parser.add_argument("--out", type=Path, default=None, help="rank 0 writes the results here (JSON)")
@@ -100,40 +221,37 @@ def main(argv: Optional[list[str]] = None) -> int:
         params = sum(p.numel() for p in probe.parameters())
         del probe
         log0(f"{args.model}: {tensors} parameter tensors, {params / 1e6:.1f} M parameters; world size {world},"
-             f" batch {args.batch_size}x{args.image_size}px per rank, backend {backend}")
-        forms = [Form("local", make_model(args.model, device), lambda: None, device, args)]
-        for bucket in args.buckets:
-            ddp = DDP(make_model(args.model, device), device_ids=[device.index] if device.type == "cuda" else None,
-                      bucket_cap_mb=bucket)
-            forms.append(Form(f"ddp-{bucket:g}MB", ddp, lambda: None, device, args, replica=ddp.module,
-                              bucket_mb=bucket))
-        naive = make_model(args.model, device)
-        for tensor in naive.state_dict().values():  # the same start on every rank, as DDP guarantees
-            dist.broadcast(tensor, src=0)
-        forms.append(Form("naive", naive, naive_sync(naive, world), device, args, replica=naive))
-        for round_ in range(args.warmup + args.steps):
+             f" {args.image_size}px images, backend {backend}, device {device.type}")
+        batches = batch_sizes(args, device)
+        rows, all_ok, local_times = [], True, {}
+        for batch in batches:
+            forms = make_forms(args, device, batch)
+            measure(forms, args, f"batch {batch}:")
+            local_times[batch] = statistics.median(forms[0].times)
             for form in forms:
-                form.step(timed=round_ >= args.warmup)
-            log0(f"round {round_ + 1}/{args.warmup + args.steps}" + (" (warm-up)" if round_ < args.warmup else "")
-                 + ": " + ", ".join(f"{f.name} {f.times[-1] * 1e3:.0f} ms" for f in forms if f.times
-                                    and round_ >= args.warmup))
-        log0(f"{'form':<16} {'step (ms)':>10} {'vs local':>9} replicas")
-        results, all_ok = [], True
-        local = statistics.median(forms[0].times)
-        for form in forms:
-            ok = True if form.replica is None else replicas_agree(parameter_checksum(form.replica), device)
-            all_ok &= ok
-            median = statistics.median(form.times)
-            results.append({"form": form.name, "step_s": median, "steps_s": form.times, "replicas_identical": ok,
-                            **form.extra})
-            log0(f"{form.name:<16} {median * 1e3:>10.1f} {median / local:>8.2f}x"
-                 f" {'-' if form.replica is None else ('identical' if ok else 'DIFFER')}")
+                ok = True if form.replica is None else replicas_agree(parameter_checksum(form.replica), device)
+                all_ok &= ok
+                rows.append({"form": form.name, "batch_size": batch, "step_s": statistics.median(form.times),
+                             "steps_s": form.times, "replicas_identical": ok if form.replica is not None else None,
+                             **form.extra})
+            del forms
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        regimes = batch_regimes(local_times, device.type)
+        log0(f"{'batch':>5} {'regime':<12} {'form':<12} {'step (ms)':>10} {'vs local':>9} replicas")
+        for row in rows:
+            row["regime"] = regimes[row["batch_size"]]
+            row["vs_local"] = row["step_s"] / local_times[row["batch_size"]]
+            same = {True: "identical", False: "DIFFER", None: "-"}[row["replicas_identical"]]
+            log0(f"{row['batch_size']:>5} {row['regime']:<12} {row['form']:<12} {row['step_s'] * 1e3:>10.1f}"
+                 f" {row['vs_local']:>8.3f}x {same}")
         if env.rank == 0 and args.out:
             args.out.write_text(json.dumps({
                 "model": args.model, "parameter_tensors": tensors, "parameters": params, "world_size": world,
                 "nodes": world // env.local_world_size, "local_world_size": env.local_world_size,
-                "batch_size": args.batch_size, "image_size": args.image_size, "backend": backend,
-                "device": device.type, "forms": results, "measured": "side by side, one step of each form per round",
+                "batch_sizes": batches, "regimes": {str(b): r for b, r in regimes.items()},
+                "image_size": args.image_size, "backend": backend, "device": device.type, "forms": rows,
+                "measured": "side by side, one step of each form per round",
             }, indent=2) + "\n")
     return 0 if all_ok else 1
 

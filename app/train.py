@@ -140,7 +140,12 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
     if args.sync_bn:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if args.sync == "ddp" and not args.emulate_world_size:
-        net: nn.Module = DDP(model, device_ids=[device.index] if device.type != "cpu" else None)
+        # The knobs that are safe here (see docs/bench.md for their figures): gradients as views
+        # into DDP's buckets (no copies; the optimizer and zero_grad(set_to_none) are fine with
+        # them), and a static graph (every parameter is used in every step). Buffers are still
+        # broadcast: per-replica BatchNorm keeps running statistics rank 0's broadcast equalises.
+        net: nn.Module = DDP(model, device_ids=[device.index] if device.type != "cpu" else None,
+                             gradient_as_bucket_view=True, static_graph=True)
     else:
         net = model
         for tensor in model.state_dict().values():  # same start everywhere, as DDP guarantees

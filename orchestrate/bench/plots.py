@@ -49,18 +49,21 @@ def plot_collectives(results: dict, path: Path) -> Path:
 
 
 def plot_ddp(runs: list[dict], path: Path) -> Path:
-    """Step time per form and node count: compute (the form without DDP) and exposed comm."""
+    """Step time per form, for each node count and batch size: compute (the form without DDP)
+    and what DDP adds to it."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 5), squeeze=False)
-    for ax, run in zip(axes[0], runs):
-        forms = run["forms"]
+    panels = [(run, batch) for run in runs for batch in run["batches"]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5), squeeze=False)
+    for ax, (run, batch) in zip(axes[0], panels):
+        forms = [f for f in run["forms"] if f.get("batch_size", 0) == batch["batch_size"]]
         compute = forms[0]["step_s"]
         names = [f["form"] for f in forms]
         exposed = [max(0.0, f["step_s"] - compute) for f in forms]
         ax.bar(names, [compute * 1e3] * len(forms), label="compute (step without DDP)", color="#4c72b0")
         ax.bar(names, [e * 1e3 for e in exposed], bottom=[compute * 1e3] * len(forms),
-               label="exposed communication", color="#dd8452")
-        ax.set_title(f"{run['model']}, {run['nodes']} nodes x {run['local_world_size']}")
+               label="added by DDP or communication", color="#dd8452")
+        ax.set_title(f"{run['model']}, {run['nodes']} nodes x {run['local_world_size']},"
+                     f" batch {batch['batch_size']} ({batch['regime']})")
         ax.set_ylabel("step time (ms)")
         ax.tick_params(axis="x", rotation=30)
         ax.legend(fontsize=8)

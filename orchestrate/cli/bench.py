@@ -44,17 +44,30 @@ def add_parsers(sub: Any) -> None:
     coll.add_argument("--wire-bytes", default="256M",
                       help="bytes per TCP stream when measuring the wire (0: skip) (default: 256M)")
     ddp_parser = kinds.add_parser(
-        "ddp", help="step time without DDP, with DDP (bucket sizes), with one all_reduce per parameter",
+        "ddp", help="DDP's overhead per form (defaults, tuned knobs, no-op hook) and regime, and its speed-up",
         description="ResNet-50 (161 parameter tensors) on synthetic images, on every node count of --node-counts:"
-                    " overhead, scaling efficiency and DDP's speed-up over the naive form.",
-        epilog="usage example: python -m orchestrate bench ddp --node-counts 2 4")
+                    " the step without DDP, with DDP's defaults (per bucket size), with its three knobs"
+                    " (gradient_as_bucket_view, broadcast_buffers=False, static_graph), with a no-op communication"
+                    " hook (DDP's bookkeeping alone), and with one all_reduce per parameter; each batch size's regime"
+                    " (GPU-bound or CPU launch-bound; on GPUs the batch is swept until the step is GPU-bound);"
+                    " overhead per form, scaling efficiency, and the <=3%% overhead goal at world size 1.",
+        epilog="usage examples: python -m orchestrate bench ddp --node-counts 2 4;"
+               " python -m orchestrate bench ddp --node-counts 1 2 --share-gpus --image-size 224 --batch-size 16")
     add_job_options(ddp_parser)
     ddp_parser.add_argument("--node-counts", type=count, nargs="+", default=[2, 4], metavar="N",
                             help="node counts to run on, one run each (default: 2 4; --nodes is ignored)")
-    ddp_parser.add_argument("--buckets", type=float, nargs="+", default=[1.0, 25.0, 100.0], metavar="MB",
-                            help="DDP bucket sizes to try (default: 1 25 100)")
+    ddp_parser.add_argument("--buckets", type=float, nargs="+", default=[25.0], metavar="MB",
+                            help="DDP bucket sizes to try with its defaults (default: 25, DDP's own)")
     ddp_parser.add_argument("--steps", type=count, default=5, help="timed steps per form (default: 5)")
-    ddp_parser.add_argument("--batch-size", type=count, default=8, help="images per rank and step (default: 8)")
+    ddp_parser.add_argument("--batch-size", type=count, default=8,
+                            help="images per rank and step; where a sweep starts (default: 8)")
+    ddp_parser.add_argument("--batch-sizes", type=count, nargs="+", default=None, metavar="N",
+                            help="measure at these batch sizes instead (no sweep)")
+    sweep = ddp_parser.add_mutually_exclusive_group()
+    sweep.add_argument("--sweep", dest="sweep", action="store_true", default=None,
+                       help="double the batch until the step is GPU-bound (default on GPUs, where a small batch's step"
+                            " is bound by kernel launches)")
+    sweep.add_argument("--no-sweep", dest="sweep", action="store_false", help="measure at --batch-size only")
     ddp_parser.add_argument("--image-size", type=count, default=64, help="image side in pixels (default: 64)")
     launch = kinds.add_parser(
         "launcher", help="wall time of a trivial 2x2 job against a hand-made compose + exec baseline",
@@ -112,6 +125,10 @@ def bench_ddp(args: argparse.Namespace, inv: Invocation) -> int:
     target = ["-m", "app.bench_ddp", "--out", BENCH_OUT, "--steps", str(args.steps), "--batch-size",
               str(args.batch_size), "--image-size", str(args.image_size), "--buckets",
               *[f"{b:g}" for b in args.buckets]]
+    if args.batch_sizes:
+        target += ["--batch-sizes", *[str(b) for b in args.batch_sizes]]
+    if args.sweep is not None:
+        target.append("--sweep" if args.sweep else "--no-sweep")
     for nodes in args.node_counts:
         code, result = run_request(request_from_args(args, target, nodes=nodes), inv)
         if result is None or not result.succeeded:

