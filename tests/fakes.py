@@ -506,3 +506,18 @@ class FakeCompose:
         for store in (engine.networks_by_name, engine.volumes_by_name):
             for key in [k for k, v in store.items() if v.labels.get("com.docker.compose.project") == self.project_name]:
                 del store[key]
+
+
+def fake_engine(client: Optional["FakeDockerClient"] = None, **scripts: list[Script]) -> "FakeDockerClient":
+    """The fake engine (a new one unless ``client``), with the node image, each node's scripts
+    and the fake Compose on it."""
+    from orchestrate.config.run_config import DEFAULT_IMAGE
+
+    client = client if client is not None else FakeDockerClient()
+    FakeCompose.engine = client
+    FakeCompose.instances.clear()
+    if DEFAULT_IMAGE not in client.images.by_name:
+        client.images.add(DEFAULT_IMAGE)
+    for node, node_scripts in scripts.items():
+        client.script(node, *node_scripts)
+    return client

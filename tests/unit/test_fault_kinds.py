@@ -13,20 +13,11 @@ import time
 import pytest
 
 from orchestrate.config.fault_spec import parse_fault
-from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.compose_file import render_compose
 from orchestrate.faults.ranks import RANK_SCRIPT
-from tests.fakes import FakeCompose, FakeDockerClient, Script
+from tests.fakes import FakeDockerClient, Script, fake_engine
 
-
-def engine(**scripts) -> FakeDockerClient:
-    client = FakeDockerClient()
-    FakeCompose.engine = client
-    FakeCompose.instances.clear()
-    client.images.add(DEFAULT_IMAGE)
-    for node, node_scripts in scripts.items():
-        client.script(node, *node_scripts)
-    return client
+engine = fake_engine
 
 
 def lines(node: int, count: int, delay_s: float = 0.1, exit_code: int = 0) -> Script:

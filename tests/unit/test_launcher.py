@@ -15,7 +15,7 @@ from orchestrate.launch.run import Run
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
-from tests.fakes import FakeCompose, FakeDockerClient, Script
+from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine
 
 
 def report(rank: int, local: int, exit_code: int = 1, error_file: str = "<N/A>", exc: str = "RuntimeError: boom"):
@@ -24,15 +24,7 @@ def report(rank: int, local: int, exit_code: int = 1, error_file: str = "<N/A>",
             f"  traceback : {exc}", "====="]
 
 
-def engine(client: FakeDockerClient, **scripts: list[Script]) -> FakeDockerClient:
-    """The fake engine, with the node image, each node's scripts and the fake Compose on it."""
-    FakeCompose.engine = client
-    FakeCompose.instances.clear()
-    if DEFAULT_IMAGE not in client.images.by_name:
-        client.images.add(DEFAULT_IMAGE)
-    for node, node_scripts in scripts.items():
-        client.script(node, *node_scripts)
-    return client
+engine = fake_engine
 
 
 def run(job: Run, client: FakeDockerClient, **scripts: list[Script]):

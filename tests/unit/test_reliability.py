@@ -14,19 +14,11 @@ import time
 import pytest
 import requests
 
-from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.errors import ComposeError, EngineError, ImageUnavailableError, LockTimeoutError, UsageError
 from orchestrate.outcome.states import NodePhase
-from tests.fakes import FakeCompose, FakeDockerClient, Script
+from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine
 
-
-def engine(client: FakeDockerClient, **scripts) -> FakeDockerClient:
-    FakeCompose.engine = client
-    FakeCompose.instances.clear()
-    client.images.add(DEFAULT_IMAGE)
-    for node, node_scripts in scripts.items():
-        client.script(node, *node_scripts)
-    return client
+engine = fake_engine
 
 
 def when(condition, then, timeout_s: float = 20.0) -> threading.Thread:
