@@ -1,2 +1,3 @@
-"""What runs inside the nodes: the node supervisor and the workers' half of the progress channel.
-Standard library only (any Python 3.8+), mounted into every node; imports nothing of orchestrate."""
+"""What runs inside the nodes: the node supervisor, the workers' half of the progress channel, and
+the workers' start-up hook. Standard library only (any Python 3.8+), mounted into every node;
+imports nothing of orchestrate."""
