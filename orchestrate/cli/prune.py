@@ -2,16 +2,22 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.engine.runs import list_runs, remove_run
+from orchestrate.engine.runs import RunInfo, list_runs, remove_run
 
 
 def add_parsers(sub: Any) -> None:
     prune = sub.add_parser("prune", help="remove every run that has ended or lost its launcher",
                            description="Remove the runs that succeeded, failed, were stopped, or are orphaned"
-                                       " (their foreground launcher is gone), and say what was removed.")
+                                       " (their foreground launcher is gone), and say what was removed."
+                                       " Every such run in the engine, unless --runs-dir names whose.",
+                           epilog="usage example: python -m orchestrate prune --runs-dir runs")
+    prune.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                       help="remove only the runs whose directory is in DIR (as `run --runs-dir` named it),"
+                            " leaving other projects' and other users' runs alone (default: every run)")
     prune.set_defaults(handler=command)
 
 
@@ -19,9 +25,16 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     pruned = 0
     for run in list_runs(client):
-        if run.state.ended:
+        if run.state.ended and kept_in(run, args.runs_dir):
             removed = remove_run(client, run)
             inv.out.write(f"removed run {run.run_id} ({run.state.value}): {', '.join(removed)}\n")
             pruned += 1
-    inv.out.write(f"pruned {pruned} run(s)\n" if pruned else "nothing to prune: every run is still running\n")
+    where = f" in {args.runs_dir}" if args.runs_dir else ""
+    inv.out.write(f"pruned {pruned} run(s){where}\n" if pruned
+                  else f"nothing to prune{where}: every run is still running\n")
     return 0
+
+
+def kept_in(run: RunInfo, runs_dir: Optional[Path]) -> bool:
+    """Whether the run's directory lies in ``runs_dir`` (every run does when it is None)."""
+    return runs_dir is None or run.run_dir.parent == runs_dir.resolve()

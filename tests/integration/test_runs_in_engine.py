@@ -94,7 +94,7 @@ def test_stop_keeps_the_logs_and_state_down_and_prune_remove_everything(docker_c
         assert code == 0 and f"removed run {second}: container" in out
         assert leftovers(docker_client, f"ddp-{second}") == []
 
-        code, out = cli("prune")
+        code, out = cli("prune", "--runs-dir", str(tmp_path))  # not other tests' kept runs
         assert code == 0 and f"removed run {first} (stopped)" in out
         assert leftovers(docker_client, f"ddp-{first}") == []
         assert cli("logs", first)[0] == 2  # gone from the engine
@@ -126,7 +126,7 @@ def test_a_launcher_that_dies_or_hangs_up_leaves_nothing_behind(docker_client, t
         assert took <= LEASE_BOUND_S, f"nodes stopped {took:.0f} s after the launcher died"
         code, out = cli("logs", run_id, "--node", "node0")
         assert f"the launcher is gone (no heartbeat for {LEASE_S} s): stopping this node" in out
-        code, out = cli("prune")
+        code, out = cli("prune", "--runs-dir", str(tmp_path))  # not other tests' kept runs
         assert f"removed run {run_id} (orphaned)" in out
         assert leftovers(docker_client, project) == []
     finally:

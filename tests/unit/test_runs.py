@@ -137,6 +137,20 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert "no run no-such-run in the engine" in capsys.readouterr().err
 
 
+def test_prune_with_runs_dir_leaves_other_directories_runs_alone(make_run, tmp_path):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("mine", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
+                 ("theirs", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1, runs_dir=tmp_path / "elsewhere")))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    out = io.StringIO()
+    assert main(client=client, argv=["prune", "--runs-dir", str(tmp_path / "runs")], out=out) == 0
+    assert "removed run mine (succeeded)" in out.getvalue()
+    assert f"pruned 1 run(s) in {tmp_path / 'runs'}" in out.getvalue()
+    assert [r.run_id for r in list_runs(client)] == ["theirs"]
+
+
 def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run):
     from orchestrate.cli.main import main
 
