@@ -78,11 +78,14 @@ class Node:
         self.run_as = run_as
         self.child: Optional[subprocess.Popen] = None
         self.stop_requested_at: Optional[float] = None
+        self.stop_signal = signal.SIGTERM
         self.stop_reason = 0
         self.kill_after_grace = False  # only when this node stops itself
 
     def start(self) -> None:
         self.child = subprocess.Popen(self.argv, start_new_session=True, preexec_fn=self._drop_privileges)
+        if self.stop_requested_at is not None:  # a stop that came while the child was being started
+            self.signal_group(self.stop_signal)
 
     def _drop_privileges(self) -> None:
         """In the child, before exec: become the user (the shaping needed root, torchrun does not)."""
@@ -104,6 +107,7 @@ class Node:
     def request_stop(self, signum: int, reason: int, kill_after_grace: bool = False) -> None:
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
+            self.stop_signal = signum
             self.stop_reason = reason
             self.kill_after_grace = kill_after_grace
             self.signal_group(signum)

@@ -43,6 +43,19 @@ def test_sigterm_reaches_the_command_and_ends_the_node_with_143():
     assert proc.wait(timeout=30) == 143
 
 
+def test_a_stop_that_comes_while_the_command_is_being_started_still_reaches_it():
+    from orchestrate.node.main import Node
+
+    # The signal handler can run after the fork, before Popen returns: the child is not yet
+    # known, so the stop is only recorded. start() must pass it on once the child is known.
+    node = Node(["sleep", "30"], stop_grace_s=1)
+    node.on_signal(signal.SIGTERM, None)
+    started = time.monotonic()
+    node.start()
+    assert node.wait(None, 30) == 143
+    assert time.monotonic() - started < 10  # the command got the signal, not its own end at 30 s
+
+
 def test_a_stale_lease_stops_the_node_even_if_the_command_ignores_sigterm(tmp_path):
     lease = tmp_path / "heartbeat"
     lease.write_text("1")
