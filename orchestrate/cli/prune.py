@@ -29,9 +29,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
             removed = remove_run(client, run)
             inv.out.write(f"removed run {run.run_id} ({run.state.value}): {', '.join(removed)}\n")
             pruned += 1
-    where = f" in {args.runs_dir}" if args.runs_dir else ""
+    where = f" in {args.runs_dir}" if args.runs_dir else " in the engine"
     inv.out.write(f"pruned {pruned} run(s){where}\n" if pruned
-                  else f"nothing to prune{where}: every run is still running\n")
+                  else f"nothing to prune{where}: no run there has ended\n")
     return 0
 
 
