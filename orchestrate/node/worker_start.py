@@ -51,21 +51,30 @@ def install_gloo_shim() -> None:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    def shimmed(original: Any) -> Any:
-        @functools.wraps(original)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                args = (as_gloo(args[0]), *args[1:])
-            else:
-                kwargs["backend"] = as_gloo(kwargs.get("backend"))
-            return original(*args, **kwargs)
-
-        return call
-
-    for name in ("init_process_group", "new_group"):
-        wrapped = shimmed(getattr(c10d, name))
+    # init_process_group's backend None is torch's pick by device (nccl for CUDA); new_group's
+    # is the default group's, which the shim already made gloo.
+    for name, default_too in (("init_process_group", True), ("new_group", False)):
+        wrapped = with_gloo_backend(getattr(c10d, name), default_too)
         setattr(c10d, name, wrapped)
         setattr(dist, name, wrapped)
+
+
+def with_gloo_backend(original: Any, default_too: bool) -> Any:
+    """``original`` with its ``backend`` argument, however it is passed, made gloo by
+    :func:`as_gloo`; ``default_too``: a backend left out (None) is replaced too."""
+    import inspect
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind_partial(*args, **kwargs)
+        backend = bound.arguments.get("backend")
+        if backend is not None or default_too:
+            bound.arguments["backend"] = as_gloo(backend)
+        return original(*bound.args, **bound.kwargs)
+
+    return call
 
 
 def split_argv(argv: list[str]) -> tuple[set[str], list[str]]:

@@ -98,6 +98,23 @@ def test_the_shim_maps_nccl_to_gloo_and_nothing_else(asked, given):
     assert worker_start.as_gloo(asked) == given
 
 
+def test_the_shim_finds_the_backend_however_it_is_passed_and_leaves_the_rest():
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1):
+        return backend, init_method, world_size, rank
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
+        return ranks, timeout, backend
+
+    init = worker_start.with_gloo_backend(init_process_group, default_too=True)
+    assert init("nccl", "env://", rank=1) == ("gloo", "env://", -1, 1)
+    assert init(backend="cuda:nccl,cpu:gloo") == ("cuda:gloo,cpu:gloo", None, -1, -1)
+    assert init() == ("cpu:gloo,cuda:gloo", None, -1, -1)  # torch's pick would be nccl on CUDA
+    group = worker_start.with_gloo_backend(new_group, default_too=False)
+    assert group([0, 1], backend="nccl") == ([0, 1], None, "gloo")  # the ranks stay ranks
+    assert group([0, 1], 30, "nccl") == ([0, 1], 30, "gloo")
+    assert group([0, 1]) == ([0, 1], None, None)  # the default group's backend, gloo already
+
+
 def hook(tmp_path: Path, *args: str, env: dict[str, Optional[str]]) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in {**os.environ, **env}.items() if v is not None}  # None: unset
     return subprocess.run([sys.executable, str(WORKER_START), *args], cwd=tmp_path, capture_output=True, text=True,
