@@ -117,6 +117,9 @@ class RunRequest:
         if not self.cpu and (self.gpus_per_node or 0) > 0:
             raise UsageError("the simulated Slurm cluster runs CPU/Gloo nodes: use --cpu (export --to slurm writes"
                              " #SBATCH --gpus-per-node for a real cluster)")
+        if self.share_gpus or self.nccl_as_gloo:
+            raise UsageError("--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated Slurm"
+                             " cluster runs CPU/Gloo nodes")
         for fault in self.faults:
             if fault.action not in SLURM_FAULTS or fault.has_end:
                 raise UsageError(f"--fault {fault}: under --scheduler slurm a fault is one of"

@@ -47,12 +47,19 @@ def assign_ranks(nodes: int, nproc_per_node: int) -> list[tuple[int, ...]]:
     ]
 
 
+def lease_args(config: RunConfig, detached: bool) -> tuple[str, ...]:
+    """The node supervisor's options for the launcher's lease (none for a detached run): the
+    heartbeat file, how long it may go stale, and the grace the workers get when it does."""
+    if detached:
+        return ()
+    return ("--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}", "--lease-timeout", f"{config.lease_timeout_s:g}",
+            "--stop-grace", f"{config.stop_grace_s:g}")
+
+
 def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detached: bool) -> tuple[str, ...]:
     """The container's main process: the node supervisor (``orchestrate/node/main.py``)
     waiting for the peers, holding the launcher's lease unless detached, and running torchrun."""
-    lease = () if detached else ("--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}",
-                                 "--lease-timeout", f"{config.lease_timeout_s:g}",
-                                 "--stop-grace", f"{config.stop_grace_s:g}")
+    lease = lease_args(config, detached)
     shaping: tuple[str, ...] = ()
     if config.link is not None:
         # The container starts as root with NET_ADMIN to shape its link; torchrun runs as the user.

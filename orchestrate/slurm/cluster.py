@@ -16,7 +16,6 @@ from typing import Any
 from orchestrate.engine.compose_file import escape_interpolation
 from orchestrate.engine.labels import CONTROLLER_ROLE, ROLE_LABEL, SCHEDULER_LABEL, node_labels
 from orchestrate.plan.layout import (
-    HEARTBEAT_FILE,
     NETWORK,
     NODE_MAIN,
     PROJECT_MOUNT_DIR,
@@ -26,6 +25,7 @@ from orchestrate.plan.layout import (
     SHM_SIZE,
     WORKSPACE_DIR,
 )
+from orchestrate.plan.make import lease_args
 from orchestrate.plan.model import JobPlan
 
 CONTROLLER = "slurmctl"
@@ -78,9 +78,7 @@ def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
 def daemon_command(plan: JobPlan, daemon: list[str], run_as: str) -> list[str]:
     """start.sh (as root: key, configuration, the user, munged), then the node supervisor
     holding the launcher's lease around the daemon in the foreground."""
-    lease = [] if plan.detached else ["--lease", f"{RUN_DIR_MOUNT}/{HEARTBEAT_FILE}", "--lease-timeout",
-                                     f"{plan.config.lease_timeout_s:g}"]
-    return ["sh", START_SCRIPT, run_as, "python3", NODE_MAIN, *lease, "--", *daemon]
+    return ["sh", START_SCRIPT, run_as, "python3", NODE_MAIN, *lease_args(plan.config, plan.detached), "--", *daemon]
 
 
 def render_slurm_compose(plan: JobPlan, image: str, run_as: str) -> dict[str, Any]:

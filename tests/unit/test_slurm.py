@@ -101,7 +101,7 @@ def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
 
 
 def test_cluster_compose_has_a_controller_and_unprivileged_nodes(make_job):
-    plan = make_job(nodes=2)
+    plan = make_job(nodes=2, stop_grace_s=4)
     project = render_slurm_compose(plan, "ddp-compose-slurm:abc", "1000:1000")
     assert sorted(project["services"]) == sorted([CONTROLLER, "node0", "node1"])
     for name, service in project["services"].items():
@@ -109,6 +109,8 @@ def test_cluster_compose_has_a_controller_and_unprivileged_nodes(make_job):
         assert service["hostname"] == name
     assert project["services"]["node1"]["command"][-2:] == ["slurmd", "-D"]
     assert project["services"][CONTROLLER]["command"][-2:] == ["slurmctld", "-D"]
+    command = project["services"]["node0"]["command"]  # a lost launcher's workers get the run's grace
+    assert command[command.index("--stop-grace") + 1] == "4"
 
 
 def test_scontrol_records_keep_values_with_spaces():
@@ -172,6 +174,9 @@ def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
     assert "--detach is for --scheduler compose" in capsys.readouterr().err
     assert main(["run", "--sbatch", str(tmp_path / "none.sh")], out=out) == 2
     assert "--sbatch needs --scheduler slurm" in capsys.readouterr().err
+    assert main(["run", "--scheduler", "slurm", "--cpu", "--backend", "gloo", "--nccl-as-gloo", "--", "-m", "app.hello"],
+                out=out) == 2
+    assert "--nccl-as-gloo are for --scheduler compose" in capsys.readouterr().err
 
 
 def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(tmp_path):
