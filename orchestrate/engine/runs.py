@@ -41,6 +41,7 @@ from orchestrate.engine.labels import (
 )
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
+from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.model import NodePlan
 
 log = logging.getLogger(__name__)
@@ -327,9 +328,7 @@ def node_plans(run: RunInfo) -> tuple[NodePlan, ...]:
     plans = []
     for node in run.nodes:
         ranks = () if run.elastic else tuple(range(node.node_rank * nproc, (node.node_rank + 1) * nproc))
-        per = len(node.gpus) // nproc if node.gpus else 0
-        process_gpus = tuple(node.gpus[i * per:(i + 1) * per] for i in range(nproc))
-        plans.append(NodePlan(node.name, node.node_rank, ranks, node.gpus, process_gpus, (), {}))
+        plans.append(NodePlan(node.name, node.node_rank, ranks, node.gpus, process_gpus(node.gpus, nproc), (), {}))
     return tuple(plans)
 
 

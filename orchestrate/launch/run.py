@@ -142,8 +142,9 @@ class Run:
     def check(self) -> RunConfig:
         """Refuse bad input with one line, before the engine is asked anything."""
         request = self.request
-        # Paths and the target first: a missing script is reported whatever the engine has.
-        derived_image_spec(resolve_config(request.replace(cpu=True, backend="auto"), self.host))
+        # Paths and the target first: a missing script is reported whatever the engine has (so
+        # checked as a CPU run, where the GPU options have nothing to act on).
+        derived_image_spec(resolve_config(request.replace(cpu=True, backend="gloo", share_gpus=False), self.host))
         config = resolve_config(request, self.host)
         request.check_combination()
         return config

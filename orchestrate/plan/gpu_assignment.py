@@ -30,12 +30,6 @@ def process_gpus(gpus: tuple[str, ...], nproc_per_node: int) -> tuple[tuple[str,
     return tuple(gpus[local * per_process:(local + 1) * per_process] for local in range(nproc_per_node))
 
 
-def gpus_in_use(gpu_ids: tuple[str, ...], nodes: int, gpus_per_node: int, shared: bool) -> int:
-    """How many distinct host GPUs a run of ``nodes`` nodes uses."""
-    wanted = nodes * gpus_per_node
-    return min(wanted, len(gpu_ids)) if shared else wanted
-
-
 def shared_gpus(assigned: dict[str, tuple[tuple[str, ...], ...]]) -> dict[str, list[str]]:
     """GPU -> the workers (``node/local L``) that share it, for the GPUs more than one uses.
 

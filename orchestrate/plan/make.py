@@ -10,7 +10,7 @@ from typing import Optional
 
 from orchestrate.config.link import tc_commands
 from orchestrate.config.run_config import RunConfig
-from orchestrate.plan.gpu_assignment import gpus_in_use, node_gpus, process_gpus
+from orchestrate.plan.gpu_assignment import node_gpus, process_gpus
 from orchestrate.plan.layout import (
     HEARTBEAT_FILE,
     LOG_LINE_PREFIX_TEMPLATE,
@@ -162,9 +162,9 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
         The plan the apply step carries out.
     """
     gpu_ids = tuple(gpu_ids) or tuple(str(g) for g in range(config.nodes * config.gpus_per_node))
-    wanted = gpus_in_use(gpu_ids, config.nodes, config.gpus_per_node, config.share_gpus)
-    if len(gpu_ids) < wanted or (config.gpus_per_node and len(gpu_ids) < config.gpus_per_node):
-        raise ValueError(f"{max(wanted, config.gpus_per_node)} GPUs planned but only {len(gpu_ids)} given")
+    needed = config.gpus_per_node if config.share_gpus else config.nodes * config.gpus_per_node
+    if len(gpu_ids) < needed:
+        raise ValueError(f"{needed} GPUs planned but only {len(gpu_ids)} given")
     master_addr = node_name(0)
     backend = config.backend
     env = node_env(config, backend, host_cpus)

@@ -12,7 +12,16 @@ import pytest
 from orchestrate.config.gpu_layout import check_lease
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.client import engine_time
-from orchestrate.engine.runs import RunState, age, gpus_in_use, launcher_alive, launcher_identity, list_runs, run_state
+from orchestrate.engine.runs import (
+    RunState,
+    age,
+    gpus_in_use,
+    launcher_alive,
+    launcher_identity,
+    list_runs,
+    node_plans,
+    run_state,
+)
 from orchestrate.errors import UsageError
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
 from tests.fakes import FakeCompose, FakeDockerClient, Script
@@ -108,6 +117,18 @@ def test_runs_are_rebuilt_from_labels_and_their_gpus_are_leased(make_run, monkey
     assert (run.run_id, run.detached, run.planned_nodes, run.state) == ("gpu-run", True, 2, RunState.RUNNING)
     assert [n.gpus for n in run.nodes] == [("2",), ("3",)]
     assert gpus_in_use([run]) == {"2": "gpu-run", "3": "gpu-run"}
+
+
+def test_a_shared_gpu_run_rebuilt_from_labels_gives_every_process_its_gpu(make_run, monkeypatch):
+    client = FakeDockerClient()
+    client.gpus = ("0",)
+    monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: client.gpus)
+    [plan] = started_runs(make_run, client, ("shared", {"node0": Script(hang=True), "node1": Script(hang=True)},
+                                             dict(nodes=2, nproc_per_node=2, gpus_per_node=1, share_gpus=True,
+                                                  backend="nccl")))
+    [run] = list_runs(client)
+    rebuilt = node_plans(run)
+    assert [n.process_gpus for n in rebuilt] == [n.process_gpus for n in plan.nodes] == [(("0",), ("0",))] * 2
 
 
 def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys):
