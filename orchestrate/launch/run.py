@@ -291,15 +291,20 @@ class Run:
         if self.backend is None:
             result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
         else:
+            again = False
             while True:
                 try:
-                    self.say(f"interrupted: stopping every node (SIGTERM, then SIGKILL after {grace:g} s;"
-                             " interrupt again to kill them now)" if grace else "interrupted again: killing every"
-                             " node now")
+                    if again:
+                        self.say("interrupted again: killing every node now")
+                    elif grace:
+                        self.say(f"interrupted: stopping every node (SIGTERM, then SIGKILL after {grace:g} s;"
+                                 " interrupt again to kill them now)")
+                    else:
+                        self.say("interrupted: killing every node now (--stop-grace 0)")
                     result = self.backend.wind_down(grace)
                     break
                 except KeyboardInterrupt:
-                    grace = 0
+                    grace, again = 0, True
         result.interrupted, result.signal_number = True, signal_number
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch

@@ -21,19 +21,35 @@ from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine
 engine = fake_engine
 
 
-def when(condition, then, timeout_s: float = 20.0) -> threading.Thread:
-    """Do ``then`` once ``condition`` holds (polled in a thread)."""
-    def watch() -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if condition():
-                then()
-                return
-            time.sleep(0.01)
+@pytest.fixture
+def when():
+    """``when(condition, then)``: do ``then`` once ``condition`` holds (polled in a thread).
+    Each watcher must have fired by the test's end; none outlives it (an interrupt from a
+    watcher left running would land in a later test)."""
+    done = threading.Event()
+    watchers: list[tuple[threading.Thread, list[bool]]] = []
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    def start(condition, then, timeout_s: float = 20.0) -> None:
+        fired: list[bool] = []
+
+        def watch() -> None:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and not done.is_set():
+                if condition():
+                    fired.append(True)
+                    then()
+                    return
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        watchers.append((thread, fired))
+
+    yield start
+    done.set()
+    for thread, _ in watchers:
+        thread.join(timeout=5)
+    assert all(fired for _, fired in watchers), "a watcher's condition never held"
 
 
 def interrupt() -> None:
@@ -43,7 +59,7 @@ def interrupt() -> None:
 
 # Graceful stops --------------------------------------------------------------------------------
 
-def test_ctrl_c_gives_the_workers_sigterm_and_their_grace_and_the_summary_real_times(make_run):
+def test_ctrl_c_gives_the_workers_sigterm_and_their_grace_and_the_summary_real_times(make_run, when):
     job = make_run(nodes=2, stop_grace=5)
     client = engine(FakeDockerClient(),
                     node0=[Script(["[0|0]:training"], hang=True, on_sigterm=["[0|0]:checkpoint saved on SIGTERM"])],
@@ -62,7 +78,7 @@ def test_ctrl_c_gives_the_workers_sigterm_and_their_grace_and_the_summary_real_t
     assert FakeCompose.instances[-1].calls == ["up", "down"]
 
 
-def test_a_second_ctrl_c_kills_at_once(make_run):
+def test_a_second_ctrl_c_kills_at_once(make_run, when):
     job = make_run(nodes=1, stop_grace=60)
     client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)])
     job.client = client
@@ -74,6 +90,18 @@ def test_a_second_ctrl_c_kills_at_once(make_run):
     assert "interrupted again: killing every node now" in job.out.getvalue()
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 137)]
     assert result.exit_code == 130 and FakeCompose.instances[-1].calls == ["up", "down"]
+
+
+def test_ctrl_c_with_no_stop_grace_says_it_kills_at_once_and_does_so(make_run, when):
+    job = make_run(nodes=1, stop_grace=0)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)])
+    job.client = client
+    when(lambda: "training" in job.out.getvalue(), interrupt)
+    result = job.run()
+    text = job.out.getvalue()
+    assert "interrupted: killing every node now (--stop-grace 0)" in text
+    assert "interrupted again" not in text  # one Ctrl-C was given
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 137)]
 
 
 def test_preempt_sends_sigterm_then_sigkill_after_the_grace(make_run):
@@ -161,7 +189,7 @@ def test_a_broken_event_stream_is_said_and_the_nodes_are_followed_by_inspection(
     assert "events-ended" in events
 
 
-def test_a_lost_engine_ends_the_run_with_exit_2_and_one_line(make_run, monkeypatch):
+def test_a_lost_engine_ends_the_run_with_exit_2_and_one_line(make_run, monkeypatch, when):
     monkeypatch.setattr("orchestrate.supervise.inspection.ENGINE_LOST_S", 0.5)
     monkeypatch.setattr("orchestrate.launch.teardown.TEARDOWN_BACKOFF", __import__("tenacity").wait_none())
     job = make_run(nodes=2)
