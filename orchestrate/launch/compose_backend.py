@@ -121,4 +121,4 @@ class ComposeBackend:
         self.supervisor.close()
         results = [t.result for t in self.supervisor.trackers.values()]
         return RunResult(self.spec.run_id, self.spec.run_dir, results, Timings(),
-                         faults=list(self.supervisor.faults.fired))
+                         faults=self.supervisor.fault_records())

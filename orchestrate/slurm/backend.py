@@ -119,6 +119,7 @@ class SlurmBackend:
         self.clock = clock
         self.containers: dict[str, Any] = {}
         self.job_id = ""
+        self.started_at: Optional[float] = None  # when the job was submitted
         self.lines: "queue.Queue[str]" = queue.Queue()
         self.progress = ProgressWatch(plan.run_dir / PROGRESS_SUBDIR, self.record)
         self.faults = FaultScheduler(plan.config.faults, self.inject, plan.run_dir / PROGRESS_SUBDIR, self.say,
@@ -237,7 +238,7 @@ class SlurmBackend:
         self.say(f"sbatch submitted job {self.job_id}")
         slurm = SlurmJob(self.job_id)
         result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=slurm)
-        started = self.clock()
+        self.started_at = started = self.clock()
         following = False
         try:
             with open(self.plan.run_dir / "slurm-job.log", "w", encoding="utf-8") as log_file:
@@ -277,8 +278,9 @@ class SlurmBackend:
 
     def partial_result(self) -> RunResult:
         """What is known of a job that was interrupted."""
+        elapsed = self.clock() - self.started_at if self.started_at is not None else 0.0
         return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=SlurmJob(self.job_id),
-                         faults=list(self.faults.fired))
+                         faults=self.faults.records(elapsed, self.progress.max_step, self.progress.seen))
 
     def wind_down(self, grace_s: float) -> RunResult:
         """After an interrupt: cancel the job (Slurm sends its tasks SIGTERM, then SIGKILL after

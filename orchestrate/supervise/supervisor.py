@@ -38,7 +38,7 @@ from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
-from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR
@@ -409,5 +409,9 @@ class Supervisor:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
         trackers = list(self.trackers.values())
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
-        faults = self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen)
-        return RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings, faults=faults)
+        return RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
+                         faults=self.fault_records())
+
+    def fault_records(self) -> list[FaultRecord]:
+        """Every fault asked for so far: those that fired, then those that did not, with why."""
+        return self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen)

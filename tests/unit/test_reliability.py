@@ -192,7 +192,7 @@ def test_a_broken_event_stream_is_said_and_the_nodes_are_followed_by_inspection(
 def test_a_lost_engine_ends_the_run_with_exit_2_and_one_line(make_run, monkeypatch, when):
     monkeypatch.setattr("orchestrate.supervise.inspection.ENGINE_LOST_S", 0.5)
     monkeypatch.setattr("orchestrate.launch.teardown.TEARDOWN_BACKOFF", __import__("tenacity").wait_none())
-    job = make_run(nodes=2)
+    job = make_run(nodes=2, faults=["kill:node1@t=300"])
     client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)],
                     node1=[Script(["[1|0]:training"], hang=True)])
     client.events_break_after = 0
@@ -206,6 +206,8 @@ def test_a_lost_engine_ends_the_run_with_exit_2_and_one_line(make_run, monkeypat
     assert "Connection refused" in result.error
     assert "the engine does not answer (Connection refused)" in job.out.getvalue()
     assert "down" in FakeCompose.instances[-1].calls  # the teardown was tried
+    [fault] = result.faults  # a fault still pending is listed as not fired, with why
+    assert (fault.spec, fault.fired) == ("kill:node1@t=300", False) and "before t=300 s" in fault.reason
 
 
 def test_an_exit_seen_by_inspection_and_by_its_event_counts_once(make_run):
