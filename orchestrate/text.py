@@ -1,5 +1,10 @@
-"""Plain-text helpers shared by every printed table."""
+"""Plain-text helpers shared by every printed table and message."""
 from __future__ import annotations
+
+
+def first_line(text: str) -> str:
+    """Return the first non-empty line of ``text``."""
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:

@@ -5,7 +5,7 @@ import logging
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Optional
 
-from orchestrate.engine.errors import engine_errors
+from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineUnavailableError
 
 log = logging.getLogger(__name__)
@@ -25,9 +25,8 @@ def connect(timeout_s: int = 120) -> Any:
         client = docker.from_env(timeout=timeout_s)
         client.ping()
     except docker.errors.DockerException as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise EngineUnavailableError(
-            f"cannot reach the Docker engine ({reason[:160]}); start it (dockerd) or set DOCKER_HOST"
+            f"cannot reach the Docker engine ({describe(exc)[:160]}); start it (dockerd) or set DOCKER_HOST"
         ) from None
     return client
 

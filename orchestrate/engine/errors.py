@@ -18,6 +18,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Optional
 
+from orchestrate.text import first_line
+
 
 class EngineFault(str, Enum):
     """What an engine error means (see the module's text)."""
@@ -65,6 +67,4 @@ def classify(exc: BaseException) -> Optional[EngineFault]:
 
 def describe(exc: BaseException) -> str:
     """One line of an engine error: the engine's own explanation where it gave one."""
-    explanation = getattr(exc, "explanation", None)
-    text = str(explanation or exc) or type(exc).__name__
-    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+    return first_line(str(getattr(exc, "explanation", None) or exc))[:300] or type(exc).__name__

@@ -30,6 +30,7 @@ from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.locks import host_lock
 from orchestrate.errors import ImageUnavailableError
+from orchestrate.text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +111,6 @@ def try_pull(client: Any, name: str, progress: Progress) -> bool:
     except docker.errors.APIError as exc:
         progress(f"cannot pull {name}: {first_line(str(exc.explanation or exc))}")
         return False
-
-
-def first_line(text: str) -> str:
-    """Return the first non-empty line of ``text``."""
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def image_torch_version(client: Any, name: str) -> str:

@@ -26,11 +26,11 @@ from orchestrate.engine.images import (
     build_lock,
     docker_build,
     download_wheels,
-    first_line,
     image_exists,
     wheel_server,
 )
 from orchestrate.errors import ImageUnavailableError, UsageError
+from orchestrate.text import first_line
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from orchestrate.config.fault_spec import FaultSpec
-from orchestrate.engine.errors import engine_errors
+from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 from orchestrate.node.progress import TRIGGERS_FILE
 from orchestrate.outcome.model import FaultRecord
@@ -81,7 +81,7 @@ class FaultScheduler:
             try:
                 node = self.inject(fault) or fault.node
             except injection_errors() as exc:  # a node that already ended cannot be faulted
-                reason = f"could not be injected: {str(exc).splitlines()[0][:200]}"
+                reason = f"could not be injected: {describe(exc)}"
                 self.say(f"fault {fault} {reason}")
                 self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
                 self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
@@ -108,7 +108,7 @@ class FaultScheduler:
             if self.undo is not None:
                 self.undo(fault, node)
         except injection_errors() as exc:  # the node ended meanwhile: nothing left to undo
-            self.say(f"fault {fault} could not be ended: {str(exc).splitlines()[0][:200]}")
+            self.say(f"fault {fault} could not be ended: {describe(exc)}")
             self.record("fault-end-failed", node=node, spec=str(fault), error=str(exc)[:500])
             return
         self.fired = [replace(r, ended_s=elapsed_s) if r.spec == str(fault) and r.ended_s is None else r

@@ -139,6 +139,17 @@ def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its
     assert recorder.events[0][0] == "fault-failed" and (tmp_path / "fired-2").exists()
 
 
+def test_an_injection_error_without_a_message_is_named_by_its_kind(tmp_path):
+    recorder = Recorder()
+
+    def time_out(fault):
+        raise TimeoutError()  # an engine that did not answer in time says nothing more
+
+    scheduler = FaultScheduler((parse_fault("kill:node1@t=1"),), time_out, tmp_path, recorder.say, recorder.record)
+    assert scheduler.fire_due(1.0, None) == []
+    assert recorder.said == ["fault kill:node1@t=1 could not be injected: TimeoutError"]
+
+
 def test_the_fault_scheduler_warns_once_when_no_step_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr("orchestrate.faults.scheduler.NO_PROGRESS_WARNING_S", 1.0)
     recorder = Recorder()
