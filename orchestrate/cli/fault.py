@@ -12,10 +12,8 @@ from orchestrate.config.fault_spec import FaultAction, FaultSpec, parse_fault
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.runs import LIVE_STATUSES, RunInfo, find_run
 from orchestrate.errors import EngineError, UsageError
-from orchestrate.faults.inject import inject, undo
-from orchestrate.faults.ranks import signal_rank
-
-RANK_SIGNALS = {FaultAction.KILL_RANK: "SIGKILL", FaultAction.HANG_RANK: "SIGSTOP"}
+from orchestrate.faults.inject import do_fault, end_fault
+from orchestrate.interrupts import uninterrupted
 
 
 def add_parsers(sub: Any) -> None:
@@ -41,69 +39,66 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
                              " give an end in seconds, e.g. @t=0..30")
     client = inv.engine()
     run = find_run(client, args.run_id)
-    done: list[tuple[FaultSpec, str]] = []
-    for spec in args.specs:
-        node = inject_now(client, run, spec)
-        inv.out.write(f"injected {spec.action.value} into {node if spec.rank is None else f'rank {spec.rank} on {node}'}"
-                      f" of run {run.run_id}\n")
-        inv.out.flush()
-        done.append((spec, node))
-    lasting = [(spec, node) for spec, node in done if spec.has_end]
-    if lasting:
-        hold(inv, client, run, lasting)
+    live = {n.name: n.container for n in run.nodes if n.status in LIVE_STATUSES}
+    for spec in args.specs:  # every target first: nothing is done when one cannot be
+        if not spec.action.on_rank and spec.node not in live:
+            raise UsageError(f"no running {spec.node} in run {run.run_id} (see `python -m orchestrate ps`)")
+    held: list[tuple[FaultSpec, str]] = []
+    try:
+        for spec in args.specs:
+            node = inject_now(client, run, live, spec)
+            inv.out.write(f"injected {spec.action.value} into {node if spec.rank is None else f'rank {spec.rank} on {node}'}"
+                          f" of run {run.run_id}\n")
+            inv.out.flush()
+            if spec.has_end:
+                held.append((spec, node))
+        hold(inv, client, run, held)
+    finally:  # an interrupt, or an error: what is still held is undone, wholly
+        for spec, node in held:
+            uninterrupted(end_one, inv, client, run, spec, node)
     return 0
 
 
-def inject_now(client: Any, run: RunInfo, spec: FaultSpec) -> str:
+def inject_now(client: Any, run: RunInfo, live: dict[str, Any], spec: FaultSpec) -> str:
     """Do one fault now; return the node it landed on."""
-    import docker.errors
-
-    live = {n.name: n.container for n in run.nodes if n.status in LIVE_STATUSES}
-    if spec.rank is not None:
-        return signal_rank(client, live, spec.rank, RANK_SIGNALS[spec.action])
-    if spec.node not in live:
-        raise UsageError(f"no running {spec.node} in run {run.run_id} (see `python -m orchestrate ps`)")
     try:
         if spec.action is FaultAction.PREEMPT:  # SIGTERM, then SIGKILL after the run's grace
             live[spec.node].stop(timeout=int(round(run.stop_grace_s)))
-        else:
-            inject(client, run.project, live[spec.node], spec)
-    except docker.errors.APIError as exc:
-        raise EngineError(f"cannot {spec.action.value} {spec.node} of run {run.run_id}:"
-                          f" {exc.explanation or exc}") from None
-    return spec.node
+            return spec.node
+        return do_fault(client, run.project, live, spec)
+    except engine_errors() as exc:
+        raise EngineError(f"cannot {spec.action.value} {spec.target} of run {run.run_id}: {describe(exc)}") from None
 
 
-def hold(inv: Invocation, client: Any, run: RunInfo, lasting: list[tuple[FaultSpec, str]]) -> None:
-    """Keep the faults with an end for their duration (from now), then undo them; an interrupt
-    undoes them at once (and is raised on)."""
+def hold(inv: Invocation, client: Any, run: RunInfo, held: list[tuple[FaultSpec, str]]) -> None:
+    """Keep the faults with an end for their duration (from now), then undo each and take it
+    off ``held``; what an interrupt leaves in ``held`` is the caller's to undo."""
+    if not held:
+        return
     started = time.monotonic()
-    ends = sorted(((spec.until_seconds if spec.until_seconds is not None else 0.0) - (spec.at_seconds or 0.0),
-                   index) for index, (spec, _) in enumerate(lasting))
-    inv.out.write(f"holding {', '.join(str(s) for s, _ in lasting)} for up to {ends[-1][0]:g} s;"
+    held.sort(key=lambda item: duration_s(item[0]))
+    inv.out.write(f"holding {', '.join(str(s) for s, _ in held)} for up to {duration_s(held[-1][0]):g} s;"
                   " Ctrl-C ends them now\n")
     inv.out.flush()
-    try:
-        for duration, index in ends:
-            time.sleep(max(0.0, started + duration - time.monotonic()))
-            end_one(inv, client, run, *lasting[index])
-            lasting[index] = (lasting[index][0], "")
-    finally:  # an interrupt, or an error: what is still held is undone
-        for spec, node in lasting:
-            if node:
-                end_one(inv, client, run, spec, node)
+    while held:
+        spec, node = held[0]
+        time.sleep(max(0.0, started + duration_s(spec) - time.monotonic()))
+        end_one(inv, client, run, spec, node)
+        held.pop(0)
+
+
+def duration_s(spec: FaultSpec) -> float:
+    """How long a fault with an end in seconds lasts."""
+    assert spec.until_seconds is not None
+    return spec.until_seconds - (spec.at_seconds or 0.0)
 
 
 def end_one(inv: Invocation, client: Any, run: RunInfo, spec: FaultSpec, node: str) -> None:
-    live = {n.name: n.container for n in run.nodes}
+    container = next(n.container for n in run.nodes if n.name == node)
     try:
-        if spec.rank is not None:
-            signal_rank(client, {node: live[node]}, spec.rank, "SIGCONT")
-        else:
-            undo(client, run.project, live[node], spec, node=node, cpus_per_node=run.cpus_per_node, link=run.link)
+        end_fault(client, run.project, container, spec, node=node, cpus_per_node=run.cpus_per_node, link=run.link)
     except (*engine_errors(), EngineError) as exc:
-        inv.out.write(f"could not end {spec} on {node}: {describe(exc) if not isinstance(exc, EngineError) else exc}\n")
+        inv.out.write(f"could not end {spec} on {node}: {describe(exc)}\n")
         return
     inv.out.write(f"ended {spec} on {node} of run {run.run_id}\n")
     inv.out.flush()
-

@@ -1,5 +1,6 @@
-"""Doing a fault to a node's container and undoing it at its end, and probing a node that
-stopped answering. Faults aimed at one worker are :mod:`orchestrate.faults.ranks`."""
+"""Doing a fault to a node's container or to one worker (:func:`do_fault`) and undoing it at
+its end (:func:`end_fault`), and probing a node that stopped answering. Finding and signalling
+one worker is :mod:`orchestrate.faults.ranks`."""
 from __future__ import annotations
 
 import logging
@@ -11,10 +12,41 @@ from orchestrate.config.link import LinkSpec, format_rate, tbf_burst_bytes, tc_c
 from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
-from orchestrate.errors import EngineError
+from orchestrate.errors import EngineError, NodeLookupError
+from orchestrate.faults.ranks import signal_rank
 from orchestrate.plan.layout import CPU_PERIOD_US, NODE_INTERFACE
 
 log = logging.getLogger(__name__)
+
+
+# The signal a rank fault sends its worker; its end sends SIGCONT (a stopped worker goes on).
+RANK_SIGNALS = {FaultAction.KILL_RANK: "SIGKILL", FaultAction.HANG_RANK: "SIGSTOP"}
+
+
+def do_fault(client: Any, project: str, containers: dict[str, Any], fault: FaultSpec) -> str:
+    """Do ``fault`` to its node, or to its rank's worker on whichever of ``containers`` (node
+    name -> live container) runs it; return the node it landed on. A preemption's SIGKILL after
+    the grace is the caller's to send.
+
+    Raises:
+        NodeLookupError: When the fault's node is not among ``containers`` (it ended).
+    """
+    if fault.action.on_rank:
+        return signal_rank(client, containers, fault.rank, RANK_SIGNALS[fault.action])
+    if fault.node not in containers:
+        raise NodeLookupError(f"{fault.node} is not running")
+    inject(client, project, containers[fault.node], fault)
+    return fault.node
+
+
+def end_fault(client: Any, project: str, container: Any, fault: FaultSpec, *, node: str,
+              cpus_per_node: Optional[float] = None, link: Optional[LinkSpec] = None) -> None:
+    """End a lasting fault that landed on ``node``: its worker goes on, or the node is as the
+    run made it again (see :func:`undo`)."""
+    if fault.action.on_rank:
+        signal_rank(client, {node: container}, fault.rank, "SIGCONT")
+    else:
+        undo(client, project, container, fault, node=node, cpus_per_node=cpus_per_node, link=link)
 
 
 def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:

@@ -32,8 +32,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.faults.inject import inject, undo
-from orchestrate.faults.ranks import signal_rank
+from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
@@ -113,14 +112,11 @@ class Supervisor:
 
     def inject(self, fault: FaultSpec) -> str:
         """Do a fault (the scheduler's callback); return the node it landed on."""
-        if fault.action.on_rank:  # the rank's worker, on whichever node runs it now
-            signal_name = "SIGKILL" if fault.action is FaultAction.KILL_RANK else "SIGSTOP"
-            node = signal_rank(self.client, {t.name: t.container for t in self.live}, fault.rank, signal_name)
-            tracker = self.trackers[node]
+        # a rank fault lands on whichever node runs the rank now
+        node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
+        tracker = self.trackers[node]
+        if fault.action.on_rank:
             tracker.result.culprit_rank = fault.rank
-        else:
-            tracker = self.trackers[fault.node]
-            inject(self.client, self.spec.project, tracker.container, fault)
         tracker.result.fault = str(fault)
         if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
             self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s
@@ -129,11 +125,8 @@ class Supervisor:
     def undo(self, fault: FaultSpec, node: str) -> None:
         """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
         tracker = self.trackers[node]
-        if fault.action.on_rank:
-            signal_rank(self.client, {node: tracker.container}, fault.rank, "SIGCONT")
-        else:
-            undo(self.client, self.spec.project, tracker.container, fault, node=node,
-                 cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
+        end_fault(self.client, self.spec.project, tracker.container, fault, node=node,
+                  cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
         tracker.result.fault, tracker.result.culprit_rank = "", None
 
     @property

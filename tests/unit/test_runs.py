@@ -172,6 +172,25 @@ def test_prune_with_runs_dir_leaves_other_directories_runs_alone(make_run, tmp_p
     assert [r.run_id for r in list_runs(client)] == ["theirs"]
 
 
+def test_fault_checks_every_target_first_and_undoes_what_it_held_when_a_later_one_fails(make_run, capsys):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    assert main(client=client, argv=["fault", "r", "pause:node1@t=0..30", "kill:node9"], out=io.StringIO()) == 2
+    assert "no running node9 in run r" in capsys.readouterr().err
+    assert ("pause", "ddp-r-node1-1") not in client.calls  # nothing was done
+
+    import docker.errors
+    client.failures["kill"] = docker.errors.APIError("the engine refused")
+    out = io.StringIO()
+    assert main(client=client, argv=["fault", "r", "pause:node1@t=0..30", "kill:node0"], out=out) == 2
+    assert "cannot kill node0 of run r: the engine refused" in capsys.readouterr().err
+    assert client.calls[-2:] == [("kill", "ddp-r-node0-1"), ("unpause", "ddp-r-node1-1")]  # the pause undone
+    assert "ended pause:node1@t=0..30 on node1 of run r" in out.getvalue()
+
+
 def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run):
     from orchestrate.cli.main import main
 
