@@ -106,5 +106,6 @@ class ComposeProject:
         self._run("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")
 
     def down(self) -> None:
-        """Remove the project's containers, network and volumes."""
-        self._run("down", "--volumes", "--remove-orphans", "--timeout", "2")
+        """Remove the project's containers, network and volumes (a healthy engine takes seconds;
+        one that has not answered in a minute is hung)."""
+        self._run("down", "--volumes", "--remove-orphans", "--timeout", "2", timeout=60)

@@ -3,7 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from tenacity import RetryCallState, Retrying, TryAgain, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    TryAgain,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from orchestrate.engine.compose_cli import ComposeProject
 from orchestrate.errors import OrchestrateError
@@ -14,9 +22,11 @@ from orchestrate.outcome.record import write_outcome
 from orchestrate.report.helper import ReportHelper
 
 # Attempts at `docker compose down`, and the backoff between them: an engine that went away
-# for a moment (a daemon restart) is waited for about half a minute.
+# for a moment (a daemon restart) is waited for about half a minute; no new attempt starts
+# after TEARDOWN_GIVE_UP_S, so a hung engine costs minutes, not each attempt's whole limit.
 TEARDOWN_ATTEMPTS = 5
 TEARDOWN_BACKOFF = wait_exponential(multiplier=1, min=1, max=15)
+TEARDOWN_GIVE_UP_S = 90.0
 
 
 def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> str:
@@ -39,7 +49,8 @@ def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> str:
             say(f"teardown attempt {state.attempt_number} failed: {exc}")
 
     try:
-        Retrying(stop=stop_after_attempt(TEARDOWN_ATTEMPTS), wait=TEARDOWN_BACKOFF, after=said,
+        Retrying(stop=stop_after_attempt(TEARDOWN_ATTEMPTS) | stop_after_delay(TEARDOWN_GIVE_UP_S),
+                 wait=TEARDOWN_BACKOFF, after=said,
                  retry=retry_if_exception_type((OrchestrateError, TryAgain)), reraise=True)(down)
         return ""
     except (OrchestrateError, TryAgain):

@@ -292,8 +292,26 @@ def test_a_hung_compose_is_a_compose_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr("orchestrate.engine.compose_cli.compose_command", lambda: ("docker", "compose"))
     monkeypatch.setattr("orchestrate.engine.compose_cli.subprocess.run", hang)
-    with pytest.raises(ComposeError, match="no answer in 300 s"):
+    with pytest.raises(ComposeError, match="no answer in 60 s"):
         ComposeProject("p", tmp_path / "compose.json").down()
+
+
+def test_a_teardown_against_a_hung_engine_gives_up_in_bounded_time(monkeypatch):
+    from orchestrate.launch import teardown as teardown_module
+
+    class HungCompose:
+        project_name = "p"
+        attempts = 0
+
+        def down(self):
+            self.attempts += 1
+            raise ComposeError(["docker", "compose", "down"], -1, "no answer in 60 s")
+
+    monkeypatch.setattr(teardown_module, "TEARDOWN_BACKOFF", __import__("tenacity").wait_none())
+    monkeypatch.setattr(teardown_module, "TEARDOWN_GIVE_UP_S", 0.0)  # as if each attempt had hung its minute
+    compose, said = HungCompose(), []
+    assert teardown_module.teardown(compose, said.append) == "could not remove project p; run: docker compose -p p down -v"
+    assert compose.attempts == 1  # not the 5 attempts an engine that answers is given
 
 
 def test_a_second_interrupt_while_the_record_is_written_does_not_skip_the_teardown(tmp_path, monkeypatch):
