@@ -14,6 +14,7 @@ verdict.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from orchestrate.chaos.verdict import ChaosVerdict
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
+from orchestrate.interrupts import SignalInterrupt
 from orchestrate.launch.run import Run, new_run_id
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.progress import ProgressReader
@@ -99,18 +101,16 @@ class ChaosCheck:
         self.client = run.client
         print(format_summary(result), file=self.out, flush=True)
         if result.interrupted:
-            interrupt = KeyboardInterrupt()
-            interrupt.signum = result.signal_number  # type: ignore[attr-defined]
-            raise interrupt
+            raise SignalInterrupt(result.signal_number)
         return result
 
     def copies(self, base: Path) -> tuple[Path, Path]:
         """Two copies of the work directory as it is now (the runs' own records left out)."""
         workdir = Path(self.request.workdir).resolve()
-        skip = {base.parent.resolve(), base.resolve()}
+        skip = {str(base.parent), str(base)}  # resolved: the runs directory, or this check's own in it
 
         def ignore(directory: str, names: list[str]) -> list[str]:
-            return [n for n in names if (Path(directory) / n).resolve() in skip]
+            return [n for n in names if os.path.join(directory, n) in skip]
 
         base.mkdir(parents=True)
         copies = (base / "undisturbed", base / "with-faults")

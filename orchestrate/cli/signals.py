@@ -4,16 +4,10 @@ from __future__ import annotations
 import signal
 import threading
 
+from orchestrate.interrupts import SignalInterrupt
+
 # Signals that stop a run the way Ctrl-C does: a closed terminal (HUP), kill (TERM), Ctrl-\ (QUIT).
 TEARDOWN_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT")
-
-
-class SignalInterrupt(KeyboardInterrupt):
-    """Raised in the main thread when a teardown signal arrives, to unwind like Ctrl-C."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

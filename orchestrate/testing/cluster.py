@@ -16,6 +16,7 @@ from orchestrate.config.request import RunRequest
 from orchestrate.engine.client import connect
 from orchestrate.engine.runs import find_run, remove_run
 from orchestrate.errors import UsageError
+from orchestrate.interrupts import SignalInterrupt
 from orchestrate.launch.run import Run
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.summary import format_summary
@@ -74,7 +75,7 @@ class DdpCluster:
         self.results.append(result)
         print(format_summary(result), file=self.out or sys.stdout, flush=True)  # shown when the test fails
         if result.interrupted:  # the session was interrupted: stop it, as pytest would
-            raise KeyboardInterrupt
+            raise SignalInterrupt(result.signal_number)
         return result
 
     def finish(self, test_failed: bool) -> list[str]:

@@ -63,7 +63,7 @@ def test_a_right_resume_survives_a_killed_node_and_ends_where_the_undisturbed_ru
     assert 'id="chaos-verdict"' in page and "The verdict holds" in page and spec in page
     # each run in its own copy: the work directory itself has no checkpoint, each copy its own
     assert not (tmp_path / "work" / "checkpoint.pt").exists()
-    assert (tmp_path / "runs").glob("chaos-*/undisturbed/final.pt")
+    assert list((tmp_path / "runs").glob("chaos-*/undisturbed/final.pt"))
     for run_dir in (undisturbed, disturbed):
         assert leftovers(docker_client, f"ddp-{run_dir.name}") == []
 

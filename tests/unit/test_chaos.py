@@ -66,9 +66,29 @@ def test_a_reference_too_short_for_the_faults_and_an_unknown_kind_are_usage_erro
         parse_kinds("kill,explode")
 
 
+def test_each_runs_copy_of_the_work_directory_leaves_the_runs_directory_out(tmp_path):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "x.txt").write_text("x")
+    (work / "runs" / "old-run").mkdir(parents=True)
+    for runs_dir in (work / "runs", work):  # ./runs, or the work directory itself (--runs-dir .)
+        request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=runs_dir, nodes=2, cpu=True)
+        check = ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS)
+        base = runs_dir.resolve() / f"chaos-{runs_dir.name}"
+        for copy in check.copies(base):
+            assert (copy / "data" / "x.txt").read_text() == "x"
+            assert not (copy / "runs").exists() if runs_dir != work else not (copy / base.name).exists()
+
+
 # --- the comparison -------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
+@pytest.fixture
+def torch():
+    """torch, for the tests that write tensors (the launcher itself runs without it)."""
+    return pytest.importorskip("torch")
 
 
 def compare_in_process(rtol: float, first: Path, second: Path, *paths: str) -> list[dict]:
@@ -99,7 +119,7 @@ def two_copies(tmp_path: Path) -> tuple[Path, Path]:
     return first, second
 
 
-def test_tensors_compare_exactly_and_name_the_largest_difference_and_where(tmp_path):
+def test_tensors_compare_exactly_and_name_the_largest_difference_and_where(tmp_path, torch):
     first, second = two_copies(tmp_path)
     state = {"model": {"w": torch.ones(3, 3), "b": torch.zeros(3)}, "optimizer": {"state": {0: {"momentum": torch.ones(4)}}},
              "step": 10}
@@ -115,7 +135,7 @@ def test_tensors_compare_exactly_and_name_the_largest_difference_and_where(tmp_p
     assert rows["final.pt"]["where"] == "optimizer.state.0.momentum"
 
 
-def test_a_relative_tolerance_lets_small_differences_pass_and_not_large_ones(tmp_path):
+def test_a_relative_tolerance_lets_small_differences_pass_and_not_large_ones(tmp_path, torch):
     first, second = two_copies(tmp_path)
     torch.save({"w": torch.tensor([1.0, 2.0])}, first / "a.pt")
     torch.save({"w": torch.tensor([1.0, 2.0 + 1e-5])}, second / "a.pt")
@@ -125,7 +145,7 @@ def test_a_relative_tolerance_lets_small_differences_pass_and_not_large_ones(tmp
     assert compare_in_process(1e-4, first, second, "a.pt")[0]["equal"] is False
 
 
-def test_a_changed_shape_or_key_is_a_difference_without_a_number(tmp_path):
+def test_a_changed_shape_or_key_is_a_difference_without_a_number(tmp_path, torch):
     first, second = two_copies(tmp_path)
     torch.save({"w": torch.zeros(2), "extra": 1}, first / "a.pt")
     torch.save({"w": torch.zeros(2)}, second / "a.pt")
@@ -137,7 +157,7 @@ def test_a_changed_shape_or_key_is_a_difference_without_a_number(tmp_path):
     assert "keys differ: ['extra']" in rows[0]["where"] and "shape (2,)" in rows[1]["where"]
 
 
-def test_files_torch_cannot_load_compare_byte_for_byte_and_a_missing_file_is_named(tmp_path):
+def test_files_torch_cannot_load_compare_byte_for_byte_and_a_missing_file_is_named(tmp_path, torch):
     first, second = two_copies(tmp_path)
     (first / "log.txt").write_text("loss 0.5\n")
     (second / "log.txt").write_text("loss 0.5\n")
