@@ -145,7 +145,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_run(tmp_path: Path, *args: str, sigint_ignored: bool = False,
-              env: Optional[dict[str, str]] = None) -> tuple[subprocess.Popen, "queue.Queue[str]"]:
+              env: Optional[dict[str, str]] = None) -> tuple[subprocess.Popen, "queue.Queue[Optional[str]]"]:
     """The launcher as a child process (with ``env`` added to its environment);
     ``sigint_ignored``: started as a shell starts a background job without job control
     (``cmd &`` in a script), with SIGINT ignored."""
@@ -157,18 +157,52 @@ def start_run(tmp_path: Path, *args: str, sigint_ignored: bool = False,
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})},
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
-    lines: "queue.Queue[str]" = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
+    lines: "queue.Queue[Optional[str]]" = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(END_OF_OUTPUT)
+
+    threading.Thread(target=read, daemon=True).start()
     return proc, lines
 
 
-def wait_for(lines: "queue.Queue[str]", pattern: str, seen: list[str], timeout: float = 120) -> re.Match:
+END_OF_OUTPUT = None  # what start_run's queue holds once the launcher's output has ended
+
+
+def read_to_end(proc: subprocess.Popen, lines: "queue.Queue[Optional[str]]", seen: list[str],
+                timeout_s: float = 120) -> str:
+    """Wait for the launcher to end and take in every line it printed; return them all."""
+    proc.wait(timeout=timeout_s)
+    while (line := lines.get(timeout=30)) is not END_OF_OUTPUT:
+        seen.append(line)
+    lines.put(END_OF_OUTPUT)  # for whoever reads on
+    return "".join(seen)
+
+
+def read_so_far(lines: "queue.Queue[Optional[str]]", seen: list[str]) -> str:
+    """Take in the lines the launcher has printed so far, without waiting; return them all."""
+    while not lines.empty():
+        line = lines.get()
+        if line is END_OF_OUTPUT:
+            lines.put(END_OF_OUTPUT)
+            break
+        seen.append(line)
+    return "".join(seen)
+
+
+def wait_for(lines: "queue.Queue[Optional[str]]", pattern: str, seen: list[str], timeout: float = 120) -> re.Match:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             line = lines.get(timeout=0.5)
         except queue.Empty:
             continue
+        if line is END_OF_OUTPUT:
+            lines.put(END_OF_OUTPUT)
+            raise AssertionError(f"the launcher's output ended with no line matching {pattern!r};"
+                                 f" last lines:\n{''.join(seen[-15:])}")
         seen.append(line)
         match = re.search(pattern, line)
         if match:
@@ -217,14 +251,8 @@ def faulted_run(docker_client, tmp_path_factory):
                 injected = time.monotonic()
                 proc.wait(timeout=120)
                 took = time.monotonic() - injected
-                proc.stdout.close()
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline and (not lines.empty() or proc.poll() is None):
-                    try:
-                        seen.append(lines.get(timeout=0.2))
-                    except queue.Empty:
-                        break
-                made[action] = FaultedRun(proc.returncode, "".join(seen), took, tmp / run_id, f"ddp-{run_id}",
+                output = read_to_end(proc, lines, seen)
+                made[action] = FaultedRun(proc.returncode, output, took, tmp / run_id, f"ddp-{run_id}",
                                           leftovers(docker_client, f"ddp-{run_id}"))
             finally:
                 if proc.poll() is None:

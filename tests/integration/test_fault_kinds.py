@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.cli.main import main
-from tests.integration.conftest import leftovers, remove_project, start_run, wait_for
+from tests.integration.conftest import leftovers, read_so_far, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -86,9 +86,8 @@ def test_faults_held_from_the_command_line_are_undone_at_their_end(docker_client
         quota = subprocess.run(["docker", "inspect", "-f", "{{.HostConfig.CpuQuota}}", f"ddp-{run_id}-node1-1"],
                                capture_output=True, text=True).stdout.strip()
         assert quota in ("-1", "0")  # no quota again
-        while not lines.empty():  # what was printed before the end of the hang
-            seen.append(lines.get())
-        before = max(int(step) for step in re.findall(r"rank 0 step (\d+) ", "".join(seen)))
+        printed = read_so_far(lines, seen)  # what was printed before the end of the hang
+        before = max(int(step) for step in re.findall(r"rank 0 step (\d+) ", printed))
         # the hung rank goes on: steps past where it was stopped (a line or so may still be in the pipe)
         while int(wait_for(lines, r"rank 0 step (\d+) ", seen).group(1)) < before + 2:
             pass

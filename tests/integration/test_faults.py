@@ -6,7 +6,15 @@ import re
 import pytest
 
 from orchestrate.cli.main import main
-from tests.integration.conftest import HUNG_TIMEOUT_S, LONG_TOY, leftovers, remove_project, start_run, wait_for
+from tests.integration.conftest import (
+    HUNG_TIMEOUT_S,
+    LONG_TOY,
+    leftovers,
+    read_to_end,
+    remove_project,
+    start_run,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +42,6 @@ def test_hung_or_cut_off_node_fails_the_job_after_the_timeout_naming_it(faulted_
     assert run.leftovers == []
 
 
-def iter_remaining(lines):
-    while not lines.empty():
-        yield lines.get()
-
-
 def test_faults_can_be_injected_into_a_running_run_by_id(docker_client, tmp_path, capsys):
     proc, lines = start_run(tmp_path, "--nodes", "2", *LONG_TOY)
     seen: list[str] = []
@@ -46,8 +49,8 @@ def test_faults_can_be_injected_into_a_running_run_by_id(docker_client, tmp_path
     try:
         wait_for(lines, r"basic step 20\b", seen)
         assert main(["fault", run_id, "kill:node1"]) == 0
-        assert proc.wait(timeout=60) == 1
-        output = "".join(seen) + "".join(iter_remaining(lines))
+        output = read_to_end(proc, lines, seen, timeout_s=60)
+        assert proc.returncode == 1
         assert "FAILED: node1 failed (exit code 137)" in output
         assert main(["fault", "no-such-run", "kill:node1"]) == 2
         assert "no run no-such-run in the engine" in capsys.readouterr().err

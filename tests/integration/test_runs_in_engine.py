@@ -9,7 +9,7 @@ import time
 import pytest
 
 from orchestrate.cli.main import main
-from tests.integration.conftest import ROOT, leftovers, remove_project, start_run, wait_for
+from tests.integration.conftest import ROOT, leftovers, read_to_end, remove_project, start_run, wait_for
 
 # prune and ps act on every run in the engine: these tests, and the other detached runs, share a worker.
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("engine-wide")]
@@ -158,11 +158,9 @@ def test_a_step_fault_in_a_script_that_reports_no_steps_is_announced(docker_clie
         wait_for(lines, r"kill:node1@step=5: fires when a worker reports that step through"
                         r" orchestrate.progress.report\(step\)", seen)
         # the job ends normally, but the fault asked for never fires: not a success
-        assert proc.wait(timeout=120) == 1
-        while not lines.empty():
-            seen.append(lines.get())
+        output = read_to_end(proc, lines, seen)
+        assert proc.returncode == 1
         assert not [line for line in seen if "fault injected" in line]
-        output = "".join(seen)
         assert "fault not fired: kill:node1@step=5 did not fire: no worker reported a training step" in output
         assert "FAILED: all 2 nodes exited 0, but 1 fault(s) asked for never fired: kill:node1@step=5" in output
     finally:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import ROOT, leftovers, remove_project, start_run, wait_for
+from tests.integration.conftest import ROOT, leftovers, read_to_end, remove_project, start_run, wait_for
 from tests.integration.engine_proxy import EngineProxy
 
 pytestmark = pytest.mark.integration
@@ -29,19 +29,6 @@ def a_workdir(tmp_path):
     return workdir
 
 
-def finish(proc, lines, seen, timeout_s=120) -> str:
-    """Wait for the launcher to end; return everything it printed."""
-    proc.wait(timeout=timeout_s)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            seen.append(lines.get(timeout=0.2))
-        except Exception:
-            if proc.poll() is not None and lines.empty():
-                break
-    return "".join(seen)
-
-
 def test_ctrl_c_lets_a_job_that_checkpoints_on_sigterm_write_its_checkpoints(docker_client, tmp_path):
     workdir = a_workdir(tmp_path)
     proc, lines = start_run(tmp_path, "--nodes", "2", "--workdir", str(workdir), "--", JOB.name)
@@ -50,7 +37,7 @@ def test_ctrl_c_lets_a_job_that_checkpoints_on_sigterm_write_its_checkpoints(doc
     try:
         wait_for(lines, r"rank 1 step 5\b", seen)
         proc.send_signal(signal.SIGINT)
-        output = finish(proc, lines, seen)
+        output = read_to_end(proc, lines, seen)
         assert proc.returncode == 130, output[-3000:]
         assert "interrupted: stopping every node (SIGTERM, then SIGKILL after 10 s" in output
         for rank in (0, 1):
@@ -80,7 +67,7 @@ def test_a_second_ctrl_c_kills_the_nodes_at_once(docker_client, tmp_path):
         proc.send_signal(signal.SIGINT)
         wait_for(lines, r"interrupted: stopping every node", seen)
         proc.send_signal(signal.SIGINT)
-        output = finish(proc, lines, seen)
+        output = read_to_end(proc, lines, seen)
         assert time.monotonic() - first < 60, "the second Ctrl-C must not wait out the 120 s grace"
         assert proc.returncode == 130
         assert "interrupted again: killing every node now" in output
@@ -157,7 +144,7 @@ def test_a_cut_event_stream_is_said_and_the_run_ends_as_it_should(engine_proxy, 
     try:
         wait_for(lines, r"basic step 20/400", seen)
         assert engine_proxy.cut_events() >= 1
-        output = finish(proc, lines, seen, timeout_s=180)
+        output = read_to_end(proc, lines, seen, timeout_s=180)
         assert proc.returncode == 0, output[-3000:]
         assert "the engine's event stream ended" in output and "following the nodes by inspecting" in output
         assert "SUCCEEDED: all 2 nodes exited 0" in output
@@ -182,7 +169,7 @@ def test_a_lost_engine_ends_the_run_in_bounded_time_and_its_nodes_go_when_it_ret
         wait_for(lines, r"teardown attempt 1 failed", seen, timeout=60)
         lost_after = time.monotonic() - cut
         engine_proxy.restore()
-        output = finish(proc, lines, seen, timeout_s=120)
+        output = read_to_end(proc, lines, seen, timeout_s=120)
         assert 14 < lost_after < 40, f"{lost_after:.1f} s from the cut to the end of the run"
         assert proc.returncode == 2, output[-3000:]
         assert re.search(r"^FAILED: lost the Docker engine: no answer for \d+ s", output, re.M), output[-2000:]
