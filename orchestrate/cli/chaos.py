@@ -11,22 +11,17 @@ from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import add_options, argparse_type, request_from_args
 from orchestrate.cli.signals import install_teardown_signals
-from orchestrate.config.options import JOB_HELP_ORDER, NODE_OPTIONS, OPTIONS_BY_DEST, non_negative_int, positive_int
+from orchestrate.config.options import (
+    JOB_HELP_ORDER,
+    NODE_OPTIONS,
+    OPTIONS_BY_DEST,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 
 # chaos draws the faults, runs on Compose and always elastic: those options are not its to take.
 NOT_CHAOS = ("faults", "scheduler", "sbatch", "rdzv")
-
-
-def non_negative_float(text: str) -> float:
-    from orchestrate.errors import UsageError
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise UsageError(f"expected a number of 0 or more, e.g. 1e-6, got {text!r}")
-    return value
 
 
 def add_parsers(sub: Any) -> None:

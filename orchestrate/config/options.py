@@ -58,6 +58,17 @@ def seconds(text: str) -> float:
         raise UsageError(f"expected seconds, e.g. 60, got {text!r}") from None
 
 
+def non_negative_float(text: str) -> float:
+    """A number of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise UsageError(f"expected a number of 0 or more, e.g. 1e-6, got {text!r}")
+    return value
+
+
 def non_negative_seconds(text: str) -> float:
     """A duration of 0 seconds or more."""
     value = seconds(text)
