@@ -76,6 +76,11 @@ class NodeTracker:
     def move(self, phase: NodePhase) -> None:
         self.result.state = advance(self.result.state, phase)
 
+    def predates_start(self, stamp: Optional[float], slack_s: float = 0.0) -> bool:
+        """Whether engine time ``stamp`` is from before the latest start taken in (by more than
+        ``slack_s``): what it tells of belongs to a run of the container that is over."""
+        return bool(self.latest_start and stamp and stamp < self.latest_start - slack_s)
+
 
 @dataclass(frozen=True)
 class LineArrived:

@@ -281,7 +281,7 @@ class Supervisor:
             tracker.result.note_oom(event=True)
             self.record("oom", node=tracker.name)
         elif (event.action == "start" and tracker.phase in (NodePhase.RESTARTING, NodePhase.CREATED)
-              and not (tracker.latest_start and event.stamp and event.stamp < tracker.latest_start - STAMP_SLACK_S)):
+              and not tracker.predates_start(event.stamp, STAMP_SLACK_S)):
             # A restarted container's log goes on from the restart; a container that was only
             # created when we began following has had no log stream worth the name yet.
             restarted = tracker.phase is NodePhase.RESTARTING
@@ -292,7 +292,7 @@ class Supervisor:
                 self.on_lines(tracker, self.logs.follow(tracker, since=event.stamp or None), event.at)
         elif (event.action == "die" and tracker.phase is not NodePhase.RESTARTING and not tracker.phase.final
               and tracker.exited_at is None  # an inspection may have seen the exit first
-              and not (tracker.latest_start and event.stamp and event.stamp < tracker.latest_start)):
+              and not tracker.predates_start(event.stamp)):  # strict: a restart's own die comes just before it
             code = event.attrs.get("exitCode")
             self.on_exit(tracker, int(code) if code not in (None, "") else None, event.at)
 
@@ -304,7 +304,7 @@ class Supervisor:
                 tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({seen.detail})"
             self.on_exit(tracker, seen.exit_code, self.clock(), via="inspection")
         elif seen.status == "running" and tracker.phase is NodePhase.RESTARTING:
-            if tracker.latest_start and seen.started_at and seen.started_at < tracker.latest_start - STAMP_SLACK_S:
+            if tracker.predates_start(seen.started_at, STAMP_SLACK_S):
                 return  # seen before its restart (one inspection's sightings outlive a restart it caused)
             tracker.move(NodePhase.STARTING)  # its start event is late, or was missed
             tracker.latest_start = max(tracker.latest_start or 0.0, seen.started_at or 0.0) or None
