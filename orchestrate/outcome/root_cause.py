@@ -106,6 +106,27 @@ def parse_root_cause(lines: list[str]) -> Optional[RootCause]:
     return cause
 
 
+# The last line of a Python traceback: the exception's (dotted) name, then its message if any.
+_RAISED_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
+# torch prefixes every line a worker prints once the process group exists (``[rank1]: ...``).
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+
+
+def exception_in_lines(lines: list[str]) -> str:
+    """The exception a worker's last lines end its Python traceback with (``ValueError: bad
+    batch``), "" if they hold none: what explains a failure when the script's main is not
+    wrapped in torch's ``@record``, which alone writes an error file."""
+    text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
+    starts = [i for i, line in enumerate(text) if line.strip() == "Traceback (most recent call last):"]
+    # After the last traceback's start, its last unindented line is the exception, whatever its
+    # name; without a start (scrolled out of the tail), a line that names an error.
+    candidates = text[starts[-1] + 1:] if starts else text
+    for line in reversed(candidates):
+        if (_RAISED_LINE if starts else _EXCEPTION_LINE).match(line):
+            return line.strip()
+    return ""
+
+
 def error_file_on_host(run_dir: Path, container_path: str) -> Path:
     """Where a file the node wrote under the run mount lies on the host."""
     return run_dir / Path(container_path).relative_to(RUN_DIR_MOUNT)

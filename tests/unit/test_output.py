@@ -3,7 +3,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from orchestrate.outcome.root_cause import RootCause, is_collateral, parse_root_cause
+import pytest
+
+from orchestrate.outcome.root_cause import RootCause, exception_in_lines, is_collateral, parse_root_cause
 from orchestrate.supervise.worker_lines import NodeOutput, WorkerLines, parse_line
 
 SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
@@ -94,3 +96,19 @@ def test_node_output_logs_whole_lines_and_ends_with_the_unfinished_ones(make_job
     assert output.last_lines(rank=0) == ["half and half", "x"]
     assert log.getvalue().splitlines() == ["[node0/rank1] b", "[node0/rank0] half and half", "[node0/rank1] cut",
                                            "[node0/rank0] x", "[node0/rank1] no newline"]
+
+
+@pytest.mark.parametrize("lines, exception", [
+    # a plain script (no @record, so no error file): Python's own report, under torch's prefix
+    (["[rank1]: Traceback (most recent call last):", '[rank1]:   File "train.py", line 12, in <module>',
+      '[rank1]:     raise ValueError("my bad batch")', "[rank1]: ValueError: my bad batch"],
+     "ValueError: my bad batch"),
+    # any exception name, and what torch prints after it left out
+    (["Traceback (most recent call last):", '  File "t.py", line 1', "mypkg.Boom",
+      "[W1123 05:00:00.000] ProcessGroupGloo.cpp: warning"], "mypkg.Boom"),
+    # the traceback's start scrolled out of the tail: a line that names an error
+    (['  File "t.py", line 9, in step', "RuntimeError: x happened", "cleanup done"], "RuntimeError: x happened"),
+    (["step 1", "all good"], ""),
+])
+def test_the_exception_a_worker_printed_is_found_in_its_last_lines(lines, exception):
+    assert exception_in_lines(lines) == exception
