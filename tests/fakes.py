@@ -286,12 +286,19 @@ class _Collection:
         self.client = client
         self.attr = attr
 
-    def list(self, all: bool = False, filters: Optional[dict] = None) -> list:
+    def list(self, all: bool = False, filters: Optional[dict] = None, ignore_removed: bool = False) -> list:
+        """As docker-py lists: the ids first, then each one inspected; one removed in between
+        (``vanishing``) raises NotFound unless ``ignore_removed``."""
+        import docker.errors
+
         wanted = (filters or {}).get("label", [])
         self.client.calls.append((f"{self.attr}.list", tuple([wanted] if isinstance(wanted, str) else wanted)))
         self.client.maybe_fail(f"{self.attr.split('_')[0]}.list")
-        found = getattr(self.client, self.attr).values()
-        return [item for item in list(found) if all_labels_match(item.labels, wanted)]
+        found = [item for item in list(getattr(self.client, self.attr).values()) if all_labels_match(item.labels, wanted)]
+        vanished = [item for item in found if getattr(item, "vanishing", False)]
+        if vanished and not ignore_removed:
+            raise docker.errors.NotFound(f"No such container: {vanished[0].id}")
+        return [item for item in found if item not in vanished]
 
 
 class FakeImage:

@@ -7,6 +7,7 @@ Commands:
     ps      list runs (alias: list)
     logs    print a run's output (-f: follow it)
     attach  follow a run to its end and print its summary
+    stacks  where every rank of a running run is now, grouped, and where their collectives part
     stop    stop a run's nodes, keep their logs and state
     down    remove a run
     prune   remove every run that ended or lost its launcher
@@ -25,7 +26,7 @@ import logging
 import sys
 from typing import IO, Any, Optional, Sequence
 
-from orchestrate.cli import attach, bench, chaos, down, export, fault, image, logs, prune, ps, report, run, stop
+from orchestrate.cli import attach, bench, chaos, down, export, fault, image, logs, prune, ps, report, run, stacks, stop
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
 from orchestrate.cli.signals import interrupt_exit_code
@@ -33,7 +34,7 @@ from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 
 # In the order ``--help`` lists them.
-COMMANDS = (run, chaos, ps, logs, attach, stop, down, prune, bench, fault, export, report, image)
+COMMANDS = (run, chaos, ps, logs, attach, stacks, stop, down, prune, bench, fault, export, report, image)
 
 
 def build_parser() -> OneLineParser:

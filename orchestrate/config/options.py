@@ -14,7 +14,12 @@ from typing import Any, Callable, Optional
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.link import PRESETS, parse_link
-from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_MASTER_PORT, parse_memory
+from orchestrate.config.run_config import (
+    DEFAULT_HANG_DIAGNOSE_AFTER_S,
+    DEFAULT_IMAGE,
+    DEFAULT_MASTER_PORT,
+    parse_memory,
+)
 from orchestrate.config.user_env import parse_assignment
 from orchestrate.errors import UsageError
 
@@ -160,9 +165,19 @@ JOB_OPTIONS = (
            f" default is built on first use (default: {DEFAULT_IMAGE})"),
     Option("master_port", "--master-port", "rendezvous port on node0, inside the run's private network"
            f" (default: {DEFAULT_MASTER_PORT})", positive_int),
-    Option("collective_timeout", "--collective-timeout", "process group timeout given to the workers as"
-           " DDP_TIMEOUT (app/ programs use it; a hung peer fails the job after it) (default: the program's own,"
-           " 300 s for app/)", seconds, metavar="SECONDS"),
+    Option("collective_timeout", "--collective-timeout", "process group timeout of every worker: init_process_group"
+           " and new_group get it where the script gives none (and app/ reads it as DDP_TIMEOUT); a collective that"
+           " waits longer fails the job, which then ends as HUNG with where every rank waited (default: the"
+           " script's own, else torch's 10-30 min)", positive_float, metavar="SECONDS"),
+    Option("hang_timeout", "--hang-timeout", "end the run as failed (HUNG) when no rank has made progress (a"
+           " worker line, a progress report, a finished collective, CPU work) for this long, with where every"
+           " rank waits as its root cause (default: never)", positive_float, metavar="SECONDS"),
+    Option("hang_diagnose_after", "--hang-diagnose-after", "say where every rank waits, once, after this long"
+           f" without progress; 0: never (default: {DEFAULT_HANG_DIAGNOSE_AFTER_S:g})", non_negative_seconds,
+           metavar="SECONDS"),
+    Option("debug_collectives", "--debug-collectives", "run the workers with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch"
+           " checks every collective across ranks and fails at the first mismatch, naming both (costs a check per"
+           " collective)", switch=True),
     Option("rdzv", "--rdzv", "rendezvous: static (--node-rank i, fixed ranks) or c10d (elastic: torchrun's c10d"
            " rendezvous on node0; dead nodes are restarted and rejoin, workers restart) (default: static)",
            choices=("static", "c10d")),
@@ -231,5 +246,6 @@ ALL_OPTIONS = JOB_OPTIONS + NODE_OPTIONS + RUN_OPTIONS + LAUNCH_OPTIONS
 OPTIONS_BY_DEST = {option.dest: option for option in ALL_OPTIONS}
 # The order ``--help`` lists a job's options in (the node options follow, in a group).
 JOB_HELP_ORDER = ("nodes", "nproc_per_node", "cpu", "gpus_per_node", "share_gpus", "backend", "nccl_as_gloo", "workdir", "image", "master_port",
-                  "runs_dir", "ready_timeout", "collective_timeout", "rdzv", "nnodes", "max_restarts",
+                  "runs_dir", "ready_timeout", "collective_timeout", "hang_timeout",
+                  "hang_diagnose_after", "debug_collectives", "rdzv", "nnodes", "max_restarts",
                   "rdzv_timeout", "scheduler", "sbatch", "stop_grace", "faults")

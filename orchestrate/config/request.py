@@ -19,6 +19,7 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.config.run_config import (
     DEFAULT_IMAGE,
     DEFAULT_MASTER_PORT,
+    DEFAULT_HANG_DIAGNOSE_AFTER_S,
     DEFAULT_STOP_GRACE_S,
     LEASE_TIMEOUT_ENV,
     LEASE_TIMEOUT_S,
@@ -67,6 +68,9 @@ class RunRequest:
     scheduler: str = "compose"
     sbatch: Optional[Path] = None
     stop_grace: float = DEFAULT_STOP_GRACE_S
+    hang_timeout: Optional[float] = None
+    hang_diagnose_after: float = DEFAULT_HANG_DIAGNOSE_AFTER_S
+    debug_collectives: bool = False
     faults: tuple[FaultSpec, ...] = ()
     keep: bool = False
     no_build: bool = False
@@ -230,6 +234,9 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         link=request.link,
         stop_grace_s=request.stop_grace,
         lease_timeout_s=lease_timeout(host.environ),
+        hang_timeout_s=request.hang_timeout,
+        hang_diagnose_after_s=request.hang_diagnose_after,
+        debug_collectives=request.debug_collectives,
     )
 
 

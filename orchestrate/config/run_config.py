@@ -26,6 +26,8 @@ MIN_NODE_MEMORY = 6 * 1024**2
 LEASE_TIMEOUT_S = 30.0
 # The workers' time between SIGTERM and SIGKILL when a run is stopped (--stop-grace).
 DEFAULT_STOP_GRACE_S = 10.0
+# Seconds without progress before the hang watchdog says where every rank waits (0: never).
+DEFAULT_HANG_DIAGNOSE_AFTER_S = 120.0
 # The host variable that shortens it, for tests that watch a launcher die.
 LEASE_TIMEOUT_ENV = "DDP_COMPOSE_LEASE_TIMEOUT_S"
 _RUN_AS = re.compile(r"^\d+:\d+$")
@@ -95,6 +97,9 @@ class RunConfig:
         link: How every node's link is shaped (``--link``); None leaves the bridge as it is.
         stop_grace_s: The workers' time between SIGTERM and SIGKILL when the run is stopped.
         lease_timeout_s: How long the nodes of a foreground run outlive a silent launcher.
+        hang_timeout_s: End the run as failed (hung) after this long without progress (None: never).
+        hang_diagnose_after_s: Say where every rank waits after this long without progress (0: never).
+        debug_collectives: Run the workers with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``.
     """
 
     nodes: int = 2
@@ -128,6 +133,9 @@ class RunConfig:
     link: Optional[LinkSpec] = None
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
     lease_timeout_s: float = LEASE_TIMEOUT_S
+    hang_timeout_s: Optional[float] = None
+    hang_diagnose_after_s: float = DEFAULT_HANG_DIAGNOSE_AFTER_S
+    debug_collectives: bool = False
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -160,6 +168,10 @@ class RunConfig:
             raise UsageError(f"--stop-grace must be 0 or more, got {self.stop_grace_s:g}")
         if not self.lease_timeout_s > 0:
             raise UsageError(f"the launcher's lease must be positive, got {self.lease_timeout_s:g} s")
+        if self.hang_timeout_s is not None and not self.hang_timeout_s > 0:
+            raise UsageError(f"--hang-timeout must be positive, got {self.hang_timeout_s:g}")
+        if self.hang_diagnose_after_s < 0:
+            raise UsageError(f"--hang-diagnose-after must be 0 or more, got {self.hang_diagnose_after_s:g}")
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
             raise UsageError(f"--collective-timeout must be positive, got {self.collective_timeout_s}")
         self._check_rendezvous()

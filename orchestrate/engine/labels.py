@@ -59,6 +59,8 @@ STOP_GRACE_LABEL = "io.ddp-compose.stop-grace"
 LINK_LABEL = "io.ddp-compose.link"
 # The --cpus-per-node of the nodes ("" unlimited): what a slow fault's end gives back.
 CPUS_LABEL = "io.ddp-compose.cpus-per-node"
+# The hang watchdog's --hang-diagnose-after and --hang-timeout ("" never): attach follows them too.
+HANG_LABEL = "io.ddp-compose.hang"
 
 
 def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
@@ -81,6 +83,7 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         STOP_GRACE_LABEL: f"{cfg.stop_grace_s:g}",
         LINK_LABEL: str(cfg.link or ""),
         CPUS_LABEL: f"{cfg.cpus_per_node:g}" if cfg.cpus_per_node else "",
+        HANG_LABEL: f"{cfg.hang_diagnose_after_s:g},{'' if cfg.hang_timeout_s is None else f'{cfg.hang_timeout_s:g}'}",
     }
 
 
@@ -108,7 +111,7 @@ def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
         f"{COMPOSE_SERVICE_LABEL}={node.name}",
         f"{NODE_RANK_LABEL}={node.node_rank}",
     ]
-    found = client.containers.list(all=True, filters={"label": labels})
+    found = client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
     if len(found) != 1:
         raise NodeLookupError(
             f"expected one container labelled {', '.join(labels)}; found {len(found)}"
@@ -118,7 +121,7 @@ def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
 
 def containers_of_project(client: Any, project_name: str) -> dict[str, Any]:
     """Every container of a Compose project, by its service name."""
-    found = client.containers.list(all=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={project_name}"})
+    found = client.containers.list(all=True, ignore_removed=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={project_name}"})
     return {container.labels[COMPOSE_SERVICE_LABEL]: container for container in found}
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.config.link import LinkSpec, parse_link
+from orchestrate.config.run_config import DEFAULT_HANG_DIAGNOSE_AFTER_S
 from orchestrate.engine.labels import (
     COMMAND_LABEL,
     COMPOSE_PROJECT_LABEL,
@@ -37,6 +38,7 @@ from orchestrate.engine.labels import (
     RUN_DIR_LABEL,
     RUN_ID_LABEL,
     STOP_GRACE_LABEL,
+    HANG_LABEL,
     WORKDIR_LABEL,
 )
 from orchestrate.errors import EngineError, UsageError
@@ -124,6 +126,15 @@ class RunInfo:
     @property
     def stop_grace_s(self) -> float:
         return float(self.labels.get(STOP_GRACE_LABEL, "10") or 10)
+
+    @property
+    def hang_limits(self) -> tuple[float, Optional[float]]:
+        """Its hang watchdog's ``--hang-diagnose-after`` and ``--hang-timeout`` (None: never)."""
+        diagnose, _, end = self.labels.get(HANG_LABEL, "").partition(",")
+        try:
+            return (float(diagnose) if diagnose else DEFAULT_HANG_DIAGNOSE_AFTER_S), (float(end) if end else None)
+        except ValueError:
+            return DEFAULT_HANG_DIAGNOSE_AFTER_S, None
 
     @property
     def cpus_per_node(self) -> Optional[float]:
@@ -225,7 +236,7 @@ def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
 
     wanted = f"{RUN_ID_LABEL}={run_id}" if run_id else RUN_ID_LABEL
     try:
-        containers = client.containers.list(all=True, filters={"label": wanted})
+        containers = client.containers.list(all=True, ignore_removed=True, filters={"label": wanted})
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot list runs: {exc.explanation or exc}") from None
     by_run: dict[str, list[Any]] = {}
@@ -294,8 +305,11 @@ def remove_run(client: Any, run: RunInfo) -> list[str]:
     removed = []
     label = {"label": f"{COMPOSE_PROJECT_LABEL}={run.project}"}
     try:
-        for container in client.containers.list(all=True, filters=label):
-            container.remove(force=True)
+        for container in client.containers.list(all=True, ignore_removed=True, filters=label):
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:  # removed meanwhile by someone else: gone all the same
+                continue
             removed.append(f"container {container.name}")
         for network in client.networks.list(filters=label):
             network.remove()

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from orchestrate.faults.scheduler import write_triggers
-from orchestrate.plan.layout import PROGRESS_SUBDIR
+from orchestrate.plan.layout import DEBUG_SUBDIR, PROGRESS_SUBDIR
 from orchestrate.plan.model import JobPlan
 
 
@@ -14,6 +14,7 @@ def prepare_run_dir(plan: JobPlan) -> Path:
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=False)
     (run_dir / PROGRESS_SUBDIR).mkdir()
+    (run_dir / DEBUG_SUBDIR).mkdir()
     for node in plan.nodes:
         (run_dir / node.name).mkdir()
     write_triggers(run_dir / PROGRESS_SUBDIR, [f.at_step for f in plan.config.faults if f.at_step is not None])

@@ -1,7 +1,13 @@
 """A worker's start-up hook: what a worker process needs before the user's script runs, where
 the run asks for it. torchrun runs it as the training script, in place of the target::
 
-    python3 worker_start.py [--nccl-hostid-per-rank] [--nccl-as-gloo] -- TARGET...
+    python3 worker_start.py [--nccl-hostid-per-rank] [--nccl-as-gloo] [--collective-timeout S] -- TARGET...
+
+Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
+
+0. Where the run has a debug directory (``$DDP_DEBUG_DIR``): record the worker's collectives
+   (:mod:`orchestrate.node.collective_log`) and answer the launcher's requests for its stacks
+   (:mod:`orchestrate.node.snapshot`).
 
 1. ``--nccl-hostid-per-rank`` (``--share-gpus`` with more processes than GPUs on a node):
    ``NCCL_HOSTID`` = the node's host name and the worker's local rank, set before NCCL starts,
@@ -9,6 +15,8 @@ the run asks for it. torchrun runs it as the training script, in place of the ta
 2. ``--nccl-as-gloo`` (opt-in, with ``--backend gloo``): a script that asks
    ``init_process_group`` or ``new_group`` for ``nccl`` (or for none, on CUDA) gets gloo,
    which takes CUDA tensors too. Scripts that name their backend run unchanged.
+3. ``--collective-timeout S``: ``init_process_group`` and ``new_group`` get a timeout of S
+   seconds where the script gives none, so a collective that waits longer fails.
 
 Then TARGET runs as ``python3 TARGET...`` would run it: a script (its directory first on
 ``sys.path``, ``__name__ == "__main__"``) or ``-m module``. Standard library only, until the
@@ -23,7 +31,9 @@ import socket
 import sys
 from typing import Any, Optional
 
-USAGE = "usage: worker_start.py [--nccl-hostid-per-rank] [--nccl-as-gloo] -- SCRIPT ARGS | -m MODULE ARGS"
+USAGE = ("usage: worker_start.py [--nccl-hostid-per-rank] [--nccl-as-gloo] [--collective-timeout S]"
+         " -- SCRIPT ARGS | -m MODULE ARGS")
+SWITCHES = ("--nccl-hostid-per-rank", "--nccl-as-gloo")
 
 
 def nccl_hostid(hostname: str, local_rank: str) -> str:
@@ -77,14 +87,26 @@ def with_gloo_backend(original: Any, default_too: bool) -> Any:
     return call
 
 
-def split_argv(argv: list[str]) -> tuple[set[str], list[str]]:
-    """The hook's flags and the target (after ``--``)."""
-    if "--" not in argv:
-        raise SystemExit(USAGE)
-    cut = argv.index("--")
-    flags, target = set(argv[:cut]), argv[cut + 1:]
-    unknown = flags - {"--nccl-hostid-per-rank", "--nccl-as-gloo"}
-    if unknown or not target or (target[0] == "-m" and len(target) < 2):
+def split_argv(argv: list[str]) -> tuple[dict[str, Optional[str]], list[str]]:
+    """The hook's flags (a switch's value is None) and the target, after ``--`` (which
+    torchrun's own parser drops when it comes first, so it may be missing)."""
+    given = list(argv)
+    flags: dict[str, Optional[str]] = {}
+    while given and given[0] != "--":
+        flag = given.pop(0)
+        if flag in SWITCHES:
+            flags[flag] = None
+        elif flag == "--collective-timeout":
+            if not given:
+                raise SystemExit(USAGE)
+            flags[flag] = given.pop(0)
+        elif not flags:  # no flags and no "--": all of it is the target
+            given.insert(0, flag)
+            break
+        else:
+            raise SystemExit(USAGE)
+    target = given[1:] if given[:1] == ["--"] else given
+    if not target or (target[0] == "-m" and len(target) < 2):
         raise SystemExit(USAGE)
     return flags, target
 
@@ -102,10 +124,33 @@ def run_target(target: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def install_recorder(timeout_s: Optional[float]) -> None:
+    """Record collectives and answer stack requests where the run has a debug directory; give
+    process groups the run's collective timeout. Both go in when the script imports
+    ``torch.distributed``, not before."""
+    # this file runs as a script: its package is importable from the checkout it lies in
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from orchestrate.node import collective_log, snapshot
+
+    log = collective_log.CollectiveLog()
+    directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
+    if directory:
+        snapshot.start(directory, log)
+
+    def on_torch_distributed() -> None:
+        collective_log.wrap_torch_distributed(log)
+        if timeout_s is not None:
+            collective_log.with_default_timeout(timeout_s)
+
+    collective_log.when_imported("torch.distributed", on_torch_distributed)
+
+
 def main(argv: list[str]) -> None:
     flags, target = split_argv(argv)
     if "--nccl-hostid-per-rank" in flags:
         os.environ["NCCL_HOSTID"] = nccl_hostid(socket.gethostname(), os.environ.get("LOCAL_RANK", "0"))
+    timeout = flags.get("--collective-timeout")
+    install_recorder(float(timeout) if timeout is not None else None)
     if "--nccl-as-gloo" in flags:
         install_gloo_shim()
     run_target(target)

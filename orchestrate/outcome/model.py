@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from orchestrate.hangs.diagnosis import HangDiagnosis
 from orchestrate.outcome.judge import Failure, find_failure
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -138,6 +139,9 @@ class RunResult:
         slurm: The Slurm job, for a run under ``--scheduler slurm``.
         reported_failure: The failure as the scheduler reported it (Slurm); None: judged from
             the nodes' results.
+        hang: Where every rank waited when the run hung: ranks grouped by stack, each rank's
+            last collectives, the first divergence. Set when the hang watchdog ended the run
+            (``--hang-timeout``), found it hung, or a collective timed out; else None.
     """
 
     run_id: str
@@ -153,6 +157,13 @@ class RunResult:
     image_torch: str = ""
     slurm: Optional[SlurmJob] = None
     reported_failure: Optional[Failure] = None
+    hang: Optional[HangDiagnosis] = None
+
+    @property
+    def hung(self) -> bool:
+        """The run ended because it hung: no progress for ``--hang-timeout``, or a collective
+        that timed out."""
+        return self.hang is not None and bool(self.hang.cause)
 
     @property
     def job_succeeded(self) -> bool:
@@ -240,4 +251,13 @@ class RunResult:
         """The failure to report, chosen by :func:`~orchestrate.outcome.judge.find_failure`."""
         if self.reported_failure is not None or self.slurm is not None:
             return self.reported_failure
-        return find_failure(self.results)
+        failure = find_failure(self.results)
+        if self.hung:
+            assert self.hang is not None
+            return Failure(node=failure.node if failure else "", rank=failure.rank if failure else None,
+                           exit_code=failure.exit_code if failure else None,
+                           exception=failure.exception if failure else "",
+                           last_lines=failure.last_lines if failure else (),
+                           traceback=failure.traceback if failure else "",
+                           description=f"HUNG: {self.hang.headline}")
+        return failure

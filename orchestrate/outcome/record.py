@@ -30,6 +30,7 @@ def outcome_record(outcome: RunResult) -> dict:
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None}
                    for f in outcome.faults],
+        "hang": None if outcome.hang is None else outcome.hang.to_json(),
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,

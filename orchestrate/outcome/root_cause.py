@@ -139,3 +139,26 @@ def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:
     if not attempts:
         return {}
     return {int(p.parent.name): p for p in attempts[-1].glob("*/error.json") if p.parent.name.isdigit()}
+
+
+# torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check: "Rank 1 is running collective:
+# CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, ..."
+_FINGERPRINT = re.compile(r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),"
+                          r" OpType=(?P<op>\w+)(?:, TensorShape=\[(?P<shape>[^\]]*)\])?(?:, TensorDtypes=(?P<dtype>\w+))?")
+_DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(?P<how>.*)$")
+
+
+def short_mismatch(exception: str) -> str:
+    """torch's "Detected mismatch between collectives" error in one readable line naming both
+    ranks' collectives (``collectives differ: rank 1 ran ALLREDUCE #3 of Float[4]; rank 0 ran
+    ALLREDUCE #3 of Float[1] (Tensor shapes: 4vs 1)``); any other text unchanged."""
+    if "Detected mismatch between collectives" not in exception:
+        return exception
+    ranks = [f"rank {m['rank']} ran {m['op']} #{m['seq']}" + (f" of {m['dtype'] or ''}[{m['shape']}]"
+                                                               if m["shape"] is not None else "")
+             for m in _FINGERPRINT.finditer(exception)]
+    if not ranks:
+        return exception
+    how = _DIFFER.search(exception)
+    detail = f" ({' '.join(how['how'].split())})" if how and how["how"].strip() else ""
+    return f"collectives differ (--debug-collectives): {'; '.join(ranks)}{detail}"

@@ -48,8 +48,14 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"FAILED: all {len(outcome.results)} nodes exited 0, but {len(unfired)} fault(s) asked for"
                      f" never fired: {', '.join(f.spec for f in unfired)}")
         return "\n".join(lines)
+    if outcome.hang is not None and not outcome.interrupted and not outcome.error and outcome.hung:
+        lines.append(f"HUNG: {outcome.hang.headline}")
+        lines += outcome.hang.lines()[1:]
+        return "\n".join(lines)
     if outcome.interrupted:
         lines.append(f"INTERRUPTED by {signal.Signals(outcome.signal_number).name}: every node was stopped")
+        if outcome.hang is not None:
+            lines += [f"  while hung: {outcome.hang.headline}", *outcome.hang.lines()[1:]]
     elif outcome.error:
         lines.append(f"FAILED: {outcome.error}")
     failure = outcome.failure

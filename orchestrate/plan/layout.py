@@ -18,7 +18,8 @@ RUN_DIR_MOUNT = "/ddp-run"
 NODE_MAIN = f"{PROJECT_MOUNT_DIR}/orchestrate/node/main.py"
 
 # The workers' start-up hook (orchestrate/node/worker_start.py), run by torchrun in place of the
-# target when a run needs one (per-rank NCCL host ids, the nccl-as-gloo shim).
+# target: it records collectives and answers stack requests, and adds what a run asks for
+# (per-rank NCCL host ids, the nccl-as-gloo shim, the collective timeout).
 WORKER_START = f"{PROJECT_MOUNT_DIR}/orchestrate/node/worker_start.py"
 
 
@@ -26,6 +27,10 @@ HEARTBEAT_FILE = "heartbeat"
 
 
 PROGRESS_SUBDIR = "progress"
+
+# Where the workers answer the launcher's requests for their stacks and collectives (the hang
+# watchdog, `stacks RUN`), under the run's directory.
+DEBUG_SUBDIR = "debug"
 
 
 # torchrun prefixes every worker line with its global and local rank: "[3|1]:text".

@@ -16,6 +16,7 @@ from orchestrate.plan.layout import (
     LOG_LINE_PREFIX_TEMPLATE,
     NODE_INTERFACE,
     NODE_MAIN,
+    DEBUG_SUBDIR,
     PROGRESS_SUBDIR,
     PROJECT_MOUNT_DIR,
     RUN_DIR_MOUNT,
@@ -99,6 +100,7 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
         "DDP_BACKEND": backend,
         "DDP_SHARED_DIR": SHARED_DIR,
         "DDP_PROGRESS_DIR": f"{RUN_DIR_MOUNT}/{PROGRESS_SUBDIR}",
+        "DDP_DEBUG_DIR": f"{RUN_DIR_MOUNT}/{DEBUG_SUBDIR}",
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_LINE_PREFIX_TEMPLATE,
         "GLOO_SOCKET_IFNAME": NODE_INTERFACE,
         "NCCL_SOCKET_IFNAME": NODE_INTERFACE,
@@ -109,6 +111,8 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
         env["DDP_SHARED_GPUS"] = "1"  # app/: local rank l takes GPU l mod the node's GPUs
     if config.collective_timeout_s is not None:
         env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
+    if config.debug_collectives:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if config.elastic:
         env["LOGLEVEL"] = "INFO"  # torchrun then reports every rendezvous round it joins
     if config.run_as:
@@ -123,14 +127,16 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
 
 
 def worker_target(config: RunConfig) -> tuple[str, ...]:
-    """What torchrun runs: the target, or the workers' start-up hook around it when the run
-    needs one (:mod:`orchestrate.node.worker_start`)."""
-    flags = []
+    """What torchrun runs: the workers' start-up hook (:mod:`orchestrate.node.worker_start`)
+    around the target, with what the run asks of it."""
+    flags: list[str] = []
     if config.share_gpus and config.gpus_per_node and config.nproc_per_node > config.gpus_per_node:
         flags.append("--nccl-hostid-per-rank")  # two ranks of a node on one GPU
     if config.nccl_as_gloo:
         flags.append("--nccl-as-gloo")
-    return (WORKER_START, *flags, "--", *config.target) if flags else config.target
+    if config.collective_timeout_s is not None:
+        flags += ["--collective-timeout", f"{config.collective_timeout_s:g}"]
+    return (WORKER_START, *flags, "--", *config.target)
 
 
 def project_name(run_id: str) -> str:
@@ -185,7 +191,8 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
                 target=target,
             )
         nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, config.nproc_per_node),
-                              argv, dict(env), node_command(config, node_name(rank), argv, detached)))
+                              argv, {**env, "DDP_NODE": node_name(rank)},
+                              node_command(config, node_name(rank), argv, detached)))
     return JobPlan(
         run_id=run_id,
         project_name=project_name(run_id),

@@ -1,2 +1,2 @@
 """Following a run through the engine: node states, worker lines, logs, progress, restarts.
-May import config, plan, engine, faults, outcome and the node package's constants; never launch or cli."""
+May import config, plan, engine, faults, hangs, outcome and the node package's constants; never launch or cli."""

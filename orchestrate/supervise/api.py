@@ -8,6 +8,7 @@ from typing import Any, Optional, Union
 
 from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.config.link import LinkSpec
+from orchestrate.config.run_config import DEFAULT_HANG_DIAGNOSE_AFTER_S
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase, advance
 from orchestrate.plan.model import NodePlan
@@ -30,6 +31,8 @@ class RunSpec:
     stop_grace_s: float = 10.0
     cpus_per_node: Optional[float] = None  # what a slow fault's end gives back
     link: Optional[LinkSpec] = None  # what a degrade fault's end gives back
+    hang_diagnose_after_s: float = DEFAULT_HANG_DIAGNOSE_AFTER_S  # 0: never
+    hang_timeout_s: Optional[float] = None  # end a run without progress for this long (None: never)
 
 
 @dataclass

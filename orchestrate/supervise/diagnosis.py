@@ -10,7 +10,13 @@ from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
 from orchestrate.faults.ranks import stopped_ranks
-from orchestrate.outcome.root_cause import RootCause, error_file_on_host, exception_in_lines, latest_error_files
+from orchestrate.outcome.root_cause import (
+    RootCause,
+    error_file_on_host,
+    exception_in_lines,
+    latest_error_files,
+    short_mismatch,
+)
 from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
 from orchestrate.supervise.api import NodeTracker
 from orchestrate.supervise.worker_lines import LAST_LINES
@@ -49,6 +55,8 @@ class Diagnosis:
             cause.add_error_file(path.read_text(errors="replace"))
         if cause is not None and not cause.exception:  # no error file: the traceback the worker printed
             cause.exception = exception_in_lines(tracker.output.last_lines(cause.rank, count=LAST_LINES))
+        if cause is not None:
+            cause.exception = short_mismatch(cause.exception)
 
     def unresponsive(self, tracker: NodeTracker) -> str:
         """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),

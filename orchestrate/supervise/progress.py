@@ -17,12 +17,14 @@ class ProgressWatch:
         self.record = record
         self.max_step: Optional[int] = None
         self.seen = False
+        self.records = 0  # every record read so far: progress, to the hang watchdog
 
     def poll(self, now: float, recovery: Optional[Recovery]) -> None:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
         waiting for training to resume, learns the step it resumed from and when it did."""
         for record in self.reader.poll():
             self.seen = True
+            self.records += 1
             if record.resumed is not None:
                 if recovery is not None:
                     recovery.resumed_from = record.resumed

@@ -13,7 +13,9 @@ collaborators has one job:
 - :class:`~orchestrate.supervise.restart_policy.RestartPolicy`: elastic restarts;
 - :class:`~orchestrate.supervise.diagnosis.Diagnosis`: root causes, OOM kills, hung nodes;
 - :class:`~orchestrate.supervise.inspection.Inspector`: the containers as the engine describes
-  them now (events for speed, inspection for truth), and an engine that stopped answering.
+  them now (events for speed, inspection for truth), and an engine that stopped answering;
+- :class:`~orchestrate.hangs.watchdog.HangWatch`: a job that makes no progress, diagnosed (where
+  every rank waits, the first divergence of their collectives) and, with ``--hang-timeout``, ended.
 
 Each node moves through :class:`~orchestrate.outcome.states.NodePhase`, here only. An
 *active* supervisor (the foreground launcher, or ``attach`` of a detached run) also acts: it
@@ -34,6 +36,9 @@ from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
+from orchestrate.hangs.snapshots import Probe, debug_dir, request_snapshots
+from orchestrate.hangs.watchdog import HangWatch
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
@@ -47,6 +52,7 @@ from orchestrate.supervise.engine_events import EngineEvents
 from orchestrate.supervise.inspection import Inspector, Seen
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
+from orchestrate.supervise.rank_probe import RankHost, absent_reasons
 from orchestrate.supervise.restart_policy import RestartPolicy
 from orchestrate.supervise.timings import run_timings
 from orchestrate.supervise.worker_lines import NodeOutput, OutputLine
@@ -93,6 +99,10 @@ class Supervisor:
                                       say=self.say, record=self.record, clock=clock)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
         self.inspector = Inspector(clock, self.say)
+        self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, self.probe_ranks, self.expected_ranks,
+                               self.why_absent, self.say, clock) if active else None
+        self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
+        self.progress_records = 0
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         self.winding_down = False
@@ -128,6 +138,35 @@ class Supervisor:
         end_fault(self.client, self.spec.project, tracker.container, fault, node=node,
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
         tracker.result.fault, tracker.result.culprit_rank = "", None
+
+    # Hangs ------------------------------------------------------------------------------
+
+    def probe_ranks(self) -> Probe:
+        """Ask every worker where it is (the hang watchdog's callback)."""
+        return request_snapshots(debug_dir(self.spec.run_dir), self.expected_ranks())
+
+    def expected_ranks(self) -> set[int]:
+        """The ranks that should answer: the live nodes' (an elastic run's: those seen since
+        its last restart)."""
+        planned = {rank for t in self.live for rank in t.plan.global_ranks}
+        return planned or set(self.ranks_seen)
+
+    def why_absent(self, ranks: set[int]) -> dict[int, str]:
+        """Why ranks that did not answer cannot (the hang watchdog's callback)."""
+        hosts = [RankHost(t.name, t.container, t.plan.global_ranks, t.result.fault) for t in self.live]
+        return absent_reasons(self.client, hosts, ranks)
+
+    def end_hung(self, found: HangDiagnosis) -> None:
+        """End a run that made no progress for --hang-timeout: say where every rank waits, then
+        stop every node."""
+        self.hang = found
+        self.say(f"HUNG: {found.headline}")
+        for line in found.lines()[1:]:
+            self.say(line)
+        self.record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
+        self.say("stopping every node")
+        self.first_failure_seen = True
+        self.stop(self.live, self.spec.stop_grace_s)
 
     @property
     def live(self) -> list[NodeTracker]:
@@ -226,6 +265,14 @@ class Supervisor:
         graces that ran out, inspections, exits whose log never ended."""
         now = self.clock()
         self.progress.poll(now, self.restarts.open_recovery)
+        if self.hangs is not None:
+            if self.progress.records > self.progress_records:
+                self.progress_records = self.progress.records
+                self.hangs.progress(now)
+            if not (self.winding_down or self.first_failure_seen or self.kill_at is not None):
+                found = self.hangs.poll(now)
+                if found is not None:
+                    self.end_hung(found)
         if self.faults.waiting:
             self.faults.fire_due(now - self.started_at, self.progress.max_step)
         if self.kill_at is not None and now >= self.kill_at:
@@ -265,7 +312,10 @@ class Supervisor:
                 self.inspector.soon()
 
     def on_lines(self, tracker: NodeTracker, lines: list[OutputLine], at: float) -> None:
-        """A node's workers' first lines mark its ranks started and the node running."""
+        """A node's workers' first lines mark its ranks started and the node running; any worker
+        line is progress."""
+        if self.hangs is not None and any(line.global_rank is not None for line in lines):
+            self.hangs.progress(at)
         for line in lines:
             if line.global_rank is not None and line.global_rank not in self.ranks_seen:
                 self.ranks_seen.add(line.global_rank)
@@ -402,8 +452,11 @@ class Supervisor:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
         trackers = list(self.trackers.values())
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
-        return RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
-                         faults=self.fault_records())
+        result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
+                           faults=self.fault_records())
+        result.hang = self.hang or (self.hangs.diagnosis if self.hangs else None) or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
+                                                     {r for t in trackers for r in t.plan.global_ranks})
+        return result
 
     def fault_records(self) -> list[FaultRecord]:
         """Every fault asked for so far: those that fired, then those that did not, with why."""

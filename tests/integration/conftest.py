@@ -71,7 +71,7 @@ def docker_client():
 def leftovers(client, project: str) -> list[str]:
     """Every container, network and volume still carrying the Compose project's label."""
     label = {"label": f"{PROJECT_LABEL}={project}"}
-    found = [f"container {c.name}" for c in client.containers.list(all=True, filters=label)]
+    found = [f"container {c.name}" for c in client.containers.list(all=True, ignore_removed=True, filters=label)]
     found += [f"network {n.name}" for n in client.networks.list(filters=label)]
     found += [f"volume {v.name}" for v in client.volumes.list(filters=label)]
     return found
@@ -80,7 +80,7 @@ def leftovers(client, project: str) -> list[str]:
 def remove_project(client, project: str) -> None:
     """Force-remove whatever a failed test left of a project."""
     label = {"label": f"{PROJECT_LABEL}={project}"}
-    for container in client.containers.list(all=True, filters=label):
+    for container in client.containers.list(all=True, ignore_removed=True, filters=label):
         container.remove(force=True)
     for network in client.networks.list(filters=label):
         network.remove()

@@ -198,12 +198,19 @@ def unprivileged_user(docker_client):
         subprocess.run(["userdel", name], capture_output=True)
 
 
-def python_for(user: pwd.struct_passwd, home: Path, compose_on_path: bool = True) -> tuple[str, dict[str, str]]:
-    """A Python the user can run, with this project's dependencies (and Compose v2 on its PATH
-    unless not ``compose_on_path``).
+# What the launcher imports from the venv (torch and the rest stay behind: the nodes have their own).
+LAUNCHER_PACKAGES = ("docker", "requests", "urllib3", "idna", "certifi", "charset_normalizer", "tenacity",
+                     "filelock", "compose")
 
-    The suite's venv may point into root's home (pyenv), which no other user can enter, so
-    the user gets the system's Python of the same version and the venv's packages.
+
+def python_for(user: pwd.struct_passwd, home: Path, compose_on_path: bool = True) -> tuple[str, dict[str, str]]:
+    """A Python the user can run, with this project and its launcher's dependencies copied into
+    the user's ``home`` (and Compose v2 on its PATH unless not ``compose_on_path``); run it with
+    ``cwd`` = ``home / "ddp-compose"``.
+
+    The checkout may lie in a private directory (a clone under a 0700 home) and the suite's
+    venv in root's home (pyenv), neither of which another user can enter, so the user gets the
+    system's Python of the same version and copies of what it runs.
     """
     import sysconfig
 
@@ -214,13 +221,21 @@ def python_for(user: pwd.struct_passwd, home: Path, compose_on_path: bool = True
         pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} that another user can run")
     import compose
 
+    checkout, site = home / "ddp-compose", home / "site-packages"
+    for part in ("orchestrate", "app"):
+        shutil.copytree(ROOT / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
+    venv_site = Path(sysconfig.get_path("purelib"))
+    for package in LAUNCHER_PACKAGES:
+        shutil.copytree(venv_site / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
     bin_dir = home / "bin"
     bin_dir.mkdir()
     if compose_on_path:
-        (bin_dir / "docker-compose").symlink_to(Path(compose.__file__).parent / "docker-compose")
-    site = sysconfig.get_path("purelib")
+        (bin_dir / "docker-compose").symlink_to(site / "compose" / "docker-compose")
+    assert (site / "compose" / "docker-compose").exists(), compose.__file__
+    for path in (home, *home.rglob("*")):
+        os.lchown(path, user.pw_uid, user.pw_gid)
     return str(system), {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-                         "PYTHONPATH": f"{ROOT}:{site}", "PYTHONUNBUFFERED": "1"}
+                         "PYTHONPATH": f"{checkout}:{site}", "PYTHONUNBUFFERED": "1"}
 
 
 def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, unprivileged_user):
@@ -238,7 +253,7 @@ def test_files_the_workers_write_belong_to_the_invoking_user(docker_client, unpr
         ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
          python, "-m", "orchestrate", "run", "--nodes", "2", "--workdir", str(workdir),
          "--runs-dir", str(workdir / "runs"), "--no-build", "--", "write_files.py"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        capture_output=True, text=True, env=env, cwd=home / "ddp-compose", timeout=300)
     output = proc.stdout + proc.stderr
     run_id = re.search(r"run (\S+): bringing up", output)
     try:
@@ -287,8 +302,6 @@ def test_a_user_without_a_compose_plugin_of_their_own_still_runs(docker_client, 
     plugin in their home nor docker-compose on their PATH runs a job."""
     import tempfile
 
-    import compose
-
     user = unprivileged_user
     home = Path(tempfile.mkdtemp(prefix="ddp-user-test-"))
     os.chown(home, user.pw_uid, user.pw_gid)
@@ -301,15 +314,15 @@ def test_a_user_without_a_compose_plugin_of_their_own_still_runs(docker_client, 
                                  f" command.\" >&2; exit 1; }}\nexec {shutil.which('docker')} \"$@\"\n")
     (shim / "docker").chmod(0o755)
     find = "from orchestrate.engine.compose_cli import compose_command; print(*compose_command())"
-    found = subprocess.run([*as_user, "-c", find], capture_output=True, text=True, cwd=ROOT, timeout=60,
+    found = subprocess.run([*as_user, "-c", find], capture_output=True, text=True, cwd=home / "ddp-compose", timeout=60,
                            env={**env, "PATH": f"{shim}:{env['PATH']}"})
     run_id = None
     try:
         assert found.returncode == 0, found.stderr
-        assert found.stdout.strip() == str(Path(compose.__file__).parent / "docker-compose")
+        assert found.stdout.strip() == str(home / "site-packages" / "compose" / "docker-compose")
         proc = subprocess.run([*as_user, "-m", "orchestrate", "run", "--nodes", "2", "--runs-dir", str(home / "runs"),
                                "--workdir", str(home), "--no-build", "--", "-m", "app.hello"],
-                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+                              capture_output=True, text=True, env=env, cwd=home / "ddp-compose", timeout=300)
         output = proc.stdout + proc.stderr
         run_id = re.search(r"run (\S+): bringing up", output)
         assert proc.returncode == 0, output[-3000:]

@@ -172,6 +172,25 @@ def test_prune_with_runs_dir_leaves_other_directories_runs_alone(make_run, tmp_p
     assert [r.run_id for r in list_runs(client)] == ["theirs"]
 
 
+def test_a_run_removed_while_runs_are_listed_is_gone_not_an_error(make_run):
+    """Another client removes a run between the engine's listing and its inspection of each
+    container (docker-py lists ids, then inspects): ps and prune list the others, exit 0."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("stays", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
+                 ("goes", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    client.containers_by_name["ddp-goes-node0-1"].vanishing = True
+    assert [r.run_id for r in list_runs(client)] == ["stays"]
+    out = io.StringIO()
+    assert main(client=client, argv=["ps"], out=out) == 0
+    assert "stays" in out.getvalue() and "goes" not in out.getvalue()
+    out = io.StringIO()
+    assert main(client=client, argv=["prune"], out=out) == 0
+    assert "removed run stays (succeeded)" in out.getvalue()
+
+
 def test_fault_checks_every_target_first_and_undoes_what_it_held_when_a_later_one_fails(make_run, capsys):
     from orchestrate.cli.main import main
 

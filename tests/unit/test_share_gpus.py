@@ -73,17 +73,17 @@ def test_three_nodes_on_two_gpus_take_them_in_turn(plan_for):
     assert "GPU 0 by node0/local0, node2/local0" in format_plan(plan)
 
 
-def test_the_hook_runs_only_where_asked(plan_for):
-    # one rank per node: the nodes' own host names tell NCCL's hosts apart; no hook
+def test_the_hook_always_runs_and_takes_only_the_flags_asked_for(plan_for):
+    hook = "/opt/ddp-compose/orchestrate/node/worker_start.py"
+    # one rank per node: the nodes' own host names tell NCCL's hosts apart; no per-rank host id
     one_each = plan_for(1, nodes=2, share_gpus=True).nodes[0].torchrun_argv
-    assert one_each[-1] == "train.py" and not any("worker_start" in a for a in one_each)
+    assert one_each[-3:] == (hook, "--", "train.py")
     two_each = plan_for(1, nodes=2, nproc_per_node=2, share_gpus=True).nodes[1].torchrun_argv
-    assert two_each[-4:] == ("/opt/ddp-compose/orchestrate/node/worker_start.py", "--nccl-hostid-per-rank", "--",
-                             "train.py")
+    assert two_each[-4:] == (hook, "--nccl-hostid-per-rank", "--", "train.py")
     shim = plan_for(1, nodes=2, share_gpus=True, backend="gloo", nccl_as_gloo=True).nodes[0].torchrun_argv
-    assert shim[-4:] == ("/opt/ddp-compose/orchestrate/node/worker_start.py", "--nccl-as-gloo", "--", "train.py")
+    assert shim[-4:] == (hook, "--nccl-as-gloo", "--", "train.py")
     plain = plan_for(2, nodes=2).nodes[0]
-    assert plain.torchrun_argv[-1] == "train.py" and "DDP_SHARED_GPUS" not in plain.env
+    assert plain.torchrun_argv[-3:] == (hook, "--", "train.py") and "DDP_SHARED_GPUS" not in plain.env
 
 
 def test_the_shim_needs_the_gloo_backend(plan_for):
@@ -144,6 +144,15 @@ def test_a_module_target_runs_from_the_work_directory(tmp_path):
 
 
 def test_the_hook_refuses_a_bad_command_line(tmp_path):
-    for args in (["show.py"], ["--bogus", "--", "show.py"], ["--"], ["--", "-m"]):
+    for args in (["--bogus", "--", "show.py"], ["--"], ["--", "-m"], ["--collective-timeout"],
+                 ["--nccl-as-gloo", "show.py"]):
         done = hook(tmp_path, *args, env={})
-        assert done.returncode != 0 and "usage: worker_start.py" in done.stderr
+        assert done.returncode != 0 and "usage: worker_start.py" in done.stderr, args
+
+
+def test_without_flags_the_hook_takes_the_target_with_or_without_the_separator(tmp_path):
+    """torchrun's parser drops a ``--`` that comes first among the script's arguments."""
+    (tmp_path / "show.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    for args in (["--", "show.py", "--", "x"], ["show.py", "--", "x"]):
+        done = hook(tmp_path, *args, env={})
+        assert done.returncode == 0 and done.stdout.strip() == "['--', 'x']", (args, done.stderr)

@@ -1,0 +1,45 @@
+"""``stacks RUN``: where every rank of a running run is now, ranks with the same stack grouped
+(odd ones out first), and the first divergence of their collectives."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from orchestrate.cli.invocation import Invocation
+from orchestrate.engine.runs import LIVE_STATUSES, find_run, node_plans
+from orchestrate.errors import UsageError
+from orchestrate.supervise.rank_probe import STACKS_FILE, RankHost, stack_lines, where_ranks_are
+
+
+def add_parsers(sub: Any) -> None:
+    stacks = sub.add_parser(
+        "stacks", help="print where every rank of a running run is now",
+        description="Every rank's Python stack, taken by the workers themselves (no privileges needed), grouped:"
+                    " ranks with the same stack share a line, the odd ones out come first. Each rank's last"
+                    " collectives are compared and their first divergence named. Ranks that cannot answer are said"
+                    " with why (a paused node, a stopped process). Also written to the run's stacks.json.",
+        epilog="usage example: python -m orchestrate stacks 20261121-093012-1f2e3d")
+    stacks.add_argument("run_id", metavar="RUN_ID", help="the run (see ps); foreground or detached")
+    stacks.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds between the two looks that tell computing ranks from waiting ones"
+                             " (default: %(default)s)")
+    stacks.set_defaults(handler=command)
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    if not args.interval >= 0:
+        raise UsageError(f"--interval must be 0 or more seconds, got {args.interval:g}")
+    client = inv.engine()
+    run = find_run(client, args.run_id)
+    plans = {plan.name: plan for plan in node_plans(run)}
+    hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else ())
+             for n in run.nodes if n.status in LIVE_STATUSES]
+    if not hosts:
+        raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
+    found = where_ranks_are(client, run.run_dir, hosts, args.interval)
+    answered = sum(1 for a in found.activities if a.state not in ("stopped", "absent"))
+    inv.out.write(f"run {run.run_id}: {answered} of {len(found.activities)} ranks answered\n")
+    for line in stack_lines(found):
+        inv.out.write(line + "\n")
+    inv.out.write(f"(written to {run.run_dir / STACKS_FILE})\n")
+    return 0 if answered else 1

@@ -1,0 +1,159 @@
+"""A hang's diagnosis (pure): what each rank is doing, the ranks grouped by stack, and the first
+divergence of their collectives; and whether two probes some seconds apart show progress."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from orchestrate.hangs.collectives import Divergence, first_divergence
+from orchestrate.hangs.snapshots import Probe, RankSnapshot, last_snapshots
+from orchestrate.hangs.stacks import StackGroup, group_stacks, ranks_text
+
+# A rank that used this share of a core between two probes is computing, not waiting.
+BUSY_CPU_SHARE = 0.25
+DEBUG_HINT = "rerun with --debug-collectives: torch then stops at the first mismatched collective, naming both"
+
+
+@dataclass(frozen=True)
+class RankActivity:
+    """What one rank was doing between two probes."""
+
+    rank: int
+    state: str  # "collective" (waits in one), "busy" (computing), "idle" (neither), "stopped", "absent"
+    detail: str = ""
+
+
+def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapshot], interval_s: float,
+             absent_why: dict[int, str]) -> RankActivity:
+    """A rank's activity from its snapshots of two probes (``before`` may be missing)."""
+    if now is None:
+        why = absent_why.get(rank, "did not answer")
+        return RankActivity(rank, "stopped" if "stopped" in why or "paused" in why else "absent", why)
+    if now.in_collective is not None:
+        collective = now.in_collective
+        return RankActivity(rank, "collective", f"waits in {collective.call} #{collective.seq} at {collective.at}")
+    if before is not None and before.pid == now.pid and interval_s > 0:
+        share = (now.cpu_s - before.cpu_s) / interval_s
+        if share >= BUSY_CPU_SHARE:
+            return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
+    return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
+
+
+def progressed(before: Probe, now: Probe) -> bool:
+    """Whether any rank finished a collective, or computed, between the probes."""
+    interval = max(now.at - before.at, 1e-6)
+    for rank, snapshot in now.snapshots.items():
+        earlier = before.snapshots.get(rank)
+        if earlier is None or earlier.pid != snapshot.pid:
+            return True  # a rank (re)started since: that is progress
+        if snapshot.completed > earlier.completed:
+            return True
+        if (snapshot.cpu_s - earlier.cpu_s) / interval >= BUSY_CPU_SHARE:
+            return True
+    return False
+
+
+@dataclass
+class HangDiagnosis:
+    """Where every rank is and why the job makes no progress.
+
+    Attributes:
+        quiet_s: Seconds without progress when it was made.
+        groups: The ranks grouped by their main thread's stack, odd ones out first.
+        collectives: Each rank's last collectives (oldest first).
+        divergence: The first place their collectives part, if found.
+        activities: What each rank was doing.
+        hung: No rank made progress between the probes (else: they are working, quietly).
+        cause: What ended the run, when it did ("no progress for 20 s", "a collective timed out").
+    """
+
+    quiet_s: float
+    groups: list[StackGroup]
+    collectives: dict[int, list[dict[str, Any]]]
+    divergence: Optional[Divergence]
+    activities: list[RankActivity] = field(default_factory=list)
+    hung: bool = True
+    cause: str = ""
+
+    @property
+    def headline(self) -> str:
+        """One line: what is wrong, or what the ranks are doing."""
+        if not self.hung:
+            busy = [a.rank for a in self.activities if a.state == "busy"]
+            doing = f"{ranks_text(busy)} computing" if busy else "collectives completing"
+            return f"no output for {self.quiet_s:.0f} s, but the job is working: {doing}"
+        cause = self.cause or f"no progress for {self.quiet_s:.0f} s"
+        where = self.divergence.text if self.divergence else self.where_they_wait()
+        return f"{cause}: {where}" if where else cause
+
+    def where_they_wait(self) -> str:
+        return "; ".join(f"{ranks_text(g.ranks)}: {g.where}" for g in self.groups[:3])
+
+    def lines(self) -> list[str]:
+        """The headline, what each group of ranks is doing, the divergence and a hint."""
+        out = [self.headline]
+        stopped = [a for a in self.activities if a.state in ("stopped", "absent")]
+        for group in self.groups:
+            out += ["  " + line for line in group.lines()]
+        for absent in stopped:
+            out.append(f"  rank {absent.rank}: {absent.detail}")
+        busy = [a for a in self.activities if a.state == "busy"]
+        for rank in busy:
+            out.append(f"  rank {rank.rank} is {rank.detail}")
+        if self.divergence is not None and self.divergence.kind != "missing":
+            if self.divergence.text not in self.headline:
+                out.append(f"  first divergence: {self.divergence.text}")
+            out.append(f"  {DEBUG_HINT}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"headline": self.headline, "hung": self.hung, "quiet_s": self.quiet_s, "cause": self.cause,
+                "groups": [{"ranks": list(g.ranks), "where": g.where,
+                            "stack": [[f.file, f.line, f.function] for f in g.stack]} for g in self.groups],
+                "divergence": None if self.divergence is None else self.divergence.text,
+                "activities": [a.__dict__ for a in self.activities],
+                "collectives": {str(rank): entries for rank, entries in self.collectives.items()}}
+
+
+def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why: dict[int, str],
+             quiet_s: float, cause: str = "") -> HangDiagnosis:
+    """The diagnosis of the latest probe (``before``: the one some seconds earlier, for who is
+    busy); ``absent_why``: why a rank that did not answer cannot (stopped, its node paused)."""
+    interval = now.at - before.at if before is not None else 0.0
+    ranks = sorted(expected | set(now.snapshots))
+    activities = [activity(rank, before.snapshots.get(rank) if before else None, now.snapshots.get(rank), interval,
+                           absent_why) for rank in ranks]
+    return HangDiagnosis(
+        quiet_s=quiet_s,
+        groups=group_stacks(now.snapshots),
+        collectives={rank: [c.__dict__ for c in s.collectives[-8:]] for rank, s in sorted(now.snapshots.items())},
+        divergence=first_divergence(now.snapshots, expected, absent_why),
+        activities=activities,
+        hung=before is None or not progressed(before, now),
+        cause=cause,
+    )
+
+
+# How torch says a collective waited past the process group's timeout (gloo, NCCL's watchdog).
+_TIMED_OUT = re.compile(r"timed out|timeout", re.I)
+# gloo's and NCCL's messages start with their source file: "[/pytorch/.../unbound_buffer.cc:78] ".
+_SOURCE_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
+
+
+def timeout_diagnosis(failure: Any, directory: Path, expected: set[int]) -> Optional[HangDiagnosis]:
+    """A run that failed because a collective timed out is a hang that torch ended: its
+    diagnosis from the snapshots the ranks wrote as their collectives failed (None when the
+    failure is something else, or no rank wrote one)."""
+    exception = getattr(failure, "exception", "") or ""
+    if not _TIMED_OUT.search(exception):
+        return None
+    snapshots = {rank: s for rank, s in last_snapshots(directory).items() if s.reason == "collective failed"}
+    if not snapshots:
+        return None
+    probe = Probe("failed", 0.0, snapshots)
+    where = f"{failure.node} rank {failure.rank}" if getattr(failure, "rank", None) is not None else failure.node
+    said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()
+    return diagnose(probe, None, expected or set(snapshots), {}, 0.0,
+                    cause=f"a collective timed out on {where} ({said[:120]})")

@@ -1,0 +1,163 @@
+"""The workers' snapshots (stacks, last collectives, CPU time) as the launcher reads them from
+the run's debug directory, and how it asks for new ones (see :mod:`orchestrate.node.snapshot`)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from orchestrate.node.snapshot import REQUEST_FILE
+from orchestrate.plan.layout import DEBUG_SUBDIR
+# How long a request waits for the workers' answers (they look every 0.25 s).
+ANSWER_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a stack: file (relative to the work directory when under it), line, function."""
+
+    file: str
+    line: int
+    function: str
+    code: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+    @property
+    def short_file(self) -> str:
+        """The file, from its package on for a library's (``torch/distributed/...``)."""
+        for marker in ("/site-packages/", "/dist-packages/"):
+            if marker in self.file:
+                return self.file.split(marker, 1)[1]
+        return self.file
+
+    @property
+    def is_users(self) -> bool:
+        """Whether the frame is the user's code, not torch's, a library's or Python's own."""
+        return not any(part in self.file for part in ("/site-packages/", "/dist-packages/", "/lib/python3",
+                                                       "/torch/", "<frozen"))
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank entered (see :class:`orchestrate.node.collective_log.CollectiveLog`)."""
+
+    seq: int
+    op: str
+    group: str
+    shapes: str
+    at: str
+    state: str
+    error: str = ""
+
+    @property
+    def call(self) -> str:
+        return f"{self.op}({self.shapes})"
+
+    @property
+    def waiting(self) -> bool:
+        """The rank is in it (``entered``), or was until it failed (a timeout)."""
+        return self.state in ("entered", "failed")
+
+
+@dataclass(frozen=True)
+class RankSnapshot:
+    """What one worker wrote of itself."""
+
+    rank: int
+    node: str
+    pid: int
+    time: float
+    cpu_s: float
+    stack: tuple[Frame, ...]  # its main thread's, outermost first
+    collectives: tuple[Collective, ...]
+    completed: int
+    reason: str = "requested"
+
+    @property
+    def in_collective(self) -> Optional[Collective]:
+        """The collective it waits in, if any."""
+        last = self.collectives[-1] if self.collectives else None
+        return last if last is not None and last.waiting else None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RankSnapshot":
+        stacks = data.get("stacks") or []
+        main = next((s for s in stacks if s.get("main")), stacks[0] if stacks else {"frames": []})
+        return cls(
+            rank=int(data["rank"]), node=str(data.get("node", "")), pid=int(data.get("pid", 0)),
+            time=float(data.get("time", 0.0)), cpu_s=float(data.get("cpu_s", 0.0)),
+            stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2]), str(f[3]) if len(f) > 3 else "")
+                        for f in main.get("frames", [])),
+            collectives=tuple(Collective(int(c["seq"]), str(c["op"]), str(c["group"]), str(c.get("shapes", "")),
+                                         str(c.get("at", "?")), str(c.get("state", "")), str(c.get("error", "")))
+                              for c in data.get("collectives", [])),
+            completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,
+                "reason": self.reason, "completed": self.completed,
+                "stack": [[f.file, f.line, f.function, f.code] for f in self.stack],
+                "collectives": [c.__dict__ for c in self.collectives]}
+
+
+@dataclass
+class Probe:
+    """One request's answers: the ranks that answered, and when."""
+
+    request: str
+    at: float
+    snapshots: dict[int, RankSnapshot] = field(default_factory=dict)
+
+
+def debug_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / DEBUG_SUBDIR
+
+
+def read_snapshot(path: Path) -> Optional[tuple[str, RankSnapshot]]:
+    """A snapshot file's request id and content (None if it cannot be read)."""
+    try:
+        data = json.loads(path.read_text())
+        return str(data.get("request", "")), RankSnapshot.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def request_snapshots(directory: Path, expected: Iterable[int], timeout_s: float = ANSWER_TIMEOUT_S,
+                      clock: Callable[[], float] = time.monotonic,
+                      sleep: Callable[[float], None] = time.sleep) -> Probe:
+    """Ask every worker for its snapshot and wait until the ``expected`` ranks answered (at most
+    ``timeout_s``); the answers of other ranks are taken too (an elastic run's ranks change)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    request = uuid.uuid4().hex[:12]
+    temporary = directory / f".{REQUEST_FILE}.{request}"
+    temporary.write_text(json.dumps({"id": request, "time": time.time()}))
+    os.replace(temporary, directory / REQUEST_FILE)
+    probe = Probe(request, clock())
+    wanted = set(expected)
+    deadline = clock() + timeout_s
+    while True:
+        for path in directory.glob("rank*.json"):
+            found = read_snapshot(path)
+            if found is not None and found[0] == request:
+                probe.snapshots[found[1].rank] = found[1]
+        if wanted <= set(probe.snapshots) or clock() >= deadline:
+            return probe
+        sleep(0.1)
+
+
+def last_snapshots(directory: Path) -> dict[int, RankSnapshot]:
+    """Every rank's latest snapshot, whatever asked for it (after a failure: what each rank
+    wrote when its collective failed)."""
+    found = {}
+    for path in sorted(directory.glob("rank*.json")):
+        read = read_snapshot(path)
+        if read is not None:
+            found[read[1].rank] = read[1]
+    return found

@@ -1,0 +1,73 @@
+"""Ranks grouped by where they are, as LLNL's STAT merges the stacks of many MPI ranks: ranks
+with the same stack form one group, and the odd rank out is shown first (pure)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from orchestrate.hangs.snapshots import Frame, RankSnapshot
+
+# How many of a group's innermost frames are shown.
+SHOWN_FRAMES = 4
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0-2``, ``ranks 0, 2, 5-7``."""
+    ordered = sorted(set(ranks))
+    runs: list[list[int]] = []
+    for rank in ordered:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    parts = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" if len(r) > 2 else f"{r[0]}, {r[1]}" for r in runs]
+    return f"{'rank' if len(ordered) == 1 else 'ranks'} {', '.join(parts)}"
+
+
+def users_frame(stack: tuple[Frame, ...]) -> Optional[Frame]:
+    """The innermost frame of the user's own code."""
+    return next((frame for frame in reversed(stack) if frame.is_users), None)
+
+
+def summary(stack: tuple[Frame, ...], waiting_in: str = "") -> str:
+    """Where a stack is: ``all_reduce at desync.py:11 in <module>`` (the call it is in, then the
+    user's innermost frame); ``waiting_in`` names the call when the collective record knows it."""
+    if not stack:
+        return "no Python frame"
+    mine = users_frame(stack)
+    call = waiting_in or stack[-1].function
+    if mine is None:
+        return f"{call} at {stack[-1].where}"
+    if mine is stack[-1] and not waiting_in:
+        return f"{mine.function} at {mine.where}"
+    return f"{call} at {mine.where} in {mine.function}"
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Ranks whose main threads have the same stack."""
+
+    ranks: tuple[int, ...]
+    stack: tuple[Frame, ...]
+    where: str
+
+    def lines(self) -> list[str]:
+        """The group's line, then its innermost frames (innermost last)."""
+        shown = self.stack[-SHOWN_FRAMES:]
+        return [f"{ranks_text(self.ranks)}: {self.where}"] + [
+            f"    {f.short_file}:{f.line} in {f.function}" + (f": {f.code}" if f.code else "") for f in shown]
+
+
+def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
+    """Group ranks by their main thread's stack; smallest groups (the odd ones out) first, then
+    by lowest rank."""
+    by_stack: dict[tuple[tuple[str, int, str], ...], list[int]] = {}
+    for rank, snapshot in snapshots.items():
+        key = tuple((f.file, f.line, f.function) for f in snapshot.stack)
+        by_stack.setdefault(key, []).append(rank)
+    groups = []
+    for ranks in by_stack.values():
+        first = snapshots[min(ranks)]
+        waiting = first.in_collective
+        groups.append(StackGroup(tuple(sorted(ranks)), first.stack, summary(first.stack, waiting.op if waiting else "")))
+    return sorted(groups, key=lambda g: (len(g.ranks), g.ranks[0]))

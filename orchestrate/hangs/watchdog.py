@@ -1,0 +1,100 @@
+"""The hang watchdog's policy: when the job has made no progress for a while, probe every rank
+twice, some seconds apart, and judge.
+
+Progress is any worker line, any progress report (the supervisor calls :meth:`HangWatch.progress`
+for both), a collective that completed between the probes, or a rank that computed between
+them (CPU time). So a rank busy in one long step, or rank 0 evaluating alone while the others
+wait in a barrier, is not hung: the diagnosis then says what the ranks are doing, once.
+
+When nothing moved, the diagnosis is said once, after ``diagnose_after_s``; with
+``end_after_s`` (``--hang-timeout``) the run is ended as failed once that much time has passed
+without progress, with the diagnosis as its root cause.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from orchestrate.hangs.diagnosis import HangDiagnosis, diagnose
+from orchestrate.hangs.snapshots import Probe
+
+# Seconds between the two probes of one judgement.
+RECHECK_S = 5.0
+# The default quiet time before a diagnosis is printed (--hang-diagnose-after).
+DIAGNOSE_AFTER_S = 120.0
+
+
+class HangWatch:
+    """Watches one run's progress (see the module's text).
+
+    Args:
+        diagnose_after_s: Quiet seconds before the diagnosis is said (0: never, unless
+            ``end_after_s``).
+        end_after_s: Quiet seconds after which a hung run is ended (None: never).
+        probe: Asks every rank for its snapshot.
+        expected: The ranks that should answer now.
+        absent_why: Why ranks that did not answer cannot (stopped, their node paused).
+        say: Prints one line.
+        clock: Monotonic seconds.
+    """
+
+    def __init__(self, diagnose_after_s: float, end_after_s: Optional[float], probe: Callable[[], Probe],
+                 expected: Callable[[], set[int]], absent_why: Callable[[set[int]], dict[int, str]],
+                 say: Callable[[str], None], clock: Callable[[], float], recheck_s: float = RECHECK_S) -> None:
+        thresholds = [t for t in (diagnose_after_s, end_after_s) if t]
+        self.threshold = min(thresholds) if thresholds else None
+        self.end_after_s = end_after_s
+        self.probe = probe
+        self.expected = expected
+        self.absent_why = absent_why
+        self.say = say
+        self.clock = clock
+        self.recheck_s = recheck_s
+        self.last_progress: Optional[float] = None
+        self.first: Optional[Probe] = None
+        self.said_hung = self.said_busy = False
+        self.diagnosis: Optional[HangDiagnosis] = None  # the latest hung one
+
+    def progress(self, now: float) -> None:
+        """The job moved (a worker line, a progress report): the quiet time starts again."""
+        self.last_progress = now
+        self.first = None
+        self.diagnosis = None
+        self.said_hung = self.said_busy = False
+
+    def poll(self, now: float) -> Optional[HangDiagnosis]:
+        """Probe and judge when due; return the diagnosis when the run must end as hung."""
+        if self.threshold is None or self.last_progress is None:
+            return None
+        quiet = now - self.last_progress
+        if quiet < max(0.0, self.threshold - self.recheck_s):  # the first look comes a recheck early
+            return None
+        if self.said_hung and (self.end_after_s is None or quiet < self.end_after_s):
+            return None  # said once; nothing more until progress, or the end
+        if self.first is None:
+            self.first = self.probe()
+            return None
+        if now - self.first.at < self.recheck_s or quiet < self.threshold:
+            return None
+        second = self.probe()
+        expected = self.expected()
+        found = diagnose(second, self.first, expected, self.absent_why(expected - set(second.snapshots)), quiet)
+        self.first = None
+        if not found.hung:  # working quietly: say so once, and count it as progress
+            if not self.said_busy:
+                for line in found.lines():
+                    self.say(line)
+            self.last_progress = now
+            self.said_busy = True
+            return None
+        self.diagnosis = found
+        if self.end_after_s is not None and quiet >= self.end_after_s:
+            found.cause = f"no progress for {quiet:.0f} s (--hang-timeout {self.end_after_s:g})"
+            return found
+        if not self.said_hung:
+            self.said_hung = True
+            self.say(f"the job looks hung: {found.headline}")
+            for line in found.lines()[1:]:
+                self.say(line)
+            if self.end_after_s is None:
+                self.say("the run goes on; --hang-timeout S ends a run that makes no progress for S seconds")
+        return None

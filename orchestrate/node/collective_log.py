@@ -1,0 +1,270 @@
+"""A worker's last collectives: ``torch.distributed``'s Python collectives, wrapped to record
+each call (its sequence number in its process group, op, group, tensor shapes and dtypes, the
+caller's file:line, and whether it returned).
+
+Installed by the workers' start-up hook before the script runs, without importing torch: the
+wrappers go in when the script itself first imports ``torch.distributed`` (an import hook), so a
+script that sets variables before ``import torch`` keeps that order. Only calls made from Python
+are seen: DDP's gradient all-reduces are issued by its C++ reducer and are not recorded; the
+calls around them (the script's own, ``torch.distributed.checkpoint``'s, the object
+collectives') are. Standard library only until torch is there.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+# The collectives (and point-to-point calls) wrapped, where the installed torch has them.
+COLLECTIVES = (
+    "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter", "barrier",
+    "monitored_barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv", "all_gather_object",
+    "broadcast_object_list", "gather_object", "scatter_object_list", "_all_gather_base", "_reduce_scatter_base",
+)
+# How many collectives each rank keeps.
+KEEP = 64
+# Frames from these files are torch's or ours, never the caller's.
+_NOT_CALLERS = (os.sep + "torch" + os.sep, os.sep + "orchestrate" + os.sep + "node" + os.sep,
+                "runpy.py", "contextlib.py", "functools.py", "threading.py")
+
+
+class CollectiveLog:
+    """The record of one process's collectives: the last :data:`KEEP`, and the one it is in."""
+
+    def __init__(self, keep: int = KEEP, clock: Callable[[], float] = time.time) -> None:
+        self.entries: Deque[Dict[str, Any]] = collections.deque(maxlen=keep)
+        self.next_seq: Dict[str, int] = {}
+        self.completed = 0
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.local = threading.local()
+
+    def enter(self, op: str, group: str, shapes: str, caller: str) -> Dict[str, Any]:
+        """Record a collective as entered; return its entry (to be :meth:`leave` d)."""
+        with self.lock:
+            seq = self.next_seq.get(group, 0) + 1
+            self.next_seq[group] = seq
+            entry = {"seq": seq, "op": op, "group": group, "shapes": shapes, "at": caller,
+                     "state": "entered", "started": self.clock()}
+            self.entries.append(entry)
+        return entry
+
+    def leave(self, entry: Dict[str, Any], state: str, error: str = "") -> None:
+        """The collective returned (``done``, or ``issued`` for an async one) or raised (``failed``)."""
+        with self.lock:
+            entry["state"] = state
+            entry["ended"] = self.clock()
+            if error:
+                entry["error"] = error
+            if state in ("done", "issued"):
+                self.completed += 1
+
+    def snapshot(self) -> List[Dict[str, Any]]:
+        with self.lock:
+            return [dict(entry) for entry in self.entries]
+
+    def nested(self) -> bool:
+        """Whether this thread is already inside a recorded collective (an object collective
+        calls the tensor ones: only the outer call is recorded)."""
+        return getattr(self.local, "depth", 0) > 0
+
+    def wrap(self, name: str, original: Callable[..., Any], describe_group: Callable[[Any], str]) -> Callable[..., Any]:
+        """``original`` (a collective of ``torch.distributed``), recording each outer call."""
+        group_index = _positional_index(original, "group")
+        async_index = _positional_index(original, "async_op")
+
+        @functools.wraps(original)
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            if self.nested():
+                return original(*args, **kwargs)
+            group = kwargs.get("group", args[group_index] if group_index is not None and len(args) > group_index
+                               else None)
+            is_async = bool(kwargs.get("async_op", args[async_index] if async_index is not None
+                                       and len(args) > async_index else False)) or name in ("isend", "irecv")
+            entry = self.enter(name, describe_group(group), describe_tensors(args), caller(sys._getframe(1)))
+            self.local.depth = getattr(self.local, "depth", 0) + 1
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as exc:
+                self.leave(entry, "failed", first_line(exc))
+                on_failure(self)
+                raise
+            finally:
+                self.local.depth -= 1
+            self.leave(entry, "issued" if is_async else "done")
+            return result
+
+        collective.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
+        return collective
+
+
+def _positional_index(function: Callable[..., Any], parameter: str) -> Optional[int]:
+    import inspect
+
+    try:
+        names = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index(parameter) if parameter in names else None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def describe_tensors(args: tuple) -> str:
+    """The tensors a collective was given, as ``float32[4]`` (a list: ``2x float32[4]``);
+    what is not a tensor is left out."""
+    parts = []
+    for arg in args[:3]:
+        described = describe_tensor(arg)
+        if described is None and isinstance(arg, (list, tuple)) and arg:
+            inner = describe_tensor(arg[0])
+            described = f"{len(arg)}x {inner}" if inner else None
+        if described:
+            parts.append(described)
+    return ", ".join(parts)
+
+
+def describe_tensor(value: Any) -> Optional[str]:
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    return f"{str(dtype).replace('torch.', '')}[{','.join(str(d) for d in shape)}]"
+
+
+def caller(frame: Any) -> str:
+    """``file.py:LINE`` of the first frame that is neither torch's nor ours."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not any(part in filename for part in _NOT_CALLERS) and not filename.startswith("<frozen"):
+            return f"{relative(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+def relative(filename: str) -> str:
+    """A path as the user knows it: relative to the work directory when under it."""
+    cwd = os.getcwd() + os.sep
+    return filename[len(cwd):] if filename.startswith(cwd) else filename
+
+
+def group_namer() -> Callable[[Any], str]:
+    """Names process groups: ``default``, or ``ranks 0,2`` (cached per group object)."""
+    names: Dict[int, str] = {}
+
+    def name(group: Any) -> str:
+        if group is None:
+            return "default"
+        key = id(group)
+        if key not in names:
+            try:
+                import torch.distributed as dist
+
+                if group is dist.GroupMember.WORLD:
+                    names[key] = "default"
+                else:
+                    names[key] = "ranks " + ",".join(str(r) for r in dist.get_process_group_ranks(group))
+            except Exception:  # a group torch cannot describe: still a group of its own
+                names[key] = f"group {len(names) + 1}"
+        return names[key]
+
+    return name
+
+
+# What a failed collective calls (the snapshot writer, once it runs): the record is then on disk
+# before the process dies of the error.
+_failure_hooks: List[Callable[[CollectiveLog], None]] = []
+
+
+def on_failure(log: CollectiveLog) -> None:
+    for hook in list(_failure_hooks):
+        try:
+            hook(log)
+        except Exception:  # the record is a help: never let it mask the job's own error
+            pass
+
+
+def wrap_torch_distributed(log: CollectiveLog) -> None:
+    """Wrap the collectives of the loaded ``torch.distributed`` (the package and
+    ``distributed_c10d``, where scripts and torch itself find them)."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    dist = sys.modules.get("torch.distributed")
+    if c10d is None or dist is None:
+        return
+    name_group = group_namer()
+    for name in COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None or getattr(original, "__ddp_compose_recorded__", False):
+            continue
+        wrapped = log.wrap(name, original, name_group)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, wrapped)
+
+
+def with_default_timeout(seconds: float) -> None:
+    """Give ``init_process_group`` and ``new_group`` a ``timeout`` of ``seconds`` where the
+    script gives none (torch's own default is 10 or 30 minutes)."""
+    import datetime
+
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    dist = sys.modules["torch.distributed"]
+    for name in ("init_process_group", "new_group"):
+        original = getattr(c10d, name)
+        index = _positional_index(original, "timeout")
+
+        @functools.wraps(original)
+        def call(*args: Any, __original: Callable[..., Any] = original, __index: Optional[int] = index,
+                 **kwargs: Any) -> Any:
+            if kwargs.get("timeout") is None and (__index is None or len(args) <= __index or args[__index] is None):
+                if __index is not None and len(args) > __index:
+                    args = args[:__index] + (datetime.timedelta(seconds=seconds),) + args[__index + 1:]
+                else:
+                    kwargs["timeout"] = datetime.timedelta(seconds=seconds)
+            return __original(*args, **kwargs)
+
+        setattr(c10d, name, call)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, call)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then`` once ``module`` has been imported (by whoever imports it first)."""
+
+    def __init__(self, module: str, then: Callable[[], None]) -> None:
+        self.module = module
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.module:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+        execute = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            then()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def when_imported(module: str, then: Callable[[], None]) -> None:
+    """Run ``then`` after ``module`` is imported: now if it already is."""
+    if module in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _AfterImport(module, then))

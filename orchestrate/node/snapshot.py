@@ -1,0 +1,125 @@
+"""A worker's answer to "where are you now?": every thread's Python stack, its last collectives
+and its CPU time, written by the worker itself, so no privileges are needed.
+
+The launcher (``stacks RUN``, the hang watchdog) writes :data:`REQUEST_FILE` in the run's debug
+directory (mounted in every node); a daemon thread in each worker sees it within
+:data:`POLL_S` and writes ``rank<RANK>.json`` beside it. The thread runs while the main thread
+waits in a collective (collectives release the GIL). A worker that is stopped (SIGSTOP, a paused
+container) cannot answer: the launcher tells those apart. A collective that fails writes the
+record at once (``reason: "collective failed"``), so that it outlives the process.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict, List, Optional
+
+from orchestrate.node.collective_log import CollectiveLog
+
+DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
+NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
+REQUEST_FILE = "request.json"
+POLL_S = 0.25
+# Frames of the hook that runs the script (runpy, this package) are not the script's.
+_HOOK_FILES = ("runpy.py", "<frozen runpy>")
+_HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def snapshot_file(directory: str, rank: int) -> str:
+    return os.path.join(directory, f"rank{rank}.json")
+
+
+def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> List[Dict[str, Any]]:
+    """Every thread's stack but the answering thread's (``server_ident``), outermost frame
+    first; the main thread first."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    stacks = []
+    for ident, frame in sys._current_frames().items():
+        if ident == server_ident:
+            continue
+        frames = [[relative(entry.filename), entry.lineno, entry.name, (entry.line or "").strip()]
+                  for entry in traceback.extract_stack(frame)
+                  if not entry.filename.startswith(_HOOK_DIR)
+                  and not any(entry.filename.endswith(hook) for hook in _HOOK_FILES)]
+        stacks.append({"thread": names.get(ident, str(ident)), "main": ident == main_ident, "frames": frames})
+    stacks.sort(key=lambda s: not s["main"])
+    return stacks
+
+
+def relative(filename: str) -> str:
+    cwd = os.getcwd() + os.sep
+    return filename[len(cwd):] if filename.startswith(cwd) else filename
+
+
+class SnapshotWriter:
+    """Answers the launcher's requests for this worker (see the module's text)."""
+
+    def __init__(self, directory: str, rank: int, log: CollectiveLog) -> None:
+        self.directory = directory
+        self.rank = rank
+        self.log = log
+        self.main_ident = threading.main_thread().ident
+        self.answered: Optional[str] = None
+        self.server_ident: Optional[int] = None
+        self.write_lock = threading.Lock()
+
+    def write(self, request: str, reason: str) -> None:
+        """Write this worker's snapshot for ``request`` (atomically: readers never see half)."""
+        record = {
+            "request": request, "reason": reason, "rank": self.rank, "pid": os.getpid(),
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+            "node": os.environ.get(NODE_ENV) or socket.gethostname(),
+            "time": time.time(), "cpu_s": time.process_time(), "collectives": self.log.snapshot(),
+            "completed": self.log.completed, "stacks": thread_stacks(self.main_ident, self.server_ident),
+        }
+        target = snapshot_file(self.directory, self.rank)
+        temporary = f"{target}.{os.getpid()}.tmp"
+        with self.write_lock:
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(record, handle)
+            os.replace(temporary, target)
+
+    def pending_request(self) -> Optional[str]:
+        """The id of a request not yet answered, if there is one."""
+        try:
+            with open(os.path.join(self.directory, REQUEST_FILE), encoding="utf-8") as handle:
+                request = str(json.load(handle)["id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return None if request == self.answered else request
+
+    def serve(self) -> None:
+        """The daemon thread's loop: answer each new request once."""
+        self.server_ident = threading.get_ident()
+        self.answered = self.pending_request()  # a request from before this worker started is not for it
+        while True:
+            time.sleep(POLL_S)
+            request = self.pending_request()
+            if request is not None:
+                self.answered = request
+                try:
+                    self.write(request, "requested")
+                except OSError:
+                    pass  # the run directory went away (the run ended): nothing to answer
+
+    def on_collective_failed(self, log: CollectiveLog) -> None:
+        self.write("failed", "collective failed")
+
+
+def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
+    """Start answering requests in ``directory`` (None when it is not there)."""
+    from orchestrate.node import collective_log
+
+    if not os.path.isdir(directory):
+        return None
+    writer = SnapshotWriter(directory, int(os.environ.get("RANK", "0")), log)
+    collective_log._failure_hooks.append(writer.on_collective_failed)
+    threading.Thread(target=writer.serve, name="ddp-compose-snapshots", daemon=True).start()
+    return writer
