@@ -100,7 +100,7 @@ def split_argv(argv: list[str]) -> tuple[dict[str, Optional[str]], list[str]]:
             if not given:
                 raise SystemExit(USAGE)
             flags[flag] = given.pop(0)
-        elif not flags:  # no flags and no "--": all of it is the target
+        elif not flags and not flag.startswith("--"):  # no flags and no "--": all of it is the target
             given.insert(0, flag)
             break
         else:
