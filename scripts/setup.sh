@@ -44,7 +44,7 @@ EOF
 
 ensure_venv() {
     # The imports, and the pytest plugin's entry point (an older install of the project lacks it).
-    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, filelock, pytest, xdist, compose, yaml, kubernetes_validate, matplotlib, playwright, check_jsonschema
+    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, filelock, pytest, xdist, pytest_timeout, compose, yaml, kubernetes_validate, matplotlib, playwright, check_jsonschema
 from importlib.metadata import entry_points
 assert any(e.name == "ddp_compose" for e in entry_points(group="pytest11"))' 2>/dev/null; then
         return

@@ -147,8 +147,8 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int]) -> Opti
     diagnosis from the snapshots the ranks wrote as their collectives failed (None when the
     failure is something else, or no rank wrote one)."""
     exception = getattr(failure, "exception", "") or ""
-    if not _TIMED_OUT.search(exception):
-        return None
+    if getattr(failure, "reason", "") or not _TIMED_OUT.search(exception):
+        return None  # a node that stopped answering (or was OOM-killed) explains it better
     snapshots = {rank: s for rank, s in last_snapshots(directory).items() if s.reason == "collective failed"}
     if not snapshots:
         return None

@@ -129,24 +129,37 @@ def read_snapshot(path: Path) -> Optional[tuple[str, RankSnapshot]]:
         return None
 
 
-def request_snapshots(directory: Path, expected: Iterable[int], timeout_s: float = ANSWER_TIMEOUT_S,
-                      clock: Callable[[], float] = time.monotonic,
-                      sleep: Callable[[float], None] = time.sleep) -> Probe:
-    """Ask every worker for its snapshot and wait until the ``expected`` ranks answered (at most
-    ``timeout_s``); the answers of other ranks are taken too (an elastic run's ranks change)."""
+def ask_snapshots(directory: Path) -> str:
+    """Ask every worker for its snapshot (they look every 0.25 s); return the request's id."""
     directory.mkdir(parents=True, exist_ok=True)
     request = uuid.uuid4().hex[:12]
     temporary = directory / f".{REQUEST_FILE}.{request}"
     temporary.write_text(json.dumps({"id": request, "time": time.time()}))
     os.replace(temporary, directory / REQUEST_FILE)
-    probe = Probe(request, clock())
+    return request
+
+
+def answers(directory: Path, request: str, at: float) -> Probe:
+    """The answers to ``request`` written so far (``at``: when it was asked)."""
+    probe = Probe(request, at)
+    for path in directory.glob("rank*.json"):
+        found = read_snapshot(path)
+        if found is not None and found[0] == request:
+            probe.snapshots[found[1].rank] = found[1]
+    return probe
+
+
+def request_snapshots(directory: Path, expected: Iterable[int], timeout_s: float = ANSWER_TIMEOUT_S,
+                      clock: Callable[[], float] = time.monotonic,
+                      sleep: Callable[[float], None] = time.sleep) -> Probe:
+    """Ask every worker for its snapshot and wait until the ``expected`` ranks answered (at most
+    ``timeout_s``); the answers of other ranks are taken too (an elastic run's ranks change)."""
+    request = ask_snapshots(directory)
+    asked_at = clock()
     wanted = set(expected)
-    deadline = clock() + timeout_s
+    deadline = asked_at + timeout_s
     while True:
-        for path in directory.glob("rank*.json"):
-            found = read_snapshot(path)
-            if found is not None and found[0] == request:
-                probe.snapshots[found[1].rank] = found[1]
+        probe = answers(directory, request, asked_at)
         if wanted <= set(probe.snapshots) or clock() >= deadline:
             return probe
         sleep(0.1)

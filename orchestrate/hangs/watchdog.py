@@ -6,6 +6,8 @@ for both), a collective that completed between the probes, or a rank that comput
 them (CPU time). So a rank busy in one long step, or rank 0 evaluating alone while the others
 wait in a barrier, is not hung: the diagnosis then says what the ranks are doing, once.
 
+A rank that does not answer, and that the engine does not explain (stopped, its node paused),
+makes a judgement unknown: nothing is said or ended on it, and the watchdog looks again.
 When nothing moved, the diagnosis is said once, after ``diagnose_after_s``; with
 ``end_after_s`` (``--hang-timeout``) the run is ended as failed once that much time has passed
 without progress, with the diagnosis as its root cause.
@@ -17,39 +19,48 @@ from typing import Callable, Optional
 from orchestrate.hangs.diagnosis import HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import Probe
 
-# Seconds between the two probes of one judgement.
+# Seconds between the two looks of one judgement.
 RECHECK_S = 5.0
+# Seconds a look waits for the workers' answers (they look for requests every 0.25 s).
+ANSWER_WINDOW_S = 1.5
 # The default quiet time before a diagnosis is printed (--hang-diagnose-after).
 DIAGNOSE_AFTER_S = 120.0
 
 
 class HangWatch:
-    """Watches one run's progress (see the module's text).
+    """Watches one run's progress (see the module's text). It never blocks: a look sends the
+    request, and takes the answers one answer window later.
 
     Args:
         diagnose_after_s: Quiet seconds before the diagnosis is said (0: never, unless
             ``end_after_s``).
         end_after_s: Quiet seconds after which a hung run is ended (None: never).
-        probe: Asks every rank for its snapshot.
+        ask: Sends every rank a request for its snapshot; returns the request's id.
+        answers: The answers to a request so far, as a probe taken at a time.
         expected: The ranks that should answer now.
         absent_why: Why ranks that did not answer cannot (stopped, their node paused).
         say: Prints one line.
         clock: Monotonic seconds.
     """
 
-    def __init__(self, diagnose_after_s: float, end_after_s: Optional[float], probe: Callable[[], Probe],
-                 expected: Callable[[], set[int]], absent_why: Callable[[set[int]], dict[int, str]],
-                 say: Callable[[str], None], clock: Callable[[], float], recheck_s: float = RECHECK_S) -> None:
+    def __init__(self, diagnose_after_s: float, end_after_s: Optional[float], ask: Callable[[], str],
+                 answers: Callable[[str, float], Probe], expected: Callable[[], set[int]],
+                 absent_why: Callable[[set[int]], dict[int, str]], say: Callable[[str], None],
+                 clock: Callable[[], float], recheck_s: Optional[float] = None,
+                 answer_window_s: Optional[float] = None) -> None:
         thresholds = [t for t in (diagnose_after_s, end_after_s) if t]
         self.threshold = min(thresholds) if thresholds else None
         self.end_after_s = end_after_s
-        self.probe = probe
+        self.ask = ask
+        self.answers = answers
         self.expected = expected
         self.absent_why = absent_why
         self.say = say
         self.clock = clock
-        self.recheck_s = recheck_s
+        self.recheck_s = RECHECK_S if recheck_s is None else recheck_s
+        self.answer_window_s = ANSWER_WINDOW_S if answer_window_s is None else answer_window_s
         self.last_progress: Optional[float] = None
+        self.asked: list[tuple[str, float]] = []  # this judgement's requests: at most two
         self.first: Optional[Probe] = None
         self.said_hung = self.said_busy = False
         self.diagnosis: Optional[HangDiagnosis] = None  # the latest hung one
@@ -57,28 +68,43 @@ class HangWatch:
     def progress(self, now: float) -> None:
         """The job moved (a worker line, a progress report): the quiet time starts again."""
         self.last_progress = now
-        self.first = None
+        self.asked, self.first = [], None
         self.diagnosis = None
         self.said_hung = self.said_busy = False
 
     def poll(self, now: float) -> Optional[HangDiagnosis]:
-        """Probe and judge when due; return the diagnosis when the run must end as hung."""
+        """Look and judge when due; return the diagnosis when the run must end as hung."""
         if self.threshold is None or self.last_progress is None:
             return None
         quiet = now - self.last_progress
-        if quiet < max(0.0, self.threshold - self.recheck_s):  # the first look comes a recheck early
+        if quiet < max(0.0, self.threshold - self.recheck_s - self.answer_window_s):  # the first look comes early
             return None
         if self.said_hung and (self.end_after_s is None or quiet < self.end_after_s):
             return None  # said once; nothing more until progress, or the end
-        if self.first is None:
-            self.first = self.probe()
+        if not self.asked:
+            self.asked.append((self.ask(), now))
             return None
-        if now - self.first.at < self.recheck_s or quiet < self.threshold:
+        request, at = self.asked[-1]
+        if now - at < self.answer_window_s:
             return None
-        second = self.probe()
+        if len(self.asked) == 1:
+            if self.first is None:
+                self.first = self.answers(request, at)
+            if now - at >= self.recheck_s:
+                self.asked.append((self.ask(), now))
+            return None
+        if quiet < self.threshold:
+            return None
+        first, second = self.first, self.answers(request, at)
+        self.asked, self.first = [], None
+        return self.judge(first, second, quiet, now)
+
+    def judge(self, first: Optional[Probe], second: Probe, quiet: float, now: float) -> Optional[HangDiagnosis]:
         expected = self.expected()
-        found = diagnose(second, self.first, expected, self.absent_why(expected - set(second.snapshots)), quiet)
-        self.first = None
+        absent = self.absent_why(expected - set(second.snapshots))
+        if expected - set(second.snapshots) - set(absent) or not (second.snapshots or absent):
+            return None  # unknown: a rank that did not answer and is not stopped may be busy; look again later
+        found = diagnose(second, first, expected, absent, quiet)
         if not found.hung:  # working quietly: say so once, and count it as progress
             if not self.said_busy:
                 for line in found.lines():

@@ -67,6 +67,7 @@ class ReportModel:
     bench: Optional[dict] = None
     bench_png: Optional[bytes] = None
     chaos: Optional[dict] = None
+    hang: Optional[dict] = None  # where every rank waited: the run's hang, else the last `stacks` taken
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
 
     def step_times(self) -> dict[int, list[tuple[float, float]]]:
@@ -100,6 +101,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "progress": ProgressReader(run_dir / PROGRESS_SUBDIR).poll(),
         "bench": _load_json(run_dir / "bench.json"),
         "chaos": _load_json(run_dir / "chaos.json"),
+        "stacks": _load_json(run_dir / "stacks.json"),
         "bench_png": png.read_bytes() if png.is_file() else None,
         "logs": sorted(p.name for p in run_dir.glob("*.log")),
     }
@@ -138,7 +140,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
     progress = records.get("progress") or []
     model = ReportModel(run_id=run.get("run_id") or records.get("run_id", ""), command=run.get("command", ""),
                         image=run.get("image", ""), logs=list(records.get("logs") or []),
-                        bench=records.get("bench"), bench_png=records.get("bench_png"), chaos=records.get("chaos"))
+                        bench=records.get("bench"), bench_png=records.get("bench_png"), chaos=records.get("chaos"),
+                        hang=(outcome or {}).get("hang") or records.get("stacks"))
     nodes = run.get("nodes") or []
     for node in nodes:
         ranks = node.get("global_ranks") or []

@@ -230,6 +230,31 @@ def chaos_section(chaos: dict) -> list[str]:
     return parts
 
 
+def hang_section(hang: dict) -> list[str]:
+    """Where every rank waited: the groups of ranks by stack, the first divergence of their
+    collectives, each rank's last collectives."""
+    esc = html.escape
+    parts = ["<h2>Where every rank waited</h2>"]
+    if hang.get("headline"):
+        parts.append(f'<p id="hang-headline">{esc(hang["headline"])}</p>')
+    rows = [(", ".join(map(str, g.get("ranks", []))), g.get("where", ""),
+             "\n".join(f"{f[0]}:{f[1]} in {f[2]}" for f in (g.get("stack") or [])[-4:])) for g in hang.get("groups", [])]
+    parts.append(_table(("ranks", "where", "innermost frames"), rows, "hang-groups"))
+    if hang.get("divergence"):
+        parts.append(f'<p id="hang-divergence"><b>First divergence:</b> {esc(hang["divergence"])}</p>')
+    absent = [(a.get("rank"), a.get("state"), a.get("detail")) for a in hang.get("activities", [])
+              if a.get("state") in ("stopped", "absent", "busy")]
+    if absent:
+        parts.append(_table(("rank", "state", "why"), absent, "hang-ranks"))
+    last = [(rank, c.get("seq"), c.get("op"), c.get("group"), c.get("shapes"), c.get("at"), c.get("state"))
+            for rank, entries in sorted((hang.get("collectives") or {}).items(), key=lambda item: int(item[0]))
+            for c in entries[-4:]]
+    if last:
+        parts.append("<p>Each rank's last collectives:</p>" + _table(
+            ("rank", "#", "op", "group", "tensors", "called at", "state"), last, "hang-collectives"))
+    return parts
+
+
 def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str = "") -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -282,6 +307,8 @@ def render_html(model: ReportModel) -> str:
                   f'<div id="step-times">{step_times_svg(model)}</div>']
     if model.chaos:
         parts += chaos_section(model.chaos)
+    if model.hang:
+        parts += hang_section(model.hang)
     parts.append("<h2>The ending</h2>")
     failure = model.failure
     if failure:

@@ -37,7 +37,7 @@ from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
-from orchestrate.hangs.snapshots import Probe, debug_dir, request_snapshots
+from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
@@ -99,7 +99,9 @@ class Supervisor:
                                       say=self.say, record=self.record, clock=clock)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
         self.inspector = Inspector(clock, self.say)
-        self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, self.probe_ranks, self.expected_ranks,
+        debug = debug_dir(spec.run_dir)
+        self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, lambda: ask_snapshots(debug),
+                               lambda request, at: answers(debug, request, at), self.expected_ranks,
                                self.why_absent, self.say, clock) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
@@ -140,10 +142,6 @@ class Supervisor:
         tracker.result.fault, tracker.result.culprit_rank = "", None
 
     # Hangs ------------------------------------------------------------------------------
-
-    def probe_ranks(self) -> Probe:
-        """Ask every worker where it is (the hang watchdog's callback)."""
-        return request_snapshots(debug_dir(self.spec.run_dir), self.expected_ranks())
 
     def expected_ranks(self) -> set[int]:
         """The ranks that should answer: the live nodes' (an elastic run's: those seen since
@@ -187,6 +185,8 @@ class Supervisor:
             self.sync(tracker)
             self.logs.follow(tracker)
         self.faults.announce()
+        if self.hangs is not None:  # a job stuck before its first line (a rendezvous, a stopped rank) counts too
+            self.hangs.progress(self.clock())
         try:
             self.loop(until=None if timeout_s is None else self.clock() + timeout_s)
         except KeyboardInterrupt:

@@ -1,0 +1,145 @@
+"""Seeing inside stuck jobs, on real nodes with plain torch scripts: a desync ends as HUNG naming
+both call sites, ``stacks`` shows the odd rank apart, stopped ranks and paused nodes are named,
+--collective-timeout reaches any script, --debug-collectives names the mismatch, and a rank busy
+in a long step is not called hung."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrate.cli.main import main
+from tests.integration.conftest import leftovers, read_to_end, remove_project, start_run, wait_for
+
+pytestmark = pytest.mark.integration
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    for job in ("desync.py", "wait_apart.py", "long_step.py", "steps_forever.py"):
+        shutil.copy(JOBS / job, work)
+    return work
+
+
+def line_of(job: str, text: str) -> int:
+    """The line of ``job`` that holds ``text``."""
+    return next(i for i, line in enumerate((JOBS / job).read_text().splitlines(), 1) if text in line)
+
+
+def desync_lines() -> tuple[int, int]:
+    """The lines of desync.py's every-step all_reduce and of rank 0's extra one."""
+    return line_of("desync.py", "dist.all_reduce(stats)"), line_of("desync.py", "# DESYNC")
+
+
+def test_a_desync_ends_as_hung_naming_both_call_sites(orchestrate_run, docker_client, workdir):
+    every, extra = desync_lines()
+    started = time.monotonic()
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--hang-timeout", "15", "--", "desync.py")
+    took = time.monotonic() - started
+    assert result.code == 1, result.output[-3000:]
+    assert took < 90  # ended by the watchdog, not by torch's 30-minute timeout
+    summary = result.output.split("=== run")[-1]
+    headline = next(line for line in summary.splitlines() if line.startswith("HUNG:"))
+    assert "(--hang-timeout 15)" in headline
+    assert (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
+            f" desync.py:{every}") in headline
+    assert "rerun with --debug-collectives" in summary
+    outcome = json.loads((result.run_dir / "outcome.json").read_text())
+    assert outcome["hang"]["divergence"] in headline and outcome["failure"]["describe"] == headline
+    assert {g["where"] for g in outcome["hang"]["groups"]} == {f"all_reduce at desync.py:{every} in <module>"}
+    assert "Where every rank waited" in (result.run_dir / "report.html").read_text()
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_collective_timeout_ends_a_plain_scripts_hang_as_hung(orchestrate_run, docker_client, workdir):
+    every, extra = desync_lines()
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--collective-timeout", "10",
+                             "--hang-diagnose-after", "0", "--", "desync.py")
+    assert result.code == 1, result.output[-3000:]
+    assert "Timed out waiting 10000ms" in result.output  # the script's own process group got the timeout
+    headline = next(line for line in result.output.splitlines() if line.startswith("HUNG:"))
+    assert headline.startswith("HUNG: a collective timed out on node")
+    assert f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}" in headline
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_debug_collectives_names_the_mismatch_in_one_line(orchestrate_run, docker_client, workdir):
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--debug-collectives", "--", "desync.py")
+    assert result.code == 1, result.output[-3000:]
+    failed = next(line for line in result.output.splitlines() if line.startswith("FAILED:"))
+    assert re.search(r"collectives differ \(--debug-collectives\): rank (0|1) ran ALLREDUCE #\d+ of Float\[(1|4)\];"
+                     r" rank (0|1) ran ALLREDUCE #\d+ of Float\[(1|4)\]", failed), failed
+    assert "Float[1]" in failed and "Float[4]" in failed
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir, tmp_path):
+    out = io.StringIO()
+    code = main(["run", "--detach", "--nodes", "3", "--workdir", str(workdir), "--runs-dir", str(tmp_path / "runs"),
+                 "--", "wait_apart.py"], out=out)
+    run_id = out.getvalue().strip()
+    try:
+        assert code == 0, out.getvalue()
+        run_dir = tmp_path / "runs" / run_id
+        deadline = time.monotonic() + 120
+        while len(re.findall(r"rank \d ready", "".join(p.read_text() for p in run_dir.glob("node*/torchrun/**/stdout.log")))) < 3:
+            assert time.monotonic() < deadline, "the ranks never got ready"
+            time.sleep(0.5)
+        out = io.StringIO()
+        assert main(["stacks", run_id, "--interval", "1"], out=out) == 0, out.getvalue()
+        said = out.getvalue().splitlines()
+        assert said[0] == f"run {run_id}: 3 of 3 ranks answered"
+        # the odd one out first: rank 2 in its own function, then ranks 0 and 1 in the barrier
+        sleep = line_of("wait_apart.py", "time.sleep(3600)")
+        barrier = max(i for i, line in enumerate((JOBS / "wait_apart.py").read_text().splitlines(), 1)
+                      if line == "dist.barrier()")  # the second one, where ranks 0 and 1 wait
+        assert said[1] == f"rank 2: load_next_batch at wait_apart.py:{sleep}"
+        group = next(i for i, line in enumerate(said) if line.startswith("ranks 0, 1:"))
+        assert said[group] == f"ranks 0, 1: barrier at wait_apart.py:{barrier} in <module>" and group > 1
+        assert (f"ranks 0, 1 wait in barrier() #2 at wait_apart.py:{barrier}; rank 2 is at #1 (not in a collective)"
+                in said)
+        assert json.loads((run_dir / "stacks.json").read_text())["groups"][0]["ranks"] == [2]
+    finally:
+        main(["down", run_id], out=io.StringIO())
+        remove_project(docker_client, f"ddp-{run_id}")
+    assert leftovers(docker_client, f"ddp-{run_id}") == []
+
+
+def test_a_stopped_rank_and_a_paused_node_are_named_in_the_diagnosis(docker_client, workdir, tmp_path):
+    proc, lines = start_run(tmp_path, "--nodes", "3", "--workdir", str(workdir), "--hang-timeout", "15", "--",
+                            "steps_forever.py")
+    seen: list[str] = []
+    run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+    try:
+        wait_for(lines, r"rank 2 step 3$", seen)
+        out = io.StringIO()
+        assert main(["fault", run_id, "hang-rank:1", "pause:node2"], out=out) == 0, out.getvalue()
+        output = read_to_end(proc, lines, seen, timeout_s=120)
+    finally:
+        proc.kill()
+        remove_project(docker_client, f"ddp-{run_id}")
+    assert proc.returncode == 1, output[-3000:]
+    summary = output.split("=== run")[-1]
+    assert "HUNG: no progress for" in summary
+    assert "rank 1: is stopped: its process on node1 got SIGSTOP" in summary
+    assert "rank 2: is on node2, whose container is paused" in summary
+    assert re.search(r"rank 0: all_reduce at steps_forever\.py:\d+ in <module>", summary), summary
+    assert leftovers(docker_client, f"ddp-{run_id}") == []
+
+
+def test_a_rank_busy_in_a_long_step_is_not_called_hung(orchestrate_run, docker_client, workdir):
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--hang-timeout", "10", "--",
+                             "long_step.py", "--seconds", "35")
+    assert result.code == 0, result.output[-3000:]
+    assert "but the job is working: rank 0 computing" in result.output
+    assert re.search(r"rank 1: barrier at long_step\.py:\d+ in <module>", result.output)
+    assert "HUNG" not in result.output and "looks hung" not in result.output
+    assert leftovers(docker_client, result.project) == []

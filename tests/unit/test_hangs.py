@@ -1,0 +1,301 @@
+"""Hang diagnosis, the pure parts: ranks grouped by stack, the first divergence of their
+collectives, the watchdog's progress rules, torch's mismatch error in one line, and the
+workers' collective record (without torch)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from orchestrate.hangs.collectives import first_divergence
+from orchestrate.hangs.diagnosis import diagnose, timeout_diagnosis
+from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot, last_snapshots, request_snapshots
+from orchestrate.hangs.stacks import group_stacks, ranks_text
+from orchestrate.hangs.watchdog import HangWatch
+from orchestrate.node.collective_log import CollectiveLog, describe_tensors
+from orchestrate.outcome.judge import Failure
+from orchestrate.outcome.root_cause import short_mismatch
+
+TORCH = "/opt/venv/lib/python3.11/site-packages/torch/distributed"
+
+
+def stack(line: int, function: str = "<module>", call: str = "all_reduce") -> tuple[Frame, ...]:
+    return (Frame("desync.py", line, function, "dist.all_reduce(x)"), Frame(f"{TORCH}/c10d_logger.py", 81, "wrapper"),
+            Frame(f"{TORCH}/distributed_c10d.py", 2942, call))
+
+
+def coll(seq: int, shapes: str = "float32[4]", state: str = "done", op: str = "all_reduce", group: str = "default",
+         at: str = "desync.py:11") -> Collective:
+    return Collective(seq, op, group, shapes, at, state)
+
+
+def snap(rank: int, collectives: tuple[Collective, ...] = (), frames: Optional[tuple[Frame, ...]] = None,
+         cpu_s: float = 1.0, completed: Optional[int] = None, pid: int = 100) -> RankSnapshot:
+    done = sum(c.state == "done" for c in collectives) if completed is None else completed
+    return RankSnapshot(rank, f"node{rank}", pid + rank, 0.0, cpu_s, frames if frames is not None else stack(11),
+                        collectives, done)
+
+
+def test_ranks_read_as_ranges():
+    assert ranks_text([3]) == "rank 3"
+    assert ranks_text([2, 0, 1]) == "ranks 0-2"
+    assert ranks_text([0, 2, 5, 6, 7]) == "ranks 0, 2, 5-7"
+    assert ranks_text([4, 5]) == "ranks 4, 5"
+
+
+def test_ranks_with_one_stack_form_one_group_and_the_odd_rank_comes_first():
+    snapshots = {r: snap(r, (coll(21, state="entered"),)) for r in (1, 2, 3)}
+    snapshots[0] = snap(0, (coll(21, "float32[1]", "entered", at="desync.py:14"),), frames=stack(14))
+    groups = group_stacks(snapshots)
+    assert [(g.ranks, g.where) for g in groups] == [((0,), "all_reduce at desync.py:14 in <module>"),
+                                                   ((1, 2, 3), "all_reduce at desync.py:11 in <module>")]
+    assert groups[1].lines()[0] == "ranks 1-3: all_reduce at desync.py:11 in <module>"
+    assert groups[1].lines()[-1] == "    torch/distributed/distributed_c10d.py:2942 in all_reduce"
+
+
+def test_a_rank_outside_any_call_is_placed_at_its_own_frame():
+    computing = (Frame("train.py", 40, "train"), Frame("train.py", 12, "evaluate"))
+    assert group_stacks({0: snap(0, frames=computing)})[0].where == "evaluate at train.py:12"
+
+
+def test_the_first_divergence_is_the_same_collective_called_with_other_shapes():
+    history = tuple(coll(s) for s in range(1, 21))
+    snapshots = {0: snap(0, history + (coll(21, "float32[1]", "entered", at="desync.py:14"),)),
+                 1: snap(1, history + (coll(21, "float32[4]", "entered", at="desync.py:11"),))}
+    found = first_divergence(snapshots)
+    assert found is not None and found.kind == "mismatch" and found.seq == 21
+    assert found.text == ("collective #21: rank 0 entered all_reduce(float32[1]) at desync.py:14; rank 1 entered"
+                          " all_reduce(float32[4]) at desync.py:11")
+
+
+def test_a_different_op_at_one_sequence_number_diverges_too():
+    snapshots = {0: snap(0, (coll(1), coll(2, op="barrier", shapes="", state="entered"))),
+                 1: snap(1, (coll(1), coll(2, state="entered")))}
+    found = first_divergence(snapshots)
+    assert found is not None and "rank 0 entered barrier()" in found.text and "rank 1 entered all_reduce" in found.text
+
+
+def test_when_the_ranks_agree_the_ones_that_never_arrived_are_named():
+    arrived = tuple(coll(s) for s in range(1, 57)) + (coll(57, state="entered", at="train.py:9"),)
+    snapshots = {r: snap(r, arrived) for r in (0, 2, 3)}
+    found = first_divergence(snapshots, {0, 1, 2, 3}, {1: "is stopped: its process on node1 got SIGSTOP"})
+    assert found is not None and found.kind == "missing"
+    assert found.text == ("ranks 0, 2, 3 wait in all_reduce(float32[4]) #57 at train.py:9; rank 1 is stopped: its"
+                          " process on node1 got SIGSTOP")
+    behind = {**snapshots, 1: snap(1, arrived[:56])}
+    found = first_divergence(behind, {0, 1, 2, 3})
+    assert found is not None and found.text.endswith("rank 1 is at #56 (not in a collective)")
+
+
+def test_ranks_waiting_in_different_process_groups_have_diverged():
+    snapshots = {0: snap(0, (coll(5, group="ranks 0,1", state="entered"),)),
+                 1: snap(1, (coll(3, op="barrier", shapes="", state="entered"),))}
+    found = first_divergence(snapshots)
+    assert found is not None and found.kind == "groups"
+    assert "rank 0 wait in all_reduce(float32[4]) #5 of group ranks 0,1" in found.text
+    assert "rank 1 wait in barrier() #3 of group default" in found.text
+
+
+def test_ranks_that_agree_and_are_all_there_do_not_diverge():
+    same = (coll(1), coll(2, state="entered"))
+    assert first_divergence({0: snap(0, same), 1: snap(1, same)}, {0, 1}) is None
+
+
+def probe(at: float, **by_rank: RankSnapshot) -> Probe:
+    return Probe(f"p{at}", at, {int(r[1:]): s for r, s in by_rank.items()})
+
+
+def test_progress_between_two_probes_is_a_finished_collective_or_cpu_work():
+    waiting = (coll(1), coll(2, state="entered"))
+    still = diagnose(probe(5, r0=snap(0, waiting, cpu_s=1.0)), probe(0, r0=snap(0, waiting, cpu_s=1.0)), {0}, {}, 60)
+    assert still.hung
+    finished = diagnose(probe(5, r0=snap(0, waiting, completed=2)), probe(0, r0=snap(0, waiting)), {0}, {}, 60)
+    assert not finished.hung
+    computing = diagnose(probe(5, r0=snap(0, (coll(1),), cpu_s=5.0), r1=snap(1, waiting)),
+                         probe(0, r0=snap(0, (coll(1),), cpu_s=1.0), r1=snap(1, waiting)), {0, 1}, {}, 60)
+    assert not computing.hung
+    assert [a.state for a in computing.activities] == ["busy", "collective"]
+    assert computing.headline == "no output for 60 s, but the job is working: rank 0 computing"
+
+
+class Watched:
+    """A HangWatch on a hand-moved clock, answering from a list of prepared probes."""
+
+    def __init__(self, probes: list[Probe], diagnose_after_s: float = 60, end_after_s: Optional[float] = None,
+                 absent: Optional[dict[int, str]] = None) -> None:
+        self.now = 0.0
+        self.probes = probes
+        self.said: list[str] = []
+        self.asked = 0
+        self.watch = HangWatch(diagnose_after_s, end_after_s, self.ask, self.answer, lambda: {0, 1},
+                               lambda ranks: {r: w for r, w in (absent or {}).items() if r in ranks},
+                               self.said.append, lambda: self.now, recheck_s=5.0, answer_window_s=1.5)
+
+    def ask(self) -> str:
+        self.asked += 1
+        return f"request-{self.asked}"
+
+    def answer(self, request: str, at: float) -> Probe:
+        taken = self.probes.pop(0)
+        taken.request, taken.at = request, at
+        return taken
+
+    def until(self, end: float):
+        """Tick every half second up to ``end``; the first diagnosis that ends the run, if any."""
+        while self.now < end:
+            self.now += 0.5
+            found = self.watch.poll(self.now)
+            if found is not None:
+                return found
+        return None
+
+
+def test_the_watchdog_looks_twice_says_a_hang_once_and_ends_it_only_when_asked():
+    waiting = (coll(1), coll(2, state="entered"))
+    hung = [probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(4)]
+    watched = Watched(hung)
+    watched.watch.progress(0.0)
+    assert watched.until(53) is None and watched.asked == 0  # before the first look
+    assert watched.until(59) is None and watched.asked == 2 and not watched.said  # two looks, not judged yet
+    assert watched.until(61) is None  # judged at 60 s of quiet: hung, said, the run goes on
+    assert watched.said[0].startswith("the job looks hung: no progress for 6")
+    assert any("--hang-timeout S ends a run" in line for line in watched.said)
+    said = len(watched.said)
+    assert watched.until(500) is None and watched.asked == 2 and len(watched.said) == said  # said once
+    assert watched.watch.diagnosis is not None and watched.watch.diagnosis.hung
+    watched.watch.progress(501)  # a worker line: the quiet time starts again, the diagnosis is gone
+    assert watched.watch.diagnosis is None
+
+    ending = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(2)], end_after_s=20)
+    ending.watch.progress(0.0)
+    found = ending.until(30)
+    assert found is not None and ending.asked == 2 and 20 <= ending.now <= 22
+    assert found.cause.startswith("no progress for 2") and found.cause.endswith("s (--hang-timeout 20)")
+    assert "ranks 0, 1: all_reduce at desync.py:11 in <module>" in found.headline
+
+
+def test_a_rank_busy_in_a_long_step_is_not_called_hung():
+    waiting = (coll(1), coll(2, state="entered"))
+    evaluating = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
+    probes = [probe(0, r0=snap(0, (coll(1),), evaluating, cpu_s=10.0 + 5 * i), r1=snap(1, waiting))
+              for i in range(8)]
+    watched = Watched(probes, diagnose_after_s=20, end_after_s=20)
+    watched.watch.progress(0.0)
+    assert watched.until(80) is None
+    assert watched.asked >= 6  # it kept looking, and found rank 0 at work every time
+    assert watched.said[0] == "no output for 20 s, but the job is working: rank 0 computing"
+    assert "  rank 0 is computing (100% of a core)" in watched.said
+    assert not any("hung" in line for line in watched.said)
+
+
+def test_a_rank_that_neither_answers_nor_is_explained_leaves_the_verdict_unknown():
+    waiting = (coll(1), coll(2, state="entered"))
+    watched = Watched([probe(0, r0=snap(0, waiting)) for _ in range(20)], diagnose_after_s=10, end_after_s=10)
+    watched.watch.progress(0.0)
+    assert watched.until(60) is None and watched.asked >= 4  # rank 1 may be busy holding the GIL: no verdict
+    assert not watched.said and watched.watch.diagnosis is None
+
+
+def test_a_stopped_rank_is_named_with_why_it_cannot_answer():
+    waiting = (coll(1), coll(2, state="entered"))
+    absent = {1: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1@t=5)"}
+    watched = Watched([probe(0, r0=snap(0, waiting)), probe(0, r0=snap(0, waiting))], end_after_s=30, absent=absent)
+    watched.watch.progress(0.0)
+    found = watched.until(40)
+    assert found is not None
+    assert found.headline.endswith("rank 0 wait in all_reduce(float32[4]) #2 at desync.py:11; rank 1 is stopped:"
+                                   " its process on node1 got SIGSTOP (injected fault hang-rank:1@t=5)")
+    assert [a.state for a in found.activities] == ["collective", "stopped"]
+
+
+def test_requests_are_answered_in_the_debug_directory_and_stale_answers_ignored(tmp_path):
+    (tmp_path / "rank1.json").write_text(json.dumps({"request": "old", "rank": 1, "stacks": []}))
+    ticks = iter(range(100))
+
+    def answer(_seconds: float) -> None:  # a worker answering the request it finds
+        request = json.loads((tmp_path / "request.json").read_text())["id"]
+        (tmp_path / "rank0.json").write_text(json.dumps({
+            "request": request, "rank": 0, "pid": 7, "cpu_s": 1.5, "completed": 3, "node": "node0",
+            "collectives": [{"seq": 1, "op": "barrier", "group": "default", "shapes": "", "at": "a.py:1",
+                             "state": "entered"}],
+            "stacks": [{"thread": "other", "main": False, "frames": [["t.py", 1, "run", ""]]},
+                       {"thread": "MainThread", "main": True, "frames": [["a.py", 1, "<module>", "x()"]]}]}))
+
+    got = request_snapshots(tmp_path, {0, 1}, timeout_s=3, clock=lambda: float(next(ticks)), sleep=answer)
+    assert set(got.snapshots) == {0}  # rank 1's file answers an older request
+    zero = got.snapshots[0]
+    assert (zero.node, zero.cpu_s, zero.completed, zero.stack) == ("node0", 1.5, 3, (Frame("a.py", 1, "<module>", "x()"),))
+    assert zero.in_collective == coll(1, "", "entered", op="barrier", at="a.py:1")
+    assert set(last_snapshots(tmp_path)) == {0, 1}
+
+
+def test_a_collective_that_timed_out_is_diagnosed_from_what_the_ranks_wrote_as_it_failed(tmp_path):
+    for rank, (shapes, line) in enumerate((("float32[1]", 14), ("float32[4]", 11))):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [],
+            "collectives": [{"seq": 4, "op": "all_reduce", "group": "default", "shapes": shapes,
+                             "at": f"desync.py:{line}", "state": "failed"}]}))
+    failure = Failure("node0", 0, 1, "RuntimeError: [/pytorch/gloo/unbound_buffer.cc:78] Timed out waiting 15000ms"
+                      " for recv operation to complete", ())
+    found = timeout_diagnosis(failure, tmp_path, {0, 1})
+    assert found is not None and found.cause.startswith("a collective timed out on node0 rank 0 (Timed out waiting")
+    assert "collective #4: rank 0 entered all_reduce(float32[1]) at desync.py:14" in found.headline
+    other = Failure("node0", 0, 1, "ValueError: bad batch", ())
+    assert timeout_diagnosis(other, tmp_path, {0, 1}) is None
+
+
+def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
+    fingerprint = ("CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[{}], TensorDtypes=Float,"
+                   " TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu))")
+    text = (f"RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective:"
+            f" {fingerprint.format(4)}, but Rank 0 is running collective: {fingerprint.format(1)}.Collectives differ"
+            " in the following aspects: \t Tensor Tensor shapes: 4vs 1")
+    assert short_mismatch(text) == ("collectives differ (--debug-collectives): rank 1 ran ALLREDUCE #3 of Float[4];"
+                                    " rank 0 ran ALLREDUCE #3 of Float[1] (Tensor Tensor shapes: 4vs 1)")
+    assert short_mismatch("ValueError: x") == "ValueError: x"
+
+
+class FakeTensor:
+    def __init__(self, *shape: int) -> None:
+        self.shape, self.dtype = shape, "torch.float32"
+
+
+def test_the_record_keeps_outer_calls_their_state_and_the_callers_line():
+    log = CollectiveLog(keep=3)
+
+    def all_gather(tensors, tensor, group=None, async_op=False):
+        return inner(tensor)
+
+    inner = log.wrap("all_reduce", lambda tensor, group=None: "ok", lambda g: "default" if g is None else str(g))
+    outer = log.wrap("all_gather", all_gather, lambda g: "default" if g is None else str(g))
+    line = sys._getframe().f_lineno + 1
+    assert outer([FakeTensor(4)] * 2, FakeTensor(4), "ranks 0,1") == "ok"
+    [entry] = log.snapshot()  # the nested all_reduce is the all_gather's own business
+    assert (entry["seq"], entry["op"], entry["group"], entry["shapes"], entry["state"]) == (
+        1, "all_gather", "ranks 0,1", "2x float32[4], float32[4]", "done")
+    assert entry["at"].endswith(f"test_hangs.py:{line}")
+
+    def broken(tensor, group=None):
+        raise RuntimeError("Timed out waiting 1000ms\nmore")
+
+    with pytest.raises(RuntimeError):
+        log.wrap("all_reduce", broken, lambda g: "default")(FakeTensor(1))
+    assert log.snapshot()[-1]["state"] == "failed" and log.snapshot()[-1]["error"] == "RuntimeError: Timed out waiting 1000ms"
+    for _ in range(3):
+        inner(FakeTensor(2))
+    assert [e["seq"] for e in log.snapshot()] == [2, 3, 4]  # the last KEEP, numbered per group
+    assert log.completed == 4
+
+
+def test_tensors_are_described_by_dtype_and_shape_and_other_arguments_left_out():
+    assert describe_tensors((FakeTensor(2, 3), "sum", [FakeTensor(1)] * 4)) == "float32[2,3], 4x float32[1]"
+    assert describe_tensors(([{"a": 1}],)) == ""
+
+
+def test_the_record_file_of_a_run_is_in_its_debug_directory(tmp_path):
+    from orchestrate.hangs.snapshots import debug_dir
+
+    assert debug_dir(tmp_path) == Path(tmp_path) / "debug"

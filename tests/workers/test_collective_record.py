@@ -1,0 +1,72 @@
+"""The workers' collective record and snapshots under real torchrun and gloo: a desync is seen
+where it happens, a hung worker answers with its stack, --collective-timeout reaches a plain
+script's process group, and the hook imports no torch before the script does."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from orchestrate.hangs.collectives import first_divergence
+from orchestrate.hangs.snapshots import request_snapshots
+from tests.workers.conftest import ROOT
+
+HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
+DESYNC = ROOT / "tests" / "jobs" / "desync.py"
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    debug = tmp_path / "debug"
+    debug.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DDP_DEBUG_DIR": str(debug), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(HOOK), *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_hung_desync_answers_with_its_stacks_and_its_timeout_ends_it(tmp_path):
+    every, extra = line_of(DESYNC, "dist.all_reduce(stats)"), line_of(DESYNC, "# DESYNC")
+    proc = start(tmp_path, "--collective-timeout", "12", "--", str(DESYNC))
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # ask until both ranks answer from inside their collective
+            probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
+            if len(probe.snapshots) == 2 and all(s.in_collective for s in probe.snapshots.values()):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "the ranks never hung where expected"
+            time.sleep(0.5)
+        for snapshot in probe.snapshots.values():
+            assert snapshot.stack[-1].function == "all_reduce"  # torch's call it waits in, innermost
+            assert (Path(snapshot.stack[0].file).name, snapshot.stack[0].line) == ("desync.py", every)
+        divergence = first_divergence(probe.snapshots)
+        assert divergence is not None
+        assert divergence.text == (f"collective #4: rank 0 entered all_reduce(float32[1]) at {DESYNC}:{extra}; rank 1"
+                                   f" entered all_reduce(float32[4]) at {DESYNC}:{every}")
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert "Timed out waiting 12000ms" in output  # the script gave no timeout; the hook's reached it
+    written = [json.loads((tmp_path / "debug" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [w["reason"] for w in written] == ["collective failed"] * 2
+    assert all(w["collectives"][-1]["state"] == "failed" and "Timed out" in w["collectives"][-1]["error"]
+               for w in written)
+
+
+def test_the_hook_imports_no_torch_before_the_script_does(tmp_path):
+    script = tmp_path / "order.py"
+    script.write_text("import sys\nprint('torch before the script:', 'torch' in sys.modules, flush=True)\n"
+                      "import torch.distributed as dist\n"
+                      "print('recorded:', getattr(dist.all_reduce, '__ddp_compose_recorded__', False), flush=True)\n")
+    proc = start(tmp_path, "--", str(script))
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-2000:]
+    assert output.count("torch before the script: False") == 2
+    assert output.count("recorded: True") == 2
