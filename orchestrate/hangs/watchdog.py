@@ -76,11 +76,12 @@ class HangWatch:
         """Look and judge when due; return the diagnosis when the run must end as hung."""
         if self.threshold is None or self.last_progress is None:
             return None
+        if self.said_hung and self.end_after_s is None:
+            return None  # said once; nothing more until progress
+        due = self.end_after_s if self.said_hung and self.end_after_s is not None else self.threshold
         quiet = now - self.last_progress
-        if quiet < max(0.0, self.threshold - self.recheck_s - self.answer_window_s):  # the first look comes early
+        if quiet < max(0.0, due - self.recheck_s - self.answer_window_s):  # the first look comes early
             return None
-        if self.said_hung and (self.end_after_s is None or quiet < self.end_after_s):
-            return None  # said once; nothing more until progress, or the end
         if not self.asked:
             self.asked.append((self.ask(), now))
             return None
@@ -93,7 +94,7 @@ class HangWatch:
             if now - at >= self.recheck_s:
                 self.asked.append((self.ask(), now))
             return None
-        if quiet < self.threshold:
+        if quiet < due:
             return None
         first, second = self.first, self.answers(request, at)
         self.asked, self.first = [], None

@@ -47,12 +47,12 @@ def test_ranks_read_as_ranges():
 
 
 def test_ranks_with_one_stack_form_one_group_and_the_odd_rank_comes_first():
-    snapshots = {r: snap(r, (coll(21, state="entered"),)) for r in (1, 2, 3)}
-    snapshots[0] = snap(0, (coll(21, "float32[1]", "entered", at="desync.py:14"),), frames=stack(14))
+    snapshots = {r: snap(r, (coll(21, state="entered"),)) for r in (0, 1, 2)}
+    snapshots[3] = snap(3, (coll(21, "float32[1]", "entered", at="desync.py:14"),), frames=stack(14))
     groups = group_stacks(snapshots)
-    assert [(g.ranks, g.where) for g in groups] == [((0,), "all_reduce at desync.py:14 in <module>"),
-                                                   ((1, 2, 3), "all_reduce at desync.py:11 in <module>")]
-    assert groups[1].lines()[0] == "ranks 1-3: all_reduce at desync.py:11 in <module>"
+    assert [(g.ranks, g.where) for g in groups] == [((3,), "all_reduce at desync.py:14 in <module>"),
+                                                   ((0, 1, 2), "all_reduce at desync.py:11 in <module>")]
+    assert groups[1].lines()[0] == "ranks 0-2: all_reduce at desync.py:11 in <module>"
     assert groups[1].lines()[-1] == "    torch/distributed/distributed_c10d.py:2942 in all_reduce"
 
 
@@ -85,6 +85,9 @@ def test_when_the_ranks_agree_the_ones_that_never_arrived_are_named():
     assert found is not None and found.kind == "missing"
     assert found.text == ("ranks 0, 2, 3 wait in all_reduce(float32[4]) #57 at train.py:9; rank 1 is stopped: its"
                           " process on node1 got SIGSTOP")
+    passed = {**snapshots, 1: snap(1, arrived[:56] + (coll(57, state="issued"),))}  # its part sent (async)
+    found = first_divergence(passed, {0, 1, 2, 3})
+    assert found is None  # rank 1 is not behind: it did its part of #57
     behind = {**snapshots, 1: snap(1, arrived[:56])}
     found = first_divergence(behind, {0, 1, 2, 3})
     assert found is not None and found.text.endswith("rank 1 is at #56 (not in a collective)")
@@ -177,6 +180,18 @@ def test_the_watchdog_looks_twice_says_a_hang_once_and_ends_it_only_when_asked()
     assert "ranks 0, 1: all_reduce at desync.py:11 in <module>" in found.headline
 
 
+def test_a_hang_is_said_after_diagnose_after_and_ended_only_after_the_hang_timeout():
+    waiting = (coll(1), coll(2, state="entered"))
+    watched = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(4)], diagnose_after_s=10,
+                      end_after_s=30)
+    watched.watch.progress(0.0)
+    assert watched.until(25) is None
+    assert watched.said and watched.said[0].startswith("the job looks hung: no progress for 1")
+    assert not any("--hang-timeout S ends" in line for line in watched.said)  # it will: no advice
+    found = watched.until(40)
+    assert found is not None and 30 <= watched.now <= 32
+
+
 def test_a_rank_busy_in_a_long_step_is_not_called_hung():
     waiting = (coll(1), coll(2, state="entered"))
     evaluating = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
@@ -245,6 +260,9 @@ def test_a_collective_that_timed_out_is_diagnosed_from_what_the_ranks_wrote_as_i
     assert "collective #4: rank 0 entered all_reduce(float32[1]) at desync.py:14" in found.headline
     other = Failure("node0", 0, 1, "ValueError: bad batch", ())
     assert timeout_diagnosis(other, tmp_path, {0, 1}) is None
+    stopped = Failure("node1", 1, 1, failure.exception, (), reason="rank 1 stopped answering: its worker process is"
+                      " stopped (hung)")
+    assert timeout_diagnosis(stopped, tmp_path, {0, 1}) is None  # the stopped rank explains the timeout better
 
 
 def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
