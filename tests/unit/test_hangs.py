@@ -317,3 +317,113 @@ def test_the_record_file_of_a_run_is_in_its_debug_directory(tmp_path):
     from orchestrate.hangs.snapshots import debug_dir
 
     assert debug_dir(tmp_path) == Path(tmp_path) / "debug"
+
+
+def answering_worker(job, rank: int, collectives: list[dict], busy: bool = False, stop=None):
+    """A Script.then that starts a worker's snapshot thread, as the hook does: it answers the
+    launcher's requests in the run's debug directory (``busy``: its CPU time grows as it runs)."""
+    import threading
+    import time
+
+    def serve() -> None:
+        directory = job.run_dir / "debug"
+        started, answered = time.monotonic(), None
+        while not (stop and stop.is_set()):
+            try:
+                request = json.loads((directory / "request.json").read_text())["id"]
+            except (OSError, ValueError):
+                request = None
+            if request and request != answered:
+                answered = request
+                (directory / f"rank{rank}.json").write_text(json.dumps({
+                    "request": request, "rank": rank, "pid": 40 + rank, "node": f"node{rank}", "completed": 1,
+                    "cpu_s": time.monotonic() - started if busy else 1.0, "collectives": collectives,
+                    "stacks": [{"thread": "MainThread", "main": True,
+                                "frames": [["train.py", 20 + rank, "<module>", ""]]}]}))
+            time.sleep(0.05)
+
+    return lambda: threading.Thread(target=serve, daemon=True).start()
+
+
+@pytest.fixture
+def quick_watchdog(monkeypatch):
+    """The watchdog's looks a second apart, their answers half a second later."""
+    monkeypatch.setattr("orchestrate.hangs.watchdog.RECHECK_S", 1.0)
+    monkeypatch.setattr("orchestrate.hangs.watchdog.ANSWER_WINDOW_S", 0.5)
+
+
+@pytest.mark.timeout(60)
+def test_a_run_whose_ranks_make_no_progress_ends_hung_with_the_divergence(make_run, quick_watchdog):
+    import threading
+
+    from orchestrate.outcome.summary import format_summary
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=2, hang_timeout=3)
+    done = {"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
+            "state": "done"}
+    stuck = [done, {**done, "seq": 2, "state": "entered", "at": "train.py:20"}]
+    odd = [done, {**done, "seq": 2, "shapes": "float32[1]", "state": "entered", "at": "train.py:21"}]
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, stuck, stop=stop))],
+                             node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, odd, stop=stop))])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.hung and result.exit_code == 1
+    assert result.hang is not None and result.hang.divergence is not None
+    assert result.hang.divergence.text == ("collective #2: rank 0 entered all_reduce(float32[4]) at train.py:20;"
+                                           " rank 1 entered all_reduce(float32[1]) at train.py:21")
+    summary = format_summary(result)
+    assert "HUNG: no progress for " in summary and "(--hang-timeout 3): collective #2" in summary
+    assert [r.state.value for r in result.results] == ["stopped", "stopped"]
+    assert result.failure is not None and result.failure.describe().startswith("HUNG: no progress")
+    outcome = json.loads((job.run_dir / "outcome.json").read_text())
+    assert outcome["hang"]["divergence"] == result.hang.divergence.text
+
+
+@pytest.mark.timeout(60)
+def test_a_quiet_run_whose_rank_computes_is_not_ended(make_run, quick_watchdog):
+    import threading
+    import time
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=2, hang_timeout=2)
+    waiting = [{"seq": 1, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    started = time.monotonic()
+    later = lambda: time.monotonic() - started > 6  # noqa: E731 - the long step's end
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:evaluating"], then=answering_worker(job, 0, [], busy=True, stop=stop),
+                                           after=["[0|0]:done"], after_when=later)],
+                             node1=[Script(["[1|0]:waiting"], then=answering_worker(job, 1, waiting, stop=stop),
+                                           after=["[1|0]:done"], after_when=later)])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.succeeded and result.hang is None
+    text = job.out.getvalue()
+    assert "but the job is working: rank 0 computing" in text and "HUNG" not in text
+
+
+@pytest.mark.timeout(60)
+def test_worker_lines_are_progress_whatever_the_ranks_answer(make_run, quick_watchdog):
+    import threading
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=1, hang_timeout=2)
+    stuck = [{"seq": 1, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    steps = [f"[0|0]:step {i}" for i in range(60)]  # one line every 0.1 s, for 6 s: never 2 s of quiet
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(steps, delay_s=0.1)])
+    answering_worker(job, 0, stuck, stop=stop)()  # stuck in a barrier, and idle, all along
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.succeeded and result.hang is None, job.out.getvalue()[-2000:]
