@@ -1,17 +1,18 @@
 """Two step loops timed in one worker: small all_reduces, and a small DDP model's training steps.
-Rank 0 prints one JSON line of median seconds per step. Plain torch: the hook, when present,
-wraps its collectives from outside."""
+Under the start-up hook, rounds alternate between the collectives as the hook wrapped them
+(recorded) and the originals (not recorded), so both see the same process and machine load.
+Rank 0 prints one JSON line: each round's seconds per step, per loop and variant. Plain torch."""
 import argparse
 import json
-import statistics
 import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--rounds", type=int, default=5)
-parser.add_argument("--steps", type=int, default=400)
+parser.add_argument("--rounds", type=int, default=40)
+parser.add_argument("--steps", type=int, default=50)
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -20,6 +21,14 @@ model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
     torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 batch, small = torch.randn(32, 64), torch.ones(16)
+RECORDED = {name: getattr(dist, name) for name in ("all_reduce", "barrier")}
+PLAIN = {name: getattr(f, "__wrapped__", f) for name, f in RECORDED.items()}
+
+
+def use(functions: dict) -> None:
+    for name, function in functions.items():
+        setattr(dist, name, function)
+        setattr(c10d, name, function)
 
 
 def allreduce_step() -> None:
@@ -34,18 +43,38 @@ def ddp_step() -> None:
     dist.all_reduce(loss.detach())  # the loss logged across ranks, as training loops do
 
 
+variants = {"recorded": RECORDED, "plain": PLAIN}
+if RECORDED == PLAIN:  # not under the hook: one variant
+    variants = {"plain": PLAIN}
 results = {}
 for name, step in (("allreduce", allreduce_step), ("ddp", ddp_step)):
     for _ in range(20):
         step()  # warm up
-    per_round = []
-    for _ in range(args.rounds):
-        dist.barrier()
+    times: dict = {variant: [] for variant in variants}
+    for round_ in range(args.rounds):
+        order = list(variants.items())
+        for variant, functions in (order if round_ % 2 == 0 else order[::-1]):  # ABBA: no order effect
+            use(functions)
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            times[variant].append((time.perf_counter() - start) / args.steps)
+    results[name] = times  # seconds per step of each round, by variant: round i of each ran side by side
+# The record's own cost per call, without communication: a no-op in its place.
+use(RECORDED)
+noop = lambda tensor, op=None, group=None, async_op=False: None  # noqa: E731
+from orchestrate.node.collective_log import CollectiveLog, group_namer  # noqa: E402 - under the hook only
+
+if RECORDED != PLAIN:
+    recorded_noop = CollectiveLog().wrap("all_reduce", noop, group_namer())
+    per_call = {}
+    for variant, function in (("plain", noop), ("recorded", recorded_noop)):
         start = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        per_round.append((time.perf_counter() - start) / args.steps)
-    results[name] = statistics.median(per_round)
+        for _ in range(20000):
+            function(small)
+        per_call[variant] = (time.perf_counter() - start) / 20000
+    results["per_call"] = per_call
 if dist.get_rank() == 0:
     print("STEP_TIMES " + json.dumps(results), flush=True)
 dist.destroy_process_group()
