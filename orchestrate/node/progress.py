@@ -65,13 +65,36 @@ def _get_channel() -> Optional[_Channel]:
     return _channel
 
 
+# Whether the script reports its own steps: then the optimizer's count (:func:`report_counted`)
+# stays out of the channel, and the script's own numbering stands.
+_reported_by_script = False
+
+
 def report(step: int, **metrics: float) -> None:
     """Report that this rank finished training step ``step`` (with metrics such as loss)."""
+    global _reported_by_script
+    _reported_by_script = True
+    _write_step(step, metrics)
+
+
+def script_reports() -> bool:
+    """Whether the script has reported a step of its own."""
+    return _reported_by_script
+
+
+def report_counted(step: int) -> None:
+    """Report a step counted by the workers' start-up hook (the optimizer's steps)."""
+    _write_step(step, {}, counted=True)
+
+
+def _write_step(step: int, metrics: dict, counted: bool = False) -> None:
     channel = _get_channel()
     if channel is None:
         return
-    channel.write({"rank": channel.rank, "step": int(step), "time": time.time(),
-                   **{k: float(v) for k, v in metrics.items()}})
+    record = {"rank": channel.rank, "step": int(step), "time": time.time(), **{k: float(v) for k, v in metrics.items()}}
+    if counted:
+        record["counted"] = "optimizer"
+    channel.write(record)
     if step in channel.triggers:
         channel.wait_for_fault(step)
 

@@ -7,7 +7,8 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 
 0. Where the run has a debug directory (``$DDP_DEBUG_DIR``): record the worker's collectives
    (:mod:`orchestrate.node.collective_log`) and answer the launcher's requests for its stacks
-   (:mod:`orchestrate.node.snapshot`).
+   (:mod:`orchestrate.node.snapshot`); and count its optimizer steps on the progress channel
+   (:mod:`orchestrate.node.step_counter`), unless the script reports its own.
 
 1. ``--nccl-hostid-per-rank`` (``--share-gpus`` with more processes than GPUs on a node):
    ``NCCL_HOSTID`` = the node's host name and the worker's local rank, set before NCCL starts,
@@ -130,7 +131,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import collective_log, snapshot
+    from orchestrate.node import collective_log, snapshot, step_counter
 
     log = collective_log.CollectiveLog()
     directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
@@ -143,6 +144,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
             collective_log.with_default_timeout(timeout_s)
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
+    collective_log.when_imported("torch.optim", step_counter.install)
 
 
 def main(argv: list[str]) -> None:

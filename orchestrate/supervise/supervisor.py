@@ -366,10 +366,12 @@ class Supervisor:
     def on_exit(self, tracker: NodeTracker, code: Optional[int], at: float, via: str = "") -> None:
         """A node's container ended: restart the job (elastic), or finish the node."""
         tracker.exit_code, tracker.exited_at = code, at
+        self.force_at.pop(tracker.name, None)  # a SIGKILL due after a grace: it ended before
         self.record("node-exited", node=tracker.name, exit_code=code, **({"via": via} if via else {}))
         ending = self.kill_at is not None or self.first_failure_seen or self.winding_down
         if self.restarts.should_restart(tracker, ending):
             self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
+            self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands
             self.ranks_seen.clear()
         elif not tracker.log_open:
             self.finish(tracker)

@@ -99,3 +99,18 @@ def test_faults_held_from_the_command_line_are_undone_at_their_end(docker_client
         proc.terminate()
         proc.wait(timeout=60)
         remove_project(docker_client, f"ddp-{run_id}")
+
+
+def test_a_step_fault_fires_at_its_step_on_a_plain_sgd_loop(orchestrate_run, docker_client, tmp_path):
+    """The script reports no steps: the workers' start-up hook counts its optimizer's."""
+    workdir = tmp_path / "plain"
+    workdir.mkdir()
+    shutil.copy(JOBS / "plain_sgd.py", workdir)
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--fault", "kill:node1@step=20", "--",
+                             "plain_sgd.py", "--steps", "40")
+    assert result.code == 1, result.output[-3000:]
+    assert re.search(r"fault injected: kill:node1@step=20 \([\d.]+ s into the job, at step 20\)", result.output), \
+        result.output[-3000:]
+    assert "FAILED: node1 failed (injected fault kill:node1@step=20)" in result.output
+    assert "rank 0 step 10 " in result.output and "rank 0 step 30 " not in result.output
+    assert leftovers(docker_client, result.project) == []

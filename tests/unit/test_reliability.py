@@ -128,6 +128,27 @@ def test_a_preempted_node_of_an_elastic_job_rejoins(make_run):
     assert "node1 died (injected fault preempt:node1); restarting every node" in job.out.getvalue()
 
 
+def test_a_preempts_sigkill_belongs_to_the_attempt_it_was_set_for(make_run):
+    """The preempted node exits on SIGTERM and rejoins; its grace then runs out while the next
+    attempt trains: that attempt is not killed, and one fault is one recovery."""
+    import time
+
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, stop_grace=0.5, faults=["preempt:node1@t=0"])
+    started = time.monotonic()
+    past_the_grace = lambda: time.monotonic() - started > 2.0  # noqa: E731
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:step"], hang=True),
+                                               Script(["[0|0]:resumed"], after=["[0|0]:done"], after_when=past_the_grace)],
+                    node1=[Script(["[1|0]:step"], hang=True, on_sigterm=["[1|0]:saved"]),
+                           Script(["[1|0]:back"], after=["[1|0]:done"], after_when=past_the_grace)])
+    job.client = client
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    assert len(result.recoveries) == 1
+    events = [json.loads(line)["event"] for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+    assert "node-killed" not in events
+    assert events.count("restart") == 1
+
+
 def test_a_restart_seen_by_inspection_before_its_late_die_event_is_one_restart(make_run, monkeypatch):
     # Inspections find the restarted containers running before the engine's event stream
     # brings the restart's own "die": that old death must not count as a new one.

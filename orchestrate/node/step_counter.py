@@ -1,0 +1,85 @@
+"""Training steps from any script: the workers' start-up hook counts every optimizer's steps
+(torch's global ``register_optimizer_step_post_hook``) and reports them on the progress channel,
+so ``@step`` faults, the report's step times and the hang watchdog work on plain scripts. A
+script that reports its own steps (``orchestrate.progress.report``) wins: its numbering stands.
+
+With several optimizers (a GAN's two, a model's per-part ones), the count is the one that has
+stepped most often; a step is reported once, when that count grows. An optimizer that carries
+its own step count (Adam and its kin: ``state[param]["step"]``) tells where a resumed job
+starts: if its first step here is its step N + 1, the job resumed from step N, said with
+``report_resumed`` and counted on from there.
+
+Nothing is reported before the second step: a script that reports its own steps does so after
+its first, and the counter then stays out of the channel altogether. Standard library only;
+torch's optimizer is reached through the hook's arguments.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+
+def carried_step(optimizer: Any) -> Optional[int]:
+    """The highest step count the optimizer's state carries (Adam's ``state[p]["step"]``), if any."""
+    steps = []
+    for state in getattr(optimizer, "state", {}).values():
+        value = state.get("step") if isinstance(state, dict) else None
+        if value is None:
+            continue
+        try:
+            steps.append(int(float(value.item() if hasattr(value, "item") else value)))
+        except (TypeError, ValueError):
+            continue
+    return max(steps) if steps else None
+
+
+class StepCounter:
+    """Counts optimizer steps (see the module's text); ``report`` and ``report_resumed`` are the
+    progress channel's, ``script_reports`` says whether the script reports its own."""
+
+    def __init__(self, report: Callable[[int], None], report_resumed: Callable[[int], None],
+                 script_reports: Callable[[], bool]) -> None:
+        self.report = report
+        self.report_resumed = report_resumed
+        self.script_reports = script_reports
+        self.counts: Dict[int, int] = {}
+        self.reported = 0
+        self.held: List[Callable[[], None]] = []  # the first step's reports, until the second
+        self.started = False
+
+    def after_step(self, optimizer: Any, args: Any = (), kwargs: Any = None) -> None:
+        """torch's post-step hook: one more step of ``optimizer``."""
+        key = id(optimizer)
+        if key not in self.counts:
+            carried = carried_step(optimizer)
+            self.counts[key] = carried - 1 if carried is not None and carried > 1 else 0
+            if self.counts[key] > self.reported:
+                self.reported = resumed = self.counts[key]
+                self.say(lambda: self.report_resumed(resumed))
+        self.counts[key] += 1
+        if self.counts[key] > self.reported:
+            self.reported = step = self.counts[key]
+            self.say(lambda: self.report(step))
+            self.started = True
+
+    def say(self, report: Callable[[], None]) -> None:
+        """Report now, or hold it until the second step (see the module's text)."""
+        if self.script_reports():
+            self.held.clear()
+            return
+        if not self.started:
+            self.held.append(report)
+            return
+        for held in self.held:
+            held()
+        self.held.clear()
+        report()
+
+
+def install() -> StepCounter:
+    """Register a counter on every optimizer of this process (torch is imported by then)."""
+    from orchestrate.node.progress import report_counted, report_resumed, script_reports
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    counter = StepCounter(report_counted, report_resumed, script_reports)
+    register_optimizer_step_post_hook(counter.after_step)
+    return counter
