@@ -68,9 +68,9 @@ class FaultScheduler:
     def announce(self) -> None:
         """Say how step faults fire (before the job's first step)."""
         if self.step_faults:
-            self.say(f"{' '.join(str(f) for f in self.step_faults)}: fires when a worker reports that step through"
-                     " orchestrate.progress.report(step) (app/ does, every step); ranks wait at that step"
-                     " until the fault is injected")
+            self.say(f"{' '.join(str(f) for f in self.step_faults)}: fires when a worker reaches that step (its"
+                     " optimizer's steps, counted, or its own orchestrate.progress.report(step)); ranks wait at"
+                     " that step until the fault is injected")
 
     def fire_due(self, elapsed_s: float, step: Optional[int]) -> list[FaultSpec]:
         """Inject every fault whose time or step has come, and undo every fault whose end has
@@ -141,7 +141,8 @@ class FaultScheduler:
         self.warned_no_progress = True
         steps = " ".join(str(f) for f in self.step_faults)
         self.say(f"no worker has reported a training step in {NO_PROGRESS_WARNING_S:.0f} s: {steps} cannot"
-                 " fire; report steps with orchestrate.progress.report(step) in the training loop")
+                 " fire; no optimizer stepped (its steps are counted), and the script reports none with"
+                 " orchestrate.progress.report(step)")
 
 
 def write_triggers(directory: Path, steps: list[int]) -> None:

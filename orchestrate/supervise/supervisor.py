@@ -266,7 +266,8 @@ class Supervisor:
         now = self.clock()
         self.progress.poll(now, self.restarts.open_recovery)
         if self.hangs is not None:
-            if self.progress.records > self.progress_records:
+            if self.progress.records > self.progress_records or self.faults.lasting:
+                # a step reported, or a fault with an end holding the job as asked: not a hang
                 self.progress_records = self.progress.records
                 self.hangs.progress(now)
             if not (self.winding_down or self.first_failure_seen or self.kill_at is not None):
@@ -456,8 +457,9 @@ class Supervisor:
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records())
-        result.hang = self.hang or (self.hangs.diagnosis if self.hangs else None) or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
-                                                     {r for t in trackers for r in t.plan.global_ranks})
+        said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
+        result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
+                                                             {r for t in trackers for r in t.plan.global_ranks})
         return result
 
     def fault_records(self) -> list[FaultRecord]:

@@ -427,3 +427,24 @@ def test_worker_lines_are_progress_whatever_the_ranks_answer(make_run, quick_wat
     finally:
         stop.set()
     assert result.succeeded and result.hang is None, job.out.getvalue()[-2000:]
+
+
+@pytest.mark.timeout(60)
+def test_a_fault_that_holds_the_job_as_asked_is_not_a_hang(make_run, quick_watchdog):
+    import threading
+    import time
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=1, hang_timeout=1.5, faults=["slow:node0,cpus=0.1@t=0..5"])
+    stuck = [{"seq": 1, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    started = time.monotonic()
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(["[0|0]:start"], after=["[0|0]:done"],
+                                                               after_when=lambda: time.monotonic() - started > 6)])
+    answering_worker(job, 0, stuck, stop=stop)()  # idle in a barrier while the fault lasts
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.succeeded and not result.hung, job.out.getvalue()[-2000:]

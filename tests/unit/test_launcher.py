@@ -310,9 +310,9 @@ def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make
     warned = lambda: "no worker has reported a training step" in job.out.getvalue()  # noqa: E731
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:working"], after=["[0|0]:done"], after_when=warned)],
                            node1=[Script(["[1|0]:working"], after=["[1|0]:done"], after_when=warned)])
-    assert "kill:node1@step=5: fires when a worker reports that step" in text
-    assert ("no worker has reported a training step in 0 s: kill:node1@step=5 cannot fire;"
-            " report steps with orchestrate.progress.report(step)") in text
+    assert "kill:node1@step=5: fires when a worker reaches that step" in text
+    assert ("no worker has reported a training step in 0 s: kill:node1@step=5 cannot fire; no optimizer stepped"
+            " (its steps are counted), and the script reports none with orchestrate.progress.report(step)") in text
     assert "fault injected" not in text
     # Every node exited 0, but the experiment asked for did not happen: not a success.
     assert outcome.job_succeeded and not outcome.succeeded and outcome.exit_code == 1

@@ -114,9 +114,9 @@ def test_the_fault_scheduler_fires_by_time_and_by_step_once_each(tmp_path):
     scheduler = FaultScheduler((parse_fault("pause:node1@t=5"), parse_fault("kill:node0@step=3")),
                                injected.append, tmp_path, recorder.say, recorder.record)
     scheduler.announce()
-    assert recorder.said == ["kill:node0@step=3: fires when a worker reports that step through"
-                             " orchestrate.progress.report(step) (app/ does, every step); ranks wait at that step"
-                             " until the fault is injected"]
+    assert recorder.said == ["kill:node0@step=3: fires when a worker reaches that step (its optimizer's steps,"
+                             " counted, or its own orchestrate.progress.report(step)); ranks wait at that step until"
+                             " the fault is injected"]
     assert scheduler.fire_due(4.9, 2) == [] and injected == []
     assert [str(f) for f in scheduler.fire_due(5.0, 2)] == ["pause:node1@t=5"]
     assert [str(f) for f in scheduler.fire_due(6.0, 3)] == ["kill:node0@step=3"]
