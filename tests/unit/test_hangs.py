@@ -448,3 +448,15 @@ def test_a_fault_that_holds_the_job_as_asked_is_not_a_hang(make_run, quick_watch
     finally:
         stop.set()
     assert result.succeeded and not result.hung, job.out.getvalue()[-2000:]
+
+
+def test_a_starved_rank_that_computes_is_busy_and_a_waiting_one_is_not():
+    """A computing rank on a crowded host may get a tenth of a core (seen in CI: 68%, then under
+    25%); a rank waiting in a collective uses under 1% (its snapshot thread, measured)."""
+    waiting = (coll(1), coll(2, state="entered"))
+    starved = diagnose(probe(5, r0=snap(0, (coll(1),), cpu_s=1.5), r1=snap(1, waiting, cpu_s=1.0)),
+                       probe(0, r0=snap(0, (coll(1),), cpu_s=1.0), r1=snap(1, waiting, cpu_s=1.0)), {0, 1}, {}, 30)
+    assert not starved.hung and [a.state for a in starved.activities] == ["busy", "collective"]
+    idle = diagnose(probe(5, r0=snap(0, (coll(1),), cpu_s=1.035), r1=snap(1, waiting, cpu_s=1.035)),
+                    probe(0, r0=snap(0, (coll(1),), cpu_s=1.0), r1=snap(1, waiting, cpu_s=1.0)), {0, 1}, {}, 30)
+    assert idle.hung and [a.state for a in idle.activities] == ["idle", "collective"]
