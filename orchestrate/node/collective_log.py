@@ -220,21 +220,27 @@ def with_default_timeout(seconds: float) -> None:
     dist = sys.modules["torch.distributed"]
     for name in ("init_process_group", "new_group"):
         original = getattr(c10d, name)
-        index = _positional_index(original, "timeout")
-
-        @functools.wraps(original)
-        def call(*args: Any, __original: Callable[..., Any] = original, __index: Optional[int] = index,
-                 **kwargs: Any) -> Any:
-            if kwargs.get("timeout") is None and (__index is None or len(args) <= __index or args[__index] is None):
-                if __index is not None and len(args) > __index:
-                    args = args[:__index] + (datetime.timedelta(seconds=seconds),) + args[__index + 1:]
-                else:
-                    kwargs["timeout"] = datetime.timedelta(seconds=seconds)
-            return __original(*args, **kwargs)
-
-        setattr(c10d, name, call)
+        wrapped = with_default(original, "timeout", datetime.timedelta(seconds=seconds))
+        setattr(c10d, name, wrapped)
         if getattr(dist, name, None) is original:
-            setattr(dist, name, call)
+            setattr(dist, name, wrapped)
+
+
+def with_default(original: Callable[..., Any], parameter: str, value: Any) -> Callable[..., Any]:
+    """``original`` with ``parameter`` set to ``value`` where a call leaves it out or gives None,
+    however the call passes it (by position or by name)."""
+    import inspect
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind_partial(*args, **kwargs)
+        if bound.arguments.get(parameter) is None:
+            bound.arguments[parameter] = value
+        return original(*bound.args, **bound.kwargs)
+
+    return call
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

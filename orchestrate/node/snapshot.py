@@ -21,7 +21,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional
 
-from orchestrate.node.collective_log import CollectiveLog
+from orchestrate.node.collective_log import CollectiveLog, relative
 
 DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
@@ -51,11 +51,6 @@ def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> Lis
         stacks.append({"thread": names.get(ident, str(ident)), "main": ident == main_ident, "frames": frames})
     stacks.sort(key=lambda s: not s["main"])
     return stacks
-
-
-def relative(filename: str) -> str:
-    cwd = os.getcwd() + os.sep
-    return filename[len(cwd):] if filename.startswith(cwd) else filename
 
 
 class SnapshotWriter:
