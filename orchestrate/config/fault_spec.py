@@ -15,6 +15,12 @@ Without a trigger a fault fires as soon as the job starts. The faults that last
 ``degrade:node0,rate=10mbit@step=10..20`` degrades its link from step 10 until a worker
 reports step 20. (An end at a step is refused where no step can come while the fault lasts:
 a paused or cut-off node, a hung rank.)
+
+``@step=+N`` counts in an attempt: the fault fires at the N-th step of the first attempt of an
+elastic job that began after the fault before it in the list fired, wherever that attempt
+resumed from. ``kill:node0@step=8 kill:node1@step=+5`` kills node0 at step 8, then node1 five
+steps into the job's next attempt; ``chaos`` places its second and later faults so, so that
+each strikes in training time, never in the start-up of the attempt before.
 """
 from __future__ import annotations
 
@@ -26,13 +32,13 @@ from typing import Optional
 from orchestrate.config.link import format_rate, parse_rate
 from orchestrate.errors import UsageError
 
-USAGE = ("usage: KIND:TARGET[,KEY=VALUE][@t=SECONDS[..END]|@step=N[..END]], e.g. kill:node1@step=20,"
+USAGE = ("usage: KIND:TARGET[,KEY=VALUE][@t=SECONDS[..END]|@step=N[..END]|@step=+N], e.g. kill:node1@step=20,"
          " slow:node1,cpus=0.2@t=5..20, degrade:node0,rate=10mbit, hang-rank:1@t=10")
 _NUMBER = r"\d+(?:\.\d+)?"
 _SPEC = re.compile(
     r"^(?P<kind>[a-z][a-z-]*):(?P<target>[a-z]*\d+)(?P<options>(?:,[a-z]+=[^,@]*)*)"
     rf"(?:@(?:t=(?P<seconds>{_NUMBER})s?(?:\.\.(?P<until_seconds>{_NUMBER})s?)?"
-    r"|step=(?P<step>\d+)(?:\.\.(?P<until_step>\d+))?))?$"
+    r"|step=(?P<in_attempt>\+)?(?P<step>\d+)(?:\.\.(?P<until_step>\d+))?))?$"
 )
 # A straggler's CPU quota unless ``cpus=`` says otherwise, and a degraded link's rate.
 DEFAULT_SLOW_CPUS = 0.25
@@ -88,6 +94,8 @@ class FaultSpec:
         until_step: The training step at which it ends.
         cpus: A slowed node's CPU quota, in CPUs.
         rate_bits: A degraded link's rate, in bits per second.
+        in_attempt: ``at_step`` counts the steps of the first attempt that began after the
+            fault before this one fired (``@step=+N``), not the job's step numbers.
     """
 
     action: FaultAction
@@ -99,6 +107,7 @@ class FaultSpec:
     until_step: Optional[int] = None
     cpus: Optional[float] = None
     rate_bits: Optional[int] = None
+    in_attempt: bool = False
 
     @property
     def target(self) -> str:
@@ -115,7 +124,7 @@ class FaultSpec:
         elif self.action is FaultAction.DEGRADE:
             options = f",rate={format_rate(self.degraded_rate_bits)}"
         if self.at_step is not None:
-            trigger = f"@step={self.at_step}" + (f"..{self.until_step}" if self.until_step is not None else "")
+            trigger = f"@step={'+' if self.in_attempt else ''}{self.at_step}" + (f"..{self.until_step}" if self.until_step is not None else "")
         elif self.at_seconds or self.until_seconds is not None:
             trigger = f"@t={self.at_seconds or 0:g}" + (
                 f"..{self.until_seconds:g}" if self.until_seconds is not None else "")
@@ -131,8 +140,11 @@ class FaultSpec:
     def degraded_rate_bits(self) -> int:
         return self.rate_bits if self.rate_bits is not None else parse_rate(DEFAULT_DEGRADED_RATE, "rate")
 
-    def due(self, elapsed_s: float, step: Optional[int]) -> bool:
-        """Whether the fault should fire, ``elapsed_s`` into the job at training ``step``."""
+    def due(self, elapsed_s: float, step: Optional[int], attempt_steps: Optional[int] = None) -> bool:
+        """Whether the fault should fire, ``elapsed_s`` into the job at training ``step``, the
+        attempt it counts in (``@step=+N``) having done ``attempt_steps`` (None: none begun)."""
+        if self.in_attempt:
+            return attempt_steps is not None and attempt_steps >= (self.at_step or 0)
         if self.at_step is not None:
             return step is not None and step >= self.at_step
         return elapsed_s >= (self.at_seconds or 0.0)
@@ -169,10 +181,13 @@ def parse_fault(text: str) -> FaultSpec:
         raise UsageError(f"invalid --fault {text!r}: the end must come after the start")
     if until_step is not None and until_step <= (step or 0):
         raise UsageError(f"invalid --fault {text!r}: the end must come after the start")
+    in_attempt = bool(match["in_attempt"])
+    if in_attempt and (until_step is not None or not step):
+        raise UsageError(f"invalid --fault {text!r}: @step=+N counts N steps (1 or more) into an attempt, with no end")
     if until_step is not None and action.stops_progress:
         raise UsageError(f"invalid --fault {text!r}: while {action.value} lasts no step is reported, so an end at a"
                          " step never comes; give it in seconds, e.g. @t=5..20")
-    return FaultSpec(action, node, seconds, step, rank, until_seconds, until_step, **options)
+    return FaultSpec(action, node, seconds, step, rank, until_seconds, until_step, **options, in_attempt=in_attempt)
 
 
 def _target(text: str, action: FaultAction, target: str) -> tuple[str, Optional[int]]:

@@ -2,11 +2,15 @@
 
 ``@step=N`` faults are exact: the ranks that reach step N wait on the progress channel until
 the fault is injected (:func:`mark_fired` lets them go on), so
-no rank gets past step N first. Used by the supervisor of a Compose run and by the Slurm backend.
+no rank gets past step N first. ``@step=+N`` faults count in an attempt: each is armed when
+every fault before it in the list has fired, and then counts the steps of the attempts that
+began after that (the ranks of such an attempt wait at its N-th step the same way). Used by the
+supervisor of a Compose run and by the Slurm backend.
 """
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -37,8 +41,12 @@ class FaultScheduler:
 
     def __init__(self, faults: tuple[FaultSpec, ...], inject: Callable[[FaultSpec], str], progress_dir: Path,
                  say: Callable[[str], None], record: Callable[..., None],
-                 undo: Optional[Callable[[FaultSpec, str], None]] = None) -> None:
-        self.pending = list(faults)
+                 undo: Optional[Callable[[FaultSpec, str], None]] = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.faults = tuple(faults)
+        self.to_fire = list(range(len(self.faults)))  # the faults still to fire, by their place in the list
+        self.armed: dict[int, float] = {}  # @step=+N faults, by their place: the epoch time they were armed
+        self.wall = wall
         self.inject = inject
         self.undo = undo
         self.progress_dir = progress_dir
@@ -50,10 +58,15 @@ class FaultScheduler:
         self.stopped_first: list[FaultSpec] = []  # still to fire when the run was stopped
         self.warned_no_progress = False
 
+    @property
+    def pending(self) -> list[FaultSpec]:
+        """The faults still to fire, in the order asked."""
+        return [self.faults[i] for i in self.to_fire]
+
     def cancel(self) -> None:
         """Fire nothing more and end nothing more (the run is being stopped)."""
         self.stopped_first.extend(self.pending)
-        self.pending.clear()
+        self.to_fire.clear()
         self.lasting.clear()
 
     @property
@@ -72,12 +85,34 @@ class FaultScheduler:
                      " optimizer's steps, counted, or its own orchestrate.progress.report(step)); ranks wait at"
                      " that step until the fault is injected")
 
-    def fire_due(self, elapsed_s: float, step: Optional[int]) -> list[FaultSpec]:
+    def arm(self) -> None:
+        """Arm each ``@step=+N`` fault whose faults before it have all fired (or failed), and
+        list it for the ranks of the attempts to come."""
+        newly = [i for i in self.to_fire if self.faults[i].in_attempt and i not in self.armed
+                 and not any(j < i for j in self.to_fire)]
+        if not newly:
+            return
+        for i in newly:
+            self.armed[i] = self.wall()
+        write_triggers(self.progress_dir, [f.at_step for f in self.faults if f.at_step is not None and not f.in_attempt],
+                       [(self.faults[i].at_step or 0, attempt_key(i)) for i in self.armed if i in self.to_fire])
+
+    def attempt_steps_of(self, index: int, attempt_steps: Callable[[float], Optional[int]]) -> Optional[int]:
+        """The steps done in the attempt an armed ``@step=+N`` fault counts in (None: not armed,
+        or no such attempt yet)."""
+        return attempt_steps(self.armed[index]) if index in self.armed else None
+
+    def fire_due(self, elapsed_s: float, step: Optional[int],
+                 attempt_steps: Callable[[float], Optional[int]] = lambda since: None) -> list[FaultSpec]:
         """Inject every fault whose time or step has come, and undo every fault whose end has
-        come; return those injected."""
+        come; return those injected. ``attempt_steps(since)`` is the most steps done in an
+        attempt begun after ``since`` (epoch time), for ``@step=+N`` faults."""
         injected = []
-        for fault in [f for f in self.pending if f.due(elapsed_s, step)]:
-            self.pending.remove(fault)
+        self.arm()
+        due = [i for i in self.to_fire if self.faults[i].due(elapsed_s, step, self.attempt_steps_of(i, attempt_steps))]
+        for index in due:
+            fault = self.faults[index]
+            self.to_fire.remove(index)
             try:
                 node = self.inject(fault) or fault.node
             except injection_errors() as exc:  # a node that already ended cannot be faulted
@@ -87,9 +122,11 @@ class FaultScheduler:
                 self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
                 continue
             finally:
-                if fault.at_step is not None:
+                if fault.in_attempt:
+                    mark_fired(self.progress_dir, attempt_key(index))
+                elif fault.at_step is not None:
                     mark_fired(self.progress_dir, fault.at_step)
-            fired = FaultRecord(str(fault), node, True, elapsed_s, step)
+            fired = FaultRecord(str(fault), node, True, elapsed_s, step, fired_time=self.wall())
             self.fired.append(fired)
             injected.append(fault)
             if fault.has_end:
@@ -100,6 +137,8 @@ class FaultScheduler:
         for fault, node in [(f, n) for f, n in self.lasting if f.end_due(elapsed_s, step)]:
             self.lasting.remove((fault, node))
             self.end(fault, node, elapsed_s)
+        if injected:
+            self.arm()  # the faults that count in the next attempt, listed before it begins
         return injected
 
     def end(self, fault: FaultSpec, node: str, elapsed_s: float) -> None:
@@ -120,8 +159,13 @@ class FaultScheduler:
         """Every fault asked for: those that fired, then those that did not, with why (the job
         ending ``elapsed_s`` in, having reached training ``step``)."""
         unfired = []
-        for fault in self.pending:
-            if fault.at_step is not None and not progress_seen:
+        for index in self.to_fire:
+            fault = self.faults[index]
+            if fault.in_attempt and index not in self.armed:
+                reason = "the fault before it never fired"
+            elif fault.in_attempt:
+                reason = (f"no attempt that began after the fault before it reached {fault.at_step} step(s)")
+            elif fault.at_step is not None and not progress_seen:
                 reason = ("no worker reported a training step (report them with orchestrate.progress.report(step)"
                           " in the training loop)")
             elif fault.at_step is not None:
@@ -145,12 +189,22 @@ class FaultScheduler:
                  " orchestrate.progress.report(step)")
 
 
-def write_triggers(directory: Path, steps: list[int]) -> None:
-    """List the steps at which ranks wait for a fault (before the job starts)."""
+def attempt_key(index: int) -> str:
+    """The trigger key of the ``@step=+N`` fault at ``index`` in the list."""
+    return f"a{index}"
+
+
+def write_triggers(directory: Path, steps: list[int], in_attempt: list[tuple[int, str]] = ()) -> None:  # type: ignore[assignment]
+    """List the steps at which ranks wait for a fault (before the job starts), and the steps
+    into an attempt (``(N, key)``) for the attempts to come. Written whole, then renamed: a rank
+    that reads it never sees half of it."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / TRIGGERS_FILE).write_text(json.dumps({"steps": sorted(set(steps))}))
+    temporary = directory / (TRIGGERS_FILE + ".tmp")
+    temporary.write_text(json.dumps({"steps": sorted(set(steps)), "in_attempt": [list(t) for t in in_attempt]}))
+    temporary.replace(directory / TRIGGERS_FILE)
 
 
-def mark_fired(directory: Path, step: int) -> None:
-    """Let the ranks waiting at ``step`` go on: its fault has been injected."""
-    (directory / f"fired-{step}").touch()
+def mark_fired(directory: Path, key: object) -> None:
+    """Let the ranks waiting for fault ``key`` (its step, or its :func:`attempt_key`) go on: it
+    has been injected."""
+    (directory / f"fired-{key}").touch()

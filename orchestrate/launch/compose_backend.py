@@ -31,7 +31,8 @@ def spec_for(plan: JobPlan) -> RunSpec:
                    max_restarts=cfg.max_restarts, memory_limited=cfg.memory_per_node is not None,
                    faults=cfg.faults, ready_timeout_s=cfg.ready_timeout_s, stop_grace_s=cfg.stop_grace_s,
                    cpus_per_node=cfg.cpus_per_node, link=cfg.link,
-                   hang_diagnose_after_s=cfg.hang_diagnose_after_s, hang_timeout_s=cfg.hang_timeout_s)
+                   hang_diagnose_after_s=cfg.hang_diagnose_after_s, hang_timeout_s=cfg.hang_timeout_s,
+                   workdir=Path(cfg.workdir))
 
 
 def wait_until_started(containers: dict[str, Any], timeout_s: float) -> None:

@@ -14,6 +14,12 @@ Each rank appends JSON lines to ``$DDP_PROGRESS_DIR/rank<RANK>.jsonl`` (the run 
 mounted in every node). ``@step=N`` faults are exact: the launcher lists their steps in
 ``triggers.json`` before the job starts, and a rank that reports step N waits until the
 launcher has injected the fault (``fired-N``), so no rank gets past step N first.
+
+Every record carries its ``attempt``: one token per worker process, so the launcher tells an
+elastic job's attempts apart (a restarted job's ranks are new processes). ``@step=+N`` faults
+count in an attempt: the launcher lists them in ``triggers.json`` once the fault before has
+fired (``"in_attempt": [[N, KEY]]``), and a rank that reports its N-th step in an attempt that
+began after that waits for ``fired-KEY``.
 """
 from __future__ import annotations
 
@@ -36,17 +42,26 @@ class _Channel:
         self.directory = directory
         self.rank = rank
         self.file: IO[str] = open(directory / f"rank{rank}.jsonl", "a", encoding="utf-8")
+        self.attempt = f"{os.getpid()}-{time.time():.3f}"
+        self.steps_here: set[int] = set()  # the distinct steps this attempt reported
         try:
-            self.triggers = set(json.loads((directory / TRIGGERS_FILE).read_text())["steps"])
-        except (OSError, ValueError, KeyError, TypeError):
-            self.triggers = set()
+            triggers = json.loads((directory / TRIGGERS_FILE).read_text())
+            self.triggers = {int(s): str(s) for s in triggers.get("steps", [])}
+            self.in_attempt = {int(n): str(key) for n, key in triggers.get("in_attempt", [])}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            self.triggers, self.in_attempt = {}, {}
 
     def write(self, record: dict[str, Any]) -> None:
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(json.dumps({**record, "attempt": self.attempt}) + "\n")
         self.file.flush()
 
-    def wait_for_fault(self, step: int) -> None:
-        fired = self.directory / f"fired-{step}"
+    def trigger_at(self, step: int) -> Optional[str]:
+        """The key of the fault this step waits for, if any (``step`` just reported)."""
+        self.steps_here.add(step)
+        return self.triggers.get(step) or self.in_attempt.get(len(self.steps_here))
+
+    def wait_for_fault(self, key: str) -> None:
+        fired = self.directory / f"fired-{key}"
         deadline = time.monotonic() + TRIGGER_WAIT_S
         while not fired.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -95,8 +110,9 @@ def _write_step(step: int, metrics: dict, counted: bool = False) -> None:
     if counted:
         record["counted"] = "optimizer"
     channel.write(record)
-    if step in channel.triggers:
-        channel.wait_for_fault(step)
+    key = channel.trigger_at(int(step))
+    if key is not None:
+        channel.wait_for_fault(key)
 
 
 def report_resumed(step: int) -> None:

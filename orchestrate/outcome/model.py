@@ -56,6 +56,15 @@ class Recovery:
         return "; ".join([": ".join(parts[:2])] + parts[2:]) if len(parts) > 1 else parts[0]
 
 
+@dataclass(frozen=True)
+class WrittenFile:
+    """A file the job created or changed in its work directory: its path there, and the epoch
+    time it was first seen written (its modification time then)."""
+
+    path: str
+    time: float
+
+
 @dataclass
 class Timings:
     """Seconds spent in each phase of a run."""
@@ -72,7 +81,7 @@ class FaultRecord:
     """A fault that was asked for: when it fired (``elapsed_s`` into the job, at training
     ``step``, None when no worker had reported one) on which ``node`` (a rank fault's is where
     its rank ran), or why it did not (``reason``); when a fault with an end was undone
-    (``ended_s``)."""
+    (``ended_s``); the epoch time it fired (``fired_time``: the progress records' clock)."""
 
     spec: str
     node: str
@@ -81,6 +90,7 @@ class FaultRecord:
     step: Optional[int] = None
     reason: str = ""
     ended_s: Optional[float] = None
+    fired_time: Optional[float] = None
 
     @property
     def fired_at_s(self) -> Optional[float]:
@@ -142,6 +152,8 @@ class RunResult:
         hang: Where every rank waited when the run hung: ranks grouped by stack, each rank's
             last collectives, the first divergence. Set when the hang watchdog ended the run
             (``--hang-timeout``), found it hung, or a collective timed out; else None.
+        writes: The files the job created or changed in its work directory, the first first
+            (None: not followed: a run found in the engine, or a directory too large).
     """
 
     run_id: str
@@ -158,6 +170,7 @@ class RunResult:
     slurm: Optional[SlurmJob] = None
     reported_failure: Optional[Failure] = None
     hang: Optional[HangDiagnosis] = None
+    writes: Optional[list[WrittenFile]] = None
 
     @property
     def hung(self) -> bool:

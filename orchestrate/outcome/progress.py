@@ -10,13 +10,17 @@ from typing import Optional
 
 @dataclass
 class ProgressRecord:
-    """One line of the channel."""
+    """One line of the channel: ``attempt`` is the worker process's token (an elastic job's
+    restarted ranks are new processes), ``counted`` a step the start-up hook counted from the
+    optimizer (the script reported none of its own)."""
 
     rank: int
     time: float
     step: Optional[int] = None
     resumed: Optional[int] = None
     metrics: dict[str, float] = field(default_factory=dict)
+    attempt: str = ""
+    counted: bool = False
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -30,8 +34,15 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
         record.step = int(data.pop("step"))
     if "resumed" in data:
         record.resumed = int(data.pop("resumed"))
+    record.attempt = str(data.pop("attempt", ""))
+    record.counted = bool(data.pop("counted", False))
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}
     return record
+
+
+def read_all(directory: Path) -> list[ProgressRecord]:
+    """Every record of a run's progress directory, each rank's in the order written."""
+    return ProgressReader(directory).poll()
 
 
 class ProgressReader:

@@ -266,7 +266,7 @@ class SlurmBackend:
                         break
                     if self.faults.waiting:
                         self.progress.poll(self.clock(), None)
-                        self.faults.fire_due(self.clock() - started, self.progress.max_step)
+                        self.faults.fire_due(self.clock() - started, self.progress.max_step, self.progress.attempt_steps)
                     time.sleep(0.5)
         finally:
             result.timings.job_s = self.clock() - started

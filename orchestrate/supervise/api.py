@@ -33,6 +33,7 @@ class RunSpec:
     link: Optional[LinkSpec] = None  # what a degrade fault's end gives back
     hang_diagnose_after_s: float = DEFAULT_HANG_DIAGNOSE_AFTER_S  # 0: never
     hang_timeout_s: Optional[float] = None  # end a run without progress for this long (None: never)
+    workdir: Optional[Path] = None  # the work directory, whose writes are followed (None: not followed)
 
 
 @dataclass

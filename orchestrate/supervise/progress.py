@@ -18,6 +18,14 @@ class ProgressWatch:
         self.max_step: Optional[int] = None
         self.seen = False
         self.records = 0  # every record read so far: progress, to the hang watchdog
+        # each rank's attempts (worker processes): when the first record came, the steps done
+        self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
+
+    def attempt_steps(self, since: float) -> Optional[int]:
+        """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
+        None: no such attempt has reported a step)."""
+        counts = [len(steps) for first, steps in self.attempts.values() if first > since and steps]
+        return max(counts, default=None)
 
     def poll(self, now: float, recovery: Optional[Recovery]) -> None:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
@@ -25,6 +33,9 @@ class ProgressWatch:
         for record in self.reader.poll():
             self.seen = True
             self.records += 1
+            first, steps = self.attempts.setdefault((record.rank, record.attempt), (record.time, set()))
+            if record.step is not None:
+                steps.add(record.step)
             if record.resumed is not None:
                 if recovery is not None:
                     recovery.resumed_from = record.resumed

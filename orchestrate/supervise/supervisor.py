@@ -55,6 +55,7 @@ from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.rank_probe import RankHost, absent_reasons
 from orchestrate.supervise.restart_policy import RestartPolicy
 from orchestrate.supervise.timings import run_timings
+from orchestrate.supervise.workdir_writes import WorkdirWrites
 from orchestrate.supervise.worker_lines import NodeOutput, OutputLine
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class Supervisor:
                                lambda request, at: answers(debug, request, at), self.expected_ranks,
                                self.why_absent, self.say, clock) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
+        self.writes = (WorkdirWrites(spec.workdir, time.time(), skip=[spec.run_dir.parent], clock=clock)
+                       if active and spec.workdir is not None else None)
         self.progress_records = 0
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
@@ -124,6 +127,8 @@ class Supervisor:
 
     def inject(self, fault: FaultSpec) -> str:
         """Do a fault (the scheduler's callback); return the node it landed on."""
+        if self.writes is not None:
+            self.writes.walk()  # what the job had saved before the fault, to the moment
         # a rank fault lands on whichever node runs the rank now
         node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
         tracker = self.trackers[node]
@@ -265,6 +270,8 @@ class Supervisor:
         graces that ran out, inspections, exits whose log never ended."""
         now = self.clock()
         self.progress.poll(now, self.restarts.open_recovery)
+        if self.writes is not None:
+            self.writes.poll(now)
         if self.hangs is not None:
             if self.progress.records > self.progress_records or self.faults.lasting:
                 # a step reported, or a fault with an end holding the job as asked: not a hang
@@ -275,7 +282,7 @@ class Supervisor:
                 if found is not None:
                     self.end_hung(found)
         if self.faults.waiting:
-            self.faults.fire_due(now - self.started_at, self.progress.max_step)
+            self.faults.fire_due(now - self.started_at, self.progress.max_step, self.progress.attempt_steps)
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
             self.stop(self.live, self.spec.stop_grace_s)
@@ -455,8 +462,10 @@ class Supervisor:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
         trackers = list(self.trackers.values())
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
+        if self.writes is not None:
+            self.writes.walk()
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
-                           faults=self.fault_records())
+                           faults=self.fault_records(), writes=self.writes.files() if self.writes else None)
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
                                                              {r for t in trackers for r in t.plan.global_ranks})

@@ -142,7 +142,7 @@ def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_
         node1=[Script(["[1|0]:training"], hang=True)],
     )
     assert triggers is None  # the run directory is made by the launcher, not before
-    assert json.loads((job.run_dir / "progress" / "triggers.json").read_text()) == {"steps": [3]}
+    assert json.loads((job.run_dir / "progress" / "triggers.json").read_text()) == {"steps": [3], "in_attempt": []}
     assert (job.run_dir / "progress" / "fired-3").exists()  # the waiting ranks were let go
     assert ("pause", "ddp-test-run-node1-1") in client.calls
     assert "fault injected: pause:node1@step=3" in text
