@@ -1,15 +1,16 @@
-"""The chaos check: the job undisturbed, then the same job with faults drawn from a seed; the
-verdict.
+"""The chaos check: the job undisturbed, then the same job with faults drawn from a seed, once
+per trial; the verdicts.
 
-1. The work directory is copied twice, as it is, so that one run's checkpoints never leak into
-   the other; ``--compare`` files come from each run's own copy.
-2. Run 1, the reference: the job undisturbed. Both runs use the elastic c10d rendezvous, so the
-   faults are the only difference between them.
-3. The schedule: N faults drawn from the seed, at the steps the reference reported, else at
-   times spread over its duration (:mod:`orchestrate.chaos.schedule`).
-4. Run 2: the same job with the schedule.
-5. The verdict (:mod:`orchestrate.chaos.verdict`): recorded in run 2's directory
-   (``chaos.json``) and shown on its report page.
+1. The work directory is copied once per run, as it is, so that one run's checkpoints never
+   leak into another; ``--compare`` files come from each run's own copy.
+2. Run 1, the reference: the job undisturbed. Every run uses the elastic c10d rendezvous, so
+   the faults are the only difference between them. Its steps, and the first file it wrote in
+   its work directory, say where faults can test a resume.
+3. Each trial (seeds S to S+K-1): a schedule drawn in training time
+   (:mod:`orchestrate.chaos.schedule`), the job run with it, what each fault struck and what
+   the job redid (:mod:`orchestrate.chaos.attempts`), the files and per-step metrics compared.
+4. The verdicts (:mod:`orchestrate.chaos.verdict`): each recorded in its trial's directory
+   (``chaos.json``) and shown on its report page, which links to the reference's.
 """
 from __future__ import annotations
 
@@ -20,32 +21,39 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Optional
 
+from orchestrate.chaos.attempts import attempts_of, job_steps, one_ranks_records, steps_redone, strikes
 from orchestrate.chaos.compare import compare_files
 from orchestrate.chaos.schedule import Reference, draw_schedule
-from orchestrate.chaos.verdict import ChaosVerdict
+from orchestrate.chaos.step_metrics import compare_step_metrics
+from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
 from orchestrate.interrupts import SignalInterrupt
 from orchestrate.launch.run import Run, new_run_id
 from orchestrate.outcome.model import RunResult
-from orchestrate.outcome.progress import ProgressReader
+from orchestrate.outcome.progress import ProgressRecord, read_all
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.plan.make import node_name
 from orchestrate.report.page import write_report_quietly
 
 CHAOS_FILE = "chaos.json"
+# Restarts an elastic run may use beyond one per fault: a fault is one recovery, and a little slack.
+SPARE_RESTARTS = 2
 
 
 class ChaosCheck:
     """One chaos check of a job (see the module's text)."""
 
     def __init__(self, request: RunRequest, *, faults: int, seed: int, kinds: tuple[FaultAction, ...],
-                 compare: tuple[str, ...] = (), rtol: float = 0.0, out: IO[str] = sys.stdout, client: Any = None,
+                 compare: tuple[str, ...] = (), rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
+                 max_steps_redone: Optional[int] = None, out: IO[str] = sys.stdout, client: Any = None,
                  command_line: str = "", verbose: bool = False) -> None:
         if faults < 1:
             raise UsageError(f"--faults must be 1 or more, got {faults}")
+        if trials < 1:
+            raise UsageError(f"--trials must be 1 or more, got {trials}")
         if request.faults:
             raise UsageError("chaos draws its faults itself: drop --fault (or use run --fault)")
         if request.scheduler != "compose" or request.detach or request.keep:
@@ -59,6 +67,9 @@ class ChaosCheck:
         self.kinds = kinds
         self.compare = compare
         self.rtol = rtol
+        self.trials = trials
+        self.compare_steps = compare_steps
+        self.max_steps_redone = max_steps_redone
         self.out = out
         self.client = client
         self.command_line = command_line
@@ -67,30 +78,51 @@ class ChaosCheck:
     def say(self, text: str) -> None:
         print(f"[chaos] {text}", file=self.out, flush=True)
 
-    def run(self) -> ChaosVerdict:
-        """Both runs and the verdict. An interrupt stops at once (KeyboardInterrupt, with the
-        run already torn down)."""
+    def run(self) -> ChaosResult:
+        """The reference and every trial, and the verdicts. An interrupt stops at once
+        (KeyboardInterrupt, with the run already torn down)."""
         config = Run(self.request.replace(rdzv="c10d"), out=self.out).check()  # bad input before any copy or run
         base = Path(self.request.runs_dir).resolve() / f"chaos-{new_run_id()}"
-        undisturbed, with_faults = self.copies(base)
+        seeds = [self.seed + k for k in range(self.trials)]
+        undisturbed, *with_faults = self.copies(base, ["undisturbed"] + (
+            ["with-faults"] if self.trials == 1 else [f"with-faults-seed{seed}" for seed in seeds]))
         elastic = self.request.replace(rdzv="c10d", runs_dir=base / "runs",
-                                       max_restarts=max(self.request.max_restarts or 0, self.count, 3))
-        self.say(f"run 1 of 2: the job undisturbed, in a copy of the work directory ({undisturbed})")
+                                       max_restarts=max(self.request.max_restarts or 0, self.count + SPARE_RESTARTS))
+        runs = 1 + self.trials
+        self.say(f"run 1 of {runs}: the job undisturbed, in a copy of the work directory ({undisturbed})")
         reference = self.one_run(elastic.replace(workdir=undisturbed))
         if not reference.succeeded:
-            return ChaosVerdict(self.seed, reference, None, [], rtol=self.rtol)
-        facts = Reference(last_step(reference), reference.timings.job_s)
-        nodes = [node_name(i) for i in range(self.request.nodes)]
-        schedule = draw_schedule(self.seed, self.count, self.kinds, nodes, facts,
-                                 world_size=config.nodes * config.nproc_per_node)
-        at = (f"steps 2..{facts.last_step - 1}" if facts.last_step is not None and any(f.at_step for f in schedule)
-              else f"{facts.job_s:.0f} s of the job")
-        self.say(f"run 2 of 2: the same job with {self.count} fault(s) drawn from seed {self.seed} over {at}:"
-                 f" {' '.join(str(f) for f in schedule)}")
-        disturbed = self.one_run(elastic.replace(workdir=with_faults, faults=schedule))
-        comparisons = compare_files(self.engine(), self.request.image, undisturbed, with_faults, list(self.compare),
+            return ChaosResult(reference, [ChaosVerdict(self.seed, reference, None, [], rtol=self.rtol)])
+        reference_records = read_all(reference.run_dir / PROGRESS_SUBDIR)
+        facts = reference_facts(reference, reference_records)
+        self.say(describe_reference(facts))
+        verdicts = []
+        for number, (seed, workdir) in enumerate(zip(seeds, with_faults), start=2):
+            nodes = [node_name(i) for i in range(self.request.nodes)]
+            schedule = draw_schedule(seed, self.count, self.kinds, nodes, facts,
+                                     world_size=config.nodes * config.nproc_per_node)
+            self.say(f"run {number} of {runs}: the same job with {self.count} fault(s) drawn from seed {seed}:"
+                     f" {' '.join(str(f) for f in schedule)}")
+            disturbed = self.one_run(elastic.replace(workdir=workdir, faults=schedule))
+            verdict = self.judge(seed, reference, reference_records, facts, disturbed, [str(f) for f in schedule],
+                                 undisturbed, workdir)
+            if self.trials > 1:
+                print(verdict.format(), file=self.out, flush=True)
+            verdicts.append(verdict)
+        return ChaosResult(reference, verdicts)
+
+    def judge(self, seed: int, reference: RunResult, reference_records: list[ProgressRecord], facts: Reference,
+              disturbed: RunResult, schedule: list[str], undisturbed: Path, workdir: Path) -> ChaosVerdict:
+        """One trial's verdict, recorded in its run's directory and shown on its report page."""
+        comparisons = compare_files(self.engine(), self.request.image, undisturbed, workdir, list(self.compare),
                                     self.rtol, self.run_as()) if disturbed.job_succeeded else []
-        verdict = ChaosVerdict(self.seed, reference, disturbed, [str(f) for f in schedule], comparisons, self.rtol)
+        records = read_all(disturbed.run_dir / PROGRESS_SUBDIR)
+        attempts = attempts_of(records, facts.last_step, completed=disturbed.job_succeeded)
+        steps = compare_step_metrics(reference_records, records, self.rtol) if self.compare_steps else None
+        verdict = ChaosVerdict(seed, reference, disturbed, schedule, comparisons, self.rtol, facts=facts,
+                               strikes=strikes(disturbed.faults, attempts, disturbed.writes),
+                               steps_redone=steps_redone(attempts, facts.last_step), steps=steps,
+                               max_steps_redone=self.max_steps_redone)
         (disturbed.run_dir / CHAOS_FILE).write_text(json.dumps(verdict.record(), indent=2) + "\n")
         write_report_quietly(disturbed.run_dir)  # again, with the schedule and the verdict
         return verdict
@@ -104,8 +136,8 @@ class ChaosCheck:
             raise SignalInterrupt(result.signal_number)
         return result
 
-    def copies(self, base: Path) -> tuple[Path, Path]:
-        """Two copies of the work directory as it is now (the runs' own records left out)."""
+    def copies(self, base: Path, names: list[str]) -> list[Path]:
+        """Copies of the work directory as it is now, one per name (the runs' own records left out)."""
         workdir = Path(self.request.workdir).resolve()
         skip = {str(base.parent), str(base)}  # resolved: the runs directory, or this check's own in it
 
@@ -113,7 +145,7 @@ class ChaosCheck:
             return [n for n in names if os.path.join(directory, n) in skip]
 
         base.mkdir(parents=True)
-        copies = (base / "undisturbed", base / "with-faults")
+        copies = [base / name for name in names]
         for copy in copies:
             shutil.copytree(workdir, copy, symlinks=True, ignore=ignore)
         return copies
@@ -131,7 +163,22 @@ class ChaosCheck:
         return invoking_user()
 
 
-def last_step(result: RunResult) -> Optional[int]:
-    """The highest training step the run's workers reported (None: none)."""
-    steps = [r.step for r in ProgressReader(result.run_dir / PROGRESS_SUBDIR).poll() if r.step is not None]
-    return max(steps, default=None)
+def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Reference:
+    """Where the undisturbed run trained and first saved: its steps, its first write in the work
+    directory and the first step reported after it."""
+    attempts = attempts_of(records)
+    last = job_steps(attempts[-1]) if attempts else None
+    first = result.writes[0] if result.writes else None
+    if first is None:
+        return Reference(last, result.timings.job_s)
+    after = [r.step for r in sorted(one_ranks_records(records), key=lambda r: r.time)
+             if r.step is not None and r.time > first.time]
+    into_s = first.time - result.started_time if result.started_time is not None else None
+    return Reference(last, result.timings.job_s, first.path, into_s, after[0] if after else None)
+
+
+def describe_reference(facts: Reference) -> str:
+    steps = f"{facts.last_step} steps" if facts.last_step is not None else "no steps reported or counted"
+    saved = (f"it first wrote {facts.describe_first_write()}" if facts.first_write
+             else "it wrote no file in its work directory")
+    return f"the undisturbed job: {steps} in {facts.job_s:.1f} s; {saved}"

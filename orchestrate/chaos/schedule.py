@@ -1,5 +1,13 @@
-"""The chaos schedule (pure): N faults drawn from a seed, at training steps when the workers
-report them, else at times spread over the undisturbed run's duration.
+"""The chaos schedule (pure): N faults drawn from a seed, in training time.
+
+Where the undisturbed run had steps (its script's own, or its optimizer's, counted), the faults
+fall at steps, in the stretch after the job first wrote a file in its work directory (its
+first checkpoint, as a rule), so that each can test a resume; where that stretch is too short
+for them, they fall from step 2 on, and the verdict says the check was inconclusive. The first
+fault is at a step of the job; each later one *into the attempt* that begins after the one
+before (``@step=+N``), so it strikes in training time, whatever that attempt resumed from and
+however long it took to start. Without steps, the faults fall at times over the undisturbed
+run's job, after its first write.
 
 The range is cut into N equal stretches and each fault falls in its own, so the faults are
 spread out and each recovery has room before the next; the node and the kind of each are drawn
@@ -22,11 +30,40 @@ LASTING_S = 10.0
 
 @dataclass(frozen=True)
 class Reference:
-    """What the undisturbed run showed: its last training step (None: none reported) and how
-    long its job ran."""
+    """What the undisturbed run showed: its last training step (None: none reported or
+    counted), how long its job ran, and the first file it wrote in its work directory (None:
+    none, or not followed) with when: seconds into the job, and the first step reported
+    after it."""
 
     last_step: Optional[int]
     job_s: float
+    first_write: Optional[str] = None
+    first_write_s: Optional[float] = None
+    first_step_after_write: Optional[int] = None
+
+    def describe_first_write(self) -> str:
+        if not self.first_write:
+            return ""
+        where = (f"before step {self.first_step_after_write}" if self.first_step_after_write is not None
+                 else f"{self.first_write_s or 0.0:.1f} s into the job")
+        return f"{self.first_write}, {where}"
+
+    def step_range(self, count: int) -> tuple[int, int]:
+        """The steps faults fall at: after the first write when there is room for ``count``,
+        else from step 2; never the last step."""
+        last = (self.last_step or 0) - 1
+        saved = self.first_step_after_write
+        if saved is not None and last - saved >= count:
+            return saved + 1, last
+        return 2, last
+
+    def time_range(self, count: int) -> tuple[float, float]:
+        """The seconds into the job faults fall at: after the first write when there is room,
+        else over the middle 80% of the job."""
+        low_s, high_s = self.job_s * 0.1, self.job_s * 0.9
+        if self.first_write_s is not None and high_s - max(low_s, self.first_write_s + 1) >= count:
+            low_s = max(low_s, self.first_write_s + 1)
+        return low_s, high_s
 
 
 def parse_kinds(text: str) -> tuple[FaultAction, ...]:
@@ -49,34 +86,42 @@ def parse_kinds(text: str) -> tuple[FaultAction, ...]:
 
 def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: list[str],
                   reference: Reference, world_size: Optional[int] = None) -> tuple[FaultSpec, ...]:
-    """``count`` faults from ``seed``, one in each of ``count`` equal stretches: at a step of
-    ``reference`` when it reported steps (never its first or last), else at a time within its
-    job's duration (never its first or last tenth). Node faults aim at one of ``nodes``, rank
-    faults at one of ``world_size`` ranks. A fault that lasts falls at a time (no step comes
-    while a node or a rank hangs) and ends within its stretch, after at most
-    :data:`LASTING_S`.
+    """``count`` faults from ``seed``, one in each of ``count`` equal stretches of training time
+    (see the module's text): at steps of ``reference`` when it had steps (never its last), else
+    at times within its job (never its first or last tenth). Node faults aim at one of
+    ``nodes``, rank faults at one of ``world_size`` ranks. A fault that lasts falls at a time
+    (no step comes while a node or a rank hangs) and ends within its stretch, after at most
+    :data:`LASTING_S`; the fault after it counts the job's steps again, as no attempt begins.
 
     Raises:
         UsageError: When the reference leaves no room for ``count`` faults.
     """
     rng = random.Random(seed)
-    low_s, high_s = reference.job_s * 0.1, reference.job_s * 0.9
     by_steps = reference.last_step is not None and not all(k.lasting for k in kinds)
-    if by_steps and reference.last_step - 2 < count:
+    low_step, high_step = reference.step_range(count) if by_steps else (0, 0)
+    if by_steps and high_step - low_step + 1 < count:
         raise UsageError(f"the undisturbed run reached step {reference.last_step}: no room for {count}"
                          " faults at distinct steps; ask for fewer, or train longer")
+    low_s, high_s = reference.time_range(count)
     if not by_steps and high_s - low_s < count:
         raise UsageError(f"the undisturbed run's job took {reference.job_s:.1f} s: too short for {count} faults"
-                         " spread over it; ask for fewer, or report steps with orchestrate.progress.report(step)")
+                         " spread over it; ask for fewer, or train longer")
     width_s = (high_s - low_s) / count
-    schedule = []
+    schedule: list[FaultSpec] = []
+    previous_step: Optional[int] = None  # the step of the fault before, when it began a new attempt
     for i in range(count):
         kind = rng.choice(kinds)
         target = {"rank": rng.randrange(world_size or len(nodes))} if kind.on_rank else {"node": rng.choice(nodes)}
         if by_steps and not kind.lasting:
-            first, last = _stretch(2, reference.last_step - 1, count, i)
-            schedule.append(FaultSpec(kind, at_step=rng.randint(first, last), **target))
+            first, last = _stretch(low_step, high_step, count, i)
+            step = rng.randint(first, last)
+            if previous_step is None:
+                schedule.append(FaultSpec(kind, at_step=step, **target))
+            else:
+                schedule.append(FaultSpec(kind, at_step=step - previous_step, in_attempt=True, **target))
+            previous_step = step
             continue
+        previous_step = None
         start = rng.uniform(low_s + i * width_s, low_s + (i + 0.5 if kind.lasting else i + 1) * width_s)
         until = round(start + min(LASTING_S, width_s / 2), 1) if kind.lasting else None
         schedule.append(FaultSpec(kind, at_seconds=round(start, 1), until_seconds=until, **target))

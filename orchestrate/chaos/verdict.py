@@ -1,12 +1,26 @@
-"""The chaos verdict (pure): it holds only if the disturbed job completed, every scheduled
-fault fired, and every compared file matches the undisturbed run's."""
+"""The chaos verdict (pure), per trial and over all trials.
+
+A trial **does not hold** when the disturbed job did not complete, a scheduled fault did not
+fire, a compared file or per-step metric differs, or more steps were redone than
+``--max-steps-redone``. It is **inconclusive** when it could not have failed for a broken
+resume: no fault struck after the job had written a file in its work directory (so there was
+nothing to resume from), or no attempt resumed although the job had saved. Otherwise it
+**holds**. A check holds only when every trial holds.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
+from orchestrate.chaos.attempts import Strike
+from orchestrate.chaos.schedule import Reference
+from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.text import format_table
+
+HOLDS = "HOLDS"
+DOES_NOT_HOLD = "DOES NOT HOLD"
+INCONCLUSIVE = "INCONCLUSIVE"
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,8 @@ class FileComparison:
 
 @dataclass
 class ChaosVerdict:
-    """The check's result: the two runs, the schedule, the comparisons."""
+    """One trial: the reference, the run with faults, its schedule, what each fault struck and
+    what the job redid, the comparisons."""
 
     seed: int
     reference: RunResult
@@ -42,10 +57,15 @@ class ChaosVerdict:
     schedule: list[str]
     comparisons: list[FileComparison] = field(default_factory=list)
     rtol: float = 0.0
+    facts: Optional[Reference] = None
+    strikes: list[Strike] = field(default_factory=list)
+    steps_redone: Optional[int] = None
+    steps: Optional[StepsComparison] = None  # --compare-steps
+    max_steps_redone: Optional[int] = None
 
     @property
     def failures(self) -> list[str]:
-        """Why the verdict does not hold, one line each (none: it holds)."""
+        """Why the trial does not hold, one line each (none: it holds or is inconclusive)."""
         reasons = []
         if not self.reference.succeeded:
             reasons.append(f"the undisturbed run failed (exit code {self.reference.exit_code}): nothing to compare with")
@@ -57,20 +77,55 @@ class ChaosVerdict:
                            + (f": {failure.describe()}" if failure else f" (exit code {self.disturbed.exit_code})"))
         reasons += [f"fault {f.describe()}" for f in self.disturbed.unfired_faults]
         reasons += [f"{c.describe()}" for c in self.comparisons if not c.equal]
+        if self.steps is not None and not self.steps.equal:
+            reasons.append(self.steps.describe())
+        if self.max_steps_redone is not None and self.steps_redone is not None \
+                and self.steps_redone > self.max_steps_redone:
+            reasons.append(f"{self.steps_redone} step(s) redone in all, more than --max-steps-redone"
+                           f" {self.max_steps_redone}")
         return reasons
 
     @property
+    def inconclusive(self) -> list[str]:
+        """Why the trial could not have caught a broken resume, one line each."""
+        if self.disturbed is None or self.failures:
+            return []
+        reasons = []
+        struck = [s for s in self.strikes if s.restarted]
+        after_save = [s for s in struck if s.after_a_save]
+        if any(s.saved is None for s in self.strikes):
+            reasons.append("the work directory was not followed (too many entries): whether a fault struck after a"
+                           " save is not known")
+        elif not after_save:
+            first = self.facts.describe_first_write() if self.facts else ""
+            reasons.append("no fault struck after the job had written a file in its work directory, so the resume"
+                           " path was never exercised" + (f" (the undisturbed run wrote its first, {first})" if first
+                                                          else "; the undisturbed run wrote none either"))
+        elif not any(s.resumed for s in after_save) and any(s.resumed is False for s in after_save):
+            fresh = next(s for s in after_save if s.resumed is False)
+            reasons.append(f"no attempt resumed: after {fresh.spec} the job restarted from the beginning"
+                           f" ({fresh.redone if fresh.redone is not None else '?'} step(s) redone) although it had"
+                           f" written {fresh.saved[-1] if fresh.saved else 'files'}")
+        if self.steps is not None and self.steps.compared == 0:
+            reasons.append("--compare-steps: no metric was reported at a step both runs reached (report them with"
+                           " orchestrate.progress.report(step, loss=...))")
+        if self.max_steps_redone is not None and self.steps_redone is None:
+            reasons.append("--max-steps-redone: the steps redone are not known (no steps were reported or counted)")
+        return reasons
+
+    @property
+    def status(self) -> str:
+        if self.failures:
+            return DOES_NOT_HOLD
+        return INCONCLUSIVE if self.inconclusive else HOLDS
+
+    @property
     def holds(self) -> bool:
-        return not self.failures
+        return self.status == HOLDS
 
     @property
     def exit_code(self) -> int:
         return 0 if self.holds else 1
-
-    @property
-    def steps_lost(self) -> Optional[int]:
-        lost = [r.steps_lost for r in self.disturbed.recoveries] if self.disturbed else []
-        return sum(s for s in lost if s is not None) if lost and any(s is not None for s in lost) else None
 
     @property
     def time_lost_s(self) -> Optional[float]:
@@ -79,45 +134,117 @@ class ChaosVerdict:
         return self.disturbed.timings.job_s - self.reference.timings.job_s
 
     def fault_rows(self) -> list[tuple[str, ...]]:
+        """One row per scheduled fault: when it fired, what it struck, whether the job had saved,
+        what the next attempt did (or why it did not fire)."""
         records: dict[str, FaultRecord] = {f.spec: f for f in (self.disturbed.faults if self.disturbed else [])}
+        strikes = {s.spec: s for s in self.strikes}
         rows = []
         for spec in self.schedule:
-            record = records.get(spec)
+            record, strike = records.get(spec), strikes.get(spec)
             if record is None or not record.fired:
-                rows.append((spec, "no", "-", "-", record.reason if record else "the run did not get there"))
+                why = record.reason if record else "the run did not get there"
+                rows.append((spec, f"did not fire: {why}", "-", "-", "-"))
+                continue
+            at = f"{record.elapsed_s or 0.0:.1f} s" + ("" if record.step is None else f", step {record.step}")
+            if strike is None:
+                rows.append((spec, at, "-", "-", "-"))
             else:
-                rows.append((spec, "yes", f"{record.elapsed_s:.1f} s", "-" if record.step is None else str(record.step), ""))
+                rows.append((spec, at, strike.describe_struck(), strike.describe_saved(), strike.describe_next()))
         return rows
 
     def format(self) -> str:
         """The table and the verdict, as ``chaos`` prints them."""
         lines = ["", f"=== chaos check (seed {self.seed}) ==="]
-        lines += format_table(("fault", "fired", "at", "at step", "why not"), self.fault_rows())
+        lines += format_table(("fault", "fired at", "the attempt it struck had done", "saved before it",
+                               "the next attempt"), self.fault_rows())
         if self.disturbed is not None:
             for recovery in self.disturbed.recoveries:
                 lines.append(f"recovery: {recovery.describe()}")
-            lost = self.steps_lost
-            lines.append(f"recoveries {len(self.disturbed.recoveries)} | steps lost {'-' if lost is None else lost}"
+            reference_steps = self.facts.last_step if self.facts else None
+            redone = ("-" if self.steps_redone is None else
+                      f"{self.steps_redone} ({self.steps_redone + (reference_steps or 0)} done against"
+                      f" {reference_steps} undisturbed)")
+            lines.append(f"recoveries {len(self.disturbed.recoveries)} | steps redone {redone}"
                          f" | time lost {self.time_lost_s:+.1f} s (job {self.disturbed.timings.job_s:.1f} s against"
                          f" {self.reference.timings.job_s:.1f} s undisturbed)")
         for comparison in self.comparisons:
             lines.append(f"compared {comparison.describe()}")
+        if self.steps is not None:
+            lines.append(f"compared {self.steps.describe()}")
         lines.append(f"runs: undisturbed {self.reference.run_dir}"
                      + (f", with faults {self.disturbed.run_dir}" if self.disturbed else ""))
-        if self.holds:
-            lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s) and ended where the"
-                         " undisturbed run ended")
-        else:
+        status = self.status
+        if status == HOLDS:
+            lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s), resumed after a save, and"
+                         " ended where the undisturbed run ended")
+        elif status == DOES_NOT_HOLD:
             lines.append("VERDICT DOES NOT HOLD:")
             lines += [f"  {reason}" for reason in self.failures]
+        else:
+            lines.append("VERDICT INCONCLUSIVE: the check could not have caught a broken resume:")
+            lines += [f"  {reason}" for reason in self.inconclusive]
         return "\n".join(lines)
 
     def record(self) -> dict:
         """``chaos.json``: what the report page shows."""
-        return {"seed": self.seed, "holds": self.holds, "failures": self.failures, "rtol": self.rtol,
-                "schedule": [dict(zip(("fault", "fired", "at", "at_step", "why_not"), row)) for row in self.fault_rows()],
+        return {"seed": self.seed, "status": self.status, "holds": self.holds, "failures": self.failures,
+                "inconclusive": self.inconclusive, "rtol": self.rtol,
+                "schedule": [dict(zip(("fault", "fired_at", "struck", "saved_before", "next_attempt"), row))
+                             for row in self.fault_rows()],
                 "comparisons": [{"path": c.path, "kind": c.kind, "equal": c.equal, "max_difference": c.max_difference,
                                  "where": c.where, "problem": c.problem} for c in self.comparisons],
-                "steps_lost": self.steps_lost, "time_lost_s": self.time_lost_s,
+                "steps_compared": self.steps.describe() if self.steps else None,
+                "steps_redone": self.steps_redone, "time_lost_s": self.time_lost_s,
                 "reference_run": self.reference.run_id,
                 "disturbed_run": self.disturbed.run_id if self.disturbed else None}
+
+
+@dataclass
+class ChaosResult:
+    """A whole check: one undisturbed run and one verdict per trial."""
+
+    reference: RunResult
+    trials: list[ChaosVerdict]
+
+    @property
+    def status(self) -> str:
+        statuses = [t.status for t in self.trials] or [DOES_NOT_HOLD]
+        if DOES_NOT_HOLD in statuses:
+            return DOES_NOT_HOLD
+        return INCONCLUSIVE if INCONCLUSIVE in statuses else HOLDS
+
+    @property
+    def holds(self) -> bool:
+        return self.status == HOLDS
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.holds else 1
+
+    @property
+    def failures(self) -> list[str]:
+        """Every trial's reasons for not holding, or for being inconclusive, each naming its seed."""
+        many = len(self.trials) > 1
+        return [f"seed {t.seed}: {r}" if many else r for t in self.trials for r in (t.failures or t.inconclusive)]
+
+    def rows(self) -> list[tuple[str, ...]]:
+        return [(str(t.seed), " ".join(t.schedule) or "-",
+                 str(len(t.disturbed.recoveries)) if t.disturbed else "-",
+                 "-" if t.steps_redone is None else str(t.steps_redone), t.status) for t in self.trials]
+
+    def format(self) -> str:
+        """What ``chaos`` prints at the end: the one trial's verdict, or every trial's line and
+        the check's verdict."""
+        if len(self.trials) == 1:
+            return self.trials[0].format()
+        lines = ["", f"=== chaos check: {len(self.trials)} trials against one undisturbed run"
+                     f" ({self.reference.run_dir}) ==="]
+        lines += format_table(("seed", "schedule", "recoveries", "steps redone", "verdict"), self.rows())
+        status = self.status
+        if status == HOLDS:
+            lines.append(f"VERDICT HOLDS: every one of {len(self.trials)} trials held")
+        else:
+            counted = sum(1 for t in self.trials if t.status == status)
+            lines.append(f"VERDICT {status}: {counted} of {len(self.trials)} trials {status.lower()}:")
+            lines += [f"  {reason}" for reason in self.failures]
+        return "\n".join(lines)

@@ -154,6 +154,7 @@ class RunResult:
             (``--hang-timeout``), found it hung, or a collective timed out; else None.
         writes: The files the job created or changed in its work directory, the first first
             (None: not followed: a run found in the engine, or a directory too large).
+        started_time: The epoch time the launcher began to follow the job (None: not known).
     """
 
     run_id: str
@@ -171,6 +172,7 @@ class RunResult:
     reported_failure: Optional[Failure] = None
     hang: Optional[HangDiagnosis] = None
     writes: Optional[list[WrittenFile]] = None
+    started_time: Optional[float] = None
 
     @property
     def hung(self) -> bool:

@@ -211,22 +211,31 @@ def slowest_per_bin(points: list[tuple[float, float]], most: int) -> list[tuple[
 
 
 def chaos_section(chaos: dict) -> list[str]:
-    """The chaos check's schedule and verdict."""
+    """The chaos check's schedule, what each fault struck, and the verdict, with a link to the
+    undisturbed run's page (a sibling run directory)."""
     esc = html.escape
-    verdict = "holds" if chaos.get("holds") else "does not hold"
+    status = chaos.get("status") or ("HOLDS" if chaos.get("holds") else "DOES NOT HOLD")
+    words = {"HOLDS": "holds", "DOES NOT HOLD": "does not hold", "INCONCLUSIVE": "is inconclusive"}
+    reference = str(chaos.get("reference_run"))
     parts = ["<h2>Chaos check</h2>",
              f'<p id="chaos-verdict" class="outcome {"succeeded" if chaos.get("holds") else "failed"}">'
-             f"The verdict {verdict} (seed {esc(str(chaos.get('seed')))}; undisturbed run"
-             f" {esc(str(chaos.get('reference_run')))})</p>",
-             _table(("fault", "fired", "at", "at step", "why not"),
-                    [(r["fault"], r["fired"], r["at"], r["at_step"], r["why_not"]) for r in chaos.get("schedule", [])],
-                    "chaos-schedule")]
+             f"The verdict {words.get(status, esc(status.lower()))} (seed {esc(str(chaos.get('seed')))};"
+             f' undisturbed run <a id="chaos-reference" href="../{esc(reference)}/report.html">{esc(reference)}</a>)'
+             "</p>",
+             _table(("fault", "fired at", "the attempt it struck had done", "saved before it", "the next attempt"),
+                    [(r.get("fault"), r.get("fired_at"), r.get("struck"), r.get("saved_before"), r.get("next_attempt"))
+                     for r in chaos.get("schedule", [])], "chaos-schedule")]
+    if chaos.get("steps_redone") is not None:
+        parts.append(f"<p>Steps redone in all: {esc(str(chaos['steps_redone']))}</p>")
     if chaos.get("comparisons"):
         parts.append(_table(("file", "kind", "equal", "largest difference", "where", "problem"),
                             [(c["path"], c["kind"], c["equal"], c.get("max_difference"), c.get("where", ""),
                               c.get("problem", "")) for c in chaos["comparisons"]], "chaos-comparisons"))
-    if chaos.get("failures"):
-        parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in chaos["failures"]) + "</ul>")
+    if chaos.get("steps_compared"):
+        parts.append(f"<p>{esc(chaos['steps_compared'])}</p>")
+    reasons = chaos.get("failures") or chaos.get("inconclusive") or []
+    if reasons:
+        parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in reasons) + "</ul>")
     return parts
 
 

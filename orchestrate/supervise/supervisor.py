@@ -105,8 +105,6 @@ class Supervisor:
                                lambda request, at: answers(debug, request, at), self.expected_ranks,
                                self.why_absent, self.say, clock) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
-        self.writes = (WorkdirWrites(spec.workdir, time.time(), skip=[spec.run_dir.parent], clock=clock)
-                       if active and spec.workdir is not None else None)
         self.progress_records = 0
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
@@ -114,6 +112,9 @@ class Supervisor:
         self.closed = False
         self.first_failure_seen = False
         self.started_at = clock()
+        self.started_time = time.time()  # the same moment, on the progress records' clock
+        self.writes = (WorkdirWrites(spec.workdir, self.started_time, skip=[spec.run_dir.parent], clock=clock)
+                       if active and spec.workdir is not None else None)
         self.first_worker_at: Optional[float] = None
         self.ranks_seen: set[int] = set()  # ranks whose first line was recorded (since the last restart)
 
@@ -465,7 +466,8 @@ class Supervisor:
         if self.writes is not None:
             self.writes.walk()
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
-                           faults=self.fault_records(), writes=self.writes.files() if self.writes else None)
+                           faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
+                           started_time=self.started_time)
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
                                                              {r for t in trackers for r in t.plan.global_ranks})

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping, Optional
+from typing import IO, Any, Iterable, Mapping, Optional, Union
+
+from orchestrate.chaos.check import ChaosCheck
+from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
+from orchestrate.chaos.verdict import ChaosResult
+from orchestrate.config.fault_spec import FaultAction
 
 from orchestrate.config.request import RunRequest
 from orchestrate.engine.client import connect
@@ -76,6 +81,37 @@ class DdpCluster:
         print(format_summary(result), file=self.out or sys.stdout, flush=True)  # shown when the test fails
         if result.interrupted:  # the session was interrupted: stop it, as pytest would
             raise SignalInterrupt(result.signal_number)
+        return result
+
+    def chaos(self, target: str, *args: str, faults: int = 1, seed: int = 0,
+              kinds: Union[str, Iterable[FaultAction]] = DEFAULT_KINDS, compare: Iterable[str] = (),
+              rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
+              max_steps_redone: Optional[int] = None, nodes: int = 2, nproc_per_node: int = 1,
+              workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+              **run_options: Any) -> ChaosResult:
+        """The ``chaos`` check of ``target``, as ``python -m orchestrate chaos`` runs it: one
+        undisturbed run, then ``trials`` runs with ``faults`` faults drawn from seeds ``seed``
+        on. Returns the verdict: ``.holds``, ``.status`` (``HOLDS``, ``DOES NOT HOLD``,
+        ``INCONCLUSIVE``), ``.failures`` and ``.format()`` (printed too, so a failing test shows
+        it); every run is torn down at its end.
+
+        Raises:
+            UsageError: For a bad option.
+            KeyboardInterrupt: When the test session is interrupted (the run is torn down first).
+        """
+        options: dict[str, Any] = {"nodes": nodes, "nproc_per_node": nproc_per_node, "rdzv": "c10d",
+                                   "workdir": Path(workdir) if workdir is not None else self.workdir,
+                                   "env": dict(env or {}), "runs_dir": self.runs_dir, **run_options}
+        if self.image and "image" not in run_options:
+            options["image"] = self.image
+        request = RunRequest.from_options((target, *args), **options)
+        check = ChaosCheck(request, faults=faults, seed=seed,
+                           kinds=parse_kinds(kinds) if isinstance(kinds, str) else tuple(kinds),
+                           compare=tuple(compare), rtol=rtol, trials=trials, compare_steps=compare_steps,
+                           max_steps_redone=max_steps_redone, out=self.out or sys.stdout,
+                           command_line=f"ddp_cluster.chaos({target!r}, ...)")
+        result = check.run()
+        print(result.format(), file=self.out or sys.stdout, flush=True)
         return result
 
     def finish(self, test_failed: bool) -> list[str]:

@@ -10,10 +10,13 @@ import pytest
 
 from orchestrate.chaos.compare import COMPARE_SCRIPT, compare_files
 from orchestrate.chaos.schedule import DEFAULT_KINDS, Reference, draw_schedule, parse_kinds
-from orchestrate.chaos.verdict import ChaosVerdict, FileComparison
+from orchestrate.chaos.attempts import Strike, attempts_of, steps_redone, strikes
+from orchestrate.chaos.step_metrics import StepsComparison, compare_step_metrics
+from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.errors import UsageError
-from orchestrate.outcome.model import FaultRecord, RunResult, Timings
+from orchestrate.outcome.model import FaultRecord, RunResult, Timings, WrittenFile
+from orchestrate.outcome.progress import ProgressRecord
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from tests.unit.test_cli import orchestrate
@@ -31,22 +34,49 @@ def test_the_same_seed_gives_the_same_schedule_and_another_seed_another():
     assert first not in others and len(others) > 5
 
 
+def positions(schedule) -> list[int]:
+    """The steps of the job a schedule's step faults fall at, the reference's numbering: the
+    first at its step, each later one that many steps into the attempt after the one before."""
+    steps: list[int] = []
+    for fault in schedule:
+        steps.append(steps[-1] + fault.at_step if fault.in_attempt else fault.at_step)
+    return steps
+
+
 def test_faults_at_steps_fall_one_in_each_stretch_never_at_the_first_or_last_step():
     reference = Reference(last_step=41, job_s=60.0)  # steps 2..40: four stretches of 9.75 steps
     for seed in range(50):
-        steps = [f.at_step for f in draw_schedule(seed, 4, DEFAULT_KINDS, NODES, reference)]
-        assert all(s is not None for s in steps)
+        schedule = draw_schedule(seed, 4, DEFAULT_KINDS, NODES, reference)
+        assert [f.in_attempt for f in schedule] == [False, True, True, True]
+        assert all(f.at_step >= 1 for f in schedule)
+        steps = positions(schedule)
         assert steps == sorted(steps) and len(set(steps)) == 4
         assert 2 <= steps[0] <= 11 and 11 <= steps[1] <= 21 and 21 <= steps[2] <= 31 and 31 <= steps[3] <= 40, steps
 
 
-def test_without_steps_faults_fall_at_times_spread_over_the_middle_of_the_reference():
-    reference = Reference(last_step=None, job_s=100.0)
+def test_faults_fall_after_the_first_save_where_there_is_room_and_from_step_2_where_there_is_not():
+    saved = Reference(last_step=41, job_s=60.0, first_write="ckpt/step_9/model.pt", first_step_after_write=10)
+    short = Reference(last_step=41, job_s=60.0, first_write="final.pt", first_step_after_write=39)
     for seed in range(50):
-        schedule = draw_schedule(seed, 2, DEFAULT_KINDS, NODES, reference)
-        times = [f.at_seconds for f in schedule]
-        assert all(f.at_step is None for f in schedule)
-        assert 10.0 <= times[0] <= 50.0 <= times[1] <= 90.0, times
+        assert min(positions(draw_schedule(seed, 3, DEFAULT_KINDS, NODES, saved))) >= 11
+        assert min(positions(draw_schedule(seed, 3, DEFAULT_KINDS, NODES, short))) < 39  # the verdict: inconclusive
+    assert saved.describe_first_write() == "ckpt/step_9/model.pt, before step 10"
+
+
+def test_a_fault_after_a_lasting_one_counts_the_jobs_steps_again():
+    kinds = (FaultAction.PAUSE, FaultAction.KILL)
+    for seed in range(60):
+        schedule = draw_schedule(seed, 3, kinds, NODES, Reference(last_step=90, job_s=60.0))
+        for before, fault in zip(schedule, schedule[1:]):
+            if fault.at_step is not None:
+                assert fault.in_attempt == (before.at_step is not None), schedule
+
+
+def test_without_steps_faults_fall_after_the_first_write_when_there_is_room():
+    reference = Reference(last_step=None, job_s=100.0, first_write="ckpt.pt", first_write_s=40.0)
+    for seed in range(30):
+        times = [f.at_seconds for f in draw_schedule(seed, 2, DEFAULT_KINDS, NODES, reference)]
+        assert all(41.0 <= t <= 90.0 for t in times), times
 
 
 def test_only_the_kinds_and_nodes_asked_for_are_drawn_and_all_of_them_come_up():
@@ -78,7 +108,7 @@ def test_each_runs_copy_of_the_work_directory_leaves_the_runs_directory_out(tmp_
         request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=runs_dir, nodes=2, cpu=True)
         check = ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS)
         base = runs_dir.resolve() / f"chaos-{runs_dir.name}"
-        for copy in check.copies(base):
+        for copy in check.copies(base, ["undisturbed", "with-faults"]):
             assert (copy / "data" / "x.txt").read_text() == "x"
             assert not (copy / "runs").exists() if runs_dir != work else not (copy / base.name).exists()
 
@@ -170,6 +200,71 @@ def test_files_torch_cannot_load_compare_byte_for_byte_and_a_missing_file_is_nam
     assert comparisons[2].describe() == "only-here.pt: missing in the run with faults"
 
 
+# --- attempts, strikes and steps redone ------------------------------------------------------
+
+def steps(rank: int, attempt: str, numbers, start: float, counted: bool = True, **metrics) -> list[ProgressRecord]:
+    return [ProgressRecord(rank, start + i, step=n, attempt=attempt, counted=counted, metrics=dict(metrics))
+            for i, n in enumerate(numbers)]
+
+
+def fired(spec: str, at: float, step: int = 0) -> FaultRecord:
+    return FaultRecord(spec, "node1", elapsed_s=at - 100.0, step=step, fired_time=at)
+
+
+def test_an_attempt_that_resumed_says_where_from_and_the_fault_before_it_what_was_redone():
+    # Adam's carried count: the next attempt says it resumed from step 4 and counts on from 5
+    records = steps(0, "a", range(1, 7), 101.0) + [ProgressRecord(0, 110.0, resumed=4, attempt="b")] \
+        + steps(0, "b", range(5, 11), 111.0) + steps(1, "c", range(1, 7), 101.0)
+    attempts = attempts_of(records, reference_steps=10, completed=True)
+    assert [(a.token, a.offset, a.count) for a in attempts] == [("a", 0, 6), ("b", 4, 6)]
+    writes = [WrittenFile("ckpt/step_3/model.pt", 103.5), WrittenFile("final.pt", 116.5)]
+    [strike] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, writes)
+    assert (strike.steps_done, strike.training_s, strike.saved, strike.resumed_from, strike.redone) == (
+        6, 5.5, ("ckpt/step_3/model.pt",), 4, 2)
+    assert strike.describe_next() == "resumed from step 4: 2 step(s) redone"
+    assert strike.describe_saved() == "yes: ckpt/step_3/model.pt"
+    assert steps_redone(attempts, 10) == 2
+
+
+def test_counted_steps_without_a_carried_count_resume_as_far_as_the_last_attempt_tells():
+    # SGD: every attempt counts from 1; the last one of a completed job did 10 - 4 steps: from step 4
+    records = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 7), 111.0)
+    [strike] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts_of(records, 10, completed=True), [])
+    assert (strike.resumed_from, strike.redone, strike.resumed) == (4, 2, True)
+    assert strike.describe_saved() == "no"
+    # the job did not complete: the last attempt's start cannot be told
+    [unknown] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts_of(records, 10, completed=False), [])
+    assert unknown.resumed_from is None and unknown.resumed is None
+    assert unknown.describe_next() == "resumed from a step not known (the optimizer carries no step count)"
+    # a restart from the beginning: 10 steps again
+    again = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 11), 111.0)
+    attempts = attempts_of(again, 10, completed=True)
+    [fresh] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, [])
+    assert fresh.describe_next() == "restarted from the beginning: 6 step(s) redone" and fresh.resumed is False
+    assert steps_redone(attempts, 10) == 6
+
+
+def test_a_fault_in_the_start_up_of_the_attempt_after_another_struck_no_step():
+    records = steps(0, "a", [1, 2, 3, 4, 5, 6], 101.0, counted=False) + steps(0, "b", [4, 5, 6, 7, 8, 9, 10], 130.0,
+                                                                              counted=False)
+    attempts = attempts_of(records, 10, completed=True)
+    first, second = strikes([fired("kill:node1@step=6", 106.5, 6), fired("kill:node0@t=20", 120.0)], attempts, [])
+    assert (first.steps_done, first.resumed_from, first.redone) == (6, 3, 3)  # the script's own numbers
+    assert (second.steps_done, second.training_s, second.describe_struck()) == (0, None, "in its start-up (no step yet)")
+    assert second.resumed_from == 3
+
+
+def test_the_per_step_metrics_name_the_first_step_that_differs_and_its_attempt():
+    reference = steps(0, "r", [1, 2, 3, 4], 1.0, counted=False, loss=1.0)
+    same = steps(0, "a", [1, 2, 3], 10.0, counted=False, loss=1.0) + steps(0, "b", [3, 4], 20.0, counted=False, loss=1.0)
+    assert compare_step_metrics(reference, same, 0.0) == StepsComparison(5)
+    drifted = same[:3] + [ProgressRecord(0, 20.0, step=3, attempt="b", metrics={"loss": 1.25})]
+    comparison = compare_step_metrics(reference, drifted, 0.0)
+    assert comparison.first_difference == "loss first differs at step 3 (rank 0, attempt 2): 1.25 against 1 undisturbed"
+    assert compare_step_metrics(reference, drifted, 0.5).equal
+    assert compare_step_metrics(reference, steps(0, "a", [1, 2], 1.0), 0.0).compared == 0  # no metrics: nothing
+
+
 # --- the verdict ----------------------------------------------------------------------------
 
 def result(make_job, tmp_path: Path, *, ok: bool = True, faults=(), job_s: float = 30.0, run_id: str = "r") -> RunResult:
@@ -179,17 +274,55 @@ def result(make_job, tmp_path: Path, *, ok: bool = True, faults=(), job_s: float
     return RunResult(run_id, tmp_path / run_id, results, Timings(1.0, 1.0, job_s), faults=list(faults))
 
 
-def test_the_verdict_holds_when_the_job_completed_every_fault_fired_and_the_files_match(make_job, tmp_path):
-    fired = FaultRecord("kill:node1@step=12", "node1", elapsed_s=8.5, step=12)
-    verdict = ChaosVerdict(7, result(make_job, tmp_path, run_id="ref"),
-                           result(make_job, tmp_path, faults=[fired], job_s=41.5, run_id="dis"),
-                           ["kill:node1@step=12"], [FileComparison("final.pt", "tensors", True, 0.0, "w")])
-    assert verdict.holds and verdict.exit_code == 0 and verdict.failures == []
+def strike(spec: str = "kill:node1@step=12", saved=("ckpt.pt",), resumed_from=9, redone=3) -> Strike:
+    return Strike(spec, 8.5, 12, 12, 6.0, saved, True, resumed_from, redone)
+
+
+KILL = FaultRecord("kill:node1@step=12", "node1", elapsed_s=8.5, step=12, fired_time=108.5)
+
+
+def verdict_of(make_job, tmp_path, strikes=(), **options) -> ChaosVerdict:
+    return ChaosVerdict(7, result(make_job, tmp_path, run_id="ref"),
+                        result(make_job, tmp_path, faults=[KILL], job_s=41.5, run_id="dis"), [KILL.spec],
+                        [FileComparison("final.pt", "tensors", True, 0.0, "w")],
+                        facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), strikes=list(strikes), steps_redone=3, **options)
+
+
+def test_the_verdict_holds_when_a_fault_after_a_save_was_followed_by_a_resume_and_the_files_match(make_job, tmp_path):
+    verdict = verdict_of(make_job, tmp_path, [strike()])
+    assert verdict.status == "HOLDS" and verdict.holds and verdict.exit_code == 0
     text = verdict.format()
-    assert "VERDICT HOLDS: the job survived 1 fault(s)" in text
-    assert "time lost +11.5 s" in text
-    assert verdict.fault_rows() == [("kill:node1@step=12", "yes", "8.5 s", "12", "")]
-    assert verdict.record()["holds"] is True
+    assert "VERDICT HOLDS: the job survived 1 fault(s), resumed after a save" in text
+    assert "steps redone 3 (33 done against 30 undisturbed) | time lost +11.5 s" in text
+    assert verdict.fault_rows() == [("kill:node1@step=12", "8.5 s, step 12", "12 step(s), 6.0 s training",
+                                     "yes: ckpt.pt", "resumed from step 9: 3 step(s) redone")]
+    assert verdict.record()["status"] == "HOLDS" and verdict.record()["reference_run"] == "ref"
+
+
+def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_a_hold(make_job, tmp_path):
+    before_any_save = verdict_of(make_job, tmp_path, [strike(saved=())])
+    assert before_any_save.status == "INCONCLUSIVE" and before_any_save.exit_code == 1
+    assert before_any_save.inconclusive == [
+        "no fault struck after the job had written a file in its work directory, so the resume path was never"
+        " exercised (the undisturbed run wrote its first, ckpt.pt, before step 4)"]
+    assert "VERDICT INCONCLUSIVE: the check could not have caught a broken resume:" in before_any_save.format()
+    from_scratch = verdict_of(make_job, tmp_path, [strike(resumed_from=0, redone=12)])
+    assert from_scratch.inconclusive == ["no attempt resumed: after kill:node1@step=12 the job restarted from the"
+                                         " beginning (12 step(s) redone) although it had written ckpt.pt"]
+    unknown = verdict_of(make_job, tmp_path, [strike(resumed_from=None, redone=None)])
+    assert unknown.status == "HOLDS"  # not known not to have resumed: the files tell
+    not_followed = verdict_of(make_job, tmp_path, [strike(saved=None)])
+    assert "the work directory was not followed" in not_followed.inconclusive[0]
+
+
+def test_a_bound_on_steps_redone_and_a_per_step_difference_fail_the_trial(make_job, tmp_path):
+    assert verdict_of(make_job, tmp_path, [strike()], max_steps_redone=3).holds
+    bounded = verdict_of(make_job, tmp_path, [strike()], max_steps_redone=2)
+    assert bounded.failures == ["3 step(s) redone in all, more than --max-steps-redone 2"]
+    differs = verdict_of(make_job, tmp_path, [strike()], steps=StepsComparison(4, "loss first differs at step 10"))
+    assert differs.status == "DOES NOT HOLD" and differs.failures == ["per-step metrics: loss first differs at step 10"]
+    nothing = verdict_of(make_job, tmp_path, [strike()], steps=StepsComparison(0))
+    assert nothing.status == "INCONCLUSIVE" and "--compare-steps: no metric" in nothing.inconclusive[0]
 
 
 def test_the_verdict_names_a_file_that_differs_and_a_fault_that_never_fired(make_job, tmp_path):
@@ -201,7 +334,8 @@ def test_the_verdict_names_a_file_that_differs_and_a_fault_that_never_fired(make
     assert verdict.failures == [
         "fault restart:node0@step=30 did not fire: the workers never reached step 30",
         "final.pt: differs (tensors; largest difference 0.23 at optimizer.state.0.momentum_buffer)"]
-    assert "VERDICT DOES NOT HOLD:" in verdict.format()
+    assert verdict.status == "DOES NOT HOLD" and "VERDICT DOES NOT HOLD:" in verdict.format()
+    assert verdict.fault_rows()[0][1] == "did not fire: the workers never reached step 30"
 
 
 def test_a_job_that_failed_under_the_faults_or_a_reference_that_failed_is_the_reason(make_job, tmp_path):
@@ -213,6 +347,21 @@ def test_a_job_that_failed_under_the_faults_or_a_reference_that_failed_is_the_re
     assert no_reference.exit_code == 1
 
 
+def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job, tmp_path):
+    held = verdict_of(make_job, tmp_path, [strike()])
+    unsure = verdict_of(make_job, tmp_path, [strike(saved=())])
+    failed = verdict_of(make_job, tmp_path, [strike()], max_steps_redone=0)
+    reference = held.reference
+    assert ChaosResult(reference, [held, held]).status == "HOLDS"
+    assert ChaosResult(reference, [held, unsure]).status == "INCONCLUSIVE"
+    mixed = ChaosResult(reference, [unsure, failed, held])
+    assert mixed.status == "DOES NOT HOLD" and mixed.exit_code == 1
+    assert mixed.failures[1] == "seed 7: 3 step(s) redone in all, more than --max-steps-redone 0"
+    text = mixed.format()
+    assert "=== chaos check: 3 trials against one undisturbed run" in text
+    assert "VERDICT DOES NOT HOLD: 1 of 3 trials does not hold:" in text
+
+
 # --- the command's input --------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
@@ -220,6 +369,8 @@ def test_a_job_that_failed_under_the_faults_or_a_reference_that_failed_is_the_re
     (["--kinds", "kill,nope"], "no fault kind 'nope'"),
     (["--rtol", "-1"], "--rtol"),
     (["--compare", "/etc/passwd"], "give a path relative to the work directory"),
+    (["--trials", "0"], "--trials"),
+    (["--max-steps-redone", "-2"], "--max-steps-redone"),
     (["--detach"], "unrecognized arguments: --detach"),
 ])
 def test_bad_chaos_input_is_one_line_and_exit_2(argv, message, tmp_path):

@@ -64,3 +64,28 @@ def test_a_rank_at_a_fault_step_waits_until_the_fault_is_injected(tmp_path, monk
     assert json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[-1])["step"] == 12  # reported first
     mark_fired(tmp_path, 12)
     assert released.wait(2)
+
+
+def test_a_rank_waits_at_its_nth_step_in_an_attempt_listed_before_it_began_and_records_carry_the_attempt(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    write_triggers(tmp_path, [], [(2, "a1")])
+    monkeypatch.setattr(progress, "_channel", None)  # a new worker process: a new attempt
+    progress.report(7)  # resumed at 7: its first step here
+    released = threading.Event()
+
+    def worker() -> None:
+        progress.report(7)  # the same step again is not a second one
+        progress.report(8)
+        released.set()
+
+    threading.Thread(target=worker, daemon=True).start()
+    assert not released.wait(0.3)  # waiting at its second step
+    mark_fired(tmp_path, "a1")
+    assert released.wait(2)
+    records = ProgressReader(tmp_path).poll()
+    assert [r.step for r in records] == [7, 7, 8] and len({r.attempt for r in records}) == 1 and records[0].attempt
+    monkeypatch.setattr(progress, "_channel", None)
+    progress.report(1)
+    assert ProgressReader(tmp_path).poll()[-1].attempt != records[0].attempt

@@ -127,6 +127,40 @@ def test_the_fault_scheduler_fires_by_time_and_by_step_once_each(tmp_path):
     assert [kind for kind, _ in recorder.events] == ["fault", "fault"]
 
 
+def test_a_fault_in_an_attempt_is_armed_by_the_one_before_and_counts_only_attempts_begun_after_it(tmp_path):
+    recorder, injected, clock = Recorder(), [], [100.0]
+    watch = ProgressWatch(tmp_path, recorder.record)
+    scheduler = FaultScheduler((parse_fault("kill:node0@step=4"), parse_fault("kill:node1@step=+2"),
+                                parse_fault("kill:node1@step=+2")), injected.append, tmp_path, recorder.say,
+                               recorder.record, wall=lambda: clock[0])
+
+    def report(rank: int, attempt: str, step: int, at: float) -> None:
+        with open(tmp_path / f"rank{rank}.jsonl", "a") as handle:
+            handle.write(json.dumps({"rank": rank, "step": step, "time": at, "attempt": attempt}) + "\n")
+        watch.poll(0.0, None)
+
+    for step in range(1, 5):
+        report(0, "first", step, 90.0 + step)
+    assert not (tmp_path / "triggers.json").exists()  # nothing armed before the first fault fires
+    assert [str(f) for f in scheduler.fire_due(5.0, watch.max_step, watch.attempt_steps)] == ["kill:node0@step=4"]
+    # armed at the first fault: the second is listed for the attempts to come, the third waits its turn
+    assert json.loads((tmp_path / "triggers.json").read_text()) == {"steps": [4], "in_attempt": [[2, "a1"]]}
+    report(0, "first", 5, 101.0)  # the struck attempt's last step: not the next attempt's
+    report(1, "first-b", 1, 99.0)
+    assert scheduler.fire_due(6.0, watch.max_step, watch.attempt_steps) == []
+    clock[0] = 110.0
+    report(0, "second", 3, 105.0)
+    assert scheduler.fire_due(7.0, watch.max_step, watch.attempt_steps) == []  # one step into it
+    report(0, "second", 4, 106.0)
+    assert [str(f) for f in scheduler.fire_due(8.0, watch.max_step, watch.attempt_steps)] == ["kill:node1@step=+2"]
+    assert (tmp_path / "fired-a1").exists() and not (tmp_path / "fired-a2").exists()
+    assert scheduler.armed == {1: 100.0, 2: 110.0}
+    assert [f.fired_time for f in scheduler.fired] == [100.0, 110.0]
+    assert [r.fired for r in scheduler.records(9.0, 5, True)] == [True, True, False]  # the third: same spec
+    assert [r.reason for r in scheduler.records(9.0, 5, True) if not r.fired] == [
+        "no attempt that began after the fault before it reached 2 step(s)"]
+
+
 def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its_step(tmp_path):
     recorder = Recorder()
 

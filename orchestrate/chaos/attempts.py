@@ -1,0 +1,206 @@
+"""What each fault of a disturbed run struck, and what the job redid after it (pure).
+
+An elastic job that loses a node starts again: a new *attempt*, whose ranks are new worker
+processes. Every progress record carries its worker's attempt token, so one rank's records
+(the lowest rank that reported steps; rank 0 is in every attempt) split into the job's
+attempts, in the order they began.
+
+Where an attempt started from (its *offset*: the step before its first):
+
+- steps the script reports itself are the job's own numbers: the step before the first;
+- a ``resumed`` record says it (the script's ``report_resumed``, or Adam's carried step count);
+- steps the start-up hook counted without a carried count start at 1 in every attempt: the
+  first attempt starts from 0, and the last one of a job that ended where the undisturbed run
+  ended did the reference's steps less its own; any other is unknown.
+
+A fault *struck* the attempt that was running when it fired (or, fired before that attempt's
+first step, its start-up); the *next* attempt is the first that began after it. Steps redone
+for a fault are where the struck attempt had got less where the next one started from; in all,
+the steps of every attempt less the undisturbed run's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from orchestrate.outcome.model import FaultRecord, WrittenFile
+from orchestrate.outcome.progress import ProgressRecord
+
+
+@dataclass
+class Attempt:
+    """One attempt of the job, as one rank saw it.
+
+    Attributes:
+        token: Its worker process's token.
+        first_time: Epoch time of its first record.
+        steps: Its distinct steps in the order reported, with their epoch times.
+        resumed: The step it said it resumed from, if it said so.
+        counted: Its steps were counted by the start-up hook (the script reported none).
+        offset: The job's step before its first (0: from the beginning; None: unknown).
+    """
+
+    token: str
+    first_time: float
+    steps: list[tuple[int, float]] = field(default_factory=list)
+    resumed: Optional[int] = None
+    counted: bool = False
+    offset: Optional[int] = None
+
+    @property
+    def count(self) -> int:
+        return len(self.steps)
+
+    @property
+    def numbered_as_the_job(self) -> bool:
+        """Its step numbers are the job's own (not counted from 1 in this attempt)."""
+        return not self.counted or self.resumed is not None or self.offset == 0
+
+    def steps_by(self, time: float) -> list[tuple[int, float]]:
+        return [(s, t) for s, t in self.steps if t <= time]
+
+    def job_step(self, step: int) -> Optional[int]:
+        """Its ``step`` as the job's step number (None: unknown)."""
+        if self.numbered_as_the_job:
+            return step
+        return None if self.offset is None else self.offset + step
+
+
+def one_ranks_records(records: Iterable[ProgressRecord]) -> list[ProgressRecord]:
+    """The records of the lowest rank that reported steps (every rank's attempts are the same)."""
+    records = list(records)
+    ranks = sorted({r.rank for r in records if r.step is not None})
+    return [r for r in records if r.rank == ranks[0]] if ranks else []
+
+
+def attempts_of(records: Iterable[ProgressRecord], reference_steps: Optional[int] = None,
+                completed: bool = False) -> list[Attempt]:
+    """The job's attempts, in the order they began (see the module's text); ``reference_steps``:
+    the undisturbed run's steps, ``completed``: the job ended where it ended."""
+    attempts: dict[str, Attempt] = {}
+    for record in sorted(one_ranks_records(records), key=lambda r: r.time):
+        attempt = attempts.setdefault(record.attempt, Attempt(record.attempt, record.time))
+        if record.resumed is not None:
+            attempt.resumed = record.resumed
+        if record.step is not None and all(record.step != s for s, _ in attempt.steps):
+            attempt.steps.append((record.step, record.time))
+            attempt.counted = attempt.counted or record.counted
+    ordered = sorted((a for a in attempts.values() if a.steps or a.resumed is not None), key=lambda a: a.first_time)
+    for index, attempt in enumerate(ordered):
+        attempt.offset = starting_point(attempt, first=index == 0, last=index == len(ordered) - 1,
+                                        reference_steps=reference_steps if completed else None)
+    return ordered
+
+
+def starting_point(attempt: Attempt, *, first: bool, last: bool, reference_steps: Optional[int]) -> Optional[int]:
+    """The job's step before the attempt's first (see the module's text)."""
+    if attempt.resumed is not None:
+        return attempt.resumed
+    if not attempt.counted:
+        return attempt.steps[0][0] - 1 if attempt.steps else None
+    if first:
+        return 0
+    if last and reference_steps is not None:
+        return max(0, reference_steps - attempt.count)
+    return None
+
+
+def job_steps(attempt: Attempt) -> Optional[int]:
+    """The job's last step in an attempt that ran alone (the undisturbed run's count)."""
+    if not attempt.steps:
+        return None
+    return attempt.job_step(attempt.steps[-1][0])
+
+
+@dataclass(frozen=True)
+class Strike:
+    """What one fault that fired struck, and what came after it.
+
+    Attributes:
+        spec: The fault.
+        at_s: Seconds into the job it fired; ``at_step`` the step then (the launcher's view).
+        steps_done: Steps the struck attempt had done by then (0: it struck in start-up).
+        training_s: Seconds from that attempt's first step to the fault (None: in start-up).
+        saved: The files the job had written in its work directory by then, the newest last
+            (None: not followed).
+        restarted: A new attempt began after it.
+        resumed_from: Where that attempt started (0: the beginning; None: unknown).
+        redone: The steps the next attempt did again (None: unknown).
+    """
+
+    spec: str
+    at_s: Optional[float]
+    at_step: Optional[int]
+    steps_done: int
+    training_s: Optional[float]
+    saved: Optional[tuple[str, ...]]
+    restarted: bool
+    resumed_from: Optional[int]
+    redone: Optional[int]
+
+    @property
+    def after_a_save(self) -> bool:
+        return bool(self.saved)
+
+    @property
+    def resumed(self) -> Optional[bool]:
+        """It was followed by an attempt that resumed (None: not known, or none followed)."""
+        if not self.restarted or self.resumed_from is None:
+            return None
+        return self.resumed_from > 0
+
+    def describe_struck(self) -> str:
+        if self.steps_done == 0:
+            return "in its start-up (no step yet)"
+        training = "" if self.training_s is None else f", {self.training_s:.1f} s training"
+        return f"{self.steps_done} step(s){training}"
+
+    def describe_saved(self) -> str:
+        if self.saved is None:
+            return "unknown"
+        if not self.saved:
+            return "no"
+        more = f" (+{len(self.saved) - 1} more)" if len(self.saved) > 1 else ""
+        return f"yes: {self.saved[-1]}{more}"
+
+    def describe_next(self) -> str:
+        if not self.restarted:
+            return "no new attempt"
+        if self.resumed_from is None:
+            return "resumed from a step not known (the optimizer carries no step count)"
+        redone = "" if self.redone is None else f": {self.redone} step(s) redone"
+        if self.resumed_from == 0:
+            return f"restarted from the beginning{redone}"
+        return f"resumed from step {self.resumed_from}{redone}"
+
+
+def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional[list[WrittenFile]]) -> list[Strike]:
+    """What every fault that fired struck, in the order they fired."""
+    fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=lambda f: f.fired_time or 0.0)
+    result = []
+    for index, fault in enumerate(fired):
+        at = fault.fired_time or 0.0
+        running = [a for a in attempts if a.first_time <= at]
+        struck = running[-1] if running else None
+        earlier = fired[index - 1] if index else None
+        if struck is not None and earlier is not None and (earlier.fired_time or 0.0) >= struck.first_time:
+            struck = None  # the fault before struck that attempt: this one fell in the next one's start-up
+        done = struck.steps_by(at) if struck is not None else []
+        following = [a for a in attempts if a.first_time > at]
+        after = following[0] if following else None
+        reached = struck.job_step(done[-1][0]) if struck is not None and done else None
+        redone = None
+        if after is not None and after.offset is not None and reached is not None:
+            redone = max(0, reached - after.offset)
+        saved = None if writes is None else tuple(w.path for w in writes if w.time <= at)
+        result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
+                             at - done[0][1] if done else None, saved, after is not None,
+                             after.offset if after is not None else None, redone))
+    return result
+
+
+def steps_redone(attempts: list[Attempt], reference_steps: Optional[int]) -> Optional[int]:
+    """The steps of every attempt less the undisturbed run's (None: no steps known)."""
+    if reference_steps is None or not attempts:
+        return None
+    return max(0, sum(a.count for a in attempts) - reference_steps)
