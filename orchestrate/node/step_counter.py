@@ -9,6 +9,10 @@ its own step count (Adam and its kin: ``state[param]["step"]``) tells where a re
 starts: if its first step here is its step N + 1, the job resumed from step N, said with
 ``report_resumed`` and counted on from there.
 
+A step that changes nothing is not counted: at learning rate 0 with every gradient zero. That is
+how ``torch.distributed.checkpoint``'s ``get_state_dict`` gives a fresh optimizer its state
+before a resume loads into it; counted, it would hide where the resumed job starts.
+
 Nothing is reported before the second step: a script that reports its own steps does so after
 its first, and the counter then stays out of the channel altogether. Standard library only;
 torch's optimizer is reached through the hook's arguments.
@@ -32,6 +36,18 @@ def carried_step(optimizer: Any) -> Optional[int]:
     return max(steps) if steps else None
 
 
+def changes_nothing(optimizer: Any) -> bool:
+    """A step at learning rate 0 with every gradient zero (or none): a state initialization, not
+    training. The gradients are looked at only when every learning rate is 0."""
+    groups = getattr(optimizer, "param_groups", None) or []
+    try:
+        if not groups or any(float(group.get("lr", 1.0)) != 0.0 for group in groups):
+            return False
+        return all(p.grad is None or not bool(p.grad.any()) for group in groups for p in group.get("params", []))
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return False
+
+
 class StepCounter:
     """Counts optimizer steps (see the module's text); ``report`` and ``report_resumed`` are the
     progress channel's, ``script_reports`` says whether the script reports its own."""
@@ -48,6 +64,8 @@ class StepCounter:
 
     def after_step(self, optimizer: Any, args: Any = (), kwargs: Any = None) -> None:
         """torch's post-step hook: one more step of ``optimizer``."""
+        if changes_nothing(optimizer):
+            return
         key = id(optimizer)
         if key not in self.counts:
             carried = carried_step(optimizer)

@@ -39,3 +39,19 @@ def test_a_script_that_reports_its_own_steps_keeps_its_numbering(tmp_path):
         steps = [r for r in records[rank] if "step" in r]
         assert [r["step"] for r in steps] == list(range(1, 7))
         assert not any("counted" in r for r in records[rank])
+
+
+def test_a_dcp_resume_with_adam_is_told_by_the_carried_step_and_a_fresh_adam_counts_from_one(tmp_path):
+    # get_state_dict gives a fresh optimizer its state with a step at learning rate 0: not counted
+    script = JOBS / "dcp_resume.py"
+    (tmp_path / "first").mkdir()
+    run_hooked(tmp_path / "first", script, "--steps", "5", "--startup", "0", "--sleep", "0")  # saves at step 3
+    (tmp_path / "first" / "ckpt").rename(tmp_path / "ckpt")
+    resumed = run_hooked(tmp_path, script, "--steps", "9", "--startup", "0", "--sleep", "0")
+    for rank in (0, 1):
+        assert [r.get("resumed") for r in resumed[rank] if "resumed" in r] == [3]
+        assert [r["step"] for r in resumed[rank] if "step" in r] == [4, 5, 6, 7, 8, 9]
+    (tmp_path / "progress").rename(tmp_path / "progress-resumed")
+    (tmp_path / "ckpt" / "LATEST").write_text("3")  # from step 3 again, with a fresh Adam
+    forgot = run_hooked(tmp_path, script, "--steps", "9", "--startup", "0", "--sleep", "0", "--forget-optimizer")
+    assert [r["step"] for r in forgot[0]] == [1, 2, 3, 4, 5, 6] and not any("resumed" in r for r in forgot[0])
