@@ -13,6 +13,9 @@ Where an attempt started from (its *offset*: the step before its first):
   first attempt starts from 0, and the last one of a job that ended where the undisturbed run
   ended did the reference's steps less its own; any other is unknown.
 
+An attempt after a fault that fell before the job had written anything in its work directory
+started from the beginning: there was nothing to resume from.
+
 A fault *struck* the attempt that was running when it fired (or, fired before that attempt's
 first step, its start-up); the *next* attempt is the first that began after it. Steps redone
 for a fault are where the struck attempt had got less where the next one started from; in all,
@@ -167,7 +170,7 @@ class Strike:
         if not self.restarted:
             return "no new attempt"
         if self.resumed_from is None:
-            return "resumed from a step not known (the optimizer carries no step count)"
+            return "started from a step not known (its steps were counted from 1, with no step count carried)"
         redone = "" if self.redone is None else f": {self.redone} step(s) redone"
         if self.resumed_from == 0:
             return f"restarted from the beginning{redone}"
@@ -193,9 +196,12 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         if after is not None and after.offset is not None and reached is not None:
             redone = max(0, reached - after.offset)
         saved = None if writes is None else tuple(w.path for w in writes if w.time <= at)
+        start = after.offset if after is not None else None
+        if after is not None and start is None and saved == ():
+            start = 0  # nothing saved yet: nothing to resume from
+            redone = reached
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
-                             at - done[0][1] if done else None, saved, after is not None,
-                             after.offset if after is not None else None, redone))
+                             at - done[0][1] if done else None, saved, after is not None, start, redone))
     return result
 
 

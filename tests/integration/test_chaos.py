@@ -1,6 +1,9 @@
-"""``chaos`` on real nodes: a job whose resume is right survives a killed node and ends where the
-undisturbed run ends (exit 0); one whose resume forgets the optimizer's momentum is caught
-(exit 1, naming the file and its largest difference)."""
+"""``chaos`` on real nodes: a job whose resume is right survives killed nodes in three trials and
+ends where the undisturbed run ends (exit 0); one whose resume forgets the optimizer's momentum
+is caught (exit 1, naming the file and its largest difference). A user's own script, which
+saves with torch.distributed.checkpoint after 15 s of start-up and reports no steps: a right
+resume holds, a forgotten optimizer does not, and a job that saves only at its end is
+INCONCLUSIVE."""
 from __future__ import annotations
 
 import io
@@ -24,14 +27,13 @@ def chaos(docker_client, tmp_path):
     project afterwards, whatever happened."""
     runs_dir = tmp_path / "runs"
 
-    def check(*args: str) -> tuple[int, str]:
+    def check(*args: str, job: str = "resume_training.py") -> tuple[int, str]:
         workdir = tmp_path / "work"
         workdir.mkdir(exist_ok=True)
-        shutil.copy(JOBS / "resume_training.py", workdir)
+        shutil.copy(JOBS / job, workdir)
         out = io.StringIO()
         code = main(["chaos", "--nodes", "2", "--workdir", str(workdir), "--runs-dir", str(runs_dir),
-                     "--rdzv-timeout", "30", "--collective-timeout", "20", "--faults", "1", "--seed", "5",
-                     "--kinds", "kill", "--compare", "final.pt", *args], out=out)
+                     "--rdzv-timeout", "30", "--collective-timeout", "20", "--compare", "final.pt", *args], out=out)
         return code, out.getvalue()
 
     yield check
@@ -43,37 +45,78 @@ def run_dirs(tmp_path: Path) -> list[Path]:
     return sorted(tmp_path.glob("runs/chaos-*/runs/*"))
 
 
-def test_a_right_resume_survives_a_killed_node_and_ends_where_the_undisturbed_run_ends(chaos, docker_client,
-                                                                                       tmp_path):
-    code, output = chaos("--", "resume_training.py", "--steps", "30")
+def test_a_right_resume_survives_a_killed_node_in_three_trials_and_ends_where_the_undisturbed_run_ends(
+        chaos, docker_client, tmp_path):
+    code, output = chaos("--faults", "1", "--seed", "5", "--kinds", "kill", "--trials", "3", "--compare-steps", "--",
+                         "resume_training.py", "--steps", "30")
     assert code == 0, output[-5000:]
-    schedule = re.search(r"\[chaos\] run 2 of 2: the same job with 1 fault\(s\) drawn from seed 5 over steps 2\.\.29:"
-                         r" (kill:node\d@step=(\d+))", output)
-    assert schedule, output[-5000:]
-    spec, step = schedule[1], int(schedule[2])
-    assert re.search(rf"{re.escape(spec)} +yes +[\d.]+ s +{step}", output), output[-3000:]
-    assert re.search(r"compared final\.pt: matches \(tensors; largest difference 0 at \w+\)", output)
-    assert "VERDICT HOLDS: the job survived 1 fault(s)" in output
-    assert re.search(r"recovery: node\d rejoined after injected fault", output)
+    assert "[chaos] the undisturbed job: 30 steps in" in output and "it first wrote checkpoint.pt" in output
+    schedules = re.findall(r"\[chaos\] run (\d) of 4: the same job with 1 fault\(s\) drawn from seed (\d):"
+                           r" (kill:node\d@step=(\d+))", output)
+    assert [(run, seed) for run, seed, _, _ in schedules] == [("2", "5"), ("3", "6"), ("4", "7")], output[-5000:]
+    for _, seed, spec, step in schedules:
+        # each fault after the first save, and the attempt after it resumed from the checkpoint before
+        row = re.search(rf"{re.escape(spec)} +[\d.]+ s, step {step} +{step} step\(s\), [\d.]+ s training +yes:"
+                        rf" checkpoint\.pt +resumed from step (\d+): (\d+) step\(s\) redone", output)
+        assert row and int(row[1]) == int(step) and int(row[2]) == 0, output[-5000:]  # it saved every step
+        assert int(step) >= 3
+    assert len(re.findall(r"compared final\.pt: matches \(tensors; largest difference 0 at \w+\)", output)) == 3
+    assert len(re.findall(r"compared per-step metrics: \d+ value\(s\) match the undisturbed run's", output)) == 3
+    assert "VERDICT HOLDS: every one of 3 trials held" in output
+    assert re.search(r"^5 +kill:node\d@step=\d+ +1 +0 +HOLDS$", output, re.M), output[-2000:]
 
-    undisturbed, disturbed = run_dirs(tmp_path)
-    record = json.loads((disturbed / "chaos.json").read_text())
-    assert record["holds"] is True and record["schedule"][0]["fault"] == spec
-    page = (disturbed / "report.html").read_text()
-    assert 'id="chaos-verdict"' in page and "The verdict holds" in page and spec in page
+    undisturbed, *trials = run_dirs(tmp_path)
+    assert len(trials) == 3
+    for disturbed in trials:
+        record = json.loads((disturbed / "chaos.json").read_text())
+        assert record["holds"] is True and record["reference_run"] == undisturbed.name
+        page = (disturbed / "report.html").read_text()
+        assert 'id="chaos-verdict"' in page and "The verdict holds" in page
+        assert f'href="../{undisturbed.name}/report.html"' in page  # the report links to the reference
     # each run in its own copy: the work directory itself has no checkpoint, each copy its own
     assert not (tmp_path / "work" / "checkpoint.pt").exists()
-    assert list((tmp_path / "runs").glob("chaos-*/undisturbed/final.pt"))
-    for run_dir in (undisturbed, disturbed):
+    assert len(list((tmp_path / "runs").glob("chaos-*/with-faults-seed*/final.pt"))) == 3
+    for run_dir in (undisturbed, *trials):
         assert leftovers(docker_client, f"ddp-{run_dir.name}") == []
 
 
 def test_a_resume_that_forgets_the_momentum_is_caught_naming_the_file_and_the_difference(chaos, tmp_path):
-    code, output = chaos("--", "resume_training.py", "--steps", "30", "--forget-momentum")
+    code, output = chaos("--faults", "1", "--seed", "5", "--kinds", "kill", "--", "resume_training.py", "--steps", "30",
+                         "--forget-momentum")
     assert code == 1, output[-5000:]
     assert "SUCCEEDED" in output  # the job itself ended well: only the comparison can tell
     difference = re.search(r"final\.pt: differs \(tensors; largest difference ([\d.e-]+) at (\w+)\)", output)
     assert difference and float(difference[1]) > 1e-4, output[-3000:]
     assert "VERDICT DOES NOT HOLD:" in output
     record = json.loads((run_dirs(tmp_path)[1] / "chaos.json").read_text())
-    assert record["holds"] is False and record["comparisons"][0]["equal"] is False
+    assert record["holds"] is False and record["status"] == "DOES NOT HOLD" and record["comparisons"][0]["equal"] is False
+
+
+# A user's script: DCP saves every 3 steps, 15 s of start-up, no steps reported (Adam's are counted)
+DCP_JOB = ("--faults", "2", "--seed", "3", "--", "dcp_resume.py", "--steps", "30", "--startup", "15")
+
+
+def test_a_users_dcp_resume_holds_with_every_fault_after_a_checkpoint_and_a_resumed_attempt(chaos):
+    code, output = chaos(*DCP_JOB, job="dcp_resume.py")
+    assert code == 0, output[-5000:]
+    assert re.search(r"it first wrote ckpt/step_3/\S+, before step 4", output), output[-5000:]
+    first, second = re.search(r"drawn from seed 3: (\S+@step=\d+) (\S+@step=\+\d+)", output).groups()
+    for spec in (first, second):  # in training time, after a checkpoint, followed by a resume
+        assert re.search(rf"{re.escape(spec)} .* [1-9]\d* step\(s\), [\d.]+ s training +yes: ckpt/step_\d+/.*"
+                         r"resumed from step [1-9]\d*: \d+ step\(s\) redone", output), output[-5000:]
+    assert "VERDICT HOLDS" in output
+
+
+def test_a_users_dcp_resume_that_forgets_the_optimizer_does_not_hold(chaos):
+    code, output = chaos(*DCP_JOB, "--forget-optimizer", job="dcp_resume.py")
+    assert code == 1, output[-5000:]
+    assert re.search(r"final\.pt: differs \(tensors; largest difference [\d.e-]+ at", output), output[-5000:]
+    assert "VERDICT DOES NOT HOLD:" in output
+
+
+def test_a_job_that_saves_only_at_its_end_is_inconclusive_never_a_hold(chaos):
+    code, output = chaos(*DCP_JOB, "--save-every", "30", job="dcp_resume.py")
+    assert code == 1, output[-5000:]
+    assert "VERDICT INCONCLUSIVE: the check could not have caught a broken resume:" in output
+    assert "no fault struck after the job had written a file in its work directory" in output
+    assert "compared final.pt: matches" in output  # the files alone would have said it held

@@ -1,7 +1,10 @@
 """Elastic mode (c10d rendezvous): a killed node rejoins and training ends as if undisturbed."""
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +13,7 @@ from tests.integration.conftest import ELASTIC, ELASTIC_TRAIN, leftovers
 pytestmark = pytest.mark.integration
 # app.train's default progress lines (one every 2 s): the @step trigger does not depend on them.
 TRAIN = ELASTIC_TRAIN
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 
 @pytest.mark.xdist_group("elastic-run")
@@ -48,4 +52,22 @@ def test_elastic_without_restarts_left_fails_naming_the_dead_node(orchestrate_ru
                              "--checkpoint-dir", "ck", "--epochs", "50")
     assert result.code == 1
     assert "FAILED: node1 failed (injected fault kill:node1@step=12)" in result.output
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_two_preempts_are_two_recoveries_and_the_second_counts_into_the_next_attempt(orchestrate_run, docker_client,
+                                                                                     tmp_path):
+    # a preempt's SIGKILL, due after the grace, belongs to the attempt it was set for: one fault, one recovery
+    shutil.copy(JOBS / "resume_training.py", tmp_path)
+    result = orchestrate_run(*ELASTIC, "--max-restarts", "2", "--stop-grace", "5", "--workdir", str(tmp_path),
+                             "--fault", "preempt:node1@step=6", "--fault", "preempt:node0@step=+4", "--",
+                             "resume_training.py", "--steps", "24")
+    assert result.code == 0, result.output[-4000:]
+    assert len(re.findall(r"^recovery: ", result.output, re.M)) == 2, result.output[-3000:]
+    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["spec"] for e in events if e["event"] == "fault"] == ["preempt:node1@step=6", "preempt:node0@step=+4"]
+    assert not any(e["event"] == "node-killed" for e in events), [e for e in events if e["event"] == "node-killed"]
+    # the second fault struck the attempt that resumed from step 6, four steps into it
+    second = re.search(r"fault injected: preempt:node0@step=\+4 \([\d.]+ s into the job, at step (\d+)", result.output)
+    assert second and int(second[1]) == 10, result.output[-3000:]
     assert leftovers(docker_client, result.project) == []

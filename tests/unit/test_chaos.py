@@ -233,9 +233,14 @@ def test_counted_steps_without_a_carried_count_resume_as_far_as_the_last_attempt
     assert (strike.resumed_from, strike.redone, strike.resumed) == (4, 2, True)
     assert strike.describe_saved() == "no"
     # the job did not complete: the last attempt's start cannot be told
-    [unknown] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts_of(records, 10, completed=False), [])
+    saved = [WrittenFile("ckpt.pt", 103.0)]
+    [unknown] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts_of(records, 10, completed=False), saved)
     assert unknown.resumed_from is None and unknown.resumed is None
-    assert unknown.describe_next() == "resumed from a step not known (the optimizer carries no step count)"
+    # with nothing saved before the fault there was nothing to resume from
+    [nothing] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts_of(records, 10, completed=False), [])
+    assert nothing.describe_next() == "restarted from the beginning: 6 step(s) redone"
+    assert unknown.describe_next() == ("started from a step not known (its steps were counted from 1, with no step"
+                                       " count carried)")
     # a restart from the beginning: 10 steps again
     again = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 11), 111.0)
     attempts = attempts_of(again, 10, completed=True)
