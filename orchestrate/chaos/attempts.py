@@ -198,7 +198,7 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         saved = None if writes is None else tuple(w.path for w in writes if w.time <= at)
         start = after.offset if after is not None else None
         if after is not None and start is None and saved == ():
-            start = 0  # nothing saved yet: nothing to resume from
+            start = after.offset = 0  # nothing saved yet: nothing to resume from (its steps are the job's)
             redone = reached
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
                              at - done[0][1] if done else None, saved, after is not None, start, redone))

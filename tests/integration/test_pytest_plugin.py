@@ -92,3 +92,34 @@ def test_the_ci_recipes_tests_pass_as_its_pytest_command_runs_them(docker_client
     finally:
         for project in projects_of(text):
             remove_project(docker_client, project)
+
+
+USERS_CHAOS_TESTS = '''
+def test_resume_survives_a_killed_node(ddp_cluster):
+    verdict = ddp_cluster.chaos("resume_training.py", "--steps", "20", faults=1, seed=2, kinds="kill",
+                                compare=["final.pt"], cpu=True)
+    assert verdict.holds, verdict.format()
+    assert verdict.status == "HOLDS" and verdict.trials[0].strikes[0].resumed
+
+
+def test_a_forgotten_momentum_is_caught(ddp_cluster):
+    verdict = ddp_cluster.chaos("resume_training.py", "--steps", "20", "--forget-momentum", faults=1, seed=2,
+                                kinds="kill", compare=["final.pt"], cpu=True)
+    assert verdict.status == "DOES NOT HOLD" and verdict.exit_code == 1
+    assert verdict.failures[0].startswith("final.pt: differs")
+'''
+
+
+def test_the_fixtures_chaos_returns_the_verdict_of_a_right_and_a_broken_resume(pytester, docker_client):
+    shutil.copy(ROOT / "tests" / "jobs" / "resume_training.py", pytester.path / "resume_training.py")
+    pytester.makepyfile(test_users_chaos=USERS_CHAOS_TESTS)
+    outcome = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-rA", timeout=600)
+    text = outcome.stdout.str()
+    try:
+        outcome.assert_outcomes(passed=2)
+        assert len(projects_of(text)) >= 4, text[-3000:]  # a reference and a trial each
+        live = {c.labels.get("com.docker.compose.project") for c in docker_client.containers.list(all=True)}
+        assert not projects_of(text) & live
+    finally:
+        for project in projects_of(text):
+            remove_project(docker_client, project)

@@ -239,6 +239,11 @@ def test_counted_steps_without_a_carried_count_resume_as_far_as_the_last_attempt
     # with nothing saved before the fault there was nothing to resume from
     [nothing] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts_of(records, 10, completed=False), [])
     assert nothing.describe_next() == "restarted from the beginning: 6 step(s) redone"
+    # ... and so its steps are the job's: a fault striking it knows how far it had got
+    three = records + steps(0, "c", range(1, 11), 121.0)
+    _, second = strikes([fired("kill:node1@step=6", 106.5, 6), fired("kill:node0@step=+5", 115.5, 5)],
+                        attempts_of(three, 10, completed=True), [])
+    assert (second.resumed_from, second.redone) == (0, 5)
     assert unknown.describe_next() == ("started from a step not known (its steps were counted from 1, with no step"
                                        " count carried)")
     # a restart from the beginning: 10 steps again
