@@ -1,3 +1,3 @@
 """Faults at run time: doing and undoing them to nodes (inject) and to one worker process (ranks),
 and firing and ending them at their time or training step (scheduler). Their specs, what a user asks for, are config.fault_spec. May import config,
-plan, engine, outcome and the node package's constants."""
+plan, engine, outcome and the node package's constants and in-node scripts."""

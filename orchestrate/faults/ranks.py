@@ -2,55 +2,21 @@
 global rank in the nodes and signalling it (``kill-rank``: SIGKILL; ``hang-rank``: SIGSTOP,
 then SIGCONT at its end), and finding the ranks that are stopped (a hung rank, named).
 
-A worker is a process that torchrun started: its environment has ``TORCHELASTIC_RUN_ID`` and
-its ``RANK``. The processes it starts itself (data loader workers) inherit both; the rank's
-process is the one whose parent is not of the same rank. The script runs in the node as root,
-the only user who may read every process's environment.
+How a node finds a rank's process is :mod:`orchestrate.node.rank_signal`, run there as root.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError
+from orchestrate.node import rank_signal
 
-# Run in a node: ``python3 -c SCRIPT signal RANK SIGNAL`` signals the process of RANK and prints
-# its pid; ``python3 -c SCRIPT stopped`` prints "RANK PID" for each rank whose process is stopped.
-RANK_SCRIPT = r"""
-import os, signal, sys
-
-def environment(pid):
-    try:
-        raw = open(f"/proc/{pid}/environ", "rb").read().decode("utf-8", "replace")
-    except OSError:
-        return {}
-    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
-
-def parent_and_state(pid):
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None, "?"
-    return int(fields[1]), fields[0]
-
-ranks = {}
-for name in os.listdir("/proc"):
-    if name.isdigit():
-        env = environment(name)
-        if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
-            ranks[int(name)] = env["RANK"]
-workers = {pid: rank for pid, rank in ranks.items() if ranks.get(parent_and_state(pid)[0]) != rank}
-if sys.argv[1] == "signal":
-    for pid, rank in workers.items():
-        if rank == sys.argv[2]:
-            os.kill(pid, getattr(signal, sys.argv[3]))
-            print(pid)
-else:
-    for pid, rank in sorted(workers.items()):
-        if parent_and_state(pid)[1] == "T":
-            print(rank, pid)
-"""
+# Run in a node as ``python3 -c SCRIPT signal RANK SIGNAL`` or ``python3 -c SCRIPT stopped``: the
+# text of :mod:`orchestrate.node.rank_signal`, so that a node needs nothing of ddp-compose.
+RANK_SCRIPT = Path(rank_signal.__file__).read_text(encoding="utf-8")
 
 
 def signal_rank(client: Any, containers: dict[str, Any], rank: int, signal_name: str) -> str:

@@ -4,17 +4,17 @@ rank's worker process, run here on real processes."""
 from __future__ import annotations
 
 import json
-import os
-import signal
+import shutil
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.engine.compose_file import render_compose
 from orchestrate.faults.ranks import RANK_SCRIPT
+from orchestrate.node import rank_signal
 from tests.fakes import FakeDockerClient, Script, fake_engine
 
 engine = fake_engine
@@ -147,43 +147,35 @@ def test_an_end_that_cannot_be_undone_is_said_and_the_run_goes_on(make_run):
 
 # The script that finds a rank's worker process, on real processes ---------------------------
 
-@pytest.fixture
-def fake_worker():
-    """A process as torchrun starts a worker (TORCHELASTIC_RUN_ID, RANK=5), with a child of
-    its own that inherits both (as a data loader worker does)."""
-    env = {**os.environ, "TORCHELASTIC_RUN_ID": "r", "RANK": "5", "LOCAL_RANK": "0"}
-    worker = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time;"
-                               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
-                               "print(c.pid, flush=True); time.sleep(60)"], env=env, stdout=subprocess.PIPE, text=True)
-    child = int(worker.stdout.readline())
-    yield worker.pid, child
-    for pid in (worker.pid, child):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    worker.wait()
+def in_own_pid_namespace(*command: str) -> subprocess.CompletedProcess:
+    """Run ``command`` as PID 1 of a PID namespace of its own, with its own /proc: what it starts
+    and signals is all it can see (the tests touch no process they did not make)."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"], capture_output=True) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no PID namespace can be made here (unshare --pid needs root or user namespaces): the rank"
+                    " script would see every process on the machine")
+    return subprocess.run([unshare, "--pid", "--fork", "--mount-proc", *command], capture_output=True, text=True,
+                          timeout=60)
 
 
-def state(pid: int) -> str:
-    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_it(tmp_path):
+    script = tmp_path / "rank_signal.py"
+    script.write_text(RANK_SCRIPT)  # the text the launcher sends to python3 -c in a node
+    harness = Path(__file__).parent / "data" / "rank_signal_in_a_namespace.py"
+    done = in_own_pid_namespace(sys.executable, str(harness), str(script))
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["pid_namespace_init"] is True
+    assert seen["signalled"] == [str(seen["worker"])]  # the worker, not its child
+    worker_state, child_state = seen["states_stopped"]
+    assert worker_state == "T" and child_state != "T"
+    assert seen["stopped"] == ["5", str(seen["worker"])]
+    assert seen["other_rank"] == ""  # no such rank here
+    assert seen["stopped_after_cont"] == ""
 
 
-def rank_script(*args: str) -> str:
-    return subprocess.run([sys.executable, "-c", RANK_SCRIPT, *args], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_it(fake_worker):
-    worker, child = fake_worker
-    assert rank_script("signal", "5", "SIGSTOP").split() == [str(worker)]
-    deadline = time.monotonic() + 10
-    while state(worker) != "T" and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert state(worker) == "T" and state(child) != "T"
-    assert rank_script("stopped").split() == ["5", str(worker)]
-    assert rank_script("signal", "6", "SIGCONT") == ""  # no such rank here
-    rank_script("signal", "5", "SIGCONT")
-    while state(worker) == "T" and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert rank_script("stopped") == ""
+def test_the_rank_script_is_the_node_modules_text_and_refuses_bad_arguments():
+    assert RANK_SCRIPT == Path(rank_signal.__file__).read_text(encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", RANK_SCRIPT, "signal", "5"], capture_output=True, text=True)
+    assert done.returncode == 2 and "usage: rank_signal.py" in done.stderr

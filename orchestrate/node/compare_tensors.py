@@ -1,0 +1,68 @@
+"""Run in a node (the run's own image, with torch): compare files two runs wrote, tensors with
+``torch.load`` walked together (dicts, lists, tensors, numbers), exactly or within a relative
+tolerance; one JSON object per path on stdout. A file torch cannot load is ``"loadable":
+false`` (the launcher compares it byte for byte).
+
+``python3 compare_tensors.py RTOL FIRST_DIR SECOND_DIR PATH...``. The launcher sends this file's
+text to ``python3 -c`` (:mod:`orchestrate.chaos.compare`), so a node needs nothing of
+ddp-compose installed; torch is imported only when it runs.
+"""
+import json
+import sys
+
+
+def walk(torch, a, b, where, rtol, worst):
+    """Whether ``a`` and ``b`` match; each leaf's difference goes to ``worst``."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            worst.append((float("inf"), where + f" (shape {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype})"))
+            return False
+        if not a.is_floating_point():
+            a, b = a.double(), b.double()
+        diff = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+        worst.append((diff, where))
+        return torch.equal(a, b) if rtol == 0 else bool(torch.allclose(a.double(), b.double(), rtol=rtol, atol=0.0))
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            worst.append((float("inf"), where + f" (keys differ: {sorted(map(str, a.keys() ^ b.keys()))[:5]})"))
+            return False
+        return all([walk(torch, a[k], b[k], f"{where}.{k}" if where else str(k), rtol, worst) for k in a])
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            worst.append((float("inf"), where + f" (lengths {len(a)} vs {len(b)})"))
+            return False
+        return all([walk(torch, x, y, f"{where}[{i}]", rtol, worst) for i, (x, y) in enumerate(zip(a, b))])
+    if isinstance(a, float) and isinstance(b, float):
+        worst.append((abs(a - b), where))
+        return a == b if rtol == 0 else abs(a - b) <= rtol * abs(b)
+    same = a == b
+    if not same:
+        worst.append((float("inf"), where + f" ({a!r} vs {b!r})"))
+    return bool(same)
+
+
+def main(argv):
+    rtol, first, second = float(argv[0]), argv[1], argv[2]
+    for path in argv[3:]:
+        compare_one(rtol, first, second, path)
+
+
+def compare_one(rtol, first, second, path):
+    """One path's comparison, as one JSON line."""
+    import torch
+
+    try:
+        a = torch.load(first + "/" + path, map_location="cpu", weights_only=False)
+        b = torch.load(second + "/" + path, map_location="cpu", weights_only=False)
+    except Exception:
+        print(json.dumps({"path": path, "loadable": False}))
+        return
+    worst = []
+    equal = walk(torch, a, b, "", rtol, worst)
+    largest = max(worst, default=(0.0, ""))
+    print(json.dumps({"path": path, "loadable": True, "equal": equal,
+                      "max_difference": largest[0] if largest[0] != float("inf") else None, "where": largest[1]}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,69 @@
+"""Run in a node (as root, the only user who may read every process's environment): find the
+worker process of a global rank and signal it, or list the ranks whose process is stopped.
+
+``python3 rank_signal.py signal RANK SIGNAL`` signals the process of RANK and prints its pid;
+``python3 rank_signal.py stopped`` prints ``RANK PID`` for each rank whose process is stopped.
+
+A worker is a process that torchrun started: its environment has ``TORCHELASTIC_RUN_ID`` and
+its ``RANK``. The processes it starts itself (data loader workers) inherit both; the rank's
+process is the one whose parent is not of the same rank. Standard library only: the launcher
+sends this file's text to ``python3 -c`` (:mod:`orchestrate.faults.ranks`), so a node needs
+nothing of ddp-compose installed. ``PROC`` is where the processes are listed (``/proc``).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Optional
+
+PROC = "/proc"
+
+
+def environment(pid: str) -> dict[str, str]:
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as handle:
+            raw = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+def parent_and_state(pid: int) -> tuple[Optional[int], str]:
+    try:
+        with open(f"{PROC}/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None, "?"
+    return int(fields[1]), fields[0]
+
+
+def workers() -> dict[int, str]:
+    """Every worker process here and its global rank (its own children left out)."""
+    ranks = {}
+    for name in os.listdir(PROC):
+        if name.isdigit():
+            env = environment(name)
+            if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
+                ranks[int(name)] = env["RANK"]
+    return {pid: rank for pid, rank in ranks.items() if ranks.get(parent_and_state(pid)[0]) != rank}
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["signal"] and len(argv) == 3:
+        for pid, rank in workers().items():
+            if rank == argv[1]:
+                os.kill(pid, getattr(signal, argv[2]))
+                print(pid)
+        return 0
+    if argv == ["stopped"]:
+        for pid, rank in sorted(workers().items()):
+            if parent_and_state(pid)[1] == "T":
+                print(rank, pid)
+        return 0
+    print("usage: rank_signal.py signal RANK SIGNAL | stopped", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
