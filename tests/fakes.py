@@ -95,6 +95,7 @@ class FakeContainer:
         self.log: list[tuple[float, str]] = []
         self.changed = threading.Condition()
         self.killed = threading.Event()
+        self.stop_timeouts: list[int] = []  # what each stop() was given
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
         self.resources: dict[str, Any] = {"cpu_period": service.get("cpu_period", 0),
                                           "cpu_quota": service.get("cpu_quota", 0)}
@@ -192,6 +193,7 @@ class FakeContainer:
 
     def stop(self, timeout: int = 10) -> None:
         self.client.calls.append(("stop", self.name))
+        self.stop_timeouts.append(timeout)
         if self.status in ("running", "paused"):
             self.killed.set()
             self.exit(143)

@@ -12,6 +12,21 @@ from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 
 
+class Lines(list):
+    """A rank's lines: a list of them, whose ``in`` finds a piece of text anywhere in them, as
+    ``in`` does on :attr:`RunResult.output` (``"ACCEPT OK" in result.rank_output(0)`` is true
+    when rank 0 printed a line with it, and ``"Traceback" not in ...`` can fail). ``str()``
+    gives the text, one line each."""
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, str):
+            return any(item in line for line in self)
+        return super().__contains__(item)
+
+    def __str__(self) -> str:
+        return "".join(f"{line}\n" for line in self)
+
+
 @dataclass
 class Recovery:
     """One node that died and rejoined an elastic job.
@@ -223,9 +238,10 @@ class RunResult:
         logs = sorted(self.run_dir.glob("node*.log")) or sorted(self.run_dir.glob("slurm-job.log"))
         return "".join(log.read_text(errors="replace") for log in logs)
 
-    def rank_output(self, rank: int) -> list[str]:
-        """The lines of global rank ``rank``, without their prefix."""
-        return re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", self.output, re.M)
+    def rank_output(self, rank: int) -> Lines:
+        """The lines of global rank ``rank``, without their prefix: a list whose ``in`` finds a
+        piece of text, as on :attr:`output` (see :class:`Lines`)."""
+        return Lines(re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", self.output, re.M))
 
     def __repr__(self) -> str:
         """What a failed ``assert result.succeeded`` shows: how the run ended and why first, the

@@ -128,3 +128,16 @@ def test_a_worker_that_refused_its_input_is_said_in_one_line_with_its_last_line(
                                   " not run on the CPU")
     crashed = Failure("node0", 0, 1, "", ("some line",))
     assert crashed.describe() == "node0 rank 0 failed (exit code 1)"  # only a refusal's last line is its reason
+
+
+def test_a_ranks_output_finds_a_piece_of_text_as_the_whole_output_does(tmp_path):
+    from orchestrate.outcome.model import RunResult, Timings
+
+    (tmp_path / "node0.log").write_text("[node0/rank0] ACCEPT OK: 3 steps\n[node0/rank1] Traceback (most recent call)\n")
+    result = RunResult("r", tmp_path, [], Timings())
+    lines = result.rank_output(0)
+    assert lines == ["ACCEPT OK: 3 steps"]  # still the lines
+    assert "ACCEPT OK" in lines and "ACCEPT OK" in result.output
+    assert "Traceback" not in lines and "Traceback" in result.rank_output(1)  # an assert on it can fail
+    assert str(result.rank_output(1)) == "Traceback (most recent call)\n"
+    assert "ACCEPT OK: 3 steps" in lines and 3 not in lines

@@ -137,7 +137,7 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     client = FakeDockerClient()
     started_runs(make_run, client,
                  ("done", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
-                 ("going", {"node0": Script(hang=True)}, dict(nodes=1)))
+                 ("going", {"node0": Script(hang=True)}, dict(nodes=1, stop_grace=3)))
     wait_until(lambda: {r.run_id: r.state for r in list_runs(client)}["done"] is RunState.SUCCEEDED)
     out = io.StringIO()
     assert main(client=client, argv=["ps"], out=out) == 0
@@ -147,6 +147,7 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     out = io.StringIO()
     assert main(client=client, argv=["stop", "going"], out=out) == 0
     assert "stopped node0 of run going; logs and state kept" in out.getvalue()
+    assert client.containers_by_name["ddp-going-node0-1"].stop_timeouts == [3]  # the run's own grace
     assert {r.run_id: r.state for r in list_runs(client)} == {"done": RunState.SUCCEEDED, "going": RunState.STOPPED}
 
     out = io.StringIO()
