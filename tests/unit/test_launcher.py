@@ -1,17 +1,21 @@
 """The launcher and the supervisor against the simulated engine of tests/fakes.py."""
 from __future__ import annotations
 
+import _thread
+
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.run_config import DEFAULT_IMAGE
-from orchestrate.engine.labels import find_node_container
+from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL, find_node_container
 from orchestrate.errors import NodeLookupError
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.run import Run
+from orchestrate.outcome.events import read_events
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
@@ -233,20 +237,37 @@ def test_the_report_is_written_by_the_end_of_a_run_with_the_teardown_timed(make_
     assert "SUCCEEDED" in (job.run_dir / "report.html").read_text()
 
 
-def test_ctrl_c_stops_every_node_and_tears_down(make_run, monkeypatch):
-    import orchestrate.supervise.supervisor as supervise
-
-    job = make_run(nodes=2)
-
-    def interrupted(self, timeout_s=None):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(supervise.Supervisor, "follow", interrupted)
+def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_unpausing_first(make_run):
+    # Ctrl-C arrives while the supervisor follows the nodes: node0 ends on SIGTERM (saying so),
+    # node1 ignores it and gets SIGKILL only after the stop grace, node2 was paused: unpaused first
+    job = make_run(nodes=3, stop_grace=1)
     client = FakeDockerClient()
-    outcome, _, compose = run(job, client, node0=[Script(hang=True)], node1=[Script(hang=True)])
+    names: dict[str, str] = {}
+
+    def pause_then_interrupt() -> None:
+        deadline = time.monotonic() + 10
+        while job.out.getvalue().count("training") < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # every node's line printed: the supervisor is following them
+        names.update({c.labels.get(COMPOSE_SERVICE_LABEL): c.name for c in client.containers_by_name.values()})
+        client.containers_by_name[names["node2"]].pause()
+        _thread.interrupt_main()
+
+    outcome, text, compose = run(
+        job, client, node0=[Script(["[0|0]:training"], hang=True, on_sigterm=["[0|0]:saved on SIGTERM"])],
+        node1=[Script(["[1|0]:training"], hang=True, ignore_sigterm=True)],
+        node2=[Script(["[2|0]:training"], hang=True, then=pause_then_interrupt)])
     assert outcome.interrupted and outcome.exit_code == 130
     assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
     assert compose.calls == ["up", "down"]
+    sent = {node: [call[2] if len(call) > 2 else call[0] if call[0] != "kill" else "SIGKILL"
+                   for call in client.calls if call[1] == name and call[0] in ("kill", "unpause")]
+            for node, name in names.items()}
+    assert sent == {"node0": ["SIGTERM"], "node1": ["SIGTERM", "SIGKILL"], "node2": ["unpause", "SIGTERM"]}
+    assert "saved on SIGTERM" in text  # its last lines were followed to its end
+    events = read_events(job.run_dir)
+    stopping = next(e["time"] for e in events if e["event"] == "node-stopping" and e["node"] == "node1")
+    killed = next(e["time"] for e in events if e["event"] == "node-killed" and e["node"] == "node1")
+    assert killed - stopping >= 0.95  # never before the grace
 
 
 def test_keep_leaves_the_run_in_the_engine(make_run):
