@@ -1,2 +1,6 @@
 """``bench``: the summaries and plots of the collectives, DDP and launcher benchmarks.
-May import engine, outcome and report; the runs themselves go through the library (launch)."""
+The runs themselves go through the library (launch); what it may import is MAY_IMPORT below."""
+
+# What this package may import of the others, beside errors, text and interrupts (a package, or one
+# module of it); tests/unit/test_import_contract.py holds every module to it.
+MAY_IMPORT = ("config", "engine", "report")

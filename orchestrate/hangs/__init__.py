@@ -2,3 +2,7 @@
 stack, the first divergence of their collectives, and the hang watchdog's policy. Pure but for
 reading and requesting snapshots in the run's directory; may import the node package and
 plan.layout only."""
+
+# What this package may import of the others, beside errors, text and interrupts (a package, or one
+# module of it); tests/unit/test_import_contract.py holds every module to it.
+MAY_IMPORT = ("plan.layout", "node.snapshot")

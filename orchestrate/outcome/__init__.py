@@ -1,2 +1,6 @@
 """Judging a run: the one result model, its root cause, summary, outcome.json and event file.
-May import plan, config and hangs; never the engine."""
+Never the engine; what it may import is MAY_IMPORT below."""
+
+# What this package may import of the others, beside errors, text and interrupts (a package, or one
+# module of it); tests/unit/test_import_contract.py holds every module to it.
+MAY_IMPORT = ("plan", "hangs")

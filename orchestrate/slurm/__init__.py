@@ -7,3 +7,7 @@
 - :mod:`orchestrate.slurm.backend` renders the cluster, submits with ``sbatch`` and follows
   the job through Slurm's own state (``scontrol``).
 """
+
+# What this package may import of the others, beside errors, text and interrupts (a package, or one
+# module of it); tests/unit/test_import_contract.py holds every module to it.
+MAY_IMPORT = ("config", "plan", "engine", "faults", "outcome", "supervise")

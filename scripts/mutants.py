@@ -1,0 +1,159 @@
+"""Mutation testing on purpose (never in CI): break the code the way a bug would, one mutant at a
+time, and check that the unit tests fail. A mutant the tests survive is a hole in the suite.
+
+The mutants are hand-written, one line each, over the logic that decides what a user sees:
+stopping and killing nodes, faults and their timing, restarts, the judge of a run, the masking
+of secrets and the teardown. Each names the unit tests that should catch it; each run has a time
+limit per test (pytest-timeout), so a mutant that makes a test hang is caught as a failure, not
+waited out.
+
+    .venv/bin/python scripts/mutants.py            # every mutant (about 10 minutes on 2 cores)
+    .venv/bin/python scripts/mutants.py -k stop    # those whose name has "stop"
+
+It works in a copy of the checkout (a temporary clone of HEAD with the working tree's changes),
+so the checkout itself is never changed, and prints a table and the score.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PER_TEST_TIMEOUT_S = 60
+
+SUPERVISOR = ("tests/unit/test_launcher.py", "tests/unit/test_supervisor_collaborators.py",
+              "tests/unit/test_reliability.py", "tests/unit/test_faults.py", "tests/unit/test_fault_kinds.py")
+FAULTS = ("tests/unit/test_faults.py", "tests/unit/test_fault_kinds.py", "tests/unit/test_supervisor_collaborators.py",
+          "tests/unit/test_launcher.py", "tests/unit/test_progress.py")
+JUDGE = ("tests/unit/test_outcome.py", "tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
+SECRETS = ("tests/unit/test_config.py", "tests/unit/test_cli.py", "tests/unit/test_runs.py")
+TEARDOWN = ("tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One change to one file: ``old`` (found exactly once) becomes ``new``."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = [
+    Mutant("stop sends no SIGTERM and sets no deadline", "orchestrate/supervise/supervisor.py",
+           '            self.signal(tracker, "SIGTERM")\n            self.force_at[tracker.name] = now + grace_s\n',
+           "            pass\n", SUPERVISOR),
+    Mutant("kill sends no SIGKILL", "orchestrate/supervise/supervisor.py",
+           'if self.signal(tracker, "SIGKILL"):', "if False:", SUPERVISOR),
+    Mutant("a paused node is signalled without being unpaused", "orchestrate/supervise/supervisor.py",
+           "                tracker.container.unpause()\n", "                pass\n", SUPERVISOR),
+    Mutant("SIGKILL never follows the grace", "orchestrate/supervise/supervisor.py",
+           "            if now >= at:\n", "            if False:\n", SUPERVISOR),
+    Mutant("SIGKILL comes at once, not after the grace", "orchestrate/supervise/supervisor.py",
+           "            if now >= at:\n", "            if True:\n", SUPERVISOR),
+    Mutant("a preempt never gets its SIGKILL", "orchestrate/supervise/supervisor.py",
+           "            self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s\n",
+           "            pass\n", SUPERVISOR),
+    Mutant("a grace timer outlives its attempt", "orchestrate/supervise/supervisor.py",
+           "        self.force_at.pop(tracker.name, None)  # a SIGKILL due after a grace: it ended before\n",
+           "", SUPERVISOR),
+    Mutant("one restart more than allowed", "orchestrate/supervise/restart_policy.py",
+           "self.restarts >= self.max_restarts", "self.restarts > self.max_restarts", SUPERVISOR),
+    Mutant("a step fault fires a step late", "orchestrate/config/fault_spec.py",
+           "return step is not None and step >= self.at_step", "return step is not None and step > self.at_step",
+           FAULTS),
+    Mutant("the ranks waiting at a fault's step are never let go", "orchestrate/faults/scheduler.py",
+           "                elif fault.at_step is not None:\n                    mark_fired(self.progress_dir, fault.at_step)\n",
+           "                elif fault.at_step is not None:\n                    pass\n", FAULTS),
+    Mutant("a fault in an attempt is never armed", "orchestrate/faults/scheduler.py",
+           "        for i in newly:\n            self.armed[i] = self.wall()\n",
+           "        return\n", FAULTS),
+    Mutant("a lasting fault is never ended", "orchestrate/faults/scheduler.py",
+           "            self.lasting.remove((fault, node))\n            self.end(fault, node, elapsed_s)\n",
+           "            self.lasting.remove((fault, node))\n", FAULTS),
+    Mutant("a stopped run still fires its faults", "orchestrate/faults/scheduler.py",
+           "        self.stopped_first.extend(self.pending)\n        self.to_fire.clear()\n",
+           "        self.stopped_first.extend(self.pending)\n", FAULTS),
+    Mutant("an OOM-killed node is not the root cause", "orchestrate/outcome/judge.py",
+           "        if result.oom_kills:\n", "        if False:\n", JUDGE),
+    Mutant("an injected fault does not explain the others", "orchestrate/outcome/judge.py",
+           "        if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED):",
+           "        if result.unresponsive:", JUDGE),
+    Mutant("a consequence wins over its cause", "orchestrate/outcome/judge.py",
+           "        return (collateral, stamp, result.ended_at)", "        return (stamp, result.ended_at)", JUDGE),
+    Mutant("a quoted secret is left in the command line", "orchestrate/config/user_env.py",
+           '            text = re.sub(rf"{quote}{escaped}=[^{quote}]*{quote}", f"{quote}{name}={MASK}{quote}", text)\n',
+           "", SECRETS),
+    Mutant("--env NAME=value is left unmasked", "orchestrate/config/user_env.py",
+           "        if after_env and \"=\" in arg:\n", "        if False:\n", SECRETS),
+    Mutant("the teardown gives up at the first failure", "orchestrate/launch/teardown.py",
+           "retry=retry_if_exception_type((OrchestrateError, TryAgain))", "retry=retry_if_exception_type(())",
+           TEARDOWN),
+    Mutant("a Ctrl-C during the teardown stops it", "orchestrate/launch/teardown.py",
+           '            say("teardown in progress; please wait")\n            raise TryAgain from None\n',
+           "            raise\n", TEARDOWN),
+]
+
+
+def copy_of_checkout(into: Path) -> Path:
+    """HEAD with the working tree's changes, in ``into``."""
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(into)], check=True)
+    diff = subprocess.run(["git", "diff", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    if diff:
+        subprocess.run(["git", "apply"], cwd=into, input=diff, check=True)
+    return into
+
+
+def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[bool, float, str]:
+    """Whether the tests pass in ``copy``, how long they took, and the last line they printed."""
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "3",
+                           f"--timeout={PER_TEST_TIMEOUT_S}", *tests], cwd=copy, capture_output=True, text=True,
+                          timeout=30 * 60)
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    return done.returncode == 0, time.monotonic() - began, last
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", default="", help="only the mutants whose name has this text")
+    args = parser.parse_args()
+    mutants = [m for m in MUTANTS if args.k in m.name]
+    with tempfile.TemporaryDirectory(prefix="ddp-mutants-") as scratch:
+        copy = copy_of_checkout(Path(scratch) / "checkout")
+        baseline = tuple(sorted({t for m in mutants for t in m.tests}))
+        passed, seconds, last = run_tests(copy, baseline)
+        if not passed:
+            print(f"the tests fail before any mutant ({last}): fix them first", file=sys.stderr)
+            return 2
+        print(f"baseline: {len(baseline)} test files pass in {seconds:.0f} s")
+        rows = []
+        for mutant in mutants:
+            path = copy / mutant.path
+            original = path.read_text()
+            if original.count(mutant.old) != 1:
+                print(f"mutant {mutant.name!r}: its text is not found exactly once in {mutant.path}", file=sys.stderr)
+                return 2
+            path.write_text(original.replace(mutant.old, mutant.new))
+            try:
+                survived, seconds, last = run_tests(copy, mutant.tests)
+            finally:
+                path.write_text(original)
+            rows.append((mutant.name, "SURVIVED" if survived else "killed", f"{seconds:.0f} s", last))
+            print(f"{rows[-1][1]:8}  {seconds:5.0f} s  {mutant.name}  ({last})", flush=True)
+        shutil.rmtree(copy / ".git", ignore_errors=True)
+    killed = sum(1 for r in rows if r[1] == "killed")
+    print(f"\nmutation score: {killed} of {len(rows)} mutants killed")
+    return 0 if killed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
