@@ -15,9 +15,13 @@ from typing import Any, Callable, Optional
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.link import PRESETS, parse_link
 from orchestrate.config.run_config import (
+    DEFAULT_ELASTIC_RESTARTS,
     DEFAULT_HANG_DIAGNOSE_AFTER_S,
     DEFAULT_IMAGE,
     DEFAULT_MASTER_PORT,
+    DEFAULT_RDZV_TIMEOUT_S,
+    DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_STOP_GRACE_S,
     parse_memory,
 )
 from orchestrate.config.user_env import parse_assignment
@@ -184,9 +188,10 @@ JOB_OPTIONS = (
     Option("nnodes", "--nnodes", "elastic mode's node range (default: --nodes:--nodes)", node_range,
            metavar="MIN:MAX"),
     Option("max_restarts", "--max-restarts", "worker-group restarts torchrun allows, and node restarts the launcher"
-           " makes, in elastic mode (default: 3 with --rdzv c10d, else 0)", non_negative_int, metavar="R"),
+           f" makes, in elastic mode (default: {DEFAULT_ELASTIC_RESTARTS} with --rdzv c10d, else 0)", non_negative_int,
+           metavar="R"),
     Option("rdzv_timeout", "--rdzv-timeout", "how long an elastic rendezvous waits for nodes to join"
-           " (default: 60)", seconds, metavar="SECONDS"),
+           f" (default: {DEFAULT_RDZV_TIMEOUT_S:g})", seconds, metavar="SECONDS"),
 )
 
 # What the user brings into every node.
@@ -215,14 +220,14 @@ RUN_OPTIONS = (
     Option("runs_dir", "--runs-dir", "where each run gets a directory of node logs (default: ./runs)", Path,
            metavar="DIR"),
     Option("ready_timeout", "--ready-timeout", "deadline for the nodes to come up and resolve each other"
-           " (default: 60)", seconds, metavar="SECONDS"),
+           f" (default: {DEFAULT_READY_TIMEOUT_S:g})", seconds, metavar="SECONDS"),
     Option("scheduler", "--scheduler", "compose: torchrun in every node (default); slurm: the nodes form a real"
            " Slurm cluster (slurmctld, slurmd, munge) and the job goes through sbatch and srun",
            choices=("compose", "slurm")),
     Option("sbatch", "--sbatch", "with --scheduler slurm: submit your own batch script unchanged instead of the"
            " generated one (TARGET is then unused)", Path, metavar="FILE"),
     Option("stop_grace", "--stop-grace", "seconds the workers get between SIGTERM and SIGKILL when the run is"
-           " stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: 10)",
+           f" stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: {DEFAULT_STOP_GRACE_S:g})",
            non_negative_seconds, metavar="SECONDS"),
     Option("faults", "--fault", "inject a fault: KIND:TARGET[,KEY=VALUE][@t=S[..END]|@step=N[..END]]. Node faults"
            " (TARGET nodeN): kill (dies), pause (hangs), disconnect (cut off the network), restart (reboots),"

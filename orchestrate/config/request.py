@@ -17,9 +17,12 @@ from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.run_config import (
+    DEFAULT_ELASTIC_RESTARTS,
+    DEFAULT_HANG_DIAGNOSE_AFTER_S,
     DEFAULT_IMAGE,
     DEFAULT_MASTER_PORT,
-    DEFAULT_HANG_DIAGNOSE_AFTER_S,
+    DEFAULT_RDZV_TIMEOUT_S,
+    DEFAULT_READY_TIMEOUT_S,
     DEFAULT_STOP_GRACE_S,
     LEASE_TIMEOUT_ENV,
     LEASE_TIMEOUT_S,
@@ -53,7 +56,7 @@ class RunRequest:
     rdzv: str = "static"
     nnodes: Optional[tuple[int, int]] = None
     max_restarts: Optional[int] = None
-    rdzv_timeout: float = 60.0
+    rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT_S
     env: tuple[tuple[str, str], ...] = ()
     env_file: Optional[Path] = None
     copy_env: tuple[str, ...] = ()
@@ -64,7 +67,7 @@ class RunRequest:
     cpus_per_node: Optional[float] = None
     memory_per_node: Optional[int] = None
     runs_dir: Path = Path("runs")
-    ready_timeout: float = 60.0
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S
     scheduler: str = "compose"
     sbatch: Optional[Path] = None
     stop_grace: float = DEFAULT_STOP_GRACE_S
@@ -222,7 +225,7 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         rdzv=request.rdzv,
         min_nodes=request.nnodes[0] if request.nnodes else None,
         max_nodes=request.nnodes[1] if request.nnodes else None,
-        max_restarts=request.max_restarts if request.max_restarts is not None else (3 if request.elastic else 0),
+        max_restarts=request.max_restarts if request.max_restarts is not None else (DEFAULT_ELASTIC_RESTARTS if request.elastic else 0),
         rdzv_timeout_s=request.rdzv_timeout,
         user_env=user_env(request, host.environ),
         run_as=host.run_as,

@@ -26,6 +26,12 @@ MIN_NODE_MEMORY = 6 * 1024**2
 LEASE_TIMEOUT_S = 30.0
 # The workers' time between SIGTERM and SIGKILL when a run is stopped (--stop-grace).
 DEFAULT_STOP_GRACE_S = 10.0
+# How long the nodes wait for each other, and the launcher for them (--ready-timeout).
+DEFAULT_READY_TIMEOUT_S = 60.0
+# How long an elastic rendezvous waits for its nodes (--rdzv-timeout).
+DEFAULT_RDZV_TIMEOUT_S = 60.0
+# The restarts an elastic run makes unless --max-restarts says otherwise (a static one makes none).
+DEFAULT_ELASTIC_RESTARTS = 3
 # Seconds without progress before the hang watchdog says where every rank waits (0: never).
 DEFAULT_HANG_DIAGNOSE_AFTER_S = 120.0
 # The host variable that shortens it, for tests that watch a launcher die.
@@ -115,14 +121,14 @@ class RunConfig:
     master_port: int = DEFAULT_MASTER_PORT
     runs_dir: Path = field(default_factory=lambda: Path.cwd() / "runs")
     project_root: Path = PROJECT_ROOT
-    ready_timeout_s: float = 60.0
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
     collective_timeout_s: Optional[float] = None
     faults: tuple[FaultSpec, ...] = ()
     rdzv: str = "static"
     min_nodes: Optional[int] = None
     max_nodes: Optional[int] = None
     max_restarts: int = 0
-    rdzv_timeout_s: float = 60.0
+    rdzv_timeout_s: float = DEFAULT_RDZV_TIMEOUT_S
     user_env: dict[str, str] = field(default_factory=dict)
     run_as: Optional[str] = None
     user_name: str = ""

@@ -72,7 +72,7 @@ def read_lease(path: str) -> Optional[bytes]:
 class Node:
     """torchrun as a child in its own process group, with the signal and lease handling."""
 
-    def __init__(self, argv: List[str], stop_grace_s: float, run_as: Optional[str] = None) -> None:
+    def __init__(self, argv: List[str], stop_grace_s: Optional[float], run_as: Optional[str] = None) -> None:
         self.argv = argv
         self.stop_grace_s = stop_grace_s
         self.run_as = run_as
@@ -127,7 +127,7 @@ class Node:
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
-            if (self.stop_requested_at is not None and self.kill_after_grace
+            if (self.stop_requested_at is not None and self.kill_after_grace and self.stop_grace_s is not None
                     and now - self.stop_requested_at > self.stop_grace_s):
                 self.signal_group(signal.SIGKILL)
             if lease is None or self.stop_requested_at is not None:
@@ -147,16 +147,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="node_main", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--peers", default="", help="comma-separated names of every node of the run")
-    parser.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for the peers")
+    parser.add_argument("--ready-timeout", type=float, required=True, help="seconds to wait for the peers")
     parser.add_argument("--lease", default=None, help="the launcher's heartbeat file (foreground runs)")
-    parser.add_argument("--lease-timeout", type=float, default=30.0, help="seconds without a heartbeat")
-    parser.add_argument("--stop-grace", type=float, default=10.0,
-                        help="seconds from SIGTERM to SIGKILL when the node stops itself (its launcher gone)")
+    parser.add_argument("--lease-timeout", type=float, default=None,
+                        help="seconds without a heartbeat (required with --lease)")
+    parser.add_argument("--stop-grace", type=float, default=None,
+                        help="seconds from SIGTERM to SIGKILL when the node stops itself, its launcher gone"
+                             " (required with --lease)")
     parser.add_argument("--tc", action="append", default=[], metavar="COMMAND",
                         help="a traffic-control command shaping this node's link (repeatable)")
     parser.add_argument("--run-as", default=None, metavar="UID:GID", help="run torchrun as this user")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- torchrun ...")
     args = parser.parse_args(argv)
+    if args.lease and (args.lease_timeout is None or args.stop_grace is None):
+        parser.error("--lease needs --lease-timeout and --stop-grace (the launcher gives both)")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command after --")

@@ -8,7 +8,7 @@ from typing import Any, Optional, Union
 
 from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.config.link import LinkSpec
-from orchestrate.config.run_config import DEFAULT_HANG_DIAGNOSE_AFTER_S
+from orchestrate.config.run_config import DEFAULT_HANG_DIAGNOSE_AFTER_S, DEFAULT_READY_TIMEOUT_S, DEFAULT_STOP_GRACE_S
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase, advance
 from orchestrate.plan.model import NodePlan
@@ -27,8 +27,8 @@ class RunSpec:
     max_restarts: int = 0
     memory_limited: bool = False
     faults: tuple[FaultSpec, ...] = ()
-    ready_timeout_s: float = 60.0
-    stop_grace_s: float = 10.0
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
     cpus_per_node: Optional[float] = None  # what a slow fault's end gives back
     link: Optional[LinkSpec] = None  # what a degrade fault's end gives back
     hang_diagnose_after_s: float = DEFAULT_HANG_DIAGNOSE_AFTER_S  # 0: never

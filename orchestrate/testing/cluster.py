@@ -48,7 +48,7 @@ class DdpCluster:
         self.out = out
         self.results: list[RunResult] = []
 
-    def run(self, target: str, *args: str, nodes: int = 2, nproc_per_node: int = 1,
+    def run(self, target: str, *args: str, nodes: Optional[int] = None, nproc_per_node: Optional[int] = None,
             workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None, faults: Iterable[Any] = (),
             rdzv: str = "static", timeout: Optional[float] = 600, **run_options: Any) -> RunResult:
         """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
@@ -62,7 +62,7 @@ class DdpCluster:
             UsageError: For a bad option (a test that asks the impossible should fail loudly).
             KeyboardInterrupt: When the test session is interrupted (the run is torn down first).
         """
-        options: dict[str, Any] = {"nodes": nodes, "nproc_per_node": nproc_per_node, "rdzv": rdzv,
+        options: dict[str, Any] = {**sizes(nodes, nproc_per_node), "rdzv": rdzv,
                                    "workdir": Path(workdir) if workdir is not None else self.workdir,
                                    "env": dict(env or {}), "faults": list(faults), "runs_dir": self.runs_dir,
                                    **run_options}
@@ -86,7 +86,8 @@ class DdpCluster:
     def chaos(self, target: str, *args: str, faults: int = 1, seed: int = 0,
               kinds: Union[str, Iterable[FaultAction]] = DEFAULT_KINDS, compare: Iterable[str] = (),
               rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
-              max_steps_redone: Optional[int] = None, nodes: int = 2, nproc_per_node: int = 1,
+              max_steps_redone: Optional[int] = None, nodes: Optional[int] = None,
+              nproc_per_node: Optional[int] = None,
               workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
               **run_options: Any) -> ChaosResult:
         """The ``chaos`` check of ``target``, as ``python -m orchestrate chaos`` runs it: one
@@ -99,7 +100,7 @@ class DdpCluster:
             UsageError: For a bad option.
             KeyboardInterrupt: When the test session is interrupted (the run is torn down first).
         """
-        options: dict[str, Any] = {"nodes": nodes, "nproc_per_node": nproc_per_node, "rdzv": "c10d",
+        options: dict[str, Any] = {**sizes(nodes, nproc_per_node), "rdzv": "c10d",
                                    "workdir": Path(workdir) if workdir is not None else self.workdir,
                                    "env": dict(env or {}), "runs_dir": self.runs_dir, **run_options}
         if self.image and "image" not in run_options:
@@ -132,3 +133,7 @@ class DdpCluster:
         return []
 
 
+def sizes(nodes: Optional[int], nproc_per_node: Optional[int]) -> dict[str, int]:
+    """The sizes a test gave; those it did not are the run's own defaults (``run``'s, as on the
+    command line)."""
+    return {k: v for k, v in (("nodes", nodes), ("nproc_per_node", nproc_per_node)) if v is not None}

@@ -11,8 +11,18 @@ NODE_MAIN = Path(__file__).resolve().parents[2] / "orchestrate" / "node" / "main
 
 
 def node_main(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(NODE_MAIN), *args], stdout=subprocess.PIPE,
+    """The node supervisor as the plan starts it (its --ready-timeout is always given)."""
+    given = () if "--ready-timeout" in args else ("--ready-timeout", "60")
+    return subprocess.Popen([sys.executable, str(NODE_MAIN), *given, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+def test_the_node_supervisors_settings_are_given_never_defaulted():
+    # the launcher's settings have one home (the run's config): the node supervisor takes none of its own
+    bare = subprocess.run([sys.executable, str(NODE_MAIN), "--", "true"], capture_output=True, text=True, timeout=30)
+    assert bare.returncode == 2 and "--ready-timeout" in bare.stderr
+    leased = node_main("--lease", "/nonexistent", "--lease-timeout", "2", "--", "true")
+    assert leased.wait(timeout=30) == 2 and "--lease needs --lease-timeout and --stop-grace" in leased.stdout.read()
 
 
 def test_the_exit_code_is_torchruns_or_128_plus_its_signal():
@@ -71,7 +81,7 @@ def test_a_stale_lease_stops_the_node_even_if_the_command_ignores_sigterm(tmp_pa
 def test_a_live_lease_keeps_the_node_running(tmp_path):
     lease = tmp_path / "heartbeat"
     lease.write_text("0")
-    proc = node_main("--lease", str(lease), "--lease-timeout", "1.5", "--", "sleep", "4")
+    proc = node_main("--lease", str(lease), "--lease-timeout", "1.5", "--stop-grace", "10", "--", "sleep", "4")
     deadline = time.monotonic() + 30
     beat = 0
     while proc.poll() is None and time.monotonic() < deadline:
