@@ -26,7 +26,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Callable, Optional, Union
+from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
 from orchestrate.config.run_config import RunConfig
@@ -40,6 +40,7 @@ from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, node_p
 from orchestrate.engine.user_image import derived_image_spec
 from orchestrate.errors import EngineUnavailableError, OrchestrateError
 from orchestrate.interrupts import uninterrupted
+from orchestrate.launch.backend import Backend
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import gpu_lease
@@ -55,7 +56,6 @@ from orchestrate.report.helper import ReportHelper
 from orchestrate.slurm.backend import SlurmBackend, slurm_image
 from orchestrate.supervise.api import RunSpec
 
-Backend = Union[ComposeBackend, SlurmBackend]
 
 
 def new_run_id() -> str:

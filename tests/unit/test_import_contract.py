@@ -96,3 +96,22 @@ def test_the_contract_catches_a_module_that_breaks_it(tmp_path):
     assert names == {"engine.client", "engine.client.connect"}
     assert not allowed("engine.client", rules_of("report"), "report")
     assert allowed("plan.layout", rules_of("report"), "report") and not allowed("plan.make", rules_of("report"), "report")
+
+
+@pytest.mark.parametrize("backend", ["orchestrate.launch.compose_backend.ComposeBackend",
+                                     "orchestrate.slurm.backend.SlurmBackend"])
+def test_every_backend_has_the_interface_the_run_drives_with_its_signatures(backend):
+    import inspect
+
+    from orchestrate.launch.backend import Backend
+
+    module, _, name = backend.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    declared = [m for m in vars(Backend) if not m.startswith("_") and callable(getattr(Backend, m))]
+    assert set(declared) == {"bring_up_line", "render", "wait_ready", "ready_lines", "follow", "wind_down",
+                             "partial_result"}
+    for method in declared:
+        assert hasattr(cls, method), f"{name} has no {method}"
+        want = list(inspect.signature(getattr(Backend, method)).parameters)
+        have = list(inspect.signature(getattr(cls, method)).parameters)
+        assert have == want, f"{name}.{method}{have} is not the interface's {want}"
