@@ -54,12 +54,26 @@ def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
     return True
 
 
+def conflict(message: str) -> BaseException:
+    """The engine's 409: what it answers a call the container's state does not allow."""
+    import docker.errors
+    import requests
+
+    response = requests.Response()
+    response.status_code = 409
+    return docker.errors.APIError(message, response=response, explanation=message)
+
+
 class FakeEventStream:
-    def __init__(self, engine: "FakeDockerClient", wanted: Any) -> None:
+    def __init__(self, engine: "FakeDockerClient", wanted: Any, since: Optional[float] = None) -> None:
         self.engine = engine
         self.wanted = wanted
         self.events: "queue.Queue[Optional[dict]]" = queue.Queue()
-        engine.subscribers.append(self)
+        with engine.emitting:  # the past since ``since`` first, as the engine replays it, then what comes
+            for event in engine.history:
+                if since is not None and event["time"] >= since and engine.wanted_by(event, wanted):
+                    self.events.put(event)
+            engine.subscribers.append(self)
 
     def __iter__(self) -> Iterator[dict]:
         delivered = 0
@@ -142,8 +156,8 @@ class FakeContainer:
             if killed.is_set():
                 return
             self.write(line)
-        if script.hang:
-            killed.wait(timeout=30)
+        if script.hang:  # runs until killed, however long that takes
+            killed.wait()
             return
         if not killed.is_set():
             self.exit(script.exit_code)
@@ -173,12 +187,9 @@ class FakeContainer:
         self.client.calls.append(("kill", self.name) if signal == "SIGKILL" else ("kill", self.name, signal))
         self.client.maybe_fail("kill")
         if self.status not in ("running", "paused"):
-            import docker.errors
-            import requests
-
-            response = requests.Response()
-            response.status_code = 409
-            raise docker.errors.APIError(f"Container {self.name} is not running", response=response)
+            raise conflict(f"Container {self.name} is not running")
+        if self.status == "paused" and signal != "SIGKILL":  # the engine cannot deliver it to frozen processes
+            raise conflict(f"Container {self.name} is paused. Unpause the container before stopping or killing")
         self.client.emit(self, "kill", signal=signal)
         if signal == "SIGTERM":
             if self.script.ignore_sigterm:
@@ -192,20 +203,40 @@ class FakeContainer:
         self.exit(137)
 
     def stop(self, timeout: int = 10) -> None:
+        """SIGTERM, then SIGKILL ``timeout`` seconds later if it is still running (a process
+        that ignores SIGTERM, or a paused container, waits the whole timeout)."""
         self.client.calls.append(("stop", self.name))
         self.stop_timeouts.append(timeout)
+        self.client.maybe_fail("stop")
+        if self.status not in ("running", "paused"):
+            return
+        if self.status == "running" and not self.script.ignore_sigterm:
+            self.killed.set()
+            for line in self.script.on_sigterm:
+                self.write(line)
+            self.exit(143)
+            return
+        self.killed.wait(timeout)
         if self.status in ("running", "paused"):
             self.killed.set()
-            self.exit(143)
+            self.exit(137)
 
     def pause(self) -> None:
         self.client.calls.append(("pause", self.name))
+        self.client.maybe_fail("pause")
+        if self.status != "running":
+            raise conflict(f"Container {self.name} is not running" if self.status != "paused"
+                           else f"Container {self.name} is already paused")
         self.status = "paused"
         self.client.emit(self, "pause")
 
     def unpause(self) -> None:
         self.client.calls.append(("unpause", self.name))
+        self.client.maybe_fail("unpause")
+        if self.status != "paused":
+            raise conflict(f"Container {self.name} is not paused")
         self.status = "running"
+        self.client.emit(self, "unpause")
 
     def update(self, **resources: Any) -> dict:
         """``docker update``: the CPU quota (``cpu_period``, ``cpu_quota``; -1 lifts it)."""
@@ -220,6 +251,7 @@ class FakeContainer:
 
     def restart(self, timeout: int = 10) -> None:
         self.client.calls.append(("restart", self.name))
+        self.client.maybe_fail("restart")
         if self.status in ("running", "paused"):
             self.killed.set()
             self.exit(137)
@@ -227,6 +259,10 @@ class FakeContainer:
 
     def remove(self, force: bool = False) -> None:
         self.client.calls.append(("remove", self.name))
+        self.client.maybe_fail("remove")
+        if self.status in ("running", "paused") and not force:
+            raise conflict(f"You cannot remove a running container {self.id}. Stop the container before attempting"
+                           " removal or force remove")
         self.killed.set()
         self.client.containers_by_name.pop(self.name, None)
 
@@ -236,6 +272,7 @@ class FakeContainer:
             prefix = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z ")
             return ((prefix if timestamps else "") + line + "\n").encode()
 
+        self.client.maybe_fail("logs")
         if not stream:
             return b"".join(render(s, ln) for s, ln in self.log if since is None or s >= since)
 
@@ -265,6 +302,7 @@ class FakeNetwork:
 
     def disconnect(self, container: FakeContainer, force: bool = False) -> None:
         self.client.calls.append(("disconnect", container.name, self.name))
+        self.client.maybe_fail("disconnect")
         container.networks.pop(self.name, None)
 
     def connect(self, container: FakeContainer, aliases: Optional[list] = None) -> None:
@@ -296,7 +334,8 @@ class _Collection:
         wanted = (filters or {}).get("label", [])
         self.client.calls.append((f"{self.attr}.list", tuple([wanted] if isinstance(wanted, str) else wanted)))
         self.client.maybe_fail(f"{self.attr.split('_')[0]}.list")
-        found = [item for item in list(getattr(self.client, self.attr).values()) if all_labels_match(item.labels, wanted)]
+        found = [item for item in list(getattr(self.client, self.attr).values()) if all_labels_match(item.labels, wanted)
+                 and (all or getattr(item, "status", "running") in ("running", "paused"))]  # as docker ps: the live
         vanished = [item for item in found if getattr(item, "vanishing", False)]
         if vanished and not ignore_removed:
             raise docker.errors.NotFound(f"No such container: {vanished[0].id}")
@@ -359,7 +398,14 @@ class FakeAPI:
         self.execs: dict[str, tuple[FakeContainer, list[str]]] = {}
 
     def exec_create(self, container_id: str, cmd: list[str], **kwargs: Any) -> dict:
-        container = next(c for c in self.client.containers_by_name.values() if c.id == container_id)
+        import docker.errors
+
+        self.client.maybe_fail("exec")
+        container = next((c for c in self.client.containers_by_name.values() if c.id == container_id), None)
+        if container is None:
+            raise docker.errors.NotFound(f"No such container: {container_id}")
+        if container.status != "running":
+            raise conflict(f"Container {container_id} is {'paused' if container.status == 'paused' else 'not running'}")
         exec_id = f"exec-{len(self.execs)}"
         self.execs[exec_id] = (container, list(cmd))
         self.client.calls.append(("exec_create", container.name, tuple(cmd)))
@@ -410,6 +456,8 @@ class FakeDockerClient:
         # what exec'd commands print: argv[0] or (node, argv[0]) -> (exit code, output)
         self.command_outputs: dict = {}
         self.subscribers: list[FakeEventStream] = []
+        self.history: list[dict] = []  # every event emitted, for a stream opened with since=
+        self.emitting = threading.Lock()
         self.gpus: tuple[str, ...] = ()
         self.failures: dict[str, BaseException] = {}
         self.events_break_after: Optional[int] = None
@@ -442,14 +490,21 @@ class FakeDockerClient:
         event = {"Type": "container", "Action": action, "time": now_ns // 10**9, "timeNano": now_ns,
                  "Actor": {"ID": container.id, "Attributes": {**container.labels, "name": container.name,
                                                                **attributes}}}
-        for stream in list(self.subscribers):
-            if all_labels_match(container.labels, (stream.wanted or {}).get("label", [])):
-                stream.events.put(event)
+        with self.emitting:
+            self.history.append(event)
+            for stream in list(self.subscribers):
+                if self.wanted_by(event, stream.wanted):
+                    stream.events.put(event)
+
+    @staticmethod
+    def wanted_by(event: dict, filters: Any) -> bool:
+        return all_labels_match(event["Actor"]["Attributes"], (filters or {}).get("label", []))
 
     def events(self, decode: bool = True, since: Any = None, filters: Optional[dict] = None) -> FakeEventStream:
+        """The event stream; ``since`` (epoch seconds) replays the events from then first."""
         self.calls.append(("events", json.dumps(filters, sort_keys=True)))
         self.maybe_fail("events")
-        return FakeEventStream(self, filters)
+        return FakeEventStream(self, filters, since)
 
     def info(self) -> dict:
         """The engine's answer; the NVIDIA runtime is there when ``gpus`` lists the host's GPUs."""

@@ -297,7 +297,9 @@ def test_gpu_runs_show_the_topology_node0_sees(make_run, monkeypatch):
     client.gpus = ("0", "1")
     monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: client.gpus)
     client.command_outputs["nvidia-smi"] = (0, b"        GPU0\nGPU0     X \n")
-    outcome, text, _ = run(job, client)
+    # node0 runs until the topology was asked of it: the engine execs only in a running container
+    asked = lambda: any(call[0] == "exec_create" and call[1].endswith("node0-1") for call in client.calls)  # noqa: E731
+    outcome, text, _ = run(job, client, node0=[Script(after=["[0|0]:done"], after_when=asked)])
     assert outcome.succeeded
     assert "GPU topology seen from node0 (nvidia-smi topo -m):\n        GPU0\nGPU0     X" in text
 

@@ -1,0 +1,101 @@
+"""The fake engine says no wherever Docker does: a fake that says yes to what the engine refuses
+lets the code under test pass for the wrong reason. These pin its refusals, its stop timeout,
+its replayed events and its injectable failures."""
+from __future__ import annotations
+
+import json
+import time
+
+import docker.errors
+import pytest
+
+from tests.fakes import FakeDockerClient, Script
+
+
+def started(tmp_path, *scripts: Script, nodes: int = 1) -> tuple[FakeDockerClient, list]:
+    client = FakeDockerClient()
+    for i in range(nodes):
+        client.script(f"node{i}", *(scripts or (Script(hang=True),)))
+    services = {f"node{i}": {"image": "img", "labels": {"io.ddp-compose.run-id": "r"}} for i in range(nodes)}
+    compose = tmp_path / "compose.json"
+    compose.write_text(json.dumps({"name": "ddp-r", "services": services}))
+    client.up(compose)
+    return client, sorted(client.containers_by_name.values(), key=lambda c: c.name)
+
+
+def status_code(exc: BaseException) -> int:
+    return exc.response.status_code if getattr(exc, "response", None) is not None else 0
+
+
+def test_pause_unpause_exec_and_remove_in_the_wrong_state_are_409s(tmp_path):
+    client, [node] = started(tmp_path)
+    with pytest.raises(docker.errors.APIError) as unpaused:
+        node.unpause()
+    assert status_code(unpaused.value) == 409 and "is not paused" in str(unpaused.value)
+    node.pause()
+    with pytest.raises(docker.errors.APIError, match="already paused"):
+        node.pause()
+    with pytest.raises(docker.errors.APIError, match="is paused"):
+        node.kill(signal="SIGTERM")  # a frozen process gets no SIGTERM: unpause first
+    with pytest.raises(docker.errors.APIError, match="is paused"):
+        client.api.exec_create(node.id, ["true"])
+    with pytest.raises(docker.errors.APIError) as running:
+        node.remove()
+    assert status_code(running.value) == 409 and "cannot remove a running container" in str(running.value)
+    node.unpause()
+    node.kill()
+    with pytest.raises(docker.errors.APIError) as exited:
+        client.api.exec_create(node.id, ["true"])
+    assert status_code(exited.value) == 409
+    with pytest.raises(docker.errors.APIError, match="is not running"):
+        node.pause()
+    node.remove()  # an exited container goes without force
+    assert node.name not in client.containers_by_name
+
+
+def test_stop_waits_its_timeout_for_a_process_that_ignores_sigterm_then_kills(tmp_path):
+    client, [stubborn] = started(tmp_path, Script(hang=True, ignore_sigterm=True))
+    began = time.monotonic()
+    stubborn.stop(timeout=1)
+    assert time.monotonic() - began >= 0.95 and stubborn.exit_code == 137
+    client, [polite] = started(tmp_path, Script(hang=True, on_sigterm=["[0|0]:saving"]))
+    began = time.monotonic()
+    polite.stop(timeout=5)
+    assert time.monotonic() - began < 1 and polite.exit_code == 143
+    assert [line for _, line in polite.log] == ["[0|0]:saving"]
+
+
+def test_list_shows_the_live_unless_all_and_events_since_replay_the_past(tmp_path):
+    client, [done, live] = started(tmp_path, nodes=2)
+    done.kill()
+    assert [c.name for c in client.containers.list()] == [live.name]
+    assert {c.name for c in client.containers.list(all=True)} == {done.name, live.name}
+    before = time.time() - 1
+    replayed = iter(client.events(since=int(before), filters={"label": [f"com.docker.compose.service=node0"]}))
+    assert [next(replayed)["Action"] for _ in range(3)] == ["start", "kill", "die"]
+    fresh = client.events(filters={})  # no since: only what comes
+    live.kill()
+    assert next(iter(fresh))["Action"] == "kill"
+
+
+@pytest.mark.parametrize("call", ["pause", "unpause", "stop", "restart", "remove", "kill", "logs", "exec",
+                                  "disconnect", "containers.list", "events"])
+def test_every_call_can_be_made_to_fail(tmp_path, call):
+    client, [node] = started(tmp_path)
+    if call == "unpause":
+        node.pause()
+    client.failures[call] = docker.errors.APIError(f"{call} refused")
+    network = next(iter(client.networks_by_name.values()))
+    do = {"pause": node.pause, "unpause": node.unpause, "stop": node.stop, "restart": node.restart,
+          "remove": lambda: node.remove(force=True), "kill": node.kill, "logs": node.logs,
+          "exec": lambda: client.api.exec_create(node.id, ["true"]), "disconnect": lambda: network.disconnect(node),
+          "containers.list": client.containers.list, "events": client.events}[call]
+    with pytest.raises(docker.errors.APIError, match=f"{call} refused"):
+        do()
+
+
+def test_a_hung_script_runs_until_killed_however_long(tmp_path):
+    client, [node] = started(tmp_path, Script(hang=True))
+    assert not node.killed.wait(0.5) and node.status == "running"
+    node.kill()
+    assert node.status == "exited" and node.exit_code == 137
