@@ -1,0 +1,114 @@
+"""Faults done now to a run that is already going (``fault RUN``), as the library does them: which
+can be done (every target first, so nothing is done when one cannot be), doing each
+(:func:`~orchestrate.faults.inject.do_fault`, the supervisor's own; a preempt's SIGKILL after
+the run's grace is the engine's ``stop`` here, as no supervisor of ours follows the run), holding
+those with an end for their duration, and undoing them, wholly, even on an interrupt.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Optional
+
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.config.link import LinkSpec
+from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.errors import EngineError, UsageError
+from orchestrate.faults.inject import do_fault, end_fault
+
+
+class LiveFaults:
+    """Faults for the live nodes of one run.
+
+    Args:
+        client: The engine.
+        run_id: The run, as the user named it.
+        project: Its Compose project (a disconnect needs its network).
+        live: Its live nodes' containers, by node name.
+        stop_grace_s: The run's stop grace: a preempt's SIGTERM to SIGKILL.
+        cpus_per_node, link: What the run gave its nodes (the end of a slow or degrade fault).
+        say: Where the lines go.
+    """
+
+    def __init__(self, client: Any, run_id: str, project: str, live: dict[str, Any], *, stop_grace_s: float,
+                 cpus_per_node: Optional[float] = None, link: Optional[LinkSpec] = None,
+                 say: Callable[[str], None] = print) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.project = project
+        self.live = live
+        self.stop_grace_s = stop_grace_s
+        self.cpus_per_node = cpus_per_node
+        self.link = link
+        self.say = say
+        self.held: list[tuple[FaultSpec, str]] = []  # done, with an end still to come
+
+    def check(self, specs: list[FaultSpec]) -> None:
+        """Refuse what cannot be done now, before anything is done.
+
+        Raises:
+            UsageError: An end at a step (no launcher of ours counts steps here), or a node
+                that is not running.
+        """
+        for spec in specs:
+            if spec.until_step is not None:
+                raise UsageError(f"{spec}: an end at a step needs the run's launcher (give it to run --fault); here"
+                                 " give an end in seconds, e.g. @t=0..30")
+            if not spec.action.on_rank and spec.node not in self.live:
+                raise UsageError(f"no running {spec.node} in run {self.run_id} (see `python -m orchestrate ps`)")
+
+    def inject(self, spec: FaultSpec) -> str:
+        """Do one fault now; return the node it landed on; hold it when it has an end.
+
+        Raises:
+            EngineError: When the engine refused it.
+        """
+        try:
+            if spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
+                self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
+                node = spec.node
+            else:
+                node = do_fault(self.client, self.project, self.live, spec)
+        except engine_errors() as exc:
+            raise EngineError(f"cannot {spec.action.value} {spec.target} of run {self.run_id}: {describe(exc)}") from None
+        self.say(f"injected {spec.action.value} into {node if spec.rank is None else f'rank {spec.rank} on {node}'}"
+                 f" of run {self.run_id}")
+        if spec.has_end:
+            self.held.append((spec, node))
+        return node
+
+    def hold(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Keep the faults with an end for their duration (from now), undoing each as its end
+        comes; an interrupt leaves the rest held (see :meth:`end_all`)."""
+        if not self.held:
+            return
+        started = time.monotonic()
+        self.held.sort(key=lambda item: duration_s(item[0]))
+        self.say(f"holding {', '.join(str(s) for s, _ in self.held)} for up to {duration_s(self.held[-1][0]):g} s;"
+                 " Ctrl-C ends them now")
+        while self.held:
+            spec, node = self.held[0]
+            sleep(max(0.0, started + duration_s(spec) - time.monotonic()))
+            self.end(spec, node)
+            self.held.pop(0)
+
+    def end_all(self) -> None:
+        """Undo every fault still held."""
+        while self.held:
+            self.end(*self.held.pop(0))
+
+    def end(self, spec: FaultSpec, node: str) -> None:
+        """Undo one fault; say so, or why it could not be undone."""
+        try:
+            end_fault(self.client, self.project, self.live[node], spec, node=node, cpus_per_node=self.cpus_per_node,
+                      link=self.link)
+        except (*engine_errors(), EngineError) as exc:
+            self.say(f"could not end {spec} on {node}: {describe(exc)}")
+            return
+        self.say(f"ended {spec} on {node} of run {self.run_id}")
+
+
+def duration_s(spec: FaultSpec) -> float:
+    """How long a fault with an end in seconds lasts."""
+    assert spec.until_seconds is not None
+    return spec.until_seconds - (spec.at_seconds or 0.0)
