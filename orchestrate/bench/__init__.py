@@ -3,4 +3,4 @@ The runs themselves go through the library (launch); what it may import is MAY_I
 
 # What this package may import of the others, beside errors, text and interrupts (a package, or one
 # module of it); tests/unit/test_import_contract.py holds every module to it.
-MAY_IMPORT = ("config", "engine", "report")
+MAY_IMPORT = ("config", "plan.layout", "engine", "report")

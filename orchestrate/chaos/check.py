@@ -29,11 +29,9 @@ from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
-from orchestrate.interrupts import SignalInterrupt
-from orchestrate.launch.run import Run, new_run_id
+from orchestrate.launch.run import Run, new_run_id, run_and_report
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.progress import ProgressRecord, read_all
-from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.plan.make import node_name
 from orchestrate.report.page import write_report_quietly
@@ -129,12 +127,10 @@ class ChaosCheck:
 
     def one_run(self, request: RunRequest) -> RunResult:
         run = Run(request, out=self.out, client=self.client, command_line=self.command_line, verbose=self.verbose)
-        result = run.run()
-        self.client = run.client
-        print(format_summary(result), file=self.out, flush=True)
-        if result.interrupted:
-            raise SignalInterrupt(result.signal_number)
-        return result
+        try:
+            return run_and_report(run, raise_interrupt=True)
+        finally:
+            self.client = run.client
 
     def copies(self, base: Path, names: list[str]) -> list[Path]:
         """Copies of the work directory as it is now, one per name (the runs' own records left out)."""

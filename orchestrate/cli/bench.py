@@ -3,22 +3,18 @@ and plot into the run's directory."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from orchestrate.bench import collectives, ddp, launcher, plots
-from orchestrate.bench.artifacts import BENCH_FILE, write_artifacts
+from orchestrate.bench import launcher, plots
+from orchestrate.bench.artifacts import write_artifacts
+from orchestrate.bench.jobs import collectives_target, ddp_target, report_collectives, report_ddp
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type, request_from_args
 from orchestrate.cli.run import add_job_options, run_request
 from orchestrate.config.options import positive_int
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.errors import UsageError
-from orchestrate.plan.layout import RUN_DIR_MOUNT
-from orchestrate.report.page import write_report_quietly
-
-BENCH_OUT = f"{RUN_DIR_MOUNT}/{BENCH_FILE}"
 
 
 def add_parsers(sub: Any) -> None:
@@ -106,37 +102,23 @@ def bench_launcher(args: argparse.Namespace, inv: Invocation) -> int:
 
 
 def bench_collectives(args: argparse.Namespace, inv: Invocation) -> int:
-    target = ["-m", "app.bench_collectives", "--out", BENCH_OUT, "--min-size", args.min_size, "--max-size",
-              args.max_size, "--min-time", f"{args.min_time:g}", "--wire-bytes", args.wire_bytes,
-              *(["--ops", *args.ops] if args.ops else [])]
+    target = collectives_target(min_size=args.min_size, max_size=args.max_size, min_time_s=args.min_time,
+                                wire_bytes=args.wire_bytes, ops=args.ops)
     code, result = run_request(request_from_args(args, target), inv)
     if result is None or not result.succeeded:
         return code
-    summary = collectives.collectives_summary(json.loads((result.run_dir / BENCH_FILE).read_text()),
-                                              str(args.link or ""))
-    data, plot = write_artifacts(result.run_dir, "bench", summary, plots.plot_collectives, summary)
-    write_report_quietly(result.run_dir)  # again, with the benchmark's table and plot
-    inv.out.write(collectives.format_collectives(summary) + f"\nresults: {data}\nplot: {plot}\n")
+    inv.out.write(report_collectives(result.run_dir, str(args.link or "")).format() + "\n")
     return code
 
 
 def bench_ddp(args: argparse.Namespace, inv: Invocation) -> int:
-    summaries, last_dir = [], None
-    target = ["-m", "app.bench_ddp", "--out", BENCH_OUT, "--steps", str(args.steps), "--batch-size",
-              str(args.batch_size), "--image-size", str(args.image_size), "--buckets",
-              *[f"{b:g}" for b in args.buckets]]
-    if args.batch_sizes:
-        target += ["--batch-sizes", *[str(b) for b in args.batch_sizes]]
-    if args.sweep is not None:
-        target.append("--sweep" if args.sweep else "--no-sweep")
+    target = ddp_target(steps=args.steps, batch_size=args.batch_size, image_size=args.image_size,
+                        buckets_mb=args.buckets, batch_sizes=args.batch_sizes, sweep=args.sweep)
+    run_dirs = []
     for nodes in args.node_counts:
         code, result = run_request(request_from_args(args, target, nodes=nodes), inv)
         if result is None or not result.succeeded:
             return code
-        summaries.append(ddp.ddp_summary(json.loads((result.run_dir / BENCH_FILE).read_text())))
-        last_dir = result.run_dir
-    assert last_dir is not None
-    data, plot = write_artifacts(last_dir, "bench", {"runs": summaries}, plots.plot_ddp, summaries)
-    write_report_quietly(last_dir)
-    inv.out.write(ddp.format_ddp(summaries) + f"\nresults: {data}\nplot: {plot}\n")
+        run_dirs.append(result.run_dir)
+    inv.out.write(report_ddp(run_dirs).format() + "\n")
     return 0

@@ -10,12 +10,9 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import add_options, request_from_args
 from orchestrate.config.options import OPTIONS_BY_DEST
-from orchestrate.config.request import HostFacts, resolve_config
 from orchestrate.errors import UsageError
-from orchestrate.export.kubernetes import export_kubernetes, to_yaml
-from orchestrate.export.options import CONTAINER_WORKDIR, TARGETS, ExportOptions, default_job_name
-from orchestrate.export.slurm import export_slurm
-from orchestrate.plan.make import make_plan
+from orchestrate.export.job import export_job
+from orchestrate.export.options import CONTAINER_WORKDIR, TARGETS
 
 # The run options a real cluster's job has (the simulation's own, such as faults, links or the
 # runs directory, mean nothing there).
@@ -70,26 +67,19 @@ def add_parsers(sub: Any) -> None:
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     """Write the plan for a real cluster."""
-    request = request_from_args(args, inv.target)
-    # No engine: the GPUs asked for are what the cluster's nodes have.
-    config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(os.environ)))
-    options = ExportOptions(name=args.name or default_job_name(config.target),
-                            container_image=args.container_image, container_mounts=args.container_mounts,
-                            time_limit=args.time, partition=args.partition, namespace=args.namespace,
-                            trainjob=args.trainjob, runtime=args.runtime)
-    plan = make_plan(config, options.name)
-    text = export_slurm(plan, options) if args.to == "slurm" else to_yaml(export_kubernetes(plan, options))
+    job = export_job(request_from_args(args, inv.target), args.to, os.environ, name=args.name,
+                     container_image=args.container_image, container_mounts=args.container_mounts,
+                     time_limit=args.time, partition=args.partition, namespace=args.namespace,
+                     trainjob=args.trainjob, runtime=args.runtime)
     if args.output is None:
-        inv.out.write(text)
+        inv.out.write(job.text)
         return 0
     try:
-        args.output.write_text(text)
+        args.output.write_text(job.text)
         if args.to == "slurm":
             args.output.chmod(0o755)
     except OSError as exc:
         raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
-    what = "sbatch script" if args.to == "slurm" else "Kubernetes manifests"
-    print(f"wrote the {what} of {config.nodes} nodes x {config.nproc_per_node} processes to {args.output}",
+    print(f"wrote the {job.what} of {job.nodes} nodes x {job.nproc_per_node} processes to {args.output}",
           file=sys.stderr)
     return 0
-

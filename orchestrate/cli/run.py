@@ -10,9 +10,8 @@ from orchestrate.cli.options import add_options, request_from_args
 from orchestrate.cli.signals import install_teardown_signals
 from orchestrate.config.options import JOB_HELP_ORDER, NODE_OPTIONS, OPTIONS_BY_DEST
 from orchestrate.config.request import RunRequest
-from orchestrate.launch.run import Run
+from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import RunResult
-from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.show import format_plan
 
 EXIT_OK = 0
@@ -83,7 +82,5 @@ def run_request(request: RunRequest, inv: Invocation) -> tuple[int, Optional[Run
                 f"  python -m orchestrate stop {run.run_id} / down {run.run_id}")
         inv.out.write(f"{run.run_id}\n")
         return EXIT_OK, None
-    result = run.run()
-    inv.out.write(format_summary(result) + "\n")
-    inv.out.flush()
+    result = run_and_report(run, raise_interrupt=False)
     return result.exit_code, result

@@ -39,7 +39,7 @@ from orchestrate.engine.locks import try_lock
 from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, node_plans
 from orchestrate.engine.user_image import derived_image_spec
 from orchestrate.errors import EngineUnavailableError, OrchestrateError
-from orchestrate.interrupts import uninterrupted
+from orchestrate.interrupts import SignalInterrupt, uninterrupted
 from orchestrate.launch.backend import Backend
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
@@ -49,6 +49,7 @@ from orchestrate.launch.run_dir import prepare_run_dir
 from orchestrate.launch.teardown import finish_record, finish_while_tearing_down, teardown
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult, Timings
+from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE
 from orchestrate.plan.make import make_plan, project_name
 from orchestrate.plan.model import JobPlan
@@ -387,3 +388,16 @@ def spec_for_run(run: RunInfo) -> RunSpec:
 def run(request: RunRequest, **options: Any) -> RunResult:
     """Run ``request`` in the foreground to its end: ``Run(request, **options).run()``."""
     return Run(request, **options).run()
+
+
+def run_and_report(run: Run, *, raise_interrupt: bool) -> RunResult:
+    """Follow ``run`` to its end and print its summary: how ``run``, ``chaos`` and the pytest
+    plugin run a job, one way. An interrupted run is torn down first; with
+    ``raise_interrupt`` it then raises :class:`~orchestrate.interrupts.SignalInterrupt` (a check
+    or a test session stops), else its result says so (exit code 128 + the signal).
+    """
+    result = run.run()
+    print(format_summary(result), file=run.out, flush=True)
+    if result.interrupted and raise_interrupt:
+        raise SignalInterrupt(result.signal_number)
+    return result

@@ -21,10 +21,8 @@ from orchestrate.config.request import RunRequest
 from orchestrate.engine.client import connect
 from orchestrate.engine.runs import find_run, remove_run
 from orchestrate.errors import UsageError
-from orchestrate.interrupts import SignalInterrupt
-from orchestrate.launch.run import Run
+from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import RunResult
-from orchestrate.outcome.summary import format_summary
 
 
 class DdpCluster:
@@ -76,11 +74,9 @@ class DdpCluster:
         words = [repr(a) for a in (target, *args)] + [f"{k}={v!r}" for k, v in run_options.items()]
         run = Run(request, out=self.out or sys.stdout, command_line=f"ddp_cluster.run({', '.join(words)})",
                   timeout_s=timeout)
-        result = run.run()
+        # the summary is shown when the test fails; an interrupt stops the session, as pytest would
+        result = run_and_report(run, raise_interrupt=True)
         self.results.append(result)
-        print(format_summary(result), file=self.out or sys.stdout, flush=True)  # shown when the test fails
-        if result.interrupted:  # the session was interrupted: stop it, as pytest would
-            raise SignalInterrupt(result.signal_number)
         return result
 
     def chaos(self, target: str, *args: str, faults: int = 1, seed: int = 0,

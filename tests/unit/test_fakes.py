@@ -71,7 +71,7 @@ def test_list_shows_the_live_unless_all_and_events_since_replay_the_past(tmp_pat
     assert [c.name for c in client.containers.list()] == [live.name]
     assert {c.name for c in client.containers.list(all=True)} == {done.name, live.name}
     before = time.time() - 1
-    replayed = iter(client.events(since=int(before), filters={"label": [f"com.docker.compose.service=node0"]}))
+    replayed = iter(client.events(since=int(before), filters={"label": ["com.docker.compose.service=node0"]}))
     assert [next(replayed)["Action"] for _ in range(3)] == ["start", "kill", "die"]
     fresh = client.events(filters={})  # no since: only what comes
     live.kill()

@@ -1,0 +1,42 @@
+"""The library's entry point of ``export``: a run request becomes the job for a real cluster, as
+text, with no engine (the GPUs asked for are what the cluster's nodes have)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from orchestrate.config.request import HostFacts, RunRequest, resolve_config
+from orchestrate.export.kubernetes import export_kubernetes, to_yaml
+from orchestrate.export.options import ExportOptions, default_job_name
+from orchestrate.export.slurm import export_slurm
+from orchestrate.plan.make import make_plan
+
+
+@dataclass(frozen=True)
+class ExportedJob:
+    """The job as a real scheduler takes it: ``text`` (an sbatch script, or Kubernetes
+    manifests), for ``nodes`` nodes of ``nproc_per_node`` workers."""
+
+    to: str
+    text: str
+    nodes: int
+    nproc_per_node: int
+
+    @property
+    def what(self) -> str:
+        return "sbatch script" if self.to == "slurm" else "Kubernetes manifests"
+
+
+def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name: Optional[str] = None,
+               **options: Any) -> ExportedJob:
+    """``request`` for ``to`` (``slurm`` or ``kubernetes``), named ``name`` (default: after the
+    script or module); ``options`` are :class:`~orchestrate.export.options.ExportOptions`'s.
+
+    Raises:
+        UsageError: For a request a run would refuse too, or a bad option.
+    """
+    config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
+    options = ExportOptions(name=name or default_job_name(config.target), **options)
+    plan = make_plan(config, options.name)
+    text = export_slurm(plan, options) if to == "slurm" else to_yaml(export_kubernetes(plan, options))
+    return ExportedJob(to, text, config.nodes, config.nproc_per_node)
