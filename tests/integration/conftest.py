@@ -23,6 +23,7 @@ from orchestrate.cli.main import main
 from orchestrate.config.run_config import DEFAULT_IMAGE
 
 PROJECT_LABEL = "com.docker.compose.project"
+RUN_DIR_LABEL = "io.ddp-compose.run-dir"
 
 
 def unavailable(reason: str) -> None:
@@ -75,6 +76,14 @@ def leftovers(client, project: str) -> list[str]:
     found += [f"network {n.name}" for n in client.networks.list(filters=label)]
     found += [f"volume {v.name}" for v in client.volumes.list(filters=label)]
     return found
+
+
+def containers_under(client, directory: Path) -> list[str]:
+    """The containers of every run whose run directory lies under ``directory`` (a test's own
+    tmp_path): what a test made, whatever other runs come and go on the engine meanwhile."""
+    root = str(directory)
+    return [c.name for c in client.containers.list(all=True, ignore_removed=True, filters={"label": RUN_DIR_LABEL})
+            if c.labels.get(RUN_DIR_LABEL, "").startswith(root)]
 
 
 def remove_project(client, project: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import leftovers
+from tests.integration.conftest import containers_under, leftovers
 
 pytestmark = pytest.mark.integration
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -60,11 +60,10 @@ def test_a_failing_rank_fails_fast_naming_node_and_rank(orchestrate_run, docker_
     assert leftovers(docker_client, result.project) == []
 
 
-def test_missing_image_that_may_not_be_built_is_exit_2_and_starts_nothing(orchestrate_run, docker_client):
-    before = {c.id for c in docker_client.containers.list(all=True)}
+def test_missing_image_that_may_not_be_built_is_exit_2_and_starts_nothing(orchestrate_run, docker_client, tmp_path):
     result = orchestrate_run("--image", "ddp-compose-no-such-image:0", "--no-build")
     assert result.code == 2
-    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert containers_under(docker_client, tmp_path) == []  # other tests' runs may come and go meanwhile
 
 
 def test_two_runs_at_once_do_not_collide(orchestrate_run, docker_client):
@@ -85,12 +84,11 @@ def test_two_runs_at_once_do_not_collide(orchestrate_run, docker_client):
         assert leftovers(docker_client, r.project) == []
 
 
-def test_gpus_the_engine_does_not_have_are_refused_before_anything_starts(orchestrate_run, docker_client):
+def test_gpus_the_engine_does_not_have_are_refused_before_anything_starts(orchestrate_run, docker_client, tmp_path):
     from orchestrate.engine.gpus import detect_gpus
 
     if detect_gpus(docker_client).count:
         pytest.skip("this engine has GPUs")
-    before = {c.id for c in docker_client.containers.list(all=True)}
     result = orchestrate_run("--nodes", "2", "--gpus-per-node", "1")
     assert result.code == 2
-    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert containers_under(docker_client, tmp_path) == []
