@@ -100,6 +100,7 @@ class Run:
         self.timeout_s = timeout_s
         self.plan: Optional[JobPlan] = None
         self.backend: Optional[Backend] = None
+        self.config: Optional[RunConfig] = None  # built once, by check()
         self.compose: Optional[ComposeProject] = None
         self.heartbeat: Optional[Heartbeat] = None
         self.bring_up_s: Optional[float] = None
@@ -141,13 +142,21 @@ class Run:
     # Before anything starts ------------------------------------------------------------------
 
     def check(self) -> RunConfig:
-        """Refuse bad input with one line, before the engine is asked anything."""
+        """Refuse bad input with one line, before the engine is asked anything; the run's
+        configuration, built once (a plan with GPUs leased adds the count the engine gave)."""
+        if self.config is not None:
+            return self.config
         request = self.request
         # Paths and the target first: a missing script is reported whatever the engine has (so
         # checked as a CPU run, where the GPU options have nothing to act on).
-        derived_image_spec(resolve_config(request.replace(cpu=True, backend="gloo", share_gpus=False), self.host))
-        config = resolve_config(request, self.host)
+        as_cpu = request.replace(cpu=True, backend="gloo", share_gpus=False)
+        cpu_config = resolve_config(as_cpu, self.host)
+        derived_image_spec(cpu_config)
+        # a CPU run is that run itself (its "auto" backend is gloo): built once
+        cpu_already = request.cpu and not request.share_gpus and request.backend in ("auto", "gloo")
+        config = cpu_config if cpu_already else resolve_config(request, self.host)
         request.check_combination()
+        self.config = config
         return config
 
     def dry_plan(self) -> JobPlan:
@@ -168,7 +177,7 @@ class Run:
         return self.plan
 
     def _plan(self, engine_info: dict, image: str, free_gpus: Optional[tuple[str, ...]]) -> JobPlan:
-        config = resolve_config(self.request, self.host, None if free_gpus is None else len(free_gpus))
+        config = self.check() if free_gpus is None else resolve_config(self.request, self.host, len(free_gpus))
         detached = self.request.detach
         plan = make_plan(config, self.run_id, detached=detached, gpu_ids=free_gpus or (),
                          launcher="" if detached else launcher_identity(),

@@ -364,3 +364,15 @@ def test_a_failed_bring_up_is_exit_2_recorded_and_leaves_nothing(make_run):
     assert json.loads((job.run_dir / "outcome.json").read_text())["exit_code"] == 2
     assert "FAILED: `docker compose up ...` exited 1" in format_summary(outcome)
 
+
+
+def test_a_runs_configuration_is_built_once(make_run, monkeypatch):
+    import orchestrate.launch.run as launch_run
+
+    built = []
+    real = launch_run.resolve_config
+    monkeypatch.setattr(launch_run, "resolve_config", lambda *a, **k: built.append(a) or real(*a, **k))
+    job = make_run(nodes=2)
+    outcome, _, _ = run(job, FakeDockerClient())
+    assert outcome.succeeded
+    assert len(built) == 1  # a CPU run: checked, planned and run from the one configuration
