@@ -93,11 +93,11 @@ def test_a_resume_that_forgets_the_momentum_is_caught_naming_the_file_and_the_di
 
 
 # A user's script: DCP saves every 3 steps, 15 s of start-up, no steps reported (Adam's are counted)
-DCP_JOB = ("--faults", "2", "--seed", "3", "--", "dcp_resume.py", "--steps", "30", "--startup", "15")
+DCP_JOB = ("--seed", "3", "--", "dcp_resume.py", "--steps", "30", "--startup", "15")
 
 
 def test_a_users_dcp_resume_holds_with_every_fault_after_a_checkpoint_and_a_resumed_attempt(chaos):
-    code, output = chaos(*DCP_JOB, job="dcp_resume.py")
+    code, output = chaos("--faults", "2", *DCP_JOB, job="dcp_resume.py")
     assert code == 0, output[-5000:]
     assert re.search(r"it first wrote ckpt/step_3/\S+, before step 4", output), output[-5000:]
     first, second = re.search(r"drawn from seed 3: (\S+@step=\d+) (\S+@step=\+\d+)", output).groups()
@@ -108,14 +108,14 @@ def test_a_users_dcp_resume_holds_with_every_fault_after_a_checkpoint_and_a_resu
 
 
 def test_a_users_dcp_resume_that_forgets_the_optimizer_does_not_hold(chaos):
-    code, output = chaos(*DCP_JOB, "--forget-optimizer", job="dcp_resume.py")
+    code, output = chaos("--faults", "1", *DCP_JOB, "--forget-optimizer", job="dcp_resume.py")
     assert code == 1, output[-5000:]
     assert re.search(r"final\.pt: differs \(tensors; largest difference [\d.e-]+ at", output), output[-5000:]
     assert "VERDICT DOES NOT HOLD:" in output
 
 
 def test_a_job_that_saves_only_at_its_end_is_inconclusive_never_a_hold(chaos):
-    code, output = chaos(*DCP_JOB, "--save-every", "30", job="dcp_resume.py")
+    code, output = chaos("--faults", "1", *DCP_JOB, "--save-every", "30", job="dcp_resume.py")
     assert code == 1, output[-5000:]
     assert "VERDICT INCONCLUSIVE: the check could not have caught a broken resume:" in output
     assert "no fault struck after the job had written a file in its work directory" in output

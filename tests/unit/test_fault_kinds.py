@@ -162,7 +162,7 @@ def in_own_pid_namespace(*command: str) -> subprocess.CompletedProcess:
 def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_it(tmp_path):
     script = tmp_path / "rank_signal.py"
     script.write_text(RANK_SCRIPT)  # the text the launcher sends to python3 -c in a node
-    harness = Path(__file__).parent / "data" / "rank_signal_in_a_namespace.py"
+    harness = Path(__file__).parent / "rank_signal_in_a_namespace.py"
     done = in_own_pid_namespace(sys.executable, str(harness), str(script))
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout)

@@ -1,0 +1,45 @@
+"""Run by tests/unit/test_fault_kinds.py as PID 1 of a PID namespace of its own (``unshare --pid
+--fork --mount-proc``): a process as torchrun starts a worker (TORCHELASTIC_RUN_ID, RANK=5) with
+a child of its own that inherits both (a data loader worker), and the node's rank script run
+against them. Nothing outside the namespace can be seen, so nothing outside is signalled.
+Prints what it saw, one JSON object."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+SCRIPT = sys.argv[1]  # the rank script's file
+
+
+def rank_script(*args: str) -> str:
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, check=True).stdout
+
+
+def state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def wait_for(pid: int, stopped: bool) -> None:
+    deadline = time.monotonic() + 10
+    while (state(pid) == "T") != stopped and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+env = {**os.environ, "TORCHELASTIC_RUN_ID": "r", "RANK": "5", "LOCAL_RANK": "0"}
+worker = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time;"
+                           "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+                           "print(c.pid, flush=True); time.sleep(60)"], env=env, stdout=subprocess.PIPE, text=True)
+child = int(worker.stdout.readline())
+seen = {"pid_namespace_init": os.getpid() == 1, "worker": worker.pid, "child": child}
+seen["signalled"] = rank_script("signal", "5", "SIGSTOP").split()
+wait_for(worker.pid, stopped=True)
+seen["states_stopped"] = [state(worker.pid), state(child)]
+seen["stopped"] = rank_script("stopped").split()
+seen["other_rank"] = rank_script("signal", "6", "SIGCONT")
+rank_script("signal", "5", "SIGCONT")
+wait_for(worker.pid, stopped=False)
+seen["stopped_after_cont"] = rank_script("stopped")
+worker.kill()
+os.kill(child, 9)
+print(json.dumps(seen))
