@@ -317,6 +317,24 @@ def test_a_hung_compose_is_a_compose_error(tmp_path, monkeypatch):
         ComposeProject("p", tmp_path / "compose.json").down()
 
 
+def test_a_ctrl_c_during_the_teardown_does_not_stop_it(monkeypatch):
+    from orchestrate.launch import teardown as teardown_module
+
+    class InterruptedCompose:
+        project_name = "p"
+        attempts = 0
+
+        def down(self):
+            self.attempts += 1
+            if self.attempts == 1:
+                raise KeyboardInterrupt  # the user presses Ctrl-C while the project is removed
+
+    monkeypatch.setattr(teardown_module, "TEARDOWN_BACKOFF", __import__("tenacity").wait_none())
+    compose, said = InterruptedCompose(), []
+    assert teardown_module.teardown(compose, said.append) == ""  # removed all the same
+    assert compose.attempts == 2 and said == ["teardown in progress; please wait"]
+
+
 def test_a_teardown_against_a_hung_engine_gives_up_in_bounded_time(monkeypatch):
     from orchestrate.launch import teardown as teardown_module
 

@@ -161,6 +161,18 @@ def test_a_fault_in_an_attempt_is_armed_by_the_one_before_and_counts_only_attemp
         "no attempt that began after the fault before it reached 2 step(s)"]
 
 
+def test_a_stopped_run_fires_nothing_more_and_says_what_never_fired(tmp_path):
+    recorder, injected = Recorder(), []
+    scheduler = FaultScheduler((parse_fault("kill:node1@t=5"), parse_fault("pause:node0@t=1..9")), injected.append,
+                               tmp_path, recorder.say, recorder.record)
+    assert [str(f) for f in scheduler.fire_due(1.0, None)] == ["pause:node0@t=1..9"]
+    scheduler.cancel()  # Ctrl-C: the run is being stopped
+    assert not scheduler.waiting
+    assert scheduler.fire_due(100.0, 50) == [] and len(injected) == 1  # no kill, and no undo of the pause either
+    assert [(r.spec, r.fired, r.reason) for r in scheduler.records(100.0, 50, True)] == [
+        ("pause:node0@t=1..9", True, ""), ("kill:node1@t=5", False, "the run was stopped before it fired")]
+
+
 def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its_step(tmp_path):
     recorder = Recorder()
 
