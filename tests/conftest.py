@@ -27,6 +27,11 @@ def make_job(tmp_path: Path):
     return make
 
 
+# A fake run's job ends within seconds; one that does not (the code under test stopped nothing, a
+# mutant) is stopped and fails after this long, never waits for the suite's time limit.
+JOB_LIMIT_S = 20.0
+
+
 @pytest.fixture
 def make_run(tmp_path: Path):
     """A Run whose work and runs directories live in tmp_path, with no host environment or
@@ -35,11 +40,12 @@ def make_run(tmp_path: Path):
     from orchestrate.launch.run import Run
     from tests.fakes import FakeCompose
 
-    def make(run_id: str = "test-run", *, client=None, out=None, target=(), **options) -> Run:
+    def make(run_id: str = "test-run", *, client=None, out=None, target=(), timeout_s: float = JOB_LIMIT_S,
+             **options) -> Run:
         options = {"workdir": tmp_path, "runs_dir": tmp_path / "runs", **options}
         options.setdefault("cpu", not options.get("gpus_per_node"))
         request = RunRequest.from_options(tuple(target), **options)
         return Run(request, client=client, out=out or io.StringIO(), host=HostFacts(), run_id=run_id,
-                   compose_factory=FakeCompose)
+                   compose_factory=FakeCompose, timeout_s=timeout_s)
 
     return make
