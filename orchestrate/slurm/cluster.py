@@ -78,7 +78,8 @@ def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
 def daemon_command(plan: JobPlan, daemon: list[str], run_as: str) -> list[str]:
     """start.sh (as root: key, configuration, the user, munged), then the node supervisor
     holding the launcher's lease around the daemon in the foreground."""
-    return ["sh", START_SCRIPT, run_as, "python3", NODE_MAIN, *lease_args(plan.config, plan.detached), "--", *daemon]
+    return ["sh", START_SCRIPT, run_as, "python3", NODE_MAIN, "--ready-timeout", f"{plan.config.ready_timeout_s:g}",
+            *lease_args(plan.config, plan.detached), "--", *daemon]
 
 
 def render_slurm_compose(plan: JobPlan, image: str, run_as: str) -> dict[str, Any]:

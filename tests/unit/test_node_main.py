@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 from pathlib import Path
 
 NODE_MAIN = Path(__file__).resolve().parents[2] / "orchestrate" / "node" / "main.py"
@@ -97,3 +99,31 @@ def test_peers_that_never_resolve_are_named_and_torchrun_is_not_started(tmp_path
     assert proc.wait(timeout=30) == 69
     assert "peers no-such-peer.invalid do not resolve" in proc.stdout.read()
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("detached", [False, True])
+def test_every_node_supervisor_command_the_launcher_renders_is_one_it_takes(tmp_path, detached):
+    # the plan's node command and the Slurm cluster's daemons both start the node supervisor: its
+    # required settings must be in each (a Slurm daemon without --ready-timeout exited at once)
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.layout import NODE_MAIN as NODE_MAIN_IN_NODE
+    from orchestrate.plan.make import make_plan
+    from orchestrate.slurm.cluster import daemon_command
+
+    lease = tmp_path / "heartbeat"
+    lease.write_text("0")
+
+    def options_of(command: list[str]) -> list[str]:
+        start = command.index(NODE_MAIN_IN_NODE) + 1
+        options = list(command[start:command.index("--", start)])
+        if "--peers" in options:  # names that resolve only on the run's network: none to wait for here
+            del options[options.index("--peers"):options.index("--peers") + 2]
+        if "--lease" in options:  # the heartbeat file, here
+            options[options.index("--lease") + 1] = str(lease)
+        return options
+
+    plan = make_plan(RunConfig(workdir=tmp_path, runs_dir=tmp_path / "runs", nodes=2), "r", detached=detached)
+    for command in (list(plan.nodes[0].command), daemon_command(plan, ["slurmd", "-D"], "0:0")):
+        done = subprocess.run([sys.executable, str(NODE_MAIN), *options_of(command), "--", sys.executable, "-c", "pass"],
+                              capture_output=True, text=True, timeout=30)  # as rendered: nothing added
+        assert done.returncode == 0, (command, done.stderr)
