@@ -178,7 +178,9 @@ class Strike:
 
 
 def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional[list[WrittenFile]]) -> list[Strike]:
-    """What every fault that fired struck, in the order they fired."""
+    """What every fault that fired struck, in the order they fired. An attempt found to have
+    started from the beginning (nothing was saved before the fault that ended the one before)
+    gets that offset, 0, so a later fault striking it knows how far it had got."""
     fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=lambda f: f.fired_time or 0.0)
     result = []
     for index, fault in enumerate(fired):

@@ -46,8 +46,25 @@ class FileComparison:
                 f" {self.max_difference:.3g}{at})")
 
 
+class Verdict:
+    """What a trial's verdict and a whole check's share: a ``status``, whether it holds, and the
+    exit code it gives."""
+
+    @property
+    def status(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def holds(self) -> bool:
+        return self.status == HOLDS
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.holds else 1
+
+
 @dataclass
-class ChaosVerdict:
+class ChaosVerdict(Verdict):
     """One trial: the reference, the run with faults, its schedule, what each fault struck and
     what the job redid, the comparisons."""
 
@@ -118,14 +135,6 @@ class ChaosVerdict:
         if self.failures:
             return DOES_NOT_HOLD
         return INCONCLUSIVE if self.inconclusive else HOLDS
-
-    @property
-    def holds(self) -> bool:
-        return self.status == HOLDS
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.holds else 1
 
     @property
     def time_lost_s(self) -> Optional[float]:
@@ -200,7 +209,7 @@ class ChaosVerdict:
 
 
 @dataclass
-class ChaosResult:
+class ChaosResult(Verdict):
     """A whole check: one undisturbed run and one verdict per trial."""
 
     reference: RunResult
@@ -212,14 +221,6 @@ class ChaosResult:
         if DOES_NOT_HOLD in statuses:
             return DOES_NOT_HOLD
         return INCONCLUSIVE if INCONCLUSIVE in statuses else HOLDS
-
-    @property
-    def holds(self) -> bool:
-        return self.status == HOLDS
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.holds else 1
 
     @property
     def failures(self) -> list[str]:

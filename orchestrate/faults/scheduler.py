@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from orchestrate.config.fault_spec import FaultSpec
 from orchestrate.engine.errors import describe, engine_errors
@@ -94,7 +94,7 @@ class FaultScheduler:
             return
         for i in newly:
             self.armed[i] = self.wall()
-        write_triggers(self.progress_dir, [f.at_step for f in self.faults if f.at_step is not None and not f.in_attempt],
+        write_triggers(self.progress_dir, job_step_triggers(self.faults),
                        [(self.faults[i].at_step or 0, attempt_key(i)) for i in self.armed if i in self.to_fire])
 
     def attempt_steps_of(self, index: int, attempt_steps: Callable[[float], Optional[int]]) -> Optional[int]:
@@ -194,7 +194,12 @@ def attempt_key(index: int) -> str:
     return f"a{index}"
 
 
-def write_triggers(directory: Path, steps: list[int], in_attempt: list[tuple[int, str]] = ()) -> None:  # type: ignore[assignment]
+def job_step_triggers(faults: Sequence[FaultSpec]) -> list[int]:
+    """The job's steps at which ranks wait for a fault (``@step=N``; not ``@step=+N``)."""
+    return [f.at_step for f in faults if f.at_step is not None and not f.in_attempt]
+
+
+def write_triggers(directory: Path, steps: list[int], in_attempt: Sequence[tuple[int, str]] = ()) -> None:
     """List the steps at which ranks wait for a fault (before the job starts), and the steps
     into an attempt (``(N, key)``) for the attempts to come. Written whole, then renamed: a rank
     that reads it never sees half of it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrate.faults.scheduler import write_triggers
+from orchestrate.faults.scheduler import job_step_triggers, write_triggers
 from orchestrate.plan.layout import DEBUG_SUBDIR, PROGRESS_SUBDIR
 from orchestrate.plan.model import JobPlan
 
@@ -17,7 +17,7 @@ def prepare_run_dir(plan: JobPlan) -> Path:
     (run_dir / DEBUG_SUBDIR).mkdir()
     for node in plan.nodes:
         (run_dir / node.name).mkdir()
-    write_triggers(run_dir / PROGRESS_SUBDIR, [f.at_step for f in plan.config.faults if f.at_step is not None and not f.in_attempt])
+    write_triggers(run_dir / PROGRESS_SUBDIR, job_step_triggers(plan.config.faults))
     (run_dir / "run.json").write_text(json.dumps({
         "run_id": plan.run_id, "command": plan.command_line, "created": plan.created, "image": plan.image,
         "backend": plan.backend, "world_size": plan.world_size, "detached": plan.detached,

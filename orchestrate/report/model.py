@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.outcome.events import read_events
-from orchestrate.outcome.progress import ProgressReader
+from orchestrate.outcome.progress import read_all
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 
 
@@ -98,7 +98,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "run": _load_json(run_dir / "run.json") or {},
         "outcome": _load_json(run_dir / "outcome.json"),
         "events": read_events(run_dir),
-        "progress": ProgressReader(run_dir / PROGRESS_SUBDIR).poll(),
+        "progress": read_all(run_dir / PROGRESS_SUBDIR),
         "bench": _load_json(run_dir / "bench.json"),
         "chaos": _load_json(run_dir / "chaos.json"),
         "stacks": _load_json(run_dir / "stacks.json"),
