@@ -89,7 +89,8 @@ def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: 
     """``count`` faults from ``seed``, one in each of ``count`` equal stretches of training time
     (see the module's text): at steps of ``reference`` when it had steps (never its last), else
     at times within its job (never its first or last tenth). Node faults aim at one of
-    ``nodes``, rank faults at one of ``world_size`` ranks. A fault that lasts falls at a time
+    ``nodes``, rank faults at one of ``world_size`` ranks, storage faults at the first node (the
+    one of global rank 0, which saves in most scripts). A fault that lasts falls at a time
     (no step comes while a node or a rank hangs) and ends within its stretch, after at most
     :data:`LASTING_S`; the fault after it counts the job's steps again, as no attempt begins.
 
@@ -111,7 +112,12 @@ def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: 
     previous_step: Optional[int] = None  # the step of the fault before, when it began a new attempt
     for i in range(count):
         kind = rng.choice(kinds)
-        target = {"rank": rng.randrange(world_size or len(nodes))} if kind.on_rank else {"node": rng.choice(nodes)}
+        if kind.on_rank:
+            target: dict = {"rank": rng.randrange(world_size or len(nodes))}
+        elif kind.on_storage:  # the first node holds global rank 0, which saves in most scripts
+            target = {"node": nodes[0]}
+        else:
+            target = {"node": rng.choice(nodes)}
         if by_steps and not kind.lasting:
             first, last = _stretch(low_step, high_step, count, i)
             step = rng.randint(first, last)

@@ -17,7 +17,8 @@ def add_parsers(sub: Any) -> None:
     fault = sub.add_parser(
         "fault", help="inject faults into a run that is already going",
         description="Do faults to nodes or workers of a running run, now: kill, pause, disconnect, restart or"
-                    " preempt a node, slow it (cpus=F) or degrade its link (rate=R), kill or hang one rank. A"
+                    " preempt a node, slow it (cpus=F) or degrade its link (rate=R), kill or hang one rank, tear a"
+                    " node's next write (torn-write: waits for it, then kills the node) or fill its disk. A"
                     " fault given an end (@t=START..END) is held for END-START seconds, then undone. The run id"
                     " is printed when the run starts (and names its runs/ directory).",
         epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
@@ -35,7 +36,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.nodes
                                                           if n.status in LIVE_STATUSES},
                         stop_grace_s=run.stop_grace_s, cpus_per_node=run.cpus_per_node, link=run.link,
-                        say=lambda line: print(line, file=inv.out, flush=True))
+                        run_dir=run.run_dir, say=lambda line: print(line, file=inv.out, flush=True))
     faults.check(args.specs)
     try:
         for spec in args.specs:

@@ -7,7 +7,12 @@ A fault is written ``KIND:TARGET[,KEY=VALUE...][@t=S[..E]|@step=N[..M]]``:
   ``preempt``, ``slow`` (``cpus=F``: its CPU quota cut, a straggler) and ``degrade``
   (``rate=R``: its link rate drops);
 - rank faults aim at a global rank (``3``): ``kill-rank`` (the worker process dies while its
-  node lives) and ``hang-rank`` (the worker is stopped: the classic hung collective).
+  node lives) and ``hang-rank`` (the worker is stopped: the classic hung collective);
+- storage faults aim at the writes of a node's workers to its work directory
+  (``path=GLOB``, relative to it; by default the directory of what the job saved last, else
+  any file): ``torn-write`` (the next such write is cut short at a random byte, and the node
+  dies at once: a crash in the middle of a save) and ``disk-full`` (such writes fail with
+  ENOSPC while it lasts).
 
 Without a trigger a fault fires as soon as the job starts. The faults that last
 (``pause``, ``disconnect``, ``slow``, ``degrade``, ``hang-rank``) may be given an end:
@@ -57,6 +62,8 @@ class FaultAction(str, Enum):
     DEGRADE = "degrade"  # drop a node's link rate: a link that degrades
     KILL_RANK = "kill-rank"  # SIGKILL one worker process: a worker that dies on a healthy node
     HANG_RANK = "hang-rank"  # SIGSTOP one worker process: a worker that hangs in a collective
+    TORN_WRITE = "torn-write"  # cut a node's next save short, and kill the node: a crash mid-save
+    DISK_FULL = "disk-full"  # a node's writes fail with ENOSPC: a full disk
 
     @property
     def on_rank(self) -> bool:
@@ -64,10 +71,15 @@ class FaultAction(str, Enum):
         return self in (FaultAction.KILL_RANK, FaultAction.HANG_RANK)
 
     @property
+    def on_storage(self) -> bool:
+        """Done to the writes of a node's workers, in the workers (not to its container)."""
+        return self in (FaultAction.TORN_WRITE, FaultAction.DISK_FULL)
+
+    @property
     def lasting(self) -> bool:
         """It lasts until undone, so it may be given an end."""
         return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.SLOW, FaultAction.DEGRADE,
-                        FaultAction.HANG_RANK)
+                        FaultAction.HANG_RANK, FaultAction.DISK_FULL)
 
     @property
     def stops_progress(self) -> bool:
@@ -77,7 +89,8 @@ class FaultAction(str, Enum):
     @property
     def options(self) -> tuple[str, ...]:
         """The ``,KEY=VALUE`` options it takes."""
-        return {FaultAction.SLOW: ("cpus",), FaultAction.DEGRADE: ("rate",)}.get(self, ())
+        return {FaultAction.SLOW: ("cpus",), FaultAction.DEGRADE: ("rate",), FaultAction.TORN_WRITE: ("path",),
+                FaultAction.DISK_FULL: ("path",)}.get(self, ())
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,8 @@ class FaultSpec:
         rate_bits: A degraded link's rate, in bits per second.
         in_attempt: ``at_step`` counts the steps of the first attempt that began after the
             fault before this one fired (``@step=+N``), not the job's step numbers.
+        path: The files a storage fault reaches: a glob relative to the work directory
+            (None: the directory of what the job saved last, else any file).
     """
 
     action: FaultAction
@@ -108,6 +123,7 @@ class FaultSpec:
     cpus: Optional[float] = None
     rate_bits: Optional[int] = None
     in_attempt: bool = False
+    path: Optional[str] = None
 
     @property
     def target(self) -> str:
@@ -123,6 +139,8 @@ class FaultSpec:
             options = f",cpus={self.slow_cpus:g}"
         elif self.action is FaultAction.DEGRADE:
             options = f",rate={format_rate(self.degraded_rate_bits)}"
+        elif self.path is not None:
+            options = f",path={self.path}"
         if self.at_step is not None:
             trigger = f"@step={'+' if self.in_attempt else ''}{self.at_step}" + (f"..{self.until_step}" if self.until_step is not None else "")
         elif self.at_seconds or self.until_seconds is not None:
@@ -214,6 +232,11 @@ def _options(text: str, action: FaultAction, written: str) -> dict:
         if cpus is None or not 0.01 <= cpus:
             raise UsageError(f"invalid --fault {text!r}: cpus must be a number of CPUs of 0.01 or more, e.g. 0.2")
         options["cpus"] = cpus
+    if "path" in options:
+        glob = options["path"]
+        if not glob or glob.startswith("/") or ".." in glob.split("/"):
+            raise UsageError(f"invalid --fault {text!r}: path is a glob relative to the work directory,"
+                             " e.g. path=checkpoints/*")
     if "rate" in options:
         options["rate_bits"] = parse_rate(options.pop("rate"), f"--fault {text!r}: rate")
     if action is FaultAction.SLOW:

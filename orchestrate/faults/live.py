@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
@@ -15,6 +16,11 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import do_fault, end_fault
+from orchestrate.faults.storage import ArmedStorageFaults
+from orchestrate.plan.layout import PROGRESS_SUBDIR
+
+# How often a torn write held by `fault RUN` looks for the worker's tear.
+TEAR_POLL_S = 0.2
 
 
 class LiveFaults:
@@ -27,12 +33,13 @@ class LiveFaults:
         live: Its live nodes' containers, by node name.
         stop_grace_s: The run's stop grace: a preempt's SIGTERM to SIGKILL.
         cpus_per_node, link: What the run gave its nodes (the end of a slow or degrade fault).
+        run_dir: The run's directory (storage faults are armed there; None: cannot be).
         say: Where the lines go.
     """
 
     def __init__(self, client: Any, run_id: str, project: str, live: dict[str, Any], *, stop_grace_s: float,
                  cpus_per_node: Optional[float] = None, link: Optional[LinkSpec] = None,
-                 say: Callable[[str], None] = print) -> None:
+                 run_dir: Optional[Path] = None, say: Callable[[str], None] = print) -> None:
         self.client = client
         self.run_id = run_id
         self.project = project
@@ -42,6 +49,9 @@ class LiveFaults:
         self.link = link
         self.say = say
         self.held: list[tuple[FaultSpec, str]] = []  # done, with an end still to come
+        progress = None if run_dir is None or not str(run_dir) else run_dir / PROGRESS_SUBDIR
+        self.storage = ArmedStorageFaults(progress) if progress is not None and progress.is_dir() else None
+        self.tearing: list[FaultSpec] = []  # torn writes armed, their write still to come
 
     def check(self, specs: list[FaultSpec]) -> None:
         """Refuse what cannot be done now, before anything is done.
@@ -56,6 +66,9 @@ class LiveFaults:
                                  " give an end in seconds, e.g. @t=0..30")
             if not spec.action.on_rank and spec.node not in self.live:
                 raise UsageError(f"no running {spec.node} in run {self.run_id} (see `python -m orchestrate ps`)")
+            if spec.action.on_storage and self.storage is None:
+                raise UsageError(f"{spec}: run {self.run_id}'s directory cannot be reached from here, and storage"
+                                 " faults are armed there")
 
     def inject(self, spec: FaultSpec) -> str:
         """Do one fault now; return the node it landed on; hold it when it has an end.
@@ -63,6 +76,15 @@ class LiveFaults:
         Raises:
             EngineError: When the engine refused it.
         """
+        if spec.action.on_storage and self.storage is not None:
+            glob = self.storage.arm(spec, ())
+            self.say(f"armed {spec} on {spec.node}'s workers of run {self.run_id}, files {glob!r} of the work"
+                     " directory")
+            if spec.action is FaultAction.TORN_WRITE:
+                self.tearing.append(spec)
+            elif spec.has_end:
+                self.held.append((spec, spec.node))
+            return spec.node
         try:
             if spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
                 self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
@@ -78,8 +100,10 @@ class LiveFaults:
         return node
 
     def hold(self, sleep: Callable[[float], None] = time.sleep) -> None:
-        """Keep the faults with an end for their duration (from now), undoing each as its end
-        comes; an interrupt leaves the rest held (see :meth:`end_all`)."""
+        """Wait for the torn writes armed (each worker's tear kills its node), then keep the
+        faults with an end for their duration (from now), undoing each as its end comes; an
+        interrupt leaves the rest held (see :meth:`end_all`)."""
+        self.wait_for_tears(sleep)
         if not self.held:
             return
         started = time.monotonic()
@@ -92,13 +116,41 @@ class LiveFaults:
             self.end(spec, node)
             self.held.pop(0)
 
+    def wait_for_tears(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Until every torn write armed has cut a file: kill each node whose worker tore one (a
+        crash mid-save), saying what was cut."""
+        if not self.tearing or self.storage is None:
+            return
+        self.say(f"waiting for the next write on {', '.join(s.node for s in self.tearing)}; Ctrl-C disarms")
+        while self.tearing:
+            for spec, event in self.storage.poll():
+                if spec not in self.tearing or not event.torn:
+                    continue
+                self.tearing.remove(spec)
+                self.storage.end(spec)
+                self.say(f"{spec}: {event.describe()}; killing {spec.node}")
+                try:
+                    self.live[spec.node].kill()
+                except engine_errors() as exc:  # its run's launcher was first, or it ended
+                    self.say(f"{spec.node} was not killed here: {describe(exc)}")
+            if self.tearing:
+                sleep(TEAR_POLL_S)
+
     def end_all(self) -> None:
-        """Undo every fault still held."""
+        """Undo every fault still held, and disarm the torn writes still to come."""
         while self.held:
             self.end(*self.held.pop(0))
+        while self.tearing and self.storage is not None:
+            spec = self.tearing.pop(0)
+            self.storage.end(spec)
+            self.say(f"disarmed {spec}: no write came")
 
     def end(self, spec: FaultSpec, node: str) -> None:
         """Undo one fault; say so, or why it could not be undone."""
+        if spec.action.on_storage and self.storage is not None:
+            self.storage.end(spec)
+            self.say(f"ended {spec} on {node} of run {self.run_id}")
+            return
         try:
             end_fault(self.client, self.project, self.live[node], spec, node=node, cpus_per_node=self.cpus_per_node,
                       link=self.link)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 from orchestrate.node.progress import TRIGGERS_FILE
@@ -155,10 +155,23 @@ class FaultScheduler:
         self.say(f"fault ended: {fault} ({elapsed_s:.1f} s into the job)")
         self.record("fault-ended", node=node, spec=str(fault), action=fault.action.value)
 
+    def note(self, fault: FaultSpec, detail: str) -> None:
+        """Add what a fault that fired did (a torn write's file and byte) to its record."""
+        self.fired = [replace(r, detail="; ".join(filter(None, (r.detail, detail)))) if r.spec == str(fault) else r
+                      for r in self.fired]
+
     def records(self, elapsed_s: float, step: Optional[int], progress_seen: bool) -> list[FaultRecord]:
         """Every fault asked for: those that fired, then those that did not, with why (the job
-        ending ``elapsed_s`` in, having reached training ``step``)."""
-        unfired = []
+        ending ``elapsed_s`` in, having reached training ``step``). A torn write that was armed
+        but cut no file did not fire."""
+        fired, unfired = [], []
+        for record in self.fired:
+            if record.spec.startswith(FaultAction.TORN_WRITE.value + ":") and not record.detail:
+                unfired.append(replace(record, fired=False, reason=(
+                    f"it was armed {record.elapsed_s or 0.0:.1f} s into the job, but no worker of {record.node}"
+                    " wrote a file it reaches after that")))
+            else:
+                fired.append(record)
         for index in self.to_fire:
             fault = self.faults[index]
             if fault.in_attempt and index not in self.armed:
@@ -175,7 +188,7 @@ class FaultScheduler:
             unfired.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
         unfired += [FaultRecord(str(f), f.node, fired=False, reason="the run was stopped before it fired")
                     for f in self.stopped_first]
-        return [*self.fired, *self.failed, *unfired]
+        return [*fired, *self.failed, *unfired]
 
     def warn_if_no_progress(self, progress_seen: bool, since_first_worker_s: Optional[float]) -> None:
         """Say once that step faults cannot fire when no worker has reported a step for long."""

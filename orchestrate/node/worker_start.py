@@ -8,7 +8,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 0. Where the run has a debug directory (``$DDP_DEBUG_DIR``): record the worker's collectives
    (:mod:`orchestrate.node.collective_log`) and answer the launcher's requests for its stacks
    (:mod:`orchestrate.node.snapshot`); and count its optimizer steps on the progress channel
-   (:mod:`orchestrate.node.step_counter`), unless the script reports its own.
+   (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
+   has a progress channel, let the launcher's storage faults reach the worker's writes
+   (:mod:`orchestrate.node.storage_faults`).
 
 1. ``--nccl-hostid-per-rank`` (``--share-gpus`` with more processes than GPUs on a node):
    ``NCCL_HOSTID`` = the node's host name and the worker's local rank, set before NCCL starts,
@@ -131,7 +133,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import collective_log, snapshot, step_counter
+    from orchestrate.node import collective_log, snapshot, step_counter, storage_faults
+    from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
     directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
@@ -145,6 +148,10 @@ def install_recorder(timeout_s: Optional[float]) -> None:
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.optim", step_counter.install)
+    progress = os.environ.get(PROGRESS_DIR_ENV)
+    if progress:  # the launcher's storage faults reach open() and torch.save
+        faults = storage_faults.install(progress)
+        collective_log.when_imported("torch.serialization", lambda: storage_faults.wrap_torch_save(faults))
 
 
 def main(argv: list[str]) -> None:

@@ -96,7 +96,8 @@ class FaultRecord:
     """A fault that was asked for: when it fired (``elapsed_s`` into the job, at training
     ``step``, None when no worker had reported one) on which ``node`` (a rank fault's is where
     its rank ran), or why it did not (``reason``); when a fault with an end was undone
-    (``ended_s``); the epoch time it fired (``fired_time``: the progress records' clock)."""
+    (``ended_s``); the epoch time it fired (``fired_time``: the progress records' clock); what it
+    did where that is more than its spec says (``detail``: the file a torn write cut, and where)."""
 
     spec: str
     node: str
@@ -106,6 +107,7 @@ class FaultRecord:
     reason: str = ""
     ended_s: Optional[float] = None
     fired_time: Optional[float] = None
+    detail: str = ""
 
     @property
     def fired_at_s(self) -> Optional[float]:
@@ -121,7 +123,8 @@ class FaultRecord:
         at = "" if self.step is None else f", at step {self.step}"
         on = f", on {self.node}" if self.node and f":{self.node}" not in self.spec else ""
         until = "" if self.ended_s is None else f", until {self.ended_s:.1f} s"
-        return f"{self.spec} ({self.elapsed_s or 0.0:.1f} s into the job{at}{on}{until})"
+        did = f": {self.detail}" if self.detail else ""
+        return f"{self.spec} ({self.elapsed_s or 0.0:.1f} s into the job{at}{on}{until}){did}"
 
 
 @dataclass

@@ -28,7 +28,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
                         "step_before": r.step_before, "resumed_from": r.resumed_from} for r in t.recoveries],
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
-                    "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None}
+                    "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,
+                    "detail": f.detail or None}
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},

@@ -34,8 +34,10 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
+from orchestrate.errors import NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch
@@ -96,6 +98,7 @@ class Supervisor:
         self.progress = ProgressWatch(spec.run_dir / PROGRESS_SUBDIR, self.record)
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
+        self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
@@ -130,6 +133,8 @@ class Supervisor:
         """Do a fault (the scheduler's callback); return the node it landed on."""
         if self.writes is not None:
             self.writes.walk()  # what the job had saved before the fault, to the moment
+        if fault.action.on_storage:
+            return self.arm_storage(fault)
         # a rank fault lands on whichever node runs the rank now
         node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
         tracker = self.trackers[node]
@@ -143,9 +148,46 @@ class Supervisor:
     def undo(self, fault: FaultSpec, node: str) -> None:
         """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
         tracker = self.trackers[node]
+        if fault.action.on_storage:
+            self.storage.end(fault)
+            tracker.result.fault = ""
+            return
         end_fault(self.client, self.spec.project, tracker.container, fault, node=node,
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
         tracker.result.fault, tracker.result.culprit_rank = "", None
+
+    # Storage faults ---------------------------------------------------------------------
+
+    def arm_storage(self, fault: FaultSpec) -> str:
+        """Arm a storage fault for its node's workers (the scheduler's inject); return the node."""
+        if fault.node not in {t.name for t in self.live}:
+            raise NodeLookupError(f"{fault.node} is not running")
+        glob = self.storage.arm(fault, [w.path for w in (self.writes.files() or [])] if self.writes else [])
+        self.trackers[fault.node].result.fault = str(fault)
+        what = ("the next write is cut short, and the node killed" if fault.action is FaultAction.TORN_WRITE
+                else "writes fail with ENOSPC")
+        self.say(f"{fault}: armed on {fault.node}'s workers, files {glob!r} of the work directory: {what}")
+        return fault.node
+
+    def on_storage_event(self, fault: Optional[FaultSpec], event: StorageEvent) -> None:
+        """A worker met a storage fault: say where; a torn write's node dies at once."""
+        spec = str(fault) if fault is not None else f"{event.kind}:{event.node}"
+        self.say(f"{spec}: {event.describe()}")
+        self.record("storage-fault", node=event.node, spec=spec, storage=event.kind, file=event.file, rank=event.rank,
+                    byte=event.byte, size=event.size)
+        if fault is not None:
+            self.faults.note(fault, event.describe())
+        tracker = self.trackers.get(event.node)
+        if not event.torn or tracker is None or tracker.phase.final:
+            return
+        if fault is not None:
+            self.storage.end(fault)
+        tracker.result.fault = spec
+        self.say(f"killing {event.node}: a crash in the middle of the save")
+        try:
+            tracker.container.kill()
+        except engine_errors() as exc:  # it ended meanwhile
+            log.debug("kill after a torn write: %s", exc)
 
     # Hangs ------------------------------------------------------------------------------
 
@@ -273,6 +315,8 @@ class Supervisor:
         self.progress.poll(now, self.restarts.open_recovery)
         if self.writes is not None:
             self.writes.poll(now)
+        for fault, event in self.storage.poll():
+            self.on_storage_event(fault, event)
         if self.hangs is not None:
             if self.progress.records > self.progress_records or self.faults.lasting:
                 # a step reported, or a fault with an end holding the job as asked: not a hang

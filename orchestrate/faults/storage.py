@@ -1,0 +1,139 @@
+"""Storage faults, the launcher's side: arming them for the workers and reading back what they
+did (the workers' side is :mod:`orchestrate.node.storage_faults`, which says what they reach).
+
+A fault is armed by listing it in the run's progress directory, which every node mounts; a
+worker that meets it records the file, the byte and its rank there, and the launcher reads it
+back (:class:`StorageEvents`): a torn write's node is then killed, as a crash mid-save.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.node.storage_faults import EVENTS_FILE, FAULTS_FILE
+
+ANY_FILE = "*"
+
+
+def default_glob(saved: Sequence[str]) -> str:
+    """The files a storage fault without ``path=`` reaches (pure): every file in the directory
+    of what the job saved last (``saved``: work-directory paths, oldest first), so that a save
+    through a temporary file beside it is reached too; any file when nothing was saved."""
+    if not saved:
+        return ANY_FILE
+    directory = posixpath.dirname(saved[-1])
+    return f"{directory}/*" if directory else ANY_FILE
+
+
+def arm(directory: Path, fault: FaultSpec, node: str, glob: str) -> str:
+    """List ``fault`` for ``node``'s workers; return its key (for :func:`disarm` and the events)."""
+    key = f"s{time.time_ns():x}"
+    faults = [*armed(directory), {"key": key, "kind": fault.action.value, "node": node, "path": glob,
+                                  "spec": str(fault)}]
+    _write(directory, faults)
+    return key
+
+
+def disarm(directory: Path, key: str) -> None:
+    """Take fault ``key`` off the list: no worker meets it any more."""
+    _write(directory, [f for f in armed(directory) if f.get("key") != key])
+
+
+def armed(directory: Path) -> list[dict[str, Any]]:
+    """The storage faults listed now."""
+    try:
+        return list(json.loads((directory / FAULTS_FILE).read_text()).get("faults", []))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def _write(directory: Path, faults: list[dict[str, Any]]) -> None:
+    """Write the list whole, then rename: a worker never reads half of it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    temporary = directory / f"{FAULTS_FILE}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps({"faults": faults}))
+    temporary.replace(directory / FAULTS_FILE)
+
+
+@dataclass(frozen=True)
+class StorageEvent:
+    """What a worker met: a torn write (``byte`` of ``size`` written) or a full disk."""
+
+    kind: str
+    key: str
+    node: str
+    file: str
+    rank: Optional[int] = None
+    byte: Optional[int] = None
+    size: Optional[int] = None
+
+    @property
+    def torn(self) -> bool:
+        return self.kind == FaultAction.TORN_WRITE.value
+
+    def describe(self) -> str:
+        by = f"rank {self.rank}" if self.rank is not None else f"a worker of {self.node}"
+        if self.torn:
+            return f"{by}'s write of {self.file} was cut at byte {self.byte} of {self.size}"
+        return f"{by}'s write to {self.file} failed: no space left on device (ENOSPC)"
+
+
+class StorageEvents:
+    """The workers' storage events, read as they come."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / EVENTS_FILE
+        self.offset = 0
+
+    def poll(self) -> list[StorageEvent]:
+        """The events recorded since the last poll (whole lines only)."""
+        try:
+            with open(self.path, "rb") as file:
+                file.seek(self.offset)
+                data = file.read()
+        except OSError:
+            return []
+        complete = data[:data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        events = []
+        for line in complete.splitlines():
+            try:
+                fields = json.loads(line)
+                events.append(StorageEvent(str(fields["kind"]), str(fields["key"]), str(fields["node"]),
+                                           str(fields["file"]), fields.get("rank"), fields.get("byte"),
+                                           fields.get("size")))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return events
+
+
+class ArmedStorageFaults:
+    """The storage faults one launcher armed in a run: arming, ending, and what the workers met."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.keys: dict[str, FaultSpec] = {}
+        self.events = StorageEvents(directory)
+
+    def arm(self, fault: FaultSpec, saved: Sequence[str]) -> str:
+        """Arm ``fault`` on its node, over its ``path=`` or :func:`default_glob` of ``saved``;
+        return the glob it reaches."""
+        glob = fault.path or default_glob(saved)
+        self.keys[arm(self.directory, fault, fault.node, glob)] = fault
+        return glob
+
+    def end(self, fault: FaultSpec) -> None:
+        """Disarm ``fault`` (its end came, or its write was torn)."""
+        for key in [k for k, f in self.keys.items() if f == fault]:
+            disarm(self.directory, key)
+
+    def poll(self) -> list[tuple[Optional[FaultSpec], StorageEvent]]:
+        """What the workers met since the last poll, each with the fault it met (None: a fault
+        armed by another command, ``fault RUN``)."""
+        return [(self.keys.get(event.key), event) for event in self.events.poll()]

@@ -1,0 +1,246 @@
+"""Storage faults, done inside a worker (standard library only): a save cut short, a full disk.
+
+The launcher arms a fault by listing it in ``$DDP_PROGRESS_DIR/storage-faults.json``
+(:mod:`orchestrate.faults.storage` writes it, whole, then renamed)::
+
+    {"faults": [{"key": "s0", "kind": "torn-write", "node": "node1", "path": "ckpt/*"}]}
+
+``path`` is a glob over paths relative to the work directory (``*`` matches ``/`` too, so
+``*`` is any file under it). A worker on ``node`` (its host name) then meets the fault on a
+file it opens for writing that matches:
+
+- ``torn-write``: the first such file one worker of the node writes (a claim file makes it
+  one) is cut short when it is closed, at a random byte of what was written, as a crash in the
+  middle of the save leaves it; the worker records where (``storage-events.jsonl``) and stops
+  writing anything: it waits for the launcher to kill its node, and exits by itself after
+  :data:`DIE_AFTER_S`.
+- ``disk-full``: every write to such a file fails with ``ENOSPC`` while the fault is listed,
+  as on a full disk; each file and rank that met it is recorded once.
+
+Where it reaches: Python's ``open`` (``builtins.open``, ``io.open``, so ``pathlib.Path.open``
+and ``torch.distributed.checkpoint``'s file system writer) and ``torch.save`` to a path (which
+torch writes from C++: while a fault is armed it is given a file opened here instead). Not
+reached: ``os.open``/``os.write``, memory maps, and native code that opens files itself
+(safetensors, a C++ extension's own writer).
+"""
+from __future__ import annotations
+
+import builtins
+import errno
+import fnmatch
+import io
+import json
+import os
+import random
+import socket
+import time
+from typing import Any, Optional
+
+FAULTS_FILE = "storage-faults.json"
+EVENTS_FILE = "storage-events.jsonl"
+WORKSPACE = "/workspace"  # the work directory, as every node mounts it
+# A worker that tore a write waits this long for the launcher to kill its node, then exits.
+DIE_AFTER_S = 60.0
+TORN_EXIT_CODE = 137
+_WRITING = set("wax+")
+
+
+class StorageFaults:
+    """The storage faults armed for this node, read from the launcher's file when it changes."""
+
+    def __init__(self, directory: str, node: str, workspace: str = WORKSPACE) -> None:
+        self.directory = directory
+        self.node = node
+        self.workspace = workspace
+        self.stamp: Optional[tuple[float, int]] = None
+        self.faults: list[dict[str, Any]] = []
+        self.reported: set[tuple[str, str]] = set()
+
+    def armed(self) -> list[dict[str, Any]]:
+        """The faults armed for this node now (the file is read again only when it changed)."""
+        path = os.path.join(self.directory, FAULTS_FILE)
+        try:
+            status = os.stat(path)
+        except OSError:
+            self.stamp, self.faults = None, []
+            return []
+        stamp = (status.st_mtime, status.st_size)
+        if stamp != self.stamp:
+            self.stamp = stamp
+            try:
+                with _original_open(path, encoding="utf-8") as file:
+                    listed = json.load(file).get("faults", [])
+            except (OSError, ValueError, AttributeError):
+                listed = []
+            self.faults = [f for f in listed if isinstance(f, dict) and f.get("node") == self.node]
+        return self.faults
+
+    def relative(self, file: Any) -> Optional[str]:
+        """``file``'s path relative to the work directory, or None (not a path under it)."""
+        if isinstance(file, int):
+            return None
+        try:
+            path = os.path.abspath(os.fsdecode(os.fspath(file)))
+        except TypeError:
+            return None
+        if not path.startswith(self.workspace.rstrip("/") + "/"):
+            return None
+        return path[len(self.workspace.rstrip("/")) + 1:]
+
+    def matching(self, file: Any, kind: str) -> Optional[tuple[dict[str, Any], str]]:
+        """The armed fault of ``kind`` whose glob ``file`` matches, with its relative path."""
+        faults = [f for f in self.armed() if f.get("kind") == kind]
+        if not faults:
+            return None
+        relative = self.relative(file)
+        if relative is None:
+            return None
+        for fault in faults:
+            if fnmatch.fnmatchcase(relative, str(fault.get("path") or "*")):
+                return fault, relative
+        return None
+
+    def claim(self, key: str) -> bool:
+        """Take fault ``key`` for this worker: only one worker of all tears a write."""
+        try:
+            descriptor = os.open(os.path.join(self.directory, f"storage-claim-{key}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except OSError:
+            return False
+        os.close(descriptor)
+        return True
+
+    def record(self, **fields: Any) -> None:
+        """Append one event for the launcher (a line, written whole)."""
+        line = json.dumps({**fields, "node": self.node, "rank": _rank(), "time": time.time()}) + "\n"
+        descriptor = os.open(os.path.join(self.directory, EVENTS_FILE), os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o666)
+        try:
+            os.write(descriptor, line.encode())
+        finally:
+            os.close(descriptor)
+
+    def disk_full(self, file: Any) -> Optional[OSError]:
+        """The ENOSPC a write to ``file`` meets now, recorded once per file (None: the disk is not full)."""
+        found = self.matching(file, "disk-full")
+        if found is None:
+            return None
+        fault, relative = found
+        if (fault["key"], relative) not in self.reported:
+            self.reported.add((fault["key"], relative))
+            self.record(kind="disk-full", key=fault["key"], file=relative)
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsdecode(os.fspath(file)))
+
+
+class FaultyFile:
+    """A file opened for writing that storage faults reach: its writes fail while the disk is
+    full; a torn one is cut short when closed, and the worker stops there."""
+
+    def __init__(self, inner: Any, path: Any, faults: StorageFaults, torn: Optional[tuple[dict[str, Any], str]]) -> None:
+        self._inner = inner
+        self._path = path
+        self._faults = faults
+        self._torn = torn
+
+    def write(self, data: Any) -> int:
+        full = self._faults.disk_full(self._path)
+        if full is not None:
+            raise full
+        return self._inner.write(data)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def close(self) -> None:
+        if self._inner.closed:
+            return
+        if self._torn is None:
+            self._inner.close()
+            return
+        self._inner.flush()
+        size = os.fstat(self._inner.fileno()).st_size
+        cut = random.randrange(1, size) if size > 1 else 0
+        os.ftruncate(self._inner.fileno(), cut)
+        os.fsync(self._inner.fileno())
+        self._inner.close()
+        fault, relative = self._torn
+        self._faults.record(kind="torn-write", key=fault["key"], file=relative, byte=cut, size=size)
+        die_torn()
+
+    def __enter__(self) -> "FaultyFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Any:
+        return iter(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def die_torn() -> None:
+    """A crash in the middle of a save: write nothing more; wait for the node to be killed."""
+    deadline = time.monotonic() + DIE_AFTER_S
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+    os._exit(TORN_EXIT_CODE)
+
+
+_original_open = builtins.open
+
+
+def wrap_open(faults: StorageFaults, original: Any = None) -> Any:
+    """``open`` that hands back a :class:`FaultyFile` for a file opened for writing that an
+    armed fault matches; any other file as ``original`` opens it."""
+    original = original or _original_open
+
+    def faulty_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        opened = original(file, mode, *args, **kwargs)
+        if not _WRITING & set(str(mode)) or not faults.armed():
+            return opened
+        torn = faults.matching(file, "torn-write")
+        if torn is not None and not faults.claim(torn[0]["key"]):
+            torn = None
+        if torn is None and faults.matching(file, "disk-full") is None:
+            return opened
+        return FaultyFile(opened, file, faults, torn)
+
+    faulty_open.__wrapped__ = original  # type: ignore[attr-defined]
+    return faulty_open
+
+
+def wrap_torch_save(faults: StorageFaults) -> None:
+    """``torch.save`` to a path that an armed fault matches writes through a file opened here
+    (torch writes a path from C++, out of Python's reach)."""
+    import torch
+    import torch.serialization as serialization
+
+    original = serialization.save
+    opener = wrap_open(faults)
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(f, (str, os.PathLike)) and faults.armed() and (
+                faults.matching(f, "torn-write") or faults.matching(f, "disk-full")):
+            with opener(f, "wb") as file:
+                return original(obj, file, *args, **kwargs)
+        return original(obj, f, *args, **kwargs)
+
+    save.__wrapped__ = original  # type: ignore[attr-defined]
+    serialization.save = save
+    torch.save = save
+
+
+def install(directory: str, node: Optional[str] = None) -> StorageFaults:
+    """Let the launcher's storage faults reach this process: wrap ``open`` now (``torch.save``
+    when torch is imported: :func:`wrap_torch_save`)."""
+    faults = StorageFaults(directory, node or socket.gethostname())
+    opener = wrap_open(faults)
+    builtins.open = opener
+    io.open = opener
+    return faults
+
+
+def _rank() -> Optional[int]:
+    rank = os.environ.get("RANK")
+    return int(rank) if rank and rank.isdigit() else None
