@@ -46,7 +46,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
 
     1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
        was injected into explains the failures of the others, which only waited for it or
-       saw its connections close.
+       saw its connections close (the rank that raised under the fault, and its error, named).
     2. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
        stopped); a failure that is not a consequence of another (a peer's closed
        connection, a SIGTERM from torchrun) wins over one that is.
@@ -68,10 +68,13 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
             if result.fault:
                 reason += f" (injected fault {result.fault})"
-            if result.culprit_rank is not None:  # one worker explains it: name it
-                reason = f"rank {result.culprit_rank} {reason}"
-            return Failure(result.node.name, result.culprit_rank, result.exit_code, "", tuple(result.last_lines),
-                           reason=reason)
+            cause, rank = result.root_cause, result.culprit_rank
+            if rank is None and cause is not None and cause.exception and cause.rank is not None:
+                # a worker raised under the fault (a save that met a full disk): name it and its error
+                rank, reason = cause.rank, f"{reason}: {cause.exception}"
+            if rank is not None:  # one worker explains it: name it
+                reason = f"rank {rank} {reason}"
+            return Failure(result.node.name, rank, result.exit_code, "", tuple(result.last_lines), reason=reason)
     failed = [r for r in results if r.state is NodePhase.FAILED]
     if not failed:
         return None

@@ -1,0 +1,77 @@
+"""Storage faults on real nodes, against a user's script that saves as the DDP tutorial does
+(tests/jobs/tutorial_save.py, plain torch): ``chaos --kinds torn-write`` catches the save onto
+the file it resumes from, and an atomic save (a temporary file, then a rename) survives it; a
+full disk fails the save, and the summary names the rank and the file."""
+from __future__ import annotations
+
+import io
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrate.cli.main import main
+from tests.integration.conftest import leftovers, remove_project
+
+pytestmark = pytest.mark.integration
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    shutil.copy(JOBS / "tutorial_save.py", workdir)
+    return workdir
+
+
+@pytest.mark.parametrize("save, code, verdict", [
+    ("in-place", 1, "VERDICT DOES NOT HOLD"),
+    ("atomic", 0, "VERDICT HOLDS: the job survived 1 fault(s), resumed after a save"),
+])
+def test_chaos_catches_a_save_torn_in_place_and_an_atomic_save_survives_it(docker_client, tmp_path, workdir, save,
+                                                                           code, verdict):
+    runs_dir = tmp_path / "runs"
+    out = io.StringIO()
+    try:
+        got = main(["chaos", "--nodes", "2", "--workdir", str(workdir), "--runs-dir", str(runs_dir),
+                    "--rdzv-timeout", "30", "--collective-timeout", "20", "--compare", "final.pt", "--faults", "1",
+                    "--seed", "3", "--kinds", "torn-write", "--", "tutorial_save.py",
+                    *(["--atomic"] if save == "atomic" else [])], out=out)
+        output = out.getvalue()
+        assert got == code, output[-5000:]
+        assert verdict in output, output[-3000:]
+        spec = re.search(r"drawn from seed 3: (torn-write:node0@step=(\d+))", output)
+        assert spec, output[-3000:]
+        torn_file = "model.checkpoint" if save == "in-place" else "model.checkpoint.tmp"
+        cut = re.search(rf"fault injected: {re.escape(spec[1])} \([^)]*\): rank 0's write of {re.escape(torn_file)}"
+                        r" was cut at byte (\d+) of (\d+)", output)
+        assert cut and 1 <= int(cut[1]) < int(cut[2]), output[-3000:]
+        assert f"killing node0: a crash in the middle of the save" in output
+        if save == "in-place":  # the resume reads half a checkpoint
+            assert "the job did not complete under the faults" in output, output[-3000:]
+        else:  # the whole checkpoint before the torn one was resumed from
+            assert re.search(rf"resumed after step {int(spec[2]) - 1}\b", output), output[-3000:]
+            assert "compared final.pt: matches" in output
+    finally:
+        for run_dir in runs_dir.glob("chaos-*/runs/*"):
+            remove_project(docker_client, f"ddp-{run_dir.name}")
+    for run_dir in runs_dir.glob("chaos-*/runs/*"):
+        assert leftovers(docker_client, f"ddp-{run_dir.name}") == []
+
+
+def test_a_full_disk_fails_the_save_naming_the_rank_and_the_file(orchestrate_run, docker_client, workdir):
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--fault", "disk-full:node0,path=model.*@step=3",
+                             "--", "tutorial_save.py")
+    assert result.code == 1, result.output[-4000:]
+    assert ("disk-full:node0,path=model.*@step=3: armed on node0's workers, files 'model.*' of the work directory"
+            in result.output)
+    said = "rank 0's write to model.checkpoint failed: no space left on device (ENOSPC)"
+    assert f"disk-full:node0,path=model.*@step=3: {said}" in result.output
+    assert re.search(rf"^fault injected: disk-full:node0,path=model\.\*@step=3 \(.*\): {re.escape(said)}$",
+                     result.output, re.M), result.output[-3000:]
+    assert re.search(r"^FAILED: node0 rank 0 failed \(injected fault disk-full:node0,path=model\.\*@step=3\):"
+                     r" OSError: \[Errno 28\] No space left on device: .model\.checkpoint.$", result.output, re.M)
+    assert "No space left on device" in result.output  # the worker's own error
+    assert leftovers(docker_client, result.project) == []

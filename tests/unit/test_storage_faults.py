@@ -1,0 +1,196 @@
+"""Storage faults: their specs, the launcher's arming and reading back, and the workers' side
+(open() and torch.save reached, a write torn at a byte, ENOSPC while the disk is full), run
+here in-process over temporary directories (the node's work directory is one of them)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+
+import pytest
+
+from orchestrate.chaos.schedule import Reference, draw_schedule
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, parse_fault
+from orchestrate.errors import UsageError
+from orchestrate.faults import storage
+from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.node import storage_faults
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("torn-write:node1@step=5", FaultSpec(FaultAction.TORN_WRITE, "node1", at_step=5)),
+    ("torn-write:node0,path=ckpt/*.pt", FaultSpec(FaultAction.TORN_WRITE, "node0", path="ckpt/*.pt")),
+    ("disk-full:node1,path=model.*@t=5..20",
+     FaultSpec(FaultAction.DISK_FULL, "node1", 5.0, until_seconds=20.0, path="model.*")),
+    ("disk-full:node0@step=3", FaultSpec(FaultAction.DISK_FULL, "node0", at_step=3)),
+])
+def test_storage_fault_specs_parse_and_print_back(text, expected):
+    assert parse_fault(text) == expected
+    assert parse_fault(str(expected)) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("torn-write:node1@t=2..5", "torn-write has no end"),
+    ("torn-write:1", "torn-write aims at a node"),
+    ("disk-full:node0,path=/etc/*", "path is a glob relative to the work directory"),
+    ("disk-full:node0,path=../x", "path is a glob relative to the work directory"),
+    ("torn-write:node0,cpus=1", "torn-write takes path="),
+])
+def test_bad_storage_fault_specs_are_refused(text, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        parse_fault(text)
+
+
+def test_a_storage_fault_reaches_the_directory_of_the_last_save_or_any_file():
+    assert storage.default_glob([]) == "*"
+    assert storage.default_glob(["log.txt", "ckpt/step-3.pt"]) == "ckpt/*"
+    assert storage.default_glob(["ckpt/step-3.pt", "model.pt"]) == "*"
+
+
+def test_arming_lists_the_fault_for_its_node_and_disarming_takes_it_off(tmp_path):
+    armed = storage.ArmedStorageFaults(tmp_path)
+    torn, full = parse_fault("torn-write:node1"), parse_fault("disk-full:node0,path=ckpt/*")
+    assert armed.arm(torn, ["ckpt/a.pt"]) == "ckpt/*"
+    assert armed.arm(full, []) == "ckpt/*"
+    listed = storage.armed(tmp_path)
+    assert [(f["kind"], f["node"], f["path"]) for f in listed] == [("torn-write", "node1", "ckpt/*"),
+                                                                  ("disk-full", "node0", "ckpt/*")]
+    worker = storage_faults.StorageFaults(str(tmp_path), "node1", workspace=str(tmp_path / "ws"))
+    assert [f["kind"] for f in worker.armed()] == ["torn-write"]  # its own node's only
+    armed.end(torn)
+    assert [f["kind"] for f in storage.armed(tmp_path)] == ["disk-full"]
+    assert worker.armed() == []
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """A worker's side over a progress directory and a work directory, ``arm(kind, glob)``
+    listing a fault for it."""
+    progress, workspace = tmp_path / "progress", tmp_path / "ws"
+    progress.mkdir()
+    workspace.mkdir()
+    monkeypatch.setenv("RANK", "3")
+    faults = storage_faults.StorageFaults(str(progress), "node1", workspace=str(workspace))
+    opener = storage_faults.wrap_open(faults)
+
+    def arm(kind: str, glob: str = "*") -> None:
+        storage.arm(progress, FaultSpec(FaultAction(kind), "node1"), "node1", glob)
+
+    return faults, opener, arm, progress, workspace
+
+
+def test_a_torn_write_cuts_the_file_at_a_byte_records_it_and_stops_the_worker(node, monkeypatch):
+    faults, opener, arm, progress, workspace = node
+    died = []
+    monkeypatch.setattr(storage_faults, "die_torn", lambda: died.append(True))
+    with opener(workspace / "other.txt", "w") as file:  # nothing armed yet: written whole
+        file.write("x" * 100)
+    arm("torn-write", "ckpt/*")
+    with opener(workspace / "log.txt", "w") as file:  # not matched
+        file.write("y" * 100)
+    (workspace / "ckpt").mkdir()
+    with opener(workspace / "ckpt" / "a.pt", "wb") as file:
+        file.write(b"z" * 1000)
+    assert died == [True]
+    assert (workspace / "other.txt").stat().st_size == 100 and (workspace / "log.txt").stat().st_size == 100
+    cut = (workspace / "ckpt" / "a.pt").stat().st_size
+    assert 1 <= cut < 1000
+    events = storage.StorageEvents(progress).poll()
+    assert [(e.kind, e.file, e.byte, e.size, e.rank, e.node) for e in events] == [
+        ("torn-write", "ckpt/a.pt", cut, 1000, 3, "node1")]
+    assert events[0].describe() == f"rank 3's write of ckpt/a.pt was cut at byte {cut} of 1000"
+    # the fault is one worker's: a second file is not torn
+    with opener(workspace / "ckpt" / "b.pt", "wb") as file:
+        file.write(b"z" * 1000)
+    assert (workspace / "ckpt" / "b.pt").stat().st_size == 1000 and died == [True]
+
+
+def test_reading_is_never_reached_and_files_outside_the_work_directory_neither(node, tmp_path, monkeypatch):
+    faults, opener, arm, progress, workspace = node
+    monkeypatch.setattr(storage_faults, "die_torn", lambda: pytest.fail("torn"))
+    (workspace / "data.bin").write_bytes(b"d" * 10)
+    arm("torn-write")
+    with opener(workspace / "data.bin", "rb") as file:
+        assert file.read() == b"d" * 10
+    with opener(tmp_path / "outside.bin", "wb") as file:
+        file.write(b"o" * 10)
+    assert (tmp_path / "outside.bin").stat().st_size == 10
+
+
+def test_a_full_disk_fails_writes_with_enospc_while_armed_and_records_each_file_once(node):
+    faults, opener, arm, progress, workspace = node
+    arm("disk-full", "*.pt")
+    with opener(workspace / "notes.txt", "w") as file:
+        file.write("fine")
+    file = opener(workspace / "model.pt", "wb")
+    for _ in range(2):
+        with pytest.raises(OSError) as raised:
+            file.write(b"abc")
+        assert raised.value.errno == errno.ENOSPC and raised.value.filename.endswith("model.pt")
+    storage.disarm(progress, storage.armed(progress)[0]["key"])
+    file.write(b"abc")  # the disk has room again
+    file.close()
+    assert (workspace / "model.pt").read_bytes() == b"abc"
+    events = storage.StorageEvents(progress).poll()
+    assert [(e.kind, e.file, e.rank) for e in events] == [("disk-full", "model.pt", 3)]
+    assert events[0].describe() == "rank 3's write to model.pt failed: no space left on device (ENOSPC)"
+
+
+def test_torch_save_to_a_path_is_reached_though_torch_writes_it_from_cpp(node, monkeypatch):
+    torch = pytest.importorskip("torch")
+    faults, opener, arm, progress, workspace = node
+    died = []
+    monkeypatch.setattr(storage_faults, "die_torn", lambda: died.append(True))
+    monkeypatch.setattr(torch, "save", torch.save)
+    monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
+    storage_faults.wrap_torch_save(faults)
+    torch.save({"w": torch.zeros(100)}, str(workspace / "whole.pt"))  # nothing armed: torch's own path
+    assert torch.load(workspace / "whole.pt")["w"].shape == (100,)
+    arm("torn-write")
+    torch.save({"w": torch.zeros(1000)}, str(workspace / "torn.pt"))
+    assert died == [True]
+    with pytest.raises(Exception):
+        torch.load(workspace / "torn.pt")
+
+
+def test_events_are_read_as_whole_lines_only(tmp_path):
+    events = storage.StorageEvents(tmp_path)
+    line = json.dumps({"kind": "disk-full", "key": "s1", "node": "node0", "file": "a", "rank": 0})
+    (tmp_path / storage_faults.EVENTS_FILE).write_text(line + "\n" + line[:10])
+    assert len(events.poll()) == 1
+    with open(tmp_path / storage_faults.EVENTS_FILE, "a") as file:
+        file.write(line[10:] + "\n")
+    assert [e.file for e in events.poll()] == ["a"] and events.poll() == []
+
+
+def test_a_torn_write_that_cut_nothing_did_not_fire_and_one_that_did_says_where(tmp_path):
+    lines = []
+    scheduler = FaultScheduler((parse_fault("torn-write:node0@step=2"), parse_fault("torn-write:node1@step=3")),
+                               inject=lambda f: f.node, progress_dir=tmp_path, say=lines.append,
+                               record=lambda *a, **k: None)
+    scheduler.fire_due(5.0, 3)
+    scheduler.note(parse_fault("torn-write:node0@step=2"), "rank 0's write of a.pt was cut at byte 7 of 9")
+    records = {r.spec: r for r in scheduler.records(9.0, 4, True)}
+    assert records["torn-write:node0@step=2"].fired
+    assert records["torn-write:node0@step=2"].describe().endswith(": rank 0's write of a.pt was cut at byte 7 of 9")
+    assert not records["torn-write:node1@step=3"].fired
+    assert "no worker of node1 wrote a file it reaches" in records["torn-write:node1@step=3"].reason
+
+
+def test_chaos_aims_storage_faults_at_the_node_of_rank_0():
+    schedule = draw_schedule(4, 3, (FaultAction.TORN_WRITE,), ["node0", "node1", "node2"],
+                             Reference(last_step=30, job_s=30.0))
+    assert [f.node for f in schedule] == ["node0"] * 3
+
+
+def test_installing_wraps_both_builtins_open_and_io_open(tmp_path):
+    """The hook's install wraps open for real: run in a child interpreter, so this one keeps its own."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import builtins, io, sys; sys.path.insert(0, %r);"
+            "from orchestrate.node import storage_faults as s; f = s.install(%r, 'n');"
+            "print(builtins.open is io.open, builtins.open.__wrapped__ is s._original_open)") % (root, str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["True", "True"], done.stderr
