@@ -12,7 +12,9 @@ A fault is written ``KIND:TARGET[,KEY=VALUE...][@t=S[..E]|@step=N[..M]]``:
   (``path=GLOB``, relative to it; by default the directory of what the job saved last, else
   any file): ``torn-write`` (the next such write is cut short at a random byte, and the node
   dies at once: a crash in the middle of a save) and ``disk-full`` (such writes fail with
-  ENOSPC while it lasts).
+  ENOSPC while it lasts);
+- a network fault aims at groups of nodes: ``partition:node0,node1|node2,node3`` splits the
+  run's nodes into two groups that cannot reach each other, each group keeping its own links.
 
 Without a trigger a fault fires as soon as the job starts. The faults that last
 (``pause``, ``disconnect``, ``slow``, ``degrade``, ``hang-rank``) may be given an end:
@@ -64,6 +66,7 @@ class FaultAction(str, Enum):
     HANG_RANK = "hang-rank"  # SIGSTOP one worker process: a worker that hangs in a collective
     TORN_WRITE = "torn-write"  # cut a node's next save short, and kill the node: a crash mid-save
     DISK_FULL = "disk-full"  # a node's writes fail with ENOSPC: a full disk
+    PARTITION = "partition"  # two groups of nodes that cannot reach each other: a split network
 
     @property
     def on_rank(self) -> bool:
@@ -79,12 +82,12 @@ class FaultAction(str, Enum):
     def lasting(self) -> bool:
         """It lasts until undone, so it may be given an end."""
         return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.SLOW, FaultAction.DEGRADE,
-                        FaultAction.HANG_RANK, FaultAction.DISK_FULL)
+                        FaultAction.HANG_RANK, FaultAction.DISK_FULL, FaultAction.PARTITION)
 
     @property
     def stops_progress(self) -> bool:
         """While it lasts no rank gets past its next collective, so no later step is reported."""
-        return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.HANG_RANK)
+        return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.HANG_RANK, FaultAction.PARTITION)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -111,6 +114,7 @@ class FaultSpec:
             fault before this one fired (``@step=+N``), not the job's step numbers.
         path: The files a storage fault reaches: a glob relative to the work directory
             (None: the directory of what the job saved last, else any file).
+        groups: A partition's two groups of nodes.
     """
 
     action: FaultAction
@@ -124,10 +128,18 @@ class FaultSpec:
     rate_bits: Optional[int] = None
     in_attempt: bool = False
     path: Optional[str] = None
+    groups: tuple[tuple[str, ...], ...] = ()
 
     @property
     def target(self) -> str:
+        if self.groups:
+            return "|".join(",".join(group) for group in self.groups)
         return str(self.rank) if self.action.on_rank else self.node
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes a node or network fault aims at."""
+        return tuple(n for group in self.groups for n in group) if self.groups else (self.node,)
 
     @property
     def has_end(self) -> bool:
@@ -180,6 +192,8 @@ def parse_fault(text: str) -> FaultSpec:
     Raises:
         UsageError: Quoting the value and what is wrong with it.
     """
+    if text.strip().startswith(FaultAction.PARTITION.value + ":"):
+        return _parse_partition(text)
     match = _SPEC.match(text.strip())
     if not match:
         raise UsageError(f"invalid --fault {text!r}: {USAGE}")
@@ -206,6 +220,30 @@ def parse_fault(text: str) -> FaultSpec:
         raise UsageError(f"invalid --fault {text!r}: while {action.value} lasts no step is reported, so an end at a"
                          " step never comes; give it in seconds, e.g. @t=5..20")
     return FaultSpec(action, node, seconds, step, rank, until_seconds, until_step, **options, in_attempt=in_attempt)
+
+
+_PARTITION = re.compile(r"^partition:(?P<groups>[a-z0-9,]+\|[a-z0-9,]+)"
+                        rf"(?:@(?:t=(?P<seconds>{_NUMBER})s?(?:\.\.(?P<until_seconds>{_NUMBER})s?)?|step=(?P<step>\d+)))?$")
+
+
+def _parse_partition(text: str) -> FaultSpec:
+    """``partition:NODES|NODES[@t=S[..E]]``: two disjoint groups of nodes, comma-separated."""
+    match = _PARTITION.match(text.strip())
+    if not match:
+        raise UsageError(f"invalid --fault {text!r}: usage: partition:NODES|NODES[@t=S[..END]|@step=N], e.g."
+                         " partition:node0,node1|node2,node3@t=5..20 (a partition's end is in seconds: no step"
+                         " comes while the network is split)")
+    groups = tuple(tuple(group.split(",")) for group in match["groups"].split("|"))
+    names = [n for group in groups for n in group]
+    if not all(re.fullmatch(r"node\d+", n) for n in names):
+        raise UsageError(f"invalid --fault {text!r}: a partition's groups are nodes, e.g. node0,node1|node2")
+    if len(set(names)) != len(names):
+        raise UsageError(f"invalid --fault {text!r}: a node cannot be in both groups, nor twice in one")
+    seconds, until_seconds = _number(match["seconds"]), _number(match["until_seconds"])
+    if until_seconds is not None and until_seconds <= (seconds or 0.0):
+        raise UsageError(f"invalid --fault {text!r}: the end must come after the start")
+    return FaultSpec(FaultAction.PARTITION, at_seconds=seconds, at_step=_integer(match["step"]),
+                     until_seconds=until_seconds, groups=groups)
 
 
 def _target(text: str, action: FaultAction, target: str) -> tuple[str, Optional[int]]:
@@ -257,7 +295,11 @@ def _integer(text: Optional[str]) -> Optional[int]:
 def check_fault_targets(faults: list[FaultSpec], node_names: list[str], world_size: int) -> None:
     """Refuse faults aimed at nodes or ranks the run does not have."""
     for fault in faults:
-        if fault.action.on_rank:
+        if fault.groups:
+            missing = [n for n in fault.nodes if n not in node_names]
+            if missing:
+                raise UsageError(f"--fault {fault}: no {', '.join(missing)} in this run (nodes: {', '.join(node_names)})")
+        elif fault.action.on_rank:
             if fault.rank is not None and fault.rank >= world_size:
                 raise UsageError(f"--fault {fault}: no rank {fault.rank} in this run (ranks 0-{world_size - 1})")
         elif fault.node not in node_names:

@@ -214,9 +214,10 @@ class RunConfig:
 
     @property
     def shapes_links(self) -> bool:
-        """Whether the nodes' links are shaped: at start (``--link``) or by a ``degrade`` fault,
-        which needs NET_ADMIN in the nodes."""
-        return self.link is not None or any(f.action is FaultAction.DEGRADE for f in self.faults)
+        """Whether the nodes' links are shaped: at start (``--link``), by a ``degrade`` fault or
+        split by a ``partition``, which need NET_ADMIN in the nodes."""
+        return self.link is not None or any(f.action in (FaultAction.DEGRADE, FaultAction.PARTITION)
+                                            for f in self.faults)
 
     @property
     def elastic(self) -> bool:

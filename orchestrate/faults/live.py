@@ -16,6 +16,7 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import do_fault, end_fault
+from orchestrate.faults.network import heal, split
 from orchestrate.faults.storage import ArmedStorageFaults
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 
@@ -52,6 +53,7 @@ class LiveFaults:
         progress = None if run_dir is None or not str(run_dir) else run_dir / PROGRESS_SUBDIR
         self.storage = ArmedStorageFaults(progress) if progress is not None and progress.is_dir() else None
         self.tearing: list[FaultSpec] = []  # torn writes armed, their write still to come
+        self.partitions: dict[FaultSpec, dict[str, list[str]]] = {}  # what each split cut, in which node
 
     def check(self, specs: list[FaultSpec]) -> None:
         """Refuse what cannot be done now, before anything is done.
@@ -64,8 +66,9 @@ class LiveFaults:
             if spec.until_step is not None:
                 raise UsageError(f"{spec}: an end at a step needs the run's launcher (give it to run --fault); here"
                                  " give an end in seconds, e.g. @t=0..30")
-            if not spec.action.on_rank and spec.node not in self.live:
-                raise UsageError(f"no running {spec.node} in run {self.run_id} (see `python -m orchestrate ps`)")
+            missing = [n for n in spec.nodes if n not in self.live] if not spec.action.on_rank else []
+            if missing:
+                raise UsageError(f"no running {', '.join(missing)} in run {self.run_id} (see `python -m orchestrate ps`)")
             if spec.action.on_storage and self.storage is None:
                 raise UsageError(f"{spec}: run {self.run_id}'s directory cannot be reached from here, and storage"
                                  " faults are armed there")
@@ -86,15 +89,18 @@ class LiveFaults:
                 self.held.append((spec, spec.node))
             return spec.node
         try:
-            if spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
+            if spec.action is FaultAction.PARTITION:
+                self.partitions[spec] = split(self.client, self.project, self.live, spec.groups)
+                node = spec.nodes[0]
+            elif spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
                 self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
                 node = spec.node
             else:
                 node = do_fault(self.client, self.project, self.live, spec)
         except engine_errors() as exc:
             raise EngineError(f"cannot {spec.action.value} {spec.target} of run {self.run_id}: {describe(exc)}") from None
-        self.say(f"injected {spec.action.value} into {node if spec.rank is None else f'rank {spec.rank} on {node}'}"
-                 f" of run {self.run_id}")
+        into = spec.target if spec.groups else node if spec.rank is None else f"rank {spec.rank} on {node}"
+        self.say(f"injected {spec.action.value} into {into} of run {self.run_id}")
         if spec.has_end:
             self.held.append((spec, node))
         return node
@@ -150,6 +156,11 @@ class LiveFaults:
         if spec.action.on_storage and self.storage is not None:
             self.storage.end(spec)
             self.say(f"ended {spec} on {node} of run {self.run_id}")
+            return
+        if spec.action is FaultAction.PARTITION:
+            unhealed = heal(self.client, self.live, self.partitions.pop(spec, {}))
+            self.say(f"healed {spec} of run {self.run_id}"
+                     + (f" ({', '.join(unhealed)} ended or restarted meanwhile)" if unhealed else ""))
             return
         try:
             end_fault(self.client, self.project, self.live[node], spec, node=node, cpus_per_node=self.cpus_per_node,

@@ -36,6 +36,7 @@ from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.errors import NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
+from orchestrate.faults.network import heal, split
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
@@ -99,6 +100,7 @@ class Supervisor:
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
+        self.partitions: dict[FaultSpec, dict[str, list[str]]] = {}  # what each split cut, in which node
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
@@ -135,6 +137,12 @@ class Supervisor:
             self.writes.walk()  # what the job had saved before the fault, to the moment
         if fault.action.on_storage:
             return self.arm_storage(fault)
+        if fault.action is FaultAction.PARTITION:
+            self.partitions[fault] = split(self.client, self.spec.project, {t.name: t.container for t in self.live},
+                                           fault.groups)
+            for name in fault.nodes:
+                self.trackers[name].result.fault = str(fault)
+            return fault.nodes[0]
         # a rank fault lands on whichever node runs the rank now
         node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
         tracker = self.trackers[node]
@@ -151,6 +159,13 @@ class Supervisor:
         if fault.action.on_storage:
             self.storage.end(fault)
             tracker.result.fault = ""
+            return
+        if fault.action is FaultAction.PARTITION:
+            unhealed = heal(self.client, {t.name: t.container for t in self.live}, self.partitions.pop(fault, {}))
+            if unhealed:
+                self.say(f"{fault}: {', '.join(unhealed)} ended or restarted while split: nothing left to heal there")
+            for name in fault.nodes:
+                self.trackers[name].result.fault = ""
             return
         end_fault(self.client, self.spec.project, tracker.container, fault, node=node,
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets, parse_fault
-from orchestrate.errors import UsageError
+from orchestrate.errors import NodeLookupError, UsageError
 from orchestrate.faults.inject import probe_node
 from tests.fakes import FakeContainer, FakeDockerClient
 
@@ -42,7 +42,7 @@ def test_a_fault_says_its_defaults_when_printed():
     ("kill:node1@when=3", "usage: KIND:TARGET"),
     ("kill:worker1", "kill aims at a node, e.g. kill:node1"),
     ("kill-rank:node1", "kill-rank aims at a global rank, e.g. kill-rank:1"),
-    ("kill:node1@t=2..5", "kill has no end (only pause, disconnect, slow, degrade, hang-rank, disk-full last)"),
+    ("kill:node1@t=2..5", "kill has no end (only pause, disconnect, slow, degrade, hang-rank, disk-full, partition last)"),
     ("kill-rank:1@step=3..5", "kill-rank has no end"),
     ("slow:node1@t=9..5", "the end must come after the start"),
     ("hang-rank:1@step=5..9", "no step is reported, so an end at a step never comes; give it in seconds"),
@@ -108,3 +108,50 @@ def test_oom_kills_come_from_the_cgroup_counter_or_the_exited_state():
     assert oom_kills({"Running": True}, v2) == 1
     assert oom_kills({"Running": False, "OOMKilled": True}, None) == 1
     assert oom_kills({"Running": True}, "oom_kill 0\n") == 0
+
+
+@pytest.mark.parametrize("text, groups, at, until", [
+    ("partition:node0,node1|node2,node3@t=5..20", (("node0", "node1"), ("node2", "node3")), 5.0, 20.0),
+    ("partition:node2|node0,node1", (("node2",), ("node0", "node1")), None, None),
+])
+def test_a_partition_parses_into_two_groups_and_prints_back(text, groups, at, until):
+    fault = parse_fault(text)
+    assert (fault.action, fault.groups, fault.at_seconds, fault.until_seconds) == (FaultAction.PARTITION, groups, at,
+                                                                                   until)
+    assert fault.nodes == groups[0] + groups[1]
+    assert parse_fault(str(fault)) == fault and str(fault) == text
+
+
+@pytest.mark.parametrize("text, message", [
+    ("partition:node0", "usage: partition:NODES|NODES"),
+    ("partition:node0|node1@step=3..9", "usage: partition:NODES|NODES"),
+    ("partition:node0,node1|node1", "a node cannot be in both groups"),
+    ("partition:node0|rank1", "a partition's groups are nodes"),
+    ("partition:node0|node1@t=9..3", "the end must come after the start"),
+])
+def test_bad_partitions_are_refused(text, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        parse_fault(text)
+
+
+def test_a_partition_must_name_nodes_of_the_run():
+    with pytest.raises(UsageError, match=r"no node4 in this run"):
+        check_fault_targets([parse_fault("partition:node0|node4")], ["node0", "node1"], 2)
+
+
+def test_a_partition_cuts_each_node_off_the_other_groups_addresses_only():
+    from orchestrate.faults.network import partition_routes, route_commands
+    addresses = {"node0": "10.0.0.2", "node1": "10.0.0.3", "node2": "10.0.0.4", "node3": "10.0.0.5"}
+    cut = partition_routes((("node0", "node1"), ("node2", "node3")), addresses)
+    assert cut == {"node0": ["10.0.0.4", "10.0.0.5"], "node1": ["10.0.0.4", "10.0.0.5"],
+                   "node2": ["10.0.0.2", "10.0.0.3"], "node3": ["10.0.0.2", "10.0.0.3"]}
+    assert route_commands(["10.0.0.4"], add=True) == [["ip", "route", "add", "blackhole", "10.0.0.4/32"]]
+    assert route_commands(["10.0.0.4"], add=False) == [["ip", "route", "del", "blackhole", "10.0.0.4/32"]]
+    with pytest.raises(NodeLookupError, match="node3 not running"):
+        partition_routes((("node0",), ("node3",)), {"node0": "10.0.0.2"})
+
+
+def test_a_run_with_a_partition_gets_net_admin_for_its_routes():
+    from orchestrate.config.run_config import RunConfig
+    assert RunConfig(nodes=2, faults=(parse_fault("partition:node0|node1@t=1..2"),)).shapes_links
+    assert not RunConfig(nodes=2, faults=(parse_fault("kill:node1"),)).shapes_links
