@@ -26,11 +26,11 @@ def test_a_partition_splits_four_nodes_two_and_two_each_group_keeping_its_links_
     workdir.mkdir()
     shutil.copy(JOBS / "reach_peers.py", workdir)
     result = orchestrate_run("--nodes", "4", "--rdzv", "c10d", "--workdir", str(workdir),
-                             "--fault", "partition:node0,node1|node2,node3@t=4..10", "--", "reach_peers.py",
-                             "--seconds", "16")
+                             "--fault", "partition:node0,node1|node2,node3@t=8..14", "--", "reach_peers.py",
+                             "--seconds", "20")
     assert result.code == 0, result.output[-4000:]
-    assert "fault injected: partition:node0,node1|node2,node3@t=4..10 (" in result.output
-    assert "fault ended: partition:node0,node1|node2,node3@t=4..10 (" in result.output
+    assert "fault injected: partition:node0,node1|node2,node3@t=8..14 (" in result.output
+    assert "fault ended: partition:node0,node1|node2,node3@t=8..14 (" in result.output
     everyone = {0: "node1,node2,node3", 1: "node0,node2,node3", 2: "node0,node1,node3", 3: "node0,node1,node2"}
     own_group = {0: "node1", 1: "node0", 2: "node3", 3: "node2"}
     for rank in range(4):
