@@ -79,6 +79,9 @@ def parse_kinds(text: str) -> tuple[FaultAction, ...]:
         except ValueError:
             known = ", ".join(a.value for a in FaultAction)
             raise UsageError(f"--kinds: no fault kind {word!r} (kinds: {known})") from None
+        if kinds[-1] is FaultAction.PARTITION:
+            raise UsageError("--kinds: chaos does not draw partitions (their groups are yours to choose: give one to"
+                             " run --fault, e.g. 'partition:node0|node1@t=5..20')")
     if not kinds:
         raise UsageError("--kinds: name at least one fault kind, e.g. kill,restart")
     return tuple(dict.fromkeys(kinds))

@@ -233,9 +233,12 @@ RUN_OPTIONS = (
            " (TARGET nodeN): kill (dies), pause (hangs), disconnect (cut off the network), restart (reboots),"
            " preempt (SIGTERM, then SIGKILL after --stop-grace), slow[,cpus=F] (a straggler: CPU quota cut to F,"
            " default 0.25), degrade[,rate=R] (its link drops to R, default 10mbit). Rank faults (TARGET a global"
-           " rank): kill-rank (the worker dies, its node lives), hang-rank (the worker is stopped). pause,"
-           " disconnect, slow, degrade and hang-rank may end (..END). A fault that never fires fails the run."
-           " e.g. kill:node1@step=20, slow:node1,cpus=0.2@t=5..20, hang-rank:3@t=10; repeatable",
+           " rank): kill-rank (the worker dies, its node lives), hang-rank (the worker is stopped). Storage faults"
+           " (TARGET nodeN, path=GLOB under the work directory): torn-write (its next save cut short, the node"
+           " killed), disk-full (writes fail with ENOSPC). partition:NODES|NODES splits the network in two."
+           " pause, disconnect, slow, degrade, hang-rank, disk-full and partition may end (..END). A fault that"
+           " never fires fails the run. e.g. kill:node1@step=20, slow:node1,cpus=0.2@t=5..20, hang-rank:3@t=10,"
+           " torn-write:node0@step=5, 'partition:node0|node1@t=5..20'; repeatable",
            parse_fault, metavar="SPEC", repeat=True),
 )
 

@@ -194,3 +194,10 @@ def test_installing_wraps_both_builtins_open_and_io_open(tmp_path):
             "print(builtins.open is io.open, builtins.open.__wrapped__ is s._original_open)") % (root, str(tmp_path))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+def test_chaos_refuses_to_draw_a_partition_whose_groups_are_the_users_to_choose():
+    from orchestrate.chaos.schedule import parse_kinds
+    assert parse_kinds("kill,torn-write") == (FaultAction.KILL, FaultAction.TORN_WRITE)
+    with pytest.raises(UsageError, match="chaos does not draw partitions"):
+        parse_kinds("kill,partition")
