@@ -98,7 +98,7 @@ class ChaosCheck:
         for number, (seed, workdir) in enumerate(zip(seeds, with_faults), start=2):
             nodes = [node_name(i) for i in range(self.request.nodes)]
             schedule = draw_schedule(seed, self.count, self.kinds, nodes, facts,
-                                     world_size=config.nodes * config.nproc_per_node)
+                                     world_size=config.world_size)
             self.say(f"run {number} of {runs}: the same job with {self.count} fault(s) drawn from seed {seed}:"
                      f" {' '.join(str(f) for f in schedule)}")
             disturbed = self.one_run(elastic.replace(workdir=workdir, faults=schedule))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.link import PRESETS, parse_link
@@ -46,6 +46,12 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
+
+
+def nproc_counts(text: str) -> Union[int, tuple[int, ...]]:
+    """``P`` (every node), or ``P0,P1,...`` (node i runs Pi workers)."""
+    counts = tuple(positive_int(part.strip()) for part in text.split(","))
+    return counts[0] if len(counts) == 1 else counts
 
 
 def positive_float(text: str) -> float:
@@ -149,8 +155,9 @@ _LINK_HELP = ("shape every node's link with Linux traffic control: rate=10gbit[,
 JOB_OPTIONS = (
     Option("nodes", "--nodes", "number of simulated nodes (containers) (default: %(default)s)", positive_int),
     Option("nproc_per_node", "--nproc-per-node", "worker processes torchrun starts on each node (default: one per"
-           " GPU of the node, 1 on CPU); with fewer processes than GPUs each process spans G/P GPUs",
-           positive_int, metavar="P"),
+           " GPU of the node, 1 on CPU); with fewer processes than GPUs each process spans G/P GPUs. P0,P1,... gives"
+           " node i Pi workers (uneven nodes, one count per node of --nodes), e.g. 2,1,1",
+           nproc_counts, metavar="P[,P...]"),
     Option("cpu", "--cpu", "force the CPU/Gloo variant: no GPU reservation, even on a GPU host", switch=True),
     Option("gpus_per_node", "--gpus-per-node", "GPUs reserved for each node; node i gets host GPUs [i*G, (i+1)*G)"
            " (default: the engine's GPUs split evenly among the nodes, 0 when it has none)",

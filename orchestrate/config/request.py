@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
@@ -43,7 +43,7 @@ class RunRequest:
 
     target: tuple[str, ...] = ()
     nodes: int = 2
-    nproc_per_node: Optional[int] = None
+    nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None  # a tuple: each node's own count
     cpu: bool = False
     gpus_per_node: Optional[int] = None
     share_gpus: bool = False
@@ -127,6 +127,9 @@ class RunRequest:
         if self.share_gpus or self.nccl_as_gloo:
             raise UsageError("--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated Slurm"
                              " cluster runs CPU/Gloo nodes")
+        if isinstance(self.nproc_per_node, tuple) and len(set(self.nproc_per_node)) > 1:
+            raise UsageError(f"--nproc-per-node {','.join(map(str, self.nproc_per_node))}: under --scheduler slurm"
+                             " one srun starts the same torchrun on every node, so the nodes' workers are even")
         for fault in self.faults:
             if fault.action not in SLURM_FAULTS or fault.has_end:
                 raise UsageError(f"--fault {fault}: under --scheduler slurm a fault is one of"
@@ -193,7 +196,9 @@ def chosen_dockerfile(request: RunRequest) -> Optional[Path]:
 
 def resolve_layout(request: RunRequest, available: Optional[int]) -> GpuLayout:
     """GPUs and processes per node, and the backend, for ``available`` GPUs (None: unknown)."""
-    return resolve_gpu_layout(nodes=request.nodes, nproc_per_node=request.nproc_per_node,
+    counts = request.nproc_per_node
+    most = max(counts) if isinstance(counts, tuple) else counts
+    return resolve_gpu_layout(nodes=request.nodes, nproc_per_node=most,
                               gpus_per_node=request.gpus_per_node, available=available, cpu=request.cpu,
                               backend=request.backend, share=request.share_gpus)
 
@@ -206,9 +211,11 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         UsageError: With the one line that says what is wrong.
     """
     layout = resolve_layout(request, available_gpus)
+    counts = request.nproc_per_node if isinstance(request.nproc_per_node, tuple) else ()
     return RunConfig(
         nodes=request.nodes,
         nproc_per_node=layout.nproc_per_node,
+        node_nprocs=counts if len(set(counts)) > 1 or len(counts) != request.nodes else (),
         target=tuple(request.target),
         workdir=request.workdir,
         image=request.image,

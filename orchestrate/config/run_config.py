@@ -106,6 +106,8 @@ class RunConfig:
         hang_timeout_s: End the run as failed (hung) after this long without progress (None: never).
         hang_diagnose_after_s: Say where every rank waits after this long without progress (0: never).
         debug_collectives: Run the workers with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``.
+        node_nprocs: Each node's own number of workers (uneven nodes, ``--nproc-per-node
+            2,1,1``; empty: every node runs ``nproc_per_node``, which is then the most of them).
     """
 
     nodes: int = 2
@@ -142,6 +144,21 @@ class RunConfig:
     hang_timeout_s: Optional[float] = None
     hang_diagnose_after_s: float = DEFAULT_HANG_DIAGNOSE_AFTER_S
     debug_collectives: bool = False
+    node_nprocs: tuple[int, ...] = ()
+
+    def nprocs_of(self, node_rank: int) -> int:
+        """How many workers node ``node_rank`` runs."""
+        return self.node_nprocs[node_rank] if self.node_nprocs else self.nproc_per_node
+
+    @property
+    def world_size(self) -> int:
+        """Every worker of the planned nodes."""
+        return sum(self.nprocs_of(i) for i in range(self.nodes))
+
+    @property
+    def nprocs_text(self) -> str:
+        """``--nproc-per-node`` as given: ``2`` or ``2,1,1``."""
+        return ",".join(str(n) for n in self.node_nprocs) if self.node_nprocs else str(self.nproc_per_node)
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -150,6 +167,8 @@ class RunConfig:
             raise UsageError(
                 f"--nproc-per-node must be a positive integer, got {self.nproc_per_node}"
             )
+        if self.node_nprocs:
+            self._check_uneven()
         if self.gpus_per_node < 0:
             raise UsageError(f"--gpus-per-node must be 0 or more, got {self.gpus_per_node}")
         if (self.gpus_per_node and self.nproc_per_node <= self.gpus_per_node
@@ -182,7 +201,8 @@ class RunConfig:
             raise UsageError(f"--collective-timeout must be positive, got {self.collective_timeout_s}")
         self._check_rendezvous()
         most_nodes = self.nodes if self.max_nodes is None else max(self.nodes, self.max_nodes)
-        check_fault_targets(list(self.faults), [f"node{i}" for i in range(self.nodes)], most_nodes * self.nproc_per_node)
+        check_fault_targets(list(self.faults), [f"node{i}" for i in range(self.nodes)],
+                            self.world_size + (most_nodes - self.nodes) * self.nproc_per_node)
         if not self.image:
             raise UsageError("--image must not be empty")
         workdir = Path(self.workdir)
@@ -223,6 +243,20 @@ class RunConfig:
     def elastic(self) -> bool:
         """Whether ranks come from an elastic (c10d) rendezvous rather than --node-rank."""
         return self.rdzv == "c10d"
+
+    def _check_uneven(self) -> None:
+        """Each node's own count: one per node, each a positive number its GPUs can take."""
+        counts = self.node_nprocs
+        if len(counts) != self.nodes:
+            raise UsageError(f"--nproc-per-node {self.nprocs_text} gives {len(counts)} nodes their workers, but"
+                             f" --nodes is {self.nodes}: give one count per node")
+        if min(counts) < 1:
+            raise UsageError(f"--nproc-per-node {self.nprocs_text}: every node needs 1 worker or more")
+        object.__setattr__(self, "nproc_per_node", max(counts))
+        for count in counts:
+            if self.gpus_per_node and count <= self.gpus_per_node and self.gpus_per_node % count:
+                raise UsageError(f"--gpus-per-node {self.gpus_per_node} cannot be split evenly among {count}"
+                                 f" processes (--nproc-per-node {self.nprocs_text})")
 
     def _check_rendezvous(self) -> None:
         if self.rdzv not in ("static", "c10d"):

@@ -70,7 +70,7 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         RUN_ID_LABEL: plan.run_id,
         NODE_RANK_LABEL: str(node.node_rank),
         NODES_LABEL: str(cfg.nodes),
-        NPROC_LABEL: str(cfg.nproc_per_node),
+        NPROC_LABEL: cfg.nprocs_text,  # "2", or each node's own: "2,1,1"
         RDZV_LABEL: cfg.rdzv,
         MAX_RESTARTS_LABEL: str(cfg.max_restarts),
         GPUS_LABEL: ",".join(node.gpu_ids),

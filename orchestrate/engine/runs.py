@@ -113,7 +113,22 @@ class RunInfo:
 
     @property
     def nproc_per_node(self) -> int:
-        return int(self.labels.get(NPROC_LABEL, "1") or 1)
+        """The most workers on one of its nodes."""
+        return max(self.node_nprocs)
+
+    @property
+    def node_nprocs(self) -> tuple[int, ...]:
+        """Each node's workers, by node rank (one count for all when the nodes are even)."""
+        text = self.labels.get(NPROC_LABEL, "1") or "1"
+        try:
+            counts = tuple(int(part) for part in text.split(","))
+        except ValueError:
+            return (1,)
+        return counts
+
+    def nprocs_of(self, node_rank: int) -> int:
+        counts = self.node_nprocs
+        return counts[node_rank] if len(counts) > 1 and node_rank < len(counts) else counts[0]
 
     @property
     def elastic(self) -> bool:
@@ -338,10 +353,11 @@ def age(created: Optional[datetime], now: Optional[datetime] = None) -> str:
 
 def node_plans(run: RunInfo) -> tuple[NodePlan, ...]:
     """The run's nodes as plans, from labels: names, node ranks, static global ranks, GPUs."""
-    nproc = run.nproc_per_node
     plans = []
     for node in run.nodes:
-        ranks = () if run.elastic else tuple(range(node.node_rank * nproc, (node.node_rank + 1) * nproc))
+        nproc = run.nprocs_of(node.node_rank)
+        first = sum(run.nprocs_of(i) for i in range(node.node_rank))
+        ranks = () if run.elastic else tuple(range(first, first + nproc))
         plans.append(NodePlan(node.name, node.node_rank, ranks, node.gpus, process_gpus(node.gpus, nproc), (), {}))
     return tuple(plans)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
+from orchestrate.errors import UsageError
 from orchestrate.export.kubernetes import export_kubernetes, to_yaml
 from orchestrate.export.options import ExportOptions, default_job_name
 from orchestrate.export.slurm import export_slurm
@@ -36,6 +37,10 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
         UsageError: For a request a run would refuse too, or a bad option.
     """
     config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
+    if config.node_nprocs:
+        why = ("one srun starts the same torchrun on every node" if to == "slurm"
+               else "a PyTorchJob gives every replica the same nprocPerNode")
+        raise UsageError(f"--nproc-per-node {config.nprocs_text}: uneven nodes cannot be exported to {to}: {why}")
     options = ExportOptions(name=name or default_job_name(config.target), **options)
     plan = make_plan(config, options.name)
     text = export_slurm(plan, options) if to == "slurm" else to_yaml(export_kubernetes(plan, options))

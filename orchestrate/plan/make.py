@@ -28,24 +28,31 @@ from orchestrate.plan.torchrun import elastic_torchrun_argv, torchrun_argv
 
 
 def assign_ranks(nodes: int, nproc_per_node: int) -> list[tuple[int, ...]]:
-    """Assign global ranks to every node's workers.
+    """Assign global ranks to every node's workers, ``nproc_per_node`` each (see
+    :func:`assign_uneven_ranks`): node ``i``'s local rank ``l`` is global rank
+    ``i * nproc_per_node + l``."""
+    return assign_uneven_ranks([nproc_per_node] * nodes)
+
+
+def assign_uneven_ranks(counts: list[int]) -> list[tuple[int, ...]]:
+    """Assign global ranks to every node's workers, node ``i`` running ``counts[i]``.
 
     torchrun's static rendezvous with ``--node-rank`` orders workers by node rank, then by
-    local rank, so:
+    local rank (each agent's local world size is shared through the store, so nodes may differ;
+    measured with torch 2.9.1: ``--nproc-per-node 2`` on node rank 0 and ``1`` on node rank 1
+    give ranks 0, 1 and 2, world size 3), so:
 
     1. node ``i`` has node rank ``i``;
-    2. its local rank ``l`` is global rank ``i * nproc_per_node + l``.
-
-    Args:
-        nodes: Number of nodes.
-        nproc_per_node: Workers per node.
+    2. its local rank ``l`` is global rank ``counts[0] + ... + counts[i-1] + l``.
 
     Returns:
         One tuple of global ranks per node, in node-rank order.
     """
-    return [
-        tuple(range(i * nproc_per_node, (i + 1) * nproc_per_node)) for i in range(nodes)
-    ]
+    ranks, first = [], 0
+    for count in counts:
+        ranks.append(tuple(range(first, first + count)))
+        first += count
+    return ranks
 
 
 def lease_args(config: RunConfig, detached: bool) -> tuple[str, ...]:
@@ -176,21 +183,22 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
     env = node_env(config, backend, host_cpus)
     target = worker_target(config)
     nodes = []
-    for rank, global_ranks in enumerate(assign_ranks(config.nodes, config.nproc_per_node)):
+    counts = [config.nprocs_of(i) for i in range(config.nodes)]
+    for rank, global_ranks in enumerate(assign_uneven_ranks(counts)):
         gpus = node_gpus(gpu_ids, rank, config.gpus_per_node, config.share_gpus)
         if config.elastic:
-            argv = elastic_torchrun_argv(config, run_id, master_addr, node_name(rank), target)
+            argv = elastic_torchrun_argv(config, run_id, master_addr, node_name(rank), target, nproc=counts[rank])
             global_ranks = ()
         else:
             argv = torchrun_argv(
                 nodes=config.nodes,
                 node_rank=rank,
-                nproc_per_node=config.nproc_per_node,
+                nproc_per_node=counts[rank],
                 master_addr=master_addr,
                 master_port=config.master_port,
                 target=target,
             )
-        nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, config.nproc_per_node),
+        nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, counts[rank]),
                               argv, {**env, "DDP_NODE": node_name(rank)},
                               node_command(config, node_name(rank), argv, detached)))
     return JobPlan(
@@ -200,7 +208,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
         image=config.image,
         master_addr=master_addr,
         master_port=config.master_port,
-        world_size=config.nodes * config.nproc_per_node,
+        world_size=config.world_size,
         backend=backend,
         nodes=tuple(nodes),
         detached=detached,

@@ -18,7 +18,7 @@ def format_plan(plan: JobPlan) -> str:
         f"run {plan.run_id}  (compose project {plan.project_name})",
         f"image {plan.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
         f"nodes N={cfg.nodes}  GPUs per node G={cfg.gpus_per_node}  local world size"
-        f" L={cfg.nproc_per_node}  world size W={plan.world_size}"
+        f" L={cfg.nprocs_text}  world size W={plan.world_size}"
         f"  master {plan.master_addr}:{plan.master_port}",
         "",
     ]
@@ -36,7 +36,7 @@ def format_plan(plan: JobPlan) -> str:
             ",".join(n.process_gpus[local]) or "- (CPU)",
         )
         for n in plan.nodes
-        for local in range(cfg.nproc_per_node)
+        for local in range(cfg.nprocs_of(n.node_rank))
     ]
     lines += format_table(header, rows)
     if cfg.share_gpus:

@@ -1,6 +1,8 @@
 """torchrun's command line for one node: static (node ranks) or elastic (c10d rendezvous)."""
 from __future__ import annotations
 
+from typing import Optional
+
 from orchestrate.config.run_config import RunConfig
 from orchestrate.plan.layout import RDZV_PORT, RUN_DIR_MOUNT
 from orchestrate.plan.model import node_name
@@ -41,17 +43,18 @@ def torchrun_log_dir(node: str) -> str:
 
 
 def elastic_torchrun_argv(config: RunConfig, run_id: str, rdzv_host: str, node: str,
-                          target: tuple[str, ...] = ()) -> tuple[str, ...]:
+                          target: tuple[str, ...] = (), nproc: Optional[int] = None) -> tuple[str, ...]:
     """Build the torchrun command of every node in elastic mode (c10d rendezvous on node0).
 
     The same command runs on every node: the rendezvous assigns node and global ranks, and
     torchrun restarts the workers (up to ``--max-restarts``) when a node leaves or joins.
-    ``target``: what torchrun runs (default: the config's target).
+    ``target``: what torchrun runs (default: the config's target); ``nproc``: this node's
+    workers (default: ``--nproc-per-node``).
     """
     return (
         "torchrun",
         "--nnodes", f"{config.min_nodes}:{config.max_nodes}",
-        "--nproc-per-node", str(config.nproc_per_node),
+        "--nproc-per-node", str(nproc or config.nproc_per_node),
         "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"{rdzv_host}:{RDZV_PORT}",
         "--rdzv-id", run_id,

@@ -46,7 +46,8 @@ class DdpCluster:
         self.out = out
         self.results: list[RunResult] = []
 
-    def run(self, target: str, *args: str, nodes: Optional[int] = None, nproc_per_node: Optional[int] = None,
+    def run(self, target: str, *args: str, nodes: Optional[int] = None,
+            nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
             workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None, faults: Iterable[Any] = (),
             rdzv: str = "static", timeout: Optional[float] = 600, **run_options: Any) -> RunResult:
         """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
@@ -83,7 +84,7 @@ class DdpCluster:
               kinds: Union[str, Iterable[FaultAction]] = DEFAULT_KINDS, compare: Iterable[str] = (),
               rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
               max_steps_redone: Optional[int] = None, nodes: Optional[int] = None,
-              nproc_per_node: Optional[int] = None,
+              nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
               workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
               **run_options: Any) -> ChaosResult:
         """The ``chaos`` check of ``target``, as ``python -m orchestrate chaos`` runs it: one
@@ -129,7 +130,7 @@ class DdpCluster:
         return []
 
 
-def sizes(nodes: Optional[int], nproc_per_node: Optional[int]) -> dict[str, int]:
+def sizes(nodes: Optional[int], nproc_per_node: Optional[Union[int, tuple[int, ...]]]) -> dict[str, int]:
     """The sizes a test gave; those it did not are the run's own defaults (``run``'s, as on the
     command line)."""
     return {k: v for k, v in (("nodes", nodes), ("nproc_per_node", nproc_per_node)) if v is not None}

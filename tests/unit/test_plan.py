@@ -160,3 +160,57 @@ def test_nodes_run_as_a_uid_get_a_user_name_to_go_with_it(run_as, user_name, use
 
     env = make_plan(RunConfig(nodes=2, run_as=run_as, user_name=user_name, user_env=user_env), "r").nodes[1].env
     assert (env.get("USER"), env.get("LOGNAME")) == expected
+
+
+def test_uneven_nodes_get_their_own_worker_counts_and_consecutive_ranks(make_job):
+    from orchestrate.plan.make import assign_uneven_ranks
+    assert assign_uneven_ranks([2, 1, 1]) == [(0, 1), (2,), (3,)]
+    assert assign_uneven_ranks([1, 3]) == [(0,), (1, 2, 3)]
+    plan = make_job(nodes=3, node_nprocs=(2, 1, 1))
+    assert plan.world_size == 4 and plan.config.nproc_per_node == 2
+    assert [n.global_ranks for n in plan.nodes] == [(0, 1), (2,), (3,)]
+    assert [n.torchrun_argv[n.torchrun_argv.index("--nproc-per-node") + 1] for n in plan.nodes] == ["2", "1", "1"]
+    assert [len(n.process_gpus) for n in plan.nodes] == [2, 1, 1]
+    shown = format_plan(plan)
+    assert "local world size L=2,1,1  world size W=4" in shown
+    assert len([line for line in shown.splitlines() if line.startswith("node0 ")]) == 2
+    assert len([line for line in shown.splitlines() if line.startswith("node2 ")]) == 1
+
+
+def test_uneven_elastic_nodes_each_start_their_own_count(make_job):
+    plan = make_job(nodes=2, node_nprocs=(1, 3), rdzv="c10d")
+    assert [n.torchrun_argv[n.torchrun_argv.index("--nproc-per-node") + 1] for n in plan.nodes] == ["1", "3"]
+    assert plan.world_size == 4 and all(n.global_ranks == () for n in plan.nodes)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(nodes=2, node_nprocs=(2, 1, 1)), "gives 3 nodes their workers, but --nodes is 2"),
+    (dict(nodes=2, node_nprocs=(2, 0)), "every node needs 1 worker or more"),
+    (dict(nodes=2, node_nprocs=(2, 3), gpus_per_node=4, backend="nccl"), "cannot be split evenly among 3 processes"),
+])
+def test_uneven_counts_that_cannot_run_are_refused(make_job, overrides, message):
+    from orchestrate.errors import UsageError
+    with pytest.raises(UsageError, match=message):
+        make_job(**overrides)
+
+
+def test_uneven_counts_come_from_the_option_and_leave_even_ones_even(tmp_path):
+    from orchestrate.config.options import nproc_counts
+    from orchestrate.config.request import HostFacts, RunRequest, resolve_config
+    assert nproc_counts("2") == 2 and nproc_counts("2,1,1") == (2, 1, 1)
+    uneven = resolve_config(RunRequest(nodes=3, nproc_per_node=(2, 1, 1), workdir=tmp_path, cpu=True), HostFacts())
+    assert (uneven.node_nprocs, uneven.nproc_per_node, uneven.world_size) == ((2, 1, 1), 2, 4)
+    even = resolve_config(RunRequest(nodes=2, nproc_per_node=(2, 2), workdir=tmp_path, cpu=True), HostFacts())
+    assert (even.node_nprocs, even.nproc_per_node, even.world_size) == ((), 2, 4)
+
+
+def test_a_run_listed_from_its_labels_keeps_each_nodes_ranks(make_job):
+    from orchestrate.engine.labels import node_labels
+    from orchestrate.engine.runs import NodeInfo, RunInfo, node_plans
+    plan = make_job(nodes=3, node_nprocs=(2, 1, 1))
+    labels = node_labels(plan, plan.nodes[0])
+    assert labels["io.ddp-compose.nproc-per-node"] == "2,1,1"
+    nodes = tuple(NodeInfo(n.name, n.node_rank, None, "running", None, False, ()) for n in plan.nodes)
+    run = RunInfo(plan.run_id, plan.project_name, nodes, labels, True)
+    assert [p.global_ranks for p in node_plans(run)] == [(0, 1), (2,), (3,)]
+    assert run.nproc_per_node == 2
