@@ -199,6 +199,13 @@ JOB_OPTIONS = (
            metavar="R"),
     Option("rdzv_timeout", "--rdzv-timeout", "how long an elastic rendezvous waits for nodes to join"
            f" (default: {DEFAULT_RDZV_TIMEOUT_S:g})", seconds, metavar="SECONDS"),
+    Option("restart", "--restart", "what the launcher restarts when a node of an elastic job dies: all (every"
+           " node, as a Slurm requeue or a JobSet's recreate-all does) or node (the dead node only, as Kubernetes"
+           " restarts one pod of a PyTorchJob; losing the node that holds the rendezvous store then ends the job,"
+           " as on a real cluster) (default: all)", choices=("all", "node")),
+    Option("rdzv_store", "--rdzv-store", "where the elastic rendezvous's store lives: node0 (torchrun's agent on"
+           " node0 hosts it) or container (a store container of the run's own, the --rdzv-endpoint a real cluster"
+           " gives, which survives any node) (default: node0)", choices=("node0", "container")),
 )
 
 # What the user brings into every node.
@@ -263,4 +270,4 @@ OPTIONS_BY_DEST = {option.dest: option for option in ALL_OPTIONS}
 JOB_HELP_ORDER = ("nodes", "nproc_per_node", "cpu", "gpus_per_node", "share_gpus", "backend", "nccl_as_gloo", "workdir", "image", "master_port",
                   "runs_dir", "ready_timeout", "collective_timeout", "hang_timeout",
                   "hang_diagnose_after", "debug_collectives", "rdzv", "nnodes", "max_restarts",
-                  "rdzv_timeout", "scheduler", "sbatch", "stop_grace", "faults")
+                  "rdzv_timeout", "restart", "rdzv_store", "scheduler", "sbatch", "stop_grace", "faults")

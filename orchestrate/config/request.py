@@ -57,6 +57,8 @@ class RunRequest:
     nnodes: Optional[tuple[int, int]] = None
     max_restarts: Optional[int] = None
     rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT_S
+    restart: str = "all"
+    rdzv_store: str = "node0"
     env: tuple[tuple[str, str], ...] = ()
     env_file: Optional[Path] = None
     copy_env: tuple[str, ...] = ()
@@ -234,6 +236,8 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         max_nodes=request.nnodes[1] if request.nnodes else None,
         max_restarts=request.max_restarts if request.max_restarts is not None else (DEFAULT_ELASTIC_RESTARTS if request.elastic else 0),
         rdzv_timeout_s=request.rdzv_timeout,
+        restart=request.restart,
+        rdzv_store=request.rdzv_store,
         user_env=user_env(request, host.environ),
         run_as=host.run_as,
         user_name=host.user_name,

@@ -30,6 +30,8 @@ DEFAULT_STOP_GRACE_S = 10.0
 DEFAULT_READY_TIMEOUT_S = 60.0
 # How long an elastic rendezvous waits for its nodes (--rdzv-timeout).
 DEFAULT_RDZV_TIMEOUT_S = 60.0
+# The service (and host) name of a run's own rendezvous store (--rdzv-store container).
+STORE_SERVICE = "rdzv-store"
 # The restarts an elastic run makes unless --max-restarts says otherwise (a static one makes none).
 DEFAULT_ELASTIC_RESTARTS = 3
 # Seconds without progress before the hang watchdog says where every rank waits (0: never).
@@ -91,6 +93,11 @@ class RunConfig:
         max_nodes: Elastic mode's largest node count.
         max_restarts: How often torchrun restarts its workers (and the launcher a dead node).
         rdzv_timeout_s: How long an elastic rendezvous waits for nodes to join.
+        restart: What the launcher restarts when a node of an elastic job dies: ``all`` its
+            nodes (a Slurm requeue, a JobSet's recreate-all) or the dead ``node`` only (a
+            Kubernetes pod restart).
+        rdzv_store: Where the elastic rendezvous's store lives: ``node0`` (its torchrun agent) or
+            a ``container`` of the run's own, which survives any node.
         user_env: The user's variables for every node (``--env``, ``--env-file``, ``--copy-env``).
         run_as: ``UID:GID`` the nodes run as (the invoking user's, so that what the workers
             write into the work directory is theirs); None keeps the image's user.
@@ -131,6 +138,8 @@ class RunConfig:
     max_nodes: Optional[int] = None
     max_restarts: int = 0
     rdzv_timeout_s: float = DEFAULT_RDZV_TIMEOUT_S
+    restart: str = "all"
+    rdzv_store: str = "node0"
     user_env: dict[str, str] = field(default_factory=dict)
     run_as: Optional[str] = None
     user_name: str = ""
@@ -240,6 +249,11 @@ class RunConfig:
                                             for f in self.faults)
 
     @property
+    def store_host(self) -> str:
+        """Who holds the elastic rendezvous's store: ``node0`` or the store container."""
+        return STORE_SERVICE if self.rdzv_store == "container" else "node0"
+
+    @property
     def elastic(self) -> bool:
         """Whether ranks come from an elastic (c10d) rendezvous rather than --node-rank."""
         return self.rdzv == "c10d"
@@ -265,9 +279,16 @@ class RunConfig:
             raise UsageError(f"--max-restarts must be 0 or more, got {self.max_restarts}")
         if self.rdzv_timeout_s <= 0:
             raise UsageError(f"--rdzv-timeout must be positive, got {self.rdzv_timeout_s}")
+        if self.restart not in ("all", "node"):
+            raise UsageError(f"--restart must be all or node, got {self.restart!r}")
+        if self.rdzv_store not in ("node0", "container"):
+            raise UsageError(f"--rdzv-store must be node0 or container, got {self.rdzv_store!r}")
         if not self.elastic:
             if self.min_nodes is not None or self.max_nodes is not None:
                 raise UsageError("--nnodes MIN:MAX needs --rdzv c10d (elastic mode)")
+            if self.restart != "all" or self.rdzv_store != "node0":
+                raise UsageError("--restart and --rdzv-store are for --rdzv c10d (elastic mode): a static job"
+                                 " restarts nothing and has no rendezvous store")
             return
         low = self.nodes if self.min_nodes is None else self.min_nodes
         high = self.nodes if self.max_nodes is None else self.max_nodes

@@ -7,7 +7,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrate.engine.labels import node_labels
+from orchestrate.config.run_config import STORE_SERVICE
+from orchestrate.engine.labels import ROLE_LABEL, RUN_ID_LABEL, STORE_ROLE, node_labels
 from orchestrate.plan.layout import (
     CPU_PERIOD_US,
     NETWORK,
@@ -105,11 +106,39 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
     return service
 
 
+def render_store(plan: JobPlan) -> dict[str, Any]:
+    """Return the Compose service of the run's own rendezvous store (``--rdzv-store
+    container``): the node image serving torch's TCPStore, on the nodes' network, holding the
+    launcher's lease; labelled with the run, and as no node of it."""
+    cfg = plan.config
+    service: dict[str, Any] = {
+        "image": plan.image,
+        "pull_policy": "never",
+        "hostname": STORE_SERVICE,
+        "init": True,
+        "command": escape_interpolation(list(plan.store_command)),
+        "environment": {"PYTHONUNBUFFERED": "1"},
+        "stop_grace_period": "2s",
+        "networks": [NETWORK],
+        "volumes": [
+            {"type": "bind", "source": str(cfg.project_root), "target": PROJECT_MOUNT_DIR, "read_only": True},
+            {"type": "bind", "source": str(plan.run_dir), "target": RUN_DIR_MOUNT},
+        ],
+        "labels": escape_interpolation({RUN_ID_LABEL: plan.run_id, ROLE_LABEL: STORE_ROLE}),
+    }
+    if cfg.run_as:
+        service["user"] = cfg.run_as
+    return service
+
+
 def render_compose(plan: JobPlan) -> dict[str, Any]:
     """Render the whole Compose project of a run (JSON-compatible, so also valid YAML)."""
+    services = {node.name: render_node(plan, node) for node in plan.nodes}
+    if plan.store_command:
+        services[STORE_SERVICE] = render_store(plan)
     return {
         "name": plan.project_name,
-        "services": {node.name: render_node(plan, node) for node in plan.nodes},
+        "services": services,
         "networks": {NETWORK: {"driver": "bridge"}},
         "volumes": {SHARED_VOLUME: {}},
     }

@@ -129,6 +129,9 @@ ROLE_LABEL = "io.ddp-compose.role"
 
 
 CONTROLLER_ROLE = "controller"  # the role label of the slurmctld container (not a node)
+STORE_ROLE = "rdzv-store"  # the role label of a run's own rendezvous store (not a node)
+# Containers of a run that are not its nodes: listings of runs pass them by.
+SERVICE_ROLES = (CONTROLLER_ROLE, STORE_ROLE)
 
 
 SCHEDULER_LABEL = "io.ddp-compose.scheduler"

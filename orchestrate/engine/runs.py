@@ -22,7 +22,7 @@ from orchestrate.engine.labels import (
     COMMAND_LABEL,
     COMPOSE_PROJECT_LABEL,
     COMPOSE_SERVICE_LABEL,
-    CONTROLLER_ROLE,
+    SERVICE_ROLES,
     CPUS_LABEL,
     CREATED_LABEL,
     DETACHED_LABEL,
@@ -256,8 +256,8 @@ def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
         raise EngineError(f"cannot list runs: {exc.explanation or exc}") from None
     by_run: dict[str, list[Any]] = {}
     for container in containers:
-        if container.labels.get(ROLE_LABEL) == CONTROLLER_ROLE:
-            continue  # a Slurm controller is part of the run, not one of its nodes
+        if container.labels.get(ROLE_LABEL) in SERVICE_ROLES:
+            continue  # a Slurm controller, a rendezvous store: part of the run, not one of its nodes
         by_run.setdefault(container.labels[RUN_ID_LABEL], []).append(container)
     runs = []
     for rid, members in by_run.items():

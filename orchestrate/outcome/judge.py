@@ -47,10 +47,12 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
        was injected into explains the failures of the others, which only waited for it or
        saw its connections close (the rank that raised under the fault, and its error, named).
-    2. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
+    2. A node whose death ended the job for every node (it held the rendezvous store, and only
+       it was restarted) explains the failures of the others.
+    3. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
        stopped); a failure that is not a consequence of another (a peer's closed
        connection, a SIGTERM from torchrun) wins over one that is.
-    3. Then the earliest failure by the workers' error files, then the node that ended first.
+    4. Then the earliest failure by the workers' error files, then the node that ended first.
 
     Returns:
         The failure, or None when no node failed.
@@ -78,6 +80,10 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     failed = [r for r in results if r.state is NodePhase.FAILED]
     if not failed:
         return None
+    for result in results:  # a death that ended the job for every node (the rendezvous store went with it)
+        if result.consequence:
+            return Failure(result.node.name, None, result.exit_code, "", tuple(result.last_lines),
+                           reason=result.consequence)
 
     def order(result: NodeResult) -> tuple:
         cause = result.root_cause

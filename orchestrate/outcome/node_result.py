@@ -30,6 +30,8 @@ class NodeResult:
         killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
         oom_events: The engine's ``oom`` events of it.
         oom_in_state: Its container's state says it was OOM-killed.
+        consequence: What its death did to the whole job, where that ends it (it held the
+            rendezvous store, and only it was restarted).
     """
 
     node: NodePlan
@@ -47,6 +49,7 @@ class NodeResult:
     killed_by_launcher: bool = False
     oom_events: int = 0
     oom_in_state: bool = False
+    consequence: str = ""
 
     def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:
         """Learn of OOM kills, in whatever order the news comes: an engine ``oom`` event (one

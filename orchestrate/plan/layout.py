@@ -22,6 +22,9 @@ NODE_MAIN = f"{PROJECT_MOUNT_DIR}/orchestrate/node/main.py"
 # (per-rank NCCL host ids, the nccl-as-gloo shim, the collective timeout).
 WORKER_START = f"{PROJECT_MOUNT_DIR}/orchestrate/node/worker_start.py"
 
+# A run's own rendezvous store (--rdzv-store container): torch's TCPStore, served at RDZV_PORT.
+RDZV_STORE = f"{PROJECT_MOUNT_DIR}/orchestrate/node/rdzv_store.py"
+
 
 HEARTBEAT_FILE = "heartbeat"
 

@@ -9,7 +9,7 @@ import shlex
 from typing import Optional
 
 from orchestrate.config.link import tc_commands
-from orchestrate.config.run_config import RunConfig
+from orchestrate.config.run_config import STORE_SERVICE, RunConfig
 from orchestrate.plan.gpu_assignment import node_gpus, process_gpus
 from orchestrate.plan.layout import (
     HEARTBEAT_FILE,
@@ -19,6 +19,8 @@ from orchestrate.plan.layout import (
     DEBUG_SUBDIR,
     PROGRESS_SUBDIR,
     PROJECT_MOUNT_DIR,
+    RDZV_PORT,
+    RDZV_STORE,
     RUN_DIR_MOUNT,
     SHARED_DIR,
     WORKER_START,
@@ -79,6 +81,16 @@ def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detach
             *lease, *shaping, "--", *torchrun)
 
 
+def store_command(config: RunConfig, detached: bool) -> tuple[str, ...]:
+    """The run's own rendezvous store's main process (``--rdzv-store container``): torch's
+    TCPStore (:mod:`orchestrate.node.rdzv_store`) under the node supervisor, which holds the
+    launcher's lease as every node does; empty when the store lives on node0."""
+    if not config.elastic or config.rdzv_store != "container":
+        return ()
+    return ("python3", NODE_MAIN, "--peers", STORE_SERVICE, "--ready-timeout", f"{config.ready_timeout_s:g}",
+            *lease_args(config, detached), "--", "python3", RDZV_STORE, str(RDZV_PORT))
+
+
 def threads_per_process(config: RunConfig, host_cpus: int) -> int:
     """The CPU threads each worker should use: its share of the cores its node really has.
 
@@ -122,6 +134,11 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if config.elastic:
         env["LOGLEVEL"] = "INFO"  # torchrun then reports every rendezvous round it joins
+    if config.elastic and config.rdzv_store == "container":
+        # torchrun's agents cache the first round's bootstrap address (rank 0's agent store) and
+        # never publish a new one, so a node restarted alone cannot form a new group with them;
+        # a store that survives any node needs each round's own (torch 2.9.1, dynamic_rendezvous.py).
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if config.run_as:
         # The uid has no passwd entry in the image: without these, getpass.getuser() fails,
         # and with it torch.compile (its cache directory is named after the user).
@@ -187,7 +204,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
     for rank, global_ranks in enumerate(assign_uneven_ranks(counts)):
         gpus = node_gpus(gpu_ids, rank, config.gpus_per_node, config.share_gpus)
         if config.elastic:
-            argv = elastic_torchrun_argv(config, run_id, master_addr, node_name(rank), target, nproc=counts[rank])
+            argv = elastic_torchrun_argv(config, run_id, config.store_host, node_name(rank), target, nproc=counts[rank])
             global_ranks = ()
         else:
             argv = torchrun_argv(
@@ -215,6 +232,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
         launcher=launcher,
         command_line=command_line,
         created=created,
+        store_command=store_command(config, detached),
     )
 
 

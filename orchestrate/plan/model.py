@@ -57,6 +57,7 @@ class JobPlan:
     launcher: str = ""
     command_line: str = ""
     created: str = ""
+    store_command: tuple[str, ...] = ()  # the run's own rendezvous store's (--rdzv-store container)
 
     @property
     def run_dir(self):

@@ -24,8 +24,10 @@ def format_plan(plan: JobPlan) -> str:
     ]
     header = ("node", "node rank", "local rank", "global rank", "GPUs (host ids)")
     if cfg.elastic:
-        lines.insert(3, f"elastic: c10d rendezvous on {plan.master_addr}:{RDZV_PORT}, nodes"
-                        f" {cfg.min_nodes}:{cfg.max_nodes}, max restarts {cfg.max_restarts};"
+        store = "the run's own store container" if cfg.rdzv_store == "container" else "node0's torchrun agent"
+        restarts = "the dead node alone" if cfg.restart == "node" else "every node"
+        lines.insert(3, f"elastic: c10d rendezvous on {cfg.store_host}:{RDZV_PORT} ({store}), nodes"
+                        f" {cfg.min_nodes}:{cfg.max_nodes}, max restarts {cfg.max_restarts} ({restarts});"
                         " node and global ranks are decided by the rendezvous")
     rows = [
         (

@@ -23,9 +23,12 @@ class RestartPolicy:
     """
 
     def __init__(self, *, enabled: bool, max_restarts: int, say: Callable[[str], None],
-                 record: Callable[..., None], clock: Callable[[], float]) -> None:
+                 record: Callable[..., None], clock: Callable[[], float], scope: str = "all",
+                 store_host: str = "node0") -> None:
         self.enabled = enabled
         self.max_restarts = max_restarts
+        self.scope = scope
+        self.store_host = store_host
         self.say = say
         self.record = record
         self.clock = clock
@@ -43,23 +46,43 @@ class RestartPolicy:
             return False
         return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
 
-    def restart(self, dead: NodeTracker, trackers: list[NodeTracker], step: Optional[int]) -> None:
-        """Restart every node so that the dead one rejoins.
+    def lost_store(self, dead: NodeTracker) -> Optional[str]:
+        """Why ``dead``'s death ends the job when only it restarts (it held the rendezvous
+        store), or None."""
+        if self.scope != "node" or dead.name != self.store_host:
+            return None
+        return (f"{dead.name} held the c10d rendezvous store (its torchrun agent served it): every other node's"
+                " agent lost the rendezvous with it, as on a real cluster (--restart all restarts every node;"
+                " --rdzv-store container keeps the store apart from the nodes)")
 
-        Every node restarts, not only the dead one: torch's c10d rendezvous lets a freshly
-        started agent join only if rank 0's agent is fresh too (an agent that stays rank 0
-        keeps its cached bootstrap address and never publishes it for the new round, so the
-        newcomer waits forever). Fresh agents everywhere form a fresh rendezvous, and the
-        workers resume from the latest checkpoint.
+    def restart(self, dead: NodeTracker, trackers: list[NodeTracker], step: Optional[int]) -> None:
+        """Restart every node (``--restart all``), or the dead one only (``--restart node``),
+        so that it rejoins.
+
+        By default every node restarts, not only the dead one, as a Slurm requeue or a JobSet's
+        recreate-all does: torch's c10d rendezvous lets a freshly started agent join only if
+        rank 0's agent is fresh too (an agent that stays rank 0 keeps its cached bootstrap
+        address and never publishes it for the new round, so the newcomer may wait for it).
+        Fresh agents everywhere form a fresh rendezvous, and the workers resume from the
+        latest checkpoint. ``--restart node`` restarts the dead node alone, as Kubernetes
+        restarts one pod: what torch then does is what a real cluster's job would meet.
         """
         self.restarts += 1
         result = dead.result
         cause = f"injected fault {result.fault}" if result.fault else "its death"
-        self.recoveries.append(Recovery(dead.name, cause, self.clock(), step_before=step))
-        self.say(f"{dead.name} died ({cause}); restarting every node so that it rejoins"
+        lost = self.lost_store(dead)
+        if not lost:  # a death that ends the job is no recovery
+            self.recoveries.append(Recovery(dead.name, cause, self.clock(), step_before=step))
+        which = "it alone" if self.scope == "node" else "every node"
+        self.say(f"{dead.name} died ({cause}); restarting {which} so that it rejoins"
                  f" ({self.restarts}/{self.max_restarts})")
-        self.record("restart", node=dead.name, cause=cause, step=step)
+        self.record("restart", node=dead.name, cause=cause, step=step, scope=self.scope)
+        if lost:
+            self.say(lost)
+            result.consequence = f"died ({cause}); {lost}"
         result.fault = ""
+        if self.scope == "node":
+            trackers = [dead]
         for tracker in trackers:
             tracker.move(NodePhase.RESTARTING)
             tracker.exited_at = tracker.exit_code = None

@@ -102,7 +102,8 @@ class Supervisor:
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
         self.partitions: dict[FaultSpec, dict[str, list[str]]] = {}  # what each split cut, in which node
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
-                                      say=self.say, record=self.record, clock=clock)
+                                      say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
+                                      store_host=spec.store_host)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
         self.inspector = Inspector(clock, self.say)
         debug = debug_dir(spec.run_dir)

@@ -35,11 +35,13 @@ def test_a_partition_splits_four_nodes_two_and_two_each_group_keeping_its_links_
     own_group = {0: "node1", 1: "node0", 2: "node3", 3: "node2"}
     for rank in range(4):
         seen = reached(result.output, rank)
-        # whole, then its own group only for a while, then whole again; never anything else once started
-        assert own_group[rank] in seen, (rank, seen)
-        split_at = seen.index(own_group[rank])
-        healed_at = len(seen) - 1 - seen[::-1].index(own_group[rank])
-        assert everyone[rank] in seen[:split_at], (rank, seen)
-        assert set(seen[split_at:healed_at + 1]) == {own_group[rank]}, (rank, seen)
-        assert seen[healed_at + 1:] and set(seen[healed_at + 1:]) == {everyone[rank]}, (rank, seen)
+        assert everyone[rank] in seen, (rank, seen)
+        since_up = seen[seen.index(everyone[rank]):]  # every peer listening
+        # its own group is reached all along, through the split and its heal
+        assert all(own_group[rank] in tried.split(",") for tried in since_up), (rank, seen)
+        # the split: 2 s or more (4 tries) reaching its own group only; whole again at the end
+        # (a try while the routes are added or deleted, node by node, may see some of each)
+        split = [i for i, tried in enumerate(since_up) if tried == own_group[rank]]
+        assert len(split) >= 4 and split == list(range(split[0], split[0] + len(split))), (rank, seen)
+        assert set(since_up[-4:]) == {everyone[rank]}, (rank, seen)
     assert leftovers(docker_client, result.project) == []

@@ -214,3 +214,29 @@ def test_a_run_listed_from_its_labels_keeps_each_nodes_ranks(make_job):
     run = RunInfo(plan.run_id, plan.project_name, nodes, labels, True)
     assert [p.global_ranks for p in node_plans(run)] == [(0, 1), (2,), (3,)]
     assert run.nproc_per_node == 2
+
+
+def test_a_store_container_is_the_rendezvous_endpoint_and_no_node(make_job):
+    from orchestrate.engine.compose_file import render_compose
+    plan = make_job(nodes=2, rdzv="c10d", rdzv_store="container", restart="node")
+    for node in plan.nodes:
+        argv = node.torchrun_argv
+        assert argv[argv.index("--rdzv-endpoint") + 1] == "rdzv-store:29400"
+        assert node.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    services = render_compose(plan)["services"]
+    store = services["rdzv-store"]
+    assert store["labels"]["io.ddp-compose.role"] == "rdzv-store" and "io.ddp-compose.node-rank" not in store["labels"]
+    assert store["command"][-3:] == ["python3", "/opt/ddp-compose/orchestrate/node/rdzv_store.py", "29400"]
+    assert "--lease" in store["command"]  # it goes when the launcher does
+    on_node0 = make_job(nodes=2, rdzv="c10d")
+    assert "rdzv-store" not in render_compose(on_node0)["services"]
+    argv = on_node0.nodes[1].torchrun_argv
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "node0:29400"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in on_node0.nodes[1].env
+
+
+@pytest.mark.parametrize("overrides", [dict(restart="node"), dict(rdzv_store="container")])
+def test_restart_scopes_and_stores_are_for_elastic_jobs(make_job, overrides):
+    from orchestrate.errors import UsageError
+    with pytest.raises(UsageError, match="--restart and --rdzv-store are for --rdzv c10d"):
+        make_job(nodes=2, **overrides)

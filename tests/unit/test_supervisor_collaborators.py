@@ -305,3 +305,54 @@ def test_diagnosis_reads_the_error_file_names_a_paused_node_and_counts_oom_kills
     diagnosis.find_oom_kills([hung])
     assert hung.result.oom_kills == 2
     assert recorder.said[-1] == "node0 was OOM-killed: the kernel killed 2 process(es) at its memory limit"
+
+
+def running_trackers(make_job, tmp_path, client):
+    plan = make_job(nodes=2)
+    trackers = [tracker_for(plan, i, node_container(client, "r", f"node{i}", Script(hang=True)), tmp_path)
+                for i in range(2)]
+    for tracker in trackers:
+        tracker.container.start()
+        tracker.move(NodePhase.STARTING)
+        tracker.move(NodePhase.RUNNING)
+    return trackers
+
+
+def test_restart_node_restarts_the_dead_node_alone(make_job, tmp_path):
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    dead = trackers[1]
+    dead.result.fault, dead.exit_code = "kill:node1", 137
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record,
+                           clock=lambda: 42.0, scope="node")
+    policy.restart(dead, trackers, step=5)
+    assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-r-node1-1"]
+    assert trackers[0].phase is NodePhase.RUNNING and dead.phase is NodePhase.RESTARTING
+    assert "node1 died (injected fault kill:node1); restarting it alone" in recorder.said[0]
+    assert len(policy.recoveries) == 1 and dead.result.consequence == ""
+
+
+def test_restart_node_of_the_store_host_ends_the_job_and_the_failure_says_why(make_job, tmp_path):
+    from orchestrate.outcome.judge import find_failure
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    dead = trackers[0]
+    dead.result.fault, dead.exit_code = "kill:node0@step=5", 137
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record,
+                           clock=lambda: 42.0, scope="node", store_host="node0")
+    policy.restart(dead, trackers, step=5)
+    assert policy.recoveries == []  # a death that ends the job is no recovery
+    assert any("node0 held the c10d rendezvous store" in line for line in recorder.said)
+    trackers[1].result.state, trackers[1].result.exit_code = NodePhase.FAILED, 1
+    failure = find_failure([t.result for t in trackers])
+    assert failure.node == "node0"
+    assert failure.describe().startswith("node0 died (injected fault kill:node0@step=5); node0 held the c10d"
+                                         " rendezvous store")
+    # with the store in a container of its own, node0 is a node like any other
+    other = RestartPolicy(enabled=True, max_restarts=3, say=print, record=print, clock=time.monotonic, scope="node",
+                          store_host="rdzv-store")
+    assert other.lost_store(dead) is None
+    assert RestartPolicy(enabled=True, max_restarts=3, say=print, record=print, clock=time.monotonic,
+                         scope="all").lost_store(dead) is None
