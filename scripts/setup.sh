@@ -132,7 +132,9 @@ ensure_offline_tools() {
 ensure_image() {
     local image
     image="$("$PY" -c 'from orchestrate.config.run_config import DEFAULT_IMAGE; print(DEFAULT_IMAGE)')"
-    if docker image inspect "$image" >/dev/null 2>&1; then
+    # present and built by this checkout's recipe (an older one is rebuilt: IMAGE_RECIPE)
+    if docker image inspect -f '{{index .Config.Labels "io.ddp-compose.recipe"}}' "$image" 2>/dev/null \
+            | grep -qx "$("$PY" -c 'from orchestrate.engine.images import IMAGE_RECIPE; print(IMAGE_RECIPE)')"; then
         return
     fi
     ensure_offline_tools

@@ -28,7 +28,7 @@ def add_parsers(sub: Any) -> None:
     mode.add_argument("--offline", action="store_true",
                       help="skip the pull: debootstrap a base and install from a host wheelhouse")
     mode.add_argument("--online", action="store_true", help="never fall back to the offline path")
-    build.add_argument("--if-missing", action="store_true", help="do nothing when the image already exists")
+    build.add_argument("--if-missing", action="store_true", help="do nothing when the image already exists, built by this checkout's recipe")
     image.set_defaults(handler=command, image_parser=image)
 
 
@@ -41,7 +41,7 @@ def image_tag_for(torch_version: str) -> str:
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     """``image build``: build the node image by the official or the offline path."""
-    from orchestrate.engine.images import DEFAULT_CPU_BASE, build_node_image, image_exists
+    from orchestrate.engine.images import DEFAULT_CPU_BASE, build_node_image, image_current
 
     if args.image_command != "build":
         args.image_parser.print_help(inv.out)
@@ -49,7 +49,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     torchvision_for(args.torch)  # a bad version is refused before the engine is asked
     tag = args.image or image_tag_for(args.torch)
     client = inv.engine()
-    if args.if_missing and image_exists(client, tag):
+    if args.if_missing and image_current(client, tag):
         inv.out.write(f"node image {tag} already exists\n")
         return 0
     offline = True if args.offline else (False if args.online else None)

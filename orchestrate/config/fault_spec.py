@@ -50,6 +50,7 @@ _SPEC = re.compile(
 # A straggler's CPU quota unless ``cpus=`` says otherwise, and a degraded link's rate.
 DEFAULT_SLOW_CPUS = 0.25
 DEFAULT_DEGRADED_RATE = "10mbit"
+DEFAULT_LOSSY_PCT = 1.0  # a lossy node's share of packets dropped, in percent
 
 
 class FaultAction(str, Enum):
@@ -67,6 +68,7 @@ class FaultAction(str, Enum):
     TORN_WRITE = "torn-write"  # cut a node's next save short, and kill the node: a crash mid-save
     DISK_FULL = "disk-full"  # a node's writes fail with ENOSPC: a full disk
     PARTITION = "partition"  # two groups of nodes that cannot reach each other: a split network
+    LOSSY = "lossy"  # drop a share of a node's packets at random: a lossy link
 
     @property
     def on_rank(self) -> bool:
@@ -82,7 +84,7 @@ class FaultAction(str, Enum):
     def lasting(self) -> bool:
         """It lasts until undone, so it may be given an end."""
         return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.SLOW, FaultAction.DEGRADE,
-                        FaultAction.HANG_RANK, FaultAction.DISK_FULL, FaultAction.PARTITION)
+                        FaultAction.HANG_RANK, FaultAction.DISK_FULL, FaultAction.PARTITION, FaultAction.LOSSY)
 
     @property
     def stops_progress(self) -> bool:
@@ -93,7 +95,7 @@ class FaultAction(str, Enum):
     def options(self) -> tuple[str, ...]:
         """The ``,KEY=VALUE`` options it takes."""
         return {FaultAction.SLOW: ("cpus",), FaultAction.DEGRADE: ("rate",), FaultAction.TORN_WRITE: ("path",),
-                FaultAction.DISK_FULL: ("path",)}.get(self, ())
+                FaultAction.DISK_FULL: ("path",), FaultAction.LOSSY: ("p",)}.get(self, ())
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class FaultSpec:
         path: The files a storage fault reaches: a glob relative to the work directory
             (None: the directory of what the job saved last, else any file).
         groups: A partition's two groups of nodes.
+        loss_pct: The share of a lossy node's incoming packets dropped, in percent.
     """
 
     action: FaultAction
@@ -129,6 +132,7 @@ class FaultSpec:
     in_attempt: bool = False
     path: Optional[str] = None
     groups: tuple[tuple[str, ...], ...] = ()
+    loss_pct: Optional[float] = None
 
     @property
     def target(self) -> str:
@@ -153,6 +157,8 @@ class FaultSpec:
             options = f",rate={format_rate(self.degraded_rate_bits)}"
         elif self.path is not None:
             options = f",path={self.path}"
+        elif self.action is FaultAction.LOSSY:
+            options = f",p={self.lossy_pct:g}%"
         if self.at_step is not None:
             trigger = f"@step={'+' if self.in_attempt else ''}{self.at_step}" + (f"..{self.until_step}" if self.until_step is not None else "")
         elif self.at_seconds or self.until_seconds is not None:
@@ -165,6 +171,10 @@ class FaultSpec:
     @property
     def slow_cpus(self) -> float:
         return self.cpus if self.cpus is not None else DEFAULT_SLOW_CPUS
+
+    @property
+    def lossy_pct(self) -> float:
+        return self.loss_pct if self.loss_pct is not None else DEFAULT_LOSSY_PCT
 
     @property
     def degraded_rate_bits(self) -> int:
@@ -275,6 +285,13 @@ def _options(text: str, action: FaultAction, written: str) -> dict:
         if not glob or glob.startswith("/") or ".." in glob.split("/"):
             raise UsageError(f"invalid --fault {text!r}: path is a glob relative to the work directory,"
                              " e.g. path=checkpoints/*")
+    if "p" in options:
+        share = re.fullmatch(rf"({_NUMBER})%?", options.pop("p"))
+        if not share or not 0 < float(share[1]) < 100:
+            raise UsageError(f"invalid --fault {text!r}: p is a percentage above 0 and below 100, e.g. p=1%")
+        options["loss_pct"] = float(share[1])
+    if action is FaultAction.LOSSY:
+        options.setdefault("loss_pct", DEFAULT_LOSSY_PCT)
     if "rate" in options:
         options["rate_bits"] = parse_rate(options.pop("rate"), f"--fault {text!r}: rate")
     if action is FaultAction.SLOW:

@@ -118,11 +118,33 @@ def tbf_burst_bytes(rate_bits: int) -> int:
     return max(32 * 1024, rate_bits // 8 // 250)
 
 
-def tc_commands(spec: LinkSpec, interface: str) -> list[list[str]]:
-    """The ``tc`` commands that shape ``interface`` to ``spec`` (pure)."""
+def loss_rule(interface: str, loss_pct: float) -> list[str]:
+    """The iptables rule (after ``-A``/``-D``) that drops ``loss_pct`` % of the packets coming
+    in on ``interface`` at random (the ``statistic`` match: no netem needed). Each node drops on
+    its own way in, so every link between two nodes loses in both directions."""
+    return ["INPUT", "-i", interface, "-m", "statistic", "--mode", "random", "--probability",
+            f"{loss_pct / 100:.6g}", "-j", "DROP"]
+
+
+def link_commands(spec: LinkSpec, interface: str, netem: bool = True) -> list[list[str]]:
+    """Every command that gives ``interface`` the link ``spec`` (pure): :func:`tc_commands`,
+    and where the kernel has no netem (``netem`` False) the loss as an iptables rule."""
+    if netem or not spec.loss_pct:
+        return tc_commands(spec, interface, netem)
+    return [*tc_commands(spec, interface, netem), ["iptables", "-w", "-A", *loss_rule(interface, spec.loss_pct)]]
+
+
+def loss_method(spec: LinkSpec, netem: bool) -> str:
+    """How a link's loss is done: ``netem``, or ``iptables statistic`` where the kernel has none."""
+    return "netem" if netem else "iptables statistic (this kernel has no netem)"
+
+
+def tc_commands(spec: LinkSpec, interface: str, netem: bool = True) -> list[list[str]]:
+    """The ``tc`` commands that shape ``interface`` to ``spec`` (pure); without ``netem``, the
+    loss is left to :func:`link_commands`' iptables rule (and a delay cannot be had)."""
     commands: list[list[str]] = []
     parent = ["root"]
-    if spec.needs_netem:
+    if spec.needs_netem and netem:
         netem = ["tc", "qdisc", "add", "dev", interface, "root", "handle", "1:", "netem"]
         if spec.delay_ms:
             netem += ["delay", f"{spec.delay_ms:g}ms"]
@@ -142,10 +164,11 @@ NETEM_MISSING = re.compile(r"qdisc kind is unknown|No such file or directory|Ope
 
 
 def netem_missing_message(spec: LinkSpec, tc_stderr: str) -> str:
-    """The one line that refuses ``delay=``/``loss=`` where the kernel has no netem."""
-    wanted = ",".join(p for p in str(spec).split(",") if not p.startswith("rate="))
+    """The one line that refuses ``delay=`` where the kernel has no netem (a loss is dropped by
+    iptables instead: :func:`link_commands`)."""
     reason = tc_stderr.strip().splitlines()[-1] if tc_stderr.strip() else "netem unavailable"
-    return (f"--link {wanted} needs the kernel's netem qdisc, which this kernel lacks (tc: {reason});"
-            " shape the rate only (e.g. --link rate=1gbit), or load sch_netem on the host")
+    return (f"--link delay={spec.delay_ms:g}ms needs the kernel's netem qdisc, which this kernel lacks (tc: {reason}):"
+            " nothing else delays every packet without a userspace queue that would cap the link far below its"
+            " rate; shape the rate and loss only (e.g. --link rate=1gbit,loss=1%), or load sch_netem on the host")
 
 

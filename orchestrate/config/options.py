@@ -149,7 +149,8 @@ class Option:
 
 
 _LINK_HELP = ("shape every node's link with Linux traffic control: rate=10gbit[,delay=5ms][,loss=0.1%%] or a preset ("
-              + ", ".join(PRESETS) + "); delay and loss need the kernel's netem, refused where it is missing")
+              + ", ".join(PRESETS) + "); a delay needs the kernel's netem (refused where it is missing), a loss is"
+              " dropped by iptables where netem is missing")
 
 # The job: its shape, rendezvous and image; what run, plan, bench and export share.
 JOB_OPTIONS = (
@@ -246,11 +247,12 @@ RUN_OPTIONS = (
     Option("faults", "--fault", "inject a fault: KIND:TARGET[,KEY=VALUE][@t=S[..END]|@step=N[..END]]. Node faults"
            " (TARGET nodeN): kill (dies), pause (hangs), disconnect (cut off the network), restart (reboots),"
            " preempt (SIGTERM, then SIGKILL after --stop-grace), slow[,cpus=F] (a straggler: CPU quota cut to F,"
-           " default 0.25), degrade[,rate=R] (its link drops to R, default 10mbit). Rank faults (TARGET a global"
+           " default 0.25), degrade[,rate=R] (its link drops to R, default 10mbit), lossy[,p=P] (P%% of its incoming"
+           " packets dropped, default 1%%). Rank faults (TARGET a global"
            " rank): kill-rank (the worker dies, its node lives), hang-rank (the worker is stopped). Storage faults"
            " (TARGET nodeN, path=GLOB under the work directory): torn-write (its next save cut short, the node"
            " killed), disk-full (writes fail with ENOSPC). partition:NODES|NODES splits the network in two."
-           " pause, disconnect, slow, degrade, hang-rank, disk-full and partition may end (..END). A fault that"
+           " pause, disconnect, slow, degrade, lossy, hang-rank, disk-full and partition may end (..END). A fault that"
            " never fires fails the run. e.g. kill:node1@step=20, slow:node1,cpus=0.2@t=5..20, hang-rank:3@t=10,"
            " torn-write:node0@step=5, 'partition:node0|node1@t=5..20'; repeatable",
            parse_fault, metavar="SPEC", repeat=True),

@@ -245,7 +245,7 @@ class RunConfig:
     def shapes_links(self) -> bool:
         """Whether the nodes' links are shaped: at start (``--link``), by a ``degrade`` fault or
         split by a ``partition``, which need NET_ADMIN in the nodes."""
-        return self.link is not None or any(f.action in (FaultAction.DEGRADE, FaultAction.PARTITION)
+        return self.link is not None or any(f.action in (FaultAction.DEGRADE, FaultAction.PARTITION, FaultAction.LOSSY)
                                             for f in self.faults)
 
     @property

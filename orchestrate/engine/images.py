@@ -38,11 +38,16 @@ DOCKER_DIR = PROJECT_ROOT / "docker"
 WHEELHOUSE_DIR = DOCKER_DIR / "wheelhouse"
 DEFAULT_CPU_BASE = "python:3.11-slim-bookworm"
 DEFAULT_GPU_BASE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
-OFFLINE_BASE = "ddp-compose-base:bookworm"
+# The image recipe: bumped when what the node image holds changes (2: iptables, for a link's loss
+# where the kernel has no netem), so that an engine's older image, and its offline base, are
+# rebuilt rather than used.
+IMAGE_RECIPE = "2"
+RECIPE_LABEL = "io.ddp-compose.recipe"
+OFFLINE_BASE = f"ddp-compose-base:bookworm-r{IMAGE_RECIPE}"
 OFFLINE_SUITE = "bookworm"
 # Debian bookworm's python3 is 3.11: the wheelhouse must match it, whatever the host runs.
 OFFLINE_PYTHON_VERSION = "3.11"
-OFFLINE_PACKAGES = ("python3", "python3-venv", "procps", "iproute2", "ca-certificates")
+OFFLINE_PACKAGES = ("python3", "python3-venv", "procps", "iproute2", "iptables", "ca-certificates")
 WHEEL_PLATFORMS = (
     "manylinux_2_28_x86_64",
     "manylinux_2_27_x86_64",
@@ -85,6 +90,18 @@ def build_lock(image: str = "", progress: Optional[Callable[[str], None]] = None
     minutes: a second launch waits up to 30 minutes, saying for what."""
     return host_lock("build", f"the build of {image or 'an image'} by process {os.getpid()}", timeout_s=1800,
                      say=progress)
+
+
+def image_current(client: Any, name: str) -> bool:
+    """Whether the engine has ``name`` built by this checkout's recipe (an image the project
+    did not build, with no recipe label, counts as current: it is the user's)."""
+    import docker.errors
+
+    try:
+        labels = client.images.get(name).labels or {}
+    except docker.errors.ImageNotFound:
+        return False
+    return labels.get(RECIPE_LABEL) == IMAGE_RECIPE or "io.ddp-compose.image" not in labels
 
 
 def image_exists(client: Any, name: str) -> bool:
@@ -397,7 +414,7 @@ def build_node_image(
     """
     torchvision = torchvision_for(torch_version)
     started = time.monotonic()
-    buildargs = {"TORCH_VERSION": torch_version, "TORCHVISION_VERSION": torchvision}
+    buildargs = {"TORCH_VERSION": torch_version, "TORCHVISION_VERSION": torchvision, "RECIPE": IMAGE_RECIPE}
     if offline is not True and try_pull(client, base_image, progress):
         path, base = BuildPath.OFFICIAL, base_image
         progress(f"building {image} (torch {torch_version}, torchvision {torchvision}) on {base} ...")
@@ -435,18 +452,19 @@ def ensure_image(client: Any, image: str, *, build_default: bool = True, progres
     Raises:
         ImageUnavailableError: Naming the image and what to do.
     """
-    if image_exists(client, image):
+    if image_exists(client, image) and (image != DEFAULT_IMAGE or image_current(client, image)):
         return
     if image == DEFAULT_IMAGE:
+        why = "is older than this checkout's recipe" if image_exists(client, image) else "not found"
         if not build_default:
             raise ImageUnavailableError(
-                f"node image {image} not found and --no-build was given; build it with"
+                f"node image {image} {why} and --no-build was given; build it with"
                 " `python -m orchestrate image build`"
             )
         with build_lock(image, progress):
-            if image_exists(client, image):  # another run built it meanwhile
+            if image_current(client, image):  # another run built it meanwhile
                 return
-            progress(f"node image {image} not found; building it (first run only)")
+            progress(f"node image {image} {why}; building it")
             build_node_image(client, image, progress=progress)
         return
     if try_pull(client, image, progress):

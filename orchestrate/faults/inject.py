@@ -8,7 +8,7 @@ import re
 from typing import Any, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
-from orchestrate.config.link import LinkSpec, format_rate, tbf_burst_bytes, tc_commands
+from orchestrate.config.link import NETEM_MISSING, LinkSpec, format_rate, loss_rule, tbf_burst_bytes, tc_commands
 from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
@@ -75,6 +75,8 @@ def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
         rate = fault.degraded_rate_bits
         shape(client, container, [["tc", "qdisc", "replace", "dev", NODE_INTERFACE, "root", "tbf", "rate",
                                    format_rate(rate), "burst", str(tbf_burst_bytes(rate)), "latency", "100ms"]])
+    elif action is FaultAction.LOSSY:  # iptables, netem or not: a netem qdisc would replace the link's own
+        shape(client, container, [["iptables", "-w", "-A", *loss_rule(NODE_INTERFACE, fault.lossy_pct)]])
     else:
         raise ValueError(f"{action.value} is not a node fault")
 
@@ -98,7 +100,14 @@ def undo(client: Any, project: str, container: Any, fault: FaultSpec, *, node: s
         container.update(cpu_period=CPU_PERIOD_US, cpu_quota=quota)
     elif action is FaultAction.DEGRADE:
         restore = tc_commands(link, NODE_INTERFACE) if link is not None else []
-        shape(client, container, [["tc", "qdisc", "del", "dev", NODE_INTERFACE, "root"], *restore])
+        try:
+            shape(client, container, [["tc", "qdisc", "del", "dev", NODE_INTERFACE, "root"], *restore])
+        except EngineError as exc:  # a link whose loss is iptables' (no netem): its rate alone is tc's
+            if link is None or not NETEM_MISSING.search(str(exc)):
+                raise
+            shape(client, container, tc_commands(link, NODE_INTERFACE, netem=False))
+    elif action is FaultAction.LOSSY:
+        shape(client, container, [["iptables", "-w", "-D", *loss_rule(NODE_INTERFACE, fault.lossy_pct)]])
 
 
 def shape(client: Any, container: Any, commands: list[list[str]]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from orchestrate.config.link import netem_missing_message
+from orchestrate.config.link import loss_method, netem_missing_message
 from orchestrate.config.run_config import RunConfig
 from orchestrate.engine.images import ensure_image
 from orchestrate.engine.netem import probe_netem
@@ -28,18 +28,31 @@ def check_node_size(config: RunConfig, engine_info: dict) -> None:
                          f" engine's {memory // 2**20}m of memory")
 
 
+def link_netem(client: Any, config: RunConfig, say: Callable[[str], None]) -> bool:
+    """Whether the nodes' links get netem (True also where the link needs none); where the
+    kernel has none, a loss is dropped by iptables instead, and that is said.
+
+    Raises:
+        UsageError: When the link asks for a delay and the engine's kernel has no netem.
+    """
+    if config.link is None or not config.link.needs_netem:
+        return True
+    missing = probe_netem(client, config.image)
+    if missing is None:
+        return True
+    if config.link.delay_ms:
+        raise UsageError(netem_missing_message(config.link, missing))
+    say(f"--link loss={config.link.loss_pct:g}%: by {loss_method(config.link, netem=False)}")
+    return False
+
+
 def prepare_image(client: Any, config: RunConfig, *, build: bool, progress: Callable[[str], None]) -> str:
     """The image the nodes will run: the node image, made sure of, or the one derived from it
     for the user's requirements and Dockerfile.
 
     Raises:
         ImageUnavailableError: When an image cannot be had or built.
-        UsageError: When the link asks for netem and the engine's kernel has none.
     """
     ensure_image(client, config.image, build_default=build, progress=progress)
-    if config.link is not None and config.link.needs_netem:
-        missing = probe_netem(client, config.image)
-        if missing is not None:
-            raise UsageError(netem_missing_message(config.link, missing))
     spec = derived_image_spec(config)
     return ensure_derived_image(client, spec, progress) if spec is not None else config.image

@@ -44,7 +44,7 @@ from orchestrate.launch.backend import Backend
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import gpu_lease
-from orchestrate.launch.preflight import check_node_size, prepare_image
+from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
 from orchestrate.launch.run_dir import prepare_run_dir
 from orchestrate.launch.teardown import finish_record, finish_while_tearing_down, teardown
 from orchestrate.outcome.events import record_event
@@ -176,14 +176,14 @@ class Run:
         self.plan = self._plan(info, self.request.image, free)
         return self.plan
 
-    def _plan(self, engine_info: dict, image: str, free_gpus: Optional[tuple[str, ...]]) -> JobPlan:
+    def _plan(self, engine_info: dict, image: str, free_gpus: Optional[tuple[str, ...]], netem: bool = True) -> JobPlan:
         config = self.check() if free_gpus is None else resolve_config(self.request, self.host, len(free_gpus))
         detached = self.request.detach
         plan = make_plan(config, self.run_id, detached=detached, gpu_ids=free_gpus or (),
                          launcher="" if detached else launcher_identity(),
                          command_line=mask_assignments(self.command_line, config.user_env),
                          created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                         host_cpus=engine_info.get("NCPU") or None)
+                         host_cpus=engine_info.get("NCPU") or None, netem=netem)
         return plan if image == plan.image else dataclasses.replace(plan, image=image)
 
     # Starting --------------------------------------------------------------------------------
@@ -203,11 +203,12 @@ class Run:
         check_node_size(config, info)
         compose_found()
         image = prepare_image(client, config, build=not self.request.no_build, progress=self.progress)
+        netem = link_netem(client, config, self.say)
         self.image_torch = image_label(client, image, TORCH_LABEL)
         node_image = slurm_image(client, image, self.progress) if self.request.scheduler == "slurm" else image
         # The lease is held until the containers, which carry the GPUs' labels, exist.
         with gpu_lease(client, self.request, self.run_id, self.say) as free:
-            self.plan = self._plan(info, image, free)
+            self.plan = self._plan(info, image, free, netem)
             self.backend = self._backend(self.plan, node_image)
             try:
                 self._bring_up()

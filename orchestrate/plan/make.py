@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
-from orchestrate.config.link import tc_commands
+from orchestrate.config.link import link_commands
 from orchestrate.config.run_config import STORE_SERVICE, RunConfig
 from orchestrate.plan.gpu_assignment import node_gpus, process_gpus
 from orchestrate.plan.layout import (
@@ -66,14 +66,17 @@ def lease_args(config: RunConfig, detached: bool) -> tuple[str, ...]:
             "--stop-grace", f"{config.stop_grace_s:g}")
 
 
-def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detached: bool) -> tuple[str, ...]:
+def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detached: bool,
+                 netem: bool = True) -> tuple[str, ...]:
     """The container's main process: the node supervisor (``orchestrate/node/main.py``)
-    waiting for the peers, holding the launcher's lease unless detached, and running torchrun."""
+    waiting for the peers, holding the launcher's lease unless detached, and running torchrun;
+    ``netem``: whether the kernel has it (else a link's loss is an iptables rule)."""
     lease = lease_args(config, detached)
     shaping: tuple[str, ...] = ()
     if config.link is not None:
         # The container starts as root with NET_ADMIN to shape its link; torchrun runs as the user.
-        shaping = tuple(a for cmd in tc_commands(config.link, NODE_INTERFACE) for a in ("--tc", shlex.join(cmd)))
+        shaping = tuple(a for cmd in link_commands(config.link, NODE_INTERFACE, netem)
+                        for a in ("--tc", shlex.join(cmd)))
         if config.run_as:
             shaping += ("--run-as", config.run_as)
     peers = ",".join(node_name(i) for i in range(config.nodes))
@@ -170,7 +173,7 @@ def project_name(run_id: str) -> str:
 
 def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
               gpu_ids: tuple[str, ...] = (), launcher: str = "", command_line: str = "",
-              created: str = "", host_cpus: Optional[int] = None) -> JobPlan:
+              created: str = "", host_cpus: Optional[int] = None, netem: bool = True) -> JobPlan:
     """Plan a run: nodes, ranks, master address and every node's command.
 
     Args:
@@ -182,6 +185,8 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
             a run whose launcher died.
         command_line: The command line that asked for it (recorded for ``ps`` and reports).
         created: When it was asked for (ISO 8601).
+        netem: Whether the engine's kernel has netem (a link's loss is otherwise an iptables
+            rule in each node).
         host_cpus: The cores of the host the nodes share; each worker then gets
             ``OMP_NUM_THREADS`` = its share (see :func:`threads_per_process`). None: unset.
         gpu_ids: The host GPUs this run may use, in order (the free ones, see
@@ -217,7 +222,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
             )
         nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, counts[rank]),
                               argv, {**env, "DDP_NODE": node_name(rank)},
-                              node_command(config, node_name(rank), argv, detached)))
+                              node_command(config, node_name(rank), argv, detached, netem)))
     return JobPlan(
         run_id=run_id,
         project_name=project_name(run_id),

@@ -179,3 +179,32 @@ def test_the_rank_script_is_the_node_modules_text_and_refuses_bad_arguments():
     assert RANK_SCRIPT == Path(rank_signal.__file__).read_text(encoding="utf-8")
     done = subprocess.run([sys.executable, "-c", RANK_SCRIPT, "signal", "5"], capture_output=True, text=True)
     assert done.returncode == 2 and "usage: rank_signal.py" in done.stderr
+
+
+def test_a_lossy_node_drops_packets_by_an_iptables_rule_as_root_and_its_end_deletes_it(make_run):
+    job = make_run(nodes=2, faults=["lossy:node1,p=2%@t=0..0.3"])
+    job.client = client = engine(node0=[lines(0, 10)], node1=[lines(1, 10)])
+    result = job.run()
+    assert result.succeeded, job.out.getvalue()
+    rules = [(name, cmd) for name, cmd in calls(client, "exec_create") if cmd[0] == "iptables"]
+    rule = ("INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random", "--probability", "0.02", "-j", "DROP")
+    assert rules == [("ddp-test-run-node1-1", ("iptables", "-w", "-A", *rule)),
+                     ("ddp-test-run-node1-1", ("iptables", "-w", "-D", *rule))]
+    assert "fault ended: lossy:node1,p=2%@t=0..0.3" in job.out.getvalue()
+
+
+def test_a_links_loss_is_netem_where_the_kernel_has_it_and_an_iptables_rule_where_not(make_job):
+    from orchestrate.config.link import link_commands, parse_link
+    link = parse_link("rate=1gbit,loss=1%")
+    with_netem = link_commands(link, "eth0", netem=True)
+    assert [c[:2] for c in with_netem] == [["tc", "qdisc"], ["tc", "qdisc"]] and "netem" in with_netem[0]
+    without = link_commands(link, "eth0", netem=False)
+    assert "netem" not in without[0] and without[0][6] == "tbf"
+    assert without[1] == ["iptables", "-w", "-A", "INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random",
+                          "--probability", "0.01", "-j", "DROP"]
+    command = make_job(nodes=2, link=link).nodes[0].command  # planned without knowing: netem
+    assert not any("iptables" in part for part in command)
+    from orchestrate.plan.make import make_plan
+    planned = make_plan(make_job(nodes=2, link=link).config, "r", netem=False)
+    assert any(part.startswith("iptables -w -A INPUT") for part in planned.nodes[1].command)
+    assert render_compose(planned)["services"]["node1"]["cap_add"] == ["NET_ADMIN"]

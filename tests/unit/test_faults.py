@@ -42,7 +42,7 @@ def test_a_fault_says_its_defaults_when_printed():
     ("kill:node1@when=3", "usage: KIND:TARGET"),
     ("kill:worker1", "kill aims at a node, e.g. kill:node1"),
     ("kill-rank:node1", "kill-rank aims at a global rank, e.g. kill-rank:1"),
-    ("kill:node1@t=2..5", "kill has no end (only pause, disconnect, slow, degrade, hang-rank, disk-full, partition last)"),
+    ("kill:node1@t=2..5", "kill has no end (only pause, disconnect, slow, degrade, hang-rank, disk-full, partition, lossy last)"),
     ("kill-rank:1@step=3..5", "kill-rank has no end"),
     ("slow:node1@t=9..5", "the end must come after the start"),
     ("hang-rank:1@step=5..9", "no step is reported, so an end at a step never comes; give it in seconds"),

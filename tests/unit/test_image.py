@@ -57,3 +57,27 @@ def test_build_context_holds_exactly_the_given_files(tmp_path):
     with tarfile.open(fileobj=image.build_context({"Dockerfile": tmp_path / "Dockerfile", "r.txt": b"six\n"})) as tar:
         assert sorted(tar.getnames()) == ["Dockerfile", "r.txt"]
         assert tar.extractfile("r.txt").read() == b"six\n"
+
+
+def test_a_default_image_of_an_older_recipe_is_rebuilt_and_a_current_one_used(builds):
+    client = FakeDockerClient()
+    client.images.add(DEFAULT_IMAGE, **{"io.ddp-compose.image": "node", "io.ddp-compose.recipe": "1"})
+    said = []
+    image.ensure_image(client, DEFAULT_IMAGE, progress=said.append)
+    assert builds == [DEFAULT_IMAGE]
+    assert said == [f"node image {DEFAULT_IMAGE} is older than this checkout's recipe; building it"]
+    client.images.add(DEFAULT_IMAGE, **{"io.ddp-compose.image": "node", "io.ddp-compose.recipe": image.IMAGE_RECIPE})
+    image.ensure_image(client, DEFAULT_IMAGE, progress=said.append)
+    assert builds == [DEFAULT_IMAGE]  # current: used as it is
+    with pytest.raises(ImageUnavailableError, match="is older than this checkout's recipe and --no-build was given"):
+        client.images.add(DEFAULT_IMAGE, **{"io.ddp-compose.image": "node"})  # from before recipes were labelled
+        image.ensure_image(client, DEFAULT_IMAGE, build_default=False, progress=said.append)
+
+
+def test_an_image_the_project_did_not_build_counts_as_current_and_the_offline_base_follows_the_recipe():
+    client = FakeDockerClient()
+    client.images.add("my/node:1")
+    assert image.image_current(client, "my/node:1") and not image.image_current(client, "missing:1")
+    assert image.OFFLINE_BASE.endswith(f"-r{image.IMAGE_RECIPE}") and "iptables" in image.OFFLINE_PACKAGES
+    dockerfile = (image.DOCKER_DIR / "Dockerfile").read_text()
+    assert f"ARG RECIPE={image.IMAGE_RECIPE}" in dockerfile and "iptables" in dockerfile

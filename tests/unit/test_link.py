@@ -82,6 +82,8 @@ def test_delay_where_the_kernel_lacks_netem_is_one_line_and_exit_2(tmp_path, mon
     assert not (tmp_path / "runs").exists()  # refused before anything started
 
 
-def test_the_refusal_names_only_what_needs_netem():
-    message = netem_missing_message(LinkSpec(10**9, 5.0, 1.0), "")
-    assert message.startswith("--link delay=5ms,loss=1% needs the kernel's netem")
+def test_the_refusal_names_only_the_delay_which_nothing_but_netem_gives():
+    message = netem_missing_message(LinkSpec(10**9, 5.0, 1.0), "Error: Specified qdisc kind is unknown.")
+    assert message.startswith("--link delay=5ms needs the kernel's netem qdisc, which this kernel lacks (tc: Error:"
+                              " Specified qdisc kind is unknown.)")
+    assert "userspace queue" in message and "--link rate=1gbit,loss=1%" in message
