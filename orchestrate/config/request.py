@@ -129,6 +129,9 @@ class RunRequest:
         if self.share_gpus or self.nccl_as_gloo:
             raise UsageError("--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated Slurm"
                              " cluster runs CPU/Gloo nodes")
+        if self.restart != "all" or self.rdzv_store != "node0":
+            raise UsageError("--restart and --rdzv-store are for --scheduler compose: under Slurm, Slurm restarts"
+                             " (a requeue restarts the whole job) and torchrun's rendezvous is the batch host's")
         if isinstance(self.nproc_per_node, tuple) and len(set(self.nproc_per_node)) > 1:
             raise UsageError(f"--nproc-per-node {','.join(map(str, self.nproc_per_node))}: under --scheduler slurm"
                              " one srun starts the same torchrun on every node, so the nodes' workers are even")

@@ -61,6 +61,10 @@ LINK_LABEL = "io.ddp-compose.link"
 CPUS_LABEL = "io.ddp-compose.cpus-per-node"
 # The hang watchdog's --hang-diagnose-after and --hang-timeout ("" never): attach follows them too.
 HANG_LABEL = "io.ddp-compose.hang"
+# What an elastic job's node death restarts ("all" or "node") and where its rendezvous store
+# lives (a node's name, or the store container's): for a supervisor that attaches later.
+RESTART_LABEL = "io.ddp-compose.restart"
+STORE_HOST_LABEL = "io.ddp-compose.rdzv-store"
 
 
 def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
@@ -83,6 +87,8 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         STOP_GRACE_LABEL: f"{cfg.stop_grace_s:g}",
         LINK_LABEL: str(cfg.link or ""),
         CPUS_LABEL: f"{cfg.cpus_per_node:g}" if cfg.cpus_per_node else "",
+        RESTART_LABEL: cfg.restart,
+        STORE_HOST_LABEL: cfg.store_host,
         HANG_LABEL: f"{cfg.hang_diagnose_after_s:g},{'' if cfg.hang_timeout_s is None else f'{cfg.hang_timeout_s:g}'}",
     }
 

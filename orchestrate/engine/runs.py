@@ -34,10 +34,12 @@ from orchestrate.engine.labels import (
     NODES_LABEL,
     NPROC_LABEL,
     RDZV_LABEL,
+    RESTART_LABEL,
     ROLE_LABEL,
     RUN_DIR_LABEL,
     RUN_ID_LABEL,
     STOP_GRACE_LABEL,
+    STORE_HOST_LABEL,
     HANG_LABEL,
     WORKDIR_LABEL,
 )
@@ -137,6 +139,16 @@ class RunInfo:
     @property
     def max_restarts(self) -> int:
         return int(self.labels.get(MAX_RESTARTS_LABEL, "0") or 0)
+
+    @property
+    def restart_scope(self) -> str:
+        """What a node death restarts: "all" its nodes, or the dead "node" alone."""
+        return self.labels.get(RESTART_LABEL, "all") or "all"
+
+    @property
+    def store_host(self) -> str:
+        """Who holds the elastic rendezvous's store: node0, or the run's store container."""
+        return self.labels.get(STORE_HOST_LABEL, "node0") or "node0"
 
     @property
     def stop_grace_s(self) -> float:

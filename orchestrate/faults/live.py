@@ -109,10 +109,10 @@ class LiveFaults:
         """Wait for the torn writes armed (each worker's tear kills its node), then keep the
         faults with an end for their duration (from now), undoing each as its end comes; an
         interrupt leaves the rest held (see :meth:`end_all`)."""
+        started = time.monotonic()  # every end counts from now, the tears' wait included
         self.wait_for_tears(sleep)
         if not self.held:
             return
-        started = time.monotonic()
         self.held.sort(key=lambda item: duration_s(item[0]))
         self.say(f"holding {', '.join(str(s) for s, _ in self.held)} for up to {duration_s(self.held[-1][0]):g} s;"
                  " Ctrl-C ends them now")
@@ -129,6 +129,10 @@ class LiveFaults:
             return
         self.say(f"waiting for the next write on {', '.join(s.node for s in self.tearing)}; Ctrl-C disarms")
         while self.tearing:
+            for spec in [s for s in self.tearing if not self.running(s.node)]:
+                self.tearing.remove(spec)
+                self.storage.end(spec)
+                self.say(f"disarmed {spec}: {spec.node} is no longer running, and no write of it was cut")
             for spec, event in self.storage.poll():
                 if spec not in self.tearing or not event.torn:
                     continue
@@ -141,6 +145,14 @@ class LiveFaults:
                     self.say(f"{spec.node} was not killed here: {describe(exc)}")
             if self.tearing:
                 sleep(TEAR_POLL_S)
+
+    def running(self, node: str) -> bool:
+        """Whether ``node``'s container still runs (the engine's word; gone counts as not)."""
+        try:
+            self.live[node].reload()
+        except engine_errors():
+            return False
+        return self.live[node].status in ("running", "paused")
 
     def end_all(self) -> None:
         """Undo every fault still held, and disarm the torn writes still to come."""
@@ -157,7 +169,7 @@ class LiveFaults:
             self.storage.end(spec)
             self.say(f"ended {spec} on {node} of run {self.run_id}")
             return
-        if spec.action is FaultAction.PARTITION:
+        if spec.action is FaultAction.PARTITION:  # heal never raises: it names what it could not heal
             unhealed = heal(self.client, self.live, self.partitions.pop(spec, {}))
             self.say(f"healed {spec} of run {self.run_id}"
                      + (f" ({', '.join(unhealed)} ended or restarted meanwhile)" if unhealed else ""))

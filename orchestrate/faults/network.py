@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrate.engine.client import exec_output
+from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.labels import project_network
 from orchestrate.errors import EngineError, NodeLookupError
 
@@ -62,9 +63,9 @@ def split(client: Any, project: str, containers: dict[str, Any], groups: tuple[t
     done: dict[str, list[str]] = {}
     try:
         for node, addresses in cut.items():
+            done[node] = addresses  # healed on a failure even when cut part way
             _run(client, containers[node], route_commands(addresses, add=True))
-            done[node] = addresses
-    except EngineError:
+    except (*engine_errors(), EngineError):
         heal(client, containers, done)
         raise
     return cut
@@ -79,7 +80,10 @@ def heal(client: Any, containers: dict[str, Any], cut: dict[str, list[str]]) -> 
             unhealed.append(node)
             continue
         for command in route_commands(addresses, add=False):
-            code, _ = exec_output(client, containers[node], command, user="0:0")
+            try:
+                code, _ = exec_output(client, containers[node], command, user="0:0")
+            except engine_errors():  # it ended or is restarting: its routes went with it
+                code = -1
             if code != 0 and node not in unhealed:
                 unhealed.append(node)
     return unhealed

@@ -85,11 +85,15 @@ class StorageEvent:
 
 
 class StorageEvents:
-    """The workers' storage events, read as they come."""
+    """The workers' storage events, read as they come: those recorded from now on (an earlier
+    follower's, already acted on, are not read again)."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / EVENTS_FILE
-        self.offset = 0
+        try:
+            self.offset = self.path.stat().st_size
+        except OSError:
+            self.offset = 0
 
     def poll(self) -> list[StorageEvent]:
         """The events recorded since the last poll (whole lines only)."""

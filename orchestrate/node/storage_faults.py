@@ -10,7 +10,8 @@ The launcher arms a fault by listing it in ``$DDP_PROGRESS_DIR/storage-faults.js
 file it opens for writing that matches:
 
 - ``torn-write``: the first such file one worker of the node writes (a claim file makes it
-  one) is cut short when it is closed, at a random byte of what was written, as a crash in the
+  one) is cut short when it is closed, at a random byte of what this writer wrote (an appended
+  file keeps what it held before), as a crash in the
   middle of the save leaves it; the worker records where (``storage-events.jsonl``) and stops
   writing anything: it waits for the launcher to kill its node, and exits by itself after
   :data:`DIE_AFTER_S`.
@@ -52,7 +53,7 @@ class StorageFaults:
         self.directory = directory
         self.node = node
         self.workspace = workspace
-        self.stamp: Optional[tuple[float, int]] = None
+        self.stamp: Optional[tuple[int, int, int]] = None
         self.faults: list[dict[str, Any]] = []
         self.reported: set[tuple[str, str]] = set()
 
@@ -64,7 +65,7 @@ class StorageFaults:
         except OSError:
             self.stamp, self.faults = None, []
             return []
-        stamp = (status.st_mtime, status.st_size)
+        stamp = (status.st_mtime_ns, status.st_size, status.st_ino)  # each write is a new file (renamed)
         if stamp != self.stamp:
             self.stamp = stamp
             try:
@@ -139,6 +140,10 @@ class FaultyFile:
         self._path = path
         self._faults = faults
         self._torn = torn
+        try:  # where this writer's bytes begin (an appended file's earlier bytes are not its to tear)
+            self._start = inner.tell() if torn is not None else 0
+        except (OSError, ValueError):
+            self._start = 0
 
     def write(self, data: Any) -> int:
         full = self._faults.disk_full(self._path)
@@ -158,7 +163,7 @@ class FaultyFile:
             return
         self._inner.flush()
         size = os.fstat(self._inner.fileno()).st_size
-        cut = random.randrange(1, size) if size > 1 else 0
+        cut = random.randrange(self._start + 1, size) if size > self._start + 1 else self._start
         os.ftruncate(self._inner.fileno(), cut)
         os.fsync(self._inner.fileno())
         self._inner.close()
@@ -172,8 +177,11 @@ class FaultyFile:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __iter__(self) -> Any:
-        return iter(self._inner)
+    def __iter__(self) -> "FaultyFile":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._inner)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

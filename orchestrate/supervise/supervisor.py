@@ -175,18 +175,21 @@ class Supervisor:
     # Storage faults ---------------------------------------------------------------------
 
     def arm_storage(self, fault: FaultSpec) -> str:
-        """Arm a storage fault for its node's workers (the scheduler's inject); return the node."""
+        """Arm a storage fault for its node's workers (the scheduler's inject); return the node.
+        A torn write blames its node once it tears (:meth:`on_storage_event`), a full disk now."""
         if fault.node not in {t.name for t in self.live}:
             raise NodeLookupError(f"{fault.node} is not running")
-        glob = self.storage.arm(fault, [w.path for w in (self.writes.files() or [])] if self.writes else [])
-        self.trackers[fault.node].result.fault = str(fault)
-        what = ("the next write is cut short, and the node killed" if fault.action is FaultAction.TORN_WRITE
-                else "writes fail with ENOSPC")
+        glob = self.storage.arm(fault, [self.writes.latest()] if self.writes is not None and self.writes.latest() else [])
+        what = "the next write is cut short, and the node killed"
+        if fault.action is FaultAction.DISK_FULL:
+            what = "writes fail with ENOSPC"
+            self.trackers[fault.node].result.fault = str(fault)
         self.say(f"{fault}: armed on {fault.node}'s workers, files {glob!r} of the work directory: {what}")
         return fault.node
 
     def on_storage_event(self, fault: Optional[FaultSpec], event: StorageEvent) -> None:
-        """A worker met a storage fault: say where; a torn write's node dies at once."""
+        """A worker met a storage fault: say where; a torn write's node dies at once (killed by
+        the supervisor that follows the run actively, not by one that only watches)."""
         spec = str(fault) if fault is not None else f"{event.kind}:{event.node}"
         self.say(f"{spec}: {event.describe()}")
         self.record("storage-fault", node=event.node, spec=spec, storage=event.kind, file=event.file, rank=event.rank,
@@ -194,7 +197,7 @@ class Supervisor:
         if fault is not None:
             self.faults.note(fault, event.describe())
         tracker = self.trackers.get(event.node)
-        if not event.torn or tracker is None or tracker.phase.final:
+        if not event.torn or not self.active or tracker is None or tracker.phase.final:
             return
         if fault is not None:
             self.storage.end(fault)

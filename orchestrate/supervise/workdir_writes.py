@@ -68,6 +68,13 @@ class WorkdirWrites:
         spent = self.clock() - began
         self.next_at = self.clock() + max(POLL_S, 20 * spent)
 
+    def latest(self) -> Optional[str]:
+        """The file written last: the newest modification among those written (None: none, or
+        not followed)."""
+        if not self.followed or not self.written:
+            return None
+        return max(self.written, key=lambda path: self.seen.get(path, 0.0))
+
     def files(self) -> Optional[list[WrittenFile]]:
         """Every file written, the first first (None: the directory was not followed)."""
         return sorted(self.written.values(), key=lambda w: w.time) if self.followed else None

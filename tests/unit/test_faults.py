@@ -155,3 +155,20 @@ def test_a_run_with_a_partition_gets_net_admin_for_its_routes():
     from orchestrate.config.run_config import RunConfig
     assert RunConfig(nodes=2, faults=(parse_fault("partition:node0|node1@t=1..2"),)).shapes_links
     assert not RunConfig(nodes=2, faults=(parse_fault("kill:node1"),)).shapes_links
+
+
+def test_a_heal_goes_on_past_a_node_that_ended_and_names_it():
+    from orchestrate.faults.network import heal
+    client = FakeDockerClient()
+    containers = {}
+    for name in ("node0", "node1", "node2"):
+        container = FakeContainer(client, f"p-{name}-1", {"labels": {"com.docker.compose.project": "p"}})
+        client.containers_by_name[container.name] = container
+        container.status = "running"
+        containers[name] = container
+    containers["node1"].status = "exited"  # it ended while split: the engine refuses an exec (409)
+    cut = {"node0": ["10.0.0.4"], "node1": ["10.0.0.4"], "node2": ["10.0.0.2", "10.0.0.3"]}
+    assert heal(client, containers, cut) == ["node1"]
+    healed = [(c[1], c[2][2], c[2][4]) for c in client.calls if c[0] == "exec_create"]
+    assert healed == [("p-node0-1", "del", "10.0.0.4/32"), ("p-node2-1", "del", "10.0.0.2/32"),
+                      ("p-node2-1", "del", "10.0.0.3/32")]

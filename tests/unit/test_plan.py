@@ -240,3 +240,18 @@ def test_restart_scopes_and_stores_are_for_elastic_jobs(make_job, overrides):
     from orchestrate.errors import UsageError
     with pytest.raises(UsageError, match="--restart and --rdzv-store are for --rdzv c10d"):
         make_job(nodes=2, **overrides)
+
+
+def test_a_supervisor_that_attaches_later_keeps_the_runs_restart_scope_and_store(make_job):
+    from orchestrate.engine.labels import node_labels
+    from orchestrate.engine.runs import NodeInfo, RunInfo
+    from orchestrate.launch.run import spec_for_run
+    plan = make_job(nodes=2, rdzv="c10d", restart="node", rdzv_store="container")
+    labels = node_labels(plan, plan.nodes[0])
+    nodes = tuple(NodeInfo(n.name, n.node_rank, type("C", (), {"attrs": {}})(), "running", None, False, ())
+                  for n in plan.nodes)
+    spec = spec_for_run(RunInfo(plan.run_id, plan.project_name, nodes, labels, True))
+    assert (spec.restart_scope, spec.store_host, spec.elastic) == ("node", "rdzv-store", True)
+    plain = make_job(nodes=2, rdzv="c10d")
+    spec = spec_for_run(RunInfo(plain.run_id, plain.project_name, nodes, node_labels(plain, plain.nodes[0]), True))
+    assert (spec.restart_scope, spec.store_host) == ("all", "node0")

@@ -84,6 +84,7 @@ def test_a_torn_write_cuts_the_file_at_a_byte_records_it_and_stops_the_worker(no
     faults, opener, arm, progress, workspace = node
     died = []
     monkeypatch.setattr(storage_faults, "die_torn", lambda: died.append(True))
+    reader = storage.StorageEvents(progress)  # the launcher follows from now on
     with opener(workspace / "other.txt", "w") as file:  # nothing armed yet: written whole
         file.write("x" * 100)
     arm("torn-write", "ckpt/*")
@@ -96,7 +97,7 @@ def test_a_torn_write_cuts_the_file_at_a_byte_records_it_and_stops_the_worker(no
     assert (workspace / "other.txt").stat().st_size == 100 and (workspace / "log.txt").stat().st_size == 100
     cut = (workspace / "ckpt" / "a.pt").stat().st_size
     assert 1 <= cut < 1000
-    events = storage.StorageEvents(progress).poll()
+    events = reader.poll()
     assert [(e.kind, e.file, e.byte, e.size, e.rank, e.node) for e in events] == [
         ("torn-write", "ckpt/a.pt", cut, 1000, 3, "node1")]
     assert events[0].describe() == f"rank 3's write of ckpt/a.pt was cut at byte {cut} of 1000"
@@ -120,6 +121,7 @@ def test_reading_is_never_reached_and_files_outside_the_work_directory_neither(n
 
 def test_a_full_disk_fails_writes_with_enospc_while_armed_and_records_each_file_once(node):
     faults, opener, arm, progress, workspace = node
+    reader = storage.StorageEvents(progress)
     arm("disk-full", "*.pt")
     with opener(workspace / "notes.txt", "w") as file:
         file.write("fine")
@@ -132,7 +134,8 @@ def test_a_full_disk_fails_writes_with_enospc_while_armed_and_records_each_file_
     file.write(b"abc")  # the disk has room again
     file.close()
     assert (workspace / "model.pt").read_bytes() == b"abc"
-    events = storage.StorageEvents(progress).poll()
+    events = reader.poll()
+    assert storage.StorageEvents(progress).poll() == []  # a later follower (attach) does not act on them again
     assert [(e.kind, e.file, e.rank) for e in events] == [("disk-full", "model.pt", 3)]
     assert events[0].describe() == "rank 3's write to model.pt failed: no space left on device (ENOSPC)"
 
@@ -201,3 +204,34 @@ def test_chaos_refuses_to_draw_a_partition_whose_groups_are_the_users_to_choose(
     assert parse_kinds("kill,torn-write") == (FaultAction.KILL, FaultAction.TORN_WRITE)
     with pytest.raises(UsageError, match="chaos does not draw partitions"):
         parse_kinds("kill,partition")
+
+
+def test_an_appended_file_is_torn_in_what_was_appended_only_and_reads_line_by_line(node, monkeypatch):
+    faults, opener, arm, progress, workspace = node
+    monkeypatch.setattr(storage_faults, "die_torn", lambda: None)
+    (workspace / "log.txt").write_text("kept\n" * 20)  # 100 bytes before
+    arm("torn-write", "log.txt")
+    with opener(workspace / "log.txt", "a+") as file:
+        file.write("new\n" * 50)
+        file.seek(0)
+        assert next(file) == "kept\n"
+    assert 100 < (workspace / "log.txt").stat().st_size < 300
+    assert (workspace / "log.txt").read_text().startswith("kept\n" * 20)
+
+
+def test_the_latest_write_is_the_newest_modification_not_the_newest_file(tmp_path):
+    from orchestrate.supervise.workdir_writes import WorkdirWrites
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "data").mkdir()
+    writes = WorkdirWrites(tmp_path, since=0.0)
+    (tmp_path / "ckpt" / "model.pt").write_text("1")
+    os.utime(tmp_path / "ckpt" / "model.pt", (1000, 1000))
+    writes.walk()
+    (tmp_path / "data" / "downloaded.bin").write_text("x")
+    os.utime(tmp_path / "data" / "downloaded.bin", (2000, 2000))
+    writes.walk()
+    assert writes.latest() == "data/downloaded.bin"
+    os.utime(tmp_path / "ckpt" / "model.pt", (3000, 3000))  # saved again: the latest save
+    writes.walk()
+    assert writes.latest() == "ckpt/model.pt"
+    assert [w.path for w in writes.files()] == ["ckpt/model.pt", "data/downloaded.bin"]  # first writes, in order
