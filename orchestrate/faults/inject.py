@@ -1,4 +1,4 @@
-"""Doing a fault to a node's container or to one worker (:func:`do_fault`) and undoing it at
+"""Doing a fault to a node's container, to one worker or to the network between nodes (:func:`do_fault`) and undoing it at
 its end (:func:`end_fault`), and probing a node that stopped answering. Finding and signalling
 one worker is :mod:`orchestrate.faults.ranks`."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.link import NETEM_MISSING, LinkSpec, format_rate, loss_rule, tbf_burst_bytes, tc_commands
-from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
 from orchestrate.errors import EngineError, NodeLookupError
+from orchestrate.faults.network import as_root, heal, split
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.plan.layout import CPU_PERIOD_US, NODE_INTERFACE
 
@@ -33,20 +33,25 @@ def do_fault(client: Any, project: str, containers: dict[str, Any], fault: Fault
     """
     if fault.action.on_rank:
         return signal_rank(client, containers, fault.rank, RANK_SIGNALS[fault.action])
+    if fault.action is FaultAction.PARTITION:
+        split(client, project, containers, fault.groups)
+        return fault.nodes[0]
     if fault.node not in containers:
         raise NodeLookupError(f"{fault.node} is not running")
     inject(client, project, containers[fault.node], fault)
     return fault.node
 
 
-def end_fault(client: Any, project: str, container: Any, fault: FaultSpec, *, node: str,
+def end_fault(client: Any, project: str, containers: dict[str, Any], fault: FaultSpec, *, node: str,
               cpus_per_node: Optional[float] = None, link: Optional[LinkSpec] = None) -> None:
-    """End a lasting fault that landed on ``node``: its worker goes on, or the node is as the
-    run made it again (see :func:`undo`)."""
+    """End a lasting fault that landed on ``node`` (``containers``: the live nodes'): its worker
+    goes on, the network is whole again, or the node is as the run made it (see :func:`undo`)."""
     if fault.action.on_rank:
-        signal_rank(client, {node: container}, fault.rank, "SIGCONT")
+        signal_rank(client, {node: containers[node]}, fault.rank, "SIGCONT")
+    elif fault.action is FaultAction.PARTITION:
+        heal(client, containers, fault.groups)
     else:
-        undo(client, project, container, fault, node=node, cpus_per_node=cpus_per_node, link=link)
+        undo(client, project, containers[node], fault, node=node, cpus_per_node=cpus_per_node, link=link)
 
 
 def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
@@ -111,19 +116,13 @@ def undo(client: Any, project: str, container: Any, fault: FaultSpec, *, node: s
 
 
 def shape(client: Any, container: Any, commands: list[list[str]]) -> None:
-    """Run traffic-control commands in a node, as root (the node has NET_ADMIN in runs that
-    shape links).
+    """Run traffic-control (and iptables) commands in a node, as root (the node has NET_ADMIN
+    in runs that shape links).
 
     Raises:
-        EngineError: Quoting tc when it fails.
+        EngineError: Quoting the command when it fails.
     """
-    for command in commands:
-        code, output = exec_output(client, container, command, user="0:0")
-        if code != 0:
-            hint = (" (the run's nodes lack NET_ADMIN: only runs started with --link or a degrade fault"
-                    " can be shaped)") if "not permitted" in output else ""
-            raise EngineError(f"cannot shape {getattr(container, 'name', 'the node')}'s link"
-                              f" ({' '.join(command)}): {output.strip()[-200:]}{hint}")
+    as_root(client, container, commands, "shape the link")
 
 
 # The kernel's OOM-kill counter of a container's memory cgroup (v1, then v2), read inside it.

@@ -16,7 +16,6 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import do_fault, end_fault
-from orchestrate.faults.network import heal, split
 from orchestrate.faults.storage import ArmedStorageFaults
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 
@@ -53,7 +52,6 @@ class LiveFaults:
         progress = None if run_dir is None or not str(run_dir) else run_dir / PROGRESS_SUBDIR
         self.storage = ArmedStorageFaults(progress) if progress is not None and progress.is_dir() else None
         self.tearing: list[FaultSpec] = []  # torn writes armed, their write still to come
-        self.partitions: dict[FaultSpec, dict[str, list[str]]] = {}  # what each split cut, in which node
 
     def check(self, specs: list[FaultSpec]) -> None:
         """Refuse what cannot be done now, before anything is done.
@@ -80,7 +78,7 @@ class LiveFaults:
             EngineError: When the engine refused it.
         """
         if spec.action.on_storage and self.storage is not None:
-            glob = self.storage.arm(spec, ())
+            glob = self.storage.arm(spec)
             self.say(f"armed {spec} on {spec.node}'s workers of run {self.run_id}, files {glob!r} of the work"
                      " directory")
             if spec.action is FaultAction.TORN_WRITE:
@@ -89,10 +87,7 @@ class LiveFaults:
                 self.held.append((spec, spec.node))
             return spec.node
         try:
-            if spec.action is FaultAction.PARTITION:
-                self.partitions[spec] = split(self.client, self.project, self.live, spec.groups)
-                node = spec.nodes[0]
-            elif spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
+            if spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
                 self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
                 node = spec.node
             else:
@@ -169,13 +164,8 @@ class LiveFaults:
             self.storage.end(spec)
             self.say(f"ended {spec} on {node} of run {self.run_id}")
             return
-        if spec.action is FaultAction.PARTITION:  # heal never raises: it names what it could not heal
-            unhealed = heal(self.client, self.live, self.partitions.pop(spec, {}))
-            self.say(f"healed {spec} of run {self.run_id}"
-                     + (f" ({', '.join(unhealed)} ended or restarted meanwhile)" if unhealed else ""))
-            return
         try:
-            end_fault(self.client, self.project, self.live[node], spec, node=node, cpus_per_node=self.cpus_per_node,
+            end_fault(self.client, self.project, self.live, spec, node=node, cpus_per_node=self.cpus_per_node,
                       link=self.link)
         except (*engine_errors(), EngineError) as exc:
             self.say(f"could not end {spec} on {node}: {describe(exc)}")

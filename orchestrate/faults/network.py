@@ -1,21 +1,38 @@
-"""A split network: two groups of a run's nodes that cannot reach each other, each group
-keeping its own links (``partition``).
+"""The network of a run's nodes, changed from inside them: commands run as root in a node
+(:func:`as_root`, which ``tc`` shaping and iptables loss use too), and a split network: two
+groups of nodes that cannot reach each other, each group keeping its own links (``partition``).
 
-The plan is pure (:func:`partition_routes`): every node of one group gets a blackhole route
-to the address of every node of the other, so what it sends there is dropped without a word,
-as on a real split; the nodes of its own group it reaches as before. Doing it is an exec of
-``ip route`` as root in each node (which needs NET_ADMIN: a run with a ``partition`` fault has
-it), and healing it deletes the same routes. A node restarted while the network is split comes
-back whole: its container's network namespace is new.
+The split's plan is pure (:func:`partition_routes`): every node of one group gets a blackhole
+route to the address of every node of the other, so what it sends there is dropped without a
+word, as on a real split; the nodes of its own group it reaches as before. Doing it is an exec
+of ``ip route`` as root in each node (which needs NET_ADMIN: a run with a ``partition`` fault
+has it). Healing it deletes every blackhole route the nodes hold (:func:`blackhole_routes`), so
+it needs no record of the split; a node restarted meanwhile holds none: its container's network
+namespace is new.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from orchestrate.engine.client import exec_output
-from orchestrate.engine.errors import engine_errors
+from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.engine.labels import project_network
 from orchestrate.errors import EngineError, NodeLookupError
+
+
+def as_root(client: Any, container: Any, commands: list[list[str]], what: str) -> None:
+    """Run ``commands`` in a node as root, one by one (``what``: what they do, for the error).
+
+    Raises:
+        EngineError: Quoting the command that failed, and saying when the node lacks NET_ADMIN.
+    """
+    for command in commands:
+        code, output = exec_output(client, container, command, user="0:0")
+        if code != 0:
+            hint = (" (the run's nodes lack NET_ADMIN: only runs started with --link or a degrade, lossy or"
+                    " partition fault have it)") if "not permitted" in output else ""
+            raise EngineError(f"cannot {what} at {getattr(container, 'name', 'a node')} ({' '.join(command)}):"
+                              f" {output.strip()[-200:]}{hint}")
 
 
 def partition_routes(groups: tuple[tuple[str, ...], ...], addresses: dict[str, str]) -> dict[str, list[str]]:
@@ -38,6 +55,15 @@ def route_commands(addresses: list[str], add: bool) -> list[list[str]]:
     return [["ip", "route", "add" if add else "del", "blackhole", f"{address}/32"] for address in addresses]
 
 
+BLACKHOLES_ARGV = ["ip", "-o", "route", "show", "type", "blackhole"]
+
+
+def blackhole_routes(listing: str) -> list[str]:
+    """The addresses of the blackhole routes ``ip -o route show type blackhole`` listed (pure)."""
+    return [line.split()[1].split("/")[0] for line in listing.splitlines()
+            if line.split()[:1] == ["blackhole"] and len(line.split()) > 1]
+
+
 def node_addresses(client: Any, project: str, containers: dict[str, Any]) -> dict[str, str]:
     """Each running node's address on the run's network."""
     network = project_network(client, project).name
@@ -51,49 +77,34 @@ def node_addresses(client: Any, project: str, containers: dict[str, Any]) -> dic
     return addresses
 
 
-def split(client: Any, project: str, containers: dict[str, Any], groups: tuple[tuple[str, ...], ...]) -> dict[str, list[str]]:
-    """Split the run's network between ``groups``; return what was cut in each node (for
-    :func:`heal`). A node that cannot be cut leaves the split undone where it was done.
+def split(client: Any, project: str, containers: dict[str, Any], groups: tuple[tuple[str, ...], ...]) -> None:
+    """Split the run's network between ``groups``. A split that fails part way is healed.
 
     Raises:
         NodeLookupError: When a node of a group is not running.
         EngineError: When a node refused the routes (quoting ``ip``).
     """
     cut = partition_routes(groups, node_addresses(client, project, containers))
-    done: dict[str, list[str]] = {}
     try:
         for node, addresses in cut.items():
-            done[node] = addresses  # healed on a failure even when cut part way
-            _run(client, containers[node], route_commands(addresses, add=True))
+            as_root(client, containers[node], route_commands(addresses, add=True), "split the network")
     except (*engine_errors(), EngineError):
-        heal(client, containers, done)
+        heal(client, containers, groups)
         raise
-    return cut
 
 
-def heal(client: Any, containers: dict[str, Any], cut: dict[str, list[str]]) -> list[str]:
-    """Delete the routes :func:`split` added; return the nodes that could not be healed (ended or
-    restarted meanwhile: nothing is left to delete there)."""
-    unhealed = []
-    for node, addresses in cut.items():
-        if node not in containers:
-            unhealed.append(node)
-            continue
-        for command in route_commands(addresses, add=False):
-            try:
-                code, _ = exec_output(client, containers[node], command, user="0:0")
-            except engine_errors():  # it ended or is restarting: its routes went with it
-                code = -1
-            if code != 0 and node not in unhealed:
-                unhealed.append(node)
-    return unhealed
+def heal(client: Any, containers: dict[str, Any], groups: tuple[tuple[str, ...], ...]) -> None:
+    """Delete the blackhole routes of every node of ``groups`` that still runs; one that ended
+    or is restarting holds none (its routes went with its network namespace).
 
-
-def _run(client: Any, container: Any, commands: list[list[str]]) -> None:
-    for command in commands:
-        code, output = exec_output(client, container, command, user="0:0")
-        if code != 0:
-            hint = (" (the run's nodes lack NET_ADMIN: only runs started with a partition fault, --link or a"
-                    " degrade fault have it)") if "not permitted" in output else ""
-            raise EngineError(f"cannot split the network at {getattr(container, 'name', 'a node')}"
-                              f" ({' '.join(command)}): {output.strip()[-200:]}{hint}")
+    Raises:
+        EngineError: When a running node refused to delete them (quoting ``ip``).
+    """
+    for node in (n for group in groups for n in group if n in containers):
+        try:
+            _, listing = exec_output(client, containers[node], BLACKHOLES_ARGV, user="0:0")
+            as_root(client, containers[node], route_commands(blackhole_routes(listing), add=False),
+                    "heal the network")
+        except engine_errors() as exc:
+            if classify(exc) not in (EngineFault.CONFLICT, EngineFault.NOT_FOUND):
+                raise

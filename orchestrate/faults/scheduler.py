@@ -165,8 +165,9 @@ class FaultScheduler:
         ending ``elapsed_s`` in, having reached training ``step``). A torn write that was armed
         but cut no file did not fire."""
         fired, unfired = [], []
+        torn_writes = {str(f) for f in self.faults if f.action is FaultAction.TORN_WRITE}
         for record in self.fired:
-            if record.spec.startswith(FaultAction.TORN_WRITE.value + ":") and not record.detail:
+            if record.spec in torn_writes and not record.detail:
                 unfired.append(replace(record, fired=False, reason=(
                     f"it was armed {record.elapsed_s or 0.0:.1f} s into the job, but no worker of {record.node}"
                     " wrote a file it reaches after that")))

@@ -13,7 +13,7 @@ import posixpath
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.node.storage_faults import EVENTS_FILE, FAULTS_FILE
@@ -21,13 +21,11 @@ from orchestrate.node.storage_faults import EVENTS_FILE, FAULTS_FILE
 ANY_FILE = "*"
 
 
-def default_glob(saved: Sequence[str]) -> str:
+def default_glob(last_saved: Optional[str]) -> str:
     """The files a storage fault without ``path=`` reaches (pure): every file in the directory
-    of what the job saved last (``saved``: work-directory paths, oldest first), so that a save
-    through a temporary file beside it is reached too; any file when nothing was saved."""
-    if not saved:
-        return ANY_FILE
-    directory = posixpath.dirname(saved[-1])
+    of what the job saved last (``last_saved``: its work-directory path), so that a save through
+    a temporary file beside it is reached too; any file when nothing was saved."""
+    directory = posixpath.dirname(last_saved) if last_saved else ""
     return f"{directory}/*" if directory else ANY_FILE
 
 
@@ -125,10 +123,10 @@ class ArmedStorageFaults:
         self.keys: dict[str, FaultSpec] = {}
         self.events = StorageEvents(directory)
 
-    def arm(self, fault: FaultSpec, saved: Sequence[str]) -> str:
-        """Arm ``fault`` on its node, over its ``path=`` or :func:`default_glob` of ``saved``;
-        return the glob it reaches."""
-        glob = fault.path or default_glob(saved)
+    def arm(self, fault: FaultSpec, last_saved: Optional[str] = None) -> str:
+        """Arm ``fault`` on its node, over its ``path=`` or :func:`default_glob` of
+        ``last_saved``; return the glob it reaches."""
+        glob = fault.path or default_glob(last_saved)
         self.keys[arm(self.directory, fault, fault.node, glob)] = fault
         return glob
 

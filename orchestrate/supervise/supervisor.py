@@ -36,7 +36,6 @@ from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.errors import NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
-from orchestrate.faults.network import heal, split
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
@@ -100,7 +99,6 @@ class Supervisor:
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
-        self.partitions: dict[FaultSpec, dict[str, list[str]]] = {}  # what each split cut, in which node
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
                                       store_host=spec.store_host)
@@ -138,12 +136,6 @@ class Supervisor:
             self.writes.walk()  # what the job had saved before the fault, to the moment
         if fault.action.on_storage:
             return self.arm_storage(fault)
-        if fault.action is FaultAction.PARTITION:
-            self.partitions[fault] = split(self.client, self.spec.project, {t.name: t.container for t in self.live},
-                                           fault.groups)
-            for name in fault.nodes:
-                self.trackers[name].result.fault = str(fault)
-            return fault.nodes[0]
         # a rank fault lands on whichever node runs the rank now
         node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
         tracker = self.trackers[node]
@@ -161,14 +153,7 @@ class Supervisor:
             self.storage.end(fault)
             tracker.result.fault = ""
             return
-        if fault.action is FaultAction.PARTITION:
-            unhealed = heal(self.client, {t.name: t.container for t in self.live}, self.partitions.pop(fault, {}))
-            if unhealed:
-                self.say(f"{fault}: {', '.join(unhealed)} ended or restarted while split: nothing left to heal there")
-            for name in fault.nodes:
-                self.trackers[name].result.fault = ""
-            return
-        end_fault(self.client, self.spec.project, tracker.container, fault, node=node,
+        end_fault(self.client, self.spec.project, {t.name: t.container for t in self.trackers.values()}, fault, node=node,
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
         tracker.result.fault, tracker.result.culprit_rank = "", None
 
@@ -179,7 +164,7 @@ class Supervisor:
         A torn write blames its node once it tears (:meth:`on_storage_event`), a full disk now."""
         if fault.node not in {t.name for t in self.live}:
             raise NodeLookupError(f"{fault.node} is not running")
-        glob = self.storage.arm(fault, [self.writes.latest()] if self.writes is not None and self.writes.latest() else [])
+        glob = self.storage.arm(fault, self.writes.latest() if self.writes is not None else None)
         what = "the next write is cut short, and the node killed"
         if fault.action is FaultAction.DISK_FULL:
             what = "writes fail with ENOSPC"

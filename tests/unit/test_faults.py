@@ -157,8 +157,10 @@ def test_a_run_with_a_partition_gets_net_admin_for_its_routes():
     assert not RunConfig(nodes=2, faults=(parse_fault("kill:node1"),)).shapes_links
 
 
-def test_a_heal_goes_on_past_a_node_that_ended_and_names_it():
-    from orchestrate.faults.network import heal
+def test_a_heal_deletes_every_blackhole_route_of_the_running_nodes_and_passes_one_that_ended():
+    from orchestrate.faults.network import blackhole_routes, heal
+    assert blackhole_routes("blackhole 10.0.0.4 \nblackhole 10.0.0.5/32 proto static\n10.0.0.0/24 dev eth0\n") == [
+        "10.0.0.4", "10.0.0.5"]
     client = FakeDockerClient()
     containers = {}
     for name in ("node0", "node1", "node2"):
@@ -167,8 +169,8 @@ def test_a_heal_goes_on_past_a_node_that_ended_and_names_it():
         container.status = "running"
         containers[name] = container
     containers["node1"].status = "exited"  # it ended while split: the engine refuses an exec (409)
-    cut = {"node0": ["10.0.0.4"], "node1": ["10.0.0.4"], "node2": ["10.0.0.2", "10.0.0.3"]}
-    assert heal(client, containers, cut) == ["node1"]
-    healed = [(c[1], c[2][2], c[2][4]) for c in client.calls if c[0] == "exec_create"]
-    assert healed == [("p-node0-1", "del", "10.0.0.4/32"), ("p-node2-1", "del", "10.0.0.2/32"),
-                      ("p-node2-1", "del", "10.0.0.3/32")]
+    client.command_outputs[("p-node0-1", "ip")] = (0, b"blackhole 10.0.0.4 \n")
+    client.command_outputs[("p-node2-1", "ip")] = (0, b"blackhole 10.0.0.2 \nblackhole 10.0.0.3 \n")
+    heal(client, containers, (("node0",), ("node1", "node2")))
+    deleted = [(c[1], c[2][4]) for c in client.calls if c[0] == "exec_create" and c[2][2] == "del"]
+    assert deleted == [("p-node0-1", "10.0.0.4/32"), ("p-node2-1", "10.0.0.2/32"), ("p-node2-1", "10.0.0.3/32")]

@@ -43,16 +43,16 @@ def test_bad_storage_fault_specs_are_refused(text, message):
 
 
 def test_a_storage_fault_reaches_the_directory_of_the_last_save_or_any_file():
-    assert storage.default_glob([]) == "*"
-    assert storage.default_glob(["log.txt", "ckpt/step-3.pt"]) == "ckpt/*"
-    assert storage.default_glob(["ckpt/step-3.pt", "model.pt"]) == "*"
+    assert storage.default_glob(None) == "*"
+    assert storage.default_glob("ckpt/step-3.pt") == "ckpt/*"
+    assert storage.default_glob("model.pt") == "*"
 
 
 def test_arming_lists_the_fault_for_its_node_and_disarming_takes_it_off(tmp_path):
     armed = storage.ArmedStorageFaults(tmp_path)
     torn, full = parse_fault("torn-write:node1"), parse_fault("disk-full:node0,path=ckpt/*")
-    assert armed.arm(torn, ["ckpt/a.pt"]) == "ckpt/*"
-    assert armed.arm(full, []) == "ckpt/*"
+    assert armed.arm(torn, "ckpt/a.pt") == "ckpt/*"
+    assert armed.arm(full) == "ckpt/*"
     listed = storage.armed(tmp_path)
     assert [(f["kind"], f["node"], f["path"]) for f in listed] == [("torn-write", "node1", "ckpt/*"),
                                                                   ("disk-full", "node0", "ckpt/*")]

@@ -230,14 +230,8 @@ def test_the_restart_policy_recovers_from_deaths_only(make_job, tmp_path, enable
 
 
 def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
-    plan = make_job(nodes=2)
     client = FakeDockerClient()
-    trackers = [tracker_for(plan, i, node_container(client, "r", f"node{i}", Script(hang=True)), tmp_path)
-                for i in range(2)]
-    for tracker in trackers:
-        tracker.container.start()
-        tracker.move(NodePhase.STARTING)
-        tracker.move(NodePhase.RUNNING)
+    trackers = running_trackers(make_job, tmp_path, client)
     dead = trackers[1]
     dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
     recorder = Recorder()
