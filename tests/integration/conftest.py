@@ -9,6 +9,7 @@ import io
 import os
 import queue
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -151,6 +152,15 @@ def compose_project(docker_client):
 
 
 ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "tests" / "jobs"
+
+
+def job_workdir(tmp_path: Path, job: str) -> Path:
+    """A work directory under ``tmp_path`` holding a copy of tests/jobs/``job``."""
+    workdir = tmp_path / "work"
+    workdir.mkdir(exist_ok=True)
+    shutil.copy(JOBS / job, workdir)
+    return workdir
 
 
 def start_run(tmp_path: Path, *args: str, sigint_ignored: bool = False,

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import leftovers
+from tests.integration.conftest import job_workdir, leftovers
 
 pytestmark = pytest.mark.integration
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 
 @pytest.fixture
 def workdir(tmp_path) -> Path:
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    shutil.copy(JOBS / "resume_training.py", workdir)
-    return workdir
+    return job_workdir(tmp_path, "resume_training.py")
 
 
 ELASTIC = ("--nodes", "2", "--rdzv", "c10d", "--restart", "node", "--rdzv-timeout", "30", "--collective-timeout", "10")

@@ -6,24 +6,19 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from orchestrate.cli.main import main
-from tests.integration.conftest import leftovers, remove_project
+from tests.integration.conftest import job_workdir, leftovers, remove_project
 
 pytestmark = pytest.mark.integration
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 
 @pytest.fixture
 def workdir(tmp_path) -> Path:
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    shutil.copy(JOBS / "tutorial_save.py", workdir)
-    return workdir
+    return job_workdir(tmp_path, "tutorial_save.py")
 
 
 @pytest.mark.parametrize("save, code, verdict", [
@@ -48,7 +43,7 @@ def test_chaos_catches_a_save_torn_in_place_and_an_atomic_save_survives_it(docke
         cut = re.search(rf"fault injected: {re.escape(spec[1])} \([^)]*\): rank 0's write of {re.escape(torn_file)}"
                         r" was cut at byte (\d+) of (\d+)", output)
         assert cut and 1 <= int(cut[1]) < int(cut[2]), output[-3000:]
-        assert f"killing node0: a crash in the middle of the save" in output
+        assert "killing node0: a crash in the middle of the save" in output
         if save == "in-place":  # the resume reads half a checkpoint
             assert "the job did not complete under the faults" in output, output[-3000:]
         else:  # the whole checkpoint before the torn one was resumed from

@@ -4,21 +4,16 @@ the plan said (tests/jobs/show_ranks.py prints what torchrun and the process gro
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import leftovers
+from tests.integration.conftest import job_workdir, leftovers
 
 pytestmark = pytest.mark.integration
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 
 def test_an_uneven_run_gives_every_rank_its_local_rank_and_world_size(orchestrate_run, docker_client, tmp_path):
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    shutil.copy(JOBS / "show_ranks.py", workdir)
+    workdir = job_workdir(tmp_path, "show_ranks.py")
     result = orchestrate_run("--nodes", "2", "--nproc-per-node", "2,1", "--workdir", str(workdir), "--",
                              "show_ranks.py")
     assert result.code == 0, result.output[-4000:]
