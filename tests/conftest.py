@@ -49,3 +49,16 @@ def make_run(tmp_path: Path):
                    compose_factory=FakeCompose, timeout_s=timeout_s)
 
     return make
+
+
+def start_order(item: pytest.Item) -> int:
+    """The slow tests first, then the other real-process ones (tests/integration, tests/workers),
+    the unit tests last: xdist hands tests out in this order, so the short ones fill the workers
+    at the end instead of a slow test running on alone after every other one has ended."""
+    if item.get_closest_marker("slow"):
+        return 0
+    return 2 if "tests/unit/" in item.nodeid else 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=start_order)  # stable: the collection's order within each rank

@@ -43,6 +43,7 @@ def test_bench_collectives_checks_every_result_and_measures_the_wire(docker_clie
     assert leftovers(docker_client, f"ddp-{run_id_of(text)}") == []
 
 
+@pytest.mark.slow
 def test_bench_ddp_compares_every_form_with_identical_replicas(docker_client, tmp_path):
     code, text, results = bench(tmp_path, "ddp", "--node-counts", "2", "--steps", "1", "--buckets", "25",
                                 "--image-size", "32", "--batch-size", "2")
@@ -60,6 +61,7 @@ def test_bench_ddp_compares_every_form_with_identical_replicas(docker_client, tm
     assert results.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
 
 
+@pytest.mark.slow
 def test_bench_launcher_times_the_launcher_against_a_hand_made_baseline(docker_client, tmp_path):
     code, text, results = bench(tmp_path, "launcher", "--repeats", "1", "--scaling", "1")
     assert code == 0, text[-3000:]

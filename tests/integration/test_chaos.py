@@ -45,6 +45,7 @@ def run_dirs(tmp_path: Path) -> list[Path]:
     return sorted(tmp_path.glob("runs/chaos-*/runs/*"))
 
 
+@pytest.mark.slow
 def test_a_right_resume_survives_a_killed_node_in_three_trials_and_ends_where_the_undisturbed_run_ends(
         chaos, docker_client, tmp_path):
     code, output = chaos("--faults", "1", "--seed", "5", "--kinds", "kill", "--trials", "3", "--compare-steps", "--",
@@ -80,6 +81,7 @@ def test_a_right_resume_survives_a_killed_node_in_three_trials_and_ends_where_th
         assert leftovers(docker_client, f"ddp-{run_dir.name}") == []
 
 
+@pytest.mark.slow
 def test_a_resume_that_forgets_the_momentum_is_caught_naming_the_file_and_the_difference(chaos, tmp_path):
     code, output = chaos("--faults", "1", "--seed", "5", "--kinds", "kill", "--", "resume_training.py", "--steps", "30",
                          "--forget-momentum")
@@ -96,6 +98,7 @@ def test_a_resume_that_forgets_the_momentum_is_caught_naming_the_file_and_the_di
 DCP_JOB = ("--seed", "3", "--", "dcp_resume.py", "--steps", "30", "--startup", "15")
 
 
+@pytest.mark.slow
 def test_a_users_dcp_resume_holds_with_every_fault_after_a_checkpoint_and_a_resumed_attempt(chaos):
     code, output = chaos("--faults", "2", *DCP_JOB, job="dcp_resume.py")
     assert code == 0, output[-5000:]
@@ -107,6 +110,7 @@ def test_a_users_dcp_resume_holds_with_every_fault_after_a_checkpoint_and_a_resu
     assert "VERDICT HOLDS" in output
 
 
+@pytest.mark.slow
 def test_a_users_dcp_resume_that_forgets_the_optimizer_does_not_hold(chaos):
     code, output = chaos("--faults", "1", *DCP_JOB, "--forget-optimizer", job="dcp_resume.py")
     assert code == 1, output[-5000:]
@@ -114,6 +118,7 @@ def test_a_users_dcp_resume_that_forgets_the_optimizer_does_not_hold(chaos):
     assert "VERDICT DOES NOT HOLD:" in output
 
 
+@pytest.mark.slow
 def test_a_job_that_saves_only_at_its_end_is_inconclusive_never_a_hold(chaos):
     code, output = chaos("--faults", "1", *DCP_JOB, "--save-every", "30", job="dcp_resume.py")
     assert code == 1, output[-5000:]

@@ -135,6 +135,7 @@ def test_a_stopped_rank_and_a_paused_node_are_named_in_the_diagnosis(docker_clie
     assert leftovers(docker_client, f"ddp-{run_id}") == []
 
 
+@pytest.mark.slow
 def test_a_rank_busy_in_a_long_step_is_not_called_hung(orchestrate_run, docker_client, workdir):
     result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--hang-timeout", "10", "--",
                              "long_step.py", "--seconds", "35")

@@ -20,6 +20,7 @@ def reached(output: str, rank: int) -> list[str]:
     return re.findall(rf"^\[node\d/rank{rank}\] +rank {rank} at [\d.]+ s reaches (\S+)$", output, re.M)
 
 
+@pytest.mark.slow
 def test_a_partition_splits_four_nodes_two_and_two_each_group_keeping_its_links_until_it_heals(
         docker_client, tmp_path):
     """Split from the command line (``fault RUN``) once every worker reaches every peer, so a slow

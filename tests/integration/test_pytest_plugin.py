@@ -60,6 +60,7 @@ def test_the_fixture_runs_a_passing_job_and_names_a_failing_rank_two_tests_at_on
             remove_project(docker_client, project)
 
 
+@pytest.mark.slow
 def test_ddp_keep_keeps_a_failing_tests_nodes_and_removes_a_passing_ones(pytester, docker_client):
     shutil.copy(ROOT / "tests" / "jobs" / "fail_rank.py", pytester.path / "fail_rank.py")
     pytester.makepyfile(test_users_job=USERS_TESTS)
@@ -110,6 +111,7 @@ def test_a_forgotten_momentum_is_caught(ddp_cluster):
 '''
 
 
+@pytest.mark.slow
 def test_the_fixtures_chaos_returns_the_verdict_of_a_right_and_a_broken_resume(pytester, docker_client):
     shutil.copy(ROOT / "tests" / "jobs" / "resume_training.py", pytester.path / "resume_training.py")
     pytester.makepyfile(test_users_chaos=USERS_CHAOS_TESTS)

@@ -35,6 +35,7 @@ def test_restarting_node0_alone_loses_the_rendezvous_store_and_ends_the_job_sayi
     assert leftovers(docker_client, result.project) == []
 
 
+@pytest.mark.slow
 def test_a_store_container_of_the_runs_own_survives_node0_and_the_job_resumes(orchestrate_run, docker_client,
                                                                              workdir):
     result = orchestrate_run(*ELASTIC, "--rdzv-store", "container", "--workdir", str(workdir), "--fault",

@@ -41,6 +41,7 @@ def test_two_by_two_under_slurm_is_a_world_of_four_with_ranks_on_their_nodes(orc
     assert leftovers(docker_client, result.project) == []
 
 
+@pytest.mark.slow
 def test_app_train_generated_and_exported_scripts_reach_the_same_checked_result(orchestrate_run, docker_client,
                                                                                   tmp_path):
     import torch
@@ -96,6 +97,7 @@ def test_a_failing_rank_is_named_from_slurms_state_and_the_workers(orchestrate_r
     assert leftovers(docker_client, result.project) == []
 
 
+@pytest.mark.slow
 def test_a_killed_node_is_reported_down_by_slurm(orchestrate_run, docker_client, tmp_path):
     result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--fault", "kill:node1@step=3", "--", *TRAIN[:-2])
     assert result.code == 1, result.output[-4000:]

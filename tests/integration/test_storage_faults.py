@@ -25,6 +25,7 @@ def workdir(tmp_path) -> Path:
     ("in-place", 1, "VERDICT DOES NOT HOLD"),
     ("atomic", 0, "VERDICT HOLDS: the job survived 1 fault(s), resumed after a save"),
 ])
+@pytest.mark.slow
 def test_chaos_catches_a_save_torn_in_place_and_an_atomic_save_survives_it(docker_client, tmp_path, workdir, save,
                                                                            code, verdict):
     runs_dir = tmp_path / "runs"

@@ -128,6 +128,7 @@ def derived_images(docker_client):
             shutil.rmtree(wheelhouse)
 
 
+@pytest.mark.slow
 def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_while_unchanged(
         orchestrate_run, docker_client, tmp_path, derived_images):
     project = tmp_path / "project"  # the runs directories stay outside, as ./runs would be excluded

@@ -23,6 +23,7 @@ def test_collectives_across_nodes(orchestrate_run, docker_client, tmp_path):
     assert leftovers(docker_client, result.project) == []
 
 
+@pytest.mark.slow
 def test_train_across_nodes_resumes_to_the_uninterrupted_result(orchestrate_run, docker_client, tmp_path):
     import torch
 

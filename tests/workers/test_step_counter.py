@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.workers.conftest import ROOT
 
 HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
@@ -41,6 +43,7 @@ def test_a_script_that_reports_its_own_steps_keeps_its_numbering(tmp_path):
         assert not any("counted" in r for r in records[rank])
 
 
+@pytest.mark.slow
 def test_a_dcp_resume_with_adam_is_told_by_the_carried_step_and_a_fresh_adam_counts_from_one(tmp_path):
     # get_state_dict gives a fresh optimizer its state with a step at learning rate 0: not counted
     script = JOBS / "dcp_resume.py"

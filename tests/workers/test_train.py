@@ -19,6 +19,7 @@ def max_difference(a: dict, b: dict) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+@pytest.mark.slow
 def test_sync_modes_and_the_single_process_reference_agree(torchrun):
     steps = ("--epochs", "1", "--max-steps", "6", "--min-accuracy", "0")
     for mode in ("ddp", "allreduce", "butterfly"):
@@ -50,6 +51,7 @@ def test_training_learns_the_synthetic_data_and_prepares_it_once(torchrun):
     assert "replicas identical" in proc.stdout
 
 
+@pytest.mark.slow
 def test_stopped_and_resumed_run_ends_like_an_uninterrupted_one(torchrun):
     full = torchrun(2, "app.train", *COMMON, "--epochs", "2", "--checkpoint-dir", "ck-full",
                     "--save-params", "full.pt")
