@@ -1,0 +1,116 @@
+"""What the test suite's time is made of: CPU, and how much of it is torch starting up.
+
+    python -m benchmarks.suite_cost                 # one 2-node run, and torch's start-up
+    python -m benchmarks.suite_cost --suite -n 4    # also the whole suite: core-seconds, floor
+
+The suite is CPU-bound on a small machine: its tests start real processes, and every process
+that imports torch (torchrun in each node, each worker, the host's own torchrun tests) pays for
+it in CPU. This prints:
+
+- ``import torch`` and ``import torch.distributed.run`` (what torchrun loads) in the node image:
+  the CPU each costs one process, the median of ``--repeats`` (user + system time, from the
+  process's own rusage);
+- one plain 2-node run (``orchestrate run --nodes 2 -- -m app.hello``): the core-seconds the
+  whole machine spent meanwhile (``/proc/stat``) and its wall time, and the share of those
+  core-seconds that its four torch start-ups (two torchruns, two workers) account for;
+- with ``--suite``: ``scripts/run-tests.sh`` itself (extra arguments go to pytest), its wall
+  time and core-seconds, and the floor they set: the core-seconds over the machine's cores,
+  the shortest wall time that this CPU could give at full use, and the cores the suite would
+  need to end in ``--goal`` minutes.
+
+The machine-wide counters take in whatever else runs: run it on a quiet machine.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RUSAGE_OF = ("import resource; import {module}; u = resource.getrusage(resource.RUSAGE_SELF);"
+             " print(u.ru_utime + u.ru_stime)")
+
+
+def busy_core_seconds() -> float:
+    """Core-seconds the whole machine has spent busy since boot (every state but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def import_cost(image: str, module: str, repeats: int) -> float:
+    """The median CPU one process of ``image`` spends importing ``module``."""
+    costs = []
+    for _ in range(repeats):
+        done = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", image, "-c",
+                               RUSAGE_OF.format(module=module)], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            sys.exit(f"suite_cost: importing {module} in {image} failed: {done.stderr.strip()[-300:]}")
+        costs.append(float(done.stdout.split()[-1]))
+    return statistics.median(costs)
+
+
+def measured(argv: list[str], **kwargs) -> tuple[float, float, int]:
+    """Run ``argv``; its wall time, the machine's core-seconds meanwhile, and its exit status."""
+    start_cpu, start = busy_core_seconds(), time.monotonic()
+    code = subprocess.run(argv, **kwargs).returncode
+    return time.monotonic() - start, busy_core_seconds() - start_cpu, code
+
+
+def one_run(workdir: Path) -> tuple[float, float]:
+    wall, cpu, code = measured([sys.executable, "-m", "orchestrate", "run", "--nodes", "2", "--runs-dir",
+                                str(workdir / "runs"), "--", "-m", "app.hello"], cwd=workdir,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    if code != 0:
+        sys.exit(f"suite_cost: the 2-node run failed (exit {code}); see {workdir / 'runs'}")
+    return wall, cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite_cost", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--image", default="ddp-compose-node:latest", help="the node image (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements of each kind, the median kept "
+                                                                "(default: %(default)s)")
+    parser.add_argument("--suite", action="store_true", help="also run the whole suite (scripts/run-tests.sh)")
+    parser.add_argument("--goal", type=float, default=8.0, help="the suite's goal in minutes, for the cores it "
+                                                                 "would need (default: %(default)s)")
+    args, pytest_args = parser.parse_known_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    cores = os.cpu_count() or 1
+    print(f"[suite_cost] {cores} cores; measuring torch's start-up in {args.image} ({args.repeats} each)", flush=True)
+    torch_s = import_cost(args.image, "torch", args.repeats)
+    torchrun_s = import_cost(args.image, "torch.distributed.run", args.repeats)
+    print(f"import torch: {torch_s:.2f} core-s a process; import torch.distributed.run (torchrun): "
+          f"{torchrun_s:.2f} core-s")
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="ddp-suite-cost-") as scratch:
+        for index in range(args.repeats):
+            print(f"[suite_cost] 2-node run {index + 1} of {args.repeats}", flush=True)
+            runs.append(one_run(Path(scratch)))
+    wall = statistics.median(w for w, _ in runs)
+    cpu = statistics.median(c for _, c in runs)
+    starts = 2 * torchrun_s + 2 * torch_s
+    print(f"one 2-node run (app.hello, 1 process a node): {cpu:.1f} core-s in {wall:.1f} s wall; "
+          f"its 4 torch start-ups {starts:.1f} core-s ({100 * starts / cpu:.0f}%)")
+
+    if args.suite:
+        print(f"[suite_cost] the suite: scripts/run-tests.sh {' '.join(pytest_args)}", flush=True)
+        wall, cpu, code = measured(["bash", str(ROOT / "scripts" / "run-tests.sh"), *pytest_args], cwd=ROOT)
+        floor = cpu / cores
+        print(f"suite: exit {code}, {wall / 60:.1f} min wall, {cpu:.0f} core-s ({100 * cpu / (wall * cores):.0f}% "
+              f"of {cores} cores); floor at full use {floor / 60:.1f} min; {args.goal:g} min needs "
+              f"{cpu / (args.goal * 60):.1f} cores at full use")
+        return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

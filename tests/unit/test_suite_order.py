@@ -1,0 +1,47 @@
+"""The suite's own start order (tests/conftest.py) and its default worker count
+(scripts/run-tests.sh): the slow tests first, the unit tests last; one worker more than the
+cores, capped by memory."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, pytest_collection_modifyitems
+
+
+class Collected:
+    """What the ordering reads of a collected test: its node id and its marks."""
+
+    def __init__(self, nodeid: str, *marks: str) -> None:
+        self.nodeid, self.marks = nodeid, marks
+
+    def get_closest_marker(self, name: str):
+        return pytest.mark.slow.mark if name in self.marks else None
+
+
+def test_slow_tests_start_first_and_unit_tests_last_each_kind_in_collection_order():
+    items = [Collected("tests/integration/test_a.py::quick"), Collected("tests/unit/test_b.py::one"),
+             Collected("tests/integration/test_c.py::long", "slow"), Collected("tests/unit/test_b.py::two"),
+             Collected("tests/workers/test_d.py::host"), Collected("tests/workers/test_e.py::long", "slow")]
+    pytest_collection_modifyitems(items)
+    assert [item.nodeid for item in items] == [
+        "tests/integration/test_c.py::long", "tests/workers/test_e.py::long",
+        "tests/integration/test_a.py::quick", "tests/workers/test_d.py::host",
+        "tests/unit/test_b.py::one", "tests/unit/test_b.py::two"]
+
+
+@pytest.mark.parametrize("cores, mem_gib, workers", [(2, 23, 3), (8, 64, 9), (16, 24, 8), (1, 2, 2)])
+def test_the_default_worker_count_follows_the_cores_within_the_memory(tmp_path: Path, cores, mem_gib, workers):
+    # stand-ins for nproc and /proc/meminfo, read by the script's own function
+    script = (ROOT / "scripts" / "run-tests.sh").read_text()
+    function = script[script.index("default_workers() {"):]
+    function = function[:function.index("\n}\n") + 3]
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {mem_gib * 1048576} kB\nMemFree:        1 kB\n")
+    shell = (f"nproc() {{ echo {cores}; }}\n" + function.replace("/proc/meminfo", str(meminfo))
+             + "default_workers\n")
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(workers)
