@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args, pytest_args = parser.parse_known_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if pytest_args and not args.suite:
+        parser.error(f"unrecognized arguments: {' '.join(pytest_args)} (pytest's go with --suite)")
     cores = os.cpu_count() or 1
     print(f"[suite_cost] {cores} cores; measuring torch's start-up in {args.image} ({args.repeats} each)", flush=True)
     torch_s = import_cost(args.image, "torch", args.repeats)
