@@ -7,13 +7,15 @@ back (:class:`StorageEvents`): a torn write's node is then killed, as a crash mi
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import posixpath
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.node.storage_faults import EVENTS_FILE, FAULTS_FILE
@@ -32,15 +34,17 @@ def default_glob(last_saved: Optional[str]) -> str:
 def arm(directory: Path, fault: FaultSpec, node: str, glob: str) -> str:
     """List ``fault`` for ``node``'s workers; return its key (for :func:`disarm` and the events)."""
     key = f"s{time.time_ns():x}"
-    faults = [*armed(directory), {"key": key, "kind": fault.action.value, "node": node, "path": glob,
-                                  "spec": str(fault)}]
-    _write(directory, faults)
+    with _listing(directory):
+        faults = [*armed(directory), {"key": key, "kind": fault.action.value, "node": node, "path": glob,
+                                      "spec": str(fault)}]
+        _write(directory, faults)
     return key
 
 
 def disarm(directory: Path, key: str) -> None:
     """Take fault ``key`` off the list: no worker meets it any more."""
-    _write(directory, [f for f in armed(directory) if f.get("key") != key])
+    with _listing(directory):
+        _write(directory, [f for f in armed(directory) if f.get("key") != key])
 
 
 def armed(directory: Path) -> list[dict[str, Any]]:
@@ -49,6 +53,16 @@ def armed(directory: Path) -> list[dict[str, Any]]:
         return list(json.loads((directory / FAULTS_FILE).read_text()).get("faults", []))
     except (OSError, ValueError, AttributeError):
         return []
+
+
+@contextmanager
+def _listing(directory: Path) -> Iterator[None]:
+    """Hold the list's lock while it is read and rewritten: the run's launcher and a
+    ``fault RUN`` beside it may change it at once, and neither may lose the other's change."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f"{FAULTS_FILE}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _write(directory: Path, faults: list[dict[str, Any]]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing
 import os
 import re
 
@@ -61,6 +62,24 @@ def test_arming_lists_the_fault_for_its_node_and_disarming_takes_it_off(tmp_path
     armed.end(torn)
     assert [f["kind"] for f in storage.armed(tmp_path)] == ["disk-full"]
     assert worker.armed() == []
+
+
+def test_launchers_arming_at_once_lose_none_of_each_others_faults(tmp_path):
+    # the run's launcher and a `fault RUN` beside it, each a process of its own
+    def arm_many(node: str) -> None:
+        for _ in range(25):
+            storage.arm(tmp_path, parse_fault(f"disk-full:{node}"), node, "*")
+
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=arm_many, args=(f"node{i}",)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    listed = storage.armed(tmp_path)
+    assert sorted({f["node"] for f in listed}) == ["node0", "node1", "node2", "node3"]
+    assert len(listed) == 100
 
 
 @pytest.fixture
