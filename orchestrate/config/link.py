@@ -134,23 +134,18 @@ def link_commands(spec: LinkSpec, interface: str, netem: bool = True) -> list[li
     return [*tc_commands(spec, interface, netem), ["iptables", "-w", "-A", *loss_rule(interface, spec.loss_pct)]]
 
 
-def loss_method(spec: LinkSpec, netem: bool) -> str:
-    """How a link's loss is done: ``netem``, or ``iptables statistic`` where the kernel has none."""
-    return "netem" if netem else "iptables statistic (this kernel has no netem)"
-
-
 def tc_commands(spec: LinkSpec, interface: str, netem: bool = True) -> list[list[str]]:
     """The ``tc`` commands that shape ``interface`` to ``spec`` (pure); without ``netem``, the
     loss is left to :func:`link_commands`' iptables rule (and a delay cannot be had)."""
     commands: list[list[str]] = []
     parent = ["root"]
     if spec.needs_netem and netem:
-        netem = ["tc", "qdisc", "add", "dev", interface, "root", "handle", "1:", "netem"]
+        qdisc = ["tc", "qdisc", "add", "dev", interface, "root", "handle", "1:", "netem"]
         if spec.delay_ms:
-            netem += ["delay", f"{spec.delay_ms:g}ms"]
+            qdisc += ["delay", f"{spec.delay_ms:g}ms"]
         if spec.loss_pct:
-            netem += ["loss", f"{spec.loss_pct:g}%"]
-        commands.append(netem)
+            qdisc += ["loss", f"{spec.loss_pct:g}%"]
+        commands.append(qdisc)
         parent = ["parent", "1:", "handle", "2:"]
     if spec.rate_bits:
         commands.append(["tc", "qdisc", "add", "dev", interface, *parent, "tbf",

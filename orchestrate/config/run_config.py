@@ -180,12 +180,10 @@ class RunConfig:
             self._check_uneven()
         if self.gpus_per_node < 0:
             raise UsageError(f"--gpus-per-node must be 0 or more, got {self.gpus_per_node}")
-        if (self.gpus_per_node and self.nproc_per_node <= self.gpus_per_node
-                and self.gpus_per_node % self.nproc_per_node):
-            raise UsageError(
-                f"--gpus-per-node {self.gpus_per_node} cannot be split evenly among"
-                f" --nproc-per-node {self.nproc_per_node} processes"
-            )
+        for count in self.node_nprocs or (self.nproc_per_node,):
+            if self.gpus_per_node and count <= self.gpus_per_node and self.gpus_per_node % count:
+                raise UsageError(f"--gpus-per-node {self.gpus_per_node} cannot be split evenly among {count}"
+                                 f" processes (--nproc-per-node {self.nprocs_text})")
         if self.backend not in ("gloo", "nccl"):
             raise UsageError(f"--backend must be gloo or nccl, got {self.backend!r}")
         if self.backend == "nccl" and not self.gpus_per_node:
@@ -267,10 +265,6 @@ class RunConfig:
         if min(counts) < 1:
             raise UsageError(f"--nproc-per-node {self.nprocs_text}: every node needs 1 worker or more")
         object.__setattr__(self, "nproc_per_node", max(counts))
-        for count in counts:
-            if self.gpus_per_node and count <= self.gpus_per_node and self.gpus_per_node % count:
-                raise UsageError(f"--gpus-per-node {self.gpus_per_node} cannot be split evenly among {count}"
-                                 f" processes (--nproc-per-node {self.nprocs_text})")
 
     def _check_rendezvous(self) -> None:
         if self.rdzv not in ("static", "c10d"):

@@ -444,18 +444,19 @@ def ensure_image(client: Any, image: str, *, build_default: bool = True, progres
     """Make sure ``image`` is present: the project's default is built, any other pulled.
 
     1. Present in the engine: use it.
-    2. The project's default image (``ddp-compose-node:latest``), missing: build it (first run
-       only), unless ``build_default`` is False.
+    2. The project's default image (``ddp-compose-node:latest``), missing or built by an older
+       recipe: build it, unless ``build_default`` is False.
     3. Any other image, missing: pull it.
     4. Otherwise refuse; nothing is built or tagged under a name the user chose.
 
     Raises:
         ImageUnavailableError: Naming the image and what to do.
     """
-    if image_exists(client, image) and (image != DEFAULT_IMAGE or image_current(client, image)):
+    present = image_exists(client, image)
+    if present and (image != DEFAULT_IMAGE or image_current(client, image)):
         return
     if image == DEFAULT_IMAGE:
-        why = "is older than this checkout's recipe" if image_exists(client, image) else "not found"
+        why = "is older than this checkout's recipe" if present else "not found"
         if not build_default:
             raise ImageUnavailableError(
                 f"node image {image} {why} and --no-build was given; build it with"

@@ -46,6 +46,7 @@ from orchestrate.engine.labels import (
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
+from orchestrate.plan.make import assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
 
 log = logging.getLogger(__name__)
@@ -365,12 +366,13 @@ def age(created: Optional[datetime], now: Optional[datetime] = None) -> str:
 
 def node_plans(run: RunInfo) -> tuple[NodePlan, ...]:
     """The run's nodes as plans, from labels: names, node ranks, static global ranks, GPUs."""
+    last_rank = max((node.node_rank for node in run.nodes), default=-1)
+    global_ranks = assign_uneven_ranks([run.nprocs_of(i) for i in range(last_rank + 1)])
     plans = []
     for node in run.nodes:
-        nproc = run.nprocs_of(node.node_rank)
-        first = sum(run.nprocs_of(i) for i in range(node.node_rank))
-        ranks = () if run.elastic else tuple(range(first, first + nproc))
-        plans.append(NodePlan(node.name, node.node_rank, ranks, node.gpus, process_gpus(node.gpus, nproc), (), {}))
+        ranks = () if run.elastic else global_ranks[node.node_rank]
+        plans.append(NodePlan(node.name, node.node_rank, ranks, node.gpus,
+                              process_gpus(node.gpus, run.nprocs_of(node.node_rank)), (), {}))
     return tuple(plans)
 
 
