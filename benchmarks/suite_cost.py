@@ -10,6 +10,9 @@ it in CPU. This prints:
 - ``import torch`` and ``import torch.distributed.run`` (what torchrun loads) in the node image:
   the CPU each costs one process, the median of ``--repeats`` (user + system time, from the
   process's own rusage);
+- a torch process from start to exit (``python3 -c "import torch"``), with the image's exit guard
+  on and off (``DDP_EXIT_GUARD``), alternating in one container: what the guard's skipped final
+  garbage collections save every torch process (docker/ddp_compose_exit.py);
 - one plain 2-node run (``orchestrate run --nodes 2 -- -m app.hello``): the core-seconds the
   whole machine spent meanwhile (``/proc/stat``) and its wall time, and the share of those
   core-seconds that its four torch start-ups (two torchruns, two workers) account for;
@@ -56,6 +59,31 @@ def import_cost(image: str, module: str, repeats: int) -> float:
     return statistics.median(costs)
 
 
+# Runs in the node image: whole torch processes, the guard on and off by turns; prints the median
+# core-seconds of each (user + system, from the children's rusage).
+WHOLE_PROCESS = """
+import os, resource, statistics, subprocess, sys
+costs = {"1": [], "0": []}
+for _ in range(int(sys.argv[1])):
+    for guard in costs:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", "import torch"], env={**os.environ, "DDP_EXIT_GUARD": guard}, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        costs[guard].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+print(statistics.median(costs["1"]), statistics.median(costs["0"]))
+"""
+
+
+def whole_process_cost(image: str, repeats: int) -> tuple[float, float]:
+    """The median CPU of a whole ``import torch`` process in ``image``, the exit guard on and off."""
+    done = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", image, "-c", WHOLE_PROCESS,
+                           str(repeats)], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        sys.exit(f"suite_cost: timing whole torch processes in {image} failed: {done.stderr.strip()[-300:]}")
+    on, off = (float(v) for v in done.stdout.split()[-2:])
+    return on, off
+
+
 def measured(argv: list[str], **kwargs) -> tuple[float, float, int]:
     """Run ``argv``; its wall time, the machine's core-seconds meanwhile, and its exit status."""
     start_cpu, start = busy_core_seconds(), time.monotonic()
@@ -91,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     torchrun_s = import_cost(args.image, "torch.distributed.run", args.repeats)
     print(f"import torch: {torch_s:.2f} core-s a process; import torch.distributed.run (torchrun): "
           f"{torchrun_s:.2f} core-s")
+    guarded, unguarded = whole_process_cost(args.image, max(args.repeats, 5))
+    print(f"a whole torch process (import torch, then exit): {guarded:.2f} core-s with the exit guard, "
+          f"{unguarded:.2f} without (DDP_EXIT_GUARD=0): {unguarded - guarded:.2f} core-s "
+          f"({100 * (unguarded - guarded) / unguarded:.0f}%) saved at exit")
 
     runs = []
     with tempfile.TemporaryDirectory(prefix="ddp-suite-cost-") as scratch:

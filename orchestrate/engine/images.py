@@ -39,11 +39,14 @@ WHEELHOUSE_DIR = DOCKER_DIR / "wheelhouse"
 DEFAULT_CPU_BASE = "python:3.11-slim-bookworm"
 DEFAULT_GPU_BASE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
 # The image recipe: bumped when what the node image holds changes (2: iptables, for a link's loss
-# where the kernel has no netem), so that an engine's older image, and its offline base, are
-# rebuilt rather than used.
-IMAGE_RECIPE = "2"
+# where the kernel has no netem; 3: the exit guard skips the final garbage collections), so that
+# an engine's older image is rebuilt rather than used.
+IMAGE_RECIPE = "3"
 RECIPE_LABEL = "io.ddp-compose.recipe"
-OFFLINE_BASE = f"ddp-compose-base:bookworm-r{IMAGE_RECIPE}"
+# The offline base's own recipe: bumped when OFFLINE_PACKAGES change (2: iptables), so that an
+# older base is rebuilt; a node image's change alone reuses the base.
+BASE_RECIPE = "2"
+OFFLINE_BASE = f"ddp-compose-base:bookworm-r{BASE_RECIPE}"
 OFFLINE_SUITE = "bookworm"
 # Debian bookworm's python3 is 3.11: the wheelhouse must match it, whatever the host runs.
 OFFLINE_PYTHON_VERSION = "3.11"

@@ -78,6 +78,6 @@ def test_an_image_the_project_did_not_build_counts_as_current_and_the_offline_ba
     client = FakeDockerClient()
     client.images.add("my/node:1")
     assert image.image_current(client, "my/node:1") and not image.image_current(client, "missing:1")
-    assert image.OFFLINE_BASE.endswith(f"-r{image.IMAGE_RECIPE}") and "iptables" in image.OFFLINE_PACKAGES
+    assert image.OFFLINE_BASE.endswith(f"-r{image.BASE_RECIPE}") and "iptables" in image.OFFLINE_PACKAGES
     dockerfile = (image.DOCKER_DIR / "Dockerfile").read_text()
     assert f"ARG RECIPE={image.IMAGE_RECIPE}" in dockerfile and "iptables" in dockerfile
