@@ -21,6 +21,22 @@ class Collected:
         return pytest.mark.slow.mark if name in self.marks else None
 
 
+def test_each_files_slow_tests_are_spread_through_the_slow_ones():
+    items = [Collected("tests/integration/test_chaos.py::one", "slow"),
+             Collected("tests/integration/test_chaos.py::two", "slow"),
+             Collected("tests/integration/test_chaos.py::three", "slow"),
+             Collected("tests/integration/test_chaos.py::four", "slow"),
+             Collected("tests/integration/test_bench.py::one", "slow"), Collected("tests/unit/test_b.py::one"),
+             Collected("tests/workers/test_train.py::one", "slow"),
+             Collected("tests/workers/test_train.py::two", "slow")]
+    pytest_collection_modifyitems(items)
+    assert [item.nodeid for item in items] == [
+        "tests/integration/test_chaos.py::one", "tests/integration/test_bench.py::one",
+        "tests/workers/test_train.py::one", "tests/integration/test_chaos.py::two",
+        "tests/integration/test_chaos.py::three", "tests/workers/test_train.py::two",
+        "tests/integration/test_chaos.py::four", "tests/unit/test_b.py::one"]
+
+
 def test_slow_tests_start_first_and_unit_tests_last_each_kind_in_collection_order():
     items = [Collected("tests/integration/test_a.py::quick"), Collected("tests/unit/test_b.py::one"),
              Collected("tests/integration/test_c.py::long", "slow"), Collected("tests/unit/test_b.py::two"),
