@@ -1,4 +1,6 @@
-"""matplotlib, set up once for files (no display), imported only when something is drawn."""
+"""matplotlib, set up once for files (no display), imported only when something is drawn: the
+benchmarks' PNG plots (:mod:`orchestrate.bench.plots`). The report page draws without it
+(:mod:`orchestrate.report.svg`)."""
 from __future__ import annotations
 
 from typing import Any

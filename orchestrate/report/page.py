@@ -8,25 +8,26 @@ Built from what the run directory holds, never by re-parsing printed text:
   loss per rank), and for a ``bench`` run ``bench.json`` and ``bench.png``.
 
 Two steps, as everywhere here: :func:`build_model` (pure) turns those records into lanes,
-phases, markers and series; :func:`render_html` draws them. The charts are drawn with
-matplotlib (already the benchmarks' plotting library) as inline SVG: no JavaScript, nothing
-loaded from the network, so the page opens offline and can be attached to a bug report;
-SVG elements keep the ids given to matplotlib artists (``lane-node0``, ``marker-fault-0``),
-and each phase and marker gets an SVG ``<title>``, the browser's hover text, with its exact
-times.
+phases, markers and series; :func:`render_html` draws them. The charts are inline SVG,
+written by our own small chart writer (:mod:`orchestrate.report.svg`, standard library only,
+so that a page costs no plotting library's import): no JavaScript, nothing loaded from the
+network, so the page opens offline and can be attached to a bug report. Each lane, phase and
+marker is a ``<g>`` with an id (``lane-node0``, ``marker-fault-0``) whose first child is an
+SVG ``<title>``, the browser's hover text, with its exact times; phases and markers carry
+their time in ``data-time`` too.
 """
 from __future__ import annotations
 
 import base64
 import glob
 import html
-import io
 import logging
-import xml.etree.ElementTree as ElementTree
+import math
 from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.outcome.events import record_event
+from orchestrate.report import svg
 from orchestrate.report.model import ReportModel, _fmt, build_model, load_run
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 REPORT_FILE = "report.html"
 PHASE_COLOURS = {"bring-up": "#9ecae1", "rendezvous": "#fdd0a2", "running": "#74c476", "restarting": "#fdae6b",
                  "hung": "#d9d9d9"}
-MARKER_STYLES = {  # kind: (matplotlib marker, colour, what it is)
+MARKER_STYLES = {  # kind: (marker symbol, see svg.marker; colour; what it is)
     "fault": ("v", "#d62728", "fault injected"),
     "detected": ("X", "#9467bd", "detected"),
     "killed": ("x", "#000000", "killed by the launcher"),
@@ -44,131 +45,92 @@ MARKER_STYLES = {  # kind: (matplotlib marker, colour, what it is)
     "resumed": ("^", "#2ca02c", "resumed"),
     "oom": ("P", "#8c564b", "OOM kill"),
 }
-SVG_NS = "http://www.w3.org/2000/svg"
-
-
-# The model (pure) ----------------------------------------------------------------------------
+CHART_WIDTH = 1000.0
+LANE_HEIGHT = 32.0  # one lane of the timeline
+TIME_LABEL = "seconds since the run began"
+# Markers that the progress and step-times charts repeat as vertical lines.
+RUN_WIDE_MARKERS = ("fault", "restart", "resumed")
 
 
 # Rendering -----------------------------------------------------------------------------------
 
-def _pyplot() -> Any:
-    from orchestrate.report.drawing import _pyplot as pyplot
-
-    plt = pyplot()
-    plt.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable
-    plt.rcParams["svg.hashsalt"] = "ddp-compose"  # the same run draws the same page
-    return plt
+def _time_range(model: ReportModel) -> tuple[float, float]:
+    """Every chart's time axis, the same, so that they read together."""
+    return 0.0, max(model.end, 1.0) * 1.02
 
 
-def _svg(fig: Any, titles: dict[str, str], data_times: dict[str, float]) -> str:
-    """The figure as inline SVG, with a ``<title>`` (hover text) and ``data-time`` on each
-    element whose gid has one."""
-    plt = _pyplot()
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    ElementTree.register_namespace("", SVG_NS)
-    ElementTree.register_namespace("xlink", "http://www.w3.org/1999/xlink")
-    root = ElementTree.fromstring(buffer.getvalue().encode("utf-8"))
-    for element in root.iter():
-        gid = element.get("id")
-        if gid in titles:
-            title = ElementTree.Element(f"{{{SVG_NS}}}title")
-            title.text = titles[gid]
-            element.insert(0, title)
-        if gid in data_times:
-            element.set("data-time", f"{data_times[gid]:.3f}")
-    return ElementTree.tostring(root, encoding="unicode")
+def _run_wide_lines(model: ReportModel, plot: svg.Plot) -> None:
+    for marker in model.markers:
+        if marker.kind in RUN_WIDE_MARKERS:
+            plot.vertical_line(marker.time, MARKER_STYLES[marker.kind][1], style="dotted")
 
 
 def timeline_svg(model: ReportModel) -> str:
     """One lane per node and a sub-lane per rank: phases as bars, moments as markers."""
-    plt = _pyplot()
     rows = len(model.lanes)
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.42 * max(rows, 1)))
-    titles: dict[str, str] = {}
-    times: dict[str, float] = {}
     y_of = {lane.key: rows - 1 - i for i, lane in enumerate(model.lanes)}
+    figure = svg.Figure("timeline", CHART_WIDTH)
+    ticks = [svg.Tick(y_of[lane.key], lane.name if lane.rank is not None else lane.node, bold=lane.rank is None)
+             for lane in model.lanes]
+    plot = figure.add_plot(svg.Box(0, 0, CHART_WIDTH, svg.TOP_PADDING + (rows + 0.2) * LANE_HEIGHT + svg.X_AXIS_HEIGHT),
+                           _time_range(model), (-0.6, rows - 0.4), x_label=TIME_LABEL, y_ticks=ticks)
     for lane in model.lanes:
         y = y_of[lane.key]
         node_lane = lane.rank is None
-        band = ax.axhspan(y - 0.5, y + 0.5, color="#f4f4f4" if node_lane else "#fbfbfb", zorder=0)
-        band.set_gid(f"lane-{lane.key}")
-        titles[f"lane-{lane.key}"] = lane.key
+        plot.band(y - 0.5, y + 0.5, "#f4f4f4" if node_lane else "#fbfbfb", ident=f"lane-{lane.key}", title=lane.key)
         height = 0.7 if node_lane else 0.4
         for i, phase in enumerate(lane.phases):
-            bars = ax.broken_barh([(phase.start, max(phase.end - phase.start, model.end * 0.002))], (y - height / 2, height),
-                                  facecolors=PHASE_COLOURS.get(phase.name, "#bdbdbd"), edgecolor="white", zorder=2)
-            gid = f"phase-{lane.key}-{i}"
-            bars.set_gid(gid)
-            titles[gid] = (f"{lane.key}: {phase.name} from {_fmt(phase.start)} to {_fmt(phase.end)}"
-                           + (f" ({phase.detail})" if phase.detail else ""))
-            times[gid] = phase.start
+            plot.bar(phase.start, phase.start + max(phase.end - phase.start, model.end * 0.002), y - height / 2,
+                     y + height / 2, PHASE_COLOURS.get(phase.name, "#bdbdbd"), edge="white",
+                     ident=f"phase-{lane.key}-{i}", data_time=phase.start,
+                     title=(f"{lane.key}: {phase.name} from {_fmt(phase.start)} to {_fmt(phase.end)}"
+                            + (f" ({phase.detail})" if phase.detail else "")))
     counts: dict[str, int] = {}
     for marker in model.markers:
         symbol, colour, _ = MARKER_STYLES[marker.kind]
         index = counts[marker.kind] = counts.get(marker.kind, -1) + 1
-        gid = f"marker-{marker.kind}-{index}"
+        ident, at = f"marker-{marker.kind}-{index}", marker.time
         if marker.lane is None:
-            line = ax.axvline(marker.time, color=colour, linestyle="--", linewidth=1.2, zorder=3)
+            plot.vertical_line(at, colour, style="dashed", width=1.2, ident=ident, title=marker.label, data_time=at)
         else:
             y = y_of.get(marker.lane, y_of.get(marker.lane.split("-rank")[0], 0))
-            (line,) = ax.plot([marker.time], [y], marker=symbol, color=colour, markersize=10, linestyle="none",
-                              markeredgecolor="white", zorder=4)
-        line.set_gid(gid)
-        titles[gid] = marker.label
-        times[gid] = marker.time
-    ax.set_yticks([y_of[lane.key] for lane in model.lanes])
-    ax.set_yticklabels([lane.name if lane.rank is not None else lane.node for lane in model.lanes])
-    for label, lane in zip(ax.get_yticklabels(), model.lanes):
-        label.set_fontweight("bold" if lane.rank is None else "normal")
-    ax.set_ylim(-0.6, rows - 0.4)
-    ax.set_xlim(0, max(model.end, 1.0) * 1.02)
-    ax.set_xlabel("seconds since the run began")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
-    labels = list(PHASE_COLOURS)
-    used = dict.fromkeys(m.kind for m in model.markers)
-    for kind in used:
+            plot.marker(at, y, symbol, colour, size=11, edge="white", ident=ident, title=marker.label, data_time=at)
+    plot.grid(horizontal=False)
+    legend = [svg.LegendEntry(name, colour) for name, colour in PHASE_COLOURS.items()]
+    for kind in dict.fromkeys(m.kind for m in model.markers):
         symbol, colour, words = MARKER_STYLES[kind]
-        handles.append(plt.Line2D([], [], marker=symbol, color=colour, linestyle="none", markersize=8))
-        labels.append(words)
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18 if rows > 3 else -0.35),
-              ncol=min(len(labels), 7), fontsize=8, frameon=False)
-    ax.grid(axis="x", alpha=0.3)
-    return _svg(fig, titles, times)
+        legend.append(svg.LegendEntry(words, colour, swatch=symbol))
+    plot.legend(legend, where="below")
+    return figure.to_svg()
 
 
 def progress_svg(model: ReportModel) -> str:
     """Steps against time per rank, and loss where the workers report it."""
-    plt = _pyplot()
-    with_loss = any(loss is not None for series in model.progress.values() for *_, loss in series)
-    fig, axes = plt.subplots(1, 2 if with_loss else 1, figsize=(11, 3.6), squeeze=False)
-    titles: dict[str, str] = {}
-    for rank, series in sorted(model.progress.items()):
-        (line,) = axes[0][0].plot([t for t, _, _ in series], [s for _, s, _ in series], marker=".", markersize=3,
-                                  label=f"rank {rank}")
-        line.set_gid(f"progress-rank{rank}")
-        titles[f"progress-rank{rank}"] = (f"rank {rank}: {len(series)} steps, last step {series[-1][1]}"
-                                          f" at {_fmt(series[-1][0])}")
-        if with_loss:
-            points = [(t, loss) for t, _, loss in series if loss is not None]
-            axes[0][1].plot([t for t, _ in points], [v for _, v in points], marker=".", markersize=3, label=f"rank {rank}")
-    for marker in model.markers:
-        if marker.kind in ("fault", "restart", "resumed"):
-            for ax in axes[0]:
-                ax.axvline(marker.time, color=MARKER_STYLES[marker.kind][1], linestyle=":", linewidth=1)
-    for ax in axes[0]:  # the timeline's time axis, so that the two read together
-        ax.set_xlim(0, max(model.end, 1.0) * 1.02)
-    axes[0][0].set_xlabel("seconds since the run began")
-    axes[0][0].set_ylabel("training step")
-    axes[0][0].legend(fontsize=8)
-    axes[0][0].grid(alpha=0.3)
+    series = sorted(model.progress.items())
+    losses = {rank: [(t, loss) for t, _, loss in points if loss is not None and math.isfinite(loss)]
+              for rank, points in series}  # a diverged run's nan or inf has no place on the axis
+    with_loss = any(losses.values())
+    figure = svg.Figure("progress", CHART_WIDTH)
+    panel_width = (CHART_WIDTH - 20) / 2 if with_loss else CHART_WIDTH
+    steps = figure.add_plot(svg.Box(0, 0, panel_width, 300), _time_range(model),
+                            svg.padded_range([s for _, points in series for _, s, _ in points]),
+                            x_label=TIME_LABEL, y_label="training step")
+    panels = [steps]
     if with_loss:
-        axes[0][1].set_xlabel("seconds since the run began")
-        axes[0][1].set_ylabel("loss")
-        axes[0][1].grid(alpha=0.3)
-    return _svg(fig, titles, {})
+        panels.append(figure.add_plot(svg.Box(panel_width + 20, 0, panel_width, 300), _time_range(model),
+                                      svg.padded_range([v for points in losses.values() for _, v in points]),
+                                      x_label=TIME_LABEL, y_label="loss"))
+    for i, (rank, points) in enumerate(series):
+        steps.line([(t, s) for t, s, _ in points], svg.series_colour(i), dots=3, ident=f"progress-rank{rank}",
+                   title=f"rank {rank}: {len(points)} steps, last step {points[-1][1]} at {_fmt(points[-1][0])}")
+        if with_loss and losses[rank]:
+            panels[1].line(losses[rank], svg.series_colour(i), dots=3)
+    for plot in panels:
+        _run_wide_lines(model, plot)
+        plot.grid()
+    steps.legend([svg.LegendEntry(f"rank {rank}", svg.series_colour(i), swatch="line")
+                  for i, (rank, _) in enumerate(series)])
+    return figure.to_svg()
 
 
 # Points drawn per rank in the step-times chart (each the slowest step of its stretch).
@@ -177,28 +139,23 @@ STEP_TIME_POINTS = 60
 
 def step_times_svg(model: ReportModel) -> str:
     """Seconds per training step against time, one line per rank."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(11, 3.2))
-    titles: dict[str, str] = {}
     series = sorted(model.step_times().items())
-    for rank, points in series:
-        shown = slowest_per_bin(points, STEP_TIME_POINTS)
-        (line,) = ax.plot([t for t, _ in shown], [d for _, d in shown], marker="." if len(series) <= 8 else None,
-                          markersize=3, linewidth=1, label=f"rank {rank}")
-        gid = f"step-time-rank{rank}"
-        line.set_gid(gid)
-        titles[gid] = (f"rank {rank}: median {sorted(d for _, d in points)[len(points) // 2]:.3f} s a step,"
-                       f" slowest {max(d for _, d in points):.3f} s")
-    for marker in model.markers:
-        if marker.kind in ("fault", "restart", "resumed"):
-            ax.axvline(marker.time, color=MARKER_STYLES[marker.kind][1], linestyle=":", linewidth=1)
-    ax.set_xlim(0, max(model.end, 1.0) * 1.02)
-    ax.set_xlabel("seconds since the run began")
-    ax.set_ylabel("seconds per step")
+    shown = {rank: slowest_per_bin(points, STEP_TIME_POINTS) for rank, points in series}
+    figure = svg.Figure("step-times", CHART_WIDTH)
+    plot = figure.add_plot(svg.Box(0, 0, CHART_WIDTH, 280), _time_range(model),
+                           svg.padded_range([d for points in shown.values() for _, d in points]),
+                           x_label=TIME_LABEL, y_label="seconds per step")
+    for i, (rank, points) in enumerate(series):
+        plot.line(shown[rank], svg.series_colour(i), width=1, dots=3 if len(series) <= 8 else None,
+                  ident=f"step-time-rank{rank}",
+                  title=(f"rank {rank}: median {sorted(d for _, d in points)[len(points) // 2]:.3f} s a step,"
+                         f" slowest {max(d for _, d in points):.3f} s"))
+    _run_wide_lines(model, plot)
+    plot.grid()
     if len(series) <= 16:
-        ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _svg(fig, titles, {})
+        plot.legend([svg.LegendEntry(f"rank {rank}", svg.series_colour(i), swatch="line")
+                     for i, (rank, _) in enumerate(series)])
+    return figure.to_svg()
 
 
 def slowest_per_bin(points: list[tuple[float, float]], most: int) -> list[tuple[float, float]]:
@@ -285,7 +242,7 @@ svg { max-width: 100%; height: auto; }
 
 
 def render_html(model: ReportModel) -> str:
-    """The whole page (pure but for matplotlib's drawing)."""
+    """The whole page (pure)."""
     esc = html.escape
     verdict = "succeeded" if model.succeeded else ("running" if model.succeeded is None else "failed")
     parts = [
@@ -331,7 +288,8 @@ def render_html(model: ReportModel) -> str:
                 f"<li>{esc(t['node'])} rank {t['rank']}: {esc(t.get('exception') or '')}</li>" for t in failure["then"])
                 + "</ul>")
         if failure.get("last_lines"):
-            parts.append(f"<p>Last lines of {esc(failure.get('node', ''))} rank {failure.get('rank')}:</p>"
+            whose = esc(failure.get("node", "")) + ("" if failure.get("rank") is None else f" rank {failure['rank']}")
+            parts.append(f"<p>Last lines of {whose}:</p>"
                          f'<pre id="last-lines">{esc(chr(10).join(failure["last_lines"]))}</pre>')
     else:
         parts.append(f"<p>{esc(model.outcome)}</p>")

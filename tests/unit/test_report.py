@@ -81,6 +81,15 @@ def test_a_failure_names_its_root_cause_on_the_failing_rank():
                      page)
     assert "node0 rank 0: RuntimeError: Connection closed by peer" in page
     assert '<pre id="last-lines">step 5\nRuntimeError: boom</pre>' in page
+    assert "<p>Last lines of node1 rank 3:</p>" in page
+
+
+def test_the_last_lines_of_a_node_that_failed_before_its_ranks_name_the_node_alone():
+    failure = {"node": "node3", "rank": None, "describe": "node3 failed (exit code 1)", "reason": "",
+               "last_lines": ["RendezvousClosedError"]}
+    model = build_model({"run": plan(), "events": started(), "progress": [],
+                         "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}})
+    assert "<p>Last lines of node3:</p>" in render_html(model)
 
 
 def test_a_paused_node_is_hung_from_the_fault_to_its_detection():
