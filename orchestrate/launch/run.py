@@ -46,14 +46,13 @@ from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import gpu_lease
 from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
 from orchestrate.launch.run_dir import prepare_run_dir
-from orchestrate.launch.teardown import finish_record, finish_while_tearing_down, teardown
+from orchestrate.launch.teardown import finish_record, tear_down_and_record, teardown
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE
 from orchestrate.plan.make import make_plan, project_name
 from orchestrate.plan.model import JobPlan
-from orchestrate.report.helper import ReportHelper
 from orchestrate.slurm.backend import SlurmBackend, slurm_image
 from orchestrate.supervise.api import RunSpec
 
@@ -260,33 +259,30 @@ class Run:
         (bad input, no engine, no image) the error is raised. The teardown happens whatever
         happens, a further Ctrl-C included.
         """
-        self.check()  # bad input is refused before a helper process is started
-        # The report page is drawn by a helper process while the nodes are torn down (see
-        # orchestrate/report/helper.py); it starts now, and goes whatever happens.
-        with ReportHelper.start() as helper:
-            try:
-                self.start()
-                self.result = self.follow()
-            except KeyboardInterrupt as exc:
-                if not self._exists():
-                    raise
-                self.result = self._wind_down(int(getattr(exc, "signum", 2)))
-            except OrchestrateError as exc:
-                if not self._exists():
-                    raise
-                self.result = self._partial_result()
-                self.result.error, self.result.error_exit_code = str(exc), exc.exit_code
-            except engine_errors() as exc:  # the engine refused something: an environment problem
-                if not self._exists():
-                    raise
-                self.result = self._partial_result()
-                self.result.error = f"engine error: {describe(exc)}"
-            finally:  # once the run exists, it is torn down and recorded, whatever happened
-                if self.result is None and self._exists():
-                    self.result = uninterrupted(self._partial_result)
-                    self.result.error = self.result.error or "the launcher failed; see the log above"
-                if self.result is not None:
-                    self._finish(self.result, helper)
+        self.check()
+        try:
+            self.start()
+            self.result = self.follow()
+        except KeyboardInterrupt as exc:
+            if not self._exists():
+                raise
+            self.result = self._wind_down(int(getattr(exc, "signum", 2)))
+        except OrchestrateError as exc:
+            if not self._exists():
+                raise
+            self.result = self._partial_result()
+            self.result.error, self.result.error_exit_code = str(exc), exc.exit_code
+        except engine_errors() as exc:  # the engine refused something: an environment problem
+            if not self._exists():
+                raise
+            self.result = self._partial_result()
+            self.result.error = f"engine error: {describe(exc)}"
+        finally:  # once the run exists, it is torn down and recorded, whatever happened
+            if self.result is None and self._exists():
+                self.result = uninterrupted(self._partial_result)
+                self.result.error = self.result.error or "the launcher failed; see the log above"
+            if self.result is not None:
+                self._finish(self.result)
         assert self.result is not None
         return self.result
 
@@ -343,7 +339,7 @@ class Run:
         result.image_torch = self.image_torch
         return result
 
-    def _finish(self, result: RunResult, helper: Optional[ReportHelper]) -> None:
+    def _finish(self, result: RunResult) -> None:
         """Stop the heartbeat; tear down (unless --keep) while the record is finished; nothing,
         a further interrupt included, skips the teardown."""
         if self.heartbeat is not None:
@@ -352,7 +348,7 @@ class Run:
             self.say(f"--keep: leaving run {self.run_id} in the engine; remove it with:"
                      f" python -m orchestrate down {self.run_id}")
             self.compose = None
-        finish_while_tearing_down(result, self.compose, self.say, self.clock, helper)
+        tear_down_and_record(result, self.compose, self.say, self.clock)
         self.compose = None
 
     # Attached runs ---------------------------------------------------------------------------

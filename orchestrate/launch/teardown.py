@@ -19,7 +19,6 @@ from orchestrate.interrupts import uninterrupted
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.record import write_outcome
-from orchestrate.report.helper import ReportHelper
 
 # Attempts at `docker compose down`, and the backoff between them: an engine that went away
 # for a moment (a daemon restart) is waited for about half a minute; no new attempt starts
@@ -71,32 +70,27 @@ def finish_record(result: RunResult) -> None:
     end_record(result.run_dir, **end_fields(result))
 
 
-def finish_while_tearing_down(result: RunResult, compose: Optional[ComposeProject], say: Callable[[str], Any],
-                              clock: Callable[[], float], helper: Optional[ReportHelper] = None) -> None:
-    """Remove the nodes (unless ``compose`` is None: ``--keep``) while the run's record is finished.
+def tear_down_and_record(result: RunResult, compose: Optional[ComposeProject], say: Callable[[str], Any],
+                              clock: Callable[[], float]) -> None:
+    """Remove the nodes (unless ``compose`` is None: ``--keep``), then finish the run's record.
 
-    The record (``outcome.json``, the ``run-ended`` event, the report page) needs no node, and
-    drawing the report is CPU work while the removal is the engine's: the report helper draws
-    it meanwhile, which keeps it off the run's wall time. Without a helper, or when it fails,
-    this process draws it after the teardown. ``outcome.json`` is written again with the
-    teardown's time; a teardown that fails changes the exit code, and the record then says so.
+    ``outcome.json`` and the ``run-ended`` event are written before the teardown, so that a
+    teardown cut short leaves them; ``outcome.json`` is written again with the teardown's time,
+    and the report page (about 2 ms of drawing) last. A teardown that fails changes the exit
+    code, and the record then says so.
     """
     from orchestrate.report.page import write_report_quietly
 
-    helped = False
     try:
         uninterrupted(write_outcome, result)
         uninterrupted(record_event, result.run_dir, "run-ended", **end_fields(result))
-        helped = helper is not None and uninterrupted(helper.request, result.run_dir)
     finally:  # the teardown, whatever the record did
         started = clock()
         if compose is not None:
             result.teardown_error = uninterrupted(teardown, compose, say)
         result.timings.teardown_s = clock() - started
-    drawn = helped and uninterrupted(helper.wait)  # type: ignore[union-attr]
-    uninterrupted(write_outcome, result)  # only now: the helper read the first one
+    uninterrupted(write_outcome, result)
     if result.teardown_error:
         uninterrupted(record_event, result.run_dir, "teardown-failed", error=result.teardown_error,
                       exit_code=result.exit_code)
-    if not drawn or result.teardown_error:
-        uninterrupted(write_report_quietly, result.run_dir)
+    uninterrupted(write_report_quietly, result.run_dir)

@@ -375,7 +375,7 @@ def test_a_second_interrupt_while_the_record_is_written_does_not_skip_the_teardo
 
     monkeypatch.setattr(teardown_module, "write_outcome", write_once_interrupted)
     result = RunResult("r", tmp_path, [], Timings())
-    teardown_module.finish_while_tearing_down(result, Compose(), print, time.monotonic)
+    teardown_module.tear_down_and_record(result, Compose(), print, time.monotonic)
     assert calls == ["down"] and interrupted == [True]
     assert json.loads((tmp_path / "outcome.json").read_text())["run_id"] == "r"
 
