@@ -16,19 +16,52 @@ VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 DOCKERD_LOG="${DDP_DOCKERD_LOG:-/var/log/ddp-compose-dockerd.log}"
 
-say() { echo "[setup] $*"; }
+SETUP_STARTED=$SECONDS
+say() { local t=$((SECONDS - SETUP_STARTED)); printf '[setup %d:%02d] %s\n' $((t / 60)) $((t % 60)) "$*"; }
 die() { echo "[setup] error: $*" >&2; exit 1; }
 
 is_root_apt() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; }
 
-apt_install() {
-    say "installing $* (apt)"
-    export DEBIAN_FRONTEND=noninteractive
+apt_update_once() {
     if [ -z "${APT_UPDATED:-}" ]; then
         apt-get update -qq
         APT_UPDATED=1
     fi
-    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# Waits for another apt transaction's lock (set-up runs some in the background, see below).
+apt_install() {
+    say "installing $* (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt_update_once
+    apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "$@" >/dev/null
+    say "installed $*"
+}
+
+# Set-up's Debian packages (root Debian/Ubuntu only) install in the background while set-up goes
+# on with what does not need them: the engine's while the venv is made, chromium while the image
+# is built. The package lists are updated first, in the foreground; a step that needs a package
+# waits for its transaction, and a failed one stops set-up.
+ENGINE_APT_PID="" BROWSER_APT_PID=""
+
+wait_for_apt() {  # PID WHAT
+    if [ -n "$1" ]; then
+        wait "$1" || die "installing $2 (apt) failed; see the apt output above"
+    fi
+}
+
+# Ctrl-C during set-up waits for a background apt transaction rather than leave it running
+# unwatched (stopping dpkg midway would leave its database broken).
+on_setup_interrupt() {
+    trap - INT TERM
+    local pid
+    for pid in $ENGINE_APT_PID $BROWSER_APT_PID; do
+        if kill -0 "$pid" 2>/dev/null; then
+            say "interrupted: waiting for apt to finish (stopping dpkg midway breaks its database)"
+            wait "$pid" || true
+        fi
+    done
+    exit 130
 }
 
 # `docker info` with a deadline, without GNU timeout: an engine that hangs counts as down.
@@ -84,6 +117,19 @@ ensure_torch() {
     fi
 }
 
+# The engine's packages, in the background: docker.io, and debootstrap with it (an engine
+# installed now has no image yet, and the offline build needs it).
+start_engine_packages() {
+    if { command -v docker >/dev/null && engine_up; } || command -v dockerd >/dev/null || ! is_root_apt; then
+        return
+    fi
+    local packages=(docker.io)
+    command -v debootstrap >/dev/null || packages+=(debootstrap)
+    apt_update_once
+    apt_install "${packages[@]}" &
+    ENGINE_APT_PID=$!
+}
+
 ensure_docker() {
     if command -v docker >/dev/null && engine_up; then
         return
@@ -91,6 +137,7 @@ ensure_docker() {
     if ! is_root_apt; then
         die "no Docker engine is reachable: install Docker Engine (docs.docker.com/engine/install), start it, and make sure \`docker info\` works for this user"
     fi
+    wait_for_apt "$ENGINE_APT_PID" "the Docker engine"
     command -v dockerd >/dev/null || apt_install docker.io
     if ! engine_up; then
         say "starting dockerd (log: $DOCKERD_LOG)"
@@ -141,27 +188,31 @@ ensure_image() {
     "$PY" -m orchestrate image build --if-missing
 }
 
-# The tests' browser: Debian's chromium (the report pages are opened in it). Only for the
-# tests (run-tests.sh sets DDP_SETUP_BROWSER=1); elsewhere a one-line instruction.
-ensure_browser() {
-    if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
+# The tests' browser: Debian's chromium (the report pages are opened in it), in the background.
+# Only for the tests (run-tests.sh sets DDP_SETUP_BROWSER=1); elsewhere a one-line instruction.
+start_browser_packages() {
+    if [ "${DDP_SETUP_BROWSER:-0}" != 1 ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
         return
     fi
     if is_root_apt; then
-        apt_install chromium
+        apt_update_once
+        apt_install chromium &
+        BROWSER_APT_PID=$!
     else
         say "no chromium: install it (e.g. apt-get install chromium) for the report's browser tests"
     fi
 }
 
 if [ "${DDP_SKIP_SETUP:-0}" != 1 ]; then
+    trap on_setup_interrupt INT TERM
+    start_engine_packages
     ensure_venv
     ensure_exit_guard
     ensure_docker
+    start_browser_packages
     ensure_compose
     ensure_image
     ensure_torch
-    if [ "${DDP_SETUP_BROWSER:-0}" = 1 ]; then
-        ensure_browser
-    fi
+    wait_for_apt "$BROWSER_APT_PID" "chromium"
+    trap - INT TERM
 fi
