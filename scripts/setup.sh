@@ -50,18 +50,29 @@ wait_for_apt() {  # PID WHAT
     fi
 }
 
-# Ctrl-C during set-up waits for a background apt transaction rather than leave it running
-# unwatched (stopping dpkg midway would leave its database broken).
-on_setup_interrupt() {
-    trap - INT TERM
+# Set-up never leaves an apt transaction of its own running unwatched, whether it is interrupted
+# (Ctrl-C) or a step fails: it waits for it (stopping dpkg midway would break its database).
+wait_for_background_apt() {
     local pid
     for pid in $ENGINE_APT_PID $BROWSER_APT_PID; do
         if kill -0 "$pid" 2>/dev/null; then
-            say "interrupted: waiting for apt to finish (stopping dpkg midway breaks its database)"
+            say "waiting for apt to finish (stopping dpkg midway breaks its database)"
             wait "$pid" || true
         fi
     done
+}
+
+on_setup_interrupt() {
+    trap - INT TERM EXIT
+    wait_for_background_apt
     exit 130
+}
+
+on_setup_exit() {
+    local code=$?
+    trap - INT TERM EXIT
+    wait_for_background_apt
+    exit "$code"
 }
 
 # `docker info` with a deadline, without GNU timeout: an engine that hangs counts as down.
@@ -131,13 +142,14 @@ start_engine_packages() {
 }
 
 ensure_docker() {
+    # first: the engine's package may start the engine before its transaction (and debootstrap's) ends
+    wait_for_apt "$ENGINE_APT_PID" "the Docker engine"
     if command -v docker >/dev/null && engine_up; then
         return
     fi
     if ! is_root_apt; then
         die "no Docker engine is reachable: install Docker Engine (docs.docker.com/engine/install), start it, and make sure \`docker info\` works for this user"
     fi
-    wait_for_apt "$ENGINE_APT_PID" "the Docker engine"
     command -v dockerd >/dev/null || apt_install docker.io
     if ! engine_up; then
         say "starting dockerd (log: $DOCKERD_LOG)"
@@ -205,6 +217,7 @@ start_browser_packages() {
 
 if [ "${DDP_SKIP_SETUP:-0}" != 1 ]; then
     trap on_setup_interrupt INT TERM
+    trap on_setup_exit EXIT
     start_engine_packages
     ensure_venv
     ensure_exit_guard
@@ -214,5 +227,5 @@ if [ "${DDP_SKIP_SETUP:-0}" != 1 ]; then
     ensure_image
     ensure_torch
     wait_for_apt "$BROWSER_APT_PID" "chromium"
-    trap - INT TERM
+    trap - INT TERM EXIT
 fi

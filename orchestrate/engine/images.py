@@ -39,9 +39,9 @@ WHEELHOUSE_DIR = DOCKER_DIR / "wheelhouse"
 DEFAULT_CPU_BASE = "python:3.11-slim-bookworm"
 DEFAULT_GPU_BASE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
 # The image recipe: bumped when what the node image holds changes (2: iptables, for a link's loss
-# where the kernel has no netem; 3: the exit guard skips the final garbage collections), so that
-# an engine's older image is rebuilt rather than used.
-IMAGE_RECIPE = "3"
+# where the kernel has no netem; 3: the exit guard skips the final garbage collections; 4: with
+# a switch of its own, DDP_EXIT_FREEZE), so that an engine's older image is rebuilt rather than used.
+IMAGE_RECIPE = "4"
 RECIPE_LABEL = "io.ddp-compose.recipe"
 # The offline base's own recipe: bumped when OFFLINE_PACKAGES change (2: iptables), so that an
 # older base is rebuilt; a node image's change alone reuses the base.

@@ -54,8 +54,10 @@ def text_width(text: str, size: float, bold: bool = False) -> float:
 def nice_ticks(low: float, high: float, most: int = 8) -> list[float]:
     """At most about ``most`` round values in ``[low, high]``, a step of 1, 2 or 5 times a power
     of ten apart (0..37 with ``most=5``: 0, 10, 20, 30)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return []  # an infinite end (a time of Infinity in a record) gets no ticks, not an error
     if not high > low or most < 1:
-        return [low] if math.isfinite(low) else []
+        return [low]
     rough = (high - low) / most
     power = 10.0 ** math.floor(math.log10(rough))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough * (1 - 1e-9))

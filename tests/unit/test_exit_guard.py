@@ -35,9 +35,9 @@ sys.exit(3)
 """
 
 
-def run(guard: str) -> subprocess.CompletedProcess:
+def run(guard: str, freeze: str = "1") -> subprocess.CompletedProcess:
     # -S: no site, so no installed copy of the guard; the checkout's copy is imported first
-    env = {**os.environ, "PYTHONPATH": str(GUARD_DIR), "DDP_EXIT_GUARD": guard}
+    env = {**os.environ, "PYTHONPATH": str(GUARD_DIR), "DDP_EXIT_GUARD": guard, "DDP_EXIT_FREEZE": freeze}
     return subprocess.run([sys.executable, "-S", "-c", f"import ddp_compose_exit\n{PROGRAM}"], env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -51,8 +51,9 @@ def test_the_programs_exit_work_runs_before_the_guard_and_its_exit_status_is_kep
     assert done.stderr == ""
 
 
-def test_the_final_collections_skip_what_was_alive_at_exit():
-    guarded, unguarded = run("1"), run("0")
+def test_the_final_collections_skip_what_was_alive_at_exit_unless_the_freeze_is_off():
+    guarded, unfrozen, unguarded = run("1"), run("1", freeze="0"), run("0")
     assert "cycle finalized" not in guarded.stdout.splitlines()  # frozen: not searched for cycles
-    assert "cycle finalized" in unguarded.stdout.splitlines()  # the interpreter's own behaviour
-    assert unguarded.returncode == 3 and "weakref.finalize ran" in unguarded.stdout
+    for done in (unfrozen, unguarded):  # the interpreter's own behaviour
+        assert "cycle finalized" in done.stdout.splitlines()
+        assert done.returncode == 3 and "weakref.finalize ran" in done.stdout

@@ -3,6 +3,7 @@ the same page from the same run, and no plotting library imported to write one."
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import subprocess
@@ -121,3 +122,8 @@ def test_a_page_needs_no_plotting_library_and_is_the_same_every_time():
         outputs.append(done.stdout.split(maxsplit=1))
     assert outputs[0][1].strip() == "[]", outputs[0][1]  # no matplotlib module imported
     assert outputs[0][0] == outputs[1][0] == hashlib.sha256(render_html(a_model()).encode()).hexdigest()
+
+
+def test_an_infinite_or_missing_range_gets_no_ticks_rather_than_an_error():
+    assert svg.nice_ticks(0.0, math.inf) == [] and svg.nice_ticks(math.nan, 1.0) == []
+    assert svg.nice_ticks(3.0, 3.0) == [3.0]
