@@ -10,9 +10,9 @@ it in CPU. This prints:
 - ``import torch`` and ``import torch.distributed.run`` (what torchrun loads) in the node image:
   the CPU each costs one process, the median of ``--repeats`` (user + system time, from the
   process's own rusage);
-- a torch process from start to exit (``python3 -c "import torch"``), with the image's exit guard
-  on and off (``DDP_EXIT_GUARD``), alternating in one container: what the guard's skipped final
-  garbage collections save every torch process (docker/ddp_compose_exit.py);
+- a torch process from start to exit (``python3 -c "import torch"``), with the exit guard's
+  freeze on and off (``DDP_EXIT_FREEZE``), alternating in one container: what skipping the final
+  garbage collections saves every torch process (docker/ddp_compose_exit.py);
 - one plain 2-node run (``orchestrate run --nodes 2 -- -m app.hello``): the core-seconds the
   whole machine spent meanwhile (``/proc/stat``) and its wall time, and the share of those
   core-seconds that its four torch start-ups (two torchruns, two workers) account for;
@@ -59,7 +59,7 @@ def import_cost(image: str, module: str, repeats: int) -> float:
     return statistics.median(costs)
 
 
-# Runs in the node image: whole torch processes, the guard on and off by turns; prints the median
+# Runs in the node image: whole torch processes, the freeze on and off by turns; prints the median
 # core-seconds of each (user + system, from the children's rusage).
 WHOLE_PROCESS = """
 import os, resource, statistics, subprocess, sys
@@ -67,7 +67,7 @@ costs = {"1": [], "0": []}
 for _ in range(int(sys.argv[1])):
     for guard in costs:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-c", "import torch"], env={**os.environ, "DDP_EXIT_GUARD": guard}, check=True)
+        subprocess.run([sys.executable, "-c", "import torch"], env={**os.environ, "DDP_EXIT_FREEZE": guard}, check=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         costs[guard].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
 print(statistics.median(costs["1"]), statistics.median(costs["0"]))
@@ -75,7 +75,7 @@ print(statistics.median(costs["1"]), statistics.median(costs["0"]))
 
 
 def whole_process_cost(image: str, repeats: int) -> tuple[float, float]:
-    """The median CPU of a whole ``import torch`` process in ``image``, the exit guard on and off."""
+    """The median CPU of a whole ``import torch`` process in ``image``, the exit guard's freeze on and off."""
     done = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", image, "-c", WHOLE_PROCESS,
                            str(repeats)], capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"import torch: {torch_s:.2f} core-s a process; import torch.distributed.run (torchrun): "
           f"{torchrun_s:.2f} core-s")
     guarded, unguarded = whole_process_cost(args.image, max(args.repeats, 5))
-    print(f"a whole torch process (import torch, then exit): {guarded:.2f} core-s with the exit guard, "
-          f"{unguarded:.2f} without (DDP_EXIT_GUARD=0): {unguarded - guarded:.2f} core-s "
+    print(f"a whole torch process (import torch, then exit): {guarded:.2f} core-s with the exit guard's freeze, "
+          f"{unguarded:.2f} without (DDP_EXIT_FREEZE=0): {unguarded - guarded:.2f} core-s "
           f"({100 * (unguarded - guarded) / unguarded:.0f}%) saved at exit")
 
     runs = []

@@ -62,13 +62,7 @@ wait_for_background_apt() {
     done
 }
 
-on_setup_interrupt() {
-    trap - INT TERM EXIT
-    wait_for_background_apt
-    exit 130
-}
-
-on_setup_exit() {
+on_setup_exit() {  # Ctrl-C and TERM exit 130, through here too
     local code=$?
     trap - INT TERM EXIT
     wait_for_background_apt
@@ -216,7 +210,7 @@ start_browser_packages() {
 }
 
 if [ "${DDP_SKIP_SETUP:-0}" != 1 ]; then
-    trap on_setup_interrupt INT TERM
+    trap 'exit 130' INT TERM
     trap on_setup_exit EXIT
     start_engine_packages
     ensure_venv

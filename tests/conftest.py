@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import collections
 import io
 import sys
 from pathlib import Path
@@ -64,11 +65,12 @@ def spread_by_file(items: list[pytest.Item]) -> dict[str, float]:
     """Each test's place among its own file's tests, as a fraction (a file of 4: 0, 0.25, 0.5,
     0.75), by node id: sorted by it, each file's tests are spread evenly through the list."""
     paths = [item.nodeid.split("::", 1)[0] for item in items]
-    seen: dict[str, int] = {}
+    sizes = collections.Counter(paths)
+    seen: collections.Counter[str] = collections.Counter()
     places = {}
     for item, path in zip(items, paths):
-        seen[path] = seen.get(path, -1) + 1
-        places[item.nodeid] = seen[path] / paths.count(path)
+        places[item.nodeid] = seen[path] / sizes[path]
+        seen[path] += 1
     return places
 
 

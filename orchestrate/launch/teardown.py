@@ -71,7 +71,7 @@ def finish_record(result: RunResult) -> None:
 
 
 def tear_down_and_record(result: RunResult, compose: Optional[ComposeProject], say: Callable[[str], Any],
-                              clock: Callable[[], float]) -> None:
+                         clock: Callable[[], float]) -> None:
     """Remove the nodes (unless ``compose`` is None: ``--keep``), then finish the run's record.
 
     ``outcome.json`` and the ``run-ended`` event are written before the teardown, so that a

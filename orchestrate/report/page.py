@@ -59,6 +59,11 @@ def _time_range(model: ReportModel) -> tuple[float, float]:
     return 0.0, max(model.end, 1.0) * 1.02
 
 
+def _rank_legend(series: list[tuple[int, Any]]) -> list[svg.LegendEntry]:
+    """A line's legend entry per rank, in the colours its series are drawn in."""
+    return [svg.LegendEntry(f"rank {rank}", svg.series_colour(i), swatch="line") for i, (rank, _) in enumerate(series)]
+
+
 def _run_wide_lines(model: ReportModel, plot: svg.Plot) -> None:
     for marker in model.markers:
         if marker.kind in RUN_WIDE_MARKERS:
@@ -128,8 +133,7 @@ def progress_svg(model: ReportModel) -> str:
     for plot in panels:
         _run_wide_lines(model, plot)
         plot.grid()
-    steps.legend([svg.LegendEntry(f"rank {rank}", svg.series_colour(i), swatch="line")
-                  for i, (rank, _) in enumerate(series)])
+    steps.legend(_rank_legend(series))
     return figure.to_svg()
 
 
@@ -153,8 +157,7 @@ def step_times_svg(model: ReportModel) -> str:
     _run_wide_lines(model, plot)
     plot.grid()
     if len(series) <= 16:
-        plot.legend([svg.LegendEntry(f"rank {rank}", svg.series_colour(i), swatch="line")
-                     for i, (rank, _) in enumerate(series)])
+        plot.legend(_rank_legend(series))
     return figure.to_svg()
 
 
