@@ -90,8 +90,41 @@ assert any(e.name == "ddp_compose" for e in entry_points(group="pytest11"))' 2>/
     say "creating $VENV with the project and the test tools"
     command -v python3 >/dev/null || die "python3 not found: install Python 3.9 or newer"
     [ -x "$PY" ] || python3 -m venv "$VENV"
-    "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT[dev]"
+    ensure_uv
+    venv_install --upgrade pip -e "$ROOT[dev]"
+}
+
+# uv installs into .venv what pip would, from the same pins, in a fraction of pip's time: torch
+# and torchvision in 19 s against pip's 73 s with empty caches, 7 s from uv's cache (it unpacks
+# in parallel and hard-links from its cache). Bytecode is compiled at install, as pip does: where
+# PYTHONDONTWRITEBYTECODE is set, an uncompiled torch costs every import 4 s instead of 1.7. Its
+# pin is the project's (orchestrate/config/torch_versions.py). Where uv cannot be had or cannot
+# install (an index only pip is configured for), pip does it, and set-up says so.
+UV=""
+
+ensure_uv() {
+    local version
+    version="$(PYTHONPATH="$ROOT" "$PY" -c 'from orchestrate.config.torch_versions import UV_VERSION; print(UV_VERSION)')"
+    if [ -x "$VENV/bin/uv" ] && [ "$("$VENV/bin/uv" --version 2>/dev/null)" = "uv $version" ]; then
+        UV="$VENV/bin/uv"
+    elif "$PY" -m pip install --quiet --disable-pip-version-check "uv==$version"; then
+        UV="$VENV/bin/uv"
+    else
+        say "uv $version could not be installed; pip installs instead (slower)"
+    fi
+}
+
+venv_install() {  # ARGS of pip install
+    if [ -n "$UV" ]; then
+        # pip's own index, where one is set, is uv's too
+        local index="${PIP_INDEX_URL:-$("$PY" -m pip config get global.index-url 2>/dev/null || true)}"
+        if UV_DEFAULT_INDEX="${UV_DEFAULT_INDEX:-${index:-https://pypi.org/simple}}" \
+                "$UV" pip install --quiet --compile-bytecode --python "$PY" "$@"; then
+            return
+        fi
+        say "uv could not install ($*); trying pip"
+    fi
+    "$PY" -m pip install --quiet --disable-pip-version-check "$@"
 }
 
 # The node image's exit guard (docker/ddp_compose_exit.py), in the venv too, so that host-side
@@ -115,10 +148,11 @@ ensure_torch() {
     version="$("$PY" -c 'from orchestrate.config.torch_versions import DEFAULT_TORCH; print(DEFAULT_TORCH)')"
     wheels="$ROOT/docker/wheelhouse/torch-$version"
     say "installing torch $version into $VENV (a few minutes the first time)"
+    [ -n "$UV" ] || ensure_uv
     if [ -d "$wheels" ]; then
-        "$PY" -m pip install --quiet --disable-pip-version-check --find-links "$wheels" -e "$ROOT[dev,workers]"
+        venv_install --find-links "$wheels" -e "$ROOT[dev,workers]"
     else
-        "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT[dev,workers]"
+        venv_install -e "$ROOT[dev,workers]"
     fi
 }
 

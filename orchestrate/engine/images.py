@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Optional
 
 from orchestrate.config.run_config import DEFAULT_IMAGE, PROJECT_ROOT
-from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.config.torch_versions import DEFAULT_TORCH, UV_VERSION, torchvision_for
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.locks import host_lock
 from orchestrate.errors import ImageUnavailableError
@@ -417,7 +417,8 @@ def build_node_image(
     """
     torchvision = torchvision_for(torch_version)
     started = time.monotonic()
-    buildargs = {"TORCH_VERSION": torch_version, "TORCHVISION_VERSION": torchvision, "RECIPE": IMAGE_RECIPE}
+    buildargs = {"TORCH_VERSION": torch_version, "TORCHVISION_VERSION": torchvision, "RECIPE": IMAGE_RECIPE,
+                 "UV_VERSION": UV_VERSION}
     if offline is not True and try_pull(client, base_image, progress):
         path, base = BuildPath.OFFICIAL, base_image
         progress(f"building {image} (torch {torch_version}, torchvision {torchvision}) on {base} ...")
@@ -431,7 +432,8 @@ def build_node_image(
         progress(f"using the offline path: base {OFFLINE_BASE}, wheels from {wheelhouse}")
         if not image_exists(client, OFFLINE_BASE):
             build_offline_base(client, progress)
-        download_wheels([f"torch=={torch_version}", f"torchvision=={torchvision}"], wheelhouse, progress)
+        download_wheels([f"torch=={torch_version}", f"torchvision=={torchvision}", f"uv=={UV_VERSION}"],
+                        wheelhouse, progress)
         progress(f"building {image} (torch {torch_version}, torchvision {torchvision}) on {base};"
                  " the build reaches only a wheel server for the host's wheels ...")
         with wheel_server(client, wheelhouse, base) as server:

@@ -4,6 +4,7 @@ import pytest
 
 import orchestrate.engine.images as image
 from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.config.torch_versions import UV_VERSION
 from orchestrate.errors import ImageUnavailableError
 from tests.fakes import FakeDockerClient
 
@@ -81,3 +82,20 @@ def test_an_image_the_project_did_not_build_counts_as_current_and_the_offline_ba
     assert image.OFFLINE_BASE.endswith(f"-r{image.BASE_RECIPE}") and "iptables" in image.OFFLINE_PACKAGES
     dockerfile = (image.DOCKER_DIR / "Dockerfile").read_text()
     assert f"ARG RECIPE={image.IMAGE_RECIPE}" in dockerfile and "iptables" in dockerfile
+
+
+def test_the_offline_build_downloads_its_installer_with_the_wheels_and_passes_its_pin(monkeypatch, tmp_path):
+    """uv installs the offline image's wheels: it must be in the wheelhouse the build reads,
+    at the pin the build is told."""
+    import contextlib
+
+    downloaded, built = [], []
+    monkeypatch.setattr(image, "try_pull", lambda client, name, progress: False)
+    monkeypatch.setattr(image, "image_exists", lambda client, name: True)
+    monkeypatch.setattr(image, "download_wheels", lambda reqs, house, progress: downloaded.extend(reqs))
+    server = image.WheelServer("net", "http://wheels:8000/", "wheels")
+    monkeypatch.setattr(image, "wheel_server", lambda client, house, base: contextlib.nullcontext(server))
+    monkeypatch.setattr(image, "docker_build", lambda client, context, tag, **kw: built.append(kw["buildargs"]))
+    image.build_node_image(FakeDockerClient(), "ddp-compose-node:t", torch_version="2.9.1", progress=lambda _: None)
+    assert downloaded == ["torch==2.9.1", "torchvision==0.24.1", f"uv=={UV_VERSION}"]
+    assert built[0]["UV_VERSION"] == UV_VERSION and built[0]["WHEELS_URL"] == "http://wheels:8000/"

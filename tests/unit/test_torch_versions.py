@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.config.torch_versions import DEFAULT_TORCH, UV_VERSION, torchvision_for
 from orchestrate.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,3 +29,5 @@ def test_host_venv_image_and_dockerfile_share_one_pin():
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert re.search(rf"^ARG TORCH_VERSION={re.escape(DEFAULT_TORCH)}$", dockerfile, re.M)
     assert re.search(rf"^ARG TORCHVISION_VERSION={re.escape(torchvision_for(DEFAULT_TORCH))}$", dockerfile, re.M)
+    # the installer too: a plain `docker build` of the offline path uses the project's uv
+    assert re.search(rf"^ARG UV_VERSION={re.escape(UV_VERSION)}$", dockerfile, re.M)
