@@ -1,6 +1,8 @@
 """A training loop that checkpoints when it gets SIGTERM, as a job does where clusters preempt:
-every rank writes ckpt-rank<R>.json into the work directory at its next step boundary, says so,
-and exits. With --ignore-sigterm it goes on regardless (only SIGKILL ends it)."""
+the ranks agree at each step whether any of them got it (the signals of different nodes arrive
+at different times), then every rank writes ckpt-rank<R>.json into the work directory, says so,
+and exits once its own SIGTERM has come. With --ignore-sigterm it goes on regardless (only
+SIGKILL ends it)."""
 import argparse
 import json
 import os
@@ -40,9 +42,13 @@ while True:
     weight += update
     report(step)
     print(f"rank {rank} step {step}", flush=True)
-    if stop:
+    stopping = torch.tensor([1.0 if stop else 0.0])
+    dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # every rank saves at the same step
+    if stopping.item():
         with open(f"ckpt-rank{rank}.json", "w") as handle:
             json.dump({"rank": rank, "step": step, "weight": weight.tolist()}, handle)
         print(f"rank {rank} checkpoint written at step {step}", flush=True)
+        while not stop:  # its own node's SIGTERM is on its way
+            time.sleep(0.05)
         os._exit(0)  # the peers are stopping too: no collective teardown to wait for
     time.sleep(0.2)
