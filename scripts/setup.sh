@@ -91,7 +91,8 @@ assert any(e.name == "ddp_compose" for e in entry_points(group="pytest11"))' 2>/
     command -v python3 >/dev/null || die "python3 not found: install Python 3.9 or newer"
     [ -x "$PY" ] || python3 -m venv "$VENV"
     ensure_uv
-    venv_install --upgrade pip -e "$ROOT[dev]"
+    venv_install --upgrade pip  # alone: uv's --upgrade upgrades everything it resolves
+    venv_install -e "$ROOT[dev]"
 }
 
 # uv installs into .venv what pip would, from the same pins, in a fraction of pip's time: torch
@@ -100,26 +101,36 @@ assert any(e.name == "ddp_compose" for e in entry_points(group="pytest11"))' 2>/
 # PYTHONDONTWRITEBYTECODE is set, an uncompiled torch costs every import 4 s instead of 1.7. Its
 # pin is the project's (orchestrate/config/torch_versions.py). Where uv cannot be had or cannot
 # install (an index only pip is configured for), pip does it, and set-up says so.
-UV=""
+UV="" UV_TRIED=""
 
 ensure_uv() {
     local version
+    UV_TRIED=1
     version="$(PYTHONPATH="$ROOT" "$PY" -c 'from orchestrate.config.torch_versions import UV_VERSION; print(UV_VERSION)')"
-    if [ -x "$VENV/bin/uv" ] && [ "$("$VENV/bin/uv" --version 2>/dev/null)" = "uv $version" ]; then
-        UV="$VENV/bin/uv"
-    elif "$PY" -m pip install --quiet --disable-pip-version-check "uv==$version"; then
-        UV="$VENV/bin/uv"
-    else
-        say "uv $version could not be installed; pip installs instead (slower)"
+    case "$("$VENV/bin/uv" --version 2>/dev/null || true)" in
+        "uv $version" | "uv $version "*) UV="$VENV/bin/uv" ;;
+        *)
+            if "$PY" -m pip install --quiet --disable-pip-version-check "uv==$version"; then
+                UV="$VENV/bin/uv"
+            else
+                say "uv $version could not be installed; pip installs instead (slower)"
+                return
+            fi ;;
+    esac
+    # uv reads none of pip's settings: pip's index is handed on; its extra indexes and find-links
+    # are not (the venv's pins are the image's, from PyPI), and set-up says so
+    if "$PY" -m pip config list 2>/dev/null | grep -qE '\.(extra-index-url|find-links|no-index)='; then
+        say "uv installs from pip's index alone: pip's extra indexes and find-links are not used"
     fi
 }
 
 venv_install() {  # ARGS of pip install
     if [ -n "$UV" ]; then
-        # pip's own index, where one is set, is uv's too
-        local index="${PIP_INDEX_URL:-$("$PY" -m pip config get global.index-url 2>/dev/null || true)}"
-        if UV_DEFAULT_INDEX="${UV_DEFAULT_INDEX:-${index:-https://pypi.org/simple}}" \
-                "$UV" pip install --quiet --compile-bytecode --python "$PY" "$@"; then
+        local index=""
+        if [ -z "${UV_DEFAULT_INDEX:-}${UV_INDEX_URL:-}" ]; then  # a user's own uv setting wins
+            index="${PIP_INDEX_URL:-$("$PY" -m pip config get global.index-url 2>/dev/null || true)}"
+        fi
+        if env ${index:+UV_DEFAULT_INDEX="$index"} "$UV" pip install --quiet --compile-bytecode --python "$PY" "$@"; then
             return
         fi
         say "uv could not install ($*); trying pip"
@@ -148,7 +159,7 @@ ensure_torch() {
     version="$("$PY" -c 'from orchestrate.config.torch_versions import DEFAULT_TORCH; print(DEFAULT_TORCH)')"
     wheels="$ROOT/docker/wheelhouse/torch-$version"
     say "installing torch $version into $VENV (a few minutes the first time)"
-    [ -n "$UV" ] || ensure_uv
+    [ -n "$UV_TRIED" ] || ensure_uv
     if [ -d "$wheels" ]; then
         venv_install --find-links "$wheels" -e "$ROOT[dev,workers]"
     else
