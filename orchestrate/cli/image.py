@@ -53,8 +53,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         inv.out.write(f"node image {tag} already exists\n")
         return 0
     offline = True if args.offline else (False if args.online else None)
+    # one write a line: the base and the wheel download report from two threads
     build_node_image(client, tag, torch_version=args.torch, base_image=args.base_image or DEFAULT_CPU_BASE,
-                     offline=offline, progress=lambda s: print(f"[image] {s}", file=inv.out, flush=True))
+                     offline=offline, progress=lambda s: print(f"[image] {s}\n", end="", file=inv.out, flush=True))
     if tag != DEFAULT_IMAGE:
         inv.out.write(f"run jobs on it with: python -m orchestrate run --image {tag} ...\n")
     return 0

@@ -8,6 +8,7 @@ become a layer and the Dockerfile stays one stage: no untagged image is left beh
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import io
 import logging
@@ -430,10 +431,14 @@ def build_node_image(
         path, base = BuildPath.OFFLINE, OFFLINE_BASE
         wheelhouse = torch_wheelhouse(torch_version)
         progress(f"using the offline path: base {OFFLINE_BASE}, wheels from {wheelhouse}")
-        if not image_exists(client, OFFLINE_BASE):
-            build_offline_base(client, progress)
-        download_wheels([f"torch=={torch_version}", f"torchvision=={torchvision}", f"uv=={UV_VERSION}"],
-                        wheelhouse, progress)
+        # The wheels download while debootstrap makes the base (both wait mostly on the network).
+        # A failure of either is raised once the other has ended: nothing is left running.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ddp-wheels") as pool:
+            wheels = pool.submit(download_wheels, [f"torch=={torch_version}", f"torchvision=={torchvision}",
+                                                   f"uv=={UV_VERSION}"], wheelhouse, progress)
+            if not image_exists(client, OFFLINE_BASE):
+                build_offline_base(client, progress)
+            wheels.result()
         progress(f"building {image} (torch {torch_version}, torchvision {torchvision}) on {base};"
                  " the build reaches only a wheel server for the host's wheels ...")
         with wheel_server(client, wheelhouse, base) as server:

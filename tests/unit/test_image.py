@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import orchestrate.engine.images as image
@@ -99,3 +101,32 @@ def test_the_offline_build_downloads_its_installer_with_the_wheels_and_passes_it
     image.build_node_image(FakeDockerClient(), "ddp-compose-node:t", torch_version="2.9.1", progress=lambda _: None)
     assert downloaded == ["torch==2.9.1", "torchvision==0.24.1", f"uv=={UV_VERSION}"]
     assert built[0]["UV_VERSION"] == UV_VERSION and built[0]["WHEELS_URL"] == "http://wheels:8000/"
+
+
+def test_the_wheels_download_while_the_base_is_made_and_a_failure_waits_for_the_other(monkeypatch):
+    """debootstrap and the wheel download overlap; a base that fails is raised only after the
+    download has ended, so no thread or pip is left running."""
+    import contextlib
+    import threading
+
+    downloading, making_base, ended = threading.Event(), threading.Event(), []
+    monkeypatch.setattr(image, "try_pull", lambda client, name, progress: False)
+    monkeypatch.setattr(image, "image_exists", lambda client, name: False)
+
+    def download(reqs, house, progress):
+        downloading.set()
+        assert making_base.wait(10), "the base was not made while the wheels downloaded"
+        time.sleep(0.3)
+        ended.append("wheels")
+
+    def base(client, progress):
+        making_base.set()
+        assert downloading.wait(10), "the wheels did not download while the base was made"
+        raise ImageUnavailableError("debootstrap failed: no mirror")
+
+    monkeypatch.setattr(image, "download_wheels", download)
+    monkeypatch.setattr(image, "build_offline_base", base)
+    monkeypatch.setattr(image, "wheel_server", lambda client, house, b: contextlib.nullcontext())
+    with pytest.raises(ImageUnavailableError, match="debootstrap failed"):
+        image.build_node_image(FakeDockerClient(), "ddp-compose-node:t", progress=lambda _: None)
+    assert ended == ["wheels"]
