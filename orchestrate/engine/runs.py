@@ -7,6 +7,7 @@ started the run is gone. :func:`run_state` is the pure rule that names a run's s
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import socket
@@ -306,20 +307,29 @@ def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:
 
 def stop_run(run: RunInfo, timeout_s: int = 10) -> list[str]:
     """Stop every live node (SIGTERM, then SIGKILL after ``timeout_s``); keep containers,
-    logs and state. Returns the nodes stopped."""
+    logs and state. Returns the nodes stopped.
+
+    Every node gets its SIGTERM at once, as a cluster stops a job: one node stopped after
+    another leaves the later ones' ranks failing on their departed peers (and writing no
+    checkpoint) before their own signal comes.
+    """
     import docker.errors
 
-    stopped = []
-    for node in run.nodes:
-        if node.status in LIVE_STATUSES:
-            try:
-                if node.status == "paused":
-                    node.container.unpause()
-                node.container.stop(timeout=timeout_s)
-                stopped.append(node.name)
-            except docker.errors.APIError as exc:
-                raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
-    return stopped
+    live = [node for node in run.nodes if node.status in LIVE_STATUSES]
+
+    def stop(node: NodeInfo) -> None:
+        try:
+            if node.status == "paused":
+                node.container.unpause()
+            node.container.stop(timeout=timeout_s)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
+
+    if live:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="ddp-stop") as pool:
+            for done in [pool.submit(stop, node) for node in live]:
+                done.result()  # the first failure, once every node's stop has ended
+    return [node.name for node in live]
 
 
 def remove_run(client: Any, run: RunInfo) -> list[str]:

@@ -21,6 +21,7 @@ from orchestrate.engine.runs import (
     list_runs,
     node_plans,
     run_state,
+    stop_run,
 )
 from orchestrate.errors import UsageError
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
@@ -157,6 +158,27 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
     assert main(client=client, argv=["down", "no-such-run"], out=io.StringIO()) == 2
     assert "no run no-such-run in the engine" in capsys.readouterr().err
+
+
+def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeypatch):
+    """A node stopped only after another has ended would see its peers gone first."""
+    import threading
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("going", {"node0": Script(hang=True), "node1": Script(hang=True)},
+                                    dict(nodes=2)))
+    [run] = list_runs(client)
+    container_type = type(run.nodes[0].container)
+    real_stop, both_asked = container_type.stop, threading.Barrier(2, timeout=5)
+
+    def stop(self, timeout=10):
+        both_asked.wait()  # each node's stop goes on only once the other's has been asked too
+        real_stop(self, timeout)
+
+    monkeypatch.setattr(container_type, "stop", stop)
+    assert stop_run(run, 3) == ["node0", "node1"]
+    assert [c.stop_timeouts for c in (n.container for n in run.nodes)] == [[3], [3]]
+    assert list_runs(client)[0].state is RunState.STOPPED
 
 
 def test_prune_with_runs_dir_leaves_other_directories_runs_alone(make_run, tmp_path):
