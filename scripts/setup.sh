@@ -119,9 +119,11 @@ ensure_uv() {
     esac
     # uv reads none of pip's settings: pip's index is handed on; its extra indexes and find-links
     # are not (the venv's pins are the image's, from PyPI), and set-up says so
-    if "$PY" -m pip config list 2>/dev/null | grep -qE '\.(extra-index-url|find-links|no-index)='; then
-        say "uv installs from pip's index alone: pip's extra indexes and find-links are not used"
-    fi
+    # (read whole, not piped to grep -q: an early end of the pipe fails pip, and so the pipe)
+    case "$("$PY" -m pip config list 2>/dev/null || true)" in
+        *.extra-index-url=* | *.find-links=* | *.no-index=*)
+            say "uv installs from pip's index alone: pip's extra indexes and find-links are not used" ;;
+    esac
 }
 
 venv_install() {  # ARGS of pip install

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = f"""#!/bin/bash
 case "$*" in
   *"import UV_VERSION"*) exec {shutil.which("python3")} "$@" ;;
-  "-m pip config list") printf '%s\\n' "${{PIP_CONFIG:-}}" ;;
+  "-m pip config list")  # a long listing, as pip's can be: it fails if its reader stops early
+    printf '%s\\n' "${{PIP_CONFIG:-}}"; for i in $(seq 20000); do echo "global.x$i=1" || exit 1; done ;;
   "-m pip config get global.index-url") [ -n "${{PIP_CONFIG_INDEX:-}}" ] && echo "$PIP_CONFIG_INDEX" || exit 1 ;;
   *"pip install"*"uv=="*)
     echo "pip $*" >> "$LOG"
