@@ -2,6 +2,7 @@
 
     python -m benchmarks.suite_cost                 # one 2-node run, and torch's start-up
     python -m benchmarks.suite_cost --suite -n 4    # also the whole suite: core-seconds, floor
+    python -m benchmarks.suite_cost --per-test      # the suite one test at a time: what each costs
 
 The suite is CPU-bound on a small machine: its tests start real processes, and every process
 that imports torch (torchrun in each node, each worker, the host's own torchrun tests) pays for
@@ -19,13 +20,20 @@ it in CPU. This prints:
 - with ``--suite``: ``scripts/run-tests.sh`` itself (extra arguments go to pytest), its wall
   time and core-seconds, and the floor they set: the core-seconds over the machine's cores,
   the shortest wall time that this CPU could give at full use, and the cores the suite would
-  need to end in ``--goal`` minutes.
+  need to end in ``--goal`` minutes;
+- with ``--per-test``: the suite run one test at a time (``-n 0``, :mod:`benchmarks.per_test_cpu`
+  records each), instead of the rest: the core-seconds of each test file and of the costliest
+  tests, their sum, and the floor that sum sets at any number of workers (the sum over the
+  cores). Run in parallel, the suite spends more than the sum (its tests share the cores); it
+  can never spend less.
 
 The machine-wide counters take in whatever else runs: run it on a quiet machine.
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import statistics
 import subprocess
@@ -100,20 +108,63 @@ def one_run(workdir: Path) -> tuple[float, float]:
     return wall, cpu
 
 
+def per_test(pytest_args: list[str], cores: int, goal_min: float, top: int) -> int:
+    """The suite one test at a time, each test's core-seconds recorded; the tables and the floor."""
+    with tempfile.TemporaryDirectory(prefix="ddp-per-test-") as scratch:
+        records = Path(scratch) / "tests.jsonl"
+        print(f"[suite_cost] the suite one test at a time: scripts/run-tests.sh -n 0 -p benchmarks.per_test_cpu"
+              f" {' '.join(pytest_args)}", flush=True)
+        wall, cpu, code = measured(["bash", str(ROOT / "scripts" / "run-tests.sh"), "-n", "0", "-p",
+                                    "benchmarks.per_test_cpu", *pytest_args], cwd=ROOT,
+                                   env={**os.environ, "DDP_PER_TEST_CPU": str(records)})
+        rows = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
+    if not rows:
+        print(f"suite: exit {code}, no test recorded")
+        return code or 1
+    by_file: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+    for row in rows:
+        totals = by_file[row["test"].split("::")[0]]
+        totals[0] += row["core_s"]
+        totals[1] += row["wall_s"]
+        totals[2] += 1
+    total = sum(row["core_s"] for row in rows)
+    print(f"\n{'core-s':>8} {'share':>6} {'wall s':>8} {'tests':>6}  file")
+    for name, (core_s, wall_s, count) in sorted(by_file.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{core_s:8.1f} {100 * core_s / total:5.1f}% {wall_s:8.1f} {count:6d}  {name}")
+    print(f"\n{'core-s':>8} {'wall s':>8}  test")
+    for row in sorted(rows, key=lambda r: -r["core_s"])[:top]:
+        print(f"{row['core_s']:8.1f} {row['wall_s']:8.1f}  {row['test']}")
+    floor = total / cores
+    print(f"\nsuite: exit {code}, {len(rows)} tests one at a time in {wall / 60:.1f} min wall, {cpu:.0f} core-s in"
+          f" all; the tests' own {total:.0f} core-s set a floor of {floor / 60:.1f} min on {cores} cores at full use"
+          f" and any number of workers; {goal_min:g} min needs {total / (goal_min * 60):.1f} cores")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.suite_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--image", default="ddp-compose-node:latest", help="the node image (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each kind, the median kept "
                                                                 "(default: %(default)s)")
     parser.add_argument("--suite", action="store_true", help="also run the whole suite (scripts/run-tests.sh)")
+    parser.add_argument("--per-test", action="store_true",
+                        help="instead, run the suite one test at a time and say what each file and test costs")
+    parser.add_argument("--top", type=int, default=20,
+                        help="with --per-test, the files and the tests shown (default: %(default)s)")
     parser.add_argument("--goal", type=float, default=8.0, help="the suite's goal in minutes, for the cores it "
                                                                  "would need (default: %(default)s)")
     args, pytest_args = parser.parse_known_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    if pytest_args and not args.suite:
-        parser.error(f"unrecognized arguments: {' '.join(pytest_args)} (pytest's go with --suite)")
+    if args.top < 1:
+        parser.error("--top must be at least 1")
+    if args.suite and args.per_test:
+        parser.error("--suite and --per-test are two ways to run the suite: give one")
+    if pytest_args and not (args.suite or args.per_test):
+        parser.error(f"unrecognized arguments: {' '.join(pytest_args)} (pytest's go with --suite or --per-test)")
     cores = os.cpu_count() or 1
+    if args.per_test:
+        return per_test(pytest_args, cores, args.goal, args.top)
     print(f"[suite_cost] {cores} cores; measuring torch's start-up in {args.image} ({args.repeats} each)", flush=True)
     torch_s = import_cost(args.image, "torch", args.repeats)
     torchrun_s = import_cost(args.image, "torch.distributed.run", args.repeats)

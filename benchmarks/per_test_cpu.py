@@ -1,0 +1,31 @@
+"""A pytest plugin for ``python -m benchmarks.suite_cost --per-test``: each test's core-seconds.
+
+Loaded with ``-p benchmarks.per_test_cpu`` in a suite run in one process (``-n 0``), it appends
+one JSON line per test to the file named by ``$DDP_PER_TEST_CPU``: the test's id, the
+core-seconds the whole machine spent busy while it ran (set-up and teardown included, from
+``/proc/stat``: the nodes' processes are not the test's children) and its wall time. Run one
+test at a time, on a quiet machine, each line is what that test costs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from benchmarks.suite_cost import busy_core_seconds
+
+OUTPUT_VARIABLE = "DDP_PER_TEST_CPU"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get(OUTPUT_VARIABLE)
+    start_cpu, start = busy_core_seconds(), time.monotonic()
+    yield
+    if path:
+        record = {"test": item.nodeid, "core_s": round(busy_core_seconds() - start_cpu, 2),
+                  "wall_s": round(time.monotonic() - start, 2)}
+        with open(path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
