@@ -14,18 +14,17 @@ import time
 
 import pytest
 
-from benchmarks.suite_cost import busy_core_seconds
+from benchmarks.suite_cost import PER_TEST_VARIABLE, busy_core_seconds
 
-OUTPUT_VARIABLE = "DDP_PER_TEST_CPU"
+RECORDS = os.environ.get(PER_TEST_VARIABLE)  # None: record nothing
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    path = os.environ.get(OUTPUT_VARIABLE)
     start_cpu, start = busy_core_seconds(), time.monotonic()
     yield
-    if path:
+    if RECORDS:
         record = {"test": item.nodeid, "core_s": round(busy_core_seconds() - start_cpu, 2),
                   "wall_s": round(time.monotonic() - start, 2)}
-        with open(path, "a") as handle:
+        with open(RECORDS, "a") as handle:
             handle.write(json.dumps(record) + "\n")

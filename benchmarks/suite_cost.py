@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Where benchmarks/per_test_cpu.py appends its records, one JSON line per test.
+PER_TEST_VARIABLE = "DDP_PER_TEST_CPU"
 
 RUSAGE_OF = ("import resource; import {module}; u = resource.getrusage(resource.RUSAGE_SELF);"
              " print(u.ru_utime + u.ru_stime)")
@@ -116,7 +118,7 @@ def per_test(pytest_args: list[str], cores: int, goal_min: float, top: int) -> i
               f" {' '.join(pytest_args)}", flush=True)
         wall, cpu, code = measured(["bash", str(ROOT / "scripts" / "run-tests.sh"), "-n", "0", "-p",
                                     "benchmarks.per_test_cpu", *pytest_args], cwd=ROOT,
-                                   env={**os.environ, "DDP_PER_TEST_CPU": str(records)})
+                                   env={**os.environ, PER_TEST_VARIABLE: str(records)})
         rows = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
     if not rows:
         print(f"suite: exit {code}, no test recorded")
