@@ -34,7 +34,7 @@ def launch(rounds: int, steps: int) -> dict[str, dict[str, float]]:
     """One torchrun launch through the hook; the step times rank 0 printed."""
     with tempfile.TemporaryDirectory() as debug:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "DDP_DEBUG_DIR": debug,
-               "PYTHONPATH": str(ROOT)}
+               "PYTHONPATH": str(ROOT), "TMPDIR": debug}  # torchrun's log directory goes with it
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                str(HOOK), "--", str(JOB), "--rounds", str(rounds), "--steps", str(steps)],
                               env=env, capture_output=True, text=True, timeout=900)

@@ -12,6 +12,15 @@ import pytest
 pytest.importorskip("torch", reason="app/ tests need torch (scripts/setup.sh installs it)")
 
 ROOT = Path(__file__).resolve().parents[2]
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone")
+
+
+def host_env(scratch: Path, **extra: str) -> dict[str, str]:
+    """The environment of a torchrun on the host, its temporary files kept in ``scratch``.
+
+    torchrun makes a ``torchelastic_*`` log directory in the temporary directory and never
+    removes it: with TMPDIR in the test's own directory, the host's /tmp is left as it was."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch), **extra}
 
 
 class Torchrun:
@@ -21,10 +30,9 @@ class Torchrun:
         self.cwd = cwd
 
     def __call__(self, nproc: int, module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "DDP_FORCE_CPU": "1"}
+        env = host_env(self.cwd, PYTHONPATH=str(ROOT), DDP_FORCE_CPU="1")
         env.pop("DDP_SHARED_DIR", None)
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", str(nproc), "--tee", "3", "-m", module, *args]
+        argv = [*TORCHRUN, "--nproc-per-node", str(nproc), "--tee", "3", "-m", module, *args]
         return subprocess.run(argv, cwd=self.cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

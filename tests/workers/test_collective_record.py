@@ -4,15 +4,13 @@ script's process group, and the hook imports no torch before the script does."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from orchestrate.hangs.collectives import first_divergence
 from orchestrate.hangs.snapshots import request_snapshots
-from tests.workers.conftest import ROOT
+from tests.workers.conftest import ROOT, TORCHRUN, host_env
 
 HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
 DESYNC = ROOT / "tests" / "jobs" / "desync.py"
@@ -25,8 +23,8 @@ def line_of(path: Path, text: str) -> int:
 def start(tmp_path: Path, *args: str) -> subprocess.Popen:
     debug = tmp_path / "debug"
     debug.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DDP_DEBUG_DIR": str(debug), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    env = host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT))
+    return subprocess.Popen([*TORCHRUN, "--nproc-per-node", "2",
                              str(HOOK), *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 

@@ -13,6 +13,8 @@ def test_hello_reports_each_rank_and_checks_all_reduce(torchrun):
     ranks = sorted(int(r) for r in re.findall(r"hello rank=(\d) local_rank=\d world_size=2", proc.stdout))
     assert ranks == [0, 1]
     assert proc.stdout.count("sum=3 expected=3 ok") == 2
+    # torchrun's own log directory stays in the test's directory, not in the host's /tmp
+    assert list(torchrun.cwd.glob("torchelastic_*")), sorted(p.name for p in torchrun.cwd.iterdir())
 
 
 @pytest.mark.parametrize("demo", ["basic", "checkpoint", "model-parallel", "spanning"])

@@ -3,14 +3,12 @@ optimizer's steps onto the progress channel, and a script that reports its own i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.workers.conftest import ROOT
+from tests.workers.conftest import ROOT, TORCHRUN, host_env
 
 HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
 JOBS = ROOT / "tests" / "jobs"
@@ -19,9 +17,8 @@ JOBS = ROOT / "tests" / "jobs"
 def run_hooked(tmp_path: Path, script: Path, *args: str) -> dict[int, list[dict]]:
     progress = tmp_path / "progress"
     progress.mkdir()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DDP_PROGRESS_DIR": str(progress), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(HOOK), "--", str(script), *args], cwd=tmp_path, env=env, capture_output=True,
+    env = host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT))
+    done = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", str(HOOK), "--", str(script), *args], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return {rank: [json.loads(line) for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()]

@@ -2,23 +2,20 @@
 opt-in shim) and trains; each local rank gets its own NCCL host id."""
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
-import sys
 
-from tests.workers.conftest import ROOT
+from tests.workers.conftest import ROOT, TORCHRUN, host_env
 
 HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
 JOB = ROOT / "tests" / "jobs" / "names_nccl.py"
 
 
 def test_a_script_that_names_nccl_gets_gloo_and_each_rank_its_own_nccl_hostid(tmp_path):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    done = subprocess.run([*TORCHRUN, "--nproc-per-node", "2",
                            str(HOOK), "--nccl-hostid-per-rank", "--nccl-as-gloo", "--", str(JOB)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+                          cwd=tmp_path, env=host_env(tmp_path), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = {rank: rest for rank, *rest in
             re.findall(r"rank (\d) backend (\S+) hostid (\S+) all_reduce ([\d.]+) grad ([\d.]+)", done.stdout)}
@@ -28,9 +25,9 @@ def test_a_script_that_names_nccl_gets_gloo_and_each_rank_its_own_nccl_hostid(tm
 
 
 def test_without_the_shim_the_script_asks_for_nccl(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+    done = subprocess.run([*TORCHRUN, "--nproc-per-node", "1",
                            str(HOOK), "--nccl-hostid-per-rank", "--", str(JOB)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+                          cwd=tmp_path, env=host_env(tmp_path), capture_output=True, text=True, timeout=240)
     if "backend nccl" in done.stdout:  # a GPU host: real NCCL
         return
     assert done.returncode != 0 and re.search(r"nccl|NCCL", done.stdout + done.stderr)
