@@ -25,8 +25,9 @@ def test_idle():
 
 def run_with_recorder(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     (tmp_path / "test_sample.py").write_text(TESTS)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "benchmarks.per_test_cpu", "-p", "no:cacheprovider",
-                           "-p", "no:xdist", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_sample.py")],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "benchmarks.per_test_cpu",
+                           "-p", "no:cacheprovider", "-p", "no:xdist", "--rootdir", str(tmp_path), "-c", os.devnull,
+                           str(tmp_path / "test_sample.py")],
                           cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
                           timeout=120)
 

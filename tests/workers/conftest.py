@@ -13,6 +13,12 @@ pytest.importorskip("torch", reason="app/ tests need torch (scripts/setup.sh ins
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone")
+HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"  # the workers' start-up hook, as in the nodes
+
+
+def hooked_torchrun(nproc: int, *args: str) -> list[str]:
+    """``torchrun --standalone`` of ``nproc`` workers that start through the hook; ``args`` are the hook's."""
+    return [*TORCHRUN, "--nproc-per-node", str(nproc), str(HOOK), *args]
 
 
 def host_env(scratch: Path, **extra: str) -> dict[str, str]:

@@ -10,9 +10,8 @@ from pathlib import Path
 
 from orchestrate.hangs.collectives import first_divergence
 from orchestrate.hangs.snapshots import request_snapshots
-from tests.workers.conftest import ROOT, TORCHRUN, host_env
+from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
-HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
 DESYNC = ROOT / "tests" / "jobs" / "desync.py"
 
 
@@ -24,8 +23,7 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen:
     debug = tmp_path / "debug"
     debug.mkdir(exist_ok=True)
     env = host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT))
-    return subprocess.Popen([*TORCHRUN, "--nproc-per-node", "2",
-                             str(HOOK), *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen(hooked_torchrun(2, *args), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 

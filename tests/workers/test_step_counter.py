@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.conftest import ROOT, TORCHRUN, host_env
+from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
-HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
 JOBS = ROOT / "tests" / "jobs"
 
 
@@ -18,7 +17,7 @@ def run_hooked(tmp_path: Path, script: Path, *args: str) -> dict[int, list[dict]
     progress = tmp_path / "progress"
     progress.mkdir()
     env = host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT))
-    done = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", str(HOOK), "--", str(script), *args], cwd=tmp_path, env=env, capture_output=True,
+    done = subprocess.run(hooked_torchrun(2, "--", str(script), *args), cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return {rank: [json.loads(line) for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()]

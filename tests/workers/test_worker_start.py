@@ -6,15 +6,13 @@ import re
 import socket
 import subprocess
 
-from tests.workers.conftest import ROOT, TORCHRUN, host_env
+from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
-HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
 JOB = ROOT / "tests" / "jobs" / "names_nccl.py"
 
 
 def test_a_script_that_names_nccl_gets_gloo_and_each_rank_its_own_nccl_hostid(tmp_path):
-    done = subprocess.run([*TORCHRUN, "--nproc-per-node", "2",
-                           str(HOOK), "--nccl-hostid-per-rank", "--nccl-as-gloo", "--", str(JOB)],
+    done = subprocess.run(hooked_torchrun(2, "--nccl-hostid-per-rank", "--nccl-as-gloo", "--", str(JOB)),
                           cwd=tmp_path, env=host_env(tmp_path), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = {rank: rest for rank, *rest in
@@ -25,8 +23,7 @@ def test_a_script_that_names_nccl_gets_gloo_and_each_rank_its_own_nccl_hostid(tm
 
 
 def test_without_the_shim_the_script_asks_for_nccl(tmp_path):
-    done = subprocess.run([*TORCHRUN, "--nproc-per-node", "1",
-                           str(HOOK), "--nccl-hostid-per-rank", "--", str(JOB)],
+    done = subprocess.run(hooked_torchrun(1, "--nccl-hostid-per-rank", "--", str(JOB)),
                           cwd=tmp_path, env=host_env(tmp_path), capture_output=True, text=True, timeout=240)
     if "backend nccl" in done.stdout:  # a GPU host: real NCCL
         return
