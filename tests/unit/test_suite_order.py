@@ -1,9 +1,12 @@
 """The suite's own start order (tests/conftest.py) and its default worker count
 (scripts/run-tests.sh): the slow tests first, the unit tests last; one worker more than the
-cores, capped by memory."""
+cores, capped by memory; and the installed pytest and pytest-xdist keeping each xdist_group on
+one worker."""
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,43 @@ def test_the_default_worker_count_follows_the_cores_within_the_memory(tmp_path: 
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(workers)
+
+
+# A suite of four tests in two groups, each writing down the xdist worker that ran it. Without
+# grouping, xdist hands the four out in turn to the two workers, so each group's pair is split.
+GROUPED_SUITE = """
+import os
+import pytest
+
+def ran(name):
+    with open(os.path.join(os.environ["RAN_DIR"], name), "w") as handle:
+        handle.write(os.environ["PYTEST_XDIST_WORKER"])
+
+@pytest.mark.xdist_group("first")
+def test_first_1(): ran("first_1")
+
+@pytest.mark.xdist_group("first")
+def test_first_2(): ran("first_2")
+
+@pytest.mark.xdist_group("second")
+def test_second_1(): ran("second_1")
+
+@pytest.mark.xdist_group("second")
+def test_second_2(): ran("second_2")
+"""
+
+
+def test_the_installed_pytest_and_xdist_keep_each_group_on_one_worker(tmp_path: Path):
+    # pytest 9.2 with pytest-xdist 3.8.0 silently spread grouped tests (pytest-xdist#1386): this
+    # fails there, which is why pyproject.toml keeps pytest below 9.2
+    (tmp_path / "test_grouped.py").write_text(GROUPED_SUITE)
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    env = {**os.environ, "RAN_DIR": str(ran)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                           "-q", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    workers = {path.name: path.read_text() for path in ran.iterdir()}
+    assert len(workers) == 4, workers
+    assert workers["first_1"] == workers["first_2"], workers
+    assert workers["second_1"] == workers["second_2"], workers
