@@ -80,19 +80,29 @@ except (OSError, subprocess.TimeoutExpired):
 EOF
 }
 
+# pyproject.toml as .venv last installed it: a pin changed since (pytest's, say) reaches a .venv
+# made before it.
+INSTALLED_PROJECT="$VENV/installed-pyproject.toml"
+
 ensure_venv() {
-    # The imports, and the pytest plugin's entry point (an older install of the project lacks it).
-    if [ -x "$PY" ] && "$PY" -c 'import orchestrate, docker, tenacity, filelock, pytest, xdist, pytest_timeout, compose, yaml, kubernetes_validate, matplotlib, playwright, check_jsonschema
+    # The same pyproject.toml, the imports, and the pytest plugin's entry point (an older install of
+    # the project lacks it).
+    if [ -x "$PY" ] && cmp -s "$ROOT/pyproject.toml" "$INSTALLED_PROJECT" && "$PY" -c 'import orchestrate, docker, tenacity, filelock, pytest, xdist, pytest_timeout, compose, yaml, kubernetes_validate, matplotlib, playwright, check_jsonschema
 from importlib.metadata import entry_points
 assert any(e.name == "ddp_compose" for e in entry_points(group="pytest11"))' 2>/dev/null; then
         return
     fi
-    say "creating $VENV with the project and the test tools"
-    command -v python3 >/dev/null || die "python3 not found: install Python 3.9 or newer"
-    [ -x "$PY" ] || python3 -m venv "$VENV"
+    if [ -x "$PY" ]; then
+        say "bringing $VENV up to date with pyproject.toml"
+    else
+        say "creating $VENV with the project and the test tools"
+        command -v python3 >/dev/null || die "python3 not found: install Python 3.9 or newer"
+        python3 -m venv "$VENV"
+    fi
     ensure_uv
     venv_install --upgrade pip  # alone: uv's --upgrade upgrades everything it resolves
     venv_install -e "$ROOT[dev]"
+    cp "$ROOT/pyproject.toml" "$INSTALLED_PROJECT"
 }
 
 # uv installs into .venv what pip would, from the same pins, in a fraction of pip's time: torch

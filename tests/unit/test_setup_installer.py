@@ -29,6 +29,7 @@ case "$*" in
     [ -z "${{NO_UV:-}}" ] || exit 1
     cp "$VENV/uv-stand-in" "$VENV/bin/uv" ;;
   *"pip install"*) echo "pip $*" >> "$LOG" ;;
+  *"import orchestrate"*) exit 0 ;;  # a venv with everything imported
   *) echo "unexpected: $*" >> "$LOG"; exit 3 ;;
 esac
 """
@@ -58,9 +59,14 @@ def checkout(tmp_path):
 
 def install(checkout: Path, *args: str, **env: str) -> tuple[str, list[str]]:
     """Run ensure_uv then venv_install ARGS; return set-up's output and the logged calls."""
+    return set_up(checkout, f'ensure_uv; venv_install {" ".join(args)}', **env)
+
+
+def set_up(checkout: Path, commands: str, **env: str) -> tuple[str, list[str]]:
+    """Run COMMANDS after sourcing setup.sh; return set-up's output and the logged calls."""
     log = checkout / "calls.log"
     log.touch()
-    script = f'source scripts/setup.sh; ensure_uv; venv_install {" ".join(args)}'
+    script = f"source scripts/setup.sh; {commands}"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     proc = subprocess.run(["bash", "-c", script], cwd=checkout, capture_output=True, text=True, timeout=60,
                           env={**clean, "DDP_SKIP_SETUP": "1", "LOG": str(log),
@@ -110,3 +116,19 @@ def test_pips_extra_indexes_are_said_to_be_unused(checkout):
     assert "pip's extra indexes and find-links are not used" in output
     output, _ = install(checkout, "a", PIP_CONFIG="global.cert='/etc/ssl/certs/ca.crt'")
     assert "not used" not in output
+
+
+def test_a_venv_is_installed_again_when_pyproject_changed_since_and_left_alone_when_not(checkout):
+    (checkout / "pyproject.toml").write_text('dev = ["pytest>=8"]\n')
+    output, calls = set_up(checkout, "ensure_venv")  # a .venv from before set-up kept pyproject.toml
+    assert "bringing" in output and "up to date with pyproject.toml" in output
+    assert calls[-1].startswith("uv pip install") and f"-e {checkout}[dev]" in calls[-1]
+    before = len(calls)
+
+    output, calls = set_up(checkout, "ensure_venv")
+    assert len(calls) == before and "up to date" not in output  # nothing changed: nothing installed
+
+    (checkout / "pyproject.toml").write_text('dev = ["pytest>=8,<9.2"]\n')  # a pin, pulled
+    output, calls = set_up(checkout, "ensure_venv")
+    assert len(calls) > before and f"-e {checkout}[dev]" in calls[-1]
+    assert (checkout / ".venv" / "installed-pyproject.toml").read_text() == 'dev = ["pytest>=8,<9.2"]\n'
