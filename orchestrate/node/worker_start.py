@@ -10,7 +10,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    (:mod:`orchestrate.node.snapshot`); and count its optimizer steps on the progress channel
    (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
-   (:mod:`orchestrate.node.storage_faults`).
+   (:mod:`orchestrate.node.storage_faults`). Where the run asks for torch's DETAIL debug
+   level (``--debug-collectives``), keep DDP on gloo from crashing under it
+   (:mod:`orchestrate.node.ddp_detail_guard`).
 
 1. ``--nccl-hostid-per-rank`` (``--share-gpus`` with more processes than GPUs on a node):
    ``NCCL_HOSTID`` = the node's host name and the worker's local rank, set before NCCL starts,
@@ -133,7 +135,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import collective_log, snapshot, step_counter, storage_faults
+    from orchestrate.node import collective_log, ddp_detail_guard, snapshot, step_counter, storage_faults
     from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
@@ -148,6 +150,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.optim", step_counter.install)
+    if ddp_detail_guard.wanted(os.environ):
+        collective_log.when_imported("torch.nn.parallel.distributed", ddp_detail_guard.install)
     progress = os.environ.get(PROGRESS_DIR_ENV)
     if progress:  # the launcher's storage faults reach open() and torch.save
         faults = storage_faults.install(progress)
