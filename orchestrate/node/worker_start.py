@@ -24,7 +24,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    seconds where the script gives none, so a collective that waits longer fails.
 
 Then TARGET runs as ``python3 TARGET...`` would run it: a script (its directory first on
-``sys.path``, ``__name__ == "__main__"``) or ``-m module``. Standard library only, until the
+``sys.path``, ``__name__ == "__main__"``) or ``-m module``; when it returns (or exits 0), the
+worker says so on the progress channel (``finished``), so that the launcher can name a rank that
+left while the others still needed it. Standard library only, until the
 shim wraps torch's functions (torch is imported then, as the script would).
 """
 from __future__ import annotations
@@ -166,7 +168,15 @@ def main(argv: list[str]) -> None:
     install_recorder(float(timeout) if timeout is not None else None)
     if "--nccl-as-gloo" in flags:
         install_gloo_shim()
-    run_target(target)
+    from orchestrate.node.progress import report_finished  # importable since install_recorder
+
+    try:
+        run_target(target)
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            report_finished()
+        raise
+    report_finished()
 
 
 if __name__ == "__main__":

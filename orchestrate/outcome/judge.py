@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
+from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import is_collateral
 from orchestrate.outcome.states import NodePhase
@@ -53,6 +54,9 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
        stopped); a failure that is not a consequence of another (a peer's closed
        connection, a SIGTERM from torchrun) wins over one that is.
     4. Then the earliest failure by the workers' error files, then the node that ended first.
+    5. A failure that only lost its peers (a consequence), of a rank that had not finished,
+       while other ranks had finished their script: those ranks left while it still needed
+       them (uneven data), and the failure says so (:func:`left_early`).
 
     Returns:
         The failure, or None when no node failed.
@@ -93,7 +97,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
 
     first = min(failed, key=order)
     cause = first.root_cause
-    return Failure(
+    failure = Failure(
         node=first.node.name,
         rank=cause.rank if cause else None,
         exit_code=(cause.exit_code if cause and cause.exit_code is not None else first.exit_code),
@@ -101,6 +105,28 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
         last_lines=tuple(first.last_lines),
         traceback=cause.traceback if cause else "",
     )
+    left = left_early(first, results)
+    return replace(failure, description=f"{failure.describe()}, as {left}") if left else failure
+
+
+def left_early(first: NodeResult, results: list[NodeResult]) -> str:
+    """Why ``first``'s failure, a consequence, happened when ranks left early: those whose script
+    had returned while it still ran (``rank 3 (node1) had finished its script after step 12 while
+    ranks 0-2 still ran; ...``), or "" when that does not explain it (its error is its own, it
+    had finished too, or no rank had)."""
+    cause = first.root_cause
+    if cause is None or not is_collateral(cause, first.last_lines) or cause.rank in first.finished_ranks:
+        return ""
+    finished = {rank: (result.node.name, step) for result in results for rank, step in result.finished_ranks.items()}
+    if not finished:
+        return ""
+    still = [rank for result in results for rank in result.node.global_ranks if rank not in finished]
+    who = ", ".join(f"{rank} ({node}{'' if step is None else f', after step {step}'})"
+                    for rank, (node, step) in sorted(finished.items()))
+    verb = "had finished its script" if len(finished) == 1 else "had finished their scripts"
+    theirs = "its collectives" if len(still) == 1 else "their collectives"
+    return (f"{'rank' if len(finished) == 1 else 'ranks'} {who} {verb} while {ranks_text(still)} still ran:"
+            f" {theirs} lost a peer (do all ranks run the same number of steps?)")
 
 
 def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_torch: str = "") -> Optional[str]:

@@ -32,6 +32,8 @@ class NodeResult:
         oom_in_state: Its container's state says it was OOM-killed.
         consequence: What its death did to the whole job, where that ends it (it held the
             rendezvous store, and only it was restarted).
+        finished_ranks: Its ranks whose script returned (or exited 0), each with the highest
+            step it had reported (None: none), as the workers said on the progress channel.
     """
 
     node: NodePlan
@@ -50,6 +52,7 @@ class NodeResult:
     oom_events: int = 0
     oom_in_state: bool = False
     consequence: str = ""
+    finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
 
     def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:
         """Learn of OOM kills, in whatever order the news comes: an engine ``oom`` event (one

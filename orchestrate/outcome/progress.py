@@ -12,7 +12,8 @@ from typing import Optional
 class ProgressRecord:
     """One line of the channel: ``attempt`` is the worker process's token (an elastic job's
     restarted ranks are new processes), ``counted`` a step the start-up hook counted from the
-    optimizer (the script reported none of its own)."""
+    optimizer (the script reported none of its own); ``finished``: the worker's script returned
+    (or exited 0), ``after_step`` the highest step it had reported."""
 
     rank: int
     time: float
@@ -21,6 +22,8 @@ class ProgressRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     attempt: str = ""
     counted: bool = False
+    finished: bool = False
+    after_step: Optional[int] = None
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -36,6 +39,9 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
         record.resumed = int(data.pop("resumed"))
     record.attempt = str(data.pop("attempt", ""))
     record.counted = bool(data.pop("counted", False))
+    record.finished = data.pop("finished", False) is True
+    after = data.pop("after_step", None)
+    record.after_step = after if isinstance(after, int) and not isinstance(after, bool) else None
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}
     return record
 

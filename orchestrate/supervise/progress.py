@@ -20,6 +20,8 @@ class ProgressWatch:
         self.records = 0  # every record read so far: progress, to the hang watchdog
         # each rank's attempts (worker processes): when the first record came, the steps done
         self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
+        # the ranks whose script returned: their attempt, and the highest step it reported
+        self.finished: dict[int, tuple[str, Optional[int]]] = {}
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -31,8 +33,13 @@ class ProgressWatch:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
         waiting for training to resume, learns the step it resumed from and when it did."""
         for record in self.reader.poll():
-            self.seen = True
             self.records += 1
+            if record.finished:  # not a step: a script without any still says it
+                self.finished[record.rank] = (record.attempt, record.after_step)
+                continue
+            self.seen = True
+            if record.rank in self.finished and self.finished[record.rank][0] != record.attempt:
+                del self.finished[record.rank]  # a new process of the rank (an elastic restart) runs on
             first, steps = self.attempts.setdefault((record.rank, record.attempt), (record.time, set()))
             if record.step is not None:
                 steps.add(record.step)

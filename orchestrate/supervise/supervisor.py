@@ -510,6 +510,9 @@ class Supervisor:
     def result(self) -> RunResult:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
         trackers = list(self.trackers.values())
+        for tracker in trackers:  # the ranks whose script returned (polled as the nodes ended)
+            tracker.result.finished_ranks = {rank: self.progress.finished[rank][1] for rank in tracker.plan.global_ranks
+                                             if rank in self.progress.finished}
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
         if self.writes is not None:
             self.writes.walk()

@@ -60,6 +60,18 @@ def test_a_failing_rank_fails_fast_naming_node_and_rank(orchestrate_run, docker_
     assert leftovers(docker_client, result.project) == []
 
 
+def test_a_rank_that_finishes_while_the_others_train_is_named_for_their_lost_peer(orchestrate_run, docker_client):
+    result = orchestrate_run("--nodes", "2", "--workdir", str(JOBS), "--", "uneven_batches.py", "--batches", "8",
+                             "--short-by", "3")
+    assert result.code == 1, result.output[-3000:]
+    assert "rank 1 done after 5 batches" in result.output
+    failed = next(line for line in result.output.splitlines() if line.startswith("FAILED:"))
+    assert failed.startswith("FAILED: node0 rank 0 failed (exit code 1)"), failed
+    assert failed.endswith(", as rank 1 (node1, after step 5) had finished its script while rank 0 still ran: its"
+                           " collectives lost a peer (do all ranks run the same number of steps?)"), failed
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_missing_image_that_may_not_be_built_is_exit_2_and_starts_nothing(orchestrate_run, docker_client, tmp_path):
     result = orchestrate_run("--image", "ddp-compose-no-such-image:0", "--no-build")
     assert result.code == 2

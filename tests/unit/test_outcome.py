@@ -119,6 +119,40 @@ def test_a_signal_death_while_peers_also_failed_is_not_called_an_exit_crash(make
     assert "after its peers finished" not in format_summary(outcome(results))
 
 
+def test_a_rank_that_finished_while_the_others_still_needed_it_explains_their_lost_peer(make_job):
+    plan = make_job(nodes=2, nproc_per_node=2)
+    results = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer")),
+                          (NodePhase.FAILED, 1, 5.1, RootCause(2, 0, 1, "RuntimeError: Connection closed by peer")))
+    results[1].finished_ranks = {3: 12}
+    text = format_summary(outcome(results))
+    assert ("FAILED: node0 rank 0 failed (exit code 1): RuntimeError: Connection closed by peer, as rank 3 (node1,"
+            " after step 12) had finished its script while ranks 0-2 still ran: their collectives lost a peer") in text
+    assert "  then node1 rank 2: RuntimeError: Connection closed by peer" in text
+    alone = results_for(make_job(nodes=2), (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "Connection reset by peer")),
+                        (NodePhase.SUCCEEDED, 0, 4.0, None))
+    alone[1].finished_ranks = {1: None}  # a script that reported no step
+    assert find_failure(alone).describe().endswith(
+        ", as rank 1 (node1) had finished its script while rank 0 still ran: its collectives lost a peer"
+        " (do all ranks run the same number of steps?)")
+
+
+def test_finished_ranks_explain_nothing_beside_a_failure_of_its_own_or_one_that_finished_too(make_job):
+    plan = make_job(nodes=2, nproc_per_node=2)
+    own = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "ValueError: bad batch")),
+                      (NodePhase.SUCCEEDED, 0, 4.0, None))
+    own[1].finished_ranks = {2: 7, 3: 7}
+    assert find_failure(own).describe() == "node0 rank 0 failed (exit code 1): ValueError: bad batch"
+    # every rank's script returned, and rank 1 crashed on its way out: the exit crash, not a rank that left
+    at_exit = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(1, 1, -6, "SIGABRT")),
+                          (NodePhase.SUCCEEDED, 0, 4.0, None))
+    at_exit[0].finished_ranks, at_exit[1].finished_ranks = {0: 9, 1: 9}, {2: 9, 3: 9}
+    assert "had finished" not in find_failure(at_exit).describe()
+    assert "died by SIGABRT after its peers finished" in format_summary(outcome(at_exit))
+    none = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "Connection closed by peer")),
+                       (NodePhase.FAILED, 1, 5.1, RootCause(2, 0, 1, "Connection closed by peer")))
+    assert "had finished" not in find_failure(none).describe()
+
+
 def test_a_worker_that_refused_its_input_is_said_in_one_line_with_its_last_line():
     from orchestrate.outcome.judge import Failure
 

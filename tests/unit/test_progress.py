@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 import orchestrate.node.progress as progress
 from orchestrate.faults.scheduler import mark_fired, write_triggers
+from orchestrate.node import worker_start
 from orchestrate.outcome.progress import ProgressReader
 
 
@@ -45,6 +50,38 @@ def test_steps_and_resumes_reach_the_reader_and_torn_lines_wait(tmp_path, monkey
     with open(tmp_path / "rank3.jsonl", "a") as handle:
         handle.write('me": 5.0}\n')
     assert [r.step for r in reader.poll()] == [10]
+
+
+def test_a_finished_rank_says_after_which_step_and_is_no_step_itself(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(progress, "_channel", None)
+    progress.report(4)
+    progress.report(5)
+    progress.report_finished()
+    records = ProgressReader(tmp_path).poll()
+    assert [(r.step, r.finished, r.after_step, r.metrics) for r in records] == [
+        (4, False, None, {}), (5, False, None, {}), (None, True, 5, {})]
+    monkeypatch.setattr(progress, "_channel", None)
+    (tmp_path / "rank1.jsonl").unlink()
+    progress.report_finished()  # a script that reported no step
+    assert [(r.finished, r.after_step) for r in ProgressReader(tmp_path).poll()] == [(True, None)]
+
+
+@pytest.mark.parametrize("ending, code, finished", [
+    ("pass", 0, True), ("sys.exit(0)", 0, True), ("sys.exit()", 0, True), ("sys.exit(3)", 3, False),
+    ("raise ValueError('bad batch')", 1, False),
+])
+def test_the_hook_says_a_script_finished_only_when_it_returned_or_exited_0(tmp_path, ending, code, finished):
+    (tmp_path / "job.py").write_text(f"import sys\nfrom orchestrate.node.progress import report\nreport(7)\n{ending}\n")
+    env = {**os.environ, "DDP_PROGRESS_DIR": str(tmp_path), "RANK": "2",
+           "PYTHONPATH": str(Path(worker_start.__file__).parents[2])}
+    done = subprocess.run([sys.executable, worker_start.__file__, "--", "job.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == code, done.stderr
+    records = ProgressReader(tmp_path).poll()
+    assert [r.step for r in records if not r.finished] == [7]
+    assert [(r.rank, r.after_step) for r in records if r.finished] == ([(2, 7)] if finished else [])
 
 
 def test_a_rank_at_a_fault_step_waits_until_the_fault_is_injected(tmp_path, monkeypatch):

@@ -127,6 +127,30 @@ def test_the_fault_scheduler_fires_by_time_and_by_step_once_each(tmp_path):
     assert [kind for kind, _ in recorder.events] == ["fault", "fault"]
 
 
+def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_reports(tmp_path):
+    watch = ProgressWatch(tmp_path, Recorder().record)
+
+    def write(rank: int, **record) -> None:
+        with open(tmp_path / f"rank{rank}.jsonl", "a") as handle:
+            handle.write(json.dumps({"rank": rank, "time": 1.0, **record}) + "\n")
+
+    write(0, step=1, attempt="a")
+    write(1, step=1, attempt="b")
+    write(1, finished=True, after_step=1, attempt="b")
+    watch.poll(0.0, None)
+    assert watch.finished == {1: ("b", 1)} and watch.max_step == 1
+    write(0, finished=True, after_step=None, attempt="a")
+    write(1, step=2, attempt="b2")  # rank 1 restarted (elastic): it runs again
+    watch.poll(0.0, None)
+    assert watch.finished == {0: ("a", None)}
+    fresh = ProgressWatch(tmp_path / "none", Recorder().record)
+    (tmp_path / "none").mkdir()
+    with open(tmp_path / "none" / "rank0.jsonl", "w") as handle:
+        handle.write(json.dumps({"rank": 0, "time": 1.0, "finished": True, "attempt": "a"}) + "\n")
+    fresh.poll(0.0, None)
+    assert not fresh.seen and fresh.records == 1  # a finish is activity, not a step
+
+
 def test_a_fault_in_an_attempt_is_armed_by_the_one_before_and_counts_only_attempts_begun_after_it(tmp_path):
     recorder, injected, clock = Recorder(), [], [100.0]
     watch = ProgressWatch(tmp_path, recorder.record)
