@@ -126,10 +126,13 @@ def report_finished() -> None:
     """Report that this rank's script returned (or exited 0), after the highest step it reported
     (null if none): the workers' start-up hook says it, so that a rank that leaves while the
     others still train (uneven data) is named when their collectives lose it."""
-    channel = _get_channel()
-    if channel is not None:
-        after = max(channel.steps_here) if channel.steps_here else None
-        channel.write({"rank": channel.rank, "finished": True, "after_step": after, "time": time.time()})
+    try:
+        channel = _get_channel()
+        if channel is not None:
+            after = max(channel.steps_here) if channel.steps_here else None
+            channel.write({"rank": channel.rank, "finished": True, "after_step": after, "time": time.time()})
+    except OSError:
+        pass  # the script succeeded: a channel that cannot be written must not fail it
 
 
 # Launcher side ---------------------------------------------------------------------------

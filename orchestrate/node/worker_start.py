@@ -173,7 +173,7 @@ def main(argv: list[str]) -> None:
     try:
         run_target(target)
     except SystemExit as exc:
-        if exc.code in (None, 0):
+        if exc.code is None or (isinstance(exc.code, int) and exc.code == 0):
             report_finished()
         raise
     report_finished()

@@ -12,6 +12,8 @@ from orchestrate.outcome.states import NodePhase
 
 # The exit code of a worker that refused its input, by the convention of argparse and app/.
 REFUSED_EXIT_CODE = 2
+# A worker's own crash (torchrun's exit code: minus the signal), never a peer's doing.
+CRASH_EXIT_CODES = tuple(-int(s) for s in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE))
 
 
 @dataclass(frozen=True)
@@ -110,23 +112,27 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
 
 
 def left_early(first: NodeResult, results: list[NodeResult]) -> str:
-    """Why ``first``'s failure, a consequence, happened when ranks left early: those whose script
-    had returned while it still ran (``rank 3 (node1) had finished its script after step 12 while
-    ranks 0-2 still ran; ...``), or "" when that does not explain it (its error is its own, it
-    had finished too, or no rank had)."""
+    """Why ``first``'s failure, a lost peer, happened when ranks left early: those whose script
+    had returned while it still ran (``rank 3 (node1, after step 12) had finished its script while
+    ranks 0-2 still ran, and ...``), or "" when that does not explain it (its error is its own,
+    a signal ended it, it had finished too, a worker crashed, or no rank had finished)."""
     cause = first.root_cause
     if cause is None or not is_collateral(cause, first.last_lines) or cause.rank in first.finished_ranks:
         return ""
+    if cause.exit_code is not None and cause.exit_code < 0:
+        return ""  # killed, not a lost peer: the crash at exit, a stop, torchrun's SIGTERM
+    if any(r.root_cause and r.root_cause.exit_code in CRASH_EXIT_CODES for r in results if r.state is NodePhase.FAILED):
+        return ""  # a worker that crashed explains its peers better (and torchrun stopped its node's others)
     finished = {rank: (result.node.name, step) for result in results for rank, step in result.finished_ranks.items()}
-    if not finished:
-        return ""
     still = [rank for result in results for rank in result.node.global_ranks if rank not in finished]
+    if not finished or not still:
+        return ""
     who = ", ".join(f"{rank} ({node}{'' if step is None else f', after step {step}'})"
                     for rank, (node, step) in sorted(finished.items()))
     verb = "had finished its script" if len(finished) == 1 else "had finished their scripts"
-    theirs = "its collectives" if len(still) == 1 else "their collectives"
-    return (f"{'rank' if len(finished) == 1 else 'ranks'} {who} {verb} while {ranks_text(still)} still ran:"
-            f" {theirs} lost a peer (do all ranks run the same number of steps?)")
+    lost = "it as a peer" if len(finished) == 1 else "them as peers"
+    return (f"{'rank' if len(finished) == 1 else 'ranks'} {who} {verb} while {ranks_text(still)} still ran, and"
+            f" {ranks_text(still)}'s collectives lost {lost} (do all ranks run the same number of steps?)")
 
 
 def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_torch: str = "") -> Optional[str]:

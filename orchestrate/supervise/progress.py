@@ -20,8 +20,8 @@ class ProgressWatch:
         self.records = 0  # every record read so far: progress, to the hang watchdog
         # each rank's attempts (worker processes): when the first record came, the steps done
         self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
-        # the ranks whose script returned: their attempt, and the highest step it reported
-        self.finished: dict[int, tuple[str, Optional[int]]] = {}
+        # the ranks whose script returned: their attempt, the highest step it reported, when
+        self.finished: dict[int, tuple[str, Optional[int], float]] = {}
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -29,13 +29,18 @@ class ProgressWatch:
         counts = [len(steps) for first, steps in self.attempts.values() if first > since and steps]
         return max(counts, default=None)
 
+    def finished_before(self, until: float) -> dict[int, Optional[int]]:
+        """The ranks whose script returned before ``until`` (epoch time), each with the highest
+        step it reported: not those that returned later, when a stop or a peer's end had come."""
+        return {rank: step for rank, (_, step, at) in self.finished.items() if at < until}
+
     def poll(self, now: float, recovery: Optional[Recovery]) -> None:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
         waiting for training to resume, learns the step it resumed from and when it did."""
         for record in self.reader.poll():
             self.records += 1
             if record.finished:  # not a step: a script without any still says it
-                self.finished[record.rank] = (record.attempt, record.after_step)
+                self.finished[record.rank] = (record.attempt, record.after_step, record.time)
                 continue
             self.seen = True
             if record.rank in self.finished and self.finished[record.rank][0] != record.attempt:

@@ -510,9 +510,12 @@ class Supervisor:
     def result(self) -> RunResult:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
         trackers = list(self.trackers.values())
-        for tracker in trackers:  # the ranks whose script returned (polled as the nodes ended)
-            tracker.result.finished_ranks = {rank: self.progress.finished[rank][1] for rank in tracker.plan.global_ranks
-                                             if rank in self.progress.finished}
+        # the ranks whose script returned before any node ended (not one that a stop made return)
+        exits = [t.exited_at for t in trackers if t.exited_at is not None]
+        until = self.started_time + (min(exits) - self.started_at) if exits else float("inf")
+        finished = self.progress.finished_before(until)
+        for tracker in trackers:
+            tracker.result.finished_ranks = {rank: finished[rank] for rank in tracker.plan.global_ranks if rank in finished}
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
         if self.writes is not None:
             self.writes.walk()

@@ -67,8 +67,8 @@ def test_a_rank_that_finishes_while_the_others_train_is_named_for_their_lost_pee
     assert "rank 1 done after 5 batches" in result.output
     failed = next(line for line in result.output.splitlines() if line.startswith("FAILED:"))
     assert failed.startswith("FAILED: node0 rank 0 failed (exit code 1)"), failed
-    assert failed.endswith(", as rank 1 (node1, after step 5) had finished its script while rank 0 still ran: its"
-                           " collectives lost a peer (do all ranks run the same number of steps?)"), failed
+    assert failed.endswith(", as rank 1 (node1, after step 5) had finished its script while rank 0 still ran, and"
+                           " rank 0's collectives lost it as a peer (do all ranks run the same number of steps?)"), failed
     assert leftovers(docker_client, result.project) == []
 
 

@@ -126,14 +126,15 @@ def test_a_rank_that_finished_while_the_others_still_needed_it_explains_their_lo
     results[1].finished_ranks = {3: 12}
     text = format_summary(outcome(results))
     assert ("FAILED: node0 rank 0 failed (exit code 1): RuntimeError: Connection closed by peer, as rank 3 (node1,"
-            " after step 12) had finished its script while ranks 0-2 still ran: their collectives lost a peer") in text
+            " after step 12) had finished its script while ranks 0-2 still ran, and ranks 0-2's collectives lost it"
+            " as a peer (do all ranks run the same number of steps?)") in text
     assert "  then node1 rank 2: RuntimeError: Connection closed by peer" in text
     alone = results_for(make_job(nodes=2), (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "Connection reset by peer")),
                         (NodePhase.SUCCEEDED, 0, 4.0, None))
     alone[1].finished_ranks = {1: None}  # a script that reported no step
     assert find_failure(alone).describe().endswith(
-        ", as rank 1 (node1) had finished its script while rank 0 still ran: its collectives lost a peer"
-        " (do all ranks run the same number of steps?)")
+        ", as rank 1 (node1) had finished its script while rank 0 still ran, and rank 0's collectives lost it as a"
+        " peer (do all ranks run the same number of steps?)")
 
 
 def test_finished_ranks_explain_nothing_beside_a_failure_of_its_own_or_one_that_finished_too(make_job):
@@ -151,6 +152,21 @@ def test_finished_ranks_explain_nothing_beside_a_failure_of_its_own_or_one_that_
     none = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "Connection closed by peer")),
                        (NodePhase.FAILED, 1, 5.1, RootCause(2, 0, 1, "Connection closed by peer")))
     assert "had finished" not in find_failure(none).describe()
+    # rank 2 crashed; torchrun stopped rank 3, whose SIGTERM handler saved and exited 0
+    crashed = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "Connection closed by peer")),
+                          (NodePhase.FAILED, 1, 5.1, RootCause(2, 0, -11, "Signal 11 (SIGSEGV) received by PID 9")))
+    crashed[1].finished_ranks = {3: 4}
+    assert "had finished" not in find_failure(crashed).describe()
+    killed = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(1, 1, -15, "Signal 15 (SIGTERM) received")),
+                         (NodePhase.SUCCEEDED, 0, 4.0, None))
+    killed[1].finished_ranks = {2: 4, 3: 4}
+    assert "had finished" not in find_failure(killed).describe()
+    several = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "Connection closed by peer")),
+                          (NodePhase.SUCCEEDED, 0, 4.0, None))
+    several[0].finished_ranks, several[1].finished_ranks = {1: 3}, {2: 3, 3: None}
+    assert find_failure(several).describe().endswith(
+        ", as ranks 1 (node0, after step 3), 2 (node1, after step 3), 3 (node1) had finished their scripts while"
+        " rank 0 still ran, and rank 0's collectives lost them as peers (do all ranks run the same number of steps?)")
 
 
 def test_a_worker_that_refused_its_input_is_said_in_one_line_with_its_last_line():

@@ -69,7 +69,8 @@ def test_a_finished_rank_says_after_which_step_and_is_no_step_itself(tmp_path, m
 
 
 @pytest.mark.parametrize("ending, code, finished", [
-    ("pass", 0, True), ("sys.exit(0)", 0, True), ("sys.exit()", 0, True), ("sys.exit(3)", 3, False),
+    ("pass", 0, True), ("sys.exit(0)", 0, True), ("sys.exit()", 0, True), ("sys.exit(False)", 0, True),
+    ("sys.exit(3)", 3, False), ("sys.exit(0.0)", 1, False), ("sys.exit('no data')", 1, False),
     ("raise ValueError('bad batch')", 1, False),
 ])
 def test_the_hook_says_a_script_finished_only_when_it_returned_or_exited_0(tmp_path, ending, code, finished):

@@ -138,11 +138,12 @@ def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_repo
     write(1, step=1, attempt="b")
     write(1, finished=True, after_step=1, attempt="b")
     watch.poll(0.0, None)
-    assert watch.finished == {1: ("b", 1)} and watch.max_step == 1
+    assert watch.finished_before(2.0) == {1: 1} and watch.max_step == 1
+    assert watch.finished_before(1.0) == {}  # returned as the first node ended, or after: not counted
     write(0, finished=True, after_step=None, attempt="a")
     write(1, step=2, attempt="b2")  # rank 1 restarted (elastic): it runs again
     watch.poll(0.0, None)
-    assert watch.finished == {0: ("a", None)}
+    assert watch.finished_before(2.0) == {0: None}
     fresh = ProgressWatch(tmp_path / "none", Recorder().record)
     (tmp_path / "none").mkdir()
     with open(tmp_path / "none" / "rank0.jsonl", "w") as handle:
