@@ -8,9 +8,11 @@ started the run is gone. :func:`run_state` is the pure rule that names a run's s
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -47,6 +49,7 @@ from orchestrate.engine.labels import (
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
+from orchestrate.plan.layout import STOP_REQUEST_FILE
 from orchestrate.plan.make import assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
 
@@ -326,10 +329,21 @@ def stop_run(run: RunInfo, timeout_s: int = 10) -> list[str]:
             raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
 
     if live:
+        mark_stop_requested(run)
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="ddp-stop") as pool:
             for done in [pool.submit(stop, node) for node in live]:
                 done.result()  # the first failure, once every node's stop has ended
     return [node.name for node in live]
+
+
+def mark_stop_requested(run: RunInfo) -> None:
+    """Say in the run's directory that its nodes are stopped on request (see STOP_REQUEST_FILE);
+    a directory that is gone or not writable here leaves the run to be judged by its exits."""
+    try:
+        if run.run_dir.name and run.run_dir.is_dir():
+            (run.run_dir / STOP_REQUEST_FILE).write_text(json.dumps({"time": time.time()}) + "\n")
+    except OSError:
+        pass
 
 
 def remove_run(client: Any, run: RunInfo) -> list[str]:

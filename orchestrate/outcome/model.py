@@ -160,6 +160,7 @@ class RunResult:
         timings: Seconds spent in each phase, and the recoveries.
         faults: Every fault asked for, in the order they fired, then those that did not.
         interrupted: A signal stopped the run (``signal_number``).
+        stopped_by: Who sent it, where that was not the launcher's own terminal (``stop RUN``).
         error: Why the environment failed the run (bring-up, the engine), if it did.
         error_exit_code: The exit code of that error.
         teardown_error: What was left behind, if the teardown failed.
@@ -182,6 +183,7 @@ class RunResult:
     faults: list[FaultRecord] = field(default_factory=list)
     interrupted: bool = False
     signal_number: int = 2
+    stopped_by: str = ""
     error: str = ""
     error_exit_code: int = 2
     teardown_error: str = ""

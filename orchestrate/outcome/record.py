@@ -20,6 +20,7 @@ def outcome_record(outcome: RunResult) -> dict:
         "succeeded": outcome.succeeded,
         "exit_code": outcome.exit_code,
         "interrupted": outcome.interrupted,
+        "stopped_by": outcome.stopped_by,
         "error": outcome.error,
         "teardown_error": outcome.teardown_error,
         "image_torch": outcome.image_torch,

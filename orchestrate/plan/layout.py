@@ -31,6 +31,10 @@ HEARTBEAT_FILE = "heartbeat"
 
 PROGRESS_SUBDIR = "progress"
 
+# Left in the run's directory by ``stop RUN`` before it stops the nodes, so that whoever follows
+# the run (``attach``, a detached run's launcher) says it was stopped, not that it failed.
+STOP_REQUEST_FILE = "stop-requested"
+
 # Where the workers answer the launcher's requests for their stacks and collectives (the hang
 # watchdog, `stacks RUN`), under the run's directory.
 DEBUG_SUBDIR = "debug"

@@ -236,7 +236,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.torch = outcome.get("image_torch", "")
         model.failure = outcome.get("failure")
         model.recoveries = outcome.get("recoveries") or []
-        if outcome.get("interrupted"):
+        if outcome.get("interrupted") and outcome.get("stopped_by"):
+            model.outcome = f"STOPPED by {outcome['stopped_by']} (exit code {model.exit_code})"
+        elif outcome.get("interrupted"):
             model.outcome = f"INTERRUPTED (exit code {model.exit_code})"
         elif outcome.get("error"):
             model.outcome = f"FAILED (exit code {model.exit_code}): {outcome['error']}"

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import logging
 import queue
+import signal
 import time
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
+from orchestrate.engine.runs import STOP_EXIT_CODES
 from orchestrate.errors import NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.scheduler import FaultScheduler
@@ -47,7 +49,7 @@ from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.plan.layout import PROGRESS_SUBDIR
+from orchestrate.plan.layout import PROGRESS_SUBDIR, STOP_REQUEST_FILE
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
@@ -67,6 +69,8 @@ log = logging.getLogger(__name__)
 FAILURE_GRACE_S = 3.0
 # A node's exit is final once its log stream has ended too, or this long after its exit.
 LOG_DRAIN_S = 3.0
+# Who stopped a run whose nodes `stop RUN` ended, as the summary says it.
+STOPPED_BY = "python -m orchestrate stop"
 # A container's StartedAt and its start event's time differ by the engine's own bookkeeping:
 # an event this much older than the start it is compared with belongs to an earlier start.
 STAMP_SLACK_S = 0.001
@@ -110,6 +114,7 @@ class Supervisor:
                                self.why_absent, self.say, clock) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
+        self.stopped_on_request = False  # a node ended by `stop RUN` (see finish)
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         self.winding_down = False
@@ -445,6 +450,10 @@ class Supervisor:
             tracker.move(NodePhase.SUCCEEDED)
         elif result.killed_by_launcher:
             tracker.move(NodePhase.STOPPED)
+        elif result.exit_code in STOP_EXIT_CODES and (self.spec.run_dir / STOP_REQUEST_FILE).exists():
+            self.stopped_on_request = True  # `stop RUN` stopped it, from another terminal
+            tracker.move(NodePhase.STOPPED)
+            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by="stop")
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
         else:
@@ -522,6 +531,8 @@ class Supervisor:
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)
+        if self.stopped_on_request:
+            result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), STOPPED_BY
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
                                                              {r for t in trackers for r in t.plan.global_ranks})

@@ -89,6 +89,10 @@ def test_stop_keeps_the_logs_and_state_down_and_prune_remove_everything(docker_c
         assert run_state(docker_client, first) == "stopped"
         code, logs = cli("logs", first)  # the logs outlive the stop
         assert code == 0 and "basic step" in logs
+        code, summary = cli("attach", first)  # its summary says it was stopped, not that it failed
+        assert code == 143, summary[-2000:]
+        assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in summary
+        assert "FAILED" not in summary.split("summary ===")[-1]
 
         code, out = cli("down", second)
         assert code == 0 and f"removed run {second}: container" in out

@@ -169,6 +169,17 @@ def test_finished_ranks_explain_nothing_beside_a_failure_of_its_own_or_one_that_
         " rank 0 still ran, and rank 0's collectives lost them as peers (do all ranks run the same number of steps?)")
 
 
+def test_a_run_stopped_from_another_terminal_says_so_and_exits_as_a_sigterm_would(make_job):
+    plan = make_job(nodes=2)
+    stopped = results_for(plan, (NodePhase.STOPPED, 143, 5.0, None), (NodePhase.STOPPED, 143, 5.0, None))
+    result = outcome(stopped, interrupted=True, signal_number=15, stopped_by="python -m orchestrate stop")
+    text = format_summary(result)
+    assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in text
+    assert "FAILED" not in text and "INTERRUPTED" not in text
+    assert (result.exit_code, result.succeeded) == (143, False)
+    assert "INTERRUPTED by SIGINT: every node was stopped" in format_summary(outcome(stopped, interrupted=True))
+
+
 def test_a_worker_that_refused_its_input_is_said_in_one_line_with_its_last_line():
     from orchestrate.outcome.judge import Failure
 

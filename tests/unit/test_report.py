@@ -61,6 +61,15 @@ def test_a_successful_run_has_a_lane_per_node_and_rank_through_its_phases():
     assert model.end == pytest.approx(10.5)
 
 
+def test_a_run_stopped_by_stop_says_who_stopped_it_and_a_ctrl_c_is_an_interrupt():
+    stopped = {"succeeded": False, "exit_code": 143, "interrupted": True, "stopped_by": "python -m orchestrate stop"}
+    model = build_model({"run": plan(), "events": started(), "progress": [], "outcome": stopped})
+    assert model.outcome == "STOPPED by python -m orchestrate stop (exit code 143)"
+    interrupted = {"succeeded": False, "exit_code": 130, "interrupted": True, "stopped_by": ""}
+    model = build_model({"run": plan(), "events": started(), "progress": [], "outcome": interrupted})
+    assert model.outcome == "INTERRUPTED (exit code 130)"
+
+
 def test_a_failure_names_its_root_cause_on_the_failing_rank():
     events = started() + [ev(6.0, "node-exited", node="node1", exit_code=1),
                           ev(6.01, "node-failed", node="node1", exit_code=1, rank=3),

@@ -179,6 +179,19 @@ def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeyp
     assert stop_run(run, 3) == ["node0", "node1"]
     assert [c.stop_timeouts for c in (n.container for n in run.nodes)] == [[3], [3]]
     assert list_runs(client)[0].state is RunState.STOPPED
+    # word left for whoever follows the run: its nodes were stopped on request, not failed
+    assert (run.run_dir / "stop-requested").is_file()
+
+
+def test_a_stop_whose_run_directory_is_gone_still_stops_the_nodes(make_run):
+    import shutil
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("gone", {"node0": Script(hang=True)}, dict(nodes=1)))
+    [run] = list_runs(client)
+    shutil.rmtree(run.run_dir)
+    assert stop_run(run, 1) == ["node0"] and not run.run_dir.exists()
+    assert list_runs(client)[0].state is RunState.STOPPED
 
 
 def test_prune_with_runs_dir_leaves_other_directories_runs_alone(make_run, tmp_path):
