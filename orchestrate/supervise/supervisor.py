@@ -430,7 +430,7 @@ class Supervisor:
         tracker.exit_code, tracker.exited_at = code, at
         self.force_at.pop(tracker.name, None)  # a SIGKILL due after a grace: it ended before
         self.record("node-exited", node=tracker.name, exit_code=code, **({"via": via} if via else {}))
-        ending = self.kill_at is not None or self.first_failure_seen or self.winding_down
+        ending = self.kill_at is not None or self.first_failure_seen or self.winding_down or self.stop_requested()
         if self.restarts.should_restart(tracker, ending):
             self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
             self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands
@@ -439,6 +439,11 @@ class Supervisor:
             self.finish(tracker)
 
     # Endings -----------------------------------------------------------------------------
+
+    def stop_requested(self) -> bool:
+        """Whether ``stop RUN`` is stopping the nodes (from another terminal): their ends are
+        neither failures nor deaths to recover from."""
+        return (self.spec.run_dir / STOP_REQUEST_FILE).exists()
 
     def finish(self, tracker: NodeTracker) -> None:
         """A node ended: record how, and on the first failure start ending the job."""
@@ -450,7 +455,7 @@ class Supervisor:
             tracker.move(NodePhase.SUCCEEDED)
         elif result.killed_by_launcher:
             tracker.move(NodePhase.STOPPED)
-        elif result.exit_code in STOP_EXIT_CODES and (self.spec.run_dir / STOP_REQUEST_FILE).exists():
+        elif result.exit_code in STOP_EXIT_CODES and self.stop_requested():
             self.stopped_on_request = True  # `stop RUN` stopped it, from another terminal
             tracker.move(NodePhase.STOPPED)
             self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by="stop")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import _thread
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL, find_node_container
+from orchestrate.engine.runs import list_runs, stop_run
 from orchestrate.errors import NodeLookupError
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.run import Run
@@ -185,6 +187,21 @@ def test_elastic_mode_restarts_every_node_when_one_dies_and_measures_the_recover
     assert (recovery.node, recovery.resumed_from) == ("node1", 2)
     assert recovery.step_before >= 2 and recovery.steps_lost == recovery.step_before - 2
     assert recovery.recovery_s is not None and recovery.recovery_s >= 0
+
+
+def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_to_recover_from(make_run):
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
+    client = FakeDockerClient()
+
+    def stop_from_another_terminal() -> None:  # `python -m orchestrate stop RUN`, once both nodes run
+        threading.Thread(target=lambda: stop_run(list_runs(client)[0], 1), daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True)],
+                           node1=[Script(["[1|0]:step 1"], then=stop_from_another_terminal, hang=True)])
+    assert not [c for c in client.calls if c[0] == "restart"], text
+    assert [r.state for r in outcome.results] == [NodePhase.STOPPED, NodePhase.STOPPED], text
+    assert (outcome.stopped_by, outcome.exit_code) == ("python -m orchestrate stop", 143)
+    assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in format_summary(outcome)
 
 
 def test_elastic_mode_without_restarts_left_fails_naming_the_node(make_run):
