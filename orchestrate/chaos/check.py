@@ -29,6 +29,7 @@ from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
+from orchestrate.interrupts import SignalInterrupt
 from orchestrate.launch.run import Run, new_run_id, run_and_report
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.progress import ProgressRecord, read_all
@@ -128,7 +129,10 @@ class ChaosCheck:
     def one_run(self, request: RunRequest) -> RunResult:
         run = Run(request, out=self.out, client=self.client, command_line=self.command_line, verbose=self.verbose)
         try:
-            return run_and_report(run, raise_interrupt=True)
+            result = run_and_report(run, raise_interrupt=True)
+            if result.stopped_by:  # a trial stopped from another terminal: the check stops with it
+                raise SignalInterrupt(result.signal_number)
+            return result
         finally:
             self.client = run.client
 

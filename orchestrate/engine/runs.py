@@ -329,21 +329,31 @@ def stop_run(run: RunInfo, timeout_s: int = 10) -> list[str]:
             raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
 
     if live:
-        mark_stop_requested(run)
+        mark_stop_requested(run, [node.name for node in live])
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="ddp-stop") as pool:
             for done in [pool.submit(stop, node) for node in live]:
                 done.result()  # the first failure, once every node's stop has ended
     return [node.name for node in live]
 
 
-def mark_stop_requested(run: RunInfo) -> None:
-    """Say in the run's directory that its nodes are stopped on request (see STOP_REQUEST_FILE);
-    a directory that is gone or not writable here leaves the run to be judged by its exits."""
+def mark_stop_requested(run: RunInfo, nodes: list[str]) -> None:
+    """Say in the run's directory which of its nodes are stopped on request, and when (see
+    STOP_REQUEST_FILE); a directory that is gone or not writable here leaves the run to be
+    judged by its exits."""
     try:
         if run.run_dir.name and run.run_dir.is_dir():
-            (run.run_dir / STOP_REQUEST_FILE).write_text(json.dumps({"time": time.time()}) + "\n")
+            (run.run_dir / STOP_REQUEST_FILE).write_text(json.dumps({"time": time.time(), "nodes": nodes}) + "\n")
     except OSError:
         pass
+
+
+def stop_requested_nodes(run_dir: Path) -> frozenset[str]:
+    """The nodes ``stop RUN`` stopped (live when it came): none where it did not come."""
+    try:
+        nodes = json.loads((run_dir / STOP_REQUEST_FILE).read_text()).get("nodes", [])
+        return frozenset(str(node) for node in nodes) if run_dir.name else frozenset()
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
 
 
 def remove_run(client: Any, run: RunInfo) -> list[str]:

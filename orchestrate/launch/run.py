@@ -312,7 +312,7 @@ class Run:
                     break
                 except KeyboardInterrupt:
                     grace, again = 0, True
-        result.interrupted, result.signal_number = True, signal_number
+        result.interrupted, result.signal_number, result.stopped_by = True, signal_number, ""
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch
         return result
@@ -401,10 +401,12 @@ def run_and_report(run: Run, *, raise_interrupt: bool) -> RunResult:
     """Follow ``run`` to its end and print its summary: how ``run``, ``chaos`` and the pytest
     plugin run a job, one way. An interrupted run is torn down first; with
     ``raise_interrupt`` it then raises :class:`~orchestrate.interrupts.SignalInterrupt` (a check
-    or a test session stops), else its result says so (exit code 128 + the signal).
+    or a test session stops), else its result says so (exit code 128 + the signal). A run that
+    ``stop RUN`` stopped from another terminal is not an interrupt of this process: its result
+    says so (a test that fails, not a session that ends).
     """
     result = run.run()
     print(format_summary(result), file=run.out, flush=True)
-    if result.interrupted and raise_interrupt:
+    if result.interrupted and raise_interrupt and not result.stopped_by:
         raise SignalInterrupt(result.signal_number)
     return result

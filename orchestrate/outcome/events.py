@@ -17,6 +17,7 @@ node-exited        a node's container ended (``node``, ``exit_code``; ``via``: i
 node-failed        a node ended in failure (``node``, ``exit_code``, ``rank``)
 node-stopping      the launcher sent a node SIGTERM; SIGKILL follows after ``grace_s`` (``node``)
 node-killed        the launcher killed a node (``node``)
+node-stopped       ``stop RUN`` stopped a node, from another terminal (``node``, ``exit_code``, ``by``)
 events-ended       the engine's event stream ended; inspection follows the nodes (``reason``)
 restart            an elastic recovery restarts every node (``node``: the dead one, ``cause``, ``step``)
 resumed            training resumed after a recovery (``node``, ``step``, ``recovery_s``, ``steps_lost``)

@@ -54,11 +54,10 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"HUNG: {outcome.hang.headline}")
         lines += outcome.hang.lines()[1:]
         return "\n".join(lines)
-    if outcome.interrupted and outcome.stopped_by:
-        lines.append(f"STOPPED by {outcome.stopped_by} ({signal.Signals(outcome.signal_number).name}): every node was"
-                     " stopped")
-    elif outcome.interrupted:
-        lines.append(f"INTERRUPTED by {signal.Signals(outcome.signal_number).name}: every node was stopped")
+    if outcome.interrupted:
+        by = f"STOPPED by {outcome.stopped_by} (" if outcome.stopped_by else "INTERRUPTED by "
+        lines.append(f"{by}{signal.Signals(outcome.signal_number).name}{')' if outcome.stopped_by else ''}:"
+                     " every node was stopped")
         if outcome.hang is not None:
             lines += [f"  while hung: {outcome.hang.headline}", *outcome.hang.lines()[1:]]
     elif outcome.error:

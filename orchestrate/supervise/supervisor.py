@@ -35,7 +35,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.engine.runs import STOP_EXIT_CODES
+from orchestrate.engine.runs import STOP_EXIT_CODES, stop_requested_nodes
 from orchestrate.errors import NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.scheduler import FaultScheduler
@@ -49,7 +49,7 @@ from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.plan.layout import PROGRESS_SUBDIR, STOP_REQUEST_FILE
+from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
@@ -114,7 +114,7 @@ class Supervisor:
                                self.why_absent, self.say, clock) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
-        self.stopped_on_request = False  # a node ended by `stop RUN` (see finish)
+        self.stop_came = False  # a node ended by `stop RUN` (see finish)
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         self.winding_down = False
@@ -326,6 +326,9 @@ class Supervisor:
             self.writes.poll(now)
         for fault, event in self.storage.poll():
             self.on_storage_event(fault, event)
+        if not self.winding_down and stop_requested_nodes(self.spec.run_dir):
+            self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
+            self.faults.cancel()
         if self.hangs is not None:
             if self.progress.records > self.progress_records or self.faults.lasting:
                 # a step reported, or a fault with an end holding the job as asked: not a hang
@@ -430,7 +433,8 @@ class Supervisor:
         tracker.exit_code, tracker.exited_at = code, at
         self.force_at.pop(tracker.name, None)  # a SIGKILL due after a grace: it ended before
         self.record("node-exited", node=tracker.name, exit_code=code, **({"via": via} if via else {}))
-        ending = self.kill_at is not None or self.first_failure_seen or self.winding_down or self.stop_requested()
+        ending = (self.kill_at is not None or self.first_failure_seen or self.winding_down
+                  or self.stopped_on_request(tracker))
         if self.restarts.should_restart(tracker, ending):
             self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
             self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands
@@ -440,10 +444,10 @@ class Supervisor:
 
     # Endings -----------------------------------------------------------------------------
 
-    def stop_requested(self) -> bool:
-        """Whether ``stop RUN`` is stopping the nodes (from another terminal): their ends are
-        neither failures nor deaths to recover from."""
-        return (self.spec.run_dir / STOP_REQUEST_FILE).exists()
+    def stopped_on_request(self, tracker: NodeTracker) -> bool:
+        """Whether ``stop RUN`` (from another terminal) is stopping this node, live when it came:
+        its end is then neither a failure nor a death to recover from."""
+        return tracker.name in stop_requested_nodes(self.spec.run_dir)
 
     def finish(self, tracker: NodeTracker) -> None:
         """A node ended: record how, and on the first failure start ending the job."""
@@ -455,8 +459,8 @@ class Supervisor:
             tracker.move(NodePhase.SUCCEEDED)
         elif result.killed_by_launcher:
             tracker.move(NodePhase.STOPPED)
-        elif result.exit_code in STOP_EXIT_CODES and self.stop_requested():
-            self.stopped_on_request = True  # `stop RUN` stopped it, from another terminal
+        elif result.exit_code in STOP_EXIT_CODES and not result.oom_kills and self.stopped_on_request(tracker):
+            self.stop_came = True  # `stop RUN` stopped it, from another terminal
             tracker.move(NodePhase.STOPPED)
             self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by="stop")
         elif result.exit_code == EXIT_LAUNCHER_GONE:
@@ -536,7 +540,7 @@ class Supervisor:
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)
-        if self.stopped_on_request:
+        if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), STOPPED_BY
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),

@@ -204,6 +204,32 @@ def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_t
     assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in format_summary(outcome)
 
 
+def test_a_failure_before_a_stop_from_another_terminal_is_still_the_runs(make_run):
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+
+    def stop_once_node0_failed() -> None:  # the user stops what is left, within the launcher's failure grace
+        def stop() -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                [found] = list_runs(client)
+                if [n.name for n in found.nodes if n.status == "running"] == ["node1"]:
+                    stop_run(found, 1)
+                    return
+                time.sleep(0.01)
+        threading.Thread(target=stop, daemon=True).start()
+
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:up", *report(0, 0, exc="ValueError: bad batch")], exit_code=1)],
+                           node1=[Script(["[1|0]:up"], then=stop_once_node0_failed, hang=True)])
+    assert json.loads((job.run_dir / "stop-requested").read_text())["nodes"] == ["node1"], text
+    assert [r.state for r in outcome.results] == [NodePhase.FAILED, NodePhase.STOPPED], text
+    assert (outcome.exit_code, outcome.stopped_by) == (1, "")
+    summary = format_summary(outcome)
+    assert "FAILED: node0 rank 0 failed (exit code 1)" in summary
+    assert "STOPPED by" not in summary
+
+
 def test_elastic_mode_without_restarts_left_fails_naming_the_node(make_run):
     job = make_run(nodes=2, rdzv="c10d", max_restarts=0, faults=(parse_fault("kill:node1@step=1"),))
     client = FakeDockerClient()
