@@ -180,6 +180,32 @@ def test_a_run_stopped_from_another_terminal_says_so_and_exits_as_a_sigterm_woul
     assert "INTERRUPTED by SIGINT: every node was stopped" in format_summary(outcome(stopped, interrupted=True))
 
 
+def test_a_stop_from_another_terminal_is_a_result_to_report_and_a_ctrl_c_an_interrupt_to_raise(make_job):
+    import io
+
+    import pytest
+
+    from orchestrate.interrupts import SignalInterrupt
+    from orchestrate.launch.run import run_and_report
+
+    class Finished:  # a run that has ended as ``result`` says
+        def __init__(self, result: RunResult) -> None:
+            self.result, self.out = result, io.StringIO()
+
+        def run(self) -> RunResult:
+            return self.result
+
+    stopped = results_for(make_job(nodes=1), (NodePhase.STOPPED, 143, 5.0, None))
+    by_stop = Finished(outcome(stopped, interrupted=True, signal_number=15, stopped_by="python -m orchestrate stop"))
+    try:  # the plugin's test fails alone: no interrupt that would end the session
+        assert run_and_report(by_stop, raise_interrupt=True).exit_code == 143
+    except SignalInterrupt:
+        pytest.fail("a stop from another terminal was raised as an interrupt of this process")
+    assert "STOPPED by python -m orchestrate stop (SIGTERM)" in by_stop.out.getvalue()
+    with pytest.raises(SignalInterrupt):  # a Ctrl-C of this process ends the check or the session
+        run_and_report(Finished(outcome(stopped, interrupted=True, signal_number=2)), raise_interrupt=True)
+
+
 def test_a_worker_that_refused_its_input_is_said_in_one_line_with_its_last_line():
     from orchestrate.outcome.judge import Failure
 
