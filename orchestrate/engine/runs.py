@@ -349,10 +349,12 @@ def mark_stop_requested(run: RunInfo, nodes: list[str]) -> None:
 
 def stop_requested_nodes(run_dir: Path) -> frozenset[str]:
     """The nodes ``stop RUN`` stopped (live when it came): none where it did not come."""
+    if not run_dir.name:  # no run directory (an empty label): not the current directory's file
+        return frozenset()
     try:
         nodes = json.loads((run_dir / STOP_REQUEST_FILE).read_text()).get("nodes", [])
-        return frozenset(str(node) for node in nodes) if run_dir.name else frozenset()
-    except (OSError, ValueError, AttributeError):
+        return frozenset(str(node) for node in nodes)
+    except (OSError, ValueError, AttributeError, TypeError):
         return frozenset()
 
 

@@ -55,9 +55,9 @@ def format_summary(outcome: RunResult) -> str:
         lines += outcome.hang.lines()[1:]
         return "\n".join(lines)
     if outcome.interrupted:
-        by = f"STOPPED by {outcome.stopped_by} (" if outcome.stopped_by else "INTERRUPTED by "
-        lines.append(f"{by}{signal.Signals(outcome.signal_number).name}{')' if outcome.stopped_by else ''}:"
-                     " every node was stopped")
+        name = signal.Signals(outcome.signal_number).name
+        how = f"STOPPED by {outcome.stopped_by} ({name})" if outcome.stopped_by else f"INTERRUPTED by {name}"
+        lines.append(f"{how}: every node was stopped")
         if outcome.hang is not None:
             lines += [f"  while hung: {outcome.hang.headline}", *outcome.hang.lines()[1:]]
     elif outcome.error:

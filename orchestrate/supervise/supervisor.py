@@ -115,6 +115,7 @@ class Supervisor:
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
         self.stop_came = False  # a node ended by `stop RUN` (see finish)
+        self.stop_nodes: frozenset[str] = frozenset()  # the nodes `stop RUN` stops, once it has come
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         self.winding_down = False
@@ -326,7 +327,7 @@ class Supervisor:
             self.writes.poll(now)
         for fault, event in self.storage.poll():
             self.on_storage_event(fault, event)
-        if not self.winding_down and stop_requested_nodes(self.spec.run_dir):
+        if not self.winding_down and self.stop_requested():
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
             self.faults.cancel()
         if self.hangs is not None:
@@ -444,10 +445,17 @@ class Supervisor:
 
     # Endings -----------------------------------------------------------------------------
 
+    def stop_requested(self) -> frozenset[str]:
+        """The nodes ``stop RUN`` (from another terminal) is stopping, those live when it came:
+        looked for in the run's directory until it has come, then kept."""
+        if not self.stop_nodes:
+            self.stop_nodes = stop_requested_nodes(self.spec.run_dir)
+        return self.stop_nodes
+
     def stopped_on_request(self, tracker: NodeTracker) -> bool:
-        """Whether ``stop RUN`` (from another terminal) is stopping this node, live when it came:
-        its end is then neither a failure nor a death to recover from."""
-        return tracker.name in stop_requested_nodes(self.spec.run_dir)
+        """Whether ``stop RUN`` is stopping this node: its end is then neither a failure nor a
+        death to recover from."""
+        return tracker.name in self.stop_requested()
 
     def finish(self, tracker: NodeTracker) -> None:
         """A node ended: record how, and on the first failure start ending the job."""
