@@ -16,6 +16,7 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import do_fault, end_fault
+from orchestrate.faults.live_notes import note_live_fault
 from orchestrate.faults.storage import ArmedStorageFaults
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 
@@ -48,6 +49,8 @@ class LiveFaults:
         self.cpus_per_node = cpus_per_node
         self.link = link
         self.say = say
+        self.run_dir = run_dir
+        self.unnoted_said = False  # said once that the run's directory takes no notes from here
         self.held: list[tuple[FaultSpec, str]] = []  # done, with an end still to come
         progress = None if run_dir is None or not str(run_dir) else run_dir / PROGRESS_SUBDIR
         self.storage = ArmedStorageFaults(progress) if progress is not None and progress.is_dir() else None
@@ -79,6 +82,7 @@ class LiveFaults:
         """
         if spec.action.on_storage and self.storage is not None:
             glob = self.storage.arm(spec)
+            self.note(spec, spec.node)
             self.say(f"armed {spec} on {spec.node}'s workers of run {self.run_id}, files {glob!r} of the work"
                      " directory")
             if spec.action is FaultAction.TORN_WRITE:
@@ -86,6 +90,8 @@ class LiveFaults:
             elif spec.has_end:
                 self.held.append((spec, spec.node))
             return spec.node
+        if not spec.action.on_rank:  # noted first: the node's end may come before the engine's answer
+            self.note(spec, spec.nodes[0])
         try:
             if spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
                 self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
@@ -93,12 +99,26 @@ class LiveFaults:
             else:
                 node = do_fault(self.client, self.project, self.live, spec)
         except engine_errors() as exc:
-            raise EngineError(f"cannot {spec.action.value} {spec.target} of run {self.run_id}: {describe(exc)}") from None
+            why = describe(exc)
+            if not spec.action.on_rank:
+                self.note(spec, spec.nodes[0], failed=why)
+            raise EngineError(f"cannot {spec.action.value} {spec.target} of run {self.run_id}: {why}") from None
+        if spec.action.on_rank:  # the node that runs the rank is known now
+            self.note(spec, node)
         into = spec.target if spec.groups else node if spec.rank is None else f"rank {spec.rank} on {node}"
         self.say(f"injected {spec.action.value} into {into} of run {self.run_id}")
         if spec.has_end:
             self.held.append((spec, node))
         return node
+
+    def note(self, spec: FaultSpec, node: str, *, ended: bool = False, failed: str = "") -> None:
+        """Note a fault in the run's directory for whoever follows the run (see
+        :mod:`~orchestrate.faults.live_notes`); say once where that cannot be done from here."""
+        if note_live_fault(self.run_dir, spec, node, ended=ended, failed=failed) or self.unnoted_said:
+            return
+        self.unnoted_said = True
+        self.say(f"run {self.run_id}'s directory cannot be written from here: its summary will not name the faults"
+                 " done now")
 
     def hold(self, sleep: Callable[[float], None] = time.sleep) -> None:
         """Wait for the torn writes armed (each worker's tear kills its node), then keep the
@@ -127,6 +147,7 @@ class LiveFaults:
             for spec in [s for s in self.tearing if not self.running(s.node)]:
                 self.tearing.remove(spec)
                 self.storage.end(spec)
+                self.note(spec, spec.node, ended=True)
                 self.say(f"disarmed {spec}: {spec.node} is no longer running, and no write of it was cut")
             for spec, event in self.storage.poll():
                 if spec not in self.tearing or not event.torn:
@@ -156,12 +177,14 @@ class LiveFaults:
         while self.tearing and self.storage is not None:
             spec = self.tearing.pop(0)
             self.storage.end(spec)
+            self.note(spec, spec.node, ended=True)
             self.say(f"disarmed {spec}: no write came")
 
     def end(self, spec: FaultSpec, node: str) -> None:
         """Undo one fault; say so, or why it could not be undone."""
         if spec.action.on_storage and self.storage is not None:
             self.storage.end(spec)
+            self.note(spec, node, ended=True)
             self.say(f"ended {spec} on {node} of run {self.run_id}")
             return
         try:
@@ -170,6 +193,7 @@ class LiveFaults:
         except (*engine_errors(), EngineError) as exc:
             self.say(f"could not end {spec} on {node}: {describe(exc)}")
             return
+        self.note(spec, node, ended=True)
         self.say(f"ended {spec} on {node} of run {self.run_id}")
 
 

@@ -7,9 +7,10 @@ bring-up           the launcher starts the nodes (``nodes``)
 nodes-up           every node container runs
 node-running       a node's first worker spoke: its rendezvous is done (``node``)
 rank-started       a rank's first line (``node``, ``rank``)
-fault              a fault was injected (``node``, ``spec``, ``action``, ``step``; ``rank`` for a rank's)
-fault-failed       a fault could not be injected (``node``, ``spec``, ``error``)
-fault-ended        a fault with an end was undone (``node``, ``spec``, ``action``)
+fault              a fault was injected (``node``, ``spec``, ``action``, ``step``; ``rank`` for a rank's;
+                   ``by``: ``fault``, where ``fault RUN`` did it from another terminal)
+fault-failed       a fault could not be injected (``node``, ``spec``, ``error``; ``by``, as for ``fault``)
+fault-ended        a fault with an end was undone (``node``, ``spec``, ``action``; ``by``, as for ``fault``)
 fault-end-failed   a fault with an end could not be undone (``node``, ``spec``, ``error``)
 node-unresponsive  a hung or cut-off node was detected (``node``, ``reason``)
 oom                the kernel OOM-killed a node's process (``node``)

@@ -120,11 +120,13 @@ class FaultRecord:
     def describe(self) -> str:
         if not self.fired:
             return f"{self.spec} did not fire: {self.reason}"
-        at = "" if self.step is None else f", at step {self.step}"
-        on = f", on {self.node}" if self.node and f":{self.node}" not in self.spec else ""
-        until = "" if self.ended_s is None else f", until {self.ended_s:.1f} s"
+        when = [] if self.elapsed_s is None else [f"{self.elapsed_s:.1f} s into the job"]
+        at = [] if self.step is None else [f"at step {self.step}"]
+        on = [f"on {self.node}"] if self.node and f":{self.node}" not in self.spec else []
+        until = [] if self.ended_s is None else [f"until {self.ended_s:.1f} s"]
+        said = ", ".join(when + at + on + until)
         did = f": {self.detail}" if self.detail else ""
-        return f"{self.spec} ({self.elapsed_s or 0.0:.1f} s into the job{at}{on}{until}){did}"
+        return f"{self.spec}{f' ({said})' if said else ''}{did}"
 
 
 @dataclass

@@ -35,6 +35,10 @@ PROGRESS_SUBDIR = "progress"
 # the run (``attach``, a detached run's launcher) says it was stopped, not that it failed.
 STOP_REQUEST_FILE = "stop-requested"
 
+# Where ``fault RUN`` notes the faults it does (one JSON line each), so that whoever follows the
+# run says them and names them in its summary (orchestrate/faults/live_notes.py).
+LIVE_FAULTS_FILE = "live-faults.jsonl"
+
 # Where the workers answer the launcher's requests for their stacks and collectives (the hang
 # watchdog, `stacks RUN`), under the run's directory.
 DEBUG_SUBDIR = "debug"

@@ -30,6 +30,7 @@ import logging
 import queue
 import signal
 import time
+from dataclasses import replace
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
@@ -38,6 +39,7 @@ from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.engine.runs import STOP_EXIT_CODES, stop_requested_nodes
 from orchestrate.errors import NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
+from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
@@ -103,6 +105,9 @@ class Supervisor:
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
+        self.live_notes = LiveFaultReader(spec.run_dir)  # what `fault RUN` did from another terminal
+        self.live_faults: list[FaultRecord] = []
+        self.live_held: list[tuple[str, str]] = []  # (spec, node) of those with an end still to come
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
                                       store_host=spec.store_host)
@@ -162,6 +167,57 @@ class Supervisor:
         end_fault(self.client, self.spec.project, {t.name: t.container for t in self.trackers.values()}, fault, node=node,
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
         tracker.result.fault, tracker.result.culprit_rank = "", None
+
+    # Faults from another terminal ---------------------------------------------------------
+
+    def take_live_faults(self) -> None:
+        """The faults ``fault RUN`` did from another terminal since the last look: said, recorded
+        and blamed on their node, as the run's own faults are."""
+        notes = self.live_notes.take()
+        for index, note in enumerate(notes):
+            tracker = self.trackers.get(note.node)
+            refused_later = not note.failed and not note.ended and any(
+                later.failed and later.spec == note.spec and later.node == note.node for later in notes[index + 1:])
+            if tracker is not None and not refused_later:  # one refused before it was seen: `fault` said so
+                self.on_live_fault(tracker, note)
+
+    def on_live_fault(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+        spec, node = str(note.spec), tracker.name
+        latest = next((i for i in reversed(range(len(self.live_faults)))
+                       if self.live_faults[i].spec == spec and self.live_faults[i].node == node
+                       and self.live_faults[i].fired and self.live_faults[i].ended_s is None), None)
+        if (note.ended or note.failed) and (spec, node) in self.live_held:
+            self.live_held.remove((spec, node))
+        if note.failed:  # noted before it was done, and the engine refused it: `fault` said so, not a fault
+            if latest is not None:
+                del self.live_faults[latest]
+            if tracker.result.fault == spec:
+                tracker.result.fault, tracker.result.culprit_rank = "", None
+            self.say(f"fault from `python -m orchestrate fault` not done: {spec}: {note.failed}")
+            self.record("fault-failed", node=node, spec=spec, error=note.failed[:500], by="fault", time=note.time)
+            return
+        elapsed = note.time - self.started_time
+        if note.ended:
+            if latest is not None:
+                self.live_faults[latest] = replace(self.live_faults[latest], ended_s=max(0.0, elapsed))
+            if tracker.result.fault == spec:
+                tracker.result.fault, tracker.result.culprit_rank = "", None
+            self.say(f"fault ended by `python -m orchestrate fault`: {spec} on {node}")
+            self.record("fault-ended", node=node, spec=spec, action=note.spec.action.value, by="fault",
+                        time=note.time)
+            return
+        fired = FaultRecord(spec, node, True, elapsed if elapsed >= 0 else None, self.progress.max_step,
+                            fired_time=note.time)
+        self.live_faults.append(fired)
+        if note.spec.has_end:
+            self.live_held.append((spec, node))
+        if note.spec.action is not FaultAction.TORN_WRITE:  # a torn write blames its node once it tears
+            tracker.result.fault = spec
+            if note.spec.action.on_rank:
+                tracker.result.culprit_rank = note.spec.rank
+        self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
+        self.record("fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step, by="fault",
+                    time=note.time, **({"rank": note.spec.rank} if note.spec.rank is not None else {}))
 
     # Storage faults ---------------------------------------------------------------------
 
@@ -325,13 +381,14 @@ class Supervisor:
         self.progress.poll(now, self.restarts.open_recovery)
         if self.writes is not None:
             self.writes.poll(now)
+        self.take_live_faults()
         for fault, event in self.storage.poll():
             self.on_storage_event(fault, event)
         if not self.winding_down and self.stop_requested():
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
             self.faults.cancel()
         if self.hangs is not None:
-            if self.progress.records > self.progress_records or self.faults.lasting:
+            if self.progress.records > self.progress_records or self.faults.lasting or self.live_held:
                 # a step reported, or a fault with an end holding the job as asked: not a hang
                 self.progress_records = self.progress.records
                 self.hangs.progress(now)
@@ -535,6 +592,7 @@ class Supervisor:
 
     def result(self) -> RunResult:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
+        self.take_live_faults()
         trackers = list(self.trackers.values())
         # the ranks whose script returned before any node ended (not one that a stop made return)
         exits = [t.exited_at for t in trackers if t.exited_at is not None]
@@ -556,5 +614,7 @@ class Supervisor:
         return result
 
     def fault_records(self) -> list[FaultRecord]:
-        """Every fault asked for so far: those that fired, then those that did not, with why."""
-        return self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen)
+        """Every fault asked for so far: the run's own (those that fired, then those that did not,
+        with why), then those ``fault RUN`` did from another terminal."""
+        return [*self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen),
+                *self.live_faults]

@@ -51,7 +51,10 @@ def test_faults_can_be_injected_into_a_running_run_by_id(docker_client, tmp_path
         assert main(["fault", run_id, "kill:node1"]) == 0
         output = read_to_end(proc, lines, seen, timeout_s=60)
         assert proc.returncode == 1
-        assert "FAILED: node1 failed (exit code 137)" in output
+        # the launcher in this other "terminal" says the fault, and blames it, not a bare 137
+        assert re.search(r"fault injected by `python -m orchestrate fault`: kill:node1 \([\d.]+ s into the job, at"
+                         r" step \d+\)", output), output
+        assert "FAILED: node1 failed (injected fault kill:node1)" in output
         assert main(["fault", "no-such-run", "kill:node1"]) == 2
         assert "no run no-such-run in the engine" in capsys.readouterr().err
     finally:

@@ -174,3 +174,35 @@ def test_a_heal_deletes_every_blackhole_route_of_the_running_nodes_and_passes_on
     heal(client, containers, (("node0",), ("node1", "node2")))
     deleted = [(c[1], c[2][4]) for c in client.calls if c[0] == "exec_create" and c[2][2] == "del"]
     assert deleted == [("p-node0-1", "10.0.0.4/32"), ("p-node2-1", "10.0.0.2/32"), ("p-node2-1", "10.0.0.3/32")]
+
+
+def test_live_fault_notes_are_read_once_each_and_a_line_still_being_written_waits(tmp_path):
+    from orchestrate.faults.live_notes import LiveFaultReader, note_live_fault
+    from orchestrate.plan.layout import LIVE_FAULTS_FILE
+
+    reader = LiveFaultReader(tmp_path)
+    assert reader.take() == []  # none yet
+    assert note_live_fault(tmp_path, parse_fault("slow:node1,cpus=0.2@t=0..30"), "node1")
+    assert note_live_fault(tmp_path, parse_fault("kill-rank:3"), "node2", failed="no such process")
+    first = reader.take()
+    assert [(str(n.spec), n.node, n.ended, n.failed) for n in first] == [
+        ("slow:node1,cpus=0.2@t=0..30", "node1", False, ""), ("kill-rank:3", "node2", False, "no such process")]
+    assert reader.take() == []
+    with open(tmp_path / LIVE_FAULTS_FILE, "a") as handle:
+        handle.write("not json\n")  # skipped, and what follows still read
+        handle.write('{"time": 1.0, "spec": "kill:node1", "node": "no')  # half a line
+        handle.flush()
+        assert reader.take() == []
+        handle.write('de1", "ended": true}\n')
+    [note] = reader.take()
+    assert (str(note.spec), note.node, note.ended, note.time) == ("kill:node1", "node1", True, 1.0)
+
+
+def test_a_live_fault_note_where_the_run_directory_cannot_be_written_says_false(tmp_path):
+    from orchestrate.faults.live_notes import note_live_fault
+
+    assert not note_live_fault(tmp_path / "gone", parse_fault("kill:node1"), "node1")
+    assert not note_live_fault(None, parse_fault("kill:node1"), "node1")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "live-faults.jsonl").mkdir()  # not a file: the append fails
+    assert not note_live_fault(tmp_path / "run", parse_fault("kill:node1"), "node1")

@@ -204,6 +204,41 @@ def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_t
     assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in format_summary(outcome)
 
 
+def test_faults_from_another_terminal_are_said_as_they_come_and_blamed_for_the_death_they_cause(make_run):
+    """`fault RUN` beside a foreground elastic run: a fault the engine refused is said as not
+    done (and not counted as one asked for); a kill is said, and the restart names it."""
+    import io
+
+    import docker.errors
+
+    from orchestrate.cli.main import main
+
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
+    client = FakeDockerClient()
+
+    def faults_from_another_terminal() -> None:
+        def act() -> None:
+            client.failures["pause"] = docker.errors.APIError("the engine refused")
+            main(client=client, argv=["fault", job.run_id, "pause:node0"], out=io.StringIO())
+            del client.failures["pause"]
+            deadline = time.monotonic() + 10  # the launcher has said the refusal: the next is seen apart
+            while time.monotonic() < deadline and not any(e["event"] == "fault-failed" for e in read_events(job.run_dir)):
+                time.sleep(0.01)
+            main(client=client, argv=["fault", job.run_id, "kill:node1"], out=io.StringIO())
+        threading.Thread(target=act, daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True), Script(["[0|0]:again"])],
+                           node1=[Script(["[1|0]:step 1"], then=faults_from_another_terminal, hang=True),
+                                  Script(["[1|0]:again"])])
+    assert "fault from `python -m orchestrate fault` not done: pause:node0: the engine refused" in text
+    assert "fault injected by `python -m orchestrate fault`: kill:node1 (" in text
+    assert "node1 died (injected fault kill:node1); restarting every node" in text
+    assert outcome.succeeded, text
+    assert [(f.spec, f.node, f.fired) for f in outcome.faults] == [("kill:node1", "node1", True)]
+    events = [(e["event"], e["spec"], e.get("by")) for e in read_events(job.run_dir) if e["event"].startswith("fault")]
+    assert events[-2:] == [("fault-failed", "pause:node0", "fault"), ("fault", "kill:node1", "fault")]
+
+
 def test_a_failure_before_a_stop_from_another_terminal_is_still_the_runs(make_run):
     job = make_run(nodes=2)
     client = FakeDockerClient()

@@ -294,3 +294,54 @@ def test_an_engine_error_is_one_line_and_exit_2(capsys):
     assert main(client=client, argv=["ps"], out=io.StringIO()) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: cannot list runs: daemon is busy"]
+
+
+def test_a_fault_done_from_another_terminal_is_named_by_whoever_follows_the_run(make_run):
+    """`fault r kill:node1` notes what it did in the run's directory; `attach` (here after the
+    end, so it reads the notes whole) says it, and the summary blames the fault, not a bare exit
+    code 137. A fault the engine refused is said by `fault` alone, never counted as one asked for."""
+    import docker.errors
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:training"], hang=True),
+                                          "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    client.failures["pause"] = docker.errors.APIError("the engine refused")
+    assert main(client=client, argv=["fault", "r", "pause:node0"], out=io.StringIO()) == 2
+    del client.failures["pause"]
+    out = io.StringIO()
+    assert main(client=client, argv=["fault", "r", "kill:node1"], out=out) == 0
+    assert "injected kill into node1 of run r" in out.getvalue()
+    wait_until(lambda: list_runs(client)[0].nodes[1].status == "exited")
+    node0 = client.containers_by_name["ddp-r-node0-1"]
+    node0.killed.set()
+    node0.exit(1)  # its peer lost, as gloo ends it
+
+    out = io.StringIO()
+    assert main(client=client, argv=["attach", "r"], out=out) == 1
+    text = out.getvalue()
+    assert "fault injected by `python -m orchestrate fault`: kill:node1" in text
+    assert "fault from `python -m orchestrate fault` not done: pause:node0: the engine refused" in text
+    assert "FAILED: node1 failed (injected fault kill:node1)" in text
+    assert "never fired" not in text and "fault not fired" not in text
+    from orchestrate.outcome.events import read_events
+
+    [event] = [e for e in read_events(make_run("r").run_dir) if e["event"] == "fault"]
+    assert (event["spec"], event["node"], event["by"]) == ("kill:node1", "node1", "fault")
+
+
+def test_fault_says_once_when_the_runs_summary_cannot_name_what_it_did(make_run):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)},
+                                             dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    (make_run("r").run_dir / "live-faults.jsonl").mkdir()  # the notes cannot be appended
+    out = io.StringIO()
+    assert main(client=client, argv=["fault", "r", "pause:node0@t=0..0.1", "kill:node1"], out=out) == 0
+    said = out.getvalue()
+    assert said.count("run r's directory cannot be written from here: its summary will not name the faults") == 1
+    assert "injected kill into node1 of run r" in said
