@@ -17,7 +17,10 @@ An attempt after a fault that fell before the job had written anything in its wo
 started from the beginning: there was nothing to resume from.
 
 A fault *struck* the attempt that was running when it fired (or, fired before that attempt's
-first step, its start-up); the *next* attempt is the first that began after it. Steps redone
+first step, its start-up). A fault that kills a node or a worker ends the attempt it struck; one
+that lasts (a pause, a slow node) ends it only where a new attempt began before the next fault
+fired. The *next* attempt of a fault that ended its attempt is the first that began after it; one
+that did not end its attempt has none (the job went on). Steps redone
 for a fault are where the struck attempt had got less where the next one started from; in all,
 the steps of every attempt less the undisturbed run's.
 """
@@ -26,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.errors import UsageError
 from orchestrate.outcome.model import FaultRecord, WrittenFile
 from orchestrate.outcome.progress import ProgressRecord
 
@@ -182,17 +187,19 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
     started from the beginning (nothing was saved before the fault that ended the one before)
     gets that offset, 0, so a later fault striking it knows how far it had got."""
     fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=lambda f: f.fired_time or 0.0)
+    times = [f.fired_time or 0.0 for f in fired]
+    ended = [ended_its_attempt(fault.spec, times[i], times[i + 1] if i + 1 < len(fired) else None, attempts)
+             for i, fault in enumerate(fired)]
     result = []
     for index, fault in enumerate(fired):
-        at = fault.fired_time or 0.0
+        at = times[index]
         running = [a for a in attempts if a.first_time <= at]
         struck = running[-1] if running else None
-        earlier = fired[index - 1] if index else None
-        if struck is not None and earlier is not None and (earlier.fired_time or 0.0) >= struck.first_time:
-            struck = None  # the fault before struck that attempt: this one fell in the next one's start-up
+        if struck is not None and index and ended[index - 1] and times[index - 1] >= struck.first_time:
+            struck = None  # the fault before ended that attempt: this one fell in the next one's start-up
         done = struck.steps_by(at) if struck is not None else []
         following = [a for a in attempts if a.first_time > at]
-        after = following[0] if following else None
+        after = following[0] if following and ended[index] else None
         reached = struck.job_step(done[-1][0]) if struck is not None and done else None
         redone = None
         if after is not None and after.offset is not None and reached is not None:
@@ -205,6 +212,18 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
                              at - done[0][1] if done else None, saved, after is not None, start, redone))
     return result
+
+
+def ended_its_attempt(spec: str, at: float, next_at: Optional[float], attempts: list[Attempt]) -> bool:
+    """Whether the fault fired at ``at`` ended the attempt it struck: one that kills a node or a
+    worker always does; one that lasts (a pause, a slow node, a split network) did only where a
+    new attempt began after it and before the next fault fired (``next_at``; None: none did)."""
+    try:
+        if not parse_fault(spec).action.lasting:
+            return True
+    except UsageError:  # not a spec of ours: judged by the attempts alone
+        pass
+    return any(at < a.first_time and (next_at is None or a.first_time <= next_at) for a in attempts)
 
 
 def steps_redone(attempts: list[Attempt], reference_steps: Optional[int]) -> Optional[int]:

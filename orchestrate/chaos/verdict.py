@@ -3,8 +3,9 @@
 A trial **does not hold** when the disturbed job did not complete, a scheduled fault did not
 fire, a compared file or per-step metric differs, or more steps were redone than
 ``--max-steps-redone``. It is **inconclusive** when it could not have failed for a broken
-resume: no fault struck after the job had written a file in its work directory (so there was
-nothing to resume from), or no attempt resumed although the job had saved. Otherwise it
+resume: no fault ended an attempt (a pause the job waited out), none that did struck after the
+job had written a file in its work directory (so there was nothing to resume from), or no attempt
+resumed although the job had saved. Otherwise it
 **holds**. A check holds only when every trial holds.
 """
 from __future__ import annotations
@@ -113,6 +114,10 @@ class ChaosVerdict(Verdict):
         if any(s.saved is None for s in self.strikes):
             reasons.append("the work directory was not followed (too many entries): whether a fault struck after a"
                            " save is not known")
+        elif not struck:
+            reasons.append("no fault ended an attempt of the job (" + ", ".join(s.spec for s in self.strikes)
+                           + ": it went on through each), so the resume path was never exercised; kill, restart,"
+                           " preempt, kill-rank and torn-write end one")
         elif not after_save:
             first = self.facts.describe_first_write() if self.facts else ""
             reasons.append("no fault struck after the job had written a file in its work directory, so the resume"

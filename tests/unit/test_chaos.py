@@ -264,6 +264,27 @@ def test_a_fault_in_the_start_up_of_the_attempt_after_another_struck_no_step():
     assert second.resumed_from == 3
 
 
+def test_a_fault_the_job_went_on_through_ends_no_attempt_and_the_next_fault_strikes_the_same_one():
+    # pause at 105.5 (the job waits it out), pause at 112.5, kill at 118.5, then attempt b resumes
+    records = steps(0, "a", range(1, 19), 101.0, counted=False) + steps(0, "b", range(16, 21), 125.0, counted=False)
+    attempts = attempts_of(records, 20, completed=True)
+    faults = [fired("pause:node1@t=4..6", 105.5, 5), fired("pause:node0@t=11..13", 112.5, 12),
+              fired("kill:node1@t=17", 118.5, 18)]
+    first, second, kill = strikes(faults, attempts, [WrittenFile("ckpt.pt", 103.2)])
+    assert (first.steps_done, first.restarted, first.describe_next()) == (5, False, "no new attempt")
+    assert (second.steps_done, second.describe_struck(), second.restarted) == (12, "12 step(s), 11.5 s training", False)
+    assert (kill.steps_done, kill.restarted, kill.resumed_from, kill.redone) == (18, True, 15, 3)
+    # a fault that lasts and did end its attempt (a new one began before the next fault fired): that one is its
+    # next attempt, and the one the next fault strikes
+    split = [fired("partition:node0|node1@t=4..8", 105.5, 5), fired("kill:node1@t=23", 124.0)]
+    cut, later = strikes(split, attempts_of(steps(0, "a", range(1, 6), 101.0, counted=False)
+                                                + steps(0, "b", range(3, 9), 110.0, counted=False)
+                                                + steps(0, "c", range(7, 10), 130.0, counted=False), 9,
+                                                completed=True), [WrittenFile("ckpt.pt", 103.2)])
+    assert (cut.restarted, cut.resumed_from) == (True, 2)
+    assert (later.steps_done, later.describe_struck(), later.resumed_from) == (6, "6 step(s), 14.0 s training", 6)
+
+
 def test_the_per_step_metrics_name_the_first_step_that_differs_and_its_attempt():
     reference = steps(0, "r", [1, 2, 3, 4], 1.0, counted=False, loss=1.0)
     same = steps(0, "a", [1, 2, 3], 10.0, counted=False, loss=1.0) + steps(0, "b", [3, 4], 20.0, counted=False, loss=1.0)
@@ -321,6 +342,12 @@ def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_
                                          " beginning (12 step(s) redone) although it had written ckpt.pt"]
     unknown = verdict_of(make_job, tmp_path, [strike(resumed_from=None, redone=None)])
     assert unknown.status == "HOLDS"  # not known not to have resumed: the files tell
+    went_on = verdict_of(make_job, tmp_path, [Strike("pause:node1@t=4..6", 5.5, 5, 5, 4.0, ("ckpt.pt",), False, None,
+                                                     None)])
+    assert went_on.status == "INCONCLUSIVE"
+    assert went_on.inconclusive == ["no fault ended an attempt of the job (pause:node1@t=4..6: it went on through each),"
+                                    " so the resume path was never exercised; kill, restart, preempt, kill-rank and"
+                                    " torn-write end one"]
     not_followed = verdict_of(make_job, tmp_path, [strike(saved=None)])
     assert "the work directory was not followed" in not_followed.inconclusive[0]
 
