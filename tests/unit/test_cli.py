@@ -190,3 +190,25 @@ def test_image_build_tags_other_torch_versions_apart():
 
     assert image_tag_for("2.9.1") == "ddp-compose-node:latest"
     assert image_tag_for("2.14.1") == "ddp-compose-node:torch-2.14.1"
+
+
+def test_ctrl_c_counts_from_before_the_imports_in_a_launcher_started_with_sigint_ignored():
+    """`python -m orchestrate run ... &` in a script inherits SIGINT ignored; the handler must be
+    set before the quarter second of imports, or a `kill -INT` then is lost and the run goes on."""
+    import signal
+
+    spy = (
+        "import builtins, runpy, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def spy(name, *args, **kwargs):\n"
+        "    if name == 'orchestrate.cli.main':\n"
+        "        print('default handler at import:', signal.getsignal(signal.SIGINT) is signal.default_int_handler,"
+        " flush=True)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = spy\n"
+        "sys.argv = ['orchestrate', '--help']\n"
+        "runpy.run_module('orchestrate', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", spy], capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "default handler at import: True"
