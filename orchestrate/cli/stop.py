@@ -9,13 +9,15 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run, stop_run
+from orchestrate.slurm.stop import stop_slurm_run
 
 
 def add_parsers(sub: Any) -> None:
     stop = sub.add_parser("stop", help="stop a run's nodes; keep their logs and state",
                           description="SIGTERM every node of the run (SIGKILL after --timeout: by default the"
                                       " run's own --stop-grace); the containers, logs and state stay until down or"
-                                      " prune.")
+                                      " prune. A Slurm run's job is stopped through Slurm (scancel --signal=TERM,"
+                                      " then SIGKILL after --timeout), and its launcher tears the cluster down.")
     stop.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
     stop.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
                       help="seconds between SIGTERM and SIGKILL (default: the run's own --stop-grace, as its"
@@ -24,9 +26,17 @@ def add_parsers(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    run = find_run(inv.engine(), args.run_id)
-    stopped = stop_run(run, args.timeout if args.timeout is not None else math.ceil(run.stop_grace_s))
-    if stopped:
+    client = inv.engine()
+    run = find_run(client, args.run_id)
+    timeout = args.timeout if args.timeout is not None else math.ceil(run.stop_grace_s)
+    if run.scheduler == "slurm":  # its job is stopped through Slurm, as on a cluster
+        stopped = stop_slurm_run(client, run, timeout, say=lambda line: print(line, file=inv.out, flush=True))
+    else:
+        stopped = stop_run(run, timeout)
+    if stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
+        inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended and"
+                      f" removes the nodes (logs stay in {run.run_dir})\n")
+    elif stopped:
         inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; logs and state kept"
                       f" (remove it with: python -m orchestrate down {run.run_id})\n")
     else:

@@ -41,6 +41,7 @@ from orchestrate.engine.labels import (
     ROLE_LABEL,
     RUN_DIR_LABEL,
     RUN_ID_LABEL,
+    SCHEDULER_LABEL,
     STOP_GRACE_LABEL,
     STORE_HOST_LABEL,
     HANG_LABEL,
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 LIVE_STATUSES = frozenset({"created", "running", "paused", "restarting"})
 # Exit codes of a node that was stopped (SIGTERM, then SIGKILL), not one that failed.
 STOP_EXIT_CODES = frozenset({137, 143})
+# Who stopped a run that `stop RUN` ended, as its summary says it.
+STOPPED_BY = "python -m orchestrate stop"
 
 
 class RunState(str, Enum):
@@ -154,6 +157,11 @@ class RunInfo:
     def store_host(self) -> str:
         """Who holds the elastic rendezvous's store: node0, or the run's store container."""
         return self.labels.get(STORE_HOST_LABEL, "node0") or "node0"
+
+    @property
+    def scheduler(self) -> str:
+        """What runs its job: ``compose`` (torchrun in every node) or ``slurm``."""
+        return self.labels.get(SCHEDULER_LABEL, "compose") or "compose"
 
     @property
     def stop_grace_s(self) -> float:

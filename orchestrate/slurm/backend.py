@@ -16,6 +16,7 @@ import queue
 import re
 import secrets
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from orchestrate.engine.client import exec_output, stream_lines
 from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
 from orchestrate.engine.labels import containers_of_project
+from orchestrate.engine.runs import STOPPED_BY, stop_requested_nodes
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
@@ -272,7 +274,11 @@ class SlurmBackend:
             result.timings.job_s = self.clock() - started
             result.faults = self.faults.records(result.timings.job_s, self.progress.max_step, self.progress.seen)
         slurm.nodes = self.node_records()
-        if not result.succeeded:
+        if slurm.state != "COMPLETED" and not result.error and stop_requested_nodes(self.plan.run_dir):
+            # `stop RUN` signalled the job from another terminal: stopped, not failed
+            result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), STOPPED_BY
+            self.record("job-stopped", job=self.job_id, state=slurm.state, by="stop")
+        elif not result.succeeded:
             result.reported_failure = self.root_cause(slurm)
         return result
 

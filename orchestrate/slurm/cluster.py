@@ -33,6 +33,8 @@ SLURM_DIR = "slurm"  # in the run directory: slurm.conf, munge.key, job.sbatch, 
 START_SCRIPT = f"{PROJECT_MOUNT_DIR}/orchestrate/slurm/start.sh"
 # Seconds before Slurm declares a silent node DOWN (the default, 300, is too long to watch).
 SLURMD_TIMEOUT_S = 10
+# Seconds from a cancelled job's SIGTERM to its SIGKILL (scancel; a stop's own timeout comes first).
+KILL_WAIT_S = 5
 
 
 def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
@@ -63,7 +65,7 @@ def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
         "SlurmctldTimeout=10",
         "# Ended jobs stay in the controller's memory for scontrol (no accounting database).",
         "MinJobAge=86400",
-        "KillWait=5",
+        f"KillWait={KILL_WAIT_S}",
         "StateSaveLocation=/var/spool/slurmctld",
         "SlurmdSpoolDir=/var/spool/slurmd",
         "SlurmctldPidFile=/run/slurmctld.pid",

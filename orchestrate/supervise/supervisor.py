@@ -36,7 +36,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.engine.runs import STOP_EXIT_CODES, stop_requested_nodes
+from orchestrate.engine.runs import STOP_EXIT_CODES, STOPPED_BY, stop_requested_nodes
 from orchestrate.errors import NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
@@ -71,8 +71,6 @@ log = logging.getLogger(__name__)
 FAILURE_GRACE_S = 3.0
 # A node's exit is final once its log stream has ended too, or this long after its exit.
 LOG_DRAIN_S = 3.0
-# Who stopped a run whose nodes `stop RUN` ended, as the summary says it.
-STOPPED_BY = "python -m orchestrate stop"
 # A container's StartedAt and its start event's time differ by the engine's own bookkeeping:
 # an event this much older than the start it is compared with belongs to an earlier start.
 STAMP_SLACK_S = 0.001

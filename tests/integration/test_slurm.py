@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.cli.main import main
-from tests.integration.conftest import leftovers
+from tests.integration.conftest import LONG_TOY, leftovers, read_to_end, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -106,3 +106,33 @@ def test_a_killed_node_is_reported_down_by_slurm(orchestrate_run, docker_client,
     assert re.search(r"^node1\s+DOWN\S*\s+Not responding", summary, re.M)
     assert re.search(r"^FAILED: Slurm job \d+ NODE_FAIL \(reason NodeDown", summary, re.M)
     assert leftovers(docker_client, result.project) == []
+
+
+def test_stop_from_another_terminal_ends_a_slurm_job_through_slurm_as_stopped(docker_client, tmp_path, capsys):
+    """`stop RUN` signals the job's tasks through Slurm (not the slurmd containers, which Slurm
+    would only find silent, and end the job NODE_FAIL half a minute later): the launcher in the
+    other terminal ends at once, STOPPED with 143, and removes the cluster."""
+    import io
+    import time
+
+    proc, lines = start_run(tmp_path, *SLURM, "--nodes", "2", *LONG_TOY)
+    seen: list[str] = []
+    run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+    try:
+        wait_for(lines, r"basic step 10\b", seen)
+        out = io.StringIO()
+        asked = time.monotonic()
+        assert main(["stop", run_id], out=out) == 0, capsys.readouterr().err
+        assert f"sent SIGTERM to Slurm job 1 of run {run_id} (scancel --signal=TERM --full)" in out.getvalue()
+        output = read_to_end(proc, lines, seen, timeout_s=60)
+        took = time.monotonic() - asked
+        assert proc.returncode == 143, output[-3000:]
+        summary = output.split("summary (Slurm job")[1]
+        assert "STOPPED by python -m orchestrate stop (SIGTERM to Slurm job 1's tasks): every node was stopped" in summary
+        assert "NODE_FAIL" not in summary and "FAILED:" not in summary
+        assert took < 20, f"{took:.1f} s from the stop to the launcher's end"
+        assert leftovers(docker_client, f"ddp-{run_id}") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remove_project(docker_client, f"ddp-{run_id}")

@@ -190,3 +190,112 @@ def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(t
     text = format_slurm_summary(outcome)
     assert "  workers, as a result: node0 rank 0: RuntimeError: Connection closed by peer" in text
     assert "| Traceback" not in text
+
+
+# --- stop RUN for a run under Slurm ----------------------------------------------------------
+
+def slurm_run_in_engine(tmp_path: Path, *, launcher: str):
+    """A Slurm run's cluster in the fake engine: the controller and two node containers,
+    running, labelled as the launcher labels them; its job 7 in the queue until scancel ends it
+    (a job that ignores SIGTERM: until its SIGKILL)."""
+    import socket
+
+    from orchestrate.engine.labels import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, CONTROLLER_ROLE,
+                                           LAUNCHER_LABEL, NODE_RANK_LABEL, ROLE_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL,
+                                           SCHEDULER_LABEL)
+    from tests.fakes import FakeContainer, FakeDockerClient, Script
+
+    client = FakeDockerClient()
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    launcher_id = {"alive": f"{socket.gethostname()}:{os.getpid()}:", "gone": ""}[launcher]
+    common = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", SCHEDULER_LABEL: "slurm", RUN_DIR_LABEL: str(run_dir),
+              LAUNCHER_LABEL: launcher_id}
+    for service, extra in ((CONTROLLER, {ROLE_LABEL: CONTROLLER_ROLE}), ("node0", {NODE_RANK_LABEL: "0"}),
+                           ("node1", {NODE_RANK_LABEL: "1"})):
+        container = FakeContainer(client, f"ddp-r-{service}-1", {"labels": {**common, **extra,
+                                                                             COMPOSE_SERVICE_LABEL: service}})
+        client.containers_by_name[container.name] = container
+        client.script(service, Script(hang=True))
+        container.start()
+    client.command_outputs["squeue"] = (0, b"7\n")
+    return client, run_dir
+
+
+def scancels(client) -> list[tuple]:
+    return [call[2][1:] for call in client.calls if call[0] == "exec_create" and call[2][0] == "scancel"]
+
+
+def test_stop_signals_a_slurm_jobs_tasks_through_slurm_and_leaves_the_cluster_to_its_launcher(tmp_path):
+    import json
+
+    from orchestrate.engine.runs import find_run
+    from orchestrate.slurm.stop import stop_slurm_run
+
+    client, run_dir = slurm_run_in_engine(tmp_path, launcher="alive")
+    real_exec = client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):  # the tasks end on their SIGTERM: the job leaves the queue
+        if cmd[:2] == ["scancel", "--signal=TERM"]:
+            client.command_outputs["squeue"] = (0, b"")
+        return real_exec(container_id, cmd, **kwargs)
+
+    client.api.exec_create = exec_create
+    said: list[str] = []
+    assert stop_slurm_run(client, find_run(client, "r"), 10, say=said.append) == ["node0", "node1"]
+    assert scancels(client) == [("--signal=TERM", "--full", "7")]
+    assert said == ["sent SIGTERM to Slurm job 7 of run r (scancel --signal=TERM --full); SIGKILL after 10 s"]
+    assert json.loads((run_dir / "stop-requested").read_text())["nodes"] == ["node0", "node1"]
+    # the launcher follows the run: it says how the job ended and removes the cluster, not this stop
+    assert all(c.status == "running" for c in client.containers_by_name.values())
+
+
+def test_stop_kills_a_slurm_job_that_outlives_its_timeout_and_stops_a_cluster_no_launcher_follows(tmp_path):
+    from orchestrate.engine.runs import find_run
+    from orchestrate.slurm.stop import stop_slurm_run
+
+    client, _ = slurm_run_in_engine(tmp_path, launcher="gone")
+    real_exec = client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):  # SIGTERM is ignored; SIGKILL ends the job
+        if cmd[:2] == ["scancel", "--signal=KILL"]:
+            client.command_outputs["squeue"] = (0, b"")
+        return real_exec(container_id, cmd, **kwargs)
+
+    client.api.exec_create = exec_create
+    said: list[str] = []
+    assert stop_slurm_run(client, find_run(client, "r"), 0.3, say=said.append) == ["node0", "node1"]
+    assert scancels(client) == [("--signal=TERM", "--full", "7"), ("--signal=KILL", "--full", "7"), ("7",)]
+    assert said[1] == "Slurm job 7 still runs after 0.3 s: cancelling it (SIGKILL)"
+    assert {c.name: c.status for c in client.containers_by_name.values()} == {
+        "ddp-r-slurmctl-1": "exited", "ddp-r-node0-1": "exited", "ddp-r-node1-1": "exited"}
+
+
+def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(make_job, tmp_path):
+    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+    from orchestrate.slurm.backend import SlurmBackend
+    from tests.fakes import FakeContainer, FakeDockerClient, Script
+
+    plan = make_job(nodes=2)
+    plan.run_dir.mkdir(parents=True)
+    client = FakeDockerClient()
+    controller = FakeContainer(client, "ddp-test-run-slurmctl-1", {"labels": {}})
+    client.containers_by_name[controller.name] = controller
+    client.script(controller.name, Script(hang=True))
+    controller.start()
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    ended = b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=0:15 NodeList=node[0-1]\n"
+    client.command_outputs["scontrol"] = (0, ended)
+    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img")
+    backend.containers = {CONTROLLER: controller}
+    stopped_run = RunInfo("test-run", "ddp-test-run", (), {"io.ddp-compose.run-dir": str(plan.run_dir)}, None)
+
+    mark_stop_requested(stopped_run, ["node0", "node1"])
+    result = backend.follow(timeout_s=30)
+    assert (result.interrupted, result.stopped_by, result.exit_code) == (True, "python -m orchestrate stop", 143)
+    assert ("STOPPED by python -m orchestrate stop (SIGTERM to Slurm job 7's tasks): every node was stopped"
+            in format_slurm_summary(result))
+    (plan.run_dir / "stop-requested").unlink()  # no stop: the same end is the job's failure
+    failed = backend.follow(timeout_s=30)
+    assert (failed.interrupted, failed.exit_code) == (False, 1)
+    assert "FAILED: Slurm job 7 FAILED (reason NonZeroExitCode" in format_slurm_summary(failed)

@@ -1,0 +1,87 @@
+"""``stop RUN`` for a run under Slurm, as a cluster's user stops a job: its tasks get SIGTERM
+through Slurm (``scancel --signal=TERM --full``), SIGKILL after the stop's timeout, and the job
+leaves the queue. The launcher that follows the run then says it was stopped and tears the
+cluster down; where none follows it, the nodes and the controller are stopped here.
+
+Stopping the slurmd containers instead (what ``stop`` did before) left Slurm to find its nodes
+silent: the job ended as NODE_FAIL half a minute later, a failure nobody had.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from orchestrate.engine.client import exec_output
+from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.engine.labels import containers_of_project
+from orchestrate.engine.runs import LIVE_STATUSES, RunInfo, mark_stop_requested, stop_run
+from orchestrate.errors import EngineError
+from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S
+
+# How often the queue is looked at while the job ends.
+QUEUE_POLL_S = 0.5
+
+
+def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[str], None] = print,
+                   clock: Callable[[], float] = time.monotonic) -> list[str]:
+    """Stop the run's Slurm job (SIGTERM to its tasks, SIGKILL after ``timeout_s``); return its
+    live nodes. The launcher that follows the run tears them down; where none does, they and the
+    controller are stopped here, their state kept.
+
+    Raises:
+        EngineError: When Slurm refused to signal the job.
+    """
+    live = [node.name for node in run.nodes if node.status in LIVE_STATUSES]
+    controller = containers_of_project(client, run.project).get(CONTROLLER)
+    if not live or controller is None or controller.status != "running":
+        return stop_run(run, round(timeout_s))
+    jobs = queued_jobs(client, controller)
+    if jobs:
+        mark_stop_requested(run, live)  # whoever follows the run says STOPPED, not a failure
+        scancel(client, controller, run, ["--signal=TERM", "--full", *jobs])
+        say(f"sent SIGTERM to Slurm job {', '.join(jobs)} of run {run.run_id} (scancel --signal=TERM --full);"
+            f" SIGKILL after {timeout_s:g} s")
+        if not wait_until_gone(client, controller, jobs, clock() + timeout_s, clock):
+            say(f"Slurm job {', '.join(jobs)} still runs after {timeout_s:g} s: cancelling it (SIGKILL)")
+            scancel(client, controller, run, ["--signal=KILL", "--full", *jobs])
+            scancel(client, controller, run, jobs)
+            if not wait_until_gone(client, controller, jobs, clock() + KILL_WAIT_S + 5.0, clock):
+                say(f"Slurm job {', '.join(jobs)} is still in the queue; its nodes are stopped anyway")
+    if run.launcher_alive and jobs:
+        return live  # its launcher says how the job ended, then tears the cluster down
+    stopped = stop_run(run, round(timeout_s))
+    try:
+        controller.stop(timeout=round(timeout_s))
+    except engine_errors() as exc:  # gone meanwhile: stopped all the same
+        say(f"the Slurm controller of run {run.run_id} was not stopped: {describe(exc)}")
+    return stopped
+
+
+def queued_jobs(client: Any, controller: Any) -> list[str]:
+    """The ids of the jobs in the cluster's queue (none where the controller is gone)."""
+    try:
+        code, text = exec_output(client, controller, ["squeue", "-h", "-o", "%A"])
+    except engine_errors():
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip().isdigit()] if code == 0 else []
+
+
+def scancel(client: Any, controller: Any, run: RunInfo, argv: list[str]) -> None:
+    try:
+        code, text = exec_output(client, controller, ["scancel", *argv])
+    except engine_errors():  # the launcher tore the cluster down meanwhile: the job is gone
+        return
+    if code != 0 and "already completing or completed" not in text and "Invalid job id" not in text:
+        last = text.strip().splitlines()[-1] if text.strip() else f"exit code {code}"
+        raise EngineError(f"Slurm refused to stop the job of run {run.run_id}: {last}")
+
+
+def wait_until_gone(client: Any, controller: Any, jobs: list[str], deadline: float,
+                    clock: Callable[[], float]) -> bool:
+    """Whether every one of ``jobs`` left the queue before ``deadline``."""
+    while True:
+        if not set(jobs) & set(queued_jobs(client, controller)):
+            return True
+        if clock() >= deadline:
+            return False
+        time.sleep(QUEUE_POLL_S)
