@@ -25,7 +25,7 @@ from orchestrate.chaos.attempts import attempts_of, job_steps, one_ranks_records
 from orchestrate.chaos.compare import compare_files
 from orchestrate.chaos.schedule import Reference, draw_schedule
 from orchestrate.chaos.step_metrics import compare_step_metrics
-from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict
+from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
@@ -92,6 +92,9 @@ class ChaosCheck:
         reference = self.one_run(elastic.replace(workdir=undisturbed))
         if not reference.succeeded:
             return ChaosResult(reference, [ChaosVerdict(self.seed, reference, None, [], rtol=self.rtol)])
+        unwritten = unwritten_comparisons(undisturbed, self.compare, reference)
+        if unwritten:  # no trial could be compared: say so now, not after every trial has run
+            return ChaosResult(reference, [ChaosVerdict(self.seed, reference, None, [], unwritten, rtol=self.rtol)])
         reference_records = read_all(reference.run_dir / PROGRESS_SUBDIR)
         facts = reference_facts(reference, reference_records)
         self.say(describe_reference(facts))
@@ -182,3 +185,16 @@ def describe_reference(facts: Reference) -> str:
     saved = (f"it first wrote {facts.describe_first_write()}" if facts.first_write
              else "it wrote no file in its work directory")
     return f"the undisturbed job: {steps} in {facts.job_s:.1f} s; {saved}"
+
+
+def unwritten_comparisons(undisturbed: Path, paths: tuple[str, ...], reference: RunResult) -> list[FileComparison]:
+    """The ``--compare`` files the undisturbed run did not write (a typo, a path the job never
+    writes), each saying what it did write: no trial can be compared on them."""
+    missing = [path for path in paths if not (undisturbed / path).is_file()]
+    if not missing:
+        return []
+    written = sorted({w.path for w in reference.writes or []})
+    wrote = (f"it wrote {', '.join(written[:6])}{f' and {len(written) - 6} more' if len(written) > 6 else ''}"
+             if written else "it wrote no file in its work directory")
+    return [FileComparison(path, "bytes", False, problem=f"the undisturbed run wrote no such file ({wrote}); no"
+                                                           " trial was run") for path in missing]

@@ -87,8 +87,8 @@ class ChaosVerdict(Verdict):
         reasons = []
         if not self.reference.succeeded:
             reasons.append(f"the undisturbed run failed (exit code {self.reference.exit_code}): nothing to compare with")
-        if self.disturbed is None:
-            return reasons
+        if self.disturbed is None:  # no trial ran: the reference, or what it left to compare, says why
+            return reasons + [c.describe() for c in self.comparisons if not c.equal]
         if not self.disturbed.job_succeeded:
             failure = self.disturbed.failure
             reasons.append("the job did not complete under the faults"
@@ -169,8 +169,10 @@ class ChaosVerdict(Verdict):
     def format(self) -> str:
         """The table and the verdict, as ``chaos`` prints them."""
         lines = ["", f"=== chaos check (seed {self.seed}) ==="]
-        lines += format_table(("fault", "fired at", "the attempt it struck had done", "saved before it",
-                               "the next attempt"), self.fault_rows())
+        rows = self.fault_rows()
+        if rows:  # none where no trial ran
+            lines += format_table(("fault", "fired at", "the attempt it struck had done", "saved before it",
+                                   "the next attempt"), rows)
         if self.disturbed is not None:
             for recovery in self.disturbed.recoveries:
                 lines.append(f"recovery: {recovery.describe()}")

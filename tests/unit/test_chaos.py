@@ -2,6 +2,8 @@
 script a node runs, here under the test's own torch), and the verdict."""
 from __future__ import annotations
 
+import io
+
 import subprocess
 import sys
 from pathlib import Path
@@ -382,6 +384,37 @@ def test_a_job_that_failed_under_the_faults_or_a_reference_that_failed_is_the_re
     no_reference = ChaosVerdict(1, result(make_job, tmp_path, ok=False, run_id="ref"), None, [])
     assert no_reference.failures == ["the undisturbed run failed (exit code 1): nothing to compare with"]
     assert no_reference.exit_code == 1
+
+
+def test_a_compared_file_the_undisturbed_run_did_not_write_ends_the_check_before_any_trial(make_job, tmp_path):
+    """`--compare finl.pt` (a typo): the reference wrote final.pt only, so no trial could be
+    compared. The check says so after the reference and runs no trial."""
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    check = ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS, compare=("final.pt", "finl.pt"),
+                       out=io.StringIO())
+    runs = []
+
+    def one_run(run_request):  # the reference: it writes final.pt in its copy of the work directory
+        runs.append(run_request)
+        (Path(run_request.workdir) / "final.pt").write_bytes(b"weights")
+        reference = result(make_job, tmp_path, run_id="ref")
+        reference.writes = [WrittenFile("final.pt", 1.0)]
+        return reference
+
+    check.one_run = one_run
+    outcome = check.run()
+    assert len(runs) == 1  # no trial
+    [verdict] = outcome.trials
+    assert verdict.status == "DOES NOT HOLD" and outcome.exit_code == 1
+    assert verdict.failures == ["finl.pt: the undisturbed run wrote no such file (it wrote final.pt); no trial was run"]
+    assert "VERDICT DOES NOT HOLD:\n  finl.pt: the undisturbed run wrote no such file" in verdict.format()
+    assert "the next attempt" not in verdict.format()  # no trial: no table of its faults
 
 
 def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job, tmp_path):
