@@ -308,9 +308,26 @@ class RunConfig:
             )
         script = Path(target[0])
         if script.is_absolute():
+            inside = _relative_inside(script, self.workdir)
+            hint = (f"give it as {str(inside)!r}" if inside is not None
+                    else f"or give --workdir {script.parent} and the script as {script.name!r}")
             raise UsageError(
-                f"script {target[0]!r} must be a path relative to the work directory {self.workdir}"
+                f"script {target[0]!r} must be a path relative to the work directory {self.workdir} ({hint})"
             )
         if not (self.workdir / script).is_file():
             raise UsageError(f"script {target[0]!r} not found in work directory {self.workdir}")
+        if _relative_inside(self.workdir / script, self.workdir) is None:
+            real = (self.workdir / script).resolve()
+            raise UsageError(
+                f"script {target[0]!r} is outside the work directory {self.workdir}: only the work directory"
+                f" is mounted in the nodes; give --workdir {real.parent} and the script as {real.name!r}, or move"
+                " the script into it"
+            )
 
+
+def _relative_inside(path: Path, workdir: Path) -> Optional[Path]:
+    """``path`` (its links followed) relative to ``workdir``; None where it lies outside it."""
+    try:
+        return path.resolve().relative_to(workdir.resolve())
+    except ValueError:
+        return None

@@ -39,3 +39,24 @@ def test_script_relative_to_workdir_is_accepted_and_paths_are_absolute(tmp_path)
 
 def test_empty_target_means_the_default_job(tmp_path):
     assert RunConfig(workdir=tmp_path, target=()).target == ("-m", "app.toy")
+
+
+def test_a_script_outside_the_work_directory_is_refused_naming_the_workdir_that_would_hold_it(tmp_path):
+    """Only the work directory is mounted in the nodes: `../other/train.py` (or a link out of it)
+    failed in every node with FileNotFoundError: '/other/train.py'."""
+    work, other = tmp_path / "work", tmp_path / "other"
+    (work / "sub").mkdir(parents=True)
+    other.mkdir()
+    (other / "train.py").write_text("print('hi')\n")
+    (work / "sub" / "train.py").write_text("print('hi')\n")
+    (work / "linked.py").symlink_to(other / "train.py")
+    for target in ("../other/train.py", "linked.py"):
+        with pytest.raises(UsageError, match=rf"script '{target}' is outside the work directory {work}: only the"
+                                             rf" work directory is mounted in the nodes; give --workdir {other} and"
+                                             r" the script as 'train.py'"):
+            RunConfig(workdir=work, target=(target,))
+    with pytest.raises(UsageError, match=r"\(give it as 'sub/train.py'\)"):
+        RunConfig(workdir=work, target=(str(work / "sub" / "train.py"),))
+    with pytest.raises(UsageError, match=rf"\(or give --workdir {other} and the script as 'train.py'\)"):
+        RunConfig(workdir=work, target=(str(other / "train.py"),))
+    assert RunConfig(workdir=work, target=("sub/../sub/train.py",)).target == ("sub/../sub/train.py",)
