@@ -18,9 +18,9 @@ started from the beginning: there was nothing to resume from.
 
 A fault *struck* the attempt that was running when it fired (or, fired before that attempt's
 first step, its start-up). A fault that kills a node or a worker ends the attempt it struck; one
-that lasts (a pause, a slow node) ends it only where a new attempt began before the next fault
-fired. The *next* attempt of a fault that ended its attempt is the first that began after it; one
-that did not end its attempt has none (the job went on). Steps redone
+that lasts (a pause, a slow node, a split network) ends it where that attempt reported no step
+after it and a later attempt began. The *next* attempt of a fault that ended its attempt is the
+first that began after it; one that did not end its attempt has none (the job went on). Steps redone
 for a fault are where the struck attempt had got less where the next one started from; in all,
 the steps of every attempt less the undisturbed run's.
 """
@@ -187,19 +187,19 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
     started from the beginning (nothing was saved before the fault that ended the one before)
     gets that offset, 0, so a later fault striking it knows how far it had got."""
     fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=lambda f: f.fired_time or 0.0)
-    times = [f.fired_time or 0.0 for f in fired]
-    ended = [ended_its_attempt(fault.spec, times[i], times[i + 1] if i + 1 < len(fired) else None, attempts)
-             for i, fault in enumerate(fired)]
     result = []
-    for index, fault in enumerate(fired):
-        at = times[index]
+    ended_before: Optional[float] = None  # when the fault before fired, where it ended its attempt
+    for fault in fired:
+        at = fault.fired_time or 0.0
         running = [a for a in attempts if a.first_time <= at]
         struck = running[-1] if running else None
-        if struck is not None and index and ended[index - 1] and times[index - 1] >= struck.first_time:
+        if struck is not None and ended_before is not None and ended_before >= struck.first_time:
             struck = None  # the fault before ended that attempt: this one fell in the next one's start-up
         done = struck.steps_by(at) if struck is not None else []
         following = [a for a in attempts if a.first_time > at]
-        after = following[0] if following and ended[index] else None
+        ended = bool(following) and ended_its_attempt(fault.spec, struck, at)
+        ended_before = at if ended else None
+        after = following[0] if ended else None
         reached = struck.job_step(done[-1][0]) if struck is not None and done else None
         redone = None
         if after is not None and after.offset is not None and reached is not None:
@@ -214,16 +214,17 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
     return result
 
 
-def ended_its_attempt(spec: str, at: float, next_at: Optional[float], attempts: list[Attempt]) -> bool:
-    """Whether the fault fired at ``at`` ended the attempt it struck: one that kills a node or a
-    worker always does; one that lasts (a pause, a slow node, a split network) did only where a
-    new attempt began after it and before the next fault fired (``next_at``; None: none did)."""
+def ended_its_attempt(spec: str, struck: Optional[Attempt], at: float) -> bool:
+    """Whether the fault fired at ``at`` ended the attempt it struck (a later attempt began): one
+    that kills a node or a worker always does; one that lasts (a pause, a slow node, a split
+    network) did where the attempt it struck reported no step after it, and did not where the job
+    went on through it, or where it fell in a start-up (the fault before ended that attempt)."""
     try:
         if not parse_fault(spec).action.lasting:
             return True
     except UsageError:  # not a spec of ours: judged by the attempts alone
         pass
-    return any(at < a.first_time and (next_at is None or a.first_time <= next_at) for a in attempts)
+    return struck is not None and not any(t > at for _, t in struck.steps)
 
 
 def steps_redone(attempts: list[Attempt], reference_steps: Optional[int]) -> Optional[int]:

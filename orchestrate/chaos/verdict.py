@@ -16,6 +16,8 @@ from typing import Optional
 from orchestrate.chaos.attempts import Strike
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.errors import UsageError
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.text import format_table
 
@@ -114,10 +116,13 @@ class ChaosVerdict(Verdict):
         if any(s.saved is None for s in self.strikes):
             reasons.append("the work directory was not followed (too many entries): whether a fault struck after a"
                            " save is not known")
-        elif not struck:
+        elif not struck and all(lasts(s.spec) for s in self.strikes):
             reasons.append("no fault ended an attempt of the job (" + ", ".join(s.spec for s in self.strikes)
                            + ": it went on through each), so the resume path was never exercised; kill, restart,"
                            " preempt, kill-rank and torn-write end one")
+        elif not struck:
+            reasons.append("no new attempt of the job was seen after " + ", ".join(s.spec for s in self.strikes)
+                           + " (no worker reported a step after it), so whether it resumed is not known")
         elif not after_save:
             first = self.facts.describe_first_write() if self.facts else ""
             reasons.append("no fault struck after the job had written a file in its work directory, so the resume"
@@ -256,3 +261,11 @@ class ChaosResult(Verdict):
             lines.append(f"VERDICT {status}: {counted} of {len(self.trials)} trials {status.lower()}:")
             lines += [f"  {reason}" for reason in self.failures]
         return "\n".join(lines)
+
+
+def lasts(spec: str) -> bool:
+    """Whether a fault lasts until undone (a pause, a slow node): one the job may go on through."""
+    try:
+        return parse_fault(spec).action.lasting
+    except UsageError:
+        return False

@@ -13,7 +13,7 @@ from orchestrate.slurm.stop import stop_slurm_run
 
 
 def add_parsers(sub: Any) -> None:
-    stop = sub.add_parser("stop", help="stop a run's nodes; keep their logs and state",
+    stop = sub.add_parser("stop", help="stop a run's nodes (SIGTERM, then SIGKILL); keep their logs",
                           description="SIGTERM every node of the run (SIGKILL after --timeout: by default the"
                                       " run's own --stop-grace); the containers, logs and state stay until down or"
                                       " prune. A Slurm run's job is stopped through Slurm (scancel --signal=TERM,"
@@ -34,8 +34,8 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     else:
         stopped = stop_run(run, timeout)
     if stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
-        inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended and"
-                      f" removes the nodes (logs stay in {run.run_dir})\n")
+        inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended"
+                      f" (logs stay in {run.run_dir})\n")
     elif stopped:
         inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; logs and state kept"
                       f" (remove it with: python -m orchestrate down {run.run_id})\n")

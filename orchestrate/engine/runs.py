@@ -355,6 +355,15 @@ def mark_stop_requested(run: RunInfo, nodes: list[str]) -> None:
         pass
 
 
+def forget_stop_request(run: RunInfo) -> None:
+    """Take back the stop request: nothing was stopped (Slurm refused), so the run's own end stands."""
+    try:
+        if run.run_dir.name:
+            (run.run_dir / STOP_REQUEST_FILE).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def stop_requested_nodes(run_dir: Path) -> frozenset[str]:
     """The nodes ``stop RUN`` stopped (live when it came): none where it did not come."""
     if not run_dir.name:  # no run directory (an empty label): not the current directory's file

@@ -16,7 +16,7 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import do_fault, end_fault
-from orchestrate.faults.live_notes import note_live_fault
+from orchestrate.faults.live_notes import new_fault_id, note_live_fault
 from orchestrate.faults.storage import ArmedStorageFaults
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 
@@ -51,6 +51,7 @@ class LiveFaults:
         self.say = say
         self.run_dir = run_dir
         self.unnoted_said = False  # said once that the run's directory takes no notes from here
+        self.ids: dict[int, str] = {}  # each fault's id in the notes, by the spec object given
         self.held: list[tuple[FaultSpec, str]] = []  # done, with an end still to come
         progress = None if run_dir is None or not str(run_dir) else run_dir / PROGRESS_SUBDIR
         self.storage = ArmedStorageFaults(progress) if progress is not None and progress.is_dir() else None
@@ -82,7 +83,7 @@ class LiveFaults:
         """
         if spec.action.on_storage and self.storage is not None:
             glob = self.storage.arm(spec)
-            self.note(spec, spec.node)
+            self.note(spec, spec.node, "done")
             self.say(f"armed {spec} on {spec.node}'s workers of run {self.run_id}, files {glob!r} of the work"
                      " directory")
             if spec.action is FaultAction.TORN_WRITE:
@@ -91,30 +92,32 @@ class LiveFaults:
                 self.held.append((spec, spec.node))
             return spec.node
         if not spec.action.on_rank:  # noted first: the node's end may come before the engine's answer
-            self.note(spec, spec.nodes[0])
+            self.note(spec, spec.nodes[0], "doing")
         try:
             if spec.action is FaultAction.PREEMPT:  # SIGTERM, then the engine's SIGKILL after the run's grace
                 self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
                 node = spec.node
             else:
                 node = do_fault(self.client, self.project, self.live, spec)
-        except engine_errors() as exc:
-            why = describe(exc)
+        except Exception as exc:  # the engine's refusal, or the node's own (no NET_ADMIN for a partition)
+            why = describe(exc) if isinstance(exc, engine_errors()) else str(exc) or type(exc).__name__
             if not spec.action.on_rank:
-                self.note(spec, spec.nodes[0], failed=why)
-            raise EngineError(f"cannot {spec.action.value} {spec.target} of run {self.run_id}: {why}") from None
-        if spec.action.on_rank:  # the node that runs the rank is known now
-            self.note(spec, node)
+                self.note(spec, spec.nodes[0], "failed", error=why)
+            if isinstance(exc, engine_errors()):
+                raise EngineError(f"cannot {spec.action.value} {spec.target} of run {self.run_id}: {why}") from None
+            raise
+        self.note(spec, node, "done")  # a rank fault's node is known only now
         into = spec.target if spec.groups else node if spec.rank is None else f"rank {spec.rank} on {node}"
         self.say(f"injected {spec.action.value} into {into} of run {self.run_id}")
         if spec.has_end:
             self.held.append((spec, node))
         return node
 
-    def note(self, spec: FaultSpec, node: str, *, ended: bool = False, failed: str = "") -> None:
-        """Note a fault in the run's directory for whoever follows the run (see
+    def note(self, spec: FaultSpec, node: str, phase: str, error: str = "") -> None:
+        """Note a step of a fault in the run's directory for whoever follows the run (see
         :mod:`~orchestrate.faults.live_notes`); say once where that cannot be done from here."""
-        if note_live_fault(self.run_dir, spec, node, ended=ended, failed=failed) or self.unnoted_said:
+        fault_id = self.ids.setdefault(id(spec), new_fault_id())
+        if note_live_fault(self.run_dir, fault_id, spec, node, phase, error) or self.unnoted_said:
             return
         self.unnoted_said = True
         self.say(f"run {self.run_id}'s directory cannot be written from here: its summary will not name the faults"
@@ -147,7 +150,7 @@ class LiveFaults:
             for spec in [s for s in self.tearing if not self.running(s.node)]:
                 self.tearing.remove(spec)
                 self.storage.end(spec)
-                self.note(spec, spec.node, ended=True)
+                self.note(spec, spec.node, "ended")
                 self.say(f"disarmed {spec}: {spec.node} is no longer running, and no write of it was cut")
             for spec, event in self.storage.poll():
                 if spec not in self.tearing or not event.torn:
@@ -177,14 +180,14 @@ class LiveFaults:
         while self.tearing and self.storage is not None:
             spec = self.tearing.pop(0)
             self.storage.end(spec)
-            self.note(spec, spec.node, ended=True)
+            self.note(spec, spec.node, "ended")
             self.say(f"disarmed {spec}: no write came")
 
     def end(self, spec: FaultSpec, node: str) -> None:
         """Undo one fault; say so, or why it could not be undone."""
         if spec.action.on_storage and self.storage is not None:
             self.storage.end(spec)
-            self.note(spec, node, ended=True)
+            self.note(spec, node, "ended")
             self.say(f"ended {spec} on {node} of run {self.run_id}")
             return
         try:
@@ -192,8 +195,9 @@ class LiveFaults:
                       link=self.link)
         except (*engine_errors(), EngineError) as exc:
             self.say(f"could not end {spec} on {node}: {describe(exc)}")
+            self.note(spec, node, "ended", error=describe(exc))  # its hold is over all the same
             return
-        self.note(spec, node, ended=True)
+        self.note(spec, node, "ended")
         self.say(f"ended {spec} on {node} of run {self.run_id}")
 
 

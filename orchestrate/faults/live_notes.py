@@ -1,17 +1,24 @@
 """The faults ``fault RUN`` did from another terminal, noted in the run's directory
-(:data:`~orchestrate.plan.layout.LIVE_FAULTS_FILE`, JSON lines) so that whoever follows the run
-(its launcher, ``attach``) says them as they happen and names them in the run's summary, as it
+(:data:`~orchestrate.plan.layout.LIVE_FAULTS_FILE`, JSON lines) so that whoever follows a Compose
+run (its launcher, ``attach``) says them as they happen and names them in the run's summary, as it
 names the faults ``run --fault`` asked for.
 
-One object per line: ``time`` (Unix seconds), ``spec`` (as ``--fault`` writes it), ``node`` (where
-it landed; a rank fault's is the node that ran the rank), and one of ``ended`` (a fault with an
-end was undone) or ``failed`` (the engine refused it: why).
+One object per line: ``id`` (one fault's notes share it), ``time`` (Unix seconds), ``spec`` (as
+``--fault`` writes it), ``node`` (where it lands; a rank fault's is the node that runs the rank),
+and ``phase``:
+
+- ``doing``: about to be done to a node (noted first, so that the node's death is never seen
+  before its cause);
+- ``done``: done (a rank fault has this note alone);
+- ``failed``: refused (``error`` says why): it was not done;
+- ``ended``: a fault with an end was undone, or its end came.
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -22,29 +29,36 @@ from orchestrate.plan.layout import LIVE_FAULTS_FILE
 
 log = logging.getLogger(__name__)
 
+PHASES = ("doing", "done", "failed", "ended")
+
 
 @dataclass(frozen=True)
 class LiveFaultNote:
-    """One line of the notes: a fault done (or undone, or refused) from another terminal."""
+    """One line of the notes: a step of one fault done from another terminal."""
 
+    id: str
     time: float
     spec: FaultSpec
     node: str
-    ended: bool = False
-    failed: str = ""
+    phase: str
+    error: str = ""
 
 
-def note_live_fault(run_dir: Optional[Path], spec: FaultSpec, node: str, *, ended: bool = False,
-                    failed: str = "") -> bool:
+def new_fault_id() -> str:
+    """An id for one fault's notes."""
+    return uuid.uuid4().hex[:12]
+
+
+def note_live_fault(run_dir: Optional[Path], fault_id: str, spec: FaultSpec, node: str, phase: str,
+                    error: str = "") -> bool:
     """Append one note; False where the run's directory is gone or cannot be written here (the
     run is then judged by its exits alone)."""
+    assert phase in PHASES, phase
     if run_dir is None or not run_dir.name or not run_dir.is_dir():
         return False
-    entry: dict = {"time": time.time(), "spec": str(spec), "node": node}
-    if ended:
-        entry["ended"] = True
-    if failed:
-        entry["failed"] = failed
+    entry: dict = {"id": fault_id, "time": time.time(), "spec": str(spec), "node": node, "phase": phase}
+    if error:
+        entry["error"] = error
     try:
         with open(run_dir / LIVE_FAULTS_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry) + "\n")
@@ -85,8 +99,11 @@ def parse_note(line: str) -> Optional[LiveFaultNote]:
     """One line of the notes; None for one that is not a note (logged)."""
     try:
         entry = json.loads(line)
-        return LiveFaultNote(float(entry["time"]), parse_fault(str(entry["spec"])), str(entry["node"]),
-                             ended=bool(entry.get("ended", False)), failed=str(entry.get("failed", "")))
+        phase = str(entry["phase"])
+        if phase not in PHASES:
+            raise ValueError(f"no phase {phase!r}")
+        return LiveFaultNote(str(entry["id"]), float(entry["time"]), parse_fault(str(entry["spec"])),
+                             str(entry["node"]), phase, str(entry.get("error", "")))
     except (ValueError, KeyError, TypeError, AttributeError, UsageError) as exc:
         log.debug("a live fault note that is not one (%r): %s", line[:200], exc)
         return None

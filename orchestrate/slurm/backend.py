@@ -274,7 +274,7 @@ class SlurmBackend:
             result.timings.job_s = self.clock() - started
             result.faults = self.faults.records(result.timings.job_s, self.progress.max_step, self.progress.seen)
         slurm.nodes = self.node_records()
-        if slurm.state != "COMPLETED" and not result.error and stop_requested_nodes(self.plan.run_dir):
+        if ended_by_a_stop(slurm.job) and not result.error and stop_requested_nodes(self.plan.run_dir):
             # `stop RUN` signalled the job from another terminal: stopped, not failed
             result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), STOPPED_BY
             self.record("job-stopped", job=self.job_id, state=slurm.state, by="stop")
@@ -313,3 +313,12 @@ class SlurmBackend:
         slurm.workers_collateral = collateral
         return Failure(node, cause.rank, cause.exit_code, cause.exception, (), traceback=cause.traceback,
                        description=f"{describe}; workers: {node} rank {cause.rank}: {cause.exception}")
+
+
+def ended_by_a_stop(job: dict[str, str]) -> bool:
+    """Whether the job's end is what ``stop RUN`` does to it: cancelled, or its tasks ended by
+    SIGTERM or SIGKILL (``ExitCode`` is ``CODE:SIGNAL``); a job that failed by itself, or
+    completed, is judged as it ended."""
+    code, _, signal_number = job.get("ExitCode", "").partition(":")
+    return (job.get("JobState") == "CANCELLED" or signal_number in ("9", "15")
+            or code in ("137", "143"))

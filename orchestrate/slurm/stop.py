@@ -14,7 +14,7 @@ from typing import Any, Callable
 from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import containers_of_project
-from orchestrate.engine.runs import LIVE_STATUSES, RunInfo, mark_stop_requested, stop_run
+from orchestrate.engine.runs import LIVE_STATUSES, RunInfo, forget_stop_request, mark_stop_requested, stop_run
 from orchestrate.errors import EngineError
 from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S
 
@@ -38,13 +38,18 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
     jobs = queued_jobs(client, controller)
     if jobs:
         mark_stop_requested(run, live)  # whoever follows the run says STOPPED, not a failure
-        scancel(client, controller, run, ["--signal=TERM", "--full", *jobs])
+        try:
+            if not scancel(client, controller, run, ["--signal=TERM", "--full", *jobs]):
+                scancel(client, controller, run, jobs, refused_raises=True)  # a pending job: cancelled
+        except EngineError:
+            forget_stop_request(run)  # nothing was stopped: the job's own end stands
+            raise
         say(f"sent SIGTERM to Slurm job {', '.join(jobs)} of run {run.run_id} (scancel --signal=TERM --full);"
             f" SIGKILL after {timeout_s:g} s")
         if not wait_until_gone(client, controller, jobs, clock() + timeout_s, clock):
             say(f"Slurm job {', '.join(jobs)} still runs after {timeout_s:g} s: cancelling it (SIGKILL)")
             scancel(client, controller, run, ["--signal=KILL", "--full", *jobs])
-            scancel(client, controller, run, jobs)
+            scancel(client, controller, run, jobs, refused_raises=True)
             if not wait_until_gone(client, controller, jobs, clock() + KILL_WAIT_S + 5.0, clock):
                 say(f"Slurm job {', '.join(jobs)} is still in the queue; its nodes are stopped anyway")
     if run.launcher_alive and jobs:
@@ -58,22 +63,28 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
 
 
 def queued_jobs(client: Any, controller: Any) -> list[str]:
-    """The ids of the jobs in the cluster's queue (none where the controller is gone)."""
+    """The ids of the jobs in the cluster's queue, pending or running (not those completing: they
+    have ended already); none where the controller is gone."""
     try:
-        code, text = exec_output(client, controller, ["squeue", "-h", "-o", "%A"])
+        code, text = exec_output(client, controller, ["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%A"])
     except engine_errors():
         return []
     return [line.strip() for line in text.splitlines() if line.strip().isdigit()] if code == 0 else []
 
 
-def scancel(client: Any, controller: Any, run: RunInfo, argv: list[str]) -> None:
+def scancel(client: Any, controller: Any, run: RunInfo, argv: list[str], refused_raises: bool = False) -> bool:
+    """``scancel ARGV`` in the controller; False where Slurm refused it (EngineError instead with
+    ``refused_raises``). A job that ended meanwhile, or a cluster torn down, is no refusal."""
     try:
         code, text = exec_output(client, controller, ["scancel", *argv])
     except engine_errors():  # the launcher tore the cluster down meanwhile: the job is gone
-        return
-    if code != 0 and "already completing or completed" not in text and "Invalid job id" not in text:
+        return True
+    if code == 0 or "already completing or completed" in text or "Invalid job id" in text:
+        return True
+    if refused_raises:
         last = text.strip().splitlines()[-1] if text.strip() else f"exit code {code}"
         raise EngineError(f"Slurm refused to stop the job of run {run.run_id}: {last}")
+    return False
 
 
 def wait_until_gone(client: Any, controller: Any, jobs: list[str], deadline: float,

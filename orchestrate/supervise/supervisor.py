@@ -47,7 +47,7 @@ from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
-from orchestrate.outcome.events import record_event
+from orchestrate.outcome.events import read_events, record_event
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -74,6 +74,12 @@ LOG_DRAIN_S = 3.0
 # A container's StartedAt and its start event's time differ by the engine's own bookkeeping:
 # an event this much older than the start it is compared with belongs to an earlier start.
 STAMP_SLACK_S = 0.001
+# A note from another terminal this much older than a node's latest start is still its own (the two
+# clocks are the host's, read by two processes).
+LIVE_NOTE_SLACK_S = 0.5
+# A fault from another terminal with an end is held at most this long beyond it, should its end
+# never be noted (the `fault` process was killed): the hang watch then counts again.
+LIVE_HOLD_MARGIN_S = 10.0
 # After an interrupt, how long beyond the stop grace the supervisor waits for the nodes' ends.
 WIND_DOWN_MARGIN_S = 5.0
 
@@ -104,8 +110,11 @@ class Supervisor:
                                      self.say, self.record, undo=self.undo)
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
         self.live_notes = LiveFaultReader(spec.run_dir)  # what `fault RUN` did from another terminal
-        self.live_faults: list[FaultRecord] = []
-        self.live_held: list[tuple[str, str]] = []  # (spec, node) of those with an end still to come
+        self.live_faults: dict[str, FaultRecord] = {}  # done, by the notes' fault id
+        self.live_doing: dict[str, LiveFaultNote] = {}  # begun, not yet done or refused
+        self.live_held: dict[str, float] = {}  # those with an end still to come: when it is due at the latest
+        self.live_blamed: dict[str, list[LiveFaultNote]] = {}  # node -> the live faults it is blamed for, latest last
+        self.live_recorded: Optional[set[tuple[str, str]]] = None  # events of them already in events.jsonl
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
                                       store_host=spec.store_host)
@@ -171,51 +180,94 @@ class Supervisor:
     def take_live_faults(self) -> None:
         """The faults ``fault RUN`` did from another terminal since the last look: said, recorded
         and blamed on their node, as the run's own faults are."""
-        notes = self.live_notes.take()
-        for index, note in enumerate(notes):
+        for note in self.live_notes.take():
             tracker = self.trackers.get(note.node)
-            refused_later = not note.failed and not note.ended and any(
-                later.failed and later.spec == note.spec and later.node == note.node for later in notes[index + 1:])
-            if tracker is not None and not refused_later:  # one refused before it was seen: `fault` said so
+            if tracker is not None:
                 self.on_live_fault(tracker, note)
+        wall = time.time()
+        for fault_id in [i for i, until in self.live_held.items() if wall > until]:
+            del self.live_held[fault_id]  # its end never came (the `fault` process was killed): held no more
 
     def on_live_fault(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+        """One note (see :mod:`~orchestrate.faults.live_notes`). A node is blamed only for a fault
+        done since its latest start: ``attach`` reads the notes from the first, and an earlier
+        attempt's fault is not the restarted node's."""
         spec, node = str(note.spec), tracker.name
-        latest = next((i for i in reversed(range(len(self.live_faults)))
-                       if self.live_faults[i].spec == spec and self.live_faults[i].node == node
-                       and self.live_faults[i].fired and self.live_faults[i].ended_s is None), None)
-        if (note.ended or note.failed) and (spec, node) in self.live_held:
-            self.live_held.remove((spec, node))
-        if note.failed:  # noted before it was done, and the engine refused it: `fault` said so, not a fault
-            if latest is not None:
-                del self.live_faults[latest]
-            if tracker.result.fault == spec:
-                tracker.result.fault, tracker.result.culprit_rank = "", None
-            self.say(f"fault from `python -m orchestrate fault` not done: {spec}: {note.failed}")
-            self.record("fault-failed", node=node, spec=spec, error=note.failed[:500], by="fault", time=note.time)
+        start = tracker.latest_start or tracker.first_started
+        current = start is None or note.time >= start - LIVE_NOTE_SLACK_S
+        if note.phase == "doing":
+            self.live_doing[note.id] = note
+            if current:
+                self.blame(tracker, note)
             return
-        elapsed = note.time - self.started_time
-        if note.ended:
-            if latest is not None:
-                self.live_faults[latest] = replace(self.live_faults[latest], ended_s=max(0.0, elapsed))
-            if tracker.result.fault == spec:
-                tracker.result.fault, tracker.result.culprit_rank = "", None
+        if note.phase == "failed":  # noted as it began, then refused: `fault` said so, and it was not done
+            self.live_doing.pop(note.id, None)
+            self.live_held.pop(note.id, None)
+            self.unblame(tracker, note)
+            self.say(f"fault from `python -m orchestrate fault` not done: {spec}: {note.error}")
+            self.record_live(note, "fault-failed", node=node, spec=spec, error=note.error[:500])
+            return
+        if note.phase == "ended":
+            self.live_held.pop(note.id, None)
+            record = self.live_faults.get(note.id)
+            elapsed = note.time - self.started_time
+            if record is not None:
+                self.live_faults[note.id] = replace(record, ended_s=elapsed if elapsed >= 0 else None)
+            self.unblame(tracker, note)
             self.say(f"fault ended by `python -m orchestrate fault`: {spec} on {node}")
-            self.record("fault-ended", node=node, spec=spec, action=note.spec.action.value, by="fault",
-                        time=note.time)
+            self.record_live(note, "fault-ended", node=node, spec=spec, action=note.spec.action.value)
             return
-        fired = FaultRecord(spec, node, True, elapsed if elapsed >= 0 else None, self.progress.max_step,
-                            fired_time=note.time)
-        self.live_faults.append(fired)
-        if note.spec.has_end:
-            self.live_held.append((spec, node))
-        if note.spec.action is not FaultAction.TORN_WRITE:  # a torn write blames its node once it tears
-            tracker.result.fault = spec
-            if note.spec.action.on_rank:
-                tracker.result.culprit_rank = note.spec.rank
+        began = self.live_doing.pop(note.id, note)  # done: from when it began
+        elapsed = began.time - self.started_time
+        fired = FaultRecord(spec, node, True, elapsed if elapsed >= 0 else None,
+                            self.progress.max_step if elapsed >= 0 else None, fired_time=began.time)
+        self.live_faults[note.id] = fired
+        if note.spec.has_end and note.spec.until_seconds is not None:
+            held_s = note.spec.until_seconds - (note.spec.at_seconds or 0.0)
+            self.live_held[note.id] = began.time + held_s + LIVE_HOLD_MARGIN_S
+        if current:
+            self.blame(tracker, note)
         self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
-        self.record("fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step, by="fault",
-                    time=note.time, **({"rank": note.spec.rank} if note.spec.rank is not None else {}))
+        self.record_live(began, "fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step,
+                         **({"rank": note.spec.rank} if note.spec.rank is not None else {}))
+
+    def blame(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+        """The node's fault, for the judge, the restart policy and the hang watch (a torn write's
+        only once it tears, as for the run's own)."""
+        if note.spec.action is FaultAction.TORN_WRITE:
+            return
+        tracker.result.fault = str(note.spec)
+        if note.spec.action.on_rank:
+            tracker.result.culprit_rank = note.spec.rank
+        blamed = self.live_blamed.setdefault(tracker.name, [])
+        if note not in blamed:
+            blamed.append(note)
+
+    def unblame(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+        """The node is well again, or the fault was never done: only this fault's blame goes, and
+        the one before it that still stands (the same spec done before) is the node's again."""
+        blamed = self.live_blamed.get(tracker.name, [])
+        mine = [n for n in blamed if n.id == note.id]
+        if not mine:
+            return
+        ours = tracker.result.fault == str(blamed[-1].spec)  # not since replaced by the run's own fault
+        for found in mine:
+            blamed.remove(found)
+        if ours:
+            before = blamed[-1] if blamed else None
+            tracker.result.fault = str(before.spec) if before else ""
+            tracker.result.culprit_rank = before.spec.rank if before and before.spec.action.on_rank else None
+
+    def record_live(self, note: LiveFaultNote, kind: str, **fields: Any) -> None:
+        """Record a live fault's event once, at its note's time, however often the notes are read
+        (every ``attach`` reads them from the first)."""
+        if self.live_recorded is None:
+            self.live_recorded = {(e.get("event"), e.get("fault_id")) for e in read_events(self.spec.run_dir)
+                                  if e.get("by") == "fault"}
+        if (kind, note.id) in self.live_recorded:
+            return
+        self.live_recorded.add((kind, note.id))
+        self.record(kind, **fields, by="fault", fault_id=note.id, time=note.time)
 
     # Storage faults ---------------------------------------------------------------------
 
@@ -614,5 +666,7 @@ class Supervisor:
     def fault_records(self) -> list[FaultRecord]:
         """Every fault asked for so far: the run's own (those that fired, then those that did not,
         with why), then those ``fault RUN`` did from another terminal."""
+        unconfirmed = [FaultRecord(str(n.spec), n.node, True, n.time - self.started_time, fired_time=n.time,
+                                   detail="`fault` ended before the engine answered") for n in self.live_doing.values()]
         return [*self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen),
-                *self.live_faults]
+                *self.live_faults.values(), *unconfirmed]

@@ -287,6 +287,20 @@ def test_a_fault_the_job_went_on_through_ends_no_attempt_and_the_next_fault_stri
     assert (later.steps_done, later.describe_struck(), later.resumed_from) == (6, "6 step(s), 14.0 s training", 6)
 
 
+def test_a_lasting_fault_that_ended_its_attempt_is_told_by_the_steps_that_stopped_not_by_the_next_start():
+    # a split at 104.5 ended attempt a (no step after it); the kill at 110 fell in the start-up of b (115)
+    records = steps(0, "a", range(1, 5), 101.0, counted=False) + steps(0, "b", range(3, 9), 115.0, counted=False)
+    attempts = attempts_of(records, 8, completed=True)
+    split, kill = strikes([fired("partition:node0|node1@t=3..6", 104.5, 4), fired("kill:node1@t=9", 110.0)],
+                          attempts, [WrittenFile("ckpt.pt", 102.5)])
+    assert (split.restarted, split.resumed_from, split.redone) == (True, 2, 2)
+    assert (kill.steps_done, kill.describe_struck()) == (0, "in its start-up (no step yet)")
+    # a pause in the start-up after a kill ends nothing: the kill's restart is the kill's alone
+    kill_first, pause = strikes([fired("kill:node1@t=3", 104.5, 4), fired("pause:node0@t=9..10", 110.0)],
+                                attempts, [WrittenFile("ckpt.pt", 102.5)])
+    assert (kill_first.restarted, pause.restarted, pause.describe_next()) == (True, False, "no new attempt")
+
+
 def test_the_per_step_metrics_name_the_first_step_that_differs_and_its_attempt():
     reference = steps(0, "r", [1, 2, 3, 4], 1.0, counted=False, loss=1.0)
     same = steps(0, "a", [1, 2, 3], 10.0, counted=False, loss=1.0) + steps(0, "b", [3, 4], 20.0, counted=False, loss=1.0)
@@ -350,6 +364,10 @@ def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_
     assert went_on.inconclusive == ["no fault ended an attempt of the job (pause:node1@t=4..6: it went on through each),"
                                     " so the resume path was never exercised; kill, restart, preempt, kill-rank and"
                                     " torn-write end one"]
+    unseen = verdict_of(make_job, tmp_path, [Strike("kill:node1@t=4", 5.5, None, 0, None, ("ckpt.pt",), False, None,
+                                                    None)])
+    assert unseen.inconclusive == ["no new attempt of the job was seen after kill:node1@t=4 (no worker reported a"
+                                   " step after it), so whether it resumed is not known"]
     not_followed = verdict_of(make_job, tmp_path, [strike(saved=None)])
     assert "the work directory was not followed" in not_followed.inconclusive[0]
 

@@ -182,27 +182,29 @@ def test_live_fault_notes_are_read_once_each_and_a_line_still_being_written_wait
 
     reader = LiveFaultReader(tmp_path)
     assert reader.take() == []  # none yet
-    assert note_live_fault(tmp_path, parse_fault("slow:node1,cpus=0.2@t=0..30"), "node1")
-    assert note_live_fault(tmp_path, parse_fault("kill-rank:3"), "node2", failed="no such process")
+    assert note_live_fault(tmp_path, "a1", parse_fault("slow:node1,cpus=0.2@t=0..30"), "node1", "doing")
+    assert note_live_fault(tmp_path, "b2", parse_fault("kill-rank:3"), "node2", "failed", error="no such process")
     first = reader.take()
-    assert [(str(n.spec), n.node, n.ended, n.failed) for n in first] == [
-        ("slow:node1,cpus=0.2@t=0..30", "node1", False, ""), ("kill-rank:3", "node2", False, "no such process")]
+    assert [(n.id, str(n.spec), n.node, n.phase, n.error) for n in first] == [
+        ("a1", "slow:node1,cpus=0.2@t=0..30", "node1", "doing", ""),
+        ("b2", "kill-rank:3", "node2", "failed", "no such process")]
     assert reader.take() == []
     with open(tmp_path / LIVE_FAULTS_FILE, "a") as handle:
         handle.write("not json\n")  # skipped, and what follows still read
-        handle.write('{"time": 1.0, "spec": "kill:node1", "node": "no')  # half a line
+        handle.write('{"id": "c3", "time": 1.0, "spec": "kill:node1", "node": "node1", "phase": "launched"}\n')
+        handle.write('{"id": "c3", "time": 1.0, "spec": "kill:node1", "node": "no')  # half a line
         handle.flush()
-        assert reader.take() == []
-        handle.write('de1", "ended": true}\n')
+        assert reader.take() == []  # the unknown phase skipped, the half line waits
+        handle.write('de1", "phase": "ended"}\n')
     [note] = reader.take()
-    assert (str(note.spec), note.node, note.ended, note.time) == ("kill:node1", "node1", True, 1.0)
+    assert (note.id, str(note.spec), note.node, note.phase, note.time) == ("c3", "kill:node1", "node1", "ended", 1.0)
 
 
 def test_a_live_fault_note_where_the_run_directory_cannot_be_written_says_false(tmp_path):
     from orchestrate.faults.live_notes import note_live_fault
 
-    assert not note_live_fault(tmp_path / "gone", parse_fault("kill:node1"), "node1")
-    assert not note_live_fault(None, parse_fault("kill:node1"), "node1")
+    assert not note_live_fault(tmp_path / "gone", "a1", parse_fault("kill:node1"), "node1", "doing")
+    assert not note_live_fault(None, "a1", parse_fault("kill:node1"), "node1", "doing")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "live-faults.jsonl").mkdir()  # not a file: the append fails
-    assert not note_live_fault(tmp_path / "run", parse_fault("kill:node1"), "node1")
+    assert not note_live_fault(tmp_path / "run", "a1", parse_fault("kill:node1"), "node1", "doing")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+import time
 import subprocess
 import sys
 
@@ -345,3 +346,73 @@ def test_fault_says_once_when_the_runs_summary_cannot_name_what_it_did(make_run)
     said = out.getvalue()
     assert said.count("run r's directory cannot be written from here: its summary will not name the faults") == 1
     assert "injected kill into node1 of run r" in said
+
+
+def test_a_refused_repeat_of_a_live_fault_leaves_the_first_standing(make_run):
+    """`fault r pause:node0` done, then the same refused (node0 is paused already): the first
+    is still the run's fault, and the node that then dies is blamed on it."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    assert main(client=client, argv=["fault", "r", "pause:node0"], out=io.StringIO()) == 0
+    assert main(client=client, argv=["fault", "r", "pause:node0"], out=io.StringIO()) == 2  # already paused
+    for name in ("ddp-r-node0-1", "ddp-r-node1-1"):
+        client.containers_by_name[name].kill()  # SIGKILL reaches a paused container too
+    out = io.StringIO()
+    assert main(client=client, argv=["attach", "r"], out=out) == 1
+    text = out.getvalue()
+    assert "fault from `python -m orchestrate fault` not done: pause:node0: Container" in text
+    assert "FAILED: node0 stopped answering" not in text
+    assert "(injected fault pause:node0)" in text.split("summary ===")[1], text[-1500:]
+
+
+def test_a_live_fault_the_node_refuses_itself_is_noted_as_not_done(make_run, monkeypatch):
+    """A partition without NET_ADMIN fails in the node (an EngineError, not the engine's): its
+    note says refused, so the launcher never blames it."""
+    from orchestrate.cli.main import main
+    from orchestrate.errors import EngineError
+    from orchestrate.faults.live_notes import LiveFaultReader
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)},
+                                             dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+
+    def refuse(*args, **kwargs):
+        raise EngineError("ip route: Operation not permitted (the run has no NET_ADMIN)")
+
+    monkeypatch.setattr("orchestrate.faults.live.do_fault", refuse)
+    assert main(client=client, argv=["fault", "r", "partition:node0|node1"], out=io.StringIO()) == 2
+    notes = LiveFaultReader(make_run("r").run_dir).take()
+    assert [(n.phase, n.error) for n in notes] == [
+        ("doing", ""), ("failed", "ip route: Operation not permitted (the run has no NET_ADMIN)")]
+    assert notes[0].id == notes[1].id
+
+
+def test_a_live_fault_from_before_a_nodes_latest_start_is_not_blamed_on_it(make_run):
+    """`attach` reads every note from the first: a kill of node1's earlier container (an elastic
+    run restarted it since) is said, but node1's own failure now is not blamed on it."""
+    import json
+
+    from orchestrate.cli.main import main
+    from orchestrate.plan.layout import LIVE_FAULTS_FILE
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    earlier = time.time() - 60
+    with open(make_run("r").run_dir / LIVE_FAULTS_FILE, "a") as notes:
+        for phase in ("doing", "done"):
+            notes.write(json.dumps({"id": "x1", "time": earlier, "spec": "kill:node1", "node": "node1",
+                                    "phase": phase}) + "\n")
+    for name, code in (("ddp-r-node1-1", 1), ("ddp-r-node0-1", 1)):
+        container = client.containers_by_name[name]
+        container.killed.set()
+        container.exit(code)
+    out = io.StringIO()
+    assert main(client=client, argv=["attach", "r"], out=out) == 1
+    text = out.getvalue()
+    assert "fault injected by `python -m orchestrate fault`: kill:node1" in text
+    assert "injected fault kill:node1" not in text.split("summary ===")[1], text[-1500:]

@@ -299,3 +299,22 @@ def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(ma
     failed = backend.follow(timeout_s=30)
     assert (failed.interrupted, failed.exit_code) == (False, 1)
     assert "FAILED: Slurm job 7 FAILED (reason NonZeroExitCode" in format_slurm_summary(failed)
+    # a stop came, but the job had failed by itself (exit 1, no signal): its failure stands
+    mark_stop_requested(stopped_run, ["node0", "node1"])
+    client.command_outputs["scontrol"] = (0, ended.replace(b"ExitCode=0:15", b"ExitCode=1:0"))
+    own = backend.follow(timeout_s=30)
+    assert (own.interrupted, own.exit_code) == (False, 1)
+
+
+def test_a_stop_slurm_refuses_is_an_error_and_takes_its_request_back(tmp_path):
+    from orchestrate.engine.runs import find_run
+    from orchestrate.errors import EngineError
+    from orchestrate.slurm.stop import stop_slurm_run
+
+    client, run_dir = slurm_run_in_engine(tmp_path, launcher="alive")
+    client.command_outputs["scancel"] = (1, b"scancel: error: Kill job error on job id 7: Access/permission denied\n")
+    with pytest.raises(EngineError, match="Slurm refused to stop the job of run r: scancel: error: Kill job error on"
+                                          " job id 7: Access/permission denied"):
+        stop_slurm_run(client, find_run(client, "r"), 10, say=lambda line: None)
+    assert scancels(client) == [("--signal=TERM", "--full", "7"), ("7",)]  # then as a pending job is cancelled
+    assert not (run_dir / "stop-requested").exists()  # the job's own end stands
