@@ -253,8 +253,10 @@ class Supervisor:
         ours = tracker.result.fault == str(blamed[-1].spec)  # not since replaced by the run's own fault
         for found in mine:
             blamed.remove(found)
+        start = tracker.latest_start or tracker.first_started  # one done to an earlier container stays gone
+        standing = [n for n in blamed if start is None or n.time >= start - LIVE_NOTE_SLACK_S]
         if ours:
-            before = blamed[-1] if blamed else None
+            before = standing[-1] if standing else None
             tracker.result.fault = str(before.spec) if before else ""
             tracker.result.culprit_rank = before.spec.rank if before and before.spec.action.on_rank else None
 

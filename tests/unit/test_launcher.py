@@ -240,6 +240,33 @@ def test_faults_from_another_terminal_are_said_as_they_come_and_blamed_for_the_d
     assert events == [("fault-failed", "pause:node0", "fault"), ("fault", "kill:node1", "fault")]
 
 
+def test_a_live_fault_that_ends_on_a_restarted_node_gives_back_no_blame_of_its_earlier_container(make_run):
+    """A live kill restarts an elastic job; a pause with an end is then done to the restarted
+    node1, and ends; node1 then fails by itself: its failure is its own, not the kill's."""
+    import io
+
+    from orchestrate.cli.main import main
+
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
+    client = FakeDockerClient()
+
+    def kill_node1() -> None:
+        threading.Thread(target=lambda: main(client=client, argv=["fault", job.run_id, "kill:node1"],
+                                             out=io.StringIO()), daemon=True).start()
+
+    def pause_node1_briefly() -> None:  # from the restarted node1's own script: held, then ended
+        main(client=client, argv=["fault", job.run_id, "pause:node1@t=0..0.2"], out=io.StringIO())
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True), Script(["[0|0]:again"], hang=True)],
+                           node1=[Script(["[1|0]:step 1"], then=kill_node1, hang=True),
+                                  Script(["[1|0]:again", *report(1, 0, exc="ValueError: bad batch")],
+                                         then=pause_node1_briefly, exit_code=1)])
+    assert "node1 died (injected fault kill:node1); restarting every node" in text
+    assert "fault ended by `python -m orchestrate fault`: pause:node1@t=0..0.2 on node1" in text
+    assert not outcome.succeeded
+    assert outcome.failure.describe().startswith("node1 rank 1 failed (exit code 1)"), outcome.failure.describe()
+
+
 def test_a_failure_before_a_stop_from_another_terminal_is_still_the_runs(make_run):
     job = make_run(nodes=2)
     client = FakeDockerClient()
