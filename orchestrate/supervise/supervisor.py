@@ -74,9 +74,6 @@ LOG_DRAIN_S = 3.0
 # A container's StartedAt and its start event's time differ by the engine's own bookkeeping:
 # an event this much older than the start it is compared with belongs to an earlier start.
 STAMP_SLACK_S = 0.001
-# A note from another terminal this much older than a node's latest start is still its own (the two
-# clocks are the host's, read by two processes).
-LIVE_NOTE_SLACK_S = 0.5
 # A fault from another terminal with an end is held at most this long beyond it, should its end
 # never be noted (the `fault` process was killed): the hang watch then counts again.
 LIVE_HOLD_MARGIN_S = 10.0
@@ -194,7 +191,7 @@ class Supervisor:
         attempt's fault is not the restarted node's."""
         spec, node = str(note.spec), tracker.name
         start = tracker.latest_start or tracker.first_started
-        current = start is None or note.time >= start - LIVE_NOTE_SLACK_S
+        current = start is None or note.time >= start  # both the host's clock; a restart may follow in ms
         if note.phase == "doing":
             self.live_doing[note.id] = note
             if current:
@@ -217,7 +214,7 @@ class Supervisor:
             self.say(f"fault ended by `python -m orchestrate fault`: {spec} on {node}")
             self.record_live(note, "fault-ended", node=node, spec=spec, action=note.spec.action.value)
             return
-        began = self.live_doing.pop(note.id, note)  # done: from when it began
+        began = self.live_doing.pop(note.id, note)  # done: from when it began (blamed then, if noted then)
         elapsed = began.time - self.started_time
         fired = FaultRecord(spec, node, True, elapsed if elapsed >= 0 else None,
                             self.progress.max_step if elapsed >= 0 else None, fired_time=began.time)
@@ -225,7 +222,7 @@ class Supervisor:
         if note.spec.has_end and note.spec.until_seconds is not None:
             held_s = note.spec.until_seconds - (note.spec.at_seconds or 0.0)
             self.live_held[note.id] = began.time + held_s + LIVE_HOLD_MARGIN_S
-        if current:
+        if current and began is note:  # a rank fault, noted once done
             self.blame(tracker, note)
         self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
         self.record_live(began, "fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step,
@@ -254,7 +251,7 @@ class Supervisor:
         for found in mine:
             blamed.remove(found)
         start = tracker.latest_start or tracker.first_started  # one done to an earlier container stays gone
-        standing = [n for n in blamed if start is None or n.time >= start - LIVE_NOTE_SLACK_S]
+        standing = [n for n in blamed if start is None or n.time >= start]
         if ours:
             before = standing[-1] if standing else None
             tracker.result.fault = str(before.spec) if before else ""
