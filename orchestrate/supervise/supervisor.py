@@ -37,8 +37,9 @@ from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.engine.runs import STOP_EXIT_CODES, STOPPED_BY, stop_requested_nodes
-from orchestrate.errors import NodeLookupError
+from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
+from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
@@ -623,8 +624,16 @@ class Supervisor:
                 self.record("node-killed", node=tracker.name)
 
     def signal(self, tracker: NodeTracker, signal_name: str) -> bool:
-        """Send a signal to a node's main process (a paused node is unpaused first); False
-        when its container already ended or is gone."""
+        """Send a signal to a node's main process (a paused node is unpaused first, and a worker
+        that a hang-rank fault stopped is continued before a SIGTERM, which it could not take
+        while stopped: its node would wait out the whole grace); False when its container already
+        ended or is gone."""
+        if signal_name == "SIGTERM" and tracker.result.culprit_rank is not None and tracker.result.fault.startswith(
+                f"{FaultAction.HANG_RANK.value}:"):
+            try:
+                signal_rank(self.client, {tracker.name: tracker.container}, tracker.result.culprit_rank, "SIGCONT")
+            except (*engine_errors(), EngineError) as exc:  # it ended meanwhile
+                log.debug("SIGCONT to rank %s before SIGTERM: %s", tracker.result.culprit_rank, exc)
         try:
             if tracker.container.status == "paused" or tracker.result.unresponsive.startswith(
                     "its container is paused"):

@@ -136,6 +136,8 @@ def test_a_stopped_rank_and_a_paused_node_are_named_in_the_diagnosis(docker_clie
     assert "rank 1: is stopped: its process on node1 got SIGSTOP" in summary
     assert "rank 2: is on node2, whose container is paused" in summary
     assert re.search(r"rank 0: all_reduce at steps_forever\.py:\d+ in <module>", summary), summary
+    # its stopped worker was continued before the SIGTERM: node1 took it (143), not the SIGKILL after the grace
+    assert re.search(r"^node1\s+1\s+stopped\s+143\s", summary, re.M), summary
     assert leftovers(docker_client, f"ddp-{run_id}") == []
 
 

@@ -267,6 +267,27 @@ def test_a_live_fault_that_ends_on_a_restarted_node_gives_back_no_blame_of_its_e
     assert outcome.failure.describe().startswith("node1 rank 1 failed (exit code 1)"), outcome.failure.describe()
 
 
+def test_a_worker_a_hang_rank_fault_stopped_is_continued_before_its_nodes_sigterm(make_run):
+    """SIGTERM cannot reach a stopped worker: its node would wait out the whole stop grace for
+    the SIGKILL. The launcher sends the worker SIGCONT first."""
+    job = make_run(nodes=2, faults=(parse_fault("hang-rank:1"),))
+    client = FakeDockerClient()
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\n")  # rank 1's worker is there
+
+    def fail_soon() -> None:
+        time.sleep(0.3)  # once the fault is in
+
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:up", *report(0, 0, exc="ValueError: bad batch")], then=fail_soon,
+                                         exit_code=1)],
+                           node1=[Script(["[1|0]:up"], hang=True)])
+    signals = [c for c in client.calls if c[0] == "exec_create" and c[1] == "ddp-test-run-node1-1"
+               and c[2][-1] in ("SIGSTOP", "SIGCONT")] + [c for c in client.calls if c[:2] == ("kill", "ddp-test-run-node1-1")]
+    assert [c[2][-1] if c[0] == "exec_create" else c[-1] for c in signals][:3] == ["SIGSTOP", "SIGCONT", "SIGTERM"], (
+        signals, text)
+    assert client.calls.index(signals[1]) < client.calls.index(signals[2])
+
+
 def test_a_failure_before_a_stop_from_another_terminal_is_still_the_runs(make_run):
     job = make_run(nodes=2)
     client = FakeDockerClient()
