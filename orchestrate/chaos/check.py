@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -38,6 +39,8 @@ from orchestrate.plan.make import node_name
 from orchestrate.report.page import write_report_quietly
 
 CHAOS_FILE = "chaos.json"
+# A chaos check's directory under a runs directory (``chaos-<run id>``): its copies and runs.
+CHAOS_DIR = re.compile(r"chaos-\d{8}-\d{6}-[0-9a-f]{6}")
 # Restarts an elastic run may use beyond one per fault: a fault is one recovery, and a little slack.
 SPARE_RESTARTS = 2
 
@@ -81,7 +84,7 @@ class ChaosCheck:
         """The reference and every trial, and the verdicts. An interrupt stops at once
         (KeyboardInterrupt, with the run already torn down)."""
         config = Run(self.request.replace(rdzv="c10d"), out=self.out).check()  # bad input before any copy or run
-        base = Path(self.request.runs_dir).resolve() / f"chaos-{new_run_id()}"
+        base = Path(self.request.runs_dir).resolve() / f"chaos-{new_run_id()}"  # named as CHAOS_DIR matches
         seeds = [self.seed + k for k in range(self.trials)]
         undisturbed, *with_faults = self.copies(base, ["undisturbed"] + (
             ["with-faults"] if self.trials == 1 else [f"with-faults-seed{seed}" for seed in seeds]))
@@ -140,12 +143,15 @@ class ChaosCheck:
             self.client = run.client
 
     def copies(self, base: Path, names: list[str]) -> list[Path]:
-        """Copies of the work directory as it is now, one per name (the runs' own records left out)."""
+        """Copies of the work directory as it is now, one per name (the runs' own records left out,
+        and every other chaos check's copies: a check going on beside this one, its runs directory
+        under this work directory, would otherwise be copied while it copies, into itself)."""
         workdir = Path(self.request.workdir).resolve()
         skip = {str(base.parent), str(base)}  # resolved: the runs directory, or this check's own in it
 
         def ignore(directory: str, names: list[str]) -> list[str]:
-            return [n for n in names if os.path.join(directory, n) in skip]
+            return [n for n in names if os.path.join(directory, n) in skip
+                    or (CHAOS_DIR.fullmatch(n) and os.path.isdir(os.path.join(directory, n)))]
 
         base.mkdir(parents=True)
         copies = [base / name for name in names]

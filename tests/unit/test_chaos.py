@@ -115,6 +115,28 @@ def test_each_runs_copy_of_the_work_directory_leaves_the_runs_directory_out(tmp_
             assert not (copy / "runs").exists() if runs_dir != work else not (copy / base.name).exists()
 
 
+def test_another_chaos_checks_copies_under_the_work_directory_are_left_out_of_this_ones(tmp_path):
+    """Two checks at once whose runs directories lie under one work directory (pytest's
+    --basetemp in the project): each copied the other's copies as they grew, until the names
+    were too long for the file system."""
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    beside = work / "tmp" / "test_other0" / "runs" / "chaos-20261125-032136-9947a1" / "undisturbed"
+    beside.mkdir(parents=True)
+    (beside / "big.bin").write_bytes(b"x")
+    (work / "train.py").write_text("print('hi')\n")
+    (work / "chaos-notes").mkdir()  # a directory of the user's own, named otherwise: copied
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=work / "tmp" / "mine" / "runs", nodes=2,
+                                      cpu=True)
+    check = ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS)
+    [copy] = check.copies((work / "tmp" / "mine" / "runs").resolve() / "chaos-20261125-032137-000000", ["undisturbed"])
+    assert (copy / "train.py").is_file() and (copy / "chaos-notes").is_dir()
+    assert (copy / "tmp" / "test_other0" / "runs").is_dir()
+    assert not (copy / "tmp" / "test_other0" / "runs" / "chaos-20261125-032136-9947a1").exists()
+
+
 # --- the comparison -------------------------------------------------------------------------
 
 @pytest.fixture
