@@ -214,16 +214,22 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
     return result
 
 
+def lasts(spec: str) -> bool:
+    """Whether a fault lasts until undone (a pause, a slow node): one the job may go on through;
+    one that kills a node or a worker (or a spec not of ours) does not."""
+    try:
+        return parse_fault(spec).action.lasting
+    except UsageError:
+        return False
+
+
 def ended_its_attempt(spec: str, struck: Optional[Attempt], at: float) -> bool:
     """Whether the fault fired at ``at`` ended the attempt it struck (a later attempt began): one
     that kills a node or a worker always does; one that lasts (a pause, a slow node, a split
     network) did where the attempt it struck reported no step after it, and did not where the job
     went on through it, or where it fell in a start-up (the fault before ended that attempt)."""
-    try:
-        if not parse_fault(spec).action.lasting:
-            return True
-    except UsageError:  # not a spec of ours: judged by the attempts alone
-        pass
+    if not lasts(spec):
+        return True
     return struck is not None and not any(t > at for _, t in struck.steps)
 
 

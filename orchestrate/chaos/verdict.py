@@ -13,11 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrate.chaos.attempts import Strike
+from orchestrate.chaos.attempts import Strike, lasts
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
-from orchestrate.config.fault_spec import parse_fault
-from orchestrate.errors import UsageError
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.text import format_table
 
@@ -262,10 +260,3 @@ class ChaosResult(Verdict):
             lines += [f"  {reason}" for reason in self.failures]
         return "\n".join(lines)
 
-
-def lasts(spec: str) -> bool:
-    """Whether a fault lasts until undone (a pause, a slow node): one the job may go on through."""
-    try:
-        return parse_fault(spec).action.lasting
-    except UsageError:
-        return False

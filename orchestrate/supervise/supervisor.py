@@ -10,6 +10,8 @@ collaborators has one job:
   and ``oom`` events of the run's containers;
 - :class:`~orchestrate.supervise.progress.ProgressWatch`: the workers' training steps;
 - :class:`~orchestrate.faults.scheduler.FaultScheduler`: faults fired at their time or step;
+- :class:`~orchestrate.supervise.live_faults.LiveFaultWatch`: faults ``fault RUN`` did from
+  another terminal, said and blamed;
 - :class:`~orchestrate.supervise.restart_policy.RestartPolicy`: elastic restarts;
 - :class:`~orchestrate.supervise.diagnosis.Diagnosis`: root causes, OOM kills, hung nodes;
 - :class:`~orchestrate.supervise.inspection.Inspector`: the containers as the engine describes
@@ -30,7 +32,6 @@ import logging
 import queue
 import signal
 import time
-from dataclasses import replace
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
@@ -40,7 +41,6 @@ from orchestrate.engine.runs import STOP_EXIT_CODES, STOPPED_BY, stop_requested_
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
-from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
@@ -48,7 +48,7 @@ from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
-from orchestrate.outcome.events import read_events, record_event
+from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -57,6 +57,7 @@ from orchestrate.supervise.api import EngineEvent, EventsEnded, LogEnded, Messag
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
 from orchestrate.supervise.inspection import Inspector, Seen
+from orchestrate.supervise.live_faults import LiveFaultWatch
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.rank_probe import RankHost, absent_reasons
@@ -75,9 +76,6 @@ LOG_DRAIN_S = 3.0
 # A container's StartedAt and its start event's time differ by the engine's own bookkeeping:
 # an event this much older than the start it is compared with belongs to an earlier start.
 STAMP_SLACK_S = 0.001
-# A fault from another terminal with an end is held at most this long beyond it, should its end
-# never be noted (the `fault` process was killed): the hang watch then counts again.
-LIVE_HOLD_MARGIN_S = 10.0
 # After an interrupt, how long beyond the stop grace the supervisor waits for the nodes' ends.
 WIND_DOWN_MARGIN_S = 5.0
 
@@ -107,12 +105,6 @@ class Supervisor:
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
-        self.live_notes = LiveFaultReader(spec.run_dir)  # what `fault RUN` did from another terminal
-        self.live_faults: dict[str, FaultRecord] = {}  # done, by the notes' fault id
-        self.live_doing: dict[str, LiveFaultNote] = {}  # begun, not yet done or refused
-        self.live_held: dict[str, float] = {}  # those with an end still to come: when it is due at the latest
-        self.live_blamed: dict[str, list[LiveFaultNote]] = {}  # node -> the live faults it is blamed for, latest last
-        self.live_recorded: Optional[set[tuple[str, str]]] = None  # events of them already in events.jsonl
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
                                       store_host=spec.store_host)
@@ -133,6 +125,8 @@ class Supervisor:
         self.first_failure_seen = False
         self.started_at = clock()
         self.started_time = time.time()  # the same moment, on the progress records' clock
+        self.live_faults = LiveFaultWatch(spec, self.trackers, self.started_time, lambda: self.progress.max_step,
+                                          self.say, self.record)  # what `fault RUN` did from another terminal
         self.writes = (WorkdirWrites(spec.workdir, self.started_time, skip=[spec.run_dir.parent], clock=clock)
                        if active and spec.workdir is not None else None)
         self.first_worker_at: Optional[float] = None
@@ -172,102 +166,6 @@ class Supervisor:
         end_fault(self.client, self.spec.project, {t.name: t.container for t in self.trackers.values()}, fault, node=node,
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
         tracker.result.fault, tracker.result.culprit_rank = "", None
-
-    # Faults from another terminal ---------------------------------------------------------
-
-    def take_live_faults(self) -> None:
-        """The faults ``fault RUN`` did from another terminal since the last look: said, recorded
-        and blamed on their node, as the run's own faults are."""
-        for note in self.live_notes.take():
-            tracker = self.trackers.get(note.node)
-            if tracker is not None:
-                self.on_live_fault(tracker, note)
-        wall = time.time()
-        for fault_id in [i for i, until in self.live_held.items() if wall > until]:
-            del self.live_held[fault_id]  # its end never came (the `fault` process was killed): held no more
-
-    def on_live_fault(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
-        """One note (see :mod:`~orchestrate.faults.live_notes`). A node is blamed only for a fault
-        done since its latest start: ``attach`` reads the notes from the first, and an earlier
-        attempt's fault is not the restarted node's."""
-        spec, node = str(note.spec), tracker.name
-        start = tracker.latest_start or tracker.first_started
-        current = start is None or note.time >= start  # both the host's clock; a restart may follow in ms
-        if note.phase == "doing":
-            self.live_doing[note.id] = note
-            if current:
-                self.blame(tracker, note)
-            return
-        if note.phase == "failed":  # noted as it began, then refused: `fault` said so, and it was not done
-            self.live_doing.pop(note.id, None)
-            self.live_held.pop(note.id, None)
-            self.unblame(tracker, note)
-            self.say(f"fault from `python -m orchestrate fault` not done: {spec}: {note.error}")
-            self.record_live(note, "fault-failed", node=node, spec=spec, error=note.error[:500])
-            return
-        if note.phase == "ended":
-            self.live_held.pop(note.id, None)
-            record = self.live_faults.get(note.id)
-            elapsed = note.time - self.started_time
-            if record is not None:
-                self.live_faults[note.id] = replace(record, ended_s=elapsed if elapsed >= 0 else None)
-            self.unblame(tracker, note)
-            self.say(f"fault ended by `python -m orchestrate fault`: {spec} on {node}")
-            self.record_live(note, "fault-ended", node=node, spec=spec, action=note.spec.action.value)
-            return
-        began = self.live_doing.pop(note.id, note)  # done: from when it began (blamed then, if noted then)
-        elapsed = began.time - self.started_time
-        fired = FaultRecord(spec, node, True, elapsed if elapsed >= 0 else None,
-                            self.progress.max_step if elapsed >= 0 else None, fired_time=began.time)
-        self.live_faults[note.id] = fired
-        if note.spec.has_end and note.spec.until_seconds is not None:
-            held_s = note.spec.until_seconds - (note.spec.at_seconds or 0.0)
-            self.live_held[note.id] = began.time + held_s + LIVE_HOLD_MARGIN_S
-        if current and began is note:  # a rank fault, noted once done
-            self.blame(tracker, note)
-        self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
-        self.record_live(began, "fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step,
-                         **({"rank": note.spec.rank} if note.spec.rank is not None else {}))
-
-    def blame(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
-        """The node's fault, for the judge, the restart policy and the hang watch (a torn write's
-        only once it tears, as for the run's own)."""
-        if note.spec.action is FaultAction.TORN_WRITE:
-            return
-        tracker.result.fault = str(note.spec)
-        if note.spec.action.on_rank:
-            tracker.result.culprit_rank = note.spec.rank
-        blamed = self.live_blamed.setdefault(tracker.name, [])
-        if note not in blamed:
-            blamed.append(note)
-
-    def unblame(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
-        """The node is well again, or the fault was never done: only this fault's blame goes, and
-        the one before it that still stands (the same spec done before) is the node's again."""
-        blamed = self.live_blamed.get(tracker.name, [])
-        mine = [n for n in blamed if n.id == note.id]
-        if not mine:
-            return
-        ours = tracker.result.fault == str(blamed[-1].spec)  # not since replaced by the run's own fault
-        for found in mine:
-            blamed.remove(found)
-        start = tracker.latest_start or tracker.first_started  # one done to an earlier container stays gone
-        standing = [n for n in blamed if start is None or n.time >= start]
-        if ours:
-            before = standing[-1] if standing else None
-            tracker.result.fault = str(before.spec) if before else ""
-            tracker.result.culprit_rank = before.spec.rank if before and before.spec.action.on_rank else None
-
-    def record_live(self, note: LiveFaultNote, kind: str, **fields: Any) -> None:
-        """Record a live fault's event once, at its note's time, however often the notes are read
-        (every ``attach`` reads them from the first)."""
-        if self.live_recorded is None:
-            self.live_recorded = {(e.get("event"), e.get("fault_id")) for e in read_events(self.spec.run_dir)
-                                  if e.get("by") == "fault"}
-        if (kind, note.id) in self.live_recorded:
-            return
-        self.live_recorded.add((kind, note.id))
-        self.record(kind, **fields, by="fault", fault_id=note.id, time=note.time)
 
     # Storage faults ---------------------------------------------------------------------
 
@@ -431,14 +329,14 @@ class Supervisor:
         self.progress.poll(now, self.restarts.open_recovery)
         if self.writes is not None:
             self.writes.poll(now)
-        self.take_live_faults()
+        self.live_faults.poll()
         for fault, event in self.storage.poll():
             self.on_storage_event(fault, event)
         if not self.winding_down and self.stop_requested():
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
             self.faults.cancel()
         if self.hangs is not None:
-            if self.progress.records > self.progress_records or self.faults.lasting or self.live_held:
+            if self.progress.records > self.progress_records or self.faults.lasting or self.live_faults.holding:
                 # a step reported, or a fault with an end holding the job as asked: not a hang
                 self.progress_records = self.progress.records
                 self.hangs.progress(now)
@@ -650,7 +548,7 @@ class Supervisor:
 
     def result(self) -> RunResult:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
-        self.take_live_faults()
+        self.live_faults.poll()
         trackers = list(self.trackers.values())
         # the ranks whose script returned before any node ended (not one that a stop made return)
         exits = [t.exited_at for t in trackers if t.exited_at is not None]
@@ -674,7 +572,5 @@ class Supervisor:
     def fault_records(self) -> list[FaultRecord]:
         """Every fault asked for so far: the run's own (those that fired, then those that did not,
         with why), then those ``fault RUN`` did from another terminal."""
-        unconfirmed = [FaultRecord(str(n.spec), n.node, True, n.time - self.started_time, fired_time=n.time,
-                                   detail="`fault` ended before the engine answered") for n in self.live_doing.values()]
         return [*self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen),
-                *self.live_faults.values(), *unconfirmed]
+                *self.live_faults.records()]

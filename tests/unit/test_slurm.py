@@ -222,6 +222,18 @@ def slurm_run_in_engine(tmp_path: Path, *, launcher: str):
     return client, run_dir
 
 
+def job_ends_on(client, signal_option: str) -> None:
+    """The fake job leaves the queue once ``scancel SIGNAL_OPTION`` reaches it."""
+    real_exec = client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):
+        if cmd[:2] == ["scancel", signal_option]:
+            client.command_outputs["squeue"] = (0, b"")
+        return real_exec(container_id, cmd, **kwargs)
+
+    client.api.exec_create = exec_create
+
+
 def scancels(client) -> list[tuple]:
     return [call[2][1:] for call in client.calls if call[0] == "exec_create" and call[2][0] == "scancel"]
 
@@ -233,14 +245,7 @@ def test_stop_signals_a_slurm_jobs_tasks_through_slurm_and_leaves_the_cluster_to
     from orchestrate.slurm.stop import stop_slurm_run
 
     client, run_dir = slurm_run_in_engine(tmp_path, launcher="alive")
-    real_exec = client.api.exec_create
-
-    def exec_create(container_id, cmd, **kwargs):  # the tasks end on their SIGTERM: the job leaves the queue
-        if cmd[:2] == ["scancel", "--signal=TERM"]:
-            client.command_outputs["squeue"] = (0, b"")
-        return real_exec(container_id, cmd, **kwargs)
-
-    client.api.exec_create = exec_create
+    job_ends_on(client, "--signal=TERM")  # the tasks end on their SIGTERM
     said: list[str] = []
     assert stop_slurm_run(client, find_run(client, "r"), 10, say=said.append) == ["node0", "node1"]
     assert scancels(client) == [("--signal=TERM", "--full", "7")]
@@ -255,14 +260,7 @@ def test_stop_kills_a_slurm_job_that_outlives_its_timeout_and_stops_a_cluster_no
     from orchestrate.slurm.stop import stop_slurm_run
 
     client, _ = slurm_run_in_engine(tmp_path, launcher="gone")
-    real_exec = client.api.exec_create
-
-    def exec_create(container_id, cmd, **kwargs):  # SIGTERM is ignored; SIGKILL ends the job
-        if cmd[:2] == ["scancel", "--signal=KILL"]:
-            client.command_outputs["squeue"] = (0, b"")
-        return real_exec(container_id, cmd, **kwargs)
-
-    client.api.exec_create = exec_create
+    job_ends_on(client, "--signal=KILL")  # SIGTERM is ignored
     said: list[str] = []
     assert stop_slurm_run(client, find_run(client, "r"), 0.3, say=said.append) == ["node0", "node1"]
     assert scancels(client) == [("--signal=TERM", "--full", "7"), ("--signal=KILL", "--full", "7"), ("7",)]

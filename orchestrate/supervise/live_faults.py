@@ -1,0 +1,153 @@
+"""The faults ``fault RUN`` did from another terminal, as the supervisor follows them: read from
+the run's notes (:mod:`~orchestrate.faults.live_notes`), said, recorded once each, and blamed on
+their node, as the run's own faults are."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Callable, Optional
+
+from orchestrate.config.fault_spec import FaultAction
+from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
+from orchestrate.outcome.events import read_events
+from orchestrate.outcome.model import FaultRecord
+from orchestrate.supervise.api import NodeTracker, RunSpec
+
+# A fault from another terminal with an end is held at most this long beyond it, should its end
+# never be noted (the `fault` process was killed): the hang watch then counts again.
+LIVE_HOLD_MARGIN_S = 10.0
+
+
+class LiveFaultWatch:
+    """The live faults of one run.
+
+    Args:
+        spec: The run.
+        trackers: Its nodes, by name (a node's ``result.fault`` is where its blame goes).
+        started_time: The epoch time the supervisor began to follow the run.
+        max_step: The highest training step reported so far.
+        say, record: Where its lines and events go.
+    """
+
+    def __init__(self, spec: RunSpec, trackers: dict[str, NodeTracker], started_time: float,
+                 max_step: Callable[[], Optional[int]], say: Callable[[str], None],
+                 record: Callable[..., None]) -> None:
+        self.spec = spec
+        self.trackers = trackers
+        self.started_time = started_time
+        self.max_step = max_step
+        self.say = say
+        self.record = record
+        self.reader = LiveFaultReader(spec.run_dir)
+        self.done: dict[str, FaultRecord] = {}  # by the notes' fault id
+        self.doing: dict[str, LiveFaultNote] = {}  # begun, not yet done or refused
+        self.held: dict[str, float] = {}  # those with an end still to come: when it is due at the latest
+        self.blamed: dict[str, list[LiveFaultNote]] = {}  # node -> the live faults it is blamed for, latest last
+        self.recorded: Optional[set[tuple[str, str]]] = None  # events of them already in events.jsonl
+
+    @property
+    def holding(self) -> bool:
+        """A fault with an end holds the job as asked: no progress is no hang."""
+        return bool(self.held)
+
+    def poll(self) -> None:
+        """Take the notes added since the last poll; let go of holds whose end never came."""
+        for note in self.reader.take():
+            tracker = self.trackers.get(note.node)
+            if tracker is not None:
+                self.on_note(tracker, note)
+        wall = time.time()
+        for fault_id in [i for i, until in self.held.items() if wall > until]:
+            del self.held[fault_id]  # its end never came (the `fault` process was killed): held no more
+
+    def records(self) -> list[FaultRecord]:
+        """Every live fault done, then those begun whose `fault` ended before the engine answered."""
+        unconfirmed = [FaultRecord(str(n.spec), n.node, True, self.into_job(n.time), fired_time=n.time,
+                                   detail="`fault` ended before the engine answered") for n in self.doing.values()]
+        return [*self.done.values(), *unconfirmed]
+
+    def into_job(self, at: float) -> Optional[float]:
+        """Seconds into the job of epoch time ``at``; None before the supervisor followed it (an
+        ``attach`` reads every note from the first)."""
+        elapsed = at - self.started_time
+        return elapsed if elapsed >= 0 else None
+
+    def on_note(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+        """One note. A node is blamed only for a fault done since its latest start: an earlier
+        attempt's fault is not the restarted node's."""
+        spec, node = str(note.spec), tracker.name
+        start = tracker.latest_start or tracker.first_started
+        current = start is None or note.time >= start  # both the host's clock; a restart may follow in ms
+        if note.phase == "doing":
+            self.doing[note.id] = note
+            if current:
+                self.blame(tracker, note)
+            return
+        if note.phase == "failed":  # noted as it began, then refused: `fault` said so, and it was not done
+            self.doing.pop(note.id, None)
+            self.held.pop(note.id, None)
+            self.unblame(tracker, note)
+            self.say(f"fault from `python -m orchestrate fault` not done: {spec}: {note.error}")
+            self.record_once(note, "fault-failed", node=node, spec=spec, error=note.error[:500])
+            return
+        if note.phase == "ended":
+            self.held.pop(note.id, None)
+            if note.id in self.done:
+                self.done[note.id] = replace(self.done[note.id], ended_s=self.into_job(note.time))
+            self.unblame(tracker, note)
+            self.say(f"fault ended by `python -m orchestrate fault`: {spec} on {node}")
+            self.record_once(note, "fault-ended", node=node, spec=spec, action=note.spec.action.value)
+            return
+        began = self.doing.pop(note.id, note)  # done: from when it began (blamed then, if noted then)
+        elapsed = self.into_job(began.time)
+        fired = FaultRecord(spec, node, True, elapsed, self.max_step() if elapsed is not None else None,
+                            fired_time=began.time)
+        self.done[note.id] = fired
+        if note.spec.has_end and note.spec.until_seconds is not None:
+            held_s = note.spec.until_seconds - (note.spec.at_seconds or 0.0)
+            self.held[note.id] = began.time + held_s + LIVE_HOLD_MARGIN_S
+        if current and began is note:  # a rank fault, noted once done
+            self.blame(tracker, note)
+        self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
+        self.record_once(began, "fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step,
+                         **({"rank": note.spec.rank} if note.spec.rank is not None else {}))
+
+    def blame(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+        """The node's fault, for the judge, the restart policy and the hang watch (a torn write's
+        only once it tears, as for the run's own)."""
+        if note.spec.action is FaultAction.TORN_WRITE:
+            return
+        tracker.result.fault = str(note.spec)
+        if note.spec.action.on_rank:
+            tracker.result.culprit_rank = note.spec.rank
+        blamed = self.blamed.setdefault(tracker.name, [])
+        if note not in blamed:
+            blamed.append(note)
+
+    def unblame(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+        """The node is well again, or the fault was never done: only this fault's blame goes, and
+        the one before it that still stands (the same spec done before) is the node's again."""
+        blamed = self.blamed.get(tracker.name, [])
+        mine = [n for n in blamed if n.id == note.id]
+        if not mine:
+            return
+        ours = tracker.result.fault == str(blamed[-1].spec)  # not since replaced by the run's own fault
+        for found in mine:
+            blamed.remove(found)
+        start = tracker.latest_start or tracker.first_started  # one done to an earlier container stays gone
+        standing = [n for n in blamed if start is None or n.time >= start]
+        if ours:
+            before = standing[-1] if standing else None
+            tracker.result.fault = str(before.spec) if before else ""
+            tracker.result.culprit_rank = before.spec.rank if before and before.spec.action.on_rank else None
+
+    def record_once(self, note: LiveFaultNote, kind: str, **fields: Any) -> None:
+        """Record a live fault's event once, at its note's time, however often the notes are read
+        (every ``attach`` reads them from the first)."""
+        if self.recorded is None:
+            self.recorded = {(e.get("event"), e.get("fault_id")) for e in read_events(self.spec.run_dir)
+                             if e.get("by") == "fault"}
+        if (kind, note.id) in self.recorded:
+            return
+        self.recorded.add((kind, note.id))
+        self.record(kind, **fields, by="fault", fault_id=note.id, time=note.time)
