@@ -33,13 +33,14 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     if now is None:
         why = absent_why.get(rank, "did not answer")
         return RankActivity(rank, "stopped" if "stopped" in why or "paused" in why else "absent", why)
-    if now.in_collective is not None:
-        collective = now.in_collective
+    share = (now.cpu_s - before.cpu_s) / interval_s if before is not None and before.pid == now.pid and interval_s > 0 \
+        else 0.0
+    collective = now.in_collective
+    # a DDP backward pass computes the gradients it all-reduces: busy there is computing
+    if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):
         return RankActivity(rank, "collective", f"waits in {collective.call} #{collective.seq} at {collective.at}")
-    if before is not None and before.pid == now.pid and interval_s > 0:
-        share = (now.cpu_s - before.cpu_s) / interval_s
-        if share >= BUSY_CPU_SHARE:
-            return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
+    if share >= BUSY_CPU_SHARE:
+        return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
     return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
 
 

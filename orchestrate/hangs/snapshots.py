@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from orchestrate.node.ddp_gradients import DESCRIBED as DDP_GRADIENTS
 from orchestrate.node.snapshot import REQUEST_FILE
 from orchestrate.plan.layout import DEBUG_SUBDIR
 # How long a request waits for the workers' answers (they look every 0.25 s).
@@ -64,6 +65,12 @@ class Collective:
     def waiting(self) -> bool:
         """The rank is in it (``entered``), or was until it failed (a timeout)."""
         return self.state in ("entered", "failed")
+
+    @property
+    def is_backward_pass(self) -> bool:
+        """DDP's gradient all-reduce, recorded as its whole backward pass: the rank may be
+        computing its gradients in it, not only waiting for its peers."""
+        return self.shapes.startswith(DDP_GRADIENTS)
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ caller's file:line, and whether it returned).
 Installed by the workers' start-up hook before the script runs, without importing torch: the
 wrappers go in when the script itself first imports ``torch.distributed`` (an import hook), so a
 script that sets variables before ``import torch`` keeps that order. Only calls made from Python
-are seen: DDP's gradient all-reduces are issued by its C++ reducer and are not recorded; the
-calls around them (the script's own, ``torch.distributed.checkpoint``'s, the object
-collectives') are. Standard library only until torch is there.
+are wrapped: DDP's gradient all-reduces, which its C++ reducer issues, are recorded by
+:mod:`orchestrate.node.ddp_gradients`, one entry per backward pass. Standard library only until
+torch is there.
 """
 from __future__ import annotations
 
@@ -88,21 +88,29 @@ class CollectiveLog:
                                else None)
             is_async = bool(kwargs.get("async_op", args[async_index] if async_index is not None
                                        and len(args) > async_index else False)) or name in ("isend", "irecv")
-            entry = self.enter(name, describe_group(group), describe_tensors(args), caller(sys._getframe(1)))
-            self.local.depth = getattr(self.local, "depth", 0) + 1
-            try:
-                result = original(*args, **kwargs)
-            except BaseException as exc:
-                self.leave(entry, "failed", first_line(exc))
-                on_failure(self)
-                raise
-            finally:
-                self.local.depth -= 1
-            self.leave(entry, "issued" if is_async else "done")
-            return result
+            return self.call(original, args, kwargs, name, describe_group(group), describe_tensors(args),
+                             caller(sys._getframe(1)), "issued" if is_async else "done")
 
         collective.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
         return collective
+
+    def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
+             shapes: str, at: str, returned: str = "done") -> Any:
+        """``original(*args, **kwargs)``, recorded as the collective ``op`` (an outer call: the
+        collectives it makes on this thread are not recorded); ``returned``: its state once it
+        returns (``issued`` for an async one)."""
+        entry = self.enter(op, group, shapes, at)
+        self.local.depth = getattr(self.local, "depth", 0) + 1
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            self.leave(entry, "failed", first_line(exc))
+            on_failure(self)
+            raise
+        finally:
+            self.local.depth -= 1
+        self.leave(entry, returned)
+        return result
 
 
 def _positional_index(function: Callable[..., Any], parameter: str) -> Optional[int]:
@@ -193,14 +201,14 @@ def on_failure(log: CollectiveLog) -> None:
             pass
 
 
-def wrap_torch_distributed(log: CollectiveLog) -> None:
+def wrap_torch_distributed(log: CollectiveLog, name_group: Optional[Callable[[Any], str]] = None) -> None:
     """Wrap the collectives of the loaded ``torch.distributed`` (the package and
     ``distributed_c10d``, where scripts and torch itself find them)."""
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     dist = sys.modules.get("torch.distributed")
     if c10d is None or dist is None:
         return
-    name_group = group_namer()
+    name_group = name_group or group_namer()
     for name in COLLECTIVES:
         original = getattr(c10d, name, None)
         if original is None or getattr(original, "__ddp_compose_recorded__", False):
@@ -244,11 +252,11 @@ def with_default(original: Callable[..., Any], parameter: str, value: Any) -> Ca
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``then`` once ``module`` has been imported (by whoever imports it first)."""
+    """Runs each of ``then`` once ``module`` has been imported (by whoever imports it first)."""
 
     def __init__(self, module: str, then: Callable[[], None]) -> None:
         self.module = module
-        self.then = then
+        self.then = [then]
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != self.module:
@@ -262,15 +270,21 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             execute(module)
-            then()
+            for each in then:
+                each()
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 def when_imported(module: str, then: Callable[[], None]) -> None:
-    """Run ``then`` after ``module`` is imported: now if it already is."""
+    """Run ``then`` after ``module`` is imported: now if it already is; several for one module
+    run in the order they were given."""
     if module in sys.modules:
         then()
+        return
+    waiting = next((f for f in sys.meta_path if isinstance(f, _AfterImport) and f.module == module), None)
+    if waiting is not None:
+        waiting.then.append(then)
     else:
         sys.meta_path.insert(0, _AfterImport(module, then))

@@ -6,7 +6,8 @@ the run asks for it. torchrun runs it as the training script, in place of the ta
 Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 
 0. Where the run has a debug directory (``$DDP_DEBUG_DIR``): record the worker's collectives
-   (:mod:`orchestrate.node.collective_log`) and answer the launcher's requests for its stacks
+   (:mod:`orchestrate.node.collective_log`, DDP's gradient all-reduces by
+   :mod:`orchestrate.node.ddp_gradients`) and answer the launcher's requests for its stacks
    (:mod:`orchestrate.node.snapshot`); and count its optimizer steps on the progress channel
    (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
@@ -137,20 +138,23 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import collective_log, ddp_detail_guard, snapshot, step_counter, storage_faults
+    from orchestrate.node import (collective_log, ddp_detail_guard, ddp_gradients, snapshot, step_counter,
+                                  storage_faults)
     from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
+    name_group = collective_log.group_namer()
     directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
     if directory:
         snapshot.start(directory, log)
 
     def on_torch_distributed() -> None:
-        collective_log.wrap_torch_distributed(log)
+        collective_log.wrap_torch_distributed(log, name_group)
         if timeout_s is not None:
             collective_log.with_default_timeout(timeout_s)
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
+    collective_log.when_imported("torch.nn.parallel.distributed", lambda: ddp_gradients.install(log, name_group))
     collective_log.when_imported("torch.optim", step_counter.install)
     if ddp_detail_guard.wanted(os.environ):
         collective_log.when_imported("torch.nn.parallel.distributed", ddp_detail_guard.install)

@@ -460,3 +460,44 @@ def test_a_starved_rank_that_computes_is_busy_and_a_waiting_one_is_not():
     idle = diagnose(probe(5, r0=snap(0, (coll(1),), cpu_s=1.035), r1=snap(1, waiting, cpu_s=1.035)),
                     probe(0, r0=snap(0, (coll(1),), cpu_s=1.0), r1=snap(1, waiting, cpu_s=1.0)), {0, 1}, {}, 30)
     assert idle.hung and [a.state for a in idle.activities] == ["idle", "collective"]
+
+
+def test_a_rank_in_a_ddp_backward_pass_that_computes_is_busy_and_one_that_waits_there_is_in_the_collective():
+    """A DDP backward pass is recorded as its gradient all-reduce: a rank in it may be computing
+    the gradients (a long backward pass), which is not waiting."""
+    backward = (coll(1, shapes="gradients of DDP(Net)"), coll(2, shapes="gradients of DDP(Net)", state="entered"))
+    barrier = (coll(1, shapes="gradients of DDP(Net)"), coll(2, op="barrier", shapes="", state="entered"))
+    computing = diagnose(probe(5, r0=snap(0, backward, cpu_s=5.0), r1=snap(1, barrier, cpu_s=1.0)),
+                         probe(0, r0=snap(0, backward, cpu_s=1.0), r1=snap(1, barrier, cpu_s=1.0)), {0, 1}, {}, 30)
+    assert not computing.hung and [a.state for a in computing.activities] == ["busy", "collective"]
+    assert computing.headline == "no output for 30 s, but the job is working: rank 0 computing"
+    waiting = diagnose(probe(5, r0=snap(0, backward, cpu_s=1.0), r1=snap(1, barrier, cpu_s=1.0)),
+                       probe(0, r0=snap(0, backward, cpu_s=1.0), r1=snap(1, barrier, cpu_s=1.0)), {0, 1}, {}, 30)
+    assert waiting.hung and [a.state for a in waiting.activities] == ["collective", "collective"]
+    assert waiting.headline == ("no progress for 30 s: collective #2: rank 0 entered all_reduce(gradients of DDP(Net))"
+                                " at desync.py:11; rank 1 entered barrier() at desync.py:11")
+    # a rank that computes in any other collective is still in it
+    other = diagnose(probe(5, r0=snap(0, barrier, cpu_s=5.0), r1=snap(1, barrier, cpu_s=1.0)),
+                     probe(0, r0=snap(0, barrier, cpu_s=1.0), r1=snap(1, barrier, cpu_s=1.0)), {0, 1}, {}, 30)
+    assert [a.state for a in other.activities] == ["collective", "collective"]
+
+
+def test_callbacks_for_one_module_all_run_once_it_is_imported_in_the_order_given(tmp_path, monkeypatch):
+    from orchestrate.node.collective_log import when_imported
+
+    (tmp_path / "later_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ran: list[str] = []
+    finders = list(sys.meta_path)
+    try:
+        when_imported("later_module", lambda: ran.append("first"))
+        when_imported("later_module", lambda: ran.append("second"))
+        assert ran == []
+        import later_module  # noqa: F401
+
+        assert ran == ["first", "second"]
+        when_imported("later_module", lambda: ran.append("now"))  # already there: at once
+        assert ran == ["first", "second", "now"]
+    finally:
+        sys.meta_path[:] = finders
+        sys.modules.pop("later_module", None)

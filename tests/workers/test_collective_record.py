@@ -1,5 +1,5 @@
 """The workers' collective record and snapshots under real torchrun and gloo: a desync is seen
-where it happens, a hung worker answers with its stack, --collective-timeout reaches a plain
+where it happens, DDP's backward passes too, a hung worker answers with its stack, --collective-timeout reaches a plain
 script's process group, and the hook imports no torch before the script does."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from orchestrate.hangs.snapshots import request_snapshots
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
 DESYNC = ROOT / "tests" / "jobs" / "desync.py"
+DDP_BARRIER = ROOT / "tests" / "jobs" / "ddp_rank_barrier.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -31,13 +32,7 @@ def test_a_hung_desync_answers_with_its_stacks_and_its_timeout_ends_it(tmp_path)
     every, extra = line_of(DESYNC, "dist.all_reduce(stats)"), line_of(DESYNC, "# DESYNC")
     proc = start(tmp_path, "--collective-timeout", "12", "--", str(DESYNC))
     try:
-        deadline = time.monotonic() + 60
-        while True:  # ask until both ranks answer from inside their collective
-            probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
-            if len(probe.snapshots) == 2 and all(s.in_collective for s in probe.snapshots.values()):
-                break
-            assert time.monotonic() < deadline and proc.poll() is None, "the ranks never hung where expected"
-            time.sleep(0.5)
+        probe = hung_probe(tmp_path, proc)
         for snapshot in probe.snapshots.values():
             assert snapshot.stack[-1].function == "all_reduce"  # torch's call it waits in, innermost
             assert (Path(snapshot.stack[0].file).name, snapshot.stack[0].line) == ("desync.py", every)
@@ -59,6 +54,44 @@ def test_a_hung_desync_answers_with_its_stacks_and_its_timeout_ends_it(tmp_path)
     assert all(c["ended"] - c["started"] > 11.5 for c in last), last
     assert all("Timed out waiting 12000ms" in c["error"] or "Connection closed by peer" in c["error"] for c in last)
     assert any("Timed out waiting 12000ms" in c["error"] for c in last), last
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a torchrun and its workers: SIGTERM, which it passes on to them, then SIGKILL."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+
+
+def hung_probe(tmp_path: Path, proc: subprocess.Popen, timeout_s: float = 60):
+    """Ask until both ranks answer from inside a collective."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
+        if len(probe.snapshots) == 2 and all(s.in_collective for s in probe.snapshots.values()):
+            return probe
+        assert time.monotonic() < deadline and proc.poll() is None, "the ranks never hung where expected"
+        time.sleep(0.5)
+
+
+def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barrier_meets_it(tmp_path):
+    sync, barrier = line_of(DDP_BARRIER, "# SYNC"), line_of(DDP_BARRIER, "# DESYNC")
+    proc = start(tmp_path, "--collective-timeout", "60", "--", str(DDP_BARRIER))
+    try:
+        probe = hung_probe(tmp_path, proc)
+    finally:
+        stop(proc)
+    # three steps' backward passes (the no_sync() ones all-reduce nothing), then the barrier
+    divergence = first_divergence(probe.snapshots)
+    assert divergence is not None
+    assert divergence.text == (f"collective #4: rank 0 entered barrier() at {DDP_BARRIER}:{barrier}; rank 1 entered"
+                               f" all_reduce(gradients of DDP(Linear)) at {DDP_BARRIER}:{sync}")
+    waiting = probe.snapshots[1].in_collective
+    assert waiting is not None and waiting.is_backward_pass and not probe.snapshots[0].in_collective.is_backward_pass
+    assert [(c.seq, c.state) for c in probe.snapshots[1].collectives] == [(1, "done"), (2, "done"), (3, "done"),
+                                                                          (4, "entered")]
 
 
 def test_the_hook_imports_no_torch_before_the_script_does(tmp_path):
