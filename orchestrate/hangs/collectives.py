@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from orchestrate.hangs.snapshots import Collective, RankSnapshot
-from orchestrate.hangs.stacks import ranks_text
+from orchestrate.hangs.stacks import ranks_text, summary
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,9 @@ def missing(snapshots: dict[int, RankSnapshot], expected: set[int],
         last = max(mine) if mine else 0
         if last < target.seq:
             where = snapshots[rank].in_collective
-            doing = f"in {where.call} #{where.seq} of group {where.group}" if where else "not in a collective"
+            stack = snapshots[rank].stack
+            doing = (f"in {where.call} #{where.seq} of group {where.group}" if where
+                     else f"not in a collective: {summary(stack)}" if stack else "not in a collective")
             behind.append(f"rank {rank} is at #{last} ({doing})")
     for rank in sorted(expected - set(snapshots)):
         behind.append(f"rank {rank} {absent_why.get(rank, 'did not answer')}")

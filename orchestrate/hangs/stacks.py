@@ -29,13 +29,29 @@ def users_frame(stack: tuple[Frame, ...]) -> Optional[Frame]:
     return next((frame for frame in reversed(stack) if frame.is_users), None)
 
 
+# Frames that only pass a call on (torch's logging and profiling decorators, nn.Module's call):
+# the call a user made is the first frame past them.
+PASSING_ON = frozenset({"wrapper", "inner", "_fn", "decorate_context", "_wrapped_call_impl", "_call_impl"})
+
+
+def call_made(stack: tuple[Frame, ...], mine: Optional[Frame]) -> str:
+    """The call the user's innermost frame made (``init_process_group``, ``backward``,
+    ``save``), past the frames that only pass it on; the innermost function when the user's
+    frame is not in the stack."""
+    if mine is None:
+        return stack[-1].function
+    index = max(i for i, frame in enumerate(stack) if frame is mine)
+    called = [frame.function for frame in stack[index + 1:] if frame.function not in PASSING_ON]
+    return called[0] if called else stack[-1].function
+
+
 def summary(stack: tuple[Frame, ...], waiting_in: str = "") -> str:
     """Where a stack is: ``all_reduce at desync.py:11 in <module>`` (the call it is in, then the
     user's innermost frame); ``waiting_in`` names the call when the collective record knows it."""
     if not stack:
         return "no Python frame"
     mine = users_frame(stack)
-    call = waiting_in or stack[-1].function
+    call = waiting_in or call_made(stack, mine)
     if mine is None:
         return f"{call} at {stack[-1].where}"
     if mine is stack[-1] and not waiting_in:

@@ -1,8 +1,8 @@
 """The hang watchdog's policy: when the job has made no progress for a while, probe every rank
 twice, some seconds apart, and judge.
 
-Progress is any worker line, any progress report (the supervisor calls :meth:`HangWatch.progress`
-for both), a collective that completed between the probes, or a rank that computed between
+Progress is any worker line but torch's own log lines (:func:`is_progress_line`), any progress
+report (the supervisor calls :meth:`HangWatch.progress` for both), a collective that completed between the probes, or a rank that computed between
 them (CPU time). So a rank busy in one long step, or rank 0 evaluating alone while the others
 wait in a barrier, is not hung: the diagnosis then says what the ranks are doing, once.
 
@@ -14,6 +14,7 @@ without progress, with the diagnosis as its root cause.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional
 
 from orchestrate.hangs.diagnosis import HangDiagnosis, diagnose
@@ -25,6 +26,18 @@ RECHECK_S = 5.0
 ANSWER_WINDOW_S = 1.5
 # The default quiet time before a diagnosis is printed (--hang-diagnose-after).
 DIAGNOSE_AFTER_S = 120.0
+# torch's own log lines, C++ and Python alike, in glog's form: a level letter and the date, the
+# time, then the thread and the source (``[W1125 04:47:18.251384384 socket.cpp:767] [c10d] ...``,
+# ``[rank0]:W1125 04:44:57.430000 25084 torch/_logging/_internal.py:1199] ...``).
+_TORCH_LOG_LINE = re.compile(r"^(\[rank\d+\]:)?\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ")
+
+
+def is_progress_line(text: str) -> bool:
+    """Whether a worker's line shows that the job moves: any line but torch's own log lines. A
+    store whose connection fails says so every few seconds while nothing moves (a script's
+    ``init_method`` naming an address where no store listens); a rank that works beside such
+    lines still counts, by its CPU time or its collectives."""
+    return _TORCH_LOG_LINE.match(text) is None
 
 
 class HangWatch:

@@ -45,7 +45,7 @@ from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import HangWatch
+from orchestrate.hangs.watchdog import HangWatch, is_progress_line
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
@@ -384,8 +384,9 @@ class Supervisor:
 
     def on_lines(self, tracker: NodeTracker, lines: list[OutputLine], at: float) -> None:
         """A node's workers' first lines mark its ranks started and the node running; any worker
-        line is progress."""
-        if self.hangs is not None and any(line.global_rank is not None for line in lines):
+        line but torch's own log lines is progress."""
+        if self.hangs is not None and any(line.global_rank is not None and is_progress_line(line.text)
+                                          for line in lines):
             self.hangs.progress(at)
         for line in lines:
             if line.global_rank is not None and line.global_rank not in self.ranks_seen:

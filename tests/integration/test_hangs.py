@@ -108,8 +108,8 @@ def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir
         assert said[1] == f"rank 2: load_next_batch at wait_apart.py:{sleep}"
         group = next(i for i, line in enumerate(said) if line.startswith("ranks 0, 1:"))
         assert said[group] == f"ranks 0, 1: barrier at wait_apart.py:{barrier} in <module>" and group > 1
-        assert (f"ranks 0, 1 wait in barrier() #2 at wait_apart.py:{barrier}; rank 2 is at #1 (not in a collective)"
-                in said)
+        assert (f"ranks 0, 1 wait in barrier() #2 at wait_apart.py:{barrier}; rank 2 is at #1 (not in a collective:"
+                f" load_next_batch at wait_apart.py:{sleep})" in said)
         assert json.loads((run_dir / "stacks.json").read_text())["groups"][0]["ranks"] == [2]
     finally:
         main(["down", run_id], out=io.StringIO())

@@ -61,6 +61,21 @@ def test_a_rank_outside_any_call_is_placed_at_its_own_frame():
     assert group_stacks({0: snap(0, frames=computing)})[0].where == "evaluate at train.py:12"
 
 
+def test_a_rank_in_torchs_code_is_placed_at_the_call_its_script_made_past_the_decorators():
+    site = "/opt/venv/lib/python3.11/site-packages/torch"
+    connecting = (Frame("init.py", 3, "<module>"), Frame(f"{site}/distributed/c10d_logger.py", 95, "wrapper"),
+                  Frame(f"{site}/distributed/distributed_c10d.py", 1762, "init_process_group"),
+                  Frame(f"{site}/distributed/rendezvous.py", 230, "_tcp_rendezvous_handler"),
+                  Frame(f"{site}/distributed/rendezvous.py", 189, "_create_c10d_store"))
+    assert group_stacks({0: snap(0, frames=connecting)})[0].where == "init_process_group at init.py:3 in <module>"
+    backward = (Frame("train.py", 14, "main"), Frame(f"{site}/_tensor.py", 625, "backward"),
+                Frame(f"{site}/autograd/__init__.py", 354, "backward"),
+                Frame(f"{site}/autograd/graph.py", 841, "_engine_run_backward"))
+    assert group_stacks({0: snap(0, frames=backward)})[0].where == "backward at train.py:14 in main"
+    only_torchs = connecting[1:]
+    assert group_stacks({0: snap(0, frames=only_torchs)})[0].where == "_create_c10d_store at rendezvous.py:189"
+
+
 def test_the_first_divergence_is_the_same_collective_called_with_other_shapes():
     history = tuple(coll(s) for s in range(1, 21))
     snapshots = {0: snap(0, history + (coll(21, "float32[1]", "entered", at="desync.py:14"),)),
@@ -88,8 +103,12 @@ def test_when_the_ranks_agree_the_ones_that_never_arrived_are_named():
     passed = {**snapshots, 1: snap(1, arrived[:56] + (coll(57, state="issued"),))}  # its part sent (async)
     found = first_divergence(passed, {0, 1, 2, 3})
     assert found is None  # rank 1 is not behind: it did its part of #57
-    behind = {**snapshots, 1: snap(1, arrived[:56])}
+    loading = (Frame("train.py", 40, "<module>"), Frame("train.py", 12, "load_batch"))
+    behind = {**snapshots, 1: snap(1, arrived[:56], frames=loading)}
     found = first_divergence(behind, {0, 1, 2, 3})
+    assert found is not None and found.text.endswith("rank 1 is at #56 (not in a collective: load_batch at train.py:12)")
+    without_a_stack = {**snapshots, 1: snap(1, arrived[:56], frames=())}
+    found = first_divergence(without_a_stack, {0, 1, 2, 3})
     assert found is not None and found.text.endswith("rank 1 is at #56 (not in a collective)")
 
 
@@ -427,6 +446,43 @@ def test_worker_lines_are_progress_whatever_the_ranks_answer(make_run, quick_wat
     finally:
         stop.set()
     assert result.succeeded and result.hang is None, job.out.getvalue()[-2000:]
+
+
+@pytest.mark.timeout(60)
+def test_torchs_own_retry_warnings_are_not_progress(make_run, quick_watchdog):
+    import threading
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=1, hang_timeout=2)
+    stuck = [{"seq": 1, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    retries = [f"[0|0]:[W1125 04:47:{i:02d}.251384384 socket.cpp:767] [c10d] The client socket has failed to connect"
+               f" to [localhost]:23456 (errno: 99 - Cannot assign requested address)." for i in range(300)]
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(retries, delay_s=0.1, hang=True)])
+    answering_worker(job, 0, stuck, stop=stop)()  # stuck in a barrier, and idle, all along
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.hung and result.exit_code == 1, job.out.getvalue()[-2000:]
+    assert result.hang is not None and "(--hang-timeout 2)" in result.hang.cause
+    printed = job.out.getvalue().count("The client socket has failed to connect")
+    assert 0 < printed < 300  # ended while torch still retried (a line every 0.1 s, 30 s of them)
+
+
+def test_torchs_log_lines_are_told_from_the_scripts_own():
+    from orchestrate.hangs.watchdog import is_progress_line
+
+    for torchs in ("[W1125 04:47:18.251384384 socket.cpp:767] [c10d] The client socket has failed to connect",
+                   "[rank0]:W1125 04:44:57.430000 25084 torch/_logging/_internal.py:1199] [0/0] Profiler function",
+                   "[rank1]:[E1125 04:44:57.430000 ProcessGroupNCCL.cpp:632] [PG 0 Rank 1] Watchdog caught"
+                   " collective operation timeout",
+                   "I1125 04:44:57.430000 25084 torch/distributed/elastic/agent/server/api.py:525] Rendezvous"):
+        assert not is_progress_line(torchs), torchs
+    for scripts in ("step 10 loss 0.2320", "W1125 is not a date", "[rank0]: Traceback (most recent call last):",
+                    "Warning: W1125 04:44:57.430000 quoted", ""):
+        assert is_progress_line(scripts), scripts
 
 
 @pytest.mark.timeout(60)
