@@ -1,6 +1,6 @@
 """Two step loops timed in one worker: small all_reduces, and a small DDP model's training steps.
-Under the start-up hook, rounds alternate between the collectives as the hook wrapped them
-(recorded) and the originals (not recorded), so both see the same process and machine load.
+Under the start-up hook, rounds alternate between the collectives (and DDP's backward pass) as
+the hook wrapped them (recorded) and the originals (not recorded), so both see the same process and machine load.
 Rank 0 prints one JSON line: each round's seconds per step, per loop and variant. Plain torch."""
 import argparse
 import json
@@ -22,13 +22,17 @@ model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 batch, small = torch.randn(32, 64), torch.ones(16)
 RECORDED = {name: getattr(dist, name) for name in ("all_reduce", "barrier")}
+RECORDED["backward"] = torch.autograd.backward  # the hook records DDP's backward passes there
 PLAIN = {name: getattr(f, "__wrapped__", f) for name, f in RECORDED.items()}
 
 
 def use(functions: dict) -> None:
     for name, function in functions.items():
-        setattr(dist, name, function)
-        setattr(c10d, name, function)
+        if name == "backward":
+            torch.autograd.backward = function
+        else:
+            setattr(dist, name, function)
+            setattr(c10d, name, function)
 
 
 def allreduce_step() -> None:
