@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -176,6 +176,9 @@ class RunResult:
         writes: The files the job created or changed in its work directory, the first first
             (None: not followed: a run found in the engine, or a directory too large).
         started_time: The epoch time the launcher began to follow the job (None: not known).
+        store_lost: How the run's own rendezvous store (``--rdzv-store container``) ended while
+            the job ran (its container died), which then explains the nodes' failures; "" if it
+            did not.
     """
 
     run_id: str
@@ -195,6 +198,7 @@ class RunResult:
     hang: Optional[HangDiagnosis] = None
     writes: Optional[list[WrittenFile]] = None
     started_time: Optional[float] = None
+    store_lost: str = ""
 
     @property
     def hung(self) -> bool:
@@ -290,6 +294,9 @@ class RunResult:
         if self.reported_failure is not None or self.slurm is not None:
             return self.reported_failure
         failure = find_failure(self.results)
+        if failure is not None and self.store_lost:  # every node's agent lost the rendezvous with it
+            failure = replace(failure, description=f"{self.store_lost}: every node's torchrun agent lost the"
+                                                   f" rendezvous; then {failure.describe()}")
         if self.hung:
             assert self.hang is not None
             return Failure(node=failure.node if failure else "", rank=failure.rank if failure else None,

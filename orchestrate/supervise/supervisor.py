@@ -100,7 +100,11 @@ class Supervisor:
         }
         width = max(len(f"{n.name}/rank{max(n.global_ranks, default=9)}") for n in spec.nodes) + 1
         self.logs = LogPump(self.inbox, out, width, clock, verbose)
-        self.engine_events = EngineEvents(client, spec.run_id, set(self.trackers), self.inbox, clock)
+        # the run's own rendezvous store (--rdzv-store container), a container of its own: followed for its death
+        self.store_service = spec.store_host if spec.elastic and spec.store_host not in self.trackers else None
+        self.store_lost = ""
+        self.engine_events = EngineEvents(client, spec.run_id, set(self.trackers) | {self.store_service} - {None},
+                                          self.inbox, clock)
         self.progress = ProgressWatch(spec.run_dir / PROGRESS_SUBDIR, self.record)
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
@@ -371,6 +375,9 @@ class Supervisor:
             self.record("events-ended", reason=message.reason)
             self.inspector.without_events()
             return
+        if isinstance(message, EngineEvent) and message.node == self.store_service:
+            self.on_store_event(message)
+            return
         tracker = self.trackers[message.node]
         if isinstance(message, EngineEvent):
             self.on_engine_event(tracker, message)
@@ -417,6 +424,18 @@ class Supervisor:
               and not tracker.predates_start(event.stamp)):  # strict: a restart's own die comes just before it
             code = event.attrs.get("exitCode")
             self.on_exit(tracker, int(code) if code not in (None, "") else None, event.at)
+
+    def on_store_event(self, event: EngineEvent) -> None:
+        """The run's store container died while the job ran: every node's agent loses the
+        rendezvous, and the nodes' failures that follow are its consequence."""
+        ending = self.winding_down or self.first_failure_seen or self.kill_at is not None or self.stop_requested()
+        if event.action != "die" or ending or not self.live or self.store_lost:
+            return
+        code = event.attrs.get("exitCode")
+        self.store_lost = (f"the run's rendezvous store (its container {event.node}) died"
+                           f" (exit code {code if code not in (None, '') else 'unknown'})")
+        self.say(self.store_lost)
+        self.record("store-died", service=event.node, exit_code=int(code) if code not in (None, "") else None)
 
     def on_seen(self, tracker: NodeTracker, seen: Seen) -> None:
         """What an inspection found that the events did not say: an exit, a restart, a broken log."""
@@ -563,6 +582,7 @@ class Supervisor:
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)
+        result.store_lost = self.store_lost
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), STOPPED_BY
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise

@@ -1,7 +1,8 @@
 """Recovery as real controllers do it, on real nodes: with ``--restart node`` (a Kubernetes pod
 restart) losing node0, which holds the c10d rendezvous store, ends the job and the root cause
 says so; with the run's own store container (``--rdzv-store container``) the same loss is
-survived, the job resuming from its checkpoint (tests/jobs/resume_training.py)."""
+survived, the job resuming from its checkpoint (tests/jobs/resume_training.py); and that store's
+own death is named as what ended the job."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import job_workdir, leftovers
+from tests.integration.conftest import job_workdir, leftovers, read_to_end, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -49,3 +50,25 @@ def test_a_store_container_of_the_runs_own_survives_node0_and_the_job_resumes(or
     assert [(e["node"], e["scope"]) for e in events if e["event"] == "restart"] == [("node0", "node")]
     assert "SUCCEEDED: all 2 nodes exited 0" in result.output
     assert leftovers(docker_client, result.project) == []
+
+
+def test_the_store_containers_death_is_named_as_what_ended_the_job(docker_client, workdir, tmp_path):
+    proc, lines = start_run(tmp_path, *ELASTIC, "--rdzv-store", "container", "--workdir", str(workdir), "--",
+                            "resume_training.py", "--steps", "200")
+    seen: list[str] = []
+    run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
+    try:
+        wait_for(lines, r"rank 1 step 3 ", seen)
+        [store] = docker_client.containers.list(filters={"label": [f"com.docker.compose.project=ddp-{run_id}",
+                                                                   "com.docker.compose.service=rdzv-store"]})
+        store.kill()  # as a lost host would take it
+        output = read_to_end(proc, lines, seen, timeout_s=120)
+    finally:
+        proc.kill()
+        remove_project(docker_client, f"ddp-{run_id}")
+    assert proc.returncode == 1, output[-3000:]
+    said = "the run's rendezvous store (its container rdzv-store) died (exit code 137)"
+    assert f"[orchestrate] {said}\n" in output
+    assert re.search(rf"^FAILED: {re.escape(said)}: every node's torchrun agent lost the rendezvous; then node[01] ",
+                     output, re.M), output[-3000:]
+    assert leftovers(docker_client, f"ddp-{run_id}") == []

@@ -128,6 +128,47 @@ def test_a_preempted_node_of_an_elastic_job_rejoins(make_run):
     assert "node1 died (injected fault preempt:node1); restarting every node" in job.out.getvalue()
 
 
+def test_the_runs_store_container_dying_explains_the_nodes_failures(make_run):
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", max_restarts=3)
+    client = FakeDockerClient()
+
+    def store_gone() -> bool:
+        return any(c.labels.get("com.docker.compose.service") == "rdzv-store" and c.status == "exited"
+                   for c in client.containers_by_name.values())
+
+    lost = "RendezvousConnectionError: The connection to the C10d store has failed."
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, delay_s=0.3)]},
+                        node0=[Script(["[0|0]:step 1"], exit_code=1, after=[f"[0|0]:{lost}"], after_when=store_gone)],
+                        node1=[Script(["[1|0]:step 1"], exit_code=1, after=[f"[1|0]:{lost}"], after_when=store_gone)])
+    result = job.run()
+    assert result.exit_code == 1, job.out.getvalue()
+    said = "the run's rendezvous store (its container rdzv-store) died (exit code 137)"
+    assert result.store_lost == said and f"[orchestrate] {said}" in job.out.getvalue()
+    failure = result.failure
+    assert failure is not None and failure.describe().startswith(
+        f"{said}: every node's torchrun agent lost the rendezvous; then node")
+    events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+    assert [(e["service"], e["exit_code"]) for e in events if e["event"] == "store-died"] == [("rdzv-store", 137)]
+    assert not [e for e in events if e["event"] == "restart"]  # a failure, not a death: nothing to rejoin
+
+
+def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_run):
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container")
+    client = FakeDockerClient()
+
+    def exited(service: str):
+        return lambda: any(c.labels.get("com.docker.compose.service") == service and c.status == "exited"
+                           for c in client.containers_by_name.values())
+
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, after_when=exited("node1"),
+                                                         after=["going"])]},
+                        node0=[Script(["[0|0]:step 1"], hang=True)],
+                        node1=[Script(["[1|0]:step 1", "[1|0]:ValueError: bad batch"], exit_code=1, delay_s=0.2)])
+    result = job.run()
+    assert result.exit_code == 1 and result.store_lost == "", job.out.getvalue()
+    assert result.failure is not None and result.failure.describe().startswith("node1"), result.failure.describe()
+
+
 def test_a_preempts_sigkill_belongs_to_the_attempt_it_was_set_for(make_run):
     """The preempted node exits on SIGTERM and rejoins; its grace then runs out while the next
     attempt trains: that attempt is not killed, and one fault is one recovery."""
