@@ -143,8 +143,9 @@ def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:
 
 # torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check: "Rank 1 is running collective:
 # CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, ..."
-_FINGERPRINT = re.compile(r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),"
-                          r" OpType=(?P<op>\w+)(?:, TensorShape=\[(?P<shape>[^\]]*)\])?(?:, TensorDtypes=(?P<dtype>\w+))?")
+# torch writes a fingerprint without tensors (a barrier's) with no separator: SequenceNumber=8OpType=BARRIER
+_FINGERPRINT = re.compile(r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),?"
+                          r"\s*OpType=(?P<op>\w+)(?:, TensorShape=\[(?P<shape>[^\]]*)\])?(?:, TensorDtypes=(?P<dtype>\w+))?")
 _DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(?P<how>.*)$")
 
 
