@@ -160,3 +160,16 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int]) -> Opti
     said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()
     return diagnose(probe, None, expected or set(snapshots), {}, 0.0,
                     cause=f"a collective timed out on {where} ({said[:120]})")
+
+
+def mismatch_divergence(failure: Any, directory: Path) -> str:
+    """For a run that failed on torch's collective mismatch check (``--debug-collectives``):
+    where the ranks' collectives part by the records they wrote as their collectives failed,
+    with the call sites torch's error lacks ("" when the failure is something else, or the
+    records do not show it)."""
+    exception = getattr(failure, "exception", "") or ""
+    if "collectives differ" not in exception and "Detected mismatch between collectives" not in exception:
+        return ""
+    snapshots = {rank: s for rank, s in last_snapshots(directory).items() if s.reason == "collective failed"}
+    found = first_divergence(snapshots) if len(snapshots) > 1 else None
+    return found.text if found is not None and found.kind == "mismatch" else ""

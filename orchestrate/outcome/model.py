@@ -176,6 +176,9 @@ class RunResult:
         writes: The files the job created or changed in its work directory, the first first
             (None: not followed: a run found in the engine, or a directory too large).
         started_time: The epoch time the launcher began to follow the job (None: not known).
+        divergence: For a run that failed on torch's collective mismatch check
+            (``--debug-collectives``), the first divergence of the ranks' collective records, with
+            their call sites; "" otherwise.
         store_lost: How the run's own rendezvous store (``--rdzv-store container``) ended while
             the job ran (its container died), which then explains the nodes' failures; "" if it
             did not.
@@ -199,6 +202,7 @@ class RunResult:
     writes: Optional[list[WrittenFile]] = None
     started_time: Optional[float] = None
     store_lost: str = ""
+    divergence: str = ""
 
     @property
     def hung(self) -> bool:

@@ -70,6 +70,8 @@ def format_summary(outcome: RunResult) -> str:
         for other in others:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
+        if outcome.divergence:
+            lines.append(f"  where, by the ranks' collective records: {outcome.divergence}")
         advice = died_at_exit(failure, outcome.results, outcome.image_torch)
         if advice:
             lines.append(advice)

@@ -43,7 +43,7 @@ from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
-from orchestrate.hangs.diagnosis import HangDiagnosis, timeout_diagnosis
+from orchestrate.hangs.diagnosis import HangDiagnosis, mismatch_divergence, timeout_diagnosis
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch, is_progress_line
 from orchestrate.interrupts import uninterrupted
@@ -588,6 +588,7 @@ class Supervisor:
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
                                                              {r for t in trackers for r in t.plan.global_ranks})
+        result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir))
         return result
 
     def fault_records(self) -> list[FaultRecord]:

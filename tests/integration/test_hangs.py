@@ -81,6 +81,11 @@ def test_debug_collectives_names_the_mismatch_of_a_ddp_job_in_one_line(orchestra
     assert re.search(r"collectives differ \(--debug-collectives\): rank (0|1) ran ALLREDUCE #\d+ of Float\[(1|68)\];"
                      r" rank (0|1) ran ALLREDUCE #\d+ of Float\[(1|68)\]", failed), failed
     assert "Float[1]" in failed and "Float[68]" in failed
+    # torch names the ops; the ranks' own records name the lines
+    sync, extra = line_of("ddp_desync.py", "loss.backward()"), line_of("ddp_desync.py", "# DESYNC")
+    assert (f"  where, by the ranks' collective records: collective #4: rank 0 entered all_reduce(float32[1]) at"
+            f" ddp_desync.py:{extra}; rank 1 entered all_reduce(gradients of DDP(Linear)) at ddp_desync.py:{sync}\n"
+            in result.output), result.output[-3000:]
     assert result.output.count("DDP's settings log is skipped on gloo") == 1  # said once, by rank 0
     assert leftovers(docker_client, result.project) == []
 

@@ -284,6 +284,25 @@ def test_a_collective_that_timed_out_is_diagnosed_from_what_the_ranks_wrote_as_i
     assert timeout_diagnosis(stopped, tmp_path, {0, 1}) is None  # the stopped rank explains the timeout better
 
 
+def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_as_it_failed(tmp_path):
+    from orchestrate.hangs.diagnosis import mismatch_divergence
+
+    for rank, (op, shapes, line) in enumerate((("barrier", "", 30), ("all_reduce", "gradients of DDP(Net)", 25))):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [],
+            "collectives": [{"seq": 3, "op": "all_reduce", "group": "default", "shapes": "gradients of DDP(Net)",
+                             "at": "train.py:25", "state": "done"},
+                            {"seq": 4, "op": op, "group": "default", "shapes": shapes, "at": f"train.py:{line}",
+                             "state": "failed"}]}))
+    caught = Failure("node0", 0, 1, "collectives differ (--debug-collectives): rank 0 ran BARRIER #8; rank 1 ran"
+                     " GATHER #0", ())
+    assert mismatch_divergence(caught, tmp_path) == ("collective #4: rank 0 entered barrier() at train.py:30; rank 1"
+                                                     " entered all_reduce(gradients of DDP(Net)) at train.py:25")
+    assert mismatch_divergence(Failure("node0", 0, 1, "ValueError: bad batch", ()), tmp_path) == ""
+    (tmp_path / "rank1.json").unlink()  # one rank's record alone shows no divergence
+    assert mismatch_divergence(caught, tmp_path) == ""
+
+
 def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
     fingerprint = ("CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[{}], TensorDtypes=Float,"
                    " TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu))")
