@@ -86,6 +86,8 @@ def test_debug_collectives_names_the_mismatch_of_a_ddp_job_in_one_line(orchestra
     assert (f"  where, by the ranks' collective records: collective #4: rank 0 entered all_reduce(float32[1]) at"
             f" ddp_desync.py:{extra}; rank 1 entered all_reduce(gradients of DDP(Linear)) at ddp_desync.py:{sync}\n"
             in result.output), result.output[-3000:]
+    outcome = json.loads((result.run_dir / "outcome.json").read_text())
+    assert outcome["failure"]["divergence"] in result.output and "#4" in outcome["failure"]["divergence"]
     assert result.output.count("DDP's settings log is skipped on gloo") == 1  # said once, by rank 0
     assert leftovers(docker_client, result.project) == []
 

@@ -150,6 +150,7 @@ def test_the_runs_store_container_dying_explains_the_nodes_failures(make_run):
     events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
     assert [(e["service"], e["exit_code"]) for e in events if e["event"] == "store-died"] == [("rdzv-store", 137)]
     assert not [e for e in events if e["event"] == "restart"]  # a failure, not a death: nothing to rejoin
+    assert json.loads((job.run_dir / "outcome.json").read_text())["failure"]["store_lost"] == said
 
 
 def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_run):
