@@ -96,9 +96,11 @@ def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barr
 
 def test_the_hook_imports_no_torch_before_the_script_does(tmp_path):
     script = tmp_path / "order.py"
-    script.write_text("import sys\nprint('torch before the script:', 'torch' in sys.modules, flush=True)\n"
+    # one string per print: print writes its arguments one by one, and two ranks' writes interleave
+    script.write_text("import sys\nprint(f\"torch before the script: {'torch' in sys.modules}\", flush=True)\n"
                       "import torch.distributed as dist\n"
-                      "print('recorded:', getattr(dist.all_reduce, '__ddp_compose_recorded__', False), flush=True)\n")
+                      "print(f\"recorded: {getattr(dist.all_reduce, '__ddp_compose_recorded__', False)}\","
+                      " flush=True)\n")
     proc = start(tmp_path, "--", str(script))
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, output[-2000:]
