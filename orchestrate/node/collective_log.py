@@ -45,6 +45,7 @@ class CollectiveLog:
         self.clock = clock
         self.lock = threading.Lock()
         self.local = threading.local()
+        self.exclusive = 0  # outer calls under way that own every thread's collectives (see call)
 
     def enter(self, op: str, group: str, shapes: str, caller: str) -> Dict[str, Any]:
         """Record a collective as entered; return its entry (to be :meth:`leave` d)."""
@@ -73,7 +74,7 @@ class CollectiveLog:
     def nested(self) -> bool:
         """Whether this thread is already inside a recorded collective (an object collective
         calls the tensor ones: only the outer call is recorded)."""
-        return getattr(self.local, "depth", 0) > 0
+        return getattr(self.local, "depth", 0) > 0 or self.exclusive > 0
 
     def wrap(self, name: str, original: Callable[..., Any], describe_group: Callable[[Any], str]) -> Callable[..., Any]:
         """``original`` (a collective of ``torch.distributed``), recording each outer call."""
@@ -95,12 +96,16 @@ class CollectiveLog:
         return collective
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
-             shapes: str, at: str, returned: str = "done") -> Any:
+             shapes: str, at: str, returned: str = "done", exclusive: bool = False) -> Any:
         """``original(*args, **kwargs)``, recorded as the collective ``op`` (an outer call: the
-        collectives it makes on this thread are not recorded); ``returned``: its state once it
-        returns (``issued`` for an async one)."""
+        collectives it makes on this thread are not recorded, nor, if ``exclusive``, those any
+        thread makes meanwhile: a backward pass's, which autograd's device threads may run);
+        ``returned``: its state once it returns (``issued`` for an async one)."""
         entry = self.enter(op, group, shapes, at)
         self.local.depth = getattr(self.local, "depth", 0) + 1
+        if exclusive:
+            with self.lock:
+                self.exclusive += 1
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
@@ -109,6 +114,9 @@ class CollectiveLog:
             raise
         finally:
             self.local.depth -= 1
+            if exclusive:
+                with self.lock:
+                    self.exclusive -= 1
         self.leave(entry, returned)
         return result
 
@@ -251,6 +259,16 @@ def with_default(original: Callable[..., Any], parameter: str, value: Any) -> Ca
     return call
 
 
+def guarded(then: Callable[[], None]) -> None:
+    """Run a hook's callback: one that fails says so, once, and never fails the script's import
+    (what it would have recorded is then missing, the job runs as it would without it)."""
+    try:
+        then()
+    except Exception as exc:  # a torch this hook does not know: the job goes on without it
+        sys.stderr.write(f"[ddp-compose] start-up hook: {getattr(then, '__qualname__', then)} skipped:"
+                         f" {first_line(exc)}\n")
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs each of ``then`` once ``module`` has been imported (by whoever imports it first)."""
 
@@ -271,7 +289,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_module(module: Any) -> None:
             execute(module)
             for each in then:
-                each()
+                guarded(each)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -281,7 +299,7 @@ def when_imported(module: str, then: Callable[[], None]) -> None:
     """Run ``then`` after ``module`` is imported: now if it already is; several for one module
     run in the order they were given."""
     if module in sys.modules:
-        then()
+        guarded(then)
         return
     waiting = next((f for f in sys.meta_path if isinstance(f, _AfterImport) and f.module == module), None)
     if waiting is not None:

@@ -6,17 +6,22 @@ there looked like a rank in no collective at all, and a script whose ranks part 
 extra ``barrier()``, the other in its next ``loss.backward()``) was diagnosed as "rank 0 is not in
 a collective".
 
-So every backward pass (``torch.autograd.backward``, which ``loss.backward()`` calls) that runs
-while a DDP model wants its gradients synchronized is recorded as one collective:
-``all_reduce(gradients of DDP(Net))`` in the model's process group, at the user's line that
-called it. It is one entry however many buckets the reducer all-reduces; every rank of a job
-records the same, so the record's numbering still lines the ranks up. With NCCL the backward
-pass returns once the all-reduces are queued on the GPU, so the entry is done before they are.
+So a backward pass (``torch.autograd.backward``, which ``loss.backward()`` calls) that follows a
+DDP model's forward pass made with gradients on and synchronization wanted (not under
+``no_sync()``) is recorded as one collective: ``all_reduce(gradients of DDP(Net))`` in the
+model's process group, at the user's line that called it. It is one entry however many buckets
+the reducer all-reduces, and the collectives made while it runs (a Python comm hook's, on any
+thread) are part of it, so every rank of a job records the same and the numbering lines the
+ranks up. A backward pass with no DDP forward pass before it (a probe's, rank 0's own) is not
+recorded. A rank that has joined (``torch.distributed.algorithms.join.Join``, uneven inputs)
+shadows the others' gradient all-reduce: that is recorded as the same entry. With NCCL the
+backward pass returns once the all-reduces are queued on the GPU, so the entry is done before
+they are.
 
-"Wants": a DDP model built in this process and still alive whose
-``require_backward_grad_sync`` is set (``no_sync()`` clears it). A backward pass of another
-model, while a DDP model that is not in it is alive, is recorded too: every rank does the same,
-so it names where they are without shifting the numbering between ranks.
+DDP's forward pass is seen where DDP tells the join context about it
+(``Join.notify_join_context``, which every forward pass calls), so DDP's own forward is not
+wrapped: a compiled model's graph is left as it is, and the wrappers are kept out of
+``torch.compile``'s reach once it is imported.
 
 Installed by the workers' start-up hook when DDP's module is imported. Standard library only;
 torch is reached through its own modules once they are loaded.
@@ -29,41 +34,72 @@ import sys
 import weakref
 from typing import Any, Callable, List
 
-from orchestrate.node.collective_log import CollectiveLog, caller
+from orchestrate.node.collective_log import CollectiveLog, caller, relative, when_imported
 
 OP = "all_reduce"
 DESCRIBED = "gradients of DDP("  # how the record's entries start (what they all-reduce)
 
 
 def described(models: List[Any]) -> str:
-    """``gradients of DDP(Net)`` (every model named, in the order they were built)."""
+    """``gradients of DDP(Net)`` (every model named, in the order of their forward passes)."""
     return "gradients of " + ", ".join(f"DDP({type(getattr(m, 'module', m)).__name__})" for m in models)
 
 
 def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
-    """Keep every DDP model this process builds (weakly), and record each backward pass that
-    runs while one of them wants its gradients synchronized."""
+    """Note every DDP forward pass that wants its gradients synchronized, record the backward
+    pass that follows, and a joined rank's shadow of it (see the module's text)."""
     ddp = importlib.import_module("torch.nn.parallel.distributed").DistributedDataParallel
+    join = importlib.import_module("torch.distributed.algorithms.join").Join
     autograd = importlib.import_module("torch.autograd")
-    original_init, original_backward = ddp.__init__, autograd.backward
+    original_backward, original_notify = autograd.backward, join.notify_join_context
+    original_shadow = getattr(ddp, "_match_all_reduce_for_bwd_pass", None)
     if getattr(original_backward, "__ddp_compose_recorded__", False):
         return
-    built: List["weakref.ReferenceType[Any]"] = []  # every DDP model built here, in order
+    forwarded: List["weakref.ReferenceType[Any]"] = []  # DDP models forwarded since the last backward pass
 
-    @functools.wraps(original_init)
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        built[:] = [ref for ref in built if ref() is not None] + [weakref.ref(self)]
+    @functools.wraps(original_notify)
+    def notify_join_context(joinable: Any) -> Any:
+        if (isinstance(joinable, ddp) and getattr(joinable, "require_backward_grad_sync", False)
+                and sys.modules["torch"].is_grad_enabled()
+                and not any(ref() is joinable for ref in forwarded)):
+            forwarded.append(weakref.ref(joinable))
+        return original_notify(joinable)
 
     @functools.wraps(original_backward)
     def backward(*args: Any, **kwargs: Any) -> Any:
-        models = [ref() for ref in built]
-        syncing = [m for m in models if m is not None and getattr(m, "require_backward_grad_sync", False)]
-        if not syncing or log.nested():
+        models = [model for model in (ref() for ref in forwarded) if model is not None]
+        forwarded.clear()
+        if not models or log.nested():
             return original_backward(*args, **kwargs)
-        group = name_group(getattr(syncing[0], "process_group", None))
-        return log.call(original_backward, args, kwargs, OP, group, described(syncing), caller(sys._getframe(1)))
+        group = name_group(getattr(models[0], "process_group", None))
+        return log.call(original_backward, args, kwargs, OP, group, described(models), caller(sys._getframe(1)),
+                        exclusive=True)
+
+    def shadow(self: Any, *args: Any, **kwargs: Any) -> Any:
+        """A joined rank's part in the others' gradient all-reduce."""
+        assert original_shadow is not None
+        group = name_group(getattr(self, "process_group", None))
+        return log.call(original_shadow, (self, *args), kwargs, OP, group, described([self]),
+                        caller(sys._getframe(1)), exclusive=True)
 
     backward.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
-    ddp.__init__ = init
     autograd.backward = backward
+    join.notify_join_context = staticmethod(notify_join_context)
+    wrappers = [backward, notify_join_context, described, name_group, log.call, log.enter, log.leave, caller, relative]
+    if original_shadow is not None:
+        ddp._match_all_reduce_for_bwd_pass = functools.wraps(original_shadow)(shadow)
+        wrappers.append(shadow)
+    when_imported("torch._dynamo", lambda: keep_out_of_compile(wrappers))
+
+
+def keep_out_of_compile(functions: List[Callable[..., Any]]) -> None:
+    """Have ``torch.compile`` run these as they are, never trace them (they are called outside
+    any graph: traced, they only cost compile time and warnings). A torch without the way to
+    say so is left as it is."""
+    try:
+        eval_frame = importlib.import_module("torch._dynamo.eval_frame")
+        skip = eval_frame.FrameExecStrategy(eval_frame.FrameAction.SKIP, eval_frame.FrameAction.DEFAULT)
+        for function in functions:
+            eval_frame.set_code_exec_strategy(function.__code__, skip)
+    except (ImportError, AttributeError, TypeError):
+        pass

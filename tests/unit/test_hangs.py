@@ -582,3 +582,46 @@ def test_callbacks_for_one_module_all_run_once_it_is_imported_in_the_order_given
     finally:
         sys.meta_path[:] = finders
         sys.modules.pop("later_module", None)
+
+
+def test_a_backward_pass_owns_the_collectives_any_thread_makes_while_it_runs():
+    """Autograd runs a CUDA backward pass on device threads: a comm hook's collectives there are
+    part of the DDP entry, never entries of their own after it."""
+    import threading
+
+    log = CollectiveLog()
+    inner = log.wrap("all_reduce", lambda tensor, group=None: None, lambda g: "default")
+
+    def backward_pass() -> None:
+        worker = threading.Thread(target=inner, args=(FakeTensor(4),))
+        worker.start()
+        worker.join()
+
+    log.call(backward_pass, (), {}, "all_reduce", "default", "gradients of DDP(Net)", "train.py:25", exclusive=True)
+    inner(FakeTensor(4))  # after it: recorded again
+    assert [(e["seq"], e["shapes"]) for e in log.snapshot()] == [(1, "gradients of DDP(Net)"), (2, "float32[4]")]
+    log.call(backward_pass, (), {}, "all_reduce", "default", "gradients of DDP(Net)", "train.py:25")
+    assert [e["shapes"] for e in log.snapshot()][-2:] == ["gradients of DDP(Net)", "float32[4]"]  # not exclusive
+
+
+def test_a_start_up_callback_that_fails_says_so_and_never_fails_the_import(tmp_path, monkeypatch, capsys):
+    from orchestrate.node.collective_log import when_imported
+
+    (tmp_path / "torch_like.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finders = list(sys.meta_path)
+
+    def broken() -> None:
+        raise AttributeError("module 'torch.autograd' has no attribute 'backward'")
+
+    try:
+        when_imported("torch_like", broken)
+        import torch_like
+
+        assert torch_like.VALUE == 1
+    finally:
+        sys.meta_path[:] = finders
+        sys.modules.pop("torch_like", None)
+    assert ("[ddp-compose] start-up hook: test_a_start_up_callback_that_fails_says_so_and_never_fails_the_import"
+            ".<locals>.broken skipped: AttributeError: module 'torch.autograd' has no attribute 'backward'"
+            in capsys.readouterr().err)

@@ -4,6 +4,7 @@ script's process group, and the hook imports no torch before the script does."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -66,12 +67,16 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def hung_probe(tmp_path: Path, proc: subprocess.Popen, timeout_s: float = 60):
-    """Ask until both ranks answer from inside a collective."""
-    deadline = time.monotonic() + timeout_s
+    """Ask until both ranks answer from inside a collective, the same one two answers in a row
+    (two ranks that meet in a collective of a healthy step are in one too, for a moment)."""
+    deadline, before = time.monotonic() + timeout_s, None
     while True:
         probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
-        if len(probe.snapshots) == 2 and all(s.in_collective for s in probe.snapshots.values()):
+        inside = {rank: (s.in_collective.seq, s.in_collective.op) for rank, s in probe.snapshots.items()
+                  if s.in_collective is not None}
+        if len(inside) == 2 and inside == before:
             return probe
+        before = inside
         assert time.monotonic() < deadline and proc.poll() is None, "the ranks never hung where expected"
         time.sleep(0.5)
 
@@ -92,6 +97,43 @@ def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barr
     assert waiting is not None and waiting.is_backward_pass and not probe.snapshots[0].in_collective.is_backward_pass
     assert [(c.seq, c.state) for c in probe.snapshots[1].collectives] == [(1, "done"), (2, "done"), (3, "done"),
                                                                           (4, "entered")]
+
+
+RECORD_PER_RANK = """
+import json, os, sys
+import torch, torch.distributed as dist
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+first = DDP(torch.nn.Linear(4, 2))
+first(torch.randn(3, 4)).sum().backward()  # one step; the model is kept
+probe = torch.nn.Linear(4, 1)
+model = DDP(torch.nn.Bilinear(4, 4, 2))
+with Join([model]):  # uneven inputs: rank 0 has 2 batches, rank 1 has 4
+    for batch in range(2 if rank == 0 else 4):
+        x = torch.randn(3, 4)
+        model(x, x).sum().backward()
+        if rank == 0:  # rank 0 alone backpropagates through a probe of its own: no all-reduce
+            probe(x).sum().backward()
+log = sys.modules["orchestrate.node.collective_log"]._failure_hooks[0].__self__.log
+print("RECORD", rank, json.dumps([(e["seq"], e["op"], e["shapes"]) for e in log.snapshot()]), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_every_rank_records_ddps_gradients_alike_with_uneven_inputs_a_kept_model_and_a_probe(tmp_path):
+    script = tmp_path / "record_per_rank.py"
+    script.write_text(RECORD_PER_RANK)
+    proc = start(tmp_path, "--", str(script))
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-2000:]
+    records = {int(rank): json.loads(text) for rank, text in re.findall(r"^RECORD (\d) (.*)$", output, re.M)}
+    assert set(records) == {0, 1} and records[0] == records[1], records
+    ddp = [shapes for _, op, shapes in records[0] if shapes.startswith("gradients of")]
+    # the first model's step, then four of the second (two of them rank 0's joined shadow of rank 1's)
+    assert ddp == ["gradients of DDP(Linear)"] + ["gradients of DDP(Bilinear)"] * 4, records[0]
 
 
 def test_the_hook_imports_no_torch_before_the_script_does(tmp_path):
