@@ -118,7 +118,9 @@ with Join([model]):  # uneven inputs: rank 0 has 2 batches, rank 1 has 4
         if rank == 0:  # rank 0 alone backpropagates through a probe of its own: no all-reduce
             probe(x).sum().backward()
 log = sys.modules["orchestrate.node.collective_log"]._failure_hooks[0].__self__.log
-print("RECORD", rank, json.dumps([(e["seq"], e["op"], e["shapes"]) for e in log.snapshot()]), flush=True)
+record = json.dumps([(e["seq"], e["op"], e["shapes"]) for e in log.snapshot()])
+sys.stdout.write(f"RECORD {rank} {record}\\n")  # one write: the two ranks' lines cannot interleave
+sys.stdout.flush()
 dist.destroy_process_group()
 """
 
