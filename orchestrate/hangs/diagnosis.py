@@ -16,6 +16,9 @@ from orchestrate.hangs.stacks import StackGroup, group_stacks, ranks_text
 # rank on a crowded host may get a small share: measured in CI, 68% then under 25% of a core.
 BUSY_CPU_SHARE = 0.05
 DEBUG_HINT = "rerun with --debug-collectives: torch then stops at the first mismatched collective, naming both"
+INIT_HINT = ("every rank waits in init_process_group for its store: under torchrun leave init_method out (env://,"
+             " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
+             " (tcp://localhost:...) must be one every node reaches, where a store listens")
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ class HangDiagnosis:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
             out.append(f"  {DEBUG_HINT}")
+        if self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
+            out.append(f"  {INIT_HINT}")
         return out
 
     def to_json(self) -> dict[str, Any]:
