@@ -128,14 +128,17 @@ def test_a_preempted_node_of_an_elastic_job_rejoins(make_run):
     assert "node1 died (injected fault preempt:node1); restarting every node" in job.out.getvalue()
 
 
+def exited(client: FakeDockerClient, service: str):
+    """Whether the engine has said that a Compose service's container died (a Script's
+    after_when): its event, not only its status, so that the events come in that order."""
+    return lambda: any(e["Action"] == "die" and e["Actor"]["Attributes"].get("com.docker.compose.service") == service
+                       for e in list(client.history))
+
+
 def test_the_runs_store_container_dying_explains_the_nodes_failures(make_run):
     job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", max_restarts=3)
     client = FakeDockerClient()
-
-    def store_gone() -> bool:
-        return any(c.labels.get("com.docker.compose.service") == "rdzv-store" and c.status == "exited"
-                   for c in client.containers_by_name.values())
-
+    store_gone = exited(client, "rdzv-store")
     lost = "RendezvousConnectionError: The connection to the C10d store has failed."
     job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, delay_s=0.3)]},
                         node0=[Script(["[0|0]:step 1"], exit_code=1, after=[f"[0|0]:{lost}"], after_when=store_gone)],
@@ -156,12 +159,7 @@ def test_the_runs_store_container_dying_explains_the_nodes_failures(make_run):
 def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_run):
     job = make_run(nodes=2, rdzv="c10d", rdzv_store="container")
     client = FakeDockerClient()
-
-    def exited(service: str):
-        return lambda: any(c.labels.get("com.docker.compose.service") == service and c.status == "exited"
-                           for c in client.containers_by_name.values())
-
-    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, after_when=exited("node1"),
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, after_when=exited(client, "node1"),
                                                          after=["going"])]},
                         node0=[Script(["[0|0]:step 1"], hang=True)],
                         node1=[Script(["[1|0]:step 1", "[1|0]:ValueError: bad batch"], exit_code=1, delay_s=0.2)])
