@@ -182,8 +182,8 @@ JOB_OPTIONS = (
            " waits longer fails the job, which then ends as HUNG with where every rank waited (default: the"
            " script's own, else torch's 10-30 min)", positive_float, metavar="SECONDS"),
     Option("hang_timeout", "--hang-timeout", "end the run as failed (HUNG) when no rank has made progress (a"
-           " worker line other than torch's own log lines, a progress report, a finished collective, CPU work) for this long, with where every"
-           " rank waits as its root cause (default: never)", positive_float, metavar="SECONDS"),
+           " worker line other than torch's own log lines, a progress report, a finished collective, CPU"
+           " work) for this long, with where every rank waits as its root cause (default: never)", positive_float, metavar="SECONDS"),
     Option("hang_diagnose_after", "--hang-diagnose-after", "say where every rank waits, once, after this long"
            f" without progress; 0: never (default: {DEFAULT_HANG_DIAGNOSE_AFTER_S:g})", non_negative_seconds,
            metavar="SECONDS"),

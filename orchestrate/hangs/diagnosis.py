@@ -36,8 +36,7 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     if now is None:
         why = absent_why.get(rank, "did not answer")
         return RankActivity(rank, "stopped" if "stopped" in why or "paused" in why else "absent", why)
-    share = (now.cpu_s - before.cpu_s) / interval_s if before is not None and before.pid == now.pid and interval_s > 0 \
-        else 0.0
+    share = cpu_share(before, now, interval_s)
     collective = now.in_collective
     # a DDP backward pass computes the gradients it all-reduces: busy there is computing
     if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):
@@ -45,6 +44,14 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     if share >= BUSY_CPU_SHARE:
         return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
     return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
+
+
+def cpu_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
+    """The share of a core one process used between two snapshots (0 when they are not of one
+    process, or no time passed)."""
+    if before is None or before.pid != now.pid or interval_s <= 0:
+        return 0.0
+    return (now.cpu_s - before.cpu_s) / interval_s
 
 
 def progressed(before: Probe, now: Probe) -> bool:
@@ -56,7 +63,7 @@ def progressed(before: Probe, now: Probe) -> bool:
             return True  # a rank (re)started since: that is progress
         if snapshot.completed > earlier.completed:
             return True
-        if (snapshot.cpu_s - earlier.cpu_s) / interval >= BUSY_CPU_SHARE:
+        if cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
             return True
     return False
 

@@ -2,8 +2,8 @@
 twice, some seconds apart, and judge.
 
 Progress is any worker line but torch's own log lines (:func:`is_progress_line`), any progress
-report (the supervisor calls :meth:`HangWatch.progress` for both), a collective that completed between the probes, or a rank that computed between
-them (CPU time). So a rank busy in one long step, or rank 0 evaluating alone while the others
+report (the supervisor calls :meth:`HangWatch.progress` for both), a collective that completed
+between the probes, or a rank that computed between them (CPU time). So a rank busy in one long step, or rank 0 evaluating alone while the others
 wait in a barrier, is not hung: the diagnosis then says what the ranks are doing, once.
 
 A rank that does not answer, and that the engine does not explain (stopped, its node paused),

@@ -73,7 +73,8 @@ class CollectiveLog:
 
     def nested(self) -> bool:
         """Whether this thread is already inside a recorded collective (an object collective
-        calls the tensor ones: only the outer call is recorded)."""
+        calls the tensor ones: only the outer call is recorded), or any thread is inside an
+        exclusive one (a backward pass: see :meth:`call`)."""
         return getattr(self.local, "depth", 0) > 0 or self.exclusive > 0
 
     def wrap(self, name: str, original: Callable[..., Any], describe_group: Callable[[Any], str]) -> Callable[..., Any]:
