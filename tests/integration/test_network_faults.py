@@ -59,6 +59,8 @@ def test_a_partition_splits_four_nodes_two_and_two_each_group_keeping_its_links_
         split = [i for i, tried in enumerate(since_up) if tried == own_group[rank]]
         assert len(split) >= 2 and split == list(range(split[0], split[0] + len(split))), (rank, seen_by_rank)
         assert set(since_up[-4:]) == {everyone[rank]}, (rank, seen_by_rank)
+        # each waited, listening, for every peer's last try
+        assert f"rank {rank} done; peers done: {everyone[rank]}" in output, output[-3000:]
     assert leftovers(docker_client, f"ddp-{run_id}") == []
 
 
