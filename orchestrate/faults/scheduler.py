@@ -110,36 +110,44 @@ class FaultScheduler:
         injected = []
         self.arm()
         due = [i for i in self.to_fire if self.faults[i].due(elapsed_s, step, self.attempt_steps_of(i, attempt_steps))]
-        for index in due:
-            fault = self.faults[index]
-            self.to_fire.remove(index)
-            try:
-                node = self.inject(fault) or fault.node
-            except injection_errors() as exc:  # a node that already ended cannot be faulted
-                reason = f"could not be injected: {describe(exc)}"
-                self.say(f"fault {fault} {reason}")
-                self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
-                self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
-                continue
-            finally:
+        try:
+            for index in due:
+                injected += self.fire(index, elapsed_s, step)
+        finally:  # the ranks held at a step go on once every fault of that step is in (or failed)
+            for index in due:
+                fault = self.faults[index]
                 if fault.in_attempt:
                     mark_fired(self.progress_dir, attempt_key(index))
                 elif fault.at_step is not None:
                     mark_fired(self.progress_dir, fault.at_step)
-            fired = FaultRecord(str(fault), node, True, elapsed_s, step, fired_time=self.wall())
-            self.fired.append(fired)
-            injected.append(fault)
-            if fault.has_end:
-                self.lasting.append((fault, node))
-            self.say(f"fault injected: {fired.describe()}")
-            self.record("fault", node=node, spec=str(fault), action=fault.action.value, step=step,
-                        **({"rank": fault.rank} if fault.rank is not None else {}))
         for fault, node in [(f, n) for f, n in self.lasting if f.end_due(elapsed_s, step)]:
             self.lasting.remove((fault, node))
             self.end(fault, node, elapsed_s)
         if injected:
             self.arm()  # the faults that count in the next attempt, listed before it begins
         return injected
+
+    def fire(self, index: int, elapsed_s: float, step: Optional[int]) -> list[FaultSpec]:
+        """Inject one due fault; say and record it, or why it could not be injected. Returns
+        it, or nothing when it failed."""
+        fault = self.faults[index]
+        self.to_fire.remove(index)
+        try:
+            node = self.inject(fault) or fault.node
+        except injection_errors() as exc:  # a node that already ended cannot be faulted
+            reason = f"could not be injected: {describe(exc)}"
+            self.say(f"fault {fault} {reason}")
+            self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
+            self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
+            return []
+        fired = FaultRecord(str(fault), node, True, elapsed_s, step, fired_time=self.wall())
+        self.fired.append(fired)
+        if fault.has_end:
+            self.lasting.append((fault, node))
+        self.say(f"fault injected: {fired.describe()}")
+        self.record("fault", node=node, spec=str(fault), action=fault.action.value, step=step,
+                    **({"rank": fault.rank} if fault.rank is not None else {}))
+        return [fault]
 
     def end(self, fault: FaultSpec, node: str, elapsed_s: float) -> None:
         """Undo a lasting fault whose end has come; say so, or why it could not be undone."""

@@ -7,6 +7,7 @@ import queue
 import time
 
 import docker.errors
+import docker
 import pytest
 
 from orchestrate.config.fault_spec import parse_fault
@@ -125,6 +126,23 @@ def test_the_fault_scheduler_fires_by_time_and_by_step_once_each(tmp_path):
     assert [(f.spec, f.elapsed_s, f.step) for f in scheduler.fired] == [("pause:node1@t=5", 5.0, 2),
                                                                       ("kill:node0@step=3", 6.0, 3)]
     assert [kind for kind, _ in recorder.events] == ["fault", "fault"]
+
+
+def test_ranks_held_at_a_step_go_on_only_once_every_fault_of_that_step_is_injected(tmp_path):
+    recorder, released_when_injecting = Recorder(), []
+
+    def inject(fault) -> None:  # a fault that takes a while (an exec in the node) must not find them gone
+        released_when_injecting.append((str(fault), (tmp_path / "fired-5").exists()))
+        if fault.node == "node1":
+            raise docker.errors.APIError("container is not running")
+
+    scheduler = FaultScheduler((parse_fault("pause:node0@step=5"), parse_fault("disconnect:node1@step=5"),
+                                parse_fault("kill:node0@step=5")), inject, tmp_path, recorder.say, recorder.record)
+    assert [str(f) for f in scheduler.fire_due(1.0, 5)] == ["pause:node0@step=5", "kill:node0@step=5"]
+    assert released_when_injecting == [("pause:node0@step=5", False), ("disconnect:node1@step=5", False),
+                                       ("kill:node0@step=5", False)]
+    assert (tmp_path / "fired-5").exists()  # released after the last, the one that failed too
+    assert [kind for kind, _ in recorder.events] == ["fault", "fault-failed", "fault"]
 
 
 def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_reports(tmp_path):
