@@ -89,11 +89,16 @@ def hand_made_project(nodes: int, image: str, name: str) -> dict:
     return {"name": name, "services": services, "networks": {"ddp": {}}}
 
 
-def time_hand_made(nodes: int, nproc: int, image: str) -> float:
-    """``docker compose up`` + ``docker exec torchrun`` on every node at once + ``down``."""
+def hand_made_name() -> str:
+    """A Compose project name of its own for one hand-made baseline."""
+    return f"ddp-bench-baseline-{int(time.time() * 1000) % 10**8}"
+
+
+def time_hand_made(nodes: int, nproc: int, image: str, name: str) -> float:
+    """``docker compose up`` + ``docker exec torchrun`` on every node at once + ``down``, as
+    Compose project ``name``."""
     from orchestrate.engine.compose_cli import compose_command
 
-    name = f"ddp-bench-baseline-{int(time.time() * 1000) % 10**8}"
     with tempfile.TemporaryDirectory() as scratch:
         compose_file = Path(scratch) / "compose.json"
         compose_file.write_text(json.dumps(hand_made_project(nodes, image, name)))
@@ -130,9 +135,11 @@ def run_launcher_bench(runs_dir: Path, repeats: int, scaling: list[int], out: IO
                        image: str = DEFAULT_IMAGE) -> dict:
     """Side by side (alternating, so that each sees the same machine), then the scaling series."""
     side: dict[str, list[float]] = {"launcher": [], "hand-made": [], "torchx local_docker": []}
+    hand_made_projects = []
     for i in range(repeats):
         side["launcher"].append(time_launcher(2, 2, runs_dir, image)[0])
-        side["hand-made"].append(time_hand_made(2, 2, image))
+        hand_made_projects.append(hand_made_name())
+        side["hand-made"].append(time_hand_made(2, 2, image, hand_made_projects[-1]))
         torchx = time_torchx(2, 2, image)
         if torchx is not None:
             side["torchx local_docker"].append(torchx)
@@ -146,4 +153,4 @@ def run_launcher_bench(runs_dir: Path, repeats: int, scaling: list[int], out: IO
         rows.append({"nodes": nodes, "wall_s": wall, **record["timings"]})
         out.write(f"[bench] scaling: {nodes} node(s) in {wall:.1f} s\n")
         out.flush()
-    return launcher_summary(side, rows)
+    return {**launcher_summary(side, rows), "hand_made_projects": hand_made_projects}

@@ -268,8 +268,10 @@ def faulted_run(docker_client, tmp_path_factory):
             try:
                 wait_for(lines, rf"fault injected: {action}:node1@step=30", seen)
                 injected = time.monotonic()
-                proc.wait(timeout=120)
+                # timed to when the launcher finds out, not to its exit (a teardown on a busy engine)
+                wait_for(lines, r"node1 stopped answering: ", seen, timeout=120)
                 took = time.monotonic() - injected
+                proc.wait(timeout=120)
                 output = read_to_end(proc, lines, seen)
                 made[action] = FaultedRun(proc.returncode, output, took, tmp / run_id, f"ddp-{run_id}",
                                           leftovers(docker_client, f"ddp-{run_id}"))

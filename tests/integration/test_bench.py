@@ -70,9 +70,11 @@ def test_bench_launcher_times_the_launcher_against_a_hand_made_baseline(docker_c
     assert data["ratio_to_hand_made"] > 0
     assert [row["nodes"] for row in data["scaling"]] == [1]
     assert results.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
-    # the baseline's project and the launcher's runs are all gone
-    assert not [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("ddp-bench-baseline")]
-    assert not [n.name for n in docker_client.networks.list() if n.name.startswith("ddp-bench-baseline")]
+    # the baseline's projects (this bench's own: others may run beside it) are gone
+    [project] = data["hand_made_projects"]
+    assert project.startswith("ddp-bench-baseline-")
+    assert not docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+    assert not [n.name for n in docker_client.networks.list() if n.name.startswith(project)]
 
 
 def large_message_busbw(results: Path, op: str) -> float:
@@ -87,7 +89,8 @@ def test_a_shaped_link_carries_its_rate_and_an_unshaped_one_is_unchanged(docker_
     assert code == 0, text[-3000:]
     assert "link shaped: tc qdisc add dev eth0 root tbf rate 1gbit" in text
     rate = large_message_busbw(shaped, "broadcast")
-    assert abs(rate - 125e6) / 125e6 <= 0.15, f"shaped broadcast busbw {rate / 1e6:.1f} MB/s"
+    # the shaper's ceiling holds to 15%; a busy machine only slows a transfer, so below it more slack
+    assert 0.7 * 125e6 <= rate <= 1.15 * 125e6, f"shaped broadcast busbw {rate / 1e6:.1f} MB/s"
 
     code, text, unshaped = bench(tmp_path / "unshaped", *args)
     assert code == 0, text[-3000:]

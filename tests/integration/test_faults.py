@@ -36,7 +36,7 @@ def test_hung_or_cut_off_node_fails_the_job_after_the_timeout_naming_it(faulted_
     assert run.code == 1
     assert f"FAILED: node1 stopped answering: {reason} (injected fault {action}:node1@step=30)" in run.output
     assert re.search(r"then node0 rank 0: RuntimeError: .*Timed out", run.output)
-    # the collective timeout plus a few seconds of teardown, never the 30-minute default
+    # the collective timeout plus a few seconds, never the 30-minute default
     took = run.seconds_after_fault
     assert HUNG_TIMEOUT_S - 1 < took < HUNG_TIMEOUT_S + 12, f"{took:.1f} s after the fault"
     assert run.leftovers == []

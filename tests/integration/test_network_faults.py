@@ -28,7 +28,8 @@ def test_a_partition_splits_four_nodes_two_and_two_each_group_keeping_its_links_
     workdir = job_workdir(tmp_path, "reach_peers.py")
     # --link gives the nodes NET_ADMIN, which the routes need (as a run with a partition fault has)
     proc, lines = start_run(tmp_path / "runs", "--nodes", "4", "--rdzv", "c10d", "--link", "rate=10gbit",
-                            "--workdir", str(workdir), "--", "reach_peers.py", "--seconds", "30")
+                            "--workdir", str(workdir), "--", "reach_peers.py", "--seconds", "240",
+                            "--until", "healed")
     everyone = {0: "node1,node2,node3", 1: "node0,node2,node3", 2: "node0,node1,node3", 3: "node0,node1,node2"}
     own_group = {0: "node1", 1: "node0", 2: "node3", 3: "node2"}
     seen: list[str] = []
@@ -39,6 +40,7 @@ def test_a_partition_splits_four_nodes_two_and_two_each_group_keeping_its_links_
             wait_for(lines, rf"rank {rank} at [\d.]+ s reaches {everyone[rank]}$", seen, timeout=120)
         said = io.StringIO()
         assert main(["fault", run_id, "partition:node0,node1|node2,node3@t=0..6"], out=said) == 0, said.getvalue()
+        (workdir / "healed").touch()  # the workers try 6 times more, then end
         output = read_to_end(proc, lines, seen)
     finally:
         if proc.poll() is None:
@@ -77,7 +79,7 @@ def test_a_lossy_link_drops_packets_by_iptables_where_the_kernel_has_no_netem_an
         docker_client, tmp_path):
     workdir = job_workdir(tmp_path, "count_retransmits.py")
     proc, lines = start_run(tmp_path / "runs", "--nodes", "2", "--link", "loss=1%", "--workdir", str(workdir), "--",
-                            "count_retransmits.py", "--hold", "6")
+                            "count_retransmits.py", "--hold", "120", "--until", "counted")
     seen: list[str] = []
     project = ""
     try:
@@ -86,6 +88,7 @@ def test_a_lossy_link_drops_packets_by_iptables_where_the_kernel_has_no_netem_an
         # 80 MB each way went through each node's rule: thousands of packets, 1% of them dropped
         for node in ("node0", "node1"):
             assert dropped_by_the_loss_rule(docker_client, f"{project}-{node}-1") > 0
+        (workdir / "counted").touch()  # the nodes may go
         output = read_to_end(proc, lines, seen)
     finally:
         if proc.poll() is None:

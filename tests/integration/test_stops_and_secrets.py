@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import ROOT, leftovers, read_to_end, remove_project, start_run, wait_for
+from tests.integration.conftest import ROOT, job_workdir, leftovers, read_to_end, remove_project, start_run, wait_for
 from tests.integration.engine_proxy import EngineProxy
 
 pytestmark = pytest.mark.integration
@@ -137,12 +137,14 @@ def engine_proxy(tmp_path, docker_client):
 
 
 def test_a_cut_event_stream_is_said_and_the_run_ends_as_it_should(engine_proxy, docker_client, tmp_path):
-    proc, lines = start_run(tmp_path, "--nodes", "2", "--", "-m", "app.toy", "--steps", "400", "--log-every", "20",
-                            env={"DOCKER_HOST": engine_proxy.docker_host})
+    # a job paced by the clock (60 steps, 0.2 s apart): it still runs well after the cut
+    workdir = job_workdir(tmp_path, "fault_probe.py")
+    proc, lines = start_run(tmp_path / "runs", "--nodes", "2", "--workdir", str(workdir), "--", "fault_probe.py",
+                            "--steps", "60", env={"DOCKER_HOST": engine_proxy.docker_host})
     seen: list[str] = []
     project = "ddp-" + wait_for(lines, r"run (\S+): bringing up", seen).group(1)
     try:
-        wait_for(lines, r"basic step 20/400", seen)
+        wait_for(lines, r"rank 0 step 3 ", seen)
         assert engine_proxy.cut_events() >= 1
         output = read_to_end(proc, lines, seen, timeout_s=180)
         assert proc.returncode == 0, output[-3000:]

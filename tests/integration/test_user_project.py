@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.cli.main import main
+from orchestrate.engine.user_image import DERIVED_LABEL
 from tests.integration.conftest import ROOT, containers_under, leftovers, remove_project
 
 pytestmark = pytest.mark.integration
@@ -139,7 +140,9 @@ def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_whi
     (project / "notes.txt").write_text("copied into the image\n")
     (project / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY notes.txt /opt/notes.txt\n"
                                         "RUN echo from-dockerfile > /opt/ddptest-marker.txt\n")
-    dangling_before = {i.id for i in docker_client.images.list(filters={"dangling": True})}
+    # derived images only: another run on this engine may rebuild the node image meanwhile
+    ours = {"dangling": True, "label": DERIVED_LABEL}
+    dangling_before = {i.id for i in docker_client.images.list(filters=ours)}
     args = ("--nodes", "2", "--workdir", str(project), "--requirements", str(project / "requirements.txt"),
             "--", "user_deps.py")
     first = orchestrate_run(*args)
@@ -172,7 +175,7 @@ def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_whi
     assert fourth.code == 0 and rebuilt and rebuilt[1] != built[1], fourth.output[-3000:]
     assert len(re.findall(r"marker=changed", fourth.output)) == 2
     # no build left an untagged stage image behind
-    assert {i.id for i in docker_client.images.list(filters={"dangling": True})} <= dangling_before
+    assert {i.id for i in docker_client.images.list(filters=ours)} <= dangling_before
     for run in (first, second, third, fourth):
         assert leftovers(docker_client, run.project) == []
 

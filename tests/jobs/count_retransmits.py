@@ -3,6 +3,7 @@ because the receiver told it one was missing (the kernel's fast retransmits, Tcp
 TCPFastRetrans in /proc/net/netstat: a lossy link makes them; a connection retried while a peer
 is not yet listening does not). Plain torch."""
 import argparse
+import os
 import time
 
 import torch
@@ -10,6 +11,7 @@ import torch.distributed as dist
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--hold", type=float, default=0.0, help="seconds to stay up after the all-reduces")
+parser.add_argument("--until", default="", help="with --hold: end the hold early once this file exists")
 args = parser.parse_args()
 
 
@@ -28,5 +30,7 @@ print(f"rank {dist.get_rank()} retransmitted {retransmitted() - before} sum {ten
 dist.barrier()
 if args.hold:
     print(f"rank {dist.get_rank()} holding for {args.hold:g} s", flush=True)
-    time.sleep(args.hold)
+    deadline = time.monotonic() + args.hold
+    while time.monotonic() < deadline and not (args.until and os.path.exists(args.until)):
+        time.sleep(0.2)
 dist.destroy_process_group()

@@ -1,7 +1,9 @@
 """Which nodes can this one reach? Each worker (one per node) listens on a port, and every
 half second tries to connect to every other node's host name on it, printing the nodes it
-reached: ``rank R at T s reaches node1,node3``. Plain Python under torchrun: no process group,
-so a split network stops nothing but the connections it cuts.
+reached: ``rank R at T s reaches node1,node3``, for ``--seconds``, or with ``--until FILE`` until
+that file appears in the working directory and 6 tries more (``--seconds`` then caps it). Plain
+Python under torchrun: no process group, so a split network stops nothing but the connections it
+cuts.
 
 Workers start apart, so each, once its own tries are over, tells every peer it is done and
 listens on until every peer has told it the same: a peer's last tries never meet a closed port."""
@@ -15,6 +17,7 @@ PORT = 29731
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seconds", type=float, default=20.0)
+parser.add_argument("--until", default="", help="try until this file exists, then 6 tries more")
 args = parser.parse_args()
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 me = socket.gethostname()
@@ -55,8 +58,10 @@ def tell_done(host: str) -> bool:
         return False
 
 
-started = time.monotonic()
-while time.monotonic() - started < args.seconds:
+started, tries_left = time.monotonic(), 6
+while time.monotonic() - started < args.seconds and tries_left > 0:
+    if args.until and os.path.exists(args.until):
+        tries_left -= 1
     reached = [peer for peer in peers if reaches(peer)]
     print(f"rank {rank} at {time.monotonic() - started:.1f} s reaches {','.join(reached) or '-'}", flush=True)
     time.sleep(0.5)
