@@ -1,8 +1,8 @@
 """Seeing inside a stuck job: the workers' snapshots (stacks, last collectives), ranks grouped by
-stack, the first divergence of their collectives, and the hang watchdog's policy. Pure but for
-reading and requesting snapshots in the run's directory; may import the node package and
-plan.layout only."""
+stack, the first divergence of their collectives, and the hang watchdog's policy; and where a
+worker that crashed was. Pure but for reading and requesting snapshots and reading crash dumps
+in the run's directory; may import the node package and plan.layout only."""
 
 # What this package may import of the others, beside errors, text and interrupts (a package, or one
 # module of it); tests/unit/test_import_contract.py holds every module to it.
-MAY_IMPORT = ("plan.layout", "node.snapshot", "node.ddp_gradients")
+MAY_IMPORT = ("plan.layout", "node.snapshot", "node.ddp_gradients", "node.crash_stacks")

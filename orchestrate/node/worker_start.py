@@ -8,8 +8,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 0. Where the run has a debug directory (``$DDP_DEBUG_DIR``): record the worker's collectives
    (:mod:`orchestrate.node.collective_log`, DDP's gradient all-reduces by
    :mod:`orchestrate.node.ddp_gradients`) and answer the launcher's requests for its stacks
-   (:mod:`orchestrate.node.snapshot`); and count its optimizer steps on the progress channel
-   (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
+   (:mod:`orchestrate.node.snapshot`), and keep every thread's stack should it die by a
+   fatal signal (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
+   progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
    (:mod:`orchestrate.node.storage_faults`). Where the run asks for torch's DETAIL debug
    level (``--debug-collectives``), keep DDP on gloo from crashing under it
@@ -138,8 +139,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import (collective_log, ddp_detail_guard, ddp_gradients, snapshot, step_counter,
-                                  storage_faults)
+    from orchestrate.node import (collective_log, crash_stacks, ddp_detail_guard, ddp_gradients, snapshot,
+                                  step_counter, storage_faults)
     from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
@@ -147,6 +148,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
     if directory:
         snapshot.start(directory, log)
+        crash_stacks.install(directory, int(os.environ.get("RANK", "0")))
 
     def on_torch_distributed() -> None:
         collective_log.wrap_torch_distributed(log, name_group)

@@ -7,13 +7,11 @@ from typing import Optional
 
 from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.root_cause import is_collateral
+from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
 from orchestrate.outcome.states import NodePhase
 
 # The exit code of a worker that refused its input, by the convention of argparse and app/.
 REFUSED_EXIT_CODE = 2
-# A worker's own crash (torchrun's exit code: minus the signal), never a peer's doing.
-CRASH_EXIT_CODES = tuple(-int(s) for s in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE))
 
 
 @dataclass(frozen=True)
@@ -28,6 +26,7 @@ class Failure:
     traceback: str = ""
     reason: str = ""
     description: str = ""
+    crashed: str = ""  # a native crash: where the worker was, and where every thread's stack lies
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -41,7 +40,21 @@ class Failure:
         what = f": {self.exception}" if self.exception else ""
         if not what and self.exit_code == REFUSED_EXIT_CODE and self.last_lines and self.last_lines[-1].strip():
             what = f": {self.last_lines[-1].strip()}"
-        return f"{self.node}{rank} failed (exit code {self.exit_code}){what}"
+        code = f"exit code {self.exit_code}"
+        name = signal_name(self.exit_code)
+        if name and name not in what:
+            code += f", {name}"
+        return f"{self.node}{rank} failed ({code}){what}"
+
+
+def signal_name(exit_code: Optional[int]) -> str:
+    """``SIGSEGV`` for torchrun's exit code -11; "" for a code that is no signal."""
+    if exit_code is None or exit_code >= 0:
+        return ""
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return ""
 
 
 def find_failure(results: list[NodeResult]) -> Optional[Failure]:
@@ -106,6 +119,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
         exception=cause.exception if cause else "",
         last_lines=tuple(first.last_lines),
         traceback=cause.traceback if cause else "",
+        crashed=cause.crashed if cause else "",
     )
     left = left_early(first, results)
     return replace(failure, description=f"{failure.describe()}, as {left}") if left else failure

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -23,6 +24,9 @@ _ERROR_FILE_FIELD = re.compile(r"^\s*error_file\s*:\s*(?P<path>/\S+)")
 
 _EXCEPTION_LINE = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
 
+
+# A worker's own crash (torchrun's exit code: minus the signal), never a peer's doing.
+CRASH_EXIT_CODES = tuple(-int(s) for s in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE))
 
 # Failures that are consequences of another rank dying, not causes.
 _COLLATERAL_MARKERS = (
@@ -45,6 +49,7 @@ class RootCause:
     error_file: str = ""
     traceback: str = ""
     timestamp: Optional[float] = None
+    crashed: str = ""  # a native crash: where the worker was (see orchestrate.outcome.crash_dump)
 
     def add_error_file(self, text: str) -> None:
         """Take message, traceback and time from the worker's structured error file (JSON)."""
@@ -68,8 +73,10 @@ def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
     """Whether a failure looks like a consequence of another rank failing.
 
     A worker killed by a signal, or one whose error is a peer's closed connection, failed
-    because some other rank went first.
+    because some other rank went first; one that crashed (a segfault, an abort) failed by itself.
     """
+    if cause.exit_code in CRASH_EXIT_CODES:
+        return False
     if cause.exit_code is not None and cause.exit_code < 0:
         return True
     text = "\n".join([cause.exception, *last_lines[-5:]])
@@ -124,6 +131,23 @@ def exception_in_lines(lines: list[str]) -> str:
     for line in reversed(candidates):
         if (_RAISED_LINE if starts else _EXCEPTION_LINE).match(line):
             return line.strip()
+    return ""
+
+
+# A C++ exception nobody caught: the runtime's last words before it aborts the process.
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+_WHAT = re.compile(r"^\s*what\(\):\s*(?P<what>.*?)\s*$")
+
+
+def native_exception(lines: list[str]) -> str:
+    """The C++ exception a worker's last lines say it aborted on (``gloo::EnforceNotMet: [enforce
+    fail at ...] 8 vs 4. Received data size doesn't match expected size...``), or "" if none."""
+    text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
+    for i in range(len(text) - 1, -1, -1):
+        thrown = _TERMINATE.search(text[i])
+        if thrown:
+            what = next((m["what"] for m in map(_WHAT.match, text[i + 1:i + 3]) if m), "")
+            return f"{thrown['type']}: {what}" if what else thrown["type"]
     return ""
 
 

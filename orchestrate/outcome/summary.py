@@ -72,6 +72,8 @@ def format_summary(outcome: RunResult) -> str:
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
         if outcome.divergence:
             lines.append(f"  where, by the ranks' collective records: {outcome.divergence}")
+        if failure.crashed:
+            lines.append(f"  where it crashed: {failure.crashed}")
         advice = died_at_exit(failure, outcome.results, outcome.image_torch)
         if advice:
             lines.append(advice)

@@ -284,6 +284,11 @@ def render_html(model: ReportModel) -> str:
         parts.append(f'<p id="root-cause"><b>Root cause:</b> {esc(failure.get("describe", ""))}</p>')
         if failure.get("reason") and failure["reason"] not in failure.get("describe", ""):
             parts.append(f"<p>{esc(failure['reason'])}</p>")
+        if failure.get("divergence"):
+            parts.append(f'<p id="divergence"><b>Where, by the ranks\' collective records:</b>'
+                         f' {esc(failure["divergence"])}</p>')
+        if failure.get("crashed"):
+            parts.append(f'<p id="crashed"><b>Where it crashed:</b> {esc(failure["crashed"])}</p>')
         if failure.get("traceback"):
             parts.append(f'<pre id="traceback">{esc(failure["traceback"])}</pre>')
         if failure.get("then"):

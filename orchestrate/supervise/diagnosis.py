@@ -10,11 +10,14 @@ from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
 from orchestrate.faults.ranks import stopped_ranks
+from orchestrate.hangs.crash_dump import where_it_crashed
 from orchestrate.outcome.root_cause import (
+    CRASH_EXIT_CODES,
     RootCause,
     error_file_on_host,
     exception_in_lines,
     latest_error_files,
+    native_exception,
     short_mismatch,
 )
 from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
@@ -54,9 +57,12 @@ class Diagnosis:
         if cause is not None and path is not None and path.exists():
             cause.add_error_file(path.read_text(errors="replace"))
         if cause is not None and not cause.exception:  # no error file: the traceback the worker printed
-            cause.exception = exception_in_lines(tracker.output.last_lines(cause.rank, count=LAST_LINES))
+            last = tracker.output.last_lines(cause.rank, count=LAST_LINES)
+            cause.exception = exception_in_lines(last) or native_exception(last)
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
+            if cause.exit_code in CRASH_EXIT_CODES:
+                cause.crashed = where_it_crashed(self.run_dir, cause.rank)
 
     def unresponsive(self, tracker: NodeTracker) -> str:
         """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),

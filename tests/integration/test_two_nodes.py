@@ -72,6 +72,22 @@ def test_a_rank_that_finishes_while_the_others_train_is_named_for_their_lost_pee
     assert leftovers(docker_client, result.project) == []
 
 
+def test_a_rank_that_aborts_in_native_code_is_named_with_its_cpp_error_and_the_scripts_line(orchestrate_run,
+                                                                                            docker_client):
+    # gloo aborts on a collective whose sizes differ: no Python traceback, only a C++ exception
+    result = orchestrate_run("--nodes", "2", "--workdir", str(JOBS), "--", "size_mismatch.py")
+    assert result.code == 1, result.output[-3000:]
+    failed = next(line for line in result.output.splitlines() if line.startswith("FAILED:"))
+    assert re.match(r"FAILED: node\d rank \d failed \(exit code -6, SIGABRT\): gloo::EnforceNotMet: \[enforce fail at .*"
+                    r"Received data size doesn't match expected size", failed), failed
+    line = next(i for i, text in enumerate((JOBS / "size_mismatch.py").read_text().splitlines(), 1) if "# SIZES" in text)
+    where = re.search(r"^  where it crashed: Aborted in a native thread, while the script was in all_reduce at"
+                      rf" size_mismatch.py:{line}; every thread's stack: (\S+)$", result.output, re.M)
+    assert where, result.output[-3000:]
+    assert "Fatal Python error: Aborted" in Path(where[1]).read_text()
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_missing_image_that_may_not_be_built_is_exit_2_and_starts_nothing(orchestrate_run, docker_client, tmp_path):
     result = orchestrate_run("--image", "ddp-compose-no-such-image:0", "--no-build")
     assert result.code == 2

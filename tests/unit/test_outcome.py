@@ -228,3 +228,22 @@ def test_a_ranks_output_finds_a_piece_of_text_as_the_whole_output_does(tmp_path)
     assert "Traceback" not in lines and "Traceback" in result.rank_output(1)  # an assert on it can fail
     assert str(result.rank_output(1)) == "Traceback (most recent call)\n"
     assert "ACCEPT OK: 3 steps" in lines and 3 not in lines
+
+
+def test_a_worker_that_crashed_is_the_cause_named_with_its_signal_and_where_it_was(make_job):
+    plan = make_job(nodes=2)
+    crashed = RootCause(1, 0, -11, "", timestamp=None,
+                        crashed="Segmentation fault in read at train.py:9; every thread's stack: /r/debug/rank1.crash")
+    # the peer's lost connection ended first, yet the crash explains it
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by peer")),
+                          (NodePhase.FAILED, 1, 1.2, crashed))
+    text = format_summary(outcome(results))
+    assert "FAILED: node1 rank 1 failed (exit code -11, SIGSEGV)\n" in text
+    assert "\n  where it crashed: Segmentation fault in read at train.py:9; every thread's stack:" in text
+    # a signal named in the error already is not said twice; a code that is no signal has no name
+    assert find_failure(results_for(plan, (NodePhase.FAILED, 1, 1, RootCause(0, 0, -6, "Signal 6 (SIGABRT)")),
+                                    (NodePhase.SUCCEEDED, 0, 1, None))).describe() == \
+        "node0 rank 0 failed (exit code -6): Signal 6 (SIGABRT)"
+    assert find_failure(results_for(plan, (NodePhase.FAILED, 1, 1, RootCause(0, 0, 1, "ValueError: x")),
+                                    (NodePhase.SUCCEEDED, 0, 1, None))).describe() == \
+        "node0 rank 0 failed (exit code 1): ValueError: x"

@@ -93,6 +93,21 @@ def test_a_failure_names_its_root_cause_on_the_failing_rank():
     assert "<p>Last lines of node1 rank 3:</p>" in page
 
 
+def test_a_crash_and_a_caught_mismatch_say_where_on_the_page():
+    failure = {"node": "node1", "rank": 1, "describe": "node1 rank 1 failed (exit code -11, SIGSEGV)", "reason": "",
+               "crashed": "Segmentation fault in read at train.py:9; every thread's stack: /r/debug/rank1.crash",
+               "divergence": "collective #4: rank 0 entered all_reduce(float32[1]) at a.py:3; rank 1 entered"
+                             " barrier() at a.py:5"}
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                    "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}}))
+    assert ('<p id="crashed"><b>Where it crashed:</b> Segmentation fault in read at train.py:9; every thread&#x27;s'
+            ' stack: /r/debug/rank1.crash</p>') in page
+    assert "<b>Where, by the ranks' collective records:</b> collective #4: rank 0 entered" in page
+    plain = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
+        "succeeded": False, "exit_code": 1, "failure": {**failure, "crashed": None, "divergence": None}}}))
+    assert 'id="crashed"' not in plain and 'id="divergence"' not in plain
+
+
 def test_the_last_lines_of_a_node_that_failed_before_its_ranks_name_the_node_alone():
     failure = {"node": "node3", "rank": None, "describe": "node3 failed (exit code 1)", "reason": "",
                "last_lines": ["RendezvousClosedError"]}

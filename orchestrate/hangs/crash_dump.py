@@ -1,0 +1,92 @@
+"""Where a worker was when it crashed: the last stack dump ``faulthandler`` wrote for it in the
+run's debug directory (:mod:`orchestrate.node.crash_stacks`), read as "in all_reduce at
+train.py:42". Pure but for reading that file."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from orchestrate.hangs.snapshots import Frame, debug_dir
+from orchestrate.hangs.stacks import call_made, users_frame
+from orchestrate.node.crash_stacks import crash_file
+
+_FATAL = re.compile(r"^Fatal Python error: (?P<what>.+?)\s*$")
+_THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):\s*$")
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>.+?)\s*$')
+# Frames of the hook that runs the script, not the script's own.
+_HOOK_FRAMES = ("/orchestrate/node/", "runpy.py", "<frozen runpy>")
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread of a dump: its frames outermost first, and whether it was the one that crashed."""
+
+    frames: tuple[Frame, ...]
+    current: bool
+
+
+@dataclass(frozen=True)
+class CrashDump:
+    """faulthandler's last dump of one process."""
+
+    fatal: str  # "Segmentation fault", "Aborted"
+    threads: tuple[ThreadStack, ...]
+
+    def where(self) -> str:
+        """Where the script was: ``in all_reduce at train.py:42``, said of the thread that
+        crashed where it ran the script's code, else of the thread that did: a native thread
+        (gloo's, NCCL's) is not in the dump, and ``in a native thread, while the script was in
+        all_reduce at train.py:42`` says so; "" when no thread was in the script's code."""
+        ordered = sorted(self.threads, key=lambda thread: not thread.current)
+        crashed = next((thread for thread in ordered if thread.current), None)
+        for thread in ordered:
+            mine = users_frame(thread.frames)
+            if mine is None:
+                continue
+            place = f"in {call_made(thread.frames, mine)} at {mine.where}"
+            if thread.current:
+                return place
+            if crashed is None or not crashed.frames:
+                return f"in a native thread, while the script was {place}"
+            return f"in another thread, while the script was {place}"
+        return ""
+
+
+def last_dump(text: str) -> Optional[CrashDump]:
+    """The last dump in a crash file (a restarted worker appends to its predecessor's), None
+    when it holds none."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if _FATAL.match(line)]
+    if not starts:
+        return None
+    fatal = _FATAL.match(lines[starts[-1]])["what"]
+    threads: list[ThreadStack] = []
+    frames: list[Frame] = []
+    current = False
+    for line in lines[starts[-1] + 1:] + [""]:
+        header = _THREAD.match(line)
+        frame = _FRAME.match(line)
+        if frame and not any(hook in frame["file"] for hook in _HOOK_FRAMES):
+            frames.append(Frame(frame["file"], int(frame["line"]), frame["function"]))
+        elif header or not line.strip():
+            if frames or current:
+                threads.append(ThreadStack(tuple(reversed(frames)), current))
+            frames, current = [], bool(header) and header["current"] == "Current thread"
+    return CrashDump(fatal, tuple(threads))
+
+
+def where_it_crashed(run_dir: Path, rank: int) -> str:
+    """Where a rank that died by a fatal signal was, by the stacks its faulthandler wrote
+    (``Segmentation fault in string_at at train.py:42; every thread's stack:
+    runs/ID/debug/rank3.crash``), or "" without them."""
+    path = Path(crash_file(str(debug_dir(run_dir)), rank))
+    try:
+        dump = last_dump(path.read_text(errors="replace"))
+    except OSError:
+        return ""
+    if dump is None:
+        return ""
+    where = dump.where()
+    return f"{dump.fatal}{' ' + where if where else ''}; every thread's stack: {path}"

@@ -1,0 +1,54 @@
+"""A worker that dies by a fatal signal under real torchrun and gloo leaves every thread's stack
+in the run's debug directory, and the launcher reads from it where the script was: gloo's abort
+on a collective whose sizes differ, a segfault in the script's own call; a script that turned
+faulthandler on itself keeps its own."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from orchestrate.hangs.crash_dump import last_dump
+from orchestrate.outcome.root_cause import native_exception
+from tests.workers.conftest import ROOT, hooked_torchrun, host_env
+
+JOB = ROOT / "tests" / "jobs" / "size_mismatch.py"
+
+
+def line_of(text: str) -> int:
+    return next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if text in line)
+
+
+def run(tmp_path: Path, *args: str, **env: str) -> str:
+    debug = tmp_path / "debug"
+    debug.mkdir()
+    proc = subprocess.run(hooked_torchrun(2, "--", str(JOB), *args), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT), **env), timeout=120)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    return proc.stdout + proc.stderr
+
+
+def test_gloos_abort_on_sizes_that_differ_names_the_scripts_collective(tmp_path):
+    output = run(tmp_path)
+    dumps = {path.name: last_dump(path.read_text()) for path in (tmp_path / "debug").glob("rank*.crash")}
+    crashed = {name: dump for name, dump in dumps.items() if dump is not None}
+    assert crashed, dumps  # the rank that received the longer message aborted, and wrote its stacks
+    for dump in crashed.values():
+        assert dump.fatal == "Aborted"
+        # gloo's own thread aborted: it has no Python frames, so the dump names the script's thread
+        assert dump.where() == f"in a native thread, while the script was in all_reduce at {JOB.name}:{line_of('# SIZES')}"
+    assert native_exception(output.splitlines()).startswith("gloo::EnforceNotMet: [enforce fail at")
+    assert "Received data size doesn't match expected size" in native_exception(output.splitlines())
+
+
+def test_a_segfault_names_the_scripts_function_and_line(tmp_path):
+    run(tmp_path, "--crash", "segfault")
+    dump = last_dump((tmp_path / "debug" / "rank1.crash").read_text())
+    assert dump is not None and dump.fatal == "Segmentation fault"
+    assert dump.where() == f"in read_native_buffer at {JOB.name}:{line_of('ctypes.cast(')}"
+    assert last_dump((tmp_path / "debug" / "rank0.crash").read_text()) is None  # it lost its peer: no crash
+
+
+def test_a_script_with_its_own_faulthandler_keeps_it(tmp_path):
+    output = run(tmp_path, "--crash", "segfault", PYTHONFAULTHANDLER="1")
+    assert not list((tmp_path / "debug").glob("rank*.crash"))
+    assert "Fatal Python error: Segmentation fault" in output  # where the script asked: its stderr
