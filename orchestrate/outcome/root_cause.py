@@ -185,5 +185,8 @@ def short_mismatch(exception: str) -> str:
     if not ranks:
         return exception
     how = _DIFFER.search(exception)
-    detail = f" ({' '.join(how['how'].split())})" if how and how["how"].strip() else ""
+    # torch's words, tidied: "Tensor Tensor shapes: 4vs 1  Op type: ..." reads "tensor shapes: 4 vs 1; op type: ..."
+    aspects = [re.sub(r"(\S)vs ", r"\1 vs ", aspect.replace("Tensor Tensor", "Tensor"))
+               for aspect in re.split(r"\s{2,}|\t", how["how"].strip()) if aspect.strip()] if how else []
+    detail = f" ({'; '.join(a.strip()[:1].lower() + a.strip()[1:] for a in aspects)})" if aspects else ""
     return f"collectives differ (--debug-collectives): {'; '.join(ranks)}{detail}"

@@ -317,13 +317,13 @@ def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
             f" {fingerprint.format(4)}, but Rank 0 is running collective: {fingerprint.format(1)}.Collectives differ"
             " in the following aspects: \t Tensor Tensor shapes: 4vs 1")
     assert short_mismatch(text) == ("collectives differ (--debug-collectives): rank 1 ran ALLREDUCE #3 of Float[4];"
-                                    " rank 0 ran ALLREDUCE #3 of Float[1] (Tensor Tensor shapes: 4vs 1)")
+                                    " rank 0 ran ALLREDUCE #3 of Float[1] (tensor shapes: 4 vs 1)")
     barrier = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective:"
                " CollectiveFingerPrint(SequenceNumber=8OpType=BARRIER), but Rank 1 is running collective:"
                " CollectiveFingerPrint(SequenceNumber=0OpType=GATHER).Collectives differ in the following aspects:"
                " \t Sequence number: 8vs 0  Op type: BARRIERvs GATHER")  # torch 2.9.1's words for a barrier
     assert short_mismatch(barrier) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER #8; rank 1 ran"
-                                       " GATHER #0 (Sequence number: 8vs 0 Op type: BARRIERvs GATHER)")
+                                       " GATHER #0 (sequence number: 8 vs 0; op type: BARRIER vs GATHER)")
     assert short_mismatch("ValueError: x") == "ValueError: x"
 
 
