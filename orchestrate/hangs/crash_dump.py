@@ -15,6 +15,8 @@ from orchestrate.node.crash_stacks import crash_file
 _FATAL = re.compile(r"^Fatal Python error: (?P<what>.+?)\s*$")
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):\s*$")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>.+?)\s*$')
+# A DataLoader worker process's loop (a forked worker also shows the rank's frames below it).
+_LOADER_WORKER = "torch/utils/data/_utils/worker.py"
 # Frames of the hook that runs the script, not the script's own.
 _HOOK_FRAMES = ("/orchestrate/node/", "runpy.py", "<frozen runpy>")
 
@@ -47,7 +49,9 @@ class CrashDump:
                 continue
             place = f"in {call_made(thread.frames, mine)} at {mine.where}"
             if thread.current:
-                return place
+                in_loader = any(frame.function == "_worker_loop" and frame.file.endswith(_LOADER_WORKER)
+                                for frame in thread.frames)
+                return f"{place} (in a DataLoader worker process)" if in_loader else place
             if crashed is None or not crashed.frames:
                 return f"in a native thread, while the script was {place}"
             return f"in another thread, while the script was {place}"

@@ -5,14 +5,19 @@ Python's ``faulthandler`` writes every thread's stack when one of those signals 
 signal handler itself; this points it at a file of the run's debug directory, one per rank
 (``rank3.crash``), where the launcher reads it (:mod:`orchestrate.outcome.crash_dump`).
 
+A DataLoader worker process (forked from the rank) writes to its rank's file too: torch puts
+its own handlers for SIGSEGV, SIGBUS and SIGFPE in every such worker, which only say that one
+came, so the dump is put in front of them (:func:`keep_in_data_loader_workers`).
+
 A script that turned ``faulthandler`` on itself (``PYTHONFAULTHANDLER``, ``-X faulthandler``,
 its own ``enable``) keeps its own: its stacks go where it asked. Standard library only.
 """
 from __future__ import annotations
 
 import faulthandler
+import functools
 import os
-from typing import IO, Optional
+from typing import IO, Any, Optional
 
 SUFFIX = ".crash"
 # the open file faulthandler writes to: it keeps only the descriptor, so the file must stay open
@@ -36,3 +41,24 @@ def install(directory: str, rank: int) -> bool:
         return False
     faulthandler.enable(file=_dump, all_threads=True)
     return True
+
+
+def keep_in_data_loader_workers() -> None:
+    """After torch sets a DataLoader worker's signal handlers, dump the worker's stacks first
+    (to its rank's file) where a fatal signal comes; torch's handlers only name the signal."""
+    from torch.utils.data._utils import signal_handling
+
+    original = signal_handling._set_worker_signal_handlers
+
+    @functools.wraps(original)
+    def set_worker_signal_handlers(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if _dump is not None and not _dump.closed:
+            # enable() is a no-op while enabled; disable() puts back the handlers from before
+            # faulthandler, so torch's go in again, to be called after the dump
+            faulthandler.disable()
+            original(*args, **kwargs)
+            faulthandler.enable(file=_dump, all_threads=True)
+        return result
+
+    signal_handling._set_worker_signal_handlers = set_worker_signal_handlers

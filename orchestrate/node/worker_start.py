@@ -148,7 +148,9 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
     if directory:
         snapshot.start(directory, log)
-        crash_stacks.install(directory, int(os.environ.get("RANK", "0")))
+        if crash_stacks.install(directory, int(os.environ.get("RANK", "0"))):
+            collective_log.when_imported("torch.utils.data._utils.signal_handling",
+                                         crash_stacks.keep_in_data_loader_workers)
 
     def on_torch_distributed() -> None:
         collective_log.wrap_torch_distributed(log, name_group)

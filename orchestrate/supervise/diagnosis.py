@@ -3,6 +3,7 @@ kernel's OOM kills, a paused or cut-off container."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -25,6 +26,9 @@ from orchestrate.supervise.api import NodeTracker
 from orchestrate.supervise.worker_lines import LAST_LINES
 
 log = logging.getLogger(__name__)
+# torch's error in a rank whose DataLoader worker process died by a signal (its stacks are in the
+# rank's crash file): "DataLoader worker (pid 16) is killed by signal: Segmentation fault."
+LOADER_WORKER_KILLED = re.compile(r"DataLoader worker \(pids?.*\) is killed by signal")
 
 
 class Diagnosis:
@@ -61,7 +65,7 @@ class Diagnosis:
             cause.exception = exception_in_lines(last) or native_exception(last)
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
-            if cause.exit_code in CRASH_EXIT_CODES:
+            if cause.exit_code in CRASH_EXIT_CODES or LOADER_WORKER_KILLED.search(cause.exception):
                 cause.crashed = where_it_crashed(self.run_dir, cause.rank)
 
     def unresponsive(self, tracker: NodeTracker) -> str:

@@ -78,7 +78,9 @@ class LogPump:
         try:
             for raw in stream_lines(container.logs(**kwargs)):
                 match = _TIMESTAMPED.match(raw)
-                text = (match.group(2) if match else raw).decode("utf-8", "replace").rstrip("\r")
+                # NUL bytes out: torch's DataLoader worker writes one with its segfault message, and a
+                # console or a log with one in it is binary to grep
+                text = (match.group(2) if match else raw).decode("utf-8", "replace").rstrip("\r").replace("\0", "")
                 stamp = (engine_time(match.group(1).decode()) if match else None) or time.time()
                 self.inbox.put(LineArrived(node, stream, text, stamp, self.clock()))
         except engine_errors() as exc:  # the container went away before its log could be asked for

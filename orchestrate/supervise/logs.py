@@ -46,7 +46,7 @@ def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
         worker_lines = WorkerLines(plan)
         stamp = 0.0
         # The engine ends each line with "\n" only: a "\r" inside one is the line's own.
-        for raw in container.logs(timestamps=True).decode("utf-8", "replace").split("\n"):
+        for raw in container.logs(timestamps=True).decode("utf-8", "replace").replace("\0", "").split("\n"):
             if raw:
                 stamp, text = split_stamp(raw)
                 lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.feed(text))
@@ -64,7 +64,7 @@ def follow(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
         worker_lines = WorkerLines(plan)
         try:
             for raw in stream_lines(container.logs(stream=True, follow=True, timestamps=True)):
-                for line in worker_lines.feed(split_stamp(raw.decode("utf-8", "replace"))[1]):
+                for line in worker_lines.feed(split_stamp(raw.decode("utf-8", "replace").replace("\0", ""))[1]):
                     lines.put(line.render(width))
         finally:
             for line in worker_lines.flush():

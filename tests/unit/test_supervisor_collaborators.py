@@ -70,7 +70,8 @@ def test_the_log_pump_shows_whole_worker_lines_and_drops_a_superseded_stream(mak
     plan = make_job(nodes=1, nproc_per_node=2)
     client = FakeDockerClient()
     # rank 1's line comes in two pieces around rank 0's whole line, as torchrun's tee cuts it
-    container = node_container(client, "r", "node0", Script(["[1|1]:half[0|0]:zero", "[1|1]: and the rest"]))
+    # and a NUL byte, as torch's DataLoader worker writes with its segfault message, is dropped
+    container = node_container(client, "r", "node0", Script(["[1|1]:half[0|0]:ze\0ro", "[1|1]: and the rest"]))
     tracker = tracker_for(plan, 0, container, tmp_path)
     container.start()
     inbox: "queue.Queue" = queue.Queue()
@@ -393,3 +394,30 @@ def test_restart_node_of_the_store_host_ends_the_job_and_the_failure_says_why(ma
     assert other.lost_store(dead) is None
     assert RestartPolicy(enabled=True, max_restarts=3, say=print, record=print, clock=time.monotonic,
                          scope="all").lost_store(dead) is None
+
+
+CRASH_DUMP = ("Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n"
+              '  File "/workspace/train.py", line 13 in __getitem__\n'
+              '  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py", line 349 in _worker_loop\n'
+              '  File "/workspace/train.py", line 40 in <module>\n')
+
+
+@pytest.mark.parametrize("exit_code, last_line, crashed", [
+    (-11, "step 5", "Segmentation fault in __getitem__ at train.py:13 (in a DataLoader worker process)"),
+    (1, "RuntimeError: DataLoader worker (pid 16) is killed by signal: Segmentation fault.",
+     "Segmentation fault in __getitem__ at train.py:13 (in a DataLoader worker process)"),
+    (1, "ValueError: bad batch", ""),  # a Python error of its own: a stale dump is not read
+    (-15, "step 5", ""),  # stopped, not crashed
+])
+def test_diagnosis_reads_where_a_rank_crashed_from_its_dump(make_job, tmp_path, exit_code, last_line, crashed):
+    plan = make_job(nodes=2)
+    failed = tracker_for(plan, 1, node_container(FakeDockerClient(), "r", "node1", Script()), tmp_path)
+    for line in ["[1|0]:step 4", f"[1|0]:{last_line}", "Root Cause (first observed failure):", "[0]:",
+                 "  rank      : 1 (local_rank: 0)", f"  exitcode  : {exit_code} (pid: 42)", "  error_file: <N/A>",
+                 "====="]:
+        failed.output.add(line, 0.0)
+    (tmp_path / "debug").mkdir()
+    (tmp_path / "debug" / "rank1.crash").write_text(CRASH_DUMP)
+    Diagnosis(FakeDockerClient(), tmp_path, Recorder().say, Recorder().record).explain_failure(failed)
+    where = failed.result.root_cause.crashed
+    assert where == (f"{crashed}; every thread's stack: {tmp_path / 'debug' / 'rank1.crash'}" if crashed else "")

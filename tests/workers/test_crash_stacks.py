@@ -12,16 +12,17 @@ from orchestrate.outcome.root_cause import native_exception
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
 JOB = ROOT / "tests" / "jobs" / "size_mismatch.py"
+LOADER_JOB = ROOT / "tests" / "jobs" / "loader_crash.py"
 
 
-def line_of(text: str) -> int:
-    return next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if text in line)
+def line_of(text: str, job: Path = JOB) -> int:
+    return next(i for i, line in enumerate(job.read_text().splitlines(), 1) if text in line)
 
 
-def run(tmp_path: Path, *args: str, **env: str) -> str:
+def run(tmp_path: Path, *args: str, job: Path = JOB, **env: str) -> str:
     debug = tmp_path / "debug"
     debug.mkdir()
-    proc = subprocess.run(hooked_torchrun(2, "--", str(JOB), *args), cwd=tmp_path, capture_output=True, text=True,
+    proc = subprocess.run(hooked_torchrun(2, "--", str(job), *args), cwd=tmp_path, capture_output=True, text=True,
                           env=host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT), **env), timeout=120)
     assert proc.returncode != 0, proc.stdout[-2000:]
     return proc.stdout + proc.stderr
@@ -46,6 +47,17 @@ def test_a_segfault_names_the_scripts_function_and_line(tmp_path):
     assert dump is not None and dump.fatal == "Segmentation fault"
     assert dump.where() == f"in read_native_buffer at {JOB.name}:{line_of('ctypes.cast(')}"
     assert last_dump((tmp_path / "debug" / "rank0.crash").read_text()) is None  # it lost its peer: no crash
+
+
+def test_a_data_loader_workers_segfault_is_dumped_before_torchs_own_handler_says_it(tmp_path):
+    output = run(tmp_path, job=LOADER_JOB)
+    assert "is killed by signal: Segmentation fault" in output
+    assert "ERROR: Unexpected segmentation fault encountered in worker." in output  # torch's handler still runs
+    dumps = [last_dump(path.read_text()) for path in sorted((tmp_path / "debug").glob("rank*.crash"))]
+    # each rank's loader reaches the item, unless its peer's failure ended it first
+    wheres = [dump.where() for dump in dumps if dump]
+    assert wheres and set(wheres) == {
+        f"in __getitem__ at {LOADER_JOB.name}:{line_of('# DECODER', LOADER_JOB)} (in a DataLoader worker process)"}
 
 
 def test_a_script_with_its_own_faulthandler_keeps_it(tmp_path):
