@@ -14,8 +14,10 @@ its own ``enable``) keeps its own: its stacks go where it asked. Standard librar
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import functools
+import itertools
 import os
 from typing import IO, Any, Optional
 
@@ -29,18 +31,39 @@ def crash_file(directory: str, rank: int) -> str:
 
 
 def install(directory: str, rank: int) -> bool:
-    """Dump every thread's stack to ``rank{rank}.crash`` in ``directory`` on a fatal signal,
-    appended (a restarted worker keeps its predecessor's). Returns whether it did (not where
-    the script's own faulthandler is on, or the file cannot be opened)."""
+    """Dump every thread's stack to ``rank{rank}.crash`` in ``directory`` on a fatal signal. The
+    file holds this worker's dump only: a predecessor's (an earlier attempt's, under elastic
+    restarts) is kept beside it as ``rank{rank}.crash.1``, ``.2``, ... Returns whether it did
+    (not where the script's own faulthandler is on, or the file cannot be opened)."""
     global _dump
     if faulthandler.is_enabled():
         return False
+    path = crash_file(directory, rank)
     try:
-        _dump = open(crash_file(directory, rank), "a", encoding="utf-8")
+        if os.path.getsize(path) > 0:
+            kept = next(f"{path}.{n}" for n in itertools.count(1) if not os.path.exists(f"{path}.{n}"))
+            os.replace(path, kept)
+    except OSError:
+        pass  # none yet
+    try:
+        _dump = open(path, "w", encoding="utf-8")
     except OSError:
         return False
     faulthandler.enable(file=_dump, all_threads=True)
+    atexit.register(_remove_if_empty, _dump.name)
     return True
+
+
+def _remove_if_empty(path: str) -> None:
+    """At a worker's normal exit: no file where nothing crashed (a predecessor's dump stays)."""
+    faulthandler.disable()
+    if _dump is not None:
+        _dump.close()
+    try:
+        if os.path.getsize(path) == 0:
+            os.remove(path)
+    except OSError:
+        pass
 
 
 def keep_in_data_loader_workers() -> None:

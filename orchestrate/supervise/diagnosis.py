@@ -3,7 +3,6 @@ kernel's OOM kills, a paused or cut-off container."""
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -13,7 +12,6 @@ from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
 from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.hangs.crash_dump import where_it_crashed
 from orchestrate.outcome.root_cause import (
-    CRASH_EXIT_CODES,
     RootCause,
     error_file_on_host,
     exception_in_lines,
@@ -26,9 +24,6 @@ from orchestrate.supervise.api import NodeTracker
 from orchestrate.supervise.worker_lines import LAST_LINES
 
 log = logging.getLogger(__name__)
-# torch's error in a rank whose DataLoader worker process died by a signal (its stacks are in the
-# rank's crash file): "DataLoader worker (pid 16) is killed by signal: Segmentation fault."
-LOADER_WORKER_KILLED = re.compile(r"DataLoader worker \(pids?.*\) is killed by signal")
 
 
 class Diagnosis:
@@ -65,8 +60,9 @@ class Diagnosis:
             cause.exception = exception_in_lines(last) or native_exception(last)
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
-            if cause.exit_code in CRASH_EXIT_CODES or LOADER_WORKER_KILLED.search(cause.exception):
-                cause.crashed = where_it_crashed(self.run_dir, cause.rank)
+            # the rank's own crash, or its DataLoader worker's (the rank then raises "DataLoader
+            # worker (pid 16) is killed by signal", or meets the worker's closed connection)
+            cause.crashed = where_it_crashed(self.run_dir, cause.rank)
 
     def unresponsive(self, tracker: NodeTracker) -> str:
         """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),

@@ -46,12 +46,16 @@ def test_a_segfault_names_the_scripts_function_and_line(tmp_path):
     dump = last_dump((tmp_path / "debug" / "rank1.crash").read_text())
     assert dump is not None and dump.fatal == "Segmentation fault"
     assert dump.where() == f"in read_native_buffer at {JOB.name}:{line_of('ctypes.cast(')}"
-    assert last_dump((tmp_path / "debug" / "rank0.crash").read_text()) is None  # it lost its peer: no crash
+    # rank 0 lost its peer: no dump (and no file at all where it exited as Python does, not by
+    # torchrun's SIGTERM)
+    peer = tmp_path / "debug" / "rank0.crash"
+    assert not (peer.exists() and peer.read_text())
 
 
 def test_a_data_loader_workers_segfault_is_dumped_before_torchs_own_handler_says_it(tmp_path):
     output = run(tmp_path, job=LOADER_JOB)
-    assert "is killed by signal: Segmentation fault" in output
+    # (the rank then raises "DataLoader worker (pid N) is killed by signal", or meets the dead
+    # worker's closed connection first: torch's words vary, the dump does not)
     assert "ERROR: Unexpected segmentation fault encountered in worker." in output  # torch's handler still runs
     dumps = [last_dump(path.read_text()) for path in sorted((tmp_path / "debug").glob("rank*.crash"))]
     # each rank's loader reaches the item, unless its peer's failure ended it first
@@ -64,3 +68,20 @@ def test_a_script_with_its_own_faulthandler_keeps_it(tmp_path):
     output = run(tmp_path, "--crash", "segfault", PYTHONFAULTHANDLER="1")
     assert not list((tmp_path / "debug").glob("rank*.crash"))
     assert "Fatal Python error: Segmentation fault" in output  # where the script asked: its stderr
+
+
+def test_a_restarted_worker_keeps_its_predecessors_dump_beside_its_own(tmp_path):
+    import os
+    import sys
+
+    (tmp_path / "rank3.crash").write_text("Fatal Python error: Aborted\n")
+    (tmp_path / "rank3.crash.1").write_text("Fatal Python error: Segmentation fault\n")
+    # in a process of its own: the hook turns faulthandler on for the rest of a process's life
+    code = ("import sys; from orchestrate.node import crash_stacks;"
+            f" print(crash_stacks.install({str(tmp_path)!r}, 3))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.strip() == "True", done.stderr
+    assert (tmp_path / "rank3.crash.2").read_text() == "Fatal Python error: Aborted\n"
+    assert (tmp_path / "rank3.crash.1").read_text() == "Fatal Python error: Segmentation fault\n"
+    assert not (tmp_path / "rank3.crash").exists()  # its own, empty at its normal exit, is gone
