@@ -26,7 +26,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    seconds where the script gives none, so a collective that waits longer fails.
 
 Then TARGET runs as ``python3 TARGET...`` would run it: a script (its directory first on
-``sys.path``, ``__name__ == "__main__"``) or ``-m module``; when it returns (or exits 0), the
+``sys.path``, ``__name__ == "__main__"``) or ``-m module``; an error it does not catch ends it
+as under python3 (``sys.excepthook``, exit status 1), its traceback without this hook's frames
+or the recorder's wrappers in the calls it made; when it returns (or exits 0), the
 worker says so on the progress channel (``finished``), so that the launcher can name a rank that
 left while the others still needed it. Standard library only, until the
 shim wraps torch's functions (torch is imported then, as the script would).
@@ -133,6 +135,37 @@ def run_target(target: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+# Frames of this hook, of the recorder's wrappers (collective_log, ...) and of runpy: not the script's.
+_HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_RUNPY = ("runpy.py", "<frozen runpy>")
+
+
+def without_hook_frames(exc: BaseException) -> None:
+    """Leave the hook's own frames out of ``exc``'s traceback, and out of those of the
+    exceptions it was raised from or during, so that the script's traceback reads as under
+    ``python3 script.py``."""
+    seen: set[int] = set()
+    pending: list[Optional[BaseException]] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = []
+        entry = current.__traceback__
+        while entry is not None:
+            name = entry.tb_frame.f_code.co_filename
+            if not (name.startswith(_HOOK_DIR) or name.endswith(_RUNPY)):
+                kept.append(entry)
+            entry = entry.tb_next
+        for earlier, later in zip(kept, kept[1:]):
+            earlier.tb_next = later
+        if kept:
+            kept[-1].tb_next = None
+        current.__traceback__ = kept[0] if kept else current.__traceback__
+        pending += [current.__cause__, current.__context__]
+
+
 def install_recorder(timeout_s: Optional[float]) -> None:
     """Record collectives and answer stack requests where the run has a debug directory; give
     process groups the run's collective timeout. Both go in when the script imports
@@ -184,6 +217,12 @@ def main(argv: list[str]) -> None:
         if exc.code is None or (isinstance(exc.code, int) and exc.code == 0):
             report_finished()
         raise
+    except KeyboardInterrupt:
+        raise  # Python's own ending for it (the exit status of SIGINT)
+    except BaseException as exc:  # as python3 ends on it, but with the script's frames only
+        without_hook_frames(exc)
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        sys.exit(1)
     report_finished()
 
 

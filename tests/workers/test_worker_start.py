@@ -28,3 +28,30 @@ def test_without_the_shim_the_script_asks_for_nccl(tmp_path):
     if "backend nccl" in done.stdout:  # a GPU host: real NCCL
         return
     assert done.returncode != 0 and re.search(r"nccl|NCCL", done.stdout + done.stderr)
+
+
+def test_a_scripts_uncaught_error_reads_as_under_python_with_no_frame_of_the_hook(tmp_path):
+    script = tmp_path / "raises.py"
+    script.write_text(
+        "import torch\nimport torch.distributed as dist\n\n\n"
+        "def load(step):\n"
+        "    try:\n"
+        "        dist.all_reduce(torch.ones(2), group='not a group')  # the recorder's wrapper is in this call\n"
+        "    except Exception as exc:\n"
+        "        raise ValueError(f'bad batch at step {step}') from exc\n\n\n"
+        "dist.init_process_group('gloo')\n"
+        "load(3)\n")
+    debug = tmp_path / "debug"
+    debug.mkdir()
+    done = subprocess.run(hooked_torchrun(1, "--", str(script)), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT)), timeout=240)
+    assert done.returncode != 0
+    assert "exitcode  : 1 " in done.stderr  # an uncaught error's exit status, as under python3
+    worker = "\n".join(line.removeprefix("[rank0]:") for line in done.stderr.splitlines() if line.startswith("[rank0]:"))
+    tracebacks = worker.split("Traceback (most recent call last):")[1:]  # the worker's, not torchrun's own
+    assert len(tracebacks) >= 2, done.stderr[-3000:]  # the errors it was raised from (torch's own chain), then its own
+    for text in tracebacks:
+        assert "orchestrate/node/" not in text and "runpy" not in text, text
+    assert f'File "{script}", line 7, in load' in tracebacks[-2]
+    assert f'File "{script}", line 13, in <module>' in tracebacks[-1]
+    assert tracebacks[-1].rstrip().endswith("ValueError: bad batch at step 3")
