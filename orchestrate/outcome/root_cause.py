@@ -60,13 +60,34 @@ class RootCause:
         if isinstance(message, dict):
             self.exception = str(message.get("message") or self.exception)
             extra = message.get("extraInfo") or {}
-            self.traceback = str(extra.get("py_callstack") or "")
+            self.traceback = without_hook_frames(str(extra.get("py_callstack") or ""))
             try:
                 self.timestamp = float(extra.get("timestamp"))
             except (TypeError, ValueError):
                 pass
         elif isinstance(message, str):
             self.exception = message
+
+
+_FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line \d+')
+# Frames of the workers' start-up hook and its wrappers (and runpy, which runs the script): not the script's.
+_HOOK_FRAME_FILES = ("/orchestrate/node/", "runpy.py", "<frozen runpy>")
+
+
+def without_hook_frames(traceback: str) -> str:
+    """A Python traceback's text without the frames of the workers' start-up hook (the
+    collective recorder's wrappers in the script's calls): each such ``File`` line and the lines
+    indented under it go."""
+    kept, skipping_under = [], None
+    for line in traceback.splitlines():
+        frame = _FRAME_LINE.match(line)
+        if frame:
+            skipping_under = len(frame["indent"]) if any(f in frame["file"] for f in _HOOK_FRAME_FILES) else None
+        elif skipping_under is not None and len(line) - len(line.lstrip()) <= skipping_under:
+            skipping_under = None
+        if skipping_under is None:
+            kept.append(line)
+    return "\n".join(kept) + ("\n" if traceback.endswith("\n") else "")
 
 
 def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:

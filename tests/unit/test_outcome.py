@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -247,3 +248,23 @@ def test_a_worker_that_crashed_is_the_cause_named_with_its_signal_and_where_it_w
     assert find_failure(results_for(plan, (NodePhase.FAILED, 1, 1, RootCause(0, 0, 1, "ValueError: x")),
                                     (NodePhase.SUCCEEDED, 0, 1, None))).describe() == \
         "node0 rank 0 failed (exit code 1): ValueError: x"
+
+
+def test_an_error_files_traceback_loses_the_hooks_frames_and_keeps_the_scripts():
+    callstack = ('Traceback (most recent call last):\n'
+                 '  File "/workspace/train.py", line 11, in main\n'
+                 '    dist.all_reduce(x, group="oops")\n'
+                 '  File "/opt/ddp-compose/orchestrate/node/collective_log.py", line 111, in call\n'
+                 '    result = original(*args, **kwargs)\n'
+                 '             ^^^^^^^^^^^^^^^^^^^^^^^^^\n'
+                 '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1370, in'
+                 ' get_backend\n'
+                 '    raise ValueError(\n'
+                 'ValueError: Process group oops is not initialized\n')
+    cause = RootCause(1, 0, 1)
+    cause.add_error_file(json.dumps({"message": {"message": "ValueError: Process group oops is not initialized",
+                                                 "extraInfo": {"py_callstack": callstack, "timestamp": "7"}}}))
+    assert cause.traceback == callstack.replace(
+        '  File "/opt/ddp-compose/orchestrate/node/collective_log.py", line 111, in call\n'
+        '    result = original(*args, **kwargs)\n'
+        '             ^^^^^^^^^^^^^^^^^^^^^^^^^\n', "")
