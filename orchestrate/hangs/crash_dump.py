@@ -13,7 +13,8 @@ from orchestrate.hangs.stacks import call_made, users_frame
 from orchestrate.node.crash_stacks import crash_file
 
 _FATAL = re.compile(r"^Fatal Python error: (?P<what>.+?)\s*$")
-_THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):\s*$")
+# (newer Pythons name the thread: "Thread 0x00007f [MainThread] (most recent call first):")
+_THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+(?: \[[^\]]*\])? \(most recent call first\):\s*$")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>.+?)\s*$')
 # A DataLoader worker process's loop (a forked worker also shows the rank's frames below it).
 _LOADER_WORKER = "torch/utils/data/_utils/worker.py"
@@ -36,6 +37,12 @@ class CrashDump:
     fatal: str  # "Segmentation fault", "Aborted"
     threads: tuple[ThreadStack, ...]
 
+    @property
+    def in_data_loader_worker(self) -> bool:
+        """Whether a DataLoader worker process crashed (not the rank's own process)."""
+        return any(frame.function == "_worker_loop" and frame.file.endswith(_LOADER_WORKER)
+                   for thread in self.threads if thread.current for frame in thread.frames)
+
     def where(self) -> str:
         """Where the script was: ``in all_reduce at train.py:42``, said of the thread that
         crashed where it ran the script's code, else of the thread that did: a native thread
@@ -49,9 +56,7 @@ class CrashDump:
                 continue
             place = f"in {call_made(thread.frames, mine)} at {mine.where}"
             if thread.current:
-                in_loader = any(frame.function == "_worker_loop" and frame.file.endswith(_LOADER_WORKER)
-                                for frame in thread.frames)
-                return f"{place} (in a DataLoader worker process)" if in_loader else place
+                return f"{place} (in a DataLoader worker process)" if self.in_data_loader_worker else place
             if crashed is None or not crashed.frames:
                 return f"in a native thread, while the script was {place}"
             return f"in another thread, while the script was {place}"
@@ -81,16 +86,19 @@ def last_dump(text: str) -> Optional[CrashDump]:
     return CrashDump(fatal, tuple(threads))
 
 
-def where_it_crashed(run_dir: Path, rank: int) -> str:
-    """Where a rank that died by a fatal signal was, by the stacks its faulthandler wrote
-    (``Segmentation fault in string_at at train.py:42; every thread's stack:
-    runs/ID/debug/rank3.crash``), or "" without them."""
+def where_it_crashed(run_dir: Path, rank: int, crashed_itself: bool) -> str:
+    """Where a failed rank, or its DataLoader worker process, crashed, by the stacks its
+    faulthandler wrote (``Segmentation fault in string_at at train.py:42; every thread's stack:
+    runs/ID/debug/rank3.crash``), or "" without them. ``crashed_itself``: the rank died by a
+    fatal signal; else only a DataLoader worker's dump explains its failure (torch then raises
+    "DataLoader worker (pid 16) is killed by signal", or meets the dead worker's connection),
+    not one of another child it forked, which its own error may have nothing to do with."""
     path = Path(crash_file(str(debug_dir(run_dir)), rank))
     try:
         dump = last_dump(path.read_text(errors="replace"))
     except OSError:
         return ""
-    if dump is None:
+    if dump is None or not (crashed_itself or dump.in_data_loader_worker):
         return ""
     where = dump.where()
     return f"{dump.fatal}{' ' + where if where else ''}; every thread's stack: {path}"

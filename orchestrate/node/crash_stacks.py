@@ -9,6 +9,10 @@ A DataLoader worker process (forked from the rank) writes to its rank's file too
 its own handlers for SIGSEGV, SIGBUS and SIGFPE in every such worker, which only say that one
 came, so the dump is put in front of them (:func:`keep_in_data_loader_workers`).
 
+DataLoader workers started by fork only (Linux's default): a spawned one is a fresh interpreter,
+without the hook. torch's ``@record`` turns faulthandler on to stderr as it starts the script's
+main; it is pointed back at the file then (:func:`keep_after_torch_record`).
+
 A script that turned ``faulthandler`` on itself (``PYTHONFAULTHANDLER``, ``-X faulthandler``,
 its own ``enable``) keeps its own: its stacks go where it asked. Standard library only.
 """
@@ -24,6 +28,8 @@ from typing import IO, Any, Optional
 SUFFIX = ".crash"
 # the open file faulthandler writes to: it keeps only the descriptor, so the file must stay open
 _dump: Optional[IO[str]] = None
+# the process that opened it (a forked child inherits _dump, not the file's ownership)
+_owner: Optional[int] = None
 
 
 def crash_file(directory: str, rank: int) -> str:
@@ -35,7 +41,7 @@ def install(directory: str, rank: int) -> bool:
     file holds this worker's dump only: a predecessor's (an earlier attempt's, under elastic
     restarts) is kept beside it as ``rank{rank}.crash.1``, ``.2``, ... Returns whether it did
     (not where the script's own faulthandler is on, or the file cannot be opened)."""
-    global _dump
+    global _dump, _owner
     if faulthandler.is_enabled():
         return False
     path = crash_file(directory, rank)
@@ -43,27 +49,35 @@ def install(directory: str, rank: int) -> bool:
         if os.path.getsize(path) > 0:
             kept = next(f"{path}.{n}" for n in itertools.count(1) if not os.path.exists(f"{path}.{n}"))
             os.replace(path, kept)
+        else:  # a predecessor's empty one (it was stopped): this worker's is a file of its own
+            os.remove(path)
     except OSError:
         pass  # none yet
     try:
         _dump = open(path, "w", encoding="utf-8")
     except OSError:
         return False
+    _owner = os.getpid()
     faulthandler.enable(file=_dump, all_threads=True)
-    atexit.register(_remove_if_empty, _dump.name)
+    atexit.register(_remove_if_empty)
     return True
 
 
-def _remove_if_empty(path: str) -> None:
-    """At a worker's normal exit: no file where nothing crashed (a predecessor's dump stays)."""
+def _remove_if_empty() -> None:
+    """At a worker's normal exit: no file where nothing crashed (a predecessor's dump stays).
+    Only the process that made it removes it, and only the very file it made: a forked child's
+    exit, or an older worker of the same rank that ends after its successor started, leaves the
+    current one alone."""
+    if _dump is None or _owner != os.getpid():
+        return
     faulthandler.disable()
-    if _dump is not None:
-        _dump.close()
     try:
-        if os.path.getsize(path) == 0:
-            os.remove(path)
+        mine, now = os.fstat(_dump.fileno()), os.stat(_dump.name)
+        if (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino) and now.st_size == 0:
+            os.remove(_dump.name)
     except OSError:
         pass
+    _dump.close()
 
 
 def keep_in_data_loader_workers() -> None:
@@ -85,3 +99,20 @@ def keep_in_data_loader_workers() -> None:
         return result
 
     signal_handling._set_worker_signal_handlers = set_worker_signal_handlers
+
+
+def keep_after_torch_record() -> None:
+    """torch's ``@record`` (its ``ErrorHandler.initialize``) turns faulthandler on with no file,
+    which points it at stderr: point it back at the rank's file after."""
+    from torch.distributed.elastic.multiprocessing.errors import error_handler
+
+    original = error_handler.ErrorHandler.initialize
+
+    @functools.wraps(original)
+    def initialize(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if _dump is not None and not _dump.closed and faulthandler.is_enabled():
+            faulthandler.enable(file=_dump, all_threads=True)  # while enabled: only the file changes
+        return result
+
+    error_handler.ErrorHandler.initialize = initialize

@@ -184,6 +184,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
         if crash_stacks.install(directory, int(os.environ.get("RANK", "0"))):
             collective_log.when_imported("torch.utils.data._utils.signal_handling",
                                          crash_stacks.keep_in_data_loader_workers)
+            collective_log.when_imported("torch.distributed.elastic.multiprocessing.errors.error_handler",
+                                         crash_stacks.keep_after_torch_record)
 
     def on_torch_distributed() -> None:
         collective_log.wrap_torch_distributed(log, name_group)

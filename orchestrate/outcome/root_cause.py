@@ -25,8 +25,13 @@ _ERROR_FILE_FIELD = re.compile(r"^\s*error_file\s*:\s*(?P<path>/\S+)")
 _EXCEPTION_LINE = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*)$")
 
 
-# A worker's own crash (torchrun's exit code: minus the signal), never a peer's doing.
+# A worker's crash (torchrun's exit code: minus the signal).
 CRASH_EXIT_CODES = tuple(-int(s) for s in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE))
+# Of those, the ones never a peer's doing: a bad memory access, instruction or arithmetic. An
+# abort may be either: a check of the worker's own that failed (gloo's on sizes that differ), or
+# a communicator that gave up on a lost peer (NCCL's watchdog, gloo's I/O errors).
+OWN_CRASH_CODES = tuple(-int(s) for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE))
+ABORTED = -int(signal.SIGABRT)
 
 # Failures that are consequences of another rank dying, not causes.
 _COLLATERAL_MARKERS = (
@@ -35,6 +40,10 @@ _COLLATERAL_MARKERS = (
     "Connection reset by peer",
     "SIGTERM",
     "SIGKILL",
+    # NCCL's watchdog aborts the process on a peer that left, an error or a timeout elsewhere
+    "Process group watchdog thread terminated",
+    "remote process exited",
+    "communicator was aborted",
 )
 
 
@@ -94,14 +103,18 @@ def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
     """Whether a failure looks like a consequence of another rank failing.
 
     A worker killed by a signal, or one whose error is a peer's closed connection, failed
-    because some other rank went first; one that crashed (a segfault, an abort) failed by itself.
+    because some other rank went first; one that crashed (a segfault) failed by itself, and so
+    did one that aborted, unless its last words are a lost peer's.
     """
-    if cause.exit_code in CRASH_EXIT_CODES:
+    text = "\n".join([cause.exception, *last_lines[-5:]])
+    lost_a_peer = any(marker in text for marker in _COLLATERAL_MARKERS)
+    if cause.exit_code in OWN_CRASH_CODES:
         return False
+    if cause.exit_code == ABORTED:
+        return lost_a_peer
     if cause.exit_code is not None and cause.exit_code < 0:
         return True
-    text = "\n".join([cause.exception, *last_lines[-5:]])
-    return any(marker in text for marker in _COLLATERAL_MARKERS)
+    return lost_a_peer
 
 
 def parse_root_cause(lines: list[str]) -> Optional[RootCause]:

@@ -12,6 +12,7 @@ from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
 from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.hangs.crash_dump import where_it_crashed
 from orchestrate.outcome.root_cause import (
+    CRASH_EXIT_CODES,
     RootCause,
     error_file_on_host,
     exception_in_lines,
@@ -60,9 +61,7 @@ class Diagnosis:
             cause.exception = exception_in_lines(last) or native_exception(last)
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
-            # the rank's own crash, or its DataLoader worker's (the rank then raises "DataLoader
-            # worker (pid 16) is killed by signal", or meets the worker's closed connection)
-            cause.crashed = where_it_crashed(self.run_dir, cause.rank)
+            cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)
 
     def unresponsive(self, tracker: NodeTracker) -> str:
         """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),

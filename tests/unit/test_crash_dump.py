@@ -56,3 +56,8 @@ def test_a_cpp_exceptions_type_and_what_are_the_error():
                                       " doesn't match"
     assert native_exception(lines[:2]) == "gloo::EnforceNotMet"
     assert native_exception(["terminate called without an active exception", "Traceback"]) == ""
+
+
+def test_a_header_that_names_its_thread_is_read_too():
+    named = SCRIPT_THREAD.replace("Thread 0x00007f11dc621040 (most", "Current thread 0x00007f11dc621040 [MainThread] (most")
+    assert last_dump(dump("Segmentation fault", named)).where() == "in all_reduce at train.py:9"

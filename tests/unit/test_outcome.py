@@ -268,3 +268,20 @@ def test_an_error_files_traceback_loses_the_hooks_frames_and_keeps_the_scripts()
         '  File "/opt/ddp-compose/orchestrate/node/collective_log.py", line 111, in call\n'
         '    result = original(*args, **kwargs)\n'
         '             ^^^^^^^^^^^^^^^^^^^^^^^^^\n', "")
+
+
+def test_an_abort_is_the_cause_unless_its_last_words_are_a_lost_peers(make_job):
+    plan = make_job(nodes=2)
+    culprit = RootCause(1, 0, 1, "ValueError: bad batch")
+    for words in ("c10::DistBackendError: [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread"
+                  " terminated with exception: NCCL error: remote process exited or there was a network error",
+                  "gloo::IoException: [pair.cc:538] Read error [10.0.0.2]:4242: Connection reset by peer"):
+        # the peer's abort ended first, yet it only lost the culprit
+        results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, -6, words)),
+                              (NodePhase.FAILED, 1, 1.2, culprit))
+        assert find_failure(results).describe() == "node1 rank 1 failed (exit code 1): ValueError: bad batch", words
+    own = RootCause(0, 0, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 8 vs 4. Received data size doesn't"
+                              " match expected size. Is there a distributed collective mismatch in your code?")
+    lost = RootCause(1, 0, 1, "RuntimeError: [pair.cc:538] Read error: Connection reset by peer")
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.2, own), (NodePhase.FAILED, 1, 1.0, lost))
+    assert find_failure(results).describe().startswith("node0 rank 0 failed (exit code -6, SIGABRT): gloo::EnforceNotMet")

@@ -408,6 +408,9 @@ CRASH_DUMP = ("Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f
     # torch may meet the dead worker's closed connection first: the dump still says where
     (1, "ConnectionResetError: [Errno 104] Connection reset by peer", True),
     (1, "ValueError: bad batch", False),  # nothing crashed: no file
+    # a child it forked (a multiprocessing pool, not a DataLoader) crashed, and the rank then
+    # raised an error of its own: the dump is not said to be the rank's crash
+    (1, "ValueError: loss is NaN", "pool"),
 ])
 def test_diagnosis_reads_where_a_rank_crashed_from_its_dump(make_job, tmp_path, exit_code, last_line, dumped):
     plan = make_job(nodes=2)
@@ -418,9 +421,10 @@ def test_diagnosis_reads_where_a_rank_crashed_from_its_dump(make_job, tmp_path, 
         failed.output.add(line, 0.0)
     (tmp_path / "debug").mkdir()
     if dumped:
-        (tmp_path / "debug" / "rank1.crash").write_text(CRASH_DUMP)
+        dump = CRASH_DUMP if dumped is True else CRASH_DUMP.replace("torch/utils/data/_utils/worker.py", "pool.py")
+        (tmp_path / "debug" / "rank1.crash").write_text(dump)
     (tmp_path / "debug" / "rank1.crash.1").write_text(CRASH_DUMP.replace("line 13", "line 99"))  # an earlier attempt's
     Diagnosis(FakeDockerClient(), tmp_path, Recorder().say, Recorder().record).explain_failure(failed)
     where = failed.result.root_cause.crashed
     assert where == ("Segmentation fault in __getitem__ at train.py:13 (in a DataLoader worker process); every"
-                     f" thread's stack: {tmp_path / 'debug' / 'rank1.crash'}" if dumped else "")
+                     f" thread's stack: {tmp_path / 'debug' / 'rank1.crash'}" if dumped is True else "")

@@ -4,7 +4,10 @@ on a collective whose sizes differ, a segfault in the script's own call; a scrip
 faulthandler on itself keeps its own."""
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 from orchestrate.hangs.crash_dump import last_dump
@@ -71,9 +74,6 @@ def test_a_script_with_its_own_faulthandler_keeps_it(tmp_path):
 
 
 def test_a_restarted_worker_keeps_its_predecessors_dump_beside_its_own(tmp_path):
-    import os
-    import sys
-
     (tmp_path / "rank3.crash").write_text("Fatal Python error: Aborted\n")
     (tmp_path / "rank3.crash.1").write_text("Fatal Python error: Segmentation fault\n")
     # in a process of its own: the hook turns faulthandler on for the rest of a process's life
@@ -85,3 +85,49 @@ def test_a_restarted_worker_keeps_its_predecessors_dump_beside_its_own(tmp_path)
     assert (tmp_path / "rank3.crash.2").read_text() == "Fatal Python error: Aborted\n"
     assert (tmp_path / "rank3.crash.1").read_text() == "Fatal Python error: Segmentation fault\n"
     assert not (tmp_path / "rank3.crash").exists()  # its own, empty at its normal exit, is gone
+
+
+def test_a_script_whose_main_torchs_record_wraps_still_dumps_to_its_file(tmp_path):
+    script = tmp_path / "recorded.py"
+    script.write_text(
+        "import ctypes\n"
+        "import torch.distributed as dist\n"
+        "from torch.distributed.elastic.multiprocessing.errors import record\n\n\n"
+        "@record\n"
+        "def main():\n"
+        "    dist.init_process_group('gloo')\n"
+        "    if dist.get_rank() == 1:\n"
+        "        ctypes.cast(8, ctypes.POINTER(ctypes.c_long))[0]\n"
+        "    dist.barrier()\n\n\n"
+        "main()\n")
+    output = run(tmp_path, job=script)
+    assert "Fatal Python error" not in output  # @record turned faulthandler on to stderr; it went back to the file
+    dump = last_dump((tmp_path / "debug" / "rank1.crash").read_text())
+    assert dump is not None and dump.where() == "in main at recorded.py:10"
+
+
+def hook_in_a_process(directory: Path, then: str) -> subprocess.Popen:
+    """A process that installs the crash stacks for rank 3, then runs ``then``."""
+    code = f"import ctypes, os, sys, time\nfrom orchestrate.node import crash_stacks\n" \
+           f"crash_stacks.install({str(directory)!r}, 3)\n{then}"
+    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_only_the_process_that_made_the_file_removes_it_and_only_that_very_file(tmp_path):
+    segfault = "ctypes.cast(8, ctypes.POINTER(ctypes.c_long))[0]"
+    # a child it forked exits normally (a helper process): the worker's later crash is still dumped
+    forked = hook_in_a_process(tmp_path, f"child = os.fork()\nif child == 0:\n    sys.exit(0)\n"
+                                         f"os.waitpid(child, 0)\n{segfault}")
+    assert forked.wait(timeout=60) == -11
+    assert last_dump((tmp_path / "rank3.crash").read_text()).fatal == "Segmentation fault"
+    (tmp_path / "rank3.crash").unlink()
+    # an older worker of rank 3 ends normally after its successor started (an elastic restart)
+    older = hook_in_a_process(tmp_path, "time.sleep(3)")
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "rank3.crash").exists():  # the older one made its file
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    newer = hook_in_a_process(tmp_path, f"time.sleep(5)\n{segfault}")
+    assert older.wait(timeout=60) == 0
+    assert newer.wait(timeout=60) == -11
+    assert last_dump((tmp_path / "rank3.crash").read_text()).fatal == "Segmentation fault"
