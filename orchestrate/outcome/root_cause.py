@@ -159,9 +159,13 @@ def exception_in_lines(lines: list[str]) -> str:
     wrapped in torch's ``@record``, which alone writes an error file."""
     text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
     starts = [i for i, line in enumerate(text) if line.strip() == "Traceback (most recent call last):"]
-    # After the last traceback's start, its last unindented line is the exception, whatever its
-    # name; without a start (scrolled out of the tail), a line that names an error.
-    candidates = text[starts[-1] + 1:] if starts else text
+    # After the last traceback's start, its last line as little indented as the start is the
+    # exception, whatever its name (a traceback may come indented as a whole: torch's DataLoader
+    # writes a NUL byte where the next line's "[rank0]:" would begin); without a start (scrolled
+    # out of the tail), a line that names an error.
+    indent = len(text[starts[-1]]) - len(text[starts[-1]].lstrip()) if starts else 0
+    candidates = [line[indent:] if line[:indent].isspace() else line
+                  for line in text[starts[-1] + 1:]] if starts else text
     for line in reversed(candidates):
         if (_RAISED_LINE if starts else _EXCEPTION_LINE).match(line):
             return line.strip()

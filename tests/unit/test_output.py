@@ -109,6 +109,10 @@ def test_node_output_logs_whole_lines_and_ends_with_the_unfinished_ones(make_job
     # the traceback's start scrolled out of the tail: a line that names an error
     (['  File "t.py", line 9, in step', "RuntimeError: x happened", "cleanup done"], "RuntimeError: x happened"),
     (["step 1", "all good"], ""),
+    # a traceback indented as a whole (torch's DataLoader left a NUL where "[rank0]:" would go)
+    ([" Traceback (most recent call last):", '   File "t.py", line 24, in <module>', "     loss.backward()",
+      " RuntimeError: DataLoader worker (pid 17) is killed by signal: Segmentation fault. "],
+     "RuntimeError: DataLoader worker (pid 17) is killed by signal: Segmentation fault."),
 ])
 def test_the_exception_a_worker_printed_is_found_in_its_last_lines(lines, exception):
     assert exception_in_lines(lines) == exception
