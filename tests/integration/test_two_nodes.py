@@ -88,6 +88,17 @@ def test_a_rank_that_aborts_in_native_code_is_named_with_its_cpp_error_and_the_s
     assert leftovers(docker_client, result.project) == []
 
 
+def test_a_data_loader_worker_that_segfaults_is_found_in_the_datasets_line(orchestrate_run, docker_client):
+    result = orchestrate_run("--nodes", "2", "--workdir", str(JOBS), "--", "loader_crash.py")
+    assert result.code == 1, result.output[-3000:]
+    line = next(i for i, text in enumerate((JOBS / "loader_crash.py").read_text().splitlines(), 1) if "# DECODER" in text)
+    assert re.search(r"^  where it crashed: Segmentation fault in __getitem__ at"
+                     rf" loader_crash.py:{line} \(in a DataLoader worker process\); every thread's stack: ",
+                     result.output, re.M), result.output[-3000:]
+    assert "\0" not in result.output  # torch's segfault message ends with a NUL byte, left out
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_missing_image_that_may_not_be_built_is_exit_2_and_starts_nothing(orchestrate_run, docker_client, tmp_path):
     result = orchestrate_run("--image", "ddp-compose-no-such-image:0", "--no-build")
     assert result.code == 2
