@@ -178,3 +178,26 @@ def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_to
     else:
         lines.append("  look for native extensions or atexit handlers that outlive destroy_process_group().")
     return "\n".join(lines)
+
+
+# What a script that needs a GPU says on nodes without one, and what to do about it.
+_NO_GPU_HINTS = (
+    (("ProcessGroupNCCL is only supported with GPUs",),
+     "these nodes have no GPU, and the script asks for NCCL: --nccl-as-gloo gives it gloo wherever it asks"
+     " for nccl; what it puts on CUDA still needs a GPU"),
+    (("Found no NVIDIA driver", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available"),
+     "these nodes have no GPU, and the script puts tensors on CUDA: run on a GPU host (its GPUs are split"
+     " among the nodes), or let the script pick its device by torch.cuda.is_available()"),
+)
+
+
+def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:
+    """For a failure of a script that needs a GPU, on a node that has none: what to do ("" for
+    any other failure)."""
+    if failure is None or not failure.exception:
+        return ""
+    node = next((r.node for r in results if r.node.name == failure.node), None)
+    if node is None or node.gpu_ids:
+        return ""
+    return next((f"  hint: {hint}" for words, hint in _NO_GPU_HINTS
+                 if any(said in failure.exception for said in words)), "")

@@ -285,3 +285,23 @@ def test_an_abort_is_the_cause_unless_its_last_words_are_a_lost_peers(make_job):
     lost = RootCause(1, 0, 1, "RuntimeError: [pair.cc:538] Read error: Connection reset by peer")
     results = results_for(plan, (NodePhase.FAILED, 1, 1.2, own), (NodePhase.FAILED, 1, 1.0, lost))
     assert find_failure(results).describe().startswith("node0 rank 0 failed (exit code -6, SIGABRT): gloo::EnforceNotMet")
+
+
+def test_a_script_that_needs_a_gpu_on_nodes_without_one_gets_a_hint(make_job):
+    plan = make_job(nodes=2)
+    nccl = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, "ValueError: ProcessGroupNCCL is only"
+                                                                           " supported with GPUs, no GPUs found!")),
+                       (NodePhase.FAILED, 1, 1.2, RootCause(1, 0, 1, "ValueError: ProcessGroupNCCL is only supported")))
+    assert "\n  hint: these nodes have no GPU, and the script asks for NCCL: --nccl-as-gloo gives it gloo" in \
+        format_summary(outcome(nccl))
+    cuda = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, "RuntimeError: Found no NVIDIA driver on"
+                                                                           " your system.")),
+                       (NodePhase.SUCCEEDED, 0, 1.2, None))
+    assert "\n  hint: these nodes have no GPU, and the script puts tensors on CUDA: run on a GPU host" in \
+        format_summary(outcome(cuda))
+    # nodes with GPUs: the error is the script's own business
+    gpu_plan = make_job(nodes=2, gpus_per_node=1, backend="nccl")
+    gpu = results_for(gpu_plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, "RuntimeError: No CUDA GPUs are"
+                                                                              " available")),
+                      (NodePhase.SUCCEEDED, 0, 1.2, None))
+    assert "hint:" not in format_summary(outcome(gpu))
