@@ -20,6 +20,17 @@ INIT_HINT = ("every rank waits in init_process_group for its store: under torchr
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
              " (tcp://localhost:...) must be one every node reaches, where a store listens")
 
+# A rank whose main thread waits here waits for its DataLoader's worker processes.
+_LOADER_WAIT = ("torch/utils/data/dataloader.py", ("_try_get_data", "_get_data", "_next_data"))
+
+
+def loader_hint(ranks: list[int]) -> str:
+    """Where ranks wait for their DataLoader: what can be learned, and how to make it fail."""
+    one = len(set(ranks)) == 1
+    return (f"{ranks_text(ranks)} {'waits for its' if one else 'wait for their'} DataLoader's worker processes"
+            " (num_workers > 0), whose stacks are not in the ranks' snapshots: a worker is stuck in the dataset"
+            " (a lock, a read that never returns) or slow; DataLoader(timeout=S) makes that wait fail after S s")
+
 
 @dataclass(frozen=True)
 class RankActivity:
@@ -121,6 +132,10 @@ class HangDiagnosis:
             out.append(f"  {DEBUG_HINT}")
         if self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
             out.append(f"  {INIT_HINT}")
+        loading = [rank for g in self.groups if any(f.file.endswith(_LOADER_WAIT[0]) and f.function in _LOADER_WAIT[1]
+                                                    for f in g.stack) for rank in g.ranks]
+        if self.hung and loading:
+            out.append(f"  {loader_hint(loading)}")
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -83,6 +83,24 @@ def test_a_rank_in_torchs_code_is_placed_at_the_call_its_script_made_past_the_de
     assert not any("init_method" in line for line in found.lines())  # rank 1 is past it
 
 
+def test_a_rank_waiting_for_its_data_loader_gets_a_hint_on_its_worker_processes():
+    site = "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py"
+    loading = (Frame("train.py", 21, "<module>"), Frame(site, 732, "__next__"), Frame(site, 1482, "_next_data"),
+               Frame(site, 1444, "_get_data"), Frame(site, 1275, "_try_get_data"),
+               Frame("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"))
+    stuck = probe(5, r0=snap(0, frames=loading, cpu_s=1.0), r1=snap(1, (coll(5, state="entered"),), cpu_s=1.0))
+    found = diagnose(stuck, probe(0, r0=snap(0, frames=loading, cpu_s=1.0),
+                                  r1=snap(1, (coll(5, state="entered"),), cpu_s=1.0)), {0, 1}, {}, 20)
+    assert found.hung
+    assert found.lines()[-1] == ("  rank 0 waits for its DataLoader's worker processes (num_workers > 0), whose"
+                                 " stacks are not in the ranks' snapshots: a worker is stuck in the dataset (a lock,"
+                                 " a read that never returns) or slow; DataLoader(timeout=S) makes that wait fail"
+                                 " after S s")
+    fine = probe(5, r0=snap(0), r1=snap(1))
+    assert not any("DataLoader" in line for line in diagnose(fine, probe(0, r0=snap(0), r1=snap(1)), {0, 1}, {},
+                                                             20).lines())
+
+
 def test_the_first_divergence_is_the_same_collective_called_with_other_shapes():
     history = tuple(coll(s) for s in range(1, 21))
     snapshots = {0: snap(0, history + (coll(21, "float32[1]", "entered", at="desync.py:14"),)),
