@@ -20,8 +20,9 @@ INIT_HINT = ("every rank waits in init_process_group for its store: under torchr
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
              " (tcp://localhost:...) must be one every node reaches, where a store listens")
 
-# A rank whose main thread waits here waits for its DataLoader's worker processes.
-_LOADER_WAIT = ("torch/utils/data/dataloader.py", ("_try_get_data", "_get_data", "_next_data"))
+# A rank whose main thread waits here waits for its DataLoader's worker processes (the
+# multi-process iterator's own methods: the single-process one has a _next_data too).
+_LOADER_WAIT = ("torch/utils/data/dataloader.py", ("_try_get_data", "_get_data"))
 
 
 def loader_hint(ranks: list[int]) -> str:

@@ -130,6 +130,9 @@ def run_target(target: list[str]) -> None:
         runpy.run_module(target[1], run_name="__main__", alter_sys=True)
         return
     script = os.path.abspath(target[0])
+    if not os.path.exists(script):  # python3's words and status
+        print(f"{sys.executable}: can't open file {script!r}: [Errno 2] No such file or directory", file=sys.stderr)
+        sys.exit(2)
     sys.argv = [target[0], *target[1:]]
     sys.path[0] = os.path.dirname(script)
     runpy.run_path(script, run_name="__main__")
@@ -137,13 +140,18 @@ def run_target(target: list[str]) -> None:
 
 # Frames of this hook, of the recorder's wrappers (collective_log, ...) and of runpy: not the script's.
 _HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_RUNPY = ("runpy.py", "<frozen runpy>")
+_RUNPY = ("/runpy.py", "<frozen runpy>")
+
+
+def is_hook_frame(entry: Any) -> bool:
+    name = entry.tb_frame.f_code.co_filename
+    return name.startswith(_HOOK_DIR) or name.endswith(_RUNPY)
 
 
 def without_hook_frames(exc: BaseException) -> None:
     """Leave the hook's own frames out of ``exc``'s traceback, and out of those of the
-    exceptions it was raised from or during, so that the script's traceback reads as under
-    ``python3 script.py``."""
+    exceptions it was raised from or during (or groups), so that the script's traceback reads as
+    under ``python3 script.py``; an error the hook's own code raised keeps them."""
     seen: set[int] = set()
     pending: list[Optional[BaseException]] = [exc]
     while pending:
@@ -151,19 +159,21 @@ def without_hook_frames(exc: BaseException) -> None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        kept = []
+        entries = []
         entry = current.__traceback__
         while entry is not None:
-            name = entry.tb_frame.f_code.co_filename
-            if not (name.startswith(_HOOK_DIR) or name.endswith(_RUNPY)):
-                kept.append(entry)
+            entries.append(entry)
             entry = entry.tb_next
+        pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
+        if entries and entries[-1].tb_frame.f_code.co_filename.startswith(_HOOK_DIR):
+            continue  # raised by the hook's own code: its frames are the story
+        kept = [entry for entry in entries if not is_hook_frame(entry)]
         for earlier, later in zip(kept, kept[1:]):
             earlier.tb_next = later
         if kept:
             kept[-1].tb_next = None
-        current.__traceback__ = kept[0] if kept else current.__traceback__
-        pending += [current.__cause__, current.__context__]
+        # nothing of the script's (a syntax error in it): python3 shows no frame either
+        current.__traceback__ = kept[0] if kept else None
 
 
 def install_recorder(timeout_s: Optional[float]) -> None:
@@ -213,6 +223,7 @@ def main(argv: list[str]) -> None:
         install_gloo_shim()
     from orchestrate.node.progress import report_finished  # importable since install_recorder
 
+    uncaught: Optional[BaseException] = None
     try:
         run_target(target)
     except SystemExit as exc:
@@ -223,9 +234,28 @@ def main(argv: list[str]) -> None:
         raise  # Python's own ending for it (the exit status of SIGINT)
     except BaseException as exc:  # as python3 ends on it, but with the script's frames only
         without_hook_frames(exc)
-        sys.excepthook(type(exc), exc, exc.__traceback__)
-        sys.exit(1)
+        uncaught = exc
+    if uncaught is not None:
+        end_as_python_does(uncaught)
     report_finished()
+
+
+def end_as_python_does(exc: BaseException) -> None:
+    """What python3 does with an uncaught error: ``sys.last_*`` set, ``sys.excepthook`` called
+    outside any handler (and its own failure reported beside the error), exit status 1."""
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+    if sys.version_info >= (3, 12):
+        sys.last_exc = exc
+    try:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    except SystemExit:
+        raise
+    except BaseException as broken:
+        print("Error in sys.excepthook:", file=sys.stderr)
+        sys.__excepthook__(type(broken), broken, broken.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        sys.__excepthook__(type(exc), exc, exc.__traceback__)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

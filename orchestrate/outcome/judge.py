@@ -185,9 +185,12 @@ _NO_GPU_HINTS = (
     (("ProcessGroupNCCL is only supported with GPUs",),
      "these nodes have no GPU, and the script asks for NCCL: --nccl-as-gloo gives it gloo wherever it asks"
      " for nccl; what it puts on CUDA still needs a GPU"),
-    (("Found no NVIDIA driver", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available"),
-     "these nodes have no GPU, and the script puts tensors on CUDA: run on a GPU host (its GPUs are split"
-     " among the nodes), or let the script pick its device by torch.cuda.is_available()"),
+    (("Torch not compiled with CUDA enabled",),
+     "the nodes' torch is built without CUDA, and the script puts tensors on CUDA: use an image whose torch"
+     " has CUDA, or let the script pick its device by torch.cuda.is_available()"),
+    (("Found no NVIDIA driver", "No CUDA GPUs are available"),
+     "these nodes have no GPU, and the script puts tensors on CUDA: on a GPU host, run without --cpu (its"
+     " GPUs are split among the nodes), or let the script pick its device by torch.cuda.is_available()"),
 )
 
 

@@ -96,6 +96,14 @@ def test_a_rank_waiting_for_its_data_loader_gets_a_hint_on_its_worker_processes(
                                  " stacks are not in the ranks' snapshots: a worker is stuck in the dataset (a lock,"
                                  " a read that never returns) or slow; DataLoader(timeout=S) makes that wait fail"
                                  " after S s")
+    # no worker processes (num_workers=0): the dataset's own frame shows, and no hint
+    single = (Frame("train.py", 21, "<module>"), Frame(site, 732, "__next__"), Frame(site, 786, "_next_data"),
+              Frame("/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", 52, "fetch"),
+              Frame("data.py", 40, "__getitem__"), Frame("/usr/lib/python3.11/threading.py", 320, "wait"))
+    waiting = probe(5, r0=snap(0, frames=single), r1=snap(1, (coll(5, state="entered"),)))
+    lines = diagnose(waiting, probe(0, r0=snap(0, frames=single), r1=snap(1, (coll(5, state="entered"),))), {0, 1},
+                     {}, 20).lines()
+    assert not any("DataLoader" in line for line in lines), lines
     fine = probe(5, r0=snap(0), r1=snap(1))
     assert not any("DataLoader" in line for line in diagnose(fine, probe(0, r0=snap(0), r1=snap(1)), {0, 1}, {},
                                                              20).lines())

@@ -297,7 +297,7 @@ def test_a_script_that_needs_a_gpu_on_nodes_without_one_gets_a_hint(make_job):
     cuda = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, "RuntimeError: Found no NVIDIA driver on"
                                                                            " your system.")),
                        (NodePhase.SUCCEEDED, 0, 1.2, None))
-    assert "\n  hint: these nodes have no GPU, and the script puts tensors on CUDA: run on a GPU host" in \
+    assert "\n  hint: these nodes have no GPU, and the script puts tensors on CUDA: on a GPU host, run without --cpu" in \
         format_summary(outcome(cuda))
     # nodes with GPUs: the error is the script's own business
     gpu_plan = make_job(nodes=2, gpus_per_node=1, backend="nccl")
@@ -305,3 +305,19 @@ def test_a_script_that_needs_a_gpu_on_nodes_without_one_gets_a_hint(make_job):
                                                                               " available")),
                       (NodePhase.SUCCEEDED, 0, 1.2, None))
     assert "hint:" not in format_summary(outcome(gpu))
+
+
+def test_an_error_the_hooks_own_code_raised_keeps_its_frames():
+    callstack = ('Traceback (most recent call last):\n'
+                 '  File "/workspace/train.py", line 11, in main\n'
+                 '    torch.save(state, "ckpt.pt")\n'
+                 '  File "/opt/ddp-compose/orchestrate/node/storage_faults.py", line 80, in save\n'
+                 '    raise OSError(28, "No space left on device")\n'
+                 'OSError: [Errno 28] No space left on device\n')
+    cause = RootCause(1, 0, 1)
+    cause.add_error_file(json.dumps({"message": {"message": "OSError", "extraInfo": {"py_callstack": callstack}}}))
+    assert cause.traceback == callstack
+    # a user's own directory named like the hook's is the user's
+    mine = callstack.replace("/opt/ddp-compose/orchestrate/node/storage_faults.py", "/workspace/orchestrate/node/x.py")
+    cause.add_error_file(json.dumps({"message": {"message": "OSError", "extraInfo": {"py_callstack": mine}}}))
+    assert cause.traceback == mine

@@ -55,3 +55,29 @@ def test_a_scripts_uncaught_error_reads_as_under_python_with_no_frame_of_the_hoo
     assert f'File "{script}", line 7, in load' in tracebacks[-2]
     assert f'File "{script}", line 13, in <module>' in tracebacks[-1]
     assert tracebacks[-1].rstrip().endswith("ValueError: bad batch at step 3")
+
+
+def worker_stderr(tmp_path, script_text: str, name: str = "script.py") -> tuple[int, str]:
+    """Run one worker of ``script_text`` under the hook: torchrun's exit code and what the worker wrote."""
+    (tmp_path / name).write_text(script_text)
+    done = subprocess.run(hooked_torchrun(1, "--", name), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, PYTHONPATH=str(ROOT)), timeout=240)
+    # the worker's words come before torchrun's own report (its traceback, its ChildFailedError)
+    worker = done.stderr.split("torch/distributed/run.py", 1)[0]
+    return done.returncode, "\n".join(line for line in worker.splitlines() if not re.match(r"^[EWI]\d{4} ", line))
+
+
+def test_a_syntax_error_a_missing_script_and_a_users_excepthook_end_as_under_python(tmp_path):
+    code, said = worker_stderr(tmp_path, "x = (\n")
+    assert code != 0 and "SyntaxError: '(' was never closed" in said and "worker_start.py" not in said, said
+    done = subprocess.run(hooked_torchrun(1, "--", "nowhere.py"), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, PYTHONPATH=str(ROOT)), timeout=240)
+    assert "can't open file" in done.stderr and "No such file or directory" in done.stderr
+    assert "exitcode  : 2 " in done.stderr  # python3's status for it
+    code, said = worker_stderr(tmp_path, (
+        "import sys\n"
+        "def hook(kind, value, tb):\n"
+        "    print('hook:', sys.last_value is value, sys.exc_info()[0], file=sys.stderr)\n"
+        "sys.excepthook = hook\n"
+        "raise ValueError('x')\n"))
+    assert "hook: True None" in said, said  # as python3 calls it: sys.last_* set, outside any handler
