@@ -11,6 +11,8 @@ from typing import Optional
 from orchestrate.hangs.snapshots import Frame, debug_dir
 from orchestrate.hangs.stacks import call_made, users_frame
 from orchestrate.node.crash_stacks import crash_file
+from orchestrate.node.snapshot import HOOK_DIR, is_hook_file
+from orchestrate.plan.layout import PROJECT_MOUNT_DIR
 
 _FATAL = re.compile(r"^Fatal Python error: (?P<what>.+?)\s*$")
 # (newer Pythons name the thread: "Thread 0x00007f [MainThread] (most recent call first):")
@@ -18,8 +20,14 @@ _THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+(?: \[[
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>.+?)\s*$')
 # A DataLoader worker process's loop (a forked worker also shows the rank's frames below it).
 _LOADER_WORKER = "torch/utils/data/_utils/worker.py"
-# Frames of the hook that runs the script, not the script's own.
-_HOOK_FRAMES = ("/orchestrate/node/", "runpy.py", "<frozen runpy>")
+# The hook as the workers ran it: from the project's mount in the nodes, from this checkout on
+# the host (torchrun --standalone over it).
+HOOK_DIRS = (f"{PROJECT_MOUNT_DIR}/orchestrate/node/", HOOK_DIR)
+
+
+def is_workers_hook_file(filename: str) -> bool:
+    """Whether a frame a worker wrote (in a dump, a traceback) is the hook's, not the script's."""
+    return is_hook_file(filename, HOOK_DIRS)
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ def last_dump(text: str) -> Optional[CrashDump]:
     for line in lines[starts[-1] + 1:] + [""]:
         header = _THREAD.match(line)
         frame = _FRAME.match(line)
-        if frame and not any(hook in frame["file"] for hook in _HOOK_FRAMES):
+        if frame and not is_workers_hook_file(frame["file"]):
             frames.append(Frame(frame["file"], int(frame["line"]), frame["function"]))
         elif header or not line.strip():
             if frames or current:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from orchestrate.node.collective_log import CollectiveLog, relative
 
@@ -27,9 +27,14 @@ DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
 REQUEST_FILE = "request.json"
 POLL_S = 0.25
-# Frames of the hook that runs the script (runpy, this package) are not the script's.
-_HOOK_FILES = ("runpy.py", "<frozen runpy>")
-_HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# This package, where the hook runs it from (in the nodes: the project's mount).
+HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def is_hook_file(filename: str, hook_dirs: Tuple[str, ...] = (HOOK_DIR,)) -> bool:
+    """Whether a frame's file is the hook's (this package: the start-up hook, the recorder's
+    wrappers) or runpy's, which runs the script: not the script's own."""
+    return filename.startswith(hook_dirs) or filename.endswith("/runpy.py") or filename == "<frozen runpy>"
 
 
 def snapshot_file(directory: str, rank: int) -> str:
@@ -46,8 +51,7 @@ def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> Lis
             continue
         frames = [[relative(entry.filename), entry.lineno, entry.name, (entry.line or "").strip()]
                   for entry in traceback.extract_stack(frame)
-                  if not entry.filename.startswith(_HOOK_DIR)
-                  and not any(entry.filename.endswith(hook) for hook in _HOOK_FILES)]
+                  if not is_hook_file(entry.filename)]
         stacks.append({"thread": names.get(ident, str(ident)), "main": ident == main_ident, "frames": frames})
     stacks.sort(key=lambda s: not s["main"])
     return stacks

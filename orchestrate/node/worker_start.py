@@ -138,20 +138,12 @@ def run_target(target: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-# Frames of this hook, of the recorder's wrappers (collective_log, ...) and of runpy: not the script's.
-_HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_RUNPY = ("/runpy.py", "<frozen runpy>")
-
-
-def is_hook_frame(entry: Any) -> bool:
-    name = entry.tb_frame.f_code.co_filename
-    return name.startswith(_HOOK_DIR) or name.endswith(_RUNPY)
-
-
 def without_hook_frames(exc: BaseException) -> None:
     """Leave the hook's own frames out of ``exc``'s traceback, and out of those of the
     exceptions it was raised from or during (or groups), so that the script's traceback reads as
     under ``python3 script.py``; an error the hook's own code raised keeps them."""
+    from orchestrate.node.snapshot import HOOK_DIR, is_hook_file  # importable since install_recorder
+
     seen: set[int] = set()
     pending: list[Optional[BaseException]] = [exc]
     while pending:
@@ -165,9 +157,9 @@ def without_hook_frames(exc: BaseException) -> None:
             entries.append(entry)
             entry = entry.tb_next
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
-        if entries and entries[-1].tb_frame.f_code.co_filename.startswith(_HOOK_DIR):
+        if entries and entries[-1].tb_frame.f_code.co_filename.startswith(HOOK_DIR):
             continue  # raised by the hook's own code: its frames are the story
-        kept = [entry for entry in entries if not is_hook_frame(entry)]
+        kept = [entry for entry in entries if not is_hook_file(entry.tb_frame.f_code.co_filename)]
         for earlier, later in zip(kept, kept[1:]):
             earlier.tb_next = later
         if kept:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.plan.layout import PROJECT_MOUNT_DIR, RUN_DIR_MOUNT
+from orchestrate.hangs.crash_dump import HOOK_DIRS, is_workers_hook_file
+from orchestrate.plan.layout import RUN_DIR_MOUNT
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
 
@@ -79,12 +80,6 @@ class RootCause:
 
 
 _FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line \d+')
-# The workers' start-up hook and its wrappers, as mounted in the nodes.
-_HOOK_DIR = f"{PROJECT_MOUNT_DIR}/orchestrate/node/"
-
-
-def _is_hook_file(name: str) -> bool:
-    return name.startswith(_HOOK_DIR) or name.endswith("/runpy.py") or name == "<frozen runpy>"
 
 
 def without_hook_frames(traceback: str) -> str:
@@ -92,13 +87,13 @@ def without_hook_frames(traceback: str) -> str:
     collective recorder's wrappers in the script's calls): each such ``File`` line and the lines
     indented under it go; unchanged where the hook's own code raised (its frames are the story)."""
     frames = [m["file"] for m in map(_FRAME_LINE.match, traceback.splitlines()) if m]
-    if frames and frames[-1].startswith(_HOOK_DIR):
+    if frames and frames[-1].startswith(HOOK_DIRS):
         return traceback
     kept, skipping_under = [], None
     for line in traceback.splitlines():
         frame = _FRAME_LINE.match(line)
         if frame:
-            skipping_under = len(frame["indent"]) if _is_hook_file(frame["file"]) else None
+            skipping_under = len(frame["indent"]) if is_workers_hook_file(frame["file"]) else None
         elif skipping_under is not None and len(line) - len(line.lstrip()) <= skipping_under:
             skipping_under = None
         if skipping_under is None:
