@@ -161,10 +161,7 @@ def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_to
     others = [r for r in results if r.node.name != failure.node]
     if not others or any(r.state is not NodePhase.SUCCEEDED for r in others):
         return None
-    try:
-        name = signal.Signals(-failure.exit_code).name
-    except ValueError:
-        name = f"signal {-failure.exit_code}"
+    name = signal_name(failure.exit_code) or f"signal {-failure.exit_code}"
     rank = f" rank {failure.rank}" if failure.rank is not None else ""
     lines = [f"{failure.node}{rank} died by {name} after its peers finished: the job's work was done,"
              " and the worker process crashed while exiting."]
