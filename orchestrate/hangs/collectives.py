@@ -81,14 +81,15 @@ def waiting_in_different_groups(snapshots: dict[int, RankSnapshot]) -> Optional[
     for group, ranks in sorted(groups.items(), key=lambda item: min(item[1])):
         collective = waiting[min(ranks)]
         assert collective is not None
-        parts.append(f"{ranks_text(ranks)} wait in {collective.call} #{collective.seq} of group {group} at"
+        parts.append(f"{ranks_text(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {collective.call} #{collective.seq} of group {group} at"
                      f" {collective.at}")
     return Divergence("groups", "the ranks wait in different process groups: " + "; ".join(parts))
 
 
-def missing(snapshots: dict[int, RankSnapshot], expected: set[int],
-            absent_why: dict[int, str]) -> Optional[Divergence]:
-    """Step 3: where the waiting ranks wait, and who is not there (behind, or not answering)."""
+def missing(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],
+            elsewhere: Optional[dict[int, str]] = None) -> Optional[Divergence]:
+    """Step 3: where the waiting ranks wait, and who is not there (behind, or not answering);
+    ``elsewhere``: what a rank outside any collective waits for, past its own stack."""
     waiting = {rank: s.in_collective for rank, s in snapshots.items() if s.in_collective is not None}
     if not waiting:
         return None
@@ -104,20 +105,22 @@ def missing(snapshots: dict[int, RankSnapshot], expected: set[int],
             where = snapshots[rank].in_collective
             stack = snapshots[rank].stack
             doing = (f"in {where.call} #{where.seq} of group {where.group}" if where
-                     else f"not in a collective: {summary(stack)}" if stack else "not in a collective")
+                     else f"not in a collective: {summary(stack)}{(elsewhere or {}).get(rank, '')}" if stack
+                     else "not in a collective")
             behind.append(f"rank {rank} is at #{last} ({doing})")
     for rank in sorted(expected - set(snapshots)):
         behind.append(f"rank {rank} {absent_why.get(rank, 'did not answer')}")
     if not behind:
         return None
     where = "" if target.group == "default" else f" of group {target.group}"
-    text = f"{ranks_text(there)} wait in {target.call} #{target.seq}{where} at {target.at}; " + "; ".join(behind)
+    text = f"{ranks_text(there)} {'waits' if len(there) == 1 else 'wait'} in {target.call} #{target.seq}{where} at {target.at}; " + "; ".join(behind)
     return Divergence("missing", text, target.seq, target.group)
 
 
 def first_divergence(snapshots: dict[int, RankSnapshot], expected: Optional[set[int]] = None,
-                     absent_why: Optional[dict[int, str]] = None) -> Optional[Divergence]:
+                     absent_why: Optional[dict[int, str]] = None,
+                     elsewhere: Optional[dict[int, str]] = None) -> Optional[Divergence]:
     """The first place the ranks' collectives part (see the module's steps), or None when they
-    agree and everyone expected is there."""
+    agree and everyone expected is there (``elsewhere``: see :func:`missing`)."""
     return (mismatch(snapshots) or waiting_in_different_groups(snapshots)
-            or missing(snapshots, set(expected or snapshots), absent_why or {}))
+            or missing(snapshots, set(expected or snapshots), absent_why or {}, elsewhere))

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.hangs.collectives import Divergence, first_divergence
-from orchestrate.hangs.snapshots import Probe, RankSnapshot, last_snapshots
-from orchestrate.hangs.stacks import StackGroup, group_stacks, ranks_text
+from orchestrate.hangs.snapshots import (LOADER_WAIT_FILE, LOADER_WAIT_FUNCTIONS, LoaderSnapshot, Probe, RankSnapshot,
+                                         last_snapshots)
+from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
@@ -20,17 +21,51 @@ INIT_HINT = ("every rank waits in init_process_group for its store: under torchr
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
              " (tcp://localhost:...) must be one every node reaches, where a store listens")
 
-# A rank whose main thread waits here waits for its DataLoader's worker processes (the
-# multi-process iterator's own methods: the single-process one has a _next_data too).
-_LOADER_WAIT = ("torch/utils/data/dataloader.py", ("_try_get_data", "_get_data"))
+LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
+LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
 
 
-def loader_hint(ranks: list[int]) -> str:
-    """Where ranks wait for their DataLoader: what can be learned, and how to make it fail."""
-    one = len(set(ranks)) == 1
-    return (f"{ranks_text(ranks)} {'waits for its' if one else 'wait for their'} DataLoader's worker processes"
-            " (num_workers > 0), whose stacks are not in the ranks' snapshots: a worker is stuck in the dataset"
-            " (a lock, a read that never returns) or slow; DataLoader(timeout=S) makes that wait fail after S s")
+def loader_lines(rank: int, workers: list[LoaderSnapshot]) -> list[str]:
+    """What a rank waiting for its DataLoader waits for: each of its worker processes' place (the
+    busy ones' innermost frames too), or why they cannot be shown."""
+    if not workers:
+        return [f"{ranks_text([rank])} waits for its DataLoader's worker processes (num_workers > 0), which did not"
+                " answer (started by spawn or forkserver, or holding the GIL): one is stuck in the dataset (a lock,"
+                f" a read that never returns) or slow; {LOADER_TIMEOUT_HINT}"]
+    out = [f"{ranks_text([rank])} waits for its DataLoader's worker processes; {LOADER_TIMEOUT_HINT}:"]
+    for worker in workers:
+        out.append(f"  {loader_name(worker)}: {loader_place(worker)}")
+        if worker.idle:
+            continue
+        out += [f"      {f.short_file}:{f.line} in {f.function}" + (f": {f.code}" if f.code else "")
+                for f in worker.stack[-SHOWN_FRAMES:]]
+    return out
+
+
+def loader_place(worker: LoaderSnapshot) -> str:
+    return "idle, waits for the indices of its next batch" if worker.idle else summary(worker.stack)
+
+
+def loading_where(workers: list[LoaderSnapshot]) -> str:
+    """Where a rank's first DataLoader worker with a batch to load is ("" when all are idle)."""
+    worker = next((w for w in workers if not w.idle), None)
+    return "" if worker is None else f", for its DataLoader's {loader_name(worker)}: {summary(worker.stack)}"
+
+
+def loader_name(worker: LoaderSnapshot) -> str:
+    which = f"worker {worker.worker}" if worker.worker is not None else "a worker"
+    return f"{which} (pid {worker.pid})"
+
+
+def loader_shares(rank: int, before: Optional[Probe], now: Probe, interval_s: float) -> list[tuple[LoaderSnapshot, float]]:
+    """Each of a rank's DataLoader workers with the share of a core it used between two probes."""
+    earlier = {w.pid: w for w in (before.loaders.get(rank, []) if before is not None else [])}
+    out = []
+    for worker in now.loaders.get(rank, []):
+        past = earlier.get(worker.pid)
+        share = (worker.cpu_s - past.cpu_s) / interval_s if past is not None and interval_s > 0 else 0.0
+        out.append((worker, share))
+    return out
 
 
 @dataclass(frozen=True)
@@ -43,8 +78,9 @@ class RankActivity:
 
 
 def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapshot], interval_s: float,
-             absent_why: dict[int, str]) -> RankActivity:
-    """A rank's activity from its snapshots of two probes (``before`` may be missing)."""
+             absent_why: dict[int, str], loaders: tuple[tuple[LoaderSnapshot, float], ...] = ()) -> RankActivity:
+    """A rank's activity from its snapshots of two probes (``before`` may be missing); ``loaders``:
+    its DataLoader's workers, each with the share of a core it used meanwhile."""
     if now is None:
         why = absent_why.get(rank, "did not answer")
         return RankActivity(rank, "stopped" if "stopped" in why or "paused" in why else "absent", why)
@@ -55,6 +91,11 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
         return RankActivity(rank, "collective", f"waits in {collective.call} #{collective.seq} at {collective.at}")
     if share >= BUSY_CPU_SHARE:
         return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
+    loading = [(worker, used) for worker, used in loaders if used >= BUSY_CPU_SHARE]
+    if now.waits_for_data_loader and loading:
+        worker, used = max(loading, key=lambda pair: pair[1])
+        return RankActivity(rank, "busy", f"{LOADING_DATA}: its DataLoader's {loader_name(worker)} computes"
+                                          f" ({used:.0%} of a core) at {summary(worker.stack)}")
     return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
 
 
@@ -77,6 +118,9 @@ def progressed(before: Probe, now: Probe) -> bool:
             return True
         if cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
             return True
+        if snapshot.waits_for_data_loader and any(used >= BUSY_CPU_SHARE for _, used in
+                                                  loader_shares(rank, before, now, interval)):
+            return True  # its DataLoader's workers compute its next batch
     return False
 
 
@@ -92,6 +136,7 @@ class HangDiagnosis:
         activities: What each rank was doing.
         hung: No rank made progress between the probes (else: they are working, quietly).
         cause: What ended the run, when it did ("no progress for 20 s", "a collective timed out").
+        loaders: The DataLoader worker processes of each rank that waits for its DataLoader.
     """
 
     quiet_s: float
@@ -101,20 +146,26 @@ class HangDiagnosis:
     activities: list[RankActivity] = field(default_factory=list)
     hung: bool = True
     cause: str = ""
+    loaders: dict[int, list[LoaderSnapshot]] = field(default_factory=dict)
 
     @property
     def headline(self) -> str:
         """One line: what is wrong, or what the ranks are doing."""
         if not self.hung:
-            busy = [a.rank for a in self.activities if a.state == "busy"]
-            doing = f"{ranks_text(busy)} computing" if busy else "collectives completing"
+            busy = [a for a in self.activities if a.state == "busy"]
+            loading = [a.rank for a in busy if a.detail.startswith(LOADING_DATA)]
+            computing = [a.rank for a in busy if a.rank not in loading]
+            doing = ", ".join([f"{ranks_text(computing)} computing"] * bool(computing)
+                              + [f"{ranks_text(loading)} loading data"] * bool(loading)) or "collectives completing"
             return f"no output for {self.quiet_s:.0f} s, but the job is working: {doing}"
         cause = self.cause or f"no progress for {self.quiet_s:.0f} s"
         where = self.divergence.text if self.divergence else self.where_they_wait()
         return f"{cause}: {where}" if where else cause
 
     def where_they_wait(self) -> str:
-        return "; ".join(f"{ranks_text(g.ranks)}: {g.where}" for g in self.groups[:3])
+        return "; ".join(f"{ranks_text(g.ranks)}: {g.where}"
+                         + next((loading_where(self.loaders[r]) for r in g.ranks if loading_where(self.loaders.get(r, []))), "")
+                         for g in self.groups[:3])
 
     def lines(self) -> list[str]:
         """The headline, what each group of ranks is doing, the divergence and a hint."""
@@ -133,17 +184,24 @@ class HangDiagnosis:
             out.append(f"  {DEBUG_HINT}")
         if self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
             out.append(f"  {INIT_HINT}")
-        loading = [rank for g in self.groups if any(f.file.endswith(_LOADER_WAIT[0]) and f.function in _LOADER_WAIT[1]
-                                                    for f in g.stack) for rank in g.ranks]
-        if self.hung and loading:
-            out.append(f"  {loader_hint(loading)}")
+        if self.hung:
+            for rank in sorted(self.waiting_for_loaders):
+                out += ["  " + line for line in loader_lines(rank, self.loaders.get(rank, []))]
         return out
+
+    @property
+    def waiting_for_loaders(self) -> set[int]:
+        """The ranks whose main thread waits for their DataLoader's worker processes."""
+        return {rank for g in self.groups if any(f.file.endswith(LOADER_WAIT_FILE) and f.function in
+                                                 LOADER_WAIT_FUNCTIONS for f in g.stack) for rank in g.ranks}
 
     def to_json(self) -> dict[str, Any]:
         return {"headline": self.headline, "hung": self.hung, "quiet_s": self.quiet_s, "cause": self.cause,
                 "groups": [{"ranks": list(g.ranks), "where": g.where,
                             "stack": [[f.file, f.line, f.function] for f in g.stack]} for g in self.groups],
                 "divergence": None if self.divergence is None else self.divergence.text,
+                "loaders": {str(rank): [{**w.to_json(), "where": loader_place(w)} for w in workers]
+                            for rank, workers in self.loaders.items()},
                 "activities": [a.__dict__ for a in self.activities],
                 "collectives": {str(rank): entries for rank, entries in self.collectives.items()}}
 
@@ -155,15 +213,19 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
     interval = now.at - before.at if before is not None else 0.0
     ranks = sorted(expected | set(now.snapshots))
     activities = [activity(rank, before.snapshots.get(rank) if before else None, now.snapshots.get(rank), interval,
-                           absent_why) for rank in ranks]
+                           absent_why, tuple(loader_shares(rank, before, now, interval))) for rank in ranks]
+    loaders = {rank: list(workers) for rank, workers in now.loaders.items()
+               if rank in now.snapshots and now.snapshots[rank].waits_for_data_loader}
     return HangDiagnosis(
         quiet_s=quiet_s,
         groups=group_stacks(now.snapshots),
         collectives={rank: [c.__dict__ for c in s.collectives[-8:]] for rank, s in sorted(now.snapshots.items())},
-        divergence=first_divergence(now.snapshots, expected, absent_why),
+        divergence=first_divergence(now.snapshots, expected, absent_why,
+                                    {rank: loading_where(workers) for rank, workers in loaders.items()}),
         activities=activities,
         hung=before is None or not progressed(before, now),
         cause=cause,
+        loaders=loaders,
     )
 
 

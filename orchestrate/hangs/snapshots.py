@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from orchestrate.node.ddp_gradients import DESCRIBED as DDP_GRADIENTS
-from orchestrate.node.snapshot import REQUEST_FILE
+from orchestrate.node.snapshot import LOADER_PREFIX, REQUEST_FILE
 from orchestrate.plan.layout import DEBUG_SUBDIR
 # How long a request waits for the workers' answers (they look every 0.25 s).
 ANSWER_TIMEOUT_S = 3.0
+# A rank whose main thread waits here waits for its DataLoader's worker processes (the
+# multi-process iterator's own methods: the single-process one has a _next_data too).
+LOADER_WAIT_FILE = "torch/utils/data/dataloader.py"
+LOADER_WAIT_FUNCTIONS = ("_try_get_data", "_get_data")
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,11 @@ class RankSnapshot:
     reason: str = "requested"
 
     @property
+    def waits_for_data_loader(self) -> bool:
+        """Its main thread waits for the next batch from its DataLoader's worker processes."""
+        return any(f.file.endswith(LOADER_WAIT_FILE) and f.function in LOADER_WAIT_FUNCTIONS for f in self.stack)
+
+    @property
     def in_collective(self) -> Optional[Collective]:
         """The collective it waits in, if any."""
         last = self.collectives[-1] if self.collectives else None
@@ -95,13 +104,10 @@ class RankSnapshot:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RankSnapshot":
-        stacks = data.get("stacks") or []
-        main = next((s for s in stacks if s.get("main")), stacks[0] if stacks else {"frames": []})
         return cls(
             rank=int(data["rank"]), node=str(data.get("node", "")), pid=int(data.get("pid", 0)),
             time=float(data.get("time", 0.0)), cpu_s=float(data.get("cpu_s", 0.0)),
-            stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2]), str(f[3]) if len(f) > 3 else "")
-                        for f in main.get("frames", [])),
+            stack=main_stack(data),
             collectives=tuple(Collective(int(c["seq"]), str(c["op"]), str(c["group"]), str(c.get("shapes", "")),
                                          str(c.get("at", "?")), str(c.get("state", "")), str(c.get("error", "")))
                               for c in data.get("collectives", [])),
@@ -114,13 +120,57 @@ class RankSnapshot:
                 "collectives": [c.__dict__ for c in self.collectives]}
 
 
+def main_stack(data: dict[str, Any]) -> tuple[Frame, ...]:
+    """A snapshot's main thread's stack, outermost frame first."""
+    stacks = data.get("stacks") or []
+    main = next((s for s in stacks if s.get("main")), stacks[0] if stacks else {"frames": []})
+    return tuple(Frame(str(f[0]), int(f[1]), str(f[2]), str(f[3]) if len(f) > 3 else "")
+                 for f in main.get("frames", []))
+
+
+@dataclass(frozen=True)
+class LoaderSnapshot:
+    """What one of a rank's DataLoader worker processes wrote of itself."""
+
+    rank: int
+    pid: int
+    worker: Optional[int]  # its id in its DataLoader (None: not known yet)
+    workers: Optional[int]  # its DataLoader's num_workers
+    cpu_s: float
+    stack: tuple[Frame, ...]  # its loop's, outermost first
+
+    @property
+    def idle(self) -> bool:
+        """It waits for the indices of its next batch: it has nothing to load."""
+        loop = [i for i, f in enumerate(self.stack) if f.function == "_worker_loop"
+                and f.file.endswith("torch/utils/data/_utils/worker.py")]
+        called = self.stack[loop[-1] + 1] if loop and loop[-1] + 1 < len(self.stack) else None
+        return called is not None and called.file.endswith("multiprocessing/queues.py") and called.function == "get"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "LoaderSnapshot":
+        worker, workers = data.get("loader_worker"), data.get("loader_workers")
+        return cls(rank=int(data["rank"]), pid=int(data.get("pid", 0)),
+                   worker=None if worker is None else int(worker), workers=None if workers is None else int(workers),
+                   cpu_s=float(data.get("cpu_s", 0.0)), stack=main_stack(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "pid": self.pid, "worker": self.worker, "workers": self.workers,
+                "cpu_s": self.cpu_s, "stack": [[f.file, f.line, f.function, f.code] for f in self.stack]}
+
+
 @dataclass
 class Probe:
-    """One request's answers: the ranks that answered, and when."""
+    """One request's answers: the ranks that answered, when, and their DataLoaders' workers."""
 
     request: str
     at: float
     snapshots: dict[int, RankSnapshot] = field(default_factory=dict)
+    loaders: dict[int, list[LoaderSnapshot]] = field(default_factory=dict)  # by rank, by worker id
+
+    def loader_workers_missing(self) -> bool:
+        """A rank waits for its DataLoader, and none of its loader's workers answered yet."""
+        return any(s.waits_for_data_loader and not self.loaders.get(rank) for rank, s in self.snapshots.items())
 
 
 def debug_dir(run_dir: Path) -> Path:
@@ -137,8 +187,14 @@ def read_snapshot(path: Path) -> Optional[tuple[str, RankSnapshot]]:
 
 
 def ask_snapshots(directory: Path) -> str:
-    """Ask every worker for its snapshot (they look every 0.25 s); return the request's id."""
+    """Ask every worker for its snapshot (they look every 0.25 s); return the request's id. The
+    DataLoader workers' earlier answers go (those workers come and go with each epoch)."""
     directory.mkdir(parents=True, exist_ok=True)
+    for earlier in directory.glob(f"{LOADER_PREFIX}*.json"):
+        try:
+            earlier.unlink()
+        except OSError:
+            pass  # gone meanwhile, or not ours to remove: its request id tells it apart anyway
     request = uuid.uuid4().hex[:12]
     temporary = directory / f".{REQUEST_FILE}.{request}"
     temporary.write_text(json.dumps({"id": request, "time": time.time()}))
@@ -153,21 +209,33 @@ def answers(directory: Path, request: str, at: float) -> Probe:
         found = read_snapshot(path)
         if found is not None and found[0] == request:
             probe.snapshots[found[1].rank] = found[1]
+    for path in directory.glob(f"{LOADER_PREFIX}*.json"):
+        try:
+            data = json.loads(path.read_text())
+            if str(data.get("request", "")) == request:
+                loader = LoaderSnapshot.from_json(data)
+                probe.loaders.setdefault(loader.rank, []).append(loader)
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue  # gone meanwhile, or half of another request's
+    for workers in probe.loaders.values():
+        workers.sort(key=lambda w: (w.worker is None, w.worker or 0, w.pid))
     return probe
 
 
 def request_snapshots(directory: Path, expected: Iterable[int], timeout_s: float = ANSWER_TIMEOUT_S,
                       clock: Callable[[], float] = time.monotonic,
                       sleep: Callable[[float], None] = time.sleep) -> Probe:
-    """Ask every worker for its snapshot and wait until the ``expected`` ranks answered (at most
-    ``timeout_s``); the answers of other ranks are taken too (an elastic run's ranks change)."""
+    """Ask every worker for its snapshot and wait until the ``expected`` ranks answered, and the
+    DataLoader workers of those that wait for one (at most ``timeout_s``); the answers of other
+    ranks are taken too (an elastic run's ranks change)."""
     request = ask_snapshots(directory)
     asked_at = clock()
     wanted = set(expected)
     deadline = asked_at + timeout_s
     while True:
         probe = answers(directory, request, asked_at)
-        if wanted <= set(probe.snapshots) or clock() >= deadline:
+        answered = wanted <= set(probe.snapshots) and not probe.loader_workers_missing()
+        if answered or clock() >= deadline:
             return probe
         sleep(0.1)
 

@@ -8,10 +8,15 @@ waits in a collective (collectives release the GIL). A worker that is stopped (S
 container) cannot answer: the launcher tells those apart. A collective that fails writes the
 record at once (``reason: "collective failed"``), so that it outlives the process.
 
+A DataLoader's worker processes (``num_workers > 0``, forked: the default on Linux) answer too,
+each in ``loader-rank<RANK>-<PID>.json``: a rank that waits for its next batch waits for them,
+and a fork carries none of the rank's threads, so each starts its own as torch starts its loop.
+
 Standard library only.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -26,6 +31,7 @@ from orchestrate.node.collective_log import CollectiveLog, relative
 DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
 REQUEST_FILE = "request.json"
+LOADER_PREFIX = "loader-"
 POLL_S = 0.25
 # This package, where the hook runs it from (in the nodes: the project's mount).
 HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -39,6 +45,10 @@ def is_hook_file(filename: str, hook_dirs: Tuple[str, ...] = (HOOK_DIR,)) -> boo
 
 def snapshot_file(directory: str, rank: int) -> str:
     return os.path.join(directory, f"rank{rank}.json")
+
+
+def loader_snapshot_file(directory: str, rank: int, pid: int) -> str:
+    return os.path.join(directory, f"{LOADER_PREFIX}rank{rank}-{pid}.json")
 
 
 def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> List[Dict[str, Any]]:
@@ -64,7 +74,7 @@ class SnapshotWriter:
         self.directory = directory
         self.rank = rank
         self.log = log
-        self.main_ident = threading.main_thread().ident
+        self.main_ident = threading.get_ident()  # the thread that runs the script (or a loader's loop)
         self.answered: Optional[str] = None
         self.server_ident: Optional[int] = None
         self.write_lock = threading.Lock()
@@ -77,13 +87,20 @@ class SnapshotWriter:
             "node": os.environ.get(NODE_ENV) or socket.gethostname(),
             "time": time.time(), "cpu_s": time.process_time(), "collectives": self.log.snapshot(),
             "completed": self.log.completed, "stacks": thread_stacks(self.main_ident, self.server_ident),
+            **self.more(),
         }
-        target = snapshot_file(self.directory, self.rank)
+        target = self.target()
         temporary = f"{target}.{os.getpid()}.tmp"
         with self.write_lock:
             with open(temporary, "w", encoding="utf-8") as handle:
                 json.dump(record, handle)
             os.replace(temporary, target)
+
+    def target(self) -> str:
+        return snapshot_file(self.directory, self.rank)
+
+    def more(self) -> Dict[str, Any]:
+        return {}
 
     def pending_request(self) -> Optional[str]:
         """The id of a request not yet answered, if there is one."""
@@ -112,6 +129,51 @@ class SnapshotWriter:
         self.write("failed", "collective failed")
 
 
+class LoaderSnapshotWriter(SnapshotWriter):
+    """Answers for one of a rank's DataLoader worker processes: its stacks and CPU time, which
+    worker of its loader it is; no collectives (a loader's worker makes none)."""
+
+    def __init__(self, directory: str, rank: int) -> None:
+        super().__init__(directory, rank, CollectiveLog())
+
+    def target(self) -> str:
+        return loader_snapshot_file(self.directory, self.rank, os.getpid())
+
+    def more(self) -> Dict[str, Any]:
+        from torch.utils.data import get_worker_info  # a loader's worker has torch: it runs the loop
+
+        info = get_worker_info()  # set by the loop once the worker's signal handlers are in
+        return {"loader_worker": None if info is None else info.id,
+                "loader_workers": None if info is None else info.num_workers}
+
+
+def serve(writer: SnapshotWriter) -> None:
+    threading.Thread(target=writer.serve, name="ddp-compose-snapshots", daemon=True).start()
+
+
+def answer_in_data_loader_workers(directory: str, rank: int) -> None:
+    """Start answering in each DataLoader worker process as torch sets its signal handlers, the
+    first thing its loop does (a forked worker inherits the patched function; a spawned one
+    starts without the hook, and does not answer)."""
+    from torch.utils.data._utils import signal_handling
+
+    original = signal_handling._set_worker_signal_handlers
+    answering_in: List[int] = []  # the process that answers (torch's function may be called twice)
+
+    @functools.wraps(original)
+    def set_worker_signal_handlers(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if os.getpid() not in answering_in:
+            answering_in[:] = [os.getpid()]
+            try:
+                serve(LoaderSnapshotWriter(directory, rank))
+            except RuntimeError:
+                pass  # no thread can start (the interpreter is shutting down): the worker does not answer
+        return result
+
+    signal_handling._set_worker_signal_handlers = set_worker_signal_handlers
+
+
 def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
     """Start answering requests in ``directory`` (None when it is not there)."""
     from orchestrate.node import collective_log
@@ -120,5 +182,7 @@ def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
         return None
     writer = SnapshotWriter(directory, int(os.environ.get("RANK", "0")), log)
     collective_log._failure_hooks.append(writer.on_collective_failed)
-    threading.Thread(target=writer.serve, name="ddp-compose-snapshots", daemon=True).start()
+    serve(writer)
+    collective_log.when_imported("torch.utils.data._utils.signal_handling",
+                                 lambda: answer_in_data_loader_workers(directory, writer.rank))
     return writer

@@ -201,7 +201,8 @@ def chaos_section(chaos: dict) -> list[str]:
 
 def hang_section(hang: dict) -> list[str]:
     """Where every rank waited: the groups of ranks by stack, the first divergence of their
-    collectives, each rank's last collectives."""
+    collectives, the DataLoader workers of the ranks that wait for theirs, each rank's last
+    collectives."""
     esc = html.escape
     parts = ["<h2>Where every rank waited</h2>"]
     if hang.get("headline"):
@@ -211,6 +212,13 @@ def hang_section(hang: dict) -> list[str]:
     parts.append(_table(("ranks", "where", "innermost frames"), rows, "hang-groups"))
     if hang.get("divergence"):
         parts.append(f'<p id="hang-divergence"><b>First divergence:</b> {esc(hang["divergence"])}</p>')
+    loaders = [(rank, w.get("worker"), w.get("pid"), w.get("where", ""),
+                "\n".join(f"{f[0]}:{f[1]} in {f[2]}" for f in (w.get("stack") or [])[-4:]))
+               for rank, workers in sorted((hang.get("loaders") or {}).items(), key=lambda item: int(item[0]))
+               for w in workers]
+    if loaders:
+        parts.append("<p>The DataLoader worker processes of the ranks that wait for theirs:</p>" + _table(
+            ("rank", "worker", "pid", "where", "innermost frames"), loaders, "hang-loaders"))
     absent = [(a.get("rank"), a.get("state"), a.get("detail")) for a in hang.get("activities", [])
               if a.get("state") in ("stopped", "absent", "busy")]
     if absent:

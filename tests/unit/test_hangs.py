@@ -12,7 +12,8 @@ import pytest
 
 from orchestrate.hangs.collectives import first_divergence
 from orchestrate.hangs.diagnosis import diagnose, timeout_diagnosis
-from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot, last_snapshots, request_snapshots
+from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
+                                         request_snapshots)
 from orchestrate.hangs.stacks import group_stacks, ranks_text
 from orchestrate.hangs.watchdog import HangWatch
 from orchestrate.node.collective_log import CollectiveLog, describe_tensors
@@ -83,19 +84,66 @@ def test_a_rank_in_torchs_code_is_placed_at_the_call_its_script_made_past_the_de
     assert not any("init_method" in line for line in found.lines())  # rank 1 is past it
 
 
-def test_a_rank_waiting_for_its_data_loader_gets_a_hint_on_its_worker_processes():
-    site = "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py"
-    loading = (Frame("train.py", 21, "<module>"), Frame(site, 732, "__next__"), Frame(site, 1482, "_next_data"),
-               Frame(site, 1444, "_get_data"), Frame(site, 1275, "_try_get_data"),
-               Frame("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"))
-    stuck = probe(5, r0=snap(0, frames=loading, cpu_s=1.0), r1=snap(1, (coll(5, state="entered"),), cpu_s=1.0))
-    found = diagnose(stuck, probe(0, r0=snap(0, frames=loading, cpu_s=1.0),
-                                  r1=snap(1, (coll(5, state="entered"),), cpu_s=1.0)), {0, 1}, {}, 20)
+SITE = "/opt/venv/lib/python3.11/site-packages"
+LOADING = (Frame("train.py", 21, "<module>"), Frame(f"{SITE}/torch/utils/data/dataloader.py", 732, "__next__"),
+           Frame(f"{SITE}/torch/utils/data/dataloader.py", 1482, "_next_data"),
+           Frame(f"{SITE}/torch/utils/data/dataloader.py", 1444, "_get_data"),
+           Frame(f"{SITE}/torch/utils/data/dataloader.py", 1275, "_try_get_data"),
+           Frame("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"))
+LOOP = Frame(f"{SITE}/torch/utils/data/_utils/worker.py", 315, "_worker_loop")
+IDLE_WORKER = (Frame("/usr/lib/python3.11/multiprocessing/process.py", 108, "run"), LOOP,
+               Frame("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"),
+               Frame("/usr/lib/python3.11/multiprocessing/connection.py", 257, "poll"))
+READING_WORKER = (Frame("/usr/lib/python3.11/multiprocessing/process.py", 108, "run"), LOOP,
+                  Frame(f"{SITE}/torch/utils/data/_utils/fetch.py", 52, "fetch"),
+                  Frame("data.py", 40, "__getitem__", "time.sleep(100000)"))
+
+
+def loader(rank: int, worker: int, stack: tuple[Frame, ...], cpu_s: float = 0.5) -> LoaderSnapshot:
+    return LoaderSnapshot(rank, 200 + worker, worker, 2, cpu_s, stack)
+
+
+def test_a_rank_waiting_for_its_data_loader_is_shown_with_its_worker_processes():
+    def loading_probe(at: float, worker_cpu_s: float) -> Probe:
+        found = probe(at, r0=snap(0, frames=LOADING, cpu_s=1.0), r1=snap(1, (coll(5, state="entered"),), cpu_s=1.0))
+        found.loaders = {0: [loader(0, 0, IDLE_WORKER), loader(0, 1, READING_WORKER, worker_cpu_s)]}
+        return found
+
+    found = diagnose(loading_probe(5, 0.5), loading_probe(0, 0.5), {0, 1}, {}, 20)
     assert found.hung
-    assert found.lines()[-1] == ("  rank 0 waits for its DataLoader's worker processes (num_workers > 0), whose"
-                                 " stacks are not in the ranks' snapshots: a worker is stuck in the dataset (a lock,"
-                                 " a read that never returns) or slow; DataLoader(timeout=S) makes that wait fail"
-                                 " after S s")
+    assert found.headline == ("no progress for 20 s: rank 1 waits in all_reduce(float32[4]) #5 at desync.py:11;"
+                              " rank 0 is at #0 (not in a collective: __next__ at train.py:21 in <module>, for its"
+                              " DataLoader's worker 1 (pid 201): __getitem__ at data.py:40)")
+    lines = found.lines()
+    start = lines.index("  rank 0 waits for its DataLoader's worker processes; DataLoader(timeout=S) makes that wait"
+                        " fail after S s:")
+    assert lines[start + 1:] == ["    worker 0 (pid 200): idle, waits for the indices of its next batch",
+                                 "    worker 1 (pid 201): __getitem__ at data.py:40",
+                                 "        /usr/lib/python3.11/multiprocessing/process.py:108 in run",
+                                 "        torch/utils/data/_utils/worker.py:315 in _worker_loop",
+                                 "        torch/utils/data/_utils/fetch.py:52 in fetch",
+                                 "        data.py:40 in __getitem__: time.sleep(100000)"]
+    assert found.to_json()["loaders"]["0"][1]["pid"] == 201
+    # a worker computing its batch is progress: the rank is loading data, not hung
+    working = diagnose(loading_probe(5, 3.0), loading_probe(0, 0.5), {0, 1}, {}, 20)
+    assert not working.hung
+    assert working.activities[0].state == "busy"
+    assert working.headline == "no output for 20 s, but the job is working: rank 0 loading data"
+    assert working.activities[0].detail == ("loading data: its DataLoader's worker 1 (pid 201) computes (50% of a"
+                                            " core) at __getitem__ at data.py:40")
+    assert "  rank 0 is loading data: its DataLoader's worker 1 (pid 201) computes" in "\n".join(working.lines())
+    # another worker process (a new epoch's) is no CPU of the one before
+    renewed = loading_probe(5, 3.0)
+    renewed.loaders[0][1] = LoaderSnapshot(0, 301, 1, 2, 3.0, READING_WORKER)
+    assert diagnose(renewed, loading_probe(0, 0.5), {0, 1}, {}, 20).hung
+    # workers that did not answer (spawned, or holding the GIL): said so, with what can be done
+    silent = diagnose(probe(5, r0=snap(0, frames=LOADING), r1=snap(1, (coll(5, state="entered"),))),
+                      probe(0, r0=snap(0, frames=LOADING), r1=snap(1, (coll(5, state="entered"),))), {0, 1}, {}, 20)
+    assert silent.lines()[-1] == ("  rank 0 waits for its DataLoader's worker processes (num_workers > 0), which did"
+                                  " not answer (started by spawn or forkserver, or holding the GIL): one is stuck in"
+                                  " the dataset (a lock, a read that never returns) or slow; DataLoader(timeout=S)"
+                                  " makes that wait fail after S s")
+    site = f"{SITE}/torch/utils/data/dataloader.py"
     # no worker processes (num_workers=0): the dataset's own frame shows, and no hint
     single = (Frame("train.py", 21, "<module>"), Frame(site, 732, "__next__"), Frame(site, 786, "_next_data"),
               Frame("/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", 52, "fetch"),
@@ -150,8 +198,8 @@ def test_ranks_waiting_in_different_process_groups_have_diverged():
                  1: snap(1, (coll(3, op="barrier", shapes="", state="entered"),))}
     found = first_divergence(snapshots)
     assert found is not None and found.kind == "groups"
-    assert "rank 0 wait in all_reduce(float32[4]) #5 of group ranks 0,1" in found.text
-    assert "rank 1 wait in barrier() #3 of group default" in found.text
+    assert "rank 0 waits in all_reduce(float32[4]) #5 of group ranks 0,1" in found.text
+    assert "rank 1 waits in barrier() #3 of group default" in found.text
 
 
 def test_ranks_that_agree_and_are_all_there_do_not_diverge():
@@ -273,7 +321,7 @@ def test_a_stopped_rank_is_named_with_why_it_cannot_answer():
     watched.watch.progress(0.0)
     found = watched.until(40)
     assert found is not None
-    assert found.headline.endswith("rank 0 wait in all_reduce(float32[4]) #2 at desync.py:11; rank 1 is stopped:"
+    assert found.headline.endswith("rank 0 waits in all_reduce(float32[4]) #2 at desync.py:11; rank 1 is stopped:"
                                    " its process on node1 got SIGSTOP (injected fault hang-rank:1@t=5)")
     assert [a.state for a in found.activities] == ["collective", "stopped"]
 
@@ -297,6 +345,37 @@ def test_requests_are_answered_in_the_debug_directory_and_stale_answers_ignored(
     assert (zero.node, zero.cpu_s, zero.completed, zero.stack) == ("node0", 1.5, 3, (Frame("a.py", 1, "<module>", "x()"),))
     assert zero.in_collective == coll(1, "", "entered", op="barrier", at="a.py:1")
     assert set(last_snapshots(tmp_path)) == {0, 1}
+
+
+def test_a_rank_waiting_for_its_data_loader_is_answered_with_its_loaders_workers(tmp_path):
+    frames = [[f.file, f.line, f.function, f.code] for f in LOADING]
+    (tmp_path / "loader-rank0-90.json").write_text(json.dumps({"request": "old", "rank": 0, "pid": 90, "stacks": []}))
+    asked: list[str] = []
+
+    def answer(_seconds: float) -> None:  # the rank at once; its loader's workers one call later
+        request = json.loads((tmp_path / "request.json").read_text())["id"]
+        asked.append(request)
+        (tmp_path / "rank0.json").write_text(json.dumps({
+            "request": request, "rank": 0, "pid": 7, "stacks": [{"main": True, "frames": frames}]}))
+        if len(asked) < 2:
+            return
+        for pid, worker in ((12, 1), (11, 0)):
+            (tmp_path / f"loader-rank0-{pid}.json").write_text(json.dumps({
+                "request": request, "rank": 0, "pid": pid, "cpu_s": 0.25, "loader_worker": worker,
+                "loader_workers": 2, "stacks": [{"main": True, "frames": [["data.py", 40, "__getitem__", ""]]}]}))
+
+    ticks = iter(range(100))
+    got = request_snapshots(tmp_path, {0}, timeout_s=5, clock=lambda: float(next(ticks)), sleep=answer)
+    assert not (tmp_path / "loader-rank0-90.json").exists()  # an earlier request's worker, gone with it
+    assert len(asked) == 2  # it waited for the workers of the rank that waits for them
+    assert [(w.worker, w.pid, w.workers, w.cpu_s) for w in got.loaders[0]] == [(0, 11, 2, 0.25), (1, 12, 2, 0.25)]
+    assert got.loaders[0][0].stack == (Frame("data.py", 40, "__getitem__"),)
+    assert set(got.snapshots) == {0} and got.snapshots[0].waits_for_data_loader
+    # a rank that does not wait for its loader is not waited for: one call, no worker asked for
+    asked.clear()
+    frames[:] = [["a.py", 1, "<module>", ""]]
+    got = request_snapshots(tmp_path, {0}, timeout_s=5, clock=lambda: float(next(ticks)), sleep=answer)
+    assert len(asked) == 1 and got.loaders == {}
 
 
 def test_a_collective_that_timed_out_is_diagnosed_from_what_the_ranks_wrote_as_it_failed(tmp_path):

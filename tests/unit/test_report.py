@@ -108,6 +108,26 @@ def test_a_crash_and_a_caught_mismatch_say_where_on_the_page():
     assert 'id="crashed"' not in plain and 'id="divergence"' not in plain
 
 
+def test_a_hang_for_a_data_loader_shows_its_worker_processes_on_the_page():
+    from orchestrate.hangs.diagnosis import diagnose
+    from tests.unit.test_hangs import IDLE_WORKER, LOADING, READING_WORKER, coll, loader, probe, snap
+
+    def look(at: float) -> object:
+        found = probe(at, r0=snap(0, frames=LOADING), r1=snap(1, (coll(5, state="entered"),)))
+        found.loaders = {0: [loader(0, 0, IDLE_WORKER), loader(0, 1, READING_WORKER)]}
+        return found
+
+    hang = diagnose(look(5), look(0), {0, 1}, {}, 20).to_json()
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                    "outcome": {"succeeded": False, "exit_code": 1, "hang": hang}}))
+    table = page[page.index('id="hang-loaders"'):].split("</table>")[0]
+    assert "<td>0</td><td>1</td><td>201</td><td>__getitem__ at data.py:40</td>" in table
+    assert "idle, waits for the indices of its next batch" in table
+    quiet = dict(hang, loaders={})
+    assert 'id="hang-loaders"' not in render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                                             "outcome": {"succeeded": False, "hang": quiet}}))
+
+
 def test_the_last_lines_of_a_node_that_failed_before_its_ranks_name_the_node_alone():
     failure = {"node": "node3", "rank": None, "describe": "node3 failed (exit code 1)", "reason": "",
                "last_lines": ["RendezvousClosedError"]}

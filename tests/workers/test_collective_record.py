@@ -1,6 +1,7 @@
 """The workers' collective record and snapshots under real torchrun and gloo: a desync is seen
-where it happens, DDP's backward passes too, a hung worker answers with its stack, --collective-timeout reaches a plain
-script's process group, and the hook imports no torch before the script does."""
+where it happens, DDP's backward passes too, a hung worker answers with its stack, so do its
+DataLoader's worker processes, --collective-timeout reaches a plain script's process group, and
+the hook imports no torch before the script does."""
 from __future__ import annotations
 
 import json
@@ -9,12 +10,16 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from orchestrate.hangs.collectives import first_divergence
+from orchestrate.hangs.diagnosis import diagnose
 from orchestrate.hangs.snapshots import request_snapshots
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
 DESYNC = ROOT / "tests" / "jobs" / "desync.py"
 DDP_BARRIER = ROOT / "tests" / "jobs" / "ddp_rank_barrier.py"
+LOADER_STUCK = ROOT / "tests" / "jobs" / "loader_stuck.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -151,3 +156,41 @@ def test_the_hook_imports_no_torch_before_the_script_does(tmp_path):
     assert proc.returncode == 0, output[-2000:]
     assert output.count("torch before the script: False") == 2
     assert output.count("recorded: True") == 2
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["stuck", "slow"])
+def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_hung_slow_one_working(tmp_path, slow):
+    proc = start(tmp_path, "--", str(LOADER_STUCK), *(["--slow"] if slow else []))
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # until rank 0 waits for its loader, and the worker with item 37 is in the dataset
+            before = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=3)
+            zero = before.snapshots.get(0)
+            if zero is not None and zero.waits_for_data_loader and any(
+                    f.file == str(LOADER_STUCK) and f.function in ("__getitem__", "decode_for_minutes", "<genexpr>")
+                    for w in before.loaders.get(0, []) for f in w.stack):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "rank 0 never waited for its DataLoader"
+            time.sleep(0.5)
+        time.sleep(2)  # two looks some seconds apart, as the watchdog takes them
+        now = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=3)
+    finally:
+        stop(proc)
+    assert {w.worker for w in now.loaders[0]} == {0, 1} and all(w.workers == 2 for w in now.loaders[0])
+    busy, idle = now.loaders[0]  # batch 4 (items 32-39) is worker 0's; worker 1 has loaded its two
+    assert idle.idle and not busy.idle
+    assert all(w.idle for w in now.loaders[1])  # rank 1's have loaded theirs: it waits in DDP's all-reduce
+    found = diagnose(now, before, {0, 1}, {}, 20)
+    assert set(found.loaders) == {0}  # shown for the rank that waits for them
+    if slow:  # a decoder at work is progress: not hung
+        assert not found.hung, found.lines()
+        assert found.activities[0].state == "busy", found.activities
+        assert found.activities[0].detail.startswith(f"loading data: its DataLoader's worker 0 (pid {busy.pid})")
+        assert "loader_stuck.py:" in found.activities[0].detail
+    else:
+        read = line_of(LOADER_STUCK, "# READ")
+        assert found.hung
+        assert found.headline.endswith(f"(not in a collective: __next__ at loader_stuck.py:{line_of(LOADER_STUCK, 'for batch in')}"
+                                       f" in <module>, for its DataLoader's worker 0 (pid {busy.pid}): __getitem__"
+                                       f" at loader_stuck.py:{read})"), found.headline
+        assert f"    worker 1 (pid {idle.pid}): idle, waits for the indices of its next batch" in found.lines()
