@@ -30,11 +30,11 @@ def loader_lines(rank: int, workers: list[LoaderSnapshot]) -> list[str]:
     busy ones' innermost frames too), or why they cannot be shown."""
     if not workers:
         return [f"{ranks_text([rank])} waits for its DataLoader's worker processes (num_workers > 0), which did not"
-                " answer (started by spawn or forkserver, or holding the GIL): one is stuck in the dataset (a lock,"
-                f" a read that never returns) or slow; {LOADER_TIMEOUT_HINT}"]
+                " answer (started by spawn or forkserver, holding the GIL, or started after the request): one is"
+                f" stuck in the dataset (a lock, a read that never returns) or slow; {LOADER_TIMEOUT_HINT}"]
     out = [f"{ranks_text([rank])} waits for its DataLoader's worker processes; {LOADER_TIMEOUT_HINT}:"]
     for worker in workers:
-        out.append(f"  {loader_name(worker)}: {loader_place(worker)}")
+        out.append(f"  {loader_name(worker, workers)}: {loader_place(worker)}")
         if worker.idle:
             continue
         out += [f"      {f.short_file}:{f.line} in {f.function}" + (f": {f.code}" if f.code else "")
@@ -46,14 +46,21 @@ def loader_place(worker: LoaderSnapshot) -> str:
     return "idle, waits for the indices of its next batch" if worker.idle else summary(worker.stack)
 
 
-def loading_where(workers: list[LoaderSnapshot]) -> str:
+def loading_where(workers: list[LoaderSnapshot], whose: str = "its") -> str:
     """Where a rank's first DataLoader worker with a batch to load is ("" when all are idle)."""
     worker = next((w for w in workers if not w.idle), None)
-    return "" if worker is None else f", for its DataLoader's {loader_name(worker)}: {summary(worker.stack)}"
+    if worker is None:
+        return ""
+    return f", for {whose} DataLoader's {loader_name(worker, workers)}: {summary(worker.stack)}"
 
 
-def loader_name(worker: LoaderSnapshot) -> str:
+def loader_name(worker: LoaderSnapshot, workers: list[LoaderSnapshot]) -> str:
+    """``worker 1 (pid 18)``; ``worker 0 of DataLoader 2 (pid 20)`` where the rank has several
+    (numbered oldest first, as ``workers`` is ordered)."""
     which = f"worker {worker.worker}" if worker.worker is not None else "a worker"
+    loaders = list(dict.fromkeys(w.loader for w in workers))
+    if len(loaders) > 1:
+        which += f" of DataLoader {loaders.index(worker.loader) + 1}"
     return f"{which} (pid {worker.pid})"
 
 
@@ -94,7 +101,7 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     loading = [(worker, used) for worker, used in loaders if used >= BUSY_CPU_SHARE]
     if now.waits_for_data_loader and loading:
         worker, used = max(loading, key=lambda pair: pair[1])
-        return RankActivity(rank, "busy", f"{LOADING_DATA}: its DataLoader's {loader_name(worker)} computes"
+        return RankActivity(rank, "busy", f"{LOADING_DATA}: its DataLoader's {loader_name(worker, [w for w, _ in loaders])} computes"
                                           f" ({used:.0%} of a core) at {summary(worker.stack)}")
     return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
 
@@ -163,9 +170,16 @@ class HangDiagnosis:
         return f"{cause}: {where}" if where else cause
 
     def where_they_wait(self) -> str:
-        return "; ".join(f"{ranks_text(g.ranks)}: {g.where}"
-                         + next((loading_where(self.loaders[r]) for r in g.ranks if loading_where(self.loaders.get(r, []))), "")
-                         for g in self.groups[:3])
+        return "; ".join(f"{ranks_text(g.ranks)}: {g.where}{self.group_loading_where(g.ranks)}" for g in self.groups[:3])
+
+    def group_loading_where(self, ranks: tuple[int, ...]) -> str:
+        """Where the first of these ranks' DataLoader workers with a batch to load is."""
+        whose = "its" if len(ranks) == 1 else None
+        for rank in ranks:
+            found = loading_where(self.loaders.get(rank, []), whose or f"rank {rank}'s")
+            if found:
+                return found
+        return ""
 
     def lines(self) -> list[str]:
         """The headline, what each group of ranks is doing, the divergence and a hint."""

@@ -137,26 +137,39 @@ class LoaderSnapshot:
     worker: Optional[int]  # its id in its DataLoader (None: not known yet)
     workers: Optional[int]  # its DataLoader's num_workers
     cpu_s: float
-    stack: tuple[Frame, ...]  # its loop's, outermost first
+    stack: tuple[Frame, ...]  # its loop's, outermost first (the frames it inherited from its rank cut off)
+    loader: Optional[int] = None  # which of the rank's DataLoaders (its iterator's base seed)
 
     @property
     def idle(self) -> bool:
         """It waits for the indices of its next batch: it has nothing to load."""
-        loop = [i for i, f in enumerate(self.stack) if f.function == "_worker_loop"
-                and f.file.endswith("torch/utils/data/_utils/worker.py")]
-        called = self.stack[loop[-1] + 1] if loop and loop[-1] + 1 < len(self.stack) else None
+        stack = own_frames(self.stack)
+        called = stack[1] if len(stack) > 1 and is_worker_loop(stack[0]) else None
         return called is not None and called.file.endswith("multiprocessing/queues.py") and called.function == "get"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "LoaderSnapshot":
-        worker, workers = data.get("loader_worker"), data.get("loader_workers")
+        worker, workers, loader = data.get("loader_worker"), data.get("loader_workers"), data.get("loader")
         return cls(rank=int(data["rank"]), pid=int(data.get("pid", 0)),
                    worker=None if worker is None else int(worker), workers=None if workers is None else int(workers),
-                   cpu_s=float(data.get("cpu_s", 0.0)), stack=main_stack(data))
+                   cpu_s=float(data.get("cpu_s", 0.0)), stack=own_frames(main_stack(data)),
+                   loader=None if loader is None else int(loader))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "pid": self.pid, "worker": self.worker, "workers": self.workers,
-                "cpu_s": self.cpu_s, "stack": [[f.file, f.line, f.function, f.code] for f in self.stack]}
+                "loader": self.loader, "cpu_s": self.cpu_s, "idle": self.idle,
+                "stack": [[f.file, f.line, f.function, f.code] for f in self.stack]}
+
+
+def is_worker_loop(frame: Frame) -> bool:
+    return frame.function == "_worker_loop" and frame.file.endswith("torch/utils/data/_utils/worker.py")
+
+
+def own_frames(stack: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """A DataLoader worker's stack from its loop on: a forked worker's stack starts with its
+    rank's frames (the script's ``for`` over the loader, the fork), which are not where it is."""
+    loops = [i for i, frame in enumerate(stack) if is_worker_loop(frame)]
+    return stack[loops[-1]:] if loops else stack
 
 
 @dataclass
@@ -169,8 +182,20 @@ class Probe:
     loaders: dict[int, list[LoaderSnapshot]] = field(default_factory=dict)  # by rank, by worker id
 
     def loader_workers_missing(self) -> bool:
-        """A rank waits for its DataLoader, and none of its loader's workers answered yet."""
-        return any(s.waits_for_data_loader and not self.loaders.get(rank) for rank, s in self.snapshots.items())
+        """A rank waits for its DataLoader, and not every worker of its loaders answered yet (each
+        says how many its loader has)."""
+        for rank, snapshot in self.snapshots.items():
+            if not snapshot.waits_for_data_loader:
+                continue
+            workers = self.loaders.get(rank, [])
+            if not workers:
+                return True
+            by_loader: dict[Optional[int], list[LoaderSnapshot]] = {}
+            for worker in workers:
+                by_loader.setdefault(worker.loader, []).append(worker)
+            if any(len(found) < max(w.workers or 0 for w in found) for found in by_loader.values()):
+                return True
+        return False
 
 
 def debug_dir(run_dir: Path) -> Path:
@@ -190,7 +215,7 @@ def ask_snapshots(directory: Path) -> str:
     """Ask every worker for its snapshot (they look every 0.25 s); return the request's id. The
     DataLoader workers' earlier answers go (those workers come and go with each epoch)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for earlier in directory.glob(f"{LOADER_PREFIX}*.json"):
+    for earlier in directory.glob(f"{LOADER_PREFIX}*"):  # a worker killed mid-write leaves its .tmp
         try:
             earlier.unlink()
         except OSError:
@@ -218,7 +243,10 @@ def answers(directory: Path, request: str, at: float) -> Probe:
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             continue  # gone meanwhile, or half of another request's
     for workers in probe.loaders.values():
-        workers.sort(key=lambda w: (w.worker is None, w.worker or 0, w.pid))
+        oldest = {}  # each loader's first worker, by pid: the oldest loader first
+        for worker in workers:
+            oldest[worker.loader] = min(worker.pid, oldest.get(worker.loader, worker.pid))
+        workers.sort(key=lambda w: (oldest[w.loader], w.loader or 0, w.worker is None, w.worker or 0, w.pid))
     return probe
 
 

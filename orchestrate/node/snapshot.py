@@ -17,6 +17,7 @@ Standard library only.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import socket
@@ -51,6 +52,23 @@ def loader_snapshot_file(directory: str, rank: int, pid: int) -> str:
     return os.path.join(directory, f"{LOADER_PREFIX}rank{rank}-{pid}.json")
 
 
+# A running generator's frame with no caller: caught as it resumed, before CPython 3.11 links its
+# caller (seen: a generator expression in a worker's loop, alone 4 looks in 5). A running frame
+# has one; a generator's may be missing only for that moment: look again.
+GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+LOOKS = 20
+
+
+def linked(ident: int, frame: Any) -> Any:
+    """The thread's innermost frame, looked at again while it is a generator's without a caller."""
+    for _ in range(LOOKS):
+        if frame.f_back is not None or not frame.f_code.co_flags & GENERATOR_FLAGS:
+            break
+        time.sleep(0.001)  # the thread runs on meanwhile
+        frame = sys._current_frames().get(ident, frame)
+    return frame
+
+
 def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> List[Dict[str, Any]]:
     """Every thread's stack but the answering thread's (``server_ident``), outermost frame
     first; the main thread first."""
@@ -59,6 +77,7 @@ def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> Lis
     for ident, frame in sys._current_frames().items():
         if ident == server_ident:
             continue
+        frame = linked(ident, frame)
         frames = [[relative(entry.filename), entry.lineno, entry.name, (entry.line or "").strip()]
                   for entry in traceback.extract_stack(frame)
                   if not is_hook_file(entry.filename)]
@@ -143,8 +162,10 @@ class LoaderSnapshotWriter(SnapshotWriter):
         from torch.utils.data import get_worker_info  # a loader's worker has torch: it runs the loop
 
         info = get_worker_info()  # set by the loop once the worker's signal handlers are in
-        return {"loader_worker": None if info is None else info.id,
-                "loader_workers": None if info is None else info.num_workers}
+        if info is None:
+            return {"loader_worker": None, "loader_workers": None, "loader": None}
+        # seed is its iterator's base seed + id: the base seed tells the rank's DataLoaders apart
+        return {"loader_worker": info.id, "loader_workers": info.num_workers, "loader": info.seed - info.id}
 
 
 def serve(writer: SnapshotWriter) -> None:

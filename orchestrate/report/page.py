@@ -212,7 +212,7 @@ def hang_section(hang: dict) -> list[str]:
     parts.append(_table(("ranks", "where", "innermost frames"), rows, "hang-groups"))
     if hang.get("divergence"):
         parts.append(f'<p id="hang-divergence"><b>First divergence:</b> {esc(hang["divergence"])}</p>')
-    loaders = [(rank, w.get("worker"), w.get("pid"), w.get("where", ""),
+    loaders = [(rank, "?" if w.get("worker") is None else w["worker"], w.get("pid"), w.get("where", ""),
                 "\n".join(f"{f[0]}:{f[1]} in {f[2]}" for f in (w.get("stack") or [])[-4:]))
                for rank, workers in sorted((hang.get("loaders") or {}).items(), key=lambda item: int(item[0]))
                for w in workers]

@@ -11,7 +11,7 @@ from typing import Optional
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import diagnose, timeout_diagnosis
+from orchestrate.hangs.diagnosis import diagnose, loader_lines, loading_where, timeout_diagnosis
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
 from orchestrate.hangs.stacks import group_stacks, ranks_text
@@ -91,16 +91,28 @@ LOADING = (Frame("train.py", 21, "<module>"), Frame(f"{SITE}/torch/utils/data/da
            Frame(f"{SITE}/torch/utils/data/dataloader.py", 1275, "_try_get_data"),
            Frame("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"))
 LOOP = Frame(f"{SITE}/torch/utils/data/_utils/worker.py", 315, "_worker_loop")
-IDLE_WORKER = (Frame("/usr/lib/python3.11/multiprocessing/process.py", 108, "run"), LOOP,
-               Frame("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"),
+# A forked worker's stack starts with its rank's frames: the script's loop over the loader, the fork
+FORKED = (Frame("train.py", 21, "<module>"), Frame(f"{SITE}/torch/utils/data/dataloader.py", 494, "__iter__"),
+          Frame("/usr/lib/python3.11/multiprocessing/popen_fork.py", 71, "_launch"),
+          Frame("/usr/lib/python3.11/multiprocessing/process.py", 314, "_bootstrap"),
+          Frame("/usr/lib/python3.11/multiprocessing/process.py", 108, "run"), LOOP)
+IDLE_WORKER = (*FORKED, Frame("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"),
                Frame("/usr/lib/python3.11/multiprocessing/connection.py", 257, "poll"))
-READING_WORKER = (Frame("/usr/lib/python3.11/multiprocessing/process.py", 108, "run"), LOOP,
-                  Frame(f"{SITE}/torch/utils/data/_utils/fetch.py", 52, "fetch"),
+READING_WORKER = (*FORKED, Frame(f"{SITE}/torch/utils/data/_utils/fetch.py", 52, "fetch"),
                   Frame("data.py", 40, "__getitem__", "time.sleep(100000)"))
+# a library's dataset (torchvision's, say): no frame of the user's own in the worker's loop
+LIBRARY_WORKER = (*FORKED, Frame(f"{SITE}/torch/utils/data/_utils/fetch.py", 52, "fetch"),
+                  Frame(f"{SITE}/vision/folder.py", 245, "__getitem__"),
+                  Frame("/usr/lib/python3.11/threading.py", 320, "wait"))
 
 
-def loader(rank: int, worker: int, stack: tuple[Frame, ...], cpu_s: float = 0.5) -> LoaderSnapshot:
-    return LoaderSnapshot(rank, 200 + worker, worker, 2, cpu_s, stack)
+def loader(rank: int, worker: int, stack: tuple[Frame, ...], cpu_s: float = 0.5, of: int = 7,
+           pid: Optional[int] = None) -> LoaderSnapshot:
+    """A worker's answer as the launcher reads it (of: its loader's base seed)."""
+    return LoaderSnapshot.from_json({
+        "rank": rank, "pid": 200 + worker if pid is None else pid, "loader_worker": worker, "loader_workers": 2,
+        "loader": of, "cpu_s": cpu_s, "stacks": [{"main": True, "frames": [[f.file, f.line, f.function, f.code]
+                                                                          for f in stack]}]})
 
 
 def test_a_rank_waiting_for_its_data_loader_is_shown_with_its_worker_processes():
@@ -119,7 +131,6 @@ def test_a_rank_waiting_for_its_data_loader_is_shown_with_its_worker_processes()
                         " fail after S s:")
     assert lines[start + 1:] == ["    worker 0 (pid 200): idle, waits for the indices of its next batch",
                                  "    worker 1 (pid 201): __getitem__ at data.py:40",
-                                 "        /usr/lib/python3.11/multiprocessing/process.py:108 in run",
                                  "        torch/utils/data/_utils/worker.py:315 in _worker_loop",
                                  "        torch/utils/data/_utils/fetch.py:52 in fetch",
                                  "        data.py:40 in __getitem__: time.sleep(100000)"]
@@ -140,9 +151,9 @@ def test_a_rank_waiting_for_its_data_loader_is_shown_with_its_worker_processes()
     silent = diagnose(probe(5, r0=snap(0, frames=LOADING), r1=snap(1, (coll(5, state="entered"),))),
                       probe(0, r0=snap(0, frames=LOADING), r1=snap(1, (coll(5, state="entered"),))), {0, 1}, {}, 20)
     assert silent.lines()[-1] == ("  rank 0 waits for its DataLoader's worker processes (num_workers > 0), which did"
-                                  " not answer (started by spawn or forkserver, or holding the GIL): one is stuck in"
-                                  " the dataset (a lock, a read that never returns) or slow; DataLoader(timeout=S)"
-                                  " makes that wait fail after S s")
+                                  " not answer (started by spawn or forkserver, holding the GIL, or started after the"
+                                  " request): one is stuck in the dataset (a lock, a read that never returns) or slow;"
+                                  " DataLoader(timeout=S) makes that wait fail after S s")
     site = f"{SITE}/torch/utils/data/dataloader.py"
     # no worker processes (num_workers=0): the dataset's own frame shows, and no hint
     single = (Frame("train.py", 21, "<module>"), Frame(site, 732, "__next__"), Frame(site, 786, "_next_data"),
@@ -345,6 +356,41 @@ def test_requests_are_answered_in_the_debug_directory_and_stale_answers_ignored(
     assert (zero.node, zero.cpu_s, zero.completed, zero.stack) == ("node0", 1.5, 3, (Frame("a.py", 1, "<module>", "x()"),))
     assert zero.in_collective == coll(1, "", "entered", op="barrier", at="a.py:1")
     assert set(last_snapshots(tmp_path)) == {0, 1}
+
+
+def test_a_data_loader_worker_is_placed_in_its_own_loop_and_a_ranks_loaders_are_told_apart():
+    # a library's dataset: the worker is where the library waits, not at the rank's loop it inherited
+    library = loader(0, 1, LIBRARY_WORKER)
+    assert library.stack[0] == LOOP and not library.idle
+    assert loading_where([library]) == ", for its DataLoader's worker 1 (pid 201): wait at threading.py:320"
+    # two DataLoaders (a persistent one, idle, and the one being read): numbered oldest first
+    workers = [loader(0, 0, IDLE_WORKER, of=3, pid=150), loader(0, 1, IDLE_WORKER, of=3, pid=151),
+               loader(0, 0, READING_WORKER, of=9, pid=300), loader(0, 1, IDLE_WORKER, of=9, pid=301)]
+    lines = loader_lines(0, workers)
+    assert [line.split(":")[0] for line in lines[1:] if not line.startswith("      ")] == [
+        "  worker 0 of DataLoader 1 (pid 150)", "  worker 1 of DataLoader 1 (pid 151)",
+        "  worker 0 of DataLoader 2 (pid 300)", "  worker 1 of DataLoader 2 (pid 301)"]
+    # two ranks in one group, each waiting for its loader: the worker is named with its rank
+    both = probe(5, r0=snap(0, frames=LOADING), r1=snap(1, frames=LOADING))
+    both.loaders = {0: [loader(0, 0, IDLE_WORKER), loader(0, 1, IDLE_WORKER)],
+                    1: [loader(1, 0, READING_WORKER, pid=300), loader(1, 1, IDLE_WORKER, pid=301)]}
+    found = diagnose(both, both, {0, 1}, {}, 20)
+    assert found.headline == ("no progress for 20 s: ranks 0, 1: __next__ at train.py:21 in <module>, for rank 1's"
+                              " DataLoader's worker 0 (pid 300): __getitem__ at data.py:40")
+
+
+def test_a_request_waits_for_every_worker_of_a_waiting_ranks_loaders():
+    answered = Probe("r", 0.0, {0: snap(0, frames=LOADING), 1: snap(1)})
+    assert answered.loader_workers_missing()  # none yet
+    answered.loaders = {0: [loader(0, 0, IDLE_WORKER)]}
+    assert answered.loader_workers_missing()  # one of two
+    answered.loaders[0].append(loader(0, 1, READING_WORKER))
+    assert not answered.loader_workers_missing()
+    answered.loaders[0].append(loader(0, 0, IDLE_WORKER, of=9, pid=400))
+    assert answered.loader_workers_missing()  # another loader's, one of its two
+    answered.loaders[0] = answered.loaders[0][:2]
+    answered.snapshots[1] = snap(1, frames=LOADING)
+    assert answered.loader_workers_missing()  # rank 1 waits too, and none of its answered
 
 
 def test_a_rank_waiting_for_its_data_loader_is_answered_with_its_loaders_workers(tmp_path):
