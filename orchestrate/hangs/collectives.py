@@ -9,10 +9,14 @@ steps:
    where ops or shapes differ is the divergence ("collective #21: rank 0 entered
    all_reduce(float32[1]) at desync.py:14; rank 1 entered all_reduce(float32[4]) at
    desync.py:11").
-2. Ranks that wait in different process groups have diverged too (one waits for a group the
+2. A rank that waits in a point-to-point call its peer has not made: each direction between two
+   ranks is a channel of its own (``p2p 0->1``), whose sends match the peer's receives in order
+   ("rank 0 waits in send(float32[8]) #5 to rank 1 at pipe.py:10; rank 1 received 4 and waits in
+   all_reduce(float32[8]) #1 at pipe.py:14").
+3. Ranks that wait in different process groups have diverged too (one waits for a group the
    others never enter).
-3. Otherwise, the ranks that wait name who has not arrived: ranks whose last collective in that
-   group is older, or that did not answer at all.
+4. Otherwise, the ranks that wait name who of the group has not arrived: ranks whose last
+   collective in that group is older, or that did not answer at all.
 """
 from __future__ import annotations
 
@@ -31,6 +35,34 @@ class Divergence:
     text: str
     seq: Optional[int] = None
     group: str = ""
+
+
+P2P = "p2p "
+
+
+def channel_ends(group: str) -> Optional[tuple[Optional[int], Optional[int]]]:
+    """A point-to-point channel's sender and receiver (None: any rank, or not known); None for a
+    process group."""
+    if not group.startswith(P2P):
+        return None
+    ends = group[len(P2P):].split(" ", 1)[0].split("->")
+    if len(ends) != 2:
+        return None, None
+    return tuple(int(end) if end.isdigit() else None for end in ends)  # type: ignore[return-value]
+
+
+def group_members(group: str, ranks: set[int]) -> set[int]:
+    """Which of ``ranks`` a group's calls involve: every rank of the default group, the ranks a
+    group is named by (``ranks 0,2``), a channel's two ends."""
+    ends = channel_ends(group)
+    if ends is not None:
+        return {end for end in ends if end is not None} & ranks
+    if group.startswith("ranks "):
+        try:
+            return {int(r) for r in group[len("ranks "):].split(",")} & ranks
+        except ValueError:
+            return set(ranks)
+    return set(ranks)
 
 
 def entered(rank: int, collective: Collective) -> str:
@@ -54,12 +86,14 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
         if len(members) < 2:
             continue
         shared = set.intersection(*(set(calls) for calls in members.values()))
+        # a channel's ends call it differently by design (send, recv): their tensors must agree
+        kind = (lambda c: c.shapes) if channel_ends(group) is not None else (lambda c: (c.op, c.shapes))
         for seq in sorted(shared):
             calls = {rank: members[rank][seq] for rank in sorted(members)}
-            kinds = {(c.op, c.shapes) for c in calls.values()}
+            kinds = {kind(c) for c in calls.values()}
             if len(kinds) > 1:
                 first = min(calls)
-                odd = [r for r in calls if (calls[r].op, calls[r].shapes) != (calls[first].op, calls[first].shapes)]
+                odd = [r for r in calls if kind(calls[r]) != kind(calls[first])]
                 shown = [first, *odd][:4]
                 where = "" if group == "default" else f" (group {group})"
                 text = f"collective #{seq}{where}: " + "; ".join(entered(r, calls[r]) for r in shown)
@@ -68,9 +102,51 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
     return min(found, key=lambda item: item[0])[1] if found else None
 
 
+def unmatched_p2p(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],
+                  elsewhere: Optional[dict[int, str]] = None) -> Optional[Divergence]:
+    """Step 2: a rank that waits in a send its peer has not received (or a receive its peer has
+    not sent), with how many the peer did and where it is instead."""
+    for rank in sorted(snapshots):
+        waiting = snapshots[rank].in_collective
+        ends = channel_ends(waiting.group) if waiting is not None else None
+        if waiting is None or ends is None:
+            continue
+        sender, receiver = ends
+        peer = receiver if rank == sender else sender
+        if peer is None or peer == rank:
+            continue  # a receive from any rank: no one peer to ask
+        direction, done = ("to", "received") if rank == sender else ("from", "sent")
+        head = f"rank {rank} waits in {waiting.call} #{waiting.seq} {direction} rank {peer} at {waiting.at}"
+        if peer not in snapshots:
+            if peer not in expected:
+                continue
+            return Divergence("p2p", f"{head}; rank {peer} {absent_why.get(peer, 'did not answer')}", waiting.seq,
+                              waiting.group)
+        theirs = by_group(snapshots[peer]).get(waiting.group, {})
+        if theirs and max(theirs) >= waiting.seq:
+            continue  # the peer is in it too, or past it
+        count = f" {done} {max(theirs)} and" if theirs else ""
+        return Divergence("p2p", f"{head}; rank {peer}{count} {where_it_is(snapshots[peer], peer, elsewhere)}",
+                          waiting.seq, waiting.group)
+    return None
+
+
+def where_it_is(snapshot: RankSnapshot, rank: int, elsewhere: Optional[dict[int, str]] = None) -> str:
+    """``waits in all_reduce(float32[8]) #1 at train.py:14``, or ``is not in a collective: ...``."""
+    waiting = snapshot.in_collective
+    if waiting is not None:
+        group = "" if waiting.group == "default" else f" of group {waiting.group}"
+        return f"waits in {waiting.call} #{waiting.seq}{group} at {waiting.at}"
+    if snapshot.stack:
+        return f"is not in a collective: {summary(snapshot.stack)}{(elsewhere or {}).get(rank, '')}"
+    return "is not in a collective"
+
+
 def waiting_in_different_groups(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
-    """Step 2: ranks that wait in collectives of different process groups."""
-    waiting = {rank: s.in_collective for rank, s in snapshots.items() if s.in_collective is not None}
+    """Step 3: ranks that wait in collectives of different process groups (point-to-point
+    channels are step 2's)."""
+    waiting = {rank: s.in_collective for rank, s in snapshots.items()
+               if s.in_collective is not None and channel_ends(s.in_collective.group) is None}
     groups: dict[str, list[int]] = {}
     for rank, collective in waiting.items():
         assert collective is not None
@@ -88,17 +164,19 @@ def waiting_in_different_groups(snapshots: dict[int, RankSnapshot]) -> Optional[
 
 def missing(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],
             elsewhere: Optional[dict[int, str]] = None) -> Optional[Divergence]:
-    """Step 3: where the waiting ranks wait, and who is not there (behind, or not answering);
-    ``elsewhere``: what a rank outside any collective waits for, past its own stack."""
+    """Step 4: where the waiting ranks wait, and who of that group is not there (behind, or not
+    answering); ``elsewhere``: what a rank outside any collective waits for, past its own stack."""
     waiting = {rank: s.in_collective for rank, s in snapshots.items() if s.in_collective is not None}
     if not waiting:
         return None
-    rank0 = min(waiting)
-    target = waiting[rank0]
+    # a process group's collective names its absent members; a transfer under way has its two
+    in_groups = [rank for rank, c in waiting.items() if c is not None and channel_ends(c.group) is None]
+    target = waiting[min(in_groups or waiting)]
     assert target is not None
     there = sorted(r for r, c in waiting.items() if c is not None and (c.group, c.seq) == (target.group, target.seq))
     behind = []
-    for rank in sorted(set(snapshots) - set(there)):
+    involved = group_members(target.group, set(snapshots) | expected)
+    for rank in sorted((set(snapshots) & involved) - set(there)):
         mine = by_group(snapshots[rank]).get(target.group, {})
         last = max(mine) if mine else 0
         if last < target.seq:
@@ -108,7 +186,7 @@ def missing(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: 
                      else f"not in a collective: {summary(stack)}{(elsewhere or {}).get(rank, '')}" if stack
                      else "not in a collective")
             behind.append(f"rank {rank} is at #{last} ({doing})")
-    for rank in sorted(expected - set(snapshots)):
+    for rank in sorted((expected & involved) - set(snapshots)):
         behind.append(f"rank {rank} {absent_why.get(rank, 'did not answer')}")
     if not behind:
         return None
@@ -122,5 +200,6 @@ def first_divergence(snapshots: dict[int, RankSnapshot], expected: Optional[set[
                      elsewhere: Optional[dict[int, str]] = None) -> Optional[Divergence]:
     """The first place the ranks' collectives part (see the module's steps), or None when they
     agree and everyone expected is there (``elsewhere``: see :func:`missing`)."""
-    return (mismatch(snapshots) or waiting_in_different_groups(snapshots)
-            or missing(snapshots, set(expected or snapshots), absent_why or {}, elsewhere))
+    everyone = set(expected or snapshots)
+    return (mismatch(snapshots) or unmatched_p2p(snapshots, everyone, absent_why or {}, elsewhere)
+            or waiting_in_different_groups(snapshots) or missing(snapshots, everyone, absent_why or {}, elsewhere))

@@ -25,14 +25,16 @@ LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers 
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
 
 
-def loader_lines(rank: int, workers: list[LoaderSnapshot]) -> list[str]:
+def loader_lines(rank: int, workers: list[LoaderSnapshot], hung: bool = True) -> list[str]:
     """What a rank waiting for its DataLoader waits for: each of its worker processes' place (the
-    busy ones' innermost frames too), or why they cannot be shown."""
+    busy ones' innermost frames too), or why they cannot be shown; how to make the wait fail, when
+    the job is hung."""
     if not workers:
         return [f"{ranks_text([rank])} waits for its DataLoader's worker processes (num_workers > 0), which did not"
                 " answer (started by spawn or forkserver, holding the GIL, or started after the request): one is"
                 f" stuck in the dataset (a lock, a read that never returns) or slow; {LOADER_TIMEOUT_HINT}"]
-    out = [f"{ranks_text([rank])} waits for its DataLoader's worker processes; {LOADER_TIMEOUT_HINT}:"]
+    hint = f"; {LOADER_TIMEOUT_HINT}" if hung else ""
+    out = [f"{ranks_text([rank])} waits for its DataLoader's worker processes{hint}:"]
     for worker in workers:
         out.append(f"  {loader_name(worker, workers)}: {loader_place(worker)}")
         if worker.idle:
@@ -195,12 +197,13 @@ class HangDiagnosis:
         if self.divergence is not None and self.divergence.kind != "missing":
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
-            out.append(f"  {DEBUG_HINT}")
+            if self.divergence.kind != "p2p":  # torch's check compares collectives, not sends and receives
+                out.append(f"  {DEBUG_HINT}")
         if self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
             out.append(f"  {INIT_HINT}")
-        if self.hung:
-            for rank in sorted(self.waiting_for_loaders):
-                out += ["  " + line for line in loader_lines(rank, self.loaders.get(rank, []))]
+        for rank in sorted(self.waiting_for_loaders):  # hung, or working: where its workers are
+            if self.hung or self.loaders.get(rank):
+                out += ["  " + line for line in loader_lines(rank, self.loaders.get(rank, []), self.hung)]
         return out
 
     @property

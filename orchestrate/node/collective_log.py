@@ -1,6 +1,7 @@
 """A worker's last collectives: ``torch.distributed``'s Python collectives, wrapped to record
 each call (its sequence number in its process group, op, group, tensor shapes and dtypes, the
-caller's file:line, and whether it returned).
+caller's file:line, and whether it returned). A send or receive is numbered in its channel
+(``p2p 0->1``: one direction between two ranks) instead of its group.
 
 Installed by the workers' start-up hook before the script runs, without importing torch: the
 wrappers go in when the script itself first imports ``torch.distributed`` (an import hook), so a
@@ -28,6 +29,11 @@ COLLECTIVES = (
     "monitored_barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv", "all_gather_object",
     "broadcast_object_list", "gather_object", "scatter_object_list", "_all_gather_base", "_reduce_scatter_base",
 )
+# Point-to-point calls: each direction between two ranks is a channel of its own ("p2p 0->1"),
+# numbered apart from the process group's collectives, which every member calls in one order: a
+# rank's sends to one peer match that peer's receives from it, whatever else either does.
+SENDS = ("send", "isend")
+RECEIVES = ("recv", "irecv")
 # How many collectives each rank keeps.
 KEEP = 64
 # Frames from these files are torch's or ours, never the caller's.
@@ -81,16 +87,27 @@ class CollectiveLog:
         """``original`` (a collective of ``torch.distributed``), recording each outer call."""
         group_index = _positional_index(original, "group")
         async_index = _positional_index(original, "async_op")
+        peer = "dst" if name in SENDS else "src" if name in RECEIVES else None
+        peer_index = _positional_index(original, peer) if peer else None
+        tag_index = _positional_index(original, "tag") if peer else None
+        group_peer_index = _positional_index(original, f"group_{peer}") if peer else None
+
+        def argument(args: tuple, kwargs: Dict[str, Any], key: Optional[str], index: Optional[int]) -> Any:
+            return kwargs.get(key, args[index] if index is not None and len(args) > index else None) if key else None
 
         @functools.wraps(original)
         def collective(*args: Any, **kwargs: Any) -> Any:
             if self.nested():
                 return original(*args, **kwargs)
-            group = kwargs.get("group", args[group_index] if group_index is not None and len(args) > group_index
-                               else None)
-            is_async = bool(kwargs.get("async_op", args[async_index] if async_index is not None
-                                       and len(args) > async_index else False)) or name in ("isend", "irecv")
-            return self.call(original, args, kwargs, name, describe_group(group), describe_tensors(args),
+            group = argument(args, kwargs, "group", group_index)
+            is_async = bool(argument(args, kwargs, "async_op", async_index)) or name in ("isend", "irecv")
+            if peer:
+                where = p2p_channel(name, argument(args, kwargs, peer, peer_index),
+                                    argument(args, kwargs, f"group_{peer}", group_peer_index), group,
+                                    argument(args, kwargs, "tag", tag_index))
+            else:
+                where = describe_group(group)
+            return self.call(original, args, kwargs, name, where, describe_tensors(args),
                              caller(sys._getframe(1)), "issued" if is_async else "done")
 
         collective.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
@@ -172,6 +189,22 @@ def relative(filename: str) -> str:
     """A path as the user knows it: relative to the work directory when under it."""
     cwd = os.getcwd() + os.sep
     return filename[len(cwd):] if filename.startswith(cwd) else filename
+
+
+def p2p_channel(op: str, peer: Any, group_peer: Any, group: Any, tag: Any) -> str:
+    """The channel a point-to-point call is on, by global ranks: ``p2p 0->1`` (``tag 3`` where
+    the call has one); ``any`` for a receive from whoever sends."""
+    import torch.distributed as dist
+
+    try:
+        me = dist.get_rank()
+        if peer is None and group_peer is not None:
+            peer = dist.get_global_rank(group, group_peer) if group is not None else group_peer
+    except Exception:  # no process group yet: torch's own call will say so
+        me = "?"
+    other = "any" if peer is None else str(int(peer))
+    source, target = (me, other) if op in SENDS else (other, me)
+    return f"p2p {source}->{target}" + (f" tag {int(tag)}" if tag else "")
 
 
 def group_namer() -> Callable[[Any], str]:

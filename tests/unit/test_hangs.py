@@ -143,6 +143,9 @@ def test_a_rank_waiting_for_its_data_loader_is_shown_with_its_worker_processes()
     assert working.activities[0].detail == ("loading data: its DataLoader's worker 1 (pid 201) computes (50% of a"
                                             " core) at __getitem__ at data.py:40")
     assert "  rank 0 is loading data: its DataLoader's worker 1 (pid 201) computes" in "\n".join(working.lines())
+    shown = working.lines()  # where its workers are, without the hint on ending the wait
+    assert "  rank 0 waits for its DataLoader's worker processes:" in shown
+    assert "    worker 1 (pid 201): __getitem__ at data.py:40" in shown
     # another worker process (a new epoch's) is no CPU of the one before
     renewed = loading_probe(5, 3.0)
     renewed.loaders[0][1] = LoaderSnapshot(0, 301, 1, 2, 3.0, READING_WORKER)
@@ -211,6 +214,71 @@ def test_ranks_waiting_in_different_process_groups_have_diverged():
     assert found is not None and found.kind == "groups"
     assert "rank 0 waits in all_reduce(float32[4]) #5 of group ranks 0,1" in found.text
     assert "rank 1 waits in barrier() #3 of group default" in found.text
+
+
+def sends(group: str, count: int, op: str = "send", last: str = "done", shapes: str = "float32[8]",
+          at: str = "pipe.py:10") -> tuple[Collective, ...]:
+    return tuple(coll(n, shapes, last if n == count else "done", op=op, group=group, at=at) for n in range(1, count + 1))
+
+
+def test_a_send_its_peer_never_receives_is_named_with_where_the_peer_is_instead():
+    sender = snap(0, sends("p2p 0->1", 5, last="entered"))
+    receiver = snap(1, sends("p2p 0->1", 4, op="recv", at="pipe.py:13") + (coll(1, "float32[8]", "entered",
+                                                                                 at="pipe.py:14"),))
+    found = first_divergence({0: sender, 1: receiver}, {0, 1})
+    assert found is not None and found.kind == "p2p"
+    assert found.text == ("rank 0 waits in send(float32[8]) #5 to rank 1 at pipe.py:10; rank 1 received 4 and waits"
+                          " in all_reduce(float32[8]) #1 at pipe.py:14")
+    lines = diagnose(probe(5, r0=sender, r1=receiver), probe(0, r0=sender, r1=receiver), {0, 1}, {}, 20).lines()
+    assert not any("--debug-collectives" in line for line in lines)  # torch's check compares no sends
+    # the other way round: a receive its peer never sends, the peer in no collective at all
+    waiting = snap(1, sends("p2p 0->1", 3, op="recv", last="entered", at="pipe.py:13"))
+    elsewhere = snap(0, sends("p2p 0->1", 2), frames=(Frame("pipe.py", 30, "<module>"), Frame("pipe.py", 5, "save")))
+    found = first_divergence({0: elsewhere, 1: waiting}, {0, 1})
+    assert found is not None and found.text == ("rank 1 waits in recv(float32[8]) #3 from rank 0 at pipe.py:13; rank 0"
+                                                " sent 2 and is not in a collective: save at pipe.py:5")
+    found = first_divergence({1: waiting}, {0, 1}, {0: "is stopped: its node is paused"})
+    assert found is not None and found.text.endswith("from rank 0 at pipe.py:13; rank 0 is stopped: its node is paused")
+    # a peer that is in it too is not the divergence
+    assert first_divergence({0: snap(0, sends("p2p 0->1", 3, last="entered")),
+                             1: snap(1, sends("p2p 0->1", 3, op="recv", last="entered"))}, {0, 1}) is None
+    # but the rank that waits for both in a collective names them
+    three = {0: snap(0, (coll(1),) + sends("p2p 0->1", 3, last="entered")),
+             1: snap(1, (coll(1),) + sends("p2p 0->1", 3, op="recv", last="entered", at="pipe.py:13")),
+             2: snap(2, (coll(1), coll(2, state="entered", at="pipe.py:20")))}
+    found = first_divergence(three, {0, 1, 2})
+    assert found is not None and found.text == (
+        "rank 2 waits in all_reduce(float32[4]) #2 at pipe.py:20; rank 0 is at #1 (in send(float32[8]) #3 of group"
+        " p2p 0->1); rank 1 is at #1 (in recv(float32[8]) #3 of group p2p 0->1)")
+
+
+def test_sends_and_receives_match_per_direction_and_their_tensors_must_agree():
+    # an exchange: both send first, then receive (isend/irecv): no divergence for the order
+    zero = snap(0, (coll(1, op="isend", group="p2p 0->1", state="issued"), coll(1, op="irecv", group="p2p 1->0",
+                                                                                state="issued"),
+                    coll(1, state="entered")))
+    one = snap(1, (coll(1, op="isend", group="p2p 1->0", state="issued"), coll(1, op="irecv", group="p2p 0->1",
+                                                                               state="issued"),
+                   coll(1, state="entered")))
+    assert first_divergence({0: zero, 1: one}, {0, 1}) is None
+    # a receive of another size than was sent
+    sent = snap(0, sends("p2p 0->1", 2, last="entered"))
+    received = snap(1, sends("p2p 0->1", 1, op="recv") + (coll(2, "float32[4]", "entered", op="recv",
+                                                                group="p2p 0->1", at="pipe.py:13"),))
+    found = first_divergence({0: sent, 1: received}, {0, 1})
+    assert found is not None and found.kind == "mismatch"
+    assert found.text == ("collective #2 (group p2p 0->1): rank 0 entered send(float32[8]) at pipe.py:10; rank 1"
+                          " entered recv(float32[4]) at pipe.py:13")
+
+
+def test_only_a_groups_own_ranks_are_named_as_not_there():
+    in_group = (coll(1, group="ranks 0,1"), coll(2, group="ranks 0,1", state="entered"))
+    snapshots = {0: snap(0, in_group), 1: snap(1, in_group[:1]), 2: snap(2, (coll(1),))}
+    found = first_divergence(snapshots, {0, 1, 2, 3}, {3: "did not answer"})
+    assert found is not None
+    # ranks 2 and 3 are not of the group: neither is behind in it, nor missing from it
+    assert found.text == ("rank 0 waits in all_reduce(float32[4]) #2 of group ranks 0,1 at desync.py:11; rank 1 is at"
+                          " #1 (not in a collective: all_reduce at desync.py:11 in <module>)")
 
 
 def test_ranks_that_agree_and_are_all_there_do_not_diverge():

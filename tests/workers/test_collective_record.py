@@ -20,6 +20,7 @@ from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 DESYNC = ROOT / "tests" / "jobs" / "desync.py"
 DDP_BARRIER = ROOT / "tests" / "jobs" / "ddp_rank_barrier.py"
 LOADER_STUCK = ROOT / "tests" / "jobs" / "loader_stuck.py"
+P2P_SHORT = ROOT / "tests" / "jobs" / "p2p_short.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -196,3 +197,21 @@ def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_h
                                        f" in <module>, for its DataLoader's worker 0 (pid {busy.pid}): __getitem__"
                                        f" at loader_stuck.py:{read})"), found.headline
         assert f"    worker 1 (pid {idle.pid}): idle, waits for the indices of its next batch" in found.lines()
+
+
+def test_a_send_its_peer_never_receives_is_named_with_what_the_peer_did_instead(tmp_path):
+    send, all_reduce = line_of(P2P_SHORT, "# SEND"), line_of(P2P_SHORT, "# ALL_REDUCE")
+    proc = start(tmp_path, "--", str(P2P_SHORT))
+    try:
+        probe = hung_probe(tmp_path, proc)
+    finally:
+        stop(proc)
+    zero, one = probe.snapshots[0], probe.snapshots[1]
+    assert [(c.op, c.group, c.seq) for c in zero.collectives] == [("send", "p2p 0->1", n) for n in range(1, 6)]
+    assert [(c.op, c.group, c.seq) for c in one.collectives] == [
+        *[("recv", "p2p 0->1", n) for n in range(1, 5)], ("all_reduce", "default", 1)]
+    found = diagnose(probe, probe, {0, 1}, {}, 20)
+    assert found.headline == (f"no progress for 20 s: rank 0 waits in send(float32[8]) #5 to rank 1 at"
+                              f" {P2P_SHORT}:{send}; rank 1 received 4 and waits in all_reduce(float32[8]) #1 at"
+                              f" {P2P_SHORT}:{all_reduce}")
+    assert not any("--debug-collectives" in line for line in found.lines())  # torch's check has no sends
