@@ -21,7 +21,8 @@ steps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+import re
+from typing import Any, Optional
 
 from orchestrate.hangs.snapshots import Collective, RankSnapshot
 from orchestrate.hangs.stacks import ranks_text, summary
@@ -65,6 +66,32 @@ def group_members(group: str, ranks: set[int]) -> set[int]:
     return set(ranks)
 
 
+def compared(group: str, snapshots: dict[int, RankSnapshot]) -> bool:
+    """Whether a channel's two ends can be matched entry by entry: both known, and its receiver
+    made no receive from any rank (numbered in no channel while it waits, so the ones after it
+    could be out of step with the sender's)."""
+    ends = channel_ends(group)
+    if ends is None:
+        return True
+    sender, receiver = ends
+    if sender is None or receiver is None:
+        return False
+    record = snapshots.get(receiver)
+    return record is None or not any(c.group.startswith(f"{P2P}any->") for c in record.collectives)
+
+
+def elements(shapes: str) -> tuple[str, int] | str:
+    """``float32[2,4]`` as its dtype and element count (a send and its receive need only those
+    to agree); the text itself where it is not one tensor's."""
+    match = re.fullmatch(r"(\w+)\[([\d,]*)\]", shapes)
+    if match is None:
+        return shapes
+    count = 1
+    for size in filter(None, match[2].split(",")):
+        count *= int(size)
+    return match[1], count
+
+
 def entered(rank: int, collective: Collective) -> str:
     return f"rank {rank} entered {collective.call} at {collective.at}"
 
@@ -85,9 +112,12 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
         members = {rank: record[group] for rank, record in per_rank.items() if group in record}
         if len(members) < 2:
             continue
+        if not compared(group, snapshots):
+            continue
         shared = set.intersection(*(set(calls) for calls in members.values()))
-        # a channel's ends call it differently by design (send, recv): their tensors must agree
-        kind = (lambda c: c.shapes) if channel_ends(group) is not None else (lambda c: (c.op, c.shapes))
+        # a channel's ends call it differently by design (send, recv): their tensors' dtype and
+        # size must agree, as gloo and NCCL check (a [2,4] tensor may be received as an [8] one)
+        kind: Any = (lambda c: elements(c.shapes)) if channel_ends(group) is not None else (lambda c: (c.op, c.shapes))
         for seq in sorted(shared):
             calls = {rank: members[rank][seq] for rank in sorted(members)}
             kinds = {kind(c) for c in calls.values()}
@@ -105,30 +135,46 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
 def unmatched_p2p(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],
                   elsewhere: Optional[dict[int, str]] = None) -> Optional[Divergence]:
     """Step 2: a rank that waits in a send its peer has not received (or a receive its peer has
-    not sent), with how many the peer did and where it is instead."""
+    not sent), followed along the peers it waits for: how many each did, and where the last one
+    is instead (in a collective, with who of its group is not there; stopped; or waiting back
+    for the first: a cycle)."""
     for rank in sorted(snapshots):
-        waiting = snapshots[rank].in_collective
-        ends = channel_ends(waiting.group) if waiting is not None else None
-        if waiting is None or ends is None:
-            continue
-        sender, receiver = ends
-        peer = receiver if rank == sender else sender
-        if peer is None or peer == rank:
-            continue  # a receive from any rank: no one peer to ask
-        direction, done = ("to", "received") if rank == sender else ("from", "sent")
-        head = f"rank {rank} waits in {waiting.call} #{waiting.seq} {direction} rank {peer} at {waiting.at}"
-        if peer not in snapshots:
-            if peer not in expected:
-                continue
-            return Divergence("p2p", f"{head}; rank {peer} {absent_why.get(peer, 'did not answer')}", waiting.seq,
-                              waiting.group)
-        theirs = by_group(snapshots[peer]).get(waiting.group, {})
-        if theirs and max(theirs) >= waiting.seq:
-            continue  # the peer is in it too, or past it
-        count = f" {done} {max(theirs)} and" if theirs else ""
-        return Divergence("p2p", f"{head}; rank {peer}{count} {where_it_is(snapshots[peer], peer, elsewhere)}",
-                          waiting.seq, waiting.group)
+        text = waits_for_peer(rank, snapshots, expected, absent_why, elsewhere, [])
+        if text:
+            waiting = snapshots[rank].in_collective
+            assert waiting is not None
+            return Divergence("p2p", f"rank {rank} {text}", waiting.seq, waiting.group)
     return None
+
+
+def waits_for_peer(rank: int, snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],
+                   elsewhere: Optional[dict[int, str]], seen: list[int]) -> Optional[str]:
+    """``waits in send(...) #5 to rank 1 at ...; rank 1 received 4 and ...`` when ``rank`` waits
+    in a transfer its peer has not reached (None otherwise)."""
+    waiting = snapshots[rank].in_collective
+    ends = channel_ends(waiting.group) if waiting is not None else None
+    if waiting is None or ends is None or not compared(waiting.group, snapshots):
+        return None
+    sender, receiver = ends
+    peer = receiver if rank == sender else sender
+    if peer is None or peer == rank:
+        return None
+    sends = rank == sender
+    head = f"waits in {waiting.call} #{waiting.seq} {'to' if sends else 'from'} rank {peer} at {waiting.at}"
+    if peer not in snapshots:
+        return f"{head}; rank {peer} {absent_why.get(peer, 'did not answer')}" if peer in expected else None
+    theirs = by_group(snapshots[peer]).get(waiting.group, {})
+    if theirs and max(theirs) >= waiting.seq:
+        return None  # the peer is in it too, or past it
+    count = f" {'received' if sends else 'sent'} {max(theirs)} and" if theirs else ""
+    if peer in seen:
+        return f"{head}: a cycle, each waits for the next"
+    onward = waits_for_peer(peer, snapshots, expected, absent_why, elsewhere, [*seen, rank])
+    if onward:
+        return f"{head}; rank {peer}{count} {onward}"
+    there = snapshots[peer].in_collective
+    absent = "; ".join(not_there(there, snapshots, expected, absent_why, elsewhere, {*seen, rank})) if there else ""
+    return f"{head}; rank {peer}{count} {where_it_is(snapshots[peer], peer, elsewhere)}" + (f"; {absent}" if absent else "")
 
 
 def where_it_is(snapshot: RankSnapshot, rank: int, elsewhere: Optional[dict[int, str]] = None) -> str:
@@ -174,9 +220,24 @@ def missing(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: 
     target = waiting[min(in_groups or waiting)]
     assert target is not None
     there = sorted(r for r, c in waiting.items() if c is not None and (c.group, c.seq) == (target.group, target.seq))
+    behind = not_there(target, snapshots, expected, absent_why, elsewhere)
+    if not behind:
+        return None
+    where = "" if target.group == "default" else f" of group {target.group}"
+    text = f"{ranks_text(there)} {'waits' if len(there) == 1 else 'wait'} in {target.call} #{target.seq}{where} at {target.at}; " + "; ".join(behind)
+    return Divergence("missing", text, target.seq, target.group)
+
+
+def not_there(target: Collective, snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],
+              elsewhere: Optional[dict[int, str]] = None, named: set[int] = frozenset()) -> list[str]:
+    """Who of ``target``'s group has not reached it: the members behind in it (``rank 1 is at
+    #56 (...)``), and those that did not answer; not the ranks already ``named``. For a transfer,
+    only who did not answer: its two ends, or anyone when one end is any rank."""
+    ends = channel_ends(target.group)
+    everyone = set(snapshots) | expected
+    involved = (group_members(target.group, everyone) if ends is None or None not in ends else everyone) - set(named)
     behind = []
-    involved = group_members(target.group, set(snapshots) | expected)
-    for rank in sorted((set(snapshots) & involved) - set(there)):
+    for rank in sorted(set(snapshots) & involved) if ends is None else []:
         mine = by_group(snapshots[rank]).get(target.group, {})
         last = max(mine) if mine else 0
         if last < target.seq:
@@ -188,11 +249,7 @@ def missing(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: 
             behind.append(f"rank {rank} is at #{last} ({doing})")
     for rank in sorted((expected & involved) - set(snapshots)):
         behind.append(f"rank {rank} {absent_why.get(rank, 'did not answer')}")
-    if not behind:
-        return None
-    where = "" if target.group == "default" else f" of group {target.group}"
-    text = f"{ranks_text(there)} {'waits' if len(there) == 1 else 'wait'} in {target.call} #{target.seq}{where} at {target.at}; " + "; ".join(behind)
-    return Divergence("missing", text, target.seq, target.group)
+    return behind
 
 
 def first_divergence(snapshots: dict[int, RankSnapshot], expected: Optional[set[int]] = None,

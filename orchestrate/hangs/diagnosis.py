@@ -97,7 +97,8 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     collective = now.in_collective
     # a DDP backward pass computes the gradients it all-reduces: busy there is computing
     if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):
-        return RankActivity(rank, "collective", f"waits in {collective.call} #{collective.seq} at {collective.at}")
+        group = "" if collective.group == "default" else f" of group {collective.group}"
+        return RankActivity(rank, "collective", f"waits in {collective.call} #{collective.seq}{group} at {collective.at}")
     if share >= BUSY_CPU_SHARE:
         return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
     loading = [(worker, used) for worker, used in loaders if used >= BUSY_CPU_SHARE]
@@ -197,7 +198,8 @@ class HangDiagnosis:
         if self.divergence is not None and self.divergence.kind != "missing":
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
-            if self.divergence.kind != "p2p":  # torch's check compares collectives, not sends and receives
+            # torch's check compares collectives, not sends and receives
+            if self.divergence.kind != "p2p" and not self.divergence.group.startswith("p2p "):
                 out.append(f"  {DEBUG_HINT}")
         if self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
             out.append(f"  {INIT_HINT}")

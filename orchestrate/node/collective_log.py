@@ -34,6 +34,8 @@ COLLECTIVES = (
 # rank's sends to one peer match that peer's receives from it, whatever else either does.
 SENDS = ("send", "isend")
 RECEIVES = ("recv", "irecv")
+P2P = "p2p "
+P2P_BATCH = "p2p batch of rank"  # batch_isend_irecv: its own channel on each rank, never compared
 # How many collectives each rank keeps.
 KEEP = 64
 # Frames from these files are torch's or ours, never the caller's.
@@ -101,12 +103,21 @@ class CollectiveLog:
                 return original(*args, **kwargs)
             group = argument(args, kwargs, "group", group_index)
             is_async = bool(argument(args, kwargs, "async_op", async_index)) or name in ("isend", "irecv")
+            tag = argument(args, kwargs, "tag", tag_index)
             if peer:
                 where = p2p_channel(name, argument(args, kwargs, peer, peer_index),
                                     argument(args, kwargs, f"group_{peer}", group_peer_index), group,
-                                    argument(args, kwargs, "tag", tag_index))
+                                    describe_group(group), tag)
+            elif name == "batch_isend_irecv":  # sends and receives with several peers: never compared
+                where = f"{P2P_BATCH} {own_rank()}"
             else:
                 where = describe_group(group)
+            if where.startswith(f"{P2P}any->") and not is_async:
+                # a receive from any rank: numbered in its sender's channel once it returns its source
+                return self.call(original, args, kwargs, name, where, describe_tensors(args),
+                                 caller(sys._getframe(1)), "done",
+                                 channel=lambda source: p2p_channel(name, source, None, group, describe_group(group),
+                                                                    tag))
             return self.call(original, args, kwargs, name, where, describe_tensors(args),
                              caller(sys._getframe(1)), "issued" if is_async else "done")
 
@@ -114,11 +125,13 @@ class CollectiveLog:
         return collective
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
-             shapes: str, at: str, returned: str = "done", exclusive: bool = False) -> Any:
+             shapes: str, at: str, returned: str = "done", exclusive: bool = False,
+             channel: Optional[Callable[[Any], str]] = None) -> Any:
         """``original(*args, **kwargs)``, recorded as the collective ``op`` (an outer call: the
         collectives it makes on this thread are not recorded, nor, if ``exclusive``, those any
         thread makes meanwhile: a backward pass's, which autograd's device threads may run);
-        ``returned``: its state once it returns (``issued`` for an async one)."""
+        ``returned``: its state once it returns (``issued`` for an async one); ``channel``: for a
+        receive from any rank, the channel of the source it returns."""
         entry = self.enter(op, group, shapes, at)
         self.local.depth = getattr(self.local, "depth", 0) + 1
         if exclusive:
@@ -135,8 +148,17 @@ class CollectiveLog:
             if exclusive:
                 with self.lock:
                     self.exclusive -= 1
+        if channel is not None and isinstance(result, int):
+            self.move(entry, channel(result))
         self.leave(entry, returned)
         return result
+
+    def move(self, entry: Dict[str, Any], group: str) -> None:
+        """Number an entry in another group (a receive from any rank, in its sender's channel)."""
+        with self.lock:
+            seq = self.next_seq.get(group, 0) + 1
+            self.next_seq[group] = seq
+            entry["group"], entry["seq"] = group, seq
 
 
 def _positional_index(function: Callable[..., Any], parameter: str) -> Optional[int]:
@@ -191,20 +213,31 @@ def relative(filename: str) -> str:
     return filename[len(cwd):] if filename.startswith(cwd) else filename
 
 
-def p2p_channel(op: str, peer: Any, group_peer: Any, group: Any, tag: Any) -> str:
-    """The channel a point-to-point call is on, by global ranks: ``p2p 0->1`` (``tag 3`` where
-    the call has one); ``any`` for a receive from whoever sends."""
+def own_rank() -> str:
+    """This process's global rank ("?" before its process group exists)."""
     import torch.distributed as dist
 
     try:
-        me = dist.get_rank()
-        if peer is None and group_peer is not None:
-            peer = dist.get_global_rank(group, group_peer) if group is not None else group_peer
+        return str(dist.get_rank())
     except Exception:  # no process group yet: torch's own call will say so
-        me = "?"
+        return "?"
+
+
+def p2p_channel(op: str, peer: Any, group_peer: Any, group: Any, group_name: str, tag: Any) -> str:
+    """The channel a point-to-point call is on, by global ranks: ``p2p 0->1`` (``in ranks 0,1``
+    for another process group than the default, ``tag 3`` where the call has one); ``any`` for a
+    receive from whoever sends."""
+    import torch.distributed as dist
+
+    if peer is None and group_peer is not None:
+        try:
+            peer = dist.get_global_rank(group, group_peer) if group is not None else group_peer
+        except Exception:  # a group torch cannot map: the peer is not known
+            peer = None
     other = "any" if peer is None else str(int(peer))
-    source, target = (me, other) if op in SENDS else (other, me)
-    return f"p2p {source}->{target}" + (f" tag {int(tag)}" if tag else "")
+    source, target = (own_rank(), other) if op in SENDS else (other, own_rank())
+    return (f"{P2P}{source}->{target}" + ("" if group_name == "default" else f" in {group_name}")
+            + (f" tag {int(tag)}" if tag else ""))
 
 
 def group_namer() -> Callable[[Any], str]:

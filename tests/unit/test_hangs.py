@@ -271,6 +271,61 @@ def test_sends_and_receives_match_per_direction_and_their_tensors_must_agree():
                           " entered recv(float32[4]) at pipe.py:13")
 
 
+def test_a_chain_of_transfers_is_followed_to_the_rank_that_holds_it_up():
+    stopped = {2: "is stopped: its node is paused"}
+    chain = {0: snap(0, sends("p2p 0->1", 4, last="entered")),
+             1: snap(1, sends("p2p 0->1", 3, op="recv", at="pipe.py:9") + sends("p2p 1->2", 3, last="entered"))}
+    found = first_divergence(chain, {0, 1, 2}, stopped)
+    assert found is not None and found.text == (
+        "rank 0 waits in send(float32[8]) #4 to rank 1 at pipe.py:10; rank 1 received 3 and waits in send(float32[8])"
+        " #3 to rank 2 at pipe.py:10; rank 2 is stopped: its node is paused")
+    # the peer waits in a collective of a group whose other member is stopped
+    grouped = {0: snap(0, sends("p2p 0->1", 1, last="entered")),
+               1: snap(1, (coll(1, group="ranks 1,2", state="entered", at="pipe.py:20"),))}
+    found = first_divergence(grouped, {0, 1, 2}, stopped)
+    assert found is not None and found.text == (
+        "rank 0 waits in send(float32[8]) #1 to rank 1 at pipe.py:10; rank 1 waits in all_reduce(float32[4]) #1 of"
+        " group ranks 1,2 at pipe.py:20; rank 2 is stopped: its node is paused")
+    # two ranks that both send first, each waiting for the other: a cycle
+    cycle = {0: snap(0, sends("p2p 0->1", 1, last="entered")), 1: snap(1, sends("p2p 1->0", 1, last="entered"))}
+    found = first_divergence(cycle, {0, 1})
+    assert found is not None and found.text == (
+        "rank 0 waits in send(float32[8]) #1 to rank 1 at pipe.py:10; rank 1 waits in send(float32[8]) #1 to rank 0"
+        " at pipe.py:10: a cycle, each waits for the next")
+
+
+def test_receives_from_any_rank_batches_and_reshaped_tensors_are_no_divergence():
+    # a receive from any rank not yet returned: the receiver's channels are not compared, as the
+    # receives after it may be out of step with the sender's sends
+    sender = snap(0, sends("p2p 0->1", 1, shapes="float32[4]") + (coll(2, "float32[8]", "entered", op="send",
+                                                                        group="p2p 0->1", at="pipe.py:10"),))
+    receiver = snap(1, (coll(1, "float32[4]", "issued", op="irecv", group="p2p any->1"),
+                        coll(1, "float32[8]", "entered", op="recv", group="p2p 0->1", at="pipe.py:13")))
+    assert first_divergence({0: sender, 1: receiver}, {0, 1}) is None
+    # only the receive from any rank waits: who did not answer is named, from every rank
+    alone = {1: snap(1, (coll(1, "float32[8]", "entered", op="recv", group="p2p any->1", at="pipe.py:13"),)),
+             0: snap(0, frames=(Frame("pipe.py", 30, "<module>"),))}
+    found = first_divergence(alone, {0, 1, 2}, {2: "is stopped: its node is paused"})
+    assert found is not None and found.text == ("rank 1 waits in recv(float32[8]) #1 of group p2p any->1 at pipe.py:13;"
+                                                " rank 2 is stopped: its node is paused")
+    # each rank's batches are its own: ranks that make different numbers of them do not diverge
+    batches = {0: snap(0, (coll(1, "", op="batch_isend_irecv", group="p2p batch of rank 0"),
+                           coll(2, "", op="batch_isend_irecv", group="p2p batch of rank 0"),
+                           coll(1, "", "entered", op="barrier"))),
+               1: snap(1, (coll(1, "", op="batch_isend_irecv", group="p2p batch of rank 1"),
+                           coll(1, "", "entered", op="barrier")))}
+    assert first_divergence(batches, {0, 1}) is None
+    # a [2,4] tensor sent and received as an [8] one: gloo moves the bytes, no divergence
+    sent = snap(0, sends("p2p 0->1", 1, shapes="float32[2,4]") + (coll(1, state="entered"),))
+    received = snap(1, sends("p2p 0->1", 1, op="recv", shapes="float32[8]") + (coll(1, state="entered"),))
+    assert first_divergence({0: sent, 1: received}, {0, 1}) is None
+    wider = snap(1, sends("p2p 0->1", 1, op="recv", shapes="float64[8]") + (coll(1, state="entered"),))
+    found = first_divergence({0: sent, 1: wider}, {0, 1})
+    assert found is not None and found.kind == "mismatch"
+    lines = diagnose(probe(5, r0=sent, r1=wider), probe(0, r0=sent, r1=wider), {0, 1}, {}, 20).lines()
+    assert not any("--debug-collectives" in line for line in lines)
+
+
 def test_only_a_groups_own_ranks_are_named_as_not_there():
     in_group = (coll(1, group="ranks 0,1"), coll(2, group="ranks 0,1", state="entered"))
     snapshots = {0: snap(0, in_group), 1: snap(1, in_group[:1]), 2: snap(2, (coll(1),))}
