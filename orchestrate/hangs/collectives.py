@@ -25,6 +25,7 @@ import re
 from typing import Any, Optional
 
 from orchestrate.hangs.snapshots import Collective, RankSnapshot
+from orchestrate.node.collective_log import P2P
 from orchestrate.hangs.stacks import ranks_text, summary
 
 
@@ -36,9 +37,6 @@ class Divergence:
     text: str
     seq: Optional[int] = None
     group: str = ""
-
-
-P2P = "p2p "
 
 
 def channel_ends(group: str) -> Optional[tuple[Optional[int], Optional[int]]]:

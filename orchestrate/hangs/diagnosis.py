@@ -7,9 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.hangs.collectives import Divergence, first_divergence
-from orchestrate.hangs.snapshots import (LOADER_WAIT_FILE, LOADER_WAIT_FUNCTIONS, LoaderSnapshot, Probe, RankSnapshot,
-                                         last_snapshots)
+from orchestrate.hangs.collectives import Divergence, channel_ends, first_divergence
+from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
@@ -198,8 +197,7 @@ class HangDiagnosis:
         if self.divergence is not None and self.divergence.kind != "missing":
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
-            # torch's check compares collectives, not sends and receives
-            if self.divergence.kind != "p2p" and not self.divergence.group.startswith("p2p "):
+            if channel_ends(self.divergence.group) is None:  # torch's check compares no sends and receives
                 out.append(f"  {DEBUG_HINT}")
         if self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
             out.append(f"  {INIT_HINT}")
@@ -211,8 +209,7 @@ class HangDiagnosis:
     @property
     def waiting_for_loaders(self) -> set[int]:
         """The ranks whose main thread waits for their DataLoader's worker processes."""
-        return {rank for g in self.groups if any(f.file.endswith(LOADER_WAIT_FILE) and f.function in
-                                                 LOADER_WAIT_FUNCTIONS for f in g.stack) for rank in g.ranks}
+        return {rank for g in self.groups if waits_for_data_loader(g.stack) for rank in g.ranks}
 
     def to_json(self) -> dict[str, Any]:
         return {"headline": self.headline, "hung": self.hung, "quiet_s": self.quiet_s, "cause": self.cause,

@@ -94,7 +94,7 @@ class RankSnapshot:
     @property
     def waits_for_data_loader(self) -> bool:
         """Its main thread waits for the next batch from its DataLoader's worker processes."""
-        return any(f.file.endswith(LOADER_WAIT_FILE) and f.function in LOADER_WAIT_FUNCTIONS for f in self.stack)
+        return waits_for_data_loader(self.stack)
 
     @property
     def in_collective(self) -> Optional[Collective]:
@@ -118,6 +118,11 @@ class RankSnapshot:
                 "reason": self.reason, "completed": self.completed,
                 "stack": [[f.file, f.line, f.function, f.code] for f in self.stack],
                 "collectives": [c.__dict__ for c in self.collectives]}
+
+
+def waits_for_data_loader(stack: tuple[Frame, ...]) -> bool:
+    """Whether a main thread's stack waits for its DataLoader's worker processes."""
+    return any(f.file.endswith(LOADER_WAIT_FILE) and f.function in LOADER_WAIT_FUNCTIONS for f in stack)
 
 
 def main_stack(data: dict[str, Any]) -> tuple[Frame, ...]:
