@@ -73,7 +73,7 @@ def test_bench_launcher_times_the_launcher_against_a_hand_made_baseline(docker_c
     # the baseline's projects (this bench's own: others may run beside it) are gone
     [project] = data["hand_made_projects"]
     assert project.startswith("ddp-bench-baseline-")
-    assert not docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+    assert not docker_client.containers.list(all=True, ignore_removed=True, filters={"label": f"com.docker.compose.project={project}"})
     assert not [n.name for n in docker_client.networks.list() if n.name.startswith(project)]
 
 

@@ -53,7 +53,7 @@ def test_the_fixture_runs_a_passing_job_and_names_a_failing_rank_two_tests_at_on
         assert 'raise RuntimeError(f"injected failure on rank {rank}")' in text
         assert "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: injected failure on rank 3" in text
         assert len(projects_of(text)) == 2  # each test had its own run
-        assert [c.name for c in docker_client.containers.list(all=True)
+        assert [c.name for c in docker_client.containers.list(all=True, ignore_removed=True)
                 if any(c.name.startswith(p) for p in projects_of(text))] == []
     finally:
         for project in projects_of(text):
@@ -71,7 +71,7 @@ def test_ddp_keep_keeps_a_failing_tests_nodes_and_removes_a_passing_ones(pyteste
         kept = re.findall(r"\[ddp-compose\] kept run (\S+) for a look .* remove it with: python -m orchestrate down \1",
                           text)
         assert len(kept) == 1, text[-3000:]
-        live = {c.labels.get("com.docker.compose.project") for c in docker_client.containers.list(all=True)}
+        live = {c.labels.get("com.docker.compose.project") for c in docker_client.containers.list(all=True, ignore_removed=True)}
         assert f"ddp-{kept[0]}" in live  # the failing test's nodes, kept
         assert not (projects_of(text) - {f"ddp-{kept[0]}"}) & live  # the passing test's, removed
     finally:
@@ -120,7 +120,7 @@ def test_the_fixtures_chaos_returns_the_verdict_of_a_right_and_a_broken_resume(p
     try:
         outcome.assert_outcomes(passed=2)
         assert len(projects_of(text)) >= 4, text[-3000:]  # a reference and a trial each
-        live = {c.labels.get("com.docker.compose.project") for c in docker_client.containers.list(all=True)}
+        live = {c.labels.get("com.docker.compose.project") for c in docker_client.containers.list(all=True, ignore_removed=True)}
         assert not projects_of(text) & live
     finally:
         for project in projects_of(text):

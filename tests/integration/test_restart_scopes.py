@@ -59,7 +59,7 @@ def test_the_store_containers_death_is_named_as_what_ended_the_job(docker_client
     run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
     try:
         wait_for(lines, r"rank 1 step 3 ", seen)
-        [store] = docker_client.containers.list(filters={"label": [f"com.docker.compose.project=ddp-{run_id}",
+        [store] = docker_client.containers.list(ignore_removed=True, filters={"label": [f"com.docker.compose.project=ddp-{run_id}",
                                                                    "com.docker.compose.service=rdzv-store"]})
         store.kill()  # as a lost host would take it
         output = read_to_end(proc, lines, seen, timeout_s=120)

@@ -125,7 +125,7 @@ def test_a_launcher_that_dies_or_hangs_up_leaves_nothing_behind(docker_client, t
             return
         assert proc.returncode == -signal.SIGKILL
         assert run_state(docker_client, run_id) == "orphaned"  # the launcher's pid is gone
-        took = wait_until(lambda: not docker_client.containers.list(filters={"label": f"io.ddp-compose.run-id={run_id}"}),
+        took = wait_until(lambda: not docker_client.containers.list(ignore_removed=True, filters={"label": f"io.ddp-compose.run-id={run_id}"}),
                           LEASE_BOUND_S + 5, "the nodes stopping by themselves")
         assert took <= LEASE_BOUND_S, f"nodes stopped {took:.0f} s after the launcher died"
         code, out = cli("logs", run_id, "--node", "node0")

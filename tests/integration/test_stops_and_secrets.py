@@ -120,7 +120,7 @@ def test_a_planted_secret_is_found_only_in_the_compose_file(docker_client, tmp_p
         assert {name: hits for name, hits in found.items() if hits} == {}
         assert not [s for s in secrets if s in console]
         assert "--env 'WANDB_API_KEY=***'" in json.loads((run_dir / "run.json").read_text())["command"]
-        for container in docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"}):
+        for container in docker_client.containers.list(all=True, ignore_removed=True, filters={"label": f"com.docker.compose.project={project}"}):
             labels = json.dumps(container.labels)
             assert not [s for s in secrets if s in labels], container.name
             environment = container.attrs["Config"]["Env"]

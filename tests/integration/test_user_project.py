@@ -39,7 +39,7 @@ def test_lines_a_script_writes_in_pieces_are_shown_whole_when_followed_and_in_th
         attached, logs = io.StringIO(), io.StringIO()
         assert main(["attach", run_id], out=attached) == 0, attached.getvalue()[-3000:]
         assert main(["logs", run_id], out=logs) == 0
-        node0 = docker_client.containers.list(all=True, filters={"label": [f"com.docker.compose.project=ddp-{run_id}",
+        node0 = docker_client.containers.list(all=True, ignore_removed=True, filters={"label": [f"com.docker.compose.project=ddp-{run_id}",
                                                                            "com.docker.compose.service=node0"]})[0]
         # What the tool had to join: torchrun's tee copied an unfinished line as it was, and the
         # next prefix (its own or another worker's) went on from there (which rank's piece comes
