@@ -164,10 +164,13 @@ def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_h
     proc = start(tmp_path, "--", str(LOADER_STUCK), *(["--slow"] if slow else []))
     try:
         deadline = time.monotonic() + 90
-        while True:  # until rank 0 waits for its loader, and the worker with item 37 is in the dataset
+        # Until rank 0 waits for its loader, the worker with item 37 is in the dataset, and rank 1
+        # waits in its all-reduce: a rank missing from the earlier look, or one that still had a
+        # step to finish, would be progress between the two looks.
+        while True:
             before = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=3)
-            zero = before.snapshots.get(0)
-            if zero is not None and zero.waits_for_data_loader and any(
+            zero, one = before.snapshots.get(0), before.snapshots.get(1)
+            if zero is not None and zero.waits_for_data_loader and one is not None and one.in_collective and any(
                     f.file == str(LOADER_STUCK) and f.function in ("__getitem__", "decode_for_minutes", "<genexpr>")
                     for w in before.loaders.get(0, []) for f in w.stack):
                 break
@@ -192,7 +195,9 @@ def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_h
         assert "loader_stuck.py:" in found.activities[0].detail
     else:
         read = line_of(LOADER_STUCK, "# READ")
-        assert found.hung
+        looks = [({r: (s.pid, s.completed, s.cpu_s) for r, s in probe.snapshots.items()},
+                  {r: [(w.pid, w.cpu_s) for w in ws] for r, ws in probe.loaders.items()}, probe.at) for probe in (before, now)]
+        assert found.hung, (found.lines(), found.activities, looks)
         assert found.headline.endswith(f"(not in a collective: __next__ at loader_stuck.py:{line_of(LOADER_STUCK, 'for batch in')}"
                                        f" in <module>, for its DataLoader's worker 0 (pid {busy.pid}): __getitem__"
                                        f" at loader_stuck.py:{read})"), found.headline
