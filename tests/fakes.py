@@ -357,13 +357,31 @@ class FakeImages:
         self.by_name: dict[str, FakeImage] = {}
         self.pullable: set[str] = set()
         self.dangling: list[FakeImage] = []  # untagged images, by id
+        self.vanishing: list[FakeImage] = []  # listed, but removed by another client before a look
 
-    def list(self, filters: Optional[dict] = None) -> list:
-        self.client.calls.append(("images.list", json.dumps(filters, sort_keys=True)))
+    def listed(self, filters: Optional[dict]) -> list[FakeImage]:
+        """What the engine's list answers, before anything is inspected."""
         return list(self.dangling) if (filters or {}).get("dangling") else list(self.by_name.values())
 
+    def list(self, filters: Optional[dict] = None) -> list:
+        """As the SDK's: the engine's list, then an inspection of each image in it, which raises
+        ImageNotFound for one removed in between (``vanishing``: by another client)."""
+        import docker.errors
+
+        self.client.calls.append(("images.list", json.dumps(filters, sort_keys=True)))
+        found = self.listed(filters)
+        vanished = [image for image in found if image in self.vanishing]
+        if vanished:
+            raise docker.errors.ImageNotFound(f"No such image: {vanished[0].id}")
+        return found
+
     def remove(self, image: str, force: bool = False, noprune: bool = False) -> None:
+        import docker.errors
+
         self.client.calls.append(("images.remove", image))
+        gone = [i for i in self.vanishing if image in (i.id, *i.tags)]
+        if gone or not any(image in (i.id, *i.tags) for i in [*self.dangling, *self.by_name.values()]):
+            raise docker.errors.ImageNotFound(f"No such image: {image}")
         self.dangling = [i for i in self.dangling if i.id != image]
         self.by_name.pop(image, None)
 
@@ -418,6 +436,13 @@ class FakeAPI:
     def exec_inspect(self, exec_id: str) -> dict:
         container, cmd = self.execs[exec_id]
         return {"ExitCode": self.client.output_for(container.name, cmd)[0]}
+
+    def images(self, name: Optional[str] = None, quiet: bool = False, all: bool = False,
+               filters: Optional[dict] = None) -> list:
+        """The engine's image list as it answers it, inspecting none: ids when ``quiet``."""
+        self.client.calls.append(("api.images", json.dumps(filters, sort_keys=True)))
+        found = self.client.images.listed(filters)
+        return [image.id for image in found] if quiet else [{"Id": image.id, "RepoTags": image.tags} for image in found]
 
     def build(self, **kwargs: Any) -> Iterator[dict]:
         """A classic-builder build: streams ``client.build_output`` (decoded chunks)."""

@@ -369,13 +369,15 @@ def remove_stage_images(client: Any, made: set[str]) -> None:
     image in use, or not this build's, stays."""
     if not made:
         return
-    for image in client.images.list(filters={"dangling": True}):
-        if image.id.split(":")[-1][:12] not in made:
+    # the engine's own list: the SDK's images.list inspects each, and another client's image
+    # removed in between would raise
+    for image_id in client.api.images(filters={"dangling": True}, quiet=True):
+        if image_id.split(":")[-1][:12] not in made:
             continue
         try:
-            client.images.remove(image.id)
+            client.images.remove(image_id)
         except engine_errors() as exc:  # in use by a container, or already gone
-            log.debug("removing stage image %s: %s", image.id[:19], exc)
+            log.debug("removing stage image %s: %s", image_id[:19], exc)
 
 
 def node_image_context() -> IO[bytes]:

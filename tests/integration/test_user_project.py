@@ -142,7 +142,7 @@ def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_whi
                                         "RUN echo from-dockerfile > /opt/ddptest-marker.txt\n")
     # derived images only: another run on this engine may rebuild the node image meanwhile
     ours = {"dangling": True, "label": DERIVED_LABEL}
-    dangling_before = {i.id for i in docker_client.images.list(filters=ours)}
+    dangling_before = set(docker_client.api.images(filters=ours, quiet=True))
     args = ("--nodes", "2", "--workdir", str(project), "--requirements", str(project / "requirements.txt"),
             "--", "user_deps.py")
     first = orchestrate_run(*args)
@@ -175,7 +175,7 @@ def test_requirements_and_a_workdir_dockerfile_make_one_derived_image_reused_whi
     assert fourth.code == 0 and rebuilt and rebuilt[1] != built[1], fourth.output[-3000:]
     assert len(re.findall(r"marker=changed", fourth.output)) == 2
     # no build left an untagged stage image behind
-    assert {i.id for i in docker_client.images.list(filters=ours)} <= dangling_before
+    assert set(docker_client.api.images(filters=ours, quiet=True)) <= dangling_before
     for run in (first, second, third, fourth):
         assert leftovers(docker_client, run.project) == []
 
@@ -287,7 +287,7 @@ def test_a_custom_image_that_is_missing_is_refused_and_nothing_is_built(orchestr
     assert len(err) == 1 and "ddp-compose-no-such-image:0 is not in the engine and cannot be pulled" in err[0]
     # nothing built or started: only this test's own traces are looked at (other runs come and go)
     assert "[image] build" not in result.output and "[image] built" not in result.output
-    assert not docker_client.images.list(name="ddp-compose-no-such-image")
+    assert not docker_client.api.images(name="ddp-compose-no-such-image", quiet=True)
     assert containers_under(docker_client, tmp_path) == []
 
 

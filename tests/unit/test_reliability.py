@@ -493,6 +493,22 @@ def test_a_build_removes_the_stage_images_it_made_and_no_one_elses(tmp_path):
     assert removed == [mine.id]  # not the cached one, not the one another build left
 
 
+def test_a_build_removes_its_stage_images_while_another_client_removes_its_own(tmp_path):
+    from orchestrate.engine.images import build_context, docker_build
+    from tests.fakes import FakeImage
+
+    client = FakeDockerClient()
+    others, mine = (FakeImage(name, {}) for name in ("others", "mine"))
+    others.id, mine.id = ("sha256:" + c * 64 for c in "ca")
+    client.images.dangling = [others, mine]
+    client.images.vanishing = [others]  # another build's stage, removed as this one lists them
+    client.build_output = [{"stream": "Step 1/2 : FROM base AS stage"}, {"stream": " ---> Running in 0123456789ab\n"},
+                           {"stream": f" ---> {'a' * 12}\n"}, {"stream": "Successfully built ffffffffffff\n"}]
+    docker_build(client, build_context({"Dockerfile": b"FROM base\n"}), "t:1", buildargs={},
+                 progress=lambda _: None)
+    assert client.images.dangling == [others]  # its own went; the other client's was not its to remove
+
+
 def test_an_import_the_engine_refuses_part_way_ends_the_tar_and_says_why(tmp_path):
     from orchestrate.engine.images import import_rootfs
 
