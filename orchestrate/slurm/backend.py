@@ -56,6 +56,8 @@ FINAL_JOB_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", 
 SLURM_REPOSITORY = "ddp-compose-slurm"
 # How long the controller may fail to answer for the job before the run gives up on it.
 CONTROLLER_SILENCE_S = 30.0
+# How long a job sbatch gave no id for is looked for by its name.
+JOB_LOOKUP_S = 15.0
 # "T: [R|L]:text" (srun --label, then torchrun's prefix), or "T: text" (torchrun's agent).
 _LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
 
@@ -198,7 +200,25 @@ class SlurmBackend:
         output = output.strip()
         if code != 0:
             raise OrchestrateError(f"sbatch refused the job: {output.splitlines()[-1] if output else 'no output'}")
-        return output.split(";")[0]
+        job_id = output.splitlines()[-1].split(";")[0].strip() if output else ""
+        # docker's exec can lose a short command's output (docker/docker-py#2042; seen once in CI):
+        # the job is then found by its name, unique to the run. Submitting again would run it twice.
+        return job_id if job_id.isdigit() else self.job_by_name(self.batch_options().job_name, output)
+
+    def job_by_name(self, name: str, sbatch_said: str) -> str:
+        """The id of the job named ``name``, asked of Slurm until it answers (every state: a short
+        job may have ended already)."""
+        deadline = self.clock() + JOB_LOOKUP_S
+        while True:
+            code, text = exec_output(self.client, self.containers[CONTROLLER],
+                                     ["squeue", "-h", "-t", "all", "--name", name, "-o", "%A"])
+            found = [line.strip() for line in text.splitlines() if line.strip().isdigit()] if code == 0 else []
+            if found:
+                return found[0]
+            if self.clock() > deadline:
+                raise OrchestrateError(f"sbatch gave no job id (it said {sbatch_said!r}), and Slurm knows no job"
+                                       f" named {name} after {JOB_LOOKUP_S:.0f} s")
+            time.sleep(0.5)
 
     def job_record(self, job_id: str) -> dict[str, str]:
         code, text = exec_output(self.client, self.containers[CONTROLLER], ["scontrol", "show", "job", job_id, "-o"])

@@ -304,6 +304,45 @@ def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(ma
     assert (own.interrupted, own.exit_code) == (False, 1)
 
 
+def slurm_backend_following(make_job, tmp_path):
+    """A backend whose controller answers ``client.command_outputs``."""
+    from orchestrate.slurm.backend import SlurmBackend
+    from tests.fakes import FakeContainer, FakeDockerClient, Script
+
+    plan = make_job(nodes=2)
+    plan.run_dir.mkdir(parents=True)
+    client = FakeDockerClient()
+    controller = FakeContainer(client, "ddp-test-run-slurmctl-1", {"labels": {}})
+    client.containers_by_name[controller.name] = controller
+    client.script(controller.name, Script(hang=True))
+    controller.start()
+    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img")
+    backend.containers = {CONTROLLER: controller}
+    return backend, client
+
+
+def test_a_job_id_that_sbatchs_output_lost_is_found_by_the_jobs_name(make_job, tmp_path, monkeypatch):
+    import orchestrate.slurm.backend as backend_module
+    from orchestrate.errors import OrchestrateError
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"")  # docker's exec lost what sbatch printed
+    client.command_outputs["squeue"] = (0, b"12\n")
+    client.command_outputs["scontrol"] = (0, b"JobId=12 JobState=COMPLETED Reason=None ExitCode=0:0 NodeList=node[0-1]\n")
+    result = backend.follow(timeout_s=30)
+    assert result.slurm.job_id == "12" and result.succeeded
+    asked = [c[2] for c in client.calls if c[0] == "exec_create" and c[2][0] in ("squeue", "scontrol")]
+    assert asked[0] == ("squeue", "-h", "-t", "all", "--name", f"ddp-{backend.plan.run_id}", "-o", "%A")
+    assert asked[1] == ("scontrol", "show", "job", "12", "-o")  # never the whole queue's jobs
+    # a warning before the id is no id; Slurm that knows no such job ends the run saying so
+    client.command_outputs["sbatch"] = (0, b"sbatch: warning: something\n")
+    client.command_outputs["squeue"] = (0, b"")
+    monkeypatch.setattr(backend_module, "JOB_LOOKUP_S", 0.0)
+    with pytest.raises(OrchestrateError, match=r"sbatch gave no job id \(it said 'sbatch: warning: something'\),"
+                                               rf" and Slurm knows no job named ddp-{backend.plan.run_id} after 0 s"):
+        backend.follow(timeout_s=30)
+
+
 def test_a_stop_slurm_refuses_is_an_error_and_takes_its_request_back(tmp_path):
     from orchestrate.engine.runs import find_run
     from orchestrate.errors import EngineError
