@@ -8,15 +8,18 @@ waits in a collective (collectives release the GIL). A worker that is stopped (S
 container) cannot answer: the launcher tells those apart. A collective that fails writes the
 record at once (``reason: "collective failed"``), so that it outlives the process.
 
-A DataLoader's worker processes (``num_workers > 0``, forked: the default on Linux) answer too,
-each in ``loader-rank<RANK>-<PID>.json``: a rank that waits for its next batch waits for them,
-and a fork carries none of the rank's threads, so each starts its own as torch starts its loop.
+A DataLoader's worker processes (``num_workers > 0``) answer too, each in
+``loader-rank<RANK>-<PID>.json``: a rank that waits for its next batch waits for them, and a
+fork carries none of the rank's threads, so each starts its own as torch starts its loop. A
+worker started by spawn or forkserver (Python 3.14's default on Linux) is a fresh interpreter
+without the hook: torch starts it at :func:`start_loader_worker`, which puts the hook in first.
 
 Standard library only.
 """
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import inspect
 import json
 import os
@@ -175,7 +178,7 @@ def serve(writer: SnapshotWriter) -> None:
 def answer_in_data_loader_workers(directory: str, rank: int) -> None:
     """Start answering in each DataLoader worker process as torch sets its signal handlers, the
     first thing its loop does (a forked worker inherits the patched function; a spawned one
-    starts without the hook, and does not answer)."""
+    patches its own, at :func:`start_loader_worker`)."""
     from torch.utils.data._utils import signal_handling
 
     original = signal_handling._set_worker_signal_handlers
@@ -195,6 +198,43 @@ def answer_in_data_loader_workers(directory: str, rank: int) -> None:
     signal_handling._set_worker_signal_handlers = set_worker_signal_handlers
 
 
+# torch's own _worker_loop, once the rank routes its workers through start_loader_worker (empty
+# in a worker that a fresh interpreter runs: its torch is unpatched)
+_TORCH_WORKER_LOOP: List[Any] = []
+
+
+def route_data_loader_workers() -> None:
+    """Start every DataLoader worker process at :func:`start_loader_worker`. A spawned worker
+    finds it by its pickled name, from the rank's ``sys.path``: the hook's checkout is put at its
+    end (the script took the first entry), and only where that name leads back to this module,
+    not to a package of the user's; else spawned workers do not answer."""
+    from torch.utils.data._utils import worker
+
+    root = os.path.dirname(os.path.dirname(HOOK_DIR.rstrip(os.sep)))
+    found = importlib.machinery.PathFinder.find_spec("orchestrate", [*sys.path, root])
+    ours = os.path.realpath(os.path.join(root, "orchestrate", "__init__.py"))
+    if found is None or found.origin is None or os.path.realpath(found.origin) != ours:
+        return
+    if root not in sys.path:
+        sys.path.append(root)
+    _TORCH_WORKER_LOOP[:] = [worker._worker_loop]
+    worker._worker_loop = start_loader_worker
+
+
+def start_loader_worker(*args: Any, **kwargs: Any) -> Any:
+    """A DataLoader worker process's start, in place of torch's ``_worker_loop``: a forked worker
+    has the hook already; a spawned one puts it in (its debug directory and rank are in its
+    environment), then runs torch's loop."""
+    if not _TORCH_WORKER_LOOP:
+        from torch.utils.data._utils import worker
+
+        _TORCH_WORKER_LOOP.append(worker._worker_loop)
+        directory = os.environ.get(DEBUG_DIR_ENV, "")
+        if os.path.isdir(directory):
+            answer_in_data_loader_workers(directory, int(os.environ.get("RANK", "0")))
+    return _TORCH_WORKER_LOOP[0](*args, **kwargs)
+
+
 def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
     """Start answering requests in ``directory`` (None when it is not there)."""
     from orchestrate.node import collective_log
@@ -206,4 +246,5 @@ def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
     serve(writer)
     collective_log.when_imported("torch.utils.data._utils.signal_handling",
                                  lambda: answer_in_data_loader_workers(directory, writer.rank))
+    collective_log.when_imported("torch.utils.data._utils.worker", route_data_loader_workers)
     return writer

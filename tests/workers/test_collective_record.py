@@ -159,9 +159,12 @@ def test_the_hook_imports_no_torch_before_the_script_does(tmp_path):
     assert output.count("recorded: True") == 2
 
 
-@pytest.mark.parametrize("slow", [False, True], ids=["stuck", "slow"])
-def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_hung_slow_one_working(tmp_path, slow):
-    proc = start(tmp_path, "--", str(LOADER_STUCK), *(["--slow"] if slow else []))
+# The stuck one's workers are spawned (fresh interpreters, as forkserver's are: Python 3.14's
+# default on Linux), the slow one's forked (the default before it).
+@pytest.mark.parametrize("slow,start_method", [(False, "spawn"), (True, "fork")], ids=["stuck-spawned", "slow-forked"])
+def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_hung_slow_one_working(
+        tmp_path, slow, start_method):
+    proc = start(tmp_path, "--", str(LOADER_STUCK), "--start", start_method, *(["--slow"] if slow else []))
     try:
         deadline = time.monotonic() + 90
         # Until rank 0 waits for its loader, the worker with item 37 is in the dataset, and rank 1
@@ -199,7 +202,7 @@ def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_h
                   {r: [(w.pid, w.cpu_s) for w in ws] for r, ws in probe.loaders.items()}, probe.at) for probe in (before, now)]
         assert found.hung, (found.lines(), found.activities, looks)
         assert found.headline.endswith(f"(not in a collective: __next__ at loader_stuck.py:{line_of(LOADER_STUCK, 'for batch in')}"
-                                       f" in <module>, for its DataLoader's worker 0 (pid {busy.pid}): __getitem__"
+                                       f" in main, for its DataLoader's worker 0 (pid {busy.pid}): __getitem__"
                                        f" at loader_stuck.py:{read})"), found.headline
         assert f"    worker 1 (pid {idle.pid}): idle, waits for the indices of its next batch" in found.lines()
 
