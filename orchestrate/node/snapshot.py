@@ -30,7 +30,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
-from orchestrate.node.collective_log import CollectiveLog, relative
+from orchestrate.node.collective_log import CollectiveLog, guarded, relative
 
 DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
@@ -201,38 +201,57 @@ def answer_in_data_loader_workers(directory: str, rank: int) -> None:
 # torch's own _worker_loop, once the rank routes its workers through start_loader_worker (empty
 # in a worker that a fresh interpreter runs: its torch is unpatched)
 _TORCH_WORKER_LOOP: List[Any] = []
+# this package's __init__, as a fresh interpreter must find it by name
+_OUR_PACKAGE = os.path.realpath(os.path.join(os.path.dirname(HOOK_DIR.rstrip(os.sep)), "__init__.py"))
 
 
 def route_data_loader_workers() -> None:
-    """Start every DataLoader worker process at :func:`start_loader_worker`. A spawned worker
-    finds it by its pickled name, from the rank's ``sys.path``: the hook's checkout is put at its
-    end (the script took the first entry), and only where that name leads back to this module,
-    not to a package of the user's; else spawned workers do not answer."""
+    """Start each DataLoader worker process at :func:`start_loader_worker` where a spawned one
+    can import it. torch looks its workers' target up as it starts each, so the choice is made
+    then, from ``sys.path`` as the worker gets it; a worker whose name for it would lead to no
+    package, or to one of the user's named ``orchestrate``, gets torch's own loop (and does not
+    answer). The target is served by the module's ``__getattr__``, so that torch's own loop
+    still pickles by its name."""
     from torch.utils.data._utils import worker
 
-    root = os.path.dirname(os.path.dirname(HOOK_DIR.rstrip(os.sep)))
-    found = importlib.machinery.PathFinder.find_spec("orchestrate", [*sys.path, root])
-    ours = os.path.realpath(os.path.join(root, "orchestrate", "__init__.py"))
-    if found is None or found.origin is None or os.path.realpath(found.origin) != ours:
-        return
-    if root not in sys.path:
-        sys.path.append(root)
-    _TORCH_WORKER_LOOP[:] = [worker._worker_loop]
-    worker._worker_loop = start_loader_worker
+    if "_worker_loop" not in vars(worker):
+        return  # routed already
+    torch_loop = vars(worker).pop("_worker_loop")
+    _TORCH_WORKER_LOOP[:] = [torch_loop]
+    fallback = vars(worker).get("__getattr__")
+
+    def worker_target(name: str) -> Any:
+        if name == "_worker_loop":
+            return start_loader_worker if hook_importable() else torch_loop
+        if fallback is not None:
+            return fallback(name)
+        raise AttributeError(f"module {worker.__name__!r} has no attribute {name!r}")
+
+    worker.__getattr__ = worker_target  # type: ignore[attr-defined]
+
+
+def hook_importable() -> bool:
+    """Whether an interpreter with this ``sys.path`` (a spawned worker's) imports this package,
+    not another of that name."""
+    found = importlib.machinery.PathFinder.find_spec("orchestrate", sys.path)
+    return found is not None and found.origin is not None and os.path.realpath(found.origin) == _OUR_PACKAGE
 
 
 def start_loader_worker(*args: Any, **kwargs: Any) -> Any:
     """A DataLoader worker process's start, in place of torch's ``_worker_loop``: a forked worker
     has the hook already; a spawned one puts it in (its debug directory and rank are in its
-    environment), then runs torch's loop."""
+    environment; a failure says so and costs the worker nothing), then runs torch's loop."""
     if not _TORCH_WORKER_LOOP:
         from torch.utils.data._utils import worker
 
         _TORCH_WORKER_LOOP.append(worker._worker_loop)
-        directory = os.environ.get(DEBUG_DIR_ENV, "")
-        if os.path.isdir(directory):
-            answer_in_data_loader_workers(directory, int(os.environ.get("RANK", "0")))
+        if os.path.isdir(os.environ.get(DEBUG_DIR_ENV, "")):
+            guarded(answer_in_this_loader_worker)
     return _TORCH_WORKER_LOOP[0](*args, **kwargs)
+
+
+def answer_in_this_loader_worker() -> None:
+    answer_in_data_loader_workers(os.environ[DEBUG_DIR_ENV], int(os.environ.get("RANK", "0")))
 
 
 def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:

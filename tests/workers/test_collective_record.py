@@ -177,7 +177,9 @@ def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_h
                     f.file == str(LOADER_STUCK) and f.function in ("__getitem__", "decode_for_minutes", "<genexpr>")
                     for w in before.loaders.get(0, []) for f in w.stack):
                 break
-            assert time.monotonic() < deadline and proc.poll() is None, "rank 0 never waited for its DataLoader"
+            assert time.monotonic() < deadline and proc.poll() is None, (
+                "rank 0 never waited for its DataLoader's stuck worker with rank 1 in its all-reduce",
+                {r: (s.stack[-1:], s.in_collective) for r, s in before.snapshots.items()}, before.loaders)
             time.sleep(0.5)
         time.sleep(2)  # two looks some seconds apart, as the watchdog takes them
         now = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=3)
