@@ -202,22 +202,23 @@ class SlurmBackend:
             raise OrchestrateError(f"sbatch refused the job: {output.splitlines()[-1] if output else 'no output'}")
         job_id = output.splitlines()[-1].split(";")[0].strip() if output else ""
         # docker's exec can lose a short command's output (docker/docker-py#2042; seen once in CI):
-        # the job is then found by its name, unique to the run. Submitting again would run it twice.
-        return job_id if job_id.isdigit() else self.job_by_name(self.batch_options().job_name, output)
+        # the job is then asked of Slurm. Submitting again would run it twice.
+        return job_id if job_id.isdigit() else self.first_job(output)
 
-    def job_by_name(self, name: str, sbatch_said: str) -> str:
-        """The id of the job named ``name``, asked of Slurm until it answers (every state: a short
-        job may have ended already)."""
+    def first_job(self, sbatch_said: str) -> str:
+        """The id of the first job of the run's own cluster (the one just submitted, whatever
+        its script names it), asked of Slurm until it answers; every state: a short job may have
+        ended already."""
         deadline = self.clock() + JOB_LOOKUP_S
         while True:
-            code, text = exec_output(self.client, self.containers[CONTROLLER],
-                                     ["squeue", "-h", "-t", "all", "--name", name, "-o", "%A"])
-            found = [line.strip() for line in text.splitlines() if line.strip().isdigit()] if code == 0 else []
+            code, text = exec_output(self.client, self.containers[CONTROLLER], ["squeue", "-h", "-t", "all", "-o", "%A"])
+            found = sorted(int(line) for line in text.split() if line.isdigit()) if code == 0 else []
             if found:
-                return found[0]
-            if self.clock() > deadline:
-                raise OrchestrateError(f"sbatch gave no job id (it said {sbatch_said!r}), and Slurm knows no job"
-                                       f" named {name} after {JOB_LOOKUP_S:.0f} s")
+                return str(found[0])
+            if self.clock() >= deadline:
+                squeue = f"exit code {code}: {' '.join(text.split())[:200]}" if code else "no job"
+                raise OrchestrateError(f"sbatch gave no job id (it said {sbatch_said!r}), and Slurm's queue has none"
+                                       f" after {JOB_LOOKUP_S:.0f} s (squeue: {squeue})")
             time.sleep(0.5)
 
     def job_record(self, job_id: str) -> dict[str, str]:

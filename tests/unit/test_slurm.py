@@ -321,25 +321,32 @@ def slurm_backend_following(make_job, tmp_path):
     return backend, client
 
 
-def test_a_job_id_that_sbatchs_output_lost_is_found_by_the_jobs_name(make_job, tmp_path, monkeypatch):
+def test_a_job_id_that_sbatchs_output_lost_is_asked_of_slurm(make_job, tmp_path, monkeypatch):
     import orchestrate.slurm.backend as backend_module
     from orchestrate.errors import OrchestrateError
 
     backend, client = slurm_backend_following(make_job, tmp_path)
     client.command_outputs["sbatch"] = (0, b"")  # docker's exec lost what sbatch printed
-    client.command_outputs["squeue"] = (0, b"12\n")
+    client.command_outputs["squeue"] = (0, b"13\n12\n")  # the run's own cluster: its first job is the one
     client.command_outputs["scontrol"] = (0, b"JobId=12 JobState=COMPLETED Reason=None ExitCode=0:0 NodeList=node[0-1]\n")
     result = backend.follow(timeout_s=30)
     assert result.slurm.job_id == "12" and result.succeeded
     asked = [c[2] for c in client.calls if c[0] == "exec_create" and c[2][0] in ("squeue", "scontrol")]
-    assert asked[0] == ("squeue", "-h", "-t", "all", "--name", f"ddp-{backend.plan.run_id}", "-o", "%A")
+    assert asked[0] == ("squeue", "-h", "-t", "all", "-o", "%A")
     assert asked[1] == ("scontrol", "show", "job", "12", "-o")  # never the whole queue's jobs
-    # a warning before the id is no id; Slurm that knows no such job ends the run saying so
+    # a warning before the id is no id; a queue with no job ends the run saying so
     client.command_outputs["sbatch"] = (0, b"sbatch: warning: something\n")
     client.command_outputs["squeue"] = (0, b"")
     monkeypatch.setattr(backend_module, "JOB_LOOKUP_S", 0.0)
-    with pytest.raises(OrchestrateError, match=r"sbatch gave no job id \(it said 'sbatch: warning: something'\),"
-                                               rf" and Slurm knows no job named ddp-{backend.plan.run_id} after 0 s"):
+    with pytest.raises(OrchestrateError, match=r"^sbatch gave no job id \(it said 'sbatch: warning: something'\),"
+                                               r" and Slurm's queue has none after 0 s \(squeue: no job\)$"):
+        backend.follow(timeout_s=30)
+    client.command_outputs["squeue"] = (1, b"squeue: error: slurm_load_jobs error: Unable to contact slurm controller\n")
+    with pytest.raises(OrchestrateError, match=r"\(squeue: exit code 1: squeue: error: slurm_load_jobs error: Unable"):
+        backend.follow(timeout_s=30)
+    # a frozen clock (as a caller's own may be) still ends the wait
+    backend.clock = lambda: 5.0
+    with pytest.raises(OrchestrateError, match="sbatch gave no job id"):
         backend.follow(timeout_s=30)
 
 
