@@ -299,6 +299,7 @@ class FakeNetwork:
         self.client = client
         self.name = name
         self.labels = labels
+        self.removed_elsewhere = False  # listed, but removed by another client before this one removes it
 
     def disconnect(self, container: FakeContainer, force: bool = False) -> None:
         self.client.calls.append(("disconnect", container.name, self.name))
@@ -313,12 +314,20 @@ class FakeNetwork:
     def remove(self) -> None:
         self.client.calls.append(("network.remove", self.name))
         self.client.networks_by_name.pop(self.name, None)
+        self.gone_if_removed_elsewhere("network")
+
+    def gone_if_removed_elsewhere(self, kind: str) -> None:
+        import docker.errors
+
+        if self.removed_elsewhere:
+            raise docker.errors.NotFound(f"{kind} {self.name} not found")
 
 
 class FakeVolume(FakeNetwork):
     def remove(self, force: bool = False) -> None:
         self.client.calls.append(("volume.remove", self.name))
         self.client.volumes_by_name.pop(self.name, None)
+        self.gone_if_removed_elsewhere("volume")
 
 
 class _Collection:

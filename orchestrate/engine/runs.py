@@ -393,10 +393,16 @@ def remove_run(client: Any, run: RunInfo) -> list[str]:
                 continue
             removed.append(f"container {container.name}")
         for network in client.networks.list(filters=label):
-            network.remove()
+            try:
+                network.remove()
+            except docker.errors.NotFound:  # as a container: another `down` of the run came first
+                continue
             removed.append(f"network {network.name}")
         for volume in client.volumes.list(filters=label):
-            volume.remove(force=True)
+            try:
+                volume.remove(force=True)
+            except docker.errors.NotFound:
+                continue
             removed.append(f"volume {volume.name}")
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot remove run {run.run_id}: {exc.explanation or exc}") from None

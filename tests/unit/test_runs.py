@@ -230,6 +230,21 @@ def test_a_run_removed_while_runs_are_listed_is_gone_not_an_error(make_run):
     assert "removed run stays (succeeded)" in out.getvalue()
 
 
+def test_a_network_or_volume_another_down_removed_first_is_gone_not_an_error(make_run):
+    """Two `down`s of one run at once: the network and volume one lists, the other has removed."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("twice", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    client.networks_by_name["ddp-twice_ddp"].removed_elsewhere = True
+    client.volumes_by_name["ddp-twice_shared"].removed_elsewhere = True
+    out = io.StringIO()
+    assert main(client=client, argv=["down", "twice"], out=out) == 0
+    assert "removed run twice: container ddp-twice-node0-1\n" in out.getvalue()  # nor network nor volume
+    assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
+
+
 def test_fault_checks_every_target_first_and_undoes_what_it_held_when_a_later_one_fails(make_run, capsys):
     from orchestrate.cli.main import main
 
