@@ -216,18 +216,28 @@ def route_data_loader_workers() -> None:
 
     if "_worker_loop" not in vars(worker):
         return  # routed already
-    torch_loop = vars(worker).pop("_worker_loop")
+    torch_loop = vars(worker)["_worker_loop"]
     _TORCH_WORKER_LOOP[:] = [torch_loop]
     fallback = vars(worker).get("__getattr__")
+    # one answer per sys.path: torch looks the target up to make the worker, pickle again to
+    # check it is the same object, and a folder that appeared in between must not change it
+    answered: Dict[Tuple[str, ...], Any] = {}
 
     def worker_target(name: str) -> Any:
         if name == "_worker_loop":
-            return start_loader_worker if hook_importable() else torch_loop
+            path = tuple(sys.path)
+            target = answered.get(path)
+            if target is None:
+                target = start_loader_worker if hook_importable() else torch_loop
+                answered.clear()
+                answered[path] = target
+            return target
         if fallback is not None:
             return fallback(name)
         raise AttributeError(f"module {worker.__name__!r} has no attribute {name!r}")
 
     worker.__getattr__ = worker_target  # type: ignore[attr-defined]
+    del worker._worker_loop  # served by __getattr__ from now on (never missing meanwhile)
 
 
 def hook_importable() -> bool:

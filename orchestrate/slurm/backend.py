@@ -56,8 +56,9 @@ FINAL_JOB_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", 
 SLURM_REPOSITORY = "ddp-compose-slurm"
 # How long the controller may fail to answer for the job before the run gives up on it.
 CONTROLLER_SILENCE_S = 30.0
-# How long a job sbatch gave no id for is looked for by its name.
+# How long, and how often, the queue is asked for a job sbatch gave no id for.
 JOB_LOOKUP_S = 15.0
+JOB_LOOKUP_POLL_S = 0.5
 # "T: [R|L]:text" (srun --label, then torchrun's prefix), or "T: text" (torchrun's agent).
 _LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
 
@@ -207,19 +208,18 @@ class SlurmBackend:
 
     def first_job(self, sbatch_said: str) -> str:
         """The id of the first job of the run's own cluster (the one just submitted, whatever
-        its script names it), asked of Slurm until it answers; every state: a short job may have
-        ended already."""
-        deadline = self.clock() + JOB_LOOKUP_S
-        while True:
+        its script names it), asked of Slurm until it answers (for about :data:`JOB_LOOKUP_S`);
+        every state: a short job may have ended already."""
+        code, text = 0, ""
+        for _ in range(int(JOB_LOOKUP_S / JOB_LOOKUP_POLL_S) + 1):
             code, text = exec_output(self.client, self.containers[CONTROLLER], ["squeue", "-h", "-t", "all", "-o", "%A"])
-            found = sorted(int(line) for line in text.split() if line.isdigit()) if code == 0 else []
+            found = sorted(int(line) for line in text.splitlines() if line.strip().isdigit()) if code == 0 else []
             if found:
                 return str(found[0])
-            if self.clock() >= deadline:
-                squeue = f"exit code {code}: {' '.join(text.split())[:200]}" if code else "no job"
-                raise OrchestrateError(f"sbatch gave no job id (it said {sbatch_said!r}), and Slurm's queue has none"
-                                       f" after {JOB_LOOKUP_S:.0f} s (squeue: {squeue})")
-            time.sleep(0.5)
+            time.sleep(JOB_LOOKUP_POLL_S)
+        squeue = " ".join(text.split())[:200] or "nothing"
+        raise OrchestrateError(f"sbatch gave no job id (it said {sbatch_said!r}), and Slurm's queue has no job after"
+                               f" {JOB_LOOKUP_S:.0f} s (squeue, exit code {code}: {squeue})")
 
     def job_record(self, job_id: str) -> dict[str, str]:
         code, text = exec_output(self.client, self.containers[CONTROLLER], ["scontrol", "show", "job", job_id, "-o"])

@@ -18,7 +18,7 @@ from orchestrate.node import snapshot
 ROOT = Path(__file__).resolve().parents[2]
 # a spawned worker: no site (no editable install's finder), the rank's sys.path, the target unpickled
 UNPICKLE = ("import json, pickle, sys; sys.path[:] = json.loads(sys.argv[1]);"
-            " f = pickle.loads(bytes.fromhex(sys.argv[2])); print(f.__module__, f.__qualname__)")
+            " f = pickle.loads(bytes.fromhex(sys.argv[2])); print(f.__qualname__, f.__code__.co_filename)")
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_spawned_worker_starts_at_the_hook_which_it_imports_by_name(torch_work
     assert snapshot._TORCH_WORKER_LOOP == [torch_loop]
     monkeypatch.setattr(sys, "path", ["/nowhere", str(ROOT), *[p for p in sys.path if p not in ("", str(ROOT))]])
     assert torch_worker._worker_loop is snapshot.start_loader_worker
-    assert in_a_spawned_worker(torch_worker._worker_loop, sys.path) == "orchestrate.node.snapshot start_loader_worker"
+    assert in_a_spawned_worker(torch_worker._worker_loop, sys.path) == f"start_loader_worker {snapshot.__file__}"
 
 
 def test_where_the_name_leads_elsewhere_or_nowhere_a_worker_gets_torchs_own_loop(torch_worker, monkeypatch, tmp_path):
@@ -69,6 +69,9 @@ def test_where_the_name_leads_elsewhere_or_nowhere_a_worker_gets_torchs_own_loop
     assert torch_worker._worker_loop is snapshot.start_loader_worker
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         torch_worker.no_such_name
+    # one answer per sys.path: pickle looks the target up again, to check it is the same object
+    monkeypatch.setattr(snapshot, "hook_importable", lambda: pytest.fail("asked again for one sys.path"))
+    assert torch_worker._worker_loop is snapshot.start_loader_worker
 
 
 def test_a_forked_worker_runs_torchs_loop_with_the_hook_it_inherited(monkeypatch):

@@ -334,19 +334,20 @@ def test_a_job_id_that_sbatchs_output_lost_is_asked_of_slurm(make_job, tmp_path,
     asked = [c[2] for c in client.calls if c[0] == "exec_create" and c[2][0] in ("squeue", "scontrol")]
     assert asked[0] == ("squeue", "-h", "-t", "all", "-o", "%A")
     assert asked[1] == ("scontrol", "show", "job", "12", "-o")  # never the whole queue's jobs
-    # a warning before the id is no id; a queue with no job ends the run saying so
+    # a warning before the id is no id; a queue with no job ends the run saying so, in bounded
+    # time whatever the clock (no sleeping here: each poll's sleep is counted instead)
+    slept: list[float] = []
+    monkeypatch.setattr(backend_module.time, "sleep", slept.append)
+    backend.clock = lambda: 5.0  # frozen, as a caller's own clock may be
     client.command_outputs["sbatch"] = (0, b"sbatch: warning: something\n")
-    client.command_outputs["squeue"] = (0, b"")
-    monkeypatch.setattr(backend_module, "JOB_LOOKUP_S", 0.0)
+    client.command_outputs["squeue"] = (0, b"squeue: warning: 2 nodes\n")  # a number in a line is no id
     with pytest.raises(OrchestrateError, match=r"^sbatch gave no job id \(it said 'sbatch: warning: something'\),"
-                                               r" and Slurm's queue has none after 0 s \(squeue: no job\)$"):
+                                               r" and Slurm's queue has no job after 15 s \(squeue, exit code 0:"
+                                               r" squeue: warning: 2 nodes\)$"):
         backend.follow(timeout_s=30)
+    assert sum(s for s in slept if s == backend_module.JOB_LOOKUP_POLL_S) == pytest.approx(15.5)
     client.command_outputs["squeue"] = (1, b"squeue: error: slurm_load_jobs error: Unable to contact slurm controller\n")
-    with pytest.raises(OrchestrateError, match=r"\(squeue: exit code 1: squeue: error: slurm_load_jobs error: Unable"):
-        backend.follow(timeout_s=30)
-    # a frozen clock (as a caller's own may be) still ends the wait
-    backend.clock = lambda: 5.0
-    with pytest.raises(OrchestrateError, match="sbatch gave no job id"):
+    with pytest.raises(OrchestrateError, match=r"\(squeue, exit code 1: squeue: error: slurm_load_jobs error: Unable"):
         backend.follow(timeout_s=30)
 
 
