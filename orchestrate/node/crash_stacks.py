@@ -9,8 +9,9 @@ A DataLoader worker process (forked from the rank) writes to its rank's file too
 its own handlers for SIGSEGV, SIGBUS and SIGFPE in every such worker, which only say that one
 came, so the dump is put in front of them (:func:`keep_in_data_loader_workers`).
 
-DataLoader workers started by fork only (Linux's default): a spawned one is a fresh interpreter,
-without the hook. torch's ``@record`` turns faulthandler on to stderr as it starts the script's
+A DataLoader worker started by spawn or forkserver is a fresh interpreter: it opens its rank's
+file itself, to append (:func:`keep_in_spawned_loader_worker`, from the snapshot hook's start of
+the worker). torch's ``@record`` turns faulthandler on to stderr as it starts the script's
 main; it is pointed back at the file then (:func:`keep_after_torch_record`).
 
 A script that turned ``faulthandler`` on itself (``PYTHONFAULTHANDLER``, ``-X faulthandler``,
@@ -78,6 +79,20 @@ def _remove_if_empty() -> None:
     except OSError:
         pass
     _dump.close()
+
+
+def keep_in_spawned_loader_worker(directory: str, rank: int) -> None:
+    """In a DataLoader worker that spawn or forkserver started: dump to the rank's file too,
+    appended, where the rank keeps one (not where the script's own faulthandler is on: its
+    ``PYTHONFAULTHANDLER`` reaches the worker as well). The worker never removes the file: the
+    rank owns it."""
+    global _dump
+    path = crash_file(directory, rank)
+    if faulthandler.is_enabled() or not os.path.exists(path):
+        return
+    _dump = open(path, "a", encoding="utf-8")
+    faulthandler.enable(file=_dump, all_threads=True)
+    keep_in_data_loader_workers()
 
 
 def keep_in_data_loader_workers() -> None:

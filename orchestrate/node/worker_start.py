@@ -174,15 +174,16 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import (collective_log, crash_stacks, ddp_detail_guard, ddp_gradients, snapshot,
-                                  step_counter, storage_faults)
+    from orchestrate.node import (collective_log, crash_stacks, ddp_detail_guard, ddp_gradients, loader_workers,
+                                  snapshot, step_counter, storage_faults)
     from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
     name_group = collective_log.group_namer()
     directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
     if directory:
-        snapshot.start(directory, log)
+        if snapshot.start(directory, log) is not None:  # spawned DataLoader workers answer too
+            collective_log.when_imported("torch.utils.data._utils.worker", loader_workers.route_data_loader_workers)
         if crash_stacks.install(directory, int(os.environ.get("RANK", "0"))):
             collective_log.when_imported("torch.utils.data._utils.signal_handling",
                                          crash_stacks.keep_in_data_loader_workers)

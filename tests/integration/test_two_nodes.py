@@ -89,7 +89,8 @@ def test_a_rank_that_aborts_in_native_code_is_named_with_its_cpp_error_and_the_s
 
 
 def test_a_data_loader_worker_that_segfaults_is_found_in_the_datasets_line(orchestrate_run, docker_client):
-    result = orchestrate_run("--nodes", "2", "--workdir", str(JOBS), "--", "loader_crash.py")
+    # spawned workers (fresh interpreters) here; tests/workers/test_crash_stacks.py forks them
+    result = orchestrate_run("--nodes", "2", "--workdir", str(JOBS), "--", "loader_crash.py", "--start", "spawn")
     assert result.code == 1, result.output[-3000:]
     line = next(i for i, text in enumerate((JOBS / "loader_crash.py").read_text().splitlines(), 1) if "# DECODER" in text)
     assert re.search(r"^  where it crashed: Segmentation fault in __getitem__ at"
