@@ -13,10 +13,12 @@ from orchestrate.engine.client import exec_output
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError
 from orchestrate.node import rank_signal
+from orchestrate.text import first_line
 
 # Run in a node as ``python3 -c SCRIPT signal RANK SIGNAL`` or ``python3 -c SCRIPT stopped``: the
 # text of :mod:`orchestrate.node.rank_signal`, so that a node needs nothing of ddp-compose.
 RANK_SCRIPT = Path(rank_signal.__file__).read_text(encoding="utf-8")
+STOPPED_ASKS = 3
 
 
 def signal_rank(client: Any, containers: dict[str, Any], rank: int, signal_name: str) -> str:
@@ -34,18 +36,24 @@ def signal_rank(client: Any, containers: dict[str, Any], rank: int, signal_name:
         except engine_errors() as exc:  # the node ended meanwhile: look on the others
             engine_said = f" (the engine: {describe(exc)})"
             continue
-        if code == 0 and output.strip():
+        if code == 0:  # by the status: its output may be lost on the way (docker/docker-py#2042)
             return node
+        if code != rank_signal.NOT_HERE:
+            engine_said = f" (the rank script on {node}: exit code {code}: {first_line(output) or 'no output'})"
     raise EngineError(f"rank {rank} is not running on any node now{engine_said}")
 
 
 def stopped_ranks(client: Any, container: Any) -> list[int]:
     """The global ranks whose worker process is stopped in this node (none when it cannot be
     asked: it ended, or the engine did not answer)."""
-    try:
-        code, output = exec_output(client, container, ["python3", "-c", RANK_SCRIPT, "stopped"], user="0:0")
-    except engine_errors():
-        return []
-    if code != 0:
-        return []
-    return [int(line.split()[0]) for line in output.splitlines() if line.strip() and line.split()[0].isdigit()]
+    for _ in range(STOPPED_ASKS):  # an answer without its end line lost its output: ask again
+        try:
+            code, output = exec_output(client, container, ["python3", "-c", RANK_SCRIPT, "stopped"], user="0:0")
+        except engine_errors():
+            return []
+        if code != 0:
+            return []
+        lines = output.split()
+        if lines[-1:] == [rank_signal.END]:
+            return [int(line.split()[0]) for line in output.splitlines() if line.strip() and line.split()[0].isdigit()]
+    return []

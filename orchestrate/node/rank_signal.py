@@ -1,8 +1,11 @@
 """Run in a node (as root, the only user who may read every process's environment): find the
 worker process of a global rank and signal it, or list the ranks whose process is stopped.
 
-``python3 rank_signal.py signal RANK SIGNAL`` signals the process of RANK and prints its pid;
-``python3 rank_signal.py stopped`` prints ``RANK PID`` for each rank whose process is stopped.
+``python3 rank_signal.py signal RANK SIGNAL`` signals the process of RANK and prints its pid,
+exiting :data:`NOT_HERE` where no process of RANK runs; ``python3 rank_signal.py stopped`` prints
+``RANK PID`` for each rank whose process is stopped, then :data:`END`. The launcher judges by the
+exit status and the end line, not by the output alone: docker's exec can lose a short command's
+output (docker/docker-py#2042).
 
 A worker is a process that torchrun started: its environment has ``TORCHELASTIC_RUN_ID`` and
 its ``RANK``. The processes it starts itself (data loader workers) inherit both; the rank's
@@ -18,6 +21,8 @@ import sys
 from typing import Optional
 
 PROC = "/proc"
+NOT_HERE = 3  # the exit status of ``signal`` where no process of the rank runs
+END = "end"  # the last line of ``stopped``'s answer
 
 
 def environment(pid: str) -> dict[str, str]:
@@ -51,15 +56,16 @@ def workers() -> dict[int, str]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["signal"] and len(argv) == 3:
-        for pid, rank in workers().items():
-            if rank == argv[1]:
-                os.kill(pid, getattr(signal, argv[2]))
-                print(pid)
-        return 0
+        signalled = [pid for pid, rank in workers().items() if rank == argv[1]]
+        for pid in signalled:
+            os.kill(pid, getattr(signal, argv[2]))
+            print(pid)
+        return 0 if signalled else NOT_HERE
     if argv == ["stopped"]:
         for pid, rank in sorted(workers().items()):
             if parent_and_state(pid)[1] == "T":
                 print(rank, pid)
+        print(END)
         return 0
     print("usage: rank_signal.py signal RANK SIGNAL | stopped", file=sys.stderr)
     return 2

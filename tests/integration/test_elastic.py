@@ -37,7 +37,7 @@ def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(elastic_re
     assert recovery, hit.output[-3000:]
     seconds, lost, last, resumed = float(recovery[1]), int(recovery[2]), int(recovery[3]), int(recovery[4])
     # exact: the ranks waited at step 12 for the kill; step 12's checkpoint was never written
-    assert 0 < seconds < 60 and (last, resumed, lost) == (12, 8, 4)
+    assert 0 < seconds < 180 and (last, resumed, lost) == (12, 8, 4)  # 12 s unloaded; CPU-bound, so slow under load
     assert "SUCCEEDED: all 2 nodes exited 0" in hit.output
 
     calm_params = torch.load(tmp_path / "calm.pt", weights_only=True)

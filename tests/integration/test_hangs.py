@@ -46,7 +46,7 @@ def test_a_desync_ends_as_hung_naming_both_call_sites(orchestrate_run, docker_cl
     result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--hang-timeout", "15", "--", "desync.py")
     took = time.monotonic() - started
     assert result.code == 1, result.output[-3000:]
-    assert took < 90  # ended by the watchdog, not by torch's 30-minute timeout
+    assert took < 300  # ended by the watchdog, not by torch's 30-minute timeout (a loaded CI machine is slow)
     summary = result.output.split("=== run")[-1]
     headline = next(line for line in summary.splitlines() if line.startswith("HUNG:"))
     assert "(--hang-timeout 15)" in headline

@@ -36,7 +36,8 @@ seen["signalled"] = rank_script("signal", "5", "SIGSTOP").split()
 wait_for(worker.pid, stopped=True)
 seen["states_stopped"] = [state(worker.pid), state(child)]
 seen["stopped"] = rank_script("stopped").split()
-seen["other_rank"] = rank_script("signal", "6", "SIGCONT")
+seen["other_rank"] = subprocess.run([sys.executable, SCRIPT, "signal", "6", "SIGCONT"], capture_output=True,
+                                    text=True).returncode
 rank_script("signal", "5", "SIGCONT")
 wait_for(worker.pid, stopped=False)
 seen["stopped_after_cont"] = rank_script("stopped")

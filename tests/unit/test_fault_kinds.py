@@ -91,7 +91,8 @@ def test_kill_rank_finds_the_ranks_node_and_the_failure_names_the_rank(make_run)
     job = make_run(nodes=2, nproc_per_node=2, faults=["kill-rank:3@t=0"])
     job.client = client = engine(node0=[Script(["[0|0]:step"], hang=True)],
                                  node1=[lines(1, 3, delay_s=0.3, exit_code=1)])
-    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"4242\n")  # node1 runs rank 3: its pid
+    client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"")  # node1 runs rank 3 (its pid lost on the way)
     result = job.run()
     rank_execs = [(name, cmd[3:]) for name, cmd in calls(client, "exec_create") if cmd[:2] == ("python3", "-c")]
     assert ("ddp-test-run-node0-1", ("signal", "3", "SIGKILL")) in rank_execs  # looked for everywhere
@@ -107,7 +108,8 @@ def test_a_hung_rank_is_named_when_its_peers_time_out(make_run):
     job = make_run(nodes=2, faults=["hang-rank:1@t=0"])
     job.client = client = engine(node0=[lines(0, 3, delay_s=0.3, exit_code=1)],  # its collective times out
                                  node1=[Script(["[1|0]:step"], hang=True)])
-    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"1 4242\n")  # the pid it stopped; then: stopped
+    client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # not here; none stopped
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"1 4242\nend\n")  # stopped it; then: stopped
     result = job.run()
     assert "node1 rank 1 stopped answering: its worker process is stopped (hung)" in job.out.getvalue()
     assert result.failure.describe() == ("node1 rank 1 stopped answering: its worker process is stopped (hung)"
@@ -127,10 +129,32 @@ def test_a_hang_with_an_end_is_resumed_and_the_job_goes_on(make_run):
 
 def test_a_rank_that_runs_nowhere_is_a_fault_that_did_not_fire(make_run):
     job = make_run(nodes=2, faults=["kill-rank:1@t=0"])
-    job.client = engine(node0=[lines(0, 5)], node1=[lines(1, 5)])
+    job.client = client = engine(node0=[lines(0, 5)], node1=[lines(1, 5)])
+    client.command_outputs["python3"] = (3, b"")  # the rank script, on every node: not here
     result = job.run()
     assert result.exit_code == 1 and result.job_succeeded
     assert result.unfired_faults[0].reason == "could not be injected: rank 1 is not running on any node now"
+
+
+def test_a_rank_script_that_fails_is_named_and_a_stopped_answer_without_its_end_is_asked_again():
+    from orchestrate.faults.ranks import signal_rank, stopped_ranks
+    from orchestrate.errors import EngineError
+    from tests.fakes import FakeContainer, FakeDockerClient, Script
+
+    client = FakeDockerClient()
+    node = FakeContainer(client, "n0", {"labels": {}})
+    client.containers_by_name[node.name] = node
+    client.script(node.name, Script(hang=True))
+    node.start()
+    client.command_outputs["python3"] = (1, b"Traceback (most recent call last):\n")
+    with pytest.raises(EngineError, match=r"^rank 2 is not running on any node now \(the rank script on node0: exit"
+                                          r" code 1: Traceback \(most recent call last\):\)$"):
+        signal_rank(client, {"node0": node}, 2, "SIGKILL")
+    client.command_outputs["python3"] = (0, b"2 77\n")  # its end line lost: asked again, then given up
+    assert stopped_ranks(client, node) == []
+    assert len([c for c in client.calls if c[0] == "exec_create" and c[2][-1] == "stopped"]) == 3
+    client.command_outputs["python3"] = (0, b"2 77\nend\n")
+    assert stopped_ranks(client, node) == [2]
 
 
 def test_an_end_that_cannot_be_undone_is_said_and_the_run_goes_on(make_run):
@@ -170,9 +194,9 @@ def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_
     assert seen["signalled"] == [str(seen["worker"])]  # the worker, not its child
     worker_state, child_state = seen["states_stopped"]
     assert worker_state == "T" and child_state != "T"
-    assert seen["stopped"] == ["5", str(seen["worker"])]
-    assert seen["other_rank"] == ""  # no such rank here
-    assert seen["stopped_after_cont"] == ""
+    assert seen["stopped"] == ["5", str(seen["worker"]), "end"]
+    assert seen["other_rank"] == 3  # no such rank here: said by the status (its output may be lost)
+    assert seen["stopped_after_cont"] == "end\n"
 
 
 def test_the_rank_script_is_the_node_modules_text_and_refuses_bad_arguments():

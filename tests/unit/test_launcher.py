@@ -272,7 +272,9 @@ def test_a_worker_a_hang_rank_fault_stopped_is_continued_before_its_nodes_sigter
     the SIGKILL. The launcher sends the worker SIGCONT first."""
     job = make_run(nodes=2, faults=(parse_fault("hang-rank:1"),))
     client = FakeDockerClient()
-    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\n")  # rank 1's worker is there
+    client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
+    # rank 1's worker is there; asked which ranks are stopped, none (the SIGTERM path, not a hung rank's)
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\nend\n")
 
     def fail_soon() -> None:
         time.sleep(0.3)  # once the fault is in
