@@ -6,7 +6,7 @@ The split's plan is pure (:func:`partition_routes`): every node of one group get
 route to the address of every node of the other, so what it sends there is dropped without a
 word, as on a real split; the nodes of its own group it reaches as before. Doing it is an exec
 of ``ip route`` as root in each node (which needs NET_ADMIN: a run with a ``partition`` fault
-has it). Healing it deletes every blackhole route the nodes hold (:func:`blackhole_routes`), so
+has it). Healing it flushes every blackhole route the nodes hold (:data:`FLUSH_BLACKHOLES_ARGV`), so
 it needs no record of the split; a node restarted meanwhile holds none: its container's network
 namespace is new.
 """
@@ -55,13 +55,10 @@ def route_commands(addresses: list[str], add: bool) -> list[list[str]]:
     return [["ip", "route", "add" if add else "del", "blackhole", f"{address}/32"] for address in addresses]
 
 
-BLACKHOLES_ARGV = ["ip", "-o", "route", "show", "type", "blackhole"]
-
-
-def blackhole_routes(listing: str) -> list[str]:
-    """The addresses of the blackhole routes ``ip -o route show type blackhole`` listed (pure)."""
-    return [line.split()[1].split("/")[0] for line in listing.splitlines()
-            if line.split()[:1] == ["blackhole"] and len(line.split()) > 1]
+# Every blackhole route of a node in one command, listing none first: docker's exec can lose a
+# short command's output (docker/docker-py#2042), and a heal that read an empty listing would
+# have left the network split. A node's routes are its own: it holds no other blackholes.
+FLUSH_BLACKHOLES_ARGV = ["ip", "route", "flush", "type", "blackhole"]
 
 
 def node_addresses(client: Any, project: str, containers: dict[str, Any]) -> dict[str, str]:
@@ -102,9 +99,7 @@ def heal(client: Any, containers: dict[str, Any], groups: tuple[tuple[str, ...],
     """
     for node in (n for group in groups for n in group if n in containers):
         try:
-            _, listing = exec_output(client, containers[node], BLACKHOLES_ARGV, user="0:0")
-            as_root(client, containers[node], route_commands(blackhole_routes(listing), add=False),
-                    "heal the network")
+            as_root(client, containers[node], [FLUSH_BLACKHOLES_ARGV], "heal the network")
         except engine_errors() as exc:
             if classify(exc) not in (EngineFault.CONFLICT, EngineFault.NOT_FOUND):
                 raise

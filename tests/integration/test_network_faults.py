@@ -67,9 +67,14 @@ def test_a_partition_splits_four_nodes_two_and_two_each_group_keeping_its_links_
 
 
 def dropped_by_the_loss_rule(docker_client, container_name: str) -> int:
-    """The packets a node's iptables loss rule dropped so far (read as root in the node)."""
-    listing = docker_client.containers.get(container_name).exec_run(
-        ["iptables", "-w", "-L", "INPUT", "-v", "-x", "-n"], user="0:0").output.decode()
+    """The packets a node's iptables loss rule dropped so far (read as root in the node; asked
+    again where docker's exec lost the listing, docker/docker-py#2042)."""
+    listing = ""
+    for _ in range(3):
+        listing = docker_client.containers.get(container_name).exec_run(
+            ["iptables", "-w", "-L", "INPUT", "-v", "-x", "-n"], user="0:0").output.decode()
+        if listing.startswith("Chain INPUT"):
+            break
     [rule] = [line.split() for line in listing.splitlines() if "statistic mode random" in line]
     assert rule[2] == "DROP", listing
     return int(rule[0])
