@@ -59,6 +59,8 @@ CONTROLLER_SILENCE_S = 30.0
 # How long, and how often, the queue is asked for a job sbatch gave no id for.
 JOB_LOOKUP_S = 15.0
 JOB_LOOKUP_POLL_S = 0.5
+# How often an answer that cannot be empty is asked for where it came back empty.
+EMPTY_ANSWER_ASKS = 3
 # "T: [R|L]:text" (srun --label, then torchrun's prefix), or "T: text" (torchrun's agent).
 _LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
 
@@ -226,8 +228,14 @@ class SlurmBackend:
         return parse_scontrol(text) if code == 0 else {}
 
     def node_records(self) -> dict[str, dict[str, str]]:
-        code, text = exec_output(self.client, self.containers[CONTROLLER], ["scontrol", "show", "node", "-o"])
-        records = [parse_scontrol(line) for line in text.splitlines() if line.strip()] if code == 0 else []
+        """Each node's record; asked again where the answer came back empty (a cluster always has
+        nodes: docker's exec lost its output, docker/docker-py#2042)."""
+        records: list[dict[str, str]] = []
+        for _ in range(EMPTY_ANSWER_ASKS):
+            code, text = exec_output(self.client, self.containers[CONTROLLER], ["scontrol", "show", "node", "-o"])
+            records = [parse_scontrol(line) for line in text.splitlines() if line.strip()] if code == 0 else []
+            if records or code != 0:
+                break
         return {r["NodeName"]: r for r in records if "NodeName" in r}
 
     def follow_output(self, host: str, path: str) -> None:

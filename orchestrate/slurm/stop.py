@@ -20,6 +20,8 @@ from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S
 
 # How often the queue is looked at while the job ends.
 QUEUE_POLL_S = 0.5
+# How often an empty queue is asked for before it is believed.
+EMPTY_QUEUE_ASKS = 3
 
 
 def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[str], None] = print,
@@ -64,12 +66,20 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
 
 def queued_jobs(client: Any, controller: Any) -> list[str]:
     """The ids of the jobs in the cluster's queue, pending or running (not those completing: they
-    have ended already); none where the controller is gone."""
-    try:
-        code, text = exec_output(client, controller, ["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%A"])
-    except engine_errors():
-        return []
-    return [line.strip() for line in text.splitlines() if line.strip().isdigit()] if code == 0 else []
+    have ended already); none where the controller is gone. An empty queue is asked again
+    (:data:`EMPTY_QUEUE_ASKS` times in all): docker's exec can lose a short command's output
+    (docker/docker-py#2042), and a stop that saw no job would stop the nodes under a running one."""
+    for _ in range(EMPTY_QUEUE_ASKS):
+        try:
+            code, text = exec_output(client, controller, ["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%A"])
+        except engine_errors():
+            return []
+        if code != 0:
+            return []
+        jobs = [line.strip() for line in text.splitlines() if line.strip().isdigit()]
+        if jobs:
+            return jobs
+    return []
 
 
 def scancel(client: Any, controller: Any, run: RunInfo, argv: list[str], refused_raises: bool = False) -> bool:
