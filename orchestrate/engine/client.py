@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineUnavailableError
@@ -41,6 +41,23 @@ def exec_output(client: Any, container: Any, argv: list[str], *, user: str = "",
     code = client.api.exec_inspect(exec_id).get("ExitCode")
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
     return (code if code is not None else -1), text
+
+
+# How often a command whose answer came back short is run again (it must only read).
+EXEC_ASKS = 3
+
+
+def exec_answer(client: Any, container: Any, argv: list[str], whole: Callable[[str], bool], **options: Any
+                ) -> tuple[int, str]:
+    """:func:`exec_output` of a command that only reads, run again (:data:`EXEC_ASKS` times in
+    all) while it succeeds with an answer that is not ``whole``: docker's exec can lose a short
+    command's output (docker/docker-py#2042). The last exit code and output."""
+    code, text = -1, ""
+    for _ in range(EXEC_ASKS):
+        code, text = exec_output(client, container, argv, **options)
+        if code != 0 or whole(text):
+            break
+    return code, text
 
 
 def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrate.engine.client import exec_output
+from orchestrate.engine.client import exec_answer, exec_output
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import EngineError
 from orchestrate.node import rank_signal
@@ -18,7 +18,6 @@ from orchestrate.text import first_line
 # Run in a node as ``python3 -c SCRIPT signal RANK SIGNAL`` or ``python3 -c SCRIPT stopped``: the
 # text of :mod:`orchestrate.node.rank_signal`, so that a node needs nothing of ddp-compose.
 RANK_SCRIPT = Path(rank_signal.__file__).read_text(encoding="utf-8")
-STOPPED_ASKS = 3
 
 
 def signal_rank(client: Any, containers: dict[str, Any], rank: int, signal_name: str) -> str:
@@ -46,14 +45,11 @@ def signal_rank(client: Any, containers: dict[str, Any], rank: int, signal_name:
 def stopped_ranks(client: Any, container: Any) -> list[int]:
     """The global ranks whose worker process is stopped in this node (none when it cannot be
     asked: it ended, or the engine did not answer)."""
-    for _ in range(STOPPED_ASKS):  # an answer without its end line lost its output: ask again
-        try:
-            code, output = exec_output(client, container, ["python3", "-c", RANK_SCRIPT, "stopped"], user="0:0")
-        except engine_errors():
-            return []
-        if code != 0:
-            return []
-        lines = output.split()
-        if lines[-1:] == [rank_signal.END]:
-            return [int(line.split()[0]) for line in output.splitlines() if line.strip() and line.split()[0].isdigit()]
-    return []
+    try:  # an answer without its end line lost its output on the way: asked again
+        code, output = exec_answer(client, container, ["python3", "-c", RANK_SCRIPT, "stopped"],
+                                   lambda text: text.split()[-1:] == [rank_signal.END], user="0:0")
+    except engine_errors():
+        return []
+    if code != 0 or output.split()[-1:] != [rank_signal.END]:
+        return []
+    return [int(line.split()[0]) for line in output.splitlines() if line.strip() and line.split()[0].isdigit()]

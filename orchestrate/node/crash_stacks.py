@@ -10,8 +10,8 @@ its own handlers for SIGSEGV, SIGBUS and SIGFPE in every such worker, which only
 came, so the dump is put in front of them (:func:`keep_in_data_loader_workers`).
 
 A DataLoader worker started by spawn or forkserver is a fresh interpreter: it opens its rank's
-file itself, to append (:func:`keep_in_spawned_loader_worker`, from the snapshot hook's start of
-the worker). torch's ``@record`` turns faulthandler on to stderr as it starts the script's
+file itself, to append (:func:`keep_in_spawned_loader_worker`, called as
+:mod:`orchestrate.node.loader_workers` starts the worker). torch's ``@record`` turns faulthandler on to stderr as it starts the script's
 main; it is pointed back at the file then (:func:`keep_after_torch_record`).
 
 A script that turned ``faulthandler`` on itself (``PYTHONFAULTHANDLER``, ``-X faulthandler``,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultSpec
-from orchestrate.engine.client import exec_output, stream_lines
+from orchestrate.engine.client import exec_answer, exec_output, stream_lines
 from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
 from orchestrate.engine.labels import containers_of_project
@@ -59,8 +59,6 @@ CONTROLLER_SILENCE_S = 30.0
 # How long, and how often, the queue is asked for a job sbatch gave no id for.
 JOB_LOOKUP_S = 15.0
 JOB_LOOKUP_POLL_S = 0.5
-# How often an answer that cannot be empty is asked for where it came back empty.
-EMPTY_ANSWER_ASKS = 3
 # "T: [R|L]:text" (srun --label, then torchrun's prefix), or "T: text" (torchrun's agent).
 _LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
 
@@ -230,12 +228,9 @@ class SlurmBackend:
     def node_records(self) -> dict[str, dict[str, str]]:
         """Each node's record; asked again where the answer came back empty (a cluster always has
         nodes: docker's exec lost its output, docker/docker-py#2042)."""
-        records: list[dict[str, str]] = []
-        for _ in range(EMPTY_ANSWER_ASKS):
-            code, text = exec_output(self.client, self.containers[CONTROLLER], ["scontrol", "show", "node", "-o"])
-            records = [parse_scontrol(line) for line in text.splitlines() if line.strip()] if code == 0 else []
-            if records or code != 0:
-                break
+        code, text = exec_answer(self.client, self.containers[CONTROLLER], ["scontrol", "show", "node", "-o"],
+                                 lambda answer: bool(answer.strip()))
+        records = [parse_scontrol(line) for line in text.splitlines() if line.strip()] if code == 0 else []
         return {r["NodeName"]: r for r in records if "NodeName" in r}
 
     def follow_output(self, host: str, path: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from orchestrate.engine.client import exec_output
+from orchestrate.engine.client import exec_answer, exec_output
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import containers_of_project
 from orchestrate.engine.runs import LIVE_STATUSES, RunInfo, forget_stop_request, mark_stop_requested, stop_run
@@ -20,8 +20,6 @@ from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S
 
 # How often the queue is looked at while the job ends.
 QUEUE_POLL_S = 0.5
-# How often an empty queue is asked for before it is believed.
-EMPTY_QUEUE_ASKS = 3
 
 
 def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[str], None] = print,
@@ -67,19 +65,13 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
 def queued_jobs(client: Any, controller: Any) -> list[str]:
     """The ids of the jobs in the cluster's queue, pending or running (not those completing: they
     have ended already); none where the controller is gone. An empty queue is asked again
-    (:data:`EMPTY_QUEUE_ASKS` times in all): docker's exec can lose a short command's output
-    (docker/docker-py#2042), and a stop that saw no job would stop the nodes under a running one."""
-    for _ in range(EMPTY_QUEUE_ASKS):
-        try:
-            code, text = exec_output(client, controller, ["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%A"])
-        except engine_errors():
-            return []
-        if code != 0:
-            return []
-        jobs = [line.strip() for line in text.splitlines() if line.strip().isdigit()]
-        if jobs:
-            return jobs
-    return []
+    (:func:`exec_answer`): a stop that saw no job would stop the nodes under a running one."""
+    try:
+        code, text = exec_answer(client, controller, ["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%A"],
+                                 lambda answer: any(line.strip().isdigit() for line in answer.splitlines()))
+    except engine_errors():
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip().isdigit()] if code == 0 else []
 
 
 def scancel(client: Any, controller: Any, run: RunInfo, argv: list[str], refused_raises: bool = False) -> bool:

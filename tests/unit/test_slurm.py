@@ -368,29 +368,25 @@ def test_a_stop_slurm_refuses_is_an_error_and_takes_its_request_back(tmp_path):
 def test_answers_that_cannot_be_empty_are_asked_again_where_docker_lost_them(make_job, tmp_path, monkeypatch):
     """docker's exec can lose a short command's output (docker/docker-py#2042): a node table
     that came back empty, and a queue a stop found empty, are asked again before believed."""
-    import orchestrate.slurm.backend as backend_module
+    import orchestrate.engine.client as client_module
     import orchestrate.slurm.stop as stop_module
 
-    def answers(*texts: str):
-        given = iter(texts)
-        asked: list[tuple] = []
+    def answers(*texts: str) -> list[tuple]:
+        given, asked = iter(texts), []
 
         def exec_output(client, container, argv, **kwargs):
             asked.append(tuple(argv))
             return 0, next(given)
-        return exec_output, asked
+        monkeypatch.setattr(client_module, "exec_output", exec_output)
+        return asked
 
     backend, _ = slurm_backend_following(make_job, tmp_path)
-    fake, asked = answers("", "NodeName=node0 State=IDLE\nNodeName=node1 State=DOWN Reason=gone\n")
-    monkeypatch.setattr(backend_module, "exec_output", fake)
+    asked = answers("", "NodeName=node0 State=IDLE\nNodeName=node1 State=DOWN Reason=gone\n")
     assert sorted(backend.node_records()) == ["node0", "node1"] and len(asked) == 2
-    fake, asked = answers("", "", "")  # a cluster that answers no node three times: none, said so by the table
-    monkeypatch.setattr(backend_module, "exec_output", fake)
+    asked = answers("", "", "")  # a cluster that answers no node three times: none, said so by the table
     assert backend.node_records() == {} and len(asked) == 3
 
-    fake, asked = answers("", "7\n")
-    monkeypatch.setattr(stop_module, "exec_output", fake)
+    asked = answers("", "7\n")
     assert stop_module.queued_jobs(None, None) == ["7"] and len(asked) == 2
-    fake, asked = answers("", "", "")  # an empty queue, believed at the third answer
-    monkeypatch.setattr(stop_module, "exec_output", fake)
+    asked = answers("", "", "")  # an empty queue, believed at the third answer
     assert stop_module.queued_jobs(None, None) == [] and len(asked) == 3
