@@ -509,6 +509,15 @@ class FakeDockerClient:
         if call in self.failures:
             raise self.failures[call]
 
+    def running(self, name: str, labels: Optional[dict] = None, script_as: str = "") -> FakeContainer:
+        """A container of this engine, started with a process that runs until it is stopped
+        (its script looked up as ``script_as``, else by its name)."""
+        container = FakeContainer(self, name, {"labels": dict(labels or {})})
+        self.containers_by_name[name] = container
+        self.script(script_as or name, Script(hang=True))
+        container.start()
+        return container
+
     def script(self, node: str, *scripts: Script) -> None:
         self.scripts[node] = list(scripts)
 

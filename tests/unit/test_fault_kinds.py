@@ -139,13 +139,10 @@ def test_a_rank_that_runs_nowhere_is_a_fault_that_did_not_fire(make_run):
 def test_a_rank_script_that_fails_is_named_and_a_stopped_answer_without_its_end_is_asked_again():
     from orchestrate.faults.ranks import signal_rank, stopped_ranks
     from orchestrate.errors import EngineError
-    from tests.fakes import FakeContainer, FakeDockerClient, Script
+    from tests.fakes import FakeDockerClient
 
     client = FakeDockerClient()
-    node = FakeContainer(client, "n0", {"labels": {}})
-    client.containers_by_name[node.name] = node
-    client.script(node.name, Script(hang=True))
-    node.start()
+    node = client.running("n0")
     client.command_outputs["python3"] = (1, b"Traceback (most recent call last):\n")
     with pytest.raises(EngineError, match=r"^rank 2 is not running on any node now \(the rank script on node0: exit"
                                           r" code 1: Traceback \(most recent call last\):\)$"):

@@ -203,7 +203,7 @@ def slurm_run_in_engine(tmp_path: Path, *, launcher: str):
     from orchestrate.engine.labels import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, CONTROLLER_ROLE,
                                            LAUNCHER_LABEL, NODE_RANK_LABEL, ROLE_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL,
                                            SCHEDULER_LABEL)
-    from tests.fakes import FakeContainer, FakeDockerClient, Script
+    from tests.fakes import FakeDockerClient
 
     client = FakeDockerClient()
     run_dir = tmp_path / "runs" / "r"
@@ -213,11 +213,7 @@ def slurm_run_in_engine(tmp_path: Path, *, launcher: str):
               LAUNCHER_LABEL: launcher_id}
     for service, extra in ((CONTROLLER, {ROLE_LABEL: CONTROLLER_ROLE}), ("node0", {NODE_RANK_LABEL: "0"}),
                            ("node1", {NODE_RANK_LABEL: "1"})):
-        container = FakeContainer(client, f"ddp-r-{service}-1", {"labels": {**common, **extra,
-                                                                             COMPOSE_SERVICE_LABEL: service}})
-        client.containers_by_name[container.name] = container
-        client.script(service, Script(hang=True))
-        container.start()
+        client.running(f"ddp-r-{service}-1", {**common, **extra, COMPOSE_SERVICE_LABEL: service}, script_as=service)
     client.command_outputs["squeue"] = (0, b"7\n")
     return client, run_dir
 
@@ -269,23 +265,27 @@ def test_stop_kills_a_slurm_job_that_outlives_its_timeout_and_stops_a_cluster_no
         "ddp-r-slurmctl-1": "exited", "ddp-r-node0-1": "exited", "ddp-r-node1-1": "exited"}
 
 
-def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(make_job, tmp_path):
-    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+def slurm_backend_following(make_job, tmp_path):
+    """A backend whose controller answers ``client.command_outputs``."""
     from orchestrate.slurm.backend import SlurmBackend
-    from tests.fakes import FakeContainer, FakeDockerClient, Script
+    from tests.fakes import FakeDockerClient
 
     plan = make_job(nodes=2)
     plan.run_dir.mkdir(parents=True)
     client = FakeDockerClient()
-    controller = FakeContainer(client, "ddp-test-run-slurmctl-1", {"labels": {}})
-    client.containers_by_name[controller.name] = controller
-    client.script(controller.name, Script(hang=True))
-    controller.start()
+    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img")
+    backend.containers = {CONTROLLER: client.running("ddp-test-run-slurmctl-1")}
+    return backend, client
+
+
+def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(make_job, tmp_path):
+    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    plan = backend.plan
     client.command_outputs["sbatch"] = (0, b"7\n")
     ended = b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=0:15 NodeList=node[0-1]\n"
     client.command_outputs["scontrol"] = (0, ended)
-    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img")
-    backend.containers = {CONTROLLER: controller}
     stopped_run = RunInfo("test-run", "ddp-test-run", (), {"io.ddp-compose.run-dir": str(plan.run_dir)}, None)
 
     mark_stop_requested(stopped_run, ["node0", "node1"])
@@ -302,23 +302,6 @@ def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(ma
     client.command_outputs["scontrol"] = (0, ended.replace(b"ExitCode=0:15", b"ExitCode=1:0"))
     own = backend.follow(timeout_s=30)
     assert (own.interrupted, own.exit_code) == (False, 1)
-
-
-def slurm_backend_following(make_job, tmp_path):
-    """A backend whose controller answers ``client.command_outputs``."""
-    from orchestrate.slurm.backend import SlurmBackend
-    from tests.fakes import FakeContainer, FakeDockerClient, Script
-
-    plan = make_job(nodes=2)
-    plan.run_dir.mkdir(parents=True)
-    client = FakeDockerClient()
-    controller = FakeContainer(client, "ddp-test-run-slurmctl-1", {"labels": {}})
-    client.containers_by_name[controller.name] = controller
-    client.script(controller.name, Script(hang=True))
-    controller.start()
-    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img")
-    backend.containers = {CONTROLLER: controller}
-    return backend, client
 
 
 def test_a_job_id_that_sbatchs_output_lost_is_asked_of_slurm(make_job, tmp_path, monkeypatch):
