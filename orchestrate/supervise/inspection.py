@@ -10,10 +10,11 @@ stream ends or a log stream ends without an exit. An engine that does not answer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
+from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL, RUN_ID_LABEL
 from orchestrate.errors import EngineLostError
 from orchestrate.supervise.api import NodeTracker
 
@@ -99,3 +100,34 @@ class Inspector:
         elif now - self.silent_since >= ENGINE_LOST_S:
             raise EngineLostError(f"lost the Docker engine: no answer for {now - self.silent_since:.0f} s"
                                   f" ({describe(exc)})")
+
+
+@dataclass(frozen=True)
+class StoreEnd:
+    """The run's own rendezvous store container, ended before a node: its exit code (None when
+    the engine did not say)."""
+
+    exit_code: Optional[int]
+
+
+def store_ended_before(client: Any, run_id: str, service: str, node_container: Any) -> Optional[StoreEnd]:
+    """Whether run ``run_id``'s store container (Compose service ``service``) had ended before
+    the node's container did, as the engine's own clock says (None if not, or unknown).
+
+    The store's ``die`` event can come after the nodes' exits, which an inspection may have
+    seen first; the engine's finish times put them back in order."""
+    labels = [f"{RUN_ID_LABEL}={run_id}", f"{COMPOSE_SERVICE_LABEL}={service}"]
+    try:
+        found = client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
+        node_container.reload()
+    except engine_errors():
+        return None
+    if len(found) != 1:
+        return None
+    store = found[0].attrs.get("State", {})
+    store_end = engine_time(store.get("FinishedAt", "")) if store.get("Status") in ("exited", "dead") else None
+    node_end = engine_time(node_container.attrs.get("State", {}).get("FinishedAt", ""))
+    if store_end is None or node_end is None or store_end >= node_end:
+        return None
+    code = store.get("ExitCode")
+    return StoreEnd(int(code) if isinstance(code, int) else None)

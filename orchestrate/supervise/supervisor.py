@@ -56,7 +56,7 @@ from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
-from orchestrate.supervise.inspection import Inspector, Seen
+from orchestrate.supervise.inspection import Inspector, Seen, store_ended_before
 from orchestrate.supervise.live_faults import LiveFaultWatch
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
@@ -432,10 +432,23 @@ class Supervisor:
         if event.action != "die" or ending or not self.live or self.store_lost:
             return
         code = event.attrs.get("exitCode")
-        self.store_lost = (f"the run's rendezvous store (its container {event.node}) died"
-                           f" (exit code {code if code not in (None, '') else 'unknown'})")
+        self.lost_store(event.node, int(code) if code not in (None, "") else None)
+
+    def lost_store(self, service: str, code: Optional[int]) -> None:
+        """Say and record that the store died: the cause of the nodes' failures that follow."""
+        self.store_lost = (f"the run's rendezvous store (its container {service}) died"
+                           f" (exit code {code if code is not None else 'unknown'})")
         self.say(self.store_lost)
-        self.record("store-died", service=event.node, exit_code=int(code) if code not in (None, "") else None)
+        self.record("store-died", service=service, exit_code=code)
+
+    def store_died_first(self, failed: NodeTracker) -> None:
+        """At the first failure, before the store's death is ruled out as its cause: the
+        store's die event may not be in yet (an inspection saw the nodes' exits first)."""
+        if self.store_service is None or self.store_lost or self.winding_down or self.stop_requested():
+            return
+        ended = store_ended_before(self.client, self.spec.run_id, self.store_service, failed.container)
+        if ended is not None:
+            self.lost_store(self.store_service, ended.exit_code)
 
     def on_seen(self, tracker: NodeTracker, seen: Seen) -> None:
         """What an inspection found that the events did not say: an exit, a restart, a broken log."""
@@ -505,6 +518,7 @@ class Supervisor:
             self.record("node-failed", node=tracker.name, exit_code=result.exit_code,
                         rank=cause.rank if cause else None)
             if self.active and not self.first_failure_seen:
+                self.store_died_first(tracker)
                 self.first_failure_seen = True
                 self.end_job_after(tracker)
 

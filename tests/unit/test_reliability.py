@@ -135,9 +135,15 @@ def exited(client: FakeDockerClient, service: str):
                        for e in list(client.history))
 
 
-def test_the_runs_store_container_dying_explains_the_nodes_failures(make_run):
+# How late the engine's events come: the nodes' exits are then seen by an inspection first
+EVENTS_IN_ORDER = pytest.mark.parametrize("events_lag_s", [0.0, 3.0], ids=["events-first", "inspection-first"])
+
+
+@EVENTS_IN_ORDER
+def test_the_runs_store_container_dying_explains_the_nodes_failures(make_run, events_lag_s):
     job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", max_restarts=3)
     client = FakeDockerClient()
+    client.events_lag_s = events_lag_s
     store_gone = exited(client, "rdzv-store")
     lost = "RendezvousConnectionError: The connection to the C10d store has failed."
     job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, delay_s=0.3)]},
@@ -154,11 +160,15 @@ def test_the_runs_store_container_dying_explains_the_nodes_failures(make_run):
     assert [(e["service"], e["exit_code"]) for e in events if e["event"] == "store-died"] == [("rdzv-store", 137)]
     assert not [e for e in events if e["event"] == "restart"]  # a failure, not a death: nothing to rejoin
     assert json.loads((job.run_dir / "outcome.json").read_text())["failure"]["store_lost"] == said
+    if events_lag_s:
+        assert {e.get("via") for e in events if e["event"] == "node-exited"} == {"inspection"}, events
 
 
-def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_run):
+@EVENTS_IN_ORDER
+def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_run, events_lag_s):
     job = make_run(nodes=2, rdzv="c10d", rdzv_store="container")
     client = FakeDockerClient()
+    client.events_lag_s = events_lag_s
     job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, after_when=exited(client, "node1"),
                                                          after=["going"])]},
                         node0=[Script(["[0|0]:step 1"], hang=True)],
@@ -166,6 +176,9 @@ def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_
     result = job.run()
     assert result.exit_code == 1 and result.store_lost == "", job.out.getvalue()
     assert result.failure is not None and result.failure.describe().startswith("node1"), result.failure.describe()
+    if events_lag_s:  # the store had ended too when node1's exit was seen, but after node1
+        events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+        assert [e.get("via") for e in events if e["event"] == "node-exited" and e["node"] == "node1"] == ["inspection"]
 
 
 def test_a_preempts_sigkill_belongs_to_the_attempt_it_was_set_for(make_run):
