@@ -54,13 +54,14 @@ def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
     return True
 
 
-def conflict(message: str) -> BaseException:
-    """The engine's 409: what it answers a call the container's state does not allow."""
+def conflict(message: str, status: int = 409) -> BaseException:
+    """The engine's 409: what it answers a call the container's state does not allow (``status``:
+    the code it answers instead, such as 403 for a network that has endpoints)."""
     import docker.errors
     import requests
 
     response = requests.Response()
-    response.status_code = 409
+    response.status_code = status
     return docker.errors.APIError(message, response=response, explanation=message)
 
 
@@ -110,6 +111,8 @@ class FakeContainer:
         self.changed = threading.Condition()
         self.killed = threading.Event()
         self.stop_timeouts: list[int] = []  # what each stop() was given
+        # another client is removing it: remove() answers 409, and it is gone after this many get()s
+        self.removing_elsewhere: Optional[int] = None
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
         self.resources: dict[str, Any] = {"cpu_period": service.get("cpu_period", 0),
                                           "cpu_quota": service.get("cpu_quota", 0)}
@@ -260,6 +263,8 @@ class FakeContainer:
     def remove(self, force: bool = False) -> None:
         self.client.calls.append(("remove", self.name))
         self.client.maybe_fail("remove")
+        if self.removing_elsewhere is not None:
+            raise conflict(f"removal of container {self.id} is already in progress")
         if self.status in ("running", "paused") and not force:
             raise conflict(f"You cannot remove a running container {self.id}. Stop the container before attempting"
                            " removal or force remove")
@@ -313,6 +318,10 @@ class FakeNetwork:
 
     def remove(self) -> None:
         self.client.calls.append(("network.remove", self.name))
+        attached = [c.id for c in self.client.containers_by_name.values() if self.name in c.networks]
+        if attached and not self.removed_elsewhere:
+            raise conflict(f"error while removing network: network {self.name} id {self.name} has active endpoints",
+                           status=403)  # as Docker 20.10 answers it
         self.client.networks_by_name.pop(self.name, None)
         self.gone_if_removed_elsewhere("network")
 
@@ -334,6 +343,25 @@ class _Collection:
     def __init__(self, client: "FakeDockerClient", attr: str) -> None:
         self.client = client
         self.attr = attr
+
+    def get(self, key: str) -> Any:
+        """One object by name or id; NotFound when there is none (a container that another client
+        is removing goes after its ``removing_elsewhere`` count of looks)."""
+        import docker.errors
+
+        self.client.calls.append((f"{self.attr.split('_')[0]}.get", key))
+        self.client.maybe_fail(f"{self.attr.split('_')[0]}.get")
+        objects = getattr(self.client, self.attr)
+        found = next((item for name, item in list(objects.items()) if key in (name, getattr(item, "id", name))), None)
+        if found is not None and getattr(found, "removing_elsewhere", None) is not None:
+            found.removing_elsewhere -= 1
+            if found.removing_elsewhere < 0:
+                found.killed.set()
+                objects.pop(found.name, None)
+                found = None
+        if found is None:
+            raise docker.errors.NotFound(f"No such object: {key}")
+        return found
 
     def list(self, all: bool = False, filters: Optional[dict] = None, ignore_removed: bool = False) -> list:
         """As docker-py lists: the ids first, then each one inspected; one removed in between

@@ -20,7 +20,13 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     removed = remove_run(client, run)
-    inv.out.write(f"removed run {run.run_id}: {', '.join(removed)}\n")
+    inv.out.write(f"removed run {run.run_id}: {what_was_removed(removed)}\n")
     if run.run_dir.is_dir():
         inv.out.write(f"its logs stay in {run.run_dir}\n")
     return 0
+
+
+def what_was_removed(removed: list[str]) -> str:
+    """The containers, network and volume removed, or why none was (another `down` or `prune`
+    of the run came first)."""
+    return ", ".join(removed) or "nothing left: another command removed it meanwhile"

@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
+from orchestrate.cli.down import what_was_removed
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.runs import RunInfo, list_runs, remove_run
 
@@ -27,7 +28,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     for run in list_runs(client):
         if run.state.ended and kept_in(run, args.runs_dir):
             removed = remove_run(client, run)
-            inv.out.write(f"removed run {run.run_id} ({run.state.value}): {', '.join(removed)}\n")
+            inv.out.write(f"removed run {run.run_id} ({run.state.value}): {what_was_removed(removed)}\n")
             pruned += 1
     where = f" in {args.runs_dir}" if args.runs_dir else " in the engine"
     inv.out.write(f"pruned {pruned} run(s){where}\n" if pruned

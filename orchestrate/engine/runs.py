@@ -47,6 +47,7 @@ from orchestrate.engine.labels import (
     HANG_LABEL,
     WORKDIR_LABEL,
 )
+from orchestrate.engine.errors import EngineFault, classify
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
@@ -60,6 +61,10 @@ log = logging.getLogger(__name__)
 LIVE_STATUSES = frozenset({"created", "running", "paused", "restarting"})
 # Exit codes of a node that was stopped (SIGTERM, then SIGKILL), not one that failed.
 STOP_EXIT_CODES = frozenset({137, 143})
+# A container that another command is removing (a second `down`, `prune`) is looked for this
+# often and this many times (30 s) before it counts as stuck
+REMOVAL_POLL_S = 0.2
+REMOVAL_POLLS = 150
 # Who stopped a run that `stop RUN` ended, as its summary says it.
 STOPPED_BY = "python -m orchestrate stop"
 
@@ -387,11 +392,8 @@ def remove_run(client: Any, run: RunInfo) -> list[str]:
     label = {"label": f"{COMPOSE_PROJECT_LABEL}={run.project}"}
     try:
         for container in client.containers.list(all=True, ignore_removed=True, filters=label):
-            try:
-                container.remove(force=True)
-            except docker.errors.NotFound:  # removed meanwhile by someone else: gone all the same
-                continue
-            removed.append(f"container {container.name}")
+            if remove_container(client, container):
+                removed.append(f"container {container.name}")
         for network in client.networks.list(filters=label):
             try:
                 network.remove()
@@ -407,6 +409,36 @@ def remove_run(client: Any, run: RunInfo) -> list[str]:
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot remove run {run.run_id}: {exc.explanation or exc}") from None
     return removed
+
+
+def remove_container(client: Any, container: Any) -> bool:
+    """Remove one of a run's containers, running or not; True if this call removed it.
+
+    Another command may be removing the same run (a second ``down``, ``prune``, a launcher's
+    teardown): a container it removed first is gone all the same, and one it is removing now
+    is waited for, since the run's network can only go after it.
+
+    Raises:
+        EngineError: When that other removal has not ended after ``REMOVAL_POLLS`` looks.
+    """
+    import docker.errors
+
+    try:
+        container.remove(force=True)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if classify(exc) is not EngineFault.CONFLICT:  # with force, 409 is "removal already in progress"
+            raise
+    for _ in range(REMOVAL_POLLS):  # a count, not a clock: the caller's clock may be frozen
+        try:
+            client.containers.get(container.id)
+        except docker.errors.NotFound:
+            return False
+        time.sleep(REMOVAL_POLL_S)
+    raise EngineError(f"container {container.name} is being removed by another command, and is not gone after"
+                      f" {REMOVAL_POLLS * REMOVAL_POLL_S:.0f} s")
 
 
 def age(created: Optional[datetime], now: Optional[datetime] = None) -> str:

@@ -245,6 +245,53 @@ def test_a_network_or_volume_another_down_removed_first_is_gone_not_an_error(mak
     assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
 
 
+def test_a_container_another_down_is_removing_is_waited_for_then_the_network_goes(make_run):
+    """Two `down`s of one run at once: a container the other is removing answers 409; this one
+    waits for it to go, since the network cannot go before it (measured: 8 of 8 such pairs failed
+    before, on the real engine)."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("twice", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    client.containers_by_name["ddp-twice-node0-1"].removing_elsewhere = 2
+    out = io.StringIO()
+    assert main(client=client, argv=["down", "twice"], out=out) == 0, out.getvalue()
+    assert "removed run twice: network ddp-twice_ddp, volume ddp-twice_shared\n" in out.getvalue()
+    assert [call for call in client.calls if call[0] == "containers.get"] == [("containers.get", "id-ddp-twice-node0-1")] * 3
+    assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
+
+
+def test_a_down_that_another_down_left_nothing_to_says_so(make_run):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("both", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    client.containers_by_name["ddp-both-node0-1"].removing_elsewhere = 0
+    client.networks_by_name["ddp-both_ddp"].removed_elsewhere = True
+    client.volumes_by_name["ddp-both_shared"].removed_elsewhere = True
+    out = io.StringIO()
+    assert main(client=client, argv=["down", "both"], out=out) == 0
+    assert "removed run both: nothing left: another command removed it meanwhile\n" in out.getvalue()
+
+
+def test_a_container_whose_other_removal_never_ends_fails_down_saying_so(make_run, monkeypatch, capsys):
+    from orchestrate.cli.main import main
+    from orchestrate.engine import runs
+
+    monkeypatch.setattr(runs, "REMOVAL_POLL_S", 0.0)
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("stuck", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    client.containers_by_name["ddp-stuck-node0-1"].removing_elsewhere = runs.REMOVAL_POLLS + 10
+    assert main(client=client, argv=["down", "stuck"], out=io.StringIO()) != 0
+    err = capsys.readouterr().err
+    assert "container ddp-stuck-node0-1 is being removed by another command, and is not gone after 0 s" in err, err
+    assert len([call for call in client.calls if call[0] == "containers.get"]) == runs.REMOVAL_POLLS
+    assert "ddp-stuck_ddp" in client.networks_by_name  # nothing removed around a container still there
+
+
 def test_fault_checks_every_target_first_and_undoes_what_it_held_when_a_later_one_fails(make_run, capsys):
     from orchestrate.cli.main import main
 
