@@ -1,24 +1,40 @@
-"""``down RUN``: remove a run's containers, network and volume (its logs stay)."""
+"""``down RUN``: remove a run's containers, network and volume (its logs stay); a live run's nodes
+are stopped first, as ``stop`` stops them, so that its job may save and its launcher says why."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.engine.runs import find_run, remove_run
+from orchestrate.cli.options import argparse_type
+from orchestrate.config.options import non_negative_int
+from orchestrate.engine.runs import LIVE_STATUSES, REMOVED_BY, find_run, remove_run
+from orchestrate.launch.stop import stop_nodes, stop_timeout
 
 
 def add_parsers(sub: Any) -> None:
     down = sub.add_parser("down", help="remove a run: containers, network, volume",
                           description="Remove everything the run has in the engine (its log files in the runs"
-                                      " directory stay).")
+                                      " directory stay). A run that still runs is stopped first, as stop does"
+                                      " (SIGTERM, then SIGKILL after --timeout); its launcher then says it was"
+                                      " stopped by down.")
     down.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+    down.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
+                      help="for a run that still runs: seconds between SIGTERM and SIGKILL (default: the run's own"
+                           " --stop-grace, as its launcher would give)")
     down.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
+    if any(node.status in LIVE_STATUSES for node in run.nodes):
+        timeout = stop_timeout(run, args.timeout)
+        stopped = stop_nodes(client, run, timeout, say=lambda line: print(line, file=inv.out, flush=True),
+                             by=REMOVED_BY)
+        if stopped:
+            inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id} first (SIGTERM, SIGKILL after"
+                          f" {timeout} s)\n")
     removed = remove_run(client, run)
     inv.out.write(f"removed run {run.run_id}: {what_was_removed(removed)}\n")
     if run.run_dir.is_dir():

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
 from orchestrate.config.options import non_negative_int
-from orchestrate.engine.runs import find_run, stop_run
-from orchestrate.slurm.stop import stop_slurm_run
+from orchestrate.engine.runs import find_run
+from orchestrate.launch.stop import stop_nodes, stop_timeout
 
 
 def add_parsers(sub: Any) -> None:
@@ -28,11 +27,7 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
-    timeout = args.timeout if args.timeout is not None else math.ceil(run.stop_grace_s)
-    if run.scheduler == "slurm":  # its job is stopped through Slurm, as on a cluster
-        stopped = stop_slurm_run(client, run, timeout, say=lambda line: print(line, file=inv.out, flush=True))
-    else:
-        stopped = stop_run(run, timeout)
+    stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=lambda line: print(line, file=inv.out, flush=True))
     if stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
         inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended"
                       f" (logs stay in {run.run_dir})\n")

@@ -67,6 +67,7 @@ REMOVAL_POLL_S = 0.2
 REMOVAL_POLLS = 150
 # Who stopped a run that `stop RUN` ended, as its summary says it.
 STOPPED_BY = "python -m orchestrate stop"
+REMOVED_BY = "python -m orchestrate down"  # a live run's nodes are stopped first, then removed
 
 
 class RunState(str, Enum):
@@ -321,7 +322,7 @@ def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:
     return held
 
 
-def stop_run(run: RunInfo, timeout_s: int = 10) -> list[str]:
+def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY) -> list[str]:
     """Stop every live node (SIGTERM, then SIGKILL after ``timeout_s``); keep containers,
     logs and state. Returns the nodes stopped.
 
@@ -338,24 +339,27 @@ def stop_run(run: RunInfo, timeout_s: int = 10) -> list[str]:
             if node.status == "paused":
                 node.container.unpause()
             node.container.stop(timeout=timeout_s)
+        except docker.errors.NotFound:  # removed meanwhile (a `down` beside this stop): stopped all the same
+            return
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
 
     if live:
-        mark_stop_requested(run, [node.name for node in live])
+        mark_stop_requested(run, [node.name for node in live], by)
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="ddp-stop") as pool:
             for done in [pool.submit(stop, node) for node in live]:
                 done.result()  # the first failure, once every node's stop has ended
     return [node.name for node in live]
 
 
-def mark_stop_requested(run: RunInfo, nodes: list[str]) -> None:
-    """Say in the run's directory which of its nodes are stopped on request, and when (see
-    STOP_REQUEST_FILE); a directory that is gone or not writable here leaves the run to be
-    judged by its exits."""
+def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY) -> None:
+    """Say in the run's directory which of its nodes are stopped on request, when and by which
+    command (see STOP_REQUEST_FILE); a directory that is gone or not writable here leaves the run
+    to be judged by its exits."""
     try:
         if run.run_dir.name and run.run_dir.is_dir():
-            (run.run_dir / STOP_REQUEST_FILE).write_text(json.dumps({"time": time.time(), "nodes": nodes}) + "\n")
+            request = {"time": time.time(), "nodes": nodes, "by": by}
+            (run.run_dir / STOP_REQUEST_FILE).write_text(json.dumps(request) + "\n")
     except OSError:
         pass
 
@@ -378,6 +382,15 @@ def stop_requested_nodes(run_dir: Path) -> frozenset[str]:
         return frozenset(str(node) for node in nodes)
     except (OSError, ValueError, AttributeError, TypeError):
         return frozenset()
+
+
+def stop_requested_by(run_dir: Path) -> str:
+    """The command that asked for the stop (``stop``, or ``down`` of a live run)."""
+    try:
+        by = json.loads((run_dir / STOP_REQUEST_FILE).read_text()).get("by")
+    except (OSError, ValueError, AttributeError):
+        by = None
+    return by if isinstance(by, str) and by else STOPPED_BY
 
 
 def remove_run(client: Any, run: RunInfo) -> list[str]:

@@ -14,7 +14,8 @@ from typing import Any, Callable
 from orchestrate.engine.client import exec_answer, exec_output
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import containers_of_project
-from orchestrate.engine.runs import LIVE_STATUSES, RunInfo, forget_stop_request, mark_stop_requested, stop_run
+from orchestrate.engine.runs import (LIVE_STATUSES, STOPPED_BY, RunInfo, forget_stop_request, mark_stop_requested,
+                                    stop_run)
 from orchestrate.errors import EngineError
 from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S
 
@@ -23,7 +24,7 @@ QUEUE_POLL_S = 0.5
 
 
 def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[str], None] = print,
-                   clock: Callable[[], float] = time.monotonic) -> list[str]:
+                   clock: Callable[[], float] = time.monotonic, by: str = STOPPED_BY) -> list[str]:
     """Stop the run's Slurm job (SIGTERM to its tasks, SIGKILL after ``timeout_s``); return its
     live nodes. The launcher that follows the run tears them down; where none does, they and the
     controller are stopped here, their state kept.
@@ -34,10 +35,10 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
     live = [node.name for node in run.nodes if node.status in LIVE_STATUSES]
     controller = containers_of_project(client, run.project).get(CONTROLLER)
     if not live or controller is None or controller.status != "running":
-        return stop_run(run, round(timeout_s))
+        return stop_run(run, round(timeout_s), by)
     jobs = queued_jobs(client, controller)
     if jobs:
-        mark_stop_requested(run, live)  # whoever follows the run says STOPPED, not a failure
+        mark_stop_requested(run, live, by)  # whoever follows the run says STOPPED, not a failure
         try:
             if not scancel(client, controller, run, ["--signal=TERM", "--full", *jobs]):
                 scancel(client, controller, run, jobs, refused_raises=True)  # a pending job: cancelled
@@ -54,7 +55,7 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
                 say(f"Slurm job {', '.join(jobs)} is still in the queue; its nodes are stopped anyway")
     if run.launcher_alive and jobs:
         return live  # its launcher says how the job ended, then tears the cluster down
-    stopped = stop_run(run, round(timeout_s))
+    stopped = stop_run(run, round(timeout_s), by)
     try:
         controller.stop(timeout=round(timeout_s))
     except engine_errors() as exc:  # gone meanwhile: stopped all the same

@@ -37,7 +37,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.engine.runs import STOP_EXIT_CODES, STOPPED_BY, stop_requested_nodes
+from orchestrate.engine.runs import STOP_EXIT_CODES, stop_requested_by, stop_requested_nodes
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
@@ -505,8 +505,11 @@ class Supervisor:
             tracker.move(NodePhase.SUCCEEDED)
         elif result.killed_by_launcher:
             tracker.move(NodePhase.STOPPED)
-        elif result.exit_code in STOP_EXIT_CODES and not result.oom_kills and self.stopped_on_request(tracker):
-            self.stop_came = True  # `stop RUN` stopped it, from another terminal
+        elif ((result.exit_code in STOP_EXIT_CODES or result.exit_code is None) and not result.oom_kills
+              and self.stopped_on_request(tracker)):
+            # `stop RUN` stopped it from another terminal, or `down RUN` stopped and removed it (its
+            # exit code gone with it where an inspection saw it gone before its die event came)
+            self.stop_came = True
             tracker.move(NodePhase.STOPPED)
             self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by="stop")
         elif result.exit_code == EXIT_LAUNCHER_GONE:
@@ -598,7 +601,8 @@ class Supervisor:
                            started_time=self.started_time)
         result.store_lost = self.store_lost
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
-            result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), STOPPED_BY
+            result.interrupted, result.signal_number = True, int(signal.SIGTERM)
+            result.stopped_by = stop_requested_by(self.spec.run_dir)
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
                                                              {r for t in trackers for r in t.plan.global_ranks})

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -94,9 +97,16 @@ def test_stop_keeps_the_logs_and_state_down_and_prune_remove_everything(docker_c
         assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in summary
         assert "FAILED" not in summary.split("summary ===")[-1]
 
-        code, out = cli("down", second)
-        assert code == 0 and f"removed run {second}: container" in out
+        # two `down`s of the live run at once, from two terminals: both end well, and nothing is left
+        downs = [subprocess.Popen([sys.executable, "-m", "orchestrate", "down", second], cwd=ROOT, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+        said = [down.communicate(timeout=90)[0] for down in downs]
+        assert [down.returncode for down in downs] == [0, 0], said
+        assert any(f"stopped node0, node1 of run {second} first (SIGTERM" in text for text in said), said
+        assert any(f"removed run {second}: container" in text for text in said), said
         assert leftovers(docker_client, f"ddp-{second}") == []
+        request = json.loads((tmp_path / second / "stop-requested").read_text())
+        assert request["by"] == "python -m orchestrate down" and request["nodes"] == ["node0", "node1"]
 
         code, out = cli("prune", "--runs-dir", str(tmp_path))  # not other tests' kept runs
         assert code == 0 and f"removed run {first} (stopped)" in out

@@ -204,6 +204,33 @@ def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_t
     assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in format_summary(outcome)
 
 
+def test_down_from_another_terminal_stops_a_live_run_first_and_its_launcher_says_down_stopped_it(make_run):
+    import io
+
+    from orchestrate.cli.main import main
+
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    said = io.StringIO()
+
+    def down_from_another_terminal() -> None:  # `python -m orchestrate down RUN`, once both nodes run
+        threading.Thread(target=lambda: main(client=client, argv=["down", "test-run", "--timeout", "1"], out=said),
+                         daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True, on_sigterm=["[0|0]:saved"])],
+                           node1=[Script(["[1|0]:step 1"], then=down_from_another_terminal, hang=True)])
+    assert [r.state for r in outcome.results] == [NodePhase.STOPPED, NodePhase.STOPPED], text
+    assert (outcome.stopped_by, outcome.exit_code) == ("python -m orchestrate down", 143), text
+    assert "STOPPED by python -m orchestrate down (SIGTERM): every node was stopped" in format_summary(outcome)
+    assert "[node0/rank0]  saved" in text  # SIGTERM first: the job could save
+    deadline = time.monotonic() + 10
+    while "removed run test-run" not in said.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "stopped node0, node1 of run test-run first (SIGTERM, SIGKILL after 1 s)" in said.getvalue()
+    ended = [(c[0], c[1]) for c in client.calls if c[0] in ("stop", "remove")]
+    assert ended.index(("remove", "ddp-test-run-node0-1")) > ended.index(("stop", "ddp-test-run-node0-1")), ended
+
+
 def test_faults_from_another_terminal_are_said_as_they_come_and_blamed_for_the_death_they_cause(make_run):
     """`fault RUN` beside a foreground elastic run: a fault the engine refused is said as not
     done (and not counted as one asked for); a kill is said, and the restart names it."""

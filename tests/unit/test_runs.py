@@ -262,6 +262,23 @@ def test_a_container_another_down_is_removing_is_waited_for_then_the_network_goe
     assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
 
 
+def test_a_node_removed_meanwhile_is_stopped_all_the_same(make_run):
+    import docker.errors
+
+    from orchestrate.engine.runs import stop_run
+    from orchestrate.errors import EngineError
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("gone", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    client.failures["stop"] = docker.errors.NotFound("No such container: ddp-gone-node0-1")
+    assert stop_run(run, 1) == ["node0"]
+    client.failures["stop"] = docker.errors.APIError("the engine refused")
+    with pytest.raises(EngineError, match="cannot stop node0 of run gone: the engine refused"):
+        stop_run(run, 1)
+
+
 def test_a_down_that_another_down_left_nothing_to_says_so(make_run):
     from orchestrate.cli.main import main
 
