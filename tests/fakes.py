@@ -111,7 +111,7 @@ class FakeContainer:
         self.changed = threading.Condition()
         self.killed = threading.Event()
         self.stop_timeouts: list[int] = []  # what each stop() was given
-        # another client is removing it: remove() answers 409, and it is gone after this many get()s
+        # another client is removing it: remove() answers 409 this many times, then NotFound (gone)
         self.removing_elsewhere: Optional[int] = None
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
         self.resources: dict[str, Any] = {"cpu_period": service.get("cpu_period", 0),
@@ -264,6 +264,13 @@ class FakeContainer:
         self.client.calls.append(("remove", self.name))
         self.client.maybe_fail("remove")
         if self.removing_elsewhere is not None:
+            import docker.errors
+
+            self.removing_elsewhere -= 1
+            if self.removing_elsewhere < 0:  # the other removal has ended
+                self.killed.set()
+                self.client.containers_by_name.pop(self.name, None)
+                raise docker.errors.NotFound(f"No such container: {self.id}")
             raise conflict(f"removal of container {self.id} is already in progress")
         if self.status in ("running", "paused") and not force:
             raise conflict(f"You cannot remove a running container {self.id}. Stop the container before attempting"
@@ -343,25 +350,6 @@ class _Collection:
     def __init__(self, client: "FakeDockerClient", attr: str) -> None:
         self.client = client
         self.attr = attr
-
-    def get(self, key: str) -> Any:
-        """One object by name or id; NotFound when there is none (a container that another client
-        is removing goes after its ``removing_elsewhere`` count of looks)."""
-        import docker.errors
-
-        self.client.calls.append((f"{self.attr.split('_')[0]}.get", key))
-        self.client.maybe_fail(f"{self.attr.split('_')[0]}.get")
-        objects = getattr(self.client, self.attr)
-        found = next((item for name, item in list(objects.items()) if key in (name, getattr(item, "id", name))), None)
-        if found is not None and getattr(found, "removing_elsewhere", None) is not None:
-            found.removing_elsewhere -= 1
-            if found.removing_elsewhere < 0:
-                found.killed.set()
-                objects.pop(found.name, None)
-                found = None
-        if found is None:
-            raise docker.errors.NotFound(f"No such object: {key}")
-        return found
 
     def list(self, all: bool = False, filters: Optional[dict] = None, ignore_removed: bool = False) -> list:
         """As docker-py lists: the ids first, then each one inspected; one removed in between
@@ -635,12 +623,13 @@ class FakeCompose:
         if FakeCompose.fail_down:
             raise ComposeError(["docker", "compose", "down"], 1, "Error response from daemon: device busy")
         engine = FakeCompose.engine
-        for container in [c for c in engine.containers_by_name.values()
+        for container in [c for c in list(engine.containers_by_name.values())
                           if c.labels.get("com.docker.compose.project") == self.project_name]:
             container.remove(force=True)
         for store in (engine.networks_by_name, engine.volumes_by_name):
-            for key in [k for k, v in store.items() if v.labels.get("com.docker.compose.project") == self.project_name]:
-                del store[key]
+            for key in [k for k, v in list(store.items())
+                        if v.labels.get("com.docker.compose.project") == self.project_name]:
+                store.pop(key, None)
 
 
 def fake_engine(client: Optional["FakeDockerClient"] = None, **scripts: list[Script]) -> "FakeDockerClient":

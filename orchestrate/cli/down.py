@@ -9,7 +9,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import LIVE_STATUSES, REMOVED_BY, find_run, remove_run
-from orchestrate.launch.stop import stop_nodes, stop_timeout
+from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
 
 
 def add_parsers(sub: Any) -> None:
@@ -28,6 +28,7 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
+    torn_down = False
     if any(node.status in LIVE_STATUSES for node in run.nodes):
         timeout = stop_timeout(run, args.timeout)
         stopped = stop_nodes(client, run, timeout, say=lambda line: print(line, file=inv.out, flush=True),
@@ -35,8 +36,15 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         if stopped:
             inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id} first (SIGTERM, SIGKILL after"
                           f" {timeout} s)\n")
+        if stopped and run.launcher_alive and not run.detached:  # it says how the run ended, then tears down
+            inv.out.write("its launcher says how it ended and tears it down\n")
+            inv.out.flush()
+            torn_down = wait_for_launchers_teardown(client, run)
     removed = remove_run(client, run)
-    inv.out.write(f"removed run {run.run_id}: {what_was_removed(removed)}\n")
+    if removed or not torn_down:
+        inv.out.write(f"removed run {run.run_id}: {what_was_removed(removed)}\n")
+    else:
+        inv.out.write(f"run {run.run_id} is gone: its launcher tore it down\n")
     if run.run_dir.is_dir():
         inv.out.write(f"its logs stay in {run.run_dir}\n")
     return 0

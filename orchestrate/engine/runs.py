@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 LIVE_STATUSES = frozenset({"created", "running", "paused", "restarting"})
 # Exit codes of a node that was stopped (SIGTERM, then SIGKILL), not one that failed.
 STOP_EXIT_CODES = frozenset({137, 143})
-# A container that another command is removing (a second `down`, `prune`) is looked for this
+# A container that another command is removing (a second `down`, `prune`) is asked for again this
 # often and this many times (30 s) before it counts as stuck
 REMOVAL_POLL_S = 0.2
 REMOVAL_POLLS = 150
@@ -337,7 +337,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY) -> list[st
     def stop(node: NodeInfo) -> None:
         try:
             if node.status == "paused":
-                node.container.unpause()
+                unpause_if_paused(node.container)
             node.container.stop(timeout=timeout_s)
         except docker.errors.NotFound:  # removed meanwhile (a `down` beside this stop): stopped all the same
             return
@@ -350,6 +350,18 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY) -> list[st
             for done in [pool.submit(stop, node) for node in live]:
                 done.result()  # the first failure, once every node's stop has ended
     return [node.name for node in live]
+
+
+def unpause_if_paused(container: Any) -> None:
+    """Unpause a container listed as paused; one unpaused meanwhile (another ``stop`` or ``down``
+    of the run came first: the engine answers 409, not paused) is left as it is."""
+    import docker.errors
+
+    try:
+        container.unpause()
+    except docker.errors.APIError as exc:
+        if classify(exc) is not EngineFault.CONFLICT:
+            raise
 
 
 def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY) -> None:
@@ -405,7 +417,7 @@ def remove_run(client: Any, run: RunInfo) -> list[str]:
     label = {"label": f"{COMPOSE_PROJECT_LABEL}={run.project}"}
     try:
         for container in client.containers.list(all=True, ignore_removed=True, filters=label):
-            if remove_container(client, container):
+            if remove_container(container):
                 removed.append(f"container {container.name}")
         for network in client.networks.list(filters=label):
             try:
@@ -424,31 +436,28 @@ def remove_run(client: Any, run: RunInfo) -> list[str]:
     return removed
 
 
-def remove_container(client: Any, container: Any) -> bool:
+def remove_container(container: Any) -> bool:
     """Remove one of a run's containers, running or not; True if this call removed it.
 
     Another command may be removing the same run (a second ``down``, ``prune``, a launcher's
     teardown): a container it removed first is gone all the same, and one it is removing now
-    is waited for, since the run's network can only go after it.
+    (the engine answers 409) is asked for again until it is gone, since the run's network can
+    only go after it; where that other removal failed, this one removes it.
 
     Raises:
-        EngineError: When that other removal has not ended after ``REMOVAL_POLLS`` looks.
+        EngineError: When the engine still answers 409 after ``REMOVAL_POLLS`` asks.
     """
     import docker.errors
 
-    try:
-        container.remove(force=True)
-        return True
-    except docker.errors.NotFound:
-        return False
-    except docker.errors.APIError as exc:
-        if classify(exc) is not EngineFault.CONFLICT:  # with force, 409 is "removal already in progress"
-            raise
     for _ in range(REMOVAL_POLLS):  # a count, not a clock: the caller's clock may be frozen
         try:
-            client.containers.get(container.id)
+            container.remove(force=True)
+            return True
         except docker.errors.NotFound:
             return False
+        except docker.errors.APIError as exc:
+            if classify(exc) is not EngineFault.CONFLICT:  # with force, 409 is "removal already in progress"
+                raise
         time.sleep(REMOVAL_POLL_S)
     raise EngineError(f"container {container.name} is being removed by another command, and is not gone after"
                       f" {REMOVAL_POLLS * REMOVAL_POLL_S:.0f} s")

@@ -5,10 +5,18 @@ follows the run says STOPPED by that command, not a failure."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable, Optional
 
+from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL
 from orchestrate.engine.runs import STOPPED_BY, RunInfo, stop_run
 from orchestrate.slurm.stop import stop_slurm_run
+
+# How long `down` leaves a stopped run to the launcher that follows it, which says how the run
+# ended and then tears it down (a Slurm launcher reads the cluster's records first): 120 looks,
+# 0.5 s apart, before `down` removes what is left itself.
+TEARDOWN_POLL_S = 0.5
+TEARDOWN_POLLS = 120
 
 
 def stop_timeout(run: RunInfo, asked_s: Optional[int]) -> int:
@@ -27,3 +35,20 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
     if run.scheduler == "slurm":  # its job is stopped through Slurm, as on a cluster
         return stop_slurm_run(client, run, timeout_s, say=say, by=by)
     return stop_run(run, timeout_s, by)
+
+
+def wait_for_launchers_teardown(client: Any, run: RunInfo) -> bool:
+    """After a stop: whether the run's foreground launcher tore the run's containers down within
+    ``TEARDOWN_POLLS`` looks. Removing them under it instead would cut off what it still reads
+    (a Slurm launcher reads the controller's job and node records after the job ends)."""
+    import docker.errors
+
+    label = {"label": f"{COMPOSE_PROJECT_LABEL}={run.project}"}
+    for _ in range(TEARDOWN_POLLS):  # a count, not a clock: the caller's clock may be frozen
+        try:
+            if not client.containers.list(all=True, ignore_removed=True, filters=label):
+                return True
+        except docker.errors.APIError:
+            return False
+        time.sleep(TEARDOWN_POLL_S)
+    return False

@@ -302,7 +302,7 @@ class SlurmBackend:
             # `stop RUN` signalled the job from another terminal: stopped, not failed
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = stop_requested_by(self.plan.run_dir)
-            self.record("job-stopped", job=self.job_id, state=slurm.state, by="stop")
+            self.record("job-stopped", job=self.job_id, state=slurm.state, by=result.stopped_by)
         elif not result.succeeded:
             result.reported_failure = self.root_cause(slurm)
         return result

@@ -454,7 +454,7 @@ class Supervisor:
         """What an inspection found that the events did not say: an exit, a restart, a broken log."""
         if seen.ended and tracker.exited_at is None and tracker.phase is not NodePhase.RESTARTING:
             tracker.result.note_oom(in_state=seen.oom_killed)
-            if seen.status == "gone":
+            if seen.status == "gone" and not self.stopped_on_request(tracker):  # `down RUN` removes what it stops
                 tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({seen.detail})"
             self.on_exit(tracker, seen.exit_code, self.clock(), via="inspection")
         elif seen.status == "running" and tracker.phase is NodePhase.RESTARTING:
@@ -511,7 +511,8 @@ class Supervisor:
             # exit code gone with it where an inspection saw it gone before its die event came)
             self.stop_came = True
             tracker.move(NodePhase.STOPPED)
-            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by="stop")
+            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code,
+                        by=stop_requested_by(self.spec.run_dir))
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
         else:

@@ -224,11 +224,38 @@ def test_down_from_another_terminal_stops_a_live_run_first_and_its_launcher_says
     assert "STOPPED by python -m orchestrate down (SIGTERM): every node was stopped" in format_summary(outcome)
     assert "[node0/rank0]  saved" in text  # SIGTERM first: the job could save
     deadline = time.monotonic() + 10
-    while "removed run test-run" not in said.getvalue() and time.monotonic() < deadline:
+    while "logs stay in" not in said.getvalue() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "stopped node0, node1 of run test-run first (SIGTERM, SIGKILL after 1 s)" in said.getvalue()
+    assert said.getvalue().startswith("stopped node0, node1 of run test-run first (SIGTERM, SIGKILL after 1 s)\n"
+                                      "its launcher says how it ended and tears it down\n"
+                                      "run test-run is gone: its launcher tore it down\n"), said.getvalue()
+    assert "FAILED" not in format_summary(outcome)
     ended = [(c[0], c[1]) for c in client.calls if c[0] in ("stop", "remove")]
     assert ended.index(("remove", "ddp-test-run-node0-1")) > ended.index(("stop", "ddp-test-run-node0-1")), ended
+
+
+def test_nodes_a_stop_request_names_that_an_inspection_finds_gone_are_stopped_not_failed(make_run):
+    """`down RUN` of a detached run that `attach` follows removes the nodes right after their stop:
+    an inspection can find them gone, exit codes and all, before their die events come."""
+    from orchestrate.engine.runs import REMOVED_BY, mark_stop_requested
+
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    client.events_lag_s = 3.0  # the inspection (every 2 s) sees first
+
+    def removed_from_another_terminal() -> None:
+        mark_stop_requested(list_runs(client)[0], ["node0", "node1"], REMOVED_BY)
+        for name in ("ddp-test-run-node0-1", "ddp-test-run-node1-1"):
+            client.containers_by_name[name].remove(force=True)
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True)],
+                           node1=[Script(["[1|0]:step 1"], then=removed_from_another_terminal, hang=True)])
+    assert [r.state for r in outcome.results] == [NodePhase.STOPPED, NodePhase.STOPPED], text
+    summary = format_summary(outcome)
+    assert outcome.stopped_by == REMOVED_BY and outcome.failure is None and "FAILED" not in summary, summary
+    events = read_events(job.run_dir)
+    assert {e.get("via") for e in events if e["event"] == "node-exited"} == {"inspection"}, events
+    assert {e.get("by") for e in events if e["event"] == "node-stopped"} == {REMOVED_BY}, events
 
 
 def test_faults_from_another_terminal_are_said_as_they_come_and_blamed_for_the_death_they_cause(make_run):

@@ -258,7 +258,7 @@ def test_a_container_another_down_is_removing_is_waited_for_then_the_network_goe
     out = io.StringIO()
     assert main(client=client, argv=["down", "twice"], out=out) == 0, out.getvalue()
     assert "removed run twice: network ddp-twice_ddp, volume ddp-twice_shared\n" in out.getvalue()
-    assert [call for call in client.calls if call[0] == "containers.get"] == [("containers.get", "id-ddp-twice-node0-1")] * 3
+    assert [call for call in client.calls if call[0] == "remove"] == [("remove", "ddp-twice-node0-1")] * 3
     assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
 
 
@@ -277,6 +277,22 @@ def test_a_node_removed_meanwhile_is_stopped_all_the_same(make_run):
     client.failures["stop"] = docker.errors.APIError("the engine refused")
     with pytest.raises(EngineError, match="cannot stop node0 of run gone: the engine refused"):
         stop_run(run, 1)
+
+
+def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(make_run):
+    """Two `down`s (or `stop`s) of a paused run: the other unpaused the node after this one listed it."""
+    from orchestrate.engine.runs import stop_run
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("frozen", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    client.containers_by_name["ddp-frozen-node0-1"].pause()
+    run = list_runs(client)[0]
+    assert run.nodes[0].status == "paused"
+    client.containers_by_name["ddp-frozen-node0-1"].unpause()  # the other command, meanwhile
+    assert stop_run(run, 1) == ["node0"]
+    assert client.containers_by_name["ddp-frozen-node0-1"].status == "exited"
+    assert [call[0] for call in client.calls if call[1:] == ("ddp-frozen-node0-1",)][-2:] == ["unpause", "stop"]
 
 
 def test_a_down_that_another_down_left_nothing_to_says_so(make_run):
@@ -305,7 +321,7 @@ def test_a_container_whose_other_removal_never_ends_fails_down_saying_so(make_ru
     assert main(client=client, argv=["down", "stuck"], out=io.StringIO()) != 0
     err = capsys.readouterr().err
     assert "container ddp-stuck-node0-1 is being removed by another command, and is not gone after 0 s" in err, err
-    assert len([call for call in client.calls if call[0] == "containers.get"]) == runs.REMOVAL_POLLS
+    assert len([call for call in client.calls if call[0] == "remove"]) == runs.REMOVAL_POLLS
     assert "ddp-stuck_ddp" in client.networks_by_name  # nothing removed around a container still there
 
 
