@@ -181,12 +181,15 @@ _WHAT = re.compile(r"^\s*what\(\):\s*(?P<what>.*?)\s*$")
 
 def native_exception(lines: list[str]) -> str:
     """The C++ exception a worker's last lines say it aborted on (``gloo::EnforceNotMet: [enforce
-    fail at ...] 8 vs 4. Received data size doesn't match expected size...``), or "" if none."""
+    fail at ...] 8 vs 4. Received data size doesn't match expected size...``), or "" if none.
+
+    Its ``what():`` line is the first one after the ``terminate`` line, however far: torchrun
+    tails a worker's stdout and stderr apart, so lines the script printed can come between."""
     text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
     for i in range(len(text) - 1, -1, -1):
         thrown = _TERMINATE.search(text[i])
         if thrown:
-            what = next((m["what"] for m in map(_WHAT.match, text[i + 1:i + 3]) if m), "")
+            what = next((m["what"] for m in map(_WHAT.match, text[i + 1:]) if m), "")
             return f"{thrown['type']}: {what}" if what else thrown["type"]
     return ""
 

@@ -55,6 +55,10 @@ def test_a_cpp_exceptions_type_and_what_are_the_error():
     assert native_exception(lines) == "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 8 vs 4. Received data size" \
                                       " doesn't match"
     assert native_exception(lines[:2]) == "gloo::EnforceNotMet"
+    # stdout and stderr tailed apart (as a CI run had it): the script's own lines in between
+    interleaved = [lines[1], "[rank0]: [Gloo] Rank 0 is connected to 1 peer ranks.", "[rank0]: step 1 done", lines[2],
+                   "[rank0]: step 2 done"]
+    assert native_exception(interleaved) == native_exception(lines)
     assert native_exception(["terminate called without an active exception", "Traceback"]) == ""
 
 
