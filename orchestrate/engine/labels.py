@@ -45,6 +45,8 @@ RUN_DIR_LABEL = "io.ddp-compose.run-dir"
 
 
 DETACHED_LABEL = "io.ddp-compose.detached"
+# Whether the launcher keeps the run's nodes after it (--keep, ddp_cluster's --ddp-keep): "1" or "0"
+KEEP_LABEL = "io.ddp-compose.keep"
 
 
 LAUNCHER_LABEL = "io.ddp-compose.launcher"
@@ -81,6 +83,7 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         WORKDIR_LABEL: str(cfg.workdir),
         RUN_DIR_LABEL: str(plan.run_dir),
         DETACHED_LABEL: "1" if plan.detached else "0",
+        KEEP_LABEL: "1" if cfg.keep else "0",
         LAUNCHER_LABEL: plan.launcher,
         CREATED_LABEL: plan.created,
         COMMAND_LABEL: plan.command_line,

@@ -29,6 +29,7 @@ from orchestrate.engine.labels import (
     CPUS_LABEL,
     CREATED_LABEL,
     DETACHED_LABEL,
+    KEEP_LABEL,
     GPUS_LABEL,
     LAUNCHER_LABEL,
     LINK_LABEL,
@@ -110,6 +111,11 @@ class RunInfo:
     @property
     def detached(self) -> bool:
         return self.labels.get(DETACHED_LABEL) == "1"
+
+    @property
+    def kept(self) -> bool:
+        """Whether its launcher leaves the nodes behind when it ends (--keep)."""
+        return self.labels.get(KEEP_LABEL) == "1"
 
     @property
     def workdir(self) -> str:

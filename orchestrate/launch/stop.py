@@ -8,8 +8,9 @@ import math
 import time
 from typing import Any, Callable, Optional
 
-from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL
-from orchestrate.engine.runs import STOPPED_BY, RunInfo, stop_run
+from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, LAUNCHER_LABEL
+from orchestrate.engine.runs import STOPPED_BY, RunInfo, launcher_alive, stop_run
 from orchestrate.slurm.stop import stop_slurm_run
 
 # How long `down` leaves a stopped run to the launcher that follows it, which says how the run
@@ -37,18 +38,24 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
     return stop_run(run, timeout_s, by)
 
 
-def wait_for_launchers_teardown(client: Any, run: RunInfo) -> bool:
-    """After a stop: whether the run's foreground launcher tore the run's containers down within
-    ``TEARDOWN_POLLS`` looks. Removing them under it instead would cut off what it still reads
-    (a Slurm launcher reads the controller's job and node records after the job ends)."""
-    import docker.errors
+def wait_for_launchers_teardown(client: Any, run: RunInfo) -> str:
+    """After a stop: wait for the run's foreground launcher to say how the run ended and tear it
+    down (its containers, network and volume gone). Removing them under it instead would cut
+    off what it still reads (a Slurm launcher reads the controller's job and node records).
 
+    Returns:
+        "" once it has; else why it did not: the launcher ended first (its teardown gave up, or
+        it was killed), or ``TEARDOWN_POLLS`` looks went by.
+    """
     label = {"label": f"{COMPOSE_PROJECT_LABEL}={run.project}"}
     for _ in range(TEARDOWN_POLLS):  # a count, not a clock: the caller's clock may be frozen
         try:
-            if not client.containers.list(all=True, ignore_removed=True, filters=label):
-                return True
-        except docker.errors.APIError:
-            return False
+            if not (client.containers.list(all=True, ignore_removed=True, filters=label)
+                    or client.networks.list(filters=label) or client.volumes.list(filters=label)):
+                return ""
+        except engine_errors() as exc:
+            return f"the engine did not answer ({describe(exc)})"
+        if not launcher_alive(run.labels.get(LAUNCHER_LABEL, "")):
+            return "its launcher ended without tearing it down"
         time.sleep(TEARDOWN_POLL_S)
-    return False
+    return f"its launcher did not tear it down within {TEARDOWN_POLLS * TEARDOWN_POLL_S:.0f} s"

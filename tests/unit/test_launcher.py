@@ -234,6 +234,30 @@ def test_down_from_another_terminal_stops_a_live_run_first_and_its_launcher_says
     assert ended.index(("remove", "ddp-test-run-node0-1")) > ended.index(("stop", "ddp-test-run-node0-1")), ended
 
 
+def test_down_of_a_run_whose_launcher_keeps_it_removes_it_without_waiting(make_run):
+    import io
+
+    from orchestrate.cli.main import main
+
+    job = make_run(nodes=1, keep=True)
+    client = FakeDockerClient()
+    said = io.StringIO()
+    downs: list[threading.Thread] = []
+
+    def down_from_another_terminal() -> None:
+        downs.append(threading.Thread(target=lambda: main(client=client, argv=["down", "test-run", "--timeout", "1"],
+                                                          out=said), daemon=True))
+        downs[0].start()
+
+    outcome, text, compose = run(job, client, node0=[Script(["[0|0]:step 1"], then=down_from_another_terminal,
+                                                            hang=True)])
+    downs[0].join(timeout=20)
+    assert not downs[0].is_alive() and "down" not in compose.calls  # no wait for a teardown that never comes
+    assert outcome.stopped_by == "python -m orchestrate down", text
+    assert "tears it down" not in said.getvalue() and "removed run test-run: container ddp-test-run-node0-1" in \
+        said.getvalue(), said.getvalue()
+
+
 def test_nodes_a_stop_request_names_that_an_inspection_finds_gone_are_stopped_not_failed(make_run):
     """`down RUN` of a detached run that `attach` follows removes the nodes right after their stop:
     an inspection can find them gone, exit codes and all, before their die events come."""
@@ -241,7 +265,7 @@ def test_nodes_a_stop_request_names_that_an_inspection_finds_gone_are_stopped_no
 
     job = make_run(nodes=2)
     client = FakeDockerClient()
-    client.events_lag_s = 3.0  # the inspection (every 2 s) sees first
+    client.events_lag_s = 6.0  # the inspection (every 2 s) sees first, with room for a loaded machine
 
     def removed_from_another_terminal() -> None:
         mark_stop_requested(list_runs(client)[0], ["node0", "node1"], REMOVED_BY)

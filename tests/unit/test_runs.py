@@ -7,6 +7,7 @@ import socket
 import time
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -293,6 +294,26 @@ def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(mak
     assert stop_run(run, 1) == ["node0"]
     assert client.containers_by_name["ddp-frozen-node0-1"].status == "exited"
     assert [call[0] for call in client.calls if call[1:] == ("ddp-frozen-node0-1",)][-2:] == ["unpause", "stop"]
+
+
+def test_down_waits_for_a_live_launchers_teardown_not_for_a_dead_one_and_not_forever(make_run, monkeypatch):
+    import dataclasses
+
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+    from orchestrate.launch import stop
+
+    monkeypatch.setattr(stop, "TEARDOWN_POLL_S", 0.0)
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    alive = dataclasses.replace(run, labels={**run.labels, LAUNCHER_LABEL: launcher_identity()})
+    dead = dataclasses.replace(run, labels={**run.labels, LAUNCHER_LABEL: f"{socket.gethostname()}:999999999:"})
+    assert stop.wait_for_launchers_teardown(client, dead) == "its launcher ended without tearing it down"
+    assert stop.wait_for_launchers_teardown(client, alive) == "its launcher did not tear it down within 0 s"
+    assert len([c for c in client.calls if c[0] == "containers_by_name.list"]) >= stop.TEARDOWN_POLLS
+    FakeCompose(f"ddp-{run.run_id}", Path("unused")).down()  # the launcher's teardown
+    assert stop.wait_for_launchers_teardown(client, alive) == ""
 
 
 def test_a_down_that_another_down_left_nothing_to_says_so(make_run):
