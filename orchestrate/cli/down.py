@@ -28,22 +28,21 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
-    left = "not waited for"  # why its launcher did not tear it down
+    torn_down = False  # by its own launcher, after the stop below
     if any(node.status in LIVE_STATUSES for node in run.nodes):
         timeout = stop_timeout(run, args.timeout)
-        stopped = stop_nodes(client, run, timeout, say=lambda line: print(line, file=inv.out, flush=True),
-                             by=REMOVED_BY)
+        stopped = stop_nodes(client, run, timeout, say=inv.say, by=REMOVED_BY)
         if stopped:
             inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id} first (SIGTERM, SIGKILL after"
                           f" {timeout} s)\n")
         if stopped and run.launcher_alive and not run.detached and not run.kept:
-            inv.out.write("its launcher says how it ended and tears it down\n")
-            inv.out.flush()
-            left = wait_for_launchers_teardown(client, run)
-            if left:
-                inv.out.write(f"{left}: removing it here\n")
+            inv.say("its launcher says how it ended and tears it down")
+            why_not = wait_for_launchers_teardown(client, run)
+            if why_not:
+                inv.out.write(f"{why_not}: removing it here\n")
+            torn_down = not why_not
     removed = remove_run(client, run)
-    if removed or left:
+    if removed or not torn_down:
         inv.out.write(f"removed run {run.run_id}: {what_was_removed(removed)}\n")
     else:
         inv.out.write(f"run {run.run_id} is gone: its launcher tore it down\n")

@@ -36,7 +36,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.nodes
                                                           if n.status in LIVE_STATUSES},
                         stop_grace_s=run.stop_grace_s, cpus_per_node=run.cpus_per_node, link=run.link,
-                        run_dir=run.run_dir, say=lambda line: print(line, file=inv.out, flush=True))
+                        run_dir=run.run_dir, say=inv.say)
     faults.check(args.specs)
     try:
         for spec in args.specs:

@@ -36,6 +36,10 @@ class Invocation:
             self.client = connect()
         return self.client
 
+    def say(self, line: str) -> None:
+        """Print one line now (what a command says while it waits on the engine)."""
+        print(line, file=self.out, flush=True)
+
     @property
     def command_line(self) -> str:
         """The command as it is recorded: the values of ``--env`` masked (they may be secrets)."""

@@ -27,7 +27,7 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
-    stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=lambda line: print(line, file=inv.out, flush=True))
+    stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say)
     if stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
         inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended"
                       f" (logs stay in {run.run_dir})\n")

@@ -29,8 +29,8 @@ from orchestrate.engine.labels import (
     CPUS_LABEL,
     CREATED_LABEL,
     DETACHED_LABEL,
-    KEEP_LABEL,
     GPUS_LABEL,
+    KEEP_LABEL,
     LAUNCHER_LABEL,
     LINK_LABEL,
     MAX_RESTARTS_LABEL,
@@ -391,24 +391,26 @@ def forget_stop_request(run: RunInfo) -> None:
         pass
 
 
-def stop_requested_nodes(run_dir: Path) -> frozenset[str]:
-    """The nodes ``stop RUN`` stopped (live when it came): none where it did not come."""
+@dataclass(frozen=True)
+class StopRequest:
+    """What ``stop RUN`` (or ``down RUN`` of a live run) left in the run's directory: the nodes it
+    stops, those live when it came, and the command that asked. No nodes where none came."""
+
+    nodes: frozenset[str] = frozenset()
+    by: str = STOPPED_BY
+
+
+def read_stop_request(run_dir: Path) -> StopRequest:
+    """The run's stop request (see :func:`mark_stop_requested`); an empty one where none came."""
     if not run_dir.name:  # no run directory (an empty label): not the current directory's file
-        return frozenset()
+        return StopRequest()
     try:
-        nodes = json.loads((run_dir / STOP_REQUEST_FILE).read_text()).get("nodes", [])
-        return frozenset(str(node) for node in nodes)
+        request = json.loads((run_dir / STOP_REQUEST_FILE).read_text())
+        nodes = frozenset(str(node) for node in request.get("nodes", []))
+        by = request.get("by")
     except (OSError, ValueError, AttributeError, TypeError):
-        return frozenset()
-
-
-def stop_requested_by(run_dir: Path) -> str:
-    """The command that asked for the stop (``stop``, or ``down`` of a live run)."""
-    try:
-        by = json.loads((run_dir / STOP_REQUEST_FILE).read_text()).get("by")
-    except (OSError, ValueError, AttributeError):
-        by = None
-    return by if isinstance(by, str) and by else STOPPED_BY
+        return StopRequest()
+    return StopRequest(nodes, by if isinstance(by, str) and by else STOPPED_BY)
 
 
 def remove_run(client: Any, run: RunInfo) -> list[str]:

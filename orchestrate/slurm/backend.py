@@ -27,7 +27,7 @@ from orchestrate.engine.client import exec_answer, exec_output, stream_lines
 from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
 from orchestrate.engine.labels import containers_of_project
-from orchestrate.engine.runs import stop_requested_by, stop_requested_nodes
+from orchestrate.engine.runs import read_stop_request
 from orchestrate.errors import NodesNotReadyError, OrchestrateError
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
@@ -298,10 +298,10 @@ class SlurmBackend:
             result.timings.job_s = self.clock() - started
             result.faults = self.faults.records(result.timings.job_s, self.progress.max_step, self.progress.seen)
         slurm.nodes = self.node_records()
-        if ended_by_a_stop(slurm.job) and not result.error and stop_requested_nodes(self.plan.run_dir):
-            # `stop RUN` signalled the job from another terminal: stopped, not failed
-            result.interrupted, result.signal_number = True, int(signal.SIGTERM)
-            result.stopped_by = stop_requested_by(self.plan.run_dir)
+        stop = read_stop_request(self.plan.run_dir)
+        if ended_by_a_stop(slurm.job) and not result.error and stop.nodes:
+            # `stop RUN` (or `down RUN`) signalled the job from another terminal: stopped, not failed
+            result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), stop.by
             self.record("job-stopped", job=self.job_id, state=slurm.state, by=result.stopped_by)
         elif not result.succeeded:
             result.reported_failure = self.root_cause(slurm)

@@ -37,7 +37,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.engine.runs import STOP_EXIT_CODES, stop_requested_by, stop_requested_nodes
+from orchestrate.engine.runs import STOP_EXIT_CODES, StopRequest, read_stop_request
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
@@ -121,7 +121,7 @@ class Supervisor:
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
         self.stop_came = False  # a node ended by `stop RUN` (see finish)
-        self.stop_nodes: frozenset[str] = frozenset()  # the nodes `stop RUN` stops, once it has come
+        self.stop_request = StopRequest()  # what `stop RUN` (or `down RUN`) asked, once it has come
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         self.winding_down = False
@@ -486,9 +486,9 @@ class Supervisor:
     def stop_requested(self) -> frozenset[str]:
         """The nodes ``stop RUN`` (from another terminal) is stopping, those live when it came:
         looked for in the run's directory until it has come, then kept."""
-        if not self.stop_nodes:
-            self.stop_nodes = stop_requested_nodes(self.spec.run_dir)
-        return self.stop_nodes
+        if not self.stop_request.nodes:
+            self.stop_request = read_stop_request(self.spec.run_dir)
+        return self.stop_request.nodes
 
     def stopped_on_request(self, tracker: NodeTracker) -> bool:
         """Whether ``stop RUN`` is stopping this node: its end is then neither a failure nor a
@@ -511,8 +511,7 @@ class Supervisor:
             # exit code gone with it where an inspection saw it gone before its die event came)
             self.stop_came = True
             tracker.move(NodePhase.STOPPED)
-            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code,
-                        by=stop_requested_by(self.spec.run_dir))
+            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by)
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
         else:
@@ -603,7 +602,7 @@ class Supervisor:
         result.store_lost = self.store_lost
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
-            result.stopped_by = stop_requested_by(self.spec.run_dir)
+            result.stopped_by = self.stop_request.by
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
                                                              {r for t in trackers for r in t.plan.global_ranks})

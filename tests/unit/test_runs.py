@@ -22,8 +22,8 @@ from orchestrate.engine.runs import (
     launcher_identity,
     list_runs,
     node_plans,
+    read_stop_request,
     run_state,
-    stop_requested_nodes,
     stop_run,
 )
 from orchestrate.errors import UsageError
@@ -183,8 +183,8 @@ def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeyp
     assert [c.stop_timeouts for c in (n.container for n in run.nodes)] == [[3], [3]]
     assert list_runs(client)[0].state is RunState.STOPPED
     # word left for whoever follows the run: these nodes were stopped on request, not failed
-    assert stop_requested_nodes(run.run_dir) == {"node0", "node1"}
-    assert stop_requested_nodes(run.run_dir.parent) == frozenset()  # no stop there
+    assert read_stop_request(run.run_dir).nodes == {"node0", "node1"}
+    assert read_stop_request(run.run_dir.parent).nodes == frozenset()  # no stop there
 
 
 def test_a_stop_whose_run_directory_is_gone_still_stops_the_nodes(make_run):
