@@ -51,24 +51,31 @@ class CrashDump:
         return any(frame.function == "_worker_loop" and frame.file.endswith(_LOADER_WORKER)
                    for thread in self.threads if thread.current for frame in thread.frames)
 
+    def script_thread(self) -> Optional[tuple[ThreadStack, str]]:
+        """The thread that ran the script's code (the one that crashed first) and the call it was
+        in, ``all_reduce at train.py:42``; None when no thread was in the script's code."""
+        for thread in sorted(self.threads, key=lambda thread: not thread.current):
+            mine = users_frame(thread.frames)
+            if mine is not None:
+                return thread, f"{call_made(thread.frames, mine)} at {mine.where}"
+        return None
+
     def where(self) -> str:
         """Where the script was: ``in all_reduce at train.py:42``, said of the thread that
         crashed where it ran the script's code, else of the thread that did: a native thread
         (gloo's, NCCL's) is not in the dump, and ``in a native thread, while the script was in
         all_reduce at train.py:42`` says so; "" when no thread was in the script's code."""
-        ordered = sorted(self.threads, key=lambda thread: not thread.current)
-        crashed = next((thread for thread in ordered if thread.current), None)
-        for thread in ordered:
-            mine = users_frame(thread.frames)
-            if mine is None:
-                continue
-            place = f"in {call_made(thread.frames, mine)} at {mine.where}"
-            if thread.current:
-                return f"{place} (in a DataLoader worker process)" if self.in_data_loader_worker else place
-            if crashed is None or not crashed.frames:
-                return f"in a native thread, while the script was {place}"
-            return f"in another thread, while the script was {place}"
-        return ""
+        found = self.script_thread()
+        if found is None:
+            return ""
+        thread, call = found
+        place = f"in {call}"
+        if thread.current:
+            return f"{place} (in a DataLoader worker process)" if self.in_data_loader_worker else place
+        crashed = next((thread for thread in self.threads if thread.current), None)
+        if crashed is None or not crashed.frames:
+            return f"in a native thread, while the script was {place}"
+        return f"in another thread, while the script was {place}"
 
 
 def last_dump(text: str) -> Optional[CrashDump]:
@@ -94,6 +101,14 @@ def last_dump(text: str) -> Optional[CrashDump]:
     return CrashDump(fatal, tuple(threads))
 
 
+def rank_dump(directory: Path, rank: int) -> Optional[CrashDump]:
+    """The last dump faulthandler wrote for a rank in a run's debug directory (None: none)."""
+    try:
+        return last_dump(Path(crash_file(str(directory), rank)).read_text(errors="replace"))
+    except OSError:
+        return None
+
+
 def where_it_crashed(run_dir: Path, rank: int, crashed_itself: bool) -> str:
     """Where a failed rank, or its DataLoader worker process, crashed, by the stacks its
     faulthandler wrote (``Segmentation fault in string_at at train.py:42; every thread's stack:
@@ -102,10 +117,7 @@ def where_it_crashed(run_dir: Path, rank: int, crashed_itself: bool) -> str:
     "DataLoader worker (pid 16) is killed by signal", or meets the dead worker's connection),
     not one of another child it forked, which its own error may have nothing to do with."""
     path = Path(crash_file(str(debug_dir(run_dir)), rank))
-    try:
-        dump = last_dump(path.read_text(errors="replace"))
-    except OSError:
-        return ""
+    dump = rank_dump(debug_dir(run_dir), rank)
     if dump is None or not (crashed_itself or dump.in_data_loader_worker):
         return ""
     where = dump.where()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.hangs.collectives import Divergence, channel_ends, first_divergence
+from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
 
@@ -15,6 +16,9 @@ from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ran
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
 # rank on a crowded host may get a small share: measured in CI, 68% then under 25% of a core.
 BUSY_CPU_SHARE = 0.05
+# gloo's words when a rank receives more data than its collective expects: the ranks' collectives
+# differ (another op, another size), and the receiving rank aborts (a C++ exception nobody catches).
+GLOO_MISMATCH = "Is there a distributed collective mismatch in your code?"
 DEBUG_HINT = "rerun with --debug-collectives: torch then stops at the first mismatched collective, naming both"
 INIT_HINT = ("every rank waits in init_process_group for its store: under torchrun leave init_method out (env://,"
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
@@ -269,13 +273,34 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int]) -> Opti
 
 
 def mismatch_divergence(failure: Any, directory: Path) -> str:
-    """For a run that failed on torch's collective mismatch check (``--debug-collectives``):
-    where the ranks' collectives part by the records they wrote as their collectives failed,
-    with the call sites torch's error lacks ("" when the failure is something else, or the
-    records do not show it)."""
+    """For a run that failed on a collective mismatch: where the ranks' collectives part, with
+    the call sites the error lacks ("" when the failure is something else, or the records do not
+    show it). Caught by torch's check (``--debug-collectives``): by the records the ranks wrote as
+    their collectives failed. Caught by gloo (the rank aborted): see :func:`aborted_mismatch`."""
     exception = getattr(failure, "exception", "") or ""
+    rank = getattr(failure, "rank", None)
+    if GLOO_MISMATCH in exception and rank is not None:
+        return aborted_mismatch(rank, directory)
     if "collectives differ" not in exception and "Detected mismatch between collectives" not in exception:
         return ""
     snapshots = {rank: s for rank, s in last_snapshots(directory).items() if s.reason == "collective failed"}
     found = first_divergence(snapshots) if len(snapshots) > 1 else None
     return found.text if found is not None and found.kind == "mismatch" else ""
+
+
+def aborted_mismatch(rank: int, directory: Path) -> str:
+    """gloo aborts the rank that received more data than its collective expected, and the rank's
+    record dies with it: where it was by its crash stack, beside where its peers were by the
+    collectives they failed in as it went ("rank 0 aborted in all_reduce at train.py:23; rank 1
+    was in all_reduce(float32[8]) #5 at train.py:20"); "" when no peer's record shows one."""
+    peers = {other: s.in_collective for other, s in sorted(last_snapshots(directory).items())
+             if other != rank and s.reason == "collective failed" and s.in_collective is not None}
+    if not peers:
+        return ""
+    dump = rank_dump(directory, rank)
+    found = dump.script_thread() if dump is not None else None
+    own = f"rank {rank} aborted in {found[1]}" if found else f"rank {rank} aborted"
+    theirs = [f"rank {other} was in {c.call} #{c.seq}{'' if c.group == 'default' else ' of group ' + c.group} at {c.at}"
+              for other, c in list(peers.items())[:3]]
+    more = f"; {len(peers) - 3} more rank(s) too" if len(peers) > 3 else ""
+    return "; ".join([own, *theirs]) + more

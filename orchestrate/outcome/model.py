@@ -178,7 +178,8 @@ class RunResult:
         started_time: The epoch time the launcher began to follow the job (None: not known).
         divergence: For a run that failed on torch's collective mismatch check
             (``--debug-collectives``), the first divergence of the ranks' collective records, with
-            their call sites; "" otherwise.
+            their call sites; for a rank gloo aborted on mismatched sizes, where it was and where
+            its peers were; "" otherwise.
         store_lost: How the run's own rendezvous store (``--rdzv-store container``) ended while
             the job ran (its container died), which then explains the nodes' failures; "" if it
             did not.

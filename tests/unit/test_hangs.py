@@ -584,6 +584,38 @@ def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_a
     assert mismatch_divergence(caught, tmp_path) == ""
 
 
+def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_failed_collectives(tmp_path):
+    from orchestrate.hangs.diagnosis import mismatch_divergence
+
+    (tmp_path / "rank1.json").write_text(json.dumps({
+        "request": "failed", "reason": "collective failed", "rank": 1, "stacks": [],
+        "collectives": [{"seq": 4, "op": "all_reduce", "group": "default", "shapes": "gradients of DDP(Net)",
+                         "at": "train.py:20", "state": "done"},
+                        {"seq": 5, "op": "all_reduce", "group": "default", "shapes": "gradients of DDP(Net)",
+                         "at": "train.py:20", "state": "failed"}]}))
+    (tmp_path / "rank0.crash").write_text(
+        "Fatal Python error: Aborted\n\n"
+        "Thread 0x00007fa520500040 (most recent call first):\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2942 in all_reduce\n'
+        '  File "/opt/ddp-compose/orchestrate/node/collective_log.py", line 121 in collective\n'
+        '  File "/workspace/train.py", line 23 in <module>\n'
+        '  File "/opt/ddp-compose/orchestrate/node/worker_start.py", line 255 in <module>\n\n')
+    aborted = Failure("node0", 0, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 12 vs 4. Received data size"
+                      " doesn't match expected size. Is there a distributed collective mismatch in your code?", ())
+    assert mismatch_divergence(aborted, tmp_path) == ("rank 0 aborted in all_reduce at train.py:23; rank 1 was in"
+                                                      " all_reduce(gradients of DDP(Net)) #5 at train.py:20")
+    (tmp_path / "rank0.crash").unlink()  # no stacks of its own: its peers' places still say where they were
+    assert mismatch_divergence(aborted, tmp_path) == "rank 0 aborted; rank 1 was in all_reduce(gradients of DDP(Net)) #5" \
+                                                     " at train.py:20"
+    # another failure, the same records: nothing said
+    assert mismatch_divergence(Failure("node0", 0, -6, "gloo::EnforceNotMet: something else", ()), tmp_path) == ""
+    # a peer whose last collective finished was not in one as the rank went
+    done = json.loads((tmp_path / "rank1.json").read_text())
+    done["collectives"][-1]["state"] = "done"
+    (tmp_path / "rank1.json").write_text(json.dumps(done))
+    assert mismatch_divergence(aborted, tmp_path) == ""
+
+
 def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
     fingerprint = ("CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[{}], TensorDtypes=Float,"
                    " TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu))")

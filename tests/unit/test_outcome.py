@@ -307,6 +307,23 @@ def test_a_script_that_needs_a_gpu_on_nodes_without_one_gets_a_hint(make_job):
     assert "hint:" not in format_summary(outcome(gpu))
 
 
+def test_a_rank_gloo_aborted_on_mismatched_collectives_gets_a_hint_and_the_call_sites(make_job):
+    plan = make_job(nodes=2)
+    gloo = RootCause(0, 0, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 12 vs 4. Received data size doesn't"
+                               " match expected size. Is there a distributed collective mismatch in your code?")
+    lost = RootCause(1, 0, 1, "RuntimeError: [pair.cc:538] Read error: Connection reset by peer")
+    aborted = outcome(results_for(plan, (NodePhase.FAILED, 1, 1.0, gloo), (NodePhase.FAILED, 1, 1.2, lost)))
+    aborted.divergence = "rank 0 aborted in all_reduce at train.py:23; rank 1 was in all_reduce(float32[8]) #5 at train.py:20"
+    text = format_summary(aborted)
+    assert ("\n  where, by the ranks' collective records: rank 0 aborted in all_reduce at train.py:23; rank 1 was in"
+            " all_reduce(float32[8]) #5 at train.py:20\n") in text
+    assert "\n  hint: gloo received more data than the collective expected: the ranks called different collectives" \
+        in text and "--debug-collectives makes torch stop at the first mismatch" in text
+    # the peer's lost connection alone is no mismatch
+    other = outcome(results_for(plan, (NodePhase.FAILED, 1, 1.0, lost), (NodePhase.SUCCEEDED, 0, 1.2, None)))
+    assert "hint:" not in format_summary(other)
+
+
 def test_an_error_the_hooks_own_code_raised_keeps_its_frames():
     callstack = ('Traceback (most recent call last):\n'
                  '  File "/workspace/train.py", line 11, in main\n'
