@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.ranks import stopped_ranks
-from orchestrate.hangs.diagnosis import HangDiagnosis, diagnose
+from orchestrate.hangs.diagnosis import DEBUG_HINT, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import debug_dir, request_snapshots
 
 STACKS_FILE = "stacks.json"
@@ -72,8 +72,11 @@ def stack_lines(found: HangDiagnosis) -> list[str]:
     """What ``stacks`` prints: the groups (odd ones out first), the ranks that cannot answer or
     are computing, and the first divergence of their collectives."""
     lines = found.lines()[1:]
-    if found.divergence is not None and found.divergence.kind == "missing":
-        lines.append(f"  {found.divergence.text}")
+    divergence = found.divergence
+    if divergence is not None and not any(divergence.text in line for line in lines):
+        # said only in the headline, which this leaves out (ranks missing: said nowhere else)
+        hint = next((i for i, line in enumerate(lines) if line == f"  {DEBUG_HINT}"), len(lines))
+        lines.insert(hint, f"  {divergence.text}")
     return [line[2:] if line.startswith("  ") else line for line in lines]
 
 

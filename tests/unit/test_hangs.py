@@ -938,3 +938,29 @@ def test_a_start_up_callback_that_fails_says_so_and_never_fails_the_import(tmp_p
     assert ("[ddp-compose] start-up hook: test_a_start_up_callback_that_fails_says_so_and_never_fails_the_import"
             ".<locals>.broken skipped: AttributeError: module 'torch.autograd' has no attribute 'backward'"
             in capsys.readouterr().err)
+
+
+def test_stacks_says_the_first_divergence_of_every_kind_though_it_leaves_the_headline_out():
+    from orchestrate.hangs.diagnosis import DEBUG_HINT
+    from orchestrate.supervise.rank_probe import stack_lines
+
+    def lines_of(r0: RankSnapshot, r1: RankSnapshot) -> list[str]:
+        found = diagnose(probe(2, r0=r0, r1=r1), probe(0, r0=r0, r1=r1), {0, 1}, {}, 0.0)
+        assert found.divergence is not None and found.divergence.text in found.headline
+        return stack_lines(found)
+
+    # a desync: the two call sites, then how to catch it
+    said = lines_of(snap(0, (coll(3), coll(4, "float32[1]", "entered", at="desync.py:14")), frames=stack(14)),
+                    snap(1, (coll(3), coll(4, state="entered"))))
+    mismatch = ("collective #4: rank 0 entered all_reduce(float32[1]) at desync.py:14; rank 1 entered"
+                " all_reduce(float32[4]) at desync.py:11")
+    assert said.index(mismatch) == said.index(DEBUG_HINT) - 1, said
+    # a receive its peer never sends
+    said = lines_of(snap(0, (coll(1, "", "entered", op="barrier", at="p2p.py:10"),), frames=stack(10, call="barrier")),
+                    snap(1, (coll(1, "float32[3]", "entered", op="recv", group="p2p 0->1", at="p2p.py:8"),),
+                         frames=stack(8, call="recv")))
+    assert ("rank 1 waits in recv(float32[3]) #1 from rank 0 at p2p.py:8; rank 0 waits in barrier() #1 at p2p.py:10"
+            in said), said
+    # ranks that wait for one that never came: once
+    said = lines_of(snap(0, (coll(1), coll(2, state="entered"))), snap(1, (coll(1),), frames=stack(30, "load")))
+    assert sum("rank 1 is at #1" in line for line in said) == 1, said
