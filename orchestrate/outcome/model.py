@@ -97,7 +97,9 @@ class FaultRecord:
     ``step``, None when no worker had reported one) on which ``node`` (a rank fault's is where
     its rank ran), or why it did not (``reason``); when a fault with an end was undone
     (``ended_s``); the epoch time it fired (``fired_time``: the progress records' clock); what it
-    did where that is more than its spec says (``detail``: the file a torn write cut, and where)."""
+    did where that is more than its spec says (``detail``: the file a torn write cut, and where);
+    whether it fell before the job's first step, which the workers reported only later
+    (``before_first_step``: a fault timed into the start-up, which tested no training)."""
 
     spec: str
     node: str
@@ -108,6 +110,7 @@ class FaultRecord:
     ended_s: Optional[float] = None
     fired_time: Optional[float] = None
     detail: str = ""
+    before_first_step: bool = False
 
     @property
     def fired_at_s(self) -> Optional[float]:
@@ -121,7 +124,8 @@ class FaultRecord:
         if not self.fired:
             return f"{self.spec} did not fire: {self.reason}"
         when = [] if self.elapsed_s is None else [f"{self.elapsed_s:.1f} s into the job"]
-        at = [] if self.step is None else [f"at step {self.step}"]
+        at = ([f"at step {self.step}"] if self.step is not None
+              else ["before its first step"] if self.before_first_step else [])
         on = [f"on {self.node}"] if self.node and f":{self.node}" not in self.spec else []
         until = [] if self.ended_s is None else [f"until {self.ended_s:.1f} s"]
         said = ", ".join(when + at + on + until)

@@ -30,7 +30,7 @@ def outcome_record(outcome: RunResult) -> dict:
                         "step_before": r.step_before, "resumed_from": r.resumed_from} for r in t.recoveries],
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,
-                    "detail": f.detail or None}
+                    "detail": f.detail or None, "before_first_step": f.before_first_step}
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},

@@ -36,8 +36,9 @@ def format_summary(outcome: RunResult) -> str:
     )
     for recovery in t.recoveries:
         lines.append(f"recovery: {recovery.describe()}")
-    # what a fault did beyond its spec (the file a torn write cut, where, by which rank)
-    lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults if f.detail]
+    # what a fault did beyond its spec (the file a torn write cut, where, by which rank), or that
+    # it fell before the job's first step (then it tested no training)
+    lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults if f.detail or f.before_first_step]
     lines += fault_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.teardown_error:

@@ -12,8 +12,10 @@ import pytest
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.summary import format_summary
 from orchestrate.supervise.api import EngineEvent, LineArrived, LogEnded, NodeTracker
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
@@ -215,6 +217,23 @@ def test_a_stopped_run_fires_nothing_more_and_says_what_never_fired(tmp_path):
     assert scheduler.fire_due(100.0, 50) == [] and len(injected) == 1  # no kill, and no undo of the pause either
     assert [(r.spec, r.fired, r.reason) for r in scheduler.records(100.0, 50, True)] == [
         ("pause:node0@t=1..9", True, ""), ("kill:node1@t=5", False, "the run was stopped before it fired")]
+
+
+def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(tmp_path):
+    recorder = Recorder()
+    scheduler = FaultScheduler((parse_fault("partition:node0|node1@t=2..8"), parse_fault("pause:node1@t=9..10")),
+                               lambda fault: None, tmp_path, recorder.say, recorder.record)
+    assert len(scheduler.fire_due(2.5, None)) == 1  # no worker has reported a step yet
+    assert len(scheduler.fire_due(9.5, 3)) == 1
+    early, later = scheduler.records(20.0, 30, True)
+    assert early.before_first_step and early.describe() == \
+        "partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"
+    assert not later.before_first_step and later.describe() == "pause:node1@t=9..10 (9.5 s into the job, at step 3)"
+    # a job that never reports a step: nothing is known of its steps, and nothing is said of them
+    assert not scheduler.records(20.0, None, False)[0].before_first_step
+    outcome = RunResult("r", tmp_path, [], Timings(job_s=20.0), faults=scheduler.records(20.0, 30, True))
+    assert [line for line in format_summary(outcome).splitlines() if line.startswith("fault injected")] == [
+        "fault injected: partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"]
 
 
 def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its_step(tmp_path):
