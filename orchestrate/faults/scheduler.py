@@ -171,13 +171,10 @@ class FaultScheduler:
     def records(self, elapsed_s: float, step: Optional[int], progress_seen: bool) -> list[FaultRecord]:
         """Every fault asked for: those that fired, then those that did not, with why (the job
         ending ``elapsed_s`` in, having reached training ``step``). A torn write that was armed
-        but cut no file did not fire. One that fired before any step, where the workers reported
-        steps later, fell before the first."""
+        but cut no file did not fire."""
         fired, unfired = [], []
         torn_writes = {str(f) for f in self.faults if f.action is FaultAction.TORN_WRITE}
         for record in self.fired:
-            if record.step is None and progress_seen:
-                record = replace(record, before_first_step=True)
             if record.spec in torn_writes and not record.detail:
                 unfired.append(replace(record, fired=False, reason=(
                     f"it was armed {record.elapsed_s or 0.0:.1f} s into the job, but no worker of {record.node}"

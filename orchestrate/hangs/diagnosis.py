@@ -11,6 +11,7 @@ from orchestrate.hangs.collectives import Divergence, channel_ends, first_diverg
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
+from orchestrate.node.collective_log import P2P
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
@@ -19,6 +20,9 @@ BUSY_CPU_SHARE = 0.05
 # gloo's words when a rank receives more data than its collective expects: the ranks' collectives
 # differ (another op, another size), and the receiving rank aborts (a C++ exception nobody catches).
 GLOO_MISMATCH = "Is there a distributed collective mismatch in your code?"
+# A record written this little before the latest container start taken in is still counted: the
+# engine stamps a start, and the workers their records, each as it reads the host's clock.
+ATTEMPT_CLOCK_SLACK_S = 1.0
 DEBUG_HINT = "rerun with --debug-collectives: torch then stops at the first mismatched collective, naming both"
 INIT_HINT = ("every rank waits in init_process_group for its store: under torchrun leave init_method out (env://,"
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
@@ -272,29 +276,33 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int]) -> Opti
                     cause=f"a collective timed out on {where} ({said[:120]})")
 
 
-def mismatch_divergence(failure: Any, directory: Path) -> str:
+def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> str:
     """For a run that failed on a collective mismatch: where the ranks' collectives part, with
     the call sites the error lacks ("" when the failure is something else, or the records do not
     show it). Caught by torch's check (``--debug-collectives``): by the records the ranks wrote as
-    their collectives failed. Caught by gloo (the rank aborted): see :func:`aborted_mismatch`."""
+    their collectives failed. Caught by gloo (the rank aborted): see :func:`aborted_mismatch`.
+    Records written before ``since`` (the epoch time the latest attempt began) are an earlier
+    attempt's, and left out."""
     exception = getattr(failure, "exception", "") or ""
     rank = getattr(failure, "rank", None)
+    snapshots = {r: s for r, s in last_snapshots(directory).items()
+                 if s.reason == "collective failed" and s.time >= since - ATTEMPT_CLOCK_SLACK_S}
     if GLOO_MISMATCH in exception and rank is not None:
-        return aborted_mismatch(rank, directory)
+        return aborted_mismatch(rank, snapshots, directory)
     if "collectives differ" not in exception and "Detected mismatch between collectives" not in exception:
         return ""
-    snapshots = {rank: s for rank, s in last_snapshots(directory).items() if s.reason == "collective failed"}
     found = first_divergence(snapshots) if len(snapshots) > 1 else None
     return found.text if found is not None and found.kind == "mismatch" else ""
 
 
-def aborted_mismatch(rank: int, directory: Path) -> str:
+def aborted_mismatch(rank: int, snapshots: dict[int, RankSnapshot], directory: Path) -> str:
     """gloo aborts the rank that received more data than its collective expected, and the rank's
     record dies with it: where it was by its crash stack, beside where its peers were by the
-    collectives they failed in as it went ("rank 0 aborted in all_reduce at train.py:23; rank 1
-    was in all_reduce(float32[8]) #5 at train.py:20"); "" when no peer's record shows one."""
-    peers = {other: s.in_collective for other, s in sorted(last_snapshots(directory).items())
-             if other != rank and s.reason == "collective failed" and s.in_collective is not None}
+    collectives they failed in as it went (``snapshots``: the records written as collectives
+    failed): "rank 0 aborted in all_reduce at train.py:23; rank 1 was in all_reduce(float32[8]) #5
+    at train.py:20"; "" when no peer's record shows one."""
+    peers = {other: s.in_collective for other, s in sorted(snapshots.items())
+             if other != rank and s.in_collective is not None}
     if not peers:
         return ""
     dump = rank_dump(directory, rank)
@@ -304,3 +312,19 @@ def aborted_mismatch(rank: int, directory: Path) -> str:
               for other, c in list(peers.items())[:3]]
     more = f"; {len(peers) - 3} more rank(s) too" if len(peers) > 3 else ""
     return "; ".join([own, *theirs]) + more
+
+
+# torch's point-to-point calls, as a crash stack names the one the aborted rank was in
+_ABORTED_IN_P2P = re.compile(r"aborted in (send|recv|isend|irecv|batch_isend_irecv|send_object_list|recv_object_list) at ")
+
+
+def mismatch_hint(exception: str, divergence: str) -> str:
+    """For a rank gloo aborted because the ranks' collectives differ: how to find the first
+    difference with both call sites, unless the ranks were in sends and receives (the aborted
+    rank's, or a peer's, by ``divergence``), which torch's check does not compare ("" for any
+    other failure)."""
+    if GLOO_MISMATCH not in exception or f"of group {P2P}" in divergence or _ABORTED_IN_P2P.search(divergence):
+        return ""
+    return ("gloo received more data than the collective expected: the ranks called different collectives, or one"
+            " with different sizes; --debug-collectives makes torch stop at the first mismatch (sends and receives"
+            " excepted), naming both")

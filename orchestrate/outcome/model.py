@@ -133,6 +133,16 @@ class FaultRecord:
         return f"{self.spec}{f' ({said})' if said else ''}{did}"
 
 
+def marked_before_first_step(records: list[FaultRecord], max_step: Optional[int]) -> list[FaultRecord]:
+    """The records, those that fired before any worker reported a step marked
+    ``before_first_step`` where the workers reported steps later (``max_step``: the highest the
+    job reached; None: it reported none, and nothing is known of its steps)."""
+    if max_step is None:
+        return records
+    return [replace(r, before_first_step=True) if r.fired and r.step is None and r.elapsed_s is not None else r
+            for r in records]
+
+
 @dataclass
 class SlurmJob:
     """A Slurm job as Slurm reported it: ``scontrol show job`` and ``show node``.

@@ -45,7 +45,7 @@ def outcome_record(outcome: RunResult) -> dict:
             "then": [{"node": r.node.name, "rank": r.root_cause.rank, "exception": r.root_cause.exception}
                      for r in outcome.results if r.state is NodePhase.FAILED and r.node.name != failure.node
                      and r.root_cause],
-            "divergence": outcome.divergence or None,  # where the ranks' records part, for a caught mismatch
+            "divergence": outcome.divergence or None,  # where the ranks' collectives part, for a mismatch torch or gloo caught
             "store_lost": outcome.store_lost or None,
         },
     }

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
 from orchestrate.outcome.events import read_events
-from orchestrate.outcome.model import FaultRecord
+from orchestrate.outcome.model import FaultRecord, marked_before_first_step
 from orchestrate.supervise.api import NodeTracker, RunSpec
 
 # A fault from another terminal with an end is held at most this long beyond it, should its end
@@ -60,11 +60,13 @@ class LiveFaultWatch:
         for fault_id in [i for i, until in self.held.items() if wall > until]:
             del self.held[fault_id]  # its end never came (the `fault` process was killed): held no more
 
-    def records(self) -> list[FaultRecord]:
-        """Every live fault done, then those begun whose `fault` ended before the engine answered."""
+    def records(self, max_step: Optional[int] = None) -> list[FaultRecord]:
+        """Every live fault done (those done before the job's first step marked so, where it
+        reached ``max_step`` later), then those begun whose `fault` ended before the engine
+        answered (when, in steps, is not known of them)."""
         unconfirmed = [FaultRecord(str(n.spec), n.node, True, self.into_job(n.time), fired_time=n.time,
                                    detail="`fault` ended before the engine answered") for n in self.doing.values()]
-        return [*self.done.values(), *unconfirmed]
+        return [*marked_before_first_step(list(self.done.values()), max_step), *unconfirmed]
 
     def into_job(self, at: float) -> Optional[float]:
         """Seconds into the job of epoch time ``at``; None before the supervisor followed it (an

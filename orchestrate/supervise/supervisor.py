@@ -49,7 +49,7 @@ from orchestrate.hangs.watchdog import HangWatch, is_progress_line
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
-from orchestrate.outcome.model import FaultRecord, RunResult
+from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR
@@ -606,11 +606,14 @@ class Supervisor:
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
                                                              {r for t in trackers for r in t.plan.global_ranks})
-        result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir))
+        attempt_began = max((t.latest_start or t.first_started or 0.0 for t in trackers), default=0.0)
+        result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir), attempt_began)
         return result
 
     def fault_records(self) -> list[FaultRecord]:
         """Every fault asked for so far: the run's own (those that fired, then those that did not,
-        with why), then those ``fault RUN`` did from another terminal."""
-        return [*self.faults.records(self.clock() - self.started_at, self.progress.max_step, self.progress.seen),
-                *self.live_faults.records()]
+        with why), then those ``fault RUN`` did from another terminal; those that fell before the
+        job's first step marked so."""
+        step = self.progress.max_step
+        return [*marked_before_first_step(self.faults.records(self.clock() - self.started_at, step, self.progress.seen),
+                                          step), *self.live_faults.records(step)]

@@ -609,11 +609,28 @@ def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_
                                                      " at train.py:20"
     # another failure, the same records: nothing said
     assert mismatch_divergence(Failure("node0", 0, -6, "gloo::EnforceNotMet: something else", ()), tmp_path) == ""
+    # a record of an earlier attempt (written before the latest start) places no peer
+    record = json.loads((tmp_path / "rank1.json").read_text())
+    (tmp_path / "rank1.json").write_text(json.dumps({**record, "time": 1000.0}))
+    assert mismatch_divergence(aborted, tmp_path, since=1000.5).startswith("rank 0 aborted; rank 1 was in")
+    assert mismatch_divergence(aborted, tmp_path, since=1100.0) == ""
     # a peer whose last collective finished was not in one as the rank went
-    done = json.loads((tmp_path / "rank1.json").read_text())
-    done["collectives"][-1]["state"] = "done"
-    (tmp_path / "rank1.json").write_text(json.dumps(done))
+    record["collectives"][-1]["state"] = "done"
+    (tmp_path / "rank1.json").write_text(json.dumps(record))
     assert mismatch_divergence(aborted, tmp_path) == ""
+
+
+def test_the_hint_for_a_gloo_abort_names_the_debug_check_unless_the_ranks_were_in_sends_and_receives():
+    from orchestrate.hangs.diagnosis import mismatch_hint
+
+    gloo = "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 8 vs 4. Is there a distributed collective mismatch in your code?"
+    assert "--debug-collectives makes torch stop at the first mismatch" in mismatch_hint(gloo, "")
+    assert "--debug-collectives" in mismatch_hint(gloo, "rank 0 aborted in all_reduce at a.py:3; rank 1 was in"
+                                                        " all_reduce(float32[8]) #3 at a.py:3")
+    assert mismatch_hint(gloo, "rank 1 aborted in recv at p.py:9; rank 0 was in send(float32[8]) #1 of group p2p 0->1"
+                               " at p.py:7") == ""  # torch's check compares no sends and receives
+    assert mismatch_hint(gloo, "rank 1 aborted in recv at p.py:10; rank 0 was in barrier() #1 at p.py:11") == ""
+    assert mismatch_hint("RuntimeError: Connection reset by peer", "") == ""
 
 
 def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.faults.scheduler import FaultScheduler
-from orchestrate.outcome.model import RunResult, Timings
+from orchestrate.outcome.model import RunResult, Timings, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
@@ -221,19 +221,38 @@ def test_a_stopped_run_fires_nothing_more_and_says_what_never_fired(tmp_path):
 
 def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(tmp_path):
     recorder = Recorder()
-    scheduler = FaultScheduler((parse_fault("partition:node0|node1@t=2..8"), parse_fault("pause:node1@t=9..10")),
+    scheduler = FaultScheduler((parse_fault("partition:node0|node1@t=2..8"), parse_fault("pause:node1@t=9..10"),
+                                parse_fault("torn-write:node0,path=ckpt/*@t=1")),
                                lambda fault: None, tmp_path, recorder.say, recorder.record)
-    assert len(scheduler.fire_due(2.5, None)) == 1  # no worker has reported a step yet
+    assert len(scheduler.fire_due(2.5, None)) == 2  # no worker has reported a step yet
     assert len(scheduler.fire_due(9.5, 3)) == 1
-    early, later = scheduler.records(20.0, 30, True)
+    early, later, torn = marked_before_first_step(scheduler.records(20.0, 30, True), 30)
     assert early.before_first_step and early.describe() == \
         "partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"
     assert not later.before_first_step and later.describe() == "pause:node1@t=9..10 (9.5 s into the job, at step 3)"
+    assert not torn.fired and not torn.before_first_step  # armed, but it cut no file: it did not fire
     # a job that never reports a step: nothing is known of its steps, and nothing is said of them
-    assert not scheduler.records(20.0, None, False)[0].before_first_step
-    outcome = RunResult("r", tmp_path, [], Timings(job_s=20.0), faults=scheduler.records(20.0, 30, True))
+    assert not any(r.before_first_step for r in marked_before_first_step(scheduler.records(20.0, None, False), None))
+    outcome = RunResult("r", tmp_path, [], Timings(job_s=20.0), faults=[early, later, torn])
     assert [line for line in format_summary(outcome).splitlines() if line.startswith("fault injected")] == [
         "fault injected: partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"]
+
+
+def test_a_fault_from_another_terminal_before_the_first_step_is_marked_and_one_not_confirmed_is_not(tmp_path):
+    from orchestrate.faults.live_notes import LiveFaultNote
+    from orchestrate.outcome.model import FaultRecord
+    from orchestrate.supervise.api import RunSpec
+    from orchestrate.supervise.live_faults import LiveFaultWatch
+
+    recorder = Recorder()
+    watch = LiveFaultWatch(RunSpec("r", "p", tmp_path, ()), {}, 100.0, lambda: None, recorder.say, recorder.record)
+    watch.done["a"] = FaultRecord("pause:node1", "node1", True, 3.0, None)  # no step yet as it was done
+    watch.done["b"] = FaultRecord("kill:node0", "node0", True, 9.0, 4)
+    watch.doing["c"] = LiveFaultNote("c", 112.0, parse_fault("slow:node1"), "node1", "begun")
+    early, later, unconfirmed = watch.records(12)
+    assert (early.before_first_step, later.before_first_step) == (True, False)
+    assert not unconfirmed.before_first_step and unconfirmed.step is None  # when it came, in steps, is not known
+    assert not any(r.before_first_step for r in watch.records(None))
 
 
 def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its_step(tmp_path):
