@@ -33,7 +33,7 @@ from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
-from orchestrate.outcome.model import RunResult, SlurmJob, Timings
+from orchestrate.outcome.model import RunResult, SlurmJob, Timings, marked_before_first_step
 from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files
 from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan
@@ -296,7 +296,8 @@ class SlurmBackend:
                     time.sleep(0.5)
         finally:
             result.timings.job_s = self.clock() - started
-            result.faults = self.faults.records(result.timings.job_s, self.progress.max_step, self.progress.seen)
+            result.faults = marked_before_first_step(
+                self.faults.records(result.timings.job_s, self.progress.max_step, self.progress.seen), self.progress.max_step)
         slurm.nodes = self.node_records()
         stop = read_stop_request(self.plan.run_dir)
         if ended_by_a_stop(slurm.job) and not result.error and stop.nodes:
