@@ -11,7 +11,6 @@ from orchestrate.hangs.collectives import Divergence, channel_ends, first_diverg
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
-from orchestrate.node.collective_log import P2P
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
@@ -312,19 +311,3 @@ def aborted_mismatch(rank: int, snapshots: dict[int, RankSnapshot], directory: P
               for other, c in list(peers.items())[:3]]
     more = f"; {len(peers) - 3} more rank(s) too" if len(peers) > 3 else ""
     return "; ".join([own, *theirs]) + more
-
-
-# torch's point-to-point calls, as a crash stack names the one the aborted rank was in
-_ABORTED_IN_P2P = re.compile(r"aborted in (send|recv|isend|irecv|batch_isend_irecv|send_object_list|recv_object_list) at ")
-
-
-def mismatch_hint(exception: str, divergence: str) -> str:
-    """For a rank gloo aborted because the ranks' collectives differ: how to find the first
-    difference with both call sites, unless the ranks were in sends and receives (the aborted
-    rank's, or a peer's, by ``divergence``), which torch's check does not compare ("" for any
-    other failure)."""
-    if GLOO_MISMATCH not in exception or f"of group {P2P}" in divergence or _ABORTED_IN_P2P.search(divergence):
-        return ""
-    return ("gloo received more data than the collective expected: the ranks called different collectives, or one"
-            " with different sizes; --debug-collectives makes torch stop at the first mismatch (sends and receives"
-            " excepted), naming both")

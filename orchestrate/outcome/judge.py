@@ -5,6 +5,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from orchestrate.hangs.diagnosis import GLOO_MISMATCH
 from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
@@ -189,6 +190,17 @@ _NO_GPU_HINTS = (
      "these nodes have no GPU, and the script puts tensors on CUDA: on a GPU host, run without --cpu (its"
      " GPUs are split among the nodes), or let the script pick its device by torch.cuda.is_available()"),
 )
+
+
+def mismatch_hint(failure: Optional[Failure]) -> str:
+    """For a rank gloo aborted because the ranks' collectives differ: how to find the first
+    difference with both call sites ("" for any other failure). torch's check compares
+    collectives, not a send and its receive, and the hint says so."""
+    if failure is None or GLOO_MISMATCH not in (failure.exception or ""):
+        return ""
+    return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
+            " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
+            " first mismatched collective, naming both (it does not compare sends and receives)")
 
 
 def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:

@@ -4,8 +4,7 @@ from __future__ import annotations
 import signal
 from typing import Optional
 
-from orchestrate.hangs.diagnosis import mismatch_hint
-from orchestrate.outcome.judge import REFUSED_EXIT_CODE, Failure, died_at_exit, no_gpu_hint
+from orchestrate.outcome.judge import REFUSED_EXIT_CODE, died_at_exit, mismatch_hint, no_gpu_hint
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import format_table
@@ -77,7 +76,7 @@ def format_summary(outcome: RunResult) -> str:
         if failure.crashed:
             lines.append(f"  where it crashed: {failure.crashed}")
         advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or no_gpu_hint(failure, outcome.results)
-                  or mismatch_advice(failure, outcome.divergence))
+                  or mismatch_hint(failure))
         if advice:
             lines.append(advice)
         if failure.exit_code == REFUSED_EXIT_CODE and failure.exception:
@@ -92,11 +91,6 @@ def format_summary(outcome: RunResult) -> str:
     elif not outcome.interrupted and not outcome.error:
         lines.append("FAILED: not every node exited 0")
     return "\n".join(lines)
-
-
-def mismatch_advice(failure: Failure, divergence: str) -> str:
-    hint = mismatch_hint(failure.exception or "", divergence)
-    return f"  hint: {hint}" if hint else ""
 
 
 def fault_lines(outcome: RunResult) -> list[str]:

@@ -33,7 +33,7 @@ from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
-from orchestrate.outcome.model import RunResult, SlurmJob, Timings, marked_before_first_step
+from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
 from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files
 from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan
@@ -296,8 +296,7 @@ class SlurmBackend:
                     time.sleep(0.5)
         finally:
             result.timings.job_s = self.clock() - started
-            result.faults = marked_before_first_step(
-                self.faults.records(result.timings.job_s, self.progress.max_step, self.progress.seen), self.progress.max_step)
+            result.faults = self.fault_records(result.timings.job_s)
         slurm.nodes = self.node_records()
         stop = read_stop_request(self.plan.run_dir)
         if ended_by_a_stop(slurm.job) and not result.error and stop.nodes:
@@ -312,7 +311,13 @@ class SlurmBackend:
         """What is known of a job that was interrupted."""
         elapsed = self.clock() - self.started_at if self.started_at is not None else 0.0
         return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=SlurmJob(self.job_id),
-                         faults=self.faults.records(elapsed, self.progress.max_step, self.progress.seen))
+                         faults=self.fault_records(elapsed))
+
+    def fault_records(self, elapsed_s: float) -> list[FaultRecord]:
+        """Every fault asked for, ``elapsed_s`` into the job: those that fell before its first
+        step marked so."""
+        step = self.progress.max_step
+        return marked_before_first_step(self.faults.records(elapsed_s, step, self.progress.seen), step)
 
     def wind_down(self, grace_s: float) -> RunResult:
         """After an interrupt: cancel the job (Slurm sends its tasks SIGTERM, then SIGKILL after

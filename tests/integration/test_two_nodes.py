@@ -89,7 +89,7 @@ def test_a_rank_that_aborts_in_native_code_is_named_with_its_cpp_error_and_the_s
     assert re.search(rf"^  where, by the ranks' collective records: rank 0 aborted in all_reduce at size_mismatch.py:{line};"
                      rf" rank 1 was in all_reduce\(float32\[8\]\) #3 at size_mismatch.py:{line}$", result.output, re.M), \
         result.output[-3000:]
-    assert "\n  hint: gloo received more data than the collective expected" in result.output
+    assert "\n  hint: gloo received more data than expected: the ranks called different collectives" in result.output
     assert leftovers(docker_client, result.project) == []
 
 

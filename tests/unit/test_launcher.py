@@ -156,6 +156,55 @@ def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_
                                           " (injected fault pause:node1@step=3)")
 
 
+def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(make_run):
+    job = make_run(nodes=2, faults=(parse_fault("pause:node1@t=0..0.1"),))
+    client = FakeDockerClient()
+    paused = ("pause", "ddp-test-run-node1-1")
+
+    def steps_after_the_pause() -> None:
+        deadline = time.monotonic() + 10
+        while paused not in client.calls:
+            assert time.monotonic() < deadline, "the fault never fired"
+            time.sleep(0.01)
+        progress_writer(job, 0, range(1, 4))()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:starting"], then=steps_after_the_pause)],
+                           node1=[Script(["[1|0]:starting"], then=lambda: None, after=["[1|0]:trained"],
+                                         after_when=lambda: (job.run_dir / "progress" / "rank0.jsonl").exists())])
+    assert outcome.succeeded, text
+    assert outcome.faults[0].before_first_step and outcome.faults[0].fired_at_step is None
+    assert "\nfault injected: pause:node1@t=0..0.1 (0.0 s into the job, before its first step" in format_summary(outcome)
+    assert json.loads((job.run_dir / "outcome.json").read_text())["faults"][0]["before_first_step"] is True
+
+
+def test_a_rank_gloo_aborted_is_placed_beside_the_peers_that_failed_in_this_attempt_only(make_run):
+    job = make_run(nodes=3)
+    client = FakeDockerClient()
+    gloo = ("gloo::EnforceNotMet: [enforce fail at pair.cc:456] 8 vs 4. Received data size doesn't match expected"
+            " size. Is there a distributed collective mismatch in your code?")
+
+    def failed_in(rank: int, written: float):
+        def write() -> None:
+            (job.run_dir / "debug").mkdir(exist_ok=True)
+            (job.run_dir / "debug" / f"rank{rank}.json").write_text(json.dumps({
+                "request": "failed", "reason": "collective failed", "rank": rank, "time": written, "stacks": [],
+                "collectives": [{"seq": 3, "op": "all_reduce", "group": "default", "shapes": "float32[8]",
+                                 "at": "a.py:5", "state": "failed"}]}))
+        return write
+
+    lost = "RuntimeError: [pair.cc:538] Read error: Connection reset by peer"
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:terminate called after throwing an instance of 'gloo::EnforceNotMet'", f"[0|0]:  what():  {gloo[22:]}",
+                       *report(0, 0, exit_code=-6, exc="Signal 6 (SIGABRT) received by PID 42")], exit_code=1)],
+        # rank 1 failed in this attempt; rank 2's record is an earlier container's (written before this one started)
+        node1=[Script([f"[1|0]:{lost}", *report(1, 0, exc=lost)], exit_code=1, then=failed_in(1, time.time() + 1))],
+        node2=[Script([f"[2|0]:{lost}", *report(2, 0, exc=lost)], exit_code=1, then=failed_in(2, time.time() - 3600))])
+    assert outcome.failure.exception.startswith("gloo::EnforceNotMet"), text
+    assert outcome.divergence == "rank 0 aborted; rank 1 was in all_reduce(float32[8]) #3 at a.py:5"
+    assert "\n  hint: gloo received more data than expected" in format_summary(outcome)
+
+
 def test_a_node_that_stopped_answering_is_the_cause_and_is_killed_at_once(make_run):
     job = make_run(nodes=2)
     client = FakeDockerClient()
