@@ -69,6 +69,12 @@ class WorkerEnv:
         )
 
 
+def shares_gpus() -> bool:
+    """Whether the launcher lets this node's processes share its GPUs (``DDP_SHARED_GPUS=1``,
+    ddp-compose's ``--share-gpus``)."""
+    return os.environ.get("DDP_SHARED_GPUS") == "1"
+
+
 def select_device(local_rank: int) -> torch.device:
     """One process per accelerator: local rank ``l`` uses device ``l``; else the CPU. Where
     the launcher lets processes share GPUs (``DDP_SHARED_GPUS=1``, ddp-compose's
@@ -76,7 +82,7 @@ def select_device(local_rank: int) -> torch.device:
     if os.environ.get("DDP_FORCE_CPU") != "1" and torch.accelerator.is_available():
         accelerator = torch.accelerator.current_accelerator()
         count = torch.accelerator.device_count()
-        if os.environ.get("DDP_SHARED_GPUS") == "1":
+        if shares_gpus():
             local_rank %= count
         if local_rank >= count:
             refuse(f"local rank {local_rank} has no {accelerator.type} device of its own"
@@ -138,16 +144,20 @@ def accelerator_count() -> int:
     return torch.accelerator.device_count()
 
 
-def device_indices(local_rank: int, local_world_size: int, per_process: int, available: int) -> list[int]:
+def device_indices(local_rank: int, local_world_size: int, per_process: int, available: int,
+                   shared: bool = False) -> list[int]:
     """The accelerator indices of one process that spans ``per_process`` devices.
 
     Local rank ``l`` gets ``[l * per_process, (l + 1) * per_process)``: with L = 2
     processes on a node with 8 GPUs and 4 per process, rank 0 has GPUs 0-3 and rank 1
-    GPUs 4-7.
+    GPUs 4-7. Where the processes share the GPUs (``shared``), those indices wrap around
+    the node's GPUs instead (two processes of 2 devices on one GPU: both have ``[0, 0]``).
 
     Raises:
-        ValueError: With the arithmetic, when the node has too few devices.
+        ValueError: With the arithmetic, when the node has too few devices (and may not share).
     """
+    if shared:
+        return [index % available for index in range(local_rank * per_process, (local_rank + 1) * per_process)]
     needed = local_world_size * per_process
     if needed > available:
         raise ValueError(
@@ -157,12 +167,15 @@ def device_indices(local_rank: int, local_world_size: int, per_process: int, ava
     return list(range(local_rank * per_process, (local_rank + 1) * per_process))
 
 
-def span_per_process(available: int, local_world_size: int) -> int:
-    """How many of a node's GPUs each of its L processes spans: G // L.
+def span_per_process(available: int, local_world_size: int, shared: bool = False) -> int:
+    """How many of a node's GPUs each of its L processes spans: G // L (at least 1 where
+    they share the GPUs).
 
     Raises:
-        ValueError: When G < L, so some process would have no GPU of its own.
+        ValueError: When G < L, so some process would have no GPU of its own (and may not share).
     """
+    if shared:
+        return max(1, available // local_world_size)
     if available < local_world_size:
         raise ValueError(
             f"{available} GPUs cannot be spanned by {local_world_size} processes per node: each"
@@ -182,7 +195,7 @@ def process_devices(local_rank: int, local_world_size: int, per_process: int) ->
     if count == 0:
         return [torch.device("cpu")] * per_process
     try:
-        indices = device_indices(local_rank, local_world_size, per_process, count)
+        indices = device_indices(local_rank, local_world_size, per_process, count, shares_gpus())
     except ValueError as exc:
         refuse(str(exc))
     kind = torch.accelerator.current_accelerator().type

@@ -37,6 +37,7 @@ from app.distenv import (
     process_group,
     refuse,
     report_step,
+    shares_gpus,
     span_per_process,
 )
 
@@ -118,7 +119,7 @@ def demo_devices(args: argparse.Namespace, env: WorkerEnv) -> list[torch.device]
     if args.demo == "spanning":
         gpus = accelerator_count()
         try:
-            per_process = span_per_process(gpus, env.local_world_size) if gpus else 1
+            per_process = span_per_process(gpus, env.local_world_size, shares_gpus()) if gpus else 1
         except ValueError as exc:
             refuse(str(exc))
         devices = process_devices(env.local_rank, env.local_world_size, per_process)

@@ -47,6 +47,16 @@ def test_each_process_gets_its_own_block_of_gpus(local_rank, world, per, availab
     assert device_indices(local_rank, world, per, available) == expected
 
 
+@pytest.mark.parametrize("local_rank, world, per, available, expected", [
+    (1, 2, 1, 1, [0]),  # --share-gpus: two processes on one GPU
+    (1, 2, 2, 1, [0, 0]),  # model parallel, both stages on the one GPU
+    (2, 3, 1, 2, [0]),
+    (1, 2, 2, 3, [2, 0]),
+])
+def test_processes_that_share_gpus_take_them_in_turn(local_rank, world, per, available, expected):
+    assert device_indices(local_rank, world, per, available, shared=True) == expected
+
+
 def test_model_parallel_with_too_few_gpus_is_refused_with_the_arithmetic():
     with pytest.raises(ValueError, match="1 processes x 2 GPUs each need 2 GPUs on this node, but 1 are visible"):
         device_indices(0, 1, 2, 1)
@@ -57,3 +67,5 @@ def test_spanning_splits_gpus_evenly_and_refuses_g_below_l():
     assert span_per_process(8, 3) == 2
     with pytest.raises(ValueError, match="2 GPUs cannot be spanned by 4 processes per node"):
         span_per_process(2, 4)
+    assert span_per_process(2, 4, shared=True) == 1 and span_per_process(8, 3, shared=True) == 2
+
