@@ -118,6 +118,13 @@ class Collective:
         return bool(torch.equal(self.output, expected))
 
 
+def finish(device: torch.device) -> None:
+    """Wait until the device has done the calls queued on it: on a GPU a collective returns once
+    it is queued (NCCL), so a clock read without this times the queueing, not the transfer."""
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+
+
 def slowest(seconds: float, device: torch.device) -> float:
     value = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
@@ -130,15 +137,19 @@ def measure(collective: Collective, warmup: int, min_time_s: float, max_iters: i
     initialised buffers gave, on every rank, what it must."""
     for _ in range(warmup):
         collective()
+    finish(device)
     dist.barrier()
     start = time.perf_counter()
     collective()
+    finish(device)
     one = slowest(time.perf_counter() - start, device)
     iters = int(max(1, min(max_iters, min_time_s / max(one, 1e-6))))
+    finish(device)
     dist.barrier()
     start = time.perf_counter()
     for _ in range(iters):
         collective()
+    finish(device)
     elapsed = slowest(time.perf_counter() - start, device)
     collective.reset()
     collective()
