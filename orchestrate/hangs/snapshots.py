@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from orchestrate.node.collective_log import ON_GPU
 from orchestrate.node.ddp_gradients import DESCRIBED as DDP_GRADIENTS
 from orchestrate.node.snapshot import LOADER_PREFIX, REQUEST_FILE
 from orchestrate.plan.layout import DEBUG_SUBDIR
@@ -71,6 +72,12 @@ class Collective:
         return self.state in ("entered", "failed")
 
     @property
+    def on_gpu(self) -> bool:
+        """The call returned, but the GPU has not finished its work: ``queued`` behind earlier
+        work, or ``running`` (the GPU is in it: NCCL's kernel waits there for the peers)."""
+        return self.state in ON_GPU
+
+    @property
     def is_backward_pass(self) -> bool:
         """DDP's gradient all-reduce, recorded as its whole backward pass: the rank may be
         computing its gradients in it, not only waiting for its peers."""
@@ -98,9 +105,26 @@ class RankSnapshot:
 
     @property
     def in_collective(self) -> Optional[Collective]:
-        """The collective it waits in, if any."""
+        """The collective it waits in, if any: its main thread's, else the one its GPU is in."""
         last = self.collectives[-1] if self.collectives else None
-        return last if last is not None and last.waiting else None
+        return last if last is not None and last.waiting else self.gpu_in
+
+    @property
+    def gpu_in(self) -> Optional[Collective]:
+        """The oldest collective its GPU has reached and not finished (the call returned long
+        ago; the main thread waits for the GPU later, where it reads a result)."""
+        return next((c for c in self.collectives if c.state == "running"), None)
+
+    @property
+    def gpu_behind(self) -> Optional[Collective]:
+        """The oldest collective its GPU has not reached yet: the GPU still computes what came
+        before it."""
+        return next((c for c in self.collectives if c.state == "queued"), None)
+
+    @property
+    def gpu_states(self) -> tuple[tuple[str, int, str], ...]:
+        """Where its GPU is with the collectives queued on it: changes as the GPU moves on."""
+        return tuple((c.group, c.seq, c.state) for c in self.collectives if c.on_gpu)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RankSnapshot":

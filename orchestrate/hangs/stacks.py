@@ -77,13 +77,19 @@ class StackGroup:
 def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
     """Group ranks by their main thread's stack; smallest groups (the odd ones out) first, then
     by lowest rank."""
-    by_stack: dict[tuple[tuple[str, int, str], ...], list[int]] = {}
+    by_stack: dict[tuple, list[int]] = {}
     for rank, snapshot in snapshots.items():
-        key = tuple((f.file, f.line, f.function) for f in snapshot.stack)
+        on_gpu = snapshot.in_collective if snapshot.in_collective and snapshot.in_collective.on_gpu else None
+        key = (tuple((f.file, f.line, f.function) for f in snapshot.stack),
+               (on_gpu.group, on_gpu.seq, on_gpu.call) if on_gpu else None)  # its GPU's place, where it waits there
         by_stack.setdefault(key, []).append(rank)
     groups = []
     for ranks in by_stack.values():
         first = snapshots[min(ranks)]
         waiting = first.in_collective
-        groups.append(StackGroup(tuple(sorted(ranks)), first.stack, summary(first.stack, waiting.op if waiting else "")))
+        if waiting is not None and waiting.on_gpu:  # the main thread is elsewhere, waiting for the GPU
+            where = f"{summary(first.stack)}; its GPU waits in {waiting.call} #{waiting.seq} from {waiting.at}"
+        else:
+            where = summary(first.stack, waiting.op if waiting else "")
+        groups.append(StackGroup(tuple(sorted(ranks)), first.stack, where))
     return sorted(groups, key=lambda g: (len(g.ranks), g.ranks[0]))

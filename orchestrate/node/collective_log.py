@@ -43,14 +43,30 @@ _NOT_CALLERS = (os.sep + "torch" + os.sep, os.sep + "orchestrate" + os.sep + "no
                 "runpy.py", "contextlib.py", "functools.py", "threading.py")
 
 
-class CollectiveLog:
-    """The record of one process's collectives: the last :data:`KEEP`, and the one it is in."""
+# A collective on a GPU returns once its work is queued on the GPU's stream (NCCL): its entry is
+# ``queued`` until the GPU has finished what came before it, ``running`` while the GPU is in it
+# (NCCL's kernel waits there for the peers), then ``done``.
+ON_GPU = ("queued", "running")
+# Entry keys that stay in this process (the GPU's marks), never in a snapshot.
+_PRIVATE = "_"
 
-    def __init__(self, keep: int = KEEP, clock: Callable[[], float] = time.time) -> None:
+
+class CollectiveLog:
+    """The record of one process's collectives: the last :data:`KEEP`, and the one it is in.
+
+    ``mark``: given a GPU device, records a point on its current stream and returns it (an
+    object whose ``query()`` says whether the GPU got there), or None where it cannot (no GPU
+    work, a stream being captured into a CUDA graph). Each synchronous collective on GPU
+    tensors is marked before and after the call, so the snapshots say whether the GPU has
+    reached it and finished it, not only that the call returned."""
+
+    def __init__(self, keep: int = KEEP, clock: Callable[[], float] = time.time,
+                 mark: Optional[Callable[[Any], Any]] = None) -> None:
         self.entries: Deque[Dict[str, Any]] = collections.deque(maxlen=keep)
         self.next_seq: Dict[str, int] = {}
         self.completed = 0
         self.clock = clock
+        self.mark = mark or cuda_mark
         self.lock = threading.Lock()
         self.local = threading.local()
         self.exclusive = 0  # outer calls under way that own every thread's collectives (see call)
@@ -65,19 +81,41 @@ class CollectiveLog:
             self.entries.append(entry)
         return entry
 
-    def leave(self, entry: Dict[str, Any], state: str, error: str = "") -> None:
-        """The collective returned (``done``, or ``issued`` for an async one) or raised (``failed``)."""
+    def leave(self, entry: Dict[str, Any], state: str, error: str = "", marks: Optional[tuple] = None) -> None:
+        """The collective returned (``done``, or ``issued`` for an async one), or returned with its
+        work still on the GPU (``queued``, with the ``marks`` before and after it), or raised
+        (``failed``)."""
         with self.lock:
             entry["state"] = state
             entry["ended"] = self.clock()
             if error:
                 entry["error"] = error
+            if marks is not None:
+                entry[f"{_PRIVATE}marks"] = marks
             if state in ("done", "issued"):
                 self.completed += 1
 
+    def settle(self) -> None:
+        """Ask the GPU how far it got with the collectives queued on it (under the lock)."""
+        for entry in self.entries:
+            marks = entry.get(f"{_PRIVATE}marks")
+            if marks is None:
+                continue
+            reached, finished = marks
+            try:
+                if finished.query():
+                    entry["state"] = "done"
+                    del entry[f"{_PRIVATE}marks"]
+                    self.completed += 1
+                elif reached is None or reached.query():
+                    entry["state"] = "running"
+            except Exception:  # a GPU in error (an aborted communicator): the entry stays as it was
+                continue
+
     def snapshot(self) -> List[Dict[str, Any]]:
         with self.lock:
-            return [dict(entry) for entry in self.entries]
+            self.settle()
+            return [{k: v for k, v in entry.items() if not k.startswith(_PRIVATE)} for entry in self.entries]
 
     def nested(self) -> bool:
         """Whether this thread is already inside a recorded collective (an object collective
@@ -119,19 +157,22 @@ class CollectiveLog:
                                  channel=lambda source: p2p_channel(name, source, None, group, describe_group(group),
                                                                     tag))
             return self.call(original, args, kwargs, name, where, describe_tensors(args),
-                             caller(sys._getframe(1)), "issued" if is_async else "done")
+                             caller(sys._getframe(1)), "issued" if is_async else "done",
+                             gpu=None if is_async else gpu_of(args))
 
         collective.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
         return collective
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
              shapes: str, at: str, returned: str = "done", exclusive: bool = False,
-             channel: Optional[Callable[[Any], str]] = None) -> Any:
+             channel: Optional[Callable[[Any], str]] = None, gpu: Any = None) -> Any:
         """``original(*args, **kwargs)``, recorded as the collective ``op`` (an outer call: the
         collectives it makes on this thread are not recorded, nor, if ``exclusive``, those any
         thread makes meanwhile: a backward pass's, which autograd's device threads may run);
         ``returned``: its state once it returns (``issued`` for an async one); ``channel``: for a
-        receive from any rank, the channel of the source it returns."""
+        receive from any rank, the channel of the source it returns; ``gpu``: the GPU device whose
+        stream its work joins (the entry is ``queued`` until the GPU has finished it)."""
+        reached = self.mark(gpu) if gpu is not None else None
         entry = self.enter(op, group, shapes, at)
         self.local.depth = getattr(self.local, "depth", 0) + 1
         if exclusive:
@@ -150,7 +191,11 @@ class CollectiveLog:
                     self.exclusive -= 1
         if channel is not None and isinstance(result, int):
             self.move(entry, channel(result))
-        self.leave(entry, returned)
+        finished = self.mark(gpu) if reached is not None else None
+        if finished is not None:
+            self.leave(entry, "queued", marks=(reached, finished))
+        else:
+            self.leave(entry, returned)
         return result
 
     def move(self, entry: Dict[str, Any], group: str) -> None:
@@ -188,6 +233,27 @@ def describe_tensors(args: tuple) -> str:
         if described:
             parts.append(described)
     return ", ".join(parts)
+
+
+def gpu_of(args: tuple) -> Any:
+    """The CUDA device of the first tensor a collective was given (None for CPU tensors)."""
+    for arg in args[:3]:
+        value = arg[0] if isinstance(arg, (list, tuple)) and arg else arg
+        if getattr(value, "is_cuda", False):
+            return value.device
+    return None
+
+
+def cuda_mark(device: Any) -> Any:
+    """An event recorded on ``device``'s current stream (None while that stream is being
+    captured into a CUDA graph, where recording one would change the graph)."""
+    cuda = sys.modules["torch"].cuda
+    stream = cuda.current_stream(device)
+    if cuda.is_current_stream_capturing():
+        return None
+    event = cuda.Event()
+    event.record(stream)
+    return event
 
 
 def describe_tensor(value: Any) -> Optional[str]:

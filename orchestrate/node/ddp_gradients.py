@@ -14,9 +14,9 @@ the reducer all-reduces, and the collectives made while it runs (a Python comm h
 thread) are part of it, so every rank of a job records the same and the numbering lines the
 ranks up. A backward pass with no DDP forward pass before it (a probe's, rank 0's own) is not
 recorded. A rank that has joined (``torch.distributed.algorithms.join.Join``, uneven inputs)
-shadows the others' gradient all-reduce: that is recorded as the same entry. With NCCL the
-backward pass returns once the all-reduces are queued on the GPU, so the entry is done before
-they are.
+shadows the others' gradient all-reduce: that is recorded as the same entry. On a GPU the
+backward pass returns once its work and the all-reduces are queued on the GPU's streams: the
+entry then stays ``queued`` (``running`` once the GPU is in it) until the GPU has finished it.
 
 DDP's forward pass is seen where DDP tells the join context about it
 (``Join.notify_join_context``, which every forward pass calls), so DDP's own forward is not
@@ -43,6 +43,15 @@ DESCRIBED = "gradients of DDP("  # how the record's entries start (what they all
 def described(models: List[Any]) -> str:
     """``gradients of DDP(Net)`` (every model named, in the order of their forward passes)."""
     return "gradients of " + ", ".join(f"DDP({type(getattr(m, 'module', m)).__name__})" for m in models)
+
+
+def model_gpu(model: Any) -> Any:
+    """The CUDA device of a DDP model's parameters (None on the CPU): its backward pass and
+    gradient all-reduces run on that GPU's streams, after the call has returned."""
+    if getattr(model, "device_type", None) != "cuda":
+        return None
+    first = next(iter(model.parameters()), None)
+    return first.device if first is not None else None
 
 
 def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
@@ -73,19 +82,20 @@ def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
             return original_backward(*args, **kwargs)
         group = name_group(getattr(models[0], "process_group", None))
         return log.call(original_backward, args, kwargs, OP, group, described(models), caller(sys._getframe(1)),
-                        exclusive=True)
+                        exclusive=True, gpu=model_gpu(models[0]))
 
     def shadow(self: Any, *args: Any, **kwargs: Any) -> Any:
         """A joined rank's part in the others' gradient all-reduce."""
         assert original_shadow is not None
         group = name_group(getattr(self, "process_group", None))
         return log.call(original_shadow, (self, *args), kwargs, OP, group, described([self]),
-                        caller(sys._getframe(1)), exclusive=True)
+                        caller(sys._getframe(1)), exclusive=True, gpu=model_gpu(self))
 
     backward.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
     autograd.backward = backward
     join.notify_join_context = staticmethod(notify_join_context)
-    wrappers = [backward, notify_join_context, described, name_group, log.call, log.enter, log.leave, caller, relative]
+    wrappers = [backward, notify_join_context, described, name_group, log.call, log.enter, log.leave, caller, relative,
+                model_gpu, log.mark]
     if original_shadow is not None:
         ddp._match_all_reduce_for_bwd_pass = functools.wraps(original_shadow)(shadow)
         wrappers.append(shadow)
