@@ -31,13 +31,16 @@ JOB = ROOT / "benchmarks" / "jobs" / "collective_steps.py"
 HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
 
 
-def launch(rounds: int, steps: int) -> dict[str, dict[str, float]]:
-    """One torchrun launch through the hook; the step times rank 0 printed."""
+def launch(rounds: int, steps: int, gpu: bool = False) -> dict[str, dict[str, float]]:
+    """One torchrun launch through the hook; the step times rank 0 printed. ``gpu``: NCCL, the
+    two ranks on GPU 0 as ``--share-gpus`` puts them (their own NCCL host ids)."""
     with tempfile.TemporaryDirectory() as debug:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "DDP_DEBUG_DIR": debug,
                "PYTHONPATH": str(ROOT), "TMPDIR": debug}  # torchrun's log directory goes with it
+        hook = [str(HOOK), "--nccl-hostid-per-rank"] if gpu else [str(HOOK)]
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                               str(HOOK), "--", str(JOB), "--rounds", str(rounds), "--steps", str(steps)],
+                               *hook, "--", str(JOB), "--rounds", str(rounds), "--steps", str(steps),
+                               "--device", "cuda" if gpu else "cpu"],
                               env=env, capture_output=True, text=True, timeout=900)
     match = re.search(r"^STEP_TIMES (.*)$", done.stdout, re.M)
     if done.returncode != 0 or not match:
@@ -51,11 +54,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--launches", type=int, default=5, help="torchrun launches (default: 5)")
     parser.add_argument("--rounds", type=int, default=40, help="rounds of each variant per launch (default: 40)")
     parser.add_argument("--steps", type=int, default=50, help="steps per round (default: 50)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="NCCL on GPU 0, both ranks sharing it (the record then follows each collective on the GPU)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     launches = []
     for number in range(args.launches):
-        launches.append(launch(args.rounds, args.steps))
+        launches.append(launch(args.rounds, args.steps, args.gpu))
         print(f"launch {number + 1}/{args.launches} done", file=sys.stderr, flush=True)
     figures = {}
     print(f"{'loop':<10} {'record off':>12} {'record on':>12} {'overhead':>9} {'(middle half of rounds)':>24}")

@@ -1,9 +1,12 @@
 """Two step loops timed in one worker: small all_reduces, and a small DDP model's training steps.
 Under the start-up hook, rounds alternate between the collectives (and DDP's backward pass) as
 the hook wrapped them (recorded) and the originals (not recorded), so both see the same process and machine load.
-Rank 0 prints one JSON line: each round's seconds per step, per loop and variant. Plain torch."""
+Rank 0 prints one JSON line: each round's seconds per step, per loop and variant. Plain torch.
+``--device cuda``: on NCCL, each rank on GPU LOCAL_RANK mod the GPUs, every round ended by a
+synchronize, so that it times the GPU's work too."""
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -13,14 +16,19 @@ import torch.distributed.distributed_c10d as c10d
 parser = argparse.ArgumentParser()
 parser.add_argument("--rounds", type=int, default=40)
 parser.add_argument("--steps", type=int, default=50)
+parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 args = parser.parse_args()
 
-dist.init_process_group("gloo")
+on_gpu = args.device == "cuda"
+device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()) if on_gpu else None
+if on_gpu:
+    torch.cuda.set_device(device)
+dist.init_process_group("nccl" if on_gpu else "gloo")
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-    torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)))
+    torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).to(device))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-batch, small = torch.randn(32, 64), torch.ones(16)
+batch, small = torch.randn(32, 64, device=device), torch.ones(16, device=device)
 RECORDED = {name: getattr(dist, name) for name in ("all_reduce", "barrier")}
 RECORDED["backward"] = torch.autograd.backward  # the hook records DDP's backward passes there
 PLAIN = {name: getattr(f, "__wrapped__", f) for name, f in RECORDED.items()}
@@ -63,6 +71,8 @@ for name, step in (("allreduce", allreduce_step), ("ddp", ddp_step)):
             start = time.perf_counter()
             for _ in range(args.steps):
                 step()
+            if on_gpu:
+                torch.cuda.synchronize()
             times[variant].append((time.perf_counter() - start) / args.steps)
     results[name] = times  # seconds per step of each round, by variant: round i of each ran side by side
 # The record's own cost per call, without communication: a no-op in its place.
