@@ -150,14 +150,9 @@ class Checker:
                     break
                 time.sleep(2)
             seen = time.monotonic() - started
-            try:
-                code: Optional[int] = proc.wait(timeout=timeout_s + 120)
-            except subprocess.TimeoutExpired:
-                code = None
+            code = exit_code(proc, timeout_s + 120)
         finally:
-            proc.kill()
-            proc.wait()
-            log.close()
+            stop(proc, log)
         ended = time.monotonic() - started
         output = (self.scratch / f"{name}.log").read_text()
         timed_out = re.search(r"[Tt]imed? ?out[^\n]{0,160}", output)
@@ -183,13 +178,9 @@ class Checker:
                 verdicts.append(diagnosis.lines()[0])
                 if diagnosis.hung or proc.poll() is not None:
                     break
-            code: Optional[int] = proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            code = None
+            code = exit_code(proc, 120)
         finally:
-            proc.kill()
-            proc.wait()
-            log.close()
+            stop(proc, log)
         hung = [v for v in verdicts if not v.startswith("no output")]
         self.record(Step(name, code == 0 and len(verdicts) == 3 and not hung, time.monotonic() - started,
                          f"exit {code}; " + (hung[0] if hung else f"{len(verdicts)} looks, each: " +
@@ -228,6 +219,20 @@ class Probes:
         return (set(now.snapshots) == {0, 1} and before is not None and set(before.snapshots) == {0, 1}
                 and all(now.snapshots[r].collectives and now.snapshots[r].collectives == before.snapshots[r].collectives
                         for r in now.snapshots))
+
+
+def exit_code(proc: subprocess.Popen, timeout_s: float) -> Optional[int]:
+    """Its exit status once it ends, or None if it runs past ``timeout_s``."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def stop(proc: subprocess.Popen, log) -> None:
+    proc.kill()
+    proc.wait()
+    log.close()
 
 
 def last_line(output: str) -> str:

@@ -109,14 +109,14 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
         if collective.is_backward_pass and not diverged:
             return RankActivity(rank, "busy", f"computing on the GPU, in {where}")
         return RankActivity(rank, "collective", f"waits in {where}, on the GPU")
-    behind = now.gpu_behind
-    if behind is not None:
-        return RankActivity(rank, "busy", f"computing on the GPU, before {behind.call} #{behind.seq}{of_group(behind)}"
-                                          f" at {behind.at}")
     # a DDP backward pass computes the gradients it all-reduces: busy there is computing
     if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):
         return RankActivity(rank, "collective",
                             f"waits in {collective.call} #{collective.seq}{of_group(collective)} at {collective.at}")
+    behind = now.gpu_behind
+    if behind is not None:
+        return RankActivity(rank, "busy", f"computing on the GPU, before {behind.call} #{behind.seq}{of_group(behind)}"
+                                          f" at {behind.at}")
     if share >= BUSY_CPU_SHARE:
         return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
     loading = [(worker, used) for worker, used in loaders if used >= BUSY_CPU_SHARE]
@@ -234,7 +234,10 @@ class HangDiagnosis:
         busy = [a for a in self.activities if a.state == "busy"]
         for rank in busy:
             out.append(f"  rank {rank.rank} is {rank.detail}")
-        if self.divergence is not None and self.divergence.kind != "missing":
+        # a working job's ranks are looked at a moment apart, and its GPUs are in collectives as
+        # they go: there only ops or shapes that differ are worth saying
+        shown = self.hung or (self.divergence is not None and self.divergence.kind == "mismatch")
+        if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
             if channel_ends(self.divergence.group) is None:  # torch's check compares no sends and receives

@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional
 
+from orchestrate.node import gpu_marks
+
 # The collectives (and point-to-point calls) wrapped, where the installed torch has them.
 COLLECTIVES = (
     "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
@@ -45,28 +47,31 @@ _NOT_CALLERS = (os.sep + "torch" + os.sep, os.sep + "orchestrate" + os.sep + "no
 
 # A collective on a GPU returns once its work is queued on the GPU's stream (NCCL): its entry is
 # ``queued`` until the GPU has finished what came before it, ``running`` while the GPU is in it
-# (NCCL's kernel waits there for the peers), then ``done``.
+# (NCCL's kernel waits there for the peers), then ``done`` (see gpu_marks).
 ON_GPU = ("queued", "running")
-# Entry keys that stay in this process (the GPU's marks), never in a snapshot.
-_PRIVATE = "_"
+# The entry's points on its GPUs' streams, before and after it: kept here, never in a snapshot.
+_POINTS = "_points"
+# How many entries the GPU may be behind by before the oldest are dropped unasked (the record
+# keeps an entry whose GPU work it has not seen finish: it may be where the GPU waits).
+KEEP_ON_GPU = 1024
 
 
 class CollectiveLog:
-    """The record of one process's collectives: the last :data:`KEEP`, and the one it is in.
+    """The record of one process's collectives: the last :data:`KEEP`, the one it is in, and
+    the oldest its GPU has not finished.
 
-    ``mark``: given a GPU device, records a point on its current stream and returns it (an
-    object whose ``query()`` says whether the GPU got there), or None where it cannot (no GPU
-    work, a stream being captured into a CUDA graph). Each synchronous collective on GPU
-    tensors is marked before and after the call, so the snapshots say whether the GPU has
-    reached it and finished it, not only that the call returned."""
+    ``gpu``: places points on GPU streams and asks whether the GPU got past them
+    (:class:`orchestrate.node.gpu_marks.CudaMarks`); each synchronous collective on GPU tensors
+    gets one before and one after the call, so the snapshots say whether the GPU has reached it
+    and finished it, not only that the call returned."""
 
-    def __init__(self, keep: int = KEEP, clock: Callable[[], float] = time.time,
-                 mark: Optional[Callable[[Any], Any]] = None) -> None:
-        self.entries: Deque[Dict[str, Any]] = collections.deque(maxlen=keep)
+    def __init__(self, keep: int = KEEP, clock: Callable[[], float] = time.time, gpu: Any = None) -> None:
+        self.entries: Deque[Dict[str, Any]] = collections.deque()
+        self.keep = keep
         self.next_seq: Dict[str, int] = {}
         self.completed = 0
         self.clock = clock
-        self.mark = mark or cuda_mark
+        self.gpu = gpu if gpu is not None else gpu_marks.CudaMarks()
         self.lock = threading.Lock()
         self.local = threading.local()
         self.exclusive = 0  # outer calls under way that own every thread's collectives (see call)
@@ -79,43 +84,59 @@ class CollectiveLog:
             entry = {"seq": seq, "op": op, "group": group, "shapes": shapes, "at": caller,
                      "state": "entered", "started": self.clock()}
             self.entries.append(entry)
+            while len(self.entries) > self.keep and (_POINTS not in self.entries[0]
+                                                     or len(self.entries) > KEEP_ON_GPU):
+                self.entries.popleft()
         return entry
 
-    def leave(self, entry: Dict[str, Any], state: str, error: str = "", marks: Optional[tuple] = None) -> None:
+    def leave(self, entry: Dict[str, Any], state: str, error: str = "", points: Optional[tuple] = None) -> None:
         """The collective returned (``done``, or ``issued`` for an async one), or returned with its
-        work still on the GPU (``queued``, with the ``marks`` before and after it), or raised
+        work still on the GPU (``queued``, with its ``points`` before and after it), or raised
         (``failed``)."""
         with self.lock:
             entry["state"] = state
             entry["ended"] = self.clock()
             if error:
                 entry["error"] = error
-            if marks is not None:
-                entry[f"{_PRIVATE}marks"] = marks
+            if points is not None:
+                entry[_POINTS] = points
             if state in ("done", "issued"):
                 self.completed += 1
 
     def settle(self) -> None:
-        """Ask the GPU how far it got with the collectives queued on it (under the lock)."""
-        for entry in self.entries:
-            marks = entry.get(f"{_PRIVATE}marks")
-            if marks is None:
-                continue
-            reached, finished = marks
+        """Ask the GPU how far it got with the collectives queued on it (the snapshot thread
+        only: see gpu_marks), and drop what it finished beyond the last :data:`KEEP`."""
+        if not self.gpu.ready_here():
+            return
+        with self.lock:
+            asked = [(entry, entry[_POINTS]) for entry in self.entries if _POINTS in entry]
+        found = []
+        for entry, (before, after) in asked:  # CUDA's answers, outside the lock the script's calls take
             try:
-                if finished.query():
-                    entry["state"] = "done"
-                    del entry[f"{_PRIVATE}marks"]
-                    self.completed += 1
-                elif reached is None or reached.query():
-                    entry["state"] = "running"
+                found.append((entry, gpu_marks.where(self.gpu, before, after)))
             except Exception:  # a GPU in error (an aborted communicator): the entry stays as it was
                 continue
-
-    def snapshot(self) -> List[Dict[str, Any]]:
         with self.lock:
+            for entry, state in found:
+                if _POINTS not in entry:
+                    continue
+                entry["state"] = state
+                if state == "done":
+                    del entry[_POINTS]
+                    self.completed += 1
+            while len(self.entries) > self.keep and _POINTS not in self.entries[0]:
+                self.entries.popleft()
+
+    def snapshot(self, settle: bool = False) -> List[Dict[str, Any]]:
+        """The last :data:`KEEP` entries, after the oldest one its GPU has not finished where
+        that is older (``settle``: ask the GPU first, from the snapshot thread)."""
+        if settle:
             self.settle()
-            return [{k: v for k, v in entry.items() if not k.startswith(_PRIVATE)} for entry in self.entries]
+        with self.lock:
+            entries = list(self.entries)
+        recent = entries[-self.keep:]
+        unfinished = next((e for e in entries[:-self.keep] if e["state"] in ON_GPU), None) if len(entries) > self.keep else None
+        return [{k: v for k, v in entry.items() if k != _POINTS} for entry in [unfinished] * bool(unfinished) + recent]
 
     def nested(self) -> bool:
         """Whether this thread is already inside a recorded collective (an object collective
@@ -158,21 +179,21 @@ class CollectiveLog:
                                                                     tag))
             return self.call(original, args, kwargs, name, where, describe_tensors(args),
                              caller(sys._getframe(1)), "issued" if is_async else "done",
-                             gpu=None if is_async else gpu_of(args))
+                             gpus=() if is_async else gpus_of(args))
 
         collective.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
         return collective
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
              shapes: str, at: str, returned: str = "done", exclusive: bool = False,
-             channel: Optional[Callable[[Any], str]] = None, gpu: Any = None) -> Any:
+             channel: Optional[Callable[[Any], str]] = None, gpus: tuple = ()) -> Any:
         """``original(*args, **kwargs)``, recorded as the collective ``op`` (an outer call: the
         collectives it makes on this thread are not recorded, nor, if ``exclusive``, those any
         thread makes meanwhile: a backward pass's, which autograd's device threads may run);
         ``returned``: its state once it returns (``issued`` for an async one); ``channel``: for a
-        receive from any rank, the channel of the source it returns; ``gpu``: the GPU device whose
-        stream its work joins (the entry is ``queued`` until the GPU has finished it)."""
-        reached = self.mark(gpu) if gpu is not None else None
+        receive from any rank, the channel of the source it returns; ``gpus``: the GPU devices
+        whose streams its work joins (the entry is ``queued`` until the GPUs have finished it)."""
+        before = self.gpu.place(gpus) if gpus else None
         entry = self.enter(op, group, shapes, at)
         self.local.depth = getattr(self.local, "depth", 0) + 1
         if exclusive:
@@ -191,9 +212,9 @@ class CollectiveLog:
                     self.exclusive -= 1
         if channel is not None and isinstance(result, int):
             self.move(entry, channel(result))
-        finished = self.mark(gpu) if reached is not None else None
-        if finished is not None:
-            self.leave(entry, "queued", marks=(reached, finished))
+        after = self.gpu.place(gpus) if before is not None else None
+        if after is not None:
+            self.leave(entry, "queued", points=(before, after))
         else:
             self.leave(entry, returned)
         return result
@@ -235,25 +256,16 @@ def describe_tensors(args: tuple) -> str:
     return ", ".join(parts)
 
 
-def gpu_of(args: tuple) -> Any:
-    """The CUDA device of the first tensor a collective was given (None for CPU tensors)."""
-    for arg in args[:3]:
-        value = arg[0] if isinstance(arg, (list, tuple)) and arg else arg
-        if getattr(value, "is_cuda", False):
-            return value.device
-    return None
-
-
-def cuda_mark(device: Any) -> Any:
-    """An event recorded on ``device``'s current stream (None while that stream is being
-    captured into a CUDA graph, where recording one would change the graph)."""
-    cuda = sys.modules["torch"].cuda
-    stream = cuda.current_stream(device)
-    if cuda.is_current_stream_capturing():
-        return None
-    event = cuda.Event()
-    event.record(stream)
-    return event
+def gpus_of(args: tuple) -> tuple:
+    """The CUDA device of the first tensor a collective was given (none for CPU tensors)."""
+    try:
+        for arg in args[:3]:
+            value = arg[0] if isinstance(arg, (list, tuple)) and arg else arg
+            if getattr(value, "is_cuda", False) is True:
+                return (value.device,)
+    except Exception:  # an argument that is not what it says: left to torch to refuse
+        pass
+    return ()
 
 
 def describe_tensor(value: Any) -> Optional[str]:

@@ -45,13 +45,22 @@ def described(models: List[Any]) -> str:
     return "gradients of " + ", ".join(f"DDP({type(getattr(m, 'module', m)).__name__})" for m in models)
 
 
-def model_gpu(model: Any) -> Any:
-    """The CUDA device of a DDP model's parameters (None on the CPU): its backward pass and
-    gradient all-reduces run on that GPU's streams, after the call has returned."""
+_MODEL_GPUS: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+
+
+def model_gpus(model: Any) -> tuple:
+    """The CUDA devices of a DDP model's parameters (none on the CPU), found once per model: its
+    backward pass and gradient all-reduces run on those GPUs' streams, after the call returned."""
     if getattr(model, "device_type", None) != "cuda":
-        return None
-    first = next(iter(model.parameters()), None)
-    return first.device if first is not None else None
+        return ()
+    try:
+        return _MODEL_GPUS[model]
+    except KeyError:
+        pass
+    except TypeError:  # a model that cannot be weakly referenced: asked each time
+        return tuple(dict.fromkeys(p.device for p in model.parameters() if p.is_cuda))
+    found = _MODEL_GPUS[model] = tuple(dict.fromkeys(p.device for p in model.parameters() if p.is_cuda))
+    return found
 
 
 def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
@@ -81,21 +90,22 @@ def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
         if not models or log.nested():
             return original_backward(*args, **kwargs)
         group = name_group(getattr(models[0], "process_group", None))
+        gpus = tuple(dict.fromkeys(device for model in models for device in model_gpus(model)))
         return log.call(original_backward, args, kwargs, OP, group, described(models), caller(sys._getframe(1)),
-                        exclusive=True, gpu=model_gpu(models[0]))
+                        exclusive=True, gpus=gpus)
 
     def shadow(self: Any, *args: Any, **kwargs: Any) -> Any:
         """A joined rank's part in the others' gradient all-reduce."""
         assert original_shadow is not None
         group = name_group(getattr(self, "process_group", None))
         return log.call(original_shadow, (self, *args), kwargs, OP, group, described([self]),
-                        caller(sys._getframe(1)), exclusive=True, gpu=model_gpu(self))
+                        caller(sys._getframe(1)), exclusive=True, gpus=model_gpus(self))
 
     backward.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
     autograd.backward = backward
     join.notify_join_context = staticmethod(notify_join_context)
     wrappers = [backward, notify_join_context, described, name_group, log.call, log.enter, log.leave, caller, relative,
-                model_gpu, log.mark]
+                model_gpus, log.gpu.place]
     if original_shadow is not None:
         ddp._match_all_reduce_for_bwd_pass = functools.wraps(original_shadow)(shadow)
         wrappers.append(shadow)

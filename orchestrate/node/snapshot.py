@@ -100,13 +100,14 @@ class SnapshotWriter:
         self.server_ident: Optional[int] = None
         self.write_lock = threading.Lock()
 
-    def write(self, request: str, reason: str) -> None:
-        """Write this worker's snapshot for ``request`` (atomically: readers never see half)."""
+    def write(self, request: str, reason: str, from_server: bool = False) -> None:
+        """Write this worker's snapshot for ``request`` (atomically: readers never see half);
+        ``from_server``: on the snapshot thread, which may ask the GPU how far it got."""
         record = {
             "request": request, "reason": reason, "rank": self.rank, "pid": os.getpid(),
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "node": os.environ.get(NODE_ENV) or socket.gethostname(),
-            "time": time.time(), "cpu_s": time.process_time(), "collectives": self.log.snapshot(),
+            "time": time.time(), "cpu_s": time.process_time(), "collectives": self.log.snapshot(settle=from_server),
             "completed": self.log.completed, "stacks": thread_stacks(self.main_ident, self.server_ident),
             **self.more(),
         }
@@ -142,7 +143,7 @@ class SnapshotWriter:
             if request is not None:
                 self.answered = request
                 try:
-                    self.write(request, "requested")
+                    self.write(request, "requested", from_server=True)
                 except OSError:
                     pass  # the run directory went away (the run ended): nothing to answer
 

@@ -7,6 +7,7 @@ H200 first (benchmarks/gpu_check.py): before this, such a hang read "the job is 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Optional
 
 import pytest
@@ -14,37 +15,45 @@ import pytest
 from orchestrate.hangs.diagnosis import diagnose
 from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot
 from orchestrate.hangs.stacks import group_stacks
-from orchestrate.node.collective_log import CollectiveLog, gpu_of
+from orchestrate.node.collective_log import CollectiveLog, gpus_of
+from orchestrate.node.ddp_gradients import model_gpus
 from tests.unit.test_hangs import answering_worker, quick_watchdog  # noqa: F401 - a fixture
 
 
-class Mark:
+class Point:
     """A point on a fake GPU stream: reached once the test says so."""
 
     def __init__(self) -> None:
         self.reached = False
 
-    def query(self) -> bool:
-        return self.reached
-
 
 class FakeGpu:
-    """Hands out marks in the order a stream would reach them."""
+    """Places points in the order a stream reaches them, as gpu_marks.CudaMarks does on CUDA."""
 
-    def __init__(self) -> None:
-        self.marks: list[Mark] = []
+    def __init__(self, ready: bool = True) -> None:
+        self.points: list[Point] = []
         self.capturing = False
+        self.ready = ready
+        self.asked_from: set[str] = set()
 
-    def mark(self, device) -> Optional[Mark]:
+    def place(self, devices):
         if self.capturing:
             return None
-        self.marks.append(Mark())
-        return self.marks[-1]
+        placed = [(getattr(device, "index", 0), Point()) for device in devices]
+        self.points += [point for _, point in placed]
+        return placed
+
+    def reached(self, points) -> bool:
+        self.asked_from.add(threading.current_thread().name)
+        return all(point.reached for _, point in points)
+
+    def ready_here(self) -> bool:
+        return self.ready
 
     def reach(self, count: int) -> None:
-        """The GPU got past the first ``count`` marks."""
-        for mark in self.marks[:count]:
-            mark.reached = True
+        """The GPU got past the first ``count`` points."""
+        for point in self.points[:count]:
+            point.reached = True
 
 
 class CudaTensor:
@@ -60,12 +69,12 @@ class CpuTensor(CudaTensor):
 
 
 def states(log: CollectiveLog) -> list[str]:
-    return [entry["state"] for entry in log.snapshot()]
+    return [entry["state"] for entry in log.snapshot(settle=True)]
 
 
 def test_a_collective_on_a_gpu_is_queued_then_running_then_done_as_the_gpu_gets_there():
     gpu = FakeGpu()
-    log = CollectiveLog(mark=gpu.mark)
+    log = CollectiveLog(gpu=gpu)
     all_reduce = log.wrap("all_reduce", lambda tensor, group=None, async_op=False: None, lambda g: "default")
     all_reduce(CudaTensor(4))
     all_reduce(CudaTensor(1))
@@ -76,35 +85,95 @@ def test_a_collective_on_a_gpu_is_queued_then_running_then_done_as_the_gpu_gets_
     assert states(log) == ["done", "running"] and log.completed == 1
     gpu.reach(4)
     assert states(log) == ["done", "done"] and log.completed == 2
-    assert all(not key.startswith("_") for entry in log.snapshot() for key in entry)  # the marks stay here
+    assert all(not key.startswith("_") for entry in log.snapshot() for key in entry)  # the points stay here
     json.dumps(log.snapshot())
 
 
 def test_cpu_tensors_async_calls_and_a_stream_being_captured_are_done_when_the_call_returns():
     gpu = FakeGpu()
-    log = CollectiveLog(mark=gpu.mark)
+    log = CollectiveLog(gpu=gpu)
     all_reduce = log.wrap("all_reduce", lambda tensor, group=None, async_op=False: None, lambda g: "default")
     all_reduce(CpuTensor(4))
     all_reduce(CudaTensor(4), async_op=True)  # the script holds the work and waits on it itself
     gpu.capturing = True
     all_reduce(CudaTensor(4))  # being captured into a CUDA graph: no event may be recorded
-    assert states(log) == ["done", "issued", "done"] and gpu.marks == [] and log.completed == 3
+    assert states(log) == ["done", "issued", "done"] and gpu.points == [] and log.completed == 3
+
+
+def test_only_the_snapshot_thread_asks_the_gpu_and_only_where_it_may():
+    gpu = FakeGpu()
+    log = CollectiveLog(gpu=gpu)
+    log.wrap("all_reduce", lambda tensor: None, lambda g: "default")(CudaTensor(4))
+    gpu.reach(2)
+    assert [e["state"] for e in log.snapshot()] == ["queued"] and not gpu.asked_from  # a failure's record: not asked
+    server = threading.Thread(target=lambda: log.snapshot(settle=True), name="snapshot-server")
+    server.start()
+    server.join()
+    assert gpu.asked_from == {"snapshot-server"} and log.completed == 1
+    unready = FakeGpu(ready=False)  # no thread-local capture mode to be had: never asked
+    log = CollectiveLog(gpu=unready)
+    log.wrap("all_reduce", lambda tensor: None, lambda g: "default")(CudaTensor(4))
+    unready.reach(2)
+    assert states(log) == ["queued"] and not unready.asked_from
 
 
 def test_a_gpu_in_error_leaves_the_entry_as_it_was():
-    class Broken(Mark):
-        def query(self) -> bool:
+    class Broken(FakeGpu):
+        def reached(self, points) -> bool:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    log = CollectiveLog(mark=lambda device: Broken())
+    log = CollectiveLog(gpu=Broken())
     log.wrap("all_reduce", lambda tensor: None, lambda g: "default")(CudaTensor(4))
     assert states(log) == ["queued"]
 
 
-def test_the_gpu_of_a_collective_is_its_first_cuda_tensors():
-    assert gpu_of((CudaTensor(4),)) == "cuda:0"
-    assert gpu_of(([CudaTensor(4)] * 2, CudaTensor(4))) == "cuda:0"
-    assert gpu_of((CpuTensor(4), "sum")) is None and gpu_of(([{"a": 1}],)) is None
+def test_the_entry_the_gpu_has_not_finished_is_kept_however_many_come_after_it():
+    # 100 collectives a step: the GPU stuck at the first, the CPU 99 ahead; only KEEP are kept
+    gpu = FakeGpu()
+    log = CollectiveLog(keep=8, gpu=gpu)
+    all_reduce = log.wrap("all_reduce", lambda tensor: None, lambda g: "default")
+    for size in range(1, 101):
+        all_reduce(CudaTensor(size))
+    gpu.reach(1)  # reached the first, not past it
+    shown = log.snapshot(settle=True)
+    assert [(e["seq"], e["state"]) for e in shown] == [(1, "running")] + [(seq, "queued") for seq in range(93, 101)]
+    gpu.reach(200)  # all done: the window is KEEP again
+    assert [e["seq"] for e in log.snapshot(settle=True)] == list(range(93, 101)) and len(log.entries) == 8
+
+
+def test_a_record_the_gpu_is_far_behind_keeps_at_most_its_bound(monkeypatch):
+    monkeypatch.setattr("orchestrate.node.collective_log.KEEP_ON_GPU", 20)
+    log = CollectiveLog(keep=4, gpu=FakeGpu())
+    all_reduce = log.wrap("all_reduce", lambda tensor: None, lambda g: "default")
+    for size in range(1, 51):
+        all_reduce(CudaTensor(size))
+    assert len(log.entries) == 20 and log.entries[0]["seq"] == 31
+
+
+def test_the_gpus_of_a_collective_are_its_first_cuda_tensors():
+    assert gpus_of((CudaTensor(4),)) == ("cuda:0",)
+    assert gpus_of(([CudaTensor(4)] * 2, CudaTensor(4))) == ("cuda:0",)
+    assert gpus_of((CpuTensor(4), "sum")) == () and gpus_of(([{"a": 1}],)) == ()
+
+
+def test_a_ddp_model_is_followed_on_every_gpu_its_parameters_are_on():
+    class Parameter:
+        def __init__(self, index: int) -> None:
+            self.is_cuda, self.device = True, f"cuda:{index}"
+
+    class Model:
+        device_type = "cuda"
+
+        def __init__(self, *indices: int) -> None:
+            self.params = [Parameter(i) for i in indices]
+
+        def parameters(self):
+            return iter(self.params)
+
+    assert model_gpus(Model(0, 0, 1, 1)) == ("cuda:0", "cuda:1")  # model parallel: both stages' GPUs
+    on_cpu = Model(0)
+    on_cpu.device_type = "cpu"
+    assert model_gpus(on_cpu) == ()
 
 
 AT_ITEM = (Frame("gpu_desync.py", 27, "<module>", "stats.sum().item()"),)
@@ -242,3 +311,42 @@ def test_a_run_whose_gpus_wait_in_collectives_while_cuda_spins_ends_hung(make_ru
     assert result.hang.divergence.text == ("collective #2: rank 0 entered all_reduce(float32[1]) at train.py:12;"
                                            " rank 1 entered all_reduce(float32[4]) at train.py:9")
     assert "working" not in job.out.getvalue()
+
+
+def test_a_point_that_cannot_be_placed_never_fails_the_scripts_call(monkeypatch):
+    import sys
+    import types
+
+    from orchestrate.node.gpu_marks import CudaMarks
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    cuda = types.SimpleNamespace(device=refuse, is_current_stream_capturing=refuse, Event=refuse)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    log = CollectiveLog(gpu=CudaMarks())
+    assert log.wrap("all_reduce", lambda tensor: "result", lambda g: "default")(CudaTensor(4)) == "result"
+    assert [e["state"] for e in log.snapshot()] == ["done"] and log.completed == 1
+
+
+def test_a_rank_is_placed_at_the_oldest_collective_its_gpu_is_in_and_its_main_threads_wait_comes_first():
+    two = (coll(1), coll(2, "running"), coll(3, "running"))
+    before, now = probes({0: two}, {0: two})
+    assert diagnose(now, before, {0}, {}, 15).activities[0].detail == (
+        "waits in all_reduce(float32[4]) #2 at gpu_desync.py:23, on the GPU")
+    barrier = Collective(1, "monitored_barrier", "ranks 0,1 (gloo)", "", "train.py:50", "entered")
+    waiting = (coll(1), coll(2, "queued"), barrier)
+    before, now = probes({0: waiting}, {0: waiting}, spinning=False)
+    assert diagnose(now, before, {0}, {}, 15).activities[0].detail == (
+        "waits in monitored_barrier() #1 of group ranks 0,1 (gloo) at train.py:50")
+
+
+def test_a_working_jobs_note_names_no_divergence_of_ranks_seen_a_moment_apart():
+    # two healthy process groups: each rank's GPU was in another group's collective as it was looked at
+    a = (coll(1), Collective(1, "all_reduce", "ranks 0,1", "float32[4]", "tp.py:9", "running"))
+    b = (coll(1, "running"), Collective(1, "all_reduce", "ranks 0,1", "float32[4]", "tp.py:9", "queued"))
+    before = Probe("a", 0.0, {0: snap(0, (coll(1, "queued"),), 1.0), 1: snap(1, (coll(1, "queued"),), 1.0)})
+    now = Probe("b", 5.0, {0: snap(0, a, 1.0), 1: snap(1, b, 1.0)})
+    found = diagnose(now, before, {0, 1}, {}, 15)
+    assert not found.hung and found.divergence is not None and found.divergence.kind == "groups"
+    assert not any("divergence" in line or "--debug-collectives" in line for line in found.lines())
