@@ -2,6 +2,8 @@
 
     python3 -m benchmarks.gpu_check --out DIR          # on a host with an NVIDIA GPU
     python3 -m benchmarks.gpu_check --out DIR --cpu    # the same steps on gloo: checks this script
+                                                       # (there gloo aborts the DDP desync at once:
+                                                       # its watchdog step fails, as it should)
 
 For a machine with a GPU but no Docker (the lent GPU machine of docs/gpus.md): every step is a
 ``torchrun --standalone`` of this checkout, as the nodes run it. Two ranks share GPU 0 the way
