@@ -90,11 +90,13 @@ class Checker:
             done = subprocess.run(argv, cwd=self.scratch, env=self.env(**env), capture_output=True, text=True,
                                   timeout=timeout)
             code, output = done.returncode, done.stdout + done.stderr
-        except subprocess.TimeoutExpired as expired:
+        except subprocess.TimeoutExpired as expired:  # its output comes as bytes, whatever text= says
             code = None
-            output = f"{expired.stdout or ''}{expired.stderr or ''}\n[gpu_check] timed out after {timeout:.0f} s"
+            output = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                             for part in (expired.stdout, expired.stderr))
+            output += f"\n[gpu_check] timed out after {timeout:.0f} s"
         seconds = time.monotonic() - started
-        (self.scratch / f"{name}.log").write_text(output if isinstance(output, str) else output.decode())
+        (self.scratch / f"{name}.log").write_text(output)
         return code, output, seconds
 
     def record(self, step: Step) -> None:
@@ -129,7 +131,7 @@ class Checker:
         from orchestrate.hangs.diagnosis import diagnose
         from orchestrate.hangs.watchdog import RECHECK_S
 
-        before, now = probes.take(debug), None
+        before = probes.take(debug)
         time.sleep(RECHECK_S)
         now = probes.take(debug)
         absent = {r: "it did not answer (exited?)" for r in (0, 1) if r not in now.snapshots}

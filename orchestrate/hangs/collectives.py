@@ -179,8 +179,7 @@ def where_it_is(snapshot: RankSnapshot, rank: int, elsewhere: Optional[dict[int,
     """``waits in all_reduce(float32[8]) #1 at train.py:14``, or ``is not in a collective: ...``."""
     waiting = snapshot.in_collective
     if waiting is not None:
-        group = "" if waiting.group == "default" else f" of group {waiting.group}"
-        return f"waits in {waiting.call} #{waiting.seq}{group} at {waiting.at}" + (", on the GPU" if waiting.on_gpu else "")
+        return f"waits in {waiting.where}" + (", on the GPU" if waiting.on_gpu else "")
     if snapshot.stack:
         return f"is not in a collective: {summary(snapshot.stack)}{(elsewhere or {}).get(rank, '')}"
     return "is not in a collective"

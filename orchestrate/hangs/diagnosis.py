@@ -9,8 +9,7 @@ from typing import Any, Optional
 
 from orchestrate.hangs.collectives import Divergence, channel_ends, first_divergence
 from orchestrate.hangs.crash_dump import rank_dump
-from orchestrate.hangs.snapshots import (Collective, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
-                                         waits_for_data_loader)
+from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
@@ -98,25 +97,22 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
              diverged: bool = False) -> RankActivity:
     """A rank's activity from its snapshots of two probes (``before`` may be missing); ``loaders``:
     its DataLoader's workers, each with the share of a core it used meanwhile; ``diverged``: the
-    ranks' records part (see :func:`gpu_stuck`)."""
+    ranks' records part (see :func:`gpu_waits`)."""
     if now is None:
         why = absent_why.get(rank, "did not answer")
         return RankActivity(rank, "stopped" if "stopped" in why or "paused" in why else "absent", why)
     share = cpu_share(before, now, interval_s)
     collective = now.in_collective
     if collective is not None and collective.on_gpu:  # the CPU's share is CUDA's wait spinning, or other work
-        where = f"{collective.call} #{collective.seq}{of_group(collective)} at {collective.at}"
-        if collective.is_backward_pass and not diverged:
-            return RankActivity(rank, "busy", f"computing on the GPU, in {where}")
-        return RankActivity(rank, "collective", f"waits in {where}, on the GPU")
+        if gpu_waits(now, diverged):
+            return RankActivity(rank, "collective", f"waits in {collective.where}, on the GPU")
+        return RankActivity(rank, "busy", f"computing on the GPU, in {collective.where}")
     # a DDP backward pass computes the gradients it all-reduces: busy there is computing
     if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):
-        return RankActivity(rank, "collective",
-                            f"waits in {collective.call} #{collective.seq}{of_group(collective)} at {collective.at}")
+        return RankActivity(rank, "collective", f"waits in {collective.where}")
     behind = now.gpu_behind
     if behind is not None:
-        return RankActivity(rank, "busy", f"computing on the GPU, before {behind.call} #{behind.seq}{of_group(behind)}"
-                                          f" at {behind.at}")
+        return RankActivity(rank, "busy", f"computing on the GPU, before {behind.where}")
     if share >= BUSY_CPU_SHARE:
         return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
     loading = [(worker, used) for worker, used in loaders if used >= BUSY_CPU_SHARE]
@@ -127,22 +123,13 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
 
 
-def of_group(collective: Collective) -> str:
-    return "" if collective.group == "default" else f" of group {collective.group}"
-
-
-def gpu_stuck(before: Optional[RankSnapshot], now: RankSnapshot, diverged: bool) -> Optional[Collective]:
-    """The collective a rank's GPU has been in since the probe before, reached and not finished,
-    where that means it waits (None otherwise). Its CPU time then says nothing: CUDA spins while
-    the main thread waits for the GPU (``loss.item()``). DDP's backward pass counts only where the
-    ranks' records part: until then its GPU may be computing the gradients."""
-    running = now.gpu_in
-    if running is None or before is None or before.pid != now.pid:
-        return None
-    earlier = before.gpu_in
-    if earlier is None or (earlier.group, earlier.seq) != (running.group, running.seq):
-        return None
-    return None if running.is_backward_pass and not diverged else running
+def gpu_waits(snapshot: RankSnapshot, diverged: bool) -> bool:
+    """Whether a rank's GPU is in a collective in a way that means it waits: reached and not
+    finished. Its CPU time then says nothing: CUDA spins while the main thread waits for the GPU
+    (``loss.item()``). DDP's backward pass counts only where the ranks' records part (``diverged``):
+    until then its GPU may be computing the gradients."""
+    running = snapshot.gpu_in
+    return running is not None and (diverged or not running.is_backward_pass)
 
 
 def cpu_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
@@ -157,7 +144,7 @@ def progressed(before: Probe, now: Probe, diverged: bool = False) -> bool:
     """Whether any rank finished a collective, or computed, between the probes; its GPU too: a
     GPU that moved on through the collectives queued on it, or that computes before them. A rank
     whose GPU waits in a collective all that time did not compute, whatever CPU it used
-    (:func:`gpu_stuck`; ``diverged``: the ranks' records part)."""
+    (:func:`gpu_waits`; ``diverged``: the ranks' records part)."""
     interval = max(now.at - before.at, 1e-6)
     for rank, snapshot in now.snapshots.items():
         earlier = before.snapshots.get(rank)
@@ -165,7 +152,8 @@ def progressed(before: Probe, now: Probe, diverged: bool = False) -> bool:
             return True  # a rank (re)started since: that is progress
         if snapshot.completed > earlier.completed or snapshot.gpu_states != earlier.gpu_states:
             return True
-        if gpu_stuck(earlier, snapshot, diverged) is None and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
+        # past here its GPU is where it was at the look before
+        if not gpu_waits(snapshot, diverged) and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
             return True
         if snapshot.waits_for_data_loader and any(used >= BUSY_CPU_SHARE for _, used in
                                                   loader_shares(rank, before, now, interval)):

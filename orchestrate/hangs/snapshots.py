@@ -72,6 +72,12 @@ class Collective:
         return self.state in ("entered", "failed")
 
     @property
+    def where(self) -> str:
+        """``all_reduce(float32[4]) #5 of group ranks 0,1 at train.py:12`` (no group for the default one)."""
+        group = "" if self.group == "default" else f" of group {self.group}"
+        return f"{self.call} #{self.seq}{group} at {self.at}"
+
+    @property
     def on_gpu(self) -> bool:
         """The call returned, but the GPU has not finished its work: ``queued`` behind earlier
         work, or ``running`` (the GPU is in it: NCCL's kernel waits there for the peers)."""

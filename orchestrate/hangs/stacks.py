@@ -79,9 +79,9 @@ def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
     by lowest rank."""
     by_stack: dict[tuple, list[int]] = {}
     for rank, snapshot in snapshots.items():
-        on_gpu = snapshot.in_collective if snapshot.in_collective and snapshot.in_collective.on_gpu else None
-        key = (tuple((f.file, f.line, f.function) for f in snapshot.stack),
-               (on_gpu.group, on_gpu.seq, on_gpu.call) if on_gpu else None)  # its GPU's place, where it waits there
+        waiting = snapshot.in_collective
+        on_gpu = (waiting.group, waiting.seq, waiting.call) if waiting is not None and waiting.on_gpu else None
+        key = (tuple((f.file, f.line, f.function) for f in snapshot.stack), on_gpu)  # and where its GPU waits
         by_stack.setdefault(key, []).append(rank)
     groups = []
     for ranks in by_stack.values():

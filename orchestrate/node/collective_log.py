@@ -84,10 +84,14 @@ class CollectiveLog:
             entry = {"seq": seq, "op": op, "group": group, "shapes": shapes, "at": caller,
                      "state": "entered", "started": self.clock()}
             self.entries.append(entry)
-            while len(self.entries) > self.keep and (_POINTS not in self.entries[0]
-                                                     or len(self.entries) > KEEP_ON_GPU):
-                self.entries.popleft()
+            self.trim()
         return entry
+
+    def trim(self) -> None:
+        """Drop the oldest entries beyond :data:`KEEP`, but not one whose GPU work is unfinished
+        (up to :data:`KEEP_ON_GPU` in all); under the lock."""
+        while len(self.entries) > self.keep and (_POINTS not in self.entries[0] or len(self.entries) > KEEP_ON_GPU):
+            self.entries.popleft()
 
     def leave(self, entry: Dict[str, Any], state: str, error: str = "", points: Optional[tuple] = None) -> None:
         """The collective returned (``done``, or ``issued`` for an async one), or returned with its
@@ -124,8 +128,7 @@ class CollectiveLog:
                 if state == "done":
                     del entry[_POINTS]
                     self.completed += 1
-            while len(self.entries) > self.keep and _POINTS not in self.entries[0]:
-                self.entries.popleft()
+            self.trim()
 
     def snapshot(self, settle: bool = False) -> List[Dict[str, Any]]:
         """The last :data:`KEEP` entries, after the oldest one its GPU has not finished where
@@ -134,9 +137,9 @@ class CollectiveLog:
             self.settle()
         with self.lock:
             entries = list(self.entries)
-        recent = entries[-self.keep:]
-        unfinished = next((e for e in entries[:-self.keep] if e["state"] in ON_GPU), None) if len(entries) > self.keep else None
-        return [{k: v for k, v in entry.items() if k != _POINTS} for entry in [unfinished] * bool(unfinished) + recent]
+        older, recent = entries[:-self.keep], entries[-self.keep:]
+        unfinished = [entry for entry in older if entry["state"] in ON_GPU][:1]
+        return [{k: v for k, v in entry.items() if k != _POINTS} for entry in unfinished + recent]
 
     def nested(self) -> bool:
         """Whether this thread is already inside a recorded collective (an object collective

@@ -53,13 +53,9 @@ def model_gpus(model: Any) -> tuple:
     backward pass and gradient all-reduces run on those GPUs' streams, after the call returned."""
     if getattr(model, "device_type", None) != "cuda":
         return ()
-    try:
-        return _MODEL_GPUS[model]
-    except KeyError:
-        pass
-    except TypeError:  # a model that cannot be weakly referenced: asked each time
-        return tuple(dict.fromkeys(p.device for p in model.parameters() if p.is_cuda))
-    found = _MODEL_GPUS[model] = tuple(dict.fromkeys(p.device for p in model.parameters() if p.is_cuda))
+    found = _MODEL_GPUS.get(model)
+    if found is None:
+        found = _MODEL_GPUS[model] = tuple(dict.fromkeys(p.device for p in model.parameters() if p.is_cuda))
     return found
 
 
