@@ -469,6 +469,9 @@ class Supervisor:
 
     def on_exit(self, tracker: NodeTracker, code: Optional[int], at: float, via: str = "") -> None:
         """A node's container ended: restart the job (elastic), or finish the node."""
+        # a fault from another terminal is noted before it is done: read now, the node's end is blamed
+        # on it however soon after the last tick the engine's event came
+        self.live_faults.poll()
         tracker.exit_code, tracker.exited_at = code, at
         self.force_at.pop(tracker.name, None)  # a SIGKILL due after a grace: it ended before
         self.record("node-exited", node=tracker.name, exit_code=code, **({"via": via} if via else {}))
