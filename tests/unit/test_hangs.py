@@ -181,6 +181,18 @@ def test_the_first_divergence_is_the_same_collective_called_with_other_shapes():
                           " all_reduce(float32[4]) at desync.py:11")
 
 
+def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
+    sub = "ranks 0,1"  # sorts after "default": the groups are not named in the order they are looked at
+    before = tuple(coll(s) for s in range(1, 5)) + (coll(1, group=sub),)
+    snapshots = {0: snap(0, before + (coll(2, "float32[1]", group=sub, at="desync.py:30"),
+                                      coll(5, "float32[1]", "entered", at="desync.py:40"))),
+                 1: snap(1, before + (coll(2, group=sub, at="desync.py:31"), coll(5, state="entered", at="desync.py:41")))}
+    found = first_divergence(snapshots)
+    assert found is not None and (found.seq, found.group) == (2, sub)
+    assert found.text == ("collective #2 (group ranks 0,1): rank 0 entered all_reduce(float32[1]) at desync.py:30;"
+                          " rank 1 entered all_reduce(float32[4]) at desync.py:31")
+
+
 def test_a_different_op_at_one_sequence_number_diverges_too():
     snapshots = {0: snap(0, (coll(1), coll(2, op="barrier", shapes="", state="entered"))),
                  1: snap(1, (coll(1), coll(2, state="entered")))}
@@ -351,6 +363,8 @@ def test_progress_between_two_probes_is_a_finished_collective_or_cpu_work():
     assert still.hung
     finished = diagnose(probe(5, r0=snap(0, waiting, completed=2)), probe(0, r0=snap(0, waiting)), {0}, {}, 60)
     assert not finished.hung
+    restarted = diagnose(probe(5, r0=snap(0, waiting, pid=200)), probe(0, r0=snap(0, waiting)), {0}, {}, 60)
+    assert not restarted.hung  # another process in its place, at the same count: a restart is progress
     computing = diagnose(probe(5, r0=snap(0, (coll(1),), cpu_s=5.0), r1=snap(1, waiting)),
                          probe(0, r0=snap(0, (coll(1),), cpu_s=1.0), r1=snap(1, waiting)), {0, 1}, {}, 60)
     assert not computing.hung
