@@ -3,11 +3,12 @@ time, and check that the unit tests fail. A mutant the tests survive is a hole i
 
 The mutants are hand-written, one line each, over the logic that decides what a user sees:
 stopping and killing nodes, faults and their timing, restarts, the judge of a run, the masking
-of secrets and the teardown. Each names the unit tests that should catch it; each run has a time
+of secrets, the teardown, and the hang watchdog (progress, divergence, the record of collectives
+on the GPU). Each names the unit tests that should catch it; each run has a time
 limit per test (pytest-timeout), so a mutant that makes a test hang is caught as a failure, not
 waited out.
 
-    .venv/bin/python scripts/mutants.py            # every mutant (about 10 minutes on 2 cores)
+    .venv/bin/python scripts/mutants.py            # every mutant (about 22 minutes on 2 cores)
     .venv/bin/python scripts/mutants.py -k stop    # those whose name has "stop"
 
 It works in a copy of the checkout (a temporary clone of HEAD with the working tree's changes),
@@ -34,6 +35,8 @@ FAULTS = ("tests/unit/test_faults.py", "tests/unit/test_fault_kinds.py", "tests/
 JUDGE = ("tests/unit/test_outcome.py", "tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
 SECRETS = ("tests/unit/test_user_env.py", "tests/unit/test_config.py", "tests/unit/test_cli.py", "tests/unit/test_runs.py")
 TEARDOWN = ("tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
+HANGS = ("tests/unit/test_hangs.py", "tests/unit/test_gpu_hangs.py", "tests/unit/test_crash_dump.py",
+         "tests/workers/test_collective_record.py")
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,50 @@ MUTANTS = [
     Mutant("a Ctrl-C during the teardown stops it", "orchestrate/launch/teardown.py",
            '            say("teardown in progress; please wait")\n            raise TryAgain from None\n',
            "            raise\n", TEARDOWN),
+    Mutant("a finished collective is not progress", "orchestrate/hangs/diagnosis.py",
+           "        if snapshot.completed > earlier.completed or snapshot.gpu_states != earlier.gpu_states:\n",
+           "        if snapshot.gpu_states != earlier.gpu_states:\n", HANGS),
+    Mutant("a GPU that moved on is not progress", "orchestrate/hangs/diagnosis.py",
+           "        if snapshot.completed > earlier.completed or snapshot.gpu_states != earlier.gpu_states:\n",
+           "        if snapshot.completed > earlier.completed:\n", HANGS),
+    Mutant("a rank that computed is not progress", "orchestrate/hangs/diagnosis.py",
+           "        if not gpu_waits(snapshot, diverged) and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n",
+           "        if False:\n", HANGS),
+    Mutant("CUDA spinning counts as computing while the GPU waits", "orchestrate/hangs/diagnosis.py",
+           "        if not gpu_waits(snapshot, diverged) and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n",
+           "        if cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n", HANGS),
+    Mutant("DDP's backward pass on the GPU waits before the records part", "orchestrate/hangs/diagnosis.py",
+           "    return running is not None and (diverged or not running.is_backward_pass)\n",
+           "    return running is not None\n", HANGS),
+    Mutant("a restarted rank is not progress", "orchestrate/hangs/diagnosis.py",
+           "        if earlier is None or earlier.pid != snapshot.pid:\n", "        if earlier is None:\n", HANGS),
+    Mutant("a rank computing its backward pass waits", "orchestrate/hangs/diagnosis.py",
+           "    if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):\n",
+           "    if collective is not None:\n", HANGS),
+    Mutant("shapes that differ are no divergence", "orchestrate/hangs/collectives.py",
+           "else (lambda c: (c.op, c.shapes))", "else (lambda c: c.op)", HANGS),
+    Mutant("a later divergence is named before the first", "orchestrate/hangs/collectives.py",
+           "    return min(found, key=lambda item: item[0])[1] if found else None\n",
+           "    return max(found, key=lambda item: item[0])[1] if found else None\n", HANGS),
+    Mutant("a rank one collective behind is not named", "orchestrate/hangs/collectives.py",
+           "        if last < target.seq:\n", "        if last < target.seq - 1:\n", HANGS),
+    Mutant("a working job is judged hung", "orchestrate/hangs/watchdog.py",
+           "        if not found.hung:  # working quietly", "        if False:  # working quietly", HANGS),
+    Mutant("a hung run ends before --hang-timeout", "orchestrate/hangs/watchdog.py",
+           "        if self.end_after_s is not None and quiet >= self.end_after_s:\n",
+           "        if self.end_after_s is not None:\n", HANGS),
+    Mutant("a rank that did not answer is judged with the others", "orchestrate/hangs/watchdog.py",
+           "        if expected - set(second.snapshots) - set(absent) or not (second.snapshots or absent):\n",
+           "        if not (second.snapshots or absent):\n", HANGS),
+    Mutant("a GPU in a collective reads as not there yet", "orchestrate/node/gpu_marks.py",
+           '    return "running" if gpu.reached(before) else "queued"\n', '    return "queued"\n', HANGS),
+    Mutant("the collective a GPU waits in drops out of the record", "orchestrate/node/collective_log.py",
+           "(_POINTS not in self.entries[0] or len(self.entries) > KEEP_ON_GPU)", "True", HANGS),
+    Mutant("the GPU is asked outside thread-local capture mode", "orchestrate/node/collective_log.py",
+           "        if not self.gpu.ready_here():\n            return\n", "", HANGS),
+    Mutant("a snapshot leaves out the oldest collective the GPU has not finished", "orchestrate/node/collective_log.py",
+           '        unfinished = [entry for entry in older if entry["state"] in ON_GPU][:1]\n',
+           "        unfinished = []\n", HANGS),
 ]
 
 
