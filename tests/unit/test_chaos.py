@@ -331,6 +331,8 @@ def test_the_per_step_metrics_name_the_first_step_that_differs_and_its_attempt()
     comparison = compare_step_metrics(reference, drifted, 0.0)
     assert comparison.first_difference == "loss first differs at step 3 (rank 0, attempt 2): 1.25 against 1 undisturbed"
     assert compare_step_metrics(reference, drifted, 0.5).equal
+    beyond = compare_step_metrics(reference, drifted, 0.2)  # 25% off: past a 20% tolerance
+    assert beyond.first_difference.endswith("1.25 against 1 undisturbed (beyond --rtol 0.2)")
     assert compare_step_metrics(reference, steps(0, "a", [1, 2], 1.0), 0.0).compared == 0  # no metrics: nothing
 
 
@@ -464,6 +466,7 @@ def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job,
     reference = held.reference
     assert ChaosResult(reference, [held, held]).status == "HOLDS"
     assert ChaosResult(reference, [held, unsure]).status == "INCONCLUSIVE"
+    assert ChaosResult(reference, []).status == "DOES NOT HOLD"  # no trial: nothing was tested
     mixed = ChaosResult(reference, [unsure, failed, held])
     assert mixed.status == "DOES NOT HOLD" and mixed.exit_code == 1
     assert mixed.failures[1] == "seed 7: 3 step(s) redone in all, more than --max-steps-redone 0"
