@@ -3,13 +3,14 @@ time, and check that the unit tests fail. A mutant the tests survive is a hole i
 
 The mutants are hand-written, one line each, over the logic that decides what a user sees:
 stopping and killing nodes, faults and their timing, restarts, the judge of a run, the masking
-of secrets, the teardown, and the hang watchdog (progress, divergence, the record of collectives
-on the GPU). Each names the unit tests that should catch it; each run has a time
-limit per test (pytest-timeout), so a mutant that makes a test hang is caught as a failure, not
-waited out.
+of secrets, the teardown, the chaos verdict (what holds, what is inconclusive), and the hang
+watchdog (progress, divergence, the record of collectives on the GPU). Each names the unit tests
+that should catch it; each run has a time limit per test (pytest-timeout), so a mutant that makes
+a test hang is caught as a failure, not waited out.
 
-    .venv/bin/python scripts/mutants.py            # every mutant (about 22 minutes on 2 cores)
+    .venv/bin/python scripts/mutants.py            # every mutant (about 25 minutes on 2 cores)
     .venv/bin/python scripts/mutants.py -k stop    # those whose name has "stop"
+    .venv/bin/python scripts/mutants.py -k chaos/  # those of one package's files
 
 It works in a copy of the checkout (a temporary clone of HEAD with the working tree's changes),
 so the checkout itself is never changed, and prints a table and the score.
@@ -35,6 +36,7 @@ FAULTS = ("tests/unit/test_faults.py", "tests/unit/test_fault_kinds.py", "tests/
 JUDGE = ("tests/unit/test_outcome.py", "tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
 SECRETS = ("tests/unit/test_user_env.py", "tests/unit/test_config.py", "tests/unit/test_cli.py", "tests/unit/test_runs.py")
 TEARDOWN = ("tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
+CHAOS = ("tests/unit/test_chaos.py", "tests/unit/test_storage_faults.py", "tests/unit/test_report.py")
 HANGS = ("tests/unit/test_hangs.py", "tests/unit/test_gpu_hangs.py", "tests/unit/test_crash_dump.py",
          "tests/workers/test_collective_record.py")
 
@@ -106,6 +108,34 @@ MUTANTS = [
     Mutant("a Ctrl-C during the teardown stops it", "orchestrate/launch/teardown.py",
            '            say("teardown in progress; please wait")\n            raise TryAgain from None\n',
            "            raise\n", TEARDOWN),
+    Mutant("a fault that never fired passes the trial", "orchestrate/chaos/verdict.py",
+           '        reasons += [f"fault {f.describe()}" for f in self.disturbed.unfired_faults]\n', "", CHAOS),
+    Mutant("a file that differs passes the trial", "orchestrate/chaos/verdict.py",
+           '        reasons += [f"{c.describe()}" for c in self.comparisons if not c.equal]\n', "", CHAOS),
+    Mutant("a job that failed under the faults holds", "orchestrate/chaos/verdict.py",
+           "        if not self.disturbed.job_succeeded:\n", "        if False:\n", CHAOS),
+    Mutant("a trial against a failed undisturbed run holds", "orchestrate/chaos/verdict.py",
+           "        if not self.reference.succeeded:\n", "        if False:\n", CHAOS),
+    Mutant("as many steps redone as allowed fails", "orchestrate/chaos/verdict.py",
+           "                and self.steps_redone > self.max_steps_redone:\n",
+           "                and self.steps_redone >= self.max_steps_redone:\n", CHAOS),
+    Mutant("a per-step difference passes the trial", "orchestrate/chaos/verdict.py",
+           "        if self.steps is not None and not self.steps.equal:\n", "        if False:\n", CHAOS),
+    Mutant("faults that all struck before any save hold", "orchestrate/chaos/verdict.py",
+           "        elif not after_save:\n", "        elif False:\n", CHAOS),
+    Mutant("a job that restarted from the beginning holds", "orchestrate/chaos/verdict.py",
+           "        elif not any(s.resumed for s in after_save) and any(s.resumed is False for s in after_save):\n",
+           "        elif False:\n", CHAOS),
+    Mutant("an inconclusive trial lets the check hold", "orchestrate/chaos/verdict.py",
+           "        return INCONCLUSIVE if INCONCLUSIVE in statuses else HOLDS\n", "        return HOLDS\n", CHAOS),
+    Mutant("a check with no trial holds", "orchestrate/chaos/verdict.py",
+           "        statuses = [t.status for t in self.trials] or [DOES_NOT_HOLD]\n",
+           "        statuses = [t.status for t in self.trials]\n", CHAOS),
+    Mutant("tensors compared exactly always match", "orchestrate/node/compare_tensors.py",
+           "        return torch.equal(a, b) if rtol == 0 else", "        return True if rtol == 0 else", CHAOS),
+    Mutant("a tolerance lets any per-step metric pass", "orchestrate/chaos/step_metrics.py",
+           "    return value == reference if rtol == 0 else abs(value - reference) <= rtol * abs(reference)\n",
+           "    return value == reference if rtol == 0 else True\n", CHAOS),
     Mutant("a finished collective is not progress", "orchestrate/hangs/diagnosis.py",
            "        if snapshot.completed > earlier.completed or snapshot.gpu_states != earlier.gpu_states:\n",
            "        if snapshot.gpu_states != earlier.gpu_states:\n", HANGS),
@@ -174,9 +204,9 @@ def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[bool, float, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-k", default="", help="only the mutants whose name has this text")
+    parser.add_argument("-k", default="", help="only the mutants whose name or file has this text (chaos/, hangs/)")
     args = parser.parse_args()
-    mutants = [m for m in MUTANTS if args.k in m.name]
+    mutants = [m for m in MUTANTS if args.k in m.name or args.k in m.path]
     with tempfile.TemporaryDirectory(prefix="ddp-mutants-") as scratch:
         copy = copy_of_checkout(Path(scratch) / "checkout")
         baseline = tuple(sorted({t for m in mutants for t in m.tests}))
