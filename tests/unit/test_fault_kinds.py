@@ -4,6 +4,7 @@ rank's worker process, run here on real processes."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -99,7 +100,8 @@ def test_kill_rank_finds_the_ranks_node_and_the_failure_names_the_rank(make_run)
     assert ("ddp-test-run-node1-1", ("signal", "3", "SIGKILL")) in rank_execs
     [fault] = result.faults
     assert fault.fired and fault.node == "node1"
-    assert "fault injected: kill-rank:3 (0.0 s into the job, on node1)" in job.out.getvalue()
+    # due at once, injected at the supervisor's first tick: on a loaded machine some tenths of a second in
+    assert re.search(r"fault injected: kill-rank:3 \(\d+\.\d s into the job, on node1\)", job.out.getvalue())
     assert result.failure.rank == 3
     assert result.failure.describe() == "node1 rank 3 failed (injected fault kill-rank:3)"
 

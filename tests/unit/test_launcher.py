@@ -4,6 +4,7 @@ from __future__ import annotations
 import _thread
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -185,7 +186,8 @@ def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first
                                          after_when=lambda: (job.run_dir / "progress" / "rank0.jsonl").exists())])
     assert outcome.succeeded, text
     assert outcome.faults[0].before_first_step and outcome.faults[0].fired_at_step is None
-    assert "\nfault injected: pause:node1@t=0..0.1 (0.0 s into the job, before its first step" in format_summary(outcome)
+    assert re.search(r"\nfault injected: pause:node1@t=0\.\.0\.1 \(\d+\.\d s into the job, before its first step",
+                     format_summary(outcome))  # due at once: injected at a tick, later on a loaded machine
     assert json.loads((job.run_dir / "outcome.json").read_text())["faults"][0]["before_first_step"] is True
 
 
