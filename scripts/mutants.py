@@ -8,7 +8,7 @@ watchdog (progress, divergence, the record of collectives on the GPU). Each name
 that should catch it; each run has a time limit per test (pytest-timeout), so a mutant that makes
 a test hang is caught as a failure, not waited out.
 
-    .venv/bin/python scripts/mutants.py            # every mutant (about 25 minutes on 2 cores)
+    .venv/bin/python scripts/mutants.py            # every mutant (about 23 minutes on 2 cores)
     .venv/bin/python scripts/mutants.py -k stop    # those whose name has "stop"
     .venv/bin/python scripts/mutants.py -k chaos/  # those of one package's files
 
