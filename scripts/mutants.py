@@ -143,10 +143,12 @@ MUTANTS = [
            "        if snapshot.completed > earlier.completed or snapshot.gpu_states != earlier.gpu_states:\n",
            "        if snapshot.completed > earlier.completed:\n", HANGS),
     Mutant("a rank that computed is not progress", "orchestrate/hangs/diagnosis.py",
-           "        if not gpu_waits(snapshot, diverged) and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n",
+           "        if not gpu_waits(snapshot, diverged)"
+           " and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n",
            "        if False:\n", HANGS),
     Mutant("CUDA spinning counts as computing while the GPU waits", "orchestrate/hangs/diagnosis.py",
-           "        if not gpu_waits(snapshot, diverged) and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n",
+           "        if not gpu_waits(snapshot, diverged)"
+           " and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n",
            "        if cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n", HANGS),
     Mutant("DDP's backward pass on the GPU waits before the records part", "orchestrate/hangs/diagnosis.py",
            "    return running is not None and (diverged or not running.is_backward_pass)\n",

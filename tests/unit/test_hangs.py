@@ -186,7 +186,8 @@ def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
     before = tuple(coll(s) for s in range(1, 5)) + (coll(1, group=sub),)
     snapshots = {0: snap(0, before + (coll(2, "float32[1]", group=sub, at="desync.py:30"),
                                       coll(5, "float32[1]", "entered", at="desync.py:40"))),
-                 1: snap(1, before + (coll(2, group=sub, at="desync.py:31"), coll(5, state="entered", at="desync.py:41")))}
+                 1: snap(1, before + (coll(2, group=sub, at="desync.py:31"),
+                                      coll(5, state="entered", at="desync.py:41")))}
     found = first_divergence(snapshots)
     assert found is not None and (found.seq, found.group) == (2, sub)
     assert found.text == ("collective #2 (group ranks 0,1): rank 0 entered all_reduce(float32[1]) at desync.py:30;"

@@ -41,16 +41,19 @@ def run(job: Run, client: FakeDockerClient, **scripts: list[Script]):
     return result, job.out.getvalue(), FakeCompose.instances[-1]
 
 
-def once_followed(job: Run, node: str, action):
-    """Another terminal's ``action``, taken once the launcher follows the run (it has printed a
-    line of ``node``'s): a fake script's ``then`` may come before, which no user's command can."""
-    def act() -> None:
-        deadline = time.monotonic() + 10
-        while f"[{node}/rank" not in job.out.getvalue():
-            assert time.monotonic() < deadline, f"the launcher never printed a line of {node}"
-            time.sleep(0.01)
-        action()
-    return act
+def once_followed(job: Run, node: str):
+    """Another terminal's action (the decorated function), taken once the launcher follows the run
+    (it has printed a line of ``node``'s): a fake script's ``then`` may come before, which no
+    user's command can."""
+    def decorate(action):
+        def act() -> None:
+            deadline = time.monotonic() + 10
+            while f"[{node}/rank" not in job.out.getvalue():
+                assert time.monotonic() < deadline, f"the launcher never printed a line of {node}"
+                time.sleep(0.01)
+            action()
+        return act
+    return decorate
 
 
 def progress_writer(job, rank: int, steps: range, resumed: int | None = None):
@@ -256,11 +259,12 @@ def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_t
     job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
     client = FakeDockerClient()
 
+    @once_followed(job, "node1")
     def stop_from_another_terminal() -> None:  # `python -m orchestrate stop RUN`, once both nodes run
         threading.Thread(target=lambda: stop_run(list_runs(client)[0], 1), daemon=True).start()
 
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True)],
-                           node1=[Script(["[1|0]:step 1"], then=once_followed(job, "node1", stop_from_another_terminal), hang=True)])
+                           node1=[Script(["[1|0]:step 1"], then=stop_from_another_terminal, hang=True)])
     assert not [c for c in client.calls if c[0] == "restart"], text
     assert [r.state for r in outcome.results] == [NodePhase.STOPPED, NodePhase.STOPPED], text
     assert (outcome.stopped_by, outcome.exit_code) == ("python -m orchestrate stop", 143)
@@ -276,12 +280,13 @@ def test_down_from_another_terminal_stops_a_live_run_first_and_its_launcher_says
     client = FakeDockerClient()
     said = io.StringIO()
 
+    @once_followed(job, "node1")
     def down_from_another_terminal() -> None:  # `python -m orchestrate down RUN`, once both nodes run
         threading.Thread(target=lambda: main(client=client, argv=["down", "test-run", "--timeout", "1"], out=said),
                          daemon=True).start()
 
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True, on_sigterm=["[0|0]:saved"])],
-                           node1=[Script(["[1|0]:step 1"], then=once_followed(job, "node1", down_from_another_terminal), hang=True)])
+                           node1=[Script(["[1|0]:step 1"], then=down_from_another_terminal, hang=True)])
     assert [r.state for r in outcome.results] == [NodePhase.STOPPED, NodePhase.STOPPED], text
     assert (outcome.stopped_by, outcome.exit_code) == ("python -m orchestrate down", 143), text
     assert "STOPPED by python -m orchestrate down (SIGTERM): every node was stopped" in format_summary(outcome)
@@ -307,12 +312,13 @@ def test_down_of_a_run_whose_launcher_keeps_it_removes_it_without_waiting(make_r
     said = io.StringIO()
     downs: list[threading.Thread] = []
 
+    @once_followed(job, "node0")
     def down_from_another_terminal() -> None:
         downs.append(threading.Thread(target=lambda: main(client=client, argv=["down", "test-run", "--timeout", "1"],
                                                           out=said), daemon=True))
         downs[0].start()
 
-    outcome, text, compose = run(job, client, node0=[Script(["[0|0]:step 1"], then=once_followed(job, "node0", down_from_another_terminal),
+    outcome, text, compose = run(job, client, node0=[Script(["[0|0]:step 1"], then=down_from_another_terminal,
                                                             hang=True)])
     downs[0].join(timeout=20)
     assert not downs[0].is_alive() and "down" not in compose.calls  # no wait for a teardown that never comes
@@ -330,13 +336,14 @@ def test_nodes_a_stop_request_names_that_an_inspection_finds_gone_are_stopped_no
     client = FakeDockerClient()
     client.events_lag_s = 6.0  # the inspection (every 2 s) sees first, with room for a loaded machine
 
+    @once_followed(job, "node1")
     def removed_from_another_terminal() -> None:
         mark_stop_requested(list_runs(client)[0], ["node0", "node1"], REMOVED_BY)
         for name in ("ddp-test-run-node0-1", "ddp-test-run-node1-1"):
             client.containers_by_name[name].remove(force=True)
 
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True)],
-                           node1=[Script(["[1|0]:step 1"], then=once_followed(job, "node1", removed_from_another_terminal), hang=True)])
+                           node1=[Script(["[1|0]:step 1"], then=removed_from_another_terminal, hang=True)])
     assert [r.state for r in outcome.results] == [NodePhase.STOPPED, NodePhase.STOPPED], text
     summary = format_summary(outcome)
     assert outcome.stopped_by == REMOVED_BY and outcome.failure is None and "FAILED" not in summary, summary
@@ -357,6 +364,7 @@ def test_faults_from_another_terminal_are_said_as_they_come_and_blamed_for_the_d
     job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
     client = FakeDockerClient()
 
+    @once_followed(job, "node1")
     def faults_from_another_terminal() -> None:
         def act() -> None:
             client.failures["pause"] = docker.errors.APIError("the engine refused")
@@ -369,7 +377,7 @@ def test_faults_from_another_terminal_are_said_as_they_come_and_blamed_for_the_d
         threading.Thread(target=act, daemon=True).start()
 
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True), Script(["[0|0]:again"])],
-                           node1=[Script(["[1|0]:step 1"], then=once_followed(job, "node1", faults_from_another_terminal), hang=True),
+                           node1=[Script(["[1|0]:step 1"], then=faults_from_another_terminal, hang=True),
                                   Script(["[1|0]:again"])])
     assert "fault from `python -m orchestrate fault` not done: pause:node0: the engine refused" in text
     assert "fault injected by `python -m orchestrate fault`: kill:node1 (" in text
@@ -391,6 +399,7 @@ def test_a_live_fault_that_ends_on_a_restarted_node_gives_back_no_blame_of_its_e
     job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
     client = FakeDockerClient()
 
+    @once_followed(job, "node1")
     def kill_node1() -> None:
         threading.Thread(target=lambda: main(client=client, argv=["fault", job.run_id, "kill:node1"],
                                              out=io.StringIO()), daemon=True).start()
@@ -399,7 +408,7 @@ def test_a_live_fault_that_ends_on_a_restarted_node_gives_back_no_blame_of_its_e
         main(client=client, argv=["fault", job.run_id, "pause:node1@t=0..0.2"], out=io.StringIO())
 
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True), Script(["[0|0]:again"], hang=True)],
-                           node1=[Script(["[1|0]:step 1"], then=once_followed(job, "node1", kill_node1), hang=True),
+                           node1=[Script(["[1|0]:step 1"], then=kill_node1, hang=True),
                                   Script(["[1|0]:again", *report(1, 0, exc="ValueError: bad batch")],
                                          then=pause_node1_briefly, exit_code=1)])
     assert "node1 died (injected fault kill:node1); restarting every node" in text
