@@ -4,6 +4,7 @@
     python3 -m benchmarks.gpu_check --out DIR --cpu    # the same steps on gloo: checks this script
                                                        # (there gloo aborts the DDP desync at once:
                                                        # its watchdog step fails, as it should)
+    python3 -m benchmarks.gpu_check --out DIR --only desync --only capture   # some steps again
 
 For a machine with a GPU but no Docker (the lent GPU machine of docs/gpus.md): every step is a
 ``torchrun --standalone`` of this checkout, as the nodes run it. Two ranks share GPU 0 the way
@@ -21,6 +22,8 @@ runs with a world of 2 on one GPU. The steps:
   (it must be hung, with the divergence), then how ``--collective-timeout`` ends the job;
   ``benchmarks/jobs/gpu_quiet_training.py``, a healthy loop that prints nothing for 30 s, some
   steps 8 s of GPU work long: three verdicts, none hung;
+- the record's snapshot thread asking the GPU while the script captures a CUDA graph
+  (``benchmarks/gpu_capture.py``): the capture must succeed (not with ``--cpu``);
 - ``--debug-collectives`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``) on NCCL with DDP
   (``benchmarks/jobs/gpu_ddp_desync.py``): torch's check names the two collectives, and DDP's
   logging (which crashes on gloo, docs/debugging.md) runs.
@@ -203,6 +206,17 @@ class Checker:
         self.record(Step("nccl-detail-ddp", code not in (0, None) and bool(mismatch) and not crash, seconds,
                          f"exit {code}; {'crashed: ' + crash.group(0) + '; ' if crash else ''}{found}"))
 
+    def capture(self) -> None:
+        """The record's snapshot thread asks the GPU while a CUDA graph is captured
+        (``benchmarks/gpu_capture.py``): the capture must succeed."""
+        code, output, seconds = self.run("graph-capture", [sys.executable, "-m", "benchmarks.gpu_capture"], 120)
+        cases = re.findall(r"^(PASS|FAIL) (\w+)\s+(.*)$", output, re.M)
+        control = re.search(r"the control ([^\n]*)", output)
+        record = next((rest for _, case, rest in cases if case == "record"), last_line(output))
+        self.record(Step("graph-capture", code == 0, seconds,
+                         f"exit {code}; record: {record}; control {control.group(1) if control else '?'}",
+                         {"cases": [" ".join(case) for case in cases]}))
+
 
 class Probes:
     """The snapshots the workers write when asked, as the launcher asks for them."""
@@ -254,6 +268,36 @@ def environment() -> dict:
     return info
 
 
+def steps(check: Checker, collective_timeout: int) -> dict:
+    """Every step by name, in the order they run (``--cpu`` skips the graph capture: it needs CUDA)."""
+    replicas = r"replicas identical across \d+ ranks"
+    found = {
+        "toy-1-rank": lambda: check.app("toy-1-rank", 1, False, "app.toy", "--steps", "40", expect=replicas),
+        "toy-2-shared": lambda: check.app("toy-2-shared", 2, True, "app.toy", "--steps", "40", expect=replicas),
+        "collectives-2-shared": lambda: check.app("collectives-2-shared", 2, True, "app.collectives",
+                                                  expect=r"butterfly all-reduce[^\n]*"),
+        "train-2-shared": lambda: check.app("train-2-shared", 2, True, "app.train", "--data", "synthetic",
+                                            "--epochs", "1", expect=r"[^\n]*-> OK", timeout=180),
+        "bench-collectives-2": lambda: check.app(
+            "bench-collectives-2", 2, True, "app.bench_collectives", "--ops", "all_reduce", "--max-size", "64M",
+            "--min-size", "1K", "--factor", "16", expect=r"[^\n]*all_reduce[^\n]*", figures_from=r"^.*all_reduce.*$"),
+        "bench-ddp-1": lambda: check.app(
+            "bench-ddp-1", 1, False, "app.bench_ddp", "--no-sweep", "--batch-size", "64", "--steps", "5",
+            expect=r"(?m)^\s+\d+ \w+\s+ddp-tuned .*$", timeout=240,
+            figures_from=r"^(?:\s+\d+ \w+\s+\S+\s+[\d.]+\s+[\d.]+x.*|resnet50.*)$"),
+        "toy-mp-2-shared": lambda: check.app("toy-mp-2-shared", 2, True, "app.toy", "--demo", "model-parallel",
+                                             "--steps", "20", expect=replicas),
+        "graph-capture": check.capture,
+        "nccl-desync": lambda: check.hang("nccl-desync", DESYNC, collective_timeout),
+        "nccl-ddp-desync": lambda: check.hang("nccl-ddp-desync", DDP_DESYNC, collective_timeout),
+        "nccl-quiet-training": lambda: check.quiet("nccl-quiet-training", QUIET, ["--seconds", "30"]),
+        "nccl-detail-ddp": check.detail,
+    }
+    if check.cpu:
+        found["graph-capture"] = lambda: print("SKIP graph-capture             needs CUDA", flush=True)
+    return found
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -261,6 +305,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="run the steps on gloo (DDP_FORCE_CPU=1): checks the script")
     parser.add_argument("--collective-timeout", type=int, default=30,
                         help="the hang step's --collective-timeout, seconds (default: 30)")
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="run only the steps whose name holds TEXT (repeatable; default: every step)")
     args = parser.parse_args(argv)
     info = environment()
     print(f"gpu_check: {info}", flush=True)
@@ -271,23 +317,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch_dir:
         scratch = Path(scratch_dir)
         check = Checker(scratch, args.cpu)
-        replicas = r"replicas identical across \d+ ranks"
-        check.app("toy-1-rank", 1, False, "app.toy", "--steps", "40", expect=replicas)
-        check.app("toy-2-shared", 2, True, "app.toy", "--steps", "40", expect=replicas)
-        check.app("collectives-2-shared", 2, True, "app.collectives", expect=r"butterfly all-reduce[^\n]*")
-        check.app("train-2-shared", 2, True, "app.train", "--data", "synthetic", "--epochs", "1",
-                  expect=r"[^\n]*-> OK", timeout=180)
-        check.app("bench-collectives-2", 2, True, "app.bench_collectives", "--ops", "all_reduce",
-                  "--max-size", "64M", "--min-size", "1K", "--factor", "16", expect=r"[^\n]*all_reduce[^\n]*",
-                  figures_from=r"^.*all_reduce.*$")
-        check.app("bench-ddp-1", 1, False, "app.bench_ddp", "--no-sweep", "--batch-size", "64", "--steps", "5",
-                  expect=r"(?m)^\s+\d+ \w+\s+ddp-tuned .*$", timeout=240,
-                  figures_from=r"^(?:\s+\d+ \w+\s+\S+\s+[\d.]+\s+[\d.]+x.*|resnet50.*)$")
-        check.app("toy-mp-2-shared", 2, True, "app.toy", "--demo", "model-parallel", "--steps", "20", expect=replicas)
-        check.hang("nccl-desync", DESYNC, args.collective_timeout)
-        check.hang("nccl-ddp-desync", DDP_DESYNC, args.collective_timeout)
-        check.quiet("nccl-quiet-training", QUIET, ["--seconds", "30"])
-        check.detail()
+        chosen = [step for name, step in steps(check, args.collective_timeout).items()
+                  if not args.only or any(part in name for part in args.only)]
+        if not chosen:
+            print(f"gpu_check: no step's name holds {' or '.join(args.only)}", file=sys.stderr)
+            return 2
+        for step in chosen:
+            step()
         summary = {"environment": info, "steps": [asdict(s) for s in check.steps]}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
         with tarfile.open(args.out / "logs.tar.gz", "w:gz") as archive:
