@@ -114,7 +114,7 @@ class Checker:
         backend = re.search(r"backend (\w+)", output)
         found = re.findall(expect, output)
         passed = code == 0 and bool(found)
-        said = f"backend {backend.group(1) if backend else '?'}; " + (found[-1] if found else last_line(output))
+        said = (f"backend {backend.group(1)}; " if backend else "") + (found[-1] if found else last_line(output))
         figures = {}
         if figures_from:
             figures = {"lines": re.findall(figures_from, output, re.M)[:20]}
