@@ -40,26 +40,17 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"[:200]
 
 
-def capture_beside(ask: Callable[[], str]) -> tuple[str, str]:
-    """Capture a small graph while ``ask`` runs on another thread; return (the capture's outcome,
-    the question's answer or error)."""
-    answer = ["(not asked)"]
-
-    def asker() -> None:
-        try:
-            answer[0] = ask()
-        except Exception as error:  # what the thread was told, to print
-            answer[0] = "raised " + first_line(error)
-
+def capture_around(during: Callable[[], str]) -> tuple[str, str]:
+    """Capture a small graph on this thread, calling ``during`` while the capture is open; return
+    (the capture's outcome, what ``during`` said or raised)."""
+    said = "(not called)"
     static = torch.ones(1 << 16, device="cuda")
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
             out = static * 2
-            thread = threading.Thread(target=asker)
-            thread.start()
-            thread.join(timeout=30)
+            said = told(during)
             out = out + 1
         graph.replay()
         torch.cuda.synchronize()
@@ -70,10 +61,29 @@ def capture_beside(ask: Callable[[], str]) -> tuple[str, str]:
             torch.cuda.synchronize()
         except Exception:  # the failure's own error, said above
             pass
-    return outcome, answer[0]
+    return outcome, said
 
 
-def pending_points(marks: gpu_marks.CudaMarks):
+def told(call: Callable[[], str]) -> str:
+    """What ``call`` answered, or what it raised."""
+    try:
+        return call()
+    except Exception as error:  # what the caller was told, to print
+        return "raised " + first_line(error)
+
+
+def on_another_thread(ask: Callable[[], str]) -> Callable[[], str]:
+    """``ask``, run on a thread of its own and joined: the capture stays open while it runs."""
+    def run() -> str:
+        answer = ["(no answer in 30 s)"]
+        thread = threading.Thread(target=lambda: answer.__setitem__(0, told(ask)))
+        thread.start()
+        thread.join(timeout=30)
+        return answer[0]
+    return run
+
+
+def points_around_work(marks: gpu_marks.CudaMarks):
     """Points before and after a stretch of GPU work. The capture starts from a synchronised
     device, so the GPU has passed them when they are asked about: what counts is that the
     question is asked of the GPU (``Event.query``) while the capture is open."""
@@ -90,44 +100,31 @@ def main() -> int:
         print("gpu_capture: no CUDA device here", file=sys.stderr)
         return 2
     marks = gpu_marks.CudaMarks()
-    results = {}
-
-    before, after = pending_points(marks)
+    before, after = points_around_work(marks)
 
     def record_question() -> str:
         if not marks.ready_here():
             return "not ready: thread-local capture mode could not be set"
         return gpu_marks.where(marks, before, after)
 
-    results["record"] = capture_beside(record_question)
-    torch.cuda.synchronize()
+    results = {
+        "record": capture_around(on_another_thread(record_question)),
+        "place": capture_around(lambda: f"place() -> {marks.place([torch.device('cuda', 0)])!r}"),
+    }
+    _, after = points_around_work(marks)  # last: a failed capture must not disturb the cases that count
+    results["control"] = capture_around(on_another_thread(lambda: f"query() -> {after[0][1].query()}"))
 
-    placed = ["(not placed)"]
-    static = torch.ones(16, device="cuda")
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            out = static + 1
-            placed[0] = repr(marks.place([static.device]))
-        graph.replay()
-        torch.cuda.synchronize()
-        results["place"] = ("captured", f"place() -> {placed[0]}")
-    except Exception as error:
-        results["place"] = ("capture failed: " + first_line(error), f"place() -> {placed[0]}")
-
-    before, after = pending_points(marks)  # last: a failed capture must not disturb the cases that count
-    results["control"] = capture_beside(lambda: f"query() -> {after[0][1].query()}")
-
-    record_ok = results["record"][0] == "captured" and results["record"][1] in ("queued", "running", "done")
-    place_ok = results["place"][0] == "captured" and results["place"][1] == "place() -> None"
-    control_shows = results["control"][0] != "captured"
+    passed = {
+        "record": results["record"][0] == "captured" and results["record"][1] in ("queued", "running", "done"),
+        "place": results["place"] == ("captured", "place() -> None"),
+        "control": True,  # shows whether the record's case could fail, either way
+    }
     for case, (outcome, answer) in results.items():
-        ok = {"record": record_ok, "place": place_ok, "control": True}[case]
-        print(f"{'PASS' if ok else 'FAIL'} {case:<8} {outcome}; the other call: {answer}", flush=True)
-    print("gpu_capture: the control " + ("shows the hazard: a default-mode question fails the capture"
-                                          if control_shows else "did not fail: the hazard is not shown here"),
-          flush=True)
-    return 0 if record_ok and place_ok else 1
+        print(f"{'PASS' if passed[case] else 'FAIL'} {case:<8} {outcome}; the other call: {answer}", flush=True)
+    shown = results["control"][0] != "captured"
+    print("gpu_capture: the control " + ("shows the hazard: a default-mode question fails the capture" if shown
+                                          else "did not fail: the hazard is not shown here"), flush=True)
+    return 0 if all(passed.values()) else 1
 
 
 if __name__ == "__main__":

@@ -271,31 +271,32 @@ def environment() -> dict:
 def steps(check: Checker, collective_timeout: int) -> dict:
     """Every step by name, in the order they run (``--cpu`` skips the graph capture: it needs CUDA)."""
     replicas = r"replicas identical across \d+ ranks"
-    found = {
-        "toy-1-rank": lambda: check.app("toy-1-rank", 1, False, "app.toy", "--steps", "40", expect=replicas),
-        "toy-2-shared": lambda: check.app("toy-2-shared", 2, True, "app.toy", "--steps", "40", expect=replicas),
-        "collectives-2-shared": lambda: check.app("collectives-2-shared", 2, True, "app.collectives",
-                                                  expect=r"butterfly all-reduce[^\n]*"),
-        "train-2-shared": lambda: check.app("train-2-shared", 2, True, "app.train", "--data", "synthetic",
-                                            "--epochs", "1", expect=r"[^\n]*-> OK", timeout=180),
-        "bench-collectives-2": lambda: check.app(
-            "bench-collectives-2", 2, True, "app.bench_collectives", "--ops", "all_reduce", "--max-size", "64M",
+
+    def app(name: str, *args, **options):
+        return name, lambda: check.app(name, *args, **options)
+
+    def hang(name: str, script: Path):
+        return name, lambda: check.hang(name, script, collective_timeout)
+
+    skip_capture = lambda: print("SKIP graph-capture             needs CUDA", flush=True)  # noqa: E731
+    return dict([
+        app("toy-1-rank", 1, False, "app.toy", "--steps", "40", expect=replicas),
+        app("toy-2-shared", 2, True, "app.toy", "--steps", "40", expect=replicas),
+        app("collectives-2-shared", 2, True, "app.collectives", expect=r"butterfly all-reduce[^\n]*"),
+        app("train-2-shared", 2, True, "app.train", "--data", "synthetic", "--epochs", "1",
+            expect=r"[^\n]*-> OK", timeout=180),
+        app("bench-collectives-2", 2, True, "app.bench_collectives", "--ops", "all_reduce", "--max-size", "64M",
             "--min-size", "1K", "--factor", "16", expect=r"[^\n]*all_reduce[^\n]*", figures_from=r"^.*all_reduce.*$"),
-        "bench-ddp-1": lambda: check.app(
-            "bench-ddp-1", 1, False, "app.bench_ddp", "--no-sweep", "--batch-size", "64", "--steps", "5",
+        app("bench-ddp-1", 1, False, "app.bench_ddp", "--no-sweep", "--batch-size", "64", "--steps", "5",
             expect=r"(?m)^\s+\d+ \w+\s+ddp-tuned .*$", timeout=240,
             figures_from=r"^(?:\s+\d+ \w+\s+\S+\s+[\d.]+\s+[\d.]+x.*|resnet50.*)$"),
-        "toy-mp-2-shared": lambda: check.app("toy-mp-2-shared", 2, True, "app.toy", "--demo", "model-parallel",
-                                             "--steps", "20", expect=replicas),
-        "graph-capture": check.capture,
-        "nccl-desync": lambda: check.hang("nccl-desync", DESYNC, collective_timeout),
-        "nccl-ddp-desync": lambda: check.hang("nccl-ddp-desync", DDP_DESYNC, collective_timeout),
-        "nccl-quiet-training": lambda: check.quiet("nccl-quiet-training", QUIET, ["--seconds", "30"]),
-        "nccl-detail-ddp": check.detail,
-    }
-    if check.cpu:
-        found["graph-capture"] = lambda: print("SKIP graph-capture             needs CUDA", flush=True)
-    return found
+        app("toy-mp-2-shared", 2, True, "app.toy", "--demo", "model-parallel", "--steps", "20", expect=replicas),
+        ("graph-capture", skip_capture if check.cpu else check.capture),
+        hang("nccl-desync", DESYNC),
+        hang("nccl-ddp-desync", DDP_DESYNC),
+        ("nccl-quiet-training", lambda: check.quiet("nccl-quiet-training", QUIET, ["--seconds", "30"])),
+        ("nccl-detail-ddp", check.detail),
+    ])
 
 
 def main(argv: Optional[list[str]] = None) -> int:
