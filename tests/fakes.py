@@ -439,6 +439,7 @@ class FakeAPI:
     def __init__(self, client: "FakeDockerClient") -> None:
         self.client = client
         self.execs: dict[str, tuple[FakeContainer, list[str]]] = {}
+        self.users: dict[str, str] = {}  # each exec's user, by its id
 
     def exec_create(self, container_id: str, cmd: list[str], **kwargs: Any) -> dict:
         import docker.errors
@@ -451,8 +452,13 @@ class FakeAPI:
             raise conflict(f"Container {container_id} is {'paused' if container.status == 'paused' else 'not running'}")
         exec_id = f"exec-{len(self.execs)}"
         self.execs[exec_id] = (container, list(cmd))
+        self.users[exec_id] = kwargs.get("user") or ""  # "" runs as the container's own user
         self.client.calls.append(("exec_create", container.name, tuple(cmd)))
         return {"Id": exec_id}
+
+    def ran_as(self, node: str, argv0: str) -> list[str]:
+        """The user each command ``argv0`` ran as in container ``node``, in order."""
+        return [self.users[i] for i, (c, cmd) in self.execs.items() if c.name == node and cmd[0] == argv0]
 
     def exec_start(self, exec_id: str, stream: bool = False) -> bytes:
         container, cmd = self.execs[exec_id]

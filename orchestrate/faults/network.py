@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrate.engine.client import exec_output
-from orchestrate.engine.errors import EngineFault, classify, engine_errors
+from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
 from orchestrate.errors import EngineError, NodeLookupError
 
@@ -75,31 +75,47 @@ def node_addresses(client: Any, project: str, containers: dict[str, Any]) -> dic
 
 
 def split(client: Any, project: str, containers: dict[str, Any], groups: tuple[tuple[str, ...], ...]) -> None:
-    """Split the run's network between ``groups``. A split that fails part way is healed.
+    """Split the run's network between ``groups``. A split that fails part way is undone on the
+    nodes that got routes, and the refusal raised (a node that refused its first route holds none).
 
     Raises:
         NodeLookupError: When a node of a group is not running.
-        EngineError: When a node refused the routes (quoting ``ip``).
+        EngineError: When a node refused the routes (quoting ``ip``), or undoing a split that
+            failed part way failed too (saying both).
     """
     cut = partition_routes(groups, node_addresses(client, project, containers))
+    routed: list[str] = []  # the nodes that hold a route of this split
     try:
         for node, addresses in cut.items():
-            as_root(client, containers[node], route_commands(addresses, add=True), "split the network")
-    except (*engine_errors(), EngineError):
-        heal(client, containers, groups)
+            for command in route_commands(addresses, add=True):
+                as_root(client, containers[node], [command], "split the network")
+                if node not in routed:
+                    routed.append(node)
+    except (*engine_errors(), EngineError) as refused:
+        try:
+            heal(client, {node: containers[node] for node in routed}, groups)
+        except (*engine_errors(), EngineError) as exc:
+            raise EngineError(f"{describe(refused)}; undoing the routes already added failed too: {describe(exc)}"
+                              ) from refused
         raise
 
 
 def heal(client: Any, containers: dict[str, Any], groups: tuple[tuple[str, ...], ...]) -> None:
     """Delete the blackhole routes of every node of ``groups`` that still runs; one that ended
-    or is restarting holds none (its routes went with its network namespace).
+    or is restarting holds none (its routes went with its network namespace). A node that refuses
+    stops no other from being healed.
 
     Raises:
-        EngineError: When a running node refused to delete them (quoting ``ip``).
+        EngineError: The first refusal of a running node (quoting ``ip``), once every node was tried.
     """
+    refused: list[BaseException] = []
     for node in (n for group in groups for n in group if n in containers):
         try:
             as_root(client, containers[node], [FLUSH_BLACKHOLES_ARGV], "heal the network")
         except engine_errors() as exc:
             if classify(exc) not in (EngineFault.CONFLICT, EngineFault.NOT_FOUND):
-                raise
+                refused.append(exc)
+        except EngineError as exc:
+            refused.append(exc)
+    if refused:
+        raise refused[0]

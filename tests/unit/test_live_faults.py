@@ -1,0 +1,346 @@
+"""The live-fault API (``fault RUN``'s library side, :class:`~orchestrate.faults.live.LiveFaults`)
+against the fake engine: what it refuses before doing anything, what it does to each node, what
+it holds and undoes, the notes it leaves for the run's launcher, and what it says."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import docker.errors
+import pytest
+
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.config.link import parse_link
+from orchestrate.errors import EngineError, UsageError
+from orchestrate.faults.live import LiveFaults
+from orchestrate.faults.live_notes import LiveFaultReader
+from orchestrate.faults.storage import armed
+from orchestrate.node import rank_signal
+from orchestrate.node.storage_faults import EVENTS_FILE
+from orchestrate.plan.layout import PROGRESS_SUBDIR
+from tests.fakes import FakeDockerClient, FakeNetwork, conflict
+
+PROJECT = "ddp-live"
+
+
+class Run:
+    """A run of ``nodes`` live nodes on the fake engine, and a LiveFaults for it."""
+
+    def __init__(self, tmp_path: Path, nodes: tuple[str, ...] = ("node0", "node1"), *, with_dir: bool = True,
+                 link: Optional[str] = None) -> None:
+        self.client = FakeDockerClient()
+        labels = {"com.docker.compose.project": PROJECT, "com.docker.compose.network": "ddp"}
+        self.client.networks_by_name[f"{PROJECT}_ddp"] = FakeNetwork(self.client, f"{PROJECT}_ddp", labels)
+        self.nodes = {n: self.client.running(f"{PROJECT}-{n}-1", labels={"com.docker.compose.project": PROJECT})
+                      for n in nodes}
+        for index, container in enumerate(self.nodes.values()):
+            container.networks[f"{PROJECT}_ddp"]["IPAddress"] = f"10.0.0.{index + 2}"
+        self.run_dir = tmp_path / "run"
+        (self.run_dir / PROGRESS_SUBDIR).mkdir(parents=True)
+        self.said: list[str] = []
+        self.faults = LiveFaults(self.client, "R1", PROJECT, dict(self.nodes), stop_grace_s=2.5, cpus_per_node=1.5,
+                                 link=parse_link(link) if link else None, run_dir=self.run_dir if with_dir else None,
+                                 say=self.said.append)
+        self.reader = LiveFaultReader(self.run_dir)
+
+    def notes(self) -> list[tuple[str, str, str, str]]:
+        """The notes written since the last call: (spec, node, phase, error)."""
+        return [(str(n.spec), n.node, n.phase, n.error) for n in self.reader.take()]
+
+    def calls(self, kind: str) -> list[tuple]:
+        return [c[1:] for c in self.client.calls if c[0] == kind]
+
+    def execs(self, node: str) -> list[tuple[str, ...]]:
+        return [c[1] for c in self.calls("exec_create") if c[0] == f"{PROJECT}-{node}-1"]
+
+
+class Clock:
+    """A sleep that only counts (the holds' waits), and moves a monotonic clock the faults read."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+        monkeypatch.setattr("orchestrate.faults.live.time.monotonic", lambda: self.now)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+        self.now += seconds
+
+
+def test_a_pause_with_an_end_is_held_its_duration_from_now_then_undone_and_each_step_noted(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    spec = parse_fault("pause:node1@t=5..30")  # the start is ignored: held 25 s from now
+    run.faults.check([spec])
+    assert run.faults.inject(spec) == "node1"
+    assert run.nodes["node1"].status == "paused" and run.nodes["node0"].status == "running"
+    assert run.notes() == [("pause:node1@t=5..30", "node1", "doing", ""), ("pause:node1@t=5..30", "node1", "done", "")]
+    assert run.said == ["injected pause into node1 of run R1"]
+    run.faults.hold(sleep=clock.sleep)
+    assert clock.slept == [25.0]
+    assert run.nodes["node1"].status == "running"
+    assert run.notes() == [("pause:node1@t=5..30", "node1", "ended", "")]
+    assert run.said[1:] == ["holding pause:node1@t=5..30 for up to 25 s; Ctrl-C ends them now",
+                            "ended pause:node1@t=5..30 on node1 of run R1"]
+    ids = {json.loads(line)["id"] for line in (run.run_dir / "live-faults.jsonl").read_text().splitlines()}
+    assert len(ids) == 1  # one fault's notes share its id
+
+
+def test_held_faults_end_shortest_first_each_at_its_own_time_and_a_slow_node_gets_the_runs_quota_back(
+        tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    pause, slow = parse_fault("pause:node0@t=0..5"), parse_fault("slow:node1,cpus=0.2@t=0..2")
+    for spec in (pause, slow):
+        run.faults.inject(spec)
+    assert run.nodes["node1"].resources["cpu_quota"] == 20_000
+    run.faults.hold(sleep=clock.sleep)
+    assert clock.slept == [2.0, 3.0]  # each end counts from the start of the hold
+    assert [c[0] for c in run.client.calls if c[0] in ("update", "unpause")] == ["update", "update", "unpause"]
+    assert run.nodes["node1"].resources["cpu_quota"] == 150_000  # the run's --cpus-per-node 1.5
+    assert run.said[2] == "holding slow:node1,cpus=0.2@t=0..2, pause:node0@t=0..5 for up to 5 s; Ctrl-C ends them now"
+    assert [n[:3] for n in run.notes() if n[2] == "ended"] == [("slow:node1,cpus=0.2@t=0..2", "node1", "ended"),
+                                                               ("pause:node0@t=0..5", "node0", "ended")]
+
+
+def test_a_fault_without_an_end_is_not_held(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.faults.inject(parse_fault("kill:node1"))
+    run.faults.hold(sleep=clock.sleep)
+    assert run.nodes["node1"].status == "exited" and run.nodes["node1"].exit_code == 137
+    assert clock.slept == [] and run.said == ["injected kill into node1 of run R1"]
+
+
+def test_a_preempt_is_the_engines_stop_with_the_runs_stop_grace(tmp_path):
+    run = Run(tmp_path)
+    run.nodes["node1"].script.ignore_sigterm = True  # so the engine waits the grace, then kills
+    assert run.faults.inject(parse_fault("preempt:node1")) == "node1"
+    assert run.nodes["node1"].stop_timeouts == [3]  # a grace of 2.5 s, in the engine's whole seconds
+    assert run.nodes["node1"].exit_code == 137 and run.nodes["node0"].status == "running"
+    assert run.notes() == [("preempt:node1", "node1", "doing", ""), ("preempt:node1", "node1", "done", "")]
+
+
+def test_a_fault_the_engine_refuses_is_noted_as_failed_and_raised_as_one_line_and_nothing_is_held(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.nodes["node1"].exit(1)  # it ended: the engine refuses to pause it (409)
+    with pytest.raises(EngineError, match=r"^cannot pause node1 of run R1: .*is not running"):
+        run.faults.inject(parse_fault("pause:node1@t=0..10"))
+    [doing, failed] = run.notes()
+    assert doing[2] == "doing" and failed[:3] == ("pause:node1@t=0..10", "node1", "failed")
+    assert "is not running" in failed[3]
+    run.faults.hold(sleep=clock.sleep)
+    assert clock.slept == [] and run.calls("unpause") == []
+
+
+def test_an_end_the_engine_refuses_is_said_and_noted_and_its_hold_is_over(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.faults.inject(parse_fault("pause:node1@t=0..10"))
+    run.client.failures["unpause"] = docker.errors.APIError("the engine went away")
+    run.faults.hold(sleep=clock.sleep)
+    assert run.said[-1] == "could not end pause:node1@t=0..10 on node1: the engine went away"
+    assert run.notes()[-1] == ("pause:node1@t=0..10", "node1", "ended", "the engine went away")
+    run.faults.end_all()  # nothing is held any more: not tried again
+    assert len(run.calls("unpause")) == 1
+
+
+def test_end_all_undoes_every_fault_still_held_and_disarms_the_torn_writes_still_to_come(tmp_path):
+    run = Run(tmp_path)
+    progress = run.run_dir / PROGRESS_SUBDIR
+    for text in ("pause:node0@t=0..60", "disconnect:node1@t=0..60", "torn-write:node1"):
+        run.faults.inject(parse_fault(text))
+    assert [f["kind"] for f in armed(progress)] == ["torn-write"]
+    assert f"{PROJECT}_ddp" not in run.nodes["node1"].networks
+    run.faults.end_all()  # as an interrupt ends them
+    assert run.nodes["node0"].status == "running"
+    assert run.calls("connect") == [(f"{PROJECT}-node1-1", f"{PROJECT}_ddp", ("node1",))]  # under its own name
+    assert armed(progress) == []
+    assert run.said[-3:] == ["ended pause:node0@t=0..60 on node0 of run R1",
+                             "ended disconnect:node1@t=0..60 on node1 of run R1",
+                             "disarmed torn-write:node1: no write came"]
+    assert sorted(n[:3] for n in run.notes() if n[2] == "ended") == [
+        ("disconnect:node1@t=0..60", "node1", "ended"), ("pause:node0@t=0..60", "node0", "ended"),
+        ("torn-write:node1", "node1", "ended")]
+
+
+def test_a_full_disk_is_armed_for_the_nodes_workers_held_then_disarmed(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    progress = run.run_dir / PROGRESS_SUBDIR
+    spec = parse_fault("disk-full:node1,path=ckpt/*@t=0..8")
+    assert run.faults.inject(spec) == "node1"
+    [listed] = armed(progress)
+    assert (listed["kind"], listed["node"], listed["path"], listed["spec"]) == ("disk-full", "node1", "ckpt/*", str(spec))
+    assert run.said == ["armed disk-full:node1,path=ckpt/*@t=0..8 on node1's workers of run R1, files 'ckpt/*' of the"
+                        " work directory"]
+    assert run.client.calls == []  # the engine is not asked: the workers meet it
+    run.faults.hold(sleep=clock.sleep)
+    assert clock.slept == [8.0] and armed(progress) == []
+    assert run.notes() == [(str(spec), "node1", "done", ""), (str(spec), "node1", "ended", "")]
+    assert run.said[-1] == "ended disk-full:node1,path=ckpt/*@t=0..8 on node1 of run R1"
+
+
+def write_storage_event(run: Run, **fields) -> None:
+    with open(run.run_dir / PROGRESS_SUBDIR / EVENTS_FILE, "a") as handle:
+        handle.write(json.dumps(fields) + "\n")
+
+
+def test_a_torn_write_waits_for_the_nodes_next_write_then_kills_the_node_and_passes_other_events(
+        tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    spec = parse_fault("torn-write:node1")
+    run.faults.inject(spec)
+    [listed] = armed(run.run_dir / PROGRESS_SUBDIR)
+
+    def worker_writes(seconds: float) -> None:  # while the launcher waits, the node's worker saves
+        clock.sleep(seconds)
+        if len(clock.slept) == 2:  # not at once: the wait polls
+            write_storage_event(run, kind="disk-full", key="s-other", node="node0", file="a.pt", rank=0)
+            write_storage_event(run, kind="torn-write", key=listed["key"], node="node1", file="ckpt.pt", rank=1,
+                                byte=100, size=4096)
+
+    run.faults.hold(sleep=worker_writes)
+    assert clock.slept == [0.2, 0.2]
+    assert run.nodes["node1"].status == "exited" and run.nodes["node0"].status == "running"
+    assert armed(run.run_dir / PROGRESS_SUBDIR) == []
+    assert run.said[1:] == ["waiting for the next write on node1; Ctrl-C disarms",
+                            "torn-write:node1: rank 1's write of ckpt.pt was cut at byte 100 of 4096; killing node1"]
+
+
+def test_a_torn_write_whose_node_ended_first_is_disarmed_saying_no_write_was_cut(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.faults.inject(parse_fault("torn-write:node1"))
+    run.nodes["node1"].exit(0)
+    run.faults.hold(sleep=clock.sleep)
+    assert clock.slept == [] and armed(run.run_dir / PROGRESS_SUBDIR) == []
+    assert run.said[-1] == "disarmed torn-write:node1: node1 is no longer running, and no write of it was cut"
+    assert run.notes()[-1] == ("torn-write:node1", "node1", "ended", "")
+
+
+def test_a_torn_node_the_engine_will_not_kill_is_said(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.faults.inject(parse_fault("torn-write:node1"))
+    [listed] = armed(run.run_dir / PROGRESS_SUBDIR)
+    write_storage_event(run, kind="torn-write", key=listed["key"], node="node1", file="m.pt", rank=1, byte=1, size=2)
+    run.client.failures["kill"] = conflict("Container ddp-live-node1-1 is not running")
+    run.faults.hold(sleep=clock.sleep)
+    assert run.said[-1] == "node1 was not killed here: Container ddp-live-node1-1 is not running"
+
+
+def test_a_hung_rank_is_found_on_its_node_stopped_as_root_and_continued_at_its_end(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.client.command_outputs[(f"{PROJECT}-node0-1", "python3")] = (rank_signal.NOT_HERE, b"")
+    assert run.faults.inject(parse_fault("hang-rank:1@t=0..4")) == "node1"
+    assert run.said == ["injected hang-rank into rank 1 on node1 of run R1"]
+    assert run.notes() == [("hang-rank:1@t=0..4", "node1", "done", "")]  # a rank's node is known only once done
+    run.faults.hold(sleep=clock.sleep)
+    assert [cmd[-2:] for cmd in run.execs("node1")] == [("1", "SIGSTOP"), ("1", "SIGCONT")]
+    assert [cmd[-2:] for cmd in run.execs("node0")] == [("1", "SIGSTOP")]  # looked for there first, not ended there
+    assert run.client.api.ran_as(f"{PROJECT}-node1-1", "python3") == ["0:0", "0:0"]  # its workers may be another user's
+
+
+def test_a_partition_cuts_each_group_off_the_other_as_root_and_its_end_heals_both(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path, ("node0", "node1", "node2")), Clock(monkeypatch)
+    spec = parse_fault("partition:node0|node1,node2@t=0..3")
+    assert run.faults.inject(spec) == "node0"
+    assert run.execs("node0") == [("ip", "route", "add", "blackhole", "10.0.0.3/32"),
+                                  ("ip", "route", "add", "blackhole", "10.0.0.4/32")]
+    assert run.execs("node2") == [("ip", "route", "add", "blackhole", "10.0.0.2/32")]
+    assert run.said == ["injected partition into node0|node1,node2 of run R1"]
+    run.faults.hold(sleep=clock.sleep)
+    flush = ("ip", "route", "flush", "type", "blackhole")
+    assert [run.execs(n)[-1] for n in ("node0", "node1", "node2")] == [flush, flush, flush]
+    assert set(run.client.api.ran_as(f"{PROJECT}-node1-1", "ip")) == {"0:0"}
+
+
+def test_a_split_a_node_refuses_is_undone_where_routes_were_added_and_the_refusal_raised(tmp_path):
+    run = Run(tmp_path, ("node0", "node1", "node2"))
+    run.client.command_outputs[(f"{PROJECT}-node1-1", "ip")] = (2, b"RTNETLINK answers: Operation not permitted\n")
+    with pytest.raises(EngineError) as refused:
+        run.faults.inject(parse_fault("partition:node0,node2|node1"))
+    assert str(refused.value) == ("cannot split the network at ddp-live-node1-1 (ip route add blackhole 10.0.0.2/32):"
+                                  " RTNETLINK answers: Operation not permitted (the run's nodes lack NET_ADMIN: only"
+                                  " runs started with --link or a degrade, lossy or partition fault have it)")
+    flush = ("ip", "route", "flush", "type", "blackhole")
+    assert run.execs("node0")[-1] == flush and run.execs("node2")[-1] == flush  # their routes undone
+    assert flush not in run.execs("node1")  # it refused its first route: it holds none
+    assert run.notes()[-1][2:] == ("failed", str(refused.value))
+
+
+def test_a_split_whose_undoing_fails_too_says_both(tmp_path):
+    run = Run(tmp_path, ("node0", "node1"))
+    outputs = {("ip", "route", "add"): (0, b""), ("ip", "route", "flush"): (1, b"RTNETLINK answers: Busy\n")}
+    real_exec = run.client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):  # node0 takes its route, then will not flush it
+        run.client.command_outputs[(f"{PROJECT}-node0-1", "ip")] = outputs[tuple(cmd[:3])]
+        return real_exec(container_id, cmd, **kwargs)
+
+    run.client.api.exec_create = exec_create
+    run.client.command_outputs[(f"{PROJECT}-node1-1", "ip")] = (2, b"RTNETLINK answers: File exists\n")
+    with pytest.raises(EngineError, match=r"^cannot split the network at ddp-live-node1-1 \(ip route add blackhole"
+                                          r" 10.0.0.2/32\): RTNETLINK answers: File exists; undoing the routes"
+                                          r" already added failed too: cannot heal the network at ddp-live-node0-1"
+                                          r" \(ip route flush type blackhole\): RTNETLINK answers: Busy$"):
+        run.faults.inject(parse_fault("partition:node0|node1"))
+
+
+def test_a_heal_a_node_refuses_still_heals_the_others_then_says_the_refusal(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path, ("node0", "node1", "node2")), Clock(monkeypatch)
+    run.faults.inject(parse_fault("partition:node0|node1,node2@t=0..1"))
+    run.client.command_outputs[(f"{PROJECT}-node0-1", "ip")] = (1, b"RTNETLINK answers: Busy\n")
+    run.faults.hold(sleep=clock.sleep)
+    flush = ("ip", "route", "flush", "type", "blackhole")
+    assert run.execs("node1")[-1] == flush and run.execs("node2")[-1] == flush
+    assert run.said[-1] == ("could not end partition:node0|node1,node2@t=0..1 on node0: cannot heal the network at"
+                            " ddp-live-node0-1 (ip route flush type blackhole): RTNETLINK answers: Busy")
+
+
+def test_a_degrade_ends_by_restoring_the_runs_link_and_without_netem_its_rate_alone(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path, link="rate=1gbit,loss=1%"), Clock(monkeypatch)
+    node = f"{PROJECT}-node1-1"
+    run.faults.inject(parse_fault("degrade:node1,rate=10mbit@t=0..1"))
+    shaped: list[tuple[str, ...]] = []
+    real_exec = run.client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):  # this kernel has no netem: tc refuses that qdisc alone
+        shaped.append(tuple(cmd))
+        run.client.command_outputs[(node, "tc")] = ((2, b"Error: Specified qdisc kind is unknown.\n") if "netem" in cmd
+                                                    else (0, b""))
+        return real_exec(container_id, cmd, **kwargs)
+
+    run.client.api.exec_create = exec_create
+    run.faults.hold(sleep=clock.sleep)
+    assert shaped == [("tc", "qdisc", "del", "dev", "eth0", "root"),
+                      ("tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "netem", "loss", "1%"),
+                      ("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "500000",
+                       "latency", "100ms")]  # the link's rate alone: its loss is iptables' here
+    assert run.said[-1] == "ended degrade:node1,rate=10mbit@t=0..1 on node1 of run R1"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("slow:node1,cpus=0.5@step=3..9", "slow:node1,cpus=0.5@step=3..9: an end at a step needs the run's launcher (give it to run"
+                              " --fault); here give an end in seconds, e.g. @t=0..30"),
+    ("partition:node0|node7", "no running node7 in run R1 (see `python -m orchestrate ps`)"),
+    ("kill:node5", "no running node5 in run R1 (see `python -m orchestrate ps`)"),
+])
+def test_what_cannot_be_done_now_is_refused_before_anything_is_done(tmp_path, text, message):
+    run = Run(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        run.faults.check([parse_fault("kill:node0"), parse_fault(text)])
+    assert str(refused.value) == message
+    assert run.client.calls == [] and run.notes() == []
+
+
+def test_a_rank_fault_is_not_refused_for_its_node_and_storage_needs_the_runs_directory(tmp_path):
+    Run(tmp_path).faults.check([parse_fault("kill-rank:7")])  # a rank is looked for when it is done
+    run = Run(tmp_path / "elsewhere", with_dir=False)
+    with pytest.raises(UsageError, match=r"^disk-full:node1: run R1's directory cannot be reached from here, and"
+                                         r" storage faults are armed there$"):
+        run.faults.check([parse_fault("disk-full:node1")])
+
+
+def test_where_the_runs_directory_cannot_be_written_it_is_said_once(tmp_path):
+    run = Run(tmp_path, with_dir=False)
+    run.faults.inject(parse_fault("kill:node0"))
+    run.faults.inject(parse_fault("kill:node1"))
+    unnoted = [line for line in run.said if "cannot be written from here" in line]
+    assert unnoted == ["run R1's directory cannot be written from here: its summary will not name the faults done now"]
+    assert not (run.run_dir / "live-faults.jsonl").exists()
