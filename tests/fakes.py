@@ -111,6 +111,7 @@ class FakeContainer:
         self.changed = threading.Condition()
         self.killed = threading.Event()
         self.stop_timeouts: list[int] = []  # what each stop() was given
+        self.restart_timeouts: list[int] = []  # what each restart() was given (0: SIGKILL at once)
         # another client is removing it: remove() answers 409 this many times, then NotFound (gone)
         self.removing_elsewhere: Optional[int] = None
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
@@ -254,6 +255,7 @@ class FakeContainer:
 
     def restart(self, timeout: int = 10) -> None:
         self.client.calls.append(("restart", self.name))
+        self.restart_timeouts.append(timeout)
         self.client.maybe_fail("restart")
         if self.status in ("running", "paused"):
             self.killed.set()

@@ -53,7 +53,7 @@ class LiveFaults:
         self.unnoted_said = False  # said once that the run's directory takes no notes from here
         self.ids: dict[int, str] = {}  # each fault's id in the notes, by the spec object given
         self.held: list[tuple[FaultSpec, str]] = []  # done, with an end still to come
-        progress = None if run_dir is None or not str(run_dir) else run_dir / PROGRESS_SUBDIR
+        progress = None if run_dir is None or not run_dir.name else run_dir / PROGRESS_SUBDIR  # "": none
         self.storage = ArmedStorageFaults(progress) if progress is not None and progress.is_dir() else None
         self.tearing: list[FaultSpec] = []  # torn writes armed, their write still to come
 

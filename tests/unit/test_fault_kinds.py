@@ -153,7 +153,11 @@ def test_a_rank_script_that_fails_is_named_and_a_stopped_answer_without_its_end_
     assert stopped_ranks(client, node) == []
     assert len([c for c in client.calls if c[0] == "exec_create" and c[2][-1] == "stopped"]) == 3
     client.command_outputs["python3"] = (0, b"2 77\nend\n")
+    asked = len(client.calls)
     assert stopped_ranks(client, node) == [2]
+    [(_, name, argv)] = client.calls[asked:]  # a whole answer is asked once
+    assert argv == ("python3", "-c", RANK_SCRIPT, "stopped")
+    assert set(client.api.ran_as("n0", "python3")) == {"0:0"}  # as root: it reads every worker's /proc
 
 
 def test_an_end_that_cannot_be_undone_is_said_and_the_run_goes_on(make_run):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -202,11 +203,14 @@ def test_live_fault_notes_are_read_once_each_and_a_line_still_being_written_wait
     assert (note.id, str(note.spec), note.node, note.phase, note.time) == ("c3", "kill:node1", "node1", "ended", 1.0)
 
 
-def test_a_live_fault_note_where_the_run_directory_cannot_be_written_says_false(tmp_path):
+def test_a_live_fault_note_where_the_run_directory_cannot_be_written_says_false(tmp_path, monkeypatch):
     from orchestrate.faults.live_notes import note_live_fault
 
     assert not note_live_fault(tmp_path / "gone", "a1", parse_fault("kill:node1"), "node1", "doing")
     assert not note_live_fault(None, "a1", parse_fault("kill:node1"), "node1", "doing")
+    monkeypatch.chdir(tmp_path)  # no run directory (an empty label): not the current directory
+    assert not note_live_fault(Path(""), "a1", parse_fault("kill:node1"), "node1", "doing")
+    assert not (tmp_path / "live-faults.jsonl").exists()
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "live-faults.jsonl").mkdir()  # not a file: the append fails
     assert not note_live_fault(tmp_path / "run", "a1", parse_fault("kill:node1"), "node1", "doing")

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.link import parse_link
-from orchestrate.errors import EngineError, UsageError
+from orchestrate.errors import EngineError, NodeLookupError, UsageError
 from orchestrate.faults.live import LiveFaults
 from orchestrate.faults.live_notes import LiveFaultReader
 from orchestrate.faults.storage import armed
@@ -344,3 +344,127 @@ def test_where_the_runs_directory_cannot_be_written_it_is_said_once(tmp_path):
     unnoted = [line for line in run.said if "cannot be written from here" in line]
     assert unnoted == ["run R1's directory cannot be written from here: its summary will not name the faults done now"]
     assert not (run.run_dir / "live-faults.jsonl").exists()
+
+
+def test_faults_that_end_together_are_each_ended_without_waiting_again_and_each_has_its_own_notes(
+        tmp_path, monkeypatch):
+    run, clock = Run(tmp_path, ("node0", "node1", "node2")), Clock(monkeypatch)
+    for text in ("pause:node0@t=0..4", "pause:node1@t=0..4", "pause:node2@t=0..1"):
+        run.faults.inject(parse_fault(text))
+    run.faults.hold(sleep=clock.sleep)
+    assert clock.slept == [1.0, 3.0, 0.0]
+    ids = [json.loads(line)["id"] for line in (run.run_dir / "live-faults.jsonl").read_text().splitlines()]
+    assert len(set(ids)) == 3  # doing, done, ended of each share one id; no two faults do
+
+
+def test_a_restart_is_at_once_and_a_disconnected_node_is_taken_off_the_runs_network(tmp_path):
+    run = Run(tmp_path)
+    run.faults.inject(parse_fault("restart:node0"))
+    assert run.nodes["node0"].restart_timeouts == [0]  # SIGKILL at once: a node that reboots
+    run.faults.inject(parse_fault("disconnect:node1"))
+    assert run.calls("disconnect") == [(f"{PROJECT}-node1-1", f"{PROJECT}_ddp")]
+
+
+def test_torn_writes_on_two_nodes_are_waited_for_together_and_another_commands_tear_is_not_ours(
+        tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    node0, node1 = parse_fault("torn-write:node0"), parse_fault("torn-write:node1")
+    run.faults.inject(node0)
+    run.faults.inject(node1)
+    keys = {f["node"]: f["key"] for f in armed(run.run_dir / PROGRESS_SUBDIR)}
+    write_storage_event(run, kind="torn-write", key="s-of-another-command", node="node1", file="x.pt", rank=1,
+                        byte=1, size=2)
+    write_storage_event(run, kind="torn-write", key=keys["node0"], node="node0", file="y.pt", byte=3, size=9)
+
+    def then_node1(seconds: float) -> None:
+        clock.sleep(seconds)
+        write_storage_event(run, kind="torn-write", key=keys["node1"], node="node1", file="z.pt", rank=1, byte=5,
+                            size=9)
+
+    run.faults.hold(sleep=then_node1)
+    assert run.said[2:] == ["waiting for the next write on node0, node1; Ctrl-C disarms",
+                            "torn-write:node0: a worker of node0's write of y.pt was cut at byte 3 of 9; killing node0",
+                            "torn-write:node1: rank 1's write of z.pt was cut at byte 5 of 9; killing node1"]
+
+
+def test_a_torn_write_on_a_paused_node_waits_and_on_a_removed_one_is_disarmed(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.faults.inject(parse_fault("torn-write:node1"))
+    run.nodes["node1"].pause()  # paused is not ended: its write may still come
+
+    def removed_meanwhile(seconds: float) -> None:
+        clock.sleep(seconds)
+        run.nodes["node1"].remove(force=True)
+
+    run.faults.hold(sleep=removed_meanwhile)
+    assert clock.slept == [0.2]
+    assert run.said[-1] == "disarmed torn-write:node1: node1 is no longer running, and no write of it was cut"
+
+
+def test_a_degrade_in_a_run_without_a_link_ends_by_deleting_the_shaping_and_a_refusal_is_said(tmp_path, monkeypatch):
+    run, clock = Run(tmp_path), Clock(monkeypatch)
+    run.faults.inject(parse_fault("degrade:node1,rate=10mbit@t=0..1"))
+    run.faults.inject(parse_fault("degrade:node0,rate=10mbit@t=0..2"))
+    run.client.command_outputs[(f"{PROJECT}-node0-1", "tc")] = (2, b"RTNETLINK answers: No such file or directory\n")
+    run.faults.hold(sleep=clock.sleep)
+    assert run.execs("node1")[-1] == ("tc", "qdisc", "del", "dev", "eth0", "root")  # nothing to restore
+    assert run.said[-2] == "ended degrade:node1,rate=10mbit@t=0..1 on node1 of run R1"
+    assert run.said[-1] == ("could not end degrade:node0,rate=10mbit@t=0..2 on node0: cannot shape the link at"
+                            " ddp-live-node0-1 (tc qdisc del dev eth0 root): RTNETLINK answers: No such file or"
+                            " directory")
+
+
+def test_a_rank_is_looked_for_on_the_other_nodes_when_one_has_ended_and_nowhere_is_said_why(tmp_path):
+    run = Run(tmp_path)
+    run.nodes["node0"].exit(1)  # the engine refuses an exec there (409)
+    assert run.faults.inject(parse_fault("kill-rank:1")) == "node1"
+    run.client.command_outputs[(f"{PROJECT}-node1-1", "python3")] = (1, b"")
+    with pytest.raises(EngineError, match=r"^rank 3 is not running on any node now \(the rank script on node1: exit"
+                                          r" code 1: no output\)$"):
+        run.faults.inject(parse_fault("kill-rank:3"))
+    run.nodes["node1"].exit(1)
+    with pytest.raises(EngineError, match=r"^rank 3 is not running on any node now \(the engine: Container"
+                                          r" id-ddp-live-node1-1 is not running\)$"):
+        run.faults.inject(parse_fault("kill-rank:3"))
+
+
+def test_a_partition_over_a_node_off_the_network_is_refused_naming_it_and_nothing_is_cut(tmp_path):
+    run = Run(tmp_path, ("node0", "node1", "node2"))
+    for node in ("node1", "node2"):
+        run.nodes[node].networks.clear()
+    with pytest.raises(NodeLookupError, match=r"^node1, node2 not running on the run's network$"):
+        run.faults.inject(parse_fault("partition:node0|node1,node2"))
+    assert run.calls("exec_create") == []
+
+
+def test_a_heal_the_engine_refuses_is_raised_once_every_node_was_tried(tmp_path):
+    from orchestrate.faults.network import heal
+
+    run = Run(tmp_path)
+    run.client.failures["exec"] = docker.errors.APIError("500 Server Error: the engine is busy")
+    with pytest.raises(docker.errors.APIError, match="the engine is busy"):
+        heal(run.client, dict(run.nodes), (("node0",), ("node1",)))
+
+
+def test_a_rank_fault_and_a_kill_are_checked_without_the_runs_directory_and_names_are_listed(tmp_path):
+    run = Run(tmp_path, with_dir=False)
+    run.faults.check([parse_fault("kill:node0"), parse_fault("pause:node1@t=0..5")])  # not refused
+    with pytest.raises(UsageError, match=r"^no running node5, node7 in run R1 "):
+        run.faults.check([parse_fault("partition:node0,node5|node7")])
+
+
+def test_no_run_directory_is_not_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / PROGRESS_SUBDIR).mkdir()
+    monkeypatch.chdir(tmp_path)  # a "progress" directory here is not the run's
+    client = FakeDockerClient()
+    faults = LiveFaults(client, "R1", PROJECT, {"node1": client.running("n1")}, stop_grace_s=1, run_dir=Path(""))
+    with pytest.raises(UsageError, match="directory cannot be reached from here"):
+        faults.check([parse_fault("disk-full:node1")])
+
+
+def test_a_node_fault_is_done_by_inject_and_a_rank_fault_is_not_one():
+    from orchestrate.faults.inject import inject
+
+    client = FakeDockerClient()
+    with pytest.raises(ValueError, match="^kill-rank is not a node fault$"):
+        inject(client, PROJECT, client.running("n1"), parse_fault("kill-rank:1"))
