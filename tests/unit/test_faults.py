@@ -204,13 +204,15 @@ def test_live_fault_notes_are_read_once_each_and_a_line_still_being_written_wait
 
 
 def test_a_live_fault_note_where_the_run_directory_cannot_be_written_says_false(tmp_path, monkeypatch):
-    from orchestrate.faults.live_notes import note_live_fault
+    from orchestrate.faults.live_notes import LiveFaultReader, note_live_fault
 
     assert not note_live_fault(tmp_path / "gone", "a1", parse_fault("kill:node1"), "node1", "doing")
     assert not note_live_fault(None, "a1", parse_fault("kill:node1"), "node1", "doing")
     monkeypatch.chdir(tmp_path)  # no run directory (an empty label): not the current directory
     assert not note_live_fault(Path(""), "a1", parse_fault("kill:node1"), "node1", "doing")
     assert not (tmp_path / "live-faults.jsonl").exists()
+    assert note_live_fault(tmp_path, "a1", parse_fault("kill:node1"), "node1", "doing")  # a file here...
+    assert LiveFaultReader(Path("")).take() == []  # ...is not the notes of a run without a directory
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "live-faults.jsonl").mkdir()  # not a file: the append fails
     assert not note_live_fault(tmp_path / "run", "a1", parse_fault("kill:node1"), "node1", "doing")

@@ -184,6 +184,9 @@ def test_events_are_read_as_whole_lines_only(tmp_path):
     with open(tmp_path / storage_faults.EVENTS_FILE, "a") as file:
         file.write(line[10:] + "\n")
     assert [e.file for e in events.poll()] == ["a"] and events.poll() == []
+    with open(tmp_path / storage_faults.EVENTS_FILE, "a") as file:  # a line that is not an event is passed
+        file.write('{"kind": "disk-full"}\n' + line.replace('"a"', '"b"') + "\n")
+    assert [e.file for e in events.poll()] == ["b"]
 
 
 def test_a_torn_write_that_cut_nothing_did_not_fire_and_one_that_did_says_where(tmp_path):
