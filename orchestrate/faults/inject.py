@@ -153,10 +153,9 @@ def probe_node(container: Any, network_name: str) -> Optional[str]:
             return f"its container is gone ({describe(exc)[:80]})"
         log.debug("probe of %s: the engine cannot say: %s", getattr(container, "name", "?"), exc)
         return None  # the engine did not answer: that is no reason to blame the node
-    state = container.attrs.get("State", {})
-    if state.get("Paused") or container.status == "paused":
+    if container.status == "paused":  # the SDK's status is the engine's State.Status
         return "its container is paused (hung)"
-    if not state.get("Running", container.status == "running"):
+    if container.status not in ("running", "restarting"):
         return None  # it ended: its own exit code says how, it is not hung
     networks = container.attrs.get("NetworkSettings", {}).get("Networks", {}) or {}
     if not any(name == network_name or name.endswith("_" + network_name) for name in networks):

@@ -31,7 +31,7 @@ def as_root(client: Any, container: Any, commands: list[list[str]], what: str) -
         if code != 0:
             hint = (" (the run's nodes lack NET_ADMIN: only runs started with --link or a degrade, lossy or"
                     " partition fault have it)") if "not permitted" in output else ""
-            raise EngineError(f"cannot {what} at {getattr(container, 'name', 'a node')} ({' '.join(command)}):"
+            raise EngineError(f"cannot {what} at {container.name} ({' '.join(command)}):"
                               f" {output.strip()[-200:]}{hint}")
 
 

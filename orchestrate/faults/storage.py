@@ -66,8 +66,8 @@ def _listing(directory: Path) -> Iterator[None]:
 
 
 def _write(directory: Path, faults: list[dict[str, Any]]) -> None:
-    """Write the list whole, then rename: a worker never reads half of it."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write the list whole, then rename: a worker never reads half of it (under :func:`_listing`,
+    which made the directory)."""
     temporary = directory / f"{FAULTS_FILE}.{os.getpid()}.tmp"
     temporary.write_text(json.dumps({"faults": faults}))
     temporary.replace(directory / FAULTS_FILE)

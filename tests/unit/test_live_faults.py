@@ -463,8 +463,10 @@ def test_no_run_directory_is_not_the_current_directory(tmp_path, monkeypatch):
 
 
 def test_a_node_fault_is_done_by_inject_and_a_rank_fault_is_not_one():
-    from orchestrate.faults.inject import inject
+    from orchestrate.faults.inject import do_fault, inject
 
     client = FakeDockerClient()
+    with pytest.raises(NodeLookupError, match="^node1 is not running$"):
+        do_fault(client, PROJECT, {"node0": client.running("n0")}, parse_fault("pause:node1"))
     with pytest.raises(ValueError, match="^kill-rank is not a node fault$"):
         inject(client, PROJECT, client.running("n1"), parse_fault("kill-rank:1"))
