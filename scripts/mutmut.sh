@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Mutation testing by a tool, on purpose, never in CI: every mutant mutmut makes of the files
+# given (by default the fault modules that scripts/mutants.py's hand-written mutants leave out),
+# run against the unit tests, then each survivor's diff. Where scripts/mutants.py asks "does the
+# suite catch these bugs we thought of", this asks "which lines can change unnoticed".
+#
+#   bash scripts/mutmut.sh                                  # the default files (about an hour on 2 cores)
+#   bash scripts/mutmut.sh orchestrate/outcome/judge.py     # other files
+#
+# It works in a scratch clone of HEAD with the working tree's changes (the checkout is never
+# changed), with mutmut in a venv of its own that sees .venv's packages, and removes both after.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MUTMUT_VERSION="3.8.1"  # the version this script's configuration was written and run with
+DEFAULT_FILES=(orchestrate/faults/live.py orchestrate/faults/inject.py orchestrate/faults/network.py
+               orchestrate/faults/ranks.py orchestrate/faults/live_notes.py orchestrate/faults/storage.py)
+if [ $# -gt 0 ]; then FILES=("$@"); else FILES=("${DEFAULT_FILES[@]}"); fi
+
+[ -x "$ROOT/.venv/bin/python" ] || { echo "error: no .venv: run bash scripts/run-tests.sh once first" >&2; exit 2; }
+for file in "${FILES[@]}"; do
+    [ -f "$ROOT/$file" ] || { echo "error: no such file: $file" >&2; exit 2; }
+done
+
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/ddp-mutmut-XXXXXX")"
+trap 'rm -rf "$SCRATCH"' EXIT
+
+echo "[mutmut] a scratch clone and mutmut $MUTMUT_VERSION in $SCRATCH"
+git clone -q "$ROOT" "$SCRATCH/checkout"
+CHANGES="$(git -C "$ROOT" diff HEAD)"
+[ -z "$CHANGES" ] || (cd "$SCRATCH/checkout" && git apply <<< "$CHANGES")
+BASE_PYTHON="$("$ROOT/.venv/bin/python" -c 'import sys; print(sys._base_executable)')"
+"$BASE_PYTHON" -m venv "$SCRATCH/venv"
+SITE="$("$SCRATCH/venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
+"$ROOT/.venv/bin/python" -c 'import site; print(site.getsitepackages()[0])' > "$SITE/ddp_compose_venv.pth"
+"$SCRATCH/venv/bin/python" -m pip install -q "mutmut==$MUTMUT_VERSION"
+
+cd "$SCRATCH/checkout"
+{
+    echo
+    echo "[tool.mutmut]"
+    echo 'source_paths = ["orchestrate"]'
+    printf 'only_mutate = [%s]\n' "$(printf '"%s", ' "${FILES[@]}" | sed 's/, $//')"
+    echo 'also_copy = ["app", "docker", "docs", "examples", "scripts", "benchmarks", "compose.yaml", "compose.cpu.yaml", "README.md"]'
+    echo 'pytest_add_cli_args_test_selection = ["tests/unit"]'
+    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=60"]'
+} >> pyproject.toml
+# The tests' own subprocesses (python -m orchestrate, pytester) import the mutated copy too.
+mkdir -p mutants
+export PYTHONPATH="$PWD/mutants"
+echo "[mutmut] mutating ${FILES[*]}"
+# mutmut redraws one progress line; every 50th mutant's is kept
+"$SCRATCH/venv/bin/mutmut" run --max-children "$(getconf _NPROCESSORS_ONLN)" 2>&1 | tr '\r' '\n' \
+    | awk '/ [0-9]+\/[0-9]+ / { if (++seen % 50 == 0) print; next } /(Generating mutants|Running stats|Running clean tests|Listing)/ { next } { print }'
+results="$("$SCRATCH/venv/bin/mutmut" results --all true)"
+echo "[mutmut] mutants by verdict:"
+awk -F': ' '{print $2}' <<< "$results" | sort | uniq -c
+echo "[mutmut] each one not killed, with its change:"
+for mutant in $(awk -F': ' '$2 != "killed" {print $1}' <<< "$results"); do
+    echo "== $mutant ($(grep -F "$mutant:" <<< "$results" | awk -F': ' '{print $2}'))"
+    "$SCRATCH/venv/bin/mutmut" show "$mutant" 2>/dev/null | grep -E '^[-+] ' || true
+done
