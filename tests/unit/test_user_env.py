@@ -66,3 +66,32 @@ def test_the_values_of_the_users_variables_are_masked_in_a_recorded_command_line
     assert all(secret not in masked for secret in ("supersecret", "a b", "x y"))
     assert "MYWANDB_API_KEY=kept" in masked  # another variable that only ends the same way
     assert shlex.split(masked)[5:7] == ["WANDB_API_KEY=***", "--env"]
+
+
+def test_a_secret_with_equals_signs_is_masked_whole_and_only_env_options_are_masked():
+    argv = ["A=b", "run", "--env", "TOKEN=c2VjcmV0=", "--env=KEY=a=b", "--", "train.py", "--filter=a=b", "x=y"]
+    assert mask_env_options(argv) == ["A=b", "run", "--env", "TOKEN=***", "--env=KEY=***", "--", "train.py",
+                                      "--filter=a=b", "x=y"]  # a base64 value ends in "=": none of it is kept
+    assert mask_assignments("TOKEN=c2VjcmV0= next", ["TOKEN"]) == "TOKEN=*** next"
+
+
+def test_an_assignment_quoted_whole_in_either_quote_is_masked_whole():
+    assert mask_assignments("""x 'API_KEY=a secret' "API_KEY=another secret" y""", ["API_KEY"]) == \
+        """x 'API_KEY=***' "API_KEY=***" y"""
+
+
+def test_env_file_quotes_are_taken_off_only_in_pairs_and_export_takes_any_spaces():
+    text = "export    A=1\nEMPTY=\"\"\nOPEN='abc\nMIXED=\"a'\nQ='\nX=XabcX\n"
+    assert parse_env_file(text, "job.env") == {"A": "1", "EMPTY": "", "OPEN": "'abc", "MIXED": "\"a'", "Q": "'",
+                                               "X": "XabcX"}
+
+
+def test_a_reserved_name_is_refused_naming_where_it_came_from():
+    with pytest.raises(UsageError, match=r"^--env-file job.env:2: RANK is set by torchrun"):
+        parse_env_file("A=1\nRANK=3\n", "job.env")
+    with pytest.raises(UsageError, match=r"^--copy-env \*RANK: LOCAL_RANK is set by torchrun"):
+        copy_env(["*RANK"], {"LOCAL_RANK": "0"})
+    with pytest.raises(UsageError, match=r"^--copy-env: expected a variable name or pattern, e.g. --copy-env 'NCCL_\*'$"):
+        copy_env([""], {})
+    with pytest.raises(UsageError, match=r"^--env: 'A-B' is not a variable name"):
+        parse_assignment("A-B=1")
