@@ -6,6 +6,8 @@
 #
 #   bash scripts/mutmut.sh                                  # the default files (about an hour on 2 cores)
 #   bash scripts/mutmut.sh orchestrate/outcome/judge.py     # other files
+#   MUTMUT_TESTS="tests/unit/test_outcome.py" bash scripts/mutmut.sh orchestrate/outcome/judge.py
+#                                                           # against those tests only (faster; more survive)
 #
 # It works in a scratch clone of HEAD with the working tree's changes (the checkout is never
 # changed), with mutmut in a venv of its own that sees .venv's packages, and removes both after.
@@ -42,7 +44,7 @@ cd "$SCRATCH/checkout"
     echo 'source_paths = ["orchestrate"]'
     printf 'only_mutate = [%s]\n' "$(printf '"%s", ' "${FILES[@]}" | sed 's/, $//')"
     echo 'also_copy = ["app", "docker", "docs", "examples", "scripts", "benchmarks", "compose.yaml", "compose.cpu.yaml", "README.md"]'
-    echo 'pytest_add_cli_args_test_selection = ["tests/unit"]'
+    printf 'pytest_add_cli_args_test_selection = [%s]\n' "$(printf '"%s", ' ${MUTMUT_TESTS:-tests/unit} | sed 's/, $//')"
     echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=60"]'
 } >> pyproject.toml
 # The tests' own subprocesses (python -m orchestrate, pytester) import the mutated copy too.
