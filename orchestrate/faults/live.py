@@ -123,11 +123,12 @@ class LiveFaults:
         self.say(f"run {self.run_id}'s directory cannot be written from here: its summary will not name the faults"
                  " done now")
 
-    def hold(self, sleep: Callable[[float], None] = time.sleep) -> None:
+    def hold(self, sleep: Callable[[float], None] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> None:
         """Wait for the torn writes armed (each worker's tear kills its node), then keep the
         faults with an end for their duration (from now), undoing each as its end comes; an
         interrupt leaves the rest held (see :meth:`end_all`)."""
-        started = time.monotonic()  # every end counts from now, the tears' wait included
+        started = clock()  # every end counts from now, the tears' wait included
         self.wait_for_tears(sleep)
         if not self.held:
             return
@@ -136,7 +137,7 @@ class LiveFaults:
                  " Ctrl-C ends them now")
         while self.held:
             spec, node = self.held[0]
-            sleep(max(0.0, started + duration_s(spec) - time.monotonic()))
+            sleep(max(0.0, started + duration_s(spec) - clock()))
             self.end(spec, node)
             self.held.pop(0)
 

@@ -91,7 +91,8 @@ def test_a_reserved_name_is_refused_naming_where_it_came_from():
         parse_env_file("A=1\nRANK=3\n", "job.env")
     with pytest.raises(UsageError, match=r"^--copy-env \*RANK: LOCAL_RANK is set by torchrun"):
         copy_env(["*RANK"], {"LOCAL_RANK": "0"})
-    with pytest.raises(UsageError, match=r"^--copy-env: expected a variable name or pattern, e.g. --copy-env 'NCCL_\*'$"):
+    with pytest.raises(UsageError, match=r"^--copy-env: expected a variable name or pattern, e.g."
+                                         r" --copy-env 'NCCL_\*'$"):
         copy_env([""], {})
     with pytest.raises(UsageError, match=r"^--env: 'A-B' is not a variable name"):
         parse_assignment("A-B=1")
