@@ -511,7 +511,8 @@ class FakeDockerClient:
         self.volumes_by_name: dict[str, FakeVolume] = {}
         # node -> the scripts of its main process, one per start
         self.scripts: dict[str, list[Script]] = {}
-        # what exec'd commands print: argv[0] or (node, argv[0]) -> (exit code, output)
+        # what exec'd commands print: argv[0] or (node, argv[0]) -> (exit code, output), or a function
+        # of the whole argv that answers so (a command whose answer depends on its arguments)
         self.command_outputs: dict = {}
         self.subscribers: list[FakeEventStream] = []
         self.history: list[dict] = []  # every event emitted, for a stream opened with since=
@@ -550,7 +551,8 @@ class FakeDockerClient:
         return queue_.pop(0) if len(queue_) > 1 else queue_[0]
 
     def output_for(self, node: str, cmd: list[str]) -> tuple[int, bytes]:
-        return self.command_outputs.get((node, cmd[0])) or self.command_outputs.get(cmd[0]) or (0, b"")
+        answer = self.command_outputs.get((node, cmd[0])) or self.command_outputs.get(cmd[0]) or (0, b"")
+        return answer(cmd) if callable(answer) else answer
 
     def emit(self, container: FakeContainer, action: str, **attributes: str) -> None:
         now_ns = time.time_ns()

@@ -84,13 +84,12 @@ def split(client: Any, project: str, containers: dict[str, Any], groups: tuple[t
             failed part way failed too (saying both).
     """
     cut = partition_routes(groups, node_addresses(client, project, containers))
-    routed: list[str] = []  # the nodes that hold a route of this split
+    routed: set[str] = set()  # the nodes that hold a route of this split
     try:
         for node, addresses in cut.items():
             for command in route_commands(addresses, add=True):
                 as_root(client, containers[node], [command], "split the network")
-                if node not in routed:
-                    routed.append(node)
+                routed.add(node)
     except (*engine_errors(), EngineError) as refused:
         try:
             heal(client, {node: containers[node] for node in routed}, groups)

@@ -22,6 +22,7 @@ from orchestrate.plan.layout import PROGRESS_SUBDIR
 from tests.fakes import FakeDockerClient, FakeNetwork, conflict
 
 PROJECT = "ddp-live"
+FLUSH = ("ip", "route", "flush", "type", "blackhole")  # a heal, on each node
 
 
 class Run:
@@ -259,8 +260,7 @@ def test_a_partition_cuts_each_group_off_the_other_as_root_and_its_end_heals_bot
     assert run.execs("node2") == [("ip", "route", "add", "blackhole", "10.0.0.2/32")]
     assert run.said == ["injected partition into node0|node1,node2 of run R1"]
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    flush = ("ip", "route", "flush", "type", "blackhole")
-    assert [run.execs(n)[-1] for n in ("node0", "node1", "node2")] == [flush, flush, flush]
+    assert [run.execs(n)[-1] for n in ("node0", "node1", "node2")] == [FLUSH, FLUSH, FLUSH]
     assert set(run.client.api.ran_as(f"{PROJECT}-node1-1", "ip")) == {"0:0"}
 
 
@@ -272,22 +272,15 @@ def test_a_split_a_node_refuses_is_undone_where_routes_were_added_and_the_refusa
     assert str(refused.value) == ("cannot split the network at ddp-live-node1-1 (ip route add blackhole 10.0.0.2/32):"
                                   " RTNETLINK answers: Operation not permitted (the run's nodes lack NET_ADMIN: only"
                                   " runs started with --link or a degrade, lossy or partition fault have it)")
-    flush = ("ip", "route", "flush", "type", "blackhole")
-    assert run.execs("node0")[-1] == flush and run.execs("node2")[-1] == flush  # their routes undone
-    assert flush not in run.execs("node1")  # it refused its first route: it holds none
+    assert run.execs("node0")[-1] == FLUSH and run.execs("node2")[-1] == FLUSH  # their routes undone
+    assert FLUSH not in run.execs("node1")  # it refused its first route: it holds none
     assert run.notes()[-1][2:] == ("failed", str(refused.value))
 
 
 def test_a_split_whose_undoing_fails_too_says_both(tmp_path):
     run = Run(tmp_path, ("node0", "node1"))
-    outputs = {("ip", "route", "add"): (0, b""), ("ip", "route", "flush"): (1, b"RTNETLINK answers: Busy\n")}
-    real_exec = run.client.api.exec_create
-
-    def exec_create(container_id, cmd, **kwargs):  # node0 takes its route, then will not flush it
-        run.client.command_outputs[(f"{PROJECT}-node0-1", "ip")] = outputs[tuple(cmd[:3])]
-        return real_exec(container_id, cmd, **kwargs)
-
-    run.client.api.exec_create = exec_create
+    run.client.command_outputs[(f"{PROJECT}-node0-1", "ip")] = (  # node0 takes its route, then will not flush it
+        lambda cmd: (0, b"") if cmd[2] == "add" else (1, b"RTNETLINK answers: Busy\n"))
     run.client.command_outputs[(f"{PROJECT}-node1-1", "ip")] = (2, b"RTNETLINK answers: File exists\n")
     with pytest.raises(EngineError, match=r"^cannot split the network at ddp-live-node1-1 \(ip route add blackhole"
                                           r" 10.0.0.2/32\): RTNETLINK answers: File exists; undoing the routes"
@@ -302,8 +295,7 @@ def test_a_heal_a_node_refuses_still_heals_the_others_then_says_the_refusal(tmp_
     run.faults.inject(parse_fault("partition:node0|node1,node2@t=0..1"))
     run.client.command_outputs[(f"{PROJECT}-node0-1", "ip")] = (1, b"RTNETLINK answers: Busy\n")
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    flush = ("ip", "route", "flush", "type", "blackhole")
-    assert run.execs("node1")[-1] == flush and run.execs("node2")[-1] == flush
+    assert run.execs("node1")[-1] == FLUSH and run.execs("node2")[-1] == FLUSH
     assert run.said[-1] == ("could not end partition:node0|node1,node2@t=0..1 on node0: cannot heal the network at"
                             " ddp-live-node0-1 (ip route flush type blackhole): RTNETLINK answers: Busy")
 
@@ -311,23 +303,15 @@ def test_a_heal_a_node_refuses_still_heals_the_others_then_says_the_refusal(tmp_
 def test_a_degrade_ends_by_restoring_the_runs_link_and_without_netem_its_rate_alone(tmp_path):
     run = Run(tmp_path, link="rate=1gbit,loss=1%")
     clock = Clock()
-    node = f"{PROJECT}-node1-1"
     run.faults.inject(parse_fault("degrade:node1,rate=10mbit@t=0..1"))
-    shaped: list[tuple[str, ...]] = []
-    real_exec = run.client.api.exec_create
-
-    def exec_create(container_id, cmd, **kwargs):  # this kernel has no netem: tc refuses that qdisc alone
-        shaped.append(tuple(cmd))
-        run.client.command_outputs[(node, "tc")] = ((2, b"Error: Specified qdisc kind is unknown.\n") if "netem" in cmd
-                                                    else (0, b""))
-        return real_exec(container_id, cmd, **kwargs)
-
-    run.client.api.exec_create = exec_create
+    run.client.command_outputs[(f"{PROJECT}-node1-1", "tc")] = (  # this kernel has no netem: tc refuses that alone
+        lambda cmd: (2, b"Error: Specified qdisc kind is unknown.\n") if "netem" in cmd else (0, b""))
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    assert shaped == [("tc", "qdisc", "del", "dev", "eth0", "root"),
-                      ("tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "netem", "loss", "1%"),
-                      ("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "500000",
-                       "latency", "100ms")]  # the link's rate alone: its loss is iptables' here
+    assert run.execs("node1")[1:] == [  # after the degrade's own shaping
+        ("tc", "qdisc", "del", "dev", "eth0", "root"),
+        ("tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "netem", "loss", "1%"),
+        ("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "500000", "latency",
+         "100ms")]  # the link's rate alone: its loss is iptables' here
     assert run.said[-1] == "ended degrade:node1,rate=10mbit@t=0..1 on node1 of run R1"
 
 
