@@ -58,7 +58,8 @@ results="$("$SCRATCH/venv/bin/mutmut" results --all true)"
 echo "[mutmut] mutants by verdict:"
 awk -F': ' '{print $2}' <<< "$results" | sort | uniq -c
 echo "[mutmut] each one not killed, with its change:"
-for mutant in $(awk -F': ' '$2 != "killed" {print $1}' <<< "$results"); do
-    echo "== $mutant ($(grep -F "$mutant:" <<< "$results" | awk -F': ' '{print $2}'))"
-    "$SCRATCH/venv/bin/mutmut" show "$mutant" 2>/dev/null | grep -E '^[-+] ' || true
+awk -F': ' '$2 != "killed" { sub(/^ +/, "", $1); print $1 "\t" $2 }' <<< "$results" |
+while IFS=$'\t' read -r mutant verdict; do
+    echo "== $mutant ($verdict)"
+    "$SCRATCH/venv/bin/mutmut" show "$mutant" < /dev/null 2>/dev/null | grep -E '^[-+] ' || true
 done
