@@ -9,7 +9,7 @@
 #   MUTMUT_TESTS="tests/unit/test_outcome.py" bash scripts/mutmut.sh orchestrate/outcome/judge.py
 #                                                           # against those tests only (faster; more survive)
 #
-# It works in a scratch clone of HEAD with the working tree's changes (the checkout is never
+# It works in a scratch clone of HEAD with the working tree's changes and new files (the checkout is never
 # changed), with mutmut in a venv of its own that sees .venv's packages, and removes both after.
 set -euo pipefail
 
@@ -31,6 +31,8 @@ echo "[mutmut] a scratch clone and mutmut $MUTMUT_VERSION in $SCRATCH"
 git clone -q "$ROOT" "$SCRATCH/checkout"
 CHANGES="$(git -C "$ROOT" diff HEAD)"
 [ -z "$CHANGES" ] || (cd "$SCRATCH/checkout" && git apply <<< "$CHANGES")
+# new files not yet added (a test being written) come along too
+git -C "$ROOT" ls-files -z --others --exclude-standard | (cd "$ROOT" && xargs -0 -r cp --parents -t "$SCRATCH/checkout")
 BASE_PYTHON="$("$ROOT/.venv/bin/python" -c 'import sys; print(sys._base_executable)')"
 "$BASE_PYTHON" -m venv "$SCRATCH/venv"
 SITE="$("$SCRATCH/venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')"

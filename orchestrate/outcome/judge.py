@@ -82,7 +82,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
             cause = result.root_cause
             rank = f" (rank {cause.rank} killed)" if cause and cause.exit_code == -9 else ""
             return Failure(result.node.name, cause.rank if cause else None, result.exit_code, "",
-                           tuple(result.last_lines), traceback="",
+                           tuple(result.last_lines),
                            reason=f"OOM-killed: the kernel killed {result.oom_kills} process(es) at the"
                                   f" node's memory limit{rank}; raise --memory-per-node or use less memory")
     for result in results:
@@ -196,7 +196,7 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
     """For a rank gloo aborted because the ranks' collectives differ: how to find the first
     difference with both call sites ("" for any other failure). torch's check compares
     collectives, not a send and its receive, and the hint says so."""
-    if failure is None or GLOO_MISMATCH not in (failure.exception or ""):
+    if failure is None or GLOO_MISMATCH not in failure.exception:
         return ""
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"

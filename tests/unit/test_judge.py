@@ -1,0 +1,288 @@
+"""The judge of a run (outcome/judge.py), field by field: which failure a run is reported for,
+every field of it, and the words a user reads. Each case compares the whole Failure or the whole
+text, so that a changed field or word fails here (a tool's mutants showed where test_outcome.py's
+looser checks let one through)."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrate.outcome.judge import Failure, died_at_exit, find_failure, mismatch_hint, no_gpu_hint, signal_name
+from orchestrate.outcome.node_result import NodeResult
+from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.states import NodePhase
+
+LOST_PEER = "RuntimeError: Connection closed by peer"
+MISMATCH = ("gloo::EnforceNotMet: [enforce fail at pair.cc:456] 8 vs 4. Received data size doesn't match expected size."
+            " Is there a distributed collective mismatch in your code?")
+UNEVEN = "(do all ranks run the same number of steps?)"
+
+
+@pytest.fixture
+def nodes(make_job):
+    """The node plans of a job of ``count`` nodes with ``per_node`` ranks each."""
+    def make(count: int = 2, per_node: int = 2, **options):
+        return make_job(nodes=count, nproc_per_node=per_node, **options).nodes
+    return make
+
+
+def ended(node, state=NodePhase.FAILED, code=1, at=1.0, cause=None, **fields) -> NodeResult:
+    result = NodeResult(node, state, code, wall_s=at, ended_at=at, root_cause=cause,
+                        last_lines=[f"{node.name} said", f"{node.name}'s last line"])
+    for name, value in fields.items():
+        setattr(result, name, value)
+    return result
+
+
+def succeeded(node, at=1.0, **fields) -> NodeResult:
+    return ended(node, NodePhase.SUCCEEDED, 0, at, **fields)
+
+
+def lines_of(node) -> tuple[str, ...]:
+    return (f"{node.name} said", f"{node.name}'s last line")
+
+
+# -- Failure.describe and signal_name
+
+
+def test_a_failure_without_a_rank_names_its_node_alone():
+    assert Failure("node1", None, 1, "", ()).describe() == "node1 failed (exit code 1)"
+    assert Failure("node1", None, -9, "", ()).describe() == "node1 failed (exit code -9, SIGKILL)"
+    assert Failure("node1", 0, 1, "ValueError: x", ()).describe() == "node1 rank 0 failed (exit code 1): ValueError: x"
+
+
+def test_a_refusal_is_explained_by_its_last_line_only():
+    refused = Failure("node0", 2, 2, "", ("usage: train.py [-h]", "some earlier line", "error: --epochs must be > 0"))
+    assert refused.describe() == "node0 rank 2 failed (exit code 2): error: --epochs must be > 0"
+    assert Failure("node0", 2, 2, "", ("usage: train.py", "", "error: x")).describe() == \
+        "node0 rank 2 failed (exit code 2): error: x"
+    # a blank last line explains nothing, even after a line that would
+    assert Failure("node0", 2, 2, "", ("error: earlier", "  ")).describe() == "node0 rank 2 failed (exit code 2)"
+    # another exit code's last line is no reason
+    assert Failure("node0", 2, 3, "", ("error: x",)).describe() == "node0 rank 2 failed (exit code 3)"
+
+
+def test_a_signal_name_is_given_only_for_a_signal():
+    assert [signal_name(code) for code in (None, 0, 1, 143)] == ["", "", "", ""]
+    assert (signal_name(-11), signal_name(-6), signal_name(-15)) == ("SIGSEGV", "SIGABRT", "SIGTERM")
+    assert signal_name(-40) == ""  # a real-time signal has no name of its own
+
+
+# -- find_failure: a node that ran out of memory
+
+
+def test_an_oom_kill_explains_the_run_with_the_killed_rank_and_the_nodes_own_exit(nodes):
+    node0, node1 = nodes()
+    results = [ended(node0, cause=RootCause(0, 0, 1, LOST_PEER, timestamp=1.0)),
+               ended(node1, code=1, at=2.0, cause=RootCause(3, 1, -9, "Signal 9 (SIGKILL)", traceback="tb"),
+                     oom_kills=2)]
+    assert find_failure(results) == Failure(
+        "node1", 3, 1, "", lines_of(node1),
+        reason="OOM-killed: the kernel killed 2 process(es) at the node's memory limit (rank 3 killed); raise"
+               " --memory-per-node or use less memory")
+
+
+def test_an_oom_kill_whose_rank_was_not_the_killed_one_or_is_unknown_names_no_killed_rank(nodes):
+    node0, node1 = nodes()
+    reason = ("OOM-killed: the kernel killed 1 process(es) at the node's memory limit; raise --memory-per-node or use"
+              " less memory")
+    # a helper process was killed; the worker then raised on its own
+    raised = [succeeded(node0), ended(node1, cause=RootCause(2, 0, 1, "RuntimeError: DataLoader worker killed"),
+                                      oom_kills=1)]
+    assert find_failure(raised) == Failure("node1", 2, 1, "", lines_of(node1), reason=reason)
+    unknown = [succeeded(node0), ended(node1, code=137, oom_kills=1)]  # torchrun itself was killed: no report
+    assert find_failure(unknown) == Failure("node1", None, 137, "", lines_of(node1), reason=reason)
+
+
+# -- find_failure: a node that stopped answering, or that a fault was injected into
+
+
+def test_a_node_that_stopped_answering_explains_the_failures_of_the_others(nodes):
+    node0, node1 = nodes()
+    results = [ended(node0, at=1.0, cause=RootCause(0, 0, 1, "ValueError: an earlier error", timestamp=0.5)),
+               ended(node1, NodePhase.STOPPED, 137, at=3.0, unresponsive="its container is paused")]
+    assert find_failure(results) == Failure("node1", None, 137, "", lines_of(node1),
+                                            reason="stopped answering: its container is paused")
+
+
+def test_a_node_a_fault_was_injected_into_explains_the_run_unless_it_succeeded(nodes):
+    node0, node1 = nodes()
+    faulted = [ended(node0, at=1.0, cause=RootCause(0, 0, 1, "ValueError: earlier", timestamp=0.5)),
+               ended(node1, at=2.0, code=137, fault="kill:node1@t=5")]
+    assert find_failure(faulted) == Failure("node1", None, 137, "", lines_of(node1),
+                                            reason="failed (injected fault kill:node1@t=5)")
+    both = [ended(node0, code=137, unresponsive="its container is paused", fault="pause:node0@t=1")]
+    assert find_failure(both).reason == "stopped answering: its container is paused (injected fault pause:node0@t=1)"
+    # the job got through the fault: the node that failed by itself is the one
+    survived = [ended(node0, at=1.0, cause=RootCause(0, 0, 1, "ValueError: its own")),
+                succeeded(node1, fault="pause:node1@t=1..3")]
+    assert find_failure(survived).describe() == "node0 rank 0 failed (exit code 1): ValueError: its own"
+
+
+def test_under_a_fault_the_rank_it_aimed_at_is_named_or_else_the_rank_that_raised_with_its_error(nodes):
+    node0, node1 = nodes()
+    aimed = ended(node1, fault="hang-rank:3@t=1", culprit_rank=3, cause=RootCause(2, 0, 1, LOST_PEER))
+    assert find_failure([succeeded(node0), aimed]) == Failure(
+        "node1", 3, 1, "", lines_of(node1), reason="rank 3 failed (injected fault hang-rank:3@t=1)")
+    raised = ended(node1, fault="disk-full:node1@t=1", cause=RootCause(2, 0, 1, "OSError: [Errno 28] No space left"))
+    assert find_failure([succeeded(node0), raised]) == Failure(
+        "node1", 2, 1, "", lines_of(node1),
+        reason="rank 2 failed (injected fault disk-full:node1@t=1): OSError: [Errno 28] No space left")
+    silent = ended(node1, code=-9, fault="kill:node1@t=1", cause=RootCause(2, 0, -9, ""))  # no error to name
+    assert find_failure([succeeded(node0), silent]) == Failure(
+        "node1", None, -9, "", lines_of(node1), reason="failed (injected fault kill:node1@t=1)")
+
+
+# -- find_failure: a death that ended the job for every node
+
+
+def test_a_death_that_took_the_rendezvous_store_with_it_explains_the_run(nodes):
+    node0, node1 = nodes()
+    results = [ended(node0, code=137, at=2.0, consequence="died (its death); node0 held the store"),
+               ended(node1, at=1.0, cause=RootCause(2, 0, 1, "torch.distributed.DistStoreError: timed out",
+                                                    timestamp=0.5))]
+    assert find_failure(results) == Failure("node0", None, 137, "", lines_of(node0),
+                                            reason="died (its death); node0 held the store")
+
+
+# -- find_failure: the earliest failure that is no consequence
+
+
+def test_every_field_of_the_chosen_failure_comes_from_its_root_cause(nodes):
+    node0, node1 = nodes()
+    cause = RootCause(3, 1, -11, "", traceback="Traceback: in step", timestamp=2.0, crashed="in read at train.py:9")
+    results = [succeeded(node0), ended(node1, code=1, cause=cause)]
+    assert find_failure(results) == Failure("node1", 3, -11, "", lines_of(node1), traceback="Traceback: in step",
+                                            crashed="in read at train.py:9")
+
+
+def test_a_failure_without_a_root_cause_is_the_nodes_own_exit(nodes):
+    node0, node1 = nodes()
+    results = [succeeded(node0), ended(node1, code=1)]
+    assert find_failure(results) == Failure("node1", None, 1, "", lines_of(node1))
+    assert find_failure(results).describe() == "node1 failed (exit code 1)"
+    # a root cause without an exit code of its own: the node's
+    unreported = [succeeded(node0), ended(node1, code=1, cause=RootCause(2, 0, None, "ValueError: x"))]
+    assert find_failure(unreported) == Failure("node1", 2, 1, "ValueError: x", lines_of(node1))
+
+
+def test_the_earliest_error_by_the_workers_clocks_wins_over_the_node_that_ended_first(nodes):
+    node0, node1, node2 = nodes(3)
+    results = [ended(node0, at=1.0, cause=RootCause(0, 0, 1, "ValueError: later", timestamp=20.0)),
+               ended(node1, at=3.0, cause=RootCause(2, 0, 1, "ValueError: first", timestamp=10.0)),
+               ended(node2, at=0.5, cause=RootCause(4, 0, 1, "ValueError: no error file"))]
+    # an error with a time beats one without, whichever node ended first
+    assert find_failure(results).exception == "ValueError: first"
+    assert find_failure(results[::-1]).exception == "ValueError: first"
+
+
+def test_nothing_failed_is_no_failure(nodes):
+    node0, node1 = nodes()
+    assert find_failure([succeeded(node0), succeeded(node1)]) is None
+    assert find_failure([succeeded(node0), ended(node1, NodePhase.STOPPED, 143)]) is None
+
+
+# -- left_early: ranks that finished while their peers still needed them
+
+
+def test_a_lost_peer_is_not_blamed_on_finished_ranks_when_a_worker_crashed_by_itself(nodes):
+    node0, node1 = nodes()
+    # both lost a peer, but node1's rank aborted: a crash, not a rank that left
+    results = [ended(node0, at=1.0, cause=RootCause(0, 0, 1, LOST_PEER, timestamp=1.0)),
+               ended(node1, at=2.0, cause=RootCause(2, 0, -6, "gloo::IoException: Connection reset by peer",
+                                                    timestamp=2.0), finished_ranks={3: 4})]
+    assert find_failure(results).describe() == f"node0 rank 0 failed (exit code 1): {LOST_PEER}"
+    # a crash of a node that did not fail (the launcher stopped it) does not count
+    stopped = [ended(node0, at=1.0, cause=RootCause(0, 0, 1, LOST_PEER)),
+               ended(node1, NodePhase.STOPPED, -6, at=2.0, cause=RootCause(2, 0, -6, "SIGABRT"), finished_ranks={3: 4})]
+    assert find_failure(stopped).describe() == (
+        f"node0 rank 0 failed (exit code 1): {LOST_PEER}, as rank 3 (node1, after step 4) had finished its script"
+        f" while ranks 0-2 still ran, and ranks 0-2's collectives lost it as a peer {UNEVEN}")
+
+
+def test_a_lost_peer_with_no_rank_finished_or_a_killed_rank_is_said_as_it_is(nodes):
+    node0, node1 = nodes()
+    none_finished = [ended(node0, cause=RootCause(0, 0, 1, LOST_PEER)),
+                     ended(node1, cause=RootCause(2, 0, 1, LOST_PEER))]
+    assert find_failure(none_finished).describe() == f"node0 rank 0 failed (exit code 1): {LOST_PEER}"
+    killed = [ended(node0, cause=RootCause(1, 1, -15, "Signal 15 (SIGTERM) received")),
+              succeeded(node1, finished_ranks={2: 4, 3: 4})]
+    assert find_failure(killed).describe() == "node0 rank 1 failed (exit code -15): Signal 15 (SIGTERM) received"
+
+
+# -- died_at_exit: a crash on the way out
+
+
+def test_a_crash_at_exit_after_the_peers_finished_is_explained_word_for_word(nodes):
+    node0, node1 = nodes()
+    results = [succeeded(node0), ended(node1, code=1, cause=RootCause(3, 1, -6, "SIGABRT"))]
+    failure = find_failure(results)
+    said = ("node1 rank 3 died by SIGABRT after its peers finished: the job's work was done, and the worker process"
+            " crashed while exiting.\n"
+            "  cause: gloo's worker threads release tensors during Python's interpreter shutdown and abort (\"terminate"
+            " called without an active exception\"); torch 2.10 to 2.15 do this{torch}.\n"
+            "  remedy: run on the default node image (torch 2.9.1, measured sound), or free the DDP model (del model;"
+            " gc.collect()) before destroy_process_group().")
+    assert died_at_exit(failure, results) == said.format(torch="")
+    assert died_at_exit(failure, results, "2.14.1") == said.format(torch=" (this image has torch 2.14.1)")
+    segv = Failure("node1", None, -11, "", ())
+    assert died_at_exit(segv, results) == (
+        "node1 died by SIGSEGV after its peers finished: the job's work was done, and the worker process crashed while"
+        " exiting.\n  look for native extensions or atexit handlers that outlive destroy_process_group().")
+    unnamed = Failure("node1", 3, -40, "", ())
+    assert died_at_exit(unnamed, results).startswith("node1 rank 3 died by signal 40 after its peers finished:")
+
+
+def test_only_a_death_by_signal_with_no_reason_after_every_peer_succeeded_is_a_crash_at_exit(nodes):
+    node0, node1 = nodes()
+    results = [succeeded(node0), ended(node1, code=1, cause=RootCause(3, 1, -6, "SIGABRT"))]
+    assert died_at_exit(None, results) is None
+    assert died_at_exit(Failure("node1", 3, -9, "", (), reason="OOM-killed: ..."), results) is None
+    assert died_at_exit(Failure("node1", 3, 0, "", ()), results) is None
+    assert died_at_exit(Failure("node1", 3, 1, "", ()), results) is None
+    assert died_at_exit(Failure("node1", 3, None, "", ()), results) is None
+    peer_failed = [ended(node0, cause=RootCause(0, 0, 1, "ValueError: x")), results[1]]
+    assert died_at_exit(Failure("node1", 3, -6, "", ()), peer_failed) is None
+    assert died_at_exit(Failure("node1", 3, -6, "", ()), [results[1]]) is None  # no peers at all
+
+
+# -- the hints
+
+
+def test_the_mismatch_hint_is_given_for_gloos_size_check_alone():
+    aborted = Failure("node0", 0, -6, MISMATCH, ())
+    assert mismatch_hint(aborted) == (
+        "  hint: gloo received more data than expected: the ranks called different collectives, or one with different"
+        " sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the first mismatched"
+        " collective, naming both (it does not compare sends and receives)")
+    assert mismatch_hint(Failure("node0", 0, 1, LOST_PEER, ())) == ""
+    assert mismatch_hint(Failure("node0", 0, 1, "", ())) == ""
+    assert mismatch_hint(None) == ""
+
+
+def test_the_no_gpu_hint_is_given_on_a_node_without_a_gpu_to_a_script_that_asked_for_one(nodes):
+    (alone,) = nodes(1, 1)
+    results = [ended(alone)]
+    nccl = Failure("node0", 0, 1, "ValueError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!", ())
+    assert no_gpu_hint(nccl, results) == (
+        "  hint: these nodes have no GPU, and the script asks for NCCL: --nccl-as-gloo gives it gloo wherever it asks"
+        " for nccl; what it puts on CUDA still needs a GPU")
+    cuda = Failure("node0", 0, 1, "AssertionError: Torch not compiled with CUDA enabled", ())
+    assert no_gpu_hint(cuda, results) == (
+        "  hint: the nodes' torch is built without CUDA, and the script puts tensors on CUDA: use an image whose torch"
+        " has CUDA, or let the script pick its device by torch.cuda.is_available()")
+    assert no_gpu_hint(Failure("node0", 0, 1, "ValueError: x", ()), results) == ""  # the script's own error
+    assert no_gpu_hint(Failure("node0", 0, 1, "", ()), results) == ""
+    assert no_gpu_hint(None, results) == ""
+    assert no_gpu_hint(replace_node(nccl, "node7"), results) == ""  # a node the results do not have
+
+
+def test_the_no_gpu_hint_is_not_given_on_nodes_with_gpus(nodes):
+    (node0, node1) = nodes(2, 1, gpus_per_node=1, backend="nccl")
+    results = [ended(node0), succeeded(node1)]
+    assert no_gpu_hint(Failure("node0", 0, 1, "RuntimeError: No CUDA GPUs are available", ()), results) == ""
+
+
+def replace_node(failure: Failure, node: str) -> Failure:
+    from dataclasses import replace
+
+    return replace(failure, node=node)
