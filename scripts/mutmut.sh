@@ -8,6 +8,8 @@
 #   bash scripts/mutmut.sh orchestrate/outcome/judge.py     # other files
 #   MUTMUT_TESTS="tests/unit/test_outcome.py" bash scripts/mutmut.sh orchestrate/outcome/judge.py
 #                                                           # against those tests only (faster; more survive)
+#   MUTMUT_ONLY="*ǁSupervisorǁstop__* *ǁSupervisorǁkill__*" bash scripts/mutmut.sh orchestrate/supervise/supervisor.py
+#                                                           # only the mutants of those functions (globs)
 #
 # It works in a scratch clone of HEAD with the working tree's changes and new files (the checkout is never
 # changed), with mutmut in a venv of its own that sees .venv's packages, and removes both after.
@@ -54,13 +56,15 @@ mkdir -p mutants
 export PYTHONPATH="$PWD/mutants"
 echo "[mutmut] mutating ${FILES[*]}"
 # mutmut redraws one progress line; every 50th mutant's is kept
-"$SCRATCH/venv/bin/mutmut" run --max-children "$(getconf _NPROCESSORS_ONLN)" 2>&1 | tr '\r' '\n' \
+# MUTMUT_ONLY: mutant names (globs) to run, for some functions of a large file
+read -r -a ONLY <<< "${MUTMUT_ONLY:-}"
+"$SCRATCH/venv/bin/mutmut" run --max-children "$(getconf _NPROCESSORS_ONLN)" "${ONLY[@]}" 2>&1 | tr '\r' '\n' \
     | awk '/ [0-9]+\/[0-9]+ / { if (++seen % 50 == 0) print; next } /(Generating mutants|Running stats|Running clean tests|Listing)/ { next } { print }'
 results="$("$SCRATCH/venv/bin/mutmut" results --all true)"
 echo "[mutmut] mutants by verdict:"
-awk -F': ' '{print $2}' <<< "$results" | sort | uniq -c
+awk -F': ' '$2 != "not checked" {print $2}' <<< "$results" | sort | uniq -c
 echo "[mutmut] each one not killed, with its change:"
-awk -F': ' '$2 != "killed" { sub(/^ +/, "", $1); print $1 "\t" $2 }' <<< "$results" |
+awk -F': ' '$2 != "killed" && $2 != "not checked" { sub(/^ +/, "", $1); print $1 "\t" $2 }' <<< "$results" |
 while IFS=$'\t' read -r mutant verdict; do
     echo "== $mutant ($verdict)"
     "$SCRATCH/venv/bin/mutmut" show "$mutant" < /dev/null 2>/dev/null | grep -E '^[-+] ' || true

@@ -43,7 +43,7 @@ def teardown(compose: ComposeProject, say: Callable[[str], Any]) -> str:
             raise TryAgain from None
 
     def said(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome is not None else None
+        exc = state.outcome.exception()  # called after an attempt: it has an outcome
         if exc is not None and not isinstance(exc, TryAgain):
             say(f"teardown attempt {state.attempt_number} failed: {exc}")
 

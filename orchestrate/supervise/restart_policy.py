@@ -23,8 +23,7 @@ class RestartPolicy:
     """
 
     def __init__(self, *, enabled: bool, max_restarts: int, say: Callable[[str], None],
-                 record: Callable[..., None], clock: Callable[[], float], scope: str = "all",
-                 store_host: str = "node0") -> None:
+                 record: Callable[..., None], clock: Callable[[], float], scope: str, store_host: str) -> None:
         self.enabled = enabled
         self.max_restarts = max_restarts
         self.scope = scope

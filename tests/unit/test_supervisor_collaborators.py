@@ -11,6 +11,7 @@ import docker
 import pytest
 
 from orchestrate.config.fault_spec import parse_fault
+from orchestrate.engine.client import engine_time
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.model import RunResult, Timings, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
@@ -306,7 +307,8 @@ def test_the_restart_policy_recovers_from_deaths_only(make_job, tmp_path, enable
     plan = make_job(nodes=2)
     tracker = tracker_for(plan, 1, None, tmp_path)
     tracker.exit_code, tracker.result.fault = exit_code, fault
-    policy = RestartPolicy(enabled=enabled, max_restarts=2, say=print, record=print, clock=time.monotonic)
+    policy = RestartPolicy(enabled=enabled, max_restarts=2, say=print, record=print, clock=time.monotonic,
+                           scope="all", store_host="node0")
     policy.restarts = restarts
     assert policy.should_restart(tracker, ending) is expected
 
@@ -318,7 +320,7 @@ def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
     dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
     recorder = Recorder()
     policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record,
-                           clock=lambda: 42.0)
+                           clock=lambda: 42.0, scope="all", store_host="node0")
     policy.restart(dead, trackers, step=5)
     assert sorted(c[1] for c in client.calls if c[0] == "restart") == ["ddp-r-node0-1", "ddp-r-node1-1"]
     assert all(t.phase is NodePhase.RESTARTING and t.exit_code is None for t in trackers)
@@ -401,7 +403,7 @@ def test_restart_node_restarts_the_dead_node_alone(make_job, tmp_path):
     dead.result.fault, dead.exit_code = "kill:node1", 137
     recorder = Recorder()
     policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record,
-                           clock=lambda: 42.0, scope="node")
+                           clock=lambda: 42.0, scope="node", store_host="node0")
     policy.restart(dead, trackers, step=5)
     assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-r-node1-1"]
     assert trackers[0].phase is NodePhase.RUNNING and dead.phase is NodePhase.RESTARTING
@@ -431,7 +433,60 @@ def test_restart_node_of_the_store_host_ends_the_job_and_the_failure_says_why(ma
                           store_host="rdzv-store")
     assert other.lost_store(dead) is None
     assert RestartPolicy(enabled=True, max_restarts=3, say=print, record=print, clock=time.monotonic,
-                         scope="all").lost_store(dead) is None
+                         scope="all", store_host="node0").lost_store(dead) is None
+
+
+
+def test_each_restart_is_counted_said_and_recorded_with_its_cause_and_kills_at_once(make_job, tmp_path):
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    dead = trackers[1]
+    dead.exit_code = 137  # killed from outside: no fault of ours
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record,
+                           clock=lambda: 42.0, scope="all", store_host="node0")
+    policy.restart(dead, trackers, step=None)
+    dead.result.fault, dead.exit_code = "kill:node1@t=9", 137
+    policy.restart(dead, trackers, step=7)
+    assert policy.restarts == 2
+    assert recorder.said == [
+        "node1 died (its death); restarting every node so that it rejoins (1/3)",
+        "node1 died (injected fault kill:node1@t=9); restarting every node so that it rejoins (2/3)"]
+    assert recorder.events == [("restart", {"node": "node1", "cause": "its death", "step": None, "scope": "all"}),
+                               ("restart", {"node": "node1", "cause": "injected fault kill:node1@t=9", "step": 7,
+                                            "scope": "all"})]
+    assert dead.result.fault == ""  # the fault is over: a later death is the node's own
+    # the engine kills the old processes at once (a grace would only delay the rejoin)
+    assert [t.container.restart_timeouts for t in trackers] == [[0, 0], [0, 0]]
+
+
+def test_a_restarted_node_the_engine_cannot_inspect_does_not_keep_the_others_from_restarting(make_job, tmp_path):
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    for tracker in trackers:
+        tracker.latest_start = None
+    del client.containers_by_name[trackers[0].container.name]  # its inspection answers NotFound
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record,
+                           clock=lambda: 42.0, scope="all", store_host="node0")
+    trackers[1].exit_code = 137
+    policy.restart(trackers[1], trackers, step=None)
+    assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-r-node0-1", "ddp-r-node1-1"]
+    assert trackers[0].latest_start is None  # its start event will say
+    started = trackers[1].container.attrs["State"]["StartedAt"]
+    assert trackers[1].latest_start == engine_time(started) and trackers[1].latest_start is not None
+
+
+def test_the_lost_store_says_why_word_for_word():
+    class Dead:
+        name = "node0"
+
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=print, record=print, clock=time.monotonic,
+                           scope="node", store_host="node0")
+    assert policy.lost_store(Dead()) == (
+        "node0 held the c10d rendezvous store (its torchrun agent served it): every other node's agent lost the"
+        " rendezvous with it, as on a real cluster (--restart all restarts every node; --rdzv-store container keeps"
+        " the store apart from the nodes)")
 
 
 CRASH_DUMP = ("Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from orchestrate.errors import OrchestrateError
 import orchestrate.launch.teardown as teardown_steps
 from orchestrate.launch.teardown import tear_down_and_record
@@ -57,3 +59,64 @@ def test_a_failed_teardown_is_recorded_and_the_page_still_written(tmp_path, monk
     assert result.teardown_error.startswith("could not remove project ddp-r1")
     assert events(run_dir)[-2:] == ["run-ended", "teardown-failed"]
     assert "One lane per node" in (run_dir / "report.html").read_text()
+
+
+def last_event(run_dir, kind: str) -> dict:
+    found = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    entry = [e for e in found if e["event"] == kind][-1]
+    return {k: v for k, v in entry.items() if k not in ("time", "event")}
+
+
+def test_the_records_last_events_carry_how_the_run_ended(tmp_path, monkeypatch):
+    monkeypatch.setattr(teardown_steps, "TEARDOWN_ATTEMPTS", 1)
+    run_dir = a_run_dir(tmp_path)
+    result = RunResult("r1", run_dir, [], Timings(), error="compose up failed", error_exit_code=2)
+    tear_down_and_record(result, Compose(run_dir, fails=True), print, lambda: 0.0)
+    assert last_event(run_dir, "run-ended") == {"exit_code": 2, "succeeded": False, "interrupted": False,
+                                                "error": "compose up failed"}
+    assert last_event(run_dir, "teardown-failed") == {
+        "error": "could not remove project ddp-r1; run: docker compose -p ddp-r1 down -v", "exit_code": 2}
+
+
+def test_a_run_followed_to_its_end_from_another_terminal_gets_its_last_event_and_page(tmp_path):
+    run_dir = a_run_dir(tmp_path)
+    teardown_steps.finish_record(RunResult("r1", run_dir, [], Timings(), interrupted=True, signal_number=15))
+    assert last_event(run_dir, "run-ended") == {"exit_code": 143, "succeeded": False, "interrupted": True,
+                                                "error": ""}
+    assert "One lane per node" in (run_dir / "report.html").read_text()
+
+
+class Flaky:
+    """An engine that fails ``failures`` removals, then removes the project."""
+
+    project_name = "ddp-r1"
+
+    def __init__(self, failures: int, error: BaseException = OrchestrateError("engine gone")) -> None:
+        self.failures, self.error, self.attempts = failures, error, 0
+
+    def down(self) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise self.error
+
+
+def test_a_teardown_retries_with_a_backoff_and_says_each_failed_attempt(monkeypatch):
+    waits = []
+
+    def backoff(state) -> float:  # what tenacity asks between attempts
+        waits.append(state.attempt_number)
+        return 0.0
+
+    monkeypatch.setattr(teardown_steps, "TEARDOWN_BACKOFF", backoff)
+    compose, said = Flaky(2), []
+    assert teardown_steps.teardown(compose, said.append) == ""
+    assert compose.attempts == 3 and waits == [1, 2]
+    assert said == ["teardown attempt 1 failed: engine gone", "teardown attempt 2 failed: engine gone"]
+
+
+def test_a_bug_in_the_teardown_is_raised_at_once_not_retried(monkeypatch):
+    monkeypatch.setattr(teardown_steps, "TEARDOWN_BACKOFF", __import__("tenacity").wait_none())
+    compose = Flaky(5, TypeError("a bug of ours"))
+    with pytest.raises(TypeError, match="a bug of ours"):
+        teardown_steps.teardown(compose, print)
+    assert compose.attempts == 1  # only an engine that did not answer is asked again
