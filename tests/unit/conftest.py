@@ -2,6 +2,9 @@
 need an engine are given the fake one (tests/fakes.py)."""
 from __future__ import annotations
 
+import signal
+import threading
+
 import pytest
 
 
@@ -9,3 +12,19 @@ import pytest
 def no_real_engine(monkeypatch, tmp_path_factory):
     missing = tmp_path_factory.getbasetemp() / "no-engine.sock"
     monkeypatch.setenv("DOCKER_HOST", f"unix://{missing}")
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_reaches_python():
+    """A Ctrl-C a test simulates (``_thread.interrupt_main``) raises KeyboardInterrupt, as the CLI
+    makes sure it does (``cli/signals.py``), even where the process that runs the tests ignores
+    SIGINT (a mutation tool's workers do): it would otherwise be swallowed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
