@@ -29,7 +29,8 @@ class Script:
 
     ``hang``: it runs until killed. ``oom``: the kernel OOM-kills a process in it first.
     ``on_sigterm``: the lines its workers write when it gets SIGTERM before it exits 143
-    (``ignore_sigterm``: it goes on, and only SIGKILL ends it).
+    (``ignore_sigterm``: it goes on, and only SIGKILL ends it; ``unkillable``: not even SIGKILL
+    ends it, as a process in uninterruptible sleep on a hung mount or driver).
     ``then``: an action run after the lines (e.g. writing a progress file), followed by the
     ``after`` lines once ``after_when`` holds (polled, at most 10 s).
     """
@@ -44,6 +45,7 @@ class Script:
     after_when: Optional[Any] = None
     on_sigterm: list[str] = field(default_factory=list)
     ignore_sigterm: bool = False
+    unkillable: bool = False
 
 
 def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
@@ -190,11 +192,17 @@ class FakeContainer:
     def kill(self, signal: str = "SIGKILL") -> None:
         self.client.calls.append(("kill", self.name) if signal == "SIGKILL" else ("kill", self.name, signal))
         self.client.maybe_fail("kill")
+        if self.name not in self.client.containers_by_name:  # removed (`docker rm -f` from elsewhere)
+            import docker.errors
+
+            raise docker.errors.NotFound(f"No such container: {self.id}")
         if self.status not in ("running", "paused"):
             raise conflict(f"Container {self.name} is not running")
         if self.status == "paused" and signal != "SIGKILL":  # the engine cannot deliver it to frozen processes
             raise conflict(f"Container {self.name} is paused. Unpause the container before stopping or killing")
         self.client.emit(self, "kill", signal=signal)
+        if self.script.unkillable:
+            return
         if signal == "SIGTERM":
             if self.script.ignore_sigterm:
                 return
@@ -214,14 +222,14 @@ class FakeContainer:
         self.client.maybe_fail("stop")
         if self.status not in ("running", "paused"):
             return
-        if self.status == "running" and not self.script.ignore_sigterm:
+        if self.status == "running" and not (self.script.ignore_sigterm or self.script.unkillable):
             self.killed.set()
             for line in self.script.on_sigterm:
                 self.write(line)
             self.exit(143)
             return
         self.killed.wait(timeout)
-        if self.status in ("running", "paused"):
+        if self.status in ("running", "paused") and not self.script.unkillable:
             self.killed.set()
             self.exit(137)
 

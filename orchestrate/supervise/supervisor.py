@@ -573,8 +573,7 @@ class Supervisor:
             except (*engine_errors(), EngineError) as exc:  # it ended meanwhile
                 log.debug("SIGCONT to rank %s before SIGTERM: %s", tracker.result.culprit_rank, exc)
         try:
-            if tracker.container.status == "paused" or tracker.result.unresponsive.startswith(
-                    "its container is paused"):
+            if tracker.container.status == "paused":  # as of the last inspection (a hung node's: just now)
                 tracker.container.unpause()
             tracker.container.kill(signal=signal_name)
             return True

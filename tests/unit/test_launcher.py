@@ -127,6 +127,7 @@ def test_the_first_failure_stops_the_others_after_a_grace_and_names_node_and_ran
     assert states == {"node0": NodePhase.STOPPED, "node1": NodePhase.FAILED, "node2": NodePhase.STOPPED}
     assert sorted(c[1] for c in client.calls if c[0] == "kill") == ["ddp-test-run-node0-1", "ddp-test-run-node2-1"]
     assert "node1 failed; stopping the other nodes in 3 s" in text
+    assert outcome.error == "" and "timed out" not in text  # stopped after the grace, not at the run's limit
     failure = outcome.failure
     assert (failure.node, failure.rank, failure.exit_code) == ("node1", 3, 1)
     assert compose.calls[-1] == "down"
@@ -170,6 +171,10 @@ def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_
     assert "fault injected: pause:node1@step=3" in text
     assert outcome.failure.describe() == ("node1 stopped answering: its container is paused (hung)"
                                           " (injected fault pause:node1@step=3)")
+    # the hung node is killed at once, by the launcher: stopped, not failed by itself
+    assert [c[0] if c[0] == "unpause" else c[2] if len(c) > 2 else "SIGKILL" for c in client.calls
+            if c[0] in ("kill", "unpause") and c[1] == "ddp-test-run-node1-1"] == ["unpause", "SIGKILL"]
+    assert {r.node.name: r.state for r in outcome.results}["node1"] is NodePhase.STOPPED
 
 
 def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(make_run):
@@ -439,6 +444,22 @@ def test_a_worker_a_hang_rank_fault_stopped_is_continued_before_its_nodes_sigter
         signals, text)
     assert client.calls.index(signals[1]) < client.calls.index(signals[2])
 
+
+def test_a_worker_a_hang_rank_fault_stopped_gets_one_sigcont_by_its_rank_and_none_before_a_sigkill(make_run):
+    job = make_run(nodes=2, faults=(parse_fault("hang-rank:1"),), stop_grace=0.5)
+    client = FakeDockerClient()
+    client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\nend\n")
+
+    def fail_soon() -> None:
+        time.sleep(0.3)  # once the fault is in
+
+    run(job, client,
+        node0=[Script(["[0|0]:up", *report(0, 0, exc="ValueError: bad batch")], then=fail_soon, exit_code=1)],
+        node1=[Script(["[1|0]:up"], hang=True, ignore_sigterm=True)])  # SIGTERM is not enough: SIGKILL after it
+    sent = [list(c[2][-2:]) if c[0] == "exec_create" else [c[-1] if len(c) > 2 else "SIGKILL"] for c in client.calls
+            if c[1] == "ddp-test-run-node1-1" and (c[0] == "kill" or (c[0] == "exec_create" and "signal" in c[2]))]
+    assert sent == [["1", "SIGSTOP"], ["1", "SIGCONT"], ["SIGTERM"], ["SIGKILL"]]
 
 def test_a_failure_before_a_stop_from_another_terminal_is_still_the_runs(make_run):
     job = make_run(nodes=2)

@@ -104,6 +104,116 @@ def test_ctrl_c_with_no_stop_grace_says_it_kills_at_once_and_does_so(make_run, w
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 137)]
 
 
+SUPERVISOR = "orchestrate.supervise.supervisor"
+
+
+def signals_to(client: FakeDockerClient, container: str) -> list[str]:
+    return [c[2] if len(c) > 2 else "SIGKILL" for c in client.calls if c[0] == "kill" and c[1] == container]
+
+
+def said_lines(job, words: str) -> list[str]:
+    return [line for line in job.out.getvalue().splitlines() if words in line]
+
+
+def test_ctrl_c_with_no_stop_grace_kills_every_node_without_a_sigterm(make_run, when):
+    job = make_run(nodes=2, stop_grace=0)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)],
+                    node1=[Script(["[1|0]:training"], hang=True)])
+    job.client = client
+    when(lambda: job.out.getvalue().count("training") == 2, interrupt)
+    result = job.run()
+    assert [signals_to(client, f"ddp-test-run-node{i}-1") for i in range(2)] == [["SIGKILL"], ["SIGKILL"]]
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 137)] * 2
+
+
+def test_a_node_no_signal_ends_is_left_to_the_teardown_after_the_grace_and_a_margin(make_run, when, monkeypatch):
+    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 1.0)
+    job = make_run(nodes=1, stop_grace=0.5)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, unkillable=True)])
+    job.client = client
+    interrupted_at = []
+    when(lambda: "training" in job.out.getvalue(), lambda: (interrupted_at.append(time.monotonic()), interrupt()))
+    result = job.run()
+    waited = time.monotonic() - interrupted_at[0]
+    assert 1.5 <= waited < 15  # the grace and the margin, then no longer: the teardown removes it
+    assert signals_to(client, "ddp-test-run-node0-1") == ["SIGTERM", "SIGKILL"]
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, None)]
+    assert result.exit_code == 130 and FakeCompose.instances[-1].calls == ["up", "down"]
+
+
+def test_a_second_ctrl_c_kills_each_node_once_and_a_third_is_waited_out(make_run, when, monkeypatch):
+    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 1.0)
+    monkeypatch.setattr(f"{SUPERVISOR}.LOG_DRAIN_S", 2.0)
+    job = make_run(nodes=1, stop_grace=2)  # its SIGKILL after the grace is not sent again
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, unkillable=True)])
+    job.client = client
+    again_at = []
+    when(lambda: "training" in job.out.getvalue(), interrupt)
+    when(lambda: "interrupted: stopping every node" in job.out.getvalue(),
+         lambda: (again_at.append(time.monotonic()), interrupt()))
+    when(lambda: "interrupted again" in job.out.getvalue(), interrupt)
+    result = job.run()
+    assert said_lines(job, "interrupted again") == ["[orchestrate] interrupted again: killing every node now"]
+    assert signals_to(client, "ddp-test-run-node0-1") == ["SIGTERM", "SIGKILL"]
+    assert 3.0 <= time.monotonic() - again_at[0] < 15  # its last lines waited for, then no longer
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, None)]
+
+
+def test_a_second_ctrl_c_within_a_short_grace_still_kills_at_once(make_run, when, monkeypatch):
+    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 2.0)
+    monkeypatch.setattr(f"{SUPERVISOR}.LOG_DRAIN_S", 1.0)
+    job = make_run(nodes=1, stop_grace=1)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, unkillable=True)])
+    job.client = client
+    when(lambda: "training" in job.out.getvalue(), interrupt)
+    when(lambda: "interrupted: stopping every node" in job.out.getvalue(), interrupt)
+    job.run()
+    assert said_lines(job, "interrupted again") == ["[orchestrate] interrupted again: killing every node now"]
+
+
+def test_with_no_stop_grace_a_second_ctrl_c_is_waited_out(make_run, when, monkeypatch):
+    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 3.0)
+    job = make_run(nodes=1, stop_grace=0)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, unkillable=True)])
+    job.client = client
+    when(lambda: "training" in job.out.getvalue(), interrupt)
+    when(lambda: "interrupted: killing every node now" in job.out.getvalue(), interrupt)
+    job.run()
+    assert said_lines(job, "interrupted again") == []  # they were killed at the first
+    assert signals_to(client, "ddp-test-run-node0-1") == ["SIGKILL"]
+
+
+def test_a_ctrl_c_of_an_elastic_job_restarts_nothing(make_run, when):
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=2, stop_grace=5)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)],
+                    node1=[Script(["[1|0]:training"], hang=True)])
+    job.client = client
+    when(lambda: job.out.getvalue().count("training") == 2, interrupt)
+    result = job.run()
+    assert "restarting" not in job.out.getvalue()
+    assert not [c for c in client.calls if c[0] == "restart"]
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 143)] * 2
+    assert result.exit_code == 130
+
+def test_a_node_removed_from_elsewhere_is_not_said_killed_and_does_not_stop_the_others(make_run, when):
+    job = make_run(nodes=2, stop_grace=0.5)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)],
+                    node1=[Script(["[1|0]:training"], hang=True)])
+    job.client = client
+
+    def remove_node1_then_interrupt() -> None:
+        client.containers_by_name["ddp-test-run-node1-1"].remove(force=True)  # `docker rm -f` by hand
+        interrupt()
+
+    when(lambda: job.out.getvalue().count("training") == 2, remove_node1_then_interrupt)
+    result = job.run()
+    assert signals_to(client, "ddp-test-run-node1-1")[:1] == ["SIGTERM"]  # it was asked: the engine said gone
+    assert signals_to(client, "ddp-test-run-node0-1") == ["SIGTERM", "SIGKILL"]  # the others stopped all the same
+    killed = [e["node"] for e in map(json.loads, (job.run_dir / "events.jsonl").read_text().splitlines())
+              if e["event"] == "node-killed"]
+    assert killed == ["node0"]
+    assert result.exit_code == 130 and FakeCompose.instances[-1].calls == ["up", "down"]
+
 def test_preempt_sends_sigterm_then_sigkill_after_the_grace(make_run):
     job = make_run(nodes=2, stop_grace=0.5, faults=["preempt:node1@t=0"])
     client = engine(FakeDockerClient(), node0=[Script(["[0|0]:waiting"], hang=True)],
