@@ -101,6 +101,16 @@ def test_a_hung_script_runs_until_killed_however_long(tmp_path):
     assert node.status == "exited" and node.exit_code == 137
 
 
+def test_an_unkillable_process_outlives_every_signal_and_a_removed_container_is_a_404(tmp_path):
+    client, [stuck, other] = started(tmp_path, Script(hang=True, unkillable=True), nodes=2)
+    stuck.kill(signal="SIGTERM")
+    stuck.kill()
+    stuck.stop(timeout=0)
+    assert stuck.status == "running" and not stuck.killed.is_set()
+    other.remove(force=True)  # `docker rm -f` from elsewhere
+    with pytest.raises(docker.errors.NotFound):
+        other.kill(signal="SIGTERM")
+
 def test_a_network_with_a_container_on_it_and_a_container_another_client_removes_are_refused(tmp_path):
     client, [node] = started(tmp_path)
     network = next(iter(client.networks_by_name.values()))

@@ -76,6 +76,9 @@ def test_ctrl_c_gives_the_workers_sigterm_and_their_grace_and_the_summary_real_t
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 143)] * 2
     assert all(r.wall_s > 0 for r in result.results) and result.timings.job_s > 0  # not the 0.0 s of old
     assert FakeCompose.instances[-1].calls == ["up", "down"]
+    stopping = [{k: e[k] for k in ("node", "grace_s")} for e in map(json.loads, (job.run_dir / "events.jsonl")
+                .read_text().splitlines()) if e["event"] == "node-stopping"]
+    assert stopping == [{"node": "node0", "grace_s": 5}, {"node": "node1", "grace_s": 5}]
 
 
 def test_a_second_ctrl_c_kills_at_once(make_run, when):
