@@ -162,26 +162,26 @@ def test_a_second_ctrl_c_kills_each_node_once_and_a_third_is_waited_out(make_run
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, None)]
 
 
-def test_a_second_ctrl_c_within_a_short_grace_still_kills_at_once(make_run, when, monkeypatch):
-    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 2.0)
+def ctrl_c_twice(make_run, when, monkeypatch, stop_grace: float, first_says: str):
+    """A run of one node no signal ends, given Ctrl-C twice: the second once the first is said."""
+    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 2.5)
     monkeypatch.setattr(f"{SUPERVISOR}.LOG_DRAIN_S", 1.0)
-    job = make_run(nodes=1, stop_grace=1)
+    job = make_run(nodes=1, stop_grace=stop_grace)
     client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, unkillable=True)])
     job.client = client
     when(lambda: "training" in job.out.getvalue(), interrupt)
-    when(lambda: "interrupted: stopping every node" in job.out.getvalue(), interrupt)
+    when(lambda: first_says in job.out.getvalue(), interrupt)
     job.run()
+    return job, client
+
+
+def test_a_second_ctrl_c_within_a_short_grace_still_kills_at_once(make_run, when, monkeypatch):
+    job, _ = ctrl_c_twice(make_run, when, monkeypatch, 1, "interrupted: stopping every node")
     assert said_lines(job, "interrupted again") == ["[orchestrate] interrupted again: killing every node now"]
 
 
 def test_with_no_stop_grace_a_second_ctrl_c_is_waited_out(make_run, when, monkeypatch):
-    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 3.0)
-    job = make_run(nodes=1, stop_grace=0)
-    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, unkillable=True)])
-    job.client = client
-    when(lambda: "training" in job.out.getvalue(), interrupt)
-    when(lambda: "interrupted: killing every node now" in job.out.getvalue(), interrupt)
-    job.run()
+    job, client = ctrl_c_twice(make_run, when, monkeypatch, 0, "interrupted: killing every node now")
     assert said_lines(job, "interrupted again") == []  # they were killed at the first
     assert signals_to(client, "ddp-test-run-node0-1") == ["SIGKILL"]
 
