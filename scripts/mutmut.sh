@@ -34,7 +34,8 @@ git clone -q "$ROOT" "$SCRATCH/checkout"
 CHANGES="$(git -C "$ROOT" diff HEAD)"
 [ -z "$CHANGES" ] || (cd "$SCRATCH/checkout" && git apply <<< "$CHANGES")
 # new files not yet added (a test being written) come along too
-git -C "$ROOT" ls-files -z --others --exclude-standard | (cd "$ROOT" && xargs -0 -r cp --parents -t "$SCRATCH/checkout")
+git -C "$ROOT" ls-files -z --others --exclude-standard -- ':!mutants' \
+    | (cd "$ROOT" && xargs -0 -r cp -P --parents -t "$SCRATCH/checkout" --)
 BASE_PYTHON="$("$ROOT/.venv/bin/python" -c 'import sys; print(sys._base_executable)')"
 "$BASE_PYTHON" -m venv "$SCRATCH/venv"
 SITE="$("$SCRATCH/venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
@@ -58,11 +59,15 @@ echo "[mutmut] mutating ${FILES[*]}"
 # mutmut redraws one progress line; every 50th mutant's is kept
 # MUTMUT_ONLY: mutant names (globs) to run, for some functions of a large file
 read -r -a ONLY <<< "${MUTMUT_ONLY:-}"
-"$SCRATCH/venv/bin/mutmut" run --max-children "$(getconf _NPROCESSORS_ONLN)" "${ONLY[@]}" 2>&1 | tr '\r' '\n' \
+"$SCRATCH/venv/bin/mutmut" run --max-children "$(getconf _NPROCESSORS_ONLN)" ${ONLY[@]+"${ONLY[@]}"} 2>&1 | tr '\r' '\n' \
     | awk '/ [0-9]+\/[0-9]+ / { if (++seen % 50 == 0) print; next } /(Generating mutants|Running stats|Running clean tests|Listing)/ { next } { print }'
 results="$("$SCRATCH/venv/bin/mutmut" results --all true)"
 echo "[mutmut] mutants by verdict:"
 awk -F': ' '$2 != "not checked" {print $2}' <<< "$results" | sort | uniq -c
+if ! awk -F': ' '$2 != "not checked" {found = 1} END {exit !found}' <<< "$results"; then
+    echo "[mutmut] no mutant was checked: do the MUTMUT_ONLY globs match any? (mutmut results names them)" >&2
+    exit 1
+fi
 echo "[mutmut] each one not killed, with its change:"
 awk -F': ' '$2 != "killed" && $2 != "not checked" { sub(/^ +/, "", $1); print $1 "\t" $2 }' <<< "$results" |
 while IFS=$'\t' read -r mutant verdict; do

@@ -293,20 +293,28 @@ class Supervisor:
         interrupt kills them at once."""
         self.winding_down = True
         self.faults.cancel()
-        forced, deadline = grace_s <= 0, None
+        forced, stopped, deadline = grace_s <= 0, False, None
+        said: list[bool] = []
+
+        def kill_now() -> float:  # said once, even if an interrupt makes it run again
+            if not said:
+                self.say("interrupted again: killing every node now")
+                said.append(True)
+            self.kill(self.live)
+            return self.clock() + LOG_DRAIN_S + WIND_DOWN_MARGIN_S
+
         while True:  # an interrupt anywhere in here forces; a further one is waited out
             try:
                 if deadline is None:
                     deadline = self.clock() + grace_s + WIND_DOWN_MARGIN_S
                     self.stop(self.live, grace_s)
+                    stopped = True
                 self.loop(until=deadline)
                 break
             except KeyboardInterrupt:
-                if not forced:
-                    forced = True
-                    self.say("interrupted again: killing every node now")
-                    deadline = self.clock() + LOG_DRAIN_S + WIND_DOWN_MARGIN_S
-                    uninterrupted(self.kill, self.live)
+                if not (forced and stopped):  # the first further one, or one that cut the stop short
+                    forced = stopped = True
+                    deadline = uninterrupted(kill_now)
         self.close()
         for tracker in self.live:  # no end seen in time: the teardown removes them
             tracker.move(NodePhase.STOPPED)

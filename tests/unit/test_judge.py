@@ -1,7 +1,7 @@
 """The judge of a run (outcome/judge.py), field by field: which failure a run is reported for,
-every field of it, and the words a user reads. Each case compares the whole Failure or the whole
+every field of it, and the words a user reads. Most cases compare the whole Failure or the whole
 text, so that a changed field or word fails here (a tool's mutants showed where test_outcome.py's
-looser checks let one through)."""
+looser checks let one through); the rest check the one field their case is about."""
 from __future__ import annotations
 
 import pytest

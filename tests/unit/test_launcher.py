@@ -451,11 +451,12 @@ def test_a_worker_a_hang_rank_fault_stopped_gets_one_sigcont_by_its_rank_and_non
     client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
     client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\nend\n")
 
-    def fail_soon() -> None:
-        time.sleep(0.3)  # once the fault is in
+    def fault_in() -> bool:
+        return any(c[0] == "exec_create" and "SIGSTOP" in c[2] for c in client.calls)
 
     run(job, client,
-        node0=[Script(["[0|0]:up", *report(0, 0, exc="ValueError: bad batch")], then=fail_soon, exit_code=1)],
+        node0=[Script(["[0|0]:up"], after=report(0, 0, exc="ValueError: bad batch"), after_when=fault_in,
+                      exit_code=1)],
         node1=[Script(["[1|0]:up"], hang=True, ignore_sigterm=True)])  # SIGTERM is not enough: SIGKILL after it
     sent = [list(c[2][-2:]) if c[0] == "exec_create" else [c[-1] if len(c) > 2 else "SIGKILL"] for c in client.calls
             if c[1] == "ddp-test-run-node1-1" and (c[0] == "kill" or (c[0] == "exec_create" and "signal" in c[2]))]

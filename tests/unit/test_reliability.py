@@ -118,6 +118,21 @@ def said_lines(job, words: str) -> list[str]:
     return [line for line in job.out.getvalue().splitlines() if words in line]
 
 
+def recorded(job, kind: str, settle_s: float = 0.5):
+    """A condition: the run's record has had an event of ``kind`` for ``settle_s``. The
+    supervisor has then acted and gone back to following the nodes, so that an interrupt sent
+    now lands there, not in the launcher's hand-over nor in the step that wrote the event (which
+    a loaded machine may not have left at once)."""
+    seen_at: list[float] = []
+
+    def holds() -> bool:
+        events = job.run_dir / "events.jsonl"
+        if not seen_at and events.is_file() and f'"event": "{kind}"' in events.read_text():
+            seen_at.append(time.monotonic())
+        return bool(seen_at) and time.monotonic() - seen_at[0] >= settle_s
+    return holds
+
+
 def test_ctrl_c_with_no_stop_grace_kills_every_node_without_a_sigterm(make_run, when):
     job = make_run(nodes=2, stop_grace=0)
     client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)],
@@ -152,9 +167,8 @@ def test_a_second_ctrl_c_kills_each_node_once_and_a_third_is_waited_out(make_run
     job.client = client
     again_at = []
     when(lambda: "training" in job.out.getvalue(), interrupt)
-    when(lambda: "interrupted: stopping every node" in job.out.getvalue(),
-         lambda: (again_at.append(time.monotonic()), interrupt()))
-    when(lambda: "interrupted again" in job.out.getvalue(), interrupt)
+    when(recorded(job, "node-stopping"), lambda: (again_at.append(time.monotonic()), interrupt()))
+    when(recorded(job, "node-killed"), interrupt)
     result = job.run()
     assert said_lines(job, "interrupted again") == ["[orchestrate] interrupted again: killing every node now"]
     assert signals_to(client, "ddp-test-run-node0-1") == ["SIGTERM", "SIGKILL"]
@@ -162,29 +176,59 @@ def test_a_second_ctrl_c_kills_each_node_once_and_a_third_is_waited_out(make_run
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, None)]
 
 
-def ctrl_c_twice(make_run, when, monkeypatch, stop_grace: float, first_says: str):
-    """A run of one node no signal ends, given Ctrl-C twice: the second once the first is said."""
+def ctrl_c_twice(make_run, when, monkeypatch, stop_grace: float, first_did: str):
+    """A run of one node no signal ends, given Ctrl-C twice: the second once the supervisor
+    recorded ``first_did``."""
     monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 2.5)
     monkeypatch.setattr(f"{SUPERVISOR}.LOG_DRAIN_S", 1.0)
     job = make_run(nodes=1, stop_grace=stop_grace)
     client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True, unkillable=True)])
     job.client = client
     when(lambda: "training" in job.out.getvalue(), interrupt)
-    when(lambda: first_says in job.out.getvalue(), interrupt)
+    # within a grace the second may land anywhere after the stop began; with none, once it is over
+    when(recorded(job, first_did, settle_s=0.5 if stop_grace == 0 else 0.0), interrupt)
     job.run()
     return job, client
 
 
 def test_a_second_ctrl_c_within_a_short_grace_still_kills_at_once(make_run, when, monkeypatch):
-    job, _ = ctrl_c_twice(make_run, when, monkeypatch, 1, "interrupted: stopping every node")
+    job, _ = ctrl_c_twice(make_run, when, monkeypatch, 1, "node-stopping")
     assert said_lines(job, "interrupted again") == ["[orchestrate] interrupted again: killing every node now"]
+    events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+    stopping, killed = (next(e["time"] for e in events if e["event"] == kind) for kind in ("node-stopping", "node-killed"))
+    assert killed - stopping < 1.0  # at the second Ctrl-C, not when the grace ran out
 
 
 def test_with_no_stop_grace_a_second_ctrl_c_is_waited_out(make_run, when, monkeypatch):
-    job, client = ctrl_c_twice(make_run, when, monkeypatch, 0, "interrupted: killing every node now")
+    job, client = ctrl_c_twice(make_run, when, monkeypatch, 0, "node-killed")
     assert said_lines(job, "interrupted again") == []  # they were killed at the first
     assert signals_to(client, "ddp-test-run-node0-1") == ["SIGKILL"]
 
+
+def test_a_ctrl_c_that_cuts_short_the_kill_of_every_node_still_kills_them_all(make_run, when, monkeypatch):
+    monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 2.0)
+    job = make_run(nodes=2, stop_grace=0)
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)],
+                    node1=[Script(["[1|0]:training"], hang=True)])
+    job.client = client
+
+    def interrupt_while_killing_node0() -> None:
+        node0 = client.containers_by_name["ddp-test-run-node0-1"]
+        real_kill = node0.kill
+
+        def kill_then_ctrl_c(signal: str = "SIGKILL") -> None:  # a second Ctrl-C lands right after it
+            real_kill(signal=signal)
+            node0.kill = real_kill
+            raise KeyboardInterrupt
+
+        node0.kill = kill_then_ctrl_c
+        interrupt()
+
+    when(lambda: job.out.getvalue().count("training") == 2, interrupt_while_killing_node0)
+    result = job.run()
+    assert signals_to(client, "ddp-test-run-node1-1") == ["SIGKILL"]  # not left unsignalled
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 137)] * 2
+    assert said_lines(job, "interrupted again") == ["[orchestrate] interrupted again: killing every node now"]
 
 def test_a_ctrl_c_of_an_elastic_job_restarts_nothing(make_run, when):
     job = make_run(nodes=2, rdzv="c10d", max_restarts=2, stop_grace=5)
