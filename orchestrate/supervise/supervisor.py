@@ -293,7 +293,7 @@ class Supervisor:
         interrupt kills them at once."""
         self.winding_down = True
         self.faults.cancel()
-        forced, stopped, deadline = grace_s <= 0, False, None
+        killed_all, deadline = False, None  # every node has had its SIGKILL
         said: list[bool] = []
 
         def kill_now() -> float:  # said once, even if an interrupt makes it run again
@@ -308,12 +308,12 @@ class Supervisor:
                 if deadline is None:
                     deadline = self.clock() + grace_s + WIND_DOWN_MARGIN_S
                     self.stop(self.live, grace_s)
-                    stopped = True
+                    killed_all = grace_s <= 0  # a stop without a grace kills
                 self.loop(until=deadline)
                 break
             except KeyboardInterrupt:
-                if not (forced and stopped):  # the first further one, or one that cut the stop short
-                    forced = stopped = True
+                if not killed_all:  # the first further one, or one that cut the stop short
+                    killed_all = True
                     deadline = uninterrupted(kill_now)
         self.close()
         for tracker in self.live:  # no end seen in time: the teardown removes them

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from orchestrate.errors import ComposeError, EngineError, ImageUnavailableError, LockTimeoutError, UsageError
+from orchestrate.outcome.events import read_events
 from orchestrate.outcome.states import NodePhase
 from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine
 
@@ -76,8 +77,8 @@ def test_ctrl_c_gives_the_workers_sigterm_and_their_grace_and_the_summary_real_t
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 143)] * 2
     assert all(r.wall_s > 0 for r in result.results) and result.timings.job_s > 0  # not the 0.0 s of old
     assert FakeCompose.instances[-1].calls == ["up", "down"]
-    stopping = [{k: e[k] for k in ("node", "grace_s")} for e in map(json.loads, (job.run_dir / "events.jsonl")
-                .read_text().splitlines()) if e["event"] == "node-stopping"]
+    stopping = [{k: e[k] for k in ("node", "grace_s")} for e in read_events(job.run_dir)
+                if e["event"] == "node-stopping"]
     assert stopping == [{"node": "node0", "grace_s": 5}, {"node": "node1", "grace_s": 5}]
 
 
@@ -126,8 +127,7 @@ def recorded(job, kind: str, settle_s: float = 0.5):
     seen_at: list[float] = []
 
     def holds() -> bool:
-        events = job.run_dir / "events.jsonl"
-        if not seen_at and events.is_file() and f'"event": "{kind}"' in events.read_text():
+        if not seen_at and any(e["event"] == kind for e in read_events(job.run_dir)):
             seen_at.append(time.monotonic())
         return bool(seen_at) and time.monotonic() - seen_at[0] >= settle_s
     return holds
@@ -194,7 +194,7 @@ def ctrl_c_twice(make_run, when, monkeypatch, stop_grace: float, first_did: str)
 def test_a_second_ctrl_c_within_a_short_grace_still_kills_at_once(make_run, when, monkeypatch):
     job, _ = ctrl_c_twice(make_run, when, monkeypatch, 1, "node-stopping")
     assert said_lines(job, "interrupted again") == ["[orchestrate] interrupted again: killing every node now"]
-    events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
+    events = read_events(job.run_dir)
     stopping, killed = (next(e["time"] for e in events if e["event"] == kind) for kind in ("node-stopping", "node-killed"))
     assert killed - stopping < 1.0  # at the second Ctrl-C, not when the grace ran out
 
@@ -256,8 +256,7 @@ def test_a_node_removed_from_elsewhere_is_not_said_killed_and_does_not_stop_the_
     result = job.run()
     assert signals_to(client, "ddp-test-run-node1-1")[:1] == ["SIGTERM"]  # it was asked: the engine said gone
     assert signals_to(client, "ddp-test-run-node0-1") == ["SIGTERM", "SIGKILL"]  # the others stopped all the same
-    killed = [e["node"] for e in map(json.loads, (job.run_dir / "events.jsonl").read_text().splitlines())
-              if e["event"] == "node-killed"]
+    killed = [e["node"] for e in read_events(job.run_dir) if e["event"] == "node-killed"]
     assert killed == ["node0"]
     assert result.exit_code == 130 and FakeCompose.instances[-1].calls == ["up", "down"]
 

@@ -9,6 +9,7 @@ import pytest
 from orchestrate.errors import OrchestrateError
 import orchestrate.launch.teardown as teardown_steps
 from orchestrate.launch.teardown import tear_down_and_record
+from orchestrate.outcome.events import read_events
 from orchestrate.outcome.model import RunResult, Timings
 from tests.unit.test_report import plan, started
 
@@ -62,8 +63,7 @@ def test_a_failed_teardown_is_recorded_and_the_page_still_written(tmp_path, monk
 
 
 def last_event(run_dir, kind: str) -> dict:
-    found = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    entry = [e for e in found if e["event"] == kind][-1]
+    entry = [e for e in read_events(run_dir) if e["event"] == kind][-1]
     return {k: v for k, v in entry.items() if k not in ("time", "event")}
 
 
