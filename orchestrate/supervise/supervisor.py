@@ -37,7 +37,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.engine.runs import STOP_EXIT_CODES, StopRequest, read_stop_request
+from orchestrate.engine.runs import STOP_EXIT_CODES, StopRequest, read_stop_request, unpause_if_paused
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
@@ -581,8 +581,8 @@ class Supervisor:
             except (*engine_errors(), EngineError) as exc:  # it ended meanwhile
                 log.debug("SIGCONT to rank %s before SIGTERM: %s", tracker.result.culprit_rank, exc)
         try:
-            if tracker.container.status == "paused":  # as of the last inspection (a hung node's: just now)
-                tracker.container.unpause()
+            if tracker.container.status == "paused":  # as of the last inspection: unpaused since is no error
+                unpause_if_paused(tracker.container)
             tracker.container.kill(signal=signal_name)
             return True
         except engine_errors() as exc:

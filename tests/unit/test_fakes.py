@@ -36,8 +36,6 @@ def test_pause_unpause_exec_and_remove_in_the_wrong_state_are_409s(tmp_path):
     with pytest.raises(docker.errors.APIError, match="already paused"):
         node.pause()
     with pytest.raises(docker.errors.APIError, match="is paused"):
-        node.kill(signal="SIGTERM")  # a frozen process gets no SIGTERM: unpause first
-    with pytest.raises(docker.errors.APIError, match="is paused"):
         client.api.exec_create(node.id, ["true"])
     with pytest.raises(docker.errors.APIError) as running:
         node.remove()
@@ -63,6 +61,22 @@ def test_stop_waits_its_timeout_for_a_process_that_ignores_sigterm_then_kills(tm
     polite.stop(timeout=5)
     assert time.monotonic() - began < 1 and polite.exit_code == 143
     assert [line for _, line in polite.log] == ["[0|0]:saving"]
+
+
+def test_a_signal_to_a_paused_container_resumes_it_as_the_engine_does(tmp_path):
+    # moby 20.10.24, measured: `docker kill -s USR1` of a paused container records kill then
+    # unpause, and `docker stop` of one whose process traps SIGTERM exits at once with its code
+    client, [killed, stopped] = started(tmp_path, Script(hang=True, on_sigterm=["[0|0]:saving"]), nodes=2)
+    killed.pause()
+    killed.kill(signal="SIGTERM")
+    assert (killed.status, killed.exit_code) == ("exited", 143)
+    actions = [e["Action"] for e in client.history if e["Actor"]["Attributes"]["name"] == killed.name]
+    assert actions[-4:] == ["pause", "kill", "unpause", "die"]
+    stopped.pause()
+    began = time.monotonic()
+    stopped.stop(timeout=5)
+    assert time.monotonic() - began < 1 and (stopped.status, stopped.exit_code) == ("exited", 143)
+    assert [line for _, line in stopped.log] == ["[0|0]:saving"]
 
 
 def test_list_shows_the_live_unless_all_and_events_since_replay_the_past(tmp_path):

@@ -571,6 +571,42 @@ def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_un
     assert killed - stopping >= 0.95  # never before the grace
 
 
+def test_a_node_seen_paused_but_unpaused_elsewhere_meanwhile_still_gets_its_sigterm(make_run):
+    # The supervisor knows a node's status as of its last look. Another command (a `fault RUN`
+    # undoing its pause) unpaused node1 after that, and before the Ctrl-C: the engine answers the
+    # stop's unpause with 409 (not paused), and the SIGTERM must go all the same, not wait out
+    # the grace for a SIGKILL.
+    job = make_run(nodes=2, stop_grace=30)
+    client = FakeDockerClient()
+    names: dict[str, str] = {}
+
+    def pause_then_interrupt() -> None:
+        deadline = time.monotonic() + 10
+        while job.out.getvalue().count("training") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        names.update({c.labels.get(COMPOSE_SERVICE_LABEL): c.name for c in client.containers_by_name.values()})
+        node = client.containers_by_name[names["node1"]]
+        node.pause()
+        ours = node.unpause
+
+        def unpaused_elsewhere_first() -> None:
+            ours()  # the other command's, between our look and our unpause
+            ours()  # ours: 409
+        node.unpause = unpaused_elsewhere_first
+        _thread.interrupt_main()
+
+    began = time.monotonic()
+    outcome, text, _ = run(
+        job, client, node0=[Script(["[0|0]:training"], hang=True)],
+        node1=[Script(["[1|0]:training"], hang=True, then=pause_then_interrupt,
+                      on_sigterm=["[1|0]:saved on SIGTERM"])])
+    assert outcome.interrupted and outcome.exit_code == 130
+    assert [call[2] if len(call) > 2 else "SIGKILL" for call in client.calls
+            if call[0] == "kill" and call[1] == names["node1"]] == ["SIGTERM"]
+    assert "saved on SIGTERM" in text
+    assert time.monotonic() - began < 20  # not the 30 s grace
+
+
 def test_keep_leaves_the_run_in_the_engine(make_run):
     job = make_run(nodes=1, keep=True)
     outcome, text, compose = run(job, FakeDockerClient())
