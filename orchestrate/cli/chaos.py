@@ -64,7 +64,7 @@ def add_parsers(sub: Any) -> None:
     check.add_argument("--max-steps-redone", type=argparse_type(non_negative_int, "--max-steps-redone"),
                        default=None, metavar="N",
                        help="fail a trial whose attempts redid more than N training steps in all (default: no bound)")
-    chaos.set_defaults(handler=command)
+    chaos.set_defaults(handler=command, takes_target=True)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:

@@ -62,7 +62,7 @@ def add_parsers(sub: Any) -> None:
                             help="also write a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)")
     kubernetes.add_argument("--runtime", default="torch-distributed",
                             help="the TrainJob's ClusterTrainingRuntime (default: torch-distributed)")
-    export.set_defaults(handler=command)
+    export.set_defaults(handler=command, takes_target=True)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:

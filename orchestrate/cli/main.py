@@ -52,13 +52,24 @@ def build_parser() -> OneLineParser:
     return parser
 
 
+def unrecognized(args: Any, unknown: list[str]) -> str:
+    """What argparse says of arguments it does not know, and, for a command's job given without
+    its ``--`` (``run --nodes 2 train.py``), where they go."""
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    if getattr(args, "takes_target", False) and not unknown[0].startswith("-"):
+        message += f"; the job goes after --, as in: python -m orchestrate {args.command} [OPTIONS] -- {' '.join(unknown)}"
+    return message
+
+
 def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client: Any = None) -> int:
     """Run the command line and return its exit code (see the module's text); ``client`` is
     the engine to use (default: the environment's, connected when a command needs it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, target = split_target(argv)
     parser = build_parser()
-    args = parser.parse_args(options)
+    args, unknown = parser.parse_known_args(options)
+    if unknown:
+        parser.error(unrecognized(args, unknown))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handler = getattr(args, "handler", None)

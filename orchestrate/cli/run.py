@@ -36,11 +36,11 @@ def add_parsers(sub: Any) -> None:
                      help="print the plan (nodes, ranks, commands) and exit; starts nothing, asks the engine at"
                           " most which GPUs it has")
     add_options(run, [OPTIONS_BY_DEST["no_build"], OPTIONS_BY_DEST["detach"]])
-    run.set_defaults(handler=command_run)
+    run.set_defaults(handler=command_run, takes_target=True)
     plan = sub.add_parser("plan", help="print the plan of a run without starting anything",
                           description="Print nodes, ranks and torchrun commands of a run.")
     add_job_options(plan)
-    plan.set_defaults(handler=command_plan)
+    plan.set_defaults(handler=command_plan, takes_target=True)
 
 
 def command_run(args: argparse.Namespace, inv: Invocation) -> int:

@@ -65,6 +65,22 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args, said", [
+    (["run", "--nodes", "2", "train.py", "--epochs", "3"], "unrecognized arguments: train.py --epochs 3; the job"
+     " goes after --, as in: python -m orchestrate run [OPTIONS] -- train.py --epochs 3"),
+    (["chaos", "--faults", "1", "-m"], "unrecognized arguments: -m"),  # an option of its own: no job to move
+    (["export", "--to", "slurm", "train.py"], "unrecognized arguments: train.py; the job goes after --, as in:"
+     " python -m orchestrate export [OPTIONS] -- train.py"),
+    (["run", "--bogus"], "unrecognized arguments: --bogus"),
+    (["ps", "extra"], "unrecognized arguments: extra"),  # ps runs no job
+])
+def test_a_job_given_without_its_double_dash_is_told_where_it_goes(args, said, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"python -m orchestrate: error: {said} (see --help)\n"
+
+
 def test_unreachable_engine_is_one_line_and_exit_2(tmp_path):
     proc = orchestrate("run", "--runs-dir", str(tmp_path),
                        env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
