@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal as signals
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,6 +66,11 @@ def conflict(message: str, status: int = 409) -> BaseException:
     response = requests.Response()
     response.status_code = status
     return docker.errors.APIError(message, response=response, explanation=message)
+
+
+def signal_number(name: str) -> str:
+    """A signal as the engine's kill event names it: its number (``SIGKILL``: "9")."""
+    return str(int(getattr(signals, name)))
 
 
 class FakeEventStream:
@@ -198,7 +204,7 @@ class FakeContainer:
             raise docker.errors.NotFound(f"No such container: {self.id}")
         if self.status not in ("running", "paused"):
             raise conflict(f"Container {self.name} is not running")
-        self.client.emit(self, "kill", signal=signal)
+        self.client.emit(self, "kill", signal=signal_number(signal))
         self.resume_for_signal()
         if self.script.unkillable:
             return
@@ -231,7 +237,7 @@ class FakeContainer:
         self.client.maybe_fail("stop")
         if self.status not in ("running", "paused"):
             return
-        self.client.emit(self, "kill", signal="SIGTERM")
+        self.client.emit(self, "kill", signal=signal_number("SIGTERM"))
         self.resume_for_signal()
         if not (self.script.ignore_sigterm or self.script.unkillable):
             self.killed.set()
@@ -296,8 +302,13 @@ class FakeContainer:
         if self.status in ("running", "paused") and not force:
             raise conflict(f"You cannot remove a running container {self.id}. Stop the container before attempting"
                            " removal or force remove")
+        if self.status in ("running", "paused"):  # `rm -f`: as the engine records it, kill 9, die 137, destroy
+            self.client.emit(self, "kill", signal=signal_number("SIGKILL"))
+            self.killed.set()
+            self.exit(137)
         self.killed.set()
         self.client.containers_by_name.pop(self.name, None)
+        self.client.emit(self, "destroy")
 
     def logs(self, stream: bool = False, follow: bool = False, timestamps: bool = False,
              since: Optional[float] = None) -> Any:

@@ -79,6 +79,19 @@ def test_a_signal_to_a_paused_container_resumes_it_as_the_engine_does(tmp_path):
     assert [line for _, line in stopped.log] == ["[0|0]:saving"]
 
 
+def test_a_forced_remove_of_a_live_container_kills_it_as_the_engine_records_it(tmp_path):
+    # moby 20.10.24, measured: `docker rm -f` of a running or a paused container records kill
+    # (signal 9), die (exit code 137), destroy
+    client, nodes = started(tmp_path, nodes=2)
+    nodes[1].pause()
+    for node in nodes:
+        node.remove(force=True)
+        assert (node.status, node.exit_code) == ("exited", 137) and node.name not in client.containers_by_name
+        events = [e for e in client.history if e["Actor"]["Attributes"]["name"] == node.name][-3:]
+        assert [(e["Action"], e["Actor"]["Attributes"].get("signal"), e["Actor"]["Attributes"].get("exitCode"))
+                for e in events] == [("kill", "9", None), ("die", None, "137"), ("destroy", None, None)]
+
+
 def test_list_shows_the_live_unless_all_and_events_since_replay_the_past(tmp_path):
     client, [done, live] = started(tmp_path, nodes=2)
     done.kill()
