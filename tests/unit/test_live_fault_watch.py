@@ -1,0 +1,161 @@
+"""The supervisor's side of ``fault RUN``: the notes another terminal leaves, read as they come,
+said, recorded once each, and blamed on the node they hit for as long as they last (the judge, the
+restart policy and the hang watch read that blame)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from orchestrate.outcome.events import EVENTS_FILE
+from orchestrate.outcome.model import FaultRecord
+from orchestrate.plan.layout import LIVE_FAULTS_FILE
+from orchestrate.supervise.api import RunSpec
+from orchestrate.supervise.live_faults import LIVE_HOLD_MARGIN_S, LiveFaultWatch
+from tests.fakes import FakeDockerClient
+from tests.unit.test_supervisor_collaborators import Recorder, node_container, tracker_for
+
+SAID = "fault injected by `python -m orchestrate fault`: "
+
+
+class Watched:
+    """A 2-node run's watch (rank 0 on node0, rank 1 on node1), begun ``STARTED_S`` before now,
+    whose workers have reported step 7; the notes are written as ``fault`` writes them."""
+
+    STARTED_S = 3.0
+
+    def __init__(self, make_job, tmp_path) -> None:
+        self.now = float(int(time.time()))  # whole seconds: the times below add up exactly
+        self.run_dir = tmp_path
+        self.recorder = Recorder()
+        client = FakeDockerClient()
+        plan = make_job(nodes=2)
+        self.trackers = {f"node{i}": tracker_for(plan, i, node_container(client, "r", f"node{i}"), tmp_path)
+                         for i in range(2)}
+        self.watch = LiveFaultWatch(RunSpec("r", "ddp-r", tmp_path, ()), self.trackers, self.now - self.STARTED_S,
+                                    lambda: 7, self.recorder.say, self.recorder.record)
+
+    def note(self, fault_id: str, at_s: float, spec: str, node: str, phase: str, error: str = "") -> None:
+        """A note ``at_s`` seconds from now, then the watch's poll."""
+        entry = {"id": fault_id, "time": self.now + at_s, "spec": spec, "node": node, "phase": phase,
+                 **({"error": error} if error else {})}
+        with open(self.run_dir / LIVE_FAULTS_FILE, "a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+        self.watch.poll()
+
+    def blame(self, node: str) -> tuple[str, object]:
+        result = self.trackers[node].result
+        return result.fault, result.culprit_rank
+
+
+@pytest.fixture
+def watched(make_job, tmp_path) -> Watched:
+    return Watched(make_job, tmp_path)
+
+
+def test_a_fault_with_an_end_is_blamed_from_its_start_held_with_a_margin_and_let_go_at_its_end(watched):
+    spec = "pause:node1@t=2..7"
+    watched.note("a", 0.0, spec, "node1", "doing")
+    assert watched.blame("node1") == (spec, None)  # as it begins: the node's silence never comes before its cause
+    assert watched.recorder.said == [] and not watched.watch.holding
+    watched.note("a", 0.5, spec, "node1", "done")  # timed from when it began
+    assert watched.recorder.said == [SAID + f"{spec} (3.0 s into the job, at step 7)"]
+    assert watched.recorder.events == [("fault", {"node": "node1", "spec": spec, "action": "pause", "step": 7,
+                                                  "by": "fault", "fault_id": "a", "time": watched.now})]
+    assert watched.watch.held == {"a": watched.now + 5.0 + LIVE_HOLD_MARGIN_S} and watched.watch.holding
+    watched.note("a", 5.0, spec, "node1", "ended")
+    assert not watched.watch.holding and watched.blame("node1") == ("", None)
+    assert watched.recorder.said[-1] == f"fault ended by `python -m orchestrate fault`: {spec} on node1"
+    assert watched.recorder.events[-1] == ("fault-ended", {"node": "node1", "spec": spec, "action": "pause",
+                                                           "by": "fault", "fault_id": "a", "time": watched.now + 5})
+    assert watched.watch.records(7) == [FaultRecord(spec, "node1", True, 3.0, 7, ended_s=8.0, fired_time=watched.now)]
+    assert watched.blame("node0") == ("", None)
+
+
+def test_a_held_fault_whose_end_never_came_is_let_go_after_its_margin_and_only_it(watched):
+    # the `fault` process was killed: no end is noted, and the hang watch must count again
+    for fault_id, began_s in (("gone", -(5.0 + LIVE_HOLD_MARGIN_S) - 1), ("live", -(5.0 + LIVE_HOLD_MARGIN_S) + 2)):
+        watched.note(fault_id, began_s, "pause:node1@t=2..7", "node1", "doing")
+        watched.note(fault_id, began_s, "pause:node1@t=2..7", "node1", "done")
+    assert list(watched.watch.held) == ["live"] and watched.watch.holding
+
+
+def test_a_refused_fault_is_said_with_its_error_unblamed_and_never_counted_as_done(watched):
+    watched.note("b", 1.0, "disconnect:node0", "node0", "doing")
+    assert watched.blame("node0") == ("disconnect:node0", None)
+    error = "the engine refused: " + "x" * 600
+    watched.note("b", 1.5, "disconnect:node0", "node0", "failed", error)
+    assert watched.blame("node0") == ("", None) and watched.watch.doing == {}
+    assert watched.recorder.said == [f"fault from `python -m orchestrate fault` not done: disconnect:node0: {error}"]
+    assert watched.recorder.events == [("fault-failed", {"node": "node0", "spec": "disconnect:node0",
+                                                         "error": error[:500], "by": "fault", "fault_id": "b",
+                                                         "time": watched.now + 1.5})]
+    assert watched.watch.records(7) == []
+
+
+def test_a_rank_fault_noted_once_done_blames_its_rank(watched):
+    watched.note("c", 2.0, "kill-rank:1", "node1", "done")
+    assert watched.blame("node1") == ("kill-rank:1", 1)
+    assert watched.recorder.events == [("fault", {"node": "node1", "spec": "kill-rank:1", "action": "kill-rank",
+                                                  "step": 7, "rank": 1, "by": "fault", "fault_id": "c",
+                                                  "time": watched.now + 2})]
+    assert watched.recorder.said == [SAID + "kill-rank:1 (5.0 s into the job, at step 7, on node1)"]
+    assert not watched.watch.holding
+
+
+def test_a_fault_done_to_a_nodes_earlier_container_is_not_the_restarted_nodes(watched):
+    restarted = watched.trackers["node1"]
+    restarted.first_started, restarted.latest_start = watched.now - 60, watched.now + 10
+    watched.note("old", 9.0, "kill-rank:1", "node1", "done")
+    assert watched.blame("node1") == ("", None)
+    watched.note("new", 10.0, "hang-rank:1", "node1", "done")  # at the restart's own time: the new node's
+    assert watched.blame("node1") == ("hang-rank:1", 1)
+    fresh = watched.trackers["node0"]
+    fresh.first_started = watched.now + 20  # no restart: its first start counts
+    watched.note("early", 19.0, "pause:node0", "node0", "doing")
+    assert watched.blame("node0") == ("", None)
+    assert [r.spec for r in watched.watch.records(7)] == ["kill-rank:1", "hang-rank:1", "pause:node0"]  # all done
+
+
+def test_a_torn_write_is_recorded_but_blamed_only_once_it_tears(watched):
+    watched.note("d", 1.0, "torn-write:node0", "node0", "doing")
+    watched.note("d", 1.0, "torn-write:node0", "node0", "done")
+    assert watched.blame("node0") == ("", None)
+    assert [kind for kind, _ in watched.recorder.events] == ["fault"]
+
+
+def test_the_end_of_a_fault_gives_the_node_back_the_blame_that_still_stands(watched):
+    watched.note("slow", 1.0, "slow:node1", "node1", "done")
+    watched.note("hang", 2.0, "hang-rank:1", "node1", "done")
+    assert watched.blame("node1") == ("hang-rank:1", 1)
+    watched.note("hang", 3.0, "hang-rank:1", "node1", "ended")
+    assert watched.blame("node1") == ("slow:node1,cpus=0.25", None)  # the rank is no longer the culprit
+    watched.note("hang", 3.0, "hang-rank:1", "node1", "ended")  # a second end: nothing is blamed on it
+    assert watched.blame("node1") == ("slow:node1,cpus=0.25", None)
+    watched.trackers["node1"].result.fault = "kill:node1@t=9"  # the run's own fault, since
+    watched.note("slow", 4.0, "slow:node1", "node1", "ended")
+    assert watched.blame("node1") == ("kill:node1@t=9", None)  # not a live fault's to take back
+
+
+def test_an_attach_reading_the_notes_again_says_them_but_records_each_once(watched):
+    with open(watched.run_dir / EVENTS_FILE, "w") as handle:  # what the launcher recorded of fault "a"
+        handle.write(json.dumps({"event": "fault", "time": watched.now, "by": "fault", "fault_id": "a"}) + "\n")
+        handle.write(json.dumps({"event": "fault", "time": watched.now, "by": "run", "fault_id": "e"}) + "\n")
+    watched.note("a", 0.0, "pause:node1", "node1", "done")
+    watched.note("e", 1.0, "pause:node0", "node0", "done")
+    watched.note("e", 1.0, "pause:node0", "node0", "done")  # the same note twice (read again)
+    assert len(watched.recorder.said) == 3
+    assert [(kind, fields["fault_id"]) for kind, fields in watched.recorder.events] == [("fault", "e")]
+
+
+def test_a_note_of_another_node_is_ignored_and_one_before_the_watch_began_has_no_time_in_the_job(watched):
+    watched.note("x", 0.0, "pause:node7", "node7", "done")
+    assert watched.recorder.said == [] and watched.watch.records(7) == []
+    watched.note("f", -4.0, "pause:node0", "node0", "done")  # an `attach` reads every note from the first
+    assert watched.watch.records(7) == [FaultRecord("pause:node0", "node0", True, None, None,
+                                                    fired_time=watched.now - 4)]
+    assert watched.recorder.said == [SAID + "pause:node0"]
+    watched.note("g", 1.0, "pause:node1", "node1", "doing")  # its `fault` ended before the engine answered
+    assert watched.watch.records(7)[-1] == FaultRecord("pause:node1", "node1", True, 4.0, fired_time=watched.now + 1,
+                                                       detail="`fault` ended before the engine answered")
