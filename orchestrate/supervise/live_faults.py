@@ -86,8 +86,7 @@ class LiveFaultWatch:
                 self.blame(tracker, note)
             return
         if note.phase == "failed":  # noted as it began, then refused: `fault` said so, and it was not done
-            self.doing.pop(note.id, None)
-            self.held.pop(note.id, None)
+            self.doing.pop(note.id, None)  # None: its "doing" line was not a note (logged as such)
             self.unblame(tracker, note)
             self.say(f"fault from `python -m orchestrate fault` not done: {spec}: {note.error}")
             self.record_once(note, "fault-failed", node=node, spec=spec, error=note.error[:500])
@@ -105,7 +104,7 @@ class LiveFaultWatch:
         fired = FaultRecord(spec, node, True, elapsed, self.max_step() if elapsed is not None else None,
                             fired_time=began.time)
         self.done[note.id] = fired
-        if note.spec.has_end and note.spec.until_seconds is not None:
+        if note.spec.until_seconds is not None:  # `fault RUN` takes no end at a step
             held_s = note.spec.until_seconds - (note.spec.at_seconds or 0.0)
             self.held[note.id] = began.time + held_s + LIVE_HOLD_MARGIN_S
         if current and began is note:  # a rank fault, noted once done

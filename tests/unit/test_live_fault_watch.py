@@ -75,10 +75,11 @@ def test_a_fault_with_an_end_is_blamed_from_its_start_held_with_a_margin_and_let
 
 def test_a_held_fault_whose_end_never_came_is_let_go_after_its_margin_and_only_it(watched):
     # the `fault` process was killed: no end is noted, and the hang watch must count again
-    for fault_id, began_s in (("gone", -(5.0 + LIVE_HOLD_MARGIN_S) - 1), ("live", -(5.0 + LIVE_HOLD_MARGIN_S) + 2)):
-        watched.note(fault_id, began_s, "pause:node1@t=2..7", "node1", "doing")
-        watched.note(fault_id, began_s, "pause:node1@t=2..7", "node1", "done")
-    assert list(watched.watch.held) == ["live"] and watched.watch.holding
+    began = {"gone": -(5.0 + LIVE_HOLD_MARGIN_S) - 1, "live": -(5.0 + LIVE_HOLD_MARGIN_S) + 2}
+    for fault_id, began_s in began.items():
+        watched.note(fault_id, began_s, "pause:node1@t=0..5", "node1", "doing")
+        watched.note(fault_id, began_s, "pause:node1@t=0..5", "node1", "done")
+    assert watched.watch.held == {"live": watched.now + began["live"] + 5.0 + LIVE_HOLD_MARGIN_S}
 
 
 def test_a_refused_fault_is_said_with_its_error_unblamed_and_never_counted_as_done(watched):
@@ -92,6 +93,14 @@ def test_a_refused_fault_is_said_with_its_error_unblamed_and_never_counted_as_do
                                                          "error": error[:500], "by": "fault", "fault_id": "b",
                                                          "time": watched.now + 1.5})]
     assert watched.watch.records(7) == []
+
+
+def test_a_refusal_whose_beginning_could_not_be_read_is_still_said(watched):
+    with open(watched.run_dir / LIVE_FAULTS_FILE, "a") as handle:
+        handle.write('{"id": "b", "phase": "doing", "spec": "disconnect:node0", "node": "node0", "ti\n')  # torn
+    watched.note("b", 1.5, "disconnect:node0", "node0", "failed", "refused")
+    assert watched.recorder.said == ["fault from `python -m orchestrate fault` not done: disconnect:node0: refused"]
+    assert watched.blame("node0") == ("", None) and watched.watch.records(7) == []
 
 
 def test_a_rank_fault_noted_once_done_blames_its_rank(watched):
@@ -116,6 +125,27 @@ def test_a_fault_done_to_a_nodes_earlier_container_is_not_the_restarted_nodes(wa
     watched.note("early", 19.0, "pause:node0", "node0", "doing")
     assert watched.blame("node0") == ("", None)
     assert [r.spec for r in watched.watch.records(7)] == ["kill-rank:1", "hang-rank:1", "pause:node0"]  # all done
+
+
+def test_the_end_of_a_fault_gives_back_only_blame_for_the_nodes_current_container(watched):
+    # node1: a slow fault before its restart, a rank fault at the restart's own time, a pause after
+    restarted = watched.trackers["node1"]
+    restarted.first_started = watched.now - 60
+    watched.note("before", 1.0, "slow:node1", "node1", "done")
+    restarted.latest_start = watched.now + 5
+    watched.note("at", 5.0, "kill-rank:1", "node1", "done")
+    watched.note("after", 6.0, "pause:node1", "node1", "doing")
+    watched.note("after", 6.0, "pause:node1", "node1", "done")
+    watched.note("after", 8.0, "pause:node1", "node1", "ended")
+    assert watched.blame("node1") == ("kill-rank:1", 1)  # its rank the culprit again
+    # node0: its only earlier blame is the earlier container's, so nothing is given back
+    other = watched.trackers["node0"]
+    other.first_started = watched.now - 60
+    watched.note("old", 1.0, "slow:node0", "node0", "done")
+    other.latest_start = watched.now + 5
+    watched.note("new", 6.0, "pause:node0", "node0", "doing")
+    watched.note("new", 8.0, "pause:node0", "node0", "ended")
+    assert watched.blame("node0") == ("", None)
 
 
 def test_a_torn_write_is_recorded_but_blamed_only_once_it_tears(watched):
@@ -152,10 +182,13 @@ def test_an_attach_reading_the_notes_again_says_them_but_records_each_once(watch
 def test_a_note_of_another_node_is_ignored_and_one_before_the_watch_began_has_no_time_in_the_job(watched):
     watched.note("x", 0.0, "pause:node7", "node7", "done")
     assert watched.recorder.said == [] and watched.watch.records(7) == []
+    watched.note("s", -Watched.STARTED_S, "pause:node1", "node1", "done")  # as the watch began: 0 s into the job
+    assert watched.watch.records(7) == [FaultRecord("pause:node1", "node1", True, 0.0, 7, fired_time=watched.now - 3)]
+    watched.watch.done.clear()
     watched.note("f", -4.0, "pause:node0", "node0", "done")  # an `attach` reads every note from the first
     assert watched.watch.records(7) == [FaultRecord("pause:node0", "node0", True, None, None,
                                                     fired_time=watched.now - 4)]
-    assert watched.recorder.said == [SAID + "pause:node0"]
+    assert watched.recorder.said[-1] == SAID + "pause:node0"
     watched.note("g", 1.0, "pause:node1", "node1", "doing")  # its `fault` ended before the engine answered
     assert watched.watch.records(7)[-1] == FaultRecord("pause:node1", "node1", True, 4.0, fired_time=watched.now + 1,
                                                        detail="`fault` ended before the engine answered")
