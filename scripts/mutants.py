@@ -60,7 +60,7 @@ MUTANTS = [
     Mutant("kill sends no SIGKILL", "orchestrate/supervise/supervisor.py",
            'if self.signal(tracker, "SIGKILL"):', "if False:", SUPERVISOR),
     Mutant("a paused node is signalled without being unpaused", "orchestrate/supervise/supervisor.py",
-           "                tracker.container.unpause()\n", "                pass\n", SUPERVISOR),
+           "                unpause_if_paused(tracker.container)\n", "                pass\n", SUPERVISOR),
     Mutant("SIGKILL never follows the grace", "orchestrate/supervise/supervisor.py",
            "            if now >= at:\n", "            if False:\n", SUPERVISOR),
     Mutant("SIGKILL comes at once, not after the grace", "orchestrate/supervise/supervisor.py",
