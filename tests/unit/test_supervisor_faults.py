@@ -1,0 +1,173 @@
+"""The run's own faults as the supervisor does them, on the fake engine: storage faults armed for
+a node's workers at their step and what the supervisor does when a worker meets one (a torn
+write's node killed as a crash mid-save, a full disk said), faults with an end undone, a preempt's
+SIGKILL after the stop grace, and the record of faults that never fired. The workers' side (the
+file cut at a byte, ENOSPC) is in test_storage_faults.py; here a node's script writes what a
+worker records."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.faults import storage
+from orchestrate.faults.live_notes import new_fault_id, note_live_fault
+from orchestrate.node.storage_faults import EVENTS_FILE
+from orchestrate.outcome.events import read_events
+from tests.fakes import FakeDockerClient, Script
+from tests.unit.test_launcher import progress_writer, run
+
+NODE0, NODE1 = "ddp-test-run-node0-1", "ddp-test-run-node1-1"
+
+
+def wait_for(condition, what: str, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.01)
+    return found
+
+
+def met(job, kind: str, node: str, rank: int, file: str, key: str = "", **cut) -> None:
+    """What a worker of ``node`` records when it meets the storage fault armed for it (the first
+    listed, or ``key``)."""
+    progress = job.run_dir / "progress"
+    if not key:
+        key = wait_for(lambda: storage.armed(progress), "the fault armed")[0]["key"]
+    with open(progress / EVENTS_FILE, "a") as handle:
+        handle.write(json.dumps({"kind": kind, "key": key, "node": node, "file": file, "rank": rank, **cut}) + "\n")
+
+
+def test_a_torn_write_is_armed_at_its_step_over_the_last_save_said_where_it_cut_and_its_node_killed(make_run):
+    fault = "torn-write:node1@step=2"
+    job = make_run(nodes=2, faults=(parse_fault(fault),))
+    client = FakeDockerClient()
+
+    def save_then_tear() -> None:
+        saved = Path(job.request.workdir) / "ckpt" / "step-1.pt"  # just before the fault's step
+        saved.parent.mkdir()
+        saved.write_bytes(b"saved")
+        progress_writer(job, 1, range(1, 3))()  # a worker holds at a fault's step until it is done
+        met(job, "torn-write", "node1", 1, "ckpt/step-2.pt", byte=10, size=100)
+
+    outcome, text, _ = run(
+        job, client, node0=[Script(["[0|0]:training"], after_when=lambda: ("kill", NODE1) in client.calls,
+                                   after=["[0|0]:peer lost"], exit_code=1)],
+        node1=[Script(["[1|0]:training"], then=save_then_tear, hang=True)])
+    cut = "rank 1's write of ckpt/step-2.pt was cut at byte 10 of 100"
+    assert (f"{fault}: armed on node1's workers, files 'ckpt/*' of the work directory: the next write is cut short,"
+            " and the node killed") in text
+    assert f"{fault}: {cut}" in text and "killing node1: a crash in the middle of the save" in text
+    assert [c for c in client.calls if c[0] == "kill" and c[1] == NODE1] == [("kill", NODE1)]  # SIGKILL, once
+    assert storage.armed(job.run_dir / "progress") == []  # torn once: disarmed
+    [event] = [e for e in read_events(job.run_dir) if e["event"] == "storage-fault"]
+    assert {k: v for k, v in event.items() if k != "time"} == {
+        "event": "storage-fault", "node": "node1", "spec": fault, "storage": "torn-write", "file": "ckpt/step-2.pt",
+        "rank": 1, "byte": 10, "size": 100}
+    [record] = outcome.faults
+    assert (record.spec, record.fired, record.step, record.detail) == (fault, True, 2, cut)
+    assert {r.node.name: r.fault for r in outcome.results}["node1"] == fault
+
+
+def test_a_full_disk_is_blamed_from_its_step_said_and_its_node_left_to_fail_by_itself(make_run):
+    fault = "disk-full:node0@step=2"
+    job = make_run(nodes=2, faults=(parse_fault(fault),))
+    client = FakeDockerClient()
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=lambda: (progress_writer(job, 0, range(1, 4))(),
+                                                        met(job, "disk-full", "node0", 0, "out.pt")),
+                      after_when=lambda: "no space left" in job.out.getvalue(),
+                      after=["[0|0]:OSError: [Errno 28] No space left on device"], exit_code=1)],
+        node1=[Script(["[1|0]:training"], after_when=lambda: "node0 failed" in job.out.getvalue(), exit_code=1)])
+    assert (f"{fault}: armed on node0's workers, files '*' of the work directory: writes fail with ENOSPC"
+            in text)
+    assert f"{fault}: rank 0's write to out.pt failed: no space left on device (ENOSPC)" in text
+    assert "killing node0" not in text and [c for c in client.calls if c[0] == "kill" and c[1] == NODE0] == []
+    assert {r.node.name: r.fault for r in outcome.results}["node0"] == fault  # blamed from its step
+    assert outcome.failure.node == "node0"
+
+
+def test_faults_with_an_end_are_undone_and_their_blame_goes_with_them(make_run):
+    disk, slow = "disk-full:node0@step=2..3", "slow:node1,cpus=0.25@step=2..3"
+    job = make_run(nodes=2, faults=(parse_fault(disk), parse_fault(slow)))
+    client = FakeDockerClient()
+
+    def ended() -> bool:  # the quota given back, the disk no longer full
+        updates = [c for c in client.calls if c[0] == "update" and c[1] == NODE1]
+        return len(updates) == 2 and storage.armed(job.run_dir / "progress") == []
+
+    def steps_held_at_the_faults() -> None:
+        progress_writer(job, 0, range(1, 3))()
+        wait_for(lambda: storage.armed(job.run_dir / "progress"), "the disk full")
+        progress_writer(job, 0, range(3, 5))()
+
+    outcome, text, _ = run(
+        job, client, node0=[Script(["[0|0]:training"], then=steps_held_at_the_faults, after_when=ended,
+                                   after=["[0|0]:done"])],
+        node1=[Script(["[1|0]:training"], after_when=ended, after=["[1|0]:done"])])
+    assert ended() and outcome.succeeded, text
+    assert {r.node.name: (r.fault, r.culprit_rank) for r in outcome.results} == {"node0": ("", None),
+                                                                                  "node1": ("", None)}
+    assert [(r.spec, r.fired, r.step) for r in outcome.faults] == [(disk, True, 2), (slow, True, 2)]
+
+
+def test_a_storage_fault_armed_from_another_terminal_is_named_by_its_kind_and_its_torn_node_killed(make_run):
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    armed: list[str] = []
+
+    def armed_by_fault_run_then_torn() -> None:
+        armed.append(storage.arm(job.run_dir / "progress", parse_fault("torn-write:node1"), "node1", "*"))
+        met(job, "torn-write", "node1", 1, "model.pt", key=armed[0], byte=0, size=8)
+
+    outcome, text, _ = run(
+        job, client, node0=[Script(["[0|0]:training"], after_when=lambda: ("kill", NODE1) in client.calls,
+                                   exit_code=1)],
+        node1=[Script(["[1|0]:training"], then=armed_by_fault_run_then_torn, hang=True)])
+    assert "torn-write:node1: rank 1's write of model.pt was cut at byte 0 of 8" in text
+    assert ("kill", NODE1) in client.calls
+    assert [f["key"] for f in storage.armed(job.run_dir / "progress")] == armed  # `fault RUN`'s to disarm
+    assert {r.node.name: r.fault for r in outcome.results}["node1"] == "torn-write:node1"
+
+
+def test_a_preempt_sends_sigterm_at_its_step_and_sigkill_only_after_the_stop_grace(make_run):
+    fault = "preempt:node1@step=2"
+    job = make_run(nodes=2, faults=(parse_fault(fault),), stop_grace=1)
+    client = FakeDockerClient()
+    outcome, _, _ = run(
+        job, client, node0=[Script(["[0|0]:training"], then=progress_writer(job, 0, range(1, 4)),
+                                   after_when=lambda: ("kill", NODE1) in client.calls, exit_code=1)],
+        node1=[Script(["[1|0]:training"], hang=True, ignore_sigterm=True)])
+    sent = [c[2] if len(c) > 2 else "SIGKILL" for c in client.calls if c[0] == "kill" and c[1] == NODE1]
+    assert sent == ["SIGTERM", "SIGKILL"]
+    events = read_events(job.run_dir)
+    preempted = next(e["time"] for e in events if e["event"] == "fault" and e.get("spec") == fault)
+    killed = next(e["time"] for e in events if e["event"] == "node-killed" and e["node"] == "node1")
+    assert killed - preempted >= 0.95  # never before the grace
+
+
+def test_faults_that_never_fired_say_why_with_the_jobs_own_step_and_time(make_run):
+    # the job reaches step 3 and ends at once: a fault at step 50 and one at t=100 s never come;
+    # a fault done from another terminal before the first step is marked so
+    job = make_run(nodes=2, faults=(parse_fault("kill:node1@step=50"), parse_fault("kill:node0@t=100")))
+    client = FakeDockerClient()
+
+    def live_fault_then_steps() -> None:
+        fault_id = new_fault_id()
+        for phase in ("doing", "done"):
+            note_live_fault(job.run_dir, fault_id, parse_fault("slow:node1"), "node1", phase)
+        wait_for(lambda: "fault injected by `python -m orchestrate fault`" in job.out.getvalue(), "the note read")
+        progress_writer(job, 0, range(1, 4))()
+
+    steps = job.run_dir / "progress" / "rank0.jsonl"
+    outcome, _, _ = run(job, client, node0=[Script(["[0|0]:training"], then=live_fault_then_steps)],
+                        node1=[Script(["[1|0]:training"], after_when=steps.exists, after=["[1|0]:done"])])
+    by_spec = {r.spec: r for r in outcome.faults}
+    assert by_spec["kill:node1@step=50"].reason == "the workers reached step 3 only, not step 50"
+    ended = re.fullmatch(r"the job ended (\d+\.\d) s in, before t=100 s", by_spec["kill:node0@t=100"].reason)
+    assert ended and float(ended.group(1)) < 20, by_spec["kill:node0@t=100"].reason
+    live = by_spec["slow:node1,cpus=0.25"]
+    assert live.fired and live.before_first_step
