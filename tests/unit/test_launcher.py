@@ -538,25 +538,33 @@ def test_the_report_is_written_by_the_end_of_a_run_with_the_teardown_timed(make_
     assert "SUCCEEDED" in (job.run_dir / "report.html").read_text()
 
 
+def paused_then_ctrl_c(job: Run, client: FakeDockerClient, names: dict[str, str], node: str,
+                       meanwhile=lambda container: None):
+    """A Script.then: once every node has printed its "training" line (the supervisor follows
+    them), fill ``names`` (node -> container), pause ``node``, do ``meanwhile`` to its container,
+    and press Ctrl-C."""
+    def act() -> None:
+        deadline = time.monotonic() + 10
+        while job.out.getvalue().count("training") < len(job.plan.nodes) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        names.update({c.labels.get(COMPOSE_SERVICE_LABEL): c.name for c in client.containers_by_name.values()})
+        container = client.containers_by_name[names[node]]
+        container.pause()
+        meanwhile(container)
+        _thread.interrupt_main()
+    return act
+
+
 def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_unpausing_first(make_run):
     # Ctrl-C arrives while the supervisor follows the nodes: node0 ends on SIGTERM (saying so),
     # node1 ignores it and gets SIGKILL only after the stop grace, node2 was paused: unpaused first
     job = make_run(nodes=3, stop_grace=1)
     client = FakeDockerClient()
     names: dict[str, str] = {}
-
-    def pause_then_interrupt() -> None:
-        deadline = time.monotonic() + 10
-        while job.out.getvalue().count("training") < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)  # every node's line printed: the supervisor is following them
-        names.update({c.labels.get(COMPOSE_SERVICE_LABEL): c.name for c in client.containers_by_name.values()})
-        client.containers_by_name[names["node2"]].pause()
-        _thread.interrupt_main()
-
     outcome, text, compose = run(
         job, client, node0=[Script(["[0|0]:training"], hang=True, on_sigterm=["[0|0]:saved on SIGTERM"])],
         node1=[Script(["[1|0]:training"], hang=True, ignore_sigterm=True)],
-        node2=[Script(["[2|0]:training"], hang=True, then=pause_then_interrupt)])
+        node2=[Script(["[2|0]:training"], hang=True, then=paused_then_ctrl_c(job, client, names, "node2"))])
     assert outcome.interrupted and outcome.exit_code == 130
     assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
     assert compose.calls == ["up", "down"]
@@ -580,26 +588,19 @@ def test_a_node_seen_paused_but_unpaused_elsewhere_meanwhile_still_gets_its_sigt
     client = FakeDockerClient()
     names: dict[str, str] = {}
 
-    def pause_then_interrupt() -> None:
-        deadline = time.monotonic() + 10
-        while job.out.getvalue().count("training") < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        names.update({c.labels.get(COMPOSE_SERVICE_LABEL): c.name for c in client.containers_by_name.values()})
-        node = client.containers_by_name[names["node1"]]
-        node.pause()
+    def unpaused_elsewhere_before_ours(node) -> None:
         ours = node.unpause
 
         def unpaused_elsewhere_first() -> None:
             ours()  # the other command's, between our look and our unpause
             ours()  # ours: 409
         node.unpause = unpaused_elsewhere_first
-        _thread.interrupt_main()
 
     began = time.monotonic()
     outcome, text, _ = run(
         job, client, node0=[Script(["[0|0]:training"], hang=True)],
-        node1=[Script(["[1|0]:training"], hang=True, then=pause_then_interrupt,
-                      on_sigterm=["[1|0]:saved on SIGTERM"])])
+        node1=[Script(["[1|0]:training"], hang=True, on_sigterm=["[1|0]:saved on SIGTERM"],
+                      then=paused_then_ctrl_c(job, client, names, "node1", meanwhile=unpaused_elsewhere_before_ours))])
     assert outcome.interrupted and outcome.exit_code == 130
     assert [call[2] if len(call) > 2 else "SIGKILL" for call in client.calls
             if call[0] == "kill" and call[1] == names["node1"]] == ["SIGTERM"]

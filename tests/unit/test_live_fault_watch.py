@@ -127,25 +127,21 @@ def test_a_fault_done_to_a_nodes_earlier_container_is_not_the_restarted_nodes(wa
     assert [r.spec for r in watched.watch.records(7)] == ["kill-rank:1", "hang-rank:1", "pause:node0"]  # all done
 
 
-def test_the_end_of_a_fault_gives_back_only_blame_for_the_nodes_current_container(watched):
-    # node1: a slow fault before its restart, a rank fault at the restart's own time, a pause after
+@pytest.mark.parametrize("rank_fault_at_the_restart, blame_given_back", [
+    (True, ("kill-rank:1", 1)),  # done at the restart's own time: the new container's, its rank the culprit again
+    (False, ("", None)),  # the only earlier blame is the earlier container's: nothing is given back
+])
+def test_the_end_of_a_fault_gives_back_only_blame_for_the_nodes_current_container(watched, rank_fault_at_the_restart,
+                                                                                  blame_given_back):
     restarted = watched.trackers["node1"]
     restarted.first_started = watched.now - 60
     watched.note("before", 1.0, "slow:node1", "node1", "done")
     restarted.latest_start = watched.now + 5
-    watched.note("at", 5.0, "kill-rank:1", "node1", "done")
+    if rank_fault_at_the_restart:
+        watched.note("at", 5.0, "kill-rank:1", "node1", "done")
     watched.note("after", 6.0, "pause:node1", "node1", "doing")
-    watched.note("after", 6.0, "pause:node1", "node1", "done")
     watched.note("after", 8.0, "pause:node1", "node1", "ended")
-    assert watched.blame("node1") == ("kill-rank:1", 1)  # its rank the culprit again
-    # node0: its only earlier blame is the earlier container's, so nothing is given back
-    other = watched.trackers["node0"]
-    other.first_started = watched.now - 60
-    watched.note("old", 1.0, "slow:node0", "node0", "done")
-    other.latest_start = watched.now + 5
-    watched.note("new", 6.0, "pause:node0", "node0", "doing")
-    watched.note("new", 8.0, "pause:node0", "node0", "ended")
-    assert watched.blame("node0") == ("", None)
+    assert watched.blame("node1") == blame_given_back
 
 
 def test_a_torn_write_is_recorded_but_blamed_only_once_it_tears(watched):
