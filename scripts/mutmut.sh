@@ -50,7 +50,8 @@ cd "$SCRATCH/checkout"
     printf 'only_mutate = [%s]\n' "$(printf '"%s", ' "${FILES[@]}" | sed 's/, $//')"
     echo 'also_copy = ["app", "docker", "docs", "examples", "scripts", "benchmarks", "compose.yaml", "compose.cpu.yaml", "README.md"]'
     printf 'pytest_add_cli_args_test_selection = [%s]\n' "$(printf '"%s", ' ${MUTMUT_TESTS:-tests/unit} | sed 's/, $//')"
-    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=60"]'
+    # test_hand_mutants reads the sources for scripts/mutants.py's text, which mutmut's copies hold many times
+    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=60", "--ignore=tests/unit/test_hand_mutants.py"]'
 } >> pyproject.toml
 # The tests' own subprocesses (python -m orchestrate, pytester) import the mutated copy too.
 mkdir -p mutants
