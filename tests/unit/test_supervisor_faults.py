@@ -171,3 +171,28 @@ def test_faults_that_never_fired_say_why_with_the_jobs_own_step_and_time(make_ru
     assert ended and float(ended.group(1)) < 20, by_spec["kill:node0@t=100"].reason
     live = by_spec["slow:node1,cpus=0.25"]
     assert live.fired and live.before_first_step
+
+
+def test_storage_events_of_an_ended_node_or_one_not_in_the_run_are_said_and_nothing_is_killed(make_run):
+    # node1 has finished: a torn write recorded for it afterwards (armed by `fault RUN`) kills
+    # nothing, nor does one for a node the run does not have, and the run's own storage fault on
+    # it can no longer be armed
+    fault = "torn-write:node1@step=2"
+    job = make_run(nodes=2, faults=(parse_fault(fault),))
+    client = FakeDockerClient()
+
+    def after_node1_finished() -> None:
+        wait_for(lambda: job.backend.supervisor.trackers["node1"].phase.final, "node1 finished")
+        met(job, "torn-write", "node1", 1, "a.pt", key="elsewhere", byte=1, size=2)
+        met(job, "torn-write", "node7", None, "b.pt", key="elsewhere", byte=0, size=4)
+        progress_writer(job, 0, range(1, 3))()
+
+    outcome, text, _ = run(
+        job, client, node0=[Script(["[0|0]:training"], then=after_node1_finished,
+                                   after_when=lambda: "could not be injected" in job.out.getvalue())],
+        node1=[Script(["[1|0]:done"])])
+    assert "torn-write:node1: rank 1's write of a.pt was cut at byte 1 of 2" in text
+    assert "torn-write:node7: a worker of node7's write of b.pt was cut at byte 0 of 4" in text
+    assert "killing" not in text and [c for c in client.calls if c[0] == "kill"] == []
+    [record] = outcome.faults
+    assert (record.spec, record.fired, record.reason) == (fault, False, "could not be injected: node1 is not running")
