@@ -48,6 +48,10 @@ class Script:
     ignore_sigterm: bool = False
     unkillable: bool = False
 
+    def __post_init__(self) -> None:
+        if self.after_when is not None and not self.after:
+            raise ValueError("after_when holds back the after lines: a Script with none would not wait")
+
 
 def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
     for item in [wanted] if isinstance(wanted, str) else list(wanted):
@@ -123,6 +127,8 @@ class FakeContainer:
         # another client is removing it: remove() answers 409 this many times, then NotFound (gone)
         self.removing_elsewhere: Optional[int] = None
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
+        self.stop_signal: Optional[str] = service.get("stop_signal")  # the image's STOPSIGNAL or the service's
+        self.pending: list[str] = []  # signals sent while it was paused and not resumed by them
         self.resources: dict[str, Any] = {"cpu_period": service.get("cpu_period", 0),
                                           "cpu_quota": service.get("cpu_quota", 0)}
 
@@ -205,7 +211,29 @@ class FakeContainer:
         if self.status not in ("running", "paused"):
             raise conflict(f"Container {self.name} is not running")
         self.client.emit(self, "kill", signal=signal_number(signal))
-        self.resume_for_signal()
+        if self.status == "paused" and not self.resumed_by(signal):
+            self.pending.append(signal)  # the frozen process gets it once thawed
+            return
+        self.deliver(signal)
+
+    def resumed_by(self, signal: str) -> bool:
+        """Whether the engine resumes a paused container after sending it ``signal`` (moby's
+        ``killWithSignal``, 20.10 and later): after SIGKILL, and after any signal when the
+        container has no stop signal (its image's STOPSIGNAL or its service's ``stop_signal``; the
+        nodes set none) or this is it. Measured on 20.10.24: ``kill -s USR1`` of a paused
+        container records kill, then unpause; ``kill`` records kill, then die."""
+        if self.status != "paused":
+            return False
+        if signal != "SIGKILL" and self.stop_signal not in (None, signal):
+            return False
+        self.status = "running"
+        if signal != "SIGKILL":
+            self.client.emit(self, "unpause")
+        return True
+
+    def deliver(self, signal: str) -> None:
+        """The main process gets ``signal``: SIGTERM ends it (143) unless it ignores it, SIGKILL
+        (137) unless nothing can."""
         if self.script.unkillable:
             return
         if signal == "SIGTERM":
@@ -219,15 +247,6 @@ class FakeContainer:
         self.killed.set()
         self.exit(137)
 
-    def resume_for_signal(self) -> None:
-        """What the engine does after it signals a paused container whose image and service name
-        no stop signal (the nodes name none): it resumes it, so that the signal is delivered
-        (``killWithSignal`` in moby 20.10 and later; measured on 20.10.24: ``kill -s USR1``
-        of a paused container records kill, then unpause)."""
-        if self.status == "paused":
-            self.status = "running"
-            self.client.emit(self, "unpause")
-
     def stop(self, timeout: int = 10) -> None:
         """SIGTERM, then SIGKILL ``timeout`` seconds later if it is still running (a process
         that ignores SIGTERM waits the whole timeout; a paused container is resumed by the
@@ -237,16 +256,14 @@ class FakeContainer:
         self.client.maybe_fail("stop")
         if self.status not in ("running", "paused"):
             return
-        self.client.emit(self, "kill", signal=signal_number("SIGTERM"))
-        self.resume_for_signal()
+        self.client.emit(self, "kill", signal=signal_number(self.stop_signal or "SIGTERM"))
+        self.resumed_by(self.stop_signal or "SIGTERM")  # the container's own stop signal: it resumes
         if not (self.script.ignore_sigterm or self.script.unkillable):
-            self.killed.set()
-            for line in self.script.on_sigterm:
-                self.write(line)
-            self.exit(143)
+            self.deliver("SIGTERM")
             return
         self.killed.wait(timeout)
         if self.status in ("running", "paused") and not self.script.unkillable:
+            self.client.emit(self, "kill", signal=signal_number("SIGKILL"))
             self.killed.set()
             self.exit(137)
 
@@ -266,6 +283,10 @@ class FakeContainer:
             raise conflict(f"Container {self.name} is not paused")
         self.status = "running"
         self.client.emit(self, "unpause")
+        pending, self.pending = self.pending, []
+        for signal in pending:
+            if self.status == "running":
+                self.deliver(signal)
 
     def update(self, **resources: Any) -> dict:
         """``docker update``: the CPU quota (``cpu_period``, ``cpu_quota``; -1 lifts it)."""
@@ -304,8 +325,8 @@ class FakeContainer:
                            " removal or force remove")
         if self.status in ("running", "paused"):  # `rm -f`: as the engine records it, kill 9, die 137, destroy
             self.client.emit(self, "kill", signal=signal_number("SIGKILL"))
-            self.killed.set()
-            self.exit(137)
+            self.resumed_by("SIGKILL")
+            self.deliver("SIGKILL")  # an unkillable process: the engine fails after ~12 s, not modelled
         self.killed.set()
         self.client.containers_by_name.pop(self.name, None)
         self.client.emit(self, "destroy")

@@ -63,20 +63,42 @@ def test_stop_waits_its_timeout_for_a_process_that_ignores_sigterm_then_kills(tm
     assert [line for _, line in polite.log] == ["[0|0]:saving"]
 
 
+def actions_since(client: FakeDockerClient, node, action: str) -> list[str]:
+    """The engine's record of ``node`` from its latest ``action`` on."""
+    actions = [e["Action"] for e in client.history if e["Actor"]["Attributes"]["name"] == node.name]
+    return actions[len(actions) - 1 - actions[::-1].index(action):]
+
+
 def test_a_signal_to_a_paused_container_resumes_it_as_the_engine_does(tmp_path):
     # moby 20.10.24, measured: `docker kill -s USR1` of a paused container records kill then
-    # unpause, and `docker stop` of one whose process traps SIGTERM exits at once with its code
-    client, [killed, stopped] = started(tmp_path, Script(hang=True, on_sigterm=["[0|0]:saving"]), nodes=2)
-    killed.pause()
-    killed.kill(signal="SIGTERM")
-    assert (killed.status, killed.exit_code) == ("exited", 143)
-    actions = [e["Action"] for e in client.history if e["Actor"]["Attributes"]["name"] == killed.name]
-    assert actions[-4:] == ["pause", "kill", "unpause", "die"]
-    stopped.pause()
+    # unpause, `docker kill` kill then die, and `docker stop` of one whose process traps SIGTERM
+    # exits at once with its code
+    client, [termed, killed, stopped] = started(tmp_path, Script(hang=True, on_sigterm=["[0|0]:saving"]), nodes=3)
+    for node in (termed, killed, stopped):
+        node.pause()
+    termed.kill(signal="SIGTERM")
+    killed.kill()
     began = time.monotonic()
     stopped.stop(timeout=5)
-    assert time.monotonic() - began < 1 and (stopped.status, stopped.exit_code) == ("exited", 143)
+    assert time.monotonic() - began < 1
+    assert [(n.status, n.exit_code) for n in (termed, killed, stopped)] == [("exited", 143), ("exited", 137),
+                                                                           ("exited", 143)]
+    assert actions_since(client, termed, "pause") == ["pause", "kill", "unpause", "die"]
+    assert actions_since(client, killed, "pause") == ["pause", "kill", "die"]
     assert [line for _, line in stopped.log] == ["[0|0]:saving"]
+
+
+def test_a_container_with_a_stop_signal_stays_paused_for_another_signal_until_unpaused(tmp_path):
+    # an image whose STOPSIGNAL is SIGINT: the engine sends a SIGTERM to the frozen process and
+    # leaves it paused; the process gets it when thawed
+    client, [node] = started(tmp_path, Script(hang=True, on_sigterm=["[0|0]:saving"]))
+    node.stop_signal = "SIGINT"
+    node.pause()
+    node.kill(signal="SIGTERM")
+    assert node.status == "paused" and node.log == []
+    node.unpause()
+    assert (node.status, node.exit_code) == ("exited", 143)
+    assert actions_since(client, node, "pause") == ["pause", "kill", "unpause", "die"]
 
 
 def test_a_forced_remove_of_a_live_container_kills_it_as_the_engine_records_it(tmp_path):
@@ -84,10 +106,11 @@ def test_a_forced_remove_of_a_live_container_kills_it_as_the_engine_records_it(t
     # (signal 9), die (exit code 137), destroy
     client, nodes = started(tmp_path, nodes=2)
     nodes[1].pause()
-    for node in nodes:
+    for node, since in zip(nodes, ("start", "pause")):
         node.remove(force=True)
         assert (node.status, node.exit_code) == ("exited", 137) and node.name not in client.containers_by_name
-        events = [e for e in client.history if e["Actor"]["Attributes"]["name"] == node.name][-3:]
+        events = [e for e in client.history if e["Actor"]["Attributes"]["name"] == node.name]
+        events = events[len(events) - len(actions_since(client, node, since)) + 1:]
         assert [(e["Action"], e["Actor"]["Attributes"].get("signal"), e["Actor"]["Attributes"].get("exitCode"))
                 for e in events] == [("kill", "9", None), ("die", None, "137"), ("destroy", None, None)]
 

@@ -555,6 +555,12 @@ def paused_then_ctrl_c(job: Run, client: FakeDockerClient, names: dict[str, str]
     return act
 
 
+def with_its_own_stop_signal(container) -> None:
+    """The node's image says STOPSIGNAL SIGINT (a user's --dockerfile may): the engine then leaves
+    it paused when it is sent SIGTERM, and only an unpause first lets the SIGTERM through."""
+    container.stop_signal = "SIGINT"
+
+
 def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_unpausing_first(make_run):
     # Ctrl-C arrives while the supervisor follows the nodes: node0 ends on SIGTERM (saying so),
     # node1 ignores it and gets SIGKILL only after the stop grace, node2 was paused: unpaused first
@@ -564,7 +570,8 @@ def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_un
     outcome, text, compose = run(
         job, client, node0=[Script(["[0|0]:training"], hang=True, on_sigterm=["[0|0]:saved on SIGTERM"])],
         node1=[Script(["[1|0]:training"], hang=True, ignore_sigterm=True)],
-        node2=[Script(["[2|0]:training"], hang=True, then=paused_then_ctrl_c(job, client, names, "node2"))])
+        node2=[Script(["[2|0]:training"], hang=True, on_sigterm=["[2|0]:saved on SIGTERM"],
+                      then=paused_then_ctrl_c(job, client, names, "node2", meanwhile=with_its_own_stop_signal))])
     assert outcome.interrupted and outcome.exit_code == 130
     assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
     assert compose.calls == ["up", "down"]
@@ -572,7 +579,7 @@ def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_un
                    for call in client.calls if call[1] == name and call[0] in ("kill", "unpause")]
             for node, name in names.items()}
     assert sent == {"node0": ["SIGTERM"], "node1": ["SIGTERM", "SIGKILL"], "node2": ["unpause", "SIGTERM"]}
-    assert "saved on SIGTERM" in text  # its last lines were followed to its end
+    assert text.count("saved on SIGTERM") == 2  # node0's and node2's last lines were followed to their end
     events = read_events(job.run_dir)
     stopping = next(e["time"] for e in events if e["event"] == "node-stopping" and e["node"] == "node1")
     killed = next(e["time"] for e in events if e["event"] == "node-killed" and e["node"] == "node1")

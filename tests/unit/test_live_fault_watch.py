@@ -75,7 +75,7 @@ def test_a_fault_with_an_end_is_blamed_from_its_start_held_with_a_margin_and_let
 
 def test_a_held_fault_whose_end_never_came_is_let_go_after_its_margin_and_only_it(watched):
     # the `fault` process was killed: no end is noted, and the hang watch must count again
-    began = {"gone": -(5.0 + LIVE_HOLD_MARGIN_S) - 1, "live": -(5.0 + LIVE_HOLD_MARGIN_S) + 2}
+    began = {"gone": -(5.0 + LIVE_HOLD_MARGIN_S) - 1, "live": 0.0}
     for fault_id, began_s in began.items():
         watched.note(fault_id, began_s, "pause:node1@t=0..5", "node1", "doing")
         watched.note(fault_id, began_s, "pause:node1@t=0..5", "node1", "done")

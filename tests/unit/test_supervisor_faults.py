@@ -17,7 +17,7 @@ from orchestrate.faults.live_notes import new_fault_id, note_live_fault
 from orchestrate.node.storage_faults import EVENTS_FILE
 from orchestrate.outcome.events import read_events
 from tests.fakes import FakeDockerClient, Script
-from tests.unit.test_launcher import progress_writer, run
+from tests.unit.test_launcher import once_followed, progress_writer, run
 
 NODE0, NODE1 = "ddp-test-run-node0-1", "ddp-test-run-node1-1"
 
@@ -55,7 +55,7 @@ def test_a_torn_write_is_armed_at_its_step_over_the_last_save_said_where_it_cut_
     outcome, text, _ = run(
         job, client, node0=[Script(["[0|0]:training"], after_when=lambda: ("kill", NODE1) in client.calls,
                                    after=["[0|0]:peer lost"], exit_code=1)],
-        node1=[Script(["[1|0]:training"], then=save_then_tear, hang=True)])
+        node1=[Script(["[1|0]:training"], then=once_followed(job, "node1")(save_then_tear), hang=True)])
     cut = "rank 1's write of ckpt/step-2.pt was cut at byte 10 of 100"
     assert (f"{fault}: armed on node1's workers, files 'ckpt/*' of the work directory: the next write is cut short,"
             " and the node killed") in text
@@ -77,11 +77,12 @@ def test_a_full_disk_is_blamed_from_its_step_said_and_its_node_left_to_fail_by_i
     client = FakeDockerClient()
     outcome, text, _ = run(
         job, client,
-        node0=[Script(["[0|0]:training"], then=lambda: (progress_writer(job, 0, range(1, 4))(),
-                                                        met(job, "disk-full", "node0", 0, "out.pt")),
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(lambda: (
+                          progress_writer(job, 0, range(1, 4))(), met(job, "disk-full", "node0", 0, "out.pt"))),
                       after_when=lambda: "no space left" in job.out.getvalue(),
                       after=["[0|0]:OSError: [Errno 28] No space left on device"], exit_code=1)],
-        node1=[Script(["[1|0]:training"], after_when=lambda: "node0 failed" in job.out.getvalue(), exit_code=1)])
+        node1=[Script(["[1|0]:training"], after_when=lambda: "node0 failed" in job.out.getvalue(),
+                      after=["[1|0]:peer lost"], exit_code=1)])
     assert (f"{fault}: armed on node0's workers, files '*' of the work directory: writes fail with ENOSPC"
             in text)
     assert f"{fault}: rank 0's write to out.pt failed: no space left on device (ENOSPC)" in text
@@ -105,7 +106,8 @@ def test_faults_with_an_end_are_undone_and_their_blame_goes_with_them(make_run):
         progress_writer(job, 0, range(3, 5))()
 
     outcome, text, _ = run(
-        job, client, node0=[Script(["[0|0]:training"], then=steps_held_at_the_faults, after_when=ended,
+        job, client, node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(steps_held_at_the_faults),
+                                   after_when=ended,
                                    after=["[0|0]:done"])],
         node1=[Script(["[1|0]:training"], after_when=ended, after=["[1|0]:done"])])
     assert ended() and outcome.succeeded, text
@@ -125,8 +127,8 @@ def test_a_storage_fault_armed_from_another_terminal_is_named_by_its_kind_and_it
 
     outcome, text, _ = run(
         job, client, node0=[Script(["[0|0]:training"], after_when=lambda: ("kill", NODE1) in client.calls,
-                                   exit_code=1)],
-        node1=[Script(["[1|0]:training"], then=armed_by_fault_run_then_torn, hang=True)])
+                                   after=["[0|0]:peer lost"], exit_code=1)],
+        node1=[Script(["[1|0]:training"], then=once_followed(job, "node1")(armed_by_fault_run_then_torn), hang=True)])
     assert "torn-write:node1: rank 1's write of model.pt was cut at byte 0 of 8" in text
     assert ("kill", NODE1) in client.calls
     assert [f["key"] for f in storage.armed(job.run_dir / "progress")] == armed  # `fault RUN`'s to disarm
@@ -138,8 +140,9 @@ def test_a_preempt_sends_sigterm_at_its_step_and_sigkill_only_after_the_stop_gra
     job = make_run(nodes=2, faults=(parse_fault(fault),), stop_grace=1)
     client = FakeDockerClient()
     outcome, _, _ = run(
-        job, client, node0=[Script(["[0|0]:training"], then=progress_writer(job, 0, range(1, 4)),
-                                   after_when=lambda: ("kill", NODE1) in client.calls, exit_code=1)],
+        job, client, node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(progress_writer(job, 0, range(1, 4))),
+                                   after_when=lambda: ("kill", NODE1) in client.calls, after=["[0|0]:peer lost"],
+                                   exit_code=1)],
         node1=[Script(["[1|0]:training"], hang=True, ignore_sigterm=True)])
     sent = [c[2] if len(c) > 2 else "SIGKILL" for c in client.calls if c[0] == "kill" and c[1] == NODE1]
     assert sent == ["SIGTERM", "SIGKILL"]
@@ -163,7 +166,7 @@ def test_faults_that_never_fired_say_why_with_the_jobs_own_step_and_time(make_ru
         progress_writer(job, 0, range(1, 4))()
 
     steps = job.run_dir / "progress" / "rank0.jsonl"
-    outcome, _, _ = run(job, client, node0=[Script(["[0|0]:training"], then=live_fault_then_steps)],
+    outcome, _, _ = run(job, client, node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(live_fault_then_steps))],
                         node1=[Script(["[1|0]:training"], after_when=steps.exists, after=["[1|0]:done"])])
     by_spec = {r.spec: r for r in outcome.faults}
     assert by_spec["kill:node1@step=50"].reason == "the workers reached step 3 only, not step 50"
@@ -188,8 +191,9 @@ def test_storage_events_of_an_ended_node_or_one_not_in_the_run_are_said_and_noth
         progress_writer(job, 0, range(1, 3))()
 
     outcome, text, _ = run(
-        job, client, node0=[Script(["[0|0]:training"], then=after_node1_finished,
-                                   after_when=lambda: "could not be injected" in job.out.getvalue())],
+        job, client, node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(after_node1_finished),
+                                   after_when=lambda: "could not be injected" in job.out.getvalue(),
+                                   after=["[0|0]:done"])],
         node1=[Script(["[1|0]:done"])])
     assert "torn-write:node1: rank 1's write of a.pt was cut at byte 1 of 2" in text
     assert "torn-write:node7: a worker of node7's write of b.pt was cut at byte 0 of 4" in text
