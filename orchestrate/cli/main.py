@@ -23,6 +23,7 @@ environment, 128 + the signal when interrupted.
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 from typing import IO, Any, Optional, Sequence
 
@@ -52,13 +53,21 @@ def build_parser() -> OneLineParser:
     return parser
 
 
-def unrecognized(args: Any, unknown: list[str]) -> str:
+def unrecognized(args: Any, unknown: list[str], options: list[str], target: list[str]) -> str:
     """What argparse says of arguments it does not know, and, for a command's job given without
-    its ``--`` (``run --nodes 2 train.py``), where they go."""
+    its ``--`` (``run --nodes 2 train.py --epochs 3``, ``run -m app.toy``), the command line with
+    the ``--`` where it goes: the job from its first word on, whatever options of ours its own
+    arguments look like, and what already followed a ``--``."""
     message = f"unrecognized arguments: {' '.join(unknown)}"
-    if getattr(args, "takes_target", False) and not unknown[0].startswith("-"):
-        message += f"; the job goes after --, as in: python -m orchestrate {args.command} [OPTIONS] -- {' '.join(unknown)}"
-    return message
+    starts_a_job = not unknown[0].startswith("-") or unknown[0] == "-m"
+    if not getattr(args, "takes_target", False) or not starts_a_job:
+        return message
+    try:
+        start = options.index(unknown[0], options.index(args.command) + 1)
+    except ValueError:  # not where argparse found it: say what it said
+        return message
+    return (f"{message}; the job goes after --: python -m orchestrate {shlex.join(options[:start])} --"
+            f" {shlex.join(options[start:] + target)}")
 
 
 def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client: Any = None) -> int:
@@ -69,7 +78,7 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
     parser = build_parser()
     args, unknown = parser.parse_known_args(options)
     if unknown:
-        parser.error(unrecognized(args, unknown))
+        parser.error(unrecognized(args, unknown, options, target))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handler = getattr(args, "handler", None)

@@ -67,10 +67,14 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
 
 @pytest.mark.parametrize("args, said", [
     (["run", "--nodes", "2", "train.py", "--epochs", "3"], "unrecognized arguments: train.py --epochs 3; the job"
-     " goes after --, as in: python -m orchestrate run [OPTIONS] -- train.py --epochs 3"),
-    (["chaos", "--faults", "1", "-m"], "unrecognized arguments: -m"),  # an option of its own: no job to move
-    (["export", "--to", "slurm", "train.py"], "unrecognized arguments: train.py; the job goes after --, as in:"
-     " python -m orchestrate export [OPTIONS] -- train.py"),
+     " goes after --: python -m orchestrate run --nodes 2 -- train.py --epochs 3"),
+    # the job's own --seed looks like chaos's, and what followed a -- is the job's too: all of it moves
+    (["-v", "chaos", "--faults", "1", "train.py", "--seed", "3", "--", "--lr", "0.1"], "unrecognized arguments:"
+     " train.py; the job goes after --: python -m orchestrate -v chaos --faults 1 -- train.py --seed 3 --lr 0.1"),
+    (["run", "--nodes", "2", "-m", "app.toy"], "unrecognized arguments: -m app.toy; the job goes after --:"
+     " python -m orchestrate run --nodes 2 -- -m app.toy"),
+    (["export", "--to", "slurm", "my train.py"], "unrecognized arguments: my train.py; the job goes after --:"
+     " python -m orchestrate export --to slurm -- 'my train.py'"),
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["ps", "extra"], "unrecognized arguments: extra"),  # ps runs no job
 ])
