@@ -25,6 +25,14 @@ def lines(node: int, count: int, delay_s: float = 0.1, exit_code: int = 0) -> Sc
     return Script([f"[{node}|0]:step {i}" for i in range(count)], delay_s=delay_s, exit_code=exit_code)
 
 
+def fails_once_the_rank_script_ran(client: FakeDockerClient, node: int) -> Script:
+    """node``node``'s torchrun, which fails (exit 1) once the launcher's rank script has run in
+    node1 (a rank fault injected there): never before, however late the first tick comes."""
+    ran = lambda: any(name == "ddp-test-run-node1-1" and cmd[:2] == ("python3", "-c")  # noqa: E731
+                      for name, cmd in calls(client, "exec_create"))
+    return Script([f"[{node}|0]:step 0"], after_when=ran, after=[f"[{node}|0]:step 1"], exit_code=1)
+
+
 def calls(client: FakeDockerClient, kind: str) -> list[tuple]:
     return [c[1:] for c in client.calls if c[0] == kind]
 
@@ -90,8 +98,9 @@ def test_a_degrade_the_node_refuses_says_it_lacks_net_admin(make_run):
 
 def test_kill_rank_finds_the_ranks_node_and_the_failure_names_the_rank(make_run):
     job = make_run(nodes=2, nproc_per_node=2, faults=["kill-rank:3@t=0"])
-    job.client = client = engine(node0=[Script(["[0|0]:step"], hang=True)],
-                                 node1=[lines(1, 3, delay_s=0.3, exit_code=1)])
+    client = FakeDockerClient()
+    job.client = engine(client, node0=[Script(["[0|0]:step"], hang=True)],
+                        node1=[fails_once_the_rank_script_ran(client, 1)])
     client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
     client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"")  # node1 runs rank 3 (its pid lost on the way)
     result = job.run()
@@ -108,8 +117,9 @@ def test_kill_rank_finds_the_ranks_node_and_the_failure_names_the_rank(make_run)
 
 def test_a_hung_rank_is_named_when_its_peers_time_out(make_run):
     job = make_run(nodes=2, faults=["hang-rank:1@t=0"])
-    job.client = client = engine(node0=[lines(0, 3, delay_s=0.3, exit_code=1)],  # its collective times out
-                                 node1=[Script(["[1|0]:step"], hang=True)])
+    client = FakeDockerClient()
+    job.client = engine(client, node0=[fails_once_the_rank_script_ran(client, 0)],  # its collective times out
+                        node1=[Script(["[1|0]:step"], hang=True)])
     client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # not here; none stopped
     client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"1 4242\nend\n")  # stopped it; then: stopped
     result = job.run()
