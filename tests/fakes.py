@@ -226,17 +226,25 @@ class FakeContainer:
             return False
         if signal != "SIGKILL" and self.stop_signal not in (None, signal):
             return False
-        self.status = "running"
-        if signal != "SIGKILL":
-            self.client.emit(self, "unpause")
+        self.thaw(event=signal != "SIGKILL")
         return True
 
+    def thaw(self, event: bool = True) -> None:
+        """Running again: the signals sent while it was frozen reach it now."""
+        self.status = "running"
+        if event:
+            self.client.emit(self, "unpause")
+        pending, self.pending = self.pending, []
+        for signal in pending:
+            self.deliver(signal)
+
     def deliver(self, signal: str) -> None:
-        """The main process gets ``signal``: SIGTERM ends it (143) unless it ignores it, SIGKILL
-        (137) unless nothing can."""
-        if self.script.unkillable:
+        """The main process gets ``signal``: SIGTERM, or the container's own stop signal, ends it
+        as a stop does (its ``on_sigterm`` lines, 143) unless it ignores it; any other signal kills
+        it (137); an unkillable process outlives them all, and an ended one gets nothing."""
+        if self.script.unkillable or self.status != "running":
             return
-        if signal == "SIGTERM":
+        if signal in ("SIGTERM", self.stop_signal):
             if self.script.ignore_sigterm:
                 return
             self.killed.set()
@@ -259,7 +267,7 @@ class FakeContainer:
         self.client.emit(self, "kill", signal=signal_number(self.stop_signal or "SIGTERM"))
         self.resumed_by(self.stop_signal or "SIGTERM")  # the container's own stop signal: it resumes
         if not (self.script.ignore_sigterm or self.script.unkillable):
-            self.deliver("SIGTERM")
+            self.deliver(self.stop_signal or "SIGTERM")
             return
         self.killed.wait(timeout)
         if self.status in ("running", "paused") and not self.script.unkillable:
@@ -281,12 +289,7 @@ class FakeContainer:
         self.client.maybe_fail("unpause")
         if self.status != "paused":
             raise conflict(f"Container {self.name} is not paused")
-        self.status = "running"
-        self.client.emit(self, "unpause")
-        pending, self.pending = self.pending, []
-        for signal in pending:
-            if self.status == "running":
-                self.deliver(signal)
+        self.thaw()
 
     def update(self, **resources: Any) -> dict:
         """``docker update``: the CPU quota (``cpu_period``, ``cpu_quota``; -1 lifts it)."""

@@ -25,32 +25,48 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
-from typing import IO, Any, Optional, Sequence
+from typing import IO, Any, NoReturn, Optional, Sequence
 
 from orchestrate.cli import attach, bench, chaos, down, export, fault, image, logs, prune, ps, report, run, stacks, stop
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
 from orchestrate.cli.signals import interrupt_exit_code
 from orchestrate.engine.errors import describe, engine_errors
-from orchestrate.errors import OrchestrateError
+from orchestrate.errors import OrchestrateError, UsageError
 
 # In the order ``--help`` lists them.
 COMMANDS = (run, chaos, ps, logs, attach, stacks, stop, down, prune, bench, fault, export, report, image)
 
 
-def build_parser() -> OneLineParser:
+def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> OneLineParser:
     """The whole command line of ``python -m orchestrate``."""
-    parser = OneLineParser(
+    parser = parser_class(
         prog="python -m orchestrate",
         description="Simulate multi-node PyTorch DDP training: N Docker Compose containers, one torchrun node each.",
         epilog="TARGET (after --) is what torchrun runs: a script relative to --workdir with its arguments, or"
                " -m MODULE [ARGS]. Default: -m app.toy.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     for command in COMMANDS:
         command.add_parsers(sub)
     return parser
+
+
+class TrialParser(OneLineParser):
+    """The command line, raising its errors instead of printing them: to try a part of it."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def ours_alone(options: list[str]) -> bool:
+    """Whether these words are our options and their values, whole (the word after them is not
+    one of their values); a required option that comes later is no matter."""
+    try:
+        return not build_parser(TrialParser).parse_known_args(options)[1]
+    except UsageError as exc:
+        return str(exc).startswith("the following arguments are required")
 
 
 def unrecognized(args: Any, unknown: list[str], options: list[str], target: list[str]) -> str:
@@ -62,9 +78,10 @@ def unrecognized(args: Any, unknown: list[str], options: list[str], target: list
     starts_a_job = not unknown[0].startswith("-") or unknown[0] == "-m"
     if not getattr(args, "takes_target", False) or not starts_a_job:
         return message
-    try:
-        start = options.index(unknown[0], options.index(args.command) + 1)
-    except ValueError:  # not where argparse found it: say what it said
+    after_command = options.index(args.command) + 1 if args.command in options else len(options)
+    start = next((i for i in range(after_command, len(options))
+                  if options[i] == unknown[0] and ours_alone(options[:i])), None)
+    if start is None:  # not where argparse found it: say what it said
         return message
     return (f"{message}; the job goes after --: python -m orchestrate {shlex.join(options[:start])} --"
             f" {shlex.join(options[start:] + target)}")

@@ -75,6 +75,11 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
      " python -m orchestrate run --nodes 2 -- -m app.toy"),
     (["export", "--to", "slurm", "my train.py"], "unrecognized arguments: my train.py; the job goes after --:"
      " python -m orchestrate export --to slurm -- 'my train.py'"),
+    # the job's first word is also the value of one of our options before it: the -- goes after that value
+    (["run", "--nodes", "2", "2"], "unrecognized arguments: 2; the job goes after --: python -m orchestrate run"
+     " --nodes 2 -- 2"),
+    (["export", "train.py", "--to", "slurm"], "unrecognized arguments: train.py; the job goes after --:"
+     " python -m orchestrate export -- train.py --to slurm"),
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["ps", "extra"], "unrecognized arguments: extra"),  # ps runs no job
 ])

@@ -99,6 +99,14 @@ def test_a_container_with_a_stop_signal_stays_paused_for_another_signal_until_un
     node.unpause()
     assert (node.status, node.exit_code) == ("exited", 143)
     assert actions_since(client, node, "pause") == ["pause", "kill", "unpause", "die"]
+    # resumed by its own stop signal instead: the SIGTERM sent before reaches it as it thaws
+    client, [thawed] = started(tmp_path, Script(hang=True, on_sigterm=["[0|0]:saving"]))
+    thawed.stop_signal = "SIGINT"
+    thawed.pause()
+    thawed.kill(signal="SIGTERM")
+    thawed.kill(signal="SIGINT")
+    assert (thawed.status, thawed.exit_code, thawed.pending) == ("exited", 143, [])
+    assert [line for _, line in thawed.log] == ["[0|0]:saving"]
 
 
 def test_a_forced_remove_of_a_live_container_kills_it_as_the_engine_records_it(tmp_path):
