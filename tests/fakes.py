@@ -210,6 +210,11 @@ class FakeContainer:
             raise docker.errors.NotFound(f"No such container: {self.id}")
         if self.status not in ("running", "paused"):
             raise conflict(f"Container {self.name} is not running")
+        self.send(signal)
+
+    def send(self, signal: str) -> None:
+        """The engine's signal to the main process, as it records it: delivered at once, after
+        resuming a paused container where the engine does, else once the container thaws."""
         self.client.emit(self, "kill", signal=signal_number(signal))
         if self.status == "paused" and not self.resumed_by(signal):
             self.pending.append(signal)  # the frozen process gets it once thawed
@@ -264,16 +269,10 @@ class FakeContainer:
         self.client.maybe_fail("stop")
         if self.status not in ("running", "paused"):
             return
-        self.client.emit(self, "kill", signal=signal_number(self.stop_signal or "SIGTERM"))
-        self.resumed_by(self.stop_signal or "SIGTERM")  # the container's own stop signal: it resumes
-        if not (self.script.ignore_sigterm or self.script.unkillable):
-            self.deliver(self.stop_signal or "SIGTERM")
-            return
-        self.killed.wait(timeout)
-        if self.status in ("running", "paused") and not self.script.unkillable:
-            self.client.emit(self, "kill", signal=signal_number("SIGKILL"))
-            self.killed.set()
-            self.exit(137)
+        self.send(self.stop_signal or "SIGTERM")  # the container's own stop signal: a paused one resumes
+        if self.status == "running":
+            self.killed.wait(timeout)
+            self.send("SIGKILL")
 
     def pause(self) -> None:
         self.client.calls.append(("pause", self.name))
@@ -327,9 +326,7 @@ class FakeContainer:
             raise conflict(f"You cannot remove a running container {self.id}. Stop the container before attempting"
                            " removal or force remove")
         if self.status in ("running", "paused"):  # `rm -f`: as the engine records it, kill 9, die 137, destroy
-            self.client.emit(self, "kill", signal=signal_number("SIGKILL"))
-            self.resumed_by("SIGKILL")
-            self.deliver("SIGKILL")  # an unkillable process: the engine fails after ~12 s, not modelled
+            self.send("SIGKILL")  # an unkillable process: the engine fails after ~12 s, not modelled
         self.killed.set()
         self.client.containers_by_name.pop(self.name, None)
         self.client.emit(self, "destroy")
