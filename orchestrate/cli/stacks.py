@@ -32,13 +32,14 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     plans = {plan.name: plan for plan in node_plans(run)}
-    hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else ())
-             for n in run.nodes if n.status in LIVE_STATUSES]
+    hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else (),
+                      run.nprocs_of(n.node_rank)) for n in run.nodes if n.status in LIVE_STATUSES]
     if not hosts:
         raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)
     answered = sum(1 for a in found.activities if a.state not in ("stopped", "absent"))
-    inv.out.write(f"run {run.run_id}: {answered} of {len(found.activities)} ranks answered\n")
+    ranks = max(len(found.activities), sum(host.workers for host in hosts))  # elastic: some never said who they are
+    inv.out.write(f"run {run.run_id}: {answered} of {ranks} ranks answered\n")
     for line in stack_lines(found):
         inv.out.write(line + "\n")
     inv.out.write(f"(written to {run.run_dir / STACKS_FILE})\n")

@@ -201,8 +201,8 @@ def chaos_section(chaos: dict) -> list[str]:
 
 def hang_section(hang: dict) -> list[str]:
     """Where every rank waited: the groups of ranks by stack, the first divergence of their
-    collectives, the DataLoader workers of the ranks that wait for theirs, each rank's last
-    collectives."""
+    collectives, the DataLoader workers of the ranks that wait for theirs, the ranks that did not
+    answer (an elastic run's by node), each rank's last collectives."""
     esc = html.escape
     parts = ["<h2>Where every rank waited</h2>"]
     if hang.get("headline"):
@@ -223,6 +223,8 @@ def hang_section(hang: dict) -> list[str]:
               if a.get("state") in ("stopped", "absent", "busy")]
     if absent:
         parts.append(_table(("rank", "state", "why"), absent, "hang-ranks"))
+    if hang.get("unheard"):  # an elastic run's nodes whose missing ranks have no known number
+        parts.append('<ul id="hang-unheard">' + "".join(f"<li>{esc(line)}</li>" for line in hang["unheard"]) + "</ul>")
     last = [(rank, c.get("seq"), c.get("op"), c.get("group"), c.get("shapes"), c.get("at"), c.get("state"))
             for rank, entries in sorted((hang.get("collectives") or {}).items(), key=lambda item: int(item[0]))
             for c in entries[-4:]]

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.hangs.diagnosis import DEBUG_HINT, HangDiagnosis, diagnose
-from orchestrate.hangs.snapshots import debug_dir, request_snapshots
+from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, debug_dir, request_snapshots
 
 STACKS_FILE = "stacks.json"
 
@@ -20,11 +20,12 @@ STACKS_FILE = "stacks.json"
 @dataclass(frozen=True)
 class RankHost:
     """A node as the probe needs it: its container, its ranks (empty when the rendezvous
-    assigns them), the fault it suffers."""
+    assigns them), how many worker processes it runs, the fault it suffers."""
 
     name: str
     container: Any
     ranks: tuple[int, ...]
+    workers: int
     fault: str = ""
 
 
@@ -51,21 +52,60 @@ def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[
     return why
 
 
-def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_s: float = 2.0,
-                    sleep: Callable[[float], None] = time.sleep) -> HangDiagnosis:
+def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_s: float,
+                    sleep: Callable[[float], None] = time.sleep,
+                    answer_timeout_s: float = ANSWER_TIMEOUT_S) -> HangDiagnosis:
     """Ask every rank twice, ``interval_s`` apart (to tell computing from waiting), and
-    describe where each is; the result is also written to the run's ``stacks.json``."""
-    expected = {rank for host in hosts for rank in host.ranks}
-    first = request_snapshots(debug_dir(run_dir), expected)
+    describe where each is; the result is also written to the run's ``stacks.json``. Where the
+    rendezvous assigns the ranks, each look waits for as many ranks as the nodes run workers
+    (each at most ``answer_timeout_s``)."""
+    planned = {rank for host in hosts for rank in host.ranks}
+    count = sum(host.workers for host in hosts)
+    first = request_snapshots(debug_dir(run_dir), planned, answer_timeout_s, count=count)
     sleep(interval_s)
-    second = request_snapshots(debug_dir(run_dir), expected or set(first.snapshots))
-    expected = expected or set(first.snapshots) | set(second.snapshots)
+    second = request_snapshots(debug_dir(run_dir), planned or set(first.snapshots), answer_timeout_s, count=count)
+    unheard: list[str] = []
+    expected = planned
+    if not planned:
+        answered = {**first.snapshots, **second.snapshots}
+        hosts, unheard = place_ranks(client, hosts, answered)
+        expected = set(answered) | {rank for host in hosts for rank in host.ranks}
     found = diagnose(second, first, expected, absent_reasons(client, hosts, expected - set(second.snapshots)), 0.0)
+    found.unheard = unheard
     try:
         (Path(run_dir) / STACKS_FILE).write_text(json.dumps({"time": time.time(), **found.to_json()}, indent=1))
     except OSError:
         pass  # the run directory went away: the screen still has it
     return found
+
+
+def place_ranks(client: Any, hosts: list[RankHost], answered: dict[int, Any]) -> tuple[list[RankHost], list[str]]:
+    """An elastic run's nodes with the ranks known to be on them (a node with none left out):
+    those that answered, by the node they say, and those the engine finds stopped on a node
+    that did not all answer. Also a line for each node some of whose ranks were not heard of at
+    all: their numbers are not known."""
+    placed, unheard = [], []
+    for host in hosts:
+        ranks = {rank for rank, snapshot in answered.items() if snapshot.node == host.name}
+        missing = host.workers - len(ranks)
+        status = ""
+        if missing > 0:
+            try:
+                host.container.reload()
+                status = host.container.status
+            except engine_errors():
+                pass  # ended meanwhile: nothing more to say of it
+        if status == "running":
+            stopped = set(stopped_ranks(client, host.container)) - set(answered)
+            ranks |= stopped
+            missing -= len(stopped)
+        if missing > 0:
+            fault = f" (injected fault {host.fault})" if host.fault else ""
+            why = f": its container is paused{fault}" if status == "paused" else ""
+            unheard.append(f"{host.name}: {missing} of its {host.workers} ranks did not answer{why}")
+        if ranks:
+            placed.append(replace(host, ranks=tuple(sorted(ranks))))
+    return placed, unheard
 
 
 def stack_lines(found: HangDiagnosis) -> list[str]:
@@ -77,12 +117,4 @@ def stack_lines(found: HangDiagnosis) -> list[str]:
         # said only in the headline, which this leaves out (ranks missing: said nowhere else)
         hint = next((i for i, line in enumerate(lines) if line == f"  {DEBUG_HINT}"), len(lines))
         lines.insert(hint, f"  {divergence.text}")
-    return [line[2:] if line.startswith("  ") else line for line in lines]
-
-
-def latest_stacks(run_dir: Path) -> Optional[dict]:
-    """The last ``stacks`` taken of a run (for its report), if any."""
-    try:
-        return json.loads((Path(run_dir) / STACKS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    return [line.removeprefix("  ") for line in lines]

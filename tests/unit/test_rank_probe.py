@@ -1,7 +1,11 @@
-"""The engine's word on ranks that did not answer a snapshot request (``stacks RUN`` and the hang
-watchdog): a paused node's ranks, a stopped process's rank, each with the fault that did it, and
-nothing said of ranks that were not asked about or of a node the engine cannot inspect."""
+"""Where every rank of a running run is (``stacks RUN``): the two looks and what they write, an
+elastic run's ranks placed by the node they say, and the engine's word on ranks that did not
+answer (``stacks`` and the hang watchdog): a paused node's ranks, a stopped process's rank, each
+with the fault that did it, and nothing said of ranks that were not asked about or of a node the
+engine cannot inspect."""
 from __future__ import annotations
+
+import json
 
 import docker.errors
 
@@ -12,12 +16,14 @@ from tests.unit.test_supervisor_collaborators import node_container
 STOPPED_RANKS_3_AND_5 = (0, b"3 4243\n5 4245\nend\n")  # what the rank script prints in node1
 
 
-def hosts(client: FakeDockerClient, *nodes: tuple[str, tuple[int, ...], str]) -> list[RankHost]:
+def hosts(client: FakeDockerClient, *nodes: tuple, workers: int = 0) -> list[RankHost]:
+    """Running nodes, each ``(name, ranks, fault)``, with ``workers`` workers each (default: as
+    many as its ranks)."""
     found = []
     for name, ranks, fault in nodes:
         container = node_container(client, "r", name, Script(hang=True))
         container.start()
-        found.append(RankHost(name, container, ranks, fault))
+        found.append(RankHost(name, container, ranks, workers or len(ranks), fault))
     return found
 
 
@@ -50,3 +56,226 @@ def test_a_node_the_engine_cannot_inspect_is_left_out_and_the_others_are_not():
     paused.container.pause()
     assert absent_reasons(client, [gone, paused], {0, 4}) == {0: "is on node1, whose container is paused",
                                                               4: "is on node1, whose container is paused"}
+
+
+class AnsweringWorkers:
+    """The ranks' snapshot threads, as the hook runs them: each answers the request it finds in
+    the run's debug directory (within 0.05 s, as the workers do within 0.25 s). ``cpu_s`` and
+    ``answering`` may change between the two looks."""
+
+    def __init__(self, run_dir, ranks, waiting_at: dict[int, int], per_node: int = 1):
+        """``waiting_at``: the line of train.py where a rank waits in all_reduce #2 (a rank not
+        in it computes at line 30); ``per_node``: ranks on each node, in order."""
+        import threading
+
+        self.directory = run_dir / "debug"
+        self.cpu_s = {rank: 1.0 for rank in ranks}
+        self.answering = set(ranks)
+        self.waiting_at = waiting_at
+        self.per_node = per_node
+        self.late: set[int] = set()  # ranks that answer 0.3 s after the others
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def serve(self) -> None:
+        import json
+        import time
+
+        answered = None
+        while not self.stop.is_set():
+            try:
+                request = json.loads((self.directory / "request.json").read_text())["id"]
+            except (OSError, ValueError):
+                request = None
+            if request and request != answered:
+                answered = request
+                for rank in sorted(self.answering - self.late):
+                    self.answer(request, rank)
+                if self.answering & self.late:
+                    time.sleep(0.3)
+                    for rank in sorted(self.answering & self.late):
+                        self.answer(request, rank)
+            time.sleep(0.05)
+
+    def answer(self, request: str, rank: int) -> None:
+        import json
+
+        line = self.waiting_at.get(rank)
+        done = {"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
+                "state": "done"}
+        waits = [{**done, "seq": 2, "at": f"train.py:{line}", "state": "entered"}] if line else []
+        (self.directory / f"rank{rank}.json").write_text(json.dumps({
+            "request": request, "rank": rank, "pid": 40 + rank, "node": f"node{rank // self.per_node}", "completed": 1,
+            "cpu_s": self.cpu_s[rank], "collectives": [done, *waits],
+            "stacks": [{"thread": "MainThread", "main": True, "frames": [["train.py", line or 30, "<module>", ""]]}]}))
+
+    def __enter__(self) -> "AnsweringWorkers":
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def test_where_ranks_are_looks_twice_an_interval_apart_and_writes_what_it_found(tmp_path):
+    import json
+    import time
+
+    from orchestrate.supervise.rank_probe import stack_lines, where_ranks_are
+
+    client = FakeDockerClient()
+    planned = hosts(client, ("node0", (0,), ""), ("node1", (1,), ""))
+    slept = []
+    with AnsweringWorkers(tmp_path, (0, 1), {0: 20}) as workers:
+        def between_looks(seconds: float) -> None:
+            slept.append(seconds)
+            time.sleep(0.2)
+            workers.cpu_s[1] = 4.0  # rank 1 computes meanwhile: 3 s of CPU in the interval
+
+        found = where_ranks_are(client, tmp_path, planned, interval_s=1.5, sleep=between_looks, answer_timeout_s=0.5)
+    assert slept == [1.5]
+    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "busy")]
+    assert not found.hung  # rank 1 made progress
+    written = json.loads((tmp_path / "stacks.json").read_text())
+    assert written["activities"] == [a.__dict__ for a in found.activities] and written["time"] > 0
+    said = stack_lines(found)  # its share of a core depends on the time between the looks
+    assert said[4].startswith("rank 1 is computing (") and said[4].endswith("% of a core)"), said
+    assert said[:4] + said[5:] == [
+        "rank 0: all_reduce at train.py:20 in <module>", "    train.py:20 in <module>",
+        "rank 1: <module> at train.py:30", "    train.py:30 in <module>",
+        "rank 0 waits in all_reduce(float32[4]) #2 at train.py:20; rank 1 is at #1 (not in a collective: <module> at"
+        " train.py:30)"], said
+
+
+def test_where_ranks_are_in_an_elastic_run_asks_every_rank_that_answers(tmp_path):
+    """Hosts with no planned ranks (the rendezvous assigns them): the ranks are those that answer."""
+    from orchestrate.supervise.rank_probe import where_ranks_are
+
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), workers=2)
+    with AnsweringWorkers(tmp_path, (0, 1, 2, 3), {0: 20, 1: 20, 2: 20, 3: 21}, per_node=2):
+        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=lambda _s: None,
+                                answer_timeout_s=0.5)
+    assert [a.rank for a in found.activities] == [0, 1, 2, 3]
+    assert [group.ranks for group in found.groups] == [(3,), (0, 1, 2)]  # the odd one out first
+    assert found.unheard == []
+    assert [call for call in client.calls if call[0] in ("reload", "exec_create")] == []  # nothing to ask the engine
+
+
+def test_where_ranks_are_in_an_elastic_run_waits_in_its_second_look_for_a_rank_the_first_missed(tmp_path):
+    """A node whose worker answers late (it was starting) is waited for again, not left out."""
+    from orchestrate.supervise.rank_probe import where_ranks_are
+
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), workers=1)
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"end\n")  # none stopped
+    with AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20}) as workers:
+        workers.answering.discard(1)
+
+        def between_looks(_seconds: float) -> None:  # rank 1 is up now, and answers 0.3 s after rank 0
+            workers.answering.add(1)
+            workers.late.add(1)
+
+        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=between_looks, answer_timeout_s=1.0)
+    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "collective")]
+    assert found.unheard == []
+
+
+def test_where_ranks_are_names_a_rank_that_stopped_answering_between_the_looks_with_why(tmp_path):
+    from orchestrate.supervise.rank_probe import where_ranks_are
+
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), "pause:node1"), workers=1)
+    with AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20}) as workers:
+        def between_looks(_seconds: float) -> None:
+            workers.answering.discard(1)
+            elastic[1].container.pause()
+
+        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=between_looks, answer_timeout_s=0.5)
+    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "stopped")]
+    assert found.activities[1].detail.endswith("is on node1, whose container is paused (injected fault pause:node1)"), \
+        found.activities[1]
+
+
+def test_where_ranks_are_still_answers_when_the_run_directory_cannot_take_its_file(tmp_path):
+    from orchestrate.supervise.rank_probe import where_ranks_are
+
+    client = FakeDockerClient()
+    planned = hosts(client, ("node0", (0,), ""))
+    with AnsweringWorkers(tmp_path, (0,), {0: 20}):
+        (tmp_path / "stacks.json").mkdir()  # writing it fails as a vanished directory would
+        found = where_ranks_are(client, tmp_path, planned, interval_s=0.0, sleep=lambda _s: None,
+                                answer_timeout_s=0.5)
+    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective")]
+
+
+def test_where_ranks_are_in_an_elastic_run_says_which_node_did_not_answer_and_names_a_stopped_rank(tmp_path):
+    """Ranks that never answered have no number the launcher knows: a paused node is named with
+    how many of its ranks are missing; a stopped process's rank comes from the engine."""
+    from orchestrate.supervise.rank_probe import stack_lines, where_ranks_are
+
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), "hang-rank:3"), ("node2", (), "pause:node2"),
+                    workers=2)
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"2 4242\n3 4243\nend\n")
+    elastic[2].container.pause()
+    with AnsweringWorkers(tmp_path, (0, 1, 2), {0: 20, 1: 20, 2: 20}, per_node=2) as workers:
+        # rank 2 answers the first look only: stopped too by the second
+        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0,
+                                sleep=lambda _s: workers.answering.discard(2), answer_timeout_s=0.5)
+    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "collective"), (2, "stopped"),
+                                                            (3, "stopped")]
+    assert {a.detail for a in found.activities[2:]} == {
+        "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)"}
+    assert found.unheard == ["node2: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node2)"]
+    said = stack_lines(found)
+    assert said.index("node2: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node2)") \
+        == said.index("rank 3: is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)") + 1, said
+    assert said[0] == "ranks 0, 1: all_reduce at train.py:20 in <module>", said
+    assert json.loads((tmp_path / "stacks.json").read_text())["unheard"] == found.unheard
+
+
+def test_where_ranks_are_in_an_elastic_run_counts_a_node_still_starting_without_a_reason(tmp_path):
+    from orchestrate.supervise.rank_probe import where_ranks_are
+
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), "pause:node1"), workers=1)
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"end\n")  # no process stopped
+    with AnsweringWorkers(tmp_path, (0,), {0: 20}):
+        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=lambda _s: None,
+                                answer_timeout_s=0.5)
+    assert [a.rank for a in found.activities] == [0]
+    assert found.unheard == ["node1: 1 of its 1 ranks did not answer"]  # its fault is not what stopped it
+
+
+def test_stacks_of_an_elastic_run_waits_for_each_nodes_workers_and_says_the_node_that_did_not_answer(tmp_path,
+                                                                                                    monkeypatch):
+    """``stacks RUN`` as a user runs it, on an elastic run of 2 nodes x 2 workers in the fake engine
+    (until 2026-11-27 it said "0 of 0 ranks answered" there, whatever the ranks did)."""
+    import functools
+    import io
+
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NODE_RANK_LABEL,
+                                           NPROC_LABEL, RDZV_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL)
+    from orchestrate.supervise.rank_probe import where_ranks_are
+
+    client = FakeDockerClient()
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    common = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", RUN_DIR_LABEL: str(run_dir), NPROC_LABEL: "2",
+              RDZV_LABEL: "c10d"}
+    nodes = [client.running(f"ddp-r-node{n}-1", {**common, NODE_RANK_LABEL: str(n), COMPOSE_SERVICE_LABEL: f"node{n}"},
+                            script_as=f"node{n}")
+             for n in (0, 1)]
+    nodes[1].pause()
+    monkeypatch.setattr("orchestrate.cli.stacks.where_ranks_are", functools.partial(where_ranks_are, answer_timeout_s=0.5))
+    out = io.StringIO()
+    with AnsweringWorkers(run_dir, (0, 1), {0: 20, 1: 21}, per_node=2):
+        code = main(["stacks", "r", "--interval", "0"], out=out, client=client)
+    said = out.getvalue().splitlines()
+    assert code == 0, said
+    assert said[0] == "run r: 2 of 4 ranks answered"
+    assert "node1: 2 of its 2 ranks did not answer: its container is paused" in said
