@@ -31,25 +31,40 @@ class RankHost:
 
 def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[int, str]:
     """Why ``ranks`` (which did not answer) cannot: their node's container is paused, or their
-    process is stopped, with the fault that did it; the others are left out."""
+    process is stopped, with the fault that did it; the others are left out. A paused node whose
+    ranks are not known (elastic) may hold any of them: it is the reason only for those no
+    other node accounts for."""
     why: dict[int, str] = {}
+    paused_unplanned: list[RankHost] = []
     for host in hosts:
         mine = set(host.ranks) & ranks if host.ranks else set(ranks)
         if not mine:
             continue
-        fault = f" (injected fault {host.fault})" if host.fault else ""
         try:
             host.container.reload()
             paused = host.container.status == "paused"
         except engine_errors():
             continue
-        if paused:
-            why.update({rank: f"is on {host.name}, whose container is paused{fault}" for rank in mine})
-            continue
-        for rank in stopped_ranks(client, host.container):
-            if rank in ranks:
-                why[rank] = f"is stopped: its process on {host.name} got SIGSTOP{fault}"
+        if paused and not host.ranks:
+            paused_unplanned.append(host)
+        elif paused:
+            why.update({rank: paused_reason([host]) for rank in mine})
+        else:
+            fault = f" (injected fault {host.fault})" if host.fault else ""
+            why.update({rank: f"is stopped: its process on {host.name} got SIGSTOP{fault}"
+                        for rank in stopped_ranks(client, host.container) if rank in ranks})
+    if paused_unplanned:
+        why.update({rank: paused_reason(paused_unplanned) for rank in ranks if rank not in why})
     return why
+
+
+def paused_reason(paused: list[RankHost]) -> str:
+    """Why a rank of a node among ``paused`` (elastic: which one is not known) cannot answer."""
+    faults = [host.fault for host in paused if host.fault]
+    if len(paused) == 1:
+        return f"is on {paused[0].name}, whose container is paused" + (f" (injected fault {faults[0]})" if faults else "")
+    return (f"is on one of {', '.join(host.name for host in paused)}, whose containers are paused"
+            + (f" (injected faults {', '.join(faults)})" if faults else ""))
 
 
 def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_s: float,

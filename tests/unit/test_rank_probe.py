@@ -58,6 +58,29 @@ def test_a_node_the_engine_cannot_inspect_is_left_out_and_the_others_are_not():
                                                               4: "is on node1, whose container is paused"}
 
 
+def test_a_paused_node_of_an_elastic_run_accounts_only_for_ranks_no_other_node_does():
+    """Its ranks are not known: a rank stopped on another node is not said to be on it, and
+    where two such nodes are paused, both are named."""
+    client = FakeDockerClient()
+    stopped, first, second = hosts(client, ("node1", (), "hang-rank:3"), ("node2", (), "pause:node2"),
+                                   ("node3", (), ""), workers=2)
+    client.command_outputs[(stopped.container.name, "python3")] = (0, b"3 4243\nend\n")
+    first.container.pause()
+    assert absent_reasons(client, [stopped, first], {3, 5}) == {
+        3: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)",
+        5: "is on node2, whose container is paused (injected fault pause:node2)"}
+    second.container.pause()
+    assert absent_reasons(client, [first, stopped, second], {3, 5}) == {
+        3: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)",
+        5: "is on one of node2, node3, whose containers are paused (injected faults pause:node2)"}
+    fourth, fifth = hosts(client, ("node4", (), "pause:node4"), ("node5", (), ""), workers=2)
+    fourth.container.pause()
+    fifth.container.pause()
+    assert absent_reasons(client, [first, fourth], {5}) == {
+        5: "is on one of node2, node4, whose containers are paused (injected faults pause:node2, pause:node4)"}
+    assert absent_reasons(client, [second, fifth], {5}) == {5: "is on one of node3, node5, whose containers are paused"}
+
+
 class AnsweringWorkers:
     """The ranks' snapshot threads, as the hook runs them: each answers the request it finds in
     the run's debug directory (within 0.05 s, as the workers do within 0.25 s). ``cpu_s`` and
