@@ -174,8 +174,8 @@ class HangDiagnosis:
         hung: No rank made progress between the probes (else: they are working, quietly).
         cause: What ended the run, when it did ("no progress for 20 s", "a collective timed out").
         loaders: The DataLoader worker processes of each rank that waits for its DataLoader.
-        unheard: Where the rendezvous assigns the ranks (elastic), the nodes fewer of whose ranks
-            answered than they run, with why: their missing ranks' numbers are not known.
+        unheard_nodes: Where the rendezvous numbers the ranks (elastic), a line for each node
+            fewer of whose ranks answered than it runs, with why: their numbers are not known.
     """
 
     quiet_s: float
@@ -186,7 +186,7 @@ class HangDiagnosis:
     hung: bool = True
     cause: str = ""
     loaders: dict[int, list[LoaderSnapshot]] = field(default_factory=dict)
-    unheard: list[str] = field(default_factory=list)
+    unheard_nodes: list[str] = field(default_factory=list)
 
     @property
     def headline(self) -> str:
@@ -222,7 +222,7 @@ class HangDiagnosis:
             out += ["  " + line for line in group.lines()]
         for absent in stopped:
             out.append(f"  rank {absent.rank}: {absent.detail}")
-        out += ["  " + line for line in self.unheard]
+        out += ["  " + line for line in self.unheard_nodes]
         busy = [a for a in self.activities if a.state == "busy"]
         for rank in busy:
             out.append(f"  rank {rank.rank} is {rank.detail}")
@@ -253,7 +253,7 @@ class HangDiagnosis:
                 "divergence": None if self.divergence is None else self.divergence.text,
                 "loaders": {str(rank): [{**w.to_json(), "where": loader_place(w)} for w in workers]
                             for rank, workers in self.loaders.items()},
-                "activities": [a.__dict__ for a in self.activities], "unheard": self.unheard,
+                "activities": [a.__dict__ for a in self.activities], "unheard_nodes": self.unheard_nodes,
                 "collectives": {str(rank): entries for rank, entries in self.collectives.items()}}
 
 

@@ -287,9 +287,9 @@ def answers(directory: Path, request: str, at: float) -> Probe:
 
 def request_snapshots(directory: Path, expected: Iterable[int], timeout_s: float = ANSWER_TIMEOUT_S,
                       clock: Callable[[], float] = time.monotonic,
-                      sleep: Callable[[float], None] = time.sleep, count: int = 0) -> Probe:
-    """Ask every worker for its snapshot and wait until the ``expected`` ranks answered, and at
-    least ``count`` ranks in all (an elastic run's ranks are known only by their number), and the
+                      sleep: Callable[[float], None] = time.sleep, at_least: int = 0) -> Probe:
+    """Ask every worker for its snapshot and wait until the ``expected`` ranks answered, and
+    ``at_least`` ranks in all (an elastic run's ranks are known only by their number), and the
     DataLoader workers of those that wait for one (at most ``timeout_s``); the answers of other
     ranks are taken too (an elastic run's ranks change)."""
     request = ask_snapshots(directory)
@@ -298,7 +298,7 @@ def request_snapshots(directory: Path, expected: Iterable[int], timeout_s: float
     deadline = asked_at + timeout_s
     while True:
         probe = answers(directory, request, asked_at)
-        answered = (wanted <= set(probe.snapshots) and len(probe.snapshots) >= count
+        answered = (wanted <= set(probe.snapshots) and len(probe.snapshots) >= at_least
                     and not probe.loader_workers_missing())
         if answered or clock() >= deadline:
             return probe

@@ -223,8 +223,9 @@ def hang_section(hang: dict) -> list[str]:
               if a.get("state") in ("stopped", "absent", "busy")]
     if absent:
         parts.append(_table(("rank", "state", "why"), absent, "hang-ranks"))
-    if hang.get("unheard"):  # an elastic run's nodes whose missing ranks have no known number
-        parts.append('<ul id="hang-unheard">' + "".join(f"<li>{esc(line)}</li>" for line in hang["unheard"]) + "</ul>")
+    if hang.get("unheard_nodes"):  # an elastic run's nodes whose missing ranks have no known number
+        parts.append('<ul id="hang-unheard-nodes">' + "".join(f"<li>{esc(line)}</li>" for line in hang["unheard_nodes"])
+                     + "</ul>")
     last = [(rank, c.get("seq"), c.get("op"), c.get("group"), c.get("shapes"), c.get("at"), c.get("state"))
             for rank, entries in sorted((hang.get("collectives") or {}).items(), key=lambda item: int(item[0]))
             for c in entries[-4:]]

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.hangs.diagnosis import DEBUG_HINT, HangDiagnosis, diagnose
-from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, debug_dir, request_snapshots
+from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, Probe, debug_dir, request_snapshots
 
 STACKS_FILE = "stacks.json"
 
@@ -25,7 +25,7 @@ class RankHost:
     name: str
     container: Any
     ranks: tuple[int, ...]
-    workers: int
+    nproc: int
     fault: str = ""
 
 
@@ -68,25 +68,37 @@ def paused_reason(paused: list[RankHost]) -> str:
 
 
 def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_s: float,
-                    sleep: Callable[[float], None] = time.sleep,
+                    sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                     answer_timeout_s: float = ANSWER_TIMEOUT_S) -> HangDiagnosis:
     """Ask every rank twice, ``interval_s`` apart (to tell computing from waiting), and
-    describe where each is; the result is also written to the run's ``stacks.json``. Where the
-    rendezvous assigns the ranks, each look waits for as many ranks as the nodes run workers
-    (each at most ``answer_timeout_s``)."""
-    planned = {rank for host in hosts for rank in host.ranks}
-    count = sum(host.workers for host in hosts)
-    first = request_snapshots(debug_dir(run_dir), planned, answer_timeout_s, count=count)
+    describe where each is; the result is also written to the run's ``stacks.json``. Each look
+    waits (at most ``answer_timeout_s``) for the ranks of the nodes that can answer (a paused
+    node's cannot): their planned ranks, or where the rendezvous numbers them (elastic), as
+    many as those nodes run workers."""
+    able = [host for host in hosts if container_status(host) != "paused"]
+    planned = {rank for host in able for rank in host.ranks}
+    at_least = sum(host.nproc for host in able)
+
+    def look(expected: set[int]) -> Probe:
+        return request_snapshots(debug_dir(run_dir), expected, answer_timeout_s, clock, sleep, at_least=at_least)
+
+    first = look(planned)
     sleep(interval_s)
-    second = request_snapshots(debug_dir(run_dir), planned or set(first.snapshots), answer_timeout_s, count=count)
-    unheard: list[str] = []
-    expected = planned
-    if not planned:
+    second = look(planned or set(first.snapshots))
+    expected = {rank for host in hosts for rank in host.ranks}
+    if expected:
+        why, unheard = absent_reasons(client, hosts, expected - set(second.snapshots)), []
+    else:
         answered = {**first.snapshots, **second.snapshots}
-        hosts, unheard = place_ranks(client, hosts, answered)
-        expected = set(answered) | {rank for host in hosts for rank in host.ranks}
-    found = diagnose(second, first, expected, absent_reasons(client, hosts, expected - set(second.snapshots)), 0.0)
-    found.unheard = unheard
+        placement = place_ranks(client, hosts, answered)
+        expected = set(answered) | set(placement.stopped)
+        missing = expected - set(second.snapshots)
+        why = {rank: reason for rank, reason in placement.stopped.items() if rank in missing}
+        not_asked = [host for host in placement.hosts if host.name not in placement.asked]
+        why.update(absent_reasons(client, not_asked, missing - set(why)))
+        unheard = placement.unheard
+    found = diagnose(second, first, expected, why, 0.0)
+    found.unheard_nodes = unheard
     try:
         (Path(run_dir) / STACKS_FILE).write_text(json.dumps({"time": time.time(), **found.to_json()}, indent=1))
     except OSError:
@@ -94,33 +106,48 @@ def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_
     return found
 
 
-def place_ranks(client: Any, hosts: list[RankHost], answered: dict[int, Any]) -> tuple[list[RankHost], list[str]]:
-    """An elastic run's nodes with the ranks known to be on them (a node with none left out):
-    those that answered, by the node they say, and those the engine finds stopped on a node
-    that did not all answer. Also a line for each node some of whose ranks were not heard of at
-    all: their numbers are not known."""
-    placed, unheard = [], []
+def container_status(host: RankHost) -> str:
+    """The node's container's status now ("" when the engine cannot say: ended meanwhile)."""
+    try:
+        host.container.reload()
+        return host.container.status
+    except engine_errors():
+        return ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An elastic run's ranks on its nodes (see :func:`place_ranks`)."""
+
+    hosts: list[RankHost]  # with the ranks known to be on them; a node with none left out
+    stopped: dict[int, str]  # the ranks whose process the engine found stopped, with why
+    asked: set[str]  # the nodes asked for their stopped processes
+    unheard: list[str]  # a line for each node some of whose ranks were not heard of at all
+
+
+def place_ranks(client: Any, hosts: list[RankHost], answered: dict[int, Any]) -> Placement:
+    """Place an elastic run's ranks (numbered by the rendezvous): those that answered, on the
+    node their answer names; on a node fewer of whose ranks answered than it runs, those the
+    engine finds stopped. The ranks still missing have no number anyone knows: their node's line
+    says how many, and why where the engine knows (a paused container)."""
+    placed, stopped, asked, unheard = [], {}, set(), []
     for host in hosts:
         ranks = {rank for rank, snapshot in answered.items() if snapshot.node == host.name}
-        missing = host.workers - len(ranks)
-        status = ""
-        if missing > 0:
-            try:
-                host.container.reload()
-                status = host.container.status
-            except engine_errors():
-                pass  # ended meanwhile: nothing more to say of it
+        missing = host.nproc - len(ranks)
+        status = container_status(host) if missing > 0 else ""
+        fault = f" (injected fault {host.fault})" if host.fault else ""
         if status == "running":
-            stopped = set(stopped_ranks(client, host.container)) - set(answered)
-            ranks |= stopped
-            missing -= len(stopped)
+            asked.add(host.name)
+            found = set(stopped_ranks(client, host.container))
+            stopped.update({rank: f"is stopped: its process on {host.name} got SIGSTOP{fault}" for rank in found})
+            missing -= len(found - ranks)
+            ranks |= found
         if missing > 0:
-            fault = f" (injected fault {host.fault})" if host.fault else ""
             why = f": its container is paused{fault}" if status == "paused" else ""
-            unheard.append(f"{host.name}: {missing} of its {host.workers} ranks did not answer{why}")
+            unheard.append(f"{host.name}: {missing} of its {host.nproc} ranks did not answer{why}")
         if ranks:
             placed.append(replace(host, ranks=tuple(sorted(ranks))))
-    return placed, unheard
+    return Placement(placed, stopped, asked, unheard)
 
 
 def stack_lines(found: HangDiagnosis) -> list[str]:

@@ -16,14 +16,14 @@ from tests.unit.test_supervisor_collaborators import node_container
 STOPPED_RANKS_3_AND_5 = (0, b"3 4243\n5 4245\nend\n")  # what the rank script prints in node1
 
 
-def hosts(client: FakeDockerClient, *nodes: tuple, workers: int = 0) -> list[RankHost]:
-    """Running nodes, each ``(name, ranks, fault)``, with ``workers`` workers each (default: as
-    many as its ranks)."""
+def hosts(client: FakeDockerClient, *nodes: tuple, nproc: int = 0) -> list[RankHost]:
+    """Running nodes, each ``(name, ranks, fault)``, each running ``nproc`` workers (0: as many as
+    its ranks)."""
     found = []
     for name, ranks, fault in nodes:
         container = node_container(client, "r", name, Script(hang=True))
         container.start()
-        found.append(RankHost(name, container, ranks, workers or len(ranks), fault))
+        found.append(RankHost(name, container, ranks, nproc or len(ranks), fault))
     return found
 
 
@@ -63,7 +63,7 @@ def test_a_paused_node_of_an_elastic_run_accounts_only_for_ranks_no_other_node_d
     where two such nodes are paused, both are named."""
     client = FakeDockerClient()
     stopped, first, second = hosts(client, ("node1", (), "hang-rank:3"), ("node2", (), "pause:node2"),
-                                   ("node3", (), ""), workers=2)
+                                   ("node3", (), ""), nproc=2)
     client.command_outputs[(stopped.container.name, "python3")] = (0, b"3 4243\nend\n")
     first.container.pause()
     assert absent_reasons(client, [stopped, first], {3, 5}) == {
@@ -73,7 +73,7 @@ def test_a_paused_node_of_an_elastic_run_accounts_only_for_ranks_no_other_node_d
     assert absent_reasons(client, [first, stopped, second], {3, 5}) == {
         3: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)",
         5: "is on one of node2, node3, whose containers are paused (injected faults pause:node2)"}
-    fourth, fifth = hosts(client, ("node4", (), "pause:node4"), ("node5", (), ""), workers=2)
+    fourth, fifth = hosts(client, ("node4", (), "pause:node4"), ("node5", (), ""), nproc=2)
     fourth.container.pause()
     fifth.container.pause()
     assert absent_reasons(client, [first, fourth], {5}) == {
@@ -81,196 +81,188 @@ def test_a_paused_node_of_an_elastic_run_accounts_only_for_ranks_no_other_node_d
     assert absent_reasons(client, [second, fifth], {5}) == {5: "is on one of node3, node5, whose containers are paused"}
 
 
+INTERVAL_S = 7.0  # the tests' interval between the two looks, told apart from a look's polls by its length
+
+
 class AnsweringWorkers:
-    """The ranks' snapshot threads, as the hook runs them: each answers the request it finds in
-    the run's debug directory (within 0.05 s, as the workers do within 0.25 s). ``cpu_s`` and
-    ``answering`` may change between the two looks."""
+    """The ranks' snapshot threads, in simulated time: ``clock`` and ``sleep`` are
+    ``where_ranks_are``'s. Each sleep moves the time on; a rank answers the request it finds once
+    0.25 s have passed since it was asked (as the workers look every 0.25 s), a ``late`` one after
+    1 s. ``between_looks`` runs at the interval's sleep; ``cpu_s`` and ``answering`` may change
+    there."""
 
     def __init__(self, run_dir, ranks, waiting_at: dict[int, int], per_node: int = 1):
         """``waiting_at``: the line of train.py where a rank waits in all_reduce #2 (a rank not
         in it computes at line 30); ``per_node``: ranks on each node, in order."""
-        import threading
-
         self.directory = run_dir / "debug"
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.cpu_s = {rank: 1.0 for rank in ranks}
         self.answering = set(ranks)
+        self.late: set[int] = set()
         self.waiting_at = waiting_at
         self.per_node = per_node
-        self.late: set[int] = set()  # ranks that answer 0.3 s after the others
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.between_looks = lambda: None
+        self.now = 0.0
+        self.request, self.asked_at, self.answered = "", 0.0, set()
+        self.slept: list[float] = []
 
-    def serve(self) -> None:
-        import json
-        import time
+    def clock(self) -> float:
+        return self.now
 
-        answered = None
-        while not self.stop.is_set():
-            try:
-                request = json.loads((self.directory / "request.json").read_text())["id"]
-            except (OSError, ValueError):
-                request = None
-            if request and request != answered:
-                answered = request
-                for rank in sorted(self.answering - self.late):
-                    self.answer(request, rank)
-                if self.answering & self.late:
-                    time.sleep(0.3)
-                    for rank in sorted(self.answering & self.late):
-                        self.answer(request, rank)
-            time.sleep(0.05)
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if seconds == INTERVAL_S:
+            self.between_looks()
+        before, self.now = self.now, self.now + seconds
+        try:
+            request = json.loads((self.directory / "request.json").read_text())["id"]
+        except (OSError, ValueError):
+            return
+        if request != self.request:  # asked since the last sleep
+            self.request, self.asked_at, self.answered = request, before, set()
+        for rank in sorted(self.answering - self.answered):
+            if self.now - self.asked_at >= (1.0 if rank in self.late else 0.25):
+                self.answer(rank)
 
-    def answer(self, request: str, rank: int) -> None:
-        import json
-
+    def answer(self, rank: int) -> None:
+        self.answered.add(rank)
         line = self.waiting_at.get(rank)
         done = {"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
                 "state": "done"}
         waits = [{**done, "seq": 2, "at": f"train.py:{line}", "state": "entered"}] if line else []
         (self.directory / f"rank{rank}.json").write_text(json.dumps({
-            "request": request, "rank": rank, "pid": 40 + rank, "node": f"node{rank // self.per_node}", "completed": 1,
-            "cpu_s": self.cpu_s[rank], "collectives": [done, *waits],
+            "request": self.request, "rank": rank, "pid": 40 + rank, "node": f"node{rank // self.per_node}",
+            "completed": 1, "cpu_s": self.cpu_s[rank], "collectives": [done, *waits],
             "stacks": [{"thread": "MainThread", "main": True, "frames": [["train.py", line or 30, "<module>", ""]]}]}))
 
-    def __enter__(self) -> "AnsweringWorkers":
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.thread.start()
-        return self
+    def where_ranks_are(self, client, hosts: list[RankHost]):
+        from orchestrate.supervise.rank_probe import where_ranks_are
 
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(5)
+        return where_ranks_are(client, self.directory.parent, hosts, INTERVAL_S, sleep=self.sleep, clock=self.clock)
 
 
 def test_where_ranks_are_looks_twice_an_interval_apart_and_writes_what_it_found(tmp_path):
-    import json
-    import time
-
-    from orchestrate.supervise.rank_probe import stack_lines, where_ranks_are
+    from orchestrate.supervise.rank_probe import stack_lines
 
     client = FakeDockerClient()
     planned = hosts(client, ("node0", (0,), ""), ("node1", (1,), ""))
-    slept = []
-    with AnsweringWorkers(tmp_path, (0, 1), {0: 20}) as workers:
-        def between_looks(seconds: float) -> None:
-            slept.append(seconds)
-            time.sleep(0.2)
-            workers.cpu_s[1] = 4.0  # rank 1 computes meanwhile: 3 s of CPU in the interval
+    workers = AnsweringWorkers(tmp_path, (0, 1), {0: 20})
 
-        found = where_ranks_are(client, tmp_path, planned, interval_s=1.5, sleep=between_looks, answer_timeout_s=0.5)
-    assert slept == [1.5]
+    def rank_1_computes() -> None:  # 7 s of CPU in the 7.3 s between the two requests
+        workers.cpu_s[1] = 8.0
+    workers.between_looks = rank_1_computes
+    found = workers.where_ranks_are(client, planned)
+    assert workers.slept == [0.1, 0.1, 0.1, INTERVAL_S, 0.1, 0.1, 0.1]  # each look's answers came after 0.3 s
     assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "busy")]
     assert not found.hung  # rank 1 made progress
     written = json.loads((tmp_path / "stacks.json").read_text())
     assert written["activities"] == [a.__dict__ for a in found.activities] and written["time"] > 0
-    said = stack_lines(found)  # its share of a core depends on the time between the looks
-    assert said[4].startswith("rank 1 is computing (") and said[4].endswith("% of a core)"), said
-    assert said[:4] + said[5:] == [
+    assert stack_lines(found) == [
         "rank 0: all_reduce at train.py:20 in <module>", "    train.py:20 in <module>",
         "rank 1: <module> at train.py:30", "    train.py:30 in <module>",
+        "rank 1 is computing (96% of a core)",
         "rank 0 waits in all_reduce(float32[4]) #2 at train.py:20; rank 1 is at #1 (not in a collective: <module> at"
-        " train.py:30)"], said
+        " train.py:30)"]
+
+
+def test_where_ranks_are_waits_for_no_rank_of_a_paused_node_and_names_it(tmp_path):
+    client = FakeDockerClient()
+    planned = hosts(client, ("node0", (0,), ""), ("node1", (1,), "pause:node1"))
+    planned[1].container.pause()
+    workers = AnsweringWorkers(tmp_path, (0,), {0: 20})
+    found = workers.where_ranks_are(client, planned)
+    assert workers.slept == [0.1, 0.1, 0.1, INTERVAL_S, 0.1, 0.1, 0.1]  # not the 3 s a rank is waited for
+    assert [(a.rank, a.state, a.detail) for a in found.activities] == [
+        (0, "collective", "waits in all_reduce(float32[4]) #2 at train.py:20"),
+        (1, "stopped", "is on node1, whose container is paused (injected fault pause:node1)")]
 
 
 def test_where_ranks_are_in_an_elastic_run_asks_every_rank_that_answers(tmp_path):
     """Hosts with no planned ranks (the rendezvous assigns them): the ranks are those that answer."""
-    from orchestrate.supervise.rank_probe import where_ranks_are
-
     client = FakeDockerClient()
-    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), workers=2)
-    with AnsweringWorkers(tmp_path, (0, 1, 2, 3), {0: 20, 1: 20, 2: 20, 3: 21}, per_node=2):
-        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=lambda _s: None,
-                                answer_timeout_s=0.5)
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), nproc=2)
+    workers = AnsweringWorkers(tmp_path, (0, 1, 2, 3), {0: 20, 1: 20, 2: 20, 3: 21}, per_node=2)
+    found = workers.where_ranks_are(client, elastic)
     assert [a.rank for a in found.activities] == [0, 1, 2, 3]
     assert [group.ranks for group in found.groups] == [(3,), (0, 1, 2)]  # the odd one out first
-    assert found.unheard == []
-    assert [call for call in client.calls if call[0] in ("reload", "exec_create")] == []  # nothing to ask the engine
+    assert found.unheard_nodes == []
+    assert [call for call in client.calls if call[0] == "exec_create"] == []  # nothing to ask the engine
 
 
 def test_where_ranks_are_in_an_elastic_run_waits_in_its_second_look_for_a_rank_the_first_missed(tmp_path):
     """A node whose worker answers late (it was starting) is waited for again, not left out."""
-    from orchestrate.supervise.rank_probe import where_ranks_are
-
     client = FakeDockerClient()
-    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), workers=1)
-    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"end\n")  # none stopped
-    with AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20}) as workers:
-        workers.answering.discard(1)
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), nproc=1)
+    workers = AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20})
+    workers.answering.discard(1)
 
-        def between_looks(_seconds: float) -> None:  # rank 1 is up now, and answers 0.3 s after rank 0
-            workers.answering.add(1)
-            workers.late.add(1)
-
-        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=between_looks, answer_timeout_s=1.0)
+    def rank_1_is_up() -> None:  # and answers 1 s after it is asked
+        workers.answering.add(1)
+        workers.late.add(1)
+    workers.between_looks = rank_1_is_up
+    found = workers.where_ranks_are(client, elastic)
     assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "collective")]
-    assert found.unheard == []
+    assert found.unheard_nodes == []
 
 
 def test_where_ranks_are_names_a_rank_that_stopped_answering_between_the_looks_with_why(tmp_path):
-    from orchestrate.supervise.rank_probe import where_ranks_are
-
     client = FakeDockerClient()
-    elastic = hosts(client, ("node0", (), ""), ("node1", (), "pause:node1"), workers=1)
-    with AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20}) as workers:
-        def between_looks(_seconds: float) -> None:
-            workers.answering.discard(1)
-            elastic[1].container.pause()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), "pause:node1"), nproc=1)
+    workers = AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20})
 
-        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=between_looks, answer_timeout_s=0.5)
-    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "stopped")]
-    assert found.activities[1].detail.endswith("is on node1, whose container is paused (injected fault pause:node1)"), \
-        found.activities[1]
+    def node1_paused() -> None:
+        workers.answering.discard(1)
+        elastic[1].container.pause()
+    workers.between_looks = node1_paused
+    found = workers.where_ranks_are(client, elastic)
+    assert [(a.rank, a.state, a.detail) for a in found.activities] == [
+        (0, "collective", "waits in all_reduce(float32[4]) #2 at train.py:20"),
+        (1, "stopped", "is on node1, whose container is paused (injected fault pause:node1)")]
 
 
 def test_where_ranks_are_still_answers_when_the_run_directory_cannot_take_its_file(tmp_path):
-    from orchestrate.supervise.rank_probe import where_ranks_are
-
     client = FakeDockerClient()
     planned = hosts(client, ("node0", (0,), ""))
-    with AnsweringWorkers(tmp_path, (0,), {0: 20}):
-        (tmp_path / "stacks.json").mkdir()  # writing it fails as a vanished directory would
-        found = where_ranks_are(client, tmp_path, planned, interval_s=0.0, sleep=lambda _s: None,
-                                answer_timeout_s=0.5)
+    workers = AnsweringWorkers(tmp_path, (0,), {0: 20})
+    (tmp_path / "stacks.json").mkdir()  # writing it fails as a vanished directory would
+    found = workers.where_ranks_are(client, planned)
     assert [(a.rank, a.state) for a in found.activities] == [(0, "collective")]
 
 
 def test_where_ranks_are_in_an_elastic_run_says_which_node_did_not_answer_and_names_a_stopped_rank(tmp_path):
     """Ranks that never answered have no number the launcher knows: a paused node is named with
-    how many of its ranks are missing; a stopped process's rank comes from the engine."""
-    from orchestrate.supervise.rank_probe import stack_lines, where_ranks_are
+    how many of its ranks are missing; a stopped process's rank comes from the engine, asked once."""
+    from orchestrate.supervise.rank_probe import stack_lines
 
     client = FakeDockerClient()
-    elastic = hosts(client, ("node0", (), ""), ("node1", (), "hang-rank:3"), ("node2", (), "pause:node2"),
-                    workers=2)
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), "hang-rank:3"), ("node2", (), "pause:node2"), nproc=2)
     client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"2 4242\n3 4243\nend\n")
     elastic[2].container.pause()
-    with AnsweringWorkers(tmp_path, (0, 1, 2), {0: 20, 1: 20, 2: 20}, per_node=2) as workers:
-        # rank 2 answers the first look only: stopped too by the second
-        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0,
-                                sleep=lambda _s: workers.answering.discard(2), answer_timeout_s=0.5)
+    workers = AnsweringWorkers(tmp_path, (0, 1, 2), {0: 20, 1: 20, 2: 20}, per_node=2)
+    workers.between_looks = lambda: workers.answering.discard(2)  # rank 2 answers the first look only
+    found = workers.where_ranks_are(client, elastic)
     assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "collective"), (2, "stopped"),
                                                             (3, "stopped")]
     assert {a.detail for a in found.activities[2:]} == {
         "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)"}
-    assert found.unheard == ["node2: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node2)"]
+    assert found.unheard_nodes == [
+        "node2: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node2)"]
+    assert [call[1] for call in client.calls if call[0] == "exec_create"] == [elastic[1].container.name]
     said = stack_lines(found)
     assert said.index("node2: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node2)") \
         == said.index("rank 3: is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)") + 1, said
     assert said[0] == "ranks 0, 1: all_reduce at train.py:20 in <module>", said
-    assert json.loads((tmp_path / "stacks.json").read_text())["unheard"] == found.unheard
+    assert json.loads((tmp_path / "stacks.json").read_text())["unheard_nodes"] == found.unheard_nodes
 
 
 def test_where_ranks_are_in_an_elastic_run_counts_a_node_still_starting_without_a_reason(tmp_path):
-    from orchestrate.supervise.rank_probe import where_ranks_are
-
     client = FakeDockerClient()
-    elastic = hosts(client, ("node0", (), ""), ("node1", (), "pause:node1"), workers=1)
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), "pause:node1"), nproc=1)
     client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"end\n")  # no process stopped
-    with AnsweringWorkers(tmp_path, (0,), {0: 20}):
-        found = where_ranks_are(client, tmp_path, elastic, interval_s=0.0, sleep=lambda _s: None,
-                                answer_timeout_s=0.5)
+    workers = AnsweringWorkers(tmp_path, (0,), {0: 20})
+    found = workers.where_ranks_are(client, elastic)
     assert [a.rank for a in found.activities] == [0]
-    assert found.unheard == ["node1: 1 of its 1 ranks did not answer"]  # its fault is not what stopped it
+    assert found.unheard_nodes == ["node1: 1 of its 1 ranks did not answer"]  # its fault is not what stopped it
 
 
 def test_stacks_of_an_elastic_run_waits_for_each_nodes_workers_and_says_the_node_that_did_not_answer(tmp_path,
@@ -294,11 +286,65 @@ def test_stacks_of_an_elastic_run_waits_for_each_nodes_workers_and_says_the_node
                             script_as=f"node{n}")
              for n in (0, 1)]
     nodes[1].pause()
-    monkeypatch.setattr("orchestrate.cli.stacks.where_ranks_are", functools.partial(where_ranks_are, answer_timeout_s=0.5))
+    workers = AnsweringWorkers(run_dir, (0, 1), {0: 20, 1: 21}, per_node=2)
+    monkeypatch.setattr("orchestrate.cli.stacks.where_ranks_are",
+                        functools.partial(where_ranks_are, sleep=workers.sleep, clock=workers.clock))
     out = io.StringIO()
-    with AnsweringWorkers(run_dir, (0, 1), {0: 20, 1: 21}, per_node=2):
-        code = main(["stacks", "r", "--interval", "0"], out=out, client=client)
+    code = main(["stacks", "r", "--interval", str(INTERVAL_S)], out=out, client=client)
     said = out.getvalue().splitlines()
     assert code == 0, said
     assert said[0] == "run r: 2 of 4 ranks answered"
     assert "node1: 2 of its 2 ranks did not answer: its container is paused" in said
+    assert INTERVAL_S in workers.slept
+
+
+def test_where_ranks_are_names_a_planned_rank_whose_process_is_stopped(tmp_path):
+    client = FakeDockerClient()
+    planned = hosts(client, ("node0", (0,), ""), ("node1", (1,), "hang-rank:1"))
+    client.command_outputs[(planned[1].container.name, "python3")] = (0, b"1 4241\nend\n")
+    found = AnsweringWorkers(tmp_path, (0,), {0: 20}).where_ranks_are(client, planned)
+    assert [(a.rank, a.state, a.detail) for a in found.activities][1] == (
+        1, "stopped", "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)")
+
+
+def test_where_ranks_are_in_an_elastic_run_asks_the_engine_of_a_rank_it_heard_only_in_the_first_look(tmp_path):
+    """Its node answered as many ranks as it runs, across the two looks: the rank is placed there,
+    and the engine asked why it fell silent."""
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), "hang-rank:1"), nproc=1)
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"1 4241\nend\n")
+    workers = AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20})
+    workers.between_looks = lambda: workers.answering.discard(1)
+    found = workers.where_ranks_are(client, elastic)
+    assert [(a.rank, a.state, a.detail) for a in found.activities][1] == (
+        1, "stopped", "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)")
+    assert found.unheard_nodes == []
+
+
+def test_where_ranks_are_in_an_elastic_run_asks_a_node_for_its_stopped_processes_once(tmp_path):
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), nproc=2)
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"3 4243\nend\n")
+    workers = AnsweringWorkers(tmp_path, (0, 1, 2), {0: 20, 1: 20, 2: 20}, per_node=2)
+    workers.between_looks = lambda: workers.answering.discard(2)  # rank 2 goes quiet, not stopped (restarting, say)
+    found = workers.where_ranks_are(client, elastic)
+    assert [(a.rank, a.state, a.detail) for a in found.activities][2:] == [
+        (2, "absent", "did not answer"), (3, "stopped", "is stopped: its process on node1 got SIGSTOP")]
+    assert [call[1] for call in client.calls if call[0] == "exec_create"] == [elastic[1].container.name]
+
+
+def test_where_ranks_are_in_an_elastic_run_names_each_paused_nodes_own_ranks(tmp_path):
+    """Ranks heard in the first look are placed on their node: two nodes paused by the second look
+    are each named for their own rank, not as "one of" them."""
+    client = FakeDockerClient()
+    elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), nproc=1)
+    workers = AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20})
+
+    def both_paused() -> None:
+        workers.answering.clear()
+        for host in elastic:
+            host.container.pause()
+    workers.between_looks = both_paused
+    found = workers.where_ranks_are(client, elastic)
+    assert [(a.rank, a.detail) for a in found.activities] == [(0, "is on node0, whose container is paused"),
+                                                              (1, "is on node1, whose container is paused")]

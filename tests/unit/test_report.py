@@ -131,12 +131,12 @@ def test_a_hang_for_a_data_loader_shows_its_worker_processes_on_the_page():
 def test_the_last_stacks_of_an_elastic_run_name_the_node_whose_ranks_did_not_answer():
     stacks = {"time": T0 + 20, "headline": "no progress for 0 s", "hung": True, "groups": [], "collectives": {},
               "activities": [{"rank": 0, "state": "collective", "detail": "waits in barrier() #1 at a.py:3"}],
-              "unheard": ["node1: 2 of its 2 ranks did not answer: its container is paused"]}
+              "unheard_nodes": ["node1: 2 of its 2 ranks did not answer: its container is paused"]}
     page = render_html(build_model({"run": plan(elastic=True), "events": started(), "progress": [], "stacks": stacks}))
-    assert ('<ul id="hang-unheard"><li>node1: 2 of its 2 ranks did not answer: its container is paused</li></ul>'
+    assert ('<ul id="hang-unheard-nodes"><li>node1: 2 of its 2 ranks did not answer: its container is paused</li></ul>'
             in page)
-    assert 'id="hang-unheard"' not in render_html(build_model({"run": plan(elastic=True), "events": started(),
-                                                              "progress": [], "stacks": dict(stacks, unheard=[])}))
+    assert 'id="hang-unheard-nodes"' not in render_html(build_model({"run": plan(elastic=True), "events": started(),
+                                                              "progress": [], "stacks": dict(stacks, unheard_nodes=[])}))
 
 
 def test_the_last_lines_of_a_node_that_failed_before_its_ranks_name_the_node_alone():
