@@ -62,9 +62,10 @@ def paused_reason(paused: list[RankHost]) -> str:
     """Why a rank of a node among ``paused`` (elastic: which one is not known) cannot answer."""
     faults = [host.fault for host in paused if host.fault]
     if len(paused) == 1:
-        return f"is on {paused[0].name}, whose container is paused" + (f" (injected fault {faults[0]})" if faults else "")
-    return (f"is on one of {', '.join(host.name for host in paused)}, whose containers are paused"
-            + (f" (injected faults {', '.join(faults)})" if faults else ""))
+        fault = f" (injected fault {faults[0]})" if faults else ""
+        return f"is on {paused[0].name}, whose container is paused{fault}"
+    fault = f" (injected faults {', '.join(faults)})" if faults else ""
+    return f"is on one of {', '.join(host.name for host in paused)}, whose containers are paused{fault}"
 
 
 def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_s: float,

@@ -138,8 +138,10 @@ def test_a_launcher_that_dies_or_hangs_up_leaves_nothing_behind(docker_client, t
         took = wait_until(lambda: not docker_client.containers.list(ignore_removed=True, filters={"label": f"io.ddp-compose.run-id={run_id}"}),
                           LEASE_BOUND_S + 5, "the nodes stopping by themselves")
         assert took <= LEASE_BOUND_S, f"nodes stopped {took:.0f} s after the launcher died"
-        code, out = cli("logs", run_id, "--node", "node0")
-        assert f"the launcher is gone (no heartbeat for {LEASE_S} s): stopping this node" in out
+        code, out = cli("logs", run_id)
+        # the node that notices first stops itself; its peer may fail first, its rank's peer gone
+        gone = rf"\[ddp-compose\] the launcher is gone \(no heartbeat for {LEASE_S} s\): stopping this node"
+        assert re.search(rf"^\[node[01]\]\s+{gone}$", out, re.M), out[-3000:]
         code, out = cli("prune", "--runs-dir", str(tmp_path))  # not other tests' kept runs
         assert f"removed run {run_id} (orphaned)" in out
         assert leftovers(docker_client, project) == []
