@@ -31,7 +31,8 @@ class Script:
     ``hang``: it runs until killed. ``oom``: the kernel OOM-kills a process in it first.
     ``on_sigterm``: the lines its workers write when it gets SIGTERM before it exits 143
     (``ignore_sigterm``: it goes on, and only SIGKILL ends it; ``unkillable``: not even SIGKILL
-    ends it, as a process in uninterruptible sleep on a hung mount or driver).
+    ends it, as a process in uninterruptible sleep on a hung mount or driver). ``processes``:
+    the command lines ``top`` lists beside the node's own main process while it runs.
     ``then``: an action run after the lines (e.g. writing a progress file), followed by the
     ``after`` lines once ``after_when`` holds (polled, at most 10 s).
     """
@@ -47,6 +48,8 @@ class Script:
     on_sigterm: list[str] = field(default_factory=list)
     ignore_sigterm: bool = False
     unkillable: bool = False
+    processes: tuple[str, ...] = ("/opt/venv/bin/python /opt/venv/bin/torchrun --nnodes 2 train.py",
+                                  "/opt/venv/bin/python -u /opt/ddp-compose/orchestrate/node/worker_start.py train.py")
 
     def __post_init__(self) -> None:
         if self.after_when is not None and not self.after:
@@ -273,6 +276,25 @@ class FakeContainer:
         if self.status == "running":
             self.killed.wait(timeout)
             self.send("SIGKILL")
+
+    def top(self, ps_args: str = "") -> dict:
+        """``docker top``: the container's processes as ps lists them (host pids), the node's own
+        main process first; 409 unless it runs (a paused one's are frozen: "D"), and the
+        engine's 500 when ``ps_args`` leave out the PID column it needs to tell them apart."""
+        self.client.calls.append(("top", self.name))
+        self.client.maybe_fail("top")
+        if self.status not in ("running", "paused"):
+            raise conflict(f"Container {self.name} is not running")
+        columns = ps_args.split("-o", 1)[1].strip().split(",") if "-o" in ps_args else ["pid", "tty", "time", "args"]
+        if "pid" not in columns:
+            raise conflict("Couldn't find PID field in ps output", status=500)
+        state = "D" if self.status == "paused" else "S"
+        own = ("/sbin/docker-init -- python3 /opt/ddp-compose/orchestrate/node/main.py --peers node0 -- torchrun",
+               "python3 /opt/ddp-compose/orchestrate/node/main.py --peers node0 -- torchrun")
+        rows = [{"pid": str(4200 + i), "stat": state + ("s" if i == 0 else ""), "tty": "?", "time": "00:00:01",
+                 "args": args} for i, args in enumerate((*own, *self.script.processes))]
+        titles = {"pid": "PID", "stat": "STAT", "tty": "TTY", "time": "TIME", "args": "COMMAND"}
+        return {"Titles": [titles[c] for c in columns], "Processes": [[row[c] for c in columns] for row in rows]}
 
     def pause(self) -> None:
         self.client.calls.append(("pause", self.name))

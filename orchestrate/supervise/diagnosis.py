@@ -20,11 +20,53 @@ from orchestrate.outcome.root_cause import (
     native_exception,
     short_mismatch,
 )
-from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
+from orchestrate.plan.layout import NETWORK, NODE_MAIN, RUN_DIR_MOUNT, WORKER_START
 from orchestrate.supervise.api import NodeTracker
 from orchestrate.supervise.worker_lines import LAST_LINES
 
 log = logging.getLogger(__name__)
+
+# What ps's STAT letter says of a process (a paused container's processes are frozen: "D")
+PROCESS_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible sleep", "T": "stopped",
+                  "t": "stopped by a tracer", "Z": "a zombie", "I": "idle"}
+NODE_OWN_PROCESSES = ("docker-init", NODE_MAIN)  # each node's init and its supervisor: not the job's
+
+
+def node_processes(container: Any, width: int = 100) -> list[str]:
+    """The job's processes still alive in a node, each its command line as the user wrote it
+    (cut to ``width``) and its state, as ``docker top`` lists them; empty when the engine cannot
+    say (it ended meanwhile)."""
+    try:
+        listing = container.top(ps_args="-o pid,stat,args")  # the engine needs the PID column
+    except engine_errors() as exc:
+        log.debug("processes of %s: %s", getattr(container, "name", container), exc)
+        return []
+    titles = listing.get("Titles") or []
+    if "STAT" not in titles or "COMMAND" not in titles:
+        return []
+    stat, command = titles.index("STAT"), titles.index("COMMAND")
+    found = []
+    for row in listing.get("Processes") or []:
+        words = str(row[command]).split()
+        if any(own in word for own in NODE_OWN_PROCESSES for word in words[:3]):
+            continue
+        args = readable_command(words)
+        shown = args if len(args) <= width else args[:width - 3] + "..."
+        state = str(row[stat])
+        found.append(f"{shown} ({PROCESS_STATES.get(state[:1], state)})")
+    return found
+
+
+def readable_command(words: list[str]) -> str:
+    """A node's process as the user started it: ``torchrun ...`` for torch's launcher, and a
+    worker as ``python SCRIPT ARGS`` where it runs under the workers' start-up hook."""
+    for at, word in enumerate(words[:3]):
+        if word.rsplit("/", 1)[-1] == "torchrun":
+            return " ".join(["torchrun", *words[at + 1:]])
+        if word == WORKER_START:
+            rest = words[at + 1:]
+            return " ".join(["python", *(rest[rest.index("--") + 1:] if "--" in rest else rest)])
+    return " ".join(words)
 
 
 class Diagnosis:
@@ -79,6 +121,15 @@ class Diagnosis:
             self.say(f"{tracker.name}{rank} stopped answering: {reason}")
             self.record("node-unresponsive", node=tracker.name, reason=reason)
         return reason
+
+    def grace_ran_out(self, tracker: NodeTracker) -> list[str]:
+        """Say that a node did not stop within its grace, and what in it still runs (what its
+        SIGKILL is about to end: a job's SIGTERM handler that never returns, a process stuck in
+        the kernel); returns those processes."""
+        still = node_processes(tracker.container)
+        running = f": still running: {'; '.join(still)}" if still else ""
+        self.say(f"{tracker.name} did not stop within its grace after SIGTERM; killing it{running}")
+        return still
 
     def find_oom_kills(self, trackers: list[NodeTracker]) -> None:
         """Find nodes the kernel OOM-killed processes in (they explain their peers' failures)."""

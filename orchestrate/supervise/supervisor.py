@@ -365,8 +365,10 @@ class Supervisor:
         for name, at in list(self.force_at.items()):
             if now >= at:
                 del self.force_at[name]
-                if not self.trackers[name].phase.final and self.trackers[name].exited_at is None:
-                    self.kill([self.trackers[name]], by_launcher=self.trackers[name].result.killed_by_launcher)
+                tracker = self.trackers[name]
+                if not tracker.phase.final and tracker.exited_at is None:
+                    still = self.diagnosis.grace_ran_out(tracker)
+                    self.kill([tracker], by_launcher=tracker.result.killed_by_launcher, still_running=still)
         if self.inspector.due(now):
             for seen in self.inspector.inspect([t for t in self.live if t.phase is not NodePhase.CREATED]):
                 self.on_seen(self.trackers[seen.node], seen)
@@ -562,13 +564,16 @@ class Supervisor:
             self.force_at[tracker.name] = now + grace_s
             self.record("node-stopping", node=tracker.name, grace_s=grace_s)
 
-    def kill(self, trackers: list[NodeTracker], by_launcher: bool = True) -> None:
-        """SIGKILL these nodes' containers now, ignoring those that already ended."""
+    def kill(self, trackers: list[NodeTracker], by_launcher: bool = True,
+             still_running: Optional[list[str]] = None) -> None:
+        """SIGKILL these nodes' containers now, ignoring those that already ended
+        (``still_running``: what their grace left running, for the record)."""
         for tracker in trackers:
             tracker.result.killed_by_launcher = tracker.result.killed_by_launcher or by_launcher
             self.force_at.pop(tracker.name, None)
             if self.signal(tracker, "SIGKILL"):
-                self.record("node-killed", node=tracker.name)
+                extra = {"still_running": still_running} if still_running else {}
+                self.record("node-killed", node=tracker.name, **extra)
 
     def signal(self, tracker: NodeTracker, signal_name: str) -> bool:
         """Send a signal to a node's main process (a paused node is unpaused first, and a worker

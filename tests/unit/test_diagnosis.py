@@ -148,3 +148,62 @@ def test_a_rank_killed_by_a_fatal_signal_is_told_where_it_crashed(node1, tmp_pat
     diagnosis.explain_failure(tracker)
     crashed = f"Segmentation fault in all_reduce at train.py:9; every thread's stack: {path}"
     assert tracker.result.root_cause.crashed == (crashed if said else "")
+
+
+def test_the_processes_a_grace_left_running_are_the_jobs_with_their_state_and_none_when_the_engine_cannot_say():
+    from orchestrate.supervise.diagnosis import node_processes
+    from tests.unit.test_supervisor_collaborators import node_container
+
+    client = FakeDockerClient()
+    hook = "/opt/ddp-compose/orchestrate/node/worker_start.py"
+    container = node_container(client, "r", "node0", Script(hang=True, processes=(
+        "/opt/venv/bin/python /opt/venv/bin/torchrun --nnodes 2 train.py", f"/opt/venv/bin/python -u {hook} train.py",
+        f"/opt/venv/bin/python -u {hook} --collective-timeout 20 -- train.py --lr 0.1", "python3 " + "x" * 120,
+        "python3 " + "y" * 92, "python3 eval.py --launcher torchrun", "python3 eval.py --after docker-init")))
+    container.start()
+    assert node_processes(container) == [  # the node's own init and supervisor left out; the hook too
+        "torchrun --nnodes 2 train.py (sleeping)", "python train.py (sleeping)", "python train.py --lr 0.1 (sleeping)",
+        "python3 " + "x" * 89 + "... (sleeping)", "python3 " + "y" * 92 + " (sleeping)",  # 100 characters: whole
+        "python3 eval.py --launcher torchrun (sleeping)",  # the job's own words, past where a launcher is named
+        "python3 eval.py --after docker-init (sleeping)"]
+    container.pause()  # frozen: the kernel lists its processes in uninterruptible sleep
+    assert node_processes(container, width=20)[:4:3] == ["torchrun --nnodes... (in uninterruptible sleep)",
+                                                        "python3 xxxxxxxxx... (in uninterruptible sleep)"]
+    container.unpause()
+    container.kill()
+    assert node_processes(container) == []  # ended: the engine's 409
+
+
+def test_a_process_listing_without_the_columns_it_needs_lists_nothing_and_an_unknown_state_is_shown_as_it_is():
+    from orchestrate.supervise.diagnosis import node_processes
+
+    class Listed:
+        def __init__(self, listing: dict) -> None:
+            self.listing = listing
+
+        def top(self, ps_args: str) -> dict:
+            assert ps_args == "-o pid,stat,args"
+            return self.listing
+
+    assert node_processes(Listed({"Titles": ["PID", "COMMAND"], "Processes": [["1", "sleep 9"]]})) == []
+    assert node_processes(Listed({"Titles": ["PID", "STAT", "COMMAND"], "Processes": [["7", "W+", "sleep 9"],
+                                                                                     ["8", "Zs", "[python3]"]]})) == [
+        "sleep 9 (W+)", "[python3] (a zombie)"]
+
+
+def test_a_node_whose_grace_ran_out_is_named_with_what_still_runs_or_alone_when_the_engine_cannot_say(tmp_path):
+    from types import SimpleNamespace
+
+    from tests.unit.test_supervisor_collaborators import node_container
+
+    client = FakeDockerClient()
+    said: list[str] = []
+    diagnosis = Diagnosis(client, tmp_path, said.append, lambda *a, **k: None)
+    container = node_container(client, "r", "node0", Script(hang=True, processes=("python3 train.py",)))
+    container.start()
+    tracker = SimpleNamespace(name="node0", container=container)  # all of a node it reads
+    assert diagnosis.grace_ran_out(tracker) == ["python3 train.py (sleeping)"]
+    container.kill()
+    assert diagnosis.grace_ran_out(tracker) == []
+    assert said == ["node0 did not stop within its grace after SIGTERM; killing it: still running: python3 train.py"
+                    " (sleeping)", "node0 did not stop within its grace after SIGTERM; killing it"]

@@ -185,3 +185,24 @@ def test_a_network_with_a_container_on_it_and_a_container_another_client_removes
     assert node.name not in client.containers_by_name
     network.remove()  # nothing on it now
     assert client.networks_by_name == {}
+
+
+def test_top_lists_a_running_containers_processes_and_says_no_as_the_engine_does():
+    from tests.unit.test_supervisor_collaborators import node_container
+
+    client = FakeDockerClient()
+    container = node_container(client, "r", "node0", Script(hang=True, processes=("python3 train.py",)))
+    container.start()
+    assert container.top(ps_args="-o pid,stat,args") == {
+        "Titles": ["PID", "STAT", "COMMAND"],
+        "Processes": [["4200", "Ss", "/sbin/docker-init -- python3 /opt/ddp-compose/orchestrate/node/main.py --peers node0"
+                                     " -- torchrun"],
+                      ["4201", "S", "python3 /opt/ddp-compose/orchestrate/node/main.py --peers node0 -- torchrun"],
+                      ["4202", "S", "python3 train.py"]]}
+    with pytest.raises(docker.errors.APIError, match="Couldn't find PID field") as refused:
+        container.top(ps_args="-o stat,args")  # the engine tells the container's processes apart by pid
+    assert refused.value.status_code == 500
+    container.kill()
+    with pytest.raises(docker.errors.APIError, match="is not running") as refused:
+        container.top(ps_args="-o pid,stat,args")
+    assert refused.value.status_code == 409
