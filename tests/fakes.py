@@ -48,8 +48,9 @@ class Script:
     on_sigterm: list[str] = field(default_factory=list)
     ignore_sigterm: bool = False
     unkillable: bool = False
-    processes: tuple[str, ...] = ("/opt/venv/bin/python /opt/venv/bin/torchrun --nnodes 2 train.py",
-                                  "/opt/venv/bin/python -u /opt/ddp-compose/orchestrate/node/worker_start.py train.py")
+    processes: tuple[str, ...] = (
+        "/opt/venv/bin/python /opt/venv/bin/torchrun --nnodes 2 --node-rank 0 /opt/ddp-compose/orchestrate/node/"
+        "worker_start.py -- train.py", "/opt/venv/bin/python -u /opt/ddp-compose/orchestrate/node/worker_start.py -- train.py")
 
     def __post_init__(self) -> None:
         if self.after_when is not None and not self.after:

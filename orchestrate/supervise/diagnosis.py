@@ -3,6 +3,7 @@ kernel's OOM kills, a paused or cut-off container."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -26,10 +27,12 @@ from orchestrate.supervise.worker_lines import LAST_LINES
 
 log = logging.getLogger(__name__)
 
-# What ps's STAT letter says of a process (a paused container's processes are frozen: "D")
+# What ps's STAT letter says of a process
 PROCESS_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible sleep", "T": "stopped",
                   "t": "stopped by a tracer", "Z": "a zombie", "I": "idle"}
-NODE_OWN_PROCESSES = ("docker-init", NODE_MAIN)  # each node's init and its supervisor: not the job's
+# How long the engine is given to list what stop graces left running, all nodes at once: their
+# SIGKILLs wait for it (ps can hang on a process stuck in the kernel)
+LISTING_LIMIT_S = 2.0
 
 
 def node_processes(container: Any, width: int = 100) -> list[str]:
@@ -45,28 +48,37 @@ def node_processes(container: Any, width: int = 100) -> list[str]:
     if "STAT" not in titles or "COMMAND" not in titles:
         return []
     stat, command = titles.index("STAT"), titles.index("COMMAND")
+    paused = getattr(container, "status", "") == "paused"  # its processes frozen: ps says D
     found = []
     for row in listing.get("Processes") or []:
-        words = str(row[command]).split()
-        if any(own in word for own in NODE_OWN_PROCESSES for word in words[:3]):
-            continue
+        words = str(row[command]).split() if len(row) > max(stat, command) else []
+        if not words or words[0].rsplit("/", 1)[-1] == "docker-init" or NODE_MAIN in words[:3]:
+            continue  # the node's own init and supervisor: not the job's
         args = readable_command(words)
         shown = args if len(args) <= width else args[:width - 3] + "..."
-        state = str(row[stat])
-        found.append(f"{shown} ({PROCESS_STATES.get(state[:1], state)})")
+        state = "paused" if paused else PROCESS_STATES.get(str(row[stat])[:1], str(row[stat]))
+        found.append(f"{shown} ({state})")
     return found
 
 
 def readable_command(words: list[str]) -> str:
-    """A node's process as the user started it: ``torchrun ...`` for torch's launcher, and a
-    worker as ``python SCRIPT ARGS`` where it runs under the workers' start-up hook."""
+    """A node's process as the user started it: torch's launcher as ``torchrun ... SCRIPT ARGS``
+    (its own options are the plan's), and a worker as ``python SCRIPT ARGS`` where it runs under
+    the workers' start-up hook."""
     for at, word in enumerate(words[:3]):
         if word.rsplit("/", 1)[-1] == "torchrun":
-            return " ".join(["torchrun", *words[at + 1:]])
+            return " ".join(["torchrun", "...", *job_of(words)]) if WORKER_START in words else " ".join(
+                ["torchrun", *words[at + 1:]])
         if word == WORKER_START:
-            rest = words[at + 1:]
-            return " ".join(["python", *(rest[rest.index("--") + 1:] if "--" in rest else rest)])
+            return " ".join(["python", *job_of(words)])
     return " ".join(words)
+
+
+def job_of(words: list[str]) -> list[str]:
+    """The job's own script and arguments in a command line that runs it under the workers'
+    start-up hook (``WORKER_START [its options] -- SCRIPT ARGS``)."""
+    rest = words[words.index(WORKER_START) + 1:]
+    return rest[rest.index("--") + 1:] if "--" in rest else rest
 
 
 class Diagnosis:
@@ -122,14 +134,15 @@ class Diagnosis:
             self.record("node-unresponsive", node=tracker.name, reason=reason)
         return reason
 
-    def grace_ran_out(self, tracker: NodeTracker) -> list[str]:
-        """Say that a node did not stop within its grace, and what in it still runs (what its
-        SIGKILL is about to end: a job's SIGTERM handler that never returns, a process stuck in
-        the kernel); returns those processes."""
-        still = node_processes(tracker.container)
-        running = f": still running: {'; '.join(still)}" if still else ""
-        self.say(f"{tracker.name} did not stop within its grace after SIGTERM; killing it{running}")
-        return still
+    def left_running(self, trackers: list[NodeTracker], limit_s: float = LISTING_LIMIT_S) -> dict[str, list[str]]:
+        """What still runs in nodes whose stop grace ran out (a job's SIGTERM handler that never
+        returns, a process stuck in the kernel), by node: asked of every node at once, for at
+        most ``limit_s``; a node the engine did not answer for in time has no entry."""
+        pool = ThreadPoolExecutor(max_workers=min(8, len(trackers)), thread_name_prefix="docker-top")
+        asked = {pool.submit(node_processes, tracker.container): tracker.name for tracker in trackers}
+        done, _ = wait(asked, timeout=limit_s)
+        pool.shutdown(wait=False, cancel_futures=True)  # one still waiting on the engine is left to it
+        return {asked[future]: future.result() for future in done if future.exception() is None}
 
     def find_oom_kills(self, trackers: list[NodeTracker]) -> None:
         """Find nodes the kernel OOM-killed processes in (they explain their peers' failures)."""

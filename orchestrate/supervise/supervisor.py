@@ -362,13 +362,14 @@ class Supervisor:
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
             self.stop(self.live, self.spec.stop_grace_s)
+        graces_out = []
         for name, at in list(self.force_at.items()):
             if now >= at:
                 del self.force_at[name]
-                tracker = self.trackers[name]
-                if not tracker.phase.final and tracker.exited_at is None:
-                    still = self.diagnosis.grace_ran_out(tracker)
-                    self.kill([tracker], by_launcher=tracker.result.killed_by_launcher, still_running=still)
+                if not self.trackers[name].phase.final and self.trackers[name].exited_at is None:
+                    graces_out.append(self.trackers[name])
+        if graces_out:
+            self.kill_after_grace(graces_out)
         if self.inspector.due(now):
             for seen in self.inspector.inspect([t for t in self.live if t.phase is not NodePhase.CREATED]):
                 self.on_seen(self.trackers[seen.node], seen)
@@ -564,16 +565,28 @@ class Supervisor:
             self.force_at[tracker.name] = now + grace_s
             self.record("node-stopping", node=tracker.name, grace_s=grace_s)
 
+    def kill_after_grace(self, trackers: list[NodeTracker]) -> None:
+        """SIGKILL nodes whose stop grace ran out, each named with what still ran in it."""
+        left = self.diagnosis.left_running(trackers)
+        for tracker in trackers:
+            still = left.get(tracker.name, [])
+            if self.kill([tracker], by_launcher=tracker.result.killed_by_launcher, still_running=still):
+                ran = f"; what still ran: {'; '.join(still)}" if still else ""
+                self.say(f"{tracker.name} did not stop within its grace after SIGTERM, so it got SIGKILL{ran}")
+
     def kill(self, trackers: list[NodeTracker], by_launcher: bool = True,
-             still_running: Optional[list[str]] = None) -> None:
-        """SIGKILL these nodes' containers now, ignoring those that already ended
-        (``still_running``: what their grace left running, for the record)."""
+             still_running: Optional[list[str]] = None) -> list[str]:
+        """SIGKILL these nodes' containers now, ignoring those that already ended; the names of
+        those it was sent to (``still_running``: what a grace left running, for the record)."""
+        killed = []
         for tracker in trackers:
             tracker.result.killed_by_launcher = tracker.result.killed_by_launcher or by_launcher
             self.force_at.pop(tracker.name, None)
             if self.signal(tracker, "SIGKILL"):
+                killed.append(tracker.name)
                 extra = {"still_running": still_running} if still_running else {}
                 self.record("node-killed", node=tracker.name, **extra)
+        return killed
 
     def signal(self, tracker: NodeTracker, signal_name: str) -> bool:
         """Send a signal to a node's main process (a paused node is unpaused first, and a worker
