@@ -40,30 +40,35 @@ def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[
         mine = set(host.ranks) & ranks if host.ranks else set(ranks)
         if not mine:
             continue
-        try:
-            host.container.reload()
-            paused = host.container.status == "paused"
-        except engine_errors():
+        status = container_status(host)
+        if not status:
             continue
-        if paused and not host.ranks:
+        if status == "paused" and not host.ranks:
             paused_unplanned.append(host)
-        elif paused:
+        elif status == "paused":
             why.update({rank: paused_reason([host]) for rank in mine})
         else:
-            fault = f" (injected fault {host.fault})" if host.fault else ""
-            why.update({rank: f"is stopped: its process on {host.name} got SIGSTOP{fault}"
-                        for rank in stopped_ranks(client, host.container) if rank in ranks})
+            why.update({rank: stopped_reason(host) for rank in stopped_ranks(client, host.container) if rank in ranks})
     if paused_unplanned:
         why.update({rank: paused_reason(paused_unplanned) for rank in ranks if rank not in why})
     return why
+
+
+def fault_note(host: RankHost) -> str:
+    """The fault a node suffers, as said after what it explains ("" when none)."""
+    return f" (injected fault {host.fault})" if host.fault else ""
+
+
+def stopped_reason(host: RankHost) -> str:
+    """Why a rank whose process is stopped on ``host`` cannot answer."""
+    return f"is stopped: its process on {host.name} got SIGSTOP{fault_note(host)}"
 
 
 def paused_reason(paused: list[RankHost]) -> str:
     """Why a rank of a node among ``paused`` (elastic: which one is not known) cannot answer."""
     faults = [host.fault for host in paused if host.fault]
     if len(paused) == 1:
-        fault = f" (injected fault {faults[0]})" if faults else ""
-        return f"is on {paused[0].name}, whose container is paused{fault}"
+        return f"is on {paused[0].name}, whose container is paused{fault_note(paused[0])}"
     fault = f" (injected faults {', '.join(faults)})" if faults else ""
     return f"is on one of {', '.join(host.name for host in paused)}, whose containers are paused{fault}"
 
@@ -136,15 +141,14 @@ def place_ranks(client: Any, hosts: list[RankHost], answered: dict[int, Any]) ->
         ranks = {rank for rank, snapshot in answered.items() if snapshot.node == host.name}
         missing = host.nproc - len(ranks)
         status = container_status(host) if missing > 0 else ""
-        fault = f" (injected fault {host.fault})" if host.fault else ""
         if status == "running":
             asked.add(host.name)
             found = set(stopped_ranks(client, host.container))
-            stopped.update({rank: f"is stopped: its process on {host.name} got SIGSTOP{fault}" for rank in found})
+            stopped.update({rank: stopped_reason(host) for rank in found})
             missing -= len(found - ranks)
             ranks |= found
         if missing > 0:
-            why = f": its container is paused{fault}" if status == "paused" else ""
+            why = f": its container is paused{fault_note(host)}" if status == "paused" else ""
             unheard.append(f"{host.name}: {missing} of its {host.nproc} ranks did not answer{why}")
         if ranks:
             placed.append(replace(host, ranks=tuple(sorted(ranks))))
