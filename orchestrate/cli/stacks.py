@@ -6,8 +6,10 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.engine.client import engine_time
 from orchestrate.engine.runs import LIVE_STATUSES, find_run, node_plans
 from orchestrate.errors import UsageError
+from orchestrate.faults.in_effect import fault_steps, faults_in_effect, freezing_fault
 from orchestrate.supervise.rank_probe import STACKS_FILE, RankHost, stack_lines, where_ranks_are
 
 
@@ -17,7 +19,8 @@ def add_parsers(sub: Any) -> None:
         description="Every rank's Python stack, taken by the workers themselves (no privileges needed), grouped:"
                     " ranks with the same stack share a line, the odd ones out come first. Each rank's last"
                     " collectives are compared and their first divergence named. Ranks that cannot answer are said"
-                    " with why (a paused node, a stopped process). Also written to the run's stacks.json.",
+                    " with why (a paused node, a stopped process, and the injected fault that did it). Also written"
+                    " to the run's stacks.json.",
         epilog="usage example: python -m orchestrate stacks 20261121-093012-1f2e3d")
     stacks.add_argument("run_id", metavar="RUN_ID", help="the run (see ps); foreground or detached")
     stacks.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
@@ -32,8 +35,11 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     plans = {plan.name: plan for plan in node_plans(run)}
+    live = [n for n in run.nodes if n.status in LIVE_STATUSES]
+    started = {n.name: engine_time(n.container.attrs.get("State", {}).get("StartedAt", "")) for n in live}
+    faults = faults_in_effect(fault_steps(run.run_dir), started) if run.run_dir.name else {}
     hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else (),
-                      run.nprocs_of(n.node_rank)) for n in run.nodes if n.status in LIVE_STATUSES]
+                      run.nprocs_of(n.node_rank), freezing_fault(faults.get(n.name, []))) for n in live]
     if not hosts:
         raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)

@@ -166,7 +166,8 @@ class HangDiagnosis:
     """Where every rank is and why the job makes no progress.
 
     Attributes:
-        quiet_s: Seconds without progress when it was made.
+        quiet_s: Seconds without progress when it was made (None: a look on demand, ``stacks``,
+            which knows no such time).
         groups: The ranks grouped by their main thread's stack, odd ones out first.
         collectives: Each rank's last collectives (oldest first).
         divergence: The first place their collectives part, if found.
@@ -178,7 +179,7 @@ class HangDiagnosis:
             fewer of whose ranks answered than it runs, with why: their numbers are not known.
     """
 
-    quiet_s: float
+    quiet_s: Optional[float]
     groups: list[StackGroup]
     collectives: dict[int, list[dict[str, Any]]]
     divergence: Optional[Divergence]
@@ -197,8 +198,11 @@ class HangDiagnosis:
             computing = [a.rank for a in busy if a.rank not in loading]
             doing = ", ".join([f"{ranks_text(computing)} computing"] * bool(computing)
                               + [f"{ranks_text(loading)} loading data"] * bool(loading)) or "collectives completing"
+            if self.quiet_s is None:
+                return f"the job is working: {doing}"
             return f"no output for {self.quiet_s:.0f} s, but the job is working: {doing}"
-        cause = self.cause or f"no progress for {self.quiet_s:.0f} s"
+        quiet = "" if self.quiet_s is None else f" for {self.quiet_s:.0f} s"
+        cause = self.cause or f"no progress{quiet}"
         where = self.divergence.text if self.divergence else self.where_they_wait()
         return f"{cause}: {where}" if where else cause
 
@@ -258,7 +262,7 @@ class HangDiagnosis:
 
 
 def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why: dict[int, str],
-             quiet_s: float, cause: str = "") -> HangDiagnosis:
+             quiet_s: Optional[float], cause: str = "") -> HangDiagnosis:
     """The diagnosis of the latest probe (``before``: the one some seconds earlier, for who is
     busy); ``absent_why``: why a rank that did not answer cannot (stopped, its node paused)."""
     interval = now.at - before.at if before is not None else 0.0

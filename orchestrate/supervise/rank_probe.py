@@ -103,7 +103,8 @@ def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_
         not_asked = [host for host in placement.hosts if host.name not in placement.asked]
         why.update(absent_reasons(client, not_asked, missing - set(why)))
         unheard = placement.unheard
-    found = diagnose(second, first, expected, why, 0.0)
+    apart = max(second.at - first.at, 0.0)
+    found = diagnose(second, first, expected, why, None, f"no rank made progress between two looks {apart:.1f} s apart")
     found.unheard_nodes = unheard
     try:
         (Path(run_dir) / STACKS_FILE).write_text(json.dumps({"time": time.time(), **found.to_json()}, indent=1))

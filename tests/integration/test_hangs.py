@@ -1,5 +1,6 @@
 """Seeing inside stuck jobs, on real nodes with plain torch scripts: a desync ends as HUNG naming
-both call sites, ``stacks`` shows the odd rank apart, stopped ranks and paused nodes are named,
+both call sites, ``stacks`` shows the odd rank apart, stopped ranks and paused nodes are named
+(by ``stacks`` too, with the faults that did it),
 --collective-timeout reaches any script, --debug-collectives names the mismatch (in a DDP job,
 which torch's DETAIL level would crash on gloo without the hook's guard), and a rank busy in a
 long step is not called hung."""
@@ -118,6 +119,16 @@ def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir
         assert (f"ranks 0, 1 wait in barrier() #2 at wait_apart.py:{barrier}; rank 2 is at #1 (not in a collective:"
                 f" load_next_batch at wait_apart.py:{sleep})" in said)
         assert json.loads((run_dir / "stacks.json").read_text())["groups"][0]["ranks"] == [2]
+        # faults done from another terminal are named where they silence a rank (from fault's notes)
+        assert main(["fault", run_id, "hang-rank:1", "pause:node2"], out=io.StringIO()) == 0
+        out = io.StringIO()
+        assert main(["stacks", run_id, "--interval", "1"], out=out) == 0, out.getvalue()
+        said = out.getvalue().splitlines()
+        assert said[0] == f"run {run_id}: 1 of 3 ranks answered", said
+        assert "rank 1: is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)" in said, said
+        assert "rank 2: is on node2, whose container is paused (injected fault pause:node2)" in said, said
+        written = json.loads((run_dir / "stacks.json").read_text())
+        assert written["headline"].startswith("no rank made progress between two looks "), written["headline"]
     finally:
         main(["down", run_id], out=io.StringIO())
         remove_project(docker_client, f"ddp-{run_id}")

@@ -157,6 +157,7 @@ def test_where_ranks_are_looks_twice_an_interval_apart_and_writes_what_it_found(
     assert not found.hung  # rank 1 made progress
     written = json.loads((tmp_path / "stacks.json").read_text())
     assert written["activities"] == [a.__dict__ for a in found.activities] and written["time"] > 0
+    assert written["headline"] == "the job is working: rank 1 computing"  # no time without output: it knows none
     assert stack_lines(found) == [
         "rank 0: all_reduce at train.py:20 in <module>", "    train.py:20 in <module>",
         "rank 1: <module> at train.py:30", "    train.py:30 in <module>",
@@ -175,6 +176,9 @@ def test_where_ranks_are_waits_for_no_rank_of_a_paused_node_and_names_it(tmp_pat
     assert [(a.rank, a.state, a.detail) for a in found.activities] == [
         (0, "collective", "waits in all_reduce(float32[4]) #2 at train.py:20"),
         (1, "stopped", "is on node1, whose container is paused (injected fault pause:node1)")]
+    assert found.headline.startswith("no rank made progress between two looks 7.3 s apart: rank 0 waits in"), \
+        found.headline  # asked at 0.0, then 7.3 s later: after three 0.1 s waits and the interval
+    assert json.loads((tmp_path / "stacks.json").read_text())["quiet_s"] is None
 
 
 def test_where_ranks_are_in_an_elastic_run_asks_every_rank_that_answers(tmp_path):
@@ -265,10 +269,9 @@ def test_where_ranks_are_in_an_elastic_run_counts_a_node_still_starting_without_
     assert found.unheard_nodes == ["node1: 1 of its 1 ranks did not answer"]  # its fault is not what stopped it
 
 
-def test_stacks_of_an_elastic_run_waits_for_each_nodes_workers_and_says_the_node_that_did_not_answer(tmp_path,
-                                                                                                    monkeypatch):
-    """``stacks RUN`` as a user runs it, on an elastic run of 2 nodes x 2 workers in the fake engine
-    (until 2026-11-27 it said "0 of 0 ranks answered" there, whatever the ranks did)."""
+def run_stacks(tmp_path, monkeypatch, before=lambda run_dir, nodes: None) -> tuple[int, list[str]]:
+    """``stacks RUN`` as a user runs it, on an elastic run of 2 nodes x 2 workers in the fake
+    engine, node1 paused and ranks 0 and 1 answering (``before``: done to the run first)."""
     import functools
     import io
 
@@ -285,17 +288,52 @@ def test_stacks_of_an_elastic_run_waits_for_each_nodes_workers_and_says_the_node
     nodes = [client.running(f"ddp-r-node{n}-1", {**common, NODE_RANK_LABEL: str(n), COMPOSE_SERVICE_LABEL: f"node{n}"},
                             script_as=f"node{n}")
              for n in (0, 1)]
+    before(run_dir, nodes)
     nodes[1].pause()
     workers = AnsweringWorkers(run_dir, (0, 1), {0: 20, 1: 21}, per_node=2)
     monkeypatch.setattr("orchestrate.cli.stacks.where_ranks_are",
                         functools.partial(where_ranks_are, sleep=workers.sleep, clock=workers.clock))
     out = io.StringIO()
     code = main(["stacks", "r", "--interval", str(INTERVAL_S)], out=out, client=client)
-    said = out.getvalue().splitlines()
+    assert INTERVAL_S in workers.slept
+    return code, out.getvalue().splitlines()
+
+
+def test_stacks_of_an_elastic_run_waits_for_each_nodes_workers_and_says_the_node_that_did_not_answer(tmp_path,
+                                                                                                    monkeypatch):
+    """Until 2026-11-27 it said "0 of 0 ranks answered" there, whatever the ranks did."""
+    code, said = run_stacks(tmp_path, monkeypatch)
     assert code == 0, said
     assert said[0] == "run r: 2 of 4 ranks answered"
     assert "node1: 2 of its 2 ranks did not answer: its container is paused" in said
-    assert INTERVAL_S in workers.slept
+
+
+def test_stacks_names_the_fault_that_paused_a_node_from_the_runs_record(tmp_path, monkeypatch):
+    """``fault RUN pause:node1``, noted by ``fault`` for a run no launcher follows: named, not a
+    later fault since undone, nor one that freezes nothing."""
+    from orchestrate.config.fault_spec import parse_fault
+    from orchestrate.faults.live_notes import note_live_fault
+
+    def faulted(run_dir, nodes) -> None:
+        held = parse_fault("pause:node1@t=0..5")
+        assert note_live_fault(run_dir, "now", parse_fault("pause:node1"), "node1", "done")
+        assert note_live_fault(run_dir, "held", held, "node1", "done")
+        assert note_live_fault(run_dir, "held", held, "node1", "ended")
+        assert note_live_fault(run_dir, "slow", parse_fault("slow:node1,cpus=0.5"), "node1", "done")
+    code, said = run_stacks(tmp_path, monkeypatch, faulted)
+    assert code == 0, said
+    assert "node1: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node1)" in said
+
+
+def test_stacks_names_no_fault_done_before_the_node_started_again(tmp_path, monkeypatch):
+    from orchestrate.config.fault_spec import parse_fault
+    from orchestrate.faults.live_notes import note_live_fault
+
+    def restarted_since(run_dir, nodes) -> None:
+        assert note_live_fault(run_dir, "then", parse_fault("pause:node1"), "node1", "done")
+        nodes[1].started = "2999-01-01T00:00:00Z"
+    code, said = run_stacks(tmp_path, monkeypatch, restarted_since)
+    assert "node1: 2 of its 2 ranks did not answer: its container is paused" in said, said
 
 
 def test_where_ranks_are_names_a_planned_rank_whose_process_is_stopped(tmp_path):

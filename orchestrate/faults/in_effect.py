@@ -1,0 +1,78 @@
+"""The faults a run's nodes suffer now, read from the run's own record, for whoever looks at a run
+it does not follow (``stacks RUN``): the launcher's events (``events.jsonl``: the faults it did,
+and those it saw ``fault RUN`` do) and ``fault RUN``'s notes (``live-faults.jsonl``: read too,
+for a run that no launcher follows). A fault is in effect from when it was done until it was
+undone, or until its node's container started again (no pause or stopped process outlives that).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, parse_fault
+from orchestrate.errors import UsageError
+from orchestrate.faults.live_notes import LiveFaultReader
+from orchestrate.outcome.events import read_events
+
+# The faults that leave a node's ranks unable to answer: a paused container, a stopped process.
+FREEZING = (FaultAction.PAUSE, FaultAction.HANG_RANK)
+
+
+@dataclass(frozen=True)
+class FaultStep:
+    """A fault done or undone, from either record (``fault_id``: ``fault RUN``'s, shared by both
+    records; None for the launcher's own faults)."""
+
+    time: float
+    node: str
+    spec: str
+    ended: bool
+    fault_id: Optional[str] = None
+
+
+def fault_steps(run_dir: Path) -> list[FaultStep]:
+    """Every fault done or undone in the run, in time order."""
+    steps = []
+    for event in read_events(run_dir):
+        if event["event"] in ("fault", "fault-ended") and event.get("node") and event.get("spec"):
+            steps.append(FaultStep(float(event["time"]), str(event["node"]), str(event["spec"]),
+                                   event["event"] == "fault-ended", event.get("fault_id")))
+    for note in LiveFaultReader(run_dir).take():
+        if note.phase in ("done", "ended"):
+            steps.append(FaultStep(note.time, note.node, str(note.spec), note.phase == "ended", note.id))
+    return sorted(steps, key=lambda step: step.time)
+
+
+def faults_in_effect(steps: list[FaultStep], started: dict[str, Optional[float]]) -> dict[str, list[FaultSpec]]:
+    """The faults each node suffers now, oldest first: done and not undone since its container's
+    latest start (``started``, Unix seconds; a node not in it, or None: every fault counts)."""
+    held: dict[str, list[FaultStep]] = {}
+    for step in steps:
+        mine = held.setdefault(step.node, [])
+        same = [s for s in mine
+                if (s.fault_id == step.fault_id if step.fault_id else not s.fault_id and s.spec == step.spec)]
+        if step.ended and same:
+            mine.remove(same[0])
+        elif not step.ended and not (step.fault_id and same):  # one fault RUN did is in both records
+            mine.append(step)
+    now: dict[str, list[FaultSpec]] = {}
+    for node, mine in held.items():
+        since = started.get(node)
+        specs = [parsed for s in mine if since is None or s.time >= since
+                 for parsed in [_parse(s.spec)] if parsed is not None]
+        if specs:
+            now[node] = specs
+    return now
+
+
+def freezing_fault(specs: list[FaultSpec]) -> str:
+    """The latest of a node's faults in effect that pauses it or stops a process ("" when none)."""
+    return next((str(spec) for spec in reversed(specs) if spec.action in FREEZING), "")
+
+
+def _parse(text: str) -> Optional[FaultSpec]:
+    try:
+        return parse_fault(text)
+    except UsageError:  # a record written by another version
+        return None
