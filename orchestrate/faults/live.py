@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.link import LinkSpec
-from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.live_notes import new_fault_id, note_live_fault
@@ -22,6 +22,9 @@ from orchestrate.plan.layout import PROGRESS_SUBDIR
 
 # How often a torn write held by `fault RUN` looks for the worker's tear.
 TEAR_POLL_S = 0.2
+# How often a held fault's nodes are looked for while it is held: removed (`down`), nothing is left to
+# undo, and the hold ends then rather than at its end, which may be minutes away.
+HOLD_POLL_S = 1.0
 
 
 class LiveFaults:
@@ -127,7 +130,8 @@ class LiveFaults:
              clock: Callable[[], float] = time.monotonic) -> None:
         """Wait for the torn writes armed (each worker's tear kills its node), then keep the
         faults with an end for their duration (from now), undoing each as its end comes; an
-        interrupt leaves the rest held (see :meth:`end_all`)."""
+        interrupt leaves the rest held (see :meth:`end_all`). A fault whose nodes were all removed
+        meanwhile (the run taken down) has nothing left to undo: its hold ends then, said so."""
         started = clock()  # every end counts from now, the tears' wait included
         self.wait_for_tears(sleep)
         if not self.held:
@@ -136,8 +140,18 @@ class LiveFaults:
         self.say(f"holding {', '.join(str(s) for s, _ in self.held)} for up to {duration_s(self.held[-1][0]):g} s;"
                  " Ctrl-C ends them now")
         while self.held:
+            for spec, node in [item for item in self.held if self.removed(item)]:
+                self.held.remove((spec, node))
+                removed = f"{', '.join(self.fault_nodes(spec, node))} of run {self.run_id} removed meanwhile"
+                self.note(spec, node, "ended", error=removed)
+                self.say(f"{spec}: {removed}; nothing left to undo")
+            if not self.held:
+                return
             spec, node = self.held[0]
-            sleep(max(0.0, started + duration_s(spec) - clock()))
+            wait = started + duration_s(spec) - clock()
+            if wait > 0:
+                sleep(min(wait, HOLD_POLL_S))
+                continue
             self.end(spec, node)
             self.held.pop(0)
 
@@ -173,6 +187,24 @@ class LiveFaults:
         except engine_errors():
             return False
         return self.live[node].status in ("running", "paused")
+
+    @staticmethod
+    def fault_nodes(spec: FaultSpec, node: str) -> list[str]:
+        """The nodes a fault was done to (a rank fault's: the node that runs the rank)."""
+        return [node] if spec.action.on_rank or not spec.nodes else list(spec.nodes)
+
+    def removed(self, held: tuple[FaultSpec, str]) -> bool:
+        """Whether every node a held fault was done to is gone from the engine (an engine that
+        cannot answer now, or a node that only ended, counts as still there: its fault is undone
+        at its end, as asked)."""
+        for node in self.fault_nodes(*held):
+            try:
+                self.live[node].reload()
+            except engine_errors() as exc:
+                if classify(exc) is EngineFault.NOT_FOUND:
+                    continue
+            return False
+        return True
 
     def end_all(self) -> None:
         """Undo every fault still held, and disarm the torn writes still to come."""

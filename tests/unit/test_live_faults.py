@@ -70,6 +70,10 @@ class Clock:
     def time(self) -> float:
         return self.now
 
+    def stamped(self, said: list[str]):
+        """A ``say`` that puts each line in ``said`` with the seconds into the test it came at."""
+        return lambda line: said.append(f"{self.now - 1000.0:g} s: {line}")
+
 
 def test_a_pause_with_an_end_is_held_its_duration_from_now_then_undone_and_each_step_noted(tmp_path):
     run = Run(tmp_path)
@@ -81,7 +85,7 @@ def test_a_pause_with_an_end_is_held_its_duration_from_now_then_undone_and_each_
     assert run.notes() == [("pause:node1@t=5..30", "node1", "doing", ""), ("pause:node1@t=5..30", "node1", "done", "")]
     assert run.said == ["injected pause into node1 of run R1"]
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    assert clock.slept == [25.0]
+    assert clock.slept == [1.0] * 25  # its nodes looked for once a second, and undone after 25 s
     assert run.nodes["node1"].status == "running"
     assert run.notes() == [("pause:node1@t=5..30", "node1", "ended", "")]
     assert run.said[1:] == ["holding pause:node1@t=5..30 for up to 25 s; Ctrl-C ends them now",
@@ -98,11 +102,14 @@ def test_held_faults_end_shortest_first_each_at_its_own_time_and_a_slow_node_get
     for spec in (pause, slow):
         run.faults.inject(spec)
     assert run.nodes["node1"].resources["cpu_quota"] == 20_000
+    run.faults.say = clock.stamped(run.said)
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    assert clock.slept == [2.0, 3.0]  # each end counts from the start of the hold
+    assert [line for line in run.said if " ended " in line] == [  # each end counts from the start of the hold
+        "2 s: ended slow:node1,cpus=0.2@t=0..2 on node1 of run R1", "5 s: ended pause:node0@t=0..5 on node0 of run R1"]
     assert [c[0] for c in run.client.calls if c[0] in ("update", "unpause")] == ["update", "update", "unpause"]
     assert run.nodes["node1"].resources["cpu_quota"] == 150_000  # the run's --cpus-per-node 1.5
-    assert run.said[2] == "holding slow:node1,cpus=0.2@t=0..2, pause:node0@t=0..5 for up to 5 s; Ctrl-C ends them now"
+    assert run.said[2] == ("0 s: holding slow:node1,cpus=0.2@t=0..2, pause:node0@t=0..5 for up to 5 s; Ctrl-C ends"
+                           " them now")
     assert [n[:3] for n in run.notes() if n[2] == "ended"] == [("slow:node1,cpus=0.2@t=0..2", "node1", "ended"),
                                                                ("pause:node0@t=0..5", "node0", "ended")]
 
@@ -182,7 +189,7 @@ def test_a_full_disk_is_armed_for_the_nodes_workers_held_then_disarmed(tmp_path)
                         " work directory"]
     assert run.client.calls == []  # the engine is not asked: the workers meet it
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    assert clock.slept == [8.0] and armed(progress) == []
+    assert clock.slept == [1.0] * 8 and armed(progress) == []
     assert run.notes() == [(str(spec), "node1", "done", ""), (str(spec), "node1", "ended", "")]
     assert run.said[-1] == "ended disk-full:node1,path=ckpt/*@t=0..8 on node1 of run R1"
 
@@ -352,8 +359,12 @@ def test_faults_that_end_together_are_each_ended_without_waiting_again_and_each_
     clock = Clock()
     for text in ("pause:node0@t=0..4", "pause:node1@t=0..4", "pause:node2@t=0..1"):
         run.faults.inject(parse_fault(text))
+    run.faults.say = clock.stamped(run.said)
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    assert clock.slept == [1.0, 3.0, 0.0]
+    assert clock.slept == [1.0] * 4
+    assert [line for line in run.said if " ended " in line] == [
+        "1 s: ended pause:node2@t=0..1 on node2 of run R1", "4 s: ended pause:node0@t=0..4 on node0 of run R1",
+        "4 s: ended pause:node1@t=0..4 on node1 of run R1"]
     ids = [json.loads(line)["id"] for line in (run.run_dir / "live-faults.jsonl").read_text().splitlines()]
     assert len(set(ids)) == 3  # doing, done, ended of each share one id; no two faults do
 
@@ -474,3 +485,42 @@ def test_a_node_fault_is_done_by_inject_and_a_rank_fault_is_not_one():
         do_fault(client, PROJECT, {"node0": client.running("n0")}, parse_fault("pause:node1"))
     with pytest.raises(ValueError, match="^kill-rank is not a node fault$"):
         inject(client, PROJECT, client.running("n1"), parse_fault("kill-rank:1"))
+
+
+def test_a_hold_whose_nodes_were_removed_meanwhile_ends_then_and_the_others_are_held_to_their_end(tmp_path):
+    """``down RUN`` during a 60 s pause: ``fault`` does not wait out the minute to unpause nothing."""
+    run = Run(tmp_path, ("node0", "node1", "node2"))
+    clock = Clock()
+    for text in ("pause:node1@t=0..60", "partition:node0|node2@t=0..60", "slow:node2,cpus=0.5@t=0..10"):
+        run.faults.inject(parse_fault(text))
+    run.notes()
+    run.faults.say = clock.stamped(run.said)
+
+    def taken_down(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now - 1000.0 == 3.0:  # node1 and node0 removed, as `down` removes them
+            for node in ("node1", "node0"):
+                run.client.containers_by_name.pop(f"{PROJECT}-{node}-1")
+    run.faults.hold(sleep=taken_down, clock=clock.time)
+    assert run.said[3:] == [
+        "0 s: holding slow:node2,cpus=0.5@t=0..10, pause:node1@t=0..60, partition:node0|node2@t=0..60 for up to"
+        " 60 s; Ctrl-C ends them now",
+        "3 s: pause:node1@t=0..60: node1 of run R1 removed meanwhile; nothing left to undo",
+        "10 s: ended slow:node2,cpus=0.5@t=0..10 on node2 of run R1",
+        # the partition's node2 still runs: it is healed at its end, on what is left
+        "60 s: ended partition:node0|node2@t=0..60 on node0 of run R1"], run.said
+    assert ("pause:node1@t=0..60", "node1", "ended", "node1 of run R1 removed meanwhile") in run.notes()
+    assert run.calls("unpause") == []
+
+
+@pytest.mark.parametrize("case", ["ended", "engine busy"])
+def test_a_node_that_only_ended_or_an_engine_that_cannot_answer_keeps_the_fault_held_to_its_end(tmp_path, case):
+    run = Run(tmp_path)
+    clock = Clock()
+    run.faults.inject(parse_fault("pause:node1@t=0..3"))
+    if case == "ended":  # an elastic run's launcher may start it again
+        run.nodes["node1"].exit(1)
+    else:
+        run.client.failures["reload"] = docker.errors.APIError("the engine is busy")
+    run.faults.hold(sleep=clock.sleep, clock=clock.time)
+    assert clock.slept == [1.0] * 3 and len(run.calls("unpause")) == 1  # tried at its end, as asked
