@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from orchestrate.config.link import LinkSpec, parse_link
 from orchestrate.config.run_config import DEFAULT_HANG_DIAGNOSE_AFTER_S
@@ -48,7 +48,8 @@ from orchestrate.engine.labels import (
     HANG_LABEL,
     WORKDIR_LABEL,
 )
-from orchestrate.engine.errors import EngineFault, classify
+from orchestrate.engine.errors import EngineFault, classify, engine_errors
+from orchestrate.engine.processes import grace_ran_out, processes_at_once
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
@@ -66,6 +67,8 @@ STOP_EXIT_CODES = frozenset({137, 143})
 # often and this many times (30 s) before it counts as stuck
 REMOVAL_POLL_S = 0.2
 REMOVAL_POLLS = 150
+# How often `stop RUN` looks whether the nodes it sent SIGTERM have ended, within their grace
+STOP_POLL_S = 0.2
 # Who stopped a run that `stop RUN` ended, as its summary says it.
 STOPPED_BY = "python -m orchestrate stop"
 REMOVED_BY = "python -m orchestrate down"  # a live run's nodes are stopped first, then removed
@@ -328,34 +331,79 @@ def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:
     return held
 
 
-def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY) -> list[str]:
+def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Callable[[str], None] = log.info,
+             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[str]:
     """Stop every live node (SIGTERM, then SIGKILL after ``timeout_s``); keep containers,
     logs and state. Returns the nodes stopped.
 
     Every node gets its SIGTERM at once, as a cluster stops a job: one node stopped after
     another leaves the later ones' ranks failing on their departed peers (and writing no
-    checkpoint) before their own signal comes.
+    checkpoint) before their own signal comes. A node still running when the grace ends is named
+    (``say``) with what still ran in it, as its launcher names one, then gets SIGKILL.
+
+    Raises:
+        EngineError: When the engine refused a signal (every node was sent its own first).
+    """
+    live = [node for node in run.nodes if node.status in LIVE_STATUSES]
+    if not live:
+        return []
+    mark_stop_requested(run, [node.name for node in live], by)
+    signal_at_once(run, live, "SIGTERM")
+    deadline = clock() + timeout_s
+    running = still_running(live)
+    while running and clock() < deadline:
+        sleep(min(STOP_POLL_S, max(0.0, deadline - clock())))
+        running = still_running(running)
+    if running:
+        left = processes_at_once({node.name: node.container for node in running})
+        for node in signal_at_once(run, running, "SIGKILL"):
+            say(grace_ran_out(node, left.get(node, [])))
+    return [node.name for node in live]
+
+
+def signal_at_once(run: RunInfo, nodes: list[NodeInfo], signal: str) -> list[str]:
+    """Send ``signal`` to every one of these nodes at once (a paused one unpaused first, so that
+    its processes get it now); the names of those it was sent to (one that ended or was removed
+    meanwhile gets none).
+
+    Raises:
+        EngineError: The engine's first refusal, once every node was tried.
     """
     import docker.errors
 
-    live = [node for node in run.nodes if node.status in LIVE_STATUSES]
-
-    def stop(node: NodeInfo) -> None:
+    def send(node: NodeInfo) -> bool:
         try:
             if node.status == "paused":
                 unpause_if_paused(node.container)
-            node.container.stop(timeout=timeout_s)
+            node.container.kill(signal=signal)
         except docker.errors.NotFound:  # removed meanwhile (a `down` beside this stop): stopped all the same
-            return
+            return False
         except docker.errors.APIError as exc:
+            if classify(exc) is EngineFault.CONFLICT:  # not running: it ended meanwhile
+                return False
             raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
+        return True
 
-    if live:
-        mark_stop_requested(run, [node.name for node in live], by)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="ddp-stop") as pool:
-            for done in [pool.submit(stop, node) for node in live]:
-                done.result()  # the first failure, once every node's stop has ended
-    return [node.name for node in live]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="ddp-stop") as pool:
+        sent = [(node.name, pool.submit(send, node)) for node in nodes]
+        return [name for name, done in sent if done.result()]  # the first failure, once every node was tried
+
+
+def still_running(nodes: list[NodeInfo]) -> list[NodeInfo]:
+    """Those of these nodes whose container still runs (the engine's word now; gone counts as
+    ended, and an engine that cannot answer as running: the grace's SIGKILL then tries it)."""
+    running = []
+    for node in nodes:
+        try:
+            node.container.reload()
+        except engine_errors() as exc:
+            if classify(exc) is EngineFault.NOT_FOUND:
+                continue
+        else:
+            if node.container.status not in ("running", "paused", "restarting"):
+                continue
+        running.append(node)
+    return running
 
 
 def unpause_if_paused(container: Any) -> None:

@@ -35,7 +35,7 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
     """
     if run.scheduler == "slurm":  # its job is stopped through Slurm, as on a cluster
         return stop_slurm_run(client, run, timeout_s, say=say, by=by)
-    return stop_run(run, timeout_s, by)
+    return stop_run(run, timeout_s, by, say)
 
 
 def wait_for_launchers_teardown(client: Any, run: RunInfo) -> str:

@@ -35,7 +35,7 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
     live = [node.name for node in run.nodes if node.status in LIVE_STATUSES]
     controller = containers_of_project(client, run.project).get(CONTROLLER)
     if not live or controller is None or controller.status != "running":
-        return stop_run(run, round(timeout_s), by)
+        return stop_run(run, round(timeout_s), by, say)
     jobs = queued_jobs(client, controller)
     if jobs:
         mark_stop_requested(run, live, by)  # whoever follows the run says STOPPED, not a failure
@@ -55,7 +55,7 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
                 say(f"Slurm job {', '.join(jobs)} is still in the queue; its nodes are stopped anyway")
     if run.launcher_alive and jobs:
         return live  # its launcher says how the job ended, then tears the cluster down
-    stopped = stop_run(run, round(timeout_s), by)
+    stopped = stop_run(run, round(timeout_s), by, say)
     try:
         controller.stop(timeout=round(timeout_s))
     except engine_errors() as exc:  # gone meanwhile: stopped all the same

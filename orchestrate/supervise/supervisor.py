@@ -38,6 +38,7 @@ from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.engine.runs import STOP_EXIT_CODES, StopRequest, read_stop_request, unpause_if_paused
+from orchestrate.engine.processes import grace_ran_out, processes_at_once
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
@@ -567,12 +568,11 @@ class Supervisor:
 
     def kill_after_grace(self, trackers: list[NodeTracker]) -> None:
         """SIGKILL nodes whose stop grace ran out, each named with what still ran in it."""
-        left = self.diagnosis.left_running(trackers)
+        left = processes_at_once({tracker.name: tracker.container for tracker in trackers})
         for tracker in trackers:
             still = left.get(tracker.name, [])
             if self.kill([tracker], by_launcher=tracker.result.killed_by_launcher, still_running=still):
-                ran = f"; what still ran: {'; '.join(still)}" if still else ""
-                self.say(f"{tracker.name} did not stop within its grace after SIGTERM, so it got SIGKILL{ran}")
+                self.say(grace_ran_out(tracker.name, still))
 
     def kill(self, trackers: list[NodeTracker], by_launcher: bool = True,
              still_running: Optional[list[str]] = None) -> list[str]:

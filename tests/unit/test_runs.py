@@ -89,6 +89,21 @@ def test_ages_read_like_docker_ps():
     assert age(None) == "-"
 
 
+class SimulatedClock:
+    """A sleep that only moves the clock it goes with (a stop's grace, in no time)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+        self.now = round(self.now + seconds, 6)
+
+
 def wait_until(condition, timeout_s: float = 10.0) -> None:
     import time
 
@@ -135,13 +150,14 @@ def test_a_shared_gpu_run_rebuilt_from_labels_gives_every_process_its_gpu(make_r
     assert [n.process_gpus for n in rebuilt] == [n.process_gpus for n in plan.nodes] == [(("0",), ("0",))] * 2
 
 
-def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys):
+def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys, monkeypatch):
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
     started_runs(make_run, client,
                  ("done", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
-                 ("going", {"node0": Script(hang=True)}, dict(nodes=1, stop_grace=3)))
+                 ("going", {"node0": Script(hang=True, ignore_sigterm=True, processes=("python3 train.py",))},
+                  dict(nodes=1, stop_grace=3)))
     wait_until(lambda: {r.run_id: r.state for r in list_runs(client)}["done"] is RunState.SUCCEEDED)
     out = io.StringIO()
     assert main(client=client, argv=["ps"], out=out) == 0
@@ -149,9 +165,18 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert rows["done"][2] == "succeeded" and rows["going"][2] == "running"
 
     out = io.StringIO()
+    clock = SimulatedClock()
+    graces = []
+
+    def stop_run_in_simulated_time(run, timeout_s, by, say):
+        graces.append(timeout_s)
+        return stop_run(run, timeout_s, by, say, clock=clock.time, sleep=clock.sleep)
+    monkeypatch.setattr("orchestrate.launch.stop.stop_run", stop_run_in_simulated_time)
     assert main(client=client, argv=["stop", "going"], out=out) == 0
     assert "stopped node0 of run going; logs and state kept" in out.getvalue()
-    assert client.containers_by_name["ddp-going-node0-1"].stop_timeouts == [3]  # the run's own grace
+    assert graces == [3] and clock.now == 3.0  # the run's own grace
+    assert out.getvalue().splitlines()[0] == ("node0 did not stop within its grace after SIGTERM, so it got SIGKILL;"
+                                              " what still ran: python3 train.py (sleeping)")
     assert {r.run_id: r.state for r in list_runs(client)} == {"done": RunState.SUCCEEDED, "going": RunState.STOPPED}
 
     out = io.StringIO()
@@ -172,15 +197,16 @@ def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeyp
                                     dict(nodes=2)))
     [run] = list_runs(client)
     container_type = type(run.nodes[0].container)
-    real_stop, both_asked = container_type.stop, threading.Barrier(2, timeout=5)
+    real_kill, both_asked = container_type.kill, threading.Barrier(2, timeout=5)
 
-    def stop(self, timeout=10):
-        both_asked.wait()  # each node's stop goes on only once the other's has been asked too
-        real_stop(self, timeout)
+    def kill(self, signal="SIGKILL"):
+        both_asked.wait()  # each node's SIGTERM goes on only once the other's has been asked too
+        real_kill(self, signal)
 
-    monkeypatch.setattr(container_type, "stop", stop)
+    monkeypatch.setattr(container_type, "kill", kill)
     assert stop_run(run, 3) == ["node0", "node1"]
-    assert [c.stop_timeouts for c in (n.container for n in run.nodes)] == [[3], [3]]
+    assert sorted(c for c in client.calls if c[0] == "kill") == [("kill", n.container.name, "SIGTERM") for n in run.nodes]
+    assert [c.exit_code for c in (n.container for n in run.nodes)] == [143, 143]  # they took it: no SIGKILL
     assert list_runs(client)[0].state is RunState.STOPPED
     # word left for whoever follows the run: these nodes were stopped on request, not failed
     assert read_stop_request(run.run_dir).nodes == {"node0", "node1"}
@@ -273,11 +299,55 @@ def test_a_node_removed_meanwhile_is_stopped_all_the_same(make_run):
     started_runs(make_run, client, ("gone", {"node0": Script(hang=True)}, dict(nodes=1)))
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     run = list_runs(client)[0]
-    client.failures["stop"] = docker.errors.NotFound("No such container: ddp-gone-node0-1")
+    client.failures["kill"] = docker.errors.NotFound("No such container: ddp-gone-node0-1")
     assert stop_run(run, 1) == ["node0"]
-    client.failures["stop"] = docker.errors.APIError("the engine refused")
+    client.failures["kill"] = docker.errors.APIError("the engine refused")
     with pytest.raises(EngineError, match="cannot stop node0 of run gone: the engine refused"):
         stop_run(run, 1)
+
+
+def test_a_stop_kills_only_the_nodes_still_running_when_their_grace_ends_and_names_each_with_what_ran(make_run):
+    """stop RUN's grace, in simulated time: SIGTERM to every node, a look every 0.2 s, and at the
+    grace the SIGKILL to those that ignored it, each named with its job's processes (as the
+    launcher names one); a node that took its SIGTERM is neither killed nor named."""
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("stubborn", {
+        "node0": Script(hang=True), "node1": Script(hang=True, ignore_sigterm=True, processes=("python3 a.py",)),
+        "node2": Script(hang=True, ignore_sigterm=True, processes=("python3 a.py --b",))}, dict(nodes=3)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    clock, said = SimulatedClock(), []
+    assert stop_run(run, 1, say=said.append, clock=clock.time, sleep=clock.sleep) == ["node0", "node1", "node2"]
+    assert clock.slept == [0.2] * 5 and clock.now == pytest.approx(1.0)
+    exits = {n.name: n.container.exit_code for n in run.nodes}
+    assert exits == {"node0": 143, "node1": 137, "node2": 137}
+    assert sorted(said) == [
+        "node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python3 a.py (sleeping)",
+        "node2 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python3 a.py --b"
+        " (sleeping)"]
+    kills = [c[1] for c in client.calls if c == ("kill", c[1])]  # SIGKILLs (a SIGTERM's call names its signal)
+    assert sorted(kills) == ["ddp-stubborn-node1-1", "ddp-stubborn-node2-1"]
+
+
+def test_a_stop_with_no_grace_kills_at_once_and_an_engine_that_cannot_say_counts_as_still_running(make_run):
+    import docker.errors
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("now", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    clock, said = SimulatedClock(), []
+    assert stop_run(run, 0, say=said.append, clock=clock.time, sleep=clock.sleep) == ["node0"]
+    assert clock.slept == [] and run.nodes[0].container.exit_code == 137 and said[0].startswith("node0 did not stop")
+
+    started_runs(make_run, client, ("quiet", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client, "quiet")[0].nodes))
+    run = list_runs(client, "quiet")[0]
+    client.failures["reload"] = docker.errors.APIError("the engine is busy")
+    said.clear()
+    assert stop_run(run, 2, say=said.append, clock=clock.time, sleep=clock.sleep) == ["node0"]
+    # it had ended at its SIGTERM: the SIGKILL at the grace finds it not running (409), and nothing is said
+    assert clock.slept == [0.2] * 10 and said == [] and run.nodes[0].container.exit_code == 143
 
 
 def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(make_run):
@@ -293,7 +363,8 @@ def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(mak
     client.containers_by_name["ddp-frozen-node0-1"].unpause()  # the other command, meanwhile
     assert stop_run(run, 1) == ["node0"]
     assert client.containers_by_name["ddp-frozen-node0-1"].status == "exited"
-    assert [call[0] for call in client.calls if call[1:] == ("ddp-frozen-node0-1",)][-2:] == ["unpause", "stop"]
+    asked = [call for call in client.calls if call[0] in ("unpause", "kill") and call[1] == "ddp-frozen-node0-1"]
+    assert asked[-2:] == [("unpause", "ddp-frozen-node0-1"), ("kill", "ddp-frozen-node0-1", "SIGTERM")]
 
 
 def test_down_waits_for_a_live_launchers_teardown_not_for_a_dead_one_and_not_forever(make_run, monkeypatch):
