@@ -50,6 +50,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> OneLinePa
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     for command in COMMANDS:
         command.add_parsers(sub)
+    parser.commands = sub.choices  # each command's parser, by its name (and alias)
     return parser
 
 
@@ -69,22 +70,33 @@ def ours_alone(options: list[str]) -> bool:
         return str(exc).startswith("the following arguments are required")
 
 
-def unrecognized(args: Any, unknown: list[str], options: list[str], target: list[str]) -> str:
-    """What argparse says of arguments it does not know, and, for a command's job given without
-    its ``--`` (``run --nodes 2 train.py --epochs 3``, ``run -m app.toy``), the command line with
-    the ``--`` where it goes: the job from its first word on, whatever options of ours its own
-    arguments look like, and what already followed a ``--``."""
-    message = f"unrecognized arguments: {' '.join(unknown)}"
-    starts_a_job = not unknown[0].startswith("-") or unknown[0] == "-m"
-    if not getattr(args, "takes_target", False) or not starts_a_job:
-        return message
-    after_command = options.index(args.command) + 1 if args.command in options else len(options)
+def job_hint(options: list[str], target: list[str]) -> str:
+    """For a command's job given without its ``--`` (``run --nodes 2 train.py --epochs 3``,
+    ``run -m app.toy``), where the ``--`` goes, as a command line ("" when no job is there): the
+    job from its first word on (a word after our options whole, not one of their values),
+    whatever options of ours its own arguments look like, and what already followed a ``--``."""
+    command = next((word for word in options if not word.startswith("-")), "")
+    parser = build_parser(TrialParser).commands.get(command)
+    if parser is None or not parser.get_default("takes_target"):
+        return ""
+    after_command = options.index(command) + 1
     start = next((i for i in range(after_command, len(options))
-                  if options[i] == unknown[0] and ours_alone(options[:i])), None)
-    if start is None:  # not where argparse found it: say what it said
-        return message
-    return (f"{message}; the job goes after --: python -m orchestrate {shlex.join(options[:start])} --"
+                  if (not options[i].startswith("-") or options[i] == "-m") and ours_alone(options[:i])), None)
+    if start is None:
+        return ""
+    return (f"; the job goes after --: python -m orchestrate {shlex.join(options[:start])} --"
             f" {shlex.join(options[start:] + target)}")
+
+
+def job_hinting(options: list[str], target: list[str]) -> type[OneLineParser]:
+    """A parser class whose errors (an option argparse does not know, or an abbreviation of ours
+    that a job's own option looks like: ``train.py --hang 3``) say where the job's ``--`` goes."""
+
+    class JobHintingParser(OneLineParser):
+        def error(self, message: str) -> NoReturn:
+            super().error(message + job_hint(options, target))
+
+    return JobHintingParser
 
 
 def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client: Any = None) -> int:
@@ -92,10 +104,10 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
     the engine to use (default: the environment's, connected when a command needs it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, target = split_target(argv)
-    parser = build_parser()
+    parser = build_parser(job_hinting(options, target))
     args, unknown = parser.parse_known_args(options)
     if unknown:
-        parser.error(unrecognized(args, unknown, options, target))
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handler = getattr(args, "handler", None)

@@ -17,6 +17,8 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunRequest)}
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (no usage block) and exit 2."""
 
+    commands: dict[str, argparse.ArgumentParser]  # the top parser's: each command's parser, by name
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 

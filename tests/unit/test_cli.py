@@ -90,6 +90,25 @@ def test_a_job_given_without_its_double_dash_is_told_where_it_goes(args, said, c
     assert capsys.readouterr().err == f"python -m orchestrate: error: {said} (see --help)\n"
 
 
+@pytest.mark.parametrize("args, said", [
+    # the job's own option is an abbreviation of two of ours: argparse stops there, and the -- is still shown
+    (["run", "--nodes", "2", "train.py", "--hang", "3"], "ambiguous option: --hang could match --hang-timeout,"
+     " --hang-diagnose-after; the job goes after --: python -m orchestrate run --nodes 2 -- train.py --hang 3"),
+    # the job's own option is one of ours, with a value ours refuses
+    (["run", "--nodes", "2", "train.py", "--nodes", "x"], "argument --nodes: expected a positive integer, got 'x';"
+     " the job goes after --: python -m orchestrate run --nodes 2 -- train.py --nodes x"),
+    (["run", "--nodes", "x", "train.py"], "argument --nodes: expected a positive integer, got 'x'"),  # ours: no hint
+    (["run", "--hang", "3"], "ambiguous option: --hang could match --hang-timeout, --hang-diagnose-after"),
+    (["logs", "--hang", "x"], "unrecognized arguments: --hang"),
+])
+def test_a_commands_own_error_over_a_job_given_without_its_double_dash_says_where_it_goes(args, said, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    prog = "python -m orchestrate" + (f" {args[0]}" if not said.startswith("unrecognized") else "")
+    assert capsys.readouterr().err == f"{prog}: error: {said} (see --help)\n"
+
+
 def test_unreachable_engine_is_one_line_and_exit_2(tmp_path):
     proc = orchestrate("run", "--runs-dir", str(tmp_path),
                        env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
