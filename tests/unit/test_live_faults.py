@@ -513,6 +513,20 @@ def test_a_hold_whose_nodes_were_removed_meanwhile_ends_then_and_the_others_are_
     assert run.calls("unpause") == []
 
 
+def test_a_removed_partition_names_every_node_it_split_and_a_removed_ranks_fault_names_the_ranks_node(tmp_path):
+    run = Run(tmp_path, ("node0", "node1", "node2"))
+    run.client.command_outputs[(f"{PROJECT}-node0-1", "python3")] = (rank_signal.NOT_HERE, b"")
+    clock = Clock()
+    for text in ("partition:node0|node2@t=0..60", "hang-rank:1@t=0..60"):
+        run.faults.inject(parse_fault(text))
+    for node in ("node0", "node1", "node2"):
+        run.client.containers_by_name.pop(f"{PROJECT}-{node}-1")
+    run.faults.hold(sleep=clock.sleep, clock=clock.time)
+    assert clock.slept == [] and sorted(run.said[-2:]) == [
+        "hang-rank:1@t=0..60: node1 of run R1 removed meanwhile; nothing left to undo",
+        "partition:node0|node2@t=0..60: node0, node2 of run R1 removed meanwhile; nothing left to undo"]
+
+
 @pytest.mark.parametrize("case", ["ended", "engine busy"])
 def test_a_node_that_only_ended_or_an_engine_that_cannot_answer_keeps_the_fault_held_to_its_end(tmp_path, case):
     run = Run(tmp_path)

@@ -350,6 +350,80 @@ def test_a_stop_with_no_grace_kills_at_once_and_an_engine_that_cannot_say_counts
     assert clock.slept == [0.2] * 10 and said == [] and run.nodes[0].container.exit_code == 143
 
 
+def test_a_stop_unpauses_a_paused_node_before_its_sigterm_and_writes_who_asked(make_run):
+    from orchestrate.engine.runs import REMOVED_BY
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("frozen", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    client.containers_by_name["ddp-frozen-node0-1"].pause()
+    run = list_runs(client)[0]
+    clock = SimulatedClock()
+    assert stop_run(run, 5, by=REMOVED_BY, clock=clock.time, sleep=clock.sleep) == ["node0"]
+    asked = [call for call in client.calls if call[0] in ("unpause", "kill")]
+    assert asked == [("unpause", "ddp-frozen-node0-1"), ("kill", "ddp-frozen-node0-1", "SIGTERM")]
+    assert read_stop_request(run.run_dir).by == REMOVED_BY and clock.slept == []  # it ended at once: no wait
+
+
+def test_a_node_removed_in_its_grace_is_neither_killed_nor_named_and_a_paused_one_is_killed(make_run):
+    """Three stubborn nodes: node0 removed in the grace (`down` beside the stop), node1 paused again
+    (a fault), node2 removed just before its SIGKILL; node1 alone is killed and named."""
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("three", {f"node{n}": Script(hang=True, ignore_sigterm=True) for n in range(3)},
+                                    dict(nodes=3)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    clock, said = SimulatedClock(), []
+    containers = {n.name: n.container for n in run.nodes}
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now == 0.4:
+            client.containers_by_name.pop(containers["node0"].name)
+            containers["node1"].pause()
+    real_kill = containers["node2"].kill
+
+    def kill_once_removed(signal: str = "SIGKILL") -> None:
+        if signal == "SIGKILL":
+            client.containers_by_name.pop(containers["node2"].name)  # removed just before: the engine's 404
+        real_kill(signal)
+    containers["node2"].kill = kill_once_removed
+    assert stop_run(run, 2, say=said.append, clock=clock.time, sleep=sleep) == ["node0", "node1", "node2"]
+    assert clock.now == 2.0  # node1 and node2 still ran: the whole grace
+    assert said == ["node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: torchrun"
+                    " ... train.py (paused); python train.py (paused)"]
+    assert containers["node1"].exit_code == 137
+
+
+def test_a_stop_ends_when_its_last_node_is_removed_and_a_refused_sigkill_is_an_error_naming_the_run(make_run):
+    import docker.errors
+
+    from orchestrate.errors import EngineError
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("one", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)),
+                 ("two", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for r in list_runs(client) for n in r.nodes))
+    one, two = list_runs(client, "one")[0], list_runs(client, "two")[0]
+    clock = SimulatedClock()
+
+    def removed_at_once(seconds: float) -> None:
+        clock.sleep(seconds)
+        client.containers_by_name.pop(one.nodes[0].container.name, None)
+    assert stop_run(one, 10, clock=clock.time, sleep=removed_at_once) == ["node0"]
+    assert clock.now == 0.2  # not the 10 s grace
+
+    real_kill = two.nodes[0].container.kill
+
+    def sigkill_refused(signal: str = "SIGKILL") -> None:
+        if signal == "SIGKILL":
+            raise docker.errors.APIError("the engine refused")
+        real_kill(signal)
+    two.nodes[0].container.kill = sigkill_refused
+    with pytest.raises(EngineError, match=r"^cannot stop node0 of run two: the engine refused$"):
+        stop_run(two, 0, clock=clock.time, sleep=clock.sleep)
+
+
 def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(make_run):
     """Two `down`s (or `stop`s) of a paused run: the other unpaused the node after this one listed it."""
     from orchestrate.engine.runs import stop_run
