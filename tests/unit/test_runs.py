@@ -412,6 +412,12 @@ def test_a_stop_ends_when_its_last_node_is_removed_and_a_refused_sigkill_is_an_e
         client.containers_by_name.pop(one.nodes[0].container.name, None)
     assert stop_run(one, 10, clock=clock.time, sleep=removed_at_once) == ["node0"]
     assert clock.now == 0.2  # not the 10 s grace
+    started_runs(make_run, client, ("again", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client, "again")[0].nodes))
+    again = list_runs(client, "again")[0]
+    again.nodes[0].container.status = "restarting"  # the engine starts it again: not ended, so waited for
+    clock = SimulatedClock()
+    assert stop_run(again, 1, clock=clock.time, sleep=clock.sleep) == ["node0"] and clock.now == 1.0
 
     real_kill = two.nodes[0].container.kill
 
