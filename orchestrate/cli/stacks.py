@@ -6,10 +6,9 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.engine.client import engine_time
 from orchestrate.engine.runs import LIVE_STATUSES, find_run, node_plans
 from orchestrate.errors import UsageError
-from orchestrate.faults.in_effect import fault_steps, faults_in_effect, freezing_fault
+from orchestrate.faults.in_effect import faults_now
 from orchestrate.supervise.rank_probe import STACKS_FILE, RankHost, stack_lines, where_ranks_are
 
 
@@ -36,10 +35,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run = find_run(client, args.run_id)
     plans = {plan.name: plan for plan in node_plans(run)}
     live = [n for n in run.nodes if n.status in LIVE_STATUSES]
-    started = {n.name: engine_time(n.container.attrs.get("State", {}).get("StartedAt", "")) for n in live}
-    faults = faults_in_effect(fault_steps(run.run_dir), started) if run.run_dir.name else {}
+    faults = faults_now(run.run_dir, {n.name: n.container for n in live})
     hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else (),
-                      run.nprocs_of(n.node_rank), freezing_fault(faults.get(n.name, []))) for n in live]
+                      run.nprocs_of(n.node_rank), tuple(map(str, faults.get(n.name, [])))) for n in live]
     if not hosts:
         raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)

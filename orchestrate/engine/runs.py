@@ -67,8 +67,9 @@ STOP_EXIT_CODES = frozenset({137, 143})
 # often and this many times (30 s) before it counts as stuck
 REMOVAL_POLL_S = 0.2
 REMOVAL_POLLS = 150
-# How often `stop RUN` looks whether the nodes it sent SIGTERM have ended, within their grace
-STOP_POLL_S = 0.2
+# How long before the engine's SIGKILL at the end of a stop's grace `stop RUN` lists what still runs in
+# the nodes it then names (a grace this short or shorter lists nothing)
+LIST_BEFORE_KILL_S = 1.0
 # Who stopped a run that `stop RUN` ended, as its summary says it.
 STOPPED_BY = "python -m orchestrate stop"
 REMOVED_BY = "python -m orchestrate down"  # a live run's nodes are stopped first, then removed
@@ -331,79 +332,73 @@ def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:
     return held
 
 
-def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Callable[[str], None] = log.info,
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[str]:
-    """Stop every live node (SIGTERM, then SIGKILL after ``timeout_s``); keep containers,
-    logs and state. Returns the nodes stopped.
+def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY,
+             say: Callable[[str], None] = log.info) -> list[str]:
+    """Stop every live node with the engine's stop (SIGTERM, then SIGKILL after ``timeout_s``,
+    which the engine sends even if this process is interrupted or dies); keep containers, logs
+    and state. Returns the nodes stopped.
 
     Every node gets its SIGTERM at once, as a cluster stops a job: one node stopped after
     another leaves the later ones' ranks failing on their departed peers (and writing no
-    checkpoint) before their own signal comes. A node still running when the grace ends is named
-    (``say``) with what still ran in it, as its launcher names one, then gets SIGKILL.
+    checkpoint) before their own signal comes. A node the engine had to SIGKILL is named
+    (``say``) with what still ran in it a moment before (listed ``LIST_BEFORE_KILL_S`` before
+    the grace ends), as its launcher names one.
 
     Raises:
-        EngineError: When the engine refused a signal (every node was sent its own first).
+        EngineError: When the engine refused to stop a node (once every node's stop has ended).
     """
     live = [node for node in run.nodes if node.status in LIVE_STATUSES]
     if not live:
         return []
     mark_stop_requested(run, [node.name for node in live], by)
-    signal_at_once(run, live, "SIGTERM")
-    deadline = clock() + timeout_s
-    running = still_running(live)
-    while running and clock() < deadline:
-        sleep(min(STOP_POLL_S, max(0.0, deadline - clock())))
-        running = still_running(running)
-    if running:
-        left = processes_at_once({node.name: node.container for node in running})
-        for node in signal_at_once(run, running, "SIGKILL"):
-            say(grace_ran_out(node, left.get(node, [])))
+    listed: dict[str, list[str]] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="ddp-stop") as pool:
+        stops = [(node, pool.submit(stop_node, run, node, timeout_s)) for node in live]
+        if timeout_s > LIST_BEFORE_KILL_S:
+            concurrent.futures.wait([stop for _, stop in stops], timeout=timeout_s - LIST_BEFORE_KILL_S)
+        still = [node for node, stop in stops if not stop.done()] if timeout_s > 0 else []
+        if still and timeout_s > LIST_BEFORE_KILL_S:
+            listed = processes_at_once({node.name: node.container for node in still}, limit_s=LIST_BEFORE_KILL_S * 0.8)
+        refused = [(node, stop.exception()) for node, stop in stops if stop.exception() is not None]
+    for node in still:
+        if killed_by_engine(node):
+            say(grace_ran_out(node.name, listed.get(node.name, [])))
+    if refused:
+        node, error = refused[0]
+        if isinstance(error, EngineError) and listed.get(node.name):  # a process the SIGKILL could not end
+            raise EngineError(f"{error}; what still ran: {'; '.join(listed[node.name])}")
+        raise error
     return [node.name for node in live]
 
 
-def signal_at_once(run: RunInfo, nodes: list[NodeInfo], signal: str) -> list[str]:
-    """Send ``signal`` to every one of these nodes at once (a paused one unpaused first, so that
-    its processes get it now); the names of those it was sent to (one that ended or was removed
-    meanwhile gets none).
+def stop_node(run: RunInfo, node: NodeInfo, timeout_s: int) -> None:
+    """The engine's stop of one node (a paused one unpaused first, so that its processes get
+    the SIGTERM now); one removed meanwhile counts as stopped.
 
     Raises:
-        EngineError: The engine's first refusal, once every node was tried.
+        EngineError: The engine's refusal, naming the node and the run.
     """
     import docker.errors
 
-    def send(node: NodeInfo) -> bool:
-        try:
-            if node.status == "paused":
-                unpause_if_paused(node.container)
-            node.container.kill(signal=signal)
-        except docker.errors.NotFound:  # removed meanwhile (a `down` beside this stop): stopped all the same
-            return False
-        except docker.errors.APIError as exc:
-            if classify(exc) is EngineFault.CONFLICT:  # not running: it ended meanwhile
-                return False
-            raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
-        return True
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="ddp-stop") as pool:
-        sent = [(node.name, pool.submit(send, node)) for node in nodes]
-        return [name for name, done in sent if done.result()]  # the first failure, once every node was tried
+    try:
+        if node.status == "paused":
+            unpause_if_paused(node.container)
+        node.container.stop(timeout=timeout_s)
+    except docker.errors.NotFound:  # removed meanwhile (a `down` beside this stop): stopped all the same
+        return
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
 
 
-def still_running(nodes: list[NodeInfo]) -> list[NodeInfo]:
-    """Those of these nodes whose container still runs (the engine's word now; gone counts as
-    ended, and an engine that cannot answer as running: the grace's SIGKILL then tries it)."""
-    running = []
-    for node in nodes:
-        try:
-            node.container.reload()
-        except engine_errors() as exc:
-            if classify(exc) is EngineFault.NOT_FOUND:
-                continue
-        else:
-            if node.container.status not in ("running", "paused", "restarting"):
-                continue
-        running.append(node)
-    return running
+def killed_by_engine(node: NodeInfo) -> bool:
+    """Whether the node's container ended by a SIGKILL not the kernel's OOM kill (137): its stop's,
+    at the end of its grace (False where the engine cannot say: removed meanwhile)."""
+    try:
+        node.container.reload()
+    except engine_errors():
+        return False
+    state = node.container.attrs.get("State", {})
+    return state.get("Status") == "exited" and state.get("ExitCode") == 137 and not state.get("OOMKilled")
 
 
 def unpause_if_paused(container: Any) -> None:

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec, parse_fault
+from orchestrate.config.fault_spec import FaultSpec, parse_fault
+from orchestrate.engine.client import engine_time
 from orchestrate.errors import UsageError
 from orchestrate.faults.live_notes import LiveFaultReader
 from orchestrate.outcome.events import read_events
-
-# The faults that leave a node's ranks unable to answer: a paused container, a stopped process.
-FREEZING = (FaultAction.PAUSE, FaultAction.HANG_RANK)
-
 
 @dataclass(frozen=True)
 class FaultStep:
@@ -66,9 +63,15 @@ def faults_in_effect(steps: list[FaultStep], started: dict[str, Optional[float]]
     return now
 
 
-def freezing_fault(specs: list[FaultSpec]) -> str:
-    """The latest of a node's faults in effect that pauses it or stops a process ("" when none)."""
-    return next((str(spec) for spec in reversed(specs) if spec.action in FREEZING), "")
+def faults_now(run_dir: Path, containers: dict[str, Any]) -> dict[str, list[FaultSpec]]:
+    """The faults each of these nodes (their containers, by node name) suffers now, from the run's
+    record, each container's latest start as the engine says it ({} for a run with no directory)."""
+    if not run_dir.name:
+        return {}
+    started = {name: engine_time(container.attrs.get("State", {}).get("StartedAt", ""))
+               for name, container in containers.items()}
+    return {name: specs for name, specs in faults_in_effect(fault_steps(run_dir), started).items()
+            if name in containers}
 
 
 def _parse(text: str) -> Optional[FaultSpec]:

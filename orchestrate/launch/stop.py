@@ -4,14 +4,21 @@ Slurm run's job is stopped through Slurm. The run's directory says who asked, so
 follows the run says STOPPED by that command, not a failure."""
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Callable, Optional
 
+from orchestrate.config.fault_spec import FaultAction
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, LAUNCHER_LABEL
 from orchestrate.engine.runs import STOPPED_BY, RunInfo, launcher_alive, stop_run
+from orchestrate.errors import EngineError
+from orchestrate.faults.in_effect import faults_now
+from orchestrate.faults.ranks import signal_rank
 from orchestrate.slurm.stop import stop_slurm_run
+
+log = logging.getLogger(__name__)
 
 # How long `down` leaves a stopped run to the launcher that follows it, which says how the run
 # ended and then tears it down (a Slurm launcher reads the cluster's records first): 120 looks,
@@ -35,7 +42,27 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
     """
     if run.scheduler == "slurm":  # its job is stopped through Slurm, as on a cluster
         return stop_slurm_run(client, run, timeout_s, say=say, by=by)
+    continue_hung_ranks(client, run)
     return stop_run(run, timeout_s, by, say)
+
+
+def continue_hung_ranks(client: Any, run: RunInfo) -> list[int]:
+    """Continue the workers that a hang-rank fault in effect stopped (read from the run's record),
+    so that they take the stop's SIGTERM, as the launcher does: a stopped one cannot, and would
+    hold its node to the end of its grace (and its job from saving). Returns the ranks continued."""
+    running = {node.name: node.container for node in run.nodes if node.status == "running"}
+    continued = []
+    for name, specs in faults_now(run.run_dir, running).items():
+        for spec in specs:
+            if spec.action is not FaultAction.HANG_RANK or spec.rank is None:
+                continue
+            try:
+                signal_rank(client, {name: running[name]}, spec.rank, "SIGCONT")
+            except (*engine_errors(), EngineError) as exc:  # it ended meanwhile, or was continued
+                log.debug("SIGCONT to rank %s before the stop: %s", spec.rank, exc)
+                continue
+            continued.append(spec.rank)
+    return continued
 
 
 def wait_for_launchers_teardown(client: Any, run: RunInfo) -> str:

@@ -7,9 +7,11 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+from orchestrate.config.fault_spec import FaultAction, parse_fault
 from orchestrate.engine.errors import engine_errors
+from orchestrate.errors import UsageError
 from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.hangs.diagnosis import DEBUG_HINT, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, Probe, debug_dir, request_snapshots
@@ -20,13 +22,13 @@ STACKS_FILE = "stacks.json"
 @dataclass(frozen=True)
 class RankHost:
     """A node as the probe needs it: its container, its ranks (empty when the rendezvous
-    assigns them), how many worker processes it runs, the fault it suffers."""
+    assigns them), how many worker processes it runs, the faults it suffers (oldest first)."""
 
     name: str
     container: Any
     ranks: tuple[int, ...]
     nproc: int
-    fault: str = ""
+    faults: tuple[str, ...] = ()
 
 
 def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[int, str]:
@@ -48,27 +50,47 @@ def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[
         elif status == "paused":
             why.update({rank: paused_reason([host]) for rank in mine})
         else:
-            why.update({rank: stopped_reason(host) for rank in stopped_ranks(client, host.container) if rank in ranks})
+            why.update({rank: stopped_reason(host, rank) for rank in stopped_ranks(client, host.container)
+                        if rank in ranks})
     if paused_unplanned:
         why.update({rank: paused_reason(paused_unplanned) for rank in ranks if rank not in why})
     return why
 
 
-def fault_note(host: RankHost) -> str:
-    """The fault a node suffers, as said after what it explains ("" when none)."""
-    return f" (injected fault {host.fault})" if host.fault else ""
+def fault_note(fault: str) -> str:
+    """A fault, as said after what it explains ("" when none)."""
+    return f" (injected fault {fault})" if fault else ""
 
 
-def stopped_reason(host: RankHost) -> str:
-    """Why a rank whose process is stopped on ``host`` cannot answer."""
-    return f"is stopped: its process on {host.name} got SIGSTOP{fault_note(host)}"
+def pause_fault(host: RankHost) -> str:
+    """The fault that paused the node: the latest pause among its faults ("" when none)."""
+    return next((text for text in reversed(host.faults) if _action(text) is FaultAction.PAUSE), "")
+
+
+def stop_fault(host: RankHost, rank: int) -> str:
+    """The fault that stopped ``rank``'s process on the node: the latest hang-rank of that rank
+    among its faults ("" when none)."""
+    return next((text for text in reversed(host.faults)
+                 if _action(text) is FaultAction.HANG_RANK and parse_fault(text).rank == rank), "")
+
+
+def _action(text: str) -> Optional[FaultAction]:
+    try:
+        return parse_fault(text).action
+    except UsageError:  # not a fault this version reads
+        return None
+
+
+def stopped_reason(host: RankHost, rank: int) -> str:
+    """Why ``rank``, whose process is stopped on ``host``, cannot answer."""
+    return f"is stopped: its process on {host.name} got SIGSTOP{fault_note(stop_fault(host, rank))}"
 
 
 def paused_reason(paused: list[RankHost]) -> str:
     """Why a rank of a node among ``paused`` (elastic: which one is not known) cannot answer."""
-    faults = [host.fault for host in paused if host.fault]
+    faults = [fault for fault in (pause_fault(host) for host in paused) if fault]
     if len(paused) == 1:
-        return f"is on {paused[0].name}, whose container is paused{fault_note(paused[0])}"
+        return f"is on {paused[0].name}, whose container is paused{fault_note(pause_fault(paused[0]))}"
     fault = f" (injected faults {', '.join(faults)})" if faults else ""
     return f"is on one of {', '.join(host.name for host in paused)}, whose containers are paused{fault}"
 
@@ -145,11 +167,11 @@ def place_ranks(client: Any, hosts: list[RankHost], answered: dict[int, Any]) ->
         if status == "running":
             asked.add(host.name)
             found = set(stopped_ranks(client, host.container))
-            stopped.update({rank: stopped_reason(host) for rank in found})
+            stopped.update({rank: stopped_reason(host, rank) for rank in found})
             missing -= len(found - ranks)
             ranks |= found
         if missing > 0:
-            why = f": its container is paused{fault_note(host)}" if status == "paused" else ""
+            why = f": its container is paused{fault_note(pause_fault(host))}" if status == "paused" else ""
             unheard.append(f"{host.name}: {missing} of its {host.nproc} ranks did not answer{why}")
         if ranks:
             placed.append(replace(host, ranks=tuple(sorted(ranks))))

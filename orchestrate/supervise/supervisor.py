@@ -218,8 +218,8 @@ class Supervisor:
 
     def why_absent(self, ranks: set[int]) -> dict[int, str]:
         """Why ranks that did not answer cannot (the hang watchdog's callback)."""
-        hosts = [RankHost(t.name, t.container, t.plan.global_ranks, len(t.plan.process_gpus), t.result.fault)
-                 for t in self.live]
+        hosts = [RankHost(t.name, t.container, t.plan.global_ranks, len(t.plan.process_gpus),
+                          (t.result.fault,) if t.result.fault else ()) for t in self.live]
         return absent_reasons(self.client, hosts, ranks)
 
     def end_hung(self, found: HangDiagnosis) -> None:

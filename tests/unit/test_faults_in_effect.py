@@ -1,14 +1,13 @@
 """The faults a run's nodes suffer now, read from its record by whoever looks at a run it does not
 follow (``stacks RUN``): the launcher's events and ``fault RUN``'s notes, a fault in both counted
-once, an undone fault gone, one done before its node's container started again gone, and the
-fault that freezes a node chosen among those it suffers."""
+once, an undone fault gone, one done before its node's container started again gone."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from orchestrate.config.fault_spec import parse_fault
-from orchestrate.faults.in_effect import FaultStep, fault_steps, faults_in_effect, freezing_fault
+from orchestrate.faults.in_effect import FaultStep, fault_steps, faults_in_effect
 from orchestrate.faults.live_notes import note_live_fault
 from orchestrate.outcome.events import EVENTS_FILE
 
@@ -84,10 +83,3 @@ def test_a_record_that_is_not_a_fault_this_version_reads_is_left_out(tmp_path):
 
 def test_no_record_at_all_is_no_fault(tmp_path):
     assert fault_steps(tmp_path / "gone") == [] and in_effect([]) == {}
-
-
-def test_the_freezing_fault_is_the_latest_that_pauses_a_node_or_stops_a_process():
-    specs = [parse_fault(text) for text in ("pause:node1", "hang-rank:3", "slow:node1,cpus=0.5")]
-    assert freezing_fault(specs) == "hang-rank:3"
-    assert freezing_fault(specs[:1] + specs[2:]) == "pause:node1"
-    assert freezing_fault(specs[2:]) == ""

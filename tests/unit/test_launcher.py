@@ -303,8 +303,8 @@ def test_down_from_another_terminal_stops_a_live_run_first_and_its_launcher_says
                                       "its launcher says how it ended and tears it down\n"
                                       "run test-run is gone: its launcher tore it down\n"), said.getvalue()
     assert "FAILED" not in format_summary(outcome)
-    ended = [(c[0], c[1]) for c in client.calls if c[0] == "remove" or c[0] == "kill" and c[2:] == ("SIGTERM",)]
-    assert ended.index(("remove", "ddp-test-run-node0-1")) > ended.index(("kill", "ddp-test-run-node0-1")), ended
+    ended = [(c[0], c[1]) for c in client.calls if c[0] in ("stop", "remove")]
+    assert ended.index(("remove", "ddp-test-run-node0-1")) > ended.index(("stop", "ddp-test-run-node0-1")), ended
 
 
 def test_down_of_a_run_whose_launcher_keeps_it_removes_it_without_waiting(make_run):

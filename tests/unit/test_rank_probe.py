@@ -6,6 +6,7 @@ engine cannot inspect."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import docker.errors
 
@@ -23,7 +24,7 @@ def hosts(client: FakeDockerClient, *nodes: tuple, nproc: int = 0) -> list[RankH
     for name, ranks, fault in nodes:
         container = node_container(client, "r", name, Script(hang=True))
         container.start()
-        found.append(RankHost(name, container, ranks, nproc or len(ranks), fault))
+        found.append(RankHost(name, container, ranks, nproc or len(ranks), (fault,) if fault else ()))
     return found
 
 
@@ -247,8 +248,9 @@ def test_where_ranks_are_in_an_elastic_run_says_which_node_did_not_answer_and_na
     found = workers.where_ranks_are(client, elastic)
     assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "collective"), (2, "stopped"),
                                                             (3, "stopped")]
-    assert {a.detail for a in found.activities[2:]} == {
-        "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)"}
+    assert [a.detail for a in found.activities[2:]] == [  # stopped by hand, and by the fault that names rank 3
+        "is stopped: its process on node1 got SIGSTOP", "is stopped: its process on node1 got SIGSTOP (injected"
+        " fault hang-rank:3)"]
     assert found.unheard_nodes == [
         "node2: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node2)"]
     assert [call[1] for call in client.calls if call[0] == "exec_create"] == [elastic[1].container.name]
@@ -323,6 +325,23 @@ def test_stacks_names_the_fault_that_paused_a_node_from_the_runs_record(tmp_path
     code, said = run_stacks(tmp_path, monkeypatch, faulted)
     assert code == 0, said
     assert "node1: 2 of its 2 ranks did not answer: its container is paused (injected fault pause:node1)" in said
+
+
+def test_each_stopped_rank_is_named_with_its_own_fault_and_a_paused_node_with_a_pause_only():
+    """Faults in effect on a node, oldest first: two hang-ranks of its two ranks, then (from
+    another record) a pause; a paused node whose only fault is a hang-rank gets no note."""
+    client = FakeDockerClient()
+    [node1] = hosts(client, ("node1", (0, 1), ""))
+    both = RankHost("node1", node1.container, (0, 1), 2, ("hang-rank:0", "hang-rank:1", "slow:node1,cpus=0.5"))
+    client.command_outputs[(node1.container.name, "python3")] = (0, b"0 4240\n1 4241\nend\n")
+    assert absent_reasons(client, [both], {0, 1}) == {
+        0: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:0)",
+        1: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)"}
+    node1.container.pause()
+    assert absent_reasons(client, [replace(both, faults=("pause:node1@t=0..9", "hang-rank:1", "melt:node1"))], {1}) \
+        == {1: "is on node1, whose container is paused (injected fault pause:node1@t=0..9)"}
+    assert absent_reasons(client, [replace(both, faults=("hang-rank:1",))], {1}) == {
+        1: "is on node1, whose container is paused"}
 
 
 def test_stacks_names_no_fault_done_before_the_node_started_again(tmp_path, monkeypatch):

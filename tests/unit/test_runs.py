@@ -89,21 +89,6 @@ def test_ages_read_like_docker_ps():
     assert age(None) == "-"
 
 
-class SimulatedClock:
-    """A sleep that only moves the clock it goes with (a stop's grace, in no time)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(round(seconds, 6))
-        self.now = round(self.now + seconds, 6)
-
-
 def wait_until(condition, timeout_s: float = 10.0) -> None:
     import time
 
@@ -165,16 +150,15 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert rows["done"][2] == "succeeded" and rows["going"][2] == "running"
 
     out = io.StringIO()
-    clock = SimulatedClock()
     graces = []
 
-    def stop_run_in_simulated_time(run, timeout_s, by, say):
+    def stop_run_in_less_time(run, timeout_s, by, say):  # the run's own grace is asked; 2 s of it waited here
         graces.append(timeout_s)
-        return stop_run(run, timeout_s, by, say, clock=clock.time, sleep=clock.sleep)
-    monkeypatch.setattr("orchestrate.launch.stop.stop_run", stop_run_in_simulated_time)
+        return stop_run(run, 2, by, say)
+    monkeypatch.setattr("orchestrate.launch.stop.stop_run", stop_run_in_less_time)
     assert main(client=client, argv=["stop", "going"], out=out) == 0
     assert "stopped node0 of run going; logs and state kept" in out.getvalue()
-    assert graces == [3] and clock.now == 3.0  # the run's own grace
+    assert graces == [3]  # the run's own grace
     assert out.getvalue().splitlines()[0] == ("node0 did not stop within its grace after SIGTERM, so it got SIGKILL;"
                                               " what still ran: python3 train.py (sleeping)")
     assert {r.run_id: r.state for r in list_runs(client)} == {"done": RunState.SUCCEEDED, "going": RunState.STOPPED}
@@ -197,15 +181,15 @@ def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeyp
                                     dict(nodes=2)))
     [run] = list_runs(client)
     container_type = type(run.nodes[0].container)
-    real_kill, both_asked = container_type.kill, threading.Barrier(2, timeout=5)
+    real_stop, both_asked = container_type.stop, threading.Barrier(2, timeout=5)
 
-    def kill(self, signal="SIGKILL"):
-        both_asked.wait()  # each node's SIGTERM goes on only once the other's has been asked too
-        real_kill(self, signal)
+    def stop(self, timeout=10):
+        both_asked.wait()  # each node's stop goes on only once the other's has been asked too
+        real_stop(self, timeout)
 
-    monkeypatch.setattr(container_type, "kill", kill)
+    monkeypatch.setattr(container_type, "stop", stop)
     assert stop_run(run, 3) == ["node0", "node1"]
-    assert sorted(c for c in client.calls if c[0] == "kill") == [("kill", n.container.name, "SIGTERM") for n in run.nodes]
+    assert [c.stop_timeouts for c in (n.container for n in run.nodes)] == [[3], [3]]
     assert [c.exit_code for c in (n.container for n in run.nodes)] == [143, 143]  # they took it: no SIGKILL
     assert list_runs(client)[0].state is RunState.STOPPED
     # word left for whoever follows the run: these nodes were stopped on request, not failed
@@ -299,58 +283,54 @@ def test_a_node_removed_meanwhile_is_stopped_all_the_same(make_run):
     started_runs(make_run, client, ("gone", {"node0": Script(hang=True)}, dict(nodes=1)))
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     run = list_runs(client)[0]
-    client.failures["kill"] = docker.errors.NotFound("No such container: ddp-gone-node0-1")
+    client.failures["stop"] = docker.errors.NotFound("No such container: ddp-gone-node0-1")
     assert stop_run(run, 1) == ["node0"]
-    client.failures["kill"] = docker.errors.APIError("the engine refused")
+    client.failures["stop"] = docker.errors.APIError("the engine refused")
     with pytest.raises(EngineError, match="cannot stop node0 of run gone: the engine refused"):
         stop_run(run, 1)
 
 
-def test_a_stop_kills_only_the_nodes_still_running_when_their_grace_ends_and_names_each_with_what_ran(make_run):
-    """stop RUN's grace, in simulated time: SIGTERM to every node, a look every 0.2 s, and at the
-    grace the SIGKILL to those that ignored it, each named with its job's processes (as the
-    launcher names one); a node that took its SIGTERM is neither killed nor named."""
+def test_a_stop_names_each_node_the_engine_had_to_kill_with_what_still_ran_in_it_before_its_sigkill(make_run):
+    """The engine's stop, 2 s of grace: the nodes that ignored their SIGTERM are listed 1 s before
+    the engine's SIGKILL, then named with what ran in them (as the launcher names one); a node
+    that took its SIGTERM is neither listed nor named."""
     client = FakeDockerClient()
     started_runs(make_run, client, ("stubborn", {
         "node0": Script(hang=True), "node1": Script(hang=True, ignore_sigterm=True, processes=("python3 a.py",)),
         "node2": Script(hang=True, ignore_sigterm=True, processes=("python3 a.py --b",))}, dict(nodes=3)))
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     run = list_runs(client)[0]
-    clock, said = SimulatedClock(), []
-    assert stop_run(run, 1, say=said.append, clock=clock.time, sleep=clock.sleep) == ["node0", "node1", "node2"]
-    assert clock.slept == [0.2] * 5 and clock.now == pytest.approx(1.0)
-    exits = {n.name: n.container.exit_code for n in run.nodes}
-    assert exits == {"node0": 143, "node1": 137, "node2": 137}
+    said: list[str] = []
+    assert stop_run(run, 2, say=said.append) == ["node0", "node1", "node2"]
+    assert [n.container.stop_timeouts for n in run.nodes] == [[2], [2], [2]]
+    assert {n.name: n.container.exit_code for n in run.nodes} == {"node0": 143, "node1": 137, "node2": 137}
     assert sorted(said) == [
         "node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python3 a.py (sleeping)",
         "node2 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python3 a.py --b"
         " (sleeping)"]
-    kills = [c[1] for c in client.calls if c == ("kill", c[1])]  # SIGKILLs (a SIGTERM's call names its signal)
-    assert sorted(kills) == ["ddp-stubborn-node1-1", "ddp-stubborn-node2-1"]
+    assert sorted(c[1] for c in client.calls if c[0] == "top") == ["ddp-stubborn-node1-1", "ddp-stubborn-node2-1"]
 
 
-def test_a_stop_with_no_grace_kills_at_once_and_an_engine_that_cannot_say_counts_as_still_running(make_run):
+def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_end_of_is_not_named(make_run):
+    """A grace of 0 (``stop --timeout 0``) is a kill, as the launcher's is: said of no node. A node
+    whose end the engine cannot tell (it does not answer) is not said to have been killed."""
     import docker.errors
 
     client = FakeDockerClient()
-    started_runs(make_run, client, ("now", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
-    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
-    run = list_runs(client)[0]
-    clock, said = SimulatedClock(), []
-    assert stop_run(run, 0, say=said.append, clock=clock.time, sleep=clock.sleep) == ["node0"]
-    assert clock.slept == [] and run.nodes[0].container.exit_code == 137 and said[0].startswith("node0 did not stop")
-
-    started_runs(make_run, client, ("quiet", {"node0": Script(hang=True)}, dict(nodes=1)))
-    wait_until(lambda: all(n.status == "running" for n in list_runs(client, "quiet")[0].nodes))
-    run = list_runs(client, "quiet")[0]
+    started_runs(make_run, client, ("now", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)),
+                 ("quiet", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for r in list_runs(client) for n in r.nodes))
+    said: list[str] = []
+    now, quiet = list_runs(client, "now")[0], list_runs(client, "quiet")[0]
+    assert stop_run(now, 0, say=said.append) == ["node0"]
+    assert now.nodes[0].container.exit_code == 137 and said == [] and ("top", now.nodes[0].container.name) not in \
+        client.calls
     client.failures["reload"] = docker.errors.APIError("the engine is busy")
-    said.clear()
-    assert stop_run(run, 2, say=said.append, clock=clock.time, sleep=clock.sleep) == ["node0"]
-    # it had ended at its SIGTERM: the SIGKILL at the grace finds it not running (409), and nothing is said
-    assert clock.slept == [0.2] * 10 and said == [] and run.nodes[0].container.exit_code == 143
+    assert stop_run(quiet, 2, say=said.append) == ["node0"]
+    assert quiet.nodes[0].container.exit_code == 137 and said == []
 
 
-def test_a_stop_unpauses_a_paused_node_before_its_sigterm_and_writes_who_asked(make_run):
+def test_a_stop_unpauses_a_paused_node_before_its_stop_and_writes_who_asked(make_run):
     from orchestrate.engine.runs import REMOVED_BY
 
     client = FakeDockerClient()
@@ -358,76 +338,65 @@ def test_a_stop_unpauses_a_paused_node_before_its_sigterm_and_writes_who_asked(m
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     client.containers_by_name["ddp-frozen-node0-1"].pause()
     run = list_runs(client)[0]
-    clock = SimulatedClock()
-    assert stop_run(run, 5, by=REMOVED_BY, clock=clock.time, sleep=clock.sleep) == ["node0"]
-    asked = [call for call in client.calls if call[0] in ("unpause", "kill")]
-    assert asked == [("unpause", "ddp-frozen-node0-1"), ("kill", "ddp-frozen-node0-1", "SIGTERM")]
-    assert read_stop_request(run.run_dir).by == REMOVED_BY and clock.slept == []  # it ended at once: no wait
+    assert stop_run(run, 5, by=REMOVED_BY) == ["node0"]
+    asked = [call for call in client.calls if call[0] in ("unpause", "stop")]
+    assert asked == [("unpause", "ddp-frozen-node0-1"), ("stop", "ddp-frozen-node0-1")]
+    assert read_stop_request(run.run_dir).by == REMOVED_BY
 
 
-def test_a_node_removed_in_its_grace_is_neither_killed_nor_named_and_a_paused_one_is_killed(make_run):
-    """Three stubborn nodes: node0 removed in the grace (`down` beside the stop), node1 paused again
-    (a fault), node2 removed just before its SIGKILL; node1 alone is killed and named."""
-    client = FakeDockerClient()
-    started_runs(make_run, client, ("three", {f"node{n}": Script(hang=True, ignore_sigterm=True) for n in range(3)},
-                                    dict(nodes=3)))
-    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
-    run = list_runs(client)[0]
-    clock, said = SimulatedClock(), []
-    containers = {n.name: n.container for n in run.nodes}
+def test_a_node_removed_in_its_grace_is_not_named_and_a_refused_stop_is_raised_after_the_others_are_named(make_run):
+    """Three stubborn nodes, 2 s of grace: node0 removed in it (a `down` beside the stop), node1
+    killed by the engine, node2 stuck in the kernel (the engine's SIGKILL cannot end it: its stop
+    is refused after the grace). node1 is named; then node2's refusal is raised with what ran in it."""
+    import threading
 
-    def sleep(seconds: float) -> None:
-        clock.sleep(seconds)
-        if clock.now == 0.4:
-            client.containers_by_name.pop(containers["node0"].name)
-            containers["node1"].pause()
-    real_kill = containers["node2"].kill
-
-    def kill_once_removed(signal: str = "SIGKILL") -> None:
-        if signal == "SIGKILL":
-            client.containers_by_name.pop(containers["node2"].name)  # removed just before: the engine's 404
-        real_kill(signal)
-    containers["node2"].kill = kill_once_removed
-    assert stop_run(run, 2, say=said.append, clock=clock.time, sleep=sleep) == ["node0", "node1", "node2"]
-    assert clock.now == 2.0  # node1 and node2 still ran: the whole grace
-    assert said == ["node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: torchrun"
-                    " ... train.py (paused); python train.py (paused)"]
-    assert containers["node1"].exit_code == 137
-
-
-def test_a_stop_ends_when_its_last_node_is_removed_and_a_refused_sigkill_is_an_error_naming_the_run(make_run):
     import docker.errors
 
     from orchestrate.errors import EngineError
 
     client = FakeDockerClient()
-    started_runs(make_run, client, ("one", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)),
-                 ("two", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
-    wait_until(lambda: all(n.status == "running" for r in list_runs(client) for n in r.nodes))
-    one, two = list_runs(client, "one")[0], list_runs(client, "two")[0]
-    clock = SimulatedClock()
+    started_runs(make_run, client, ("three", {f"node{n}": Script(hang=True, ignore_sigterm=True, processes=(
+        f"python3 n{n}.py",)) for n in range(3)}, dict(nodes=3)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    containers = {n.name: n.container for n in run.nodes}
 
-    def removed_at_once(seconds: float) -> None:
-        clock.sleep(seconds)
-        client.containers_by_name.pop(one.nodes[0].container.name, None)
-    assert stop_run(one, 10, clock=clock.time, sleep=removed_at_once) == ["node0"]
-    assert clock.now == 0.2  # not the 10 s grace
-    started_runs(make_run, client, ("again", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
-    wait_until(lambda: all(n.status == "running" for n in list_runs(client, "again")[0].nodes))
-    again = list_runs(client, "again")[0]
-    again.nodes[0].container.status = "restarting"  # the engine starts it again: not ended, so waited for
-    clock = SimulatedClock()
-    assert stop_run(again, 1, clock=clock.time, sleep=clock.sleep) == ["node0"] and clock.now == 1.0
+    def stuck_in_the_kernel(timeout: int = 10) -> None:
+        time.sleep(timeout)
+        raise docker.errors.APIError("tried to kill container, but did not receive an exit event")
+    containers["node2"].stop = stuck_in_the_kernel
+    removal = threading.Timer(0.3, lambda: client.containers_by_name.pop(containers["node0"].name))
+    removal.start()
+    said: list[str] = []
+    try:
+        with pytest.raises(EngineError) as refused:
+            stop_run(run, 2, say=said.append)
+    finally:
+        removal.cancel()
+    assert str(refused.value) == ("cannot stop node2 of run three: tried to kill container, but did not receive an"
+                                  " exit event; what still ran: python3 n2.py (sleeping)")
+    assert said == ["node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python3"
+                    " n1.py (sleeping)"]
 
-    real_kill = two.nodes[0].container.kill
 
-    def sigkill_refused(signal: str = "SIGKILL") -> None:
-        if signal == "SIGKILL":
-            raise docker.errors.APIError("the engine refused")
-        real_kill(signal)
-    two.nodes[0].container.kill = sigkill_refused
-    with pytest.raises(EngineError, match=r"^cannot stop node0 of run two: the engine refused$"):
-        stop_run(two, 0, clock=clock.time, sleep=clock.sleep)
+def test_stop_continues_the_ranks_a_hang_rank_fault_in_effect_stopped_before_the_engines_stop(make_run):
+    """Read from the run's record: rank 1's hang-rank is in effect (continued first, so that its
+    worker takes the SIGTERM and its node does not wait out the grace), rank 0's was undone."""
+    from orchestrate.cli.main import main
+    from orchestrate.outcome.events import record_event
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("hung", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    for event, node, spec in (("fault", "node1", "hang-rank:1"), ("fault", "node0", "hang-rank:0@t=0..5"),
+                              ("fault-ended", "node0", "hang-rank:0@t=0..5")):
+        record_event(run.run_dir, event, node=node, spec=spec)
+    assert main(client=client, argv=["stop", "hung"], out=io.StringIO()) == 0
+    asked = [(c[0], c[1], c[2][-3:] if c[0] == "exec_create" else ()) for c in client.calls
+             if c[0] in ("exec_create", "stop")]
+    assert asked[0] == ("exec_create", "ddp-hung-node1-1", ("signal", "1", "SIGCONT"))
+    assert sorted(asked[1:]) == [("stop", "ddp-hung-node0-1", ()), ("stop", "ddp-hung-node1-1", ())]
 
 
 def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(make_run):
@@ -443,8 +412,7 @@ def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(mak
     client.containers_by_name["ddp-frozen-node0-1"].unpause()  # the other command, meanwhile
     assert stop_run(run, 1) == ["node0"]
     assert client.containers_by_name["ddp-frozen-node0-1"].status == "exited"
-    asked = [call for call in client.calls if call[0] in ("unpause", "kill") and call[1] == "ddp-frozen-node0-1"]
-    assert asked[-2:] == [("unpause", "ddp-frozen-node0-1"), ("kill", "ddp-frozen-node0-1", "SIGTERM")]
+    assert [call[0] for call in client.calls if call[1:] == ("ddp-frozen-node0-1",)][-2:] == ["unpause", "stop"]
 
 
 def test_down_waits_for_a_live_launchers_teardown_not_for_a_dead_one_and_not_forever(make_run, monkeypatch):
