@@ -46,12 +46,11 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
     return stop_run(run, timeout_s, by, say)
 
 
-def continue_hung_ranks(client: Any, run: RunInfo) -> list[int]:
+def continue_hung_ranks(client: Any, run: RunInfo) -> None:
     """Continue the workers that a hang-rank fault in effect stopped (read from the run's record),
     so that they take the stop's SIGTERM, as the launcher does: a stopped one cannot, and would
-    hold its node to the end of its grace (and its job from saving). Returns the ranks continued."""
+    hold its node to the end of its grace (and its job from saving)."""
     running = {node.name: node.container for node in run.nodes if node.status == "running"}
-    continued = []
     for name, specs in faults_now(run.run_dir, running).items():
         for spec in specs:
             if spec.action is not FaultAction.HANG_RANK or spec.rank is None:
@@ -60,9 +59,6 @@ def continue_hung_ranks(client: Any, run: RunInfo) -> list[int]:
                 signal_rank(client, {name: running[name]}, spec.rank, "SIGCONT")
             except (*engine_errors(), EngineError) as exc:  # it ended meanwhile, or was continued
                 log.debug("SIGCONT to rank %s before the stop: %s", spec.rank, exc)
-                continue
-            continued.append(spec.rank)
-    return continued
 
 
 def wait_for_launchers_teardown(client: Any, run: RunInfo) -> str:

@@ -27,6 +27,7 @@ from orchestrate.engine.runs import (
     stop_run,
 )
 from orchestrate.errors import UsageError
+from orchestrate.node import rank_signal
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
 from tests.fakes import FakeCompose, FakeDockerClient, Script
 
@@ -311,6 +312,43 @@ def test_a_stop_names_each_node_the_engine_had_to_kill_with_what_still_ran_in_it
     assert sorted(c[1] for c in client.calls if c[0] == "top") == ["ddp-stubborn-node1-1", "ddp-stubborn-node2-1"]
 
 
+def test_a_node_ending_late_by_itself_or_by_the_kernels_oom_kill_is_not_named_and_a_short_grace_lists_nothing(
+        make_run):
+    """3 s of grace: node0 ends by its own SIGTERM handler after the listing (143), node1 is
+    OOM-killed then (137, the kernel's: said by the launcher, not here), node2 is the engine's
+    SIGKILL. Then a grace of 1 s: its node is named, with nothing listed (a listing then would
+    come as the SIGTERM does)."""
+    import threading
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("late", {f"node{n}": Script(hang=True, ignore_sigterm=True) for n in range(3)},
+                                    dict(nodes=3)), ("short", {"node0": Script(hang=True, ignore_sigterm=True)},
+                                                     dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for r in list_runs(client) for n in r.nodes))
+    late, short = list_runs(client, "late")[0], list_runs(client, "short")[0]
+    node0, node1 = late.nodes[0].container, late.nodes[1].container
+
+    def ends_late() -> None:
+        node0.killed.set()
+        node0.exit(143)
+        node1.oom_killed = True
+        node1.killed.set()
+        node1.exit(137)
+    timer = threading.Timer(2.4, ends_late)  # after the listing at 2 s
+    timer.start()
+    said: list[str] = []
+    try:
+        assert stop_run(late, 3, say=said.append) == ["node0", "node1", "node2"]
+    finally:
+        timer.cancel()
+    assert [n.container.exit_code for n in late.nodes] == [143, 137, 137]
+    assert [line.split()[0] for line in said] == ["node2"]
+    said.clear()
+    assert stop_run(short, 1, say=said.append) == ["node0"]
+    assert said == ["node0 did not stop within its grace after SIGTERM, so it got SIGKILL"]
+    assert ("top", short.nodes[0].container.name) not in client.calls
+
+
 def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_end_of_is_not_named(make_run):
     """A grace of 0 (``stop --timeout 0``) is a kill, as the launcher's is: said of no node. A node
     whose end the engine cannot tell (it does not answer) is not said to have been killed."""
@@ -322,6 +360,12 @@ def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_en
     wait_until(lambda: all(n.status == "running" for r in list_runs(client) for n in r.nodes))
     said: list[str] = []
     now, quiet = list_runs(client, "now")[0], list_runs(client, "quiet")[0]
+    real_stop = now.nodes[0].container.stop
+
+    def engine_takes_a_moment(timeout: int = 10) -> None:  # still going when stop_run looks at its stops
+        time.sleep(0.3)
+        real_stop(timeout)
+    now.nodes[0].container.stop = engine_takes_a_moment
     assert stop_run(now, 0, say=said.append) == ["node0"]
     assert now.nodes[0].container.exit_code == 137 and said == [] and ("top", now.nodes[0].container.name) not in \
         client.calls
@@ -356,7 +400,7 @@ def test_a_node_removed_in_its_grace_is_not_named_and_a_refused_stop_is_raised_a
 
     client = FakeDockerClient()
     started_runs(make_run, client, ("three", {f"node{n}": Script(hang=True, ignore_sigterm=True, processes=(
-        f"python3 n{n}.py",)) for n in range(3)}, dict(nodes=3)))
+        f"python3 n{n}.py",) * (1 + n // 2)) for n in range(3)}, dict(nodes=3)))
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     run = list_runs(client)[0]
     containers = {n.name: n.container for n in run.nodes}
@@ -374,7 +418,7 @@ def test_a_node_removed_in_its_grace_is_not_named_and_a_refused_stop_is_raised_a
     finally:
         removal.cancel()
     assert str(refused.value) == ("cannot stop node2 of run three: tried to kill container, but did not receive an"
-                                  " exit event; what still ran: python3 n2.py (sleeping)")
+                                  " exit event; what still ran: python3 n2.py (sleeping); python3 n2.py (sleeping)")
     assert said == ["node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python3"
                     " n1.py (sleeping)"]
 
@@ -389,14 +433,19 @@ def test_stop_continues_the_ranks_a_hang_rank_fault_in_effect_stopped_before_the
     started_runs(make_run, client, ("hung", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     run = list_runs(client)[0]
-    for event, node, spec in (("fault", "node1", "hang-rank:1"), ("fault", "node0", "hang-rank:0@t=0..5"),
-                              ("fault-ended", "node0", "hang-rank:0@t=0..5")):
+    for event, node, spec in (("fault", "node1", "slow:node1,cpus=0.5"), ("fault", "node1", "hang-rank:3"),
+                              ("fault", "node1", "hang-rank:1"), ("fault", "node0", "kill-rank:0"),
+                              ("fault", "node0", "hang-rank:0@t=0..5"), ("fault-ended", "node0", "hang-rank:0@t=0..5")):
         record_event(run.run_dir, event, node=node, spec=spec)
+    # rank 3 is not on node1 any more (the rank script's "not here"): rank 1 is continued all the same
+    client.command_outputs[("ddp-hung-node1-1", "python3")] = lambda cmd: (0, b"") if cmd[-2] == "1" else (
+        rank_signal.NOT_HERE, b"")
     assert main(client=client, argv=["stop", "hung"], out=io.StringIO()) == 0
     asked = [(c[0], c[1], c[2][-3:] if c[0] == "exec_create" else ()) for c in client.calls
              if c[0] in ("exec_create", "stop")]
-    assert asked[0] == ("exec_create", "ddp-hung-node1-1", ("signal", "1", "SIGCONT"))
-    assert sorted(asked[1:]) == [("stop", "ddp-hung-node0-1", ()), ("stop", "ddp-hung-node1-1", ())]
+    assert asked[:2] == [("exec_create", "ddp-hung-node1-1", ("signal", "3", "SIGCONT")),
+                         ("exec_create", "ddp-hung-node1-1", ("signal", "1", "SIGCONT"))]  # nothing for kill-rank:0
+    assert sorted(asked[2:]) == [("stop", "ddp-hung-node0-1", ()), ("stop", "ddp-hung-node1-1", ())]
 
 
 def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(make_run):
