@@ -65,11 +65,13 @@ def test_a_fault_done_before_its_node_started_again_no_longer_holds():
              FaultStep(10.0, "node0", "hang-rank:0", False)]
     assert in_effect(steps, {"node1": 20.0, "node0": None}) == {"node1": ["hang-rank:1"], "node0": ["hang-rank:0"]}
     assert in_effect(steps, {"node1": 40.0}) == {"node0": ["hang-rank:0"]}
-    assert in_effect(steps, {"node1": 30.0}) == {"node1": ["hang-rank:1"], "node0": ["hang-rank:0"]}  # done as it started
+    # done as it started: it holds
+    assert in_effect(steps, {"node1": 30.0}) == {"node1": ["hang-rank:1"], "node0": ["hang-rank:0"]}
 
 
 def test_the_launchers_end_of_one_fault_leaves_its_other_fault_on_the_same_node():
-    steps = [FaultStep(1.0, "node1", "pause:node1@t=0..60", False), FaultStep(2.0, "node1", "slow:node1,cpus=0.5", False),
+    steps = [FaultStep(1.0, "node1", "pause:node1@t=0..60", False),
+             FaultStep(2.0, "node1", "slow:node1,cpus=0.5", False),
              FaultStep(3.0, "node1", "slow:node1,cpus=0.5", True)]
     assert in_effect(steps) == {"node1": ["pause:node1@t=0..60"]}
 

@@ -374,14 +374,19 @@ def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_en
     assert quiet.nodes[0].container.exit_code == 137 and said == []
 
 
-def test_a_stop_unpauses_a_paused_node_before_its_stop_and_writes_who_asked(make_run):
-    from orchestrate.engine.runs import REMOVED_BY
-
+def frozen_run(make_run):
+    """A 1-node run "frozen" in the fake engine, listed with its node paused."""
     client = FakeDockerClient()
     started_runs(make_run, client, ("frozen", {"node0": Script(hang=True)}, dict(nodes=1)))
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     client.containers_by_name["ddp-frozen-node0-1"].pause()
-    run = list_runs(client)[0]
+    return client, list_runs(client)[0]
+
+
+def test_a_stop_unpauses_a_paused_node_before_its_stop_and_writes_who_asked(make_run):
+    from orchestrate.engine.runs import REMOVED_BY
+
+    client, run = frozen_run(make_run)
     assert stop_run(run, 5, by=REMOVED_BY) == ["node0"]
     asked = [call for call in client.calls if call[0] in ("unpause", "stop")]
     assert asked == [("unpause", "ddp-frozen-node0-1"), ("stop", "ddp-frozen-node0-1")]
@@ -452,11 +457,7 @@ def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(mak
     """Two `down`s (or `stop`s) of a paused run: the other unpaused the node after this one listed it."""
     from orchestrate.engine.runs import stop_run
 
-    client = FakeDockerClient()
-    started_runs(make_run, client, ("frozen", {"node0": Script(hang=True)}, dict(nodes=1)))
-    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
-    client.containers_by_name["ddp-frozen-node0-1"].pause()
-    run = list_runs(client)[0]
+    client, run = frozen_run(make_run)
     assert run.nodes[0].status == "paused"
     client.containers_by_name["ddp-frozen-node0-1"].unpause()  # the other command, meanwhile
     assert stop_run(run, 1) == ["node0"]
