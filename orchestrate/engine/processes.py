@@ -4,9 +4,10 @@ stop grace runs out, before the SIGKILL: by the launcher, and by ``stop RUN``.""
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from typing import Any
 
+from orchestrate.engine.background import in_background
 from orchestrate.engine.errors import engine_errors
 from orchestrate.plan.layout import NODE_MAIN, WORKER_START
 
@@ -71,10 +72,9 @@ def processes_at_once(containers: dict[str, Any], limit_s: float = LISTING_LIMIT
     most ``limit_s``; a node the engine did not answer for in time has no entry."""
     if not containers:
         return {}
-    pool = ThreadPoolExecutor(max_workers=min(8, len(containers)), thread_name_prefix="docker-top")
-    asked = {pool.submit(node_processes, container): name for name, container in containers.items()}
-    done, _ = wait(asked, timeout=limit_s)
-    pool.shutdown(wait=False, cancel_futures=True)  # one still waiting on the engine is left to it
+    asked = {in_background(node_processes, container, name=f"docker-top-{name}"): name
+             for name, container in containers.items()}
+    done, _ = wait(asked, timeout=limit_s)  # one still waiting on the engine is left to it
     return {asked[future]: future.result() for future in done if future.exception() is None}
 
 

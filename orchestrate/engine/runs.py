@@ -48,7 +48,9 @@ from orchestrate.engine.labels import (
     HANG_LABEL,
     WORKDIR_LABEL,
 )
-from orchestrate.engine.errors import EngineFault, classify, engine_errors
+from orchestrate.engine.background import in_background
+from orchestrate.engine.client import engine_time
+from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.processes import grace_ran_out, processes_at_once
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
@@ -70,6 +72,9 @@ REMOVAL_POLLS = 150
 # How long before the engine's SIGKILL at the end of a stop's grace `stop RUN` lists what still runs in
 # the nodes it then names (a grace this short or shorter lists nothing)
 LIST_BEFORE_KILL_S = 1.0
+# A node counts as killed by its stop's SIGKILL when it ended no earlier than this before its grace
+# ended (the engine's clock against this host's: the same machine, and the engine's own delay)
+KILL_TIME_SLACK_S = 0.5
 # Who stopped a run that `stop RUN` ended, as its summary says it.
 STOPPED_BY = "python -m orchestrate stop"
 REMOVED_BY = "python -m orchestrate down"  # a live run's nodes are stopped first, then removed
@@ -332,48 +337,59 @@ def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:
     return held
 
 
-def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY,
-             say: Callable[[str], None] = log.info) -> list[str]:
+def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Callable[[str], None] = log.info,
+             before_stop: Callable[[NodeInfo], None] = lambda node: None) -> list[str]:
     """Stop every live node with the engine's stop (SIGTERM, then SIGKILL after ``timeout_s``,
     which the engine sends even if this process is interrupted or dies); keep containers, logs
     and state. Returns the nodes stopped.
 
     Every node gets its SIGTERM at once, as a cluster stops a job: one node stopped after
     another leaves the later ones' ranks failing on their departed peers (and writing no
-    checkpoint) before their own signal comes. A node the engine had to SIGKILL is named
+    checkpoint) before their own signal comes. ``before_stop`` is done to each node first, in
+    its own thread (once a paused node is unpaused). A node the engine had to SIGKILL is named
     (``say``) with what still ran in it a moment before (listed ``LIST_BEFORE_KILL_S`` before
-    the grace ends), as its launcher names one.
+    the grace ends), as its launcher names one. An interrupt is not held until the stops end:
+    the engine finishes them.
 
     Raises:
-        EngineError: When the engine refused to stop a node (once every node's stop has ended).
+        EngineError: When the engine refused to stop nodes (once every node's stop has ended).
     """
     live = [node for node in run.nodes if node.status in LIVE_STATUSES]
     if not live:
         return []
     mark_stop_requested(run, [node.name for node in live], by)
+    sent = time.time()  # the engine's stop starts its grace about now
+    stops = [(node, in_background(stop_node, run, node, timeout_s, before_stop, name=f"ddp-stop-{node.name}"))
+             for node in live]
     listed: dict[str, list[str]] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="ddp-stop") as pool:
-        stops = [(node, pool.submit(stop_node, run, node, timeout_s)) for node in live]
+    try:
         if timeout_s > LIST_BEFORE_KILL_S:
             concurrent.futures.wait([stop for _, stop in stops], timeout=timeout_s - LIST_BEFORE_KILL_S)
         still = [node for node, stop in stops if not stop.done()] if timeout_s > 0 else []
         if still and timeout_s > LIST_BEFORE_KILL_S:
             listed = processes_at_once({node.name: node.container for node in still}, limit_s=LIST_BEFORE_KILL_S * 0.8)
-        refused = [(node, stop.exception()) for node, stop in stops if stop.exception() is not None]
+        concurrent.futures.wait([stop for _, stop in stops])
+    except KeyboardInterrupt:
+        say(f"interrupted: the engine still sends SIGKILL to the nodes of run {run.run_id} that have not stopped"
+            f" when their {timeout_s} s of grace end")
+        raise
     for node in still:
-        if killed_by_engine(node):
+        if killed_by_engine(node, not_before=sent + timeout_s - KILL_TIME_SLACK_S):
             say(grace_ran_out(node.name, listed.get(node.name, [])))
+    refused = [(node, stop.exception()) for node, stop in stops if stop.exception() is not None]
     if refused:
-        node, error = refused[0]
-        if isinstance(error, EngineError) and listed.get(node.name):  # a process the SIGKILL could not end
-            raise EngineError(f"{error}; what still ran: {'; '.join(listed[node.name])}")
-        raise error
+        errors = [error for _, error in refused if not isinstance(error, EngineError)]
+        if errors:
+            raise errors[0]
+        raise EngineError("; ".join(f"{error}; what still ran: {'; '.join(listed[node.name])}"
+                                    if listed.get(node.name) else str(error) for node, error in refused))
     return [node.name for node in live]
 
 
-def stop_node(run: RunInfo, node: NodeInfo, timeout_s: int) -> None:
+def stop_node(run: RunInfo, node: NodeInfo, timeout_s: int,
+              before_stop: Callable[[NodeInfo], None] = lambda node: None) -> None:
     """The engine's stop of one node (a paused one unpaused first, so that its processes get
-    the SIGTERM now); one removed meanwhile counts as stopped.
+    the SIGTERM now; then ``before_stop``); one removed meanwhile counts as stopped.
 
     Raises:
         EngineError: The engine's refusal, naming the node and the run.
@@ -383,22 +399,27 @@ def stop_node(run: RunInfo, node: NodeInfo, timeout_s: int) -> None:
     try:
         if node.status == "paused":
             unpause_if_paused(node.container)
+        before_stop(node)
         node.container.stop(timeout=timeout_s)
     except docker.errors.NotFound:  # removed meanwhile (a `down` beside this stop): stopped all the same
         return
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
+    except engine_errors() as exc:  # the engine stopped answering
+        raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {describe(exc)}") from None
 
 
-def killed_by_engine(node: NodeInfo) -> bool:
-    """Whether the node's container ended by a SIGKILL not the kernel's OOM kill (137): its stop's,
-    at the end of its grace (False where the engine cannot say: removed meanwhile)."""
+def killed_by_engine(node: NodeInfo, not_before: float) -> bool:
+    """Whether the node's container ended by a SIGKILL (137) at ``not_before`` (Unix seconds) or
+    later: its stop's, at the end of its grace, not an earlier kill (a fault's, the kernel's OOM
+    kill); False where the engine cannot say (removed meanwhile)."""
     try:
         node.container.reload()
     except engine_errors():
         return False
     state = node.container.attrs.get("State", {})
-    return state.get("Status") == "exited" and state.get("ExitCode") == 137 and not state.get("OOMKilled")
+    finished = engine_time(state.get("FinishedAt", ""))
+    return state.get("Status") == "exited" and state.get("ExitCode") == 137 and (finished or 0.0) >= not_before
 
 
 def unpause_if_paused(container: Any) -> None:

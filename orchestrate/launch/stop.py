@@ -12,8 +12,7 @@ from typing import Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, LAUNCHER_LABEL
-from orchestrate.engine.runs import STOPPED_BY, RunInfo, launcher_alive, stop_run
-from orchestrate.errors import EngineError
+from orchestrate.engine.runs import STOPPED_BY, NodeInfo, RunInfo, launcher_alive, stop_run
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.slurm.stop import stop_slurm_run
@@ -40,25 +39,31 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
     Raises:
         EngineError: When the engine or Slurm refused.
     """
+    hung = hung_ranks(run)
     if run.scheduler == "slurm":  # its job is stopped through Slurm, as on a cluster
+        for node in run.nodes:
+            continue_ranks(client, node, hung.get(node.name, []))
         return stop_slurm_run(client, run, timeout_s, say=say, by=by)
-    continue_hung_ranks(client, run)
-    return stop_run(run, timeout_s, by, say)
+    return stop_run(run, timeout_s, by, say,
+                    before_stop=lambda node: continue_ranks(client, node, hung.get(node.name, [])))
 
 
-def continue_hung_ranks(client: Any, run: RunInfo) -> None:
-    """Continue the workers that a hang-rank fault in effect stopped (read from the run's record),
-    so that they take the stop's SIGTERM, as the launcher does: a stopped one cannot, and would
-    hold its node to the end of its grace (and its job from saving)."""
-    running = {node.name: node.container for node in run.nodes if node.status == "running"}
-    for name, specs in faults_now(run.run_dir, running).items():
-        for spec in specs:
-            if spec.action is not FaultAction.HANG_RANK or spec.rank is None:
-                continue
-            try:
-                signal_rank(client, {name: running[name]}, spec.rank, "SIGCONT")
-            except (*engine_errors(), EngineError) as exc:  # it ended meanwhile, or was continued
-                log.debug("SIGCONT to rank %s before the stop: %s", spec.rank, exc)
+def hung_ranks(run: RunInfo) -> dict[str, list[int]]:
+    """The ranks that a hang-rank fault in effect stopped, by node (read from the run's record)."""
+    live = {node.name: node.container for node in run.nodes if node.status in ("running", "paused")}
+    return {name: [spec.rank for spec in specs if spec.action is FaultAction.HANG_RANK and spec.rank is not None]
+            for name, specs in faults_now(run.run_dir, live).items()}
+
+
+def continue_ranks(client: Any, node: NodeInfo, ranks: list[int]) -> None:
+    """Continue these stopped ranks' workers on a node before its stop, as the launcher does: a
+    stopped worker cannot take the SIGTERM, and would hold its node to the end of its grace (and
+    its job from saving). A rank not found there, or a node that ended, is passed over."""
+    for rank in ranks:
+        try:
+            signal_rank(client, {node.name: node.container}, rank, "SIGCONT")
+        except Exception as exc:  # it ended meanwhile, moved, or the engine refused: the stop goes on
+            log.debug("SIGCONT to rank %s on %s before the stop: %s", rank, node.name, exc)
 
 
 def wait_for_launchers_teardown(client: Any, run: RunInfo) -> str:

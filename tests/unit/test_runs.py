@@ -153,9 +153,9 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     out = io.StringIO()
     graces = []
 
-    def stop_run_in_less_time(run, timeout_s, by, say):  # the run's own grace is asked; 2 s of it waited here
+    def stop_run_in_less_time(run, timeout_s, by, say, **hooks):  # the run's own grace is asked; 2 s of it waited
         graces.append(timeout_s)
-        return stop_run(run, 2, by, say)
+        return stop_run(run, 2, by, say, **hooks)
     monkeypatch.setattr("orchestrate.launch.stop.stop_run", stop_run_in_less_time)
     assert main(client=client, argv=["stop", "going"], out=out) == 0
     assert "stopped node0 of run going; logs and state kept" in out.getvalue()
@@ -312,41 +312,61 @@ def test_a_stop_names_each_node_the_engine_had_to_kill_with_what_still_ran_in_it
     assert sorted(c[1] for c in client.calls if c[0] == "top") == ["ddp-stubborn-node1-1", "ddp-stubborn-node2-1"]
 
 
-def test_a_node_ending_late_by_itself_or_by_the_kernels_oom_kill_is_not_named_and_a_short_grace_lists_nothing(
-        make_run):
-    """3 s of grace: node0 ends by its own SIGTERM handler after the listing (143), node1 is
-    OOM-killed then (137, the kernel's: said by the launcher, not here), node2 is the engine's
-    SIGKILL. Then a grace of 1 s: its node is named, with nothing listed (a listing then would
-    come as the SIGTERM does)."""
+def test_a_node_ending_late_by_itself_is_not_named_and_a_short_grace_lists_nothing(make_run):
+    """3 s of grace: node0 ends by its own SIGTERM handler after the listing (143, not named),
+    node1 gets the engine's SIGKILL (named). Then a grace of 1 s: its node is named, with nothing
+    listed (a listing then would come as the SIGTERM does)."""
     import threading
 
     client = FakeDockerClient()
-    started_runs(make_run, client, ("late", {f"node{n}": Script(hang=True, ignore_sigterm=True) for n in range(3)},
-                                    dict(nodes=3)), ("short", {"node0": Script(hang=True, ignore_sigterm=True)},
+    started_runs(make_run, client, ("late", {f"node{n}": Script(hang=True, ignore_sigterm=True) for n in range(2)},
+                                    dict(nodes=2)), ("short", {"node0": Script(hang=True, ignore_sigterm=True)},
                                                      dict(nodes=1)))
     wait_until(lambda: all(n.status == "running" for r in list_runs(client) for n in r.nodes))
     late, short = list_runs(client, "late")[0], list_runs(client, "short")[0]
-    node0, node1 = late.nodes[0].container, late.nodes[1].container
+    node0 = late.nodes[0].container
 
     def ends_late() -> None:
+        node0.exit(143)  # before its stop wakes, or that would write its SIGKILL's 137
         node0.killed.set()
-        node0.exit(143)
-        node1.oom_killed = True
-        node1.killed.set()
-        node1.exit(137)
     timer = threading.Timer(2.4, ends_late)  # after the listing at 2 s
     timer.start()
     said: list[str] = []
     try:
-        assert stop_run(late, 3, say=said.append) == ["node0", "node1", "node2"]
+        assert stop_run(late, 3, say=said.append) == ["node0", "node1"]
     finally:
         timer.cancel()
-    assert [n.container.exit_code for n in late.nodes] == [143, 137, 137]
-    assert [line.split()[0] for line in said] == ["node2"]
+    assert [n.container.exit_code for n in late.nodes] == [143, 137]
+    assert [line.split()[0] for line in said] == ["node1"]
     said.clear()
     assert stop_run(short, 1, say=said.append) == ["node0"]
     assert said == ["node0 did not stop within its grace after SIGTERM, so it got SIGKILL"]
     assert ("top", short.nodes[0].container.name) not in client.calls
+
+
+def test_a_node_counts_as_killed_by_its_stop_only_for_a_sigkill_at_the_end_of_its_grace():
+    """An earlier kill (a fault's, the kernel's OOM kill) in a node whose stop was still going is
+    not its stop's; nor is a node that ended by itself, runs on, or is gone."""
+    from types import SimpleNamespace
+
+    from orchestrate.engine.runs import killed_by_engine
+    from tests.fakes import FakeContainer
+
+    client = FakeDockerClient()
+    container = FakeContainer(client, "ddp-r-node0-1", {})
+    client.containers_by_name[container.name] = container
+    node = SimpleNamespace(name="node0", container=container)
+    container.status, container.exit_code, container.finished = "exited", 137, "2026-11-27T10:00:05.000000000Z"
+    at = engine_time(container.finished)
+    assert killed_by_engine(node, not_before=at) and killed_by_engine(node, not_before=at - 2)
+    assert not killed_by_engine(node, not_before=at + 0.001)  # it ended before the grace did
+    container.exit_code = 143
+    assert not killed_by_engine(node, not_before=at - 2)
+    container.status, container.exit_code = "running", 137
+    assert not killed_by_engine(node, not_before=at - 2)
+    container.status = "exited"
+    client.containers_by_name.clear()
+    assert not killed_by_engine(node, not_before=at - 2)
 
 
 def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_end_of_is_not_named(make_run):
@@ -381,6 +401,44 @@ def frozen_run(make_run):
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
     client.containers_by_name["ddp-frozen-node0-1"].pause()
     return client, list_runs(client)[0]
+
+
+def test_an_interrupted_stop_is_not_held_by_the_engines_stops_and_says_the_engine_finishes_them(make_run):
+    import signal
+    import threading
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("long", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    said: list[str] = []
+    ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))  # as a terminal's Ctrl-C
+    began = time.monotonic()
+    ctrl_c.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stop_run(run, 60, say=said.append)
+    finally:
+        ctrl_c.cancel()
+    assert time.monotonic() - began < 30  # not the 60 s grace the engine's stop waits out
+    assert said == ["interrupted: the engine still sends SIGKILL to the nodes of run long that have not stopped when"
+                    " their 60 s of grace end"]
+    assert run.nodes[0].container.stop_timeouts == [60]
+
+
+def test_every_refused_stop_is_said_in_one_error(make_run):
+    import docker.errors
+
+    from orchestrate.errors import EngineError
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("two", {n: Script(hang=True) for n in ("node0", "node1")}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    client.failures["stop"] = docker.errors.APIError("the engine refused")
+    with pytest.raises(EngineError) as refused:
+        stop_run(list_runs(client)[0], 0)
+    assert str(refused.value) == ("cannot stop node0 of run two: the engine refused; cannot stop node1 of run two: the"
+                                  " engine refused")
 
 
 def test_a_stop_unpauses_a_paused_node_before_its_stop_and_writes_who_asked(make_run):
@@ -446,11 +504,10 @@ def test_stop_continues_the_ranks_a_hang_rank_fault_in_effect_stopped_before_the
     client.command_outputs[("ddp-hung-node1-1", "python3")] = lambda cmd: (0, b"") if cmd[-2] == "1" else (
         rank_signal.NOT_HERE, b"")
     assert main(client=client, argv=["stop", "hung"], out=io.StringIO()) == 0
-    asked = [(c[0], c[1], c[2][-3:] if c[0] == "exec_create" else ()) for c in client.calls
-             if c[0] in ("exec_create", "stop")]
-    assert asked[:2] == [("exec_create", "ddp-hung-node1-1", ("signal", "3", "SIGCONT")),
-                         ("exec_create", "ddp-hung-node1-1", ("signal", "1", "SIGCONT"))]  # nothing for kill-rank:0
-    assert sorted(asked[2:]) == [("stop", "ddp-hung-node0-1", ()), ("stop", "ddp-hung-node1-1", ())]
+    asked = {node: [c[2][-3:] if c[0] == "exec_create" else c[0] for c in client.calls
+                    if c[0] in ("exec_create", "stop") and c[1] == f"ddp-hung-{node}-1"] for node in ("node0", "node1")}
+    assert asked == {"node0": ["stop"],  # nothing for kill-rank:0, nor the hang-rank undone
+                     "node1": [("signal", "3", "SIGCONT"), ("signal", "1", "SIGCONT"), "stop"]}
 
 
 def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(make_run):
@@ -462,7 +519,7 @@ def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(mak
     client.containers_by_name["ddp-frozen-node0-1"].unpause()  # the other command, meanwhile
     assert stop_run(run, 1) == ["node0"]
     assert client.containers_by_name["ddp-frozen-node0-1"].status == "exited"
-    assert [call[0] for call in client.calls if call[1:] == ("ddp-frozen-node0-1",)][-2:] == ["unpause", "stop"]
+    assert [call[0] for call in client.calls if call[0] in ("unpause", "stop")][-2:] == ["unpause", "stop"]
 
 
 def test_down_waits_for_a_live_launchers_teardown_not_for_a_dead_one_and_not_forever(make_run, monkeypatch):
