@@ -33,12 +33,8 @@ def fault_steps(run_dir: Path) -> list[FaultStep]:
     steps = []
     for event in read_events(run_dir):
         if event["event"] in ("fault", "fault-ended") and event.get("node") and event.get("spec"):
-            try:
-                when = float(event["time"])
-            except (TypeError, ValueError):  # not a record this version wrote
-                continue
-            steps.append(FaultStep(when, str(event["node"]), str(event["spec"]), event["event"] == "fault-ended",
-                                   event.get("fault_id")))
+            steps.append(FaultStep(float(event["time"]), str(event["node"]), str(event["spec"]),
+                                   event["event"] == "fault-ended", event.get("fault_id")))
     for note in LiveFaultReader(run_dir).take():
         if note.phase in ("done", "ended"):
             steps.append(FaultStep(note.time, note.node, str(note.spec), note.phase == "ended", note.id))

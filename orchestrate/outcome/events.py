@@ -65,6 +65,6 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and "time" in entry and "event" in entry:
-            events.append(entry)
+        if isinstance(entry, dict) and isinstance(entry.get("time"), (int, float)) and "event" in entry:
+            events.append(entry)  # one without a time in seconds is not ours: it could not be ordered
     return sorted(events, key=lambda e: e["time"])

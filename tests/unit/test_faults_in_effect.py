@@ -79,6 +79,7 @@ def test_the_launchers_end_of_one_fault_leaves_its_other_fault_on_the_same_node(
 def test_a_record_that_is_not_a_fault_this_version_reads_is_left_out(tmp_path):
     write_events(tmp_path, {"time": 1.0, "event": "fault", "node": "node1", "spec": "melt:node1"},
                  {"time": 2.0, "event": "fault", "node": "node1"},
+                 {"time": "later", "event": "fault", "node": "node3", "spec": "pause:node3"},
                  {"time": 3.0, "event": "fault", "node": "node2", "spec": "pause:node2"})
     assert in_effect(fault_steps(tmp_path)) == {"node2": ["pause:node2"]}
 

@@ -103,3 +103,28 @@ def test_the_line_for_a_grace_that_ran_out_names_what_still_ran_when_anything_wa
         "node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python train.py"
         " (sleeping); python3 x (stopped)")
     assert grace_ran_out("node0", []) == "node0 did not stop within its grace after SIGTERM, so it got SIGKILL"
+
+
+def test_a_background_call_runs_in_a_named_daemon_thread_and_hands_back_its_result_or_its_exception():
+    import threading
+
+    from orchestrate.engine.background import in_background
+
+    release = threading.Event()
+    seen: list[threading.Thread] = []
+
+    def blocked(value: int) -> int:
+        seen.append(threading.current_thread())
+        release.wait(10)
+        return value * 2
+    future = in_background(blocked, 21, name="docker-stop-node0")
+    try:
+        assert not future.done()
+    finally:
+        release.set()
+    assert future.result(timeout=10) == 42
+    assert [(t.name, t.daemon) for t in seen] == [("docker-stop-node0", True)]  # never holds the process's exit
+
+    def refused() -> None:
+        raise ValueError("the engine refused")
+    assert str(in_background(refused).exception(timeout=10)) == "the engine refused"

@@ -441,6 +441,48 @@ def test_every_refused_stop_is_said_in_one_error(make_run):
                                   " engine refused")
 
 
+def test_a_node_killed_by_something_else_as_its_grace_runs_is_not_named(make_run):
+    """node0 is killed (137) as stop_run lists what runs in it, 1 s before its grace ends: a
+    fault's kill, not the stop's SIGKILL; node1 gets the stop's, and is named."""
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("other", {f"node{n}": Script(hang=True, ignore_sigterm=True) for n in range(2)},
+                                    dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+    node0 = run.nodes[0].container
+    real_top = node0.top
+
+    def killed_as_listed(ps_args: str = "") -> dict:
+        listing = real_top(ps_args)
+        node0.exit(137)  # a kill-rank or preempt of its own, just now
+        node0.killed.set()
+        return listing
+    node0.top = killed_as_listed
+    said: list[str] = []
+    assert stop_run(run, 2, say=said.append) == ["node0", "node1"]
+    assert [n.container.exit_code for n in run.nodes] == [137, 137]
+    assert [line.split()[0] for line in said] == ["node1"]
+
+
+def test_a_stop_that_fails_otherwise_is_raised_as_it_is_and_an_engine_gone_is_one_line(make_run):
+    import requests
+
+    from orchestrate.errors import EngineError
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("odd", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    run = list_runs(client)[0]
+
+    def broken(node) -> None:
+        raise RuntimeError("a bug in a hook")
+    with pytest.raises(RuntimeError, match="^a bug in a hook$"):
+        stop_run(run, 0, before_stop=broken)
+    client.failures["stop"] = requests.exceptions.ConnectionError("Connection aborted: the engine went away")
+    with pytest.raises(EngineError, match="^cannot stop node0 of run odd: .*the engine went away"):
+        stop_run(run, 0)
+
+
 def test_a_stop_unpauses_a_paused_node_before_its_stop_and_writes_who_asked(make_run):
     from orchestrate.engine.runs import REMOVED_BY
 
@@ -503,11 +545,13 @@ def test_stop_continues_the_ranks_a_hang_rank_fault_in_effect_stopped_before_the
     # rank 3 is not on node1 any more (the rank script's "not here"): rank 1 is continued all the same
     client.command_outputs[("ddp-hung-node1-1", "python3")] = lambda cmd: (0, b"") if cmd[-2] == "1" else (
         rank_signal.NOT_HERE, b"")
+    run.nodes[1].container.pause()  # paused too: unpaused, then its rank continued
     assert main(client=client, argv=["stop", "hung"], out=io.StringIO()) == 0
     asked = {node: [c[2][-3:] if c[0] == "exec_create" else c[0] for c in client.calls
-                    if c[0] in ("exec_create", "stop") and c[1] == f"ddp-hung-{node}-1"] for node in ("node0", "node1")}
+                    if c[0] in ("exec_create", "stop", "unpause") and c[1] == f"ddp-hung-{node}-1"]
+             for node in ("node0", "node1")}
     assert asked == {"node0": ["stop"],  # nothing for kill-rank:0, nor the hang-rank undone
-                     "node1": [("signal", "3", "SIGCONT"), ("signal", "1", "SIGCONT"), "stop"]}
+                     "node1": ["unpause", ("signal", "3", "SIGCONT"), ("signal", "1", "SIGCONT"), "stop"]}
 
 
 def test_a_node_listed_paused_but_unpaused_meanwhile_is_stopped_not_an_error(make_run):
