@@ -37,7 +37,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     live = [n for n in run.nodes if n.status in LIVE_STATUSES]
     faults = faults_now(run.run_dir, {n.name: n.container for n in live})
     hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else (),
-                      run.nprocs_of(n.node_rank), tuple(map(str, faults.get(n.name, [])))) for n in live]
+                      run.nprocs_of(n.node_rank), tuple(faults.get(n.name, []))) for n in live]
     if not hosts:
         raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)

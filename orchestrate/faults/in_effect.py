@@ -16,6 +16,7 @@ from orchestrate.errors import UsageError
 from orchestrate.faults.live_notes import LiveFaultReader
 from orchestrate.outcome.events import read_events
 
+
 @dataclass(frozen=True)
 class FaultStep:
     """A fault done or undone, from either record (``fault_id``: ``fault RUN``'s, shared by both
@@ -57,7 +58,7 @@ def faults_in_effect(steps: list[FaultStep], started: dict[str, Optional[float]]
     for node, mine in held.items():
         since = started.get(node)
         specs = [parsed for s in mine if since is None or s.time >= since
-                 for parsed in [_parse(s.spec)] if parsed is not None]
+                 for parsed in [parsed_fault(s.spec)] if parsed is not None]
         if specs:
             now[node] = specs
     return now
@@ -74,7 +75,8 @@ def faults_now(run_dir: Path, containers: dict[str, Any]) -> dict[str, list[Faul
             if name in containers}
 
 
-def _parse(text: str) -> Optional[FaultSpec]:
+def parsed_fault(text: str) -> Optional[FaultSpec]:
+    """A fault as a record wrote it (None for one this version does not read)."""
     try:
         return parse_fault(text)
     except UsageError:  # a record written by another version

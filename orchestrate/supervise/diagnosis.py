@@ -26,6 +26,7 @@ from orchestrate.supervise.worker_lines import LAST_LINES
 
 log = logging.getLogger(__name__)
 
+
 class Diagnosis:
     """Reads what explains a node's end, from the run directory and the engine."""
 

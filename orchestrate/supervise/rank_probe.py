@@ -7,11 +7,10 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-from orchestrate.config.fault_spec import FaultAction, parse_fault
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import engine_errors
-from orchestrate.errors import UsageError
 from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.hangs.diagnosis import DEBUG_HINT, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, Probe, debug_dir, request_snapshots
@@ -28,7 +27,7 @@ class RankHost:
     container: Any
     ranks: tuple[int, ...]
     nproc: int
-    faults: tuple[str, ...] = ()
+    faults: tuple[FaultSpec, ...] = ()
 
 
 def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[int, str]:
@@ -64,21 +63,14 @@ def fault_note(fault: str) -> str:
 
 def pause_fault(host: RankHost) -> str:
     """The fault that paused the node: the latest pause among its faults ("" when none)."""
-    return next((text for text in reversed(host.faults) if _action(text) is FaultAction.PAUSE), "")
+    return next((str(spec) for spec in reversed(host.faults) if spec.action is FaultAction.PAUSE), "")
 
 
 def stop_fault(host: RankHost, rank: int) -> str:
     """The fault that stopped ``rank``'s process on the node: the latest hang-rank of that rank
     among its faults ("" when none)."""
-    return next((text for text in reversed(host.faults)
-                 if _action(text) is FaultAction.HANG_RANK and parse_fault(text).rank == rank), "")
-
-
-def _action(text: str) -> Optional[FaultAction]:
-    try:
-        return parse_fault(text).action
-    except UsageError:  # not a fault this version reads
-        return None
+    return next((str(spec) for spec in reversed(host.faults)
+                 if spec.action is FaultAction.HANG_RANK and spec.rank == rank), "")
 
 
 def stopped_reason(host: RankHost, rank: int) -> str:

@@ -37,9 +37,10 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.engine.runs import STOP_EXIT_CODES, StopRequest, read_stop_request, unpause_if_paused
 from orchestrate.engine.processes import grace_ran_out, processes_at_once
+from orchestrate.engine.runs import STOP_EXIT_CODES, StopRequest, read_stop_request, unpause_if_paused
 from orchestrate.errors import EngineError, NodeLookupError
+from orchestrate.faults.in_effect import parsed_fault
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.scheduler import FaultScheduler
@@ -219,7 +220,7 @@ class Supervisor:
     def why_absent(self, ranks: set[int]) -> dict[int, str]:
         """Why ranks that did not answer cannot (the hang watchdog's callback)."""
         hosts = [RankHost(t.name, t.container, t.plan.global_ranks, len(t.plan.process_gpus),
-                          (t.result.fault,) if t.result.fault else ()) for t in self.live]
+                          tuple(filter(None, [parsed_fault(t.result.fault)]))) for t in self.live]
         return absent_reasons(self.client, hosts, ranks)
 
     def end_hung(self, found: HangDiagnosis) -> None:

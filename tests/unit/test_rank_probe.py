@@ -10,11 +10,16 @@ from dataclasses import replace
 
 import docker.errors
 
+from orchestrate.config.fault_spec import FaultSpec, parse_fault
 from orchestrate.supervise.rank_probe import RankHost, absent_reasons
 from tests.fakes import FakeDockerClient, Script
 from tests.unit.test_supervisor_collaborators import node_container
 
 STOPPED_RANKS_3_AND_5 = (0, b"3 4243\n5 4245\nend\n")  # what the rank script prints in node1
+
+
+def faults(*texts: str) -> tuple[FaultSpec, ...]:
+    return tuple(parse_fault(text) for text in texts)
 
 
 def hosts(client: FakeDockerClient, *nodes: tuple, nproc: int = 0) -> list[RankHost]:
@@ -24,7 +29,7 @@ def hosts(client: FakeDockerClient, *nodes: tuple, nproc: int = 0) -> list[RankH
     for name, ranks, fault in nodes:
         container = node_container(client, "r", name, Script(hang=True))
         container.start()
-        found.append(RankHost(name, container, ranks, nproc or len(ranks), (fault,) if fault else ()))
+        found.append(RankHost(name, container, ranks, nproc or len(ranks), (parse_fault(fault),) if fault else ()))
     return found
 
 
@@ -332,15 +337,15 @@ def test_each_stopped_rank_is_named_with_its_own_fault_and_a_paused_node_with_a_
     another record) a pause; a paused node whose only fault is a hang-rank gets no note."""
     client = FakeDockerClient()
     [node1] = hosts(client, ("node1", (0, 1), ""))
-    both = RankHost("node1", node1.container, (0, 1), 2, ("hang-rank:0", "hang-rank:1", "slow:node1,cpus=0.5"))
+    both = RankHost("node1", node1.container, (0, 1), 2, faults("hang-rank:0", "hang-rank:1", "slow:node1,cpus=0.5"))
     client.command_outputs[(node1.container.name, "python3")] = (0, b"0 4240\n1 4241\nend\n")
     assert absent_reasons(client, [both], {0, 1}) == {
         0: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:0)",
         1: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)"}
     node1.container.pause()
-    assert absent_reasons(client, [replace(both, faults=("pause:node1@t=0..9", "hang-rank:1", "melt:node1"))], {1}) \
+    assert absent_reasons(client, [replace(both, faults=faults("pause:node1@t=0..9", "hang-rank:1"))], {1}) \
         == {1: "is on node1, whose container is paused (injected fault pause:node1@t=0..9)"}
-    assert absent_reasons(client, [replace(both, faults=("hang-rank:1",))], {1}) == {
+    assert absent_reasons(client, [replace(both, faults=faults("hang-rank:1"))], {1}) == {
         1: "is on node1, whose container is paused"}
 
 
