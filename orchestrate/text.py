@@ -14,3 +14,10 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[s
     out = [fmt.format(*header).rstrip(), "  ".join("-" * w for w in widths)]
     out += [fmt.format(*row).rstrip() for row in rows]
     return out
+
+
+def grace_ran_out(node: str, still_running: list[str]) -> str:
+    """The line that names a node whose stop grace ran out, so that it got SIGKILL: said by the
+    launcher and by ``stop RUN`` as it happens, and in the run's summary."""
+    ran = f"; what still ran: {'; '.join(still_running)}" if still_running else ""
+    return f"{node} did not stop within its grace after SIGTERM, so it got SIGKILL{ran}"

@@ -76,9 +76,3 @@ def processes_at_once(containers: dict[str, Any], limit_s: float = LISTING_LIMIT
              for name, container in containers.items()}
     done, _ = wait(asked, timeout=limit_s)  # one still waiting on the engine is left to it
     return {asked[future]: future.result() for future in done if future.exception() is None}
-
-
-def grace_ran_out(node: str, still_running: list[str]) -> str:
-    """The line that names a node whose stop grace ran out, once its SIGKILL was sent."""
-    ran = f"; what still ran: {'; '.join(still_running)}" if still_running else ""
-    return f"{node} did not stop within its grace after SIGTERM, so it got SIGKILL{ran}"

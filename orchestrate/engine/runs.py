@@ -51,20 +51,23 @@ from orchestrate.engine.labels import (
 from orchestrate.engine.background import in_background
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
-from orchestrate.engine.processes import grace_ran_out, processes_at_once
+from orchestrate.engine.processes import processes_at_once
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.layout import STOP_REQUEST_FILE
 from orchestrate.plan.make import assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
+from orchestrate.text import grace_ran_out
 
 log = logging.getLogger(__name__)
 
 # Container states in which a node still holds its GPUs and may still produce output.
 LIVE_STATUSES = frozenset({"created", "running", "paused", "restarting"})
+# The exit code of a node whose main process a SIGKILL ended (128 + 9)
+KILLED_EXIT_CODE = 137
 # Exit codes of a node that was stopped (SIGTERM, then SIGKILL), not one that failed.
-STOP_EXIT_CODES = frozenset({137, 143})
+STOP_EXIT_CODES = frozenset({KILLED_EXIT_CODE, 143})
 # A container that another command is removing (a second `down`, `prune`) is asked for again this
 # often and this many times (30 s) before it counts as stuck
 REMOVAL_POLL_S = 0.2
@@ -357,7 +360,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     live = [node for node in run.nodes if node.status in LIVE_STATUSES]
     if not live:
         return []
-    mark_stop_requested(run, [node.name for node in live], by)
+    mark_stop_requested(run, [node.name for node in live], by, grace_s=timeout_s)
     sent = time.time()  # the engine's stop starts its grace about now
     stops = [(node, in_background(stop_node, run, node, timeout_s, before_stop, name=f"ddp-stop-{node.name}"))
              for node in live]
@@ -368,6 +371,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
         still = [node for node, stop in stops if not stop.done()] if timeout_s > 0 else []
         if still and timeout_s > LIST_BEFORE_KILL_S:
             listed = processes_at_once({node.name: node.container for node in still}, limit_s=LIST_BEFORE_KILL_S * 0.8)
+            note_still_running(run, listed)  # before the SIGKILL: the run's launcher reads it at the node's end
         concurrent.futures.wait([stop for _, stop in stops])
     except KeyboardInterrupt:
         say(f"interrupted: the engine still sends SIGKILL to the nodes of run {run.run_id} that have not stopped"
@@ -419,7 +423,7 @@ def killed_by_engine(node: NodeInfo, not_before: float) -> bool:
         return False
     state = node.container.attrs.get("State", {})
     finished = engine_time(state.get("FinishedAt", ""))
-    return state.get("Status") == "exited" and state.get("ExitCode") == 137 and (finished or 0.0) >= not_before
+    return state.get("Status") == "exited" and state.get("ExitCode") == KILLED_EXIT_CODE and (finished or 0.0) >= not_before
 
 
 def unpause_if_paused(container: Any) -> None:
@@ -434,14 +438,34 @@ def unpause_if_paused(container: Any) -> None:
             raise
 
 
-def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY) -> None:
-    """Say in the run's directory which of its nodes are stopped on request, when and by which
-    command (see STOP_REQUEST_FILE); a directory that is gone or not writable here leaves the run
-    to be judged by its exits."""
+def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
+                        grace_s: Optional[float] = None) -> None:
+    """Say in the run's directory which of its nodes are stopped on request, when, by which
+    command and with how long a grace between SIGTERM and SIGKILL (see STOP_REQUEST_FILE); a
+    directory that is gone or not writable here leaves the run to be judged by its exits."""
+    write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s})
+
+
+def note_still_running(run: RunInfo, listed: dict[str, list[str]]) -> None:
+    """Add to the run's stop request what still ran in each node a moment before its grace ran
+    out, so that whoever follows the run names it with the node the SIGKILL ended."""
+    if not run.run_dir.name:
+        return
+    try:
+        request = json.loads((run.run_dir / STOP_REQUEST_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(request, dict):
+        write_stop_request(run, {**request, "still_running": listed})
+
+
+def write_stop_request(run: RunInfo, request: dict) -> None:
+    """Write the stop request whole (a new file moved into place: a reader never sees half)."""
     try:
         if run.run_dir.name and run.run_dir.is_dir():
-            request = {"time": time.time(), "nodes": nodes, "by": by}
-            (run.run_dir / STOP_REQUEST_FILE).write_text(json.dumps(request) + "\n")
+            written = run.run_dir / f".{STOP_REQUEST_FILE}.{os.getpid()}"
+            written.write_text(json.dumps(request) + "\n")
+            os.replace(written, run.run_dir / STOP_REQUEST_FILE)
     except OSError:
         pass
 
@@ -462,6 +486,12 @@ class StopRequest:
 
     nodes: frozenset[str] = frozenset()
     by: str = STOPPED_BY
+    grace_s: Optional[float] = None
+    still_running: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def left_running(self, node: str) -> list[str]:
+        """What still ran in ``node`` a moment before its grace ran out, where the stop listed it."""
+        return next((list(processes) for name, processes in self.still_running if name == node), [])
 
 
 def read_stop_request(run_dir: Path) -> StopRequest:
@@ -474,7 +504,13 @@ def read_stop_request(run_dir: Path) -> StopRequest:
         by = request.get("by")
     except (OSError, ValueError, AttributeError, TypeError):
         return StopRequest()
-    return StopRequest(nodes, by if isinstance(by, str) and by else STOPPED_BY)
+    grace = request.get("grace_s")
+    listed = request.get("still_running")
+    still = tuple((str(node), tuple(str(p) for p in processes)) for node, processes in listed.items()
+                  if isinstance(processes, list)) if isinstance(listed, dict) else ()
+    return StopRequest(nodes, by if isinstance(by, str) and by else STOPPED_BY,
+                       float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None,
+                       still)
 
 
 def remove_run(client: Any, run: RunInfo) -> list[str]:

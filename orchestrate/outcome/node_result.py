@@ -28,6 +28,8 @@ class NodeResult:
         oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
         oom_reported: Whether the OOM kill was announced already.
         killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
+        grace_ran_out: Its stop's grace ran out before it ended, so a SIGKILL ended it.
+        still_running: What still ran in it a moment before that SIGKILL, where it was listed.
         oom_events: The engine's ``oom`` events of it.
         oom_in_state: Its container's state says it was OOM-killed.
         consequence: What its death did to the whole job, where that ends it (it held the
@@ -49,6 +51,8 @@ class NodeResult:
     oom_kills: int = 0
     oom_reported: bool = False
     killed_by_launcher: bool = False
+    grace_ran_out: bool = False
+    still_running: list[str] = field(default_factory=list)
     oom_events: int = 0
     oom_in_state: bool = False
     consequence: str = ""

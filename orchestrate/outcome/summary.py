@@ -7,7 +7,7 @@ from typing import Optional
 from orchestrate.outcome.judge import REFUSED_EXIT_CODE, died_at_exit, mismatch_hint, no_gpu_hint
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import format_table
+from orchestrate.text import format_table, grace_ran_out
 
 
 def format_summary(outcome: RunResult) -> str:
@@ -54,11 +54,13 @@ def format_summary(outcome: RunResult) -> str:
     if outcome.hang is not None and not outcome.interrupted and not outcome.error and outcome.hung:
         lines.append(f"HUNG: {outcome.hang.headline}")
         lines += outcome.hang.lines()[1:]
+        lines += grace_lines(outcome)
         return "\n".join(lines)
     if outcome.interrupted:
         name = signal.Signals(outcome.signal_number).name
         how = f"STOPPED by {outcome.stopped_by} ({name})" if outcome.stopped_by else f"INTERRUPTED by {name}"
         lines.append(f"{how}: every node was stopped")
+        lines += grace_lines(outcome)
         if outcome.hang is not None:
             lines += [f"  while hung: {outcome.hang.headline}", *outcome.hang.lines()[1:]]
     elif outcome.error:
@@ -71,6 +73,8 @@ def format_summary(outcome: RunResult) -> str:
         for other in others:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
+        if not outcome.interrupted:
+            lines += grace_lines(outcome)
         if outcome.divergence:
             lines.append(f"  where, by the ranks' collective records: {outcome.divergence}")
         if failure.crashed:
@@ -96,6 +100,12 @@ def format_summary(outcome: RunResult) -> str:
 def fault_lines(outcome: RunResult) -> list[str]:
     """The faults asked for that did not fire, with why (those that did are said as they fire)."""
     return [f"fault not fired: {f.describe()}" for f in outcome.unfired_faults]
+
+
+def grace_lines(outcome: RunResult) -> list[str]:
+    """A line for each node that a SIGKILL ended because its stop's grace ran out, with what
+    still ran in it a moment before."""
+    return [f"  {grace_ran_out(r.node.name, r.still_running)}" for r in outcome.results if r.grace_ran_out]
 
 
 # Slurm node states that explain a failed job.

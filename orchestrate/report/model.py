@@ -189,6 +189,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             lanes.mark("oom", when, node, f"{node} OOM-killed at {_fmt(when)}")
         elif kind == "node-killed":
             lanes.mark("killed", when, node, f"{node} killed by the launcher at {_fmt(when)}")
+        elif kind == "node-stopped" and event.get("grace_ran_out"):
+            lanes.mark("killed", when, node, f"{node} killed at {_fmt(when)}: its grace after {event.get('by')}'s"
+                                             " SIGTERM ran out")
         elif kind == "node-exited" and node in node_names:
             code = event.get("exit_code")
             lanes.close(node, when, f"exit code {code}")

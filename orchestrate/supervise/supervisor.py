@@ -37,8 +37,9 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.engine.processes import grace_ran_out, processes_at_once
-from orchestrate.engine.runs import STOP_EXIT_CODES, StopRequest, read_stop_request, unpause_if_paused
+from orchestrate.engine.processes import processes_at_once
+from orchestrate.engine.runs import (KILLED_EXIT_CODE, STOP_EXIT_CODES, StopRequest, read_stop_request,
+                                     unpause_if_paused)
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.in_effect import parsed_fault
 from orchestrate.faults.inject import do_fault, end_fault
@@ -67,6 +68,7 @@ from orchestrate.supervise.restart_policy import RestartPolicy
 from orchestrate.supervise.timings import run_timings
 from orchestrate.supervise.workdir_writes import WorkdirWrites
 from orchestrate.supervise.worker_lines import NodeOutput, OutputLine
+from orchestrate.text import grace_ran_out
 
 log = logging.getLogger(__name__)
 
@@ -512,6 +514,17 @@ class Supervisor:
         death to recover from."""
         return tracker.name in self.stop_requested()
 
+    def grace_ran_out_on_request(self, tracker: NodeTracker) -> dict[str, Any]:
+        """Whether ``stop RUN`` had to SIGKILL this node it stopped (it ended 137 after a grace),
+        noted in its result with what still ran in it (read anew: ``stop`` lists it just before
+        the SIGKILL); the node-stopped event's fields that say so."""
+        result = tracker.result
+        if result.exit_code != KILLED_EXIT_CODE or self.stop_request.grace_s == 0:
+            return {}
+        result.grace_ran_out = True
+        result.still_running = read_stop_request(self.spec.run_dir).left_running(tracker.name)
+        return {"grace_ran_out": True, **({"still_running": result.still_running} if result.still_running else {})}
+
     def finish(self, tracker: NodeTracker) -> None:
         """A node ended: record how, and on the first failure start ending the job."""
         result = tracker.result
@@ -528,7 +541,8 @@ class Supervisor:
             # exit code gone with it where an inspection saw it gone before its die event came)
             self.stop_came = True
             tracker.move(NodePhase.STOPPED)
-            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by)
+            extra = self.grace_ran_out_on_request(tracker)
+            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by, **extra)
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
         else:
@@ -573,6 +587,7 @@ class Supervisor:
         for tracker in trackers:
             still = left.get(tracker.name, [])
             if self.kill([tracker], by_launcher=tracker.result.killed_by_launcher, still_running=still):
+                tracker.result.grace_ran_out, tracker.result.still_running = True, still
                 self.say(grace_ran_out(tracker.name, still))
 
     def kill(self, trackers: list[NodeTracker], by_launcher: bool = True,

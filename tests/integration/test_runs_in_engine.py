@@ -96,6 +96,7 @@ def test_stop_keeps_the_logs_and_state_down_and_prune_remove_everything(docker_c
         assert code == 143, summary[-2000:]
         assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in summary
         assert "FAILED" not in summary.split("summary ===")[-1]
+        assert "did not stop within its grace" not in summary  # app.toy ends on its SIGTERM: no SIGKILL to name
 
         # two `down`s of the live run at once, from two terminals: both end well, and nothing is left
         downs = [subprocess.Popen([sys.executable, "-m", "orchestrate", "down", second], cwd=ROOT, text=True,

@@ -19,6 +19,7 @@ from orchestrate.errors import NodeLookupError
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.run import Run
 from orchestrate.outcome.events import read_events
+from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
@@ -274,6 +275,57 @@ def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_t
     assert [r.state for r in outcome.results] == [NodePhase.STOPPED, NodePhase.STOPPED], text
     assert (outcome.stopped_by, outcome.exit_code) == ("python -m orchestrate stop", 143)
     assert "STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped" in format_summary(outcome)
+
+
+def test_a_node_stop_run_had_to_sigkill_is_named_in_its_launchers_summary_and_record(make_run):
+    """`stop RUN --timeout 2` beside a foreground run: node0 ignores its SIGTERM, node1 takes it.
+    The launcher's summary and events name node0 as killed when its grace ran out, with what
+    `stop` listed in it just before; node1 is not named."""
+    import io
+
+    from orchestrate.cli.main import main
+
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    said = io.StringIO()
+
+    @once_followed(job, "node1")
+    def stop_from_another_terminal() -> None:
+        threading.Thread(target=lambda: main(client=client, argv=["stop", "test-run", "--timeout", "2"], out=said),
+                         daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True, ignore_sigterm=True)],
+                           node1=[Script(["[1|0]:step 1"], then=stop_from_another_terminal, hang=True)])
+    assert [(r.state, r.exit_code) for r in outcome.results] == [(NodePhase.STOPPED, 137), (NodePhase.STOPPED, 143)]
+    still = ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"]
+    line = f"node0 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: {'; '.join(still)}"
+    summary = format_summary(outcome).splitlines()
+    assert summary[summary.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped") + 1] == \
+        f"  {line}", summary
+    assert "node1 did not stop" not in "\n".join(summary)
+    assert [(r.grace_ran_out, r.still_running) for r in outcome.results] == [(True, still), (False, [])]
+    stopped = {e["node"]: e for e in read_events(job.run_dir) if e["event"] == "node-stopped"}
+    assert (stopped["node0"]["grace_ran_out"], stopped["node0"]["still_running"]) == (True, still)
+    assert "grace_ran_out" not in stopped["node1"] and "still_running" not in stopped["node1"]
+    deadline = time.monotonic() + 10
+    while "its launcher says how it ended" not in said.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert said.getvalue().startswith(f"{line}\n"), said.getvalue()  # `stop` said it on its own terminal too
+
+
+def test_a_stop_run_with_no_grace_names_no_node_in_the_summary(make_run):
+    """`stop RUN --timeout 0` is a kill: 137 is what was asked, not a grace that ran out."""
+    job = make_run(nodes=1)
+    client = FakeDockerClient()
+
+    @once_followed(job, "node0")
+    def stop_from_another_terminal() -> None:
+        threading.Thread(target=lambda: stop_run(list_runs(client)[0], 0), daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], then=stop_from_another_terminal, hang=True,
+                                                      ignore_sigterm=True)])
+    assert [(r.state, r.exit_code, r.grace_ran_out) for r in outcome.results] == [(NodePhase.STOPPED, 137, False)]
+    assert "did not stop within its grace" not in format_summary(outcome)
 
 
 def test_down_from_another_terminal_stops_a_live_run_first_and_its_launcher_says_down_stopped_it(make_run):
@@ -590,6 +642,13 @@ def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_un
         in text
     assert killed["still_running"] == still
     assert "node0 did not stop" not in text and "node2 did not stop" not in text
+    # and the summary says it under its headline, for whoever reads it later (attach, the record)
+    summary = format_summary(outcome).splitlines()
+    headline = summary.index("INTERRUPTED by SIGINT: every node was stopped")
+    assert summary[headline + 1] == f"  node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still" \
+        f" ran: {'; '.join(still)}", summary
+    assert [(n["name"], n["grace_ran_out"], n["still_running"]) for n in outcome_record(outcome)["nodes"]] == [
+        ("node0", False, []), ("node1", True, still), ("node2", False, [])]
 
 
 def test_a_node_seen_paused_but_unpaused_elsewhere_meanwhile_still_gets_its_sigterm(make_run):

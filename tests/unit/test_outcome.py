@@ -69,6 +69,38 @@ def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
     assert "  | last of node1" in text
 
 
+def test_a_node_killed_when_its_stop_grace_ran_out_is_named_under_each_kind_of_ending(make_job):
+    """A failure (a node stopped after it), a hang and an interrupt: the node a SIGKILL ended
+    when its grace ran out is named under the headline's lines, with what still ran; the others
+    are not."""
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+
+    plan = make_job(nodes=3)
+    line = ("  node2 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran:"
+            " python a.py (sleeping)")
+
+    def ended(node1: tuple) -> list[NodeResult]:
+        results = results_for(plan, (NodePhase.STOPPED, 143, 6.0, None), node1, (NodePhase.STOPPED, 137, 9.0, None))
+        results[2].grace_ran_out, results[2].still_running = True, ["python a.py (sleeping)"]
+        return results
+
+    failed = format_summary(outcome(ended((NodePhase.FAILED, 1, 5.0, RootCause(1, 0, 1, "RuntimeError: boom"))))).splitlines()
+    at = failed.index("FAILED: node1 rank 1 failed (exit code 1): RuntimeError: boom")
+    assert failed[at + 1] == line and failed.count(line) == 1, failed
+    hang = HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s")
+    hung = format_summary(outcome(ended((NodePhase.STOPPED, 137, 9.0, None)), hang=hang)).splitlines()
+    assert hung[-1] == line and hung.count(line) == 1 and hung[-2].startswith("HUNG: "), hung
+    stopped = format_summary(outcome(ended((NodePhase.STOPPED, 143, 6.0, None)), interrupted=True,
+                                     signal_number=15, stopped_by="python -m orchestrate stop")).splitlines()
+    at = stopped.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped")
+    assert stopped[at + 1] == line and stopped.count(line) == 1, stopped
+    # a Ctrl-C after a failure: said once, under the interrupt's line
+    both = format_summary(outcome(ended((NodePhase.FAILED, 1, 5.0, RootCause(1, 0, 1, "RuntimeError: boom"))),
+                                  interrupted=True, signal_number=2)).splitlines()
+    assert both[both.index("INTERRUPTED by SIGINT: every node was stopped") + 1] == line and both.count(line) == 1
+    assert not [ln for ln in failed + hung + stopped if "node0 did not" in ln or "node1 did not" in ln]
+
+
 def test_summary_of_a_success_says_so(make_job):
     plan = make_job(nodes=2)
     text = format_summary(outcome(results_for(

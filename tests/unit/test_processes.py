@@ -3,7 +3,8 @@ the job's processes as the user started them, with their state; nothing where th
 say; many nodes asked at once, a stuck engine holding no SIGKILL back."""
 from __future__ import annotations
 
-from orchestrate.engine.processes import grace_ran_out, processes_at_once
+from orchestrate.engine.processes import processes_at_once
+from orchestrate.text import grace_ran_out
 from tests.fakes import FakeDockerClient, Script
 
 

@@ -70,6 +70,18 @@ def test_a_run_stopped_by_stop_says_who_stopped_it_and_a_ctrl_c_is_an_interrupt(
     assert model.outcome == "INTERRUPTED (exit code 130)"
 
 
+def test_a_node_stop_had_to_kill_is_marked_killed_and_one_that_took_its_sigterm_is_not():
+    events = started() + [ev(7.0, "node-exited", node="node0", exit_code=137),
+                          ev(7.01, "node-stopped", node="node0", exit_code=137, by="python -m orchestrate stop",
+                             grace_ran_out=True, still_running=["python a.py (sleeping)"]),
+                          ev(5.0, "node-exited", node="node1", exit_code=143),
+                          ev(5.01, "node-stopped", node="node1", exit_code=143, by="python -m orchestrate stop")]
+    stopped = {"succeeded": False, "exit_code": 143, "interrupted": True, "stopped_by": "python -m orchestrate stop"}
+    model = build_model({"run": plan(), "events": events, "progress": [], "outcome": stopped})
+    assert [(m.lane, m.label) for m in model.markers if m.kind == "killed"] == [
+        ("node0", "node0 killed at 7.0 s: its grace after python -m orchestrate stop's SIGTERM ran out")]
+
+
 def test_a_failure_names_its_root_cause_on_the_failing_rank():
     events = started() + [ev(6.0, "node-exited", node="node1", exit_code=1),
                           ev(6.01, "node-failed", node="node1", exit_code=1, rank=3),

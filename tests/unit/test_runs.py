@@ -198,6 +198,25 @@ def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeyp
     assert read_stop_request(run.run_dir.parent).nodes == frozenset()  # no stop there
 
 
+def test_a_stop_request_with_fields_it_cannot_read_keeps_the_nodes_it_stops(tmp_path):
+    """What the stop left running, or its grace, written by another version or cut short, is
+    taken as not said: the nodes it stops stay stopped on request, not failed."""
+    import json
+
+    from orchestrate.plan.layout import STOP_REQUEST_FILE
+
+    for grace, listed in ((True, ["python a.py"]), ("3", {"node0": "python a.py"}), (None, None)):
+        (tmp_path / STOP_REQUEST_FILE).write_text(json.dumps(
+            {"nodes": ["node0"], "by": "x", "grace_s": grace, "still_running": listed}))
+        request = read_stop_request(tmp_path)
+        assert (request.nodes, request.by, request.grace_s, request.left_running("node0")) == ({"node0"}, "x", None, [])
+    (tmp_path / STOP_REQUEST_FILE).write_text(json.dumps(
+        {"nodes": ["node0", "node1"], "grace_s": 0, "still_running": {"node1": ["python a.py (sleeping)", 3]}}))
+    request = read_stop_request(tmp_path)
+    assert (request.grace_s, request.left_running("node1"), request.left_running("node0")) == (
+        0.0, ["python a.py (sleeping)", "3"], [])
+
+
 def test_a_stop_whose_run_directory_is_gone_still_stops_the_nodes(make_run):
     import shutil
 
@@ -310,6 +329,12 @@ def test_a_stop_names_each_node_the_engine_had_to_kill_with_what_still_ran_in_it
         "node2 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: python3 a.py --b"
         " (sleeping)"]
     assert sorted(c[1] for c in client.calls if c[0] == "top") == ["ddp-stubborn-node1-1", "ddp-stubborn-node2-1"]
+    # the run's stop request says it too, for whoever follows the run: its grace and the listing
+    request = read_stop_request(run.run_dir)
+    assert (request.nodes, request.grace_s) == ({"node0", "node1", "node2"}, 2.0)
+    assert [request.left_running(n) for n in ("node0", "node1", "node2")] == [
+        [], ["python3 a.py (sleeping)"], ["python3 a.py --b (sleeping)"]]
+    assert not [p for p in run.run_dir.iterdir() if p.name.startswith(".")]  # no half-written file left
 
 
 def test_a_node_ending_late_by_itself_is_not_named_and_a_short_grace_lists_nothing(make_run):
