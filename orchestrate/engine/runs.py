@@ -377,8 +377,9 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
         say(f"interrupted: the engine still sends SIGKILL to the nodes of run {run.run_id} that have not stopped"
             f" when their {timeout_s} s of grace end")
         raise
-    for node in still:
-        if killed_by_engine(node, not_before=sent + timeout_s - KILL_TIME_SLACK_S):
+    for node, stop in stops:
+        if node in still and stop.exception() is None and killed_by_engine(
+                stop.result(), not_before=sent + timeout_s - KILL_TIME_SLACK_S):
             say(grace_ran_out(node.name, listed.get(node.name, [])))
     refused = [(node, stop.exception()) for node, stop in stops if stop.exception() is not None]
     if refused:
@@ -391,9 +392,14 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
 
 
 def stop_node(run: RunInfo, node: NodeInfo, timeout_s: int,
-              before_stop: Callable[[NodeInfo], None] = lambda node: None) -> None:
+              before_stop: Callable[[NodeInfo], None] = lambda node: None) -> dict[str, Any]:
     """The engine's stop of one node (a paused one unpaused first, so that its processes get
     the SIGTERM now; then ``before_stop``); one removed meanwhile counts as stopped.
+
+    Returns:
+        The container's state as the stop left it (its exit code, when it finished), read at
+        once: the run's launcher removes the node soon after it ended. Empty where the engine
+        could not tell it.
 
     Raises:
         EngineError: The engine's refusal, naming the node and the run.
@@ -406,22 +412,22 @@ def stop_node(run: RunInfo, node: NodeInfo, timeout_s: int,
         before_stop(node)
         node.container.stop(timeout=timeout_s)
     except docker.errors.NotFound:  # removed meanwhile (a `down` beside this stop): stopped all the same
-        return
+        return {}
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {exc.explanation or exc}") from None
     except engine_errors() as exc:  # the engine stopped answering
         raise EngineError(f"cannot stop {node.name} of run {run.run_id}: {describe(exc)}") from None
-
-
-def killed_by_engine(node: NodeInfo, not_before: float) -> bool:
-    """Whether the node's container ended by a SIGKILL (137) at ``not_before`` (Unix seconds) or
-    later: its stop's, at the end of its grace, not an earlier kill (a fault's, the kernel's OOM
-    kill); False where the engine cannot say (removed meanwhile)."""
     try:
         node.container.reload()
-    except engine_errors():
-        return False
-    state = node.container.attrs.get("State", {})
+    except engine_errors():  # removed meanwhile, or the engine does not answer: it cannot tell
+        return {}
+    return node.container.attrs.get("State", {})
+
+
+def killed_by_engine(state: dict[str, Any], not_before: float) -> bool:
+    """Whether a container in this state (the engine's) ended by a SIGKILL (137) at
+    ``not_before`` (Unix seconds) or later: its stop's, at the end of its grace, not an earlier
+    kill (a fault's, the kernel's OOM kill); False where the state does not say."""
     finished = engine_time(state.get("FinishedAt", ""))
     return state.get("Status") == "exited" and state.get("ExitCode") == KILLED_EXIT_CODE and (finished or 0.0) >= not_before
 

@@ -152,6 +152,44 @@ def test_every_call_can_be_made_to_fail(tmp_path, call):
         do()
 
 
+def test_a_restart_and_a_stop_record_what_the_engine_records(tmp_path):
+    # moby 20.10.24, measured (`docker restart -t N`, `docker stop -t N`, `docker events`): -t 0
+    # records kill 15, kill 9, die 137, stop, start, restart, the process never acting on its
+    # SIGTERM; with a grace a process that takes its SIGTERM dies with its own code; one that
+    # ignores it is killed when the grace runs out; a paused one is resumed by the first kill
+    def recorded(client: FakeDockerClient, action) -> list[tuple]:
+        before = len(client.history)
+        action()
+        return [(e["Action"], *(e["Actor"]["Attributes"][k] for k in ("signal", "exitCode")
+                                if k in e["Actor"]["Attributes"])) for e in client.history[before:]]
+
+    polite = Script(hang=True, on_sigterm=["[0|0]:saving"])
+    restarted = [("stop",), ("start",), ("restart",)]
+    client, [now] = started(tmp_path, polite, polite)
+    assert recorded(client, lambda: now.restart(timeout=0)) == [("kill", "15"), ("kill", "9"), ("die", "137"),
+                                                                 *restarted]
+    assert now.status == "running" and now.log == []  # it never acted on its SIGTERM
+    client, [graced] = started(tmp_path, polite, polite)
+    assert recorded(client, lambda: graced.restart(timeout=5)) == [("kill", "15"), ("die", "143"), *restarted]
+    assert [line for _, line in graced.log] == ["[0|0]:saving"]
+    stubborn_script = Script(hang=True, ignore_sigterm=True)
+    client, [stubborn] = started(tmp_path, stubborn_script, stubborn_script)
+    began = time.monotonic()
+    assert recorded(client, lambda: stubborn.restart(timeout=1)) == [("kill", "15"), ("kill", "9"), ("die", "137"),
+                                                                      *restarted]
+    assert time.monotonic() - began >= 0.95
+    assert recorded(client, lambda: stubborn.stop(timeout=0)) == [("kill", "15"), ("kill", "9"), ("die", "137"),
+                                                                   ("stop",)]
+    client, [paused] = started(tmp_path, polite, polite)
+    paused.pause()
+    assert recorded(client, lambda: paused.restart(timeout=0)) == [("kill", "15"), ("unpause",), ("kill", "9"),
+                                                                    ("die", "137"), *restarted]
+    client, [stuck] = started(tmp_path, Script(hang=True, unkillable=True))
+    with pytest.raises(docker.errors.APIError, match="did not receive an exit event"):
+        stuck.restart(timeout=0)
+    assert stuck.status == "running"
+
+
 def test_a_hung_script_runs_until_killed_however_long(tmp_path):
     client, [node] = started(tmp_path, Script(hang=True))
     assert not node.killed.wait(0.5) and node.status == "running"

@@ -369,29 +369,41 @@ def test_a_node_ending_late_by_itself_is_not_named_and_a_short_grace_lists_nothi
     assert ("top", short.nodes[0].container.name) not in client.calls
 
 
+def test_a_node_its_launcher_removes_as_soon_as_the_sigkill_ended_it_is_still_named(make_run, monkeypatch):
+    """The stop of a foreground run: its launcher sees the node end and tears the run down, which
+    can come before ``stop`` looks at how the node ended. The node's end is read as its stop
+    returns, so the removal right after it does not lose the line."""
+    from orchestrate.engine import runs
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("torn", {"node0": Script(hang=True, ignore_sigterm=True)}, dict(nodes=1)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    real_stop_node = runs.stop_node
+
+    def then_torn_down(run, node, *args, **kwargs):
+        state = real_stop_node(run, node, *args, **kwargs)
+        node.container.remove(force=True)  # the launcher's teardown, at once
+        return state
+    monkeypatch.setattr(runs, "stop_node", then_torn_down)
+    said: list[str] = []
+    assert stop_run(list_runs(client)[0], 2, say=said.append) == ["node0"]
+    assert said == ["node0 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran:"
+                    " torchrun ... train.py (sleeping); python train.py (sleeping)"]
+
+
 def test_a_node_counts_as_killed_by_its_stop_only_for_a_sigkill_at_the_end_of_its_grace():
     """An earlier kill (a fault's, the kernel's OOM kill) in a node whose stop was still going is
     not its stop's; nor is a node that ended by itself, runs on, or is gone."""
-    from types import SimpleNamespace
-
     from orchestrate.engine.runs import killed_by_engine
-    from tests.fakes import FakeContainer
 
-    client = FakeDockerClient()
-    container = FakeContainer(client, "ddp-r-node0-1", {})
-    client.containers_by_name[container.name] = container
-    node = SimpleNamespace(name="node0", container=container)
-    container.status, container.exit_code, container.finished = "exited", 137, "2026-11-27T10:00:05.000000000Z"
-    at = engine_time(container.finished)
-    assert killed_by_engine(node, not_before=at) and killed_by_engine(node, not_before=at - 2)
-    assert not killed_by_engine(node, not_before=at + 0.001)  # it ended before the grace did
-    container.exit_code = 143
-    assert not killed_by_engine(node, not_before=at - 2)
-    container.status, container.exit_code = "running", 137
-    assert not killed_by_engine(node, not_before=at - 2)
-    container.status = "exited"
-    client.containers_by_name.clear()
-    assert not killed_by_engine(node, not_before=at - 2)
+    finished = "2026-11-27T10:00:05.000000000Z"
+    at = engine_time(finished)
+    state = {"Status": "exited", "ExitCode": 137, "FinishedAt": finished}
+    assert killed_by_engine(state, not_before=at) and killed_by_engine(state, not_before=at - 2)
+    assert not killed_by_engine(state, not_before=at + 0.001)  # it ended before the grace did
+    assert not killed_by_engine({**state, "ExitCode": 143}, not_before=at - 2)
+    assert not killed_by_engine({**state, "Status": "running"}, not_before=at - 2)
+    assert not killed_by_engine({}, not_before=at - 2)  # gone: the engine could not say
 
 
 def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_end_of_is_not_named(make_run):
