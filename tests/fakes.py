@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 
 def now_rfc3339() -> str:
@@ -330,8 +330,9 @@ class FakeContainer:
         20.10.24, measured: kill 15, kill 9 where the grace ran out, die, stop, start, restart;
         a paused container's first kill resumes it, an unpause between the two kills). The stop
         signal, then SIGKILL after ``timeout`` seconds; with 0 the SIGKILL comes before the
-        process can act on the first. A process that outlives the SIGKILL fails the restart, as
-        the engine's own kill does."""
+        process can act on the first. A process that outlives the SIGKILL fails the restart here
+        (a shortcut: the engine's stop waits on for it, as long as it lives, a wait the fake's
+        ``stop`` does not model either)."""
         self.client.calls.append(("restart", self.name))
         self.restart_timeouts.append(timeout)
         self.client.maybe_fail("restart")
@@ -751,3 +752,11 @@ def fake_engine(client: Optional["FakeDockerClient"] = None, **scripts: list[Scr
     for node, node_scripts in scripts.items():
         client.script(node, *node_scripts)
     return client
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll ``condition`` until it holds; fail the test when it has not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)

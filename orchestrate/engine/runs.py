@@ -8,6 +8,7 @@ started the run is gone. :func:`run_state` is the pure rule that names a run's s
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
@@ -466,14 +467,19 @@ def note_still_running(run: RunInfo, listed: dict[str, list[str]]) -> None:
 
 
 def write_stop_request(run: RunInfo, request: dict) -> None:
-    """Write the stop request whole (a new file moved into place: a reader never sees half)."""
+    """Write the stop request whole (a new file moved into place: a reader never sees half),
+    readable by all: the run's launcher may be another user's."""
+    if not run.run_dir.name:
+        return
+    written = run.run_dir / f".{STOP_REQUEST_FILE}.{os.getpid()}"
     try:
-        if run.run_dir.name and run.run_dir.is_dir():
-            written = run.run_dir / f".{STOP_REQUEST_FILE}.{os.getpid()}"
+        if run.run_dir.is_dir():
             written.write_text(json.dumps(request) + "\n")
+            written.chmod(0o644)
             os.replace(written, run.run_dir / STOP_REQUEST_FILE)
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            written.unlink(missing_ok=True)  # half written, or not moved into place
 
 
 def forget_stop_request(run: RunInfo) -> None:
@@ -492,6 +498,7 @@ class StopRequest:
 
     nodes: frozenset[str] = frozenset()
     by: str = STOPPED_BY
+    time: Optional[float] = None
     grace_s: Optional[float] = None
     still_running: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
@@ -510,13 +517,16 @@ def read_stop_request(run_dir: Path) -> StopRequest:
         by = request.get("by")
     except (OSError, ValueError, AttributeError, TypeError):
         return StopRequest()
-    grace = request.get("grace_s")
     listed = request.get("still_running")
     still = tuple((str(node), tuple(str(p) for p in processes)) for node, processes in listed.items()
                   if isinstance(processes, list)) if isinstance(listed, dict) else ()
-    return StopRequest(nodes, by if isinstance(by, str) and by else STOPPED_BY,
-                       float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else None,
-                       still)
+    return StopRequest(nodes, by if isinstance(by, str) and by else STOPPED_BY, a_number(request.get("time")),
+                       a_number(request.get("grace_s")), still)
+
+
+def a_number(value: Any) -> Optional[float]:
+    """A number read from JSON, else None (a bool is not one)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def remove_run(client: Any, run: RunInfo) -> list[str]:

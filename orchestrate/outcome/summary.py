@@ -65,6 +65,8 @@ def format_summary(outcome: RunResult) -> str:
             lines += [f"  while hung: {outcome.hang.headline}", *outcome.hang.lines()[1:]]
     elif outcome.error:
         lines.append(f"FAILED: {outcome.error}")
+        if outcome.failure is None:  # its time limit, the engine: the nodes were stopped after it
+            lines += grace_lines(outcome)
     failure = outcome.failure
     if failure is not None:
         lines.append(f"FAILED: {failure.describe()}")

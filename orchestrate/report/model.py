@@ -161,6 +161,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
 
     lanes = _LaneBuilder(model, t0)
     rank_first: dict[int, float] = {}
+    exited: dict[str, float] = {}  # each node's latest end
     for event in events:
         kind, when, node = event["event"], lanes.at(event), event.get("node")
         model.events.append((when, node or "-", kind, _describe(event)))
@@ -190,9 +191,11 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         elif kind == "node-killed":
             lanes.mark("killed", when, node, f"{node} killed by the launcher at {_fmt(when)}")
         elif kind == "node-stopped" and event.get("grace_ran_out"):
-            lanes.mark("killed", when, node, f"{node} killed at {_fmt(when)}: its grace after {event.get('by')}'s"
-                                             " SIGTERM ran out")
+            killed = exited.get(node, when)  # the event comes once its logs are read to their end
+            lanes.mark("killed", killed, node, f"{node} killed at {_fmt(killed)}: its grace after {event.get('by')}'s"
+                                               " SIGTERM ran out")
         elif kind == "node-exited" and node in node_names:
+            exited[node] = when
             code = event.get("exit_code")
             lanes.close(node, when, f"exit code {code}")
             lanes.mark("exit", when, node, f"{node} exited at {_fmt(when)} with {_exit_words(code)}")

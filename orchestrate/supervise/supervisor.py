@@ -38,8 +38,8 @@ from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.engine.processes import processes_at_once
-from orchestrate.engine.runs import (KILLED_EXIT_CODE, STOP_EXIT_CODES, StopRequest, read_stop_request,
-                                     unpause_if_paused)
+from orchestrate.engine.runs import (KILL_TIME_SLACK_S, KILLED_EXIT_CODE, STOP_EXIT_CODES, StopRequest,
+                                     read_stop_request, unpause_if_paused)
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.in_effect import parsed_fault
 from orchestrate.faults.inject import do_fault, end_fault
@@ -515,14 +515,20 @@ class Supervisor:
         return tracker.name in self.stop_requested()
 
     def grace_ran_out_on_request(self, tracker: NodeTracker) -> dict[str, Any]:
-        """Whether ``stop RUN`` had to SIGKILL this node it stopped (it ended 137 after a grace),
-        noted in its result with what still ran in it (read anew: ``stop`` lists it just before
-        the SIGKILL); the node-stopped event's fields that say so."""
+        """Whether ``stop RUN`` had to SIGKILL this node it stopped: it ended 137 when the grace
+        of the latest stop asked ran out, not before (a fault's kill, ``docker kill``). The
+        request is read anew: a later ``stop`` or ``down`` may have asked another grace, and
+        ``stop`` adds what still ran in the node just before the SIGKILL. Noted in the node's
+        result; the node-stopped event's fields that say so."""
         result = tracker.result
-        if result.exit_code != KILLED_EXIT_CODE or self.stop_request.grace_s == 0:
+        if result.exit_code != KILLED_EXIT_CODE:  # (an OOM-killed node is not stopped on request)
+            return {}
+        request = read_stop_request(self.spec.run_dir)
+        ended = self.started_time + ((tracker.exited_at or self.clock()) - self.started_at)
+        if not request.grace_s or request.time is None or ended < request.time + request.grace_s - KILL_TIME_SLACK_S:
             return {}
         result.grace_ran_out = True
-        result.still_running = read_stop_request(self.spec.run_dir).left_running(tracker.name)
+        result.still_running = request.left_running(tracker.name)
         return {"grace_ran_out": True, **({"still_running": result.still_running} if result.still_running else {})}
 
     def finish(self, tracker: NodeTracker) -> None:

@@ -23,7 +23,7 @@ from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
-from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine
+from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine, wait_until
 
 
 def report(rank: int, local: int, exit_code: int = 1, error_file: str = "<N/A>", exc: str = "RuntimeError: boom"):
@@ -313,18 +313,51 @@ def test_a_node_stop_run_had_to_sigkill_is_named_in_its_launchers_summary_and_re
     assert said.getvalue().startswith(f"{line}\n"), said.getvalue()  # `stop` said it on its own terminal too
 
 
-def test_a_stop_run_with_no_grace_names_no_node_in_the_summary(make_run):
-    """`stop RUN --timeout 0` is a kill: 137 is what was asked, not a grace that ran out."""
+def killed_during_the_grace(job: Run, client: FakeDockerClient) -> None:
+    """`stop RUN --timeout 30`, then a kill from elsewhere 1 s in (a fault's, `docker kill`)."""
+    threading.Thread(target=lambda: stop_run(list_runs(client)[0], 30), daemon=True).start()
+    wait_until(lambda: (job.run_dir / "stop-requested").exists())
+    time.sleep(1.0)  # into the grace, well before its end
+    client.containers_by_name["ddp-test-run-node0-1"].kill()
+
+
+def stopped_again_without_grace(job: Run, client: FakeDockerClient) -> None:
+    """`stop RUN --timeout 30`, then an impatient `stop RUN --timeout 0`: the latest one counts."""
+    threading.Thread(target=lambda: stop_run(list_runs(client)[0], 30), daemon=True).start()
+    wait_until(lambda: (job.run_dir / "stop-requested").exists())
+    stop_run(list_runs(client)[0], 0)
+
+
+def stopped_without_grace(job: Run, client: FakeDockerClient) -> None:
+    """`stop RUN --timeout 0`: a kill was asked."""
+    stop_run(list_runs(client)[0], 0)
+
+
+def ended_by_itself_late_in_the_grace(job: Run, client: FakeDockerClient) -> None:
+    """A stop with 2 s of grace, whose SIGTERM handler takes 1.8 s and exits 143 before the
+    SIGKILL was due (the request written as `stop` writes it; the handler's exit stands for the
+    engine's part, so that no SIGKILL can beat it)."""
+    from orchestrate.engine.runs import mark_stop_requested
+
+    mark_stop_requested(list_runs(client)[0], ["node0"], grace_s=2)
+    time.sleep(1.8)
+    node = client.containers_by_name["ddp-test-run-node0-1"]
+    node.exit(143)
+    node.killed.set()
+
+
+@pytest.mark.parametrize("stop, exit_code", [(killed_during_the_grace, 137), (stopped_again_without_grace, 137),
+                                             (stopped_without_grace, 137), (ended_by_itself_late_in_the_grace, 143)],
+                         ids=lambda p: getattr(p, "__name__", str(p)))
+def test_a_node_whose_stop_grace_did_not_run_out_is_not_named(make_run, stop, exit_code):
+    """A node that ignores SIGTERM, stopped from another terminal: it ended, stopped, but not by
+    a SIGKILL at the end of the latest stop's grace, so no line says its grace ran out."""
     job = make_run(nodes=1)
     client = FakeDockerClient()
-
-    @once_followed(job, "node0")
-    def stop_from_another_terminal() -> None:
-        threading.Thread(target=lambda: stop_run(list_runs(client)[0], 0), daemon=True).start()
-
-    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], then=stop_from_another_terminal, hang=True,
-                                                      ignore_sigterm=True)])
-    assert [(r.state, r.exit_code, r.grace_ran_out) for r in outcome.results] == [(NodePhase.STOPPED, 137, False)]
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True, ignore_sigterm=True,
+                                                      then=once_followed(job, "node0")(lambda: stop(job, client)))])
+    assert [(r.state, r.exit_code, r.grace_ran_out) for r in outcome.results] == [
+        (NodePhase.STOPPED, exit_code, False)], text
     assert "did not stop within its grace" not in format_summary(outcome)
 
 

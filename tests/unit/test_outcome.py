@@ -94,6 +94,10 @@ def test_a_node_killed_when_its_stop_grace_ran_out_is_named_under_each_kind_of_e
                                      signal_number=15, stopped_by="python -m orchestrate stop")).splitlines()
     at = stopped.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped")
     assert stopped[at + 1] == line and stopped.count(line) == 1, stopped
+    # the run's time limit, with no failure: the nodes stopped after it
+    limit = format_summary(outcome(ended((NodePhase.STOPPED, 143, 6.0, None)),
+                                   error="timed out after 60 s")).splitlines()
+    assert limit[limit.index("FAILED: timed out after 60 s") + 1] == line and limit.count(line) == 1, limit
     # a Ctrl-C after a failure: said once, under the interrupt's line
     both = format_summary(outcome(ended((NodePhase.FAILED, 1, 5.0, RootCause(1, 0, 1, "RuntimeError: boom"))),
                                   interrupted=True, signal_number=2)).splitlines()

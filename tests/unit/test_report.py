@@ -72,7 +72,7 @@ def test_a_run_stopped_by_stop_says_who_stopped_it_and_a_ctrl_c_is_an_interrupt(
 
 def test_a_node_stop_had_to_kill_is_marked_killed_and_one_that_took_its_sigterm_is_not():
     events = started() + [ev(7.0, "node-exited", node="node0", exit_code=137),
-                          ev(7.01, "node-stopped", node="node0", exit_code=137, by="python -m orchestrate stop",
+                          ev(9.5, "node-stopped", node="node0", exit_code=137, by="python -m orchestrate stop",
                              grace_ran_out=True, still_running=["python a.py (sleeping)"]),
                           ev(5.0, "node-exited", node="node1", exit_code=143),
                           ev(5.01, "node-stopped", node="node1", exit_code=143, by="python -m orchestrate stop")]

@@ -29,7 +29,7 @@ from orchestrate.engine.runs import (
 from orchestrate.errors import UsageError
 from orchestrate.node import rank_signal
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
-from tests.fakes import FakeCompose, FakeDockerClient, Script
+from tests.fakes import FakeCompose, FakeDockerClient, Script, wait_until
 
 
 @pytest.mark.parametrize("detached, alive, nodes, state", [
@@ -88,15 +88,6 @@ def test_ages_read_like_docker_ps():
     now = datetime(2026, 11, 21, tzinfo=timezone.utc)
     assert [age(now - timedelta(seconds=s), now) for s in (5, 125, 7300, 200000)] == ["5s", "2m", "2h", "2d"]
     assert age(None) == "-"
-
-
-def wait_until(condition, timeout_s: float = 10.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def started_runs(make_run, client, *specs):
@@ -196,6 +187,34 @@ def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeyp
     # word left for whoever follows the run: these nodes were stopped on request, not failed
     assert read_stop_request(run.run_dir).nodes == {"node0", "node1"}
     assert read_stop_request(run.run_dir.parent).nodes == frozenset()  # no stop there
+
+
+def test_a_stop_request_is_readable_by_the_runs_launcher_whoever_wrote_it(make_run, monkeypatch):
+    """`stop` run by a user whose umask keeps files private: the run's launcher may be another
+    user, and must read that its nodes were stopped, not failed."""
+    import os
+
+    from orchestrate.engine.runs import mark_stop_requested
+    from orchestrate.plan.layout import STOP_REQUEST_FILE
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("private", {"node0": Script(hang=True)}, dict(nodes=1)))
+    run = list_runs(client)[0]
+    old = os.umask(0o077)
+    try:
+        mark_stop_requested(run, ["node0"], grace_s=3)
+    finally:
+        os.umask(old)
+    assert (run.run_dir / STOP_REQUEST_FILE).stat().st_mode & 0o777 == 0o644
+    assert read_stop_request(run.run_dir).grace_s == 3.0 and read_stop_request(run.run_dir).time is not None
+
+    def refused(*args) -> None:
+        raise PermissionError("refused")
+    monkeypatch.setattr(os, "replace", refused)  # the move into place fails: nothing half written is left
+    mark_stop_requested(run, ["node0"], grace_s=5)
+    monkeypatch.undo()
+    assert read_stop_request(run.run_dir).grace_s == 3.0
+    assert sorted(p.name for p in run.run_dir.iterdir() if p.name.startswith(".")) == []
 
 
 def test_a_stop_request_with_fields_it_cannot_read_keeps_the_nodes_it_stops(tmp_path):
