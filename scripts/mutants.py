@@ -37,6 +37,7 @@ JUDGE = ("tests/unit/test_outcome.py", "tests/unit/test_launcher.py", "tests/uni
 SECRETS = ("tests/unit/test_user_env.py", "tests/unit/test_config.py", "tests/unit/test_cli.py", "tests/unit/test_runs.py")
 TEARDOWN = ("tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
 CHAOS = ("tests/unit/test_chaos.py", "tests/unit/test_storage_faults.py", "tests/unit/test_report.py")
+GRACE = ("tests/unit/test_launcher.py", "tests/unit/test_outcome.py", "tests/unit/test_runs.py")
 HANGS = ("tests/unit/test_hangs.py", "tests/unit/test_gpu_hangs.py", "tests/unit/test_crash_dump.py",
          "tests/workers/test_collective_record.py")
 
@@ -182,6 +183,22 @@ MUTANTS = [
     Mutant("a snapshot leaves out the oldest collective the GPU has not finished", "orchestrate/node/collective_log.py",
            '        unfinished = [entry for entry in older if entry["state"] in ON_GPU][:1]\n',
            "        unfinished = []\n", HANGS),
+    # a node whose stop grace ran out, named in the summary (2026-11-27)
+    Mutant("any 137 in a stop counts as the grace running out", "orchestrate/supervise/supervisor.py",
+           " or ended < request.time + request.grace_s - KILL_TIME_SLACK_S:", ":", GRACE),
+    Mutant("the launcher keeps the first stop's grace", "orchestrate/supervise/supervisor.py",
+           "        request = read_stop_request(self.spec.run_dir)\n        ended", "        request = self.stop_request\n"
+           "        ended", GRACE),
+    Mutant("a stop with no grace names its nodes", "orchestrate/supervise/supervisor.py",
+           "if not request.grace_s or request.time is None", "if request.time is None", GRACE),
+    Mutant("the launcher's own grace is not noted for the summary", "orchestrate/supervise/supervisor.py",
+           "                tracker.result.grace_ran_out, tracker.result.still_running = True, still\n", "", GRACE),
+    Mutant("stop RUN leaves its listing on its own terminal only", "orchestrate/engine/runs.py",
+           "            note_still_running(run, listed)", "            pass", GRACE),
+    Mutant("a node's end is read after its launcher may have removed it", "orchestrate/engine/runs.py",
+           "        node.container.reload()\n    except engine_errors():  # removed meanwhile",
+           "        node.container.remove(force=True)\n        node.container.reload()\n"
+           "    except engine_errors():  # removed meanwhile", GRACE),
 ]
 
 
