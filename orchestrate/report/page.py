@@ -312,6 +312,9 @@ def render_html(model: ReportModel) -> str:
                          f'<pre id="last-lines">{esc(chr(10).join(failure["last_lines"]))}</pre>')
     else:
         parts.append(f"<p>{esc(model.outcome)}</p>")
+    if model.graces_run_out:
+        parts.append('<ul id="grace-ran-out">' + "".join(f"<li>{esc(line)}</li>" for line in model.graces_run_out)
+                     + "</ul>")
     if model.logs:
         parts.append("<p>Full logs: " + ", ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in model.logs)
                      + "</p>")

@@ -80,6 +80,14 @@ def test_a_node_stop_had_to_kill_is_marked_killed_and_one_that_took_its_sigterm_
     model = build_model({"run": plan(), "events": events, "progress": [], "outcome": stopped})
     assert [(m.lane, m.label) for m in model.markers if m.kind == "killed"] == [
         ("node0", "node0 killed at 7.0 s: its grace after python -m orchestrate stop's SIGTERM ran out")]
+    assert model.graces_run_out == []  # outcome.json said nothing of it
+    # outcome.json's nodes say which a SIGKILL ended when its grace ran out: the ending names them
+    stopped["nodes"] = [{"name": "node0", "grace_ran_out": True, "still_running": ["python a.py <x> (sleeping)"]},
+                        {"name": "node1", "grace_ran_out": False, "still_running": []}]
+    page = render_html(build_model({"run": plan(), "events": events, "progress": [], "outcome": stopped}))
+    assert ('<ul id="grace-ran-out"><li>node0 did not stop within its grace after SIGTERM, so it got SIGKILL; what still'
+            " ran: python a.py &lt;x&gt; (sleeping)</li></ul>") in page
+    assert "node1 did not stop" not in page
 
 
 def test_a_failure_names_its_root_cause_on_the_failing_rank():
