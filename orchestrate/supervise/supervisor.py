@@ -514,6 +514,10 @@ class Supervisor:
         death to recover from."""
         return tracker.name in self.stop_requested()
 
+    def wall_time(self, at: float) -> float:
+        """Unix seconds of a moment on the supervisor's clock (the clock the workers' records use)."""
+        return self.started_time + (at - self.started_at)
+
     def grace_ran_out_on_request(self, tracker: NodeTracker) -> dict[str, Any]:
         """Whether ``stop RUN`` had to SIGKILL this node it stopped: it ended 137 when the grace
         of the latest stop asked ran out, not before (a fault's kill, ``docker kill``). The
@@ -524,7 +528,7 @@ class Supervisor:
         if result.exit_code != KILLED_EXIT_CODE:  # (an OOM-killed node is not stopped on request)
             return {}
         request = read_stop_request(self.spec.run_dir)
-        ended = self.started_time + ((tracker.exited_at or self.clock()) - self.started_at)
+        ended = self.wall_time(tracker.exited_at or self.clock())
         if not request.grace_s or request.time is None or ended < request.time + request.grace_s - KILL_TIME_SLACK_S:
             return {}
         result.grace_ran_out = True
@@ -640,7 +644,7 @@ class Supervisor:
         trackers = list(self.trackers.values())
         # the ranks whose script returned before any node ended (not one that a stop made return)
         exits = [t.exited_at for t in trackers if t.exited_at is not None]
-        until = self.started_time + (min(exits) - self.started_at) if exits else float("inf")
+        until = self.wall_time(min(exits)) if exits else float("inf")
         finished = self.progress.finished_before(until)
         for tracker in trackers:
             tracker.result.finished_ranks = {rank: finished[rank] for rank in tracker.plan.global_ranks if rank in finished}
