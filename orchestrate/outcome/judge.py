@@ -1,6 +1,7 @@
 """Judging a run (pure): which failure explains it, and a crash at exit told apart."""
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -201,6 +202,22 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
             " first mismatched collective, naming both (it does not compare sends and receives)")
+
+
+# Python's words for an import that found nothing, with the module's dotted name.
+_MISSING_MODULE = re.compile(r"\bModuleNotFoundError: No module named '(?P<module>[^']+)'")
+
+
+def missing_module_hint(failure: Optional[Failure]) -> str:
+    """For a rank that could not import a module: the two places the nodes look for it, the
+    node image and the work directory, and how to put it in either ("" for any other failure).
+    A module the host has is not in the nodes unless one of them holds it."""
+    match = _MISSING_MODULE.search(failure.exception) if failure is not None else None
+    if match is None:
+        return ""
+    return (f"  hint: the nodes have no module '{match.group('module')}': a package goes into the node image by"
+            " --requirements FILE (pip requirements) or a --dockerfile; a module of your own must be under"
+            " --workdir, which every node mounts as /workspace")
 
 
 def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.outcome.judge import Failure, died_at_exit, find_failure, mismatch_hint, no_gpu_hint, signal_name
+from orchestrate.outcome.judge import (Failure, died_at_exit, find_failure, mismatch_hint, missing_module_hint,
+                                       no_gpu_hint, signal_name)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -257,6 +258,21 @@ def test_the_mismatch_hint_is_given_for_gloos_size_check_alone():
     assert mismatch_hint(Failure("node0", 0, 1, LOST_PEER, ())) == ""
     assert mismatch_hint(Failure("node0", 0, 1, "", ())) == ""
     assert mismatch_hint(None) == ""
+
+
+def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look():
+    missing = Failure("node0", 0, 1, "ModuleNotFoundError: No module named 'einops'", ())
+    assert missing_module_hint(missing) == (
+        "  hint: the nodes have no module 'einops': a package goes into the node image by --requirements FILE (pip"
+        " requirements) or a --dockerfile; a module of your own must be under --workdir, which every node mounts"
+        " as /workspace")
+    dotted = Failure("node1", 1, 1, "ModuleNotFoundError: No module named 'mypkg.data'", ())
+    assert "no module 'mypkg.data':" in missing_module_hint(dotted)
+    # an import that found the module but not a name in it is the script's own business
+    assert missing_module_hint(Failure("node0", 0, 1, "ImportError: cannot import name 'x' from 'os'", ())) == ""
+    assert missing_module_hint(Failure("node0", 0, 1, "ValueError: No module named 'x'", ())) == ""
+    assert missing_module_hint(Failure("node0", 0, 1, "", ())) == ""
+    assert missing_module_hint(None) == ""
 
 
 def test_the_no_gpu_hint_is_given_on_a_node_without_a_gpu_to_a_script_that_asked_for_one(nodes):

@@ -343,6 +343,17 @@ def test_a_script_that_needs_a_gpu_on_nodes_without_one_gets_a_hint(make_job):
     assert "hint:" not in format_summary(outcome(gpu))
 
 
+def test_a_script_that_imports_what_the_nodes_lack_gets_a_hint_under_its_failure(make_job):
+    plan = make_job(nodes=2)
+    missing = "ModuleNotFoundError: No module named 'wandb'"
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, missing)),
+                          (NodePhase.FAILED, 1, 1.1, RootCause(1, 0, 1, missing)))
+    lines = format_summary(outcome(results)).splitlines()
+    failed = lines.index("FAILED: node0 rank 0 failed (exit code 1): " + missing)
+    assert lines[failed + 1] == "  then node1 rank 1: " + missing
+    assert lines[failed + 2].startswith("  hint: the nodes have no module 'wandb': a package goes into the node image")
+
+
 def test_a_rank_gloo_aborted_on_mismatched_collectives_gets_a_hint_and_the_call_sites(make_job):
     plan = make_job(nodes=2)
     gloo = RootCause(0, 0, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 12 vs 4. Received data size doesn't"
