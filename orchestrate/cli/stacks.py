@@ -9,6 +9,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.runs import LIVE_STATUSES, find_run, node_plans
 from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import faults_now
+from orchestrate.hangs.diagnosis import SILENT_STATES
 from orchestrate.supervise.rank_probe import STACKS_FILE, RankHost, stack_lines, where_ranks_are
 
 
@@ -41,7 +42,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if not hosts:
         raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)
-    answered = sum(1 for a in found.activities if a.state not in ("stopped", "absent"))
+    answered = sum(1 for a in found.activities if a.state not in SILENT_STATES)
     ranks = max(len(found.activities), sum(host.nproc for host in hosts))  # elastic: some never said who they are
     inv.out.write(f"run {run.run_id}: {answered} of {ranks} ranks answered\n")
     for line in stack_lines(found):

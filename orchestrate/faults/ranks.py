@@ -1,13 +1,14 @@
 """Faults aimed at one worker process while its node stays healthy: finding the process of a
 global rank in the nodes and signalling it (``kill-rank``: SIGKILL; ``hang-rank``: SIGSTOP,
-then SIGCONT at its end), and finding the ranks that are stopped (a hung rank, named).
+then SIGCONT at its end), and listing a node's worker processes: the ranks that are stopped (a
+hung rank, named) and those that have none any more (a rank that exited while the others wait).
 
 How a node finds a rank's process is :mod:`orchestrate.node.rank_signal`, run there as root.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from orchestrate.engine.client import exec_answer, exec_output
 from orchestrate.engine.errors import describe, engine_errors
@@ -15,7 +16,7 @@ from orchestrate.errors import EngineError
 from orchestrate.node import rank_signal
 from orchestrate.text import first_line
 
-# Run in a node as ``python3 -c SCRIPT signal RANK SIGNAL`` or ``python3 -c SCRIPT stopped``: the
+# Run in a node as ``python3 -c SCRIPT signal RANK SIGNAL`` or ``python3 -c SCRIPT workers``: the
 # text of :mod:`orchestrate.node.rank_signal`, so that a node needs nothing of ddp-compose.
 RANK_SCRIPT = Path(rank_signal.__file__).read_text(encoding="utf-8")
 
@@ -42,14 +43,22 @@ def signal_rank(client: Any, containers: dict[str, Any], rank: int, signal_name:
     raise EngineError(f"rank {rank} is not running on any node now{engine_said}")
 
 
-def stopped_ranks(client: Any, container: Any) -> list[int]:
-    """The global ranks whose worker process is stopped in this node (none when it cannot be
-    asked: it ended, or the engine did not answer)."""
+def worker_states(client: Any, container: Any) -> Optional[dict[int, str]]:
+    """Every worker process in this node, by global rank: its state letter (``T``: stopped).
+    A rank left out has no process here. None when the node cannot be asked: it ended, or the
+    engine did not answer."""
     try:  # an answer without its end line lost its output on the way: asked again
-        code, output = exec_answer(client, container, ["python3", "-c", RANK_SCRIPT, "stopped"],
+        code, output = exec_answer(client, container, ["python3", "-c", RANK_SCRIPT, "workers"],
                                    lambda text: text.split()[-1:] == [rank_signal.END], user="0:0")
     except engine_errors():
-        return []
+        return None
     if code != 0 or output.split()[-1:] != [rank_signal.END]:
-        return []
-    return [int(line.split()[0]) for line in output.splitlines() if line.strip() and line.split()[0].isdigit()]
+        return None
+    rows = [line.split() for line in output.splitlines()]
+    return {int(row[0]): row[2] for row in rows if len(row) == 3 and row[0].isdigit()}
+
+
+def stopped_ranks(client: Any, container: Any) -> list[int]:
+    """The global ranks whose worker process is stopped in this node (none when it cannot be
+    asked)."""
+    return [rank for rank, state in (worker_states(client, container) or {}).items() if state == "T"]

@@ -27,6 +27,15 @@ INIT_HINT = ("every rank waits in init_process_group for its store: under torchr
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
              " (tcp://localhost:...) must be one every node reaches, where a store listens")
 
+# Why a rank cannot answer whose worker process exited while the others went on (the engine's
+# word, from the supervisor's probe): its activity is "exited".
+EXITED = "has exited"
+# The activities of ranks that did not answer a probe.
+SILENT_STATES = ("stopped", "exited", "absent")
+EXITED_HINT = ("a rank that exits while the others wait for it, in a collective or in init_process_group, leaves them"
+               " waiting until the process group's timeout: every rank must call the same collectives (look for an"
+               " early return or a branch on the rank)")
+
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
 
@@ -88,7 +97,7 @@ class RankActivity:
     """What one rank was doing between two probes."""
 
     rank: int
-    state: str  # "collective" (waits in one), "busy" (computing), "idle" (neither), "stopped", "absent"
+    state: str  # "collective" (waits in one), "busy" (computing), "idle" (neither), "stopped", "exited", "absent"
     detail: str = ""
 
 
@@ -100,6 +109,8 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     ranks' records part (see :func:`gpu_waits`)."""
     if now is None:
         why = absent_why.get(rank, "did not answer")
+        if why.startswith(EXITED):
+            return RankActivity(rank, "exited", why)
         return RankActivity(rank, "stopped" if "stopped" in why or "paused" in why else "absent", why)
     share = cpu_share(before, now, interval_s)
     collective = now.in_collective
@@ -207,7 +218,14 @@ class HangDiagnosis:
         return f"{cause}: {where}" if where else cause
 
     def where_they_wait(self) -> str:
-        return "; ".join(f"{ranks_text(g.ranks)}: {g.where}{self.group_loading_where(g.ranks)}" for g in self.groups[:3])
+        waits = [f"{ranks_text(g.ranks)}: {g.where}{self.group_loading_where(g.ranks)}" for g in self.groups[:3]]
+        exited = [f"{ranks_text(self.exited)}: exited"] if self.exited else []
+        return "; ".join(waits + exited)
+
+    @property
+    def exited(self) -> tuple[int, ...]:
+        """The ranks whose worker process exited while their node ran on."""
+        return tuple(a.rank for a in self.activities if a.state == "exited")
 
     def group_loading_where(self, ranks: tuple[int, ...]) -> str:
         """Where the first of these ranks' DataLoader workers with a batch to load is."""
@@ -221,7 +239,7 @@ class HangDiagnosis:
     def lines(self) -> list[str]:
         """The headline, what each group of ranks is doing, the divergence and a hint."""
         out = [self.headline]
-        stopped = [a for a in self.activities if a.state in ("stopped", "absent")]
+        stopped = [a for a in self.activities if a.state in SILENT_STATES]
         for group in self.groups:
             out += ["  " + line for line in group.lines()]
         for absent in stopped:
@@ -238,7 +256,9 @@ class HangDiagnosis:
                 out.append(f"  first divergence: {self.divergence.text}")
             if channel_ends(self.divergence.group) is None:  # torch's check compares no sends and receives
                 out.append(f"  {DEBUG_HINT}")
-        if self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
+        if self.hung and self.exited:
+            out.append(f"  {EXITED_HINT}")
+        elif self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
             out.append(f"  {INIT_HINT}")
         for rank in sorted(self.waiting_for_loaders):  # hung, or working: where its workers are
             if self.hung or self.loaders.get(rank):

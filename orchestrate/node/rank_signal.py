@@ -1,11 +1,12 @@
 """Run in a node (as root, the only user who may read every process's environment): find the
-worker process of a global rank and signal it, or list the ranks whose process is stopped.
+worker process of a global rank and signal it, or list the worker processes with their state.
 
 ``python3 rank_signal.py signal RANK SIGNAL`` signals the process of RANK and prints its pid,
-exiting :data:`NOT_HERE` where no process of RANK runs; ``python3 rank_signal.py stopped`` prints
-``RANK PID`` for each rank whose process is stopped, then :data:`END`. The launcher judges by the
-exit status and the end line, not by the output alone: docker's exec can lose a short command's
-output (docker/docker-py#2042).
+exiting :data:`NOT_HERE` where no process of RANK runs; ``python3 rank_signal.py workers`` prints
+``RANK PID STATE`` for each worker process (the state letter of ``/proc/PID/stat``: ``T`` is
+stopped), then :data:`END`; a rank it does not list has no process here. The launcher judges by
+the exit status and the end line, not by the output alone: docker's exec can lose a short
+command's output (docker/docker-py#2042).
 
 A worker is a process that torchrun started: its environment has ``TORCHELASTIC_RUN_ID`` and
 its ``RANK``. The processes it starts itself (data loader workers) inherit both; the rank's
@@ -22,7 +23,7 @@ from typing import Optional
 
 PROC = "/proc"
 NOT_HERE = 3  # the exit status of ``signal`` where no process of the rank runs
-END = "end"  # the last line of ``stopped``'s answer
+END = "end"  # the last line of ``workers``' answer
 
 
 def environment(pid: str) -> dict[str, str]:
@@ -61,13 +62,12 @@ def main(argv: list[str]) -> int:
             os.kill(pid, getattr(signal, argv[2]))
             print(pid)
         return 0 if signalled else NOT_HERE
-    if argv == ["stopped"]:
+    if argv == ["workers"]:
         for pid, rank in sorted(workers().items()):
-            if parent_and_state(pid)[1] == "T":
-                print(rank, pid)
+            print(rank, pid, parent_and_state(pid)[1])
         print(END)
         return 0
-    print("usage: rank_signal.py signal RANK SIGNAL | stopped", file=sys.stderr)
+    print("usage: rank_signal.py signal RANK SIGNAL | workers", file=sys.stderr)
     return 2
 
 

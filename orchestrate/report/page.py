@@ -220,7 +220,7 @@ def hang_section(hang: dict) -> list[str]:
         parts.append("<p>The DataLoader worker processes of the ranks that wait for theirs:</p>" + _table(
             ("rank", "worker", "pid", "where", "innermost frames"), loaders, "hang-loaders"))
     absent = [(a.get("rank"), a.get("state"), a.get("detail")) for a in hang.get("activities", [])
-              if a.get("state") in ("stopped", "absent", "busy")]
+              if a.get("state") in ("stopped", "exited", "absent", "busy")]
     if absent:
         parts.append(_table(("rank", "state", "why"), absent, "hang-ranks"))
     if hang.get("unheard_nodes"):  # an elastic run's nodes whose missing ranks have no known number

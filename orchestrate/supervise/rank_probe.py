@@ -1,6 +1,6 @@
 """Where every rank of a running run is now: the workers' snapshots, with the engine's word on
-the ranks that cannot answer (a paused node, a stopped process). Used by the hang watchdog and
-by ``stacks RUN``."""
+the ranks that cannot answer (a paused node, a stopped process, a process that exited while its
+node runs on). Used by the hang watchdog and by ``stacks RUN``."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import engine_errors
-from orchestrate.faults.ranks import stopped_ranks
-from orchestrate.hangs.diagnosis import DEBUG_HINT, HangDiagnosis, diagnose
+from orchestrate.faults.ranks import stopped_ranks, worker_states
+from orchestrate.hangs.diagnosis import DEBUG_HINT, EXITED, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, Probe, debug_dir, request_snapshots
 
 STACKS_FILE = "stacks.json"
@@ -32,9 +32,10 @@ class RankHost:
 
 def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[int, str]:
     """Why ``ranks`` (which did not answer) cannot: their node's container is paused, or their
-    process is stopped, with the fault that did it; the others are left out. A paused node whose
+    process is stopped, with the fault that did it, or their node runs no process of theirs any
+    more (it exited; the node's torchrun goes on); the others are left out. A paused node whose
     ranks are not known (elastic) may hold any of them: it is the reason only for those no
-    other node accounts for."""
+    other node accounts for, and no rank is said to have exited from it."""
     why: dict[int, str] = {}
     paused_unplanned: list[RankHost] = []
     for host in hosts:
@@ -49,8 +50,13 @@ def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[
         elif status == "paused":
             why.update({rank: paused_reason([host]) for rank in mine})
         else:
-            why.update({rank: stopped_reason(host, rank) for rank in stopped_ranks(client, host.container)
-                        if rank in ranks})
+            states = worker_states(client, host.container)
+            if states is None:
+                continue
+            why.update({rank: stopped_reason(host, rank) for rank, state in states.items()
+                        if state == "T" and rank in ranks})
+            if host.ranks:
+                why.update({rank: exited_reason(host) for rank in mine - set(states)})
     if paused_unplanned:
         why.update({rank: paused_reason(paused_unplanned) for rank in ranks if rank not in why})
     return why
@@ -76,6 +82,11 @@ def stop_fault(host: RankHost, rank: int) -> str:
 def stopped_reason(host: RankHost, rank: int) -> str:
     """Why ``rank``, whose process is stopped on ``host``, cannot answer."""
     return f"is stopped: its process on {host.name} got SIGSTOP{fault_note(stop_fault(host, rank))}"
+
+
+def exited_reason(host: RankHost) -> str:
+    """Why a rank with no worker process on its running node cannot answer."""
+    return f"{EXITED}: its worker process on {host.name} is gone, while its node runs on"
 
 
 def paused_reason(paused: list[RankHost]) -> str:

@@ -1,5 +1,5 @@
 """Seeing inside stuck jobs, on real nodes with plain torch scripts: a desync ends as HUNG naming
-both call sites, ``stacks`` shows the odd rank apart, stopped ranks and paused nodes are named
+both call sites, a rank that exited early is named as the one the others wait for, ``stacks`` shows the odd rank apart, stopped ranks and paused nodes are named
 (by ``stacks`` too, with the faults that did it),
 --collective-timeout reaches any script, --debug-collectives names the mismatch (in a DDP job,
 which torch's DETAIL level would crash on gloo without the hook's guard), and a rank busy in a
@@ -26,7 +26,7 @@ JOBS = Path(__file__).resolve().parents[1] / "jobs"
 def workdir(tmp_path) -> Path:
     work = tmp_path / "work"
     work.mkdir()
-    for job in ("desync.py", "ddp_desync.py", "wait_apart.py", "long_step.py", "steps_forever.py"):
+    for job in ("desync.py", "ddp_desync.py", "wait_apart.py", "long_step.py", "steps_forever.py", "exits_early.py"):
         shutil.copy(JOBS / job, work)
     return work
 
@@ -58,6 +58,27 @@ def test_a_desync_ends_as_hung_naming_both_call_sites(orchestrate_run, docker_cl
     assert outcome["hang"]["divergence"] in headline and outcome["failure"]["describe"] == headline
     assert {g["where"] for g in outcome["hang"]["groups"]} == {f"all_reduce at desync.py:{every} in <module>"}
     assert "Where every rank waited" in (result.run_dir / "report.html").read_text()
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_rank_that_returned_before_init_is_named_as_exited_where_the_other_waits(orchestrate_run, docker_client,
+                                                                                    workdir):
+    """Until 2026-11-27 the watchdog never judged it: the exited rank could not answer, and no
+    one said why, so the run sat in init_process_group for torch's 30 minutes."""
+    init = line_of("exits_early.py", "dist.init_process_group")
+    started = time.monotonic()
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--hang-timeout", "10", "--",
+                             "exits_early.py")
+    took = time.monotonic() - started
+    assert result.code == 1, result.output[-3000:]
+    assert took < 300  # the watchdog ended it (a loaded CI machine is slow)
+    summary = result.output.split("=== run")[-1]
+    assert re.search(r"^HUNG: no progress for \d+ s \(--hang-timeout 10\): rank 0: init_process_group at"
+                     rf" exits_early\.py:{init} in main; rank 1: exited$", summary, re.M), summary
+    assert "  rank 1: has exited: its worker process on node1 is gone, while its node runs on" in summary
+    assert "  a rank that exits while the others wait for it" in summary
+    outcome = json.loads((result.run_dir / "outcome.json").read_text())
+    assert [a["state"] for a in outcome["hang"]["activities"]] == ["idle", "exited"]
     assert leftovers(docker_client, result.project) == []
 
 

@@ -1,7 +1,7 @@
 """Run by tests/unit/test_fault_kinds.py as PID 1 of a PID namespace of its own (``unshare --pid
 --fork --mount-proc``): a process as torchrun starts a worker (TORCHELASTIC_RUN_ID, RANK=5) with
 a child of its own that inherits both (a data loader worker), and the node's rank script run
-against them. Nothing outside the namespace can be seen, so nothing outside is signalled.
+against them: signalled, listed stopped, listed going on, then not listed once it exited. Nothing outside the namespace can be seen, so nothing outside is signalled.
 Prints what it saw, one JSON object."""
 import json
 import os
@@ -35,12 +35,14 @@ seen = {"pid_namespace_init": os.getpid() == 1, "worker": worker.pid, "child": c
 seen["signalled"] = rank_script("signal", "5", "SIGSTOP").split()
 wait_for(worker.pid, stopped=True)
 seen["states_stopped"] = [state(worker.pid), state(child)]
-seen["stopped"] = rank_script("stopped").split()
+seen["listed_stopped"] = rank_script("workers").split()
 seen["other_rank"] = subprocess.run([sys.executable, SCRIPT, "signal", "6", "SIGCONT"], capture_output=True,
                                     text=True).returncode
 rank_script("signal", "5", "SIGCONT")
 wait_for(worker.pid, stopped=False)
-seen["stopped_after_cont"] = rank_script("stopped")
-worker.kill()
+seen["listed_going_on"] = rank_script("workers").split()
 os.kill(child, 9)
+worker.kill()
+worker.wait()
+seen["listed_after_exit"] = rank_script("workers")
 print(json.dumps(seen))

@@ -83,9 +83,9 @@ def test_without_error_files_the_exception_is_read_from_the_workers_last_twenty_
 
 
 @pytest.mark.parametrize("stopped, reason", [
-    (b"2 4242\nend\n", "its worker process is stopped (hung)"),
-    (b"2 4242\n3 4243\nend\n", "its worker process is stopped (hung); ranks 3 too"),
-    (b"3 4243\n2 4242\n5 9\nend\n", "its worker process is stopped (hung); ranks 2, 5 too"),
+    (b"2 4242 T\nend\n", "its worker process is stopped (hung)"),
+    (b"2 4242 T\n3 4243 T\nend\n", "its worker process is stopped (hung); ranks 3 too"),
+    (b"3 4243 T\n2 4242 T\n4 4244 S\n5 9 T\nend\n", "its worker process is stopped (hung); ranks 2, 5 too"),
 ])
 def test_a_node_with_stopped_workers_names_the_first_as_culprit_and_the_others_too(node1, stopped, reason):
     tracker, diagnosis, recorder, client = node1

@@ -121,7 +121,7 @@ def test_a_hung_rank_is_named_when_its_peers_time_out(make_run):
     job.client = engine(client, node0=[fails_once_the_rank_script_ran(client, 0)],  # its collective times out
                         node1=[Script(["[1|0]:step"], hang=True)])
     client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # not here; none stopped
-    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"1 4242\nend\n")  # stopped it; then: stopped
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"1 4242 T\nend\n")  # stopped it; then: stopped
     result = job.run()
     assert "node1 rank 1 stopped answering: its worker process is stopped (hung)" in job.out.getvalue()
     assert result.failure.describe() == ("node1 rank 1 stopped answering: its worker process is stopped (hung)"
@@ -159,14 +159,14 @@ def test_a_rank_script_that_fails_is_named_and_a_stopped_answer_without_its_end_
     with pytest.raises(EngineError, match=r"^rank 2 is not running on any node now \(the rank script on node0: exit"
                                           r" code 1: Traceback \(most recent call last\):\)$"):
         signal_rank(client, {"node0": node}, 2, "SIGKILL")
-    client.command_outputs["python3"] = (0, b"2 77\n")  # its end line lost: asked again, then given up
+    client.command_outputs["python3"] = (0, b"2 77 T\n")  # its end line lost: asked again, then given up
     assert stopped_ranks(client, node) == []
-    assert len([c for c in client.calls if c[0] == "exec_create" and c[2][-1] == "stopped"]) == 3
-    client.command_outputs["python3"] = (0, b"2 77\nend\n")
+    assert len([c for c in client.calls if c[0] == "exec_create" and c[2][-1] == "workers"]) == 3
+    client.command_outputs["python3"] = (0, b"1 76 S\n2 77 T\nend\n")
     asked = len(client.calls)
     assert stopped_ranks(client, node) == [2]
     [(_, name, argv)] = client.calls[asked:]  # a whole answer is asked once
-    assert argv == ("python3", "-c", RANK_SCRIPT, "stopped")
+    assert argv == ("python3", "-c", RANK_SCRIPT, "workers")
     assert set(client.api.ran_as("n0", "python3")) == {"0:0"}  # as root: it reads every worker's /proc
 
 
@@ -196,7 +196,7 @@ def in_own_pid_namespace(*command: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_it(tmp_path):
+def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_it_until_it_exits(tmp_path):
     script = tmp_path / "rank_signal.py"
     script.write_text(RANK_SCRIPT)  # the text the launcher sends to python3 -c in a node
     harness = Path(__file__).parent / "rank_signal_in_a_namespace.py"
@@ -207,9 +207,11 @@ def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_
     assert seen["signalled"] == [str(seen["worker"])]  # the worker, not its child
     worker_state, child_state = seen["states_stopped"]
     assert worker_state == "T" and child_state != "T"
-    assert seen["stopped"] == ["5", str(seen["worker"]), "end"]
+    assert seen["listed_stopped"] == ["5", str(seen["worker"]), "T", "end"]  # the rank's process alone
     assert seen["other_rank"] == 3  # no such rank here: said by the status (its output may be lost)
-    assert seen["stopped_after_cont"] == "end\n"
+    rank, pid, state, end = seen["listed_going_on"]
+    assert (rank, pid, end) == ("5", str(seen["worker"]), "end") and state in ("S", "R")
+    assert seen["listed_after_exit"] == "end\n"  # an exited rank has no line
 
 
 def test_the_rank_script_is_the_node_modules_text_and_refuses_bad_arguments():

@@ -84,6 +84,30 @@ def test_a_rank_in_torchs_code_is_placed_at_the_call_its_script_made_past_the_de
     assert not any("init_method" in line for line in found.lines())  # rank 1 is past it
 
 
+def test_a_rank_that_exited_while_another_waits_for_it_is_named_in_the_headline_with_its_own_hint():
+    """A rank whose script ended before init_process_group (an early return on one rank): the
+    others wait for it until torch's timeout; it is not the store's address that is wrong."""
+    site = "/opt/venv/lib/python3.11/site-packages/torch"
+    connecting = (Frame("early.py", 5, "<module>"), Frame(f"{site}/distributed/distributed_c10d.py", 1762,
+                                                          "init_process_group"))
+    exited = {1: "has exited: its worker process on node1 is gone, while its node runs on"}
+    found = diagnose(probe(5, r0=snap(0, frames=connecting)), probe(0, r0=snap(0, frames=connecting)), {0, 1},
+                     exited, 30)
+    assert found.hung and [(a.rank, a.state) for a in found.activities] == [(0, "idle"), (1, "exited")]
+    assert found.exited == (1,)
+    assert found.headline == "no progress for 30 s: rank 0: init_process_group at early.py:5 in <module>; rank 1: exited"
+    lines = found.lines()
+    assert "  rank 1: has exited: its worker process on node1 is gone, while its node runs on" in lines
+    assert lines[-1].startswith("  a rank that exits while the others wait for it, in a collective or in"
+                                " init_process_group, leaves them waiting until the process group's timeout")
+    assert not any("init_method" in line for line in lines)
+    # a rank that did not answer for another reason is no exited rank
+    stopped = diagnose(probe(5, r0=snap(0, frames=connecting)), probe(0, r0=snap(0, frames=connecting)), {0, 1},
+                       {1: "is stopped: its process on node1 got SIGSTOP"}, 30)
+    assert stopped.exited == () and "exited" not in stopped.headline
+    assert not any(line.startswith("  a rank that exits") for line in stopped.lines())
+
+
 SITE = "/opt/venv/lib/python3.11/site-packages"
 LOADING = (Frame("train.py", 21, "<module>"), Frame(f"{SITE}/torch/utils/data/dataloader.py", 732, "__next__"),
            Frame(f"{SITE}/torch/utils/data/dataloader.py", 1482, "_next_data"),

@@ -15,7 +15,7 @@ from orchestrate.supervise.rank_probe import RankHost, absent_reasons
 from tests.fakes import FakeDockerClient, Script
 from tests.unit.test_supervisor_collaborators import node_container
 
-STOPPED_RANKS_3_AND_5 = (0, b"3 4243\n5 4245\nend\n")  # what the rank script prints in node1
+STOPPED_RANKS_3_AND_5 = (0, b"2 4242 S\n3 4243 T\n5 4245 T\nend\n")  # what the rank script prints in node1
 
 
 def faults(*texts: str) -> tuple[FaultSpec, ...]:
@@ -41,6 +41,20 @@ def test_a_paused_nodes_asked_ranks_and_a_stopped_rank_are_named_with_their_faul
     assert absent_reasons(client, [paused, stopped], {1, 2, 3}) == {
         1: "is on node0, whose container is paused (injected fault pause:node0)",
         3: "is stopped: its process on node1 got SIGSTOP"}  # 2 answers for itself; 5 was not asked about
+
+
+def test_a_planned_rank_with_no_process_on_its_running_node_has_exited_and_an_elastic_nodes_never_does():
+    """The rank script lists every worker process of a node: a planned rank it leaves out has
+    exited while its node runs on (its torchrun waits for the others). An elastic node's ranks are
+    not known, and a node whose answer lost its end line says nothing."""
+    client = FakeDockerClient()
+    planned, elastic = hosts(client, ("node1", (2, 3), ""), ("node2", (), ""), nproc=2)
+    client.command_outputs[(planned.container.name, "python3")] = (0, b"2 4242 S\nend\n")
+    client.command_outputs[(elastic.container.name, "python3")] = (0, b"end\n")
+    assert absent_reasons(client, [planned, elastic], {3, 5}) == {
+        3: "has exited: its worker process on node1 is gone, while its node runs on"}
+    client.command_outputs[(planned.container.name, "python3")] = (0, b"2 4242 S\n")  # the end line lost
+    assert absent_reasons(client, [planned], {3}) == {}
 
 
 def test_a_node_with_none_of_the_ranks_is_not_asked_and_the_next_one_still_is():
@@ -70,7 +84,7 @@ def test_a_paused_node_of_an_elastic_run_accounts_only_for_ranks_no_other_node_d
     client = FakeDockerClient()
     stopped, first, second = hosts(client, ("node1", (), "hang-rank:3"), ("node2", (), "pause:node2"),
                                    ("node3", (), ""), nproc=2)
-    client.command_outputs[(stopped.container.name, "python3")] = (0, b"3 4243\nend\n")
+    client.command_outputs[(stopped.container.name, "python3")] = (0, b"3 4243 T\nend\n")
     first.container.pause()
     assert absent_reasons(client, [stopped, first], {3, 5}) == {
         3: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:3)",
@@ -246,7 +260,7 @@ def test_where_ranks_are_in_an_elastic_run_says_which_node_did_not_answer_and_na
 
     client = FakeDockerClient()
     elastic = hosts(client, ("node0", (), ""), ("node1", (), "hang-rank:3"), ("node2", (), "pause:node2"), nproc=2)
-    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"2 4242\n3 4243\nend\n")
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"2 4242 T\n3 4243 T\nend\n")
     elastic[2].container.pause()
     workers = AnsweringWorkers(tmp_path, (0, 1, 2), {0: 20, 1: 20, 2: 20}, per_node=2)
     workers.between_looks = lambda: workers.answering.discard(2)  # rank 2 answers the first look only
@@ -338,7 +352,7 @@ def test_each_stopped_rank_is_named_with_its_own_fault_and_a_paused_node_with_a_
     client = FakeDockerClient()
     [node1] = hosts(client, ("node1", (0, 1), ""))
     both = RankHost("node1", node1.container, (0, 1), 2, faults("hang-rank:0", "hang-rank:1", "slow:node1,cpus=0.5"))
-    client.command_outputs[(node1.container.name, "python3")] = (0, b"0 4240\n1 4241\nend\n")
+    client.command_outputs[(node1.container.name, "python3")] = (0, b"0 4240 T\n1 4241 T\nend\n")
     assert absent_reasons(client, [both], {0, 1}) == {
         0: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:0)",
         1: "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)"}
@@ -363,7 +377,7 @@ def test_stacks_names_no_fault_done_before_the_node_started_again(tmp_path, monk
 def test_where_ranks_are_names_a_planned_rank_whose_process_is_stopped(tmp_path):
     client = FakeDockerClient()
     planned = hosts(client, ("node0", (0,), ""), ("node1", (1,), "hang-rank:1"))
-    client.command_outputs[(planned[1].container.name, "python3")] = (0, b"1 4241\nend\n")
+    client.command_outputs[(planned[1].container.name, "python3")] = (0, b"1 4241 T\nend\n")
     found = AnsweringWorkers(tmp_path, (0,), {0: 20}).where_ranks_are(client, planned)
     assert [(a.rank, a.state, a.detail) for a in found.activities][1] == (
         1, "stopped", "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)")
@@ -374,7 +388,7 @@ def test_where_ranks_are_in_an_elastic_run_asks_the_engine_of_a_rank_it_heard_on
     and the engine asked why it fell silent."""
     client = FakeDockerClient()
     elastic = hosts(client, ("node0", (), ""), ("node1", (), "hang-rank:1"), nproc=1)
-    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"1 4241\nend\n")
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"1 4241 T\nend\n")
     workers = AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20})
     workers.between_looks = lambda: workers.answering.discard(1)
     found = workers.where_ranks_are(client, elastic)
@@ -386,7 +400,7 @@ def test_where_ranks_are_in_an_elastic_run_asks_the_engine_of_a_rank_it_heard_on
 def test_where_ranks_are_in_an_elastic_run_asks_a_node_for_its_stopped_processes_once(tmp_path):
     client = FakeDockerClient()
     elastic = hosts(client, ("node0", (), ""), ("node1", (), ""), nproc=2)
-    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"3 4243\nend\n")
+    client.command_outputs[(elastic[1].container.name, "python3")] = (0, b"3 4243 T\nend\n")
     workers = AnsweringWorkers(tmp_path, (0, 1, 2), {0: 20, 1: 20, 2: 20}, per_node=2)
     workers.between_looks = lambda: workers.answering.discard(2)  # rank 2 goes quiet, not stopped (restarting, say)
     found = workers.where_ranks_are(client, elastic)
