@@ -27,6 +27,14 @@ INIT_HINT = ("every rank waits in init_process_group for its store: under torchr
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
              " (tcp://localhost:...) must be one every node reaches, where a store listens")
 
+# The file of torch.multiprocessing's spawn and start_processes, in a waiting rank's stack.
+SPAWN_FILE = "torch/multiprocessing/spawn.py"
+SPAWN_HINT = ("every rank waits for processes it started with torch.multiprocessing.spawn: torchrun already starts one"
+              " process per rank, and the processes a rank starts inherit torchrun's store (TORCHELASTIC_USE_AGENT_STORE),"
+              " so their init_process_group waits for a store no one serves; under torchrun call the worker function"
+              " once, with RANK, LOCAL_RANK and WORLD_SIZE from the environment, and leave MASTER_ADDR and MASTER_PORT"
+              " as torchrun sets them")
+
 # Why a rank cannot answer whose worker process exited while the others went on (the engine's
 # word, from the supervisor's probe): its activity is "exited".
 EXITED = "has exited"
@@ -258,6 +266,8 @@ class HangDiagnosis:
                 out.append(f"  {DEBUG_HINT}")
         if self.hung and self.exited:
             out.append(f"  {EXITED_HINT}")
+        elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
+            out.append(f"  {SPAWN_HINT}")
         elif self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
             out.append(f"  {INIT_HINT}")
         for rank in sorted(self.waiting_for_loaders):  # hung, or working: where its workers are

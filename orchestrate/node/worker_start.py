@@ -14,7 +14,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    has a progress channel, let the launcher's storage faults reach the worker's writes
    (:mod:`orchestrate.node.storage_faults`). Where the run asks for torch's DETAIL debug
    level (``--debug-collectives``), keep DDP on gloo from crashing under it
-   (:mod:`orchestrate.node.ddp_detail_guard`).
+   (:mod:`orchestrate.node.ddp_detail_guard`). A worker that starts processes of its own with
+   ``torch.multiprocessing`` is told at once that torchrun's workers cannot
+   (:mod:`orchestrate.node.spawn_note`).
 
 1. ``--nccl-hostid-per-rank`` (``--share-gpus`` with more processes than GPUs on a node):
    ``NCCL_HOSTID`` = the node's host name and the worker's local rank, set before NCCL starts,
@@ -175,7 +177,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from orchestrate.node import (collective_log, crash_stacks, ddp_detail_guard, ddp_gradients, loader_workers,
-                                  snapshot, step_counter, storage_faults)
+                                  snapshot, spawn_note, step_counter, storage_faults)
     from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
@@ -198,6 +200,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.nn.parallel.distributed", lambda: ddp_gradients.install(log, name_group))
     collective_log.when_imported("torch.optim", step_counter.install)
+    collective_log.when_imported("torch.multiprocessing.spawn", spawn_note.install)
     if ddp_detail_guard.wanted(os.environ):
         collective_log.when_imported("torch.nn.parallel.distributed", ddp_detail_guard.install)
     progress = os.environ.get(PROGRESS_DIR_ENV)

@@ -84,6 +84,24 @@ def test_a_rank_in_torchs_code_is_placed_at_the_call_its_script_made_past_the_de
     assert not any("init_method" in line for line in found.lines())  # rank 1 is past it
 
 
+def test_ranks_that_wait_for_processes_they_spawned_get_the_hint_that_torchrun_spawns_them_already():
+    """The tutorial's mp.spawn script run under torchrun: the processes each rank spawns connect
+    to torchrun's store as clients, and wait for ever for the store of their own they named."""
+    site = "/opt/venv/lib/python3.11/site-packages/torch"
+    spawning = (Frame("basic.py", 21, "<module>"), Frame(f"{site}/multiprocessing/spawn.py", 364, "spawn"),
+                Frame(f"{site}/multiprocessing/spawn.py", 320, "start_processes"),
+                Frame(f"{site}/multiprocessing/spawn.py", 149, "join"))
+    waiting = probe(5, r0=snap(0, frames=spawning), r1=snap(1, frames=spawning))
+    found = diagnose(waiting, probe(0, r0=snap(0, frames=spawning), r1=snap(1, frames=spawning)), {0, 1}, {}, 120)
+    assert found.hung and found.headline == "no progress for 120 s: ranks 0, 1: spawn at basic.py:21 in <module>"
+    assert found.lines()[-1].startswith("  every rank waits for processes it started with torch.multiprocessing.spawn:"
+                                        " torchrun already starts one process per rank")
+    # one rank elsewhere: not the spawn's doing alone
+    other = probe(5, r0=snap(0, frames=spawning), r1=snap(1))
+    found = diagnose(other, probe(0, r0=snap(0, frames=spawning), r1=snap(1)), {0, 1}, {}, 120)
+    assert found.hung and not any("torch.multiprocessing.spawn" in line for line in found.lines())
+
+
 def test_a_rank_that_exited_while_another_waits_for_it_is_named_in_the_headline_with_its_own_hint():
     """A rank whose script ended before init_process_group (an early return on one rank): the
     others wait for it until torch's timeout; it is not the store's address that is wrong."""

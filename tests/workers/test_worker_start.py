@@ -81,3 +81,23 @@ def test_a_syntax_error_a_missing_script_and_a_users_excepthook_end_as_under_pyt
         "sys.excepthook = hook\n"
         "raise ValueError('x')\n"))
     assert "hook: True None" in said, said  # as python3 calls it: sys.last_* set, outside any handler
+
+
+def test_a_worker_that_spawns_processes_of_its_own_is_told_once_that_torchrun_spawns_them_already(tmp_path):
+    """The single-machine tutorial's mp.spawn under torchrun: its processes would wait for a
+    store no one serves. The note comes as it starts them (here none, so the script ends)."""
+    code, said = worker_stderr(tmp_path, (
+        "import torch.multiprocessing as mp\n"
+        "def work(index):\n"
+        "    pass\n"
+        "mp.spawn(work, nprocs=0)\n"
+        "mp.start_processes(work, nprocs=0)\n"
+        "print('spawned', flush=True)\n"))
+    assert code == 0, said
+    notes = [line for line in said.splitlines() if "with torch.multiprocessing under torchrun" in line]
+    assert notes == ["[ddp-compose] rank 0 starts 0 processes of its own with torch.multiprocessing under torchrun,"
+                     " which already starts one process per rank (1 in all): the processes it starts inherit torchrun's"
+                     " store (TORCHELASTIC_USE_AGENT_STORE), so an init_process_group in them waits for a store no one"
+                     " serves; under torchrun call the worker function once, with RANK, LOCAL_RANK and WORLD_SIZE from"
+                     " the environment (docs/your-project.md#a-script-that-spawns-its-ranks)"], said
+    assert "skipped" not in said  # the hook's own failure to install it would say so
