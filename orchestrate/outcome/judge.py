@@ -215,9 +215,9 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
     match = _MISSING_MODULE.search(failure.exception) if failure is not None else None
     if match is None:
         return ""
-    return (f"  hint: the nodes have no module '{match.group('module')}': a package goes into the node image by"
-            " --requirements FILE (pip requirements) or a --dockerfile; a module of your own must be under"
-            " --workdir, which every node mounts as /workspace")
+    return (f"  hint: the nodes have no module '{match.group('module')}': a package (at the version your script"
+            " needs) goes into the node image by --requirements FILE (pip requirements) or a --dockerfile; a module"
+            " of your own must be importable from --workdir, which every node mounts as /workspace")
 
 
 def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:

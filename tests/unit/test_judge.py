@@ -263,9 +263,9 @@ def test_the_mismatch_hint_is_given_for_gloos_size_check_alone():
 def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look():
     missing = Failure("node0", 0, 1, "ModuleNotFoundError: No module named 'einops'", ())
     assert missing_module_hint(missing) == (
-        "  hint: the nodes have no module 'einops': a package goes into the node image by --requirements FILE (pip"
-        " requirements) or a --dockerfile; a module of your own must be under --workdir, which every node mounts"
-        " as /workspace")
+        "  hint: the nodes have no module 'einops': a package (at the version your script needs) goes into the node"
+        " image by --requirements FILE (pip requirements) or a --dockerfile; a module of your own must be importable"
+        " from --workdir, which every node mounts as /workspace")
     dotted = Failure("node1", 1, 1, "ModuleNotFoundError: No module named 'mypkg.data'", ())
     assert "no module 'mypkg.data':" in missing_module_hint(dotted)
     # an import that found the module but not a name in it is the script's own business

@@ -351,7 +351,8 @@ def test_a_script_that_imports_what_the_nodes_lack_gets_a_hint_under_its_failure
     lines = format_summary(outcome(results)).splitlines()
     failed = lines.index("FAILED: node0 rank 0 failed (exit code 1): " + missing)
     assert lines[failed + 1] == "  then node1 rank 1: " + missing
-    assert lines[failed + 2].startswith("  hint: the nodes have no module 'wandb': a package goes into the node image")
+    assert lines[failed + 2].startswith("  hint: the nodes have no module 'wandb': a package (at the version your script"
+                                        " needs) goes into the node image")
 
 
 def test_a_rank_gloo_aborted_on_mismatched_collectives_gets_a_hint_and_the_call_sites(make_job):
