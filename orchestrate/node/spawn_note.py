@@ -22,9 +22,9 @@ from typing import Any, Callable, Optional
 
 NOTE = ("[ddp-compose] rank {rank} starts {count} of its own with torch.multiprocessing under torchrun, which already"
         " starts one process per rank ({world} in all): the processes it starts inherit torchrun's store"
-        " (TORCHELASTIC_USE_AGENT_STORE), so an init_process_group in them waits for a store no one serves; under"
-        " torchrun call the worker function once, with RANK, LOCAL_RANK and WORLD_SIZE from the environment"
-        " (docs/your-project.md#a-script-that-spawns-its-ranks)")
+        " (TORCHELASTIC_USE_AGENT_STORE), so an init_process_group in them would wait for a store no one serves;"
+        " under torchrun call the worker function once, with RANK, LOCAL_RANK and WORLD_SIZE from the environment,"
+        " and leave MASTER_ADDR and MASTER_PORT as torchrun sets them (docs/your-project.md#a-script-that-spawns-its-ranks)")
 
 
 def note(environ: dict[str, str], nprocs: Optional[int]) -> str:

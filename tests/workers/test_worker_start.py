@@ -87,17 +87,22 @@ def test_a_worker_that_spawns_processes_of_its_own_is_told_once_that_torchrun_sp
     """The single-machine tutorial's mp.spawn under torchrun: its processes would wait for a
     store no one serves. The note comes as it starts them (here none, so the script ends)."""
     code, said = worker_stderr(tmp_path, (
+        "import sys\n"
         "import torch.multiprocessing as mp\n"
         "def work(index):\n"
         "    pass\n"
+        "import torch.multiprocessing.spawn as module\n"
+        "print('wrapped:', hasattr(mp.start_processes, '__wrapped__'), mp.start_processes is module.start_processes,"
+        " file=sys.stderr)\n"
         "mp.spawn(work, nprocs=0)\n"
-        "mp.start_processes(work, nprocs=0)\n"
-        "print('spawned', flush=True)\n"))
+        "mp.start_processes(work, nprocs=0)\n"))
     assert code == 0, said
+    assert "wrapped: True True" in said  # both names torch gives it, as the script's import torch left them
     notes = [line for line in said.splitlines() if "with torch.multiprocessing under torchrun" in line]
     assert notes == ["[ddp-compose] rank 0 starts 0 processes of its own with torch.multiprocessing under torchrun,"
                      " which already starts one process per rank (1 in all): the processes it starts inherit torchrun's"
-                     " store (TORCHELASTIC_USE_AGENT_STORE), so an init_process_group in them waits for a store no one"
-                     " serves; under torchrun call the worker function once, with RANK, LOCAL_RANK and WORLD_SIZE from"
-                     " the environment (docs/your-project.md#a-script-that-spawns-its-ranks)"], said
+                     " store (TORCHELASTIC_USE_AGENT_STORE), so an init_process_group in them would wait for a store no"
+                     " one serves; under torchrun call the worker function once, with RANK, LOCAL_RANK and WORLD_SIZE"
+                     " from the environment, and leave MASTER_ADDR and MASTER_PORT as torchrun sets them"
+                     " (docs/your-project.md#a-script-that-spawns-its-ranks)"], said
     assert "skipped" not in said  # the hook's own failure to install it would say so
