@@ -54,8 +54,11 @@ def worker_states(client: Any, container: Any) -> Optional[dict[int, str]]:
         return None
     if code != 0 or output.split()[-1:] != [rank_signal.END]:
         return None
-    rows = [line.split() for line in output.splitlines()]
-    return {int(row[0]): row[2] for row in rows if len(row) == 3 and row[0].isdigit()}
+    states: dict[int, str] = {}
+    for row in (line.split() for line in output.splitlines()):
+        if len(row) == 3 and row[0].isdigit() and states.get(int(row[0])) != "T":
+            states[int(row[0])] = row[2]  # two processes of a rank (an orphan kept its environment): stopped wins
+    return states
 
 
 def stopped_ranks(client: Any, container: Any) -> list[int]:

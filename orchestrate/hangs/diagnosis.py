@@ -35,8 +35,8 @@ SPAWN_HINT = ("every rank waits for processes it started with torch.multiprocess
               " once, with RANK, LOCAL_RANK and WORLD_SIZE from the environment, and leave MASTER_ADDR and MASTER_PORT"
               " as torchrun sets them")
 
-# Why a rank cannot answer whose worker process exited while the others went on (the engine's
-# word, from the supervisor's probe): its activity is "exited".
+# Why a rank cannot answer whose script returned while the others went on (the progress channel's
+# word, and the engine's: no process of it runs, or its node finished): its activity is "exited".
 EXITED = "has exited"
 # The activities of ranks that did not answer a probe.
 SILENT_STATES = ("stopped", "exited", "absent")
@@ -231,6 +231,13 @@ class HangDiagnosis:
         return "; ".join(waits + exited)
 
     @property
+    def someone_waits(self) -> bool:
+        """Whether a rank that answered waits for the others: in a collective, or in
+        init_process_group."""
+        return (any(a.state == "collective" for a in self.activities)
+                or any(g.where.startswith("init_process_group ") for g in self.groups))
+
+    @property
     def exited(self) -> tuple[int, ...]:
         """The ranks whose worker process exited while their node ran on."""
         return tuple(a.rank for a in self.activities if a.state == "exited")
@@ -264,7 +271,7 @@ class HangDiagnosis:
                 out.append(f"  first divergence: {self.divergence.text}")
             if channel_ends(self.divergence.group) is None:  # torch's check compares no sends and receives
                 out.append(f"  {DEBUG_HINT}")
-        if self.hung and self.exited:
+        if self.hung and self.exited and self.someone_waits:
             out.append(f"  {EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
             out.append(f"  {SPAWN_HINT}")

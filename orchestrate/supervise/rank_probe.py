@@ -7,13 +7,15 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.ranks import stopped_ranks, worker_states
 from orchestrate.hangs.diagnosis import DEBUG_HINT, EXITED, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, Probe, debug_dir, request_snapshots
+from orchestrate.outcome.progress import ProgressReader
+from orchestrate.plan.layout import PROGRESS_SUBDIR
 
 STACKS_FILE = "stacks.json"
 
@@ -30,12 +32,14 @@ class RankHost:
     faults: tuple[FaultSpec, ...] = ()
 
 
-def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[int, str]:
+def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int],
+                   returned: Collection[int] = ()) -> dict[int, str]:
     """Why ``ranks`` (which did not answer) cannot: their node's container is paused, or their
-    process is stopped, with the fault that did it, or their node runs no process of theirs any
-    more (it exited; the node's torchrun goes on); the others are left out. A paused node whose
-    ranks are not known (elastic) may hold any of them: it is the reason only for those no
-    other node accounts for, and no rank is said to have exited from it."""
+    process is stopped, with the fault that did it, or (for ``returned``, the ranks whose script
+    returned, by the progress channel: a rank not yet started has no process either) their node
+    runs no process of theirs any more, while its torchrun goes on. The others are left out. A
+    paused node whose ranks are not known (elastic) may hold any of them: it is the reason only
+    for those no other node accounts for, and no rank is said to have exited from it."""
     why: dict[int, str] = {}
     paused_unplanned: list[RankHost] = []
     for host in hosts:
@@ -56,7 +60,7 @@ def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int]) -> dict[
             why.update({rank: stopped_reason(host, rank) for rank, state in states.items()
                         if state == "T" and rank in ranks})
             if host.ranks:
-                why.update({rank: exited_reason(host) for rank in mine - set(states)})
+                why.update({rank: exited_reason(host.name) for rank in mine - set(states) if rank in returned})
     if paused_unplanned:
         why.update({rank: paused_reason(paused_unplanned) for rank in ranks if rank not in why})
     return why
@@ -84,9 +88,14 @@ def stopped_reason(host: RankHost, rank: int) -> str:
     return f"is stopped: its process on {host.name} got SIGSTOP{fault_note(stop_fault(host, rank))}"
 
 
-def exited_reason(host: RankHost) -> str:
-    """Why a rank with no worker process on its running node cannot answer."""
-    return f"{EXITED}: its worker process on {host.name} is gone, while its node runs on"
+def exited_reason(node: str) -> str:
+    """Why a rank whose script returned cannot answer, its node running on."""
+    return f"{EXITED}: its script returned on {node}, whose torchrun runs on"
+
+
+def finished_node_reason(node: str) -> str:
+    """Why a rank whose node finished while others run on cannot answer."""
+    return f"{EXITED}: its script returned on {node}, which finished (exit code 0)"
 
 
 def paused_reason(paused: list[RankHost]) -> str:
@@ -118,7 +127,8 @@ def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_
     second = look(planned or set(first.snapshots))
     expected = {rank for host in hosts for rank in host.ranks}
     if expected:
-        why, unheard = absent_reasons(client, hosts, expected - set(second.snapshots)), []
+        why = absent_reasons(client, hosts, expected - set(second.snapshots), ranks_that_returned(run_dir))
+        unheard = []
     else:
         answered = {**first.snapshots, **second.snapshots}
         placement = place_ranks(client, hosts, answered)
@@ -126,7 +136,9 @@ def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_
         missing = expected - set(second.snapshots)
         why = {rank: reason for rank, reason in placement.stopped.items() if rank in missing}
         not_asked = [host for host in placement.hosts if host.name not in placement.asked]
-        why.update(absent_reasons(client, not_asked, missing - set(why)))
+        # no rank is said to have exited: the ranks placed here are those heard, and a restart
+        # renumbers them between the looks
+        why.update(absent_reasons(client, not_asked, missing - set(why), returned=()))
         unheard = placement.unheard
     apart = max(second.at - first.at, 0.0)
     found = diagnose(second, first, expected, why, None, f"no rank made progress between two looks {apart:.1f} s apart")
@@ -136,6 +148,13 @@ def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_
     except OSError:
         pass  # the run directory went away: the screen still has it
     return found
+
+
+def ranks_that_returned(run_dir: Path) -> set[int]:
+    """The ranks whose latest record on the run's progress channel says their script returned
+    (a step after it is a new process of the rank)."""
+    latest = {record.rank: record.finished for record in ProgressReader(Path(run_dir) / PROGRESS_SUBDIR).poll()}
+    return {rank for rank, finished in latest.items() if finished}
 
 
 def container_status(host: RankHost) -> str:

@@ -63,7 +63,7 @@ from orchestrate.supervise.inspection import Inspector, Seen, store_ended_before
 from orchestrate.supervise.live_faults import LiveFaultWatch
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
-from orchestrate.supervise.rank_probe import RankHost, absent_reasons
+from orchestrate.supervise.rank_probe import RankHost, absent_reasons, finished_node_reason
 from orchestrate.supervise.restart_policy import RestartPolicy
 from orchestrate.supervise.timings import run_timings
 from orchestrate.supervise.workdir_writes import WorkdirWrites
@@ -214,16 +214,23 @@ class Supervisor:
     # Hangs ------------------------------------------------------------------------------
 
     def expected_ranks(self) -> set[int]:
-        """The ranks that should answer: the live nodes' (an elastic run's: those seen since
-        its last restart)."""
+        """The ranks that should answer: the live nodes', and those of nodes that finished while
+        the others run on, which may be waiting for them (an elastic run's: those seen since its
+        last restart)."""
         planned = {rank for t in self.live for rank in t.plan.global_ranks}
-        return planned or set(self.ranks_seen)
+        if not planned:
+            return set(self.ranks_seen)
+        return planned | {rank for t in self.trackers.values() if t.phase is NodePhase.SUCCEEDED
+                          for rank in t.plan.global_ranks}
 
     def why_absent(self, ranks: set[int]) -> dict[int, str]:
         """Why ranks that did not answer cannot (the hang watchdog's callback)."""
         hosts = [RankHost(t.name, t.container, t.plan.global_ranks, len(t.plan.process_gpus),
                           tuple(filter(None, [parsed_fault(t.result.fault)]))) for t in self.live]
-        return absent_reasons(self.client, hosts, ranks)
+        why = absent_reasons(self.client, hosts, ranks, returned=set(self.progress.finished))
+        why.update({rank: finished_node_reason(t.name) for t in self.trackers.values()
+                    if t.phase is NodePhase.SUCCEEDED for rank in t.plan.global_ranks if rank in ranks})
+        return why
 
     def end_hung(self, found: HangDiagnosis) -> None:
         """End a run that made no progress for --hang-timeout: say where every rank waits, then

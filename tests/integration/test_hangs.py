@@ -75,7 +75,7 @@ def test_a_rank_that_returned_before_init_is_named_as_exited_where_the_other_wai
     summary = result.output.split("=== run")[-1]
     assert re.search(r"^HUNG: no progress for \d+ s \(--hang-timeout 10\): rank 0: init_process_group at"
                      rf" exits_early\.py:{init} in main; rank 1: exited$", summary, re.M), summary
-    assert "  rank 1: has exited: its worker process on node1 is gone, while its node runs on" in summary
+    assert "  rank 1: has exited: its script returned on node1, whose torchrun runs on" in summary
     assert "  a rank that exits while the others wait for it" in summary
     outcome = json.loads((result.run_dir / "outcome.json").read_text())
     assert [a["state"] for a in outcome["hang"]["activities"]] == ["idle", "exited"]

@@ -1,6 +1,7 @@
 """A multi-node bug written as a user would: a rank with nothing to do returns before it joins
 the process group. The other rank waits in init_process_group for it until torch's timeout
-(30 minutes by default), while the early rank's torchrun waits for its peers to finish."""
+(30 minutes by default), while the early rank's torchrun waits for its peers to finish (up to
+5 minutes, its exit barrier)."""
 import os
 
 import torch

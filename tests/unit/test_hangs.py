@@ -4,6 +4,7 @@ workers' collective record (without torch)."""
 from __future__ import annotations
 
 import json
+import time
 import sys
 from pathlib import Path
 from typing import Optional
@@ -108,17 +109,23 @@ def test_a_rank_that_exited_while_another_waits_for_it_is_named_in_the_headline_
     site = "/opt/venv/lib/python3.11/site-packages/torch"
     connecting = (Frame("early.py", 5, "<module>"), Frame(f"{site}/distributed/distributed_c10d.py", 1762,
                                                           "init_process_group"))
-    exited = {1: "has exited: its worker process on node1 is gone, while its node runs on"}
+    exited = {1: "has exited: its script returned on node1, whose torchrun runs on"}
     found = diagnose(probe(5, r0=snap(0, frames=connecting)), probe(0, r0=snap(0, frames=connecting)), {0, 1},
                      exited, 30)
     assert found.hung and [(a.rank, a.state) for a in found.activities] == [(0, "idle"), (1, "exited")]
     assert found.exited == (1,)
     assert found.headline == "no progress for 30 s: rank 0: init_process_group at early.py:5 in <module>; rank 1: exited"
     lines = found.lines()
-    assert "  rank 1: has exited: its worker process on node1 is gone, while its node runs on" in lines
+    assert "  rank 1: has exited: its script returned on node1, whose torchrun runs on" in lines
     assert lines[-1].startswith("  a rank that exits while the others wait for it, in a collective or in"
                                 " init_process_group, leaves them waiting until the process group's timeout")
     assert not any("init_method" in line for line in lines)
+    # rank 0 busy outside any collective (an upload, say): rank 1 is named, but nobody waits for it
+    uploading = (Frame("early.py", 30, "<module>"), Frame("early.py", 12, "upload"))
+    found = diagnose(probe(5, r0=snap(0, frames=uploading)), probe(0, r0=snap(0, frames=uploading)), {0, 1}, exited,
+                     30)
+    assert found.hung and found.exited == (1,) and not found.someone_waits
+    assert not any(line.startswith("  a rank that exits") for line in found.lines())
     # a rank that did not answer for another reason is no exited rank
     stopped = diagnose(probe(5, r0=snap(0, frames=connecting)), probe(0, r0=snap(0, frames=connecting)), {0, 1},
                        {1: "is stopped: its process on node1 got SIGSTOP"}, 30)
@@ -1031,3 +1038,42 @@ def test_stacks_says_the_first_divergence_of_every_kind_though_it_leaves_the_hea
     # ranks that wait for one that never came: once
     said = lines_of(snap(0, (coll(1), coll(2, state="entered"))), snap(1, (coll(1),), frames=stack(30, "load")))
     assert sum("rank 1 is at #1" in line for line in said) == 1, said
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("node1_ends, reason", [
+    (False, "has exited: its script returned on node1, whose torchrun runs on"),  # torchrun's exit barrier
+    (True, "has exited: its script returned on node1, which finished (exit code 0)"),  # the barrier gave up
+])
+def test_a_rank_whose_script_returned_is_named_where_the_other_waits_for_it(make_run, quick_watchdog, node1_ends,
+                                                                           reason):
+    """Rank 1 returned before the collective rank 0 waits in. Its node runs on while torchrun waits
+    for the others (up to 5 minutes), then ends 0: either way rank 1 is the one rank 0 waits for."""
+    import threading
+
+    from orchestrate.outcome.summary import format_summary
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=2, hang_timeout=3)
+    waiting = [{"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[1]", "at": "train.py:9",
+                "state": "entered"}]
+
+    def returned() -> None:  # the start-up hook's record of rank 1's script returning
+        (job.run_dir / "progress").mkdir(parents=True, exist_ok=True)
+        (job.run_dir / "progress" / "rank1.jsonl").write_text(json.dumps(
+            {"rank": 1, "finished": True, "after_step": None, "time": time.time(), "attempt": "a"}) + "\n")
+    client = FakeDockerClient()
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"end\n")  # no worker process left
+    job.client = fake_engine(client,
+                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, waiting, stop=stop))],
+                             node1=[Script(["[1|0]:nothing to do"], hang=not node1_ends, then=returned)])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.hung and result.hang is not None, job.out.getvalue()[-2000:]
+    assert [(a.rank, a.state, a.detail) for a in result.hang.activities] == [
+        (0, "collective", "waits in all_reduce(float32[1]) #1 at train.py:9"), (1, "exited", reason)]
+    summary = format_summary(result)
+    assert "  a rank that exits while the others wait for it" in summary

@@ -513,8 +513,8 @@ def test_a_worker_a_hang_rank_fault_stopped_is_continued_before_its_nodes_sigter
     job = make_run(nodes=2, faults=(parse_fault("hang-rank:1"),))
     client = FakeDockerClient()
     client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
-    # rank 1's worker is there; asked which ranks are stopped, none (the SIGTERM path, not a hung rank's)
-    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\nend\n")
+    # rank 1's worker is there (signalled); asked for its workers, none stopped (the SIGTERM path, not a hung rank's)
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\n1 4241 S\nend\n")
 
     def fail_soon() -> None:
         time.sleep(0.3)  # once the fault is in
@@ -534,7 +534,7 @@ def test_a_worker_a_hang_rank_fault_stopped_gets_one_sigcont_by_its_rank_and_non
     job = make_run(nodes=2, faults=(parse_fault("hang-rank:1"),), stop_grace=0.5)
     client = FakeDockerClient()
     client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
-    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\nend\n")
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\n1 4241 S\nend\n")
 
     def fault_in() -> bool:
         return any(c[0] == "exec_create" and "SIGSTOP" in c[2] for c in client.calls)

@@ -43,18 +43,30 @@ def test_a_paused_nodes_asked_ranks_and_a_stopped_rank_are_named_with_their_faul
         3: "is stopped: its process on node1 got SIGSTOP"}  # 2 answers for itself; 5 was not asked about
 
 
-def test_a_planned_rank_with_no_process_on_its_running_node_has_exited_and_an_elastic_nodes_never_does():
-    """The rank script lists every worker process of a node: a planned rank it leaves out has
-    exited while its node runs on (its torchrun waits for the others). An elastic node's ranks are
-    not known, and a node whose answer lost its end line says nothing."""
+def test_a_planned_rank_whose_script_returned_and_has_no_process_on_its_running_node_has_exited():
+    """The rank script lists every worker process of a node: a planned rank it leaves out, whose
+    script returned (by the progress channel), has exited while its node runs on (its torchrun
+    waits for the others). One whose script did not return may not have started yet (its torchrun
+    still in the rendezvous); an elastic node's ranks are not known; a node whose answer lost its
+    end line says nothing."""
     client = FakeDockerClient()
     planned, elastic = hosts(client, ("node1", (2, 3), ""), ("node2", (), ""), nproc=2)
     client.command_outputs[(planned.container.name, "python3")] = (0, b"2 4242 S\nend\n")
     client.command_outputs[(elastic.container.name, "python3")] = (0, b"end\n")
-    assert absent_reasons(client, [planned, elastic], {3, 5}) == {
-        3: "has exited: its worker process on node1 is gone, while its node runs on"}
+    assert absent_reasons(client, [planned, elastic], {3, 5}, returned={2, 3, 5}) == {
+        3: "has exited: its script returned on node1, whose torchrun runs on"}
+    assert absent_reasons(client, [planned, elastic], {3, 5}, returned={2}) == {}  # 3 may not have started
     client.command_outputs[(planned.container.name, "python3")] = (0, b"2 4242 S\n")  # the end line lost
-    assert absent_reasons(client, [planned], {3}) == {}
+    assert absent_reasons(client, [planned], {3}, returned={3}) == {}
+
+
+def test_a_rank_with_two_processes_one_stopped_is_stopped():
+    """An orphaned child that kept the rank's environment beside the rank's own process: either
+    being stopped stops the rank."""
+    client = FakeDockerClient()
+    [node1] = hosts(client, ("node1", (2,), ""))
+    client.command_outputs[(node1.container.name, "python3")] = (0, b"2 4242 T\n2 4250 S\nend\n")
+    assert absent_reasons(client, [node1], {2}) == {2: "is stopped: its process on node1 got SIGSTOP"}
 
 
 def test_a_node_with_none_of_the_ranks_is_not_asked_and_the_next_one_still_is():
@@ -381,6 +393,29 @@ def test_where_ranks_are_names_a_planned_rank_whose_process_is_stopped(tmp_path)
     found = AnsweringWorkers(tmp_path, (0,), {0: 20}).where_ranks_are(client, planned)
     assert [(a.rank, a.state, a.detail) for a in found.activities][1] == (
         1, "stopped", "is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)")
+
+
+def test_where_ranks_are_names_a_rank_whose_script_returned_as_exited_and_not_one_never_heard_of(tmp_path):
+    """``stacks`` has no launcher: a rank whose script returned is one whose latest record on the
+    progress channel says so."""
+    client = FakeDockerClient()
+    planned = hosts(client, ("node0", (0,), ""), ("node1", (1,), ""))
+    client.command_outputs[(planned[1].container.name, "python3")] = (0, b"end\n")  # no worker process
+    found = AnsweringWorkers(tmp_path, (0,), {0: 20}).where_ranks_are(client, planned)
+    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "absent")]  # not known to have run
+    (tmp_path / "progress").mkdir()
+    (tmp_path / "progress" / "rank1.jsonl").write_text(json.dumps(
+        {"rank": 1, "finished": True, "after_step": None, "time": 1.0, "attempt": "a"}) + "\n")
+    found = AnsweringWorkers(tmp_path, (0,), {0: 20}).where_ranks_are(client, planned)
+    assert [(a.rank, a.state, a.detail) for a in found.activities][1] == (
+        1, "exited", "has exited: its script returned on node1, whose torchrun runs on")
+    assert found.headline.endswith(": rank 0 waits in all_reduce(float32[4]) #2 at train.py:20; rank 1 has exited: its"
+                                   " script returned on node1, whose torchrun runs on"), found.headline
+    # a step after it: a new process of the rank, not yet up
+    with open(tmp_path / "progress" / "rank1.jsonl", "a") as handle:
+        handle.write(json.dumps({"rank": 1, "step": 1, "time": 2.0, "attempt": "b"}) + "\n")
+    found = AnsweringWorkers(tmp_path, (0,), {0: 20}).where_ranks_are(client, planned)
+    assert [(a.rank, a.state) for a in found.activities] == [(0, "collective"), (1, "absent")]
 
 
 def test_where_ranks_are_in_an_elastic_run_asks_the_engine_of_a_rank_it_heard_only_in_the_first_look(tmp_path):
