@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Union
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.link import PRESETS, parse_link
+from orchestrate.config.mounts import parse_mount
 from orchestrate.config.run_config import (
     DEFAULT_ELASTIC_RESTARTS,
     DEFAULT_HANG_DIAGNOSE_AFTER_S,
@@ -217,6 +218,9 @@ NODE_OPTIONS = (
            " optional 'export ' and quotes)", Path, metavar="FILE"),
     Option("copy_env", "--copy-env", "copy the host's variables matching a shell pattern into every node"
            " (repeatable), e.g. --copy-env 'NCCL_*' --copy-env 'WANDB_*'", metavar="PATTERN", repeat=True),
+    Option("mounts", "--mount", "mount a host file or directory into every node (repeatable): HOST[:NODE][:ro];"
+           " NODE defaults to HOST's own absolute path, so a script's /data/... reads the same in the nodes; ro:"
+           " read-only. e.g. --mount ~/datasets:/data:ro", parse_mount, metavar="HOST[:NODE][:ro]", repeat=True),
     Option("requirements", "--requirements", "pip requirements installed into a node image derived from --image;"
            " built once, reused while nothing changed (offline from a host wheelhouse when the nodes cannot reach"
            " the package index)", Path, metavar="FILE"),

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional, Union
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.gpu_layout import GpuLayout, resolve_gpu_layout
 from orchestrate.config.link import LinkSpec
+from orchestrate.config.mounts import Mount
 from orchestrate.config.run_config import (
     DEFAULT_ELASTIC_RESTARTS,
     DEFAULT_HANG_DIAGNOSE_AFTER_S,
@@ -62,6 +63,7 @@ class RunRequest:
     env: tuple[tuple[str, str], ...] = ()
     env_file: Optional[Path] = None
     copy_env: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
     requirements: Optional[Path] = None
     dockerfile: Optional[Path] = None
     no_dockerfile: bool = False
@@ -246,6 +248,7 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         user_name=host.user_name,
         cpus_per_node=request.cpus_per_node,
         memory_per_node=request.memory_per_node,
+        mounts=request.mounts,
         requirements=request.requirements,
         dockerfile=chosen_dockerfile(request),
         link=request.link,

@@ -8,6 +8,7 @@ from typing import Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets
 from orchestrate.config.link import LinkSpec
+from orchestrate.config.mounts import Mount
 from orchestrate.config.user_env import check_name
 from orchestrate.errors import UsageError
 
@@ -105,6 +106,7 @@ class RunConfig:
             ``LOGNAME`` (the image has no passwd entry for the uid).
         cpus_per_node: CPU limit of each node container (None: unlimited).
         memory_per_node: Memory limit of each node container in bytes (None: unlimited).
+        mounts: Host paths mounted into every node (``--mount``), sources absolute.
         requirements: A pip requirements file installed into a derived node image.
         dockerfile: A Dockerfile (``FROM`` the node image) built into a derived node image.
         link: How every node's link is shaped (``--link``); None leaves the bridge as it is.
@@ -145,6 +147,7 @@ class RunConfig:
     user_name: str = ""
     cpus_per_node: Optional[float] = None
     memory_per_node: Optional[int] = None
+    mounts: tuple[Mount, ...] = ()
     requirements: Optional[Path] = None
     dockerfile: Optional[Path] = None
     link: Optional[LinkSpec] = None
@@ -216,6 +219,7 @@ class RunConfig:
         if not workdir.is_dir():
             raise UsageError(f"work directory {str(workdir)!r} does not exist or is not a directory")
         object.__setattr__(self, "workdir", workdir.resolve())
+        object.__setattr__(self, "mounts", self._checked_mounts())
         object.__setattr__(self, "runs_dir", Path(self.runs_dir).resolve())
         object.__setattr__(self, "project_root", Path(self.project_root).resolve())
         target = tuple(self.target) or DEFAULT_TARGET
@@ -292,6 +296,19 @@ class RunConfig:
             )
         object.__setattr__(self, "min_nodes", low)
         object.__setattr__(self, "max_nodes", high)
+
+    def _checked_mounts(self) -> tuple[Mount, ...]:
+        """The ``--mount`` paths, each source absolute and present on the host, no two at one
+        node path."""
+        mounts = tuple(mount.resolved(Path.cwd()) for mount in self.mounts)
+        targets: set[str] = set()
+        for given, mount in zip(self.mounts, mounts):
+            if not mount.source.exists():
+                raise UsageError(f"--mount {given}: {str(mount.source)!r} does not exist on this host")
+            if mount.target in targets:
+                raise UsageError(f"--mount {given}: another --mount is at {mount.target} in the nodes already")
+            targets.add(str(mount.target))
+        return mounts
 
     def _check_target(self, target: tuple[str, ...]) -> None:
         if target[0] in ("-m", "--module"):

@@ -65,6 +65,7 @@ def render_node(plan: JobPlan, node: NodePlan) -> dict[str, Any]:
             },
             {"type": "volume", "source": SHARED_VOLUME, "target": SHARED_DIR},
             {"type": "bind", "source": str(plan.run_dir), "target": RUN_DIR_MOUNT},
+            *user_mounts(cfg),
         ],
         "labels": escape_interpolation(node_labels(plan, node)),
     }
@@ -129,6 +130,12 @@ def render_store(plan: JobPlan) -> dict[str, Any]:
     if cfg.run_as:
         service["user"] = cfg.run_as
     return service
+
+
+def user_mounts(cfg: Any) -> list[dict[str, Any]]:
+    """The ``--mount`` paths as the nodes' bind mounts."""
+    return [{"type": "bind", "source": str(m.source), "target": m.target, **({"read_only": True} if m.read_only else {})}
+            for m in cfg.mounts]
 
 
 def render_compose(plan: JobPlan) -> dict[str, Any]:

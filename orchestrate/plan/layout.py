@@ -68,3 +68,21 @@ SHM_SIZE = "2gb"
 # The CPU quota's period of every node, in microseconds (the kernel's default): --cpus-per-node
 # and a slow fault set the quota as a share of it.
 CPU_PERIOD_US = 100_000
+
+
+# Paths of the node that a --mount may not cover, lie above, or lie inside of: the run's own
+# mounts, the image's Python, the system's.
+NODE_OWN_PATHS = (WORKSPACE_DIR, PROJECT_MOUNT_DIR, SHARED_DIR, RUN_DIR_MOUNT, "/opt/venv", "/proc", "/sys", "/dev",
+                  "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64")
+# Directories a mount may lie inside of, but not cover (nor lie above): home, scratch, state.
+NODE_OWN_DIRS = ("/home/node", "/tmp", "/var", "/run")
+
+
+def mount_conflict(target: str) -> str:
+    """The node's own path that a mount at ``target`` would cover, lie above or lie inside of
+    ("" when none)."""
+    above = target.rstrip("/") + "/"
+    for own in NODE_OWN_PATHS + NODE_OWN_DIRS:
+        if target == own or own.startswith(above) or (own in NODE_OWN_PATHS and target.startswith(own + "/")):
+            return own
+    return ""

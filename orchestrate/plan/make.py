@@ -10,6 +10,7 @@ from typing import Optional
 
 from orchestrate.config.link import link_commands
 from orchestrate.config.run_config import STORE_SERVICE, RunConfig
+from orchestrate.errors import UsageError
 from orchestrate.plan.gpu_assignment import node_gpus, process_gpus
 from orchestrate.plan.layout import (
     HEARTBEAT_FILE,
@@ -24,6 +25,7 @@ from orchestrate.plan.layout import (
     RUN_DIR_MOUNT,
     SHARED_DIR,
     WORKER_START,
+    mount_conflict,
 )
 from orchestrate.plan.model import JobPlan, NodePlan, node_name
 from orchestrate.plan.torchrun import elastic_torchrun_argv, torchrun_argv
@@ -166,6 +168,20 @@ def worker_target(config: RunConfig) -> tuple[str, ...]:
     return (WORKER_START, *flags, "--", *config.target)
 
 
+def check_mounts(config: RunConfig) -> None:
+    """Refuse a ``--mount`` whose node path is one of the node's own paths, above one, or
+    inside one the node needs whole.
+
+    Raises:
+        UsageError: Naming the mount, the node's path, and another place to put it.
+    """
+    for mount in config.mounts:
+        own = mount_conflict(str(mount.target))
+        if own:
+            raise UsageError(f"--mount {mount}: {mount.target} in the nodes collides with their own {own}; give it"
+                             f" another node path, e.g. --mount {mount.source}:/data/{mount.source.name or 'host'}")
+
+
 def project_name(run_id: str) -> str:
     """The Compose project of run ``run_id``: its containers, network and volume are named after it."""
     return f"ddp-{run_id}"
@@ -196,6 +212,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
     Returns:
         The plan the apply step carries out.
     """
+    check_mounts(config)
     gpu_ids = tuple(gpu_ids) or tuple(str(g) for g in range(config.nodes * config.gpus_per_node))
     needed = config.gpus_per_node if config.share_gpus else config.nodes * config.gpus_per_node
     if len(gpu_ids) < needed:

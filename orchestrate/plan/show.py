@@ -17,6 +17,7 @@ def format_plan(plan: JobPlan) -> str:
     lines = [
         f"run {plan.run_id}  (compose project {plan.project_name})",
         f"image {plan.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
+        *[f"mount {m.source} -> {m.target}{' (read-only)' if m.read_only else ''}" for m in cfg.mounts],
         f"nodes N={cfg.nodes}  GPUs per node G={cfg.gpus_per_node}  local world size"
         f" L={cfg.nprocs_text}  world size W={plan.world_size}"
         f"  master {plan.master_addr}:{plan.master_port}",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from orchestrate.engine.compose_file import escape_interpolation
+from orchestrate.engine.compose_file import escape_interpolation, user_mounts
 from orchestrate.engine.labels import CONTROLLER_ROLE, ROLE_LABEL, SCHEDULER_LABEL, node_labels
 from orchestrate.plan.layout import (
     NETWORK,
@@ -92,6 +92,7 @@ def render_slurm_compose(plan: JobPlan, image: str, run_as: str) -> dict[str, An
         {"type": "bind", "source": str(cfg.project_root), "target": PROJECT_MOUNT_DIR, "read_only": True},
         {"type": "volume", "source": SHARED_VOLUME, "target": SHARED_DIR},
         {"type": "bind", "source": str(plan.run_dir), "target": RUN_DIR_MOUNT},
+        *user_mounts(cfg),
     ]
 
     def service(name: str, role: str, daemon: list[str], labels: dict[str, str]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""A user's own project on real nodes: environment, dependencies, file ownership, images, sizes."""
+"""A user's own project on real nodes: environment, dependencies, host paths mounted, file ownership,
+images, sizes."""
 from __future__ import annotations
 
 import base64
@@ -52,6 +53,24 @@ def test_lines_a_script_writes_in_pieces_are_shown_whole_when_followed_and_in_th
                     [f"rank {rank} half and the rest"], shown[-3000:]
     finally:
         remove_project(docker_client, f"ddp-{run_id}")
+
+
+def test_host_paths_outside_the_work_directory_are_mounted_where_the_job_names_them(orchestrate_run, docker_client,
+                                                                                     tmp_path):
+    workdir, dataset, checkpoints = tmp_path / "work", tmp_path / "dataset", tmp_path / "checkpoints"
+    for directory in (workdir, dataset, checkpoints):
+        directory.mkdir()
+    copy_job(workdir, "read_mounts.py")
+    (dataset / "readme.txt").write_text("digits, 60000 of them\n")
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--mount", f"{dataset}:/data:ro",
+                             "--mount", str(checkpoints), "--", "read_mounts.py", str(checkpoints))
+    assert result.code == 0, result.output[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} read: digits, 60000 of them" in result.output
+        assert f"rank {rank} could not write into /data: Read-only file system" in result.output
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["rank0.ckpt", "rank1.ckpt"]  # at the host's own path
+    assert sorted(p.name for p in dataset.iterdir()) == ["readme.txt"]
+    assert leftovers(docker_client, result.project) == []
 
 
 def test_env_env_file_and_copy_env_reach_every_rank_with_their_precedence(orchestrate_run, docker_client,
