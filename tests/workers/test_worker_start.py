@@ -91,7 +91,7 @@ def test_a_worker_that_spawns_processes_of_its_own_is_told_once_that_torchrun_sp
         "import torch.multiprocessing as mp\n"
         "def work(index):\n"
         "    pass\n"
-        "import torch.multiprocessing.spawn as module\n"
+        "module = sys.modules['torch.multiprocessing.spawn']  # mp.spawn is the function of that name\n"
         "print('wrapped:', hasattr(mp.start_processes, '__wrapped__'), mp.start_processes is module.start_processes,"
         " file=sys.stderr)\n"
         "mp.spawn(work, nprocs=0)\n"
