@@ -41,17 +41,22 @@ DEFAULT_CPU_BASE = "python:3.11-slim-bookworm"
 DEFAULT_GPU_BASE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
 # The image recipe: bumped when what the node image holds changes (2: iptables, for a link's loss
 # where the kernel has no netem; 3: the exit guard skips the final garbage collections; 4: with
-# a switch of its own, DDP_EXIT_FREEZE), so that an engine's older image is rebuilt rather than used.
-IMAGE_RECIPE = "4"
+# a switch of its own, DDP_EXIT_FREEZE; 5: a C++ compiler, which torch.compile's inductor needs
+# to build its CPU kernels, and Triton its GPU launchers), so that an engine's older image is
+# rebuilt rather than used.
+IMAGE_RECIPE = "5"
 RECIPE_LABEL = "io.ddp-compose.recipe"
-# The offline base's own recipe: bumped when OFFLINE_PACKAGES change (2: iptables), so that an
-# older base is rebuilt; a node image's change alone reuses the base.
-BASE_RECIPE = "2"
+# The offline base's own recipe: bumped when OFFLINE_PACKAGES change (2: iptables; 3: g++ and
+# Python's headers, for torch.compile), so that an older base is rebuilt; a node image's change
+# alone reuses the base.
+BASE_RECIPE = "3"
 OFFLINE_BASE = f"ddp-compose-base:bookworm-r{BASE_RECIPE}"
 OFFLINE_SUITE = "bookworm"
 # Debian bookworm's python3 is 3.11: the wheelhouse must match it, whatever the host runs.
 OFFLINE_PYTHON_VERSION = "3.11"
-OFFLINE_PACKAGES = ("python3", "python3-venv", "procps", "iproute2", "iptables", "ca-certificates")
+# g++ and python3-dev: torch.compile's inductor compiles its CPU kernels as Python extensions.
+OFFLINE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "procps", "iproute2", "iptables",
+                    "ca-certificates")
 WHEEL_PLATFORMS = (
     "manylinux_2_28_x86_64",
     "manylinux_2_27_x86_64",

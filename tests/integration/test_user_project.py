@@ -73,6 +73,19 @@ def test_host_paths_outside_the_work_directory_are_mounted_where_the_job_names_t
     assert leftovers(docker_client, result.project) == []
 
 
+def test_a_model_compiled_with_torch_compile_trains_in_the_nodes(orchestrate_run, docker_client, tmp_path):
+    """inductor builds a compiled model's CPU kernels with a C++ compiler and Python's headers:
+    the node image has both (before 2026-11-27 it had neither, and torch.compile failed with
+    "InvalidCxxCompiler: No working C++ compiler found")."""
+    copy_job(tmp_path, "compiled_model.py")
+    result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--", "compiled_model.py")
+    assert result.code == 0, result.output[-3000:]
+    losses = {rank: re.findall(rf"rank {rank} step (\d) loss (\S+)", result.output) for rank in (0, 1)}
+    assert len(losses[0]) == 3 and losses[0] == losses[1], losses  # DDP kept the compiled replicas equal
+    assert sorted(re.findall(r"rank (\d) compiled [1-9]\d* graphs", result.output)) == ["0", "1"], result.output[-3000:]
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_env_env_file_and_copy_env_reach_every_rank_with_their_precedence(orchestrate_run, docker_client,
                                                                           tmp_path, monkeypatch):
     copy_job(tmp_path, "show_env.py")

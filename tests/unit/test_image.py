@@ -82,8 +82,9 @@ def test_an_image_the_project_did_not_build_counts_as_current_and_the_offline_ba
     client.images.add("my/node:1")
     assert image.image_current(client, "my/node:1") and not image.image_current(client, "missing:1")
     assert image.OFFLINE_BASE.endswith(f"-r{image.BASE_RECIPE}") and "iptables" in image.OFFLINE_PACKAGES
+    assert {"g++", "python3-dev"} <= set(image.OFFLINE_PACKAGES)  # torch.compile builds its kernels with them
     dockerfile = (image.DOCKER_DIR / "Dockerfile").read_text()
-    assert f"ARG RECIPE={image.IMAGE_RECIPE}" in dockerfile and "iptables" in dockerfile
+    assert f"ARG RECIPE={image.IMAGE_RECIPE}" in dockerfile and "iptables" in dockerfile and "g++" in dockerfile
 
 
 def test_the_offline_build_downloads_its_installer_with_the_wheels_and_passes_its_pin(monkeypatch, tmp_path):
