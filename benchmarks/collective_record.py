@@ -5,8 +5,9 @@
 ``benchmarks/jobs/collective_steps.py`` times two loops under ``torchrun --standalone
 --nproc-per-node 2`` (gloo, CPU), started through ``orchestrate/node/worker_start.py`` with a
 debug directory, as every run's workers are: small all_reduces (16 floats), and a small DDP
-model's steps (two 64x64 layers, batch 32, one logged all_reduce per step, and the backward
-pass, which the hook records as DDP's gradient all-reduce). In each launch, rounds alternate
+model's steps (two 64x64 layers with a BatchNorm between, batch 32, one logged all_reduce per
+step, the forward pass's broadcast of the BatchNorm's buffers and the backward pass, which the
+hook records as DDP's own collectives). In each launch, rounds alternate
 between the collectives as the hook wrapped them and the originals, so both see the same
 process and load (the snapshot thread runs in both: it wakes four times a second).
 Prints each loop's median step time with and without the record, and the overhead: the median

@@ -1,5 +1,6 @@
 """Two step loops timed in one worker: small all_reduces, and a small DDP model's training steps.
-Under the start-up hook, rounds alternate between the collectives (and DDP's backward pass) as
+Under the start-up hook, rounds alternate between the collectives (and DDP's backward pass and
+its forward pass's broadcast of the buffers) as
 the hook wrapped them (recorded) and the originals (not recorded), so both see the same process and machine load.
 Rank 0 prints one JSON line: each round's seconds per step, per loop and variant. Plain torch.
 ``--device cuda``: on NCCL, each rank on GPU LOCAL_RANK mod the GPUs, every round ended by a
@@ -25,12 +26,14 @@ if on_gpu:
     torch.cuda.set_device(device)
 dist.init_process_group("nccl" if on_gpu else "gloo")
 torch.manual_seed(0)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-    torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).to(device))
+DDP = torch.nn.parallel.DistributedDataParallel
+model = DDP(torch.nn.Sequential(  # BatchNorm's buffers: every forward pass broadcasts them
+    torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).to(device))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 batch, small = torch.randn(32, 64, device=device), torch.ones(16, device=device)
 RECORDED = {name: getattr(dist, name) for name in ("all_reduce", "barrier")}
 RECORDED["backward"] = torch.autograd.backward  # the hook records DDP's backward passes there
+RECORDED["buffers"] = DDP._sync_module_buffers  # and a forward pass's broadcast of the buffers there
 PLAIN = {name: getattr(f, "__wrapped__", f) for name, f in RECORDED.items()}
 
 
@@ -38,6 +41,8 @@ def use(functions: dict) -> None:
     for name, function in functions.items():
         if name == "backward":
             torch.autograd.backward = function
+        elif name == "buffers":
+            DDP._sync_module_buffers = function
         else:
             setattr(dist, name, function)
             setattr(c10d, name, function)

@@ -11,6 +11,7 @@ from orchestrate.hangs.collectives import Divergence, channel_ends, first_diverg
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
+from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
@@ -43,6 +44,13 @@ SILENT_STATES = ("stopped", "exited", "absent")
 EXITED_HINT = ("a rank that exits while the others wait for it, in a collective or in init_process_group, leaves them"
                " waiting until the process group's timeout: every rank must call the same collectives (look for an"
                " early return or a branch on the rank)")
+
+# A DDP model's forward pass broadcasts its buffers: the frames of it in a failed rank's traceback.
+DDP_FORWARD_FRAMES = ("in _sync_buffers", "in _sync_module_buffers")
+DDP_FORWARD_HINT = ("a DDP model's forward pass broadcasts the model's buffers from rank 0 (broadcast_buffers=True, the"
+                    " default; BatchNorm's running statistics are buffers), so it is a collective: a forward pass some"
+                    " ranks make alone, an evaluation on rank 0 only, waits for the others; evaluate through"
+                    " model.module there, or on every rank")
 
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
@@ -242,6 +250,15 @@ class HangDiagnosis:
         """The ranks whose worker process exited while their node ran on."""
         return tuple(a.rank for a in self.activities if a.state == "exited")
 
+    @property
+    def forward_alone(self) -> bool:
+        """Whether a hung job's ranks part at a DDP forward pass's broadcast of its buffers: some
+        ranks wait in it, and the others are elsewhere (in another collective, or exited)."""
+        if not self.hung or not (self.divergence is not None or self.exited):
+            return False
+        waiting = [entries[-1] for entries in self.collectives.values() if entries]
+        return any(e.get("state") == "entered" and str(e.get("shapes", "")).startswith(DDP_BUFFERS) for e in waiting)
+
     def group_loading_where(self, ranks: tuple[int, ...]) -> str:
         """Where the first of these ranks' DataLoader workers with a batch to load is."""
         whose = "its" if len(ranks) == 1 else None
@@ -266,12 +283,15 @@ class HangDiagnosis:
         # a working job's ranks are looked at a moment apart, and its GPUs are in collectives as
         # they go: there only ops or shapes that differ are worth saying
         shown = self.hung or (self.divergence is not None and self.divergence.kind == "mismatch")
+        forward_alone = self.forward_alone
         if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
-            if channel_ends(self.divergence.group) is None:  # torch's check compares no sends and receives
+            if channel_ends(self.divergence.group) is None and not forward_alone:  # torch's check compares no p2p
                 out.append(f"  {DEBUG_HINT}")
-        if self.hung and self.exited and self.someone_waits:
+        if forward_alone:
+            out.append(f"  {DDP_FORWARD_HINT}")
+        elif self.hung and self.exited and self.someone_waits:
             out.append(f"  {EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
             out.append(f"  {SPAWN_HINT}")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from orchestrate.node.collective_log import ON_GPU
-from orchestrate.node.ddp_gradients import DESCRIBED as DDP_GRADIENTS
+from orchestrate.node.ddp_collectives import DESCRIBED as DDP_GRADIENTS
 from orchestrate.node.snapshot import LOADER_PREFIX, REQUEST_FILE
 from orchestrate.plan.layout import DEBUG_SUBDIR
 # How long a request waits for the workers' answers (they look every 0.25 s).

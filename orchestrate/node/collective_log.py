@@ -7,7 +7,7 @@ Installed by the workers' start-up hook before the script runs, without importin
 wrappers go in when the script itself first imports ``torch.distributed`` (an import hook), so a
 script that sets variables before ``import torch`` keeps that order. Only calls made from Python
 are wrapped: DDP's gradient all-reduces, which its C++ reducer issues, are recorded by
-:mod:`orchestrate.node.ddp_gradients`, one entry per backward pass. Standard library only until
+:mod:`orchestrate.node.ddp_collectives`, one entry per backward pass. Standard library only until
 torch is there.
 """
 from __future__ import annotations

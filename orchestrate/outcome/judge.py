@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from orchestrate.hangs.diagnosis import GLOO_MISMATCH
+from orchestrate.hangs.diagnosis import DDP_FORWARD_FRAMES, DDP_FORWARD_HINT, GLOO_MISMATCH
 from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
@@ -202,6 +202,22 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
             " first mismatched collective, naming both (it does not compare sends and receives)")
+
+
+# A collective that waited past its process group's timeout (gloo's and NCCL's words).
+_TIMED_OUT = re.compile(r"timed out|timeout", re.I)
+
+
+def ddp_forward_hint(failure: Optional[Failure]) -> str:
+    """For a rank that failed in a DDP model's forward pass, broadcasting its buffers: that this
+    is a collective, and a forward pass some ranks make alone parts them ("" for any other
+    failure: a fault's, whose exception is in its reason, or a rank's own error). Its peers had
+    gone on: they finished while it waited (the failure's description says so), or its wait
+    timed out."""
+    if failure is None or not (failure.description or _TIMED_OUT.search(failure.exception)):
+        return ""
+    text = "\n".join([failure.traceback, *failure.last_lines])
+    return f"  hint: {DDP_FORWARD_HINT}" if any(frame in text for frame in DDP_FORWARD_FRAMES) else ""
 
 
 # Python's words for an import that found nothing, with the module's dotted name.

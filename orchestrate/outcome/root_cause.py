@@ -45,6 +45,9 @@ _COLLATERAL_MARKERS = (
     "Process group watchdog thread terminated",
     "remote process exited",
     "communicator was aborted",
+    # torch's check of each collective (TORCH_DISTRIBUTED_DEBUG=DETAIL) on a peer that is not
+    # there: gone (it says so at once, naming its full timeout), or waiting elsewhere
+    "failed to pass monitoredBarrier",
 )
 
 

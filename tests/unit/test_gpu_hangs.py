@@ -16,7 +16,7 @@ from orchestrate.hangs.diagnosis import diagnose
 from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot
 from orchestrate.hangs.stacks import group_stacks
 from orchestrate.node.collective_log import CollectiveLog, gpus_of
-from orchestrate.node.ddp_gradients import model_gpus
+from orchestrate.node.ddp_collectives import model_gpus
 from tests.unit.test_hangs import answering_worker, quick_watchdog  # noqa: F401 - a fixture
 
 

@@ -12,7 +12,8 @@ from typing import Optional
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import diagnose, loader_lines, loading_where, timeout_diagnosis
+from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, diagnose, loader_lines, loading_where,
+                                        timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
 from orchestrate.hangs.stacks import group_stacks, ranks_text
@@ -101,6 +102,38 @@ def test_ranks_that_wait_for_processes_they_spawned_get_the_hint_that_torchrun_s
     other = probe(5, r0=snap(0, frames=spawning), r1=snap(1))
     found = diagnose(other, probe(0, r0=snap(0, frames=spawning), r1=snap(1)), {0, 1}, {}, 120)
     assert found.hung and not any("torch.multiprocessing.spawn" in line for line in found.lines())
+
+
+def test_a_ddp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_broadcasts_the_buffers():
+    """Rank 0 evaluates its DDP model alone: the forward pass broadcasts the buffers, and rank 1
+    is in the barrier after it, or has exited. Ranks that all wait in it, or one in another
+    collective, get no such hint."""
+    buffers = coll(7, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:30")
+    barrier = coll(7, "", "entered", op="barrier", at="train.py:40")
+    history = (coll(5, "buffers of DDP(Net)", op="broadcast"), coll(6, "gradients of DDP(Net)"))
+    parted = probe(5, r0=snap(0, history + (buffers,), frames=stack(30)), r1=snap(1, history + (barrier,), stack(40)))
+    found = diagnose(parted, None, {0, 1}, {}, 30)
+    assert found.headline == ("no progress for 30 s: collective #7: rank 0 entered broadcast(buffers of DDP(Net)) at"
+                              " train.py:30; rank 1 entered barrier() at train.py:40")
+    lines = found.lines()
+    assert lines[-1] == (f"  {DDP_FORWARD_HINT}") and f"  {DEBUG_HINT}" not in lines
+    # rank 1's script returned instead
+    exited = {1: "has exited: its script returned on node1, whose torchrun runs on"}
+    alone = diagnose(probe(5, r0=snap(0, history + (buffers,), frames=stack(30))), None, {0, 1}, exited, 30)
+    assert alone.exited == (1,) and alone.lines()[-1] == f"  {DDP_FORWARD_HINT}"
+    # every rank in the same forward pass: a slow peer or a lost one, not a forward made alone
+    together = probe(5, r0=snap(0, history + (buffers,), frames=stack(30)), r1=snap(1, history + (buffers,), stack(30)))
+    assert not any(DDP_FORWARD_HINT in line for line in diagnose(together, None, {0, 1}, {}, 30).lines())
+    # rank 0's forward pass returned (it computes after it) while rank 1 waits: not that forward pass
+    past = probe(5, r0=snap(0, history + (coll(7, "buffers of DDP(Net)", op="broadcast", at="train.py:30"),),
+                            frames=(Frame("train.py", 31, "<module>"),)), r1=snap(1, history + (barrier,), stack(40)))
+    lines = diagnose(past, None, {0, 1}, {}, 30).lines()
+    assert "collective #7: rank 0 entered broadcast(buffers" in lines[0] and not any(DDP_FORWARD_HINT in line for line in lines)
+    # parted elsewhere: the usual hint, and none about DDP's forward pass
+    other = coll(7, "float32[4]", "entered", at="train.py:35")
+    elsewhere = probe(5, r0=snap(0, history + (other,), frames=stack(35)), r1=snap(1, history + (barrier,), stack(40)))
+    lines = diagnose(elsewhere, None, {0, 1}, {}, 30).lines()
+    assert f"  {DEBUG_HINT}" in lines and not any(DDP_FORWARD_HINT in line for line in lines)
 
 
 def test_a_rank_that_exited_while_another_waits_for_it_is_named_in_the_headline_with_its_own_hint():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.outcome.judge import (Failure, died_at_exit, find_failure, mismatch_hint, missing_module_hint,
-                                       no_gpu_hint, signal_name)
+from orchestrate.outcome.judge import (Failure, ddp_forward_hint, died_at_exit, find_failure, mismatch_hint,
+                                       missing_module_hint, no_gpu_hint, signal_name)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -273,6 +273,35 @@ def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look
     assert missing_module_hint(Failure("node0", 0, 1, "ValueError: No module named 'x'", ())) == ""
     assert missing_module_hint(Failure("node0", 0, 1, "", ())) == ""
     assert missing_module_hint(None) == ""
+
+
+def test_the_ddp_forward_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_broadcasting_its_buffers(nodes):
+    """Rank 0 evaluated its DDP model alone, and rank 1 finished meanwhile: the forward pass's
+    buffer broadcast lost its peer (gloo), or torch's check of it found rank 1 gone."""
+    node0, node1 = nodes(2, 1)
+    forward = ("  File \"/opt/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py\", line 2190,"
+               " in _sync_buffers", "    self._sync_module_buffers(authoritative_rank)")
+    hint = ("  hint: a DDP model's forward pass broadcasts the model's buffers from rank 0 (broadcast_buffers=True, the"
+            " default; BatchNorm's running statistics are buffers), so it is a collective: a forward pass some ranks"
+            " make alone, an evaluation on rank 0 only, waits for the others; evaluate through model.module there, or"
+            " on every rank")
+    checked = "RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in 1800000 ms"
+    for exception in (LOST_PEER, checked):
+        results = [ended(node0, cause=RootCause(0, 0, 1, exception), last_lines=list(forward)),
+                   succeeded(node1, finished_ranks={1: 15})]
+        failure = find_failure(results)
+        assert failure.describe().endswith(", as rank 1 (node1, after step 15) had finished its script while rank 0"
+                                           f" still ran, and rank 0's collectives lost it as a peer {UNEVEN}")
+        assert ddp_forward_hint(failure) == hint
+    # its wait timed out (its peers wait elsewhere); the error file's traceback shows where
+    timed_out = Failure("node0", 0, 1, "RuntimeError: [../gloo/transport/tcp/pair.cc] Timed out waiting 1800000ms", (),
+                        traceback="\n".join(forward))
+    assert ddp_forward_hint(timed_out) == hint
+    # a fault's failure, a lost peer nobody left early, a forward pass elsewhere, or no failure: none
+    assert ddp_forward_hint(Failure("node1", 1, -9, "", forward, reason="rank 1 failed (injected fault)")) == ""
+    assert ddp_forward_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
+    assert ddp_forward_hint(Failure("node0", 0, 1, "Timed out", ("  File \"train.py\", line 3, in main",))) == ""
+    assert ddp_forward_hint(None) == ""
 
 
 def test_the_no_gpu_hint_is_given_on_a_node_without_a_gpu_to_a_script_that_asked_for_one(nodes):

@@ -46,6 +46,9 @@ def test_failures_caused_by_a_dead_peer_are_collateral():
     assert is_collateral(closed, [])
     assert is_collateral(signalled, [])
     assert is_collateral(RootCause(0, 0, 1, ""), ["... Connection reset by peer"])
+    # torch's own check of each collective (--debug-collectives) on a peer that is gone
+    assert is_collateral(RootCause(0, 0, 1, "RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in"
+                                            " 1800000 ms"), [])
 
 
 def test_node_output_keeps_a_log_file_and_per_rank_tails(make_job):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import diagnose
+from orchestrate.hangs.diagnosis import DDP_FORWARD_HINT, DEBUG_HINT, diagnose
 from orchestrate.hangs.snapshots import request_snapshots
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
@@ -21,6 +21,7 @@ DESYNC = ROOT / "tests" / "jobs" / "desync.py"
 DDP_BARRIER = ROOT / "tests" / "jobs" / "ddp_rank_barrier.py"
 LOADER_STUCK = ROOT / "tests" / "jobs" / "loader_stuck.py"
 P2P_SHORT = ROOT / "tests" / "jobs" / "p2p_short.py"
+EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "evaluate_on_rank0.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -95,15 +96,42 @@ def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barr
         probe = hung_probe(tmp_path, proc)
     finally:
         stop(proc)
-    # three steps' backward passes (the no_sync() ones all-reduce nothing), then the barrier
+    # the construction's check and broadcast, three steps' backward passes (the no_sync() ones
+    # all-reduce nothing), then the barrier
     divergence = first_divergence(probe.snapshots)
     assert divergence is not None
-    assert divergence.text == (f"collective #4: rank 0 entered barrier() at {DDP_BARRIER}:{barrier}; rank 1 entered"
+    assert divergence.text == (f"collective #6: rank 0 entered barrier() at {DDP_BARRIER}:{barrier}; rank 1 entered"
                                f" all_reduce(gradients of DDP(Linear)) at {DDP_BARRIER}:{sync}")
     waiting = probe.snapshots[1].in_collective
     assert waiting is not None and waiting.is_backward_pass and not probe.snapshots[0].in_collective.is_backward_pass
-    assert [(c.seq, c.state) for c in probe.snapshots[1].collectives] == [(1, "done"), (2, "done"), (3, "done"),
-                                                                          (4, "entered")]
+    built = line_of(DDP_BARRIER, "model = DistributedDataParallel(")
+    assert [(c.seq, c.op, c.shapes, c.at, c.state) for c in probe.snapshots[1].collectives] == [
+        (1, "all_gather", "parameter shapes of DDP", f"{DDP_BARRIER}:{built}", "done"),
+        (2, "broadcast", "parameters of DDP(Linear)", f"{DDP_BARRIER}:{built}", "done"),
+        *[(seq, "all_reduce", "gradients of DDP(Linear)", f"{DDP_BARRIER}:{sync}", "done") for seq in (3, 4, 5)],
+        (6, "all_reduce", "gradients of DDP(Linear)", f"{DDP_BARRIER}:{sync}", "entered")]
+
+
+def test_a_ddp_forward_pass_rank_0_makes_alone_is_named_as_the_broadcast_of_its_buffers(tmp_path):
+    job = EVALUATE_ON_RANK0
+    built, forward, backward = line_of(job, "# BUILD"), line_of(job, "# FORWARD"), line_of(job, "# BACKWARD")
+    evaluate, barrier = line_of(job, "# EVALUATE"), line_of(job, "# BARRIER")
+    proc = start(tmp_path, "--collective-timeout", "60", "--", str(job))
+    try:
+        probe = hung_probe(tmp_path, proc)
+    finally:
+        stop(proc)
+    # every rank alike: the construction, then each step's forward (its buffers) and backward pass
+    steps = [(seq, op, shapes, f"{job}:{line}") for seq, (op, shapes, line) in enumerate(
+        [("all_gather", "parameter shapes of DDP", built), ("broadcast", "parameters of DDP(Sequential)", built)]
+        + [("broadcast", "buffers of DDP(Sequential)", forward), ("all_reduce", "gradients of DDP(Sequential)",
+                                                                  backward)] * 2, start=1)]
+    for rank in (0, 1):
+        assert [(c.seq, c.op, c.shapes, c.at) for c in probe.snapshots[rank].collectives[:-1]] == steps
+    diagnosis = diagnose(probe, None, {0, 1}, {}, None)
+    assert diagnosis.headline == (f"no progress: collective #7: rank 0 entered broadcast(buffers of DDP(Sequential))"
+                                  f" at {job}:{evaluate}; rank 1 entered barrier() at {job}:{barrier}")
+    assert f"  {DDP_FORWARD_HINT}" in diagnosis.lines() and f"  {DEBUG_HINT}" not in diagnosis.lines()
 
 
 RECORD_PER_RANK = """

@@ -1,10 +1,19 @@
-"""DDP's gradient all-reduces, in the collective record.
+"""DDP's own collectives, in the collective record: its gradient all-reduces, the broadcast of
+its buffers in every forward pass, and the check and broadcast of its construction.
 
-DDP's C++ reducer all-reduces the gradients during the backward pass, out of reach of the
+DDP issues these from C++ (``dist._broadcast_coalesced``, its reducer), out of reach of the
 Python collectives :mod:`orchestrate.node.collective_log` wraps. Unrecorded, a rank that waits
 there looked like a rank in no collective at all, and a script whose ranks part (one rank in an
-extra ``barrier()``, the other in its next ``loss.backward()``) was diagnosed as "rank 0 is not in
-a collective".
+extra ``barrier()``, the other in its next ``loss.backward()``; rank 0 alone evaluating its DDP
+model, whose forward pass broadcasts its buffers) was diagnosed as "rank 0 is not in a
+collective".
+
+A forward pass that synchronizes the model's buffers (``broadcast_buffers=True``, the default,
+and a model with buffers: BatchNorm's running statistics) is recorded as
+``broadcast(buffers of DDP(Net))``, and the construction as ``all_gather(parameter shapes of
+DDP)`` then ``broadcast(parameters of DDP(Net))``, each at the user's line that made it. The
+collectives these make inside (a join's agreement on the rank to take them from) are part of
+the entry, so every rank records the same.
 
 So a backward pass (``torch.autograd.backward``, which ``loss.backward()`` calls) that follows a
 DDP model's forward pass made with gradients on and synchronization wanted (not under
@@ -32,17 +41,25 @@ import functools
 import importlib
 import sys
 import weakref
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 from orchestrate.node.collective_log import CollectiveLog, caller, relative, when_imported
 
 OP = "all_reduce"
 DESCRIBED = "gradients of DDP("  # how the record's entries start (what they all-reduce)
+BUFFERS = "buffers of DDP("  # a forward pass's broadcast of the model's buffers
+PARAMETERS = "parameters of DDP("  # the construction's broadcast of the parameters (and buffers)
+SHAPES = "parameter shapes of DDP"  # the construction's check that every rank's parameters match
 
 
 def described(models: List[Any]) -> str:
     """``gradients of DDP(Net)`` (every model named, in the order of their forward passes)."""
     return "gradients of " + ", ".join(f"DDP({type(getattr(m, 'module', m)).__name__})" for m in models)
+
+
+def model_name(module: Any) -> str:
+    """The wrapped model's class name (``Net`` of ``DDP(Net)``)."""
+    return type(getattr(module, "module", module)).__name__
 
 
 _MODEL_GPUS: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
@@ -105,7 +122,56 @@ def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
     if original_shadow is not None:
         ddp._match_all_reduce_for_bwd_pass = functools.wraps(original_shadow)(shadow)
         wrappers.append(shadow)
+    wrappers += record_forward_and_construction(log, name_group, ddp, sys.modules[ddp.__module__])
     when_imported("torch._dynamo", lambda: keep_out_of_compile(wrappers))
+
+
+def record_forward_and_construction(log: CollectiveLog, name_group: Callable[[Any], str], ddp: Any,
+                                    module: Any) -> List[Callable[..., Any]]:
+    """Record DDP's broadcast of its buffers in a forward pass (``_sync_module_buffers``) and
+    the two collectives of its construction (the functions DDP's module calls them by), where
+    this torch has them; return the wrappers. A torch that has none of them is left as it is."""
+    wrappers: List[Callable[..., Any]] = []
+    buffers = getattr(ddp, "_sync_module_buffers", None)
+    if buffers is not None:
+        @functools.wraps(buffers)
+        def sync_module_buffers(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return recorded(log, buffers, (self, *args), kwargs, "broadcast",
+                            name_group(getattr(self, "process_group", None)), f"{BUFFERS}{model_name(self)})",
+                            gpus=model_gpus(self))
+
+        ddp._sync_module_buffers = sync_module_buffers
+        wrappers.append(sync_module_buffers)
+    verify = getattr(module, "_verify_param_shape_across_processes", None)
+    if verify is not None:
+        @functools.wraps(verify)
+        def verify_param_shapes(process_group: Any, *args: Any, **kwargs: Any) -> Any:
+            return recorded(log, verify, (process_group, *args), kwargs, "all_gather", name_group(process_group),
+                            SHAPES)
+
+        module._verify_param_shape_across_processes = verify_param_shapes
+        wrappers.append(verify_param_shapes)
+    states = getattr(module, "_sync_module_states", None)
+    if states is not None:
+        @functools.wraps(states)
+        def sync_module_states(*args: Any, **kwargs: Any) -> Any:
+            model = kwargs.get("module", args[0] if args else None)
+            group = kwargs.get("process_group", args[1] if len(args) > 1 else None)
+            return recorded(log, states, args, kwargs, "broadcast", name_group(group),
+                            f"{PARAMETERS}{model_name(model)})")
+
+        module._sync_module_states = sync_module_states
+        wrappers.append(sync_module_states)
+    return wrappers + [recorded, model_name]
+
+
+def recorded(log: CollectiveLog, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str,
+             group: str, shapes: str, gpus: tuple = ()) -> Any:
+    """``original(*args, **kwargs)``, one of DDP's collectives, recorded at the user's line
+    (inside another recorded call: left to that one); ``gpus``: where its work is queued."""
+    if log.nested():
+        return original(*args, **kwargs)
+    return log.call(original, args, kwargs, op, group, shapes, caller(sys._getframe(2)), gpus=gpus)
 
 
 def keep_out_of_compile(functions: List[Callable[..., Any]]) -> None:
