@@ -236,6 +236,20 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
             " of your own must be importable from --workdir, which every node mounts as /workspace")
 
 
+# How torch.compile says it found no compiler: inductor's C++ kernels (CPU), Triton's launchers (GPU).
+_NO_COMPILER = ("No working C++ compiler found", "Failed to find C compiler")
+
+
+def compiler_hint(failure: Optional[Failure]) -> str:
+    """For a rank whose torch.compile found no C or C++ compiler in its node: where one comes
+    from ("" for any other failure). The default node image has one; an image of the user's may not."""
+    if failure is None or not any(words in failure.exception for words in _NO_COMPILER):
+        return ""
+    return ("  hint: torch.compile builds a compiled model's kernels with a C++ compiler in the nodes: the default"
+            " node image has g++ and Python's headers; an --image or --dockerfile of your own needs them too"
+            " (apt-get install g++ python3-dev), or set CXX to the compiler it has")
+
+
 def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:
     """For a failure of a script that needs a GPU, on a node that has none: what to do ("" for
     any other failure)."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.outcome.judge import (Failure, ddp_forward_hint, died_at_exit, find_failure, mismatch_hint,
-                                       missing_module_hint, no_gpu_hint, signal_name)
+from orchestrate.outcome.judge import (Failure, compiler_hint, ddp_forward_hint, died_at_exit, find_failure,
+                                       mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -302,6 +302,19 @@ def test_the_ddp_forward_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_br
     assert ddp_forward_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
     assert ddp_forward_hint(Failure("node0", 0, 1, "Timed out", ("  File \"train.py\", line 3, in main",))) == ""
     assert ddp_forward_hint(None) == ""
+
+
+def test_the_compiler_hint_is_given_where_torch_compile_found_no_compiler_in_the_node():
+    hint = ("  hint: torch.compile builds a compiled model's kernels with a C++ compiler in the nodes: the default node"
+            " image has g++ and Python's headers; an --image or --dockerfile of your own needs them too (apt-get install"
+            " g++ python3-dev), or set CXX to the compiler it has")
+    inductor = ("torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found in"
+                " torch._inductor.config.cpp.cxx: (None, 'g++')")
+    triton = "torch._inductor.exc.InductorError: RuntimeError: Failed to find C compiler. Please specify via CC"
+    for exception in (inductor, triton):
+        assert compiler_hint(Failure("node0", 0, 1, exception, ())) == hint
+    assert compiler_hint(Failure("node0", 0, 1, "torch._inductor.exc.InductorError: LoweringException", ())) == ""
+    assert compiler_hint(None) == ""
 
 
 def test_the_no_gpu_hint_is_given_on_a_node_without_a_gpu_to_a_script_that_asked_for_one(nodes):

@@ -355,6 +355,27 @@ def test_a_script_that_imports_what_the_nodes_lack_gets_a_hint_under_its_failure
                                         " needs) goes into the node image")
 
 
+def test_a_compiled_model_without_a_compiler_and_a_forward_pass_made_alone_get_their_hints(make_job):
+    plan = make_job(nodes=2)
+    no_compiler = "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found"
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, no_compiler)),
+                          (NodePhase.STOPPED, -15, 1.1, None))
+    lines = format_summary(outcome(results)).splitlines()
+    failed = lines.index("FAILED: node0 rank 0 failed (exit code 1): " + no_compiler)
+    assert lines[failed + 1].startswith("  hint: torch.compile builds a compiled model's kernels with a C++ compiler")
+    # rank 0 evaluated its DDP model alone, and rank 1 finished meanwhile
+    lost = RootCause(0, 0, 1, "RuntimeError: Connection closed by peer [10.0.0.3]:1",
+                     traceback="  File \"distributed.py\", line 2190, in _sync_buffers\n")
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, lost), (NodePhase.SUCCEEDED, 0, 0.9, None))
+    results[1].finished_ranks = {1: 15}
+    lines = format_summary(outcome(results)).splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("FAILED: node0 rank 0"))
+    assert lines[failed].endswith("as rank 1 (node1, after step 15) had finished its script while rank 0 still ran,"
+                                  " and rank 0's collectives lost it as a peer (do all ranks run the same number of"
+                                  " steps?)")
+    assert lines[failed + 1].startswith("  hint: a DDP model's forward pass broadcasts the model's buffers from rank 0")
+
+
 def test_a_rank_gloo_aborted_on_mismatched_collectives_gets_a_hint_and_the_call_sites(make_job):
     plan = make_job(nodes=2)
     gloo = RootCause(0, 0, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 12 vs 4. Received data size doesn't"
