@@ -236,6 +236,23 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
             " of your own must be importable from --workdir, which every node mounts as /workspace")
 
 
+def device_ordinal_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:
+    """For a rank that asked for a GPU its node does not have (``invalid device ordinal``): the
+    usual cause on several nodes, a device picked by the global rank ("" for any other failure,
+    or a node without GPUs: :func:`no_gpu_hint`'s)."""
+    if failure is None or "invalid device ordinal" not in failure.exception:
+        return ""
+    node = next((r.node for r in results if r.node.name == failure.node), None)
+    if node is None or not node.gpu_ids:
+        return ""
+    count = len(node.gpu_ids)
+    devices = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+    who = f"rank {failure.rank}" if failure.rank is not None else "a rank"
+    return (f"  hint: {node.name} has {count} GPU{'' if count == 1 else 's'} ({devices}), and {who} asked for another:"
+            " pick the GPU by LOCAL_RANK (torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))), not RANK; each"
+            " node numbers its own GPUs from 0, so a script that ran on one machine fails on the second node")
+
+
 # How torch.compile says it found no compiler: inductor's C++ kernels (CPU), Triton's launchers (GPU).
 _NO_COMPILER = ("No working C++ compiler found", "Failed to find C compiler")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.outcome.judge import (Failure, compiler_hint, ddp_forward_hint, died_at_exit, find_failure,
-                                       mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
+from orchestrate.outcome.judge import (Failure, compiler_hint, ddp_forward_hint, device_ordinal_hint, died_at_exit,
+                                       find_failure, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -338,6 +338,26 @@ def test_the_no_gpu_hint_is_not_given_on_nodes_with_gpus(nodes):
     (node0, node1) = nodes(2, 1, gpus_per_node=1, backend="nccl")
     results = [ended(node0), succeeded(node1)]
     assert no_gpu_hint(Failure("node0", 0, 1, "RuntimeError: No CUDA GPUs are available", ()), results) == ""
+
+
+def test_a_gpu_beyond_the_nodes_own_gets_the_hint_to_pick_it_by_local_rank(nodes):
+    """A script that picks its GPU by RANK ran on one machine; on the second node rank 1 asks for
+    cuda:1 of a node with one GPU."""
+    node0, node1 = nodes(2, 1, gpus_per_node=1, backend="nccl")
+    results = [succeeded(node0), ended(node1)]
+    ordinal = Failure("node1", 1, 1, "torch.AcceleratorError: CUDA error: invalid device ordinal", ())
+    assert device_ordinal_hint(ordinal, results) == (
+        "  hint: node1 has 1 GPU (cuda:0), and rank 1 asked for another: pick the GPU by LOCAL_RANK"
+        " (torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))), not RANK; each node numbers its own GPUs from 0,"
+        " so a script that ran on one machine fails on the second node")
+    (wide, other) = nodes(2, 2, gpus_per_node=2, backend="nccl")
+    assert "node1 has 2 GPUs (cuda:0 to cuda:1), and rank 3 asked for another" in device_ordinal_hint(
+        Failure("node1", 3, 1, "RuntimeError: CUDA error: invalid device ordinal", ()), [succeeded(wide), ended(other)])
+    # on nodes without GPUs, the no-GPU hint's business; another error, or no failure: none
+    (cpu,) = nodes(1, 1)
+    assert device_ordinal_hint(replace_node(ordinal, "node0"), [ended(cpu)]) == ""
+    assert device_ordinal_hint(Failure("node1", 1, 1, "RuntimeError: CUDA out of memory", ()), results) == ""
+    assert device_ordinal_hint(None, results) == ""
 
 
 def replace_node(failure: Failure, node: str) -> Failure:

@@ -341,6 +341,12 @@ def test_a_script_that_needs_a_gpu_on_nodes_without_one_gets_a_hint(make_job):
                                                                               " available")),
                       (NodePhase.SUCCEEDED, 0, 1.2, None))
     assert "hint:" not in format_summary(outcome(gpu))
+    # a GPU beyond the node's own: picked by RANK where LOCAL_RANK was meant
+    ordinal = results_for(gpu_plan, (NodePhase.SUCCEEDED, 0, 1.2, None),
+                          (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, "RuntimeError: CUDA error: invalid device"
+                                                                        " ordinal")))
+    assert "\n  hint: node1 has 1 GPU (cuda:0), and rank 1 asked for another: pick the GPU by LOCAL_RANK" in \
+        format_summary(outcome(ordinal))
 
 
 def test_a_script_that_imports_what_the_nodes_lack_gets_a_hint_under_its_failure(make_job):
