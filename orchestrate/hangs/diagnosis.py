@@ -48,9 +48,10 @@ EXITED_HINT = ("a rank that exits while the others wait for it, in a collective 
 # A DDP model's forward pass broadcasts its buffers: the frames of it in a failed rank's traceback.
 DDP_FORWARD_FRAMES = ("in _sync_buffers", "in _sync_module_buffers")
 DDP_FORWARD_HINT = ("a DDP model's forward pass broadcasts the model's buffers from rank 0 (broadcast_buffers=True, the"
-                    " default; BatchNorm's running statistics are buffers), so it is a collective: a forward pass some"
-                    " ranks make alone, an evaluation on rank 0 only, waits for the others; evaluate through"
-                    " model.module there, or on every rank")
+                    " default; BatchNorm's running statistics are buffers), so it is a collective every rank must"
+                    " make: a forward pass only some ranks make (an evaluation on rank 0 alone, a step the others do"
+                    " not take) waits for the others; evaluate through model.module where one rank does, or on every"
+                    " rank")
 
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
@@ -252,12 +253,26 @@ class HangDiagnosis:
 
     @property
     def forward_alone(self) -> bool:
-        """Whether a hung job's ranks part at a DDP forward pass's broadcast of its buffers: some
-        ranks wait in it, and the others are elsewhere (in another collective, or exited)."""
+        """Whether a hung job's ranks part at a DDP forward pass's broadcast of its buffers that
+        only some ranks make: a rank waits in one (on a GPU: the GPU is in it) from a line that no
+        other rank's record has a forward pass from, nor its own before (a training step's forward
+        pass repeats its line on every rank; an evaluation on rank 0 alone does not), while the
+        others are elsewhere (in another collective, or exited)."""
         if not self.hung or not (self.divergence is not None or self.exited):
             return False
-        waiting = [entries[-1] for entries in self.collectives.values() if entries]
-        return any(e.get("state") == "entered" and str(e.get("shapes", "")).startswith(DDP_BUFFERS) for e in waiting)
+        waiting = {rank: entries[-1] for rank, entries in self.collectives.items()
+                   if entries and entries[-1].get("state") in ("entered", "running")
+                   and str(entries[-1].get("shapes", "")).startswith(DDP_BUFFERS)}
+        if not waiting or (len(waiting) == len(self.collectives) and not self.exited):
+            return False
+
+        def forward_lines(entries: list[dict[str, Any]]) -> set[str]:
+            return {str(e.get("at")) for e in entries if str(e.get("shapes", "")).startswith(DDP_BUFFERS)}
+
+        others = set().union(*(forward_lines(entries) for rank, entries in self.collectives.items()
+                               if rank not in waiting))
+        return any(entry.get("at") not in others | forward_lines(self.collectives[rank][:-1])
+                   for rank, entry in waiting.items())
 
     def group_loading_where(self, ranks: tuple[int, ...]) -> str:
         """Where the first of these ranks' DataLoader workers with a batch to load is."""

@@ -11,9 +11,10 @@ collective".
 A forward pass that synchronizes the model's buffers (``broadcast_buffers=True``, the default,
 and a model with buffers: BatchNorm's running statistics) is recorded as
 ``broadcast(buffers of DDP(Net))``, and the construction as ``all_gather(parameter shapes of
-DDP)`` then ``broadcast(parameters of DDP(Net))``, each at the user's line that made it. The
-collectives these make inside (a join's agreement on the rank to take them from) are part of
-the entry, so every rank records the same.
+DDP)`` then ``broadcast(parameters of DDP(Net))``, each at the user's line that made it (the
+end of a ``Join`` broadcasts the parameters again: recorded under the same name). Under a
+``Join``, the ranks first agree on the rank to take the buffers from: that ``all_reduce`` is
+recorded apart, before the broadcast, on every rank alike.
 
 So a backward pass (``torch.autograd.backward``, which ``loss.backward()`` calls) that follows a
 DDP model's forward pass made with gradients on and synchronization wanted (not under
@@ -54,12 +55,13 @@ SHAPES = "parameter shapes of DDP"  # the construction's check that every rank's
 
 def described(models: List[Any]) -> str:
     """``gradients of DDP(Net)`` (every model named, in the order of their forward passes)."""
-    return "gradients of " + ", ".join(f"DDP({type(getattr(m, 'module', m)).__name__})" for m in models)
+    return "gradients of " + ", ".join(f"DDP({model_name(m)})" for m in models)
 
 
 def model_name(module: Any) -> str:
-    """The wrapped model's class name (``Net`` of ``DDP(Net)``)."""
-    return type(getattr(module, "module", module)).__name__
+    """The wrapped model's class name (``Net`` of ``DDP(Net)``, of ``DDP(torch.compile(Net))`` too)."""
+    inner = getattr(module, "module", module)
+    return type(getattr(inner, "_orig_mod", inner)).__name__
 
 
 _MODEL_GPUS: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
@@ -157,8 +159,9 @@ def record_forward_and_construction(log: CollectiveLog, name_group: Callable[[An
         def sync_module_states(*args: Any, **kwargs: Any) -> Any:
             model = kwargs.get("module", args[0] if args else None)
             group = kwargs.get("process_group", args[1] if len(args) > 1 else None)
+            gpus = tuple(dict.fromkeys(p.device for p in getattr(model, "parameters", list)() if p.is_cuda))
             return recorded(log, states, args, kwargs, "broadcast", name_group(group),
-                            f"{PARAMETERS}{model_name(model)})")
+                            f"{PARAMETERS}{model_name(model)})", gpus=gpus)
 
         module._sync_module_states = sync_module_states
         wrappers.append(sync_module_states)

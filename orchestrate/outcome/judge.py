@@ -204,17 +204,13 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
             " first mismatched collective, naming both (it does not compare sends and receives)")
 
 
-# A collective that waited past its process group's timeout (gloo's and NCCL's words).
-_TIMED_OUT = re.compile(r"timed out|timeout", re.I)
-
-
 def ddp_forward_hint(failure: Optional[Failure]) -> str:
-    """For a rank that failed in a DDP model's forward pass, broadcasting its buffers: that this
-    is a collective, and a forward pass some ranks make alone parts them ("" for any other
-    failure: a fault's, whose exception is in its reason, or a rank's own error). Its peers had
-    gone on: they finished while it waited (the failure's description says so), or its wait
-    timed out."""
-    if failure is None or not (failure.description or _TIMED_OUT.search(failure.exception)):
+    """For a rank that lost its peers in a DDP model's forward pass, broadcasting its buffers,
+    because they had finished their scripts (its description says so): that the forward pass is
+    a collective, which a rank makes alone in an evaluation or a step the others do not take (""
+    for any other failure: a fault's, a rank's own error, a timeout, which the hang diagnosis
+    reads from the ranks' records)."""
+    if failure is None or not failure.description:
         return ""
     text = "\n".join([failure.traceback, *failure.last_lines])
     return f"  hint: {DDP_FORWARD_HINT}" if any(frame in text for frame in DDP_FORWARD_FRAMES) else ""
@@ -237,24 +233,28 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
 
 
 def device_ordinal_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:
-    """For a rank that asked for a GPU its node does not have (``invalid device ordinal``): the
-    usual cause on several nodes, a device picked by the global rank ("" for any other failure,
-    or a node without GPUs: :func:`no_gpu_hint`'s)."""
-    if failure is None or "invalid device ordinal" not in failure.exception:
+    """For a rank that asked for a GPU its node does not have (``invalid device ordinal``): a
+    device picked by the global rank, where the local one would do (each node numbers its GPUs
+    from 0), or a node with more ranks than GPUs ("" for any other failure, a rank not known, or
+    a node without GPUs: :func:`no_gpu_hint`'s)."""
+    if failure is None or failure.rank is None or "invalid device ordinal" not in failure.exception:
         return ""
     node = next((r.node for r in results if r.node.name == failure.node), None)
-    if node is None or not node.gpu_ids:
+    if node is None or not node.gpu_ids or failure.rank not in node.global_ranks:
         return ""
-    count = len(node.gpu_ids)
+    count, local = len(node.gpu_ids), node.global_ranks.index(failure.rank)
     devices = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
-    who = f"rank {failure.rank}" if failure.rank is not None else "a rank"
-    return (f"  hint: {node.name} has {count} GPU{'' if count == 1 else 's'} ({devices}), and {who} asked for another:"
-            " pick the GPU by LOCAL_RANK (torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))), not RANK; each"
-            " node numbers its own GPUs from 0, so a script that ran on one machine fails on the second node")
+    has = f"{node.name} has {count} GPU{'' if count == 1 else 's'} ({devices})"
+    if local >= count:
+        return (f"  hint: {has} for its {len(node.global_ranks)} ranks, and rank {failure.rank} (local rank {local})"
+                " asked for another: pick the GPU as LOCAL_RANK % torch.cuda.device_count()")
+    return (f"  hint: {has}, and rank {failure.rank} (local rank {local}) asked for another: pick the GPU by"
+            " LOCAL_RANK (torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))), not RANK; each node numbers its"
+            " own GPUs from 0, so a script that ran on one machine fails on the other nodes")
 
 
 # How torch.compile says it found no compiler: inductor's C++ kernels (CPU), Triton's launchers (GPU).
-_NO_COMPILER = ("No working C++ compiler found", "Failed to find C compiler")
+_NO_COMPILER = ("No working C++ compiler found", "Failed to find C compiler", "Python.h: No such file or directory")
 
 
 def compiler_hint(failure: Optional[Failure]) -> str:
@@ -264,7 +264,7 @@ def compiler_hint(failure: Optional[Failure]) -> str:
         return ""
     return ("  hint: torch.compile builds a compiled model's kernels with a C++ compiler in the nodes: the default"
             " node image has g++ and Python's headers; an --image or --dockerfile of your own needs them too"
-            " (apt-get install g++ python3-dev), or set CXX to the compiler it has")
+            " (apt-get install g++ python3-dev), or set CXX and CC to the compilers it has")
 
 
 def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:

@@ -81,7 +81,9 @@ def test_a_model_compiled_with_torch_compile_trains_in_the_nodes(orchestrate_run
     result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--", "compiled_model.py")
     assert result.code == 0, result.output[-3000:]
     losses = {rank: re.findall(rf"rank {rank} step (\d) loss (\S+)", result.output) for rank in (0, 1)}
-    assert len(losses[0]) == 3 and losses[0] == losses[1], losses  # DDP kept the compiled replicas equal
+    assert len(losses[0]) == len(losses[1]) == 3 and losses[0] != losses[1], losses  # batches of their own
+    sums = dict(re.findall(r"rank (\d) parameters (\S+)", result.output))
+    assert set(sums) == {"0", "1"} and sums["0"] == sums["1"], sums  # DDP kept the compiled replicas equal
     assert sorted(re.findall(r"rank (\d) compiled [1-9]\d* graphs", result.output)) == ["0", "1"], result.output[-3000:]
     assert leftovers(docker_client, result.project) == []
 

@@ -129,6 +129,18 @@ def test_a_ddp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_broadcast
                             frames=(Frame("train.py", 31, "<module>"),)), r1=snap(1, history + (barrier,), stack(40)))
     lines = diagnose(past, None, {0, 1}, {}, 30).lines()
     assert "collective #7: rank 0 entered broadcast(buffers" in lines[0] and not any(DDP_FORWARD_HINT in line for line in lines)
+    # a training step's forward pass, its line in both ranks' records: rank 0 made an extra barrier
+    # (the odd one out is the barrier's rank), or rank 1 left after its last step
+    step = coll(7, "buffers of DDP(Net)", "entered", op="broadcast", at="desync.py:11")
+    trained = probe(5, r0=snap(0, history + (barrier,), stack(40)), r1=snap(1, history + (step,), frames=stack(11)))
+    lines = diagnose(trained, None, {0, 1}, {}, 30).lines()
+    assert f"  {DEBUG_HINT}" in lines and not any(DDP_FORWARD_HINT in line for line in lines)
+    left = diagnose(probe(5, r0=snap(0, history + (step,), frames=stack(11))), None, {0, 1}, exited, 30).lines()
+    assert left[-1].startswith("  a rank that exits while the others wait for it") and DDP_FORWARD_HINT not in left[-1]
+    # on a GPU the broadcast returned once queued: the GPU is in it (running) while rank 0 waits on
+    running = coll(7, "buffers of DDP(Net)", "running", op="broadcast", at="train.py:30")
+    on_gpu = probe(5, r0=snap(0, history + (running,), frames=stack(31)), r1=snap(1, history + (barrier,), stack(40)))
+    assert diagnose(on_gpu, None, {0, 1}, {}, 30).lines()[-1] == f"  {DDP_FORWARD_HINT}"
     # parted elsewhere: the usual hint, and none about DDP's forward pass
     other = coll(7, "float32[4]", "entered", at="train.py:35")
     elsewhere = probe(5, r0=snap(0, history + (other,), frames=stack(35)), r1=snap(1, history + (barrier,), stack(40)))

@@ -282,9 +282,9 @@ def test_the_ddp_forward_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_br
     forward = ("  File \"/opt/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py\", line 2190,"
                " in _sync_buffers", "    self._sync_module_buffers(authoritative_rank)")
     hint = ("  hint: a DDP model's forward pass broadcasts the model's buffers from rank 0 (broadcast_buffers=True, the"
-            " default; BatchNorm's running statistics are buffers), so it is a collective: a forward pass some ranks"
-            " make alone, an evaluation on rank 0 only, waits for the others; evaluate through model.module there, or"
-            " on every rank")
+            " default; BatchNorm's running statistics are buffers), so it is a collective every rank must make: a"
+            " forward pass only some ranks make (an evaluation on rank 0 alone, a step the others do not take) waits"
+            " for the others; evaluate through model.module where one rank does, or on every rank")
     checked = "RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in 1800000 ms"
     for exception in (LOST_PEER, checked):
         results = [ended(node0, cause=RootCause(0, 0, 1, exception), last_lines=list(forward)),
@@ -293,25 +293,31 @@ def test_the_ddp_forward_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_br
         assert failure.describe().endswith(", as rank 1 (node1, after step 15) had finished its script while rank 0"
                                            f" still ran, and rank 0's collectives lost it as a peer {UNEVEN}")
         assert ddp_forward_hint(failure) == hint
-    # its wait timed out (its peers wait elsewhere); the error file's traceback shows where
-    timed_out = Failure("node0", 0, 1, "RuntimeError: [../gloo/transport/tcp/pair.cc] Timed out waiting 1800000ms", (),
-                        traceback="\n".join(forward))
-    assert ddp_forward_hint(timed_out) == hint
-    # a fault's failure, a lost peer nobody left early, a forward pass elsewhere, or no failure: none
+    # the error file's traceback shows the forward pass as well as the last lines
+    left = Failure("node0", 0, 1, LOST_PEER, (), traceback="\n".join(forward), description="... had finished ...")
+    assert ddp_forward_hint(left) == hint
+    # a timeout (every rank may be in that forward pass: the hang diagnosis reads their records), a
+    # fault's failure, a lost peer nobody left early, a forward pass elsewhere, or no failure: none
+    timed_out = Failure("node0", 0, 1, "RuntimeError: [../gloo/transport/tcp/pair.cc] Timed out waiting 1800000ms",
+                        forward)
+    assert ddp_forward_hint(timed_out) == ""
     assert ddp_forward_hint(Failure("node1", 1, -9, "", forward, reason="rank 1 failed (injected fault)")) == ""
     assert ddp_forward_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
-    assert ddp_forward_hint(Failure("node0", 0, 1, "Timed out", ("  File \"train.py\", line 3, in main",))) == ""
+    elsewhere = ("  File \"train.py\", line 3, in main",)
+    assert ddp_forward_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...")) == ""
     assert ddp_forward_hint(None) == ""
 
 
 def test_the_compiler_hint_is_given_where_torch_compile_found_no_compiler_in_the_node():
     hint = ("  hint: torch.compile builds a compiled model's kernels with a C++ compiler in the nodes: the default node"
             " image has g++ and Python's headers; an --image or --dockerfile of your own needs them too (apt-get install"
-            " g++ python3-dev), or set CXX to the compiler it has")
+            " g++ python3-dev), or set CXX and CC to the compilers it has")
     inductor = ("torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found in"
                 " torch._inductor.config.cpp.cxx: (None, 'g++')")
     triton = "torch._inductor.exc.InductorError: RuntimeError: Failed to find C compiler. Please specify via CC"
-    for exception in (inductor, triton):
+    headers = ("torch._inductor.exc.InductorError: CppCompileError: C++ compile error ... fatal error: Python.h: No such"
+               " file or directory")
+    for exception in (inductor, triton, headers):
         assert compiler_hint(Failure("node0", 0, 1, exception, ())) == hint
     assert compiler_hint(Failure("node0", 0, 1, "torch._inductor.exc.InductorError: LoweringException", ())) == ""
     assert compiler_hint(None) == ""
@@ -347,12 +353,19 @@ def test_a_gpu_beyond_the_nodes_own_gets_the_hint_to_pick_it_by_local_rank(nodes
     results = [succeeded(node0), ended(node1)]
     ordinal = Failure("node1", 1, 1, "torch.AcceleratorError: CUDA error: invalid device ordinal", ())
     assert device_ordinal_hint(ordinal, results) == (
-        "  hint: node1 has 1 GPU (cuda:0), and rank 1 asked for another: pick the GPU by LOCAL_RANK"
+        "  hint: node1 has 1 GPU (cuda:0), and rank 1 (local rank 0) asked for another: pick the GPU by LOCAL_RANK"
         " (torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"]))), not RANK; each node numbers its own GPUs from 0,"
-        " so a script that ran on one machine fails on the second node")
+        " so a script that ran on one machine fails on the other nodes")
     (wide, other) = nodes(2, 2, gpus_per_node=2, backend="nccl")
-    assert "node1 has 2 GPUs (cuda:0 to cuda:1), and rank 3 asked for another" in device_ordinal_hint(
-        Failure("node1", 3, 1, "RuntimeError: CUDA error: invalid device ordinal", ()), [succeeded(wide), ended(other)])
+    assert "node1 has 2 GPUs (cuda:0 to cuda:1), and rank 3 (local rank 1) asked for another: pick the GPU by" \
+           " LOCAL_RANK" in device_ordinal_hint(Failure("node1", 3, 1, "RuntimeError: CUDA error: invalid device"
+                                                        " ordinal", ()), [succeeded(wide), ended(other)])
+    # more ranks than GPUs on the node (--share-gpus): LOCAL_RANK alone does not do either
+    (shared,) = nodes(1, 2, gpus_per_node=1, backend="nccl", share_gpus=True)
+    assert device_ordinal_hint(Failure("node0", 1, 1, "CUDA error: invalid device ordinal", ()), [ended(shared)]) == (
+        "  hint: node0 has 1 GPU (cuda:0) for its 2 ranks, and rank 1 (local rank 1) asked for another: pick the GPU"
+        " as LOCAL_RANK % torch.cuda.device_count()")
+    assert device_ordinal_hint(Failure("node1", None, 1, "CUDA error: invalid device ordinal", ()), results) == ""
     # on nodes without GPUs, the no-GPU hint's business; another error, or no failure: none
     (cpu,) = nodes(1, 1)
     assert device_ordinal_hint(replace_node(ordinal, "node0"), [ended(cpu)]) == ""

@@ -345,7 +345,7 @@ def test_a_script_that_needs_a_gpu_on_nodes_without_one_gets_a_hint(make_job):
     ordinal = results_for(gpu_plan, (NodePhase.SUCCEEDED, 0, 1.2, None),
                           (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, "RuntimeError: CUDA error: invalid device"
                                                                         " ordinal")))
-    assert "\n  hint: node1 has 1 GPU (cuda:0), and rank 1 asked for another: pick the GPU by LOCAL_RANK" in \
+    assert "\n  hint: node1 has 1 GPU (cuda:0), and rank 1 (local rank 0) asked for another: pick the GPU by" in \
         format_summary(outcome(ordinal))
 
 
