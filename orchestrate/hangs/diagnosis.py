@@ -261,7 +261,7 @@ class HangDiagnosis:
         if not self.hung or not (self.divergence is not None or self.exited):
             return False
         waiting = {rank: entries[-1] for rank, entries in self.collectives.items()
-                   if entries and entries[-1].get("state") in ("entered", "running")
+                   if entries and entries[-1].get("state") in ("entered", "running", "failed")
                    and str(entries[-1].get("shapes", "")).startswith(DDP_BUFFERS)}
         if not waiting or (len(waiting) == len(self.collectives) and not self.exited):
             return False

@@ -141,6 +141,11 @@ def test_a_ddp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_broadcast
     running = coll(7, "buffers of DDP(Net)", "running", op="broadcast", at="train.py:30")
     on_gpu = probe(5, r0=snap(0, history + (running,), frames=stack(31)), r1=snap(1, history + (barrier,), stack(40)))
     assert diagnose(on_gpu, None, {0, 1}, {}, 30).lines()[-1] == f"  {DDP_FORWARD_HINT}"
+    # the collective timeout ended it: the records written as the collectives failed say the same
+    failed = coll(7, "buffers of DDP(Net)", "failed", op="broadcast", at="train.py:30")
+    ended = probe(5, r0=snap(0, history + (failed,), frames=stack(30)),
+                  r1=snap(1, history + (coll(7, "", "failed", op="barrier", at="train.py:40"),), stack(40)))
+    assert diagnose(ended, None, {0, 1}, {}, 0.0).lines()[-1] == f"  {DDP_FORWARD_HINT}"
     # parted elsewhere: the usual hint, and none about DDP's forward pass
     other = coll(7, "float32[4]", "entered", at="train.py:35")
     elsewhere = probe(5, r0=snap(0, history + (other,), frames=stack(35)), r1=snap(1, history + (barrier,), stack(40)))
