@@ -257,8 +257,9 @@ class HangDiagnosis:
         only some ranks make: a rank waits in one (on a GPU: the GPU is in it) from a line that no
         other rank's record has a forward pass from, nor its own before (a training step's forward
         pass repeats its line on every rank; an evaluation on rank 0 alone does not), while the
-        others are elsewhere (in another collective, or exited)."""
-        if not self.hung or not (self.divergence is not None or self.exited):
+        others are elsewhere (in another collective, or exited; a rank that did not answer for
+        another reason, stopped or paused, is no other rank)."""
+        if not self.hung:
             return False
         waiting = {rank: entries[-1] for rank, entries in self.collectives.items()
                    if entries and entries[-1].get("state") in ("entered", "running", "failed")

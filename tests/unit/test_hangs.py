@@ -124,6 +124,18 @@ def test_a_ddp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_broadcast
     # every rank in the same forward pass: a slow peer or a lost one, not a forward made alone
     together = probe(5, r0=snap(0, history + (buffers,), frames=stack(30)), r1=snap(1, history + (buffers,), stack(30)))
     assert not any(DDP_FORWARD_HINT in line for line in diagnose(together, None, {0, 1}, {}, 30).lines())
+    # rank 1 stopped (a fault): it did not answer, and no other rank was seen elsewhere
+    stopped = diagnose(probe(5, r0=snap(0, history + (buffers,), frames=stack(30))), None, {0, 1},
+                       {1: "is stopped: its process on node1 got SIGSTOP"}, 30)
+    assert not any(DDP_FORWARD_HINT in line for line in stopped.lines())
+    # a forward pass another rank's record shows is a training step's, where the waiting rank's own
+    # record is too short to show its earlier one (the record keeps its last entries)
+    shared = coll(7, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:30")
+    rank0 = (coll(5, "buffers of DDP(Net)", op="broadcast", at="train.py:30"), coll(6, "gradients of DDP(Net)"),
+             coll(7, "", "entered", op="barrier", at="train.py:40"))
+    short = probe(5, r0=snap(0, rank0, stack(40)), r1=snap(1, (shared,), frames=stack(30)))
+    lines = diagnose(short, None, {0, 1}, {}, 30).lines()
+    assert not any(DDP_FORWARD_HINT in line for line in lines), lines
     # rank 0's forward pass returned (it computes after it) while rank 1 waits: not that forward pass
     past = probe(5, r0=snap(0, history + (coll(7, "buffers of DDP(Net)", op="broadcast", at="train.py:30"),),
                             frames=(Frame("train.py", 31, "<module>"),)), r1=snap(1, history + (barrier,), stack(40)))
