@@ -89,13 +89,18 @@ def hung_probe(tmp_path: Path, proc: subprocess.Popen, timeout_s: float = 60):
         time.sleep(0.5)
 
 
-def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barrier_meets_it(tmp_path):
-    sync, barrier = line_of(DDP_BARRIER, "# SYNC"), line_of(DDP_BARRIER, "# DESYNC")
-    proc = start(tmp_path, "--collective-timeout", "60", "--", str(DDP_BARRIER))
+def probe_of_hung_job(tmp_path: Path, job: Path):
+    """Run ``job`` on 2 ranks until they hang, and stop it; the probe that found them hung."""
+    proc = start(tmp_path, "--collective-timeout", "60", "--", str(job))
     try:
-        probe = hung_probe(tmp_path, proc)
+        return hung_probe(tmp_path, proc)
     finally:
         stop(proc)
+
+
+def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barrier_meets_it(tmp_path):
+    sync, barrier = line_of(DDP_BARRIER, "# SYNC"), line_of(DDP_BARRIER, "# DESYNC")
+    probe = probe_of_hung_job(tmp_path, DDP_BARRIER)
     # the construction's check and broadcast, three steps' backward passes (the no_sync() ones
     # all-reduce nothing), then the barrier
     divergence = first_divergence(probe.snapshots)
@@ -116,11 +121,7 @@ def test_a_ddp_forward_pass_rank_0_makes_alone_is_named_as_the_broadcast_of_its_
     job = EVALUATE_ON_RANK0
     built, forward, backward = line_of(job, "# BUILD"), line_of(job, "# FORWARD"), line_of(job, "# BACKWARD")
     evaluate, barrier = line_of(job, "# EVALUATE"), line_of(job, "# BARRIER")
-    proc = start(tmp_path, "--collective-timeout", "60", "--", str(job))
-    try:
-        probe = hung_probe(tmp_path, proc)
-    finally:
-        stop(proc)
+    probe = probe_of_hung_job(tmp_path, job)
     # every rank alike: the construction, then each step's forward (its buffers) and backward pass
     steps = [(seq, op, shapes, f"{job}:{line}") for seq, (op, shapes, line) in enumerate(
         [("all_gather", "parameter shapes of DDP", built), ("broadcast", "parameters of DDP(Sequential)", built)]
