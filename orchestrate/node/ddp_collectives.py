@@ -16,7 +16,7 @@ end of a ``Join`` broadcasts the parameters again: recorded under the same name)
 ``Join``, the ranks first agree on the rank to take the buffers from: that ``all_reduce`` is
 recorded apart, before the broadcast, on every rank alike.
 
-So a backward pass (``torch.autograd.backward``, which ``loss.backward()`` calls) that follows a
+A backward pass (``torch.autograd.backward``, which ``loss.backward()`` calls) that follows a
 DDP model's forward pass made with gradients on and synchronization wanted (not under
 ``no_sync()``) is recorded as one collective: ``all_reduce(gradients of DDP(Net))`` in the
 model's process group, at the user's line that called it. It is one entry however many buckets
@@ -29,8 +29,8 @@ backward pass returns once its work and the all-reduces are queued on the GPU's 
 entry then stays ``queued`` (``running`` once the GPU is in it) until the GPU has finished it.
 
 DDP's forward pass is seen where DDP tells the join context about it
-(``Join.notify_join_context``, which every forward pass calls), so DDP's own forward is not
-wrapped: a compiled model's graph is left as it is, and the wrappers are kept out of
+(``Join.notify_join_context``, which every forward pass calls), and its buffers where DDP
+broadcasts them, so DDP's own forward is not wrapped: a compiled model's graph is left as it is, and the wrappers are kept out of
 ``torch.compile``'s reach once it is imported.
 
 Installed by the workers' start-up hook when DDP's module is imported. Standard library only;
@@ -80,7 +80,8 @@ def model_gpus(model: Any) -> tuple:
 
 def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
     """Note every DDP forward pass that wants its gradients synchronized, record the backward
-    pass that follows, and a joined rank's shadow of it (see the module's text)."""
+    pass that follows and a joined rank's shadow of it, and record the forward pass's broadcast
+    of the buffers and the construction's collectives (see the module's text)."""
     ddp = importlib.import_module("torch.nn.parallel.distributed").DistributedDataParallel
     join = importlib.import_module("torch.distributed.algorithms.join").Join
     autograd = importlib.import_module("torch.autograd")
