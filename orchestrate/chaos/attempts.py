@@ -17,7 +17,8 @@ An attempt after a fault that fell before the job had written anything in its wo
 started from the beginning: there was nothing to resume from.
 
 A fault *struck* the attempt that was running when it fired (or, fired before that attempt's
-first step, its start-up). A fault that kills a node or a worker ends the attempt it struck; one
+first step, its start-up); a torn write strikes at the write it cuts, which may come steps after
+it was armed. A fault that kills a node or a worker ends the attempt it struck; one
 that lasts (a pause, a slow node, a split network) ends it where that attempt reported no step
 after it and a later attempt began. The *next* attempt of a fault that ended its attempt is the
 first that began after it; one that did not end its attempt has none (the job went on). Steps redone
@@ -134,6 +135,8 @@ class Strike:
         restarted: A new attempt began after it.
         resumed_from: Where that attempt started (0: the beginning; None: unknown).
         redone: The steps the next attempt did again (None: unknown).
+        struck_step: The job's step when it struck, where that was later than it fired (a torn
+            write's cut; None: it struck as it fired, or the step is not known).
     """
 
     spec: str
@@ -145,6 +148,7 @@ class Strike:
     restarted: bool
     resumed_from: Optional[int]
     redone: Optional[int]
+    struck_step: Optional[int] = None
 
     @property
     def after_a_save(self) -> bool:
@@ -186,11 +190,11 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
     """What every fault that fired struck, in the order they fired. An attempt found to have
     started from the beginning (nothing was saved before the fault that ended the one before)
     gets that offset, 0, so a later fault striking it knows how far it had got."""
-    fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=lambda f: f.fired_time or 0.0)
+    fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=struck_at)
     result = []
     ended_before: Optional[float] = None  # when the fault before fired, where it ended its attempt
     for fault in fired:
-        at = fault.fired_time or 0.0
+        at = struck_at(fault)
         running = [a for a in attempts if a.first_time <= at]
         struck = running[-1] if running else None
         if struck is not None and ended_before is not None and ended_before >= struck.first_time:
@@ -210,8 +214,15 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
             start = after.offset = 0  # nothing saved yet: nothing to resume from (its steps are the job's)
             redone = reached
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
-                             at - done[0][1] if done else None, saved, after is not None, start, redone))
+                             at - done[0][1] if done else None, saved, after is not None, start, redone,
+                             reached if fault.struck_time is not None else None))
     return result
+
+
+def struck_at(fault: FaultRecord) -> float:
+    """The epoch time a fault struck: when it fired, or later where it was armed to strike at a
+    write (a torn write strikes when it cuts the file, and its node is killed)."""
+    return fault.struck_time if fault.struck_time is not None else fault.fired_time or 0.0
 
 
 def lasts(spec: str) -> bool:

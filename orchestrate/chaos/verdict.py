@@ -163,6 +163,9 @@ class ChaosVerdict(Verdict):
                 rows.append((spec, f"did not fire: {why}", "-", "-", "-"))
                 continue
             at = f"{record.elapsed_s or 0.0:.1f} s" + ("" if record.step is None else f", step {record.step}")
+            if record.struck_s is not None:  # armed then, struck at a write later
+                step = f", step {strike.struck_step}" if strike is not None and strike.struck_step is not None else ""
+                at += f"; struck at {record.struck_s:.1f} s{step}"
             if strike is None:
                 rows.append((spec, at, "-", "-", "-"))
             else:

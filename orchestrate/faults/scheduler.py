@@ -163,10 +163,13 @@ class FaultScheduler:
         self.say(f"fault ended: {fault} ({elapsed_s:.1f} s into the job)")
         self.record("fault-ended", node=node, spec=str(fault), action=fault.action.value)
 
-    def note(self, fault: FaultSpec, detail: str) -> None:
-        """Add what a fault that fired did (a torn write's file and byte) to its record."""
-        self.fired = [replace(r, detail="; ".join(filter(None, (r.detail, detail)))) if r.spec == str(fault) else r
-                      for r in self.fired]
+    def note(self, fault: FaultSpec, detail: str, struck: bool = False) -> None:
+        """Add what a fault that fired did (a torn write's file and byte) to its record;
+        ``struck``: it struck now (a torn write's cut, when its node is killed), later than it fired."""
+        now = self.wall() if struck else None
+        self.fired = [replace(r, detail="; ".join(filter(None, (r.detail, detail))),
+                              struck_time=r.struck_time if r.struck_time is not None else now)
+                      if r.spec == str(fault) else r for r in self.fired]
 
     def records(self, elapsed_s: float, step: Optional[int], progress_seen: bool) -> list[FaultRecord]:
         """Every fault asked for: those that fired, then those that did not, with why (the job

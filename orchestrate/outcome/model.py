@@ -98,6 +98,8 @@ class FaultRecord:
     its rank ran), or why it did not (``reason``); when a fault with an end was undone
     (``ended_s``); the epoch time it fired (``fired_time``: the progress records' clock); what it
     did where that is more than its spec says (``detail``: the file a torn write cut, and where);
+    the epoch time a fault that strikes later than it fired struck (``struck_time``: a torn
+    write is armed when it fires, and strikes at the write it cuts, when its node is killed);
     whether it fell before the job's first step, which the workers reported only later
     (``before_first_step``: a fault timed into the start-up, which tested no training)."""
 
@@ -111,6 +113,7 @@ class FaultRecord:
     fired_time: Optional[float] = None
     detail: str = ""
     before_first_step: bool = False
+    struck_time: Optional[float] = None
 
     @property
     def fired_at_s(self) -> Optional[float]:
@@ -119,6 +122,13 @@ class FaultRecord:
     @property
     def fired_at_step(self) -> Optional[int]:
         return self.step if self.fired else None
+
+    @property
+    def struck_s(self) -> Optional[float]:
+        """Seconds into the job it struck, where that was later than it fired (a torn write's cut)."""
+        if self.struck_time is None or self.fired_time is None or self.elapsed_s is None:
+            return None
+        return self.elapsed_s + max(0.0, self.struck_time - self.fired_time)
 
     def describe(self) -> str:
         if not self.fired:

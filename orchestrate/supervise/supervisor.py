@@ -198,7 +198,7 @@ class Supervisor:
         self.record("storage-fault", node=event.node, spec=spec, storage=event.kind, file=event.file, rank=event.rank,
                     byte=event.byte, size=event.size)
         if fault is not None:
-            self.faults.note(fault, event.describe())
+            self.faults.note(fault, event.describe(), struck=event.torn)
         tracker = self.trackers.get(event.node)
         if not event.torn or not self.active or tracker is None or tracker.phase.final:
             return

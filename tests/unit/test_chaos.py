@@ -309,6 +309,24 @@ def test_a_fault_the_job_went_on_through_ends_no_attempt_and_the_next_fault_stri
     assert (later.steps_done, later.describe_struck(), later.resumed_from) == (6, "6 step(s), 14.0 s training", 6)
 
 
+def test_a_torn_write_strikes_at_the_write_it_cut_not_at_the_step_it_was_armed(make_job, tmp_path):
+    # armed at step 7 (107.5), it cut the save of step 9 (109.6): the node died there, and the next
+    # attempt resumed from step 6, the last whole save: 3 steps redone, not 1
+    records = steps(0, "a", range(1, 10), 101.0, counted=False) + steps(0, "b", range(7, 31), 120.0, counted=False)
+    attempts = attempts_of(records, 30, completed=True)
+    torn = FaultRecord("torn-write:node0@step=7", "node0", elapsed_s=7.5, step=7, fired_time=107.5,
+                       detail="rank 0's write of ckpt/step_9/__0_0.distcp was cut at byte 10 of 100", struck_time=109.6)
+    [strike] = strikes([torn], attempts, [WrittenFile("ckpt/step_6/__0_0.distcp", 106.2)])
+    assert (strike.steps_done, strike.resumed_from, strike.redone, strike.struck_step) == (9, 6, 3, 9)
+    assert strike.describe_struck() == "9 step(s), 8.6 s training"
+    assert torn.struck_s == pytest.approx(9.6) and KILL.struck_s is None
+    verdict = ChaosVerdict(7, result(make_job, tmp_path, run_id="ref"),
+                           result(make_job, tmp_path, faults=[torn], run_id="dis"), [torn.spec], [],
+                           facts=Reference(30, 30.0, "ckpt/step_6/__0_0.distcp", 3.0, 4), strikes=[strike])
+    assert verdict.fault_rows()[0][:3] == (torn.spec, "7.5 s, step 7; struck at 9.6 s, step 9",
+                                         "9 step(s), 8.6 s training")
+
+
 def test_a_lasting_fault_that_ended_its_attempt_is_told_by_the_steps_that_stopped_not_by_the_next_start():
     # a split at 104.5 ended attempt a (no step after it); the kill at 110 fell in the start-up of b (115)
     records = steps(0, "a", range(1, 5), 101.0, counted=False) + steps(0, "b", range(3, 9), 115.0, counted=False)
