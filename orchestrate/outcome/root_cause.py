@@ -225,12 +225,20 @@ def short_mismatch(exception: str) -> str:
     ALLREDUCE #3 of Float[1] (Tensor shapes: 4vs 1)``); any other text unchanged."""
     if "Detected mismatch between collectives" not in exception:
         return exception
-    ranks = [f"rank {m['rank']} ran {m['op']} #{m['seq']}" + (f" of {m['dtype'] or ''}[{m['shape']}]"
-                                                               if m["shape"] is not None else "")
-             for m in _FINGERPRINT.finditer(exception)]
-    if not ranks:
+    found = list(_FINGERPRINT.finditer(exception))
+    if not found:
         return exception
-    how = _DIFFER.search(exception)
+    # The first fingerprint is the rank's own. A peer's that reads #0 where the rank's own is
+    # further on is not the peer's: where the ranks' collectives differ in kind, torch's exchange
+    # of fingerprints brings back an empty one (seen as REDUCE #0, GATHER #0), and its
+    # "differences" are against that.
+    unread = {m["rank"] for m in found[1:] if m["seq"] == "0" and found[0]["seq"] != "0"}
+    ranks = [f"rank {m['rank']} ran a collective of another kind (torch's check could not read it: it came back as"
+             f" {m['op']} #0)" if m["rank"] in unread else
+             f"rank {m['rank']} ran {m['op']} #{m['seq']}" + (f" of {m['dtype'] or ''}[{m['shape']}]"
+                                                             if m["shape"] is not None else "")
+             for m in found]
+    how = None if unread else _DIFFER.search(exception)
     # torch's words, tidied: "Tensor Tensor shapes: 4vs 1  Op type: ..." reads "tensor shapes: 4 vs 1; op type: ..."
     aspects = [re.sub(r"(\S)vs ", r"\1 vs ", aspect.replace("Tensor Tensor", "Tensor"))
                for aspect in re.split(r"\s{2,}|\t", how["how"].strip()) if aspect.strip()] if how else []
