@@ -12,6 +12,7 @@ from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
+from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
@@ -45,13 +46,29 @@ EXITED_HINT = ("a rank that exits while the others wait for it, in a collective 
                " waiting until the process group's timeout: every rank must call the same collectives (look for an"
                " early return or a branch on the rank)")
 
-# A DDP model's forward pass broadcasts its buffers: the frames of it in a failed rank's traceback.
-DDP_FORWARD_FRAMES = ("in _sync_buffers", "in _sync_module_buffers")
+# A DDP model's forward pass broadcasts its buffers: the frames of it in a failed rank's traceback
+# (each a set of words that are all in it).
+DDP_FORWARD_FRAMES = (("in _sync_buffers",), ("in _sync_module_buffers",))
 DDP_FORWARD_HINT = ("a DDP model's forward pass broadcasts the model's buffers from rank 0 (broadcast_buffers=True, the"
                     " default; BatchNorm's running statistics are buffers), so it is a collective every rank must"
                     " make: a forward pass only some ranks make (an evaluation on rank 0 alone, a step the others do"
                     " not take) waits for the others; evaluate through model.module where one rank does, or on every"
                     " rank")
+
+# An FSDP model's forward pass gathers its parameters: the frames of it in a failed rank's traceback
+# (FSDP2's, FSDP1's, or where the traceback's last lines show only the innermost: an all-gather
+# called from FSDP's files).
+FSDP_FORWARD_FRAMES = (("in foreach_all_gather",), ("in _all_gather_flat_param",),
+                       ("/torch/distributed/fsdp/", "in all_gather_into_tensor"))
+FSDP_FORWARD_HINT = ("an FSDP model's forward pass gathers each sharded module's parameters from every rank, so it is a"
+                     " collective every rank must make: a forward pass only some ranks make (an evaluation on rank 0"
+                     " alone, a step the others do not take) waits for the others; evaluate on every rank and reduce"
+                     " the result (dist.all_reduce), or on a full copy of the weights that every rank takes part in"
+                     " gathering (get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))")
+# The forward passes that are collectives: how the record names them, the frames of them in a
+# traceback, and what to tell a user whose ranks part at one.
+FORWARD_COLLECTIVES = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
+                       (FSDP_PARAMETERS, FSDP_FORWARD_FRAMES, FSDP_FORWARD_HINT))
 
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
@@ -252,23 +269,32 @@ class HangDiagnosis:
         return tuple(a.rank for a in self.activities if a.state == "exited")
 
     @property
-    def forward_alone(self) -> bool:
-        """Whether a hung job's ranks part at a DDP forward pass's broadcast of its buffers that
-        only some ranks make: a rank waits in one (on a GPU: the GPU is in it) from a line that no
-        other rank's record has a forward pass from, nor its own before (a training step's forward
-        pass repeats its line on every rank; an evaluation on rank 0 alone does not), while the
-        others are elsewhere (in another collective, or exited; a rank that did not answer for
-        another reason, stopped or paused, is no other rank)."""
+    def forward_alone(self) -> str:
+        """The hint for a hung job whose ranks part at a forward pass that is a collective (a DDP
+        model's broadcast of its buffers, an FSDP model's gathering of its parameters) and that
+        only some ranks make ("" for any other): a rank waits in one (on a GPU: the GPU is in it)
+        from a line that no other rank's record has such a forward pass from, nor its own before (a
+        training step's forward pass repeats its line on every rank; an evaluation on rank 0 alone
+        does not), while the others are elsewhere (in another collective, or exited; a rank that
+        did not answer for another reason, stopped or paused, is no other rank)."""
         if not self.hung:
-            return False
+            return ""
+        for marker, _, hint in FORWARD_COLLECTIVES:
+            if self.parted_at(marker):
+                return hint
+        return ""
+
+    def parted_at(self, marker: str) -> bool:
+        """Whether a rank waits in a collective whose record starts ``marker`` from a line no
+        other rank's record, nor its own before, has one from (see :attr:`forward_alone`)."""
         waiting = {rank: entries[-1] for rank, entries in self.collectives.items()
                    if entries and entries[-1].get("state") in ("entered", "running", "failed")
-                   and str(entries[-1].get("shapes", "")).startswith(DDP_BUFFERS)}
+                   and str(entries[-1].get("shapes", "")).startswith(marker)}
         if not waiting or (len(waiting) == len(self.collectives) and not self.exited):
             return False
 
         def forward_lines(entries: list[dict[str, Any]]) -> set[str]:
-            return {str(e.get("at")) for e in entries if str(e.get("shapes", "")).startswith(DDP_BUFFERS)}
+            return {str(e.get("at")) for e in entries if str(e.get("shapes", "")).startswith(marker)}
 
         others = set().union(*(forward_lines(entries) for rank, entries in self.collectives.items()
                                if rank not in waiting))
@@ -306,7 +332,7 @@ class HangDiagnosis:
             if channel_ends(self.divergence.group) is None and not forward_alone:  # torch's check compares no p2p
                 out.append(f"  {DEBUG_HINT}")
         if forward_alone:
-            out.append(f"  {DDP_FORWARD_HINT}")
+            out.append(f"  {forward_alone}")
         elif self.hung and self.exited and self.someone_waits:
             out.append(f"  {EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):

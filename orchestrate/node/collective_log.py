@@ -75,6 +75,9 @@ class CollectiveLog:
         self.lock = threading.Lock()
         self.local = threading.local()
         self.exclusive = 0  # outer calls under way that own every thread's collectives (see call)
+        # Who may name what a collective moves, from its op and its caller's frame, in place of its
+        # tensors (FSDP's all-gathers: "parameters of FSDP(Linear)"); the first that names it wins.
+        self.describers: List[Callable[[str, Any], Optional[str]]] = []
 
     def enter(self, op: str, group: str, shapes: str, caller: str) -> Dict[str, Any]:
         """Record a collective as entered; return its entry (to be :meth:`leave` d)."""
@@ -180,12 +183,23 @@ class CollectiveLog:
                                  caller(sys._getframe(1)), "done",
                                  channel=lambda source: p2p_channel(name, source, None, group, describe_group(group),
                                                                     tag))
-            return self.call(original, args, kwargs, name, where, describe_tensors(args),
+            return self.call(original, args, kwargs, name, where, self.describe(name, args, sys._getframe(1)),
                              caller(sys._getframe(1)), "issued" if is_async else "done",
                              gpus=() if is_async else gpus_of(args))
 
         collective.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
         return collective
+
+    def describe(self, op: str, args: tuple, frame: Any) -> str:
+        """What a collective moves: as a describer names it, or its tensors."""
+        for describer in self.describers:
+            try:
+                named = describer(op, frame)
+            except Exception:  # the record is a help: a describer that fails names nothing
+                named = None
+            if named:
+                return named
+        return describe_tensors(args)
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
              shapes: str, at: str, returned: str = "done", exclusive: bool = False,

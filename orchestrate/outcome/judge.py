@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from orchestrate.hangs.diagnosis import DDP_FORWARD_FRAMES, DDP_FORWARD_HINT, GLOO_MISMATCH
+from orchestrate.hangs.diagnosis import FORWARD_COLLECTIVES, GLOO_MISMATCH
 from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
@@ -204,16 +204,20 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
             " first mismatched collective, naming both (it does not compare sends and receives)")
 
 
-def ddp_forward_hint(failure: Optional[Failure]) -> str:
-    """For a rank that lost its peers in a DDP model's forward pass, broadcasting its buffers,
-    because they had finished their scripts (its description says so): that the forward pass is
-    a collective, which a rank makes alone in an evaluation or a step the others do not take (""
-    for any other failure: a fault's, a rank's own error, a timeout, which the hang diagnosis
-    reads from the ranks' records)."""
+def forward_pass_hint(failure: Optional[Failure]) -> str:
+    """For a rank that lost its peers in a forward pass that is a collective (a DDP model's,
+    broadcasting its buffers; an FSDP model's, gathering its parameters) because they had finished
+    their scripts (its description says so): that the forward pass is a collective, which a rank
+    makes alone in an evaluation or a step the others do not take ("" for any other failure: a
+    fault's, a rank's own error, a timeout, which the hang diagnosis reads from the ranks'
+    records)."""
     if failure is None or not failure.description:
         return ""
     text = "\n".join([failure.traceback, *failure.last_lines])
-    return f"  hint: {DDP_FORWARD_HINT}" if any(frame in text for frame in DDP_FORWARD_FRAMES) else ""
+    for _, frames, hint in FORWARD_COLLECTIVES:
+        if any(all(word in text for word in frame) for frame in frames):
+            return f"  hint: {hint}"
+    return ""
 
 
 # Python's words for an import that found nothing, with the module's dotted name.

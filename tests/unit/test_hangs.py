@@ -12,7 +12,7 @@ from typing import Optional
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, diagnose, loader_lines, loading_where,
+from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, diagnose, loader_lines, loading_where,
                                         timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
@@ -163,6 +163,32 @@ def test_a_ddp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_broadcast
     elsewhere = probe(5, r0=snap(0, history + (other,), frames=stack(35)), r1=snap(1, history + (barrier,), stack(40)))
     lines = diagnose(elsewhere, None, {0, 1}, {}, 30).lines()
     assert f"  {DEBUG_HINT}" in lines and not any(DDP_FORWARD_HINT in line for line in lines)
+
+
+def test_an_fsdp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_gathers_the_parameters():
+    """Rank 0 evaluates its FSDP model alone: the forward pass gathers each module's parameters,
+    and rank 1 is in the barrier after it. A training step's forward pass, its line in both
+    ranks' records, gets the usual hint."""
+    params = "parameters of FSDP(Linear)"
+    history = (coll(5, params, op="all_gather_into_tensor", at="train.py:20"),
+               coll(6, "gradients of FSDP(Linear)", op="reduce_scatter_tensor", at="train.py:21"))
+    evaluating = coll(7, params, "entered", op="all_gather_into_tensor", at="train.py:30")
+    barrier = coll(7, "", "entered", op="barrier", at="train.py:40")
+    parted = probe(5, r0=snap(0, history + (evaluating,), frames=stack(30)), r1=snap(1, history + (barrier,), stack(40)))
+    lines = diagnose(parted, None, {0, 1}, {}, 30).lines()
+    assert lines[0] == ("no progress for 30 s: collective #7: rank 0 entered all_gather_into_tensor(parameters of"
+                        " FSDP(Linear)) at train.py:30; rank 1 entered barrier() at train.py:40")
+    assert lines[-1] == f"  {FSDP_FORWARD_HINT}" and f"  {DEBUG_HINT}" not in lines
+    assert not any(DDP_FORWARD_HINT in line for line in lines)
+    # a training step's forward pass (rank 0 made an extra barrier): not a forward pass made alone
+    step = coll(7, params, "entered", op="all_gather_into_tensor", at="train.py:20")
+    trained = probe(5, r0=snap(0, history + (barrier,), stack(40)), r1=snap(1, history + (step,), frames=stack(20)))
+    lines = diagnose(trained, None, {0, 1}, {}, 30).lines()
+    assert f"  {DEBUG_HINT}" in lines and not any(FSDP_FORWARD_HINT in line for line in lines)
+    # a DDP model's buffers are not an FSDP model's parameters: each gets its own hint
+    buffers = coll(7, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:30")
+    ddp = probe(5, r0=snap(0, history + (buffers,), frames=stack(30)), r1=snap(1, history + (barrier,), stack(40)))
+    assert diagnose(ddp, None, {0, 1}, {}, 30).lines()[-1] == f"  {DDP_FORWARD_HINT}"
 
 
 def test_a_rank_that_exited_while_another_waits_for_it_is_named_in_the_headline_with_its_own_hint():

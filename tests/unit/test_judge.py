@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrate.outcome.judge import (Failure, compiler_hint, ddp_forward_hint, device_ordinal_hint, died_at_exit,
-                                       find_failure, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
+from orchestrate.outcome.judge import (Failure, compiler_hint, device_ordinal_hint, died_at_exit, find_failure,
+                                       forward_pass_hint, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -275,7 +275,7 @@ def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look
     assert missing_module_hint(None) == ""
 
 
-def test_the_ddp_forward_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_broadcasting_its_buffers(nodes):
+def test_the_forward_pass_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_broadcasting_its_buffers(nodes):
     """Rank 0 evaluated its DDP model alone, and rank 1 finished meanwhile: the forward pass's
     buffer broadcast lost its peer (gloo), or torch's check of it found rank 1 gone."""
     node0, node1 = nodes(2, 1)
@@ -292,20 +292,41 @@ def test_the_ddp_forward_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_br
         failure = find_failure(results)
         assert failure.describe().endswith(", as rank 1 (node1, after step 15) had finished its script while rank 0"
                                            f" still ran, and rank 0's collectives lost it as a peer {UNEVEN}")
-        assert ddp_forward_hint(failure) == hint
+        assert forward_pass_hint(failure) == hint
     # the error file's traceback shows the forward pass as well as the last lines
     left = Failure("node0", 0, 1, LOST_PEER, (), traceback="\n".join(forward), description="... had finished ...")
-    assert ddp_forward_hint(left) == hint
+    assert forward_pass_hint(left) == hint
     # a timeout (every rank may be in that forward pass: the hang diagnosis reads their records), a
     # fault's failure, a lost peer nobody left early, a forward pass elsewhere, or no failure: none
     timed_out = Failure("node0", 0, 1, "RuntimeError: [../gloo/transport/tcp/pair.cc] Timed out waiting 1800000ms",
                         forward)
-    assert ddp_forward_hint(timed_out) == ""
-    assert ddp_forward_hint(Failure("node1", 1, -9, "", forward, reason="rank 1 failed (injected fault)")) == ""
-    assert ddp_forward_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
+    assert forward_pass_hint(timed_out) == ""
+    assert forward_pass_hint(Failure("node1", 1, -9, "", forward, reason="rank 1 failed (injected fault)")) == ""
+    assert forward_pass_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
     elsewhere = ("  File \"train.py\", line 3, in main",)
-    assert ddp_forward_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...")) == ""
-    assert ddp_forward_hint(None) == ""
+    assert forward_pass_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...")) == ""
+    assert forward_pass_hint(None) == ""
+
+
+def test_the_fsdp_forward_hint_is_given_to_a_rank_left_alone_gathering_an_fsdp_models_parameters(nodes):
+    """Rank 0 evaluated its FSDP model alone, and rank 1 finished meanwhile: the last lines show
+    the all-gather FSDP called, or FSDP's gathering function itself."""
+    node0, node1 = nodes(2, 1)
+    site = "/opt/venv/lib/python3.11/site-packages/torch/distributed"
+    gathering = (f'  File "{site}/fsdp/_fully_shard/_fsdp_collectives.py", line 89, in __call__',
+                 "    return dist.all_gather_into_tensor(",
+                 f'  File "{site}/distributed_c10d.py", line 4056, in all_gather_into_tensor', "    work.wait()")
+    results = [ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), last_lines=list(gathering)),
+               succeeded(node1, finished_ranks={1: 10})]
+    hint = forward_pass_hint(find_failure(results))
+    assert hint.startswith("  hint: an FSDP model's forward pass gathers each sharded module's parameters from every"
+                           " rank, so it is a collective every rank must make")
+    fsdp1 = Failure("node0", 0, 1, LOST_PEER, ("  File \"x.py\", line 3, in _all_gather_flat_param",),
+                    description="... had finished ...")
+    assert forward_pass_hint(fsdp1) == hint
+    # the user's own all-gather, outside FSDP: none
+    own = (f'  File "{site}/distributed_c10d.py", line 4056, in all_gather_into_tensor',)
+    assert forward_pass_hint(Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...")) == ""
 
 
 def test_the_compiler_hint_is_given_where_torch_compile_found_no_compiler_in_the_node():

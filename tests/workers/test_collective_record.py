@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import DDP_FORWARD_HINT, DEBUG_HINT, diagnose
+from orchestrate.hangs.diagnosis import DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, diagnose
 from orchestrate.hangs.snapshots import request_snapshots
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
@@ -22,6 +22,7 @@ DDP_BARRIER = ROOT / "tests" / "jobs" / "ddp_rank_barrier.py"
 LOADER_STUCK = ROOT / "tests" / "jobs" / "loader_stuck.py"
 P2P_SHORT = ROOT / "tests" / "jobs" / "p2p_short.py"
 EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "evaluate_on_rank0.py"
+FSDP_EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "fsdp_evaluate_on_rank0.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -134,6 +135,25 @@ def test_a_ddp_forward_pass_rank_0_makes_alone_is_named_as_the_broadcast_of_its_
                                   f" at {job}:{evaluate}; rank 1 entered barrier() at {job}:{barrier}")
     assert f"  {DDP_FORWARD_HINT}" in diagnosis.lines() and f"  {DEBUG_HINT}" not in diagnosis.lines()
 
+
+
+def test_an_fsdp_forward_pass_rank_0_makes_alone_is_named_as_the_gathering_of_its_parameters(tmp_path):
+    job = FSDP_EVALUATE_ON_RANK0
+    forward, backward = line_of(job, "# FORWARD"), line_of(job, "# BACKWARD")
+    evaluate, barrier = line_of(job, "# EVALUATE"), line_of(job, "# BARRIER")
+    probe = probe_of_hung_job(tmp_path, job)
+    # every rank alike, each step: the two sharded layers' parameters gathered in the forward pass,
+    # again in the backward pass (resharded after the forward), and their gradients reduce-scattered
+    gather, scatter = ("all_gather_into_tensor", "parameters of FSDP(Linear)"), \
+        ("reduce_scatter_tensor", "gradients of FSDP(Linear)")
+    step = [(*gather, forward)] * 2 + [(*gather, backward)] * 2 + [(*scatter, backward)] * 2
+    steps = [(seq, op, shapes, f"{job}:{line}") for seq, (op, shapes, line) in enumerate(step * 2, start=1)]
+    for rank in (0, 1):
+        assert [(c.seq, c.op, c.shapes, c.at) for c in probe.snapshots[rank].collectives[:-1]] == steps
+    diagnosis = diagnose(probe, None, {0, 1}, {}, None)
+    assert diagnosis.headline == (f"no progress: collective #13: rank 0 entered all_gather_into_tensor(parameters of"
+                                  f" FSDP(Linear)) at {job}:{evaluate}; rank 1 entered barrier() at {job}:{barrier}")
+    assert f"  {FSDP_FORWARD_HINT}" in diagnosis.lines() and f"  {DEBUG_HINT}" not in diagnosis.lines()
 
 RECORD_PER_RANK = """
 import json, os, sys

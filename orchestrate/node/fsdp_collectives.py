@@ -1,0 +1,96 @@
+"""FSDP's collectives, named in the collective record for what they move.
+
+FSDP (``fully_shard``, and ``FullyShardedDataParallel`` before it) calls the Python collectives
+that :mod:`orchestrate.node.collective_log` wraps, so they are recorded at the user's line
+already; but as ``all_gather_into_tensor(float32[2112], float32[1056])``, flat buffers a user
+never made. A rank that waits in one of them from ``validate()`` is clearer as
+``all_gather_into_tensor(parameters of FSDP(Linear))``: the forward pass of an FSDP module gathers
+its parameters from every rank, so it is a collective every rank must make (the hang diagnosis
+says so where only some ranks make it, as for DDP's buffers: :mod:`orchestrate.hangs.diagnosis`).
+
+Named where the call comes through FSDP's own files:
+
+- an all-gather is ``parameters of FSDP(M)`` (a forward pass, or a backward pass gathering them
+  again);
+- a reduce-scatter is ``gradients of FSDP(M)`` (a backward pass);
+
+``M`` is the class of the module whose parameters they are (FSDP2's parameter group's first
+module, ``Linear`` of the ``FSDPLinear`` that ``fully_shard`` makes of it; FSDP1's wrapped module), or plain ``FSDP`` where it is not found. Other collectives FSDP
+makes (its construction's broadcasts, HSDP's all-reduce) keep their tensors' description.
+
+Installed by the workers' start-up hook when FSDP's package is imported. Standard library only.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from orchestrate.node.collective_log import CollectiveLog
+
+PARAMETERS = "parameters of FSDP"  # what an FSDP all-gather's entry says it moves
+GRADIENTS = "gradients of FSDP"  # a reduce-scatter's
+GATHERS = ("all_gather_into_tensor", "_all_gather_base", "all_gather")
+REDUCE_SCATTERS = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter")
+FSDP_FILES = os.sep + os.path.join("torch", "distributed", "fsdp") + os.sep
+TORCH_FILES = os.sep + "torch" + os.sep
+# How far up the stack FSDP's frames are looked for: the collective's caller is at most a few
+# frames of torch's own below them.
+DEPTH = 24
+
+
+def describe(op: str, frame: Any) -> Optional[str]:
+    """``parameters of FSDP(Linear)`` for an all-gather that FSDP makes (``frame``: the
+    collective's caller), ``gradients of FSDP(Linear)`` for a reduce-scatter; None for any other
+    call (the user's own, or one FSDP makes for another purpose)."""
+    what = PARAMETERS if op in GATHERS else GRADIENTS if op in REDUCE_SCATTERS else None
+    if what is None:
+        return None
+    through_fsdp, model = False, ""
+    for _ in range(DEPTH):
+        if frame is None:
+            break
+        filename = frame.f_code.co_filename
+        if TORCH_FILES not in filename:
+            break  # the user's frame: FSDP, if anywhere, was below it
+        if FSDP_FILES in filename:
+            through_fsdp = True
+            model = model or module_name(frame.f_locals.get("self"))
+        frame = frame.f_back
+    if not through_fsdp:
+        return None
+    return f"{what}({model})" if model else what
+
+
+def module_name(owner: Any) -> str:
+    """The class of the module whose parameters ``owner`` (an FSDP frame's ``self``) handles:
+    FSDP2's parameter group (``modules``), FSDP1's handle (``_fully_sharded_module``) or FSDP1's
+    wrapper (``_fsdp_wrapped_module``); "" for anything else."""
+    if owner is None:
+        return ""
+    try:
+        modules = getattr(owner, "modules", None)
+        if isinstance(modules, (tuple, list)) and modules:
+            return class_name(modules[0])
+        for attribute in ("_fully_sharded_module", "_fsdp_wrapped_module"):
+            inner = getattr(owner, attribute, None)
+            if inner is not None:
+                return class_name(inner)
+    except Exception:  # an object whose attributes raise: named by nothing
+        return ""
+    return ""
+
+
+def class_name(module: Any) -> str:
+    """A module's class as its user wrote it: ``fully_shard`` makes each module an instance of a
+    class of its own, ``FSDPLinear`` for a ``Linear``, which is named ``Linear``."""
+    cls = type(module)
+    name = cls.__name__
+    if name.startswith("FSDP") and any(base.__name__ == name[4:] for base in cls.__mro__[1:]):
+        return name[4:]
+    return name
+
+
+def install(log: CollectiveLog) -> None:
+    """Have the record name FSDP's all-gathers and reduce-scatters (see the module's text)."""
+    if describe not in log.describers:
+        log.describers.append(describe)

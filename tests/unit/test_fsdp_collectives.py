@@ -1,0 +1,89 @@
+"""FSDP's collectives named in the record for what they move: frames of FSDP's own files between
+the collective and the user's line say so, and the module is named as the user wrote it."""
+from __future__ import annotations
+
+import os
+
+from orchestrate.node.collective_log import CollectiveLog
+from orchestrate.node.fsdp_collectives import GRADIENTS, PARAMETERS, class_name, describe, install, module_name
+
+FSDP_FILE = os.path.join(os.sep, "venv", "site-packages", "torch", "distributed", "fsdp", "_fully_shard",
+                         "_fsdp_param_group.py")
+TORCH_FILE = os.path.join(os.sep, "venv", "site-packages", "torch", "distributed", "distributed_c10d.py")
+
+
+class Linear:
+    pass
+
+
+class FSDPLinear(Linear):  # what fully_shard makes of a Linear
+    pass
+
+
+class ParamGroup:
+    def __init__(self, *modules) -> None:
+        self.modules = modules
+
+
+def frame_of(op: str, *files: str, owner=None):
+    """What describe says for ``op`` called from this test (the user's frame) through functions
+    defined as if in ``files`` (outermost first; each frame's ``self`` is ``owner``), then torch's
+    own file, as a collective's wrapper sees its caller."""
+    import sys
+
+    def collective():
+        return describe(op, sys._getframe(1))
+
+    call = collective
+    for filename in reversed((*files, TORCH_FILE)):
+        scope = {"inner": call}
+        exec(compile("def call(self):\n    return inner() if inner.__code__.co_argcount == 0 else inner(self)\n",
+                     filename, "exec"), scope)
+        call = scope["call"]
+    return call(owner)
+
+
+def test_an_all_gather_through_fsdps_files_is_the_modules_parameters_and_a_reduce_scatter_its_gradients():
+    group = ParamGroup(FSDPLinear())
+    assert frame_of("all_gather_into_tensor", FSDP_FILE, owner=group) == f"{PARAMETERS}(Linear)"
+    assert frame_of("reduce_scatter_tensor", FSDP_FILE, owner=group) == f"{GRADIENTS}(Linear)"
+    # no module found in FSDP's frames: FSDP alone
+    assert frame_of("_all_gather_base", FSDP_FILE, owner=None) == PARAMETERS
+    # another op FSDP makes, or the user's own all-gather: the tensors describe it
+    assert frame_of("broadcast", FSDP_FILE, owner=group) is None
+    assert frame_of("all_gather_into_tensor", owner=group) is None
+
+
+def test_the_module_is_named_as_its_user_wrote_it_and_an_owner_that_says_nothing_names_none():
+    assert class_name(FSDPLinear()) == "Linear" and class_name(Linear()) == "Linear"
+
+    class FSDPNet:  # a user's class that happens to start FSDP: its own name
+        pass
+
+    assert class_name(FSDPNet()) == "FSDPNet"
+
+    class Handle:  # FSDP1's handle of its wrapped module
+        _fully_sharded_module = Linear()
+
+    class Raising:
+        @property
+        def modules(self):
+            raise RuntimeError("no")
+
+    assert module_name(Handle()) == "Linear" and module_name(ParamGroup()) == "" and module_name(Raising()) == ""
+
+
+def test_a_describer_names_an_entry_and_one_that_fails_leaves_it_to_the_tensors():
+    log = CollectiveLog()
+    install(log)
+    install(log)  # once only
+    assert log.describers == [describe]
+
+    class Tensor:
+        shape, dtype = (4,), "torch.float32"
+
+    assert log.describe("all_reduce", (Tensor(),), None) == "float32[4]"
+    log.describers.insert(0, lambda op, frame: 1 / 0)
+    log.describers.insert(1, lambda op, frame: "parameters of FSDP(Net)" if op == "all_gather_into_tensor" else None)
+    assert log.describe("all_gather_into_tensor", (Tensor(),), None) == "parameters of FSDP(Net)"
+    assert log.describe("all_reduce", (Tensor(),), None) == "float32[4]"
