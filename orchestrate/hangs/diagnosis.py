@@ -11,6 +11,7 @@ from orchestrate.hangs.collectives import Divergence, channel_ends, first_diverg
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
+from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
 from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
 
@@ -25,6 +26,11 @@ GLOO_MISMATCH = "Is there a distributed collective mismatch in your code?"
 # engine stamps a start, and the workers their records, each as it reads the host's clock.
 ATTEMPT_CLOCK_SLACK_S = 1.0
 DEBUG_HINT = "rerun with --debug-collectives: torch then stops at the first mismatched collective, naming both"
+NEW_GROUP_HINT = ("every rank must call new_group for every group, in the same order, the groups it is not in too:"
+                  " torch pairs the calls by their order, so groups made on their members only take each other's"
+                  " places; make every group on every rank and keep the one the rank is in"
+                  " (dist.new_subgroups_by_enumeration does), or pass use_local_synchronization=True, which only"
+                  " the members call")
 INIT_HINT = ("every rank waits in init_process_group for its store: under torchrun leave init_method out (env://,"
              " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
              " (tcp://localhost:...) must be one every node reaches, where a store listens")
@@ -329,7 +335,9 @@ class HangDiagnosis:
         if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
-            if channel_ends(self.divergence.group) is None and not forward_alone:  # torch's check compares no p2p
+            if f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
+                out.append(f"  {NEW_GROUP_HINT}")
+            elif channel_ends(self.divergence.group) is None and not forward_alone:  # it compares no p2p
                 out.append(f"  {DEBUG_HINT}")
         if forward_alone:
             out.append(f"  {forward_alone}")

@@ -31,6 +31,9 @@ COLLECTIVES = (
     "monitored_barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv", "all_gather_object",
     "broadcast_object_list", "gather_object", "scatter_object_list", "_all_gather_base", "_reduce_scatter_base",
 )
+# Making a process group: every rank of the job calls it, for every group, in the same order
+# (torch pairs the calls by their order), so it is recorded as a collective of the default group.
+NEW_GROUP = "new_group"
 # Point-to-point calls: each direction between two ranks is a channel of its own ("p2p 0->1"),
 # numbered apart from the process group's collectives, which every member calls in one order: a
 # rank's sends to one peer match that peer's receives from it, whatever else either does.
@@ -190,6 +193,23 @@ class CollectiveLog:
         collective.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
         return collective
 
+    def wrap_new_group(self, original: Callable[..., Any], describe_group: Callable[[Any], str]) -> Callable[..., Any]:
+        """``original`` (``new_group``), recording each outer call as ``new_group(ranks 0,1)`` in
+        the default group, where every rank must make it. One made with
+        ``use_local_synchronization=True``, which only its members call, is not recorded."""
+        ranks_index = _positional_index(original, "ranks")
+        local_index = _positional_index(original, "use_local_synchronization")
+
+        @functools.wraps(original)
+        def new_group(*args: Any, **kwargs: Any) -> Any:
+            if self.nested() or _argument(args, kwargs, "use_local_synchronization", local_index):
+                return original(*args, **kwargs)
+            return self.call(original, args, kwargs, NEW_GROUP, describe_group(None),
+                             describe_ranks(_argument(args, kwargs, "ranks", ranks_index)), caller(sys._getframe(1)))
+
+        new_group.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
+        return new_group
+
     def describe(self, op: str, args: tuple, frame: Any) -> str:
         """What a collective moves: as a describer names it, or its tensors."""
         for describer in self.describers:
@@ -252,6 +272,19 @@ def _positional_index(function: Callable[..., Any], parameter: str) -> Optional[
     except (TypeError, ValueError):
         return None
     return names.index(parameter) if parameter in names else None
+
+
+def _argument(args: tuple, kwargs: Dict[str, Any], key: str, index: Optional[int]) -> Any:
+    """A call's argument ``key``, passed by name or at ``index``; None where not passed."""
+    return kwargs.get(key, args[index] if index is not None and len(args) > index else None)
+
+
+def describe_ranks(ranks: Any) -> str:
+    """A new group's members as ``ranks 0,1`` (``all ranks`` where none are given)."""
+    try:
+        return "ranks " + ",".join(str(int(r)) for r in sorted(ranks)) if ranks else "all ranks"
+    except (TypeError, ValueError):
+        return "ranks ?"
 
 
 def first_line(exc: BaseException) -> str:
@@ -379,11 +412,11 @@ def wrap_torch_distributed(log: CollectiveLog, name_group: Optional[Callable[[An
     if c10d is None or dist is None:
         return
     name_group = name_group or group_namer()
-    for name in COLLECTIVES:
+    for name in (*COLLECTIVES, NEW_GROUP):
         original = getattr(c10d, name, None)
         if original is None or getattr(original, "__ddp_compose_recorded__", False):
             continue
-        wrapped = log.wrap(name, original, name_group)
+        wrapped = log.wrap_new_group(original, name_group) if name == NEW_GROUP else log.wrap(name, original, name_group)
         setattr(c10d, name, wrapped)
         if getattr(dist, name, None) is original:
             setattr(dist, name, wrapped)

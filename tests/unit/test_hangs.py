@@ -831,6 +831,42 @@ def test_the_record_keeps_outer_calls_their_state_and_the_callers_line():
     assert log.completed == 4
 
 
+def test_a_new_group_is_recorded_in_the_default_group_unless_only_its_members_call_it():
+    from orchestrate.node.collective_log import describe_ranks
+
+    log = CollectiveLog()
+    made = []
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False):
+        made.append(ranks)
+        return f"group {ranks}"
+
+    wrapped = log.wrap_new_group(new_group, lambda g: "default" if g is None else str(g))
+    line = sys._getframe().f_lineno + 1
+    assert wrapped([1, 0]) == "group [1, 0]" and wrapped() == "group None"
+    assert wrapped([2, 3], use_local_synchronization=True) == "group [2, 3]"  # only its members call it
+    assert wrapped([2, 3], None, None, None, True) == "group [2, 3]"
+    assert made == [[1, 0], None, [2, 3], [2, 3]]
+    assert [(e["seq"], e["op"], e["group"], e["shapes"], e["state"]) for e in log.snapshot()] == [
+        (1, "new_group", "default", "ranks 0,1", "done"), (2, "new_group", "default", "all ranks", "done")]
+    assert log.snapshot()[0]["at"].endswith(f"test_hangs.py:{line}")
+    assert describe_ranks(range(3)) == "ranks 0,1,2" and describe_ranks([object()]) == "ranks ?"
+
+
+def test_ranks_that_made_their_groups_differently_part_at_new_group_with_its_own_hint():
+    from orchestrate.hangs.diagnosis import NEW_GROUP_HINT
+
+    own = coll(1, "ranks 0", op="new_group", at="train.py:9")
+    every = coll(1, "ranks 0,1", op="new_group", at="train.py:10")
+    waiting = (coll(2, "ranks 0,1", "entered", op="new_group", at="train.py:10"),)
+    parted = probe(5, r0=snap(0, (own,) + waiting, frames=stack(10, call="new_group")),
+                   r1=snap(1, (every, coll(2, "float32[1]", "entered", at="train.py:12")), stack(12)))
+    lines = diagnose(parted, None, {0, 1}, {}, 30).lines()
+    assert lines[0] == ("no progress for 30 s: collective #1: rank 0 entered new_group(ranks 0) at train.py:9; rank 1"
+                        " entered new_group(ranks 0,1) at train.py:10")
+    assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
+
+
 def test_tensors_are_described_by_dtype_and_shape_and_other_arguments_left_out():
     assert describe_tensors((FakeTensor(2, 3), "sum", [FakeTensor(1)] * 4)) == "float32[2,3], 4x float32[1]"
     assert describe_tensors(([{"a": 1}],)) == ""

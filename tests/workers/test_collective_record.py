@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, diagnose
+from orchestrate.hangs.diagnosis import DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, NEW_GROUP_HINT, diagnose
 from orchestrate.hangs.snapshots import request_snapshots
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
@@ -23,6 +23,7 @@ LOADER_STUCK = ROOT / "tests" / "jobs" / "loader_stuck.py"
 P2P_SHORT = ROOT / "tests" / "jobs" / "p2p_short.py"
 EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "evaluate_on_rank0.py"
 FSDP_EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "fsdp_evaluate_on_rank0.py"
+GROUP_ON_ONE_RANK = ROOT / "tests" / "jobs" / "group_on_one_rank.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -154,6 +155,18 @@ def test_an_fsdp_forward_pass_rank_0_makes_alone_is_named_as_the_gathering_of_it
     assert diagnosis.headline == (f"no progress: collective #13: rank 0 entered all_gather_into_tensor(parameters of"
                                   f" FSDP(Linear)) at {job}:{evaluate}; rank 1 entered barrier() at {job}:{barrier}")
     assert f"  {FSDP_FORWARD_HINT}" in diagnosis.lines() and f"  {DEBUG_HINT}" not in diagnosis.lines()
+
+
+def test_a_group_made_on_one_rank_only_is_the_first_divergence_with_its_own_hint(tmp_path):
+    job = GROUP_ON_ONE_RANK
+    made, every = line_of(job, "# ONLY_RANK_0"), line_of(job, "# EVERY_RANK")
+    probe = probe_of_hung_job(tmp_path, job)
+    divergence = first_divergence(probe.snapshots)
+    assert divergence is not None
+    assert divergence.text == (f"collective #1: rank 0 entered new_group(ranks 0) at {job}:{made}; rank 1 entered"
+                               f" new_group(ranks 0,1) at {job}:{every}")
+    lines = diagnose(probe, None, {0, 1}, {}, None).lines()
+    assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
 
 RECORD_PER_RANK = """
 import json, os, sys
