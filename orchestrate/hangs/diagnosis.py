@@ -399,16 +399,22 @@ _TIMED_OUT = re.compile(r"timed out|timeout", re.I)
 _SOURCE_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 
-def timeout_diagnosis(failure: Any, directory: Path, expected: set[int]) -> Optional[HangDiagnosis]:
+def timeout_diagnosis(failure: Any, directory: Path, expected: set[int],
+                      since: Optional[float] = None) -> Optional[HangDiagnosis]:
     """A run that failed because a collective timed out is a hang that torch ended: its
-    diagnosis from the snapshots the ranks wrote as their collectives failed (None when the
-    failure is something else, or no rank wrote one)."""
+    diagnosis from the snapshots the ranks wrote as their collectives failed, and those written
+    from ``since`` on (Unix seconds: the answers of ranks asked where they were as the failure
+    ended the job, which wrote no record of their own: one computing outside any collective);
+    None when the failure is something else, or no rank's collective failed."""
     exception = getattr(failure, "exception", "") or ""
     if getattr(failure, "reason", "") or not _TIMED_OUT.search(exception):
         return None  # a node that stopped answering (or was OOM-killed) explains it better
-    snapshots = {rank: s for rank, s in last_snapshots(directory).items() if s.reason == "collective failed"}
+    latest = last_snapshots(directory)
+    snapshots = {rank: s for rank, s in latest.items() if s.reason == "collective failed"}
     if not snapshots:
         return None
+    if since is not None:
+        snapshots = {**{rank: s for rank, s in latest.items() if s.time >= since}, **snapshots}
     probe = Probe("failed", 0.0, snapshots)
     where = f"{failure.node} rank {failure.rank}" if getattr(failure, "rank", None) is not None else failure.node
     said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()

@@ -131,6 +131,7 @@ class Supervisor:
         self.winding_down = False
         self.closed = False
         self.first_failure_seen = False
+        self.asked_at_failure: Optional[float] = None  # when the ranks still running were asked where they are
         self.started_at = clock()
         self.started_time = time.time()  # the same moment, on the progress records' clock
         self.live_faults = LiveFaultWatch(spec, self.trackers, self.started_time, lambda: self.progress.max_step,
@@ -584,6 +585,22 @@ class Supervisor:
         if len(hung) < len(running):
             self.say(f"{failed.name} failed; stopping the other nodes in {FAILURE_GRACE_S:.0f} s")
             self.kill_at = self.clock() + FAILURE_GRACE_S
+            self.asked_at_failure = self.ask_where_ranks_are()
+
+    def ask_where_ranks_are(self) -> Optional[float]:
+        """Ask the ranks still running where they are as the first failure ends the job (they
+        answer within the grace, before they are stopped), so that a collective's timeout places
+        a rank that wrote no record of its own (one computing, or spinning, outside any
+        collective) by its answer; return when it asked (Unix seconds; None: not asked)."""
+        directory = debug_dir(self.spec.run_dir)
+        if not directory.is_dir():
+            return None
+        try:
+            ask_snapshots(directory)
+        except OSError as exc:  # the answers are a help: a run without them is judged as before
+            log.debug("asking the ranks where they are: %s", exc)
+            return None
+        return self.wall_time(self.clock())
 
     def stop(self, trackers: list[NodeTracker], grace_s: float) -> None:
         """Stop these nodes as a cluster does: SIGTERM to their workers now, SIGKILL to what is
@@ -667,7 +684,8 @@ class Supervisor:
             result.stopped_by = self.stop_request.by
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
-                                                             {r for t in trackers for r in t.plan.global_ranks})
+                                                             {r for t in trackers for r in t.plan.global_ranks},
+                                                             since=self.asked_at_failure)
         attempt_began = max((t.latest_start or t.first_started or 0.0 for t in trackers), default=0.0)
         result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir), attempt_began)
         return result

@@ -742,6 +742,30 @@ def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_a
     assert mismatch_divergence(caught, tmp_path) == ""
 
 
+
+def test_a_timeout_places_a_rank_that_wrote_no_record_by_its_answer_when_the_job_ended(tmp_path):
+    """Rank 1 spins in a loop of its own while rank 0's all-reduce times out: it writes no record
+    of a failed collective, but it answered the launcher's request as the failure ended the job."""
+    done = {"seq": 7, "op": "all_reduce", "group": "default", "shapes": "gradients of DDP(Linear)",
+            "at": "spin.py:17", "state": "done"}
+    (tmp_path / "rank0.json").write_text(json.dumps({
+        "request": "failed", "reason": "collective failed", "rank": 0, "time": 1000.0, "stacks": [],
+        "collectives": [done, {**done, "seq": 8, "state": "failed"}]}))
+    spinning = {"request": "r2", "rank": 1, "time": 1000.5, "collectives": [done],
+                "stacks": [{"thread": "MainThread", "main": True,
+                            "frames": [["spin.py", 16, "<module>", ""], ["spin.py", 11, "next_batch", ""]]}]}
+    (tmp_path / "rank1.json").write_text(json.dumps(spinning))
+    failure = Failure("node0", 0, 1, "RuntimeError: [/pytorch/gloo/unbound_buffer.cc:78] Timed out waiting 40000ms"
+                      " for recv operation to complete", ())
+    found = timeout_diagnosis(failure, tmp_path, {0, 1}, since=1000.2)
+    assert found is not None
+    assert found.headline.endswith("rank 0 waits in all_reduce(gradients of DDP(Linear)) #8 at spin.py:17; rank 1 is"
+                                   " at #7 (not in a collective: next_batch at spin.py:11)")
+    # an answer from before the ranks were asked (an earlier look of the watchdog's) is not taken:
+    # the rank may have moved on since
+    assert timeout_diagnosis(failure, tmp_path, {0, 1}, since=1001.0).headline.endswith("rank 1 did not answer")
+    assert timeout_diagnosis(failure, tmp_path, {0, 1}).headline.endswith("rank 1 did not answer")
+
 def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_failed_collectives(tmp_path):
     from orchestrate.hangs.diagnosis import mismatch_divergence
 
@@ -896,6 +920,7 @@ def answering_worker(job, rank: int, collectives: list[dict], busy: bool = False
                 answered = request
                 (directory / f"rank{rank}.json").write_text(json.dumps({
                     "request": request, "rank": rank, "pid": 40 + rank, "node": f"node{rank}", "completed": 1,
+                    "time": time.time(),
                     "cpu_s": time.monotonic() - started if busy else 1.0, "collectives": collectives,
                     "stacks": [{"thread": "MainThread", "main": True,
                                 "frames": [["train.py", 20 + rank, "<module>", ""]]}]}))
@@ -941,6 +966,41 @@ def test_a_run_whose_ranks_make_no_progress_ends_hung_with_the_divergence(make_r
     assert result.failure is not None and result.failure.describe().startswith("HUNG: no progress")
     outcome = json.loads((job.run_dir / "outcome.json").read_text())
     assert outcome["hang"]["divergence"] == result.hang.divergence.text
+
+
+@pytest.mark.timeout(60)
+def test_a_collective_timeout_places_the_rank_that_wrote_no_record_by_its_answer_as_the_job_ended(make_run):
+    """Rank 0's all-reduce times out while rank 1 computes outside any collective: the launcher
+    asks the ranks still running where they are as the failure ends the job, and rank 1's answer
+    places it (without it, rank 1 "did not answer")."""
+    import threading
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+    from tests.unit.test_launcher import report
+
+    stop = threading.Event()
+    job = make_run(nodes=2)
+    done = {"seq": 7, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
+            "state": "done"}
+
+    def timed_out() -> None:
+        (job.run_dir / "debug").mkdir(exist_ok=True)
+        (job.run_dir / "debug" / "rank0.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": 0, "time": time.time(), "stacks": [],
+            "collectives": [done, {**done, "seq": 8, "state": "failed"}]}))
+
+    exc = "RuntimeError: [../gloo/unbound_buffer.cc:78] Timed out waiting 40000ms for recv operation to complete"
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:step 7", f"[0|0]:{exc}", *report(0, 0, exc=exc)], exit_code=1,
+                                           then=timed_out)],
+                             node1=[Script(["[1|0]:step 7"], hang=True, then=answering_worker(job, 1, [done], stop=stop))])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.hang is not None and result.hang.cause.startswith("a collective timed out on node0 rank 0")
+    assert result.hang.headline.endswith("rank 0 waits in all_reduce(float32[4]) #8 at train.py:9; rank 1 is at #7"
+                                         " (not in a collective: <module> at train.py:21)")
 
 
 @pytest.mark.timeout(60)
