@@ -416,7 +416,8 @@ def wrap_torch_distributed(log: CollectiveLog, name_group: Optional[Callable[[An
         original = getattr(c10d, name, None)
         if original is None or getattr(original, "__ddp_compose_recorded__", False):
             continue
-        wrapped = log.wrap_new_group(original, name_group) if name == NEW_GROUP else log.wrap(name, original, name_group)
+        wrapped = (log.wrap_new_group(original, name_group) if name == NEW_GROUP
+                   else log.wrap(name, original, name_group))
         setattr(c10d, name, wrapped)
         if getattr(dist, name, None) is original:
             setattr(dist, name, wrapped)

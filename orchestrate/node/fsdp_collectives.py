@@ -12,11 +12,14 @@ Named where the call comes through FSDP's own files:
 
 - an all-gather is ``parameters of FSDP(M)`` (a forward pass, or a backward pass gathering them
   again);
-- a reduce-scatter is ``gradients of FSDP(M)`` (a backward pass);
+- a reduce-scatter is ``gradients of FSDP(M)`` (a backward pass), and so is an all-reduce that
+  FSDP's gradient reduction makes (HSDP's all-reduce across the replicas, FSDP1's ``NO_SHARD``;
+  not ``clip_grad_norm_``'s, of a norm);
 
 ``M`` is the class of the module whose parameters they are (FSDP2's parameter group's first
-module, ``Linear`` of the ``FSDPLinear`` that ``fully_shard`` makes of it; FSDP1's wrapped module), or plain ``FSDP`` where it is not found. Other collectives FSDP
-makes (its construction's broadcasts, HSDP's all-reduce) keep their tensors' description.
+module, ``Linear`` of the ``FSDPLinear`` that ``fully_shard`` makes of it; FSDP1's wrapped
+module), or plain ``FSDP`` where it is not found. Other collectives FSDP makes (its
+construction's broadcasts, a gradient norm's all-reduce) keep their tensors' description.
 
 Installed by the workers' start-up hook when FSDP's package is imported. Standard library only.
 """
@@ -31,6 +34,7 @@ PARAMETERS = "parameters of FSDP"  # what an FSDP all-gather's entry says it mov
 GRADIENTS = "gradients of FSDP"  # a reduce-scatter's
 GATHERS = ("all_gather_into_tensor", "_all_gather_base", "all_gather")
 REDUCE_SCATTERS = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter")
+ALL_REDUCE = "all_reduce"  # gradients where FSDP reduces them (HSDP's replicas, FSDP1's NO_SHARD)
 FSDP_FILES = os.sep + os.path.join("torch", "distributed", "fsdp") + os.sep
 TORCH_FILES = os.sep + "torch" + os.sep
 # How far up the stack FSDP's frames are looked for: the collective's caller is at most a few
@@ -42,10 +46,10 @@ def describe(op: str, frame: Any) -> Optional[str]:
     """``parameters of FSDP(Linear)`` for an all-gather that FSDP makes (``frame``: the
     collective's caller), ``gradients of FSDP(Linear)`` for a reduce-scatter; None for any other
     call (the user's own, or one FSDP makes for another purpose)."""
-    what = PARAMETERS if op in GATHERS else GRADIENTS if op in REDUCE_SCATTERS else None
+    what = (PARAMETERS if op in GATHERS else GRADIENTS if op in REDUCE_SCATTERS or op == ALL_REDUCE else None)
     if what is None:
         return None
-    through_fsdp, model = False, ""
+    through_fsdp, reducing, model = False, False, ""
     for _ in range(DEPTH):
         if frame is None:
             break
@@ -54,9 +58,10 @@ def describe(op: str, frame: Any) -> Optional[str]:
             break  # the user's frame: FSDP, if anywhere, was below it
         if FSDP_FILES in filename:
             through_fsdp = True
+            reducing = reducing or "reduce" in frame.f_code.co_name
             model = model or module_name(frame.f_locals.get("self"))
         frame = frame.f_back
-    if not through_fsdp:
+    if not through_fsdp or (op == ALL_REDUCE and not reducing):  # an all-reduce of a norm, not of gradients
         return None
     return f"{what}({model})" if model else what
 

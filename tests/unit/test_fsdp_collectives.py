@@ -25,7 +25,7 @@ class ParamGroup:
         self.modules = modules
 
 
-def frame_of(op: str, *files: str, owner=None):
+def frame_of(op: str, *files: str, owner=None, functions=None):
     """What describe says for ``op`` called from this test (the user's frame) through functions
     defined as if in ``files`` (outermost first; each frame's ``self`` is ``owner``), then torch's
     own file, as a collective's wrapper sees its caller."""
@@ -35,11 +35,13 @@ def frame_of(op: str, *files: str, owner=None):
         return describe(op, sys._getframe(1))
 
     call = collective
-    for filename in reversed((*files, TORCH_FILE)):
+    chain = (*files, *(functions or {}), TORCH_FILE)  # ``functions``: files whose function has that name
+    for filename in reversed(chain):
+        function = (functions or {}).get(filename, "call")
         scope = {"inner": call}
-        exec(compile("def call(self):\n    return inner() if inner.__code__.co_argcount == 0 else inner(self)\n",
+        exec(compile(f"def {function}(self):\n    return inner() if inner.__code__.co_argcount == 0 else inner(self)\n",
                      filename, "exec"), scope)
-        call = scope["call"]
+        call = scope[function]
     return call(owner)
 
 
@@ -49,6 +51,12 @@ def test_an_all_gather_through_fsdps_files_is_the_modules_parameters_and_a_reduc
     assert frame_of("reduce_scatter_tensor", FSDP_FILE, owner=group) == f"{GRADIENTS}(Linear)"
     # no module found in FSDP's frames: FSDP alone
     assert frame_of("_all_gather_base", FSDP_FILE, owner=None) == PARAMETERS
+    # HSDP's all-reduce of gradients across the replicas (FSDP2's foreach_reduce, FSDP1's
+    # _reduce_grad), but not clip_grad_norm_'s all-reduce of a norm
+    reducing = FSDP_FILE.replace("_fsdp_param_group.py", "_fsdp_collectives.py")
+    assert frame_of("all_reduce", FSDP_FILE, owner=group, functions={reducing: "foreach_reduce"}) == \
+        f"{GRADIENTS}(Linear)"
+    assert frame_of("all_reduce", FSDP_FILE, owner=group) is None
     # another op FSDP makes, or the user's own all-gather: the tensors describe it
     assert frame_of("broadcast", FSDP_FILE, owner=group) is None
     assert frame_of("all_gather_into_tensor", owner=group) is None

@@ -12,8 +12,8 @@ from typing import Optional
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, diagnose, loader_lines, loading_where,
-                                        timeout_diagnosis)
+from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, diagnose, loader_lines,
+                                        loading_where, timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
 from orchestrate.hangs.stacks import group_stacks, ranks_text
