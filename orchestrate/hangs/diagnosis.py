@@ -11,6 +11,7 @@ from orchestrate.hangs.collectives import Divergence, channel_ends, first_diverg
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
+from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
 from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
@@ -71,10 +72,17 @@ FSDP_FORWARD_HINT = ("an FSDP model's forward pass gathers each sharded module's
                      " alone, a step the others do not take) waits for the others; evaluate on every rank and reduce"
                      " the result (dist.all_reduce), or on a full copy of the weights that every rank takes part in"
                      " gathering (get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))")
-# The forward passes that are collectives: how the record names them, the frames of them in a
-# traceback, and what to tell a user whose ranks part at one.
-FORWARD_COLLECTIVES = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
-                       (FSDP_PARAMETERS, FSDP_FORWARD_FRAMES, FSDP_FORWARD_HINT))
+# torch.distributed.checkpoint's save and load: the frames of them in a failed rank's traceback.
+DCP_FRAMES = (("/torch/distributed/checkpoint/",),)
+DCP_HINT = ("torch.distributed.checkpoint's save and load are collectives: every rank calls them, each writing or"
+            " reading its own part, so a save that only rank 0 makes (the habit torch.save taught) waits for the"
+            " others; call dcp.save on every rank, or save a full state dict with torch.save on rank 0 alone")
+# The calls that are collectives without looking like one (a forward pass, a checkpoint's save):
+# how the record names them, the frames of them in a traceback, and what to tell a user whose
+# ranks part at one that only some of them made.
+COLLECTIVES_MADE_ALONE = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
+                          (FSDP_PARAMETERS, FSDP_FORWARD_FRAMES, FSDP_FORWARD_HINT),
+                          (IN_DCP, DCP_FRAMES, DCP_HINT))
 
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
@@ -275,24 +283,25 @@ class HangDiagnosis:
         return tuple(a.rank for a in self.activities if a.state == "exited")
 
     @property
-    def forward_alone(self) -> str:
-        """The hint for a hung job whose ranks part at a forward pass that is a collective (a DDP
-        model's broadcast of its buffers, an FSDP model's gathering of its parameters) and that
-        only some ranks make ("" for any other): a rank waits in one (on a GPU: the GPU is in it)
-        from a line that no other rank's record has such a forward pass from, nor its own before (a
-        training step's forward pass repeats its line on every rank; an evaluation on rank 0 alone
-        does not), while the others are elsewhere (in another collective, or exited; a rank that
-        did not answer for another reason, stopped or paused, is no other rank)."""
+    def made_alone(self) -> str:
+        """The hint for a hung job whose ranks part at a call that is a collective without looking
+        like one (a DDP model's forward pass, broadcasting its buffers; an FSDP model's, gathering
+        its parameters; a checkpoint's save or load) and that only some ranks make ("" for any
+        other): a rank waits in one (on a GPU: the GPU is in it) from a line that no other rank's
+        record has such a call from, nor its own before (a training step's forward pass repeats
+        its line on every rank; an evaluation or a save on rank 0 alone does not), while the others
+        are elsewhere (in another collective, or exited; a rank that did not answer for another
+        reason, stopped or paused, is no other rank)."""
         if not self.hung:
             return ""
-        for marker, _, hint in FORWARD_COLLECTIVES:
+        for marker, _, hint in COLLECTIVES_MADE_ALONE:
             if self.parted_at(marker):
                 return hint
         return ""
 
     def parted_at(self, marker: str) -> bool:
         """Whether a rank waits in a collective whose record starts ``marker`` from a line no
-        other rank's record, nor its own before, has one from (see :attr:`forward_alone`)."""
+        other rank's record, nor its own before, has one from (see :attr:`made_alone`)."""
         waiting = {rank: entries[-1] for rank, entries in self.collectives.items()
                    if entries and entries[-1].get("state") in ("entered", "running", "failed")
                    and str(entries[-1].get("shapes", "")).startswith(marker)}
@@ -331,16 +340,16 @@ class HangDiagnosis:
         # a working job's ranks are looked at a moment apart, and its GPUs are in collectives as
         # they go: there only ops or shapes that differ are worth saying
         shown = self.hung or (self.divergence is not None and self.divergence.kind == "mismatch")
-        forward_alone = self.forward_alone
+        made_alone = self.made_alone
         if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
             if f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
                 out.append(f"  {NEW_GROUP_HINT}")
-            elif channel_ends(self.divergence.group) is None and not forward_alone:  # it compares no p2p
+            elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
                 out.append(f"  {DEBUG_HINT}")
-        if forward_alone:
-            out.append(f"  {forward_alone}")
+        if made_alone:
+            out.append(f"  {made_alone}")
         elif self.hung and self.exited and self.someone_waits:
             out.append(f"  {EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):

@@ -246,6 +246,17 @@ def read_snapshot(path: Path) -> Optional[tuple[str, RankSnapshot]]:
         return None
 
 
+def failed_collective(directory: Path, rank: int, since: float = 0.0) -> str:
+    """The collective a rank's record says failed as the rank went (``gather_object(in
+    dcp.save)``), where the rank wrote one from ``since`` on (Unix seconds: an earlier attempt's
+    record says nothing of this one); "" otherwise."""
+    read = read_snapshot(directory / f"rank{rank}.json")
+    if read is None or read[1].reason != "collective failed" or read[1].time < since:
+        return ""
+    last = read[1].collectives[-1] if read[1].collectives else None
+    return last.call if last is not None and last.state == "failed" else ""
+
+
 def ask_snapshots(directory: Path) -> str:
     """Ask every worker for its snapshot (they look every 0.25 s); return the request's id. The
     DataLoader workers' earlier answers go (those workers come and go with each epoch)."""

@@ -7,8 +7,8 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 
 0. Where the run has a debug directory (``$DDP_DEBUG_DIR``): record the worker's collectives
    (:mod:`orchestrate.node.collective_log`, DDP's own collectives by
-   :mod:`orchestrate.node.ddp_collectives`, FSDP's named by :mod:`orchestrate.node.fsdp_collectives`)
-   and answer the launcher's requests for its stacks
+   :mod:`orchestrate.node.ddp_collectives`, FSDP's and DCP's named by
+   :mod:`orchestrate.node.fsdp_collectives` and :mod:`orchestrate.node.checkpoint_collectives`) and answer the launcher's requests for its stacks
    (:mod:`orchestrate.node.snapshot`), and keep every thread's stack should it die by a
    fatal signal (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
    progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
@@ -177,8 +177,9 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import (collective_log, crash_stacks, ddp_detail_guard, ddp_collectives, fsdp_collectives,
-                                  loader_workers, snapshot, spawn_note, step_counter, storage_faults)
+    from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
+                                  ddp_collectives, fsdp_collectives, loader_workers, snapshot, spawn_note, step_counter,
+                                  storage_faults)
     from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
@@ -201,6 +202,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.nn.parallel.distributed", lambda: ddp_collectives.install(log, name_group))
     collective_log.when_imported("torch.distributed.fsdp", lambda: fsdp_collectives.install(log))
+    collective_log.when_imported("torch.distributed.checkpoint", lambda: checkpoint_collectives.install(log))
     collective_log.when_imported("torch.optim", step_counter.install)
     collective_log.when_imported("torch.multiprocessing.spawn", spawn_note.install)
     if ddp_detail_guard.wanted(os.environ):

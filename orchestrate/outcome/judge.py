@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from orchestrate.hangs.diagnosis import FORWARD_COLLECTIVES, GLOO_MISMATCH
+from orchestrate.hangs.diagnosis import COLLECTIVES_MADE_ALONE, GLOO_MISMATCH
 from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
@@ -29,6 +29,7 @@ class Failure:
     reason: str = ""
     description: str = ""
     crashed: str = ""  # a native crash: where the worker was, and where every thread's stack lies
+    collective: str = ""  # the collective the rank's record says failed as it went
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -122,6 +123,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
         last_lines=tuple(first.last_lines),
         traceback=cause.traceback if cause else "",
         crashed=cause.crashed if cause else "",
+        collective=cause.collective if cause else "",
     )
     left = left_early(first, results)
     return replace(failure, description=f"{failure.describe()}, as {left}") if left else failure
@@ -204,18 +206,19 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
             " first mismatched collective, naming both (it does not compare sends and receives)")
 
 
-def forward_pass_hint(failure: Optional[Failure]) -> str:
-    """For a rank that lost its peers in a forward pass that is a collective (a DDP model's,
-    broadcasting its buffers; an FSDP model's, gathering its parameters) because they had finished
-    their scripts (its description says so): that the forward pass is a collective, which a rank
-    makes alone in an evaluation or a step the others do not take ("" for any other failure: a
-    fault's, a rank's own error, a timeout, which the hang diagnosis reads from the ranks'
-    records)."""
+def made_alone_hint(failure: Optional[Failure]) -> str:
+    """For a rank that lost its peers in a call that is a collective without looking like one (a
+    DDP model's forward pass, broadcasting its buffers; an FSDP model's, gathering its parameters;
+    a checkpoint's save or load) because they had finished their scripts (its description says
+    so): that the call is a collective, which a rank makes alone in an evaluation, a save or a
+    step the others do not take. Told by the collective the rank's record says failed, or by the
+    frames of its traceback ("" for any other failure: a fault's, a rank's own error, a timeout,
+    which the hang diagnosis reads from the ranks' records)."""
     if failure is None or not failure.description:
         return ""
     text = "\n".join([failure.traceback, *failure.last_lines])
-    for _, frames, hint in FORWARD_COLLECTIVES:
-        if any(all(word in text for word in frame) for frame in frames):
+    for marker, frames, hint in COLLECTIVES_MADE_ALONE:
+        if f"({marker}" in failure.collective or any(all(word in text for word in frame) for frame in frames):
             return f"  hint: {hint}"
     return ""
 

@@ -63,6 +63,7 @@ class RootCause:
     traceback: str = ""
     timestamp: Optional[float] = None
     crashed: str = ""  # a native crash: where the worker was (see orchestrate.outcome.crash_dump)
+    collective: str = ""  # the collective its record says failed as it went (gather_object(in dcp.save))
 
     def add_error_file(self, text: str) -> None:
         """Take message, traceback and time from the worker's structured error file (JSON)."""

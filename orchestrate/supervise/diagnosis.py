@@ -11,6 +11,7 @@ from orchestrate.engine.errors import engine_errors
 from orchestrate.faults.inject import OOM_COUNTER_ARGV, oom_kills, probe_node
 from orchestrate.faults.ranks import stopped_ranks
 from orchestrate.hangs.crash_dump import where_it_crashed
+from orchestrate.hangs.snapshots import debug_dir, failed_collective
 from orchestrate.outcome.root_cause import (
     CRASH_EXIT_CODES,
     RootCause,
@@ -62,6 +63,8 @@ class Diagnosis:
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
             cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)
+            cause.collective = failed_collective(debug_dir(self.run_dir), cause.rank,
+                                                 tracker.latest_start or tracker.first_started or 0.0)
 
     def unresponsive(self, tracker: NodeTracker) -> str:
         """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),

@@ -4,10 +4,12 @@ text, so that a changed field or word fails here (a tool's mutants showed where 
 looser checks let one through); the rest check the one field their case is about."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from orchestrate.outcome.judge import (Failure, compiler_hint, device_ordinal_hint, died_at_exit, find_failure,
-                                       forward_pass_hint, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
+                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -275,7 +277,7 @@ def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look
     assert missing_module_hint(None) == ""
 
 
-def test_the_forward_pass_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_broadcasting_its_buffers(nodes):
+def test_the_made_alone_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_broadcasting_its_buffers(nodes):
     """Rank 0 evaluated its DDP model alone, and rank 1 finished meanwhile: the forward pass's
     buffer broadcast lost its peer (gloo), or torch's check of it found rank 1 gone."""
     node0, node1 = nodes(2, 1)
@@ -292,20 +294,20 @@ def test_the_forward_pass_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_b
         failure = find_failure(results)
         assert failure.describe().endswith(", as rank 1 (node1, after step 15) had finished its script while rank 0"
                                            f" still ran, and rank 0's collectives lost it as a peer {UNEVEN}")
-        assert forward_pass_hint(failure) == hint
+        assert made_alone_hint(failure) == hint
     # the error file's traceback shows the forward pass as well as the last lines
     left = Failure("node0", 0, 1, LOST_PEER, (), traceback="\n".join(forward), description="... had finished ...")
-    assert forward_pass_hint(left) == hint
+    assert made_alone_hint(left) == hint
     # a timeout (every rank may be in that forward pass: the hang diagnosis reads their records), a
     # fault's failure, a lost peer nobody left early, a forward pass elsewhere, or no failure: none
     timed_out = Failure("node0", 0, 1, "RuntimeError: [../gloo/transport/tcp/pair.cc] Timed out waiting 1800000ms",
                         forward)
-    assert forward_pass_hint(timed_out) == ""
-    assert forward_pass_hint(Failure("node1", 1, -9, "", forward, reason="rank 1 failed (injected fault)")) == ""
-    assert forward_pass_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
+    assert made_alone_hint(timed_out) == ""
+    assert made_alone_hint(Failure("node1", 1, -9, "", forward, reason="rank 1 failed (injected fault)")) == ""
+    assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
     elsewhere = ("  File \"train.py\", line 3, in main",)
-    assert forward_pass_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...")) == ""
-    assert forward_pass_hint(None) == ""
+    assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...")) == ""
+    assert made_alone_hint(None) == ""
 
 
 def test_the_fsdp_forward_hint_is_given_to_a_rank_left_alone_gathering_an_fsdp_models_parameters(nodes):
@@ -318,15 +320,31 @@ def test_the_fsdp_forward_hint_is_given_to_a_rank_left_alone_gathering_an_fsdp_m
                  f'  File "{site}/distributed_c10d.py", line 4056, in all_gather_into_tensor', "    work.wait()")
     results = [ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), last_lines=list(gathering)),
                succeeded(node1, finished_ranks={1: 10})]
-    hint = forward_pass_hint(find_failure(results))
+    hint = made_alone_hint(find_failure(results))
     assert hint.startswith("  hint: an FSDP model's forward pass gathers each sharded module's parameters from every"
                            " rank, so it is a collective every rank must make")
     fsdp1 = Failure("node0", 0, 1, LOST_PEER, ("  File \"x.py\", line 3, in _all_gather_flat_param",),
                     description="... had finished ...")
-    assert forward_pass_hint(fsdp1) == hint
+    assert made_alone_hint(fsdp1) == hint
     # the user's own all-gather, outside FSDP: none
     own = (f'  File "{site}/distributed_c10d.py", line 4056, in all_gather_into_tensor',)
-    assert forward_pass_hint(Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...")) == ""
+    assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...")) == ""
+
+
+def test_a_rank_left_alone_in_a_checkpoint_save_is_told_by_its_record_where_its_last_lines_do_not_reach():
+    """Rank 0 saved alone with dcp.save at the end, and rank 1 finished: DCP's frames are deeper
+    than the last lines kept, and the collective its record says failed tells it."""
+    own = ('  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3949,'
+           " in all_gather",)
+    saving = Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...",
+                     collective="gather_object(in dcp.save)")
+    assert made_alone_hint(saving).startswith("  hint: torch.distributed.checkpoint's save and load are collectives:"
+                                              " every rank calls them")
+    gathering = replace(saving, collective="all_gather_into_tensor(parameters of FSDP(Linear))")
+    assert made_alone_hint(gathering).startswith("  hint: an FSDP model's forward pass gathers")
+    # the user's own gather_object, or no peer that finished: none
+    assert made_alone_hint(replace(saving, collective="gather_object()")) == ""
+    assert made_alone_hint(replace(saving, description="")) == ""
 
 
 def test_the_compiler_hint_is_given_where_torch_compile_found_no_compiler_in_the_node():

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, NEW_GROUP_HINT, diagnose
+from orchestrate.hangs.diagnosis import (DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, NEW_GROUP_HINT,
+                                        diagnose)
 from orchestrate.hangs.snapshots import request_snapshots
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
@@ -24,6 +25,7 @@ P2P_SHORT = ROOT / "tests" / "jobs" / "p2p_short.py"
 EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "evaluate_on_rank0.py"
 FSDP_EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "fsdp_evaluate_on_rank0.py"
 GROUP_ON_ONE_RANK = ROOT / "tests" / "jobs" / "group_on_one_rank.py"
+DCP_SAVE_ON_RANK0 = ROOT / "tests" / "jobs" / "dcp_save_on_rank0.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -167,6 +169,18 @@ def test_a_group_made_on_one_rank_only_is_the_first_divergence_with_its_own_hint
                                f" new_group(ranks 0,1) at {job}:{every}")
     lines = diagnose(probe, None, {0, 1}, {}, None).lines()
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
+
+
+def test_a_checkpoint_rank_0_saves_alone_is_named_as_dcp_save_with_its_own_hint(tmp_path):
+    job = DCP_SAVE_ON_RANK0
+    step, save = line_of(job, "# STEP"), line_of(job, "# SAVE")
+    probe = probe_of_hung_job(tmp_path, job)
+    waiting = probe.snapshots[0].in_collective
+    assert waiting is not None and (waiting.call, waiting.at) == ("gather_object(in dcp.save)", f"{job}:{save}")
+    assert probe.snapshots[1].in_collective.call == "all_reduce(gradients of DDP(Linear))"
+    assert probe.snapshots[1].in_collective.at == f"{job}:{step}"
+    lines = diagnose(probe, None, {0, 1}, {}, None).lines()
+    assert f"  {DCP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
 
 RECORD_PER_RANK = """
 import json, os, sys
