@@ -20,12 +20,11 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from orchestrate.node.collective_log import CollectiveLog
+from orchestrate.node.collective_log import CollectiveLog, torch_frames
 
 IN_DCP = "in dcp."  # how the record's entries of DCP's collectives start
 ENTRY_POINTS = ("save", "async_save", "load", "save_state_dict", "load_state_dict")
 DCP_FILES = os.sep + os.path.join("torch", "distributed", "checkpoint") + os.sep
-TORCH_FILES = os.sep + "torch" + os.sep
 # How far up the stack DCP's entry point is looked for: a save's planning and writing nest deeper
 # than FSDP's collectives do.
 DEPTH = 40
@@ -35,15 +34,9 @@ def describe(op: str, frame: Any) -> Optional[str]:
     """``in dcp.save`` for a collective made inside DCP's ``save`` (``frame``: the collective's
     caller), and so on for its other entry points; None for any other call."""
     entry = ""
-    for _ in range(DEPTH):
-        if frame is None:
-            break
-        filename = frame.f_code.co_filename
-        if TORCH_FILES not in filename:
-            break  # the user's frame: DCP, if anywhere, was below it
-        if DCP_FILES in filename and frame.f_code.co_name in ENTRY_POINTS:
-            entry = frame.f_code.co_name  # the outermost is the one the user called
-        frame = frame.f_back
+    for torch_frame in torch_frames(frame, DEPTH):  # DCP, if anywhere, is below the user's frame
+        if DCP_FILES in torch_frame.f_code.co_filename and torch_frame.f_code.co_name in ENTRY_POINTS:
+            entry = torch_frame.f_code.co_name  # the outermost is the one the user called
     return f"{IN_DCP}{entry}" if entry else None
 
 

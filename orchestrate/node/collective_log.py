@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional
 
 from orchestrate.node import gpu_marks
 
@@ -43,6 +43,7 @@ P2P = "p2p "
 P2P_BATCH = "p2p batch of rank"  # batch_isend_irecv: its own channel on each rank, never compared
 # How many collectives each rank keeps.
 KEEP = 64
+_TORCH_FILES = os.sep + "torch" + os.sep
 # Frames from these files are torch's or ours, never the caller's.
 _NOT_CALLERS = (os.sep + "torch" + os.sep, os.sep + "orchestrate" + os.sep + "node" + os.sep,
                 "runpy.py", "contextlib.py", "functools.py", "threading.py")
@@ -333,6 +334,16 @@ def caller(frame: Any) -> str:
             return f"{relative(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
+
+
+def torch_frames(frame: Any, depth: int) -> Iterator[Any]:
+    """The frames from ``frame`` outward that are torch's own, up to the first that is not (the
+    caller's, where a library's collective came from), at most ``depth`` of them."""
+    for _ in range(depth):
+        if frame is None or _TORCH_FILES not in frame.f_code.co_filename:
+            return
+        yield frame
+        frame = frame.f_back
 
 
 def relative(filename: str) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from orchestrate.node.collective_log import CollectiveLog
+from orchestrate.node.collective_log import CollectiveLog, torch_frames
 
 PARAMETERS = "parameters of FSDP"  # what an FSDP all-gather's entry says it moves
 GRADIENTS = "gradients of FSDP"  # a reduce-scatter's
@@ -36,7 +36,6 @@ GATHERS = ("all_gather_into_tensor", "_all_gather_base", "all_gather")
 REDUCE_SCATTERS = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter")
 ALL_REDUCE = "all_reduce"  # gradients where FSDP reduces them (HSDP's replicas, FSDP1's NO_SHARD)
 FSDP_FILES = os.sep + os.path.join("torch", "distributed", "fsdp") + os.sep
-TORCH_FILES = os.sep + "torch" + os.sep
 # How far up the stack FSDP's frames are looked for: the collective's caller is at most a few
 # frames of torch's own below them.
 DEPTH = 24
@@ -50,17 +49,11 @@ def describe(op: str, frame: Any) -> Optional[str]:
     if what is None:
         return None
     through_fsdp, reducing, model = False, False, ""
-    for _ in range(DEPTH):
-        if frame is None:
-            break
-        filename = frame.f_code.co_filename
-        if TORCH_FILES not in filename:
-            break  # the user's frame: FSDP, if anywhere, was below it
-        if FSDP_FILES in filename:
+    for torch_frame in torch_frames(frame, DEPTH):  # FSDP, if anywhere, is below the user's frame
+        if FSDP_FILES in torch_frame.f_code.co_filename:
             through_fsdp = True
-            reducing = reducing or "reduce" in frame.f_code.co_name
-            model = model or module_name(frame.f_locals.get("self"))
-        frame = frame.f_back
+            reducing = reducing or "reduce" in torch_frame.f_code.co_name
+            model = model or module_name(torch_frame.f_locals.get("self"))
     if not through_fsdp or (op == ALL_REDUCE and not reducing):  # an all-reduce of a norm, not of gradients
         return None
     return f"{what}({model})" if model else what
