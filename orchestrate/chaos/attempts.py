@@ -18,7 +18,7 @@ started from the beginning: there was nothing to resume from.
 
 A fault *struck* the attempt that was running when it fired (or, fired before that attempt's
 first step, its start-up); a torn write strikes at the write it cuts, which may come steps after
-it was armed. A fault that kills a node or a worker ends the attempt it struck; one
+it was armed, and the file it cut was no save. A fault that kills a node or a worker ends the attempt it struck; one
 that lasts (a pause, a slow node, a split network) ends it where that attempt reported no step
 after it and a later attempt began. The *next* attempt of a fault that ended its attempt is the
 first that began after it; one that did not end its attempt has none (the job went on). Steps redone
@@ -208,7 +208,8 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         redone = None
         if after is not None and after.offset is not None and reached is not None:
             redone = max(0, reached - after.offset)
-        saved = None if writes is None else tuple(w.path for w in writes if w.time <= at)
+        saved = None if writes is None else tuple(w.path for w in writes
+                                                  if w.time <= at and w.path != fault.struck_file)
         start = after.offset if after is not None else None
         if after is not None and start is None and saved == ():
             start = after.offset = 0  # nothing saved yet: nothing to resume from (its steps are the job's)

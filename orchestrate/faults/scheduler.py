@@ -163,12 +163,14 @@ class FaultScheduler:
         self.say(f"fault ended: {fault} ({elapsed_s:.1f} s into the job)")
         self.record("fault-ended", node=node, spec=str(fault), action=fault.action.value)
 
-    def note(self, fault: FaultSpec, detail: str, struck: bool = False) -> None:
+    def note(self, fault: FaultSpec, detail: str, struck: str = "") -> None:
         """Add what a fault that fired did (a torn write's file and byte) to its record;
-        ``struck``: it struck now (a torn write's cut, when its node is killed), later than it fired."""
+        ``struck``: the file it cut now (a torn write strikes when its node is killed, later than
+        it fired)."""
         now = self.wall() if struck else None
         self.fired = [replace(r, detail="; ".join(filter(None, (r.detail, detail))),
-                              struck_time=r.struck_time if r.struck_time is not None else now)
+                              struck_time=r.struck_time if r.struck_time is not None else now,
+                              struck_file=r.struck_file or struck)
                       if r.spec == str(fault) else r for r in self.fired]
 
     def records(self, elapsed_s: float, step: Optional[int], progress_seen: bool) -> list[FaultRecord]:

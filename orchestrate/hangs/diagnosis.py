@@ -73,7 +73,8 @@ FSDP_FORWARD_HINT = ("an FSDP model's forward pass gathers each sharded module's
                      " the result (dist.all_reduce), or on a full copy of the weights that every rank takes part in"
                      " gathering (get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))")
 # torch.distributed.checkpoint's save and load: the frames of them in a failed rank's traceback.
-DCP_FRAMES = (("/torch/distributed/checkpoint/",),)
+DCP_FRAMES = (("/torch/distributed/checkpoint/state_dict_saver.py",),
+              ("/torch/distributed/checkpoint/state_dict_loader.py",))
 DCP_HINT = ("torch.distributed.checkpoint's save and load are collectives: every rank calls them, each writing or"
             " reading its own part, so a save that only rank 0 makes (the habit torch.save taught) waits for the"
             " others; call dcp.save on every rank, or save a full state dict with torch.save on rank 0 alone")

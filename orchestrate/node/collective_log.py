@@ -212,15 +212,17 @@ class CollectiveLog:
         return new_group
 
     def describe(self, op: str, args: tuple, frame: Any) -> str:
-        """What a collective moves: as a describer names it, or its tensors."""
+        """What a collective moves: its tensors, after the name a describer gives it, if one does
+        (``parameters of FSDP(Linear): float32[144], float32[72]``)."""
+        tensors = describe_tensors(args)
         for describer in self.describers:
             try:
                 named = describer(op, frame)
             except Exception:  # the record is a help: a describer that fails names nothing
                 named = None
             if named:
-                return named
-        return describe_tensors(args)
+                return f"{named}: {tensors}" if tensors else named
+        return tensors
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
              shapes: str, at: str, returned: str = "done", exclusive: bool = False,
@@ -281,10 +283,16 @@ def _argument(args: tuple, kwargs: Dict[str, Any], key: str, index: Optional[int
 
 
 def describe_ranks(ranks: Any) -> str:
-    """A new group's members as ``ranks 0,1`` (``all ranks`` where none are given)."""
+    """A new group's members as ``ranks 0,1`` (``all ranks`` where none are given); only a
+    list, tuple, set or range is read (a generator would be used up before torch sees it, a
+    tensor's truth is an error): any other is ``ranks ?``."""
+    if ranks is None:
+        return "all ranks"
+    if not isinstance(ranks, (list, tuple, set, frozenset, range)):
+        return "ranks ?"
     try:
-        return "ranks " + ",".join(str(int(r)) for r in sorted(ranks)) if ranks else "all ranks"
-    except (TypeError, ValueError):
+        return "ranks " + ",".join(str(int(r)) for r in sorted(ranks)) if len(ranks) else "all ranks"
+    except Exception:  # members that are not numbers: left to torch to refuse
         return "ranks ?"
 
 

@@ -4,22 +4,26 @@ FSDP (``fully_shard``, and ``FullyShardedDataParallel`` before it) calls the Pyt
 that :mod:`orchestrate.node.collective_log` wraps, so they are recorded at the user's line
 already; but as ``all_gather_into_tensor(float32[2112], float32[1056])``, flat buffers a user
 never made. A rank that waits in one of them from ``validate()`` is clearer as
-``all_gather_into_tensor(parameters of FSDP(Linear))``: the forward pass of an FSDP module gathers
+``all_gather_into_tensor(parameters of FSDP(Linear): ...)``: the forward pass of an FSDP module gathers
 its parameters from every rank, so it is a collective every rank must make (the hang diagnosis
 says so where only some ranks make it, as for DDP's buffers: :mod:`orchestrate.hangs.diagnosis`).
 
-Named where the call comes through FSDP's own files:
+Named where the call comes from FSDP's own functions that move them:
 
-- an all-gather is ``parameters of FSDP(M)`` (a forward pass, or a backward pass gathering them
-  again);
-- a reduce-scatter is ``gradients of FSDP(M)`` (a backward pass), and so is an all-reduce that
-  FSDP's gradient reduction makes (HSDP's all-reduce across the replicas, FSDP1's ``NO_SHARD``;
-  not ``clip_grad_norm_``'s, of a norm);
+- a collective inside FSDP's gathering of a module's parameters (FSDP2's ``foreach_all_gather``,
+  FSDP1's ``_all_gather_flat_param``) is ``parameters of FSDP(M)``: a forward pass, or a backward
+  pass gathering them again;
+- one inside its reduction of the gradients (``foreach_reduce``, ``_reduce_grad``) is
+  ``gradients of FSDP(M)``: the reduce-scatter, and HSDP's all-reduce across the replicas;
+
+and the record keeps the tensors after the name (``parameters of FSDP(Linear): float32[144],
+float32[72]``), so two ranks that gather different modules still differ.
 
 ``M`` is the class of the module whose parameters they are (FSDP2's parameter group's first
 module, ``Linear`` of the ``FSDPLinear`` that ``fully_shard`` makes of it; FSDP1's wrapped
 module), or plain ``FSDP`` where it is not found. Other collectives FSDP makes (its
-construction's broadcasts, a gradient norm's all-reduce) keep their tensors' description.
+construction's broadcasts, its optimizer state's gathers, ``clip_grad_norm_``'s all-reduce) keep
+their tensors' description.
 
 Installed by the workers' start-up hook when FSDP's package is imported. Standard library only.
 """
@@ -30,11 +34,12 @@ from typing import Any, Optional
 
 from orchestrate.node.collective_log import CollectiveLog, torch_frames
 
-PARAMETERS = "parameters of FSDP"  # what an FSDP all-gather's entry says it moves
-GRADIENTS = "gradients of FSDP"  # a reduce-scatter's
-GATHERS = ("all_gather_into_tensor", "_all_gather_base", "all_gather")
-REDUCE_SCATTERS = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter")
-ALL_REDUCE = "all_reduce"  # gradients where FSDP reduces them (HSDP's replicas, FSDP1's NO_SHARD)
+PARAMETERS = "parameters of FSDP"  # what the entry of FSDP's gathering of parameters says it moves
+GRADIENTS = "gradients of FSDP"  # a reduction of its gradients' entry
+# FSDP's functions that gather a module's parameters (FSDP2's, FSDP1's), and that reduce its
+# gradients (a reduce-scatter; HSDP's all-reduce across the replicas, FSDP1's NO_SHARD's)
+GATHERING = ("foreach_all_gather", "_all_gather_flat_param")
+REDUCING = ("foreach_reduce", "_reduce_grad", "_reduce_grad_no_shard")
 FSDP_FILES = os.sep + os.path.join("torch", "distributed", "fsdp") + os.sep
 # How far up the stack FSDP's frames are looked for: the collective's caller is at most a few
 # frames of torch's own below them.
@@ -42,19 +47,19 @@ DEPTH = 24
 
 
 def describe(op: str, frame: Any) -> Optional[str]:
-    """``parameters of FSDP(Linear)`` for an all-gather that FSDP makes (``frame``: the
-    collective's caller), ``gradients of FSDP(Linear)`` for a reduce-scatter; None for any other
-    call (the user's own, or one FSDP makes for another purpose)."""
-    what = (PARAMETERS if op in GATHERS else GRADIENTS if op in REDUCE_SCATTERS or op == ALL_REDUCE else None)
-    if what is None:
-        return None
-    through_fsdp, reducing, model = False, False, ""
+    """``parameters of FSDP(Linear)`` for a collective FSDP makes gathering a module's parameters
+    (``frame``: the collective's caller), ``gradients of FSDP(Linear)`` for one reducing its
+    gradients; None for any other call (the user's own, or one FSDP makes for another purpose:
+    its optimizer state's, its construction's)."""
+    what, model = None, ""
     for torch_frame in torch_frames(frame, DEPTH):  # FSDP, if anywhere, is below the user's frame
-        if FSDP_FILES in torch_frame.f_code.co_filename:
-            through_fsdp = True
-            reducing = reducing or "reduce" in torch_frame.f_code.co_name
-            model = model or module_name(torch_frame.f_locals.get("self"))
-    if not through_fsdp or (op == ALL_REDUCE and not reducing):  # an all-reduce of a norm, not of gradients
+        if FSDP_FILES not in torch_frame.f_code.co_filename:
+            continue
+        name = torch_frame.f_code.co_name
+        if what is None:
+            what = PARAMETERS if name in GATHERING else GRADIENTS if name in REDUCING else None
+        model = model or module_name(torch_frame.f_locals.get("self"))
+    if what is None:
         return None
     return f"{what}({model})" if model else what
 

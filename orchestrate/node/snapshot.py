@@ -99,6 +99,10 @@ class SnapshotWriter:
         self.answered: Optional[str] = None
         self.server_ident: Optional[int] = None
         self.write_lock = threading.Lock()
+        # the collectives completed when a collective failed: until the rank completes another (it
+        # went on), its record of the failure is what it answers with, never overwritten by a later
+        # look at a rank that is only going down (the launcher asks as the first failure ends a job)
+        self.failed_at: Optional[int] = None
 
     def write(self, request: str, reason: str, from_server: bool = False) -> None:
         """Write this worker's snapshot for ``request`` (atomically: readers never see half);
@@ -139,15 +143,24 @@ class SnapshotWriter:
         self.answered = self.pending_request()  # a request from before this worker started is not for it
         while True:
             time.sleep(POLL_S)
-            request = self.pending_request()
-            if request is not None:
-                self.answered = request
-                try:
-                    self.write(request, "requested", from_server=True)
-                except OSError:
-                    pass  # the run directory went away (the run ended): nothing to answer
+            self.answer_pending()
+
+    def answer_pending(self) -> None:
+        """Answer the request not yet answered, if there is one (the snapshot thread's)."""
+        request = self.pending_request()
+        if request is None:
+            return
+        self.answered = request
+        if self.failed_at is not None and self.log.completed == self.failed_at:
+            return  # its record of the failed collective stands
+        self.failed_at = None
+        try:
+            self.write(request, "requested", from_server=True)
+        except OSError:
+            pass  # the run directory went away (the run ended): nothing to answer
 
     def on_collective_failed(self, log: CollectiveLog) -> None:
+        self.failed_at = self.log.completed
         self.write("failed", "collective failed")
 
 

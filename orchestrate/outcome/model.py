@@ -99,7 +99,8 @@ class FaultRecord:
     (``ended_s``); the epoch time it fired (``fired_time``: the progress records' clock); what it
     did where that is more than its spec says (``detail``: the file a torn write cut, and where);
     the epoch time a fault that strikes later than it fired struck (``struck_time``: a torn
-    write is armed when it fires, and strikes at the write it cuts, when its node is killed);
+    write is armed when it fires, and strikes at the write it cuts, when its node is killed), and
+    the work-directory file it cut (``struck_file``: a save cut short is no save);
     whether it fell before the job's first step, which the workers reported only later
     (``before_first_step``: a fault timed into the start-up, which tested no training)."""
 
@@ -114,6 +115,7 @@ class FaultRecord:
     detail: str = ""
     before_first_step: bool = False
     struck_time: Optional[float] = None
+    struck_file: str = ""
 
     @property
     def fired_at_s(self) -> Optional[float]:

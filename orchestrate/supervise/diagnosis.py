@@ -25,6 +25,10 @@ from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
 from orchestrate.supervise.api import NodeTracker
 from orchestrate.supervise.worker_lines import LAST_LINES
 
+# How long before a worker's failure (its error file's time) its record of the collective that
+# failed may have been written: it writes it as the collective fails, and exits soon after.
+RECORD_BEFORE_FAILURE_S = 30.0
+
 log = logging.getLogger(__name__)
 
 
@@ -63,8 +67,11 @@ class Diagnosis:
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
             cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)
-            cause.collective = failed_collective(debug_dir(self.run_dir), cause.rank,
-                                                 tracker.latest_start or tracker.first_started or 0.0)
+            # this attempt's record: written since the node's start, and near the failure where
+            # torchrun said when that was (its own restarts of the workers leave earlier ones)
+            since = max(tracker.latest_start or tracker.first_started or 0.0,
+                        cause.timestamp - RECORD_BEFORE_FAILURE_S if cause.timestamp is not None else 0.0)
+            cause.collective = failed_collective(debug_dir(self.run_dir), cause.rank, since)
 
     def unresponsive(self, tracker: NodeTracker) -> str:
         """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),

@@ -46,7 +46,8 @@ from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
-from orchestrate.hangs.diagnosis import HangDiagnosis, mismatch_divergence, timeout_diagnosis
+from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, mismatch_divergence,
+                                        timeout_diagnosis)
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch, is_progress_line
 from orchestrate.interrupts import uninterrupted
@@ -199,7 +200,7 @@ class Supervisor:
         self.record("storage-fault", node=event.node, spec=spec, storage=event.kind, file=event.file, rank=event.rank,
                     byte=event.byte, size=event.size)
         if fault is not None:
-            self.faults.note(fault, event.describe(), struck=event.torn)
+            self.faults.note(fault, event.describe(), struck=event.file if event.torn else "")
         tracker = self.trackers.get(event.node)
         if not event.torn or not self.active or tracker is None or tracker.phase.final:
             return
@@ -595,12 +596,13 @@ class Supervisor:
         directory = debug_dir(self.spec.run_dir)
         if not directory.is_dir():
             return None
+        asked = self.wall_time(self.clock()) - ATTEMPT_CLOCK_SLACK_S  # the workers' clock may be a little behind
         try:
             ask_snapshots(directory)
         except OSError as exc:  # the answers are a help: a run without them is judged as before
             log.debug("asking the ranks where they are: %s", exc)
             return None
-        return self.wall_time(self.clock())
+        return asked
 
     def stop(self, trackers: list[NodeTracker], grace_s: float) -> None:
         """Stop these nodes as a cluster does: SIGTERM to their workers now, SIGKILL to what is

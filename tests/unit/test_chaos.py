@@ -6,6 +6,7 @@ import io
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -316,7 +317,10 @@ def test_a_torn_write_strikes_at_the_write_it_cut_not_at_the_step_it_was_armed(m
     attempts = attempts_of(records, 30, completed=True)
     torn = FaultRecord("torn-write:node0@step=7", "node0", elapsed_s=7.5, step=7, fired_time=107.5,
                        detail="rank 0's write of ckpt/step_9/__0_0.distcp was cut at byte 10 of 100", struck_time=109.6)
-    [strike] = strikes([torn], attempts, [WrittenFile("ckpt/step_6/__0_0.distcp", 106.2)])
+    cut = WrittenFile("ckpt/step_9/__0_0.distcp", 109.5)  # the torn file: no save
+    torn = replace(torn, struck_file=cut.path)
+    [strike] = strikes([torn], attempts, [WrittenFile("ckpt/step_6/__0_0.distcp", 106.2), cut])
+    assert strike.saved == ("ckpt/step_6/__0_0.distcp",)
     assert (strike.steps_done, strike.resumed_from, strike.redone, strike.struck_step) == (9, 6, 3, 9)
     assert strike.describe_struck() == "9 step(s), 8.6 s training"
     assert torn.struck_s == pytest.approx(9.6) and KILL.struck_s is None

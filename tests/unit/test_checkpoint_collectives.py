@@ -31,8 +31,8 @@ def test_a_collective_inside_dcps_save_or_load_is_named_for_it_and_the_outermost
     assert described((SAVER, "save"), (SAVER, "_save_state_dict"), (UTILS, "gather_object"), (C10D, "wrapper")) == \
         "in dcp.save"
     assert described((SAVER, "load"), (UTILS, "reduce_scatter"), (C10D, "wrapper")) == "in dcp.load"
-    # async_save calls save: the user's call is async_save
-    assert described((SAVER, "async_save"), (SAVER, "save"), (C10D, "wrapper")) == "in dcp.async_save"
+    # the older entry point calling the newer one: the user's call is the outer
+    assert described((SAVER, "save_state_dict"), (SAVER, "save"), (C10D, "wrapper")) == "in dcp.save_state_dict"
 
 
 def test_dcps_helpers_and_the_users_own_collectives_keep_their_description():

@@ -45,21 +45,22 @@ def frame_of(op: str, *files: str, owner=None, functions=None):
     return call(owner)
 
 
-def test_an_all_gather_through_fsdps_files_is_the_modules_parameters_and_a_reduce_scatter_its_gradients():
+def test_fsdps_gathering_of_parameters_and_reduction_of_gradients_are_named_for_the_module():
     group = ParamGroup(FSDPLinear())
-    assert frame_of("all_gather_into_tensor", FSDP_FILE, owner=group) == f"{PARAMETERS}(Linear)"
-    assert frame_of("reduce_scatter_tensor", FSDP_FILE, owner=group) == f"{GRADIENTS}(Linear)"
-    # no module found in FSDP's frames: FSDP alone
-    assert frame_of("_all_gather_base", FSDP_FILE, owner=None) == PARAMETERS
-    # HSDP's all-reduce of gradients across the replicas (FSDP2's foreach_reduce, FSDP1's
-    # _reduce_grad), but not clip_grad_norm_'s all-reduce of a norm
-    reducing = FSDP_FILE.replace("_fsdp_param_group.py", "_fsdp_collectives.py")
-    assert frame_of("all_reduce", FSDP_FILE, owner=group, functions={reducing: "foreach_reduce"}) == \
-        f"{GRADIENTS}(Linear)"
-    assert frame_of("all_reduce", FSDP_FILE, owner=group) is None
-    # another op FSDP makes, or the user's own all-gather: the tensors describe it
-    assert frame_of("broadcast", FSDP_FILE, owner=group) is None
-    assert frame_of("all_gather_into_tensor", owner=group) is None
+    collectives = FSDP_FILE.replace("_fsdp_param_group.py", "_fsdp_collectives.py")
+    gather, reduce = {collectives: "foreach_all_gather"}, {collectives: "foreach_reduce"}
+    assert frame_of("all_gather_into_tensor", FSDP_FILE, owner=group, functions=gather) == f"{PARAMETERS}(Linear)"
+    assert frame_of("reduce_scatter_tensor", FSDP_FILE, owner=group, functions=reduce) == f"{GRADIENTS}(Linear)"
+    # HSDP's all-reduce of gradients across the replicas is inside the same reduction
+    assert frame_of("all_reduce", FSDP_FILE, owner=group, functions=reduce) == f"{GRADIENTS}(Linear)"
+    # FSDP1's gathering of a flat parameter, no module found in FSDP's frames: FSDP alone
+    flat = {FSDP_FILE.replace("_fully_shard/_fsdp_param_group.py", "_flat_param.py"): "_all_gather_flat_param"}
+    assert frame_of("all_gather", owner=None, functions=flat) == PARAMETERS
+    # a collective FSDP makes elsewhere (its optimizer state's gather, clip_grad_norm_'s all-reduce,
+    # its construction's broadcast), or the user's own: the tensors describe it
+    assert frame_of("all_gather_into_tensor", FSDP_FILE, owner=group) is None
+    assert frame_of("all_reduce", FSDP_FILE, owner=group, functions={collectives: "clip_grad_norm_"}) is None
+    assert frame_of("all_gather_into_tensor", owner=group, functions={TORCH_FILE: "foreach_all_gather"}) is None
 
 
 def test_the_module_is_named_as_its_user_wrote_it_and_an_owner_that_says_nothing_names_none():
@@ -93,5 +94,7 @@ def test_a_describer_names_an_entry_and_one_that_fails_leaves_it_to_the_tensors(
     assert log.describe("all_reduce", (Tensor(),), None) == "float32[4]"
     log.describers.insert(0, lambda op, frame: 1 / 0)
     log.describers.insert(1, lambda op, frame: "parameters of FSDP(Net)" if op == "all_gather_into_tensor" else None)
-    assert log.describe("all_gather_into_tensor", (Tensor(),), None) == "parameters of FSDP(Net)"
+    # the name, then the tensors: two ranks gathering different modules still differ
+    assert log.describe("all_gather_into_tensor", (Tensor(),), None) == "parameters of FSDP(Net): float32[4]"
+    assert log.describe("all_gather_into_tensor", ("not a tensor",), None) == "parameters of FSDP(Net)"
     assert log.describe("all_reduce", (Tensor(),), None) == "float32[4]"

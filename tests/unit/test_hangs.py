@@ -899,6 +899,17 @@ def test_a_new_group_is_recorded_in_the_default_group_unless_only_its_members_ca
         (1, "new_group", "default", "ranks 0,1", "done"), (2, "new_group", "default", "all ranks", "done")]
     assert log.snapshot()[0]["at"].endswith(f"test_hangs.py:{line}")
     assert describe_ranks(range(3)) == "ranks 0,1,2" and describe_ranks([object()]) == "ranks ?"
+    # a generator reaches torch whole (described as unknown, never read), and anything else is
+    # left to torch: the record never changes or refuses the user's call
+    made.clear()
+    assert wrapped(r for r in (0, 1)) is not None and list(made[0]) == [0, 1]
+    assert log.snapshot()[-1]["shapes"] == "ranks ?"
+
+    class Tensorish:
+        def __bool__(self):
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+
+    assert wrapped(Tensorish()).startswith("group ") and describe_ranks(Tensorish()) == "ranks ?"
 
 
 def test_ranks_that_made_their_groups_differently_part_at_new_group_with_its_own_hint():
@@ -913,6 +924,27 @@ def test_ranks_that_made_their_groups_differently_part_at_new_group_with_its_own
     assert lines[0] == ("no progress for 30 s: collective #1: rank 0 entered new_group(ranks 0) at train.py:9; rank 1"
                         " entered new_group(ranks 0,1) at train.py:10")
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
+
+
+def test_a_ranks_record_of_a_failed_collective_is_not_overwritten_by_a_later_answer_until_it_goes_on(tmp_path):
+    """The launcher asks the ranks still running where they are as a failure ends the job; a rank
+    whose collective failed and is only going down keeps its record of the failure."""
+    from orchestrate.node.snapshot import REQUEST_FILE, SnapshotWriter
+
+    log = CollectiveLog()
+    writer = SnapshotWriter(str(tmp_path), 0, log)
+
+    def ask(request: str) -> str:
+        (tmp_path / REQUEST_FILE).write_text(json.dumps({"id": request}))
+        writer.answer_pending()
+        return json.loads((tmp_path / "rank0.json").read_text())["reason"]
+
+    assert ask("a") == "requested"
+    writer.on_collective_failed(log)
+    assert json.loads((tmp_path / "rank0.json").read_text())["reason"] == "collective failed"
+    assert ask("b") == "collective failed"  # asked as the job ends: the failure's record stands
+    log.completed += 1  # it caught the error and completed another collective: it went on
+    assert ask("c") == "requested"
 
 
 def test_tensors_are_described_by_dtype_and_shape_and_other_arguments_left_out():

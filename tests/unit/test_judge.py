@@ -344,6 +344,12 @@ def test_a_rank_left_alone_in_a_checkpoint_save_is_told_by_its_record_where_its_
     assert made_alone_hint(gathering).startswith("  hint: an FSDP model's forward pass gathers")
     # the user's own gather_object, or no peer that finished: none
     assert made_alone_hint(replace(saving, collective="gather_object()")) == ""
+    # DCP's frames in the traceback say it too, those of its save or load only (not get_state_dict's)
+    dcp = "/opt/venv/lib/python3.11/site-packages/torch/distributed/checkpoint"
+    saved = (f'  File "{dcp}/state_dict_saver.py", line 193, in save', *own)
+    assert made_alone_hint(replace(saving, collective="", last_lines=saved)) == made_alone_hint(saving)
+    helper = (f'  File "{dcp}/state_dict.py", line 900, in get_model_state_dict', *own)
+    assert made_alone_hint(replace(saving, collective="", last_lines=helper)) == ""
     assert made_alone_hint(replace(saving, description="")) == ""
 
 

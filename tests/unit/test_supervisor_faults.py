@@ -69,6 +69,7 @@ def test_a_torn_write_is_armed_at_its_step_over_the_last_save_said_where_it_cut_
     [record] = outcome.faults
     assert (record.spec, record.fired, record.step, record.detail) == (fault, True, 2, cut)
     assert record.struck_time is not None and record.struck_time >= record.fired_time  # at the cut, after it was armed
+    assert record.struck_file == "ckpt/step-2.pt"
     assert {r.node.name: r.fault for r in outcome.results}["node1"] == fault
 
 

@@ -151,11 +151,16 @@ def test_an_fsdp_forward_pass_rank_0_makes_alone_is_named_as_the_gathering_of_it
         ("reduce_scatter_tensor", "gradients of FSDP(Linear)")
     step = [(*gather, forward)] * 2 + [(*gather, backward)] * 2 + [(*scatter, backward)] * 2
     steps = [(seq, op, shapes, f"{job}:{line}") for seq, (op, shapes, line) in enumerate(step * 2, start=1)]
-    for rank in (0, 1):
-        assert [(c.seq, c.op, c.shapes, c.at) for c in probe.snapshots[rank].collectives[:-1]] == steps
+    for rank in (0, 1):  # each named, then the flat tensors it was given by position (the record keeps both)
+        recorded = probe.snapshots[rank].collectives[:-1]
+        assert [(c.seq, c.op, c.shapes.split(": ")[0], c.at) for c in recorded] == steps
+        assert all(re.fullmatch(r"parameters of FSDP\(Linear\): float32\[\d+\], float32\[\d+\]", c.shapes)
+                   for c in recorded if c.op == gather[0]), [c.shapes for c in recorded]
     diagnosis = diagnose(probe, None, {0, 1}, {}, None)
-    assert diagnosis.headline == (f"no progress: collective #13: rank 0 entered all_gather_into_tensor(parameters of"
-                                  f" FSDP(Linear)) at {job}:{evaluate}; rank 1 entered barrier() at {job}:{barrier}")
+    assert re.fullmatch(rf"no progress: collective #13: rank 0 entered all_gather_into_tensor\(parameters of"
+                        rf" FSDP\(Linear\): float32\[\d+\], float32\[\d+\]\) at {re.escape(f'{job}:{evaluate}')};"
+                        rf" rank 1 entered barrier\(\) at {re.escape(f'{job}:{barrier}')}", diagnosis.headline), \
+        diagnosis.headline
     assert f"  {FSDP_FORWARD_HINT}" in diagnosis.lines() and f"  {DEBUG_HINT}" not in diagnosis.lines()
 
 
