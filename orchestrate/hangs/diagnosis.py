@@ -248,6 +248,7 @@ class HangDiagnosis:
     cause: str = ""
     loaders: dict[int, list[LoaderSnapshot]] = field(default_factory=dict)
     unheard_nodes: list[str] = field(default_factory=list)
+    call_lines: dict[int, dict[str, int]] = field(default_factory=dict)  # each rank's call lines, with counts
 
     @property
     def headline(self) -> str:
@@ -302,7 +303,9 @@ class HangDiagnosis:
 
     def parted_at(self, marker: str) -> bool:
         """Whether a rank waits in a collective whose record starts ``marker`` from a line no
-        other rank's record, nor its own before, has one from (see :attr:`made_alone`)."""
+        other rank's record, nor its own before, has one from (see :attr:`made_alone`): its last
+        entries, and past them the lines each rank counted (a deep FSDP model's step is more
+        entries than are kept)."""
         waiting = {rank: entries[-1] for rank, entries in self.collectives.items()
                    if entries and entries[-1].get("state") in ("entered", "running", "failed")
                    and str(entries[-1].get("shapes", "")).startswith(marker)}
@@ -312,10 +315,13 @@ class HangDiagnosis:
         def forward_lines(entries: list[dict[str, Any]]) -> set[str]:
             return {str(e.get("at")) for e in entries if str(e.get("shapes", "")).startswith(marker)}
 
-        others = set().union(*(forward_lines(entries) for rank, entries in self.collectives.items()
-                               if rank not in waiting))
+        def made_before(rank: int, line: str) -> bool:  # past the entries kept: the rank's line counts
+            return self.call_lines.get(rank, {}).get(line, 0) > 1
+
+        others = set().union(*(forward_lines(entries) | set(self.call_lines.get(rank, {}))
+                               for rank, entries in self.collectives.items() if rank not in waiting))
         return any(entry.get("at") not in others | forward_lines(self.collectives[rank][:-1])
-                   for rank, entry in waiting.items())
+                   and not made_before(rank, str(entry.get("at"))) for rank, entry in waiting.items())
 
     def group_loading_where(self, ranks: tuple[int, ...]) -> str:
         """Where the first of these ranks' DataLoader workers with a batch to load is."""
@@ -400,6 +406,7 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
         hung=before is None or not progressed(before, now, diverged),
         cause=cause,
         loaders=loaders,
+        call_lines={rank: dict(s.lines) for rank, s in now.snapshots.items()},
     )
 
 

@@ -103,6 +103,7 @@ class RankSnapshot:
     collectives: tuple[Collective, ...]
     completed: int
     reason: str = "requested"
+    lines: tuple[tuple[str, int], ...] = ()  # (call line, collectives made from it): the node's LINES_KEPT
 
     @property
     def waits_for_data_loader(self) -> bool:
@@ -141,7 +142,8 @@ class RankSnapshot:
             collectives=tuple(Collective(int(c["seq"]), str(c["op"]), str(c["group"]), str(c.get("shapes", "")),
                                          str(c.get("at", "?")), str(c.get("state", "")), str(c.get("error", "")))
                               for c in data.get("collectives", [])),
-            completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")))
+            completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
+            lines=call_lines(data.get("lines")))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,
@@ -244,6 +246,16 @@ def read_snapshot(path: Path) -> Optional[tuple[str, RankSnapshot]]:
         return str(data.get("request", "")), RankSnapshot.from_json(data)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
+
+
+def call_lines(value: Any) -> tuple[tuple[str, int], ...]:
+    """A snapshot's call lines and their counts (none where it has none, or not as a mapping)."""
+    if not isinstance(value, dict):
+        return ()
+    try:
+        return tuple((str(line), int(count)) for line, count in value.items())
+    except (TypeError, ValueError):
+        return ()
 
 
 def failed_collective(directory: Path, rank: int, since: float = 0.0) -> str:

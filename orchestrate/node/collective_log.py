@@ -43,6 +43,10 @@ P2P = "p2p "
 P2P_BATCH = "p2p batch of rank"  # batch_isend_irecv: its own channel on each rank, never compared
 # How many collectives each rank keeps.
 KEEP = 64
+# How many of its call lines (``file:line``) a rank counts, the most recent kept: past its last
+# KEEP collectives they say whether a line made collectives before (a training step's forward
+# pass, made every step) or never (an evaluation made once, on one rank).
+LINES_KEPT = 256
 _TORCH_FILES = os.sep + "torch" + os.sep
 # Frames from these files are torch's or ours, never the caller's.
 _NOT_CALLERS = (os.sep + "torch" + os.sep, os.sep + "orchestrate" + os.sep + "node" + os.sep,
@@ -79,6 +83,7 @@ class CollectiveLog:
         self.lock = threading.Lock()
         self.local = threading.local()
         self.exclusive = 0  # outer calls under way that own every thread's collectives (see call)
+        self.lines: Dict[str, int] = {}  # call line -> collectives made from it, the most recent last
         # Who may name what a collective moves, from its op and its caller's frame, in place of its
         # tensors (FSDP's all-gathers: "parameters of FSDP(Linear)"); the first that names it wins.
         self.describers: List[Callable[[str, Any], Optional[str]]] = []
@@ -92,7 +97,15 @@ class CollectiveLog:
                      "state": "entered", "started": self.clock()}
             self.entries.append(entry)
             self.trim()
+            self.lines[caller] = self.lines.pop(caller, 0) + 1
+            if len(self.lines) > LINES_KEPT:
+                del self.lines[next(iter(self.lines))]
         return entry
+
+    def call_lines(self) -> Dict[str, int]:
+        """The lines collectives were made from, each with how many (see :data:`LINES_KEPT`)."""
+        with self.lock:
+            return dict(self.lines)
 
     def trim(self) -> None:
         """Drop the oldest entries beyond :data:`KEEP`, but not one whose GPU work is unfinished

@@ -112,7 +112,8 @@ class SnapshotWriter:
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "node": os.environ.get(NODE_ENV) or socket.gethostname(),
             "time": time.time(), "cpu_s": time.process_time(), "collectives": self.log.snapshot(settle=from_server),
-            "completed": self.log.completed, "stacks": thread_stacks(self.main_ident, self.server_ident),
+            "completed": self.log.completed, "lines": self.log.call_lines(),
+            "stacks": thread_stacks(self.main_ident, self.server_ident),
             **self.more(),
         }
         target = self.target()

@@ -36,10 +36,10 @@ def coll(seq: int, shapes: str = "float32[4]", state: str = "done", op: str = "a
 
 
 def snap(rank: int, collectives: tuple[Collective, ...] = (), frames: Optional[tuple[Frame, ...]] = None,
-         cpu_s: float = 1.0, completed: Optional[int] = None, pid: int = 100) -> RankSnapshot:
+         cpu_s: float = 1.0, completed: Optional[int] = None, pid: int = 100, lines: tuple = ()) -> RankSnapshot:
     done = sum(c.state == "done" for c in collectives) if completed is None else completed
     return RankSnapshot(rank, f"node{rank}", pid + rank, 0.0, cpu_s, frames if frames is not None else stack(11),
-                        collectives, done)
+                        collectives, done, lines=lines)
 
 
 def test_ranks_read_as_ranges():
@@ -185,6 +185,27 @@ def test_an_fsdp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_gathers
     trained = probe(5, r0=snap(0, history + (barrier,), stack(40)), r1=snap(1, history + (step,), frames=stack(20)))
     lines = diagnose(trained, None, {0, 1}, {}, 30).lines()
     assert f"  {DEBUG_HINT}" in lines and not any(FSDP_FORWARD_HINT in line for line in lines)
+    # a deep model: a step is more entries than the diagnosis keeps, and the training forward
+    # pass's line is in no rank's last entries; the lines each rank counted say it was made before
+    backward = tuple(coll(seq, "gradients of FSDP(Linear)", op="reduce_scatter_tensor", at="train.py:21")
+                     for seq in range(1, 8))
+    first = coll(8, params, "entered", op="all_gather_into_tensor", at="train.py:20")
+    counted = (("train.py:20", 97), ("train.py:21", 192), ("train.py:40", 2))
+    deep = probe(5, r0=snap(0, backward + (first,), frames=stack(20), lines=counted),
+                 r1=snap(1, backward + (coll(8, "", "entered", op="barrier", at="train.py:40"),), stack(40),
+                         lines=counted))
+    assert not any(FSDP_FORWARD_HINT in line for line in diagnose(deep, None, {0, 1}, {}, 30).lines())
+    # rank 1 left (its script returned) while rank 0 began its next step: rank 0's own count says
+    # that forward pass was made every step, so the rank that left is the hint, not the forward pass
+    exited = {1: "has exited: its script returned on node1, whose torchrun runs on"}
+    left = diagnose(probe(5, r0=snap(0, backward + (first,), frames=stack(20), lines=counted)), None, {0, 1}, exited, 30)
+    assert left.lines()[-1].startswith("  a rank that exits while the others wait for it")
+    # ... and where it was never made before (an evaluation), the hint is given
+    evaluating = coll(8, params, "entered", op="all_gather_into_tensor", at="train.py:30")
+    once = probe(5, r0=snap(0, backward + (evaluating,), frames=stack(30), lines=counted + (("train.py:30", 1),)),
+                 r1=snap(1, backward + (coll(8, "", "entered", op="barrier", at="train.py:40"),), stack(40),
+                         lines=counted))
+    assert diagnose(once, None, {0, 1}, {}, 30).lines()[-1] == f"  {FSDP_FORWARD_HINT}"
     # a DDP model's buffers are not an FSDP model's parameters: each gets its own hint
     buffers = coll(7, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:30")
     ddp = probe(5, r0=snap(0, history + (buffers,), frames=stack(30)), r1=snap(1, history + (barrier,), stack(40)))
@@ -940,6 +961,10 @@ def test_a_ranks_record_of_a_failed_collective_is_not_overwritten_by_a_later_ans
         return json.loads((tmp_path / "rank0.json").read_text())["reason"]
 
     assert ask("a") == "requested"
+    log.enter("all_reduce", "default", "float32[4]", "train.py:9")
+    log.enter("all_reduce", "default", "float32[4]", "train.py:9")
+    assert json.loads((tmp_path / REQUEST_FILE).read_text())["id"] == "a"
+    assert ask("a2") == "requested" and json.loads((tmp_path / "rank0.json").read_text())["lines"] == {"train.py:9": 2}
     writer.on_collective_failed(log)
     assert json.loads((tmp_path / "rank0.json").read_text())["reason"] == "collective failed"
     assert ask("b") == "collective failed"  # asked as the job ends: the failure's record stands
