@@ -42,5 +42,4 @@ def describe(op: str, frame: Any) -> Optional[str]:
 
 def install(log: CollectiveLog) -> None:
     """Have the record name DCP's collectives (see the module's text)."""
-    if describe not in log.describers:
-        log.describers.append(describe)
+    log.add_describer(describe)

@@ -176,19 +176,16 @@ class CollectiveLog:
         tag_index = _positional_index(original, "tag") if peer else None
         group_peer_index = _positional_index(original, f"group_{peer}") if peer else None
 
-        def argument(args: tuple, kwargs: Dict[str, Any], key: Optional[str], index: Optional[int]) -> Any:
-            return kwargs.get(key, args[index] if index is not None and len(args) > index else None) if key else None
-
         @functools.wraps(original)
         def collective(*args: Any, **kwargs: Any) -> Any:
             if self.nested():
                 return original(*args, **kwargs)
-            group = argument(args, kwargs, "group", group_index)
-            is_async = bool(argument(args, kwargs, "async_op", async_index)) or name in ("isend", "irecv")
-            tag = argument(args, kwargs, "tag", tag_index)
+            group = _argument(args, kwargs, "group", group_index)
+            is_async = bool(_argument(args, kwargs, "async_op", async_index)) or name in ("isend", "irecv")
+            tag = _argument(args, kwargs, "tag", tag_index)
             if peer:
-                where = p2p_channel(name, argument(args, kwargs, peer, peer_index),
-                                    argument(args, kwargs, f"group_{peer}", group_peer_index), group,
+                where = p2p_channel(name, _argument(args, kwargs, peer, peer_index),
+                                    _argument(args, kwargs, f"group_{peer}", group_peer_index), group,
                                     describe_group(group), tag)
             elif name == "batch_isend_irecv":  # sends and receives with several peers: never compared
                 where = f"{P2P_BATCH} {own_rank()}"
@@ -223,6 +220,11 @@ class CollectiveLog:
 
         new_group.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
         return new_group
+
+    def add_describer(self, describer: Callable[[str, Any], Optional[str]]) -> None:
+        """Let ``describer`` name what collectives move (see :attr:`describers`), once."""
+        if describer not in self.describers:
+            self.describers.append(describer)
 
     def describe(self, op: str, args: tuple, frame: Any) -> str:
         """What a collective moves: its tensors, after the name a describer gives it, if one does

@@ -95,5 +95,4 @@ def class_name(module: Any) -> str:
 
 def install(log: CollectiveLog) -> None:
     """Have the record name FSDP's all-gathers and reduce-scatters (see the module's text)."""
-    if describe not in log.describers:
-        log.describers.append(describe)
+    log.add_describer(describe)
