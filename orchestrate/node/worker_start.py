@@ -31,8 +31,8 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 Then TARGET runs as ``python3 TARGET...`` would run it: a script (its directory first on
 ``sys.path``, ``__name__ == "__main__"``) or ``-m module``; an error it does not catch ends it
 as under python3 (``sys.excepthook``, exit status 1), its traceback without this hook's frames
-or the recorder's wrappers in the calls it made; when it returns (or exits 0), the
-worker says so on the progress channel (``finished``), so that the launcher can name a rank that
+or the recorder's wrappers in the calls it made; when it returns (or exits 0, by
+``os._exit(0)`` too), the worker says so on the progress channel (``finished``), so that the launcher can name a rank that
 left while the others still needed it. Standard library only, until the
 shim wraps torch's functions (torch is imported then, as the script would).
 """
@@ -223,6 +223,7 @@ def main(argv: list[str]) -> None:
         install_gloo_shim()
     from orchestrate.node.progress import report_finished  # importable since install_recorder
 
+    report_a_quick_exit_too(report_finished)
     uncaught: Optional[BaseException] = None
     try:
         run_target(target)
@@ -238,6 +239,22 @@ def main(argv: list[str]) -> None:
     if uncaught is not None:
         end_as_python_does(uncaught)
     report_finished()
+
+
+def report_a_quick_exit_too(report: Any) -> None:
+    """Make ``os._exit(0)`` in this process say the script finished before it ends the process:
+    scripts call it to skip a slow teardown, and it runs no ``finally`` or ``atexit``. A process
+    forked from this one (a DataLoader worker, multiprocessing's children, which end by
+    ``os._exit`` too) inherits the wrapper but not the process id, and says nothing."""
+    real_exit, pid = os._exit, os.getpid()
+
+    @functools.wraps(real_exit)
+    def _exit(status: int) -> None:
+        if status == 0 and os.getpid() == pid:
+            report()
+        real_exit(status)
+
+    os._exit = _exit
 
 
 def end_as_python_does(exc: BaseException) -> None:

@@ -72,6 +72,9 @@ def test_a_finished_rank_says_after_which_step_and_is_no_step_itself(tmp_path, m
     ("pass", 0, True), ("sys.exit(0)", 0, True), ("sys.exit()", 0, True), ("sys.exit(False)", 0, True),
     ("sys.exit(3)", 3, False), ("sys.exit(0.0)", 1, False), ("sys.exit('no data')", 1, False),
     ("raise ValueError('bad batch')", 1, False),
+    ("import os; os._exit(0)", 0, True), ("import os; os._exit(4)", 4, False),
+    # a forked child (a DataLoader worker) that ends by os._exit(0) is not the rank finishing
+    ("import os\nif os.fork() == 0: os._exit(0)\nos.wait(); os._exit(5)", 5, False),
 ])
 def test_the_hook_says_a_script_finished_only_when_it_returned_or_exited_0(tmp_path, ending, code, finished):
     (tmp_path / "job.py").write_text(f"import sys\nfrom orchestrate.node.progress import report\nreport(7)\n{ending}\n")
