@@ -302,6 +302,11 @@ MUTANTS = [
            "        node.container.reload()\n    except engine_errors():  # removed meanwhile",
            "        node.container.remove(force=True)\n        node.container.reload()\n"
            "    except engine_errors():  # removed meanwhile", GRACE),
+    Mutant("a rank that ends by os._exit(0) does not say it finished", "orchestrate/node/worker_start.py",
+           "    report_a_quick_exit_too(report_finished)\n", "", ("tests/unit/test_progress.py",)),
+    Mutant("a forked DataLoader worker's os._exit(0) says its rank finished", "orchestrate/node/worker_start.py",
+           "        if status == 0 and os.getpid() == pid:\n", "        if status == 0:\n",
+           ("tests/unit/test_progress.py",)),
 ]
 
 
