@@ -25,7 +25,7 @@ import re
 from typing import Any, Optional
 
 from orchestrate.hangs.snapshots import Collective, RankSnapshot
-from orchestrate.node.collective_log import P2P
+from orchestrate.node.collective_log import P2P, ROOTS
 from orchestrate.hangs.stacks import ranks_text, summary
 
 
@@ -37,6 +37,14 @@ class Divergence:
     text: str
     seq: Optional[int] = None
     group: str = ""
+    hint: str = ""  # what to look for, where the divergence itself says it (ranks that name different roots)
+
+
+ROOT_HINT = ("the ranks name different roots: src and dst are global ranks (a node's first rank is not rank 0:"
+             " LOCAL_RANK is no root), and every rank of the group must name the same one; with group=, name it"
+             " by group_src or group_dst, the rank within the group")
+# The root a collective's record names, at the end of what it moves: ``float32[4] from rank 0``.
+ROOT_TEXT = re.compile(r"(?:^|(?<= ))(?:from|to) rank \S+$")
 
 
 def channel_ends(group: str) -> Optional[tuple[Optional[int], Optional[int]]]:
@@ -125,9 +133,20 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 shown = [first, *odd][:4]
                 where = "" if group == "default" else f" (group {group})"
                 text = f"collective #{seq}{where}: " + "; ".join(entered(r, calls[r]) for r in shown)
-                found.append((seq, Divergence("mismatch", text, seq, group)))
+                hint = ROOT_HINT if roots_alone_differ(calls) else ""
+                found.append((seq, Divergence("mismatch", text, seq, group, hint)))
                 break
     return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def roots_alone_differ(calls: dict[int, Collective]) -> bool:
+    """Whether ``calls``, one collective with a root as each rank made it, differ in their root
+    alone (the same op and tensors)."""
+    if any(c.op not in ROOTS for c in calls.values()):
+        return False
+    parts = {(c.op, ROOT_TEXT.sub("", c.shapes).rstrip(), bool(ROOT_TEXT.search(c.shapes))) for c in calls.values()}
+    roots = {m.group(0) if (m := ROOT_TEXT.search(c.shapes)) else "" for c in calls.values()}
+    return len(parts) == 1 and len(roots) > 1
 
 
 def unmatched_p2p(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],

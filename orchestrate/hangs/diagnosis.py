@@ -351,7 +351,9 @@ class HangDiagnosis:
         if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
-            if f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
+            if self.divergence.hint:  # what torch's check does not compare either
+                out.append(f"  {self.divergence.hint}")
+            elif f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
                 out.append(f"  {NEW_GROUP_HINT}")
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
                 out.append(f"  {DEBUG_HINT}")

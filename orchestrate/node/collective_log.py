@@ -37,6 +37,14 @@ NEW_GROUP = "new_group"
 # Point-to-point calls: each direction between two ranks is a channel of its own ("p2p 0->1"),
 # numbered apart from the process group's collectives, which every member calls in one order: a
 # rank's sends to one peer match that peer's receives from it, whatever else either does.
+# Collectives with one root, and the argument that names it (a global rank; ``group_src`` or
+# ``group_dst`` a rank of the group): recorded as ``broadcast(float32[4] from rank 0)``, so that ranks
+# that name different roots differ in the record, which torch's own check does not compare.
+ROOTS = {"broadcast": "src", "scatter": "src", "broadcast_object_list": "src", "scatter_object_list": "src",
+         "reduce": "dst", "gather": "dst", "gather_object": "dst"}
+# Their lists that only the root gives (``gather_list``, ``scatter_list``, the second argument):
+# not described, or every root would differ from its group.
+ROOT_ONLY_LISTS = ("gather", "scatter")
 SENDS = ("send", "isend")
 RECEIVES = ("recv", "irecv")
 P2P = "p2p "
@@ -175,6 +183,10 @@ class CollectiveLog:
         peer_index = _positional_index(original, peer) if peer else None
         tag_index = _positional_index(original, "tag") if peer else None
         group_peer_index = _positional_index(original, f"group_{peer}") if peer else None
+        root = ROOTS.get(name)
+        root_index = _positional_index(original, root) if root else None
+        group_root_index = _positional_index(original, f"group_{root}") if root else None
+        described = slice(1) if name in ROOT_ONLY_LISTS else slice(None)
 
         @functools.wraps(original)
         def collective(*args: Any, **kwargs: Any) -> Any:
@@ -197,7 +209,13 @@ class CollectiveLog:
                                  caller(sys._getframe(1)), "done",
                                  channel=lambda source: p2p_channel(name, source, None, group, describe_group(group),
                                                                     tag))
-            return self.call(original, args, kwargs, name, where, self.describe(name, args, sys._getframe(1)),
+            root_text = ""
+            if root:
+                rank = global_rank(_argument(args, kwargs, root, root_index),
+                                   _argument(args, kwargs, f"group_{root}", group_root_index), group)
+                root_text = f"{'from' if root == 'src' else 'to'} rank {'?' if rank is None else rank}"
+            return self.call(original, args, kwargs, name, where,
+                             self.describe(name, args[described], sys._getframe(1), root_text),
                              caller(sys._getframe(1)), "issued" if is_async else "done",
                              gpus=() if is_async else gpus_of(args))
 
@@ -226,9 +244,10 @@ class CollectiveLog:
         if describer not in self.describers:
             self.describers.append(describer)
 
-    def describe(self, op: str, args: tuple, frame: Any) -> str:
+    def describe(self, op: str, args: tuple, frame: Any, root: str = "") -> str:
         """What a collective moves: its tensors, after the name a describer gives it, if one does
-        (``parameters of FSDP(Linear): float32[144], float32[72]``)."""
+        (``parameters of FSDP(Linear): float32[144], float32[72]``), else followed by ``root``
+        (``float32[4] from rank 0``): a library's root is its own, the user's is theirs to check."""
         tensors = describe_tensors(args)
         for describer in self.describers:
             try:
@@ -237,7 +256,7 @@ class CollectiveLog:
                 named = None
             if named:
                 return f"{named}: {tensors}" if tensors else named
-        return tensors
+        return " ".join(part for part in (tensors, root) if part)
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
              shapes: str, at: str, returned: str = "done", exclusive: bool = False,
@@ -389,17 +408,24 @@ def p2p_channel(op: str, peer: Any, group_peer: Any, group: Any, group_name: str
     """The channel a point-to-point call is on, by global ranks: ``p2p 0->1`` (``in ranks 0,1``
     for another process group than the default, ``tag 3`` where the call has one); ``any`` for a
     receive from whoever sends."""
-    import torch.distributed as dist
-
-    if peer is None and group_peer is not None:
-        try:
-            peer = dist.get_global_rank(group, group_peer) if group is not None else group_peer
-        except Exception:  # a group torch cannot map: the peer is not known
-            peer = None
-    other = "any" if peer is None else str(int(peer))
+    peer = global_rank(peer, group_peer, group)
+    other = "any" if peer is None else str(peer)
     source, target = (own_rank(), other) if op in SENDS else (other, own_rank())
     return (f"{P2P}{source}->{target}" + ("" if group_name == "default" else f" in {group_name}")
             + (f" tag {int(tag)}" if tag else ""))
+
+
+def global_rank(rank: Any, group_rank: Any, group: Any) -> Optional[int]:
+    """The global rank a call names: ``rank`` (``src``, ``dst``), or ``group_rank`` (``group_src``,
+    ``group_dst``) mapped from ``group``'s ranks; None where neither is given or torch cannot map it."""
+    import torch.distributed as dist
+
+    try:
+        if rank is None and group_rank is not None:
+            rank = dist.get_global_rank(group, group_rank) if group is not None else group_rank
+        return None if rank is None else int(rank)
+    except Exception:  # a group torch cannot map, a rank that is no number: torch's call will say so
+        return None
 
 
 def group_namer() -> Callable[[Any], str]:

@@ -947,6 +947,60 @@ def test_ranks_that_made_their_groups_differently_part_at_new_group_with_its_own
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
 
 
+def test_a_collective_with_a_root_is_recorded_with_it_and_the_list_only_the_root_gives_is_left_out(monkeypatch):
+    import torch.distributed as dist
+
+    log = CollectiveLog()
+
+    def name(group):
+        return "default" if group is None else str(group)
+
+    def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+        return "ok"
+
+    def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+        return "ok"
+
+    def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
+        return "ok"
+
+    monkeypatch.setattr(dist, "get_global_rank", lambda group, rank: {0: 2, 1: 3}[rank])
+    sent, gathered, objects = (log.wrap("broadcast", broadcast, name), log.wrap("gather", gather, name),
+                               log.wrap("gather_object", gather_object, name))
+    assert sent(FakeTensor(4), 1) == "ok" and sent(FakeTensor(4), src=0) == "ok"
+    assert sent(FakeTensor(4), group="ranks 2,3", group_src=1) == "ok"  # the group's rank 1 is rank 3
+    assert sent(FakeTensor(4), "a") == "ok"  # no rank: torch says so, the record keeps the call
+    assert gathered(FakeTensor(4), [FakeTensor(4)] * 2, 0) == "ok" and gathered(FakeTensor(4), None, 0) == "ok"
+    assert objects({"loss": 1.0}, [None, None], dst=0) == "ok"
+    assert [e["shapes"] for e in log.snapshot()] == [
+        "float32[4] from rank 1", "float32[4] from rank 0", "float32[4] from rank 3", "float32[4] from rank ?",
+        "float32[4] to rank 0", "float32[4] to rank 0", "to rank 0"]
+    log.add_describer(lambda op, frame: "in dcp.save" if op == "gather_object" else None)
+    objects({"plan": 1}, None, 0)  # a library's collective: its root is the library's own
+    assert log.snapshot()[-1]["shapes"] == "in dcp.save"
+
+
+def test_ranks_that_name_different_roots_part_there_with_the_root_hint_not_torchs_check():
+    from orchestrate.hangs.collectives import ROOT_HINT
+
+    def waiting(rank: int, shapes: str) -> RankSnapshot:
+        return snap(rank, (coll(1), coll(2, shapes, "entered", op="broadcast", at="job.py:10")),
+                    stack(10, call="broadcast"))
+
+    hung = probe(5, r0=waiting(0, "float32[4] from rank 0"), r1=waiting(1, "float32[4] from rank 1"))
+    lines = diagnose(hung, None, {0, 1}, {}, 30).lines()
+    assert lines[0] == ("no progress for 30 s: collective #2: rank 0 entered broadcast(float32[4] from rank 0) at"
+                        " job.py:10; rank 1 entered broadcast(float32[4] from rank 1) at job.py:10")
+    assert f"  {ROOT_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
+    # other tensors from one root: torch's check compares those
+    other = diagnose(probe(5, r0=waiting(0, "float32[4] from rank 0"), r1=waiting(1, "float32[8] from rank 0")),
+                     None, {0, 1}, {}, 30).lines()
+    assert "broadcast(float32[8] from rank 0)" in other[0] and f"  {DEBUG_HINT}" in other and f"  {ROOT_HINT}" not in other
+    both = diagnose(probe(5, r0=waiting(0, "float32[4] from rank 0"), r1=waiting(1, "float32[8] from rank 1")),
+                    None, {0, 1}, {}, 30).lines()
+    assert f"  {ROOT_HINT}" not in both  # the tensors differ too: not the roots alone
+
+
 def test_a_ranks_record_of_a_failed_collective_is_not_overwritten_by_a_later_answer_until_it_goes_on(tmp_path):
     """The launcher asks the ranks still running where they are as a failure ends the job; a rank
     whose collective failed and is only going down keeps its record of the failure."""

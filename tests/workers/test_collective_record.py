@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.hangs.collectives import first_divergence
+from orchestrate.hangs.collectives import ROOT_HINT, first_divergence
 from orchestrate.hangs.diagnosis import (DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, NEW_GROUP_HINT,
                                         diagnose)
 from orchestrate.hangs.snapshots import request_snapshots
@@ -26,6 +26,7 @@ EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "evaluate_on_rank0.py"
 FSDP_EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "fsdp_evaluate_on_rank0.py"
 GROUP_ON_ONE_RANK = ROOT / "tests" / "jobs" / "group_on_one_rank.py"
 DCP_SAVE_ON_RANK0 = ROOT / "tests" / "jobs" / "dcp_save_on_rank0.py"
+ROOTS_DIFFER = ROOT / "tests" / "jobs" / "roots_differ.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -174,6 +175,18 @@ def test_a_group_made_on_one_rank_only_is_the_first_divergence_with_its_own_hint
                                f" new_group(ranks 0,1) at {job}:{every}")
     lines = diagnose(probe, None, {0, 1}, {}, None).lines()
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
+
+
+def test_ranks_that_broadcast_from_different_roots_part_there_and_a_gather_to_one_root_does_not(tmp_path):
+    gathered, sent = line_of(ROOTS_DIFFER, "dist.gather("), line_of(ROOTS_DIFFER, "# ROOTS")
+    probe = probe_of_hung_job(tmp_path, ROOTS_DIFFER)
+    assert [c.where for c in probe.snapshots[0].collectives] == [
+        f"gather(float32[1] to rank 0) #1 at {ROOTS_DIFFER}:{gathered}",
+        f"broadcast(int64[1] from rank 0) #2 at {ROOTS_DIFFER}:{sent}"]
+    lines = diagnose(probe, None, {0, 1}, {}, 30).lines()
+    assert lines[0] == (f"no progress for 30 s: collective #2: rank 0 entered broadcast(int64[1] from rank 0) at"
+                        f" {ROOTS_DIFFER}:{sent}; rank 1 entered broadcast(int64[1] from rank 1) at {ROOTS_DIFFER}:{sent}")
+    assert f"  {ROOT_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
 
 
 def test_a_checkpoint_rank_0_saves_alone_is_named_as_dcp_save_with_its_own_hint(tmp_path):
