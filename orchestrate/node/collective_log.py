@@ -42,9 +42,10 @@ NEW_GROUP = "new_group"
 # that name different roots differ in the record, which torch's own check does not compare.
 ROOTS = {"broadcast": "src", "scatter": "src", "broadcast_object_list": "src", "scatter_object_list": "src",
          "reduce": "dst", "gather": "dst", "gather_object": "dst"}
-# Their lists that only the root gives (``gather_list``, ``scatter_list``, the second argument):
-# not described, or every root would differ from its group.
-ROOT_ONLY_LISTS = ("gather", "scatter")
+# Their lists that only the root gives (``gather_list``, ``scatter_list``,
+# ``object_gather_list``, ``scatter_object_input_list``: the second argument): not described, or
+# every root would differ from its group.
+ROOT_ONLY_LISTS = ("gather", "scatter", "gather_object", "scatter_object_list")
 SENDS = ("send", "isend")
 RECEIVES = ("recv", "irecv")
 P2P = "p2p "

@@ -972,9 +972,10 @@ def test_a_collective_with_a_root_is_recorded_with_it_and_the_list_only_the_root
     assert sent(FakeTensor(4), "a") == "ok"  # no rank: torch says so, the record keeps the call
     assert gathered(FakeTensor(4), [FakeTensor(4)] * 2, 0) == "ok" and gathered(FakeTensor(4), None, 0) == "ok"
     assert objects({"loss": 1.0}, [None, None], dst=0) == "ok"
+    assert objects(FakeTensor(2), [FakeTensor(2)] * 2, 0) == "ok"  # objects that are tensors
     assert [e["shapes"] for e in log.snapshot()] == [
         "float32[4] from rank 1", "float32[4] from rank 0", "float32[4] from rank 3", "float32[4] from rank ?",
-        "float32[4] to rank 0", "float32[4] to rank 0", "to rank 0"]
+        "float32[4] to rank 0", "float32[4] to rank 0", "to rank 0", "float32[2] to rank 0"]
     log.add_describer(lambda op, frame: "in dcp.save" if op == "gather_object" else None)
     objects({"plan": 1}, None, 0)  # a library's collective: its root is the library's own
     assert log.snapshot()[-1]["shapes"] == "in dcp.save"
