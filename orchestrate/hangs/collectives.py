@@ -25,7 +25,7 @@ import re
 from typing import Any, Optional
 
 from orchestrate.hangs.snapshots import Collective, RankSnapshot
-from orchestrate.node.collective_log import P2P, ROOTS
+from orchestrate.node.collective_log import P2P
 from orchestrate.hangs.stacks import ranks_text, summary
 
 
@@ -44,7 +44,7 @@ ROOT_HINT = ("the ranks name different roots: src and dst are global ranks (a no
              " LOCAL_RANK is no root), and every rank of the group must name the same one; with group=, name it"
              " by group_src or group_dst, the rank within the group")
 # The root a collective's record names, at the end of what it moves: ``float32[4] from rank 0``.
-ROOT_TEXT = re.compile(r"(?:^|(?<= ))(?:from|to) rank \S+$")
+ROOT_TEXT = re.compile(r"(?:from|to) rank \S+$")
 
 
 def channel_ends(group: str) -> Optional[tuple[Optional[int], Optional[int]]]:
@@ -140,13 +140,13 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
 
 
 def roots_alone_differ(calls: dict[int, Collective]) -> bool:
-    """Whether ``calls``, one collective with a root as each rank made it, differ in their root
-    alone (the same op and tensors)."""
-    if any(c.op not in ROOTS for c in calls.values()):
+    """Whether ``calls``, one collective as each rank made it, differ in their root alone (the
+    same op and tensors)."""
+    split = [(c.op, c.shapes[:m.start()], m.group(0)) if (m := ROOT_TEXT.search(c.shapes)) else None
+             for c in calls.values()]
+    if None in split:
         return False
-    parts = {(c.op, ROOT_TEXT.sub("", c.shapes).rstrip(), bool(ROOT_TEXT.search(c.shapes))) for c in calls.values()}
-    roots = {m.group(0) if (m := ROOT_TEXT.search(c.shapes)) else "" for c in calls.values()}
-    return len(parts) == 1 and len(roots) > 1
+    return len({(op, moved) for op, moved, _ in split}) == 1 and len({root for _, _, root in split}) > 1
 
 
 def unmatched_p2p(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],

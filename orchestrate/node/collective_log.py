@@ -34,9 +34,6 @@ COLLECTIVES = (
 # Making a process group: every rank of the job calls it, for every group, in the same order
 # (torch pairs the calls by their order), so it is recorded as a collective of the default group.
 NEW_GROUP = "new_group"
-# Point-to-point calls: each direction between two ranks is a channel of its own ("p2p 0->1"),
-# numbered apart from the process group's collectives, which every member calls in one order: a
-# rank's sends to one peer match that peer's receives from it, whatever else either does.
 # Collectives with one root, and the argument that names it (a global rank; ``group_src`` or
 # ``group_dst`` a rank of the group): recorded as ``broadcast(float32[4] from rank 0)``, so that ranks
 # that name different roots differ in the record, which torch's own check does not compare.
@@ -46,6 +43,9 @@ ROOTS = {"broadcast": "src", "scatter": "src", "broadcast_object_list": "src", "
 # ``object_gather_list``, ``scatter_object_input_list``: the second argument): not described, or
 # every root would differ from its group.
 ROOT_ONLY_LISTS = ("gather", "scatter", "gather_object", "scatter_object_list")
+# Point-to-point calls: each direction between two ranks is a channel of its own ("p2p 0->1"),
+# numbered apart from the process group's collectives, which every member calls in one order: a
+# rank's sends to one peer match that peer's receives from it, whatever else either does.
 SENDS = ("send", "isend")
 RECEIVES = ("recv", "irecv")
 P2P = "p2p "

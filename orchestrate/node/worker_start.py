@@ -31,10 +31,10 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 Then TARGET runs as ``python3 TARGET...`` would run it: a script (its directory first on
 ``sys.path``, ``__name__ == "__main__"``) or ``-m module``; an error it does not catch ends it
 as under python3 (``sys.excepthook``, exit status 1), its traceback without this hook's frames
-or the recorder's wrappers in the calls it made; when it returns (or exits 0, by
-``os._exit(0)`` too), the worker says so on the progress channel (``finished``), so that the launcher can name a rank that
-left while the others still needed it. Standard library only, until the
-shim wraps torch's functions (torch is imported then, as the script would).
+or the recorder's wrappers in the calls it made; when it returns (or exits 0, by ``os._exit(0)``
+too), the worker says so on the progress channel (``finished``), so that the launcher can name a
+rank that left while the others still needed it. Standard library only, until the shim wraps
+torch's functions (torch is imported then, as the script would).
 """
 from __future__ import annotations
 
