@@ -38,6 +38,7 @@ SECRETS = ("tests/unit/test_user_env.py", "tests/unit/test_config.py", "tests/un
 TEARDOWN = ("tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
 CHAOS = ("tests/unit/test_chaos.py", "tests/unit/test_storage_faults.py", "tests/unit/test_report.py")
 GRACE = ("tests/unit/test_launcher.py", "tests/unit/test_outcome.py", "tests/unit/test_runs.py")
+INIT = ("tests/unit/test_init_calls.py",)
 HANGS = ("tests/unit/test_hangs.py", "tests/unit/test_gpu_hangs.py", "tests/unit/test_crash_dump.py",
          "tests/workers/test_collective_record.py")
 
@@ -317,6 +318,33 @@ MUTANTS = [
     Mutant("a forked DataLoader worker's os._exit(0) says its rank finished", "orchestrate/node/worker_start.py",
            "        if status == 0 and os.getpid() == pid:\n", "        if status == 0:\n",
            ("tests/unit/test_progress.py",)),
+    Mutant("env:// is read from torchrun's environment, not the script's", "orchestrate/node/init_record.py",
+           '    return {**asked, "store": env_store(environ), "via": VIA_ENV}\n',
+           '    return {**asked, "store": "", "via": VIA_ENV}\n', INIT),
+    Mutant("init_method's query is ignored", "orchestrate/node/init_record.py",
+           "        return as_int(query.get(key)) if key in query else as_int(environ.get(variable))\n",
+           "        return as_int(environ.get(variable))\n", INIT),
+    Mutant("a rank of -1 (torch's 'not given') is taken as asked for", "orchestrate/node/init_record.py",
+           "        if given is not None and given >= 0:\n", "        if given is not None:\n", INIT),
+    Mutant("an init_process_group that fails writes no record", "orchestrate/node/init_record.py",
+           "            failed()\n            raise\n", "            raise\n", INIT),
+    Mutant("the hook records no init_process_group", "orchestrate/node/worker_start.py",
+           '        init_record.install(torchrun_gave, lambda call: setattr(log, "init_call", call),\n',
+           '        (lambda *_: None)(torchrun_gave, lambda call: setattr(log, "init_call", call),\n',
+           ("tests/workers/test_collective_record.py",)),
+    Mutant("a file store on one node is named as each node's own", "orchestrate/hangs/init_calls.py",
+           '    if len({nodes.get(rank, "") for rank in in_files}) < 2:\n', "    if not in_files:\n", INIT),
+    Mutant("a directory's name as a prefix counts as under it", "orchestrate/hangs/init_calls.py",
+           'path.startswith(directory.rstrip("/") + "/")', "path.startswith(directory)", INIT),
+    Mutant("any other rank is called its LOCAL_RANK", "orchestrate/hangs/init_calls.py",
+           '        local = ", its LOCAL_RANK," if call.rank == call.torchrun_local_rank else ""\n',
+           '        local = ", its LOCAL_RANK,"\n', INIT),
+    Mutant("ranks past init_process_group are asked about their call", "orchestrate/hangs/diagnosis.py",
+           '    in_init = {rank for g in groups if g.where.startswith("init_process_group ") for rank in g.ranks}\n',
+           "    in_init = set(now.snapshots)\n", INIT),
+    Mutant("a failed collective's record after init counts as a failed init", "orchestrate/hangs/snapshots.py",
+           "        return self.reason == FAILED_REASON and self.init is not None and not self.collectives\n",
+           "        return self.reason == FAILED_REASON and self.init is not None\n", INIT),
 ]
 
 

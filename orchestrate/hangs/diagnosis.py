@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 from orchestrate.hangs.collectives import Divergence, channel_ends, first_divergence
 from orchestrate.hangs.crash_dump import rank_dump
-from orchestrate.hangs.snapshots import LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
+from orchestrate.hangs.init_calls import init_hints
+from orchestrate.hangs.snapshots import FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
@@ -32,9 +33,9 @@ NEW_GROUP_HINT = ("every rank must call new_group for every group, in the same o
                   " places; make every group on every rank and keep the one the rank is in"
                   " (dist.new_subgroups_by_enumeration does), or pass use_local_synchronization=True, which only"
                   " the members call")
-INIT_HINT = ("every rank waits in init_process_group for its store: under torchrun leave init_method out (env://,"
-             " the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names itself"
-             " (tcp://localhost:...) must be one every node reaches, where a store listens")
+INIT_HINT = ("every rank waits in init_process_group, for its store or for the others: under torchrun leave"
+             " init_method out (env://, the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names"
+             " itself (tcp://localhost:...) must be one every node reaches, where a store listens")
 
 # The file of torch.multiprocessing's spawn and start_processes, in a waiting rank's stack.
 SPAWN_FILE = "torch/multiprocessing/spawn.py"
@@ -249,6 +250,7 @@ class HangDiagnosis:
     loaders: dict[int, list[LoaderSnapshot]] = field(default_factory=dict)
     unheard_nodes: list[str] = field(default_factory=list)
     call_lines: dict[int, dict[str, int]] = field(default_factory=dict)  # each rank's call lines, with counts
+    init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
 
     @property
     def headline(self) -> str:
@@ -359,6 +361,8 @@ class HangDiagnosis:
                 out.append(f"  {DEBUG_HINT}")
         if made_alone:
             out.append(f"  {made_alone}")
+        elif self.hung and self.init_hints:
+            out += [f"  {hint}" for hint in self.init_hints]
         elif self.hung and self.exited and self.someone_waits:
             out.append(f"  {EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
@@ -397,11 +401,13 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
     divergence = first_divergence(now.snapshots, expected, absent_why,
                                   {rank: loading_where(workers) for rank, workers in loaders.items()})
     diverged = divergence is not None
+    groups = group_stacks(now.snapshots)
+    in_init = {rank for g in groups if g.where.startswith("init_process_group ") for rank in g.ranks}
     activities = [activity(rank, before.snapshots.get(rank) if before else None, now.snapshots.get(rank), interval,
                            absent_why, tuple(loader_shares(rank, before, now, interval)), diverged) for rank in ranks]
     return HangDiagnosis(
         quiet_s=quiet_s,
-        groups=group_stacks(now.snapshots),
+        groups=groups,
         collectives={rank: [c.__dict__ for c in s.collectives[-8:]] for rank, s in sorted(now.snapshots.items())},
         divergence=divergence,
         activities=activities,
@@ -409,6 +415,8 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
         cause=cause,
         loaders=loaders,
         call_lines={rank: dict(s.lines) for rank, s in now.snapshots.items()},
+        init_hints=init_hints({rank: call for rank in in_init if (call := now.snapshots[rank].init) is not None},
+                              {rank: s.node for rank, s in now.snapshots.items()}),
     )
 
 
@@ -429,7 +437,7 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int],
     if getattr(failure, "reason", "") or not _TIMED_OUT.search(exception):
         return None  # a node that stopped answering (or was OOM-killed) explains it better
     latest = last_snapshots(directory)
-    snapshots = {rank: s for rank, s in latest.items() if s.reason == "collective failed"}
+    snapshots = {rank: s for rank, s in latest.items() if s.reason == FAILED_REASON}
     if not snapshots:
         return None
     if since is not None:
@@ -437,8 +445,10 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int],
     probe = Probe("failed", 0.0, snapshots)
     where = f"{failure.node} rank {failure.rank}" if getattr(failure, "rank", None) is not None else failure.node
     said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()
+    what = ("init_process_group" if all(s.failed_in_init for s in snapshots.values() if s.reason == FAILED_REASON)
+            else "a collective")
     return diagnose(probe, None, expected or set(snapshots), {}, 0.0,
-                    cause=f"a collective timed out on {where} ({said[:120]})")
+                    cause=f"{what} timed out on {where} ({said[:120]})")
 
 
 def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> str:
@@ -451,7 +461,7 @@ def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> st
     exception = getattr(failure, "exception", "") or ""
     rank = getattr(failure, "rank", None)
     snapshots = {r: s for r, s in last_snapshots(directory).items()
-                 if s.reason == "collective failed" and s.time >= since - ATTEMPT_CLOCK_SLACK_S}
+                 if s.reason == FAILED_REASON and s.time >= since - ATTEMPT_CLOCK_SLACK_S}
     if GLOO_MISMATCH in exception and rank is not None:
         return aborted_mismatch(rank, snapshots, directory)
     if "collectives differ" not in exception and "Detected mismatch between collectives" not in exception:

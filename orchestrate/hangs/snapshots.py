@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from orchestrate.node.collective_log import ON_GPU
 from orchestrate.node.ddp_collectives import DESCRIBED as DDP_GRADIENTS
-from orchestrate.node.snapshot import LOADER_PREFIX, REQUEST_FILE
+from orchestrate.node.snapshot import FAILED_REASON, LOADER_PREFIX, REQUEST_FILE
 from orchestrate.plan.layout import DEBUG_SUBDIR
 # How long a request waits for the workers' answers (they look every 0.25 s).
 ANSWER_TIMEOUT_S = 3.0
@@ -91,6 +91,41 @@ class Collective:
 
 
 @dataclass(frozen=True)
+class InitCall:
+    """How a rank's script called ``init_process_group``, beside what torchrun gave the rank
+    (see :mod:`orchestrate.node.init_record`); None where either does not say."""
+
+    rank: Optional[int]
+    world_size: Optional[int]
+    store: str  # host:port, or a file's path (via "file"); "" for a store object of the script's own
+    via: str  # "env", "tcp", "file" or "store"
+    torchrun_rank: Optional[int] = None
+    torchrun_local_rank: Optional[int] = None
+    torchrun_world_size: Optional[int] = None
+    torchrun_store: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> Optional["InitCall"]:
+        """The call a snapshot holds (None where it holds none, or not as a mapping)."""
+        if not isinstance(data, dict):
+            return None
+        gave = data.get("torchrun") if isinstance(data.get("torchrun"), dict) else {}
+        return cls(rank=optional_int(data.get("rank")), world_size=optional_int(data.get("world_size")),
+                   store=str(data.get("store") or ""), via=str(data.get("via") or ""),
+                   torchrun_rank=optional_int(gave.get("rank")),
+                   torchrun_local_rank=optional_int(gave.get("local_rank")),
+                   torchrun_world_size=optional_int(gave.get("world_size")),
+                   torchrun_store=str(gave.get("store") or ""))
+
+
+def optional_int(value: Any) -> Optional[int]:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
 class RankSnapshot:
     """What one worker wrote of itself."""
 
@@ -104,11 +139,17 @@ class RankSnapshot:
     completed: int
     reason: str = "requested"
     lines: tuple[tuple[str, int], ...] = ()  # (call line, collectives made from it): the node's LINES_KEPT
+    init: Optional[InitCall] = None  # how its script called init_process_group, once it did
 
     @property
     def waits_for_data_loader(self) -> bool:
         """Its main thread waits for the next batch from its DataLoader's worker processes."""
         return waits_for_data_loader(self.stack)
+
+    @property
+    def failed_in_init(self) -> bool:
+        """It wrote its record as its init_process_group failed (timed out), before any collective."""
+        return self.reason == FAILED_REASON and self.init is not None and not self.collectives
 
     @property
     def in_collective(self) -> Optional[Collective]:
@@ -143,7 +184,7 @@ class RankSnapshot:
                                          str(c.get("at", "?")), str(c.get("state", "")), str(c.get("error", "")))
                               for c in data.get("collectives", [])),
             completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
-            lines=call_lines(data.get("lines")))
+            lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,
@@ -263,7 +304,7 @@ def failed_collective(directory: Path, rank: int, since: float = 0.0) -> str:
     dcp.save)``), where the rank wrote one from ``since`` on (Unix seconds: an earlier attempt's
     record says nothing of this one); "" otherwise."""
     read = read_snapshot(directory / f"rank{rank}.json")
-    if read is None or read[1].reason != "collective failed" or read[1].time < since:
+    if read is None or read[1].reason != FAILED_REASON or read[1].time < since:
         return ""
     last = read[1].collectives[-1] if read[1].collectives else None
     return last.call if last is not None and last.state == "failed" else ""

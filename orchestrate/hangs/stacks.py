@@ -90,6 +90,6 @@ def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
         if waiting is not None and waiting.on_gpu:  # the main thread is elsewhere, waiting for the GPU
             where = f"{summary(first.stack)}; its GPU waits in {waiting.call} #{waiting.seq} from {waiting.at}"
         else:
-            where = summary(first.stack, waiting.op if waiting else "")
+            where = summary(first.stack, waiting.op if waiting else "init_process_group" if first.failed_in_init else "")
         groups.append(StackGroup(tuple(sorted(ranks)), first.stack, where))
     return sorted(groups, key=lambda g: (len(g.ranks), g.ranks[0]))

@@ -96,6 +96,9 @@ class CollectiveLog:
         # Who may name what a collective moves, from its op and its caller's frame, in place of its
         # tensors (FSDP's all-gathers: "parameters of FSDP(Linear)"); the first that names it wins.
         self.describers: List[Callable[[str, Any], Optional[str]]] = []
+        # How the script called init_process_group, beside what torchrun gave the process
+        # (orchestrate.node.init_record); None until it does.
+        self.init_call: Optional[Dict[str, Any]] = None
 
     def enter(self, op: str, group: str, shapes: str, caller: str) -> Dict[str, Any]:
         """Record a collective as entered; return its entry (to be :meth:`leave` d)."""

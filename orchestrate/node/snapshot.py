@@ -36,6 +36,8 @@ NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
 REQUEST_FILE = "request.json"
 LOADER_PREFIX = "loader-"
 POLL_S = 0.25
+# Why a worker wrote a record unasked: a collective (or its init_process_group) failed.
+FAILED_REASON = "collective failed"
 # This package, where the hook runs it from (in the nodes: the project's mount).
 HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -112,7 +114,7 @@ class SnapshotWriter:
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "node": os.environ.get(NODE_ENV) or socket.gethostname(),
             "time": time.time(), "cpu_s": time.process_time(), "collectives": self.log.snapshot(settle=from_server),
-            "completed": self.log.completed, "lines": self.log.call_lines(),
+            "completed": self.log.completed, "lines": self.log.call_lines(), "init": self.log.init_call,
             "stacks": thread_stacks(self.main_ident, self.server_ident),
             **self.more(),
         }
@@ -162,7 +164,7 @@ class SnapshotWriter:
 
     def on_collective_failed(self, log: CollectiveLog) -> None:
         self.failed_at = self.log.completed
-        self.write("failed", "collective failed")
+        self.write("failed", FAILED_REASON)
 
 
 class LoaderSnapshotWriter(SnapshotWriter):

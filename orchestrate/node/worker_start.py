@@ -8,7 +8,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 0. Where the run has a debug directory (``$DDP_DEBUG_DIR``): record the worker's collectives
    (:mod:`orchestrate.node.collective_log`, DDP's own collectives by
    :mod:`orchestrate.node.ddp_collectives`, FSDP's and DCP's named by
-   :mod:`orchestrate.node.fsdp_collectives` and :mod:`orchestrate.node.checkpoint_collectives`) and answer the launcher's requests for its stacks
+   :mod:`orchestrate.node.fsdp_collectives` and :mod:`orchestrate.node.checkpoint_collectives`), how its
+   script called ``init_process_group`` beside what torchrun gave it (:mod:`orchestrate.node.init_record`),
+   and answer the launcher's requests for its stacks
    (:mod:`orchestrate.node.snapshot`), and keep every thread's stack should it die by a
    fatal signal (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
    progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
@@ -178,11 +180,12 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
-                                  ddp_collectives, fsdp_collectives, loader_workers, snapshot, spawn_note, step_counter,
-                                  storage_faults)
+                                  ddp_collectives, fsdp_collectives, init_record, loader_workers, snapshot, spawn_note,
+                                  step_counter, storage_faults)
     from orchestrate.node.progress import PROGRESS_DIR_ENV
 
     log = collective_log.CollectiveLog()
+    torchrun_gave = init_record.torchrun_gave(os.environ)  # before the script may change it
     name_group = collective_log.group_namer()
     directory = os.environ.get(snapshot.DEBUG_DIR_ENV)
     if directory:
@@ -198,6 +201,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
         collective_log.wrap_torch_distributed(log, name_group)
         if timeout_s is not None:
             collective_log.with_default_timeout(timeout_s)
+        init_record.install(torchrun_gave, lambda call: setattr(log, "init_call", call),
+                            lambda: collective_log.on_failure(log))
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.nn.parallel.distributed", lambda: ddp_collectives.install(log, name_group))

@@ -14,8 +14,9 @@ import pytest
 
 from orchestrate.hangs.collectives import ROOT_HINT, first_divergence
 from orchestrate.hangs.diagnosis import (DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, NEW_GROUP_HINT,
-                                        diagnose)
+                                        diagnose, timeout_diagnosis)
 from orchestrate.hangs.snapshots import request_snapshots
+from orchestrate.outcome.judge import Failure
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
 DESYNC = ROOT / "tests" / "jobs" / "desync.py"
@@ -27,6 +28,7 @@ FSDP_EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "fsdp_evaluate_on_rank0.py"
 GROUP_ON_ONE_RANK = ROOT / "tests" / "jobs" / "group_on_one_rank.py"
 DCP_SAVE_ON_RANK0 = ROOT / "tests" / "jobs" / "dcp_save_on_rank0.py"
 ROOTS_DIFFER = ROOT / "tests" / "jobs" / "roots_differ.py"
+TUTORIAL_SETUP = ROOT / "tests" / "jobs" / "tutorial_setup.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -325,3 +327,38 @@ def test_a_send_its_peer_never_receives_is_named_with_what_the_peer_did_instead(
                               f" {P2P_SHORT}:{send}; rank 1 received 4 and waits in all_reduce(float32[8]) #1 at"
                               f" {P2P_SHORT}:{all_reduce}")
     assert not any("--debug-collectives" in line for line in found.lines())  # torch's check has no sends
+
+
+def test_ranks_that_name_a_store_of_their_own_are_told_so_while_they_wait_and_when_torch_gives_up(tmp_path):
+    """The tutorial's setup() under torchrun: the record keeps the store the script named (its own
+    MASTER_ADDR and MASTER_PORT, set after the hook read torchrun's) while the ranks wait; when the
+    timeout ends the wait, the records the ranks wrote as init_process_group failed say it too."""
+    job, init = TUTORIAL_SETUP, line_of(TUTORIAL_SETUP, "# INIT")
+    proc = start(tmp_path, "--collective-timeout", "10", "--", str(job))
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # both ranks answer from inside init_process_group
+            probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
+            if len(probe.snapshots) == 2 and all(s.init is not None for s in probe.snapshots.values()):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "the ranks never waited in init_process_group"
+            time.sleep(0.5)
+        torchrun_store = probe.snapshots[0].init.torchrun_store
+        assert torchrun_store.startswith(("localhost:", "127.0.0.1:")) and torchrun_store != "localhost:12355"
+        lines = diagnose(probe, None, {0, 1}, {}, 30).lines()
+        assert lines[0] == f"no progress for 30 s: ranks 0, 1: init_process_group at {job.name}:{init} in setup"
+        assert lines[-1] == (f"  ranks 0, 1 called init_process_group for a store at localhost:12355, from the"
+                             f" MASTER_ADDR and MASTER_PORT the script set itself, where torchrun's store is at"
+                             f" {torchrun_store}: they wait for a store that is not the job's; under torchrun leave"
+                             " init_method out, and MASTER_ADDR and MASTER_PORT as torchrun sets them")
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "timed out after 10000ms" in output
+    failure = Failure("node0", 0, 1, "torch.distributed.DistNetworkError: The client socket has timed out after 10000ms"
+                      " while trying to connect to (localhost, 12355).", ())
+    found = timeout_diagnosis(failure, tmp_path / "debug", {0, 1})
+    assert found is not None and found.headline.startswith("init_process_group timed out on node0 rank 0")
+    assert found.headline.endswith(f"init_process_group at {job.name}:{init} in setup")
+    # the first to time out wrote its record; torchrun may stop the other before its own timeout
+    assert re.match(r"  ranks? [01](, 1)? called init_process_group for a store at localhost:12355,", found.lines()[-1])

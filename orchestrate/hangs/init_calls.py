@@ -1,0 +1,93 @@
+"""Why ranks wait in ``init_process_group`` (pure): their scripts' calls against what torchrun
+gave them. A script written for one machine names its store itself (``MASTER_ADDR=localhost``),
+a file store only one node sees, a world size of its own, or ``LOCAL_RANK`` as its rank; torch
+then waits, for 30 minutes by default, for a store or for ranks that never come."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from orchestrate.hangs.snapshots import InitCall
+from orchestrate.hangs.stacks import ranks_text
+from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
+
+UNDER_TORCHRUN = "under torchrun leave init_method, rank and world_size out: env:// reads what torchrun sets"
+# Where a file store is seen by every node: the directories mounted in all of them.
+SHARED_DIRS = (WORKSPACE_DIR, SHARED_DIR)
+
+
+def init_hints(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
+    """What is wrong with the ``init_process_group`` calls of the ranks that wait in it (their
+    ``calls``, on their ``nodes``): each store, world size or rank that is not torchrun's, worst
+    first; none where every call asks for what torchrun gave."""
+    hints = [hint for hint in (other_store(calls), node_local_file(calls, nodes), other_world_size(calls),
+                               other_rank(calls)) if hint]
+    return hints
+
+
+def by_value(calls: dict[int, InitCall], value: Callable[[InitCall], object]) -> dict[object, list[int]]:
+    """The ranks of ``calls`` by ``value`` of their call, in rank order."""
+    found: dict[object, list[int]] = {}
+    for rank in sorted(calls):
+        found.setdefault(value(calls[rank]), []).append(rank)
+    return found
+
+
+def other_store(calls: dict[int, InitCall]) -> str:
+    """The ranks whose script names a store address that is not torchrun's."""
+    elsewhere = {rank: call for rank, call in calls.items()
+                 if call.via in ("env", "tcp") and call.torchrun_store and call.store != call.torchrun_store}
+    if not elsewhere:
+        return ""
+    parts = []
+    for (store, via, theirs), ranks in by_value(elsewhere, lambda c: (c.store, c.via, c.torchrun_store)).items():
+        named = ("from the MASTER_ADDR and MASTER_PORT the script set itself" if via == "env"
+                 else f"named by init_method='tcp://{store}'")
+        parts.append(f"{ranks_text(ranks)} called init_process_group for a store at {store}, {named}, where torchrun's"
+                     f" store is at {theirs}")
+    return ("; ".join(parts) + ": they wait for a store that is not the job's; under torchrun leave init_method out,"
+            " and MASTER_ADDR and MASTER_PORT as torchrun sets them")
+
+
+def node_local_file(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
+    """The ranks that meet in a file store that each of their nodes has its own of."""
+    in_files = {rank: call for rank, call in calls.items() if call.via == "file" and not shared(call.store)}
+    if len({nodes.get(rank, "") for rank in in_files}) < 2:
+        return ""  # on one node a file of its own is seen by all of them
+    parts = [f"{ranks_text(ranks)} called init_process_group for a file store, {path}"
+             for path, ranks in by_value(in_files, lambda c: c.store).items()]
+    return ("; ".join(parts) + f", which each node has its own of (only {' and '.join(SHARED_DIRS)} are shared by"
+            " every node), so each node's ranks wait there for the others; under torchrun leave init_method out"
+            f" (env://), or name a file under {WORKSPACE_DIR}")
+
+
+def shared(path: str) -> bool:
+    return any(path == directory or path.startswith(directory.rstrip("/") + "/") for directory in SHARED_DIRS)
+
+
+def other_world_size(calls: dict[int, InitCall]) -> str:
+    """The ranks that ask for a world size that is not the number of workers torchrun started."""
+    wrong = {rank: call for rank, call in calls.items() if known_and_other(call.world_size, call.torchrun_world_size)}
+    if not wrong:
+        return ""
+    parts = [f"{ranks_text(ranks)} called init_process_group with world_size={size}, but torchrun started {started}"
+             f" workers (WORLD_SIZE={started})"
+             for (size, started), ranks in by_value(wrong, lambda c: (c.world_size, c.torchrun_world_size)).items()]
+    return "; ".join(parts) + f": they wait for ranks that never come; {UNDER_TORCHRUN}"
+
+
+def other_rank(calls: dict[int, InitCall]) -> str:
+    """The ranks that ask for a rank that is not the one torchrun gave them (LOCAL_RANK, often)."""
+    wrong = {rank: call for rank, call in calls.items() if known_and_other(call.rank, call.torchrun_rank)}
+    if not wrong:
+        return ""
+    parts = []
+    for rank, call in sorted(wrong.items()):
+        local = ", its LOCAL_RANK," if call.rank == call.torchrun_local_rank else ""
+        parts.append(f"rank {rank} called init_process_group with rank={call.rank}{local} where torchrun gave it"
+                     f" RANK={call.torchrun_rank}")
+    return ("; ".join(parts) + ": ranks that take the same rank wait for one that never comes; rank is RANK, the"
+            f" rank across all nodes (LOCAL_RANK is the rank within a node, to pick its GPU); {UNDER_TORCHRUN}")
+
+
+def known_and_other(asked: Optional[int], given: Optional[int]) -> bool:
+    return asked is not None and given is not None and asked != given
