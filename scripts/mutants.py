@@ -345,6 +345,15 @@ MUTANTS = [
     Mutant("a failed collective's record after init counts as a failed init", "orchestrate/hangs/snapshots.py",
            "        return self.reason == FAILED_REASON and self.init is not None and not self.collectives\n",
            "        return self.reason == FAILED_REASON and self.init is not None\n", INIT),
+    Mutant("one look takes no CPU of the rank's own", "orchestrate/hangs/diagnosis.py",
+           "        return now.cpu_recent or 0.0\n", "        return 0.0\n", HANGS),
+    Mutant("a timeout while a rank computes is called a hang", "orchestrate/hangs/diagnosis.py",
+           '    found.hung = not any(a.state == "busy" for a in found.activities)\n', "    found.hung = True\n", HANGS),
+    Mutant("the snapshot thread takes no CPU samples", "orchestrate/node/snapshot.py",
+           "            self.sample_cpu()\n", "", ("tests/workers/test_collective_record.py",)),
+    Mutant("a timeout while the job worked is not explained in the summary", "orchestrate/outcome/summary.py",
+           '            lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]\n', "            pass\n",
+           HANGS),
 ]
 
 
@@ -372,6 +381,9 @@ def main() -> int:
     parser.add_argument("-k", default="", help="only the mutants whose name or file has this text (chaos/, hangs/)")
     args = parser.parse_args()
     mutants = [m for m in MUTANTS if args.k in m.name or args.k in m.path]
+    if not mutants:  # else the baseline would be every test there is
+        print(f"no mutant's name or file has {args.k!r}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="ddp-mutants-") as scratch:
         copy = copy_of_checkout(Path(scratch) / "checkout")
         baseline = tuple(sorted({t for m in mutants for t in m.tests}))

@@ -37,6 +37,11 @@ INIT_HINT = ("every rank waits in init_process_group, for its store or for the o
              " init_method out (env://, the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names"
              " itself (tcp://localhost:...) must be one every node reaches, where a store listens")
 
+SHORT_TIMEOUT_HINT = ("a rank computed outside any collective while the others waited for it: either its work (an"
+                      " evaluation or a save on one rank) takes longer than the process group's timeout, so give"
+                      " init_process_group a longer timeout (or --collective-timeout) or let every rank take part in"
+                      " that work; or it is in a loop that never ends, where it is shown above")
+
 # The file of torch.multiprocessing's spawn and start_processes, in a waiting rank's stack.
 SPAWN_FILE = "torch/multiprocessing/spawn.py"
 SPAWN_HINT = ("every rank waits for processes it started with torch.multiprocessing.spawn: torchrun already starts one"
@@ -195,8 +200,11 @@ def gpu_waits(snapshot: RankSnapshot, diverged: bool) -> bool:
 
 def cpu_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
     """The share of a core one process used between two snapshots (0 when they are not of one
-    process, or no time passed)."""
-    if before is None or before.pid != now.pid or interval_s <= 0:
+    process, or no time passed); with no earlier one, the share it used over its own last looks
+    (about 2 s; 0 where it does not say)."""
+    if before is None:
+        return now.cpu_recent or 0.0
+    if before.pid != now.pid or interval_s <= 0:
         return 0.0
     return (now.cpu_s - before.cpu_s) / interval_s
 
@@ -251,6 +259,7 @@ class HangDiagnosis:
     unheard_nodes: list[str] = field(default_factory=list)
     call_lines: dict[int, dict[str, int]] = field(default_factory=dict)  # each rank's call lines, with counts
     init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
+    timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
 
     @property
     def headline(self) -> str:
@@ -261,6 +270,8 @@ class HangDiagnosis:
             computing = [a.rank for a in busy if a.rank not in loading]
             doing = ", ".join([f"{ranks_text(computing)} computing"] * bool(computing)
                               + [f"{ranks_text(loading)} loading data"] * bool(loading)) or "collectives completing"
+            if self.timed_out:  # a collective's timeout ended it while a rank worked
+                return f"{self.cause} as the job still worked: {doing}"
             if self.quiet_s is None:
                 return f"the job is working: {doing}"
             return f"no output for {self.quiet_s:.0f} s, but the job is working: {doing}"
@@ -359,6 +370,8 @@ class HangDiagnosis:
                 out.append(f"  {NEW_GROUP_HINT}")
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
                 out.append(f"  {DEBUG_HINT}")
+        if not self.hung and self.timed_out:
+            out.append(f"  {SHORT_TIMEOUT_HINT}")
         if made_alone:
             out.append(f"  {made_alone}")
         elif self.hung and self.init_hints:
@@ -381,6 +394,7 @@ class HangDiagnosis:
 
     def to_json(self) -> dict[str, Any]:
         return {"headline": self.headline, "hung": self.hung, "quiet_s": self.quiet_s, "cause": self.cause,
+                "timed_out": self.timed_out,
                 "groups": [{"ranks": list(g.ranks), "where": g.where,
                             "stack": [[f.file, f.line, f.function] for f in g.stack]} for g in self.groups],
                 "divergence": None if self.divergence is None else self.divergence.text,
@@ -447,8 +461,12 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int],
     said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()
     what = ("init_process_group" if all(s.failed_in_init for s in snapshots.values() if s.reason == FAILED_REASON)
             else "a collective")
-    return diagnose(probe, None, expected or set(snapshots), {}, 0.0,
-                    cause=f"{what} timed out on {where} ({said[:120]})")
+    found = diagnose(probe, None, expected or set(snapshots), {}, 0.0, cause=f"{what} timed out on {where} ({said[:120]})")
+    found.timed_out = True
+    # a rank that was computing as the others' wait timed out (by its own recent CPU): the timeout
+    # is shorter than its work, and the job was not hung
+    found.hung = not any(a.state == "busy" for a in found.activities)
+    return found
 
 
 def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> str:

@@ -118,6 +118,13 @@ class InitCall:
                    torchrun_store=str(gave.get("store") or ""))
 
 
+def optional_float(value: Any) -> Optional[float]:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def optional_int(value: Any) -> Optional[int]:
     try:
         return None if value is None else int(value)
@@ -140,6 +147,7 @@ class RankSnapshot:
     reason: str = "requested"
     lines: tuple[tuple[str, int], ...] = ()  # (call line, collectives made from it): the node's LINES_KEPT
     init: Optional[InitCall] = None  # how its script called init_process_group, once it did
+    cpu_recent: Optional[float] = None  # the share of a core it used over the last 2 s or so
 
     @property
     def waits_for_data_loader(self) -> bool:
@@ -184,7 +192,8 @@ class RankSnapshot:
                                          str(c.get("at", "?")), str(c.get("state", "")), str(c.get("error", "")))
                               for c in data.get("collectives", [])),
             completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
-            lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")))
+            lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
+            cpu_recent=optional_float(data.get("cpu_recent")))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,

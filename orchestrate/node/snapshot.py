@@ -18,6 +18,7 @@ Standard library only.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import json
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from orchestrate.node.collective_log import CollectiveLog, relative
 
@@ -36,6 +37,10 @@ NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
 REQUEST_FILE = "request.json"
 LOADER_PREFIX = "loader-"
 POLL_S = 0.25
+# The snapshot thread's last looks at the process's CPU time, one each POLL_S: an answer says the
+# share of a core the process used over them (about 2 s), so that one look tells a rank that
+# computes from one that waits (the launcher's single look as a collective's timeout ends the job).
+CPU_SAMPLES = 9
 # Why a worker wrote a record unasked: a collective (or its init_process_group) failed.
 FAILED_REASON = "collective failed"
 # This package, where the hook runs it from (in the nodes: the project's mount).
@@ -101,6 +106,7 @@ class SnapshotWriter:
         self.answered: Optional[str] = None
         self.server_ident: Optional[int] = None
         self.write_lock = threading.Lock()
+        self.cpu_samples: Deque[Tuple[float, float]] = collections.deque(maxlen=CPU_SAMPLES)
         # the collectives completed when a collective failed: until the rank completes another (it
         # went on), its record of the failure is what it answers with, never overwritten by a later
         # look at a rank that is only going down (the launcher asks as the first failure ends a job)
@@ -113,7 +119,8 @@ class SnapshotWriter:
             "request": request, "reason": reason, "rank": self.rank, "pid": os.getpid(),
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "node": os.environ.get(NODE_ENV) or socket.gethostname(),
-            "time": time.time(), "cpu_s": time.process_time(), "collectives": self.log.snapshot(settle=from_server),
+            "time": time.time(), "cpu_s": time.process_time(), "cpu_recent": self.recent_cpu_share(),
+            "collectives": self.log.snapshot(settle=from_server),
             "completed": self.log.completed, "lines": self.log.call_lines(), "init": self.log.init_call,
             "stacks": thread_stacks(self.main_ident, self.server_ident),
             **self.more(),
@@ -127,6 +134,18 @@ class SnapshotWriter:
 
     def target(self) -> str:
         return snapshot_file(self.directory, self.rank)
+
+    def sample_cpu(self) -> None:
+        self.cpu_samples.append((time.monotonic(), time.process_time()))
+
+    def recent_cpu_share(self) -> Optional[float]:
+        """The share of a core the process used since the oldest of its recent samples (None
+        before the snapshot thread took one)."""
+        if not self.cpu_samples:
+            return None
+        since, cpu = self.cpu_samples[0]
+        elapsed = time.monotonic() - since
+        return round((time.process_time() - cpu) / elapsed, 3) if elapsed >= POLL_S else None
 
     def more(self) -> Dict[str, Any]:
         return {}
@@ -145,6 +164,7 @@ class SnapshotWriter:
         self.server_ident = threading.get_ident()
         self.answered = self.pending_request()  # a request from before this worker started is not for it
         while True:
+            self.sample_cpu()
             time.sleep(POLL_S)
             self.answer_pending()
 

@@ -198,7 +198,8 @@ class RunResult:
             the nodes' results.
         hang: Where every rank waited when the run hung: ranks grouped by stack, each rank's
             last collectives, the first divergence. Set when the hang watchdog ended the run
-            (``--hang-timeout``), found it hung, or a collective timed out; else None.
+            (``--hang-timeout``), found it hung, or a collective timed out (then ``hang.hung`` is
+            false where a rank was computing as it did); else None.
         writes: The files the job created or changed in its work directory, the first first
             (None: not followed: a run found in the engine, or a directory too large).
         started_time: The epoch time the launcher began to follow the job (None: not known).
@@ -234,8 +235,9 @@ class RunResult:
     @property
     def hung(self) -> bool:
         """The run ended because it hung: no progress for ``--hang-timeout``, or a collective
-        that timed out."""
-        return self.hang is not None and bool(self.hang.cause)
+        that timed out while no rank worked (one that timed out while a rank computed ended a
+        job that was working: its timeout was too short)."""
+        return self.hang is not None and bool(self.hang.cause) and self.hang.hung
 
     @property
     def job_succeeded(self) -> bool:

@@ -82,6 +82,8 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"  where, by the ranks' collective records: {outcome.divergence}")
         if failure.crashed:
             lines.append(f"  where it crashed: {failure.crashed}")
+        if outcome.hang is not None and outcome.hang.timed_out and not outcome.hang.hung:  # a timeout, but working
+            lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]
         advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or no_gpu_hint(failure, outcome.results)
                   or device_ordinal_hint(failure, outcome.results)
                   or mismatch_hint(failure) or missing_module_hint(failure) or made_alone_hint(failure)

@@ -1027,6 +1027,38 @@ def test_a_ranks_record_of_a_failed_collective_is_not_overwritten_by_a_later_ans
     assert ask("c") == "requested"
 
 
+def test_an_answer_says_the_share_of_a_core_the_rank_used_over_its_last_looks(tmp_path):
+    """One look tells a computing rank from a waiting one: its snapshot thread samples the
+    process's CPU time each time it wakes, and an answer says the share used since the oldest."""
+    import time as clock
+
+    from orchestrate.node.snapshot import CPU_SAMPLES, POLL_S, REQUEST_FILE, SnapshotWriter
+
+    writer = SnapshotWriter(str(tmp_path), 0, CollectiveLog())
+    assert writer.recent_cpu_share() is None  # no look taken yet
+    writer.sample_cpu()
+    assert writer.recent_cpu_share() is None  # too recent to say
+    writer.cpu_samples.clear()
+    writer.cpu_samples.append((clock.monotonic() - 2.0, clock.process_time() - 1.0))  # a core's half, 2 s ago
+    share = writer.recent_cpu_share()
+    assert share is not None and 0.45 < share < 0.6
+    (tmp_path / REQUEST_FILE).write_text(json.dumps({"id": "a"}))
+    writer.answer_pending()
+    answered = RankSnapshot.from_json(json.loads((tmp_path / "rank0.json").read_text()))
+    assert answered.cpu_recent is not None and 0.45 < answered.cpu_recent < 0.6
+    # only the last looks count: the oldest goes as a new one comes
+    for _ in range(CPU_SAMPLES):
+        writer.sample_cpu()
+    assert len(writer.cpu_samples) == CPU_SAMPLES and clock.monotonic() - writer.cpu_samples[0][0] < POLL_S
+    # with no earlier look of the launcher's, the diagnosis takes the rank's own share
+    computing = diagnose(probe(0, r0=RankSnapshot(0, "node0", 10, 0.0, 5.0, stack(30, call="matmul"), (), 0,
+                                                  cpu_recent=0.97)), None, {0}, {}, 0.0)
+    assert [(a.state, a.detail) for a in computing.activities] == [("busy", "computing (97% of a core)")]
+    waiting = diagnose(probe(0, r0=RankSnapshot(0, "node0", 10, 0.0, 5.0, stack(30, call="matmul"), (), 0,
+                                                cpu_recent=0.01)), None, {0}, {}, 0.0)
+    assert [a.state for a in waiting.activities] == ["idle"]
+
+
 def test_tensors_are_described_by_dtype_and_shape_and_other_arguments_left_out():
     assert describe_tensors((FakeTensor(2, 3), "sum", [FakeTensor(1)] * 4)) == "float32[2,3], 4x float32[1]"
     assert describe_tensors(([{"a": 1}],)) == ""
@@ -1038,9 +1070,11 @@ def test_the_record_file_of_a_run_is_in_its_debug_directory(tmp_path):
     assert debug_dir(tmp_path) == Path(tmp_path) / "debug"
 
 
-def answering_worker(job, rank: int, collectives: list[dict], busy: bool = False, stop=None):
+def answering_worker(job, rank: int, collectives: list[dict], busy: bool = False, stop=None,
+                     cpu_recent: Optional[float] = None):
     """A Script.then that starts a worker's snapshot thread, as the hook does: it answers the
-    launcher's requests in the run's debug directory (``busy``: its CPU time grows as it runs)."""
+    launcher's requests in the run's debug directory (``busy``: its CPU time grows as it runs;
+    ``cpu_recent``: the share of a core it says it used over its last looks)."""
     import threading
     import time
 
@@ -1057,7 +1091,8 @@ def answering_worker(job, rank: int, collectives: list[dict], busy: bool = False
                 (directory / f"rank{rank}.json").write_text(json.dumps({
                     "request": request, "rank": rank, "pid": 40 + rank, "node": f"node{rank}", "completed": 1,
                     "time": time.time(),
-                    "cpu_s": time.monotonic() - started if busy else 1.0, "collectives": collectives,
+                    "cpu_s": time.monotonic() - started if busy else 1.0, "cpu_recent": cpu_recent,
+                    "collectives": collectives,
                     "stacks": [{"thread": "MainThread", "main": True,
                                 "frames": [["train.py", 20 + rank, "<module>", ""]]}]}))
             time.sleep(0.05)
@@ -1105,12 +1140,17 @@ def test_a_run_whose_ranks_make_no_progress_ends_hung_with_the_divergence(make_r
 
 
 @pytest.mark.timeout(60)
-def test_a_collective_timeout_places_the_rank_that_wrote_no_record_by_its_answer_as_the_job_ended(make_run):
-    """Rank 0's all-reduce times out while rank 1 computes outside any collective: the launcher
-    asks the ranks still running where they are as the failure ends the job, and rank 1's answer
-    places it (without it, rank 1 "did not answer")."""
+@pytest.mark.parametrize("cpu_recent", [None, 0.01, 0.97])
+def test_a_collective_timeout_places_the_rank_that_wrote_no_record_by_its_answer_as_the_job_ended(make_run,
+                                                                                                    cpu_recent):
+    """Rank 0's all-reduce times out while rank 1 is outside any collective: the launcher asks
+    the ranks still running where they are as the failure ends the job, and rank 1's answer
+    places it (without it, rank 1 "did not answer"). A rank 1 that was computing as it answered
+    (by the CPU it used over its last looks) makes it a timeout shorter than its work, not a hang."""
     import threading
 
+    from orchestrate.hangs.diagnosis import SHORT_TIMEOUT_HINT
+    from orchestrate.outcome.summary import format_summary
     from tests.fakes import FakeDockerClient, Script, fake_engine
     from tests.unit.test_launcher import report
 
@@ -1130,14 +1170,26 @@ def test_a_collective_timeout_places_the_rank_that_wrote_no_record_by_its_answer
     job.client = fake_engine(FakeDockerClient(),
                              node0=[Script(["[0|0]:step 7", f"[0|0]:{exc}", *report(0, 0, exc=exc)], exit_code=1,
                                            then=timed_out)],
-                             node1=[Script(["[1|0]:step 7"], hang=True, then=answering_worker(job, 1, [done], stop=stop))])
+                             node1=[Script(["[1|0]:step 7"], hang=True,
+                                           then=answering_worker(job, 1, [done], stop=stop, cpu_recent=cpu_recent))])
     try:
         result = job.run()
     finally:
         stop.set()
     assert result.hang is not None and result.hang.cause.startswith("a collective timed out on node0 rank 0")
+    summary = format_summary(result)
+    if cpu_recent is not None and cpu_recent > 0.5:
+        assert not result.hung and not result.hang.hung
+        assert result.hang.headline == ("a collective timed out on node0 rank 0 (Timed out waiting 40000ms for recv"
+                                        " operation to complete) as the job still worked: rank 1 computing")
+        assert "HUNG" not in summary and f"FAILED: node0 rank 0 failed (exit code 1): {exc}" in summary
+        assert f"\n  {result.hang.headline}\n" in summary and f"\n  rank 1 is computing (97% of a core)\n" in summary
+        assert f"\n  {SHORT_TIMEOUT_HINT}\n" in summary
+        return
+    assert result.hung and SHORT_TIMEOUT_HINT not in summary
     assert result.hang.headline.endswith("rank 0 waits in all_reduce(float32[4]) #8 at train.py:9; rank 1 is at #7"
                                          " (not in a collective: <module> at train.py:21)")
+    assert summary.count(f"HUNG: {result.hang.headline}") == 1
     # the failed rank's record says which collective failed (a judge's hint reads it)
     assert {r.node.name: r.root_cause.collective for r in result.results if r.root_cause} == {
         "node0": "all_reduce(float32[4])"}

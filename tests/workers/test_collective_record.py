@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrate.hangs.collectives import ROOT_HINT, first_divergence
-from orchestrate.hangs.diagnosis import (DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, NEW_GROUP_HINT,
-                                        diagnose, timeout_diagnosis)
+from orchestrate.hangs.diagnosis import (BUSY_CPU_SHARE, DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
+                                        NEW_GROUP_HINT, SHORT_TIMEOUT_HINT, diagnose, timeout_diagnosis)
 from orchestrate.hangs.snapshots import request_snapshots
 from orchestrate.outcome.judge import Failure
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
@@ -29,6 +29,7 @@ GROUP_ON_ONE_RANK = ROOT / "tests" / "jobs" / "group_on_one_rank.py"
 DCP_SAVE_ON_RANK0 = ROOT / "tests" / "jobs" / "dcp_save_on_rank0.py"
 ROOTS_DIFFER = ROOT / "tests" / "jobs" / "roots_differ.py"
 TUTORIAL_SETUP = ROOT / "tests" / "jobs" / "tutorial_setup.py"
+EVALUATE_TOO_LONG = ROOT / "tests" / "jobs" / "evaluate_too_long.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -362,3 +363,40 @@ def test_ranks_that_name_a_store_of_their_own_are_told_so_while_they_wait_and_wh
     assert found.headline.endswith(f"init_process_group at {job.name}:{init} in setup")
     # the first to time out wrote its record; torchrun may stop the other before its own timeout
     assert re.match(r"  ranks? [01](, 1)? called init_process_group for a store at localhost:12355,", found.lines()[-1])
+
+
+def test_a_timeout_while_a_rank_still_computes_is_told_from_a_hang_by_one_look(tmp_path):
+    """Rank 0 evaluates alone past the process group's timeout while rank 1 waits in the barrier:
+    one look, as the launcher takes when the first failure ends the job, tells the computing rank
+    (by the CPU it used over its last looks) from the waiting one, and the timeout is not called
+    a hang."""
+    job = EVALUATE_TOO_LONG
+    evaluating, barrier = line_of(job, "# EVALUATE"), line_of(job, "# BARRIER")
+    proc = start(tmp_path, "--collective-timeout", "12", "--", str(job))
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # rank 1 waits in the barrier, and rank 0 has evaluated for a while
+            probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
+            waiting = probe.snapshots.get(1).in_collective if 1 in probe.snapshots else None
+            if waiting is not None and waiting.op == "barrier" and probe.snapshots[0].cpu_recent is not None:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "rank 1 never waited in the barrier"
+            time.sleep(0.5)
+        asked = time.time() - 1.0
+        time.sleep(2.5)  # the looks of rank 0's snapshot thread span its evaluation only
+        probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
+        assert probe.snapshots[0].stack[-1].line == evaluating
+        assert probe.snapshots[0].cpu_recent >= BUSY_CPU_SHARE > probe.snapshots[1].cpu_recent, probe.snapshots
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "Timed out waiting 12000ms" in output
+    failure = Failure("node1", 1, 1, "RuntimeError: [/pytorch/gloo/unbound_buffer.cc:78] Timed out waiting 12000ms"
+                      " for recv operation to complete", ())
+    found = timeout_diagnosis(failure, tmp_path / "debug", {0, 1}, since=asked)
+    assert found is not None and not found.hung
+    assert found.headline == ("a collective timed out on node1 rank 1 (Timed out waiting 12000ms for recv operation to"
+                              " complete) as the job still worked: rank 0 computing")
+    assert [(g.ranks, g.where) for g in found.groups] == [
+        ((0,), f"evaluate at {job.name}:{evaluating}"), ((1,), f"barrier at {job.name}:{barrier} in <module>")]
+    assert f"  {SHORT_TIMEOUT_HINT}" in found.lines()
