@@ -354,6 +354,18 @@ MUTANTS = [
     Mutant("a timeout while the job worked is not explained in the summary", "orchestrate/outcome/summary.py",
            '            lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]\n', "            pass\n",
            HANGS),
+    Mutant("an appended file counts as written whole", "orchestrate/node/shared_writes.py",
+           '    return "w" in str(mode)\n', '    return "w" in str(mode) or "a" in str(mode)\n',
+           ("tests/unit/test_shared_writes.py",)),
+    Mutant("a file one rank wrote is named as written by several", "orchestrate/supervise/progress.py",
+           "for path, ranks in sorted(self.written.items()) if len(ranks) > 1}",
+           "for path, ranks in sorted(self.written.items())}", ("tests/unit/test_shared_writes.py",)),
+    Mutant("a path that only starts like the work directory counts as in it", "orchestrate/node/shared_writes.py",
+           '        if path.startswith(directory.rstrip("/") + "/"):\n', "        if path.startswith(directory):\n",
+           ("tests/unit/test_shared_writes.py",)),
+    Mutant("a file is reported each time it is written", "orchestrate/node/progress.py",
+           "    if channel is not None and path not in channel.written:\n", "    if channel is not None:\n",
+           ("tests/unit/test_shared_writes.py",)),
 ]
 
 

@@ -44,6 +44,7 @@ class _Channel:
         self.file: IO[str] = open(directory / f"rank{rank}.jsonl", "a", encoding="utf-8")
         self.attempt = f"{os.getpid()}-{time.time():.3f}"
         self.steps_here: set[int] = set()  # the distinct steps this attempt reported
+        self.written: set[str] = set()  # the shared files reported written (each once)
         try:
             triggers = json.loads((directory / TRIGGERS_FILE).read_text())
             self.triggers = {int(s): str(s) for s in triggers.get("steps", [])}
@@ -113,6 +114,16 @@ def _write_step(step: int, metrics: dict, counted: bool = False) -> None:
     key = channel.trigger_at(int(step))
     if key is not None:
         channel.wait_for_fault(key)
+
+
+def report_written(path: str) -> None:
+    """Report that this rank wrote ``path`` whole (a path relative to the work directory), once
+    per process: the launcher names a file that several ranks write (see
+    :mod:`orchestrate.node.shared_writes`)."""
+    channel = _get_channel()
+    if channel is not None and path not in channel.written:
+        channel.written.add(path)
+        channel.write({"rank": channel.rank, "wrote": path, "time": time.time()})
 
 
 def report_resumed(step: int) -> None:

@@ -15,7 +15,8 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    fatal signal (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
    progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
-   (:mod:`orchestrate.node.storage_faults`). Where the run asks for torch's DETAIL debug
+   (:mod:`orchestrate.node.storage_faults`), and name the shared files it writes whole
+   (:mod:`orchestrate.node.shared_writes`). Where the run asks for torch's DETAIL debug
    level (``--debug-collectives``), keep DDP on gloo from crashing under it
    (:mod:`orchestrate.node.ddp_detail_guard`). A worker that starts processes of its own with
    ``torch.multiprocessing`` is told at once that torchrun's workers cannot
@@ -180,9 +181,9 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
-                                  ddp_collectives, fsdp_collectives, init_record, loader_workers, snapshot, spawn_note,
-                                  step_counter, storage_faults)
-    from orchestrate.node.progress import PROGRESS_DIR_ENV
+                                  ddp_collectives, fsdp_collectives, init_record, loader_workers, shared_writes,
+                                  snapshot, spawn_note, step_counter, storage_faults)
+    from orchestrate.node.progress import PROGRESS_DIR_ENV, report_written
 
     log = collective_log.CollectiveLog()
     torchrun_gave = init_record.torchrun_gave(os.environ)  # before the script may change it
@@ -213,9 +214,11 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     if ddp_detail_guard.wanted(os.environ):
         collective_log.when_imported("torch.nn.parallel.distributed", ddp_detail_guard.install)
     progress = os.environ.get(PROGRESS_DIR_ENV)
-    if progress:  # the launcher's storage faults reach open() and torch.save
+    if progress:  # the launcher's storage faults reach open() and torch.save; the files they write are named
         faults = storage_faults.install(progress)
         collective_log.when_imported("torch.serialization", lambda: storage_faults.wrap_torch_save(faults))
+        shared_writes.install(report_written)
+        collective_log.when_imported("torch.serialization", lambda: shared_writes.watch_torch_save(report_written))
 
 
 def main(argv: list[str]) -> None:

@@ -210,6 +210,9 @@ class RunResult:
         store_lost: How the run's own rendezvous store (``--rdzv-store container``) ended while
             the job ran (its container died), which then explains the nodes' failures; "" if it
             did not.
+        written_by_several: The files in the directories every node shares that more than one
+            rank wrote whole (``torch.save`` to a path, ``open(path, "w")``), each with its
+            writers: they race in one file.
     """
 
     run_id: str
@@ -231,6 +234,7 @@ class RunResult:
     started_time: Optional[float] = None
     store_lost: str = ""
     divergence: str = ""
+    written_by_several: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def hung(self) -> bool:

@@ -13,7 +13,8 @@ class ProgressRecord:
     """One line of the channel: ``attempt`` is the worker process's token (an elastic job's
     restarted ranks are new processes), ``counted`` a step the start-up hook counted from the
     optimizer (the script reported none of its own); ``finished``: the worker's script returned
-    (or exited 0), ``after_step`` the highest step it had reported."""
+    (or exited 0), ``after_step`` the highest step it had reported; ``wrote``: a file in a
+    shared directory the worker wrote whole (relative to the work directory)."""
 
     rank: int
     time: float
@@ -24,6 +25,7 @@ class ProgressRecord:
     counted: bool = False
     finished: bool = False
     after_step: Optional[int] = None
+    wrote: str = ""
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -40,6 +42,8 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.attempt = str(data.pop("attempt", ""))
     record.counted = bool(data.pop("counted", False))
     record.finished = data.pop("finished", False) is True
+    wrote = data.pop("wrote", "")
+    record.wrote = wrote if isinstance(wrote, str) else ""
     after = data.pop("after_step", None)
     record.after_step = after if isinstance(after, int) and not isinstance(after, bool) else None
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}

@@ -33,6 +33,8 @@ def outcome_record(outcome: RunResult) -> dict:
                     "detail": f.detail or None, "before_first_step": f.before_first_step}
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
+        # the shared files more than one rank wrote whole, each with its writers
+        "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,

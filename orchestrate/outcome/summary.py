@@ -4,6 +4,7 @@ from __future__ import annotations
 import signal
 from typing import Optional
 
+from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_ordinal_hint, died_at_exit,
                                        made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint)
 from orchestrate.outcome.model import RunResult
@@ -41,6 +42,7 @@ def format_summary(outcome: RunResult) -> str:
     # it fell before the job's first step (then it tested no training)
     lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults if f.detail or f.before_first_step]
     lines += fault_lines(outcome)
+    lines += written_by_several_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
@@ -104,6 +106,25 @@ def format_summary(outcome: RunResult) -> str:
     return "\n".join(lines)
 
 
+# How many files written by several ranks are named, at most.
+WRITTEN_BY_SEVERAL_SHOWN = 5
+
+
+def written_by_several_lines(outcome: RunResult) -> list[str]:
+    """A warning for each shared file that several ranks wrote whole: they race in it."""
+    found = list(outcome.written_by_several.items())
+    lines = [f"warning: {ranks_text(ranks)} each wrote {path} whole, in a directory every node shares: writers"
+             " of one file race, so it holds whichever finished last (parts of each, where they wrote different"
+             " bytes), and a rank that reads it meanwhile may find it half-written; write it on one rank (if"
+             " dist.get_rank() == 0:), or a file per rank" for path, ranks in found[:1]]
+    lines += [f"warning: {ranks_text(ranks)} each wrote {path} whole, too" for path, ranks in
+              found[1:WRITTEN_BY_SEVERAL_SHOWN]]
+    if len(found) > WRITTEN_BY_SEVERAL_SHOWN:
+        lines.append(f"warning: {len(found) - WRITTEN_BY_SEVERAL_SHOWN} more files written by several ranks"
+                     " (outcome.json: written_by_several)")
+    return lines
+
+
 def fault_lines(outcome: RunResult) -> list[str]:
     """The faults asked for that did not fire, with why (those that did are said as they fire)."""
     return [f"fault not fired: {f.describe()}" for f in outcome.unfired_faults]
@@ -137,6 +158,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
     for fired in outcome.fired_faults:
         lines.append(f"fault injected: {fired.describe()}")
     lines += fault_lines(outcome)
+    lines += written_by_several_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")

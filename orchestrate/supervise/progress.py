@@ -22,12 +22,18 @@ class ProgressWatch:
         self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
         # the ranks whose script returned: their attempt, the highest step it reported, when
         self.finished: dict[int, tuple[str, Optional[int], float]] = {}
+        # the shared files the workers wrote whole, each with the ranks that wrote it
+        self.written: dict[str, set[int]] = {}
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
         None: no such attempt has reported a step)."""
         counts = [len(steps) for first, steps in self.attempts.values() if first > since and steps]
         return max(counts, default=None)
+
+    def written_by_several(self) -> dict[str, tuple[int, ...]]:
+        """The shared files that more than one rank wrote whole, each with its writers."""
+        return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written.items()) if len(ranks) > 1}
 
     def finished_before(self, until: float) -> dict[int, Optional[int]]:
         """The ranks whose script returned before ``until`` (epoch time), each with the highest
@@ -39,6 +45,9 @@ class ProgressWatch:
         waiting for training to resume, learns the step it resumed from and when it did."""
         for record in self.reader.poll():
             self.records += 1
+            if record.wrote:  # not a step either
+                self.written.setdefault(record.wrote, set()).add(record.rank)
+                continue
             if record.finished:  # not a step: a script without any still says it
                 self.finished[record.rank] = (record.attempt, record.after_step, record.time)
                 continue

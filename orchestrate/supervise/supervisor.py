@@ -681,6 +681,7 @@ class Supervisor:
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)
         result.store_lost = self.store_lost
+        result.written_by_several = self.progress.written_by_several()
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = self.stop_request.by

@@ -2,7 +2,8 @@
 onto the file it resumes from (``torch.save(ddp_model.state_dict(), CHECKPOINT_PATH)``), so a
 crash in the middle of the save leaves half a checkpoint and nothing to resume from. With
 --atomic it saves to a temporary file and renames it over the checkpoint: a crash mid-save
-leaves the last whole one. Plain torch: no call into ddp-compose."""
+leaves the last whole one. With --every-rank every rank saves the checkpoint, the rank check
+forgotten: they write one file at once. Plain torch: no call into ddp-compose."""
 import argparse
 import os
 import time
@@ -17,6 +18,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--sleep", type=float, default=0.3, help="seconds between steps")
 parser.add_argument("--atomic", action="store_true", help="save to a temporary file, then rename it")
+parser.add_argument("--every-rank", action="store_true", help="save on every rank, the rank check forgotten")
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -39,7 +41,7 @@ for step in range(start + 1, args.steps + 1):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    if rank == 0:
+    if rank == 0 or args.every_rank:
         state = {"model": model.state_dict(), "step": step}
         if args.atomic:
             torch.save(state, CHECKPOINT_PATH + ".tmp")

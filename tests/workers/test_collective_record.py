@@ -9,13 +9,14 @@ import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from orchestrate.hangs.collectives import ROOT_HINT, first_divergence
 from orchestrate.hangs.diagnosis import (BUSY_CPU_SHARE, DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
                                         NEW_GROUP_HINT, SHORT_TIMEOUT_HINT, diagnose, timeout_diagnosis)
-from orchestrate.hangs.snapshots import request_snapshots
+from orchestrate.hangs.snapshots import Probe, request_snapshots
 from orchestrate.outcome.judge import Failure
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
@@ -94,6 +95,18 @@ def hung_probe(tmp_path: Path, proc: subprocess.Popen, timeout_s: float = 60):
             return probe
         before = inside
         assert time.monotonic() < deadline and proc.poll() is None, "the ranks never hung where expected"
+        time.sleep(0.5)
+
+
+def probe_when(tmp_path: Path, proc: subprocess.Popen, ready: Callable[[Probe], bool], what: str,
+               timeout_s: float = 60) -> Probe:
+    """Ask until the ranks' answers are ``ready``; the probe that was (``what``: for the failure)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
+        if ready(probe):
+            return probe
+        assert time.monotonic() < deadline and proc.poll() is None, f"the ranks never {what}"
         time.sleep(0.5)
 
 
@@ -337,13 +350,8 @@ def test_ranks_that_name_a_store_of_their_own_are_told_so_while_they_wait_and_wh
     job, init = TUTORIAL_SETUP, line_of(TUTORIAL_SETUP, "# INIT")
     proc = start(tmp_path, "--collective-timeout", "10", "--", str(job))
     try:
-        deadline = time.monotonic() + 60
-        while True:  # both ranks answer from inside init_process_group
-            probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
-            if len(probe.snapshots) == 2 and all(s.init is not None for s in probe.snapshots.values()):
-                break
-            assert time.monotonic() < deadline and proc.poll() is None, "the ranks never waited in init_process_group"
-            time.sleep(0.5)
+        probe = probe_when(tmp_path, proc, lambda p: len(p.snapshots) == 2 and all(s.init for s in p.snapshots.values()),
+                           "waited in init_process_group")
         torchrun_store = probe.snapshots[0].init.torchrun_store
         assert torchrun_store.startswith(("localhost:", "127.0.0.1:")) and torchrun_store != "localhost:12355"
         lines = diagnose(probe, None, {0, 1}, {}, 30).lines()
@@ -374,14 +382,13 @@ def test_a_timeout_while_a_rank_still_computes_is_told_from_a_hang_by_one_look(t
     evaluating, barrier = line_of(job, "# EVALUATE"), line_of(job, "# BARRIER")
     proc = start(tmp_path, "--collective-timeout", "12", "--", str(job))
     try:
-        deadline = time.monotonic() + 60
-        while True:  # rank 1 waits in the barrier, and rank 0 has evaluated for a while
-            probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
-            waiting = probe.snapshots.get(1).in_collective if 1 in probe.snapshots else None
-            if waiting is not None and waiting.op == "barrier" and probe.snapshots[0].cpu_recent is not None:
-                break
-            assert time.monotonic() < deadline and proc.poll() is None, "rank 1 never waited in the barrier"
-            time.sleep(0.5)
+
+        def in_barrier(probe: Probe) -> bool:  # rank 1 waits in the barrier, and rank 0 has evaluated a while
+            waiting = probe.snapshots[1].in_collective if 1 in probe.snapshots else None
+            return waiting is not None and waiting.op == "barrier" and 0 in probe.snapshots \
+                and probe.snapshots[0].cpu_recent is not None
+
+        probe_when(tmp_path, proc, in_barrier, "waited in the barrier")
         asked = time.time() - 1.0
         time.sleep(2.5)  # the looks of rank 0's snapshot thread span its evaluation only
         probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)

@@ -1,0 +1,127 @@
+"""A file that several ranks write whole: each worker names the shared files it writes
+(orchestrate/node/shared_writes.py) on the progress channel, and the launcher warns of those
+that more than one rank wrote."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrate.node import progress, shared_writes
+from orchestrate.node.shared_writes import shared_path, watching_open, watching_save
+from orchestrate.outcome.progress import ProgressReader
+from orchestrate.supervise.progress import ProgressWatch
+
+
+@pytest.fixture
+def dirs(tmp_path) -> tuple[str, str]:
+    """A work directory and a shared one, as the nodes mount /workspace and /shared."""
+    (tmp_path / "ws" / "ckpt").mkdir(parents=True)
+    (tmp_path / "shared").mkdir()
+    return str(tmp_path / "ws"), str(tmp_path / "shared")
+
+
+def test_a_path_under_a_shared_directory_is_named_from_the_work_directory(tmp_path, dirs, monkeypatch):
+    work, shared = dirs
+    assert shared_path(f"{work}/model.pt", dirs) == "model.pt"
+    assert shared_path(Path(work) / "ckpt" / ".." / "ckpt" / "a.pt", dirs) == "ckpt/a.pt"
+    assert shared_path(f"{shared}/b.pt".encode(), dirs) == f"{shared}/b.pt"  # outside the work directory: in full
+    monkeypatch.chdir(work)
+    assert shared_path("model.pt", dirs) == "model.pt"  # relative to where the script runs
+    (tmp_path / "ws" / "link").symlink_to(tmp_path / "elsewhere")
+    assert shared_path(f"{work}/link/x.pt", dirs) is None  # it lands outside: a node's own
+    assert shared_path(f"{work}foo/model.pt", dirs) is None  # a name that only starts like it
+    assert shared_path(str(tmp_path / "model.pt"), dirs) is None
+    assert shared_path(io.BytesIO(), dirs) is None and shared_path(3, dirs) is None  # not a path
+
+
+@pytest.mark.parametrize("mode, reported", [("w", True), ("wb", True), ("w+", True), ("a", False), ("x", False),
+                                            ("r+", False), ("r", False)])
+def test_a_file_opened_to_be_written_whole_is_reported_once_it_opened(dirs, mode, reported):
+    work, _ = dirs
+    (Path(work) / "model.pt").write_text("old")
+    said: list[str] = []
+    opener = watching_open(open, said.append, dirs)
+    if mode == "x":
+        with pytest.raises(FileExistsError):  # it did not open: nothing written
+            opener(f"{work}/model.pt", mode)
+        with opener(f"{work}/new.pt", mode) as handle:
+            handle.write("x")
+    else:
+        with opener(f"{work}/model.pt", mode) as handle:
+            assert handle.mode == mode
+    assert said == (["model.pt"] if reported else [])
+    with pytest.raises(FileNotFoundError):
+        opener(f"{work}/missing/model.pt", "w")  # an open that fails reports nothing
+    assert said == (["model.pt"] if reported else [])
+
+
+def test_a_save_to_a_shared_path_is_reported_once_it_saved():
+    said: list[str] = []
+    saved: list[object] = []
+
+    def save(obj, f, pickle_module=None):
+        if f == "/ws/fails.pt":
+            raise OSError("No space left on device")
+        saved.append((obj, f))
+
+    watched = watching_save(save, said.append, ("/ws", "/shared"))
+    watched({"step": 1}, "/ws/model.pt")
+    watched({"step": 1}, io.BytesIO())
+    with pytest.raises(OSError):
+        watched({"step": 1}, "/ws/fails.pt")
+    assert said == ["model.pt"] and len(saved) == 2
+
+
+def test_torchs_own_save_is_watched_where_it_is_called(dirs, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import torch.serialization as serialization
+
+    monkeypatch.setattr(serialization, "save", serialization.save)  # put back after the test
+    monkeypatch.setattr(torch, "save", torch.save)
+    monkeypatch.setattr(shared_writes, "SHARED_DIRS", dirs)
+    said: list[str] = []
+    monkeypatch.setattr(shared_writes, "watching_save",
+                        lambda original, report: watching_save(original, report, dirs))
+    shared_writes.watch_torch_save(said.append)
+    torch.save({"w": torch.ones(2)}, f"{dirs[0]}/ckpt/model.pt")
+    assert said == ["ckpt/model.pt"]
+    assert torch.load(f"{dirs[0]}/ckpt/model.pt", weights_only=True)["w"].tolist() == [1.0, 1.0]
+
+
+def test_each_file_is_reported_once_per_worker_and_the_launcher_names_those_of_several_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    for rank, files in ((0, ["model.pt", "model.pt", "final.pt"]), (1, ["model.pt", "log-1.txt"]), (2, ["model.pt"])):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setattr(progress, "_channel", None)  # another worker process
+        for path in files:
+            progress.report_written(path)
+    lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert [line["wrote"] for line in lines] == ["model.pt", "final.pt"]  # once each
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert watch.written_by_several() == {"model.pt": (0, 1, 2)}
+    assert watch.max_step is None and not watch.seen  # a write is not a step
+    assert [r.wrote for r in ProgressReader(tmp_path).poll() if r.rank == 1] == ["model.pt", "log-1.txt"]
+
+
+def test_the_summary_warns_of_each_file_several_ranks_wrote_and_the_record_keeps_them(tmp_path):
+    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.record import outcome_record
+    from orchestrate.outcome.summary import WRITTEN_BY_SEVERAL_SHOWN, format_summary
+
+    result = RunResult("r1", tmp_path, [], Timings())
+    assert "warning" not in format_summary(result)
+    result.written_by_several = {"model.pt": (0, 1)}
+    warning = [line for line in format_summary(result).splitlines() if line.startswith("warning:")]
+    assert warning == ["warning: ranks 0, 1 each wrote model.pt whole, in a directory every node shares: writers of"
+                       " one file race, so it holds whichever finished last (parts of each, where they wrote different"
+                       " bytes), and a rank that reads it meanwhile may find it half-written; write it on one rank (if"
+                       " dist.get_rank() == 0:), or a file per rank"]
+    result.written_by_several = {f"f{i}.pt": (0, 3) for i in range(WRITTEN_BY_SEVERAL_SHOWN + 2)}
+    warning = [line for line in format_summary(result).splitlines() if line.startswith("warning:")]
+    assert len(warning) == WRITTEN_BY_SEVERAL_SHOWN + 1 and warning[1] == "warning: ranks 0, 3 each wrote f1.pt whole, too"
+    assert warning[-1] == "warning: 2 more files written by several ranks (outcome.json: written_by_several)"
+    assert outcome_record(result)["written_by_several"]["f0.pt"] == [0, 3]
