@@ -1,6 +1,8 @@
 """Plain-text helpers shared by every printed table and message."""
 from __future__ import annotations
 
+from typing import Iterable
+
 
 def first_line(text: str) -> str:
     """Return the first non-empty line of ``text``."""
@@ -21,3 +23,25 @@ def grace_ran_out(node: str, still_running: list[str]) -> str:
     launcher and by ``stop RUN`` as it happens, and in the run's summary."""
     ran = f"; what still ran: {'; '.join(still_running)}" if still_running else ""
     return f"{node} did not stop within its grace after SIGTERM, so it got SIGKILL{ran}"
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0-2``, ``ranks 0, 2, 5-7``."""
+    ordered = sorted(set(ranks))
+    runs: list[list[int]] = []
+    for rank in ordered:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    parts = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" if len(r) > 2 else f"{r[0]}, {r[1]}" for r in runs]
+    return f"{'rank' if len(ordered) == 1 else 'ranks'} {', '.join(parts)}"
+
+
+def written_by_several(path: str, ranks: Iterable[int]) -> str:
+    """The warning for a file in a shared directory that several ranks wrote whole: in the
+    run's summary and on its report page."""
+    return (f"{ranks_text(ranks)} each wrote {path} whole, in a directory every node shares: writers of one file"
+            " race, so it holds whichever finished last (parts of each, where they wrote different bytes), and a"
+            " rank that reads it meanwhile may find it half-written; write it on one rank (if dist.get_rank() == 0:),"
+            " or a file per rank")

@@ -26,7 +26,8 @@ from typing import Any, Optional
 
 from orchestrate.hangs.snapshots import Collective, RankSnapshot
 from orchestrate.node.collective_log import P2P
-from orchestrate.hangs.stacks import ranks_text, summary
+from orchestrate.hangs.stacks import summary
+from orchestrate.text import ranks_text
 
 
 @dataclass(frozen=True)

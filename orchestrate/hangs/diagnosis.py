@@ -11,11 +11,12 @@ from orchestrate.hangs.collectives import Divergence, channel_ends, first_diverg
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.init_calls import init_hints
 from orchestrate.hangs.snapshots import FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
-from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, ranks_text, summary
+from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, summary
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
 from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
+from orchestrate.text import ranks_text
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from orchestrate.hangs.snapshots import InitCall
-from orchestrate.hangs.stacks import ranks_text
 from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
+from orchestrate.text import ranks_text
 
 UNDER_TORCHRUN = "under torchrun leave init_method, rank and world_size out: env:// reads what torchrun sets"
 # Where a file store is seen by every node: the directories mounted in all of them.

@@ -6,22 +6,10 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from orchestrate.hangs.snapshots import Frame, RankSnapshot
+from orchestrate.text import ranks_text
 
 # How many of a group's innermost frames are shown.
 SHOWN_FRAMES = 4
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    """``rank 3``, ``ranks 0-2``, ``ranks 0, 2, 5-7``."""
-    ordered = sorted(set(ranks))
-    runs: list[list[int]] = []
-    for rank in ordered:
-        if runs and rank == runs[-1][-1] + 1:
-            runs[-1].append(rank)
-        else:
-            runs.append([rank])
-    parts = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" if len(r) > 2 else f"{r[0]}, {r[1]}" for r in runs]
-    return f"{'rank' if len(ordered) == 1 else 'ranks'} {', '.join(parts)}"
 
 
 def users_frame(stack: tuple[Frame, ...]) -> Optional[Frame]:

@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from orchestrate.hangs.diagnosis import COLLECTIVES_MADE_ALONE, GLOO_MISMATCH
-from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
 from orchestrate.outcome.states import NodePhase
+from orchestrate.text import ranks_text
 
 # The exit code of a worker that refused its input, by the convention of argparse and app/.
 REFUSED_EXIT_CODE = 2

@@ -4,12 +4,11 @@ from __future__ import annotations
 import signal
 from typing import Optional
 
-from orchestrate.hangs.stacks import ranks_text
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_ordinal_hint, died_at_exit,
                                        made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import format_table, grace_ran_out
+from orchestrate.text import format_table, grace_ran_out, ranks_text, written_by_several
 
 
 def format_summary(outcome: RunResult) -> str:
@@ -113,10 +112,7 @@ WRITTEN_BY_SEVERAL_SHOWN = 5
 def written_by_several_lines(outcome: RunResult) -> list[str]:
     """A warning for each shared file that several ranks wrote whole: they race in it."""
     found = list(outcome.written_by_several.items())
-    lines = [f"warning: {ranks_text(ranks)} each wrote {path} whole, in a directory every node shares: writers"
-             " of one file race, so it holds whichever finished last (parts of each, where they wrote different"
-             " bytes), and a rank that reads it meanwhile may find it half-written; write it on one rank (if"
-             " dist.get_rank() == 0:), or a file per rank" for path, ranks in found[:1]]
+    lines = [f"warning: {written_by_several(path, ranks)}" for path, ranks in found[:1]]
     lines += [f"warning: {ranks_text(ranks)} each wrote {path} whole, too" for path, ranks in
               found[1:WRITTEN_BY_SEVERAL_SHOWN]]
     if len(found) > WRITTEN_BY_SEVERAL_SHOWN:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.progress import read_all
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.text import grace_ran_out
+from orchestrate.text import grace_ran_out, written_by_several
 
 
 @dataclass
@@ -65,6 +65,7 @@ class ReportModel:
     failure: Optional[dict] = None
     recoveries: list[dict] = field(default_factory=list)
     graces_run_out: list[str] = field(default_factory=list)  # a line per node a SIGKILL ended when its grace ran out
+    written_by_several: list[str] = field(default_factory=list)  # a warning per shared file several ranks wrote
     logs: list[str] = field(default_factory=list)
     bench: Optional[dict] = None
     bench_png: Optional[bytes] = None
@@ -246,6 +247,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.recoveries = outcome.get("recoveries") or []
         model.graces_run_out = [grace_ran_out(str(node.get("name")), [str(p) for p in node.get("still_running") or []])
                                 for node in outcome.get("nodes") or [] if node.get("grace_ran_out")]
+        model.written_by_several = [written_by_several(str(path), [int(r) for r in ranks])
+                                    for path, ranks in (outcome.get("written_by_several") or {}).items()]
         if outcome.get("interrupted") and outcome.get("stopped_by"):
             model.outcome = f"STOPPED by {outcome['stopped_by']} (exit code {model.exit_code})"
         elif outcome.get("interrupted"):

@@ -315,6 +315,9 @@ def render_html(model: ReportModel) -> str:
     if model.graces_run_out:
         parts.append('<ul id="grace-ran-out">' + "".join(f"<li>{esc(line)}</li>" for line in model.graces_run_out)
                      + "</ul>")
+    if model.written_by_several:
+        parts.append('<ul id="written-by-several">' + "".join(f"<li>Warning: {esc(line)}</li>"
+                                                             for line in model.written_by_several) + "</ul>")
     if model.logs:
         parts.append("<p>Full logs: " + ", ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in model.logs)
                      + "</p>")

@@ -16,11 +16,12 @@ from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORW
                                         loading_where, timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
-from orchestrate.hangs.stacks import group_stacks, ranks_text
+from orchestrate.hangs.stacks import group_stacks
 from orchestrate.hangs.watchdog import HangWatch
 from orchestrate.node.collective_log import CollectiveLog, describe_tensors
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.root_cause import short_mismatch
+from orchestrate.text import ranks_text
 
 TORCH = "/opt/venv/lib/python3.11/site-packages/torch/distributed"
 

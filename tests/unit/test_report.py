@@ -128,6 +128,17 @@ def test_a_crash_and_a_caught_mismatch_say_where_on_the_page():
     assert 'id="crashed"' not in plain and 'id="divergence"' not in plain
 
 
+def test_a_file_several_ranks_wrote_is_a_warning_on_the_page():
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
+        "succeeded": True, "exit_code": 0, "written_by_several": {"model.pt": [0, 1, 2], "m.json": [1, 3]}}}))
+    assert ('<ul id="written-by-several"><li>Warning: ranks 0-2 each wrote model.pt whole, in a directory every node'
+            ' shares: writers of one file race,') in page
+    assert "<li>Warning: ranks 1, 3 each wrote m.json whole," in page
+    plain = render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                     "outcome": {"succeeded": True, "exit_code": 0}}))
+    assert 'id="written-by-several"' not in plain
+
+
 def test_a_hang_for_a_data_loader_shows_its_worker_processes_on_the_page():
     from orchestrate.hangs.diagnosis import diagnose
     from tests.unit.test_hangs import IDLE_WORKER, LOADING, READING_WORKER, coll, loader, probe, snap
