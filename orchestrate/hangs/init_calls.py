@@ -7,21 +7,19 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from orchestrate.hangs.snapshots import InitCall
-from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
+from orchestrate.node.shared_writes import SHARED_DIRS, under
+from orchestrate.plan.layout import WORKSPACE_DIR
 from orchestrate.text import ranks_text
 
 UNDER_TORCHRUN = "under torchrun leave init_method, rank and world_size out: env:// reads what torchrun sets"
-# Where a file store is seen by every node: the directories mounted in all of them.
-SHARED_DIRS = (WORKSPACE_DIR, SHARED_DIR)
 
 
 def init_hints(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
     """What is wrong with the ``init_process_group`` calls of the ranks that wait in it (their
     ``calls``, on their ``nodes``): each store, world size or rank that is not torchrun's, worst
     first; none where every call asks for what torchrun gave."""
-    hints = [hint for hint in (other_store(calls), node_local_file(calls, nodes), other_world_size(calls),
-                               other_rank(calls)) if hint]
-    return hints
+    return [hint for hint in (other_store(calls), node_local_file(calls, nodes), other_world_size(calls),
+                              other_rank(calls)) if hint]
 
 
 def by_value(calls: dict[int, InitCall], value: Callable[[InitCall], object]) -> dict[object, list[int]]:
@@ -50,7 +48,8 @@ def other_store(calls: dict[int, InitCall]) -> str:
 
 def node_local_file(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
     """The ranks that meet in a file store that each of their nodes has its own of."""
-    in_files = {rank: call for rank, call in calls.items() if call.via == "file" and not shared(call.store)}
+    in_files = {rank: call for rank, call in calls.items()
+                if call.via == "file" and under(call.store, SHARED_DIRS) is None}
     if len({nodes.get(rank, "") for rank in in_files}) < 2:
         return ""  # on one node a file of its own is seen by all of them
     parts = [f"{ranks_text(ranks)} called init_process_group for a file store, {path}"
@@ -58,10 +57,6 @@ def node_local_file(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
     return ("; ".join(parts) + f", which each node has its own of (only {' and '.join(SHARED_DIRS)} are shared by"
             " every node), so each node's ranks wait there for the others; under torchrun leave init_method out"
             f" (env://), or name a file under {WORKSPACE_DIR}")
-
-
-def shared(path: str) -> bool:
-    return any(path == directory or path.startswith(directory.rstrip("/") + "/") for directory in SHARED_DIRS)
 
 
 def other_world_size(calls: dict[int, InitCall]) -> str:

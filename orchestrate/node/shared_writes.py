@@ -17,22 +17,28 @@ import io
 import os
 from typing import Any, Callable, Optional, Tuple
 
-# The directories every node mounts (orchestrate.plan.layout's WORKSPACE_DIR and SHARED_DIR).
+# The directories every node mounts (orchestrate.plan.layout's WORKSPACE_DIR and SHARED_DIR, which
+# this package, run in the nodes by itself, cannot import; a unit test holds them equal).
 SHARED_DIRS = ("/workspace", "/shared")
 
 
 def shared_path(file: Any, shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> Optional[str]:
     """``file``'s path relative to the work directory (one under ``/shared`` keeps its full path),
-    or None: not a path, or not under a shared directory."""
+    or None: not a path, or not under a shared directory (links followed)."""
     if not isinstance(file, (str, bytes, os.PathLike)):
         return None
     try:
-        path = os.path.realpath(os.fsdecode(file))
+        return under(os.path.realpath(os.fsdecode(file)), shared_dirs)
     except (TypeError, ValueError, OSError):
         return None
-    for directory in shared_dirs:
+
+
+def under(path: str, directories: Tuple[str, ...]) -> Optional[str]:
+    """An absolute ``path`` relative to the first of ``directories`` where it is under that one,
+    whole where it is under another, None where it is under none (pure: read as written)."""
+    for directory in directories:
         if path.startswith(directory.rstrip("/") + "/"):
-            return os.path.relpath(path, shared_dirs[0]) if directory == shared_dirs[0] else path
+            return os.path.relpath(path, directory) if directory == directories[0] else path
     return None
 
 

@@ -37,6 +37,8 @@ import socket
 import time
 from typing import Any, Optional
 
+from orchestrate.node.shared_writes import under
+
 FAULTS_FILE = "storage-faults.json"
 EVENTS_FILE = "storage-events.jsonl"
 WORKSPACE = "/workspace"  # the work directory, as every node mounts it
@@ -84,9 +86,7 @@ class StorageFaults:
             path = os.path.abspath(os.fsdecode(os.fspath(file)))
         except TypeError:
             return None
-        if not path.startswith(self.workspace.rstrip("/") + "/"):
-            return None
-        return path[len(self.workspace.rstrip("/")) + 1:]
+        return under(path, (self.workspace,))
 
     def matching(self, file: Any, kind: str) -> Optional[tuple[dict[str, Any], str]]:
         """The armed fault of ``kind`` whose glob ``file`` matches, with its relative path."""

@@ -23,6 +23,12 @@ def dirs(tmp_path) -> tuple[str, str]:
     return str(tmp_path / "ws"), str(tmp_path / "shared")
 
 
+def test_the_shared_directories_are_those_the_plan_mounts_in_every_node():
+    from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
+
+    assert shared_writes.SHARED_DIRS == (WORKSPACE_DIR, SHARED_DIR)
+
+
 def test_a_path_under_a_shared_directory_is_named_from_the_work_directory(tmp_path, dirs, monkeypatch):
     work, shared = dirs
     assert shared_path(f"{work}/model.pt", dirs) == "model.pt"
