@@ -18,7 +18,9 @@ started from the beginning: there was nothing to resume from.
 
 A fault *struck* the attempt that was running when it fired (or, fired before that attempt's
 first step, its start-up); a torn write strikes at the write it cuts, which may come steps after
-it was armed, and the file it cut was no save. A fault that kills a node or a worker ends the attempt it struck; one
+it was armed, and the file it cut was no save. The steps it had done are those reported by then,
+and the step the launcher saw as it fired, where the rank read here reported it a moment later
+(the launcher fires on the first rank's report). A fault that kills a node or a worker ends the attempt it struck; one
 that lasts (a pause, a slow node, a split network) ends it where that attempt reported no step
 after it and a later attempt began. The *next* attempt of a fault that ended its attempt is the
 first that began after it; one that did not end its attempt has none (the job went on). Steps redone
@@ -199,7 +201,7 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         struck = running[-1] if running else None
         if struck is not None and ended_before is not None and ended_before >= struck.first_time:
             struck = None  # the fault before ended that attempt: this one fell in the next one's start-up
-        done = struck.steps_by(at) if struck is not None else []
+        done = steps_done_by(struck, fault, at) if struck is not None else []
         following = [a for a in attempts if a.first_time > at]
         ended = bool(following) and ended_its_attempt(fault.spec, struck, at)
         ended_before = at if ended else None
@@ -218,6 +220,21 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
                              at - done[0][1] if done else None, saved, after is not None, start, redone,
                              reached if fault.struck_time is not None else None))
     return result
+
+
+def steps_done_by(attempt: Attempt, fault: FaultRecord, at: float) -> list[tuple[int, float]]:
+    """The steps ``attempt`` had done when ``fault`` struck (at ``at``): those its rank reported
+    by then, and the step the launcher saw as it fired where this rank reported that step just
+    after. The ranks of a step report it at nearly one moment and the launcher fires on the first
+    report it reads, so the rank read here may be a step behind: its next step is the one the
+    fault fired at. Not for a fault that struck later than it fired (a torn write's cut)."""
+    done = attempt.steps_by(at)
+    if not done or fault.struck_time is not None or fault.step is None:
+        return done
+    following = attempt.steps[len(done):]
+    if following and done[-1][0] == fault.step - 1 and following[0][0] == fault.step:
+        return done + following[:1]
+    return done
 
 
 def struck_at(fault: FaultRecord) -> float:

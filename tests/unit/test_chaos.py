@@ -515,3 +515,22 @@ def test_bad_chaos_input_is_one_line_and_exit_2(argv, message, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing copied, nothing run
+
+
+def test_a_fault_fired_on_another_ranks_report_counts_the_step_the_launcher_saw():
+    # rank 1 reported step 6 first and the launcher fired at 106.02; rank 0 reported step 6 at 106.05
+    records = [ProgressRecord(0, t, step=n, attempt="a") for n, t in [(4, 104.0), (5, 105.0), (6, 106.05)]] \
+        + [ProgressRecord(0, 110.0, resumed=6, attempt="b")] + steps(0, "b", range(7, 11), 111.0)
+    attempts = attempts_of(records, 10, completed=True)
+    writes = [WrittenFile("ckpt.pt", 106.0)]
+    [strike] = strikes([fired("kill:node1@step=6", 106.02, 6)], attempts, writes)
+    assert (strike.steps_done, strike.resumed_from, strike.redone) == (3, 6, 0)
+    assert strike.describe_struck() == "3 step(s), 2.0 s training"
+    # a step past the one it fired at, or a fault that fired at a step this rank had not got one short of, is
+    # not counted: only the rank a step behind
+    [early] = strikes([fired("kill:node1@step=6", 104.5, 6)], attempts, writes)
+    [later] = strikes([fired("kill:node1@t=5", 105.5, 5)], attempts, writes)
+    assert (early.steps_done, later.steps_done) == (1, 2)
+    # a torn write struck later than it fired: the steps by its strike only
+    torn = replace(fired("torn-write:node0@step=6", 106.02, 6), struck_time=106.02)
+    assert strikes([torn], attempts, writes)[0].steps_done == 2
