@@ -53,6 +53,17 @@ def is_hook_file(filename: str, hook_dirs: Tuple[str, ...] = (HOOK_DIR,)) -> boo
     return filename.startswith(hook_dirs) or filename.endswith("/runpy.py") or filename == "<frozen runpy>"
 
 
+# How each of the hook's wrappers calls what it wraps: ``original(...)``.
+WRAPPED_CALL = "original("
+
+
+def calls_wrapped(source_line: str) -> bool:
+    """Whether a wrapper's line (the innermost of an error's traceback) is its call of what it
+    wraps: an error there is the wrapped call's (``open`` of a missing file), which raises from C
+    with no frame of its own, not the hook's."""
+    return WRAPPED_CALL in source_line
+
+
 def snapshot_file(directory: str, rank: int) -> str:
     return os.path.join(directory, f"rank{rank}.json")
 

@@ -42,6 +42,7 @@ torch's functions (torch is imported then, as the script would).
 from __future__ import annotations
 
 import functools
+import linecache
 import os
 import runpy
 import socket
@@ -147,8 +148,9 @@ def run_target(target: list[str]) -> None:
 def without_hook_frames(exc: BaseException) -> None:
     """Leave the hook's own frames out of ``exc``'s traceback, and out of those of the
     exceptions it was raised from or during (or groups), so that the script's traceback reads as
-    under ``python3 script.py``; an error the hook's own code raised keeps them."""
-    from orchestrate.node.snapshot import HOOK_DIR, is_hook_file  # importable since install_recorder
+    under ``python3 script.py``; an error the hook's own code raised keeps them (not one a
+    wrapper's call of a builtin raised: ``open`` of a missing file)."""
+    from orchestrate.node.snapshot import HOOK_DIR, calls_wrapped, is_hook_file  # importable since install_recorder
 
     seen: set[int] = set()
     pending: list[Optional[BaseException]] = [exc]
@@ -163,7 +165,7 @@ def without_hook_frames(exc: BaseException) -> None:
             entries.append(entry)
             entry = entry.tb_next
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
-        if entries and entries[-1].tb_frame.f_code.co_filename.startswith(HOOK_DIR):
+        if entries and raised_by_hook(entries[-1], HOOK_DIR, calls_wrapped):
             continue  # raised by the hook's own code: its frames are the story
         kept = [entry for entry in entries if not is_hook_file(entry.tb_frame.f_code.co_filename)]
         for earlier, later in zip(kept, kept[1:]):
@@ -172,6 +174,13 @@ def without_hook_frames(exc: BaseException) -> None:
             kept[-1].tb_next = None
         # nothing of the script's (a syntax error in it): python3 shows no frame either
         current.__traceback__ = kept[0] if kept else None
+
+
+def raised_by_hook(innermost: Any, hook_dir: str, calls_wrapped: Any) -> bool:
+    """Whether a traceback's innermost entry is the hook's own code, not a wrapper's call of what
+    it wraps (a builtin such as ``open`` raises there, from C, with no frame of its own)."""
+    filename = innermost.tb_frame.f_code.co_filename
+    return filename.startswith(hook_dir) and not calls_wrapped(linecache.getline(filename, innermost.tb_lineno))
 
 
 def install_recorder(timeout_s: Optional[float]) -> None:

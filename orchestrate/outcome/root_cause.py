@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.hangs.crash_dump import HOOK_DIRS, is_workers_hook_file
+from orchestrate.hangs.crash_dump import HOOK_DIRS, calls_wrapped, is_workers_hook_file
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
@@ -89,10 +89,14 @@ _FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line \d+')
 def without_hook_frames(traceback: str) -> str:
     """A Python traceback's text without the frames of the workers' start-up hook (the
     collective recorder's wrappers in the script's calls): each such ``File`` line and the lines
-    indented under it go; unchanged where the hook's own code raised (its frames are the story)."""
-    frames = [m["file"] for m in map(_FRAME_LINE.match, traceback.splitlines()) if m]
-    if frames and frames[-1].startswith(HOOK_DIRS):
-        return traceback
+    indented under it go; unchanged where the hook's own code raised (its frames are the story),
+    not where a wrapper's call of what it wraps did (``open`` of a missing file)."""
+    lines = traceback.splitlines()
+    frames = [(i, m["file"]) for i, m in enumerate(map(_FRAME_LINE.match, lines)) if m]
+    if frames and frames[-1][1].startswith(HOOK_DIRS):
+        line = frames[-1][0] + 1
+        if not calls_wrapped(lines[line] if line < len(lines) else ""):
+            return traceback
     kept, skipping_under = [], None
     for line in traceback.splitlines():
         frame = _FRAME_LINE.match(line)

@@ -414,3 +414,23 @@ def test_an_error_the_hooks_own_code_raised_keeps_its_frames():
     mine = callstack.replace("/opt/ddp-compose/orchestrate/node/storage_faults.py", "/workspace/orchestrate/node/x.py")
     cause.add_error_file(json.dumps({"message": {"message": "OSError", "extraInfo": {"py_callstack": mine}}}))
     assert cause.traceback == mine
+
+
+
+def test_an_error_a_wrapper_of_a_builtin_passed_on_is_the_scripts_without_the_wrappers_frames():
+    # open raises from C inside the wrappers: their call of it is the innermost frame
+    wrappers = ('  File "/opt/ddp-compose/orchestrate/node/shared_writes.py", line 55, in open_and_report\n'
+                '    opened = original(file, mode, *args, **kwargs)\n'
+                '             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n'
+                '  File "/opt/ddp-compose/orchestrate/node/storage_faults.py", line 207, in faulty_open\n'
+                '    opened = original(file, mode, *args, **kwargs)\n'
+                '             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n')
+    script = ('Traceback (most recent call last):\n'
+              '  File "/workspace/train.py", line 13, in <module>\n'
+              '    with open(CACHE) as f:\n'
+              '         ^^^^^^^^^^^\n')
+    error = "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/cache/vocab.json'\n"
+    cause = RootCause(1, 0, 1)
+    cause.add_error_file(json.dumps({"message": {"message": error, "extraInfo": {"py_callstack": script + wrappers
+                                                                                                   + error}}}))
+    assert cause.traceback == script + error

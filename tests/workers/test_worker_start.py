@@ -57,6 +57,24 @@ def test_a_scripts_uncaught_error_reads_as_under_python_with_no_frame_of_the_hoo
     assert tracebacks[-1].rstrip().endswith("ValueError: bad batch at step 3")
 
 
+
+def test_a_missing_file_the_script_opens_reads_as_under_python_through_the_hooks_wrappers_of_open(tmp_path):
+    """``open`` is a builtin: it raises inside the wrappers (the storage faults', the shared
+    writes'), with no frame of its own, and the error is still the script's."""
+    script = tmp_path / "reads.py"
+    script.write_text("def load(path):\n    with open(path) as f:\n        return f.read()\n\n\nload('/nonexistent/vocab.json')\n")
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    done = subprocess.run(hooked_torchrun(1, "--", str(script)), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT)), timeout=240)
+    assert "exitcode  : 1 " in done.stderr, done.stderr[-3000:]
+    worker = re.split(r"^[EWI]\d{4} ", done.stderr, maxsplit=1, flags=re.M)[0]  # before torchrun's own report
+    [traceback] = worker.split("Traceback (most recent call last):")[1:]
+    assert "orchestrate/node/" not in traceback and "runpy" not in traceback, traceback
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', traceback)
+    assert frames == [(str(script), "6", "<module>"), (str(script), "2", "load")], traceback
+    assert traceback.rstrip().endswith("FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/vocab.json'")
+
 def worker_stderr(tmp_path, script_text: str, name: str = "script.py") -> tuple[int, str]:
     """Run one worker of ``script_text`` under the hook: torchrun's exit code and what the worker wrote."""
     (tmp_path / name).write_text(script_text)
