@@ -45,6 +45,7 @@ class _Channel:
         self.attempt = f"{os.getpid()}-{time.time():.3f}"
         self.steps_here: set[int] = set()  # the distinct steps this attempt reported
         self.written: set[str] = set()  # the shared files reported written (each once)
+        self.written_locally: set[str] = set()  # the files on the node's own disk reported written
         try:
             triggers = json.loads((directory / TRIGGERS_FILE).read_text())
             self.triggers = {int(s): str(s) for s in triggers.get("steps", [])}
@@ -124,6 +125,18 @@ def report_written(path: str) -> None:
     if channel is not None and path not in channel.written:
         channel.written.add(path)
         channel.write({"rank": channel.rank, "wrote": path, "time": time.time()})
+
+
+def report_written_locally(path: str, most: int) -> None:
+    """Report that this rank wrote ``path`` (absolute) on its node's own disk, once per process and
+    for the first ``most`` such files: a rank of another node that cannot find it is told why
+    (see :mod:`orchestrate.node.shared_writes`)."""
+    channel = _get_channel()
+    if channel is None or path in channel.written_locally or len(channel.written_locally) >= most \
+            or path.startswith(str(channel.directory) + os.sep):  # the channel's own files
+        return
+    channel.written_locally.add(path)
+    channel.write({"rank": channel.rank, "wrote_locally": path, "time": time.time()})
 
 
 def report_resumed(step: int) -> None:

@@ -6,8 +6,14 @@ so that the launcher can name a file that several ranks write: the classic
 one file on the shared file system of a cluster (and of these nodes).
 
 Appending (``"a"``), creating exclusively (``"x"``) and updating in place (``"r+"``) are not
-counted: ranks that append to one log, or take a file by creating it, mean to share it. Standard
-library only; wraps what :mod:`orchestrate.node.storage_faults` wrapped before it.
+counted: ranks that append to one log, or take a file by creating it, mean to share it.
+
+A file a worker writes anywhere else (in any mode) is on its node's own disk: ``/tmp``, the home
+directory. The first :data:`LOCAL_FILES_NOTED` of them are reported too
+(:func:`orchestrate.node.progress.report_written_locally`), so that a rank of another node that
+cannot find one (``FileNotFoundError``) is told why: the classic ``if rank == 0:`` that prepares
+a file in ``/tmp`` for every rank, which works on one machine and not on two. Standard library
+only; wraps what :mod:`orchestrate.node.storage_faults` wrapped before it.
 """
 from __future__ import annotations
 
@@ -15,22 +21,41 @@ import builtins
 import functools
 import io
 import os
+import threading
 from typing import Any, Callable, Optional, Tuple
 
 # The directories every node mounts (orchestrate.plan.layout's WORKSPACE_DIR and SHARED_DIR, which
 # this package, run in the nodes by itself, cannot import; a unit test holds them equal).
 SHARED_DIRS = ("/workspace", "/shared")
+# The run's directory (orchestrate.plan.layout's RUN_DIR_MOUNT: every node mounts it) and the
+# kernel's: no file of these is on a node's own disk.
+NOT_NODE_LOCAL = ("/ddp-run", "/proc", "/sys", "/dev")
+# How many files on its node's own disk one worker reports, at most (a compiler's cache writes
+# hundreds): a rank that cannot find a file another node made is told so.
+LOCAL_FILES_NOTED = 100
 
 
 def shared_path(file: Any, shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> Optional[str]:
     """``file``'s path relative to the work directory (one under ``/shared`` keeps its full path),
     or None: not a path, or not under a shared directory (links followed)."""
+    path = real_path(file)
+    return None if path is None else under(path, shared_dirs)
+
+
+def real_path(file: Any) -> Optional[str]:
+    """``file``'s absolute path, links followed (None: not a path)."""
     if not isinstance(file, (str, bytes, os.PathLike)):
         return None
     try:
-        return under(os.path.realpath(os.fsdecode(file)), shared_dirs)
+        return os.path.realpath(os.fsdecode(file))
     except (TypeError, ValueError, OSError):
         return None
+
+
+def node_local(path: str, shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> bool:
+    """Whether an absolute ``path`` is on its node's own disk: under no directory every node
+    mounts, and not the kernel's (pure)."""
+    return under(path, shared_dirs + NOT_NODE_LOCAL) is None and path not in shared_dirs + NOT_NODE_LOCAL
 
 
 def under(path: str, directories: Tuple[str, ...]) -> Optional[str]:
@@ -46,49 +71,77 @@ def truncates(mode: Any) -> bool:
     return "w" in str(mode)
 
 
+def writes(mode: Any) -> bool:
+    return any(letter in str(mode) for letter in "wax+")
+
+
+_reporting = threading.local()  # a report under way in this thread: the files it opens are not reported
+
+
+def note_write(file: Any, whole: bool, report: Callable[[str], None], report_local: Optional[Callable[[str], None]],
+               shared_dirs: Tuple[str, ...]) -> None:
+    """Report a file just written: one in a shared directory written ``whole`` by ``report``
+    (relative to the work directory), one on the node's own disk by ``report_local`` (absolute).
+    Not a file the report itself opens (the progress channel's own)."""
+    if getattr(_reporting, "active", False):
+        return
+    path = real_path(file)
+    if path is None:
+        return
+    _reporting.active = True
+    try:
+        shared = under(path, shared_dirs)
+        if shared is not None:
+            if whole:
+                report(shared)
+        elif report_local is not None and node_local(path, shared_dirs):
+            report_local(path)
+    finally:
+        _reporting.active = False
+
+
 def watching_open(original: Callable[..., Any], report: Callable[[str], None],
-                  shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> Callable[..., Any]:
-    """``open`` that reports each shared file it opens to be written whole, once it opened."""
+                  shared_dirs: Tuple[str, ...] = SHARED_DIRS,
+                  report_local: Optional[Callable[[str], None]] = None) -> Callable[..., Any]:
+    """``open`` that reports each shared file it opens to be written whole, and each file on the
+    node's own disk it opens to be written at all, once it opened."""
 
     @functools.wraps(original)
     def open_and_report(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         opened = original(file, mode, *args, **kwargs)
-        if truncates(mode):
-            path = shared_path(file, shared_dirs)
-            if path is not None:
-                report(path)
+        if writes(mode):
+            note_write(file, truncates(mode), report, report_local, shared_dirs)
         return opened
 
     return open_and_report
 
 
 def watching_save(original: Callable[..., Any], report: Callable[[str], None],
-                  shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> Callable[..., Any]:
-    """``torch.save`` that reports the shared path it saves to, once it saved (torch writes a
-    path from C++, out of ``open``'s reach)."""
+                  shared_dirs: Tuple[str, ...] = SHARED_DIRS,
+                  report_local: Optional[Callable[[str], None]] = None) -> Callable[..., Any]:
+    """``torch.save`` that reports the path it saves to, once it saved, as ``open`` does (torch
+    writes a path from C++, out of ``open``'s reach)."""
 
     @functools.wraps(original)
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(obj, f, *args, **kwargs)
-        path = shared_path(f, shared_dirs)
-        if path is not None:
-            report(path)
+        note_write(f, True, report, report_local, shared_dirs)
         return result
 
     return save
 
 
-def install(report: Callable[[str], None]) -> None:
+def install(report: Callable[[str], None], report_local: Optional[Callable[[str], None]] = None) -> None:
     """Watch ``open`` now (``torch.save`` when torch is imported: :func:`watch_torch_save`)."""
-    opener = watching_open(builtins.open, report)
+    opener = watching_open(builtins.open, report, report_local=report_local)
     builtins.open = opener
     io.open = opener
 
 
-def watch_torch_save(report: Callable[[str], None]) -> None:
+def watch_torch_save(report: Callable[[str], None], report_local: Optional[Callable[[str], None]] = None) -> None:
     import torch
     import torch.serialization as serialization
 
-    save = watching_save(serialization.save, report)
+    save = watching_save(serialization.save, report, report_local=report_local)
     serialization.save = save
     torch.save = save

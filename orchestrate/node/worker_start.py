@@ -192,7 +192,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
                                   ddp_collectives, fsdp_collectives, init_record, loader_workers, shared_writes,
                                   snapshot, spawn_note, step_counter, storage_faults)
-    from orchestrate.node.progress import PROGRESS_DIR_ENV, report_written
+    from orchestrate.node.progress import PROGRESS_DIR_ENV, report_written, report_written_locally
 
     log = collective_log.CollectiveLog()
     torchrun_gave = init_record.torchrun_gave(os.environ)  # before the script may change it
@@ -226,8 +226,10 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     if progress:  # the launcher's storage faults reach open() and torch.save; the files they write are named
         faults = storage_faults.install(progress)
         collective_log.when_imported("torch.serialization", lambda: storage_faults.wrap_torch_save(faults))
-        shared_writes.install(report_written)
-        collective_log.when_imported("torch.serialization", lambda: shared_writes.watch_torch_save(report_written))
+        local = functools.partial(report_written_locally, most=shared_writes.LOCAL_FILES_NOTED)
+        shared_writes.install(report_written, local)
+        collective_log.when_imported("torch.serialization",
+                                     lambda: shared_writes.watch_torch_save(report_written, local))
 
 
 def main(argv: list[str]) -> None:

@@ -239,6 +239,37 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
             " of your own must be importable from --workdir, which every node mounts as /workspace")
 
 
+# Python's words for a file that is not there, with its path (open, torch.load, os.listdir).
+_NO_SUCH_FILE = re.compile(r"No such file or directory: '(?P<path>/[^']+)'")
+
+
+def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
+                         written_locally: dict[str, tuple[int, ...]]) -> str:
+    """For a rank that could not find a file (or a directory) that ranks of other nodes wrote on
+    their own disks (``written_locally``: each file with its writers): that each node has its
+    own, and where a file for every node goes ("" for any other failure, or where a rank of the
+    failing node wrote it too)."""
+    match = _NO_SUCH_FILE.search(failure.exception) if failure is not None else None
+    if match is None:
+        return ""
+    missing = match.group("path").rstrip("/")
+    found = {path: ranks for path, ranks in written_locally.items()
+             if path == missing or path.startswith(missing + "/")}
+    node_of = {rank: result.node.name for result in results for rank in result.node.global_ranks}
+    writers = sorted({rank for ranks in found.values() for rank in ranks})
+    if not writers or any(node_of.get(rank) == failure.node for rank in writers):
+        return ""
+    nodes = sorted({node_of.get(rank, "another node") for rank in writers})
+    who = ", ".join(f"{rank} ({node_of.get(rank, '?')})" for rank in writers)
+    what = missing if missing in found else f"{len(found)} file{'' if len(found) == 1 else 's'} under {missing}"
+    disks = f"{nodes[0]}'s own disk" if len(nodes) == 1 else "their nodes' own disks"
+    top = "/" + missing.split("/")[1]
+    return (f"  hint: {'rank' if len(writers) == 1 else 'ranks'} {who} wrote {what} on {disks}, and {failure.node}"
+            f" has its own {top}: as on a cluster, each node's disk is its own, and only /workspace (the work"
+            " directory) and /shared are on every node; write it there, or make it on every node (where LOCAL_RANK"
+            " is 0) before its ranks read it")
+
+
 def device_ordinal_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:
     """For a rank that asked for a GPU its node does not have (``invalid device ordinal``): a
     device picked by the global rank, where the local one would do (each node numbers its GPUs

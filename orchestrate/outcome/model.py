@@ -213,6 +213,9 @@ class RunResult:
         written_by_several: The files in the directories every node shares that more than one
             rank wrote whole (``torch.save`` to a path, ``open(path, "w")``), each with its
             writers: they race in one file.
+        written_locally: The files on a node's own disk (``/tmp``, the home directory) the workers
+            wrote, the first 100 of each, each with its writers: a rank of another node that
+            cannot find one is told why.
     """
 
     run_id: str
@@ -235,6 +238,7 @@ class RunResult:
     store_lost: str = ""
     divergence: str = ""
     written_by_several: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def hung(self) -> bool:

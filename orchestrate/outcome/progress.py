@@ -14,7 +14,8 @@ class ProgressRecord:
     restarted ranks are new processes), ``counted`` a step the start-up hook counted from the
     optimizer (the script reported none of its own); ``finished``: the worker's script returned
     (or exited 0), ``after_step`` the highest step it had reported; ``wrote``: a file in a
-    shared directory the worker wrote whole (relative to the work directory)."""
+    shared directory the worker wrote whole (relative to the work directory); ``wrote_locally``: a
+    file on its node's own disk the worker wrote (absolute)."""
 
     rank: int
     time: float
@@ -26,6 +27,7 @@ class ProgressRecord:
     finished: bool = False
     after_step: Optional[int] = None
     wrote: str = ""
+    wrote_locally: str = ""
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -44,6 +46,8 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.finished = data.pop("finished", False) is True
     wrote = data.pop("wrote", "")
     record.wrote = wrote if isinstance(wrote, str) else ""
+    locally = data.pop("wrote_locally", "")
+    record.wrote_locally = locally if isinstance(locally, str) else ""
     after = data.pop("after_step", None)
     record.after_step = after if isinstance(after, int) and not isinstance(after, bool) else None
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}

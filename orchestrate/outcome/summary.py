@@ -5,7 +5,8 @@ import signal
 from typing import Optional
 
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_ordinal_hint, died_at_exit,
-                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint)
+                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
+                                       node_local_file_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import format_table, grace_ran_out, ranks_text, written_by_several
@@ -88,6 +89,7 @@ def format_summary(outcome: RunResult) -> str:
         advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or no_gpu_hint(failure, outcome.results)
                   or device_ordinal_hint(failure, outcome.results)
                   or mismatch_hint(failure) or missing_module_hint(failure) or made_alone_hint(failure)
+                  or node_local_file_hint(failure, outcome.results, outcome.written_locally)
                   or compiler_hint(failure))
         if advice:
             lines.append(advice)

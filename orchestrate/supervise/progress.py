@@ -24,6 +24,8 @@ class ProgressWatch:
         self.finished: dict[int, tuple[str, Optional[int], float]] = {}
         # the shared files the workers wrote whole, each with the ranks that wrote it
         self.written: dict[str, set[int]] = {}
+        # the files on a node's own disk the workers wrote, each with the ranks that wrote it
+        self.written_locally: dict[str, set[int]] = {}
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -34,6 +36,10 @@ class ProgressWatch:
     def written_by_several(self) -> dict[str, tuple[int, ...]]:
         """The shared files that more than one rank wrote whole, each with its writers."""
         return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written.items()) if len(ranks) > 1}
+
+    def written_on_nodes_disks(self) -> dict[str, tuple[int, ...]]:
+        """The files on a node's own disk the workers wrote, each with its writers."""
+        return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written_locally.items())}
 
     def finished_before(self, until: float) -> dict[int, Optional[int]]:
         """The ranks whose script returned before ``until`` (epoch time), each with the highest
@@ -47,6 +53,9 @@ class ProgressWatch:
             self.records += 1
             if record.wrote:  # not a step either
                 self.written.setdefault(record.wrote, set()).add(record.rank)
+                continue
+            if record.wrote_locally:
+                self.written_locally.setdefault(record.wrote_locally, set()).add(record.rank)
                 continue
             if record.finished:  # not a step: a script without any still says it
                 self.finished[record.rank] = (record.attempt, record.after_step, record.time)

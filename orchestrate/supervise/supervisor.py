@@ -682,6 +682,7 @@ class Supervisor:
                            started_time=self.started_time)
         result.store_lost = self.store_lost
         result.written_by_several = self.progress.written_by_several()
+        result.written_locally = self.progress.written_on_nodes_disks()
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = self.stop_request.by

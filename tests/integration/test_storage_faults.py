@@ -1,7 +1,8 @@
 """Storage faults on real nodes, against a user's script that saves as the DDP tutorial does
 (tests/jobs/tutorial_save.py, plain torch): ``chaos --kinds torn-write`` catches the save onto
 the file it resumes from, and an atomic save (a temporary file, then a rename) survives it; a
-full disk fails the save, and the summary names the rank and the file."""
+full disk fails the save, and the summary names the rank and the file. A file that one node wrote
+on its own disk and another node's rank cannot find is explained (tests/jobs/node_local_cache.py)."""
 from __future__ import annotations
 
 import io
@@ -87,4 +88,21 @@ def test_a_checkpoint_every_rank_saves_to_one_file_is_named_with_its_writers(orc
         " rank"], summary
     outcome = json.loads((result.run_dir / "outcome.json").read_text())
     assert outcome["written_by_several"] == {"model.checkpoint": [0, 1]}
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_file_rank_0_wrote_in_tmp_that_another_node_cannot_find_is_explained(orchestrate_run, docker_client,
+                                                                                 tmp_path):
+    workdir = job_workdir(tmp_path, "node_local_cache.py")
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--", "node_local_cache.py")
+    assert result.code == 1, result.output[-4000:]
+    summary = result.output.split("=== run")[-1]
+    assert ("FAILED: node1 rank 1 failed (exit code 1): FileNotFoundError: [Errno 2] No such file or directory:"
+            " '/tmp/ddp-cache/vocab.json'\n") in summary, summary
+    assert ("\n  hint: rank 0 (node0) wrote /tmp/ddp-cache/vocab.json on node0's own disk, and node1 has its own /tmp:"
+            " as on a cluster, each node's disk is its own") in summary, summary
+    # the worker's traceback is the script's own: none of the hook's wrappers of open
+    last_lines = summary.split("last lines of node1/rank1:")[1]
+    assert 'File "/workspace/node_local_cache.py", line 25, in <module>' in last_lines, last_lines
+    assert "orchestrate/node" not in last_lines, last_lines
     assert leftovers(docker_client, result.project) == []

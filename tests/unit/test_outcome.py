@@ -361,6 +361,40 @@ def test_a_script_that_imports_what_the_nodes_lack_gets_a_hint_under_its_failure
                                         " needs) goes into the node image")
 
 
+def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_told_why(make_job):
+    plan = make_job(nodes=3)
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/cache/vocab.json'"
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.1, RootCause(0, 0, 1, "RuntimeError: Connection closed by"
+                                                                             " peer")),
+                          (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, missing)),
+                          (NodePhase.FAILED, 1, 1.2, RootCause(2, 0, 1, missing)))
+    result = outcome(results)
+    assert "hint:" not in format_summary(result)  # nothing known of its writers
+    result.written_locally = {"/tmp/cache/vocab.json": (0,), "/tmp/other": (1,)}
+    lines = format_summary(result).splitlines()
+    failed = lines.index("FAILED: node1 rank 1 failed (exit code 1): " + missing)
+    assert lines[failed + 3] == (
+        "  hint: rank 0 (node0) wrote /tmp/cache/vocab.json on node0's own disk, and node1 has its own /tmp: as on a"
+        " cluster, each node's disk is its own, and only /workspace (the work directory) and /shared are on every"
+        " node; write it there, or make it on every node (where LOCAL_RANK is 0) before its ranks read it")
+    # a directory that ranks of two other nodes filled
+    result.written_locally = {"/tmp/cache/a.bin": (0,), "/tmp/cache/b.bin": (0, 2), "/tmp/cachex": (0,)}
+    dir_missing = RootCause(1, 0, 1, "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/cache/'")
+    result.results[1].root_cause = dir_missing
+    hint = next(line for line in format_summary(result).splitlines() if line.startswith("  hint:"))
+    assert hint.startswith("  hint: ranks 0 (node0), 2 (node2) wrote 2 files under /tmp/cache on their nodes' own"
+                           " disks, and node1 has its own /tmp:")
+    # a rank of the failing node wrote it too: it was there, and not for want of a shared disk
+    result.written_locally = {"/tmp/cache/vocab.json": (0, 1)}
+    result.results[1].root_cause = RootCause(1, 0, 1, missing)
+    assert "hint:" not in format_summary(result)
+    # a path relative to the work directory is on every node
+    result.written_locally = {"/tmp/cache/vocab.json": (0,)}
+    result.results[1].root_cause = RootCause(1, 0, 1, "FileNotFoundError: [Errno 2] No such file or directory:"
+                                                      " 'cache/vocab.json'")
+    assert "hint:" not in format_summary(result)
+
+
 def test_a_compiled_model_without_a_compiler_and_a_forward_pass_made_alone_get_their_hints(make_job):
     plan = make_job(nodes=2)
     no_compiler = "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found"

@@ -64,6 +64,53 @@ def test_a_file_opened_to_be_written_whole_is_reported_once_it_opened(dirs, mode
     assert said == (["model.pt"] if reported else [])
 
 
+@pytest.mark.parametrize("mode, reported", [("w", True), ("ab", True), ("x", True), ("r+", True), ("r", False),
+                                            ("rb", False)])
+def test_a_file_written_on_the_nodes_own_disk_is_reported_in_full_in_any_mode_that_writes(tmp_path, dirs, mode,
+                                                                                          reported):
+    local = tmp_path / "cache" / "vocab.json"  # tmp_path is outside the shared directories: the node's own
+    local.parent.mkdir()
+    if mode != "x":
+        local.write_text("{}")
+    shared: list[str] = []
+    here: list[str] = []
+    opener = watching_open(open, shared.append, dirs, here.append)
+    with opener(local, mode):
+        pass
+    assert here == ([str(local)] if reported else []) and shared == []
+    with opener(f"{dirs[0]}/log.txt", "w"):  # a shared file: reported as one, never as the node's own
+        pass
+    with opener(f"{dirs[0]}/log.txt", "a"):
+        pass
+    assert shared == ["log.txt"] and here == ([str(local)] if reported else [])
+    with opener(tmp_path / "cache" / ".." / "cache" / "link.json", "w"):
+        pass
+    assert here[-1] == str(local.parent / "link.json")  # as the kernel resolves it
+
+
+
+def test_a_file_in_the_runs_directory_is_reported_as_no_nodes_own(tmp_path, dirs, monkeypatch):
+    run = tmp_path / "ddp-run"  # as every node mounts the run's directory
+    run.mkdir()
+    monkeypatch.setattr(shared_writes, "NOT_NODE_LOCAL", (str(run), "/proc", "/sys", "/dev"))
+    here: list[str] = []
+    opener = watching_open(open, lambda path: None, dirs, here.append)
+    with opener(run / "rank0.jsonl", "a"), opener(tmp_path / "mine.txt", "w"):
+        pass
+    assert here == [str(tmp_path / "mine.txt")]
+
+
+def test_the_run_directory_and_the_kernels_files_are_on_no_nodes_own_disk():
+    from orchestrate.plan.layout import RUN_DIR_MOUNT
+
+    assert shared_writes.NOT_NODE_LOCAL[0] == RUN_DIR_MOUNT  # every node mounts the run's directory
+    assert not shared_writes.node_local("/ddp-run/progress/rank0.jsonl")
+    assert not shared_writes.node_local("/proc/self/status") and not shared_writes.node_local("/dev/null")
+    assert not shared_writes.node_local("/workspace/x") and not shared_writes.node_local("/shared")
+    assert shared_writes.node_local("/tmp/x") and shared_writes.node_local("/root/.cache/x")
+    assert shared_writes.node_local("/devices/x") and shared_writes.node_local("/ddp-runs/x")  # only names alike
+
+
 def test_a_save_to_a_shared_path_is_reported_once_it_saved():
     said: list[str] = []
     saved: list[object] = []
@@ -90,10 +137,14 @@ def test_torchs_own_save_is_watched_where_it_is_called(dirs, monkeypatch):
     monkeypatch.setattr(shared_writes, "SHARED_DIRS", dirs)
     said: list[str] = []
     monkeypatch.setattr(shared_writes, "watching_save",
-                        lambda original, report: watching_save(original, report, dirs))
-    shared_writes.watch_torch_save(said.append)
+                        lambda original, report, report_local: watching_save(original, report, dirs, report_local))
+    here: list[str] = []
+    shared_writes.watch_torch_save(said.append, here.append)
     torch.save({"w": torch.ones(2)}, f"{dirs[0]}/ckpt/model.pt")
-    assert said == ["ckpt/model.pt"]
+    assert said == ["ckpt/model.pt"] and here == []
+    local = Path(dirs[0]).parent / "local.pt"  # outside the shared directories: the node's own
+    torch.save({"w": torch.ones(2)}, local)
+    assert said == ["ckpt/model.pt"] and here == [str(local)]
     assert torch.load(f"{dirs[0]}/ckpt/model.pt", weights_only=True)["w"].tolist() == [1.0, 1.0]
 
 
@@ -111,6 +162,24 @@ def test_each_file_is_reported_once_per_worker_and_the_launcher_names_those_of_s
     assert watch.written_by_several() == {"model.pt": (0, 1, 2)}
     assert watch.max_step is None and not watch.seen  # a write is not a step
     assert [r.wrote for r in ProgressReader(tmp_path).poll() if r.rank == 1] == ["model.pt", "log-1.txt"]
+
+
+def test_each_file_on_a_nodes_own_disk_is_reported_once_per_worker_up_to_a_limit(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    for rank, files in ((0, ["/tmp/a", "/tmp/a", "/tmp/b", "/tmp/c", "/tmp/d"]), (1, ["/tmp/a"])):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setattr(progress, "_channel", None)  # another worker process
+        progress.report_written_locally(str(tmp_path / f"rank{rank}.jsonl"), most=3)  # the channel's own: never
+        for path in files:
+            progress.report_written_locally(path, most=3)
+        progress.report_written("model.pt")  # a shared file is counted apart
+    lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert [line.get("wrote_locally") for line in lines] == ["/tmp/a", "/tmp/b", "/tmp/c", None]
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert watch.written_on_nodes_disks() == {"/tmp/a": (0, 1), "/tmp/b": (0,), "/tmp/c": (0,)}
+    assert watch.written_by_several() == {"model.pt": (0, 1)}
+    assert watch.max_step is None and not watch.seen  # no step
 
 
 def test_the_summary_warns_of_each_file_several_ranks_wrote_and_the_record_keeps_them(tmp_path):
