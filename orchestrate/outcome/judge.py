@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from orchestrate.hangs.diagnosis import COLLECTIVES_MADE_ALONE, GLOO_MISMATCH
+from orchestrate.hangs.diagnosis import COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
 from orchestrate.outcome.states import NodePhase
@@ -268,6 +268,36 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
             f" has its own {top}: as on a cluster, each node's disk is its own, and only /workspace (the work"
             " directory) and /shared are on every node; write it there, or make it on every node (where LOCAL_RANK"
             " is 0) before its ranks read it")
+
+
+# How many files of other nodes' own disks a hung rank's hint names, at most.
+LOCAL_FILES_SHOWN = 3
+
+
+def local_files_while_hung(hang: Optional[HangDiagnosis], results: list[NodeResult],
+                           written_locally: dict[str, tuple[int, ...]]) -> str:
+    """For a hung job whose ranks of one node wait outside any collective (idle: a loop that
+    sleeps, polling for a file): the files that ranks of other nodes wrote on their own disks and
+    none of that node's ranks did, which that node cannot see ("" where there are none)."""
+    if hang is None or not hang.hung:
+        return ""
+    node_of = {rank: result.node.name for result in results for rank in result.node.global_ranks}
+    idle = sorted(a.rank for a in hang.activities if a.state == "idle" and a.rank in node_of)
+    for node in dict.fromkeys(node_of[rank] for rank in idle):
+        others = {path: ranks for path, ranks in written_locally.items()
+                  if ranks and all(node_of.get(rank) not in (None, node) for rank in ranks)}
+        if not others:
+            continue
+        files = [f"{path} ({ranks_text(ranks)} on {', '.join(sorted({node_of[r] for r in ranks}))})"
+                 for path, ranks in list(others.items())[-LOCAL_FILES_SHOWN:]]
+        more = len(others) - len(files)
+        ranks = [rank for rank in idle if node_of[rank] == node]
+        waiting, verb = ranks_text(ranks), "waits" if len(ranks) == 1 else "wait"
+        return (f"  hint: {waiting} ({node}) {verb} outside any collective, and ranks of other nodes wrote files on"
+                f" their own disks that {node} cannot see: {'; '.join(files)}" + (f"; and {more} more" if more else "")
+                + f"; if {waiting} {verb} for one, write it under /workspace or /shared, which every node has, or make"
+                " it on every node (where LOCAL_RANK is 0)")
+    return ""
 
 
 def device_ordinal_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:

@@ -6,7 +6,7 @@ from typing import Optional
 
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_ordinal_hint, died_at_exit,
                                        made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
-                                       node_local_file_hint)
+                                       local_files_while_hung, node_local_file_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import format_table, grace_ran_out, ranks_text, written_by_several
@@ -57,6 +57,8 @@ def format_summary(outcome: RunResult) -> str:
     if outcome.hang is not None and not outcome.interrupted and not outcome.error and outcome.hung:
         lines.append(f"HUNG: {outcome.hang.headline}")
         lines += outcome.hang.lines()[1:]
+        hint = local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
+        lines += [hint] if hint else []
         lines += grace_lines(outcome)
         return "\n".join(lines)
     if outcome.interrupted:

@@ -395,6 +395,41 @@ def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_to
     assert "hint:" not in format_summary(result)
 
 
+def test_a_hung_rank_that_waits_outside_any_collective_is_told_of_the_files_other_nodes_wrote_on_their_own_disks(
+        make_job):
+    from orchestrate.hangs.diagnosis import HangDiagnosis, RankActivity
+    from orchestrate.outcome.judge import LOCAL_FILES_SHOWN, local_files_while_hung
+
+    plan = make_job(nodes=3)
+    results = results_for(plan, *[(NodePhase.STOPPED, 143, 40.0, None)] * 3)
+    hang = HangDiagnosis(30.0, [], {}, None, cause="no progress for 30 s",
+                         activities=[RankActivity(0, "collective", "waits in all_reduce"), RankActivity(1, "idle"),
+                                     RankActivity(2, "collective", "waits in all_reduce")])
+    result = outcome(results, hang=hang)
+    assert "hint:" not in format_summary(result)  # no file known
+    # a cache every node wrote is no clue; one that only node0 wrote is
+    result.written_locally = {"/tmp/torchinductor_root/x.py": (0, 1, 2), "/tmp/data_ready": (0,)}
+    lines = format_summary(result).splitlines()
+    assert lines[lines.index("HUNG: " + hang.headline) + 1:] == [
+        "  hint: rank 1 (node1) waits outside any collective, and ranks of other nodes wrote files on their own disks"
+        " that node1 cannot see: /tmp/data_ready (rank 0 on node0); if rank 1 waits for one, write it under /workspace or"
+        " /shared, which every node has, or make it on every node (where LOCAL_RANK is 0)"]
+    # the latest few, and how many more
+    result.written_locally = {f"/tmp/f{i}": (0, 2) for i in range(LOCAL_FILES_SHOWN + 2)}
+    hint = format_summary(result).splitlines()[-1]
+    assert f"/tmp/f{LOCAL_FILES_SHOWN + 1} (ranks 0, 2 on node0, node2); and 2 more; if rank 1" in hint
+    assert "/tmp/f0 " not in hint and "/tmp/f2 " in hint
+    # every rank in a collective (none idle), or a job that still worked: nothing
+    result.hang = HangDiagnosis(30.0, [], {}, None, cause="no progress for 30 s",
+                                activities=[RankActivity(r, "collective") for r in range(3)])
+    assert "hint:" not in format_summary(result)
+    result.hang = HangDiagnosis(30.0, [], {}, None, cause="no progress for 30 s", hung=False,
+                                activities=[RankActivity(1, "idle")])
+    assert not any("cannot see" in line for line in format_summary(result).splitlines())
+    assert local_files_while_hung(result.hang, results, {"/tmp/data_ready": (0,)}) == ""  # what the summary asks
+    assert local_files_while_hung(None, results, {"/tmp/data_ready": (0,)}) == ""
+
+
 def test_a_compiled_model_without_a_compiler_and_a_forward_pass_made_alone_get_their_hints(make_job):
     plan = make_job(nodes=2)
     no_compiler = "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found"
