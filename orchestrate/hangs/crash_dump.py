@@ -11,7 +11,7 @@ from typing import Optional
 from orchestrate.hangs.snapshots import Frame, debug_dir
 from orchestrate.hangs.stacks import call_made, users_frame
 from orchestrate.node.crash_stacks import crash_file
-from orchestrate.node.snapshot import HOOK_DIR, calls_wrapped, is_hook_file
+from orchestrate.node.snapshot import HOOK_DIR, calls_wrapped, is_hook_file  # calls_wrapped: for outcome's
 from orchestrate.plan.layout import PROJECT_MOUNT_DIR
 
 _FATAL = re.compile(r"^Fatal Python error: (?P<what>.+?)\s*$")

@@ -10,6 +10,7 @@ from orchestrate.hangs.diagnosis import COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, H
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
 from orchestrate.outcome.states import NodePhase
+from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import ranks_text
 
 # The exit code of a worker that refused its input, by the convention of argparse and app/.
@@ -265,9 +266,9 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
     disks = f"{nodes[0]}'s own disk" if len(nodes) == 1 else "their nodes' own disks"
     top = "/" + missing.split("/")[1]
     return (f"  hint: {'rank' if len(writers) == 1 else 'ranks'} {who} wrote {what} on {disks}, and {failure.node}"
-            f" has its own {top}: as on a cluster, each node's disk is its own, and only /workspace (the work"
-            " directory) and /shared are on every node; write it there, or make it on every node (where LOCAL_RANK"
-            " is 0) before its ranks read it")
+            f" has its own {top}: as on a cluster, each node's disk is its own, and only {WORKSPACE_DIR} (the work"
+            f" directory) and {SHARED_DIR} are on every node; write it there, or make it on every node (where"
+            " LOCAL_RANK is 0) before its ranks read it")
 
 
 # How many files of other nodes' own disks a hung rank's hint names, at most.
@@ -295,8 +296,8 @@ def local_files_while_hung(hang: Optional[HangDiagnosis], results: list[NodeResu
         waiting, verb = ranks_text(ranks), "waits" if len(ranks) == 1 else "wait"
         return (f"  hint: {waiting} ({node}) {verb} outside any collective, and ranks of other nodes wrote files on"
                 f" their own disks that {node} cannot see: {'; '.join(files)}" + (f"; and {more} more" if more else "")
-                + f"; if {waiting} {verb} for one, write it under /workspace or /shared, which every node has, or make"
-                " it on every node (where LOCAL_RANK is 0)")
+                + f"; if {waiting} {verb} for one, write it under {WORKSPACE_DIR} or {SHARED_DIR}, which every node"
+                " has, or make it on every node (where LOCAL_RANK is 0)")
     return ""
 
 
