@@ -38,6 +38,13 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return f"{'rank' if len(ordered) == 1 else 'ranks'} {', '.join(parts)}"
 
 
+def shuffled_alike(line: str, epoch: int, ranks: Iterable[int]) -> str:
+    """Why a shuffling DistributedSampler iterated again with the same epoch is a mistake."""
+    return (f"{ranks_text(ranks)} iterated a shuffling DistributedSampler at {line} again with its epoch still"
+            f" {epoch}: every epoch reads the data in the same order; call sampler.set_epoch(epoch) at the start of"
+            " each epoch, before iterating its DataLoader")
+
+
 def written_by_several(path: str, ranks: Iterable[int]) -> str:
     """The warning for a file in a shared directory that several ranks wrote whole: in the
     run's summary and on its report page."""

@@ -139,6 +139,14 @@ def report_written_locally(path: str, most: int) -> None:
     channel.write({"rank": channel.rank, "wrote_locally": path, "time": time.time()})
 
 
+def report_same_shuffle(line: str, epoch: int) -> None:
+    """Report that this rank iterated a shuffling DistributedSampler again from ``line`` with the
+    same epoch (see :mod:`orchestrate.node.sampler_epochs`)."""
+    channel = _get_channel()
+    if channel is not None:
+        channel.write({"rank": channel.rank, "same_shuffle": line, "shuffle_epoch": int(epoch), "time": time.time()})
+
+
 def report_resumed(step: int) -> None:
     """Report that this rank resumed from a checkpoint taken at ``step``."""
     channel = _get_channel()

@@ -15,9 +15,10 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    fatal signal (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
    progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
-   (:mod:`orchestrate.node.storage_faults`), and name the shared files it writes whole
-   (:mod:`orchestrate.node.shared_writes`). Where the run asks for torch's DETAIL debug
-   level (``--debug-collectives``), keep DDP on gloo from crashing under it
+   (:mod:`orchestrate.node.storage_faults`), name the shared files it writes whole and the files it
+   writes on its node's own disk (:mod:`orchestrate.node.shared_writes`), and a shuffling
+   DistributedSampler iterated again with the same epoch (:mod:`orchestrate.node.sampler_epochs`).
+   Where the run asks for torch's DETAIL debug level (``--debug-collectives``), keep DDP on gloo from crashing under it
    (:mod:`orchestrate.node.ddp_detail_guard`). A worker that starts processes of its own with
    ``torch.multiprocessing`` is told at once that torchrun's workers cannot
    (:mod:`orchestrate.node.spawn_note`).
@@ -190,9 +191,10 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
-                                  ddp_collectives, fsdp_collectives, init_record, loader_workers, shared_writes,
-                                  snapshot, spawn_note, step_counter, storage_faults)
-    from orchestrate.node.progress import PROGRESS_DIR_ENV, report_written, report_written_locally
+                                  ddp_collectives, fsdp_collectives, init_record, loader_workers, sampler_epochs,
+                                  shared_writes, snapshot, spawn_note, step_counter, storage_faults)
+    from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_same_shuffle, report_written,
+                                           report_written_locally)
 
     log = collective_log.CollectiveLog()
     torchrun_gave = init_record.torchrun_gave(os.environ)  # before the script may change it
@@ -226,6 +228,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     if progress:  # the launcher's storage faults reach open() and torch.save; the files they write are named
         faults = storage_faults.install(progress)
         collective_log.when_imported("torch.serialization", lambda: storage_faults.wrap_torch_save(faults))
+        collective_log.when_imported("torch.utils.data.distributed",
+                                     lambda: sampler_epochs.install(report_same_shuffle))
         local = functools.partial(report_written_locally, most=shared_writes.LOCAL_FILES_NOTED)
         shared_writes.install(report_written, local)
         collective_log.when_imported("torch.serialization",

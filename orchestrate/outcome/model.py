@@ -216,6 +216,8 @@ class RunResult:
         written_locally: The files on a node's own disk (``/tmp``, the home directory) the workers
             wrote, the first 100 of each, each with its writers: a rank of another node that
             cannot find one is told why.
+        shuffled_alike: Each line where ranks iterated a shuffling ``DistributedSampler`` again
+            with the same epoch (``set_epoch`` forgotten), with that epoch and those ranks.
     """
 
     run_id: str
@@ -239,6 +241,7 @@ class RunResult:
     divergence: str = ""
     written_by_several: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def hung(self) -> bool:

@@ -15,7 +15,8 @@ class ProgressRecord:
     optimizer (the script reported none of its own); ``finished``: the worker's script returned
     (or exited 0), ``after_step`` the highest step it had reported; ``wrote``: a file in a
     shared directory the worker wrote whole (relative to the work directory); ``wrote_locally``: a
-    file on its node's own disk the worker wrote (absolute)."""
+    file on its node's own disk the worker wrote (absolute); ``same_shuffle``: the line where the
+    worker iterated a shuffling DistributedSampler again with the same epoch (``shuffle_epoch``)."""
 
     rank: int
     time: float
@@ -28,6 +29,8 @@ class ProgressRecord:
     after_step: Optional[int] = None
     wrote: str = ""
     wrote_locally: str = ""
+    same_shuffle: str = ""
+    shuffle_epoch: Optional[int] = None
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -48,6 +51,10 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.wrote = wrote if isinstance(wrote, str) else ""
     locally = data.pop("wrote_locally", "")
     record.wrote_locally = locally if isinstance(locally, str) else ""
+    same = data.pop("same_shuffle", "")
+    record.same_shuffle = same if isinstance(same, str) else ""
+    epoch = data.pop("shuffle_epoch", None)
+    record.shuffle_epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
     after = data.pop("after_step", None)
     record.after_step = after if isinstance(after, int) and not isinstance(after, bool) else None
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}

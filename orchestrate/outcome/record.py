@@ -35,6 +35,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
         # the shared files more than one rank wrote whole, each with its writers
         "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
+        "shuffled_alike": {line: {"epoch": epoch, "ranks": list(ranks)}
+                           for line, (epoch, ranks) in outcome.shuffled_alike.items()},
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,

@@ -9,7 +9,7 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_
                                        local_files_while_hung, node_local_file_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import format_table, grace_ran_out, ranks_text, written_by_several
+from orchestrate.text import format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
 
 
 def format_summary(outcome: RunResult) -> str:
@@ -42,7 +42,7 @@ def format_summary(outcome: RunResult) -> str:
     # it fell before the job's first step (then it tested no training)
     lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults if f.detail or f.before_first_step]
     lines += fault_lines(outcome)
-    lines += written_by_several_lines(outcome)
+    lines += warning_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
@@ -113,6 +113,13 @@ def format_summary(outcome: RunResult) -> str:
 WRITTEN_BY_SEVERAL_SHOWN = 5
 
 
+def warning_lines(outcome: RunResult) -> list[str]:
+    """What the job did that fails nothing and still is a mistake, whatever its end: files several
+    ranks wrote whole, a DistributedSampler that shuffled every epoch alike."""
+    return written_by_several_lines(outcome) + [f"warning: {shuffled_alike(line, epoch, ranks)}"
+                                                for line, (epoch, ranks) in outcome.shuffled_alike.items()]
+
+
 def written_by_several_lines(outcome: RunResult) -> list[str]:
     """A warning for each shared file that several ranks wrote whole: they race in it."""
     found = list(outcome.written_by_several.items())
@@ -158,7 +165,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
     for fired in outcome.fired_faults:
         lines.append(f"fault injected: {fired.describe()}")
     lines += fault_lines(outcome)
-    lines += written_by_several_lines(outcome)
+    lines += warning_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")

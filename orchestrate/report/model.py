@@ -9,7 +9,7 @@ from typing import Any, Optional
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.progress import read_all
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.text import grace_ran_out, written_by_several
+from orchestrate.text import grace_ran_out, shuffled_alike, written_by_several
 
 
 @dataclass
@@ -66,6 +66,7 @@ class ReportModel:
     recoveries: list[dict] = field(default_factory=list)
     graces_run_out: list[str] = field(default_factory=list)  # a line per node a SIGKILL ended when its grace ran out
     written_by_several: list[str] = field(default_factory=list)  # a warning per shared file several ranks wrote
+    shuffled_alike: list[str] = field(default_factory=list)  # a warning per line that reshuffled alike
     logs: list[str] = field(default_factory=list)
     bench: Optional[dict] = None
     bench_png: Optional[bytes] = None
@@ -249,6 +250,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                                 for node in outcome.get("nodes") or [] if node.get("grace_ran_out")]
         model.written_by_several = [written_by_several(str(path), [int(r) for r in ranks])
                                     for path, ranks in (outcome.get("written_by_several") or {}).items()]
+        model.shuffled_alike = [shuffled_alike(str(line), int(seen.get("epoch", 0)),
+                                               [int(r) for r in seen.get("ranks", [])])
+                                for line, seen in (outcome.get("shuffled_alike") or {}).items()]
         if outcome.get("interrupted") and outcome.get("stopped_by"):
             model.outcome = f"STOPPED by {outcome['stopped_by']} (exit code {model.exit_code})"
         elif outcome.get("interrupted"):

@@ -318,6 +318,9 @@ def render_html(model: ReportModel) -> str:
     if model.written_by_several:
         parts.append('<ul id="written-by-several">' + "".join(f"<li>Warning: {esc(line)}</li>"
                                                              for line in model.written_by_several) + "</ul>")
+    if model.shuffled_alike:
+        parts.append('<ul id="shuffled-alike">' + "".join(f"<li>Warning: {esc(line)}</li>"
+                                                          for line in model.shuffled_alike) + "</ul>")
     if model.logs:
         parts.append("<p>Full logs: " + ", ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in model.logs)
                      + "</p>")

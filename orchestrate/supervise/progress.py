@@ -26,6 +26,8 @@ class ProgressWatch:
         self.written: dict[str, set[int]] = {}
         # the files on a node's own disk the workers wrote, each with the ranks that wrote it
         self.written_locally: dict[str, set[int]] = {}
+        # the lines where ranks iterated a shuffling DistributedSampler again with the same epoch
+        self.same_shuffle: dict[str, tuple[int, set[int]]] = {}
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -40,6 +42,11 @@ class ProgressWatch:
     def written_on_nodes_disks(self) -> dict[str, tuple[int, ...]]:
         """The files on a node's own disk the workers wrote, each with its writers."""
         return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written_locally.items())}
+
+    def shuffled_alike(self) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """Each line where ranks iterated a shuffling DistributedSampler again with the same
+        epoch: that epoch, and those ranks."""
+        return {line: (epoch, tuple(sorted(ranks))) for line, (epoch, ranks) in sorted(self.same_shuffle.items())}
 
     def finished_before(self, until: float) -> dict[int, Optional[int]]:
         """The ranks whose script returned before ``until`` (epoch time), each with the highest
@@ -56,6 +63,10 @@ class ProgressWatch:
                 continue
             if record.wrote_locally:
                 self.written_locally.setdefault(record.wrote_locally, set()).add(record.rank)
+                continue
+            if record.same_shuffle:
+                _, ranks = self.same_shuffle.setdefault(record.same_shuffle, (record.shuffle_epoch or 0, set()))
+                ranks.add(record.rank)
                 continue
             if record.finished:  # not a step: a script without any still says it
                 self.finished[record.rank] = (record.attempt, record.after_step, record.time)

@@ -683,6 +683,7 @@ class Supervisor:
         result.store_lost = self.store_lost
         result.written_by_several = self.progress.written_by_several()
         result.written_locally = self.progress.written_on_nodes_disks()
+        result.shuffled_alike = self.progress.shuffled_alike()
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = self.stop_request.by

@@ -136,7 +136,15 @@ def test_a_file_several_ranks_wrote_is_a_warning_on_the_page():
     assert "<li>Warning: ranks 1, 3 each wrote m.json whole," in page
     plain = render_html(build_model({"run": plan(), "events": started(), "progress": [],
                                      "outcome": {"succeeded": True, "exit_code": 0}}))
-    assert 'id="written-by-several"' not in plain
+    assert 'id="written-by-several"' not in plain and 'id="shuffled-alike"' not in plain
+
+
+def test_a_sampler_shuffled_alike_every_epoch_is_a_warning_on_the_page():
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
+        "succeeded": True, "exit_code": 0, "shuffled_alike": {"train.py:14": {"epoch": 0, "ranks": [0, 1]}}}}))
+    assert ('<ul id="shuffled-alike"><li>Warning: ranks 0, 1 iterated a shuffling DistributedSampler at train.py:14'
+            ' again with its epoch still 0: every epoch reads the data in the same order; call sampler.set_epoch(epoch)'
+            ' at the start of each epoch, before iterating its DataLoader</li></ul>') in page
 
 
 def test_a_hang_for_a_data_loader_shows_its_worker_processes_on_the_page():
