@@ -9,7 +9,8 @@ Appending (``"a"``), creating exclusively (``"x"``) and updating in place (``"r+
 counted: ranks that append to one log, or take a file by creating it, mean to share it.
 
 A file a worker writes anywhere else (in any mode) is on its node's own disk: ``/tmp``, the home
-directory. The first :data:`LOCAL_FILES_NOTED` of them are reported too
+directory. The first :data:`LOCAL_FILES_NOTED` of them that torch's own code did not open (its
+compiler's caches, the modules it generates) are reported too
 (:func:`orchestrate.node.progress.report_written_locally`), so that a rank of another node that
 cannot find one (``FileNotFoundError``) is told why: the classic ``if rank == 0:`` that prepares
 a file in ``/tmp`` for every rank, which works on one machine and not on two. Standard library
@@ -21,8 +22,11 @@ import builtins
 import functools
 import io
 import os
+import sys
 import threading
 from typing import Any, Callable, Optional, Tuple
+
+from orchestrate.node.snapshot import HOOK_DIR
 
 # The directories every node mounts (orchestrate.plan.layout's WORKSPACE_DIR and SHARED_DIR, which
 # this package, run in the nodes by itself, cannot import; a unit test holds them equal).
@@ -75,6 +79,18 @@ def writes(mode: Any) -> bool:
     return any(letter in str(mode) for letter in "wax+")
 
 
+_TORCH_DIR = os.sep + "torch" + os.sep
+
+
+def opened_by_torch(frame: Any) -> bool:
+    """Whether the code that opened a file (``frame``, and outward past this package's wrappers)
+    is torch's own: its caches and generated modules in ``/tmp``, each rank's own, are no file of
+    the script's."""
+    while frame is not None and frame.f_code.co_filename.startswith(HOOK_DIR):
+        frame = frame.f_back
+    return frame is not None and _TORCH_DIR in frame.f_code.co_filename
+
+
 _reporting = threading.local()  # a report under way in this thread: the files it opens are not reported
 
 
@@ -94,7 +110,7 @@ def note_write(file: Any, whole: bool, report: Callable[[str], None], report_loc
         if shared is not None:
             if whole:
                 report(shared)
-        elif report_local is not None and node_local(path, shared_dirs):
+        elif report_local is not None and node_local(path, shared_dirs) and not opened_by_torch(sys._getframe(2)):
             report_local(path)
     finally:
         _reporting.active = False

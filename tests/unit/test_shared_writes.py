@@ -89,6 +89,25 @@ def test_a_file_written_on_the_nodes_own_disk_is_reported_in_full_in_any_mode_th
 
 
 
+def test_a_file_torchs_own_code_writes_on_the_nodes_disk_is_not_the_scripts(tmp_path, dirs):
+    """torch writes its compiler's caches and a generated module in /tmp, each rank its own: no
+    clue to a file another node cannot find. A library's write (numpy's) is the script's."""
+    here: list[str] = []
+    opener = watching_open(open, lambda path: None, dirs, here.append)
+
+    def writer(filename: str):
+        namespace: dict = {}
+        exec(compile("def write(opener, path):\n    with opener(path, 'w'):\n        pass\n", filename, "exec"),
+             namespace)
+        return namespace["write"]
+
+    writer("/opt/venv/lib/python3.11/site-packages/torch/distributed/nn/jit/instantiator.py")(
+        opener, tmp_path / "_remote_module.py")
+    assert here == []
+    writer("/opt/venv/lib/python3.11/site-packages/numpy/lib/_npyio_impl.py")(opener, tmp_path / "vocab.npy")
+    assert here == [str(tmp_path / "vocab.npy")]
+
+
 def test_a_file_in_the_runs_directory_is_reported_as_no_nodes_own(tmp_path, dirs, monkeypatch):
     run = tmp_path / "ddp-run"  # as every node mounts the run's directory
     run.mkdir()

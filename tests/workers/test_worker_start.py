@@ -2,6 +2,7 @@
 opt-in shim) and trains; each local rank gets its own NCCL host id."""
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -124,3 +125,27 @@ def test_a_worker_that_spawns_processes_of_its_own_is_told_once_that_torchrun_sp
                      " from the environment, and leave MASTER_ADDR and MASTER_PORT as torchrun sets them"
                      " (docs/your-project.md#a-script-that-spawns-its-ranks)"], said
     assert "skipped" not in said  # the hook's own failure to install it would say so
+
+
+def test_a_sampler_iterated_again_with_its_epoch_unset_is_reported_on_the_progress_channel(tmp_path):
+    script = tmp_path / "epochs.py"
+    script.write_text(
+        "import torch\nimport torch.distributed as dist\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "from torch.utils.data.distributed import DistributedSampler\n\n"
+        "dist.init_process_group('gloo')\n"
+        "data = TensorDataset(torch.arange(16.0))\n"
+        "sampler = DistributedSampler(data, shuffle=True)\n"
+        "for epoch in range(3):\n"
+        "    for batch in DataLoader(data, batch_size=4, sampler=sampler):\n"
+        "        pass\n"
+        "dist.destroy_process_group()\n")
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    done = subprocess.run(hooked_torchrun(2, "--", str(script)), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT)), timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        records = [json.loads(line) for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()]
+        said = [(r["same_shuffle"], r["shuffle_epoch"]) for r in records if "same_shuffle" in r]
+        assert said == [("epochs.py:10", 0)], records  # once, at the loop's line, as the work directory names it
