@@ -240,6 +240,11 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
             " of your own must be importable from --workdir, which every node mounts as /workspace")
 
 
+def nodes_of_ranks(results: list[NodeResult]) -> dict[int, str]:
+    """Each planned rank's node (an elastic run's ranks are numbered at rendezvous: none)."""
+    return {rank: result.node.name for result in results for rank in result.node.global_ranks}
+
+
 # Python's words for a file that is not there, with its path (open, torch.load, os.listdir).
 _NO_SUCH_FILE = re.compile(r"No such file or directory: '(?P<path>/[^']+)'")
 
@@ -256,7 +261,7 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
     missing = match.group("path").rstrip("/")
     found = {path: ranks for path, ranks in written_locally.items()
              if path == missing or path.startswith(missing + "/")}
-    node_of = {rank: result.node.name for result in results for rank in result.node.global_ranks}
+    node_of = nodes_of_ranks(results)
     writers = sorted({rank for ranks in found.values() for rank in ranks})
     if not writers or any(node_of.get(rank) == failure.node for rank in writers):
         return ""
@@ -282,7 +287,7 @@ def local_files_while_hung(hang: Optional[HangDiagnosis], results: list[NodeResu
     none of that node's ranks did, which that node cannot see ("" where there are none)."""
     if hang is None or not hang.hung:
         return ""
-    node_of = {rank: result.node.name for result in results for rank in result.node.global_ranks}
+    node_of = nodes_of_ranks(results)
     idle = sorted(a.rank for a in hang.activities if a.state == "idle" and a.rank in node_of)
     for node in dict.fromkeys(node_of[rank] for rank in idle):
         others = {path: ranks for path, ranks in written_locally.items()

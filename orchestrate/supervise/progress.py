@@ -40,8 +40,9 @@ class ProgressWatch:
         return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written.items()) if len(ranks) > 1}
 
     def written_on_nodes_disks(self) -> dict[str, tuple[int, ...]]:
-        """The files on a node's own disk the workers wrote, each with its writers."""
-        return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written_locally.items())}
+        """The files on a node's own disk the workers wrote, each with its writers, in the order
+        they were first read (the latest last: a hung rank's hint names the latest)."""
+        return {path: tuple(sorted(ranks)) for path, ranks in self.written_locally.items()}
 
     def shuffled_alike(self) -> dict[str, tuple[int, tuple[int, ...]]]:
         """Each line where ranks iterated a shuffling DistributedSampler again with the same

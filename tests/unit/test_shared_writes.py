@@ -201,6 +201,17 @@ def test_each_file_on_a_nodes_own_disk_is_reported_once_per_worker_up_to_a_limit
     assert watch.max_step is None and not watch.seen  # no step
 
 
+def test_the_files_on_a_nodes_own_disk_keep_the_order_they_were_written_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(progress, "_channel", None)
+    for path in ("/tmp/z-first", "/tmp/a-second", "/tmp/m-third"):
+        progress.report_written_locally(path, most=10)
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert list(watch.written_on_nodes_disks()) == ["/tmp/z-first", "/tmp/a-second", "/tmp/m-third"]  # the latest last
+
+
 def test_the_summary_warns_of_each_file_several_ranks_wrote_and_the_record_keeps_them(tmp_path):
     from orchestrate.outcome.model import RunResult, Timings
     from orchestrate.outcome.record import outcome_record
