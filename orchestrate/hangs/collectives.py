@@ -44,6 +44,13 @@ class Divergence:
 ROOT_HINT = ("the ranks name different roots: src and dst are global ranks (a node's first rank is not rank 0:"
              " LOCAL_RANK is no root), and every rank of the group must name the same one; with group=, name it"
              " by group_src or group_dst, the rank within the group")
+UNEVEN_HINT = ("every rank must take as many training steps with a DDP model as the others, and make the same"
+               " collectives between them: each step's backward pass all-reduces the gradients with theirs (and"
+               " its forward pass broadcasts the model's buffers, where it has any), so a rank that runs out of"
+               " batches first (its share of the data is smaller), skips a step or makes a collective of its own"
+               " leaves the others waiting; give every rank as many batches (DistributedSampler splits a dataset"
+               " evenly, padding it; drop_last=True drops the rest), or train under `with model.join():`, where"
+               " a rank that has run out of data shadows the others' collectives until every rank has")
 # The root a collective's record names, at the end of what it moves: ``float32[4] from rank 0``.
 ROOT_TEXT = re.compile(r"(?:from|to) rank \S+$")
 
@@ -134,10 +141,46 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 shown = [first, *odd][:4]
                 where = "" if group == "default" else f" (group {group})"
                 text = f"collective #{seq}{where}: " + "; ".join(entered(r, calls[r]) for r in shown)
-                hint = ROOT_HINT if roots_alone_differ(calls) else ""
+                hint = ROOT_HINT if roots_alone_differ(calls) else uneven_steps(calls, snapshots)
                 found.append((seq, Divergence("mismatch", text, seq, group, hint)))
                 break
     return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot]) -> str:
+    """Where some ranks are in a DDP model's training step and the others made another call in its
+    place (they left the training loop, or skipped a step), or a pass of another step: that the
+    ranks took different numbers of steps, with how many each made from the line the ones in a
+    step are at, where the records say ("" where no rank is in a training step)."""
+    counts = {rank: dict(s.lines) for rank, s in snapshots.items()}
+    passes = {}
+    for rank, call in calls.items():
+        others_made_it = any(call.at in counts.get(other, {}) for other in calls if other != rank)
+        kind = call.training_pass(others_made_it)
+        if kind:
+            passes[rank] = (call.at, kind)
+    if not passes:
+        return ""
+    elsewhere = [rank for rank in calls if rank not in passes]
+    return f"{step_counts(passes, elsewhere, counts)}{UNEVEN_HINT}"
+
+
+def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: dict[int, dict[str, int]]) -> str:
+    """``rank 1 is in backward pass 31 at train.py:12, where rank 0 made 30: ``: how many
+    collectives each rank made from the line where the ranks in a training step (``passes``: each
+    one's line and pass) are, by its call lines' counts (``counts``); without the others' part
+    where their counts are not known (they did not answer) or differ; "" where the ranks in a step
+    are at different lines, or their own counts differ or are not known."""
+    if len(set(passes.values())) != 1:
+        return ""
+    line, kind = next(iter(passes.values()))
+    now = {counts.get(rank, {}).get(line) for rank in passes}
+    made = {counts[rank].get(line, 0) for rank in others if rank in counts}
+    if len(now) != 1 or None in now:
+        return ""
+    verb = "is" if len(passes) == 1 else "are"
+    where = f", where {ranks_text(sorted(others))} made {made.pop()}" if len(made) == 1 else ""
+    return f"{ranks_text(sorted(passes))} {verb} in {kind} {now.pop()} at {line}{where}: "
 
 
 def roots_alone_differ(calls: dict[int, Collective]) -> bool:

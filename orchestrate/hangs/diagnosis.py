@@ -7,10 +7,11 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.hangs.collectives import Divergence, channel_ends, first_divergence
+from orchestrate.hangs.collectives import UNEVEN_HINT, Divergence, channel_ends, first_divergence, step_counts
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.init_calls import init_hints
-from orchestrate.hangs.snapshots import FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots, waits_for_data_loader
+from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
+                                         training_pass, waits_for_data_loader)
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, summary
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
@@ -299,6 +300,13 @@ class HangDiagnosis:
         return tuple(a.rank for a in self.activities if a.state == "exited")
 
     @property
+    def waiting_in(self) -> dict[int, dict[str, Any]]:
+        """Each rank's last collective, where the rank waits in it (on a GPU: the GPU is in it) or
+        waited until it failed (a timeout)."""
+        return {rank: entries[-1] for rank, entries in self.collectives.items()
+                if entries and entries[-1].get("state") in ("entered", "running", "failed")}
+
+    @property
     def made_alone(self) -> str:
         """The hint for a hung job whose ranks part at a call that is a collective without looking
         like one (a DDP model's forward pass, broadcasting its buffers; an FSDP model's, gathering
@@ -320,9 +328,8 @@ class HangDiagnosis:
         other rank's record, nor its own before, has one from (see :attr:`made_alone`): its last
         entries, and past them the lines each rank counted (a deep FSDP model's step is more
         entries than are kept)."""
-        waiting = {rank: entries[-1] for rank, entries in self.collectives.items()
-                   if entries and entries[-1].get("state") in ("entered", "running", "failed")
-                   and str(entries[-1].get("shapes", "")).startswith(marker)}
+        waiting = {rank: entry for rank, entry in self.waiting_in.items()
+                   if str(entry.get("shapes", "")).startswith(marker)}
         if not waiting or (len(waiting) == len(self.collectives) and not self.exited):
             return False
 
@@ -336,6 +343,19 @@ class HangDiagnosis:
                                for rank, entries in self.collectives.items() if rank not in waiting))
         return any(entry.get("at") not in others | forward_lines(self.collectives[rank][:-1])
                    and not made_before(rank, str(entry.get("at"))) for rank, entry in waiting.items())
+
+    @property
+    def left_mid_training(self) -> str:
+        """For ranks that exited while every rank that waits is in a DDP model's training step:
+        that the ranks took different numbers of steps, with how many, where the records say
+        ("" otherwise)."""
+        waiting = {rank: entry for rank, entry in self.waiting_in.items() if rank not in self.exited}
+        # the ranks that exited did not answer: no line of theirs is known, so a backward pass alone
+        passes = {rank: (str(e.get("at")), training_pass(str(e.get("shapes", "")), others_made_it=False))
+                  for rank, e in waiting.items()}
+        if not passes or not all(kind for _, kind in passes.values()):
+            return ""
+        return f"{step_counts(passes, list(self.exited), self.call_lines)}{UNEVEN_HINT}"
 
     def group_loading_where(self, ranks: tuple[int, ...]) -> str:
         """Where the first of these ranks' DataLoader workers with a batch to load is."""
@@ -365,8 +385,9 @@ class HangDiagnosis:
         if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
-            if self.divergence.hint:  # what torch's check does not compare either
-                out.append(f"  {self.divergence.hint}")
+            if self.divergence.hint:  # what torch's check does not compare either, or why they part
+                if not made_alone:  # a call made alone explains the others' place in their own step
+                    out.append(f"  {self.divergence.hint}")
             elif f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
                 out.append(f"  {NEW_GROUP_HINT}")
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
@@ -378,7 +399,7 @@ class HangDiagnosis:
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
         elif self.hung and self.exited and self.someone_waits:
-            out.append(f"  {EXITED_HINT}")
+            out.append(f"  {self.left_mid_training or EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
             out.append(f"  {SPAWN_HINT}")
         elif self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):

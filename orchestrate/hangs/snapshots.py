@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from orchestrate.node.collective_log import ON_GPU
-from orchestrate.node.ddp_collectives import DESCRIBED as DDP_GRADIENTS
+from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS, DESCRIBED as DDP_GRADIENTS
 from orchestrate.node.snapshot import FAILED_REASON, LOADER_PREFIX, REQUEST_FILE
 from orchestrate.plan.layout import DEBUG_SUBDIR
 # How long a request waits for the workers' answers (they look every 0.25 s).
@@ -88,6 +88,22 @@ class Collective:
         """DDP's gradient all-reduce, recorded as its whole backward pass: the rank may be
         computing its gradients in it, not only waiting for its peers."""
         return self.shapes.startswith(DDP_GRADIENTS)
+
+    def training_pass(self, others_made_it: bool) -> str:
+        """Which pass of a DDP model's training step this is (see :func:`training_pass`)."""
+        return training_pass(self.shapes, others_made_it)
+
+
+def training_pass(shapes: str, others_made_it: bool) -> str:
+    """Which pass of a DDP model's training step a collective moving ``shapes`` is: "backward
+    pass" (all-reducing the gradients), "forward pass" (broadcasting the buffers) where the other
+    ranks made collectives from its line too (``others_made_it``: a training step's forward pass
+    is made on every rank, an evaluation on rank 0 alone is not); "" for any other collective."""
+    if shapes.startswith(DDP_GRADIENTS):
+        return "backward pass"
+    if shapes.startswith(DDP_BUFFERS) and others_made_it:
+        return "forward pass"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -308,15 +324,19 @@ def call_lines(value: Any) -> tuple[tuple[str, int], ...]:
         return ()
 
 
-def failed_collective(directory: Path, rank: int, since: float = 0.0) -> str:
+def failed_collective(directory: Path, rank: int, since: float = 0.0) -> tuple[str, str]:
     """The collective a rank's record says failed as the rank went (``gather_object(in
-    dcp.save)``), where the rank wrote one from ``since`` on (Unix seconds: an earlier attempt's
-    record says nothing of this one); "" otherwise."""
+    dcp.save)``), and which pass of a DDP model's training step it was (see
+    :meth:`Collective.training_pass`: its backward pass alone, as the other ranks' lines are not
+    known here), where the rank wrote one from ``since`` on (Unix seconds:
+    an earlier attempt's record says nothing of this one); ("", "") otherwise."""
     read = read_snapshot(directory / f"rank{rank}.json")
     if read is None or read[1].reason != FAILED_REASON or read[1].time < since:
-        return ""
+        return "", ""
     last = read[1].collectives[-1] if read[1].collectives else None
-    return last.call if last is not None and last.state == "failed" else ""
+    if last is None or last.state != "failed":
+        return "", ""
+    return last.call, last.training_pass(others_made_it=False)  # the others' records are not at hand
 
 
 def ask_snapshots(directory: Path) -> str:

@@ -6,6 +6,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from orchestrate.hangs.collectives import UNEVEN_HINT
 from orchestrate.hangs.diagnosis import COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
@@ -31,6 +32,7 @@ class Failure:
     description: str = ""
     crashed: str = ""  # a native crash: where the worker was, and where every thread's stack lies
     collective: str = ""  # the collective the rank's record says failed as it went
+    training_pass: str = ""  # which pass of a DDP model's training step that was ("backward pass"), if one
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -125,6 +127,7 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
         traceback=cause.traceback if cause else "",
         crashed=cause.crashed if cause else "",
         collective=cause.collective if cause else "",
+        training_pass=cause.training_pass if cause else "",
     )
     left = left_early(first, results)
     return replace(failure, description=f"{failure.describe()}, as {left}") if left else failure
@@ -222,6 +225,15 @@ def made_alone_hint(failure: Optional[Failure]) -> str:
         if f"({marker}" in failure.collective or any(all(word in text for word in frame) for frame in frames):
             return f"  hint: {hint}"
     return ""
+
+
+def uneven_hint(failure: Optional[Failure]) -> str:
+    """For a rank that lost its peers in a DDP model's training step (its backward pass, or a
+    forward pass made from its line before) because they had finished their scripts (its
+    description says so): that every rank must take as many steps ("" for any other failure)."""
+    if failure is None or not failure.description or not failure.training_pass:
+        return ""
+    return f"  hint: {UNEVEN_HINT}"
 
 
 # Python's words for an import that found nothing, with the module's dotted name.

@@ -64,6 +64,7 @@ class RootCause:
     timestamp: Optional[float] = None
     crashed: str = ""  # a native crash: where the worker was (see orchestrate.outcome.crash_dump)
     collective: str = ""  # the collective its record says failed as it went (gather_object(in dcp.save))
+    training_pass: str = ""  # which pass of a DDP model's training step that was ("backward pass"), if one
 
     def add_error_file(self, text: str) -> None:
         """Take message, traceback and time from the worker's structured error file (JSON)."""

@@ -6,8 +6,9 @@ from typing import Optional
 
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_ordinal_hint, died_at_exit,
                                        made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
-                                       local_files_while_hung, node_local_file_hint)
+                                       local_files_while_hung, node_local_file_hint, uneven_hint)
 from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
 
@@ -90,7 +91,8 @@ def format_summary(outcome: RunResult) -> str:
             lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]
         advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or no_gpu_hint(failure, outcome.results)
                   or device_ordinal_hint(failure, outcome.results)
-                  or mismatch_hint(failure) or missing_module_hint(failure) or made_alone_hint(failure)
+                  or mismatch_hint(failure) or missing_module_hint(failure) or uneven_hint(failure)
+                  or made_alone_hint(failure)
                   or node_local_file_hint(failure, outcome.results, outcome.written_locally)
                   or compiler_hint(failure))
         if advice:
@@ -137,10 +139,26 @@ def fault_lines(outcome: RunResult) -> list[str]:
     return [f"fault not fired: {f.describe()}" for f in outcome.unfired_faults]
 
 
+# Why a node whose ranks had all finished their scripts outlives its grace: torchrun's agent, its
+# workers done, waits for the other nodes' agents in a barrier on the rendezvous store (up to 300 s,
+# torch's exit_barrier_timeout), inside a call that runs no Python signal handler until it returns.
+EXIT_BARRIER_NOTE = ("; its ranks had finished their scripts, and its torchrun waited for the other nodes at its exit"
+                     " barrier (up to 5 minutes), where it takes no SIGTERM: nothing of the job's was cut short")
+
+
 def grace_lines(outcome: RunResult) -> list[str]:
     """A line for each node that a SIGKILL ended because its stop's grace ran out, with what
-    still ran in it a moment before."""
-    return [f"  {grace_ran_out(r.node.name, r.still_running)}" for r in outcome.results if r.grace_ran_out]
+    still ran in it a moment before, and why where its ranks had all finished their scripts."""
+    return [f"  {grace_ran_out(r.node.name, r.still_running)}{EXIT_BARRIER_NOTE * at_exit_barrier(r)}"
+            for r in outcome.results if r.grace_ran_out]
+
+
+def at_exit_barrier(result: NodeResult) -> bool:
+    """Whether a node's every rank had finished its script, and only its torchrun still ran (an
+    elastic node's planned ranks are not known: never)."""
+    ranks = result.node.global_ranks
+    return (bool(ranks) and all(rank in result.finished_ranks for rank in ranks)
+            and bool(result.still_running) and all(p.startswith("torchrun ") for p in result.still_running))
 
 
 # Slurm node states that explain a failed job.

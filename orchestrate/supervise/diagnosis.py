@@ -71,7 +71,7 @@ class Diagnosis:
             # torchrun said when that was (its own restarts of the workers leave earlier ones)
             since = max(tracker.latest_start or tracker.first_started or 0.0,
                         cause.timestamp - RECORD_BEFORE_FAILURE_S if cause.timestamp is not None else 0.0)
-            cause.collective = failed_collective(debug_dir(self.run_dir), cause.rank, since)
+            cause.collective, cause.training_pass = failed_collective(debug_dir(self.run_dir), cause.rank, since)
 
     def unresponsive(self, tracker: NodeTracker) -> str:
         """Why the node cannot answer its peers (paused, gone, cut off, a worker of it stopped),

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrate.hangs.collectives import UNEVEN_HINT
+
 from tests.integration.conftest import containers_under, leftovers
 
 pytestmark = pytest.mark.integration
@@ -69,6 +71,8 @@ def test_a_rank_that_finishes_while_the_others_train_is_named_for_their_lost_pee
     assert failed.startswith("FAILED: node0 rank 0 failed (exit code 1)"), failed
     assert failed.endswith(", as rank 1 (node1, after step 5) had finished its script while rank 0 still ran, and"
                            " rank 0's collectives lost it as a peer (do all ranks run the same number of steps?)"), failed
+    # its record says it was in a training step's backward pass: the ranks took different numbers of steps
+    assert f"\n  hint: {UNEVEN_HINT}\n" in result.output
     assert leftovers(docker_client, result.project) == []
 
 

@@ -233,8 +233,73 @@ def test_a_checkpoint_save_one_rank_makes_alone_gets_the_hint_that_dcp_save_is_a
         "request": "failed", "reason": "collective failed", "rank": 0, "time": 500.0, "stacks": [],
         "collectives": [{"seq": 6, "op": "gather_object", "group": "default", "shapes": "in dcp.save",
                          "at": "train.py:25", "state": "failed"}]}))
-    assert failed_collective(tmp_path, 0) == "gather_object(in dcp.save)"
-    assert failed_collective(tmp_path, 0, since=600.0) == "" and failed_collective(tmp_path, 1) == ""
+    assert failed_collective(tmp_path, 0) == ("gather_object(in dcp.save)", "")
+    assert failed_collective(tmp_path, 0, since=600.0) == ("", "") and failed_collective(tmp_path, 1) == ("", "")
+
+
+def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_different_numbers_of_steps(tmp_path):
+    """Rank 0's share of the data ran out after 30 batches and it went on to the barrier after its
+    loop, while rank 1 is in its 31st step: in its backward pass (all-reducing the gradients), or,
+    for a model with buffers, in the forward pass before it. The hint says how many each made
+    from that line, where the records count them, and what to do."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+    from orchestrate.hangs.diagnosis import EXITED_HINT
+    from orchestrate.hangs.snapshots import failed_collective
+
+    history = (coll(61, "gradients of DDP(Net)", at="train.py:20"),)
+    barrier = coll(62, "", "entered", op="barrier", at="train.py:40")
+    backward = coll(62, "gradients of DDP(Net)", "entered", at="train.py:20")
+    left = snap(0, history + (barrier,), stack(40), lines=(("train.py:20", 30), ("train.py:40", 1)))
+    in_step = snap(1, history + (backward,), stack(20), lines=(("train.py:20", 31),))
+    lines = diagnose(probe(5, r0=left, r1=in_step), None, {0, 1}, {}, 30).lines()
+    assert lines[0] == ("no progress for 30 s: collective #62: rank 0 entered barrier() at train.py:40; rank 1 entered"
+                        " all_reduce(gradients of DDP(Net)) at train.py:20")
+    assert lines[-1] == f"  rank 1 is in backward pass 31 at train.py:20, where rank 0 made 30: {UNEVEN_HINT}"
+    assert f"  {DEBUG_HINT}" not in lines
+    # a model with buffers: rank 1 waits in its step's forward pass, made from its line 31 times
+    forward = coll(62, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:18")
+    in_forward = snap(1, history + (forward,), stack(18), lines=(("train.py:18", 31), ("train.py:20", 30)))
+    left_too = snap(0, history + (barrier,), stack(40), lines=(("train.py:18", 30), ("train.py:20", 30)))
+    lines = diagnose(probe(5, r0=left_too, r1=in_forward), None, {0, 1}, {}, 30).lines()
+    assert lines[-1] == f"  rank 1 is in forward pass 31 at train.py:18, where rank 0 made 30: {UNEVEN_HINT}"
+    assert not any(DDP_FORWARD_HINT in line for line in lines)
+    # a forward pass from a line rank 0 never made one from is an evaluation made alone: that
+    # hint where it is the first, and neither where it was made before (an evaluation each epoch)
+    once = snap(1, history + (forward,), stack(18), lines=(("train.py:18", 1),))
+    lines = diagnose(probe(5, r0=left, r1=once), None, {0, 1}, {}, 30).lines()
+    assert lines[-1] == f"  {DDP_FORWARD_HINT}" and not any(UNEVEN_HINT in line for line in lines)
+    each_epoch = snap(1, history + (forward,), stack(18), lines=(("train.py:18", 3),))
+    lines = diagnose(probe(5, r0=left, r1=each_epoch), None, {0, 1}, {}, 30).lines()
+    assert not any(UNEVEN_HINT in line or DDP_FORWARD_HINT in line for line in lines), lines
+    # rank 1 skipped a step's backward pass (a batch it dropped): it is in its next forward pass,
+    # rank 0 in the backward pass: both in a step, in different passes, so no count is said
+    ahead = snap(1, history + (forward,), stack(18), lines=(("train.py:18", 31), ("train.py:20", 29)))
+    behind = snap(0, history + (backward,), stack(20), lines=(("train.py:18", 30), ("train.py:20", 30)))
+    assert diagnose(probe(5, r0=behind, r1=ahead), None, {0, 1}, {}, 30).lines()[-1] == f"  {UNEVEN_HINT}"
+    # records that keep no counts: the hint without them
+    bare = probe(5, r0=snap(0, history + (barrier,), stack(40)), r1=snap(1, history + (backward,), stack(20)))
+    assert diagnose(bare, None, {0, 1}, {}, 30).lines()[-1] == f"  {UNEVEN_HINT}"
+    # every rank in the same backward pass (a slow peer, a lost one): no such hint
+    together = probe(5, r0=snap(0, history + (backward,), stack(20), lines=(("train.py:20", 31),)), r1=in_step)
+    assert not any(UNEVEN_HINT in line for line in diagnose(together, None, {0, 1}, {}, 30).lines())
+    # rank 0's script returned instead: this hint in place of the one for any rank that exits
+    exited = {0: "has exited: its script returned on node0, whose torchrun runs on"}
+    alone = diagnose(probe(5, r1=in_step), None, {0, 1}, exited, 30)
+    assert alone.exited == (0,) and alone.lines()[-1] == f"  rank 1 is in backward pass 31 at train.py:20: {UNEVEN_HINT}"
+    uncounted = diagnose(probe(5, r1=snap(1, history + (backward,), stack(20))), None, {0, 1}, exited, 30)
+    assert uncounted.lines()[-1] == f"  {UNEVEN_HINT}"
+    elsewhere = snap(1, history + (coll(62, "float32[4]", "entered", at="train.py:33"),), stack(33))
+    assert diagnose(probe(5, r1=elsewhere), None, {0, 1}, exited, 30).lines()[-1] == f"  {EXITED_HINT}"
+    # the record a rank writes as its collective fails says whether it was a step's backward pass
+    for shapes, op, count, kind in (("gradients of DDP(Net)", "all_reduce", 31, "backward pass"),
+                                    ("buffers of DDP(Net)", "broadcast", 31, ""),  # the others' lines unknown
+                                    ("buffers of DDP(Net)", "broadcast", 1, ""), ("float32[4]", "all_reduce", 31, "")):
+        (tmp_path / "rank1.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": 1, "time": 500.0, "stacks": [],
+            "lines": {"train.py:20": count},
+            "collectives": [{"seq": 62, "op": op, "group": "default", "shapes": shapes, "at": "train.py:20",
+                             "state": "failed"}]}))
+        assert failed_collective(tmp_path, 1) == (f"{op}({shapes})", kind)
 
 
 def test_a_rank_that_exited_while_another_waits_for_it_is_named_in_the_headline_with_its_own_hint():

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from orchestrate.outcome.judge import (Failure, compiler_hint, device_ordinal_hint, died_at_exit, find_failure,
-                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name)
+                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name,
+                                       uneven_hint)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -308,6 +309,28 @@ def test_the_made_alone_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_bro
     elsewhere = ("  File \"train.py\", line 3, in main",)
     assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...")) == ""
     assert made_alone_hint(None) == ""
+
+
+def test_the_uneven_hint_is_given_to_a_rank_left_alone_in_a_ddp_training_step(nodes):
+    """Rank 1's share of the data was larger: rank 0 finished after 30 steps, and rank 1's next
+    step lost its peer, in the backward pass (or a forward pass, where it is known to be a step's:
+    its record says which). Not for a collective of no training step, nor a rank no one left."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+
+    node0, node1 = nodes(2, 1)
+    for collective, kind in (("all_reduce(gradients of DDP(Net))", "backward pass"),
+                             ("broadcast(buffers of DDP(Net))", "forward pass")):
+        cause = RootCause(1, 0, 1, LOST_PEER, collective=collective, training_pass=kind)
+        failure = find_failure([succeeded(node0, finished_ranks={0: 30}), ended(node1, cause=cause)])
+        assert (failure.collective, failure.training_pass) == (collective, kind)
+        assert failure.describe().endswith(f"rank 1's collectives lost it as a peer {UNEVEN}")
+        assert uneven_hint(failure) == f"  hint: {UNEVEN_HINT}"
+    evaluation = RootCause(1, 0, 1, LOST_PEER, collective="broadcast(buffers of DDP(Net))")
+    assert uneven_hint(find_failure([succeeded(node0, finished_ranks={0: 30}), ended(node1, cause=evaluation)])) == ""
+    nobody_left = RootCause(1, 0, 1, LOST_PEER, collective="all_reduce(gradients of DDP(Net))",
+                            training_pass="backward pass")
+    assert uneven_hint(find_failure([ended(node0, NodePhase.STOPPED, 143), ended(node1, cause=nobody_left)])) == ""
+    assert uneven_hint(None) == ""
 
 
 def test_the_fsdp_forward_hint_is_given_to_a_rank_left_alone_gathering_an_fsdp_models_parameters(nodes):

@@ -503,3 +503,47 @@ def test_an_error_a_wrapper_of_a_builtin_passed_on_is_the_scripts_without_the_wr
     cause.add_error_file(json.dumps({"message": {"message": error, "extraInfo": {"py_callstack": script + wrappers
                                                                                                    + error}}}))
     assert cause.traceback == script + error
+
+
+def test_a_rank_left_alone_in_its_training_steps_backward_pass_gets_the_uneven_hint_not_the_evaluations(make_job):
+    """A rank that lost its finished peer in a training step's backward pass took more steps than
+    it; one that lost it in a DDP forward pass its record cannot place gets the evaluation's hint."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+    from orchestrate.hangs.diagnosis import DDP_FORWARD_HINT
+
+    plan = make_job(nodes=2)
+    forward = ["  File \"/opt/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py\", line 2190,"
+               " in _sync_buffers"]
+    for collective, kind, hint in (("all_reduce(gradients of DDP(Net))", "backward pass", UNEVEN_HINT),
+                                   ("broadcast(buffers of DDP(Net))", "", DDP_FORWARD_HINT)):
+        cause = RootCause(1, 0, 1, "RuntimeError: Connection closed by peer", collective=collective,
+                          training_pass=kind)
+        results = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.FAILED, 1, 2, cause))
+        results[0].finished_ranks = {0: 30}
+        results[1].last_lines = forward
+        hints = [line for line in format_summary(outcome(results)).splitlines() if line.startswith("  hint:")]
+        assert hints == [f"  hint: {hint}"]
+
+
+def test_a_node_whose_ranks_had_finished_and_whose_torchrun_outlived_its_grace_is_said_to_wait_at_its_exit_barrier(
+        make_job):
+    """node1's rank finished its script, then node0's failed: node1's torchrun waits for node0's
+    at its exit barrier, where SIGTERM does not reach it, and SIGKILL ends it. That is said, and
+    not where a worker still ran or a rank had not finished."""
+    from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
+
+    plan = make_job(nodes=2)
+    killed = ("  node1 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran:"
+              " torchrun ... train.py (sleeping)")
+    cause = RootCause(0, 0, 1, "RuntimeError: Connection closed by peer")
+
+    def summary(finished: dict, still: list[str]) -> list[str]:
+        results = results_for(plan, (NodePhase.FAILED, 1, 5.0, cause), (NodePhase.STOPPED, 137, 9.0, None))
+        results[1].grace_ran_out, results[1].still_running, results[1].finished_ranks = True, still, finished
+        return format_summary(outcome(results)).splitlines()
+
+    assert f"{killed}{EXIT_BARRIER_NOTE}" in summary({1: 30}, ["torchrun ... train.py (sleeping)"])
+    assert killed in summary({}, ["torchrun ... train.py (sleeping)"])
+    with_worker = summary({1: 30}, ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"])
+    assert not any(EXIT_BARRIER_NOTE in line for line in with_worker)
+    assert EXIT_BARRIER_NOTE.startswith("; its ranks had finished their scripts, and its torchrun waited")

@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from orchestrate.hangs.collectives import ROOT_HINT, first_divergence
+from orchestrate.hangs.collectives import ROOT_HINT, UNEVEN_HINT, first_divergence
 from orchestrate.hangs.diagnosis import (BUSY_CPU_SHARE, DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
                                         NEW_GROUP_HINT, SHORT_TIMEOUT_HINT, diagnose, timeout_diagnosis)
 from orchestrate.hangs.snapshots import Probe, request_snapshots
@@ -130,6 +130,9 @@ def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barr
                                f" all_reduce(gradients of DDP(Linear)) at {DDP_BARRIER}:{sync}")
     waiting = probe.snapshots[1].in_collective
     assert waiting is not None and waiting.is_backward_pass and not probe.snapshots[0].in_collective.is_backward_pass
+    # rank 1 took one step more than rank 0 before they parted: its fourth backward pass
+    assert divergence.hint == (f"rank 1 is in backward pass 4 at {DDP_BARRIER}:{sync}, where rank 0 made 3:"
+                               f" {UNEVEN_HINT}")
     built = line_of(DDP_BARRIER, "model = DistributedDataParallel(")
     assert [(c.seq, c.op, c.shapes, c.at, c.state) for c in probe.snapshots[1].collectives] == [
         (1, "all_gather", "parameter shapes of DDP", f"{DDP_BARRIER}:{built}", "done"),
