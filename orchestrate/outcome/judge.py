@@ -288,6 +288,33 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
             " LOCAL_RANK is 0) before its ranks read it")
 
 
+# Python's words for a file that is not there, with its path as the script named it (relative too).
+_NO_SUCH_PATH = re.compile(r"No such file or directory: '(?P<path>[^']+)'")
+
+
+def read_too_early_hint(failure: Optional[Failure], results: list[NodeResult],
+                        written_shared: dict[str, tuple[int, ...]]) -> str:
+    """For a rank that could not find a file (or a directory) in the directories every node shares
+    that other ranks wrote (``written_shared``: each file, relative to the work directory, with its
+    writers): it looked before they wrote it, and a barrier between the write and the reads is
+    what makes them wait for it ("" for any other failure, or where the failing rank wrote it)."""
+    match = _NO_SUCH_PATH.search(failure.exception) if failure is not None else None
+    if match is None or failure is None:
+        return ""
+    named = match.group("path").rstrip("/")
+    missing = named[len(WORKSPACE_DIR) + 1:] if named.startswith(WORKSPACE_DIR + "/") else named.removeprefix("./")
+    found = [path for path in written_shared if path == missing or path.startswith(missing + "/")]
+    writers = sorted({rank for path in found for rank in written_shared[path]})
+    if not writers or failure.rank in writers:
+        return ""
+    node_of = nodes_of_ranks(results)
+    who = ", ".join(f"{rank} ({node_of[rank]})" if rank in node_of else str(rank) for rank in writers)
+    what = named if missing in found else f"{len(found)} file{'' if len(found) == 1 else 's'} under {named}"
+    return (f"  hint: {'rank' if len(writers) == 1 else 'ranks'} {who} wrote {what}, on the storage every node"
+            f" shares, and rank {failure.rank} looked for it before it was there: a file that one rank writes for"
+            " the others to read needs a dist.barrier() after the write and before the reads, called by every rank")
+
+
 # How many files of other nodes' own disks a hung rank's hint names, at most.
 LOCAL_FILES_SHOWN = 3
 

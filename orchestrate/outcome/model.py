@@ -213,6 +213,9 @@ class RunResult:
         written_by_several: The files in the directories every node shares that more than one
             rank wrote whole (``torch.save`` to a path, ``open(path, "w")``), each with its
             writers: they race in one file.
+        written_shared: The files in the directories every node shares that the workers wrote
+            whole, each with its writers: a rank that did not find one another rank wrote looked
+            for it too early.
         written_locally: The files on a node's own disk (``/tmp``, the home directory) the workers
             wrote, the first 100 of each, each with its writers: a rank of another node that
             cannot find one is told why.
@@ -240,6 +243,7 @@ class RunResult:
     store_lost: str = ""
     divergence: str = ""
     written_by_several: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    written_shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
     shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 

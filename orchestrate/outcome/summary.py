@@ -6,7 +6,8 @@ from typing import Optional
 
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_ordinal_hint, died_at_exit,
                                        made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
-                                       local_files_while_hung, node_local_file_hint, uneven_hint)
+                                       local_files_while_hung, node_local_file_hint, read_too_early_hint,
+                                       uneven_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -94,6 +95,7 @@ def format_summary(outcome: RunResult) -> str:
                   or mismatch_hint(failure) or missing_module_hint(failure) or uneven_hint(failure)
                   or made_alone_hint(failure)
                   or node_local_file_hint(failure, outcome.results, outcome.written_locally)
+                  or read_too_early_hint(failure, outcome.results, outcome.written_shared)
                   or compiler_hint(failure))
         if advice:
             lines.append(advice)

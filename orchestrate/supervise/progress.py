@@ -39,6 +39,10 @@ class ProgressWatch:
         """The shared files that more than one rank wrote whole, each with its writers."""
         return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written.items()) if len(ranks) > 1}
 
+    def written_whole(self) -> dict[str, tuple[int, ...]]:
+        """The shared files the workers wrote whole, each with its writers."""
+        return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written.items())}
+
     def written_on_nodes_disks(self) -> dict[str, tuple[int, ...]]:
         """The files on a node's own disk the workers wrote, each with its writers, in the order
         they were first read (the latest last: a hung rank's hint names the latest)."""

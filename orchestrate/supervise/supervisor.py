@@ -682,6 +682,7 @@ class Supervisor:
                            started_time=self.started_time)
         result.store_lost = self.store_lost
         result.written_by_several = self.progress.written_by_several()
+        result.written_shared = self.progress.written_whole()
         result.written_locally = self.progress.written_on_nodes_disks()
         result.shuffled_alike = self.progress.shuffled_alike()
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands

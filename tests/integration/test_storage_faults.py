@@ -2,7 +2,8 @@
 (tests/jobs/tutorial_save.py, plain torch): ``chaos --kinds torn-write`` catches the save onto
 the file it resumes from, and an atomic save (a temporary file, then a rename) survives it; a
 full disk fails the save, and the summary names the rank and the file. A file that one node wrote
-on its own disk and another node's rank cannot find is explained (tests/jobs/node_local_cache.py)."""
+on its own disk and another node's rank cannot find is explained (tests/jobs/node_local_cache.py),
+and so is a shared file a rank read before another rank saved it (tests/jobs/load_before_save.py)."""
 from __future__ import annotations
 
 import io
@@ -105,4 +106,17 @@ def test_a_file_rank_0_wrote_in_tmp_that_another_node_cannot_find_is_explained(o
     last_lines = summary.split("last lines of node1/rank1:")[1]
     assert 'File "/workspace/node_local_cache.py", line 25, in <module>' in last_lines, last_lines
     assert "orchestrate/node" not in last_lines, last_lines
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_checkpoint_another_rank_loads_before_rank_0_saved_it_is_explained(orchestrate_run, docker_client, tmp_path):
+    workdir = job_workdir(tmp_path, "load_before_save.py")
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--", "load_before_save.py")
+    assert result.code == 1, result.output[-4000:]
+    summary = result.output.split("=== run")[-1]
+    assert ("FAILED: node1 rank 1 failed (exit code 1): FileNotFoundError: [Errno 2] No such file or directory:"
+            " 'checkpoints/last.pt'") in summary, summary
+    assert ("\n  hint: rank 0 (node0) wrote checkpoints/last.pt, on the storage every node shares, and rank 1 looked for"
+            " it before it was there: a file that one rank writes for the others to read needs a dist.barrier() after"
+            " the write and before the reads, called by every rank\n") in summary, summary
     assert leftovers(docker_client, result.project) == []

@@ -395,6 +395,38 @@ def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_to
     assert "hint:" not in format_summary(result)
 
 
+def test_a_rank_that_looked_for_a_shared_file_before_another_rank_wrote_it_is_told_of_the_missing_barrier(make_job):
+    """Rank 0 saves a checkpoint that every rank then loads, with no barrier between: rank 1 did
+    not find it. By the script's relative path, its absolute one under /workspace, one under
+    /shared, and a directory; not where rank 1 wrote it too, nor where no rank did."""
+    plan = make_job(nodes=2)
+
+    def hint_for(exception: str, written: dict) -> list[str]:
+        results = results_for(plan, (NodePhase.STOPPED, 137, 2.0, None),
+                              (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, exception)))
+        result = outcome(results, written_shared=written)
+        return [line for line in format_summary(result).splitlines() if line.startswith("  hint:")]
+
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: '{}'"
+    said = ("  hint: rank 0 (node0) wrote {}, on the storage every node shares, and rank 1 looked for it before it was"
+            " there: a file that one rank writes for the others to read needs a dist.barrier() after the write and"
+            " before the reads, called by every rank")
+    written = {"checkpoints/last.pt": (0,), "logs/rank1.txt": (1,)}
+    assert hint_for(missing.format("checkpoints/last.pt"), written) == [said.format("checkpoints/last.pt")]
+    assert hint_for(missing.format("./checkpoints/last.pt"), written) == [said.format("./checkpoints/last.pt")]
+    absolute = "/workspace/checkpoints/last.pt"
+    assert hint_for(missing.format(absolute), written) == [said.format(absolute)]
+    assert hint_for(missing.format("/shared/data/vocab.json"), {"/shared/data/vocab.json": (0,)}) == [
+        said.format("/shared/data/vocab.json")]
+    directory = hint_for(missing.format("checkpoints/"), {"checkpoints/a.pt": (0,), "checkpoints/b.pt": (0,),
+                                                          "checkpointsx": (0,)})
+    assert directory == [said.format("2 files under checkpoints")]
+    assert hint_for(missing.format("checkpoints/last.pt"), {"checkpoints/last.pt": (0, 1)}) == []
+    assert hint_for(missing.format("checkpoints/other.pt"), written) == []
+    assert hint_for(missing.format("logs/rank1.txt"), written) == []
+    assert hint_for("ValueError: checkpoints/last.pt", written) == []
+
+
 def test_a_hung_rank_that_waits_outside_any_collective_is_told_of_the_files_other_nodes_wrote_on_their_own_disks(
         make_job):
     from orchestrate.hangs.diagnosis import HangDiagnosis, RankActivity

@@ -179,6 +179,7 @@ def test_each_file_is_reported_once_per_worker_and_the_launcher_names_those_of_s
     watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
     watch.poll(0.0, None)
     assert watch.written_by_several() == {"model.pt": (0, 1, 2)}
+    assert watch.written_whole() == {"final.pt": (0,), "log-1.txt": (1,), "model.pt": (0, 1, 2)}
     assert watch.max_step is None and not watch.seen  # a write is not a step
     assert [r.wrote for r in ProgressReader(tmp_path).poll() if r.rank == 1] == ["model.pt", "log-1.txt"]
 
