@@ -169,17 +169,18 @@ def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: d
     """``rank 1 is in backward pass 31 at train.py:12, where rank 0 made 30: ``: how many
     collectives each rank made from the line where the ranks in a training step (``passes``: each
     one's line and pass) are, by its call lines' counts (``counts``); without the others' part
-    where their counts are not known (they did not answer) or differ; "" where the ranks in a step
-    are at different lines, or their own counts differ or are not known."""
+    where a count of theirs is not known (a rank that did not answer, a record without that line)
+    or they differ; "" where the ranks in a step are at different lines, or their own counts
+    differ or are not known."""
     if len(set(passes.values())) != 1:
         return ""
     line, kind = next(iter(passes.values()))
     now = {counts.get(rank, {}).get(line) for rank in passes}
-    made = {counts[rank].get(line, 0) for rank in others if rank in counts}
+    made = {counts.get(rank, {}).get(line) for rank in others}
     if len(now) != 1 or None in now:
         return ""
     verb = "is" if len(passes) == 1 else "are"
-    where = f", where {ranks_text(sorted(others))} made {made.pop()}" if len(made) == 1 else ""
+    where = f", where {ranks_text(sorted(others))} made {made.pop()}" if len(made) == 1 and None not in made else ""
     return f"{ranks_text(sorted(passes))} {verb} in {kind} {now.pop()} at {line}{where}: "
 
 

@@ -345,6 +345,11 @@ class HangDiagnosis:
                    and not made_before(rank, str(entry.get("at"))) for rank, entry in waiting.items())
 
     @property
+    def parted_mid_training(self) -> bool:
+        """Whether the divergence's hint is that the ranks took different numbers of steps."""
+        return self.divergence is not None and UNEVEN_HINT in self.divergence.hint
+
+    @property
     def left_mid_training(self) -> str:
         """For ranks that exited while every rank that waits is in a DDP model's training step:
         that the ranks took different numbers of steps, with how many, where the records say
@@ -386,7 +391,7 @@ class HangDiagnosis:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
             if self.divergence.hint:  # what torch's check does not compare either, or why they part
-                if not made_alone:  # a call made alone explains the others' place in their own step
+                if not (made_alone and self.parted_mid_training):  # a call made alone explains the others' step
                     out.append(f"  {self.divergence.hint}")
             elif f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
                 out.append(f"  {NEW_GROUP_HINT}")
@@ -399,7 +404,7 @@ class HangDiagnosis:
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
         elif self.hung and self.exited and self.someone_waits:
-            out.append(f"  {self.left_mid_training or EXITED_HINT}")
+            out.append(f"  {EXITED_HINT if self.parted_mid_training else self.left_mid_training or EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
             out.append(f"  {SPAWN_HINT}")
         elif self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):

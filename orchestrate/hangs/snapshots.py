@@ -328,15 +328,15 @@ def failed_collective(directory: Path, rank: int, since: float = 0.0) -> tuple[s
     """The collective a rank's record says failed as the rank went (``gather_object(in
     dcp.save)``), and which pass of a DDP model's training step it was (see
     :meth:`Collective.training_pass`: its backward pass alone, as the other ranks' lines are not
-    known here), where the rank wrote one from ``since`` on (Unix seconds:
-    an earlier attempt's record says nothing of this one); ("", "") otherwise."""
+    known here), where the rank wrote one from ``since`` on (Unix seconds: an earlier attempt's
+    record says nothing of this one); ("", "") otherwise."""
     read = read_snapshot(directory / f"rank{rank}.json")
     if read is None or read[1].reason != FAILED_REASON or read[1].time < since:
         return "", ""
     last = read[1].collectives[-1] if read[1].collectives else None
     if last is None or last.state != "failed":
         return "", ""
-    return last.call, last.training_pass(others_made_it=False)  # the others' records are not at hand
+    return last.call, last.training_pass(others_made_it=False)
 
 
 def ask_snapshots(directory: Path) -> str:

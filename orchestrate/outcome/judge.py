@@ -1,6 +1,7 @@
 """Judging a run (pure): which failure explains it, and a crash at exit told apart."""
 from __future__ import annotations
 
+import posixpath
 import re
 import signal
 from dataclasses import dataclass, replace
@@ -33,6 +34,7 @@ class Failure:
     crashed: str = ""  # a native crash: where the worker was, and where every thread's stack lies
     collective: str = ""  # the collective the rank's record says failed as it went
     training_pass: str = ""  # which pass of a DDP model's training step that was ("backward pass"), if one
+    peers_finished: bool = False  # it lost peers whose scripts had returned (the description says which)
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -130,7 +132,9 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
         training_pass=cause.training_pass if cause else "",
     )
     left = left_early(first, results)
-    return replace(failure, description=f"{failure.describe()}, as {left}") if left else failure
+    if not left:
+        return failure
+    return replace(failure, description=f"{failure.describe()}, as {left}", peers_finished=True)
 
 
 def left_early(first: NodeResult, results: list[NodeResult]) -> str:
@@ -228,10 +232,10 @@ def made_alone_hint(failure: Optional[Failure]) -> str:
 
 
 def uneven_hint(failure: Optional[Failure]) -> str:
-    """For a rank that lost its peers in a DDP model's training step (its backward pass, or a
-    forward pass made from its line before) because they had finished their scripts (its
-    description says so): that every rank must take as many steps ("" for any other failure)."""
-    if failure is None or not failure.description or not failure.training_pass:
+    """For a rank that lost its peers in a DDP model's training step (its backward pass, by its
+    record) because they had finished their scripts: that every rank must take as many steps (""
+    for any other failure, a lost rendezvous store's too)."""
+    if failure is None or not failure.peers_finished or not failure.training_pass:
         return ""
     return f"  hint: {UNEVEN_HINT}"
 
@@ -302,7 +306,10 @@ def read_too_early_hint(failure: Optional[Failure], results: list[NodeResult],
     if match is None or failure is None:
         return ""
     named = match.group("path").rstrip("/")
-    missing = named[len(WORKSPACE_DIR) + 1:] if named.startswith(WORKSPACE_DIR + "/") else named.removeprefix("./")
+    normal = posixpath.normpath(named) if named else ""
+    missing = normal[len(WORKSPACE_DIR) + 1:] if normal.startswith(WORKSPACE_DIR + "/") else normal
+    if missing in ("", ".", "/") or missing.startswith("../"):
+        return ""
     found = [path for path in written_shared if path == missing or path.startswith(missing + "/")]
     writers = sorted({rank for path in found for rank in written_shared[path]})
     if not writers or failure.rank in writers:

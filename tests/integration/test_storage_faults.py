@@ -116,7 +116,7 @@ def test_a_checkpoint_another_rank_loads_before_rank_0_saved_it_is_explained(orc
     summary = result.output.split("=== run")[-1]
     assert ("FAILED: node1 rank 1 failed (exit code 1): FileNotFoundError: [Errno 2] No such file or directory:"
             " 'checkpoints/last.pt'") in summary, summary
-    assert ("\n  hint: rank 0 (node0) wrote checkpoints/last.pt, on the storage every node shares, and rank 1 looked for"
-            " it before it was there: a file that one rank writes for the others to read needs a dist.barrier() after"
-            " the write and before the reads, called by every rank\n") in summary, summary
+    assert ("\n  hint: rank 0 (node0) wrote checkpoints/last.pt, on the storage every node shares, and rank 1 looked"
+            " for it before it was there: a file that one rank writes for the others to read needs a dist.barrier()"
+            " after the write and before the reads, called by every rank\n") in summary, summary
     assert leftovers(docker_client, result.project) == []

@@ -225,6 +225,7 @@ def test_a_checkpoint_save_one_rank_makes_alone_gets_the_hint_that_dcp_save_is_a
     assert lines[0] == ("no progress for 30 s: collective #6: rank 0 entered gather_object(in dcp.save) at train.py:25;"
                         " rank 1 entered all_reduce(gradients of DDP(Net)) at train.py:20")
     assert lines[-1] == f"  {DCP_HINT}" and f"  {DEBUG_HINT}" not in lines
+    assert not any("training steps" in line for line in lines)  # rank 1's step is no clue of its own here
     # every rank saving together, one slow to write: no such hint
     together = probe(5, r0=snap(0, history + (saving,), frames=stack(25)), r1=snap(1, history + (saving,), stack(25)))
     assert not any(DCP_HINT in line for line in diagnose(together, None, {0, 1}, {}, 30).lines())
@@ -276,6 +277,26 @@ def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_diff
     ahead = snap(1, history + (forward,), stack(18), lines=(("train.py:18", 31), ("train.py:20", 29)))
     behind = snap(0, history + (backward,), stack(20), lines=(("train.py:18", 30), ("train.py:20", 30)))
     assert diagnose(probe(5, r0=behind, r1=ahead), None, {0, 1}, {}, 30).lines()[-1] == f"  {UNEVEN_HINT}"
+    # two ranks in the step with different counts: no count is said for either
+    apart = snap(2, history + (backward,), stack(20), lines=(("train.py:20", 32),))
+    lines = diagnose(probe(5, r0=left, r1=in_step, r2=apart), None, {0, 1, 2}, {}, 30).lines()
+    assert lines[-1] == f"  {UNEVEN_HINT}"
+    alike = snap(2, history + (backward,), stack(20), lines=(("train.py:20", 31),))
+    lines = diagnose(probe(5, r0=left, r1=in_step, r2=alike), None, {0, 1, 2}, {}, 30).lines()
+    assert lines[-1] == f"  ranks 1, 2 are in backward pass 31 at train.py:20, where rank 0 made 30: {UNEVEN_HINT}"
+    # rank 0's record holds no count of that line (it kept other lines): rank 1's count alone
+    unknown = snap(0, history + (barrier,), stack(40), lines=(("train.py:40", 1),))
+    lines = diagnose(probe(5, r0=unknown, r1=in_step), None, {0, 1}, {}, 30).lines()
+    assert lines[-1] == f"  rank 1 is in backward pass 31 at train.py:20: {UNEVEN_HINT}"
+    # a third rank exited as well: the hint once, from the divergence, and the one for any exit
+    gone = {2: "has exited: its script returned on node2, whose torchrun runs on"}
+    lines = diagnose(probe(5, r0=left, r1=in_step), None, {0, 1, 2}, gone, 30).lines()
+    assert sum(UNEVEN_HINT in line for line in lines) == 1 and lines[-1] == f"  {EXITED_HINT}", lines
+    # ranks 0 and 1 both in a backward pass, of different models (a step one of them skipped), beside it
+    other_model = coll(62, "gradients of DDP(Net), DDP(Head)", "entered", at="train.py:20")
+    both = probe(5, r0=snap(0, history + (other_model,), stack(20)), r1=in_step)
+    lines = diagnose(both, None, {0, 1, 2}, gone, 30).lines()
+    assert sum(UNEVEN_HINT in line for line in lines) == 1 and lines[-1] == f"  {EXITED_HINT}", lines
     # records that keep no counts: the hint without them
     bare = probe(5, r0=snap(0, history + (barrier,), stack(40)), r1=snap(1, history + (backward,), stack(20)))
     assert diagnose(bare, None, {0, 1}, {}, 30).lines()[-1] == f"  {UNEVEN_HINT}"
@@ -285,7 +306,8 @@ def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_diff
     # rank 0's script returned instead: this hint in place of the one for any rank that exits
     exited = {0: "has exited: its script returned on node0, whose torchrun runs on"}
     alone = diagnose(probe(5, r1=in_step), None, {0, 1}, exited, 30)
-    assert alone.exited == (0,) and alone.lines()[-1] == f"  rank 1 is in backward pass 31 at train.py:20: {UNEVEN_HINT}"
+    assert alone.exited == (0,)
+    assert alone.lines()[-1] == f"  rank 1 is in backward pass 31 at train.py:20: {UNEVEN_HINT}"
     uncounted = diagnose(probe(5, r1=snap(1, history + (backward,), stack(20))), None, {0, 1}, exited, 30)
     assert uncounted.lines()[-1] == f"  {UNEVEN_HINT}"
     elsewhere = snap(1, history + (coll(62, "float32[4]", "entered", at="train.py:33"),), stack(33))

@@ -325,6 +325,8 @@ def test_the_uneven_hint_is_given_to_a_rank_left_alone_in_a_ddp_training_step(no
         assert (failure.collective, failure.training_pass) == (collective, kind)
         assert failure.describe().endswith(f"rank 1's collectives lost it as a peer {UNEVEN}")
         assert uneven_hint(failure) == f"  hint: {UNEVEN_HINT}"
+        # the same words where the rendezvous store was lost: its description is not finished peers'
+        assert uneven_hint(replace(failure, peers_finished=False)) == ""
     evaluation = RootCause(1, 0, 1, LOST_PEER, collective="broadcast(buffers of DDP(Net))")
     assert uneven_hint(find_failure([succeeded(node0, finished_ranks={0: 30}), ended(node1, cause=evaluation)])) == ""
     nobody_left = RootCause(1, 0, 1, LOST_PEER, collective="all_reduce(gradients of DDP(Net))",

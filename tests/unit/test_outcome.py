@@ -416,6 +416,9 @@ def test_a_rank_that_looked_for_a_shared_file_before_another_rank_wrote_it_is_to
     assert hint_for(missing.format("./checkpoints/last.pt"), written) == [said.format("./checkpoints/last.pt")]
     absolute = "/workspace/checkpoints/last.pt"
     assert hint_for(missing.format(absolute), written) == [said.format(absolute)]
+    for untidy in ("/workspace/./checkpoints/last.pt", "checkpoints//last.pt", "logs/../checkpoints/last.pt"):
+        assert hint_for(missing.format(untidy), written) == [said.format(untidy)]
+    assert hint_for(missing.format("/"), {"/shared/data/vocab.json": (0,)}) == []
     assert hint_for(missing.format("/shared/data/vocab.json"), {"/shared/data/vocab.json": (0,)}) == [
         said.format("/shared/data/vocab.json")]
     directory = hint_for(missing.format("checkpoints/"), {"checkpoints/a.pt": (0,), "checkpoints/b.pt": (0,),
