@@ -217,12 +217,12 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
 def made_alone_hint(failure: Optional[Failure]) -> str:
     """For a rank that lost its peers in a call that is a collective without looking like one (a
     DDP model's forward pass, broadcasting its buffers; an FSDP model's, gathering its parameters;
-    a checkpoint's save or load) because they had finished their scripts (its description says
-    so): that the call is a collective, which a rank makes alone in an evaluation, a save or a
-    step the others do not take. Told by the collective the rank's record says failed, or by the
-    frames of its traceback ("" for any other failure: a fault's, a rank's own error, a timeout,
-    which the hang diagnosis reads from the ranks' records)."""
-    if failure is None or not failure.description:
+    a checkpoint's save or load) because they had finished their scripts: that the call is a
+    collective, which a rank makes alone in an evaluation, a save or a step the others do not
+    take. Told by the collective the rank's record says failed, or by the frames of its traceback
+    ("" for any other failure: a fault's, a rank's own error, a lost rendezvous store's, a
+    timeout, which the hang diagnosis reads from the ranks' records)."""
+    if failure is None or not failure.peers_finished:
         return ""
     text = "\n".join([failure.traceback, *failure.last_lines])
     for marker, frames, hint in COLLECTIVES_MADE_ALONE:

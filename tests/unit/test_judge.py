@@ -297,7 +297,8 @@ def test_the_made_alone_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_bro
                                            f" still ran, and rank 0's collectives lost it as a peer {UNEVEN}")
         assert made_alone_hint(failure) == hint
     # the error file's traceback shows the forward pass as well as the last lines
-    left = Failure("node0", 0, 1, LOST_PEER, (), traceback="\n".join(forward), description="... had finished ...")
+    left = Failure("node0", 0, 1, LOST_PEER, (), traceback="\n".join(forward), description="... had finished ...",
+                   peers_finished=True)
     assert made_alone_hint(left) == hint
     # a timeout (every rank may be in that forward pass: the hang diagnosis reads their records), a
     # fault's failure, a lost peer nobody left early, a forward pass elsewhere, or no failure: none
@@ -307,7 +308,8 @@ def test_the_made_alone_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_bro
     assert made_alone_hint(Failure("node1", 1, -9, "", forward, reason="rank 1 failed (injected fault)")) == ""
     assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, forward)) == ""
     elsewhere = ("  File \"train.py\", line 3, in main",)
-    assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...")) == ""
+    assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, elsewhere, description="... had finished ...",
+                                   peers_finished=True)) == ""
     assert made_alone_hint(None) == ""
 
 
@@ -349,11 +351,12 @@ def test_the_fsdp_forward_hint_is_given_to_a_rank_left_alone_gathering_an_fsdp_m
     assert hint.startswith("  hint: an FSDP model's forward pass gathers each sharded module's parameters from every"
                            " rank, so it is a collective every rank must make")
     fsdp1 = Failure("node0", 0, 1, LOST_PEER, ("  File \"x.py\", line 3, in _all_gather_flat_param",),
-                    description="... had finished ...")
+                    description="... had finished ...", peers_finished=True)
     assert made_alone_hint(fsdp1) == hint
     # the user's own all-gather, outside FSDP: none
     own = (f'  File "{site}/distributed_c10d.py", line 4056, in all_gather_into_tensor',)
-    assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...")) == ""
+    assert made_alone_hint(Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...",
+                                   peers_finished=True)) == ""
 
 
 def test_a_rank_left_alone_in_a_checkpoint_save_is_told_by_its_record_where_its_last_lines_do_not_reach():
@@ -361,7 +364,7 @@ def test_a_rank_left_alone_in_a_checkpoint_save_is_told_by_its_record_where_its_
     than the last lines kept, and the collective its record says failed tells it."""
     own = ('  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3949,'
            " in all_gather",)
-    saving = Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...",
+    saving = Failure("node0", 0, 1, LOST_PEER, own, description="... had finished ...", peers_finished=True,
                      collective="gather_object(in dcp.save)")
     assert made_alone_hint(saving).startswith("  hint: torch.distributed.checkpoint's save and load are collectives:"
                                               " every rank calls them")
@@ -375,7 +378,9 @@ def test_a_rank_left_alone_in_a_checkpoint_save_is_told_by_its_record_where_its_
     assert made_alone_hint(replace(saving, collective="", last_lines=saved)) == made_alone_hint(saving)
     helper = (f'  File "{dcp}/state_dict.py", line 900, in get_model_state_dict', *own)
     assert made_alone_hint(replace(saving, collective="", last_lines=helper)) == ""
-    assert made_alone_hint(replace(saving, description="")) == ""
+    assert made_alone_hint(replace(saving, description="", peers_finished=False)) == ""
+    # a lost rendezvous store's failure has a description too, and no finished peer
+    assert made_alone_hint(replace(saving, description="the store ...", peers_finished=False)) == ""
 
 
 def test_the_compiler_hint_is_given_where_torch_compile_found_no_compiler_in_the_node():
