@@ -179,7 +179,7 @@ MUTANTS = [
            "        elif self.hung and self.exited and self.someone_waits:\n",
            "        elif self.hung and self.exited:\n", HANGS),
     Mutant("a lost peer nobody left gets the DDP forward pass's hint", "orchestrate/outcome/judge.py",
-           "    if failure is None or not failure.description:\n", "    if failure is None:\n",
+           "    if failure is None or not failure.peers_finished:\n", "    if failure is None:\n",
            ("tests/unit/test_judge.py",)),
     Mutant("a node with more ranks than GPUs is told to pick by LOCAL_RANK", "orchestrate/outcome/judge.py",
            "    if local >= count:\n", "    if False:\n", ("tests/unit/test_judge.py",)),
