@@ -487,6 +487,30 @@ MUTANTS = [
     Mutant("a file is reported each time it is written", "orchestrate/node/progress.py",
            "    if channel is not None and path not in channel.written:\n", "    if channel is not None:\n",
            ("tests/unit/test_shared_writes.py",)),
+    Mutant("a worker's pieces are joined across its stdout and stderr", "orchestrate/supervise/worker_lines.py",
+           "        before = self.unfinished.pop((source, piece.local_rank), None)",
+           "        before = self.unfinished.pop(next((k for k in self.unfinished if k[1] == piece.local_rank),"
+           " (source, piece.local_rank)), None)", ("tests/unit/test_container_log.py", "tests/unit/test_output.py")),
+    Mutant("a stream followed again shows its last line twice", "orchestrate/engine/container_log.py",
+           "                    if skip and line.stamp == last:\n", "                    if False:\n",
+           ("tests/unit/test_container_log.py",)),
+    Mutant("the log ends when its first stream ends", "orchestrate/engine/container_log.py",
+           "                    if not left[0]:\n", "                    if True:\n", ("tests/unit/test_container_log.py",)),
+    Mutant("every redraw of a progress bar is shown", "orchestrate/supervise/progress_bars.py",
+           "            show = redraw.elapsed_s - bar.shown.elapsed_s >= self.every_s\n", "            show = True\n",
+           ("tests/unit/test_progress_bars.py",)),
+    Mutant("a bar's last state is shown twice", "orchestrate/supervise/progress_bars.py",
+           "            show = not bar.finish_shown\n", "            show = True\n", ("tests/unit/test_progress_bars.py",)),
+    Mutant("a bar cut short does not show where it stopped", "orchestrate/supervise/progress_bars.py",
+           "        if not bar.finish_shown:\n            bar.held = line\n", "", ("tests/unit/test_progress_bars.py",)),
+    Mutant("the empty line of a bar's first carriage return is shown", "orchestrate/supervise/console_filter.py",
+           "        if redraw is not None:  # the empty line before it, if any, is tqdm's first \"\\r\"\n"
+           "            return self.bars.shown(line.node, line.local_rank, line, redraw)\n",
+           "        if redraw is not None:\n            return [*([blank] if blank else []), "
+           "*self.bars.shown(line.node, line.local_rank, line, redraw)]\n", ("tests/unit/test_progress_bars.py",)),
+    Mutant("a rank's last lines keep every redraw of a bar", "orchestrate/supervise/worker_lines.py",
+           "                if tail and _redraws_one_bar(tail[-1], line.text):\n", "                if False:\n",
+           ("tests/unit/test_progress_bars.py",)),
 ]
 
 

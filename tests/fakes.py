@@ -123,7 +123,8 @@ class FakeContainer:
         self.created = now_rfc3339()
         self.started = "0001-01-01T00:00:00Z"
         self.finished = "0001-01-01T00:00:00Z"
-        self.log: list[tuple[float, str]] = []
+        self.log: list[tuple[float, str]] = []  # its stdout: (time, line)
+        self.stderr_log: list[tuple[float, str]] = []
         self.changed = threading.Condition()
         self.killed = threading.Event()
         self.stop_timeouts: list[int] = []  # what each stop() was given
@@ -184,9 +185,9 @@ class FakeContainer:
         if not killed.is_set():
             self.exit(script.exit_code)
 
-    def write(self, line: str) -> None:
+    def write(self, line: str, source: str = "stdout") -> None:
         with self.changed:
-            self.log.append((time.time(), line))
+            (self.log if source == "stdout" else self.stderr_log).append((time.time(), line))
             self.changed.notify_all()
 
     def exit(self, code: int) -> None:
@@ -378,23 +379,29 @@ class FakeContainer:
         self.client.emit(self, "destroy")
 
     def logs(self, stream: bool = False, follow: bool = False, timestamps: bool = False,
-             since: Optional[float] = None) -> Any:
+             since: Optional[float] = None, stdout: bool = True, stderr: bool = True) -> Any:
+        """The engine's log: the streams asked for (both: merged in time), from ``since`` on."""
         def render(stamp: float, line: str) -> bytes:
             prefix = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z ")
             return ((prefix if timestamps else "") + line + "\n").encode()
 
+        def lines() -> list[tuple[float, str]]:  # under self.changed
+            asked = (self.log if stdout else []) + (self.stderr_log if stderr else [])
+            return sorted(asked, key=lambda entry: entry[0]) if stdout and stderr else asked
+
         self.client.maybe_fail("logs")
         if not stream:
-            return b"".join(render(s, ln) for s, ln in self.log if since is None or s >= since)
+            with self.changed:
+                return b"".join(render(s, ln) for s, ln in lines() if since is None or s >= since)
 
         def chunks() -> Iterator[bytes]:
             index = 0
             while True:
                 with self.changed:
-                    while index >= len(self.log) and follow and self.status in ("running", "paused"):
+                    while index >= len(lines()) and follow and self.status in ("running", "paused"):
                         self.changed.wait(timeout=0.5)
-                    pending = self.log[index:]
-                    index = len(self.log)
+                    pending = lines()[index:]
+                    index += len(pending)
                     running = self.status in ("running", "paused")
                 for stamp, line in pending:
                     if since is None or stamp >= since:

@@ -19,7 +19,8 @@ class Invocation:
         out: Where the command prints.
         client: The Docker engine's client; the environment's engine, connected on first use,
             when None.
-        verbose: ``-v``: debug logging, and torchrun's own INFO records on the console.
+        verbose: ``-v``: debug logging, and every line of the nodes on the console (torchrun's
+            INFO records and failure report, every redraw of a progress bar).
     """
 
     argv: Sequence[str]

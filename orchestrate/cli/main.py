@@ -46,7 +46,8 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> OneLinePa
         epilog="TARGET (after --) is what torchrun runs: a script relative to --workdir with its arguments, or"
                " -m MODULE [ARGS]. Default: -m app.toy.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details, and show every line the nodes print"
+                        " (torchrun's INFO records and failure report, every redraw of a progress bar)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     for command in COMMANDS:
         command.add_parsers(sub)

@@ -90,13 +90,15 @@ class NodeTracker:
 
 @dataclass(frozen=True)
 class LineArrived:
-    """A raw line of a node's container log (``stamp``: the engine's time of it)."""
+    """A raw line of a node's container log (``stamp``: the engine's time of it; ``source``:
+    the container's stream it came from, stdout or stderr)."""
 
     node: str
     stream: int
     text: str
     stamp: float
     at: float
+    source: str = "stdout"
 
 
 @dataclass(frozen=True)

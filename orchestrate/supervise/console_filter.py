@@ -1,18 +1,21 @@
 """What the console shows of the nodes' own lines (pure). The node logs keep every line, and
-``-v`` shows them all; otherwise two things torchrun prints are left to the logs:
+``-v`` shows them all; otherwise three things are left to the logs:
 
-- its INFO records (``I1123 01:03:22.761000 16858 .../api.py:890] ...``): its rendezvous rounds;
-- its ``ChildFailedError`` report: the traceback of torchrun itself and the table that follows,
+- torchrun's INFO records (``I1123 01:03:22.761000 16858 .../api.py:890] ...``): its rendezvous rounds;
+- torchrun's ``ChildFailedError`` report: its own traceback and the table that follows,
   printed whenever a worker exits non-zero. The run's summary names the failing rank, its exit
-  code and its error in one line, so the console shows one line in its place.
+  code and its error in one line, so the console shows one line in its place;
+- most redraws of the workers' progress bars, each a line of its own (``progress_bars``), and
+  the empty line that a bar's first "\\r" makes.
 
-Workers' lines always pass, and so does any other traceback (of the node supervisor, say).
+Every other worker line passes, and so does any other traceback (of the node supervisor, say).
 """
 from __future__ import annotations
 
 import re
 from typing import Optional
 
+from orchestrate.supervise.progress_bars import BarThrottle, parse_redraw
 from orchestrate.supervise.worker_lines import OutputLine
 
 _AGENT_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
@@ -29,11 +32,13 @@ class ConsoleFilter:
     def __init__(self) -> None:
         self.held: dict[str, list[OutputLine]] = {}  # a traceback's first line, until its next says whose
         self.in_report: dict[str, int] = {}  # node -> rules seen so far in torchrun's report
+        self.bars: BarThrottle[OutputLine] = BarThrottle()
+        self.blank: dict[tuple[str, Optional[int]], OutputLine] = {}  # a worker's empty line, until its next
 
     def shown(self, line: OutputLine) -> list[OutputLine]:
         """The lines to show now that ``line`` arrived (none, it, or lines held back before it)."""
         if line.local_rank is not None:
-            return [line]
+            return self._worker_line(line)
         node = line.node
         if node in self.in_report:
             if _RULE.match(line.text.strip()):
@@ -53,8 +58,19 @@ class ConsoleFilter:
             return []
         return [] if _AGENT_INFO.match(line.text) else [line]
 
-    def flush(self, node: Optional[str] = None) -> list[OutputLine]:
-        """A stream ended: what was held back is shown, and a report cut short is over."""
-        nodes = [node] if node is not None else list(self.held)
-        self.in_report.pop(node, None) if node is not None else self.in_report.clear()
-        return [line for name in nodes for line in self.held.pop(name, [])]
+    def flush(self, node: str) -> list[OutputLine]:
+        """The node's stream ended: what was held back is shown, and a report cut short is over."""
+        self.in_report.pop(node, None)
+        blanks = [self.blank.pop(rank) for rank in [rank for rank in self.blank if rank[0] == node]]
+        return [*self.held.pop(node, []), *self.bars.flush(node), *blanks]
+
+    def _worker_line(self, line: OutputLine) -> list[OutputLine]:
+        blank = self.blank.pop((line.node, line.local_rank), None)
+        redraw = parse_redraw(line.text)
+        if redraw is not None:  # the empty line before it, if any, is tqdm's first "\r"
+            return self.bars.shown(line.node, line.local_rank, line, redraw)
+        before = [blank] if blank is not None else []
+        if line.text == "":
+            self.blank[(line.node, line.local_rank)] = line
+            return before
+        return [*before, line]

@@ -1,29 +1,22 @@
 """The log pump: each node's container log, from the engine, into whole worker lines on screen.
 
-One thread per node and log stream reads ``docker logs -f --timestamps`` and puts each raw
-line into the supervisor's inbox; :meth:`LogPump.take` turns what the supervisor takes out
+Threads per node and log stream read ``docker logs -f --timestamps``, stdout and stderr
+apart (``engine.container_log``), and put each raw line, with its stream, into the
+supervisor's inbox; :meth:`LogPump.take` turns what the supervisor takes out
 into whole worker lines (joining the pieces torchrun's tee cuts), keeps them in the node's
 log file and prints them rank-prefixed. A restarted container gets a new stream, and what
 the old one left unfinished is shown first.
 """
 from __future__ import annotations
 
-import logging
 import queue
-import re
-import threading
 import time
-from typing import IO, Any, Callable, Optional
+from typing import IO, Callable, Optional
 
-from orchestrate.engine.client import engine_time, stream_lines
-from orchestrate.engine.errors import engine_errors
+from orchestrate.engine.container_log import LogLine, follow_log
 from orchestrate.supervise.api import LineArrived, LogEnded, Message, NodeTracker
 from orchestrate.supervise.console_filter import ConsoleFilter
 from orchestrate.supervise.worker_lines import OutputLine
-
-log = logging.getLogger(__name__)
-
-_TIMESTAMPED = re.compile(rb"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?(.*)$", re.S)
 
 
 class LogPump:
@@ -44,8 +37,16 @@ class LogPump:
         leftovers = self.show(tracker.output.end(time.time()))
         tracker.stream += 1
         tracker.log_open = True
-        threading.Thread(target=self._read, args=(tracker.container, tracker.name, tracker.stream, since),
-                         name=f"log-{tracker.name}-{tracker.stream}", daemon=True).start()
+        node, stream = tracker.name, tracker.stream
+
+        def put(line: Optional[LogLine]) -> None:
+            if line is None:
+                self.inbox.put(LogEnded(node, stream, time.time(), self.clock()))
+            else:
+                self.inbox.put(LineArrived(node, stream, line.text, line.stamp or time.time(), self.clock(),
+                                           line.source))
+
+        follow_log(tracker.container, put, since, name=f"log-{node}-{stream}")
         return leftovers
 
     def take(self, tracker: NodeTracker, message: Message) -> list[OutputLine]:
@@ -58,7 +59,7 @@ class LogPump:
             return self.show(tracker.output.end(message.stamp), ended=tracker.name)
         assert isinstance(message, LineArrived)
         tracker.last_log_stamp = message.stamp
-        return self.show(tracker.output.add(message.text, message.stamp))
+        return self.show(tracker.output.add(message.text, message.stamp, message.source))
 
     def show(self, lines: list[OutputLine], ended: Optional[str] = None) -> list[OutputLine]:
         """Print ``lines`` (the console's share of them, without -v); return them all.
@@ -70,19 +71,3 @@ class LogPump:
             self.out.write(line.render(self.width) + "\n")
         self.out.flush()
         return lines
-
-    def _read(self, container: Any, node: str, stream: int, since: Optional[float]) -> None:
-        kwargs: dict[str, Any] = {"stream": True, "follow": True, "timestamps": True}
-        if since is not None:
-            kwargs["since"] = since
-        try:
-            for raw in stream_lines(container.logs(**kwargs)):
-                match = _TIMESTAMPED.match(raw)
-                # NUL bytes out: torch's DataLoader worker writes one with its segfault message, and a
-                # console or a log with one in it is binary to grep
-                text = (match.group(2) if match else raw).decode("utf-8", "replace").rstrip("\r").replace("\0", "")
-                stamp = (engine_time(match.group(1).decode()) if match else None) or time.time()
-                self.inbox.put(LineArrived(node, stream, text, stamp, self.clock()))
-        except engine_errors() as exc:  # the container went away before its log could be asked for
-            log.debug("log stream of %s ended: %s", node, exc)
-        self.inbox.put(LogEnded(node, stream, time.time(), self.clock()))

@@ -2,17 +2,13 @@
 from __future__ import annotations
 
 import queue
-import re
-import threading
 from typing import IO, Any, Iterator, Optional
 
-from orchestrate.engine.client import engine_time, stream_lines
+from orchestrate.engine.container_log import LogLine, follow_log, read_log
 from orchestrate.engine.runs import RunInfo, node_plans
 from orchestrate.errors import UsageError
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.worker_lines import WorkerLines
-
-_TIMESTAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?(.*)$", re.S)
 
 
 def select_nodes(run: RunInfo, node: Optional[str]) -> list[tuple[NodePlan, Any]]:
@@ -31,13 +27,6 @@ def select_nodes(run: RunInfo, node: Optional[str]) -> list[tuple[NodePlan, Any]
     return chosen
 
 
-def split_stamp(raw: str) -> tuple[float, str]:
-    match = _TIMESTAMPED.match(raw)
-    if not match:
-        return 0.0, raw
-    return engine_time(match.group(1)) or 0.0, match.group(2)
-
-
 def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
     """Every line the nodes printed so far, rank-prefixed and merged by time."""
     width = max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
@@ -46,10 +35,9 @@ def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
         worker_lines = WorkerLines(plan)
         stamp = 0.0
         # The engine ends each line with "\n" only: a "\r" inside one is the line's own.
-        for raw in container.logs(timestamps=True).decode("utf-8", "replace").replace("\0", "").split("\n"):
-            if raw:
-                stamp, text = split_stamp(raw)
-                lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.feed(text))
+        for raw in read_log(container):
+            stamp = raw.stamp or stamp
+            lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.feed(raw.text, raw.source))
         lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.flush())
     for *_, rendered in sorted(lines):
         yield rendered
@@ -58,28 +46,19 @@ def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
 def follow(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
     """The nodes' lines as they come, until every node's container has stopped."""
     width = max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
-    lines: "queue.Queue[Optional[str]]" = queue.Queue()
-
-    def read(plan: NodePlan, container: Any) -> None:
-        worker_lines = WorkerLines(plan)
-        try:
-            for raw in stream_lines(container.logs(stream=True, follow=True, timestamps=True)):
-                for line in worker_lines.feed(split_stamp(raw.decode("utf-8", "replace").replace("\0", ""))[1]):
-                    lines.put(line.render(width))
-        finally:
-            for line in worker_lines.flush():
-                lines.put(line.render(width))
-            lines.put(None)
-
-    for plan, container in pairs:
-        threading.Thread(target=read, args=(plan, container), daemon=True).start()
+    arrived: "queue.Queue[tuple[int, Optional[LogLine]]]" = queue.Queue()
+    for order, (plan, container) in enumerate(pairs):
+        follow_log(container, lambda line, order=order: arrived.put((order, line)), name=f"logs-{plan.name}")
+    worker_lines = [WorkerLines(plan) for plan, _ in pairs]
     open_streams = len(pairs)
     while open_streams:
-        line = lines.get()
+        order, line = arrived.get()
         if line is None:
             open_streams -= 1
+            done = worker_lines[order].flush()
         else:
-            yield line
+            done = worker_lines[order].feed(line.text, line.source)
+        yield from (ln.render(width) for ln in done)
 
 
 def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, follow_live: bool = False) -> None:

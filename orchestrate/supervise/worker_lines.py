@@ -9,6 +9,7 @@ from typing import IO, Optional
 
 from orchestrate.outcome.root_cause import RootCause, parse_root_cause
 from orchestrate.plan.model import NodePlan
+from orchestrate.supervise.progress_bars import parse_redraw
 
 # torchrun --tee prefixes every worker line: "[<global rank>|<local rank>]:" with the launcher's
 # template (plan.LOG_LINE_PREFIX_TEMPLATE), "[<role><local rank>]:" by default (plain compose up).
@@ -63,28 +64,30 @@ class WorkerLines:
 
     A raw line may hold pieces of several workers' lines, each behind its prefix (see
     ``_WORKER_PREFIX``): every piece but the last is unfinished, and is kept until its
-    worker's line goes on; the last piece ends a line.
+    worker's line goes on in the same stream (stdout or stderr: a worker's two streams are
+    tee'd apart, and one's line goes on while the other prints); the last piece ends a line.
     """
 
     def __init__(self, node: NodePlan) -> None:
         self.node = node
-        self.unfinished: dict[int, OutputLine] = {}
+        self.unfinished: dict[tuple[str, int], OutputLine] = {}  # (stream, local rank) -> piece
 
-    def feed(self, raw: str) -> list[OutputLine]:
-        """The lines that ``raw`` completes (none while it only holds unfinished pieces)."""
+    def feed(self, raw: str, source: str = "stdout") -> list[OutputLine]:
+        """The lines that ``raw``, a line of stream ``source``, completes (none while it only
+        holds unfinished pieces)."""
         pieces = self._pieces(raw)
         for piece in pieces[:-1]:
-            self.unfinished[piece.local_rank] = self._joined(piece)  # type: ignore[index]
+            self.unfinished[(source, piece.local_rank)] = self._joined(piece, source)  # type: ignore[index]
         last = pieces[-1]
-        return [self._joined(last) if last.local_rank is not None else last]
+        return [self._joined(last, source) if last.local_rank is not None else last]
 
     def flush(self) -> list[OutputLine]:
         """The unfinished lines as they are (their node's output has ended)."""
         lines, self.unfinished = list(self.unfinished.values()), {}
         return lines
 
-    def _joined(self, piece: OutputLine) -> OutputLine:
-        before = self.unfinished.pop(piece.local_rank, None)  # type: ignore[arg-type]
+    def _joined(self, piece: OutputLine, source: str) -> OutputLine:
+        before = self.unfinished.pop((source, piece.local_rank), None)  # type: ignore[arg-type]
         return replace(piece, text=before.text + piece.text) if before else piece
 
     def _of_a_worker_here(self, piece: OutputLine) -> bool:
@@ -117,10 +120,11 @@ class NodeOutput:
     def __post_init__(self) -> None:
         self.worker_lines = WorkerLines(self.node)
 
-    def add(self, raw: str, at: float) -> list[OutputLine]:
-        """Record one raw line received at monotonic time ``at``; return the lines it completes."""
+    def add(self, raw: str, at: float, source: str = "stdout") -> list[OutputLine]:
+        """Record one raw line of stream ``source``, received at time ``at``; return the lines
+        it completes."""
         self.tail.append(raw)
-        return self._keep(self.worker_lines.feed(raw), at)
+        return self._keep(self.worker_lines.feed(raw, source), at)
 
     def end(self, at: float) -> list[OutputLine]:
         """The node's output has ended: record and return the lines its workers left unfinished."""
@@ -131,7 +135,11 @@ class NodeOutput:
             self.log_file.write(line.render() + "\n")
             if line.local_rank is not None:
                 key = line.global_rank if line.global_rank is not None else line.local_rank
-                self.rank_tails.setdefault(key, deque(maxlen=LAST_LINES)).append(line.text)
+                tail = self.rank_tails.setdefault(key, deque(maxlen=LAST_LINES))
+                if tail and _redraws_one_bar(tail[-1], line.text):
+                    tail[-1] = line.text  # a progress bar's redraw replaces the one before it
+                else:
+                    tail.append(line.text)
                 if self.first_worker_line_at is None:
                     self.first_worker_line_at = at
         self.log_file.flush()
@@ -147,6 +155,11 @@ class NodeOutput:
     def root_cause(self) -> Optional[RootCause]:
         """The root cause torchrun reported on this node, if it reported one."""
         return parse_root_cause(list(self.tail))
+
+
+def _redraws_one_bar(before: str, text: str) -> bool:
+    first, then = parse_redraw(before), parse_redraw(text)
+    return first is not None and then is not None and first.desc == then.desc
 
 
 def open_node_log(run_dir: Path, node: NodePlan) -> IO[str]:

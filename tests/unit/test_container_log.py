@@ -1,0 +1,86 @@
+"""A container's log, stdout and stderr read apart: the lines so far merged in time, then each
+stream followed from its own last line; a worker's line written in pieces is put together
+from its own stream, whatever the other stream prints meanwhile."""
+from __future__ import annotations
+
+import queue
+from typing import Optional
+
+import docker.errors
+
+from orchestrate.engine.container_log import LogLine, follow_log, read_log
+from orchestrate.supervise.logs import history
+from orchestrate.supervise.worker_lines import WorkerLines
+from tests.fakes import FakeDockerClient, wait_until
+
+
+def running() -> tuple[FakeDockerClient, object]:
+    client = FakeDockerClient()
+    return client, client.running("ddp-r-node0-1")
+
+
+def test_the_lines_so_far_come_from_both_streams_in_time_each_with_its_stream():
+    _, node = running()
+    node.log = [(1000.0, "[0|0]:a"), (1002.0, "[0|0]:c")]
+    node.stderr_log = [(1001.0, "[0|0]:b"), (1003.0, "W1129 a warning")]
+    assert [(line.source, line.stamp, line.text) for line in read_log(node)] == [
+        ("stdout", 1000.0, "[0|0]:a"), ("stderr", 1001.0, "[0|0]:b"), ("stdout", 1002.0, "[0|0]:c"),
+        ("stderr", 1003.0, "W1129 a warning")]
+    assert [line.text for line in read_log(node, since=1001.5)] == ["[0|0]:c", "W1129 a warning"]
+
+
+def test_following_gives_every_line_once_then_says_the_log_ended_once():
+    _, node = running()
+    node.write("[0|0]:before")
+    node.write("[0|0]:before too", "stderr")
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(node, arrived.put, name="log-test")
+    wait_until(lambda: arrived.qsize() == 2)
+    node.write("[0|0]:live", "stderr")
+    node.write("[0|0]:live too")
+    wait_until(lambda: arrived.qsize() == 4)
+    node.kill()
+    got = [arrived.get(timeout=5) for _ in range(5)]
+    assert got[-1] is None and arrived.empty()
+    # each stream is asked for again from its own last line's time (the engine's "since" takes
+    # that line again: it is not shown twice)
+    assert [(line.source, line.text) for line in got[:2]] == [("stdout", "[0|0]:before"), ("stderr", "[0|0]:before too")]
+    assert sorted((line.source, line.text) for line in got[2:4]) == [("stderr", "[0|0]:live"), ("stdout", "[0|0]:live too")]
+
+
+def test_a_container_gone_before_its_log_is_read_ends_the_log_with_no_line():
+    client, node = running()
+    client.failures["logs"] = docker.errors.NotFound("No such container: ddp-r-node0-1")
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(node, arrived.put)
+    assert arrived.get(timeout=5) is None
+    node.kill()
+
+
+# Seen in a 2-rank node (torch 2.9): rank 0 printed "rank 0 half", then the rest a second later,
+# while its tqdm bar began on stderr; the engine's stderr line "[0|0]:" (the bar's first "\r")
+# came between the two stdout lines.
+TWO_STREAMS = [("stdout", "[1|1]:rank 1 half[0|0]:"), ("stdout", "[0|0]:rank 0 half[1|1]: and the rest"),
+               ("stderr", "[0|0]:"), ("stderr", "[1|1]:"), ("stdout", "[0|0]: and the rest"),
+               ("stderr", "[0|0]:train:  99%|#########9| 149/150 [00:15<00:00,  9.56it/s][1|1]:"),
+               ("stdout", "[0|0]:rank 0 epoch 0 loss -96.656")]
+
+
+def test_a_line_written_in_pieces_is_joined_from_its_own_stream_only(make_job):
+    lines = WorkerLines(make_job(nodes=1, nproc_per_node=2).nodes[0])
+    done = [(line.global_rank, line.text) for source, raw in TWO_STREAMS for line in lines.feed(raw, source)]
+    assert done == [(0, ""), (1, "rank 1 half and the rest"), (0, ""), (1, ""), (0, "rank 0 half and the rest"),
+                    (1, ""), (0, "rank 0 epoch 0 loss -96.656")]
+    assert [(line.global_rank, line.text) for line in lines.flush()] == [
+        (0, "train:  99%|#########9| 149/150 [00:15<00:00,  9.56it/s]")]
+
+
+def test_logs_joins_each_streams_pieces_and_merges_the_streams_in_time(make_job):
+    _, node = running()
+    node.log = [(1000.0 + i, raw) for i, (source, raw) in enumerate(TWO_STREAMS) if source == "stdout"]
+    node.stderr_log = [(1000.0 + i, raw) for i, (source, raw) in enumerate(TWO_STREAMS) if source == "stderr"]
+    shown = [" ".join(line.split()) for line in history([(make_job(nodes=1, nproc_per_node=2).nodes[0], node)])]
+    assert [line for line in shown if line.split("]", 1)[1]] == [
+        "[node0/rank1] rank 1 half and the rest", "[node0/rank0] rank 0 half and the rest",
+        "[node0/rank0] rank 0 epoch 0 loss -96.656",
+        "[node0/rank0] train: 99%|#########9| 149/150 [00:15<00:00, 9.56it/s]"]
