@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import re
 from typing import Any, Optional
 
-from orchestrate.hangs.snapshots import Collective, RankSnapshot
+from orchestrate.hangs.snapshots import Collective, RankSnapshot, training_pass
 from orchestrate.node.collective_log import P2P
 from orchestrate.hangs.stacks import summary
 from orchestrate.text import ranks_text
@@ -156,7 +156,7 @@ def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot
     passes = {}
     for rank, call in calls.items():
         others_made_it = any(call.at in counts.get(other, {}) for other in calls if other != rank)
-        kind = call.training_pass(others_made_it)
+        kind = training_pass(call.shapes, others_made_it)
         if kind:
             passes[rank] = (call.at, kind)
     if not passes:

@@ -89,10 +89,6 @@ class Collective:
         computing its gradients in it, not only waiting for its peers."""
         return self.shapes.startswith(DDP_GRADIENTS)
 
-    def training_pass(self, others_made_it: bool) -> str:
-        """Which pass of a DDP model's training step this is (see :func:`training_pass`)."""
-        return training_pass(self.shapes, others_made_it)
-
 
 def training_pass(shapes: str, others_made_it: bool) -> str:
     """Which pass of a DDP model's training step a collective moving ``shapes`` is: "backward
@@ -327,7 +323,7 @@ def call_lines(value: Any) -> tuple[tuple[str, int], ...]:
 def failed_collective(directory: Path, rank: int, since: float = 0.0) -> tuple[str, str]:
     """The collective a rank's record says failed as the rank went (``gather_object(in
     dcp.save)``), and which pass of a DDP model's training step it was (see
-    :meth:`Collective.training_pass`: its backward pass alone, as the other ranks' lines are not
+    :func:`training_pass`: its backward pass alone, as the other ranks' lines are not
     known here), where the rank wrote one from ``since`` on (Unix seconds: an earlier attempt's
     record says nothing of this one); ("", "") otherwise."""
     read = read_snapshot(directory / f"rank{rank}.json")
@@ -336,7 +332,7 @@ def failed_collective(directory: Path, rank: int, since: float = 0.0) -> tuple[s
     last = read[1].collectives[-1] if read[1].collectives else None
     if last is None or last.state != "failed":
         return "", ""
-    return last.call, last.training_pass(others_made_it=False)
+    return last.call, training_pass(last.shapes, others_made_it=False)
 
 
 def ask_snapshots(directory: Path) -> str:

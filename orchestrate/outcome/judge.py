@@ -261,8 +261,9 @@ def nodes_of_ranks(results: list[NodeResult]) -> dict[int, str]:
     return {rank: result.node.name for result in results for rank in result.node.global_ranks}
 
 
-# Python's words for a file that is not there, with its path (open, torch.load, os.listdir).
-_NO_SUCH_FILE = re.compile(r"No such file or directory: '(?P<path>/[^']+)'")
+# Python's words for a file that is not there (open, torch.load, os.listdir), with its path as the
+# script named it (relative too).
+_NO_SUCH_PATH = re.compile(r"No such file or directory: '(?P<path>[^']+)'")
 
 
 def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
@@ -271,8 +272,8 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
     their own disks (``written_locally``: each file with its writers): that each node has its
     own, and where a file for every node goes ("" for any other failure, or where a rank of the
     failing node wrote it too)."""
-    match = _NO_SUCH_FILE.search(failure.exception) if failure is not None else None
-    if match is None:
+    match = _NO_SUCH_PATH.search(failure.exception) if failure is not None else None
+    if match is None or not match.group("path").startswith("/"):  # a node's own disk: absolute paths
         return ""
     missing = match.group("path").rstrip("/")
     found = {path: ranks for path, ranks in written_locally.items()
@@ -291,9 +292,6 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
             f" directory) and {SHARED_DIR} are on every node; write it there, or make it on every node (where"
             " LOCAL_RANK is 0) before its ranks read it")
 
-
-# Python's words for a file that is not there, with its path as the script named it (relative too).
-_NO_SUCH_PATH = re.compile(r"No such file or directory: '(?P<path>[^']+)'")
 
 
 def read_too_early_hint(failure: Optional[Failure], results: list[NodeResult],

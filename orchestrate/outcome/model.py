@@ -210,12 +210,10 @@ class RunResult:
         store_lost: How the run's own rendezvous store (``--rdzv-store container``) ended while
             the job ran (its container died), which then explains the nodes' failures; "" if it
             did not.
-        written_by_several: The files in the directories every node shares that more than one
-            rank wrote whole (``torch.save`` to a path, ``open(path, "w")``), each with its
-            writers: they race in one file.
         written_shared: The files in the directories every node shares that the workers wrote
-            whole, each with its writers: a rank that did not find one another rank wrote looked
-            for it too early.
+            whole (``torch.save`` to a path, ``open(path, "w")``), each with its writers: a rank
+            that did not find one another rank wrote looked for it too early, and several
+            writers race in one file (:attr:`written_by_several`).
         written_locally: The files on a node's own disk (``/tmp``, the home directory) the workers
             wrote, the first 100 of each, each with its writers: a rank of another node that
             cannot find one is told why.
@@ -242,10 +240,14 @@ class RunResult:
     started_time: Optional[float] = None
     store_lost: str = ""
     divergence: str = ""
-    written_by_several: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
     shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+
+    @property
+    def written_by_several(self) -> dict[str, tuple[int, ...]]:
+        """The shared files that more than one rank wrote whole, each with its writers."""
+        return {path: ranks for path, ranks in self.written_shared.items() if len(ranks) > 1}
 
     @property
     def hung(self) -> bool:

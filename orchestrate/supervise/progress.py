@@ -35,10 +35,6 @@ class ProgressWatch:
         counts = [len(steps) for first, steps in self.attempts.values() if first > since and steps]
         return max(counts, default=None)
 
-    def written_by_several(self) -> dict[str, tuple[int, ...]]:
-        """The shared files that more than one rank wrote whole, each with its writers."""
-        return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written.items()) if len(ranks) > 1}
-
     def written_whole(self) -> dict[str, tuple[int, ...]]:
         """The shared files the workers wrote whole, each with its writers."""
         return {path: tuple(sorted(ranks)) for path, ranks in sorted(self.written.items())}

@@ -681,7 +681,6 @@ class Supervisor:
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)
         result.store_lost = self.store_lost
-        result.written_by_several = self.progress.written_by_several()
         result.written_shared = self.progress.written_whole()
         result.written_locally = self.progress.written_on_nodes_disks()
         result.shuffled_alike = self.progress.shuffled_alike()

@@ -178,7 +178,6 @@ def test_each_file_is_reported_once_per_worker_and_the_launcher_names_those_of_s
     assert [line["wrote"] for line in lines] == ["model.pt", "final.pt"]  # once each
     watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
     watch.poll(0.0, None)
-    assert watch.written_by_several() == {"model.pt": (0, 1, 2)}
     assert watch.written_whole() == {"final.pt": (0,), "log-1.txt": (1,), "model.pt": (0, 1, 2)}
     assert watch.max_step is None and not watch.seen  # a write is not a step
     assert [r.wrote for r in ProgressReader(tmp_path).poll() if r.rank == 1] == ["model.pt", "log-1.txt"]
@@ -198,7 +197,7 @@ def test_each_file_on_a_nodes_own_disk_is_reported_once_per_worker_up_to_a_limit
     watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
     watch.poll(0.0, None)
     assert watch.written_on_nodes_disks() == {"/tmp/a": (0, 1), "/tmp/b": (0,), "/tmp/c": (0,)}
-    assert watch.written_by_several() == {"model.pt": (0, 1)}
+    assert watch.written_whole() == {"model.pt": (0, 1)}
     assert watch.max_step is None and not watch.seen  # no step
 
 
@@ -220,13 +219,14 @@ def test_the_summary_warns_of_each_file_several_ranks_wrote_and_the_record_keeps
 
     result = RunResult("r1", tmp_path, [], Timings())
     assert "warning" not in format_summary(result)
-    result.written_by_several = {"model.pt": (0, 1)}
+    result.written_shared = {"final.pt": (0,), "model.pt": (0, 1)}
+    assert result.written_by_several == {"model.pt": (0, 1)}
     warning = [line for line in format_summary(result).splitlines() if line.startswith("warning:")]
     assert warning == ["warning: ranks 0, 1 each wrote model.pt whole, in a directory every node shares: writers of"
                        " one file race, so it holds whichever finished last (parts of each, where they wrote different"
                        " bytes), and a rank that reads it meanwhile may find it half-written; write it on one rank (if"
                        " dist.get_rank() == 0:), or a file per rank"]
-    result.written_by_several = {f"f{i}.pt": (0, 3) for i in range(WRITTEN_BY_SEVERAL_SHOWN + 2)}
+    result.written_shared = {f"f{i}.pt": (0, 3) for i in range(WRITTEN_BY_SEVERAL_SHOWN + 2)}
     warning = [line for line in format_summary(result).splitlines() if line.startswith("warning:")]
     assert len(warning) == WRITTEN_BY_SEVERAL_SHOWN + 1 and warning[1] == "warning: ranks 0, 3 each wrote f1.pt whole, too"
     assert warning[-1] == "warning: 2 more files written by several ranks (outcome.json: written_by_several)"
