@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Union
 
 from orchestrate.engine.client import engine_time, stream_lines
 from orchestrate.engine.errors import engine_errors
@@ -43,6 +43,14 @@ def parse_log_line(raw: bytes, source: str) -> LogLine:
     return LogLine(source, engine_time(match.group(1).decode()) if match else None, text)
 
 
+Since = Union[None, float, Mapping[str, float]]  # an engine time, or one per stream
+RESUMES = 3  # how often a stream that ends while its container runs (a dropped connection) is asked for again
+
+
+def _since(since: Since, source: str) -> Optional[float]:
+    return since.get(source) if isinstance(since, Mapping) else since
+
+
 def _ask(source: str, since: Optional[float], **options: Any) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"stdout": source == "stdout", "stderr": source == "stderr", "timestamps": True,
                               **options}
@@ -51,61 +59,93 @@ def _ask(source: str, since: Optional[float], **options: Any) -> dict[str, Any]:
     return kwargs
 
 
-def read_log(container: Any, since: Optional[float] = None) -> list[LogLine]:
-    """Every line of the container's log so far (from ``since``, an engine time), both streams
-    merged in time order (a stream's own order kept where its stamps tie).
+def read_log(container: Any, since: Since = None) -> list[LogLine]:
+    """Every line of the container's log so far (from ``since``, an engine time, or one per
+    stream), both streams merged in time order (a stream's own order kept where stamps tie).
 
     Raises:
         The engine's errors (:func:`engine_errors`), for a container that is gone.
     """
     lines: list[LogLine] = []
     for source in SOURCES:
-        raw = container.logs(**_ask(source, since))
+        raw = container.logs(**_ask(source, _since(since, source)))
         lines += [parse_log_line(line, source) for line in raw.split(b"\n") if line]
     return sorted(lines, key=lambda line: line.stamp or 0.0)
 
 
-def follow_log(container: Any, put: Callable[[Optional[LogLine]], None], since: Optional[float] = None,
+def _still_running(container: Any) -> bool:
+    try:
+        container.reload()
+    except engine_errors():
+        return False
+    return container.status in ("running", "paused")
+
+
+class _Stream:
+    """One stream of the log, followed live from where the lines read so far end: the engine's
+    ``since`` takes the lines of that very time again, and they are skipped."""
+
+    def __init__(self, container: Any, source: str, read: list[LogLine], since: Optional[float]) -> None:
+        self.container, self.source = container, source
+        own = [line for line in read if line.source == source]
+        self.last = own[-1].stamp if own else since
+        self.at_last = sum(1 for line in own if line.stamp == self.last) if own else 0  # lines of that time read
+
+    def follow(self, put: Callable[[LogLine], None], name: str) -> None:
+        for resumed in range(RESUMES + 1):
+            skip = self.at_last
+            try:
+                for raw in stream_lines(self.container.logs(stream=True, follow=True, **_ask(self.source, self.last))):
+                    line = parse_log_line(raw, self.source)
+                    if skip and line.stamp == self.last:
+                        skip -= 1
+                        continue
+                    skip = 0
+                    self.at_last = self.at_last + 1 if line.stamp == self.last else 1
+                    self.last = line.stamp if line.stamp is not None else self.last
+                    put(line)
+            except engine_errors() as exc:  # the container went away before its log could be asked for
+                log.debug("%s: %s stream ended: %s", name, self.source, exc)
+            if not _still_running(self.container):
+                return
+            log.debug("%s: the %s stream ended while the container runs: asked for again", name, self.source)
+
+
+def follow_log(container: Any, put: Callable[[Optional[LogLine]], None], since: Since = None,
                name: str = "log") -> None:
     """Put every line of the container's log (from ``since``) into ``put``: the lines so far in
-    time order, then each as it comes, until the container stops; then None, once. Works in
-    threads of its own (named after ``name``) and returns at once."""
+    time order, then each as it comes, until the container stops; then None, once, whatever
+    happened (a stream that ends while the container runs is asked for again, from its last
+    line). Works in threads of its own (named after ``name``) and returns at once."""
+    left = [len(SOURCES)]
+    lock = threading.Lock()
+
+    def done() -> None:
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                put(None)
+
+    def live(stream: _Stream) -> None:
+        try:
+            stream.follow(put, name)
+        except Exception:  # a bug: logged, and the log still ends
+            log.exception("%s: following the %s stream failed", name, stream.source)
+        finally:
+            done()
 
     def run() -> None:
         try:
             history = read_log(container, since)
-        except engine_errors() as exc:  # the container went away before its log could be asked for
-            log.debug("%s: no log: %s", name, exc)
-            put(None)
+            for line in history:
+                put(line)
+        except Exception as exc:  # the container went away before its log could be asked for, or a bug
+            log.debug("%s: no log: %s", name, exc, exc_info=not isinstance(exc, engine_errors()))
+            left[0] = 1
+            done()
             return
-        for line in history:
-            put(line)
-        left = [len(SOURCES)]
-        lock = threading.Lock()
-
-        def live(source: str) -> None:
-            own = [line for line in history if line.source == source]
-            last = own[-1].stamp if own else None
-            # the engine's "since" takes lines from that time on: the ones read already are skipped
-            skip = sum(1 for line in own if line.stamp == last) if last is not None else 0
-            try:
-                for raw in stream_lines(container.logs(stream=True, follow=True,
-                                                       **_ask(source, last if last is not None else since))):
-                    line = parse_log_line(raw, source)
-                    if skip and line.stamp == last:
-                        skip -= 1
-                        continue
-                    skip = 0
-                    put(line)
-            except engine_errors() as exc:  # the container went away before its log could be asked for
-                log.debug("%s: %s stream ended: %s", name, source, exc)
-            finally:
-                with lock:
-                    left[0] -= 1
-                    if not left[0]:
-                        put(None)
-
-        threading.Thread(target=live, args=(SOURCES[1],), name=f"{name}-{SOURCES[1]}", daemon=True).start()
-        live(SOURCES[0])
+        streams = [_Stream(container, source, history, _since(since, source)) for source in SOURCES]
+        threading.Thread(target=live, args=(streams[1],), name=f"{name}-{SOURCES[1]}", daemon=True).start()
+        live(streams[0])
 
     threading.Thread(target=run, name=name, daemon=True).start()

@@ -13,7 +13,7 @@ import queue
 import time
 from typing import IO, Callable, Optional
 
-from orchestrate.engine.container_log import LogLine, follow_log
+from orchestrate.engine.container_log import LogLine, Since, follow_log
 from orchestrate.supervise.api import LineArrived, LogEnded, Message, NodeTracker
 from orchestrate.supervise.console_filter import ConsoleFilter
 from orchestrate.supervise.worker_lines import OutputLine
@@ -31,8 +31,9 @@ class LogPump:
         self.verbose = verbose
         self.console = ConsoleFilter()  # what the console leaves to the node logs, without -v
 
-    def follow(self, tracker: NodeTracker, since: Optional[float] = None) -> list[OutputLine]:
-        """Start a new stream of the node's log (from the start, or ``since`` an engine time);
+    def follow(self, tracker: NodeTracker, since: Since = None) -> list[OutputLine]:
+        """Start a new stream of the node's log (from the start, or ``since`` an engine time, or
+        one per stream);
         return (and show) the lines the previous stream left unfinished."""
         leftovers = self.show(tracker.output.end(time.time()))
         tracker.stream += 1
@@ -58,7 +59,7 @@ class LogPump:
             tracker.log_open = False
             return self.show(tracker.output.end(message.stamp), ended=tracker.name)
         assert isinstance(message, LineArrived)
-        tracker.last_log_stamp = message.stamp
+        tracker.last_log_stamps[message.source] = message.stamp
         return self.show(tracker.output.add(message.text, message.stamp, message.source))
 
     def show(self, lines: list[OutputLine], ended: Optional[str] = None) -> list[OutputLine]:

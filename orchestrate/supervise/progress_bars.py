@@ -15,20 +15,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Generic, Hashable, Optional, TypeVar
 
 Line = TypeVar("Line")  # what the caller shows: a worker's output line
 
 BAR_EVERY_S = 10.0  # a rank's bar on the console at most this often, by the bar's own clock
 
-_COUNT = r"[\d.]+[kMGTPEZY]?"
+LONGEST_BAR = 400  # characters: tqdm fits a bar to a terminal; a longer line is the job's own
+
+_COUNT = r"\d+(?:\.\d+)?[kMGTPEZY]?"
 _ELAPSED = r"\d+(?::\d\d)+"
-_RATE = r" *(?:[\d.]+[kMGTPEZY]?|\?)\S*/\S+"  # "  9.42it/s", "1.20s/it", "?it/s", "3.1kimg/s"
-# tqdm's default meter, with a total: "epoch 0:  45%|████▌     | 68/150 [00:07<00:08,  9.42it/s]"
-_WITH_TOTAL = re.compile(rf"^(?P<desc>.*?)\s*\d+%\|[^|]*\| *(?P<n>{_COUNT})/(?P<total>{_COUNT}) "
-                         rf"\[(?P<elapsed>{_ELAPSED})<[\d:?]+,{_RATE}.*\]\s*$")
-# and without one (an iterable of unknown length): "val: 12it [00:01,  9.50it/s]"
-_WITHOUT_TOTAL = re.compile(rf"^(?P<desc>.*?)\s*(?P<n>{_COUNT})[^\s\[\]]* \[(?P<elapsed>{_ELAPSED}),{_RATE}.*\]\s*$")
+# tqdm's rate: "  9.42it/s", "3.1kimg/s", "400.00 examples/s" (a unit with a space), "?it/s", "2.30s/it"
+_RATE = rf"(?:(?:{_COUNT}|\?) ?[^\s,\]]*/s|\d+(?:\.\d+)?s/ ?[^\s,\]]+)"
+# Its statistics end the line: " [00:07<00:08,  9.42it/s]", " [00:01,  9.50it/s, loss=0.3]".
+_STATS = re.compile(rf" \[(?P<elapsed>{_ELAPSED})(?:<(?:{_ELAPSED}|\?))?, *{_RATE}(?:,.*)?\]$")
+# Before them, with a total: "epoch 0:  45%|████▌     | 68/150"
+_WITH_TOTAL = re.compile(rf"\d{{1,3}}%\|[^|]*\| *(?P<n>{_COUNT})/(?P<total>{_COUNT})$")
+# or without one (an iterable of unknown length): "val: 12it", "Map: 200 examples"
+_WITHOUT_TOTAL = re.compile(rf"(?:^|(?<=\s))(?P<n>{_COUNT}) ?[^\s\d.\[\]|]*$")
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 _SCALE = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
 
 
@@ -45,15 +51,29 @@ class Redraw:
     def finished(self) -> bool:
         return self.total is not None and self.n >= self.total
 
+    @property
+    def bar(self) -> str:
+        """Which bar this is of its rank's: its description with the numbers left out, as a
+        description may change at every step (``set_description(f"loss {loss:.3f}")``)."""
+        return _NUMBER.sub("#", self.desc)
 
+
+@lru_cache(maxsize=1024)  # a line is read by the rank's last lines, and again by the console
 def parse_redraw(text: str) -> Optional[Redraw]:
-    """The redraw a worker line is, or None for any other line."""
-    match = _WITH_TOTAL.match(text) or _WITHOUT_TOTAL.match(text)
-    if not match:
+    """The redraw a worker line is (tqdm's default meter), or None for any other line."""
+    text = text.rstrip()
+    if len(text) > LONGEST_BAR or not text.endswith("]"):
         return None
-    total = match.groupdict().get("total")
-    return Redraw(match.group("desc").rstrip(":").strip(), _count(match.group("n")),
-                  _count(total) if total is not None else None, _seconds(match.group("elapsed")))
+    stats = _STATS.search(text)
+    if stats is None:
+        return None
+    head = text[:stats.start()]
+    counted = _WITH_TOTAL.search(head) or _WITHOUT_TOTAL.search(head)
+    if counted is None:
+        return None
+    total = counted.groupdict().get("total")
+    return Redraw(head[:counted.start()].strip().rstrip(":").strip(), _count(counted.group("n")),
+                  _count(total) if total is not None else None, _seconds(stats.group("elapsed")))
 
 
 def _count(text: str) -> float:
@@ -86,7 +106,7 @@ class BarThrottle(Generic[Line]):
     def shown(self, node: str, rank: Hashable, line: Line, redraw: Redraw) -> list[Line]:
         """The lines to show for ``line``, the redraw of a bar of ``rank`` on ``node``: none for
         now, or it, after the last redraw held back of the bar it replaces."""
-        key = (node, rank, redraw.desc)
+        key = (node, rank, redraw.bar)
         bar = self.bars.get(key)
         if bar is None or redraw.n < bar.latest.n or redraw.elapsed_s < bar.latest.elapsed_s:
             before = self._forget(key) if bar is not None else self._make_room(node, rank)

@@ -487,10 +487,10 @@ class Supervisor:
                 return  # seen before its restart (one inspection's sightings outlive a restart it caused)
             tracker.move(NodePhase.STARTING)  # its start event is late, or was missed
             tracker.latest_start = max(tracker.latest_start or 0.0, seen.started_at or 0.0) or None
-            self.on_lines(tracker, self.logs.follow(tracker, since=tracker.last_log_stamp), self.clock())
+            self.on_lines(tracker, self.logs.follow(tracker, since=dict(tracker.last_log_stamps)), self.clock())
         elif seen.status in ("running", "paused") and not tracker.log_open and tracker.exited_at is None:
             # its log stream broke off (the engine's connection dropped): go on where it stopped
-            self.on_lines(tracker, self.logs.follow(tracker, since=tracker.last_log_stamp), self.clock())
+            self.on_lines(tracker, self.logs.follow(tracker, since=dict(tracker.last_log_stamps)), self.clock())
 
     def on_exit(self, tracker: NodeTracker, code: Optional[int], at: float, via: str = "") -> None:
         """A node's container ended: restart the job (elastic), or finish the node."""

@@ -159,7 +159,7 @@ class NodeOutput:
 
 def _redraws_one_bar(before: str, text: str) -> bool:
     first, then = parse_redraw(before), parse_redraw(text)
-    return first is not None and then is not None and first.desc == then.desc
+    return first is not None and then is not None and first.bar == then.bar
 
 
 def open_node_log(run_dir: Path, node: NodePlan) -> IO[str]:

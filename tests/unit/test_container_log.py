@@ -4,12 +4,14 @@ from its own stream, whatever the other stream prints meanwhile."""
 from __future__ import annotations
 
 import queue
+import threading
 from typing import Optional
 
 import docker.errors
+import pytest
 
 from orchestrate.engine.container_log import LogLine, follow_log, read_log
-from orchestrate.supervise.logs import history
+from orchestrate.supervise.logs import follow, history
 from orchestrate.supervise.worker_lines import WorkerLines
 from tests.fakes import FakeDockerClient, wait_until
 
@@ -48,13 +50,64 @@ def test_following_gives_every_line_once_then_says_the_log_ended_once():
     assert sorted((line.source, line.text) for line in got[2:4]) == [("stderr", "[0|0]:live"), ("stdout", "[0|0]:live too")]
 
 
-def test_a_container_gone_before_its_log_is_read_ends_the_log_with_no_line():
+@pytest.mark.parametrize("error", [docker.errors.NotFound("No such container: ddp-r-node0-1"),
+                                   ValueError("a bug in reading it")])
+def test_a_log_that_cannot_be_read_ends_with_no_line(error):
     client, node = running()
-    client.failures["logs"] = docker.errors.NotFound("No such container: ddp-r-node0-1")
+    client.failures["logs"] = error
     arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
     follow_log(node, arrived.put)
     assert arrived.get(timeout=5) is None
     node.kill()
+    with pytest.raises(queue.Empty):
+        arrived.get(timeout=0.3)
+
+
+class DroppedOnce:
+    """A container whose engine connection drops the first live stream of stderr once ``go`` is
+    set, after the lines it had by then."""
+
+    def __init__(self, container) -> None:
+        self.container, self.dropped, self.go = container, False, threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        if kwargs.get("stream") and kwargs.get("stderr") and not self.dropped:
+            self.dropped = True
+
+            def until_dropped():
+                self.go.wait(timeout=5)
+                yield from self.container.logs(**{**kwargs, "follow": False})
+            return until_dropped()
+        return self.container.logs(**kwargs)
+
+
+def test_a_stream_that_ends_while_its_container_runs_is_asked_for_again_from_its_last_line():
+    _, node = running()
+    node.write("[0|0]:warned", "stderr")
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    dropping = DroppedOnce(node)
+    follow_log(dropping, arrived.put)
+    assert arrived.get(timeout=5).text == "[0|0]:warned"
+    node.write("[0|0]:warned again", "stderr")
+    dropping.go.set()
+    assert arrived.get(timeout=5).text == "[0|0]:warned again"
+    wait_until(lambda: ("reload", node.name) in node.client.calls)  # the dropped stream: does it still run?
+    node.write("[0|0]:Traceback (most recent call last):", "stderr")
+    # asked for again from its last line's time: that line is not shown twice
+    assert arrived.get(timeout=5).text == "[0|0]:Traceback (most recent call last):"
+    node.kill()
+    assert arrived.get(timeout=5) is None
+
+
+def test_each_stream_is_read_from_its_own_time():
+    _, node = running()
+    node.log = [(1000.0, "[0|0]:a"), (1003.0, "[0|0]:d")]
+    node.stderr_log = [(1001.0, "[0|0]:b"), (1002.0, "[0|0]:c")]
+    assert [line.text for line in read_log(node, since={"stdout": 1003.0, "stderr": 1002.0})] == [
+        "[0|0]:c", "[0|0]:d"]
 
 
 # Seen in a 2-rank node (torch 2.9): rank 0 printed "rank 0 half", then the rest a second later,
@@ -80,6 +133,18 @@ def test_logs_joins_each_streams_pieces_and_merges_the_streams_in_time(make_job)
     node.log = [(1000.0 + i, raw) for i, (source, raw) in enumerate(TWO_STREAMS) if source == "stdout"]
     node.stderr_log = [(1000.0 + i, raw) for i, (source, raw) in enumerate(TWO_STREAMS) if source == "stderr"]
     shown = [" ".join(line.split()) for line in history([(make_job(nodes=1, nproc_per_node=2).nodes[0], node)])]
+    assert [line for line in shown if line.split("]", 1)[1]] == [
+        "[node0/rank1] rank 1 half and the rest", "[node0/rank0] rank 0 half and the rest",
+        "[node0/rank0] rank 0 epoch 0 loss -96.656",
+        "[node0/rank0] train: 99%|#########9| 149/150 [00:15<00:00, 9.56it/s]"]
+
+
+def test_logs_f_joins_each_streams_pieces_until_the_node_ends(make_job):
+    _, node = running()
+    node.log = [(1000.0 + i, raw) for i, (source, raw) in enumerate(TWO_STREAMS) if source == "stdout"]
+    node.stderr_log = [(1000.0 + i, raw) for i, (source, raw) in enumerate(TWO_STREAMS) if source == "stderr"]
+    node.kill()
+    shown = [" ".join(line.split()) for line in follow([(make_job(nodes=1, nproc_per_node=2).nodes[0], node)])]
     assert [line for line in shown if line.split("]", 1)[1]] == [
         "[node0/rank1] rank 1 half and the rest", "[node0/rank0] rank 0 half and the rest",
         "[node0/rank0] rank 0 epoch 0 loss -96.656",

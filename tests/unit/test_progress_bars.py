@@ -86,9 +86,9 @@ def test_each_rank_and_each_bar_has_its_own_clock():
 
 def test_a_rank_with_many_bars_forgets_the_oldest_showing_where_it_stopped():
     throttle: BarThrottle[str] = BarThrottle(bars_per_rank=2)
-    first = [redraw_text("epoch 0", n, 9, 0) for n in range(3)]
+    first = [redraw_text("train", n, 9, 0) for n in range(3)]
     assert through(throttle, first) == [first[0]]
-    second, third = redraw_text("epoch 1", 0, 9, 0), redraw_text("epoch 2", 0, 9, 0)
+    second, third = redraw_text("eval", 0, 9, 0), redraw_text("test", 0, 9, 0)
     assert through(throttle, [second, third]) == [second, first[-1], third]
     assert len(throttle.bars) == 2
 
@@ -123,3 +123,19 @@ def test_the_last_lines_of_a_rank_keep_one_redraw_of_a_bar_and_the_log_keeps_the
     assert output.last_lines(1) == ["step 0", redraws[-1], other, *lines[-2:]]
     assert log.getvalue().count("train:") == 30
     assert LAST_LINES < 30
+
+
+def test_a_bar_whose_description_changes_at_each_step_is_one_bar():
+    throttle: BarThrottle[str] = BarThrottle()
+    redraws = [redraw_text(f"loss {1 / (n + 1):.3f}", n, 100, n // 5) for n in range(100)]
+    assert [parse_redraw(text).elapsed_s for text in through(throttle, redraws)] == [0, 10]
+
+
+def test_bars_in_other_units_read_and_a_users_bracketed_lines_do_not():
+    assert parse_redraw("Map:  45%|████▌     | 450/1000 [00:01<00:01, 400.00 examples/s]") == Redraw(
+        "Map", 450, 1000, 1)
+    assert parse_redraw("Map: 200 examples [00:01, 200.00 examples/s]") == Redraw("Map", 200, None, 1)
+    assert parse_redraw("loss 0.532:  3%|▎ | 4/150 [00:00<00:15, 9.4it/s, lr=[0.1]]").bar == "loss #"
+    for own in ("checkpoint 2 [14:05, 3/10 saved]", "gpu 2 [10:15, 30.1/80GB]", "." * 1000, "1" * 2000,
+                "1" * 390 + " [00:01, 1it/s]"):  # the last: longer than any bar a terminal holds
+        assert parse_redraw(own) is None

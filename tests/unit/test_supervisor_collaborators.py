@@ -93,6 +93,27 @@ def test_the_log_pump_shows_whole_worker_lines_and_drops_a_superseded_stream(mak
     assert pump.take(tracker, stale) == []
 
 
+def test_the_log_pump_joins_a_workers_pieces_each_from_its_own_stream(make_job, tmp_path):
+    """Rank 0 prints a line in two parts on stdout while its progress bar begins on stderr, whose
+    first "\\r" torchrun's tee copies as an empty line of rank 0's."""
+    plan = make_job(nodes=1, nproc_per_node=2)
+    client = FakeDockerClient()
+    container = node_container(client, "r", "node0", Script(hang=True))
+    tracker = tracker_for(plan, 0, container, tmp_path)
+    container.start()
+    for raw, source in (("[0|0]:rank 0 half[1|1]:", "stdout"), ("[0|0]:", "stderr"), ("[0|0]: and the rest", "stdout")):
+        container.write(raw, source)
+    inbox: "queue.Queue" = queue.Queue()
+    pump = LogPump(inbox, io.StringIO(), width=12, verbose=True)
+    pump.follow(tracker)
+    shown = []
+    for message in drain(inbox, lambda m: isinstance(m, LineArrived) and m.text.endswith("the rest")):
+        shown += pump.take(tracker, message)
+    assert [(line.global_rank, line.text) for line in shown] == [(1, ""), (0, ""), (0, "rank 0 half and the rest")]
+    assert set(tracker.last_log_stamps) == {"stdout", "stderr"}
+    container.kill()
+
+
 def test_engine_events_of_the_runs_nodes_reach_the_inbox_and_others_do_not(tmp_path):
     client = FakeDockerClient()
     mine = node_container(client, "r", "node0", Script(exit_code=3))
