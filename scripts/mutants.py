@@ -524,6 +524,12 @@ MUTANTS = [
     Mutant("a rank's last lines keep every redraw of a bar", "orchestrate/supervise/worker_lines.py",
            "                if tail and _redraws_one_bar(tail[-1], line.text):\n", "                if False:\n",
            ("tests/unit/test_progress_bars.py",)),
+    Mutant("the spaces that wipe a bar are shown", "orchestrate/supervise/console_filter.py",
+           "        if cleared:  # the spaces that wipe a bar left with leave=False\n            return []\n", "",
+           ("tests/unit/test_progress_bars.py",)),
+    Mutant("any line of spaces is taken for a wiped bar", "orchestrate/supervise/console_filter.py",
+           "        cleared = rank in self.after_bar and line.text and not line.text.strip()\n",
+           "        cleared = line.text and not line.text.strip()\n", ("tests/unit/test_progress_bars.py",)),
 ]
 
 

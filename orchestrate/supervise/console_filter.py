@@ -5,8 +5,9 @@
 - torchrun's ``ChildFailedError`` report: its own traceback and the table that follows,
   printed whenever a worker exits non-zero. The run's summary names the failing rank, its exit
   code and its error in one line, so the console shows one line in its place;
-- most redraws of the workers' progress bars, each a line of its own (``progress_bars``), and
-  the empty line that a bar's first "\\r" makes.
+- most redraws of the workers' progress bars, each a line of its own (``progress_bars``), the
+  empty line that a bar's first "\\r" makes, and the spaces that wipe a bar left with
+  ``leave=False``.
 
 Every other worker line passes, and so does any other traceback (of the node supervisor, say).
 """
@@ -34,6 +35,7 @@ class ConsoleFilter:
         self.in_report: dict[str, int] = {}  # node -> rules seen so far in torchrun's report
         self.bars: BarThrottle[OutputLine] = BarThrottle()
         self.blank: dict[tuple[str, Optional[int]], OutputLine] = {}  # a worker's empty line, until its next
+        self.after_bar: set[tuple[str, Optional[int]]] = set()  # the workers whose last line was a redraw
 
     def shown(self, line: OutputLine) -> list[OutputLine]:
         """The lines to show now that ``line`` arrived (none, it, or lines held back before it)."""
@@ -65,10 +67,16 @@ class ConsoleFilter:
         return [*self.held.pop(node, []), *self.bars.flush(node), *blanks]
 
     def _worker_line(self, line: OutputLine) -> list[OutputLine]:
-        blank = self.blank.pop((line.node, line.local_rank), None)
+        rank = (line.node, line.local_rank)
+        blank = self.blank.pop(rank, None)
         redraw = parse_redraw(line.text)
         if redraw is not None:  # the empty line before it, if any, is tqdm's first "\r"
+            self.after_bar.add(rank)
             return self.bars.shown(line.node, line.local_rank, line, redraw)
+        cleared = rank in self.after_bar and line.text and not line.text.strip()
+        self.after_bar.discard(rank)
+        if cleared:  # the spaces that wipe a bar left with leave=False
+            return []
         before = [blank] if blank is not None else []
         if line.text == "":
             self.blank[(line.node, line.local_rank)] = line

@@ -110,6 +110,10 @@ def test_the_console_drops_the_empty_line_of_a_bars_first_carriage_return_and_no
     assert console_texts([line(""), line("x", rank=1)], end="node0") == ["node1/1: x", "node0/0: "]
     later = redraw_text("train", 3, 9, 4)
     assert console_texts([line(bar), line(later)], end="node0") == [f"node0/0: {bar}", f"node0/0: {later}"]
+    # a bar left with leave=False is wiped with spaces: not a line to show; a user's own spaces are
+    wiped = " " * 60
+    assert console_texts([line(bar), line(wiped), line("done"), line("   ")]) == [
+        f"node0/0: {bar}", "node0/0: done", "node0/0:    "]
 
 
 def test_the_last_lines_of_a_rank_keep_one_redraw_of_a_bar_and_the_log_keeps_them_all(make_job):
