@@ -60,9 +60,10 @@ def exec_answer(client: Any, container: Any, argv: list[str], whole: Callable[[s
     return code, text
 
 
-def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def stream_lines(chunks: Iterable[bytes], unfinished: Optional[list[bytes]] = None) -> Iterator[bytes]:
     """The complete lines of a byte stream (a container's log, an exec's output), then the
-    unfinished last one. A stream that breaks off (its container went away) just ends."""
+    unfinished last one (put in ``unfinished`` instead, where given). A stream that breaks off
+    (its container went away) just ends."""
     pending = b""
     try:
         for chunk in chunks:
@@ -71,7 +72,9 @@ def stream_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
             yield from complete
     except engine_errors() as exc:  # the stream broke off; anything else is a bug, and raised
         log.debug("stream ended: %s", exc)
-    if pending:
+    if pending and unfinished is not None:
+        unfinished.append(pending)
+    elif pending:
         yield pending
 
 

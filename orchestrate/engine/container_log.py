@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from orchestrate.engine.client import engine_time, stream_lines
 from orchestrate.engine.errors import engine_errors
@@ -43,33 +43,52 @@ def parse_log_line(raw: bytes, source: str) -> LogLine:
     return LogLine(source, engine_time(match.group(1).decode()) if match else None, text)
 
 
-Since = Union[None, float, Mapping[str, float]]  # an engine time, or one per stream
+# Where to read from: an engine time, or for each stream the time of the last line read and how
+# many lines of that very time were read (the engine's ``since`` takes them again).
+Position = tuple[float, int]
+Since = Union[None, float, Mapping[str, Position]]
 RESUMES = 3  # how often a stream that ends while its container runs (a dropped connection) is asked for again
 
 
-def _since(since: Since, source: str) -> Optional[float]:
-    return since.get(source) if isinstance(since, Mapping) else since
+def _since(since: Since, source: str) -> Position:
+    if isinstance(since, Mapping):
+        return since.get(source, (0.0, 0))
+    return (since or 0.0, 0)
 
 
-def _ask(source: str, since: Optional[float], **options: Any) -> dict[str, Any]:
+def _ask(source: str, since: float, **options: Any) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"stdout": source == "stdout", "stderr": source == "stderr", "timestamps": True,
                               **options}
-    if since is not None:
+    if since:
         kwargs["since"] = since
     return kwargs
 
 
+def _taken_out(lines: list[LogLine], position: Position) -> list[LogLine]:
+    """``lines`` without the first ones of the position's time that were read already."""
+    stamp, skip = position
+    kept = []
+    for line in lines:
+        if skip and line.stamp == stamp:
+            skip -= 1
+            continue
+        skip = 0
+        kept.append(line)
+    return kept
+
+
 def read_log(container: Any, since: Since = None) -> list[LogLine]:
-    """Every line of the container's log so far (from ``since``, an engine time, or one per
-    stream), both streams merged in time order (a stream's own order kept where stamps tie).
+    """Every line of the container's log so far (from ``since``), both streams merged in time
+    order (a stream's own order kept where stamps tie).
 
     Raises:
         The engine's errors (:func:`engine_errors`), for a container that is gone.
     """
     lines: list[LogLine] = []
     for source in SOURCES:
-        raw = container.logs(**_ask(source, _since(since, source)))
-        lines += [parse_log_line(line, source) for line in raw.split(b"\n") if line]
+        position = _since(since, source)
+        raw = container.logs(**_ask(source, position[0]))
+        lines += _taken_out([parse_log_line(line, source) for line in raw.split(b"\n") if line], position)
     return sorted(lines, key=lambda line: line.stamp or 0.0)
 
 
@@ -82,33 +101,46 @@ def _still_running(container: Any) -> bool:
 
 
 class _Stream:
-    """One stream of the log, followed live from where the lines read so far end: the engine's
-    ``since`` takes the lines of that very time again, and they are skipped."""
+    """One stream of the log, followed live from where the lines read so far end."""
 
-    def __init__(self, container: Any, source: str, read: list[LogLine], since: Optional[float]) -> None:
+    def __init__(self, container: Any, source: str, read: list[LogLine], since: Position) -> None:
         self.container, self.source = container, source
         own = [line for line in read if line.source == source]
-        self.last = own[-1].stamp if own else since
-        self.at_last = sum(1 for line in own if line.stamp == self.last) if own else 0  # lines of that time read
+        self.last, self.at_last = since
+        for line in own:
+            self.taken(line)
+
+    def taken(self, line: LogLine) -> None:
+        if line.stamp is not None:
+            self.at_last = self.at_last + 1 if line.stamp == self.last else 1
+            self.last = line.stamp
 
     def follow(self, put: Callable[[LogLine], None], name: str) -> None:
-        for resumed in range(RESUMES + 1):
-            skip = self.at_last
+        for _ in range(RESUMES + 1):
+            unfinished: list[bytes] = []  # cut off by a dropped connection: asked for again, whole
             try:
-                for raw in stream_lines(self.container.logs(stream=True, follow=True, **_ask(self.source, self.last))):
-                    line = parse_log_line(raw, self.source)
-                    if skip and line.stamp == self.last:
-                        skip -= 1
-                        continue
-                    skip = 0
-                    self.at_last = self.at_last + 1 if line.stamp == self.last else 1
-                    self.last = line.stamp if line.stamp is not None else self.last
+                chunks = self.container.logs(stream=True, follow=True, **_ask(self.source, self.last))
+                for line in self._new(stream_lines(chunks, unfinished)):
+                    self.taken(line)
                     put(line)
             except engine_errors() as exc:  # the container went away before its log could be asked for
                 log.debug("%s: %s stream ended: %s", name, self.source, exc)
             if not _still_running(self.container):
+                for raw in unfinished:  # its last words, with no line end
+                    put(parse_log_line(raw, self.source))
                 return
             log.debug("%s: the %s stream ended while the container runs: asked for again", name, self.source)
+
+    def _new(self, raws: Iterator[bytes]) -> Iterator[LogLine]:
+        """The lines of a stream asked for from ``self.last``, less those of that time read already."""
+        skip = self.at_last
+        for raw in raws:
+            line = parse_log_line(raw, self.source)
+            if skip and line.stamp == self.last:
+                skip -= 1
+                continue
+            skip = 0
+            yield line
 
 
 def follow_log(container: Any, put: Callable[[Optional[LogLine]], None], since: Since = None,

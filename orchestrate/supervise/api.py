@@ -56,8 +56,8 @@ class NodeTracker:
             restart that made it, or an inspection): a ``start`` or ``die`` event from before
             it belongs to a run of the container that is over, however late the event stream
             brings it.
-        last_log_stamps: Engine time of the last log line read of each stream (stdout, stderr):
-            a broken stream resumes there.
+        last_log_stamps: For each stream (stdout, stderr), the engine time of the last log line
+            read and how many lines of that time were read: a broken stream resumes there.
     """
 
     plan: NodePlan
@@ -70,7 +70,7 @@ class NodeTracker:
     exit_code: Optional[int] = None
     first_started: Optional[float] = None
     latest_start: Optional[float] = None
-    last_log_stamps: dict[str, float] = field(default_factory=dict)
+    last_log_stamps: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

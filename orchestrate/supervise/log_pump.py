@@ -59,7 +59,8 @@ class LogPump:
             tracker.log_open = False
             return self.show(tracker.output.end(message.stamp), ended=tracker.name)
         assert isinstance(message, LineArrived)
-        tracker.last_log_stamps[message.source] = message.stamp
+        stamp, taken = tracker.last_log_stamps.get(message.source, (0.0, 0))
+        tracker.last_log_stamps[message.source] = (message.stamp, taken + 1 if message.stamp == stamp else 1)
         return self.show(tracker.output.add(message.text, message.stamp, message.source))
 
     def show(self, lines: list[OutputLine], ended: Optional[str] = None) -> list[OutputLine]:

@@ -6,10 +6,11 @@ file line by line in Python's universal-newline mode, which reads each "\\r" as 
 every redraw reaches the console as a line of its own: a 1,000-step epoch on 8 ranks is 8,000
 lines, and the job's own lines scroll away between them.
 
-Without ``-v`` the console shows of each bar (one rank's, one description) its first redraw,
-one every :data:`BAR_EVERY_S` seconds of the bar's own clock (the elapsed time tqdm prints), and
-its last (n == total, once); the newest of the others is shown where the node's output ends, so
-a rank that stopped mid-bar shows where it stopped. The node logs keep every redraw.
+Without ``-v`` the console shows of each bar (one rank's, one description, which may change its
+numbers as the bar goes on) its first redraw, one every :data:`BAR_EVERY_S` seconds of the bar's
+own clock (the elapsed time tqdm prints), and its last (n == total, once); the newest of the
+others is shown where the node's output ends, so a rank that stopped mid-bar shows where it
+stopped. The node logs keep every redraw.
 """
 from __future__ import annotations
 
@@ -58,12 +59,24 @@ class Redraw:
         return _NUMBER.sub("#", self.desc)
 
 
-@lru_cache(maxsize=1024)  # a line is read by the rank's last lines, and again by the console
 def parse_redraw(text: str) -> Optional[Redraw]:
     """The redraw a worker line is (tqdm's default meter), or None for any other line."""
     text = text.rstrip()
     if len(text) > LONGEST_BAR or not text.endswith("]"):
         return None
+    return _parse(text)
+
+
+def continues(before: Redraw, after: Redraw) -> bool:
+    """Whether ``after``, drawn right after ``before`` by the same rank, redraws its bar: the
+    same description, or one whose numbers changed while its total stayed and its count and
+    clock went on (two bars at once, a file each, differ in their totals)."""
+    return before.desc == after.desc or (before.bar == after.bar and before.total == after.total
+                                         and after.n >= before.n and after.elapsed_s >= before.elapsed_s)
+
+
+@lru_cache(maxsize=1024)  # a line is read by the rank's last lines, and again by the console
+def _parse(text: str) -> Optional[Redraw]:
     stats = _STATS.search(text)
     if stats is None:
         return None
@@ -102,11 +115,17 @@ class BarThrottle(Generic[Line]):
         self.every_s = every_s
         self.bars_per_rank = bars_per_rank  # nested bars are few; older ones are forgotten
         self.bars: dict[tuple[str, Hashable, str], _Bar[Line]] = {}
+        self.last_drawn: dict[tuple[str, Hashable], str] = {}  # the description each rank drew last
 
     def shown(self, node: str, rank: Hashable, line: Line, redraw: Redraw) -> list[Line]:
         """The lines to show for ``line``, the redraw of a bar of ``rank`` on ``node``: none for
         now, or it, after the last redraw held back of the bar it replaces."""
-        key = (node, rank, redraw.bar)
+        key = (node, rank, redraw.desc)
+        before = self.bars.get((node, rank, self.last_drawn.get((node, rank), "")))
+        if key not in self.bars and before is not None and continues(before.latest, redraw) \
+                and not before.finish_shown:  # a description whose numbers changed goes on with its bar
+            self.bars[key] = self.bars.pop((node, rank, before.latest.desc))
+        self.last_drawn[(node, rank)] = redraw.desc
         bar = self.bars.get(key)
         if bar is None or redraw.n < bar.latest.n or redraw.elapsed_s < bar.latest.elapsed_s:
             before = self._forget(key) if bar is not None else self._make_room(node, rank)
@@ -127,6 +146,7 @@ class BarThrottle(Generic[Line]):
 
     def flush(self, node: str) -> list[Line]:
         """The node's output ended: the newest redraw of each of its bars, where not shown."""
+        self.last_drawn = {rank: desc for rank, desc in self.last_drawn.items() if rank[0] != node}
         return [line for key in [key for key in self.bars if key[0] == node] for line in self._forget(key)]
 
     def _forget(self, key: tuple[str, Hashable, str]) -> list[Line]:

@@ -9,7 +9,7 @@ from typing import IO, Optional
 
 from orchestrate.outcome.root_cause import RootCause, parse_root_cause
 from orchestrate.plan.model import NodePlan
-from orchestrate.supervise.progress_bars import parse_redraw
+from orchestrate.supervise.progress_bars import continues, parse_redraw
 
 # torchrun --tee prefixes every worker line: "[<global rank>|<local rank>]:" with the launcher's
 # template (plan.LOG_LINE_PREFIX_TEMPLATE), "[<role><local rank>]:" by default (plain compose up).
@@ -159,7 +159,7 @@ class NodeOutput:
 
 def _redraws_one_bar(before: str, text: str) -> bool:
     first, then = parse_redraw(before), parse_redraw(text)
-    return first is not None and then is not None and first.bar == then.bar
+    return first is not None and then is not None and continues(first, then)
 
 
 def open_node_log(run_dir: Path, node: NodePlan) -> IO[str]:

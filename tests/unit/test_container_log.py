@@ -65,7 +65,7 @@ def test_a_log_that_cannot_be_read_ends_with_no_line(error):
 
 class DroppedOnce:
     """A container whose engine connection drops the first live stream of stderr once ``go`` is
-    set, after the lines it had by then."""
+    set, after the lines it had by then, in the middle of the last one."""
 
     def __init__(self, container) -> None:
         self.container, self.dropped, self.go = container, False, threading.Event()
@@ -79,7 +79,7 @@ class DroppedOnce:
 
             def until_dropped():
                 self.go.wait(timeout=5)
-                yield from self.container.logs(**{**kwargs, "follow": False})
+                yield b"".join(self.container.logs(**{**kwargs, "follow": False}))[:-4]
             return until_dropped()
         return self.container.logs(**kwargs)
 
@@ -92,8 +92,10 @@ def test_a_stream_that_ends_while_its_container_runs_is_asked_for_again_from_its
     follow_log(dropping, arrived.put)
     assert arrived.get(timeout=5).text == "[0|0]:warned"
     node.write("[0|0]:warned again", "stderr")
+    node.write("[0|0]:cut short", "stderr")
     dropping.go.set()
     assert arrived.get(timeout=5).text == "[0|0]:warned again"
+    assert arrived.get(timeout=5).text == "[0|0]:cut short"  # whole, not "[0|0]:cut s"
     wait_until(lambda: ("reload", node.name) in node.client.calls)  # the dropped stream: does it still run?
     node.write("[0|0]:Traceback (most recent call last):", "stderr")
     # asked for again from its last line's time: that line is not shown twice
@@ -106,8 +108,11 @@ def test_each_stream_is_read_from_its_own_time():
     _, node = running()
     node.log = [(1000.0, "[0|0]:a"), (1003.0, "[0|0]:d")]
     node.stderr_log = [(1001.0, "[0|0]:b"), (1002.0, "[0|0]:c")]
-    assert [line.text for line in read_log(node, since={"stdout": 1003.0, "stderr": 1002.0})] == [
+    assert [line.text for line in read_log(node, since={"stdout": (1003.0, 0), "stderr": (1002.0, 0)})] == [
         "[0|0]:c", "[0|0]:d"]
+    # the lines of that very time read already are not read again (the engine's since takes them)
+    assert [line.text for line in read_log(node, since={"stdout": (1000.0, 1), "stderr": (1002.0, 1)})] == [
+        "[0|0]:d"]
 
 
 # Seen in a 2-rank node (torch 2.9): rank 0 printed "rank 0 half", then the rest a second later,

@@ -133,6 +133,19 @@ def test_a_bar_whose_description_changes_at_each_step_is_one_bar():
     throttle: BarThrottle[str] = BarThrottle()
     redraws = [redraw_text(f"loss {1 / (n + 1):.3f}", n, 100, n // 5) for n in range(100)]
     assert [parse_redraw(text).elapsed_s for text in through(throttle, redraws)] == [0, 10]
+    # set_description redraws at once, at the count before the step's update
+    throttle = BarThrottle()
+    redraws = [redraw_text(f"loss {1 / (n + step):.3f}", n, 100, n // 5) for n in range(100) for step in (1, 2)]
+    assert [parse_redraw(text).elapsed_s for text in through(throttle, redraws)] == [0, 10]
+
+
+def test_two_bars_at_once_whose_descriptions_differ_in_numbers_are_two_bars():
+    throttle: BarThrottle[str] = BarThrottle()
+    one = [redraw_text("model-00001-of-00002", n, 200, n // 10) for n in range(201)]
+    two = [redraw_text("model-00002-of-00002", n, 100, n // 5) for n in range(101)]
+    shown = through(throttle, [text for pair in zip(one, two) for text in pair] + one[101:])
+    assert [(parse_redraw(text).desc[10], parse_redraw(text).elapsed_s) for text in shown] == [
+        ("1", 0), ("2", 0), ("2", 10), ("1", 10), ("2", 20), ("1", 20)]
 
 
 def test_bars_in_other_units_read_and_a_users_bracketed_lines_do_not():

@@ -111,6 +111,11 @@ def test_the_log_pump_joins_a_workers_pieces_each_from_its_own_stream(make_job, 
         shown += pump.take(tracker, message)
     assert [(line.global_rank, line.text) for line in shown] == [(1, ""), (0, ""), (0, "rank 0 half and the rest")]
     assert set(tracker.last_log_stamps) == {"stdout", "stderr"}
+    # a stream that broke off is followed again from where each stream was: no line twice
+    pump.follow(tracker, since=dict(tracker.last_log_stamps))
+    container.write("[1|1]:after", "stderr")
+    again = drain(inbox, lambda m: isinstance(m, LineArrived) and m.stream == tracker.stream and m.text == "[1|1]:after")
+    assert [m.text for m in again if m.stream == tracker.stream] == ["[1|1]:after"]
     container.kill()
 
 
