@@ -537,6 +537,10 @@ MUTANTS = [
     Mutant("any line of spaces is taken for a wiped bar", "orchestrate/supervise/console_filter.py",
            "        cleared = rank in self.after_bar and line.text and not line.text.strip()\n",
            "        cleared = line.text and not line.text.strip()\n", ("tests/unit/test_progress_bars.py",)),
+    Mutant("a rank torchrun named that lost its peer is kept beside one that failed by itself", "orchestrate/supervise/diagnosis.py",
+           "            own = own_failure_beside(tracker, cause)\n", "            own = None\n", ("tests/unit/test_diagnosis.py",)),
+    Mutant("a rank that lost its peer is taken for one that failed by itself", "orchestrate/supervise/diagnosis.py",
+           "        if exception and not is_collateral(own, last):\n", "        if exception:\n", ("tests/unit/test_diagnosis.py",)),
 ]
 
 

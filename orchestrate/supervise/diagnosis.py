@@ -17,6 +17,7 @@ from orchestrate.outcome.root_cause import (
     RootCause,
     error_file_on_host,
     exception_in_lines,
+    is_collateral,
     latest_error_files,
     native_exception,
     short_mismatch,
@@ -30,6 +31,24 @@ from orchestrate.supervise.worker_lines import LAST_LINES
 RECORD_BEFORE_FAILURE_S = 30.0
 
 log = logging.getLogger(__name__)
+
+
+def own_failure_beside(tracker: NodeTracker, cause: RootCause) -> Optional[RootCause]:
+    """Another worker of the node whose traceback ends in an error of its own, where torchrun
+    named one that failed for want of a peer (torchrun names the first failure it observes, in
+    the order of the local ranks, not the first to happen; without ``@record`` there is no error
+    file to tell the times): None if there is none."""
+    for local, rank in enumerate(tracker.plan.global_ranks):
+        if local == cause.local_rank:
+            continue
+        last = tracker.output.last_lines(rank, count=LAST_LINES)
+        if not any("Traceback (most recent call last):" in line for line in last):
+            continue
+        exception = exception_in_lines(last)
+        own = RootCause(rank, local, cause.exit_code, exception)
+        if exception and not is_collateral(own, last):
+            return own
+    return None
 
 
 class Diagnosis:
@@ -64,6 +83,11 @@ class Diagnosis:
         if cause is not None and not cause.exception:  # no error file: the traceback the worker printed
             last = tracker.output.last_lines(cause.rank, count=LAST_LINES)
             cause.exception = exception_in_lines(last) or native_exception(last)
+        if cause is not None and cause.timestamp is None and is_collateral(cause, result.last_lines):
+            own = own_failure_beside(tracker, cause)
+            if own is not None:
+                cause = result.root_cause = own
+                result.last_lines = tracker.output.last_lines(own.rank)
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
             cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)

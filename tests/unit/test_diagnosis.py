@@ -82,6 +82,36 @@ def test_without_error_files_the_exception_is_read_from_the_workers_last_twenty_
     assert tracker.result.root_cause.exception == "AssertionError: loss is nan"
 
 
+def test_a_rank_torchrun_names_that_lost_its_peer_yields_to_a_rank_of_the_node_that_failed_by_itself(node1):
+    """Seen with a script without @record on 2 ranks a node: rank 3 raised FloatingPointError,
+    rank 2's collective then lost its peer, and torchrun named local rank 0, the first it polled."""
+    tracker, diagnosis, _, _ = node1
+    own = ["Traceback (most recent call last):", '  File "train.py", line 11, in <module>',
+           "FloatingPointError: loss is NaN at step 137"]
+    lost = ["Traceback (most recent call last):", '  File "train.py", line 13, in <module>',
+            "RuntimeError: [../gloo/transport/tcp/pair.cc:547] Connection closed by peer [192.168.48.3]:24194"]
+    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 2 (local_rank: 0)",
+              "  exitcode  : 1 (pid: 10)", "  error_file: <N/A>", "====="]
+    for line in ["[3|1]:" + text for text in own] + ["[2|0]:" + text for text in lost] + report:
+        tracker.output.add(line, 0.0)
+    diagnosis.explain_failure(tracker)
+    cause = tracker.result.root_cause
+    assert (cause.rank, cause.local_rank, cause.exception) == (3, 1, "FloatingPointError: loss is NaN at step 137")
+    assert tracker.result.last_lines[-1] == "FloatingPointError: loss is NaN at step 137"
+
+
+def test_a_rank_that_lost_its_peer_stays_the_cause_where_no_rank_of_the_node_failed_by_itself(node1):
+    tracker, diagnosis, _, _ = node1
+    lost = ["Traceback (most recent call last):", '  File "train.py", line 13, in <module>',
+            "RuntimeError: [../gloo/transport/tcp/pair.cc:547] Connection closed by peer [192.168.48.3]:24194"]
+    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 2 (local_rank: 0)",
+              "  exitcode  : 1 (pid: 10)", "  error_file: <N/A>", "====="]
+    for line in ["[3|1]:" + text for text in lost] + ["[2|0]:" + text for text in lost] + ["[3|1]:step 5"] + report:
+        tracker.output.add(line, 0.0)
+    diagnosis.explain_failure(tracker)
+    assert tracker.result.root_cause.rank == 2
+
+
 @pytest.mark.parametrize("stopped, reason", [
     (b"2 4242 T\nend\n", "its worker process is stopped (hung)"),
     (b"2 4242 T\n3 4243 T\nend\n", "its worker process is stopped (hung); ranks 3 too"),
