@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 from orchestrate.engine.client import engine_time, stream_lines
 from orchestrate.engine.errors import engine_errors
@@ -64,17 +64,24 @@ def _ask(source: str, since: float, **options: Any) -> dict[str, Any]:
     return kwargs
 
 
-def _taken_out(lines: list[LogLine], position: Position) -> list[LogLine]:
-    """``lines`` without the first ones of the position's time that were read already."""
+def advanced(position: Position, stamp: Optional[float]) -> Position:
+    """The position after reading a line of time ``stamp`` (an unstamped line moves nothing)."""
+    last, at_last = position
+    if stamp is None:
+        return position
+    return stamp, at_last + 1 if stamp == last else 1
+
+
+def _unread(lines: Iterable[LogLine], position: Position) -> Iterator[LogLine]:
+    """``lines``, asked for from the position's time, without the first ones of that time, which
+    were read already."""
     stamp, skip = position
-    kept = []
     for line in lines:
         if skip and line.stamp == stamp:
             skip -= 1
             continue
         skip = 0
-        kept.append(line)
-    return kept
+        yield line
 
 
 def read_log(container: Any, since: Since = None) -> list[LogLine]:
@@ -88,7 +95,7 @@ def read_log(container: Any, since: Since = None) -> list[LogLine]:
     for source in SOURCES:
         position = _since(since, source)
         raw = container.logs(**_ask(source, position[0]))
-        lines += _taken_out([parse_log_line(line, source) for line in raw.split(b"\n") if line], position)
+        lines += _unread((parse_log_line(line, source) for line in raw.split(b"\n") if line), position)
     return sorted(lines, key=lambda line: line.stamp or 0.0)
 
 
@@ -105,23 +112,19 @@ class _Stream:
 
     def __init__(self, container: Any, source: str, read: list[LogLine], since: Position) -> None:
         self.container, self.source = container, source
-        own = [line for line in read if line.source == source]
-        self.last, self.at_last = since
-        for line in own:
-            self.taken(line)
-
-    def taken(self, line: LogLine) -> None:
-        if line.stamp is not None:
-            self.at_last = self.at_last + 1 if line.stamp == self.last else 1
-            self.last = line.stamp
+        self.position = since
+        for line in read:
+            if line.source == source:
+                self.position = advanced(self.position, line.stamp)
 
     def follow(self, put: Callable[[LogLine], None], name: str) -> None:
         for _ in range(RESUMES + 1):
             unfinished: list[bytes] = []  # cut off by a dropped connection: asked for again, whole
             try:
-                chunks = self.container.logs(stream=True, follow=True, **_ask(self.source, self.last))
-                for line in self._new(stream_lines(chunks, unfinished)):
-                    self.taken(line)
+                chunks = self.container.logs(stream=True, follow=True, **_ask(self.source, self.position[0]))
+                raws = stream_lines(chunks, unfinished)
+                for line in _unread((parse_log_line(raw, self.source) for raw in raws), self.position):
+                    self.position = advanced(self.position, line.stamp)
                     put(line)
             except engine_errors() as exc:  # the container went away before its log could be asked for
                 log.debug("%s: %s stream ended: %s", name, self.source, exc)
@@ -130,17 +133,6 @@ class _Stream:
                     put(parse_log_line(raw, self.source))
                 return
             log.debug("%s: the %s stream ended while the container runs: asked for again", name, self.source)
-
-    def _new(self, raws: Iterator[bytes]) -> Iterator[LogLine]:
-        """The lines of a stream asked for from ``self.last``, less those of that time read already."""
-        skip = self.at_last
-        for raw in raws:
-            line = parse_log_line(raw, self.source)
-            if skip and line.stamp == self.last:
-                skip -= 1
-                continue
-            skip = 0
-            yield line
 
 
 def follow_log(container: Any, put: Callable[[Optional[LogLine]], None], since: Since = None,
@@ -173,8 +165,7 @@ def follow_log(container: Any, put: Callable[[Optional[LogLine]], None], since: 
                 put(line)
         except Exception as exc:  # the container went away before its log could be asked for, or a bug
             log.debug("%s: no log: %s", name, exc, exc_info=not isinstance(exc, engine_errors()))
-            left[0] = 1
-            done()
+            put(None)  # no stream was started
             return
         streams = [_Stream(container, source, history, _since(since, source)) for source in SOURCES]
         threading.Thread(target=live, args=(streams[1],), name=f"{name}-{SOURCES[1]}", daemon=True).start()

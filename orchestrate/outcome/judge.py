@@ -293,7 +293,6 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
             " LOCAL_RANK is 0) before its ranks read it")
 
 
-
 def read_too_early_hint(failure: Optional[Failure], results: list[NodeResult],
                         written_shared: dict[str, tuple[int, ...]]) -> str:
     """For a rank that could not find a file (or a directory) in the directories every node shares

@@ -79,6 +79,6 @@ class ConsoleFilter:
             return []
         before = [blank] if blank is not None else []
         if line.text == "":
-            self.blank[(line.node, line.local_rank)] = line
+            self.blank[rank] = line
             return before
         return [*before, line]

@@ -13,7 +13,7 @@ import queue
 import time
 from typing import IO, Callable, Optional
 
-from orchestrate.engine.container_log import LogLine, Since, follow_log
+from orchestrate.engine.container_log import LogLine, Since, advanced, follow_log
 from orchestrate.supervise.api import LineArrived, LogEnded, Message, NodeTracker
 from orchestrate.supervise.console_filter import ConsoleFilter
 from orchestrate.supervise.worker_lines import OutputLine
@@ -59,8 +59,8 @@ class LogPump:
             tracker.log_open = False
             return self.show(tracker.output.end(message.stamp), ended=tracker.name)
         assert isinstance(message, LineArrived)
-        stamp, taken = tracker.last_log_stamps.get(message.source, (0.0, 0))
-        tracker.last_log_stamps[message.source] = (message.stamp, taken + 1 if message.stamp == stamp else 1)
+        position = tracker.last_log_stamps.get(message.source, (0.0, 0))
+        tracker.last_log_stamps[message.source] = advanced(position, message.stamp)
         return self.show(tracker.output.add(message.text, message.stamp, message.source))
 
     def show(self, lines: list[OutputLine], ended: Optional[str] = None) -> list[OutputLine]:

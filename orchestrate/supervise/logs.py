@@ -34,10 +34,10 @@ def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
     for order, (plan, container) in enumerate(pairs):
         worker_lines = WorkerLines(plan)
         stamp = 0.0
-        # The engine ends each line with "\n" only: a "\r" inside one is the line's own.
-        for raw in read_log(container):
-            stamp = raw.stamp or stamp
-            lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.feed(raw.text, raw.source))
+        for logged in read_log(container):
+            stamp = logged.stamp or stamp
+            lines.extend((stamp, order, len(lines), ln.render(width))
+                         for ln in worker_lines.feed(logged.text, logged.source))
         lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.flush())
     for *_, rendered in sorted(lines):
         yield rendered

@@ -121,10 +121,11 @@ class BarThrottle(Generic[Line]):
         """The lines to show for ``line``, the redraw of a bar of ``rank`` on ``node``: none for
         now, or it, after the last redraw held back of the bar it replaces."""
         key = (node, rank, redraw.desc)
-        before = self.bars.get((node, rank, self.last_drawn.get((node, rank), "")))
-        if key not in self.bars and before is not None and continues(before.latest, redraw) \
-                and not before.finish_shown:  # a description whose numbers changed goes on with its bar
-            self.bars[key] = self.bars.pop((node, rank, before.latest.desc))
+        last_key = (node, rank, self.last_drawn.get((node, rank), ""))
+        last_bar = self.bars.get(last_key)
+        if key not in self.bars and last_bar is not None and not last_bar.finish_shown \
+                and continues(last_bar.latest, redraw):  # a description whose numbers changed goes on with its bar
+            self.bars[key] = self.bars.pop(last_key)
         self.last_drawn[(node, rank)] = redraw.desc
         bar = self.bars.get(key)
         if bar is None or redraw.n < bar.latest.n or redraw.elapsed_s < bar.latest.elapsed_s:
