@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrate.hangs.snapshots import Frame, debug_dir
-from orchestrate.hangs.stacks import call_made, users_frame
-from orchestrate.node.crash_stacks import crash_file
+from orchestrate.hangs.stacks import call_made, summary, users_frame
+from orchestrate.node.crash_stacks import crash_file, stopped_file
 from orchestrate.node.snapshot import HOOK_DIR, calls_wrapped, is_hook_file  # calls_wrapped: for outcome's
 from orchestrate.plan.layout import PROJECT_MOUNT_DIR
 
@@ -86,10 +86,16 @@ def last_dump(text: str) -> Optional[CrashDump]:
     if not starts:
         return None
     fatal = _FATAL.match(lines[starts[-1]])["what"]
+    return CrashDump(fatal, thread_stacks(lines[starts[-1] + 1:]))
+
+
+def thread_stacks(lines: list[str]) -> tuple[ThreadStack, ...]:
+    """The threads of a faulthandler dump's lines, each one's frames outermost first (the hook's
+    own frames left out)."""
     threads: list[ThreadStack] = []
     frames: list[Frame] = []
     current = False
-    for line in lines[starts[-1] + 1:] + [""]:
+    for line in lines + [""]:
         header = _THREAD.match(line)
         frame = _FRAME.match(line)
         if frame and not is_workers_hook_file(frame["file"]):
@@ -98,7 +104,29 @@ def last_dump(text: str) -> Optional[CrashDump]:
             if frames or current:
                 threads.append(ThreadStack(tuple(reversed(frames)), current))
             frames, current = [], bool(header) and header["current"] == "Current thread"
-    return CrashDump(fatal, tuple(threads))
+    return tuple(threads)
+
+
+# A thread that Python's threading module started (not the one that runs the script).
+_THREAD_START = "threading.py"
+
+
+def where_stopped(directory: Path, rank: int, since: float = 0.0) -> str:
+    """Where a rank's script was when SIGTERM ended it (torchrun ends every worker so when one
+    fails), by the stacks it wrote then (:func:`orchestrate.node.crash_stacks.dump_when_stopped`):
+    ``load_shard at sleeper.py:5``, of the thread that runs the script (the last such in the
+    file); "" without them, or where they were written before ``since`` (Unix seconds: an
+    earlier attempt's)."""
+    path = Path(stopped_file(str(directory), rank))
+    try:
+        if path.stat().st_mtime < since:
+            return ""
+        threads = thread_stacks(path.read_text(errors="replace").splitlines())
+    except OSError:
+        return ""
+    scripts = [t for t in threads if t.frames and not t.frames[0].file.endswith(_THREAD_START)
+               and users_frame(t.frames) is not None]
+    return summary(scripts[-1].frames) if scripts else ""
 
 
 def rank_dump(directory: Path, rank: int) -> Optional[CrashDump]:

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.hangs.collectives import UNEVEN_HINT, Divergence, channel_ends, first_divergence, step_counts
+from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, channel_ends, first_divergence, mismatch,
+                                           step_counts)
 from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.init_calls import init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
@@ -26,6 +27,9 @@ BUSY_CPU_SHARE = 0.05
 # gloo's words when a rank receives more data than its collective expects: the ranks' collectives
 # differ (another op, another size), and the receiving rank aborts (a C++ exception nobody catches).
 GLOO_MISMATCH = "Is there a distributed collective mismatch in your code?"
+# How torch's check of every collective (TORCH_DISTRIBUTED_DEBUG=DETAIL) says the ranks' differ,
+# in the launcher's words and in torch's own.
+CHECKED_MISMATCH = ("collectives differ", "Detected mismatch between collectives")
 # A record written this little before the latest container start taken in is still counted: the
 # engine stamps a start, and the workers their records, each as it reads the host's clock.
 ATTEMPT_CLOCK_SLACK_S = 1.0
@@ -467,13 +471,15 @@ _TIMED_OUT = re.compile(r"timed out|timeout", re.I)
 _SOURCE_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 
-def timeout_diagnosis(failure: Any, directory: Path, expected: set[int],
-                      since: Optional[float] = None) -> Optional[HangDiagnosis]:
+def timeout_diagnosis(failure: Any, directory: Path, expected: set[int], since: Optional[float] = None,
+                      stopped_where: Optional[dict[int, str]] = None) -> Optional[HangDiagnosis]:
     """A run that failed because a collective timed out is a hang that torch ended: its
     diagnosis from the snapshots the ranks wrote as their collectives failed, and those written
     from ``since`` on (Unix seconds: the answers of ranks asked where they were as the failure
     ended the job, which wrote no record of their own: one computing outside any collective);
-    None when the failure is something else, or no rank's collective failed."""
+    a rank that neither wrote nor answered is placed by where SIGTERM found it
+    (``stopped_where``, by rank). None when the failure is something else, or no rank's
+    collective failed."""
     exception = getattr(failure, "exception", "") or ""
     if getattr(failure, "reason", "") or not _TIMED_OUT.search(exception):
         return None  # a node that stopped answering (or was OOM-killed) explains it better
@@ -488,7 +494,11 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int],
     said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()
     what = ("init_process_group" if all(s.failed_in_init for s in snapshots.values() if s.reason == FAILED_REASON)
             else "a collective")
-    found = diagnose(probe, None, expected or set(snapshots), {}, 0.0, cause=f"{what} timed out on {where} ({said[:120]})")
+    # (said only of the ranks that neither wrote nor answered)
+    unheard = {rank: f"did not answer, and was in {place} when torchrun ended it"
+               for rank, place in (stopped_where or {}).items()}
+    found = diagnose(probe, None, expected or set(snapshots), unheard, 0.0,
+                     cause=f"{what} timed out on {where} ({said[:120]})")
     found.timed_out = True
     # a rank that was computing as the others' wait timed out (by its own recent CPU): the timeout
     # is shorter than its work, and the job was not hung
@@ -501,18 +511,24 @@ def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> st
     the call sites the error lacks ("" when the failure is something else, or the records do not
     show it). Caught by torch's check (``--debug-collectives``): by the records the ranks wrote as
     their collectives failed. Caught by gloo (the rank aborted): see :func:`aborted_mismatch`.
-    Records written before ``since`` (the epoch time the latest attempt began) are an earlier
-    attempt's, and left out."""
+    Caught by nobody (gloo matched different collectives or sizes, some ranks went on, the others
+    then lost them or timed out): the records the failing ranks wrote, where the rank the failure
+    names is among them and two made the same collective with other ops or tensors. Records written before ``since`` (the epoch time
+    the latest attempt began) are an earlier attempt's, and left out."""
     exception = getattr(failure, "exception", "") or ""
     rank = getattr(failure, "rank", None)
     snapshots = {r: s for r, s in last_snapshots(directory).items()
                  if s.reason == FAILED_REASON and s.time >= since - ATTEMPT_CLOCK_SLACK_S}
     if GLOO_MISMATCH in exception and rank is not None:
         return aborted_mismatch(rank, snapshots, directory)
-    if "collectives differ" not in exception and "Detected mismatch between collectives" not in exception:
-        return ""
-    found = first_divergence(snapshots) if len(snapshots) > 1 else None
-    return found.text if found is not None and found.kind == "mismatch" else ""
+    if any(words in exception for words in CHECKED_MISMATCH):
+        found = first_divergence(snapshots) if len(snapshots) > 1 else None
+        return found.text if found is not None and found.kind == "mismatch" else ""
+    # Otherwise gloo matched what it was given (it checks neither the op nor the sizes), and the
+    # ranks failed later, on a lost peer or a timeout: where the failing rank's own collective
+    # failed, the records of those that failed so still say they differed.
+    found = mismatch(snapshots) if len(snapshots) > 1 and rank in snapshots else None
+    return found.text if found is not None else ""
 
 
 def aborted_mismatch(rank: int, snapshots: dict[int, RankSnapshot], directory: Path) -> str:

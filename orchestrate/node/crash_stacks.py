@@ -15,7 +15,14 @@ file itself, to append (:func:`keep_in_spawned_loader_worker`, called as
 main; it is pointed back at the file then (:func:`keep_after_torch_record`).
 
 A script that turned ``faulthandler`` on itself (``PYTHONFAULTHANDLER``, ``-X faulthandler``,
-its own ``enable``) keeps its own: its stacks go where it asked. Standard library only.
+its own ``enable``) keeps its own: its stacks go where it asked.
+
+Where a worker was when torchrun ended it is worth as much: a rank that never reached the
+collective its peers timed out in, or the ``monitored_barrier`` that names it, is ended by
+SIGTERM before anyone asked it. :func:`dump_when_stopped` has ``faulthandler`` write every thread's
+stack to ``rank3.stopped`` on SIGTERM, then lets the signal end the process as it would have.
+A process the worker forks does not write there (its own SIGTERM, a DataLoader worker's, is no
+end of the rank's), and a script's own SIGTERM handler replaces it. Standard library only.
 """
 from __future__ import annotations
 
@@ -24,17 +31,65 @@ import faulthandler
 import functools
 import itertools
 import os
+import signal
 from typing import IO, Any, Optional
 
 SUFFIX = ".crash"
+STOPPED_SUFFIX = ".stopped"
 # the open file faulthandler writes to: it keeps only the descriptor, so the file must stay open
 _dump: Optional[IO[str]] = None
 # the process that opened it (a forked child inherits _dump, not the file's ownership)
 _owner: Optional[int] = None
+# the open file faulthandler writes a SIGTERM's stacks to, and the process that opened it
+_stopped: Optional[IO[str]] = None
+_stopped_owner: Optional[int] = None
 
 
 def crash_file(directory: str, rank: int) -> str:
     return os.path.join(directory, f"rank{rank}{SUFFIX}")
+
+
+def stopped_file(directory: str, rank: int) -> str:
+    return os.path.join(directory, f"rank{rank}{STOPPED_SUFFIX}")
+
+
+def dump_when_stopped(directory: str, rank: int) -> bool:
+    """On SIGTERM, write every thread's stack to ``rank{rank}.stopped`` in ``directory``, then
+    end as SIGTERM ends the process. The file holds this worker's stacks only (a predecessor's
+    goes); it is removed at a normal exit, where nothing stopped the worker. Returns whether it
+    did (not where SIGTERM already has a handler, or the file cannot be opened)."""
+    global _stopped, _stopped_owner
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    try:
+        _stopped = open(stopped_file(directory, rank), "w", encoding="utf-8")
+    except OSError:
+        return False
+    _stopped_owner = os.getpid()
+    faulthandler.register(signal.SIGTERM, file=_stopped, all_threads=True, chain=True)
+    os.register_at_fork(after_in_child=_not_in_a_child)
+    atexit.register(_remove_stopped_if_empty)
+    return True
+
+
+def _not_in_a_child() -> None:
+    """A forked child's SIGTERM is its own end, not the rank's: it writes no stacks for it."""
+    if _stopped is not None and _stopped_owner != os.getpid():
+        faulthandler.unregister(signal.SIGTERM)
+
+
+def _remove_stopped_if_empty() -> None:
+    """At the worker's normal exit: no file where nothing stopped it (only the process that made
+    it removes it)."""
+    if _stopped is None or _stopped_owner != os.getpid():
+        return
+    faulthandler.unregister(signal.SIGTERM)
+    try:
+        if os.fstat(_stopped.fileno()).st_size == 0:
+            os.remove(_stopped.name)
+    except OSError:
+        pass
+    _stopped.close()
 
 
 def install(directory: str, rank: int) -> bool:

@@ -12,7 +12,7 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    script called ``init_process_group`` beside what torchrun gave it (:mod:`orchestrate.node.init_record`),
    and answer the launcher's requests for its stacks
    (:mod:`orchestrate.node.snapshot`), and keep every thread's stack should it die by a
-   fatal signal (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
+   fatal signal, or be ended by SIGTERM (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
    progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
    (:mod:`orchestrate.node.storage_faults`), name the shared files it writes whole and the files it
@@ -203,6 +203,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     if directory:
         if snapshot.start(directory, log) is not None:  # spawned DataLoader workers answer too
             collective_log.when_imported("torch.utils.data._utils.worker", loader_workers.route_data_loader_workers)
+        crash_stacks.dump_when_stopped(directory, int(os.environ.get("RANK", "0")))
         if crash_stacks.install(directory, int(os.environ.get("RANK", "0"))):
             collective_log.when_imported("torch.utils.data._utils.signal_handling",
                                          crash_stacks.keep_in_data_loader_workers)

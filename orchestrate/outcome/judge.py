@@ -8,13 +8,15 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from orchestrate.hangs.collectives import UNEVEN_HINT
-from orchestrate.hangs.diagnosis import COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
+from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, is_collateral
+from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, absent_from_barrier, is_collateral
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import ranks_text
 
+# What a lost peer that ranks which left early explain asks, unless the ranks' records differ.
+UNEVEN_QUESTION = " (do all ranks run the same number of steps?)"
 # The exit code of a worker that refused its input, by the convention of argparse and app/.
 REFUSED_EXIT_CODE = 2
 
@@ -65,7 +67,7 @@ def signal_name(exit_code: Optional[int]) -> str:
         return ""
 
 
-def find_failure(results: list[NodeResult]) -> Optional[Failure]:
+def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[Failure]:
     """Choose the failure that explains a run.
 
     1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
@@ -75,11 +77,14 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
        it was restarted) explains the failures of the others.
     3. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
        stopped); a failure that is not a consequence of another (a peer's closed
-       connection, a SIGTERM from torchrun) wins over one that is.
+       connection, a SIGTERM from torchrun) wins over one that is; among consequences, a
+       monitored barrier's that names the ranks that did not reach it wins.
     4. Then the earliest failure by the workers' error files, then the node that ended first.
     5. A failure that only lost its peers (a consequence), of a rank that had not finished,
        while other ranks had finished their script: those ranks left while it still needed
-       them (uneven data), and the failure says so (:func:`left_early`).
+       them (uneven data), and the failure says so (:func:`left_early`); where the ranks'
+       records show they ``diverged`` (the same collective with other tensors), not that they
+       ran uneven steps.
 
     Returns:
         The failure, or None when no node failed.
@@ -115,8 +120,9 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
     def order(result: NodeResult) -> tuple:
         cause = result.root_cause
         collateral = cause is not None and is_collateral(cause, result.last_lines)
+        names_absent = cause is not None and bool(absent_from_barrier(cause.exception))
         stamp = cause.timestamp if cause and cause.timestamp is not None else float("inf")
-        return (collateral, stamp, result.ended_at)
+        return (collateral, not names_absent, stamp, result.ended_at)
 
     first = min(failed, key=order)
     cause = first.root_cause
@@ -131,17 +137,18 @@ def find_failure(results: list[NodeResult]) -> Optional[Failure]:
         collective=cause.collective if cause else "",
         training_pass=cause.training_pass if cause else "",
     )
-    left = left_early(first, results)
+    left = left_early(first, results, uneven=not diverged)
     if not left:
         return failure
     return replace(failure, description=f"{failure.describe()}, as {left}", peers_finished=True)
 
 
-def left_early(first: NodeResult, results: list[NodeResult]) -> str:
+def left_early(first: NodeResult, results: list[NodeResult], uneven: bool = True) -> str:
     """Why ``first``'s failure, a lost peer, happened when ranks left early: those whose script
     had returned while it still ran (``rank 3 (node1, after step 12) had finished its script while
     ranks 0-2 still ran, and ...``), or "" when that does not explain it (its error is its own,
-    a signal ended it, it had finished too, a worker crashed, or no rank had finished)."""
+    a signal ended it, it had finished too, a worker crashed, or no rank had finished). ``uneven``:
+    ask whether the ranks run as many steps (not where their records say they differed)."""
     cause = first.root_cause
     if cause is None or not is_collateral(cause, first.last_lines) or cause.rank in first.finished_ranks:
         return ""
@@ -158,7 +165,7 @@ def left_early(first: NodeResult, results: list[NodeResult]) -> str:
     verb = "had finished its script" if len(finished) == 1 else "had finished their scripts"
     lost = "it as a peer" if len(finished) == 1 else "them as peers"
     return (f"{'rank' if len(finished) == 1 else 'ranks'} {who} {verb} while {ranks_text(still)} still ran, and"
-            f" {ranks_text(still)}'s collectives lost {lost} (do all ranks run the same number of steps?)")
+            f" {ranks_text(still)}'s collectives lost {lost}{UNEVEN_QUESTION if uneven else ''}")
 
 
 def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_torch: str = "") -> Optional[str]:
@@ -212,6 +219,31 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
             " first mismatched collective, naming both (it does not compare sends and receives)")
+
+
+def diverged_hint(failure: Optional[Failure], divergence: str) -> str:
+    """For a failure whose ranks' records show the same collective made with other tensors, or
+    other collectives made at the same place, where neither gloo nor torch's check stopped it
+    (``divergence``: where they part): that gloo matches them anyway, and what finds the first
+    ("" where gloo or the check caught it, or the records show nothing)."""
+    if failure is None or not divergence:
+        return ""
+    if any(words in failure.exception for words in (GLOO_MISMATCH, *CHECKED_MISMATCH)):
+        return ""  # caught, and said so
+    finished = " (the ranks that finished did so on such data)" if failure.peers_finished else ""
+    return ("  hint: the ranks made this collective with different tensors, or different collectives: gloo checks"
+            " neither, so it may hand a rank wrong data with no error, and a rank fails only later"
+            f"{finished}; --debug-collectives makes torch stop at the first mismatched collective, naming both")
+
+
+def absent_from_barrier_lines(failure: Optional[Failure], stopped_where: dict[int, str]) -> list[str]:
+    """For a monitored barrier that failed naming the ranks that did not reach it, those still in
+    their scripts: where each was when torchrun ended it (``stopped_where``, by rank); none for
+    any other failure, or where the named ranks had finished their scripts (the failure says so)."""
+    if failure is None or failure.peers_finished:
+        return []
+    return [f"  rank {rank} had not reached the barrier: it was in {stopped_where[rank]} when torchrun ended it"
+            for rank in absent_from_barrier(failure.exception) if rank in stopped_where]
 
 
 def made_alone_hint(failure: Optional[Failure]) -> str:

@@ -207,6 +207,9 @@ class RunResult:
             (``--debug-collectives``), the first divergence of the ranks' collective records, with
             their call sites; for a rank gloo aborted on mismatched sizes, where it was and where
             its peers were; "" otherwise.
+        stopped_where: Where each rank's script was when SIGTERM ended it in the latest attempt
+            (``load_shard at train.py:12``), by the stacks it wrote then: a rank that a
+            collective's timeout or a monitored barrier names, ended before anyone asked it.
         store_lost: How the run's own rendezvous store (``--rdzv-store container``) ended while
             the job ran (its container died), which then explains the nodes' failures; "" if it
             did not.
@@ -240,6 +243,7 @@ class RunResult:
     started_time: Optional[float] = None
     store_lost: str = ""
     divergence: str = ""
+    stopped_where: dict[int, str] = field(default_factory=dict)
     written_shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
     shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
@@ -343,7 +347,7 @@ class RunResult:
         """The failure to report, chosen by :func:`~orchestrate.outcome.judge.find_failure`."""
         if self.reported_failure is not None or self.slurm is not None:
             return self.reported_failure
-        failure = find_failure(self.results)
+        failure = find_failure(self.results, diverged=bool(self.divergence))
         if failure is not None and self.store_lost:  # every node's agent lost the rendezvous with it
             failure = replace(failure, description=f"{self.store_lost}: every node's torchrun agent lost the"
                                                    f" rendezvous; then {failure.describe()}")

@@ -110,6 +110,19 @@ def without_hook_frames(traceback: str) -> str:
     return "\n".join(kept) + ("\n" if traceback.endswith("\n") else "")
 
 
+# torch's monitored barrier on rank 0, naming the ranks that did not reach it in time (one, or
+# all of them with wait_all_ranks=True).
+_NOT_AT_BARRIER = re.compile(r"\bRanks? (?P<ranks>\d+(?:, \d+)*) failed to pass monitoredBarrier")
+
+
+def absent_from_barrier(exception: str) -> tuple[int, ...]:
+    """The ranks a failed ``monitored_barrier`` names as not reaching it (``[Rank 0]: Rank 2
+    failed to pass monitoredBarrier in 20000 ms``); () for any other error. Rank 0 failed for
+    want of them, but its error is the one that says who they are."""
+    match = _NOT_AT_BARRIER.search(exception)
+    return tuple(int(rank) for rank in match["ranks"].split(", ")) if match else ()
+
+
 def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
     """Whether a failure looks like a consequence of another rank failing.
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import signal
 from typing import Optional
 
-from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, compiler_hint, device_ordinal_hint, died_at_exit,
+from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint,
+                                       device_ordinal_hint, died_at_exit, diverged_hint, local_files_while_hung,
                                        made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
-                                       local_files_while_hung, node_local_file_hint, read_too_early_hint,
-                                       uneven_hint)
+                                       node_local_file_hint, read_too_early_hint, uneven_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -82,6 +82,7 @@ def format_summary(outcome: RunResult) -> str:
         for other in others:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
+        lines += absent_from_barrier_lines(failure, outcome.stopped_where)
         if not outcome.interrupted:
             lines += grace_lines(outcome)
         if outcome.divergence:
@@ -92,7 +93,8 @@ def format_summary(outcome: RunResult) -> str:
             lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]
         advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or no_gpu_hint(failure, outcome.results)
                   or device_ordinal_hint(failure, outcome.results)
-                  or mismatch_hint(failure) or missing_module_hint(failure) or uneven_hint(failure)
+                  or mismatch_hint(failure) or missing_module_hint(failure)
+                  or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)
                   or made_alone_hint(failure)
                   or node_local_file_hint(failure, outcome.results, outcome.written_locally)
                   or read_too_early_hint(failure, outcome.results, outcome.written_shared)

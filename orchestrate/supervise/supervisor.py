@@ -46,6 +46,7 @@ from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
+from orchestrate.hangs.crash_dump import where_stopped
 from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, mismatch_divergence,
                                         timeout_diagnosis)
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
@@ -687,11 +688,14 @@ class Supervisor:
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = self.stop_request.by
-        said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
-        result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir),
-                                                             {r for t in trackers for r in t.plan.global_ranks},
-                                                             since=self.asked_at_failure)
         attempt_began = max((t.latest_start or t.first_started or 0.0 for t in trackers), default=0.0)
+        ranks = {r for t in trackers for r in t.plan.global_ranks}
+        result.stopped_where = {rank: where for rank in sorted(ranks) if (where := where_stopped(
+            debug_dir(self.spec.run_dir), rank, attempt_began - ATTEMPT_CLOCK_SLACK_S))}
+        said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
+        result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir), ranks,
+                                                             since=self.asked_at_failure,
+                                                             stopped_where=result.stopped_where)
         result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir), attempt_began)
         return result
 

@@ -26,7 +26,8 @@ JOBS = Path(__file__).resolve().parents[1] / "jobs"
 def workdir(tmp_path) -> Path:
     work = tmp_path / "work"
     work.mkdir()
-    for job in ("desync.py", "ddp_desync.py", "wait_apart.py", "long_step.py", "steps_forever.py", "exits_early.py"):
+    for job in ("desync.py", "ddp_desync.py", "wait_apart.py", "long_step.py", "steps_forever.py", "exits_early.py",
+                "late_to_barrier.py"):
         shutil.copy(JOBS / job, work)
     return work
 
@@ -91,6 +92,20 @@ def test_collective_timeout_ends_a_plain_scripts_hang_as_hung(orchestrate_run, d
     headline = next(line for line in result.output.splitlines() if line.startswith("HUNG:"))
     assert headline.startswith("HUNG: a collective timed out on node")
     assert f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}" in headline
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_monitored_barrier_names_the_late_rank_and_where_it_was_when_it_was_ended(orchestrate_run, docker_client,
+                                                                                   workdir):
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--", "late_to_barrier.py")
+    assert result.code == 1, result.output[-3000:]
+    summary = result.output.split("=== run")[-1]
+    assert "FAILED: node0 rank 0 failed (exit code 1): RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier" \
+        in summary, summary
+    # rank 1 wrote its stacks as SIGTERM ended it (its node stopped after rank 0 failed)
+    assert (f"  rank 1 had not reached the barrier: it was in read_shard at late_to_barrier.py:"
+            f"{line_of('late_to_barrier.py', '# STUCK')} when torchrun ended it\n") in summary, summary
+    assert "every rank reached the barrier" not in result.output
     assert leftovers(docker_client, result.project) == []
 
 

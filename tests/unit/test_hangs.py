@@ -864,7 +864,8 @@ def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_a
                      " GATHER #0", ())
     assert mismatch_divergence(caught, tmp_path) == ("collective #4: rank 0 entered barrier() at train.py:30; rank 1"
                                                      " entered all_reduce(gradients of DDP(Net)) at train.py:25")
-    assert mismatch_divergence(Failure("node0", 0, 1, "ValueError: bad batch", ()), tmp_path) == ""
+    # rank 2 failed by itself, outside any collective: the others' records do not explain it
+    assert mismatch_divergence(Failure("node1", 2, 1, "ValueError: bad batch", ()), tmp_path) == ""
     # rank 1's record is an earlier attempt's (written before the latest start): rank 0's alone shows none
     for rank, written in ((0, 700.0), (1, 500.0)):
         record = json.loads((tmp_path / f"rank{rank}.json").read_text())
@@ -874,6 +875,31 @@ def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_a
     (tmp_path / "rank1.json").unlink()  # one rank's record alone shows no divergence
     assert mismatch_divergence(caught, tmp_path) == ""
 
+
+
+def test_a_mismatch_nobody_caught_is_placed_by_the_records_of_the_ranks_that_lost_their_peers(tmp_path):
+    """gloo all-reduced 12 elements on rank 1 and 10 on the others: ranks 0 and 3 went on with
+    what it gave them and finished, ranks 1 and 2 lost them. Their records say the sizes differ."""
+    from orchestrate.hangs.diagnosis import mismatch_divergence
+
+    for rank, size in ((1, 12), (2, 10)):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [], "time": 1000.0,
+            "collectives": [{"seq": 1, "op": "all_reduce", "group": "default", "shapes": f"float32[{size}]",
+                             "at": "shapes.py:6", "state": "failed"}]}))
+    lost = "RuntimeError: [/pytorch/gloo/transport/tcp/pair.cc:547] Connection closed by peer [172.20.0.3]:44754"
+    expected = ("collective #1: rank 1 entered all_reduce(float32[12]) at shapes.py:6; rank 2 entered"
+                " all_reduce(float32[10]) at shapes.py:6")
+    assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path) == expected
+    assert mismatch_divergence(Failure("node1", 2, 1, lost, ()), tmp_path, since=999.5) == expected
+    # the rank the failure names wrote no failed record (its error was its own), or an earlier attempt's
+    assert mismatch_divergence(Failure("node0", 0, 1, lost, ()), tmp_path) == ""
+    assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path, since=1100.0) == ""
+    # the same sizes: nothing parts
+    record = json.loads((tmp_path / "rank1.json").read_text())
+    record["collectives"][0]["shapes"] = "float32[10]"
+    (tmp_path / "rank1.json").write_text(json.dumps(record))
+    assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path) == ""
 
 
 def test_a_timeout_places_a_rank_that_wrote_no_record_by_its_answer_when_the_job_ended(tmp_path):
@@ -898,6 +924,13 @@ def test_a_timeout_places_a_rank_that_wrote_no_record_by_its_answer_when_the_job
     # the rank may have moved on since
     assert timeout_diagnosis(failure, tmp_path, {0, 1}, since=1001.0).headline.endswith("rank 1 did not answer")
     assert timeout_diagnosis(failure, tmp_path, {0, 1}).headline.endswith("rank 1 did not answer")
+    # it did not answer, but left its stacks as torchrun ended it: where it was is said
+    ended = timeout_diagnosis(failure, tmp_path, {0, 1}, since=1001.0, stopped_where={1: "next_batch at spin.py:11"})
+    assert ended.headline.endswith("rank 1 did not answer, and was in next_batch at spin.py:11 when torchrun ended it")
+    assert "  rank 1: did not answer, and was in next_batch at spin.py:11 when torchrun ended it" in ended.lines()
+    # a rank that answered is placed by its answer, whatever its stacks say
+    answered = timeout_diagnosis(failure, tmp_path, {0, 1}, since=1000.2, stopped_where={1: "elsewhere at spin.py:3"})
+    assert answered.headline.endswith("rank 1 is at #7 (not in a collective: next_batch at spin.py:11)")
 
 def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_failed_collectives(tmp_path):
     from orchestrate.hangs.diagnosis import mismatch_divergence

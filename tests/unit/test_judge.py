@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrate.outcome.judge import (Failure, compiler_hint, device_ordinal_hint, died_at_exit, find_failure,
-                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint, signal_name,
-                                       uneven_hint)
+from orchestrate.outcome.judge import (Failure, absent_from_barrier_lines, compiler_hint, device_ordinal_hint,
+                                       died_at_exit, diverged_hint, find_failure, made_alone_hint, mismatch_hint,
+                                       missing_module_hint, no_gpu_hint, signal_name, uneven_hint)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import RootCause
 from orchestrate.outcome.states import NodePhase
@@ -211,6 +211,59 @@ def test_a_lost_peer_with_no_rank_finished_or_a_killed_rank_is_said_as_it_is(nod
     killed = [ended(node0, cause=RootCause(1, 1, -15, "Signal 15 (SIGTERM) received")),
               succeeded(node1, finished_ranks={2: 4, 3: 4})]
     assert find_failure(killed).describe() == "node0 rank 1 failed (exit code -15): Signal 15 (SIGTERM) received"
+
+
+def test_ranks_that_finished_on_a_collective_whose_tensors_differed_are_not_asked_about_uneven_steps(nodes):
+    """gloo matched rank 1's 12 elements with the others' 10: ranks 0 and 3 went on and finished,
+    1 and 2 lost them. Where the records show that, the question about steps is not asked."""
+    node0, node1 = nodes()
+    results = [ended(node0, cause=RootCause(1, 1, 1, LOST_PEER), finished_ranks={0: None}),
+               ended(node1, at=2.0, cause=RootCause(2, 0, 1, LOST_PEER), finished_ranks={3: None})]
+    left = (f"node0 rank 1 failed (exit code 1): {LOST_PEER}, as ranks 0 (node0), 3 (node1) had finished their"
+            " scripts while ranks 1, 2 still ran, and ranks 1, 2's collectives lost them as peers")
+    assert find_failure(results).describe() == f"{left} {UNEVEN}"
+    diverged = find_failure(results, diverged=True)
+    assert diverged.describe() == left and diverged.peers_finished
+    where = "collective #1: rank 1 entered all_reduce(float32[12]) at s.py:6; rank 2 entered all_reduce(float32[10])"
+    assert diverged_hint(diverged, where) == (
+        "  hint: the ranks made this collective with different tensors, or different collectives: gloo checks neither,"
+        " so it may hand a rank wrong data with no error, and a rank fails only later (the ranks that finished did so"
+        " on such data); --debug-collectives makes torch stop at the first mismatched collective, naming both")
+    alone = Failure("node0", 1, 1, LOST_PEER, ())
+    assert diverged_hint(alone, where).endswith("a rank fails only later; --debug-collectives makes torch stop at"
+                                                " the first mismatched collective, naming both")
+    # no records that part, or gloo's check or torch's caught it (their own words and hints say so)
+    assert diverged_hint(alone, "") == ""
+    assert diverged_hint(None, where) == ""
+    assert diverged_hint(Failure("node0", 1, -6, MISMATCH, ()), where) == ""
+    checked = "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: ..."
+    assert diverged_hint(Failure("node0", 1, 1, checked, ()), where) == ""
+
+
+def test_a_monitored_barrier_that_names_who_did_not_reach_it_explains_the_peers_it_left(nodes):
+    """Rank 2 never reached ``monitored_barrier``: rank 0's barrier names it, and rank 3's only lost
+    rank 0, earlier by the clock. Rank 0's failure is the one that says who."""
+    node0, node1 = nodes()
+    named = "RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 20000 ms"
+    lost = ("RuntimeError: Rank 3 successfully reached monitoredBarrier, but received errors while waiting for"
+            " send/recv from rank 0. Please check rank 0 logs for faulty rank.")
+    results = [ended(node0, at=2.0, cause=RootCause(0, 0, 1, named)),
+               ended(node1, at=1.0, cause=RootCause(3, 1, 1, lost), last_lines=["Connection closed by peer"])]
+    failure = find_failure(results)
+    assert failure.describe() == f"node0 rank 0 failed (exit code 1): {named}"
+    assert absent_from_barrier_lines(failure, {2: "load_shard at train.py:5", 3: "monitored_barrier at t.py:9"}) == [
+        "  rank 2 had not reached the barrier: it was in load_shard at train.py:5 when torchrun ended it"]
+    assert absent_from_barrier_lines(failure, {}) == []  # no stacks of its: nothing to add
+    several = replace(failure, exception="RuntimeError: [Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 5 ms")
+    assert absent_from_barrier_lines(several, {1: "a at t.py:1", 2: "b at t.py:2"}) == [
+        "  rank 1 had not reached the barrier: it was in a at t.py:1 when torchrun ended it",
+        "  rank 2 had not reached the barrier: it was in b at t.py:2 when torchrun ended it"]
+    # the named rank had finished its script (torch's check under --debug-collectives): said otherwise
+    assert absent_from_barrier_lines(replace(failure, peers_finished=True), {2: "b at t.py:2"}) == []
+    assert absent_from_barrier_lines(Failure("node0", 0, 1, LOST_PEER, ()), {2: "b at t.py:2"}) == []
+    # a failure of its own still wins over both
+    own = [results[0], ended(node1, at=3.0, cause=RootCause(3, 1, 1, "ValueError: bad shard"))]
+    assert find_failure(own).exception == "ValueError: bad shard"
 
 
 # -- died_at_exit: a crash on the way out

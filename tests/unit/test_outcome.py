@@ -504,6 +504,27 @@ def test_a_rank_gloo_aborted_on_mismatched_collectives_gets_a_hint_and_the_call_
     assert "hint:" not in format_summary(other)
 
 
+def test_ranks_gloo_let_through_a_collective_of_other_sizes_are_told_so_not_asked_about_steps(make_job):
+    """gloo matched rank 1's 12 elements with rank 0's 10: rank 0 went on and finished, rank 1 lost
+    it. The records say where the sizes differ, and the summary says gloo does not check them."""
+    plan = make_job(nodes=2)
+    lost = RootCause(1, 0, 1, "RuntimeError: [pair.cc:547] Connection closed by peer [10.0.0.2]:37000")
+    results = results_for(plan, (NodePhase.SUCCEEDED, 0, 0.9, None), (NodePhase.FAILED, 1, 1.0, lost))
+    results[0].finished_ranks = {0: None}
+    uneven = outcome(results)
+    assert format_summary(uneven).count("(do all ranks run the same number of steps?)") == 1  # no records: asked
+    diverged = outcome(results)
+    diverged.divergence = ("collective #1: rank 1 entered all_reduce(float32[12]) at s.py:6; rank 0 entered"
+                           " all_reduce(float32[10]) at s.py:6")
+    lines = format_summary(diverged).splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("FAILED: node1 rank 1"))
+    assert lines[failed].endswith("as rank 0 (node0) had finished its script while rank 1 still ran, and rank 1's"
+                                  " collectives lost it as a peer")
+    assert lines[failed + 1] == f"  where, by the ranks' collective records: {diverged.divergence}"
+    assert lines[failed + 2].startswith("  hint: the ranks made this collective with different tensors, or different"
+                                        " collectives: gloo checks neither")
+
+
 def test_an_error_the_hooks_own_code_raised_keeps_its_frames():
     callstack = ('Traceback (most recent call last):\n'
                  '  File "/workspace/train.py", line 11, in main\n'

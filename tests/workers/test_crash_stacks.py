@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrate.hangs.crash_dump import last_dump
+from orchestrate.hangs.crash_dump import last_dump, where_stopped
 from orchestrate.outcome.root_cause import native_exception
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
@@ -131,3 +131,62 @@ def test_only_the_process_that_made_the_file_removes_it_and_only_that_very_file(
     assert older.wait(timeout=60) == 0
     assert newer.wait(timeout=60) == -11
     assert last_dump((tmp_path / "rank3.crash").read_text()).fatal == "Segmentation fault"
+
+
+def test_a_rank_torchrun_ends_by_sigterm_leaves_where_it_was_and_its_peer_that_raised_leaves_nothing(tmp_path):
+    """Rank 1 raises; torchrun ends rank 0, which waits outside any collective, by SIGTERM: its
+    stacks say where (the hang diagnosis and a monitored barrier's failure name it so)."""
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import time\n"
+        "import torch.distributed as dist\n\n\n"
+        "def wait_for_shard():\n"
+        "    time.sleep(120)  # STUCK\n\n\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.barrier()\n"
+        "if dist.get_rank() == 1:\n"
+        "    raise ValueError('bad shard')\n"
+        "wait_for_shard()\n")
+    started = time.time()
+    run(tmp_path, job=script)
+    debug = tmp_path / "debug"
+    assert where_stopped(debug, 0) == f"wait_for_shard at stuck.py:{line_of('# STUCK', script)}"
+    assert where_stopped(debug, 0, since=started - 1) != ""
+    assert where_stopped(debug, 0, since=time.time() + 60) == ""  # an earlier attempt's stacks say nothing
+    assert not (debug / "rank1.stopped").exists()  # it raised, and exited as Python does: nothing to say
+    assert where_stopped(debug, 1) == ""
+
+
+def test_a_script_with_its_own_sigterm_handler_keeps_it(tmp_path):
+    script = tmp_path / "handles.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "import torch.distributed as dist\n\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (print('saving before I go', flush=True), sys.exit(3)))\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.barrier()\n"
+        "if dist.get_rank() == 1:\n"
+        "    raise ValueError('bad shard')\n"
+        "time.sleep(120)\n")
+    output = run(tmp_path, job=script)
+    assert "saving before I go" in output
+    assert not (tmp_path / "debug" / "rank0.stopped").exists()  # its handler ran, and it exited normally
+
+
+def test_a_child_the_worker_forked_writes_no_stacks_when_it_is_ended(tmp_path):
+    ready_read, ready_write = os.pipe()
+    code = ("import os, signal, time\nfrom orchestrate.node import crash_stacks\n"
+            f"assert crash_stacks.dump_when_stopped({str(tmp_path)!r}, 3)\n"
+            "child = os.fork()\n"
+            "if child == 0:\n"
+            f"    os.write({ready_write}, b'x')\n"
+            "    time.sleep(60)\n"
+            "    os._exit(0)\n"
+            f"os.read({ready_read}, 1)\n"
+            "os.kill(child, signal.SIGTERM)\n"
+            "assert os.waitpid(child, 0)[1] == signal.SIGTERM\n"
+            f"assert os.path.getsize({str(tmp_path / 'rank3.stopped')!r}) == 0\n")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          pass_fds=(ready_read, ready_write), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "rank3.stopped").exists()  # the worker exited normally: its empty file went
