@@ -467,6 +467,9 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
 
 # How torch says a collective waited past the process group's timeout (gloo, NCCL's watchdog).
 _TIMED_OUT = re.compile(r"timed out|timeout", re.I)
+# How gloo says it could not connect to a peer as the process group formed (its connect retries
+# "timed out", but the peer refused: it was gone, or not yet listening).
+_NO_PEER_TO_CONNECT = re.compile(r"timed out connecting: SO_ERROR: Connection refused")
 # gloo's and NCCL's messages start with their source file: "[/pytorch/.../unbound_buffer.cc:78] ".
 _SOURCE_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
@@ -483,6 +486,8 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int], since: 
     exception = getattr(failure, "exception", "") or ""
     if getattr(failure, "reason", "") or not _TIMED_OUT.search(exception):
         return None  # a node that stopped answering (or was OOM-killed) explains it better
+    if _NO_PEER_TO_CONNECT.search(exception):
+        return None  # gloo gave up reaching a peer that was not there: no wait of a collective
     latest = last_snapshots(directory)
     snapshots = {rank: s for rank, s in latest.items() if s.reason == FAILED_REASON}
     if not snapshots:
@@ -513,8 +518,9 @@ def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> st
     their collectives failed. Caught by gloo (the rank aborted): see :func:`aborted_mismatch`.
     Caught by nobody (gloo matched different collectives or sizes, some ranks went on, the others
     then lost them or timed out): the records the failing ranks wrote, where the rank the failure
-    names is among them and two made the same collective with other ops or tensors. Records written before ``since`` (the epoch time
-    the latest attempt began) are an earlier attempt's, and left out."""
+    names is among them and two made the same collective with other ops or tensors. Records
+    written before ``since`` (the epoch time the latest attempt began) are an earlier attempt's,
+    and left out."""
     exception = getattr(failure, "exception", "") or ""
     rank = getattr(failure, "rank", None)
     snapshots = {r: s for r, s in last_snapshots(directory).items()

@@ -10,7 +10,8 @@ from typing import Optional
 from orchestrate.hangs.collectives import UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.root_cause import CRASH_EXIT_CODES, absent_from_barrier, is_collateral
+from orchestrate.outcome.root_cause import (CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier, is_collateral,
+                                            lost_peer_in)
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import ranks_text
@@ -37,6 +38,7 @@ class Failure:
     collective: str = ""  # the collective the rank's record says failed as it went
     training_pass: str = ""  # which pass of a DDP model's training step that was ("backward pass"), if one
     peers_finished: bool = False  # it lost peers whose scripts had returned (the description says which)
+    earlier: Optional[EarlierFailure] = None  # a lost peer's: an earlier attempt's worker whose error was its own
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -119,7 +121,9 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
 
     def order(result: NodeResult) -> tuple:
         cause = result.root_cause
-        collateral = cause is not None and is_collateral(cause, result.last_lines)
+        # (a node whose torchrun failed with no worker to blame: its agent may have lost the store)
+        collateral = (is_collateral(cause, result.last_lines) if cause is not None
+                      else lost_peer_in(result.last_lines[-5:]))
         names_absent = cause is not None and bool(absent_from_barrier(cause.exception))
         stamp = cause.timestamp if cause and cause.timestamp is not None else float("inf")
         return (collateral, not names_absent, stamp, result.ended_at)
@@ -136,6 +140,7 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
         crashed=cause.crashed if cause else "",
         collective=cause.collective if cause else "",
         training_pass=cause.training_pass if cause else "",
+        earlier=first.earlier,
     )
     left = left_early(first, results, uneven=not diverged)
     if not left:
@@ -244,6 +249,29 @@ def absent_from_barrier_lines(failure: Optional[Failure], stopped_where: dict[in
         return []
     return [f"  rank {rank} had not reached the barrier: it was in {stopped_where[rank]} when torchrun ended it"
             for rank in absent_from_barrier(failure.exception) if rank in stopped_where]
+
+
+# A frame of torch.load in a traceback: a rank read a checkpoint.
+_TORCH_LOAD_FRAME = re.compile(r'torch/serialization\.py", line \d+, in _?load\b')
+
+
+def torn_save_hint(failure: Optional[Failure], torn: list[tuple[str, str]]) -> str:
+    """For a rank that failed reading a file after a torn write cut one (``torn``: each such
+    fault's spec and the work-directory file it cut): that a save straight onto the file a job
+    resumes from leaves nothing whole to resume from, and how to save so that it does ("" for any
+    other failure, or where no torn write cut a file). Told by torch.load's frames in the
+    failing worker's traceback, or the cut file's name in it."""
+    if failure is None or not torn:
+        return ""
+    text = "\n".join([failure.exception, failure.traceback, *failure.last_lines,
+                      *(failure.earlier.last_lines if failure.earlier else ())])
+    named = [(spec, path) for spec, path in torn if posixpath.basename(path) in text]
+    if not named and not _TORCH_LOAD_FRAME.search(text):
+        return ""
+    spec, path = (named or torn)[-1]
+    return (f"  hint: {spec} cut {path} short, and a rank then failed reading a file: a save straight onto the file"
+            " a job resumes from leaves no whole checkpoint when a crash cuts it; save to a temporary file beside it,"
+            " then os.replace() it onto the name (a rename is atomic), so that the last whole one survives")
 
 
 def made_alone_hint(failure: Optional[Failure]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.root_cause import EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.model import NodePlan
 
@@ -36,6 +36,9 @@ class NodeResult:
             rendezvous store, and only it was restarted).
         finished_ranks: Its ranks whose script returned (or exited 0), each with the highest
             step it had reported (None: none), as the workers said on the progress channel.
+        earlier: Where its failure is a consequence (a lost peer, a lost rendezvous store) or
+            has no worker's cause: the newest earlier worker of it whose error was its own, from
+            torchrun's log of each attempt (restarts hide what made them restart).
     """
 
     node: NodePlan
@@ -57,6 +60,7 @@ class NodeResult:
     oom_in_state: bool = False
     consequence: str = ""
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
+    earlier: Optional[EarlierFailure] = None
 
     def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:
         """Learn of OOM kills, in whatever order the news comes: an engine ``oom`` event (one

@@ -48,6 +48,10 @@ _COLLATERAL_MARKERS = (
     # torch's check of each collective (TORCH_DISTRIBUTED_DEBUG=DETAIL) on a peer that is not
     # there: gone (it says so at once, naming its full timeout), or waiting elsewhere
     "failed to pass monitoredBarrier",
+    # gloo could not reach a peer as the process group formed: it is gone, or starts again
+    "connectFullMesh failed",
+    # torchrun's agent lost the rendezvous store: the node that held it died or restarted
+    "RendezvousConnectionError",
 )
 
 
@@ -123,6 +127,12 @@ def absent_from_barrier(exception: str) -> tuple[int, ...]:
     return tuple(int(rank) for rank in match["ranks"].split(", ")) if match else ()
 
 
+def lost_peer_in(lines: list[str]) -> bool:
+    """Whether these lines say a peer, or the rendezvous store, was lost."""
+    text = "\n".join(lines)
+    return any(marker in text for marker in _COLLATERAL_MARKERS)
+
+
 def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
     """Whether a failure looks like a consequence of another rank failing.
 
@@ -130,8 +140,7 @@ def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
     because some other rank went first; one that crashed (a segfault) failed by itself, and so
     did one that aborted, unless its last words are a lost peer's.
     """
-    text = "\n".join([cause.exception, *last_lines[-5:]])
-    lost_a_peer = any(marker in text for marker in _COLLATERAL_MARKERS)
+    lost_a_peer = lost_peer_in([cause.exception, *last_lines[-5:]])
     if cause.exit_code in OWN_CRASH_CODES:
         return False
     if cause.exit_code == ABORTED:
@@ -219,6 +228,50 @@ def native_exception(lines: list[str]) -> str:
 def error_file_on_host(run_dir: Path, container_path: str) -> Path:
     """Where a file the node wrote under the run mount lies on the host."""
     return run_dir / Path(container_path).relative_to(RUN_DIR_MOUNT)
+
+
+@dataclass(frozen=True)
+class EarlierFailure:
+    """A worker of an earlier attempt of a node (torchrun restarted its workers, or the launcher
+    the node) whose log ends in an error of its own: which attempt of which torchrun (in the
+    order they ran, from 1), its local rank, its error and its last lines."""
+
+    attempt: int
+    local_rank: int
+    exception: str
+    last_lines: tuple[str, ...]
+
+    def describe(self, node: str) -> str:
+        return (f"attempt {self.attempt} of {node}'s workers failed by an error of its own: local rank"
+                f" {self.local_rank}: {self.exception}")
+
+
+# How much of a worker's log is read for its error (its traceback's end), and shown.
+_LOG_TAIL_BYTES = 16_384
+_LOG_LINES_SHOWN = 20
+
+
+def earlier_own_failure(run_dir: Path, node: str) -> Optional[EarlierFailure]:
+    """The newest worker of a node whose log (torchrun's ``--log-dir``: one folder per attempt,
+    per local rank) ends in a Python error of its own, not a lost peer's: where the job's last
+    failure is a consequence (a peer gone while the workers restarted), what made them restart
+    (a checkpoint that no longer loads) may be only there. None when no log holds one."""
+    attempts = sorted((run_dir / node / "torchrun").glob("*/attempt_*"), key=lambda p: (p.stat().st_mtime, p.name))
+    for number, attempt in reversed(list(enumerate(attempts, 1))):
+        for log in sorted(attempt.glob("*/stderr.log"), key=lambda p: p.parent.name):
+            if not log.parent.name.isdigit():
+                continue
+            try:
+                with log.open("rb") as opened:
+                    opened.seek(max(0, log.stat().st_size - _LOG_TAIL_BYTES))
+                    lines = opened.read().decode(errors="replace").splitlines()
+            except OSError:
+                continue
+            exception = exception_in_lines(lines)
+            local = int(log.parent.name)
+            if exception and not is_collateral(RootCause(local, local, 1, exception), lines):
+                return EarlierFailure(number, local, exception, tuple(lines[-_LOG_LINES_SHOWN:]))
+    return None
 
 
 def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:

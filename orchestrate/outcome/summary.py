@@ -7,7 +7,7 @@ from typing import Optional
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, local_files_while_hung,
                                        made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
-                                       node_local_file_hint, read_too_early_hint, uneven_hint)
+                                       node_local_file_hint, read_too_early_hint, torn_save_hint, uneven_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -82,6 +82,8 @@ def format_summary(outcome: RunResult) -> str:
         for other in others:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
+        if failure.earlier is not None:
+            lines.append(f"  before it, {failure.earlier.describe(failure.node)}")
         lines += absent_from_barrier_lines(failure, outcome.stopped_where)
         if not outcome.interrupted:
             lines += grace_lines(outcome)
@@ -91,7 +93,9 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"  where it crashed: {failure.crashed}")
         if outcome.hang is not None and outcome.hang.timed_out and not outcome.hang.hung:  # a timeout, but working
             lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]
-        advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or no_gpu_hint(failure, outcome.results)
+        torn = [(f.spec, f.struck_file) for f in outcome.fired_faults if f.struck_file]
+        advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
+                  or no_gpu_hint(failure, outcome.results)
                   or device_ordinal_hint(failure, outcome.results)
                   or mismatch_hint(failure) or missing_module_hint(failure)
                   or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)
@@ -103,6 +107,10 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(advice)
         if failure.exit_code == REFUSED_EXIT_CODE and failure.exception:
             pass  # a worker that refused its input: its one line above says it all
+        elif failure.earlier is not None:  # its error says more than the lost peer's
+            earlier = failure.earlier
+            lines.append(f"last lines of {failure.node}'s attempt {earlier.attempt}, local rank {earlier.local_rank}:")
+            lines += [f"  | {ln}" for ln in earlier.last_lines]
         elif failure.traceback:
             lines.append(f"traceback from the error file of {failure.node}/rank{failure.rank}:")
             lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-15:]]

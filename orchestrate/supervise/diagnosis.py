@@ -15,6 +15,7 @@ from orchestrate.hangs.snapshots import debug_dir, failed_collective
 from orchestrate.outcome.root_cause import (
     CRASH_EXIT_CODES,
     RootCause,
+    earlier_own_failure,
     error_file_on_host,
     exception_in_lines,
     is_collateral,
@@ -88,6 +89,10 @@ class Diagnosis:
             if own is not None:
                 cause = result.root_cause = own
                 result.last_lines = tracker.output.last_lines(own.rank)
+        if cause is None or is_collateral(cause, result.last_lines):
+            # a lost peer, or torchrun's own end: what made the workers restart may be in an
+            # earlier attempt's logs only
+            result.earlier = earlier_own_failure(self.run_dir, tracker.name)
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
             cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)

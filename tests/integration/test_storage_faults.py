@@ -50,6 +50,8 @@ def test_chaos_catches_a_save_torn_in_place_and_an_atomic_save_survives_it(docke
         assert "killing node0: a crash in the middle of the save" in output
         if save == "in-place":  # the resume reads half a checkpoint
             assert "the job did not complete under the faults" in output, output[-3000:]
+            assert (f"  hint: {spec[1]} cut model.checkpoint short, and a rank then failed reading a file: a save"
+                    " straight onto the file a job resumes from leaves no whole checkpoint") in output, output[-5000:]
         else:  # the whole checkpoint before the torn one was resumed from
             assert re.search(rf"resumed after step {int(spec[2]) - 1}\b", output), output[-3000:]
             assert "compared final.pt: matches" in output

@@ -4,6 +4,7 @@ stopped ranks, and OOM kills counted on every node and said once."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import docker.errors
@@ -110,6 +111,65 @@ def test_a_rank_that_lost_its_peer_stays_the_cause_where_no_rank_of_the_node_fai
         tracker.output.add(line, 0.0)
     diagnosis.explain_failure(tracker)
     assert tracker.result.root_cause.rank == 2
+
+
+
+def worker_log(run_dir: Path, torchrun: str, attempt: int, local_rank: int, lines: list[str], at: float) -> None:
+    """A worker's stderr as torchrun's --log-dir keeps it, its attempt's folder dated ``at``."""
+    path = run_dir / "node1" / "torchrun" / torchrun / f"attempt_{attempt}" / str(local_rank) / "stderr.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    os.utime(path.parent.parent, (at, at))
+
+
+def test_a_lost_peer_is_told_the_newest_earlier_attempt_whose_worker_failed_by_itself(node1, tmp_path):
+    """Seen with a torn checkpoint under --rdzv c10d: every restart of the workers failed in
+    torch.load of the file the torn write cut, and the last attempt failed connecting to a peer
+    that was restarting. The last failure is a lost peer; the earlier error is what broke it."""
+    tracker, diagnosis, _, _ = node1
+    unreadable = ["[rank2]: Traceback (most recent call last):", '[rank2]:   File "/workspace/resume.py", line 13,'
+                  " in main", "[rank2]:     state = torch.load(CKPT)", "[rank2]: OSError: [Errno 22] Invalid argument"]
+    refused = ["Traceback (most recent call last):", "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152]"
+               " timed out connecting: SO_ERROR: Connection refused, remote=[172.26.0.2]:59829"]
+    worker_log(tmp_path, "run-a", 0, 0, ["step 1", "step 2"], at=100.0)  # the first container's, cut by the fault
+    worker_log(tmp_path, "run-b", 0, 0, ["[rank2]: ValueError: older"], at=200.0)
+    worker_log(tmp_path, "run-b", 1, 0, unreadable, at=300.0)
+    worker_log(tmp_path, "run-b", 1, 1, refused, at=300.0)
+    worker_log(tmp_path, "run-b", 2, 0, refused, at=400.0)
+    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 2 (local_rank: 0)",
+              "  exitcode  : 1 (pid: 10)", "  error_file: <N/A>", "====="]
+    for line in ["[2|0]:" + text for text in refused] + report:
+        tracker.output.add(line, 0.0)
+    diagnosis.explain_failure(tracker)
+    cause, earlier = tracker.result.root_cause, tracker.result.earlier
+    assert cause.rank == 2 and "connectFullMesh failed" in cause.exception
+    assert earlier.describe("node1") == ("attempt 3 of node1's workers failed by an error of its own: local rank 0:"
+                                         " OSError: [Errno 22] Invalid argument")
+    assert earlier.last_lines == tuple(unreadable)
+
+
+def test_a_failure_of_its_own_is_not_told_of_earlier_attempts(node1, tmp_path):
+    tracker, diagnosis, _, _ = node1
+    worker_log(tmp_path, "run-b", 0, 0, ["[rank2]: OSError: [Errno 22] Invalid argument"], at=100.0)
+    report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 2 (local_rank: 0)",
+              "  exitcode  : 1 (pid: 10)", "  error_file: <N/A>", "====="]
+    for line in ["[2|0]:Traceback (most recent call last):", "[2|0]:ValueError: bad batch", *report]:
+        tracker.output.add(line, 0.0)
+    diagnosis.explain_failure(tracker)
+    assert tracker.result.root_cause.exception == "ValueError: bad batch"
+    assert tracker.result.earlier is None
+
+
+def test_a_node_whose_torchrun_failed_with_no_worker_to_blame_is_told_the_earlier_error(node1, tmp_path):
+    """torchrun's agent lost its rendezvous store (node0, which held it, restarted): no worker's
+    report, and what made the workers restart is in an earlier attempt's log."""
+    tracker, diagnosis, _, _ = node1
+    worker_log(tmp_path, "run-b", 0, 1, ["[rank3]: OSError: [Errno 22] Invalid argument"], at=100.0)
+    tracker.output.add("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the"
+                       " C10d store has failed. See inner exception for details.", 0.0)
+    diagnosis.explain_failure(tracker)
+    assert tracker.result.root_cause is None
+    assert tracker.result.earlier.describe("node1").endswith("local rank 1: OSError: [Errno 22] Invalid argument")
 
 
 @pytest.mark.parametrize("stopped, reason", [

@@ -848,6 +848,10 @@ def test_a_collective_that_timed_out_is_diagnosed_from_what_the_ranks_wrote_as_i
     stopped = Failure("node1", 1, 1, failure.exception, (), reason="rank 1 stopped answering: its worker process is"
                       " stopped (hung)")
     assert timeout_diagnosis(stopped, tmp_path, {0, 1}) is None  # the stopped rank explains the timeout better
+    # gloo's connect retries "timed out" on a peer that refused: no collective waited
+    refused = Failure("node0", 0, 1, "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out"
+                      " connecting: SO_ERROR: Connection refused, remote=[172.26.0.2]:59829", ())
+    assert timeout_diagnosis(refused, tmp_path, {0, 1}) is None
 
 
 def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_as_it_failed(tmp_path):

@@ -10,9 +10,10 @@ import pytest
 
 from orchestrate.outcome.judge import (Failure, absent_from_barrier_lines, compiler_hint, device_ordinal_hint,
                                        died_at_exit, diverged_hint, find_failure, made_alone_hint, mismatch_hint,
-                                       missing_module_hint, no_gpu_hint, signal_name, uneven_hint)
+                                       missing_module_hint, no_gpu_hint, signal_name, torn_save_hint,
+                                       uneven_hint)
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.root_cause import EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 
 LOST_PEER = "RuntimeError: Connection closed by peer"
@@ -264,6 +265,51 @@ def test_a_monitored_barrier_that_names_who_did_not_reach_it_explains_the_peers_
     # a failure of its own still wins over both
     own = [results[0], ended(node1, at=3.0, cause=RootCause(3, 1, 1, "ValueError: bad shard"))]
     assert find_failure(own).exception == "ValueError: bad shard"
+
+
+def test_a_node_whose_torchrun_lost_the_rendezvous_store_yields_to_an_error_of_its_own(nodes):
+    """node0's torchrun failed with no worker to blame: its agent lost the store (node1 held it and
+    restarted). That is a consequence, and node1's worker's own error explains the run."""
+    node0, node1 = nodes()
+    agent = ended(node0, at=1.0, last_lines=["torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The"
+                                              " connection to the C10d store has failed."])
+    own = ended(node1, at=2.0, cause=RootCause(2, 0, 1, "OSError: [Errno 22] Invalid argument"))
+    assert find_failure([agent, own]).describe() == ("node1 rank 2 failed (exit code 1): OSError: [Errno 22] Invalid"
+                                                     " argument")
+    # a node with no worker to blame and no lost store still explains the run by itself
+    alone = ended(node0, at=1.0)
+    assert find_failure([alone, own]).describe() == "node0 failed (exit code 1)"
+    # the earlier attempt's error of the node chosen comes with it
+    earlier = EarlierFailure(2, 0, "OSError: [Errno 22] Invalid argument", ("OSError: [Errno 22] Invalid argument",))
+    lost = ended(node1, at=2.0, cause=RootCause(2, 0, 1, "RuntimeError: Connection closed by peer"), earlier=earlier)
+    assert find_failure([agent, lost]).earlier is None  # node0 ended first, and has none
+    assert find_failure([ended(node0, at=3.0, last_lines=list(agent.last_lines)), lost]).earlier == earlier
+
+
+def test_the_torn_save_hint_is_given_to_a_rank_that_failed_reading_after_a_torn_write_cut_a_file():
+    torn = [("torn-write:node0@step=5", "ckpt/model.pt")]
+    hint = ("  hint: torn-write:node0@step=5 cut ckpt/model.pt short, and a rank then failed reading a file: a save"
+            " straight onto the file a job resumes from leaves no whole checkpoint when a crash cuts it; save to a"
+            " temporary file beside it, then os.replace() it onto the name (a rename is atomic), so that the last whole"
+            " one survives")
+    load = '  File "/opt/venv/lib/python3.11/site-packages/torch/serialization.py", line 1491, in load'
+    reading = Failure("node0", 0, 1, "OSError: [Errno 22] Invalid argument", ("Traceback:", load))
+    assert torn_save_hint(reading, torn) == hint
+    # its traceback from an error file, or an earlier attempt's lines, or the file's name in its error
+    assert torn_save_hint(Failure("node0", 0, 1, "OSError: x", (), traceback=load), torn) == hint
+    earlier = EarlierFailure(3, 0, "OSError: x", (load,))
+    assert torn_save_hint(Failure("node0", 0, 1, "RuntimeError: connectFullMesh", (), earlier=earlier), torn) == hint
+    named = Failure("node0", 0, 1, "UnpicklingError: invalid load key reading /workspace/ckpt/model.pt", ())
+    assert torn_save_hint(named, torn) == hint
+    # of two cut files, the one its error names
+    two = [("torn-write:node0@step=5", "ckpt/model.pt"), ("torn-write:node0@step=9", "ckpt/optim.pt")]
+    assert "torn-write:node0@step=5 cut ckpt/model.pt short" in torn_save_hint(named, two)
+    # no torn write cut a file, a failure that read nothing, a save (torch.save's frames), or none
+    assert torn_save_hint(reading, []) == ""
+    assert torn_save_hint(Failure("node0", 0, 1, "ValueError: bad batch", ("Traceback:",)), torn) == ""
+    saving = '  File "/opt/venv/lib/python3.11/site-packages/torch/serialization.py", line 967, in save'
+    assert torn_save_hint(Failure("node0", 0, 1, "OSError: [Errno 28]", (saving,)), torn) == ""
+    assert torn_save_hint(None, torn) == ""
 
 
 # -- died_at_exit: a crash on the way out

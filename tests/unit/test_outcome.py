@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 
 from orchestrate.outcome.judge import find_failure
-from orchestrate.outcome.model import RunResult, Timings
+from orchestrate.outcome.model import FaultRecord, RunResult, Timings
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.root_cause import EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
 
@@ -603,3 +603,32 @@ def test_a_node_whose_ranks_had_finished_and_whose_torchrun_outlived_its_grace_i
     with_worker = summary({1: 30}, ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"])
     assert not any(EXIT_BARRIER_NOTE in line for line in with_worker)
     assert EXIT_BARRIER_NOTE.startswith("; its ranks had finished their scripts, and its torchrun waited")
+
+
+def test_a_lost_peer_after_restarts_shows_the_earlier_error_and_a_torn_saves_hint(make_job):
+    """Seen with --rdzv c10d and a torn write: every restart failed in torch.load of the cut file,
+    and the last attempt failed connecting to a peer that was restarting."""
+    plan = make_job(nodes=2)
+    refused = ("RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out connecting: SO_ERROR:"
+               " Connection refused, remote=[172.27.0.2]:44434")
+    unreadable = ('[rank1]:   File "/opt/venv/lib/python3.11/site-packages/torch/serialization.py", line 1491,'
+                  ' in load',
+                  "[rank1]: OSError: [Errno 22] Invalid argument")
+    results = results_for(plan, (NodePhase.STOPPED, 143, 1.1, None),
+                          (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, refused)))
+    results[1].earlier = EarlierFailure(3, 0, "OSError: [Errno 22] Invalid argument", unreadable)
+    torn = FaultRecord("torn-write:node0@step=5", "node0", elapsed_s=8.5, step=5, struck_file="ckpt/model.pt",
+                       detail="rank 0's write of ckpt/model.pt was cut at byte 16927 of 18725")
+    lines = format_summary(outcome(results, faults=[torn])).splitlines()
+    failed = lines.index(f"FAILED: node1 rank 1 failed (exit code 1): {refused}")
+    assert lines[failed + 1:failed + 3] == [
+        "  before it, attempt 3 of node1's workers failed by an error of its own: local rank 0: OSError: [Errno 22]"
+        " Invalid argument",
+        "  hint: torn-write:node0@step=5 cut ckpt/model.pt short, and a rank then failed reading a file: a save"
+        " straight onto the file a job resumes from leaves no whole checkpoint when a crash cuts it; save to a"
+        " temporary file beside it, then os.replace() it onto the name (a rename is atomic), so that the last whole"
+        " one survives"]
+    assert lines[failed + 3:] == ["last lines of node1's attempt 3, local rank 0:", *(f"  | {ln}" for ln in unreadable)]
+    # no torn write: the earlier error alone, and no hint
+    plain = format_summary(outcome(results))
+    assert "  before it, attempt 3 of node1's workers" in plain and "hint:" not in plain

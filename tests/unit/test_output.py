@@ -49,6 +49,10 @@ def test_failures_caused_by_a_dead_peer_are_collateral():
     # torch's own check of each collective (--debug-collectives) on a peer that is gone
     assert is_collateral(RootCause(0, 0, 1, "RuntimeError: [Rank 0]: Ranks 1 failed to pass monitoredBarrier in"
                                             " 1800000 ms"), [])
+    # gloo could not reach a peer as the process group formed (it was gone, or restarting)
+    assert is_collateral(RootCause(0, 0, 1, "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out"
+                                            " connecting: SO_ERROR: Connection refused, remote=[172.26.0.2]:59829"), [])
+    assert not is_collateral(RootCause(0, 0, 1, "ConnectionRefusedError: [Errno 111] Connection refused"), [])
 
 
 def test_node_output_keeps_a_log_file_and_per_rank_tails(make_job):
