@@ -108,7 +108,10 @@ def _still_running(container: Any) -> bool:
 
 
 class _Stream:
-    """One stream of the log, followed live from where the lines read so far end."""
+    """One stream of the log, followed live from where the lines read so far end. The engine
+    ends a live stream as its container stops, whether or not the reader has read what it
+    holds (a job that printed 200,000 lines in 17 s lost nine in ten): the rest is then read
+    from the stream's last line."""
 
     def __init__(self, container: Any, source: str, read: list[LogLine], since: Position) -> None:
         self.container, self.source = container, source
@@ -129,10 +132,27 @@ class _Stream:
             except engine_errors() as exc:  # the container went away before its log could be asked for
                 log.debug("%s: %s stream ended: %s", name, self.source, exc)
             if not _still_running(self.container):
-                for raw in unfinished:  # its last words, with no line end
-                    put(parse_log_line(raw, self.source))
+                if not self.rest(put, name):
+                    for raw in unfinished:  # its last words, with no line end
+                        put(parse_log_line(raw, self.source))
                 return
             log.debug("%s: the %s stream ended while the container runs: asked for again", name, self.source)
+        log.warning("%s: the engine ended the %s stream of a running container %d times: its later lines are not"
+                    " followed", name, self.source, RESUMES + 1)
+
+    def rest(self, put: Callable[[LogLine], None], name: str) -> bool:
+        """Put what the stream holds past its last line read, the container stopped; False where
+        the engine cannot say (the container is gone)."""
+        try:
+            raw = self.container.logs(**_ask(self.source, self.position[0]))
+        except engine_errors() as exc:
+            log.debug("%s: the rest of the %s stream: %s", name, self.source, exc)
+            return False
+        for line in _unread((parse_log_line(piece, self.source) for piece in raw.split(b"\n") if piece),
+                            self.position):
+            self.position = advanced(self.position, line.stamp)
+            put(line)
+        return True
 
 
 def follow_log(container: Any, put: Callable[[Optional[LogLine]], None], since: Since = None,

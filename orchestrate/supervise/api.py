@@ -50,6 +50,7 @@ class NodeTracker:
         stream: The number of its current log stream (a restart starts a new one).
         log_open: Whether that stream is still open.
         exited_at: Monotonic time the engine said its container died (None while it runs).
+        last_line_at: Monotonic time the latest line of its log was taken in (0: none yet).
         exit_code: That exit code.
         first_started: Engine time of the container's first start seen.
         latest_start: Engine time of its latest start taken in (from its ``start`` event, the
@@ -67,6 +68,7 @@ class NodeTracker:
     stream: int = 0
     log_open: bool = False
     exited_at: Optional[float] = None
+    last_line_at: float = 0.0
     exit_code: Optional[int] = None
     first_started: Optional[float] = None
     latest_start: Optional[float] = None

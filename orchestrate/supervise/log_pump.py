@@ -71,5 +71,13 @@ class LogPump:
             shown += self.console.flush(ended)
         for line in shown:
             self.out.write(line.render(self.width) + "\n")
-        self.out.flush()
         return lines
+
+    def flush(self, trackers: list[NodeTracker]) -> None:
+        """Write what was shown to the console, and what was kept to the node logs: once per
+        batch of lines, not per line (a flush per line cost a third of the time of a job that
+        prints fast)."""
+        self.out.flush()
+        for tracker in trackers:
+            if not tracker.output.log_file.closed:
+                tracker.output.flush()

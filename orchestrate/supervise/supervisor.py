@@ -58,7 +58,7 @@ from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_firs
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.supervise.api import EngineEvent, EventsEnded, LogEnded, Message, NodeTracker, RunSpec
+from orchestrate.supervise.api import EngineEvent, EventsEnded, LineArrived, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
 from orchestrate.supervise.inspection import Inspector, Seen, store_ended_before
@@ -77,8 +77,13 @@ log = logging.getLogger(__name__)
 # After the first failure, the other nodes get this long to end by themselves (so that
 # their own torchrun reports are not lost) before they are killed.
 FAILURE_GRACE_S = 3.0
-# A node's exit is final once its log stream has ended too, or this long after its exit.
+# A node's exit is final once its log stream has ended too, or this long after its exit and its
+# last line (a log still read, its lines arriving, is waited for however long it takes).
 LOG_DRAIN_S = 3.0
+# How often what time alone decides is looked at (see tick), however many lines come between: a
+# look reads the progress channel and more, and once per line would fall behind a job that
+# prints fast (200,000 lines in 17 s).
+TICK_S = 0.2
 # A container's StartedAt and its start event's time differ by the engine's own bookkeeping:
 # an event this much older than the start it is compared with belongs to an earlier start.
 STAMP_SLACK_S = 0.001
@@ -284,13 +289,28 @@ class Supervisor:
         return self.result()
 
     def loop(self, until: Optional[float] = None) -> None:
-        """Take the sources' messages and tick until every node has ended (or ``until``)."""
+        """Take the sources' messages, and tick every :data:`TICK_S`, until every node has ended
+        (or ``until``)."""
+        next_tick = self.clock()
         while self.live and (until is None or self.clock() < until):
-            self.tick()
+            if self.clock() >= next_tick:
+                self.tick()
+                next_tick = self.clock() + TICK_S
             try:
-                message = self.inbox.get(timeout=0.2)
+                message = self.inbox.get(timeout=min(TICK_S, max(0.0, next_tick - self.clock())))
             except queue.Empty:
                 continue
+            self.handle(message)
+            self.take_waiting(until=next_tick)
+            self.logs.flush(list(self.trackers.values()))
+
+    def take_waiting(self, until: float) -> None:
+        """Handle the messages that are already waiting, until ``until`` (the next tick)."""
+        while self.live and self.clock() < until:
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                return
             self.handle(message)
 
     def close(self) -> None:
@@ -349,16 +369,20 @@ class Supervisor:
             self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection")
             tracker.result.note_oom(in_state=bool(state.get("OOMKilled")))
 
-    def tick(self) -> None:
-        """What time alone decides: progress, due faults, the end of a failure's grace, stop
-        graces that ran out, inspections, exits whose log never ended."""
-        now = self.clock()
+    def read_channels(self, now: float) -> None:
+        """What the workers and ``fault RUN`` wrote meanwhile: steps, files, faults, storage events."""
         self.progress.poll(now, self.restarts.open_recovery)
         if self.writes is not None:
             self.writes.poll(now)
         self.live_faults.poll()
         for fault, event in self.storage.poll():
             self.on_storage_event(fault, event)
+
+    def tick(self) -> None:
+        """What time alone decides: progress, due faults, the end of a failure's grace, stop
+        graces that ran out, inspections, exits whose log never ended."""
+        now = self.clock()
+        self.read_channels(now)
         if not self.winding_down and self.stop_requested():
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
             self.faults.cancel()
@@ -389,7 +413,11 @@ class Supervisor:
                 self.on_seen(self.trackers[seen.node], seen)
         for tracker in self.live:
             if (tracker.exited_at is not None and tracker.phase is not NodePhase.RESTARTING
-                    and now - tracker.exited_at > LOG_DRAIN_S):
+                    and now - max(tracker.exited_at, tracker.last_line_at) > LOG_DRAIN_S):
+                if tracker.log_open:  # the engine never ended its log: what it still held is not shown
+                    self.say(f"{tracker.name}'s log had not ended {LOG_DRAIN_S:g} s after it exited: its last lines"
+                             f" may be missing here and from {tracker.name}.log (docker logs has them while the"
+                             " container exists)")
                 self.finish(tracker)
         self.faults.warn_if_no_progress(
             self.progress.seen, None if self.first_worker_at is None else now - self.first_worker_at)
@@ -408,6 +436,8 @@ class Supervisor:
         if isinstance(message, EngineEvent):
             self.on_engine_event(tracker, message)
             return
+        if isinstance(message, LineArrived):  # taken now: a backlog of a fast printer is still read
+            tracker.last_line_at = self.clock()
         self.on_lines(tracker, self.logs.take(tracker, message), message.at)
         if isinstance(message, LogEnded) and not tracker.log_open and tracker.phase is not NodePhase.RESTARTING:
             if tracker.exited_at is not None:
@@ -667,7 +697,7 @@ class Supervisor:
 
     def result(self) -> RunResult:
         """How the run ended, timed by the engine (see :mod:`orchestrate.supervise.timings`)."""
-        self.live_faults.poll()
+        self.read_channels(self.clock())  # what came since the last tick, up to TICK_S ago
         trackers = list(self.trackers.values())
         # the ranks whose script returned before any node ended (not one that a stop made return)
         exits = [t.exited_at for t in trackers if t.exited_at is not None]

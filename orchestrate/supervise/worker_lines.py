@@ -142,8 +142,11 @@ class NodeOutput:
                     tail.append(line.text)
                 if self.first_worker_line_at is None:
                     self.first_worker_line_at = at
-        self.log_file.flush()
         return lines
+
+    def flush(self) -> None:
+        """Write what was kept to the log file (the supervisor does after each batch of lines)."""
+        self.log_file.flush()
 
     def last_lines(self, rank: Optional[int] = None, count: int = 10) -> list[str]:
         """Return the last lines of one worker, or of the whole node when ``rank`` is None."""

@@ -78,6 +78,23 @@ def test_host_paths_outside_the_work_directory_are_mounted_where_the_job_names_t
     assert leftovers(docker_client, result.project) == []
 
 
+def test_every_line_of_a_job_that_prints_faster_than_the_launcher_shows_is_kept(orchestrate_run, docker_client,
+                                                                                tmp_path):
+    """The engine ends a live log stream as its container stops, read or not. Before 2026-11-29 a
+    job that printed 200,000 lines in 17 s kept one line in ten in its node logs and on the
+    console, and said nothing of the rest."""
+    copy_job(tmp_path, "prints_fast.py")
+    result = orchestrate_run("--nodes", "2", "--workdir", str(tmp_path), "--", "prints_fast.py", "--lines", "30000")
+    assert result.code == 0, result.output[-3000:]
+    for node, rank in (("node0", 0), ("node1", 1)):
+        kept = (result.run_dir / f"{node}.log").read_text().splitlines()
+        items = [line for line in kept if f"rank {rank} item " in line]
+        assert len(items) == 30000 and items[-1].startswith(f"[{node}/rank{rank}] rank {rank} item 29999 "), items[-1:]
+        assert re.search(rf"^\[{node}/rank{rank}\]\s+rank {rank} done$", result.output, re.M), result.output[-2000:]
+    assert "log had not ended" not in result.output
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_a_model_compiled_with_torch_compile_trains_in_the_nodes(orchestrate_run, docker_client, tmp_path):
     """inductor builds a compiled model's CPU kernels with a C++ compiler and Python's headers:
     the node image has both (before 2026-11-27 it had neither, and torch.compile failed with

@@ -104,6 +104,48 @@ def test_a_stream_that_ends_while_its_container_runs_is_asked_for_again_from_its
     assert arrived.get(timeout=5) is None
 
 
+class EndedAtStop:
+    """A container whose engine ends its live stdout stream as the container stops, whatever it
+    still held: the stream brings the lines written before ``stop`` is set, and no more, and
+    ends when the container stops."""
+
+    def __init__(self, container) -> None:
+        self.container, self.stop = container, threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        if kwargs.get("stream") and kwargs.get("stdout"):
+            def until_stopped():
+                self.stop.wait(timeout=5)
+                yield b"".join(self.container.logs(**{**kwargs, "follow": False}))
+                wait_until(lambda: self.container.status not in ("running", "paused"))
+            return until_stopped()
+        return self.container.logs(**kwargs)
+
+
+def test_what_the_engine_held_when_it_ended_the_stream_at_the_stop_is_read_after_it():
+    """Seen with a job that printed 200,000 lines in 17 s: the engine ended each live stream as
+    the container stopped, far behind, and nine lines in ten were never shown."""
+    _, node = running()
+    ending = EndedAtStop(node)
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    node.write("[0|0]:line 0")
+    follow_log(ending, arrived.put)
+    assert arrived.get(timeout=5).text == "[0|0]:line 0"
+    for i in range(1, 4):
+        node.write(f"[0|0]:line {i}")
+    ending.stop.set()  # the stream brings lines 1-3 and ends
+    wait_until(lambda: arrived.qsize() == 3)
+    for i in range(4, 7):
+        node.write(f"[0|0]:line {i}")  # held by the engine, not streamed
+    node.kill()
+    got = [arrived.get(timeout=5) for _ in range(7)]
+    assert got[-1] is None and arrived.empty()
+    assert [line.text for line in got[:-1]] == [f"[0|0]:line {i}" for i in range(1, 7)]  # each once, in order
+
+
 def test_each_stream_is_read_from_its_own_time():
     _, node = running()
     node.log = [(1000.0, "[0|0]:a"), (1003.0, "[0|0]:d")]

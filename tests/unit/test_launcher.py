@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import _thread
 
+import io
 import json
 import re
 import threading
@@ -83,6 +84,27 @@ def test_success_streams_rank_prefixed_lines_saves_logs_and_removes_everything(m
     assert [r.state for r in outcome.results] == [NodePhase.SUCCEEDED, NodePhase.SUCCEEDED]
     assert client.containers_by_name == {} and client.networks_by_name == {} and client.volumes_by_name == {}
     assert outcome.timings.bring_up_s is not None and outcome.timings.rendezvous_s is not None
+
+
+class SlowConsole(io.StringIO):
+    """A console that takes a while for each line: the launcher falls behind what the node printed."""
+
+    def write(self, text: str) -> int:
+        time.sleep(0.002)
+        return super().write(text)
+
+
+def test_every_line_of_a_node_that_printed_faster_than_the_launcher_shows_is_kept(make_run, monkeypatch):
+    """Seen with a job that printed 200,000 lines in 17 s: the launcher, 45 s behind, took each
+    node's end as final 3 s after its exit, and dropped nine lines in ten unseen."""
+    monkeypatch.setattr("orchestrate.supervise.supervisor.LOG_DRAIN_S", 0.2)
+    monkeypatch.setattr("orchestrate.supervise.inspection.INSPECT_EVERY_S", 0.05)  # its exit is seen at once
+    job = make_run(nodes=1, out=SlowConsole())
+    lines = [f"[0|0]:line {i}" for i in range(400)]  # about 0.8 s to show, four times the drain
+    outcome, text, _ = run(job, FakeDockerClient(), node0=[Script(lines, delay_s=0.0)])
+    assert outcome.succeeded
+    assert (job.run_dir / "node0.log").read_text().splitlines() == [f"[node0/rank0] line {i}" for i in range(400)]
+    assert text.rstrip().endswith("[node0/rank0]  line 399") and "log had not ended" not in text
 
 
 def test_each_node_runs_torchrun_under_the_node_supervisor_with_the_runs_labels(make_run):
