@@ -604,6 +604,12 @@ MUTANTS = [
     Mutant("what the workers wrote since the last tick is not read at the end", "orchestrate/supervise/supervisor.py",
            "        self.read_channels(self.clock())  # what came since the last tick, up to TICK_S ago\n", "",
            ("tests/unit/test_launcher.py", "tests/unit/test_supervisor_faults.py")),
+    Mutant("a cluster's interface name gets no hint", "orchestrate/outcome/summary.py",
+           "                  or interface_hint(failure) or no_gpu_hint(failure, outcome.results)",
+           "                  or no_gpu_hint(failure, outcome.results)", ("tests/unit/test_outcome.py", "tests/unit/test_judge.py")),
+    Mutant("the interface hint is given to any failure", "orchestrate/outcome/judge.py",
+           "    if match is None:\n        return \"\"\n    named", "    if False:\n        return \"\"\n    named",
+           ("tests/unit/test_judge.py",)),
     Mutant("a peer gloo could not reach is taken for an error of its own", "orchestrate/outcome/root_cause.py",
            '    "connectFullMesh failed",\n', "", ("tests/unit/test_output.py", "tests/unit/test_diagnosis.py")),
 ]

@@ -13,7 +13,7 @@ from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import (CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier, is_collateral,
                                             lost_peer_in)
 from orchestrate.outcome.states import NodePhase
-from orchestrate.plan.layout import SHARED_DIR, WORKSPACE_DIR
+from orchestrate.plan.layout import NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import ranks_text
 
 # What a lost peer that ranks which left early explain asks, unless the ranks' records differ.
@@ -442,6 +442,24 @@ def compiler_hint(failure: Optional[Failure]) -> str:
     return ("  hint: torch.compile builds a compiled model's kernels with a C++ compiler in the nodes: the default"
             " node image has g++ and Python's headers; an --image or --dockerfile of your own needs them too"
             " (apt-get install g++ python3-dev), or set CXX and CC to the compilers it has")
+
+
+# gloo's words for a GLOO_SOCKET_IFNAME the host does not have; NCCL's for an NCCL_SOCKET_IFNAME.
+_NO_SUCH_INTERFACE = re.compile(r"Unable to find address for: (?P<name>\S+)|no socket interface found")
+
+
+def interface_hint(failure: Optional[Failure]) -> str:
+    """For a worker that could not find the network interface GLOO_SOCKET_IFNAME or
+    NCCL_SOCKET_IFNAME names (a cluster's, carried in by ``--env`` or ``--env-file``): the
+    interface the nodes have ("" for any other failure)."""
+    match = _NO_SUCH_INTERFACE.search(failure.exception) if failure is not None else None
+    if match is None:
+        return ""
+    named = f" ({match['name']})" if match["name"] else ""
+    return (f"  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME"
+            f" gives{named}: each node has {NODE_INTERFACE}, its link to the run's network, and lo, and the launcher"
+            f" sets GLOO_SOCKET_IFNAME={NODE_INTERFACE} itself; leave a cluster's interface names (ib0, bond0) out"
+            " of --env and --env-file here")
 
 
 def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:

@@ -5,9 +5,10 @@ import signal
 from typing import Optional
 
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint,
-                                       device_ordinal_hint, died_at_exit, diverged_hint, local_files_while_hung,
-                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
-                                       node_local_file_hint, read_too_early_hint, torn_save_hint, uneven_hint)
+                                       device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
+                                       local_files_while_hung, made_alone_hint, mismatch_hint, missing_module_hint,
+                                       no_gpu_hint, node_local_file_hint, read_too_early_hint, torn_save_hint,
+                                       uneven_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -95,7 +96,7 @@ def format_summary(outcome: RunResult) -> str:
             lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]
         torn = [(f.spec, f.struck_file) for f in outcome.fired_faults if f.struck_file]
         advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
-                  or no_gpu_hint(failure, outcome.results)
+                  or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
                   or device_ordinal_hint(failure, outcome.results)
                   or mismatch_hint(failure) or missing_module_hint(failure)
                   or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)

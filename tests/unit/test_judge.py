@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from orchestrate.outcome.judge import (Failure, absent_from_barrier_lines, compiler_hint, device_ordinal_hint,
-                                       died_at_exit, diverged_hint, find_failure, made_alone_hint, mismatch_hint,
-                                       missing_module_hint, no_gpu_hint, signal_name, torn_save_hint,
+                                       died_at_exit, diverged_hint, find_failure, interface_hint, made_alone_hint,
+                                       mismatch_hint, missing_module_hint, no_gpu_hint, signal_name, torn_save_hint,
                                        uneven_hint)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import EarlierFailure, RootCause
@@ -310,6 +310,20 @@ def test_the_torn_save_hint_is_given_to_a_rank_that_failed_reading_after_a_torn_
     saving = '  File "/opt/venv/lib/python3.11/site-packages/torch/serialization.py", line 967, in save'
     assert torn_save_hint(Failure("node0", 0, 1, "OSError: [Errno 28]", (saving,)), torn) == ""
     assert torn_save_hint(None, torn) == ""
+
+
+def test_the_interface_hint_names_the_nodes_own_interface_where_a_clusters_was_asked_for():
+    gloo = ("RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr."
+            " Unable to find address for: ib0")
+    assert interface_hint(Failure("node0", 0, 1, gloo, ())) == (
+        "  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME gives (ib0):"
+        " each node has eth0, its link to the run's network, and lo, and the launcher sets GLOO_SOCKET_IFNAME=eth0"
+        " itself; leave a cluster's interface names (ib0, bond0) out of --env and --env-file here")
+    nccl = "torch.distributed.DistBackendError: NCCL error: internal error - Bootstrap : no socket interface found"
+    assert interface_hint(Failure("node0", 0, 1, nccl, ())).startswith(
+        "  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME gives:")
+    assert interface_hint(Failure("node0", 0, 1, "RuntimeError: Connection closed by peer", ())) == ""
+    assert interface_hint(None) == ""
 
 
 # -- died_at_exit: a crash on the way out

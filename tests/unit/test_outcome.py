@@ -632,3 +632,14 @@ def test_a_lost_peer_after_restarts_shows_the_earlier_error_and_a_torn_saves_hin
     # no torn write: the earlier error alone, and no hint
     plain = format_summary(outcome(results))
     assert "  before it, attempt 3 of node1's workers" in plain and "hint:" not in plain
+
+
+def test_a_clusters_interface_name_gets_the_hint_of_the_nodes_own(make_job):
+    plan = make_job(nodes=2)
+    gloo = RootCause(0, 0, 1, "RuntimeError: [enforce fail at device.cc:84] ifa != nullptr. Unable to find address for:"
+                              " ib0")
+    lines = format_summary(outcome(results_for(plan, (NodePhase.FAILED, 1, 1.0, gloo),
+                                               (NodePhase.STOPPED, 143, 1.1, None)))).splitlines()
+    failed = lines.index(f"FAILED: node0 rank 0 failed (exit code 1): {gloo.exception}")
+    assert lines[failed + 1].startswith("  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or"
+                                        " NCCL_SOCKET_IFNAME gives (ib0): each node has eth0")
