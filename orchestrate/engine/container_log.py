@@ -142,14 +142,19 @@ class _Stream:
 
     def rest(self, put: Callable[[LogLine], None], name: str) -> bool:
         """Put what the stream holds past its last line read, the container stopped; False where
-        the engine cannot say (the container is gone)."""
+        the engine cannot say (the container is gone). A container started again meanwhile (a
+        restart) keeps its new run's lines for the stream that follows that run."""
         try:
             raw = self.container.logs(**_ask(self.source, self.position[0]))
         except engine_errors() as exc:
             log.debug("%s: the rest of the %s stream: %s", name, self.source, exc)
             return False
+        restarted_at = (engine_time(self.container.attrs.get("State", {}).get("StartedAt", ""))
+                        if _still_running(self.container) else None)
         for line in _unread((parse_log_line(piece, self.source) for piece in raw.split(b"\n") if piece),
                             self.position):
+            if restarted_at is not None and line.stamp is not None and line.stamp >= restarted_at:
+                break
             self.position = advanced(self.position, line.stamp)
             put(line)
         return True

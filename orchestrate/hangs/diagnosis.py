@@ -534,7 +534,8 @@ def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> st
     # ranks failed later, on a lost peer or a timeout: where the failing rank's own collective
     # failed, the records of those that failed so still say they differed.
     found = mismatch(snapshots) if len(snapshots) > 1 and rank in snapshots else None
-    return found.text if found is not None else ""
+    # (not where the records say why they part otherwise: roots that differ, uneven steps)
+    return found.text if found is not None and not found.hint else ""
 
 
 def aborted_mismatch(rank: int, snapshots: dict[int, RankSnapshot], directory: Path) -> str:

@@ -73,8 +73,10 @@ def dump_when_stopped(directory: str, rank: int) -> bool:
 
 
 def _not_in_a_child() -> None:
-    """A forked child's SIGTERM is its own end, not the rank's: it writes no stacks for it."""
-    if _stopped is not None and _stopped_owner != os.getpid():
+    """A forked child's SIGTERM is its own end, not the rank's: it writes no stacks for it. Only
+    while the handler is still ours (Python's table says SIG_DFL): unregistering puts SIG_DFL
+    back, which would drop a handler the script set since."""
+    if _stopped is not None and _stopped_owner != os.getpid() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         faulthandler.unregister(signal.SIGTERM)
 
 
@@ -83,7 +85,8 @@ def _remove_stopped_if_empty() -> None:
     it removes it)."""
     if _stopped is None or _stopped_owner != os.getpid():
         return
-    faulthandler.unregister(signal.SIGTERM)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # still ours (see _not_in_a_child)
+        faulthandler.unregister(signal.SIGTERM)
     try:
         if os.fstat(_stopped.fileno()).st_size == 0:
             os.remove(_stopped.name)

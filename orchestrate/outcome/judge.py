@@ -247,7 +247,7 @@ def absent_from_barrier_lines(failure: Optional[Failure], stopped_where: dict[in
     any other failure, or where the named ranks had finished their scripts (the failure says so)."""
     if failure is None or failure.peers_finished:
         return []
-    return [f"  rank {rank} had not reached the barrier: it was in {stopped_where[rank]} when torchrun ended it"
+    return [f"  rank {rank} did not pass the barrier in time: it was in {stopped_where[rank]} when torchrun ended it"
             for rank in absent_from_barrier(failure.exception) if rank in stopped_where]
 
 
@@ -260,13 +260,13 @@ def torn_save_hint(failure: Optional[Failure], torn: list[tuple[str, str]]) -> s
     fault's spec and the work-directory file it cut): that a save straight onto the file a job
     resumes from leaves nothing whole to resume from, and how to save so that it does ("" for any
     other failure, or where no torn write cut a file). Told by torch.load's frames in the
-    failing worker's traceback, or the cut file's name in it."""
+    failing worker's traceback, or the cut file's name in its error (not in what it printed: the
+    node the torn write killed may have said it was saving that file)."""
     if failure is None or not torn:
         return ""
-    text = "\n".join([failure.exception, failure.traceback, *failure.last_lines,
-                      *(failure.earlier.last_lines if failure.earlier else ())])
-    named = [(spec, path) for spec, path in torn if posixpath.basename(path) in text]
-    if not named and not _TORCH_LOAD_FRAME.search(text):
+    errors = "\n".join([failure.exception, failure.traceback, *(failure.earlier.last_lines if failure.earlier else ())])
+    named = [(spec, path) for spec, path in torn if posixpath.basename(path) in errors]
+    if not named and not _TORCH_LOAD_FRAME.search("\n".join([errors, *failure.last_lines])):
         return ""
     spec, path = (named or torn)[-1]
     return (f"  hint: {spec} cut {path} short, and a rank then failed reading a file: a save straight onto the file"
@@ -453,13 +453,13 @@ def interface_hint(failure: Optional[Failure]) -> str:
     NCCL_SOCKET_IFNAME names (a cluster's, carried in by ``--env`` or ``--env-file``): the
     interface the nodes have ("" for any other failure)."""
     match = _NO_SUCH_INTERFACE.search(failure.exception) if failure is not None else None
-    if match is None:
+    if match is None or match["name"] == NODE_INTERFACE:  # (its own gone: a fault's doing, not a name)
         return ""
     named = f" ({match['name']})" if match["name"] else ""
     return (f"  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME"
             f" gives{named}: each node has {NODE_INTERFACE}, its link to the run's network, and lo, and the launcher"
-            f" sets GLOO_SOCKET_IFNAME={NODE_INTERFACE} itself; leave a cluster's interface names (ib0, bond0) out"
-            " of --env and --env-file here")
+            f" sets both to {NODE_INTERFACE} itself; leave a cluster's interface names (ib0, bond0) out of --env and"
+            " --env-file here")
 
 
 def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:

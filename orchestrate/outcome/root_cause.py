@@ -256,8 +256,7 @@ def earlier_own_failure(run_dir: Path, node: str) -> Optional[EarlierFailure]:
     per local rank) ends in a Python error of its own, not a lost peer's: where the job's last
     failure is a consequence (a peer gone while the workers restarted), what made them restart
     (a checkpoint that no longer loads) may be only there. None when no log holds one."""
-    attempts = sorted((run_dir / node / "torchrun").glob("*/attempt_*"), key=lambda p: (p.stat().st_mtime, p.name))
-    for number, attempt in reversed(list(enumerate(attempts, 1))):
+    for number, attempt in reversed(list(enumerate(attempts_in_order(run_dir, node), 1))):
         for log in sorted(attempt.glob("*/stderr.log"), key=lambda p: p.parent.name):
             if not log.parent.name.isdigit():
                 continue
@@ -272,6 +271,18 @@ def earlier_own_failure(run_dir: Path, node: str) -> Optional[EarlierFailure]:
             if exception and not is_collateral(RootCause(local, local, 1, exception), lines):
                 return EarlierFailure(number, local, exception, tuple(lines[-_LOG_LINES_SHOWN:]))
     return None
+
+
+def attempts_in_order(run_dir: Path, node: str) -> list[Path]:
+    """A node's attempt folders of torchrun's ``--log-dir`` (each torchrun's, each attempt's), the
+    oldest first; one gone meanwhile is left out."""
+    dated = []
+    for attempt in (run_dir / node / "torchrun").glob("*/attempt_*"):
+        try:
+            dated.append((attempt.stat().st_mtime, attempt.name, attempt))
+        except OSError:
+            continue
+    return [attempt for _, _, attempt in sorted(dated)]
 
 
 def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:

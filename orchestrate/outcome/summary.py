@@ -84,7 +84,7 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
         if failure.earlier is not None:
-            lines.append(f"  before it, {failure.earlier.describe(failure.node)}")
+            lines.append(f"  {failure.earlier.describe(failure.node)}")
         lines += absent_from_barrier_lines(failure, outcome.stopped_where)
         if not outcome.interrupted:
             lines += grace_lines(outcome)

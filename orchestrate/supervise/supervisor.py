@@ -436,7 +436,7 @@ class Supervisor:
         if isinstance(message, EngineEvent):
             self.on_engine_event(tracker, message)
             return
-        if isinstance(message, LineArrived):  # taken now: a backlog of a fast printer is still read
+        if isinstance(message, LineArrived) and message.stream == tracker.stream:  # taken now: a backlog still read
             tracker.last_line_at = self.clock()
         self.on_lines(tracker, self.logs.take(tracker, message), message.at)
         if isinstance(message, LogEnded) and not tracker.log_open and tracker.phase is not NodePhase.RESTARTING:

@@ -103,7 +103,7 @@ def test_a_monitored_barrier_names_the_late_rank_and_where_it_was_when_it_was_en
     assert "FAILED: node0 rank 0 failed (exit code 1): RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier" \
         in summary, summary
     # rank 1 wrote its stacks as SIGTERM ended it (its node stopped after rank 0 failed)
-    assert (f"  rank 1 had not reached the barrier: it was in read_shard at late_to_barrier.py:"
+    assert (f"  rank 1 did not pass the barrier in time: it was in read_shard at late_to_barrier.py:"
             f"{line_of('late_to_barrier.py', '# STUCK')} when torchrun ended it\n") in summary, summary
     assert "every rank reached the barrier" not in result.output
     assert leftovers(docker_client, result.project) == []

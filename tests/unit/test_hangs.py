@@ -899,9 +899,15 @@ def test_a_mismatch_nobody_caught_is_placed_by_the_records_of_the_ranks_that_los
     # the rank the failure names wrote no failed record (its error was its own), or an earlier attempt's
     assert mismatch_divergence(Failure("node0", 0, 1, lost, ()), tmp_path) == ""
     assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path, since=1100.0) == ""
+    # the records say why they part otherwise (roots that differ): their own hint is given, not this
+    for rank, root in ((1, 0), (2, 1)):
+        record = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        record["collectives"][0].update(op="broadcast", shapes=f"float32[10] from rank {root}")
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(record))
+    assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path) == ""
     # the same sizes: nothing parts
     record = json.loads((tmp_path / "rank1.json").read_text())
-    record["collectives"][0]["shapes"] = "float32[10]"
+    record["collectives"][0]["shapes"] = "float32[10] from rank 1"
     (tmp_path / "rank1.json").write_text(json.dumps(record))
     assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path) == ""
 

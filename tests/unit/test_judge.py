@@ -253,12 +253,12 @@ def test_a_monitored_barrier_that_names_who_did_not_reach_it_explains_the_peers_
     failure = find_failure(results)
     assert failure.describe() == f"node0 rank 0 failed (exit code 1): {named}"
     assert absent_from_barrier_lines(failure, {2: "load_shard at train.py:5", 3: "monitored_barrier at t.py:9"}) == [
-        "  rank 2 had not reached the barrier: it was in load_shard at train.py:5 when torchrun ended it"]
+        "  rank 2 did not pass the barrier in time: it was in load_shard at train.py:5 when torchrun ended it"]
     assert absent_from_barrier_lines(failure, {}) == []  # no stacks of its: nothing to add
     several = replace(failure, exception="RuntimeError: [Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 5 ms")
     assert absent_from_barrier_lines(several, {1: "a at t.py:1", 2: "b at t.py:2"}) == [
-        "  rank 1 had not reached the barrier: it was in a at t.py:1 when torchrun ended it",
-        "  rank 2 had not reached the barrier: it was in b at t.py:2 when torchrun ended it"]
+        "  rank 1 did not pass the barrier in time: it was in a at t.py:1 when torchrun ended it",
+        "  rank 2 did not pass the barrier in time: it was in b at t.py:2 when torchrun ended it"]
     # the named rank had finished its script (torch's check under --debug-collectives): said otherwise
     assert absent_from_barrier_lines(replace(failure, peers_finished=True), {2: "b at t.py:2"}) == []
     assert absent_from_barrier_lines(Failure("node0", 0, 1, LOST_PEER, ()), {2: "b at t.py:2"}) == []
@@ -310,6 +310,10 @@ def test_the_torn_save_hint_is_given_to_a_rank_that_failed_reading_after_a_torn_
     saving = '  File "/opt/venv/lib/python3.11/site-packages/torch/serialization.py", line 967, in save'
     assert torn_save_hint(Failure("node0", 0, 1, "OSError: [Errno 28]", (saving,)), torn) == ""
     assert torn_save_hint(None, torn) == ""
+    # the node the torn write killed (no read failed, whatever its script printed of the file)
+    killed = Failure("node0", 0, -9, "", ("saving ckpt/model.pt",), reason="failed (injected fault torn-write)")
+    assert torn_save_hint(killed, torn) == ""
+    assert torn_save_hint(Failure("node0", 0, 1, "ValueError: bad batch", ("saved ckpt/model.pt",)), torn) == ""
 
 
 def test_the_interface_hint_names_the_nodes_own_interface_where_a_clusters_was_asked_for():
@@ -317,12 +321,14 @@ def test_the_interface_hint_names_the_nodes_own_interface_where_a_clusters_was_a
             " Unable to find address for: ib0")
     assert interface_hint(Failure("node0", 0, 1, gloo, ())) == (
         "  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME gives (ib0):"
-        " each node has eth0, its link to the run's network, and lo, and the launcher sets GLOO_SOCKET_IFNAME=eth0"
+        " each node has eth0, its link to the run's network, and lo, and the launcher sets both to eth0"
         " itself; leave a cluster's interface names (ib0, bond0) out of --env and --env-file here")
     nccl = "torch.distributed.DistBackendError: NCCL error: internal error - Bootstrap : no socket interface found"
     assert interface_hint(Failure("node0", 0, 1, nccl, ())).startswith(
         "  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME gives:")
     assert interface_hint(Failure("node0", 0, 1, "RuntimeError: Connection closed by peer", ())) == ""
+    # the nodes' own interface gone (a fault's doing): no name to change
+    assert interface_hint(Failure("node0", 0, 1, gloo.replace("ib0", "eth0"), ())) == ""
     assert interface_hint(None) == ""
 
 

@@ -622,7 +622,7 @@ def test_a_lost_peer_after_restarts_shows_the_earlier_error_and_a_torn_saves_hin
     lines = format_summary(outcome(results, faults=[torn])).splitlines()
     failed = lines.index(f"FAILED: node1 rank 1 failed (exit code 1): {refused}")
     assert lines[failed + 1:failed + 3] == [
-        "  before it, attempt 3 of node1's workers failed by an error of its own: local rank 0: OSError: [Errno 22]"
+        "  attempt 3 of node1's workers failed by an error of its own: local rank 0: OSError: [Errno 22]"
         " Invalid argument",
         "  hint: torn-write:node0@step=5 cut ckpt/model.pt short, and a rank then failed reading a file: a save"
         " straight onto the file a job resumes from leaves no whole checkpoint when a crash cuts it; save to a"
@@ -631,7 +631,7 @@ def test_a_lost_peer_after_restarts_shows_the_earlier_error_and_a_torn_saves_hin
     assert lines[failed + 3:] == ["last lines of node1's attempt 3, local rank 0:", *(f"  | {ln}" for ln in unreadable)]
     # no torn write: the earlier error alone, and no hint
     plain = format_summary(outcome(results))
-    assert "  before it, attempt 3 of node1's workers" in plain and "hint:" not in plain
+    assert "  attempt 3 of node1's workers" in plain and "hint:" not in plain
 
 
 def test_a_clusters_interface_name_gets_the_hint_of_the_nodes_own(make_job):

@@ -190,3 +190,34 @@ def test_a_child_the_worker_forked_writes_no_stacks_when_it_is_ended(tmp_path):
                           pass_fds=(ready_read, ready_write), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "rank3.stopped").exists()  # the worker exited normally: its empty file went
+
+
+def test_a_worker_ended_by_sigterm_still_dies_of_it_at_once_and_a_child_keeps_the_scripts_handler(tmp_path):
+    """The stacks are written, then SIGTERM ends the worker as it would have (no wait for
+    torchrun's SIGKILL); a child forked after the script set its own SIGTERM handler keeps that
+    handler (unregistering would have put SIG_DFL back)."""
+    code = ("import os, signal, sys, time\nfrom orchestrate.node import crash_stacks\n"
+            f"assert crash_stacks.dump_when_stopped({str(tmp_path)!r}, 3)\n"
+            "time.sleep(60)\n")
+    worker = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "rank3.stopped").exists():  # it registered
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    worker.terminate()
+    assert worker.wait(timeout=5) == -15
+    assert "in <module>" in (tmp_path / "rank3.stopped").read_text()
+    handled = ("import os, signal, sys, time\nfrom orchestrate.node import crash_stacks\n"
+               f"assert crash_stacks.dump_when_stopped({str(tmp_path)!r}, 4)\n"
+               "signal.signal(signal.SIGTERM, lambda *_: os._exit(3))\n"
+               "child = os.fork()\n"
+               "if child == 0:\n"
+               "    time.sleep(60)\n"
+               "    os._exit(0)\n"
+               "time.sleep(0.5)\n"
+               "os.kill(child, signal.SIGTERM)\n"
+               "status = os.waitpid(child, 0)[1]\n"
+               "assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, status\n")
+    proc = subprocess.run([sys.executable, "-c", handled], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
