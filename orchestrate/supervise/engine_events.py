@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 class EngineEvents:
     """Reads the events of run ``run_id``'s containers for the nodes named ``nodes``."""
 
-    def __init__(self, client: Any, run_id: str, nodes: set[str], inbox: "queue.Queue[Message]",
+    def __init__(self, client: Any, run_id: str, nodes: set[str], inbox: "queue.SimpleQueue[Message]",
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.run_id = run_id

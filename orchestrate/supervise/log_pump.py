@@ -22,7 +22,7 @@ from orchestrate.supervise.worker_lines import OutputLine
 class LogPump:
     """Streams node logs into ``inbox`` and shows the lines taken out of it."""
 
-    def __init__(self, inbox: "queue.Queue[Message]", out: IO[str], width: int,
+    def __init__(self, inbox: "queue.SimpleQueue[Message]", out: IO[str], width: int,
                  clock: Callable[[], float] = time.monotonic, verbose: bool = False) -> None:
         self.inbox = inbox
         self.out = out

@@ -102,7 +102,8 @@ class Supervisor:
         self.out = out
         self.active = active
         self.clock = clock
-        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        # (a SimpleQueue: no Python-level lock that an interrupt could leave held mid-get)
+        self.inbox: "queue.SimpleQueue[Message]" = queue.SimpleQueue()
         spec.run_dir.mkdir(parents=True, exist_ok=True)
         self.trackers = {
             n.name: NodeTracker(n, containers[n.name], NodeResult(n),
