@@ -287,8 +287,7 @@ def attempts_in_order(run_dir: Path, node: str) -> list[Path]:
 
 def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:
     """torchrun's structured error files of a node's last attempt: local rank -> file."""
-    attempts = sorted((run_dir / node / "torchrun").glob("*/attempt_*"),
-                      key=lambda p: (p.stat().st_mtime, p.name))
+    attempts = attempts_in_order(run_dir, node)
     if not attempts:
         return {}
     return {int(p.parent.name): p for p in attempts[-1].glob("*/error.json") if p.parent.name.isdigit()}
