@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 import logging
 
+from orchestrate.outcome.judge import absent_from_barrier_lines
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.summary import ending_hint
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,10 @@ def outcome_record(outcome: RunResult) -> dict:
                     "detail": f.detail or None, "before_first_step": f.before_first_step}
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
+        # what the summary's hint says to change, and why (one text, perhaps of several lines)
+        "hint": "\n".join(line.strip() for line in ending_hint(outcome).splitlines()) or None,
+        # where each rank's script was when torchrun's SIGTERM ended it (its stacks then), by rank
+        "stopped_where": {str(rank): where for rank, where in sorted(outcome.stopped_where.items())},
         # the shared files more than one rank wrote whole, each with its writers
         "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
         "shuffled_alike": {line: {"epoch": epoch, "ranks": list(ranks)}
@@ -52,6 +58,13 @@ def outcome_record(outcome: RunResult) -> dict:
                      and r.root_cause],
             "divergence": outcome.divergence or None,  # where the ranks' collectives part, for a mismatch torch or gloo caught
             "store_lost": outcome.store_lost or None,
+            # an earlier attempt of the failing node whose worker failed by an error of its own
+            "earlier": None if failure.earlier is None else {
+                "attempt": failure.earlier.attempt, "local_rank": failure.earlier.local_rank,
+                "exception": failure.earlier.exception, "describe": failure.earlier.describe(failure.node),
+                "last_lines": list(failure.earlier.last_lines)},
+            # the ranks a monitored barrier named as not there, with where each was when ended
+            "not_at_barrier": [line.strip() for line in absent_from_barrier_lines(failure, outcome.stopped_where)],
         },
     }
 

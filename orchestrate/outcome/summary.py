@@ -57,10 +57,10 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"FAILED: all {len(outcome.results)} nodes exited 0, but {len(unfired)} fault(s) asked for"
                      f" never fired: {', '.join(f.spec for f in unfired)}")
         return "\n".join(lines)
-    if outcome.hang is not None and not outcome.interrupted and not outcome.error and outcome.hung:
+    if ended_hung(outcome):
         lines.append(f"HUNG: {outcome.hang.headline}")
         lines += outcome.hang.lines()[1:]
-        hint = local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
+        hint = ending_hint(outcome)
         lines += [hint] if hint else []
         lines += grace_lines(outcome)
         return "\n".join(lines)
@@ -94,16 +94,7 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"  where it crashed: {failure.crashed}")
         if outcome.hang is not None and outcome.hang.timed_out and not outcome.hang.hung:  # a timeout, but working
             lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]
-        torn = [(f.spec, f.struck_file) for f in outcome.fired_faults if f.struck_file]
-        advice = (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
-                  or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
-                  or device_ordinal_hint(failure, outcome.results)
-                  or mismatch_hint(failure) or missing_module_hint(failure)
-                  or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)
-                  or made_alone_hint(failure)
-                  or node_local_file_hint(failure, outcome.results, outcome.written_locally)
-                  or read_too_early_hint(failure, outcome.results, outcome.written_shared)
-                  or compiler_hint(failure))
+        advice = ending_hint(outcome)
         if advice:
             lines.append(advice)
         if failure.exit_code == REFUSED_EXIT_CODE and failure.exception:
@@ -122,6 +113,37 @@ def format_summary(outcome: RunResult) -> str:
     elif not outcome.interrupted and not outcome.error:
         lines.append("FAILED: not every node exited 0")
     return "\n".join(lines)
+
+
+def ended_hung(outcome: RunResult) -> bool:
+    """Whether the run ends in the summary as HUNG: the watchdog, or a collective's timeout while
+    no rank worked, ended it, and neither a signal nor the environment did."""
+    return (not outcome.succeeded and not outcome.job_succeeded and outcome.hang is not None
+            and not outcome.interrupted and not outcome.error and outcome.hung)
+
+
+def ending_hint(outcome: RunResult) -> str:
+    """The one hint the summary gives under how the run ended, what to change and why ("" where
+    none applies): for a hang, files a waiting node cannot see; for a failure, the first hint
+    of the judge's that explains it (none under Slurm, whose summary speaks Slurm's words). Kept
+    in outcome.json and on the report page too."""
+    if outcome.slurm is not None:
+        return ""
+    if ended_hung(outcome):
+        return local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
+    failure = outcome.failure
+    if failure is None or outcome.succeeded or outcome.job_succeeded:
+        return ""
+    torn = [(f.spec, f.struck_file) for f in outcome.fired_faults if f.struck_file]
+    return (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
+            or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
+            or device_ordinal_hint(failure, outcome.results)
+            or mismatch_hint(failure) or missing_module_hint(failure)
+            or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)
+            or made_alone_hint(failure)
+            or node_local_file_hint(failure, outcome.results, outcome.written_locally)
+            or read_too_early_hint(failure, outcome.results, outcome.written_shared)
+            or compiler_hint(failure))
 
 
 # How many files written by several ranks are named, at most.

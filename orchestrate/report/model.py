@@ -63,6 +63,7 @@ class ReportModel:
     progress: dict[int, list[tuple[float, int, Optional[float]]]] = field(default_factory=dict)
     end: float = 0.0
     failure: Optional[dict] = None
+    hint: str = ""  # what the summary's hint said to change, and why
     recoveries: list[dict] = field(default_factory=list)
     graces_run_out: list[str] = field(default_factory=list)  # a line per node a SIGKILL ended when its grace ran out
     written_by_several: list[str] = field(default_factory=list)  # a warning per shared file several ranks wrote
@@ -245,6 +246,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.exit_code = outcome.get("exit_code", model.exit_code)
         model.torch = outcome.get("image_torch", "")
         model.failure = outcome.get("failure")
+        model.hint = outcome.get("hint") or ""
         model.recoveries = outcome.get("recoveries") or []
         model.graces_run_out = [grace_ran_out(str(node.get("name")), [str(p) for p in node.get("still_running") or []])
                                 for node in outcome.get("nodes") or [] if node.get("grace_ran_out")]

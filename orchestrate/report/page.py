@@ -295,6 +295,8 @@ def render_html(model: ReportModel) -> str:
         parts.append(f'<p id="root-cause"><b>Root cause:</b> {esc(failure.get("describe", ""))}</p>')
         if failure.get("reason") and failure["reason"] not in failure.get("describe", ""):
             parts.append(f"<p>{esc(failure['reason'])}</p>")
+        if model.hint:
+            parts.append(hint_paragraph(model.hint))
         if failure.get("divergence"):
             parts.append(f'<p id="divergence"><b>Where, by the ranks\' collective records:</b>'
                          f' {esc(failure["divergence"])}</p>')
@@ -302,16 +304,28 @@ def render_html(model: ReportModel) -> str:
             parts.append(f'<p id="crashed"><b>Where it crashed:</b> {esc(failure["crashed"])}</p>')
         if failure.get("traceback"):
             parts.append(f'<pre id="traceback">{esc(failure["traceback"])}</pre>')
+        if failure.get("not_at_barrier"):
+            parts.append('<ul id="not-at-barrier">' + "".join(f"<li>{esc(line)}</li>"
+                                                             for line in failure["not_at_barrier"]) + "</ul>")
+        earlier = failure.get("earlier")
+        if earlier:
+            parts.append(f'<p id="earlier"><b>Before that:</b> {esc(earlier.get("describe", ""))}</p>')
         if failure.get("then"):
             parts.append("<p>Failures it caused:</p><ul>" + "".join(
                 f"<li>{esc(t['node'])} rank {t['rank']}: {esc(t.get('exception') or '')}</li>" for t in failure["then"])
                 + "</ul>")
+        if earlier and earlier.get("last_lines"):
+            parts.append(f"<p>Last lines of {esc(failure.get('node', ''))}'s attempt {earlier.get('attempt')},"
+                         f" local rank {earlier.get('local_rank')}:</p>"
+                         f'<pre id="earlier-lines">{esc(chr(10).join(earlier["last_lines"]))}</pre>')
         if failure.get("last_lines"):
             whose = esc(failure.get("node", "")) + ("" if failure.get("rank") is None else f" rank {failure['rank']}")
             parts.append(f"<p>Last lines of {whose}:</p>"
                          f'<pre id="last-lines">{esc(chr(10).join(failure["last_lines"]))}</pre>')
     else:
         parts.append(f"<p>{esc(model.outcome)}</p>")
+    if model.hint and not failure:
+        parts.append(hint_paragraph(model.hint))
     if model.graces_run_out:
         parts.append('<ul id="grace-ran-out">' + "".join(f"<li>{esc(line)}</li>" for line in model.graces_run_out)
                      + "</ul>")
@@ -337,6 +351,12 @@ def render_html(model: ReportModel) -> str:
                                        [(f"{t:.3f} s", n, k, d) for t, n, k, d in model.events], "events")]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def hint_paragraph(hint: str) -> str:
+    """The summary's hint (what to change, and why) as a paragraph of the page."""
+    lines = hint.removeprefix("hint: ").splitlines()
+    return f'<p id="hint"><b>Hint:</b> {"<br>".join(html.escape(line) for line in lines)}</p>'
 
 
 def write_report(run_dir: Path) -> Path:

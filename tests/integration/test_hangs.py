@@ -106,6 +106,13 @@ def test_a_monitored_barrier_names_the_late_rank_and_where_it_was_when_it_was_en
     assert (f"  rank 1 did not pass the barrier in time: it was in read_shard at late_to_barrier.py:"
             f"{line_of('late_to_barrier.py', '# STUCK')} when torchrun ended it\n") in summary, summary
     assert "every rank reached the barrier" not in result.output
+    # the same line in outcome.json and on the report page
+    outcome = json.loads((result.run_dir / "outcome.json").read_text())
+    where = f"read_shard at late_to_barrier.py:{line_of('late_to_barrier.py', '# STUCK')}"
+    assert outcome["stopped_where"]["1"] == where
+    assert outcome["failure"]["not_at_barrier"] == [f"rank 1 did not pass the barrier in time: it was in {where} when"
+                                                    " torchrun ended it"]
+    assert 'id="not-at-barrier"' in (result.run_dir / "report.html").read_text()
     assert leftovers(docker_client, result.project) == []
 
 

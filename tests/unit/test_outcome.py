@@ -7,6 +7,7 @@ from pathlib import Path
 from orchestrate.outcome.judge import find_failure
 from orchestrate.outcome.model import FaultRecord, RunResult, Timings
 from orchestrate.outcome.node_result import NodeResult
+from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.root_cause import EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
@@ -632,6 +633,44 @@ def test_a_lost_peer_after_restarts_shows_the_earlier_error_and_a_torn_saves_hin
     # no torn write: the earlier error alone, and no hint
     plain = format_summary(outcome(results))
     assert "  attempt 3 of node1's workers" in plain and "hint:" not in plain
+
+
+LOAD_FRAME = '  File "/opt/venv/lib/python3.11/site-packages/torch/serialization.py", line 1491, in load'
+
+
+def test_outcome_json_keeps_the_hint_the_earlier_error_and_where_ranks_were_that_the_summary_says(make_job):
+    """What the summary says under the failure (its hint, an earlier attempt's own error, where a
+    rank a monitored barrier named was when ended) is in outcome.json as well, as the summary says it."""
+    plan = make_job(nodes=2)
+    refused = "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out connecting"
+    results = results_for(plan, (NodePhase.STOPPED, 143, 1.1, None),
+                          (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, refused)))
+    results[1].earlier = EarlierFailure(3, 0, "OSError: [Errno 22] Invalid argument", (LOAD_FRAME, "OSError: [Errno 22]"))
+    torn = FaultRecord("torn-write:node0@step=5", "node0", elapsed_s=8.5, step=5, struck_file="ckpt/model.pt")
+    ended = outcome(results, faults=[torn], stopped_where={0: "save at t.py:3", 1: "load at t.py:7"})
+    record = json.loads(json.dumps(outcome_record(ended)))
+    hint_line = next(line for line in format_summary(ended).splitlines() if line.startswith("  hint: "))
+    assert record["hint"] == hint_line.strip()
+    assert record["hint"].startswith("hint: torn-write:node0@step=5 cut ckpt/model.pt short")
+    assert record["stopped_where"] == {"0": "save at t.py:3", "1": "load at t.py:7"}
+    assert record["failure"]["earlier"] == {
+        "attempt": 3, "local_rank": 0, "exception": "OSError: [Errno 22] Invalid argument",
+        "describe": "attempt 3 of node1's workers failed by an error of its own: local rank 0: OSError: [Errno 22]"
+                    " Invalid argument", "last_lines": [LOAD_FRAME, "OSError: [Errno 22]"]}
+    assert record["failure"]["not_at_barrier"] == []
+    # a monitored barrier that named rank 1: where it was, as the summary's line says it
+    named = "RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 20000 ms"
+    barrier = outcome(results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, named)),
+                                  (NodePhase.STOPPED, 143, 1.1, None)), stopped_where={1: "load at t.py:7"})
+    record = outcome_record(barrier)
+    assert record["failure"]["not_at_barrier"] == [
+        "rank 1 did not pass the barrier in time: it was in load at t.py:7 when torchrun ended it"]
+    assert f"  {record['failure']['not_at_barrier'][0]}" in format_summary(barrier).splitlines()
+    assert record["hint"] is None and record["failure"]["earlier"] is None
+    # a success has no hint, whatever its records hold
+    ok = outcome(results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None)),
+                 stopped_where={1: "load at t.py:7"})
+    assert outcome_record(ok)["hint"] is None and outcome_record(ok)["failure"] is None
 
 
 def test_a_clusters_interface_name_gets_the_hint_of_the_nodes_own(make_job):
