@@ -271,11 +271,7 @@ class HangDiagnosis:
     def headline(self) -> str:
         """One line: what is wrong, or what the ranks are doing."""
         if not self.hung:
-            busy = [a for a in self.activities if a.state == "busy"]
-            loading = [a.rank for a in busy if a.detail.startswith(LOADING_DATA)]
-            computing = [a.rank for a in busy if a.rank not in loading]
-            doing = ", ".join([f"{ranks_text(computing)} computing"] * bool(computing)
-                              + [f"{ranks_text(loading)} loading data"] * bool(loading)) or "collectives completing"
+            doing = self.doing
             if self.timed_out:  # a collective's timeout ended it while a rank worked
                 return f"{self.cause} as the job still worked: {doing}"
             if self.quiet_s is None:
@@ -285,6 +281,16 @@ class HangDiagnosis:
         cause = self.cause or f"no progress{quiet}"
         where = self.divergence.text if self.divergence else self.where_they_wait()
         return f"{cause}: {where}" if where else cause
+
+    @property
+    def doing(self) -> str:
+        """What the ranks that work do ("rank 1 computing, rank 3 loading data"), or that
+        collectives complete."""
+        busy = [a for a in self.activities if a.state == "busy"]
+        loading = [a.rank for a in busy if a.detail.startswith(LOADING_DATA)]
+        computing = [a.rank for a in busy if a.rank not in loading]
+        return ", ".join([f"{ranks_text(computing)} computing"] * bool(computing)
+                         + [f"{ranks_text(loading)} loading data"] * bool(loading)) or "collectives completing"
 
     def where_they_wait(self) -> str:
         waits = [f"{ranks_text(g.ranks)}: {g.where}{self.group_loading_where(g.ranks)}" for g in self.groups[:3]]

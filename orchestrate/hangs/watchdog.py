@@ -4,7 +4,9 @@ twice, some seconds apart, and judge.
 Progress is any worker line but torch's own log lines (:func:`is_progress_line`), any progress
 report (the supervisor calls :meth:`HangWatch.progress` for both), a collective that completed
 between the probes, or a rank that computed between them (CPU time). So a rank busy in one long step, or rank 0 evaluating alone while the others
-wait in a barrier, is not hung: the diagnosis then says what the ranks are doing, once.
+wait in a barrier, is not hung: the diagnosis then says what the ranks are doing. No look can
+tell a long step from a loop that never ends, so a job that stays quiet and working is said
+again, in one line with where every rank is, at 4 times the threshold of quiet, then 8, 16...
 
 A rank that does not answer, and that the engine does not explain (stopped, its node paused),
 makes a judgement unknown: nothing is said or ended on it, and the watchdog looks again.
@@ -26,6 +28,9 @@ RECHECK_S = 5.0
 ANSWER_WINDOW_S = 1.5
 # The default quiet time before a diagnosis is printed (--hang-diagnose-after).
 DIAGNOSE_AFTER_S = 120.0
+# A job that works without a line is said again when its quiet time reaches this many times the
+# threshold, then twice that each time.
+BUSY_REMINDER_FACTOR = 4.0
 # torch's own log lines, C++ and Python alike, in glog's form: a level letter and the date, the
 # time, then the thread and the source (``[W1125 04:47:18.251384384 socket.cpp:767] [c10d] ...``,
 # ``[rank0]:W1125 04:44:57.430000 25084 torch/_logging/_internal.py:1199] ...``).
@@ -72,17 +77,20 @@ class HangWatch:
         self.clock = clock
         self.recheck_s = RECHECK_S if recheck_s is None else recheck_s
         self.answer_window_s = ANSWER_WINDOW_S if answer_window_s is None else answer_window_s
-        self.last_progress: Optional[float] = None
+        self.last_progress: Optional[float] = None  # the latest progress, or look that found the job working
+        self.quiet_since: Optional[float] = None  # the latest progress: a worker line or report
+        self.busy_reminder_at = 0.0  # the quiet seconds at which a working job is said again
         self.asked: list[tuple[str, float]] = []  # this judgement's requests: at most two
         self.first: Optional[Probe] = None
         self.said_hung = self.said_busy = False
         self.diagnosis: Optional[HangDiagnosis] = None  # the latest hung one
+        self.working: Optional[HangDiagnosis] = None  # the latest look that found the job quiet but working
 
     def progress(self, now: float) -> None:
         """The job moved (a worker line, a progress report): the quiet time starts again."""
-        self.last_progress = now
+        self.last_progress = self.quiet_since = now
         self.asked, self.first = [], None
-        self.diagnosis = None
+        self.diagnosis = self.working = None
         self.said_hung = self.said_busy = False
 
     def poll(self, now: float) -> Optional[HangDiagnosis]:
@@ -113,16 +121,43 @@ class HangWatch:
         self.asked, self.first = [], None
         return self.judge(first, second, quiet, now)
 
-    def judge(self, first: Optional[Probe], second: Probe, quiet: float, now: float) -> Optional[HangDiagnosis]:
+    def judge_at_the_end(self, first: Probe, second: Probe, now: float) -> Optional[HangDiagnosis]:
+        """Judge two looks taken as the run is ended from outside (its time limit) before the
+        watchdog judged its quiet time: kept as :attr:`diagnosis` (hung) or :attr:`working`.
+        None when a rank's silence leaves it unknown."""
+        found = self.verdict(first, second, now - (self.quiet_since if self.quiet_since is not None else now))
+        if found is None:
+            return None
+        if found.hung:
+            self.diagnosis = found
+        else:
+            self.working = found
+        return found
+
+    def verdict(self, first: Optional[Probe], second: Probe, quiet: float) -> Optional[HangDiagnosis]:
+        """The diagnosis of two looks; None when it is unknown: a rank that did not answer and is
+        not stopped may be busy (look again later)."""
         expected = self.expected()
         absent = self.absent_why(expected - set(second.snapshots))
         if expected - set(second.snapshots) - set(absent) or not (second.snapshots or absent):
-            return None  # unknown: a rank that did not answer and is not stopped may be busy; look again later
-        found = diagnose(second, first, expected, absent, quiet)
-        if not found.hung:  # working quietly: say so once, and count it as progress
+            return None
+        return diagnose(second, first, expected, absent, quiet)
+
+    def judge(self, first: Optional[Probe], second: Probe, quiet: float, now: float) -> Optional[HangDiagnosis]:
+        found = self.verdict(first, second, quiet)
+        if found is None:
+            return None
+        if not found.hung:  # working quietly: say so, then again now and then, and count it as progress
+            quiet_in_all = now - (self.quiet_since if self.quiet_since is not None else now)
+            found.quiet_s, self.working = quiet_in_all, found
             if not self.said_busy:
                 for line in found.lines():
                     self.say(line)
+                self.busy_reminder_at = BUSY_REMINDER_FACTOR * (self.threshold or 0.0)
+            elif quiet_in_all >= self.busy_reminder_at:
+                self.say(f"still no output after {quiet_in_all:.0f} s, and the job still works: {found.doing};"
+                         f" {found.where_they_wait()}")
+                self.busy_reminder_at *= 2
             self.last_progress = now
             self.said_busy = True
             return None

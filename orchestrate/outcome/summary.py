@@ -69,12 +69,12 @@ def format_summary(outcome: RunResult) -> str:
         how = f"STOPPED by {outcome.stopped_by} ({name})" if outcome.stopped_by else f"INTERRUPTED by {name}"
         lines.append(f"{how}: every node was stopped")
         lines += grace_lines(outcome)
-        if outcome.hang is not None:
-            lines += [f"  while hung: {outcome.hang.headline}", *outcome.hang.lines()[1:]]
+        lines += last_look_lines(outcome)
     elif outcome.error:
         lines.append(f"FAILED: {outcome.error}")
         if outcome.failure is None:  # its time limit, the engine: the nodes were stopped after it
             lines += grace_lines(outcome)
+        lines += last_look_lines(outcome)
     failure = outcome.failure
     if failure is not None:
         lines.append(f"FAILED: {failure.describe()}")
@@ -113,6 +113,15 @@ def format_summary(outcome: RunResult) -> str:
     elif not outcome.interrupted and not outcome.error:
         lines.append("FAILED: not every node exited 0")
     return "\n".join(lines)
+
+
+def last_look_lines(outcome: RunResult) -> list[str]:
+    """For a run ended from outside (an interrupt, ``stop``, its time limit): where the ranks
+    were at the watchdog's last look, hung or quiet and working; none where it had not looked."""
+    hang = outcome.hang
+    if hang is None:
+        return []
+    return [f"  {'while hung' if hang.hung else 'at the last look'}: {hang.headline}", *hang.lines()[1:]]
 
 
 def ended_hung(outcome: RunResult) -> bool:

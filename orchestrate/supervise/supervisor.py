@@ -241,6 +241,26 @@ class Supervisor:
                     if t.phase is NodePhase.SUCCEEDED for rank in t.plan.global_ranks if rank in ranks})
         return why
 
+    def look_at_the_end(self) -> None:
+        """Before the time limit stops a run whose quiet time the watchdog has not judged yet (a
+        limit shorter than --hang-diagnose-after): two looks at every rank, an answer window
+        apart, and where each is said, so that the summary tells a hang from a slow job."""
+        hangs = self.hangs
+        if hangs is None or hangs.threshold is None or hangs.diagnosis is not None or hangs.working is not None:
+            return
+        self.winding_down = True  # no verdict of the watchdog's own meanwhile, and no more faults
+        self.faults.cancel()
+        probes = []
+        for _ in range(2):
+            request, at = hangs.ask(), self.clock()
+            self.loop(until=at + hangs.answer_window_s)  # the lines go on meanwhile
+            probes.append(hangs.answers(request, at))
+        found = hangs.judge_at_the_end(probes[0], probes[1], self.clock())
+        if found is not None:
+            self.say(f"at the time limit, {'hung' if found.hung else 'working'}: {found.headline}")
+            for line in found.lines()[1:]:
+                self.say(line)
+
     def end_hung(self, found: HangDiagnosis) -> None:
         """End a run that made no progress for --hang-timeout: say where every rank waits, then
         stop every node."""
@@ -282,6 +302,7 @@ class Supervisor:
             self.close()
             raise
         if self.live:  # the time limit, not the job, ended it
+            self.look_at_the_end()
             self.say(f"the run did not end within its time limit of {timeout_s:g} s: stopping every node")
             result = self.wind_down(self.spec.stop_grace_s)
             result.error, result.error_exit_code = f"timed out: the job did not end within {timeout_s:g} s", 1
@@ -724,7 +745,9 @@ class Supervisor:
         result.stopped_where = {rank: where for rank in sorted(ranks) if (where := where_stopped(
             debug_dir(self.spec.run_dir), rank, attempt_began - ATTEMPT_CLOCK_SLACK_S))}
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
-        result.hang = self.hang or said or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir), ranks,
+        # found quiet but working, and ended from outside (an interrupt, `stop`, the time limit): where it was
+        working = self.hangs.working if self.hangs and self.winding_down else None
+        result.hang = self.hang or said or working or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir), ranks,
                                                              since=self.asked_at_failure,
                                                              stopped_where=result.stopped_where)
         result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir), attempt_began)

@@ -4,6 +4,7 @@ workers' collective record (without torch)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import sys
 from pathlib import Path
@@ -725,6 +726,31 @@ def test_a_rank_busy_in_a_long_step_is_not_called_hung():
     assert not any("hung" in line for line in watched.said)
 
 
+def test_a_job_that_stays_quiet_and_working_is_said_again_with_where_every_rank_is_less_and_less_often():
+    """No look tells a long step from a loop that never ends (``while True`` on rank 0 while rank 1
+    waits): said again at 4, 8, 16... times the threshold of quiet, and never ended."""
+    waiting = (coll(1), coll(2, state="entered"))
+    looping = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
+    probes = [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=10.0 + 5 * i), r1=snap(1, waiting)) for i in range(80)]
+    watched = Watched(probes, diagnose_after_s=20, end_after_s=20)
+    watched.watch.progress(0.0)
+    assert watched.until(700) is None
+    again = [(watched.said.index(line), line) for line in watched.said if line.startswith("still")]
+    assert [int(re.match(r"still no output after (\d+) s", line)[1]) // 10 for _, line in again] == [8, 16, 32, 64]
+    assert again[0][1].endswith(", and the job still works: rank 0 computing; rank 0: evaluate at train.py:31;"
+                                " rank 1: all_reduce at desync.py:11 in <module>")
+    assert again[0][0] == len(watched.said) - 4  # the first look's lines, then the one-line reminders alone
+    # a worker's line starts the quiet time again, and the first look's lines with it
+    watched.probes += [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=500.0 + 5 * i), r1=snap(1, waiting))
+                       for i in range(20)]
+    watched.watch.progress(700.0)
+    said = len(watched.said)
+    assert watched.until(775) is None
+    assert watched.said[said].startswith("no output for 2") and not any(
+        line.startswith("still") for line in watched.said[said:])
+    assert watched.until(800) is None and watched.said[-1].startswith("still no output after 8")
+
+
 def test_a_rank_that_neither_answers_nor_is_explained_leaves_the_verdict_unknown():
     waiting = (coll(1), coll(2, state="entered"))
     watched = Watched([probe(0, r0=snap(0, waiting)) for _ in range(20)], diagnose_after_s=10, end_after_s=10)
@@ -1340,16 +1366,92 @@ def test_a_quiet_run_whose_rank_computes_is_not_ended(make_run, quick_watchdog):
     later = lambda: time.monotonic() - started > 6  # noqa: E731 - the long step's end
     job.client = fake_engine(FakeDockerClient(),
                              node0=[Script(["[0|0]:evaluating"], then=answering_worker(job, 0, [], busy=True, stop=stop),
-                                           after=["[0|0]:done"], after_when=later)],
+                                           after=["agent: workers done"], after_when=later)],
                              node1=[Script(["[1|0]:waiting"], then=answering_worker(job, 1, waiting, stop=stop),
-                                           after=["[1|0]:done"], after_when=later)])
+                                           after=["agent: workers done"], after_when=later)])
     try:
         result = job.run()
     finally:
         stop.set()
+    # no rank's line after the look that found it working, and still none of it kept: the job ended by itself
     assert result.succeeded and result.hang is None
     text = job.out.getvalue()
     assert "but the job is working: rank 0 computing" in text and "HUNG" not in text
+
+
+@pytest.mark.timeout(60)
+def test_a_time_limit_shorter_than_the_watchdogs_wait_looks_at_every_rank_before_it_stops_them(make_run,
+                                                                                                quick_watchdog):
+    """A test's time limit (``ddp_cluster.run(timeout=10)``) under --hang-diagnose-after's 120 s:
+    the watchdog never looked, so the limit looks once before it stops the nodes."""
+    import threading
+
+    from orchestrate.outcome.summary import format_summary
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=2, timeout_s=4)
+    waiting = [{"seq": 3, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, waiting, stop=stop))],
+                             node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, waiting, stop=stop))])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.error.startswith("timed out") and result.hang is not None and result.hang.hung
+    said = job.out.getvalue().splitlines()
+    look = next(i for i, line in enumerate(said) if "at the time limit, hung: no progress for " in line)
+    assert any("time limit of 4 s: stopping every node" in line for line in said[look + 1:])  # looked, then stopped
+    lines = format_summary(result).splitlines()
+    assert any(re.fullmatch(r"  while hung: no progress for \d+ s: rank 0: barrier at train.py:20 in <module>; rank 1:"
+                            r" barrier at train.py:21 in <module>", line) for line in lines), "\n".join(lines)
+    # what a failed `assert result.succeeded` shows says it too
+    assert re.fullmatch(r"RunResult\(test-run: FAILED \(exit code 1\): timed out: the job did not end within 4 s; while"
+                        r" hung: no progress for \d+ s: rank 0: barrier at train.py:20 in <module>; rank 1: barrier at"
+                        r" train.py:21 in <module>\)", repr(result)), repr(result)
+    # the watchdog turned off: no look, and nothing said of where the ranks were
+    stop.clear()
+    quiet = make_run("quiet-run", nodes=2, timeout_s=3, hang_diagnose_after=0)
+    quiet.client = fake_engine(FakeDockerClient(),
+                               node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(quiet, 0, waiting, stop=stop))],
+                               node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(quiet, 1, waiting, stop=stop))])
+    try:
+        ended = quiet.run()
+    finally:
+        stop.set()
+    assert ended.error.startswith("timed out") and ended.hang is None
+    assert "at the time limit" not in quiet.out.getvalue()
+
+
+@pytest.mark.timeout(60)
+def test_a_quiet_working_run_its_time_limit_ends_says_where_the_ranks_were_at_the_last_look(make_run, quick_watchdog):
+    """Rank 0 computes on (a loop that never ends) while rank 1 waits in a barrier: no hang to
+    end, but the run's time limit ends it, and the summary says where each was."""
+    import threading
+
+    from orchestrate.outcome.summary import format_summary
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    job = make_run(nodes=2, hang_timeout=2, timeout_s=8)
+    waiting = [{"seq": 1, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:evaluating"], hang=True,
+                                           then=answering_worker(job, 0, [], busy=True, stop=stop))],
+                             node1=[Script(["[1|0]:waiting"], hang=True, then=answering_worker(job, 1, waiting, stop=stop))])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    assert result.error.startswith("timed out") and result.hang is not None and not result.hang.hung
+    lines = format_summary(result).splitlines()
+    look = next(i for i, line in enumerate(lines) if line.startswith("  at the last look: "))
+    assert re.fullmatch(r"  at the last look: no output for \d+ s, but the job is working: rank 0 computing",
+                        lines[look]), lines[look]
+    assert lines[look - 1].startswith("FAILED: timed out") or lines[look - 2].startswith("FAILED: timed out")
+    assert "  rank 1: barrier at train.py:21 in <module>" in lines[look + 1:]
+    assert not any(line.startswith("HUNG") for line in lines)
 
 
 @pytest.mark.timeout(60)
