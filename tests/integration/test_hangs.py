@@ -3,7 +3,7 @@ both call sites, a rank that exited early is named as the one the others wait fo
 (by ``stacks`` too, with the faults that did it),
 --collective-timeout reaches any script, --debug-collectives names the mismatch (in a DDP job,
 which torch's DETAIL level would crash on gloo without the hook's guard), and a rank busy in a
-long step is not called hung."""
+long step is not called hung, and a test's time limit says where the ranks hung."""
 from __future__ import annotations
 
 import io
@@ -60,6 +60,29 @@ def test_a_desync_ends_as_hung_naming_both_call_sites(orchestrate_run, docker_cl
     assert {g["where"] for g in outcome["hang"]["groups"]} == {f"all_reduce at desync.py:{every} in <module>"}
     assert "Where every rank waited" in (result.run_dir / "report.html").read_text()
     assert leftovers(docker_client, result.project) == []
+
+
+def test_a_tests_time_limit_ends_a_hung_run_saying_where_every_rank_waits(docker_client, workdir, tmp_path):
+    """A plugin test's ``timeout=`` under --hang-diagnose-after's 120 s: the launcher looks at
+    every rank before it stops them, and the failed assertion says where they hung."""
+    from orchestrate.testing.cluster import DdpCluster
+
+    every, extra = desync_lines()
+    out = io.StringIO()
+    result = DdpCluster(workdir, tmp_path / "runs", out=out).run("desync.py", nodes=2, cpu=True, timeout=40)
+    try:
+        assert result.error == "timed out: the job did not end within 40 s", out.getvalue()[-3000:]
+        assert result.hang is not None and result.hang.hung, out.getvalue()[-3000:]
+        said = (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
+                f" desync.py:{every}")
+        assert said in result.hang.headline
+        text = out.getvalue()
+        assert text.index("[orchestrate] at the time limit, hung: no progress for ") < text.index(
+            "[orchestrate] the run did not end within its time limit of 40 s")
+        assert "while hung: no progress for " in repr(result) and said in repr(result)
+        assert leftovers(docker_client, f"ddp-{result.run_id}") == []
+    finally:
+        remove_project(docker_client, f"ddp-{result.run_id}")
 
 
 def test_a_rank_that_returned_before_init_is_named_as_exited_where_the_other_waits(orchestrate_run, docker_client,
