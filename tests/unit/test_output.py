@@ -85,6 +85,21 @@ def test_a_line_written_in_pieces_is_joined_across_another_workers_lines(make_jo
     assert whole_lines(node1, raws) == [(3, "loss 0.5"), (3, "loss 0.4"), (2, "epoch 1 done"), (2, "b"), (3, "a")]
 
 
+def test_torchs_own_rank_prefix_is_the_workers_text_not_a_prefix_of_torchrun(make_job):
+    """torch writes an uncaught error to stderr as "[rank1]: Traceback ...", and torchrun's tee
+    prefixes that: an elastic node's lines are rank 1's (not "local rank 1"'s), and node0's are
+    not cut at it."""
+    elastic = make_job(nodes=2, rdzv="c10d").nodes[1]
+    raws = ["[1|0]:[rank1]: Traceback (most recent call last):", "[1|0]:[rank1]: KeyError: 'momentum'"]
+    assert whole_lines(elastic, raws) == [(1, "[rank1]: Traceback (most recent call last):"),
+                                          (1, "[rank1]: KeyError: 'momentum'")]
+    assert parse_line(elastic, "[rank1]: KeyError: 'momentum'").render() == "[node1] [rank1]: KeyError: 'momentum'"
+    node0 = make_job(nodes=2, nproc_per_node=2).nodes[0]
+    assert whole_lines(node0, ["[0|0]:[rank0]: ValueError: x", "[1|1]:[rank1]: ValueError: y"]) == [
+        (0, "[rank0]: ValueError: x"), (1, "[rank1]: ValueError: y")]
+    assert whole_lines(node0, ["[default1]:[rank1]: ValueError: y"]) == [(1, "[rank1]: ValueError: y")]
+
+
 def test_only_a_prefix_of_this_nodes_workers_cuts_a_line(make_job):
     node0 = make_job(nodes=2, nproc_per_node=2).nodes[0]
     raws = ["[0|0]:see [5|7]: and [default9]:x", "W1121 run.py:982] [0|0]:not a worker's line"]
