@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrate.outcome.root_cause import EarlierFailure, RootCause
+from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.model import NodePlan
 
@@ -39,6 +39,8 @@ class NodeResult:
         earlier: Where its failure is a consequence (a lost peer, a lost rendezvous store) or
             has no worker's cause: the newest earlier worker of it whose error was its own, from
             torchrun's log of each attempt (restarts hide what made them restart).
+        attempts: For a failed node, the error each attempt of its workers ended in, the oldest
+            first (torchrun restarts them in place under --max-restarts).
     """
 
     node: NodePlan
@@ -61,6 +63,7 @@ class NodeResult:
     consequence: str = ""
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
     earlier: Optional[EarlierFailure] = None
+    attempts: list[AttemptError] = field(default_factory=list)
 
     def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:
         """Learn of OOM kills, in whatever order the news comes: an engine ``oom`` event (one

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import logging
 
-from orchestrate.outcome.judge import absent_from_barrier_lines
+from orchestrate.outcome.judge import absent_from_barrier_lines, repeated_error_line
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import ending_hint
@@ -63,6 +63,8 @@ def outcome_record(outcome: RunResult) -> dict:
                 "attempt": failure.earlier.attempt, "local_rank": failure.earlier.local_rank,
                 "exception": failure.earlier.exception, "describe": failure.earlier.describe(failure.node),
                 "last_lines": list(failure.earlier.last_lines)},
+            # the same error of its own ended several attempts of the failing node's workers
+            "repeated": repeated_error_line(failure, outcome.results).strip() or None,
             # the ranks a monitored barrier named as not there, with where each was when ended
             "not_at_barrier": [line.strip() for line in absent_from_barrier_lines(failure, outcome.stopped_where)],
         },

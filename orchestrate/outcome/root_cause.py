@@ -251,12 +251,27 @@ _LOG_TAIL_BYTES = 16_384
 _LOG_LINES_SHOWN = 20
 
 
-def earlier_own_failure(run_dir: Path, node: str) -> Optional[EarlierFailure]:
-    """The newest worker of a node whose log (torchrun's ``--log-dir``: one folder per attempt,
-    per local rank) ends in a Python error of its own, not a lost peer's: where the job's last
-    failure is a consequence (a peer gone while the workers restarted), what made them restart
-    (a checkpoint that no longer loads) may be only there. None when no log holds one."""
-    for number, attempt in reversed(list(enumerate(attempts_in_order(run_dir, node), 1))):
+@dataclass(frozen=True)
+class AttemptError:
+    """The error one attempt of a node's workers ended in, by torchrun's log of it: the attempt
+    (in the order they ran, from 1), the local rank, its error, whether it was the worker's own
+    (not a lost peer's), and its last lines."""
+
+    attempt: int
+    local_rank: int
+    exception: str
+    own: bool
+    last_lines: tuple[str, ...] = ()
+
+
+def attempt_errors(run_dir: Path, node: str) -> list[AttemptError]:
+    """Each attempt of a node's workers (torchrun's ``--log-dir``: one folder per attempt, per
+    local rank), the oldest first, with the error it ended in: its first local rank whose log
+    ends in an error of its own, else its first whose log ends in any; an attempt whose logs
+    end in none is left out."""
+    found = []
+    for number, attempt in enumerate(attempts_in_order(run_dir, node), 1):
+        errors = []
         for log in sorted(attempt.glob("*/stderr.log"), key=lambda p: p.parent.name):
             if not log.parent.name.isdigit():
                 continue
@@ -268,9 +283,26 @@ def earlier_own_failure(run_dir: Path, node: str) -> Optional[EarlierFailure]:
                 continue
             exception = exception_in_lines(lines)
             local = int(log.parent.name)
-            if exception and not is_collateral(RootCause(local, local, 1, exception), lines):
-                return EarlierFailure(number, local, exception, tuple(lines[-_LOG_LINES_SHOWN:]))
-    return None
+            if exception:
+                own = not is_collateral(RootCause(local, local, 1, exception), lines)
+                errors.append(AttemptError(number, local, exception, own, tuple(lines[-_LOG_LINES_SHOWN:])))
+        if errors:
+            found.append(next((e for e in errors if e.own), errors[0]))
+    return found
+
+
+def earlier_own_failure(run_dir: Path, node: str) -> Optional[EarlierFailure]:
+    """The newest worker of a node whose log ends in a Python error of its own, not a lost
+    peer's (see :func:`attempt_errors`): where the job's last failure is a consequence (a peer
+    gone while the workers restarted), what made them restart (a checkpoint that no longer
+    loads) may be only there. None when no log holds one."""
+    return newest_own(attempt_errors(run_dir, node))
+
+
+def newest_own(errors: list[AttemptError]) -> Optional[EarlierFailure]:
+    """The newest of these attempts' errors that was a worker's own, as an earlier failure."""
+    own = [e for e in errors if e.own]
+    return EarlierFailure(own[-1].attempt, own[-1].local_rank, own[-1].exception, own[-1].last_lines) if own else None
 
 
 def attempts_in_order(run_dir: Path, node: str) -> list[Path]:

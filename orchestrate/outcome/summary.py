@@ -7,8 +7,8 @@ from typing import Optional
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
                                        local_files_while_hung, made_alone_hint, mismatch_hint, missing_module_hint,
-                                       no_gpu_hint, node_local_file_hint, read_too_early_hint, torn_save_hint,
-                                       uneven_hint)
+                                       no_gpu_hint, node_local_file_hint, read_too_early_hint, repeated_error_line,
+                                       torn_save_hint, uneven_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -85,6 +85,8 @@ def format_summary(outcome: RunResult) -> str:
                          f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
+        repeated = repeated_error_line(failure, outcome.results)
+        lines += [repeated] if repeated else []
         lines += absent_from_barrier_lines(failure, outcome.stopped_where)
         if not outcome.interrupted:
             lines += grace_lines(outcome)

@@ -310,6 +310,8 @@ def render_html(model: ReportModel) -> str:
         earlier = failure.get("earlier")
         if earlier:
             parts.append(f'<p id="earlier"><b>Before that:</b> {esc(earlier.get("describe", ""))}</p>')
+        if failure.get("repeated"):
+            parts.append(f'<p id="repeated">{esc(failure["repeated"])}</p>')
         if failure.get("then"):
             parts.append("<p>Failures it caused:</p><ul>" + "".join(
                 f"<li>{esc(t['node'])} rank {t['rank']}: {esc(t.get('exception') or '')}</li>" for t in failure["then"])

@@ -15,12 +15,13 @@ from orchestrate.hangs.snapshots import debug_dir, failed_collective
 from orchestrate.outcome.root_cause import (
     CRASH_EXIT_CODES,
     RootCause,
-    earlier_own_failure,
+    attempt_errors,
     error_file_on_host,
     exception_in_lines,
     is_collateral,
     latest_error_files,
     native_exception,
+    newest_own,
     short_mismatch,
 )
 from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
@@ -89,10 +90,11 @@ class Diagnosis:
             if own is not None:
                 cause = result.root_cause = own
                 result.last_lines = tracker.output.last_lines(own.rank)
+        result.attempts = attempt_errors(self.run_dir, tracker.name)
         if cause is None or is_collateral(cause, result.last_lines):
             # a lost peer, or torchrun's own end: what made the workers restart may be in an
             # earlier attempt's logs only
-            result.earlier = earlier_own_failure(self.run_dir, tracker.name)
+            result.earlier = newest_own(result.attempts)
         if cause is not None:
             cause.exception = short_mismatch(cause.exception)
             cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)

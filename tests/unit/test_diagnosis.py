@@ -133,8 +133,8 @@ def test_a_lost_peer_is_told_the_newest_earlier_attempt_whose_worker_failed_by_i
                " timed out connecting: SO_ERROR: Connection refused, remote=[172.26.0.2]:59829"]
     worker_log(tmp_path, "run-a", 0, 0, ["step 1", "step 2"], at=100.0)  # the first container's, cut by the fault
     worker_log(tmp_path, "run-b", 0, 0, ["[rank2]: ValueError: older"], at=200.0)
-    worker_log(tmp_path, "run-b", 1, 0, unreadable, at=300.0)
-    worker_log(tmp_path, "run-b", 1, 1, refused, at=300.0)
+    worker_log(tmp_path, "run-b", 1, 0, refused, at=300.0)  # its own error is local rank 1's
+    worker_log(tmp_path, "run-b", 1, 1, unreadable, at=300.0)
     worker_log(tmp_path, "run-b", 2, 0, refused, at=400.0)
     report = ["Root Cause (first observed failure):", "[0]:", "  rank      : 2 (local_rank: 0)",
               "  exitcode  : 1 (pid: 10)", "  error_file: <N/A>", "====="]
@@ -143,9 +143,12 @@ def test_a_lost_peer_is_told_the_newest_earlier_attempt_whose_worker_failed_by_i
     diagnosis.explain_failure(tracker)
     cause, earlier = tracker.result.root_cause, tracker.result.earlier
     assert cause.rank == 2 and "connectFullMesh failed" in cause.exception
-    assert earlier.describe("node1") == ("attempt 3 of node1's workers failed by an error of its own: local rank 0:"
+    assert earlier.describe("node1") == ("attempt 3 of node1's workers failed by an error of its own: local rank 1:"
                                          " OSError: [Errno 22] Invalid argument")
     assert earlier.last_lines == tuple(unreadable)
+    # every attempt's error, the oldest first: the first container's attempt ended in none
+    assert [(e.attempt, e.local_rank, e.exception.split(":")[0], e.own) for e in tracker.result.attempts] == [
+        (2, 0, "ValueError", True), (3, 1, "OSError", True), (4, 0, "RuntimeError", False)]
 
 
 def test_a_failure_of_its_own_is_not_told_of_earlier_attempts(node1, tmp_path):

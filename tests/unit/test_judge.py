@@ -10,10 +10,10 @@ import pytest
 
 from orchestrate.outcome.judge import (Failure, absent_from_barrier_lines, compiler_hint, device_ordinal_hint,
                                        died_at_exit, diverged_hint, find_failure, interface_hint, made_alone_hint,
-                                       mismatch_hint, missing_module_hint, no_gpu_hint, signal_name, torn_save_hint,
-                                       uneven_hint)
+                                       mismatch_hint, missing_module_hint, no_gpu_hint, repeated_error_line, signal_name,
+                                       torn_save_hint, uneven_hint)
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.root_cause import EarlierFailure, RootCause
+from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 
 LOST_PEER = "RuntimeError: Connection closed by peer"
@@ -284,6 +284,31 @@ def test_a_node_whose_torchrun_lost_the_rendezvous_store_yields_to_an_error_of_i
     lost = ended(node1, at=2.0, cause=RootCause(2, 0, 1, "RuntimeError: Connection closed by peer"), earlier=earlier)
     assert find_failure([agent, lost]).earlier is None  # node0 ended first, and has none
     assert find_failure([ended(node0, at=3.0, last_lines=list(agent.last_lines)), lost]).earlier == earlier
+
+
+def test_the_same_error_of_its_own_in_several_attempts_is_said_once_with_which(nodes):
+    """torchrun restarted node1's workers twice (--max-restarts 2) on a bug: attempts 1 and 3
+    failed by the same KeyError, attempt 2 only lost its peer."""
+    node0, node1 = nodes()
+    bug = "KeyError: 'momentum'"
+    attempts = [AttemptError(1, 0, bug, True), AttemptError(2, 0, "RuntimeError: Connection closed by peer", False),
+                AttemptError(3, 0, bug, True)]
+    failed = ended(node1, at=1.0, cause=RootCause(1, 0, 1, bug))
+    failed.attempts = attempts
+    failure = find_failure([ended(node0, at=2.0, cause=RootCause(0, 0, 1, LOST_PEER)), failed])
+    assert repeated_error_line(failure, [failed]) == (
+        "  the same error ended attempts 1 and 3 of node1's workers: KeyError: 'momentum'; a restart runs the same"
+        " script on the same files again, and does not get past an error of its own")
+    failed.attempts = [*attempts, AttemptError(4, 1, bug, True)]
+    assert "ended attempts 1, 3 and 4 of node1's" in repeated_error_line(failure, [failed])
+    # once only, another error at last, or the same error only a lost peer's: nothing said
+    for once in ([attempts[0]], [attempts[0], AttemptError(2, 0, "ValueError: other", True)],
+                 [AttemptError(1, 0, LOST_PEER, False), AttemptError(2, 0, LOST_PEER, False)], []):
+        failed.attempts = once
+        assert repeated_error_line(failure, [failed]) == "", once
+    failed.attempts = attempts
+    assert repeated_error_line(None, [failed]) == ""
+    assert repeated_error_line(replace(failure, node="node0"), [failed]) == ""  # the failing node's own attempts
 
 
 def test_the_torn_save_hint_is_given_to_a_rank_that_failed_reading_after_a_torn_write_cut_a_file():

@@ -8,7 +8,7 @@ from orchestrate.outcome.judge import find_failure
 from orchestrate.outcome.model import FaultRecord, RunResult, Timings
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.record import outcome_record
-from orchestrate.outcome.root_cause import EarlierFailure, RootCause
+from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
 
@@ -671,6 +671,22 @@ def test_outcome_json_keeps_the_hint_the_earlier_error_and_where_ranks_were_that
     ok = outcome(results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None)),
                  stopped_where={1: "load at t.py:7"})
     assert outcome_record(ok)["hint"] is None and outcome_record(ok)["failure"] is None
+
+
+def test_the_same_error_in_several_attempts_follows_the_failure_in_the_summary_and_outcome_json(make_job):
+    plan = make_job(nodes=2)
+    bug = "KeyError: 'momentum'"
+    results = results_for(plan, (NodePhase.STOPPED, 143, 1.1, None), (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, bug)))
+    results[1].attempts = [AttemptError(1, 0, bug, True), AttemptError(2, 0, bug, True)]
+    ended = outcome(results)
+    lines = format_summary(ended).splitlines()
+    failed = lines.index(f"FAILED: node1 rank 1 failed (exit code 1): {bug}")
+    assert lines[failed + 1] == ("  the same error ended attempts 1 and 2 of node1's workers: KeyError: 'momentum'; a"
+                                 " restart runs the same script on the same files again, and does not get past an"
+                                 " error of its own")
+    assert outcome_record(ended)["failure"]["repeated"] == lines[failed + 1].strip()
+    results[1].attempts = results[1].attempts[:1]
+    assert outcome_record(outcome(results))["failure"]["repeated"] is None
 
 
 def test_a_clusters_interface_name_gets_the_hint_of_the_nodes_own(make_job):

@@ -133,7 +133,8 @@ def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_
                "reason": "", "not_at_barrier": ["rank 2 did not pass the barrier in time: it was in f at t.py:5"
                                                 " when torchrun ended it"],
                "earlier": {"attempt": 3, "local_rank": 0, "describe": "attempt 3 of node1's workers failed by an"
-                           " error of its own: local rank 0: OSError: bad", "last_lines": ["x < y", "OSError: bad"]}}
+                           " error of its own: local rank 0: OSError: bad", "last_lines": ["x < y", "OSError: bad"]},
+               "repeated": "the same error ended attempts 1 and 3 of node1's workers: OSError: bad; a restart ..."}
     hint = "node1 died by SIGABRT after its peers finished: the job's work was done.\ncause: gloo's <threads>"
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
         "succeeded": False, "exit_code": 1, "failure": failure, "hint": hint}}))
@@ -144,6 +145,8 @@ def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_
             ' torchrun ended it</li></ul>') in page
     assert ('<p id="earlier"><b>Before that:</b> attempt 3 of node1&#x27;s workers failed by an error of its own:'
             ' local rank 0: OSError: bad</p>') in page
+    assert ('<p id="repeated">the same error ended attempts 1 and 3 of node1&#x27;s workers: OSError: bad; a restart'
+            " ...</p>") in page
     assert ("<p>Last lines of node1's attempt 3, local rank 0:</p>"
             '<pre id="earlier-lines">x &lt; y\nOSError: bad</pre>') in page
     # "hint: " as the summary begins it is not said twice; a hang's hint shows without a failure
@@ -151,8 +154,10 @@ def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_
         "succeeded": False, "exit_code": 1, "failure": None, "hint": "hint: rank 1 (node0) waits"}}))
     assert '<p id="hint"><b>Hint:</b> rank 1 (node0) waits</p>' in hung
     plain = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
-        "succeeded": False, "exit_code": 1, "failure": {**failure, "earlier": None, "not_at_barrier": []}}}))
-    assert not any(f'id="{name}"' in plain for name in ("hint", "earlier", "earlier-lines", "not-at-barrier"))
+        "succeeded": False, "exit_code": 1, "failure": {**failure, "earlier": None, "not_at_barrier": [],
+                                                        "repeated": None}}}))
+    assert not any(f'id="{name}"' in plain for name in ("hint", "earlier", "earlier-lines", "not-at-barrier",
+                                                         "repeated"))
 
 
 def test_a_file_several_ranks_wrote_is_a_warning_on_the_page():
