@@ -204,7 +204,8 @@ def hang_section(hang: dict) -> list[str]:
     collectives, the DataLoader workers of the ranks that wait for theirs, the ranks that did not
     answer (an elastic run's by node), each rank's last collectives."""
     esc = html.escape
-    parts = ["<h2>Where every rank waited</h2>"]
+    # a look that found the job working (the run was ended from outside while quiet): where each was
+    parts = ["<h2>Where every rank waited</h2>" if hang.get("hung", True) else "<h2>Where every rank was</h2>"]
     if hang.get("headline"):
         parts.append(f'<p id="hang-headline">{esc(hang["headline"])}</p>')
     rows = [(", ".join(map(str, g.get("ranks", []))), g.get("where", ""),

@@ -194,9 +194,14 @@ def test_a_hang_for_a_data_loader_shows_its_worker_processes_on_the_page():
     table = page[page.index('id="hang-loaders"'):].split("</table>")[0]
     assert "<td>0</td><td>1</td><td>201</td><td>__getitem__ at data.py:40</td>" in table
     assert "idle, waits for the indices of its next batch" in table
+    assert "<h2>Where every rank waited</h2>" in page
     quiet = dict(hang, loaders={})
     assert 'id="hang-loaders"' not in render_html(build_model({"run": plan(), "events": started(), "progress": [],
                                                              "outcome": {"succeeded": False, "hang": quiet}}))
+    # the last look of a run ended from outside found it working: not said to have waited
+    working = render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                       "outcome": {"succeeded": False, "hang": dict(hang, hung=False)}}))
+    assert "<h2>Where every rank was</h2>" in working and "Where every rank waited" not in working
 
 
 def test_the_last_stacks_of_an_elastic_run_name_the_node_whose_ranks_did_not_answer():
