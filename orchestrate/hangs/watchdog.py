@@ -150,6 +150,7 @@ class HangWatch:
         if not found.hung:  # working quietly: say so, then again now and then, and count it as progress
             quiet_in_all = now - (self.quiet_since if self.quiet_since is not None else now)
             found.quiet_s, self.working = quiet_in_all, found
+            self.diagnosis, self.said_hung = None, False  # no longer hung: an earlier verdict no longer holds
             if not self.said_busy:
                 for line in found.lines():
                     self.say(line)

@@ -321,7 +321,7 @@ class RunResult:
         failure = self.failure
         if failure is not None:
             why.append(failure.describe())
-        if self.hang is not None and not self.hung:  # (a hang that ended the run is the failure's own line)
+        if self.hang is not None and not self.hung and not self.hang.timed_out:  # (else the failure's own line)
             why.append(f"{'while hung' if self.hang.hung else 'at the last look'}: {self.hang.headline}")
         why += [f"fault {f.describe()}" for f in self.unfired_faults]
         tail = ""

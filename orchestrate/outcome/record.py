@@ -7,7 +7,7 @@ import logging
 from orchestrate.outcome.judge import absent_from_barrier_lines, repeated_error_line
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.outcome.summary import ending_hint
+from orchestrate.outcome.summary import ending_hint, says_failure
 
 log = logging.getLogger(__name__)
 
@@ -15,6 +15,7 @@ def outcome_record(outcome: RunResult) -> dict:
     """The outcome as JSON-ready data (``runs/<id>/outcome.json``): for reports and benchmarks."""
     t = outcome.timings
     failure = outcome.failure
+    said = says_failure(outcome)  # what the summary says under the failure, kept only where it says it
     slurm = outcome.slurm
     return {
         "run_id": outcome.run_id,
@@ -64,9 +65,10 @@ def outcome_record(outcome: RunResult) -> dict:
                 "exception": failure.earlier.exception, "describe": failure.earlier.describe(failure.node),
                 "last_lines": list(failure.earlier.last_lines)},
             # the same error of its own ended several attempts of the failing node's workers
-            "repeated": repeated_error_line(failure, outcome.results).strip() or None,
+            "repeated": (repeated_error_line(failure, outcome.results).strip() if said else "") or None,
             # the ranks a monitored barrier named as not there, with where each was when ended
-            "not_at_barrier": [line.strip() for line in absent_from_barrier_lines(failure, outcome.stopped_where)],
+            "not_at_barrier": [line.strip() for line in absent_from_barrier_lines(failure, outcome.stopped_where)
+                               if said],
         },
     }
 

@@ -121,9 +121,17 @@ def last_look_lines(outcome: RunResult) -> list[str]:
     """For a run ended from outside (an interrupt, ``stop``, its time limit): where the ranks
     were at the watchdog's last look, hung or quiet and working; none where it had not looked."""
     hang = outcome.hang
-    if hang is None:
+    if hang is None or hang.timed_out:  # (a collective's timeout is the failure's, said with it)
         return []
     return [f"  {'while hung' if hang.hung else 'at the last look'}: {hang.headline}", *hang.lines()[1:]]
+
+
+def says_failure(outcome: RunResult) -> bool:
+    """Whether the summary says the failure with what comes under it (an earlier attempt's error,
+    a repeated one, the ranks absent from a barrier): a Compose run that failed and did not end
+    hung."""
+    return (outcome.slurm is None and not outcome.succeeded and not outcome.job_succeeded
+            and not ended_hung(outcome) and outcome.failure is not None)
 
 
 def ended_hung(outcome: RunResult) -> bool:

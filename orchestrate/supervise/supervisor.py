@@ -137,6 +137,7 @@ class Supervisor:
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         self.winding_down = False
+        self.looking_at_the_end = False  # the time limit's looks: no verdict of the watchdog's own meanwhile
         self.closed = False
         self.first_failure_seen = False
         self.asked_at_failure: Optional[float] = None  # when the ranks still running were asked where they are
@@ -248,13 +249,21 @@ class Supervisor:
         hangs = self.hangs
         if hangs is None or hangs.threshold is None or hangs.diagnosis is not None or hangs.working is not None:
             return
-        self.winding_down = True  # no verdict of the watchdog's own meanwhile, and no more faults
+        quiet_since = hangs.quiet_since
+        if quiet_since is None or self.clock() - quiet_since < hangs.recheck_s:
+            return  # a worker's line a moment ago: the job moves, and was too slow for its limit
         self.faults.cancel()
-        probes = []
-        for _ in range(2):
-            request, at = hangs.ask(), self.clock()
-            self.loop(until=at + hangs.answer_window_s)  # the lines go on meanwhile
-            probes.append(hangs.answers(request, at))
+        self.looking_at_the_end = True
+        try:
+            probes = []
+            for _ in range(2):
+                request, at = hangs.ask(), self.clock()
+                self.loop(until=at + hangs.answer_window_s)  # the lines go on meanwhile
+                probes.append(hangs.answers(request, at))
+        finally:
+            self.looking_at_the_end = False
+        if hangs.quiet_since != quiet_since:
+            return  # a worker's line during the looks: it moves
         found = hangs.judge_at_the_end(probes[0], probes[1], self.clock())
         if found is not None:
             self.say(f"at the time limit, {'hung' if found.hung else 'working'}: {found.headline}")
@@ -303,6 +312,7 @@ class Supervisor:
             raise
         if self.live:  # the time limit, not the job, ended it
             self.look_at_the_end()
+        if self.live:  # (the job may have ended during the look)
             self.say(f"the run did not end within its time limit of {timeout_s:g} s: stopping every node")
             result = self.wind_down(self.spec.stop_grace_s)
             result.error, result.error_exit_code = f"timed out: the job did not end within {timeout_s:g} s", 1
@@ -408,12 +418,12 @@ class Supervisor:
         if not self.winding_down and self.stop_requested():
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
             self.faults.cancel()
-        if self.hangs is not None:
+        if self.hangs is not None and not self.winding_down:  # (a stop's lines keep the verdict of the quiet before it)
             if self.progress.records > self.progress_records or self.faults.lasting or self.live_faults.holding:
                 # a step reported, or a fault with an end holding the job as asked: not a hang
                 self.progress_records = self.progress.records
                 self.hangs.progress(now)
-            if not (self.winding_down or self.first_failure_seen or self.kill_at is not None):
+            if not (self.first_failure_seen or self.kill_at is not None or self.looking_at_the_end):
                 found = self.hangs.poll(now)
                 if found is not None:
                     self.end_hung(found)
@@ -470,8 +480,8 @@ class Supervisor:
     def on_lines(self, tracker: NodeTracker, lines: list[OutputLine], at: float) -> None:
         """A node's workers' first lines mark its ranks started and the node running; any worker
         line but torch's own log lines is progress."""
-        if self.hangs is not None and any(line.global_rank is not None and is_progress_line(line.text)
-                                          for line in lines):
+        if self.hangs is not None and not self.winding_down and any(
+                line.global_rank is not None and is_progress_line(line.text) for line in lines):
             self.hangs.progress(at)
         for line in lines:
             if line.global_rank is not None and line.global_rank not in self.ranks_seen:

@@ -751,6 +751,23 @@ def test_a_job_that_stays_quiet_and_working_is_said_again_with_where_every_rank_
     assert watched.until(800) is None and watched.said[-1].startswith("still no output after 8")
 
 
+def test_a_job_said_hung_that_then_computes_is_no_longer_hung():
+    """Said hung after --hang-diagnose-after, then a rank computes quietly before --hang-timeout:
+    the hung verdict goes, and the working one is kept."""
+    waiting = (coll(1), coll(2, state="entered"))
+    evaluating = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
+    probes = [probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(2)]
+    probes += [probe(0, r0=snap(0, (coll(1),), evaluating, cpu_s=10.0 + 5 * i), r1=snap(1, waiting)) for i in range(40)]
+    watched = Watched(probes, diagnose_after_s=10, end_after_s=60)
+    watched.watch.progress(0.0)
+    assert watched.until(30) is None
+    assert watched.said[0].startswith("the job looks hung") and watched.watch.diagnosis is not None
+    assert watched.until(100) is None  # looked again at --hang-timeout: it works, and is not ended
+    assert watched.watch.diagnosis is None and watched.watch.working is not None
+    assert any(line.startswith("no output for") and "but the job is working: rank 0 computing" in line
+               for line in watched.said)
+
+
 def test_a_rank_that_neither_answers_nor_is_explained_leaves_the_verdict_unknown():
     waiting = (coll(1), coll(2, state="entered"))
     watched = Watched([probe(0, r0=snap(0, waiting)) for _ in range(20)], diagnose_after_s=10, end_after_s=10)
@@ -1342,6 +1359,7 @@ def test_a_collective_timeout_places_the_rank_that_wrote_no_record_by_its_answer
         assert "HUNG" not in summary and f"FAILED: node0 rank 0 failed (exit code 1): {exc}" in summary
         assert f"\n  {result.hang.headline}\n" in summary and f"\n  rank 1 is computing (97% of a core)\n" in summary
         assert f"\n  {SHORT_TIMEOUT_HINT}\n" in summary
+        assert "at the last look" not in repr(result) and result.hang.headline not in repr(result)
         return
     assert result.hung and SHORT_TIMEOUT_HINT not in summary
     assert result.hang.headline.endswith("rank 0 waits in all_reduce(float32[4]) #8 at train.py:9; rank 1 is at #7"
@@ -1393,12 +1411,15 @@ def test_a_time_limit_shorter_than_the_watchdogs_wait_looks_at_every_rank_before
     job = make_run(nodes=2, timeout_s=4)
     waiting = [{"seq": 3, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
     job.client = fake_engine(FakeDockerClient(),
-                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, waiting, stop=stop))],
+                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, waiting, stop=stop),
+                                           on_sigterm=["[0|0]:saving a checkpoint before exiting"])],
                              node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, waiting, stop=stop))])
     try:
         result = job.run()
     finally:
         stop.set()
+    # (the line rank 0 wrote as the stop came is no progress that undoes the look)
+    assert "saving a checkpoint before exiting" in job.out.getvalue()
     assert result.error.startswith("timed out") and result.hang is not None and result.hang.hung
     said = job.out.getvalue().splitlines()
     look = next(i for i, line in enumerate(said) if "at the time limit, hung: no progress for " in line)
@@ -1422,6 +1443,64 @@ def test_a_time_limit_shorter_than_the_watchdogs_wait_looks_at_every_rank_before
         stop.set()
     assert ended.error.startswith("timed out") and ended.hang is None
     assert "at the time limit" not in quiet.out.getvalue()
+
+
+@pytest.mark.timeout(60)
+def test_a_time_limit_takes_no_look_at_a_job_that_prints_and_a_job_done_during_the_look_succeeds(make_run,
+                                                                                                 quick_watchdog,
+                                                                                                 monkeypatch):
+    import threading
+    import time
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    waiting = [{"seq": 3, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    # a job that prints to the end, too slow for its limit: no look, nothing said of a hang
+    stop = threading.Event()
+    printing = make_run("printing", nodes=2, timeout_s=3)
+    printing.client = fake_engine(FakeDockerClient(),
+                                  node0=[Script([f"[0|0]:step {i}" for i in range(200)], delay_s=0.05, hang=True,
+                                                then=answering_worker(printing, 0, waiting, stop=stop))],
+                                  node1=[Script(["[1|0]:step 1"], hang=True,
+                                                then=answering_worker(printing, 1, waiting, stop=stop))])
+    try:
+        result = printing.run()
+    finally:
+        stop.set()
+    assert result.error.startswith("timed out") and result.hang is None
+    assert "at the time limit" not in printing.out.getvalue()
+    # a job whose last line came a moment before the limit (within a look's recheck): no look either
+    monkeypatch.setattr("orchestrate.hangs.watchdog.RECHECK_S", 2.5)
+    stop = threading.Event()
+    moments = make_run("moments", nodes=2, timeout_s=3)
+    begun = time.monotonic()
+    near_the_limit = lambda: time.monotonic() - begun > 2.4  # noqa: E731
+    moments.client = fake_engine(FakeDockerClient(),
+                                 node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(moments, 0, waiting, stop=stop),
+                                               after=["[0|0]:step 2"], after_when=near_the_limit)],
+                                 node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(moments, 1, waiting, stop=stop))])
+    try:
+        result = moments.run()
+    finally:
+        stop.set()
+    assert "step 2" in moments.out.getvalue()
+    assert result.error.startswith("timed out") and result.hang is None
+    # a quiet job whose nodes end during the look (after the limit, by themselves): it succeeded
+    stop = threading.Event()
+    late = make_run("late", nodes=2, timeout_s=3)
+    started = time.monotonic()
+    after_limit = lambda: time.monotonic() - started > 3.6  # noqa: E731 - in the look, which takes 1 s here
+    late.client = fake_engine(FakeDockerClient(),
+                              node0=[Script(["[0|0]:step 1"], then=answering_worker(late, 0, waiting, stop=stop),
+                                            after=["agent: workers done"], after_when=after_limit)],
+                              node1=[Script(["[1|0]:step 1"], then=answering_worker(late, 1, waiting, stop=stop),
+                                            after=["agent: workers done"], after_when=after_limit)])
+    try:
+        done = late.run()
+    finally:
+        stop.set()
+    assert done.succeeded and not done.error, repr(done)
+    assert "time limit of 3 s: stopping every node" not in late.out.getvalue()
 
 
 @pytest.mark.timeout(60)

@@ -689,6 +689,28 @@ def test_the_same_error_in_several_attempts_follows_the_failure_in_the_summary_a
     assert outcome_record(outcome(results))["failure"]["repeated"] is None
 
 
+def test_outcome_json_keeps_only_what_the_summary_says_under_a_failure(make_job):
+    """A run the watchdog ended as hung is said as HUNG, with nothing under a failure: an
+    earlier attempt's error or a repeated one the nodes' results hold is not in outcome.json."""
+    from orchestrate.hangs.diagnosis import diagnose
+    from tests.unit.test_hangs import coll, probe, snap
+
+    plan = make_job(nodes=2)
+    bug = "KeyError: 'momentum'"
+    results = results_for(plan, (NodePhase.STOPPED, 143, 1.1, None), (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, bug)))
+    results[1].attempts = [AttemptError(1, 0, bug, True), AttemptError(2, 0, bug, True)]
+    results[1].earlier = EarlierFailure(1, 0, bug, (bug,))
+    waiting = (coll(1), coll(2, state="entered"))
+    hang = diagnose(probe(0, r0=snap(0, waiting), r1=snap(1, waiting)), None, {0, 1}, {}, 60)
+    hang.cause = "no progress for 60 s (--hang-timeout 60)"
+    ended = outcome(results, hang=hang)
+    summary = format_summary(ended)
+    assert "HUNG: no progress for 60 s" in summary and "the same error ended" not in summary
+    record = outcome_record(ended)["failure"]
+    assert (record["earlier"], record["repeated"], record["not_at_barrier"]) == (None, None, [])
+    assert outcome_record(outcome(results))["failure"]["earlier"]["attempt"] == 1  # said where the summary says it
+
+
 def test_a_clusters_interface_name_gets_the_hint_of_the_nodes_own(make_job):
     plan = make_job(nodes=2)
     gloo = RootCause(0, 0, 1, "RuntimeError: [enforce fail at device.cc:84] ifa != nullptr. Unable to find address for:"
