@@ -125,7 +125,7 @@ class HangWatch:
         """Judge two looks taken as the run is ended from outside (its time limit) before the
         watchdog judged its quiet time: kept as :attr:`diagnosis` (hung) or :attr:`working`.
         None when a rank's silence leaves it unknown."""
-        found = self.verdict(first, second, now - (self.quiet_since if self.quiet_since is not None else now))
+        found = self.verdict(first, second, self.quiet_for(now))
         if found is None:
             return None
         if found.hung:
@@ -133,6 +133,10 @@ class HangWatch:
         else:
             self.working = found
         return found
+
+    def quiet_for(self, now: float) -> float:
+        """Seconds since the latest progress (a look that found the job working is none)."""
+        return now - self.quiet_since if self.quiet_since is not None else 0.0
 
     def verdict(self, first: Optional[Probe], second: Probe, quiet: float) -> Optional[HangDiagnosis]:
         """The diagnosis of two looks; None when it is unknown: a rank that did not answer and is
@@ -148,7 +152,7 @@ class HangWatch:
         if found is None:
             return None
         if not found.hung:  # working quietly: say so, then again now and then, and count it as progress
-            quiet_in_all = now - (self.quiet_since if self.quiet_since is not None else now)
+            quiet_in_all = self.quiet_for(now)
             found.quiet_s, self.working = quiet_in_all, found
             self.diagnosis, self.said_hung = None, False  # no longer hung: an earlier verdict no longer holds
             if not self.said_busy:

@@ -291,16 +291,11 @@ def attempt_errors(run_dir: Path, node: str) -> list[AttemptError]:
     return found
 
 
-def earlier_own_failure(run_dir: Path, node: str) -> Optional[EarlierFailure]:
-    """The newest worker of a node whose log ends in a Python error of its own, not a lost
-    peer's (see :func:`attempt_errors`): where the job's last failure is a consequence (a peer
-    gone while the workers restarted), what made them restart (a checkpoint that no longer
-    loads) may be only there. None when no log holds one."""
-    return newest_own(attempt_errors(run_dir, node))
-
-
 def newest_own(errors: list[AttemptError]) -> Optional[EarlierFailure]:
-    """The newest of these attempts' errors that was a worker's own, as an earlier failure."""
+    """The newest of these attempts' errors (:func:`attempt_errors`) that was a worker's own, not
+    a lost peer's: where the job's last failure is a consequence (a peer gone while the workers
+    restarted), what made them restart (a checkpoint that no longer loads) may be only there.
+    None when no log holds one."""
     own = [e for e in errors if e.own]
     return EarlierFailure(own[-1].attempt, own[-1].local_rank, own[-1].exception, own[-1].last_lines) if own else None
 

@@ -150,9 +150,10 @@ def ending_hint(outcome: RunResult) -> str:
         return ""
     if ended_hung(outcome):
         return local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
-    failure = outcome.failure
-    if failure is None or outcome.succeeded or outcome.job_succeeded:
+    if not says_failure(outcome):
         return ""
+    failure = outcome.failure
+    assert failure is not None
     torn = [(f.spec, f.struck_file) for f in outcome.fired_faults if f.struck_file]
     return (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
             or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
