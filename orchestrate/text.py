@@ -9,6 +9,23 @@ def first_line(text: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
+# How long an exception's text runs in a one-line description, at most (torch's run to 400 and more).
+BRIEF_CHARS = 200
+
+
+def brief(exception: str) -> str:
+    """An exception's text for a line that says more beside it: whole where it is short enough;
+    else up to the end of its first sentence where that comes within :data:`BRIEF_CHARS`, or to
+    the last word before them, and " …". The whole text is in the lines shown under the summary
+    and in outcome.json."""
+    if len(exception) <= BRIEF_CHARS:
+        return exception
+    end = exception.find(". ")
+    if 0 < end < BRIEF_CHARS:
+        return exception[:end + 1] + " …"
+    return exception[:BRIEF_CHARS].rsplit(" ", 1)[0].rstrip(" ,;:") + " …"
+
+
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     """Format rows as left-aligned columns under a header and a rule."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]

@@ -695,6 +695,18 @@ MUTANTS = [
     Mutant("the time limit looks though the watchdog is off", "orchestrate/supervise/supervisor.py",
            "        if hangs is None or hangs.threshold is None or hangs.diagnosis", "        if hangs is None or hangs.diagnosis",
            ("tests/unit/test_hangs.py",)),
+    Mutant("a peer's same error is said again whole", "orchestrate/outcome/summary.py",
+           '"the same error" if error and error == failure.exception', '"the same error" if error and error is None',
+           ("tests/unit/test_outcome.py",)),
+    Mutant("a long error is not cut in its line", "orchestrate/text.py",
+           "    if len(exception) <= BRIEF_CHARS:\n", "    if exception:\n", ("tests/unit/test_outcome.py",)),
+    Mutant("a long error is cut at a word though its first sentence ends in time", "orchestrate/text.py",
+           "    if 0 < end < BRIEF_CHARS:\n", "    if 0 < end < 0:\n", ("tests/unit/test_outcome.py",)),
+    Mutant("unused parameters are named by place where torch named them", "orchestrate/outcome/judge.py",
+           "    if names is not None:\n        which =", "    if names is None:\n        which =",
+           ("tests/unit/test_outcome.py",)),
+    Mutant("the unused-parameters hint is never given", "orchestrate/outcome/summary.py",
+           " or unused_parameters_hint(failure)", "", ("tests/unit/test_outcome.py",)),
 ]
 
 

@@ -14,7 +14,7 @@ from orchestrate.outcome.root_cause import (CRASH_EXIT_CODES, EarlierFailure, ab
                                             lost_peer_in)
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
-from orchestrate.text import ranks_text
+from orchestrate.text import brief, ranks_text
 
 # What a lost peer that ranks which left early explain asks, unless the ranks' records differ.
 UNEVEN_QUESTION = " (do all ranks run the same number of steps?)"
@@ -49,7 +49,7 @@ class Failure:
         if self.reason:
             return f"{self.node} {self.reason}"
         rank = f" rank {self.rank}" if self.rank is not None else ""
-        what = f": {self.exception}" if self.exception else ""
+        what = f": {brief(self.exception)}" if self.exception else ""
         if not what and self.exit_code == REFUSED_EXIT_CODE and self.last_lines and self.last_lines[-1].strip():
             what = f": {self.last_lines[-1].strip()}"
         code = f"exit code {self.exit_code}"
@@ -107,7 +107,7 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
             cause, rank = result.root_cause, result.culprit_rank
             if rank is None and cause is not None and cause.exception and cause.rank is not None:
                 # a worker raised under the fault (a save that met a full disk): name it and its error
-                rank, reason = cause.rank, f"{reason}: {cause.exception}"
+                rank, reason = cause.rank, f"{reason}: {brief(cause.exception)}"
             if rank is not None:  # one worker explains it: name it
                 reason = f"rank {rank} {reason}"
             return Failure(result.node.name, rank, result.exit_code, "", tuple(result.last_lines), reason=reason)
@@ -265,8 +265,8 @@ def repeated_error_line(failure: Optional[Failure], results: list[NodeResult]) -
     if len(same) < 2:
         return ""
     which = ", ".join(str(a) for a in same[:-1]) + f" and {same[-1]}"
-    return (f"  the same error ended attempts {which} of {failure.node}'s workers: {own[-1].exception}; a restart"
-            " runs the same script on the same files again, and does not get past an error of its own")
+    return (f"  the same error ended attempts {which} of {failure.node}'s workers: {brief(own[-1].exception)};"
+            " a restart runs the same script on the same files again, and does not get past an error of its own")
 
 
 def torn_save_hint(failure: Optional[Failure], torn: list[tuple[str, str]]) -> str:
@@ -486,3 +486,33 @@ def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:
         return ""
     return next((f"  hint: {hint}" for words, hint in _NO_GPU_HINTS
                  if any(said in failure.exception for said in words)), "")
+
+
+# DDP's reducer, when the step before left parameters without a gradient. torch names them
+# under TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL, and otherwise gives their indices only.
+_UNUSED_PARAMETERS = "Expected to have finished reduction in the prior iteration"
+_UNUSED_NAMES = re.compile(r"Parameters which did not receive grad for rank (?P<rank>\d+): (?P<names>\S.*?)\s*$")
+_UNUSED_INDICES = re.compile(r"Parameter indices which did not receive grad for rank (?P<rank>\d+):"
+                             r" (?P<indices>\d[\d ]*?)\s*$")
+
+
+def unused_parameters_hint(failure: Optional[Failure]) -> str:
+    """For DDP's error on a model whose loss left parameters out in a step: which ones (by name
+    where torch gave them, else by their place in ``model.parameters()``) and the two ways out
+    ("" for any other failure)."""
+    if failure is None or _UNUSED_PARAMETERS not in failure.exception:
+        return ""
+    lines = [*failure.traceback.splitlines(), *failure.last_lines]
+    names = next((m for m in map(_UNUSED_NAMES.search, lines) if m), None)
+    indices = next((m for m in map(_UNUSED_INDICES.search, lines) if m), None)
+    if names is not None:
+        which = f" {names['names']} (rank {names['rank']})"
+    elif indices is not None:
+        which = (f" the parameters at {', '.join(indices['indices'].split())} of model.parameters()"
+                 f" (rank {indices['rank']})")
+    else:
+        which = " some parameters"
+    named = "" if names is not None else "; --env TORCH_DISTRIBUTED_DEBUG=INFO makes torch name them"
+    return (f"  hint: DDP got no gradient for{which} in a step: a model whose loss leaves parameters out on some"
+            " steps needs DistributedDataParallel(model, find_unused_parameters=True), which searches the graph"
+            f" every step, or a loss that uses every output of the forward{named}")

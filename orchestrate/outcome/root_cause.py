@@ -10,6 +10,7 @@ from typing import Optional
 
 from orchestrate.hangs.crash_dump import HOOK_DIRS, calls_wrapped, is_workers_hook_file
 from orchestrate.plan.layout import RUN_DIR_MOUNT
+from orchestrate.text import brief
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
 
@@ -243,7 +244,7 @@ class EarlierFailure:
 
     def describe(self, node: str) -> str:
         return (f"attempt {self.attempt} of {node}'s workers failed by an error of its own: local rank"
-                f" {self.local_rank}: {self.exception}")
+                f" {self.local_rank}: {brief(self.exception)}")
 
 
 # How much of a worker's log is read for its error (its traceback's end), and shown.

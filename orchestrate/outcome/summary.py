@@ -8,11 +8,11 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_li
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
                                        local_files_while_hung, made_alone_hint, mismatch_hint, missing_module_hint,
                                        no_gpu_hint, node_local_file_hint, read_too_early_hint, repeated_error_line,
-                                       torn_save_hint, uneven_hint)
+                                       torn_save_hint, uneven_hint, unused_parameters_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
+from orchestrate.text import brief, format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
 
 
 def format_summary(outcome: RunResult) -> str:
@@ -81,8 +81,10 @@ def format_summary(outcome: RunResult) -> str:
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         for other in others:
-            lines.append(f"  then {other.node.name} rank {other.root_cause.rank}:"
-                         f" {other.root_cause.exception or 'exit code ' + str(other.exit_code)}")
+            error = other.root_cause.exception
+            said = ("the same error" if error and error == failure.exception
+                    else brief(error) if error else f"exit code {other.exit_code}")
+            lines.append(f"  then {other.node.name} rank {other.root_cause.rank}: {said}")
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
         repeated = repeated_error_line(failure, outcome.results)
@@ -157,7 +159,7 @@ def ending_hint(outcome: RunResult) -> str:
     torn = [(f.spec, f.struck_file) for f in outcome.fired_faults if f.struck_file]
     return (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
             or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
-            or device_ordinal_hint(failure, outcome.results)
+            or device_ordinal_hint(failure, outcome.results) or unused_parameters_hint(failure)
             or mismatch_hint(failure) or missing_module_hint(failure)
             or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)
             or made_alone_hint(failure)

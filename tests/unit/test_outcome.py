@@ -166,7 +166,7 @@ def test_a_rank_that_finished_while_the_others_still_needed_it_explains_their_lo
     assert ("FAILED: node0 rank 0 failed (exit code 1): RuntimeError: Connection closed by peer, as rank 3 (node1,"
             " after step 12) had finished its script while ranks 0-2 still ran, and ranks 0-2's collectives lost it"
             " as a peer (do all ranks run the same number of steps?)") in text
-    assert "  then node1 rank 2: RuntimeError: Connection closed by peer" in text
+    assert "  then node1 rank 2: the same error\n" in text
     alone = results_for(make_job(nodes=2), (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "Connection reset by peer")),
                         (NodePhase.SUCCEEDED, 0, 4.0, None))
     alone[1].finished_ranks = {1: None}  # a script that reported no step
@@ -357,9 +357,55 @@ def test_a_script_that_imports_what_the_nodes_lack_gets_a_hint_under_its_failure
                           (NodePhase.FAILED, 1, 1.1, RootCause(1, 0, 1, missing)))
     lines = format_summary(outcome(results)).splitlines()
     failed = lines.index("FAILED: node0 rank 0 failed (exit code 1): " + missing)
-    assert lines[failed + 1] == "  then node1 rank 1: " + missing
+    assert lines[failed + 1] == "  then node1 rank 1: the same error"
     assert lines[failed + 2].startswith("  hint: the nodes have no module 'wandb': a package (at the version your script"
                                         " needs) goes into the node image")
+
+
+def test_a_long_error_is_cut_at_its_first_sentence_in_its_line_and_a_ranks_other_error_is_said_whole(make_job):
+    """torch's DDP errors run to 400 characters and more in their first line: the failure's line
+    keeps the first sentence, and a peer with the same error says so; an error of another kind
+    is said, cut the same way."""
+    unused = ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one."
+              " This error indicates that your module has parameters that were not used in producing loss. You can"
+              " enable unused parameter detection by passing the keyword argument `find_unused_parameters=True`")
+    plan = make_job(nodes=3)
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, unused, timestamp=1.0)),
+                          (NodePhase.FAILED, 1, 1.1, RootCause(1, 0, 1, unused, timestamp=1.1)),
+                          (NodePhase.FAILED, 1, 1.2, RootCause(2, 0, 1, "ValueError: " + "x" * 150 + " " + "y" * 80,
+                                                               timestamp=1.2)))
+    lines = format_summary(outcome(results)).splitlines()
+    failed = lines.index("FAILED: node0 rank 0 failed (exit code 1): RuntimeError: Expected to have finished reduction"
+                         " in the prior iteration before starting a new one. …")
+    assert lines[failed + 1] == "  then node1 rank 1: the same error"
+    assert lines[failed + 2] == "  then node2 rank 2: ValueError: " + "x" * 150 + " …"
+    assert outcome_record(outcome(results))["failure"]["exception"] == unused  # whole in outcome.json
+
+
+def test_ddp_parameters_without_a_gradient_are_named_in_a_hint_with_the_way_out(make_job):
+    unused = "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one."
+    indices = "[rank0]: Parameter indices which did not receive grad for rank 0: 4 5"
+    names = "[rank1]: Parameters which did not receive grad for rank 1: aux.bias, aux.weight"
+    plan = make_job(nodes=2)
+
+    def hint(cause, last_lines):
+        results = results_for(plan, (NodePhase.FAILED, 1, 1.0, cause), (NodePhase.FAILED, 1, 1.1, None))
+        results[0].last_lines = list(last_lines)
+        return next((ln for ln in format_summary(outcome(results)).splitlines() if ln.startswith("  hint:")), "")
+
+    by_index = hint(RootCause(0, 0, 1, unused), ["[rank0]: making sure all ...", indices, "[rank0]:  In addition"])
+    assert by_index == ("  hint: DDP got no gradient for the parameters at 4, 5 of model.parameters() (rank 0) in a"
+                        " step: a model whose loss leaves parameters out on some steps needs"
+                        " DistributedDataParallel(model, find_unused_parameters=True), which searches the graph every"
+                        " step, or a loss that uses every output of the forward; --env TORCH_DISTRIBUTED_DEBUG=INFO"
+                        " makes torch name them")
+    by_name = hint(RootCause(1, 0, 1, unused), [names, indices.replace("rank0", "rank1")])
+    assert by_name.startswith("  hint: DDP got no gradient for aux.bias, aux.weight (rank 1) in a step: ")
+    assert by_name.endswith("or a loss that uses every output of the forward")
+    in_traceback = RootCause(0, 0, 1, unused, traceback="Traceback ...\n" + names.split(": ", 1)[1] + "\n")
+    assert hint(in_traceback, []).startswith("  hint: DDP got no gradient for aux.bias, aux.weight (rank 1) in a")
+    assert hint(RootCause(0, 0, 1, unused), []).startswith("  hint: DDP got no gradient for some parameters in a")
+    assert hint(RootCause(0, 0, 1, "RuntimeError: Expected to mark a variable ready only once."), [indices]) == ""
 
 
 def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_told_why(make_job):
