@@ -696,7 +696,7 @@ MUTANTS = [
            "        if hangs is None or hangs.threshold is None or hangs.diagnosis", "        if hangs is None or hangs.diagnosis",
            ("tests/unit/test_hangs.py",)),
     Mutant("a peer's same error is said again whole", "orchestrate/outcome/summary.py",
-           '"the same error" if error and error == failure.exception', '"the same error" if error and error is None',
+           '"the same error" if error and error == failed_by', '"the same error" if error and error is None',
            ("tests/unit/test_outcome.py",)),
     Mutant("a long error is not cut in its line", "orchestrate/text.py",
            "    if len(exception) <= BRIEF_CHARS:\n", "    if exception:\n", ("tests/unit/test_outcome.py",)),
@@ -707,6 +707,18 @@ MUTANTS = [
            ("tests/unit/test_outcome.py",)),
     Mutant("the unused-parameters hint is never given", "orchestrate/outcome/summary.py",
            " or unused_parameters_hint(failure)", "", ("tests/unit/test_outcome.py",)),
+    Mutant("a peer's refusal is not said as the same error", "orchestrate/outcome/summary.py",
+           "            error = said_error(cause.exception, code, other.last_lines)\n",
+           "            error = cause.exception\n", ("tests/unit/test_outcome.py",)),
+    Mutant("a peer is said by its torchrun's exit code", "orchestrate/outcome/summary.py",
+           "            code = cause.exit_code if cause.exit_code is not None else other.exit_code\n",
+           "            code = other.exit_code\n", ("tests/unit/test_outcome.py",)),
+    Mutant("the --local_rank hint is given to a worker that did not refuse", "orchestrate/outcome/judge.py",
+           "    if failure is None or failure.exit_code != REFUSED_EXIT_CODE or not any(",
+           "    if failure is None or not any(", ("tests/unit/test_outcome.py",)),
+    Mutant("the --local_rank hint is given for any required argument", "orchestrate/outcome/judge.py",
+           'r"the following arguments are required: .*--local[_-]rank\\b"', 'r"the following arguments are required"',
+           ("tests/unit/test_outcome.py",)),
 ]
 
 

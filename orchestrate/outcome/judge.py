@@ -5,7 +5,7 @@ import posixpath
 import re
 import signal
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Optional, Sequence
 
 from orchestrate.hangs.collectives import UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
@@ -49,14 +49,23 @@ class Failure:
         if self.reason:
             return f"{self.node} {self.reason}"
         rank = f" rank {self.rank}" if self.rank is not None else ""
-        what = f": {brief(self.exception)}" if self.exception else ""
-        if not what and self.exit_code == REFUSED_EXIT_CODE and self.last_lines and self.last_lines[-1].strip():
-            what = f": {self.last_lines[-1].strip()}"
+        error = said_error(self.exception, self.exit_code, self.last_lines)
+        what = f": {brief(error)}" if error else ""
         code = f"exit code {self.exit_code}"
         name = signal_name(self.exit_code)
         if name and name not in what:
             code += f", {name}"
         return f"{self.node}{rank} failed ({code}){what}"
+
+
+def said_error(exception: str, exit_code: Optional[int], last_lines: Sequence[str]) -> str:
+    """The error a failed worker is said by: its exception; for one that exited 2 with none (it
+    refused its input: argparse, ``app/``'s refusals), its last line, which says why; else ""."""
+    if exception:
+        return exception
+    if exit_code == REFUSED_EXIT_CODE and last_lines and last_lines[-1].strip():
+        return last_lines[-1].strip()
+    return ""
 
 
 def signal_name(exit_code: Optional[int]) -> str:
@@ -516,3 +525,18 @@ def unused_parameters_hint(failure: Optional[Failure]) -> str:
     return (f"  hint: DDP got no gradient for{which} in a step: a model whose loss leaves parameters out on some"
             " steps needs DistributedDataParallel(model, find_unused_parameters=True), which searches the graph"
             f" every step, or a loss that uses every output of the forward{named}")
+
+
+# argparse's words for a script that requires torch.distributed.launch's --local_rank (or --local-rank).
+_LOCAL_RANK_REQUIRED = re.compile(r"the following arguments are required: .*--local[_-]rank\b")
+
+
+def local_rank_argument_hint(failure: Optional[Failure]) -> str:
+    """For a script that refused to start for want of a ``--local_rank`` argument: torchrun gives
+    the local rank in the environment ("" for any other failure)."""
+    if failure is None or failure.exit_code != REFUSED_EXIT_CODE or not any(
+            _LOCAL_RANK_REQUIRED.search(line) for line in failure.last_lines[-3:]):
+        return ""
+    return ("  hint: the script requires --local_rank, which torch.distributed.launch passed on the command line;"
+            " torchrun, which starts every node's workers, passes it in the environment as LOCAL_RANK: read"
+            " int(os.environ[\"LOCAL_RANK\"]), or give the argument default=int(os.environ.get(\"LOCAL_RANK\", 0))")

@@ -6,9 +6,10 @@ from typing import Optional
 
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
-                                       local_files_while_hung, made_alone_hint, mismatch_hint, missing_module_hint,
-                                       no_gpu_hint, node_local_file_hint, read_too_early_hint, repeated_error_line,
-                                       torn_save_hint, uneven_hint, unused_parameters_hint)
+                                       local_files_while_hung, local_rank_argument_hint, made_alone_hint,
+                                       mismatch_hint, missing_module_hint, no_gpu_hint, node_local_file_hint,
+                                       read_too_early_hint, repeated_error_line, said_error, torn_save_hint,
+                                       uneven_hint, unused_parameters_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -80,11 +81,14 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"FAILED: {failure.describe()}")
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
+        failed_by = said_error(failure.exception, failure.exit_code, failure.last_lines)
         for other in others:
-            error = other.root_cause.exception
-            said = ("the same error" if error and error == failure.exception
-                    else brief(error) if error else f"exit code {other.exit_code}")
-            lines.append(f"  then {other.node.name} rank {other.root_cause.rank}: {said}")
+            cause = other.root_cause
+            code = cause.exit_code if cause.exit_code is not None else other.exit_code
+            error = said_error(cause.exception, code, other.last_lines)
+            said = ("the same error" if error and error == failed_by
+                    else brief(error) if error else f"exit code {code}")
+            lines.append(f"  then {other.node.name} rank {cause.rank}: {said}")
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
         repeated = repeated_error_line(failure, outcome.results)
@@ -165,7 +169,7 @@ def ending_hint(outcome: RunResult) -> str:
             or made_alone_hint(failure)
             or node_local_file_hint(failure, outcome.results, outcome.written_locally)
             or read_too_early_hint(failure, outcome.results, outcome.written_shared)
-            or compiler_hint(failure))
+            or compiler_hint(failure) or local_rank_argument_hint(failure))
 
 
 # How many files written by several ranks are named, at most.

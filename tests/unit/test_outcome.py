@@ -255,6 +255,39 @@ def test_a_worker_that_refused_its_input_is_said_in_one_line_with_its_last_line(
     assert crashed.describe() == "node0 rank 0 failed (exit code 1)"  # only a refusal's last line is its reason
 
 
+def test_peers_that_refused_alike_are_said_once_and_a_required_local_rank_argument_gets_its_hint(make_job):
+    """A script of torch.distributed.launch's time requires --local_rank: every rank's argparse
+    refuses it (exit code 2, no traceback). A peer's refusal is its worker's exit code and last
+    line, said as the same error; another peer's, or one with no line, says its own."""
+    required = "train.py: error: the following arguments are required: --local_rank"
+    usage = "usage: train.py [-h] --local_rank LOCAL_RANK"
+    plan = make_job(nodes=4)
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 2, timestamp=1.0)),
+                          (NodePhase.FAILED, 1, 1.1, RootCause(1, 0, 2, timestamp=1.1)),
+                          (NodePhase.FAILED, 1, 1.2, RootCause(2, 0, 2, timestamp=1.2)),
+                          (NodePhase.FAILED, 1, 1.3, RootCause(3, 0, 3, timestamp=1.3)))
+    for result in results[:2]:
+        result.last_lines = [usage, required]
+    results[2].last_lines = [usage, "train.py: error: argument --epochs: invalid int value: 'x'"]
+    lines = format_summary(outcome(results)).splitlines()
+    failed = lines.index(f"FAILED: node0 rank 0 failed (exit code 2): {required}")
+    assert lines[failed + 1:failed + 5] == [
+        "  then node1 rank 1: the same error",
+        "  then node2 rank 2: train.py: error: argument --epochs: invalid int value: 'x'",
+        "  then node3 rank 3: exit code 3",  # its worker's, not its torchrun's 1
+        "  hint: the script requires --local_rank, which torch.distributed.launch passed on the command line;"
+        " torchrun, which starts every node's workers, passes it in the environment as LOCAL_RANK: read"
+        " int(os.environ[\"LOCAL_RANK\"]), or give the argument default=int(os.environ.get(\"LOCAL_RANK\", 0))"]
+    other = results_for(make_job(nodes=2), (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 2, timestamp=1.0)),
+                        (NodePhase.SUCCEEDED, 0, 1.1, None))
+    other[0].last_lines = [usage, "train.py: error: the following arguments are required: --data"]
+    assert "hint:" not in format_summary(outcome(other))
+    crashed = results_for(make_job(nodes=2), (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, timestamp=1.0)),
+                          (NodePhase.SUCCEEDED, 0, 1.1, None))
+    crashed[0].last_lines = [required]  # not a refusal's exit code: printed, not what ended it
+    assert "hint:" not in format_summary(outcome(crashed))
+
+
 def test_a_ranks_output_finds_a_piece_of_text_as_the_whole_output_does(tmp_path):
     from orchestrate.outcome.model import RunResult, Timings
 
