@@ -131,6 +131,12 @@ class ChaosVerdict(Verdict):
             reasons.append(f"no attempt resumed: after {fresh.spec} the job restarted from the beginning"
                            f" ({fresh.redone if fresh.redone is not None else '?'} step(s) redone) although it had"
                            f" written {fresh.saved[-1] if fresh.saved else 'files'}")
+        apart = next((run for run in (self.reference, self.disturbed) if run.apart), None)
+        if apart is not None:
+            which = "undisturbed run" if apart is self.reference else "run with faults"
+            reasons.append(f"in the {which}, the ranks' init_process_group asked for another world than torchrun's"
+                           f" ({apart.apart}), so the check saw ranks that train apart, not the"
+                           " distributed job")
         if self.steps is not None and self.steps.compared == 0:
             reasons.append("--compare-steps: no metric was reported at a step both runs reached (report them with"
                            " orchestrate.progress.report(step, loss=...))")

@@ -14,12 +14,40 @@ from orchestrate.text import ranks_text
 UNDER_TORCHRUN = "under torchrun leave init_method, rank and world_size out: env:// reads what torchrun sets"
 
 
+# Why a wrong call matters, said once the run has ended, whatever its end: ranks that ask for
+# another world or store make a job of their own (a world of one trains alone; a rank past the
+# size asked for fails), and a run of such ranks can succeed without being the job torchrun started.
+APART = "so the ranks did not form the one job torchrun started, whether the run succeeds or not"
+
+
 def init_hints(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
     """What is wrong with the ``init_process_group`` calls of the ranks that wait in it (their
     ``calls``, on their ``nodes``): each store, world size or rank that is not torchrun's, worst
-    first; none where every call asks for what torchrun gave."""
-    return [hint for hint in (other_store(calls), node_local_file(calls, nodes), other_world_size(calls),
-                              other_rank(calls)) if hint]
+    first, with why they wait; none where every call asks for what torchrun gave."""
+    hints = [(store_facts(calls), ": they wait for a store that is not the job's; under torchrun leave init_method"
+                                  " out, and MASTER_ADDR and MASTER_PORT as torchrun sets them"),
+             (node_local_file_facts(calls, nodes), ", so each node's ranks wait there for the others; under"
+                                                   f" torchrun leave init_method out (env://), or name a file under"
+                                                   f" {WORKSPACE_DIR}"),
+             (world_size_facts(calls), f": they wait for ranks that never come; {UNDER_TORCHRUN}"),
+             (rank_facts(calls), ": ranks that take the same rank wait for one that never comes; rank is RANK, the"
+                                 " rank across all nodes (LOCAL_RANK is the rank within a node, to pick its GPU);"
+                                 f" {UNDER_TORCHRUN}")]
+    return [facts + why for facts, why in hints if facts]
+
+
+def apart_facts(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
+    """For a run that has ended: the stores, world sizes and ranks of the ranks'
+    ``init_process_group`` ``calls`` (every rank's that the run's workers made) that are not
+    torchrun's, worst first, in one line; "" where every call asked for what torchrun gave."""
+    facts = [store_facts(calls), node_local_file_facts(calls, nodes), world_size_facts(calls), rank_facts(calls)]
+    return "; ".join(fact for fact in facts if fact)
+
+
+def apart_warning(facts: str) -> str:
+    """The warning for a run whose ranks' calls say ``facts`` (:func:`apart_facts`): why they
+    matter, and what to do; "" for none."""
+    return f"{facts}: {APART}; {UNDER_TORCHRUN}" if facts else ""
 
 
 def by_value(calls: dict[int, InitCall], value: Callable[[InitCall], object]) -> dict[object, list[int]]:
@@ -30,58 +58,48 @@ def by_value(calls: dict[int, InitCall], value: Callable[[InitCall], object]) ->
     return found
 
 
-def other_store(calls: dict[int, InitCall]) -> str:
-    """The ranks whose script names a store address that is not torchrun's."""
+def store_facts(calls: dict[int, InitCall]) -> str:
+    """The ranks whose script names a store address that is not torchrun's ("" for none)."""
     elsewhere = {rank: call for rank, call in calls.items()
                  if call.via in ("env", "tcp") and call.torchrun_store and call.store != call.torchrun_store}
-    if not elsewhere:
-        return ""
     parts = []
     for (store, via, theirs), ranks in by_value(elsewhere, lambda c: (c.store, c.via, c.torchrun_store)).items():
         named = ("from the MASTER_ADDR and MASTER_PORT the script set itself" if via == "env"
                  else f"named by init_method='tcp://{store}'")
         parts.append(f"{ranks_text(ranks)} called init_process_group for a store at {store}, {named}, where torchrun's"
                      f" store is at {theirs}")
-    return ("; ".join(parts) + ": they wait for a store that is not the job's; under torchrun leave init_method out,"
-            " and MASTER_ADDR and MASTER_PORT as torchrun sets them")
+    return "; ".join(parts)
 
 
-def node_local_file(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
-    """The ranks that meet in a file store that each of their nodes has its own of."""
+def node_local_file_facts(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
+    """The ranks that meet in a file store that each of their nodes has its own of ("" for none)."""
     in_files = {rank: call for rank, call in calls.items()
                 if call.via == "file" and under(call.store, SHARED_DIRS) is None}
     if len({nodes.get(rank, "") for rank in in_files}) < 2:
         return ""  # on one node a file of its own is seen by all of them
     parts = [f"{ranks_text(ranks)} called init_process_group for a file store, {path}"
              for path, ranks in by_value(in_files, lambda c: c.store).items()]
-    return ("; ".join(parts) + f", which each node has its own of (only {' and '.join(SHARED_DIRS)} are shared by"
-            " every node), so each node's ranks wait there for the others; under torchrun leave init_method out"
-            f" (env://), or name a file under {WORKSPACE_DIR}")
+    return "; ".join(parts) + (f", which each node has its own of (only {' and '.join(SHARED_DIRS)} are shared by"
+                               " every node)")
 
 
-def other_world_size(calls: dict[int, InitCall]) -> str:
+def world_size_facts(calls: dict[int, InitCall]) -> str:
     """The ranks that ask for a world size that is not the number of workers torchrun started."""
     wrong = {rank: call for rank, call in calls.items() if known_and_other(call.world_size, call.torchrun_world_size)}
-    if not wrong:
-        return ""
-    parts = [f"{ranks_text(ranks)} called init_process_group with world_size={size}, but torchrun started {started}"
-             f" workers (WORLD_SIZE={started})"
-             for (size, started), ranks in by_value(wrong, lambda c: (c.world_size, c.torchrun_world_size)).items()]
-    return "; ".join(parts) + f": they wait for ranks that never come; {UNDER_TORCHRUN}"
+    return "; ".join(f"{ranks_text(ranks)} called init_process_group with world_size={size}, but torchrun started"
+                     f" {started} workers (WORLD_SIZE={started})"
+                     for (size, started), ranks in by_value(wrong, lambda c: (c.world_size, c.torchrun_world_size)).items())
 
 
-def other_rank(calls: dict[int, InitCall]) -> str:
+def rank_facts(calls: dict[int, InitCall]) -> str:
     """The ranks that ask for a rank that is not the one torchrun gave them (LOCAL_RANK, often)."""
     wrong = {rank: call for rank, call in calls.items() if known_and_other(call.rank, call.torchrun_rank)}
-    if not wrong:
-        return ""
     parts = []
     for rank, call in sorted(wrong.items()):
         local = ", its LOCAL_RANK," if call.rank == call.torchrun_local_rank else ""
         parts.append(f"rank {rank} called init_process_group with rank={call.rank}{local} where torchrun gave it"
                      f" RANK={call.torchrun_rank}")
-    return ("; ".join(parts) + ": ranks that take the same rank wait for one that never comes; rank is RANK, the"
-            f" rank across all nodes (LOCAL_RANK is the rank within a node, to pick its GPU); {UNDER_TORCHRUN}")
+    return "; ".join(parts)
 
 
 def known_and_other(asked: Optional[int], given: Optional[int]) -> bool:

@@ -147,6 +147,15 @@ def report_same_shuffle(line: str, epoch: int) -> None:
         channel.write({"rank": channel.rank, "same_shuffle": line, "shuffle_epoch": int(epoch), "time": time.time()})
 
 
+def report_init_call(call: dict[str, Any]) -> None:
+    """Report how this rank's script called ``init_process_group``, beside what torchrun gave it
+    (see :mod:`orchestrate.node.init_record`): the launcher names ranks that asked for another
+    world size, rank or store, and so did not join the job torchrun started."""
+    channel = _get_channel()
+    if channel is not None:
+        channel.write({"rank": channel.rank, "init_call": call, "time": time.time()})
+
+
 def report_resumed(step: int) -> None:
     """Report that this rank resumed from a checkpoint taken at ``step``."""
     channel = _get_channel()

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrate.hangs.diagnosis import HangDiagnosis
+from orchestrate.hangs.init_calls import apart_facts
+from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.judge import Failure, find_failure
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -222,6 +224,9 @@ class RunResult:
             cannot find one is told why.
         shuffled_alike: Each line where ranks iterated a shuffling ``DistributedSampler`` again
             with the same epoch (``set_epoch`` forgotten), with that epoch and those ranks.
+        init_calls: How each rank's script called ``init_process_group`` (its latest call),
+            beside what torchrun gave it: ranks that asked for another world size, rank or store
+            did not form the job torchrun started (:attr:`apart`).
     """
 
     run_id: str
@@ -247,6 +252,17 @@ class RunResult:
     written_shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
     shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    init_calls: dict[int, InitCall] = field(default_factory=dict)
+
+    @property
+    def apart(self) -> str:
+        """What in the ranks' ``init_process_group`` calls was not torchrun's, in one line
+        (:func:`orchestrate.hangs.init_calls.apart_warning` says why it matters); "" where every
+        call asked for what torchrun gave, or the hang's diagnosis said it."""
+        if self.hang is not None and self.hang.init_hints:
+            return ""
+        nodes = {rank: r.node.name for r in self.results for rank in r.node.global_ranks}
+        return apart_facts(self.init_calls, nodes)
 
     @property
     def written_by_several(self) -> dict[str, tuple[int, ...]]:

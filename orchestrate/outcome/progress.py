@@ -16,7 +16,9 @@ class ProgressRecord:
     (or exited 0), ``after_step`` the highest step it had reported; ``wrote``: a file in a
     shared directory the worker wrote whole (relative to the work directory); ``wrote_locally``: a
     file on its node's own disk the worker wrote (absolute); ``same_shuffle``: the line where the
-    worker iterated a shuffling DistributedSampler again with the same epoch (``shuffle_epoch``)."""
+    worker iterated a shuffling DistributedSampler again with the same epoch (``shuffle_epoch``);
+    ``init_call``: how the worker's script called ``init_process_group``, beside what torchrun
+    gave it (as :class:`orchestrate.hangs.snapshots.InitCall` reads it)."""
 
     rank: int
     time: float
@@ -31,6 +33,7 @@ class ProgressRecord:
     wrote_locally: str = ""
     same_shuffle: str = ""
     shuffle_epoch: Optional[int] = None
+    init_call: Optional[dict] = None
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -55,6 +58,8 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.same_shuffle = same if isinstance(same, str) else ""
     epoch = data.pop("shuffle_epoch", None)
     record.shuffle_epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+    init_call = data.pop("init_call", None)
+    record.init_call = init_call if isinstance(init_call, dict) else None
     after = data.pop("after_step", None)
     record.after_step = after if isinstance(after, int) and not isinstance(after, bool) else None
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 
+from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import absent_from_barrier_lines, repeated_error_line
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
@@ -42,6 +43,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "stopped_where": {str(rank): where for rank, where in sorted(outcome.stopped_where.items())},
         # the shared files more than one rank wrote whole, each with its writers
         "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
+        # ranks whose init_process_group asked for another world size, rank or store than torchrun's
+        "apart": apart_warning(outcome.apart) or None,
         "shuffled_alike": {line: {"epoch": epoch, "ranks": list(ranks)}
                            for line, (epoch, ranks) in outcome.shuffled_alike.items()},
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},

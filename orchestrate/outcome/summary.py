@@ -4,6 +4,7 @@ from __future__ import annotations
 import signal
 from typing import Optional
 
+from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
                                        local_files_while_hung, local_rank_argument_hint, made_alone_hint,
@@ -177,10 +178,12 @@ WRITTEN_BY_SEVERAL_SHOWN = 5
 
 
 def warning_lines(outcome: RunResult) -> list[str]:
-    """What the job did that fails nothing and still is a mistake, whatever its end: files several
-    ranks wrote whole, a DistributedSampler that shuffled every epoch alike."""
-    return written_by_several_lines(outcome) + [f"warning: {shuffled_alike(line, epoch, ranks)}"
-                                                for line, (epoch, ranks) in outcome.shuffled_alike.items()]
+    """What the job did that may fail nothing and still is a mistake, whatever its end: ranks
+    whose init_process_group asked for another world than torchrun's, files several ranks wrote
+    whole, a DistributedSampler that shuffled every epoch alike."""
+    apart = [f"warning: {apart_warning(outcome.apart)}"] if outcome.apart else []
+    return apart + written_by_several_lines(outcome) + [f"warning: {shuffled_alike(line, epoch, ranks)}"
+                                                        for line, (epoch, ranks) in outcome.shuffled_alike.items()]
 
 
 def written_by_several_lines(outcome: RunResult) -> list[str]:

@@ -68,6 +68,7 @@ class ReportModel:
     graces_run_out: list[str] = field(default_factory=list)  # a line per node a SIGKILL ended when its grace ran out
     written_by_several: list[str] = field(default_factory=list)  # a warning per shared file several ranks wrote
     shuffled_alike: list[str] = field(default_factory=list)  # a warning per line that reshuffled alike
+    apart: str = ""  # a warning: ranks whose init_process_group asked for another world than torchrun's
     logs: list[str] = field(default_factory=list)
     bench: Optional[dict] = None
     bench_png: Optional[bytes] = None
@@ -252,6 +253,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                                 for node in outcome.get("nodes") or [] if node.get("grace_ran_out")]
         model.written_by_several = [written_by_several(str(path), [int(r) for r in ranks])
                                     for path, ranks in (outcome.get("written_by_several") or {}).items()]
+        model.apart = str(outcome.get("apart") or "")
         model.shuffled_alike = [shuffled_alike(str(line), int(seen.get("epoch", 0)),
                                                [int(r) for r in seen.get("ranks", [])])
                                 for line, seen in (outcome.get("shuffled_alike") or {}).items()]

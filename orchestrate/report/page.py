@@ -332,6 +332,8 @@ def render_html(model: ReportModel) -> str:
     if model.graces_run_out:
         parts.append('<ul id="grace-ran-out">' + "".join(f"<li>{esc(line)}</li>" for line in model.graces_run_out)
                      + "</ul>")
+    if model.apart:
+        parts.append(f'<p id="apart">Warning: {esc(model.apart)}</p>')
     if model.written_by_several:
         parts.append('<ul id="written-by-several">' + "".join(f"<li>Warning: {esc(line)}</li>"
                                                              for line in model.written_by_several) + "</ul>")

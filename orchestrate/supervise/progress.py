@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
+from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.model import Recovery
 from orchestrate.outcome.progress import ProgressReader
 
@@ -28,6 +29,8 @@ class ProgressWatch:
         self.written_locally: dict[str, set[int]] = {}
         # the lines where ranks iterated a shuffling DistributedSampler again with the same epoch
         self.same_shuffle: dict[str, tuple[int, set[int]]] = {}
+        # how each rank's script called init_process_group, its latest attempt's call
+        self.init_calls: dict[int, InitCall] = {}
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -68,6 +71,11 @@ class ProgressWatch:
             if record.same_shuffle:
                 _, ranks = self.same_shuffle.setdefault(record.same_shuffle, (record.shuffle_epoch or 0, set()))
                 ranks.add(record.rank)
+                continue
+            if record.init_call is not None:
+                call = InitCall.from_json(record.init_call)
+                if call is not None:
+                    self.init_calls[record.rank] = call
                 continue
             if record.finished:  # not a step: a script without any still says it
                 self.finished[record.rank] = (record.attempt, record.after_step, record.time)

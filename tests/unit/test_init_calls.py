@@ -209,3 +209,53 @@ def test_an_init_that_timed_out_is_placed_there_from_the_record_written_as_it_fa
     found = timeout_diagnosis(failure, tmp_path, {0, 1})
     assert found is not None and found.cause.startswith("a collective timed out on node0 rank 0")
     assert not any("for a store at" in line for line in found.lines())
+
+
+def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tmp_path, monkeypatch, make_job):
+    """Each rank's call comes on the progress channel as it is made; the run's end says, in one
+    line, what was not torchrun's: a world of one per rank succeeds, and is not the job torchrun
+    started. outcome.json and the page keep the line; a hang whose diagnosis said it is not warned
+    again; calls that asked for what torchrun gave say nothing."""
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+    from orchestrate.node import progress
+    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.node_result import NodeResult
+    from orchestrate.outcome.record import outcome_record
+    from orchestrate.outcome.states import NodePhase
+    from orchestrate.outcome.summary import format_summary
+    from orchestrate.report.model import build_model
+    from orchestrate.report.page import render_html
+    from orchestrate.supervise.progress import ProgressWatch
+    from tests.unit.test_report import plan, started
+
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setattr(progress, "_channel", None)  # another worker process
+        gave = torchrun_gave({**TORCHRUN_ENV, "RANK": str(rank)})
+        progress.report_init_call({**asked_for(None, 0, 8, None, TORCHRUN_ENV), "torchrun": gave})  # a restart's
+        progress.report_init_call({**asked_for(None, 0, 1, None, TORCHRUN_ENV), "torchrun": gave})
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert watch.init_calls == {0: call(0, asked_rank=0, world_size=1), 1: call(1, asked_rank=0, world_size=1)}
+    assert watch.max_step is None and not watch.seen and not watch.attempts  # no step
+
+    nodes = [NodeResult(node, NodePhase.SUCCEEDED, 0) for node in make_job(nodes=2).nodes]
+    result = RunResult("r1", tmp_path, nodes, Timings(), init_calls=watch.init_calls)
+    said = ("ranks 0, 1 called init_process_group with world_size=1, but torchrun started 2 workers (WORLD_SIZE=2);"
+            " rank 1 called init_process_group with rank=0, its LOCAL_RANK, where torchrun gave it RANK=1: so the"
+            " ranks did not form the one job torchrun started, whether the run succeeds or not; under torchrun leave"
+            " init_method, rank and world_size out: env:// reads what torchrun sets")
+    lines = format_summary(result).splitlines()
+    assert [ln for ln in lines if ln.startswith("warning:")] == [f"warning: {said}"]
+    assert lines[-1] == "SUCCEEDED: all 2 nodes exited 0"
+    record = json.loads(json.dumps(outcome_record(result)))
+    assert record["apart"] == said
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": record}))
+    assert f'<p id="apart">Warning: {said}</p>' in page
+
+    hung = RunResult("r2", tmp_path, nodes, Timings(), init_calls=watch.init_calls,
+                     hang=HangDiagnosis(20.0, [], {}, "", init_hints=["ranks 0, 1 called ... world_size=1 ..."]))
+    assert hung.apart == "" and "warning:" not in format_summary(hung)
+    right = RunResult("r3", tmp_path, nodes, Timings(), init_calls={0: call(0), 1: call(1)})
+    assert right.apart == "" and outcome_record(right)["apart"] is None

@@ -127,7 +127,8 @@ def test_a_worker_that_spawns_processes_of_its_own_is_told_once_that_torchrun_sp
     assert "skipped" not in said  # the hook's own failure to install it would say so
 
 
-def test_a_sampler_iterated_again_with_its_epoch_unset_is_reported_on_the_progress_channel(tmp_path):
+def test_a_sampler_iterated_again_with_its_epoch_unset_and_the_init_call_are_reported_on_the_progress_channel(
+        tmp_path):
     script = tmp_path / "epochs.py"
     script.write_text(
         "import torch\nimport torch.distributed as dist\n"
@@ -149,3 +150,7 @@ def test_a_sampler_iterated_again_with_its_epoch_unset_is_reported_on_the_progre
         records = [json.loads(line) for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()]
         said = [(r["same_shuffle"], r["shuffle_epoch"]) for r in records if "same_shuffle" in r]
         assert said == [("epochs.py:10", 0)], records  # once, at the loop's line, as the work directory names it
+        calls = [r["init_call"] for r in records if "init_call" in r]
+        assert [(c["rank"], c["world_size"], c["via"], c["torchrun"]["rank"], c["torchrun"]["world_size"])
+                for c in calls] == [(rank, 2, "env", rank, 2)], records
+        assert calls[0]["store"] == calls[0]["torchrun"]["store"] != "", calls
