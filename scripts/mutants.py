@@ -737,6 +737,12 @@ MUTANTS = [
            '"apart": apart_warning(outcome.apart) or None', '"apart": None', ("tests/unit/test_init_calls.py",)),
     Mutant("a chaos trial of ranks apart holds", "orchestrate/chaos/verdict.py",
            "        if apart is not None:\n", "        if apart is None and False:\n", ("tests/unit/test_chaos.py",)),
+    Mutant("a checkpoint saved from DDP is said loaded into DDP", "orchestrate/outcome/judge.py",
+           '    if match["which"] == "Unexpected":\n', '    if match["which"] == "Missing":\n', ("tests/unit/test_outcome.py",)),
+    Mutant("any state_dict key error is said to be DDP's prefix", "orchestrate/outcome/judge.py",
+           """_DDP_KEYS = re.compile(r'(?P<which>Unexpected|Missing) key\\(s\\) in state_dict: "module\\.')""",
+           """_DDP_KEYS = re.compile(r'(?P<which>Unexpected|Missing) key\\(s\\) in state_dict: "')""",
+           ("tests/unit/test_outcome.py",)),
 ]
 
 

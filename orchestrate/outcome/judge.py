@@ -540,3 +540,26 @@ def local_rank_argument_hint(failure: Optional[Failure]) -> str:
     return ("  hint: the script requires --local_rank, which torch.distributed.launch passed on the command line;"
             " torchrun, which starts every node's workers, passes it in the environment as LOCAL_RANK: read"
             " int(os.environ[\"LOCAL_RANK\"]), or give the argument default=int(os.environ.get(\"LOCAL_RANK\", 0))")
+
+
+# torch's load_state_dict, for keys that do not match: DDP's wrapper names its model's keys "module.<key>".
+_STATE_DICT_ERROR = "Error(s) in loading state_dict"
+_DDP_KEYS = re.compile(r'(?P<which>Unexpected|Missing) key\(s\) in state_dict: "module\.')
+
+
+def ddp_prefix_hint(failure: Optional[Failure]) -> str:
+    """For a ``load_state_dict`` whose keys differ by DDP's ``module.`` prefix alone: which side
+    has it, and how to save or load without it ("" for any other failure)."""
+    if failure is None or _STATE_DICT_ERROR not in failure.exception:
+        return ""
+    lines = [*failure.traceback.splitlines(), *failure.last_lines]
+    match = next((m for m in map(_DDP_KEYS.search, lines) if m), None)
+    if match is None:
+        return ""
+    if match["which"] == "Unexpected":
+        return ("  hint: the checkpoint's keys begin with module.: it was saved from the DDP wrapper"
+                " (model.state_dict() of a DistributedDataParallel), and is loaded into the model without it; save"
+                " model.module.state_dict(), so that a checkpoint loads with or without DDP")
+    return ("  hint: the model's keys begin with module.: the state is loaded into the DDP wrapper, and the checkpoint"
+            " was saved without it; load into model.module (model.module.load_state_dict(...)), and save"
+            " model.module.state_dict() too")

@@ -5,7 +5,7 @@ import signal
 from typing import Optional
 
 from orchestrate.hangs.init_calls import apart_warning
-from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint,
+from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint, ddp_prefix_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
                                        local_files_while_hung, local_rank_argument_hint, made_alone_hint,
                                        mismatch_hint, missing_module_hint, no_gpu_hint, node_local_file_hint,
@@ -165,6 +165,7 @@ def ending_hint(outcome: RunResult) -> str:
     return (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
             or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
             or device_ordinal_hint(failure, outcome.results) or unused_parameters_hint(failure)
+            or ddp_prefix_hint(failure)
             or mismatch_hint(failure) or missing_module_hint(failure)
             or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)
             or made_alone_hint(failure)

@@ -441,6 +441,30 @@ def test_ddp_parameters_without_a_gradient_are_named_in_a_hint_with_the_way_out(
     assert hint(RootCause(0, 0, 1, "RuntimeError: Expected to mark a variable ready only once."), [indices]) == ""
 
 
+def test_a_state_dict_whose_keys_differ_by_ddps_module_prefix_gets_the_side_that_has_it(make_job):
+    error = "RuntimeError: Error(s) in loading state_dict for Linear:"
+    plan = make_job(nodes=2)
+
+    def hint(last_lines, traceback=""):
+        results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, error, traceback=traceback)),
+                              (NodePhase.SUCCEEDED, 0, 1.1, None))
+        results[0].last_lines = list(last_lines)
+        return next((ln for ln in format_summary(outcome(results)).splitlines() if ln.startswith("  hint:")), "")
+
+    saved_wrapped = ['[rank0]: \tMissing key(s) in state_dict: "weight", "bias". ',
+                     '[rank0]: \tUnexpected key(s) in state_dict: "module.weight", "module.bias". ']
+    assert hint(saved_wrapped) == (
+        "  hint: the checkpoint's keys begin with module.: it was saved from the DDP wrapper (model.state_dict() of a"
+        " DistributedDataParallel), and is loaded into the model without it; save model.module.state_dict(), so that"
+        " a checkpoint loads with or without DDP")
+    loaded_wrapped = ['\tMissing key(s) in state_dict: "module.weight", "module.bias". ',
+                      '\tUnexpected key(s) in state_dict: "weight", "bias". ']
+    assert hint([], traceback="\n".join(["Traceback ...", error, *loaded_wrapped])).startswith(
+        "  hint: the model's keys begin with module.: the state is loaded into the DDP wrapper, and the checkpoint was"
+        " saved without it; load into model.module")
+    assert hint(['\tMissing key(s) in state_dict: "fc.weight". ', '\tUnexpected key(s) in state_dict: "head.weight". ']) == ""
+
+
 def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_told_why(make_job):
     plan = make_job(nodes=3)
     missing = "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/cache/vocab.json'"
