@@ -85,7 +85,9 @@ class ChaosVerdict(Verdict):
     def failures(self) -> list[str]:
         """Why the trial does not hold, one line each (none: it holds or is inconclusive)."""
         reasons = []
-        if not self.reference.succeeded:
+        if not self.reference.succeeded and self.reference.job_succeeded:  # (it has no faults)
+            reasons.append(f"in the undisturbed run, {'; and '.join(self.reference.missed)}: nothing to compare with")
+        elif not self.reference.succeeded:
             reasons.append(f"the undisturbed run failed (exit code {self.reference.exit_code}): nothing to compare with")
         if self.disturbed is None:  # no trial ran: the reference, or what it left to compare, says why
             return reasons + [c.describe() for c in self.comparisons if not c.equal]
@@ -94,6 +96,9 @@ class ChaosVerdict(Verdict):
             reasons.append("the job did not complete under the faults"
                            + (f": {failure.describe()}" if failure else f" (exit code {self.disturbed.exit_code})"))
         reasons += [f"fault {f.describe()}" for f in self.disturbed.unfired_faults]
+        if self.disturbed.apart:
+            reasons.append(f"in the run with faults, the ranks did not form the one job torchrun started"
+                           f" ({self.disturbed.apart})")
         reasons += [f"{c.describe()}" for c in self.comparisons if not c.equal]
         if self.steps is not None and not self.steps.equal:
             reasons.append(self.steps.describe())
@@ -131,12 +136,6 @@ class ChaosVerdict(Verdict):
             reasons.append(f"no attempt resumed: after {fresh.spec} the job restarted from the beginning"
                            f" ({fresh.redone if fresh.redone is not None else '?'} step(s) redone) although it had"
                            f" written {fresh.saved[-1] if fresh.saved else 'files'}")
-        apart = next((run for run in (self.reference, self.disturbed) if run.apart), None)
-        if apart is not None:
-            which = "undisturbed run" if apart is self.reference else "run with faults"
-            reasons.append(f"in the {which}, the ranks' init_process_group asked for another world than torchrun's"
-                           f" ({apart.apart}), so the check saw ranks that train apart, not the"
-                           " distributed job")
         if self.steps is not None and self.steps.compared == 0:
             reasons.append("--compare-steps: no metric was reported at a step both runs reached (report them with"
                            " orchestrate.progress.report(step, loss=...))")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrate.hangs.diagnosis import HangDiagnosis
-from orchestrate.hangs.init_calls import apart_facts
+from orchestrate.hangs.init_calls import UNDER_TORCHRUN, apart_facts
 from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.judge import Failure, find_failure
 from orchestrate.outcome.node_result import NodeResult
@@ -287,9 +287,20 @@ class RunResult:
 
     @property
     def succeeded(self) -> bool:
-        """The job succeeded, and every fault asked for happened: a run whose experiment did not
-        happen is not a success, however the job ended."""
-        return self.job_succeeded and not self.unfired_faults
+        """The job succeeded, and every fault asked for happened, and its ranks formed the one job
+        torchrun started: a run whose experiment did not happen is not a success, however the job
+        ended (:attr:`missed`)."""
+        return self.job_succeeded and not self.missed
+
+    @property
+    def missed(self) -> list[str]:
+        """What was asked of the run and did not happen, whatever the job's end, one line each:
+        faults that never fired, ranks that did not form the one job torchrun started."""
+        unfired = self.unfired_faults
+        said = [f"{len(unfired)} fault(s) asked for never fired: {', '.join(f.spec for f in unfired)}"] if unfired else []
+        if self.apart:
+            said.append(f"the ranks did not form the one job torchrun started ({self.apart}); {UNDER_TORCHRUN}")
+        return said
 
     @property
     def fired_faults(self) -> list[FaultRecord]:
@@ -340,6 +351,7 @@ class RunResult:
         if self.hang is not None and not self.hung and not self.hang.timed_out:  # (else the failure's own line)
             why.append(f"{'while hung' if self.hang.hung else 'at the last look'}: {self.hang.headline}")
         why += [f"fault {f.describe()}" for f in self.unfired_faults]
+        why += [f"the ranks did not form the one job torchrun started ({self.apart})"] if self.apart else []
         tail = ""
         if failure is not None:
             last = (failure.traceback.rstrip().splitlines() if failure.traceback else list(failure.last_lines))[-3:]

@@ -55,9 +55,7 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"SUCCEEDED: all {len(outcome.results)} nodes exited 0")
         return "\n".join(lines)
     if outcome.job_succeeded:  # the job did, but the experiment asked for did not happen
-        unfired = outcome.unfired_faults
-        lines.append(f"FAILED: all {len(outcome.results)} nodes exited 0, but {len(unfired)} fault(s) asked for"
-                     f" never fired: {', '.join(f.spec for f in unfired)}")
+        lines.append(f"FAILED: all {len(outcome.results)} nodes exited 0, but {'; and '.join(outcome.missed)}")
         return "\n".join(lines)
     if ended_hung(outcome):
         lines.append(f"HUNG: {outcome.hang.headline}")
@@ -182,7 +180,8 @@ def warning_lines(outcome: RunResult) -> list[str]:
     """What the job did that may fail nothing and still is a mistake, whatever its end: ranks
     whose init_process_group asked for another world than torchrun's, files several ranks wrote
     whole, a DistributedSampler that shuffled every epoch alike."""
-    apart = [f"warning: {apart_warning(outcome.apart)}"] if outcome.apart else []
+    # (a job that succeeded fails on it, and says it in its FAILED line)
+    apart = [f"warning: {apart_warning(outcome.apart)}"] if outcome.apart and not outcome.job_succeeded else []
     return apart + written_by_several_lines(outcome) + [f"warning: {shuffled_alike(line, epoch, ranks)}"
                                                         for line, (epoch, ranks) in outcome.shuffled_alike.items()]
 

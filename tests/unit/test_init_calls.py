@@ -213,9 +213,10 @@ def test_an_init_that_timed_out_is_placed_there_from_the_record_written_as_it_fa
 
 def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tmp_path, monkeypatch, make_job):
     """Each rank's call comes on the progress channel as it is made; the run's end says, in one
-    line, what was not torchrun's: a world of one per rank succeeds, and is not the job torchrun
-    started. outcome.json and the page keep the line; a hang whose diagnosis said it is not warned
-    again; calls that asked for what torchrun gave say nothing."""
+    line, what was not torchrun's: a world of one per rank exits 0, and is not the job torchrun
+    started, so the run fails, saying so (a run that failed anyway warns of it). outcome.json and
+    the page keep the line; a hang whose diagnosis said it is not warned again; calls that asked
+    for what torchrun gave say nothing."""
     from orchestrate.hangs.diagnosis import HangDiagnosis
     from orchestrate.node import progress
     from orchestrate.outcome.model import RunResult, Timings
@@ -246,9 +247,17 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
             " rank 1 called init_process_group with rank=0, its LOCAL_RANK, where torchrun gave it RANK=1: so the"
             " ranks did not form the one job torchrun started, whether the run succeeds or not; under torchrun leave"
             " init_method, rank and world_size out: env:// reads what torchrun sets")
+    facts = said.split(": so the ranks")[0]
     lines = format_summary(result).splitlines()
-    assert [ln for ln in lines if ln.startswith("warning:")] == [f"warning: {said}"]
-    assert lines[-1] == "SUCCEEDED: all 2 nodes exited 0"
+    assert not result.succeeded and result.job_succeeded and result.exit_code == 1
+    assert lines[-1] == (f"FAILED: all 2 nodes exited 0, but the ranks did not form the one job torchrun started"
+                         f" ({facts}); under torchrun leave init_method, rank and world_size out: env:// reads what"
+                         " torchrun sets")
+    assert not [ln for ln in lines if ln.startswith("warning:")]  # said once, in the FAILED line
+    assert f"FAILED (exit code 1): the ranks did not form the one job torchrun started ({facts})" in repr(result)
+    failed = RunResult("r0", tmp_path, [NodeResult(nodes[0].node, NodePhase.FAILED, 1), nodes[1]], Timings(),
+                       init_calls=watch.init_calls)
+    assert [ln for ln in format_summary(failed).splitlines() if ln.startswith("warning:")] == [f"warning: {said}"]
     record = json.loads(json.dumps(outcome_record(result)))
     assert record["apart"] == said
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": record}))
@@ -258,4 +267,4 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
                      hang=HangDiagnosis(20.0, [], {}, "", init_hints=["ranks 0, 1 called ... world_size=1 ..."]))
     assert hung.apart == "" and "warning:" not in format_summary(hung)
     right = RunResult("r3", tmp_path, nodes, Timings(), init_calls={0: call(0), 1: call(1)})
-    assert right.apart == "" and outcome_record(right)["apart"] is None
+    assert right.apart == "" and outcome_record(right)["apart"] is None and right.succeeded
