@@ -9,21 +9,32 @@ def first_line(text: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
-# How long an exception's text runs in a one-line description, at most (torch's run to 400 and more).
-BRIEF_CHARS = 200
+# How long an exception's text runs in a one-line description, at most: torch's DDP errors run to
+# 400 characters and more in their first line; gloo's, with the path of its source, to some 230,
+# where the first ". " comes before the words that say what went wrong, so those stay whole.
+BRIEF_CHARS = 300
+
+
+# How much of its message a cut exception keeps at least, past its name.
+BRIEF_MESSAGE_CHARS = 40
 
 
 def brief(exception: str) -> str:
     """An exception's text for a line that says more beside it: whole where it is short enough;
-    else up to the end of its first sentence where that comes within :data:`BRIEF_CHARS`, or to
-    the last word before them, and " …". The whole text is in the lines shown under the summary
-    and in outcome.json."""
+    else up to the end of its last sentence that ends within :data:`BRIEF_CHARS`, or to the last
+    word before them, or into a word too long to end, and " …"; never shorter than the
+    exception's name and :data:`BRIEF_MESSAGE_CHARS` of its message. The whole text is in the
+    lines shown under the summary and in outcome.json."""
     if len(exception) <= BRIEF_CHARS:
         return exception
-    end = exception.find(". ")
-    if 0 < end < BRIEF_CHARS:
+    head = exception[:BRIEF_CHARS]
+    named = exception.find(": ")
+    message_at = named + 2 if 0 < named < BRIEF_MESSAGE_CHARS * 2 else 0
+    end = head.rfind(". ")
+    if end - message_at >= BRIEF_MESSAGE_CHARS:
         return exception[:end + 1] + " …"
-    return exception[:BRIEF_CHARS].rsplit(" ", 1)[0].rstrip(" ,;:") + " …"
+    words = head.rsplit(" ", 1)[0]
+    return (words if len(words) - message_at >= BRIEF_MESSAGE_CHARS else head).rstrip(" ,;") + " …"
 
 
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:

@@ -90,6 +90,8 @@ def attempts_of(records: Iterable[ProgressRecord], reference_steps: Optional[int
     the undisturbed run's steps, ``completed``: the job ended where it ended."""
     attempts: dict[str, Attempt] = {}
     for record in sorted(one_ranks_records(records), key=lambda r: r.time):
+        if record.init_call is not None:  # made before the attempt's work: no time of it
+            continue
         attempt = attempts.setdefault(record.attempt, Attempt(record.attempt, record.time))
         if record.resumed is not None:
             attempt.resumed = record.resumed

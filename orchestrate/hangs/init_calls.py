@@ -14,10 +14,10 @@ from orchestrate.text import ranks_text
 UNDER_TORCHRUN = "under torchrun leave init_method, rank and world_size out: env:// reads what torchrun sets"
 
 
-# Why a wrong call matters, said once the run has ended, whatever its end: ranks that ask for
-# another world or store make a job of their own (a world of one trains alone; a rank past the
-# size asked for fails), and a run of such ranks can succeed without being the job torchrun started.
-APART = "so the ranks did not form the one job torchrun started, whether the run succeeds or not"
+# Why a wrong call matters, said once the run has ended: ranks that ask for another world size
+# make a job of their own (a world of one trains alone; a rank past the size asked for fails), and
+# a run of such ranks can exit 0 without being the job torchrun started.
+APART = "so the ranks did not form the one job torchrun started"
 
 
 def init_hints(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
@@ -36,12 +36,32 @@ def init_hints(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
     return [facts + why for facts, why in hints if facts]
 
 
-def apart_facts(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
-    """For a run that has ended: the stores, world sizes and ranks of the ranks'
-    ``init_process_group`` ``calls`` (every rank's that the run's workers made) that are not
-    torchrun's, worst first, in one line; "" where every call asked for what torchrun gave."""
-    facts = [store_facts(calls), node_local_file_facts(calls, nodes), world_size_facts(calls), rank_facts(calls)]
-    return "; ".join(fact for fact in facts if fact)
+def apart_facts(calls: dict[int, InitCall]) -> str:
+    """For a run that has ended, from the groups the ranks' ``init_process_group`` ``calls`` made:
+    the world sizes that are not torchrun's, then the ranks that asked for the same rank within
+    torchrun's world, in one line; "" where none. Other stores and other rank numbers are no such
+    fact: a group made through another name of torchrun's store, or with the ranks numbered in
+    another order, is still the one job."""
+    sized = {rank: call for rank, call in calls.items() if known_and_other(call.world_size, call.torchrun_world_size)}
+    others = {rank: call for rank, call in calls.items() if rank not in sized}
+    return "; ".join(fact for fact in (world_size_facts(calls), same_rank_facts(others)) if fact)
+
+
+def same_rank_facts(calls: dict[int, InitCall]) -> str:
+    """The ranks that asked for the same rank as another ("" for none)."""
+    parts = []
+    for (wanted,), ranks in by_value({r: c for r, c in calls.items() if c.rank is not None},
+                                     lambda c: (c.rank,)).items():
+        if len(ranks) > 1:
+            local = " (their LOCAL_RANK)" if wanted and all(calls[r].torchrun_local_rank == wanted for r in ranks) else ""
+            parts.append(f"{ranks_text(ranks)} each called init_process_group with rank={wanted}{local}")
+    return "; ".join(parts)
+
+
+def asks_for_torchruns_world(call: InitCall) -> bool:
+    """Whether ``call`` asked for the world size and rank torchrun gave (or did not say)."""
+    return not known_and_other(call.world_size, call.torchrun_world_size) and not known_and_other(
+        call.rank, call.torchrun_rank)
 
 
 def apart_warning(facts: str) -> str:

@@ -66,41 +66,49 @@ def asked_for(init_method: Optional[str], rank: Any, world_size: Any, store: Any
 
 
 def recording(original: Callable[..., Any], gave: Dict[str, Any], keep: Callable[[Dict[str, Any]], None],
-              failed: Callable[[], None], environ: Mapping[str, str] = os.environ) -> Callable[..., Any]:
+              failed: Callable[[], None], environ: Mapping[str, str] = os.environ,
+              made: Callable[[Dict[str, Any]], None] = lambda call: None) -> Callable[..., Any]:
     """``original`` (``init_process_group``), keeping what each call asks for beside what
-    torchrun ``gave`` before it calls it, and calling ``failed`` where it raises (its timeout:
-    the record is then written before the process dies of it); a call the recorder cannot read
-    runs as it is."""
+    torchrun ``gave`` before it calls it, calling ``failed`` where it raises (its timeout: the
+    record is then written before the process dies of it), and ``made`` with the call once it
+    returned (a group torch made: not one it refused); a call the recorder cannot read runs as
+    it is."""
     import inspect
 
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        call = None
         try:
             bound = signature.bind_partial(*args, **kwargs).arguments
-            keep({**asked_for(bound.get("init_method"), bound.get("rank", -1), bound.get("world_size", -1),
-                              bound.get("store"), environ), "torchrun": gave})
+            call = {**asked_for(bound.get("init_method"), bound.get("rank", -1), bound.get("world_size", -1),
+                                bound.get("store"), environ), "torchrun": gave}
+            keep(call)
         except (TypeError, ValueError):
             pass  # arguments torch itself will refuse, with its own words
         try:
-            return original(*args, **kwargs)
+            group = original(*args, **kwargs)
         except Exception:
             failed()
             raise
+        if call is not None:
+            made(call)
+        return group
 
     init_process_group.__ddp_compose_init_recorded__ = True  # type: ignore[attr-defined]
     return init_process_group
 
 
-def install(gave: Dict[str, Any], keep: Callable[[Dict[str, Any]], None], failed: Callable[[], None]) -> None:
+def install(gave: Dict[str, Any], keep: Callable[[Dict[str, Any]], None], failed: Callable[[], None],
+            made: Callable[[Dict[str, Any]], None] = lambda call: None) -> None:
     """Record ``init_process_group`` where scripts find it (the package and ``distributed_c10d``)."""
     c10d = sys.modules["torch.distributed.distributed_c10d"]
     dist = sys.modules["torch.distributed"]
     original = c10d.init_process_group
     if getattr(original, "__ddp_compose_init_recorded__", False):
         return
-    wrapped = recording(original, gave, keep, failed)
+    wrapped = recording(original, gave, keep, failed, made=made)
     c10d.init_process_group = wrapped
     if getattr(dist, "init_process_group", None) is original:
         dist.init_process_group = wrapped

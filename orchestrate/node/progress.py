@@ -148,9 +148,10 @@ def report_same_shuffle(line: str, epoch: int) -> None:
 
 
 def report_init_call(call: dict[str, Any]) -> None:
-    """Report how this rank's script called ``init_process_group``, beside what torchrun gave it
-    (see :mod:`orchestrate.node.init_record`): the launcher names ranks that asked for another
-    world size, rank or store, and so did not join the job torchrun started."""
+    """Report how this rank's script called ``init_process_group``, once the call made its group,
+    beside what torchrun gave it (see :mod:`orchestrate.node.init_record`): the launcher names
+    ranks that asked for another world size or rank, and so did not form the job torchrun
+    started."""
     channel = _get_channel()
     if channel is not None:
         channel.write({"rank": channel.rank, "init_call": call, "time": time.time()})

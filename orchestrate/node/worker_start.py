@@ -214,11 +214,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
         collective_log.wrap_torch_distributed(log, name_group)
         if timeout_s is not None:
             collective_log.with_default_timeout(timeout_s)
-        def keep_init_call(call: dict) -> None:
-            log.init_call = call
-            report_init_call(call)
-
-        init_record.install(torchrun_gave, keep_init_call, lambda: collective_log.on_failure(log))
+        init_record.install(torchrun_gave, lambda call: setattr(log, "init_call", call),
+                            lambda: collective_log.on_failure(log), made=report_init_call)
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.nn.parallel.distributed", lambda: ddp_collectives.install(log, name_group))

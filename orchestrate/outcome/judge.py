@@ -528,35 +528,51 @@ def unused_parameters_hint(failure: Optional[Failure]) -> str:
 
 
 # argparse's words for a script that requires torch.distributed.launch's --local_rank (or --local-rank).
-_LOCAL_RANK_REQUIRED = re.compile(r"the following arguments are required: .*--local[_-]rank\b")
+_LOCAL_RANK_REQUIRED = re.compile(r"the following arguments are required: .*(?P<flag>--local[_-]rank)\b")
 
 
 def local_rank_argument_hint(failure: Optional[Failure]) -> str:
     """For a script that refused to start for want of a ``--local_rank`` argument: torchrun gives
     the local rank in the environment ("" for any other failure)."""
-    if failure is None or failure.exit_code != REFUSED_EXIT_CODE or not any(
-            _LOCAL_RANK_REQUIRED.search(line) for line in failure.last_lines[-3:]):
+    found = None if failure is None or failure.exit_code != REFUSED_EXIT_CODE else next(
+        (m for m in map(_LOCAL_RANK_REQUIRED.search, failure.last_lines[-3:]) if m), None)
+    if found is None:
         return ""
-    return ("  hint: the script requires --local_rank, which torch.distributed.launch passed on the command line;"
+    return (f"  hint: the script requires {found['flag']}, which torch.distributed.launch passed on the command line;"
             " torchrun, which starts every node's workers, passes it in the environment as LOCAL_RANK: read"
-            " int(os.environ[\"LOCAL_RANK\"]), or give the argument default=int(os.environ.get(\"LOCAL_RANK\", 0))")
+            " int(os.environ[\"LOCAL_RANK\"]), or drop required=True and give the argument"
+            " default=int(os.environ.get(\"LOCAL_RANK\", 0))")
 
 
 # torch's load_state_dict, for keys that do not match: DDP's wrapper names its model's keys "module.<key>".
 _STATE_DICT_ERROR = "Error(s) in loading state_dict"
-_DDP_KEYS = re.compile(r'(?P<which>Unexpected|Missing) key\(s\) in state_dict: "module\.')
+_KEYS = re.compile(r'(?P<which>Unexpected|Missing) key\(s\) in state_dict: (?P<keys>".*)$')
+DDP_PREFIX = "module."
+
+
+def state_dict_keys(lines: list[str], which: str) -> set[str]:
+    """The keys torch's error lists as ``which`` ("Missing", "Unexpected") in ``lines``."""
+    found = next((m for m in map(_KEYS.search, lines) if m and m["which"] == which), None)
+    return set(re.findall(r'"([^"]+)"', found["keys"])) if found else set()
 
 
 def ddp_prefix_hint(failure: Optional[Failure]) -> str:
-    """For a ``load_state_dict`` whose keys differ by DDP's ``module.`` prefix alone: which side
-    has it, and how to save or load without it ("" for any other failure)."""
+    """For a ``load_state_dict`` whose keys differ by DDP's ``module.`` prefix: which side has
+    it, and how to save or load without it; "" for any other failure, and where both sides or
+    neither have it, or taking it off matches no key."""
     if failure is None or _STATE_DICT_ERROR not in failure.exception:
         return ""
     lines = [*failure.traceback.splitlines(), *failure.last_lines]
-    match = next((m for m in map(_DDP_KEYS.search, lines) if m), None)
-    if match is None:
+    missing, unexpected = state_dict_keys(lines, "Missing"), state_dict_keys(lines, "Unexpected")
+
+    def bare(keys: set[str]) -> set[str]:
+        return {k[len(DDP_PREFIX):] for k in keys if k.startswith(DDP_PREFIX)}
+
+    saved_wrapped = bool(bare(unexpected) & missing) and not bare(missing)
+    loaded_wrapped = bool(bare(missing) & unexpected) and not bare(unexpected)
+    if not saved_wrapped and not loaded_wrapped:
         return ""
-    if match["which"] == "Unexpected":
+    if saved_wrapped:
         return ("  hint: the checkpoint's keys begin with module.: it was saved from the DDP wrapper"
                 " (model.state_dict() of a DistributedDataParallel), and is loaded into the model without it; save"
                 " model.module.state_dict(), so that a checkpoint loads with or without DDP")

@@ -224,9 +224,10 @@ class RunResult:
             cannot find one is told why.
         shuffled_alike: Each line where ranks iterated a shuffling ``DistributedSampler`` again
             with the same epoch (``set_epoch`` forgotten), with that epoch and those ranks.
-        init_calls: How each rank's script called ``init_process_group`` (its latest call),
-            beside what torchrun gave it: ranks that asked for another world size, rank or store
-            did not form the job torchrun started (:attr:`apart`).
+        init_calls: How each rank's script called ``init_process_group``, beside what torchrun
+            gave it: in its latest attempt, a call that made a group of torchrun's world, else its
+            latest; ranks that asked for another world size, or the same rank, did not form the
+            job torchrun started (:attr:`apart`).
     """
 
     run_id: str
@@ -261,8 +262,7 @@ class RunResult:
         call asked for what torchrun gave, or the hang's diagnosis said it."""
         if self.hang is not None and self.hang.init_hints:
             return ""
-        nodes = {rank: r.node.name for r in self.results for rank in r.node.global_ranks}
-        return apart_facts(self.init_calls, nodes)
+        return apart_facts(self.init_calls)
 
     @property
     def written_by_several(self) -> dict[str, tuple[int, ...]]:

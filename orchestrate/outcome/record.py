@@ -43,8 +43,10 @@ def outcome_record(outcome: RunResult) -> dict:
         "stopped_where": {str(rank): where for rank, where in sorted(outcome.stopped_where.items())},
         # the shared files more than one rank wrote whole, each with its writers
         "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
-        # ranks whose init_process_group asked for another world size, rank or store than torchrun's
+        # ranks whose init_process_group asked for another world size than torchrun's, or the same rank
         "apart": apart_warning(outcome.apart) or None,
+        # what was asked and did not happen though every node exited 0 (the summary's FAILED line)
+        "missed": outcome.missed if outcome.job_succeeded else [],
         "shuffled_alike": {line: {"epoch": epoch, "ranks": list(ranks)}
                            for line, (epoch, ranks) in outcome.shuffled_alike.items()},
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},

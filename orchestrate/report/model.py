@@ -267,6 +267,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             model.outcome = "SUCCEEDED"
         elif model.failure:
             model.outcome = f"FAILED (exit code {model.exit_code}): {model.failure.get('describe', '')}"
+        elif outcome.get("missed"):  # every node exited 0, but what was asked did not happen
+            model.outcome = (f"FAILED (exit code {model.exit_code}): every node exited 0, but"
+                             f" {'; and '.join(str(line) for line in outcome['missed'])}")
         else:
             model.outcome = f"FAILED (exit code {model.exit_code})"
         if outcome.get("teardown_error"):

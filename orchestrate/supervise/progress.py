@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
+from orchestrate.hangs.init_calls import asks_for_torchruns_world
 from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.model import Recovery
 from orchestrate.outcome.progress import ProgressReader
@@ -29,8 +30,10 @@ class ProgressWatch:
         self.written_locally: dict[str, set[int]] = {}
         # the lines where ranks iterated a shuffling DistributedSampler again with the same epoch
         self.same_shuffle: dict[str, tuple[int, set[int]]] = {}
-        # how each rank's script called init_process_group, its latest attempt's call
-        self.init_calls: dict[int, InitCall] = {}
+        # how each rank's script called init_process_group: of its latest attempt's groups, one of
+        # torchrun's world where it made one, else its latest (a world of one made after the job,
+        # to export a model, does not undo the job); each with its attempt
+        self.init_calls: dict[int, tuple[str, InitCall]] = {}
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -46,6 +49,10 @@ class ProgressWatch:
         """The files on a node's own disk the workers wrote, each with its writers, in the order
         they were first read (the latest last: a hung rank's hint names the latest)."""
         return {path: tuple(sorted(ranks)) for path, ranks in self.written_locally.items()}
+
+    def groups_made(self) -> dict[int, InitCall]:
+        """How each rank's script called init_process_group (see :attr:`init_calls`)."""
+        return {rank: call for rank, (_, call) in sorted(self.init_calls.items())}
 
     def shuffled_alike(self) -> dict[str, tuple[int, tuple[int, ...]]]:
         """Each line where ranks iterated a shuffling DistributedSampler again with the same
@@ -75,7 +82,11 @@ class ProgressWatch:
             if record.init_call is not None:
                 call = InitCall.from_json(record.init_call)
                 if call is not None:
-                    self.init_calls[record.rank] = call
+                    # (keyed as torchrun numbered the rank: a script may change RANK before it reports)
+                    rank = call.torchrun_rank if call.torchrun_rank is not None else record.rank
+                    kept = self.init_calls.get(rank)
+                    if kept is None or kept[0] != record.attempt or not asks_for_torchruns_world(kept[1]):
+                        self.init_calls[rank] = (record.attempt, call)
                 continue
             if record.finished:  # not a step: a script without any still says it
                 self.finished[record.rank] = (record.attempt, record.after_step, record.time)

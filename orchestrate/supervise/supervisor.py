@@ -747,7 +747,7 @@ class Supervisor:
         result.written_shared = self.progress.written_whole()
         result.written_locally = self.progress.written_on_nodes_disks()
         result.shuffled_alike = self.progress.shuffled_alike()
-        result.init_calls = dict(self.progress.init_calls)
+        result.init_calls = self.progress.groups_made()
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = self.stop_request.by

@@ -249,6 +249,9 @@ def test_an_attempt_that_resumed_says_where_from_and_the_fault_before_it_what_wa
     assert strike.describe_next() == "resumed from step 4: 2 step(s) redone"
     assert strike.describe_saved() == "yes: ckpt/step_3/model.pt"
     assert steps_redone(attempts, 10) == 2
+    # a group made at start-up is before the attempt's work: the attempt begins at its own records
+    made = [ProgressRecord(0, 90.0, attempt="a", init_call={"rank": 0, "world_size": 2})]
+    assert [a.first_time for a in attempts_of(made + records, 10, completed=True)] == [101.0, 110.0]
 
 
 def test_counted_steps_without_a_carried_count_resume_as_far_as_the_last_attempt_tells():

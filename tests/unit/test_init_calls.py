@@ -3,6 +3,7 @@
 (orchestrate/hangs/init_calls.py), live and after torch's timeout ended the wait."""
 from __future__ import annotations
 
+import html
 import json
 from typing import Any, Optional
 
@@ -56,20 +57,22 @@ def init_process_group(backend: Optional[str] = None, init_method: Optional[str]
 
 def test_the_recorder_keeps_each_call_beside_torchruns_and_says_when_it_fails():
     kept: list[dict] = []
+    made: list[dict] = []
     failures: list[bool] = []
     gave = torchrun_gave(TORCHRUN_ENV)
     wrapped = recording(init_process_group, gave, kept.append, lambda: failures.append(True),
-                        environ={**TORCHRUN_ENV, "MASTER_ADDR": "localhost"})
+                        environ={**TORCHRUN_ENV, "MASTER_ADDR": "localhost"}, made=made.append)
     assert wrapped.__name__ == "init_process_group"
     assert wrapped("gloo", world_size=4, rank=0) == "gloo None 4 0"  # passed on as given
     assert kept == [{"rank": 0, "world_size": 4, "store": "localhost:29500", "via": "env", "torchrun": gave}]
-    assert not failures
+    assert made == kept and not failures
     with pytest.raises(RuntimeError, match="timed out"):
         wrapped("gloo", "tcp://fails:1", rank=1, world_size=2)
     assert failures == [True] and kept[-1]["store"] == "fails:1"
+    assert len(made) == 1  # a call that made no group is no job the rank formed
     # a call the recorder cannot read (a port that is no number) is torch's to refuse: it runs as it is
     assert wrapped("gloo", "tcp://host:port") == "gloo tcp://host:port -1 -1"
-    assert len(kept) == 2
+    assert len(kept) == 2 and len(made) == 1
 
 
 def test_the_recorder_reads_torchs_own_signature_and_its_call_makes_the_group(tmp_path):
@@ -212,11 +215,11 @@ def test_an_init_that_timed_out_is_placed_there_from_the_record_written_as_it_fa
 
 
 def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tmp_path, monkeypatch, make_job):
-    """Each rank's call comes on the progress channel as it is made; the run's end says, in one
-    line, what was not torchrun's: a world of one per rank exits 0, and is not the job torchrun
-    started, so the run fails, saying so (a run that failed anyway warns of it). outcome.json and
-    the page keep the line; a hang whose diagnosis said it is not warned again; calls that asked
-    for what torchrun gave say nothing."""
+    """Each rank's call comes on the progress channel once it made its group; the run's end says,
+    in one line, what was not torchrun's: a world of one per rank exits 0, and is not the job
+    torchrun started, so the run fails, saying so (a run that failed anyway warns of it).
+    outcome.json and the page keep the line; a hang whose diagnosis said it is not warned again;
+    calls that asked for what torchrun gave, or numbered the ranks in another order, say nothing."""
     from orchestrate.hangs.diagnosis import HangDiagnosis
     from orchestrate.node import progress
     from orchestrate.outcome.model import RunResult, Timings
@@ -230,23 +233,34 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
     from tests.unit.test_report import plan, started
 
     monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
-    for rank in (0, 1):
-        monkeypatch.setenv("RANK", str(rank))
-        monkeypatch.setattr(progress, "_channel", None)  # another worker process
+    processes = iter(range(10))
+
+    def worker(rank: int, *calls: tuple[int, int], reported_as: int = -1) -> None:
+        """A worker process of ``rank`` whose groups asked for these (rank, world size)."""
+        monkeypatch.setenv("RANK", str(rank if reported_as < 0 else reported_as))
+        monkeypatch.setattr(progress, "_channel", None)  # another worker process: another attempt
+        progress._get_channel().attempt = f"process-{next(processes)}"  # (one pid here, and a clock too coarse)
         gave = torchrun_gave({**TORCHRUN_ENV, "RANK": str(rank)})
-        progress.report_init_call({**asked_for(None, 0, 8, None, TORCHRUN_ENV), "torchrun": gave})  # a restart's
-        progress.report_init_call({**asked_for(None, 0, 1, None, TORCHRUN_ENV), "torchrun": gave})
+        for asked, size in calls:
+            progress.report_init_call({**asked_for(None, asked, size, None, TORCHRUN_ENV), "torchrun": gave})
+
+    worker(0, (0, 2))  # the first attempt formed the job...
+    worker(0, (0, 1))  # ...its restart did not
+    worker(1, (1, 2), (0, 1), reported_as=0)  # the job, then a world of one to export the model, RANK changed
     watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
     watch.poll(0.0, None)
-    assert watch.init_calls == {0: call(0, asked_rank=0, world_size=1), 1: call(1, asked_rank=0, world_size=1)}
+    assert watch.groups_made() == {0: call(0, asked_rank=0, world_size=1), 1: call(1)}
     assert watch.max_step is None and not watch.seen and not watch.attempts  # no step
+    assert RunResult("r", tmp_path, [], Timings(), init_calls=watch.groups_made()).apart == (
+        "rank 0 called init_process_group with world_size=1, but torchrun started 2 workers (WORLD_SIZE=2)")
+    worker(1, (0, 1))  # rank 1 restarted too
+    watch.poll(0.0, None)
 
     nodes = [NodeResult(node, NodePhase.SUCCEEDED, 0) for node in make_job(nodes=2).nodes]
-    result = RunResult("r1", tmp_path, nodes, Timings(), init_calls=watch.init_calls)
-    said = ("ranks 0, 1 called init_process_group with world_size=1, but torchrun started 2 workers (WORLD_SIZE=2);"
-            " rank 1 called init_process_group with rank=0, its LOCAL_RANK, where torchrun gave it RANK=1: so the"
-            " ranks did not form the one job torchrun started, whether the run succeeds or not; under torchrun leave"
-            " init_method, rank and world_size out: env:// reads what torchrun sets")
+    result = RunResult("r1", tmp_path, nodes, Timings(), init_calls=watch.groups_made())
+    said = ("ranks 0, 1 called init_process_group with world_size=1, but torchrun started 2 workers (WORLD_SIZE=2):"
+            " so the ranks did not form the one job torchrun started; under torchrun leave init_method, rank and"
+            " world_size out: env:// reads what torchrun sets")
     facts = said.split(": so the ranks")[0]
     lines = format_summary(result).splitlines()
     assert not result.succeeded and result.job_succeeded and result.exit_code == 1
@@ -256,15 +270,23 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
     assert not [ln for ln in lines if ln.startswith("warning:")]  # said once, in the FAILED line
     assert f"FAILED (exit code 1): the ranks did not form the one job torchrun started ({facts})" in repr(result)
     failed = RunResult("r0", tmp_path, [NodeResult(nodes[0].node, NodePhase.FAILED, 1), nodes[1]], Timings(),
-                       init_calls=watch.init_calls)
+                       init_calls=watch.groups_made())
     assert [ln for ln in format_summary(failed).splitlines() if ln.startswith("warning:")] == [f"warning: {said}"]
     record = json.loads(json.dumps(outcome_record(result)))
     assert record["apart"] == said
+    assert record["missed"] == [lines[-1].split(", but ", 1)[1]]
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": record}))
     assert f'<p id="apart">Warning: {said}</p>' in page
+    assert f"FAILED (exit code 1): every node exited 0, but {record['missed'][0]}" in html.unescape(page)
 
-    hung = RunResult("r2", tmp_path, nodes, Timings(), init_calls=watch.init_calls,
+    hung = RunResult("r2", tmp_path, nodes, Timings(), init_calls=watch.groups_made(),
                      hang=HangDiagnosis(20.0, [], {}, "", init_hints=["ranks 0, 1 called ... world_size=1 ..."]))
     assert hung.apart == "" and "warning:" not in format_summary(hung)
     right = RunResult("r3", tmp_path, nodes, Timings(), init_calls={0: call(0), 1: call(1)})
     assert right.apart == "" and outcome_record(right)["apart"] is None and right.succeeded
+    # the ranks numbered in another order, or the store under another name: still the one job
+    other_order = {0: call(0, asked_rank=1, store="localhost:29500"), 1: call(1, asked_rank=0)}
+    assert RunResult("r4", tmp_path, nodes, Timings(), init_calls=other_order).succeeded
+    same_rank = {r: call(r, asked_rank=1, local_rank=1) for r in (0, 1)}
+    assert RunResult("r5", tmp_path, nodes, Timings(), init_calls=same_rank).apart == (
+        "ranks 0, 1 each called init_process_group with rank=1 (their LOCAL_RANK)")

@@ -11,6 +11,7 @@ from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
+from orchestrate.text import brief
 
 
 def results_for(plan, *specs):
@@ -277,7 +278,12 @@ def test_peers_that_refused_alike_are_said_once_and_a_required_local_rank_argume
         "  then node3 rank 3: exit code 3",  # its worker's, not its torchrun's 1
         "  hint: the script requires --local_rank, which torch.distributed.launch passed on the command line;"
         " torchrun, which starts every node's workers, passes it in the environment as LOCAL_RANK: read"
-        " int(os.environ[\"LOCAL_RANK\"]), or give the argument default=int(os.environ.get(\"LOCAL_RANK\", 0))"]
+        " int(os.environ[\"LOCAL_RANK\"]), or drop required=True and give the argument"
+        " default=int(os.environ.get(\"LOCAL_RANK\", 0))"]
+    dashed = results_for(make_job(nodes=2), (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 2, timestamp=1.0)),
+                         (NodePhase.SUCCEEDED, 0, 1.1, None))
+    dashed[0].last_lines = [usage, "train.py: error: the following arguments are required: --local-rank, --data"]
+    assert "\n  hint: the script requires --local-rank, which" in format_summary(outcome(dashed))
     other = results_for(make_job(nodes=2), (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 2, timestamp=1.0)),
                         (NodePhase.SUCCEEDED, 0, 1.1, None))
     other[0].last_lines = [usage, "train.py: error: the following arguments are required: --data"]
@@ -395,23 +401,31 @@ def test_a_script_that_imports_what_the_nodes_lack_gets_a_hint_under_its_failure
                                         " needs) goes into the node image")
 
 
-def test_a_long_error_is_cut_at_its_first_sentence_in_its_line_and_a_ranks_other_error_is_said_whole(make_job):
+def test_a_long_error_is_cut_at_a_sentence_in_its_line_and_a_peers_same_error_is_said_once(make_job):
     """torch's DDP errors run to 400 characters and more in their first line: the failure's line
-    keeps the first sentence, and a peer with the same error says so; an error of another kind
-    is said, cut the same way."""
+    keeps its sentences up to 300 characters, and a peer with the same error says so; an error of
+    another kind is said, cut the same way."""
     unused = ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one."
               " This error indicates that your module has parameters that were not used in producing loss. You can"
-              " enable unused parameter detection by passing the keyword argument `find_unused_parameters=True`")
+              " enable unused parameter detection by passing the keyword argument `find_unused_parameters=True` to"
+              " `torch.nn.parallel.DistributedDataParallel`, and by")  # torch's first line, whole
     plan = make_job(nodes=3)
     results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, unused, timestamp=1.0)),
                           (NodePhase.FAILED, 1, 1.1, RootCause(1, 0, 1, unused, timestamp=1.1)),
-                          (NodePhase.FAILED, 1, 1.2, RootCause(2, 0, 1, "ValueError: " + "x" * 150 + " " + "y" * 80,
+                          (NodePhase.FAILED, 1, 1.2, RootCause(2, 0, 1, "ValueError: " + "x" * 250 + " " + "y" * 80,
                                                                timestamp=1.2)))
     lines = format_summary(outcome(results)).splitlines()
     failed = lines.index("FAILED: node0 rank 0 failed (exit code 1): RuntimeError: Expected to have finished reduction"
-                         " in the prior iteration before starting a new one. …")
+                         " in the prior iteration before starting a new one. This error indicates that your module has"
+                         " parameters that were not used in producing loss. …")
     assert lines[failed + 1] == "  then node1 rank 1: the same error"
-    assert lines[failed + 2] == "  then node2 rank 2: ValueError: " + "x" * 150 + " …"
+    assert lines[failed + 2] == "  then node2 rank 2: ValueError: " + "x" * 250 + " …"
+    gloo = ("gloo::EnforceNotMet: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456]"
+            " op.preamble.length <= op.nbytes. 32 vs 16. Received data size doesn't match expected size")
+    assert brief(gloo) == gloo and brief(gloo + " " + "z" * 100) == gloo + " " + "z" * 100  # under 300: whole
+    assert brief("ValueError: " + "t" * 400) == "ValueError: " + "t" * 288 + " …"  # one token: cut in it
+    early = "RuntimeError: e.g. " + "word " * 80  # a sentence's end too early to keep alone
+    assert brief(early) == early[:300].rsplit(" ", 1)[0] + " …"
     assert outcome_record(outcome(results))["failure"]["exception"] == unused  # whole in outcome.json
 
 
@@ -463,6 +477,11 @@ def test_a_state_dict_whose_keys_differ_by_ddps_module_prefix_gets_the_side_that
         "  hint: the model's keys begin with module.: the state is loaded into the DDP wrapper, and the checkpoint was"
         " saved without it; load into model.module")
     assert hint(['\tMissing key(s) in state_dict: "fc.weight". ', '\tUnexpected key(s) in state_dict: "head.weight". ']) == ""
+    # both sides wrapped, other layers: no prefix to blame; nor where taking it off matches nothing
+    assert hint(['\tMissing key(s) in state_dict: "module.fc.weight". ',
+                 '\tUnexpected key(s) in state_dict: "module.head.weight". ']) == ""
+    assert hint(['\tMissing key(s) in state_dict: "fc.weight". ',
+                 '\tUnexpected key(s) in state_dict: "module.head.weight". ']) == ""
 
 
 def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_told_why(make_job):
