@@ -792,6 +792,10 @@ MUTANTS = [
            ("tests/unit/test_outcome.py",)),
     Mutant("the page's FAILED line has no reason for a run whose nodes exited 0", "orchestrate/report/model.py",
            '        elif outcome.get("missed"):', '        elif False:', ("tests/unit/test_init_calls.py",)),
+    Mutant("a pause runc could not freeze is not tried again", "orchestrate/faults/inject.py",
+           '    return "unable to freeze" in str(error)\n', "    return False\n", ("tests/unit/test_faults.py",)),
+    Mutant("every refusal of a pause is tried again", "orchestrate/faults/inject.py",
+           '    return "unable to freeze" in str(error)\n', "    return True\n", ("tests/unit/test_faults.py",)),
 ]
 
 

@@ -7,6 +7,8 @@ import logging
 import re
 from typing import Any, Optional
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
+
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.link import NETEM_MISSING, LinkSpec, format_rate, loss_rule, tbf_burst_bytes, tc_commands
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
@@ -54,6 +56,25 @@ def end_fault(client: Any, project: str, containers: dict[str, Any], fault: Faul
         undo(client, project, containers[node], fault, node=node, cpus_per_node=cpus_per_node, link=link)
 
 
+# runc cannot freeze a cgroup whose processes are busy in the kernel at that instant ("OCI runtime
+# pause failed: unable to freeze"): it thaws them again, and a moment later it can. Seen on a busy
+# 2-core engine, pausing a node one of whose ranks had just been stopped.
+FREEZE_TRIES = 3
+FREEZE_RETRY_S = 1.0
+
+
+def could_not_freeze(error: BaseException) -> bool:
+    return "unable to freeze" in str(error)
+
+
+def pause_node(container: Any, retry_s: float = FREEZE_RETRY_S) -> None:
+    """Pause a node's container, trying again where runc could not freeze it at once."""
+    for attempt in Retrying(stop=stop_after_attempt(FREEZE_TRIES), wait=wait_fixed(retry_s),
+                            retry=retry_if_exception(could_not_freeze), reraise=True):
+        with attempt:
+            container.pause()
+
+
 def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
     """Do ``fault`` (a node fault) to a node's container in Compose project ``project``
     (whose network a disconnect needs).
@@ -67,7 +88,7 @@ def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
     if action is FaultAction.KILL:
         container.kill()
     elif action is FaultAction.PAUSE:
-        container.pause()
+        pause_node(container)
     elif action is FaultAction.DISCONNECT:
         project_network(client, project).disconnect(container, force=True)
     elif action is FaultAction.RESTART:

@@ -219,3 +219,36 @@ def test_a_live_fault_note_where_the_run_directory_cannot_be_written_says_false(
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "live-faults.jsonl").mkdir()  # not a file: the append fails
     assert not note_live_fault(tmp_path / "run", "a1", parse_fault("kill:node1"), "node1", "doing")
+
+
+def test_a_pause_runc_could_not_freeze_at_once_is_tried_again_and_another_refusal_is_not():
+    import docker
+
+    from orchestrate.faults.inject import FREEZE_TRIES, pause_node
+
+    client = FakeDockerClient()
+    node = client.running("p-node1")
+    busy = docker.errors.APIError("Cannot pause container: OCI runtime pause failed: unable to freeze: unknown")
+    client.failures["pause"] = busy
+    tries = []
+
+    def pause_once_busy() -> None:
+        tries.append(1)
+        if len(tries) == 3:
+            client.failures.pop("pause")
+        FakeContainer.pause(node)
+
+    node.pause = pause_once_busy
+    pause_node(node, retry_s=0.0)
+    assert node.status == "paused" and len(tries) == 3  # refused twice, frozen the third time
+    client.failures["pause"] = busy
+    with pytest.raises(docker.errors.APIError, match="unable to freeze"):
+        pause_node(node, retry_s=0.0)
+    assert len(tries) == 3 + FREEZE_TRIES  # then it gives up, with the engine's words
+    client.failures.clear()
+    ended = client.running("p-node2")
+    ended.status = "exited"
+    calls = len(client.calls)
+    with pytest.raises(docker.errors.APIError, match="is not running"):
+        pause_node(ended, retry_s=0.0)
+    assert len(client.calls) == calls + 1  # a refusal of another kind: no second try
