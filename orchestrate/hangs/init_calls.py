@@ -50,8 +50,7 @@ def apart_facts(calls: dict[int, InitCall]) -> str:
 def same_rank_facts(calls: dict[int, InitCall]) -> str:
     """The ranks that asked for the same rank as another ("" for none)."""
     parts = []
-    for (wanted,), ranks in by_value({r: c for r, c in calls.items() if c.rank is not None},
-                                     lambda c: (c.rank,)).items():
+    for wanted, ranks in by_value({r: c for r, c in calls.items() if c.rank is not None}, lambda c: c.rank).items():
         if len(ranks) > 1:
             local = " (their LOCAL_RANK)" if wanted and all(calls[r].torchrun_local_rank == wanted for r in ranks) else ""
             parts.append(f"{ranks_text(ranks)} each called init_process_group with rank={wanted}{local}")
