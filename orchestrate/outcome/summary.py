@@ -254,6 +254,10 @@ def format_slurm_summary(outcome: RunResult) -> str:
     if outcome.succeeded:
         lines.append(f"SUCCEEDED: Slurm job {slurm.job_id} COMPLETED, exit code {job.get('ExitCode', '0:0')}")
         return "\n".join(lines)
+    if outcome.job_succeeded:  # the job did, but the experiment asked for did not happen
+        lines.append(f"FAILED: Slurm job {slurm.job_id} COMPLETED, exit code {job.get('ExitCode', '0:0')},"
+                     f" but {'; and '.join(outcome.missed)}")
+        return "\n".join(lines)
     if outcome.interrupted and outcome.stopped_by:
         lines.append(f"STOPPED by {outcome.stopped_by} ({signal.Signals(outcome.signal_number).name} to Slurm job"
                      f" {slurm.job_id or '-'}'s tasks): every node was stopped")

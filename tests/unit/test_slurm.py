@@ -166,6 +166,14 @@ def test_failed_summary_says_what_slurm_reported(tmp_path):
             " DOWN+NOT_RESPONDING (Not responding)") in text
     done = RunResult("r2", tmp_path, [], Timings(), slurm=SlurmJob("4", job={"JobState": "COMPLETED", "ExitCode": "0:0"}))
     assert done.exit_code == 0 and "SUCCEEDED: Slurm job 4 COMPLETED" in format_slurm_summary(done)
+    # a job that completed before its fault could fire did not run what was asked
+    unfired = RunResult("r3", tmp_path, [], Timings(), faults=[FaultRecord("kill:node1@t=500", "node1", False, None, None,
+                                                                           reason="the job ended first")],
+                        slurm=SlurmJob("5", job={"JobState": "COMPLETED", "ExitCode": "0:0"}))
+    text = format_slurm_summary(unfired)
+    assert unfired.exit_code == 1
+    assert text.splitlines()[-1] == ("FAILED: Slurm job 5 COMPLETED, exit code 0:0, but 1 fault(s) asked for never"
+                                     " fired: kill:node1@t=500")
 
 
 def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
