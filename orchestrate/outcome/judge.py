@@ -39,6 +39,7 @@ class Failure:
     training_pass: str = ""  # which pass of a DDP model's training step that was ("backward pass"), if one
     peers_finished: bool = False  # it lost peers whose scripts had returned (the description says which)
     earlier: Optional[EarlierFailure] = None  # a lost peer's: an earlier attempt's worker whose error was its own
+    users_frame: str = ""  # where the user's own code was in its traceback (train.py:13 in <module>: ...)
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -119,7 +120,8 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
                 rank, reason = cause.rank, f"{reason}: {brief(cause.exception)}"
             if rank is not None:  # one worker explains it: name it
                 reason = f"rank {rank} {reason}"
-            return Failure(result.node.name, rank, result.exit_code, "", tuple(result.last_lines), reason=reason)
+            return Failure(result.node.name, rank, result.exit_code, "", tuple(result.last_lines), reason=reason,
+                           users_frame=cause.users_frame if cause is not None and rank == cause.rank else "")
     failed = [r for r in results if r.state is NodePhase.FAILED]
     if not failed:
         return None
@@ -150,6 +152,7 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
         collective=cause.collective if cause else "",
         training_pass=cause.training_pass if cause else "",
         earlier=first.earlier,
+        users_frame=cause.users_frame if cause else "",
     )
     left = left_early(first, results, uneven=not diverged)
     if not left:

@@ -59,6 +59,7 @@ def outcome_record(outcome: RunResult) -> dict:
             "exception": failure.exception, "reason": failure.reason, "describe": failure.describe(),
             "traceback": failure.traceback, "last_lines": list(failure.last_lines),
             "crashed": failure.crashed or None,  # a native crash: where the worker was
+            "users_frame": failure.users_frame or None,  # where the user's own code was in its traceback
             "then": [{"node": r.node.name, "rank": r.root_cause.rank, "exception": r.root_cause.exception}
                      for r in outcome.results if r.state is NodePhase.FAILED and r.node.name != failure.node
                      and r.root_cause],

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 import re
+import posixpath
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from orchestrate.hangs.crash_dump import HOOK_DIRS, calls_wrapped, is_workers_hook_file
+from orchestrate.hangs.snapshots import Frame
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 from orchestrate.text import brief
 
@@ -70,6 +72,7 @@ class RootCause:
     crashed: str = ""  # a native crash: where the worker was (see orchestrate.outcome.crash_dump)
     collective: str = ""  # the collective its record says failed as it went (gather_object(in dcp.save))
     training_pass: str = ""  # which pass of a DDP model's training step that was ("backward pass"), if one
+    users_frame: str = ""  # the innermost frame of the user's own code in its traceback (see users_frame_in)
 
     def add_error_file(self, text: str) -> None:
         """Take message, traceback and time from the worker's structured error file (JSON)."""
@@ -203,6 +206,44 @@ def exception_in_lines(lines: list[str]) -> str:
     for line in reversed(candidates):
         if (_RAISED_LINE if starts else _EXCEPTION_LINE).match(line):
             return line.strip()
+    return ""
+
+
+# The line that begins a Python traceback (torch's DataLoader quotes a worker process's, in the
+# error it raises, after "Original ").
+TRACEBACK_START = "Traceback (most recent call last):"
+# A frame of a traceback: its file, line and function.
+_FRAME_FIELDS = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+?)\s*$')
+
+
+def starts_traceback(line: str) -> bool:
+    """Whether a worker's line begins a traceback of its own (not one quoted in an error)."""
+    return _RANK_PREFIX.sub("", line).strip() == TRACEBACK_START
+
+
+def users_frame_in(lines: Sequence[str]) -> str:
+    """Where the user's own code was when the last traceback in ``lines`` was raised: its
+    innermost frame outside torch, other libraries, Python's own modules and the workers' hook,
+    as ``train.py:13 in <module>: sampler = DistributedSampler(data)``. An error torch raised
+    deep in its own code shows only torch's frames in its last lines; this is the line of the
+    script that called it. A traceback quoted in the error (a DataLoader worker's) is looked in
+    first, then the one that quotes it; "" where none has a frame of the user's."""
+    text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
+    starts = [i for i, line in enumerate(text) if TRACEBACK_START in line]
+    for begin, end in reversed(list(zip(starts, starts[1:] + [len(text)]))):
+        found = ""
+        for i in range(begin + 1, end):
+            frame = _FRAME_FIELDS.match(text[i])
+            if (frame is None or is_workers_hook_file(frame["file"])
+                    or not Frame(frame["file"], int(frame["line"]), frame["function"]).is_users):
+                continue
+            below = text[i + 1] if i + 1 < end else ""
+            indent = len(frame["indent"])
+            code = below.strip() if len(below) - len(below.lstrip()) > indent and not _FRAME_FIELDS.match(below) else ""
+            found = (f"{posixpath.basename(frame['file'])}:{frame['line']} in {frame['function']}"
+                     + (f": {code}" if code else ""))
+        if found:
+            return found
     return ""
 
 

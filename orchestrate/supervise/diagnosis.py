@@ -23,6 +23,7 @@ from orchestrate.outcome.root_cause import (
     native_exception,
     newest_own,
     short_mismatch,
+    users_frame_in,
 )
 from orchestrate.plan.layout import NETWORK, RUN_DIR_MOUNT
 from orchestrate.supervise.api import NodeTracker
@@ -96,6 +97,8 @@ class Diagnosis:
             # earlier attempt's logs only
             result.earlier = newest_own(result.attempts)
         if cause is not None:
+            cause.users_frame = (users_frame_in(cause.traceback.splitlines()) if cause.traceback
+                                 else tracker.output.users_frame(cause.rank, cause.exception))
             cause.exception = short_mismatch(cause.exception)
             cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)
             # this attempt's record: written since the node's start, and near the failure where

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Optional
 
-from orchestrate.outcome.root_cause import RootCause, parse_root_cause
+from orchestrate.outcome.root_cause import RootCause, parse_root_cause, starts_traceback, users_frame_in
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.progress_bars import continues, parse_redraw
 
@@ -24,6 +24,9 @@ _WORKER_LINE = re.compile(rf"^\[(?:(?P<rank>\d+)\|(?P<local>\d+)|(?P<role>{_ROLE
 # So in "[0|0]:epoch 1[1|1]:loss 0.5", rank 0's line goes on after rank 1's, in a later line.
 _WORKER_PREFIX = re.compile(rf"\[(?:\d+\|\d+|{_ROLE}\d+)\]:")
 LAST_LINES = 20
+# How many lines of a worker's latest traceback are kept, from its first on: where the user's own
+# code was can lie far above the last lines, under torch's own frames.
+TRACEBACK_LINES = 400
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class NodeOutput:
     log_file: IO[str]
     tail: deque = field(default_factory=lambda: deque(maxlen=400))
     rank_tails: dict[int, deque] = field(default_factory=dict)
+    tracebacks: dict[int, list[str]] = field(default_factory=dict)  # each worker's latest, from its first line
     first_worker_line_at: Optional[float] = None
     worker_lines: WorkerLines = field(init=False)
 
@@ -144,6 +148,10 @@ class NodeOutput:
                     tail[-1] = line.text  # a progress bar's redraw replaces the one before it
                 else:
                     tail.append(line.text)
+                if starts_traceback(line.text):
+                    self.tracebacks[key] = [line.text]
+                elif key in self.tracebacks and len(self.tracebacks[key]) < TRACEBACK_LINES:
+                    self.tracebacks[key].append(line.text)
                 if self.first_worker_line_at is None:
                     self.first_worker_line_at = at
         return lines
@@ -158,6 +166,16 @@ class NodeOutput:
         if not lines:
             lines = [ln for ln in self.tail if ln.strip()]
         return lines[-count:]
+
+    def users_frame(self, rank: int, exception: str) -> str:
+        """Where the user's own code was in the traceback of a worker that failed with
+        ``exception`` (see :func:`users_frame_in`); "" where its latest traceback is not that
+        exception's (one it printed and went on from), or has no frame of the user's."""
+        lines = self.tracebacks.get(rank, [])
+        said = exception.splitlines()[0][:80] if exception else ""
+        if not said or not any(said in line for line in lines):
+            return ""
+        return users_frame_in(lines)
 
     def root_cause(self) -> Optional[RootCause]:
         """The root cause torchrun reported on this node, if it reported one."""

@@ -57,6 +57,10 @@ def test_a_failing_rank_fails_fast_naming_node_and_rank(orchestrate_run, docker_
     # the worker's structured error file (@record) supplies the traceback
     assert "traceback from the error file of node1/rank3:" in result.output
     assert 'raise RuntimeError(f"injected failure on rank {rank}")' in result.output.split("summary ===")[1]
+    # the script's line, from that traceback, under the FAILED line
+    assert ('FAILED: node1 rank 3 failed (exit code 1): RuntimeError: injected failure on rank 3\n'
+            '  in your code: fail_rank.py:21 in main: raise RuntimeError(f"injected failure on rank {rank}")\n'
+            in result.output)
     # The gloo collective timeout defaults to 30 minutes; the run must end long before.
     assert elapsed < 120, f"took {elapsed:.0f} s"
     assert leftovers(docker_client, result.project) == []

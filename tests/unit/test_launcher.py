@@ -164,7 +164,8 @@ def test_the_root_cause_traceback_comes_from_the_error_file_on_the_host_mount(ma
         host = job.run_dir / "node0/torchrun/r_x/attempt_0/1/error.json"
         host.parent.mkdir(parents=True)
         host.write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": {
-            "py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9\nValueError: bad batch",
+            "py_callstack": "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 9, in main\n"
+                            "    loss = step(batch)\nValueError: bad batch",
             "timestamp": "1700000000"}}}))
 
     client = FakeDockerClient()
@@ -172,7 +173,32 @@ def test_the_root_cause_traceback_comes_from_the_error_file_on_the_host_mount(ma
                                                        then=write_error_file)])
     failure = outcome.failure
     assert failure.exception == "ValueError: bad batch"
-    assert 'File "train.py", line 9' in failure.traceback
+    assert 'File "/workspace/train.py", line 9' in failure.traceback
+    assert failure.users_frame == "train.py:9 in main: loss = step(batch)"
+    assert "  in your code: train.py:9 in main: loss = step(batch)" in format_summary(outcome)
+
+
+def test_the_scripts_line_under_an_error_raised_deep_in_torch_is_said_and_recorded(make_run):
+    job = make_run(nodes=1, nproc_per_node=1)
+    frames = [line for i in range(15) for line in (
+        f'[0|0]:[rank0]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c{i}.py", line {i}, in f{i}',
+        f"[0|0]:[rank0]:     g{i}()")]
+    printed = ["[0|0]:[rank0]: Traceback (most recent call last):",
+               '[0|0]:[rank0]:   File "/workspace/prep.py", line 6, in <module>',
+               "[0|0]:[rank0]:     sampler = DistributedSampler(data)", *frames,
+               "[0|0]:[rank0]: ValueError: Default process group has not been initialized"]
+    client = FakeDockerClient()
+    outcome, _, _ = run(job, client, node0=[Script(
+        printed + report(0, 0, exc="ValueError: Default process group has not been initialized"), exit_code=1)])
+    lines = format_summary(outcome).splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("FAILED: node0 rank 0"))
+    assert lines[failed + 1] == "  in your code: prep.py:6 in <module>: sampler = DistributedSampler(data)"
+    assert "prep.py" not in "".join(outcome.failure.last_lines)  # the tail alone holds only torch's frames
+    recorded = json.loads((job.run_dir / "outcome.json").read_text())["failure"]
+    assert recorded["users_frame"] == "prep.py:6 in <module>: sampler = DistributedSampler(data)"
+    # a plugin test's failed assert says it too
+    assert ("Default process group has not been initialized, in your code at prep.py:6 in <module>:"
+            " sampler = DistributedSampler(data)") in repr(outcome)
 
 
 def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_named(make_run):

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.outcome.root_cause import RootCause, exception_in_lines, is_collateral, parse_root_cause
+from orchestrate.outcome.root_cause import (RootCause, exception_in_lines, is_collateral, parse_root_cause,
+                                            users_frame_in)
 from orchestrate.supervise.worker_lines import NodeOutput, WorkerLines, parse_line
 
 SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
@@ -138,3 +139,72 @@ def test_node_output_logs_whole_lines_and_ends_with_the_unfinished_ones(make_job
 ])
 def test_the_exception_a_worker_printed_is_found_in_its_last_lines(lines, exception):
     assert exception_in_lines(lines) == exception
+
+
+# torch raised it deep in its own code: the script's line is far above the last lines
+TORCH_DEEP = ["[rank1]: Traceback (most recent call last):",
+              '[rank1]:   File "/workspace/train.py", line 3, in <module>',
+              "[rank1]:     main()",
+              '[rank1]:   File "/workspace/train.py", line 6, in main',
+              "[rank1]:     sampler = DistributedSampler(data)",
+              "[rank1]:               ^^^^^^^^^^^^^^^^^^^^^^^^",
+              *[f'[rank1]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/x{i}.py", line {i}, in f{i}'
+                f"\n[rank1]:     g{i}()" for i in range(12)],
+              "[rank1]: ValueError: Default process group has not been initialized"]
+
+
+@pytest.mark.parametrize("lines, where", [
+    ("\n".join(TORCH_DEEP).splitlines(), "train.py:6 in main: sampler = DistributedSampler(data)"),
+    # raised in the script itself: its own innermost frame
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 9, in <module>', '    raise KeyError("x")',
+      "KeyError: 'x'"], "t.py:9 in <module>: raise KeyError(\"x\")"),
+    # a chained error: the last traceback's frames, not the one it was handling
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 2, in <module>', "    a()",
+      "OSError: no", "", "During handling of the above exception, another exception occurred:", "",
+      "Traceback (most recent call last):", '  File "/workspace/t.py", line 4, in <module>', "    b()",
+      "RuntimeError: worse"], "t.py:4 in <module>: b()"),
+    # a DataLoader worker's traceback quoted in the error: the dataset's line, where it was raised
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 14, in <module>', "    for b in loader:",
+      '  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1, in __next__',
+      "    data = self._next_data()", "KeyError: Caught KeyError in DataLoader worker process 0.",
+      "Original Traceback (most recent call last):",
+      '  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", line 52, in fetch',
+      "    data = [self.dataset[idx] for idx in possibly_batched_index]",
+      '  File "/workspace/t.py", line 10, in __getitem__', "    raise KeyError(i)", "KeyError: 7"],
+     "t.py:10 in __getitem__: raise KeyError(i)"),
+    # ... and the loop's line where the dataset is a library's
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 14, in <module>', "    for b in loader:",
+      "KeyError: Caught KeyError in DataLoader worker process 0.", "Original Traceback (most recent call last):",
+      '  File "/opt/venv/lib/python3.11/site-packages/torchvision/datasets/mnist.py", line 3, in __getitem__',
+      "    img = self.data[index]", "KeyError: 7"], "t.py:14 in <module>: for b in loader:"),
+    # the workers' hook's wrapper is not the user's code; a frame whose source Python could not read
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 5, in <module>',
+      '  File "/opt/ddp-compose/orchestrate/node/collective_log.py", line 80, in wrapped', "    return call(*a)",
+      '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c10d.py", line 9, in all_reduce',
+      "    work = x()", "RuntimeError: boom"], "t.py:5 in <module>"),
+    # wholly in a library, or no traceback at all
+    (["Traceback (most recent call last):", '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code',
+      "    exec(code)", "SystemError: x"], ""),
+    (["step 1", "RuntimeError: said, not raised"], ""),
+])
+def test_the_users_innermost_frame_is_found_under_torchs_own(lines, where):
+    assert users_frame_in(lines) == where
+
+
+def test_a_worker_keeps_its_latest_traceback_past_its_last_lines_for_that_error_only(make_job):
+    node = make_job(nodes=2, nproc_per_node=1).nodes[1]
+    output = NodeOutput(node, io.StringIO())
+    for line in "\n".join(TORCH_DEEP).splitlines():
+        output.add(f"[1|0]:{line}", at=1.0)
+    assert not any("train.py" in line for line in output.last_lines(1))  # scrolled out of the tail
+    error = "ValueError: Default process group has not been initialized"
+    assert output.users_frame(1, error) == "train.py:6 in main: sampler = DistributedSampler(data)"
+    # a traceback the worker printed and went on from is not a later failure's
+    assert output.users_frame(1, "RuntimeError: something else") == ""
+    assert output.users_frame(0, error) == ""
+    output.add("[1|0]:Traceback (most recent call last):", at=2.0)
+    output.add('[1|0]:  File "/workspace/train.py", line 40, in main', at=2.0)
+    output.add("[1|0]:    1 / 0", at=2.0)
+    output.add("[1|0]:ZeroDivisionError: division by zero", at=2.0)
+    assert output.users_frame(1, "ZeroDivisionError: division by zero") == "train.py:40 in main: 1 / 0"
+    assert output.users_frame(1, error) == ""

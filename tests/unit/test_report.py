@@ -117,15 +117,17 @@ def test_a_crash_and_a_caught_mismatch_say_where_on_the_page():
     failure = {"node": "node1", "rank": 1, "describe": "node1 rank 1 failed (exit code -11, SIGSEGV)", "reason": "",
                "crashed": "Segmentation fault in read at train.py:9; every thread's stack: /r/debug/rank1.crash",
                "divergence": "collective #4: rank 0 entered all_reduce(float32[1]) at a.py:3; rank 1 entered"
-                             " barrier() at a.py:5"}
+                             " barrier() at a.py:5", "users_frame": "a.py:3 in <module>: dist.all_reduce(x)"}
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [],
                                     "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}}))
     assert ('<p id="crashed"><b>Where it crashed:</b> Segmentation fault in read at train.py:9; every thread&#x27;s'
             ' stack: /r/debug/rank1.crash</p>') in page
     assert "<b>Where, by the ranks' collective records:</b> collective #4: rank 0 entered" in page
+    assert '<p id="users-frame"><b>In your code:</b> <code>a.py:3 in &lt;module&gt;: dist.all_reduce(x)</code></p>' in page
     plain = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
-        "succeeded": False, "exit_code": 1, "failure": {**failure, "crashed": None, "divergence": None}}}))
-    assert 'id="crashed"' not in plain and 'id="divergence"' not in plain
+        "succeeded": False, "exit_code": 1,
+        "failure": {**failure, "crashed": None, "divergence": None, "users_frame": None}}}))
+    assert 'id="crashed"' not in plain and 'id="divergence"' not in plain and 'id="users-frame"' not in plain
 
 
 def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_on_the_page():
