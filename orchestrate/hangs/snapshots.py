@@ -14,6 +14,9 @@ from orchestrate.node.collective_log import ON_GPU
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS, DESCRIBED as DDP_GRADIENTS
 from orchestrate.node.snapshot import FAILED_REASON, LOADER_PREFIX, REQUEST_FILE
 from orchestrate.plan.layout import DEBUG_SUBDIR
+# Where torch.compile's inductor writes the code it generates for a model (torchinductor_<user> in
+# the temporary directory): the model's kernels, never the user's own lines.
+TORCH_COMPILED_CODE = "/torchinductor_"
 # How long a request waits for the workers' answers (they look every 0.25 s).
 ANSWER_TIMEOUT_S = 3.0
 # A rank whose main thread waits here waits for its DataLoader's worker processes (the
@@ -47,7 +50,7 @@ class Frame:
     def is_users(self) -> bool:
         """Whether the frame is the user's code, not torch's, a library's or Python's own."""
         return not any(part in self.file for part in ("/site-packages/", "/dist-packages/", "/lib/python3",
-                                                       "/torch/", "<frozen"))
+                                                       "/torch/", "<frozen", TORCH_COMPILED_CODE))
 
 
 @dataclass(frozen=True)

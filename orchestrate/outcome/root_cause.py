@@ -217,8 +217,17 @@ _FRAME_FIELDS = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<li
 
 
 def starts_traceback(line: str) -> bool:
-    """Whether a worker's line begins a traceback of its own (not one quoted in an error)."""
-    return _RANK_PREFIX.sub("", line).strip() == TRACEBACK_START
+    """Whether a worker's line begins a traceback of its own, not one quoted in an error; after
+    a progress bar's unfinished redraw too (torchrun's tee joins what came before a ``\\r``)."""
+    if "Traceback" not in line:  # (most lines: the check costs every line a worker prints)
+        return False
+    text = line.rstrip()
+    return text.endswith(TRACEBACK_START) and not text.endswith("Original " + TRACEBACK_START)
+
+
+def is_frame_line(line: str) -> bool:
+    """Whether a worker's line is a frame of a traceback (``File "train.py", line 9, in main``)."""
+    return "File \"" in line and _FRAME_FIELDS.match(_RANK_PREFIX.sub("", line.rstrip())) is not None
 
 
 def users_frame_in(lines: Sequence[str]) -> str:
@@ -234,7 +243,7 @@ def users_frame_in(lines: Sequence[str]) -> str:
         found = ""
         for i in range(begin + 1, end):
             frame = _FRAME_FIELDS.match(text[i])
-            if (frame is None or is_workers_hook_file(frame["file"])
+            if (frame is None or is_workers_hook_file(frame["file"]) or frame["file"].startswith("<")
                     or not Frame(frame["file"], int(frame["line"]), frame["function"]).is_users):
                 continue
             below = text[i + 1] if i + 1 < end else ""

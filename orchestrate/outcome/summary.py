@@ -78,7 +78,9 @@ def format_summary(outcome: RunResult) -> str:
     failure = outcome.failure
     if failure is not None:
         lines.append(f"FAILED: {failure.describe()}")
-        if failure.users_frame:  # the line of the script that led there, however deep in torch it was raised
+        # the line of the script that led there, however deep in torch it was raised (not a lost peer's
+        # where an earlier attempt's own error is said below)
+        if failure.users_frame and failure.earlier is None:
             lines.append(f"  in your code: {failure.users_frame}")
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]

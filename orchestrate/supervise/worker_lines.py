@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Optional
 
-from orchestrate.outcome.root_cause import RootCause, parse_root_cause, starts_traceback, users_frame_in
+from orchestrate.outcome.root_cause import (RootCause, is_frame_line, parse_root_cause, starts_traceback,
+                                            users_frame_in)
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.progress_bars import continues, parse_redraw
 
@@ -27,6 +28,9 @@ LAST_LINES = 20
 # How many lines of a worker's latest traceback are kept, from its first on: where the user's own
 # code was can lie far above the last lines, under torch's own frames.
 TRACEBACK_LINES = 400
+# How many lines after a traceback's last frame are kept with it: its exception (a message of
+# several lines), not what the worker printed long after it went on from a traceback it caught.
+AFTER_LAST_FRAME = 50
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class NodeOutput:
     tail: deque = field(default_factory=lambda: deque(maxlen=400))
     rank_tails: dict[int, deque] = field(default_factory=dict)
     tracebacks: dict[int, list[str]] = field(default_factory=dict)  # each worker's latest, from its first line
+    after_frames: dict[int, int] = field(default_factory=dict)  # lines kept since its last frame
     first_worker_line_at: Optional[float] = None
     worker_lines: WorkerLines = field(init=False)
 
@@ -148,13 +153,27 @@ class NodeOutput:
                     tail[-1] = line.text  # a progress bar's redraw replaces the one before it
                 else:
                     tail.append(line.text)
-                if starts_traceback(line.text):
-                    self.tracebacks[key] = [line.text]
-                elif key in self.tracebacks and len(self.tracebacks[key]) < TRACEBACK_LINES:
-                    self.tracebacks[key].append(line.text)
+                self._keep_traceback(key, line.text)
                 if self.first_worker_line_at is None:
                     self.first_worker_line_at = at
         return lines
+
+    def _keep_traceback(self, rank: int, text: str) -> None:
+        """Keep a worker's line where it belongs to its latest traceback: from its first line,
+        up to TRACEBACK_LINES, and up to AFTER_LAST_FRAME lines past its last frame."""
+        if starts_traceback(text):
+            self.tracebacks[rank], self.after_frames[rank] = [text], 0
+            return
+        kept = self.tracebacks.get(rank)
+        if kept is None or len(kept) >= TRACEBACK_LINES:
+            return
+        if is_frame_line(text):
+            self.after_frames[rank] = 0
+        elif self.after_frames[rank] >= AFTER_LAST_FRAME:
+            return
+        else:
+            self.after_frames[rank] += 1
+        kept.append(text)
 
     def flush(self) -> None:
         """Write what was kept to the log file (the supervisor does after each batch of lines)."""

@@ -182,6 +182,18 @@ TORCH_DEEP = ["[rank1]: Traceback (most recent call last):",
       '  File "/opt/ddp-compose/orchestrate/node/collective_log.py", line 80, in wrapped', "    return call(*a)",
       '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c10d.py", line 9, in all_reduce',
       "    work = x()", "RuntimeError: boom"], "t.py:5 in <module>"),
+    # after a progress bar's unfinished redraw (torchrun's tee joins what came before the "\\r")
+    (["[rank0]: epoch 1:  45%|####5     | 45/100 [00:01<00:02]Traceback (most recent call last):",
+      '[rank0]:   File "/workspace/t.py", line 7, in <module>', "[rank0]:     for b in tqdm(loader):",
+      "[rank0]: RuntimeError: x"], "t.py:7 in <module>: for b in tqdm(loader):"),
+    # code Python or torch made is not the user's: a dataclass's generated __init__, an fx graph,
+    # inductor's kernels for a compiled model
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 4, in main',
+      "    args = TrainingArguments(fp16=True)", '  File "<string>", line 4, in __init__',
+      '  File "/opt/venv/lib/python3.11/site-packages/transformers/training_args.py", line 9, in __post_init__',
+      "    raise ValueError(x)", '  File "<eval_with_key>.3", line 5, in forward',
+      '  File "/tmp/torchinductor_root/ab/cabxyz.py", line 88, in call', "    buf0 = empty_strided_cuda(s)",
+      "ValueError: fp16 needs a GPU"], "t.py:4 in main: args = TrainingArguments(fp16=True)"),
     # wholly in a library, or no traceback at all
     (["Traceback (most recent call last):", '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code',
       "    exec(code)", "SystemError: x"], ""),
@@ -208,3 +220,17 @@ def test_a_worker_keeps_its_latest_traceback_past_its_last_lines_for_that_error_
     output.add("[1|0]:ZeroDivisionError: division by zero", at=2.0)
     assert output.users_frame(1, "ZeroDivisionError: division by zero") == "train.py:40 in main: 1 / 0"
     assert output.users_frame(1, error) == ""
+    # a traceback after a progress bar's unfinished redraw is kept too
+    output.add("[1|0]:step 3/9Traceback (most recent call last):", at=3.0)
+    output.add('[1|0]:  File "/workspace/train.py", line 50, in main', at=3.0)
+    output.add("[1|0]:    step()", at=3.0)
+    output.add("[1|0]:RuntimeError: shape mismatch", at=3.0)
+    assert output.users_frame(1, "RuntimeError: shape mismatch") == "train.py:50 in main: step()"
+    # what the worker printed long after a traceback it went on from is not kept with it: the same
+    # words later, without a traceback of their own, are no failure of that line
+    output.add("[1|0]:RuntimeError: retrying", at=4.0)
+    assert output.users_frame(1, "RuntimeError: retrying") == "train.py:50 in main: step()"  # (its message's lines)
+    for i in range(60):
+        output.add(f"[1|0]:step {i}", at=5.0)
+    output.add("[1|0]:RuntimeError: out of memory", at=6.0)
+    assert output.users_frame(1, "RuntimeError: out of memory") == ""
