@@ -840,6 +840,12 @@ MUTANTS = [
     Mutant("a traceback keeps everything printed after it", "orchestrate/supervise/worker_lines.py",
            "        elif self.after_frames[rank] >= AFTER_LAST_FRAME:", "        elif False:",
            ("tests/unit/test_output.py",)),
+    Mutant("a Slurm run's summary leaves the user's frame out", "orchestrate/outcome/summary.py",
+           "            if failure.users_frame and label == \"workers\":", "            if False:",
+           ("tests/unit/test_slurm.py",)),
+    Mutant("a Slurm run's summary says a lost peer's frame", "orchestrate/outcome/summary.py",
+           "            if failure.users_frame and label == \"workers\":", "            if failure.users_frame:",
+           ("tests/unit/test_slurm.py",)),
 ]
 
 

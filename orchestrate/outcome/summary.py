@@ -280,6 +280,8 @@ def format_slurm_summary(outcome: RunResult) -> str:
             label = "workers, as a result" if slurm.workers_collateral and (down or outcome.fired_faults) else "workers"
             lines.append(f"  {label}: {failure.node} rank {failure.rank}:"
                          f" {failure.exception or 'exit code ' + str(failure.exit_code)}")
+            if failure.users_frame and label == "workers":
+                lines.append(f"  in your code: {failure.users_frame}")
             if failure.traceback and label == "workers":
                 lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-12:]]
     return "\n".join(lines)

@@ -34,7 +34,7 @@ from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
-from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files
+from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files, users_frame_in
 from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan
 from orchestrate.slurm.cluster import (
@@ -343,7 +343,8 @@ class SlurmBackend:
         collateral, _, node, cause = min(found, key=lambda f: f[:2])
         slurm.workers_collateral = collateral
         return Failure(node, cause.rank, cause.exit_code, cause.exception, (), traceback=cause.traceback,
-                       description=f"{describe}; workers: {node} rank {cause.rank}: {cause.exception}")
+                       description=f"{describe}; workers: {node} rank {cause.rank}: {cause.exception}",
+                       users_frame=users_frame_in(cause.traceback.splitlines()))
 
 
 def ended_by_a_stop(job: dict[str, str]) -> bool:

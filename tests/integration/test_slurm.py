@@ -92,7 +92,8 @@ def test_a_failing_rank_is_named_from_slurms_state_and_the_workers(orchestrate_r
     assert result.code == 1, result.output[-4000:]
     summary = result.output.split("summary (Slurm job")[1]
     assert re.search(r"^FAILED: Slurm job \d+ FAILED \(reason NonZeroExitCode, exit code \d+:0\)", summary, re.M)
-    assert "workers: node1 rank 3: RuntimeError: injected failure on rank 3" in summary
+    assert ("workers: node1 rank 3: RuntimeError: injected failure on rank 3\n"
+            '  in your code: fail_rank.py:21 in main: raise RuntimeError(f"injected failure on rank {rank}")\n') in summary
     assert 'raise RuntimeError(f"injected failure on rank {rank}")' in summary
     assert leftovers(docker_client, result.project) == []
 

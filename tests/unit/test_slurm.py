@@ -6,6 +6,7 @@ import io
 import os
 import stat
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -195,9 +196,17 @@ def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(t
                         slurm=SlurmJob("3", job={"JobState": "NODE_FAIL", "Reason": "NodeDown"},
                                        nodes={"node1": {"State": "DOWN", "Reason": "Not responding"}},
                                        workers_collateral=True))
-    text = format_slurm_summary(outcome)
+    text = format_slurm_summary(replace(outcome, reported_failure=replace(cause, users_frame="t.py:3 in main: x()")))
     assert "  workers, as a result: node0 rank 0: RuntimeError: Connection closed by peer" in text
-    assert "| Traceback" not in text
+    assert "| Traceback" not in text and "in your code" not in text  # a lost peer's wait is no line of its own
+    # a worker's own error: where the user's code was, above its traceback
+    own = replace(cause, exception="ValueError: bad batch", users_frame="t.py:9 in main: step(batch)",
+                  traceback="Traceback (most recent call last):\n  File x\nValueError: bad batch")
+    failed = RunResult("r2", tmp_path, [], Timings(), reported_failure=own,
+                       slurm=SlurmJob("4", job={"JobState": "FAILED", "Reason": "NonZeroExitCode", "ExitCode": "1:0"}))
+    lines = format_slurm_summary(failed).splitlines()
+    at = lines.index("  workers: node0 rank 0: ValueError: bad batch")
+    assert lines[at + 1:at + 3] == ["  in your code: t.py:9 in main: step(batch)", "  | Traceback (most recent call last):"]
 
 
 # --- stop RUN for a run under Slurm ----------------------------------------------------------
