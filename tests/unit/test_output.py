@@ -206,31 +206,29 @@ def test_the_users_innermost_frame_is_found_under_torchs_own(lines, where):
 def test_a_worker_keeps_its_latest_traceback_past_its_last_lines_for_that_error_only(make_job):
     node = make_job(nodes=2, nproc_per_node=1).nodes[1]
     output = NodeOutput(node, io.StringIO())
-    for line in "\n".join(TORCH_DEEP).splitlines():
-        output.add(f"[1|0]:{line}", at=1.0)
+
+    def printed(*lines: str) -> None:  # by rank 1, through torchrun's tee
+        for line in lines:
+            output.add(f"[1|0]:{line}", at=1.0)
+
+    printed(*"\n".join(TORCH_DEEP).splitlines())
     assert not any("train.py" in line for line in output.last_lines(1))  # scrolled out of the tail
     error = "ValueError: Default process group has not been initialized"
     assert output.users_frame(1, error) == "train.py:6 in main: sampler = DistributedSampler(data)"
     # a traceback the worker printed and went on from is not a later failure's
     assert output.users_frame(1, "RuntimeError: something else") == ""
     assert output.users_frame(0, error) == ""
-    output.add("[1|0]:Traceback (most recent call last):", at=2.0)
-    output.add('[1|0]:  File "/workspace/train.py", line 40, in main', at=2.0)
-    output.add("[1|0]:    1 / 0", at=2.0)
-    output.add("[1|0]:ZeroDivisionError: division by zero", at=2.0)
+    printed("Traceback (most recent call last):", '  File "/workspace/train.py", line 40, in main', "    1 / 0",
+            "ZeroDivisionError: division by zero")
     assert output.users_frame(1, "ZeroDivisionError: division by zero") == "train.py:40 in main: 1 / 0"
     assert output.users_frame(1, error) == ""
     # a traceback after a progress bar's unfinished redraw is kept too
-    output.add("[1|0]:step 3/9Traceback (most recent call last):", at=3.0)
-    output.add('[1|0]:  File "/workspace/train.py", line 50, in main', at=3.0)
-    output.add("[1|0]:    step()", at=3.0)
-    output.add("[1|0]:RuntimeError: shape mismatch", at=3.0)
+    printed("step 3/9Traceback (most recent call last):", '  File "/workspace/train.py", line 50, in main',
+            "    step()", "RuntimeError: shape mismatch")
     assert output.users_frame(1, "RuntimeError: shape mismatch") == "train.py:50 in main: step()"
     # what the worker printed long after a traceback it went on from is not kept with it: the same
     # words later, without a traceback of their own, are no failure of that line
-    output.add("[1|0]:RuntimeError: retrying", at=4.0)
+    printed("RuntimeError: retrying")
     assert output.users_frame(1, "RuntimeError: retrying") == "train.py:50 in main: step()"  # (its message's lines)
-    for i in range(60):
-        output.add(f"[1|0]:step {i}", at=5.0)
-    output.add("[1|0]:RuntimeError: out of memory", at=6.0)
+    printed(*(f"step {i}" for i in range(60)), "RuntimeError: out of memory")
     assert output.users_frame(1, "RuntimeError: out of memory") == ""
