@@ -579,8 +579,7 @@ MUTANTS = [
            "                own = not is_collateral(RootCause(local, local, 1, exception), lines)\n",
            "                own = True\n", ("tests/unit/test_diagnosis.py",)),
     Mutant("the oldest earlier attempt is told, not the newest", "orchestrate/outcome/root_cause.py",
-           "    return EarlierFailure(own[-1].attempt, own[-1].local_rank, own[-1].exception, own[-1].last_lines) if own",
-           "    return EarlierFailure(own[0].attempt, own[0].local_rank, own[0].exception, own[0].last_lines) if own",
+           "    newest = own[-1]\n", "    newest = own[0]\n",
            ("tests/unit/test_diagnosis.py",)),
     Mutant("the earlier error is not said", "orchestrate/outcome/summary.py",
            "        if failure.earlier is not None:\n            lines.append(", "        if False:\n            lines.append(",
@@ -846,6 +845,11 @@ MUTANTS = [
     Mutant("a Slurm run's summary says a lost peer's frame", "orchestrate/outcome/summary.py",
            "            if failure.users_frame and label == \"workers\":", "            if failure.users_frame:",
            ("tests/unit/test_slurm.py",)),
+    Mutant("an earlier attempt's error has no user's frame", "orchestrate/outcome/root_cause.py",
+           "                                           users_frame_in(lines)))", "                                           \"\"))",
+           ("tests/unit/test_diagnosis.py",)),
+    Mutant("the summary leaves an earlier attempt's user's frame out", "orchestrate/outcome/summary.py",
+           "            if failure.earlier.users_frame:", "            if False:", ("tests/unit/test_outcome.py",)),
 ]
 
 

@@ -69,7 +69,7 @@ def outcome_record(outcome: RunResult) -> dict:
             "earlier": None if failure.earlier is None else {
                 "attempt": failure.earlier.attempt, "local_rank": failure.earlier.local_rank,
                 "exception": failure.earlier.exception, "describe": failure.earlier.describe(failure.node),
-                "last_lines": list(failure.earlier.last_lines)},
+                "last_lines": list(failure.earlier.last_lines), "users_frame": failure.earlier.users_frame or None},
             # the same error of its own ended several attempts of the failing node's workers
             "repeated": (repeated_error_line(failure, outcome.results).strip() if said else "") or None,
             # the ranks a monitored barrier named as not there, with where each was when ended

@@ -291,6 +291,7 @@ class EarlierFailure:
     local_rank: int
     exception: str
     last_lines: tuple[str, ...]
+    users_frame: str = ""  # where the user's own code was in its traceback (see users_frame_in)
 
     def describe(self, node: str) -> str:
         return (f"attempt {self.attempt} of {node}'s workers failed by an error of its own: local rank"
@@ -313,6 +314,7 @@ class AttemptError:
     exception: str
     own: bool
     last_lines: tuple[str, ...] = ()
+    users_frame: str = ""
 
 
 def attempt_errors(run_dir: Path, node: str) -> list[AttemptError]:
@@ -336,7 +338,8 @@ def attempt_errors(run_dir: Path, node: str) -> list[AttemptError]:
             local = int(log.parent.name)
             if exception:
                 own = not is_collateral(RootCause(local, local, 1, exception), lines)
-                errors.append(AttemptError(number, local, exception, own, tuple(lines[-_LOG_LINES_SHOWN:])))
+                errors.append(AttemptError(number, local, exception, own, tuple(lines[-_LOG_LINES_SHOWN:]),
+                                           users_frame_in(lines)))
         if errors:
             found.append(next((e for e in errors if e.own), errors[0]))
     return found
@@ -348,7 +351,10 @@ def newest_own(errors: list[AttemptError]) -> Optional[EarlierFailure]:
     restarted), what made them restart (a checkpoint that no longer loads) may be only there.
     None when no log holds one."""
     own = [e for e in errors if e.own]
-    return EarlierFailure(own[-1].attempt, own[-1].local_rank, own[-1].exception, own[-1].last_lines) if own else None
+    if not own:
+        return None
+    newest = own[-1]
+    return EarlierFailure(newest.attempt, newest.local_rank, newest.exception, newest.last_lines, newest.users_frame)
 
 
 def attempts_in_order(run_dir: Path, node: str) -> list[Path]:

@@ -94,6 +94,8 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"  then {other.node.name} rank {cause.rank}: {said}")
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
+            if failure.earlier.users_frame:
+                lines.append(f"  in your code: {failure.earlier.users_frame}")
         repeated = repeated_error_line(failure, outcome.results)
         lines += [repeated] if repeated else []
         lines += absent_from_barrier_lines(failure, outcome.stopped_where)

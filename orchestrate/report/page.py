@@ -313,6 +313,8 @@ def render_html(model: ReportModel) -> str:
         earlier = failure.get("earlier")
         if earlier:
             parts.append(f'<p id="earlier"><b>Before that:</b> {esc(earlier.get("describe", ""))}</p>')
+            if earlier.get("users_frame"):
+                parts.append(f'<p id="earlier-users-frame"><b>In your code:</b> <code>{esc(earlier["users_frame"])}</code></p>')
         if failure.get("repeated"):
             parts.append(f'<p id="repeated">{esc(failure["repeated"])}</p>')
         if failure.get("then"):

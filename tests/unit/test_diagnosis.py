@@ -146,6 +146,7 @@ def test_a_lost_peer_is_told_the_newest_earlier_attempt_whose_worker_failed_by_i
     assert earlier.describe("node1") == ("attempt 3 of node1's workers failed by an error of its own: local rank 1:"
                                          " OSError: [Errno 22] Invalid argument")
     assert earlier.last_lines == tuple(unreadable)
+    assert earlier.users_frame == "resume.py:13 in main: state = torch.load(CKPT)"
     # every attempt's error, the oldest first: the first container's attempt ended in none
     assert [(e.attempt, e.local_rank, e.exception.split(":")[0], e.own) for e in tracker.result.attempts] == [
         (2, 0, "ValueError", True), (3, 1, "OSError", True), (4, 0, "RuntimeError", False)]

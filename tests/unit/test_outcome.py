@@ -740,19 +740,21 @@ def test_a_lost_peer_after_restarts_shows_the_earlier_error_and_a_torn_saves_hin
     # (where the lost peer's own traceback was in the script is no line of its own: the earlier error explains it)
     results = results_for(plan, (NodePhase.STOPPED, 143, 1.1, None),
                           (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, refused, users_frame="t.py:3 in main: x()")))
-    results[1].earlier = EarlierFailure(3, 0, "OSError: [Errno 22] Invalid argument", unreadable)
+    results[1].earlier = EarlierFailure(3, 0, "OSError: [Errno 22] Invalid argument", unreadable,
+                                        users_frame="resume.py:13 in main: state = torch.load(CKPT)")
     torn = FaultRecord("torn-write:node0@step=5", "node0", elapsed_s=8.5, step=5, struck_file="ckpt/model.pt",
                        detail="rank 0's write of ckpt/model.pt was cut at byte 16927 of 18725")
     lines = format_summary(outcome(results, faults=[torn])).splitlines()
     failed = lines.index(f"FAILED: node1 rank 1 failed (exit code 1): {refused}")
-    assert lines[failed + 1:failed + 3] == [
+    assert lines[failed + 1:failed + 4] == [
         "  attempt 3 of node1's workers failed by an error of its own: local rank 0: OSError: [Errno 22]"
         " Invalid argument",
+        "  in your code: resume.py:13 in main: state = torch.load(CKPT)",
         "  hint: torn-write:node0@step=5 cut ckpt/model.pt short, and a rank then failed reading a file: a save"
         " straight onto the file a job resumes from leaves no whole checkpoint when a crash cuts it; save to a"
         " temporary file beside it, then os.replace() it onto the name (a rename is atomic), so that the last whole"
         " one survives"]
-    assert lines[failed + 3:] == ["last lines of node1's attempt 3, local rank 0:", *(f"  | {ln}" for ln in unreadable)]
+    assert lines[failed + 4:] == ["last lines of node1's attempt 3, local rank 0:", *(f"  | {ln}" for ln in unreadable)]
     # no torn write: the earlier error alone, and no hint
     plain = format_summary(outcome(results))
     assert "  attempt 3 of node1's workers" in plain and "hint:" not in plain
@@ -768,7 +770,8 @@ def test_outcome_json_keeps_the_hint_the_earlier_error_and_where_ranks_were_that
     refused = "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out connecting"
     results = results_for(plan, (NodePhase.STOPPED, 143, 1.1, None),
                           (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, refused)))
-    results[1].earlier = EarlierFailure(3, 0, "OSError: [Errno 22] Invalid argument", (LOAD_FRAME, "OSError: [Errno 22]"))
+    results[1].earlier = EarlierFailure(3, 0, "OSError: [Errno 22] Invalid argument", (LOAD_FRAME, "OSError: [Errno 22]"),
+                                        users_frame="resume.py:13 in main: state = torch.load(CKPT)")
     torn = FaultRecord("torn-write:node0@step=5", "node0", elapsed_s=8.5, step=5, struck_file="ckpt/model.pt")
     ended = outcome(results, faults=[torn], stopped_where={0: "save at t.py:3", 1: "load at t.py:7"})
     record = json.loads(json.dumps(outcome_record(ended)))
@@ -779,7 +782,8 @@ def test_outcome_json_keeps_the_hint_the_earlier_error_and_where_ranks_were_that
     assert record["failure"]["earlier"] == {
         "attempt": 3, "local_rank": 0, "exception": "OSError: [Errno 22] Invalid argument",
         "describe": "attempt 3 of node1's workers failed by an error of its own: local rank 0: OSError: [Errno 22]"
-                    " Invalid argument", "last_lines": [LOAD_FRAME, "OSError: [Errno 22]"]}
+                    " Invalid argument", "last_lines": [LOAD_FRAME, "OSError: [Errno 22]"],
+        "users_frame": "resume.py:13 in main: state = torch.load(CKPT)"}
     assert record["failure"]["not_at_barrier"] == []
     # a monitored barrier that named rank 1: where it was, as the summary's line says it
     named = "RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 20000 ms"

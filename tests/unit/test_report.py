@@ -135,7 +135,8 @@ def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_
                "reason": "", "not_at_barrier": ["rank 2 did not pass the barrier in time: it was in f at t.py:5"
                                                 " when torchrun ended it"],
                "earlier": {"attempt": 3, "local_rank": 0, "describe": "attempt 3 of node1's workers failed by an"
-                           " error of its own: local rank 0: OSError: bad", "last_lines": ["x < y", "OSError: bad"]},
+                           " error of its own: local rank 0: OSError: bad", "last_lines": ["x < y", "OSError: bad"],
+                           "users_frame": "r.py:4 in load: torch.load(p)"},
                "repeated": "the same error ended attempts 1 and 3 of node1's workers: OSError: bad; a restart ..."}
     hint = "node1 died by SIGABRT after its peers finished: the job's work was done.\ncause: gloo's <threads>"
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
@@ -147,6 +148,8 @@ def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_
             ' torchrun ended it</li></ul>') in page
     assert ('<p id="earlier"><b>Before that:</b> attempt 3 of node1&#x27;s workers failed by an error of its own:'
             ' local rank 0: OSError: bad</p>') in page
+    assert '<p id="earlier-users-frame"><b>In your code:</b> <code>r.py:4 in load: torch.load(p)</code></p>' in page
+    assert page.index('id="earlier"') < page.index('id="earlier-users-frame"') < page.index('id="repeated"')
     assert ('<p id="repeated">the same error ended attempts 1 and 3 of node1&#x27;s workers: OSError: bad; a restart'
             " ...</p>") in page
     assert ("<p>Last lines of node1's attempt 3, local rank 0:</p>"
@@ -159,7 +162,7 @@ def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_
         "succeeded": False, "exit_code": 1, "failure": {**failure, "earlier": None, "not_at_barrier": [],
                                                         "repeated": None}}}))
     assert not any(f'id="{name}"' in plain for name in ("hint", "earlier", "earlier-lines", "not-at-barrier",
-                                                         "repeated"))
+                                                         "repeated", "earlier-users-frame"))
 
 
 def test_a_file_several_ranks_wrote_is_a_warning_on_the_page():
