@@ -49,8 +49,15 @@ class Frame:
     @property
     def is_users(self) -> bool:
         """Whether the frame is the user's code, not torch's, a library's or Python's own."""
-        return not any(part in self.file for part in ("/site-packages/", "/dist-packages/", "/lib/python3",
-                                                       "/torch/", "<frozen", TORCH_COMPILED_CODE))
+        return is_users_file(self.file)
+
+
+def is_users_file(file: str) -> bool:
+    """Whether a frame's file is the user's code: not torch's, a library's, Python's own, nor code
+    Python or torch generated (``<frozen runpy>``, a dataclass's ``<string>``, an fx graph's
+    ``<eval_with_key>``, inductor's kernels)."""
+    return not file.startswith("<") and not any(part in file for part in (
+        "/site-packages/", "/dist-packages/", "/lib/python3", "/torch/", TORCH_COMPILED_CODE))
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import json
-import re
 import posixpath
+import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from orchestrate.hangs.crash_dump import HOOK_DIRS, calls_wrapped, is_workers_hook_file
-from orchestrate.hangs.snapshots import Frame
+from orchestrate.hangs.snapshots import is_users_file
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 from orchestrate.text import brief
 
@@ -92,7 +92,8 @@ class RootCause:
             self.exception = message
 
 
-_FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line \d+')
+# A frame of a traceback: its file, line and (where Python gave it) function.
+_FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>.+?))?\s*$')
 
 
 def without_hook_frames(traceback: str) -> str:
@@ -212,8 +213,6 @@ def exception_in_lines(lines: list[str]) -> str:
 # The line that begins a Python traceback (torch's DataLoader quotes a worker process's, in the
 # error it raises, after "Original ").
 TRACEBACK_START = "Traceback (most recent call last):"
-# A frame of a traceback: its file, line and function.
-_FRAME_FIELDS = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+?)\s*$')
 
 
 def starts_traceback(line: str) -> bool:
@@ -227,7 +226,7 @@ def starts_traceback(line: str) -> bool:
 
 def is_frame_line(line: str) -> bool:
     """Whether a worker's line is a frame of a traceback (``File "train.py", line 9, in main``)."""
-    return "File \"" in line and _FRAME_FIELDS.match(_RANK_PREFIX.sub("", line.rstrip())) is not None
+    return "File \"" in line and _FRAME_LINE.match(_RANK_PREFIX.sub("", line.rstrip())) is not None
 
 
 def users_frame_in(lines: Sequence[str]) -> str:
@@ -240,19 +239,14 @@ def users_frame_in(lines: Sequence[str]) -> str:
     text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
     starts = [i for i, line in enumerate(text) if TRACEBACK_START in line]
     for begin, end in reversed(list(zip(starts, starts[1:] + [len(text)]))):
-        found = ""
-        for i in range(begin + 1, end):
-            frame = _FRAME_FIELDS.match(text[i])
-            if (frame is None or is_workers_hook_file(frame["file"]) or frame["file"].startswith("<")
-                    or not Frame(frame["file"], int(frame["line"]), frame["function"]).is_users):
+        for i in range(end - 1, begin, -1):  # innermost first
+            frame = _FRAME_LINE.match(text[i])
+            if frame is None or is_workers_hook_file(frame["file"]) or not is_users_file(frame["file"]):
                 continue
             below = text[i + 1] if i + 1 < end else ""
-            indent = len(frame["indent"])
-            code = below.strip() if len(below) - len(below.lstrip()) > indent and not _FRAME_FIELDS.match(below) else ""
-            found = (f"{posixpath.basename(frame['file'])}:{frame['line']} in {frame['function']}"
-                     + (f": {code}" if code else ""))
-        if found:
-            return found
+            is_source = len(below) - len(below.lstrip()) > len(frame["indent"]) and not _FRAME_LINE.match(below)
+            return (f"{posixpath.basename(frame['file'])}:{frame['line']} in {frame['function'] or '?'}"
+                    + (f": {below.strip()}" if is_source else ""))
     return ""
 
 
