@@ -20,7 +20,7 @@ Without a trigger a fault fires as soon as the job starts. The faults that last
 (``pause``, ``disconnect``, ``slow``, ``degrade``, ``hang-rank``) may be given an end:
 ``slow:node1,cpus=0.2@t=5..20`` is a straggler from 5 s to 20 s into the job,
 ``degrade:node0,rate=10mbit@step=10..20`` degrades its link from step 10 until a worker
-reports step 20. (An end at a step is refused where no step can come while the fault lasts:
+reports step 20 (the end may repeat its unit: ``@t=5..t=20``). (An end at a step is refused where no step can come while the fault lasts:
 a paused or cut-off node, a hung rank.)
 
 ``@step=+N`` counts in an attempt: the fault fires at the N-th step of the first attempt of an
@@ -42,10 +42,12 @@ from orchestrate.errors import UsageError
 USAGE = ("usage: KIND:TARGET[,KEY=VALUE][@t=SECONDS[..END]|@step=N[..END]|@step=+N], e.g. kill:node1@step=20,"
          " slow:node1,cpus=0.2@t=5..20, degrade:node0,rate=10mbit, hang-rank:1@t=10")
 _NUMBER = r"\d+(?:\.\d+)?"
+# A time and its end: @t=5..20, and as a user may well write it, @t=5s..20s or @t=5..t=20.
+_AT_SECONDS = rf"t=(?P<seconds>{_NUMBER})s?(?:\.\.(?:t=)?(?P<until_seconds>{_NUMBER})s?)?"
 _SPEC = re.compile(
     r"^(?P<kind>[a-z][a-z-]*):(?P<target>[a-z]*\d+)(?P<options>(?:,[a-z]+=[^,@]*)*)"
-    rf"(?:@(?:t=(?P<seconds>{_NUMBER})s?(?:\.\.(?P<until_seconds>{_NUMBER})s?)?"
-    r"|step=(?P<in_attempt>\+)?(?P<step>\d+)(?:\.\.(?P<until_step>\d+))?))?$"
+    rf"(?:@(?:{_AT_SECONDS}"
+    r"|step=(?P<in_attempt>\+)?(?P<step>\d+)(?:\.\.(?:step=)?(?P<until_step>\d+))?))?$"
 )
 # A straggler's CPU quota unless ``cpus=`` says otherwise, and a degraded link's rate.
 DEFAULT_SLOW_CPUS = 0.25
@@ -233,7 +235,7 @@ def parse_fault(text: str) -> FaultSpec:
 
 
 _PARTITION = re.compile(r"^partition:(?P<groups>[a-z0-9,]+\|[a-z0-9,]+)"
-                        rf"(?:@(?:t=(?P<seconds>{_NUMBER})s?(?:\.\.(?P<until_seconds>{_NUMBER})s?)?|step=(?P<step>\d+)))?$")
+                        rf"(?:@(?:{_AT_SECONDS}|step=(?P<step>\d+)))?$")
 
 
 def _parse_partition(text: str) -> FaultSpec:

@@ -29,6 +29,23 @@ def test_fault_specs_parse_and_print_back(text, expected):
     assert parse_fault(str(expected)) == expected
 
 
+@pytest.mark.parametrize("text, written", [
+    ("slow:node1@t=5s..20s", "slow:node1,cpus=0.25@t=5..20"),
+    ("pause:node1@t=4..t=9.5", "pause:node1@t=4..9.5"),
+    ("degrade:node0@step=10..step=20", "degrade:node0,rate=10mbit@step=10..20"),
+    ("partition:node0|node1@t=8..t=20", "partition:node0|node1@t=8..20"),
+])
+def test_an_end_that_repeats_its_unit_reads_as_the_same_fault(text, written):
+    assert str(parse_fault(text)) == written
+
+
+@pytest.mark.parametrize("text", ["pause:node1@t=4..step=9", "degrade:node0@step=10..t=20",
+                                  "partition:node0|node1@t=8..step=20"])
+def test_an_end_in_another_unit_than_its_start_is_refused(text):
+    with pytest.raises(UsageError, match="invalid --fault"):
+        parse_fault(text)
+
+
 def test_a_fault_says_its_defaults_when_printed():
     assert str(parse_fault("slow:node0")) == "slow:node0,cpus=0.25"
     assert str(parse_fault("degrade:node1@t=3")) == "degrade:node1,rate=10mbit@t=3"
