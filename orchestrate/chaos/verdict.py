@@ -42,6 +42,8 @@ class FileComparison:
             return f"{self.path}: {self.problem}"
         if self.kind == "bytes":
             return f"{self.path}: {'identical' if self.equal else 'differs'} (bytes)"
+        if self.equal and self.max_difference == 0:
+            return f"{self.path}: matches (tensors; every value equal)"
         at = f" at {self.where}" if self.where else ""
         return (f"{self.path}: {'matches' if self.equal else 'differs'} (tensors; largest difference"
                 f" {self.max_difference:.3g}{at})")

@@ -60,8 +60,10 @@ def compare_one(rtol, first, second, path):
     worst = []
     equal = walk(torch, a, b, "", rtol, worst)
     largest = max(worst, default=(0.0, ""))
+    # (where every value is equal no key is the largest difference's)
     print(json.dumps({"path": path, "loadable": True, "equal": equal,
-                      "max_difference": largest[0] if largest[0] != float("inf") else None, "where": largest[1]}))
+                      "max_difference": largest[0] if largest[0] != float("inf") else None,
+                      "where": largest[1] if largest[0] else ""}))
 
 
 if __name__ == "__main__":

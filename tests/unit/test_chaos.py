@@ -185,6 +185,7 @@ def test_tensors_compare_exactly_and_name_the_largest_difference_and_where(tmp_p
     torch.save(changed, second / "final.pt")
     rows = {r["path"]: r for r in compare_in_process(0.0, first, second, "final.pt", "same.pt")}
     assert rows["same.pt"]["equal"] is True and rows["same.pt"]["max_difference"] == 0.0
+    assert rows["same.pt"]["where"] == ""  # no key is the largest where none differs
     assert rows["final.pt"]["equal"] is False
     assert rows["final.pt"]["max_difference"] == pytest.approx(0.23, abs=1e-6)
     assert rows["final.pt"]["where"] == "optimizer.state.0.momentum"
@@ -448,6 +449,17 @@ def test_a_bound_on_steps_redone_and_a_per_step_difference_fail_the_trial(make_j
     assert differs.status == "DOES NOT HOLD" and differs.failures == ["per-step metrics: loss first differs at step 10"]
     nothing = verdict_of(make_job, tmp_path, [strike()], steps=StepsComparison(0))
     assert nothing.status == "INCONCLUSIVE" and "--compare-steps: no metric" in nothing.inconclusive[0]
+
+
+@pytest.mark.parametrize("comparison, said", [
+    (FileComparison("final.pt", "tensors", True, 0.0, ""), "final.pt: matches (tensors; every value equal)"),
+    (FileComparison("final.pt", "tensors", True, 2e-7, "model.w"),
+     "final.pt: matches (tensors; largest difference 2e-07 at model.w)"),
+    (FileComparison("final.pt", "tensors", False, 0.5, "model.w"),
+     "final.pt: differs (tensors; largest difference 0.5 at model.w)"),
+])
+def test_a_comparison_says_every_value_equal_or_the_largest_difference_and_where(comparison, said):
+    assert comparison.describe() == said
 
 
 def test_the_verdict_names_a_file_that_differs_and_a_fault_that_never_fired(make_job, tmp_path):
