@@ -848,6 +848,16 @@ MUTANTS = [
            ("tests/unit/test_diagnosis.py",)),
     Mutant("the summary leaves an earlier attempt's user's frame out", "orchestrate/outcome/summary.py",
            "            if failure.earlier.users_frame:", "            if False:", ("tests/unit/test_outcome.py",)),
+    Mutant("a fault's end in seconds may not repeat its unit", "orchestrate/config/fault_spec.py",
+           "(?:\\.\\.(?:t=)?(?P<until_seconds>", "(?:\\.\\.(?P<until_seconds>", ("tests/unit/test_faults.py",)),
+    Mutant("a fault's end at a step may not repeat its unit", "orchestrate/config/fault_spec.py",
+           "(?:\\.\\.(?:step=)?(?P<until_step>", "(?:\\.\\.(?P<until_step>", ("tests/unit/test_faults.py",)),
+    Mutant("a comparison with every value equal names a key anyway", "orchestrate/node/compare_tensors.py",
+           "\"where\": largest[1] if largest[0] else \"\"}", "\"where\": largest[1]}", ("tests/unit/test_chaos.py",)),
+    Mutant("a comparison within --rtol says every value equal", "orchestrate/chaos/verdict.py",
+           "        if self.equal and self.max_difference == 0:", "        if self.equal:", ("tests/unit/test_chaos.py",)),
+    Mutant("a comparison with every value equal says a largest difference", "orchestrate/chaos/verdict.py",
+           "        if self.equal and self.max_difference == 0:", "        if False:", ("tests/unit/test_chaos.py",)),
 ]
 
 
