@@ -858,6 +858,16 @@ MUTANTS = [
            "        if self.equal and self.max_difference == 0:", "        if self.equal:", ("tests/unit/test_chaos.py",)),
     Mutant("a comparison with every value equal says a largest difference", "orchestrate/chaos/verdict.py",
            "        if self.equal and self.max_difference == 0:", "        if False:", ("tests/unit/test_chaos.py",)),
+    Mutant("a Slurm job's cause is the earliest error, a lost peer's too", "orchestrate/slurm/backend.py",
+           "min(found, key=lambda f: f[:2])", "min(found, key=lambda f: f[1])", ("tests/unit/test_slurm.py",)),
+    Mutant("a Slurm job's lost peer is not marked a result", "orchestrate/slurm/backend.py",
+           "        slurm.workers_collateral = collateral\n", "", ("tests/unit/test_slurm.py",)),
+    Mutant("a Slurm job's cause names no line of the user's code", "orchestrate/slurm/backend.py",
+           "users_frame=users_frame_in(cause.traceback.splitlines()))", "users_frame=\"\")",
+           ("tests/unit/test_slurm.py",)),
+    Mutant("a Slurm job's cause is read from a node's first attempt", "orchestrate/outcome/root_cause.py",
+           "for p in attempts[-1].glob(\"*/error.json\")", "for p in attempts[0].glob(\"*/error.json\")",
+           ("tests/unit/test_slurm.py",)),
 ]
 
 

@@ -3,6 +3,7 @@ project, scontrol's records, the job's output lines and the summary."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 import subprocess
@@ -390,3 +391,49 @@ def test_answers_that_cannot_be_empty_are_asked_again_where_docker_lost_them(mak
     assert stop_module.queued_jobs(None, None) == ["7"] and len(asked) == 2
     asked = answers("", "", "")  # an empty queue, believed at the third answer
     assert stop_module.queued_jobs(None, None) == [] and len(asked) == 3
+
+
+# --- the worker failure a failed Slurm job is explained by --------------------------------------
+
+def slurm_error_file(run_dir: Path, node: str, attempt: str, message: str, timestamp: int, traceback: str = "",
+                     mtime: float = 1_000.0) -> None:
+    """torchrun's error file of ``node``'s local rank 0 in ``attempt``, as ``@record`` writes it."""
+    path = run_dir / node / "torchrun" / "job-7" / attempt / "0" / "error.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": {
+        "py_callstack": traceback or f"Traceback (most recent call last):\n{message}", "timestamp": str(timestamp)}}}))
+    os.utime(path.parents[1], (mtime, mtime))
+
+
+def test_a_failed_slurm_job_is_explained_by_the_workers_own_error_not_a_peers_lost_connection(make_job):
+    from orchestrate.slurm.backend import SlurmBackend
+    from tests.fakes import FakeDockerClient
+
+    plan = make_job(nodes=2)
+    backend = SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="1000:1000", image="img")
+    job = {"JobState": "FAILED", "Reason": "NonZeroExitCode", "ExitCode": "1:0"}
+    nothing = SlurmJob("7", job=dict(job))
+    assert backend.root_cause(nothing) == Failure("", None, None, "", (),
+                                                  description="Slurm job 7 FAILED (reason NonZeroExitCode)")
+
+    # node0's lost peer came first in time; node1's own error explains it, and the line of the user's code
+    slurm_error_file(plan.run_dir, "node0", "attempt_0", "RuntimeError: Connection closed by peer [10.0.0.3]:6576", 100)
+    slurm_error_file(plan.run_dir, "node1", "attempt_0", "KeyError: 'from the attempt before'", 90, mtime=500.0)
+    slurm_error_file(plan.run_dir, "node1", "attempt_1", "ValueError: bad batch", 105, traceback=(
+        "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 9, in main\n    loss = step(batch)\n"
+        "  File \"/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py\", line 1, in _call_impl\n"
+        "    return forward(*args)\nValueError: bad batch"))
+    slurm = SlurmJob("7", job=dict(job))
+    failure = backend.root_cause(slurm)
+    assert (failure.node, failure.rank, failure.exception) == ("node1", 1, "ValueError: bad batch")
+    assert failure.users_frame == "train.py:9 in main: loss = step(batch)"
+    assert failure.description == ("Slurm job 7 FAILED (reason NonZeroExitCode); workers: node1 rank 1:"
+                                   " ValueError: bad batch")
+    assert slurm.workers_collateral is False
+
+    # only lost peers: the earliest is said, marked as a result of something else
+    (plan.run_dir / "node1" / "torchrun").rename(plan.run_dir / "gone")
+    slurm_error_file(plan.run_dir, "node1", "attempt_0", "RuntimeError: Connection closed by peer [10.0.0.2]:1", 99)
+    lost = backend.root_cause(slurm)
+    assert (lost.node, lost.rank, lost.users_frame) == ("node1", 1, "")
+    assert slurm.workers_collateral is True
