@@ -37,6 +37,11 @@ def brief(exception: str) -> str:
     return (words if len(words) - message_at >= BRIEF_MESSAGE_CHARS else head).rstrip(" ,;") + " …"
 
 
+def counted(count: int, noun: str, plural: str = "") -> str:
+    """``1 node``, ``2 nodes``, ``1 process`` (``plural`` where adding "s" does not make it)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     """Format rows as left-aligned columns under a header and a rule."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]

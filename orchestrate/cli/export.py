@@ -13,6 +13,7 @@ from orchestrate.config.options import OPTIONS_BY_DEST
 from orchestrate.errors import UsageError
 from orchestrate.export.job import export_job
 from orchestrate.export.options import CONTAINER_WORKDIR, TARGETS
+from orchestrate.text import counted
 
 # The run options a real cluster's job has (the simulation's own, such as faults, links or the
 # runs directory, mean nothing there).
@@ -80,6 +81,6 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
             args.output.chmod(0o755)
     except OSError as exc:
         raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
-    print(f"wrote the {job.what} of {job.nodes} nodes x {job.nproc_per_node} processes to {args.output}",
-          file=sys.stderr)
+    size = f"{counted(job.nodes, 'node')} x {counted(job.nproc_per_node, 'process', 'processes')}"
+    print(f"wrote the {job.what} of {size} to {args.output}", file=sys.stderr)
     return 0

@@ -20,6 +20,7 @@ from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.plan.model import JobPlan
 from orchestrate.supervise.api import RunSpec
 from orchestrate.supervise.supervisor import Supervisor
+from orchestrate.text import counted
 
 SUPERVISOR_LOCK = "supervisor.lock"  # in the run directory: who holds it acts, others only watch
 
@@ -80,7 +81,8 @@ class ComposeBackend:
         self.out.flush()
 
     def bring_up_line(self) -> str:
-        return f"run {self.spec.run_id}: bringing up {len(self.spec.nodes)} nodes (project {self.spec.project})"
+        nodes = counted(len(self.spec.nodes), "node")
+        return f"run {self.spec.run_id}: bringing up {nodes} (project {self.spec.project})"
 
     def render(self, run_dir: Path) -> Path:
         assert self.plan is not None

@@ -12,6 +12,7 @@ from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.judge import Failure, find_failure
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
+from orchestrate.text import counted
 
 
 class Lines(list):
@@ -339,7 +340,7 @@ class RunResult:
         """What a failed ``assert result.succeeded`` shows: how the run ended and why first, the
         failing rank's last lines last (pytest keeps a long repr's head and tail)."""
         if self.succeeded:
-            return f"RunResult({self.run_id}: SUCCEEDED, {len(self.results)} nodes, run_dir={self.run_dir})"
+            return f"RunResult({self.run_id}: SUCCEEDED, {counted(len(self.results), 'node')}, run_dir={self.run_dir})"
         why = []
         if self.interrupted:
             why.append(f"interrupted by signal {self.signal_number}")

@@ -14,7 +14,12 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_li
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import brief, format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
+from orchestrate.text import brief, counted, format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
+
+
+def every_node(count: int) -> str:
+    """``all 2 nodes``; ``its 1 node`` for a run of one."""
+    return f"all {counted(count, 'node')}" if count != 1 else "its 1 node"
 
 
 def format_summary(outcome: RunResult) -> str:
@@ -52,10 +57,10 @@ def format_summary(outcome: RunResult) -> str:
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
     if outcome.succeeded:
-        lines.append(f"SUCCEEDED: all {len(outcome.results)} nodes exited 0")
+        lines.append(f"SUCCEEDED: {every_node(len(outcome.results))} exited 0")
         return "\n".join(lines)
     if outcome.job_succeeded:  # the job did, but the experiment asked for did not happen
-        lines.append(f"FAILED: all {len(outcome.results)} nodes exited 0, but {'; and '.join(outcome.missed)}")
+        lines.append(f"FAILED: {every_node(len(outcome.results))} exited 0, but {'; and '.join(outcome.missed)}")
         return "\n".join(lines)
     if ended_hung(outcome):
         lines.append(f"HUNG: {outcome.hang.headline}")

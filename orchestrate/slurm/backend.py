@@ -48,6 +48,7 @@ from orchestrate.slurm.cluster import (
 from orchestrate.slurm.script import BatchOptions, render_sbatch
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.worker_lines import WorkerLines
+from orchestrate.text import counted
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class SlurmBackend:
 
     def bring_up_line(self) -> str:
         return (f"run {self.plan.run_id}: bringing up a Slurm cluster: {CONTROLLER} (slurmctld) and"
-                f" {len(self.plan.nodes)} nodes (slurmd) (project {self.plan.project_name})")
+                f" {counted(len(self.plan.nodes), 'node')} (slurmd) (project {self.plan.project_name})")
 
     def render(self, run_dir: Path) -> Path:
         """The Slurm configuration, the munge key, the batch script and the cluster's Compose file."""

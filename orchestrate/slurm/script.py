@@ -21,6 +21,7 @@ from typing import Optional
 
 from orchestrate.plan.layout import RDZV_PORT
 from orchestrate.plan.model import JobPlan
+from orchestrate.text import counted
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
     cfg = plan.config
     lines = [
         "#!/bin/bash",
-        f"# {plan.config.nodes} nodes x {cfg.nproc_per_node} processes, world size {plan.world_size},"
+        f"# {counted(plan.config.nodes, 'node')} x {counted(cfg.nproc_per_node, 'process', 'processes')},"
+        f" world size {plan.world_size},"
         f" {'elastic c10d' if cfg.elastic else 'static'} rendezvous; written by ddp-compose.",
         f"#SBATCH --job-name={options.job_name}",
         f"#SBATCH --nodes={cfg.nodes if not cfg.elastic else f'{cfg.min_nodes}-{cfg.max_nodes}'}",

@@ -117,7 +117,7 @@ def test_cli_writes_to_a_file_and_refuses_bad_input(tmp_path, capsys):
     assert code == 0
     kinds = [o["kind"] for o in yaml.safe_load_all(target.read_text())]
     assert kinds == ["Service", "Job"]
-    assert "wrote the Kubernetes manifests of 2 nodes x 1 processes" in capsys.readouterr().err
+    assert "wrote the Kubernetes manifests of 2 nodes x 1 process to" in capsys.readouterr().err
     out = io.StringIO()
     assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--", "missing.py"], out=out) == 2
     assert "script 'missing.py' not found" in capsys.readouterr().err

@@ -4,6 +4,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from orchestrate.outcome.judge import find_failure
 from orchestrate.outcome.model import FaultRecord, RunResult, Timings
 from orchestrate.outcome.node_result import NodeResult
@@ -11,7 +13,7 @@ from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
-from orchestrate.text import brief
+from orchestrate.text import brief, counted
 
 
 def results_for(plan, *specs):
@@ -112,6 +114,18 @@ def test_summary_of_a_success_says_so(make_job):
     text = format_summary(outcome(results_for(
         plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))))
     assert text.rstrip().endswith("SUCCEEDED: all 2 nodes exited 0")
+    one = make_job(nodes=1)
+    alone = outcome(results_for(one, (NodePhase.SUCCEEDED, 0, 1, None)))
+    assert format_summary(alone).rstrip().endswith("SUCCEEDED: its 1 node exited 0")
+    assert "SUCCEEDED, 1 node," in repr(alone)
+
+
+@pytest.mark.parametrize("count, noun, plural, said", [
+    (1, "node", "", "1 node"), (2, "node", "", "2 nodes"), (0, "node", "", "0 nodes"),
+    (1, "process", "processes", "1 process"), (4, "process", "processes", "4 processes"),
+])
+def test_a_count_and_its_noun_agree(count, noun, plural, said):
+    assert counted(count, noun, plural) == said
 
 
 def test_exit_codes_follow_one_rule(make_job):

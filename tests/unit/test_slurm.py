@@ -90,6 +90,8 @@ def test_sbatch_directives_follow_the_plan_and_options(make_job):
                  "#SBATCH --gpus-per-node=8", "#SBATCH --time=04:00:00", "#SBATCH --partition=gpu"):
         assert line in script.splitlines()
     assert "--container-image=nvcr.io/me/train:1 --container-mounts=/data:/data" in script
+    assert script.splitlines()[1].startswith("# 4 nodes x 8 processes, world size 32,")
+    assert render_sbatch(make_job(nodes=1), BatchOptions()).splitlines()[1].startswith("# 1 node x 1 process, world")
 
 
 def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
