@@ -868,6 +868,17 @@ MUTANTS = [
     Mutant("a Slurm job's cause is read from a node's first attempt", "orchestrate/outcome/root_cause.py",
            "for p in attempts[-1].glob(\"*/error.json\")", "for p in attempts[0].glob(\"*/error.json\")",
            ("tests/unit/test_slurm.py",)),
+    Mutant("a C++ backtrace's frames show on the console", "orchestrate/supervise/console_filter.py",
+           "            if _CPP_FRAME.match(line.text) or not line.text.strip():", "            if False:",
+           ("tests/unit/test_console_filter.py",)),
+    Mutant("a C++ backtrace never ends on the console", "orchestrate/supervise/console_filter.py",
+           "            self.in_backtrace.discard(key)\n", "", ("tests/unit/test_console_filter.py",)),
+    Mutant("a C++ backtrace inside torchrun's report is noted too", "orchestrate/supervise/console_filter.py",
+           "(line.node not in self.in_report and line.node not in self.held)", "True",
+           ("tests/unit/test_console_filter.py",)),
+    Mutant("a worker's C++ backtrace is noted as its node's", "orchestrate/supervise/console_filter.py",
+           "OutputLine(line.node, BACKTRACE_NOTE, line.local_rank, line.global_rank)",
+           "OutputLine(line.node, BACKTRACE_NOTE)", ("tests/unit/test_console_filter.py",)),
 ]
 
 

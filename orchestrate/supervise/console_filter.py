@@ -5,6 +5,10 @@
 - torchrun's ``ChildFailedError`` report: its own traceback and the table that follows,
   printed whenever a worker exits non-zero. The run's summary names the failing rank, its exit
   code and its error in one line, so the console shows one line in its place;
+- the C++ backtraces torch prints under some of its warnings and errors (``Exception raised from
+  recvBytes at .../Utils.hpp:682 (most recent call first):``, then a ``frame #N: ...`` line per
+  frame), as a node whose rendezvous store is lost prints 25 of them: one line in their place,
+  after the warning that says what went wrong;
 - most redraws of the workers' progress bars, each a line of its own (``progress_bars``), the
   empty line that a bar's first "\\r" makes, and the spaces that wipe a bar left with
   ``leave=False``.
@@ -25,6 +29,9 @@ _TRACEBACK = "Traceback (most recent call last):"
 _AGENT_FRAME = re.compile(r'^\s*File ".*(/torchrun|torch/distributed/run\.py)", line \d+')
 _RULE = re.compile(r"^=+$")
 REPORT_NOTE = "(torchrun's ChildFailedError report: see the summary below, the node log, or -v)"
+_CPP_BACKTRACE = re.compile(r"^Exception raised from .+ at .+ \(most recent call first\):$")
+_CPP_FRAME = re.compile(r"^frame #\d+: ")
+BACKTRACE_NOTE = "(a C++ backtrace: see the node log, or -v)"
 
 
 class ConsoleFilter:
@@ -36,9 +43,28 @@ class ConsoleFilter:
         self.bars: BarThrottle[OutputLine] = BarThrottle()
         self.blank: dict[tuple[str, Optional[int]], OutputLine] = {}  # a worker's empty line, until its next
         self.after_bar: set[tuple[str, Optional[int]]] = set()  # the workers whose last line was a redraw
+        self.in_backtrace: set[tuple[str, Optional[int]]] = set()  # node or worker -> in a C++ backtrace
+
+    def _backtrace(self, line: OutputLine) -> Optional[list[OutputLine]]:
+        """What shows of a C++ backtrace's line: its first becomes :data:`BACKTRACE_NOTE`, its frames
+        (and the empty line after them) nothing; None for a line that is none of those."""
+        key = (line.node, line.local_rank)
+        if key in self.in_backtrace:
+            if _CPP_FRAME.match(line.text) or not line.text.strip():
+                return []
+            self.in_backtrace.discard(key)
+        if _CPP_BACKTRACE.match(line.text.strip()):
+            self.in_backtrace.add(key)
+            return [OutputLine(line.node, BACKTRACE_NOTE, line.local_rank, line.global_rank)]
+        return None
 
     def shown(self, line: OutputLine) -> list[OutputLine]:
         """The lines to show now that ``line`` arrived (none, it, or lines held back before it)."""
+        # (not inside torchrun's report, nor after a node's line held back: they come first)
+        own = line.local_rank is not None or (line.node not in self.in_report and line.node not in self.held)
+        backtrace = self._backtrace(line) if own else None
+        if backtrace is not None:
+            return backtrace
         if line.local_rank is not None:
             return self._worker_line(line)
         node = line.node

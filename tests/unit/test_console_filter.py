@@ -3,7 +3,7 @@ ChildFailedError report are left to the node log (one line in the report's place
 lines and any other traceback always show."""
 from __future__ import annotations
 
-from orchestrate.supervise.console_filter import REPORT_NOTE, ConsoleFilter
+from orchestrate.supervise.console_filter import BACKTRACE_NOTE, REPORT_NOTE, ConsoleFilter
 from orchestrate.supervise.worker_lines import OutputLine
 
 TORCHRUN_REPORT = """Traceback (most recent call last):
@@ -46,3 +46,23 @@ def test_torchruns_info_records_are_left_to_the_log():
     info = OutputLine("node0", "I1123 01:03:22.761000 16858 torch/distributed/elastic/agent/server/api.py:890] round")
     warning = OutputLine("node0", "W1123 01:03:22.761000 16858 torch/distributed/elastic/agent/server/api.py:725] x")
     assert shown([info, warning]) == [warning.text]
+
+
+def test_a_cpp_backtrace_becomes_one_line_after_its_warning_for_a_node_and_a_worker():
+    warning = ("[W1130 07:06:24.989687359 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl(fd=3):"
+               " Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?")
+    backtrace = ["Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:682 (most recent"
+                 " call first):",
+                 "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x80 (0x7f57 in libc10.so)",
+                 *[f"frame #{i}: <unknown function> + 0x891f5 (0x7f5773db71f5 in libc.so.6)" for i in range(1, 23)], ""]
+    after = ["W1130 ... keep-alive heartbeat failed", "frame #9: a line like a frame, once the backtrace is over"]
+    node = [OutputLine("node1", text) for text in [warning, *backtrace, *after]]
+    assert shown(node) == [warning, BACKTRACE_NOTE, *after]
+    worker = [OutputLine("node1", text, 0, 1) for text in [*backtrace[:5], "rank 1 goes on"]]
+    console = ConsoleFilter()
+    said = [s for line in worker for s in console.shown(line)]
+    assert [(s.text, s.prefix) for s in said] == [(BACKTRACE_NOTE, "node1/rank1"), ("rank 1 goes on", "node1/rank1")]
+    # a line like a frame, outside a backtrace, shows; so does each line of torchrun's report around one
+    assert shown([OutputLine("node1", "frame #3: not after a backtrace")]) == ["frame #3: not after a backtrace"]
+    report = [OutputLine("node0", text) for text in TORCHRUN_REPORT[:5] + backtrace[:3] + TORCHRUN_REPORT[5:]]
+    assert shown(report) == [REPORT_NOTE]
