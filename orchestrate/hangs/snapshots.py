@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Optional
 from orchestrate.node.collective_log import ON_GPU
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS, DESCRIBED as DDP_GRADIENTS
 from orchestrate.node.snapshot import FAILED_REASON, LOADER_PREFIX, REQUEST_FILE
-from orchestrate.plan.layout import DEBUG_SUBDIR
+from orchestrate.plan.layout import DEBUG_SUBDIR, WORKSPACE_DIR
 # Where torch.compile's inductor writes the code it generates for a model (torchinductor_<user> in
 # the temporary directory): the model's kernels, never the user's own lines.
 TORCH_COMPILED_CODE = "/torchinductor_"
@@ -36,7 +36,7 @@ class Frame:
 
     @property
     def where(self) -> str:
-        return f"{os.path.basename(self.file)}:{self.line}"
+        return f"{users_file_name(self.file)}:{self.line}"
 
     @property
     def short_file(self) -> str:
@@ -50,6 +50,15 @@ class Frame:
     def is_users(self) -> bool:
         """Whether the frame is the user's code, not torch's, a library's or Python's own."""
         return is_users_file(self.file)
+
+
+def users_file_name(file: str) -> str:
+    """A file as the user knows it, as the collective records name it: relative to the work
+    directory where it is under it (``train.py``, ``mypkg/data.py``; the workers' snapshots wrote
+    it so, a traceback in the nodes has it under /workspace), else its base name."""
+    if file.startswith(WORKSPACE_DIR + "/"):
+        return file[len(WORKSPACE_DIR) + 1:]
+    return os.path.basename(file) if os.path.isabs(file) else file
 
 
 def is_users_file(file: str) -> bool:

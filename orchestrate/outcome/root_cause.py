@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import posixpath
 import re
 import signal
 from dataclasses import dataclass
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from orchestrate.hangs.crash_dump import HOOK_DIRS, calls_wrapped, is_workers_hook_file
-from orchestrate.hangs.snapshots import is_users_file
+from orchestrate.hangs.snapshots import is_users_file, users_file_name
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 from orchestrate.text import brief
 
@@ -245,7 +244,7 @@ def users_frame_in(lines: Sequence[str]) -> str:
                 continue
             below = text[i + 1] if i + 1 < end else ""
             is_source = len(below) - len(below.lstrip()) > len(frame["indent"]) and not _FRAME_LINE.match(below)
-            return (f"{posixpath.basename(frame['file'])}:{frame['line']} in {frame['function'] or '?'}"
+            return (f"{users_file_name(frame['file'])}:{frame['line']} in {frame['function'] or '?'}"
                     + (f": {below.strip()}" if is_source else ""))
     return ""
 

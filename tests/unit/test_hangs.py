@@ -64,6 +64,12 @@ def test_ranks_with_one_stack_form_one_group_and_the_odd_rank_comes_first():
 def test_a_rank_outside_any_call_is_placed_at_its_own_frame():
     computing = (Frame("train.py", 40, "train"), Frame("train.py", 12, "evaluate"))
     assert group_stacks({0: snap(0, frames=computing)})[0].where == "evaluate at train.py:12"
+    # a module of the user's package by its path in the work directory, as its frames and the
+    # collective records say it; a file outside the work directory by its base name
+    packaged = (Frame("mypkg/train.py", 40, "train"), Frame("mypkg/eval.py", 12, "evaluate"))
+    assert group_stacks({0: snap(0, frames=packaged)})[0].where == "evaluate at mypkg/eval.py:12"
+    crashed = (Frame("/workspace/mypkg/eval.py", 12, "evaluate"), Frame("/data/tools/metrics.py", 3, "score"))
+    assert [frame.where for frame in crashed] == ["mypkg/eval.py:12", "metrics.py:3"]
 
 
 def test_a_rank_in_torchs_code_is_placed_at_the_call_its_script_made_past_the_decorators():

@@ -194,6 +194,14 @@ TORCH_DEEP = ["[rank1]: Traceback (most recent call last):",
       "    raise ValueError(x)", '  File "<eval_with_key>.3", line 5, in forward',
       '  File "/tmp/torchinductor_root/ab/cabxyz.py", line 88, in call', "    buf0 = empty_strided_cuda(s)",
       "ValueError: fp16 needs a GPU"], "t.py:4 in main: args = TrainingArguments(fp16=True)"),
+    # a module of the user's package, named from the work directory on as the collective records
+    # name it; a file of the user's outside the work directory by its base name
+    (["Traceback (most recent call last):", '  File "/workspace/mypkg/train.py", line 14, in main',
+      "    for batch in loader:", '  File "/workspace/mypkg/data.py", line 13, in __getitem__',
+      '    raise IndexError(f"shard {i} is missing")', "IndexError: shard 13 is missing"],
+     'mypkg/data.py:13 in __getitem__: raise IndexError(f"shard {i} is missing")'),
+    (["Traceback (most recent call last):", '  File "/data/tools/shards.py", line 3, in load', "    open(p)",
+      "FileNotFoundError: p"], "shards.py:3 in load: open(p)"),
     # wholly in a library, or no traceback at all
     (["Traceback (most recent call last):", '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code',
       "    exec(code)", "SystemError: x"], ""),
