@@ -879,6 +879,15 @@ MUTANTS = [
     Mutant("a worker's C++ backtrace is noted as its node's", "orchestrate/supervise/console_filter.py",
            "OutputLine(line.node, BACKTRACE_NOTE, line.local_rank, line.global_rank)",
            "OutputLine(line.node, BACKTRACE_NOTE)", ("tests/unit/test_console_filter.py",)),
+    Mutant("a traceback's file in the work directory is named by its base name", "orchestrate/hangs/snapshots.py",
+           "    if file.startswith(WORKSPACE_DIR + \"/\"):", "    if False:",
+           ("tests/unit/test_output.py", "tests/unit/test_hangs.py")),
+    Mutant("a snapshot's file of the user's package is named by its base name", "orchestrate/hangs/snapshots.py",
+           "    return os.path.basename(file) if os.path.isabs(file) else file", "    return os.path.basename(file)",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("a file outside the work directory is named by its whole path", "orchestrate/hangs/snapshots.py",
+           "    return os.path.basename(file) if os.path.isabs(file) else file", "    return file",
+           ("tests/unit/test_output.py", "tests/unit/test_hangs.py")),
 ]
 
 
