@@ -888,6 +888,9 @@ MUTANTS = [
     Mutant("a file outside the work directory is named by its whole path", "orchestrate/hangs/snapshots.py",
            "    return os.path.basename(file) if os.path.isabs(file) else file", "    return file",
            ("tests/unit/test_output.py", "tests/unit/test_hangs.py")),
+    Mutant("a frame with no function reads 'in ?'", "orchestrate/outcome/root_cause.py",
+           "            function = f\" in {frame['function']}\" if frame[\"function\"] else \"\"",
+           "            function = f\" in {frame['function'] or '?'}\"", ("tests/unit/test_output.py",)),
 ]
 
 

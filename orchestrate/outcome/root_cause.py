@@ -244,7 +244,9 @@ def users_frame_in(lines: Sequence[str]) -> str:
                 continue
             below = text[i + 1] if i + 1 < end else ""
             is_source = len(below) - len(below.lstrip()) > len(frame["indent"]) and not _FRAME_LINE.match(below)
-            return (f"{users_file_name(frame['file'])}:{frame['line']} in {frame['function'] or '?'}"
+            # (a file Python could not compile has no function: ``File "m.py", line 2`` of a SyntaxError)
+            function = f" in {frame['function']}" if frame["function"] else ""
+            return (f"{users_file_name(frame['file'])}:{frame['line']}{function}"
                     + (f": {below.strip()}" if is_source else ""))
     return ""
 

@@ -202,6 +202,10 @@ TORCH_DEEP = ["[rank1]: Traceback (most recent call last):",
      'mypkg/data.py:13 in __getitem__: raise IndexError(f"shard {i} is missing")'),
     (["Traceback (most recent call last):", '  File "/data/tools/shards.py", line 3, in load', "    open(p)",
       "FileNotFoundError: p"], "shards.py:3 in load: open(p)"),
+    # a module of the user's that Python could not compile: its line, with no function
+    (["Traceback (most recent call last):", '  File "/workspace/mypkg/train.py", line 6, in <module>',
+      "    from mypkg.model import Net", '  File "/workspace/mypkg/model.py", line 2', "    def forward(self x):",
+      "                     ^", "SyntaxError: invalid syntax"], "mypkg/model.py:2: def forward(self x):"),
     # wholly in a library, or no traceback at all
     (["Traceback (most recent call last):", '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code',
       "    exec(code)", "SystemError: x"], ""),
