@@ -36,6 +36,43 @@ def init_hints(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
     return [facts + why for facts, why in hints if facts]
 
 
+# Host names every node resolves to itself: a store there is each node's own.
+LOOPBACK_HOSTS = ("localhost", "::1", "[::1]", "0.0.0.0")
+
+
+def is_loopback_store(store: str) -> bool:
+    """Whether a ``host:port`` store is on each rank's own node (localhost, 127.x.x.x, ::1)."""
+    host = store.rsplit(":", 1)[0].lower()
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def certain_init_waits(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
+    """The ``init_process_group`` calls that can only wait until torch's timeout (30 minutes by
+    default), said as soon as they are made: ranks of two or more nodes (``nodes``: rank -> node)
+    that ask for torchrun's whole world, each in a store on its own node (``localhost``, or a
+    file only its node has). No other call is taken as certain: a store the script names on a
+    node every rank reaches can be where torchrun's is not; a world of each node's own ranks
+    makes jobs apart, which do not wait (see :func:`apart_facts`)."""
+    whole = {rank: call for rank, call in calls.items() if rank in nodes and asks_for_torchruns_world(call)}
+    own = {rank: call for rank, call in whole.items() if call.via in ("env", "tcp") and is_loopback_store(call.store)}
+    found = []
+    for (store, via), ranks in by_value(own, lambda c: (c.store, c.via)).items():
+        if len({nodes[rank] for rank in ranks}) < 2:
+            continue
+        named = ("from the MASTER_ADDR and MASTER_PORT the script set itself" if via == "env"
+                 else f"named by init_method='tcp://{store}'")
+        found.append(f"{ranks_text(ranks)} called init_process_group for a store at {store}, {named}: each node's"
+                     f" ranks look for it on their own node and never meet the others' ranks, so they wait in"
+                     f" init_process_group until it times out (30 minutes by default); under torchrun leave"
+                     f" init_method out, and MASTER_ADDR and MASTER_PORT as torchrun sets them")
+    files = node_local_file_facts(whole, nodes)
+    if files:
+        found.append(f"{files}, so each node's ranks wait there for the others until init_process_group times out"
+                     f" (30 minutes by default); under torchrun leave init_method out (env://), or name a file under"
+                     f" {WORKSPACE_DIR}")
+    return found
+
+
 def apart_facts(calls: dict[int, InitCall]) -> str:
     """For a run that has ended, from the groups the ranks' ``init_process_group`` ``calls`` made:
     the world sizes that are not torchrun's, then the ranks that asked for the same rank within

@@ -147,6 +147,15 @@ def report_same_shuffle(line: str, epoch: int) -> None:
         channel.write({"rank": channel.rank, "same_shuffle": line, "shuffle_epoch": int(epoch), "time": time.time()})
 
 
+def report_init_asked(call: dict[str, Any]) -> None:
+    """Report how this rank's script calls ``init_process_group``, as it calls it (before torch
+    looks for the store): the launcher says at once a call that can only wait until its timeout
+    (a store on each node's own localhost), not minutes later with the stacks."""
+    channel = _get_channel()
+    if channel is not None:
+        channel.write({"rank": channel.rank, "init_asked": call, "time": time.time()})
+
+
 def report_init_call(call: dict[str, Any]) -> None:
     """Report how this rank's script called ``init_process_group``, once the call made its group,
     beside what torchrun gave it (see :mod:`orchestrate.node.init_record`): the launcher names

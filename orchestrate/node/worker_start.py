@@ -193,8 +193,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
                                   ddp_collectives, fsdp_collectives, init_record, loader_workers, sampler_epochs,
                                   shared_writes, snapshot, spawn_note, step_counter, storage_faults)
-    from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_init_call, report_same_shuffle,
-                                           report_written, report_written_locally)
+    from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_init_asked, report_init_call,
+                                           report_same_shuffle, report_written, report_written_locally)
 
     log = collective_log.CollectiveLog()
     torchrun_gave = init_record.torchrun_gave(os.environ)  # before the script may change it
@@ -210,12 +210,16 @@ def install_recorder(timeout_s: Optional[float]) -> None:
             collective_log.when_imported("torch.distributed.elastic.multiprocessing.errors.error_handler",
                                          crash_stacks.keep_after_torch_record)
 
+    def keep_init_call(call: dict) -> None:  # in the snapshots, and said to the launcher at once
+        log.init_call = call
+        report_init_asked(call)
+
     def on_torch_distributed() -> None:
         collective_log.wrap_torch_distributed(log, name_group)
         if timeout_s is not None:
             collective_log.with_default_timeout(timeout_s)
-        init_record.install(torchrun_gave, lambda call: setattr(log, "init_call", call),
-                            lambda: collective_log.on_failure(log), made=report_init_call)
+        init_record.install(torchrun_gave, keep_init_call, lambda: collective_log.on_failure(log),
+                            made=report_init_call)
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.nn.parallel.distributed", lambda: ddp_collectives.install(log, name_group))

@@ -18,7 +18,8 @@ class ProgressRecord:
     file on its node's own disk the worker wrote (absolute); ``same_shuffle``: the line where the
     worker iterated a shuffling DistributedSampler again with the same epoch (``shuffle_epoch``);
     ``init_call``: how the worker's script called ``init_process_group``, beside what torchrun
-    gave it (as :class:`orchestrate.hangs.snapshots.InitCall` reads it)."""
+    gave it (as :class:`orchestrate.hangs.snapshots.InitCall` reads it), once it made its group;
+    ``init_asked``: the same, as the script made the call."""
 
     rank: int
     time: float
@@ -34,6 +35,7 @@ class ProgressRecord:
     same_shuffle: str = ""
     shuffle_epoch: Optional[int] = None
     init_call: Optional[dict] = None
+    init_asked: Optional[dict] = None
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -60,6 +62,8 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.shuffle_epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
     init_call = data.pop("init_call", None)
     record.init_call = init_call if isinstance(init_call, dict) else None
+    init_asked = data.pop("init_asked", None)
+    record.init_asked = init_asked if isinstance(init_asked, dict) else None
     after = data.pop("after_step", None)
     record.after_step = after if isinstance(after, int) and not isinstance(after, bool) else None
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}

@@ -34,6 +34,9 @@ class ProgressWatch:
         # torchrun's world where it made one, else its latest (a world of one made after the job,
         # to export a model, does not undo the job); each with its attempt
         self.init_calls: dict[int, tuple[str, InitCall]] = {}
+        # how each rank's script called init_process_group, as it made the call (its latest call)
+        self.init_asked: dict[int, InitCall] = {}
+        self.init_records = 0  # the calls read so far, as they were made
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -78,6 +81,12 @@ class ProgressWatch:
             if record.same_shuffle:
                 _, ranks = self.same_shuffle.setdefault(record.same_shuffle, (record.shuffle_epoch or 0, set()))
                 ranks.add(record.rank)
+                continue
+            if record.init_asked is not None:
+                asked = InitCall.from_json(record.init_asked)
+                if asked is not None:
+                    self.init_records += 1
+                    self.init_asked[asked.torchrun_rank if asked.torchrun_rank is not None else record.rank] = asked
                 continue
             if record.init_call is not None:
                 call = InitCall.from_json(record.init_call)

@@ -49,6 +49,7 @@ from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.crash_dump import where_stopped
 from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, mismatch_divergence,
                                         timeout_diagnosis)
+from orchestrate.hangs.init_calls import certain_init_waits
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch, is_progress_line
 from orchestrate.interrupts import uninterrupted
@@ -132,6 +133,8 @@ class Supervisor:
                                self.why_absent, self.say, clock) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
+        self.init_records = 0  # the init_process_group calls looked at (see warn_of_certain_init_waits)
+        self.init_wait_said = False
         self.stop_came = False  # a node ended by `stop RUN` (see finish)
         self.stop_request = StopRequest()  # what `stop RUN` (or `down RUN`) asked, once it has come
         self.kill_at: Optional[float] = None
@@ -404,11 +407,27 @@ class Supervisor:
     def read_channels(self, now: float) -> None:
         """What the workers and ``fault RUN`` wrote meanwhile: steps, files, faults, storage events."""
         self.progress.poll(now, self.restarts.open_recovery)
+        if self.progress.init_records > self.init_records:
+            self.init_records = self.progress.init_records
+            self.warn_of_certain_init_waits()
         if self.writes is not None:
             self.writes.poll(now)
         self.live_faults.poll()
         for fault, event in self.storage.poll():
             self.on_storage_event(fault, event)
+
+    def warn_of_certain_init_waits(self) -> None:
+        """Say, once and as soon as the calls are made, ``init_process_group`` calls that can only
+        wait until torch's timeout (ranks of several nodes each in a store on its own node), rather
+        than minutes later with every rank's stack."""
+        if self.init_wait_said:
+            return
+        nodes = {rank: t.name for t in self.trackers.values() for rank in t.plan.global_ranks}
+        for text in certain_init_waits(self.progress.init_asked, nodes):
+            self.init_wait_said = True
+            self.say(f"warning: {text}")
+            if self.active:
+                self.record("init-will-wait", text=text)
 
     def tick(self) -> None:
         """What time alone decides: progress, due faults, the end of a failure's grace, stop

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import pytest
 
 from orchestrate.hangs.diagnosis import diagnose, timeout_diagnosis
-from orchestrate.hangs.init_calls import init_hints
+from orchestrate.hangs.init_calls import certain_init_waits, init_hints, is_loopback_store
 from orchestrate.hangs.snapshots import Frame, InitCall, Probe, RankSnapshot
 from orchestrate.node.init_record import asked_for, recording, torchrun_gave
 from orchestrate.outcome.judge import Failure
@@ -290,3 +290,60 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
     same_rank = {r: call(r, asked_rank=1, local_rank=1) for r in (0, 1)}
     assert RunResult("r5", tmp_path, nodes, Timings(), init_calls=same_rank).apart == (
         "ranks 0, 1 each called init_process_group with rank=1 (their LOCAL_RANK)")
+
+
+# --- said at once: the calls that can only wait until torch's timeout --------------------------
+
+@pytest.mark.parametrize("store, loopback", [
+    ("localhost:12355", True), ("LOCALHOST:1", True), ("127.0.0.1:29500", True), ("127.1.2.3:1", True),
+    ("[::1]:12355", True), ("0.0.0.0:1", True), ("node0:12355", False), ("10.0.0.1:1", False),
+    ("localhost.example.com:1", False), ("127node:1", False),
+])
+def test_a_store_on_each_nodes_own_loopback_is_told_from_one_every_node_reaches(store, loopback):
+    assert is_loopback_store(store) is loopback
+
+
+def test_only_calls_that_can_only_wait_are_said_as_they_are_made():
+    local = {r: call(r, store="localhost:12355") for r in (0, 1)}
+    assert certain_init_waits(local, NODES) == [
+        "ranks 0, 1 called init_process_group for a store at localhost:12355, from the MASTER_ADDR and MASTER_PORT the"
+        " script set itself: each node's ranks look for it on their own node and never meet the others' ranks, so"
+        " they wait in init_process_group until it times out (30 minutes by default); under torchrun leave"
+        " init_method out, and MASTER_ADDR and MASTER_PORT as torchrun sets them"]
+    named = certain_init_waits({r: call(r, store="127.0.0.1:23456", via="tcp") for r in (0, 1)}, NODES)
+    assert named[0].startswith("ranks 0, 1 called init_process_group for a store at 127.0.0.1:23456, named by"
+                               " init_method='tcp://127.0.0.1:23456': each node's ranks")
+    files = certain_init_waits({r: call(r, store="/tmp/ddp_init", via="file") for r in (0, 1)}, NODES)
+    assert files == ["ranks 0, 1 called init_process_group for a file store, /tmp/ddp_init, which each node has its"
+                     " own of (only /workspace and /shared are shared by every node), so each node's ranks wait there"
+                     " for the others until init_process_group times out (30 minutes by default); under torchrun"
+                     " leave init_method out (env://), or name a file under /workspace"]
+    # not certain, so not said before the job hangs: ranks of one node so far (or of a one-node run),
+    # a store every node reaches, a world of each node's own ranks (jobs apart), ranks of no known
+    # node (an elastic job's), a file every node sees
+    assert certain_init_waits({0: local[0]}, NODES) == []
+    assert certain_init_waits(local, {0: "node0", 1: "node0"}) == []
+    assert certain_init_waits({r: call(r, store="node0:12355") for r in (0, 1)}, NODES) == []
+    apart = {r: call(r, asked_rank=0, world_size=1, store="localhost:12355") for r in (0, 1)}
+    assert certain_init_waits(apart, NODES) == []
+    assert certain_init_waits(local, {}) == []
+    assert certain_init_waits({r: call(r, store="/workspace/init", via="file") for r in (0, 1)}, NODES) == []
+
+
+def test_a_call_is_reported_as_it_is_made_and_read_by_the_launcher(tmp_path, monkeypatch):
+    from orchestrate.node import progress
+    from orchestrate.supervise.progress import ProgressWatch
+
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setattr(progress, "_channel", None)
+        gave = torchrun_gave({**TORCHRUN_ENV, "RANK": str(rank)})
+        progress.report_init_asked({**asked_for(None, -1, -1, None, {**TORCHRUN_ENV, "RANK": str(rank),
+                                                                      "MASTER_ADDR": "localhost"}), "torchrun": gave})
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert watch.init_records == 2
+    assert watch.init_asked == {r: InitCall(r, 2, "localhost:29500", "env", r, 0, 2, "node0:29500") for r in (0, 1)}
+    assert watch.groups_made() == {}  # asked, not made: no group formed yet
+    assert not watch.seen and watch.max_step is None

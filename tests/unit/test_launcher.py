@@ -867,3 +867,28 @@ def test_a_runs_configuration_is_built_once(make_run, monkeypatch):
     outcome, _, _ = run(job, FakeDockerClient())
     assert outcome.succeeded
     assert len(built) == 1  # a CPU run: checked, planned and run from the one configuration
+
+
+def test_calls_that_can_only_wait_in_init_are_said_once_as_they_are_made(make_run):
+    job = make_run(nodes=2)
+    said = "warning: ranks 0, 1 called init_process_group for a store at localhost:12355"
+
+    def asks_localhost(rank: int) -> bool:
+        torchrun = {"rank": rank, "local_rank": 0, "world_size": 2, "store": "node0:29500"}
+        asked = {"rank": rank, "world_size": 2, "store": "localhost:12355", "via": "env", "torchrun": torchrun}
+        with open(job.run_dir / "progress" / f"rank{rank}.jsonl", "a") as handle:
+            handle.write(json.dumps({"rank": rank, "time": 1.0, "init_asked": asked}) + "\n")
+        return True
+
+    def said_then_asked_again() -> bool:  # rank 1's next call, read at the latest as the run ends: not said again
+        return said in job.out.getvalue() and asks_localhost(1)
+
+    # each node's worker goes on only once the launcher has said it: while the ranks wait, not after
+    scripts = {f"node{rank}": [Script([f"[{rank}|0]:calling init"], then=lambda rank=rank: asks_localhost(rank),
+                                      after=[f"[{rank}|0]:on"], after_when=when)]
+               for rank, when in ((0, lambda: said in job.out.getvalue()), (1, said_then_asked_again))}
+    outcome, text, _ = run(job, FakeDockerClient(), **scripts)
+    assert outcome.succeeded and text.count(said) == 1 and f"[orchestrate] {said}" in text
+    assert [e["text"][:len(said) - 9] for e in read_events(job.run_dir) if e["event"] == "init-will-wait"] == [
+        said[9:]]
+    assert text.index(said) < text.index("[node0/rank0]  on")

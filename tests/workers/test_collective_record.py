@@ -37,10 +37,10 @@ def line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+def start(tmp_path: Path, *args: str, **env_extra: str) -> subprocess.Popen:
     debug = tmp_path / "debug"
     debug.mkdir(exist_ok=True)
-    env = host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT))
+    env = host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT), **env_extra)
     return subprocess.Popen(hooked_torchrun(2, *args), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -350,12 +350,21 @@ def test_ranks_that_name_a_store_of_their_own_are_told_so_while_they_wait_and_wh
     """The tutorial's setup() under torchrun: the record keeps the store the script named (its own
     MASTER_ADDR and MASTER_PORT, set after the hook read torchrun's) while the ranks wait; when the
     timeout ends the wait, the records the ranks wrote as init_process_group failed say it too."""
+    from orchestrate.supervise.progress import ProgressWatch
+
     job, init = TUTORIAL_SETUP, line_of(TUTORIAL_SETUP, "# INIT")
-    proc = start(tmp_path, "--collective-timeout", "10", "--", str(job))
+    (tmp_path / "progress").mkdir()
+    proc = start(tmp_path, "--collective-timeout", "10", "--", str(job), DDP_PROGRESS_DIR=str(tmp_path / "progress"))
     try:
         probe = probe_when(tmp_path, proc, lambda p: len(p.snapshots) == 2 and all(s.init for s in p.snapshots.values()),
                            "waited in init_process_group")
         torchrun_store = probe.snapshots[0].init.torchrun_store
+        # each call was reported to the launcher as it was made, while its rank waits in it
+        watch = ProgressWatch(tmp_path / "progress", lambda *args, **kwargs: None)
+        watch.poll(0.0, None)
+        assert {rank: (call.store, call.torchrun_store) for rank, call in watch.init_asked.items()} == {
+            0: ("localhost:12355", torchrun_store), 1: ("localhost:12355", torchrun_store)}
+        assert proc.poll() is None and watch.groups_made() == {}  # still waiting: no group made
         assert torchrun_store.startswith(("localhost:", "127.0.0.1:")) and torchrun_store != "localhost:12355"
         lines = diagnose(probe, None, {0, 1}, {}, 30).lines()
         assert lines[0] == f"no progress for 30 s: ranks 0, 1: init_process_group at {job.name}:{init} in setup"
