@@ -3,7 +3,8 @@ both call sites, a rank that exited early is named as the one the others wait fo
 (by ``stacks`` too, with the faults that did it),
 --collective-timeout reaches any script, --debug-collectives names the mismatch (in a DDP job,
 which torch's DETAIL level would crash on gloo without the hook's guard), and a rank busy in a
-long step is not called hung, and a test's time limit says where the ranks hung."""
+long step is not called hung, a test's time limit says where the ranks hung, and ranks each in a
+store on its own node's localhost are told so as they call init_process_group."""
 from __future__ import annotations
 
 import io
@@ -27,7 +28,7 @@ def workdir(tmp_path) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     for job in ("desync.py", "ddp_desync.py", "wait_apart.py", "long_step.py", "steps_forever.py", "exits_early.py",
-                "late_to_barrier.py"):
+                "late_to_barrier.py", "tutorial_setup.py"):
         shutil.copy(JOBS / job, work)
     return work
 
@@ -103,6 +104,29 @@ def test_a_rank_that_returned_before_init_is_named_as_exited_where_the_other_wai
     assert "  a rank that exits while the others wait for it" in summary
     outcome = json.loads((result.run_dir / "outcome.json").read_text())
     assert [a["state"] for a in outcome["hang"]["activities"]] == ["idle", "exited"]
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_ranks_of_two_nodes_each_in_a_store_on_its_own_localhost_are_told_so_as_they_call_init(orchestrate_run,
+                                                                                                  docker_client,
+                                                                                                  workdir):
+    """The DDP tutorial's setup() under torchrun on two nodes: said a few seconds in, as the calls are
+    made, before the watchdog looks at the stacks; before 2026-11-30 only at --hang-diagnose-after
+    (2 minutes) or the run's end."""
+    init = line_of("tutorial_setup.py", "# INIT")
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--hang-timeout", "10", "--",
+                             "tutorial_setup.py")
+    assert result.code == 1, result.output[-3000:]
+    warning = ("[orchestrate] warning: ranks 0, 1 called init_process_group for a store at localhost:12355, from the"
+               " MASTER_ADDR and MASTER_PORT the script set itself: each node's ranks look for it on their own node"
+               " and never meet the others' ranks, so they wait in init_process_group until it times out")
+    assert result.output.count(warning) == 1, result.output[-3000:]
+    assert result.output.index(warning) < result.output.index("[orchestrate] HUNG: no progress for")
+    summary = result.output.split("=== run")[-1]
+    assert re.search(rf"^HUNG: no progress for \d+ s \(--hang-timeout 10\): ranks 0, 1: init_process_group at"
+                     rf" tutorial_setup\.py:{init} in setup$", summary, re.M), summary
+    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("init-will-wait") == 1
     assert leftovers(docker_client, result.project) == []
 
 
