@@ -912,6 +912,22 @@ MUTANTS = [
            "    record.init_asked = None", ("tests/unit/test_init_calls.py",)),
     Mutant("the workers do not report a call as they make it", "orchestrate/node/worker_start.py",
            "        report_init_asked(call)\n", "", ("tests/workers/test_collective_record.py",)),
+    Mutant("a torch log line said again shows each time", "orchestrate/supervise/console_filter.py",
+           "        if log is not None and self.last_log.get(key) == log[\"said\"]:", "        if False:",
+           ("tests/unit/test_console_filter.py",)),
+    Mutant("a repeated log line's backtrace shows each time", "orchestrate/supervise/console_filter.py",
+           "            return [] if key in self.muted else backtrace", "            return backtrace",
+           ("tests/unit/test_console_filter.py",)),
+    Mutant("a log line said again after another line is taken for a repeat", "orchestrate/supervise/console_filter.py",
+           "        else:\n            self.last_log.pop(key, None)\n", "\n", ("tests/unit/test_console_filter.py",)),
+    Mutant("a backtrace stays hidden after the repeats ended", "orchestrate/supervise/console_filter.py",
+           "        self.muted.discard(key)\n", "", ("tests/unit/test_console_filter.py",)),
+    Mutant("the count of repeats is lost when the stream ends", "orchestrate/supervise/console_filter.py",
+           "        return [*self.held.pop(node, []), *self.bars.flush(node), *blanks, *counted]",
+           "        return [*self.held.pop(node, []), *self.bars.flush(node), *blanks]",
+           ("tests/unit/test_console_filter.py",)),
+    Mutant("torchrun's own log lines, with a pid, are not seen as torch's", "orchestrate/supervise/console_filter.py",
+           "\\d+(?: +\\d+)? (?P<said>", "\\d+ (?P<said>", ("tests/unit/test_console_filter.py",)),
 ]
 
 

@@ -9,6 +9,10 @@
   recvBytes at .../Utils.hpp:682 (most recent call first):``, then a ``frame #N: ...`` line per
   frame), as a node whose rendezvous store is lost prints 25 of them: one line in their place,
   after the warning that says what went wrong;
+- a log line of torch's said again and again (``[W1130 07:39:43.38 socket.cpp:767] [c10d] The client
+  socket has failed to connect to [localhost]:12355``, once a second by every rank that looks for a
+  store that is not there): the first shows, and the count of those that follow it in a row, once
+  another line comes (:data:`SAID_AGAIN`);
 - most redraws of the workers' progress bars, each a line of its own (``progress_bars``), the
   empty line that a bar's first "\\r" makes, and the spaces that wipe a bar left with
   ``leave=False``.
@@ -32,6 +36,10 @@ REPORT_NOTE = "(torchrun's ChildFailedError report: see the summary below, the n
 _CPP_BACKTRACE = re.compile(r"^Exception raised from .+ at .+ \(most recent call first\):$")
 _CPP_FRAME = re.compile(r"^frame #\d+: ")
 BACKTRACE_NOTE = "(a C++ backtrace: see the node log, or -v)"
+# One of torch's log lines, C++ (glog: "[W1130 07:39:43.381603347 socket.cpp:767] ...") or Python
+# ("W1130 07:08:17.270000 9 torch/.../api.py:725] ..."): ``said`` is it without its time (and pid).
+_TORCH_LOG = re.compile(r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? (?P<said>[^\s\]]+\] .*)$")
+SAID_AGAIN = "(the same line {count} more time{s}: see the node log, or -v)"
 
 
 class ConsoleFilter:
@@ -44,6 +52,17 @@ class ConsoleFilter:
         self.blank: dict[tuple[str, Optional[int]], OutputLine] = {}  # a worker's empty line, until its next
         self.after_bar: set[tuple[str, Optional[int]]] = set()  # the workers whose last line was a redraw
         self.in_backtrace: set[tuple[str, Optional[int]]] = set()  # node or worker -> in a C++ backtrace
+        self.last_log: dict[tuple[str, Optional[int]], str] = {}  # the torch log line said last, without its time
+        # how many times it was said again since, and by which global rank
+        self.repeats: dict[tuple[str, Optional[int]], tuple[int, Optional[int]]] = {}
+        self.muted: set[tuple[str, Optional[int]]] = set()  # said again just now: its backtrace too is not shown
+
+    def _said_again(self, key: tuple[str, Optional[int]]) -> list[OutputLine]:
+        """The line that counts the repeats of ``key``'s last torch log line (none if there were none)."""
+        count, rank = self.repeats.pop(key, (0, None))
+        if not count:
+            return []
+        return [OutputLine(key[0], SAID_AGAIN.format(count=count, s="s" if count > 1 else ""), key[1], rank)]
 
     def _backtrace(self, line: OutputLine) -> Optional[list[OutputLine]]:
         """What shows of a C++ backtrace's line: its first becomes :data:`BACKTRACE_NOTE`, its frames
@@ -62,9 +81,26 @@ class ConsoleFilter:
         """The lines to show now that ``line`` arrived (none, it, or lines held back before it)."""
         # (not inside torchrun's report, nor after a node's line held back: they come first)
         own = line.local_rank is not None or (line.node not in self.in_report and line.node not in self.held)
-        backtrace = self._backtrace(line) if own else None
+        if not own:
+            return self._shown(line)
+        key = (line.node, line.local_rank)
+        log = _TORCH_LOG.match(line.text.strip())
+        if log is not None and self.last_log.get(key) == log["said"]:
+            self.repeats[key] = (self.repeats.get(key, (0, None))[0] + 1, line.global_rank)
+            self.muted.add(key)
+            return []
+        backtrace = self._backtrace(line)
         if backtrace is not None:
-            return backtrace
+            return [] if key in self.muted else backtrace
+        self.muted.discard(key)
+        said_again = self._said_again(key)
+        if log is not None:
+            self.last_log[key] = log["said"]
+        else:
+            self.last_log.pop(key, None)
+        return [*said_again, *self._shown(line)]
+
+    def _shown(self, line: OutputLine) -> list[OutputLine]:
         if line.local_rank is not None:
             return self._worker_line(line)
         node = line.node
@@ -90,7 +126,9 @@ class ConsoleFilter:
         """The node's stream ended: what was held back is shown, and a report cut short is over."""
         self.in_report.pop(node, None)
         blanks = [self.blank.pop(rank) for rank in [rank for rank in self.blank if rank[0] == node]]
-        return [*self.held.pop(node, []), *self.bars.flush(node), *blanks]
+        counted = [said for key in [key for key in self.repeats if key[0] == node]
+                   for said in self._said_again(key)]
+        return [*self.held.pop(node, []), *self.bars.flush(node), *blanks, *counted]
 
     def _worker_line(self, line: OutputLine) -> list[OutputLine]:
         rank = (line.node, line.local_rank)

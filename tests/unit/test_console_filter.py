@@ -66,3 +66,47 @@ def test_a_cpp_backtrace_becomes_one_line_after_its_warning_for_a_node_and_a_wor
     assert shown([OutputLine("node1", "frame #3: not after a backtrace")]) == ["frame #3: not after a backtrace"]
     report = [OutputLine("node0", text) for text in TORCHRUN_REPORT[:5] + backtrace[:3] + TORCHRUN_REPORT[5:]]
     assert shown(report) == [REPORT_NOTE]
+
+
+def connect_failed(second: int) -> str:
+    return (f"[W1130 07:39:{second:02d}.381603347 socket.cpp:767] [c10d] The client socket has failed to connect to"
+            " [localhost]:12355 (errno: 99 - Cannot assign requested address).")
+
+
+def test_a_torch_log_line_said_again_and_again_shows_once_then_its_count():
+    lines = [OutputLine("node1", connect_failed(s), 0, 1) for s in range(5)]
+    lines += [OutputLine("node0", connect_failed(9), 0, 0), OutputLine("node1", "rank 1 goes on", 0, 1)]
+    console = ConsoleFilter()
+    said = [(s.prefix, s.text) for line in lines for s in console.shown(line)]
+    assert said == [("node1/rank1", connect_failed(0)), ("node0/rank0", connect_failed(9)),
+                    ("node1/rank1", "(the same line 4 more times: see the node log, or -v)"),
+                    ("node1/rank1", "rank 1 goes on")]
+    # once: a count of one; torchrun's own (Python) log lines too, their pid apart
+    agent = ["W1130 07:06:24.412000 8 torch/.../dynamic_rendezvous.py:1341] keep-alive heartbeat failed",
+             "W1130 07:06:29.412000 8 torch/.../dynamic_rendezvous.py:1341] keep-alive heartbeat failed", "next"]
+    assert shown([OutputLine("node0", text) for text in agent]) == [
+        agent[0], "(the same line 1 more time: see the node log, or -v)", "next"]
+    # a line said again with other words, or a script's own line said again, is shown each time
+    other = [connect_failed(1), connect_failed(2).replace("12355", "12356"), "waiting", "waiting"]
+    assert shown([OutputLine("node0", text, 0, 0) for text in other]) == other
+    # ... and so is one said again after another line came between
+    apart = [connect_failed(1), "retrying", connect_failed(2)]
+    assert shown([OutputLine("node0", text, 0, 0) for text in apart]) == apart
+
+
+def test_a_repeated_log_lines_backtraces_go_with_it_and_its_count_shows_when_the_stream_ends():
+    warning = "[W1130 07:06:{:02d}.98 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed: Connection was likely closed"
+    backtrace = ["Exception raised from recvBytes at Utils.hpp:682 (most recent call first):",
+                 "frame #0: c10::Error::Error() + 0x80", "frame #1: <unknown function> + 0x891f5", ""]
+    lines = [OutputLine("node1", text) for s in range(3) for text in (warning.format(s), *backtrace)]
+    assert shown(lines) == [warning.format(0), BACKTRACE_NOTE]
+    console = ConsoleFilter()
+    for line in lines:
+        console.shown(line)
+    assert [(s.prefix, s.text) for s in console.flush("node1")] == [
+        ("node1", "(the same line 2 more times: see the node log, or -v)")]
+    assert console.flush("node1") == []  # said once
+    # after another line, a backtrace shows again (as its one line)
+    later = [OutputLine("node1", text) for text in (warning.format(5), *backtrace, "next", *backtrace)]
+    assert shown(lines + later) == [warning.format(0), BACKTRACE_NOTE,
+                                    "(the same line 3 more times: see the node log, or -v)", "next", BACKTRACE_NOTE]
