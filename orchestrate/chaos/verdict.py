@@ -44,6 +44,8 @@ class FileComparison:
             return f"{self.path}: {'identical' if self.equal else 'differs'} (bytes)"
         if self.equal and self.max_difference == 0:
             return f"{self.path}: matches (tensors; every value equal)"
+        if self.max_difference is None:  # no number tells them apart: shapes, keys or values of other kinds
+            return f"{self.path}: {'matches' if self.equal else 'differs'} (tensors; at {self.where or '?'})"
         at = f" at {self.where}" if self.where else ""
         return (f"{self.path}: {'matches' if self.equal else 'differs'} (tensors; largest difference"
                 f" {self.max_difference:.3g}{at})")

@@ -41,9 +41,10 @@ LOOPBACK_HOSTS = ("localhost", "::1", "[::1]", "0.0.0.0")
 
 
 def is_loopback_store(store: str) -> bool:
-    """Whether a ``host:port`` store is on each rank's own node (localhost, 127.x.x.x, ::1)."""
-    host = store.rsplit(":", 1)[0].lower()
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+    """Whether a ``host:port`` store is on each rank's own node (localhost, 127.x.x.x, ::1); not
+    one without a port, which torch refuses at once."""
+    host, _, port = store.rpartition(":")
+    return port.isdigit() and (host.lower() in LOOPBACK_HOSTS or host.startswith("127."))
 
 
 def certain_init_waits(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:

@@ -40,6 +40,7 @@ BACKTRACE_NOTE = "(a C++ backtrace: see the node log, or -v)"
 # ("W1130 07:08:17.270000 9 torch/.../api.py:725] ..."): ``said`` is it without its time (and pid).
 _TORCH_LOG = re.compile(r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? (?P<said>[^\s\]]+\] .*)$")
 SAID_AGAIN = "(the same line {count} more time{s}: see the node log, or -v)"
+SaidBy = tuple[str, Optional[int], Optional[int]]  # node, local rank, global rank
 
 
 class ConsoleFilter:
@@ -52,17 +53,26 @@ class ConsoleFilter:
         self.blank: dict[tuple[str, Optional[int]], OutputLine] = {}  # a worker's empty line, until its next
         self.after_bar: set[tuple[str, Optional[int]]] = set()  # the workers whose last line was a redraw
         self.in_backtrace: set[tuple[str, Optional[int]]] = set()  # node or worker -> in a C++ backtrace
-        self.last_log: dict[tuple[str, Optional[int]], str] = {}  # the torch log line said last, without its time
-        # how many times it was said again since, and by which global rank
-        self.repeats: dict[tuple[str, Optional[int]], tuple[int, Optional[int]]] = {}
+        # by node, local and global rank (a restarted worker is another): the torch log line said
+        # last, without its time, and how many times it was said again since
+        self.last_log: dict[SaidBy, str] = {}
+        self.repeats: dict[SaidBy, int] = {}
         self.muted: set[tuple[str, Optional[int]]] = set()  # said again just now: its backtrace too is not shown
 
-    def _said_again(self, key: tuple[str, Optional[int]]) -> list[OutputLine]:
-        """The line that counts the repeats of ``key``'s last torch log line (none if there were none)."""
-        count, rank = self.repeats.pop(key, (0, None))
+    def _said_again(self, said_by: SaidBy) -> list[OutputLine]:
+        """The line that counts the repeats of a torch log line (none if there were none); the
+        run of repeats is over."""
+        self.last_log.pop(said_by, None)
+        count = self.repeats.pop(said_by, 0)
         if not count:
             return []
-        return [OutputLine(key[0], SAID_AGAIN.format(count=count, s="s" if count > 1 else ""), key[1], rank)]
+        node, local_rank, global_rank = said_by
+        return [OutputLine(node, SAID_AGAIN.format(count=count, s="s" if count > 1 else ""), local_rank, global_rank)]
+
+    def _runs_of(self, node: str) -> list[SaidBy]:
+        """The node's runs of a torch log line, its own first, then its workers' in rank order."""
+        return sorted({said_by for said_by in [*self.last_log, *self.repeats] if said_by[0] == node},
+                      key=lambda s: (s[1] is not None, s[1] or 0, s[2] or 0))
 
     def _backtrace(self, line: OutputLine) -> Optional[list[OutputLine]]:
         """What shows of a C++ backtrace's line: its first becomes :data:`BACKTRACE_NOTE`, its frames
@@ -83,21 +93,25 @@ class ConsoleFilter:
         own = line.local_rank is not None or (line.node not in self.in_report and line.node not in self.held)
         if not own:
             return self._shown(line)
+        if line.local_rank is None and _AGENT_INFO.match(line.text):
+            return []  # torchrun's INFO records: left to the log, none of them counted as said again
         key = (line.node, line.local_rank)
+        said_by = (line.node, line.local_rank, line.global_rank)
         log = _TORCH_LOG.match(line.text.strip())
-        if log is not None and self.last_log.get(key) == log["said"]:
-            self.repeats[key] = (self.repeats.get(key, (0, None))[0] + 1, line.global_rank)
+        if log is not None and self.last_log.get(said_by) == log["said"]:
+            self.repeats[said_by] = self.repeats.get(said_by, 0) + 1
             self.muted.add(key)
+            self.in_backtrace.discard(key)  # (a log line ends the backtrace before it)
             return []
         backtrace = self._backtrace(line)
         if backtrace is not None:
             return [] if key in self.muted else backtrace
         self.muted.discard(key)
-        said_again = self._said_again(key)
+        # a line of torchrun's own (a restart, a stop) ends its workers' runs of repeats too
+        ended = [said_by] if line.local_rank is not None else self._runs_of(line.node)
+        said_again = [said for run in ended for said in self._said_again(run)]
         if log is not None:
-            self.last_log[key] = log["said"]
-        else:
-            self.last_log.pop(key, None)
+            self.last_log[said_by] = log["said"]
         return [*said_again, *self._shown(line)]
 
     def _shown(self, line: OutputLine) -> list[OutputLine]:
@@ -126,8 +140,9 @@ class ConsoleFilter:
         """The node's stream ended: what was held back is shown, and a report cut short is over."""
         self.in_report.pop(node, None)
         blanks = [self.blank.pop(rank) for rank in [rank for rank in self.blank if rank[0] == node]]
-        counted = [said for key in [key for key in self.repeats if key[0] == node]
-                   for said in self._said_again(key)]
+        counted = [said for run in self._runs_of(node) for said in self._said_again(run)]
+        self.muted = {key for key in self.muted if key[0] != node}
+        self.in_backtrace = {key for key in self.in_backtrace if key[0] != node}
         return [*self.held.pop(node, []), *self.bars.flush(node), *blanks, *counted]
 
     def _worker_line(self, line: OutputLine) -> list[OutputLine]:

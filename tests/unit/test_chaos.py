@@ -457,6 +457,9 @@ def test_a_bound_on_steps_redone_and_a_per_step_difference_fail_the_trial(make_j
      "final.pt: matches (tensors; largest difference 2e-07 at model.w)"),
     (FileComparison("final.pt", "tensors", False, 0.5, "model.w"),
      "final.pt: differs (tensors; largest difference 0.5 at model.w)"),
+    # no number tells them apart (before 2026-11-30 this raised a TypeError, ending the check)
+    (FileComparison("final.pt", "tensors", False, None, "model.w (shape (2,) torch.float32 vs (3,) torch.float32)"),
+     "final.pt: differs (tensors; at model.w (shape (2,) torch.float32 vs (3,) torch.float32))"),
 ])
 def test_a_comparison_says_every_value_equal_or_the_largest_difference_and_where(comparison, said):
     assert comparison.describe() == said

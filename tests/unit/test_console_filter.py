@@ -110,3 +110,32 @@ def test_a_repeated_log_lines_backtraces_go_with_it_and_its_count_shows_when_the
     later = [OutputLine("node1", text) for text in (warning.format(5), *backtrace, "next", *backtrace)]
     assert shown(lines + later) == [warning.format(0), BACKTRACE_NOTE,
                                     "(the same line 3 more times: see the node log, or -v)", "next", BACKTRACE_NOTE]
+
+
+def test_repeats_are_counted_per_worker_process_and_never_for_lines_the_console_leaves_out():
+    # a restarted worker (another global rank on the same local rank) shows its first line again
+    lines = [OutputLine("node1", connect_failed(1), 0, 1), OutputLine("node1", connect_failed(2), 0, 1),
+             OutputLine("node1", "W1130 07:40:00.1 8 torch/.../api.py:725] restarting the workers"),
+             OutputLine("node1", connect_failed(3), 0, 3), OutputLine("node1", "rank 3 goes on", 0, 3)]
+    console = ConsoleFilter()
+    said = [(s.prefix, s.text) for line in lines for s in console.shown(line)]
+    assert said == [("node1/rank1", connect_failed(1)),
+                    ("node1/rank1", "(the same line 1 more time: see the node log, or -v)"),
+                    ("node1", lines[2].text), ("node1/rank3", connect_failed(3)), ("node1/rank3", "rank 3 goes on")]
+    # ... so does one in a restarted container, whose stream began anew
+    console = ConsoleFilter()
+    for line in lines[:2]:
+        console.shown(line)
+    console.flush("node1")
+    assert [s.text for s in console.shown(lines[0])] == [connect_failed(1)]
+    # torchrun's INFO records are left to the log, and so are their repeats
+    info = "I1123 01:03:22.761000 16858 torch/.../dynamic_rendezvous.py:1000] keep-alive"
+    assert shown([OutputLine("node0", info)] * 3 + [OutputLine("node0", "next")], ended=True) == ["next"]
+
+
+def test_a_workers_empty_line_after_a_repeated_warning_and_its_backtrace_shows():
+    backtrace = ["Exception raised from recvBytes at Utils.hpp:682 (most recent call first):",
+                 "frame #0: c10::Error::Error() + 0x80"]
+    lines = [OutputLine("node0", text, 0, 0) for text in (connect_failed(1), *backtrace, connect_failed(2), "", "after")]
+    assert shown(lines) == [connect_failed(1), BACKTRACE_NOTE, "(the same line 1 more time: see the node log, or -v)",
+                            "", "after"]

@@ -297,7 +297,7 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
 @pytest.mark.parametrize("store, loopback", [
     ("localhost:12355", True), ("LOCALHOST:1", True), ("127.0.0.1:29500", True), ("127.1.2.3:1", True),
     ("[::1]:12355", True), ("0.0.0.0:1", True), ("node0:12355", False), ("10.0.0.1:1", False),
-    ("localhost.example.com:1", False), ("127node:1", False),
+    ("localhost.example.com:1", False), ("127node:1", False), ("localhost:None", False), ("localhost", False),
 ])
 def test_a_store_on_each_nodes_own_loopback_is_told_from_one_every_node_reaches(store, loopback):
     assert is_loopback_store(store) is loopback
