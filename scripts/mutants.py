@@ -947,6 +947,9 @@ MUTANTS = [
            "        if self.max_difference is None:", "        if False:", ("tests/unit/test_chaos.py",)),
     Mutant("a store with no port is taken for a loopback wait", "orchestrate/hangs/init_calls.py",
            "    return port.isdigit() and (", "    return (", ("tests/unit/test_init_calls.py",)),
+    Mutant("a chaos attempt begins at its init call as it was made", "orchestrate/chaos/attempts.py",
+           "        if record.init_call is not None or record.init_asked is not None:",
+           "        if record.init_call is not None:", ("tests/unit/test_chaos.py",)),
 ]
 
 

@@ -90,7 +90,7 @@ def attempts_of(records: Iterable[ProgressRecord], reference_steps: Optional[int
     the undisturbed run's steps, ``completed``: the job ended where it ended."""
     attempts: dict[str, Attempt] = {}
     for record in sorted(one_ranks_records(records), key=lambda r: r.time):
-        if record.init_call is not None:  # made before the attempt's work: no time of it
+        if record.init_call is not None or record.init_asked is not None:  # the start-up, not the attempt's work
             continue
         attempt = attempts.setdefault(record.attempt, Attempt(record.attempt, record.time))
         if record.resumed is not None:

@@ -253,6 +253,9 @@ def test_an_attempt_that_resumed_says_where_from_and_the_fault_before_it_what_wa
     # a group made at start-up is before the attempt's work: the attempt begins at its own records
     made = [ProgressRecord(0, 90.0, attempt="a", init_call={"rank": 0, "world_size": 2})]
     assert [a.first_time for a in attempts_of(made + records, 10, completed=True)] == [101.0, 110.0]
+    # ... and so is the call as it was made, before the group was
+    asked = [ProgressRecord(0, 89.0, attempt="a", init_asked={"rank": 0, "world_size": 2})]
+    assert [a.first_time for a in attempts_of(asked + made + records, 10, completed=True)] == [101.0, 110.0]
 
 
 def test_counted_steps_without_a_carried_count_resume_as_far_as_the_last_attempt_tells():
