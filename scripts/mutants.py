@@ -783,7 +783,8 @@ MUTANTS = [
            "    others = {rank: call for rank, call in calls.items() if rank not in sized}\n",
            "    others = calls\n", ("tests/unit/test_init_calls.py",)),
     Mutant("init calls count into the chaos attempts", "orchestrate/chaos/attempts.py",
-           "        if record.init_call is not None:  # made before the attempt's work: no time of it\n            continue\n",
+           "        if record.init_call is not None or record.init_asked is not None:  # the start-up, not the attempt's"
+           " work\n            continue\n",
            "", ("tests/unit/test_chaos.py",)),
     Mutant("a state_dict hint where both sides have the prefix", "orchestrate/outcome/judge.py",
            "    saved_wrapped = bool(bare(unexpected) & missing) and not bare(missing)\n",
