@@ -27,8 +27,9 @@ def run_hooked(tmp_path: Path, script: Path, *args: str) -> dict[int, list[dict]
 def test_a_plain_scripts_optimizer_steps_reach_the_progress_channel(tmp_path):
     records = run_hooked(tmp_path, JOBS / "plain_sgd.py", "--steps", "12", "--step-seconds", "0")
     for rank in (0, 1):
-        made, *steps, last = records[rank]
-        assert made["init_call"]["world_size"] == 2  # the group its init_process_group made, first
+        asked, made, *steps, last = records[rank]
+        assert asked["init_asked"]["world_size"] == 2  # the call as it was made, first
+        assert made["init_call"]["world_size"] == 2  # then the group it made
         assert [r["step"] for r in steps] == list(range(1, 13))
         assert {r["counted"] for r in steps} == {"optimizer"}
         assert (last["finished"], last["after_step"]) == (True, 12)  # the hook's word that the script returned

@@ -154,3 +154,7 @@ def test_a_sampler_iterated_again_with_its_epoch_unset_and_the_init_call_are_rep
         assert [(c["rank"], c["world_size"], c["via"], c["torchrun"]["rank"], c["torchrun"]["world_size"])
                 for c in calls] == [(rank, 2, "env", rank, 2)], records
         assert calls[0]["store"] == calls[0]["torchrun"]["store"] != "", calls
+        # the same call, said as it was made, before the group it made
+        asked = [r["init_asked"] for r in records if "init_asked" in r]
+        assert asked == calls and records.index(next(r for r in records if "init_asked" in r)) < records.index(
+            next(r for r in records if "init_call" in r))
