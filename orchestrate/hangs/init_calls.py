@@ -12,6 +12,11 @@ from orchestrate.plan.layout import WORKSPACE_DIR
 from orchestrate.text import ranks_text
 
 UNDER_TORCHRUN = "under torchrun leave init_method, rank and world_size out: env:// reads what torchrun sets"
+# What to do instead of a store of the script's own: an address, or a file.
+TORCHRUNS_STORE = "under torchrun leave init_method out, and MASTER_ADDR and MASTER_PORT as torchrun sets them"
+SHARED_FILE_STORE = f"under torchrun leave init_method out (env://), or name a file under {WORKSPACE_DIR}"
+# How long torch waits for a store, or for the ranks in it, where the script gives no timeout.
+TORCH_WAITS = "30 minutes by default"
 
 
 # Why a wrong call matters, said once the run has ended: ranks that ask for another world size
@@ -24,11 +29,9 @@ def init_hints(calls: dict[int, InitCall], nodes: dict[int, str]) -> list[str]:
     """What is wrong with the ``init_process_group`` calls of the ranks that wait in it (their
     ``calls``, on their ``nodes``): each store, world size or rank that is not torchrun's, worst
     first, with why they wait; none where every call asks for what torchrun gave."""
-    hints = [(store_facts(calls), ": they wait for a store that is not the job's; under torchrun leave init_method"
-                                  " out, and MASTER_ADDR and MASTER_PORT as torchrun sets them"),
-             (node_local_file_facts(calls, nodes), ", so each node's ranks wait there for the others; under"
-                                                   f" torchrun leave init_method out (env://), or name a file under"
-                                                   f" {WORKSPACE_DIR}"),
+    hints = [(store_facts(calls), f": they wait for a store that is not the job's; {TORCHRUNS_STORE}"),
+             (node_local_file_facts(calls, nodes),
+              f", so each node's ranks wait there for the others; {SHARED_FILE_STORE}"),
              (world_size_facts(calls), f": they wait for ranks that never come; {UNDER_TORCHRUN}"),
              (rank_facts(calls), ": ranks that take the same rank wait for one that never comes; rank is RANK, the"
                                  " rank across all nodes (LOCAL_RANK is the rank within a node, to pick its GPU);"
@@ -60,17 +63,14 @@ def certain_init_waits(calls: dict[int, InitCall], nodes: dict[int, str]) -> lis
     for (store, via), ranks in by_value(own, lambda c: (c.store, c.via)).items():
         if len({nodes[rank] for rank in ranks}) < 2:
             continue
-        named = ("from the MASTER_ADDR and MASTER_PORT the script set itself" if via == "env"
-                 else f"named by init_method='tcp://{store}'")
-        found.append(f"{ranks_text(ranks)} called init_process_group for a store at {store}, {named}: each node's"
-                     f" ranks look for it on their own node and never meet the others' ranks, so they wait in"
-                     f" init_process_group until it times out (30 minutes by default); under torchrun leave"
-                     f" init_method out, and MASTER_ADDR and MASTER_PORT as torchrun sets them")
+        found.append(f"{ranks_text(ranks)} called init_process_group for a store at {store},"
+                     f" {store_named(store, via)}: each node's ranks look for it on their own node and never meet"
+                     f" the others' ranks, so they wait in init_process_group until it times out ({TORCH_WAITS});"
+                     f" {TORCHRUNS_STORE}")
     files = node_local_file_facts(whole, nodes)
     if files:
         found.append(f"{files}, so each node's ranks wait there for the others until init_process_group times out"
-                     f" (30 minutes by default); under torchrun leave init_method out (env://), or name a file under"
-                     f" {WORKSPACE_DIR}")
+                     f" ({TORCH_WAITS}); {SHARED_FILE_STORE}")
     return found
 
 
@@ -121,11 +121,15 @@ def store_facts(calls: dict[int, InitCall]) -> str:
                  if call.via in ("env", "tcp") and call.torchrun_store and call.store != call.torchrun_store}
     parts = []
     for (store, via, theirs), ranks in by_value(elsewhere, lambda c: (c.store, c.via, c.torchrun_store)).items():
-        named = ("from the MASTER_ADDR and MASTER_PORT the script set itself" if via == "env"
-                 else f"named by init_method='tcp://{store}'")
-        parts.append(f"{ranks_text(ranks)} called init_process_group for a store at {store}, {named}, where torchrun's"
-                     f" store is at {theirs}")
+        parts.append(f"{ranks_text(ranks)} called init_process_group for a store at {store},"
+                     f" {store_named(store, via)}, where torchrun's store is at {theirs}")
     return "; ".join(parts)
+
+
+def store_named(store: str, via: str) -> str:
+    """How the script named a store's address: by the environment it set, or ``init_method``."""
+    return ("from the MASTER_ADDR and MASTER_PORT the script set itself" if via == "env"
+            else f"named by init_method='tcp://{store}'")
 
 
 def node_local_file_facts(calls: dict[int, InitCall], nodes: dict[int, str]) -> str:
