@@ -20,8 +20,8 @@ Without a trigger a fault fires as soon as the job starts. The faults that last
 (``pause``, ``disconnect``, ``slow``, ``degrade``, ``hang-rank``) may be given an end:
 ``slow:node1,cpus=0.2@t=5..20`` is a straggler from 5 s to 20 s into the job,
 ``degrade:node0,rate=10mbit@step=10..20`` degrades its link from step 10 until a worker
-reports step 20 (the end may repeat its unit: ``@t=5..t=20``). (An end at a step is refused where no step can come while the fault lasts:
-a paused or cut-off node, a hung rank.)
+reports step 20 (the end may repeat its unit: ``@t=5..t=20``). (An end at a step is refused
+where no step can come while the fault lasts: a paused or cut-off node, a hung rank.)
 
 ``@step=+N`` counts in an attempt: the fault fires at the N-th step of the first attempt of an
 elastic job that began after the fault before it in the list fired, wherever that attempt

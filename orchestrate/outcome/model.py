@@ -340,7 +340,8 @@ class RunResult:
         """What a failed ``assert result.succeeded`` shows: how the run ended and why first, the
         failing rank's last lines last (pytest keeps a long repr's head and tail)."""
         if self.succeeded:
-            return f"RunResult({self.run_id}: SUCCEEDED, {counted(len(self.results), 'node')}, run_dir={self.run_dir})"
+            nodes = counted(len(self.results), "node")
+            return f"RunResult({self.run_id}: SUCCEEDED, {nodes}, run_dir={self.run_dir})"
         why = []
         if self.interrupted:
             why.append(f"interrupted by signal {self.signal_number}")

@@ -14,12 +14,12 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_li
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import brief, counted, format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
+from orchestrate.text import brief, format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
 
 
 def every_node(count: int) -> str:
     """``all 2 nodes``; ``its 1 node`` for a run of one."""
-    return f"all {counted(count, 'node')}" if count != 1 else "its 1 node"
+    return "its 1 node" if count == 1 else f"all {count} nodes"
 
 
 def format_summary(outcome: RunResult) -> str:

@@ -26,6 +26,7 @@ from typing import Optional
 
 from orchestrate.supervise.progress_bars import BarThrottle, parse_redraw
 from orchestrate.supervise.worker_lines import OutputLine
+from orchestrate.text import counted
 
 _AGENT_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -39,7 +40,7 @@ BACKTRACE_NOTE = "(a C++ backtrace: see the node log, or -v)"
 # One of torch's log lines, C++ (glog: "[W1130 07:39:43.381603347 socket.cpp:767] ...") or Python
 # ("W1130 07:08:17.270000 9 torch/.../api.py:725] ..."): ``said`` is it without its time (and pid).
 _TORCH_LOG = re.compile(r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? (?P<said>[^\s\]]+\] .*)$")
-SAID_AGAIN = "(the same line {count} more time{s}: see the node log, or -v)"
+SAID_AGAIN = "(the same line {more}: see the node log, or -v)"
 SaidBy = tuple[str, Optional[int], Optional[int]]  # node, local rank, global rank
 
 
@@ -67,11 +68,12 @@ class ConsoleFilter:
         if not count:
             return []
         node, local_rank, global_rank = said_by
-        return [OutputLine(node, SAID_AGAIN.format(count=count, s="s" if count > 1 else ""), local_rank, global_rank)]
+        return [OutputLine(node, SAID_AGAIN.format(more=counted(count, "more time")), local_rank, global_rank)]
 
     def _runs_of(self, node: str) -> list[SaidBy]:
-        """The node's runs of a torch log line, its own first, then its workers' in rank order."""
-        return sorted({said_by for said_by in [*self.last_log, *self.repeats] if said_by[0] == node},
+        """The node's runs of a torch log line (every repeat counted is of one), its own first, then
+        its workers' in rank order."""
+        return sorted((said_by for said_by in self.last_log if said_by[0] == node),
                       key=lambda s: (s[1] is not None, s[1] or 0, s[2] or 0))
 
     def _backtrace(self, line: OutputLine) -> Optional[list[OutputLine]]:
