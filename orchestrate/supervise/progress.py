@@ -82,20 +82,19 @@ class ProgressWatch:
                 _, ranks = self.same_shuffle.setdefault(record.same_shuffle, (record.shuffle_epoch or 0, set()))
                 ranks.add(record.rank)
                 continue
-            if record.init_asked is not None:
-                asked = InitCall.from_json(record.init_asked)
-                if asked is not None:
+            if record.init_asked is not None or record.init_call is not None:
+                call = InitCall.from_json(record.init_asked if record.init_asked is not None else record.init_call)
+                if call is None:
+                    continue
+                # (keyed as torchrun numbered the rank: a script may change RANK before it reports)
+                rank = call.torchrun_rank if call.torchrun_rank is not None else record.rank
+                if record.init_asked is not None:  # the call as it was made
                     self.init_records += 1
-                    self.init_asked[asked.torchrun_rank if asked.torchrun_rank is not None else record.rank] = asked
-                continue
-            if record.init_call is not None:
-                call = InitCall.from_json(record.init_call)
-                if call is not None:
-                    # (keyed as torchrun numbered the rank: a script may change RANK before it reports)
-                    rank = call.torchrun_rank if call.torchrun_rank is not None else record.rank
-                    kept = self.init_calls.get(rank)
-                    if kept is None or kept[0] != record.attempt or not asks_for_torchruns_world(kept[1]):
-                        self.init_calls[rank] = (record.attempt, call)
+                    self.init_asked[rank] = call
+                    continue
+                kept = self.init_calls.get(rank)  # the group it made
+                if kept is None or kept[0] != record.attempt or not asks_for_torchruns_world(kept[1]):
+                    self.init_calls[rank] = (record.attempt, call)
                 continue
             if record.finished:  # not a step: a script without any still says it
                 self.finished[record.rank] = (record.attempt, record.after_step, record.time)
