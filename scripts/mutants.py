@@ -39,6 +39,7 @@ TEARDOWN = ("tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
 CHAOS = ("tests/unit/test_chaos.py", "tests/unit/test_storage_faults.py", "tests/unit/test_report.py")
 GRACE = ("tests/unit/test_launcher.py", "tests/unit/test_outcome.py", "tests/unit/test_runs.py")
 INIT = ("tests/unit/test_init_calls.py",)
+PREEMPT = ("tests/unit/test_preemption.py",)
 HANGS = ("tests/unit/test_hangs.py", "tests/unit/test_gpu_hangs.py", "tests/unit/test_crash_dump.py",
          "tests/workers/test_collective_record.py")
 
@@ -951,6 +952,32 @@ MUTANTS = [
     Mutant("a chaos attempt begins at its init call as it was made", "orchestrate/chaos/attempts.py",
            "        if record.init_call is not None or record.init_asked is not None:",
            "        if record.init_call is not None:", ("tests/unit/test_chaos.py",)),
+    Mutant("a preempt's SIGTERM time is not kept", "orchestrate/supervise/supervisor.py",
+           "            self.preempted_at[tracker.name] = signalled\n", "", PREEMPT),
+    Mutant("a preempted rank's end is read from any of its processes", "orchestrate/supervise/progress.py",
+           "r.rank == rank and r.attempt == attempt]", "r.rank == rank]", PREEMPT),
+    Mutant("a process begun after the SIGTERM is taken for the signalled one", "orchestrate/supervise/progress.py",
+           "if r == rank and at <= signalled}", "if r == rank}", PREEMPT),
+    Mutant("a script that had returned before the SIGTERM is said to exit 0 after it", "orchestrate/supervise/progress.py",
+           "if r.finished and r.time >= signalled)", "if r.finished)", PREEMPT),
+    Mutant("a file written again after the SIGTERM is not found by its time", "orchestrate/supervise/progress.py",
+           " or modified.get(r.wrote, 0.0) >= signalled", "", PREEMPT),
+    Mutant("a file on the node's own disk written before the SIGTERM is said as after it",
+           "orchestrate/supervise/progress.py", "if r.wrote_locally and r.time >= signalled]", "if r.wrote_locally]",
+           PREEMPT),
+    Mutant("a grace that ran out is said as a rank that did not exit 0", "orchestrate/outcome/preemption.py",
+           "        if grace_ran_out:", "        if False:", PREEMPT),
+    Mutant("the advice is given though another rank exited 0", "orchestrate/outcome/preemption.py",
+           '("" if exited else', '("" if False else', PREEMPT),
+    Mutant("ranks that exited 0 together are timed by the fastest", "orchestrate/outcome/preemption.py",
+           "slowest = max(r.exited_after_s", "slowest = min(r.exited_after_s", PREEMPT),
+    Mutant("the judge says nothing of how a preempted node's ranks met the SIGTERM", "orchestrate/outcome/judge.py",
+           "            elif result.preemption is not None and", "            elif False and", PREEMPT),
+    Mutant("a rank that raised under a preempt gets the preemption's words too", "orchestrate/outcome/judge.py",
+           "            elif result.preemption is not None and", "            if result.preemption is not None and",
+           PREEMPT),
+    Mutant("outcome.json leaves out how the preempted ranks ended", "orchestrate/outcome/record.py",
+           '"after_sigterm": None if r.preemption is None else', '"after_sigterm": None if True else', PREEMPT),
 ]
 
 

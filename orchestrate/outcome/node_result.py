@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from orchestrate.outcome.preemption import Preemption
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.model import NodePlan
@@ -41,6 +42,9 @@ class NodeResult:
             torchrun's log of each attempt (restarts hide what made them restart).
         attempts: For a failed node, the error each attempt of its workers ended in, the oldest
             first (torchrun restarts them in place under --max-restarts).
+        preemption: For a node a ``preempt`` fault hit: how each of its ranks met the SIGTERM
+            (exited 0, how soon, what it wrote after it), as the workers said on the progress
+            channel.
     """
 
     node: NodePlan
@@ -64,6 +68,7 @@ class NodeResult:
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
     earlier: Optional[EarlierFailure] = None
     attempts: list[AttemptError] = field(default_factory=list)
+    preemption: Optional[Preemption] = None
 
     def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:
         """Learn of OOM kills, in whatever order the news comes: an engine ``oom`` event (one

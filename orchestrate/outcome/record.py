@@ -52,7 +52,9 @@ def outcome_record(outcome: RunResult) -> dict:
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes},
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,
-                   "oom_kills": r.oom_kills, "grace_ran_out": r.grace_ran_out, "still_running": r.still_running}
+                   "oom_kills": r.oom_kills, "grace_ran_out": r.grace_ran_out, "still_running": r.still_running,
+                   # a preempted node's ranks after its SIGTERM: whether each exited 0, how soon, what it wrote
+                   "after_sigterm": None if r.preemption is None else [m.to_json() for m in r.preemption.ranks]}
                   for r in outcome.results],
         "failure": None if failure is None else {
             "node": failure.node, "rank": failure.rank, "exit_code": failure.exit_code,

@@ -7,7 +7,8 @@ from typing import Callable, Optional
 from orchestrate.hangs.init_calls import asks_for_torchruns_world
 from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.model import Recovery
-from orchestrate.outcome.progress import ProgressReader
+from orchestrate.outcome.preemption import RankAfterSigterm
+from orchestrate.outcome.progress import ProgressReader, ProgressRecord
 
 
 class ProgressWatch:
@@ -37,6 +38,11 @@ class ProgressWatch:
         # how each rank's script called init_process_group, as it made the call (its latest call)
         self.init_asked: dict[int, InitCall] = {}
         self.init_records = 0  # the calls read so far, as they were made
+        # each worker process's first record: (rank, attempt) -> when
+        self.first_record: dict[tuple[int, str], float] = {}
+        # what each worker process said of its end and its writes, in order: a preempted node's
+        # ranks are read from these (see after_sigterm)
+        self.ends_and_writes: list[ProgressRecord] = []
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -67,11 +73,37 @@ class ProgressWatch:
         step it reported: not those that returned later, when a stop or a peer's end had come."""
         return {rank: step for rank, (_, step, at) in self.finished.items() if at < until}
 
+    def after_sigterm(self, ranks: tuple[int, ...], signalled: float,
+                      modified: Optional[dict[str, float]] = None) -> tuple[RankAfterSigterm, ...]:
+        """How these ranks' worker processes that ran at ``signalled`` (epoch time; a preempt's
+        SIGTERM) met it: when each script returned or exited 0 after it, and which files it
+        wrote after it. A file is reported once per process, so one written again after the
+        signal is found by its modification time in the work directory (``modified``: path ->
+        mtime). A rank that had reported nothing by then is left out (nothing is known of it); a
+        process of a later attempt (an elastic restart) is not the one signalled."""
+        modified = modified or {}
+        met = []
+        for rank in ranks:
+            began = {attempt: at for (r, attempt), at in self.first_record.items() if r == rank and at <= signalled}
+            if not began:
+                continue
+            attempt = max(began, key=began.__getitem__)
+            said = [r for r in self.ends_and_writes if r.rank == rank and r.attempt == attempt]
+            end = next((r.time - signalled for r in said if r.finished and r.time >= signalled), None)
+            wrote = [r.wrote for r in said
+                     if r.wrote and (r.time >= signalled or modified.get(r.wrote, 0.0) >= signalled)]
+            locally = [r.wrote_locally for r in said if r.wrote_locally and r.time >= signalled]
+            met.append(RankAfterSigterm(rank, end, tuple(wrote), tuple(locally)))
+        return tuple(met)
+
     def poll(self, now: float, recovery: Optional[Recovery]) -> None:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
         waiting for training to resume, learns the step it resumed from and when it did."""
         for record in self.reader.poll():
             self.records += 1
+            self.first_record.setdefault((record.rank, record.attempt), record.time)
+            if record.wrote or record.wrote_locally or record.finished:
+                self.ends_and_writes.append(record)
             if record.wrote:  # not a step either
                 self.written.setdefault(record.wrote, set()).add(record.rank)
                 continue

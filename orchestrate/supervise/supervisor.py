@@ -57,6 +57,7 @@ from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
+from orchestrate.outcome.preemption import Preemption
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LineArrived, LogEnded, Message, NodeTracker, RunSpec
@@ -139,6 +140,7 @@ class Supervisor:
         self.stop_request = StopRequest()  # what `stop RUN` (or `down RUN`) asked, once it has come
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
+        self.preempted_at: dict[str, float] = {}  # nodes a preempt fault sent SIGTERM, and when (Unix seconds)
         self.winding_down = False
         self.looking_at_the_end = False  # the time limit's looks: no verdict of the watchdog's own meanwhile
         self.closed = False
@@ -168,6 +170,7 @@ class Supervisor:
         if fault.action.on_storage:
             return self.arm_storage(fault)
         # a rank fault lands on whichever node runs the rank now
+        signalled = self.wall_time(self.clock())
         node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
         tracker = self.trackers[node]
         if fault.action.on_rank:
@@ -175,6 +178,7 @@ class Supervisor:
         tracker.result.fault = str(fault)
         if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
             self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s
+            self.preempted_at[tracker.name] = signalled
         return tracker.name
 
     def undo(self, fault: FaultSpec, node: str) -> None:
@@ -759,6 +763,11 @@ class Supervisor:
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
         if self.writes is not None:
             self.writes.walk()
+        for name, signalled in self.preempted_at.items():  # how the preempted nodes' ranks met the SIGTERM
+            tracker = self.trackers[name]
+            met = self.progress.after_sigterm(tracker.plan.global_ranks, signalled,
+                                              self.writes.seen if self.writes is not None else None)
+            tracker.result.preemption = Preemption(self.spec.stop_grace_s, met)
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)

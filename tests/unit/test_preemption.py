@@ -1,0 +1,209 @@
+"""How a preempted node's ranks met its SIGTERM: the words the failure says (outcome/preemption.py),
+what the launcher reads of the workers' records after the signal (ProgressWatch.after_sigterm),
+the judge's line and outcome.json, and the supervisor's preempt on the fake engine."""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from orchestrate.config.fault_spec import parse_fault
+from orchestrate.outcome.judge import find_failure
+from orchestrate.outcome.model import RunResult, Timings
+from orchestrate.outcome.node_result import NodeResult
+from orchestrate.outcome.preemption import FILES_NAMED, Preemption, RankAfterSigterm, how_ranks_met_sigterm
+from orchestrate.outcome.record import outcome_record
+from orchestrate.outcome.root_cause import RootCause
+from orchestrate.outcome.states import NodePhase
+from orchestrate.outcome.summary import format_summary
+from orchestrate.supervise.progress import ProgressWatch
+from tests.fakes import FakeDockerClient, Script
+from tests.unit.test_launcher import once_followed, progress_writer, run
+
+ADVICE = " (to save on preemption, a script catches SIGTERM, saves, and exits 0 within the 10 s grace)"
+
+
+def met(*ranks: RankAfterSigterm, grace_s: float = 10.0, grace_ran_out: bool = False) -> str:
+    return how_ranks_met_sigterm(Preemption(grace_s, ranks), grace_ran_out)
+
+
+# -- the words
+
+
+def test_a_rank_that_saved_and_exited_0_is_said_with_how_soon_and_what_it_wrote():
+    assert met(RankAfterSigterm(1, 0.234, ("ckpt.pt",))) == "rank 1 exited 0 0.2 s after the SIGTERM (written after it: ckpt.pt)"
+    assert met(RankAfterSigterm(1, 1.26)) == "rank 1 exited 0 1.3 s after the SIGTERM"  # no write known: none said
+
+
+def test_ranks_alike_are_said_together_with_the_slowest_time_and_every_file():
+    said = met(RankAfterSigterm(3, 0.4, ("b.pt",)), RankAfterSigterm(2, 1.5, ("a.pt",)))
+    assert said == "ranks 2, 3 exited 0 within 1.5 s of the SIGTERM (written after it: a.pt, b.pt)"
+
+
+def test_a_rank_that_did_not_exit_0_and_saved_nothing_gets_the_advice_with_the_runs_grace():
+    assert met(RankAfterSigterm(1)) == "rank 1 did not exit 0 after the SIGTERM" + ADVICE
+    assert met(RankAfterSigterm(1), grace_s=2.5) == ("rank 1 did not exit 0 after the SIGTERM (to save on preemption, a"
+                                                    " script catches SIGTERM, saves, and exits 0 within the 2.5 s grace)")
+
+
+def test_no_advice_where_a_rank_saved_or_another_exited_0():
+    assert met(RankAfterSigterm(1, None, ("ckpt.pt",))) == ("rank 1 did not exit 0 after the SIGTERM"
+                                                            " (written after it: ckpt.pt)")
+    assert met(RankAfterSigterm(2, 0.1), RankAfterSigterm(3)) == ("rank 2 exited 0 0.1 s after the SIGTERM;"
+                                                                  " rank 3 did not exit 0 after the SIGTERM")
+
+
+def test_a_grace_that_ran_out_is_said_instead_of_the_advice():
+    assert met(RankAfterSigterm(1, None, ("ckpt.pt",)), grace_ran_out=True) == (
+        "rank 1 had not exited 0 when the 10 s grace ran out (written after it: ckpt.pt)")
+    assert met(RankAfterSigterm(0, 0.5), RankAfterSigterm(1), grace_ran_out=True) == (
+        "rank 0 exited 0 0.5 s after the SIGTERM; rank 1 had not exited 0 when the 10 s grace ran out")
+
+
+def test_a_file_on_the_nodes_own_disk_is_said_lost_with_it_and_many_files_are_counted():
+    assert met(RankAfterSigterm(1, 0.1, (), ("/tmp/ckpt.pt",))) == (
+        "rank 1 exited 0 0.1 s after the SIGTERM (written after it: /tmp/ckpt.pt on its node's own disk, gone with a"
+        " preempted node)")
+    files = tuple(f"f{i}.pt" for i in range(FILES_NAMED + 2))
+    assert met(RankAfterSigterm(1, 0.1, files)) == (
+        f"rank 1 exited 0 0.1 s after the SIGTERM (written after it: {', '.join(files[:FILES_NAMED])} and 2 more)")
+
+
+def test_nothing_is_said_where_no_rank_reported():
+    assert met() == ""
+
+
+# -- what the launcher reads after the signal
+
+
+def watch_with(tmp_path, *records: dict) -> ProgressWatch:
+    for record in records:
+        with open(tmp_path / f"rank{record['rank']}.jsonl", "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    return watch
+
+
+def test_the_signalled_process_is_read_after_the_signal_alone(tmp_path):
+    watch = watch_with(
+        tmp_path,
+        {"rank": 2, "step": 1, "time": 100.0, "attempt": "a"},
+        {"rank": 2, "wrote": "early.pt", "time": 101.0, "attempt": "a"},  # before the signal, never again
+        {"rank": 2, "wrote": "every-step.pt", "time": 101.0, "attempt": "a"},  # written again after it (its mtime)
+        {"rank": 2, "wrote_locally": "/tmp/before", "time": 101.0, "attempt": "a"},
+        {"rank": 2, "wrote": "ckpt.pt", "time": 110.5, "attempt": "a"},
+        {"rank": 2, "wrote_locally": "/tmp/after", "time": 110.6, "attempt": "a"},
+        {"rank": 2, "finished": True, "after_step": 1, "time": 111.0, "attempt": "a"},
+        {"rank": 3, "step": 1, "time": 100.0, "attempt": "b"},  # it never finished
+    )
+    modified = {"early.pt": 101.0, "every-step.pt": 110.2, "ckpt.pt": 110.5}
+    assert watch.after_sigterm((2, 3), 110.0, modified) == (
+        RankAfterSigterm(2, 1.0, ("every-step.pt", "ckpt.pt"), ("/tmp/after",)), RankAfterSigterm(3))
+    # without the work directory's times, only what was reported after the signal
+    assert watch.after_sigterm((2,), 110.0)[0].wrote == ("ckpt.pt",)
+
+
+def test_a_finish_before_the_signal_a_later_attempt_and_a_rank_that_said_nothing_are_not_the_signalled(tmp_path):
+    watch = watch_with(
+        tmp_path,
+        {"rank": 0, "step": 1, "time": 100.0, "attempt": "a"},
+        {"rank": 0, "finished": True, "time": 105.0, "attempt": "a"},  # its script had returned already
+        {"rank": 1, "step": 1, "time": 100.0, "attempt": "old"},
+        {"rank": 1, "step": 1, "time": 120.0, "attempt": "new"},  # an elastic restart's process
+        {"rank": 1, "finished": True, "time": 130.0, "attempt": "new"},
+        {"rank": 1, "wrote": "ckpt.pt", "time": 125.0, "attempt": "new"},
+        {"rank": 5, "step": 1, "time": 200.0, "attempt": "late"},  # began after the signal
+    )
+    assert watch.after_sigterm((0, 1, 4, 5), 110.0, {"ckpt.pt": 125.0}) == (RankAfterSigterm(0), RankAfterSigterm(1))
+
+
+def test_the_latest_process_begun_before_the_signal_is_the_signalled_one(tmp_path):
+    watch = watch_with(
+        tmp_path,
+        {"rank": 1, "step": 1, "time": 100.0, "attempt": "first"},
+        {"rank": 1, "step": 1, "time": 105.0, "attempt": "second"},
+        {"rank": 1, "finished": True, "time": 112.0, "attempt": "second"},
+    )
+    assert watch.after_sigterm((1,), 110.0) == (RankAfterSigterm(1, 2.0),)
+
+
+# -- the judge's line and the record
+
+
+@pytest.fixture
+def node_plans(make_job):
+    return make_job(nodes=2, nproc_per_node=1).nodes
+
+
+def preempted(node, preemption, **fields) -> NodeResult:
+    result = NodeResult(node, NodePhase.FAILED, 143, wall_s=2.0, ended_at=2.0, fault="preempt:node1@t=6",
+                        last_lines=["torchrun's last line"], preemption=preemption)
+    for name, value in fields.items():
+        setattr(result, name, value)
+    return result
+
+
+def test_the_failure_of_a_preempted_node_says_how_its_ranks_met_the_sigterm(node_plans):
+    node0, node1 = node_plans
+    lost = NodeResult(node0, NodePhase.FAILED, 1, ended_at=3.0, root_cause=RootCause(0, 0, 1, "RuntimeError: lost peer"))
+    clean = preempted(node1, Preemption(10.0, (RankAfterSigterm(1, 0.2, ("ckpt.pt",)),)))
+    assert find_failure([lost, clean]).describe() == (
+        "node1 failed (injected fault preempt:node1@t=6): rank 1 exited 0 0.2 s after the SIGTERM (written after it:"
+        " ckpt.pt)")
+    killed = preempted(node1, Preemption(5.0, (RankAfterSigterm(1),)), exit_code=137, grace_ran_out=True)
+    assert find_failure([lost, killed]).describe() == (
+        "node1 failed (injected fault preempt:node1@t=6): rank 1 had not exited 0 when the 5 s grace ran out")
+    # nothing known of its ranks, or a rank that raised: said as before
+    assert find_failure([lost, preempted(node1, Preemption(10.0, ()))]).describe() == (
+        "node1 failed (injected fault preempt:node1@t=6)")
+    raised = preempted(node1, Preemption(10.0, (RankAfterSigterm(1),)),
+                       root_cause=RootCause(1, 0, 1, "OSError: [Errno 28] No space left on device"))
+    assert find_failure([lost, raised]).describe() == (
+        "node1 rank 1 failed (injected fault preempt:node1@t=6): OSError: [Errno 28] No space left on device")
+
+
+def test_outcome_json_keeps_each_preempted_ranks_end_and_writes(node_plans, tmp_path):
+    node0, node1 = node_plans
+    results = [NodeResult(node0, NodePhase.FAILED, 1),
+               preempted(node1, Preemption(10.0, (RankAfterSigterm(1, 0.25, ("ckpt.pt",), ("/tmp/x",)),)))]
+    nodes = {n["name"]: n for n in outcome_record(RunResult("r1", tmp_path, results, Timings()))["nodes"]}
+    assert nodes["node0"]["after_sigterm"] is None
+    assert nodes["node1"]["after_sigterm"] == [{"rank": 1, "exited_after_s": 0.25, "wrote": ["ckpt.pt"],
+                                                "wrote_locally": ["/tmp/x"]}]
+
+
+# -- the supervisor's preempt, on the fake engine
+
+
+def test_a_preempt_reads_how_its_nodes_rank_met_the_sigterm_with_the_runs_grace(make_run):
+    fault = "preempt:node1@step=2"
+    job = make_run(nodes=2, faults=(parse_fault(fault),), stop_grace=1)
+    client = FakeDockerClient()
+    sigterm = ("kill", "ddp-test-run-node1-1", "SIGTERM")
+    channel = job.run_dir / "progress" / "rank1.jsonl"
+
+    def saves_at_sigterm() -> bool:
+        if sigterm not in client.calls:
+            return False
+        with open(channel, "a") as handle:  # what rank 1's start-up hook says as its handler saves and exits
+            for record in ({"wrote": "ckpt.pt"}, {"finished": True, "after_step": 1}):
+                handle.write(json.dumps({"rank": 1, "time": time.time(), **record}) + "\n")
+        return True
+
+    outcome, _, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(progress_writer(job, 0, range(1, 4))),
+                      after_when=lambda: ("kill", "ddp-test-run-node1-1") in client.calls, after=["[0|0]:peer lost"],
+                      exit_code=1)],
+        node1=[Script(["[1|0]:training"], then=progress_writer(job, 1, range(1, 2)), hang=True, ignore_sigterm=True,
+                      after_when=saves_at_sigterm, after=["[1|0]:saved"])])
+    preemption = {r.node.name: r.preemption for r in outcome.results}
+    assert preemption["node0"] is None
+    assert preemption["node1"].grace_s == 1
+    [rank1] = preemption["node1"].ranks
+    assert (rank1.rank, rank1.wrote) == (1, ("ckpt.pt",)) and 0 <= rank1.exited_after_s < 10
+    assert re.search(r"FAILED: node1 failed \(injected fault preempt:node1@step=2\): rank 1 exited 0 \d+\.\d s after"
+                     r" the SIGTERM \(written after it: ckpt\.pt\)", format_summary(outcome)), format_summary(outcome)
