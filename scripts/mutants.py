@@ -978,6 +978,12 @@ MUTANTS = [
            PREEMPT),
     Mutant("outcome.json leaves out how the preempted ranks ended", "orchestrate/outcome/record.py",
            '"after_sigterm": None if r.preemption is None else', '"after_sigterm": None if True else', PREEMPT),
+    Mutant("another node a preempt hit is not said", "orchestrate/outcome/summary.py",
+           "            if met:\n                lines.append(f\"  then {other.node.name} (injected fault",
+           "            if False:\n                lines.append(f\"  then {other.node.name} (injected fault", PREEMPT),
+    Mutant("a preempted node said by its error is said again", "orchestrate/outcome/summary.py",
+           "                   or other in others else how_ranks_met_sigterm", "                   else how_ranks_met_sigterm",
+           PREEMPT),
 ]
 
 

@@ -13,6 +13,7 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_li
                                        uneven_hint, unused_parameters_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
+from orchestrate.outcome.preemption import how_ranks_met_sigterm
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import brief, format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
 
@@ -97,6 +98,11 @@ def format_summary(outcome: RunResult) -> str:
             said = ("the same error" if error and error == failed_by
                     else brief(error) if error else f"exit code {code}")
             lines.append(f"  then {other.node.name} rank {cause.rank}: {said}")
+        for other in outcome.results:  # another node a preempt hit (a whole job taken back): how its ranks met it
+            met = ("" if other.preemption is None or not other.fault or other.node.name == failure.node
+                   or other in others else how_ranks_met_sigterm(other.preemption, other.grace_ran_out))
+            if met:
+                lines.append(f"  then {other.node.name} (injected fault {other.fault}): {met}")
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
             if failure.earlier.users_frame:

@@ -207,3 +207,20 @@ def test_a_preempt_reads_how_its_nodes_rank_met_the_sigterm_with_the_runs_grace(
     assert (rank1.rank, rank1.wrote) == (1, ("ckpt.pt",)) and 0 <= rank1.exited_after_s < 10
     assert re.search(r"FAILED: node1 failed \(injected fault preempt:node1@step=2\): rank 1 exited 0 \d+\.\d s after"
                      r" the SIGTERM \(written after it: ckpt\.pt\)", format_summary(outcome)), format_summary(outcome)
+
+
+def test_every_node_a_preempt_hit_is_said_with_how_its_ranks_met_it(make_job, tmp_path):
+    node0, node1, node2 = make_job(nodes=3, nproc_per_node=1).nodes
+    first = preempted(node0, Preemption(10.0, (RankAfterSigterm(0, 0.1, ("ckpt0.pt",)),)), fault="preempt:node0@t=6",
+                      ended_at=1.0)
+    second = preempted(node1, Preemption(10.0, (RankAfterSigterm(1, 0.3, ("ckpt1.pt",)),)))
+    raised = preempted(node2, Preemption(10.0, (RankAfterSigterm(2),)), fault="preempt:node2@t=6",
+                       root_cause=RootCause(2, 0, 1, "OSError: disk full"))  # said by its error, once
+    lines = format_summary(RunResult("r1", tmp_path, [first, second, raised], Timings())).splitlines()
+    said = [line for line in lines if line.startswith(("FAILED", "  then"))]
+    assert said == [
+        "FAILED: node0 failed (injected fault preempt:node0@t=6): rank 0 exited 0 0.1 s after the SIGTERM (written after"
+        " it: ckpt0.pt)",
+        "  then node2 rank 2: OSError: disk full",
+        "  then node1 (injected fault preempt:node1@t=6): rank 1 exited 0 0.3 s after the SIGTERM (written after it:"
+        " ckpt1.pt)"]
