@@ -1,6 +1,7 @@
 """Plain-text helpers shared by every printed table and message."""
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 
@@ -85,3 +86,16 @@ def written_by_several(path: str, ranks: Iterable[int]) -> str:
             " race, so it holds whichever finished last (parts of each, where they wrote different bytes), and a"
             " rank that reads it meanwhile may find it half-written; write it on one rank (if dist.get_rank() == 0:),"
             " or a file per rank")
+
+
+# A peer named by its address and port, as gloo names one: ``[172.20.0.3]:12933``.
+_PEER_ADDRESS = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]:(\d+)")
+
+
+def peers_named(text: str, node_addresses: dict[str, str]) -> str:
+    """``text`` with each peer an address names followed by its node: ``Connection closed by
+    peer [172.20.0.3]:12933 (node1)``; an address of no node is left as it is."""
+    def name(match: re.Match) -> str:
+        node = node_addresses.get(match.group(1))
+        return f"{match.group(0)} ({node})" if node else match.group(0)
+    return _PEER_ADDRESS.sub(name, text)

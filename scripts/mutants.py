@@ -984,6 +984,16 @@ MUTANTS = [
     Mutant("a preempted node said by its error is said again", "orchestrate/outcome/summary.py",
            "                   or other in others else how_ranks_met_sigterm", "                   else how_ranks_met_sigterm",
            PREEMPT),
+    Mutant("the launcher keeps no node's address", "orchestrate/supervise/supervisor.py",
+           "        self.node_addresses.update(", "        dict().update(", ("tests/unit/test_peer_addresses.py",)),
+    Mutant("the failure line names no peer's node", "orchestrate/outcome/summary.py",
+           "{peers_named(failure.describe(), outcome.node_addresses)}", "{failure.describe()}",
+           ("tests/unit/test_peer_addresses.py",)),
+    Mutant("a collateral error names no peer's node", "orchestrate/outcome/summary.py",
+           "{peers_named(said, outcome.node_addresses)}", "{said}", ("tests/unit/test_peer_addresses.py",)),
+    Mutant("a peer's address is named by the wrong node", "orchestrate/text.py",
+           "node = node_addresses.get(match.group(1))", "node = next(iter(node_addresses.values()), None)",
+           ("tests/unit/test_peer_addresses.py",)),
 ]
 
 

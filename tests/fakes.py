@@ -132,6 +132,9 @@ class FakeContainer:
         # another client is removing it: remove() answers 409 this many times, then NotFound (gone)
         self.removing_elsewhere: Optional[int] = None
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
+        # its address on every network it is on, as the engine says it only while it runs
+        client.addresses_given += 1
+        self.address = f"172.30.0.{client.addresses_given + 1}"
         self.stop_signal: Optional[str] = service.get("stop_signal")  # the image's STOPSIGNAL or the service's
         self.pending: list[str] = []  # signals sent while it was paused and not resumed by them
         self.resources: dict[str, Any] = {"cpu_period": service.get("cpu_period", 0),
@@ -147,7 +150,10 @@ class FakeContainer:
             "State": {"Status": self.status, "Running": self.status in ("running", "paused"),
                       "Paused": self.status == "paused", "ExitCode": self.exit_code,
                       "OOMKilled": self.oom_killed, "StartedAt": self.started, "FinishedAt": self.finished},
-            "NetworkSettings": {"Networks": self.networks},
+            "NetworkSettings": {"Networks": {
+                name: {"IPAddress": self.address, **settings} if self.status in ("running", "paused")
+                else {**settings, "IPAddress": ""}
+                for name, settings in self.networks.items()}},
         }
 
     # the main process -------------------------------------------------------------------
@@ -611,6 +617,7 @@ class FakeDockerClient:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self.containers_by_name: dict[str, FakeContainer] = {}
+        self.addresses_given = 0  # each container's address on the run's network is its own
         self.networks_by_name: dict[str, FakeNetwork] = {}
         self.volumes_by_name: dict[str, FakeVolume] = {}
         # node -> the scripts of its main process, one per start

@@ -229,6 +229,10 @@ class RunResult:
             gave it: in its latest attempt, a call that made a group of torchrun's world, else its
             latest; ranks that asked for another world size, or the same rank, did not form the
             job torchrun started (:attr:`apart`).
+        node_addresses: The nodes by their addresses on the run's network (address -> node), as
+            their containers had them when the launcher began to follow them: a peer an error
+            names by address (gloo's ``Connection closed by peer [172.20.0.3]:12933``) is named
+            by its node too.
     """
 
     run_id: str
@@ -255,6 +259,7 @@ class RunResult:
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
     shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     init_calls: dict[int, InitCall] = field(default_factory=dict)
+    node_addresses: dict[str, str] = field(default_factory=dict)
 
     @property
     def apart(self) -> str:

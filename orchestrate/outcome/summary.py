@@ -15,7 +15,8 @@ from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import how_ranks_met_sigterm
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import brief, format_table, grace_ran_out, ranks_text, shuffled_alike, written_by_several
+from orchestrate.text import (brief, format_table, grace_ran_out, peers_named, ranks_text, shuffled_alike,
+                             written_by_several)
 
 
 def every_node(count: int) -> str:
@@ -83,7 +84,7 @@ def format_summary(outcome: RunResult) -> str:
         lines += last_look_lines(outcome)
     failure = outcome.failure
     if failure is not None:
-        lines.append(f"FAILED: {failure.describe()}")
+        lines.append(f"FAILED: {peers_named(failure.describe(), outcome.node_addresses)}")
         # the line of the script that led there, however deep in torch it was raised (not a lost peer's
         # where an earlier attempt's own error is said below)
         if failure.users_frame and failure.earlier is None:
@@ -97,7 +98,7 @@ def format_summary(outcome: RunResult) -> str:
             error = said_error(cause.exception, code, other.last_lines)
             said = ("the same error" if error and error == failed_by
                     else brief(error) if error else f"exit code {code}")
-            lines.append(f"  then {other.node.name} rank {cause.rank}: {said}")
+            lines.append(f"  then {other.node.name} rank {cause.rank}: {peers_named(said, outcome.node_addresses)}")
         for other in outcome.results:  # another node a preempt hit (a whole job taken back): how its ranks met it
             met = ("" if other.preemption is None or not other.fault or other.node.name == failure.node
                    or other in others else how_ranks_met_sigterm(other.preemption, other.grace_ran_out))

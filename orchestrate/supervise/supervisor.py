@@ -141,6 +141,7 @@ class Supervisor:
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         self.preempted_at: dict[str, float] = {}  # nodes a preempt fault sent SIGTERM, and when (Unix seconds)
+        self.node_addresses: dict[str, str] = {}  # the nodes by their addresses on the run's network
         self.winding_down = False
         self.looking_at_the_end = False  # the time limit's looks: no verdict of the watchdog's own meanwhile
         self.closed = False
@@ -399,6 +400,8 @@ class Supervisor:
         tracker.container.reload()
         state = tracker.container.attrs.get("State", {})
         tracker.first_started = engine_time(state.get("StartedAt", ""))
+        networks = tracker.container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+        self.node_addresses.update({n["IPAddress"]: tracker.name for n in networks.values() if n.get("IPAddress")})
         if tracker.container.status in ("running", "paused", "restarting"):
             tracker.move(NodePhase.STARTING)
         elif tracker.container.status in ("exited", "dead"):
@@ -776,6 +779,7 @@ class Supervisor:
         result.written_locally = self.progress.written_on_nodes_disks()
         result.shuffled_alike = self.progress.shuffled_alike()
         result.init_calls = self.progress.groups_made()
+        result.node_addresses = dict(self.node_addresses)
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = self.stop_request.by

@@ -1,0 +1,61 @@
+"""A peer an error names by its address (gloo's ``Connection closed by peer [172.20.0.3]:12933``)
+is named by its node too: the addresses the launcher read from the nodes' containers, and the
+summary's lines that say the errors."""
+from __future__ import annotations
+
+import json
+
+from orchestrate.outcome.summary import format_summary
+from orchestrate.text import peers_named
+from tests.fakes import FakeDockerClient, Script
+from tests.unit.test_launcher import report, run
+
+LOST = "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [{}]:12933"
+
+
+def test_an_address_of_a_node_is_followed_by_its_name_and_any_other_left_as_it_is():
+    nodes = {"172.20.0.3": "node1", "172.20.0.2": "node0"}
+    assert peers_named(LOST.format("172.20.0.3"), nodes) == LOST.format("172.20.0.3") + " (node1)"
+    assert peers_named("peers [172.20.0.2]:1 and [172.20.0.3]:2", nodes) == (
+        "peers [172.20.0.2]:1 (node0) and [172.20.0.3]:2 (node1)")
+    assert peers_named(LOST.format("10.0.0.9"), nodes) == LOST.format("10.0.0.9")  # no node's: as it was
+    assert peers_named("172.20.0.3:12933 and [172.20.0.3]", nodes) == "172.20.0.3:12933 and [172.20.0.3]"
+
+
+def error_file(job, node: str, message: str):
+    """A Script.then that writes a worker's error file where torchrun's report says it is."""
+    def write() -> None:
+        host = job.run_dir / node / "torchrun/r_x/attempt_0/0/error.json"
+        host.parent.mkdir(parents=True)
+        host.write_text(json.dumps({"message": {"message": message, "extraInfo": {
+            "py_callstack": f"Traceback (most recent call last):\n{message}", "timestamp": "1700000000"}}}))
+    return write
+
+
+def test_the_summary_names_the_node_of_a_peer_whose_connection_closed(make_run):
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    node1_address = "172.30.0.3"  # the fake engine's second container (node0's is .2)
+    reported = {node: report(rank, 0, error_file=f"/ddp-run/{node}/torchrun/r_x/attempt_0/0/error.json")
+                for rank, node in enumerate(("node0", "node1"))}
+    outcome, _, _ = run(job, client,
+                        node0=[Script(reported["node0"], exit_code=1,
+                                      then=error_file(job, "node0", LOST.format(node1_address)))],
+                        node1=[Script(reported["node1"], exit_code=1, then=error_file(job, "node1", "ValueError: bad"))])
+    assert outcome.node_addresses == {"172.30.0.2": "node0", node1_address: "node1"}
+    summary = format_summary(outcome).splitlines()
+    assert "FAILED: node1 rank 1 failed (exit code 1): ValueError: bad" in summary, summary
+    assert f"  then node0 rank 0: {LOST.format(node1_address)} (node1)" in summary, summary
+
+
+def test_the_failure_line_names_the_peer_too(make_job, tmp_path):
+    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.node_result import NodeResult
+    from orchestrate.outcome.root_cause import RootCause
+    from orchestrate.outcome.states import NodePhase
+
+    [node0] = make_job(nodes=1).nodes
+    lost = NodeResult(node0, NodePhase.FAILED, 1, root_cause=RootCause(0, 0, 1, LOST.format("172.20.0.3")))
+    result = RunResult("r1", tmp_path, [lost], Timings(), node_addresses={"172.20.0.3": "node1"})
+    assert f"FAILED: node0 rank 0 failed (exit code 1): {LOST.format('172.20.0.3')} (node1)" in (
+        format_summary(result).splitlines())
