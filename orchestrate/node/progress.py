@@ -15,6 +15,12 @@ mounted in every node). ``@step=N`` faults are exact: the launcher lists their s
 ``triggers.json`` before the job starts, and a rank that reports step N waits until the
 launcher has injected the fault (``fired-N``), so no rank gets past step N first.
 
+A preempt's SIGTERM: the launcher leaves ``sigterm-<node>`` in the directory as it sends it, and a
+worker of that node says a file it writes after it again (each is said once per process
+otherwise), so that the launcher can tell what the script saved on its way out. Every record
+names its node and when its process began, so that the launcher tells which process the signal
+met.
+
 Every record carries its ``attempt``: one token per worker process, so the launcher tells an
 elastic job's attempts apart (a restarted job's ranks are new processes). ``@step=+N`` faults
 count in an attempt: the launcher lists them in ``triggers.json`` once the fault before has
@@ -30,6 +36,9 @@ from pathlib import Path
 from typing import IO, Any, Optional
 
 PROGRESS_DIR_ENV = "DDP_PROGRESS_DIR"
+NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
+# What the launcher leaves in the directory as a preempt sends a node SIGTERM (``sigterm-node1``).
+SIGTERM_MARK_PREFIX = "sigterm-"
 TRIGGERS_FILE = "triggers.json"
 # How long a rank at a fault's step waits for the launcher, at most: never a deadlock.
 TRIGGER_WAIT_S = 60.0
@@ -43,6 +52,9 @@ class _Channel:
         self.rank = rank
         self.file: IO[str] = open(directory / f"rank{rank}.jsonl", "a", encoding="utf-8")
         self.attempt = f"{os.getpid()}-{time.time():.3f}"
+        self.node = os.environ.get(NODE_ENV, "")
+        self.began = _process_began()
+        self.said_after_sigterm: set[str] = set()  # the files said again after the node's SIGTERM
         self.steps_here: set[int] = set()  # the distinct steps this attempt reported
         self.written: set[str] = set()  # the shared files reported written (each once)
         self.written_locally: set[str] = set()  # the files on the node's own disk reported written
@@ -54,8 +66,17 @@ class _Channel:
             self.triggers, self.in_attempt = {}, {}
 
     def write(self, record: dict[str, Any]) -> None:
-        self.file.write(json.dumps({**record, "attempt": self.attempt}) + "\n")
+        self.file.write(json.dumps({**record, "attempt": self.attempt, "node": self.node, "began": self.began}) + "\n")
         self.file.flush()
+
+    def say_again(self, path: str) -> bool:
+        """Whether a file said written already is said again: once, after its node's SIGTERM."""
+        if path in self.said_after_sigterm or not self.node:
+            return False
+        if not (self.directory / f"{SIGTERM_MARK_PREFIX}{self.node}").exists():
+            return False
+        self.said_after_sigterm.add(path)
+        return True
 
     def trigger_at(self, step: int) -> Optional[str]:
         """The key of the fault this step waits for, if any (``step`` just reported)."""
@@ -67,6 +88,20 @@ class _Channel:
         deadline = time.monotonic() + TRIGGER_WAIT_S
         while not fired.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
+
+
+def _process_began() -> float:
+    """When this process began (Unix seconds, to the kernel's clock tick), from ``/proc``; now
+    where that cannot be read. The channel opens at a process's first report, which may come
+    long after it began."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+        return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return round(time.time(), 3)
 
 
 _channel: Optional[_Channel] = None
@@ -119,21 +154,25 @@ def _write_step(step: int, metrics: dict, counted: bool = False) -> None:
 
 def report_written(path: str) -> None:
     """Report that this rank wrote ``path`` whole (a path relative to the work directory), once
-    per process: the launcher names a file that several ranks write (see
-    :mod:`orchestrate.node.shared_writes`)."""
+    per process and once more after its node's SIGTERM: the launcher names a file that several
+    ranks write (see :mod:`orchestrate.node.shared_writes`), and what a preempted rank saved."""
     channel = _get_channel()
-    if channel is not None and path not in channel.written:
+    if channel is not None and (path not in channel.written or channel.say_again(path)):
         channel.written.add(path)
         channel.write({"rank": channel.rank, "wrote": path, "time": time.time()})
 
 
 def report_written_locally(path: str, most: int) -> None:
-    """Report that this rank wrote ``path`` (absolute) on its node's own disk, once per process and
-    for the first ``most`` such files: a rank of another node that cannot find it is told why
-    (see :mod:`orchestrate.node.shared_writes`)."""
+    """Report that this rank wrote ``path`` (absolute) on its node's own disk, once per process
+    (and once more after its node's SIGTERM) and for the first ``most`` such files: a rank of
+    another node that cannot find it is told why (see :mod:`orchestrate.node.shared_writes`)."""
     channel = _get_channel()
-    if channel is None or path in channel.written_locally or len(channel.written_locally) >= most \
-            or path.startswith(str(channel.directory) + os.sep):  # the channel's own files
+    if channel is None or path.startswith(str(channel.directory) + os.sep):  # the channel's own files
+        return
+    if path in channel.written_locally:
+        if not channel.say_again(path):
+            return
+    elif len(channel.written_locally) >= most:
         return
     channel.written_locally.add(path)
     channel.write({"rank": channel.rank, "wrote_locally": path, "time": time.time()})

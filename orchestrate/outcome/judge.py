@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from orchestrate.hangs.collectives import UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.preemption import how_ranks_met_sigterm
+from orchestrate.outcome.preemption import preemption_said
 from orchestrate.outcome.root_cause import (CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier, is_collateral,
                                             lost_peer_in)
 from orchestrate.outcome.states import NodePhase
@@ -119,9 +119,8 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
             if rank is None and cause is not None and cause.exception and cause.rank is not None:
                 # a worker raised under the fault (a save that met a full disk): name it and its error
                 rank, reason = cause.rank, f"{reason}: {brief(cause.exception)}"
-            elif result.preemption is not None and (met := how_ranks_met_sigterm(result.preemption,
-                                                                                  result.grace_ran_out)):
-                reason = f"{reason}: {met}"  # what a preempt tests: whether the scripts saved and exited 0
+            elif met := preemption_said(result, results):  # what a preempt tests: did the scripts save and finish
+                reason = f"{reason}: {met}"
             if rank is not None:  # one worker explains it: name it
                 reason = f"rank {rank} {reason}"
             return Failure(result.node.name, rank, result.exit_code, "", tuple(result.last_lines), reason=reason,

@@ -1,19 +1,23 @@
-"""How a preempted node's ranks met its SIGTERM (pure): which scripts ended cleanly (exit 0) after
-it, how soon, and what each wrote meanwhile, as the run's failure says it.
+"""How a preempted node's ranks met its SIGTERM (pure): which scripts finished (exit 0) after it,
+how soon, and what each opened to write meanwhile, as the run's failure says it.
 
 A ``preempt`` fault is how a user tests the code that saves on preemption: the question it asks
 is not whether the node ended (it always does) but whether each script caught the signal, saved,
-and exited 0 within the grace, or died of the signal with nothing saved, or was still at it when
-the grace ran out. The workers' start-up hook says on the progress channel when a script returned
-(or exited 0) and which files it wrote; the launcher keeps those of the process that ran at the
-signal (:class:`orchestrate.supervise.progress.ProgressWatch`).
+and finished within the grace, or died of the signal, or was still at it when the grace ran out.
+The workers' start-up hook says on the progress channel when a script returned (or exited 0) and
+which files it opened to write, again after its node's SIGTERM; the launcher keeps those of the
+process that ran at the signal (:class:`orchestrate.supervise.progress.ProgressWatch`). The
+workers' records and the launcher's signal are timed by one clock, the kernel's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from orchestrate.text import ranks_text
+
+if TYPE_CHECKING:  # (node_result holds a Preemption: imported for the annotation alone)
+    from orchestrate.outcome.node_result import NodeResult
 
 # How many files one sentence names; the rest are counted.
 FILES_NAMED = 3
@@ -25,51 +29,77 @@ class RankAfterSigterm:
 
     Attributes:
         rank: Its global rank.
-        exited_after_s: Seconds from the SIGTERM until its script returned or exited 0; None: it
+        finished_after_s: Seconds from the SIGTERM until its script returned or exited 0; None: it
             did not (it died of the signal, failed, or was killed at the grace's end).
-        wrote: The shared files it wrote whole after the SIGTERM (relative to the work directory).
-        wrote_locally: The files on its node's own disk it wrote after the SIGTERM (absolute).
+        wrote: The shared files it opened to write whole after the SIGTERM (relative to the work
+            directory).
+        wrote_locally: The files on its node's own disk it opened to write after the SIGTERM
+            (absolute).
+        finished_before: Its script had returned (or exited 0) before the SIGTERM came.
     """
 
     rank: int
-    exited_after_s: Optional[float] = None
+    finished_after_s: Optional[float] = None
     wrote: tuple[str, ...] = ()
     wrote_locally: tuple[str, ...] = ()
+    finished_before: bool = False
 
     def to_json(self) -> dict:
-        return {"rank": self.rank, "exited_after_s": self.exited_after_s, "wrote": list(self.wrote),
-                "wrote_locally": list(self.wrote_locally)}
+        return {"rank": self.rank, "finished_before": self.finished_before, "finished_after_s": self.finished_after_s,
+                "wrote": list(self.wrote), "wrote_locally": list(self.wrote_locally)}
 
 
 @dataclass(frozen=True)
 class Preemption:
-    """A node's preemption: the grace its workers had between SIGTERM and SIGKILL, and how each
-    of its ranks that reported on the progress channel met the SIGTERM."""
+    """A node's preemption: the fault that sent its SIGTERM, the grace its workers had before the
+    SIGKILL, and how each of its ranks that reported on the progress channel met the SIGTERM."""
 
+    fault: str
     grace_s: float
     ranks: tuple[RankAfterSigterm, ...]
 
 
-def how_ranks_met_sigterm(preemption: Preemption, grace_ran_out: bool) -> str:
+def preemption_said(result: "NodeResult", results: Sequence["NodeResult"] = ()) -> str:
+    """How a preempted node's ranks met its SIGTERM (:func:`how_ranks_met_sigterm`), where the
+    preempt is still the fault the node's result names; else "". The advice is left out where a
+    rank of any node of ``results`` finished after its SIGTERM: the script handles it, and a rank
+    that did not finish lost its peers (their signals come apart)."""
+    preemption = result.preemption
+    if preemption is None or result.fault != preemption.fault:
+        return ""
+    handled = any(rank.finished_after_s is not None for other in (result, *results) if other.preemption
+                  for rank in other.preemption.ranks)
+    return how_ranks_met_sigterm(preemption, result.grace_ran_out, advise=not handled)
+
+
+def how_ranks_met_sigterm(preemption: Preemption, grace_ran_out: bool, advise: bool = True) -> str:
     """The ranks of a preempted node as they met its SIGTERM, for the failure's line:
-    ``rank 1 exited 0 0.2 s after the SIGTERM (written after it: ckpt.pt)``; ``ranks 2, 3 did
-    not exit 0 after the SIGTERM (to save on preemption, ...)``; "" when no rank reported.
-    Ranks alike are said together. ``grace_ran_out``: the node got SIGKILL at the grace's end."""
+    ``rank 1 finished its script (exit 0) 0.2 s after the SIGTERM (opened to write after it:
+    ckpt.pt)``; ``ranks 2, 3 did not finish their scripts after the SIGTERM (to save on
+    preemption, ...)``; "" when no rank reported. Ranks alike are said together.
+    ``grace_ran_out``: the node got SIGKILL at the grace's end; ``advise``: say how a script saves
+    on preemption where no rank finished and none opened a file to write."""
     grace = f"{preemption.grace_s:g} s grace"
-    exited = [r for r in preemption.ranks if r.exited_after_s is not None]
-    not_exited = [r for r in preemption.ranks if r.exited_after_s is None]
+    before = [r for r in preemption.ranks if r.finished_before]
+    finished = [r for r in preemption.ranks if not r.finished_before and r.finished_after_s is not None]
+    unfinished = [r for r in preemption.ranks if not r.finished_before and r.finished_after_s is None]
     parts = []
-    if exited:
-        slowest = max(r.exited_after_s or 0.0 for r in exited)
-        when = f"{slowest:.1f} s after" if len(exited) == 1 else f"within {slowest:.1f} s of"
-        parts.append(f"{_ranks(exited)} exited 0 {when} the SIGTERM{_writes(exited)}")
-    if not_exited:
+    if before:
+        parts.append(f"{_ranks(before)} had finished {_scripts(before)} before the SIGTERM")
+    if finished:
+        slowest = max(r.finished_after_s or 0.0 for r in finished)
+        when = f"{slowest:.1f} s after" if len(finished) == 1 else f"within {slowest:.1f} s of"
+        parts.append(f"{_ranks(finished)} finished {_scripts(finished)} (exit 0) {when} the SIGTERM"
+                     f"{_writes(finished)}")
+    if unfinished:
         if grace_ran_out:
-            parts.append(f"{_ranks(not_exited)} had not exited 0 when the {grace} ran out{_writes(not_exited)}")
+            parts.append(f"{_ranks(unfinished)} had not finished {_scripts(unfinished)} when the {grace} ran out"
+                         f"{_writes(unfinished)}")
         else:
-            said = _writes(not_exited) or ("" if exited else f" (to save on preemption, a script catches SIGTERM,"
-                                                             f" saves, and exits 0 within the {grace})")
-            parts.append(f"{_ranks(not_exited)} did not exit 0 after the SIGTERM{said}")
+            said = _writes(unfinished) or ("" if finished or not advise else
+                                           f" (to save on preemption, a script catches SIGTERM, saves, and exits 0"
+                                           f" within the {grace})")
+            parts.append(f"{_ranks(unfinished)} did not finish {_scripts(unfinished)} after the SIGTERM{said}")
     return "; ".join(parts)
 
 
@@ -77,9 +107,13 @@ def _ranks(ranks: list[RankAfterSigterm]) -> str:
     return ranks_text(r.rank for r in ranks)
 
 
+def _scripts(ranks: list[RankAfterSigterm]) -> str:
+    return "its script" if len(ranks) == 1 else "their scripts"
+
+
 def _writes(ranks: list[RankAfterSigterm]) -> str:
-    """`` (written after it: ckpt.pt, /tmp/x.pt on its node's own disk, gone with a preempted
-    node)``, or "" where no write after it is known."""
+    """`` (opened to write after it: ckpt.pt, /tmp/x.pt on its node's own disk, gone with a
+    preempted node)``, or "" where it opened none (or said none)."""
     shared = sorted({path for r in ranks for path in r.wrote})
     local = sorted({path for r in ranks for path in r.wrote_locally})
     named = [*shared, *(f"{path} on its node's own disk, gone with a preempted node" for path in local)]
@@ -87,4 +121,4 @@ def _writes(ranks: list[RankAfterSigterm]) -> str:
         return ""
     more = len(named) - FILES_NAMED
     listed = ", ".join(named[:FILES_NAMED]) + (f" and {more} more" if more > 0 else "")
-    return f" (written after it: {listed})"
+    return f" (opened to write after it: {listed})"

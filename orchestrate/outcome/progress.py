@@ -19,7 +19,8 @@ class ProgressRecord:
     worker iterated a shuffling DistributedSampler again with the same epoch (``shuffle_epoch``);
     ``init_call``: how the worker's script called ``init_process_group``, beside what torchrun
     gave it (as :class:`orchestrate.hangs.snapshots.InitCall` reads it), once it made its group;
-    ``init_asked``: the same, as the script made the call."""
+    ``init_asked``: the same, as the script made the call. ``node``: the node its process ran on;
+    ``began``: when its process began (Unix seconds; None from a worker that did not say)."""
 
     rank: int
     time: float
@@ -36,6 +37,8 @@ class ProgressRecord:
     shuffle_epoch: Optional[int] = None
     init_call: Optional[dict] = None
     init_asked: Optional[dict] = None
+    node: str = ""
+    began: Optional[float] = None
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -64,6 +67,10 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.init_call = init_call if isinstance(init_call, dict) else None
     init_asked = data.pop("init_asked", None)
     record.init_asked = init_asked if isinstance(init_asked, dict) else None
+    node = data.pop("node", "")
+    record.node = node if isinstance(node, str) else ""
+    began = data.pop("began", None)
+    record.began = float(began) if isinstance(began, (int, float)) and not isinstance(began, bool) else None
     after = data.pop("after_step", None)
     record.after_step = after if isinstance(after, int) and not isinstance(after, bool) else None
     record.metrics = {k: v for k, v in data.items() if isinstance(v, (int, float))}

@@ -13,7 +13,7 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_li
                                        uneven_hint, unused_parameters_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.preemption import how_ranks_met_sigterm
+from orchestrate.outcome.preemption import preemption_said
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import (brief, format_table, grace_ran_out, peers_named, ranks_text, shuffled_alike,
                              written_by_several)
@@ -92,18 +92,17 @@ def format_summary(outcome: RunResult) -> str:
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         failed_by = said_error(failure.exception, failure.exit_code, failure.last_lines)
-        for other in others:
-            cause = other.root_cause
-            code = cause.exit_code if cause.exit_code is not None else other.exit_code
-            error = said_error(cause.exception, code, other.last_lines)
-            said = ("the same error" if error and error == failed_by
-                    else brief(error) if error else f"exit code {code}")
-            lines.append(f"  then {other.node.name} rank {cause.rank}: {peers_named(said, outcome.node_addresses)}")
-        for other in outcome.results:  # another node a preempt hit (a whole job taken back): how its ranks met it
-            met = ("" if other.preemption is None or not other.fault or other.node.name == failure.node
-                   or other in others else how_ranks_met_sigterm(other.preemption, other.grace_ran_out))
-            if met:
+        for other in outcome.results:
+            cause = other.root_cause if other in others else None
+            code = cause.exit_code if cause and cause.exit_code is not None else other.exit_code
+            error = said_error(cause.exception, code, other.last_lines) if cause else ""
+            met = "" if error or other.node.name == failure.node else preemption_said(other, outcome.results)
+            if met:  # another node a preempt hit (a whole job taken back): how its ranks met it
                 lines.append(f"  then {other.node.name} (injected fault {other.fault}): {met}")
+            elif cause:
+                said = ("the same error" if error and error == failed_by
+                        else brief(error) if error else f"exit code {code}")
+                lines.append(f"  then {other.node.name} rank {cause.rank}: {peers_named(said, outcome.node_addresses)}")
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
             if failure.earlier.users_frame:

@@ -30,6 +30,9 @@ HEARTBEAT_FILE = "heartbeat"
 
 
 PROGRESS_SUBDIR = "progress"
+# Left in the progress directory as a preempt sends a node SIGTERM (``sigterm-node1``): its workers
+# then say again the files they write (orchestrate.node.progress's, which a unit test holds equal).
+SIGTERM_MARK_PREFIX = "sigterm-"
 
 # Left in the run's directory by ``stop RUN`` before it stops the nodes, so that whoever follows
 # the run (``attach``, a detached run's launcher) says it was stopped, not that it failed.

@@ -38,8 +38,9 @@ class ProgressWatch:
         # how each rank's script called init_process_group, as it made the call (its latest call)
         self.init_asked: dict[int, InitCall] = {}
         self.init_records = 0  # the calls read so far, as they were made
-        # each worker process's first record: (rank, attempt) -> when
-        self.first_record: dict[tuple[int, str], float] = {}
+        # each worker process, by its rank and attempt: its node and when it began (where it did not
+        # say, when its first record came)
+        self.processes: dict[tuple[int, str], tuple[str, float]] = {}
         # what each worker process said of its end and its writes, in order: a preempted node's
         # ranks are read from these (see after_sigterm)
         self.ends_and_writes: list[ProgressRecord] = []
@@ -73,35 +74,37 @@ class ProgressWatch:
         step it reported: not those that returned later, when a stop or a peer's end had come."""
         return {rank: step for rank, (_, step, at) in self.finished.items() if at < until}
 
-    def after_sigterm(self, ranks: tuple[int, ...], signalled: float,
-                      modified: Optional[dict[str, float]] = None) -> tuple[RankAfterSigterm, ...]:
-        """How these ranks' worker processes that ran at ``signalled`` (epoch time; a preempt's
-        SIGTERM) met it: when each script returned or exited 0 after it, and which files it
-        wrote after it. A file is reported once per process, so one written again after the
-        signal is found by its modification time in the work directory (``modified``: path ->
-        mtime). A rank that had reported nothing by then is left out (nothing is known of it); a
-        process of a later attempt (an elastic restart) is not the one signalled."""
-        modified = modified or {}
-        met = []
-        for rank in ranks:
-            began = {attempt: at for (r, attempt), at in self.first_record.items() if r == rank and at <= signalled}
-            if not began:
-                continue
-            attempt = max(began, key=began.__getitem__)
+    def after_sigterm(self, node: str, ranks: tuple[int, ...], signalled: float) -> tuple[RankAfterSigterm, ...]:
+        """How the worker processes of ``node`` that ran at ``signalled`` (Unix seconds; a preempt's
+        SIGTERM) met it: whether each script had returned or exited 0 before it, or did after it
+        (how soon), and which files it opened to write after it. A process is the node's by its
+        records, or by its rank among ``ranks`` (the plan's; none in an elastic job) where its
+        records name no node; of a rank's processes, the latest begun before the signal is the
+        one it met (a process begun later is a restart's). A process that had reported nothing is
+        left out: nothing is known of it."""
+        met: dict[int, tuple[str, float]] = {}  # rank -> the attempt the signal met, and when it began
+        for (rank, attempt), (on, began) in self.processes.items():
+            if began <= signalled and (on == node if on else rank in ranks) and began >= met.get(rank, ("", -1.0))[1]:
+                met[rank] = (attempt, began)
+        found = []
+        for rank, (attempt, _) in sorted(met.items()):
             said = [r for r in self.ends_and_writes if r.rank == rank and r.attempt == attempt]
-            end = next((r.time - signalled for r in said if r.finished and r.time >= signalled), None)
-            wrote = [r.wrote for r in said
-                     if r.wrote and (r.time >= signalled or modified.get(r.wrote, 0.0) >= signalled)]
-            locally = [r.wrote_locally for r in said if r.wrote_locally and r.time >= signalled]
-            met.append(RankAfterSigterm(rank, end, tuple(wrote), tuple(locally)))
-        return tuple(met)
+            end = next((r.time for r in said if r.finished), None)
+            after = [r for r in said if r.time >= signalled]
+            found.append(RankAfterSigterm(
+                rank, None if end is None or end < signalled else end - signalled,
+                tuple(dict.fromkeys(r.wrote for r in after if r.wrote)),
+                tuple(dict.fromkeys(r.wrote_locally for r in after if r.wrote_locally)),
+                finished_before=end is not None and end < signalled))
+        return tuple(found)
 
     def poll(self, now: float, recovery: Optional[Recovery]) -> None:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
         waiting for training to resume, learns the step it resumed from and when it did."""
         for record in self.reader.poll():
             self.records += 1
-            self.first_record.setdefault((record.rank, record.attempt), record.time)
+            self.processes.setdefault((record.rank, record.attempt),
+                                      (record.node, record.began if record.began is not None else record.time))
             if record.wrote or record.wrote_locally or record.finished:
                 self.ends_and_writes.append(record)
             if record.wrote:  # not a step either

@@ -59,7 +59,7 @@ from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_firs
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import Preemption
 from orchestrate.outcome.states import NodePhase
-from orchestrate.plan.layout import PROGRESS_SUBDIR
+from orchestrate.plan.layout import PROGRESS_SUBDIR, SIGTERM_MARK_PREFIX
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LineArrived, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
@@ -140,7 +140,8 @@ class Supervisor:
         self.stop_request = StopRequest()  # what `stop RUN` (or `down RUN`) asked, once it has come
         self.kill_at: Optional[float] = None
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
-        self.preempted_at: dict[str, float] = {}  # nodes a preempt fault sent SIGTERM, and when (Unix seconds)
+        # the nodes a preempt sent SIGTERM: its fault, and when (Unix seconds) the first one came
+        self.preempted_at: dict[str, tuple[str, float]] = {}
         self.node_addresses: dict[str, str] = {}  # the nodes by their addresses on the run's network
         self.winding_down = False
         self.looking_at_the_end = False  # the time limit's looks: no verdict of the watchdog's own meanwhile
@@ -170,6 +171,8 @@ class Supervisor:
             self.writes.walk()  # what the job had saved before the fault, to the moment
         if fault.action.on_storage:
             return self.arm_storage(fault)
+        if fault.action is FaultAction.PREEMPT:  # its workers say again what they write after it
+            self.mark_sigterm(fault.node)
         # a rank fault lands on whichever node runs the rank now
         signalled = self.wall_time(self.clock())
         node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
@@ -179,8 +182,16 @@ class Supervisor:
         tracker.result.fault = str(fault)
         if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
             self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s
-            self.preempted_at[tracker.name] = signalled
+            self.preempted_at.setdefault(tracker.name, (str(fault), signalled))
         return tracker.name
+
+    def mark_sigterm(self, node: str) -> None:
+        """Leave the mark that tells a node's workers a SIGTERM is on its way (before it is sent):
+        they say again the files they write after it. Without it they are said as before."""
+        try:
+            (self.spec.run_dir / PROGRESS_SUBDIR / f"{SIGTERM_MARK_PREFIX}{node}").touch()
+        except OSError as exc:
+            log.debug("marking %s's SIGTERM: %s", node, exc)
 
     def undo(self, fault: FaultSpec, node: str) -> None:
         """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
@@ -766,11 +777,10 @@ class Supervisor:
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
         if self.writes is not None:
             self.writes.walk()
-        for name, signalled in self.preempted_at.items():  # how the preempted nodes' ranks met the SIGTERM
+        for name, (fault, signalled) in self.preempted_at.items():  # how the preempted nodes' ranks met the SIGTERM
             tracker = self.trackers[name]
-            met = self.progress.after_sigterm(tracker.plan.global_ranks, signalled,
-                                              self.writes.seen if self.writes is not None else None)
-            tracker.result.preemption = Preemption(self.spec.stop_grace_s, met)
+            met = self.progress.after_sigterm(name, tracker.plan.global_ranks, signalled)
+            tracker.result.preemption = Preemption(fault, self.spec.stop_grace_s, met)
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)

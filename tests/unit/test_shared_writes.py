@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,9 @@ import pytest
 from orchestrate.node import progress, shared_writes
 from orchestrate.node.shared_writes import shared_path, watching_open, watching_save
 from orchestrate.outcome.progress import ProgressReader
+from orchestrate.plan.layout import SIGTERM_MARK_PREFIX
 from orchestrate.supervise.progress import ProgressWatch
+from tests.conftest import ROOT
 
 
 @pytest.fixture
@@ -231,3 +236,51 @@ def test_the_summary_warns_of_each_file_several_ranks_wrote_and_the_record_keeps
     assert len(warning) == WRITTEN_BY_SEVERAL_SHOWN + 1 and warning[1] == "warning: ranks 0, 3 each wrote f1.pt whole, too"
     assert warning[-1] == "warning: 2 more files written by several ranks (outcome.json: written_by_several)"
     assert outcome_record(result)["written_by_several"]["f0.pt"] == [0, 3]
+
+
+def test_a_file_written_again_after_its_nodes_sigterm_is_said_once_more(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("DDP_NODE", "node1")
+    monkeypatch.setattr(progress, "_channel", None)
+    progress.report_written("ckpt.pt")
+    progress.report_written("ckpt.pt")  # each step's save: said once
+    progress.report_written_locally("/tmp/a", most=1)
+    progress.report_written_locally("/tmp/a", most=1)
+    (tmp_path / "sigterm-node0").touch()  # another node's SIGTERM
+    progress.report_written("ckpt.pt")
+    progress.report_written_locally("/tmp/a", most=1)
+    assert len((tmp_path / "rank1.jsonl").read_text().splitlines()) == 2  # not this node's: nothing said again
+    (tmp_path / f"{SIGTERM_MARK_PREFIX}node1").touch()  # the launcher's mark, as a preempt sends node1 SIGTERM
+    for _ in range(3):
+        progress.report_written("ckpt.pt")  # the save on the way out: said once more, then not again
+        progress.report_written_locally("/tmp/a", most=1)  # (the limit counts files, not sayings)
+    progress.report_written_locally("/tmp/b", most=1)  # past the limit still
+    records = [json.loads(line) for line in (tmp_path / "rank1.jsonl").read_text().splitlines()]
+    assert [r.get("wrote") or r.get("wrote_locally") for r in records] == ["ckpt.pt", "/tmp/a", "ckpt.pt", "/tmp/a"]
+    assert {r["node"] for r in records} == {"node1"}
+
+
+def test_without_a_node_name_a_file_is_never_said_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("DDP_NODE", raising=False)
+    monkeypatch.setattr(progress, "_channel", None)
+    (tmp_path / f"{SIGTERM_MARK_PREFIX}").touch()
+    for _ in range(2):
+        progress.report_written("ckpt.pt")
+    assert len((tmp_path / "rank0.jsonl").read_text().splitlines()) == 1
+
+
+def test_every_record_says_when_its_process_began_not_when_it_first_reported(tmp_path):
+    child = ("import time; time.sleep(0.6); from orchestrate.node import progress; progress.report(1)")
+    subprocess.run([sys.executable, "-c", child], check=True, timeout=60, cwd=ROOT,
+                   env={**os.environ, "DDP_PROGRESS_DIR": str(tmp_path), "RANK": "0", "DDP_NODE": "node0",
+                        "PYTHONPATH": str(ROOT)})
+    [record] = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert record["node"] == "node0"
+    assert 0.5 <= record["time"] - record["began"] < 30, record
+
+
+def test_the_sigterm_mark_is_named_alike_by_the_launcher_and_the_workers():
+    assert progress.SIGTERM_MARK_PREFIX == SIGTERM_MARK_PREFIX
