@@ -87,14 +87,29 @@ def test_a_preempted_node_gets_sigterm_and_its_grace(orchestrate_run, docker_cli
     assert result.code == 1, result.output[-3000:]
     assert "fault injected: preempt:node1@step=5" in result.output
     # what the preempt tested: the rank caught the SIGTERM, saved and exited 0 within the grace
-    assert re.search(r"FAILED: node1 failed \(injected fault preempt:node1@step=5\): rank 1 exited 0 \d+\.\d s after"
-                     r" the SIGTERM \(written after it: ckpt-rank1\.json\)\n", result.output), result.output[-3000:]
+    assert re.search(r"FAILED: node1 failed \(injected fault preempt:node1@step=5\): rank 1 finished its script \(exit"
+                     r" 0\) \d+\.\d s after the SIGTERM \(opened to write after it: ckpt-rank1\.json\)\n",
+                     result.output), result.output[-3000:]
     checkpoint = json.loads((workdir / "ckpt-rank1.json").read_text())  # the preempted node's rank saved
     assert checkpoint["step"] >= 5
     assert re.search(r"^node1\s+1\s+failed\s+143\s", result.output, re.M), result.output[-1500:]
     events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "fault" and e.get("action") == "preempt" for e in events)
     assert leftovers(docker_client, result.project) == []
+
+
+def test_a_preempted_rank_that_saves_every_step_is_said_to_save_again_after_the_sigterm(orchestrate_run, tmp_path):
+    # its checkpoint is a file it wrote before the signal: the launcher's mark makes the worker say it again
+    workdir = a_workdir(tmp_path)
+    result = orchestrate_run("--nodes", "2", "--workdir", str(workdir), "--collective-timeout", "20",
+                             "--fault", "preempt:node1@step=5", "--", JOB.name, "--save-every-step")
+    assert result.code == 1, result.output[-3000:]
+    assert re.search(r"FAILED: node1 failed \(injected fault preempt:node1@step=5\): rank 1 finished its script \(exit"
+                     r" 0\) \d+\.\d s after the SIGTERM \(opened to write after it: ckpt-rank1\.json\)\n",
+                     result.output), result.output[-3000:]
+    assert (result.run_dir / "progress" / "sigterm-node1").exists()
+    [after] = json.loads((result.run_dir / "outcome.json").read_text())["nodes"][1]["after_sigterm"]
+    assert after["wrote"] == ["ckpt-rank1.json"] and not after["finished_before"]
 
 
 def test_a_planted_secret_is_found_only_in_the_compose_file(docker_client, tmp_path):

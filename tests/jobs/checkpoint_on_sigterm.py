@@ -2,7 +2,8 @@
 the ranks agree at each step whether any of them got it (the signals of different nodes arrive
 at different times), then every rank writes ckpt-rank<R>.json into the work directory, says so,
 and exits once its own SIGTERM has come. With --ignore-sigterm it goes on regardless (only
-SIGKILL ends it)."""
+SIGKILL ends it); with --save-every-step it writes its checkpoint at every step too (the one it
+writes on SIGTERM is then a file it wrote before)."""
 import argparse
 import json
 import os
@@ -20,6 +21,7 @@ except ImportError:  # outside ddp-compose
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ignore-sigterm", action="store_true")
+parser.add_argument("--save-every-step", action="store_true")
 args = parser.parse_args()
 
 stop = False
@@ -42,6 +44,9 @@ while True:
     weight += update
     report(step)
     print(f"rank {rank} step {step}", flush=True)
+    if args.save_every_step:
+        with open(f"ckpt-rank{rank}.json", "w") as handle:
+            json.dump({"rank": rank, "step": step, "weight": weight.tolist()}, handle)
     stopping = torch.tensor([1.0 if stop else 0.0])
     dist.all_reduce(stopping, op=dist.ReduceOp.MAX)  # every rank saves at the same step
     if stopping.item():
