@@ -67,9 +67,25 @@ def preemption_said(result: "NodeResult", results: Sequence["NodeResult"] = ()) 
     preemption = result.preemption
     if preemption is None or result.fault != preemption.fault:
         return ""
-    handled = any(rank.finished_after_s is not None for other in (result, *results) if other.preemption
-                  for rank in other.preemption.ranks)
-    return how_ranks_met_sigterm(preemption, result.grace_ran_out, advise=not handled)
+    return how_ranks_met_sigterm(preemption, result.grace_ran_out, advise=not any_finished((result, *results)))
+
+
+def any_finished(results: Sequence["NodeResult"]) -> bool:
+    """Whether a rank of any preempted node of ``results`` finished its script after its SIGTERM:
+    then the script handles the signal, and a rank that did not finish lost its peers."""
+    return any(rank.finished_after_s is not None for result in results if result.preemption
+               for rank in result.preemption.ranks)
+
+
+def recovered_preemption_said(node: str, cause: str, results: Sequence["NodeResult"]) -> str:
+    """How the ranks of a node that an elastic job got back after a preempt met its SIGTERM, for
+    the recovery's line (``cause``: the recovery's, ``injected fault preempt:node1@t=8``); "" for
+    another cause, or a later preempt of the node (its first is the one read)."""
+    for result in results:
+        preemption = result.preemption
+        if result.node.name == node and preemption is not None and cause == f"injected fault {preemption.fault}":
+            return how_ranks_met_sigterm(preemption, result.grace_ran_out, advise=not any_finished(results))
+    return ""
 
 
 def how_ranks_met_sigterm(preemption: Preemption, grace_ran_out: bool, advise: bool = True) -> str:

@@ -13,7 +13,7 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_li
                                        uneven_hint, unused_parameters_hint)
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.node_result import NodeResult
-from orchestrate.outcome.preemption import preemption_said
+from orchestrate.outcome.preemption import preemption_said, recovered_preemption_said
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import (brief, format_table, grace_ran_out, peers_named, ranks_text, shuffled_alike,
                              written_by_several)
@@ -50,6 +50,8 @@ def format_summary(outcome: RunResult) -> str:
     )
     for recovery in t.recoveries:
         lines.append(f"recovery: {recovery.describe()}")
+        met = recovered_preemption_said(recovery.node, recovery.cause, outcome.results)
+        lines += [f"  {met}"] if met else []  # (an elastic job got a preempted node back)
     # what a fault did beyond its spec (the file a torn write cut, where, by which rank), or that
     # it fell before the job's first step (then it tested no training)
     lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults if f.detail or f.before_first_step]

@@ -293,3 +293,22 @@ def test_no_advice_where_a_rank_of_another_preempted_node_finished(make_job, tmp
     alone = preempted(node0, (RankAfterSigterm(0),), fault="preempt:node0@t=6", ended_at=1.0)
     assert find_failure([alone, second]).describe() == (
         "node0 failed (injected fault preempt:node0@t=6): rank 0 did not finish its script after the SIGTERM" + ADVICE)
+
+
+def test_a_node_an_elastic_job_got_back_after_a_preempt_is_said_under_its_recovery(make_job, tmp_path):
+    from orchestrate.outcome.model import Recovery
+
+    node0, node1 = make_job(nodes=2, nproc_per_node=1).nodes
+    back = preempted(node1, (RankAfterSigterm(1, 0.2, ("ckpt.pt",)),), state=NodePhase.SUCCEEDED, exit_code=0)
+    back.fault = ""  # (the node's result names no fault once it is back)
+    timings = Timings(recoveries=[Recovery("node1", f"injected fault {FAULT}", 1.0),
+                                  Recovery("node1", "injected fault preempt:node1@t=30", 2.0),  # a later one: not read
+                                  Recovery("node0", "injected fault kill:node0@t=9", 3.0)])
+    result = RunResult("r1", tmp_path, [NodeResult(node0, NodePhase.SUCCEEDED, 0), back], timings)
+    lines = format_summary(result).splitlines()
+    at = lines.index(f"recovery: node1 rejoined after injected fault {FAULT}")
+    assert lines[at + 1:at + 3] == [
+        "  rank 1 finished its script (exit 0) 0.2 s after the SIGTERM (opened to write after it: ckpt.pt)",
+        "recovery: node1 rejoined after injected fault preempt:node1@t=30"]
+    assert lines[at + 3] == "recovery: node0 rejoined after injected fault kill:node0@t=9"
+    assert lines[at + 4].startswith("logs:")
