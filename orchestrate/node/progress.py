@@ -39,6 +39,8 @@ PROGRESS_DIR_ENV = "DDP_PROGRESS_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
 # What the launcher leaves in the directory as a preempt sends a node SIGTERM (``sigterm-node1``).
 SIGTERM_MARK_PREFIX = "sigterm-"
+# How often a file written before its node's SIGTERM is said again after the mark, at most.
+SAID_AGAIN = 3
 TRIGGERS_FILE = "triggers.json"
 # How long a rank at a fault's step waits for the launcher, at most: never a deadlock.
 TRIGGER_WAIT_S = 60.0
@@ -54,7 +56,7 @@ class _Channel:
         self.attempt = f"{os.getpid()}-{time.time():.3f}"
         self.node = os.environ.get(NODE_ENV, "")
         self.began = _process_began()
-        self.said_after_sigterm: set[str] = set()  # the files said again after the node's SIGTERM
+        self.said_after_sigterm: dict[str, int] = {}  # the files said again after the node's SIGTERM, how often
         self.steps_here: set[int] = set()  # the distinct steps this attempt reported
         self.written: set[str] = set()  # the shared files reported written (each once)
         self.written_locally: set[str] = set()  # the files on the node's own disk reported written
@@ -70,12 +72,17 @@ class _Channel:
         self.file.flush()
 
     def say_again(self, path: str) -> bool:
-        """Whether a file said written already is said again: once, after its node's SIGTERM."""
-        if path in self.said_after_sigterm or not self.node:
+        """Whether a file said written already is said again: after its node's SIGTERM is marked,
+        up to :data:`SAID_AGAIN` times (the mark comes a moment before the signal: a routine save
+        in between must not take the place of the save the signal makes)."""
+        if self.said_after_sigterm.get(path, 0) >= SAID_AGAIN or not self.node:
             return False
-        if not (self.directory / f"{SIGTERM_MARK_PREFIX}{self.node}").exists():
+        try:
+            if not (self.directory / f"{SIGTERM_MARK_PREFIX}{self.node}").exists():
+                return False
+        except OSError:  # the run's directory went away: the user's write stands, unsaid
             return False
-        self.said_after_sigterm.add(path)
+        self.said_after_sigterm[path] = self.said_after_sigterm.get(path, 0) + 1
         return True
 
     def trigger_at(self, step: int) -> Optional[str]:
@@ -91,16 +98,15 @@ class _Channel:
 
 
 def _process_began() -> float:
-    """When this process began (Unix seconds, to the kernel's clock tick), from ``/proc``; now
-    where that cannot be read. The channel opens at a process's first report, which may come
-    long after it began."""
+    """When this process began (Unix seconds, to the kernel's clock tick): its start in ticks
+    since boot (``/proc/self/stat``), against the boot clock now; now where that cannot be read.
+    The channel opens at a process's first report, which may come long after it began."""
     try:
-        with open("/proc/self/stat", encoding="ascii") as handle:
-            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        with open("/proc/stat", encoding="ascii") as handle:
-            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
-        return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 3)
-    except (OSError, ValueError, IndexError, StopIteration):
+        with open("/proc/self/stat", "rb") as handle:
+            ticks = int(handle.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return round(time.time() - max(since_start, 0.0), 3)
+    except (OSError, ValueError, IndexError, AttributeError):
         return round(time.time(), 3)
 
 

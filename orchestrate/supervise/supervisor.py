@@ -32,6 +32,7 @@ import logging
 import queue
 import signal
 import time
+from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
@@ -91,6 +92,18 @@ TICK_S = 0.2
 STAMP_SLACK_S = 0.001
 # After an interrupt, how long beyond the stop grace the supervisor waits for the nodes' ends.
 WIND_DOWN_MARGIN_S = 5.0
+
+
+def addresses_with(addresses: dict[str, str], node: str, attrs: dict) -> dict[str, str]:
+    """The nodes by their addresses (pure), with ``node``'s as its container's ``attrs`` give them
+    in place of any it had before (a restarted container may get others); unchanged where the
+    container has none now (it is not running): a peer an error names by address is named by
+    its node."""
+    networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    found = {n["IPAddress"]: node for n in networks.values() if isinstance(n, dict) and n.get("IPAddress")}
+    if not found:
+        return addresses
+    return {**{a: n for a, n in addresses.items() if n != node and a not in found}, **found}
 
 
 class Supervisor:
@@ -171,11 +184,16 @@ class Supervisor:
             self.writes.walk()  # what the job had saved before the fault, to the moment
         if fault.action.on_storage:
             return self.arm_storage(fault)
-        if fault.action is FaultAction.PREEMPT:  # its workers say again what they write after it
-            self.mark_sigterm(fault.node)
-        # a rank fault lands on whichever node runs the rank now
+        mark = self.mark_sigterm(fault.node) if fault.action is FaultAction.PREEMPT else None
+        try:  # a rank fault lands on whichever node runs the rank now
+            node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
+        except BaseException:
+            if mark is not None:  # no SIGTERM came: a later preempt's is the one its workers meet
+                mark.unlink(missing_ok=True)
+            raise
+        # (after the engine sent it: the workers get it from torchrun later still, so that what
+        # they do about it comes after this, and a save of theirs a moment before it does not)
         signalled = self.wall_time(self.clock())
-        node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
         tracker = self.trackers[node]
         if fault.action.on_rank:
             tracker.result.culprit_rank = fault.rank
@@ -185,13 +203,18 @@ class Supervisor:
             self.preempted_at.setdefault(tracker.name, (str(fault), signalled))
         return tracker.name
 
-    def mark_sigterm(self, node: str) -> None:
+    def mark_sigterm(self, node: str) -> Optional[Path]:
         """Leave the mark that tells a node's workers a SIGTERM is on its way (before it is sent):
-        they say again the files they write after it. Without it they are said as before."""
+        they say again the files they write after it; return it (None: it could not be left, and
+        what the workers write again is not said, which the run's log says)."""
+        mark = self.spec.run_dir / PROGRESS_SUBDIR / f"{SIGTERM_MARK_PREFIX}{node}"
         try:
-            (self.spec.run_dir / PROGRESS_SUBDIR / f"{SIGTERM_MARK_PREFIX}{node}").touch()
+            mark.touch()
         except OSError as exc:
-            log.debug("marking %s's SIGTERM: %s", node, exc)
+            log.warning("could not mark %s's SIGTERM for its workers (%s): files they write again after it"
+                        " are not said", node, exc)
+            return None
+        return mark
 
     def undo(self, fault: FaultSpec, node: str) -> None:
         """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
@@ -411,8 +434,7 @@ class Supervisor:
         tracker.container.reload()
         state = tracker.container.attrs.get("State", {})
         tracker.first_started = engine_time(state.get("StartedAt", ""))
-        networks = tracker.container.attrs.get("NetworkSettings", {}).get("Networks") or {}
-        self.node_addresses.update({n["IPAddress"]: tracker.name for n in networks.values() if n.get("IPAddress")})
+        self.node_addresses = addresses_with(self.node_addresses, tracker.name, tracker.container.attrs)
         if tracker.container.status in ("running", "paused", "restarting"):
             tracker.move(NodePhase.STARTING)
         elif tracker.container.status in ("exited", "dead"):

@@ -59,3 +59,25 @@ def test_the_failure_line_names_the_peer_too(make_job, tmp_path):
     result = RunResult("r1", tmp_path, [lost], Timings(), node_addresses={"172.20.0.3": "node1"})
     assert f"FAILED: node0 rank 0 failed (exit code 1): {LOST.format('172.20.0.3')} (node1)" in (
         format_summary(result).splitlines())
+
+
+def test_a_nodes_addresses_are_replaced_by_its_containers_latest_and_kept_while_it_has_none():
+    from orchestrate.supervise.supervisor import addresses_with
+
+    def attrs(*addresses, null=False):
+        if null:
+            return {"NetworkSettings": None}
+        return {"NetworkSettings": {"Networks": {f"net{i}": {"IPAddress": a} for i, a in enumerate(addresses)}}}
+
+    known = addresses_with({}, "node0", attrs("10.0.0.2"))
+    known = addresses_with(known, "node1", attrs("10.0.0.3", ""))
+    assert known == {"10.0.0.2": "node0", "10.0.0.3": "node1"}
+    # node1 restarted with node0's old address, and node0 with another: each name follows its container
+    known = addresses_with(known, "node1", attrs("10.0.0.2"))
+    assert known == {"10.0.0.2": "node1"}
+    known = addresses_with(known, "node0", attrs("10.0.0.4"))
+    assert known == {"10.0.0.2": "node1", "10.0.0.4": "node0"}
+    # a container that has none now (stopped), or says null: what was known stands
+    assert addresses_with(known, "node0", attrs()) == known
+    assert addresses_with(known, "node0", attrs(null=True)) == known
+    assert addresses_with(known, "node0", {"NetworkSettings": {"Networks": {"net": None}}}) == known

@@ -312,3 +312,23 @@ def test_a_node_an_elastic_job_got_back_after_a_preempt_is_said_under_its_recove
         "recovery: node1 rejoined after injected fault preempt:node1@t=30"]
     assert lines[at + 3] == "recovery: node0 rejoined after injected fault kill:node0@t=9"
     assert lines[at + 4].startswith("logs:")
+
+
+def test_a_preempt_the_engine_refused_leaves_no_mark_for_a_later_one(make_run):
+    from tests.fakes import conflict
+
+    fault = "preempt:node1@step=2"
+    job = make_run(nodes=2, faults=(parse_fault(fault),))
+    client = FakeDockerClient()
+    client.failures["kill"] = conflict("Cannot kill container: it is restarting")  # the engine says no
+    sigterm = ("kill", "ddp-test-run-node1-1", "SIGTERM")
+    outcome, _, _ = run(job, client,
+                        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(progress_writer(job, 0, range(1, 4))),
+                                      exit_code=0)],
+                        node1=[Script(["[1|0]:training"], after_when=lambda: sigterm in client.calls,
+                                      after=["[1|0]:done"], exit_code=0)])
+    assert sigterm in client.calls  # it was tried
+    [record] = outcome.faults
+    assert not record.fired, record
+    assert not (job.run_dir / "progress" / "sigterm-node1").exists()
+    assert all(r.preemption is None for r in outcome.results)
