@@ -41,6 +41,7 @@ class Failure:
     peers_finished: bool = False  # it lost peers whose scripts had returned (the description says which)
     earlier: Optional[EarlierFailure] = None  # a lost peer's: an earlier attempt's worker whose error was its own
     users_frame: str = ""  # where the user's own code was in its traceback (train.py:13 in <module>: ...)
+    lines_of: str = ""  # whose last_lines are, where not the failure's node or rank (a preempted node's rank)
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -121,6 +122,10 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
                 rank, reason = cause.rank, f"{reason}: {brief(cause.exception)}"
             elif met := preemption_said(result, results):  # what a preempt tests: did the scripts save and finish
                 reason = f"{reason}: {met}"
+                preemption = result.preemption
+                if preemption is not None and preemption.lines_rank is not None:  # its handler's, not torchrun's end
+                    return Failure(result.node.name, None, result.exit_code, "", preemption.last_lines, reason=reason,
+                                   lines_of=f"{result.node.name}/rank{preemption.lines_rank}")
             if rank is not None:  # one worker explains it: name it
                 reason = f"rank {rank} {reason}"
             return Failure(result.node.name, rank, result.exit_code, "", tuple(result.last_lines), reason=reason,

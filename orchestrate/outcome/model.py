@@ -11,6 +11,7 @@ from orchestrate.hangs.init_calls import UNDER_TORCHRUN, apart_facts
 from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.judge import Failure, find_failure
 from orchestrate.outcome.node_result import NodeResult
+from orchestrate.outcome.preemption import RankAfterSigterm
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import counted
 
@@ -326,6 +327,16 @@ class RunResult:
         return self.timings.recoveries
 
     @property
+    def after_sigterm(self) -> dict[int, RankAfterSigterm]:
+        """How each rank of the nodes a preempt hit met its SIGTERM, by global rank: whether its
+        script finished (exit 0) after it and how soon (``finished_after_s``), or before it, and
+        the files it opened to write after it (``wrote``). A test of a script's preemption
+        handling asserts on it: ``assert result.after_sigterm[1].finished_after_s is not None``.
+        A rank that had reported nothing on the progress channel before the signal is absent."""
+        return {rank.rank: rank for result in self.results if result.preemption is not None
+                for rank in result.preemption.ranks}
+
+    @property
     def report(self) -> Path:
         """The run's report page."""
         return self.run_dir / "report.html"
@@ -362,7 +373,8 @@ class RunResult:
         tail = ""
         if failure is not None:
             last = (failure.traceback.rstrip().splitlines() if failure.traceback else list(failure.last_lines))[-3:]
-            where = f"{failure.node}/rank{failure.rank}" if failure.rank is not None else failure.node
+            where = failure.lines_of or (f"{failure.node}/rank{failure.rank}" if failure.rank is not None
+                                         else failure.node)
             tail = f"; last lines of {where}: " + " | ".join(line.strip() for line in last) if last else ""
         return f"RunResult({self.run_id}: FAILED (exit code {self.exit_code}): {'; '.join(why)}{tail})"
 

@@ -52,11 +52,15 @@ class RankAfterSigterm:
 @dataclass(frozen=True)
 class Preemption:
     """A node's preemption: the fault that sent its SIGTERM, the grace its workers had before the
-    SIGKILL, and how each of its ranks that reported on the progress channel met the SIGTERM."""
+    SIGKILL, and how each of its ranks that reported on the progress channel met the SIGTERM;
+    the last lines its lowest such rank printed (its handler's, not torchrun's own end), with
+    that rank."""
 
     fault: str
     grace_s: float
     ranks: tuple[RankAfterSigterm, ...]
+    last_lines: tuple[str, ...] = ()
+    lines_rank: Optional[int] = None
 
 
 def preemption_said(result: "NodeResult", results: Sequence["NodeResult"] = ()) -> str:

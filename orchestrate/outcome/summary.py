@@ -133,8 +133,9 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"traceback from the error file of {failure.node}/rank{failure.rank}:")
             lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-15:]]
         elif failure.last_lines:
-            lines.append(f"last lines of {failure.node}" + (
-                f"/rank{failure.rank}:" if failure.rank is not None else ":"))
+            whose = failure.lines_of or (f"{failure.node}/rank{failure.rank}" if failure.rank is not None
+                                         else failure.node)
+            lines.append(f"last lines of {whose}:")
             lines += [f"  | {ln}" for ln in failure.last_lines]
     elif not outcome.interrupted and not outcome.error:
         lines.append("FAILED: not every node exited 0")

@@ -802,7 +802,10 @@ class Supervisor:
         for name, (fault, signalled) in self.preempted_at.items():  # how the preempted nodes' ranks met the SIGTERM
             tracker = self.trackers[name]
             met = self.progress.after_sigterm(name, tracker.plan.global_ranks, signalled)
-            tracker.result.preemption = Preemption(fault, self.spec.stop_grace_s, met)
+            lowest = min((m.rank for m in met), default=None)
+            lines = tuple(tracker.output.rank_tails.get(lowest, ())) if lowest is not None else ()
+            tracker.result.preemption = Preemption(fault, self.spec.stop_grace_s, met, lines,
+                                                   lowest if lines else None)
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -187,6 +188,11 @@ def test_the_failure_of_a_preempted_node_says_how_its_ranks_met_the_sigterm(node
                        root_cause=RootCause(1, 0, 1, "OSError: [Errno 28] No space left on device"))
     assert find_failure([lost, raised]).describe() == (
         "node1 rank 1 failed (injected fault preempt:node1@t=6): OSError: [Errno 28] No space left on device")
+    handler = preempted(node1, (RankAfterSigterm(1, 0.2),))
+    handler.preemption = replace(handler.preemption, last_lines=("saved at step 7",), lines_rank=1)
+    failure = find_failure([lost, handler])
+    assert (failure.rank, failure.last_lines, failure.lines_of) == (None, ("saved at step 7",), "node1/rank1")
+    assert "last lines of node1/rank1: saved at step 7" in repr(RunResult("r1", node1.name, [lost, handler], Timings()))
     later = preempted(node1, (RankAfterSigterm(1, 0.2),), fault=FAULT)
     later.fault = "kill:node1@t=9"
     assert find_failure([lost, later]).describe() == "node1 failed (injected fault kill:node1@t=9)"
@@ -242,6 +248,10 @@ def test_a_preempt_marks_the_sigterm_and_reads_how_its_nodes_rank_met_it_with_th
     assert re.search(r"FAILED: node1 failed \(injected fault preempt:node1@step=2\): rank 1 finished its script \(exit"
                      r" 0\) \d+\.\d s after the SIGTERM \(opened to write after it: ckpt\.pt\)",
                      format_summary(outcome)), format_summary(outcome)
+    # under it, the lines of the rank's handler, not torchrun's own end
+    assert (preemption["node1"].lines_rank, preemption["node1"].last_lines[-1:]) == (1, ("saved",))
+    summary = format_summary(outcome).splitlines()
+    assert summary[summary.index("last lines of node1/rank1:") + 1:][:2] == ["  | training", "  | saved"]
 
 
 def test_every_node_a_preempt_hit_is_said_with_how_its_ranks_met_it(make_job, tmp_path):
@@ -332,3 +342,12 @@ def test_a_preempt_the_engine_refused_leaves_no_mark_for_a_later_one(make_run):
     assert not record.fired, record
     assert not (job.run_dir / "progress" / "sigterm-node1").exists()
     assert all(r.preemption is None for r in outcome.results)
+
+
+def test_a_runs_result_gives_each_preempted_rank_by_its_global_rank(make_job, tmp_path):
+    node0, node1 = make_job(nodes=2, nproc_per_node=2).nodes
+    saved, lost = RankAfterSigterm(2, 0.2, ("ckpt.pt",)), RankAfterSigterm(3)
+    result = RunResult("r1", tmp_path, [NodeResult(node0, NodePhase.FAILED, 1), preempted(node1, (saved, lost))],
+                       Timings())
+    assert result.after_sigterm == {2: saved, 3: lost}
+    assert RunResult("r2", tmp_path, [NodeResult(node0, NodePhase.SUCCEEDED, 0)], Timings()).after_sigterm == {}
