@@ -60,6 +60,7 @@ def outcome_record(outcome: RunResult) -> dict:
             "node": failure.node, "rank": failure.rank, "exit_code": failure.exit_code,
             "exception": failure.exception, "reason": failure.reason, "describe": failure.describe(),
             "traceback": failure.traceback, "last_lines": list(failure.last_lines),
+            "last_lines_of": failure.lines_of or None,  # whose they are, where not the failure's (a preempted rank)
             "crashed": failure.crashed or None,  # a native crash: where the worker was
             "users_frame": failure.users_frame or None,  # where the user's own code was in its traceback
             "then": [{"node": r.node.name, "rank": r.root_cause.rank, "exception": r.root_cause.exception}

@@ -327,6 +327,8 @@ def render_html(model: ReportModel) -> str:
                          f'<pre id="earlier-lines">{esc(chr(10).join(earlier["last_lines"]))}</pre>')
         if failure.get("last_lines"):
             whose = esc(failure.get("node", "")) + ("" if failure.get("rank") is None else f" rank {failure['rank']}")
+            if failure.get("last_lines_of"):  # whose they are, where not the failure's (a preempted node's rank)
+                whose = esc(str(failure["last_lines_of"]).replace("/rank", " rank "))
             parts.append(f"<p>Last lines of {whose}:</p>"
                          f'<pre id="last-lines">{esc(chr(10).join(failure["last_lines"]))}</pre>')
     else:

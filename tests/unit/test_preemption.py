@@ -7,6 +7,7 @@ import json
 import re
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -192,7 +193,9 @@ def test_the_failure_of_a_preempted_node_says_how_its_ranks_met_the_sigterm(node
     handler.preemption = replace(handler.preemption, last_lines=("saved at step 7",), lines_rank=1)
     failure = find_failure([lost, handler])
     assert (failure.rank, failure.last_lines, failure.lines_of) == (None, ("saved at step 7",), "node1/rank1")
-    assert "last lines of node1/rank1: saved at step 7" in repr(RunResult("r1", node1.name, [lost, handler], Timings()))
+    handled = RunResult("r1", Path("r1"), [lost, handler], Timings())
+    assert "last lines of node1/rank1: saved at step 7" in repr(handled)
+    assert outcome_record(handled)["failure"]["last_lines_of"] == "node1/rank1"
     later = preempted(node1, (RankAfterSigterm(1, 0.2),), fault=FAULT)
     later.fault = "kill:node1@t=9"
     assert find_failure([lost, later]).describe() == "node1 failed (injected fault kill:node1@t=9)"

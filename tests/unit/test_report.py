@@ -228,6 +228,14 @@ def test_the_last_lines_of_a_node_that_failed_before_its_ranks_name_the_node_alo
     assert "<p>Last lines of node3:</p>" in render_html(model)
 
 
+def test_the_last_lines_of_a_preempted_nodes_rank_name_that_rank():
+    failure = {"node": "node1", "rank": None, "describe": "node1 failed (injected fault preempt:node1@t=6): ...",
+               "reason": "failed", "last_lines": ["saved at step 7"], "last_lines_of": "node1/rank1"}
+    model = build_model({"run": plan(), "events": started(), "progress": [],
+                         "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}})
+    assert "<p>Last lines of node1 rank 1:</p>" in render_html(model)
+
+
 def test_a_paused_node_is_hung_from_the_fault_to_its_detection():
     events = started() + [ev(4.9, "fault", node="node1", spec="pause:node1@t=4.9", action="pause", step=None),
                           ev(14.9, "node-exited", node="node0", exit_code=1),
