@@ -327,14 +327,16 @@ class RunResult:
         return self.timings.recoveries
 
     @property
-    def after_sigterm(self) -> dict[int, RankAfterSigterm]:
-        """How each rank of the nodes a preempt hit met its SIGTERM, by global rank: whether its
-        script finished (exit 0) after it and how soon (``finished_after_s``), or before it, and
-        the files it opened to write after it (``wrote``). A test of a script's preemption
-        handling asserts on it: ``assert result.after_sigterm[1].finished_after_s is not None``.
-        A rank that had reported nothing on the progress channel before the signal is absent."""
-        return {rank.rank: rank for result in self.results if result.preemption is not None
-                for rank in result.preemption.ranks}
+    def after_sigterm(self) -> dict[str, dict[int, RankAfterSigterm]]:
+        """How each rank of the nodes a preempt hit met its SIGTERM, by node and global rank
+        (an elastic job numbers its ranks anew at each rendezvous): whether its script finished
+        (exit 0) after it and how soon (``finished_after_s``), or before it (``finished_before``),
+        and the files it opened to write after it (``wrote``, ``wrote_locally``). A test of a
+        script's preemption handling asserts on it:
+        ``assert result.after_sigterm["node1"][1].finished_after_s is not None``. A rank that had
+        reported nothing on the progress channel before the signal is absent."""
+        return {result.node.name: {rank.rank: rank for rank in result.preemption.ranks}
+                for result in self.results if result.preemption is not None}
 
     @property
     def report(self) -> Path:
@@ -407,5 +409,6 @@ class RunResult:
                            exception=failure.exception if failure else "",
                            last_lines=failure.last_lines if failure else (),
                            traceback=failure.traceback if failure else "",
+                           lines_of=failure.lines_of if failure else "",
                            description=f"HUNG: {self.hang.headline}")
         return failure

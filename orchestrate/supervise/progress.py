@@ -74,6 +74,10 @@ class ProgressWatch:
         step it reported: not those that returned later, when a stop or a peer's end had come."""
         return {rank: step for rank, (_, step, at) in self.finished.items() if at < until}
 
+    def processes_of(self, rank: int) -> int:
+        """How many worker processes of ``rank`` reported (an elastic or in-place restart makes more)."""
+        return sum(1 for r, _ in self.processes if r == rank)
+
     def after_sigterm(self, node: str, ranks: tuple[int, ...], signalled: float) -> tuple[RankAfterSigterm, ...]:
         """How the worker processes of ``node`` that ran at ``signalled`` (Unix seconds; a preempt's
         SIGTERM) met it: whether each script had returned or exited 0 before it, or did after it

@@ -802,10 +802,12 @@ class Supervisor:
         for name, (fault, signalled) in self.preempted_at.items():  # how the preempted nodes' ranks met the SIGTERM
             tracker = self.trackers[name]
             met = self.progress.after_sigterm(name, tracker.plan.global_ranks, signalled)
-            lowest = min((m.rank for m in met), default=None)
-            lines = tuple(tracker.output.rank_tails.get(lowest, ())) if lowest is not None else ()
-            tracker.result.preemption = Preemption(fault, self.spec.stop_grace_s, met, lines,
-                                                   lowest if lines else None)
+            # the lowest rank's lines, where it printed any and only one process of it ran (a rank's
+            # tail spans the run: an earlier process's lines would pass for its handler's)
+            shown = next((m.rank for m in met if tracker.output.rank_tails.get(m.rank)
+                          and self.progress.processes_of(m.rank) == 1), None)
+            lines = tuple(tracker.output.rank_tails.get(shown, ())) if shown is not None else ()
+            tracker.result.preemption = Preemption(fault, self.spec.stop_grace_s, met, lines, shown)
         result = RunResult(self.spec.run_id, self.spec.run_dir, [t.result for t in trackers], timings,
                            faults=self.fault_records(), writes=self.writes.files() if self.writes else None,
                            started_time=self.started_time)

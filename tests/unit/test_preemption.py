@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.config.fault_spec import parse_fault
+from orchestrate.hangs.diagnosis import HangDiagnosis
 from orchestrate.outcome.judge import find_failure
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.outcome.node_result import NodeResult
@@ -196,6 +197,9 @@ def test_the_failure_of_a_preempted_node_says_how_its_ranks_met_the_sigterm(node
     handled = RunResult("r1", Path("r1"), [lost, handler], Timings())
     assert "last lines of node1/rank1: saved at step 7" in repr(handled)
     assert outcome_record(handled)["failure"]["last_lines_of"] == "node1/rank1"
+    hung = RunResult("r1", Path("r1"), [lost, handler], Timings(),
+                     hang=HangDiagnosis(quiet_s=60.0, groups=[], collectives={}, divergence=None, cause="hang-timeout"))
+    assert hung.failure.describe().startswith("HUNG: ") and hung.failure.lines_of == "node1/rank1"
     later = preempted(node1, (RankAfterSigterm(1, 0.2),), fault=FAULT)
     later.fault = "kill:node1@t=9"
     assert find_failure([lost, later]).describe() == "node1 failed (injected fault kill:node1@t=9)"
@@ -347,10 +351,39 @@ def test_a_preempt_the_engine_refused_leaves_no_mark_for_a_later_one(make_run):
     assert all(r.preemption is None for r in outcome.results)
 
 
-def test_a_runs_result_gives_each_preempted_rank_by_its_global_rank(make_job, tmp_path):
+def test_a_runs_result_gives_each_preempted_rank_by_its_node_and_global_rank(make_job, tmp_path):
     node0, node1 = make_job(nodes=2, nproc_per_node=2).nodes
     saved, lost = RankAfterSigterm(2, 0.2, ("ckpt.pt",)), RankAfterSigterm(3)
     result = RunResult("r1", tmp_path, [NodeResult(node0, NodePhase.FAILED, 1), preempted(node1, (saved, lost))],
                        Timings())
-    assert result.after_sigterm == {2: saved, 3: lost}
+    assert result.after_sigterm == {"node1": {2: saved, 3: lost}}
+    # an elastic job numbers its ranks anew: the same rank on two nodes a preempt hit stays apart
+    again = preempted(node0, (RankAfterSigterm(2, 1.0),), fault="preempt:node0@t=30")
+    both = RunResult("r3", tmp_path, [again, preempted(node1, (saved, lost))], Timings())
+    assert both.after_sigterm == {"node0": {2: RankAfterSigterm(2, 1.0)}, "node1": {2: saved, 3: lost}}
     assert RunResult("r2", tmp_path, [NodeResult(node0, NodePhase.SUCCEEDED, 0)], Timings()).after_sigterm == {}
+
+
+def test_a_rank_that_ran_in_more_than_one_process_shows_no_lines_that_could_be_an_earlier_ones(make_run):
+    fault = "preempt:node1@step=2"
+    job = make_run(nodes=2, faults=(parse_fault(fault),), stop_grace=1)
+    client = FakeDockerClient()
+    sigterm = ("kill", "ddp-test-run-node1-1", "SIGTERM")
+
+    def two_processes() -> None:  # an in-place restart: rank 1's first process, then its second
+        with open(job.run_dir / "progress" / "rank1.jsonl", "a") as handle:
+            for attempt, began in (("first", 1.0), ("second", 2.0)):
+                handle.write(json.dumps({"rank": 1, "step": 1, "time": began, "attempt": attempt, "node": "node1",
+                                         "began": began}) + "\n")
+
+    outcome, _, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(progress_writer(job, 0, range(1, 4))),
+                      after_when=lambda: ("kill", "ddp-test-run-node1-1") in client.calls, after=["[0|0]:peer lost"],
+                      exit_code=1)],
+        node1=[Script(["[1|0]:Traceback of the first process", "[1|0]:training"], then=two_processes, hang=True,
+                      ignore_sigterm=True, after_when=lambda: sigterm in client.calls, after=["[1|0]:still going"])])
+    preemption = {r.node.name: r.preemption for r in outcome.results}["node1"]
+    assert [m.rank for m in preemption.ranks] == [1]
+    assert (preemption.lines_rank, preemption.last_lines) == (None, ())
+    assert "last lines of node1:" in format_summary(outcome).splitlines()
