@@ -117,6 +117,7 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
             if result.fault:
                 reason += f" (injected fault {result.fault})"
             cause, rank = result.root_cause, result.culprit_rank
+            lines, lines_of = tuple(result.last_lines), ""
             if rank is None and cause is not None and cause.exception and cause.rank is not None:
                 # a worker raised under the fault (a save that met a full disk): name it and its error
                 rank, reason = cause.rank, f"{reason}: {brief(cause.exception)}"
@@ -124,12 +125,12 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
                 reason = f"{reason}: {met}"
                 preemption = result.preemption
                 if preemption is not None and preemption.lines_rank is not None:  # its handler's, not torchrun's end
-                    return Failure(result.node.name, None, result.exit_code, "", preemption.last_lines, reason=reason,
-                                   lines_of=f"{result.node.name}/rank{preemption.lines_rank}")
+                    lines, lines_of = preemption.last_lines, f"{result.node.name}/rank{preemption.lines_rank}"
             if rank is not None:  # one worker explains it: name it
                 reason = f"rank {rank} {reason}"
-            return Failure(result.node.name, rank, result.exit_code, "", tuple(result.last_lines), reason=reason,
-                           users_frame=cause.users_frame if cause is not None and rank == cause.rank else "")
+            return Failure(result.node.name, rank, result.exit_code, "", lines, reason=reason,
+                           users_frame=cause.users_frame if cause is not None and rank == cause.rank else "",
+                           lines_of=lines_of)
     failed = [r for r in results if r.state is NodePhase.FAILED]
     if not failed:
         return None

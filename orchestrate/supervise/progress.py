@@ -86,12 +86,11 @@ class ProgressWatch:
         records name no node; of a rank's processes, the latest begun before the signal is the
         one it met (a process begun later is a restart's). A process that had reported nothing is
         left out: nothing is known of it."""
-        met: dict[int, tuple[str, float]] = {}  # rank -> the attempt the signal met, and when it began
-        for (rank, attempt), (on, began) in self.processes.items():
-            if began <= signalled and (on == node if on else rank in ranks) and began >= met.get(rank, ("", -1.0))[1]:
-                met[rank] = (attempt, began)
+        begun = sorted((began, rank, attempt) for (rank, attempt), (on, began) in self.processes.items()
+                       if began <= signalled and (on == node if on else rank in ranks))
+        met = {rank: attempt for _, rank, attempt in begun}  # each rank's latest begun before the signal
         found = []
-        for rank, (attempt, _) in sorted(met.items()):
+        for rank, attempt in sorted(met.items()):
             said = [r for r in self.ends_and_writes if r.rank == rank and r.attempt == attempt]
             end = next((r.time for r in said if r.finished), None)
             after = [r for r in said if r.time >= signalled]

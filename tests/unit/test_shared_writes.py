@@ -238,11 +238,19 @@ def test_the_summary_warns_of_each_file_several_ranks_wrote_and_the_record_keeps
     assert outcome_record(result)["written_by_several"]["f0.pt"] == [0, 3]
 
 
-def test_a_file_written_again_after_its_nodes_sigterm_is_said_once_more(tmp_path, monkeypatch):
-    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
-    monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("DDP_NODE", "node1")
+def a_worker(monkeypatch, directory, rank: int, node: str = "") -> None:
+    """This process as worker ``rank`` of ``node`` (none: no node named), with a channel of its own."""
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(directory))
+    monkeypatch.setenv("RANK", str(rank))
+    if node:
+        monkeypatch.setenv("DDP_NODE", node)
+    else:
+        monkeypatch.delenv("DDP_NODE", raising=False)
     monkeypatch.setattr(progress, "_channel", None)
+
+
+def test_a_file_written_again_after_its_nodes_sigterm_is_said_once_more(tmp_path, monkeypatch):
+    a_worker(monkeypatch, tmp_path, 1, "node1")
     progress.report_written("ckpt.pt")
     progress.report_written("ckpt.pt")  # each step's save: said once
     progress.report_written_locally("/tmp/a", most=1)
@@ -264,10 +272,7 @@ def test_a_file_written_again_after_its_nodes_sigterm_is_said_once_more(tmp_path
 
 
 def test_without_a_node_name_a_file_is_never_said_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.delenv("DDP_NODE", raising=False)
-    monkeypatch.setattr(progress, "_channel", None)
+    a_worker(monkeypatch, tmp_path, 0)
     (tmp_path / f"{SIGTERM_MARK_PREFIX}").touch()
     for _ in range(2):
         progress.report_written("ckpt.pt")
@@ -285,10 +290,7 @@ def test_every_record_says_when_its_process_began_not_when_it_first_reported(tmp
 
 
 def test_a_mark_that_cannot_be_read_leaves_the_users_write_alone(tmp_path, monkeypatch):
-    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("DDP_NODE", "node0")
-    monkeypatch.setattr(progress, "_channel", None)
+    a_worker(monkeypatch, tmp_path, 0, "node0")
     progress.report_written("ckpt.pt")
 
     def unreadable(self):
