@@ -8,6 +8,7 @@ Commands:
     logs    print a run's output (-f: follow it)
     attach  follow a run to its end and print its summary
     stacks  where every rank of a running run is now, grouped, and where their collectives part
+    debug   this terminal as the pdb of a rank stopped at breakpoint()
     stop    stop a run's nodes, keep their logs and state
     down    remove a run
     prune   remove every run that ended or lost its launcher
@@ -27,7 +28,8 @@ import shlex
 import sys
 from typing import IO, Any, NoReturn, Optional, Sequence
 
-from orchestrate.cli import attach, bench, chaos, down, export, fault, image, logs, prune, ps, report, run, stacks, stop
+from orchestrate.cli import (attach, bench, chaos, debug, down, export, fault, image, logs, prune, ps, report, run, stacks,
+                             stop)
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
 from orchestrate.cli.signals import interrupt_exit_code
@@ -35,7 +37,7 @@ from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError, UsageError
 
 # In the order ``--help`` lists them.
-COMMANDS = (run, chaos, ps, logs, attach, stacks, stop, down, prune, bench, fault, export, report, image)
+COMMANDS = (run, chaos, ps, logs, attach, stacks, debug, stop, down, prune, bench, fault, export, report, image)
 
 
 def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> OneLineParser:

@@ -42,6 +42,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if not hosts:
         raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)
+    found.run_id = run.run_id
     answered = sum(1 for a in found.activities if a.state not in SILENT_STATES)
     ranks = max(len(found.activities), sum(host.nproc for host in hosts))  # elastic: some never said who they are
     inv.out.write(f"run {run.run_id}: {answered} of {ranks} ranks answered\n")

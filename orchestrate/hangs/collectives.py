@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from orchestrate.hangs.snapshots import Collective, RankSnapshot, training_pass
 from orchestrate.node.collective_log import P2P
-from orchestrate.hangs.stacks import summary
+from orchestrate.hangs.stacks import rank_summary
 from orchestrate.text import ranks_text
 
 
@@ -245,7 +245,7 @@ def where_it_is(snapshot: RankSnapshot, rank: int, elsewhere: Optional[dict[int,
     if waiting is not None:
         return f"waits in {waiting.where}" + (", on the GPU" if waiting.on_gpu else "")
     if snapshot.stack:
-        return f"is not in a collective: {summary(snapshot.stack)}{(elsewhere or {}).get(rank, '')}"
+        return f"is not in a collective: {rank_summary(snapshot)}{(elsewhere or {}).get(rank, '')}"
     return "is not in a collective"
 
 
@@ -305,7 +305,7 @@ def not_there(target: Collective, snapshots: dict[int, RankSnapshot], expected: 
             where = snapshots[rank].in_collective
             stack = snapshots[rank].stack
             doing = (f"in {where.call} #{where.seq} of group {where.group}" if where
-                     else f"not in a collective: {summary(stack)}{(elsewhere or {}).get(rank, '')}" if stack
+                     else f"not in a collective: {rank_summary(snapshots[rank])}{(elsewhere or {}).get(rank, '')}" if stack
                      else "not in a collective")
             behind.append(f"rank {rank} is at #{last} ({doing})")
     for rank in sorted((expected & involved) - set(snapshots)):

@@ -97,6 +97,9 @@ COLLECTIVES_MADE_ALONE = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
                           (FSDP_PARAMETERS, FSDP_FORWARD_FRAMES, FSDP_FORWARD_HINT),
                           (IN_DCP, DCP_FRAMES, DCP_HINT))
 
+NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
+DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or take the breakpoint out"
+PEERS_WAIT = "the others wait for it in their collectives; "  # where a rank does
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
 
@@ -158,7 +161,8 @@ class RankActivity:
     """What one rank was doing between two probes."""
 
     rank: int
-    state: str  # "collective" (waits in one), "busy" (computing), "idle" (neither), "stopped", "exited", "absent"
+    state: str  # "collective" (waits in one), "busy" (computing), "idle" (neither), "debugger" (stopped in
+    # its debugger: its script's breakpoint()), "stopped", "exited", "absent"
     detail: str = ""
 
 
@@ -173,6 +177,10 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
         if why.startswith(EXITED):
             return RankActivity(rank, "exited", why)
         return RankActivity(rank, "stopped" if "stopped" in why or "paused" in why else "absent", why)
+    if now.debugger is not None:
+        stop = now.debugger
+        return RankActivity(rank, "debugger", f"stopped in its debugger at {stop.where} ({stop.text or stop.call}),"
+                                              + (" a terminal debugs it" if stop.attached else NO_TERMINAL))
     share = cpu_share(before, now, interval_s)
     collective = now.in_collective
     if collective is not None and collective.on_gpu:  # the CPU's share is CUDA's wait spinning, or other work
@@ -266,6 +274,7 @@ class HangDiagnosis:
     call_lines: dict[int, dict[str, int]] = field(default_factory=dict)  # each rank's call lines, with counts
     init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
     timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
+    run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
 
     @property
     def headline(self) -> str:
@@ -393,6 +402,10 @@ class HangDiagnosis:
         busy = [a for a in self.activities if a.state == "busy"]
         for rank in busy:
             out.append(f"  rank {rank.rank} is {rank.detail}")
+        for rank in (a for a in self.activities if a.state == "debugger"):
+            hint = (PEERS_WAIT if self.someone_waits else "") + DEBUGGER_HINT.format(run=self.run_id or "RUN_ID",
+                                                                                      rank=rank.rank)
+            out.append(f"  rank {rank.rank} {rank.detail}" + (f": {hint}" if rank.detail.endswith(NO_TERMINAL) else ""))
         # a working job's ranks are looked at a moment apart, and its GPUs are in collectives as
         # they go: there only ops or shapes that differ are worth saying
         shown = self.hung or (self.divergence is not None and self.divergence.kind == "mismatch")

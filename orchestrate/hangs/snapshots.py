@@ -164,6 +164,31 @@ def optional_int(value: Any) -> Optional[int]:
 
 
 @dataclass(frozen=True)
+class DebuggerStop:
+    """Where a rank is stopped in its debugger (its script's ``breakpoint()``...), as it said in
+    its snapshot: the call, the file as the user knows it, the line, function and source text, and
+    whether a terminal debugs it now."""
+
+    call: str
+    file: str
+    line: int
+    function: str = ""
+    text: str = ""
+    attached: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @classmethod
+    def from_json(cls, data: Any) -> Optional["DebuggerStop"]:
+        if not isinstance(data, dict):
+            return None
+        return cls(str(data.get("call") or ""), str(data.get("file") or ""), optional_int(data.get("line")) or 0,
+                   str(data.get("function") or ""), str(data.get("text") or ""), data.get("attached") is True)
+
+
+@dataclass(frozen=True)
 class RankSnapshot:
     """What one worker wrote of itself."""
 
@@ -179,6 +204,7 @@ class RankSnapshot:
     lines: tuple[tuple[str, int], ...] = ()  # (call line, collectives made from it): the node's LINES_KEPT
     init: Optional[InitCall] = None  # how its script called init_process_group, once it did
     cpu_recent: Optional[float] = None  # the share of a core it used over the last 2 s or so
+    debugger: Optional[DebuggerStop] = None  # where it is stopped in its debugger, if it is
 
     @property
     def waits_for_data_loader(self) -> bool:
@@ -215,16 +241,17 @@ class RankSnapshot:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RankSnapshot":
+        debugger = DebuggerStop.from_json(data.get("debugger"))
         return cls(
             rank=int(data["rank"]), node=str(data.get("node", "")), pid=int(data.get("pid", 0)),
             time=float(data.get("time", 0.0)), cpu_s=float(data.get("cpu_s", 0.0)),
-            stack=main_stack(data),
+            stack=up_to_the_stop(main_stack(data), debugger),
             collectives=tuple(Collective(int(c["seq"]), str(c["op"]), str(c["group"]), str(c.get("shapes", "")),
                                          str(c.get("at", "?")), str(c.get("state", "")), str(c.get("error", "")))
                               for c in data.get("collectives", [])),
             completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
             lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
-            cpu_recent=optional_float(data.get("cpu_recent")))
+            cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger)
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,
@@ -236,6 +263,16 @@ class RankSnapshot:
 def waits_for_data_loader(stack: tuple[Frame, ...]) -> bool:
     """Whether a main thread's stack waits for its DataLoader's worker processes."""
     return any(f.file.endswith(LOADER_WAIT_FILE) and f.function in LOADER_WAIT_FUNCTIONS for f in stack)
+
+
+def up_to_the_stop(stack: tuple[Frame, ...], stop: Optional[DebuggerStop]) -> tuple[Frame, ...]:
+    """A stack without the frames of the debugger that waits for a terminal (the script's call of
+    ``breakpoint()`` is its innermost frame then); as it is where a terminal debugs the rank, or
+    none waits."""
+    if stop is None or stop.attached:
+        return stack
+    at = [i for i, frame in enumerate(stack) if frame.file == stop.file and frame.line == stop.line]
+    return stack[:at[-1] + 1] if at else stack
 
 
 def main_stack(data: dict[str, Any]) -> tuple[Frame, ...]:

@@ -33,6 +33,10 @@ def call_made(stack: tuple[Frame, ...], mine: Optional[Frame]) -> str:
     return called[0] if called else stack[-1].function
 
 
+# What a rank stopped at its script's breakpoint() is doing, in the place of a call.
+IN_DEBUGGER = "stopped in its debugger"
+
+
 def summary(stack: tuple[Frame, ...], waiting_in: str = "") -> str:
     """Where a stack is: ``all_reduce at desync.py:11 in <module>`` (the call it is in, then the
     user's innermost frame); ``waiting_in`` names the call when the collective record knows it."""
@@ -45,6 +49,12 @@ def summary(stack: tuple[Frame, ...], waiting_in: str = "") -> str:
     if mine is stack[-1] and not waiting_in:
         return f"{mine.function} at {mine.where}"
     return f"{call} at {mine.where} in {mine.function}"
+
+
+def rank_summary(snapshot: RankSnapshot) -> str:
+    """Where a rank outside any collective is: :func:`summary` of its stack, or where it is stopped
+    in its debugger."""
+    return summary(snapshot.stack, IN_DEBUGGER if snapshot.debugger is not None else "")
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,8 @@ def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
         waiting = first.in_collective
         if waiting is not None and waiting.on_gpu:  # the main thread is elsewhere, waiting for the GPU
             where = f"{summary(first.stack)}; its GPU waits in {waiting.call} #{waiting.seq} from {waiting.at}"
+        elif first.debugger is not None:
+            where = summary(first.stack, IN_DEBUGGER)
         else:
             where = summary(first.stack, waiting.op if waiting else "init_process_group" if first.failed_in_init else "")
         groups.append(StackGroup(tuple(sorted(ranks)), first.stack, where))

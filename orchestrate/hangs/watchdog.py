@@ -59,13 +59,14 @@ class HangWatch:
         absent_why: Why ranks that did not answer cannot (stopped, their node paused).
         say: Prints one line.
         clock: Monotonic seconds.
+        run_id: The run, named in the diagnosis where a rank waits in its debugger.
     """
 
     def __init__(self, diagnose_after_s: float, end_after_s: Optional[float], ask: Callable[[], str],
                  answers: Callable[[str, float], Probe], expected: Callable[[], set[int]],
                  absent_why: Callable[[set[int]], dict[int, str]], say: Callable[[str], None],
                  clock: Callable[[], float], recheck_s: Optional[float] = None,
-                 answer_window_s: Optional[float] = None) -> None:
+                 answer_window_s: Optional[float] = None, run_id: str = "") -> None:
         thresholds = [t for t in (diagnose_after_s, end_after_s) if t]
         self.threshold = min(thresholds) if thresholds else None
         self.end_after_s = end_after_s
@@ -75,6 +76,7 @@ class HangWatch:
         self.absent_why = absent_why
         self.say = say
         self.clock = clock
+        self.run_id = run_id
         self.recheck_s = RECHECK_S if recheck_s is None else recheck_s
         self.answer_window_s = ANSWER_WINDOW_S if answer_window_s is None else answer_window_s
         self.last_progress: Optional[float] = None  # the latest progress, or look that found the job working
@@ -145,7 +147,9 @@ class HangWatch:
         absent = self.absent_why(expected - set(second.snapshots))
         if expected - set(second.snapshots) - set(absent) or not (second.snapshots or absent):
             return None
-        return diagnose(second, first, expected, absent, quiet)
+        found = diagnose(second, first, expected, absent, quiet)
+        found.run_id = self.run_id
+        return found
 
     def judge(self, first: Optional[Probe], second: Probe, quiet: float, now: float) -> Optional[HangDiagnosis]:
         found = self.verdict(first, second, quiet)

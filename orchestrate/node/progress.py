@@ -211,6 +211,19 @@ def report_init_call(call: dict[str, Any]) -> None:
         channel.write({"rank": channel.rank, "init_call": call, "time": time.time()})
 
 
+def report_debugger(state: dict[str, Any]) -> None:
+    """Report where this rank's debugger is: it ``waits`` for a terminal (with the call that stopped
+    the rank, and where), a terminal is ``attached``, or the rank ``left`` it (see
+    :mod:`orchestrate.node.remote_debugger`): the launcher says how to reach it, and its hang
+    watchdog waits meanwhile."""
+    try:
+        channel = _get_channel()
+        if channel is not None:
+            channel.write({"rank": channel.rank, "debugger": state, "time": time.time()})
+    except OSError:
+        pass  # a channel that cannot be written must not fail the user's breakpoint
+
+
 def report_resumed(step: int) -> None:
     """Report that this rank resumed from a checkpoint taken at ``step``."""
     channel = _get_channel()

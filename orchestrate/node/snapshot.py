@@ -31,6 +31,7 @@ import traceback
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from orchestrate.node.collective_log import CollectiveLog, relative
+from orchestrate.node.remote_debugger import stopped_in_debugger
 
 DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
@@ -134,6 +135,7 @@ class SnapshotWriter:
             "collectives": self.log.snapshot(settle=from_server),
             "completed": self.log.completed, "lines": self.log.call_lines(), "init": self.log.init_call,
             "stacks": thread_stacks(self.main_ident, self.server_ident),
+            "debugger": stopped_in_debugger(),
             **self.more(),
         }
         target = self.target()

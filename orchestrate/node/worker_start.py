@@ -11,7 +11,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    :mod:`orchestrate.node.fsdp_collectives` and :mod:`orchestrate.node.checkpoint_collectives`), how its
    script called ``init_process_group`` beside what torchrun gave it (:mod:`orchestrate.node.init_record`),
    and answer the launcher's requests for its stacks
-   (:mod:`orchestrate.node.snapshot`), and keep every thread's stack should it die by a
+   (:mod:`orchestrate.node.snapshot`), let ``breakpoint()``, ``pdb.set_trace()`` and
+   ``torch.distributed.breakpoint()`` wait for the host's ``debug RUN RANK``
+   (:mod:`orchestrate.node.remote_debugger`), and keep every thread's stack should it die by a
    fatal signal, or be ended by SIGTERM (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
    progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
@@ -191,9 +193,9 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
-                                  ddp_collectives, fsdp_collectives, init_record, loader_workers, sampler_epochs,
-                                  shared_writes, snapshot, spawn_note, step_counter, storage_faults)
-    from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_init_asked, report_init_call,
+                                  ddp_collectives, fsdp_collectives, init_record, loader_workers, remote_debugger,
+                                  sampler_epochs, shared_writes, snapshot, spawn_note, step_counter, storage_faults)
+    from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_debugger, report_init_asked, report_init_call,
                                            report_same_shuffle, report_written, report_written_locally)
 
     log = collective_log.CollectiveLog()
@@ -209,6 +211,10 @@ def install_recorder(timeout_s: Optional[float]) -> None:
                                          crash_stacks.keep_in_data_loader_workers)
             collective_log.when_imported("torch.distributed.elastic.multiprocessing.errors.error_handler",
                                          crash_stacks.keep_after_torch_record)
+        # breakpoint(), pdb.set_trace() and torch.distributed.breakpoint() wait for `debug RUN RANK`
+        remote_debugger.install(directory, int(os.environ.get("RANK", "0")), report_debugger, collective_log.relative)
+        collective_log.when_imported("pdb", remote_debugger.route_pdb)
+        collective_log.when_imported("torch.distributed", remote_debugger.route_torch_breakpoint)
 
     def keep_init_call(call: dict) -> None:  # in the snapshots, and said to the launcher at once
         log.init_call = call

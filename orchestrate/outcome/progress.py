@@ -20,7 +20,10 @@ class ProgressRecord:
     ``init_call``: how the worker's script called ``init_process_group``, beside what torchrun
     gave it (as :class:`orchestrate.hangs.snapshots.InitCall` reads it), once it made its group;
     ``init_asked``: the same, as the script made the call. ``node``: the node its process ran on;
-    ``began``: when its process began (Unix seconds; None from a worker that did not say)."""
+    ``began``: when its process began (Unix seconds; None from a worker that did not say);
+    ``debugger``: what the worker said of its debugger (``{"state": "waits", "call": ..., "file":
+    ..., "line": ..., "function": ...}``, ``attached``, ``left``; see
+    :mod:`orchestrate.debugger.states`)."""
 
     rank: int
     time: float
@@ -39,6 +42,7 @@ class ProgressRecord:
     init_asked: Optional[dict] = None
     node: str = ""
     began: Optional[float] = None
+    debugger: Optional[dict] = None
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -67,6 +71,8 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.init_call = init_call if isinstance(init_call, dict) else None
     init_asked = data.pop("init_asked", None)
     record.init_asked = init_asked if isinstance(init_asked, dict) else None
+    debugger = data.pop("debugger", None)
+    record.debugger = debugger if isinstance(debugger, dict) else None
     node = data.pop("node", "")
     record.node = node if isinstance(node, str) else ""
     began = data.pop("began", None)

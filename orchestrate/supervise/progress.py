@@ -4,11 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
+from orchestrate.debugger.states import DebuggerStates, RankInDebugger
 from orchestrate.hangs.init_calls import asks_for_torchruns_world
 from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.model import Recovery
 from orchestrate.outcome.preemption import RankAfterSigterm
-from orchestrate.outcome.progress import ProgressReader, ProgressRecord
+from orchestrate.outcome.progress import ProgressReader, ProgressRecord, read_all
 
 
 class ProgressWatch:
@@ -44,6 +45,9 @@ class ProgressWatch:
         # what each worker process said of its end and its writes, in order: a preempted node's
         # ranks are read from these (see after_sigterm)
         self.ends_and_writes: list[ProgressRecord] = []
+        # the ranks in their debugger now, and what changed since the supervisor last took it
+        self.debugger = DebuggerStates()
+        self.debugger_changes: list[tuple[str, RankInDebugger]] = []
 
     def attempt_steps(self, since: float) -> Optional[int]:
         """The most steps any rank has done in an attempt begun after ``since`` (epoch time;
@@ -108,6 +112,11 @@ class ProgressWatch:
             self.records += 1
             self.processes.setdefault((record.rank, record.attempt),
                                       (record.node, record.began if record.began is not None else record.time))
+            changed = take_debugger_record(self.debugger, record)
+            if changed is not None:
+                self.debugger_changes.append(changed)
+            if record.debugger is not None:
+                continue
             if record.wrote or record.wrote_locally or record.finished:
                 self.ends_and_writes.append(record)
             if record.wrote:  # not a step either
@@ -157,3 +166,16 @@ class ProgressWatch:
                 recovery = None
                 continue
             self.max_step = max(self.max_step or 0, record.step)
+
+
+def take_debugger_record(states: DebuggerStates, record: ProgressRecord) -> Optional[tuple[str, RankInDebugger]]:
+    """Take one progress record into the ranks' debugger states; what changed, or None."""
+    return states.take(record.rank, record.attempt, record.node, record.time, record.debugger, record.finished)
+
+
+def ranks_in_debugger(directory: Path) -> dict[int, RankInDebugger]:
+    """The ranks of a run in their debugger now, from its progress directory."""
+    states = DebuggerStates()
+    for record in read_all(directory):
+        take_debugger_record(states, record)
+    return dict(states.ranks)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.debugger.states import LEFT, WAITS, waits_line
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.engine.processes import processes_at_once
@@ -144,7 +145,7 @@ class Supervisor:
         debug = debug_dir(spec.run_dir)
         self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, lambda: ask_snapshots(debug),
                                lambda request, at: answers(debug, request, at), self.expected_ranks,
-                               self.why_absent, self.say, clock) if active else None
+                               self.why_absent, self.say, clock, run_id=spec.run_id) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
         self.init_records = 0  # the init_process_group calls looked at (see warn_of_certain_init_waits)
@@ -447,6 +448,7 @@ class Supervisor:
     def read_channels(self, now: float) -> None:
         """What the workers and ``fault RUN`` wrote meanwhile: steps, files, faults, storage events."""
         self.progress.poll(now, self.restarts.open_recovery)
+        self.say_debugger_changes()
         if self.progress.init_records > self.init_records:
             self.init_records = self.progress.init_records
             self.warn_of_certain_init_waits()
@@ -455,6 +457,17 @@ class Supervisor:
         self.live_faults.poll()
         for fault, event in self.storage.poll():
             self.on_storage_event(fault, event)
+
+    def say_debugger_changes(self) -> None:
+        """Say a rank that stopped in its debugger, and how to reach it; and when it left."""
+        changes, self.progress.debugger_changes = self.progress.debugger_changes, []
+        for change, rank in changes:
+            if change == WAITS:
+                self.say(waits_line(rank, self.spec.run_id))
+            elif change == LEFT:
+                self.say(f"rank {rank.rank} left its debugger")
+            if self.active:
+                self.record("debugger", rank=rank.rank, state=change, call=rank.call, where=rank.where())
 
     def warn_of_certain_init_waits(self) -> None:
         """Say, once and as soon as the calls are made, ``init_process_group`` calls that can only
@@ -478,8 +491,10 @@ class Supervisor:
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
             self.faults.cancel()
         if self.hangs is not None and not self.winding_down:  # (a stop's lines keep the verdict of the quiet before it)
-            if self.progress.records > self.progress_records or self.faults.lasting or self.live_faults.holding:
-                # a step reported, or a fault with an end holding the job as asked: not a hang
+            if (self.progress.records > self.progress_records or self.faults.lasting or self.live_faults.holding
+                    or self.progress.debugger.attached()):
+                # a step reported, a fault with an end holding the job as asked, or a terminal
+                # debugging a rank: not a hang
                 self.progress_records = self.progress.records
                 self.hangs.progress(now)
             if not (self.first_failure_seen or self.kill_at is not None or self.looking_at_the_end):
@@ -830,6 +845,8 @@ class Supervisor:
         result.hang = self.hang or said or working or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir), ranks,
                                                              since=self.asked_at_failure,
                                                              stopped_where=result.stopped_where)
+        if result.hang is not None:
+            result.hang.run_id = self.spec.run_id
         result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir), attempt_began)
         return result
 

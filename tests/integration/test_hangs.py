@@ -3,21 +3,25 @@ both call sites, a rank that exited early is named as the one the others wait fo
 (by ``stacks`` too, with the faults that did it),
 --collective-timeout reaches any script, --debug-collectives names the mismatch (in a DDP job,
 which torch's DETAIL level would crash on gloo without the hook's guard), and a rank busy in a
-long step is not called hung, a test's time limit says where the ranks hung, and ranks each in a
-store on its own node's localhost are told so as they call init_process_group."""
+long step is not called hung, a test's time limit says where the ranks hung, ranks each in a
+store on its own node's localhost are told so as they call init_process_group, and a rank stopped
+at breakpoint() is debugged from another terminal with the command the run gives."""
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from orchestrate.cli.main import main
-from tests.integration.conftest import leftovers, read_to_end, remove_project, start_run, wait_for
+from tests.integration.conftest import ROOT, leftovers, read_to_end, remove_project, start_run, wait_for
 
 pytestmark = pytest.mark.integration
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -28,7 +32,7 @@ def workdir(tmp_path) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     for job in ("desync.py", "ddp_desync.py", "wait_apart.py", "long_step.py", "steps_forever.py", "exits_early.py",
-                "late_to_barrier.py", "tutorial_setup.py"):
+                "late_to_barrier.py", "tutorial_setup.py", "breakpoints.py"):
         shutil.copy(JOBS / job, work)
     return work
 
@@ -258,3 +262,42 @@ def test_a_rank_busy_in_a_long_step_is_not_called_hung(orchestrate_run, docker_c
     assert re.search(r"rank 1: barrier at long_step\.py:\d+ in <module>", result.output)
     assert "HUNG" not in result.output and "looks hung" not in result.output
     assert leftovers(docker_client, result.project) == []
+
+
+def debug_from_another_terminal(command: str, typed: str) -> subprocess.CompletedProcess:
+    """``command`` (``python -m orchestrate debug RUN RANK``) run as a user runs it, ``typed`` its input."""
+    argv = [sys.executable, *command.split()[1:]]
+    return subprocess.run(argv, input=typed, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_stopped_at_breakpoint_is_debugged_from_another_terminal_with_the_command_the_run_gives(
+        docker_client, workdir, tmp_path):
+    proc, lines = start_run(tmp_path / "runs", "--nodes", "2", "--workdir", str(workdir), "--", "breakpoints.py")
+    seen: list[str] = []
+    project = ""
+    try:
+        stop = wait_for(lines, r"^\[orchestrate\] rank 1 stopped in its debugger at breakpoints.py:11 in <module>:"
+                               r" breakpoint\(\); debug it with: (python -m orchestrate debug (\S+) 1)$", seen)
+        project = f"ddp-{stop[2]}"
+        rank1 = debug_from_another_terminal(stop[1], "p t\nt.mul_(10)\nc\n")
+        assert rank1.returncode == 0, rank1.stderr
+        assert "(Pdb) tensor([2., 2.])" in rank1.stdout  # its own tensor, across the node's mount of the run
+        assert rank1.stderr.splitlines()[0] == ("[orchestrate] rank 1 (node1) stopped at breakpoints.py:11 in <module>:"
+                                                " breakpoint()")
+        stop = wait_for(lines, r"rank 0 stopped in its debugger at breakpoints.py:13 in <module>:"
+                               r" dist.breakpoint\(rank=0\); debug it with: (python -m orchestrate debug \S+ 0)$", seen)
+        rank0 = debug_from_another_terminal(stop[1], "up\np t\n")  # then Ctrl-D: it goes on
+        assert "(Pdb) tensor([21., 21.])" in rank0.stdout, rank0.stderr  # what the terminal made of rank 1's
+        out = read_to_end(proc, lines, seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if project:
+            remove_project(docker_client, project)
+    assert proc.returncode == 0, out[-3000:]
+    assert "[node0/rank0]  rank 0 sum [21.0, 21.0]" in out and "[node1/rank1]  rank 1 sum [21.0, 21.0]" in out
+    assert out.count("left its debugger") == 2
+    assert leftovers(docker_client, project) == []

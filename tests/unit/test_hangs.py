@@ -1251,10 +1251,11 @@ def test_the_record_file_of_a_run_is_in_its_debug_directory(tmp_path):
 
 
 def answering_worker(job, rank: int, collectives: list[dict], busy: bool = False, stop=None,
-                     cpu_recent: Optional[float] = None):
+                     cpu_recent: Optional[float] = None, **more):
     """A Script.then that starts a worker's snapshot thread, as the hook does: it answers the
     launcher's requests in the run's debug directory (``busy``: its CPU time grows as it runs;
-    ``cpu_recent``: the share of a core it says it used over its last looks)."""
+    ``cpu_recent``: the share of a core it says it used over its last looks; ``more``: other
+    fields of its answers, such as ``debugger``)."""
     import threading
     import time
 
@@ -1274,7 +1275,7 @@ def answering_worker(job, rank: int, collectives: list[dict], busy: bool = False
                     "cpu_s": time.monotonic() - started if busy else 1.0, "cpu_recent": cpu_recent,
                     "collectives": collectives,
                     "stacks": [{"thread": "MainThread", "main": True,
-                                "frames": [["train.py", 20 + rank, "<module>", ""]]}]}))
+                                "frames": [["train.py", 20 + rank, "<module>", ""]]}], **more}))
             time.sleep(0.05)
 
     return lambda: threading.Thread(target=serve, daemon=True).start()

@@ -1,0 +1,73 @@
+"""``debug RUN [RANK]``: this terminal becomes the pdb of a rank that stopped in its debugger (a
+script's ``breakpoint()``, ``pdb.set_trace()`` or ``torch.distributed.breakpoint()``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from orchestrate.cli.invocation import Invocation
+from orchestrate.debugger.session import connect, socket_path, talk
+from orchestrate.debugger.states import choose
+from orchestrate.engine.runs import LIVE_STATUSES, find_run
+from orchestrate.errors import OrchestrateError, UsageError
+from orchestrate.plan.layout import PROGRESS_SUBDIR
+from orchestrate.supervise.progress import ranks_in_debugger
+
+# How often --wait looks again for the rank.
+WAIT_POLL_S = 0.25
+
+
+def add_parsers(sub: Any) -> None:
+    debug = sub.add_parser(
+        "debug", help="debug a rank stopped at breakpoint() from this terminal (pdb)",
+        description="A rank whose script calls breakpoint(), pdb.set_trace() or torch.distributed.breakpoint()"
+                    " stops there and waits for a terminal (the run says so, with this command). This terminal"
+                    " then is its pdb: every pdb command works. `continue` with no breakpoint left, or Ctrl-D,"
+                    " lets the rank go on and ends the session; `quit` ends the rank's script (bdb.BdbQuit), as"
+                    " pdb does. The other ranks wait for it in their next collective, up to its timeout. One"
+                    " terminal at a time per rank.",
+        epilog="usage example: python -m orchestrate debug 20261121-093012-1f2e3d 1")
+    debug.add_argument("run_id", metavar="RUN_ID", help="the run (see ps); foreground or detached")
+    debug.add_argument("rank", metavar="RANK", nargs="?", type=int,
+                       help="the global rank to debug (default: the one rank in its debugger)")
+    debug.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                       help="wait up to this long for the rank to stop in its debugger (default: %(default)s,"
+                            " it must be there now)")
+    debug.set_defaults(handler=command)
+
+
+def command(args: argparse.Namespace, inv: Invocation) -> int:
+    if not args.wait >= 0:
+        raise UsageError(f"--wait must be 0 or more seconds, got {args.wait:g}")
+    if args.rank is not None and args.rank < 0:
+        raise UsageError(f"RANK must be 0 or more, got {args.rank}")
+    client = inv.engine()
+    run = find_run(client, args.run_id)
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            stopped = choose(ranks_in_debugger(run.run_dir / PROGRESS_SUBDIR), args.rank, run.run_id)
+            connection = connect(socket_path(run.run_dir, stopped.rank))
+            break
+        except OrchestrateError:
+            if time.monotonic() >= deadline:
+                raise
+            if not any(n.status in LIVE_STATUSES for n in find_run(client, args.run_id).nodes):
+                raise OrchestrateError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
+            time.sleep(WAIT_POLL_S)
+    say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    node = f" ({stopped.node})" if stopped.node else ""
+    say(f"rank {stopped.rank}{node} stopped at {stopped.where()}: {stopped.text or stopped.call}")
+    say("pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script")
+    try:
+        heard = talk(connection, sys.stdin, inv.out)
+    except KeyboardInterrupt:
+        say(f"\ninterrupted: rank {stopped.rank} goes on without its debugger")
+        raise
+    if not heard:  # another terminal's `debug` connected first
+        raise OrchestrateError(f"rank {stopped.rank} of run {run.run_id} is in a debugging session already (another"
+                               " terminal's debug); one terminal at a time")
+    say(f"the session with rank {stopped.rank} ended")
+    return 0

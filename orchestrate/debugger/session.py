@@ -1,0 +1,113 @@
+"""A terminal's session with one rank's debugger: the lines typed go to the rank's pdb, what pdb
+says comes back, until the rank goes on (``continue``, ``quit``) or the input ends (Ctrl-D), which
+lets the rank go on."""
+from __future__ import annotations
+
+import codecs
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import IO, Optional
+
+from orchestrate.errors import OrchestrateError
+from orchestrate.node.remote_debugger import socket_name
+from orchestrate.plan.layout import DEBUG_SUBDIR
+
+# The longest socket path connect() takes whole (sun_path is 108 bytes on Linux, with its NUL);
+# a longer one is reached through the directory's descriptor.
+LONGEST_SOCKET_PATH = 107
+# How long a session waits for the rank's last words once the input ended, and how often it looks.
+LINGER_S = 5.0
+POLL_S = 0.2
+
+
+def socket_path(run_dir: Path, rank: int) -> Path:
+    """Where ``rank``'s debugger listens, on the host."""
+    return run_dir / DEBUG_SUBDIR / socket_name(rank)
+
+
+def connect(path: Path) -> socket.socket:
+    """A connection to the debugger listening at ``path``; OrchestrateError where none listens
+    there (the rank went on, its process ended, or another terminal holds it)."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    directory: Optional[int] = None
+    try:
+        target = str(path)
+        if len(os.fsencode(target)) > LONGEST_SOCKET_PATH:  # a checkout deep in the tree
+            directory = os.open(path.parent, os.O_RDONLY)
+            target = f"/proc/self/fd/{directory}/{path.name}"
+        connection.connect(target)
+    except OSError as exc:
+        connection.close()
+        raise OrchestrateError(f"no debugger listens at {path}: {exc.strerror or exc}") from None
+    finally:
+        if directory is not None:
+            os.close(directory)
+    return connection
+
+
+def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: float = LINGER_S) -> int:
+    """Send the lines ``typed`` to the debugger and write what it says to ``out``, until it closes
+    the connection; the end of ``typed`` is sent as end-of-input (pdb then lets the rank go on).
+    An interrupt sends end-of-input too, reads the debugger's last words, and is raised again. A
+    rank that runs on in the session (to a breakpoint set in it) reads end-of-input only when it
+    next stops: the connection is closed ``linger_s`` after the input ended, and the rank, meeting
+    a closed terminal there, goes on. Returns how many bytes the debugger sent (none: another
+    terminal took the rank first)."""
+    ended: list[float] = []  # when the input ended
+
+    def send_lines() -> None:
+        try:
+            for line in iter(typed.readline, ""):
+                connection.sendall(line.encode("utf-8", errors="replace"))
+        except (OSError, ValueError):  # the debugger closed first, or the input did
+            return
+        end_input(connection, ended)
+
+    threading.Thread(target=send_lines, name="debug-input", daemon=True).start()
+    heard = 0
+    try:
+        heard = receive_all(connection, out, ended, linger_s)
+    except KeyboardInterrupt:
+        end_input(connection, ended)
+        receive_all(connection, out, ended, linger_s)
+        raise
+    finally:
+        connection.close()
+    return heard
+
+
+def receive_all(connection: socket.socket, out: IO[str], ended: list[float], linger_s: float) -> int:
+    """Write what the debugger says until it closes the connection, or until ``linger_s`` after
+    the input ended (``ended``); how many bytes it said."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
+    heard = 0
+    connection.settimeout(POLL_S)
+    while True:
+        try:
+            data = connection.recv(4096)
+        except socket.timeout:
+            if ended and time.monotonic() - ended[0] >= linger_s:
+                data = b""
+            else:
+                continue
+        except OSError:
+            data = b""
+        heard += len(data)
+        out.write(decoder.decode(data, final=not data))
+        out.flush()
+        if not data:
+            return heard
+
+
+def end_input(connection: socket.socket, ended: list[float]) -> None:
+    """Send end-of-input, once."""
+    if ended:
+        return
+    ended.append(time.monotonic())
+    try:
+        connection.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass

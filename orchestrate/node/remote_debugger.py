@@ -1,0 +1,351 @@
+"""A worker's pdb, reached from the host: ``breakpoint()``, ``pdb.set_trace()`` and
+``torch.distributed.breakpoint()`` in a worker wait for ``python -m orchestrate debug RUN RANK``,
+instead of reading a stdin the worker does not have (pdb reads end-of-input there at once, and
+the rank dies of ``bdb.BdbQuit``).
+
+A rank that stops in the debugger listens on ``pdb-rank<RANK>.sock`` in the run's debug
+directory (mounted in every node, so the host's ``debug`` command reaches it; the socket is the
+worker's user's only) and says so on the progress channel: where it stopped, and which call
+stopped it. One terminal at a time holds it, and one thread of the rank at a time (another that
+stops waits for its turn). pdb's commands work as they do in a terminal, but ``interact``, which
+would read the worker's own stdin; ``continue`` with no breakpoint left, or end-of-input (Ctrl-D,
+a terminal that went away), lets the rank go on and frees the terminal; ``quit`` ends the script
+with ``bdb.BdbQuit``, as pdb does. With a breakpoint set in the session (``break``), ``continue``
+keeps the session while the rank runs on (said as ``running``: the launcher's hang watchdog
+watches it again) and stops it there again, as the script's next ``breakpoint()`` does; a
+terminal gone meanwhile is met as end-of-input there.
+
+``PYTHONBREAKPOINT`` set in the run's environment (``0`` turns ``breakpoint()`` off) is the
+user's choice and is left alone. A process the worker forked (a DataLoader's worker) has pdb as
+it is. Standard library only; pdb is imported at the first stop (or when the script imports it).
+"""
+from __future__ import annotations
+
+import functools
+import linecache
+import os
+import socket
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+SOCKET_PREFIX = "pdb-rank"
+SOCKET_SUFFIX = ".sock"
+# The calls that stop a rank, as the launcher names them.
+BREAKPOINT_CALL = "breakpoint()"
+SET_TRACE_CALL = "pdb.set_trace()"
+DIST_BREAKPOINT_CALL = "torch.distributed.breakpoint()"
+BREAK_CALL = "a breakpoint set in its session"
+
+
+def socket_name(rank: int) -> str:
+    """The file name a rank's debugger listens on, in the run's debug directory."""
+    return f"{SOCKET_PREFIX}{rank}{SOCKET_SUFFIX}"
+
+
+class _Settings:
+    """Where this process's debugger listens and whom it tells (set by :func:`install`)."""
+
+    directory: Optional[str] = None
+    rank = 0
+    pid = 0  # the worker's own process: a process it forked (a DataLoader's worker) is not the rank's
+    stopped: Optional[dict[str, Any]] = None  # where the rank is stopped now, as its snapshots say
+    current: Any = None  # the debugger whose session has a terminal now
+    lock = threading.RLock()  # one session at a time per process: a second thread's stop waits for it
+    report: Callable[[dict[str, Any]], None] = staticmethod(lambda state: None)
+    where: Callable[[str], str] = staticmethod(lambda filename: filename)
+
+
+class _Connection:
+    """The debugging terminal's end, as pdb's stdin and stdout: text lines over a socket. A
+    terminal that went away reads as end-of-input and takes writes silently, so that the user's
+    code never sees the debugger's socket fail."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self.socket = connection
+        self.reader = connection.makefile("r", encoding="utf-8", errors="replace", newline="\n")
+        self.closed = False
+
+    def readline(self) -> str:
+        if self.closed:
+            return ""
+        try:
+            return self.reader.readline()
+        except OSError:
+            self.close()
+            return ""
+
+    def write(self, text: str) -> int:
+        if not self.closed:
+            try:
+                self.socket.sendall(text.encode("utf-8", errors="replace"))
+            except OSError:
+                self.close()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            for closing in (self.reader.close, self.socket.close):
+                try:
+                    closing()
+                except OSError:
+                    pass
+
+
+@functools.lru_cache(maxsize=None)
+def debugger_class() -> Any:
+    """The debugger's class (see :class:`RemotePdb` inside): made at the first stop, or once pdb
+    is imported, so that a worker that never stops does not import pdb for it."""
+    import pdb
+
+    class RemotePdb(pdb.Pdb):
+        """pdb whose terminal is the host's ``debug`` command (see the module's text). Made with no
+        arguments, as torch's ``torch.distributed.breakpoint()`` makes its debugger."""
+
+        call = BREAKPOINT_CALL
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("nosigint", True)  # no SIGINT handler of pdb's in torchrun's worker
+            super().__init__(*args, **kwargs)
+            self.connection: Optional[_Connection] = None
+            self.pending: list[str] = []  # what it said before a terminal connected (torch's header)
+            # the host reaches this process's debugger (else it is pdb as it is, on the process's stdin)
+            self.reachable = _Settings.directory is not None and os.getpid() == _Settings.pid
+            self.thread = threading.get_ident()
+            self.running = False  # a terminal holds the session, and the rank runs to a breakpoint set in it
+            self.again_by = BREAK_CALL  # what stops a running session's rank again
+
+        def take_over(self, earlier: Any) -> None:
+            """Go on with ``earlier``'s session, whose script stopped again (this tracer replaces its)."""
+            self.connection, earlier.connection = earlier.connection, None
+            self.stdin = self.stdout = self.connection  # type: ignore[assignment]
+            self.use_rawinput = False
+            self.running, self.again_by = True, self.call  # said where it stops, at its first interaction
+            _Settings.current = self
+
+        def connected(self) -> bool:
+            return self.connection is not None and not self.connection.closed
+
+        def message(self, msg: Any, end: str = "\n") -> None:  # (``end``: Python 3.13's pdb passes it)
+            if self.connected():
+                self.stdout.write(f"{msg}{end}")
+            elif self.reachable:  # said to the terminal that comes
+                self.pending.append(f"{msg}{end}")
+            else:
+                print(msg, end=end, file=self.stdout)
+
+        def do_interact(self, arg: str) -> None:
+            self.error("interact reads the worker's own stdin, which no terminal reaches: run statements with !"
+                       " (!x = 3) instead")
+
+        def set_trace(self, frame: Any = None) -> None:
+            if frame is None:
+                frame = sys._getframe().f_back
+            self.connect(frame)
+            super().set_trace(frame)
+
+        def setup(self, frame: Any, traceback: Any) -> None:
+            from orchestrate.node.snapshot import is_hook_file  # loaded with the hook
+
+            super().setup(frame, traceback)
+            # the stack as under python3: from the script's first frame, not the hook's and runpy's
+            # frames that run it
+            hook = 0
+            while hook < min(len(self.stack) - 1, self.curindex) and is_hook_file(self.stack[hook][0].f_code.co_filename):
+                hook += 1
+            self.stack, self.curindex = self.stack[hook:], self.curindex - hook
+
+        def interaction(self, frame: Any, traceback: Any) -> None:
+            if not self.connected():  # the terminal went away: wait for another
+                self.connect(frame)
+            elif self.running:  # a breakpoint set in the session: the rank stops again in it
+                self.running = False
+                _Settings.stopped = {"call": self.again_by, **where_called(frame, self.again_by), "attached": True}
+                _Settings.report({"state": "attached", **_Settings.stopped})
+            super().interaction(frame, traceback)
+
+        def connect(self, frame: Any) -> None:
+            """Wait until a terminal connects (and until another thread's session ended); nothing
+            where the host cannot reach this process, or this session has its terminal."""
+            if not self.reachable or self.connected() or _Settings.directory is None:
+                return
+            _Settings.lock.acquire()
+            path = os.path.join(_Settings.directory, socket_name(_Settings.rank))
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            said = False
+            try:
+                try:
+                    os.unlink(path)  # a session of an earlier stop, or of a process this rank had before
+                except FileNotFoundError:
+                    pass
+                server.bind(path)
+                os.chmod(path, 0o600)
+                server.listen(1)
+                _Settings.stopped = {"call": self.call, **where_called(frame, self.call), "attached": False}
+                _Settings.report({"state": "waits", **_Settings.stopped})
+                said = True
+                connection, _ = server.accept()
+            except OSError as exc:  # no socket here: pdb as it is, never an error in the script
+                _Settings.stopped, self.reachable = None, False
+                _Settings.lock.release()
+                if said:
+                    _Settings.report({"state": "left"})
+                sys.stderr.write(f"[ddp-compose] {self.call}: the host cannot reach this rank's debugger ({exc});"
+                                 " pdb reads the worker's own stdin\n")
+                for text in self.pending:
+                    self.stdout.write(text)
+                self.pending.clear()
+                return
+            except BaseException:  # an interrupt, a SIGTERM: the rank ends
+                _Settings.stopped = None
+                _Settings.lock.release()
+                raise
+            finally:
+                server.close()
+                try:
+                    os.unlink(path)  # one terminal at a time: a second finds no rank waiting
+                except FileNotFoundError:
+                    pass
+            self.connection = _Connection(connection)
+            self.stdin = self.stdout = self.connection  # type: ignore[assignment]
+            self.use_rawinput = False
+            self.thread, self.running = threading.get_ident(), False
+            _Settings.current = self
+            _Settings.stopped = {**(_Settings.stopped or {}), "attached": True}
+            _Settings.report({"state": "attached"})
+            for text in self.pending:
+                self.stdout.write(text)
+            self.pending.clear()
+
+        def detach(self) -> None:
+            """End the session: the terminal is freed, and the rank told to have left."""
+            connection, self.connection = self.connection, None
+            if connection is not None:  # (closed already where the terminal went away)
+                connection.close()
+                self.running = False
+                _Settings.stopped = None
+                if _Settings.current is self:
+                    _Settings.current = None
+                _Settings.report({"state": "left"})
+                _Settings.lock.release()
+
+        def do_continue(self, arg: str) -> Any:
+            stop = super().do_continue(arg)
+            if stop and self.breaks:  # the session stays, and the rank runs to a breakpoint set in it
+                self.running = True
+                _Settings.stopped = None
+                _Settings.report({"state": "running"})
+            elif stop:  # nothing will stop the rank in this session again
+                self.detach()
+            return stop
+
+        do_c = do_cont = do_continue
+
+        def do_EOF(self, arg: str) -> Any:
+            """End-of-input (Ctrl-D, a terminal gone): leave the debugger, and let the rank go on (pdb's own
+            end where the host cannot reach this process: it quits)."""
+            if not self.reachable:
+                return super().do_EOF(arg)
+            self.message("")
+            self.clear_all_breaks()
+            self.set_continue()
+            self.detach()
+            return 1
+
+        def do_quit(self, arg: str) -> Any:
+            stop = super().do_quit(arg)
+            self.detach()
+            return stop
+
+        do_q = do_exit = do_quit
+
+    return RemotePdb
+
+
+def stopped_in_debugger() -> Optional[dict[str, Any]]:
+    """Where this rank is stopped in its debugger (the call, file, line, function, source text,
+    and whether a terminal is attached), or None: said in its snapshots."""
+    return _Settings.stopped
+
+
+def where_called(frame: Any, call: str) -> dict[str, Any]:
+    """Where the script stopped: the file (as the user knows it), line, function and source text of
+    ``frame``, or of its caller for ``torch.distributed.breakpoint()`` (whose debugger starts in
+    torch's own function)."""
+    if call == DIST_BREAKPOINT_CALL and frame is not None and frame.f_back is not None:
+        frame = frame.f_back
+    if frame is None:
+        return {"file": "", "line": 0, "function": "", "text": ""}
+    code = frame.f_code
+    return {"file": _Settings.where(code.co_filename), "line": frame.f_lineno, "function": code.co_name,
+            "text": linecache.getline(code.co_filename, frame.f_lineno).strip()}
+
+
+def debugger_for(call: str) -> Any:
+    """A debugger that names ``call`` as what stopped the rank: the one whose session has a terminal
+    now, where this thread's script stops again, takes over its terminal (the session goes on, as a
+    terminal's own pdb would); else it waits for one."""
+    made = debugger_class()()
+    made.call = call
+    current = _Settings.current
+    if current is not None and current.connected() and current.thread == threading.get_ident():
+        made.take_over(current)
+    return made
+
+
+def breakpoint_hook(*args: Any, header: Optional[str] = None, **kwargs: Any) -> None:
+    """``sys.breakpointhook``: ``breakpoint()`` stops in the calling frame (``header``, as pdb's
+    ``set_trace`` takes it, is said first)."""
+    debugger = debugger_for(BREAKPOINT_CALL)
+    if header is not None:
+        debugger.message(header)
+    debugger.set_trace(sys._getframe().f_back)
+
+
+def set_trace(*, header: Optional[str] = None, **later_options: Any) -> None:
+    """``pdb.set_trace``: stop in the calling frame (options of later Pythons' are let be)."""
+    debugger = debugger_for(SET_TRACE_CALL)
+    if header is not None:
+        debugger.message(header)
+    debugger.set_trace(sys._getframe().f_back)
+
+
+def distributed_debugger() -> Any:
+    """The debugger ``torch.distributed.breakpoint()`` makes (in place of torch's
+    ``_DistributedPdb``): torch then holds the other ranks in a barrier until this one goes on."""
+    return debugger_for(DIST_BREAKPOINT_CALL)
+
+
+def route_pdb() -> None:
+    """Make ``pdb.set_trace()`` reach the host (run once pdb is imported)."""
+    import pdb
+
+    pdb.set_trace = set_trace  # type: ignore[assignment]
+
+
+def route_torch_breakpoint() -> None:
+    """Make ``torch.distributed.breakpoint()`` reach the host (run once torch.distributed is
+    imported; torch makes its debugger from this name at each call)."""
+    import torch.distributed as dist
+
+    if hasattr(dist, "_DistributedPdb"):
+        dist._DistributedPdb = distributed_debugger
+
+
+def install(directory: str, rank: int, report: Callable[[dict[str, Any]], None],
+            where: Callable[[str], str], environ: Any = os.environ) -> bool:
+    """Route ``breakpoint()`` (where ``PYTHONBREAKPOINT`` leaves it to Python) to the host's
+    ``debug`` command; the caller routes ``pdb.set_trace`` and torch's with :func:`route_pdb`
+    and :func:`route_torch_breakpoint` as those are imported. ``report`` says each state on the
+    progress channel; ``where`` names a file as the user knows it. Whether ``breakpoint()`` is
+    routed."""
+    _Settings.directory, _Settings.rank, _Settings.pid = directory, rank, os.getpid()
+    _Settings.report, _Settings.where = report, where  # type: ignore[assignment]
+    if environ.get("PYTHONBREAKPOINT"):
+        return False
+    sys.breakpointhook = breakpoint_hook
+    return True

@@ -1,0 +1,278 @@
+"""The launcher's side of a rank stopped in its debugger: which ranks are there, from the progress
+channel (orchestrate/debugger/states.py); the line that says how to reach one; the hang watchdog,
+held while a terminal debugs a rank and naming a rank no terminal came to; and ``debug RUN``,
+run as a user runs it against the fake engine."""
+from __future__ import annotations
+
+import io
+import json
+import socket
+import sys
+import threading
+
+import pytest
+
+from orchestrate.debugger.states import (ATTACHED, LEFT, RUNNING, WAITS, DebuggerStates, RankInDebugger, choose,
+                                         waits_line)
+from orchestrate.errors import OrchestrateError
+from orchestrate.hangs.diagnosis import diagnose
+from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot
+from orchestrate.node.remote_debugger import socket_name
+from orchestrate.supervise.progress import ProgressWatch, ranks_in_debugger
+from tests.fakes import FakeDockerClient, Script, fake_engine
+from tests.unit.test_hangs import answering_worker, quick_watchdog  # noqa: F401 - a fixture
+
+STOP = {"state": WAITS, "call": "breakpoint()", "file": "train.py", "line": 9, "function": "<module>",
+        "text": "if rank == 1: breakpoint()", "attached": False}
+
+
+def stopped(rank: int = 1, attached: bool = False) -> RankInDebugger:
+    return RankInDebugger(rank, "node1", "a1", "breakpoint()", "train.py", 9, "<module>", 5.0, attached,
+                          text="breakpoint()")
+
+
+def test_a_rank_waits_then_a_terminal_attaches_then_it_leaves_and_each_change_is_told():
+    states = DebuggerStates()
+    assert states.take(1, "a1", "node1", 5.0, {"state": ATTACHED}) is None  # nothing waited: nothing attached
+    change, rank = states.take(1, "a1", "node1", 5.0, STOP)
+    assert change == WAITS and rank == RankInDebugger(1, "node1", "a1", "breakpoint()", "train.py", 9, "<module>", 5.0,
+                                                      text="if rank == 1: breakpoint()")
+    assert states.take(1, "a1", "node1", 6.0, None) is None  # a step, or any other record
+    assert states.take(1, "a1", "node1", 6.0, {"state": ATTACHED}) == (ATTACHED, states.ranks[1])
+    assert states.attached() == [1] and states.ranks[1].attached
+    assert states.take(1, "a1", "node1", 7.0, {"state": LEFT})[0] == LEFT
+    assert states.ranks == {} and states.attached() == []
+
+
+def test_a_rank_that_runs_on_to_a_breakpoint_set_in_its_session_is_not_held_and_stops_again_where_it_says():
+    states = DebuggerStates()
+    states.take(1, "a1", "node1", 5.0, STOP)
+    states.take(1, "a1", "node1", 6.0, {"state": ATTACHED})
+    change, rank = states.take(1, "a1", "node1", 7.0, {"state": RUNNING})
+    assert change == RUNNING and rank.running and rank.attached
+    assert states.attached() == []  # it runs: the watchdog watches it as any rank
+    again = {"state": ATTACHED, "call": "a breakpoint set in its session", "file": "train.py", "line": 30,
+             "function": "step", "text": "loss.backward()", "attached": True}
+    change, rank = states.take(1, "a1", "node1", 8.0, again)
+    assert change == ATTACHED and (rank.line, rank.function, rank.attached, rank.running) == (30, "step", True, False)
+    assert states.attached() == [1]
+
+
+def test_a_rank_whose_script_ended_or_whose_process_was_replaced_is_in_no_debugger():
+    states = DebuggerStates()
+    states.take(1, "a1", "node1", 5.0, STOP)
+    assert states.take(1, "a1", "node1", 6.0, None, finished=True)[0] == LEFT
+    states.take(2, "a1", "node1", 5.0, STOP)
+    assert states.take(2, "a2", "node1", 6.0, None) is None  # an elastic restart's new process
+    assert states.ranks == {}
+    change, rank = states.take(2, "a3", "node1", 7.0, {**STOP, "line": "9"})  # a newer one stops: a line not read
+    assert change == WAITS and rank.attempt == "a3" and rank.line == 0
+
+
+def test_the_rank_to_debug_is_the_one_named_or_the_only_one_and_every_other_case_says_what_to_do():
+    one = {1: stopped(1)}
+    assert choose(one, None, "r") == one[1] and choose(one, 1, "r") == one[1]
+    with pytest.raises(OrchestrateError, match=r"^no rank of run r is in its debugger \(a script stops there at"
+                                               r" breakpoint\(\), pdb.set_trace\(\) or torch.distributed.breakpoint"):
+        choose({}, None, "r")
+    with pytest.raises(OrchestrateError, match=r"^ranks 0, 1 of run r are in their debugger: name one"
+                                               r" \(python -m orchestrate debug r 1\)$"):
+        choose({0: stopped(0, attached=True), 1: stopped(1)}, None, "r")  # the one still waiting
+    with pytest.raises(OrchestrateError, match=r"^rank 2 of run r is not in its debugger; rank 1 is$"):
+        choose(one, 2, "r")
+    with pytest.raises(OrchestrateError, match=r"^rank 2 of run r is not in its debugger$"):
+        choose({}, 2, "r")
+    with pytest.raises(OrchestrateError, match=r"^rank 1 of run r is in a debugging session already"):
+        choose({1: stopped(1, attached=True)}, 1, "r")
+
+
+def test_the_launchers_line_names_where_the_rank_stopped_its_source_and_the_command_that_reaches_it():
+    assert waits_line(stopped(1), "20261130-1") == (
+        "rank 1 stopped in its debugger at train.py:9 in <module>: breakpoint(); debug it with:"
+        " python -m orchestrate debug 20261130-1 1")
+
+
+def write_records(directory, rank: int, *records: dict) -> None:
+    with open(directory / f"rank{rank}.jsonl", "a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps({"rank": rank, "time": 5.0, "attempt": "a1", "node": "node1", **record}) + "\n")
+
+
+def test_the_watch_takes_debugger_records_as_changes_not_steps_and_debug_reads_them_alike(tmp_path):
+    watch = ProgressWatch(tmp_path, lambda kind, **fields: None)
+    write_records(tmp_path, 1, {"step": 3}, {"debugger": STOP})
+    watch.poll(10.0, None)
+    assert watch.max_step == 3 and watch.records == 2
+    assert [(c, r.rank) for c, r in watch.debugger_changes] == [(WAITS, 1)]
+    assert ranks_in_debugger(tmp_path) == {1: watch.debugger.ranks[1]}
+    write_records(tmp_path, 1, {"debugger": {"state": ATTACHED}}, {"debugger": {"state": LEFT}}, {"step": 4})
+    watch.poll(11.0, None)
+    assert [c for c, _ in watch.debugger_changes] == [WAITS, ATTACHED, LEFT] and watch.max_step == 4
+    assert ranks_in_debugger(tmp_path) == {}
+
+
+def debugger_snapshot(rank: int, attached: bool) -> RankSnapshot:
+    stack = (Frame("train.py", 9, "<module>", "breakpoint()"),)
+    return RankSnapshot.from_json({
+        "rank": rank, "node": "node1", "pid": 10, "time": 0.0, "cpu_s": 1.0, "completed": 0,
+        "stacks": [{"main": True, "frames": [[f.file, f.line, f.function, f.code] for f in stack]
+                    + [["/usr/lib/python3.11/socket.py", 294, "accept", "fd, addr = self._accept()"]]}],
+        "debugger": {**STOP, "attached": attached}})
+
+
+def test_a_rank_that_waits_for_a_terminal_is_named_with_the_command_and_the_debuggers_frames_left_out():
+    waiting = debugger_snapshot(1, attached=False)
+    assert [f.file for f in waiting.stack] == ["train.py"]  # up to the script's call
+    in_all_reduce = (Collective(1, "all_reduce", "default", "float32[2]", "train.py:10", "entered"),)
+    peer = RankSnapshot(0, "node0", 9, 0.0, 1.0, (Frame("train.py", 10, "<module>", "dist.all_reduce(t)"),),
+                        in_all_reduce, 0)
+    found = diagnose(Probe("b", 5.0, {0: peer, 1: waiting}), Probe("a", 0.0, {0: peer, 1: waiting}), {0, 1}, {}, 30)
+    found.run_id = "r7"
+    assert [a.state for a in found.activities] == ["collective", "debugger"]
+    assert found.headline == ("no progress for 30 s: rank 0 waits in all_reduce(float32[2]) #1 at train.py:10; rank 1 is"
+                              " at #0 (not in a collective: stopped in its debugger at train.py:9 in <module>)")
+    assert "  rank 1: stopped in its debugger at train.py:9 in <module>" in found.lines()
+    assert found.lines()[-1] == ("  rank 1 stopped in its debugger at train.py:9 (if rank == 1: breakpoint()), no"
+                                 " terminal came: the others wait for it in their collectives; debug it with python -m"
+                                 " orchestrate debug r7 1, or take the breakpoint out")
+    alone = diagnose(Probe("b", 5.0, {1: waiting}), None, {1}, {}, 30)  # no rank waits for it: none said to
+    assert alone.lines()[-1] == ("  rank 1 stopped in its debugger at train.py:9 (if rank == 1: breakpoint()), no"
+                                 " terminal came: debug it with python -m orchestrate debug RUN_ID 1, or take the"
+                                 " breakpoint out")
+
+
+def test_a_rank_a_terminal_debugs_keeps_its_whole_stack_and_gets_no_hint():
+    debugged = debugger_snapshot(1, attached=True)
+    assert [f.file for f in debugged.stack][-1].endswith("socket.py")  # where the terminal has it now
+    found = diagnose(Probe("b", 5.0, {1: debugged}), None, {1}, {}, 30)
+    assert found.lines()[-1] == "  rank 1 stopped in its debugger at train.py:9 (if rank == 1: breakpoint()), a terminal" \
+                              " debugs it"
+
+
+def in_debugger(job, rank: int, *states: dict):
+    """A Script.then: the worker says these debugger states on the progress channel."""
+    def say() -> None:
+        directory = job.run_dir / "progress"
+        directory.mkdir(parents=True, exist_ok=True)
+        write_records(directory, rank, *({"debugger": state} for state in states))
+    return say
+
+
+@pytest.mark.timeout(60)
+def test_a_terminal_debugging_a_rank_holds_the_hang_watchdog_and_the_launcher_says_the_stop_and_the_end(
+        make_run, quick_watchdog):  # noqa: F811
+    import time
+
+    stop = threading.Event()
+    job = make_run(nodes=1, hang_timeout=1.5)
+    stuck = [{"seq": 1, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    started = time.monotonic()
+    answers = answering_worker(job, 0, stuck, stop=stop)
+
+    def stops_and_attaches() -> None:
+        answers()
+        in_debugger(job, 0, STOP, {"state": ATTACHED})()
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(
+        ["[0|0]:start"], then=stops_and_attaches, after=["[0|0]:done"],
+        after_when=lambda: time.monotonic() - started > 6 and (in_debugger(job, 0, {"state": LEFT})() or True))])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    said = job.out.getvalue()
+    assert result.succeeded and not result.hung, said[-2000:]
+    assert ("[orchestrate] rank 0 stopped in its debugger at train.py:9 in <module>: if rank == 1: breakpoint();"
+            " debug it with: python -m orchestrate debug test-run 0") in said
+    assert "[orchestrate] rank 0 left its debugger" in said
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_no_terminal_came_to_ends_a_hang_timeout_run_hung_with_the_command_that_reaches_it(
+        make_run, quick_watchdog):  # noqa: F811
+    from orchestrate.outcome.summary import format_summary
+
+    stop = threading.Event()
+    job = make_run(nodes=1, hang_timeout=2)
+    answers = answering_worker(job, 0, [], stop=stop, debugger=STOP)
+
+    def stops() -> None:
+        answers()
+        in_debugger(job, 0, STOP)()
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(["[0|0]:start"], then=stops, hang=True)])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    summary = format_summary(result)
+    assert result.hung, job.out.getvalue()[-2000:]
+    assert "debug it with python -m orchestrate debug test-run 0, or take the breakpoint out" in summary
+
+
+def engine_with_a_run(tmp_path):
+    from orchestrate.engine.labels import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NODE_RANK_LABEL,
+                                           NPROC_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL)
+    client = FakeDockerClient()
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir / "progress").mkdir(parents=True)
+    (run_dir / "debug").mkdir()
+    labels = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", RUN_DIR_LABEL: str(run_dir), NPROC_LABEL: "1",
+              NODE_RANK_LABEL: "0", COMPOSE_SERVICE_LABEL: "node0"}
+    node = client.running("ddp-r-node0-1", labels, script_as="node0")
+    return client, run_dir, node
+
+
+def debug_command(client, *args: str, typed: str = "") -> tuple[int, str, str]:
+    from orchestrate.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin, sys.stderr
+    sys.stdin, sys.stderr = io.StringIO(typed), err
+    try:
+        code = main(["debug", "r", *args], out=out, client=client)
+    finally:
+        sys.stdin, sys.stderr = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_debug_says_when_no_rank_is_in_its_debugger_and_when_the_run_has_no_running_node(tmp_path):
+    client, run_dir, node = engine_with_a_run(tmp_path)
+    code, _, err = debug_command(client)
+    assert code == 1 and err.startswith("error: no rank of run r is in its debugger")
+    code, _, err = debug_command(client, "--wait", "-1")
+    assert code == 2 and err == "error: --wait must be 0 or more seconds, got -1\n"
+    node.stop()
+    code, _, err = debug_command(client, "--wait", "5")
+    assert code == 1 and err == "error: run r has no running node (see `python -m orchestrate ps`)\n"
+
+
+def test_debug_reaches_the_rank_and_says_where_it_stopped_and_when_it_left(tmp_path):
+    client, run_dir, _ = engine_with_a_run(tmp_path)
+    write_records(run_dir / "progress", 0, {"debugger": STOP})
+    path = run_dir / "debug" / socket_name(0)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def rank() -> None:  # a debugger that answers one command, then goes on
+        connection, _ = server.accept()
+        connection.sendall(b"(Pdb) ")
+        assert connection.recv(100) == b"p x\n"
+        connection.sendall(b"42\n")
+        connection.close()
+    thread = threading.Thread(target=rank)
+    thread.start()
+    code, out, err = debug_command(client, "0", typed="p x\n")
+    thread.join(10)
+    server.close()
+    assert code == 0 and out == "(Pdb) 42\n"
+    assert err.splitlines() == [
+        "[orchestrate] rank 0 (node1) stopped at train.py:9 in <module>: if rank == 1: breakpoint()",
+        "[orchestrate] pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script",
+        "[orchestrate] the session with rank 0 ended"]
+
+
+def test_debug_of_a_rank_whose_socket_is_gone_says_so(tmp_path):
+    client, run_dir, _ = engine_with_a_run(tmp_path)
+    write_records(run_dir / "progress", 0, {"debugger": STOP})  # said it waits, but died before anyone came
+    code, _, err = debug_command(client)
+    assert code == 1 and err.startswith("error: no debugger listens at ") and "pdb-rank0.sock" in err

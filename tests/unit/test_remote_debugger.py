@@ -1,0 +1,280 @@
+"""A worker's pdb reached from the host (orchestrate/node/remote_debugger.py) and the host's end of
+it (orchestrate/debugger/session.py): a script's breakpoint() or pdb.set_trace() waits on a socket
+in the debug directory, says where it stopped, and takes pdb's commands from the terminal that
+connects; Ctrl-D or `continue` lets it go on, `quit` ends it as pdb does. Each script runs in a
+Python of its own (no torch), with the hook installed as the workers' start-up hook installs it;
+tests/workers runs it under torchrun, and tests/integration through `debug RUN` on real nodes."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrate.debugger.session import LONGEST_SOCKET_PATH, connect, talk
+from orchestrate.errors import OrchestrateError
+from orchestrate.node import remote_debugger
+from tests.conftest import ROOT
+
+HOOK = ROOT / "orchestrate" / "node" / "worker_start.py"
+WAIT_S = 30.0
+
+
+class Worker:
+    """A script run as rank 3 by the workers' start-up hook, in a Python of its own (no torch),
+    with its debug and progress directories."""
+
+    def __init__(self, tmp_path: Path, script: str, environ: dict | None = None) -> None:
+        self.directory = tmp_path / "debug"
+        self.progress = tmp_path / "progress"
+        for made in (self.directory, self.progress):
+            made.mkdir(exist_ok=True)
+        self.file = tmp_path / "train.py"
+        self.file.write_text(script)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
+        env.update({"DDP_DEBUG_DIR": str(self.directory), "DDP_PROGRESS_DIR": str(self.progress), "RANK": "3",
+                    "DDP_NODE": "node1", **(environ or {})})
+        self.process = subprocess.Popen([sys.executable, str(HOOK), "--", "train.py"], cwd=tmp_path, env=env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / remote_debugger.socket_name(3)
+
+    def states(self) -> list[dict]:
+        """What the rank said of its debugger on the progress channel."""
+        path = self.progress / "rank3.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [r["debugger"] for r in records if "debugger" in r]
+
+    def wait_to_be_reached(self) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not self.socket.exists():
+            assert self.process.poll() is None, self.finish()
+            assert time.monotonic() < deadline, "the worker never listened"
+            time.sleep(0.02)
+
+    def debug(self, typed: str) -> str:
+        """One terminal's session: the lines typed, and what the terminal showed."""
+        self.wait_to_be_reached()
+        shown = io.StringIO()
+        talk(connect(self.socket), io.StringIO(typed), shown)
+        return shown.getvalue()
+
+    def finish(self) -> tuple[int, str, str]:
+        try:
+            out, err = self.process.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, err = self.process.communicate()
+        return self.process.returncode, out, err
+
+
+@pytest.fixture
+def worker(tmp_path):
+    made: list[Worker] = []
+
+    def start(script: str, environ: dict | None = None) -> Worker:
+        made.append(Worker(tmp_path, script, environ))
+        return made[-1]
+    yield start
+    for each in made:  # a test that failed leaves no process behind
+        if each.process.poll() is None:
+            each.process.kill()
+            each.process.communicate()
+
+
+def test_a_breakpoint_waits_for_a_terminal_which_reads_and_steps_and_continue_lets_the_rank_go_on(worker):
+    job = worker("x = 41\nbreakpoint()\nx += 1\nprint('after', x)\n")
+    shown = job.debug("p x\nn\np x\nwhere\nc\n")
+    code, out, err = job.finish()
+    assert code == 0, err
+    assert "after 42" in out
+    assert "(Pdb) 41\n" in shown and "(Pdb) 42\n" in shown  # the value before and after the step
+    assert job.states() == [{"state": "waits", "call": "breakpoint()", "file": "train.py", "line": 2,
+                            "function": "<module>", "text": "breakpoint()", "attached": False},
+                           {"state": "attached"}, {"state": "left"}]
+    assert not job.socket.exists()  # one terminal at a time: none listens once one came
+
+
+def test_the_stack_a_terminal_sees_starts_at_the_script_not_at_the_hook_that_runs_it(worker):
+    job = worker("def step(n):\n    breakpoint()\n    return n\n\nstep(5)\n")
+    shown = job.debug("where\nup\nup\nc\n")
+    assert job.finish()[0] == 0
+    where = shown.split("(Pdb)")[1]
+    assert "train.py(5)<module>()" in where and "train.py(3)step()" in where
+    assert "worker_start" not in where and "runpy" not in where
+    assert "Oldest frame" in shown  # the script's module is the outermost frame, as under python3
+
+
+def test_end_of_input_lets_the_rank_go_on_with_its_breakpoints_cleared(worker):
+    job = worker("for i in range(3):\n    if i == 0:\n        breakpoint()\n    print('step', i)\n")
+    shown = job.debug("b 4\n")  # then Ctrl-D: the breakpoint set would stop it again, but is cleared
+    code, out, _ = job.finish()
+    assert code == 0
+    assert [line for line in out.splitlines() if line.startswith("step")] == ["step 0", "step 1", "step 2"]
+    assert "Breakpoint 1 at" in shown
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "left"]
+
+
+def test_a_breakpoint_set_in_the_session_stops_the_rank_again_in_it_and_a_later_stop_waits_anew(worker):
+    job = worker("for i in range(3):\n    if i == 0:\n        breakpoint()\n    y = i * 10\n"
+                 "print('done')\nbreakpoint()\nprint('end')\n")
+    first = job.debug("b 4, i == 2\nc\np i\ncl 1\nc\n")  # stops at i == 2 in the same session
+    assert "(Pdb) 2\n" in first
+    second = job.debug("p 'again'\nc\n")  # the later breakpoint() waits for a new terminal
+    code, out, _ = job.finish()
+    assert code == 0 and "done" in out and "end" in out
+    assert "'again'" in second
+    said = job.states()
+    assert [s["state"] for s in said] == ["waits", "attached", "running", "attached", "left", "waits", "attached", "left"]
+    assert said[3] == {"state": "attached", "call": "a breakpoint set in its session", "file": "train.py", "line": 4,
+                       "function": "<module>", "text": "y = i * 10", "attached": True}  # where it stopped again
+
+
+def test_a_breakpoint_the_script_calls_again_while_its_session_holds_stops_in_that_session(worker):
+    job = worker("for i in range(3):\n    breakpoint()\n    y = i\nprint('done')\n")
+    first = job.debug("b 3, i == 5\nc\np i\ncl 1\nc\n")  # runs on, then its next breakpoint() stops it here
+    second = job.debug("p i\nc\n")  # the session ended: the third waits for a terminal again
+    code, out, _ = job.finish()
+    assert code == 0 and "done" in out
+    assert "(Pdb) 1\n" in first and "(Pdb) 2\n" in second
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "running", "attached", "left",
+                                                  "waits", "attached", "left"]
+
+
+def test_two_threads_that_stop_are_debugged_one_after_the_other(worker):
+    job = worker("import threading\n\ndef work(n):\n    breakpoint()\n    print('thread', n, flush=True)\n\n"
+                 "t = threading.Thread(target=work, args=(1,))\nt.start()\nwork(0)\nt.join()\n")
+    sessions = [job.debug("p n\nc\n"), job.debug("p n\nc\n")]
+    code, out, _ = job.finish()
+    assert code == 0 and "thread 0" in out and "thread 1" in out
+    assert sorted(s.split("(Pdb) ")[1].strip() for s in sessions) == ["0", "1"]
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "left"] * 2
+
+
+def test_interact_says_it_is_not_there_and_a_message_keeps_its_end(worker):
+    job = worker("breakpoint()\nprint('on')\n")
+    shown = job.debug("interact\nc\n")
+    assert job.finish()[0] == 0
+    assert "*** interact reads the worker's own stdin, which no terminal reaches: run statements with ! (!x = 3)" \
+        in shown
+    printed = io.StringIO()
+    plain = remote_debugger.debugger_class()(stdout=printed)  # a debugger the host cannot reach prints as pdb
+    plain.reachable = False
+    plain.message("a", end="")
+    plain.message("b")
+    assert printed.getvalue() == "ab\n"
+
+
+def test_a_rank_whose_socket_cannot_be_made_has_pdb_as_it_is_and_says_why(worker, tmp_path):
+    job = worker("breakpoint()\nprint('never')\n", environ={"DDP_DEBUG_DIR": str(tmp_path / "missing")})
+    code, out, err = job.finish()
+    assert code == 1 and "never" not in out.splitlines() and err.rstrip().endswith("bdb.BdbQuit")  # no stdin
+    assert "[ddp-compose] breakpoint(): the host cannot reach this rank's debugger ([Errno 2] No such file or" \
+           " directory); pdb reads the worker's own stdin" in err
+    assert job.states() == []
+
+
+def test_quit_ends_the_script_with_bdbquit_as_pdb_does(worker):
+    job = worker("breakpoint()\nprint('never')\n")
+    job.debug("q\n")
+    code, out, err = job.finish()
+    assert code == 1 and "never" not in out
+    assert err.rstrip().endswith("bdb.BdbQuit")
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "left"]
+
+
+def test_pdb_set_trace_is_reached_too_and_names_its_call(worker):
+    job = worker("import pdb\nv = 'seen'\npdb.set_trace(header='hello from rank 3')\nprint(v)\n")
+    shown = job.debug("p v\nc\n")
+    code, out, _ = job.finish()
+    assert code == 0 and "seen" in out
+    assert shown.startswith("hello from rank 3\n")  # said before a terminal came: kept for it
+    assert "'seen'" in shown
+    assert job.states()[0]["call"] == "pdb.set_trace()" and job.states()[0]["line"] == 3
+
+
+def test_a_terminal_that_goes_away_mid_session_lets_the_rank_go_on_and_its_code_never_sees_it(worker):
+    job = worker("breakpoint()\nfor i in range(200):\n    pass\nprint('went on')\n")
+    job.wait_to_be_reached()
+    connection = connect(job.socket)
+    connection.recv(100)  # the prompt came
+    connection.close()  # killed: no Ctrl-D, no command
+    code, out, err = job.finish()
+    assert code == 0, err
+    assert "went on" in out
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "left"]
+
+
+def test_pythonbreakpoint_in_the_runs_environment_is_left_to_python(worker):
+    job = worker("breakpoint()\nprint('not stopped')\n", environ={"PYTHONBREAKPOINT": "0"})
+    code, out, _ = job.finish()
+    assert code == 0 and "not stopped" in out and job.states() == []
+
+
+def test_a_process_the_worker_forked_has_pdb_as_it_is(worker):
+    job = worker("import os\npid = os.fork()\nif pid == 0:\n    breakpoint()\n    os._exit(7)\n"
+                 "_, status = os.waitpid(pid, 0)\nprint('child', os.waitstatus_to_exitcode(status))\n")
+    code, out, _ = job.finish()
+    # the child's pdb reads its stdin (none): end of input quits, and the child dies of BdbQuit
+    assert code == 0 and "child 1" in out
+    assert job.states() == [] and not job.socket.exists()
+
+
+def test_the_host_reaches_a_socket_deeper_than_a_socket_path_may_be(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "pdb-rank0.sock"
+    assert len(str(path)) > LONGEST_SOCKET_PATH
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    directory = os.open(deep, os.O_RDONLY)
+    try:
+        server.bind(f"/proc/self/fd/{directory}/{path.name}")
+    finally:
+        os.close(directory)
+    server.listen(1)
+
+    def answer() -> None:
+        connection, _ = server.accept()
+        connection.sendall(b"(Pdb) ")
+        assert connection.recv(100) == b"c\n"
+        connection.sendall("é\n".encode())
+        connection.close()
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    shown = io.StringIO()
+    try:
+        talk(connect(path), io.StringIO("c\n"), shown)
+    finally:
+        server.close()
+    thread.join(WAIT_S)
+    assert shown.getvalue() == "(Pdb) é\n"
+
+
+def test_a_session_whose_rank_runs_on_ends_a_while_after_the_input_did_and_says_what_it_heard():
+    terminal, rank = socket.socketpair()
+    rank.sendall(b"(Pdb) ")
+    shown = io.StringIO()
+    started = time.monotonic()
+    heard = talk(terminal, io.StringIO("c\n"), shown, linger_s=0.5)  # the rank never answers nor closes
+    assert heard == 6 and shown.getvalue() == "(Pdb) "
+    assert 0.5 <= time.monotonic() - started < WAIT_S
+    assert rank.recv(100) == b"c\n" and rank.recv(100) == b""  # the line, then end-of-input
+    rank.close()
+    taken, other = socket.socketpair()
+    other.close()  # another terminal took the rank: this one hears nothing
+    assert talk(taken, io.StringIO(""), io.StringIO()) == 0
+
+
+def test_connecting_where_no_debugger_listens_is_one_clear_error(tmp_path):
+    with pytest.raises(OrchestrateError, match=r"no debugger listens at .*pdb-rank2.sock: No such file"):
+        connect(tmp_path / "pdb-rank2.sock")

@@ -1,0 +1,59 @@
+"""A script's breakpoint() and torch.distributed.breakpoint() under real torchrun and gloo, started
+through the workers' start-up hook: each waits for a terminal on its socket in the debug
+directory, takes pdb's commands from it, and the job goes on with what the terminal changed.
+(tests/unit/test_remote_debugger.py covers pdb's commands; tests/integration, `debug RUN` on real
+nodes.)"""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import time
+
+from orchestrate.debugger.session import connect, talk
+from orchestrate.node.remote_debugger import socket_name
+from tests.workers.conftest import ROOT, hooked_torchrun, host_env
+
+JOB = ROOT / "tests" / "jobs" / "breakpoints.py"
+
+
+def session(debug, rank: int, typed: str, job: subprocess.Popen) -> str:
+    """A terminal's session with ``rank``, once it listens."""
+    path = debug / socket_name(rank)
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        assert job.poll() is None, job.communicate()
+        assert time.monotonic() < deadline, f"rank {rank} never stopped"
+        time.sleep(0.05)
+    shown = io.StringIO()
+    talk(connect(path), io.StringIO(typed), shown)
+    return shown.getvalue()
+
+
+def test_each_rank_stops_for_a_terminal_and_the_job_sums_what_the_terminal_made(tmp_path):
+    debug, progress = tmp_path / "debug", tmp_path / "progress"
+    debug.mkdir()
+    progress.mkdir()
+    env = host_env(tmp_path, DDP_DEBUG_DIR=str(debug), DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT))
+    env.pop("PYTHONBREAKPOINT", None)
+    job = subprocess.Popen(hooked_torchrun(2, "--", str(JOB)), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        first = session(debug, 1, "p t\nt.mul_(10)\nc\n", job)
+        second = session(debug, 0, "up\np rank, t\nc\n", job)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 0, err[-3000:]
+    assert "(Pdb) tensor([2., 2.])" in first  # rank 1's tensor, before the terminal made it 20s
+    assert "Type 'up' to get to the frame that called dist.breakpoint(rank=0)" in second  # torch's own words
+    assert "breakpoints.py(13)<module>()" in second and "(Pdb) (0, tensor([21., 21.]))" in second
+    assert "rank 0 sum [21.0, 21.0]" in out and "rank 1 sum [21.0, 21.0]" in out
+    said = {rank: [json.loads(line)["debugger"] for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()
+                   if "debugger" in json.loads(line)] for rank in (0, 1)}
+    assert said[1][0] == {"state": "waits", "call": "breakpoint()", "file": str(JOB), "line": 11,  # not under cwd
+                          "function": "<module>", "text": "breakpoint()", "attached": False}
+    assert said[0][0]["call"] == "torch.distributed.breakpoint()" and said[0][0]["line"] == 13  # the script's call
+    assert [s["state"] for s in said[0]] == [s["state"] for s in said[1]] == ["waits", "attached", "left"]
