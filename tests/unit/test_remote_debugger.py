@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -41,9 +42,10 @@ class Worker:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
         env.update({"DDP_DEBUG_DIR": str(self.directory), "DDP_PROGRESS_DIR": str(self.progress), "RANK": "3",
                     "DDP_NODE": "node1", **(environ or {})})
+        # (a session of its own: what it forks is killed with it, should a test fail)
         self.process = subprocess.Popen([sys.executable, str(HOOK), "--", "train.py"], cwd=tmp_path, env=env,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+                                        text=True, start_new_session=True)
 
     @property
     def socket(self) -> Path:
@@ -73,7 +75,7 @@ class Worker:
         try:
             out, err = self.process.communicate(timeout=WAIT_S)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             out, err = self.process.communicate()
         return self.process.returncode, out, err
 
@@ -86,9 +88,9 @@ def worker(tmp_path):
         made.append(Worker(tmp_path, script, environ))
         return made[-1]
     yield start
-    for each in made:  # a test that failed leaves no process behind
-        if each.process.poll() is None:
-            each.process.kill()
+    for each in made:  # a test that failed leaves no process behind, nor one its worker forked
+        if each.process.returncode is None:  # not reaped: its group is still its own
+            os.killpg(each.process.pid, signal.SIGKILL)
             each.process.communicate()
 
 
