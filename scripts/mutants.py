@@ -1127,6 +1127,13 @@ MUTANTS = [
     Mutant("any rank in its debugger holds the watchdog", "orchestrate/supervise/supervisor.py",
            "                    or self.progress.debugger.attached()):", "                    or self.progress.debugger.ranks):",
            DEBUGGER),
+    Mutant("a rank that stops says no line of its own", "orchestrate/node/remote_debugger.py",
+           '                sys.stderr.write(stop_line(_Settings.rank, _Settings.stopped, os.environ.get(RUN_ID_ENV) or "RUN_ID")'
+           ' + "\\n")', "                pass", DEBUGGER),
+    Mutant("the console shows the rank's own stop line beside the launcher's", "orchestrate/supervise/console_filter.py",
+           "        if is_stop_line(line.text):\n            return before\n", "", ("tests/unit/test_console_filter.py",)),
+    Mutant("the nodes are not told their run", "orchestrate/plan/make.py", ', "DDP_RUN_ID": run_id}', "}",
+           ("tests/unit/test_plan.py",)),
     Mutant("a socket path too long is connected to whole", "orchestrate/debugger/session.py",
            "        if len(os.fsencode(target)) > LONGEST_SOCKET_PATH:", "        if False:", DEBUGGER),
     Mutant("the input's end is never sent to the rank", "orchestrate/debugger/session.py",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from orchestrate.errors import OrchestrateError
+from orchestrate.node.remote_debugger import STOP_LINE_PREFIX
 
 WAITS, ATTACHED, RUNNING, LEFT = "waits", "attached", "running", "left"
 
@@ -93,6 +94,12 @@ def waits_line(stopped: RankInDebugger, run_id: str) -> str:
     """What the launcher says as a rank stops in its debugger."""
     return (f"rank {stopped.rank} stopped in its debugger at {stopped.where()}: {stopped.text or stopped.call};"
             f" debug it with: python -m orchestrate debug {run_id} {stopped.rank}")
+
+
+def is_stop_line(text: str) -> bool:
+    """Whether a worker's line is its own word that it stopped in its debugger (the launcher's
+    console says :func:`waits_line` in its place)."""
+    return text.startswith(STOP_LINE_PREFIX) and " stopped in its debugger at " in text and " debug it with: " in text
 
 
 def choose(stopped: dict[int, RankInDebugger], rank: Optional[int], run_id: str) -> RankInDebugger:

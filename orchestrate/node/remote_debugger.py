@@ -36,6 +36,10 @@ BREAKPOINT_CALL = "breakpoint()"
 SET_TRACE_CALL = "pdb.set_trace()"
 DIST_BREAKPOINT_CALL = "torch.distributed.breakpoint()"
 BREAK_CALL = "a breakpoint set in its session"
+RUN_ID_ENV = "DDP_RUN_ID"  # the run, set per node by the plan: the rank's line names the command that reaches it
+# What the rank says as it waits for a terminal, in its own output (``logs RUN`` shows it; the
+# launcher's console shows its own line instead).
+STOP_LINE_PREFIX = "[ddp-compose] rank "
 
 
 def socket_name(rank: int) -> str:
@@ -188,6 +192,8 @@ def debugger_class() -> Any:
                 _Settings.stopped = {"call": self.call, **where_called(frame, self.call), "attached": False}
                 _Settings.report({"state": "waits", **_Settings.stopped})
                 said = True
+                sys.stderr.write(stop_line(_Settings.rank, _Settings.stopped, os.environ.get(RUN_ID_ENV) or "RUN_ID") + "\n")
+                sys.stderr.flush()
                 connection, _ = server.accept()
             except OSError as exc:  # no socket here: pdb as it is, never an error in the script
                 _Settings.stopped, self.reachable = None, False
@@ -264,6 +270,14 @@ def debugger_class() -> Any:
         do_q = do_exit = do_quit
 
     return RemotePdb
+
+
+def stop_line(rank: int, stopped: dict[str, Any], run_id: str) -> str:
+    """``[ddp-compose] rank 1 stopped in its debugger at bp.py:9 in <module>: breakpoint(); debug it
+    with: python -m orchestrate debug RUN 1``."""
+    where = f"{stopped.get('file')}:{stopped.get('line')}" + (f" in {stopped['function']}" if stopped.get("function") else "")
+    return (f"{STOP_LINE_PREFIX}{rank} stopped in its debugger at {where}: {stopped.get('text') or stopped.get('call')};"
+            f" debug it with: python -m orchestrate debug {run_id} {rank}")
 
 
 def stopped_in_debugger() -> Optional[dict[str, Any]]:

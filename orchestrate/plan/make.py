@@ -238,7 +238,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
                 target=target,
             )
         nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, counts[rank]),
-                              argv, {**env, "DDP_NODE": node_name(rank)},
+                              argv, {**env, "DDP_NODE": node_name(rank), "DDP_RUN_ID": run_id},
                               node_command(config, node_name(rank), argv, detached, netem)))
     return JobPlan(
         run_id=run_id,

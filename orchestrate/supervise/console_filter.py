@@ -1,5 +1,5 @@
 """What the console shows of the nodes' own lines (pure). The node logs keep every line, and
-``-v`` shows them all; otherwise three things are left to the logs:
+``-v`` shows them all; otherwise these are left to the logs:
 
 - torchrun's INFO records (``I1123 01:03:22.761000 16858 .../api.py:890] ...``): its rendezvous rounds;
 - torchrun's ``ChildFailedError`` report: its own traceback and the table that follows,
@@ -13,6 +13,8 @@
   socket has failed to connect to [localhost]:12355``, once a second by every rank that looks for a
   store that is not there): the first shows, and the count of those that follow it in a row, once
   another line comes (:data:`SAID_AGAIN`);
+- a rank's own line as it stops in its debugger (``[ddp-compose] rank 1 stopped in its debugger at
+  ...``, for ``logs RUN``): the launcher says the same in its own line;
 - most redraws of the workers' progress bars, each a line of its own (``progress_bars``), the
   empty line that a bar's first "\\r" makes, and the spaces that wipe a bar left with
   ``leave=False``.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from orchestrate.debugger.states import is_stop_line
 from orchestrate.supervise.progress_bars import BarThrottle, parse_redraw
 from orchestrate.supervise.worker_lines import OutputLine
 from orchestrate.text import counted
@@ -159,6 +162,8 @@ class ConsoleFilter:
         if cleared:  # the spaces that wipe a bar left with leave=False
             return []
         before = [blank] if blank is not None else []
+        if is_stop_line(line.text):
+            return before
         if line.text == "":
             self.blank[rank] = line
             return before

@@ -300,4 +300,8 @@ def test_a_rank_stopped_at_breakpoint_is_debugged_from_another_terminal_with_the
     assert proc.returncode == 0, out[-3000:]
     assert "[node0/rank0]  rank 0 sum [21.0, 21.0]" in out and "[node1/rank1]  rank 1 sum [21.0, 21.0]" in out
     assert out.count("left its debugger") == 2
+    assert "[ddp-compose] rank 1 stopped" not in out  # the rank's own line: in its node's log, for `logs RUN`
+    node1_log = (tmp_path / "runs" / project.removeprefix("ddp-") / "node1.log").read_text()
+    assert (f"[ddp-compose] rank 1 stopped in its debugger at breakpoints.py:11 in <module>: breakpoint(); debug it"
+            f" with: python -m orchestrate debug {project.removeprefix('ddp-')} 1") in node1_log
     assert leftovers(docker_client, project) == []

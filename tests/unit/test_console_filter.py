@@ -139,3 +139,11 @@ def test_a_workers_empty_line_after_a_repeated_warning_and_its_backtrace_shows()
     lines = [OutputLine("node0", text, 0, 0) for text in (connect_failed(1), *backtrace, connect_failed(2), "", "after")]
     assert shown(lines) == [connect_failed(1), BACKTRACE_NOTE, "(the same line 1 more time: see the node log, or -v)",
                             "", "after"]
+
+
+def test_a_ranks_own_line_as_it_stops_in_its_debugger_is_left_to_the_logs_and_other_hook_notes_show():
+    stop = ("[ddp-compose] rank 1 stopped in its debugger at bp.py:9 in <module>: breakpoint(); debug it with:"
+            " python -m orchestrate debug r 1")  # the launcher says the same in its own line
+    note = "[ddp-compose] rank 1 starts 2 processes of its own with torch.multiprocessing under torchrun"
+    lines = [OutputLine("node0", text, 0, 1) for text in ("", stop, note, "step 3")]
+    assert shown(lines) == ["", note, "step 3"]  # (an empty line before it still shows)

@@ -107,6 +107,8 @@ def test_the_node_command_wraps_torchrun_in_the_node_supervisor(make_job):
 def test_workers_get_the_progress_channel_and_global_rank_prefixes(make_job):
     env = make_job().nodes[0].env
     assert env["DDP_PROGRESS_DIR"] == "/ddp-run/progress"
+    job = make_job()  # each node says its name and its run (a rank in its debugger names the command)
+    assert [(n.env["DDP_NODE"], n.env["DDP_RUN_ID"]) for n in job.nodes] == [(n.name, job.run_id) for n in job.nodes]
     assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[${rank}|${local_rank}]:"
 
 

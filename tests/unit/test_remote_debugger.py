@@ -41,7 +41,7 @@ class Worker:
         self.file.write_text(script)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
         env.update({"DDP_DEBUG_DIR": str(self.directory), "DDP_PROGRESS_DIR": str(self.progress), "RANK": "3",
-                    "DDP_NODE": "node1", **(environ or {})})
+                    "DDP_NODE": "node1", "DDP_RUN_ID": "20261130-1", **(environ or {})})
         # (a session of its own: what it forks is killed with it, should a test fail)
         self.process = subprocess.Popen([sys.executable, str(HOOK), "--", "train.py"], cwd=tmp_path, env=env,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -105,6 +105,9 @@ def test_a_breakpoint_waits_for_a_terminal_which_reads_and_steps_and_continue_le
                             "function": "<module>", "text": "breakpoint()", "attached": False},
                            {"state": "attached"}, {"state": "left"}]
     assert not job.socket.exists()  # one terminal at a time: none listens once one came
+    # its own line, for `logs RUN` (the launcher's console says its own instead)
+    assert ("[ddp-compose] rank 3 stopped in its debugger at train.py:2 in <module>: breakpoint(); debug it with:"
+            " python -m orchestrate debug 20261130-1 3\n") in err
 
 
 def test_the_stack_a_terminal_sees_starts_at_the_script_not_at_the_hook_that_runs_it(worker):
