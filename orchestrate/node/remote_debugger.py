@@ -29,6 +29,8 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
+from orchestrate.node.hook_frames import is_hook_file
+
 SOCKET_PREFIX = "pdb-rank"
 SOCKET_SUFFIX = ".sock"
 # The calls that stop a rank, as the launcher names them.
@@ -153,8 +155,6 @@ def debugger_class() -> Any:
             super().set_trace(frame)
 
         def setup(self, frame: Any, traceback: Any) -> None:
-            from orchestrate.node.snapshot import is_hook_file  # loaded with the hook
-
             super().setup(frame, traceback)
             # the stack as under python3: from the script's first frame, not the hook's and runpy's
             # frames that run it

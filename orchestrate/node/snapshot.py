@@ -31,6 +31,7 @@ import traceback
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from orchestrate.node.collective_log import CollectiveLog, relative
+from orchestrate.node.hook_frames import HOOK_DIR, is_hook_file  # noqa: F401 - the rule, as the launcher reads it here
 from orchestrate.node.remote_debugger import stopped_in_debugger
 
 DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
@@ -44,16 +45,6 @@ POLL_S = 0.25
 CPU_SAMPLES = 9
 # Why a worker wrote a record unasked: a collective (or its init_process_group) failed.
 FAILED_REASON = "collective failed"
-# This package, where the hook runs it from (in the nodes: the project's mount).
-HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def is_hook_file(filename: str, hook_dirs: Tuple[str, ...] = (HOOK_DIR,)) -> bool:
-    """Whether a frame's file is the hook's (this package: the start-up hook, the recorder's
-    wrappers) or runpy's, which runs the script: not the script's own."""
-    return filename.startswith(hook_dirs) or filename.endswith("/runpy.py") or filename == "<frozen runpy>"
-
-
 # How each of the hook's wrappers calls what it wraps: ``original(...)``.
 WRAPPED_CALL = "original("
 

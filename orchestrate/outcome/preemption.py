@@ -12,12 +12,9 @@ workers' records and the launcher's signal are timed by one clock, the kernel's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from orchestrate.text import ranks_text
-
-if TYPE_CHECKING:  # (node_result holds a Preemption: imported for the annotation alone)
-    from orchestrate.outcome.node_result import NodeResult
 
 # How many files one sentence names; the rest are counted.
 FILES_NAMED = 3
@@ -63,7 +60,17 @@ class Preemption:
     lines_rank: Optional[int] = None
 
 
-def preemption_said(result: "NodeResult", results: Sequence["NodeResult"] = ()) -> str:
+class PreemptedResult(Protocol):
+    """What the words below read of a node's result (:class:`orchestrate.outcome.node_result.NodeResult`,
+    which holds a :class:`Preemption`: named by its shape, so that neither module imports the other)."""
+
+    node: Any  # its plan: ``.name``
+    fault: str
+    grace_ran_out: bool
+    preemption: Optional[Preemption]
+
+
+def preemption_said(result: "PreemptedResult", results: Sequence["PreemptedResult"] = ()) -> str:
     """How a preempted node's ranks met its SIGTERM (:func:`how_ranks_met_sigterm`), where the
     preempt is still the fault the node's result names; else "". The advice is left out where a
     rank of any node of ``results`` finished after its SIGTERM: the script handles it, and a rank
@@ -74,14 +81,14 @@ def preemption_said(result: "NodeResult", results: Sequence["NodeResult"] = ()) 
     return how_ranks_met_sigterm(preemption, result.grace_ran_out, advise=not any_finished((result, *results)))
 
 
-def any_finished(results: Sequence["NodeResult"]) -> bool:
+def any_finished(results: Sequence["PreemptedResult"]) -> bool:
     """Whether a rank of any preempted node of ``results`` finished its script after its SIGTERM:
     then the script handles the signal, and a rank that did not finish lost its peers."""
     return any(rank.finished_after_s is not None for result in results if result.preemption
                for rank in result.preemption.ranks)
 
 
-def recovered_preemption_said(node: str, cause: str, results: Sequence["NodeResult"]) -> str:
+def recovered_preemption_said(node: str, cause: str, results: Sequence["PreemptedResult"]) -> str:
     """How the ranks of a node that an elastic job got back after a preempt met its SIGTERM, for
     the recovery's line (``cause``: the recovery's, ``injected fault preempt:node1@t=8``); "" for
     another cause, or a later preempt of the node (its first is the one read)."""
