@@ -24,7 +24,7 @@ def add_parsers(sub: Any) -> None:
         "debug", help="debug a rank stopped at breakpoint() from this terminal (pdb)",
         description="A rank whose script calls breakpoint(), pdb.set_trace() or torch.distributed.breakpoint()"
                     " stops there and waits for a terminal (the run says so, with this command). This terminal"
-                    " then is its pdb: every pdb command works. `continue` with no breakpoint left, or Ctrl-D,"
+                    " then is its pdb: its commands work, but interact (run a statement with !). `continue` with no breakpoint left, or Ctrl-D,"
                     " lets the rank go on and ends the session; `quit` ends the rank's script (bdb.BdbQuit), as"
                     " pdb does. The other ranks wait for it in their next collective, up to its timeout. One"
                     " terminal at a time per rank.",
