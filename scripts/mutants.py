@@ -1128,8 +1128,8 @@ MUTANTS = [
            "                    or self.progress.debugger.attached()):", "                    or self.progress.debugger.ranks):",
            DEBUGGER),
     Mutant("a rank that stops says no line of its own", "orchestrate/node/remote_debugger.py",
-           '                sys.stderr.write(stop_line(_Settings.rank, _Settings.stopped, os.environ.get(RUN_ID_ENV) or "RUN_ID")'
-           ' + "\\n")', "                pass", DEBUGGER),
+           '                sys.stderr.write(stop_line(_Settings.rank, _Settings.stopped, run_id) + "\\n")',
+           "                pass", DEBUGGER),
     Mutant("the console shows the rank's own stop line beside the launcher's", "orchestrate/supervise/console_filter.py",
            "        if is_stop_line(line.text):\n            return before\n", "", ("tests/unit/test_console_filter.py",)),
     Mutant("the nodes are not told their run", "orchestrate/plan/make.py", ', "DDP_RUN_ID": run_id}', "}",

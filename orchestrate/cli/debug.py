@@ -24,10 +24,10 @@ def add_parsers(sub: Any) -> None:
         "debug", help="debug a rank stopped at breakpoint() from this terminal (pdb)",
         description="A rank whose script calls breakpoint(), pdb.set_trace() or torch.distributed.breakpoint()"
                     " stops there and waits for a terminal (the run says so, with this command). This terminal"
-                    " then is its pdb: its commands work, but interact (run a statement with !). `continue` with no breakpoint left, or Ctrl-D,"
-                    " lets the rank go on and ends the session; `quit` ends the rank's script (bdb.BdbQuit), as"
-                    " pdb does. The other ranks wait for it in their next collective, up to its timeout. One"
-                    " terminal at a time per rank.",
+                    " then is its pdb: its commands work, but interact (run a statement with !). `continue` with"
+                    " no breakpoint left, or Ctrl-D, lets the rank go on and ends the session; `quit` ends the"
+                    " rank's script (bdb.BdbQuit), as pdb does. The other ranks wait for it in their next"
+                    " collective, up to its timeout. One terminal at a time per rank.",
         epilog="usage example: python -m orchestrate debug 20261121-093012-1f2e3d 1")
     debug.add_argument("run_id", metavar="RUN_ID", help="the run (see ps); foreground or detached")
     debug.add_argument("rank", metavar="RANK", nargs="?", type=int,
@@ -59,7 +59,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
             time.sleep(WAIT_POLL_S)
     say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
     node = f" ({stopped.node})" if stopped.node else ""
-    say(f"rank {stopped.rank}{node} stopped at {stopped.where()}: {stopped.text or stopped.call}")
+    say(f"rank {stopped.rank}{node} stopped at {stopped.where()}: {stopped.what()}")
     say("pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script")
     try:
         heard = talk(connection, sys.stdin, inv.out)

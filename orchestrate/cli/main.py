@@ -28,8 +28,8 @@ import shlex
 import sys
 from typing import IO, Any, NoReturn, Optional, Sequence
 
-from orchestrate.cli import (attach, bench, chaos, debug, down, export, fault, image, logs, prune, ps, report, run, stacks,
-                             stop)
+from orchestrate.cli import (attach, bench, chaos, debug, down, export, fault, image, logs, prune, ps, report, run,
+                             stacks, stop)
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
 from orchestrate.cli.signals import interrupt_exit_code

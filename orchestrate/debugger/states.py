@@ -1,15 +1,16 @@
 """Which ranks are in their debugger, from what each said on the progress channel: it ``waits``
 for a terminal (with the call that stopped it, and where), a terminal is ``attached`` (with where,
 when a breakpoint set in the session stopped it again), the rank is ``running`` on to such a
-breakpoint with the terminal still holding the session, or it ``left``. A newer process of the rank (an elastic restart), or its script's end, closes what an
-older one said. Pure."""
+breakpoint with the terminal still holding the session, or it ``left``. A newer process of the
+rank (an elastic restart), or its script's end, closes what an older one said. Pure."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from orchestrate.errors import OrchestrateError
-from orchestrate.node.remote_debugger import STOP_LINE_PREFIX
+from orchestrate.node.remote_debugger import STOP_LINE_PREFIX, stop_words, where_text
+from orchestrate.text import ranks_text
 
 WAITS, ATTACHED, RUNNING, LEFT = "waits", "attached", "running", "left"
 
@@ -35,7 +36,11 @@ class RankInDebugger:
 
     def where(self) -> str:
         """``bp.py:9 in <module>``."""
-        return f"{self.file}:{self.line} in {self.function}" if self.function else f"{self.file}:{self.line}"
+        return where_text(self.file, self.line, self.function)
+
+    def what(self) -> str:
+        """The source line it stopped at, or the call that stopped it where that is not known."""
+        return self.text or self.call
 
 
 class DebuggerStates:
@@ -85,21 +90,16 @@ class DebuggerStates:
         return None
 
 
-def ranks_named(ranks: list[int]) -> str:
-    """``rank 1`` or ``ranks 0, 1``."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
-
-
 def waits_line(stopped: RankInDebugger, run_id: str) -> str:
-    """What the launcher says as a rank stops in its debugger."""
-    return (f"rank {stopped.rank} stopped in its debugger at {stopped.where()}: {stopped.text or stopped.call};"
-            f" debug it with: python -m orchestrate debug {run_id} {stopped.rank}")
+    """What the launcher says as a rank stops in its debugger: the rank's own words."""
+    return stop_words(stopped.rank, stopped.where(), stopped.what(), run_id)
 
 
 def is_stop_line(text: str) -> bool:
     """Whether a worker's line is its own word that it stopped in its debugger (the launcher's
     console says :func:`waits_line` in its place)."""
-    return text.startswith(STOP_LINE_PREFIX) and " stopped in its debugger at " in text and " debug it with: " in text
+    return (text.startswith(STOP_LINE_PREFIX + "rank ") and " stopped in its debugger at " in text
+            and " debug it with: " in text)
 
 
 def choose(stopped: dict[int, RankInDebugger], rank: Optional[int], run_id: str) -> RankInDebugger:
@@ -113,11 +113,11 @@ def choose(stopped: dict[int, RankInDebugger], rank: Optional[int], run_id: str)
             raise OrchestrateError(f"no rank of run {run_id} is in its debugger (a script stops there at"
                                    " breakpoint(), pdb.set_trace() or torch.distributed.breakpoint())")
         else:
-            raise OrchestrateError(f"{ranks_named(sorted(stopped))} of run {run_id} are in their debugger:"
+            raise OrchestrateError(f"{ranks_text(stopped)} of run {run_id} are in their debugger:"
                                    f" name one (python -m orchestrate debug {run_id} {min(waiting or stopped)})")
     found = stopped.get(rank)
     if found is None:
-        others = f"; {ranks_named(sorted(stopped))} {'is' if len(stopped) == 1 else 'are'}" if stopped else ""
+        others = f"; {ranks_text(stopped)} {'is' if len(stopped) == 1 else 'are'}" if stopped else ""
         raise OrchestrateError(f"rank {rank} of run {run_id} is not in its debugger{others}")
     if found.attached:
         raise OrchestrateError(f"rank {rank} of run {run_id} is in a debugging session already (another"

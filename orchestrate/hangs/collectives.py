@@ -303,10 +303,9 @@ def not_there(target: Collective, snapshots: dict[int, RankSnapshot], expected: 
         last = max(mine) if mine else 0
         if last < target.seq:
             where = snapshots[rank].in_collective
-            stack = snapshots[rank].stack
+            outside = f"not in a collective: {rank_summary(snapshots[rank])}{(elsewhere or {}).get(rank, '')}"
             doing = (f"in {where.call} #{where.seq} of group {where.group}" if where
-                     else f"not in a collective: {rank_summary(snapshots[rank])}{(elsewhere or {}).get(rank, '')}" if stack
-                     else "not in a collective")
+                     else outside if snapshots[rank].stack else "not in a collective")
             behind.append(f"rank {rank} is at #{last} ({doing})")
     for rank in sorted((expected & involved) - set(snapshots)):
         behind.append(f"rank {rank} {absent_why.get(rank, 'did not answer')}")

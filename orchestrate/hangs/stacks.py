@@ -88,7 +88,7 @@ def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
         if waiting is not None and waiting.on_gpu:  # the main thread is elsewhere, waiting for the GPU
             where = f"{summary(first.stack)}; its GPU waits in {waiting.call} #{waiting.seq} from {waiting.at}"
         elif first.debugger is not None:
-            where = summary(first.stack, IN_DEBUGGER)
+            where = rank_summary(first)
         else:
             where = summary(first.stack, waiting.op if waiting else "init_process_group" if first.failed_in_init else "")
         groups.append(StackGroup(tuple(sorted(ranks)), first.stack, where))

@@ -39,9 +39,9 @@ SET_TRACE_CALL = "pdb.set_trace()"
 DIST_BREAKPOINT_CALL = "torch.distributed.breakpoint()"
 BREAK_CALL = "a breakpoint set in its session"
 RUN_ID_ENV = "DDP_RUN_ID"  # the run, set per node by the plan: the rank's line names the command that reaches it
-# What the rank says as it waits for a terminal, in its own output (``logs RUN`` shows it; the
-# launcher's console shows its own line instead).
-STOP_LINE_PREFIX = "[ddp-compose] rank "
+# What the rank's own line starts with as it waits for a terminal, in its output (``logs RUN`` shows
+# it; the launcher's console shows its own line instead).
+STOP_LINE_PREFIX = "[ddp-compose] "
 
 
 def socket_name(rank: int) -> str:
@@ -159,7 +159,8 @@ def debugger_class() -> Any:
             # the stack as under python3: from the script's first frame, not the hook's and runpy's
             # frames that run it
             hook = 0
-            while hook < min(len(self.stack) - 1, self.curindex) and is_hook_file(self.stack[hook][0].f_code.co_filename):
+            while (hook < min(len(self.stack) - 1, self.curindex)
+                   and is_hook_file(self.stack[hook][0].f_code.co_filename)):
                 hook += 1
             self.stack, self.curindex = self.stack[hook:], self.curindex - hook
 
@@ -192,7 +193,8 @@ def debugger_class() -> Any:
                 _Settings.stopped = {"call": self.call, **where_called(frame, self.call), "attached": False}
                 _Settings.report({"state": "waits", **_Settings.stopped})
                 said = True
-                sys.stderr.write(stop_line(_Settings.rank, _Settings.stopped, os.environ.get(RUN_ID_ENV) or "RUN_ID") + "\n")
+                run_id = os.environ.get(RUN_ID_ENV) or "RUN_ID"
+                sys.stderr.write(stop_line(_Settings.rank, _Settings.stopped, run_id) + "\n")
                 sys.stderr.flush()
                 connection, _ = server.accept()
             except OSError as exc:  # no socket here: pdb as it is, never an error in the script
@@ -272,12 +274,22 @@ def debugger_class() -> Any:
     return RemotePdb
 
 
+def where_text(file: str, line: Any, function: str) -> str:
+    """``bp.py:9 in <module>``: where a rank stopped, as the launcher and the rank name it."""
+    return f"{file}:{line} in {function}" if function else f"{file}:{line}"
+
+
+def stop_words(rank: int, where: str, what: str, run_id: str) -> str:
+    """``rank 1 stopped in its debugger at bp.py:9 in <module>: breakpoint(); debug it with: python
+    -m orchestrate debug RUN 1``: said by the rank (:func:`stop_line`) and by the launcher alike."""
+    return (f"rank {rank} stopped in its debugger at {where}: {what}; debug it with:"
+            f" python -m orchestrate debug {run_id} {rank}")
+
+
 def stop_line(rank: int, stopped: dict[str, Any], run_id: str) -> str:
-    """``[ddp-compose] rank 1 stopped in its debugger at bp.py:9 in <module>: breakpoint(); debug it
-    with: python -m orchestrate debug RUN 1``."""
-    where = f"{stopped.get('file')}:{stopped.get('line')}" + (f" in {stopped['function']}" if stopped.get("function") else "")
-    return (f"{STOP_LINE_PREFIX}{rank} stopped in its debugger at {where}: {stopped.get('text') or stopped.get('call')};"
-            f" debug it with: python -m orchestrate debug {run_id} {rank}")
+    """The rank's own line as it waits for a terminal: ``[ddp-compose] `` and :func:`stop_words`."""
+    where = where_text(stopped.get("file", ""), stopped.get("line"), stopped.get("function", ""))
+    return STOP_LINE_PREFIX + stop_words(rank, where, stopped.get("text") or stopped.get("call", ""), run_id)
 
 
 def stopped_in_debugger() -> Optional[dict[str, Any]]:
