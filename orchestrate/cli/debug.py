@@ -13,7 +13,7 @@ from orchestrate.debugger.states import choose
 from orchestrate.engine.runs import LIVE_STATUSES, find_run
 from orchestrate.errors import OrchestrateError, UsageError
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.supervise.progress import ranks_in_debugger
+from orchestrate.supervise.progress import DebuggerWatch
 
 # How often --wait looks again for the rank.
 WAIT_POLL_S = 0.25
@@ -46,9 +46,10 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     deadline = time.monotonic() + args.wait
+    watch = DebuggerWatch(run.run_dir / PROGRESS_SUBDIR)
     while True:
         try:
-            stopped = choose(ranks_in_debugger(run.run_dir / PROGRESS_SUBDIR), args.rank, run.run_id)
+            stopped = choose(watch.ranks(), args.rank, run.run_id)
             connection = connect(socket_path(run.run_dir, stopped.rank))
             break
         except OrchestrateError:

@@ -9,7 +9,7 @@ from orchestrate.hangs.init_calls import asks_for_torchruns_world
 from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.model import Recovery
 from orchestrate.outcome.preemption import RankAfterSigterm
-from orchestrate.outcome.progress import ProgressReader, ProgressRecord, read_all
+from orchestrate.outcome.progress import ProgressReader, ProgressRecord
 
 
 class ProgressWatch:
@@ -173,9 +173,20 @@ def take_debugger_record(states: DebuggerStates, record: ProgressRecord) -> Opti
     return states.take(record.rank, record.attempt, record.node, record.time, record.debugger, record.finished)
 
 
+class DebuggerWatch:
+    """The ranks of a run in their debugger, read from its progress directory as it grows: each
+    look reads only what the workers wrote since the last (``debug --wait`` looks every 0.25 s)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.reader = ProgressReader(directory)
+        self.states = DebuggerStates()
+
+    def ranks(self) -> dict[int, RankInDebugger]:
+        for record in self.reader.poll():
+            take_debugger_record(self.states, record)
+        return dict(self.states.ranks)
+
+
 def ranks_in_debugger(directory: Path) -> dict[int, RankInDebugger]:
     """The ranks of a run in their debugger now, from its progress directory."""
-    states = DebuggerStates()
-    for record in read_all(directory):
-        take_debugger_record(states, record)
-    return dict(states.ranks)
+    return DebuggerWatch(directory).ranks()
