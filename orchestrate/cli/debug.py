@@ -1,5 +1,6 @@
 """``debug RUN [RANK]``: this terminal becomes the pdb of a rank that stopped in its debugger (a
-script's ``breakpoint()``, ``pdb.set_trace()`` or ``torch.distributed.breakpoint()``)."""
+script's ``breakpoint()``, ``pdb.set_trace()`` or ``torch.distributed.breakpoint()``, or with
+``run --pdb`` an error it did not catch)."""
 from __future__ import annotations
 
 import argparse
@@ -12,11 +13,16 @@ from orchestrate.debugger.session import connect, socket_path, talk
 from orchestrate.debugger.states import choose
 from orchestrate.engine.runs import LIVE_STATUSES, find_run
 from orchestrate.errors import OrchestrateError, UsageError
+from orchestrate.node.remote_debugger import POST_MORTEM_CALL
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.progress import DebuggerWatch
 
 # How often --wait looks again for the rank.
 WAIT_POLL_S = 0.25
+# How a session ends, said as it starts: at a breakpoint, and in a post-mortem (run --pdb).
+ENDINGS = ("pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script",
+           "pdb's commands look at the frames the error left (`up`, `down`, `p`); `continue`, `quit` or Ctrl-D"
+           " let the rank end with its error")
 
 
 def add_parsers(sub: Any) -> None:
@@ -27,7 +33,8 @@ def add_parsers(sub: Any) -> None:
                     " then is its pdb: its commands work, but interact (run a statement with !). `continue` with"
                     " no breakpoint left, or Ctrl-D, lets the rank go on and ends the session; `quit` ends the"
                     " rank's script (bdb.BdbQuit), as pdb does. The other ranks wait for it in their next"
-                    " collective, up to its timeout. One terminal at a time per rank.",
+                    " collective, up to its timeout. One terminal at a time per rank. With run --pdb, a rank"
+                    " whose script raised an error it did not catch waits here too, in pdb's post-mortem of it.",
         epilog="usage example: python -m orchestrate debug 20261121-093012-1f2e3d 1")
     debug.add_argument("run_id", metavar="RUN_ID", help="the run (see ps); foreground or detached")
     debug.add_argument("rank", metavar="RANK", nargs="?", type=int,
@@ -61,7 +68,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
     node = f" ({stopped.node})" if stopped.node else ""
     say(f"rank {stopped.rank}{node} stopped at {stopped.where()}: {stopped.what()}")
-    say("pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script")
+    say(ENDINGS[stopped.call == POST_MORTEM_CALL])
     try:
         heard = talk(connection, sys.stdin, inv.out)
     except KeyboardInterrupt:

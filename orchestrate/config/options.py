@@ -191,6 +191,10 @@ JOB_OPTIONS = (
     Option("debug_collectives", "--debug-collectives", "run the workers with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch"
            " checks every collective across ranks and fails at the first mismatch, naming both (costs a check per"
            " collective)", switch=True),
+    Option("post_mortem", "--pdb", "a rank whose script raises an error it does not catch stops in pdb where it"
+           " raised (post-mortem, at the innermost frame of your own code) after its traceback, and waits for"
+           " `python -m orchestrate debug RUN RANK`, which the run prints; the rank then ends with its error",
+           switch=True),
     Option("rdzv", "--rdzv", "rendezvous: static (--node-rank i, fixed ranks) or c10d (elastic: torchrun's c10d"
            " rendezvous on node0; dead nodes are restarted and rejoin, workers restart) (default: static)",
            choices=("static", "c10d")),
@@ -275,5 +279,5 @@ OPTIONS_BY_DEST = {option.dest: option for option in ALL_OPTIONS}
 # The order ``--help`` lists a job's options in (the node options follow, in a group).
 JOB_HELP_ORDER = ("nodes", "nproc_per_node", "cpu", "gpus_per_node", "share_gpus", "backend", "nccl_as_gloo", "workdir", "image", "master_port",
                   "runs_dir", "ready_timeout", "collective_timeout", "hang_timeout",
-                  "hang_diagnose_after", "debug_collectives", "rdzv", "nnodes", "max_restarts",
+                  "hang_diagnose_after", "debug_collectives", "post_mortem", "rdzv", "nnodes", "max_restarts",
                   "rdzv_timeout", "restart", "rdzv_store", "scheduler", "sbatch", "stop_grace", "faults")

@@ -78,6 +78,7 @@ class RunRequest:
     hang_timeout: Optional[float] = None
     hang_diagnose_after: float = DEFAULT_HANG_DIAGNOSE_AFTER_S
     debug_collectives: bool = False
+    post_mortem: bool = False
     faults: tuple[FaultSpec, ...] = ()
     keep: bool = False
     no_build: bool = False
@@ -131,6 +132,9 @@ class RunRequest:
         if self.share_gpus or self.nccl_as_gloo:
             raise UsageError("--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated Slurm"
                              " cluster runs CPU/Gloo nodes")
+        if self.post_mortem:
+            raise UsageError("--pdb is for --scheduler compose: Slurm's srun starts the workers without the"
+                             " start-up hook that takes their pdb to `debug RUN RANK`")
         if self.restart != "all" or self.rdzv_store != "node0":
             raise UsageError("--restart and --rdzv-store are for --scheduler compose: under Slurm, Slurm restarts"
                              " (a requeue restarts the whole job) and torchrun's rendezvous is the batch host's")
@@ -257,6 +261,7 @@ def resolve_config(request: RunRequest, host: HostFacts, available_gpus: Optiona
         hang_timeout_s=request.hang_timeout,
         hang_diagnose_after_s=request.hang_diagnose_after,
         debug_collectives=request.debug_collectives,
+        post_mortem=request.post_mortem,
     )
 
 

@@ -115,6 +115,8 @@ class RunConfig:
         hang_timeout_s: End the run as failed (hung) after this long without progress (None: never).
         hang_diagnose_after_s: Say where every rank waits after this long without progress (0: never).
         debug_collectives: Run the workers with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``.
+        post_mortem: A rank's uncaught error stops it in pdb's post-mortem, which waits for
+            ``debug RUN RANK`` (``--pdb``).
         node_nprocs: Each node's own number of workers (uneven nodes, ``--nproc-per-node
             2,1,1``; empty: every node runs ``nproc_per_node``, which is then the most of them).
     """
@@ -156,6 +158,7 @@ class RunConfig:
     hang_timeout_s: Optional[float] = None
     hang_diagnose_after_s: float = DEFAULT_HANG_DIAGNOSE_AFTER_S
     debug_collectives: bool = False
+    post_mortem: bool = False
     node_nprocs: tuple[int, ...] = ()
 
     def nprocs_of(self, node_rank: int) -> int:

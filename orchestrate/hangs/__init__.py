@@ -6,4 +6,5 @@ in the run's directory; may import the node package and plan.layout only."""
 # What this package may import of the others, beside errors, text and interrupts (a package, or one
 # module of it); tests/unit/test_import_contract.py holds every module to it.
 MAY_IMPORT = ("plan.layout", "node.snapshot", "node.ddp_collectives", "node.fsdp_collectives",
-              "node.checkpoint_collectives", "node.crash_stacks", "node.collective_log", "node.shared_writes")
+              "node.checkpoint_collectives", "node.crash_stacks", "node.collective_log", "node.shared_writes",
+              "node.remote_debugger")

@@ -18,6 +18,7 @@ from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
 from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
+from orchestrate.node.remote_debugger import POST_MORTEM_CALL
 from orchestrate.text import ranks_text
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
@@ -98,7 +99,10 @@ COLLECTIVES_MADE_ALONE = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
                           (IN_DCP, DCP_FRAMES, DCP_HINT))
 
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
-DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or take the breakpoint out"
+DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or {instead}"
+# What else ends the wait: by the call that stopped the rank (the rest are its script's breakpoints).
+INSTEAD_OF_DEBUGGING = {POST_MORTEM_CALL: "run without --pdb"}
+BREAKPOINT_OUT = "take the breakpoint out"
 PEERS_WAIT = "the others wait for it in their collectives; "  # where a rank does
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
@@ -164,6 +168,7 @@ class RankActivity:
     state: str  # "collective" (waits in one), "busy" (computing), "idle" (neither), "debugger" (stopped in
     # its debugger: its script's breakpoint()), "stopped", "exited", "absent"
     detail: str = ""
+    stopped_by: str = ""  # what stopped a rank in its debugger (its call, or run --pdb's post-mortem)
 
 
 def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapshot], interval_s: float,
@@ -180,7 +185,7 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     if now.debugger is not None:
         stop = now.debugger
         return RankActivity(rank, "debugger", f"stopped in its debugger at {stop.where} ({stop.text or stop.call}),"
-                                              + (" a terminal debugs it" if stop.attached else NO_TERMINAL))
+                                              + (" a terminal debugs it" if stop.attached else NO_TERMINAL), stop.call)
     share = cpu_share(before, now, interval_s)
     collective = now.in_collective
     if collective is not None and collective.on_gpu:  # the CPU's share is CUDA's wait spinning, or other work
@@ -403,8 +408,9 @@ class HangDiagnosis:
         for rank in busy:
             out.append(f"  rank {rank.rank} is {rank.detail}")
         for rank in (a for a in self.activities if a.state == "debugger"):
+            instead = INSTEAD_OF_DEBUGGING.get(rank.stopped_by, BREAKPOINT_OUT)
             hint = (PEERS_WAIT if self.someone_waits else "") + DEBUGGER_HINT.format(run=self.run_id or "RUN_ID",
-                                                                                      rank=rank.rank)
+                                                                                      rank=rank.rank, instead=instead)
             out.append(f"  rank {rank.rank} {rank.detail}" + (f": {hint}" if rank.detail.endswith(NO_TERMINAL) else ""))
         # a working job's ranks are looked at a moment apart, and its GPUs are in collectives as
         # they go: there only ops or shapes that differ are worth saying

@@ -15,6 +15,11 @@ keeps the session while the rank runs on (said as ``running``: the launcher's ha
 watches it again) and stops it there again, as the script's next ``breakpoint()`` does; a
 terminal gone meanwhile is met as end-of-input there.
 
+With ``run --pdb`` (``$DDP_POST_MORTEM``), an error the script does not catch stops the rank the
+same way, after its traceback is printed: pdb's post-mortem of the error waits for a terminal, at
+the innermost frame of the user's own code (``down`` goes on into the library that raised), and
+the rank then ends with its error as it would have (:func:`post_mortem`).
+
 ``PYTHONBREAKPOINT`` set in the run's environment (``0`` turns ``breakpoint()`` off) is the
 user's choice and is left alone. A process the worker forked (a DataLoader's worker) has pdb as
 it is. Standard library only; pdb is imported at the first stop (or when the script imports it).
@@ -30,6 +35,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from orchestrate.node.hook_frames import is_hook_file
+from orchestrate.node.peer_loss import says_a_peer_was_lost
 
 SOCKET_PREFIX = "pdb-rank"
 SOCKET_SUFFIX = ".sock"
@@ -38,10 +44,13 @@ BREAKPOINT_CALL = "breakpoint()"
 SET_TRACE_CALL = "pdb.set_trace()"
 DIST_BREAKPOINT_CALL = "torch.distributed.breakpoint()"
 BREAK_CALL = "a breakpoint set in its session"
+POST_MORTEM_CALL = "an uncaught error (--pdb)"
+POST_MORTEM_ENV = "DDP_POST_MORTEM"  # set by the plan for run --pdb
 RUN_ID_ENV = "DDP_RUN_ID"  # the run, set per node by the plan: the rank's line names the command that reaches it
 # What the rank's own line starts with as it waits for a terminal, in its output (``logs RUN`` shows
 # it; the launcher's console shows its own line instead).
 STOP_LINE_PREFIX = "[ddp-compose] "
+ERROR_TEXT_MOST = 160  # characters of a post-mortem's error said where the rank stopped
 
 
 def socket_name(rank: int) -> str:
@@ -56,6 +65,7 @@ class _Settings:
     rank = 0
     pid = 0  # the worker's own process: a process it forked (a DataLoader's worker) is not the rank's
     stopped: Optional[dict[str, Any]] = None  # where the rank is stopped now, as its snapshots say
+    examined: Any = None  # a post-mortem's error's frames up to the user's, as its snapshots' main stack
     current: Any = None  # the debugger whose session has a terminal now
     lock = threading.RLock()  # one session at a time per process: a second thread's stop waits for it
     report: Callable[[dict[str, Any]], None] = staticmethod(lambda state: None)
@@ -124,6 +134,8 @@ def debugger_class() -> Any:
             self.thread = threading.get_ident()
             self.running = False  # a terminal holds the session, and the rank runs to a breakpoint set in it
             self.again_by = BREAK_CALL  # what stops a running session's rank again
+            self.raised = ""  # a post-mortem's error, said in place of the source line
+            self.examined: Any = None  # a post-mortem's frame to start at (the user's innermost)
 
         def take_over(self, earlier: Any) -> None:
             """Go on with ``earlier``'s session, whose script stopped again (this tracer replaces its)."""
@@ -163,6 +175,11 @@ def debugger_class() -> Any:
                    and is_hook_file(self.stack[hook][0].f_code.co_filename)):
                 hook += 1
             self.stack, self.curindex = self.stack[hook:], self.curindex - hook
+            at = [i for i, (frame, _) in enumerate(self.stack) if frame is self.examined]
+            if at:  # a post-mortem starts at the user's own frame, not in the library that raised
+                self.curindex = at[-1]
+                self.curframe = self.stack[self.curindex][0]
+                self.curframe_locals = self.curframe.f_locals
 
         def interaction(self, frame: Any, traceback: Any) -> None:
             if not self.connected():  # the terminal went away: wait for another
@@ -191,6 +208,8 @@ def debugger_class() -> Any:
                 os.chmod(path, 0o600)
                 server.listen(1)
                 _Settings.stopped = {"call": self.call, **where_called(frame, self.call), "attached": False}
+                if self.raised:
+                    _Settings.stopped["text"] = self.raised
                 _Settings.report({"state": "waits", **_Settings.stopped})
                 said = True
                 run_id = os.environ.get(RUN_ID_ENV) or "RUN_ID"
@@ -202,8 +221,9 @@ def debugger_class() -> Any:
                 _Settings.lock.release()
                 if said:
                     _Settings.report({"state": "left"})
+                instead = "the rank ends with its error" if self.raised else "pdb reads the worker's own stdin"
                 sys.stderr.write(f"[ddp-compose] {self.call}: the host cannot reach this rank's debugger ({exc});"
-                                 " pdb reads the worker's own stdin\n")
+                                 f" {instead}\n")
                 for text in self.pending:
                     self.stdout.write(text)
                 self.pending.clear()
@@ -271,6 +291,41 @@ def debugger_class() -> Any:
 
         do_q = do_exit = do_quit
 
+        def examine(self, exc: BaseException) -> None:
+            """Post-mortem of ``exc``: wait for a terminal at the user's innermost frame of its
+            traceback (or go on with the session that has one, saying the error), and take pdb's
+            commands there; whatever ends them ends the session (nothing runs on to a breakpoint:
+            the rank ends with its error)."""
+            import traceback
+
+            entry = users_entry(exc.__traceback__)
+            self.raised = f"uncaught {error_text(exc)}"
+            self.examined = entry.tb_frame
+            depth, walked = 1, exc.__traceback__
+            while walked is not entry:
+                depth, walked = depth + 1, walked.tb_next
+            _Settings.examined = traceback.extract_tb(exc.__traceback__, limit=depth)
+            self.reset()
+            if self.connected():  # a session's rank ran on to this error: it stops here, in that session
+                self.running = False
+                _Settings.stopped = {"call": self.call, **where_called(entry.tb_frame, self.call), "text": self.raised,
+                                     "attached": True}
+                _Settings.report({"state": "attached", **_Settings.stopped})
+                self.message(self.raised)  # (a terminal that connects now is told by `debug`)
+            else:
+                self.connect(entry.tb_frame)
+            if not self.connected():  # the host cannot reach this process: no post-mortem on a stdin it lacks
+                self.pending.clear()
+                _Settings.examined = None
+                return
+            try:
+                self.interaction(None, exc.__traceback__)
+            finally:
+                _Settings.examined = None
+                if self.connected():
+                    self.clear_all_breaks()
+                    self.detach()
+
     return RemotePdb
 
 
@@ -290,6 +345,62 @@ def stop_line(rank: int, stopped: dict[str, Any], run_id: str) -> str:
     """The rank's own line as it waits for a terminal: ``[ddp-compose] `` and :func:`stop_words`."""
     where = where_text(stopped.get("file", ""), stopped.get("line"), stopped.get("function", ""))
     return STOP_LINE_PREFIX + stop_words(rank, where, stopped.get("text") or stopped.get("call", ""), run_id)
+
+
+def examined_stack() -> Any:
+    """The frames of the error a post-mortem examines now, outermost first, up to the user's frame
+    it stopped in (``traceback.FrameSummary`` entries), or None: the stack its snapshots show for
+    its main thread, which is in the debugger's code meanwhile."""
+    return _Settings.examined
+
+
+def error_text(exc: BaseException) -> str:
+    """``ValueError: boom``: an error's type and the first line of its message, cut short."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= ERROR_TEXT_MOST else first[:ERROR_TEXT_MOST - 3] + "..."
+
+
+def is_users_file(filename: str) -> bool:
+    """Whether a file is the user's own code: not Python's, not an installed package's (torch's),
+    not this hook's, and not made up (``<string>``, a frozen module)."""
+    import sysconfig
+
+    if filename.startswith("<") or is_hook_file(filename):
+        return False
+    libraries = {sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return not any(filename.startswith(os.path.join(path, "")) for path in libraries if path)
+
+
+def users_entry(traceback: Any) -> Any:
+    """The traceback's innermost entry in the user's own code (its innermost of all where it has
+    none): where a post-mortem starts."""
+    chosen = innermost = traceback
+    while innermost.tb_next is not None:
+        innermost = innermost.tb_next
+        if is_users_file(innermost.tb_frame.f_code.co_filename):
+            chosen = innermost
+    return chosen if is_users_file(chosen.tb_frame.f_code.co_filename) else innermost
+
+
+def post_mortem(exc: BaseException, environ: Any = os.environ) -> None:
+    """``run --pdb``: a rank whose script raised ``exc`` and did not catch it (its traceback said)
+    waits for a terminal in pdb's post-mortem of it, where the host reaches this process; it ends
+    with its error once the session ends. Nothing for an interrupt, an exit, a ``quit`` from pdb, an
+    error with no traceback, or one that says a peer was lost (a consequence of another rank's
+    failure, said in one line); a debugger that fails says why and lets the rank end."""
+    if (not environ.get(POST_MORTEM_ENV) or _Settings.directory is None or os.getpid() != _Settings.pid
+            or exc.__traceback__ is None or isinstance(exc, (KeyboardInterrupt, SystemExit))
+            or type(exc).__module__ == "bdb" and type(exc).__name__ == "BdbQuit"):
+        return
+    try:
+        if says_a_peer_was_lost(f"{type(exc).__name__}: {exc}"):  # its cause is a peer's: that one is worth debugging
+            sys.stderr.write(f"[ddp-compose] --pdb: no post-mortem of rank {_Settings.rank}'s {error_text(exc)}:"
+                             " a peer was lost first\n")
+            return
+        debugger_for(POST_MORTEM_CALL).examine(exc)
+    except Exception as broken:  # never a second error in place of the script's own
+        sys.stderr.write(f"[ddp-compose] --pdb: the post-mortem debugger failed ({error_text(broken)})\n")
 
 
 def stopped_in_debugger() -> Optional[dict[str, Any]]:

@@ -32,7 +32,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from orchestrate.node.collective_log import CollectiveLog, relative
 from orchestrate.node.hook_frames import HOOK_DIR, is_hook_file  # noqa: F401 - the rule, as the launcher reads it here
-from orchestrate.node.remote_debugger import stopped_in_debugger
+from orchestrate.node.remote_debugger import examined_stack, stopped_in_debugger
 
 DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
@@ -83,15 +83,18 @@ def linked(ident: int, frame: Any) -> Any:
 
 def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> List[Dict[str, Any]]:
     """Every thread's stack but the answering thread's (``server_ident``), outermost frame
-    first; the main thread first."""
+    first; the main thread first (where a post-mortem examines an error, the error's frames up to
+    the user's: the thread itself is in the debugger's code)."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     stacks = []
+    examined = examined_stack()
     for ident, frame in sys._current_frames().items():
         if ident == server_ident:
             continue
         frame = linked(ident, frame)
+        entries = examined if examined is not None and ident == main_ident else traceback.extract_stack(frame)
         frames = [[relative(entry.filename), entry.lineno, entry.name, (entry.line or "").strip()]
-                  for entry in traceback.extract_stack(frame)
+                  for entry in entries
                   if not is_hook_file(entry.filename)]
         stacks.append({"thread": names.get(ident, str(ident)), "main": ident == main_ident, "frames": frames})
     stacks.sort(key=lambda s: not s["main"])

@@ -37,7 +37,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
 Then TARGET runs as ``python3 TARGET...`` would run it: a script (its directory first on
 ``sys.path``, ``__name__ == "__main__"``) or ``-m module``; an error it does not catch ends it
 as under python3 (``sys.excepthook``, exit status 1), its traceback without this hook's frames
-or the recorder's wrappers in the calls it made; when it returns (or exits 0, by ``os._exit(0)``
+or the recorder's wrappers in the calls it made (with ``run --pdb``, a post-mortem of it waits for
+the host's ``debug RUN RANK`` first: :func:`orchestrate.node.remote_debugger.post_mortem`); when
+it returns (or exits 0, by ``os._exit(0)``
 too), the worker says so on the progress channel (``finished``), so that the launcher can name a
 rank that left while the others still needed it. Standard library only, until the shim wraps
 torch's functions (torch is imported then, as the script would).
@@ -271,7 +273,9 @@ def main(argv: list[str]) -> None:
         without_hook_frames(exc)
         uncaught = exc
     if uncaught is not None:
-        end_as_python_does(uncaught)
+        from orchestrate.node.remote_debugger import post_mortem  # (run --pdb)
+
+        end_as_python_does(uncaught, post_mortem)
     report_finished()
 
 
@@ -291,9 +295,10 @@ def report_a_quick_exit_too(report: Any) -> None:
     os._exit = _exit
 
 
-def end_as_python_does(exc: BaseException) -> None:
+def end_as_python_does(exc: BaseException, then: Any = lambda exc: None) -> None:
     """What python3 does with an uncaught error: ``sys.last_*`` set, ``sys.excepthook`` called
-    outside any handler (and its own failure reported beside the error), exit status 1."""
+    outside any handler (and its own failure reported beside the error), exit status 1; ``then``
+    (the post-mortem of ``run --pdb``) is given the error between the two."""
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
     if sys.version_info >= (3, 12):
         sys.last_exc = exc
@@ -306,6 +311,8 @@ def end_as_python_does(exc: BaseException) -> None:
         sys.__excepthook__(type(broken), broken, broken.__traceback__)
         print("\nOriginal exception was:", file=sys.stderr)
         sys.__excepthook__(type(exc), exc, exc.__traceback__)
+    sys.stderr.flush()
+    then(exc)
     sys.exit(1)
 
 

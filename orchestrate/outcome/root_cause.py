@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 from orchestrate.hangs.crash_dump import HOOK_DIRS, calls_wrapped, is_workers_hook_file
 from orchestrate.hangs.snapshots import is_users_file, users_file_name
+from orchestrate.node.peer_loss import says_a_peer_was_lost
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 from orchestrate.text import brief
 
@@ -36,25 +37,6 @@ CRASH_EXIT_CODES = tuple(-int(s) for s in (signal.SIGSEGV, signal.SIGABRT, signa
 OWN_CRASH_CODES = tuple(-int(s) for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE))
 ABORTED = -int(signal.SIGABRT)
 
-# Failures that are consequences of another rank dying, not causes.
-_COLLATERAL_MARKERS = (
-    "Connection closed by peer",
-    "remote worker crashing",
-    "Connection reset by peer",
-    "SIGTERM",
-    "SIGKILL",
-    # NCCL's watchdog aborts the process on a peer that left, an error or a timeout elsewhere
-    "Process group watchdog thread terminated",
-    "remote process exited",
-    "communicator was aborted",
-    # torch's check of each collective (TORCH_DISTRIBUTED_DEBUG=DETAIL) on a peer that is not
-    # there: gone (it says so at once, naming its full timeout), or waiting elsewhere
-    "failed to pass monitoredBarrier",
-    # gloo could not reach a peer as the process group formed: it is gone, or starts again
-    "connectFullMesh failed",
-    # torchrun's agent lost the rendezvous store: the node that held it died or restarted
-    "RendezvousConnectionError",
-)
 
 
 @dataclass
@@ -133,8 +115,7 @@ def absent_from_barrier(exception: str) -> tuple[int, ...]:
 
 def lost_peer_in(lines: list[str]) -> bool:
     """Whether these lines say a peer, or the rendezvous store, was lost."""
-    text = "\n".join(lines)
-    return any(marker in text for marker in _COLLATERAL_MARKERS)
+    return says_a_peer_was_lost("\n".join(lines))
 
 
 def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:

@@ -137,6 +137,8 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
         env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
     if config.debug_collectives:
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    if config.post_mortem:  # (node.remote_debugger.POST_MORTEM_ENV: the plan imports nothing of the nodes')
+        env["DDP_POST_MORTEM"] = "1"
     if config.elastic:
         env["LOGLEVEL"] = "INFO"  # torchrun then reports every rendezvous round it joins
     if config.elastic and config.rdzv_store == "container":

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Optional
 
+from orchestrate.debugger.states import is_stop_line
 from orchestrate.outcome.root_cause import (RootCause, is_frame_line, parse_root_cause, starts_traceback,
                                             users_frame_in)
 from orchestrate.plan.model import NodePlan
@@ -146,7 +147,9 @@ class NodeOutput:
     def _keep(self, lines: list[OutputLine], at: float) -> list[OutputLine]:
         for line in lines:
             self.log_file.write(line.render() + "\n")
-            if line.local_rank is not None:
+            # (a rank's own line that it stopped in its debugger is in its log, not its last lines:
+            # the launcher said it as it came, and it is stale once the rank has gone on or failed)
+            if line.local_rank is not None and not is_stop_line(line.text):
                 key = line.global_rank if line.global_rank is not None else line.local_rank
                 tail = self.rank_tails.setdefault(key, deque(maxlen=LAST_LINES))
                 if tail and _redraws_one_bar(tail[-1], line.text):

@@ -17,7 +17,7 @@ from orchestrate.debugger.states import (ATTACHED, LEFT, RUNNING, WAITS, Debugge
 from orchestrate.errors import OrchestrateError
 from orchestrate.hangs.diagnosis import diagnose
 from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot
-from orchestrate.node.remote_debugger import socket_name
+from orchestrate.node.remote_debugger import POST_MORTEM_CALL, socket_name
 from orchestrate.supervise.progress import ProgressWatch, ranks_in_debugger
 from tests.fakes import FakeDockerClient, Script, fake_engine
 from tests.unit.test_hangs import answering_worker, quick_watchdog  # noqa: F401 - a fixture
@@ -111,13 +111,13 @@ def test_the_watch_takes_debugger_records_as_changes_not_steps_and_debug_reads_t
     assert ranks_in_debugger(tmp_path) == {}
 
 
-def debugger_snapshot(rank: int, attached: bool) -> RankSnapshot:
+def debugger_snapshot(rank: int, attached: bool, stop: dict = STOP) -> RankSnapshot:
     stack = (Frame("train.py", 9, "<module>", "breakpoint()"),)
     return RankSnapshot.from_json({
         "rank": rank, "node": "node1", "pid": 10, "time": 0.0, "cpu_s": 1.0, "completed": 0,
         "stacks": [{"main": True, "frames": [[f.file, f.line, f.function, f.code] for f in stack]
                     + [["/usr/lib/python3.11/socket.py", 294, "accept", "fd, addr = self._accept()"]]}],
-        "debugger": {**STOP, "attached": attached}})
+        "debugger": {**stop, "attached": attached}})
 
 
 def test_a_rank_that_waits_for_a_terminal_is_named_with_the_command_and_the_debuggers_frames_left_out():
@@ -139,6 +139,11 @@ def test_a_rank_that_waits_for_a_terminal_is_named_with_the_command_and_the_debu
     assert alone.lines()[-1] == ("  rank 1 stopped in its debugger at train.py:9 (if rank == 1: breakpoint()), no"
                                  " terminal came: debug it with python -m orchestrate debug RUN_ID 1, or take the"
                                  " breakpoint out")
+    post_mortem = debugger_snapshot(1, attached=False, stop=POST_MORTEM_STOP)
+    after_error = diagnose(Probe("b", 5.0, {1: post_mortem}), None, {1}, {}, 30)  # run --pdb's stop: no breakpoint
+    assert after_error.lines()[-1] == ("  rank 1 stopped in its debugger at train.py:12 (uncaught RuntimeError: mat1"
+                                       " and mat2 shapes cannot be multiplied), no terminal came: debug it with python"
+                                       " -m orchestrate debug RUN_ID 1, or run without --pdb")
 
 
 def test_a_rank_a_terminal_debugs_keeps_its_whole_stack_and_gets_no_hint():
@@ -245,9 +250,23 @@ def test_debug_says_when_no_rank_is_in_its_debugger_and_when_the_run_has_no_runn
     assert code == 1 and err == "error: run r has no running node (see `python -m orchestrate ps`)\n"
 
 
-def test_debug_reaches_the_rank_and_says_where_it_stopped_and_when_it_left(tmp_path):
+POST_MORTEM_STOP = {**STOP, "call": POST_MORTEM_CALL, "line": 12, "function": "step",
+                    "text": "uncaught RuntimeError: mat1 and mat2 shapes cannot be multiplied"}
+
+
+@pytest.mark.parametrize("stop, said", [
+    (STOP, ["[orchestrate] rank 0 (node1) stopped at train.py:9 in <module>: if rank == 1: breakpoint()",
+            "[orchestrate] pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script"]),
+    (POST_MORTEM_STOP, [
+        "[orchestrate] rank 0 (node1) stopped at train.py:12 in step: uncaught RuntimeError: mat1 and mat2 shapes"
+        " cannot be multiplied",
+        "[orchestrate] pdb's commands look at the frames the error left (`up`, `down`, `p`); `continue`, `quit` or"
+        " Ctrl-D let the rank end with its error"]),
+], ids=["breakpoint", "post-mortem"])
+def test_debug_reaches_the_rank_and_says_where_it_stopped_how_the_session_ends_and_when_it_left(tmp_path, stop,
+                                                                                                  said):
     client, run_dir, _ = engine_with_a_run(tmp_path)
-    write_records(run_dir / "progress", 0, {"debugger": STOP})
+    write_records(run_dir / "progress", 0, {"debugger": stop})
     path = run_dir / "debug" / socket_name(0)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
@@ -265,10 +284,7 @@ def test_debug_reaches_the_rank_and_says_where_it_stopped_and_when_it_left(tmp_p
     thread.join(10)
     server.close()
     assert code == 0 and out == "(Pdb) 42\n"
-    assert err.splitlines() == [
-        "[orchestrate] rank 0 (node1) stopped at train.py:9 in <module>: if rank == 1: breakpoint()",
-        "[orchestrate] pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script",
-        "[orchestrate] the session with rank 0 ended"]
+    assert err.splitlines() == [*said, "[orchestrate] the session with rank 0 ended"]
 
 
 def test_debug_of_a_rank_whose_socket_is_gone_says_so(tmp_path):
@@ -276,3 +292,18 @@ def test_debug_of_a_rank_whose_socket_is_gone_says_so(tmp_path):
     write_records(run_dir / "progress", 0, {"debugger": STOP})  # said it waits, but died before anyone came
     code, _, err = debug_command(client)
     assert code == 1 and err.startswith("error: no debugger listens at ") and "pdb-rank0.sock" in err
+
+
+def test_run_pdb_gives_every_node_the_switch_the_hook_reads_and_a_slurm_run_refuses_it(make_job, capsys):
+    from orchestrate.cli.main import main
+    from orchestrate.node.remote_debugger import POST_MORTEM_ENV
+
+    asked = make_job(nodes=2, post_mortem=True)
+    assert [node.env.get(POST_MORTEM_ENV) for node in asked.nodes] == ["1", "1"]
+    assert not any(POST_MORTEM_ENV in node.env for node in make_job(nodes=2).nodes)
+    planned = io.StringIO()
+    assert main(["plan", "--nodes", "2", "--pdb"], out=planned) == 0  # from the option to the nodes' environment
+    assert f" {POST_MORTEM_ENV}=1 " in planned.getvalue()
+    assert main(["run", "--scheduler", "slurm", "--cpu", "--pdb"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == ("error: --pdb is for --scheduler compose: Slurm's srun starts the workers without"
+                                       " the start-up hook that takes their pdb to `debug RUN RANK`\n")

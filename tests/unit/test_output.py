@@ -121,6 +121,20 @@ def test_node_output_logs_whole_lines_and_ends_with_the_unfinished_ones(make_job
                                            "[node0/rank0] x", "[node0/rank1] no newline"]
 
 
+def test_a_ranks_own_line_that_it_stopped_in_its_debugger_is_logged_but_not_in_its_last_lines(make_job):
+    node = make_job(nodes=1).nodes[0]
+    log = io.StringIO()
+    output = NodeOutput(node, log)
+    stop = ("[ddp-compose] rank 0 stopped in its debugger at t.py:3 in <module>: uncaught ValueError: bad; debug it"
+            " with: python -m orchestrate debug r 0")
+    for raw in ("[0|0]:Traceback (most recent call last):", '[0|0]:  File "/workspace/t.py", line 3, in <module>',
+                "[0|0]:ValueError: bad", f"[0|0]:{stop}"):
+        output.add(raw, at=1.0)
+    assert output.last_lines(rank=0)[-1] == "ValueError: bad"  # the failure's last line, not a stale stop
+    assert output.users_frame(0, "ValueError: bad") == "t.py:3 in <module>"
+    assert log.getvalue().splitlines()[-1] == f"[node0/rank0] {stop}"
+
+
 @pytest.mark.parametrize("lines, exception", [
     # a plain script (no @record, so no error file): Python's own report, under torch's prefix
     (["[rank1]: Traceback (most recent call last):", '[rank1]:   File "train.py", line 12, in <module>',

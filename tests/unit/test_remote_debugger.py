@@ -283,3 +283,83 @@ def test_a_session_whose_rank_runs_on_ends_a_while_after_the_input_did_and_says_
 def test_connecting_where_no_debugger_listens_is_one_clear_error(tmp_path):
     with pytest.raises(OrchestrateError, match=r"no debugger listens at .*pdb-rank2.sock: No such file"):
         connect(tmp_path / "pdb-rank2.sock")
+
+
+POST_MORTEM = {"DDP_POST_MORTEM": "1"}
+
+
+def test_with_pdb_an_uncaught_error_waits_for_a_terminal_at_the_users_frame_and_the_rank_ends_with_it(worker):
+    # the error is raised in the standard library (json's decoder): the session starts at the
+    # user's own line, and `down` goes on into json's frames
+    job = worker("import json\n\ndef load(text):\n    parsed = json.loads(text)\n    return parsed\n\n"
+                 "batch = 7\nload('{broken')\n", POST_MORTEM)
+    shown = job.debug("p text, batch\nwhere\ndown\nc\n")
+    code, out, err = job.finish()
+    assert code == 1  # it ends with its error, as it would have
+    assert err.index("Traceback (most recent call last)") < err.index("[ddp-compose] rank 3 stopped")  # said first
+    assert "json.decoder.JSONDecodeError: Expecting property name" in err
+    assert "(Pdb) ('{broken', 7)\n" in shown  # the user's frame first, its locals
+    assert shown.startswith("> ") and "uncaught JSON" not in shown  # (`debug` says the error as it connects)
+    assert "json/__init__.py" in shown.split("(Pdb)")[3]  # `down`: into the library that raised
+    where = shown.split("(Pdb)")[2]
+    assert "train.py(8)<module>()" in where and "worker_start" not in where
+    said = job.states()
+    assert said[0] == {"state": "waits", "call": "an uncaught error (--pdb)", "file": "train.py", "line": 4,
+                       "function": "load", "attached": False,
+                       "text": "uncaught JSONDecodeError: Expecting property name enclosed in double quotes:"
+                               " line 1 column 2 (char 1)"}
+    assert [s["state"] for s in said] == ["waits", "attached", "left"]
+    assert ("rank 3 stopped in its debugger at train.py:4 in load: uncaught JSONDecodeError: Expecting property"
+            in err)
+
+
+def test_without_pdb_an_uncaught_error_ends_the_rank_at_once_and_a_quit_from_pdb_is_no_post_mortem(worker):
+    plain = worker("raise ValueError('boom')\n")
+    code, _, err = plain.finish()
+    assert code == 1 and "ValueError: boom" in err and plain.states() == [] and "stopped" not in err
+
+
+def test_with_pdb_quitting_a_breakpoint_ends_the_rank_without_a_post_mortem_of_the_quit(worker):
+    job = worker("breakpoint()\nprint('not reached')\n", POST_MORTEM)
+    job.debug("q\n")
+    code, out, err = job.finish()
+    assert code == 1 and "bdb.BdbQuit" in err and "not reached" not in out
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "left"]  # one stop only
+
+
+def test_with_pdb_an_error_met_while_a_session_runs_on_to_its_breakpoint_stops_in_that_session(worker):
+    job = worker("x = 1\nbreakpoint()\nx = 2\nfor i in range(2):\n    x += 10\nraise KeyError('k')\n", POST_MORTEM)
+    shown = job.debug("b 5\nc\nc\nc\np i, x\nc\n")  # stops at line 5 twice, then at the error
+    code, _, err = job.finish()
+    assert code == 1 and "KeyError: 'k'" in err
+    assert "(Pdb) uncaught KeyError: 'k'\n" in shown and "(Pdb) (1, 22)\n" in shown  # the same session
+    said = job.states()
+    post_mortem = [s for s in said if s.get("call") == remote_debugger.POST_MORTEM_CALL]
+    assert post_mortem == [{"state": "attached", "call": "an uncaught error (--pdb)", "file": "train.py", "line": 6,
+                            "function": "<module>", "text": "uncaught KeyError: 'k'", "attached": True}]
+    assert said[-1] == {"state": "left"} and said[0]["state"] == "waits"
+
+
+def test_with_pdb_an_error_a_lost_peer_caused_gets_no_post_mortem_and_says_why(worker):
+    job = worker("raise RuntimeError('[../third_party/gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+                 " [10.0.0.3]:6576')\n", POST_MORTEM)
+    code, _, err = job.finish()
+    assert code == 1 and job.states() == [] and "Traceback" in err
+    assert ("[ddp-compose] --pdb: no post-mortem of rank 3's RuntimeError:"
+            " [../third_party/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:6576: a peer was lost first\n") in err
+
+
+def test_with_pdb_a_rank_waiting_in_its_post_mortem_shows_the_errors_frames_up_to_the_users_in_its_snapshots(
+        worker):
+    from orchestrate.hangs.snapshots import request_snapshots
+
+    job = worker("import json\n\ndef load(text):\n    return json.loads(text)\n\nload('{')\n", POST_MORTEM)
+    job.wait_to_be_reached()
+    probe = request_snapshots(job.directory, [3], timeout_s=WAIT_S)
+    waiting = probe.snapshots[3]
+    assert [(f.file, f.line, f.function) for f in waiting.stack] == [("train.py", 6, "<module>"),
+                                                                      ("train.py", 4, "load")]
+    assert waiting.debugger.text == "uncaught JSONDecodeError: Expecting property name enclosed in double quotes:" \
+                                    " line 1 column 2 (char 1)"
+    job.debug("c\n")
+    assert job.finish()[0] == 1

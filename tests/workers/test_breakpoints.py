@@ -57,3 +57,33 @@ def test_each_rank_stops_for_a_terminal_and_the_job_sums_what_the_terminal_made(
                           "function": "<module>", "text": "breakpoint()", "attached": False}
     assert said[0][0]["call"] == "torch.distributed.breakpoint()" and said[0][0]["line"] == 13  # the script's call
     assert [s["state"] for s in said[0]] == [s["state"] for s in said[1]] == ["waits", "attached", "left"]
+
+
+def test_with_pdb_the_rank_that_raised_waits_in_its_post_mortem_then_ends_the_job_with_its_error(tmp_path):
+    debug, progress = tmp_path / "debug", tmp_path / "progress"
+    debug.mkdir()
+    progress.mkdir()
+    env = host_env(tmp_path, DDP_DEBUG_DIR=str(debug), DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT),
+                   DDP_POST_MORTEM="1", DDP_RUN_ID="r9")
+    job = subprocess.Popen(hooked_torchrun(2, "--", str(ROOT / "tests" / "jobs" / "post_mortem.py")), cwd=tmp_path,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        shown = session(debug, 1, "p width, batch\nwhere\nc\n", job)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode != 0  # the job ends with rank 1's error, as without --pdb
+    assert "(Pdb) (3, tensor([[3., 3.]]))" in shown  # the frame that raised: the user's own function
+    assert "post_mortem.py(16)<module>()" in shown.split("(Pdb)")[2] and "worker_start" not in shown
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x2 and 3x2)" in err
+    assert "rank 0 out [[6.0, 6.0]]" in out and "rank 1 out" not in out
+    said = [json.loads(line)["debugger"] for line in (progress / "rank1.jsonl").read_text().splitlines()
+            if "debugger" in json.loads(line)]
+    assert said[0] == {"state": "waits", "call": "an uncaught error (--pdb)", "file": str(ROOT / "tests" / "jobs" /
+                       "post_mortem.py"), "line": 9, "function": "scale", "attached": False,
+                       "text": "uncaught RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x2 and 3x2)"}
+    assert [s["state"] for s in said] == ["waits", "attached", "left"]
+    assert not (progress / "rank0.jsonl").exists() or all(
+        "debugger" not in json.loads(line) for line in (progress / "rank0.jsonl").read_text().splitlines())
