@@ -32,7 +32,7 @@ def workdir(tmp_path) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     for job in ("desync.py", "ddp_desync.py", "wait_apart.py", "long_step.py", "steps_forever.py", "exits_early.py",
-                "late_to_barrier.py", "tutorial_setup.py", "breakpoints.py"):
+                "late_to_barrier.py", "tutorial_setup.py", "breakpoints.py", "post_mortem.py"):
         shutil.copy(JOBS / job, work)
     return work
 
@@ -304,4 +304,34 @@ def test_a_rank_stopped_at_breakpoint_is_debugged_from_another_terminal_with_the
     node1_log = (tmp_path / "runs" / project.removeprefix("ddp-") / "node1.log").read_text()
     assert (f"[ddp-compose] rank 1 stopped in its debugger at breakpoints.py:11 in <module>: breakpoint(); debug it"
             f" with: python -m orchestrate debug {project.removeprefix('ddp-')} 1") in node1_log
+    assert leftovers(docker_client, project) == []
+
+
+def test_with_pdb_the_rank_that_raised_is_debugged_in_its_post_mortem_and_the_run_then_fails_with_its_error(
+        docker_client, workdir, tmp_path):
+    proc, lines = start_run(tmp_path / "runs", "--nodes", "2", "--pdb", "--workdir", str(workdir), "--",
+                            "post_mortem.py")
+    seen: list[str] = []
+    project = ""
+    try:
+        stop = wait_for(lines, r"^\[orchestrate\] rank 1 stopped in its debugger at post_mortem.py:9 in scale: uncaught"
+                               r" RuntimeError: mat1 and mat2 shapes cannot be multiplied \(1x2 and 3x2\); debug it with:"
+                               r" (python -m orchestrate debug (\S+) 1)$", seen)
+        project = f"ddp-{stop[2]}"
+        rank1 = debug_from_another_terminal(stop[1], "p width, batch\nc\n")
+        assert rank1.returncode == 0, rank1.stderr
+        assert "(Pdb) (3, tensor([[3., 3.]]))" in rank1.stdout  # the frame that raised, in the node
+        out = read_to_end(proc, lines, seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if project:
+            remove_project(docker_client, project)
+    assert proc.returncode == 1, out[-3000:]
+    assert ("FAILED: node1 rank 1 failed (exit code 1): RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+            " (1x2 and 3x2)") in out
+    assert "in your code: post_mortem.py:9 in scale: return batch @ weights" in out
+    assert "[node1/rank1]  [rank1]: RuntimeError: mat1 and mat2 shapes" in out  # its traceback, as without --pdb
+    assert out.count("left its debugger") == 1 and "no post-mortem" not in out.split("=== run")[-1]
     assert leftovers(docker_client, project) == []
