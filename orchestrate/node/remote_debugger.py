@@ -58,6 +58,34 @@ def socket_name(rank: int) -> str:
     return f"{SOCKET_PREFIX}{rank}{SOCKET_SUFFIX}"
 
 
+class _Turn:
+    """One session at a time per process: the debugger whose session holds the terminal now. A
+    stop in another thread waits for its turn; a session is handed on whole (the script stopped
+    again in the same thread, or a post-mortem takes over a session that runs on), whichever thread
+    then ends it."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.holder: Any = None
+
+    def take(self, debugger: Any) -> None:
+        with self.condition:
+            while self.holder is not None and self.holder is not debugger:
+                self.condition.wait()
+            self.holder = debugger
+
+    def hand_on(self, earlier: Any, later: Any) -> None:
+        with self.condition:
+            if self.holder is earlier:
+                self.holder = later
+
+    def give_back(self, debugger: Any) -> None:
+        with self.condition:
+            if self.holder is debugger:
+                self.holder = None
+                self.condition.notify_all()
+
+
 class _Settings:
     """Where this process's debugger listens and whom it tells (set by :func:`install`)."""
 
@@ -67,7 +95,7 @@ class _Settings:
     stopped: Optional[dict[str, Any]] = None  # where the rank is stopped now, as its snapshots say
     examined: Any = None  # a post-mortem's error's frames up to the user's, as its snapshots' main stack
     current: Any = None  # the debugger whose session has a terminal now
-    lock = threading.RLock()  # one session at a time per process: a second thread's stop waits for it
+    turn = _Turn()  # one session at a time per process: a second thread's stop waits for it
     report: Callable[[dict[str, Any]], None] = staticmethod(lambda state: None)
     where: Callable[[str], str] = staticmethod(lambda filename: filename)
 
@@ -136,6 +164,7 @@ def debugger_class() -> Any:
             self.again_by = BREAK_CALL  # what stops a running session's rank again
             self.raised = ""  # a post-mortem's error, said in place of the source line
             self.examined: Any = None  # a post-mortem's frame to start at (the user's innermost)
+            self.examined_traceback: Any = None  # the error's own traceback (not a chained error's)
 
         def take_over(self, earlier: Any) -> None:
             """Go on with ``earlier``'s session, whose script stopped again (this tracer replaces its)."""
@@ -143,6 +172,7 @@ def debugger_class() -> Any:
             self.stdin = self.stdout = self.connection  # type: ignore[assignment]
             self.use_rawinput = False
             self.running, self.again_by = True, self.call  # said where it stops, at its first interaction
+            _Settings.turn.hand_on(earlier, self)
             _Settings.current = self
 
         def connected(self) -> bool:
@@ -176,7 +206,8 @@ def debugger_class() -> Any:
                 hook += 1
             self.stack, self.curindex = self.stack[hook:], self.curindex - hook
             at = [i for i, (frame, _) in enumerate(self.stack) if frame is self.examined]
-            if at:  # a post-mortem starts at the user's own frame, not in the library that raised
+            if at and traceback is self.examined_traceback:  # a post-mortem starts at the user's own
+                # frame, not in the library that raised (a chained error's at its own innermost)
                 self.curindex = at[-1]
                 self.curframe = self.stack[self.curindex][0]
                 self.curframe_locals = self.curframe.f_locals
@@ -195,7 +226,7 @@ def debugger_class() -> Any:
             where the host cannot reach this process, or this session has its terminal."""
             if not self.reachable or self.connected() or _Settings.directory is None:
                 return
-            _Settings.lock.acquire()
+            _Settings.turn.take(self)
             path = os.path.join(_Settings.directory, socket_name(_Settings.rank))
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             said = False
@@ -218,7 +249,7 @@ def debugger_class() -> Any:
                 connection, _ = server.accept()
             except OSError as exc:  # no socket here: pdb as it is, never an error in the script
                 _Settings.stopped, self.reachable = None, False
-                _Settings.lock.release()
+                _Settings.turn.give_back(self)
                 if said:
                     _Settings.report({"state": "left"})
                 instead = "the rank ends with its error" if self.raised else "pdb reads the worker's own stdin"
@@ -230,7 +261,9 @@ def debugger_class() -> Any:
                 return
             except BaseException:  # an interrupt, a SIGTERM: the rank ends
                 _Settings.stopped = None
-                _Settings.lock.release()
+                _Settings.turn.give_back(self)
+                if said:
+                    _Settings.report({"state": "left"})
                 raise
             finally:
                 server.close()
@@ -259,7 +292,7 @@ def debugger_class() -> Any:
                 if _Settings.current is self:
                     _Settings.current = None
                 _Settings.report({"state": "left"})
-                _Settings.lock.release()
+                _Settings.turn.give_back(self)
 
         def do_continue(self, arg: str) -> Any:
             stop = super().do_continue(arg)
@@ -305,21 +338,28 @@ def debugger_class() -> Any:
             while walked is not entry:
                 depth, walked = depth + 1, walked.tb_next
             _Settings.examined = traceback.extract_tb(exc.__traceback__, limit=depth)
+            self.examined_traceback = exc.__traceback__
             self.reset()
+            # the rank is ending: no breakpoint of an earlier session stops it again (an expression
+            # evaluated here, or its exit's code), and no earlier tracer of this thread runs on
+            sys.settrace(None)
+            self.clear_all_breaks()
             if self.connected():  # a session's rank ran on to this error: it stops here, in that session
                 self.running = False
                 _Settings.stopped = {"call": self.call, **where_called(entry.tb_frame, self.call), "text": self.raised,
                                      "attached": True}
                 _Settings.report({"state": "attached", **_Settings.stopped})
                 self.message(self.raised)  # (a terminal that connects now is told by `debug`)
-            else:
+                if not self.connected():  # that terminal had gone: the session ends, and another may come
+                    self.detach()
+            if not self.connected():
                 self.connect(entry.tb_frame)
             if not self.connected():  # the host cannot reach this process: no post-mortem on a stdin it lacks
                 self.pending.clear()
                 _Settings.examined = None
                 return
-            try:
-                self.interaction(None, exc.__traceback__)
+            try:  # (Python 3.13's pdb takes the error itself, and its chained errors with it)
+                self.interaction(None, exc if sys.version_info >= (3, 13) else exc.__traceback__)
             finally:
                 _Settings.examined = None
                 if self.connected():
@@ -354,9 +394,18 @@ def examined_stack() -> Any:
     return _Settings.examined
 
 
+def message_of(exc: BaseException) -> str:
+    """``str(exc)``, or what Python's own report says where that raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return "<exception str() failed>"
+
+
 def error_text(exc: BaseException) -> str:
     """``ValueError: boom``: an error's type and the first line of its message, cut short."""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    message = message_of(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     first = text.splitlines()[0] if text else type(exc).__name__
     return first if len(first) <= ERROR_TEXT_MOST else first[:ERROR_TEXT_MOST - 3] + "..."
 
@@ -394,7 +443,7 @@ def post_mortem(exc: BaseException, environ: Any = os.environ) -> None:
             or type(exc).__module__ == "bdb" and type(exc).__name__ == "BdbQuit"):
         return
     try:
-        if says_a_peer_was_lost(f"{type(exc).__name__}: {exc}"):  # its cause is a peer's: that one is worth debugging
+        if says_a_peer_was_lost(f"{type(exc).__name__}: {message_of(exc)}"):  # its cause is a peer's: that one is worth debugging
             sys.stderr.write(f"[ddp-compose] --pdb: no post-mortem of rank {_Settings.rank}'s {error_text(exc)}:"
                              " a peer was lost first\n")
             return
@@ -425,11 +474,13 @@ def where_called(frame: Any, call: str) -> dict[str, Any]:
 def debugger_for(call: str) -> Any:
     """A debugger that names ``call`` as what stopped the rank: the one whose session has a terminal
     now, where this thread's script stops again, takes over its terminal (the session goes on, as a
-    terminal's own pdb would); else it waits for one."""
+    terminal's own pdb would), and so does a post-mortem where another thread's session runs on
+    (the rank is ending: that thread's breakpoints would never come); else it waits for one."""
     made = debugger_class()()
     made.call = call
     current = _Settings.current
-    if current is not None and current.connected() and current.thread == threading.get_ident():
+    if current is not None and current.connected() and (
+            current.thread == threading.get_ident() or call == POST_MORTEM_CALL and current.running):
         made.take_over(current)
     return made
 

@@ -363,3 +363,59 @@ def test_with_pdb_a_rank_waiting_in_its_post_mortem_shows_the_errors_frames_up_t
                                     " line 1 column 2 (char 1)"
     job.debug("c\n")
     assert job.finish()[0] == 1
+
+
+def test_with_pdb_an_error_after_another_threads_session_ran_on_takes_that_session_over(worker):
+    # the thread's breakpoint never comes again: the ending rank takes its terminal, never waits for it
+    job = worker("import threading\ndef work():\n    breakpoint()\n    x = 1\nt = threading.Thread(target=work)\n"
+                 "t.start()\nt.join()\nvalue = 7\nraise KeyError('k')\n", POST_MORTEM)
+    shown = job.debug("b 4, False\nc\np value\nc\n")
+    code, _, err = job.finish()
+    assert code == 1 and "KeyError: 'k'" in err
+    assert "(Pdb) uncaught KeyError: 'k'\n" in shown and "(Pdb) 7\n" in shown
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "running", "attached", "left"]
+
+
+def test_with_pdb_an_error_met_after_the_sessions_terminal_went_away_waits_for_a_new_one(worker):
+    job = worker("import time\nx = 5\nbreakpoint()\ntime.sleep(0.5)\nraise KeyError('k')\n", POST_MORTEM)
+    job.wait_to_be_reached()
+    first = connect(job.socket)
+    first.sendall(b"b 4, False\nc\n")  # runs on with a breakpoint set; then the terminal goes away
+    deadline = time.monotonic() + WAIT_S
+    while "running" not in [s["state"] for s in job.states()]:
+        assert time.monotonic() < deadline, job.states()
+        time.sleep(0.02)
+    first.close()
+    shown = job.debug("p x\nc\n")  # a new terminal: the post-mortem waited for it
+    code, _, _ = job.finish()
+    assert code == 1 and "(Pdb) 5\n" in shown
+    states = [s["state"] for s in job.states()]
+    assert states == ["waits", "attached", "running", "attached", "left", "waits", "attached", "left"]
+    assert job.states()[5]["text"] == "uncaught KeyError: 'k'"
+
+
+def test_with_pdb_a_breakpoint_of_the_earlier_session_does_not_stop_an_expression_of_the_post_mortem(worker):
+    job = worker("def f(n):\n    return n * 2\nbreakpoint()\ny = f(1)\nraise KeyError('k')\n", POST_MORTEM)
+    shown = job.debug("b 2\nc\nc\np f(5)\nc\n")  # stops in f(1), runs on, then examines the error
+    code, _, _ = job.finish()
+    assert code == 1
+    assert "(Pdb) uncaught KeyError: 'k'\n" in shown and "(Pdb) 10\n" in shown  # f(5) ran through, no new stop
+    assert [s["state"] for s in job.states()].count("waits") == 1
+
+
+def test_with_pdb_an_error_whose_message_cannot_be_made_is_examined_all_the_same(worker):
+    job = worker("class Odd(Exception):\n    def __str__(self):\n        raise TypeError('nope')\n\nraise Odd()\n",
+                 POST_MORTEM)
+    job.debug("c\n")
+    code, _, err = job.finish()
+    assert code == 1 and "post-mortem debugger failed" not in err
+    assert job.states()[0]["text"] == "uncaught Odd: <exception str() failed>"
+
+
+def test_an_interrupt_while_a_rank_waits_for_a_terminal_ends_it_saying_it_left(worker):
+    job = worker("breakpoint()\nprint('not reached')\n")
+    job.wait_to_be_reached()
+    os.kill(job.process.pid, signal.SIGINT)
+    code, out, err = job.finish()
+    assert code != 0 and "KeyboardInterrupt" in err and "not reached" not in out
+    assert [s["state"] for s in job.states()] == ["waits", "left"]  # the launcher holds no stale stop
