@@ -13,22 +13,26 @@ from orchestrate.debugger.session import connect, socket_path, talk
 from orchestrate.debugger.states import choose
 from orchestrate.engine.runs import LIVE_STATUSES, find_run
 from orchestrate.errors import OrchestrateError, UsageError
-from orchestrate.node.remote_debugger import POST_MORTEM_CALL
+from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.progress import DebuggerWatch
 
 # How often --wait looks again for the rank.
 WAIT_POLL_S = 0.25
-# How a session ends, said as it starts: at a breakpoint, and in a post-mortem (run --pdb).
-ENDINGS = ("pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script",
-           "pdb's commands look at the frames the error left (`up`, `down`, `p`); `continue`, `quit` or Ctrl-D"
-           " let the rank end with its error")
+# How a session ends, said as it starts: at a breakpoint, and in a post-mortem (run --pdb's, or the
+# script's own pdb.post_mortem()).
+AT_A_BREAKPOINT = "pdb's commands work here; `continue` or Ctrl-D lets the rank go on, `quit` ends its script"
+IN_A_POST_MORTEM = ("pdb's commands look at the frames the error left (`up`, `down`, `p`); `continue`, `quit` or"
+                    " Ctrl-D {then}")
+ENDINGS = {POST_MORTEM_CALL: IN_A_POST_MORTEM.format(then="let the rank end with its error"),
+           USER_POST_MORTEM_CALL: IN_A_POST_MORTEM.format(then="let its script go on")}
 
 
 def add_parsers(sub: Any) -> None:
     debug = sub.add_parser(
         "debug", help="debug a rank stopped at breakpoint() from this terminal (pdb)",
-        description="A rank whose script calls breakpoint(), pdb.set_trace() or torch.distributed.breakpoint()"
+        description="A rank whose script calls breakpoint(), pdb.set_trace(), torch.distributed.breakpoint() or"
+                    " pdb.post_mortem()"
                     " stops there and waits for a terminal (the run says so, with this command). This terminal"
                     " then is its pdb: its commands work, but interact (run a statement with !). `continue` with"
                     " no breakpoint left, or Ctrl-D, lets the rank go on and ends the session; `quit` ends the"
@@ -68,7 +72,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
     node = f" ({stopped.node})" if stopped.node else ""
     say(f"rank {stopped.rank}{node} stopped at {stopped.where()}: {stopped.what()}")
-    say(ENDINGS[stopped.call == POST_MORTEM_CALL])
+    say(ENDINGS.get(stopped.call, AT_A_BREAKPOINT))
     try:
         heard = talk(connection, sys.stdin, inv.out)
     except KeyboardInterrupt:

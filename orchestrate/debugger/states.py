@@ -111,8 +111,8 @@ def choose(stopped: dict[int, RankInDebugger], rank: Optional[int], run_id: str)
             rank = next(iter(stopped))
         elif not stopped:
             raise OrchestrateError(f"no rank of run {run_id} is in its debugger (a script stops there at"
-                                   " breakpoint(), pdb.set_trace() or torch.distributed.breakpoint(), and with"
-                                   " run --pdb at an error it does not catch)")
+                                   " breakpoint(), pdb.set_trace(), torch.distributed.breakpoint() or"
+                                   " pdb.post_mortem(), and with run --pdb at an error it does not catch)")
         else:
             raise OrchestrateError(f"{ranks_text(stopped)} of run {run_id} are in their debugger:"
                                    f" name one (python -m orchestrate debug {run_id} {min(waiting or stopped)})")

@@ -18,7 +18,7 @@ from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
 from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
-from orchestrate.node.remote_debugger import POST_MORTEM_CALL
+from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL
 from orchestrate.text import ranks_text
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
@@ -101,7 +101,8 @@ COLLECTIVES_MADE_ALONE = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
 DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or {instead}"
 # What else ends the wait: by the call that stopped the rank (the rest are its script's breakpoints).
-INSTEAD_OF_DEBUGGING = {POST_MORTEM_CALL: "run without --pdb"}
+INSTEAD_OF_DEBUGGING = {POST_MORTEM_CALL: "run without --pdb",
+                        USER_POST_MORTEM_CALL: f"take the {USER_POST_MORTEM_CALL} call out"}
 BREAKPOINT_OUT = "take the breakpoint out"
 PEERS_WAIT = "the others wait for it in their collectives; "  # where a rank does
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them

@@ -18,7 +18,9 @@ terminal gone meanwhile is met as end-of-input there.
 With ``run --pdb`` (``$DDP_POST_MORTEM``), an error the script does not catch stops the rank the
 same way, after its traceback is printed: pdb's post-mortem of the error waits for a terminal, at
 the innermost frame of the user's own code (``down`` goes on into the library that raised), and
-the rank then ends with its error as it would have (:func:`post_mortem`).
+the rank then ends with its error as it would have (:func:`post_mortem`). The script's own
+``pdb.post_mortem()`` (and ``pdb.pm()``) waits the same way, and the script goes on after it
+(:func:`users_post_mortem`).
 
 ``PYTHONBREAKPOINT`` set in the run's environment (``0`` turns ``breakpoint()`` off) is the
 user's choice and is left alone. A process the worker forked (a DataLoader's worker) has pdb as
@@ -45,6 +47,7 @@ SET_TRACE_CALL = "pdb.set_trace()"
 DIST_BREAKPOINT_CALL = "torch.distributed.breakpoint()"
 BREAK_CALL = "a breakpoint set in its session"
 POST_MORTEM_CALL = "an uncaught error (--pdb)"
+USER_POST_MORTEM_CALL = "pdb.post_mortem()"  # the script's own (pdb.pm() calls it too)
 POST_MORTEM_ENV = "DDP_POST_MORTEM"  # set by the plan for run --pdb
 RUN_ID_ENV = "DDP_RUN_ID"  # the run, set per node by the plan: the rank's line names the command that reaches it
 # What the rank's own line starts with as it waits for a terminal, in its output (``logs RUN`` shows
@@ -165,6 +168,7 @@ def debugger_class() -> Any:
             self.raised = ""  # a post-mortem's error, said in place of the source line
             self.examined: Any = None  # a post-mortem's frame to start at (the user's innermost)
             self.examined_traceback: Any = None  # the error's own traceback (not a chained error's)
+            self.examined_line: Optional[int] = None  # the line of the frame a post-mortem starts at
 
         def take_over(self, earlier: Any) -> None:
             """Go on with ``earlier``'s session, whose script stopped again (this tracer replaces its)."""
@@ -238,7 +242,8 @@ def debugger_class() -> Any:
                 server.bind(path)
                 os.chmod(path, 0o600)
                 server.listen(1)
-                _Settings.stopped = {"call": self.call, **where_called(frame, self.call), "attached": False}
+                _Settings.stopped = {"call": self.call, **where_called(frame, self.call, self.examined_line),
+                                     "attached": False}
                 if self.raised:
                     _Settings.stopped["text"] = self.raised
                 _Settings.report({"state": "waits", **_Settings.stopped})
@@ -252,7 +257,7 @@ def debugger_class() -> Any:
                 _Settings.turn.give_back(self)
                 if said:
                     _Settings.report({"state": "left"})
-                instead = "the rank ends with its error" if self.raised else "pdb reads the worker's own stdin"
+                instead = "no post-mortem of the error" if self.raised else "pdb reads the worker's own stdin"
                 sys.stderr.write(f"[ddp-compose] {self.call}: the host cannot reach this rank's debugger ({exc});"
                                  f" {instead}\n")
                 for text in self.pending:
@@ -324,30 +329,31 @@ def debugger_class() -> Any:
 
         do_q = do_exit = do_quit
 
-        def examine(self, exc: BaseException) -> None:
-            """Post-mortem of ``exc``: wait for a terminal at the user's innermost frame of its
-            traceback (or go on with the session that has one, saying the error), and take pdb's
-            commands there; whatever ends them ends the session (nothing runs on to a breakpoint:
-            the rank ends with its error)."""
-            import traceback
+        def examine(self, traceback: Any, said: str, exc: Optional[BaseException] = None) -> None:
+            """Post-mortem of an error's ``traceback`` (``said``: what the rank says it stopped at;
+            ``exc``: the error, where known): wait for a terminal at the user's innermost frame of
+            it (or go on with the session that has one, saying so), and take pdb's commands there;
+            whatever ends them ends the session (nothing runs on to a breakpoint: the rank ends
+            with its error, or the script that asked goes on)."""
+            import traceback as tracebacks
 
-            entry = users_entry(exc.__traceback__)
-            self.raised = f"uncaught {error_text(exc)}"
-            self.examined = entry.tb_frame
-            depth, walked = 1, exc.__traceback__
+            entry = users_entry(traceback)
+            self.raised = said
+            self.examined, self.examined_line = entry.tb_frame, entry.tb_lineno
+            depth, walked = 1, traceback
             while walked is not entry:
                 depth, walked = depth + 1, walked.tb_next
-            _Settings.examined = traceback.extract_tb(exc.__traceback__, limit=depth)
-            self.examined_traceback = exc.__traceback__
+            _Settings.examined = tracebacks.extract_tb(traceback, limit=depth)
+            self.examined_traceback = traceback
             self.reset()
-            # the rank is ending: no breakpoint of an earlier session stops it again (an expression
-            # evaluated here, or its exit's code), and no earlier tracer of this thread runs on
+            # no breakpoint of an earlier session stops the rank again (an expression evaluated
+            # here, or its exit's code), and no earlier tracer of this thread runs on
             sys.settrace(None)
             self.clear_all_breaks()
             if self.connected():  # a session's rank ran on to this error: it stops here, in that session
                 self.running = False
-                _Settings.stopped = {"call": self.call, **where_called(entry.tb_frame, self.call), "text": self.raised,
-                                     "attached": True}
+                _Settings.stopped = {"call": self.call, **where_called(entry.tb_frame, self.call, entry.tb_lineno),
+                                     "text": self.raised, "attached": True}
                 _Settings.report({"state": "attached", **_Settings.stopped})
                 self.message(self.raised)  # (a terminal that connects now is told by `debug`)
                 if not self.connected():  # that terminal had gone: the session ends, and another may come
@@ -359,7 +365,7 @@ def debugger_class() -> Any:
                 _Settings.examined = None
                 return
             try:  # (Python 3.13's pdb takes the error itself, and its chained errors with it)
-                self.interaction(None, exc if sys.version_info >= (3, 13) else exc.__traceback__)
+                self.interaction(None, exc if exc is not None and sys.version_info >= (3, 13) else traceback)
             finally:
                 _Settings.examined = None
                 if self.connected():
@@ -447,7 +453,7 @@ def post_mortem(exc: BaseException, environ: Any = os.environ) -> None:
             sys.stderr.write(f"[ddp-compose] --pdb: no post-mortem of rank {_Settings.rank}'s {error_text(exc)}:"
                              " a peer was lost first\n")
             return
-        debugger_for(POST_MORTEM_CALL).examine(exc)
+        debugger_for(POST_MORTEM_CALL).examine(exc.__traceback__, f"uncaught {error_text(exc)}", exc)
     except Exception as broken:  # never a second error in place of the script's own
         sys.stderr.write(f"[ddp-compose] --pdb: the post-mortem debugger failed ({error_text(broken)})\n")
 
@@ -458,17 +464,19 @@ def stopped_in_debugger() -> Optional[dict[str, Any]]:
     return _Settings.stopped
 
 
-def where_called(frame: Any, call: str) -> dict[str, Any]:
+def where_called(frame: Any, call: str, line: Optional[int] = None) -> dict[str, Any]:
     """Where the script stopped: the file (as the user knows it), line, function and source text of
     ``frame``, or of its caller for ``torch.distributed.breakpoint()`` (whose debugger starts in
-    torch's own function)."""
+    torch's own function); ``line``: a post-mortem's, from the error's traceback (a frame that
+    still runs, the one that caught it, is at another line now)."""
     if call == DIST_BREAKPOINT_CALL and frame is not None and frame.f_back is not None:
         frame = frame.f_back
     if frame is None:
         return {"file": "", "line": 0, "function": "", "text": ""}
     code = frame.f_code
-    return {"file": _Settings.where(code.co_filename), "line": frame.f_lineno, "function": code.co_name,
-            "text": linecache.getline(code.co_filename, frame.f_lineno).strip()}
+    line = frame.f_lineno if line is None else line
+    return {"file": _Settings.where(code.co_filename), "line": line, "function": code.co_name,
+            "text": linecache.getline(code.co_filename, line).strip()}
 
 
 def debugger_for(call: str) -> Any:
@@ -508,11 +516,34 @@ def distributed_debugger() -> Any:
     return debugger_for(DIST_BREAKPOINT_CALL)
 
 
+def users_post_mortem(plain: Callable[..., None]) -> Callable[..., None]:
+    """``pdb.post_mortem`` (and with it ``pdb.pm()``, which calls it): the script's own post-mortem
+    of an error (given, or the one being handled) waits for a terminal as a breakpoint does, and
+    the script goes on once the session ends; ``plain`` (pdb's own) where the host cannot reach
+    this process."""
+
+    @functools.wraps(plain)
+    def post_mortem(t: Any = None) -> None:
+        exc = t if isinstance(t, BaseException) else None
+        traceback = exc.__traceback__ if exc is not None else t
+        if t is None:
+            _, exc, traceback = sys.exc_info()
+        if traceback is None:
+            raise ValueError("A valid traceback must be passed if no exception is being handled")
+        debugger = debugger_for(USER_POST_MORTEM_CALL)
+        if not debugger.reachable:
+            return plain(t)
+        what = f"{USER_POST_MORTEM_CALL} of {error_text(exc)}" if exc is not None else USER_POST_MORTEM_CALL
+        debugger.examine(traceback, what, exc)
+    return post_mortem
+
+
 def route_pdb() -> None:
-    """Make ``pdb.set_trace()`` reach the host (run once pdb is imported)."""
+    """Make ``pdb.set_trace()`` and ``pdb.post_mortem()`` reach the host (run once pdb is imported)."""
     import pdb
 
     pdb.set_trace = set_trace  # type: ignore[assignment]
+    pdb.post_mortem = users_post_mortem(pdb.post_mortem)  # type: ignore[assignment]
 
 
 def route_torch_breakpoint() -> None:

@@ -17,7 +17,7 @@ from orchestrate.debugger.states import (ATTACHED, LEFT, RUNNING, WAITS, Debugge
 from orchestrate.errors import OrchestrateError
 from orchestrate.hangs.diagnosis import diagnose
 from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot
-from orchestrate.node.remote_debugger import POST_MORTEM_CALL, socket_name
+from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL, socket_name
 from orchestrate.supervise.progress import ProgressWatch, ranks_in_debugger
 from tests.fakes import FakeDockerClient, Script, fake_engine
 from tests.unit.test_hangs import answering_worker, quick_watchdog  # noqa: F401 - a fixture
@@ -73,7 +73,8 @@ def test_the_rank_to_debug_is_the_one_named_or_the_only_one_and_every_other_case
     one = {1: stopped(1)}
     assert choose(one, None, "r") == one[1] and choose(one, 1, "r") == one[1]
     with pytest.raises(OrchestrateError, match=r"^no rank of run r is in its debugger \(a script stops there at"
-                                               r" breakpoint\(\), pdb.set_trace\(\) or torch.distributed.breakpoint"):
+                                               r" breakpoint\(\), pdb.set_trace\(\), torch.distributed.breakpoint\(\) or"
+                                               r" pdb.post_mortem\(\), and with run --pdb at an error it does not catch\)$"):
         choose({}, None, "r")
     with pytest.raises(OrchestrateError, match=r"^ranks 0, 1 of run r are in their debugger: name one"
                                                r" \(python -m orchestrate debug r 1\)$"):
@@ -144,6 +145,9 @@ def test_a_rank_that_waits_for_a_terminal_is_named_with_the_command_and_the_debu
     assert after_error.lines()[-1] == ("  rank 1 stopped in its debugger at train.py:12 (uncaught RuntimeError: mat1"
                                        " and mat2 shapes cannot be multiplied), no terminal came: debug it with python"
                                        " -m orchestrate debug RUN_ID 1, or run without --pdb")
+    own = debugger_snapshot(1, attached=False, stop={**POST_MORTEM_STOP, "call": USER_POST_MORTEM_CALL})
+    assert diagnose(Probe("b", 5.0, {1: own}), None, {1}, {}, 30).lines()[-1].endswith(
+        ", or take the pdb.post_mortem() call out")
 
 
 def test_a_rank_a_terminal_debugs_keeps_its_whole_stack_and_gets_no_hint():
@@ -262,7 +266,11 @@ POST_MORTEM_STOP = {**STOP, "call": POST_MORTEM_CALL, "line": 12, "function": "s
         " cannot be multiplied",
         "[orchestrate] pdb's commands look at the frames the error left (`up`, `down`, `p`); `continue`, `quit` or"
         " Ctrl-D let the rank end with its error"]),
-], ids=["breakpoint", "post-mortem"])
+    ({**POST_MORTEM_STOP, "call": USER_POST_MORTEM_CALL, "text": "pdb.post_mortem() of KeyError: 'k'"}, [
+        "[orchestrate] rank 0 (node1) stopped at train.py:12 in step: pdb.post_mortem() of KeyError: 'k'",
+        "[orchestrate] pdb's commands look at the frames the error left (`up`, `down`, `p`); `continue`, `quit` or"
+        " Ctrl-D let its script go on"]),
+], ids=["breakpoint", "post-mortem", "the-scripts-own-post-mortem"])
 def test_debug_reaches_the_rank_and_says_where_it_stopped_how_the_session_ends_and_when_it_left(tmp_path, stop,
                                                                                                   said):
     client, run_dir, _ = engine_with_a_run(tmp_path)

@@ -419,3 +419,29 @@ def test_an_interrupt_while_a_rank_waits_for_a_terminal_ends_it_saying_it_left(w
     code, out, err = job.finish()
     assert code != 0 and "KeyboardInterrupt" in err and "not reached" not in out
     assert [s["state"] for s in job.states()] == ["waits", "left"]  # the launcher holds no stale stop
+
+
+def test_the_scripts_own_post_mortem_waits_for_a_terminal_and_the_script_then_goes_on(worker):
+    job = worker("import json, pdb\n\ndef load(text):\n    return json.loads(text)\n\ntry:\n    load('{')\n"
+                 "except ValueError:\n    pdb.post_mortem()\nprint('went on')\n")  # no --pdb: the script asks
+    shown = job.debug("p text\nc\n")
+    code, out, _ = job.finish()
+    assert code == 0 and "went on" in out
+    assert shown.startswith("> ") and "train.py(4)load()" in shown and "(Pdb) '{'\n" in shown
+    said = job.states()
+    assert said[0] == {"state": "waits", "call": "pdb.post_mortem()", "file": "train.py", "line": 4,
+                       "function": "load", "attached": False,
+                       "text": "pdb.post_mortem() of JSONDecodeError: Expecting property name enclosed in double"
+                               " quotes: line 1 column 2 (char 1)"}
+    assert [s["state"] for s in said] == ["waits", "attached", "left"]
+
+
+def test_pdb_pm_of_the_last_error_waits_for_a_terminal_and_post_mortem_outside_an_error_fails_as_pdbs_does(worker):
+    job = worker("import pdb, sys\n\ntry:\n    x = 3\n    x / 0\nexcept ZeroDivisionError as error:\n"
+                 "    sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__\n"
+                 "    sys.last_exc = error\npdb.pm()\nprint('after pm')\npdb.post_mortem()\n")
+    shown = job.debug("p x\nc\n")
+    code, out, err = job.finish()
+    assert "(Pdb) 3\n" in shown and "after pm" in out
+    assert job.states()[0]["line"] == 5 and job.states()[0]["text"].startswith("pdb.post_mortem()")
+    assert code == 1 and "ValueError: A valid traceback must be passed if no exception is being handled" in err
