@@ -113,6 +113,25 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
+IN_DEBUGGER = "in its debugger"  # a rank lane's phase while it is stopped there
+
+
+def overlaid(phases: list[Phase], over: Phase) -> list[Phase]:
+    """A lane's phases with ``over`` laid on them, within them: what it covers of each is cut out."""
+    if not phases:
+        return phases
+    over = Phase(over.name, max(over.start, phases[0].start), min(over.end, max(p.end for p in phases)), over.detail)
+    if over.end <= over.start:
+        return phases
+    kept = []
+    for phase in phases:
+        if phase.start < over.start:
+            kept.append(Phase(phase.name, phase.start, min(phase.end, over.start), phase.detail))
+        if phase.end > over.end:
+            kept.append(Phase(phase.name, max(phase.start, over.end), phase.end, phase.detail))
+    return sorted(kept + [over], key=lambda phase: phase.start)
+
+
 def _fmt(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
@@ -168,6 +187,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
     lanes = _LaneBuilder(model, t0)
     rank_first: dict[int, float] = {}
     exited: dict[str, float] = {}  # each node's latest end
+    in_debugger: dict[int, list[list[Any]]] = {}  # each rank's stops in its debugger: [from, to or None, where]
     for event in events:
         kind, when, node = event["event"], lanes.at(event), event.get("node")
         model.events.append((when, node or "-", kind, _describe(event)))
@@ -217,6 +237,19 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         elif kind == "resumed":
             lanes.mark("resumed", when, None, f"resumed at step {event.get('step')} at {_fmt(when)}: recovery"
                                               f" {event.get('recovery_s', 0):.1f} s, {event.get('steps_lost')} steps lost")
+        elif kind == "debugger" and event.get("state") in ("waits", "left"):  # (debugger.states' words)
+            rank = event.get("rank")
+            lane = f"{node}-rank{rank}" if node in node_names and rank is not None else None
+            if event["state"] == "waits":
+                what = f"{event.get('where', '')}: {event.get('what') or event.get('call', '')}"
+                lanes.mark("debugger", when, lane, f"rank {rank} stopped in its debugger at {_fmt(when)}: {what}")
+                if rank is not None:
+                    in_debugger.setdefault(rank, []).append([when, None, what])
+            else:
+                lanes.mark("debugger-left", when, lane, f"rank {rank} left its debugger at {_fmt(when)}")
+                open_stops = [stop for stop in in_debugger.get(rank, []) if stop[1] is None]
+                if open_stops:
+                    open_stops[-1][1] = when
         elif kind == "run-ended":
             model.exit_code = event.get("exit_code")
     end_times = [when for when, *_ in model.events] + [r.time - t0 for r in progress]
@@ -241,6 +274,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                 name = "running" if phase.name == "rendezvous" and phase.start <= start else phase.name
                 lane.phases.append(Phase(name, max(phase.start, start), phase.end,
                                          f"{len(seen)} steps reported in all" if name == "running" else phase.detail))
+        for since, until, what in in_debugger.get(lane.rank, []):  # (until its process ended, where it never left)
+            lane.phases = overlaid(lane.phases, Phase(IN_DEBUGGER, since, until if until is not None else model.end,
+                                                      what))
 
     if outcome:
         model.succeeded = outcome.get("succeeded")

@@ -28,13 +28,13 @@ from typing import Any, Optional
 
 from orchestrate.outcome.events import record_event
 from orchestrate.report import svg
-from orchestrate.report.model import ReportModel, _fmt, build_model, load_run
+from orchestrate.report.model import IN_DEBUGGER, ReportModel, _fmt, build_model, load_run
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.html"
 PHASE_COLOURS = {"bring-up": "#9ecae1", "rendezvous": "#fdd0a2", "running": "#74c476", "restarting": "#fdae6b",
-                 "hung": "#d9d9d9"}
+                 "hung": "#d9d9d9", IN_DEBUGGER: "#9edae5"}
 MARKER_STYLES = {  # kind: (marker symbol, see svg.marker; colour; what it is)
     "fault": ("v", "#d62728", "fault injected"),
     "detected": ("X", "#9467bd", "detected"),
@@ -44,6 +44,8 @@ MARKER_STYLES = {  # kind: (marker symbol, see svg.marker; colour; what it is)
     "restart": ("D", "#ff7f0e", "elastic restart"),
     "resumed": ("^", "#2ca02c", "resumed"),
     "oom": ("P", "#8c564b", "OOM kill"),
+    "debugger": ("+", "#17becf", "stopped in its debugger"),
+    "debugger-left": (".", "#17becf", "left its debugger"),
 }
 CHART_WIDTH = 1000.0
 LANE_HEIGHT = 32.0  # one lane of the timeline

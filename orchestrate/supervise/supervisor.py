@@ -467,7 +467,8 @@ class Supervisor:
             elif change == LEFT:
                 self.say(f"rank {rank.rank} left its debugger")
             if self.active:
-                self.record("debugger", rank=rank.rank, state=change, call=rank.call, where=rank.where())
+                self.record("debugger", rank=rank.rank, node=rank.node, state=change, call=rank.call,
+                            where=rank.where(), what=rank.what())
 
     def warn_of_certain_init_waits(self) -> None:
         """Say, once and as soon as the calls are made, ``init_process_group`` calls that can only

@@ -193,6 +193,10 @@ def test_a_terminal_debugging_a_rank_holds_the_hang_watchdog_and_the_launcher_sa
     assert ("[orchestrate] rank 0 stopped in its debugger at train.py:9 in <module>: if rank == 1: breakpoint();"
             " debug it with: python -m orchestrate debug test-run 0") in said
     assert "[orchestrate] rank 0 left its debugger" in said
+    from orchestrate.outcome.events import read_events
+    recorded = [e for e in read_events(job.run_dir) if e["event"] == "debugger"]  # for the report page's lanes
+    assert [(e["state"], e["rank"], e["node"], e["what"]) for e in recorded] == [
+        (state, 0, "node1", "if rank == 1: breakpoint()") for state in ("waits", "attached", "left")]  # as it said
 
 
 @pytest.mark.timeout(60)

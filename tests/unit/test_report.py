@@ -333,3 +333,31 @@ def test_step_times_show_a_straggler_and_the_chaos_verdict_is_on_the_page():
     assert re.search(r'<g id="step-time-rank1">\s*<title>rank 1: median 0\.200 s a step, slowest 1\.700 s', page)
     assert 'id="chaos-verdict" class="outcome failed">The verdict does not hold (seed 7' in page
     assert "slow:node1,cpus=0.1@step=10..15" in page and "final.pt: differs" in page
+
+
+def test_a_rank_stopped_in_its_debugger_is_marked_on_its_lane_from_the_stop_to_its_leaving():
+    events = started() + [ev(6.0, "debugger", rank=3, node="node1", state="waits", call="an uncaught error (--pdb)",
+                             where="crash.py:13 in <module>", what="uncaught RuntimeError: mat1 and mat2"),
+                          ev(9.0, "debugger", rank=3, node="node1", state="attached", call="an uncaught error (--pdb)",
+                             where="crash.py:13 in <module>", what="uncaught RuntimeError: mat1 and mat2"),
+                          ev(20.5, "debugger", rank=3, node="node1", state="left", call="an uncaught error (--pdb)",
+                             where="crash.py:13 in <module>", what="uncaught RuntimeError: mat1 and mat2")]
+    model = build_model({"run": plan(), "events": events, "progress": []})
+    marks = [(m.kind, m.lane, round(m.time, 2), m.label) for m in model.markers]
+    assert marks == [("debugger", "node1-rank3", 6.0, "rank 3 stopped in its debugger at 6.0 s: crash.py:13 in <module>:"
+                                                     " uncaught RuntimeError: mat1 and mat2"),
+                     ("debugger-left", "node1-rank3", 20.5, "rank 3 left its debugger at 20.5 s")]
+    # its lane is in its debugger from the stop to its leaving; its node's and the other ranks' run on
+    assert phases(model, "node1-rank3") == [("running", 3.1, 6.0), ("in its debugger", 6.0, 20.5)]
+    assert phases(model, "node1-rank2") == [("running", 3.1, 20.5)] and phases(model, "node1")[-1][0] == "running"
+    went_on = build_model({"run": plan(), "events": events + [ev(25.0, "node-exited", node="node1", exit_code=0)],
+                           "progress": []})
+    assert phases(went_on, "node1-rank3") == [("running", 3.1, 6.0), ("in its debugger", 6.0, 20.5),
+                                              ("running", 20.5, 25.0)]
+    never_left = build_model({"run": plan(), "events": events[:-1] + [ev(30.0, "node-exited", node="node1",
+                                                                           exit_code=1)], "progress": []})
+    assert phases(never_left, "node1-rank3")[-1] == ("in its debugger", 6.0, 30.0)  # until its node ended
+    page = render_html(model)
+    stop = re.search(r'<g id="marker-debugger-0" data-time="([\d.]+)">\s*<title>([^<]+)</title>', page)
+    assert stop and float(stop[1]) == pytest.approx(6.0) and "uncaught RuntimeError" in stop[2]
+    assert '<g id="marker-debugger-left-0"' in page
