@@ -48,6 +48,7 @@ DIST_BREAKPOINT_CALL = "torch.distributed.breakpoint()"
 BREAK_CALL = "a breakpoint set in its session"
 POST_MORTEM_CALL = "an uncaught error (--pdb)"
 USER_POST_MORTEM_CALL = "pdb.post_mortem()"  # the script's own (pdb.pm() calls it too)
+POST_MORTEM_CALLS = (POST_MORTEM_CALL, USER_POST_MORTEM_CALL)
 POST_MORTEM_ENV = "DDP_POST_MORTEM"  # set by the plan for run --pdb
 RUN_ID_ENV = "DDP_RUN_ID"  # the run, set per node by the plan: the rank's line names the command that reaches it
 # What the rank's own line starts with as it waits for a terminal, in its output (``logs RUN`` shows
@@ -169,9 +170,11 @@ def debugger_class() -> Any:
             self.examined: Any = None  # a post-mortem's frame to start at (the user's innermost)
             self.examined_traceback: Any = None  # the error's own traceback (not a chained error's)
             self.examined_line: Optional[int] = None  # the line of the frame a post-mortem starts at
+            self.taken_from: Any = None  # the debugger whose session this one took over
 
         def take_over(self, earlier: Any) -> None:
             """Go on with ``earlier``'s session, whose script stopped again (this tracer replaces its)."""
+            self.taken_from = earlier
             self.connection, earlier.connection = earlier.connection, None
             self.stdin = self.stdout = self.connection  # type: ignore[assignment]
             self.use_rawinput = False
@@ -246,8 +249,8 @@ def debugger_class() -> Any:
                                      "attached": False}
                 if self.raised:
                     _Settings.stopped["text"] = self.raised
+                said = True  # (before the record: an interrupt meanwhile still says it left)
                 _Settings.report({"state": "waits", **_Settings.stopped})
-                said = True
                 run_id = os.environ.get(RUN_ID_ENV) or "RUN_ID"
                 sys.stderr.write(stop_line(_Settings.rank, _Settings.stopped, run_id) + "\n")
                 sys.stderr.flush()
@@ -343,13 +346,16 @@ def debugger_class() -> Any:
             depth, walked = 1, traceback
             while walked is not entry:
                 depth, walked = depth + 1, walked.tb_next
-            _Settings.examined = tracebacks.extract_tb(traceback, limit=depth)
+            _Settings.examined = (threading.get_ident(), tracebacks.extract_tb(traceback, limit=depth))
             self.examined_traceback = traceback
             self.reset()
             # no breakpoint of an earlier session stops the rank again (an expression evaluated
-            # here, or its exit's code), and no earlier tracer of this thread runs on
+            # here, or its exit's code), and no earlier tracer of this thread runs on; the session
+            # taken over forgets its breakpoints too (its thread may still run, and asks for them)
             sys.settrace(None)
             self.clear_all_breaks()
+            if self.taken_from is not None:
+                self.taken_from.breaks = {}
             if self.connected():  # a session's rank ran on to this error: it stops here, in that session
                 self.running = False
                 _Settings.stopped = {"call": self.call, **where_called(entry.tb_frame, self.call, entry.tb_lineno),
@@ -394,9 +400,9 @@ def stop_line(rank: int, stopped: dict[str, Any], run_id: str) -> str:
 
 
 def examined_stack() -> Any:
-    """The frames of the error a post-mortem examines now, outermost first, up to the user's frame
-    it stopped in (``traceback.FrameSummary`` entries), or None: the stack its snapshots show for
-    its main thread, which is in the debugger's code meanwhile."""
+    """The thread a post-mortem examines an error in, and the error's frames, outermost first, up
+    to the user's frame it stopped in (``traceback.FrameSummary`` entries), or None: the stack its
+    snapshots show for that thread, which is in the debugger's code meanwhile."""
     return _Settings.examined
 
 
@@ -483,12 +489,12 @@ def debugger_for(call: str) -> Any:
     """A debugger that names ``call`` as what stopped the rank: the one whose session has a terminal
     now, where this thread's script stops again, takes over its terminal (the session goes on, as a
     terminal's own pdb would), and so does a post-mortem where another thread's session runs on
-    (the rank is ending: that thread's breakpoints would never come); else it waits for one."""
+    (its breakpoints may never come: that thread may have ended); else it waits for one."""
     made = debugger_class()()
     made.call = call
     current = _Settings.current
     if current is not None and current.connected() and (
-            current.thread == threading.get_ident() or call == POST_MORTEM_CALL and current.running):
+            current.thread == threading.get_ident() or call in POST_MORTEM_CALLS and current.running):
         made.take_over(current)
     return made
 
@@ -528,6 +534,9 @@ def users_post_mortem(plain: Callable[..., None]) -> Callable[..., None]:
         traceback = exc.__traceback__ if exc is not None else t
         if t is None:
             _, exc, traceback = sys.exc_info()
+        if exc is None:  # a traceback given (pdb.pm() gives the last one): its error, where it is known
+            known = (sys.exc_info()[1], getattr(sys, "last_exc", None), getattr(sys, "last_value", None))
+            exc = next((e for e in known if e is not None and e.__traceback__ is traceback), None)
         if traceback is None:
             raise ValueError("A valid traceback must be passed if no exception is being handled")
         debugger = debugger_for(USER_POST_MORTEM_CALL)

@@ -83,8 +83,8 @@ def linked(ident: int, frame: Any) -> Any:
 
 def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> List[Dict[str, Any]]:
     """Every thread's stack but the answering thread's (``server_ident``), outermost frame
-    first; the main thread first (where a post-mortem examines an error, the error's frames up to
-    the user's: the thread itself is in the debugger's code)."""
+    first; the main thread first (where a post-mortem examines an error, that thread's are the
+    error's frames up to the user's: the thread itself is in the debugger's code)."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     stacks = []
     examined = examined_stack()
@@ -92,7 +92,7 @@ def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> Lis
         if ident == server_ident:
             continue
         frame = linked(ident, frame)
-        entries = examined if examined is not None and ident == main_ident else traceback.extract_stack(frame)
+        entries = examined[1] if examined is not None and ident == examined[0] else traceback.extract_stack(frame)
         frames = [[relative(entry.filename), entry.lineno, entry.name, (entry.line or "").strip()]
                   for entry in entries
                   if not is_hook_file(entry.filename)]

@@ -116,11 +116,22 @@ def load_run(run_dir: Path) -> dict[str, Any]:
 IN_DEBUGGER = "in its debugger"  # a rank lane's phase while it is stopped there
 
 
+def end_stops(stops: dict[str, list[list[Any]]], when: float, of: Any) -> None:
+    """End, at ``when``, the open stops in their debugger of the rank lanes ``of`` accepts (a rank
+    that left it, or whose process ended in a restart)."""
+    for key, spans in stops.items():
+        if of(key):
+            for span in spans:
+                if span[1] is None:
+                    span[1] = when
+
+
 def overlaid(phases: list[Phase], over: Phase) -> list[Phase]:
     """A lane's phases with ``over`` laid on them, within them: what it covers of each is cut out."""
     if not phases:
         return phases
-    over = Phase(over.name, max(over.start, phases[0].start), min(over.end, max(p.end for p in phases)), over.detail)
+    over = Phase(over.name, max(over.start, min(p.start for p in phases)), min(over.end, max(p.end for p in phases)),
+                 over.detail)
     if over.end <= over.start:
         return phases
     kept = []
@@ -187,7 +198,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
     lanes = _LaneBuilder(model, t0)
     rank_first: dict[int, float] = {}
     exited: dict[str, float] = {}  # each node's latest end
-    in_debugger: dict[int, list[list[Any]]] = {}  # each rank's stops in its debugger: [from, to or None, where]
+    in_debugger: dict[str, list[list[Any]]] = {}  # each rank lane's stops in its debugger: [from, to or None, where]
     for event in events:
         kind, when, node = event["event"], lanes.at(event), event.get("node")
         model.events.append((when, node or "-", kind, _describe(event)))
@@ -234,6 +245,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                                               f" at step {event.get('step')}; every node restarts")
             for name in node_names:
                 lanes.begin(name, "restarting", when)
+            end_stops(in_debugger, when, lambda key: True)  # every rank's process ends
         elif kind == "resumed":
             lanes.mark("resumed", when, None, f"resumed at step {event.get('step')} at {_fmt(when)}: recovery"
                                               f" {event.get('recovery_s', 0):.1f} s, {event.get('steps_lost')} steps lost")
@@ -243,13 +255,11 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             if event["state"] == "waits":
                 what = f"{event.get('where', '')}: {event.get('what') or event.get('call', '')}"
                 lanes.mark("debugger", when, lane, f"rank {rank} stopped in its debugger at {_fmt(when)}: {what}")
-                if rank is not None:
-                    in_debugger.setdefault(rank, []).append([when, None, what])
+                if lane is not None:
+                    in_debugger.setdefault(lane, []).append([when, None, what])
             else:
                 lanes.mark("debugger-left", when, lane, f"rank {rank} left its debugger at {_fmt(when)}")
-                open_stops = [stop for stop in in_debugger.get(rank, []) if stop[1] is None]
-                if open_stops:
-                    open_stops[-1][1] = when
+                end_stops(in_debugger, when, lambda key: key == lane)
         elif kind == "run-ended":
             model.exit_code = event.get("exit_code")
     end_times = [when for when, *_ in model.events] + [r.time - t0 for r in progress]
@@ -274,7 +284,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                 name = "running" if phase.name == "rendezvous" and phase.start <= start else phase.name
                 lane.phases.append(Phase(name, max(phase.start, start), phase.end,
                                          f"{len(seen)} steps reported in all" if name == "running" else phase.detail))
-        for since, until, what in in_debugger.get(lane.rank, []):  # (until its process ended, where it never left)
+        # (a stop nothing ended lasts as long as its lane: its node's exit ends that)
+        for since, until, what in in_debugger.get(lane.key, []):
             lane.phases = overlaid(lane.phases, Phase(IN_DEBUGGER, since, until if until is not None else model.end,
                                                       what))
 

@@ -415,6 +415,10 @@ def test_with_pdb_an_error_whose_message_cannot_be_made_is_examined_all_the_same
 def test_an_interrupt_while_a_rank_waits_for_a_terminal_ends_it_saying_it_left(worker):
     job = worker("breakpoint()\nprint('not reached')\n")
     job.wait_to_be_reached()
+    deadline = time.monotonic() + WAIT_S
+    while not job.states():  # said it waits (its socket listens a moment before)
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     os.kill(job.process.pid, signal.SIGINT)
     code, out, err = job.finish()
     assert code != 0 and "KeyboardInterrupt" in err and "not reached" not in out
@@ -443,5 +447,36 @@ def test_pdb_pm_of_the_last_error_waits_for_a_terminal_and_post_mortem_outside_a
     shown = job.debug("p x\nc\n")
     code, out, err = job.finish()
     assert "(Pdb) 3\n" in shown and "after pm" in out
-    assert job.states()[0]["line"] == 5 and job.states()[0]["text"].startswith("pdb.post_mortem()")
+    assert job.states()[0]["line"] == 5  # the error's line, not the one its frame runs now
+    assert job.states()[0]["text"] == "pdb.post_mortem() of ZeroDivisionError: division by zero"  # pm's traceback
     assert code == 1 and "ValueError: A valid traceback must be passed if no exception is being handled" in err
+
+
+def test_the_scripts_post_mortem_takes_over_another_threads_session_that_runs_on_and_that_thread_goes_on(worker):
+    job = worker("import pdb, threading, time\ndef work():\n    breakpoint()\n    for i in range(30):\n"
+                 "        time.sleep(0.05)\nt = threading.Thread(target=work)\nt.start()\ntime.sleep(0.5)\n"
+                 "try:\n    {}['k']\nexcept KeyError:\n    pdb.post_mortem()\nt.join()\nprint('after')\n")
+    job.wait_to_be_reached()
+    first = connect(job.socket)
+    first.sendall(b"b 5, i == 99\nc\n")  # the thread runs on with a breakpoint that never comes
+    shown = io.StringIO()
+    talk(first, io.StringIO("p 1 + 1\nc\n"), shown)  # the same terminal: the main thread's post-mortem
+    code, out, err = job.finish()
+    assert code == 0 and "after" in out, err
+    assert "Exception in thread" not in err and "KeyError: ('" not in err  # its thread lost no breakpoint
+    assert "(Pdb) pdb.post_mortem() of KeyError: 'k'\n" in shown.getvalue() and "(Pdb) 2\n" in shown.getvalue()
+
+
+def test_a_post_mortem_in_a_side_thread_shows_the_errors_frames_in_that_threads_snapshot_only(worker):
+    from orchestrate.hangs.snapshots import request_snapshots
+
+    job = worker("import pdb, threading\ndef side():\n    try:\n        {}['k']\n    except KeyError:\n"
+                 "        pdb.post_mortem()\nt = threading.Thread(target=side, name='side')\nt.start()\nt.join()\n")
+    job.wait_to_be_reached()
+    request_snapshots(job.directory, [3], timeout_s=WAIT_S)
+    snapshot = json.loads((job.directory / "rank3.json").read_text())
+    stacks = {s["thread"]: [f[0] + ":" + str(f[1]) for f in s["frames"]] for s in snapshot["stacks"]}
+    assert stacks["side"] == ["train.py:4"]  # the error's frame, where the post-mortem stopped
+    assert stacks["MainThread"][0] == "train.py:9" and "threading.py" in stacks["MainThread"][-1]  # in join()
+    job.debug("c\n")
+    assert job.finish()[0] == 0

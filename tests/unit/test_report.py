@@ -361,3 +361,20 @@ def test_a_rank_stopped_in_its_debugger_is_marked_on_its_lane_from_the_stop_to_i
     stop = re.search(r'<g id="marker-debugger-0" data-time="([\d.]+)">\s*<title>([^<]+)</title>', page)
     assert stop and float(stop[1]) == pytest.approx(6.0) and "uncaught RuntimeError" in stop[2]
     assert '<g id="marker-debugger-left-0"' in page
+
+
+def test_a_stop_in_the_debugger_ends_with_its_process_and_is_drawn_on_its_own_nodes_lane_only():
+    def stop(at: float, node: str) -> dict:
+        return ev(at, "debugger", rank=1, node=node, state="waits", call="breakpoint()", where="t.py:3 in <module>",
+                  what="breakpoint()")
+    events = started(nproc=1) + [  # an elastic run: rank 1 stops on node1, then (after a restart) on node0
+        stop(5.0, "node1"), ev(8.3, "restart", node="node0", cause="killed", step=3),
+        ev(12.0, "node-running", node="node0"), ev(12.0, "rank-started", node="node0", rank=1),
+        ev(12.1, "node-running", node="node1"), ev(12.1, "rank-started", node="node1", rank=0),
+        stop(15.0, "node0"), ev(18.0, "node-exited", node="node0", exit_code=1),
+        ev(20.0, "node-exited", node="node1", exit_code=0)]
+    model = build_model({"run": plan(nproc=1, elastic=True), "events": events, "progress": []})
+    on_node1 = [p for p in phases(model, "node1-rank1") if p[0] == "in its debugger"]
+    on_node0 = [p for p in phases(model, "node0-rank1") if p[0] == "in its debugger"]
+    assert on_node1 == [("in its debugger", 5.0, 8.3)]  # its process ended with the restart
+    assert on_node0 == [("in its debugger", 15.0, 18.0)]  # never left: until its node exited
