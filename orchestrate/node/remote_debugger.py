@@ -374,7 +374,7 @@ def debugger_class() -> Any:
                 self.interaction(None, exc if exc is not None and sys.version_info >= (3, 13) else traceback)
             finally:
                 _Settings.examined = None
-                if self.connected():
+                if self.connected():  # (`continue` with a breakpoint set here: no tracer would reach it)
                     self.clear_all_breaks()
                     self.detach()
 

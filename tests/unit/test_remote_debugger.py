@@ -66,10 +66,21 @@ class Worker:
 
     def debug(self, typed: str) -> str:
         """One terminal's session: the lines typed, and what the terminal showed."""
-        self.wait_to_be_reached()
         shown = io.StringIO()
-        talk(connect(self.socket), io.StringIO(typed), shown)
+        talk(self.connect(), io.StringIO(typed), shown)
         return shown.getvalue()
+
+    def connect(self) -> socket.socket:
+        """A connection to the rank's debugger, once it listens: its socket's file is there from
+        its bind, a moment before its listen (`debug` waits for the rank to say it waits instead)."""
+        self.wait_to_be_reached()
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                return connect(self.socket)
+            except OrchestrateError as refused:
+                assert time.monotonic() < deadline and self.process.poll() is None, refused
+                time.sleep(0.02)
 
     def finish(self) -> tuple[int, str, str]:
         try:
@@ -210,8 +221,7 @@ def test_pdb_set_trace_is_reached_too_and_names_its_call(worker):
 
 def test_a_terminal_that_goes_away_mid_session_lets_the_rank_go_on_and_its_code_never_sees_it(worker):
     job = worker("breakpoint()\nfor i in range(200):\n    pass\nprint('went on')\n")
-    job.wait_to_be_reached()
-    connection = connect(job.socket)
+    connection = job.connect()
     connection.recv(100)  # the prompt came
     connection.close()  # killed: no Ctrl-D, no command
     code, out, err = job.finish()
@@ -378,8 +388,7 @@ def test_with_pdb_an_error_after_another_threads_session_ran_on_takes_that_sessi
 
 def test_with_pdb_an_error_met_after_the_sessions_terminal_went_away_waits_for_a_new_one(worker):
     job = worker("import time\nx = 5\nbreakpoint()\ntime.sleep(0.5)\nraise KeyError('k')\n", POST_MORTEM)
-    job.wait_to_be_reached()
-    first = connect(job.socket)
+    first = job.connect()
     first.sendall(b"b 4, False\nc\n")  # runs on with a breakpoint set; then the terminal goes away
     deadline = time.monotonic() + WAIT_S
     while "running" not in [s["state"] for s in job.states()]:
@@ -456,8 +465,7 @@ def test_the_scripts_post_mortem_takes_over_another_threads_session_that_runs_on
     job = worker("import pdb, threading, time\ndef work():\n    breakpoint()\n    for i in range(30):\n"
                  "        time.sleep(0.05)\nt = threading.Thread(target=work)\nt.start()\ntime.sleep(0.5)\n"
                  "try:\n    {}['k']\nexcept KeyError:\n    pdb.post_mortem()\nt.join()\nprint('after')\n")
-    job.wait_to_be_reached()
-    first = connect(job.socket)
+    first = job.connect()
     first.sendall(b"b 5, i == 99\nc\n")  # the thread runs on with a breakpoint that never comes
     shown = io.StringIO()
     talk(first, io.StringIO("p 1 + 1\nc\n"), shown)  # the same terminal: the main thread's post-mortem
@@ -480,3 +488,12 @@ def test_a_post_mortem_in_a_side_thread_shows_the_errors_frames_in_that_threads_
     assert stacks["MainThread"][0] == "train.py:9" and "threading.py" in stacks["MainThread"][-1]  # in join()
     job.debug("c\n")
     assert job.finish()[0] == 0
+
+
+def test_a_breakpoint_set_in_a_post_mortem_ends_with_it_and_leaves_no_tracer_in_the_script_that_goes_on(worker):
+    job = worker("import pdb, sys\ndef f():\n    return 1\ntry:\n    {}['k']\nexcept KeyError:\n"
+                 "    pdb.post_mortem()\nf()\nprint('traced', sys.gettrace() is not None)\n")
+    job.debug("b 3\nc\n")
+    code, out, _ = job.finish()
+    assert code == 0 and "traced False" in out  # the script goes on untraced: no stop in f(), no slowdown
+    assert [s["state"] for s in job.states()] == ["waits", "attached", "running", "left"]

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 from orchestrate.debugger.session import connect, talk
+from orchestrate.errors import OrchestrateError
 from orchestrate.node.remote_debugger import socket_name
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
@@ -21,12 +22,16 @@ def session(debug, rank: int, typed: str, job: subprocess.Popen) -> str:
     """A terminal's session with ``rank``, once it listens."""
     path = debug / socket_name(rank)
     deadline = time.monotonic() + 120
-    while not path.exists():
+    while True:  # (its socket's file is there from its bind, a moment before it listens)
         assert job.poll() is None, job.communicate()
         assert time.monotonic() < deadline, f"rank {rank} never stopped"
-        time.sleep(0.05)
+        try:
+            connection = connect(path)
+            break
+        except OrchestrateError:
+            time.sleep(0.05)
     shown = io.StringIO()
-    talk(connect(path), io.StringIO(typed), shown)
+    talk(connection, io.StringIO(typed), shown)
     return shown.getvalue()
 
 
