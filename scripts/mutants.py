@@ -1151,7 +1151,7 @@ MUTANTS = [
     Mutant("a post-mortem names the source line, not the error", "orchestrate/node/remote_debugger.py",
            "                if self.raised:\n                    _Settings.stopped[\"text\"] = self.raised\n", "", DEBUGGER),
     Mutant("a post-mortem's session is left attached when pdb's commands end", "orchestrate/node/remote_debugger.py",
-           "                    self.clear_all_breaks()\n                    self.detach()\n", "", DEBUGGER),
+           "                    self.clear_all_breaks()\n                    self.detach()\n", "                    pass\n", DEBUGGER),
     Mutant("a quit from a breakpoint gets a post-mortem", "orchestrate/node/remote_debugger.py",
            ' or type(exc).__module__ == "bdb" and type(exc).__name__ == "BdbQuit"):', "):", DEBUGGER),
     Mutant("the hook ends an uncaught error with no post-mortem", "orchestrate/node/worker_start.py",
@@ -1171,8 +1171,8 @@ MUTANTS = [
     Mutant("a post-mortem waits for another thread's session that runs on", "orchestrate/node/remote_debugger.py",
            " or call in POST_MORTEM_CALLS and current.running):", "):", DEBUGGER),
     Mutant("a post-mortem keeps a session whose terminal has gone", "orchestrate/node/remote_debugger.py",
-           "                if not self.connected():  # that terminal had gone: the session ends, and another may come\n"
-           "                    self.detach()\n", "", DEBUGGER),
+           "                    if not self.connected():  # that terminal had gone: the session ends, and another may come\n"
+           "                        self.detach()\n", "", DEBUGGER),
     Mutant("an earlier session's breakpoints stop a post-mortem's expression", "orchestrate/node/remote_debugger.py",
            "            sys.settrace(None)\n            self.clear_all_breaks()\n", "", DEBUGGER),
     Mutant("an error whose message cannot be made gets no post-mortem", "orchestrate/node/remote_debugger.py",

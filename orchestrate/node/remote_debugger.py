@@ -212,9 +212,10 @@ def debugger_class() -> Any:
                    and is_hook_file(self.stack[hook][0].f_code.co_filename)):
                 hook += 1
             self.stack, self.curindex = self.stack[hook:], self.curindex - hook
+            # a post-mortem starts at the user's own frame, not in the library that raised (a
+            # chained error's at its own innermost)
             at = [i for i, (frame, _) in enumerate(self.stack) if frame is self.examined]
-            if at and traceback is self.examined_traceback:  # a post-mortem starts at the user's own
-                # frame, not in the library that raised (a chained error's at its own innermost)
+            if at and traceback is self.examined_traceback:
                 self.curindex = at[-1]
                 self.curframe = self.stack[self.curindex][0]
                 self.curframe_locals = self.curframe.f_locals
@@ -356,21 +357,21 @@ def debugger_class() -> Any:
             self.clear_all_breaks()
             if self.taken_from is not None:
                 self.taken_from.breaks = {}
-            if self.connected():  # a session's rank ran on to this error: it stops here, in that session
-                self.running = False
-                _Settings.stopped = {"call": self.call, **where_called(entry.tb_frame, self.call, entry.tb_lineno),
-                                     "text": self.raised, "attached": True}
-                _Settings.report({"state": "attached", **_Settings.stopped})
-                self.message(self.raised)  # (a terminal that connects now is told by `debug`)
-                if not self.connected():  # that terminal had gone: the session ends, and another may come
-                    self.detach()
-            if not self.connected():
-                self.connect(entry.tb_frame)
-            if not self.connected():  # the host cannot reach this process: no post-mortem on a stdin it lacks
-                self.pending.clear()
-                _Settings.examined = None
-                return
-            try:  # (Python 3.13's pdb takes the error itself, and its chained errors with it)
+            try:
+                if self.connected():  # a session's rank ran on to this error: it stops here, in that session
+                    self.running = False
+                    _Settings.stopped = {"call": self.call, **where_called(entry.tb_frame, self.call, entry.tb_lineno),
+                                         "text": self.raised, "attached": True}
+                    _Settings.report({"state": "attached", **_Settings.stopped})
+                    self.message(self.raised)  # (a terminal that connects now is told by `debug`)
+                    if not self.connected():  # that terminal had gone: the session ends, and another may come
+                        self.detach()
+                if not self.connected():
+                    self.connect(entry.tb_frame)
+                if not self.connected():  # the host cannot reach this process: no post-mortem on a stdin it lacks
+                    self.pending.clear()
+                    return
+                # (Python 3.13's pdb takes the error itself, and its chained errors with it)
                 self.interaction(None, exc if exc is not None and sys.version_info >= (3, 13) else traceback)
             finally:
                 _Settings.examined = None
@@ -417,8 +418,7 @@ def message_of(exc: BaseException) -> str:
 def error_text(exc: BaseException) -> str:
     """``ValueError: boom``: an error's type and the first line of its message, cut short."""
     message = message_of(exc)
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    first = text.splitlines()[0] if text else type(exc).__name__
+    first = (f"{type(exc).__name__}: {message}" if message else type(exc).__name__).splitlines()[0]
     return first if len(first) <= ERROR_TEXT_MOST else first[:ERROR_TEXT_MOST - 3] + "..."
 
 
