@@ -1210,7 +1210,7 @@ MUTANTS = [
     Mutant("the launcher's debugger events name no node", "orchestrate/supervise/supervisor.py",
            "node=rank.node, state=change", "state=change", DEBUGGER),
     Mutant("a restart leaves a rank in its debugger on the page", "orchestrate/report/model.py",
-           "            end_stops(in_debugger, when, lambda key: True)  # every rank's process ends\n", "",
+           "                end_stops(spans, when)\n", "                pass\n",
            ("tests/unit/test_report.py",)),
     Mutant("the session taken over keeps its breakpoints", "orchestrate/node/remote_debugger.py",
            "            if self.taken_from is not None:\n                self.taken_from.breaks = {}\n", "", DEBUGGER),

@@ -116,14 +116,12 @@ def load_run(run_dir: Path) -> dict[str, Any]:
 IN_DEBUGGER = "in its debugger"  # a rank lane's phase while it is stopped there
 
 
-def end_stops(stops: dict[str, list[list[Any]]], when: float, of: Any) -> None:
-    """End, at ``when``, the open stops in their debugger of the rank lanes ``of`` accepts (a rank
-    that left it, or whose process ended in a restart)."""
-    for key, spans in stops.items():
-        if of(key):
-            for span in spans:
-                if span[1] is None:
-                    span[1] = when
+def end_stops(spans: list[list[Any]], when: float) -> None:
+    """End, at ``when``, a rank lane's open stops in its debugger (it left it, or its process ended
+    in a restart)."""
+    for span in spans:
+        if span[1] is None:
+            span[1] = when
 
 
 def overlaid(phases: list[Phase], over: Phase) -> list[Phase]:
@@ -245,7 +243,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                                               f" at step {event.get('step')}; every node restarts")
             for name in node_names:
                 lanes.begin(name, "restarting", when)
-            end_stops(in_debugger, when, lambda key: True)  # every rank's process ends
+            for spans in in_debugger.values():  # every rank's process ends
+                end_stops(spans, when)
         elif kind == "resumed":
             lanes.mark("resumed", when, None, f"resumed at step {event.get('step')} at {_fmt(when)}: recovery"
                                               f" {event.get('recovery_s', 0):.1f} s, {event.get('steps_lost')} steps lost")
@@ -259,7 +258,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                     in_debugger.setdefault(lane, []).append([when, None, what])
             else:
                 lanes.mark("debugger-left", when, lane, f"rank {rank} left its debugger at {_fmt(when)}")
-                end_stops(in_debugger, when, lambda key: key == lane)
+                end_stops(in_debugger.get(lane, []), when)
         elif kind == "run-ended":
             model.exit_code = event.get("exit_code")
     end_times = [when for when, *_ in model.events] + [r.time - t0 for r in progress]
