@@ -186,7 +186,3 @@ class DebuggerWatch:
             take_debugger_record(self.states, record)
         return dict(self.states.ranks)
 
-
-def ranks_in_debugger(directory: Path) -> dict[int, RankInDebugger]:
-    """The ranks of a run in their debugger now, from its progress directory."""
-    return DebuggerWatch(directory).ranks()

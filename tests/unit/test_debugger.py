@@ -18,7 +18,7 @@ from orchestrate.errors import OrchestrateError
 from orchestrate.hangs.diagnosis import diagnose
 from orchestrate.hangs.snapshots import Collective, Frame, Probe, RankSnapshot
 from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL, socket_name
-from orchestrate.supervise.progress import ProgressWatch, ranks_in_debugger
+from orchestrate.supervise.progress import DebuggerWatch, ProgressWatch
 from tests.fakes import FakeDockerClient, Script, fake_engine
 from tests.unit.test_hangs import answering_worker, quick_watchdog  # noqa: F401 - a fixture
 
@@ -105,11 +105,11 @@ def test_the_watch_takes_debugger_records_as_changes_not_steps_and_debug_reads_t
     watch.poll(10.0, None)
     assert watch.max_step == 3 and watch.records == 2
     assert [(c, r.rank) for c, r in watch.debugger_changes] == [(WAITS, 1)]
-    assert ranks_in_debugger(tmp_path) == {1: watch.debugger.ranks[1]}
+    assert DebuggerWatch(tmp_path).ranks() == {1: watch.debugger.ranks[1]}
     write_records(tmp_path, 1, {"debugger": {"state": ATTACHED}}, {"debugger": {"state": LEFT}}, {"step": 4})
     watch.poll(11.0, None)
     assert [c for c, _ in watch.debugger_changes] == [WAITS, ATTACHED, LEFT] and watch.max_step == 4
-    assert ranks_in_debugger(tmp_path) == {}
+    assert DebuggerWatch(tmp_path).ranks() == {}
 
 
 def debugger_snapshot(rank: int, attached: bool, stop: dict = STOP) -> RankSnapshot:
