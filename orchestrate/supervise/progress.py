@@ -185,4 +185,3 @@ class DebuggerWatch:
         for record in self.reader.poll():
             take_debugger_record(self.states, record)
         return dict(self.states.ranks)
-
