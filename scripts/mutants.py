@@ -43,6 +43,7 @@ PREEMPT = ("tests/unit/test_preemption.py",)
 DEBUGGER = ("tests/unit/test_debugger.py", "tests/unit/test_remote_debugger.py")
 HANGS = ("tests/unit/test_hangs.py", "tests/unit/test_gpu_hangs.py", "tests/unit/test_crash_dump.py",
          "tests/workers/test_collective_record.py")
+EXPORT = ("tests/unit/test_export.py",)
 
 
 @dataclass(frozen=True)
@@ -1223,6 +1224,15 @@ MUTANTS = [
     Mutant("a rank's stale stop line ends its last lines", "orchestrate/supervise/worker_lines.py",
            "            if line.local_rank is not None and not is_stop_line(line.text):",
            "            if line.local_rank is not None:", ("tests/unit/test_output.py",)),
+    Mutant("an export leaves out the other target's options without a word", "orchestrate/export/job.py",
+           '    refuse_what_the_target_leaves_out(to, given_flags(options) | request_flags(request), bool(options.get("trainjob")))\n',
+           "", EXPORT),
+    Mutant("an export to Slurm takes --image and names it nowhere", "orchestrate/export/options.py",
+           '            "kubernetes": ("--image", ', '            "kubernetes": (', EXPORT),
+    Mutant("--runtime without --trainjob is left out without a word", "orchestrate/export/options.py",
+           '    if "--runtime" in given and not trainjob:', '    if False:', EXPORT),
+    Mutant("manifests of the local image say nothing", "orchestrate/export/job.py",
+           '    if to == "kubernetes" and config.image == DEFAULT_IMAGE:', '    if False:', EXPORT),
 ]
 
 

@@ -12,7 +12,7 @@ from orchestrate.cli.options import add_options, request_from_args
 from orchestrate.config.options import OPTIONS_BY_DEST
 from orchestrate.errors import UsageError
 from orchestrate.export.job import export_job
-from orchestrate.export.options import CONTAINER_WORKDIR, TARGETS
+from orchestrate.export.options import CONTAINER_WORKDIR, DEFAULT_RUNTIME, TARGETS
 from orchestrate.text import counted
 
 # The run options a real cluster's job has (the simulation's own, such as faults, links or the
@@ -61,8 +61,8 @@ def add_parsers(sub: Any) -> None:
     kubernetes.add_argument("--namespace", default=None, help="namespace of every object (default: none given)")
     kubernetes.add_argument("--trainjob", action="store_true",
                             help="also write a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)")
-    kubernetes.add_argument("--runtime", default="torch-distributed",
-                            help="the TrainJob's ClusterTrainingRuntime (default: torch-distributed)")
+    kubernetes.add_argument("--runtime", default=DEFAULT_RUNTIME,
+                            help="with --trainjob: the TrainJob's ClusterTrainingRuntime (default: %(default)s)")
     export.set_defaults(handler=command, takes_target=True)
 
 
@@ -72,6 +72,8 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
                      container_image=args.container_image, container_mounts=args.container_mounts,
                      time_limit=args.time, partition=args.partition, namespace=args.namespace,
                      trainjob=args.trainjob, runtime=args.runtime)
+    for note in job.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.output is None:
         inv.out.write(job.text)
         return 0

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
+from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.errors import UsageError
 from orchestrate.export.kubernetes import export_kubernetes, to_yaml
-from orchestrate.export.options import ExportOptions, default_job_name
+from orchestrate.export.options import (CONTAINER_WORKDIR, ExportOptions, default_job_name, given_flags,
+                                        refuse_what_the_target_leaves_out)
 from orchestrate.export.slurm import export_slurm
 from orchestrate.plan.make import make_plan
 
@@ -16,12 +18,14 @@ from orchestrate.plan.make import make_plan
 @dataclass(frozen=True)
 class ExportedJob:
     """The job as a real scheduler takes it: ``text`` (an sbatch script, or Kubernetes
-    manifests), for ``nodes`` nodes of ``nproc_per_node`` workers."""
+    manifests), for ``nodes`` nodes of ``nproc_per_node`` workers; ``notes`` say what the user
+    must still do for it to run there."""
 
     to: str
     text: str
     nodes: int
     nproc_per_node: int
+    notes: tuple[str, ...] = ()
 
     @property
     def what(self) -> str:
@@ -34,8 +38,10 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     script or module); ``options`` are :class:`~orchestrate.export.options.ExportOptions`'s.
 
     Raises:
-        UsageError: For a request a run would refuse too, or a bad option.
+        UsageError: For a request a run would refuse too, a bad option, or one the job for ``to``
+            has no place for.
     """
+    refuse_what_the_target_leaves_out(to, given_flags(options) | request_flags(request), bool(options.get("trainjob")))
     config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
     if config.node_nprocs:
         why = ("one srun starts the same torchrun on every node" if to == "slurm"
@@ -44,4 +50,15 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     options = ExportOptions(name=name or default_job_name(config.target), **options)
     plan = make_plan(config, options.name)
     text = export_slurm(plan, options) if to == "slurm" else to_yaml(export_kubernetes(plan, options))
-    return ExportedJob(to, text, config.nodes, config.nproc_per_node)
+    notes = ()
+    if to == "kubernetes" and config.image == DEFAULT_IMAGE:
+        notes = (f"the manifests name {DEFAULT_IMAGE}, this machine's node image, which holds none of your code:"
+                 f" give --image an image your cluster can pull, with your code in {CONTAINER_WORKDIR}",)
+    return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes)
+
+
+def request_flags(request: RunRequest) -> set[str]:
+    """The job options of ``request`` that only one target has a place for and that were given."""
+    given = {"--image": request.image != DEFAULT_IMAGE, "--cpus-per-node": request.cpus_per_node is not None,
+             "--memory-per-node": request.memory_per_node is not None}
+    return {flag for flag, is_given in given.items() if is_given}

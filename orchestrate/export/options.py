@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from orchestrate.errors import UsageError
 from orchestrate.plan.model import JobPlan
@@ -20,6 +20,9 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 # Pod hostnames are <job>-<index>: the name leaves room for the index within 63 characters.
 MAX_JOB_NAME = 50
+
+# The Kubeflow Trainer runtime a TrainJob refers to unless told.
+DEFAULT_RUNTIME = "torch-distributed"
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class ExportOptions:
     partition: Optional[str] = None
     namespace: Optional[str] = None
     trainjob: bool = False
-    runtime: str = "torch-distributed"
+    runtime: str = DEFAULT_RUNTIME
 
     def __post_init__(self) -> None:
         if not _DNS_LABEL.match(self.name) or len(self.name) > MAX_JOB_NAME:
@@ -52,6 +55,38 @@ class ExportOptions:
                              f" letter and be at most {MAX_JOB_NAME} characters (it names Kubernetes objects)")
         if self.container_mounts and not self.container_image:
             raise UsageError("--container-mounts needs --container-image")
+
+
+def given_flags(options: Mapping[str, Any]) -> set[str]:
+    """Which of :class:`ExportOptions`' ``options`` have a value other than their default, as the
+    command line spells them."""
+    defaults = ExportOptions()
+    return {flag for field, flag in _FLAGS.items() if field in options and options[field] != getattr(defaults, field)}
+
+
+_FLAGS = {"container_image": "--container-image", "container_mounts": "--container-mounts",
+          "time_limit": "--time", "partition": "--partition", "namespace": "--namespace",
+          "trainjob": "--trainjob", "runtime": "--runtime"}
+# The options (run's, and export's own) that only one target has a place for.
+ONLY_FOR = {"slurm": ("--container-image", "--container-mounts", "--time", "--partition"),
+            "kubernetes": ("--image", "--cpus-per-node", "--memory-per-node", "--namespace", "--trainjob",
+                           "--runtime")}
+# What the other target takes in an option's place.
+INSTEAD = {"--image": "--container-image runs Slurm's tasks in an image",
+           "--container-image": "--image names the pods' image"}
+
+
+def refuse_what_the_target_leaves_out(to: str, given: set[str], trainjob: bool) -> None:
+    """UsageError for an option ``given`` that the job for ``to`` would leave out without a word:
+    one that only the other target has a place for, or ``--runtime`` without ``--trainjob``."""
+    for other, flags in ONLY_FOR.items():
+        stray = [flag for flag in flags if flag in given]
+        if other != to and stray:
+            instead = "".join(f"; {INSTEAD[flag]}" for flag in stray if flag in INSTEAD)
+            raise UsageError(f"{', '.join(stray)}: for --to {other} only, and an export --to {to} has no place"
+                             f" for {'it' if len(stray) == 1 else 'them'}{instead}")
+    if "--runtime" in given and not trainjob:
+        raise UsageError("--runtime names the TrainJob's runtime: it needs --trainjob")
 
 
 def default_job_name(target: tuple[str, ...]) -> str:

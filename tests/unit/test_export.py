@@ -126,3 +126,51 @@ def test_cli_writes_to_a_file_and_refuses_bad_input(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--to", "lsf"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("to, options, refused", [
+    ("slurm", ["--namespace", "ml"], "--namespace: for --to kubernetes only, and an export --to slurm has no place for it"),
+    ("slurm", ["--trainjob", "--cpus-per-node", "4"],
+     "--cpus-per-node, --trainjob: for --to kubernetes only, and an export --to slurm has no place for them"),
+    ("slurm", ["--memory-per-node", "8g"], "--memory-per-node: for --to kubernetes only"),
+    ("slurm", ["--image", "r.io/me/t:1"], "--image: for --to kubernetes only, and an export --to slurm has no place"
+                                          " for it; --container-image runs Slurm's tasks in an image"),
+    ("slurm", ["--runtime", "mine"], "--runtime: for --to kubernetes only"),
+    ("kubernetes", ["--partition", "gpu", "--time", "1:00:00"],
+     "--time, --partition: for --to slurm only, and an export --to kubernetes has no place for them"),
+    ("kubernetes", ["--container-image", "r.io/me/t:1"],
+     "--container-image: for --to slurm only, and an export --to kubernetes has no place for it; --image names"
+     " the pods' image"),
+    ("kubernetes", ["--runtime", "mine"], "--runtime names the TrainJob's runtime: it needs --trainjob"),
+])
+def test_an_option_the_targets_job_would_leave_out_is_refused_in_one_line(to, options, refused, tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    out = io.StringIO()
+    code = main(["export", "--to", to, "--workdir", str(tmp_path), *options, "-o", str(tmp_path / "job"), "--",
+                 "train.py"], out=out)
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {refused}") and err.count("\n") == 1, err
+    assert not (tmp_path / "job").exists() and out.getvalue() == ""
+
+
+def test_each_targets_own_options_are_taken_and_the_local_image_is_noted(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    out = io.StringIO()
+    assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--partition", "gpu", "--time", "01:00:00",
+                 "--container-image", "r.io/me/t:1", "--", "train.py"], out=out) == 0
+    assert "#SBATCH --partition=gpu" in out.getvalue() and "--container-image=r.io/me/t:1" in out.getvalue()
+    assert "note:" not in capsys.readouterr().err  # an sbatch script names no image of ours
+
+    out = io.StringIO()
+    assert main(["export", "--to", "kubernetes", "--workdir", str(tmp_path), "--", "train.py"], out=out) == 0
+    assert capsys.readouterr().err == (
+        "note: the manifests name ddp-compose-node:latest, this machine's node image, which holds none of your code:"
+        " give --image an image your cluster can pull, with your code in /workspace\n")
+    assert "image: ddp-compose-node:latest" in out.getvalue()
+
+    out = io.StringIO()
+    assert main(["export", "--to", "kubernetes", "--workdir", str(tmp_path), "--image", "r.io/me/t:1", "--namespace",
+                 "ml", "--cpus-per-node", "4", "--trainjob", "--runtime", "mine", "--", "train.py"], out=out) == 0
+    assert capsys.readouterr().err == ""
+    objects = list(yaml.safe_load_all(out.getvalue()))
+    assert objects[2]["spec"]["runtimeRef"]["name"] == "mine" and objects[1]["metadata"]["namespace"] == "ml"
