@@ -19,6 +19,7 @@ import shutil
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
@@ -28,7 +29,7 @@ from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
 from orchestrate.engine.labels import containers_of_project
 from orchestrate.engine.runs import read_stop_request
-from orchestrate.errors import NodesNotReadyError, OrchestrateError
+from orchestrate.errors import EngineError, NodesNotReadyError, OrchestrateError
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.events import record_event
@@ -46,6 +47,7 @@ from orchestrate.slurm.cluster import (
     slurm_conf,
 )
 from orchestrate.slurm.script import BatchOptions, render_sbatch
+from orchestrate.slurm.stop import kill_jobs_after, terminate_jobs
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.worker_lines import WorkerLines
 from orchestrate.text import counted
@@ -300,7 +302,7 @@ class SlurmBackend:
             result.faults = self.fault_records(result.timings.job_s)
         slurm.nodes = self.node_records()
         stop = read_stop_request(self.plan.run_dir)
-        if ended_by_a_stop(slurm.job) and not result.error and stop.nodes:
+        if stop.nodes and not result.error and ended_by_a_stop(slurm.job, stop.time):
             # `stop RUN` (or `down RUN`) signalled the job from another terminal: stopped, not failed
             result.interrupted, result.signal_number, result.stopped_by = True, int(signal.SIGTERM), stop.by
             self.record("job-stopped", job=self.job_id, state=slurm.state, by=result.stopped_by)
@@ -321,10 +323,20 @@ class SlurmBackend:
         return marked_before_first_step(self.faults.records(elapsed_s, step, self.progress.seen), step)
 
     def wind_down(self, grace_s: float) -> RunResult:
-        """After an interrupt: cancel the job (Slurm sends its tasks SIGTERM, then SIGKILL after
-        its KillWait); the nodes go with the teardown."""
+        """After an interrupt: end the job as ``stop RUN`` does, through Slurm: SIGTERM to its
+        tasks, SIGKILL after ``grace_s`` (the run's --stop-grace; at once with 0), the job
+        cancelled; the nodes go with the teardown."""
         if self.job_id and CONTROLLER in self.containers:
-            exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
+            controller, jobs = self.containers[CONTROLLER], [self.job_id]
+            with open(self.plan.run_dir / "slurm-job.log", "a", encoding="utf-8") as log_file:
+                try:
+                    if grace_s > 0:
+                        terminate_jobs(self.client, controller, self.plan.run_id, jobs)
+                    kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say, self.clock,
+                                    meanwhile=lambda: self.drain_output(log_file))  # the tasks' last words
+                except EngineError as exc:  # the teardown removes the cluster, and the job with it
+                    self.say(f"{exc}; the teardown removes the cluster")
+                self.drain_output(log_file, ended=True)
         return self.partial_result()
 
     def root_cause(self, slurm: SlurmJob) -> Failure:
@@ -348,10 +360,23 @@ class SlurmBackend:
                        users_frame=users_frame_in(cause.traceback.splitlines()))
 
 
-def ended_by_a_stop(job: dict[str, str]) -> bool:
-    """Whether the job's end is what ``stop RUN`` does to it: cancelled, or its tasks ended by
-    SIGTERM or SIGKILL (``ExitCode`` is ``CODE:SIGNAL``); a job that failed by itself, or
-    completed, is judged as it ended."""
+def ended_by_a_stop(job: dict[str, str], requested_at: Optional[float] = None) -> bool:
+    """Whether the job's end is what ``stop RUN`` (asked at ``requested_at``, wall time) did to it:
+    cancelled, its tasks ended by SIGTERM or SIGKILL (``ExitCode`` is ``CODE:SIGNAL``), or any
+    end after the stop came: the tasks took their SIGTERM, and torchrun, which a signal ends with
+    exit code 1, ended with them. A job that ended before the stop came is judged as it ended."""
     code, _, signal_number = job.get("ExitCode", "").partition(":")
-    return (job.get("JobState") == "CANCELLED" or signal_number in ("9", "15")
-            or code in ("137", "143"))
+    if job.get("JobState") == "CANCELLED" or signal_number in ("9", "15") or code in ("137", "143"):
+        return True
+    ended = slurm_time(job.get("EndTime", ""))
+    # EndTime has whole seconds: an end in the second the stop came counts as after it
+    return requested_at is not None and ended is not None and ended + 1.0 >= requested_at
+
+
+def slurm_time(text: str) -> Optional[float]:
+    """Wall time of one of Slurm's times (``2026-11-30T21:16:24``, the cluster's clock in UTC);
+    None for ``Unknown`` or ``None``."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None

@@ -1,5 +1,5 @@
 """``stop RUN`` for a run under Slurm, as a cluster's user stops a job: its tasks get SIGTERM
-through Slurm (``scancel --signal=TERM --full``), SIGKILL after the stop's timeout, and the job
+through Slurm (``scancel --signal=TERM``), SIGKILL after the stop's timeout, and the job
 leaves the queue. The launcher that follows the run then says it was stopped and tears the
 cluster down; where none follows it, the nodes and the controller are stopped here.
 
@@ -40,19 +40,13 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
     if jobs:
         mark_stop_requested(run, live, by)  # whoever follows the run says STOPPED, not a failure
         try:
-            if not scancel(client, controller, run, ["--signal=TERM", "--full", *jobs]):
-                scancel(client, controller, run, jobs, refused_raises=True)  # a pending job: cancelled
+            terminate_jobs(client, controller, run.run_id, jobs)
         except EngineError:
             forget_stop_request(run)  # nothing was stopped: the job's own end stands
             raise
-        say(f"sent SIGTERM to Slurm job {', '.join(jobs)} of run {run.run_id} (scancel --signal=TERM --full);"
+        say(f"sent SIGTERM to Slurm job {', '.join(jobs)} of run {run.run_id} (scancel --signal=TERM);"
             f" SIGKILL after {timeout_s:g} s")
-        if not wait_until_gone(client, controller, jobs, clock() + timeout_s, clock):
-            say(f"Slurm job {', '.join(jobs)} still runs after {timeout_s:g} s: cancelling it (SIGKILL)")
-            scancel(client, controller, run, ["--signal=KILL", "--full", *jobs])
-            scancel(client, controller, run, jobs, refused_raises=True)
-            if not wait_until_gone(client, controller, jobs, clock() + KILL_WAIT_S + 5.0, clock):
-                say(f"Slurm job {', '.join(jobs)} is still in the queue; its nodes are stopped anyway")
+        kill_jobs_after(client, controller, run.run_id, jobs, timeout_s, say, clock)
     if run.launcher_alive and jobs:
         return live  # its launcher says how the job ended, then tears the cluster down
     stopped = stop_run(run, round(timeout_s), by, say)
@@ -61,6 +55,39 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
     except engine_errors() as exc:  # gone meanwhile: stopped all the same
         say(f"the Slurm controller of run {run.run_id} was not stopped: {describe(exc)}")
     return stopped
+
+
+def terminate_jobs(client: Any, controller: Any, run_id: str, jobs: list[str]) -> None:
+    """SIGTERM to the tasks of ``jobs`` through Slurm (``scancel --signal=TERM``: the job's steps,
+    torchrun in every node, which hands it to its workers; the batch script waits for them, as
+    ``--full`` would not: it would end the script, and with it the job, at once); a job still
+    pending is cancelled instead.
+
+    Raises:
+        EngineError: When Slurm refused both.
+    """
+    if not scancel(client, controller, run_id, ["--signal=TERM", *jobs]):
+        scancel(client, controller, run_id, jobs, refused_raises=True)  # a pending job: cancelled
+
+
+def kill_jobs_after(client: Any, controller: Any, run_id: str, jobs: list[str], grace_s: float,
+                    say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+                    meanwhile: Callable[[], None] = lambda: None) -> None:
+    """Wait up to ``grace_s`` for ``jobs`` to leave the queue (calling ``meanwhile`` at every
+    look); then (at once with no grace) SIGKILL their tasks and cancel them, and wait for Slurm to
+    let them go.
+
+    Raises:
+        EngineError: When Slurm refused to cancel them.
+    """
+    if grace_s > 0:
+        if wait_until_gone(client, controller, jobs, clock() + grace_s, clock, meanwhile):
+            return
+        say(f"Slurm job {', '.join(jobs)} still runs after {grace_s:g} s: cancelling it (SIGKILL)")
+    scancel(client, controller, run_id, ["--signal=KILL", "--full", *jobs])
+    scancel(client, controller, run_id, jobs, refused_raises=True)
+    if not wait_until_gone(client, controller, jobs, clock() + KILL_WAIT_S + 5.0, clock):
+        say(f"Slurm job {', '.join(jobs)} is still in the queue; its nodes are stopped anyway")
 
 
 def queued_jobs(client: Any, controller: Any) -> list[str]:
@@ -75,7 +102,7 @@ def queued_jobs(client: Any, controller: Any) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip().isdigit()] if code == 0 else []
 
 
-def scancel(client: Any, controller: Any, run: RunInfo, argv: list[str], refused_raises: bool = False) -> bool:
+def scancel(client: Any, controller: Any, run_id: str, argv: list[str], refused_raises: bool = False) -> bool:
     """``scancel ARGV`` in the controller; False where Slurm refused it (EngineError instead with
     ``refused_raises``). A job that ended meanwhile, or a cluster torn down, is no refusal."""
     try:
@@ -86,14 +113,16 @@ def scancel(client: Any, controller: Any, run: RunInfo, argv: list[str], refused
         return True
     if refused_raises:
         last = text.strip().splitlines()[-1] if text.strip() else f"exit code {code}"
-        raise EngineError(f"Slurm refused to stop the job of run {run.run_id}: {last}")
+        raise EngineError(f"Slurm refused to stop the job of run {run_id}: {last}")
     return False
 
 
 def wait_until_gone(client: Any, controller: Any, jobs: list[str], deadline: float,
-                    clock: Callable[[], float]) -> bool:
-    """Whether every one of ``jobs`` left the queue before ``deadline``."""
+                    clock: Callable[[], float], meanwhile: Callable[[], None] = lambda: None) -> bool:
+    """Whether every one of ``jobs`` left the queue before ``deadline``; ``meanwhile`` is called
+    at every look (the launcher shows the tasks' last lines)."""
     while True:
+        meanwhile()
         if not set(jobs) & set(queued_jobs(client, controller)):
             return True
         if clock() >= deadline:

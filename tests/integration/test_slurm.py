@@ -124,7 +124,7 @@ def test_stop_from_another_terminal_ends_a_slurm_job_through_slurm_as_stopped(do
         out = io.StringIO()
         asked = time.monotonic()
         assert main(["stop", run_id], out=out) == 0, capsys.readouterr().err
-        assert f"sent SIGTERM to Slurm job 1 of run {run_id} (scancel --signal=TERM --full)" in out.getvalue()
+        assert f"sent SIGTERM to Slurm job 1 of run {run_id} (scancel --signal=TERM)" in out.getvalue()
         output = read_to_end(proc, lines, seen, timeout_s=60)
         took = time.monotonic() - asked
         assert proc.returncode == 143, output[-3000:]

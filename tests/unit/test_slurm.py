@@ -59,12 +59,13 @@ def test_each_task_gets_its_own_node_rank_and_the_first_host_as_master(make_job,
 
 
 def test_elastic_plans_use_c10d_on_the_first_host_with_the_job_id(make_job, tmp_path):
-    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2, max_restarts=3)
+    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2, max_restarts=3, rdzv_timeout_s=45)
     script = render_sbatch(plan, BatchOptions())
     assert "#SBATCH --nodes=1-2" in script
     lines = run_script(tmp_path, script, nodes=2)
     assert len(lines) == 2 and lines[0] == lines[1]
-    assert "--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint gpu-a17:29400 --rdzv-id 42" in lines[0]
+    assert ("--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint gpu-a17:29400 --rdzv-id 42"
+            " --rdzv-conf join_timeout=45 --max-restarts 3") in lines[0]  # --rdzv-timeout reaches torchrun
 
 
 def test_arguments_with_spaces_and_quotes_reach_torchrun_whole(make_job, tmp_path):
@@ -264,8 +265,8 @@ def test_stop_signals_a_slurm_jobs_tasks_through_slurm_and_leaves_the_cluster_to
     job_ends_on(client, "--signal=TERM")  # the tasks end on their SIGTERM
     said: list[str] = []
     assert stop_slurm_run(client, find_run(client, "r"), 10, say=said.append) == ["node0", "node1"]
-    assert scancels(client) == [("--signal=TERM", "--full", "7")]
-    assert said == ["sent SIGTERM to Slurm job 7 of run r (scancel --signal=TERM --full); SIGKILL after 10 s"]
+    assert scancels(client) == [("--signal=TERM", "7")]
+    assert said == ["sent SIGTERM to Slurm job 7 of run r (scancel --signal=TERM); SIGKILL after 10 s"]
     assert json.loads((run_dir / "stop-requested").read_text())["nodes"] == ["node0", "node1"]
     # the launcher follows the run: it says how the job ended and removes the cluster, not this stop
     assert all(c.status == "running" for c in client.containers_by_name.values())
@@ -279,7 +280,7 @@ def test_stop_kills_a_slurm_job_that_outlives_its_timeout_and_stops_a_cluster_no
     job_ends_on(client, "--signal=KILL")  # SIGTERM is ignored
     said: list[str] = []
     assert stop_slurm_run(client, find_run(client, "r"), 0.3, say=said.append) == ["node0", "node1"]
-    assert scancels(client) == [("--signal=TERM", "--full", "7"), ("--signal=KILL", "--full", "7"), ("7",)]
+    assert scancels(client) == [("--signal=TERM", "7"), ("--signal=KILL", "--full", "7"), ("7",)]
     assert said[1] == "Slurm job 7 still runs after 0.3 s: cancelling it (SIGKILL)"
     assert {c.name: c.status for c in client.containers_by_name.values()} == {
         "ddp-r-slurmctl-1": "exited", "ddp-r-node0-1": "exited", "ddp-r-node1-1": "exited"}
@@ -296,6 +297,36 @@ def slurm_backend_following(make_job, tmp_path):
     backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img")
     backend.containers = {CONTROLLER: client.running("ddp-test-run-slurmctl-1")}
     return backend, client
+
+
+@pytest.mark.parametrize("grace, ends_on, sent, said", [
+    (10, "--signal=TERM", [("--signal=TERM", "7")], []),  # the tasks end on their SIGTERM
+    (0.3, "--signal=KILL", [("--signal=TERM", "7"), ("--signal=KILL", "--full", "7"), ("7",)],
+     ["Slurm job 7 still runs after 0.3 s: cancelling it (SIGKILL)"]),  # SIGTERM ignored: killed after the grace
+    (0, "--signal=KILL", [("--signal=KILL", "--full", "7"), ("7",)], []),  # --stop-grace 0: killed at once
+])
+def test_an_interrupted_slurm_run_gives_its_tasks_the_runs_stop_grace(grace, ends_on, sent, said, make_job, tmp_path):
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    backend.job_id = "7"
+    client.command_outputs["squeue"] = (0, b"7\n")
+    job_ends_on(client, ends_on)
+    heard: list[str] = []
+    backend.say = heard.append
+    backend.wind_down(grace)
+    assert scancels(client) == sent
+    assert heard == said
+
+
+def test_an_interrupted_slurm_run_whose_cancel_slurm_refuses_says_so_and_is_torn_down(make_job, tmp_path):
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    backend.job_id = "7"
+    client.command_outputs["squeue"] = (0, b"7\n")
+    client.command_outputs["scancel"] = (1, b"scancel: error: Kill job error on job id 7: Access/permission denied\n")
+    heard: list[str] = []
+    backend.say = heard.append
+    backend.wind_down(0)
+    assert heard == ["Slurm refused to stop the job of run test-run: scancel: error: Kill job error on job id 7:"
+                     " Access/permission denied; the teardown removes the cluster"]
 
 
 def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(make_job, tmp_path):
@@ -322,6 +353,31 @@ def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(ma
     client.command_outputs["scontrol"] = (0, ended.replace(b"ExitCode=0:15", b"ExitCode=1:0"))
     own = backend.follow(timeout_s=30)
     assert (own.interrupted, own.exit_code) == (False, 1)
+
+
+
+def test_a_slurm_job_whose_tasks_took_the_stops_sigterm_and_failed_is_stopped_and_one_that_failed_before_is_not(
+        make_job, tmp_path):
+    """``stop RUN`` signals the job's steps: torchrun takes the SIGTERM to its workers and then ends
+    with exit code 1 (a signal ends it so), and so does the job (``ExitCode=1:0``). That end,
+    after the stop came, is the stop's; the same end a minute before it is the job's own failure."""
+    import json
+    from datetime import datetime, timezone
+
+    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    stopped_run = RunInfo("test-run", "ddp-test-run", (), {"io.ddp-compose.run-dir": str(backend.plan.run_dir)}, None)
+    mark_stop_requested(stopped_run, ["node0", "node1"])
+    asked = json.loads((backend.plan.run_dir / "stop-requested").read_text())["time"]
+    # EndTime has whole seconds: an end in the stop's own second is after it
+    for ended_s, stopped in ((asked + 4, True), (int(asked), True), (asked - 60, False)):
+        end = datetime.fromtimestamp(ended_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        client.command_outputs["scontrol"] = (0, f"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0"
+                                                 f" EndTime={end} NodeList=node[0-1]\n".encode())
+        result = backend.follow(timeout_s=30)
+        assert (result.interrupted, result.exit_code) == ((True, 143) if stopped else (False, 1)), end
 
 
 def test_a_job_id_that_sbatchs_output_lost_is_asked_of_slurm(make_job, tmp_path, monkeypatch):
@@ -364,7 +420,7 @@ def test_a_stop_slurm_refuses_is_an_error_and_takes_its_request_back(tmp_path):
     with pytest.raises(EngineError, match="Slurm refused to stop the job of run r: scancel: error: Kill job error on"
                                           " job id 7: Access/permission denied"):
         stop_slurm_run(client, find_run(client, "r"), 10, say=lambda line: None)
-    assert scancels(client) == [("--signal=TERM", "--full", "7"), ("7",)]  # then as a pending job is cancelled
+    assert scancels(client) == [("--signal=TERM", "7"), ("7",)]  # then as a pending job is cancelled
     assert not (run_dir / "stop-requested").exists()  # the job's own end stands
 
 
