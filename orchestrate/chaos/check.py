@@ -63,6 +63,8 @@ class ChaosCheck:
         for path in compare:
             if Path(path).is_absolute() or ".." in Path(path).parts:
                 raise UsageError(f"--compare {path}: give a path relative to the work directory")
+        if rtol and not compare and not compare_steps:
+            raise UsageError(f"--rtol {rtol:g} is the tolerance of --compare and --compare-steps: give one of them")
         self.request = request
         self.count = faults
         self.seed = seed
@@ -90,6 +92,9 @@ class ChaosCheck:
             ["with-faults"] if self.trials == 1 else [f"with-faults-seed{seed}" for seed in seeds]))
         elastic = self.request.replace(rdzv="c10d", runs_dir=base / "runs",
                                        max_restarts=max(self.request.max_restarts or 0, self.count + SPARE_RESTARTS))
+        if elastic.max_restarts != self.request.max_restarts and self.request.max_restarts is not None:
+            self.say(f"--max-restarts {self.request.max_restarts} raised to {elastic.max_restarts}: a restart for"
+                     f" each of the {self.count} fault(s), and {SPARE_RESTARTS} to spare")
         runs = 1 + self.trials
         self.say(f"run 1 of {runs}: the job undisturbed, in a copy of the work directory ({undisturbed})")
         reference = self.one_run(elastic.replace(workdir=undisturbed))

@@ -7,6 +7,7 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
+from orchestrate.errors import UsageError
 
 
 def add_parsers(sub: Any) -> None:
@@ -47,6 +48,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         args.image_parser.print_help(inv.out)
         return 2
     torchvision_for(args.torch)  # a bad version is refused before the engine is asked
+    if args.offline and args.base_image:
+        raise UsageError(f"--base-image {args.base_image} is the official path's base: --offline builds on a base"
+                         " of its own, made from this machine's packages")
     tag = args.image or image_tag_for(args.torch)
     client = inv.engine()
     if args.if_missing and image_current(client, tag):

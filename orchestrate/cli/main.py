@@ -117,6 +117,9 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
     if handler is None:
         parser.print_help(out)
         return EXIT_USAGE
+    if target and not getattr(args, "takes_target", False):
+        command = next(word for word in options if not word.startswith("-"))
+        parser.error(f"{command} takes no job after --, got: -- {shlex.join(target)}")
     try:
         return handler(args, Invocation(argv, target, out, client, args.verbose))
     except OrchestrateError as exc:

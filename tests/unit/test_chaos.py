@@ -537,6 +537,35 @@ def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job,
     assert "VERDICT DOES NOT HOLD: 1 of 3 trials does not hold:" in text
 
 
+@pytest.mark.parametrize("asked, runs_with, said", [
+    (1, 4, "[chaos] --max-restarts 1 raised to 4: a restart for each of the 2 fault(s), and 2 to spare\n"),
+    (None, 4, ""),  # the default: nothing to say
+    (9, 9, ""),  # more than enough: taken as it is
+])
+def test_too_few_restarts_for_the_faults_are_raised_and_said(asked, runs_with, said, make_job, tmp_path):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True,
+                                      rdzv="c10d", max_restarts=asked)
+    out = io.StringIO()
+    check = ChaosCheck(request, faults=2, seed=1, kinds=DEFAULT_KINDS, out=out)
+    runs = []
+
+    def one_run(run_request):  # a reference that fails: the check ends after it
+        runs.append(run_request)
+        return result(make_job, tmp_path, ok=False, run_id="ref")
+
+    check.one_run = one_run
+    check.run()
+    assert [r.max_restarts for r in runs] == [runs_with]
+    assert [line + "\n" for line in out.getvalue().splitlines() if "--max-restarts" in line] == (
+        [said] if said else [])
+
+
 # --- the command's input --------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
@@ -544,6 +573,7 @@ def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job,
     (["--kinds", "kill,nope"], "no fault kind 'nope'"),
     (["--rtol", "-1"], "--rtol"),
     (["--compare", "/etc/passwd"], "give a path relative to the work directory"),
+    (["--rtol", "0.1"], "--rtol 0.1 is the tolerance of --compare and --compare-steps: give one of them"),
     (["--trials", "0"], "--trials"),
     (["--max-steps-redone", "-2"], "--max-steps-redone"),
     (["--detach"], "unrecognized arguments: --detach"),
