@@ -23,6 +23,7 @@ from orchestrate.config.run_config import (
     DEFAULT_RDZV_TIMEOUT_S,
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_STOP_GRACE_S,
+    ELASTIC_RDZV_PORT,
     parse_memory,
 )
 from orchestrate.config.user_env import parse_assignment
@@ -176,8 +177,9 @@ JOB_OPTIONS = (
            " scripts are relative to it (default: current directory)", Path, metavar="DIR"),
     Option("image", "--image", "node image: used if present, else pulled, else refused (exit 2); only the"
            f" default is built on first use (default: {DEFAULT_IMAGE})"),
-    Option("master_port", "--master-port", "rendezvous port on node0, inside the run's private network"
-           f" (default: {DEFAULT_MASTER_PORT})", positive_int),
+    Option("master_port", "--master-port", "a static job's rendezvous port on node0, inside the run's private"
+           f" network (default: {DEFAULT_MASTER_PORT}; an elastic job's c10d rendezvous has {ELASTIC_RDZV_PORT})",
+           positive_int),
     Option("collective_timeout", "--collective-timeout", "process group timeout of every worker: init_process_group"
            " and new_group get it where the script gives none (and app/ reads it as DDP_TIMEOUT); a collective that"
            " waits longer fails the job, which then ends as HUNG with where every rank waited (default: the"
@@ -201,10 +203,10 @@ JOB_OPTIONS = (
     Option("nnodes", "--nnodes", "elastic mode's node range (default: --nodes:--nodes)", node_range,
            metavar="MIN:MAX"),
     Option("max_restarts", "--max-restarts", "worker-group restarts torchrun allows, and node restarts the launcher"
-           f" makes, in elastic mode (default: {DEFAULT_ELASTIC_RESTARTS} with --rdzv c10d, else 0)", non_negative_int,
+           f" makes, in elastic mode (default: {DEFAULT_ELASTIC_RESTARTS}; --rdzv c10d only)", non_negative_int,
            metavar="R"),
     Option("rdzv_timeout", "--rdzv-timeout", "how long an elastic rendezvous waits for nodes to join"
-           f" (default: {DEFAULT_RDZV_TIMEOUT_S:g})", seconds, metavar="SECONDS"),
+           f" (default: {DEFAULT_RDZV_TIMEOUT_S:g}; --rdzv c10d only)", seconds, metavar="SECONDS"),
     Option("restart", "--restart", "what the launcher restarts when a node of an elastic job dies: all (every"
            " node, as a Slurm requeue or a JobSet's recreate-all does) or node (the dead node only, as Kubernetes"
            " restarts one pod of a PyTorchJob; losing the node that holds the rendezvous store then ends the job,"

@@ -120,6 +120,10 @@ class RunRequest:
         if self.detach and (self.faults or self.keep):
             raise UsageError("--fault and --keep need the launcher attached: drop --detach (inject faults into"
                              " a detached run with `python -m orchestrate fault RUN SPEC`)")
+        if self.cpu and self.gpus_per_node:
+            raise UsageError(f"--cpu reserves no GPUs: drop --gpus-per-node {self.gpus_per_node}, or --cpu")
+        if self.dockerfile is not None and self.no_dockerfile:
+            raise UsageError(f"--dockerfile {self.dockerfile} and --no-dockerfile: give one of them")
         if self.scheduler != "slurm":
             return
         if self.sbatch is not None and not self.sbatch.is_file():
@@ -135,6 +139,13 @@ class RunRequest:
         if self.post_mortem:
             raise UsageError("--pdb is for --scheduler compose: Slurm's srun starts the workers without the"
                              " start-up hook that takes their pdb to `debug RUN RANK`")
+        if self.link is not None:
+            raise UsageError("--link is for --scheduler compose: the simulated Slurm cluster's nodes do not shape"
+                             " their network")
+        if self.hang_timeout is not None or self.hang_diagnose_after != DEFAULT_HANG_DIAGNOSE_AFTER_S:
+            raise UsageError("--hang-timeout and --hang-diagnose-after are for --scheduler compose: a Slurm run has"
+                             " no hang watchdog (srun starts its workers without the hook that says where each"
+                             " rank waits)")
         if self.restart != "all" or self.rdzv_store != "node0":
             raise UsageError("--restart and --rdzv-store are for --scheduler compose: under Slurm, Slurm restarts"
                              " (a requeue restarts the whole job) and torchrun's rendezvous is the batch host's")

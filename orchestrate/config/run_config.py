@@ -31,6 +31,9 @@ DEFAULT_STOP_GRACE_S = 10.0
 DEFAULT_READY_TIMEOUT_S = 60.0
 # How long an elastic rendezvous waits for its nodes (--rdzv-timeout).
 DEFAULT_RDZV_TIMEOUT_S = 60.0
+# The port of an elastic job's c10d rendezvous (torchrun's store) on its host: --master-port is a
+# static job's.
+ELASTIC_RDZV_PORT = 29400
 # The service (and host) name of a run's own rendezvous store (--rdzv-store container).
 STORE_SERVICE = "rdzv-store"
 # The restarts an elastic run makes unless --max-restarts says otherwise (a static one makes none).
@@ -290,7 +293,16 @@ class RunConfig:
             if self.restart != "all" or self.rdzv_store != "node0":
                 raise UsageError("--restart and --rdzv-store are for --rdzv c10d (elastic mode): a static job"
                                  " restarts nothing and has no rendezvous store")
+            if self.max_restarts:
+                raise UsageError(f"--max-restarts {self.max_restarts} is for --rdzv c10d (elastic mode): a static"
+                                 " job restarts nothing (its torchrun runs with --max-restarts 0)")
+            if self.rdzv_timeout_s != DEFAULT_RDZV_TIMEOUT_S:
+                raise UsageError(f"--rdzv-timeout {self.rdzv_timeout_s:g} is for --rdzv c10d (elastic mode): a static"
+                                 " job's nodes meet at node0's master port, with no rendezvous to time")
             return
+        if self.master_port != DEFAULT_MASTER_PORT:
+            raise UsageError(f"--master-port {self.master_port} is for a static job: an elastic job's c10d"
+                             f" rendezvous is on port {ELASTIC_RDZV_PORT} of its store's host")
         low = self.nodes if self.min_nodes is None else self.min_nodes
         high = self.nodes if self.max_nodes is None else self.max_nodes
         if not 1 <= low <= self.nodes <= high:

@@ -47,6 +47,7 @@ def torchrun_env(plan: JobPlan, options: ExportOptions) -> list[dict[str, Any]]:
             {"name": "PET_RDZV_BACKEND", "value": "c10d"},
             {"name": "PET_RDZV_ENDPOINT", "value": f"{master}:{RDZV_PORT}"},
             {"name": "PET_RDZV_ID", "value": options.name},
+            {"name": "PET_RDZV_CONF", "value": f"join_timeout={cfg.rdzv_timeout_s:g}"},
             {"name": "PET_MAX_RESTARTS", "value": str(cfg.max_restarts)},
         ]
     else:

@@ -128,7 +128,8 @@ class Run:
     # Talking ---------------------------------------------------------------------------------
 
     def say(self, text: str) -> None:
-        print(f"[orchestrate] {text}", file=self.chatter, flush=True)
+        # one write, line end and all: an interrupt between two writes left the next line on this one
+        print(f"[orchestrate] {text}\n", end="", file=self.chatter, flush=True)
 
     def progress(self, text: str) -> None:
         print(f"[image] {text}", file=self.chatter, flush=True)
@@ -146,7 +147,8 @@ class Run:
         if self.config is not None:
             return self.config
         request = self.request
-        # Paths and the target first: a missing script is reported whatever the engine has (so
+        request.check_combination()  # options that cannot go together, whatever they name
+        # Then paths and the target: a missing script is reported whatever the engine has (so
         # checked as a CPU run, where the GPU options have nothing to act on).
         as_cpu = request.replace(cpu=True, backend="gloo", share_gpus=False)
         cpu_config = resolve_config(as_cpu, self.host)
@@ -154,7 +156,6 @@ class Run:
         # a CPU run is that run itself (its "auto" backend is gloo): built once
         cpu_already = request.cpu and not request.share_gpus and request.backend in ("auto", "gloo")
         config = cpu_config if cpu_already else resolve_config(request, self.host)
-        request.check_combination()
         self.config = config
         return config
 

@@ -1,6 +1,8 @@
 """Where things are inside a node: the paths, ports and names every node of every run shares."""
 from __future__ import annotations
 
+from orchestrate.config.run_config import ELASTIC_RDZV_PORT
+
 WORKSPACE_DIR = "/workspace"
 
 
@@ -56,7 +58,7 @@ NODE_INTERFACE = "eth0"
 
 
 # The elastic rendezvous store (torchrun's c10d backend) listens here on node0.
-RDZV_PORT = 29400
+RDZV_PORT = ELASTIC_RDZV_PORT
 
 
 NETWORK = "ddp"

@@ -20,7 +20,7 @@ def format_plan(plan: JobPlan) -> str:
         *[f"mount {m.source} -> {m.target}{' (read-only)' if m.read_only else ''}" for m in cfg.mounts],
         f"nodes N={cfg.nodes}  GPUs per node G={cfg.gpus_per_node}  local world size"
         f" L={cfg.nprocs_text}  world size W={plan.world_size}"
-        f"  master {plan.master_addr}:{plan.master_port}",
+        + ("" if cfg.elastic else f"  master {plan.master_addr}:{plan.master_port}"),
         "",
     ]
     header = ("node", "node rank", "local rank", "global rank", "GPUs (host ids)")

@@ -58,6 +58,7 @@ def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
     if cfg.elastic:
         rendezvous = (f'--nnodes {cfg.min_nodes}:{cfg.max_nodes} --rdzv-backend c10d'
                       f' --rdzv-endpoint "$DDP_MASTER_ADDR:{RDZV_PORT}" --rdzv-id "$SLURM_JOB_ID"'
+                      f' --rdzv-conf join_timeout={cfg.rdzv_timeout_s:g}'
                       f' --max-restarts {cfg.max_restarts}')
     else:
         rendezvous = (f'--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$DDP_MASTER_ADDR"'

@@ -69,10 +69,11 @@ def test_node_rank_is_the_completion_index_and_the_master_is_pod_zero(make_job, 
 
 
 def test_elastic_jobs_rendezvous_with_c10d_on_pod_zero(make_job):
-    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2, max_restarts=3)
+    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2, max_restarts=3, rdzv_timeout_s=45)
     job = export_kubernetes(plan, ExportOptions(name="ddp-e"))[1]
     env = env_of(job["spec"]["template"]["spec"]["containers"][0])
     assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_BACKEND"] == "c10d"
+    assert env["PET_RDZV_CONF"] == "join_timeout=45" and env["PET_MAX_RESTARTS"] == "3"
     assert env["PET_RDZV_ENDPOINT"] == "ddp-e-0.ddp-e:29400" and "PET_NODE_RANK" not in env
     validate(job)
 

@@ -89,6 +89,13 @@ def test_format_plan_shows_nodes_x_local_ranks_x_global_ranks_x_gpus(make_job):
     assert "node1$ torchrun --nnodes 2 --node-rank 1" in text
 
 
+def test_format_plan_names_the_master_port_of_a_static_job_and_the_rendezvous_of_an_elastic_one(make_job):
+    static = format_plan(make_job(nodes=2, master_port=31000))
+    assert "world size W=2  master node0:31000" in static and "c10d rendezvous" not in static
+    elastic = format_plan(make_job(nodes=2, rdzv="c10d"))
+    assert "master node0" not in elastic and "elastic: c10d rendezvous on node0:29400" in elastic
+
+
 def test_format_plan_marks_cpu_processes(make_job):
     text = format_plan(make_job(nodes=1, nproc_per_node=1))
     assert [ln.split() for ln in text.splitlines() if ln.startswith("node0 ")] == [
