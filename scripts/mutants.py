@@ -1265,6 +1265,8 @@ MUTANTS = [
            '        + "",', ("tests/unit/test_plan.py",)),
     Mutant("--rdzv-timeout never reaches an exported Slurm job", "orchestrate/slurm/script.py",
            "                      f' --rdzv-conf join_timeout={cfg.rdzv_timeout_s:g}'\n", "", ("tests/unit/test_slurm.py",)),
+    Mutant("a Slurm run with --sbatch drops the job given after --", "orchestrate/config/request.py",
+           "        if self.sbatch is not None and self.target:\n", "        if False:\n", ("tests/unit/test_cli.py",)),
 ]
 
 

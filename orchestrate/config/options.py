@@ -250,7 +250,7 @@ RUN_OPTIONS = (
            " Slurm cluster (slurmctld, slurmd, munge) and the job goes through sbatch and srun",
            choices=("compose", "slurm")),
     Option("sbatch", "--sbatch", "with --scheduler slurm: submit your own batch script unchanged instead of the"
-           " generated one (TARGET is then unused)", Path, metavar="FILE"),
+           " generated one (it names the job: none goes after --)", Path, metavar="FILE"),
     Option("stop_grace", "--stop-grace", "seconds the workers get between SIGTERM and SIGKILL when the run is"
            f" stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: {DEFAULT_STOP_GRACE_S:g})",
            non_negative_seconds, metavar="SECONDS"),
@@ -271,7 +271,9 @@ RUN_OPTIONS = (
 # What only a foreground or detached launch does.
 LAUNCH_OPTIONS = (
     Option("keep", "--keep", "leave the containers, network and volume after the run (for debugging)", switch=True),
-    Option("no_build", "--no-build", "fail instead of building the node image when it is missing", switch=True),
+    Option("no_build", "--no-build", "fail instead of building the node image when it is missing (the image"
+           " derived from it for --requirements or --dockerfile, and a Slurm run's image, are built as ever)",
+           switch=True),
     Option("detach", "--detach", "print the run id and return once the nodes run; the engine keeps the run"
            " (follow it with logs/attach, end it with stop/down)", switch=True, aliases=("-d",)),
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -126,6 +127,9 @@ class RunRequest:
             raise UsageError(f"--dockerfile {self.dockerfile} and --no-dockerfile: give one of them")
         if self.scheduler != "slurm":
             return
+        if self.sbatch is not None and self.target:
+            raise UsageError(f"--sbatch {self.sbatch} runs what that script runs: drop the job after --"
+                             f" ({shlex.join(self.target)})")
         if self.sbatch is not None and not self.sbatch.is_file():
             raise UsageError(f"--sbatch file {str(self.sbatch)!r} not found")
         if self.detach:

@@ -64,6 +64,8 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--dockerfile", "/no/Dockerfile", "--no-dockerfile"],
          "--dockerfile /no/Dockerfile and --no-dockerfile: give one of them"),
         (["run", "--scheduler", "slurm", "--cpu", "--link", "1gbe"], "--link is for --scheduler compose"),
+        (["run", "--scheduler", "slurm", "--cpu", "--sbatch", "/no/job.sh", "--", "train.py", "--lr", "0.1"],
+         "--sbatch /no/job.sh runs what that script runs: drop the job after -- (train.py --lr 0.1)"),
         (["run", "--scheduler", "slurm", "--cpu", "--hang-timeout", "60"],
          "--hang-timeout and --hang-diagnose-after are for --scheduler compose: a Slurm run has no hang watchdog"),
         (["run", "--scheduler", "slurm", "--cpu", "--hang-diagnose-after", "5"], "a Slurm run has no hang watchdog"),
