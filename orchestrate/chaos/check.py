@@ -92,7 +92,7 @@ class ChaosCheck:
             ["with-faults"] if self.trials == 1 else [f"with-faults-seed{seed}" for seed in seeds]))
         elastic = self.request.replace(rdzv="c10d", runs_dir=base / "runs",
                                        max_restarts=max(self.request.max_restarts or 0, self.count + SPARE_RESTARTS))
-        if elastic.max_restarts != self.request.max_restarts and self.request.max_restarts is not None:
+        if self.request.max_restarts is not None and self.request.max_restarts < elastic.max_restarts:
             self.say(f"--max-restarts {self.request.max_restarts} raised to {elastic.max_restarts}: a restart for"
                      f" each of the {self.count} fault(s), and {SPARE_RESTARTS} to spare")
         runs = 1 + self.trials

@@ -73,12 +73,17 @@ def ours_alone(options: list[str]) -> bool:
         return str(exc).startswith("the following arguments are required")
 
 
+def command_of(options: list[str]) -> str:
+    """The command the words before ``--`` name (its first word that is no option); "" for none."""
+    return next((word for word in options if not word.startswith("-")), "")
+
+
 def job_hint(options: list[str], target: list[str]) -> str:
     """For a command's job given without its ``--`` (``run --nodes 2 train.py --epochs 3``,
     ``run -m app.toy``), where the ``--`` goes, as a command line ("" when no job is there): the
     job from its first word on (a word after our options whole, not one of their values),
     whatever options of ours its own arguments look like, and what already followed a ``--``."""
-    command = next((word for word in options if not word.startswith("-")), "")
+    command = command_of(options)
     parser = build_parser(TrialParser).commands.get(command)
     if parser is None or not parser.get_default("takes_target"):
         return ""
@@ -118,8 +123,7 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
         parser.print_help(out)
         return EXIT_USAGE
     if target and not getattr(args, "takes_target", False):
-        command = next(word for word in options if not word.startswith("-"))
-        parser.error(f"{command} takes no job after --, got: -- {shlex.join(target)}")
+        parser.error(f"{command_of(options)} takes no job after --, got: -- {shlex.join(target)}")
     try:
         return handler(args, Invocation(argv, target, out, client, args.verbose))
     except OrchestrateError as exc:

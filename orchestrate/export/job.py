@@ -41,7 +41,7 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
         UsageError: For a request a run would refuse too, a bad option, or one the job for ``to``
             has no place for.
     """
-    refuse_what_the_target_leaves_out(to, given_flags(options) | request_flags(request), bool(options.get("trainjob")))
+    refuse_what_the_target_leaves_out(to, given_flags(options) | request_flags(request))
     config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
     if config.node_nprocs:
         why = ("one srun starts the same torchrun on every node" if to == "slurm"

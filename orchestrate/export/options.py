@@ -76,7 +76,7 @@ INSTEAD = {"--image": "--container-image runs Slurm's tasks in an image",
            "--container-image": "--image names the pods' image"}
 
 
-def refuse_what_the_target_leaves_out(to: str, given: set[str], trainjob: bool) -> None:
+def refuse_what_the_target_leaves_out(to: str, given: set[str]) -> None:
     """UsageError for an option ``given`` that the job for ``to`` would leave out without a word:
     one that only the other target has a place for, or ``--runtime`` without ``--trainjob``."""
     for other, flags in ONLY_FOR.items():
@@ -85,7 +85,7 @@ def refuse_what_the_target_leaves_out(to: str, given: set[str], trainjob: bool) 
             instead = "".join(f"; {INSTEAD[flag]}" for flag in stray if flag in INSTEAD)
             raise UsageError(f"{', '.join(stray)}: for --to {other} only, and an export --to {to} has no place"
                              f" for {'it' if len(stray) == 1 else 'them'}{instead}")
-    if "--runtime" in given and not trainjob:
+    if "--runtime" in given and "--trainjob" not in given:
         raise UsageError("--runtime names the TrainJob's runtime: it needs --trainjob")
 
 
