@@ -13,6 +13,7 @@ from orchestrate.config.request import RunRequest
 from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import RunResult
 from orchestrate.plan.show import format_plan
+from orchestrate.slurm.show import format_slurm_plan
 
 EXIT_OK = 0
 
@@ -62,6 +63,9 @@ def show_plan(request: RunRequest, inv: Invocation) -> int:
 
     run = Run(request, out=inv.out, client=inv.client, command_line=inv.command_line)
     plan = run.dry_plan()
+    if request.scheduler == "slurm":
+        inv.out.write(format_slurm_plan(plan, request.sbatch) + "\n")
+        return EXIT_OK
     inv.out.write(format_plan(plan) + "\n")
     if run.client is not None and plan.config.gpus_per_node and image_exists(run.client, plan.config.image):
         inv.out.write("\nGPU topology seen from node0 (nvidia-smi topo -m):\n")

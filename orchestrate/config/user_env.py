@@ -80,6 +80,13 @@ def copy_env(patterns: Iterable[str], environ: Mapping[str, str]) -> dict[str, s
     return copied
 
 
+def copy_env_notes(patterns: Iterable[str], environ: Mapping[str, str]) -> list[str]:
+    """What to say of each of ``patterns`` that no variable of ``environ`` matches: it copies
+    nothing, and a run without the variable it was meant for should not go unremarked."""
+    return [f"--copy-env {pattern!r}: no variable of this machine's environment matches it; nothing copied"
+            for pattern in patterns if pattern and not any(fnmatch.fnmatchcase(name, pattern) for name in environ)]
+
+
 def merge_user_env(env_file: Mapping[str, str], copied: Mapping[str, str],
                    explicit: Iterable[tuple[str, str]]) -> dict[str, str]:
     """One environment: ``--env-file``, overridden by ``--copy-env``, overridden by ``--env``."""

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional
 
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
 from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.config.user_env import copy_env_notes
 from orchestrate.errors import UsageError
 from orchestrate.export.kubernetes import export_kubernetes, to_yaml
 from orchestrate.export.options import (CONTAINER_WORKDIR, ExportOptions, default_job_name, given_flags,
@@ -50,9 +51,9 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     options = ExportOptions(name=name or default_job_name(config.target), **options)
     plan = make_plan(config, options.name)
     text = export_slurm(plan, options) if to == "slurm" else to_yaml(export_kubernetes(plan, options))
-    notes = ()
+    notes = tuple(copy_env_notes(request.copy_env, environ))
     if to == "kubernetes" and config.image == DEFAULT_IMAGE:
-        notes = (f"the manifests name {DEFAULT_IMAGE}, this machine's node image, which holds none of your code:"
+        notes += (f"the manifests name {DEFAULT_IMAGE}, this machine's node image, which holds none of your code:"
                  f" give --image an image your cluster can pull, with your code in {CONTAINER_WORKDIR}",)
     return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes)
 

@@ -30,7 +30,7 @@ from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
 from orchestrate.config.run_config import RunConfig
-from orchestrate.config.user_env import mask_assignments
+from orchestrate.config.user_env import copy_env_notes, mask_assignments
 from orchestrate.engine.client import connect
 from orchestrate.engine.compose_cli import ComposeProject, find_compose_meanwhile
 from orchestrate.engine.errors import describe, engine_errors
@@ -157,6 +157,8 @@ class Run:
         cpu_already = request.cpu and not request.share_gpus and request.backend in ("auto", "gloo")
         config = cpu_config if cpu_already else resolve_config(request, self.host)
         self.config = config
+        for note in copy_env_notes(request.copy_env, self.host.environ):
+            self.say(note)
         return config
 
     def dry_plan(self) -> JobPlan:

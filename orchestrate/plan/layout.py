@@ -30,6 +30,10 @@ RDZV_STORE = f"{PROJECT_MOUNT_DIR}/orchestrate/node/rdzv_store.py"
 
 HEARTBEAT_FILE = "heartbeat"
 
+# The variable that names a worker's node (node0, ...) to the code in it (its progress reports and
+# snapshots: orchestrate.node's, which a unit test holds equal).
+NODE_NAME_ENV = "DDP_NODE"
+
 
 PROGRESS_SUBDIR = "progress"
 # Left in the progress directory as a preempt sends a node SIGTERM (``sigterm-node1``): its workers

@@ -17,6 +17,7 @@ from orchestrate.plan.layout import (
     LOG_LINE_PREFIX_TEMPLATE,
     NODE_INTERFACE,
     NODE_MAIN,
+    NODE_NAME_ENV,
     DEBUG_SUBDIR,
     PROGRESS_SUBDIR,
     PROJECT_MOUNT_DIR,
@@ -240,7 +241,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
                 target=target,
             )
         nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, counts[rank]),
-                              argv, {**env, "DDP_NODE": node_name(rank), "DDP_RUN_ID": run_id},
+                              argv, {**env, NODE_NAME_ENV: node_name(rank), "DDP_RUN_ID": run_id},
                               node_command(config, node_name(rank), argv, detached, netem)))
     return JobPlan(
         run_id=run_id,

@@ -52,14 +52,33 @@ def format_plan(plan: JobPlan) -> str:
     lines.append("")
     for n in plan.nodes:
         lines.append(f"{n.name}$ {shlex.join(n.torchrun_argv)}")
+    lines.append(env_line(plan))
+    lines.append(f"each node: {node_size(plan)}; runs as {'uid:gid ' + cfg.run_as if cfg.run_as else 'the image user'};"
+                 f" link {cfg.link or 'as the bridge gives it'}")
+    lines += image_and_fault_lines(plan)
+    return "\n".join(lines)
+
+
+def env_line(plan: JobPlan) -> str:
+    """The nodes' environment, the user's values masked."""
+    cfg = plan.config
     env = plan.nodes[0].env if plan.nodes else {}
-    lines.append("env: " + " ".join(f"{k}={MASK if k in cfg.user_env else v}" for k, v in sorted(env.items()))
-                 + (" (your variables' values are not shown)" if cfg.user_env else ""))
+    return ("env: " + " ".join(f"{k}={MASK if k in cfg.user_env else v}" for k, v in sorted(env.items()))
+            + (" (your variables' values are not shown)" if cfg.user_env else ""))
+
+
+def node_size(plan: JobPlan) -> str:
+    """Each node's CPUs and memory, as limited."""
+    cfg = plan.config
     sizes = [f"{cfg.cpus_per_node:g} CPUs" if cfg.cpus_per_node else "",
              f"{format_bytes(cfg.memory_per_node)} memory" if cfg.memory_per_node else ""]
-    lines.append(f"each node: {', '.join(s for s in sizes if s) or 'no CPU or memory limit'};"
-                 f" runs as {'uid:gid ' + cfg.run_as if cfg.run_as else 'the image user'};"
-                 f" link {cfg.link or 'as the bridge gives it'}")
+    return ", ".join(s for s in sizes if s) or "no CPU or memory limit"
+
+
+def image_and_fault_lines(plan: JobPlan) -> list[str]:
+    """The image derived for the user's requirements or Dockerfile, and the faults asked for."""
+    cfg = plan.config
+    lines = []
     if cfg.requirements or cfg.dockerfile:
         extra = [f"pip install -r {cfg.requirements}" if cfg.requirements else "",
                  f"{cfg.dockerfile}" if cfg.dockerfile else ""]
@@ -67,4 +86,4 @@ def format_plan(plan: JobPlan) -> str:
                      " (built at run time, tagged by a digest of its inputs)")
     if cfg.faults:
         lines.append("faults: " + " ".join(str(f) for f in cfg.faults))
-    return "\n".join(lines)
+    return lines

@@ -4,6 +4,7 @@
   cluster and for ``export --to slurm``;
 - :mod:`orchestrate.slurm.cluster` renders ``slurm.conf`` and the cluster's Compose project
   (pure);
+- :mod:`orchestrate.slurm.show` shows a Slurm run's plan (pure);
 - :mod:`orchestrate.slurm.backend` renders the cluster, submits with ``sbatch`` and follows
   the job through Slurm's own state (``scontrol``).
 """

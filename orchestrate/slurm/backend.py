@@ -40,13 +40,15 @@ from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DI
 from orchestrate.plan.model import JobPlan, NodePlan
 from orchestrate.slurm.cluster import (
     CONTROLLER,
+    JOB_SCRIPT,
     SLURM_DIR,
+    cluster_batch_options,
     parse_scontrol,
     render_slurm_compose,
     sinfo_idle,
     slurm_conf,
 )
-from orchestrate.slurm.script import BatchOptions, render_sbatch
+from orchestrate.slurm.script import render_sbatch
 from orchestrate.slurm.stop import kill_jobs_after, terminate_jobs
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.worker_lines import WorkerLines
@@ -163,21 +165,13 @@ class SlurmBackend:
         key.touch(mode=0o600)
         key.write_bytes(secrets.token_bytes(1024))
         if self.sbatch is None:
-            (slurm_dir / "job.sbatch").write_text(render_sbatch(self.plan, self.batch_options()))
+            (slurm_dir / JOB_SCRIPT).write_text(render_sbatch(self.plan, cluster_batch_options(self.plan)))
         else:
             shutil.copyfile(self.sbatch, slurm_dir / self.sbatch.name)  # byte for byte: submitted unchanged
         compose_file = run_dir / "compose.json"
         compose_file.touch(mode=0o600)
         compose_file.write_text(json.dumps(render_slurm_compose(self.plan, self.image, self.run_as), indent=2) + "\n")
         return compose_file
-
-    def batch_options(self) -> BatchOptions:
-        # The user's variables reach the job through sbatch's own environment (it exports it to
-        # every task): the script, a record of the run, never holds their values.
-        user = self.plan.config.user_env
-        env = {k: v for k, v in self.plan.nodes[0].env.items() if k not in user}
-        return BatchOptions(job_name=f"ddp-{self.plan.run_id}", output=f"{RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out",
-                            chdir=WORKSPACE_DIR, env=env, log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun")
 
     def wait_ready(self) -> None:
         """Find the cluster's containers, then wait until every slurmd is idle."""
@@ -198,7 +192,7 @@ class SlurmBackend:
     # The job ---------------------------------------------------------------------------------
 
     def submit(self) -> str:
-        script = f"{RUN_DIR_MOUNT}/{SLURM_DIR}/{self.sbatch.name if self.sbatch else 'job.sbatch'}"
+        script = f"{RUN_DIR_MOUNT}/{SLURM_DIR}/{self.sbatch.name if self.sbatch else JOB_SCRIPT}"
         code, output = exec_output(self.client, self.containers[CONTROLLER], ["sbatch", "--parsable", script],
                                    user=self.run_as, workdir=WORKSPACE_DIR, environment=self.plan.nodes[0].env)
         output = output.strip()

@@ -18,6 +18,7 @@ from orchestrate.engine.labels import CONTROLLER_ROLE, ROLE_LABEL, SCHEDULER_LAB
 from orchestrate.plan.layout import (
     NETWORK,
     NODE_MAIN,
+    NODE_NAME_ENV,
     PROJECT_MOUNT_DIR,
     RUN_DIR_MOUNT,
     SHARED_DIR,
@@ -27,9 +28,11 @@ from orchestrate.plan.layout import (
 )
 from orchestrate.plan.make import lease_args
 from orchestrate.plan.model import JobPlan
+from orchestrate.slurm.script import BatchOptions
 
 CONTROLLER = "slurmctl"
 SLURM_DIR = "slurm"  # in the run directory: slurm.conf, munge.key, job.sbatch, the job's output
+JOB_SCRIPT = "job.sbatch"  # the generated batch script, in SLURM_DIR
 START_SCRIPT = f"{PROJECT_MOUNT_DIR}/orchestrate/slurm/start.sh"
 # Seconds before Slurm declares a silent node DOWN (the default, 300, is too long to watch).
 SLURMD_TIMEOUT_S = 10
@@ -75,6 +78,19 @@ def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
         "PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
         "",
     ])
+
+
+def cluster_batch_options(plan: JobPlan) -> BatchOptions:
+    """How the generated batch script runs on the simulated cluster: its output and torchrun's
+    logs in the run directory, from the work directory. The user's variables reach the job
+    through sbatch's own environment (it exports it to every task): the script, a record of the
+    run, never holds their values. Each task names its own node (``DDP_NODE``: the script is
+    one for every node)."""
+    user = plan.config.user_env
+    env = {k: v for k, v in plan.nodes[0].env.items() if k not in user and k != NODE_NAME_ENV}
+    return BatchOptions(job_name=f"ddp-{plan.run_id}", output=f"{RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out",
+                        chdir=WORKSPACE_DIR, env=env, task_env={NODE_NAME_ENV: "$SLURMD_NODENAME"},
+                        log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun")
 
 
 def daemon_command(plan: JobPlan, daemon: list[str], run_as: str) -> list[str]:

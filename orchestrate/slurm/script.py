@@ -33,6 +33,8 @@ class BatchOptions:
         output: ``#SBATCH --output`` (``%j`` is the job id); None keeps Slurm's default.
         chdir: ``#SBATCH --chdir``; None: where the job is submitted from.
         env: Variables exported to every task.
+        task_env: Variables each task sets for its torchrun, expanded by the task
+            (``{"DDP_NODE": "$SLURMD_NODENAME"}``: the node's own name).
         log_dir: torchrun's ``--log-dir`` (``$SLURMD_NODENAME`` is the node's name); None: none.
         container_image: Run each task in this image with the cluster's container support
             (pyxis/enroot: ``srun --container-image``).
@@ -45,6 +47,7 @@ class BatchOptions:
     output: Optional[str] = None
     chdir: Optional[str] = None
     env: dict[str, str] = field(default_factory=dict)
+    task_env: dict[str, str] = field(default_factory=dict)
     log_dir: Optional[str] = None
     container_image: Optional[str] = None
     container_mounts: Optional[str] = None
@@ -64,7 +67,8 @@ def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
         rendezvous = (f'--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$DDP_MASTER_ADDR"'
                       f' --master-port {plan.master_port} --max-restarts 0')
     log_dir = f' --log-dir "{options.log_dir}"' if options.log_dir else ""
-    return (f"exec torchrun {rendezvous} --nproc-per-node {cfg.nproc_per_node} --tee 3{log_dir} "
+    assignments = "".join(f'{name}="{value}" ' for name, value in sorted(options.task_env.items()))
+    return (f"{assignments}exec torchrun {rendezvous} --nproc-per-node {cfg.nproc_per_node} --tee 3{log_dir} "
             + shlex.join(cfg.target))
 
 

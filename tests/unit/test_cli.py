@@ -241,6 +241,20 @@ def test_dry_run_shows_the_users_environment_sizes_and_derived_image(tmp_path, m
     assert f"+ pip install -r {tmp_path / 'requirements.txt'} + {tmp_path / 'Dockerfile'}" in text
 
 
+def test_a_copy_env_that_copies_nothing_is_said_by_plan_and_export(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    said = "--copy-env 'WANDB_*': no variable of this machine's environment matches it; nothing copied"
+    out = io.StringIO()
+    assert main(["plan", "--workdir", str(tmp_path), "--copy-env", "NCCL_*", "--copy-env", "WANDB_*"], out=out) == 0
+    assert [ln for ln in out.getvalue().splitlines() if "--copy-env" in ln] == [f"[orchestrate] {said}"]
+    assert "NCCL_DEBUG=***" in out.getvalue()
+    (tmp_path / "train.py").write_text("")
+    assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--copy-env", "WANDB_*", "--", "train.py"],
+                out=io.StringIO()) == 0
+    assert capsys.readouterr().err == f"note: {said}\n"
+
+
 def test_a_workdir_dockerfile_is_ignored_with_no_dockerfile(tmp_path):
     (tmp_path / "Dockerfile").write_text("FROM debian\n")
     out = io.StringIO()

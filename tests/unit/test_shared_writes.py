@@ -15,7 +15,8 @@ import pytest
 from orchestrate.node import progress, shared_writes
 from orchestrate.node.shared_writes import shared_path, watching_open, watching_save
 from orchestrate.outcome.progress import ProgressReader
-from orchestrate.plan.layout import SIGTERM_MARK_PREFIX
+from orchestrate.node import snapshot
+from orchestrate.plan.layout import NODE_NAME_ENV, SIGTERM_MARK_PREFIX
 from orchestrate.supervise.progress import ProgressWatch
 from tests.conftest import ROOT
 
@@ -303,3 +304,7 @@ def test_a_mark_that_cannot_be_read_leaves_the_users_write_alone(tmp_path, monke
 
 def test_the_sigterm_mark_is_named_alike_by_the_launcher_and_the_workers():
     assert progress.SIGTERM_MARK_PREFIX == SIGTERM_MARK_PREFIX
+
+
+def test_the_node_is_named_to_the_workers_in_the_variable_the_plan_sets():
+    assert progress.NODE_ENV == snapshot.NODE_ENV == NODE_NAME_ENV

@@ -17,7 +17,8 @@ from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings
 from orchestrate.outcome.summary import format_slurm_summary
 from orchestrate.slurm.backend import JobLines
-from orchestrate.slurm.cluster import CONTROLLER, parse_scontrol, render_slurm_compose, sinfo_idle, slurm_conf
+from orchestrate.slurm.cluster import (CONTROLLER, cluster_batch_options, parse_scontrol, render_slurm_compose,
+                                      sinfo_idle, slurm_conf)
 from orchestrate.slurm.script import BatchOptions, render_sbatch
 
 STUBS = {
@@ -93,6 +94,16 @@ def test_sbatch_directives_follow_the_plan_and_options(make_job):
     assert "--container-image=nvcr.io/me/train:1 --container-mounts=/data:/data" in script
     assert script.splitlines()[1].startswith("# 4 nodes x 8 processes, world size 32,")
     assert render_sbatch(make_job(nodes=1), BatchOptions()).splitlines()[1].startswith("# 1 node x 1 process, world")
+
+
+def test_each_task_of_the_clusters_script_names_its_own_node(make_job, tmp_path):
+    plan = make_job(nodes=3)
+    srun = ('while [ "${1#-}" != "$1" ]; do shift; done\n'
+            'for i in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$i SLURMD_NODENAME=node$i "$@"; done')
+    script = render_sbatch(plan, cluster_batch_options(plan))
+    lines = run_script(tmp_path, script, nodes=3, srun=srun, torchrun='echo "$DDP_NODE $DDP_RUN_ID"')
+    assert lines == [f"node{i} {plan.run_id}" for i in range(3)]  # not node0's name in every node
+    assert "DDP_NODE=node0" not in script
 
 
 def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
@@ -179,6 +190,42 @@ def test_failed_summary_says_what_slurm_reported(tmp_path):
     assert unfired.exit_code == 1
     assert text.splitlines()[-1] == ("FAILED: Slurm job 5 COMPLETED, exit code 0:0, but 1 fault(s) asked for never"
                                      " fired: kill:node1@t=500")
+
+
+def test_the_plan_of_a_slurm_run_shows_its_cluster_and_the_script_its_run_submits(make_job, tmp_path, monkeypatch):
+    from orchestrate.slurm.backend import SlurmBackend
+    from orchestrate.slurm.show import format_slurm_plan
+    from tests.fakes import FakeDockerClient
+
+    monkeypatch.setenv("SECRET_TOKEN", "s3cret")
+    out = io.StringIO()
+    assert main(["plan", "--scheduler", "slurm", "--cpu", "--nodes", "2", "--nproc-per-node", "2", "--workdir",
+                 str(tmp_path), "--copy-env", "SECRET_*", "--", "-m", "app.train"], out=out) == 0
+    text = out.getvalue()
+    assert "$ torchrun" not in text  # no node's command is the launcher's: srun starts torchrun
+    assert f"cluster: {CONTROLLER} (slurmctld) and 2 nodes with slurmd (node0, node1)" in text
+    assert [ln.split() for ln in text.splitlines() if ln.startswith("node1 ")] == [["node1", "1", "0", "2"],
+                                                                                  ["node1", "1", "1", "3"]]
+    script = text.split("--- job.sbatch ---\n")[1]
+    assert script.startswith("#!/bin/bash\n") and "--nproc-per-node 2" in script and "-m app.train" in script
+    assert "SECRET_TOKEN" in text and "s3cret" not in text
+    # The script shown is the one a run of the plan submits.
+    plan = make_job(nodes=2, nproc_per_node=2)
+    plan.run_dir.mkdir(parents=True)
+    SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="0:0", image="img").render(plan.run_dir)
+    written = (plan.run_dir / "slurm" / "job.sbatch").read_text()
+    assert format_slurm_plan(plan).split("--- job.sbatch ---\n")[1] == written.rstrip("\n")
+
+
+def test_the_plan_of_a_users_sbatch_script_says_it_is_submitted_unchanged(tmp_path):
+    job = tmp_path / "mine.sbatch"
+    job.write_text("#!/bin/bash\nsrun hostname\n")
+    out = io.StringIO()
+    assert main(["plan", "--scheduler", "slurm", "--cpu", "--nodes", "3", "--workdir", str(tmp_path),
+                 "--sbatch", str(job)], out=out) == 0
+    text = out.getvalue()
+    assert f"job: {job}, submitted unchanged" in text and "node2" in text
+    assert "--- job.sbatch" not in text and "node rank" not in text  # the script decides the ranks
 
 
 def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):

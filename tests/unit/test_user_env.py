@@ -4,6 +4,7 @@ import pytest
 
 from orchestrate.config.user_env import (
     copy_env,
+    copy_env_notes,
     mask_assignments,
     mask_env_options,
     merge_user_env,
@@ -47,6 +48,13 @@ def test_copy_env_takes_matching_host_variables_only():
     assert copy_env(["WANDB_MODE", "NOPE_*"], host) == {"WANDB_MODE": "offline"}
     with pytest.raises(UsageError, match="LOCAL_RANK is set by torchrun"):
         copy_env(["*RANK"], {"LOCAL_RANK": "0"})
+
+
+def test_a_copy_env_pattern_that_matches_nothing_is_said_and_one_that_matches_is_not():
+    host = {"NCCL_DEBUG": "INFO", "HOME": "/root"}
+    assert copy_env_notes(["NCCL_*", "WANDB_*", "HOME", "home"], host) == [
+        f"--copy-env {p!r}: no variable of this machine's environment matches it; nothing copied"
+        for p in ("WANDB_*", "home")]  # names match case and all, as copy_env does
 
 
 def test_env_precedence_is_file_then_copied_then_explicit():
