@@ -10,7 +10,7 @@ from orchestrate.cli.options import add_options, request_from_args
 from orchestrate.cli.signals import install_teardown_signals
 from orchestrate.config.options import JOB_HELP_ORDER, NODE_OPTIONS, OPTIONS_BY_DEST
 from orchestrate.config.request import RunRequest
-from orchestrate.launch.run import Run, run_and_report
+from orchestrate.launch.run import Run, run_and_report, unwatched_while_detached
 from orchestrate.outcome.model import RunResult
 from orchestrate.plan.show import format_plan
 from orchestrate.slurm.show import format_slurm_plan
@@ -84,6 +84,9 @@ def run_request(request: RunRequest, inv: Invocation) -> tuple[int, Optional[Run
                 f"  python -m orchestrate logs {run.run_id} -f      # its output\n"
                 f"  python -m orchestrate attach {run.run_id}       # its output and summary\n"
                 f"  python -m orchestrate stop {run.run_id} / down {run.run_id}")
+        caveat = unwatched_while_detached(run.check())
+        if caveat:
+            run.say(caveat)
         inv.out.write(f"{run.run_id}\n")
         return EXIT_OK, None
     result = run_and_report(run, raise_interrupt=False)

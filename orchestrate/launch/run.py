@@ -385,6 +385,21 @@ class Run:
         return result
 
 
+def unwatched_while_detached(config: RunConfig) -> str:
+    """What a detached run of ``config`` was asked to have that only a follower does (the hang
+    watchdog's end, an elastic node's restart), said as it detaches; "" when nothing."""
+    asked = []
+    if config.hang_timeout_s is not None:
+        asked.append(f"--hang-timeout {config.hang_timeout_s:g}")
+    if config.elastic and config.max_restarts > 0:
+        asked.append("the restarts of its elastic nodes")
+    if not asked:
+        return ""
+    verb = "act" if len(asked) > 1 or config.hang_timeout_s is None else "acts"  # "the restarts ... act"
+    return (f"{' and '.join(asked)} {verb} only while `attach` follows the run: nobody watches it while it is"
+            " detached")
+
+
 def spec_for_run(run: RunInfo) -> RunSpec:
     """What a supervisor needs of a run found in the engine (no faults: those are the
     foreground launcher's, or the `fault` command's)."""

@@ -187,13 +187,16 @@ def test_debug_collectives_names_the_mismatch_of_a_ddp_job_in_one_line(orchestra
     assert leftovers(docker_client, result.project) == []
 
 
-def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir, tmp_path):
+def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir, tmp_path, capsys):
     out = io.StringIO()
     code = main(["run", "--detach", "--nodes", "3", "--workdir", str(workdir), "--runs-dir", str(tmp_path / "runs"),
-                 "--", "wait_apart.py"], out=out)
+                 "--hang-timeout", "900", "--", "wait_apart.py"], out=out)
     run_id = out.getvalue().strip()
     try:
         assert code == 0, out.getvalue()
+        # nothing watches a detached run for the hang it asked to end: said as it detaches
+        assert ("[orchestrate] --hang-timeout 900 acts only while `attach` follows the run: nobody watches it while"
+                " it is detached\n") in capsys.readouterr().err
         run_dir = tmp_path / "runs" / run_id
         deadline = time.monotonic() + 120
         while len(re.findall(r"rank \d ready", "".join(p.read_text() for p in run_dir.glob("node*/torchrun/**/stdout.log")))) < 3:

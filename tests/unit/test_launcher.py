@@ -137,6 +137,21 @@ def test_a_detached_run_holds_no_lease_on_its_launcher(make_job):
     assert "--lease" in make_plan(attached, "f1").nodes[0].command
 
 
+@pytest.mark.parametrize("options, said", [
+    ({}, ""),
+    ({"hang_timeout_s": 60.0}, "--hang-timeout 60 acts only while `attach` follows the run"),
+    ({"rdzv": "c10d", "max_restarts": 2}, "the restarts of its elastic nodes act only while `attach` follows"),
+    ({"rdzv": "c10d", "max_restarts": 0}, ""),  # no restart to miss
+    ({"rdzv": "c10d", "max_restarts": 2, "hang_timeout_s": 5.0},
+     "--hang-timeout 5 and the restarts of its elastic nodes act only while `attach` follows the run"),
+])
+def test_a_detached_run_says_what_only_a_follower_does_for_it(make_job, options, said):
+    from orchestrate.launch.run import unwatched_while_detached
+
+    caveat = unwatched_while_detached(make_job(nodes=2, **options).config)
+    assert caveat.startswith(said) and bool(caveat) == bool(said), caveat
+
+
 def test_the_first_failure_stops_the_others_after_a_grace_and_names_node_and_rank(make_run):
     job = make_run(nodes=3, nproc_per_node=2)
     client = FakeDockerClient()
