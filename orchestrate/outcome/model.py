@@ -169,12 +169,15 @@ class SlurmJob:
         nodes: Each node's record (``State``, ``Reason``), by node name.
         workers_collateral: The workers' first error is a peer's closed connection: a
             consequence of what Slurm reported, not a cause.
+        ended_on: After an interrupt, the signal that ended the job's tasks: ``SIGTERM`` (they
+            ended within the stop grace) or ``SIGKILL``; "" when unknown.
     """
 
     job_id: str = ""
     job: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     workers_collateral: bool = False
+    ended_on: str = ""
 
     @property
     def state(self) -> str:

@@ -11,7 +11,7 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_li
                                        mismatch_hint, missing_module_hint, no_gpu_hint, node_local_file_hint,
                                        read_too_early_hint, repeated_error_line, said_error, torn_save_hint,
                                        uneven_hint, unused_parameters_hint)
-from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.model import RunResult, SlurmJob
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said, recovered_preemption_said
 from orchestrate.outcome.states import NodePhase
@@ -249,6 +249,19 @@ def at_exit_barrier(result: NodeResult) -> bool:
 _SLURM_TROUBLE = ("DOWN", "FAIL", "DRAIN", "NOT_RESPONDING")
 
 
+def interrupted_slurm_job(slurm: SlurmJob) -> str:
+    """How an interrupted Slurm job ended: on the interrupt's SIGTERM within the grace, or killed."""
+    job_id = slurm.job_id or "-"
+    if not slurm.job_id:
+        return "no Slurm job was submitted"
+    ended = f"; the job ended {slurm.state} (exit code {slurm.job.get('ExitCode', '?')})" if slurm.state else ""
+    if slurm.ended_on == "SIGTERM":
+        return f"Slurm job {job_id}'s tasks got SIGTERM and ended within the stop grace{ended}"
+    if slurm.ended_on == "SIGKILL":
+        return f"Slurm job {job_id}'s tasks were killed (SIGKILL){ended}"
+    return f"Slurm job {job_id} cancelled{ended}"
+
+
 def format_slurm_summary(outcome: RunResult) -> str:
     """The table and verdict of a run under Slurm, in Slurm's words and the workers'."""
     slurm = outcome.slurm
@@ -282,7 +295,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
         lines.append(f"STOPPED by {outcome.stopped_by} ({signal.Signals(outcome.signal_number).name} to Slurm job"
                      f" {slurm.job_id or '-'}'s tasks): every node was stopped")
     elif outcome.interrupted:
-        lines.append(f"INTERRUPTED: Slurm job {slurm.job_id or '-'} cancelled, every node stopped")
+        lines.append(f"INTERRUPTED: {interrupted_slurm_job(slurm)}; every node stopped")
     elif outcome.error:
         lines.append(f"FAILED: {outcome.error}")
     else:

@@ -304,11 +304,18 @@ class SlurmBackend:
             result.reported_failure = self.root_cause(slurm)
         return result
 
-    def partial_result(self) -> RunResult:
-        """What is known of a job that was interrupted."""
+    def partial_result(self, ended_on: str = "") -> RunResult:
+        """What is known of a job that was interrupted: how long it ran and, where the controller
+        still answers, how Slurm saw it end (``ended_on``: the signal that ended its tasks)."""
         elapsed = self.clock() - self.started_at if self.started_at is not None else 0.0
-        return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=SlurmJob(self.job_id),
-                         faults=self.fault_records(elapsed))
+        slurm = SlurmJob(self.job_id, ended_on=ended_on)
+        if self.job_id and CONTROLLER in self.containers:
+            try:
+                slurm.job, slurm.nodes = self.job_record(self.job_id), self.node_records()
+            except engine_errors() as exc:  # the controller is gone: the summary says what is known
+                log.debug("the interrupted job's record: %s", exc)
+        return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(job_s=elapsed),
+                         slurm=slurm, faults=self.fault_records(elapsed))
 
     def fault_records(self, elapsed_s: float) -> list[FaultRecord]:
         """Every fault asked for, ``elapsed_s`` into the job: those that fell before its first
@@ -320,18 +327,20 @@ class SlurmBackend:
         """After an interrupt: end the job as ``stop RUN`` does, through Slurm: SIGTERM to its
         tasks, SIGKILL after ``grace_s`` (the run's --stop-grace; at once with 0), the job
         cancelled; the nodes go with the teardown."""
+        ended_on = ""
         if self.job_id and CONTROLLER in self.containers:
             controller, jobs = self.containers[CONTROLLER], [self.job_id]
             with open(self.plan.run_dir / "slurm-job.log", "a", encoding="utf-8") as log_file:
                 try:
                     if grace_s > 0:
                         terminate_jobs(self.client, controller, self.plan.run_id, jobs)
-                    kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say, self.clock,
-                                    meanwhile=lambda: self.drain_output(log_file))  # the tasks' last words
+                    took_sigterm = kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say,
+                                                   self.clock, meanwhile=lambda: self.drain_output(log_file))
+                    ended_on = "SIGTERM" if took_sigterm else "SIGKILL"
                 except EngineError as exc:  # the teardown removes the cluster, and the job with it
                     self.say(f"{exc}; the teardown removes the cluster")
                 self.drain_output(log_file, ended=True)
-        return self.partial_result()
+        return self.partial_result(ended_on)
 
     def root_cause(self, slurm: SlurmJob) -> Failure:
         """The worker failure that explains the others, from the error files they left

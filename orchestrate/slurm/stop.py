@@ -72,22 +72,23 @@ def terminate_jobs(client: Any, controller: Any, run_id: str, jobs: list[str]) -
 
 def kill_jobs_after(client: Any, controller: Any, run_id: str, jobs: list[str], grace_s: float,
                     say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
-                    meanwhile: Callable[[], None] = lambda: None) -> None:
+                    meanwhile: Callable[[], None] = lambda: None) -> bool:
     """Wait up to ``grace_s`` for ``jobs`` to leave the queue (calling ``meanwhile`` at every
     look); then (at once with no grace) SIGKILL their tasks and cancel them, and wait for Slurm to
-    let them go.
+    let them go. Whether they ended within the grace (False: killed).
 
     Raises:
         EngineError: When Slurm refused to cancel them.
     """
     if grace_s > 0:
         if wait_until_gone(client, controller, jobs, clock() + grace_s, clock, meanwhile):
-            return
+            return True
         say(f"Slurm job {', '.join(jobs)} still runs after {grace_s:g} s: cancelling it (SIGKILL)")
     scancel(client, controller, run_id, ["--signal=KILL", "--full", *jobs])
     scancel(client, controller, run_id, jobs, refused_raises=True)
     if not wait_until_gone(client, controller, jobs, clock() + KILL_WAIT_S + 5.0, clock):
         say(f"Slurm job {', '.join(jobs)} is still in the queue; its nodes are stopped anyway")
+    return False
 
 
 def queued_jobs(client: Any, controller: Any) -> list[str]:

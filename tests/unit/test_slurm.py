@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import stat
 import subprocess
 from dataclasses import replace
@@ -346,22 +347,33 @@ def slurm_backend_following(make_job, tmp_path):
     return backend, client
 
 
-@pytest.mark.parametrize("grace, ends_on, sent, said", [
-    (10, "--signal=TERM", [("--signal=TERM", "7")], []),  # the tasks end on their SIGTERM
+@pytest.mark.parametrize("grace, ends_on, sent, said, ended", [
+    (10, "--signal=TERM", [("--signal=TERM", "7")], [],  # the tasks end on their SIGTERM
+     "Slurm job 7's tasks got SIGTERM and ended within the stop grace; the job ended FAILED (exit code 1:0)"),
     (0.3, "--signal=KILL", [("--signal=TERM", "7"), ("--signal=KILL", "--full", "7"), ("7",)],
-     ["Slurm job 7 still runs after 0.3 s: cancelling it (SIGKILL)"]),  # SIGTERM ignored: killed after the grace
-    (0, "--signal=KILL", [("--signal=KILL", "--full", "7"), ("7",)], []),  # --stop-grace 0: killed at once
+     ["Slurm job 7 still runs after 0.3 s: cancelling it (SIGKILL)"],  # SIGTERM ignored: killed after the grace
+     "Slurm job 7's tasks were killed (SIGKILL); the job ended FAILED (exit code 1:0)"),
+    (0, "--signal=KILL", [("--signal=KILL", "--full", "7"), ("7",)], [],  # --stop-grace 0: killed at once
+     "Slurm job 7's tasks were killed (SIGKILL); the job ended FAILED (exit code 1:0)"),
 ])
-def test_an_interrupted_slurm_run_gives_its_tasks_the_runs_stop_grace(grace, ends_on, sent, said, make_job, tmp_path):
+def test_an_interrupted_slurm_run_gives_its_tasks_the_runs_stop_grace(grace, ends_on, sent, said, ended, make_job,
+                                                                     tmp_path):
     backend, client = slurm_backend_following(make_job, tmp_path)
     backend.job_id = "7"
     client.command_outputs["squeue"] = (0, b"7\n")
+    client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0\n")
     job_ends_on(client, ends_on)
     heard: list[str] = []
     backend.say = heard.append
-    backend.wind_down(grace)
+    backend.started_at = backend.clock() - 12.0
+    result = backend.wind_down(grace)
     assert scancels(client) == sent
     assert heard == said
+    # the summary says how the job ended, and how long it ran (not "cancelled", "job 0.0 s")
+    result.interrupted, result.signal_number = True, 2
+    summary = format_slurm_summary(result)
+    assert f"INTERRUPTED: {ended}; every node stopped" in summary
+    assert re.search(r"\| job 1[2-9]\.\d s", summary), summary
 
 
 def test_an_interrupted_slurm_run_whose_cancel_slurm_refuses_says_so_and_is_torn_down(make_job, tmp_path):
