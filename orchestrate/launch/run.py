@@ -54,6 +54,7 @@ from orchestrate.plan.layout import HEARTBEAT_FILE
 from orchestrate.plan.make import make_plan, project_name
 from orchestrate.plan.model import JobPlan
 from orchestrate.slurm.backend import SlurmBackend, slurm_image
+from orchestrate.slurm.cluster import slurm_caveats
 from orchestrate.supervise.api import RunSpec
 
 
@@ -157,7 +158,8 @@ class Run:
         cpu_already = request.cpu and not request.share_gpus and request.backend in ("auto", "gloo")
         config = cpu_config if cpu_already else resolve_config(request, self.host)
         self.config = config
-        for note in copy_env_notes(request.copy_env, self.host.environ):
+        notes = copy_env_notes(request.copy_env, self.host.environ)
+        for note in notes + (slurm_caveats(config) if request.scheduler == "slurm" else []):
             self.say(note)
         return config
 

@@ -304,9 +304,13 @@ class SlurmBackend:
             result.reported_failure = self.root_cause(slurm)
         return result
 
-    def partial_result(self, ended_on: str = "") -> RunResult:
-        """What is known of a job that was interrupted: how long it ran and, where the controller
-        still answers, how Slurm saw it end (``ended_on``: the signal that ended its tasks)."""
+    def partial_result(self) -> RunResult:
+        """What is known of a job that was interrupted."""
+        return self.result_so_far()
+
+    def result_so_far(self, ended_on: str = "") -> RunResult:
+        """What is known of the job: how long it ran and, where the controller still answers, how
+        Slurm saw it end (``ended_on``: the signal that ended its tasks after an interrupt)."""
         elapsed = self.clock() - self.started_at if self.started_at is not None else 0.0
         slurm = SlurmJob(self.job_id, ended_on=ended_on)
         if self.job_id and CONTROLLER in self.containers:
@@ -340,7 +344,7 @@ class SlurmBackend:
                 except EngineError as exc:  # the teardown removes the cluster, and the job with it
                     self.say(f"{exc}; the teardown removes the cluster")
                 self.drain_output(log_file, ended=True)
-        return self.partial_result(ended_on)
+        return self.result_so_far(ended_on)
 
     def root_cause(self, slurm: SlurmJob) -> Failure:
         """The worker failure that explains the others, from the error files they left

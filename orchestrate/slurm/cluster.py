@@ -27,6 +27,7 @@ from orchestrate.plan.layout import (
     WORKSPACE_DIR,
 )
 from orchestrate.plan.make import lease_args
+from orchestrate.config.run_config import RunConfig
 from orchestrate.plan.model import JobPlan
 from orchestrate.slurm.script import BatchOptions
 
@@ -91,6 +92,17 @@ def cluster_batch_options(plan: JobPlan) -> BatchOptions:
     return BatchOptions(job_name=f"ddp-{plan.run_id}", output=f"{RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out",
                         chdir=WORKSPACE_DIR, env=env, task_env={NODE_NAME_ENV: "$SLURMD_NODENAME"},
                         log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun")
+
+
+def slurm_caveats(config: RunConfig) -> list[str]:
+    """What a run under the simulated Slurm does of ``config`` less than a Compose run would:
+    srun starts the workers without the start-up hook, so a script's init_process_group gets no
+    default timeout from it."""
+    if config.collective_timeout_s is None:
+        return []
+    return [f"--collective-timeout {config.collective_timeout_s:g} reaches the workers under Slurm as DDP_TIMEOUT"
+            " only (app/ reads it; a script must pass it to init_process_group itself): srun starts them without"
+            " the start-up hook that gives it to init_process_group"]
 
 
 def daemon_command(plan: JobPlan, daemon: list[str], run_as: str) -> list[str]:

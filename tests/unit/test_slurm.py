@@ -229,6 +229,16 @@ def test_the_plan_of_a_users_sbatch_script_says_it_is_submitted_unchanged(tmp_pa
     assert "--- job.sbatch" not in text and "node rank" not in text  # the script decides the ranks
 
 
+def test_a_collective_timeout_that_reaches_a_slurm_jobs_scripts_only_as_a_variable_is_said(tmp_path):
+    said = ("[orchestrate] --collective-timeout 60 reaches the workers under Slurm as DDP_TIMEOUT only (app/ reads it;"
+            " a script must pass it to init_process_group itself)")
+    for scheduler, says in (("slurm", True), ("compose", False)):
+        out = io.StringIO()
+        assert main(["plan", "--scheduler", scheduler, "--cpu", "--workdir", str(tmp_path), "--collective-timeout", "60"],
+                    out=out) == 0
+        assert (said in out.getvalue()) == says, out.getvalue()
+
+
 def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
     out = io.StringIO()
     assert main(["run", "--scheduler", "slurm", "--detach", "--cpu"], out=out) == 2
