@@ -250,7 +250,8 @@ RUN_OPTIONS = (
            " Slurm cluster (slurmctld, slurmd, munge) and the job goes through sbatch and srun",
            choices=("compose", "slurm")),
     Option("sbatch", "--sbatch", "with --scheduler slurm: submit your own batch script unchanged instead of the"
-           " generated one (it names the job: none goes after --)", Path, metavar="FILE"),
+           " generated one (it names the job, none goes after --, and starts torchrun its own way: --nodes sizes the"
+           " cluster, the rendezvous options are refused)", Path, metavar="FILE"),
     Option("stop_grace", "--stop-grace", "seconds the workers get between SIGTERM and SIGKILL when the run is"
            f" stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: {DEFAULT_STOP_GRACE_S:g})",
            non_negative_seconds, metavar="SECONDS"),

@@ -132,6 +132,14 @@ class RunRequest:
                              f" ({shlex.join(self.target)})")
         if self.sbatch is not None and not self.sbatch.is_file():
             raise UsageError(f"--sbatch file {str(self.sbatch)!r} not found")
+        shaping = [flag for flag, given in (
+            ("--nproc-per-node", self.nproc_per_node is not None), ("--rdzv", self.rdzv != "static"),
+            ("--nnodes", self.nnodes is not None), ("--max-restarts", self.max_restarts is not None),
+            ("--rdzv-timeout", self.rdzv_timeout != DEFAULT_RDZV_TIMEOUT_S),
+            ("--master-port", self.master_port != DEFAULT_MASTER_PORT)) if given]
+        if self.sbatch is not None and shaping:
+            raise UsageError(f"--sbatch {self.sbatch} starts torchrun as that script says: drop {', '.join(shaping)}"
+                             " (--nodes sizes the cluster it runs on)")
         if self.detach:
             raise UsageError("--detach is for --scheduler compose; a Slurm run stays attached (Slurm keeps the queue)")
         if not self.cpu and (self.gpus_per_node or 0) > 0:

@@ -66,6 +66,13 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--scheduler", "slurm", "--cpu", "--link", "1gbe"], "--link is for --scheduler compose"),
         (["run", "--scheduler", "slurm", "--cpu", "--sbatch", "/no/job.sh", "--", "train.py", "--lr", "0.1"],
          "--sbatch /no/job.sh runs what that script runs: drop the job after -- (train.py --lr 0.1)"),
+        (["run", "--scheduler", "slurm", "--cpu", "--sbatch", "tests/jobs/user_job.sbatch", "--nproc-per-node", "2",
+          "--rdzv", "c10d", "--master-port", "3000"],
+         "--sbatch tests/jobs/user_job.sbatch starts torchrun as that script says: drop --nproc-per-node, --rdzv,"
+         " --master-port (--nodes sizes the cluster it runs on)"),
+        (["plan", "--scheduler", "slurm", "--cpu", "--sbatch", "tests/jobs/user_job.sbatch", "--max-restarts", "1",
+          "--rdzv-timeout", "5", "--nnodes", "1:2"],
+         "drop --nnodes, --max-restarts, --rdzv-timeout"),
         (["run", "--scheduler", "slurm", "--cpu", "--hang-timeout", "60"],
          "--hang-timeout and --hang-diagnose-after are for --scheduler compose: a Slurm run has no hang watchdog"),
         (["run", "--scheduler", "slurm", "--cpu", "--hang-diagnose-after", "5"], "a Slurm run has no hang watchdog"),
