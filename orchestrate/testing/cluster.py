@@ -45,6 +45,7 @@ class DdpCluster:
         self.keep_failed = keep_failed
         self.out = out
         self.results: list[RunResult] = []
+        self.checks = 0  # chaos checks made
 
     def run(self, target: str, *args: str, nodes: Optional[int] = None,
             nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
@@ -97,12 +98,16 @@ class DdpCluster:
             UsageError: For a bad option.
             KeyboardInterrupt: When the test session is interrupted (the run is torn down first).
         """
+        if run_options.get("rdzv", "c10d") != "c10d":
+            raise UsageError(f"ddp_cluster.chaos runs every run elastic (c10d), which its faults need:"
+                             f" drop rdzv={run_options['rdzv']!r}")
         options: dict[str, Any] = {**sizes(nodes, nproc_per_node), "rdzv": "c10d",
                                    "workdir": Path(workdir) if workdir is not None else self.workdir,
                                    "env": dict(env or {}), "runs_dir": self.runs_dir, **run_options}
         if self.image and "image" not in run_options:
             options["image"] = self.image
         request = RunRequest.from_options((target, *args), **options)
+        self.checks += 1
         check = ChaosCheck(request, faults=faults, seed=seed,
                            kinds=parse_kinds(kinds) if isinstance(kinds, str) else tuple(kinds),
                            compare=tuple(compare), rtol=rtol, trials=trials, compare_steps=compare_steps,
@@ -116,11 +121,15 @@ class DdpCluster:
         """At the test's end: remove the runs kept with ``--ddp-keep`` unless the test failed;
         return what was kept, one line each."""
         kept = [r for r in self.results if self.keep_failed and not r.interrupted]
+        unkept = []
+        if self.keep_failed and test_failed and self.checks:
+            unkept = [f"the chaos check's runs are not kept (--ddp-keep keeps ddp_cluster.run's): their logs and"
+                      f" pages are under {self.runs_dir}"]
         if not kept:
-            return []
+            return unkept
         if test_failed:
             return [f"kept run {r.run_id} for a look (its page: {r.report}); remove it with:"
-                    f" python -m orchestrate down {r.run_id}" for r in kept]
+                    f" python -m orchestrate down {r.run_id}" for r in kept] + unkept
         client = connect()
         for result in kept:
             try:
