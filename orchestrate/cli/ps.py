@@ -5,21 +5,31 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.engine.runs import age, list_runs
+from orchestrate.engine.runs import RunState, age, list_runs
 from orchestrate.text import format_table
 
 
 def add_parsers(sub: Any) -> None:
     ps = sub.add_parser("ps", aliases=["list"], help="list runs: id, nodes, state, age, work directory",
                         description="Every run the engine has, rebuilt from container labels: running,"
-                                    " succeeded, failed, stopped, or orphaned (its launcher is gone).")
+                                    " succeeded, failed, stopped, or orphaned (its launcher is gone).",
+                        epilog="usage example: python -m orchestrate ps -q --state failed | xargs -r -n1"
+                               " python -m orchestrate down")
+    ps.add_argument("-q", "--quiet", action="store_true",
+                    help="print the run ids alone, one per line, and nothing when there is none (for scripts)")
+    ps.add_argument("--state", action="append", choices=[s.value for s in RunState], metavar="STATE",
+                    help="only the runs in this state (repeatable): "
+                         + ", ".join(s.value for s in RunState) + " (default: every run)")
     ps.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    runs = list_runs(inv.engine())
+    runs = [r for r in list_runs(inv.engine()) if not args.state or r.state.value in args.state]
+    if args.quiet:
+        inv.out.write("".join(f"{r.run_id}\n" for r in runs))
+        return 0
     if not runs:
-        inv.out.write("no runs\n")
+        inv.out.write(f"no {' or '.join(args.state)} runs\n" if args.state else "no runs\n")
         return 0
     rows = [(r.run_id, f"{len(r.nodes)}" if len(r.nodes) == r.planned_nodes else f"{len(r.nodes)}/{r.planned_nodes}",
              r.state.value, "detached" if r.detached else "foreground", age(r.created), r.workdir) for r in runs]

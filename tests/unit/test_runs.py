@@ -140,6 +140,15 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert main(client=client, argv=["ps"], out=out) == 0
     rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[2:]}
     assert rows["done"][2] == "succeeded" and rows["going"][2] == "running"
+    for argv, listed in ((["ps", "-q"], "done\ngoing\n"), (["ps", "-q", "--state", "running"], "going\n"),
+                         (["ps", "--quiet", "--state", "failed"], ""),  # nothing at all: a script's xargs runs nothing
+                         (["ps", "--state", "failed", "--state", "stopped"], "no failed or stopped runs\n")):
+        out = io.StringIO()
+        assert main(client=client, argv=argv, out=out) == 0
+        assert out.getvalue() == listed, argv
+    out = io.StringIO()
+    assert main(client=client, argv=["ps", "--state", "succeeded"], out=out) == 0
+    assert [line.split()[0] for line in out.getvalue().splitlines()[2:]] == ["done"]
 
     out = io.StringIO()
     graces = []
