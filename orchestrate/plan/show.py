@@ -17,7 +17,7 @@ def format_plan(plan: JobPlan) -> str:
     lines = [
         f"run {plan.run_id}  (compose project {plan.project_name})",
         f"image {plan.image}  backend {plan.backend}  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
-        *[f"mount {m.source} -> {m.target}{' (read-only)' if m.read_only else ''}" for m in cfg.mounts],
+        *mount_lines(plan),
         f"nodes N={cfg.nodes}  GPUs per node G={cfg.gpus_per_node}  local world size"
         f" L={cfg.nprocs_text}  world size W={plan.world_size}"
         + ("" if cfg.elastic else f"  master {plan.master_addr}:{plan.master_port}"),
@@ -57,6 +57,11 @@ def format_plan(plan: JobPlan) -> str:
                  f" link {cfg.link or 'as the bridge gives it'}")
     lines += image_and_fault_lines(plan)
     return "\n".join(lines)
+
+
+def mount_lines(plan: JobPlan) -> list[str]:
+    """The user's mounts, each as host path -> node path."""
+    return [f"mount {m.source} -> {m.target}{' (read-only)' if m.read_only else ''}" for m in plan.config.mounts]
 
 
 def env_line(plan: JobPlan) -> str:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from orchestrate.plan.layout import RDZV_PORT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan
-from orchestrate.plan.show import env_line, image_and_fault_lines, node_size
+from orchestrate.plan.show import env_line, image_and_fault_lines, mount_lines, node_size
 from orchestrate.slurm.cluster import CONTROLLER, JOB_SCRIPT, cluster_batch_options
 from orchestrate.slurm.script import render_sbatch
 from orchestrate.text import counted, format_table
@@ -26,9 +26,9 @@ def format_slurm_plan(plan: JobPlan, sbatch: Optional[Path] = None) -> str:
     lines = [
         f"run {plan.run_id}  (compose project {plan.project_name})",
         f"image {plan.image} + Debian's Slurm and munge (built from it once)  workdir {cfg.workdir} -> {WORKSPACE_DIR}",
-        *[f"mount {m.source} -> {m.target}{' (read-only)' if m.read_only else ''}" for m in cfg.mounts],
+        *mount_lines(plan),
         f"cluster: {CONTROLLER} (slurmctld) and {counted(cfg.nodes, 'node')} with slurmd ({names}), partition sim;"
-        f" each node: {node_size(plan)}; jobs run as {'uid:gid ' + cfg.run_as if cfg.run_as else 'the image user'}",
+        f" each node: {node_size(plan)}; jobs run as uid:gid {cfg.run_as or '0:0'}",
     ]
     if sbatch is not None:
         lines += [f"job: {sbatch}, submitted unchanged: its #SBATCH lines and srun decide the job's shape and"
