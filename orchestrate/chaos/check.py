@@ -138,7 +138,8 @@ class ChaosCheck:
         return verdict
 
     def one_run(self, request: RunRequest) -> RunResult:
-        run = Run(request, out=self.out, client=self.client, command_line=self.command_line, verbose=self.verbose)
+        run = Run(request, out=self.out, client=self.client, command_line=self.command_line, verbose=self.verbose,
+                  notes=False)  # said once, by the check before the first run
         try:
             result = run_and_report(run, raise_interrupt=True)
             if result.stopped_by:  # a trial stopped from another terminal: the check stops with it

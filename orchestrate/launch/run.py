@@ -79,13 +79,15 @@ class Run:
         verbose: Show torchrun's own INFO records too (``-v``; the node logs always keep them).
         timeout_s: The most the job may run once its nodes are up; then every node is stopped
             and the run fails (None: no limit).
+        notes: Say what the request asks that the run does less of than asked (a ``--copy-env``
+            pattern that matches nothing, ...); a check that runs one job many times says them once.
     """
 
     def __init__(self, request: RunRequest, *, out: IO[str] = sys.stdout, client: Any = None,
                  host: Optional[HostFacts] = None, command_line: str = "", run_id: Optional[str] = None,
                  compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
                  clock: Callable[[], float] = time.monotonic, verbose: bool = False,
-                 timeout_s: Optional[float] = None) -> None:
+                 timeout_s: Optional[float] = None, notes: bool = True) -> None:
         self.request = request
         self.out = out
         # Detached, the caller's output carries only the run id (RUN=$(python -m orchestrate run -d ...)).
@@ -98,6 +100,7 @@ class Run:
         self.clock = clock
         self.verbose = verbose
         self.timeout_s = timeout_s
+        self.notes = notes
         self.plan: Optional[JobPlan] = None
         self.backend: Optional[Backend] = None
         self.config: Optional[RunConfig] = None  # built once, by check()
@@ -159,7 +162,7 @@ class Run:
         config = cpu_config if cpu_already else resolve_config(request, self.host)
         self.config = config
         notes = copy_env_notes(request.copy_env, self.host.environ)
-        for note in notes + (slurm_caveats(config) if request.scheduler == "slurm" else []):
+        for note in (notes + (slurm_caveats(config) if request.scheduler == "slurm" else [])) if self.notes else []:
             self.say(note)
         return config
 

@@ -566,6 +566,29 @@ def test_too_few_restarts_for_the_faults_are_raised_and_said(asked, runs_with, s
         [said] if said else [])
 
 
+def test_what_the_request_asks_in_vain_is_said_once_by_the_check_not_by_each_run(make_job, tmp_path, monkeypatch):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True,
+                                      copy_env=["WANDB_*"])
+    out = io.StringIO()
+    checked = []
+
+    def run_and_report(run, raise_interrupt):  # the run checks its request, as Run.run does; it fails
+        checked.append(run.check())
+        return result(make_job, tmp_path, ok=False, run_id="ref")
+
+    monkeypatch.setattr("orchestrate.chaos.check.run_and_report", run_and_report)
+    ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS, out=out).run()
+    assert len(checked) == 1  # the reference, after the check's own look at the request
+    assert out.getvalue().count("--copy-env 'WANDB_*': no variable of this machine's environment matches it") == 1
+
+
 # --- the command's input --------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
