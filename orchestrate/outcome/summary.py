@@ -250,16 +250,15 @@ _SLURM_TROUBLE = ("DOWN", "FAIL", "DRAIN", "NOT_RESPONDING")
 
 
 def interrupted_slurm_job(slurm: SlurmJob) -> str:
-    """How an interrupted Slurm job ended: on the interrupt's SIGTERM within the grace, or killed."""
-    job_id = slurm.job_id or "-"
+    """How an interrupted Slurm job ended (its state is the table's ``job`` line): on the
+    interrupt's SIGTERM within the grace, killed, or with the cluster where Slurm did not stop it."""
     if not slurm.job_id:
         return "no Slurm job was submitted"
-    ended = f"; the job ended {slurm.state} (exit code {slurm.job.get('ExitCode', '?')})" if slurm.state else ""
     if slurm.ended_on == "SIGTERM":
-        return f"Slurm job {job_id}'s tasks got SIGTERM and ended within the stop grace{ended}"
+        return f"Slurm job {slurm.job_id}'s tasks got SIGTERM and ended within the stop grace"
     if slurm.ended_on == "SIGKILL":
-        return f"Slurm job {job_id}'s tasks were killed (SIGKILL){ended}"
-    return f"Slurm job {job_id} cancelled{ended}"
+        return f"Slurm job {slurm.job_id}'s tasks were killed (SIGKILL)"
+    return f"Slurm job {slurm.job_id} went with the cluster (Slurm did not stop it)"
 
 
 def format_slurm_summary(outcome: RunResult) -> str:

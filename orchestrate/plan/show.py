@@ -64,10 +64,10 @@ def mount_lines(plan: JobPlan) -> list[str]:
     return [f"mount {m.source} -> {m.target}{' (read-only)' if m.read_only else ''}" for m in plan.config.mounts]
 
 
-def env_line(plan: JobPlan) -> str:
-    """The nodes' environment, the user's values masked."""
+def env_line(plan: JobPlan, leave_out: tuple[str, ...] = ()) -> str:
+    """The nodes' environment (but ``leave_out``), the user's values masked."""
     cfg = plan.config
-    env = plan.nodes[0].env if plan.nodes else {}
+    env = {k: v for k, v in (plan.nodes[0].env if plan.nodes else {}).items() if k not in leave_out}
     return ("env: " + " ".join(f"{k}={MASK if k in cfg.user_env else v}" for k, v in sorted(env.items()))
             + (" (your variables' values are not shown)" if cfg.user_env else ""))
 

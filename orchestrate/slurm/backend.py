@@ -43,6 +43,7 @@ from orchestrate.slurm.cluster import (
     JOB_SCRIPT,
     SLURM_DIR,
     cluster_batch_options,
+    job_environment,
     parse_scontrol,
     render_slurm_compose,
     sinfo_idle,
@@ -194,7 +195,7 @@ class SlurmBackend:
     def submit(self) -> str:
         script = f"{RUN_DIR_MOUNT}/{SLURM_DIR}/{self.sbatch.name if self.sbatch else JOB_SCRIPT}"
         code, output = exec_output(self.client, self.containers[CONTROLLER], ["sbatch", "--parsable", script],
-                                   user=self.run_as, workdir=WORKSPACE_DIR, environment=self.plan.nodes[0].env)
+                                   user=self.run_as, workdir=WORKSPACE_DIR, environment=job_environment(self.plan))
         output = output.strip()
         if code != 0:
             raise OrchestrateError(f"sbatch refused the job: {output.splitlines()[-1] if output else 'no output'}")
@@ -305,19 +306,10 @@ class SlurmBackend:
         return result
 
     def partial_result(self) -> RunResult:
-        """What is known of a job that was interrupted."""
-        return self.result_so_far()
-
-    def result_so_far(self, ended_on: str = "") -> RunResult:
-        """What is known of the job: how long it ran and, where the controller still answers, how
-        Slurm saw it end (``ended_on``: the signal that ended its tasks after an interrupt)."""
+        """What is known of a job that was interrupted, without asking Slurm (the engine may be
+        what failed)."""
         elapsed = self.clock() - self.started_at if self.started_at is not None else 0.0
-        slurm = SlurmJob(self.job_id, ended_on=ended_on)
-        if self.job_id and CONTROLLER in self.containers:
-            try:
-                slurm.job, slurm.nodes = self.job_record(self.job_id), self.node_records()
-            except engine_errors() as exc:  # the controller is gone: the summary says what is known
-                log.debug("the interrupted job's record: %s", exc)
+        slurm = SlurmJob(self.job_id)
         return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(job_s=elapsed),
                          slurm=slurm, faults=self.fault_records(elapsed))
 
@@ -344,7 +336,15 @@ class SlurmBackend:
                 except EngineError as exc:  # the teardown removes the cluster, and the job with it
                     self.say(f"{exc}; the teardown removes the cluster")
                 self.drain_output(log_file, ended=True)
-        return self.result_so_far(ended_on)
+        result = self.partial_result()
+        assert result.slurm is not None
+        result.slurm.ended_on = ended_on
+        if ended_on:  # Slurm answered: how it saw the job end, for the summary's table
+            try:
+                result.slurm.job, result.slurm.nodes = self.job_record(self.job_id), self.node_records()
+            except engine_errors() as exc:  # the controller went meanwhile: the summary says what is known
+                log.debug("the interrupted job's record: %s", exc)
+        return result
 
     def root_cause(self, slurm: SlurmJob) -> Failure:
         """The worker failure that explains the others, from the error files they left

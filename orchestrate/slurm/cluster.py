@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from orchestrate.config.run_config import RunConfig
 from orchestrate.engine.compose_file import escape_interpolation, user_mounts
 from orchestrate.engine.labels import CONTROLLER_ROLE, ROLE_LABEL, SCHEDULER_LABEL, node_labels
 from orchestrate.plan.layout import (
@@ -27,7 +28,6 @@ from orchestrate.plan.layout import (
     WORKSPACE_DIR,
 )
 from orchestrate.plan.make import lease_args
-from orchestrate.config.run_config import RunConfig
 from orchestrate.plan.model import JobPlan
 from orchestrate.slurm.script import BatchOptions
 
@@ -81,6 +81,12 @@ def slurm_conf(plan: JobPlan, cpus: int, memory_mb: int) -> str:
     ])
 
 
+def job_environment(plan: JobPlan) -> dict[str, str]:
+    """What sbatch passes to every task of the job: the plan's environment, less the node's name,
+    which is each task's own (the generated script sets it from ``$SLURMD_NODENAME``)."""
+    return {k: v for k, v in plan.nodes[0].env.items() if k != NODE_NAME_ENV}
+
+
 def cluster_batch_options(plan: JobPlan) -> BatchOptions:
     """How the generated batch script runs on the simulated cluster: its output and torchrun's
     logs in the run directory, from the work directory. The user's variables reach the job
@@ -88,7 +94,7 @@ def cluster_batch_options(plan: JobPlan) -> BatchOptions:
     run, never holds their values. Each task names its own node (``DDP_NODE``: the script is
     one for every node)."""
     user = plan.config.user_env
-    env = {k: v for k, v in plan.nodes[0].env.items() if k not in user and k != NODE_NAME_ENV}
+    env = {k: v for k, v in job_environment(plan).items() if k not in user}
     return BatchOptions(job_name=f"ddp-{plan.run_id}", output=f"{RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out",
                         chdir=WORKSPACE_DIR, env=env, task_env={NODE_NAME_ENV: "$SLURMD_NODENAME"},
                         log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.plan.layout import RDZV_PORT, WORKSPACE_DIR
+from orchestrate.plan.layout import NODE_NAME_ENV, RDZV_PORT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan
 from orchestrate.plan.show import env_line, image_and_fault_lines, mount_lines, node_size
 from orchestrate.slurm.cluster import CONTROLLER, JOB_SCRIPT, cluster_batch_options
@@ -31,11 +31,11 @@ def format_slurm_plan(plan: JobPlan, sbatch: Optional[Path] = None) -> str:
         f" each node: {node_size(plan)}; jobs run as uid:gid {cfg.run_as or '0:0'}",
     ]
     if sbatch is not None:
-        lines += [f"job: {sbatch}, submitted unchanged: its #SBATCH lines and srun decide the job's shape and"
-                  " its ranks", env_line(plan)]
+        lines += [f"job: {sbatch.resolve()}, submitted unchanged: its #SBATCH lines and srun decide the job's"
+                  " shape and its ranks", env_line(plan, leave_out=(NODE_NAME_ENV,))]
         return "\n".join(lines + image_and_fault_lines(plan))
     if cfg.elastic:
-        lines.append(f"job: {JOB_SCRIPT} below, {counted(cfg.min_nodes, 'node')} to {cfg.max_nodes} x"
+        lines.append(f"job: {JOB_SCRIPT} below, {cfg.min_nodes} to {counted(cfg.max_nodes, 'node')} x"
                      f" {counted(cfg.nproc_per_node, 'process', 'processes')}; c10d rendezvous on the allocation's"
                      f" first host, port {RDZV_PORT}, max restarts {cfg.max_restarts}; node and global ranks are"
                      " decided by the rendezvous")

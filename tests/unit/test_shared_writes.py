@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.node import progress, shared_writes
+from orchestrate.node import progress, shared_writes, snapshot
 from orchestrate.node.shared_writes import shared_path, watching_open, watching_save
 from orchestrate.outcome.progress import ProgressReader
-from orchestrate.node import snapshot
 from orchestrate.plan.layout import NODE_NAME_ENV, SIGTERM_MARK_PREFIX
 from orchestrate.supervise.progress import ProgressWatch
 from tests.conftest import ROOT

@@ -226,6 +226,7 @@ def test_the_plan_of_a_users_sbatch_script_says_it_is_submitted_unchanged(tmp_pa
                  "--sbatch", str(job)], out=out) == 0
     text = out.getvalue()
     assert f"job: {job}, submitted unchanged" in text and "node2" in text
+    assert "DDP_NODE" not in text  # no task's own: sbatch passes one environment to all
     assert "--- job.sbatch" not in text and "node rank" not in text  # the script decides the ranks
 
 
@@ -359,12 +360,12 @@ def slurm_backend_following(make_job, tmp_path):
 
 @pytest.mark.parametrize("grace, ends_on, sent, said, ended", [
     (10, "--signal=TERM", [("--signal=TERM", "7")], [],  # the tasks end on their SIGTERM
-     "Slurm job 7's tasks got SIGTERM and ended within the stop grace; the job ended FAILED (exit code 1:0)"),
+     "Slurm job 7's tasks got SIGTERM and ended within the stop grace"),
     (0.3, "--signal=KILL", [("--signal=TERM", "7"), ("--signal=KILL", "--full", "7"), ("7",)],
      ["Slurm job 7 still runs after 0.3 s: cancelling it (SIGKILL)"],  # SIGTERM ignored: killed after the grace
-     "Slurm job 7's tasks were killed (SIGKILL); the job ended FAILED (exit code 1:0)"),
+     "Slurm job 7's tasks were killed (SIGKILL)"),
     (0, "--signal=KILL", [("--signal=KILL", "--full", "7"), ("7",)], [],  # --stop-grace 0: killed at once
-     "Slurm job 7's tasks were killed (SIGKILL); the job ended FAILED (exit code 1:0)"),
+     "Slurm job 7's tasks were killed (SIGKILL)"),
 ])
 def test_an_interrupted_slurm_run_gives_its_tasks_the_runs_stop_grace(grace, ends_on, sent, said, ended, make_job,
                                                                      tmp_path):
@@ -383,6 +384,7 @@ def test_an_interrupted_slurm_run_gives_its_tasks_the_runs_stop_grace(grace, end
     result.interrupted, result.signal_number = True, 2
     summary = format_slurm_summary(result)
     assert f"INTERRUPTED: {ended}; every node stopped" in summary
+    assert "job 7: FAILED (reason NonZeroExitCode), exit code 1:0" in summary  # Slurm's own word on it
     assert re.search(r"\| job 1[2-9]\.\d s", summary), summary
 
 
@@ -393,9 +395,14 @@ def test_an_interrupted_slurm_run_whose_cancel_slurm_refuses_says_so_and_is_torn
     client.command_outputs["scancel"] = (1, b"scancel: error: Kill job error on job id 7: Access/permission denied\n")
     heard: list[str] = []
     backend.say = heard.append
-    backend.wind_down(0)
+    client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=RUNNING Reason=None ExitCode=0:0\n")
+    result = backend.wind_down(0)
     assert heard == ["Slurm refused to stop the job of run test-run: scancel: error: Kill job error on job id 7:"
                      " Access/permission denied; the teardown removes the cluster"]
+    result.interrupted = True
+    summary = format_slurm_summary(result)  # not "cancelled", nor Slurm's "RUNNING" of a moment before
+    assert "INTERRUPTED: Slurm job 7 went with the cluster (Slurm did not stop it); every node stopped" in summary
+    assert "RUNNING" not in summary
 
 
 def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(make_job, tmp_path):
@@ -447,6 +454,22 @@ def test_a_slurm_job_whose_tasks_took_the_stops_sigterm_and_failed_is_stopped_an
                                                  f" EndTime={end} NodeList=node[0-1]\n".encode())
         result = backend.follow(timeout_s=30)
         assert (result.interrupted, result.exit_code) == ((True, 143) if stopped else (False, 1)), end
+
+
+def test_sbatch_passes_every_task_the_plans_environment_but_a_nodes_name(make_job, tmp_path):
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    passed: dict = {}
+    real_exec = client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):
+        if cmd[0] == "sbatch":
+            passed.update(kwargs.get("environment") or {})
+        return real_exec(container_id, cmd, **kwargs)
+
+    client.api.exec_create = exec_create
+    assert backend.submit() == "7"
+    assert passed["DDP_RUN_ID"] == "test-run" and "DDP_NODE" not in passed  # not node0's, in every task
 
 
 def test_a_job_id_that_sbatchs_output_lost_is_asked_of_slurm(make_job, tmp_path, monkeypatch):
