@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import signal
 import sys
 from typing import IO, Any, NoReturn, Optional, Sequence
 
@@ -32,6 +33,7 @@ from orchestrate.cli import (attach, bench, chaos, debug, down, export, fault, i
                              stacks, stop)
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
+from orchestrate.cli.output import ReaderAwareOutput
 from orchestrate.cli.signals import interrupt_exit_code
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError, UsageError
@@ -124,13 +126,16 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
         return EXIT_USAGE
     if target and not getattr(args, "takes_target", False):
         parser.error(f"{command_of(options)} takes no job after --, got: -- {shlex.join(target)}")
+    if out is sys.stdout:
+        out = ReaderAwareOutput(out)  # type: ignore[assignment]  # `| head`: ends as SIGPIPE would
     try:
         return handler(args, Invocation(argv, target, out, client, args.verbose))
     except OrchestrateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        print("interrupted", file=sys.stderr)
+        if getattr(exc, "signum", None) != signal.SIGPIPE:  # a reader that went away wants no word
+            print("interrupted", file=sys.stderr)
         return interrupt_exit_code(exc)
     except engine_errors() as exc:  # the environment, not the job; anything else is a bug, and raised
         print(f"error: engine error: {describe(exc)}", file=sys.stderr)

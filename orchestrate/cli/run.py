@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
@@ -39,7 +41,8 @@ def add_parsers(sub: Any) -> None:
     add_options(run, [OPTIONS_BY_DEST["no_build"], OPTIONS_BY_DEST["detach"]])
     run.set_defaults(handler=command_run, takes_target=True)
     plan = sub.add_parser("plan", help="print the plan of a run without starting anything",
-                          description="Print nodes, ranks and torchrun commands of a run.")
+                          description="Print nodes, ranks and torchrun commands of a run (under --scheduler slurm: its"
+                                      " cluster, ranks and the batch script sbatch gets).")
     add_job_options(plan)
     plan.set_defaults(handler=command_plan, takes_target=True)
 
@@ -90,4 +93,7 @@ def run_request(request: RunRequest, inv: Invocation) -> tuple[int, Optional[Run
         inv.out.write(f"{run.run_id}\n")
         return EXIT_OK, None
     result = run_and_report(run, raise_interrupt=False)
+    if result.interrupted and result.signal_number == signal.SIGPIPE:  # its output is gone: say it here
+        print(f"run {result.run_id} stopped: whoever read its output went away; its summary and logs are in"
+              f" {result.run_dir}", file=sys.stderr)
     return result.exit_code, result
