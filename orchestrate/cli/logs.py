@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run
 from orchestrate.supervise.logs import print_logs
 
@@ -12,13 +13,17 @@ from orchestrate.supervise.logs import print_logs
 def add_parsers(sub: Any) -> None:
     logs = sub.add_parser("logs", help="print a run's rank-prefixed output",
                           description="The output of a run's nodes from the engine, merged in time.",
-                          epilog="usage example: python -m orchestrate logs 20261121-093012-1f2e3d --node node1 -f")
+                          epilog="usage example: python -m orchestrate logs 20261121-093012-1f2e3d --rank 3 -f")
     logs.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
     logs.add_argument("--node", default=None, metavar="NAME", help="one node only, e.g. node1")
+    logs.add_argument("--rank", action="append", type=non_negative_int, default=[], metavar="N",
+                      help="only the lines of this global rank (repeatable); the nodes' own lines (torchrun's) are"
+                           " left out")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the nodes end")
     logs.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    print_logs(find_run(inv.engine(), args.run_id), inv.out, node=args.node, follow_live=args.follow)
+    print_logs(find_run(inv.engine(), args.run_id), inv.out, node=args.node, ranks=args.rank,
+               follow_live=args.follow)
     return 0

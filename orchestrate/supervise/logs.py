@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import queue
-from typing import IO, Any, Iterator, Optional
+from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
 from orchestrate.engine.container_log import LogLine, follow_log, read_log
 from orchestrate.engine.runs import RunInfo, node_plans
 from orchestrate.errors import UsageError
 from orchestrate.plan.model import NodePlan
-from orchestrate.supervise.worker_lines import WorkerLines
+from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
 
 
 def select_nodes(run: RunInfo, node: Optional[str]) -> list[tuple[NodePlan, Any]]:
@@ -17,7 +17,7 @@ def select_nodes(run: RunInfo, node: Optional[str]) -> list[tuple[NodePlan, Any]
     Raises:
         UsageError: For a node the run does not have.
     """
-    pairs = [(plan, info.container) for plan, info in zip(node_plans(run), run.nodes)]
+    pairs = node_plans_of(run)
     if node is None:
         return pairs
     chosen = [pair for pair in pairs if pair[0].name == node]
@@ -27,8 +27,36 @@ def select_nodes(run: RunInfo, node: Optional[str]) -> list[tuple[NodePlan, Any]
     return chosen
 
 
-def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
-    """Every line the nodes printed so far, rank-prefixed and merged by time."""
+def select_ranks(run: RunInfo, pairs: list[tuple[NodePlan, Any]], ranks: Iterable[int]
+                 ) -> list[tuple[NodePlan, Any]]:
+    """The nodes that hold ``ranks`` (every node of an elastic run: its rendezvous, not its
+    plan, gave the ranks out).
+
+    Raises:
+        UsageError: For a rank the run does not have.
+    """
+    wanted = set(ranks)
+    if not wanted or any(not plan.global_ranks for plan, _ in pairs):
+        return pairs
+    held = sorted(rank for plan, _ in node_plans_of(run) for rank in plan.global_ranks)
+    missing = sorted(wanted - set(held))
+    if missing:
+        raise UsageError(f"--rank {missing[0]}: run {run.run_id} has no such rank (ranks {held[0]}-{held[-1]})")
+    chosen = [pair for pair in pairs if wanted & set(pair[0].global_ranks)]
+    if not chosen:
+        rank = min(wanted)
+        home = next(plan.name for plan, _ in node_plans_of(run) if rank in plan.global_ranks)
+        raise UsageError(f"--rank {rank} is on {home}, not on --node {', '.join(plan.name for plan, _ in pairs)}")
+    return chosen
+
+
+def node_plans_of(run: RunInfo) -> list[tuple[NodePlan, Any]]:
+    return [(plan, info.container) for plan, info in zip(node_plans(run), run.nodes)]
+
+
+def history(pairs: list[tuple[NodePlan, Any]], keep: Callable[[OutputLine], bool] = lambda line: True
+            ) -> Iterator[str]:
+    """Every line the nodes printed so far (those ``keep`` takes), rank-prefixed and merged by time."""
     width = max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
     lines = []
     for order, (plan, container) in enumerate(pairs):
@@ -37,14 +65,15 @@ def history(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
         for logged in read_log(container):
             stamp = logged.stamp or stamp
             lines.extend((stamp, order, len(lines), ln.render(width))
-                         for ln in worker_lines.feed(logged.text, logged.source))
-        lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.flush())
+                         for ln in worker_lines.feed(logged.text, logged.source) if keep(ln))
+        lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.flush() if keep(ln))
     for *_, rendered in sorted(lines):
         yield rendered
 
 
-def follow(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
-    """The nodes' lines as they come, until every node's container has stopped."""
+def follow(pairs: list[tuple[NodePlan, Any]], keep: Callable[[OutputLine], bool] = lambda line: True
+           ) -> Iterator[str]:
+    """The nodes' lines (those ``keep`` takes) as they come, until every node's container has stopped."""
     width = max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
     arrived: "queue.Queue[tuple[int, Optional[LogLine]]]" = queue.Queue()
     for order, (plan, container) in enumerate(pairs):
@@ -58,12 +87,19 @@ def follow(pairs: list[tuple[NodePlan, Any]]) -> Iterator[str]:
             done = worker_lines[order].flush()
         else:
             done = worker_lines[order].feed(line.text, line.source)
-        yield from (ln.render(width) for ln in done)
+        yield from (ln.render(width) for ln in done if keep(ln))
 
 
-def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, follow_live: bool = False) -> None:
-    """Print a run's output (all nodes, or one), then follow it if asked."""
-    pairs = select_nodes(run, node)
-    for line in (follow(pairs) if follow_live else history(pairs)):
+def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks: Iterable[int] = (),
+               follow_live: bool = False) -> None:
+    """Print a run's output (all nodes, or one; every line, or those of ``ranks``), then follow
+    it if asked."""
+    wanted = set(ranks)
+    pairs = select_ranks(run, select_nodes(run, node), wanted)
+
+    def keep(line: OutputLine) -> bool:
+        return not wanted or line.global_rank in wanted
+
+    for line in (follow(pairs, keep) if follow_live else history(pairs, keep)):
         out.write(line + "\n")
         out.flush()

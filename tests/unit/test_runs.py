@@ -700,7 +700,7 @@ def test_fault_checks_every_target_first_and_undoes_what_it_held_when_a_later_on
     assert "ended pause:node1@t=0..30 on node1 of run r" in out.getvalue()
 
 
-def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run):
+def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsys):
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
@@ -719,6 +719,19 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run):
     assert main(client=client, argv=["logs", "r", "--node", "node1"], out=out) == 0
     assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node1/rank1] b", "[node1/rank1] d"]
     assert main(client=client, argv=["logs", "r", "--node", "node7"], out=io.StringIO()) == 2
+    capsys.readouterr()
+    # --rank: that rank's lines alone, not its node's own (torchrun's)
+    node1.log.insert(0, (1000.5, "W1130 23:38:55.773000 8 torch/distributed/elastic/agent/server/api.py:725] hi"))
+    for argv, shown in ((["--rank", "1"], ["[node1/rank1] b", "[node1/rank1] d"]),
+                        (["--rank", "0", "--rank", "1"], lines),
+                        (["--node", "node1", "--rank", "1", "-f"], ["[node1/rank1] b", "[node1/rank1] d"])):
+        out = io.StringIO()
+        assert main(client=client, argv=["logs", "r", *argv], out=out) == 0
+        assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == shown, argv
+    for argv, said in ((["--rank", "5"], "error: --rank 5: run r has no such rank (ranks 0-1)\n"),
+                       (["--node", "node0", "--rank", "1"], "error: --rank 1 is on node1, not on --node node0\n")):
+        assert main(client=client, argv=["logs", "r", *argv], out=io.StringIO()) == 2
+        assert capsys.readouterr().err == said
 
 
 def test_attach_after_the_end_reports_what_the_run_did(make_run):
