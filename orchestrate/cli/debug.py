@@ -56,6 +56,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         raise UsageError(f"RANK must be 0 or more, got {args.rank}")
     client = inv.engine()
     run = find_run(client, args.run_id)
+    run.require_live_nodes("debug")
     deadline = time.monotonic() + args.wait
     watch = DebuggerWatch(run.run_dir / PROGRESS_SUBDIR)
     while True:
@@ -66,8 +67,10 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         except OrchestrateError:
             if time.monotonic() >= deadline:
                 raise
-            if not any(n.status in LIVE_STATUSES for n in find_run(client, args.run_id).nodes):
-                raise OrchestrateError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
+            now = find_run(client, args.run_id)
+            if not any(n.status in LIVE_STATUSES for n in now.nodes):
+                raise OrchestrateError(f"run {run.run_id} ended ({now.state.value}) while no rank was in its debugger;"
+                                       f" its output: python -m orchestrate logs {run.run_id}")
             time.sleep(WAIT_POLL_S)
     say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
     node = f" ({stopped.node})" if stopped.node else ""

@@ -33,6 +33,7 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
+    run.require_live_nodes("inject a fault into")
     faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.nodes
                                                           if n.status in LIVE_STATUSES},
                         stop_grace_s=run.stop_grace_s, cpus_per_node=run.cpus_per_node, link=run.link,

@@ -34,6 +34,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         raise UsageError(f"--interval must be 0 or more seconds, got {args.interval:g}")
     client = inv.engine()
     run = find_run(client, args.run_id)
+    run.require_live_nodes("look at")
     plans = {plan.name: plan for plan in node_plans(run)}
     live = [n for n in run.nodes if n.status in LIVE_STATUSES]
     faults = faults_now(run.run_dir, {n.name: n.container for n in live})

@@ -225,6 +225,17 @@ class RunInfo:
         return run_state(self.detached, self.launcher_alive,
                          [(n.status, n.exit_code) for n in self.nodes])
 
+    def require_live_nodes(self, doing: str) -> None:
+        """Refuse ``doing`` (``inject a fault into``) a run whose nodes have all ended, naming how
+        it ended (an orphaned run's nodes may still run: the caller looks at them).
+
+        Raises:
+            UsageError: When every node has ended.
+        """
+        if self.nodes and not any(n.status in LIVE_STATUSES for n in self.nodes):
+            raise UsageError(f"run {self.run_id} has ended ({self.state.value}): no node to {doing}; its output:"
+                             f" python -m orchestrate logs {self.run_id}")
+
 
 def run_state(detached: bool, launcher_alive: Optional[bool],
               nodes: list[tuple[str, Optional[int]]]) -> RunState:

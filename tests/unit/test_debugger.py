@@ -253,9 +253,16 @@ def test_debug_says_when_no_rank_is_in_its_debugger_and_when_the_run_has_no_runn
     assert code == 1 and err.startswith("error: no rank of run r is in its debugger")
     code, _, err = debug_command(client, "--wait", "-1")
     assert code == 2 and err == "error: --wait must be 0 or more seconds, got -1\n"
-    node.stop()
-    code, _, err = debug_command(client, "--wait", "5")
-    assert code == 1 and err == "error: run r has no running node (see `python -m orchestrate ps`)\n"
+    stopping = threading.Timer(1.0, node.stop)  # the run ends while debug waits for a rank
+    stopping.start()
+    try:
+        code, _, err = debug_command(client, "--wait", "20")
+    finally:
+        stopping.cancel()
+    assert code == 1 and err == ("error: run r ended (stopped) while no rank was in its debugger; its output:"
+                                 " python -m orchestrate logs r\n")
+    code, _, err = debug_command(client, "--wait", "5")  # a run that had ended: refused at once
+    assert code == 2 and err == "error: run r has ended (stopped): no node to debug; its output: python -m orchestrate logs r\n"
 
 
 POST_MORTEM_STOP = {**STOP, "call": POST_MORTEM_CALL, "line": 12, "function": "step",

@@ -681,6 +681,19 @@ def test_a_container_whose_other_removal_never_ends_fails_down_saying_so(make_ru
     assert "ddp-stuck_ddp" in client.networks_by_name  # nothing removed around a container still there
 
 
+def test_fault_and_stacks_on_a_run_that_ended_say_how_it_ended(make_run, capsys):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("done", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    capsys.readouterr()
+    for argv, doing in ((["fault", "done", "kill:node0"], "inject a fault into"), (["stacks", "done"], "look at")):
+        assert main(client=client, argv=argv, out=io.StringIO()) == 2
+        assert capsys.readouterr().err == (f"error: run done has ended (succeeded): no node to {doing}; its output:"
+                                           " python -m orchestrate logs done\n")
+
+
 def test_fault_checks_every_target_first_and_undoes_what_it_held_when_a_later_one_fails(make_run, capsys):
     from orchestrate.cli.main import main
 
