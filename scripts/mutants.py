@@ -1344,6 +1344,9 @@ MUTANTS = [
            "return not wanted or line.global_rank in wanted", "return True", ("tests/unit/test_runs.py",)),
     Mutant("logs --rank takes a rank the run lacks", "orchestrate/supervise/logs.py",
            "    if missing:\n", "    if False:\n", ("tests/unit/test_runs.py",)),
+    Mutant("fault and stacks on an ended run say nothing of how it ended", "orchestrate/engine/runs.py",
+           "        if self.nodes and not any(n.status in LIVE_STATUSES for n in self.nodes):\n", "        if False:\n",
+           ("tests/unit/test_runs.py", "tests/unit/test_debugger.py")),
 ]
 
 
