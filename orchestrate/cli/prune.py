@@ -24,15 +24,22 @@ def add_parsers(sub: Any) -> None:
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
-    pruned = 0
+    pruned, running = 0, 0
     for run in list_runs(client):
-        if run.state.ended and kept_in(run, args.runs_dir):
-            removed = remove_run(client, run)
-            inv.out.write(f"removed run {run.run_id} ({run.state.value}): {what_was_removed(removed)}\n")
-            pruned += 1
+        if not kept_in(run, args.runs_dir):
+            continue
+        if not run.state.ended:
+            running += 1
+            continue
+        removed = remove_run(client, run)
+        inv.out.write(f"removed run {run.run_id} ({run.state.value}): {what_was_removed(removed)}\n")
+        pruned += 1
     where = f" in {args.runs_dir}" if args.runs_dir else " in the engine"
-    inv.out.write(f"pruned {pruned} run(s){where}\n" if pruned
-                  else f"nothing to prune{where}: no run there has ended\n")
+    if args.runs_dir and not args.runs_dir.is_dir():
+        where += " (no such directory here)"
+    left = f" ({running} still running)" if running else ""
+    inv.out.write(f"pruned {pruned} run(s){where}{left}\n" if pruned
+                  else f"nothing to prune{where}: no run there has ended{left}\n")
     return 0
 
 

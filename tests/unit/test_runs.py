@@ -681,6 +681,24 @@ def test_a_container_whose_other_removal_never_ends_fails_down_saying_so(make_ru
     assert "ddp-stuck_ddp" in client.networks_by_name  # nothing removed around a container still there
 
 
+def test_prune_says_what_it_left_running_and_a_runs_dir_that_is_not_there(make_run, tmp_path):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("going", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.RUNNING)
+    runs_dir = list_runs(client)[0].run_dir.parent
+    for argv, said in ((["prune"], "nothing to prune in the engine: no run there has ended (1 still running)\n"),
+                       (["prune", "--runs-dir", str(runs_dir)],
+                        f"nothing to prune in {runs_dir}: no run there has ended (1 still running)\n"),
+                       (["prune", "--runs-dir", str(tmp_path / "rusn")],  # a typo
+                        f"nothing to prune in {tmp_path / 'rusn'} (no such directory here): no run there has ended\n")):
+        out = io.StringIO()
+        assert main(client=client, argv=argv, out=out) == 0
+        assert out.getvalue() == said
+    assert [r.run_id for r in list_runs(client)] == ["going"]
+
+
 def test_fault_and_stacks_on_a_run_that_ended_say_how_it_ended(make_run, capsys):
     from orchestrate.cli.main import main
 
