@@ -1347,6 +1347,17 @@ MUTANTS = [
     Mutant("fault and stacks on an ended run say nothing of how it ended", "orchestrate/engine/runs.py",
            "        if self.nodes and not any(n.status in LIVE_STATUSES for n in self.nodes):\n", "        if False:\n",
            ("tests/unit/test_runs.py", "tests/unit/test_debugger.py")),
+    Mutant("logs -f --tail follows from the first line again", "orchestrate/supervise/logs.py",
+           "        since = list(read_to)  #", "        since = [None] * len(pairs)  #",
+           ("tests/unit/test_container_log.py", "tests/unit/test_runs.py")),
+    Mutant("logs -f --tail forgets a line begun before", "orchestrate/supervise/logs.py",
+           "        lines, readers, read_to = read_so_far(pairs, keep, ended=False)\n",
+           "        lines, _, read_to = read_so_far(pairs, keep, ended=False)\n"
+           "        readers = [WorkerLines(plan) for plan, _ in pairs]\n",
+           ("tests/unit/test_container_log.py",)),
+    Mutant("logs --tail shows every line", "orchestrate/supervise/logs.py",
+           "    return lines if tail is None else lines[max(0, len(lines) - tail):]", "    return lines",
+           ("tests/unit/test_container_log.py", "tests/unit/test_runs.py")),
 ]
 
 

@@ -19,11 +19,14 @@ def add_parsers(sub: Any) -> None:
     logs.add_argument("--rank", action="append", type=non_negative_int, default=[], metavar="N",
                       help="only the lines of this global rank (repeatable); the nodes' own lines (torchrun's) are"
                            " left out")
+    logs.add_argument("-n", "--tail", type=non_negative_int, default=None, metavar="N",
+                      help="only the last N lines printed so far (with -f: then the new ones; 0: the new ones only)"
+                           " (default: every line)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the nodes end")
     logs.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    print_logs(find_run(inv.engine(), args.run_id), inv.out, node=args.node, ranks=args.rank,
+    print_logs(find_run(inv.engine(), args.run_id), inv.out, node=args.node, ranks=args.rank, tail=args.tail,
                follow_live=args.follow)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import queue
 from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
-from orchestrate.engine.container_log import LogLine, follow_log, read_log
+from orchestrate.engine.container_log import SOURCES, LogLine, Position, advanced, follow_log, read_log
 from orchestrate.engine.runs import RunInfo, node_plans
 from orchestrate.errors import UsageError
 from orchestrate.plan.model import NodePlan
@@ -54,52 +54,89 @@ def node_plans_of(run: RunInfo) -> list[tuple[NodePlan, Any]]:
     return [(plan, info.container) for plan, info in zip(node_plans(run), run.nodes)]
 
 
-def history(pairs: list[tuple[NodePlan, Any]], keep: Callable[[OutputLine], bool] = lambda line: True
-            ) -> Iterator[str]:
-    """Every line the nodes printed so far (those ``keep`` takes), rank-prefixed and merged by time."""
-    width = max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
-    lines = []
+Keep = Callable[[OutputLine], bool]
+
+
+def every_line(line: OutputLine) -> bool:
+    return True
+
+
+def label_width(pairs: list[tuple[NodePlan, Any]]) -> int:
+    return max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
+
+
+def read_so_far(pairs: list[tuple[NodePlan, Any]], keep: Keep, *, ended: bool
+                ) -> tuple[list[OutputLine], list[WorkerLines], list[dict[str, Position]]]:
+    """The lines the nodes printed so far (those ``keep`` takes), merged by time; each node's
+    reader of its lines and where each of its streams was read to. ``ended``: the pieces of
+    lines left unfinished count as lines (nothing follows them)."""
+    stamped: list[tuple[float, int, int, OutputLine]] = []
+    readers, positions = [], []
     for order, (plan, container) in enumerate(pairs):
         worker_lines = WorkerLines(plan)
+        read_to = {source: (0.0, 0) for source in SOURCES}
         stamp = 0.0
         for logged in read_log(container):
+            read_to[logged.source] = advanced(read_to[logged.source], logged.stamp)
             stamp = logged.stamp or stamp
-            lines.extend((stamp, order, len(lines), ln.render(width))
-                         for ln in worker_lines.feed(logged.text, logged.source) if keep(ln))
-        lines.extend((stamp, order, len(lines), ln.render(width)) for ln in worker_lines.flush() if keep(ln))
-    for *_, rendered in sorted(lines):
-        yield rendered
+            stamped.extend((stamp, order, len(stamped), ln) for ln in worker_lines.feed(logged.text, logged.source))
+        if ended:
+            stamped.extend((stamp, order, len(stamped), ln) for ln in worker_lines.flush())
+        readers.append(worker_lines)
+        positions.append(read_to)
+    return [line for *_, line in sorted(stamped, key=lambda s: s[:3]) if keep(line)], readers, positions
 
 
-def follow(pairs: list[tuple[NodePlan, Any]], keep: Callable[[OutputLine], bool] = lambda line: True
-           ) -> Iterator[str]:
-    """The nodes' lines (those ``keep`` takes) as they come, until every node's container has stopped."""
-    width = max(len(f"{p.name}/rank{max(p.global_ranks, default=9)}") for p, _ in pairs) + 1
+def last(lines: list[OutputLine], tail: Optional[int]) -> list[OutputLine]:
+    """The last ``tail`` of ``lines`` (all of them for None)."""
+    return lines if tail is None else lines[max(0, len(lines) - tail):]
+
+
+def history(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Optional[int] = None) -> Iterator[str]:
+    """Every line the nodes printed so far (those ``keep`` takes; the last ``tail`` of them),
+    rank-prefixed and merged by time."""
+    width = label_width(pairs)
+    lines, _, _ = read_so_far(pairs, keep, ended=True)
+    for line in last(lines, tail):
+        yield line.render(width)
+
+
+def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Optional[int] = None) -> Iterator[str]:
+    """The nodes' lines (those ``keep`` takes) as they come, until every node's container has
+    stopped: from the first, or from the last ``tail`` of those printed so far."""
+    width = label_width(pairs)
     arrived: "queue.Queue[tuple[int, Optional[LogLine]]]" = queue.Queue()
+    if tail is None:
+        readers = [WorkerLines(plan) for plan, _ in pairs]
+        since: list[Optional[dict[str, Position]]] = [None] * len(pairs)
+    else:
+        lines, readers, read_to = read_so_far(pairs, keep, ended=False)
+        yield from (line.render(width) for line in last(lines, tail))
+        since = list(read_to)  # followed from there, by the same readers: a line begun before goes on
     for order, (plan, container) in enumerate(pairs):
-        follow_log(container, lambda line, order=order: arrived.put((order, line)), name=f"logs-{plan.name}")
-    worker_lines = [WorkerLines(plan) for plan, _ in pairs]
+        follow_log(container, lambda line, order=order: arrived.put((order, line)), since=since[order],
+                   name=f"logs-{plan.name}")
     open_streams = len(pairs)
     while open_streams:
         order, line = arrived.get()
         if line is None:
             open_streams -= 1
-            done = worker_lines[order].flush()
+            done = readers[order].flush()
         else:
-            done = worker_lines[order].feed(line.text, line.source)
+            done = readers[order].feed(line.text, line.source)
         yield from (ln.render(width) for ln in done if keep(ln))
 
 
 def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks: Iterable[int] = (),
-               follow_live: bool = False) -> None:
-    """Print a run's output (all nodes, or one; every line, or those of ``ranks``), then follow
-    it if asked."""
+               tail: Optional[int] = None, follow_live: bool = False) -> None:
+    """Print a run's output (all nodes, or one; every line, or those of ``ranks``; all of it, or
+    its last ``tail`` lines), then follow it if asked."""
     wanted = set(ranks)
     pairs = select_ranks(run, select_nodes(run, node), wanted)
 
     def keep(line: OutputLine) -> bool:
         return not wanted or line.global_rank in wanted
 
-    for line in (follow(pairs, keep) if follow_live else history(pairs, keep)):
+    for line in (follow(pairs, keep, tail) if follow_live else history(pairs, keep, tail)):
         out.write(line + "\n")
         out.flush()

@@ -196,3 +196,27 @@ def test_logs_f_joins_each_streams_pieces_until_the_node_ends(make_job):
         "[node0/rank1] rank 1 half and the rest", "[node0/rank0] rank 0 half and the rest",
         "[node0/rank0] rank 0 epoch 0 loss -96.656",
         "[node0/rank0] train: 99%|#########9| 149/150 [00:15<00:00, 9.56it/s]"]
+
+
+def test_logs_f_from_the_tail_goes_on_with_a_line_begun_before_and_repeats_nothing(make_job):
+    _, node = running()
+    node.log = [(1000.0, TWO_STREAMS[0][1]), (1001.0, TWO_STREAMS[1][1])]  # rank 0's line is half printed
+    lines = follow([(make_job(nodes=1, nproc_per_node=2).nodes[0], node)], tail=100)
+    first = " ".join(next(lines).split())  # once what was printed so far is read (rank 1's line is whole)
+    for source, raw in TWO_STREAMS[2:]:  # the rest comes after, rank 0's line's end among it
+        node.write(raw, source)
+    node.exit(0)
+    rest = [" ".join(line.split()) for line in lines]
+    assert [line for line in [first, *rest] if line.split("]", 1)[1]] == [
+        "[node0/rank1] rank 1 half and the rest", "[node0/rank0] rank 0 half and the rest",
+        "[node0/rank0] rank 0 epoch 0 loss -96.656",
+        "[node0/rank0] train: 99%|#########9| 149/150 [00:15<00:00, 9.56it/s]"]
+
+
+def test_logs_tail_keeps_the_last_lines_of_those_asked_for(make_job):
+    _, node = running()
+    node.log = [(1000.0 + i, f"[{i % 2}|{i % 2}]:line {i}") for i in range(6)]
+    pair = [(make_job(nodes=1, nproc_per_node=2).nodes[0], node)]
+    shown = [" ".join(line.split()) for line in history(pair, lambda line: line.global_rank == 1, tail=2)]
+    assert shown == ["[node0/rank1] line 3", "[node0/rank1] line 5"]
+    assert list(history(pair, tail=0)) == [] and len(list(history(pair, tail=99))) == 6

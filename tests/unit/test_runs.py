@@ -755,7 +755,11 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
     node1.log.insert(0, (1000.5, "W1130 23:38:55.773000 8 torch/distributed/elastic/agent/server/api.py:725] hi"))
     for argv, shown in ((["--rank", "1"], ["[node1/rank1] b", "[node1/rank1] d"]),
                         (["--rank", "0", "--rank", "1"], lines),
-                        (["--node", "node1", "--rank", "1", "-f"], ["[node1/rank1] b", "[node1/rank1] d"])):
+                        (["--node", "node1", "--rank", "1", "-f"], ["[node1/rank1] b", "[node1/rank1] d"]),
+                        # --tail: the last N of what was printed (of the lines kept), then (-f) what comes
+                        (["--tail", "2"], ["[node0/rank0] c", "[node1/rank1] d"]), (["-n", "0"], []),
+                        (["--tail", "3", "--rank", "1"], ["[node1/rank1] b", "[node1/rank1] d"]),
+                        (["--tail", "1", "-f"], ["[node1/rank1] d"]), (["--tail", "0", "-f"], [])):
         out = io.StringIO()
         assert main(client=client, argv=["logs", "r", *argv], out=out) == 0
         assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == shown, argv
