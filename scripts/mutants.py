@@ -1355,6 +1355,17 @@ MUTANTS = [
            "        lines, _, read_to = read_so_far(pairs, keep, ended=False)\n"
            "        readers = [WorkerLines(plan) for plan, _ in pairs]\n",
            ("tests/unit/test_container_log.py",)),
+    Mutant("Ctrl-C on a piped run cuts the stop grace short", "orchestrate/cli/output.py",
+           "            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):\n", "            if True:\n",
+           ("tests/unit/test_output_reader.py",)),
+    Mutant("an interrupt as a kept run is left skips its record", "orchestrate/launch/run.py",
+           "        finally:  # an interrupt here (a closed output, a signal) still leaves the run recorded\n"
+           "            tear_down_and_record(result, compose, self.say, self.clock)\n",
+           "        except BaseException:\n            raise\n        tear_down_and_record(result, compose, self.say,"
+           " self.clock)\n", ("tests/unit/test_launcher.py",)),
+    Mutant("logs --rank of an elastic run goes unsaid", "orchestrate/supervise/logs.py",
+           "    if wanted and any(not plan.global_ranks for plan, _ in pairs):\n", "    if False:\n",
+           ("tests/unit/test_runs.py",)),
     Mutant("logs --tail shows every line", "orchestrate/supervise/logs.py",
            "    return lines if tail is None else lines[max(0, len(lines) - tail):]", "    return lines",
            ("tests/unit/test_container_log.py", "tests/unit/test_runs.py")),

@@ -69,7 +69,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
                 raise
             now = find_run(client, args.run_id)
             if not any(n.status in LIVE_STATUSES for n in now.nodes):
-                raise OrchestrateError(f"run {run.run_id} ended ({now.state.value}) while no rank was in its debugger;"
+                raise UsageError(f"run {run.run_id} ended ({now.state.value}) while no rank was in its debugger;"
                                        f" its output: python -m orchestrate logs {run.run_id}")
             time.sleep(WAIT_POLL_S)
     say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731

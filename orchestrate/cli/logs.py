@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run
 from orchestrate.supervise.logs import print_logs
@@ -16,10 +18,10 @@ def add_parsers(sub: Any) -> None:
                           epilog="usage example: python -m orchestrate logs 20261121-093012-1f2e3d --rank 3 -f")
     logs.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
     logs.add_argument("--node", default=None, metavar="NAME", help="one node only, e.g. node1")
-    logs.add_argument("--rank", action="append", type=non_negative_int, default=[], metavar="N",
+    logs.add_argument("--rank", action="append", type=argparse_type(non_negative_int, "--rank"), default=[], metavar="N",
                       help="only the lines of this global rank (repeatable); the nodes' own lines (torchrun's) are"
                            " left out")
-    logs.add_argument("-n", "--tail", type=non_negative_int, default=None, metavar="N",
+    logs.add_argument("-n", "--tail", type=argparse_type(non_negative_int, "--tail"), default=None, metavar="N",
                       help="only the last N lines printed so far (with -f: then the new ones; 0: the new ones only)"
                            " (default: every line)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the nodes end")
@@ -28,5 +30,5 @@ def add_parsers(sub: Any) -> None:
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     print_logs(find_run(inv.engine(), args.run_id), inv.out, node=args.node, ranks=args.rank, tail=args.tail,
-               follow_live=args.follow)
+               follow_live=args.follow, say=lambda text: print(f"[orchestrate] {text}", file=sys.stderr))
     return 0

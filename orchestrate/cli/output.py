@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from typing import IO
 
@@ -62,7 +63,10 @@ class ReaderAwareOutput:
 
     def _tell_main(self) -> None:
         """Interrupt the main thread, once, at its first write since the reader went away (a
-        thread's broken write waits for it)."""
+        thread's broken write waits for it); not while it handles an interrupt already: Ctrl-C
+        on ``run ... | tee log`` ends the reader too, and a second interrupt would cut the
+        nodes' stop grace short."""
         if self.reader_gone and not self.main_told and threading.current_thread() is threading.main_thread():
             self.main_told = True
-            raise SignalInterrupt(signal.SIGPIPE)
+            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                raise SignalInterrupt(signal.SIGPIPE)

@@ -352,12 +352,14 @@ class Run:
         a further interrupt included, skips the teardown."""
         if self.heartbeat is not None:
             self.heartbeat.stop()
-        if self.request.keep and self.compose is not None:
-            self.say(f"--keep: leaving run {self.run_id} in the engine; remove it with:"
-                     f" python -m orchestrate down {self.run_id}")
-            self.compose = None
-        tear_down_and_record(result, self.compose, self.say, self.clock)
+        compose, kept = (None, self.compose) if self.request.keep else (self.compose, None)
         self.compose = None
+        try:
+            if kept is not None:
+                self.say(f"--keep: leaving run {self.run_id} in the engine; remove it with:"
+                         f" python -m orchestrate down {self.run_id}")
+        finally:  # an interrupt here (a closed output, a signal) still leaves the run recorded
+            tear_down_and_record(result, compose, self.say, self.clock)
 
     # Attached runs ---------------------------------------------------------------------------
 

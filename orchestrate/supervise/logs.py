@@ -128,11 +128,14 @@ def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Opt
 
 
 def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks: Iterable[int] = (),
-               tail: Optional[int] = None, follow_live: bool = False) -> None:
+               tail: Optional[int] = None, follow_live: bool = False, say: Callable[[str], None] = print) -> None:
     """Print a run's output (all nodes, or one; every line, or those of ``ranks``; all of it, or
-    its last ``tail`` lines), then follow it if asked."""
+    its last ``tail`` lines), then follow it if asked; ``say`` says what the choice could not check."""
     wanted = set(ranks)
     pairs = select_ranks(run, select_nodes(run, node), wanted)
+    if wanted and any(not plan.global_ranks for plan, _ in pairs):
+        say(f"run {run.run_id} is elastic: its rendezvous gives the ranks out, so --rank {min(wanted)} is not"
+            " checked against it (a rank that never ran shows no line)")
 
     def keep(line: OutputLine) -> bool:
         return not wanted or line.global_rank in wanted

@@ -54,6 +54,8 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["bench", "collectives", "--cpu", "--", "train.py", "--epochs", "3"],
          "bench takes no job after --, got: -- train.py --epochs 3"),
         (["ps", "--", "train.py"], "ps takes no job after --, got: -- train.py"),
+        (["logs", "r", "--tail", "-1"], "argument -n/--tail: expected an integer >= 0, got '-1'"),
+        (["logs", "r", "--rank", "x"], "argument --rank: expected an integer >= 0, got 'x'"),
         # options a run would leave out without a word
         (["run", "--cpu", "--max-restarts", "3"], "--max-restarts 3 is for --rdzv c10d (elastic mode): a static"
          " job restarts nothing"),

@@ -259,7 +259,7 @@ def test_debug_says_when_no_rank_is_in_its_debugger_and_when_the_run_has_no_runn
         code, _, err = debug_command(client, "--wait", "20")
     finally:
         stopping.cancel()
-    assert code == 1 and err == ("error: run r ended (stopped) while no rank was in its debugger; its output:"
+    assert code == 2 and err == ("error: run r ended (stopped) while no rank was in its debugger; its output:"
                                  " python -m orchestrate logs r\n")
     code, _, err = debug_command(client, "--wait", "5")  # a run that had ended: refused at once
     assert code == 2 and err == "error: run r has ended (stopped): no node to debug; its output: python -m orchestrate logs r\n"

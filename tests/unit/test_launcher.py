@@ -6,6 +6,7 @@ import _thread
 import io
 import json
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL, find_node_container
 from orchestrate.engine.runs import list_runs, stop_run
 from orchestrate.errors import NodeLookupError
+from orchestrate.interrupts import SignalInterrupt
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.run import Run
 from orchestrate.outcome.events import read_events
@@ -453,6 +455,26 @@ def test_down_from_another_terminal_stops_a_live_run_first_and_its_launcher_says
     assert "FAILED" not in format_summary(outcome)
     ended = [(c[0], c[1]) for c in client.calls if c[0] in ("stop", "remove")]
     assert ended.index(("remove", "ddp-test-run-node0-1")) > ended.index(("stop", "ddp-test-run-node0-1")), ended
+
+
+class OutputThatCloses(io.StringIO):
+    """A console whose reader goes away as the launcher says it keeps the run (ReaderAwareOutput
+    then interrupts the main thread at that very line)."""
+
+    def write(self, text: str) -> int:
+        if text.startswith("[orchestrate] --keep:"):
+            raise SignalInterrupt(signal.SIGPIPE)
+        return super().write(text)
+
+
+def test_an_interrupt_as_the_launcher_keeps_a_run_still_records_it(make_run):
+    job = make_run(nodes=1, keep=True, out=OutputThatCloses())
+    job.client = engine(FakeDockerClient(), node0=[Script(["[0|0]:step 1"])])
+    with pytest.raises(SignalInterrupt):
+        job.run()
+    recorded = json.loads((job.run_dir / "outcome.json").read_text())
+    assert recorded["exit_code"] == 0 and (job.run_dir / "report.html").is_file()
+    assert "run-ended" in [event["event"] for event in read_events(job.run_dir)]
 
 
 def test_down_of_a_run_whose_launcher_keeps_it_removes_it_without_waiting(make_run):

@@ -60,3 +60,21 @@ def test_a_broken_write_in_another_thread_interrupts_the_main_thread_at_its_next
     with pytest.raises(SignalInterrupt):
         out.write("main\n")
     out.write("again\n")  # once
+
+
+def test_a_reader_gone_while_an_interrupt_is_handled_is_no_second_interrupt():
+    """Ctrl-C on `run ... | tee log` ends tee too: the wind-down's first line meets the broken
+    pipe, and a second interrupt there would kill the nodes without their stop grace."""
+    out, read_end = pipe_output()
+    os.close(read_end)
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            out.write("interrupted: stopping every node\n")
+            out.flush()  # no SignalInterrupt: the wind-down goes on
+        out.write("the summary\n")  # nor later: the interrupt was the run's already
+        out.flush()
+    except SignalInterrupt:  # (a KeyboardInterrupt, which would end pytest's session, not fail the test)
+        pytest.fail("a second interrupt while the first one was handled")
+    assert out.reader_gone

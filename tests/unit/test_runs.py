@@ -769,6 +769,21 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
         assert capsys.readouterr().err == said
 
 
+def test_logs_rank_of_an_elastic_run_says_the_rank_is_not_checked(make_run, capsys):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("e", {"node0": Script(["[0|0]:a"]), "node1": Script(["[1|0]:b"])},
+                                    dict(nodes=2, rdzv="c10d")))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    capsys.readouterr()
+    out = io.StringIO()
+    assert main(client=client, argv=["logs", "e", "--rank", "1"], out=out) == 0
+    assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node1/rank1] b"]
+    assert capsys.readouterr().err == ("[orchestrate] run e is elastic: its rendezvous gives the ranks out, so --rank 1"
+                                       " is not checked against it (a rank that never ran shows no line)\n")
+
+
 def test_attach_after_the_end_reports_what_the_run_did(make_run):
     from orchestrate.cli.main import main
 
