@@ -11,7 +11,7 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.debugger.session import connect, socket_path, talk
 from orchestrate.debugger.states import choose
-from orchestrate.engine.runs import LIVE_STATUSES, find_run
+from orchestrate.engine.runs import find_run
 from orchestrate.errors import OrchestrateError, UsageError
 from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL
 from orchestrate.plan.layout import PROGRESS_SUBDIR
@@ -68,9 +68,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
             if time.monotonic() >= deadline:
                 raise
             now = find_run(client, args.run_id)
-            if not any(n.status in LIVE_STATUSES for n in now.nodes):
+            if not now.live_nodes:
                 raise UsageError(f"run {run.run_id} ended ({now.state.value}) while no rank was in its debugger;"
-                                       f" its output: python -m orchestrate logs {run.run_id}")
+                                 f" its output: python -m orchestrate logs {run.run_id}")
             time.sleep(WAIT_POLL_S)
     say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
     node = f" ({stopped.node})" if stopped.node else ""

@@ -8,7 +8,7 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
 from orchestrate.config.options import non_negative_int
-from orchestrate.engine.runs import LIVE_STATUSES, REMOVED_BY, find_run, remove_run
+from orchestrate.engine.runs import REMOVED_BY, find_run, remove_run
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
 
 
@@ -29,7 +29,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     torn_down = False  # by its own launcher, after the stop below
-    if any(node.status in LIVE_STATUSES for node in run.nodes):
+    if run.live_nodes:
         timeout = stop_timeout(run, args.timeout)
         stopped = stop_nodes(client, run, timeout, say=inv.say, by=REMOVED_BY)
         if stopped:

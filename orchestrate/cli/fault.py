@@ -8,7 +8,7 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
 from orchestrate.config.fault_spec import parse_fault
-from orchestrate.engine.runs import LIVE_STATUSES, find_run
+from orchestrate.engine.runs import find_run
 from orchestrate.faults.live import LiveFaults
 from orchestrate.interrupts import uninterrupted
 
@@ -34,8 +34,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     run.require_live_nodes("inject a fault into")
-    faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.nodes
-                                                          if n.status in LIVE_STATUSES},
+    faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.live_nodes},
                         stop_grace_s=run.stop_grace_s, cpus_per_node=run.cpus_per_node, link=run.link,
                         run_dir=run.run_dir, say=inv.say)
     faults.check(args.specs)

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.engine.runs import LIVE_STATUSES, find_run, node_plans
+from orchestrate.engine.runs import find_run, node_plans
 from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.hangs.diagnosis import SILENT_STATES
@@ -36,7 +36,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run = find_run(client, args.run_id)
     run.require_live_nodes("look at")
     plans = {plan.name: plan for plan in node_plans(run)}
-    live = [n for n in run.nodes if n.status in LIVE_STATUSES]
+    live = run.live_nodes
     faults = faults_now(run.run_dir, {n.name: n.container for n in live})
     hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else (),
                       run.nprocs_of(n.node_rank), tuple(faults.get(n.name, []))) for n in live]

@@ -225,6 +225,11 @@ class RunInfo:
         return run_state(self.detached, self.launcher_alive,
                          [(n.status, n.exit_code) for n in self.nodes])
 
+    @property
+    def live_nodes(self) -> list[NodeInfo]:
+        """The nodes whose containers have not ended (created, running, paused, restarting)."""
+        return [node for node in self.nodes if node.status in LIVE_STATUSES]
+
     def require_live_nodes(self, doing: str) -> None:
         """Refuse ``doing`` (``inject a fault into``) a run whose nodes have all ended, naming how
         it ended (an orphaned run's nodes may still run: the caller looks at them).
@@ -232,7 +237,7 @@ class RunInfo:
         Raises:
             UsageError: When every node has ended.
         """
-        if self.nodes and not any(n.status in LIVE_STATUSES for n in self.nodes):
+        if self.nodes and not self.live_nodes:
             raise UsageError(f"run {self.run_id} has ended ({self.state.value}): no node to {doing}; its output:"
                              f" python -m orchestrate logs {self.run_id}")
 
@@ -369,7 +374,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     Raises:
         EngineError: When the engine refused to stop nodes (once every node's stop has ended).
     """
-    live = [node for node in run.nodes if node.status in LIVE_STATUSES]
+    live = run.live_nodes
     if not live:
         return []
     mark_stop_requested(run, [node.name for node in live], by, grace_s=timeout_s)

@@ -161,9 +161,11 @@ class Run:
         cpu_already = request.cpu and not request.share_gpus and request.backend in ("auto", "gloo")
         config = cpu_config if cpu_already else resolve_config(request, self.host)
         self.config = config
-        notes = copy_env_notes(request.copy_env, self.host.environ)
-        for note in (notes + (slurm_caveats(config) if request.scheduler == "slurm" else [])) if self.notes else []:
-            self.say(note)
+        if self.notes:
+            for note in copy_env_notes(request.copy_env, self.host.environ):
+                self.say(note)
+            for note in slurm_caveats(config) if request.scheduler == "slurm" else []:
+                self.say(note)
         return config
 
     def dry_plan(self) -> JobPlan:

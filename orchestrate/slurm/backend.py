@@ -309,9 +309,8 @@ class SlurmBackend:
         """What is known of a job that was interrupted, without asking Slurm (the engine may be
         what failed)."""
         elapsed = self.clock() - self.started_at if self.started_at is not None else 0.0
-        slurm = SlurmJob(self.job_id)
         return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(job_s=elapsed),
-                         slurm=slurm, faults=self.fault_records(elapsed))
+                         slurm=SlurmJob(self.job_id), faults=self.fault_records(elapsed))
 
     def fault_records(self, elapsed_s: float) -> list[FaultRecord]:
         """Every fault asked for, ``elapsed_s`` into the job: those that fell before its first

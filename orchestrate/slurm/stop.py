@@ -14,8 +14,7 @@ from typing import Any, Callable
 from orchestrate.engine.client import exec_answer, exec_output
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import containers_of_project
-from orchestrate.engine.runs import (LIVE_STATUSES, STOPPED_BY, RunInfo, forget_stop_request, mark_stop_requested,
-                                    stop_run)
+from orchestrate.engine.runs import STOPPED_BY, RunInfo, forget_stop_request, mark_stop_requested, stop_run
 from orchestrate.errors import EngineError
 from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S
 
@@ -32,7 +31,7 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
     Raises:
         EngineError: When Slurm refused to signal the job.
     """
-    live = [node.name for node in run.nodes if node.status in LIVE_STATUSES]
+    live = [node.name for node in run.live_nodes]
     controller = containers_of_project(client, run.project).get(CONTROLLER)
     if not live or controller is None or controller.status != "running":
         return stop_run(run, round(timeout_s), by, say)

@@ -36,16 +36,17 @@ def select_ranks(run: RunInfo, pairs: list[tuple[NodePlan, Any]], ranks: Iterabl
         UsageError: For a rank the run does not have.
     """
     wanted = set(ranks)
-    if not wanted or any(not plan.global_ranks for plan, _ in pairs):
+    if not wanted or run.elastic:
         return pairs
-    held = sorted(rank for plan, _ in node_plans_of(run) for rank in plan.global_ranks)
+    every = node_plans_of(run)
+    held = sorted(rank for plan, _ in every for rank in plan.global_ranks)
     missing = sorted(wanted - set(held))
     if missing:
         raise UsageError(f"--rank {missing[0]}: run {run.run_id} has no such rank (ranks {held[0]}-{held[-1]})")
     chosen = [pair for pair in pairs if wanted & set(pair[0].global_ranks)]
     if not chosen:
         rank = min(wanted)
-        home = next(plan.name for plan, _ in node_plans_of(run) if rank in plan.global_ranks)
+        home = next(plan.name for plan, _ in every if rank in plan.global_ranks)
         raise UsageError(f"--rank {rank} is on {home}, not on --node {', '.join(plan.name for plan, _ in pairs)}")
     return chosen
 
@@ -133,7 +134,7 @@ def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks:
     its last ``tail`` lines), then follow it if asked; ``say`` says what the choice could not check."""
     wanted = set(ranks)
     pairs = select_ranks(run, select_nodes(run, node), wanted)
-    if wanted and any(not plan.global_ranks for plan, _ in pairs):
+    if wanted and run.elastic:
         say(f"run {run.run_id} is elastic: its rendezvous gives the ranks out, so --rank {min(wanted)} is not"
             " checked against it (a rank that never ran shows no line)")
 
