@@ -55,6 +55,11 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     if to == "kubernetes" and config.image == DEFAULT_IMAGE:
         notes += (f"the manifests name {DEFAULT_IMAGE}, this machine's node image, which holds none of your code:"
                  f" give --image an image your cluster can pull, with your code in {CONTAINER_WORKDIR}",)
+    if to == "kubernetes" and config.elastic:
+        notes += (f"pod {options.name}-0's torchrun agent hosts the elastic rendezvous: losing that pod ends every"
+                  " other pod's rendezvous too (run --rdzv c10d --restart node shows it on the nodes); a lost pod"
+                  f" is replaced as the same index up to --max-restarts ({config.max_restarts}) times"
+                  " (the Job's backoffLimitPerIndex: Kubernetes 1.29 or newer)",)
     return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes)
 
 

@@ -8,7 +8,9 @@ Kubernetes: core objects only, so that the job runs on any cluster without an op
 - a headless Service (``clusterIP: None``) named like the job, publishing pods before they are
   ready, so that ``<job>-0.<service>`` resolves while the workers start;
 - an Indexed Job (``completionMode: Indexed``): pod ``i`` is node ``i``, its hostname
-  ``<job>-<i>``, its subdomain the Service; the node rank is the completion index.
+  ``<job>-<i>``, its subdomain the Service; the node rank is the completion index. A static
+  job fails with its first failed pod; an elastic one replaces a lost pod as the same index
+  (:func:`pod_failure_limits`).
 
 torchrun reads its options from ``PET_*`` variables, the contract Kubeflow's PyTorch runtime
 uses too: ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
@@ -72,6 +74,18 @@ def node_resources(plan: JobPlan) -> dict[str, Any]:
     return {"limits": limits, "requests": dict(limits)} if limits else {}
 
 
+def pod_failure_limits(plan: JobPlan) -> dict[str, int]:
+    """How the Job meets a failed pod. A static world: one node failing fails the job, as a
+    failed rank fails torchrun's static world. An elastic one: a failed pod is replaced as the
+    same index (the same hostname, so it joins the rendezvous again) up to ``max_restarts``
+    times, as the simulation's launcher restarts a dead node; the Job fails once more indexes
+    have failed for good than the job can lose (its nodes less ``min_nodes``)."""
+    cfg = plan.config
+    if not cfg.elastic:
+        return {"backoffLimit": 0}
+    return {"backoffLimitPerIndex": cfg.max_restarts, "maxFailedIndexes": cfg.nodes - cfg.min_nodes}
+
+
 def export_kubernetes(plan: JobPlan, options: ExportOptions) -> list[dict[str, Any]]:
     """The headless Service and the Indexed Job (and a TrainJob where asked)."""
     cfg = plan.config
@@ -95,8 +109,7 @@ def export_kubernetes(plan: JobPlan, options: ExportOptions) -> list[dict[str, A
         "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(name, options),
         "spec": {
             "completionMode": "Indexed", "completions": cfg.nodes, "parallelism": cfg.nodes,
-            # One node failing fails the job, as a failed rank fails torchrun's static world.
-            "backoffLimit": 0,
+            **pod_failure_limits(plan),
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": name}},
                 "spec": {

@@ -78,6 +78,32 @@ def test_elastic_jobs_rendezvous_with_c10d_on_pod_zero(make_job):
     validate(job)
 
 
+def test_an_elastic_jobs_lost_pod_is_replaced_and_a_static_jobs_fails_the_job(make_job):
+    elastic = make_job(nodes=4, rdzv="c10d", min_nodes=2, max_nodes=4, max_restarts=3)
+    spec = export_kubernetes(elastic, ExportOptions(name="ddp-e"))[1]["spec"]
+    # each index is retried as itself up to --max-restarts times; the job goes on while at least
+    # MIN of its indexes are alive, as torchrun's elastic world does
+    assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (3, 2)
+    assert "backoffLimit" not in spec and spec["template"]["spec"]["restartPolicy"] == "Never"
+    validate(export_kubernetes(elastic, ExportOptions(name="ddp-e"))[1])
+    static = export_kubernetes(make_job(nodes=4), ExportOptions(name="ddp-s"))[1]["spec"]
+    assert static["backoffLimit"] == 0 and "backoffLimitPerIndex" not in static
+
+
+def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    code = main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3",
+                 "--max-restarts", "2", "--image", "reg.example.com/t:1", "--workdir", str(tmp_path),
+                 "--name", "ddp-t", "--", "train.py"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "pod ddp-t-0's torchrun agent hosts the elastic rendezvous" in err
+    assert "up to --max-restarts (2) times" in err
+    main(["export", "--to", "kubernetes", "--nodes", "3", "--image", "reg.example.com/t:1",
+          "--workdir", str(tmp_path), "--", "train.py"])
+    assert "rendezvous" not in capsys.readouterr().err  # a static job has none to lose
+
+
 def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job):
     plan = make_job(nodes=2, nproc_per_node=4, gpus_per_node=4, backend="nccl", target=("-m", "app.train"))
     trainjob = export_kubernetes(plan, ExportOptions(name="ddp-train", trainjob=True))[2]
