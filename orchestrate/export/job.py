@@ -60,6 +60,10 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
                   " other pod's rendezvous too (run --rdzv c10d --restart node shows it on the nodes); a lost pod"
                   f" is replaced as the same index up to --max-restarts ({config.max_restarts}) times"
                   " (the Job's backoffLimitPerIndex: Kubernetes 1.29 or newer)",)
+    if options.trainjob and config.elastic:
+        notes += (f"the TrainJob is not elastic: Kubeflow Trainer's TrainJob has no place for --nnodes"
+                  f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"
+                  f" runtime ({options.runtime}) starts them; the Indexed Job is the elastic one",)
     return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes)
 
 

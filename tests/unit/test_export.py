@@ -102,6 +102,9 @@ def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, 
     main(["export", "--to", "kubernetes", "--nodes", "3", "--image", "reg.example.com/t:1",
           "--workdir", str(tmp_path), "--", "train.py"])
     assert "rendezvous" not in capsys.readouterr().err  # a static job has none to lose
+    main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3", "--trainjob",
+          "--image", "reg.example.com/t:1", "--workdir", str(tmp_path), "--", "train.py"])
+    assert "the TrainJob is not elastic" in capsys.readouterr().err
 
 
 def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job):
