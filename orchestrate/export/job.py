@@ -55,6 +55,10 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     if to == "kubernetes" and config.image == DEFAULT_IMAGE:
         notes += (f"the manifests name {DEFAULT_IMAGE}, this machine's node image, which holds none of your code:"
                  f" give --image an image your cluster can pull, with your code in {CONTAINER_WORKDIR}",)
+    if config.collective_timeout_s is not None:
+        notes += (f"--collective-timeout {config.collective_timeout_s:g} reaches the workers as DDP_TIMEOUT only"
+                  " (app/ reads it; a script must pass it to init_process_group itself): the exported job starts"
+                  " them without the start-up hook that gives it to init_process_group in a run",)
     if to == "kubernetes" and config.elastic:
         notes += (f"pod {options.name}-0's torchrun agent hosts the elastic rendezvous: losing that pod ends every"
                   " other pod's rendezvous too (run --rdzv c10d --restart node shows it on the nodes); a lost pod"

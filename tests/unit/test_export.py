@@ -90,6 +90,19 @@ def test_an_elastic_jobs_lost_pod_is_replaced_and_a_static_jobs_fails_the_job(ma
     assert static["backoffLimit"] == 0 and "backoffLimitPerIndex" not in static
 
 
+@pytest.mark.parametrize("to", ["slurm", "kubernetes"])
+def test_an_exported_collective_timeout_is_said_to_reach_the_workers_as_a_variable_only(to, tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    given = ["export", "--to", to, "--nodes", "2", "--workdir", str(tmp_path), "--", "train.py"]
+    out = io.StringIO()
+    assert main(given[:3] + ["--collective-timeout", "90"] + given[3:], out=out) == 0
+    err = capsys.readouterr().err
+    assert "DDP_TIMEOUT" in out.getvalue() and "90" in out.getvalue()
+    assert "--collective-timeout 90 reaches the workers as DDP_TIMEOUT only" in err
+    assert main(given, out=io.StringIO()) == 0
+    assert "--collective-timeout" not in capsys.readouterr().err
+
+
 def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, capsys):
     (tmp_path / "train.py").write_text("")
     code = main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3",
