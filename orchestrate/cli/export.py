@@ -77,12 +77,30 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if args.output is None:
         inv.out.write(job.text)
         return 0
+    # A job that holds the values of the user's variables (secrets, maybe) is theirs alone to read,
+    # as a run's Compose file is; a Slurm script can be run as it is.
+    private = 0o700 if args.to == "slurm" else 0o600
     try:
-        args.output.write_text(job.text)
-        if args.to == "slurm":
-            args.output.chmod(0o755)
+        if job.user_values:
+            write_private(args.output, job.text, private)
+        else:
+            args.output.write_text(job.text)
+            if args.to == "slurm":
+                args.output.chmod(0o755)
     except OSError as exc:
         raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
     size = f"{counted(job.nodes, 'node')} x {counted(job.nproc_per_node, 'process', 'processes')}"
     print(f"wrote the {job.what} of {size} to {args.output}", file=sys.stderr)
+    if job.user_values:
+        print(f"note: {args.output} holds the values of {', '.join(job.user_values)} in plain text: it is readable"
+              f" by you only (mode {private:o})", file=sys.stderr)
     return 0
+
+
+def write_private(path: Path, text: str, mode: int) -> None:
+    """``text`` into ``path``, readable by its owner only at every moment (a file there already
+    loses its broader mode before it is written)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as file:
+        os.fchmod(file.fileno(), mode)
+        file.write(text)

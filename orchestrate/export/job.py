@@ -20,13 +20,15 @@ from orchestrate.plan.make import make_plan
 class ExportedJob:
     """The job as a real scheduler takes it: ``text`` (an sbatch script, or Kubernetes
     manifests), for ``nodes`` nodes of ``nproc_per_node`` workers; ``notes`` say what the user
-    must still do for it to run there."""
+    must still do for it to run there; ``user_values`` names the user's variables whose values
+    the text holds (``--env``, ``--env-file``, ``--copy-env``), which may be secrets."""
 
     to: str
     text: str
     nodes: int
     nproc_per_node: int
     notes: tuple[str, ...] = ()
+    user_values: tuple[str, ...] = ()
 
     @property
     def what(self) -> str:
@@ -68,7 +70,7 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
         notes += (f"the TrainJob is not elastic: Kubeflow Trainer's TrainJob has no place for --nnodes"
                   f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"
                   f" runtime ({options.runtime}) starts them; the Indexed Job is the elastic one",)
-    return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes)
+    return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes, tuple(sorted(config.user_env)))
 
 
 def request_flags(request: RunRequest) -> set[str]:

@@ -3,6 +3,7 @@ kubernetes-validate), the rank and master wiring, and the command line."""
 from __future__ import annotations
 
 import io
+import stat
 
 import pytest
 import yaml
@@ -101,6 +102,24 @@ def test_an_exported_collective_timeout_is_said_to_reach_the_workers_as_a_variab
     assert "--collective-timeout 90 reaches the workers as DDP_TIMEOUT only" in err
     assert main(given, out=io.StringIO()) == 0
     assert "--collective-timeout" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("to, private, plain", [("slurm", 0o700, 0o755), ("kubernetes", 0o600, None)])
+def test_an_exported_file_holding_the_users_values_is_readable_by_them_only(to, private, plain, tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    target = tmp_path / "job.out"
+    target.write_text("an older export")
+    target.chmod(0o644)  # a file there already keeps no broader mode
+    given = ["export", "--to", to, "--nodes", "2", "--workdir", str(tmp_path), "-o", str(target)]
+    assert main(given + ["--env", "WANDB_API_KEY=s3cret", "--env", "HF_TOKEN=t0k", "--", "train.py"]) == 0
+    assert "s3cret" in target.read_text() and stat.S_IMODE(target.stat().st_mode) == private
+    assert f"holds the values of HF_TOKEN, WANDB_API_KEY in plain text: it is readable by you only (mode {private:o})" \
+        in capsys.readouterr().err
+    target.unlink()
+    assert main(given + ["--", "train.py"]) == 0  # nothing of the user's: as before
+    assert "holds the values" not in capsys.readouterr().err
+    if plain is not None:
+        assert stat.S_IMODE(target.stat().st_mode) == plain
 
 
 def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, capsys):
