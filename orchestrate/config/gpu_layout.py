@@ -79,7 +79,8 @@ def resolve_gpu_layout(
     if nproc > gpus_per_node and not share:
         raise UsageError(
             f"--nproc-per-node {nproc} is more than the {gpus_per_node} GPU(s) per node: each"
-            f" process needs its own GPU (NCCL refuses two ranks on one): {alternatives}"
+            f" process needs its own GPU (NCCL refuses two ranks on one): use fewer processes per node,"
+            f" --share-gpus, or --cpu for the Gloo variant"
         )
     if nproc <= gpus_per_node and gpus_per_node % nproc:
         raise UsageError(

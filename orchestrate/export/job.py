@@ -45,6 +45,7 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
             has no place for.
     """
     refuse_what_the_target_leaves_out(to, given_flags(options) | request_flags(request))
+    refuse_gpus_a_cluster_node_lacks(request)
     config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
     if config.node_nprocs:
         why = ("one srun starts the same torchrun on every node" if to == "slurm"
@@ -78,3 +79,19 @@ def request_flags(request: RunRequest) -> set[str]:
     given = {"--image": request.image != DEFAULT_IMAGE, "--cpus-per-node": request.cpus_per_node is not None,
              "--memory-per-node": request.memory_per_node is not None}
     return {flag for flag, is_given in given.items() if is_given}
+
+
+def refuse_gpus_a_cluster_node_lacks(request: RunRequest) -> None:
+    """UsageError, in the export's own terms (``--gpus-per-node`` is what each of the cluster's
+    nodes has; a run's ``--cpu`` and ``--share-gpus`` are not export's), for NCCL without GPUs
+    and for more processes on a node than it has GPUs."""
+    gpus = request.gpus_per_node or 0
+    counts = request.nproc_per_node
+    nproc = max(counts) if isinstance(counts, tuple) else counts
+    if request.backend == "nccl" and not gpus:
+        raise UsageError("--backend nccl needs GPUs: give --gpus-per-node, the GPUs each of the cluster's nodes has"
+                         " for the job, or --backend gloo")
+    if gpus and nproc is not None and nproc > gpus:
+        raise UsageError(f"--nproc-per-node {nproc} is more than --gpus-per-node {gpus}: each process needs a GPU of"
+                         f" its own (NCCL refuses two ranks on one): give --nproc-per-node {gpus} or fewer, or more"
+                         " --gpus-per-node")

@@ -190,6 +190,23 @@ def test_cli_writes_to_a_file_and_refuses_bad_input(tmp_path, capsys):
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize("options, refused", [
+    (["--backend", "nccl"], "--backend nccl needs GPUs: give --gpus-per-node, the GPUs each of the cluster's nodes"),
+    (["--gpus-per-node", "2", "--nproc-per-node", "4"],
+     "--nproc-per-node 4 is more than --gpus-per-node 2: each process needs a GPU of its own"),
+    (["--gpus-per-node", "2", "--nproc-per-node", "4,4"], "--nproc-per-node 4 is more than --gpus-per-node 2"),
+])
+@pytest.mark.parametrize("to", ["slurm", "kubernetes"])
+def test_a_gpu_layout_the_clusters_nodes_cannot_run_is_refused_in_exports_own_terms(to, options, refused, tmp_path,
+                                                                                   capsys):
+    (tmp_path / "train.py").write_text("")
+    assert main(["export", "--to", to, "--nodes", "2", *options, "--workdir", str(tmp_path), "--", "train.py"],
+                out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert refused in err
+    assert "--share-gpus" not in err and "--cpu" not in err  # run's options, which export has not
+
+
 @pytest.mark.parametrize("to, options, refused", [
     ("slurm", ["--namespace", "ml"], "--namespace: for --to kubernetes only, and an export --to slurm has no place for it"),
     ("slurm", ["--trainjob", "--cpus-per-node", "4"],
