@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -80,27 +81,33 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     # A job that holds the values of the user's variables (secrets, maybe) is theirs alone to read,
     # as a run's Compose file is; a Slurm script can be run as it is.
     private = 0o700 if args.to == "slurm" else 0o600
+    kept_private = False
     try:
         if job.user_values:
-            write_private(args.output, job.text, private)
+            kept_private = write_private(args.output, job.text, private)
         else:
             args.output.write_text(job.text)
-            if args.to == "slurm":
+            if args.to == "slurm" and args.output.is_file():  # (not -o /dev/stdout's terminal)
                 args.output.chmod(0o755)
     except OSError as exc:
         raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
     size = f"{counted(job.nodes, 'node')} x {counted(job.nproc_per_node, 'process', 'processes')}"
     print(f"wrote the {job.what} of {size} to {args.output}", file=sys.stderr)
     if job.user_values:
-        print(f"note: {args.output} holds the values of {', '.join(job.user_values)} in plain text: it is readable"
-              f" by you only (mode {private:o})", file=sys.stderr)
+        kept = f": it is readable by you only (mode {private:o})" if kept_private else ""
+        print(f"note: {args.output} holds the values of {', '.join(job.user_values)} in plain text{kept}",
+              file=sys.stderr)
     return 0
 
 
-def write_private(path: Path, text: str, mode: int) -> None:
-    """``text`` into ``path``, readable by its owner only at every moment (a file there already
-    loses its broader mode before it is written)."""
+def write_private(path: Path, text: str, mode: int) -> bool:
+    """``text`` into ``path``, a file readable by its owner only at every moment (one there
+    already loses its broader mode before it is written); whether ``path`` is such a file (a
+    pipe or a terminal keeps its own mode)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as file:
-        os.fchmod(file.fileno(), mode)
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        if regular:
+            os.fchmod(fd, mode)
         file.write(text)
+    return regular

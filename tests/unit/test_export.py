@@ -3,7 +3,9 @@ kubernetes-validate), the rank and master wiring, and the command line."""
 from __future__ import annotations
 
 import io
+import os
 import stat
+import threading
 
 import pytest
 import yaml
@@ -120,6 +122,21 @@ def test_an_exported_file_holding_the_users_values_is_readable_by_them_only(to, 
     assert "holds the values" not in capsys.readouterr().err
     if plain is not None:
         assert stat.S_IMODE(target.stat().st_mode) == plain
+
+
+def test_an_export_into_a_pipe_leaves_its_mode_and_claims_no_privacy(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe, 0o644)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_text()), daemon=True)
+    reader.start()
+    assert main(["export", "--to", "slurm", "--env", "TOKEN=t0k", "--workdir", str(tmp_path), "-o", str(pipe),
+                 "--", "train.py"]) == 0
+    reader.join(timeout=10)
+    assert "t0k" in read[0] and stat.S_IMODE(pipe.stat().st_mode) == 0o644
+    err = capsys.readouterr().err
+    assert "holds the values of TOKEN in plain text" in err and "readable by you only" not in err
 
 
 def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, capsys):
