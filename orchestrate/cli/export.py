@@ -75,8 +75,11 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
                      trainjob=args.trainjob, runtime=args.runtime)
     for note in job.notes:
         print(f"note: {note}", file=sys.stderr)
+    values = f"the values of {', '.join(job.user_values)} in plain text"
     if args.output is None:
         inv.out.write(job.text)
+        if job.user_values:
+            print(f"note: the job on standard output holds {values}", file=sys.stderr)
         return 0
     # A job that holds the values of the user's variables (secrets, maybe) is theirs alone to read,
     # as a run's Compose file is; a Slurm script can be run as it is.
@@ -94,20 +97,21 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     size = f"{counted(job.nodes, 'node')} x {counted(job.nproc_per_node, 'process', 'processes')}"
     print(f"wrote the {job.what} of {size} to {args.output}", file=sys.stderr)
     if job.user_values:
-        kept = f": it is readable by you only (mode {private:o})" if kept_private else ""
-        print(f"note: {args.output} holds the values of {', '.join(job.user_values)} in plain text{kept}",
-              file=sys.stderr)
+        kept = f": it is readable by you only (mode {private:04o})" if kept_private else ""
+        print(f"note: {args.output} holds {values}{kept}", file=sys.stderr)
     return 0
 
 
 def write_private(path: Path, text: str, mode: int) -> bool:
     """``text`` into ``path``, a file readable by its owner only at every moment (one there
-    already loses its broader mode before it is written); whether ``path`` is such a file (a
-    pipe or a terminal keeps its own mode)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    already loses its broader mode before it is emptied and written; one of another user's is
+    left as it was, and the error raised); whether ``path`` is such a file (a pipe or a terminal
+    keeps its own mode)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, mode)
     with os.fdopen(fd, "w") as file:
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
         if regular:
-            os.fchmod(fd, mode)
+            os.fchmod(fd, mode)  # before a byte is lost: another user's file is refused whole
+            os.ftruncate(fd, 0)
         file.write(text)
     return regular

@@ -2,7 +2,9 @@
 
 Pure parsing; the CLI reads the file and the host environment and passes their text in.
 Precedence, lowest first: ``--env-file``, then ``--copy-env``, then ``--env``. Their values
-may be secrets: only the Compose file (mode 0600) holds them; every record masks them.
+may be secrets: of a run, only the Compose file (mode 0600) holds them, and every record masks
+them; a job written by ``export -o`` holds them too, as a real cluster needs them, in a file of
+the same mode.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ MASK = "***"
 
 def mask_assignments(text: str, names: Iterable[str]) -> str:
     """``text`` (a command line) with the value of every ``NAME=value`` of ``names`` masked:
-    the user's variables are written into the Compose file and nowhere else (not into labels,
+    a run writes the user's variables into the Compose file and nowhere else (not into labels,
     ``run.json``, events, ``outcome.json``, the report or the console)."""
     for name in sorted(set(names), key=len, reverse=True):
         escaped = re.escape(name)

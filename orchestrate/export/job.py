@@ -63,15 +63,25 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
                   " (app/ reads it; a script must pass it to init_process_group itself): the exported job starts"
                   " them without the start-up hook that gives it to init_process_group in a run",)
     if to == "kubernetes" and config.elastic:
-        notes += (f"pod {options.name}-0's torchrun agent hosts the elastic rendezvous: losing that pod ends every"
-                  " other pod's rendezvous too (run --rdzv c10d --restart node shows it on the nodes); a lost pod"
-                  f" is replaced as the same index up to --max-restarts ({config.max_restarts}) times"
-                  " (the Job's backoffLimitPerIndex: Kubernetes 1.29 or newer)",)
+        notes += (elastic_job_note(options.name, config.max_restarts),)
     if options.trainjob and config.elastic:
         notes += (f"the TrainJob is not elastic: Kubeflow Trainer's TrainJob has no place for --nnodes"
                   f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"
                   f" runtime ({options.runtime}) starts them; the Indexed Job is the elastic one",)
     return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes, tuple(sorted(config.user_env)))
+
+
+def elastic_job_note(name: str, max_restarts: int) -> str:
+    """What an elastic Indexed Job does with a lost pod, which the manifests cannot say."""
+    if not max_restarts:
+        replaced = "a lost pod is not replaced (--max-restarts 0)"
+    else:
+        replaced = (f"a lost pod is replaced as the same index up to --max-restarts ({max_restarts}) times (the Job's"
+                    " backoffLimitPerIndex: Kubernetes 1.29 or newer), so losing pod 0 restarts the job as a whole,"
+                    " each index using a retry")
+    return (f"pod {name}-0's torchrun agent hosts the elastic rendezvous: losing that pod makes every other pod's"
+            f" agent fail too (run --rdzv c10d --restart node shows it on the nodes); {replaced}; and the Job ends"
+            " Failed when any index failed for good, even if training finished on the others")
 
 
 def request_flags(request: RunRequest) -> set[str]:

@@ -78,12 +78,15 @@ def pod_failure_limits(plan: JobPlan) -> dict[str, int]:
     """How the Job meets a failed pod. A static world: one node failing fails the job, as a
     failed rank fails torchrun's static world. An elastic one: a failed pod is replaced as the
     same index (the same hostname, so it joins the rendezvous again) up to ``max_restarts``
-    times, as the simulation's launcher restarts a dead node; the Job fails once more indexes
-    have failed for good than the job can lose (its nodes less ``min_nodes``)."""
+    times, as the simulation's launcher restarts a dead node, and only once the lost pod has
+    terminated; the Job stops once more indexes have failed for good than the job can lose (its
+    nodes less ``min_nodes``), and ends Failed if any index failed for good."""
     cfg = plan.config
     if not cfg.elastic:
         return {"backoffLimit": 0}
-    return {"backoffLimitPerIndex": cfg.max_restarts, "maxFailedIndexes": cfg.nodes - cfg.min_nodes}
+    # A replacement starts only once the lost pod has gone, never beside it under the same hostname.
+    return {"backoffLimitPerIndex": cfg.max_restarts, "maxFailedIndexes": cfg.nodes - cfg.min_nodes,
+            "podReplacementPolicy": "Failed"}
 
 
 def export_kubernetes(plan: JobPlan, options: ExportOptions) -> list[dict[str, Any]]:

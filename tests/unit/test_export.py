@@ -88,7 +88,11 @@ def test_an_elastic_jobs_lost_pod_is_replaced_and_a_static_jobs_fails_the_job(ma
     # MIN of its indexes are alive, as torchrun's elastic world does
     assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (3, 2)
     assert "backoffLimit" not in spec and spec["template"]["spec"]["restartPolicy"] == "Never"
+    assert spec["podReplacementPolicy"] == "Failed"  # never two pods of one hostname at once
     validate(export_kubernetes(elastic, ExportOptions(name="ddp-e"))[1])
+    rigid = make_job(nodes=2, rdzv="c10d", min_nodes=2, max_nodes=2, max_restarts=0)
+    spec = export_kubernetes(rigid, ExportOptions(name="ddp-r"))[1]["spec"]
+    assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (0, 0)
     static = export_kubernetes(make_job(nodes=4), ExportOptions(name="ddp-s"))[1]["spec"]
     assert static["backoffLimit"] == 0 and "backoffLimitPerIndex" not in static
 
@@ -110,13 +114,18 @@ def test_an_exported_collective_timeout_is_said_to_reach_the_workers_as_a_variab
 def test_an_exported_file_holding_the_users_values_is_readable_by_them_only(to, private, plain, tmp_path, capsys):
     (tmp_path / "train.py").write_text("")
     target = tmp_path / "job.out"
-    target.write_text("an older export")
+    target.write_text("an older, longer export\n" * 5000)
     target.chmod(0o644)  # a file there already keeps no broader mode
     given = ["export", "--to", to, "--nodes", "2", "--workdir", str(tmp_path), "-o", str(target)]
     assert main(given + ["--env", "WANDB_API_KEY=s3cret", "--env", "HF_TOKEN=t0k", "--", "train.py"]) == 0
     assert "s3cret" in target.read_text() and stat.S_IMODE(target.stat().st_mode) == private
-    assert f"holds the values of HF_TOKEN, WANDB_API_KEY in plain text: it is readable by you only (mode {private:o})" \
+    assert "older" not in target.read_text()  # emptied before it was written
+    assert f"holds the values of HF_TOKEN, WANDB_API_KEY in plain text: it is readable by you only (mode {private:04o})" \
         in capsys.readouterr().err
+    out = io.StringIO()
+    assert main(given[:-2] + ["--env", "HF_TOKEN=t0k", "--", "train.py"], out=out) == 0  # onto standard output
+    assert "t0k" in out.getvalue()
+    assert "note: the job on standard output holds the values of HF_TOKEN in plain text" in capsys.readouterr().err
     target.unlink()
     assert main(given + ["--", "train.py"]) == 0  # nothing of the user's: as before
     assert "holds the values" not in capsys.readouterr().err
@@ -127,7 +136,8 @@ def test_an_exported_file_holding_the_users_values_is_readable_by_them_only(to, 
 def test_an_export_into_a_pipe_leaves_its_mode_and_claims_no_privacy(tmp_path, capsys):
     (tmp_path / "train.py").write_text("")
     pipe = tmp_path / "pipe"
-    os.mkfifo(pipe, 0o644)
+    os.mkfifo(pipe)
+    pipe.chmod(0o644)  # (whatever the umask)
     read: list[str] = []
     reader = threading.Thread(target=lambda: read.append(pipe.read_text()), daemon=True)
     reader.start()
@@ -147,12 +157,19 @@ def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, 
     err = capsys.readouterr().err
     assert code == 0
     assert "pod ddp-t-0's torchrun agent hosts the elastic rendezvous" in err
-    assert "up to --max-restarts (2) times" in err
-    main(["export", "--to", "kubernetes", "--nodes", "3", "--image", "reg.example.com/t:1",
-          "--workdir", str(tmp_path), "--", "train.py"])
+    assert "up to --max-restarts (2) times" in err and "restarts the job as a whole" in err
+    assert "ends Failed when any index failed for good" in err
+    assert main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--max-restarts", "0",
+                 "--image", "reg.example.com/t:1", "--workdir", str(tmp_path), "--", "train.py"],
+                out=io.StringIO()) == 0
+    err = capsys.readouterr().err
+    assert "a lost pod is not replaced (--max-restarts 0)" in err and "up to --max-restarts" not in err
+    assert main(["export", "--to", "kubernetes", "--nodes", "3", "--image", "reg.example.com/t:1",
+                 "--workdir", str(tmp_path), "--", "train.py"], out=io.StringIO()) == 0
     assert "rendezvous" not in capsys.readouterr().err  # a static job has none to lose
-    main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3", "--trainjob",
-          "--image", "reg.example.com/t:1", "--workdir", str(tmp_path), "--", "train.py"])
+    assert main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3", "--trainjob",
+                 "--image", "reg.example.com/t:1", "--workdir", str(tmp_path), "--", "train.py"],
+                out=io.StringIO()) == 0
     assert "the TrainJob is not elastic" in capsys.readouterr().err
 
 
