@@ -153,7 +153,7 @@ def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, 
     (tmp_path / "train.py").write_text("")
     code = main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3",
                  "--max-restarts", "2", "--image", "reg.example.com/t:1", "--workdir", str(tmp_path),
-                 "--name", "ddp-t", "--", "train.py"])
+                 "--name", "ddp-t", "--", "train.py"], out=io.StringIO())
     err = capsys.readouterr().err
     assert code == 0
     assert "pod ddp-t-0's torchrun agent hosts the elastic rendezvous" in err
