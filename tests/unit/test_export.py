@@ -38,6 +38,40 @@ def test_manifests_are_valid_kubernetes_objects(make_job):
         validate(obj)
 
 
+def test_the_manifests_wire_what_a_schema_cannot_check(make_job):
+    plan = make_job(nodes=4, nproc_per_node=8, gpus_per_node=8, backend="nccl", cpus_per_node=32,
+                    memory_per_node=256 * 2**30, collective_timeout_s=90)
+    service, job = export_kubernetes(plan, ExportOptions(name="ddp-train", namespace="ml"))
+    labels = {"app.kubernetes.io/name": "ddp-train", "app.kubernetes.io/managed-by": "ddp-compose"}
+    for obj in (service, job):
+        assert obj["metadata"] == {"name": "ddp-train", "labels": labels, "namespace": "ml"}
+    assert service["spec"]["ports"] == [{"name": "rendezvous", "port": plan.master_port}]
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["labels"] == {"app.kubernetes.io/name": "ddp-train"}
+    container = pod["spec"]["containers"][0]
+    assert container["name"] == "node" and container["image"] == plan.config.image
+    assert container["ports"] == [{"name": "rendezvous", "containerPort": plan.master_port}]
+    # every mount names a volume of the pod, and /dev/shm is in memory
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert [(m["name"] in volumes, m["mountPath"]) for m in container["volumeMounts"]] == [(True, "/dev/shm")]
+    assert volumes[container["volumeMounts"][0]["name"]]["emptyDir"] == {"medium": "Memory"}
+    limits = {"nvidia.com/gpu": 8, "cpu": "32", "memory": "262144Mi"}
+    assert container["resources"] == {"limits": limits, "requests": limits}
+    env = env_of(container)
+    assert (env["PYTHONUNBUFFERED"], env["DDP_BACKEND"], env["DDP_TIMEOUT"]) == ("1", "nccl", "90")
+    bare = export_kubernetes(make_job(nodes=2), ExportOptions(name="ddp-b"))[1]
+    assert "resources" not in bare["spec"]["template"]["spec"]["containers"][0]  # no limits asked, none set
+    assert "namespace" not in bare["metadata"]
+
+
+def test_the_yaml_keeps_each_objects_own_order_in_block_style(make_job):
+    text = to_yaml(export_kubernetes(make_job(nodes=2), ExportOptions(name="ddp-y")))
+    documents = text.split("---\n")
+    assert [d.splitlines()[:2] for d in documents] == [["apiVersion: v1", "kind: Service"],
+                                                       ["apiVersion: batch/v1", "kind: Job"]]
+    assert ": {" not in text and ": [" not in text  # block style: one field a line, as people write manifests
+
+
 def test_the_schema_check_catches_a_broken_manifest(make_job):
     import kubernetes_validate
 
@@ -78,6 +112,9 @@ def test_elastic_jobs_rendezvous_with_c10d_on_pod_zero(make_job):
     assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_BACKEND"] == "c10d"
     assert env["PET_RDZV_CONF"] == "join_timeout=45" and env["PET_MAX_RESTARTS"] == "3"
     assert env["PET_RDZV_ENDPOINT"] == "ddp-e-0.ddp-e:29400" and "PET_NODE_RANK" not in env
+    assert (env["PET_RDZV_ID"], env["PET_NPROC_PER_NODE"]) == ("ddp-e", "1")
+    service = export_kubernetes(plan, ExportOptions(name="ddp-e"))[0]
+    assert service["spec"]["ports"] == [{"name": "rendezvous", "port": 29400}]  # the rendezvous, not a master port
     validate(job)
 
 
@@ -133,6 +170,15 @@ def test_an_exported_file_holding_the_users_values_is_readable_by_them_only(to, 
         assert stat.S_IMODE(target.stat().st_mode) == plain
 
 
+def test_a_private_file_is_made_private_not_only_chmod_ed_after(tmp_path, monkeypatch):
+    from orchestrate.cli.export import write_private
+
+    monkeypatch.setattr(os, "fchmod", lambda fd, mode: None)  # the mode it is created with, alone
+    target = tmp_path / "job.yaml"
+    assert write_private(target, "TOKEN: t0k\n", 0o600) is True
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_text() == "TOKEN: t0k\n"
+
+
 def test_an_export_into_a_pipe_leaves_its_mode_and_claims_no_privacy(tmp_path, capsys):
     (tmp_path / "train.py").write_text("")
     pipe = tmp_path / "pipe"
@@ -178,23 +224,33 @@ def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job):
     trainjob = export_kubernetes(plan, ExportOptions(name="ddp-train", trainjob=True))[2]
     assert trainjob["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and trainjob["kind"] == "TrainJob"
     assert trainjob["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    assert trainjob["metadata"]["name"] == "ddp-train-trainjob"
+    assert trainjob["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                              "name": "torch-distributed"}
     trainer = trainjob["spec"]["trainer"]
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 4)
-    assert trainer["command"] == ["torchrun", "-m", "app.train"]
+    assert trainer["command"] == ["torchrun", "-m", "app.train"] and trainer["image"] == plan.config.image
+    assert {"name": "DDP_BACKEND", "value": "nccl"} in trainer["env"]
     assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": 4}
 
 
 def test_exported_sbatch_has_no_simulation_paths(make_job):
     plan = make_job(nodes=2, nproc_per_node=4, gpus_per_node=4, backend="nccl")
-    script = export_slurm(plan, ExportOptions(name="ddp-train", container_image="nvcr.io/me/t:1"))
+    script = export_slurm(plan, ExportOptions(name="ddp-train", container_image="nvcr.io/me/t:1",
+                                              container_mounts="/data:/data", time_limit="02:00:00"))
     assert "#SBATCH --gpus-per-node=4" in script and "--container-image=nvcr.io/me/t:1" in script
+    assert "#SBATCH --job-name=ddp-train" in script and "#SBATCH --time=02:00:00" in script
+    assert "--container-mounts=/data:/data" in script
     assert "/ddp-run" not in script and "--log-dir" not in script and "--output" not in script
     assert "export DDP_BACKEND=nccl" in script
 
 
 @pytest.mark.parametrize("target, name", [
     (("-m", "app.train", "--epochs", "1"), "ddp-train"),
+    (("-m", "pkg.models.big_lm"), "ddp-big-lm"),
+    (("-m", "train"), "ddp-train"),
     (("scripts/My_Train.py",), "ddp-my-train"),
+    (("train.py", "-m", "x"), "ddp-train"),  # a script's own -m is its argument
 ])
 def test_default_job_name_comes_from_the_target(target, name):
     assert default_job_name(target) == name
@@ -206,6 +262,40 @@ def test_names_kubernetes_refuses_are_refused(name):
         ExportOptions(name=name)
 
 
+def test_the_longest_name_kubernetes_takes_is_taken():
+    assert ExportOptions(name="a" * 50).name == "a" * 50
+    with pytest.raises(UsageError, match="^--container-mounts needs --container-image$"):
+        ExportOptions(name="ddp-x", container_mounts="/a:/a")
+
+
+@pytest.mark.parametrize("to, why", [("slurm", "one srun starts the same torchrun on every node"),
+                                     ("kubernetes", "a PyTorchJob gives every replica the same nprocPerNode")])
+def test_uneven_nodes_are_refused_saying_why_for_each_target(to, why, tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    assert main(["export", "--to", to, "--nodes", "2", "--nproc-per-node", "1,2", "--workdir", str(tmp_path),
+                 "--", "train.py"], out=io.StringIO()) == 2
+    assert f"--nproc-per-node 1,2: uneven nodes cannot be exported to {to}: {why}" in capsys.readouterr().err
+
+
+def test_every_note_of_one_export_is_said_together(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    assert main(["export", "--to", "kubernetes", "--nodes", "2", "--rdzv", "c10d", "--trainjob",
+                 "--collective-timeout", "60", "--copy-env", "NO_SUCH_VAR_*", "--workdir", str(tmp_path),
+                 "--", "train.py"], out=io.StringIO()) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+    assert [n.split()[1] for n in notes] == ["--copy-env", "the", "--collective-timeout", "pod", "the"]
+
+
+def test_an_export_with_gpus_gives_each_node_its_gpus_and_nccl(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    out = io.StringIO()
+    assert main(["export", "--to", "kubernetes", "--nodes", "2", "--gpus-per-node", "4", "--nproc-per-node", "4",
+                 "--image", "r.io/me/t:1", "--workdir", str(tmp_path), "--", "train.py"], out=out) == 0
+    container = list(yaml.safe_load_all(out.getvalue()))[1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    assert (env_of(container)["PET_NPROC_PER_NODE"], env_of(container)["DDP_BACKEND"]) == ("4", "nccl")
+
+
 def test_cli_writes_to_a_file_and_refuses_bad_input(tmp_path, capsys):
     target = tmp_path / "k8s.yaml"
     code = main(["export", "--to", "kubernetes", "--nodes", "2", "-o", str(target), "--workdir", str(tmp_path),
@@ -214,6 +304,15 @@ def test_cli_writes_to_a_file_and_refuses_bad_input(tmp_path, capsys):
     kinds = [o["kind"] for o in yaml.safe_load_all(target.read_text())]
     assert kinds == ["Service", "Job"]
     assert "wrote the Kubernetes manifests of 2 nodes x 1 process to" in capsys.readouterr().err
+    assert not target.stat().st_mode & 0o111  # manifests are no program
+    script = tmp_path / "job.sh"
+    assert main(["export", "--to", "slurm", "--nodes", "3", "--nproc-per-node", "2", "-o", str(script),
+                 "--workdir", str(tmp_path), "--", "-m", "app.train"]) == 0
+    assert f"wrote the sbatch script of 3 nodes x 2 processes to {script}" in capsys.readouterr().err
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755  # sbatch job.sh, or ./job.sh inside an allocation
+    assert main(["export", "--to", "slurm", "-o", str(tmp_path / "no-such-dir" / "job.sh"), "--workdir",
+                 str(tmp_path), "--", "-m", "app.train"]) == 2
+    assert f"error: -o {tmp_path / 'no-such-dir' / 'job.sh'}: No such file or directory" in capsys.readouterr().err
     out = io.StringIO()
     assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--", "missing.py"], out=out) == 2
     assert "script 'missing.py' not found" in capsys.readouterr().err
