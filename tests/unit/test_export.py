@@ -67,6 +67,7 @@ def test_the_manifests_wire_what_a_schema_cannot_check(make_job):
 def test_the_yaml_keeps_each_objects_own_order_in_block_style(make_job):
     text = to_yaml(export_kubernetes(make_job(nodes=2), ExportOptions(name="ddp-y")))
     documents = text.split("---\n")
+    assert "- name: node\n        image: " in text  # a container's name first, as written, not sorted
     assert [d.splitlines()[:2] for d in documents] == [["apiVersion: v1", "kind: Service"],
                                                        ["apiVersion: batch/v1", "kind: Job"]]
     assert ": {" not in text and ": [" not in text  # block style: one field a line, as people write manifests
@@ -142,7 +143,9 @@ def test_an_exported_collective_timeout_is_said_to_reach_the_workers_as_a_variab
     assert main(given[:3] + ["--collective-timeout", "90"] + given[3:], out=out) == 0
     err = capsys.readouterr().err
     assert "DDP_TIMEOUT" in out.getvalue() and "90" in out.getvalue()
-    assert "--collective-timeout 90 reaches the workers as DDP_TIMEOUT only" in err
+    assert ("note: --collective-timeout 90 reaches the workers as DDP_TIMEOUT only (app/ reads it; a script must"
+            " pass it to init_process_group itself): the exported job starts them without the start-up hook that"
+            " gives it to init_process_group in a run\n") in err
     assert main(given, out=io.StringIO()) == 0
     assert "--collective-timeout" not in capsys.readouterr().err
 
@@ -192,7 +195,7 @@ def test_an_export_into_a_pipe_leaves_its_mode_and_claims_no_privacy(tmp_path, c
     reader.join(timeout=10)
     assert "t0k" in read[0] and stat.S_IMODE(pipe.stat().st_mode) == 0o644
     err = capsys.readouterr().err
-    assert "holds the values of TOKEN in plain text" in err and "readable by you only" not in err
+    assert f"note: {pipe} holds the values of TOKEN in plain text\n" in err and "readable by you only" not in err
 
 
 def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, capsys):
@@ -203,13 +206,17 @@ def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, 
     err = capsys.readouterr().err
     assert code == 0
     assert "pod ddp-t-0's torchrun agent hosts the elastic rendezvous" in err
-    assert "up to --max-restarts (2) times" in err and "restarts the job as a whole" in err
-    assert "ends Failed when any index failed for good" in err
+    assert ("note: pod ddp-t-0's torchrun agent hosts the elastic rendezvous: losing that pod makes every other"
+            " pod's agent fail too (run --rdzv c10d --restart node shows it on the nodes); a lost pod is replaced as"
+            " the same index up to --max-restarts (2) times (the Job's backoffLimitPerIndex: Kubernetes 1.29 or"
+            " newer), so losing pod 0 restarts the job as a whole, each index using a retry; and the Job ends Failed"
+            " when any index failed for good, even if training finished on the others\n") in err
     assert main(["export", "--to", "kubernetes", "--nodes", "3", "--rdzv", "c10d", "--max-restarts", "0",
                  "--image", "reg.example.com/t:1", "--workdir", str(tmp_path), "--", "train.py"],
                 out=io.StringIO()) == 0
     err = capsys.readouterr().err
-    assert "a lost pod is not replaced (--max-restarts 0)" in err and "up to --max-restarts" not in err
+    assert "agent fail too (run --rdzv c10d --restart node shows it on the nodes); a lost pod is not replaced" \
+        " (--max-restarts 0); and the Job ends Failed" in err and "up to --max-restarts" not in err
     assert main(["export", "--to", "kubernetes", "--nodes", "3", "--image", "reg.example.com/t:1",
                  "--workdir", str(tmp_path), "--", "train.py"], out=io.StringIO()) == 0
     assert "rendezvous" not in capsys.readouterr().err  # a static job has none to lose
@@ -251,6 +258,11 @@ def test_exported_sbatch_has_no_simulation_paths(make_job):
     (("-m", "train"), "ddp-train"),
     (("scripts/My_Train.py",), "ddp-my-train"),
     (("train.py", "-m", "x"), "ddp-train"),  # a script's own -m is its argument
+    (("scripts/sub/train.py",), "ddp-train"),
+    (("_private_train.py",), "ddp-private-train"),
+    (("___.py",), "ddp-job"),
+    ((), "ddp-job"),
+    (("x" * 46 + "_y.py",), "ddp-" + "x" * 46),  # cut to 50, and no '-' left at the end
 ])
 def test_default_job_name_comes_from_the_target(target, name):
     assert default_job_name(target) == name
