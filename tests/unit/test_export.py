@@ -352,6 +352,22 @@ def test_a_gpu_layout_the_clusters_nodes_cannot_run_is_refused_in_exports_own_te
     assert "--share-gpus" not in err and "--cpu" not in err  # run's options, which export has not
 
 
+def test_exports_help_says_what_each_option_means_on_a_real_cluster(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse's wrapping aside
+    for said in ("the job:", "slurm:", "kubernetes:", "-o FILE, --output FILE", "--container-image IMAGE",
+                 "--container-mounts SRC:DST[,...]", "exported as DDP_TIMEOUT (default: not set)",
+                 "Kubernetes: the container image, pullable by the cluster, holding your code in /workspace",
+                 "(default: torch-distributed)", "usage example: python -m orchestrate export --to kubernetes"):
+        assert said in text
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--nodes", "2"])
+    assert exit_info.value.code == 2
+    assert "the following arguments are required: --to" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("to, options, refused", [
     ("slurm", ["--namespace", "ml"], "--namespace: for --to kubernetes only, and an export --to slurm has no place for it"),
     ("slurm", ["--trainjob", "--cpus-per-node", "4"],
