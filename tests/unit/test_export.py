@@ -262,7 +262,7 @@ def test_exported_sbatch_has_no_simulation_paths(make_job):
     (("_private_train.py",), "ddp-private-train"),
     (("___.py",), "ddp-job"),
     ((), "ddp-job"),
-    (("x" * 46 + "_y.py",), "ddp-" + "x" * 46),  # cut to 50, and no '-' left at the end
+    (("x" * 45 + "_y.py",), "ddp-" + "x" * 45),  # cut to 50 ("ddp-xx...x-"), and no '-' left at the end
 ])
 def test_default_job_name_comes_from_the_target(target, name):
     assert default_job_name(target) == name
@@ -336,9 +336,11 @@ def test_cli_writes_to_a_file_and_refuses_bad_input(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("options, refused", [
-    (["--backend", "nccl"], "--backend nccl needs GPUs: give --gpus-per-node, the GPUs each of the cluster's nodes"),
+    (["--backend", "nccl"], "error: --backend nccl needs GPUs: give --gpus-per-node, the GPUs each of the cluster's"
+                            " nodes has for the job, or --backend gloo\n"),
     (["--gpus-per-node", "2", "--nproc-per-node", "4"],
-     "--nproc-per-node 4 is more than --gpus-per-node 2: each process needs a GPU of its own"),
+     "error: --nproc-per-node 4 is more than --gpus-per-node 2: each process needs a GPU of its own (NCCL refuses two"
+     " ranks on one): give --nproc-per-node 2 or fewer, or more --gpus-per-node\n"),
     (["--gpus-per-node", "2", "--nproc-per-node", "4,4"], "--nproc-per-node 4 is more than --gpus-per-node 2"),
 ])
 @pytest.mark.parametrize("to", ["slurm", "kubernetes"])
