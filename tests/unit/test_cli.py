@@ -190,6 +190,23 @@ def test_every_run_option_is_defined_once_for_the_command_line_and_the_library()
     assert missing == []
 
 
+def test_every_option_of_every_command_has_help_text():
+    import argparse
+
+    from orchestrate.cli.main import build_parser
+
+    parser = build_parser()
+    without = [f"{name} {' '.join(action.option_strings) or action.dest}"
+               for name, command in {"": parser, **parser.commands}.items()
+               for action in command._actions
+               if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+               and (not action.help or action.help == argparse.SUPPRESS)]
+    assert without == []
+    listed = {sub.dest: sub.help for sub in parser._subparsers._group_actions[0]._choices_actions}
+    named = {name for name, command in parser.commands.items() if command.prog.endswith(f" {name}")}  # no alias
+    assert set(listed) == named and all(listed.values())  # each command's line in --help
+
+
 def test_the_command_line_and_keyword_options_make_the_same_request(tmp_path):
     from orchestrate.cli.main import build_parser
     from orchestrate.cli.options import request_from_args
