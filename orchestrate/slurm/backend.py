@@ -168,7 +168,9 @@ class SlurmBackend:
         if self.sbatch is None:
             (slurm_dir / JOB_SCRIPT).write_text(render_sbatch(self.plan, cluster_batch_options(self.plan)))
         else:
-            shutil.copyfile(self.sbatch, slurm_dir / self.sbatch.name)  # byte for byte: submitted unchanged
+            # byte for byte: submitted unchanged; and no more readable than the user's own (an exported
+            # job holding their variables' values is theirs alone: export -o writes it 0700)
+            shutil.copy(self.sbatch, slurm_dir / self.sbatch.name)
         compose_file = run_dir / "compose.json"
         compose_file.touch(mode=0o600)
         compose_file.write_text(json.dumps(render_slurm_compose(self.plan, self.image, self.run_as), indent=2) + "\n")

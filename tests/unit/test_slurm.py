@@ -230,6 +230,20 @@ def test_the_plan_of_a_users_sbatch_script_says_it_is_submitted_unchanged(tmp_pa
     assert "--- job.sbatch" not in text and "node rank" not in text  # the script decides the ranks
 
 
+def test_a_users_sbatch_script_is_copied_into_the_run_as_readable_as_it_was(make_job, tmp_path):
+    from orchestrate.slurm.backend import SlurmBackend
+    from tests.fakes import FakeDockerClient
+
+    mine = tmp_path / "exported.sbatch"
+    mine.write_text("#!/bin/bash\nexport HF_TOKEN=t0k\nsrun hostname\n")
+    mine.chmod(0o700)  # as export -o writes a job holding the user's values
+    plan = make_job(nodes=2)
+    plan.run_dir.mkdir(parents=True)
+    SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="0:0", image="img", sbatch=mine).render(plan.run_dir)
+    copy = plan.run_dir / "slurm" / "exported.sbatch"
+    assert copy.read_bytes() == mine.read_bytes() and stat.S_IMODE(copy.stat().st_mode) == 0o700
+
+
 def test_a_collective_timeout_that_reaches_a_slurm_jobs_scripts_only_as_a_variable_is_said(tmp_path):
     said = ("[orchestrate] --collective-timeout 60 reaches the workers under Slurm as DDP_TIMEOUT only (app/ reads it;"
             " a script must pass it to init_process_group itself)")
