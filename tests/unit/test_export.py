@@ -358,8 +358,11 @@ def test_exports_help_says_what_each_option_means_on_a_real_cluster(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--help"])
     assert exit_info.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())  # argparse's wrapping aside
-    for said in ("the job:", "slurm:", "kubernetes:", "-o FILE, --output FILE", "--container-image IMAGE",
+    raw = capsys.readouterr().out
+    assert [line for line in raw.splitlines() if line.endswith(":") and not line.startswith(" ")] == [
+        "options:", "the job:", "slurm:", "kubernetes:"]  # the groups' headings
+    text = " ".join(raw.split())  # argparse's wrapping aside
+    for said in ("-o FILE, --output FILE", "--container-image IMAGE", "--time LIMIT",
                  "--container-mounts SRC:DST[,...]", "exported as DDP_TIMEOUT (default: not set)",
                  "Kubernetes: the container image, pullable by the cluster, holding your code in /workspace",
                  "(default: torch-distributed)", "usage example: python -m orchestrate export --to kubernetes"):
