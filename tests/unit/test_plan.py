@@ -37,8 +37,27 @@ def test_torchrun_argv_is_static_rendezvous_with_the_target_last():
     assert argv[-4:] == ("-m", "app.toy", "--steps", "5")
 
 
+def test_an_elastic_nodes_torchrun_joins_the_c10d_rendezvous_and_keeps_its_logs(make_job):
+    plan = make_job(nodes=3, nproc_per_node=2, rdzv="c10d", min_nodes=2, max_nodes=4, max_restarts=5,
+                    rdzv_timeout_s=45, target=("-m", "app.train", "--epochs", "2"))
+    argv = plan.nodes[1].torchrun_argv
+    # the workers start through the start-up hook, which runs the target
+    assert argv[0] == "torchrun" and argv[-6:] == ("/opt/ddp-compose/orchestrate/node/worker_start.py", "--",
+                                                   "-m", "app.train", "--epochs", "2")
+    options = dict(zip(argv[1:-6:2], argv[2:-6:2]))
+    assert options == {
+        "--nnodes": "2:4", "--nproc-per-node": "2", "--rdzv-backend": "c10d", "--rdzv-endpoint": "node0:29400",
+        "--rdzv-id": plan.run_id,
+        # a dead node leaves the rendezvous in about 3 s (keep-alives of 1 s, 3 missed), not 15
+        "--rdzv-conf": "join_timeout=45,last_call_timeout=2,close_timeout=10,keep_alive_interval=1,"
+                       "keep_alive_max_attempt=3",
+        "--max-restarts": "5", "--monitor-interval": "0.5", "--tee": "3", "--log-dir": "/ddp-run/node1/torchrun",
+    }
+    assert len({n.torchrun_argv for n in plan.nodes}) == 3  # each node its own log directory
+
+
 def test_plan_assigns_node_ranks_master_and_world_size(make_job):
-    plan = make_job(nodes=3, nproc_per_node=2)
+    plan = make_job(nodes=3, nproc_per_node=2, master_port=31000)
     assert [n.name for n in plan.nodes] == ["node0", "node1", "node2"]
     assert [n.node_rank for n in plan.nodes] == [0, 1, 2]
     assert plan.master_addr == "node0"
@@ -49,6 +68,8 @@ def test_plan_assigns_node_ranks_master_and_world_size(make_job):
         i = node.torchrun_argv.index("--node-rank")
         assert node.torchrun_argv[i + 1] == str(node.node_rank)
         assert node.torchrun_argv[node.torchrun_argv.index("--master-addr") + 1] == "node0"
+        assert node.torchrun_argv[node.torchrun_argv.index("--master-port") + 1] == "31000"
+        assert node.torchrun_argv[node.torchrun_argv.index("--log-dir") + 1] == f"/ddp-run/{node.name}/torchrun"
 
 
 def test_cpu_plan_uses_gloo_and_reserves_no_gpu(make_job):
