@@ -107,6 +107,23 @@ def test_each_task_of_the_clusters_script_names_its_own_node(make_job, tmp_path)
     assert "DDP_NODE=node0" not in script
 
 
+def test_the_clusters_script_fails_fast_labels_each_tasks_lines_and_keeps_torchruns_logs(make_job):
+    plan = make_job(nodes=2)
+    options = cluster_batch_options(plan)
+    lines = render_sbatch(plan, options).splitlines()
+    assert lines[1].endswith(", static rendezvous; written by ddp-compose.")
+    assert f"#SBATCH --output={options.output}" in lines and f"#SBATCH --chdir={options.chdir}" in lines
+    assert "set -euo pipefail" in lines  # a failed scontrol ends the job, not a torchrun without a master
+    srun = [line for line in lines if line.startswith("srun ")]
+    # --label: the launcher reads each task's lines by it; one bad exit ends the whole step
+    assert len(srun) == 1 and srun[0].startswith("srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c ")
+    assert f'--log-dir "{options.log_dir}"' in srun[0]
+    elastic = render_sbatch(make_job(nodes=2, rdzv="c10d"), BatchOptions()).splitlines()
+    assert elastic[1].endswith(", elastic c10d rendezvous; written by ddp-compose.")
+    assert [line for line in elastic if line.startswith("srun ")] and \
+        not any("--log-dir" in line for line in elastic)  # none asked for, none given
+
+
 def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
     conf = slurm_conf(make_job(nodes=3), cpus=8, memory_mb=16000)
     lines = conf.splitlines()
