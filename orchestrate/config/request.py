@@ -140,6 +140,7 @@ class RunRequest:
         if self.sbatch is not None and shaping:
             raise UsageError(f"--sbatch {self.sbatch} starts torchrun as that script says: drop {', '.join(shaping)}"
                              " (--nodes sizes the cluster it runs on)")
+        refuse_a_slurm_range_past_its_nodes(self.nodes, self.nnodes)
         if self.detach:
             raise UsageError("--detach is for --scheduler compose; a Slurm run stays attached (Slurm keeps the queue)")
         if not self.cpu and (self.gpus_per_node or 0) > 0:
@@ -168,6 +169,15 @@ class RunRequest:
             if fault.action not in SLURM_FAULTS or fault.has_end:
                 raise UsageError(f"--fault {fault}: under --scheduler slurm a fault is one of"
                                  f" {', '.join(a.value for a in SLURM_FAULTS)}, without an end")
+
+
+def refuse_a_slurm_range_past_its_nodes(nodes: int, nnodes: Optional[tuple[int, int]]) -> None:
+    """UsageError for ``--nnodes MIN:MAX`` with MAX above ``--nodes`` for a Slurm job: its
+    allocation is fixed for the job's life, so no node could ever join past ``nodes``, and each
+    rendezvous would wait torchrun's last call for them."""
+    if nnodes and nnodes[1] > nodes:
+        raise UsageError(f"--nnodes {nnodes[0]}:{nnodes[1]} with --nodes {nodes}: a Slurm job's allocation cannot"
+                         f" grow past the nodes it starts on, so MAX is --nodes: give --nnodes {nnodes[0]}:{nodes}")
 
 
 # The faults a Slurm node can suffer: those Slurm itself sees (a node down, hung, cut off).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from orchestrate.config.request import HostFacts, RunRequest, resolve_config
+from orchestrate.config.request import HostFacts, RunRequest, refuse_a_slurm_range_past_its_nodes, resolve_config
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.config.user_env import copy_env_notes
 from orchestrate.errors import UsageError
@@ -46,6 +46,8 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     """
     refuse_what_the_target_leaves_out(to, given_flags(options) | request_flags(request))
     refuse_gpus_a_cluster_node_lacks(request)
+    if to == "slurm":
+        refuse_a_slurm_range_past_its_nodes(request.nodes, request.nnodes)
     config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
     if config.node_nprocs:
         why = ("one srun starts the same torchrun on every node" if to == "slurm"
@@ -64,6 +66,10 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
                   " them without the start-up hook that gives it to init_process_group in a run",)
     if to == "kubernetes" and config.elastic:
         notes += (elastic_job_note(options.name, config.max_restarts),)
+    if to == "slurm" and config.elastic:
+        notes += (f"Slurm replaces no node of an allocation: a lost node leaves the job going on the others, down to"
+                  f" {config.min_nodes} (#SBATCH --no-kill, srun --kill-on-bad-exit=0), while the first host's"
+                  " torchrun agent hosts the elastic rendezvous, so losing that host ends the job",)
     if options.trainjob and config.elastic:
         notes += (f"the TrainJob is not elastic: Kubeflow Trainer's TrainJob has no place for --nnodes"
                   f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"

@@ -10,8 +10,14 @@ people get wrong by hand::
 ``$SLURM_NODEID`` is expanded by each task, not by the batch script. The first host is taken
 with ``sed -n 1p``, which reads all of ``scontrol``'s output: ``head -n 1`` exits after one line,
 and under ``set -o pipefail`` the SIGPIPE that ``scontrol`` may then get (whenever it has not
-finished writing) fails the whole job with exit 141. Elastic plans use the
-c10d rendezvous on the head host instead of node ranks.
+finished writing) fails the whole job with exit 141.
+
+Elastic plans use the c10d rendezvous on the head host instead of node ranks, and ask for the
+plan's own node count: Slurm's allocation is fixed for the job's life, and given a range
+(``--nodes=1-2``) cons_tres allocates its minimum even with every node idle. The elastic range is
+torchrun's, within the allocation: ``--no-kill`` keeps the job when one of its nodes fails, and
+``srun --kill-on-bad-exit=0`` keeps the other tasks when one exits with an error, so the
+survivors meet again at the rendezvous, as long as the first host (which hosts it) is one of them.
 """
 from __future__ import annotations
 
@@ -81,9 +87,11 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
         f" world size {plan.world_size},"
         f" {'elastic c10d' if cfg.elastic else 'static'} rendezvous; written by ddp-compose.",
         f"#SBATCH --job-name={options.job_name}",
-        f"#SBATCH --nodes={cfg.nodes if not cfg.elastic else f'{cfg.min_nodes}-{cfg.max_nodes}'}",
+        f"#SBATCH --nodes={cfg.nodes}",
         "#SBATCH --ntasks-per-node=1",
     ]
+    if cfg.elastic:
+        lines.append("#SBATCH --no-kill")
     if cfg.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={cfg.gpus_per_node}")
     for flag, value in (("output", options.output), ("chdir", options.chdir), ("time", options.time_limit),
@@ -100,7 +108,10 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
     ]
     for name, value in sorted(options.env.items()):
         lines.append(f"export {name}={shlex.quote(value)}")
-    srun = ["srun", "--label", "--kill-on-bad-exit=1", "--ntasks-per-node=1"]
+    # A static world cannot lose a task, so one that fails ends the others at once; an elastic one can.
+    srun = ["srun", "--label", f"--kill-on-bad-exit={0 if cfg.elastic else 1}", "--ntasks-per-node=1"]
+    if cfg.elastic:
+        srun.append("--no-kill")
     if options.container_image:
         srun.append(f"--container-image={options.container_image}")
         if options.container_mounts:

@@ -35,8 +35,9 @@ def format_slurm_plan(plan: JobPlan, sbatch: Optional[Path] = None) -> str:
                   " shape and its ranks", env_line(plan, leave_out=(NODE_NAME_ENV,))]
         return "\n".join(lines + image_and_fault_lines(plan))
     if cfg.elastic:
-        lines.append(f"job: {JOB_SCRIPT} below, {cfg.min_nodes} to {counted(cfg.max_nodes, 'node')} x"
-                     f" {counted(cfg.nproc_per_node, 'process', 'processes')}; c10d rendezvous on the allocation's"
+        lines.append(f"job: {JOB_SCRIPT} below, {counted(cfg.nodes, 'node')} x"
+                     f" {counted(cfg.nproc_per_node, 'process', 'processes')}, going on with as few as"
+                     f" {cfg.min_nodes} when nodes fail (Slurm replaces none); c10d rendezvous on the allocation's"
                      f" first host, port {RDZV_PORT}, max restarts {cfg.max_restarts}; node and global ranks are"
                      " decided by the rendezvous")
     else:

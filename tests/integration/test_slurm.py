@@ -109,6 +109,24 @@ def test_a_killed_node_is_reported_down_by_slurm(orchestrate_run, docker_client,
     assert leftovers(docker_client, result.project) == []
 
 
+@pytest.mark.slow
+def test_an_elastic_slurm_job_that_loses_a_node_goes_on_with_the_other(orchestrate_run, docker_client, tmp_path):
+    # Both nodes train (Slurm allocates a range's minimum, so --nodes=1-2 gave one), node1 is lost, and
+    # node0 meets the rendezvous again alone, resumes from its checkpoint and ends the job COMPLETED.
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--rdzv", "c10d", "--nnodes", "1:2", "--workdir", str(tmp_path),
+                             "--fault", "kill:node1@step=3", "--", *TRAIN[:-2], "--checkpoint-every", "2", "--resume")
+    assert result.code == 0, result.output[-4000:]
+    summary = result.output.split("summary (Slurm job")[1]
+    assert re.search(r"^fault injected: kill:node1@step=3 \(.* at step 3\)$", summary, re.M)
+    assert re.search(r"^node1\s+DOWN\S*\s+Not responding", summary, re.M)
+    assert re.search(r"^SUCCEEDED: Slurm job \d+ COMPLETED, exit code 0:0$", summary, re.M)
+    before = result.output.split("fault injected:")[0]
+    assert re.search(r"^\[node1/rank1\]", before, re.M), "node1 never trained: the allocation had one node"
+    after = result.output.split("fault injected:")[1].split("summary (Slurm job")[0]
+    assert re.search(r"^\[node0/rank0\]\s+.*resum", after, re.M | re.I), after[-4000:]
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_stop_from_another_terminal_ends_a_slurm_job_through_slurm_as_stopped(docker_client, tmp_path, capsys):
     """`stop RUN` signals the job's tasks through Slurm (not the slurmd containers, which Slurm
     would only find silent, and end the job NODE_FAIL half a minute later): the launcher in the

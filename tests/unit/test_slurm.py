@@ -63,7 +63,6 @@ def test_each_task_gets_its_own_node_rank_and_the_first_host_as_master(make_job,
 def test_elastic_plans_use_c10d_on_the_first_host_with_the_job_id(make_job, tmp_path):
     plan = make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2, max_restarts=3, rdzv_timeout_s=45)
     script = render_sbatch(plan, BatchOptions())
-    assert "#SBATCH --nodes=1-2" in script
     lines = run_script(tmp_path, script, nodes=2)
     assert len(lines) == 2 and lines[0] == lines[1]
     assert ("--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint gpu-a17:29400 --rdzv-id 42"
@@ -117,11 +116,44 @@ def test_the_clusters_script_fails_fast_labels_each_tasks_lines_and_keeps_torchr
     srun = [line for line in lines if line.startswith("srun ")]
     # --label: the launcher reads each task's lines by it; one bad exit ends the whole step
     assert len(srun) == 1 and srun[0].startswith("srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c ")
+    assert "#SBATCH --no-kill" not in lines  # a static world cannot lose a node
     assert f'--log-dir "{options.log_dir}"' in srun[0]
     elastic = render_sbatch(make_job(nodes=2, rdzv="c10d"), BatchOptions()).splitlines()
     assert elastic[1].endswith(", elastic c10d rendezvous; written by ddp-compose.")
     assert [line for line in elastic if line.startswith("srun ")] and \
         not any("--log-dir" in line for line in elastic)  # none asked for, none given
+
+
+def test_an_elastic_job_asks_for_its_nodes_and_outlives_losing_one(make_job):
+    # Given --nodes=1-3, Slurm's cons_tres allocates 1 node with all 3 idle: ask for the plan's 3
+    lines = render_sbatch(make_job(nodes=3, rdzv="c10d", min_nodes=1, max_nodes=3), BatchOptions()).splitlines()
+    assert "#SBATCH --nodes=3" in lines and not any(line.startswith("#SBATCH --nodes=1") for line in lines)
+    # A failed node does not end the job, nor a task's bad exit the other tasks: the rest meet again
+    assert "#SBATCH --no-kill" in lines
+    assert lines.index("#SBATCH --no-kill") < lines.index("set -euo pipefail")  # read by sbatch, before commands
+    srun = [line for line in lines if line.startswith("srun ")]
+    assert len(srun) == 1
+    assert srun[0].startswith("srun --label --kill-on-bad-exit=0 --ntasks-per-node=1 --no-kill bash -c ")
+
+
+def test_a_slurm_jobs_node_range_cannot_reach_past_its_nodes(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    args = ["--nodes", "2", "--rdzv", "c10d", "--nnodes", "1:4", "--workdir", str(tmp_path), "--", "train.py"]
+    for command in (["run", "--scheduler", "slurm", "--cpu", "--dry-run"], ["export", "--to", "slurm"]):
+        assert main([*command, *args]) == 2
+        assert ("--nnodes 1:4 with --nodes 2: a Slurm job's allocation cannot grow past the nodes it starts on,"
+                " so MAX is --nodes: give --nnodes 1:2") in capsys.readouterr().err
+    fitting = ["--nodes", "2", "--rdzv", "c10d", "--nnodes", "1:2", "--workdir", str(tmp_path), "--", "train.py"]
+    assert main(["export", "--to", "slurm", *fitting], out=io.StringIO()) == 0
+    err = capsys.readouterr().err
+    assert ("note: Slurm replaces no node of an allocation: a lost node leaves the job going on the others, down to 1"
+            " (#SBATCH --no-kill, srun --kill-on-bad-exit=0), while the first host's torchrun agent hosts the"
+            " elastic rendezvous, so losing that host ends the job\n") in err
+    assert main(["export", "--to", "kubernetes", "--image", "reg.example.com/t:1", *args],
+                out=io.StringIO()) == 0  # a Kubernetes export keeps its own range
+    assert main(["export", "--to", "slurm", "--nodes", "2", "--workdir", str(tmp_path), "--", "train.py"],
+                out=io.StringIO()) == 0
+    assert "Slurm replaces no node" not in capsys.readouterr().err  # a static job has no range
 
 
 def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
@@ -233,6 +265,15 @@ def test_the_plan_of_a_slurm_run_shows_its_cluster_and_the_script_its_run_submit
     SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="0:0", image="img").render(plan.run_dir)
     written = (plan.run_dir / "slurm" / "job.sbatch").read_text()
     assert format_slurm_plan(plan).split("--- job.sbatch ---\n")[1] == written.rstrip("\n")
+
+
+def test_the_plan_of_an_elastic_slurm_run_says_how_many_nodes_it_starts_and_keeps(tmp_path):
+    out = io.StringIO()
+    assert main(["plan", "--scheduler", "slurm", "--cpu", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3",
+                 "--workdir", str(tmp_path), "--", "-m", "app.train"], out=out) == 0
+    assert ("job: job.sbatch below, 3 nodes x 1 process, going on with as few as 2 when nodes fail (Slurm replaces"
+            " none); c10d rendezvous on the allocation's first host, port 29400, max restarts 3;") in out.getvalue()
+    assert "#SBATCH --nodes=3\n" in out.getvalue()
 
 
 def test_the_plan_of_a_users_sbatch_script_says_it_is_submitted_unchanged(tmp_path):
