@@ -67,9 +67,11 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     if to == "kubernetes" and config.elastic:
         notes += (elastic_job_note(options.name, config.max_restarts),)
     if to == "slurm" and config.elastic:
-        notes += (f"Slurm replaces no node of an allocation: a lost node leaves the job going on the others, down to"
-                  f" {config.min_nodes} (#SBATCH --no-kill, srun --kill-on-bad-exit=0), while the first host's"
-                  " torchrun agent hosts the elastic rendezvous, so losing that host ends the job",)
+        notes += (f"Slurm ends the job when one of its nodes fails (NODE_FAIL), and replaces none: torchrun's"
+                  f" --max-restarts ({config.max_restarts}) covers failed workers within the allocation, not lost"
+                  " nodes; #SBATCH --no-kill would keep the job on the other nodes, but losing the first host, which"
+                  " runs the batch script and hosts the rendezvous, would then leave the job running until its"
+                  " time limit",)
     if options.trainjob and config.elastic:
         notes += (f"the TrainJob is not elastic: Kubeflow Trainer's TrainJob has no place for --nnodes"
                   f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"

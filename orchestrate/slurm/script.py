@@ -14,10 +14,11 @@ finished writing) fails the whole job with exit 141.
 
 Elastic plans use the c10d rendezvous on the head host instead of node ranks, and ask for the
 plan's own node count: Slurm's allocation is fixed for the job's life, and given a range
-(``--nodes=1-2``) cons_tres allocates its minimum even with every node idle. The elastic range is
-torchrun's, within the allocation: ``--no-kill`` keeps the job when one of its nodes fails, and
-``srun --kill-on-bad-exit=0`` keeps the other tasks when one exits with an error, so the
-survivors meet again at the rendezvous, as long as the first host (which hosts it) is one of them.
+(``--nodes=1-2``) cons_tres allocates its minimum even with every node idle. torchrun's restarts
+cover failed workers within the allocation; a lost node ends the job (Slurm's NODE_FAIL), as in a
+static one. ``--no-kill`` would keep the job going on the other nodes, but losing the first host,
+which runs this script and hosts the rendezvous, then leaves the job running with nothing to end
+it until its time limit.
 """
 from __future__ import annotations
 
@@ -90,8 +91,6 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
         f"#SBATCH --nodes={cfg.nodes}",
         "#SBATCH --ntasks-per-node=1",
     ]
-    if cfg.elastic:
-        lines.append("#SBATCH --no-kill")
     if cfg.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={cfg.gpus_per_node}")
     for flag, value in (("output", options.output), ("chdir", options.chdir), ("time", options.time_limit),
@@ -108,10 +107,7 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
     ]
     for name, value in sorted(options.env.items()):
         lines.append(f"export {name}={shlex.quote(value)}")
-    # A static world cannot lose a task, so one that fails ends the others at once; an elastic one can.
-    srun = ["srun", "--label", f"--kill-on-bad-exit={0 if cfg.elastic else 1}", "--ntasks-per-node=1"]
-    if cfg.elastic:
-        srun.append("--no-kill")
+    srun = ["srun", "--label", "--kill-on-bad-exit=1", "--ntasks-per-node=1"]
     if options.container_image:
         srun.append(f"--container-image={options.container_image}")
         if options.container_mounts:

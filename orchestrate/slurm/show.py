@@ -36,10 +36,9 @@ def format_slurm_plan(plan: JobPlan, sbatch: Optional[Path] = None) -> str:
         return "\n".join(lines + image_and_fault_lines(plan))
     if cfg.elastic:
         lines.append(f"job: {JOB_SCRIPT} below, {counted(cfg.nodes, 'node')} x"
-                     f" {counted(cfg.nproc_per_node, 'process', 'processes')}, going on with as few as"
-                     f" {cfg.min_nodes} when nodes fail (Slurm replaces none); c10d rendezvous on the allocation's"
-                     f" first host, port {RDZV_PORT}, max restarts {cfg.max_restarts}; node and global ranks are"
-                     " decided by the rendezvous")
+                     f" {counted(cfg.nproc_per_node, 'process', 'processes')}; c10d rendezvous on the allocation's"
+                     f" first host, port {RDZV_PORT}, max restarts {cfg.max_restarts} (failed workers: a lost node ends"
+                     " the job, Slurm's NODE_FAIL); node and global ranks are decided by the rendezvous")
     else:
         lines.append(f"job: {JOB_SCRIPT} below, {counted(cfg.nodes, 'node')} x"
                      f" {counted(cfg.nproc_per_node, 'process', 'processes')}, world size W={plan.world_size};"

@@ -124,16 +124,14 @@ def test_the_clusters_script_fails_fast_labels_each_tasks_lines_and_keeps_torchr
         not any("--log-dir" in line for line in elastic)  # none asked for, none given
 
 
-def test_an_elastic_job_asks_for_its_nodes_and_outlives_losing_one(make_job):
+def test_an_elastic_job_asks_for_its_nodes_and_ends_when_one_is_lost(make_job):
     # Given --nodes=1-3, Slurm's cons_tres allocates 1 node with all 3 idle: ask for the plan's 3
     lines = render_sbatch(make_job(nodes=3, rdzv="c10d", min_nodes=1, max_nodes=3), BatchOptions()).splitlines()
     assert "#SBATCH --nodes=3" in lines and not any(line.startswith("#SBATCH --nodes=1") for line in lines)
-    # A failed node does not end the job, nor a task's bad exit the other tasks: the rest meet again
-    assert "#SBATCH --no-kill" in lines
-    assert lines.index("#SBATCH --no-kill") < lines.index("set -euo pipefail")  # read by sbatch, before commands
+    # No --no-kill: with it, losing the first host (the batch script's and the rendezvous's) left the job running
+    assert not any("no-kill" in line for line in lines)
     srun = [line for line in lines if line.startswith("srun ")]
-    assert len(srun) == 1
-    assert srun[0].startswith("srun --label --kill-on-bad-exit=0 --ntasks-per-node=1 --no-kill bash -c ")
+    assert len(srun) == 1 and srun[0].startswith("srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c ")
 
 
 def test_a_slurm_jobs_node_range_cannot_reach_past_its_nodes(tmp_path, capsys):
@@ -146,14 +144,15 @@ def test_a_slurm_jobs_node_range_cannot_reach_past_its_nodes(tmp_path, capsys):
     fitting = ["--nodes", "2", "--rdzv", "c10d", "--nnodes", "1:2", "--workdir", str(tmp_path), "--", "train.py"]
     assert main(["export", "--to", "slurm", *fitting], out=io.StringIO()) == 0
     err = capsys.readouterr().err
-    assert ("note: Slurm replaces no node of an allocation: a lost node leaves the job going on the others, down to 1"
-            " (#SBATCH --no-kill, srun --kill-on-bad-exit=0), while the first host's torchrun agent hosts the"
-            " elastic rendezvous, so losing that host ends the job\n") in err
+    assert ("note: Slurm ends the job when one of its nodes fails (NODE_FAIL), and replaces none: torchrun's"
+            " --max-restarts (3) covers failed workers within the allocation, not lost nodes; #SBATCH --no-kill would"
+            " keep the job on the other nodes, but losing the first host, which runs the batch script and hosts the"
+            " rendezvous, would then leave the job running until its time limit\n") in err
     assert main(["export", "--to", "kubernetes", "--image", "reg.example.com/t:1", *args],
                 out=io.StringIO()) == 0  # a Kubernetes export keeps its own range
     assert main(["export", "--to", "slurm", "--nodes", "2", "--workdir", str(tmp_path), "--", "train.py"],
                 out=io.StringIO()) == 0
-    assert "Slurm replaces no node" not in capsys.readouterr().err  # a static job has no range
+    assert "NODE_FAIL" not in capsys.readouterr().err  # said of elastic jobs only
 
 
 def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
@@ -267,12 +266,12 @@ def test_the_plan_of_a_slurm_run_shows_its_cluster_and_the_script_its_run_submit
     assert format_slurm_plan(plan).split("--- job.sbatch ---\n")[1] == written.rstrip("\n")
 
 
-def test_the_plan_of_an_elastic_slurm_run_says_how_many_nodes_it_starts_and_keeps(tmp_path):
+def test_the_plan_of_an_elastic_slurm_run_says_how_many_nodes_it_asks_for_and_what_a_lost_one_does(tmp_path):
     out = io.StringIO()
     assert main(["plan", "--scheduler", "slurm", "--cpu", "--nodes", "3", "--rdzv", "c10d", "--nnodes", "2:3",
                  "--workdir", str(tmp_path), "--", "-m", "app.train"], out=out) == 0
-    assert ("job: job.sbatch below, 3 nodes x 1 process, going on with as few as 2 when nodes fail (Slurm replaces"
-            " none); c10d rendezvous on the allocation's first host, port 29400, max restarts 3;") in out.getvalue()
+    assert ("job: job.sbatch below, 3 nodes x 1 process; c10d rendezvous on the allocation's first host, port 29400,"
+            " max restarts 3 (failed workers: a lost node ends the job, Slurm's NODE_FAIL);") in out.getvalue()
     assert "#SBATCH --nodes=3\n" in out.getvalue()
 
 
