@@ -140,7 +140,7 @@ class RunRequest:
         if self.sbatch is not None and shaping:
             raise UsageError(f"--sbatch {self.sbatch} starts torchrun as that script says: drop {', '.join(shaping)}"
                              " (--nodes sizes the cluster it runs on)")
-        refuse_a_slurm_range_past_its_nodes(self.nodes, self.nnodes)
+        refuse_a_range_past_its_nodes(self.nodes, self.nnodes, SLURM_NODES_ARE_FIXED)
         if self.detach:
             raise UsageError("--detach is for --scheduler compose; a Slurm run stays attached (Slurm keeps the queue)")
         if not self.cpu and (self.gpus_per_node or 0) > 0:
@@ -171,13 +171,16 @@ class RunRequest:
                                  f" {', '.join(a.value for a in SLURM_FAULTS)}, without an end")
 
 
-def refuse_a_slurm_range_past_its_nodes(nodes: int, nnodes: Optional[tuple[int, int]]) -> None:
-    """UsageError for ``--nnodes MIN:MAX`` with MAX above ``--nodes`` for a Slurm job: its
-    allocation is fixed for the job's life, so no node could ever join past ``nodes``, and each
-    rendezvous would wait torchrun's last call for them."""
+SLURM_NODES_ARE_FIXED = "a Slurm job's allocation cannot grow past the nodes it starts on"
+
+
+def refuse_a_range_past_its_nodes(nodes: int, nnodes: Optional[tuple[int, int]], why: str) -> None:
+    """UsageError for ``--nnodes MIN:MAX`` with MAX above ``--nodes`` where no node can ever join
+    past ``nodes`` (``why`` says where: a Slurm allocation, an Indexed Job's pods), so that each
+    rendezvous would wait torchrun's last call for nodes that never come."""
     if nnodes and nnodes[1] > nodes:
-        raise UsageError(f"--nnodes {nnodes[0]}:{nnodes[1]} with --nodes {nodes}: a Slurm job's allocation cannot"
-                         f" grow past the nodes it starts on, so MAX is --nodes: give --nnodes {nnodes[0]}:{nodes}")
+        raise UsageError(f"--nnodes {nnodes[0]}:{nnodes[1]} with --nodes {nodes}: {why}, so MAX is --nodes:"
+                         f" give --nnodes {nnodes[0]}:{nodes}")
 
 
 # The faults a Slurm node can suffer: those Slurm itself sees (a node down, hung, cut off).

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from orchestrate.config.request import HostFacts, RunRequest, refuse_a_slurm_range_past_its_nodes, resolve_config
+from orchestrate.config.request import (SLURM_NODES_ARE_FIXED, HostFacts, RunRequest, refuse_a_range_past_its_nodes,
+                                        resolve_config)
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.config.user_env import copy_env_notes
 from orchestrate.errors import UsageError
@@ -46,8 +47,8 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     """
     refuse_what_the_target_leaves_out(to, given_flags(options) | request_flags(request))
     refuse_gpus_a_cluster_node_lacks(request)
-    if to == "slurm":
-        refuse_a_slurm_range_past_its_nodes(request.nodes, request.nnodes)
+    refuse_a_range_past_its_nodes(request.nodes, request.nnodes, SLURM_NODES_ARE_FIXED if to == "slurm" else
+                                  "the Indexed Job runs --nodes pods and never more")
     config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
     if config.node_nprocs:
         why = ("one srun starts the same torchrun on every node" if to == "slurm"

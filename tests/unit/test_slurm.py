@@ -134,7 +134,7 @@ def test_an_elastic_job_asks_for_its_nodes_and_ends_when_one_is_lost(make_job):
     assert len(srun) == 1 and srun[0].startswith("srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c ")
 
 
-def test_a_slurm_jobs_node_range_cannot_reach_past_its_nodes(tmp_path, capsys):
+def test_a_clusters_node_range_cannot_reach_past_its_nodes(tmp_path, capsys):
     (tmp_path / "train.py").write_text("")
     args = ["--nodes", "2", "--rdzv", "c10d", "--nnodes", "1:4", "--workdir", str(tmp_path), "--", "train.py"]
     for command in (["run", "--scheduler", "slurm", "--cpu", "--dry-run"], ["export", "--to", "slurm"]):
@@ -148,8 +148,9 @@ def test_a_slurm_jobs_node_range_cannot_reach_past_its_nodes(tmp_path, capsys):
             " --max-restarts (3) covers failed workers within the allocation, not lost nodes; #SBATCH --no-kill would"
             " keep the job on the other nodes, but losing the first host, which runs the batch script and hosts the"
             " rendezvous, would then leave the job running until its time limit\n") in err
-    assert main(["export", "--to", "kubernetes", "--image", "reg.example.com/t:1", *args],
-                out=io.StringIO()) == 0  # a Kubernetes export keeps its own range
+    assert main(["export", "--to", "kubernetes", "--image", "reg.example.com/t:1", *args], out=io.StringIO()) == 2
+    assert ("--nnodes 1:4 with --nodes 2: the Indexed Job runs --nodes pods and never more, so MAX is --nodes: give"
+            " --nnodes 1:2") in capsys.readouterr().err
     assert main(["export", "--to", "slurm", "--nodes", "2", "--workdir", str(tmp_path), "--", "train.py"],
                 out=io.StringIO()) == 0
     assert "NODE_FAIL" not in capsys.readouterr().err  # said of elastic jobs only
