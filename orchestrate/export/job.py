@@ -68,11 +68,7 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     if to == "kubernetes" and config.elastic:
         notes += (elastic_job_note(options.name, config.max_restarts),)
     if to == "slurm" and config.elastic:
-        notes += (f"Slurm ends the job when one of its nodes fails (NODE_FAIL), and replaces none: torchrun's"
-                  f" --max-restarts ({config.max_restarts}) covers failed workers within the allocation, not lost"
-                  " nodes; #SBATCH --no-kill would keep the job on the other nodes, but losing the first host, which"
-                  " runs the batch script and hosts the rendezvous, would then leave the job running until its"
-                  " time limit",)
+        notes += (elastic_batch_note(config.max_restarts),)
     if options.trainjob and config.elastic:
         notes += (f"the TrainJob is not elastic: Kubeflow Trainer's TrainJob has no place for --nnodes"
                   f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"
@@ -91,6 +87,14 @@ def elastic_job_note(name: str, max_restarts: int) -> str:
     return (f"pod {name}-0's torchrun agent hosts the elastic rendezvous: losing that pod makes every other pod's"
             f" agent fail too (run --rdzv c10d --restart node shows it on the nodes); {replaced}; and the Job ends"
             " Failed when any index failed for good, even if training finished on the others")
+
+
+def elastic_batch_note(max_restarts: int) -> str:
+    """What an elastic sbatch job does with a lost node, and why it has no ``--no-kill``."""
+    return (f"Slurm ends the job when one of its nodes fails (NODE_FAIL), and replaces none: torchrun's"
+            f" --max-restarts ({max_restarts}) covers failed workers within the allocation, not lost nodes;"
+            " #SBATCH --no-kill would keep the job on the other nodes, but losing the first host, which runs the"
+            " batch script and hosts the rendezvous, would then leave the job running until its time limit")
 
 
 def request_flags(request: RunRequest) -> set[str]:

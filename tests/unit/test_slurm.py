@@ -116,7 +116,7 @@ def test_the_clusters_script_fails_fast_labels_each_tasks_lines_and_keeps_torchr
     srun = [line for line in lines if line.startswith("srun ")]
     # --label: the launcher reads each task's lines by it; one bad exit ends the whole step
     assert len(srun) == 1 and srun[0].startswith("srun --label --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c ")
-    assert "#SBATCH --no-kill" not in lines  # a static world cannot lose a node
+    assert "#SBATCH --no-kill" not in lines  # a lost node ends the job (the elastic test below says why)
     assert f'--log-dir "{options.log_dir}"' in srun[0]
     elastic = render_sbatch(make_job(nodes=2, rdzv="c10d"), BatchOptions()).splitlines()
     assert elastic[1].endswith(", elastic c10d rendezvous; written by ddp-compose.")
