@@ -10,7 +10,7 @@ from typing import Any, Optional
 from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, channel_ends, first_divergence, mismatch,
                                            step_counts)
 from orchestrate.hangs.crash_dump import rank_dump
-from orchestrate.hangs.init_calls import init_hints
+from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          training_pass, waits_for_data_loader)
 from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, summary
@@ -65,6 +65,12 @@ SILENT_STATES = ("stopped", "exited", "absent")
 EXITED_HINT = ("a rank that exits while the others wait for it, in a collective or in init_process_group, leaves them"
                " waiting until the process group's timeout: every rank must call the same collectives (look for an"
                " early return or a branch on the rank)")
+# Ranks that wait in init_process_group for others that have not called it: the others wait
+# before it, for something else (a file, a lock, a download).
+NOT_JOINED = "not in init_process_group yet"
+NOT_JOINED_HINT = ("init_process_group returns on no rank before every rank has called it: a rank that waits for"
+                   " something else before it (a file, a lock, a download only some ranks make) leaves the others"
+                   f" waiting there until its timeout, {TORCH_WAITS}")
 
 # A DDP model's forward pass broadcasts its buffers: the frames of it in a failed rank's traceback
 # (each a set of words that are all in it).
@@ -308,7 +314,9 @@ class HangDiagnosis:
                          + [f"{ranks_text(loading)} loading data"] * bool(loading)) or "collectives completing"
 
     def where_they_wait(self) -> str:
-        waits = [f"{ranks_text(g.ranks)}: {g.where}{self.group_loading_where(g.ranks)}" for g in self.groups[:3]]
+        not_joined = set(self.not_joined)
+        waits = [f"{ranks_text(g.ranks)}: " + (f"{NOT_JOINED} ({g.where})" if set(g.ranks) & not_joined else g.where)
+                 + self.group_loading_where(g.ranks) for g in self.groups[:3]]
         exited = [f"{ranks_text(self.exited)}: exited"] if self.exited else []
         return "; ".join(waits + exited)
 
@@ -318,6 +326,16 @@ class HangDiagnosis:
         init_process_group."""
         return (any(a.state == "collective" for a in self.activities)
                 or any(g.where.startswith("init_process_group ") for g in self.groups))
+
+    @property
+    def not_joined(self) -> tuple[int, ...]:
+        """While some ranks wait in init_process_group, the ranks that answered from elsewhere,
+        idle, and made no collective: they have not called it, and the others wait for them."""
+        if not any(g.where.startswith("init_process_group ") for g in self.groups):
+            return ()
+        elsewhere = {rank for g in self.groups if not g.where.startswith("init_process_group ") for rank in g.ranks}
+        return tuple(a.rank for a in self.activities
+                     if a.rank in elsewhere and a.state == "idle" and not self.collectives.get(a.rank))
 
     @property
     def exited(self) -> tuple[int, ...]:
@@ -433,6 +451,8 @@ class HangDiagnosis:
             out.append(f"  {made_alone}")
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
+        elif self.hung and self.not_joined:
+            out.append(f"  {NOT_JOINED_HINT}")
         elif self.hung and self.exited and self.someone_waits:
             out.append(f"  {EXITED_HINT if self.parted_mid_training else self.left_mid_training or EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):

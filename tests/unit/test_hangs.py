@@ -331,6 +331,36 @@ def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_diff
         assert failed_collective(tmp_path, 1) == (f"{op}({shapes})", kind)
 
 
+def test_ranks_in_init_process_group_are_said_to_wait_for_a_rank_that_has_not_called_it():
+    """One rank waits for a file before init_process_group (a lock, a download only it makes): the
+    others wait in init_process_group for it. Said as such, with why, not as a store's address."""
+    site = "/opt/venv/lib/python3.11/site-packages/torch"
+    connecting = (Frame("late.py", 9, "<module>"), Frame(f"{site}/distributed/distributed_c10d.py", 1762,
+                                                         "init_process_group"))
+    waiting = (Frame("late.py", 8, "<module>", "time.sleep(1)"),)
+    stuck = {0: snap(0, frames=connecting), 2: snap(2, frames=connecting), 1: snap(1, frames=waiting)}
+    found = diagnose(probe(5, **{f"r{r}": s for r, s in stuck.items()}),
+                     probe(0, **{f"r{r}": s for r, s in stuck.items()}), {0, 1, 2}, {}, 30)
+    assert found.hung and found.not_joined == (1,)
+    assert found.headline == ("no progress for 30 s: rank 1: not in init_process_group yet (<module> at late.py:8);"
+                              " ranks 0, 2: init_process_group at late.py:9 in <module>")
+    assert found.lines()[-1] == ("  init_process_group returns on no rank before every rank has called it: a rank"
+                                 " that waits for something else before it (a file, a lock, a download only some"
+                                 " ranks make) leaves the others waiting there until its timeout, 30 minutes by"
+                                 " default")
+    assert not any("init_method" in line for line in found.lines())
+    # past init_process_group (a collective made), a rank elsewhere is not one that has not called it
+    joined = {**stuck, 1: snap(1, (coll(1),), frames=waiting)}
+    found = diagnose(probe(5, **{f"r{r}": s for r, s in joined.items()}),
+                     probe(0, **{f"r{r}": s for r, s in joined.items()}), {0, 1, 2}, {}, 30)
+    assert found.not_joined == () and "not in init_process_group" not in found.headline
+    # nor a rank that computes: the job is working
+    busy = {**stuck, 1: snap(1, frames=waiting, cpu_s=4.0)}
+    found = diagnose(probe(5, **{f"r{r}": s for r, s in busy.items()}),
+                     probe(0, **{f"r{r}": s for r, s in stuck.items()}), {0, 1, 2}, {}, 30)
+    assert not found.hung and found.not_joined == ()
+
+
 def test_a_rank_that_exited_while_another_waits_for_it_is_named_in_the_headline_with_its_own_hint():
     """A rank whose script ended before init_process_group (an early return on one rank): the
     others wait for it until torch's timeout; it is not the store's address that is wrong."""
