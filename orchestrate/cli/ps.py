@@ -17,6 +17,10 @@ def add_parsers(sub: Any) -> None:
                                " python -m orchestrate down")
     ps.add_argument("-q", "--quiet", action="store_true",
                     help="print the run ids alone, one per line, and nothing when there is none (for scripts)")
+    # docker ps -a's habit: ps already lists ended and stopped runs, so -a asks for no more
+    ps.add_argument("-a", "--all", action="store_true",
+                    help="every run, ended and stopped ones too, as without it (docker ps -a's habit; use --state to"
+                         " narrow the list)")
     ps.add_argument("--state", action="append", choices=[s.value for s in RunState], metavar="STATE",
                     help="only the runs in this state (repeatable): "
                          + ", ".join(s.value for s in RunState) + " (default: every run)")

@@ -141,6 +141,7 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[2:]}
     assert rows["done"][2] == "succeeded" and rows["going"][2] == "running"
     for argv, listed in ((["ps", "-q"], "done\ngoing\n"), (["ps", "-q", "--state", "running"], "going\n"),
+                         (["ps", "-aq"], "done\ngoing\n"),  # docker's -a: every run, as ps lists them anyway
                          (["ps", "--quiet", "--state", "failed"], ""),  # nothing at all: a script's xargs runs nothing
                          (["ps", "--state", "failed", "--state", "stopped"], "no failed or stopped runs\n")):
         out = io.StringIO()
