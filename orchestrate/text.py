@@ -99,3 +99,20 @@ def peers_named(text: str, node_addresses: dict[str, str]) -> str:
         node = node_addresses.get(match.group(1))
         return f"{match.group(0)} ({node})" if node else match.group(0)
     return _PEER_ADDRESS.sub(name, text)
+
+
+def runs_named(given: str, run_ids: Iterable[str]) -> list[str]:
+    """The run ids (``20261201-072714-728639``) that ``given`` names, sorted: itself where it is
+    one; else each that starts with it (a unique prefix, as docker takes an id's) or ends with it
+    (the id's random last part, ``728639``, the part that tells runs apart). None for ""."""
+    ids = sorted(set(run_ids))
+    if not given or given in ids:
+        return [given] if given else []
+    return [rid for rid in ids if rid.startswith(given) or rid.endswith(given)]
+
+
+
+def several_runs(given: str, matches: list[str], where: str) -> str:
+    """The one-line error for a ``given`` that names several runs (``matches``) ``where``."""
+    shown = ", ".join(matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
+    return f"{given!r} names {len(matches)} runs {where}: {shown}; give more of the run id"

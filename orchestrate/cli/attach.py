@@ -17,7 +17,7 @@ def add_parsers(sub: Any) -> None:
                                         " gone. For a detached run, attach also acts as its launcher (ends it on a"
                                         " failure, restarts elastic nodes); Ctrl-C detaches and leaves the run"
                                         " going.")
-    attach.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+    attach.add_argument("run_id", metavar="RUN_ID", help="the run (see ps): its id, or a unique start or end of it (its last part, 728639)")
     attach.set_defaults(handler=command)
 
 
@@ -26,10 +26,10 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     try:
         result = run.follow()
     except KeyboardInterrupt as exc:
-        inv.out.write(f"\n[orchestrate] detached from run {args.run_id}; it keeps running (stop it with:"
-                      f" python -m orchestrate stop {args.run_id})\n")
+        inv.out.write(f"\n[orchestrate] detached from run {run.run_id}; it keeps running (stop it with:"
+                      f" python -m orchestrate stop {run.run_id})\n")
         return interrupt_exit_code(exc)
     inv.out.write(format_summary(result) + "\n")
     if run.attached is not None and run.attached.detached:
-        inv.out.write(f"remove it with: python -m orchestrate down {args.run_id}\n")
+        inv.out.write(f"remove it with: python -m orchestrate down {run.run_id}\n")
     return result.exit_code

@@ -18,7 +18,7 @@ def add_parsers(sub: Any) -> None:
                                       " directory stay). A run that still runs is stopped first, as stop does"
                                       " (SIGTERM, then SIGKILL after --timeout); its launcher then says it was"
                                       " stopped by down.")
-    down.add_argument("run_id", metavar="RUN_ID", help="the run (see ps)")
+    down.add_argument("run_id", metavar="RUN_ID", help="the run (see ps): its id, or a unique start or end of it (its last part, 728639)")
     down.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
                       help="for a run that still runs: seconds between SIGTERM and SIGKILL (default: the run's own"
                            " --stop-grace, as its launcher would give)")

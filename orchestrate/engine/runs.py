@@ -59,7 +59,7 @@ from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.layout import STOP_REQUEST_FILE
 from orchestrate.plan.make import assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
-from orchestrate.text import grace_ran_out
+from orchestrate.text import grace_ran_out, runs_named, several_runs
 
 log = logging.getLogger(__name__)
 
@@ -335,15 +335,22 @@ def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
 
 
 def find_run(client: Any, run_id: str) -> RunInfo:
-    """The run ``run_id``.
+    """The run ``run_id``, or the one run it names by a unique part of its id (its start, or its
+    random end: see :func:`~orchestrate.text.runs_named`).
 
     Raises:
-        UsageError: When the engine has no container of it.
+        UsageError: When the engine has no container of it, or it names several runs.
     """
     found = list_runs(client, run_id)
-    if not found:
+    if found:
+        return found[0]
+    runs = {run.run_id: run for run in list_runs(client)} if run_id else {}
+    matches = runs_named(run_id, runs)
+    if len(matches) > 1:
+        raise UsageError(several_runs(run_id, matches, "in the engine"))
+    if not matches:
         raise UsageError(f"no run {run_id} in the engine (see `python -m orchestrate ps`)")
-    return found[0]
+    return runs[matches[0]]
 
 
 def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:

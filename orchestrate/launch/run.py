@@ -125,8 +125,10 @@ class Run:
                clock: Callable[[], float] = time.monotonic, verbose: bool = False) -> "Run":
         """A run already in the engine (``attach``): :meth:`follow` watches it to its end, and
         acts as its launcher when it is a detached run that nobody else follows."""
-        run = cls(RunRequest(), out=out, client=client, run_id=run_id, clock=clock, verbose=verbose)
-        run.attached = find_run(run.engine(), run_id)
+        client = client if client is not None else connect()
+        found = find_run(client, run_id)  # the id may be a unique part of it
+        run = cls(RunRequest(), out=out, client=client, run_id=found.run_id, clock=clock, verbose=verbose)
+        run.attached = found
         return run
 
     # Talking ---------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ their time in ``data-time`` too.
 from __future__ import annotations
 
 import base64
-import glob
 import html
 import logging
 import math
@@ -29,6 +28,7 @@ from typing import Any, Optional
 from orchestrate.outcome.events import record_event
 from orchestrate.report import svg
 from orchestrate.report.model import IN_DEBUGGER, ReportModel, _fmt, build_model, load_run
+from orchestrate.text import runs_named, several_runs
 
 log = logging.getLogger(__name__)
 
@@ -399,16 +399,16 @@ def end_record(run_dir: Path, **fields: Any) -> None:
 
 
 def find_run_dir(runs_dir: Path, run: str) -> Path:
-    """A run's directory from its id (or a unique prefix of it), or a path to it."""
+    """A run's directory from its id (or a unique start or end of it), or a path to it."""
     from orchestrate.errors import UsageError
 
     given = Path(run)
     if (given / "run.json").is_file():
         return given
-    matches = sorted(p for p in runs_dir.glob(f"{glob.escape(run)}*") if (p / "run.json").is_file()) \
-        if runs_dir.is_dir() else []
+    recorded = [p.name for p in runs_dir.iterdir() if (p / "run.json").is_file()] if runs_dir.is_dir() else []
+    matches = runs_named(run, recorded)
     if len(matches) == 1:
-        return matches[0]
+        return runs_dir / matches[0]
     if not matches:
         raise UsageError(f"no run {run!r} in {runs_dir} (give the run id, or --runs-dir)")
-    raise UsageError(f"{run!r} matches {len(matches)} runs in {runs_dir}: {', '.join(p.name for p in matches[:5])}")
+    raise UsageError(several_runs(run, matches, f"in {runs_dir}"))

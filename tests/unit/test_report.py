@@ -314,6 +314,14 @@ def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys
     assert "One lane per node" in (run_dir / "report.html").read_text()
     assert main(["report", "nope", "--runs-dir", str(tmp_path / "runs")]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
+    other = tmp_path / "runs" / "20261121-111111-fedcba"
+    other.mkdir()
+    (other / "run.json").write_text(json.dumps(plan()))
+    assert main(["report", "abcdef", "--runs-dir", str(tmp_path / "runs")], out=io.StringIO()) == 0  # its random end
+    assert main(["report", "20261121", "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "'20261121' names 2 runs in " + str(tmp_path / "runs") + ": 20261121-101010-abcdef, 20261121-111111-fedcba;"
+        " give more of the run id")
     assert find_run_dir(tmp_path / "runs", str(run_dir)) == run_dir
     assert load_run(run_dir)["outcome"] is None and write_report(run_dir).is_file()
 

@@ -29,6 +29,7 @@ from orchestrate.engine.runs import (
 from orchestrate.errors import UsageError
 from orchestrate.node import rank_signal
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
+from orchestrate.text import runs_named, several_runs
 from tests.fakes import FakeCompose, FakeDockerClient, Script, wait_until
 
 
@@ -158,7 +159,7 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
         graces.append(timeout_s)
         return stop_run(run, 2, by, say, **hooks)
     monkeypatch.setattr("orchestrate.launch.stop.stop_run", stop_run_in_less_time)
-    assert main(client=client, argv=["stop", "going"], out=out) == 0
+    assert main(client=client, argv=["stop", "goi"], out=out) == 0  # a unique start of its id names it
     assert "stopped node0 of run going; logs and state kept" in out.getvalue()
     assert graces == [3]  # the run's own grace
     assert out.getvalue().splitlines()[0] == ("node0 did not stop within its grace after SIGTERM, so it got SIGKILL;"
@@ -172,6 +173,18 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
     assert main(client=client, argv=["down", "no-such-run"], out=io.StringIO()) == 2
     assert "no run no-such-run in the engine" in capsys.readouterr().err
+
+
+def test_a_run_is_named_by_its_id_or_a_unique_start_or_end_of_it():
+    ids = ["20261201-072714-728639", "20261201-072901-a1b2c3", "20261130-235959-728639x"]
+    assert runs_named("20261201-072714-728639", ids) == ["20261201-072714-728639"]
+    assert runs_named("a1b2c3", ids) == ["20261201-072901-a1b2c3"]  # the random end
+    assert runs_named("20261130", ids) == ["20261130-235959-728639x"]  # docker's unique prefix
+    assert runs_named("728639", ids) == ["20261201-072714-728639"]  # an end, not a piece in the middle
+    assert runs_named("20261201", ids) == ["20261201-072714-728639", "20261201-072901-a1b2c3"]
+    assert runs_named("", ids) == [] and runs_named("nope", ids) == []
+    assert several_runs("20261201", ids[:2], "in the engine") == (
+        "'20261201' names 2 runs in the engine: 20261201-072714-728639, 20261201-072901-a1b2c3; give more of the run id")
 
 
 def test_stop_signals_every_node_at_once_not_one_after_another(make_run, monkeypatch):
