@@ -15,7 +15,7 @@ from orchestrate.outcome.model import RunResult, SlurmJob
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said, recovered_preemption_said
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import (brief, format_table, grace_ran_out, peers_named, ranks_text, shuffled_alike,
+from orchestrate.text import (brief, counted, format_table, grace_ran_out, peers_named, ranks_text, shuffled_alike,
                              written_by_several)
 
 
@@ -104,6 +104,8 @@ def format_summary(outcome: RunResult) -> str:
             elif cause:
                 said = ("the same error" if error and error == failed_by
                         else brief(error) if error else f"exit code {code}")
+                if other.oom_kills:  # its own memory ran out too, whatever its ranks then said
+                    said = f"OOM-killed too: the kernel killed {counted(other.oom_kills, 'process', 'processes')} at its memory limit"
                 lines.append(f"  then {other.node.name} rank {cause.rank}: {peers_named(said, outcome.node_addresses)}")
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")

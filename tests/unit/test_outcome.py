@@ -153,6 +153,13 @@ def test_an_oom_killed_node_is_the_cause_not_its_peers_closed_connections(make_j
     assert failure.node == "node1"
     assert failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es) at the node's memory"
                                          " limit (rank 1 killed)")
+    assert "  then node0 rank 0: RuntimeError: Connection closed by peer" in format_summary(outcome(results)).splitlines()
+    # both nodes past their limit: the other one's kill is its own, not an exit code to guess at
+    results[0].root_cause, results[0].oom_kills = RootCause(0, 0, -9, "SIGKILL"), 2
+    lines = format_summary(outcome(results)).splitlines()
+    assert "FAILED: node0 OOM-killed: the kernel killed 2 process(es) at the node's memory limit (rank 0 killed);" \
+           " raise --memory-per-node or use less memory" in lines  # the first to fail
+    assert "  then node1 rank 1: OOM-killed too: the kernel killed 1 process at its memory limit" in lines
 
 
 def test_a_worker_killed_by_a_signal_after_its_peers_finished_is_explained(make_job):
