@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional
 
 from orchestrate.errors import UsageError
 from orchestrate.plan.model import JobPlan
+from orchestrate.plan.torchrun import STORE_PER_ROUND_ENV
 
 TARGETS = ("slurm", "kubernetes")
 
@@ -100,11 +101,14 @@ def default_job_name(target: tuple[str, ...]) -> str:
 
 
 def job_env(plan: JobPlan) -> dict[str, str]:
-    """The variables a cluster job needs: the backend, the collective timeout, the user's;
-    none of the simulation's own (its shared volume, progress channel, interfaces)."""
+    """The variables a cluster job needs: the backend, the collective timeout, an elastic job's
+    store per rendezvous round, the user's; none of the simulation's own (its shared volume,
+    progress channel, interfaces)."""
     cfg = plan.config
     env = {"PYTHONUNBUFFERED": "1", "DDP_BACKEND": cfg.backend}
     if cfg.collective_timeout_s is not None:
         env["DDP_TIMEOUT"] = f"{cfg.collective_timeout_s:g}"
+    if cfg.elastic:  # torchrun's restarts on a cluster meet the same store as on the nodes
+        env.update(STORE_PER_ROUND_ENV)
     env.update(cfg.user_env)
     return env

@@ -29,7 +29,7 @@ from orchestrate.plan.layout import (
     mount_conflict,
 )
 from orchestrate.plan.model import JobPlan, NodePlan, node_name
-from orchestrate.plan.torchrun import elastic_torchrun_argv, torchrun_argv
+from orchestrate.plan.torchrun import STORE_PER_ROUND_ENV, elastic_torchrun_argv, torchrun_argv
 
 
 def assign_ranks(nodes: int, nproc_per_node: int) -> list[tuple[int, ...]]:
@@ -142,11 +142,7 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
         env["DDP_POST_MORTEM"] = "1"
     if config.elastic:
         env["LOGLEVEL"] = "INFO"  # torchrun then reports every rendezvous round it joins
-    if config.elastic and config.rdzv_store == "container":
-        # torchrun's agents cache the first round's bootstrap address (rank 0's agent store) and
-        # never publish a new one, so a node restarted alone cannot form a new group with them;
-        # a store that survives any node needs each round's own (torch 2.9.1, dynamic_rendezvous.py).
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        env.update(STORE_PER_ROUND_ENV)  # a restarted worker group reads no address of the one before
     if config.run_as:
         # The uid has no passwd entry in the image: without these, getpass.getuser() fails,
         # and with it torch.compile (its cache directory is named after the user).

@@ -7,6 +7,15 @@ from orchestrate.config.run_config import RunConfig
 from orchestrate.plan.layout import RDZV_PORT, RUN_DIR_MOUNT
 from orchestrate.plan.model import node_name
 
+# What every elastic job's workers get, on the nodes and in the exported jobs. torch (2.9.1)
+# hands the workers its rendezvous's TCPStore (TORCHELASTIC_USE_AGENT_STORE), keeps that one
+# store across restarts of the worker group, and scopes no key by attempt (pytorch#135712): a
+# rank of a restarted group that reaches the store before a peer has read the peer's address
+# from the attempt before, and measured, connected to a closed port and failed, or hung. And
+# it caches the first round's address in every agent, so a node restarted alone cannot form a
+# group with the agents that survived. torch's opt-out gives each round a store of its own.
+STORE_PER_ROUND_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
 
 def torchrun_argv(
     *,

@@ -74,3 +74,19 @@ def test_two_preempts_are_two_recoveries_and_the_second_counts_into_the_next_att
     second = re.search(r"fault injected: preempt:node0@step=\+4 \([\d.]+ s into the job, at step (\d+)", result.output)
     assert second and int(second[1]) == resumed[0] + 4, result.output[-3000:]
     assert leftovers(docker_client, result.project) == []
+
+
+def test_a_worker_group_restarted_by_torchrun_rejoins_even_where_one_node_reaches_the_store_late(
+        orchestrate_run, docker_client):
+    """torchrun's own --max-restarts, within agents that live on: a transient error in one worker.
+    On the restart, node0's ranks join the group 3 s after node1's. With torch's shared store
+    (kept across restarts, keys not scoped by attempt) node1's ranks read node0's addresses of
+    the attempt before and fail on a closed port, every time; with a store per round they wait."""
+    result = orchestrate_run("--nodes", "2", "--nproc-per-node", "2", "--rdzv", "c10d", "--max-restarts", "1",
+                             "--hang-timeout", "60", "--workdir", str(JOBS), "--", "transient_error.py")
+    assert result.code == 0, result.output[-4000:]
+    assert sorted(re.findall(r"^\[node\d/rank(\d)\]\s+rank \1 done after 1 restart\(s\), world 4$", result.output,
+                             re.M)) == ["0", "1", "2", "3"], result.output[-4000:]
+    assert "transient: lost the connection to the dataset server" in result.output  # the first attempt's error
+    assert "restarting every node" not in result.output  # torchrun restarted the workers, not the launcher the nodes
+    assert leftovers(docker_client, result.project) == []

@@ -119,6 +119,25 @@ def test_elastic_jobs_rendezvous_with_c10d_on_pod_zero(make_job):
     validate(job)
 
 
+def test_an_elastic_export_gives_each_rendezvous_round_a_store_of_its_own_and_says_why(make_job):
+    """torchrun's --max-restarts restarts the worker group within agents that keep one store: the
+    exported job carries the opt-out the nodes run with, so that it restarts on a cluster too."""
+    def k8s_env(plan):
+        return env_of(export_kubernetes(plan, ExportOptions(name="ddp-e"))[1]["spec"]["template"]["spec"]["containers"][0])
+
+    elastic, static = make_job(nodes=2, rdzv="c10d"), make_job(nodes=2)
+    assert k8s_env(elastic)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in k8s_env(static)
+    script = export_slurm(elastic, ExportOptions(name="ddp-e")).splitlines()
+    at = script.index("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
+    assert "# A store of its own for each rendezvous round: a restarted worker group then reads no address" in script
+    assert script.index("# of the attempt before it from torchrun's shared store (pytorch#135712).") < at
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in export_slurm(static, ExportOptions(name="ddp-s"))
+    mine = make_job(nodes=2, rdzv="c10d", user_env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})
+    assert k8s_env(mine)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"  # the user's --env wins
+    assert "pytorch#135712" not in export_slurm(mine, ExportOptions(name="ddp-m"))  # and no word of ours on it
+
+
 def test_an_elastic_jobs_lost_pod_is_replaced_and_a_static_jobs_fails_the_job(make_job):
     elastic = make_job(nodes=4, rdzv="c10d", min_nodes=2, max_nodes=4, max_restarts=3)
     spec = export_kubernetes(elastic, ExportOptions(name="ddp-e"))[1]["spec"]

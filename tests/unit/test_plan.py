@@ -262,7 +262,11 @@ def test_a_store_container_is_the_rendezvous_endpoint_and_no_node(make_job):
     assert "rdzv-store" not in render_compose(on_node0)["services"]
     argv = on_node0.nodes[1].torchrun_argv
     assert argv[argv.index("--rdzv-endpoint") + 1] == "node0:29400"
-    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in on_node0.nodes[1].env
+    # a store per round on node0 too: a restarted worker group reads no address of the attempt before
+    assert on_node0.nodes[1].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in make_job(nodes=2).nodes[1].env  # static: no restarts
+    mine = make_job(nodes=2, rdzv="c10d", user_env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})
+    assert mine.nodes[0].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"  # the user's --env wins, to see torch's own
 
 
 @pytest.mark.parametrize("overrides", [dict(restart="node"), dict(rdzv_store="container")])
