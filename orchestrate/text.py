@@ -88,8 +88,9 @@ def written_by_several(path: str, ranks: Iterable[int]) -> str:
             " or a file per rank")
 
 
-# A peer named by its address and port, as gloo names one: ``[172.20.0.3]:12933``.
-_PEER_ADDRESS = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]:(\d+)")
+# A peer named by its address and port, as gloo names one: ``[172.20.0.3]:12933``, and as its
+# connect errors do, with the peer's rank after a dollar sign: ``[172.20.0.3]:30637$2``.
+_PEER_ADDRESS = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]:(\d+)(?:\$\d+)?")
 
 
 def peers_named(text: str, node_addresses: dict[str, str]) -> str:
@@ -109,7 +110,6 @@ def runs_named(given: str, run_ids: Iterable[str]) -> list[str]:
     if not given or given in ids:
         return [given] if given else []
     return [rid for rid in ids if rid.startswith(given) or rid.endswith(given)]
-
 
 
 def several_runs(given: str, matches: list[str], where: str) -> str:

@@ -19,6 +19,9 @@ def test_an_address_of_a_node_is_followed_by_its_name_and_any_other_left_as_it_i
     assert peers_named("peers [172.20.0.2]:1 and [172.20.0.3]:2", nodes) == (
         "peers [172.20.0.2]:1 (node0) and [172.20.0.3]:2 (node1)")
     assert peers_named(LOST.format("10.0.0.9"), nodes) == LOST.format("10.0.0.9")  # no node's: as it was
+    # gloo's connect error puts the peer's rank after the port: the node's name goes after it, not between
+    refused = "timed out connecting: SO_ERROR: Connection refused, remote=[172.20.0.2]:30637$2"
+    assert peers_named(refused, nodes) == refused + " (node0)"
     assert peers_named("172.20.0.3:12933 and [172.20.0.3]", nodes) == "172.20.0.3:12933 and [172.20.0.3]"
 
 
