@@ -313,6 +313,13 @@ class RunResult:
         return said
 
     @property
+    def restarts_in_place(self) -> dict[str, int]:
+        """How many times torchrun restarted each node's workers in place (--max-restarts), for
+        the nodes where it did: ``assert not result.restarts_in_place`` fails a job that only
+        succeeded on a second attempt."""
+        return {r.node.name: r.restarts_in_place for r in self.results if r.restarts_in_place}
+
+    @property
     def fired_faults(self) -> list[FaultRecord]:
         return [f for f in self.faults if f.fired]
 

@@ -40,8 +40,11 @@ class NodeResult:
         earlier: Where its failure is a consequence (a lost peer, a lost rendezvous store) or
             has no worker's cause: the newest earlier worker of it whose error was its own, from
             torchrun's log of each attempt (restarts hide what made them restart).
-        attempts: For a failed node, the error each attempt of its workers ended in, the oldest
-            first (torchrun restarts them in place under --max-restarts).
+        attempts: For a failed node, or one whose workers torchrun restarted, the error each
+            attempt of its workers ended in, the oldest first (torchrun restarts them in place
+            under --max-restarts).
+        restarts_in_place: How many times its torchruns restarted its workers in place (a worker
+            failed, and restarts were left): a job that succeeded after one is said to.
         preemption: For a node a ``preempt`` fault hit: how each of its ranks met the SIGTERM
             (exited 0, how soon, what it wrote after it), as the workers said on the progress
             channel.
@@ -68,6 +71,7 @@ class NodeResult:
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
     earlier: Optional[EarlierFailure] = None
     attempts: list[AttemptError] = field(default_factory=list)
+    restarts_in_place: int = 0
     preemption: Optional[Preemption] = None
 
     def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:

@@ -345,6 +345,17 @@ def attempts_in_order(run_dir: Path, node: str) -> list[Path]:
     return [attempt for _, _, attempt in sorted(dated)]
 
 
+def restarts_in_place(run_dir: Path, node: str) -> int:
+    """How many times a node's torchruns restarted its workers in place (``--max-restarts``): each
+    torchrun's attempt folders past its first. A torchrun the launcher started anew (a node
+    restarted) counts none, and neither does a restart for a node that joined, which uses up no
+    attempt."""
+    per_torchrun: dict[Path, int] = {}
+    for attempt in attempts_in_order(run_dir, node):
+        per_torchrun[attempt.parent] = per_torchrun.get(attempt.parent, 0) + 1
+    return sum(count - 1 for count in per_torchrun.values())
+
+
 def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:
     """torchrun's structured error files of a node's last attempt: local rank -> file."""
     attempts = attempts_in_order(run_dir, node)

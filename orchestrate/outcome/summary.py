@@ -52,6 +52,7 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"recovery: {recovery.describe()}")
         met = recovered_preemption_said(recovery.node, recovery.cause, outcome.results)
         lines += [f"  {met}"] if met else []  # (an elastic job got a preempted node back)
+    lines += restart_lines(outcome)
     # what a fault did beyond its spec (the file a torn write cut, where, by which rank), or that
     # it fell before the job's first step (then it tested no training)
     lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults if f.detail or f.before_first_step]
@@ -218,6 +219,32 @@ def written_by_several_lines(outcome: RunResult) -> list[str]:
         lines.append(f"warning: {len(found) - WRITTEN_BY_SEVERAL_SHOWN} more files written by several ranks"
                      " (outcome.json: written_by_several)")
     return lines
+
+
+def restart_lines(outcome: RunResult) -> list[str]:
+    """Where torchrun restarted a node's workers in place (--max-restarts): how often on each node,
+    and, for a node that then ended well, the error of its own each restarted attempt ended in
+    (a failed node's are said under its failure). A job that succeeded only after a restart is
+    never a plain success."""
+    restarted = [r for r in outcome.results if r.restarts_in_place]
+    if not restarted:
+        return []
+    if len(restarted) == len(outcome.results) and len({r.restarts_in_place for r in restarted}) == 1:
+        where = f"{times(restarted[0].restarts_in_place)} on every node"
+    else:
+        where = ", ".join(f"{times(r.restarts_in_place)} on {r.node.name}" for r in restarted)
+    lines = [f"restarted in place: torchrun restarted the workers after a failure, {where}"]
+    for result in (r for r in restarted if r.state is NodePhase.SUCCEEDED):
+        own = [f"  attempt {e.attempt} of {result.node.name}'s workers failed by an error of its own: local rank"
+               f" {e.local_rank}: {brief(e.exception)}" for e in result.attempts if e.own]
+        # a worker killed leaves no error of its own in its log: the fault that killed it is the cause
+        lines += own or [f"  after injected fault {f.spec} on {f.node}" for f in outcome.fired_faults
+                         if f.node == result.node.name]
+    return lines
+
+
+def times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 def fault_lines(outcome: RunResult) -> list[str]:

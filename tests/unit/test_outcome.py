@@ -868,3 +868,33 @@ def test_a_clusters_interface_name_gets_the_hint_of_the_nodes_own(make_job):
     failed = lines.index(f"FAILED: node0 rank 0 failed (exit code 1): {gloo.exception}")
     assert lines[failed + 1].startswith("  hint: the nodes have no network interface by the name GLOO_SOCKET_IFNAME or"
                                         " NCCL_SOCKET_IFNAME gives (ib0): each node has eth0")
+
+
+def test_a_job_that_succeeded_after_torchrun_restarted_its_workers_says_so_with_what_ended_each_attempt(make_job,
+                                                                                                          tmp_path):
+    from orchestrate.outcome.root_cause import restarts_in_place
+    for torchrun, attempts in (("r_a", 3), ("r_b", 1)):  # the launcher's second torchrun restarted nothing
+        for number in range(attempts):
+            (tmp_path / "node1" / "torchrun" / torchrun / f"attempt_{number}" / "0").mkdir(parents=True)
+    assert restarts_in_place(tmp_path, "node1") == 2 and restarts_in_place(tmp_path, "node0") == 0
+
+    plan = make_job(nodes=2, rdzv="c10d")
+    results = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))
+    assert "restarted in place" not in format_summary(outcome(results))  # none: a plain success
+    results[0].restarts_in_place = results[1].restarts_in_place = 1
+    results[1].attempts = [AttemptError(1, 1, "RuntimeError: Connection closed by peer", own=False),
+                           AttemptError(1, 0, "RuntimeError: transient: lost the dataset server", own=True)]
+    lines = format_summary(outcome(results)).splitlines()
+    at = lines.index("restarted in place: torchrun restarted the workers after a failure, once on every node")
+    assert lines[at + 1:at + 3] == ["  attempt 1 of node1's workers failed by an error of its own: local rank 0:"
+                                    " RuntimeError: transient: lost the dataset server", "logs: /tmp/runs/run-1"]
+    assert lines[-1] == "SUCCEEDED: all 2 nodes exited 0"
+    assert outcome_record(outcome(results))["nodes"][1]["restarts_in_place"] == 1
+    assert outcome(results).restarts_in_place == {"node0": 1, "node1": 1}
+
+    # a killed worker leaves no error of its own: the fault that killed it is named
+    results[0].restarts_in_place, results[1].restarts_in_place, results[1].attempts = 0, 2, []
+    killed = FaultRecord("kill-rank:1@step=5", "node1", elapsed_s=4.0, step=5)
+    lines = format_summary(outcome(results, faults=[killed])).splitlines()
+    at = lines.index("restarted in place: torchrun restarted the workers after a failure, 2 times on node1")
+    assert lines[at + 1] == "  after injected fault kill-rank:1@step=5 on node1"
