@@ -93,6 +93,11 @@ class ChaosVerdict(Verdict):
             reasons.append(f"in the undisturbed run, {'; and '.join(self.reference.missed)}: nothing to compare with")
         elif not self.reference.succeeded:
             reasons.append(f"the undisturbed run failed (exit code {self.reference.exit_code}): nothing to compare with")
+        elif self.reference.restarts_in_place:  # it needed a second attempt with no fault: nothing undisturbed
+            restarted = ", ".join(f"{node} {'once' if n == 1 else f'{n} times'}"
+                                  for node, n in self.reference.restarts_in_place.items())
+            reasons.append(f"the undisturbed run was not: torchrun restarted its workers after a failure ({restarted}),"
+                           " so the job fails without faults too (its summary says how)")
         if self.disturbed is None:  # no trial ran: the reference, or what it left to compare, says why
             return reasons + [c.describe() for c in self.comparisons if not c.equal]
         if not self.disturbed.job_succeeded:

@@ -67,7 +67,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         except OrchestrateError:
             if time.monotonic() >= deadline:
                 raise
-            now = find_run(client, args.run_id)
+            now = find_run(client, run.run_id)  # the run found first, not a part of its id that may name another now
             if not now.live_nodes:
                 raise UsageError(f"run {run.run_id} ended ({now.state.value}) while no rank was in its debugger;"
                                  f" its output: python -m orchestrate logs {run.run_id}")

@@ -341,10 +341,12 @@ def find_run(client: Any, run_id: str) -> RunInfo:
     Raises:
         UsageError: When the engine has no container of it, or it names several runs.
     """
+    if not run_id:  # the label filter with no value would list every run
+        raise UsageError("no run id given (see `python -m orchestrate ps`)")
     found = list_runs(client, run_id)
     if found:
         return found[0]
-    runs = {run.run_id: run for run in list_runs(client)} if run_id else {}
+    runs = {run.run_id: run for run in list_runs(client)}
     matches = runs_named(run_id, runs)
     if len(matches) > 1:
         raise UsageError(several_runs(run_id, matches, "in the engine"))

@@ -356,6 +356,14 @@ def restarts_in_place(run_dir: Path, node: str) -> int:
     return sum(count - 1 for count in per_torchrun.values())
 
 
+def restarted_attempt_errors(run_dir: Path, node: str) -> list[AttemptError]:
+    """The errors of a node's attempts that were followed by another (:func:`attempt_errors`,
+    less its last attempt's: a node that ended well ended its last attempt well, and a traceback
+    its script caught and printed there is no error that ended it)."""
+    last = len(attempts_in_order(run_dir, node))
+    return [error for error in attempt_errors(run_dir, node) if error.attempt < last]
+
+
 def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:
     """torchrun's structured error files of a node's last attempt: local rank -> file."""
     attempts = attempts_in_order(run_dir, node)

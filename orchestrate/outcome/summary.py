@@ -221,6 +221,10 @@ def written_by_several_lines(outcome: RunResult) -> list[str]:
     return lines
 
 
+# The fault that kills a worker and leaves its node up: torchrun then restarts the workers in place.
+RANK_KILL = "kill-rank:"  # (config.fault_spec.FaultAction.KILL_RANK, as specs start: outcome imports no config)
+
+
 def restart_lines(outcome: RunResult) -> list[str]:
     """Where torchrun restarted a node's workers in place (--max-restarts): how often on each node,
     and, for a node that then ended well, the error of its own each restarted attempt ended in
@@ -239,7 +243,7 @@ def restart_lines(outcome: RunResult) -> list[str]:
                f" {e.local_rank}: {brief(e.exception)}" for e in result.attempts if e.own]
         # a worker killed leaves no error of its own in its log: the fault that killed it is the cause
         lines += own or [f"  after injected fault {f.spec} on {f.node}" for f in outcome.fired_faults
-                         if f.node == result.node.name]
+                         if f.node == result.node.name and f.spec.startswith(RANK_KILL)]
     return lines
 
 

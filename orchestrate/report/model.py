@@ -310,7 +310,10 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         elif outcome.get("error"):
             model.outcome = f"FAILED (exit code {model.exit_code}): {outcome['error']}"
         elif model.succeeded:
-            model.outcome = "SUCCEEDED"
+            restarted = [f"{node.get('name')} {'once' if n == 1 else f'{n} times'}" for node in outcome.get("nodes") or []
+                         if (n := int(node.get("restarts_in_place") or 0))]
+            model.outcome = "SUCCEEDED" + (f", after torchrun restarted the workers in place ({', '.join(restarted)})"
+                                           if restarted else "")
         elif model.failure:
             model.outcome = f"FAILED (exit code {model.exit_code}): {model.failure.get('describe', '')}"
         elif outcome.get("missed"):  # every node exited 0, but what was asked did not happen

@@ -60,7 +60,7 @@ from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import Preemption
-from orchestrate.outcome.root_cause import attempt_errors, restarts_in_place
+from orchestrate.outcome.root_cause import restarted_attempt_errors, restarts_in_place
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR, SIGTERM_MARK_PREFIX
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LineArrived, LogEnded, Message, NodeTracker, RunSpec
@@ -816,7 +816,7 @@ class Supervisor:
             # torchrun's restarts in place, and what ended each restarted attempt (a failed node's are read already)
             tracker.result.restarts_in_place = restarts_in_place(self.spec.run_dir, tracker.name)
             if tracker.result.restarts_in_place and not tracker.result.attempts:
-                tracker.result.attempts = attempt_errors(self.spec.run_dir, tracker.name)
+                tracker.result.attempts = restarted_attempt_errors(self.spec.run_dir, tracker.name)
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
         if self.writes is not None:
             self.writes.walk()

@@ -488,6 +488,13 @@ def test_a_job_that_failed_under_the_faults_or_a_reference_that_failed_is_the_re
     no_reference = ChaosVerdict(1, result(make_job, tmp_path, ok=False, run_id="ref"), None, [])
     assert no_reference.failures == ["the undisturbed run failed (exit code 1): nothing to compare with"]
     assert no_reference.exit_code == 1
+    # a reference that succeeded only after torchrun restarted its workers with no fault was not undisturbed
+    flaky = result(make_job, tmp_path, run_id="ref")
+    flaky.results[1].restarts_in_place = 1
+    verdict = ChaosVerdict(1, flaky, result(make_job, tmp_path, run_id="d"), ["kill:node1@t=5.0"])
+    assert verdict.failures == ["the undisturbed run was not: torchrun restarted its workers after a failure (node1"
+                                " once), so the job fails without faults too (its summary says how)"]
+    assert not verdict.holds
 
 
 def test_a_compared_file_the_undisturbed_run_did_not_write_ends_the_check_before_any_trial(make_job, tmp_path):

@@ -895,6 +895,20 @@ def test_a_job_that_succeeded_after_torchrun_restarted_its_workers_says_so_with_
     # a killed worker leaves no error of its own: the fault that killed it is named
     results[0].restarts_in_place, results[1].restarts_in_place, results[1].attempts = 0, 2, []
     killed = FaultRecord("kill-rank:1@step=5", "node1", elapsed_s=4.0, step=5)
-    lines = format_summary(outcome(results, faults=[killed])).splitlines()
+    slowed = FaultRecord("slow:node1@t=2", "node1", elapsed_s=2.0)  # kills no worker: not the cause
+    lines = format_summary(outcome(results, faults=[slowed, killed])).splitlines()
     at = lines.index("restarted in place: torchrun restarted the workers after a failure, 2 times on node1")
-    assert lines[at + 1] == "  after injected fault kill-rank:1@step=5 on node1"
+    assert lines[at + 1:at + 3] == ["  after injected fault kill-rank:1@step=5 on node1", "logs: /tmp/runs/run-1"]
+
+
+def test_a_succeeded_nodes_restarted_attempts_are_those_before_its_last(tmp_path):
+    """A traceback the script caught and printed in the attempt that ended well ended nothing."""
+    from orchestrate.outcome.root_cause import restarted_attempt_errors
+    import os
+    for number, text in enumerate(("Traceback (most recent call last):\n  File \"t.py\", line 1\nKeyError: 'a'\n",
+                                   "Traceback (most recent call last):\n  File \"t.py\", line 2\nValueError: caught\n")):
+        log = tmp_path / "node0" / "torchrun" / "r_a" / f"attempt_{number}" / "0" / "stderr.log"
+        log.parent.mkdir(parents=True)
+        log.write_text(text)
+        os.utime(log.parents[1], (1000 + number, 1000 + number))  # the attempts' order
+    assert [(e.attempt, e.exception) for e in restarted_attempt_errors(tmp_path, "node0")] == [(1, "KeyError: 'a'")]

@@ -59,6 +59,10 @@ def test_a_successful_run_has_a_lane_per_node_and_rank_through_its_phases():
     assert model.outcome == "SUCCEEDED" and model.torch == "2.9.1"
     assert [s for _, s, _ in model.progress[2]] == list(range(1, 11))
     assert model.end == pytest.approx(10.5)
+    restarted = {"succeeded": True, "exit_code": 0, "nodes": [{"name": "node0", "restarts_in_place": 0},
+                                                              {"name": "node1", "restarts_in_place": 2}]}
+    model = build_model({"run": plan(), "events": events, "progress": progress, "outcome": restarted})
+    assert model.outcome == "SUCCEEDED, after torchrun restarted the workers in place (node1 2 times)"
 
 
 def test_a_run_stopped_by_stop_says_who_stopped_it_and_a_ctrl_c_is_an_interrupt():

@@ -17,6 +17,7 @@ from orchestrate.engine.client import engine_time
 from orchestrate.engine.runs import (
     RunState,
     age,
+    find_run,
     gpus_in_use,
     launcher_alive,
     launcher_identity,
@@ -151,6 +152,7 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     out = io.StringIO()
     assert main(client=client, argv=["ps", "--state", "succeeded"], out=out) == 0
     assert [line.split()[0] for line in out.getvalue().splitlines()[2:]] == ["done"]
+    assert find_run(client, "one").run_id == "done"  # the end of its id names it too
 
     out = io.StringIO()
     graces = []
@@ -173,6 +175,8 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert list_runs(client) == [] and client.networks_by_name == {} and client.volumes_by_name == {}
     assert main(client=client, argv=["down", "no-such-run"], out=io.StringIO()) == 2
     assert "no run no-such-run in the engine" in capsys.readouterr().err
+    assert main(client=client, argv=["down", ""], out=io.StringIO()) == 2  # not the newest run: none
+    assert "no run id given" in capsys.readouterr().err
 
 
 def test_a_run_is_named_by_its_id_or_a_unique_start_or_end_of_it():
