@@ -222,14 +222,17 @@ def written_by_several_lines(outcome: RunResult) -> list[str]:
 
 
 # The fault that kills a worker and leaves its node up: torchrun then restarts the workers in place.
-RANK_KILL = "kill-rank:"  # (config.fault_spec.FaultAction.KILL_RANK, as specs start: outcome imports no config)
+# The faults that strike one worker and leave its node up, so that torchrun restarts the workers in
+# place (config.fault_spec's KILL_RANK and HANG_RANK, as their specs start: outcome imports no config).
+RANK_FAULTS = ("kill-rank:", "hang-rank:")
 
 
 def restart_lines(outcome: RunResult) -> list[str]:
-    """Where torchrun restarted a node's workers in place (--max-restarts): how often on each node,
-    and, for a node that then ended well, the error of its own each restarted attempt ended in
-    (a failed node's are said under its failure). A job that succeeded only after a restart is
-    never a plain success."""
+    """Where torchrun restarted a node's workers in place (--max-restarts): how often on each node;
+    the injected faults that struck a worker (their nodes' peers fail on them, so a peer's error
+    can be the first in the logs); and, for a node that then ended well, the error each restarted
+    attempt ended in that was not a lost peer's (a failed node's are said under its failure). A job
+    that succeeded only after a restart is never a plain success."""
     restarted = [r for r in outcome.results if r.restarts_in_place]
     if not restarted:
         return []
@@ -238,12 +241,10 @@ def restart_lines(outcome: RunResult) -> list[str]:
     else:
         where = ", ".join(f"{times(r.restarts_in_place)} on {r.node.name}" for r in restarted)
     lines = [f"restarted in place: torchrun restarted the workers after a failure, {where}"]
+    lines += [f"  after injected fault {f.spec} on {f.node}" for f in outcome.fired_faults if f.spec.startswith(RANK_FAULTS)]
     for result in (r for r in restarted if r.state is NodePhase.SUCCEEDED):
-        own = [f"  attempt {e.attempt} of {result.node.name}'s workers failed by an error of its own: local rank"
-               f" {e.local_rank}: {brief(e.exception)}" for e in result.attempts if e.own]
-        # a worker killed leaves no error of its own in its log: the fault that killed it is the cause
-        lines += own or [f"  after injected fault {f.spec} on {f.node}" for f in outcome.fired_faults
-                         if f.node == result.node.name and f.spec.startswith(RANK_KILL)]
+        lines += [f"  attempt {e.attempt} of {result.node.name}'s workers ended with local rank {e.local_rank}'s"
+                  f" error: {brief(e.exception)}" for e in result.attempts if e.own]
     return lines
 
 

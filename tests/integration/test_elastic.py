@@ -92,6 +92,6 @@ def test_a_worker_group_restarted_by_torchrun_rejoins_even_where_one_node_reache
     summary = result.output.split("summary ===")[1]
     assert re.search(r"^restarted in place: torchrun restarted the workers after a failure, once on (every node|node1)$",
                      summary, re.M), summary  # node0's agent may rejoin the new round without using a restart up
-    assert ("  attempt 1 of node1's workers failed by an error of its own: local rank 1: RuntimeError: transient: lost"
+    assert ("  attempt 1 of node1's workers ended with local rank 1's error: RuntimeError: transient: lost"
             " the connection to the dataset server") in summary.splitlines()
     assert leftovers(docker_client, result.project) == []

@@ -886,7 +886,7 @@ def test_a_job_that_succeeded_after_torchrun_restarted_its_workers_says_so_with_
                            AttemptError(1, 0, "RuntimeError: transient: lost the dataset server", own=True)]
     lines = format_summary(outcome(results)).splitlines()
     at = lines.index("restarted in place: torchrun restarted the workers after a failure, once on every node")
-    assert lines[at + 1:at + 3] == ["  attempt 1 of node1's workers failed by an error of its own: local rank 0:"
+    assert lines[at + 1:at + 3] == ["  attempt 1 of node1's workers ended with local rank 0's error:"
                                     " RuntimeError: transient: lost the dataset server", "logs: /tmp/runs/run-1"]
     assert lines[-1] == "SUCCEEDED: all 2 nodes exited 0"
     assert outcome_record(outcome(results))["nodes"][1]["restarts_in_place"] == 1
@@ -895,10 +895,19 @@ def test_a_job_that_succeeded_after_torchrun_restarted_its_workers_says_so_with_
     # a killed worker leaves no error of its own: the fault that killed it is named
     results[0].restarts_in_place, results[1].restarts_in_place, results[1].attempts = 0, 2, []
     killed = FaultRecord("kill-rank:1@step=5", "node1", elapsed_s=4.0, step=5)
-    slowed = FaultRecord("slow:node1@t=2", "node1", elapsed_s=2.0)  # kills no worker: not the cause
+    slowed = FaultRecord("slow:node1@t=2", "node1", elapsed_s=2.0)  # strikes no worker: not the cause
     lines = format_summary(outcome(results, faults=[slowed, killed])).splitlines()
     at = lines.index("restarted in place: torchrun restarted the workers after a failure, 2 times on node1")
     assert lines[at + 1:at + 3] == ["  after injected fault kill-rank:1@step=5 on node1", "logs: /tmp/runs/run-1"]
+    # a hung worker on node1 times out its peer on node0, whose error is the one in the logs: the fault comes first
+    results[0].restarts_in_place, results[1].restarts_in_place = 1, 0
+    results[0].attempts = [AttemptError(1, 0, "RuntimeError: Timed out waiting 15000ms for recv operation", own=True)]
+    hung = FaultRecord("hang-rank:1@step=8", "node1", elapsed_s=5.0, step=8)
+    lines = format_summary(outcome(results, faults=[hung])).splitlines()
+    at = lines.index("restarted in place: torchrun restarted the workers after a failure, once on node0")
+    assert lines[at + 1:at + 3] == ["  after injected fault hang-rank:1@step=8 on node1",
+                                    "  attempt 1 of node0's workers ended with local rank 0's error: RuntimeError:"
+                                    " Timed out waiting 15000ms for recv operation"]
 
 
 def test_a_succeeded_nodes_restarted_attempts_are_those_before_its_last(tmp_path):
