@@ -257,6 +257,8 @@ def download_wheels(requirements: list[str], wheelhouse: Path, progress: Progres
         elif line.startswith(("Collecting", "Saved", "File was already downloaded")):
             progress(f"  {line.strip()[:140]}")
     if proc.wait() != 0:
+        with contextlib.suppress(OSError):  # a cache that holds nothing is none: leave no empty folder behind
+            wheelhouse.rmdir()  # (only an empty one goes)
         raise ImageUnavailableError(
             f"cannot download wheels ({' '.join(requirements)}): {errors[-1] if errors else 'pip failed'}"
         )

@@ -131,3 +131,25 @@ def test_the_wheels_download_while_the_base_is_made_and_a_failure_waits_for_the_
     with pytest.raises(ImageUnavailableError, match="debootstrap failed"):
         image.build_node_image(FakeDockerClient(), "ddp-compose-node:t", progress=lambda _: None)
     assert ended == ["wheels"]
+
+
+def test_a_failed_wheel_download_leaves_no_empty_wheelhouse_behind_but_keeps_one_that_holds_wheels(monkeypatch,
+                                                                                                  tmp_path):
+    class FailedPip:  # pip download that found no distribution
+        def __init__(self, argv, **kwargs):
+            self.stdout = iter(["Collecting nope==1.0\n", "ERROR: No matching distribution found for nope==1.0\n"])
+
+        def wait(self):
+            return 1
+
+    monkeypatch.setattr(image.subprocess, "Popen", FailedPip)
+    fresh = tmp_path / "user-1"
+    with pytest.raises(ImageUnavailableError, match="No matching distribution found for nope==1.0"):
+        image.download_wheels(["nope==1.0"], fresh, lambda line: None)
+    assert not fresh.exists()
+    used = tmp_path / "user-2"
+    used.mkdir()
+    (used / "numpy-2.0-cp311-manylinux.whl").write_bytes(b"wheel")
+    with pytest.raises(ImageUnavailableError):
+        image.download_wheels(["nope==1.0"], used, lambda line: None)
+    assert [p.name for p in used.iterdir()] == ["numpy-2.0-cp311-manylinux.whl"]  # a cache of earlier builds stays
