@@ -106,8 +106,10 @@ def format_summary(outcome: RunResult) -> str:
                 said = ("the same error" if error and error == failed_by
                         else brief(error) if error else f"exit code {code}")
                 if other.oom_kills:  # its own memory ran out too, whatever its ranks then said
-                    said = f"OOM-killed too: the kernel killed {counted(other.oom_kills, 'process', 'processes')} at its memory limit"
+                    said = oom_too(other)
                 lines.append(f"  then {other.node.name} rank {cause.rank}: {peers_named(said, outcome.node_addresses)}")
+            elif other.oom_kills and other.state is NodePhase.FAILED and other.node.name != failure.node:
+                lines.append(f"  then {other.node.name}: {oom_too(other)}")  # no worker's error to go with it
         if failure.earlier is not None:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
             if failure.earlier.users_frame:
@@ -225,6 +227,11 @@ def written_by_several_lines(outcome: RunResult) -> list[str]:
 # The faults that strike one worker and leave its node up, so that torchrun restarts the workers in
 # place (config.fault_spec's KILL_RANK and HANG_RANK, as their specs start: outcome imports no config).
 RANK_FAULTS = ("kill-rank:", "hang-rank:")
+
+
+def oom_too(result: NodeResult) -> str:
+    """What a node OOM-killed after the failure's own node went through."""
+    return f"OOM-killed too: the kernel killed {counted(result.oom_kills, 'process', 'processes')} at its memory limit"
 
 
 def restart_lines(outcome: RunResult) -> list[str]:
