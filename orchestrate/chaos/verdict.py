@@ -200,7 +200,10 @@ class ChaosVerdict(Verdict):
             redone = ("-" if self.steps_redone is None else
                       f"{self.steps_redone} ({self.steps_redone + (reference_steps or 0)} done against"
                       f" {reference_steps} undisturbed)")
-            lines.append(f"recoveries {len(self.disturbed.recoveries)} | steps redone {redone}"
+            # a node the launcher restarted is a recovery; workers torchrun restarted in place, a restart
+            restarts = sum(self.disturbed.restarts_in_place.values())
+            lines.append(f"recoveries {len(self.disturbed.recoveries)}"
+                         + (f" | restarts in place {restarts}" if restarts else "") + f" | steps redone {redone}"
                          f" | time lost {self.time_lost_s:+.1f} s (job {self.disturbed.timings.job_s:.1f} s against"
                          f" {self.reference.timings.job_s:.1f} s undisturbed)")
         for comparison in self.comparisons:

@@ -393,7 +393,10 @@ def test_the_verdict_holds_when_a_fault_after_a_save_was_followed_by_a_resume_an
     assert verdict.status == "HOLDS" and verdict.holds and verdict.exit_code == 0
     text = verdict.format()
     assert "VERDICT HOLDS: the job survived 1 fault(s), resumed after a save" in text
-    assert "steps redone 3 (33 done against 30 undisturbed) | time lost +11.5 s" in text
+    assert "recoveries 0 | steps redone 3 (33 done against 30 undisturbed) | time lost +11.5 s" in text
+    verdict.disturbed.results[0].restarts_in_place = 1  # a kill-rank fault's: torchrun restarted the workers
+    assert "recoveries 0 | restarts in place 1 | steps redone 3" in verdict.format()
+    verdict.disturbed.results[0].restarts_in_place = 0
     assert verdict.fault_rows() == [("kill:node1@step=12", "8.5 s, step 12", "12 step(s), 6.0 s training",
                                      "yes: ckpt.pt", "resumed from step 9: 3 step(s) redone")]
     assert verdict.record()["status"] == "HOLDS" and verdict.record()["reference_run"] == "ref"
