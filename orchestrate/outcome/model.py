@@ -171,6 +171,9 @@ class SlurmJob:
             consequence of what Slurm reported, not a cause.
         ended_on: After an interrupt, the signal that ended the job's tasks: ``SIGTERM`` (they
             ended within the stop grace) or ``SIGKILL``; "" when unknown.
+        restarts_in_place: How many times torchrun restarted each node's workers in place
+            within the job's tasks, for the nodes where it did (its logs are in the run's
+            directory, as a Compose run's are).
     """
 
     job_id: str = ""
@@ -178,6 +181,7 @@ class SlurmJob:
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     workers_collateral: bool = False
     ended_on: str = ""
+    restarts_in_place: dict[str, int] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -317,6 +321,8 @@ class RunResult:
         """How many times torchrun restarted each node's workers in place (--max-restarts), for
         the nodes where it did: ``assert not result.restarts_in_place`` fails a job that only
         succeeded on a second attempt."""
+        if self.slurm is not None:  # a Slurm run has no node results: Slurm's records, and the logs
+            return dict(self.slurm.restarts_in_place)
         return {r.node.name: r.restarts_in_place for r in self.results if r.restarts_in_place}
 
     @property

@@ -50,7 +50,7 @@ def outcome_record(outcome: RunResult) -> dict:
         "shuffled_alike": {line: {"epoch": epoch, "ranks": list(ranks)}
                            for line, (epoch, ranks) in outcome.shuffled_alike.items()},
         "slurm": None if slurm is None else {"job_id": slurm.job_id, "job": slurm.job, "nodes": slurm.nodes,
-                                           "ended_on": slurm.ended_on},
+                                           "ended_on": slurm.ended_on, "restarts_in_place": slurm.restarts_in_place},
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,
                    "oom_kills": r.oom_kills, "grace_ran_out": r.grace_ran_out, "still_running": r.still_running,

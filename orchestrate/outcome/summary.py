@@ -317,6 +317,9 @@ def format_slurm_summary(outcome: RunResult) -> str:
                      f" run time {job.get('RunTime', '-')}")
     bring_up = outcome.timings.bring_up_s or 0.0
     lines.append(f"bring-up {bring_up:.1f} s | job {outcome.timings.job_s:.1f} s")
+    if slurm.restarts_in_place:  # within the job's tasks: Slurm's accounting does not see them
+        lines.append("restarted in place: torchrun restarted the workers after a failure, "
+                     + ", ".join(f"{times(count)} on {node}" for node, count in slurm.restarts_in_place.items()))
     for fired in outcome.fired_faults:
         lines.append(f"fault injected: {fired.describe()}")
     lines += fault_lines(outcome)

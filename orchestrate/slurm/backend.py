@@ -35,7 +35,7 @@ from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
-from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files, users_frame_in
+from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files, restarts_in_place, users_frame_in
 from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan
 from orchestrate.slurm.cluster import (
@@ -298,6 +298,8 @@ class SlurmBackend:
             result.timings.job_s = self.clock() - started
             result.faults = self.fault_records(result.timings.job_s)
         slurm.nodes = self.node_records()
+        slurm.restarts_in_place = {node: count for node in sorted(slurm.nodes)
+                                   if (count := restarts_in_place(self.plan.run_dir, node))}
         stop = read_stop_request(self.plan.run_dir)
         if stop.nodes and not result.error and ended_by_a_stop(slurm.job, stop.time):
             # `stop RUN` (or `down RUN`) signalled the job from another terminal: stopped, not failed

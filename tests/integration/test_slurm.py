@@ -122,6 +122,21 @@ def test_an_elastic_slurm_job_trains_on_every_node_it_asked_for(orchestrate_run,
     assert leftovers(docker_client, result.project) == []
 
 
+def test_torchruns_restart_in_place_within_a_slurm_job_is_said_beside_slurms_completed(orchestrate_run, docker_client):
+    """A worker's transient error: torchrun restarts the workers within the job's tasks (a store
+    per round, as the generated script exports), Slurm sees a job that COMPLETED, and the
+    summary says what Slurm's accounting cannot."""
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--nproc-per-node", "2", "--rdzv", "c10d", "--max-restarts", "1",
+                             "--workdir", str(JOBS), "--", "transient_error.py")
+    assert result.code == 0, result.output[-4000:]
+    assert len(re.findall(r"done after 1 restart\(s\), world 4$", result.output, re.M)) == 4, result.output[-4000:]
+    summary = result.output.split("summary (Slurm job")[1]
+    assert re.search(r"^restarted in place: torchrun restarted the workers after a failure, once on node\d", summary,
+                     re.M), summary
+    assert re.search(r"^SUCCEEDED: Slurm job \d+ COMPLETED", summary, re.M)
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_stop_from_another_terminal_ends_a_slurm_job_through_slurm_as_stopped(docker_client, tmp_path, capsys):
     """`stop RUN` signals the job's tasks through Slurm (not the slurmd containers, which Slurm
     would only find silent, and end the job NODE_FAIL half a minute later): the launcher in the

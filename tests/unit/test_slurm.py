@@ -232,6 +232,13 @@ def test_failed_summary_says_what_slurm_reported(tmp_path):
             " DOWN+NOT_RESPONDING (Not responding)") in text
     done = RunResult("r2", tmp_path, [], Timings(), slurm=SlurmJob("4", job={"JobState": "COMPLETED", "ExitCode": "0:0"}))
     assert done.exit_code == 0 and "SUCCEEDED: Slurm job 4 COMPLETED" in format_slurm_summary(done)
+    assert "restarted in place" not in format_slurm_summary(done) and done.restarts_in_place == {}
+    # torchrun restarted the workers within the job's tasks: Slurm's COMPLETED does not say it, the summary does
+    done.slurm.restarts_in_place = {"node0": 1, "node1": 2}
+    assert done.restarts_in_place == {"node0": 1, "node1": 2}
+    lines = format_slurm_summary(done).splitlines()
+    assert lines[lines.index("restarted in place: torchrun restarted the workers after a failure, once on node0,"
+                             " 2 times on node1") + 2] == "SUCCEEDED: Slurm job 4 COMPLETED, exit code 0:0"
     # a job that completed before its fault could fire did not run what was asked
     unfired = RunResult("r3", tmp_path, [], Timings(), faults=[FaultRecord("kill:node1@t=500", "node1", False, None, None,
                                                                            reason="the job ended first")],
