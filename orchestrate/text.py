@@ -38,6 +38,11 @@ def brief(exception: str) -> str:
     return (words if len(words) - message_at >= BRIEF_MESSAGE_CHARS else head).rstrip(" ,;") + " …"
 
 
+def times(count: int) -> str:
+    """``once``, ``2 times``."""
+    return "once" if count == 1 else f"{count} times"
+
+
 def counted(count: int, noun: str, plural: str = "") -> str:
     """``1 node``, ``2 nodes``, ``1 process`` (``plural`` where adding "s" does not make it)."""
     return f"{count} {noun if count == 1 else plural or noun + 's'}"

@@ -17,7 +17,7 @@ from orchestrate.chaos.attempts import Strike, lasts
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, RunResult
-from orchestrate.text import format_table
+from orchestrate.text import format_table, times
 
 HOLDS = "HOLDS"
 DOES_NOT_HOLD = "DOES NOT HOLD"
@@ -94,8 +94,7 @@ class ChaosVerdict(Verdict):
         elif not self.reference.succeeded:
             reasons.append(f"the undisturbed run failed (exit code {self.reference.exit_code}): nothing to compare with")
         elif self.reference.restarts_in_place:  # it needed a second attempt with no fault: nothing undisturbed
-            restarted = ", ".join(f"{node} {'once' if n == 1 else f'{n} times'}"
-                                  for node, n in self.reference.restarts_in_place.items())
+            restarted = ", ".join(f"{node} {times(n)}" for node, n in self.reference.restarts_in_place.items())
             reasons.append(f"the undisturbed run was not: torchrun restarted its workers after a failure ({restarted}),"
                            " so the job fails without faults too (its summary says how)")
         if self.disturbed is None:  # no trial ran: the reference, or what it left to compare, says why

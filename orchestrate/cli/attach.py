@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.cli.signals import interrupt_exit_code
 from orchestrate.launch.run import Run
 from orchestrate.outcome.summary import format_summary
@@ -17,7 +18,7 @@ def add_parsers(sub: Any) -> None:
                                         " gone. For a detached run, attach also acts as its launcher (ends it on a"
                                         " failure, restarts elastic nodes); Ctrl-C detaches and leaves the run"
                                         " going.")
-    attach.add_argument("run_id", metavar="RUN_ID", help="the run (see ps): its id, or a unique start or end of it (its last part, 728639)")
+    attach.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     attach.set_defaults(handler=command)
 
 

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.debugger.session import connect, socket_path, talk
 from orchestrate.debugger.states import choose
 from orchestrate.engine.runs import find_run
@@ -40,7 +41,7 @@ def add_parsers(sub: Any) -> None:
                     " collective, up to its timeout. One terminal at a time per rank. With run --pdb, a rank"
                     " whose script raised an error it did not catch waits here too, in pdb's post-mortem of it.",
         epilog="usage example: python -m orchestrate debug 20261121-093012-1f2e3d 1")
-    debug.add_argument("run_id", metavar="RUN_ID", help="the run (see ps), foreground or detached: its id, or a unique start or end of it (its last part, 728639)")
+    debug.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps), foreground or detached: {RUN_ID_HELP}")
     debug.add_argument("rank", metavar="RANK", nargs="?", type=int,
                        help="the global rank to debug (default: the one rank in its debugger)")
     debug.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import argparse_type
+from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import REMOVED_BY, find_run, remove_run
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
@@ -18,7 +18,7 @@ def add_parsers(sub: Any) -> None:
                                       " directory stay). A run that still runs is stopped first, as stop does"
                                       " (SIGTERM, then SIGKILL after --timeout); its launcher then says it was"
                                       " stopped by down.")
-    down.add_argument("run_id", metavar="RUN_ID", help="the run (see ps): its id, or a unique start or end of it (its last part, 728639)")
+    down.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     down.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
                       help="for a run that still runs: seconds between SIGTERM and SIGKILL (default: the run's own"
                            " --stop-grace, as its launcher would give)")

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import argparse_type
+from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.engine.runs import find_run
 from orchestrate.faults.live import LiveFaults
@@ -23,7 +23,7 @@ def add_parsers(sub: Any) -> None:
                     " is printed when the run starts (and names its runs/ directory).",
         epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
                " python -m orchestrate fault 20261121-093012 slow:node1,cpus=0.2@t=0..30")
-    fault.add_argument("run_id", metavar="RUN_ID", help="the run to inject into (see ps): its id, or a unique start or end of it (its last part, 728639)")
+    fault.add_argument("run_id", metavar="RUN_ID", help=f"the run to inject into (see ps): {RUN_ID_HELP}")
     fault.add_argument("specs", nargs="+", type=argparse_type(parse_fault, "--fault"), metavar="SPEC",
                        help="KIND:TARGET[,KEY=VALUE] as --fault takes it (see `run --help`); a start is ignored, an"
                             " end is held from now")

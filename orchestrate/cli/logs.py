@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import argparse_type
+from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run
 from orchestrate.supervise.logs import print_logs
@@ -16,7 +16,7 @@ def add_parsers(sub: Any) -> None:
     logs = sub.add_parser("logs", help="print a run's rank-prefixed output",
                           description="The output of a run's nodes from the engine, merged in time.",
                           epilog="usage example: python -m orchestrate logs 20261121-093012-1f2e3d --rank 3 -f")
-    logs.add_argument("run_id", metavar="RUN_ID", help="the run (see ps): its id, or a unique start or end of it (its last part, 728639)")
+    logs.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     logs.add_argument("--node", default=None, metavar="NAME", help="one node only, e.g. node1")
     logs.add_argument("--rank", action="append", type=argparse_type(non_negative_int, "--rank"), default=[], metavar="N",
                       help="only the lines of this global rank (repeatable); the nodes' own lines (torchrun's) are"

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.report.page import find_run_dir, write_report
 
 
@@ -16,7 +17,7 @@ def add_parsers(sub: Any) -> None:
                                         " progress and the root cause, in one self-contained page that opens"
                                         " offline. Works for a running or an ended run.",
                             epilog="usage example: python -m orchestrate report 20261121-093012-1f2e3d")
-    report.add_argument("run_id", metavar="RUN", help="the run's id, or a unique start or end of it (its last part, 728639), or its directory")
+    report.add_argument("run_id", metavar="RUN", help=f"the run: {RUN_ID_HELP}; or its directory")
     report.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
                         help="where the runs' directories are (default: ./runs)")
     report.set_defaults(handler=command)

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.engine.runs import find_run, node_plans
 from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import faults_now
@@ -22,7 +23,7 @@ def add_parsers(sub: Any) -> None:
                     " with why (a paused node, a stopped process, and the injected fault that did it). Also written"
                     " to the run's stacks.json.",
         epilog="usage example: python -m orchestrate stacks 20261121-093012-1f2e3d")
-    stacks.add_argument("run_id", metavar="RUN_ID", help="the run (see ps), foreground or detached: its id, or a unique start or end of it (its last part, 728639)")
+    stacks.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps), foreground or detached: {RUN_ID_HELP}")
     stacks.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between the two looks that tell computing ranks from waiting ones"
                              " (default: %(default)s)")

@@ -5,7 +5,7 @@ import argparse
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import argparse_type
+from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run
 from orchestrate.launch.stop import stop_nodes, stop_timeout
@@ -17,7 +17,7 @@ def add_parsers(sub: Any) -> None:
                                       " run's own --stop-grace); the containers, logs and state stay until down or"
                                       " prune. A Slurm run's job is stopped through Slurm (scancel --signal=TERM,"
                                       " then SIGKILL after --timeout), and its launcher tears the cluster down.")
-    stop.add_argument("run_id", metavar="RUN_ID", help="the run (see ps): its id, or a unique start or end of it (its last part, 728639)")
+    stop.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     stop.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
                       help="seconds between SIGTERM and SIGKILL (default: the run's own --stop-grace, as its"
                            " launcher would give)")

@@ -72,6 +72,11 @@ NOT_JOINED_HINT = ("init_process_group returns on no rank before every rank has 
                    " something else before it (a file, a lock, a download only some ranks make) leaves the others"
                    f" waiting there until its timeout, {TORCH_WAITS}")
 
+def in_init(group: StackGroup) -> bool:
+    """Whether a group of ranks waits in ``init_process_group`` (for its store, or the others)."""
+    return group.where.startswith("init_process_group ")
+
+
 # A DDP model's forward pass broadcasts its buffers: the frames of it in a failed rank's traceback
 # (each a set of words that are all in it).
 DDP_FORWARD_FRAMES = (("in _sync_buffers",), ("in _sync_module_buffers",))
@@ -325,15 +330,15 @@ class HangDiagnosis:
         """Whether a rank that answered waits for the others: in a collective, or in
         init_process_group."""
         return (any(a.state == "collective" for a in self.activities)
-                or any(g.where.startswith("init_process_group ") for g in self.groups))
+                or any(in_init(g) for g in self.groups))
 
     @property
     def not_joined(self) -> tuple[int, ...]:
         """While some ranks wait in init_process_group, the ranks that answered from elsewhere,
         idle, and made no collective: they have not called it, and the others wait for them."""
-        if not any(g.where.startswith("init_process_group ") for g in self.groups):
+        if not any(in_init(g) for g in self.groups):
             return ()
-        elsewhere = {rank for g in self.groups if not g.where.startswith("init_process_group ") for rank in g.ranks}
+        elsewhere = {rank for g in self.groups if not in_init(g) for rank in g.ranks}
         return tuple(a.rank for a in self.activities
                      if a.rank in elsewhere and a.state == "idle" and not self.collectives.get(a.rank))
 
@@ -457,7 +462,7 @@ class HangDiagnosis:
             out.append(f"  {EXITED_HINT if self.parted_mid_training else self.left_mid_training or EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
             out.append(f"  {SPAWN_HINT}")
-        elif self.hung and self.groups and all(g.where.startswith("init_process_group ") for g in self.groups):
+        elif self.hung and self.groups and all(in_init(g) for g in self.groups):
             out.append(f"  {INIT_HINT}")
         for rank in sorted(self.waiting_for_loaders):  # hung, or working: where its workers are
             if self.hung or self.loaders.get(rank):
@@ -493,7 +498,7 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
                                   {rank: loading_where(workers) for rank, workers in loaders.items()})
     diverged = divergence is not None
     groups = group_stacks(now.snapshots)
-    in_init = {rank for g in groups if g.where.startswith("init_process_group ") for rank in g.ranks}
+    joining = {rank for g in groups if in_init(g) for rank in g.ranks}
     activities = [activity(rank, before.snapshots.get(rank) if before else None, now.snapshots.get(rank), interval,
                            absent_why, tuple(loader_shares(rank, before, now, interval)), diverged) for rank in ranks]
     return HangDiagnosis(
@@ -506,7 +511,7 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
         cause=cause,
         loaders=loaders,
         call_lines={rank: dict(s.lines) for rank, s in now.snapshots.items()},
-        init_hints=init_hints({rank: call for rank in in_init if (call := now.snapshots[rank].init) is not None},
+        init_hints=init_hints({rank: call for rank in joining if (call := now.snapshots[rank].init) is not None},
                               {rank: s.node for rank, s in now.snapshots.items()}),
     )
 

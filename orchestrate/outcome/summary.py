@@ -16,7 +16,7 @@ from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said, recovered_preemption_said
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import (brief, counted, format_table, grace_ran_out, peers_named, ranks_text, shuffled_alike,
-                             written_by_several)
+                             times, written_by_several)
 
 
 def every_node(count: int) -> str:
@@ -223,7 +223,6 @@ def written_by_several_lines(outcome: RunResult) -> list[str]:
     return lines
 
 
-# The fault that kills a worker and leaves its node up: torchrun then restarts the workers in place.
 # The faults that strike one worker and leave its node up, so that torchrun restarts the workers in
 # place (config.fault_spec's KILL_RANK and HANG_RANK, as their specs start: outcome imports no config).
 RANK_FAULTS = ("kill-rank:", "hang-rank:")
@@ -240,23 +239,24 @@ def restart_lines(outcome: RunResult) -> list[str]:
     can be the first in the logs); and, for a node that then ended well, the error each restarted
     attempt ended in that was not a lost peer's (a failed node's are said under its failure). A job
     that succeeded only after a restart is never a plain success."""
-    restarted = [r for r in outcome.results if r.restarts_in_place]
-    if not restarted:
+    counts = outcome.restarts_in_place
+    if not counts:
         return []
-    if len(restarted) == len(outcome.results) and len({r.restarts_in_place for r in restarted}) == 1:
-        where = f"{times(restarted[0].restarts_in_place)} on every node"
-    else:
-        where = ", ".join(f"{times(r.restarts_in_place)} on {r.node.name}" for r in restarted)
-    lines = [f"restarted in place: torchrun restarted the workers after a failure, {where}"]
+    lines = [restarted_line(counts, len(outcome.results))]
     lines += [f"  after injected fault {f.spec} on {f.node}" for f in outcome.fired_faults if f.spec.startswith(RANK_FAULTS)]
-    for result in (r for r in restarted if r.state is NodePhase.SUCCEEDED):
+    for result in (r for r in outcome.results if r.restarts_in_place and r.state is NodePhase.SUCCEEDED):
         lines += [f"  attempt {e.attempt} of {result.node.name}'s workers ended with local rank {e.local_rank}'s"
                   f" error: {brief(e.exception)}" for e in result.attempts if e.own]
     return lines
 
 
-def times(count: int) -> str:
-    return "once" if count == 1 else f"{count} times"
+def restarted_line(counts: dict[str, int], nodes: int) -> str:
+    """How often torchrun restarted each node's workers in place (``counts``, of ``nodes`` nodes)."""
+    if len(counts) == nodes and len(set(counts.values())) == 1:
+        where = f"{times(next(iter(counts.values())))} on every node"
+    else:
+        where = ", ".join(f"{times(count)} on {node}" for node, count in counts.items())
+    return f"restarted in place: torchrun restarted the workers after a failure, {where}"
 
 
 def fault_lines(outcome: RunResult) -> list[str]:
@@ -318,8 +318,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
     bring_up = outcome.timings.bring_up_s or 0.0
     lines.append(f"bring-up {bring_up:.1f} s | job {outcome.timings.job_s:.1f} s")
     if slurm.restarts_in_place:  # within the job's tasks: Slurm's accounting does not see them
-        lines.append("restarted in place: torchrun restarted the workers after a failure, "
-                     + ", ".join(f"{times(count)} on {node}" for node, count in slurm.restarts_in_place.items()))
+        lines.append(restarted_line(slurm.restarts_in_place, len(slurm.nodes)))
     for fired in outcome.fired_faults:
         lines.append(f"fault injected: {fired.describe()}")
     lines += fault_lines(outcome)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.progress import read_all
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.text import grace_ran_out, shuffled_alike, written_by_several
+from orchestrate.text import grace_ran_out, shuffled_alike, times, written_by_several
 
 
 @dataclass
@@ -79,11 +79,11 @@ class ReportModel:
     def step_times(self) -> dict[int, list[tuple[float, float]]]:
         """Per rank: (time, seconds since its previous step), for the steps that follow one; a
         straggler's steps take longer than its peers'."""
-        times = {}
+        durations = {}
         for rank, series in self.progress.items():
-            times[rank] = [(t, t - t_before) for (t_before, s_before, _), (t, s, _) in zip(series, series[1:])
-                           if s == s_before + 1]
-        return {rank: points for rank, points in times.items() if points}
+            durations[rank] = [(t, t - t_before) for (t_before, s_before, _), (t, s, _) in zip(series, series[1:])
+                               if s == s_before + 1]
+        return {rank: points for rank, points in durations.items() if points}
 
     def lane(self, key: str) -> Lane:
         return next(lane for lane in self.lanes if lane.key == key)
@@ -181,8 +181,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         ranks = node.get("global_ranks") or []
         model.plan_rows.append((node["name"], str(node.get("node_rank", "")),
                                 ",".join(map(str, ranks)) or "elastic", ",".join(node.get("gpus") or []) or "-"))
-    times = [e["time"] for e in events] + [r.time for r in progress]
-    t0 = min(times) if times else 0.0
+    moments = [e["time"] for e in events] + [r.time for r in progress]
+    t0 = min(moments) if moments else 0.0
     node_names = [n["name"] for n in nodes] or sorted({e["node"] for e in events if e.get("node")})
     ranks_of: dict[str, list[int]] = {n["name"]: list(n.get("global_ranks") or []) for n in nodes}
     for event in events:  # elastic runs learn their ranks as they start
@@ -310,7 +310,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         elif outcome.get("error"):
             model.outcome = f"FAILED (exit code {model.exit_code}): {outcome['error']}"
         elif model.succeeded:
-            restarted = [f"{node.get('name')} {'once' if n == 1 else f'{n} times'}" for node in outcome.get("nodes") or []
+            restarted = [f"{node.get('name')} {times(n)}" for node in outcome.get("nodes") or []
                          if (n := int(node.get("restarts_in_place") or 0))]
             model.outcome = "SUCCEEDED" + (f", after torchrun restarted the workers in place ({', '.join(restarted)})"
                                            if restarted else "")
