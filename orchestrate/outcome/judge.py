@@ -41,6 +41,7 @@ class Failure:
     peers_finished: bool = False  # it lost peers whose scripts had returned (the description says which)
     earlier: Optional[EarlierFailure] = None  # a lost peer's: an earlier attempt's worker whose error was its own
     users_frame: str = ""  # where the user's own code was in its traceback (train.py:13 in <module>: ...)
+    chain: tuple[str, ...] = ()  # the exceptions its own was raised from, nearest first ("caused by: ...")
     lines_of: str = ""  # whose last_lines are, where not the failure's node or rank (a preempted node's rank)
 
     def describe(self) -> str:
@@ -162,6 +163,7 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
         training_pass=cause.training_pass if cause else "",
         earlier=first.earlier,
         users_frame=cause.users_frame if cause else "",
+        chain=cause.chain if cause else (),
     )
     left = left_early(first, results, uneven=not diverged)
     if not left:

@@ -65,6 +65,7 @@ def outcome_record(outcome: RunResult) -> dict:
             "last_lines_of": failure.lines_of or None,  # whose they are, where not the failure's (a preempted rank)
             "crashed": failure.crashed or None,  # a native crash: where the worker was
             "users_frame": failure.users_frame or None,  # where the user's own code was in its traceback
+            "chain": list(failure.chain),  # the exceptions its own was raised from, nearest first
             "then": [{"node": r.node.name, "rank": r.root_cause.rank, "exception": r.root_cause.exception}
                      for r in outcome.results if r.state is NodePhase.FAILED and r.node.name != failure.node
                      and r.root_cause],

@@ -54,6 +54,7 @@ class RootCause:
     collective: str = ""  # the collective its record says failed as it went (gather_object(in dcp.save))
     training_pass: str = ""  # which pass of a DDP model's training step that was ("backward pass"), if one
     users_frame: str = ""  # the innermost frame of the user's own code in its traceback (see users_frame_in)
+    chain: tuple[str, ...] = ()  # the exceptions it was raised from, nearest first (see exception_chain)
 
     def add_error_file(self, text: str) -> None:
         """Take message, traceback and time from the worker's structured error file (JSON)."""
@@ -188,6 +189,38 @@ def exception_in_lines(lines: list[str]) -> str:
         if (_RAISED_LINE if starts else _EXCEPTION_LINE).match(line):
             return line.strip()
     return ""
+
+
+# What Python prints between two tracebacks of one chain, and what it means of the first one's
+# exception for the second's: raised ``from`` it, or while handling it.
+CHAIN_LINKS = {
+    "The above exception was the direct cause of the following exception:": "caused by",
+    "During handling of the above exception, another exception occurred:": "raised while handling",
+}
+# How many links of a chain are said: the nearest ones.
+CHAIN_SAID = 3
+
+
+def exception_chain(lines: Sequence[str]) -> tuple[str, ...]:
+    """The exceptions the last one of a traceback's text was raised from, nearest first, each as
+    ``caused by: RuntimeError: DataLoader worker (pid 43) is killed by signal: Killed.`` (raised
+    ``from`` it) or ``raised while handling: KeyError: 'step'``; () where it was raised alone. A
+    library's error often wraps the one that explains it: a DataLoader worker that "exited
+    unexpectedly" was killed, a user's "could not load the checkpoint" met a missing file."""
+    text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
+    links = []
+    for i, line in enumerate(text):
+        how = CHAIN_LINKS.get(line.strip())
+        exception = exception_in_lines(text[:i]) if how else ""
+        if exception:
+            links.append(f"{how}: {exception}")
+    return tuple(reversed(links))[:CHAIN_SAID]
+
+
+def chains_on(traceback: Sequence[str]) -> bool:
+    """Whether a traceback's text ends saying the next traceback's exception is chained to its own."""
+    last = next((text for text in (_RANK_PREFIX.sub("", line).strip() for line in reversed(traceback)) if text), "")
+    return last in CHAIN_LINKS
 
 
 # The line that begins a Python traceback (torch's DataLoader quotes a worker process's, in the

@@ -92,6 +92,7 @@ def format_summary(outcome: RunResult) -> str:
         # where an earlier attempt's own error is said below)
         if failure.users_frame and failure.earlier is None:
             lines.append(f"  in your code: {failure.users_frame}")
+        lines += [f"  {link}" for link in failure.chain]  # what its error was raised from: often what explains it
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         failed_by = said_error(failure.exception, failure.exit_code, failure.last_lines)
@@ -353,6 +354,8 @@ def format_slurm_summary(outcome: RunResult) -> str:
                          f" {failure.exception or 'exit code ' + str(failure.exit_code)}")
             if failure.users_frame and label == "workers":
                 lines.append(f"  in your code: {failure.users_frame}")
+            if label == "workers":
+                lines += [f"  {link}" for link in failure.chain]
             if failure.traceback and label == "workers":
                 lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-12:]]
     return "\n".join(lines)

@@ -298,6 +298,8 @@ def render_html(model: ReportModel) -> str:
         parts.append(f'<p id="root-cause"><b>Root cause:</b> {esc(failure.get("describe", ""))}</p>')
         if failure.get("users_frame"):
             parts.append(f'<p id="users-frame"><b>In your code:</b> <code>{esc(failure["users_frame"])}</code></p>')
+        if failure.get("chain"):
+            parts.append('<ul id="chain">' + "".join(f"<li>{esc(link)}</li>" for link in failure["chain"]) + "</ul>")
         if failure.get("reason") and failure["reason"] not in failure.get("describe", ""):
             parts.append(f"<p>{esc(failure['reason'])}</p>")
         if model.hint:

@@ -35,7 +35,8 @@ from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
-from orchestrate.outcome.root_cause import RootCause, is_collateral, latest_error_files, restarts_in_place, users_frame_in
+from orchestrate.outcome.root_cause import (RootCause, exception_chain, is_collateral, latest_error_files,
+                                            restarts_in_place, users_frame_in)
 from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan
 from orchestrate.slurm.cluster import (
@@ -367,7 +368,8 @@ class SlurmBackend:
         slurm.workers_collateral = collateral
         return Failure(node, cause.rank, cause.exit_code, cause.exception, (), traceback=cause.traceback,
                        description=f"{describe}; workers: {node} rank {cause.rank}: {cause.exception}",
-                       users_frame=users_frame_in(cause.traceback.splitlines()))
+                       users_frame=users_frame_in(cause.traceback.splitlines()),
+                       chain=exception_chain(cause.traceback.splitlines()))
 
 
 def ended_by_a_stop(job: dict[str, str], requested_at: Optional[float] = None) -> bool:

@@ -17,6 +17,7 @@ from orchestrate.outcome.root_cause import (
     RootCause,
     attempt_errors,
     error_file_on_host,
+    exception_chain,
     exception_in_lines,
     is_collateral,
     latest_error_files,
@@ -99,6 +100,8 @@ class Diagnosis:
         if cause is not None:
             cause.users_frame = (users_frame_in(cause.traceback.splitlines()) if cause.traceback
                                  else tracker.output.users_frame(cause.rank, cause.exception))
+            cause.chain = (exception_chain(cause.traceback.splitlines()) if cause.traceback
+                           else tracker.output.exception_chain(cause.rank, cause.exception))
             cause.exception = short_mismatch(cause.exception)
             cause.crashed = where_it_crashed(self.run_dir, cause.rank, cause.exit_code in CRASH_EXIT_CODES)
             # this attempt's record: written since the node's start, and near the failure where

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import IO, Optional
 
 from orchestrate.debugger.states import is_stop_line
-from orchestrate.outcome.root_cause import (RootCause, is_frame_line, parse_root_cause, starts_traceback,
-                                            users_frame_in)
+from orchestrate.outcome.root_cause import (RootCause, chains_on, exception_chain, is_frame_line,
+                                            parse_root_cause, starts_traceback, users_frame_in)
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.progress_bars import continues, parse_redraw
 
@@ -126,7 +126,8 @@ class NodeOutput:
     log_file: IO[str]
     tail: deque = field(default_factory=lambda: deque(maxlen=400))
     rank_tails: dict[int, deque] = field(default_factory=dict)
-    tracebacks: dict[int, list[str]] = field(default_factory=dict)  # each worker's latest, from its first line
+    # each worker's latest traceback, from its first line; with those it was chained from
+    tracebacks: dict[int, list[str]] = field(default_factory=dict)
     after_frames: dict[int, int] = field(default_factory=dict)  # lines kept since its last frame
     first_worker_line_at: Optional[float] = None
     worker_lines: WorkerLines = field(init=False)
@@ -163,11 +164,16 @@ class NodeOutput:
 
     def _keep_traceback(self, rank: int, text: str) -> None:
         """Keep a worker's line where it belongs to its latest traceback: from its first line,
-        up to TRACEBACK_LINES, and up to AFTER_LAST_FRAME lines past its last frame."""
-        if starts_traceback(text):
-            self.tracebacks[rank], self.after_frames[rank] = [text], 0
-            return
+        up to TRACEBACK_LINES, and up to AFTER_LAST_FRAME lines past its last frame; after the
+        tracebacks of the exceptions it was chained from (``raise ... from``), where it follows one."""
         kept = self.tracebacks.get(rank)
+        if starts_traceback(text):
+            if not (kept and len(kept) < TRACEBACK_LINES // 2 and chains_on(kept)):
+                self.tracebacks[rank] = kept = []
+            if len(kept) < TRACEBACK_LINES:
+                kept.append(text)
+            self.after_frames[rank] = 0
+            return
         if kept is None or len(kept) >= TRACEBACK_LINES:
             return
         if is_frame_line(text):
@@ -198,6 +204,15 @@ class NodeOutput:
         if not said or not any(said in line for line in lines):
             return ""
         return users_frame_in(lines)
+
+    def exception_chain(self, rank: int, exception: str) -> tuple[str, ...]:
+        """The exceptions a worker that failed with ``exception`` had it raised from (see
+        :func:`exception_chain`); () where its latest traceback is not that exception's."""
+        lines = self.tracebacks.get(rank, [])
+        said = exception.splitlines()[0][:80] if exception else ""
+        if not said or not any(said in line for line in lines):
+            return ()
+        return exception_chain(lines)
 
     def root_cause(self) -> Optional[RootCause]:
         """The root cause torchrun reported on this node, if it reported one."""

@@ -181,7 +181,9 @@ def test_the_root_cause_traceback_comes_from_the_error_file_on_the_host_mount(ma
         host = job.run_dir / "node0/torchrun/r_x/attempt_0/1/error.json"
         host.parent.mkdir(parents=True)
         host.write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": {
-            "py_callstack": "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 9, in main\n"
+            "py_callstack": "Traceback (most recent call last):\n  File \"/workspace/data.py\", line 3, in read\n"
+                            "KeyError: 'x'\n\nDuring handling of the above exception, another exception occurred:\n\n"
+                            "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 9, in main\n"
                             "    loss = step(batch)\nValueError: bad batch",
             "timestamp": "1700000000"}}}))
 
@@ -193,6 +195,7 @@ def test_the_root_cause_traceback_comes_from_the_error_file_on_the_host_mount(ma
     assert 'File "/workspace/train.py", line 9' in failure.traceback
     assert failure.users_frame == "train.py:9 in main: loss = step(batch)"
     assert "  in your code: train.py:9 in main: loss = step(batch)" in format_summary(outcome)
+    assert failure.chain == ("raised while handling: KeyError: 'x'",)
 
 
 def test_the_scripts_line_under_an_error_raised_deep_in_torch_is_said_and_recorded(make_run):
@@ -216,6 +219,26 @@ def test_the_scripts_line_under_an_error_raised_deep_in_torch_is_said_and_record
     # a plugin test's failed assert says it too
     assert ("Default process group has not been initialized, in your code at prep.py:6 in <module>:"
             " sampler = DistributedSampler(data)") in repr(outcome)
+
+
+def test_what_a_failures_error_was_raised_from_is_said_under_it_and_recorded(make_run):
+    job = make_run(nodes=1, nproc_per_node=1)
+    printed = ["Traceback (most recent call last):", '  File "/workspace/resume.py", line 7, in load',
+               "    return torch.load(path)", "FileNotFoundError: [Errno 2] No such file or directory: 'c.pt'", "",
+               "The above exception was the direct cause of the following exception:", "",
+               "Traceback (most recent call last):", '  File "/workspace/resume.py", line 9, in load',
+               '    raise RuntimeError("could not resume") from e', "RuntimeError: could not resume"]
+    client = FakeDockerClient()
+    outcome, _, _ = run(job, client, node0=[Script(
+        [f"[0|0]:[rank0]: {line}" for line in printed] + report(0, 0, exc="RuntimeError: could not resume"),
+        exit_code=1)])
+    lines = format_summary(outcome).splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("FAILED: node0 rank 0"))
+    assert lines[failed + 1:failed + 3] == [
+        "  in your code: resume.py:9 in load: raise RuntimeError(\"could not resume\") from e",
+        "  caused by: FileNotFoundError: [Errno 2] No such file or directory: 'c.pt'"]
+    recorded = json.loads((job.run_dir / "outcome.json").read_text())["failure"]
+    assert recorded["chain"] == ["caused by: FileNotFoundError: [Errno 2] No such file or directory: 'c.pt'"]
 
 
 def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_named(make_run):

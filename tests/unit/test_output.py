@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.outcome.root_cause import (RootCause, exception_in_lines, is_collateral, parse_root_cause,
-                                            users_frame_in)
+from orchestrate.outcome.root_cause import (RootCause, chains_on, exception_chain, exception_in_lines, is_collateral,
+                                            parse_root_cause, users_frame_in)
 from orchestrate.supervise.worker_lines import NodeOutput, WorkerLines, parse_line
 
 SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
@@ -258,3 +258,68 @@ def test_a_worker_keeps_its_latest_traceback_past_its_last_lines_for_that_error_
     assert output.users_frame(1, "RuntimeError: retrying") == "train.py:50 in main: step()"  # (its message's lines)
     printed(*(f"step {i}" for i in range(60)), "RuntimeError: out of memory")
     assert output.users_frame(1, "RuntimeError: out of memory") == ""
+
+
+# A DataLoader whose worker process was killed: torch raises its own error from the one that says why.
+KILLED_LOADER_WORKER = [
+    "[rank3]: Traceback (most recent call last):",
+    '[rank3]:   File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1275, in _try_get_data',
+    "[rank3]:     data = self._data_queue.get(timeout=timeout)",
+    '[rank3]:   File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler',
+    "[rank3]:     _error_if_any_worker_fails()",
+    "[rank3]: RuntimeError: DataLoader worker (pid 43) is killed by signal: Killed. ",
+    "[rank3]: ",
+    "[rank3]: The above exception was the direct cause of the following exception:",
+    "[rank3]: ",
+    "[rank3]: Traceback (most recent call last):",
+    '[rank3]:   File "/workspace/loader.py", line 18, in <module>',
+    "[rank3]:     for x in dl:",
+    '[rank3]:   File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1288, in _try_get_data',
+    "[rank3]:     raise RuntimeError(",
+    "[rank3]: RuntimeError: DataLoader worker (pid(s) 43) exited unexpectedly",
+]
+
+
+@pytest.mark.parametrize("lines, chain", [
+    (KILLED_LOADER_WORKER, ("caused by: RuntimeError: DataLoader worker (pid 43) is killed by signal: Killed.",)),
+    # an error raised in an except block: Python's implicit context, said as such
+    (["Traceback (most recent call last):", '  File "/workspace/cfg.py", line 4, in <module>', '    steps = cfg["steps"]',
+      "KeyError: 'steps'", "", "During handling of the above exception, another exception occurred:", "",
+      "Traceback (most recent call last):", '  File "/workspace/cfg.py", line 6, in <module>', "    steps = int(None)",
+      "TypeError: int() argument must be a string"], ("raised while handling: KeyError: 'steps'",)),
+    # three deep, nearest first
+    (["Traceback (most recent call last):", "  x", "OSError: disk", "",
+      "The above exception was the direct cause of the following exception:", "",
+      "Traceback (most recent call last):", "  y", "ValueError: bad shard", "",
+      "During handling of the above exception, another exception occurred:", "",
+      "Traceback (most recent call last):", "  z", "RuntimeError: gave up"],
+     ("raised while handling: ValueError: bad shard", "caused by: OSError: disk")),
+    # raised alone, or a DataLoader worker's traceback quoted in its error: no chain
+    (KILLED_LOADER_WORKER[9:], ()),
+    (["Traceback (most recent call last):", "  x", "ValueError: Caught ValueError in DataLoader worker process 0.",
+      "Original Traceback (most recent call last):", "  y", "ValueError: bad item"], ()),
+])
+def test_the_exceptions_an_error_was_raised_from_are_said_nearest_first(lines, chain):
+    assert exception_chain(lines) == chain
+
+
+def test_a_traceback_chains_on_only_where_its_last_words_say_so():
+    assert chains_on(KILLED_LOADER_WORKER[:9])  # (torch's "[rank3]: " on the blank line after the marker)
+    assert not chains_on(KILLED_LOADER_WORKER[:6]) and not chains_on([])
+
+
+def test_a_worker_keeps_the_tracebacks_its_error_was_chained_from_and_only_those(make_job):
+    node = make_job(nodes=2, nproc_per_node=2).nodes[1]
+    output = NodeOutput(node, io.StringIO())
+    for line in KILLED_LOADER_WORKER:
+        output.add(f"[3|1]:{line}", at=1.0)
+    error = "RuntimeError: DataLoader worker (pid(s) 43) exited unexpectedly"
+    assert output.exception_chain(3, error) == (
+        "caused by: RuntimeError: DataLoader worker (pid 43) is killed by signal: Killed.",)
+    assert output.users_frame(3, error) == "loader.py:18 in <module>: for x in dl:"
+    assert output.exception_chain(3, "RuntimeError: another") == ()  # not the traceback of that error
+    # a later traceback that follows no marker begins afresh: the old chain is not its own
+    for line in ("Traceback (most recent call last):", '  File "/workspace/loader.py", line 30, in <module>',
+                 "ValueError: bad"):
+        output.add(f"[3|1]:{line}", at=2.0)
+    assert output.exception_chain(3, "ValueError: bad") == ()

@@ -134,6 +134,22 @@ def test_a_crash_and_a_caught_mismatch_say_where_on_the_page():
     assert 'id="crashed"' not in plain and 'id="divergence"' not in plain and 'id="users-frame"' not in plain
 
 
+def test_the_exceptions_a_failure_was_raised_from_are_listed_on_the_page_under_where_in_your_code():
+    failure = {"node": "node1", "rank": 3, "describe": "node1 rank 3 failed (exit code 1): RuntimeError: DataLoader"
+               " worker (pid(s) 43) exited unexpectedly", "reason": "", "users_frame": "l.py:18 in <module>: for x in dl:",
+               "chain": ["caused by: RuntimeError: DataLoader worker (pid 43) is killed by signal: Killed.",
+                         "raised while handling: KeyError: '<k>'"]}
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                    "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}}))
+    assert ('<ul id="chain"><li>caused by: RuntimeError: DataLoader worker (pid 43) is killed by signal: Killed.</li>'
+            "<li>raised while handling: KeyError: &#x27;&lt;k&gt;&#x27;</li></ul>") in page
+    assert page.index('id="users-frame"') < page.index('id="chain"')
+    for alone in ([], None):  # raised alone, or an outcome.json written before chains were
+        plain = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
+            "succeeded": False, "exit_code": 1, "failure": {**failure, "chain": alone}}}))
+        assert 'id="chain"' not in plain
+
+
 def test_the_hint_an_earlier_attempts_error_and_ranks_absent_from_a_barrier_are_on_the_page():
     failure = {"node": "node1", "rank": 1, "describe": "node1 rank 1 failed (exit code 1): RuntimeError: closed",
                "reason": "", "not_at_barrier": ["rank 2 did not pass the barrier in time: it was in f at t.py:5"

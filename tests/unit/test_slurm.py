@@ -349,6 +349,10 @@ def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(t
     lines = format_slurm_summary(failed).splitlines()
     at = lines.index("  workers: node0 rank 0: ValueError: bad batch")
     assert lines[at + 1:at + 3] == ["  in your code: t.py:9 in main: step(batch)", "  | Traceback (most recent call last):"]
+    chained = format_slurm_summary(replace(failed, reported_failure=replace(own, chain=("caused by: OSError: x",))))
+    assert chained.splitlines()[at + 1:at + 3] == ["  in your code: t.py:9 in main: step(batch)", "  caused by: OSError: x"]
+    assert "caused by" not in format_slurm_summary(  # nor a lost peer's, after what Slurm reported
+        replace(outcome, reported_failure=replace(cause, chain=("caused by: OSError: x",))))
 
 
 # --- stop RUN for a run under Slurm ----------------------------------------------------------
@@ -649,6 +653,8 @@ def test_a_failed_slurm_job_is_explained_by_the_workers_own_error_not_a_peers_lo
     slurm_error_file(plan.run_dir, "node0", "attempt_0", "RuntimeError: Connection closed by peer [10.0.0.3]:6576", 100)
     slurm_error_file(plan.run_dir, "node1", "attempt_0", "KeyError: 'from the attempt before'", 90, mtime=500.0)
     slurm_error_file(plan.run_dir, "node1", "attempt_1", "ValueError: bad batch", 105, traceback=(
+        "Traceback (most recent call last):\n  File \"/workspace/data.py\", line 2, in read\nOSError: short read\n\n"
+        "The above exception was the direct cause of the following exception:\n\n"
         "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 9, in main\n    loss = step(batch)\n"
         "  File \"/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py\", line 1, in _call_impl\n"
         "    return forward(*args)\nValueError: bad batch"))
@@ -656,6 +662,7 @@ def test_a_failed_slurm_job_is_explained_by_the_workers_own_error_not_a_peers_lo
     failure = backend.root_cause(slurm)
     assert (failure.node, failure.rank, failure.exception) == ("node1", 1, "ValueError: bad batch")
     assert failure.users_frame == "train.py:9 in main: loss = step(batch)"
+    assert failure.chain == ("caused by: OSError: short read",)
     assert failure.description == ("Slurm job 7 FAILED (reason NonZeroExitCode); workers: node1 rank 1:"
                                    " ValueError: bad batch")
     assert slurm.workers_collateral is False
