@@ -383,7 +383,8 @@ class RunResult:
             why.append(self.error)
         failure = self.failure
         if failure is not None:
-            why.append(failure.describe() + (f", in your code at {failure.users_frame}" if failure.users_frame else ""))
+            why.append(failure.describe() + (f", in your code at {failure.users_frame}" if failure.users_frame else "")
+                       + "".join(f", {link}" for link in failure.chain[:1]))  # the nearest: what it wraps
         if self.hang is not None and not self.hung and not self.hang.timed_out:  # (else the failure's own line)
             why.append(f"{'while hung' if self.hang.hung else 'at the last look'}: {self.hang.headline}")
         why += [f"fault {f.describe()}" for f in self.unfired_faults]

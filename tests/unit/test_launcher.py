@@ -239,6 +239,9 @@ def test_what_a_failures_error_was_raised_from_is_said_under_it_and_recorded(mak
         "  caused by: FileNotFoundError: [Errno 2] No such file or directory: 'c.pt'"]
     recorded = json.loads((job.run_dir / "outcome.json").read_text())["failure"]
     assert recorded["chain"] == ["caused by: FileNotFoundError: [Errno 2] No such file or directory: 'c.pt'"]
+    # a plugin test's failed assert says it too
+    assert ("RuntimeError: could not resume, in your code at resume.py:9 in load: raise RuntimeError(\"could not"
+            " resume\") from e, caused by: FileNotFoundError: [Errno 2]") in repr(outcome)
 
 
 def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_named(make_run):
