@@ -44,6 +44,13 @@ class Failure:
     chain: tuple[str, ...] = ()  # the exceptions its own was raised from, nearest first ("caused by: ...")
     lines_of: str = ""  # whose last_lines are, where not the failure's node or rank (a preempted node's rank)
 
+    @property
+    def errors(self) -> str:
+        """Its exception, then those it was raised from, a line each: what a hint about a missing
+        file or module looks in, since a script's own error often wraps the one that names it
+        (``RuntimeError: could not resume``, caused by a ``FileNotFoundError``)."""
+        return "\n".join([self.exception, *(link.split(": ", 1)[-1] for link in self.chain)])
+
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
         a scheduler's own words where it gave them. A worker that exited 2 with no exception
@@ -345,7 +352,7 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
     """For a rank that could not import a module: the two places the nodes look for it, the
     node image and the work directory, and how to put it in either ("" for any other failure).
     A module the host has is not in the nodes unless one of them holds it."""
-    match = _MISSING_MODULE.search(failure.exception) if failure is not None else None
+    match = _MISSING_MODULE.search(failure.errors) if failure is not None else None
     if match is None:
         return ""
     return (f"  hint: the nodes have no module '{match.group('module')}': a package (at the version your script"
@@ -369,7 +376,7 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
     their own disks (``written_locally``: each file with its writers): that each node has its
     own, and where a file for every node goes ("" for any other failure, or where a rank of the
     failing node wrote it too)."""
-    match = _NO_SUCH_PATH.search(failure.exception) if failure is not None else None
+    match = _NO_SUCH_PATH.search(failure.errors) if failure is not None else None
     if match is None or not match.group("path").startswith("/"):  # a node's own disk: absolute paths
         return ""
     missing = match.group("path").rstrip("/")
@@ -396,7 +403,7 @@ def read_too_early_hint(failure: Optional[Failure], results: list[NodeResult],
     that other ranks wrote (``written_shared``: each file, relative to the work directory, with its
     writers): it looked before they wrote it, and a barrier between the write and the reads is
     what makes them wait for it ("" for any other failure, or where the failing rank wrote it)."""
-    match = _NO_SUCH_PATH.search(failure.exception) if failure is not None else None
+    match = _NO_SUCH_PATH.search(failure.errors) if failure is not None else None
     if match is None or failure is None:
         return ""
     named = match.group("path").rstrip("/")

@@ -36,7 +36,11 @@ class NodeResult:
         consequence: What its death did to the whole job, where that ends it (it held the
             rendezvous store, and only it was restarted).
         finished_ranks: Its ranks whose script returned (or exited 0), each with the highest
-            step it had reported (None: none), as the workers said on the progress channel.
+            step it had reported (None: none), as the workers said on the progress channel, before
+            any node ended (a rank that returned after a peer's end or a stop is not among them).
+        returned_ranks: Its ranks whose script returned (or exited 0) at any time of the run, as
+            the workers said: a node whose ranks all had, and whose torchrun outlived its grace,
+            waited at its exit barrier.
         earlier: Where its failure is a consequence (a lost peer, a lost rendezvous store) or
             has no worker's cause: the newest earlier worker of it whose error was its own, from
             torchrun's log of each attempt (restarts hide what made them restart).
@@ -69,6 +73,7 @@ class NodeResult:
     oom_in_state: bool = False
     consequence: str = ""
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
+    returned_ranks: tuple[int, ...] = ()
     earlier: Optional[EarlierFailure] = None
     attempts: list[AttemptError] = field(default_factory=list)
     restarts_in_place: int = 0

@@ -8,7 +8,7 @@ from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import absent_from_barrier_lines, repeated_error_line
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.outcome.summary import ending_hint, says_failure
+from orchestrate.outcome.summary import at_exit_barrier, ending_hint, says_failure
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ def outcome_record(outcome: RunResult) -> dict:
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,
                    "oom_kills": r.oom_kills, "grace_ran_out": r.grace_ran_out, "still_running": r.still_running,
+                   "at_exit_barrier": at_exit_barrier(r),  # its ranks had finished: its torchrun waited for the others
                    "restarts_in_place": r.restarts_in_place,
                    # a preempted node's ranks after its SIGTERM: whether each exited 0, how soon, what it wrote
                    "after_sigterm": None if r.preemption is None else [m.to_json() for m in r.preemption.ranks]}

@@ -280,10 +280,10 @@ def grace_lines(outcome: RunResult) -> list[str]:
 
 
 def at_exit_barrier(result: NodeResult) -> bool:
-    """Whether a node's every rank had finished its script, and only its torchrun still ran (an
-    elastic node's planned ranks are not known: never)."""
+    """Whether a node's every rank had finished its script (however long after another node
+    ended), and only its torchrun still ran (an elastic node's planned ranks are not known: never)."""
     ranks = result.node.global_ranks
-    return (bool(ranks) and all(rank in result.finished_ranks for rank in ranks)
+    return (bool(ranks) and all(rank in result.returned_ranks for rank in ranks)
             and bool(result.still_running) and all(p.startswith("torchrun ") for p in result.still_running))
 
 

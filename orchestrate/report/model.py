@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.progress import read_all
+from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.text import grace_ran_out, shuffled_alike, times, written_by_several
 
@@ -296,6 +297,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.hint = outcome.get("hint") or ""
         model.recoveries = outcome.get("recoveries") or []
         model.graces_run_out = [grace_ran_out(str(node.get("name")), [str(p) for p in node.get("still_running") or []])
+                                + EXIT_BARRIER_NOTE * bool(node.get("at_exit_barrier"))
                                 for node in outcome.get("nodes") or [] if node.get("grace_ran_out")]
         model.written_by_several = [written_by_several(str(path), [int(r) for r in ranks])
                                     for path, ranks in (outcome.get("written_by_several") or {}).items()]

@@ -810,9 +810,10 @@ class Supervisor:
         # the ranks whose script returned before any node ended (not one that a stop made return)
         exits = [t.exited_at for t in trackers if t.exited_at is not None]
         until = self.wall_time(min(exits)) if exits else float("inf")
-        finished = self.progress.finished_before(until)
+        finished, returned = self.progress.finished_before(until), self.progress.finished_before(float("inf"))
         for tracker in trackers:
             tracker.result.finished_ranks = {rank: finished[rank] for rank in tracker.plan.global_ranks if rank in finished}
+            tracker.result.returned_ranks = tuple(rank for rank in tracker.plan.global_ranks if rank in returned)
             # torchrun's restarts in place, and what ended each restarted attempt (a failed node's are read already)
             tracker.result.restarts_in_place = restarts_in_place(self.spec.run_dir, tracker.name)
             if tracker.result.restarts_in_place and not tracker.result.attempts:

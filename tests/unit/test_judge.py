@@ -419,6 +419,10 @@ def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look
     assert missing_module_hint(Failure("node0", 0, 1, "ImportError: cannot import name 'x' from 'os'", ())) == ""
     assert missing_module_hint(Failure("node0", 0, 1, "ValueError: No module named 'x'", ())) == ""
     assert missing_module_hint(Failure("node0", 0, 1, "", ())) == ""
+    # an import that failed under the script's own error: the chain names the module
+    wrapped = Failure("node0", 0, 1, "RuntimeError: optional backend unavailable", (),
+                      chain=("caused by: ModuleNotFoundError: No module named 'apex'",))
+    assert "no module 'apex':" in missing_module_hint(wrapped)
     assert missing_module_hint(None) == ""
 
 

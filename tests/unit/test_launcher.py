@@ -757,6 +757,31 @@ def with_its_own_stop_signal(container) -> None:
     container.stop_signal = "SIGINT"
 
 
+def test_a_node_whose_rank_returned_after_another_failed_is_said_to_wait_at_its_exit_barrier(make_run):
+    # node1 fails; node0's rank finishes its script a moment later (no collective after its last
+    # save), and its torchrun waits for node1's at its exit barrier, where no SIGTERM reaches it
+    from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
+
+    job = make_run(nodes=2, stop_grace=1)
+
+    def finished_late() -> None:
+        with open(job.run_dir / "progress" / "rank0.jsonl", "a") as handle:
+            handle.write(json.dumps({"rank": 0, "finished": True, "after_step": None, "time": time.time() + 60,
+                                     "attempt": "a"}) + "\n")
+
+    client = FakeDockerClient()
+    outcome, _, _ = run(job, client,
+                        node0=[Script(["[0|0]:warm-started"], then=finished_late, hang=True, ignore_sigterm=True,
+                                      processes=Script().processes[:1])],  # its torchrun alone
+                        node1=[Script(["[1|0]:RuntimeError: no checkpoint",
+                                       *report(1, 0, exc="RuntimeError: no checkpoint")], exit_code=1)])
+    assert [r.returned_ranks for r in outcome.results] == [(0,), ()]
+    assert outcome.results[0].finished_ranks == {}  # after node1's end: it explains no lost peer
+    assert [n["at_exit_barrier"] for n in outcome_record(outcome)["nodes"]] == [True, False]
+    assert f"  node0 did not stop within its grace after SIGTERM, so it got SIGKILL; what still ran: torchrun ..." \
+           f" train.py (sleeping){EXIT_BARRIER_NOTE}" in format_summary(outcome).splitlines()
+
+
 def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_unpausing_first(make_run):
     # Ctrl-C arrives while the supervisor follows the nodes: node0 ends on SIGTERM (saying so),
     # node1 ignores it and gets SIGKILL only after the stop grace, node2 was paused: unpaused first

@@ -535,6 +535,12 @@ def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_to
     result.written_locally = {"/tmp/cache/vocab.json": (0, 1)}
     result.results[1].root_cause = RootCause(1, 0, 1, missing)
     assert "hint:" not in format_summary(result)
+    # raised from the error that names it
+    result.written_locally = {"/tmp/cache/vocab.json": (0,)}
+    result.results[1].root_cause = RootCause(1, 0, 1, "OSError: no vocabulary", chain=(
+        "raised while handling: " + missing,))
+    assert any(line.startswith("  hint: rank 0 (node0) wrote /tmp/cache/vocab.json on node0's own disk")
+               for line in format_summary(result).splitlines())
     # a path relative to the work directory is on every node
     result.written_locally = {"/tmp/cache/vocab.json": (0,)}
     result.results[1].root_cause = RootCause(1, 0, 1, "FileNotFoundError: [Errno 2] No such file or directory:"
@@ -548,9 +554,9 @@ def test_a_rank_that_looked_for_a_shared_file_before_another_rank_wrote_it_is_to
     /shared, and a directory; not where rank 1 wrote it too, nor where no rank did."""
     plan = make_job(nodes=2)
 
-    def hint_for(exception: str, written: dict) -> list[str]:
+    def hint_for(exception: str, written: dict, chain: tuple[str, ...] = ()) -> list[str]:
         results = results_for(plan, (NodePhase.STOPPED, 137, 2.0, None),
-                              (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, exception)))
+                              (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, exception, chain=chain)))
         result = outcome(results, written_shared=written)
         return [line for line in format_summary(result).splitlines() if line.startswith("  hint:")]
 
@@ -575,6 +581,10 @@ def test_a_rank_that_looked_for_a_shared_file_before_another_rank_wrote_it_is_to
     assert hint_for(missing.format("checkpoints/other.pt"), written) == []
     assert hint_for(missing.format("logs/rank1.txt"), written) == []
     assert hint_for("ValueError: checkpoints/last.pt", written) == []
+    # the script's own error wraps the one that names the file (raise ... from): the same hint
+    wrapped = ("caused by: " + missing.format("checkpoints/last.pt"),)
+    assert hint_for("RuntimeError: could not resume", written, wrapped) == [said.format("checkpoints/last.pt")]
+    assert hint_for("RuntimeError: could not resume", written, ("caused by: KeyError: 'model'",)) == []
 
 
 def test_a_hung_rank_that_waits_outside_any_collective_is_told_of_the_files_other_nodes_wrote_on_their_own_disks(
@@ -730,9 +740,9 @@ def test_a_rank_left_alone_in_its_training_steps_backward_pass_gets_the_uneven_h
 
 def test_a_node_whose_ranks_had_finished_and_whose_torchrun_outlived_its_grace_is_said_to_wait_at_its_exit_barrier(
         make_job):
-    """node1's rank finished its script, then node0's failed: node1's torchrun waits for node0's
-    at its exit barrier, where SIGTERM does not reach it, and SIGKILL ends it. That is said, and
-    not where a worker still ran or a rank had not finished."""
+    """node1's rank finished its script, before or after node0's failed: node1's torchrun waits
+    for node0's at its exit barrier, where SIGTERM does not reach it, and SIGKILL ends it. That is
+    said, and not where a worker still ran or a rank had not finished."""
     from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
 
     plan = make_job(nodes=2)
@@ -740,14 +750,14 @@ def test_a_node_whose_ranks_had_finished_and_whose_torchrun_outlived_its_grace_i
               " torchrun ... train.py (sleeping)")
     cause = RootCause(0, 0, 1, "RuntimeError: Connection closed by peer")
 
-    def summary(finished: dict, still: list[str]) -> list[str]:
+    def summary(returned: tuple[int, ...], still: list[str]) -> list[str]:
         results = results_for(plan, (NodePhase.FAILED, 1, 5.0, cause), (NodePhase.STOPPED, 137, 9.0, None))
-        results[1].grace_ran_out, results[1].still_running, results[1].finished_ranks = True, still, finished
+        results[1].grace_ran_out, results[1].still_running, results[1].returned_ranks = True, still, returned
         return format_summary(outcome(results)).splitlines()
 
-    assert f"{killed}{EXIT_BARRIER_NOTE}" in summary({1: 30}, ["torchrun ... train.py (sleeping)"])
-    assert killed in summary({}, ["torchrun ... train.py (sleeping)"])
-    with_worker = summary({1: 30}, ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"])
+    assert f"{killed}{EXIT_BARRIER_NOTE}" in summary((1,), ["torchrun ... train.py (sleeping)"])
+    assert killed in summary((), ["torchrun ... train.py (sleeping)"])
+    with_worker = summary((1,), ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"])
     assert not any(EXIT_BARRIER_NOTE in line for line in with_worker)
     assert EXIT_BARRIER_NOTE.startswith("; its ranks had finished their scripts, and its torchrun waited")
 

@@ -92,6 +92,11 @@ def test_a_node_stop_had_to_kill_is_marked_killed_and_one_that_took_its_sigterm_
     assert ('<ul id="grace-ran-out"><li>node0 did not stop within its grace after SIGTERM, so it got SIGKILL; what still'
             " ran: python a.py &lt;x&gt; (sleeping)</li></ul>") in page
     assert "node1 did not stop" not in page
+    # one whose ranks had finished waited at its exit barrier: said as the summary says it
+    stopped["nodes"][0]["at_exit_barrier"] = True
+    page = render_html(build_model({"run": plan(), "events": events, "progress": [], "outcome": stopped}))
+    assert ("ran: python a.py &lt;x&gt; (sleeping); its ranks had finished their scripts, and its torchrun waited for the"
+            " other nodes at its exit barrier") in page
 
 
 def test_a_failure_names_its_root_cause_on_the_failing_rank():
