@@ -138,7 +138,7 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
                 reason = f"rank {rank} {reason}"
             return Failure(result.node.name, rank, result.exit_code, "", lines, reason=reason,
                            users_frame=cause.users_frame if cause is not None and rank == cause.rank else "",
-                           lines_of=lines_of)
+                           chain=cause.chain if cause is not None and rank == cause.rank else (), lines_of=lines_of)
     failed = [r for r in results if r.state is NodePhase.FAILED]
     if not failed:
         return None

@@ -211,10 +211,39 @@ def exception_chain(lines: Sequence[str]) -> tuple[str, ...]:
     links = []
     for i, line in enumerate(text):
         how = CHAIN_LINKS.get(line.strip())
-        exception = exception_in_lines(text[:i]) if how else ""
+        exception = raised_above(text[:i]) if how else ""
         if exception:
             links.append(f"{how}: {exception}")
     return tuple(reversed(links))[:CHAIN_SAID]
+
+
+def raised_above(text: list[str]) -> str:
+    """The exception whose lines end ``text`` (without torch's rank prefixes), as Python prints it
+    above the line that chains the next one to it: the lines up from the blank one, to the last
+    frame's indented source or the traceback's start (or, for an exception raised with no
+    traceback, ``raise X from ValueError("y")``, to a blank line), and of those the first that
+    names an error (``...Error: ...``; else the first shaped as an exception's line), not the
+    last line of a message of several (``Note: ...``), nor a line the script printed before it."""
+    end = len(text)
+    while end and not text[end - 1].strip():
+        end -= 1
+    begin = end
+    while begin and text[begin - 1].strip() and not text[begin - 1][:1].isspace() \
+            and text[begin - 1].strip() != TRACEBACK_START:
+        begin -= 1
+    block = [line.strip() for line in text[begin:end]]
+    return next((line for line in block if _EXCEPTION_LINE.match(line) and _RAISED_LINE.match(line)), "") \
+        or next((line for line in block if _RAISED_LINE.match(line)), "")
+
+
+def without_rank_prefix(line: str) -> str:
+    """A worker's line without the ``[rank1]: `` torch puts before each line of an uncaught error."""
+    return _RANK_PREFIX.sub("", line)
+
+
+def says_chained(line: str) -> bool:
+    """Whether a worker's line is Python's between two tracebacks of one chain."""
+    return _RANK_PREFIX.sub("", line).strip() in CHAIN_LINKS
 
 
 def chains_on(traceback: Sequence[str]) -> bool:

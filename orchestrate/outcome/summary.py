@@ -90,9 +90,9 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"FAILED: {peers_named(failure.describe(), outcome.node_addresses)}")
         # the line of the script that led there, however deep in torch it was raised (not a lost peer's
         # where an earlier attempt's own error is said below)
-        if failure.users_frame and failure.earlier is None:
-            lines.append(f"  in your code: {failure.users_frame}")
-        lines += [f"  {link}" for link in failure.chain]  # what its error was raised from: often what explains it
+        if failure.earlier is None:
+            lines += [f"  in your code: {failure.users_frame}"] if failure.users_frame else []
+            lines += [f"  {link}" for link in failure.chain]  # what its error was raised from: often what explains it
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         failed_by = said_error(failure.exception, failure.exit_code, failure.last_lines)

@@ -312,8 +312,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         elif outcome.get("error"):
             model.outcome = f"FAILED (exit code {model.exit_code}): {outcome['error']}"
         elif model.succeeded:
-            restarted = [f"{node.get('name')} {times(n)}" for node in outcome.get("nodes") or []
-                         if (n := int(node.get("restarts_in_place") or 0))]
+            counts = {str(node.get("name")): node.get("restarts_in_place") for node in outcome.get("nodes") or []}
+            counts = counts or (outcome.get("slurm") or {}).get("restarts_in_place") or {}  # a Slurm run's: by node
+            restarted = [f"{name} {times(n)}" for name, count in counts.items() if (n := int(count or 0))]
             model.outcome = "SUCCEEDED" + (f", after torchrun restarted the workers in place ({', '.join(restarted)})"
                                            if restarted else "")
         elif model.failure:

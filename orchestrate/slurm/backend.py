@@ -299,8 +299,8 @@ class SlurmBackend:
             result.timings.job_s = self.clock() - started
             result.faults = self.fault_records(result.timings.job_s)
         slurm.nodes = self.node_records()
-        slurm.restarts_in_place = {node: count for node in sorted(slurm.nodes)
-                                   if (count := restarts_in_place(self.plan.run_dir, node))}
+        slurm.restarts_in_place = {node.name: count for node in self.plan.nodes  # (whatever scontrol answered)
+                                   if (count := restarts_in_place(self.plan.run_dir, node.name))}
         stop = read_stop_request(self.plan.run_dir)
         if stop.nodes and not result.error and ended_by_a_stop(slurm.job, stop.time):
             # `stop RUN` (or `down RUN`) signalled the job from another terminal: stopped, not failed

@@ -9,7 +9,8 @@ from typing import IO, Optional
 
 from orchestrate.debugger.states import is_stop_line
 from orchestrate.outcome.root_cause import (RootCause, chains_on, exception_chain, is_frame_line,
-                                            parse_root_cause, starts_traceback, users_frame_in)
+                                            parse_root_cause, says_chained, starts_traceback, users_frame_in,
+                                            without_rank_prefix)
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.progress_bars import continues, parse_redraw
 
@@ -128,6 +129,7 @@ class NodeOutput:
     rank_tails: dict[int, deque] = field(default_factory=dict)
     # each worker's latest traceback, from its first line; with those it was chained from
     tracebacks: dict[int, list[str]] = field(default_factory=dict)
+    kept_up_to: dict[int, int] = field(default_factory=dict)  # how long each may grow: its latest's own TRACEBACK_LINES
     after_frames: dict[int, int] = field(default_factory=dict)  # lines kept since its last frame
     first_worker_line_at: Optional[float] = None
     worker_lines: WorkerLines = field(init=False)
@@ -168,21 +170,23 @@ class NodeOutput:
         tracebacks of the exceptions it was chained from (``raise ... from``), where it follows one."""
         kept = self.tracebacks.get(rank)
         if starts_traceback(text):
-            if not (kept and len(kept) < TRACEBACK_LINES // 2 and chains_on(kept)):
+            if kept and chains_on(kept):  # raised from the one before: kept after it (its last lines)
+                del kept[:-(TRACEBACK_LINES // 2)]
+            else:
                 self.tracebacks[rank] = kept = []
-            if len(kept) < TRACEBACK_LINES:
-                kept.append(text)
+            self.kept_up_to[rank] = len(kept) + TRACEBACK_LINES
+            kept.append(text)
             self.after_frames[rank] = 0
             return
-        if kept is None or len(kept) >= TRACEBACK_LINES:
-            return
-        if is_frame_line(text):
-            self.after_frames[rank] = 0
-        elif self.after_frames[rank] >= AFTER_LAST_FRAME:
-            return
-        else:
-            self.after_frames[rank] += 1
-        kept.append(text)
+        keeps = (kept is not None and len(kept) < self.kept_up_to[rank]
+                 and (is_frame_line(text) or self.after_frames[rank] < AFTER_LAST_FRAME))
+        if not keeps and says_chained(text):  # after an exception raised with no traceback: it alone
+            before = list(self.rank_tails.get(rank, ()))[:-1]  # (the tail has this line already)
+            cause = next((line for line in reversed(before) if without_rank_prefix(line).strip()), "")
+            self.tracebacks[rank], self.kept_up_to[rank], self.after_frames[rank] = [cause, text], TRACEBACK_LINES, 0
+        elif keeps:
+            self.after_frames[rank] = 0 if is_frame_line(text) else self.after_frames[rank] + 1
+            kept.append(text)
 
     def flush(self) -> None:
         """Write what was kept to the log file (the supervisor does after each batch of lines)."""
@@ -195,24 +199,25 @@ class NodeOutput:
             lines = [ln for ln in self.tail if ln.strip()]
         return lines[-count:]
 
-    def users_frame(self, rank: int, exception: str) -> str:
-        """Where the user's own code was in the traceback of a worker that failed with
-        ``exception`` (see :func:`users_frame_in`); "" where its latest traceback is not that
-        exception's (one it printed and went on from), or has no frame of the user's."""
+    def traceback_of(self, rank: int, exception: str) -> list[str]:
+        """A worker's latest traceback (with those it was chained from) where it is the one of
+        ``exception``, the error it failed with; [] where it is not (one it printed and went on from)."""
         lines = self.tracebacks.get(rank, [])
         said = exception.splitlines()[0][:80] if exception else ""
         if not said or not any(said in line for line in lines):
-            return ""
-        return users_frame_in(lines)
+            return []
+        return lines
+
+    def users_frame(self, rank: int, exception: str) -> str:
+        """Where the user's own code was in the traceback of a worker that failed with
+        ``exception`` (see :func:`users_frame_in`); "" where its latest traceback is not that
+        exception's, or has no frame of the user's."""
+        return users_frame_in(self.traceback_of(rank, exception))
 
     def exception_chain(self, rank: int, exception: str) -> tuple[str, ...]:
         """The exceptions a worker that failed with ``exception`` had it raised from (see
         :func:`exception_chain`); () where its latest traceback is not that exception's."""
-        lines = self.tracebacks.get(rank, [])
-        said = exception.splitlines()[0][:80] if exception else ""
-        if not said or not any(said in line for line in lines):
-            return ()
-        return exception_chain(lines)
+        return exception_chain(self.traceback_of(rank, exception))
 
     def root_cause(self) -> Optional[RootCause]:
         """The root cause torchrun reported on this node, if it reported one."""

@@ -132,6 +132,13 @@ def test_under_a_fault_the_rank_it_aimed_at_is_named_or_else_the_rank_that_raise
     assert find_failure([succeeded(node0), raised]) == Failure(
         "node1", 2, 1, "", lines_of(node1),
         reason="rank 2 failed (injected fault disk-full:node1@t=1): OSError: [Errno 28] No space left")
+    # what that error was raised from goes with it (torch.save's own error while handling the write's)
+    wrapped = ended(node1, fault="disk-full:node1@t=1", cause=RootCause(2, 0, 1, "RuntimeError: file write failed",
+                                                                       chain=("raised while handling: OSError: x",)))
+    assert find_failure([succeeded(node0), wrapped]).chain == ("raised while handling: OSError: x",)
+    aimed_chain = ended(node1, fault="hang-rank:3@t=1", culprit_rank=3,
+                        cause=RootCause(2, 0, 1, LOST_PEER, chain=("caused by: OSError: y",)))
+    assert find_failure([succeeded(node0), aimed_chain]).chain == ()  # another rank's, not the one aimed at
     silent = ended(node1, code=-9, fault="kill:node1@t=1", cause=RootCause(2, 0, -9, ""))  # no error to name
     assert find_failure([succeeded(node0), silent]) == Failure(
         "node1", None, -9, "", lines_of(node1), reason="failed (injected fault kill:node1@t=1)")

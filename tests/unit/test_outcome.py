@@ -773,7 +773,8 @@ def test_a_lost_peer_after_restarts_shows_the_earlier_error_and_a_torn_saves_hin
                   "[rank1]: OSError: [Errno 22] Invalid argument")
     # (where the lost peer's own traceback was in the script is no line of its own: the earlier error explains it)
     results = results_for(plan, (NodePhase.STOPPED, 143, 1.1, None),
-                          (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, refused, users_frame="t.py:3 in main: x()")))
+                          (NodePhase.FAILED, 1, 1.0, RootCause(1, 0, 1, refused, users_frame="t.py:3 in main: x()",
+                                                               chain=("caused by: OSError: peer reset",))))
     results[1].earlier = EarlierFailure(3, 0, "OSError: [Errno 22] Invalid argument", unreadable,
                                         users_frame="resume.py:13 in main: state = torch.load(CKPT)")
     torn = FaultRecord("torn-write:node0@step=5", "node0", elapsed_s=8.5, step=5, struck_file="ckpt/model.pt",

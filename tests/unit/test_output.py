@@ -323,3 +323,36 @@ def test_a_worker_keeps_the_tracebacks_its_error_was_chained_from_and_only_those
                  "ValueError: bad"):
         output.add(f"[3|1]:{line}", at=2.0)
     assert output.exception_chain(3, "ValueError: bad") == ()
+
+
+def test_a_long_chained_traceback_keeps_its_last_tracebacks_own_lines_and_a_cause_without_a_traceback(make_job):
+    node = make_job(nodes=1, nproc_per_node=1).nodes[0]
+    output = NodeOutput(node, io.StringIO())
+
+    def printed(*lines: str) -> None:
+        for line in lines:
+            output.add(f"[0|0]:[rank0]: {line}", at=1.0)
+
+    torch_frames = [line for i in range(150) for line in (f'  File "/opt/venv/lib/python3.11/site-packages/torch/m{i}.py",'
+                                                          f" line {i}, in f{i}", f"    g{i}()")]
+    # a cause of 150 lines, then the error raised from it, 300 lines deep: each keeps its own lines
+    printed("Traceback (most recent call last):", *torch_frames[:148], "OSError: short read", "",
+            "The above exception was the direct cause of the following exception:", "",
+            "Traceback (most recent call last):", '  File "/workspace/train.py", line 9, in main', "    step()",
+            *torch_frames, "RuntimeError: backend failed", "Note: set TORCH_LOGS for more")
+    assert output.users_frame(0, "RuntimeError: backend failed") == "train.py:9 in main: step()"
+    assert output.exception_chain(0, "RuntimeError: backend failed") == ("caused by: OSError: short read",)
+    # an exception raised from one that was never raised: Python prints the cause with no traceback
+    output = NodeOutput(node, io.StringIO())
+    printed("retrying", "ValueError: bad shard 7", "", "The above exception was the direct cause of the following exception:", "",
+            "Traceback (most recent call last):", '  File "/workspace/train.py", line 12, in main',
+            "RuntimeError: cannot load")
+    assert output.exception_chain(0, "RuntimeError: cannot load") == ("caused by: ValueError: bad shard 7",)
+
+
+def test_a_cause_whose_message_has_several_lines_is_said_by_its_first():
+    assert exception_chain(["Traceback (most recent call last):", '  File "/workspace/a.py", line 3, in f',
+                            "    raise KeyError(k)", "    ^^^^^^^^^^^^^^^^^", "ValueError: bad batch 7",
+                            "Note: see the docs", "", "During handling of the above exception, another exception"
+                            " occurred:", "", "Traceback (most recent call last):", "  y", "RuntimeError: gave up"]) == (
+        "raised while handling: ValueError: bad batch 7",)

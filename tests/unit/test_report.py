@@ -63,6 +63,10 @@ def test_a_successful_run_has_a_lane_per_node_and_rank_through_its_phases():
                                                               {"name": "node1", "restarts_in_place": 2}]}
     model = build_model({"run": plan(), "events": events, "progress": progress, "outcome": restarted})
     assert model.outcome == "SUCCEEDED, after torchrun restarted the workers in place (node1 2 times)"
+    # a Slurm run has no node results: its restarts are by node under "slurm"
+    slurm = {"succeeded": True, "exit_code": 0, "nodes": [], "slurm": {"restarts_in_place": {"node0": 1}}}
+    model = build_model({"run": plan(), "events": events, "progress": progress, "outcome": slurm})
+    assert model.outcome == "SUCCEEDED, after torchrun restarted the workers in place (node0 once)"
 
 
 def test_a_run_stopped_by_stop_says_who_stopped_it_and_a_ctrl_c_is_an_interrupt():
