@@ -115,10 +115,17 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
         if result.oom_kills:
             cause = result.root_cause
             rank = f" (rank {cause.rank} killed)" if cause and cause.exit_code == -9 else ""
+            # a rank that lived on and raised (its DataLoader worker was the one killed): its error,
+            # where in the script, and what that error was raised from
+            raised = (cause is not None and not rank and bool(cause.exception)
+                      and not is_collateral(cause, result.last_lines))
+            if raised:
+                rank = f", and rank {cause.rank} failed: {brief(cause.exception)}"
             return Failure(result.node.name, cause.rank if cause else None, result.exit_code, "",
                            tuple(result.last_lines),
                            reason=f"OOM-killed: the kernel killed {result.oom_kills} process(es) at the"
-                                  f" node's memory limit{rank}; raise --memory-per-node or use less memory")
+                                  f" node's memory limit{rank}; raise --memory-per-node or use less memory",
+                           users_frame=cause.users_frame if raised else "", chain=cause.chain if raised else ())
     for result in results:
         if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED):
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"

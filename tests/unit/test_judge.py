@@ -90,10 +90,20 @@ def test_an_oom_kill_whose_rank_was_not_the_killed_one_or_is_unknown_names_no_ki
     node0, node1 = nodes()
     reason = ("OOM-killed: the kernel killed 1 process(es) at the node's memory limit; raise --memory-per-node or use"
               " less memory")
-    # a helper process was killed; the worker then raised on its own
-    raised = [succeeded(node0), ended(node1, cause=RootCause(2, 0, 1, "RuntimeError: DataLoader worker killed"),
-                                      oom_kills=1)]
-    assert find_failure(raised) == Failure("node1", 2, 1, "", lines_of(node1), reason=reason)
+    # a helper process was killed (its DataLoader worker); the worker then raised on its own: its
+    # error, where in the script, and what that error was raised from go with the OOM kill
+    chain = ("caused by: RuntimeError: DataLoader worker (pid 43) is killed by signal: Killed.",)
+    raised = [succeeded(node0), ended(node1, cause=RootCause(
+        2, 0, 1, "RuntimeError: DataLoader worker (pid(s) 43) exited unexpectedly", users_frame="t.py:9 in main: x",
+        chain=chain), oom_kills=1)]
+    assert find_failure(raised) == Failure(
+        "node1", 2, 1, "", lines_of(node1), users_frame="t.py:9 in main: x", chain=chain,
+        reason="OOM-killed: the kernel killed 1 process(es) at the node's memory limit, and rank 2 failed:"
+               " RuntimeError: DataLoader worker (pid(s) 43) exited unexpectedly; raise --memory-per-node or use"
+               " less memory")
+    # a rank of it that only lost its peers says nothing more
+    lost = [succeeded(node0), ended(node1, cause=RootCause(2, 0, 1, LOST_PEER), oom_kills=1)]
+    assert find_failure(lost) == Failure("node1", 2, 1, "", lines_of(node1), reason=reason)
     unknown = [succeeded(node0), ended(node1, code=137, oom_kills=1)]  # torchrun itself was killed: no report
     assert find_failure(unknown) == Failure("node1", None, 137, "", lines_of(node1), reason=reason)
 
