@@ -243,6 +243,8 @@ def without_rank_prefix(line: str) -> str:
 
 def says_chained(line: str) -> bool:
     """Whether a worker's line is Python's between two tracebacks of one chain."""
+    if "exception" not in line:  # (most lines: the check costs every line a worker prints)
+        return False
     return _RANK_PREFIX.sub("", line).strip() in CHAIN_LINKS
 
 
