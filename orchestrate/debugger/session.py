@@ -18,7 +18,8 @@ from orchestrate.plan.layout import DEBUG_SUBDIR
 # The longest socket path connect() takes whole (sun_path is 108 bytes on Linux, with its NUL);
 # a longer one is reached through the directory's descriptor.
 LONGEST_SOCKET_PATH = 107
-# How long a session waits for the rank's last words once the input ended, and how often it looks.
+# How long a session waits for the rank's next words once the input ended (from the end of the
+# input, then from each answer: a busy machine answers slowly, but answers), and how often it looks.
 LINGER_S = 5.0
 POLL_S = 0.2
 
@@ -80,16 +81,17 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
 
 
 def receive_all(connection: socket.socket, out: IO[str], ended: list[float], linger_s: float) -> int:
-    """Write what the debugger says until it closes the connection, or until ``linger_s`` after
-    the input ended (``ended``); how many bytes it said."""
+    """Write what the debugger says until it closes the connection, or until it has said nothing
+    for ``linger_s`` since the input ended (``ended``); how many bytes it said."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
-    heard = 0
+    heard, last_heard = 0, 0.0
     connection.settimeout(POLL_S)
     while True:
         try:
             data = connection.recv(4096)
+            last_heard = time.monotonic()
         except socket.timeout:
-            if ended and time.monotonic() - ended[0] >= linger_s:
+            if ended and time.monotonic() - max(ended[0], last_heard) >= linger_s:
                 data = b""
             else:
                 continue

@@ -285,6 +285,22 @@ def test_a_session_whose_rank_runs_on_ends_a_while_after_the_input_did_and_says_
     assert 0.5 <= time.monotonic() - started < WAIT_S
     assert rank.recv(100) == b"c\n" and rank.recv(100) == b""  # the line, then end-of-input
     rank.close()
+    # a rank that answers slowly (a busy machine) is heard to its end: the wait counts from its last words
+    terminal, rank = socket.socketpair()
+
+    def answer_slowly() -> None:
+        rank.recv(100)
+        for piece in (b"(Pdb) ", b"1\n", b"(Pdb) ", b"bye"):
+            time.sleep(0.3)
+            rank.sendall(piece)
+        rank.close()
+
+    thread = threading.Thread(target=answer_slowly)
+    thread.start()
+    shown = io.StringIO()
+    assert talk(terminal, io.StringIO("p n\nc\n"), shown, linger_s=0.5) == 17
+    thread.join(WAIT_S)
+    assert shown.getvalue() == "(Pdb) 1\n(Pdb) bye"
     taken, other = socket.socketpair()
     other.close()  # another terminal took the rank: this one hears nothing
     assert talk(taken, io.StringIO(""), io.StringIO()) == 0
