@@ -46,9 +46,10 @@ class Failure:
 
     @property
     def errors(self) -> str:
-        """Its exception, then those it was raised from, a line each: what a hint about a missing
-        file or module looks in, since a script's own error often wraps the one that names it
-        (``RuntimeError: could not resume``, caused by a ``FileNotFoundError``)."""
+        """Its exception, then those it was raised from, a line each: what a hint looks in, since a
+        script's own error often wraps the one that names what went wrong (``RuntimeError: could
+        not resume``, caused by a ``FileNotFoundError``; ``training failed at step 5``, raised
+        while handling DDP's unused parameters)."""
         return "\n".join([self.exception, *(link.split(": ", 1)[-1] for link in self.chain)])
 
     def describe(self) -> str:
@@ -256,7 +257,7 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
     """For a rank gloo aborted because the ranks' collectives differ: how to find the first
     difference with both call sites ("" for any other failure). torch's check compares
     collectives, not a send and its receive, and the hint says so."""
-    if failure is None or GLOO_MISMATCH not in failure.exception:
+    if failure is None or GLOO_MISMATCH not in failure.errors:
         return ""
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
@@ -270,7 +271,7 @@ def diverged_hint(failure: Optional[Failure], divergence: str) -> str:
     ("" where gloo or the check caught it, or the records show nothing)."""
     if failure is None or not divergence:
         return ""
-    if any(words in failure.exception for words in (GLOO_MISMATCH, *CHECKED_MISMATCH)):
+    if any(words in failure.errors for words in (GLOO_MISMATCH, *CHECKED_MISMATCH)):
         return ""  # caught, and said so
     finished = " (the ranks that finished did so on such data)" if failure.peers_finished else ""
     return ("  hint: the ranks made this collective with different tensors, or different collectives: gloo checks"
@@ -465,7 +466,7 @@ def device_ordinal_hint(failure: Optional[Failure], results: list[NodeResult]) -
     device picked by the global rank, where the local one would do (each node numbers its GPUs
     from 0), or a node with more ranks than GPUs ("" for any other failure, a rank not known, or
     a node without GPUs: :func:`no_gpu_hint`'s)."""
-    if failure is None or failure.rank is None or "invalid device ordinal" not in failure.exception:
+    if failure is None or failure.rank is None or "invalid device ordinal" not in failure.errors:
         return ""
     node = next((r.node for r in results if r.node.name == failure.node), None)
     if node is None or not node.gpu_ids or failure.rank not in node.global_ranks:
@@ -488,7 +489,7 @@ _NO_COMPILER = ("No working C++ compiler found", "Failed to find C compiler", "P
 def compiler_hint(failure: Optional[Failure]) -> str:
     """For a rank whose torch.compile found no C or C++ compiler in its node: where one comes
     from ("" for any other failure). The default node image has one; an image of the user's may not."""
-    if failure is None or not any(words in failure.exception for words in _NO_COMPILER):
+    if failure is None or not any(words in failure.errors for words in _NO_COMPILER):
         return ""
     return ("  hint: torch.compile builds a compiled model's kernels with a C++ compiler in the nodes: the default"
             " node image has g++ and Python's headers; an --image or --dockerfile of your own needs them too"
@@ -503,7 +504,7 @@ def interface_hint(failure: Optional[Failure]) -> str:
     """For a worker that could not find the network interface GLOO_SOCKET_IFNAME or
     NCCL_SOCKET_IFNAME names (a cluster's, carried in by ``--env`` or ``--env-file``): the
     interface the nodes have ("" for any other failure)."""
-    match = _NO_SUCH_INTERFACE.search(failure.exception) if failure is not None else None
+    match = _NO_SUCH_INTERFACE.search(failure.errors) if failure is not None else None
     if match is None or match["name"] == NODE_INTERFACE:  # (its own gone: a fault's doing, not a name)
         return ""
     named = f" ({match['name']})" if match["name"] else ""
@@ -522,7 +523,7 @@ def no_gpu_hint(failure: Optional[Failure], results: list[NodeResult]) -> str:
     if node is None or node.gpu_ids:
         return ""
     return next((f"  hint: {hint}" for words, hint in _NO_GPU_HINTS
-                 if any(said in failure.exception for said in words)), "")
+                 if any(said in failure.errors for said in words)), "")
 
 
 # DDP's reducer, when the step before left parameters without a gradient. torch names them
@@ -537,7 +538,7 @@ def unused_parameters_hint(failure: Optional[Failure]) -> str:
     """For DDP's error on a model whose loss left parameters out in a step: which ones (by name
     where torch gave them, else by their place in ``model.parameters()``) and the two ways out
     ("" for any other failure)."""
-    if failure is None or _UNUSED_PARAMETERS not in failure.exception:
+    if failure is None or _UNUSED_PARAMETERS not in failure.errors:
         return ""
     lines = [*failure.traceback.splitlines(), *failure.last_lines]
     names = next((m for m in map(_UNUSED_NAMES.search, lines) if m), None)
@@ -588,7 +589,7 @@ def ddp_prefix_hint(failure: Optional[Failure]) -> str:
     """For a ``load_state_dict`` whose keys differ by DDP's ``module.`` prefix: which side has
     it, and how to save or load without it; "" for any other failure, and where both sides or
     neither have it, or taking it off matches no key."""
-    if failure is None or _STATE_DICT_ERROR not in failure.exception:
+    if failure is None or _STATE_DICT_ERROR not in failure.errors:
         return ""
     lines = [*failure.traceback.splitlines(), *failure.last_lines]
     missing, unexpected = state_dict_keys(lines, "Missing"), state_dict_keys(lines, "Unexpected")

@@ -617,3 +617,22 @@ def replace_node(failure: Failure, node: str) -> Failure:
     from dataclasses import replace
 
     return replace(failure, node=node)
+
+
+def test_a_hint_reads_the_exceptions_the_failure_was_raised_from_as_it_reads_the_failures_own(nodes):
+    """A script that wraps what went wrong in its own error (``raise RuntimeError("setup failed")
+    from e``) gets the hint the wrapped error would have."""
+    (alone,) = nodes(1, 1)
+    results = [ended(alone)]
+    nccl = "ValueError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"
+    compiler = ("torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found in"
+                " torch._inductor.config.cpp.cxx: (None, 'g++')")
+    interface = ("RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa !="
+                 " nullptr. Unable to find address for: ib0")
+    for hint, error in ((lambda f: no_gpu_hint(f, results), nccl), (compiler_hint, compiler),
+                        (interface_hint, interface), (mismatch_hint, MISMATCH)):
+        own = hint(Failure("node0", 0, 1, error, ()))
+        for how in ("caused by", "raised while handling"):
+            wrapped = Failure("node0", 0, 1, "RuntimeError: setup failed", (), chain=(f"{how}: {error}",))
+            assert hint(wrapped) == own != "", error
+        assert hint(Failure("node0", 0, 1, "RuntimeError: setup failed", ())) == ""
