@@ -21,6 +21,9 @@ LONGEST_SOCKET_PATH = 107
 # How long a session waits for the rank's next words once the input ended (from the end of the
 # input, then from each answer: a busy machine answers slowly, but answers), and how often it looks.
 LINGER_S = 5.0
+# How many times LINGER_S a session lasts at most after its input ended, however the rank talks on
+# (a breakpoint's own ``commands`` print at every stop, and never read the input's end).
+LINGER_CAP = 10
 POLL_S = 0.2
 
 
@@ -54,8 +57,9 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
     the connection; the end of ``typed`` is sent as end-of-input (pdb then lets the rank go on).
     An interrupt sends end-of-input too, reads the debugger's last words, and is raised again. A
     rank that runs on in the session (to a breakpoint set in it) reads end-of-input only when it
-    next stops: the connection is closed ``linger_s`` after the input ended, and the rank, meeting
-    a closed terminal there, goes on. Returns how many bytes the debugger sent (none: another
+    next stops: the connection is closed once it has said nothing for ``linger_s`` since the input
+    ended (at most ``LINGER_CAP`` times that after it), and the rank, meeting a closed terminal
+    there, goes on. Returns how many bytes the debugger sent (none: another
     terminal took the rank first)."""
     ended: list[float] = []  # when the input ended
 
@@ -82,7 +86,8 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
 
 def receive_all(connection: socket.socket, out: IO[str], ended: list[float], linger_s: float) -> int:
     """Write what the debugger says until it closes the connection, or until it has said nothing
-    for ``linger_s`` since the input ended (``ended``); how many bytes it said."""
+    for ``linger_s`` since the input ended (``ended``), or ``LINGER_CAP`` times that has passed
+    since; how many bytes it said."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
     heard, last_heard = 0, 0.0
     connection.settimeout(POLL_S)
@@ -91,16 +96,18 @@ def receive_all(connection: socket.socket, out: IO[str], ended: list[float], lin
             data = connection.recv(4096)
             last_heard = time.monotonic()
         except socket.timeout:
-            if ended and time.monotonic() - max(ended[0], last_heard) >= linger_s:
-                data = b""
-            else:
-                continue
+            data = None
         except OSError:
             data = b""
-        heard += len(data)
-        out.write(decoder.decode(data, final=not data))
-        out.flush()
-        if not data:
+        if data:
+            heard += len(data)
+            out.write(decoder.decode(data))
+            out.flush()
+        now = time.monotonic()
+        if data == b"" or (ended and (now - max(ended[0], last_heard) >= linger_s
+                                      or now - ended[0] >= LINGER_CAP * linger_s)):
+            out.write(decoder.decode(b"", final=True))
+            out.flush()
             return heard
 
 

@@ -11,8 +11,8 @@ from orchestrate.hangs.collectives import UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said
-from orchestrate.outcome.root_cause import (CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier, is_collateral,
-                                            lost_peer_in)
+from orchestrate.outcome.root_cause import (CAUSED, CHAIN_LINKS, CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier,
+                                            is_collateral, lost_peer_in)
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import brief, ranks_text
@@ -49,8 +49,21 @@ class Failure:
         """Its exception, then those it was raised from, a line each: what a hint looks in, since a
         script's own error often wraps the one that names what went wrong (``RuntimeError: could
         not resume``, caused by a ``FileNotFoundError``; ``training failed at step 5``, raised
-        while handling DDP's unused parameters)."""
+        while handling DDP's unused parameters). "" where it names no exception of its own (a
+        fault's or an OOM kill's failure, whose reason says it)."""
+        if not self.exception:
+            return ""
         return "\n".join([self.exception, *(link.split(": ", 1)[-1] for link in self.chain)])
+
+    @property
+    def errors_raised_from(self) -> str:
+        """Its exception, then those it was raised ``from`` (``caused by``), not those it was
+        raised while handling: a missing file or module that a script caught (``except
+        FileNotFoundError: start_fresh()``) is not what failed in the error it raised there."""
+        if not self.exception:
+            return ""
+        return "\n".join([self.exception, *(link.split(": ", 1)[-1] for link in self.chain
+                                            if link.startswith(f"{CHAIN_LINKS[CAUSED]}: "))])
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);
@@ -360,7 +373,7 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
     """For a rank that could not import a module: the two places the nodes look for it, the
     node image and the work directory, and how to put it in either ("" for any other failure).
     A module the host has is not in the nodes unless one of them holds it."""
-    match = _MISSING_MODULE.search(failure.errors) if failure is not None else None
+    match = _MISSING_MODULE.search(failure.errors_raised_from) if failure is not None else None
     if match is None:
         return ""
     return (f"  hint: the nodes have no module '{match.group('module')}': a package (at the version your script"
@@ -384,7 +397,7 @@ def node_local_file_hint(failure: Optional[Failure], results: list[NodeResult],
     their own disks (``written_locally``: each file with its writers): that each node has its
     own, and where a file for every node goes ("" for any other failure, or where a rank of the
     failing node wrote it too)."""
-    match = _NO_SUCH_PATH.search(failure.errors) if failure is not None else None
+    match = _NO_SUCH_PATH.search(failure.errors_raised_from) if failure is not None else None
     if match is None or not match.group("path").startswith("/"):  # a node's own disk: absolute paths
         return ""
     missing = match.group("path").rstrip("/")
@@ -411,7 +424,7 @@ def read_too_early_hint(failure: Optional[Failure], results: list[NodeResult],
     that other ranks wrote (``written_shared``: each file, relative to the work directory, with its
     writers): it looked before they wrote it, and a barrier between the write and the reads is
     what makes them wait for it ("" for any other failure, or where the failing rank wrote it)."""
-    match = _NO_SUCH_PATH.search(failure.errors) if failure is not None else None
+    match = _NO_SUCH_PATH.search(failure.errors_raised_from) if failure is not None else None
     if match is None or failure is None:
         return ""
     named = match.group("path").rstrip("/")

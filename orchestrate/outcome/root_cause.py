@@ -126,7 +126,7 @@ def is_collateral(cause: RootCause, last_lines: list[str]) -> bool:
     because some other rank went first; one that crashed (a segfault) failed by itself, and so
     did one that aborted, unless its last words are a lost peer's.
     """
-    lost_a_peer = lost_peer_in([cause.exception, *last_lines[-5:]])
+    lost_a_peer = lost_peer_in([cause.exception, *cause.chain, *last_lines[-5:]])
     if cause.exit_code in OWN_CRASH_CODES:
         return False
     if cause.exit_code == ABORTED:
@@ -168,6 +168,8 @@ def parse_root_cause(lines: list[str]) -> Optional[RootCause]:
 
 # The last line of a Python traceback: the exception's (dotted) name, then its message if any.
 _RAISED_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
+# Of those, one whose name is a class's: its last part capitalised (``torch.fx.TraceError``).
+_CLASS_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(: .*)?$")
 # torch prefixes every line a worker prints once the process group exists (``[rank1]: ...``).
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
@@ -193,8 +195,9 @@ def exception_in_lines(lines: list[str]) -> str:
 
 # What Python prints between two tracebacks of one chain, and what it means of the first one's
 # exception for the second's: raised ``from`` it, or while handling it.
+CAUSED = "The above exception was the direct cause of the following exception:"
 CHAIN_LINKS = {
-    "The above exception was the direct cause of the following exception:": "caused by",
+    CAUSED: "caused by",
     "During handling of the above exception, another exception occurred:": "raised while handling",
 }
 # How many links of a chain are said: the nearest ones.
@@ -222,8 +225,9 @@ def raised_above(text: list[str]) -> str:
     above the line that chains the next one to it: the lines up from the blank one, to the last
     frame's indented source or the traceback's start (or, for an exception raised with no
     traceback, ``raise X from ValueError("y")``, to a blank line), and of those the first that
-    names an error (``...Error: ...``; else the first shaped as an exception's line), not the
-    last line of a message of several (``Note: ...``), nor a line the script printed before it."""
+    names an error (``...Error: ...``), else the first whose name is a class's (``StopIteration``,
+    ``torch.fx.TraceError``), else the first shaped as an exception's line: not the last line of a
+    message of several (``Note: ...``), nor a line the script printed before it (``loss: 0.5``)."""
     end = len(text)
     while end and not text[end - 1].strip():
         end -= 1
@@ -231,14 +235,9 @@ def raised_above(text: list[str]) -> str:
     while begin and text[begin - 1].strip() and not text[begin - 1][:1].isspace() \
             and text[begin - 1].strip() != TRACEBACK_START:
         begin -= 1
-    block = [line.strip() for line in text[begin:end]]
-    return next((line for line in block if _EXCEPTION_LINE.match(line) and _RAISED_LINE.match(line)), "") \
-        or next((line for line in block if _RAISED_LINE.match(line)), "")
-
-
-def without_rank_prefix(line: str) -> str:
-    """A worker's line without the ``[rank1]: `` torch puts before each line of an uncaught error."""
-    return _RANK_PREFIX.sub("", line)
+    block = [line.strip() for line in text[begin:end] if _RAISED_LINE.match(line.strip())]
+    return next((line for line in block if _EXCEPTION_LINE.match(line)), "") \
+        or next((line for line in block if _CLASS_LINE.match(line)), "") or next(iter(block), "")
 
 
 def says_chained(line: str) -> bool:

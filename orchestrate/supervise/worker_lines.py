@@ -9,8 +9,7 @@ from typing import IO, Optional
 
 from orchestrate.debugger.states import is_stop_line
 from orchestrate.outcome.root_cause import (RootCause, chains_on, exception_chain, is_frame_line,
-                                            parse_root_cause, says_chained, starts_traceback, users_frame_in,
-                                            without_rank_prefix)
+                                            parse_root_cause, says_chained, starts_traceback, users_frame_in)
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.progress_bars import continues, parse_redraw
 
@@ -180,10 +179,9 @@ class NodeOutput:
             return
         keeps = (kept is not None and len(kept) < self.kept_up_to[rank]
                  and (is_frame_line(text) or self.after_frames[rank] < AFTER_LAST_FRAME))
-        if not keeps and says_chained(text):  # after an exception raised with no traceback: it alone
+        if not keeps and says_chained(text):  # after an exception raised with no traceback: its last lines
             before = list(self.rank_tails.get(rank, ()))[:-1]  # (the tail has this line already)
-            cause = next((line for line in reversed(before) if without_rank_prefix(line).strip()), "")
-            self.tracebacks[rank], self.kept_up_to[rank], self.after_frames[rank] = [cause, text], TRACEBACK_LINES, 0
+            self.tracebacks[rank], self.kept_up_to[rank], self.after_frames[rank] = [*before, text], TRACEBACK_LINES, 0
         elif keeps:
             self.after_frames[rank] = 0 if is_frame_line(text) else self.after_frames[rank] + 1
             kept.append(text)

@@ -440,6 +440,11 @@ def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look
     wrapped = Failure("node0", 0, 1, "RuntimeError: optional backend unavailable", (),
                       chain=("caused by: ModuleNotFoundError: No module named 'apex'",))
     assert "no module 'apex':" in missing_module_hint(wrapped)
+    # an optional import the script caught, and another error raised while handling it: not the module's
+    caught = replace(wrapped, chain=("raised while handling: ModuleNotFoundError: No module named 'apex'",))
+    assert missing_module_hint(caught) == ""
+    # a failure with no exception of its own (a fault's, an OOM kill's) gives its chain to no hint
+    assert missing_module_hint(replace(wrapped, exception="", reason="failed (injected fault kill:node0)")) == ""
     assert missing_module_hint(None) == ""
 
 

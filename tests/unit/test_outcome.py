@@ -537,10 +537,13 @@ def test_a_rank_that_cannot_find_a_file_another_node_wrote_on_its_own_disk_is_to
     assert "hint:" not in format_summary(result)
     # raised from the error that names it
     result.written_locally = {"/tmp/cache/vocab.json": (0,)}
-    result.results[1].root_cause = RootCause(1, 0, 1, "OSError: no vocabulary", chain=(
-        "raised while handling: " + missing,))
+    result.results[1].root_cause = RootCause(1, 0, 1, "OSError: no vocabulary", chain=("caused by: " + missing,))
     assert any(line.startswith("  hint: rank 0 (node0) wrote /tmp/cache/vocab.json on node0's own disk")
                for line in format_summary(result).splitlines())
+    # one the script caught (except FileNotFoundError: ...) and raised another error while handling is not it
+    result.results[1].root_cause = RootCause(1, 0, 1, "OSError: no vocabulary", chain=(
+        "raised while handling: " + missing,))
+    assert "hint:" not in format_summary(result)
     # a path relative to the work directory is on every node
     result.written_locally = {"/tmp/cache/vocab.json": (0,)}
     result.results[1].root_cause = RootCause(1, 0, 1, "FileNotFoundError: [Errno 2] No such file or directory:"
@@ -585,6 +588,7 @@ def test_a_rank_that_looked_for_a_shared_file_before_another_rank_wrote_it_is_to
     wrapped = ("caused by: " + missing.format("checkpoints/last.pt"),)
     assert hint_for("RuntimeError: could not resume", written, wrapped) == [said.format("checkpoints/last.pt")]
     assert hint_for("RuntimeError: could not resume", written, ("caused by: KeyError: 'model'",)) == []
+    assert hint_for("ValueError: bad config", written, ("raised while handling: " + wrapped[0][11:],)) == []
 
 
 def test_a_hung_rank_that_waits_outside_any_collective_is_told_of_the_files_other_nodes_wrote_on_their_own_disks(

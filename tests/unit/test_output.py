@@ -54,6 +54,10 @@ def test_failures_caused_by_a_dead_peer_are_collateral():
     assert is_collateral(RootCause(0, 0, 1, "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out"
                                             " connecting: SO_ERROR: Connection refused, remote=[172.26.0.2]:59829"), [])
     assert not is_collateral(RootCause(0, 0, 1, "ConnectionRefusedError: [Errno 111] Connection refused"), [])
+    # the script's own error, raised from a peer's closed connection (raise ... from e), is one too
+    wrapped = RootCause(0, 0, 1, "RuntimeError: step 5 failed", chain=(
+        "caused by: RuntimeError: [pair.cc:561] Connection closed by peer [10.0.0.3]:1",))
+    assert is_collateral(wrapped, []) and not is_collateral(RootCause(0, 0, 1, "RuntimeError: step 5 failed"), [])
 
 
 def test_node_output_keeps_a_log_file_and_per_rank_tails(make_job):
@@ -294,6 +298,9 @@ KILLED_LOADER_WORKER = [
       "During handling of the above exception, another exception occurred:", "",
       "Traceback (most recent call last):", "  z", "RuntimeError: gave up"],
      ("raised while handling: ValueError: bad shard", "caused by: OSError: disk")),
+    # a cause with no traceback of its own, after lines the script printed: its class's name tells it
+    (["loss: 0.5", "StopIteration", "", "During handling of the above exception, another exception occurred:", "",
+      "Traceback (most recent call last):", "  x", "RuntimeError: gave up"], ("raised while handling: StopIteration",)),
     # raised alone, or a DataLoader worker's traceback quoted in its error: no chain
     (KILLED_LOADER_WORKER[9:], ()),
     (["Traceback (most recent call last):", "  x", "ValueError: Caught ValueError in DataLoader worker process 0.",
@@ -344,7 +351,7 @@ def test_a_long_chained_traceback_keeps_its_last_tracebacks_own_lines_and_a_caus
     assert output.exception_chain(0, "RuntimeError: backend failed") == ("caused by: OSError: short read",)
     # an exception raised from one that was never raised: Python prints the cause with no traceback
     output = NodeOutput(node, io.StringIO())
-    printed("retrying", "ValueError: bad shard 7", "", "The above exception was the direct cause of the following exception:", "",
+    printed("retrying", "ValueError: bad shard 7", "Note: shard 7 of 9", "", "The above exception was the direct cause of the following exception:", "",
             "Traceback (most recent call last):", '  File "/workspace/train.py", line 12, in main',
             "RuntimeError: cannot load")
     assert output.exception_chain(0, "RuntimeError: cannot load") == ("caused by: ValueError: bad shard 7",)

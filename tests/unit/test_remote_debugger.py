@@ -301,6 +301,27 @@ def test_a_session_whose_rank_runs_on_ends_a_while_after_the_input_did_and_says_
     assert talk(terminal, io.StringIO("p n\nc\n"), shown, linger_s=0.5) == 17
     thread.join(WAIT_S)
     assert shown.getvalue() == "(Pdb) 1\n(Pdb) bye"
+    # a rank that talks on for ever (a breakpoint's own commands, printing at every stop) is left
+    # at LINGER_CAP times the wait after the input ended
+    from orchestrate.debugger.session import LINGER_CAP
+    terminal, rank = socket.socketpair()
+
+    def talk_on() -> None:
+        rank.recv(100)
+        try:
+            while True:
+                rank.sendall(b"loss 0.5\n")
+                time.sleep(0.05)
+        except OSError:  # the terminal left
+            rank.close()
+
+    thread = threading.Thread(target=talk_on)
+    thread.start()
+    started = time.monotonic()
+    assert talk(terminal, io.StringIO("c\n"), io.StringIO(), linger_s=0.2) > 0
+    assert LINGER_CAP * 0.2 <= time.monotonic() - started < WAIT_S
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
     taken, other = socket.socketpair()
     other.close()  # another terminal took the rank: this one hears nothing
     assert talk(taken, io.StringIO(""), io.StringIO()) == 0
