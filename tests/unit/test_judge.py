@@ -641,3 +641,7 @@ def test_a_hint_reads_the_exceptions_the_failure_was_raised_from_as_it_reads_the
             wrapped = Failure("node0", 0, 1, "RuntimeError: setup failed", (), chain=(f"{how}: {error}",))
             assert hint(wrapped) == own != "", error
         assert hint(Failure("node0", 0, 1, "RuntimeError: setup failed", ())) == ""
+        # a failure with no exception of its own (a fault's: its reason says it) gives its chain to no hint
+        faulted = Failure("node0", 0, 1, "", (), reason="failed (injected fault disconnect:node0)",
+                          chain=(f"caused by: {error}",))
+        assert hint(faulted) == ""

@@ -360,6 +360,6 @@ def test_a_long_chained_traceback_keeps_its_last_tracebacks_own_lines_and_a_caus
 def test_a_cause_whose_message_has_several_lines_is_said_by_its_first():
     assert exception_chain(["Traceback (most recent call last):", '  File "/workspace/a.py", line 3, in f',
                             "    raise KeyError(k)", "    ^^^^^^^^^^^^^^^^^", "ValueError: bad batch 7",
-                            "Note: see the docs", "", "During handling of the above exception, another exception"
+                            "KeyError: 'label' is what the loader said", "", "During handling of the above exception, another exception"
                             " occurred:", "", "Traceback (most recent call last):", "  y", "RuntimeError: gave up"]) == (
         "raised while handling: ValueError: bad batch 7",)
