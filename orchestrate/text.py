@@ -110,7 +110,7 @@ def peers_named(text: str, node_addresses: dict[str, str]) -> str:
 def runs_named(given: str, run_ids: Iterable[str]) -> list[str]:
     """The run ids (``20261201-072714-728639``) that ``given`` names, sorted: itself where it is
     one; else each that starts with it (a unique prefix, as docker takes an id's) or ends with it
-    (the id's random last part, ``728639``, the part that tells runs apart). None for "" (an empty list)."""
+    (the id's random last part, ``728639``, the part that tells runs apart). [] for ""."""
     ids = sorted(set(run_ids))
     if not given or given in ids:
         return [given] if given else []

@@ -72,6 +72,7 @@ NOT_JOINED_HINT = ("init_process_group returns on no rank before every rank has 
                    " something else before it (a file, a lock, a download only some ranks make) leaves the others"
                    f" waiting there until its timeout, {TORCH_WAITS}")
 
+
 def in_init(group: StackGroup) -> bool:
     """Whether a group of ranks waits in ``init_process_group`` (for its store, or the others)."""
     return group.where.startswith("init_process_group ")

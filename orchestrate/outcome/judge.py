@@ -11,8 +11,8 @@ from orchestrate.hangs.collectives import UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said
-from orchestrate.outcome.root_cause import (CAUSED, CHAIN_LINKS, CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier,
-                                            is_collateral, lost_peer_in)
+from orchestrate.outcome.root_cause import (CAUSED_BY, CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier,
+                                            is_collateral, linked_exceptions, lost_peer_in)
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import brief, ranks_text
@@ -51,19 +51,14 @@ class Failure:
         not resume``, caused by a ``FileNotFoundError``; ``training failed at step 5``, raised
         while handling DDP's unused parameters). "" where it names no exception of its own (a
         fault's or an OOM kill's failure, whose reason says it)."""
-        if not self.exception:
-            return ""
-        return "\n".join([self.exception, *(link.split(": ", 1)[-1] for link in self.chain)])
+        return "\n".join([self.exception, *linked_exceptions(self.chain)]) if self.exception else ""
 
     @property
     def errors_raised_from(self) -> str:
         """Its exception, then those it was raised ``from`` (``caused by``), not those it was
         raised while handling: a missing file or module that a script caught (``except
         FileNotFoundError: start_fresh()``) is not what failed in the error it raised there."""
-        if not self.exception:
-            return ""
-        return "\n".join([self.exception, *(link.split(": ", 1)[-1] for link in self.chain
-                                            if link.startswith(f"{CHAIN_LINKS[CAUSED]}: "))])
+        return "\n".join([self.exception, *linked_exceptions(self.chain, CAUSED_BY)]) if self.exception else ""
 
     def describe(self) -> str:
         """One line naming the node, the rank, the exit code and the exception (or why it hung);

@@ -195,9 +195,9 @@ def exception_in_lines(lines: list[str]) -> str:
 
 # What Python prints between two tracebacks of one chain, and what it means of the first one's
 # exception for the second's: raised ``from`` it, or while handling it.
-CAUSED = "The above exception was the direct cause of the following exception:"
+CAUSED_BY = "caused by"
 CHAIN_LINKS = {
-    CAUSED: "caused by",
+    "The above exception was the direct cause of the following exception:": CAUSED_BY,
     "During handling of the above exception, another exception occurred:": "raised while handling",
 }
 # How many links of a chain are said: the nearest ones.
@@ -218,6 +218,12 @@ def exception_chain(lines: Sequence[str]) -> tuple[str, ...]:
         if exception:
             links.append(f"{how}: {exception}")
     return tuple(reversed(links))[:CHAIN_SAID]
+
+
+def linked_exceptions(chain: Sequence[str], how: str = "") -> list[str]:
+    """The exceptions of a chain's links (:func:`exception_chain`'s), those linked ``how`` only
+    where given (``CAUSED_BY``)."""
+    return [link.split(": ", 1)[1] for link in chain if link.startswith(f"{how}: ") or not how]
 
 
 def raised_above(text: list[str]) -> str:

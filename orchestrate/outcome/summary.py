@@ -5,7 +5,7 @@ import signal
 from typing import Optional
 
 from orchestrate.hangs.init_calls import apart_warning
-from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, absent_from_barrier_lines, compiler_hint, ddp_prefix_hint,
+from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, compiler_hint, ddp_prefix_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
                                        local_files_while_hung, local_rank_argument_hint, made_alone_hint,
                                        mismatch_hint, missing_module_hint, no_gpu_hint, node_local_file_hint,
@@ -91,8 +91,7 @@ def format_summary(outcome: RunResult) -> str:
         # the line of the script that led there, however deep in torch it was raised (not a lost peer's
         # where an earlier attempt's own error is said below)
         if failure.earlier is None:
-            lines += [f"  in your code: {failure.users_frame}"] if failure.users_frame else []
-            lines += [f"  {link}" for link in failure.chain]  # what its error was raised from: often what explains it
+            lines += own_error_lines(failure)
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         failed_by = said_error(failure.exception, failure.exit_code, failure.last_lines)
@@ -229,6 +228,13 @@ def written_by_several_lines(outcome: RunResult) -> list[str]:
 RANK_FAULTS = ("kill-rank:", "hang-rank:")
 
 
+def own_error_lines(failure: Failure) -> list[str]:
+    """Under a failure by an error of its own: the line of the script that led there, however
+    deep in torch it was raised, and what the error was raised from, often what explains it."""
+    return ([f"  in your code: {failure.users_frame}"] if failure.users_frame else []) + [
+        f"  {link}" for link in failure.chain]
+
+
 def oom_too(result: NodeResult) -> str:
     """What a node OOM-killed after the failure's own node went through."""
     return f"OOM-killed too: the kernel killed {counted(result.oom_kills, 'process', 'processes')} at its memory limit"
@@ -352,10 +358,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
             label = "workers, as a result" if slurm.workers_collateral and (down or outcome.fired_faults) else "workers"
             lines.append(f"  {label}: {failure.node} rank {failure.rank}:"
                          f" {failure.exception or 'exit code ' + str(failure.exit_code)}")
-            if failure.users_frame and label == "workers":
-                lines.append(f"  in your code: {failure.users_frame}")
             if label == "workers":
-                lines += [f"  {link}" for link in failure.chain]
-            if failure.traceback and label == "workers":
+                lines += own_error_lines(failure)
                 lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-12:]]
     return "\n".join(lines)
