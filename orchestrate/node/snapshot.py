@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import gc
 import inspect
 import json
 import os
@@ -71,13 +72,29 @@ GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC
 LOOKS = 20
 
 
+def current_frames() -> Dict[int, Any]:
+    """``sys._current_frames()`` with the garbage collector off while it runs (where it was on).
+    CPython 3.11 before 3.11.9 (the nodes' Debian Python is 3.11.2) deadlocks there for good when
+    a collection that the frames it makes start frees a ``threading.local`` (gh-106883): the
+    worker, the user's training with it, would hang for the look that was to find hangs. The
+    fixed versions turn the collector off in there themselves."""
+    was_on = gc.isenabled()
+    if was_on:
+        gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def linked(ident: int, frame: Any) -> Any:
     """The thread's innermost frame, looked at again while it is a generator's without a caller."""
     for _ in range(LOOKS):
         if frame.f_back is not None or not frame.f_code.co_flags & GENERATOR_FLAGS:
             break
         time.sleep(0.001)  # the thread runs on meanwhile
-        frame = sys._current_frames().get(ident, frame)
+        frame = current_frames().get(ident, frame)
     return frame
 
 
@@ -88,7 +105,7 @@ def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> Lis
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     stacks = []
     examined = examined_stack()
-    for ident, frame in sys._current_frames().items():
+    for ident, frame in current_frames().items():
         if ident == server_ident:
             continue
         frame = linked(ident, frame)
