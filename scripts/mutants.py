@@ -44,6 +44,7 @@ DEBUGGER = ("tests/unit/test_debugger.py", "tests/unit/test_remote_debugger.py")
 HANGS = ("tests/unit/test_hangs.py", "tests/unit/test_gpu_hangs.py", "tests/unit/test_crash_dump.py",
          "tests/workers/test_collective_record.py")
 EXPORT = ("tests/unit/test_export.py",)
+THREADS = ("tests/unit/test_thread_waits.py",)
 
 
 @dataclass(frozen=True)
@@ -1414,6 +1415,40 @@ MUTANTS = [
     Mutant("logs --tail shows every line", "orchestrate/supervise/logs.py",
            "    return lines if tail is None else lines[max(0, len(lines) - tail):]", "    return lines",
            ("tests/unit/test_container_log.py", "tests/unit/test_runs.py")),
+    Mutant("a lock's wait is not a wait for a thread", "orchestrate/hangs/snapshots.py",
+           "        return LOCK_WAIT_LINE.search(innermost.code) is not None", "        return False", THREADS),
+    Mutant("a queue's get is not a wait for a thread", "orchestrate/hangs/snapshots.py",
+           "    return any(frame.file.endswith(THREAD_WAIT_FILES) for frame in stack if not frame.is_users)",
+           "    return False", THREADS),
+    Mutant("a library's thread counts as the user's", "orchestrate/hangs/snapshots.py",
+           "    return (tuple(t for t in ended if any(f.is_users for f in t.stack))",
+           "    return (tuple(ended)", THREADS),
+    Mutant("a thread's errors are said oldest first", "orchestrate/hangs/snapshots.py",
+           "             for e in reversed(data.get(\"thread_errors\") or []) if isinstance(e, dict)]",
+           "             for e in (data.get(\"thread_errors\") or []) if isinstance(e, dict)]", THREADS),
+    Mutant("threads are said where the main thread waits for none", "orchestrate/hangs/stacks.py",
+           "    if not snapshot.waits_for_threads or not snapshot.threads:", "    if not snapshot.threads:",
+           THREADS + HANGS),
+    Mutant("a rank's threads are not said in its place", "orchestrate/hangs/diagnosis.py",
+           'loading_where(loaders.get(rank, [])) or (f"; its {threads[rank]}" if rank in threads else "")',
+           'loading_where(loaders.get(rank, []))', THREADS + HANGS),
+    Mutant("a thread that ended gets no hint", "orchestrate/hangs/diagnosis.py",
+           "        elif self.hung and self.awaits_ended_thread:\n", "        elif False:\n", THREADS + HANGS),
+    Mutant("a group's threads on some of its ranks are not named by rank", "orchestrate/hangs/stacks.py",
+           '            on = "" if thread.ranks == self.ranks else f" ({ranks_text(thread.ranks)})"',
+           '            on = ""', THREADS + HANGS),
+    Mutant("a thread's SystemExit is kept as its error", "orchestrate/node/thread_errors.py",
+           "        if args.exc_type is None or issubclass(args.exc_type, SystemExit):",
+           "        if args.exc_type is None:", THREADS),
+    Mutant("a thread's error is kept and no longer printed", "orchestrate/node/thread_errors.py",
+           "        original(args)\n", "        pass\n", THREADS),
+    Mutant("a snapshot leaves out the threads that ended", "orchestrate/node/snapshot.py",
+           '"thread_errors": self.thread_errors.snapshot() if self.thread_errors is not None else [],',
+           '"thread_errors": [],', THREADS),
+    Mutant("a look at every thread's stack leaves the collector on", "orchestrate/node/snapshot.py",
+           "    was_on = gc.isenabled()\n", "    was_on = False\n", ("tests/unit/test_stack_look.py",)),
+    Mutant("a worker keeps no thread's error", "orchestrate/node/snapshot.py",
+           "    keep_thread_errors(writer.thread_errors)\n", "    pass\n", ("tests/workers/test_collective_record.py",)),
 ]
 
 

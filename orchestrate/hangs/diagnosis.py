@@ -13,7 +13,7 @@ from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          training_pass, waits_for_data_loader)
-from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, group_stacks, summary
+from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, awaited_threads, group_stacks, summary
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
@@ -109,6 +109,12 @@ DCP_HINT = ("torch.distributed.checkpoint's save and load are collectives: every
 COLLECTIVES_MADE_ALONE = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
                           (FSDP_PARAMETERS, FSDP_FORWARD_FRAMES, FSDP_FORWARD_HINT),
                           (IN_DCP, DCP_FRAMES, DCP_HINT))
+
+THREAD_ENDED_HINT = ("a thread that ends with an error ends alone: Python prints its traceback and the rest of the"
+                     " process goes on, so a main thread that waits for it (a queue it was to fill, its join) waits"
+                     " for ever, and the other ranks for it until their collectives time out; catch the error in the thread and hand it to the main"
+                     " thread (put it on the queue and raise it there), or run the work in a"
+                     " concurrent.futures.ThreadPoolExecutor, whose result() raises the thread's error")
 
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
 DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or {instead}"
@@ -278,6 +284,9 @@ class HangDiagnosis:
         loaders: The DataLoader worker processes of each rank that waits for its DataLoader.
         unheard_nodes: Where the rendezvous numbers the ranks (elastic), a line for each node
             fewer of whose ranks answered than it runs, with why: their numbers are not known.
+        awaited_threads: For each rank whose main thread waits for another of its threads (a
+            queue's get, a join, a lock), where its threads of the user's are.
+        awaits_ended_thread: The ranks among those one of whose threads ended with an error.
     """
 
     quiet_s: Optional[float]
@@ -293,6 +302,8 @@ class HangDiagnosis:
     init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
     timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
     run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
+    awaited_threads: dict[int, str] = field(default_factory=dict)  # where the threads are that a rank's main thread waits for
+    awaits_ended_thread: tuple[int, ...] = ()  # the ranks among them one of whose threads ended with an error
 
     @property
     def headline(self) -> str:
@@ -322,7 +333,7 @@ class HangDiagnosis:
     def where_they_wait(self) -> str:
         not_joined = set(self.not_joined)
         waits = [f"{ranks_text(g.ranks)}: " + (f"{NOT_JOINED} ({g.where})" if set(g.ranks) & not_joined else g.where)
-                 + self.group_loading_where(g.ranks) for g in self.groups[:3]]
+                 + (self.group_loading_where(g.ranks) or self.group_threads_where(g.ranks)) for g in self.groups[:3]]
         exited = [f"{ranks_text(self.exited)}: exited"] if self.exited else []
         return "; ".join(waits + exited)
 
@@ -420,6 +431,14 @@ class HangDiagnosis:
                 return found
         return ""
 
+    def group_threads_where(self, ranks: tuple[int, ...]) -> str:
+        """Where the threads are of the first of these ranks whose main thread waits for its threads."""
+        for rank in ranks:
+            if rank in self.awaited_threads:
+                whose = "its" if len(ranks) == 1 else f"rank {rank}'s"
+                return f"; {whose} {self.awaited_threads[rank]}"
+        return ""
+
     def lines(self) -> list[str]:
         """The headline, what each group of ranks is doing, the divergence and a hint."""
         out = [self.headline]
@@ -455,6 +474,8 @@ class HangDiagnosis:
             out.append(f"  {SHORT_TIMEOUT_HINT}")
         if made_alone:
             out.append(f"  {made_alone}")
+        elif self.hung and self.awaits_ended_thread:
+            out.append(f"  {THREAD_ENDED_HINT}")
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
         elif self.hung and self.not_joined:
@@ -479,7 +500,12 @@ class HangDiagnosis:
         return {"headline": self.headline, "hung": self.hung, "quiet_s": self.quiet_s, "cause": self.cause,
                 "timed_out": self.timed_out,
                 "groups": [{"ranks": list(g.ranks), "where": g.where,
-                            "stack": [[f.file, f.line, f.function] for f in g.stack]} for g in self.groups],
+                            "stack": [[f.file, f.line, f.function] for f in g.stack],
+                            "threads": [{"name": t.name, "where": t.where, "ranks": list(t.ranks),
+                                         "frame": None if t.frame is None else [t.frame.file, t.frame.line,
+                                                                                t.frame.function, t.frame.code]}
+                                        for t in g.threads]}
+                           for g in self.groups],
                 "divergence": None if self.divergence is None else self.divergence.text,
                 "loaders": {str(rank): [{**w.to_json(), "where": loader_place(w)} for w in workers]
                             for rank, workers in self.loaders.items()},
@@ -495,8 +521,10 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
     ranks = sorted(expected | set(now.snapshots))
     loaders = {rank: list(workers) for rank, workers in now.loaders.items()
                if rank in now.snapshots and now.snapshots[rank].waits_for_data_loader}
-    divergence = first_divergence(now.snapshots, expected, absent_why,
-                                  {rank: loading_where(workers) for rank, workers in loaders.items()})
+    threads = {rank: found for rank, snapshot in now.snapshots.items() if (found := awaited_threads(snapshot))}
+    elsewhere = {rank: loading_where(loaders.get(rank, [])) or (f"; its {threads[rank]}" if rank in threads else "")
+                 for rank in loaders.keys() | threads.keys()}
+    divergence = first_divergence(now.snapshots, expected, absent_why, elsewhere)
     diverged = divergence is not None
     groups = group_stacks(now.snapshots)
     joining = {rank for g in groups if in_init(g) for rank in g.ranks}
@@ -514,6 +542,8 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
         call_lines={rank: dict(s.lines) for rank, s in now.snapshots.items()},
         init_hints=init_hints({rank: call for rank in joining if (call := now.snapshots[rank].init) is not None},
                               {rank: s.node for rank, s in now.snapshots.items()}),
+        awaited_threads=threads,
+        awaits_ended_thread=tuple(sorted(rank for rank in threads if any(t.error for t in now.snapshots[rank].threads))),
     )
 
 

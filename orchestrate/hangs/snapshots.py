@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -189,6 +190,25 @@ class DebuggerStop:
 
 
 @dataclass(frozen=True)
+class ThreadStack:
+    """Another thread of a rank's process that runs the user's code (a frame of the user's is in
+    its stack): its name, and its stack, outermost frame first; or one that ended with an error
+    (``error``: its first line), and its traceback's frames."""
+
+    name: str
+    stack: tuple[Frame, ...]
+    error: str = ""
+
+
+# Where a main thread waits for another thread of its process: the standard library's calls that
+# wait on a thread (a queue's get, an Event's wait, a join, a future's result), by their files.
+THREAD_WAIT_FILES = ("/threading.py", "/queue.py", "/concurrent/futures/_base.py", "/concurrent/futures/thread.py")
+# A lock's wait has no frame of its own (C): the user's innermost line is the wait, an acquire or
+# a ``with`` of a lock.
+LOCK_WAIT_LINE = re.compile(r"\.acquire\(|^with\b.*lock", re.I)
+
+
+@dataclass(frozen=True)
 class RankSnapshot:
     """What one worker wrote of itself."""
 
@@ -205,6 +225,13 @@ class RankSnapshot:
     init: Optional[InitCall] = None  # how its script called init_process_group, once it did
     cpu_recent: Optional[float] = None  # the share of a core it used over the last 2 s or so
     debugger: Optional[DebuggerStop] = None  # where it is stopped in its debugger, if it is
+    threads: tuple[ThreadStack, ...] = ()  # its other threads of the user's: those that ended with an error first
+
+    @property
+    def waits_for_threads(self) -> bool:
+        """Its main thread waits for another of its threads: in the standard library's wait for one
+        (a queue's get, an Event's wait, a join), or at a line of its own that acquires a lock."""
+        return waits_for_threads(self.stack)
 
     @property
     def waits_for_data_loader(self) -> bool:
@@ -251,7 +278,7 @@ class RankSnapshot:
                               for c in data.get("collectives", [])),
             completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
             lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
-            cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger)
+            cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,
@@ -263,6 +290,16 @@ class RankSnapshot:
 def waits_for_data_loader(stack: tuple[Frame, ...]) -> bool:
     """Whether a main thread's stack waits for its DataLoader's worker processes."""
     return any(f.file.endswith(LOADER_WAIT_FILE) and f.function in LOADER_WAIT_FUNCTIONS for f in stack)
+
+
+def waits_for_threads(stack: tuple[Frame, ...]) -> bool:
+    """Whether a main thread's stack waits for another thread (see :attr:`RankSnapshot.waits_for_threads`)."""
+    if not stack:
+        return False
+    innermost = stack[-1]
+    if innermost.is_users:
+        return LOCK_WAIT_LINE.search(innermost.code) is not None
+    return any(frame.file.endswith(THREAD_WAIT_FILES) for frame in stack if not frame.is_users)
 
 
 def up_to_the_stop(stack: tuple[Frame, ...], stop: Optional[DebuggerStop]) -> tuple[Frame, ...]:
@@ -279,8 +316,25 @@ def main_stack(data: dict[str, Any]) -> tuple[Frame, ...]:
     """A snapshot's main thread's stack, outermost frame first."""
     stacks = data.get("stacks") or []
     main = next((s for s in stacks if s.get("main")), stacks[0] if stacks else {"frames": []})
+    return frames_of(main)
+
+
+def frames_of(thread: dict[str, Any]) -> tuple[Frame, ...]:
     return tuple(Frame(str(f[0]), int(f[1]), str(f[2]), str(f[3]) if len(f) > 3 else "")
-                 for f in main.get("frames", []))
+                 for f in thread.get("frames", []))
+
+
+def users_threads(data: dict[str, Any]) -> tuple[ThreadStack, ...]:
+    """A snapshot's threads of the user's code other than its main one: those that ended with an
+    error, latest first, then those that run, by name (torch's and the libraries' own, a
+    DataLoader's pin-memory thread, have no frame of the user's)."""
+    stacks = data.get("stacks") or []
+    main = next((s for s in stacks if s.get("main")), stacks[0] if stacks else None)
+    running = [ThreadStack(str(s.get("thread", "")), frames_of(s)) for s in stacks if s is not main]
+    ended = [ThreadStack(str(e.get("thread", "")), frames_of(e), str(e.get("error") or "?"))
+             for e in reversed(data.get("thread_errors") or []) if isinstance(e, dict)]
+    return (tuple(t for t in ended if any(f.is_users for f in t.stack))
+            + tuple(sorted((t for t in running if any(f.is_users for f in t.stack)), key=lambda t: t.name)))
 
 
 @dataclass(frozen=True)

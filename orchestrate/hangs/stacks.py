@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from orchestrate.hangs.snapshots import Frame, RankSnapshot
+from orchestrate.hangs.snapshots import Frame, RankSnapshot, ThreadStack
 from orchestrate.text import ranks_text
 
 # How many of a group's innermost frames are shown.
@@ -57,19 +57,72 @@ def rank_summary(snapshot: RankSnapshot) -> str:
     return summary(snapshot.stack, IN_DEBUGGER if snapshot.debugger is not None else "")
 
 
+def frame_line(frame: Frame) -> str:
+    return f"{frame.short_file}:{frame.line} in {frame.function}" + (f": {frame.code}" if frame.code else "")
+
+
+@dataclass(frozen=True)
+class ThreadPlace:
+    """Where a thread of the user's, by its name, is on some ranks: the summary of its stack and
+    its innermost frame of the user's code."""
+
+    name: str
+    where: str
+    frame: Optional[Frame]
+    ranks: tuple[int, ...]
+
+
+# How many of a group's thread places are shown (the diagnosis's JSON has them all).
+SHOWN_THREADS = 4
+
+
+def thread_places(snapshots: Iterable[tuple[int, RankSnapshot]]) -> tuple[ThreadPlace, ...]:
+    """The user's threads of some ranks, those at the same place on several ranks as one."""
+    found: dict[tuple[str, str], tuple[Optional[Frame], list[int]]] = {}
+    for rank, snapshot in snapshots:
+        for thread in snapshot.threads:
+            found.setdefault((thread.name, thread_place(thread)), (users_frame(thread.stack), []))[1].append(rank)
+    return tuple(ThreadPlace(name, where, frame, tuple(sorted(ranks))) for (name, where), (frame, ranks) in found.items())
+
+
+def thread_place(thread: ThreadStack) -> str:
+    """Where a thread is (:func:`summary`), or that it ended with its error, and where it raised."""
+    if not thread.error:
+        return summary(thread.stack)
+    mine = users_frame(thread.stack)
+    return f"ended with {thread.error}" + (f" at {mine.where} in {mine.function}" if mine is not None else "")
+
+
+def awaited_threads(snapshot: RankSnapshot) -> str:
+    """For a rank whose main thread waits for another of its threads: where its threads of the
+    user's are (``thread producer: sleep at train.py:9 in produce``); "" otherwise."""
+    if not snapshot.waits_for_threads or not snapshot.threads:
+        return ""
+    places = [f"{thread.name}: {thread_place(thread)}" for thread in snapshot.threads[:2]]
+    more = f" and {len(snapshot.threads) - 2} more" if len(snapshot.threads) > 2 else ""
+    return f"thread{'s' if len(snapshot.threads) > 1 else ''} " + ", ".join(places) + more
+
+
 @dataclass(frozen=True)
 class StackGroup:
-    """Ranks whose main threads have the same stack."""
+    """Ranks whose main threads have the same stack, and where their other threads of the user's are."""
 
     ranks: tuple[int, ...]
     stack: tuple[Frame, ...]
     where: str
+    threads: tuple[ThreadPlace, ...] = ()
 
     def lines(self) -> list[str]:
-        """The group's line, then its innermost frames (innermost last)."""
-        shown = self.stack[-SHOWN_FRAMES:]
-        return [f"{ranks_text(self.ranks)}: {self.where}"] + [
-            f"    {f.short_file}:{f.line} in {f.function}" + (f": {f.code}" if f.code else "") for f in shown]
+        """The group's line, then its innermost frames (innermost last), then each of its user's
+        threads with its innermost frame of the user's code."""
+        out = [f"{ranks_text(self.ranks)}: {self.where}"] + [f"    {frame_line(f)}" for f in self.stack[-SHOWN_FRAMES:]]
+        for thread in self.threads[:SHOWN_THREADS]:
+            on = "" if thread.ranks == self.ranks else f" ({ranks_text(thread.ranks)})"
+            out.append(f"  thread {thread.name}{on}: {thread.where}")
+            out += [f"    {frame_line(thread.frame)}"] if thread.frame is not None else []
+        if len(self.threads) > SHOWN_THREADS:
+            out.append(f"  and {len(self.threads) - SHOWN_THREADS} more thread place(s)")
+        return out
 
 
 def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
@@ -91,5 +144,6 @@ def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
             where = rank_summary(first)
         else:
             where = summary(first.stack, waiting.op if waiting else "init_process_group" if first.failed_in_init else "")
-        groups.append(StackGroup(tuple(sorted(ranks)), first.stack, where))
+        groups.append(StackGroup(tuple(sorted(ranks)), first.stack, where,
+                                 thread_places((rank, snapshots[rank]) for rank in sorted(ranks))))
     return sorted(groups, key=lambda g: (len(g.ranks), g.ranks[0]))

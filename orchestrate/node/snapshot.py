@@ -1,5 +1,6 @@
-"""A worker's answer to "where are you now?": every thread's Python stack, its last collectives
-and its CPU time, written by the worker itself, so no privileges are needed.
+"""A worker's answer to "where are you now?": every thread's Python stack, the threads that
+ended with an error, its last collectives and its CPU time, written by the worker itself, so no
+privileges are needed.
 
 The launcher (``stacks RUN``, the hang watchdog) writes :data:`REQUEST_FILE` in the run's debug
 directory (mounted in every node); a daemon thread in each worker sees it within
@@ -34,6 +35,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from orchestrate.node.collective_log import CollectiveLog, relative
 from orchestrate.node.hook_frames import HOOK_DIR, is_hook_file  # noqa: F401 - the rule, as the launcher reads it here
 from orchestrate.node.remote_debugger import examined_stack, stopped_in_debugger
+from orchestrate.node.thread_errors import ThreadErrors, install as keep_thread_errors
 
 DEBUG_DIR_ENV = "DDP_DEBUG_DIR"
 NODE_ENV = "DDP_NODE"  # the node's name (node0, ...), set per node by the plan
@@ -134,6 +136,7 @@ class SnapshotWriter:
         # went on), its record of the failure is what it answers with, never overwritten by a later
         # look at a rank that is only going down (the launcher asks as the first failure ends a job)
         self.failed_at: Optional[int] = None
+        self.thread_errors: Optional[ThreadErrors] = None  # the rank's threads that ended with an error
 
     def write(self, request: str, reason: str, from_server: bool = False) -> None:
         """Write this worker's snapshot for ``request`` (atomically: readers never see half);
@@ -147,6 +150,7 @@ class SnapshotWriter:
             "completed": self.log.completed, "lines": self.log.call_lines(), "init": self.log.init_call,
             "stacks": thread_stacks(self.main_ident, self.server_ident),
             "debugger": stopped_in_debugger(),
+            "thread_errors": self.thread_errors.snapshot() if self.thread_errors is not None else [],
             **self.more(),
         }
         target = self.target()
@@ -265,6 +269,8 @@ def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
     if not os.path.isdir(directory):
         return None
     writer = SnapshotWriter(directory, int(os.environ.get("RANK", "0")), log)
+    writer.thread_errors = ThreadErrors(relative)
+    keep_thread_errors(writer.thread_errors)
     collective_log._failure_hooks.append(writer.on_collective_failed)
     serve(writer)
     collective_log.when_imported("torch.utils.data._utils.signal_handling",

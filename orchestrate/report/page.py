@@ -202,8 +202,8 @@ def chaos_section(chaos: dict) -> list[str]:
 
 
 def hang_section(hang: dict) -> list[str]:
-    """Where every rank waited: the groups of ranks by stack, the first divergence of their
-    collectives, the DataLoader workers of the ranks that wait for theirs, the ranks that did not
+    """Where every rank waited: the groups of ranks by stack and their threads of the user's code,
+    the first divergence of their collectives, the DataLoader workers of the ranks that wait for theirs, the ranks that did not
     answer (an elastic run's by node), each rank's last collectives."""
     esc = html.escape
     # a look that found the job working (the run was ended from outside while quiet): where each was
@@ -213,6 +213,11 @@ def hang_section(hang: dict) -> list[str]:
     rows = [(", ".join(map(str, g.get("ranks", []))), g.get("where", ""),
              "\n".join(f"{f[0]}:{f[1]} in {f[2]}" for f in (g.get("stack") or [])[-4:])) for g in hang.get("groups", [])]
     parts.append(_table(("ranks", "where", "innermost frames"), rows, "hang-groups"))
+    threads = [(", ".join(map(str, t.get("ranks", []))), t.get("name", ""), t.get("where", ""))
+               for g in hang.get("groups", []) for t in g.get("threads") or []]
+    if threads:
+        parts.append("<p>The threads of your code beside each rank's main thread:</p>"
+                     + _table(("ranks", "thread", "where"), threads, "hang-threads"))
     if hang.get("divergence"):
         parts.append(f'<p id="hang-divergence"><b>First divergence:</b> {esc(hang["divergence"])}</p>')
     loaders = [(rank, "?" if w.get("worker") is None else w["worker"], w.get("pid"), w.get("where", ""),

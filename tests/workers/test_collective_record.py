@@ -15,7 +15,8 @@ import pytest
 
 from orchestrate.hangs.collectives import ROOT_HINT, UNEVEN_HINT, first_divergence
 from orchestrate.hangs.diagnosis import (BUSY_CPU_SHARE, DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
-                                        NEW_GROUP_HINT, SHORT_TIMEOUT_HINT, diagnose, timeout_diagnosis)
+                                        NEW_GROUP_HINT, SHORT_TIMEOUT_HINT, THREAD_ENDED_HINT, diagnose,
+                                        timeout_diagnosis)
 from orchestrate.hangs.snapshots import Probe, request_snapshots
 from orchestrate.outcome.judge import Failure
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
@@ -31,6 +32,7 @@ DCP_SAVE_ON_RANK0 = ROOT / "tests" / "jobs" / "dcp_save_on_rank0.py"
 ROOTS_DIFFER = ROOT / "tests" / "jobs" / "roots_differ.py"
 TUTORIAL_SETUP = ROOT / "tests" / "jobs" / "tutorial_setup.py"
 EVALUATE_TOO_LONG = ROOT / "tests" / "jobs" / "evaluate_too_long.py"
+THREAD_ENDS = ROOT / "tests" / "jobs" / "thread_ends.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -344,6 +346,29 @@ def test_a_send_its_peer_never_receives_is_named_with_what_the_peer_did_instead(
                               f" {P2P_SHORT}:{send}; rank 1 received 4 and waits in all_reduce(float32[8]) #1 at"
                               f" {P2P_SHORT}:{all_reduce}")
     assert not any("--debug-collectives" in line for line in found.lines())  # torch's check has no sends
+
+
+def test_a_rank_waiting_for_its_thread_that_raised_is_placed_with_the_threads_error(tmp_path):
+    """The hook keeps a thread's uncaught error (Python still prints it): rank 1's loop waits in
+    its queue's get, and its answer names the prefetch thread that ended, where it raised."""
+    get, raised = line_of(THREAD_ENDS, "# GET"), line_of(THREAD_ENDS, "# RAISE")
+    proc = start(tmp_path, "--", str(THREAD_ENDS))
+    try:
+        probe = probe_when(tmp_path, proc, lambda p: 1 in p.snapshots and p.snapshots[1].waits_for_threads
+                           and 0 in p.snapshots and p.snapshots[0].in_collective is not None, "hung at the queue")
+        proc.terminate()
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "Exception in thread prefetcher" in output and "ValueError: corrupt record 5" in output
+    found = diagnose(probe, probe, {0, 1}, {}, 20)
+    name = THREAD_ENDS.name  # the job lies outside the work directory: named by its base name
+    assert found.headline.endswith(f"rank 1 is at #5 (not in a collective: get at {name}:{get} in main;"
+                                   f" its thread prefetcher: ended with ValueError: corrupt record 5 at"
+                                   f" {name}:{raised} in prefetch)"), found.headline
+    assert found.lines()[-1] == f"  {THREAD_ENDED_HINT}"
+    # rank 0's prefetcher runs on: it waits to put its next batch
+    assert [(t.name, t.error, t.stack[-1].function) for t in probe.snapshots[0].threads] == [("prefetcher", "", "wait")]
 
 
 def test_ranks_that_name_a_store_of_their_own_are_told_so_while_they_wait_and_when_torch_gives_up(tmp_path):
