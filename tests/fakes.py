@@ -110,6 +110,20 @@ class FakeEventStream:
         self.events.put(None)
 
 
+# Every main process a fake container started and that may still run: a test's end stops those it
+# left (a hung script waits for its kill for ever), as the engine's containers go with the test.
+_STARTED: list[threading.Event] = []
+
+
+def stop_every_script() -> int:
+    """End every fake main process still running (the unit tests' teardown); how many there were."""
+    running = [killed for killed in _STARTED if not killed.is_set()]
+    for killed in running:
+        killed.set()
+    _STARTED.clear()
+    return len(running)
+
+
 class FakeContainer:
     def __init__(self, client: "FakeDockerClient", name: str, service: dict) -> None:
         self.client = client
@@ -162,6 +176,7 @@ class FakeContainer:
         script = self.client.next_script(self.labels.get("com.docker.compose.service", self.name))
         self.script = script
         self.killed = threading.Event()
+        _STARTED.append(self.killed)
         self.status, self.started = "running", now_rfc3339()
         self.client.emit(self, "start")
         threading.Thread(target=self._run, args=(script, self.killed), daemon=True).start()

@@ -15,6 +15,16 @@ def no_real_engine(monkeypatch, tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def fake_scripts_end_with_the_test():
+    """A fake container's script that hangs runs in a thread until it is killed: one the test left
+    running ends with it, so threads do not pile up in the process that runs the tests."""
+    from tests.fakes import stop_every_script
+
+    yield
+    stop_every_script()
+
+
+@pytest.fixture(autouse=True)
 def ctrl_c_reaches_python():
     """A Ctrl-C a test simulates (``_thread.interrupt_main``) raises KeyboardInterrupt, as the CLI
     makes sure it does (``cli/signals.py``), even where the process that runs the tests ignores
