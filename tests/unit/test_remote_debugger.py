@@ -168,7 +168,8 @@ def test_a_breakpoint_the_script_calls_again_while_its_session_holds_stops_in_th
 
 
 def test_two_threads_that_stop_are_debugged_one_after_the_other(worker):
-    job = worker("import threading\n\ndef work(n):\n    breakpoint()\n    print('thread', n, flush=True)\n\n"
+    # one string each: print's arguments are written apart, and the two threads' may interleave
+    job = worker("import threading\n\ndef work(n):\n    breakpoint()\n    print(f'thread {n}', flush=True)\n\n"
                  "t = threading.Thread(target=work, args=(1,))\nt.start()\nwork(0)\nt.join()\n")
     sessions = [job.debug("p n\nc\n"), job.debug("p n\nc\n")]
     code, out, _ = job.finish()
