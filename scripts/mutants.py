@@ -1447,6 +1447,12 @@ MUTANTS = [
            '"thread_errors": [],', THREADS),
     Mutant("a look at every thread's stack leaves the collector on", "orchestrate/node/snapshot.py",
            "    was_on = gc.isenabled()\n", "    was_on = False\n", ("tests/unit/test_stack_look.py",)),
+    Mutant("a script Python could not compile is placed nowhere", "orchestrate/outcome/root_cause.py",
+           "    if not starts:  # a script Python could not compile", "    if False:  # a script Python could not compile",
+           ("tests/unit/test_output.py", "tests/unit/test_launcher.py")),
+    Mutant("any error is placed at a lone frame above it", "orchestrate/supervise/diagnosis.py",
+           "(users_frame_in(result.last_lines) if is_compile_error(cause.exception) else \"\")",
+           "users_frame_in(result.last_lines)", ("tests/unit/test_launcher.py",)),
     Mutant("a worker keeps no thread's error", "orchestrate/node/snapshot.py",
            "    keep_thread_errors(writer.thread_errors)\n", "    pass\n", ("tests/workers/test_collective_record.py",)),
 ]

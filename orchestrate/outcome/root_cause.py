@@ -278,15 +278,28 @@ def is_frame_line(line: str) -> bool:
     return "File \"" in line and _FRAME_LINE.match(_RANK_PREFIX.sub("", line.rstrip())) is not None
 
 
+# The errors of a script Python could not compile: no traceback, only the error's one frame (with
+# no function) and the source line.
+COMPILE_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+
+
+def is_compile_error(exception: str) -> bool:
+    """Whether a failure's error is one Python raises as it compiles a file (``SyntaxError: ...``)."""
+    return exception.split(":", 1)[0].strip() in COMPILE_ERRORS
+
+
 def users_frame_in(lines: Sequence[str]) -> str:
     """Where the user's own code was when the last traceback in ``lines`` was raised: its
     innermost frame outside torch, other libraries, Python's own modules and the workers' hook,
     as ``train.py:13 in <module>: sampler = DistributedSampler(data)``. An error torch raised
     deep in its own code shows only torch's frames in its last lines; this is the line of the
     script that called it. A traceback quoted in the error (a DataLoader worker's) is looked in
-    first, then the one that quotes it; "" where none has a frame of the user's."""
+    first, then the one that quotes it; a script that could not be compiled has no traceback, but
+    its error's one frame (``File "train.py", line 7``); "" where none has a frame of the user's."""
     text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
     starts = [i for i, line in enumerate(text) if TRACEBACK_START in line]
+    if not starts:  # a script Python could not compile: its error's one frame, with no traceback above
+        starts = [i - 1 for i, line in enumerate(text) if (found := _FRAME_LINE.match(line)) and not found["function"]][-1:]
     for begin, end in reversed(list(zip(starts, starts[1:] + [len(text)]))):
         for i in range(end - 1, begin, -1):  # innermost first
             frame = _FRAME_LINE.match(text[i])

@@ -20,6 +20,7 @@ from orchestrate.outcome.root_cause import (
     exception_chain,
     exception_in_lines,
     is_collateral,
+    is_compile_error,
     latest_error_files,
     native_exception,
     newest_own,
@@ -98,8 +99,10 @@ class Diagnosis:
             # earlier attempt's logs only
             result.earlier = newest_own(result.attempts)
         if cause is not None:
+            # (a script Python could not compile printed no traceback: its last lines hold the frame)
             cause.users_frame = (users_frame_in(cause.traceback.splitlines()) if cause.traceback
-                                 else tracker.output.users_frame(cause.rank, cause.exception))
+                                 else tracker.output.users_frame(cause.rank, cause.exception)
+                                 or (users_frame_in(result.last_lines) if is_compile_error(cause.exception) else ""))
             cause.chain = (exception_chain(cause.traceback.splitlines()) if cause.traceback
                            else tracker.output.exception_chain(cause.rank, cause.exception))
             cause.exception = short_mismatch(cause.exception)

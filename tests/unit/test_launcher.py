@@ -221,6 +221,26 @@ def test_the_scripts_line_under_an_error_raised_deep_in_torch_is_said_and_record
             " sampler = DistributedSampler(data)") in repr(outcome)
 
 
+def test_a_script_python_could_not_compile_is_placed_at_its_line_though_no_traceback_came(make_run):
+    job = make_run(nodes=1, nproc_per_node=1)
+    printed = ['[0|0]:  File "/workspace/train.py", line 7', "[0|0]:    if rank == 0", "[0|0]:               ^",
+               "[0|0]:SyntaxError: expected ':'"]
+    client = FakeDockerClient()
+    outcome, _, _ = run(job, client, node0=[Script(printed + report(0, 0, exc="SyntaxError: expected ':'"), exit_code=1)])
+    lines = format_summary(outcome).splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("FAILED: node0 rank 0"))
+    assert lines[failed + 1] == "  in your code: train.py:7: if rank == 0"
+
+
+def test_an_error_that_is_not_a_compile_error_is_not_placed_at_a_lone_frame_above_it(make_run):
+    job = make_run(nodes=1, nproc_per_node=1)
+    printed = ['[0|0]:  File "/workspace/train.py", line 7', "[0|0]:    if rank == 0", "[0|0]:RuntimeError: later"]
+    outcome, _, _ = run(job, FakeDockerClient(), node0=[Script(printed + report(0, 0, exc="RuntimeError: later"),
+                                                               exit_code=1)])
+    assert outcome.failure.exception == "RuntimeError: later"
+    assert outcome.failure.users_frame == "" and "in your code" not in format_summary(outcome)
+
+
 def test_what_a_failures_error_was_raised_from_is_said_under_it_and_recorded(make_run):
     job = make_run(nodes=1, nproc_per_node=1)
     printed = ["Traceback (most recent call last):", '  File "/workspace/resume.py", line 7, in load',

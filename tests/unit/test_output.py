@@ -224,6 +224,9 @@ TORCH_DEEP = ["[rank1]: Traceback (most recent call last):",
     (["Traceback (most recent call last):", '  File "/workspace/mypkg/train.py", line 6, in <module>',
       "    from mypkg.model import Net", '  File "/workspace/mypkg/model.py", line 2', "    def forward(self x):",
       "                     ^", "SyntaxError: invalid syntax"], "mypkg/model.py:2: def forward(self x):"),
+    # the script itself Python could not compile: no traceback above its error's one frame
+    (["step 0", '  File "/workspace/train.py", line 7', "    if rank == 0", "               ^",
+      "SyntaxError: expected ':'"], "train.py:7: if rank == 0"),
     # wholly in a library, or no traceback at all
     (["Traceback (most recent call last):", '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code',
       "    exec(code)", "SystemError: x"], ""),
