@@ -1421,8 +1421,8 @@ MUTANTS = [
            "    return any(frame.file.endswith(THREAD_WAIT_FILES) for frame in stack if not frame.is_users)",
            "    return False", THREADS),
     Mutant("a library's thread counts as the user's", "orchestrate/hangs/snapshots.py",
-           "    return (tuple(t for t in ended if any(f.is_users for f in t.stack))",
-           "    return (tuple(ended)", THREADS),
+           "    return tuple(t for t in ended + running if any(f.is_users for f in t.stack))",
+           "    return tuple(ended + running)", THREADS),
     Mutant("a thread's errors are said oldest first", "orchestrate/hangs/snapshots.py",
            "             for e in reversed(data.get(\"thread_errors\") or []) if isinstance(e, dict)]",
            "             for e in (data.get(\"thread_errors\") or []) if isinstance(e, dict)]", THREADS),
@@ -1451,10 +1451,11 @@ MUTANTS = [
            "    if not starts:  # a script Python could not compile", "    if False:  # a script Python could not compile",
            ("tests/unit/test_output.py", "tests/unit/test_launcher.py")),
     Mutant("any error is placed at a lone frame above it", "orchestrate/supervise/diagnosis.py",
-           "(users_frame_in(result.last_lines) if is_compile_error(cause.exception) else \"\")",
-           "users_frame_in(result.last_lines)", ("tests/unit/test_launcher.py",)),
+           "(users_frame_in(result.last_lines) if is_compile_error(cause.exception)\n",
+           "(users_frame_in(result.last_lines) if True\n", ("tests/unit/test_launcher.py",)),
     Mutant("a worker keeps no thread's error", "orchestrate/node/snapshot.py",
-           "    keep_thread_errors(writer.thread_errors)\n", "    pass\n", ("tests/workers/test_collective_record.py",)),
+           "    keep_thread_errors(writer.thread_errors)\n", "    pass\n",
+           ("tests/workers/test_collective_record.py",)),
 ]
 
 

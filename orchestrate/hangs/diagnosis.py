@@ -13,7 +13,7 @@ from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          training_pass, waits_for_data_loader)
-from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, awaited_threads, group_stacks, summary
+from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, awaited_threads, frame_line, group_stacks, summary
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
@@ -112,9 +112,9 @@ COLLECTIVES_MADE_ALONE = ((DDP_BUFFERS, DDP_FORWARD_FRAMES, DDP_FORWARD_HINT),
 
 THREAD_ENDED_HINT = ("a thread that ends with an error ends alone: Python prints its traceback and the rest of the"
                      " process goes on, so a main thread that waits for it (a queue it was to fill, its join) waits"
-                     " for ever, and the other ranks for it until their collectives time out; catch the error in the thread and hand it to the main"
-                     " thread (put it on the queue and raise it there), or run the work in a"
-                     " concurrent.futures.ThreadPoolExecutor, whose result() raises the thread's error")
+                     " for ever, and the other ranks for it until their collectives time out; catch the error in"
+                     " the thread and hand it to the main thread (put it on the queue and raise it there), or run"
+                     " the work in a concurrent.futures.ThreadPoolExecutor, whose result() raises the thread's error")
 
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
 DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or {instead}"
@@ -141,8 +141,7 @@ def loader_lines(rank: int, workers: list[LoaderSnapshot], hung: bool = True) ->
         out.append(f"  {loader_name(worker, workers)}: {loader_place(worker)}")
         if worker.idle:
             continue
-        out += [f"      {f.short_file}:{f.line} in {f.function}" + (f": {f.code}" if f.code else "")
-                for f in worker.stack[-SHOWN_FRAMES:]]
+        out += [f"      {frame_line(f)}" for f in worker.stack[-SHOWN_FRAMES:]]
     return out
 
 
@@ -302,7 +301,7 @@ class HangDiagnosis:
     init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
     timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
     run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
-    awaited_threads: dict[int, str] = field(default_factory=dict)  # where the threads are that a rank's main thread waits for
+    awaited_threads: dict[int, str] = field(default_factory=dict)  # where a waiting main thread's threads are
     awaits_ended_thread: tuple[int, ...] = ()  # the ranks among them one of whose threads ended with an error
 
     @property
@@ -543,7 +542,8 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
         init_hints=init_hints({rank: call for rank in joining if (call := now.snapshots[rank].init) is not None},
                               {rank: s.node for rank, s in now.snapshots.items()}),
         awaited_threads=threads,
-        awaits_ended_thread=tuple(sorted(rank for rank in threads if any(t.error for t in now.snapshots[rank].threads))),
+        awaits_ended_thread=tuple(sorted(rank for rank in threads
+                                         if any(t.error for t in now.snapshots[rank].threads))),
     )
 
 

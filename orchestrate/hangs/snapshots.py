@@ -314,9 +314,13 @@ def up_to_the_stop(stack: tuple[Frame, ...], stop: Optional[DebuggerStop]) -> tu
 
 def main_stack(data: dict[str, Any]) -> tuple[Frame, ...]:
     """A snapshot's main thread's stack, outermost frame first."""
-    stacks = data.get("stacks") or []
-    main = next((s for s in stacks if s.get("main")), stacks[0] if stacks else {"frames": []})
-    return frames_of(main)
+    main = main_thread(data.get("stacks") or [])
+    return frames_of(main) if main is not None else ()
+
+
+def main_thread(stacks: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The main thread's entry of a snapshot's stacks (the first where none says it is)."""
+    return next((s for s in stacks if s.get("main")), stacks[0] if stacks else None)
 
 
 def frames_of(thread: dict[str, Any]) -> tuple[Frame, ...]:
@@ -329,12 +333,12 @@ def users_threads(data: dict[str, Any]) -> tuple[ThreadStack, ...]:
     error, latest first, then those that run, by name (torch's and the libraries' own, a
     DataLoader's pin-memory thread, have no frame of the user's)."""
     stacks = data.get("stacks") or []
-    main = next((s for s in stacks if s.get("main")), stacks[0] if stacks else None)
-    running = [ThreadStack(str(s.get("thread", "")), frames_of(s)) for s in stacks if s is not main]
+    main = main_thread(stacks)
+    running = sorted((ThreadStack(str(s.get("thread", "")), frames_of(s)) for s in stacks if s is not main),
+                     key=lambda t: t.name)
     ended = [ThreadStack(str(e.get("thread", "")), frames_of(e), str(e.get("error") or "?"))
              for e in reversed(data.get("thread_errors") or []) if isinstance(e, dict)]
-    return (tuple(t for t in ended if any(f.is_users for f in t.stack))
-            + tuple(sorted((t for t in running if any(f.is_users for f in t.stack)), key=lambda t: t.name)))
+    return tuple(t for t in ended + running if any(f.is_users for f in t.stack))
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ def rank_summary(snapshot: RankSnapshot) -> str:
 
 
 def frame_line(frame: Frame) -> str:
+    """``torch/distributed/distributed_c10d.py:2942 in all_reduce: work.wait()``."""
     return f"{frame.short_file}:{frame.line} in {frame.function}" + (f": {frame.code}" if frame.code else "")
 
 
@@ -82,7 +83,8 @@ def thread_places(snapshots: Iterable[tuple[int, RankSnapshot]]) -> tuple[Thread
     for rank, snapshot in snapshots:
         for thread in snapshot.threads:
             found.setdefault((thread.name, thread_place(thread)), (users_frame(thread.stack), []))[1].append(rank)
-    return tuple(ThreadPlace(name, where, frame, tuple(sorted(ranks))) for (name, where), (frame, ranks) in found.items())
+    return tuple(ThreadPlace(name, where, frame, tuple(sorted(ranks)))
+                 for (name, where), (frame, ranks) in found.items())
 
 
 def thread_place(thread: ThreadStack) -> str:
@@ -144,6 +146,6 @@ def group_stacks(snapshots: dict[int, RankSnapshot]) -> list[StackGroup]:
             where = rank_summary(first)
         else:
             where = summary(first.stack, waiting.op if waiting else "init_process_group" if first.failed_in_init else "")
-        groups.append(StackGroup(tuple(sorted(ranks)), first.stack, where,
-                                 thread_places((rank, snapshots[rank]) for rank in sorted(ranks))))
+        members = tuple(sorted(ranks))
+        groups.append(StackGroup(members, first.stack, where, thread_places((rank, snapshots[rank]) for rank in members)))
     return sorted(groups, key=lambda g: (len(g.ranks), g.ranks[0]))

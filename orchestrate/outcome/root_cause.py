@@ -299,7 +299,8 @@ def users_frame_in(lines: Sequence[str]) -> str:
     text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
     starts = [i for i, line in enumerate(text) if TRACEBACK_START in line]
     if not starts:  # a script Python could not compile: its error's one frame, with no traceback above
-        starts = [i - 1 for i, line in enumerate(text) if (found := _FRAME_LINE.match(line)) and not found["function"]][-1:]
+        starts = [i - 1 for i, line in enumerate(text)
+                  if (found := _FRAME_LINE.match(line)) and not found["function"]][-1:]
     for begin, end in reversed(list(zip(starts, starts[1:] + [len(text)]))):
         for i in range(end - 1, begin, -1):  # innermost first
             frame = _FRAME_LINE.match(text[i])

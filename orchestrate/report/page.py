@@ -203,8 +203,8 @@ def chaos_section(chaos: dict) -> list[str]:
 
 def hang_section(hang: dict) -> list[str]:
     """Where every rank waited: the groups of ranks by stack and their threads of the user's code,
-    the first divergence of their collectives, the DataLoader workers of the ranks that wait for theirs, the ranks that did not
-    answer (an elastic run's by node), each rank's last collectives."""
+    the first divergence of their collectives, the DataLoader workers of the ranks that wait for
+    theirs, the ranks that did not answer (an elastic run's by node), each rank's last collectives."""
     esc = html.escape
     # a look that found the job working (the run was ended from outside while quiet): where each was
     parts = ["<h2>Where every rank waited</h2>" if hang.get("hung", True) else "<h2>Where every rank was</h2>"]

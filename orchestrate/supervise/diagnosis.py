@@ -102,7 +102,8 @@ class Diagnosis:
             # (a script Python could not compile printed no traceback: its last lines hold the frame)
             cause.users_frame = (users_frame_in(cause.traceback.splitlines()) if cause.traceback
                                  else tracker.output.users_frame(cause.rank, cause.exception)
-                                 or (users_frame_in(result.last_lines) if is_compile_error(cause.exception) else ""))
+                                 or (users_frame_in(result.last_lines) if is_compile_error(cause.exception)
+                                     else ""))
             cause.chain = (exception_chain(cause.traceback.splitlines()) if cause.traceback
                            else tracker.output.exception_chain(cause.rank, cause.exception))
             cause.exception = short_mismatch(cause.exception)
