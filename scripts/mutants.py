@@ -1456,6 +1456,18 @@ MUTANTS = [
     Mutant("a worker keeps no thread's error", "orchestrate/node/snapshot.py",
            "    keep_thread_errors(writer.thread_errors)\n", "    pass\n",
            ("tests/workers/test_collective_record.py",)),
+    Mutant("a Slurm job without error files is explained by nothing", "orchestrate/slurm/backend.py",
+           "                if not cause.exception and local in logs:\n",
+           "                if False:\n", ("tests/unit/test_slurm.py",)),
+    Mutant("a Slurm worker's error file gives way to its log", "orchestrate/slurm/backend.py",
+           "                if not cause.exception and local in logs:\n",
+           "                if local in logs:\n", ("tests/unit/test_slurm.py",)),
+    Mutant("a worker's log is explained by its first lines, not its last traceback",
+           "orchestrate/outcome/root_cause.py",
+           "        self.traceback = \"\\n\".join(text[starts[-1]:] if starts else text[-_LOG_LINES_SHOWN:])",
+           "        self.traceback = \"\\n\".join(text)", ("tests/unit/test_slurm.py",)),
+    Mutant("a worker's log is dated nothing", "orchestrate/outcome/root_cause.py",
+           "        self.timestamp = written_at\n", "", ("tests/unit/test_slurm.py",)),
 ]
 
 

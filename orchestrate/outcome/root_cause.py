@@ -73,6 +73,25 @@ class RootCause:
         elif isinstance(message, str):
             self.exception = message
 
+    def add_worker_log(self, log: Path) -> None:
+        """Take message and traceback from the end of the worker's log (torchrun's
+        ``stderr.log`` of it), for a worker that left no error file (its script's main is not
+        wrapped in ``@record``): the exception its last traceback ends in, that traceback's text
+        (or, for a script Python could not compile, which has none, its last lines), and when
+        the log was last written. Nothing where the log ends in no error, or is gone."""
+        lines = log_tail(log)
+        try:
+            written_at = log.stat().st_mtime
+        except OSError:
+            return
+        self.exception = exception_in_lines(lines or [])
+        if not self.exception:
+            return
+        text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
+        starts = [i for i, line in enumerate(text) if starts_traceback(line)]
+        self.traceback = "\n".join(text[starts[-1]:] if starts else text[-_LOG_LINES_SHOWN:])
+        self.timestamp = written_at
+
 
 # A frame of a traceback: its file, line and (where Python gave it) function.
 _FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>.+?))?\s*$')
@@ -384,17 +403,9 @@ def attempt_errors(run_dir: Path, node: str) -> list[AttemptError]:
     found = []
     for number, attempt in enumerate(attempts_in_order(run_dir, node), 1):
         errors = []
-        for log in sorted(attempt.glob("*/stderr.log"), key=lambda p: p.parent.name):
-            if not log.parent.name.isdigit():
-                continue
-            try:
-                with log.open("rb") as opened:
-                    opened.seek(max(0, log.stat().st_size - _LOG_TAIL_BYTES))
-                    lines = opened.read().decode(errors="replace").splitlines()
-            except OSError:
-                continue
-            exception = exception_in_lines(lines)
-            local = int(log.parent.name)
+        for local, log in sorted(worker_logs(attempt).items()):
+            lines = log_tail(log)
+            exception = exception_in_lines(lines) if lines is not None else ""
             if exception:
                 own = not is_collateral(RootCause(local, local, 1, exception), lines)
                 errors.append(AttemptError(number, local, exception, own, tuple(lines[-_LOG_LINES_SHOWN:]),
@@ -402,6 +413,22 @@ def attempt_errors(run_dir: Path, node: str) -> list[AttemptError]:
         if errors:
             found.append(next((e for e in errors if e.own), errors[0]))
     return found
+
+
+def worker_logs(attempt: Path) -> dict[int, Path]:
+    """torchrun's log of each worker of one attempt (its ``stderr.log``): local rank -> file."""
+    return {int(p.parent.name): p for p in attempt.glob("*/stderr.log") if p.parent.name.isdigit()}
+
+
+def log_tail(log: Path) -> Optional[list[str]]:
+    """The last lines of a worker's log, where its traceback ends; None where it cannot be read
+    (gone meanwhile)."""
+    try:
+        with log.open("rb") as opened:
+            opened.seek(max(0, log.stat().st_size - _LOG_TAIL_BYTES))
+            return opened.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
 
 
 def newest_own(errors: list[AttemptError]) -> Optional[EarlierFailure]:
@@ -453,6 +480,12 @@ def latest_error_files(run_dir: Path, node: str) -> dict[int, Path]:
     if not attempts:
         return {}
     return {int(p.parent.name): p for p in attempts[-1].glob("*/error.json") if p.parent.name.isdigit()}
+
+
+def latest_worker_logs(run_dir: Path, node: str) -> dict[int, Path]:
+    """torchrun's log of each worker of a node's last attempt: local rank -> file."""
+    attempts = attempts_in_order(run_dir, node)
+    return worker_logs(attempts[-1]) if attempts else {}
 
 
 # torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check: "Rank 1 is running collective:

@@ -36,7 +36,7 @@ from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
 from orchestrate.outcome.root_cause import (RootCause, exception_chain, is_collateral, latest_error_files,
-                                            restarts_in_place, users_frame_in)
+                                            latest_worker_logs, restarts_in_place, users_frame_in)
 from orchestrate.plan.layout import PROGRESS_SUBDIR, RUN_DIR_MOUNT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan, NodePlan
 from orchestrate.slurm.cluster import (
@@ -351,16 +351,25 @@ class SlurmBackend:
         return result
 
     def root_cause(self, slurm: SlurmJob) -> Failure:
-        """The worker failure that explains the others, from the error files they left
-        (torchrun's --log-dir, per node): one that is not a peer's closed connection first,
-        then the earliest (the files' timestamps have one-second steps)."""
+        """The worker failure that explains the others, from what they left in torchrun's
+        --log-dir, per node: a worker's error file, else the traceback its log ends in (a script
+        whose main is not wrapped in ``@record`` writes no error file); one that is not a peer's
+        closed connection first, then the earliest (the error files' timestamps have one-second
+        steps; a log's is when it was last written)."""
         found: list[tuple[bool, float, str, RootCause]] = []
         for node in self.plan.nodes:
-            for local, path in latest_error_files(self.plan.run_dir, node.name).items():
+            error_files = latest_error_files(self.plan.run_dir, node.name)
+            logs = latest_worker_logs(self.plan.run_dir, node.name)
+            for local in sorted(set(error_files) | set(logs)):
                 cause = RootCause(node.global_rank(local) if local < len(node.global_ranks) else local, local)
-                cause.add_error_file(path.read_text(errors="replace"))
+                if local in error_files:
+                    cause.add_error_file(error_files[local].read_text(errors="replace"))
+                if not cause.exception and local in logs:
+                    cause.add_worker_log(logs[local])
+                if not cause.exception:
+                    continue
                 stamp = cause.timestamp if cause.timestamp is not None else float("inf")
-                found.append((is_collateral(cause, []), stamp, node.name, cause))
+                found.append((is_collateral(cause, cause.traceback.splitlines()), stamp, node.name, cause))
         describe = f"Slurm job {slurm.job_id} {slurm.state} (reason {slurm.job.get('Reason', '-')})"
         if not found:
             return Failure("", None, None, "", (), description=describe)

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 from dataclasses import replace
@@ -632,7 +633,7 @@ def slurm_error_file(run_dir: Path, node: str, attempt: str, message: str, times
                      mtime: float = 1_000.0) -> None:
     """torchrun's error file of ``node``'s local rank 0 in ``attempt``, as ``@record`` writes it."""
     path = run_dir / node / "torchrun" / "job-7" / attempt / "0" / "error.json"
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"message": {"message": message, "extraInfo": {
         "py_callstack": traceback or f"Traceback (most recent call last):\n{message}", "timestamp": str(timestamp)}}}))
     os.utime(path.parents[1], (mtime, mtime))
@@ -673,3 +674,55 @@ def test_a_failed_slurm_job_is_explained_by_the_workers_own_error_not_a_peers_lo
     lost = backend.root_cause(slurm)
     assert (lost.node, lost.rank, lost.users_frame) == ("node1", 1, "")
     assert slurm.workers_collateral is True
+
+
+def slurm_worker_log(run_dir: Path, node: str, lines: list[str], mtime: float) -> None:
+    """torchrun's stderr log of ``node``'s local rank 0 in its first attempt, written at ``mtime``."""
+    path = run_dir / node / "torchrun" / "job-7" / "attempt_0" / "0" / "stderr.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{line}\n" for line in lines))
+    os.utime(path, (mtime, mtime))
+
+
+def test_a_failed_slurm_job_without_error_files_is_explained_by_the_traceback_a_workers_log_ends_in(make_job):
+    from orchestrate.slurm.backend import SlurmBackend
+    from tests.fakes import FakeDockerClient
+
+    plan = make_job(nodes=2)
+    backend = SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="1000:1000", image="img")
+    job = {"JobState": "FAILED", "Reason": "NonZeroExitCode", "ExitCode": "1:0"}
+    # rank 0 lost its peer first in time; rank 1's own error (no @record: no error file) explains it
+    slurm_worker_log(plan.run_dir, "node0", ["[rank0]: Traceback (most recent call last):",
+                                             '[rank0]:   File "/workspace/boom.py", line 9, in main',
+                                             "[rank0]:     dist.all_reduce(x)",
+                                             "[rank0]: RuntimeError: Connection closed by peer [10.0.0.3]:6576"], 100.0)
+    slurm_worker_log(plan.run_dir, "node1", ["some warning on stderr", "[rank1]: Traceback (most recent call last):",
+                                             '[rank1]:   File "/workspace/boom.py", line 8, in main',
+                                             '[rank1]:     raise ValueError("bad shard 7")',
+                                             "[rank1]: ValueError: bad shard 7"], 101.0)
+    slurm = SlurmJob("7", job=dict(job))
+    failure = backend.root_cause(slurm)
+    assert (failure.node, failure.rank, failure.exception) == ("node1", 1, "ValueError: bad shard 7")
+    assert failure.users_frame == 'boom.py:8 in main: raise ValueError("bad shard 7")'
+    assert failure.traceback.splitlines()[0] == "Traceback (most recent call last):"  # from its start, unprefixed
+    assert slurm.workers_collateral is False
+    # two errors of their own: the earlier one, by when each log was last written
+    slurm_worker_log(plan.run_dir, "node0", ["[rank0]: Traceback (most recent call last):",
+                                             "[rank0]: KeyError: 'step'"], 102.0)
+    assert backend.root_cause(slurm).exception == "ValueError: bad shard 7"
+
+    # a script Python could not compile: no traceback, its error's one frame; an error file wins over a log
+    shutil.rmtree(plan.run_dir / "node1")
+    slurm_worker_log(plan.run_dir, "node1", ['  File "/workspace/syn.py", line 7', "    if rank == 0",
+                                             "               ^", "SyntaxError: expected ':'"], 99.0)
+    failure = backend.root_cause(slurm)
+    assert (failure.rank, failure.exception, failure.users_frame) == (1, "SyntaxError: expected ':'",
+                                                                      "syn.py:7: if rank == 0")
+    slurm_error_file(plan.run_dir, "node0", "attempt_0", "IndexError: 3", 98)
+    assert backend.root_cause(slurm).exception == "IndexError: 3"
+
+    # logs that end in no error explain nothing
+    shutil.rmtree(plan.run_dir / "node0")
+    shutil.rmtree(plan.run_dir / "node1")
+    slurm_worker_log(plan.run_dir, "node1", ["W1201 a warning"], 99.0)
+    assert backend.root_cause(slurm).rank is None
