@@ -82,6 +82,10 @@ def parse_kinds(text: str) -> tuple[FaultAction, ...]:
         if kinds[-1] is FaultAction.PARTITION:
             raise UsageError("--kinds: chaos does not draw partitions (their groups are yours to choose: give one to"
                              " run --fault, e.g. 'partition:node0|node1@t=5..20')")
+        if kinds[-1] is FaultAction.LOSE:
+            raise UsageError("--kinds: chaos does not draw lose: a job that goes on with fewer nodes ends with other"
+                             " results than the undisturbed run's, which the check compares; give run --fault"
+                             " lose:node1 with --nnodes MIN:MAX")
     if not kinds:
         raise UsageError("--kinds: name at least one fault kind, e.g. kill,restart")
     return tuple(dict.fromkeys(kinds))

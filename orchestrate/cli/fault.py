@@ -16,10 +16,10 @@ from orchestrate.interrupts import uninterrupted
 def add_parsers(sub: Any) -> None:
     fault = sub.add_parser(
         "fault", help="inject faults into a run that is already going",
-        description="Do faults to nodes or workers of a running run, now: kill, pause, disconnect, restart or"
-                    " preempt a node, slow it (cpus=F) or degrade its link (rate=R), kill or hang one rank, tear a"
-                    " node's next write (torn-write: waits for it, then kills the node) or fill its disk. A"
-                    " fault given an end (@t=START..END) is held for END-START seconds, then undone. The run id"
+        description="Do faults to nodes or workers of a running run, now: kill, lose (for good), pause, disconnect,"
+                    " restart or preempt a node, slow it (cpus=F) or degrade its link (rate=R), kill or hang one"
+                    " rank, tear a node's next write (torn-write: waits for it, then kills the node) or fill its"
+                    " disk. A fault given an end (@t=START..END) is held for END-START seconds, then undone. The run id"
                     " is printed when the run starts (and names its runs/ directory).",
         epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
                " python -m orchestrate fault 20261121-093012 slow:node1,cpus=0.2@t=0..30")
@@ -36,7 +36,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run.require_live_nodes("inject a fault into")
     faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.live_nodes},
                         stop_grace_s=run.stop_grace_s, cpus_per_node=run.cpus_per_node, link=run.link,
-                        run_dir=run.run_dir, say=inv.say)
+                        run_dir=run.run_dir, elastic=run.elastic, say=inv.say)
     faults.check(args.specs)
     try:
         for spec in args.specs:

@@ -3,7 +3,8 @@ for how long. Doing them is :mod:`orchestrate.faults`.
 
 A fault is written ``KIND:TARGET[,KEY=VALUE...][@t=S[..E]|@step=N[..M]]``:
 
-- node faults aim at a node (``node1``): ``kill``, ``pause``, ``disconnect``, ``restart``,
+- node faults aim at a node (``node1``): ``kill``, ``lose`` (killed, and never brought back:
+  an elastic job goes on with the nodes left), ``pause``, ``disconnect``, ``restart``,
   ``preempt``, ``slow`` (``cpus=F``: its CPU quota cut, a straggler) and ``degrade``
   (``rate=R``: its link rate drops);
 - rank faults aim at a global rank (``3``): ``kill-rank`` (the worker process dies while its
@@ -59,6 +60,7 @@ class FaultAction(str, Enum):
     """What a fault does."""
 
     KILL = "kill"  # SIGKILL every process of a node: a node that dies
+    LOSE = "lose"  # SIGKILL a node and never bring it back: a host lost for good, the job goes on without it
     PAUSE = "pause"  # freeze every process of a node: a node that hangs
     DISCONNECT = "disconnect"  # take a node off the project network: a node that is cut off
     RESTART = "restart"  # kill and start a node's container again: a node that reboots
@@ -309,6 +311,23 @@ def _number(text: Optional[str]) -> Optional[float]:
 
 def _integer(text: Optional[str]) -> Optional[int]:
     return int(text) if text is not None else None
+
+
+def check_lost_nodes(faults: list[FaultSpec], nodes: int, min_nodes: Optional[int]) -> None:
+    """Refuse ``lose`` faults that leave the job no way on: in a static job (``min_nodes``
+    None), or that leave fewer nodes than its ``--nnodes`` MIN."""
+    lost = sorted({f.node for f in faults if f.action is FaultAction.LOSE})
+    if not lost:
+        return
+    spec = next(str(f) for f in faults if f.action is FaultAction.LOSE)
+    if min_nodes is None:
+        raise UsageError(f"--fault {spec}: a lost node is for an elastic job that goes on without it (--rdzv c10d"
+                         f" --nnodes MIN:{nodes} with MIN below {nodes}); a static job cannot, and kill:{lost[0]}"
+                         " shows it die")
+    if nodes - len(lost) < min_nodes:
+        raise UsageError(f"--fault {spec}: losing {' and '.join(lost)} leaves {nodes - len(lost)} of {nodes} nodes,"
+                         f" fewer than --nnodes MIN ({min_nodes}): the job could not go on; give --nnodes"
+                         f" {max(1, nodes - len(lost))}:{nodes}")
 
 
 def check_fault_targets(faults: list[FaultSpec], node_names: list[str], world_size: int) -> None:

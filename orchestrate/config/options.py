@@ -256,7 +256,8 @@ RUN_OPTIONS = (
            f" stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: {DEFAULT_STOP_GRACE_S:g})",
            non_negative_seconds, metavar="SECONDS"),
     Option("faults", "--fault", "inject a fault: KIND:TARGET[,KEY=VALUE][@t=S[..END]|@step=N[..END]]. Node faults"
-           " (TARGET nodeN): kill (dies), pause (hangs), disconnect (cut off the network), restart (reboots),"
+           " (TARGET nodeN): kill (dies), lose (dies for good: an elastic job with --nnodes MIN:MAX goes on"
+           " without it), pause (hangs), disconnect (cut off the network), restart (reboots),"
            " preempt (SIGTERM, then SIGKILL after --stop-grace), slow[,cpus=F] (a straggler: CPU quota cut to F,"
            " default 0.25), degrade[,rate=R] (its link drops to R, default 10mbit), lossy[,p=P] (P%% of its incoming"
            " packets dropped, default 1%%). Rank faults (TARGET a global"

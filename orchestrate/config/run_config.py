@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets, check_lost_nodes
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.mounts import Mount
 from orchestrate.config.user_env import check_name
@@ -219,6 +219,7 @@ class RunConfig:
         most_nodes = self.nodes if self.max_nodes is None else max(self.nodes, self.max_nodes)
         check_fault_targets(list(self.faults), [f"node{i}" for i in range(self.nodes)],
                             self.world_size + (most_nodes - self.nodes) * self.nproc_per_node)
+        check_lost_nodes(list(self.faults), self.nodes, self.min_nodes if self.elastic else None)
         if not self.image:
             raise UsageError("--image must not be empty")
         workdir = Path(self.workdir)

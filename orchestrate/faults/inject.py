@@ -85,7 +85,7 @@ def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
         EngineError: When the node's link cannot be shaped.
     """
     action = fault.action
-    if action is FaultAction.KILL:
+    if action in (FaultAction.KILL, FaultAction.LOSE):  # (no one brings a lost node back: the supervisor's part)
         container.kill()
     elif action is FaultAction.PAUSE:
         pause_node(container)

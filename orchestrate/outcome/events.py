@@ -16,6 +16,8 @@ node-unresponsive  a hung or cut-off node was detected (``node``, ``reason``)
 oom                the kernel OOM-killed a node's process (``node``)
 node-exited        a node's container ended (``node``, ``exit_code``; ``via``: inspection, when no event said it)
 node-failed        a node ended in failure (``node``, ``exit_code``, ``rank``)
+node-lost          a ``lose`` fault took a node for good; the job goes on without it (``node``, ``exit_code``,
+                   ``fault``)
 node-stopping      the launcher sent a node SIGTERM; SIGKILL follows after ``grace_s`` (``node``)
 node-killed        the launcher killed a node (``node``; ``still_running``: what its stop grace left running)
 node-stopped       ``stop RUN`` stopped a node, from another terminal (``node``, ``exit_code``, ``by``;

@@ -103,7 +103,9 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
 
     1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
        was injected into explains the failures of the others, which only waited for it or
-       saw its connections close (the rank that raised under the fault, and its error, named).
+       saw its connections close (the rank that raised under the fault, and its error, named);
+       not one a ``lose`` fault took for good, after which the nodes left go on alone: their
+       own failure explains the run, and the lost node only where they just lost their peers.
     2. A node whose death ended the job for every node (it held the rendezvous store, and only
        it was restarted) explains the failures of the others.
     3. Otherwise only nodes whose torchrun failed by itself count (not those the launcher
@@ -136,6 +138,8 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
                                   f" node's memory limit{rank}; raise --memory-per-node or use less memory",
                            users_frame=cause.users_frame if raised else "", chain=cause.chain if raised else ())
     for result in results:
+        if result.state is NodePhase.LOST:  # its end was the fault's; the job's is the nodes' left
+            continue
         if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED):
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
             if result.fault:
@@ -173,6 +177,11 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
         return (collateral, not names_absent, stamp, result.ended_at)
 
     first = min(failed, key=order)
+    lost = [r for r in results if r.state is NodePhase.LOST]
+    if lost and order(first)[0]:  # the nodes left only lost their peers: the lost node explains it
+        return Failure(lost[0].node.name, None, lost[0].exit_code, "", tuple(first.last_lines),
+                       reason=f"was lost for good (injected fault {lost[0].lost}), and the nodes left could not go"
+                              f" on without it: {first.node.name} failed", lines_of=first.node.name)
     cause = first.root_cause
     failure = Failure(
         node=first.node.name,

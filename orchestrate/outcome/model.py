@@ -33,7 +33,8 @@ class Lines(list):
 
 @dataclass
 class Recovery:
-    """One node that died and rejoined an elastic job.
+    """One node that died and rejoined an elastic job, or that was lost for good and left the
+    job to go on without it.
 
     Attributes:
         node: The node.
@@ -43,6 +44,7 @@ class Recovery:
             exact as their progress lines are frequent).
         resumed_from: The step the workers resumed from (from "resumed from ... step N").
         resumed_at: Monotonic time of the first training step after the resume.
+        lost: The node was lost for good (a ``lose`` fault): the nodes left went on without it.
     """
 
     node: str
@@ -51,6 +53,7 @@ class Recovery:
     step_before: Optional[int] = None
     resumed_from: Optional[int] = None
     resumed_at: Optional[float] = None
+    lost: bool = False
 
     @property
     def recovery_s(self) -> Optional[float]:
@@ -64,7 +67,8 @@ class Recovery:
 
     def describe(self) -> str:
         """One line; what is not known (no steps reported, no resume yet) is left out."""
-        parts = [f"{self.node} rejoined after {self.cause}"]
+        parts = [f"the job went on without {self.node} after {self.cause}" if self.lost
+                 else f"{self.node} rejoined after {self.cause}"]
         if self.recovery_s is not None:
             parts.append(f"recovery (failure detected to first step after resume) {self.recovery_s:.1f} s")
         if self.steps_lost is not None:
@@ -292,12 +296,19 @@ class RunResult:
 
     @property
     def job_succeeded(self) -> bool:
-        """Every node's torchrun exited 0 (under Slurm: the job COMPLETED)."""
+        """Every node's torchrun exited 0 (under Slurm: the job COMPLETED), but those a ``lose``
+        fault took for good, without which the nodes left went on."""
         if self.interrupted or self.error:
             return False
         if self.slurm is not None:
             return self.slurm.state == "COMPLETED"
-        return bool(self.results) and all(r.state is NodePhase.SUCCEEDED for r in self.results)
+        return (any(r.state is NodePhase.SUCCEEDED for r in self.results)
+                and all(r.state in (NodePhase.SUCCEEDED, NodePhase.LOST) for r in self.results))
+
+    @property
+    def lost(self) -> dict[str, str]:
+        """The nodes a ``lose`` fault took for good, each with that fault."""
+        return {r.node.name: r.lost for r in self.results if r.state is NodePhase.LOST}
 
     @property
     def succeeded(self) -> bool:

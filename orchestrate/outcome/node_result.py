@@ -23,6 +23,8 @@ class NodeResult:
         root_cause: What torchrun reported as its first failure (with its error file).
         last_lines: The last output lines of the failing worker (or of the node).
         fault: The fault injected into this node, if any (while it lasts).
+        lost: The ``lose`` fault that took this node for good, if one did: nothing brings it
+            back, and an elastic job goes on without it.
         culprit_rank: The global rank that explains this node's end when one worker does: the
             one a fault aimed at, or one found stopped (hung).
         unresponsive: Why the node could not answer its peers when the job failed, if so.
@@ -62,6 +64,7 @@ class NodeResult:
     root_cause: Optional[RootCause] = None
     last_lines: list[str] = field(default_factory=list)
     fault: str = ""
+    lost: str = ""
     culprit_rank: Optional[int] = None
     unresponsive: str = ""
     oom_kills: int = 0

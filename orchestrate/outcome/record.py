@@ -31,7 +31,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "timings": {"bring_up_s": t.bring_up_s, "rendezvous_s": t.rendezvous_s, "job_s": t.job_s,
                     "teardown_s": t.teardown_s},
         "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
-                        "step_before": r.step_before, "resumed_from": r.resumed_from} for r in t.recoveries],
+                        "step_before": r.step_before, "resumed_from": r.resumed_from, "lost": r.lost}
+                       for r in t.recoveries],
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,
                     "detail": f.detail or None, "before_first_step": f.before_first_step}
@@ -53,6 +54,7 @@ def outcome_record(outcome: RunResult) -> dict:
                                            "ended_on": slurm.ended_on, "restarts_in_place": slurm.restarts_in_place},
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,
+                   "lost": r.lost or None,  # the lose fault that took it for good, if one did
                    "oom_kills": r.oom_kills, "grace_ran_out": r.grace_ran_out, "still_running": r.still_running,
                    "at_exit_barrier": at_exit_barrier(r),  # its ranks had finished: its torchrun waited for the others
                    "restarts_in_place": r.restarts_in_place,

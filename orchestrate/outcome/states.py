@@ -8,8 +8,9 @@
                           \\--(any of the endings above, before a worker spoke)
     STARTING/RUNNING --a node died, elastic restarts left--> RESTARTING --start--> STARTING
 
-SUCCEEDED, FAILED, STOPPED and ORPHANED (its launcher vanished and the node stopped itself)
-are final. Every change goes through :func:`advance`, which refuses the others.
+SUCCEEDED, FAILED, STOPPED, ORPHANED (its launcher vanished and the node stopped itself) and
+LOST (a ``lose`` fault took it for good, and an elastic job goes on without it) are final.
+Every change goes through :func:`advance`, which refuses the others.
 """
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ class NodePhase(str, Enum):
     FAILED = "failed"  # torchrun exited non-zero by itself
     STOPPED = "stopped"  # the launcher or the user stopped it
     ORPHANED = "orphaned"  # its launcher vanished, so it stopped itself
+    LOST = "lost"  # a fault took it for good (``lose``): the job goes on without it
 
     @property
     def final(self) -> bool:
         return self in FINAL_PHASES
 
 
-FINAL_PHASES = frozenset({NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.STOPPED, NodePhase.ORPHANED})
+FINAL_PHASES = frozenset({NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.STOPPED, NodePhase.ORPHANED,
+                          NodePhase.LOST})
 _ENDINGS = frozenset(FINAL_PHASES)
 TRANSITIONS: dict[NodePhase, frozenset[NodePhase]] = {
     NodePhase.CREATED: frozenset({NodePhase.STARTING}) | _ENDINGS,

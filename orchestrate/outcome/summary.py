@@ -24,6 +24,18 @@ def every_node(count: int) -> str:
     return "its 1 node" if count == 1 else f"all {count} nodes"
 
 
+def exited_0(outcome: RunResult) -> str:
+    """``all 2 nodes exited 0``, or, where ``lose`` faults took nodes for good, ``1 of 2 nodes
+    exited 0; node1 was lost for good (lose:node1@step=3), and the job went on without it``."""
+    lost = outcome.lost
+    if not lost:
+        return f"{every_node(len(outcome.results))} exited 0"
+    left = len(outcome.results) - len(lost)
+    return (f"{left} of {len(outcome.results)} nodes exited 0; {' and '.join(lost)}"
+            f" {'was' if len(lost) == 1 else 'were'} lost for good ({', '.join(lost.values())}), and the job went"
+            f" on without {'it' if len(lost) == 1 else 'them'}")
+
+
 def format_summary(outcome: RunResult) -> str:
     """Render the table printed at the end of every run, followed by its verdict."""
     if outcome.slurm is not None:
@@ -62,10 +74,10 @@ def format_summary(outcome: RunResult) -> str:
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
     if outcome.succeeded:
-        lines.append(f"SUCCEEDED: {every_node(len(outcome.results))} exited 0")
+        lines.append(f"SUCCEEDED: {exited_0(outcome)}")
         return "\n".join(lines)
     if outcome.job_succeeded:  # the job did, but the experiment asked for did not happen
-        lines.append(f"FAILED: {every_node(len(outcome.results))} exited 0, but {'; and '.join(outcome.missed)}")
+        lines.append(f"FAILED: {exited_0(outcome)}, but {'; and '.join(outcome.missed)}")
         return "\n".join(lines)
     if ended_hung(outcome):
         lines.append(f"HUNG: {outcome.hang.headline}")
@@ -92,6 +104,11 @@ def format_summary(outcome: RunResult) -> str:
         # where an earlier attempt's own error is said below)
         if failure.earlier is None:
             lines += own_error_lines(failure)
+        lost = {node: fault for node, fault in outcome.lost.items() if node != failure.node}
+        if lost:  # the nodes left failed: after what, and with how many of them
+            lines.append(f"  after {' and '.join(lost)} {'was' if len(lost) == 1 else 'were'} lost for good"
+                         f" ({', '.join(lost.values())}): the job went on with {len(outcome.results) - len(lost)} of"
+                         f" {len(outcome.results)} nodes")
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         failed_by = said_error(failure.exception, failure.exit_code, failure.last_lines)

@@ -239,6 +239,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             rank = event.get("rank")
             label = f"{node} failed at {_fmt(when)}" + (f" (rank {rank})" if rank is not None else "")
             lanes.mark("failed", when, f"{node}-rank{rank}" if rank is not None else node, label)
+        elif kind == "node-lost":
+            lanes.mark("lost", when, node, f"{node} lost for good at {_fmt(when)} ({event.get('fault')}): the job"
+                                           " goes on without it")
         elif kind == "restart":
             lanes.mark("restart", when, None, f"elastic restart at {_fmt(when)}: {node} died ({event.get('cause')}),"
                                               f" at step {event.get('step')}; every node restarts")
@@ -315,8 +318,11 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             counts = {str(node.get("name")): node.get("restarts_in_place") for node in outcome.get("nodes") or []}
             counts = counts or (outcome.get("slurm") or {}).get("restarts_in_place") or {}  # a Slurm run's: by node
             restarted = [f"{name} {times(n)}" for name, count in counts.items() if (n := int(count or 0))]
-            model.outcome = "SUCCEEDED" + (f", after torchrun restarted the workers in place ({', '.join(restarted)})"
-                                           if restarted else "")
+            lost = [f"{node.get('name')} ({node.get('lost')})" for node in outcome.get("nodes") or []
+                    if node.get("state") == "lost"]
+            model.outcome = ("SUCCEEDED" + (f" without {' and '.join(lost)}, lost for good" if lost else "")
+                             + (f", after torchrun restarted the workers in place ({', '.join(restarted)})"
+                                if restarted else ""))
         elif model.failure:
             model.outcome = f"FAILED (exit code {model.exit_code}): {model.failure.get('describe', '')}"
         elif outcome.get("missed"):  # every node exited 0, but what was asked did not happen

@@ -41,6 +41,7 @@ MARKER_STYLES = {  # kind: (marker symbol, see svg.marker; colour; what it is)
     "killed": ("x", "#000000", "killed by the launcher"),
     "exit": ("o", "#636363", "exited"),
     "failed": ("s", "#d62728", "failed"),
+    "lost": ("X", "#7f7f7f", "lost for good"),
     "restart": ("D", "#ff7f0e", "elastic restart"),
     "resumed": ("^", "#2ca02c", "resumed"),
     "oom": ("P", "#8c564b", "OOM kill"),

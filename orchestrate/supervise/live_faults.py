@@ -119,6 +119,8 @@ class LiveFaultWatch:
         if note.spec.action is FaultAction.TORN_WRITE:
             return
         tracker.result.fault = str(note.spec)
+        if note.spec.action is FaultAction.LOSE:  # for good: no restart brings it back
+            tracker.result.lost = str(note.spec)
         if note.spec.action.on_rank:
             tracker.result.culprit_rank = note.spec.rank
         blamed = self.blamed.setdefault(tracker.name, [])

@@ -43,7 +43,15 @@ class RestartPolicy:
         """Whether ``tracker``'s exit is a death the job recovers from."""
         if not self.enabled or ending or tracker.exit_code == 0 or self.restarts >= self.max_restarts:
             return False
+        if tracker.result.lost:  # a host lost for good: the job goes on without it, or fails
+            return False
         return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
+
+    def go_on_without(self, lost: NodeTracker, step: Optional[int]) -> None:
+        """A node lost for good: nothing restarts it, and the nodes left go on without it
+        (torchrun restarts their workers in a smaller world), a recovery timed as a restart's."""
+        self.recoveries.append(Recovery(lost.name, f"injected fault {lost.result.lost}", self.clock(),
+                                        step_before=step, lost=True))
 
     def lost_store(self, dead: NodeTracker) -> Optional[str]:
         """Why ``dead``'s death ends the job when only it restarts (it held the rendezvous
@@ -82,6 +90,7 @@ class RestartPolicy:
         result.fault = ""
         if self.scope == "node":
             trackers = [dead]
+        trackers = [t for t in trackers if t.phase is not NodePhase.LOST]  # nothing brings a lost node back
         for tracker in trackers:
             tracker.move(NodePhase.RESTARTING)
             tracker.exited_at = tracker.exit_code = None

@@ -200,6 +200,8 @@ class Supervisor:
         if fault.action.on_rank:
             tracker.result.culprit_rank = fault.rank
         tracker.result.fault = str(fault)
+        if fault.action is FaultAction.LOSE:  # for good: no restart brings it back
+            tracker.result.lost = str(fault)
         if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
             self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s
             self.preempted_at.setdefault(tracker.name, (str(fault), signalled))
@@ -703,6 +705,18 @@ class Supervisor:
             self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by, **extra)
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
+        elif result.lost:  # a lose fault took it: the nodes left go on without it (their end is the job's)
+            tracker.move(NodePhase.LOST)
+            if tracker.name == self.spec.store_host:  # and the rendezvous with it: none can go on
+                result.consequence = (f"was lost for good (injected fault {result.lost}); it held the c10d rendezvous"
+                                      " store (its torchrun agent served it): every other node's agent lost the"
+                                      " rendezvous with it, as on a real cluster (--rdzv-store container keeps the"
+                                      " store apart from the nodes)")
+            if not result.consequence:
+                self.restarts.go_on_without(tracker, self.progress.max_step)
+            self.say(f"{tracker.name} {result.consequence}" if result.consequence else
+                     f"{tracker.name} is lost for good ({result.lost}): the job goes on with the nodes left")
+            self.record("node-lost", node=tracker.name, exit_code=result.exit_code, fault=result.lost)
         else:
             tracker.move(NodePhase.FAILED)
             self.diagnosis.explain_failure(tracker)

@@ -95,3 +95,23 @@ def test_a_worker_group_restarted_by_torchrun_rejoins_even_where_one_node_reache
     assert ("  attempt 1 of node1's workers ended with local rank 1's error: RuntimeError: transient: lost"
             " the connection to the dataset server") in summary.splitlines()
     assert leftovers(docker_client, result.project) == []
+
+
+def test_a_node_lost_for_good_leaves_the_job_to_go_on_with_the_nodes_left(orchestrate_run, docker_client, tmp_path):
+    shutil.copyfile(JOBS / "resume_training.py", tmp_path / "resume_training.py")
+    result = orchestrate_run("--nodes", "2", "--rdzv", "c10d", "--nnodes", "1:2", "--workdir", str(tmp_path),
+                             "--fault", "lose:node1@step=5", "--", "resume_training.py", "--steps", "12")
+    assert result.code == 0, result.output[-4000:]
+    assert "node1 is lost for good (lose:node1@step=5): the job goes on with the nodes left" in result.output
+    assert "restarting every node" not in result.output  # the launcher brought nothing back
+    summary = result.output.split("summary ===")[1]
+    assert re.search(r"^node1\s+elastic\s+lost\s+137\s", summary, re.M), summary
+    # torchrun on node0 restarted its workers alone, and they went on from the checkpoint
+    assert re.search(r"\[node0/rank0\]\s+rank 0 resumed from step [5-9]", result.output), result.output[-3000:]
+    assert re.search(r"\[node0/rank0\]\s+rank 0 step 12 ", result.output)
+    assert re.search(r"^recovery: the job went on without node1 after injected fault lose:node1@step=5: recovery"
+                     r" \(failure detected to first step after resume\) [\d.]+ s; steps lost 0 \(last step 5,"
+                     r" resumed from 5\)$", summary, re.M), summary
+    assert "SUCCEEDED: 1 of 2 nodes exited 0; node1 was lost for good (lose:node1@step=5), and the job went on" \
+           " without it" in summary
+    assert leftovers(docker_client, result.project) == []

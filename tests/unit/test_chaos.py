@@ -97,6 +97,9 @@ def test_a_reference_too_short_for_the_faults_and_an_unknown_kind_are_usage_erro
         draw_schedule(1, 5, DEFAULT_KINDS, NODES, Reference(None, 5.0))
     with pytest.raises(UsageError, match="no fault kind 'explode'"):
         parse_kinds("kill,explode")
+    with pytest.raises(UsageError, match="chaos does not draw lose: a job that goes on with fewer nodes ends with"
+                                         " other results"):
+        parse_kinds("kill,lose")
 
 
 def test_each_runs_copy_of_the_work_directory_leaves_the_runs_directory_out(tmp_path):

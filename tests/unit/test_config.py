@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.run_config import RunConfig
 from orchestrate.errors import UsageError
 
@@ -60,3 +61,26 @@ def test_a_script_outside_the_work_directory_is_refused_naming_the_workdir_that_
     with pytest.raises(UsageError, match=rf"\(or give --workdir {other} and the script as 'train.py'\)"):
         RunConfig(workdir=work, target=(str(other / "train.py"),))
     assert RunConfig(workdir=work, target=("sub/../sub/train.py",)).target == ("sub/../sub/train.py",)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(nodes=2), "--fault lose:node1@step=3: a lost node is for an elastic job that goes on without it"
+                    " (--rdzv c10d --nnodes MIN:2 with MIN below 2); a static job cannot, and kill:node1 shows it die"),
+    (dict(nodes=2, rdzv="c10d"), "--fault lose:node1@step=3: losing node1 leaves 1 of 2 nodes, fewer than --nnodes"
+                                 " MIN (2): the job could not go on; give --nnodes 1:2"),
+    (dict(nodes=3, rdzv="c10d", min_nodes=2, more=("lose:node2@t=5",)),
+     "--fault lose:node1@step=3: losing node1 and node2 leaves 1 of 3 nodes, fewer than --nnodes MIN (2): the job"
+     " could not go on; give --nnodes 1:3"),
+])
+def test_a_lost_node_the_job_could_not_go_on_without_is_refused(tmp_path, overrides, message):
+    more = overrides.pop("more", ())
+    faults = tuple(parse_fault(text) for text in ("lose:node1@step=3", *more))
+    with pytest.raises(UsageError) as refused:
+        RunConfig(workdir=tmp_path, faults=faults, **overrides)
+    assert str(refused.value) == message
+
+
+def test_a_lost_node_an_elastic_job_can_go_on_without_is_taken(tmp_path):
+    faults = (parse_fault("lose:node1@step=3"), parse_fault("lose:node1@step=+2"), parse_fault("kill:node2@t=4"))
+    config = RunConfig(workdir=tmp_path, nodes=3, rdzv="c10d", min_nodes=2, faults=faults)  # node1 twice: one node lost
+    assert [f.action.value for f in config.faults] == ["lose", "lose", "kill"]

@@ -53,8 +53,8 @@ def test_a_fault_says_its_defaults_when_printed():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("explode:node1", "the kind must be one of kill, pause, disconnect, restart, preempt, slow, degrade, kill-rank,"
-                      " hang-rank"),
+    ("explode:node1", "the kind must be one of kill, lose, pause, disconnect, restart, preempt, slow, degrade,"
+                      " kill-rank, hang-rank"),
     ("kill", "usage: KIND:TARGET"),
     ("kill:node1@step=x", "usage: KIND:TARGET"),
     ("kill:node1@when=3", "usage: KIND:TARGET"),

@@ -715,6 +715,78 @@ def test_elastic_mode_without_restarts_left_fails_naming_the_node(make_run):
     assert not [c for c in client.calls if c[0] == "restart"]
 
 
+def lost_node_run(make_run, lost: str, **options):
+    """An elastic job of 2 nodes (MIN 1) whose ``lost`` node a ``lose`` fault takes at step 2."""
+    return make_run(nodes=2, rdzv="c10d", nnodes=(1, 2), max_restarts=2,
+                    faults=(parse_fault(f"lose:{lost}@step=2"),), **options)
+
+
+def ended(client: FakeDockerClient, node: str):
+    """An ``after_when``: ``node``'s container has ended."""
+    return lambda: client.containers_by_name[f"ddp-test-run-{node}-1"].status == "exited"
+
+
+def test_a_lost_node_is_never_restarted_and_the_job_goes_on_without_it(make_run):
+    job = lost_node_run(make_run, "node1")
+    client = FakeDockerClient()
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)),
+                                         after=["[0|0]:world 1, step 4"], after_when=ended(client, "node1"))],
+                           node1=[Script(["[1|0]:up"], hang=True)])
+    assert not [c for c in client.calls if c[0] == "restart"]
+    assert [r.state for r in outcome.results] == [NodePhase.SUCCEEDED, NodePhase.LOST], text
+    assert outcome.succeeded and outcome.exit_code == 0 and outcome.failure is None
+    assert outcome.lost == {"node1": "lose:node1@step=2"}
+    [recovery] = outcome.timings.recoveries  # timed as a restart's: the job went on without it
+    assert (recovery.node, recovery.lost, recovery.cause) == ("node1", True, "injected fault lose:node1@step=2")
+    assert "node1 is lost for good (lose:node1@step=2): the job goes on with the nodes left" in text
+    assert format_summary(outcome).endswith("SUCCEEDED: 1 of 2 nodes exited 0; node1 was lost for good"
+                                            " (lose:node1@step=2), and the job went on without it")
+    assert [e["fault"] for e in read_events(job.run_dir) if e["event"] == "node-lost"] == ["lose:node1@step=2"]
+
+
+def test_the_nodes_left_after_a_lost_node_fail_by_their_own_error(make_run):
+    job = lost_node_run(make_run, "node1")
+    client = FakeDockerClient()
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)),
+                                         after=["[0|0]:AssertionError: this script needs 2 ranks, got 1", *report(0, 0)],
+                                         after_when=ended(client, "node1"), exit_code=1)],
+                           node1=[Script(["[1|0]:up"], hang=True)])
+    assert not outcome.succeeded
+    assert outcome.failure.describe() == ("node0 rank 0 failed (exit code 1): AssertionError: this script needs 2"
+                                          " ranks, got 1")
+    assert ("  after node1 was lost for good (lose:node1@step=2): the job went on with 1 of 2 nodes"
+            in format_summary(outcome).splitlines())
+
+
+def test_the_nodes_left_that_only_lost_their_peer_are_explained_by_the_lost_node(make_run):
+    job = lost_node_run(make_run, "node1")
+    client = FakeDockerClient()
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)),
+                                         after=["[0|0]:RuntimeError: Connection closed by peer [10.0.0.3]:6576", *report(0, 0)],
+                                         after_when=ended(client, "node1"), exit_code=1)],
+                           node1=[Script(["[1|0]:up"], hang=True)])
+    assert outcome.failure.describe() == ("node1 was lost for good (injected fault lose:node1@step=2), and the nodes"
+                                          " left could not go on without it: node0 failed")
+    assert outcome.failure.lines_of == "node0"
+
+
+def test_a_lost_node_that_held_the_rendezvous_store_ends_the_job_saying_so(make_run):
+    job = lost_node_run(make_run, "node0")
+    client = FakeDockerClient()
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)), hang=True)],
+                           node1=[Script(["[1|0]:up"], after=["RendezvousConnectionError: The connection to the C10d"
+                                                              " store has failed."],
+                                         after_when=ended(client, "node0"), exit_code=1)])
+    assert not [c for c in client.calls if c[0] == "restart"]
+    assert outcome.failure.describe().startswith("node0 was lost for good (injected fault lose:node0@step=2); it held"
+                                                 " the c10d rendezvous store")
+    assert "node0 was lost for good (injected fault lose:node0@step=2); it held the c10d" in text
+
+
 def test_an_oom_killed_node_is_named_from_the_engine(make_run):
     job = make_run(nodes=2, memory_per_node=1024**3)
     client = FakeDockerClient()

@@ -336,6 +336,17 @@ def test_what_cannot_be_done_now_is_refused_before_anything_is_done(tmp_path, te
     assert run.client.calls == [] and run.notes() == []
 
 
+def test_a_lost_node_is_refused_for_a_static_run_and_taken_for_an_elastic_one(tmp_path):
+    run = Run(tmp_path)
+    run.faults.check([parse_fault("lose:node1")])  # (an elastic run, by default)
+    run.faults.elastic = False
+    with pytest.raises(UsageError) as refused:
+        run.faults.check([parse_fault("lose:node1")])
+    assert str(refused.value) == ("lose:node1: run R1 is static, and a lost node is for an elastic job that goes on"
+                                  " without it; kill:node1 shows it die")
+    assert run.client.calls == [] and run.notes() == []
+
+
 def test_a_rank_fault_is_not_refused_for_its_node_and_storage_needs_the_runs_directory(tmp_path):
     Run(tmp_path).faults.check([parse_fault("kill-rank:7")])  # a rank is looked for when it is done
     run = Run(tmp_path / "elsewhere", with_dir=False)

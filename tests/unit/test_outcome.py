@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.outcome.judge import find_failure
-from orchestrate.outcome.model import FaultRecord, RunResult, Timings
+from orchestrate.outcome.model import FaultRecord, Recovery, RunResult, Timings
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
@@ -939,3 +939,19 @@ def test_a_succeeded_nodes_restarted_attempts_are_those_before_its_last(tmp_path
         log.write_text(text)
         os.utime(log.parents[1], (1000 + number, 1000 + number))  # the attempts' order
     assert [(e.attempt, e.exception) for e in restarted_attempt_errors(tmp_path, "node0")] == [(1, "KeyError: 'a'")]
+
+
+def test_a_job_succeeds_without_its_lost_nodes_but_not_without_every_node(make_job):
+    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1)
+    went_on = results_for(plan, (NodePhase.SUCCEEDED, 0, 9.0, None), (NodePhase.LOST, 137, 3.0, None))
+    went_on[1].lost = "lose:node1@step=3"
+    assert outcome(went_on).succeeded and outcome(went_on).lost == {"node1": "lose:node1@step=3"}
+    assert outcome_record(outcome(went_on))["nodes"][1]["lost"] == "lose:node1@step=3"
+    went_on_without = Recovery("node1", "injected fault lose:node1@step=3", 10.0, step_before=3, resumed_from=3,
+                               resumed_at=12.5, lost=True)
+    assert went_on_without.describe() == ("the job went on without node1 after injected fault lose:node1@step=3:"
+                                          " recovery (failure detected to first step after resume) 2.5 s; steps"
+                                          " lost 0 (last step 3, resumed from 3)")
+    none_left = results_for(plan, (NodePhase.LOST, 137, 3.0, None), (NodePhase.LOST, 137, 3.0, None))
+    assert not outcome(none_left).job_succeeded
+    assert "SUCCEEDED" not in format_summary(outcome(none_left))

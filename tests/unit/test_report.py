@@ -69,6 +69,21 @@ def test_a_successful_run_has_a_lane_per_node_and_rank_through_its_phases():
     assert model.outcome == "SUCCEEDED, after torchrun restarted the workers in place (node0 once)"
 
 
+
+def test_a_node_lost_for_good_is_marked_and_named_in_the_ending():
+    events = started() + [ev(5.0, "node-exited", node="node1", exit_code=137),
+                          ev(5.0, "node-lost", node="node1", exit_code=137, fault="lose:node1@step=3"),
+                          ev(10.0, "node-exited", node="node0", exit_code=0),
+                          ev(10.5, "run-ended", exit_code=0, succeeded=True)]
+    outcome = {"succeeded": True, "exit_code": 0, "nodes": [
+        {"name": "node0", "state": "succeeded", "restarts_in_place": 1},
+        {"name": "node1", "state": "lost", "lost": "lose:node1@step=3", "restarts_in_place": 0}]}
+    model = build_model({"run": plan(), "events": events, "progress": [], "outcome": outcome})
+    assert [(m.kind, m.lane) for m in model.markers if m.kind == "lost"] == [("lost", "node1")]
+    assert model.outcome == ("SUCCEEDED without node1 (lose:node1@step=3), lost for good, after torchrun restarted"
+                             " the workers in place (node0 once)")
+
+
 def test_a_run_stopped_by_stop_says_who_stopped_it_and_a_ctrl_c_is_an_interrupt():
     stopped = {"succeeded": False, "exit_code": 143, "interrupted": True, "stopped_by": "python -m orchestrate stop"}
     model = build_model({"run": plan(), "events": started(), "progress": [], "outcome": stopped})

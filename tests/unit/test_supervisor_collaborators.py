@@ -339,6 +339,17 @@ def test_the_restart_policy_recovers_from_deaths_only(make_job, tmp_path, enable
     assert policy.should_restart(tracker, ending) is expected
 
 
+def test_the_restart_policy_never_brings_a_lost_node_back(make_job, tmp_path):
+    plan = make_job(nodes=2)
+    tracker = tracker_for(plan, 1, None, tmp_path)
+    tracker.exit_code, tracker.result.fault, tracker.result.lost = 137, "lose:node1", "lose:node1"
+    policy = RestartPolicy(enabled=True, max_restarts=2, say=print, record=print, clock=time.monotonic,
+                           scope="all", store_host="node0")
+    assert policy.should_restart(tracker, False) is False
+    tracker.result.lost = ""
+    assert policy.should_restart(tracker, False) is True
+
+
 def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
     client = FakeDockerClient()
     trackers = running_trackers(make_job, tmp_path, client)
@@ -356,6 +367,21 @@ def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
     assert policy.open_recovery is recovery and policy.restarts == 1
     assert recorder.said == ["node1 died (injected fault kill:node1@step=4); restarting every node so that it"
                              " rejoins (1/3)"]
+
+
+def test_a_restart_of_every_node_leaves_a_lost_one_lost(make_job, tmp_path):
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    trackers[0].result.lost = "lose:node0@step=2"
+    trackers[0].move(NodePhase.LOST)
+    dead = trackers[1]
+    dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record, clock=lambda: 42.0,
+                           scope="all", store_host="rdzv-store")
+    policy.restart(dead, trackers, step=5)
+    assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-r-node1-1"]
+    assert [t.phase for t in trackers] == [NodePhase.LOST, NodePhase.RESTARTING]
 
 
 def test_progress_watch_follows_the_steps_and_times_the_resume(tmp_path):
