@@ -1512,6 +1512,12 @@ MUTANTS = [
            "        parts = [f\"the job went on without {self.node} after {self.cause}\" if self.lost",
            "        parts = [f\"the job went on without {self.node} after {self.cause}\" if False",
            ("tests/unit/test_outcome.py",)),
+    Mutant("sends that wait for one another round a cycle get no hint", "orchestrate/hangs/collectives.py",
+           "                              CYCLE_HINT if text.endswith(CYCLE) else \"\")",
+           "                              \"\")", ("tests/unit/test_hangs.py",)),
+    Mutant("any unmatched transfer gets the cycle's hint", "orchestrate/hangs/collectives.py",
+           "                              CYCLE_HINT if text.endswith(CYCLE) else \"\")",
+           "                              CYCLE_HINT)", ("tests/unit/test_hangs.py",)),
     Mutant("a lost node is not marked on the report", "orchestrate/report/model.py",
            '        elif kind == "node-lost":', '        elif kind == "node-lost-never":', ("tests/unit/test_report.py",)),
 ]

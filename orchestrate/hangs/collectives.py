@@ -44,6 +44,12 @@ class Divergence:
 ROOT_HINT = ("the ranks name different roots: src and dst are global ranks (a node's first rank is not rank 0:"
              " LOCAL_RANK is no root), and every rank of the group must name the same one; with group=, name it"
              " by group_src or group_dst, the rank within the group")
+# Point-to-point transfers that wait for one another round a ring of ranks, and what to change.
+CYCLE = "a cycle, each waits for the next"
+CYCLE_HINT = ("dist.send returns only once its peer has received, and dist.recv once its peer has sent: ranks"
+              " that all send first, or all receive first, wait for one another for ever; order them (even ranks"
+              " send first, odd ones receive first), or start both at once with dist.isend and dist.irecv (or"
+              " dist.batch_isend_irecv) and wait on them")
 UNEVEN_HINT = ("every rank must take as many training steps with a DDP model as the others, and make the same"
                " collectives between them: each step's backward pass all-reduces the gradients with theirs (and"
                " its forward pass broadcasts the model's buffers, where it has any), so a rank that runs out of"
@@ -205,7 +211,8 @@ def unmatched_p2p(snapshots: dict[int, RankSnapshot], expected: set[int], absent
         if text:
             waiting = snapshots[rank].in_collective
             assert waiting is not None
-            return Divergence("p2p", f"rank {rank} {text}", waiting.seq, waiting.group)
+            return Divergence("p2p", f"rank {rank} {text}", waiting.seq, waiting.group,
+                              CYCLE_HINT if text.endswith(CYCLE) else "")
     return None
 
 
@@ -230,7 +237,7 @@ def waits_for_peer(rank: int, snapshots: dict[int, RankSnapshot], expected: set[
         return None  # the peer is in it too, or past it
     count = f" {'received' if sends else 'sent'} {max(theirs)} and" if theirs else ""
     if peer in seen:
-        return f"{head}: a cycle, each waits for the next"
+        return f"{head}: {CYCLE}"
     onward = waits_for_peer(peer, snapshots, expected, absent_why, elsewhere, [*seen, rank])
     if onward:
         return f"{head}; rank {peer}{count} {onward}"

@@ -612,6 +612,9 @@ def test_a_chain_of_transfers_is_followed_to_the_rank_that_holds_it_up():
     assert found is not None and found.text == (
         "rank 0 waits in send(float32[8]) #1 to rank 1 at pipe.py:10; rank 1 waits in send(float32[8]) #1 to rank 0"
         " at pipe.py:10: a cycle, each waits for the next")
+    assert found.hint.startswith("dist.send returns only once its peer has received") and "batch_isend_irecv" in found.hint
+    # a chain that ends at a stopped rank is no cycle: no hint about the order of sends
+    assert not first_divergence(chain, {0, 1, 2}, stopped).hint
 
 
 def test_receives_from_any_rank_batches_and_reshaped_tensors_are_no_divergence():
