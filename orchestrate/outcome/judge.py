@@ -237,6 +237,8 @@ def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_to
     """
     if failure is None or failure.reason or failure.exit_code is None or failure.exit_code >= 0:
         return None
+    if failure.exception and not failure.exception.startswith(("SIG", "Signal ")):  # (torchrun's words for a signal)
+        return None  # it died of an error it met (gloo's abort on sizes that differ), not on its way out
     others = [r for r in results if r.node.name != failure.node]
     if not others or any(r.state is not NodePhase.SUCCEEDED for r in others):
         return None
@@ -276,9 +278,13 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
     collectives, not a send and its receive, and the hint says so."""
     if failure is None or GLOO_MISMATCH not in failure.errors:
         return ""
+    gathered = re.search(r"\bin (all_gather|gather|all_gather_into_tensor) at ", failure.crashed)
+    sizes = (f"; {gathered[1]} takes a tensor of one size from every rank: where ranks hold different counts"
+             " (predictions, tokens), gather the sizes first and pad to the largest, or use all_gather_object"
+             if gathered else "")
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
-            " first mismatched collective, naming both (it does not compare sends and receives)")
+            f" first mismatched collective, naming both (it does not compare sends and receives){sizes}")
 
 
 def diverged_hint(failure: Optional[Failure], divergence: str) -> str:

@@ -408,6 +408,17 @@ def test_only_a_death_by_signal_with_no_reason_after_every_peer_succeeded_is_a_c
     peer_failed = [ended(node0, cause=RootCause(0, 0, 1, "ValueError: x")), results[1]]
     assert died_at_exit(Failure("node1", 3, -6, "", ()), peer_failed) is None
     assert died_at_exit(Failure("node1", 3, -6, "", ()), [results[1]]) is None  # no peers at all
+    # an abort on an error the rank met, in a collective, is no crash on its way out
+    gloo = Failure("node1", 3, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] op.preamble.length <= op.nbytes."
+                   " 22 vs 20. Received data size doesn't match expected size. Is there a distributed collective"
+                   " mismatch in your code?", ())
+    assert died_at_exit(gloo, results) is None
+    assert mismatch_hint(gloo).startswith("  hint: gloo received more data than expected")
+    assert "pad to the largest" not in mismatch_hint(gloo)
+    in_gather = replace(gloo, crashed="Aborted in a native thread, while the script was in all_gather at eval.py:9")
+    assert mismatch_hint(in_gather).endswith("; all_gather takes a tensor of one size from every rank: where ranks"
+                                             " hold different counts (predictions, tokens), gather the sizes first"
+                                             " and pad to the largest, or use all_gather_object")
 
 
 # -- the hints
