@@ -36,7 +36,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run.require_live_nodes("inject a fault into")
     faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.live_nodes},
                         stop_grace_s=run.stop_grace_s, cpus_per_node=run.cpus_per_node, link=run.link,
-                        run_dir=run.run_dir, elastic=run.elastic, say=inv.say)
+                        run_dir=run.run_dir, min_nodes=run.min_nodes, max_restarts=run.max_restarts, say=inv.say)
     faults.check(args.specs)
     try:
         for spec in args.specs:

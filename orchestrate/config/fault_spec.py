@@ -313,21 +313,33 @@ def _integer(text: Optional[str]) -> Optional[int]:
     return int(text) if text is not None else None
 
 
-def check_lost_nodes(faults: list[FaultSpec], nodes: int, min_nodes: Optional[int]) -> None:
+def check_lost_nodes(faults: list[FaultSpec], nodes: int, min_nodes: Optional[int], max_restarts: int,
+                     said: str = "--fault ") -> None:
     """Refuse ``lose`` faults that leave the job no way on: in a static job (``min_nodes``
-    None), or that leave fewer nodes than its ``--nnodes`` MIN."""
-    lost = sorted({f.node for f in faults if f.action is FaultAction.LOSE})
-    if not lost:
+    None), without a restart left for torchrun to restart the workers of the nodes left, that
+    leave fewer nodes than its ``--nnodes`` MIN, or a node lost twice (the second never fires).
+    ``said``: how the refusal names a fault (``--fault `` for run's, "" for ``fault RUN``'s)."""
+    losses = [f for f in faults if f.action is FaultAction.LOSE]
+    if not losses:
         return
-    spec = next(str(f) for f in faults if f.action is FaultAction.LOSE)
+    spec, lost = f"{said}{losses[0]}", sorted({f.node for f in losses})
     if min_nodes is None:
-        raise UsageError(f"--fault {spec}: a lost node is for an elastic job that goes on without it (--rdzv c10d"
+        raise UsageError(f"{spec}: a lost node is for an elastic job that goes on without it (--rdzv c10d"
                          f" --nnodes MIN:{nodes} with MIN below {nodes}); a static job cannot, and kill:{lost[0]}"
                          " shows it die")
-    if nodes - len(lost) < min_nodes:
-        raise UsageError(f"--fault {spec}: losing {' and '.join(lost)} leaves {nodes - len(lost)} of {nodes} nodes,"
-                         f" fewer than --nnodes MIN ({min_nodes}): the job could not go on; give --nnodes"
-                         f" {max(1, nodes - len(lost))}:{nodes}")
+    if len(lost) < len(losses):
+        twice = next(node for node in lost if sum(f.node == node for f in losses) > 1)
+        raise UsageError(f"{spec}: {twice} is lost twice, and a lost node is gone for good: the second loss could"
+                         " never fire")
+    if not max_restarts:
+        raise UsageError(f"{spec}: the nodes left go on only where torchrun may restart their workers in a smaller"
+                         " world: give --max-restarts 1 or more")
+    left = nodes - len(lost)
+    if left < 1:
+        raise UsageError(f"{spec}: losing {' and '.join(lost)} leaves no node: the job could not go on")
+    if left < min_nodes:
+        raise UsageError(f"{spec}: losing {' and '.join(lost)} leaves {left} of {nodes} nodes, fewer than --nnodes"
+                         f" MIN ({min_nodes}): the job could not go on; give --nnodes {left}:{nodes}")
 
 
 def check_fault_targets(faults: list[FaultSpec], node_names: list[str], world_size: int) -> None:

@@ -33,6 +33,8 @@ RDZV_LABEL = "io.ddp-compose.rdzv"
 
 
 MAX_RESTARTS_LABEL = "io.ddp-compose.max-restarts"
+# An elastic job's --nnodes MIN ("" for a static job): how many nodes `fault RUN lose:...` must leave.
+MIN_NODES_LABEL = "io.ddp-compose.min-nodes"
 
 
 GPUS_LABEL = "io.ddp-compose.gpus"
@@ -79,6 +81,7 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         NPROC_LABEL: cfg.nprocs_text,  # "2", or each node's own: "2,1,1"
         RDZV_LABEL: cfg.rdzv,
         MAX_RESTARTS_LABEL: str(cfg.max_restarts),
+        MIN_NODES_LABEL: str(cfg.min_nodes) if cfg.elastic and cfg.min_nodes else "",
         GPUS_LABEL: ",".join(node.gpu_ids),
         WORKDIR_LABEL: str(cfg.workdir),
         RUN_DIR_LABEL: str(plan.run_dir),

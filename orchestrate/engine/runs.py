@@ -35,6 +35,7 @@ from orchestrate.engine.labels import (
     LAUNCHER_LABEL,
     LINK_LABEL,
     MAX_RESTARTS_LABEL,
+    MIN_NODES_LABEL,
     NODE_RANK_LABEL,
     NODES_LABEL,
     NPROC_LABEL,
@@ -168,6 +169,15 @@ class RunInfo:
     @property
     def elastic(self) -> bool:
         return self.labels.get(RDZV_LABEL) == "c10d"
+
+    @property
+    def min_nodes(self) -> Optional[int]:
+        """An elastic run's --nnodes MIN (its node count where no label says: a run started before
+        the label); None for a static run."""
+        if not self.elastic:
+            return None
+        text = self.labels.get(MIN_NODES_LABEL, "")
+        return int(text) if text.isdigit() else self.planned_nodes
 
     @property
     def max_restarts(self) -> int:

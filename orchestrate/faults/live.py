@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_lost_nodes
 from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
@@ -38,13 +38,16 @@ class LiveFaults:
         stop_grace_s: The run's stop grace: a preempt's SIGTERM to SIGKILL.
         cpus_per_node, link: What the run gave its nodes (the end of a slow or degrade fault).
         run_dir: The run's directory (storage faults are armed there; None: cannot be).
-        elastic: Whether the run is elastic (a lost node is for one that goes on without it).
+        min_nodes: An elastic run's --nnodes MIN (how many nodes a lost one must leave); None for
+            a static run, which cannot go on without a node.
+        max_restarts: The run's --max-restarts (the nodes left go on through torchrun's restarts).
         say: Where the lines go.
     """
 
     def __init__(self, client: Any, run_id: str, project: str, live: dict[str, Any], *, stop_grace_s: float,
                  cpus_per_node: Optional[float] = None, link: Optional[LinkSpec] = None,
-                 run_dir: Optional[Path] = None, elastic: bool = True, say: Callable[[str], None] = print) -> None:
+                 run_dir: Optional[Path] = None, min_nodes: Optional[int] = None, max_restarts: int = 0,
+                 say: Callable[[str], None] = print) -> None:
         self.client = client
         self.run_id = run_id
         self.project = project
@@ -54,7 +57,8 @@ class LiveFaults:
         self.link = link
         self.say = say
         self.run_dir = run_dir
-        self.elastic = elastic
+        self.min_nodes = min_nodes
+        self.max_restarts = max_restarts
         self.unnoted_said = False  # said once that the run's directory takes no notes from here
         self.ids: dict[int, str] = {}  # each fault's id in the notes, by the spec object given
         self.held: list[tuple[FaultSpec, str]] = []  # done, with an end still to come
@@ -67,7 +71,7 @@ class LiveFaults:
 
         Raises:
             UsageError: An end at a step (no launcher of ours counts steps here), a node
-                that is not running, or a node lost from a static run.
+                that is not running, or a lost node the run could not go on without.
         """
         for spec in specs:
             if spec.until_step is not None:
@@ -76,12 +80,10 @@ class LiveFaults:
             missing = [n for n in spec.nodes if n not in self.live] if not spec.action.on_rank else []
             if missing:
                 raise UsageError(f"no running {', '.join(missing)} in run {self.run_id} (see `python -m orchestrate ps`)")
-            if spec.action is FaultAction.LOSE and not self.elastic:
-                raise UsageError(f"{spec}: run {self.run_id} is static, and a lost node is for an elastic job that"
-                                 f" goes on without it; kill:{spec.node} shows it die")
             if spec.action.on_storage and self.storage is None:
                 raise UsageError(f"{spec}: run {self.run_id}'s directory cannot be reached from here, and storage"
                                  " faults are armed there")
+        check_lost_nodes(specs, len(self.live), self.min_nodes, self.max_restarts, said="")
 
     def inject(self, spec: FaultSpec) -> str:
         """Do one fault now; return the node it landed on; hold it when it has an end.

@@ -177,10 +177,12 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
         return (collateral, not names_absent, stamp, result.ended_at)
 
     first = min(failed, key=order)
+    # the nodes left only lost their peers, and had not trained on since the latest loss: it explains it
     lost = [r for r in results if r.state is NodePhase.LOST]
-    if lost and order(first)[0]:  # the nodes left only lost their peers: the lost node explains it
-        return Failure(lost[0].node.name, None, lost[0].exit_code, "", tuple(first.last_lines),
-                       reason=f"was lost for good (injected fault {lost[0].lost}), and the nodes left could not go"
+    latest = max(lost, key=lambda r: r.ended_at) if lost else None
+    if latest is not None and not latest.went_on_without and order(first)[0]:
+        return Failure(latest.node.name, None, latest.exit_code, "", tuple(first.last_lines),
+                       reason=f"was lost for good (injected fault {latest.lost}), and the nodes left could not go"
                               f" on without it: {first.node.name} failed", lines_of=first.node.name)
     cause = first.root_cause
     failure = Failure(

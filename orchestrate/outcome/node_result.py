@@ -25,6 +25,8 @@ class NodeResult:
         fault: The fault injected into this node, if any (while it lasts).
         lost: The ``lose`` fault that took this node for good, if one did: nothing brings it
             back, and an elastic job goes on without it.
+        went_on_without: For a lost node: the nodes left resumed training without it (a step
+            came after their resume), so a later failure of theirs is no consequence of the loss.
         culprit_rank: The global rank that explains this node's end when one worker does: the
             one a fault aimed at, or one found stopped (hung).
         unresponsive: Why the node could not answer its peers when the job failed, if so.
@@ -65,6 +67,7 @@ class NodeResult:
     last_lines: list[str] = field(default_factory=list)
     fault: str = ""
     lost: str = ""
+    went_on_without: bool = False
     culprit_rank: Optional[int] = None
     unresponsive: str = ""
     oom_kills: int = 0

@@ -107,8 +107,8 @@ def format_summary(outcome: RunResult) -> str:
         lost = {node: fault for node, fault in outcome.lost.items() if node != failure.node}
         if lost:  # the nodes left failed: after what, and with how many of them
             lines.append(f"  after {' and '.join(lost)} {'was' if len(lost) == 1 else 'were'} lost for good"
-                         f" ({', '.join(lost.values())}): the job went on with {len(outcome.results) - len(lost)} of"
-                         f" {len(outcome.results)} nodes")
+                         f" ({', '.join(lost.values())}): the job went on with"
+                         f" {len(outcome.results) - len(outcome.lost)} of {len(outcome.results)} nodes")
         others = [r for r in outcome.results
                   if r.state is NodePhase.FAILED and r.node.name != failure.node and r.root_cause]
         failed_by = said_error(failure.exception, failure.exit_code, failure.last_lines)

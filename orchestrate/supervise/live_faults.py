@@ -135,6 +135,8 @@ class LiveFaultWatch:
         if not mine:
             return
         ours = tracker.result.fault == str(blamed[-1].spec)  # not since replaced by the run's own fault
+        if tracker.result.lost == str(note.spec):  # a loss never done (or undone) took nothing
+            tracker.result.lost = ""
         for found in mine:
             blamed.remove(found)
         start = tracker.latest_start or tracker.first_started  # one done to an earlier container stays gone

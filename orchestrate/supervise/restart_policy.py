@@ -47,11 +47,12 @@ class RestartPolicy:
             return False
         return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
 
-    def go_on_without(self, lost: NodeTracker, step: Optional[int]) -> None:
-        """A node lost for good: nothing restarts it, and the nodes left go on without it
-        (torchrun restarts their workers in a smaller world), a recovery timed as a restart's."""
-        self.recoveries.append(Recovery(lost.name, f"injected fault {lost.result.lost}", self.clock(),
-                                        step_before=step, lost=True))
+    def go_on_without(self, lost: NodeTracker, step: Optional[int], at: Optional[float] = None) -> None:
+        """A node lost for good (``at``: when it ended; None: now): nothing restarts it, and the
+        nodes left go on without it (torchrun restarts their workers in a smaller world), a
+        recovery timed as a restart's."""
+        self.recoveries.append(Recovery(lost.name, f"injected fault {lost.result.lost}",
+                                        self.clock() if at is None else at, step_before=step, lost=True))
 
     def lost_store(self, dead: NodeTracker) -> Optional[str]:
         """Why ``dead``'s death ends the job when only it restarts (it held the rendezvous
@@ -90,7 +91,7 @@ class RestartPolicy:
         result.fault = ""
         if self.scope == "node":
             trackers = [dead]
-        trackers = [t for t in trackers if t.phase is not NodePhase.LOST]  # nothing brings a lost node back
+        trackers = [t for t in trackers if not t.result.lost]  # nothing brings a lost node back, ended yet or not
         for tracker in trackers:
             tracker.move(NodePhase.RESTARTING)
             tracker.exited_at = tracker.exit_code = None

@@ -693,6 +693,8 @@ class Supervisor:
         result.wall_s = result.ended_at - self.started_at
         if result.exit_code == 0:
             tracker.move(NodePhase.SUCCEEDED)
+        elif result.lost:  # a lose fault took it (whatever else was sent it): the job goes on without it, or fails
+            self.lose(tracker)
         elif result.killed_by_launcher:
             tracker.move(NodePhase.STOPPED)
         elif ((result.exit_code in STOP_EXIT_CODES or result.exit_code is None) and not result.oom_kills
@@ -705,18 +707,6 @@ class Supervisor:
             self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by, **extra)
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
-        elif result.lost:  # a lose fault took it: the nodes left go on without it (their end is the job's)
-            tracker.move(NodePhase.LOST)
-            if tracker.name == self.spec.store_host:  # and the rendezvous with it: none can go on
-                result.consequence = (f"was lost for good (injected fault {result.lost}); it held the c10d rendezvous"
-                                      " store (its torchrun agent served it): every other node's agent lost the"
-                                      " rendezvous with it, as on a real cluster (--rdzv-store container keeps the"
-                                      " store apart from the nodes)")
-            if not result.consequence:
-                self.restarts.go_on_without(tracker, self.progress.max_step)
-            self.say(f"{tracker.name} {result.consequence}" if result.consequence else
-                     f"{tracker.name} is lost for good ({result.lost}): the job goes on with the nodes left")
-            self.record("node-lost", node=tracker.name, exit_code=result.exit_code, fault=result.lost)
         else:
             tracker.move(NodePhase.FAILED)
             self.diagnosis.explain_failure(tracker)
@@ -727,6 +717,23 @@ class Supervisor:
                 self.store_died_first(tracker)
                 self.first_failure_seen = True
                 self.end_job_after(tracker)
+
+    def lose(self, tracker: NodeTracker) -> None:
+        """A node a ``lose`` fault took for good: nothing brings it back, and the nodes left go on
+        without it, as torchrun's agents do (a smaller world), unless it held the rendezvous."""
+        result = tracker.result
+        tracker.move(NodePhase.LOST)
+        self.ranks_seen.clear()  # the nodes left come back numbered anew: the ranks past theirs answer no more
+        if tracker.name == self.spec.store_host:  # and the rendezvous with it: none can go on
+            result.consequence = (f"was lost for good (injected fault {result.lost}); it held the c10d rendezvous"
+                                  " store (its torchrun agent served it): every other node's agent lost the"
+                                  " rendezvous with it, as on a real cluster (--rdzv-store container keeps the"
+                                  " store apart from the nodes)")
+            self.say(f"{tracker.name} {result.consequence}")
+        else:
+            self.restarts.go_on_without(tracker, self.progress.max_step, at=result.ended_at)
+            self.say(f"{tracker.name} is lost for good ({result.lost}): the job goes on with the nodes left")
+        self.record("node-lost", node=tracker.name, exit_code=result.exit_code, fault=result.lost)
 
     def end_job_after(self, failed: NodeTracker) -> None:
         """After the first failure: name and kill hung nodes now (they cannot finish anything),
@@ -832,6 +839,9 @@ class Supervisor:
             tracker.result.restarts_in_place = restarts_in_place(self.spec.run_dir, tracker.name)
             if tracker.result.restarts_in_place and not tracker.result.attempts:
                 tracker.result.attempts = restarted_attempt_errors(self.spec.run_dir, tracker.name)
+        for recovery in self.restarts.recoveries:  # the nodes left trained on after a loss
+            if recovery.lost and recovery.resumed_at is not None:
+                self.trackers[recovery.node].result.went_on_without = True
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
         if self.writes is not None:
             self.writes.walk()

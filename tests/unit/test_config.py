@@ -66,11 +66,19 @@ def test_a_script_outside_the_work_directory_is_refused_naming_the_workdir_that_
 @pytest.mark.parametrize("overrides, message", [
     (dict(nodes=2), "--fault lose:node1@step=3: a lost node is for an elastic job that goes on without it"
                     " (--rdzv c10d --nnodes MIN:2 with MIN below 2); a static job cannot, and kill:node1 shows it die"),
-    (dict(nodes=2, rdzv="c10d"), "--fault lose:node1@step=3: losing node1 leaves 1 of 2 nodes, fewer than --nnodes"
+    (dict(nodes=2, rdzv="c10d", max_restarts=3), "--fault lose:node1@step=3: losing node1 leaves 1 of 2 nodes, fewer than --nnodes"
                                  " MIN (2): the job could not go on; give --nnodes 1:2"),
-    (dict(nodes=3, rdzv="c10d", min_nodes=2, more=("lose:node2@t=5",)),
+    (dict(nodes=3, rdzv="c10d", min_nodes=2, max_restarts=3, more=("lose:node2@t=5",)),
      "--fault lose:node1@step=3: losing node1 and node2 leaves 1 of 3 nodes, fewer than --nnodes MIN (2): the job"
      " could not go on; give --nnodes 1:3"),
+    (dict(nodes=2, rdzv="c10d", min_nodes=1, max_restarts=3, more=("lose:node0@t=5",)),
+     "--fault lose:node1@step=3: losing node0 and node1 leaves no node: the job could not go on"),
+    (dict(nodes=3, rdzv="c10d", min_nodes=1, max_restarts=3, more=("lose:node1@step=+2",)),
+     "--fault lose:node1@step=3: node1 is lost twice, and a lost node is gone for good: the second loss could never"
+     " fire"),
+    (dict(nodes=2, rdzv="c10d", min_nodes=1, max_restarts=0),
+     "--fault lose:node1@step=3: the nodes left go on only where torchrun may restart their workers in a smaller"
+     " world: give --max-restarts 1 or more"),
 ])
 def test_a_lost_node_the_job_could_not_go_on_without_is_refused(tmp_path, overrides, message):
     more = overrides.pop("more", ())
@@ -81,6 +89,6 @@ def test_a_lost_node_the_job_could_not_go_on_without_is_refused(tmp_path, overri
 
 
 def test_a_lost_node_an_elastic_job_can_go_on_without_is_taken(tmp_path):
-    faults = (parse_fault("lose:node1@step=3"), parse_fault("lose:node1@step=+2"), parse_fault("kill:node2@t=4"))
-    config = RunConfig(workdir=tmp_path, nodes=3, rdzv="c10d", min_nodes=2, faults=faults)  # node1 twice: one node lost
-    assert [f.action.value for f in config.faults] == ["lose", "lose", "kill"]
+    faults = (parse_fault("lose:node1@step=3"), parse_fault("kill:node2@t=4"))
+    config = RunConfig(workdir=tmp_path, nodes=3, rdzv="c10d", min_nodes=2, max_restarts=1, faults=faults)
+    assert [f.action.value for f in config.faults] == ["lose", "kill"]

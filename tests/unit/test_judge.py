@@ -72,6 +72,22 @@ def test_a_signal_name_is_given_only_for_a_signal():
     assert signal_name(-40) == ""  # a real-time signal has no name of its own
 
 
+# -- find_failure: nodes lost for good
+
+
+def test_the_latest_lost_node_explains_the_nodes_left_only_until_they_trained_on_without_it(nodes):
+    node0, node1, node2 = nodes(3, 1)
+    left = ended(node0, at=9.0, cause=RootCause(0, 0, 1, LOST_PEER))
+    first = ended(node1, NodePhase.LOST, 137, at=2.0, lost="lose:node1@t=2")
+    then = ended(node2, NodePhase.LOST, 137, at=5.0, lost="lose:node2@t=5")
+    failure = find_failure([left, first, then])
+    assert failure.describe() == ("node2 was lost for good (injected fault lose:node2@t=5), and the nodes left could"
+                                  " not go on without it: node0 failed")
+    assert (failure.last_lines, failure.lines_of) == (lines_of(node0), "node0")
+    then.went_on_without = True  # they trained on after it: their later lost peer is another story
+    assert find_failure([left, first, then]).describe() == f"node0 rank 0 failed (exit code 1): {LOST_PEER}"
+
+
 # -- find_failure: a node that ran out of memory
 
 

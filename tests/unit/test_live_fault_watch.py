@@ -95,6 +95,13 @@ def test_a_refused_fault_is_said_with_its_error_unblamed_and_never_counted_as_do
     assert watched.watch.records(7) == []
 
 
+def test_a_loss_the_engine_refused_loses_nothing(watched):
+    watched.note("c", 1.0, "lose:node1", "node1", "doing")
+    assert watched.trackers["node1"].result.lost == "lose:node1"  # (blamed before the engine answers)
+    watched.note("c", 1.5, "lose:node1", "node1", "failed", "the engine refused")
+    assert watched.trackers["node1"].result.lost == "" and watched.blame("node1") == ("", None)
+
+
 def test_a_refusal_whose_beginning_could_not_be_read_is_still_said(watched):
     with open(watched.run_dir / LIVE_FAULTS_FILE, "a") as handle:
         handle.write('{"id": "b", "phase": "doing", "spec": "disconnect:node0", "node": "node0", "ti\n')  # torn

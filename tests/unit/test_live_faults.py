@@ -336,14 +336,16 @@ def test_what_cannot_be_done_now_is_refused_before_anything_is_done(tmp_path, te
     assert run.client.calls == [] and run.notes() == []
 
 
-def test_a_lost_node_is_refused_for_a_static_run_and_taken_for_an_elastic_one(tmp_path):
-    run = Run(tmp_path)
-    run.faults.check([parse_fault("lose:node1")])  # (an elastic run, by default)
-    run.faults.elastic = False
+def test_a_lost_node_is_refused_where_the_run_could_not_go_on_without_it(tmp_path):
+    run = Run(tmp_path)  # a static run
     with pytest.raises(UsageError) as refused:
         run.faults.check([parse_fault("lose:node1")])
-    assert str(refused.value) == ("lose:node1: run R1 is static, and a lost node is for an elastic job that goes on"
-                                  " without it; kill:node1 shows it die")
+    assert str(refused.value).startswith("lose:node1: a lost node is for an elastic job that goes on without it")
+    run.faults.min_nodes, run.faults.max_restarts = 2, 3  # elastic, but MIN is every node it has
+    with pytest.raises(UsageError, match=r"^lose:node1: losing node1 leaves 1 of 2 nodes, fewer than --nnodes MIN"):
+        run.faults.check([parse_fault("lose:node1")])
+    run.faults.min_nodes = 1
+    run.faults.check([parse_fault("lose:node1")])
     assert run.client.calls == [] and run.notes() == []
 
 

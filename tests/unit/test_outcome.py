@@ -955,3 +955,12 @@ def test_a_job_succeeds_without_its_lost_nodes_but_not_without_every_node(make_j
     none_left = results_for(plan, (NodePhase.LOST, 137, 3.0, None), (NodePhase.LOST, 137, 3.0, None))
     assert not outcome(none_left).job_succeeded
     assert "SUCCEEDED" not in format_summary(outcome(none_left))
+    # two lost, the latest blamed for the lost peer of the one node left: the count is of every node lost
+    plan3 = make_job(nodes=3, rdzv="c10d", min_nodes=1)
+    two_lost = results_for(plan3, (NodePhase.FAILED, 1, 9.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by"
+                                                                        " peer")),
+                           (NodePhase.LOST, 137, 2.0, None), (NodePhase.LOST, 137, 5.0, None))
+    two_lost[1].lost, two_lost[2].lost = "lose:node1@t=2", "lose:node2@t=5"
+    text = format_summary(outcome(two_lost))
+    assert "FAILED: node2 was lost for good (injected fault lose:node2@t=5)" in text
+    assert "  after node1 was lost for good (lose:node1@t=2): the job went on with 1 of 3 nodes" in text.splitlines()

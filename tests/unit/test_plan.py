@@ -246,6 +246,21 @@ def test_a_run_listed_from_its_labels_keeps_each_nodes_ranks(make_job):
     assert run.nproc_per_node == 2
 
 
+def test_a_run_listed_from_its_labels_knows_how_many_nodes_its_elastic_job_needs(make_job):
+    from orchestrate.engine.labels import MIN_NODES_LABEL, node_labels
+    from orchestrate.engine.runs import NodeInfo, RunInfo
+
+    def listed(plan, **changed):
+        labels = {**node_labels(plan, plan.nodes[0]), **changed}
+        nodes = tuple(NodeInfo(n.name, n.node_rank, None, "running", None, False, ()) for n in plan.nodes)
+        return RunInfo(plan.run_id, plan.project_name, nodes, labels, True)
+
+    elastic = make_job(nodes=3, rdzv="c10d", min_nodes=2)
+    assert listed(elastic).min_nodes == 2
+    assert listed(elastic, **{MIN_NODES_LABEL: ""}).min_nodes == 3  # a run started before the label: MIN is --nodes
+    assert listed(make_job(nodes=3)).min_nodes is None  # a static job
+
+
 def test_a_store_container_is_the_rendezvous_endpoint_and_no_node(make_job):
     from orchestrate.engine.compose_file import render_compose
     plan = make_job(nodes=2, rdzv="c10d", rdzv_store="container", restart="node")

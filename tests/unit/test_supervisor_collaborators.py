@@ -372,8 +372,7 @@ def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
 def test_a_restart_of_every_node_leaves_a_lost_one_lost(make_job, tmp_path):
     client = FakeDockerClient()
     trackers = running_trackers(make_job, tmp_path, client)
-    trackers[0].result.lost = "lose:node0@step=2"
-    trackers[0].move(NodePhase.LOST)
+    trackers[0].result.lost = "lose:node0@step=2"  # its end not handled yet: still running to the launcher
     dead = trackers[1]
     dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
     recorder = Recorder()
@@ -381,7 +380,7 @@ def test_a_restart_of_every_node_leaves_a_lost_one_lost(make_job, tmp_path):
                            scope="all", store_host="rdzv-store")
     policy.restart(dead, trackers, step=5)
     assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-r-node1-1"]
-    assert [t.phase for t in trackers] == [NodePhase.LOST, NodePhase.RESTARTING]
+    assert [t.phase for t in trackers] == [NodePhase.RUNNING, NodePhase.RESTARTING]
 
 
 def test_progress_watch_follows_the_steps_and_times_the_resume(tmp_path):

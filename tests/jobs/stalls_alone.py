@@ -1,0 +1,17 @@
+"""A loop of small all_reduces that stalls for good, outside any collective, once it runs in a
+world of one rank (the nodes around it were lost): what a hang after an elastic job shrank looks
+like."""
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+print(f"rank {rank} of {world}", flush=True)
+for step in range(1, 10_000):
+    if world == 1 and step == 3:
+        time.sleep(100_000)  # stalls here, alone
+    value = torch.ones(8)
+    dist.all_reduce(value)
+    time.sleep(0.2)
