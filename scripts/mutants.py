@@ -1551,6 +1551,11 @@ MUTANTS = [
            "                         f\" {len(outcome.results) - len(outcome.lost)} of {len(outcome.results)} nodes\")",
            "                         f\" {len(outcome.results) - len(lost)} of {len(outcome.results)} nodes\")",
            ("tests/unit/test_outcome.py",)),
+    Mutant("torchrun's restarts after a loss do not say it", "orchestrate/outcome/summary.py",
+           "for node, fault in outcome.lost.items()]", "for node, fault in {}.items()]", ("tests/unit/test_launcher.py",)),
+    Mutant("a lost node counts as a peer that finished", "orchestrate/outcome/judge.py",
+           "    others = [r for r in results if r.node.name != failure.node and r.state is not NodePhase.LOST]",
+           "    others = [r for r in results if r.node.name != failure.node]", ("tests/unit/test_judge.py",)),
     Mutant("a lost node is not marked on the report", "orchestrate/report/model.py",
            '        elif kind == "node-lost":', '        elif kind == "node-lost-never":', ("tests/unit/test_report.py",)),
 ]

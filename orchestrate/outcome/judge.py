@@ -241,7 +241,7 @@ def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_to
         return None
     if failure.exception and not failure.exception.startswith(("SIG", "Signal ")):  # (torchrun's words for a signal)
         return None  # it died of an error it met (gloo's abort on sizes that differ), not on its way out
-    others = [r for r in results if r.node.name != failure.node]
+    others = [r for r in results if r.node.name != failure.node and r.state is not NodePhase.LOST]
     if not others or any(r.state is not NodePhase.SUCCEEDED for r in others):
         return None
     name = signal_name(failure.exit_code) or f"signal {-failure.exit_code}"

@@ -424,6 +424,9 @@ def test_only_a_death_by_signal_with_no_reason_after_every_peer_succeeded_is_a_c
     peer_failed = [ended(node0, cause=RootCause(0, 0, 1, "ValueError: x")), results[1]]
     assert died_at_exit(Failure("node1", 3, -6, "", ()), peer_failed) is None
     assert died_at_exit(Failure("node1", 3, -6, "", ()), [results[1]]) is None  # no peers at all
+    lost = ended(node0, NodePhase.LOST, 137, lost="lose:node0@t=5")  # a node lost for good is no peer that finished
+    assert died_at_exit(Failure("node1", 3, -6, "", ()), [lost, results[1]]) is None
+    assert died_at_exit(Failure("node1", 3, -6, "", ()), [succeeded(node0), lost, results[1]]) is not None
     # an abort on an error the rank met, in a collective, is no crash on its way out
     gloo = Failure("node1", 3, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] op.preamble.length <= op.nbytes."
                    " 22 vs 20. Received data size doesn't match expected size. Is there a distributed collective"

@@ -742,6 +742,8 @@ def test_a_lost_node_is_never_restarted_and_the_job_goes_on_without_it(make_run)
     assert "node1 is lost for good (lose:node1@step=2): the job goes on with the nodes left" in text
     assert format_summary(outcome).endswith("SUCCEEDED: 1 of 2 nodes exited 0; node1 was lost for good"
                                             " (lose:node1@step=2), and the job went on without it")
+    outcome.results[0].restarts_in_place = 1  # (torchrun's restart of node0's workers, as its log would count it)
+    assert "  after node1 was lost for good (lose:node1@step=2): the nodes left go on so" in format_summary(outcome)
     assert [e["fault"] for e in read_events(job.run_dir) if e["event"] == "node-lost"] == ["lose:node1@step=2"]
 
 
