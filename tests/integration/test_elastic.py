@@ -121,10 +121,11 @@ def test_a_hang_after_a_node_was_lost_is_diagnosed_among_the_ranks_left(ddp_clus
     # the nodes left come back numbered anew: a rank the lost node ran is not waited for (the
     # run's own time limit ends a watchdog that would wait for it, in 90 s, not the suite's)
     shutil.copyfile(JOBS / "stalls_alone.py", tmp_path / "stalls_alone.py")
-    result = ddp_cluster.run("stalls_alone.py", workdir=tmp_path, nodes=2, rdzv="c10d", nnodes="1:2", hang_timeout=6,
-                             faults=["lose:node1@t=5"], timeout=90)
-    assert result.exit_code == 1 and result.lost == {"node1": "lose:node1@t=5"}, result
+    # (at a step, in training: a loss in the start-up leaves node0's ranks in init_process_group)
+    result = ddp_cluster.run("stalls_alone.py", workdir=tmp_path, nodes=2, rdzv="c10d", nnodes="1:2", hang_timeout=10,
+                             faults=["lose:node1@step=5"], timeout=90)
+    assert result.exit_code == 1 and result.lost == {"node1": "lose:node1@step=5"}, result
     assert "rank 0 of 1" in result.rank_output(0)
     assert result.hang is not None and re.fullmatch(
-        r"no progress for \d+ s \(--hang-timeout 6\): rank 0: <module> at stalls_alone.py:14", result.hang.headline), \
+        r"no progress for \d+ s \(--hang-timeout 10\): rank 0: <module> at stalls_alone.py:16", result.hang.headline), \
         result
