@@ -1556,6 +1556,12 @@ MUTANTS = [
     Mutant("a lost node counts as a peer that finished", "orchestrate/outcome/judge.py",
            "    others = [r for r in results if r.node.name != failure.node and r.state is not NodePhase.LOST]",
            "    others = [r for r in results if r.node.name != failure.node]", ("tests/unit/test_judge.py",)),
+    Mutant("a hang in init_process_group after a loss does not say the loss came first",
+           "orchestrate/outcome/summary.py",
+           "        lines += lost_while_joining_lines(outcome)\n", "", ("tests/unit/test_outcome.py",)),
+    Mutant("any hang after a loss is said to have come before the ranks met", "orchestrate/outcome/summary.py",
+           "not hang.groups or not all(in_init(g) for g in hang.groups):", "not hang.groups:",
+           ("tests/unit/test_outcome.py",)),
     Mutant("a lost node is not marked on the report", "orchestrate/report/model.py",
            '        elif kind == "node-lost":', '        elif kind == "node-lost-never":', ("tests/unit/test_report.py",)),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import signal
 from typing import Optional
 
+from orchestrate.hangs.diagnosis import in_init
 from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, compiler_hint, ddp_prefix_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
@@ -22,6 +23,19 @@ from orchestrate.text import (brief, counted, format_table, grace_ran_out, peers
 def every_node(count: int) -> str:
     """``all 2 nodes``; ``its 1 node`` for a run of one."""
     return "its 1 node" if count == 1 else f"all {count} nodes"
+
+
+def lost_while_joining_lines(outcome: RunResult) -> list[str]:
+    """For a run that hung with every rank in ``init_process_group`` after a node was lost for
+    good: the loss came before the ranks met, which fails no worker, so torchrun restarted none
+    and the ranks left wait for the lost node's ranks until the process group's timeout."""
+    hang = outcome.hang
+    if not outcome.lost or hang is None or not hang.groups or not all(in_init(g) for g in hang.groups):
+        return []
+    lost = " and ".join(f"{node} ({fault})" for node, fault in outcome.lost.items())
+    return [f"  the ranks left wait for the ranks of {lost}, lost for good before they met: a loss then fails no"
+            " worker, so torchrun restarts none, and they wait until the process group's timeout (lose a node once"
+            " the job trains, at a step: @step=N)"]
 
 
 def exited_0(outcome: RunResult) -> str:
@@ -82,6 +96,7 @@ def format_summary(outcome: RunResult) -> str:
     if ended_hung(outcome):
         lines.append(f"HUNG: {outcome.hang.headline}")
         lines += outcome.hang.lines()[1:]
+        lines += lost_while_joining_lines(outcome)
         hint = ending_hint(outcome)
         lines += [hint] if hint else []
         lines += grace_lines(outcome)

@@ -964,3 +964,23 @@ def test_a_job_succeeds_without_its_lost_nodes_but_not_without_every_node(make_j
     text = format_summary(outcome(two_lost))
     assert "FAILED: node2 was lost for good (injected fault lose:node2@t=5)" in text
     assert "  after node1 was lost for good (lose:node1@t=2): the job went on with 1 of 3 nodes" in text.splitlines()
+
+
+def test_a_hang_in_init_process_group_after_a_loss_says_the_loss_came_before_the_ranks_met(make_job):
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+    from orchestrate.hangs.stacks import StackGroup
+
+    plan = make_job(nodes=2, rdzv="c10d", min_nodes=1)
+    results = results_for(plan, (NodePhase.STOPPED, 143, 12.0, None), (NodePhase.LOST, 137, 5.0, None))
+    results[1].lost = "lose:node1@t=5"
+    joining = StackGroup((0,), (), "init_process_group at train.py:9 in <module>")
+    hang = HangDiagnosis(7.0, [joining], {}, None, cause="no progress for 7 s")
+    said = ("  the ranks left wait for the ranks of node1 (lose:node1@t=5), lost for good before they met: a loss then"
+            " fails no worker, so torchrun restarts none, and they wait until the process group's timeout (lose a node"
+            " once the job trains, at a step: @step=N)")
+    assert said in format_summary(outcome(results, hang=hang)).splitlines()
+    training = StackGroup((0,), (), "all_reduce at train.py:20 in <module>")
+    assert said not in format_summary(outcome(results, hang=HangDiagnosis(7.0, [training], {}, None,
+                                                                            cause="no progress for 7 s")))
+    results[1].state, results[1].lost = NodePhase.STOPPED, ""
+    assert "lost for good before they met" not in format_summary(outcome(results, hang=hang))
