@@ -10,6 +10,9 @@ from orchestrate.outcome.model import Recovery
 from orchestrate.outcome.states import NodePhase
 from orchestrate.supervise.api import NodeTracker
 
+# What the death of the node whose torchrun agent served the c10d rendezvous store does to the job.
+STORE_WENT = ("held the c10d rendezvous store (its torchrun agent served it): every other node's agent lost the"
+              " rendezvous with it, as on a real cluster")
 # Exit codes of a node that was killed or stopped from outside, not one whose job failed.
 DEATH_EXIT_CODES = (None, 137, 143)
 
@@ -47,20 +50,24 @@ class RestartPolicy:
             return False
         return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
 
-    def go_on_without(self, lost: NodeTracker, step: Optional[int], at: Optional[float] = None) -> None:
+    def go_on_without(self, lost: NodeTracker, step: Optional[int], at: Optional[float] = None) -> str:
         """A node lost for good (``at``: when it ended; None: now): nothing restarts it, and the
         nodes left go on without it (torchrun restarts their workers in a smaller world), a
-        recovery timed as a restart's."""
+        recovery timed as a restart's; return why they cannot, where it held the rendezvous store
+        ("" otherwise)."""
+        if lost.name == self.store_host:
+            return (f"was lost for good (injected fault {lost.result.lost}); it {STORE_WENT} (--rdzv-store container"
+                    " keeps the store apart from the nodes)")
         self.recoveries.append(Recovery(lost.name, f"injected fault {lost.result.lost}",
                                         self.clock() if at is None else at, step_before=step, lost=True))
+        return ""
 
     def lost_store(self, dead: NodeTracker) -> Optional[str]:
         """Why ``dead``'s death ends the job when only it restarts (it held the rendezvous
         store), or None."""
         if self.scope != "node" or dead.name != self.store_host:
             return None
-        return (f"{dead.name} held the c10d rendezvous store (its torchrun agent served it): every other node's"
-                " agent lost the rendezvous with it, as on a real cluster (--restart all restarts every node;"
+        return (f"{dead.name} {STORE_WENT} (--restart all restarts every node;"
                 " --rdzv-store container keeps the store apart from the nodes)")
 
     def restart(self, dead: NodeTracker, trackers: list[NodeTracker], step: Optional[int]) -> None:

@@ -724,15 +724,10 @@ class Supervisor:
         result = tracker.result
         tracker.move(NodePhase.LOST)
         self.ranks_seen.clear()  # the nodes left come back numbered anew: the ranks past theirs answer no more
-        if tracker.name == self.spec.store_host:  # and the rendezvous with it: none can go on
-            result.consequence = (f"was lost for good (injected fault {result.lost}); it held the c10d rendezvous"
-                                  " store (its torchrun agent served it): every other node's agent lost the"
-                                  " rendezvous with it, as on a real cluster (--rdzv-store container keeps the"
-                                  " store apart from the nodes)")
-            self.say(f"{tracker.name} {result.consequence}")
-        else:
-            self.restarts.go_on_without(tracker, self.progress.max_step, at=result.ended_at)
-            self.say(f"{tracker.name} is lost for good ({result.lost}): the job goes on with the nodes left")
+        # (where it held the rendezvous store, none can go on: that is the job's end)
+        result.consequence = self.restarts.go_on_without(tracker, self.progress.max_step, at=result.ended_at)
+        self.say(f"{tracker.name} {result.consequence}" if result.consequence else
+                 f"{tracker.name} is lost for good ({result.lost}): the job goes on with the nodes left")
         self.record("node-lost", node=tracker.name, exit_code=result.exit_code, fault=result.lost)
 
     def end_job_after(self, failed: NodeTracker) -> None:

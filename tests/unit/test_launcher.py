@@ -747,14 +747,20 @@ def test_a_lost_node_is_never_restarted_and_the_job_goes_on_without_it(make_run)
     assert [e["fault"] for e in read_events(job.run_dir) if e["event"] == "node-lost"] == ["lose:node1@step=2"]
 
 
-def test_the_nodes_left_after_a_lost_node_fail_by_their_own_error(make_run):
+def node0_fails_after_node1_is_lost(make_run, error: str):
+    """A run whose node1 a ``lose`` fault takes at step 2, and whose node0 then fails with ``error``."""
     job = lost_node_run(make_run, "node1")
     client = FakeDockerClient()
     outcome, text, _ = run(job, client,
                            node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)),
-                                         after=["[0|0]:AssertionError: this script needs 2 ranks, got 1", *report(0, 0)],
+                                         after=[f"[0|0]:{error}", *report(0, 0)],
                                          after_when=ended(client, "node1"), exit_code=1)],
                            node1=[Script(["[1|0]:up"], hang=True)])
+    return outcome
+
+
+def test_the_nodes_left_after_a_lost_node_fail_by_their_own_error(make_run):
+    outcome = node0_fails_after_node1_is_lost(make_run, "AssertionError: this script needs 2 ranks, got 1")
     assert not outcome.succeeded
     assert outcome.failure.describe() == ("node0 rank 0 failed (exit code 1): AssertionError: this script needs 2"
                                           " ranks, got 1")
@@ -763,13 +769,7 @@ def test_the_nodes_left_after_a_lost_node_fail_by_their_own_error(make_run):
 
 
 def test_the_nodes_left_that_only_lost_their_peer_are_explained_by_the_lost_node(make_run):
-    job = lost_node_run(make_run, "node1")
-    client = FakeDockerClient()
-    outcome, text, _ = run(job, client,
-                           node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)),
-                                         after=["[0|0]:RuntimeError: Connection closed by peer [10.0.0.3]:6576", *report(0, 0)],
-                                         after_when=ended(client, "node1"), exit_code=1)],
-                           node1=[Script(["[1|0]:up"], hang=True)])
+    outcome = node0_fails_after_node1_is_lost(make_run, "RuntimeError: Connection closed by peer [10.0.0.3]:6576")
     assert outcome.failure.describe() == ("node1 was lost for good (injected fault lose:node1@step=2), and the nodes"
                                           " left could not go on without it: node0 failed")
     assert outcome.failure.lines_of == "node0"
