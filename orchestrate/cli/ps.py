@@ -6,13 +6,16 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.runs import RunState, age, list_runs
+from orchestrate.launch.recorded_runs import runs_as_recorded
 from orchestrate.text import format_table
 
 
 def add_parsers(sub: Any) -> None:
     ps = sub.add_parser("ps", aliases=["list"], help="list runs: id, nodes, state, age, work directory",
                         description="Every run the engine has, rebuilt from container labels: running,"
-                                    " succeeded, failed, stopped, or orphaned (its launcher is gone).",
+                                    " succeeded, failed, stopped, or orphaned (its launcher is gone). An ended run's"
+                                    " state is its launcher's word where it said one, and a node a lose fault"
+                                    " took for good does not count: the job went on without it.",
                         epilog="usage example: python -m orchestrate ps -q --state failed | xargs -r -n1"
                                " python -m orchestrate down")
     ps.add_argument("-q", "--quiet", action="store_true",
@@ -28,7 +31,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    runs = [r for r in list_runs(inv.engine()) if not args.state or r.state.value in args.state]
+    runs = [r for r in runs_as_recorded(list_runs(inv.engine())) if not args.state or r.state.value in args.state]
     if args.quiet:
         inv.out.write("".join(f"{r.run_id}\n" for r in runs))
         return 0

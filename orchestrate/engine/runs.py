@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 # Container states in which a node still holds its GPUs and may still produce output.
 LIVE_STATUSES = frozenset({"created", "running", "paused", "restarting"})
+# An exit code of 128 + N: a signal N ended it (a node's main process, a launcher interrupted)
+SIGNAL_EXIT_BASE = 128
 # The exit code of a node whose main process a SIGKILL ended (128 + 9)
 KILLED_EXIT_CODE = 137
 # Exit codes of a node that was stopped (SIGTERM, then SIGKILL), not one that failed.
@@ -121,6 +123,11 @@ class RunInfo:
     nodes: tuple[NodeInfo, ...]
     labels: dict[str, str]
     launcher_alive: Optional[bool]
+    # What the run's record says that the engine cannot, filled by whoever reads the record
+    # (launch.recorded_runs): the nodes a ``lose`` fault took for good (the engine sees a node
+    # killed), and the exit code its launcher ended with (the engine sees only its nodes')
+    lost: frozenset[str] = field(default_factory=frozenset)
+    launcher_exit: Optional[int] = None
 
     @property
     def detached(self) -> bool:
@@ -232,8 +239,11 @@ class RunInfo:
 
     @property
     def state(self) -> RunState:
+        """Its state from its nodes' and its launcher's ending; a node lost for good (``lost``)
+        does not count, as the job went on without it (unless every node was)."""
         return run_state(self.detached, self.launcher_alive,
-                         [(n.status, n.exit_code) for n in self.nodes])
+                         [(n.status, n.exit_code) for n in self.nodes if n.name not in self.lost]
+                         or [(n.status, n.exit_code) for n in self.nodes], self.launcher_exit)
 
     @property
     def live_nodes(self) -> list[NodeInfo]:
@@ -253,14 +263,17 @@ class RunInfo:
 
 
 def run_state(detached: bool, launcher_alive: Optional[bool],
-              nodes: list[tuple[str, Optional[int]]]) -> RunState:
+              nodes: list[tuple[str, Optional[int]]], launcher_exit: Optional[int] = None) -> RunState:
     """Name a run's state from its nodes' container states and exit codes (pure).
 
     1. Some node still live: running, unless it is a foreground run whose launcher is known
        to be dead (orphaned: its nodes will stop themselves, ``prune`` removes them).
-    2. Every node ended: orphaned if one stopped itself because the launcher vanished;
-       failed if one exited otherwise than 0 or by a stop signal; stopped if one was stopped;
-       else succeeded.
+    2. Every node ended: orphaned if one stopped itself because the launcher vanished.
+    3. Its launcher said how it ended (``launcher_exit``): its word, as its summary said it
+       (0 succeeded; 128 + a signal stopped; else failed: a job whose nodes all exited 0 fails
+       where a fault asked for never fired).
+    4. Else from the nodes: failed if one exited otherwise than 0 or by a stop signal; stopped if
+       one was stopped; else succeeded.
     """
     if any(status in LIVE_STATUSES for status, _ in nodes):
         if not detached and launcher_alive is False:
@@ -269,6 +282,9 @@ def run_state(detached: bool, launcher_alive: Optional[bool],
     codes = [code for _, code in nodes]
     if EXIT_LAUNCHER_GONE in codes:
         return RunState.ORPHANED
+    if launcher_exit is not None:
+        return (RunState.SUCCEEDED if launcher_exit == 0
+                else RunState.STOPPED if launcher_exit >= SIGNAL_EXIT_BASE else RunState.FAILED)
     if any(code not in (0, *STOP_EXIT_CODES) for code in codes):
         return RunState.FAILED
     if any(code in STOP_EXIT_CODES for code in codes):

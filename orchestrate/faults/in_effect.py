@@ -3,6 +3,8 @@ it does not follow (``stacks RUN``): the launcher's events (``events.jsonl``: th
 and those it saw ``fault RUN`` do) and ``fault RUN``'s notes (``live-faults.jsonl``: read too,
 for a run that no launcher follows). A fault is in effect from when it was done until it was
 undone, or until its node's container started again (no pause or stopped process outlives that).
+The same record names the nodes a ``lose`` fault took for good (the engine sees only a node
+killed).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.config.fault_spec import FaultSpec, parse_fault
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, parse_fault
 from orchestrate.engine.client import engine_time
 from orchestrate.errors import UsageError
 from orchestrate.faults.live_notes import LiveFaultReader
@@ -73,6 +75,15 @@ def faults_now(run_dir: Path, containers: dict[str, Any]) -> dict[str, list[Faul
                for name, container in containers.items()}
     return {name: specs for name, specs in faults_in_effect(fault_steps(run_dir), started).items()
             if name in containers}
+
+
+def lost_nodes(run_dir: Path) -> frozenset[str]:
+    """The nodes a ``lose`` fault took for good, from the run's record (none for a run with no
+    directory): the launcher's ``lose``, or ``fault RUN``'s."""
+    if not run_dir.name:
+        return frozenset()
+    return frozenset(step.node for step in fault_steps(run_dir) if not step.ended
+                     for spec in [parsed_fault(step.spec)] if spec is not None and spec.action is FaultAction.LOSE)
 
 
 def parsed_fault(text: str) -> Optional[FaultSpec]:

@@ -39,7 +39,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 EVENTS_FILE = "events.jsonl"
 
@@ -72,3 +72,12 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
         if isinstance(entry, dict) and isinstance(entry.get("time"), (int, float)) and "event" in entry:
             events.append(entry)  # one without a time in seconds is not ours: it could not be ordered
     return sorted(events, key=lambda e: e["time"])
+
+
+def launcher_exit_code(run_dir: Path) -> Optional[int]:
+    """The exit code the run's launcher ended with, as its last ``run-ended`` event says, or a
+    ``teardown-failed`` after it (None: no launcher has said, as for a detached run that nobody
+    attached to until it ended)."""
+    ended = [event for event in read_events(run_dir) if event["event"] in ("run-ended", "teardown-failed")]
+    code = ended[-1].get("exit_code") if ended else None
+    return code if isinstance(code, int) else None

@@ -86,3 +86,19 @@ def test_a_record_that_is_not_a_fault_this_version_reads_is_left_out(tmp_path):
 
 def test_no_record_at_all_is_no_fault(tmp_path):
     assert fault_steps(tmp_path / "gone") == [] and in_effect([]) == {}
+
+
+
+def test_the_nodes_lost_for_good_are_named_from_either_record(tmp_path):
+    """A ``lose`` done by the launcher (its events) or by ``fault RUN`` (its notes) names the node;
+    other faults, a lose that failed, and one not done yet do not."""
+    from orchestrate.faults.in_effect import lost_nodes
+
+    assert lost_nodes(Path("")) == frozenset()  # a run with no directory
+    write_events(tmp_path,
+                 {"time": 1.0, "event": "fault", "node": "node1", "spec": "lose:node1@step=5", "action": "lose"},
+                 {"time": 2.0, "event": "fault", "node": "node0", "spec": "kill:node0@t=3", "action": "kill"},
+                 {"time": 3.0, "event": "fault-failed", "node": "node3", "spec": "lose:node3", "error": "gone"})
+    assert note_live_fault(tmp_path, "c3", parse_fault("lose:node2"), "node2", "done")
+    assert note_live_fault(tmp_path, "d4", parse_fault("lose:node4"), "node4", "doing")  # not done (yet)
+    assert lost_nodes(tmp_path) == {"node1", "node2"}

@@ -15,6 +15,8 @@ from orchestrate.config.gpu_layout import check_lease
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.runs import (
+    NodeInfo,
+    RunInfo,
     RunState,
     age,
     find_run,
@@ -28,7 +30,9 @@ from orchestrate.engine.runs import (
     stop_run,
 )
 from orchestrate.errors import UsageError
+from orchestrate.launch.recorded_runs import runs_as_recorded
 from orchestrate.node import rank_signal
+from orchestrate.outcome.events import record_event
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
 from orchestrate.text import runs_named, several_runs
 from tests.fakes import FakeCompose, FakeDockerClient, Script, wait_until
@@ -46,6 +50,19 @@ from tests.fakes import FakeCompose, FakeDockerClient, Script, wait_until
 ])
 def test_a_runs_state_follows_from_its_nodes(detached, alive, nodes, state):
     assert run_state(detached, alive, nodes) is state
+
+
+@pytest.mark.parametrize("nodes, launcher_exit, state", [
+    ([("exited", 0), ("exited", 0)], 1, RunState.FAILED),  # a fault asked for never fired
+    ([("exited", 0), ("exited", 137)], 0, RunState.SUCCEEDED),  # the job went on without a lost node
+    ([("exited", 143), ("exited", 143)], 130, RunState.STOPPED),  # Ctrl-C
+    ([("exited", 1), ("exited", 143)], 1, RunState.FAILED),
+    ([("exited", 0), ("exited", 0)], 2, RunState.FAILED),  # a teardown that failed after a good job
+    ([("exited", 75), ("exited", 0)], 0, RunState.ORPHANED),  # a node that outlived its launcher says so
+    ([("running", None), ("exited", 0)], 1, RunState.RUNNING),  # a node still runs: an older record's word
+])
+def test_an_ended_runs_state_is_its_launchers_word_where_it_said_one(nodes, launcher_exit, state):
+    assert run_state(True, None, nodes, launcher_exit) is state
 
 
 def test_launcher_liveness_is_known_on_this_host_only():
@@ -127,6 +144,55 @@ def test_a_shared_gpu_run_rebuilt_from_labels_gives_every_process_its_gpu(make_r
     [run] = list_runs(client)
     rebuilt = node_plans(run)
     assert [n.process_gpus for n in rebuilt] == [n.process_gpus for n in plan.nodes] == [(("0",), ("0",))] * 2
+
+
+def test_ps_and_stop_name_a_run_that_went_on_without_a_lost_node_by_how_it_ended(make_run):
+    """The engine sees only node1 killed (137); the run's record says a lose fault took it, and
+    the job went on without it: the run succeeded, as its summary says."""
+    from orchestrate.cli.main import main
+    from orchestrate.config.fault_spec import parse_fault
+    from orchestrate.faults.live_notes import note_live_fault
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("went-on", {"node0": Script(["[0|0]:hi"]), "node1": Script(exit_code=137)},
+                                             dict(nodes=2)))
+    wait_until(lambda: list_runs(client)[0].state.ended)
+
+    def ps_state():
+        out = io.StringIO()
+        assert main(client=client, argv=["ps"], out=out) == 0
+        return out.getvalue().splitlines()[2].split()[2]
+
+    assert ps_state() == "stopped"  # no record of a loss: the engine's word
+    assert note_live_fault(plan.run_dir, "e5", parse_fault("lose:node1"), "node1", "done")
+    assert ps_state() == "succeeded"
+    out = io.StringIO()
+    assert main(client=client, argv=["stop", "went-on"], out=out) == 0
+    assert out.getvalue() == "run went-on has already ended (succeeded); nothing to stop\n"
+    # a launcher that followed it (attach) ended with 1: its word, as its summary said
+    record_event(plan.run_dir, "run-ended", exit_code=0, succeeded=True, interrupted=False, error="")
+    assert ps_state() == "succeeded"
+    record_event(plan.run_dir, "teardown-failed", error="network in use", exit_code=2)  # its last word
+    assert ps_state() == "failed"
+    assert [r.state for r in runs_as_recorded(list_runs(client))] == [RunState.FAILED]
+
+
+def test_a_lost_node_does_not_count_in_a_runs_state_unless_every_node_was_lost(tmp_path, monkeypatch):
+    def run(codes, lost=()):
+        nodes = tuple(NodeInfo(f"node{i}", i, None, "exited", code, False, ()) for i, code in enumerate(codes))
+        return RunInfo("r", "ddp-r", nodes, {"io.ddp-compose.detached": "1"}, None, lost=frozenset(lost))
+
+    assert run([0, 137]).state is RunState.STOPPED  # the engine alone sees a node killed
+    assert run([0, 137], ["node1"]).state is RunState.SUCCEEDED  # it went on without node1
+    assert run([1, 137], ["node1"]).state is RunState.FAILED  # node0 failed after the loss
+    assert run([0, 137, 137], ["node1"]).state is RunState.STOPPED  # node2 was killed, not lost
+    assert run([137, 137], ["node0", "node1"]).state is RunState.STOPPED  # none went on: killed
+    # a run with no directory has no record to read (not one in the working directory): its
+    # nodes alone name it
+    monkeypatch.chdir(tmp_path)
+    record_event(tmp_path, "run-ended", exit_code=1, succeeded=False, interrupted=False, error="")
+    [bare] = runs_as_recorded([run([0, 137])])
+    assert (bare.lost, bare.launcher_exit, bare.state) == (frozenset(), None, RunState.STOPPED)
 
 
 def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys, monkeypatch):
