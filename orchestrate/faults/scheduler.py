@@ -193,8 +193,9 @@ class FaultScheduler:
             elif fault.in_attempt:
                 reason = (f"no attempt that began after the fault before it reached {fault.at_step} step(s)")
             elif fault.at_step is not None and not progress_seen:
-                reason = ("no worker reported a training step (report them with orchestrate.progress.report(step)"
-                          " in the training loop)")
+                reason = ("no worker reported a training step: no optimizer stepped (its steps are counted), and the"
+                          " script reports none with orchestrate.progress.report(step); a fault at a time (@t=S) needs"
+                          " neither")
             elif fault.at_step is not None:
                 reason = f"the workers reached step {step} only, not step {fault.at_step}"
             else:

@@ -66,9 +66,13 @@ class Recovery:
         return max(0, self.step_before - self.resumed_from)
 
     def describe(self) -> str:
-        """One line; what is not known (no steps reported, no resume yet) is left out."""
-        parts = [f"the job went on without {self.node} after {self.cause}" if self.lost
-                 else f"{self.node} rejoined after {self.cause}"]
+        """One line; what is not known (no steps reported, no resume yet) is left out. A lost node
+        the job was not seen to train on without (no step after it) is said lost, not gone on from."""
+        if self.lost:
+            parts = [f"the job went on without {self.node} after {self.cause}" if self.resumed_at is not None
+                     else f"{self.node} was lost for good after {self.cause}"]
+        else:
+            parts = [f"{self.node} rejoined after {self.cause}"]
         if self.recovery_s is not None:
             parts.append(f"recovery (failure detected to first step after resume) {self.recovery_s:.1f} s")
         if self.steps_lost is not None:

@@ -104,7 +104,12 @@ def format_summary(outcome: RunResult) -> str:
     if outcome.interrupted:
         name = signal.Signals(outcome.signal_number).name
         how = f"STOPPED by {outcome.stopped_by} ({name})" if outcome.stopped_by else f"INTERRUPTED by {name}"
-        lines.append(f"{how}: every node was stopped")
+        if outcome.lost:  # the nodes it went on without were not there to stop
+            lost = outcome.lost
+            lines.append(f"{how}: every node left was stopped; {' and '.join(lost)} had been lost for good"
+                         f" ({', '.join(lost.values())})")
+        else:
+            lines.append(f"{how}: every node was stopped")
         lines += grace_lines(outcome)
         lines += last_look_lines(outcome)
     elif outcome.error:

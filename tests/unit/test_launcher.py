@@ -1014,7 +1014,9 @@ def test_a_step_fault_that_no_worker_reports_is_announced_then_warned_about(make
     assert outcome.job_succeeded and not outcome.succeeded and outcome.exit_code == 1
     [fault] = outcome.faults
     assert (fault.spec, fault.fired, fault.fired_at_step) == ("kill:node1@step=5", False, None)
-    assert fault.reason.startswith("no worker reported a training step")
+    assert fault.reason == ("no worker reported a training step: no optimizer stepped (its steps are counted), and"
+                            " the script reports none with orchestrate.progress.report(step); a fault at a time"
+                            " (@t=S) needs neither")
     summary = format_summary(outcome)
     assert "fault not fired: kill:node1@step=5 did not fire: no worker reported a training step" in summary
     assert "FAILED: all 2 nodes exited 0, but 1 fault(s) asked for never fired: kill:node1@step=5" in summary

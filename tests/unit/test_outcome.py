@@ -952,6 +952,9 @@ def test_a_job_succeeds_without_its_lost_nodes_but_not_without_every_node(make_j
     assert went_on_without.describe() == ("the job went on without node1 after injected fault lose:node1@step=3:"
                                           " recovery (failure detected to first step after resume) 2.5 s; steps"
                                           " lost 0 (last step 3, resumed from 3)")
+    not_seen = Recovery("node1", "injected fault lose:node1@step=3", 10.0, step_before=3, lost=True)
+    assert not_seen.describe() == ("node1 was lost for good after injected fault lose:node1@step=3: last step before"
+                                   " it 3")
     none_left = results_for(plan, (NodePhase.LOST, 137, 3.0, None), (NodePhase.LOST, 137, 3.0, None))
     assert not outcome(none_left).job_succeeded
     assert "SUCCEEDED" not in format_summary(outcome(none_left))
@@ -964,6 +967,11 @@ def test_a_job_succeeds_without_its_lost_nodes_but_not_without_every_node(make_j
     text = format_summary(outcome(two_lost))
     assert "FAILED: node2 was lost for good (injected fault lose:node2@t=5)" in text
     assert "  after node1 was lost for good (lose:node1@t=2): the job went on with 1 of 3 nodes" in text.splitlines()
+    # a Ctrl-C after the loss stopped the nodes left, not the lost one
+    stopped = results_for(plan, (NodePhase.STOPPED, 130, 9.0, None), (NodePhase.LOST, 137, 3.0, None))
+    stopped[1].lost = "lose:node1@step=3"
+    assert ("INTERRUPTED by SIGINT: every node left was stopped; node1 had been lost for good (lose:node1@step=3)"
+            in format_summary(outcome(stopped, interrupted=True)).splitlines())
 
 
 def test_a_hang_in_init_process_group_after_a_loss_says_the_loss_came_before_the_ranks_met(make_job):
