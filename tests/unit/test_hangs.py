@@ -730,6 +730,11 @@ def test_the_watchdog_looks_twice_says_a_hang_once_and_ends_it_only_when_asked()
     assert watched.watch.diagnosis is not None and watched.watch.diagnosis.hung
     watched.watch.progress(501)  # a worker line: the quiet time starts again, the diagnosis is gone
     assert watched.watch.diagnosis is None
+    assert watched.said[said:] == ["the job moved again after 501 s without progress: what looked hung was a long"
+                                   " wait (a rank that waits on the network or a disk uses no CPU, so no look can"
+                                   " tell it from a hang)"]
+    watched.watch.progress(502)  # taken back once
+    assert len(watched.said) == said + 1
 
     ending = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(2)], end_after_s=20)
     ending.watch.progress(0.0)
