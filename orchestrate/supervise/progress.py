@@ -105,9 +105,12 @@ class ProgressWatch:
                 finished_before=end is not None and end < signalled))
         return tuple(found)
 
-    def poll(self, now: float, recovery: Optional[Recovery]) -> None:
+    def poll(self, now: float, recovery: Optional[Recovery], failed_since: Optional[float] = None) -> None:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
-        waiting for training to resume, learns the step it resumed from and when it did."""
+        waiting for training to resume, learns the step it resumed from and when it did. Where no
+        worker says where it resumed (a plain script whose optimizer keeps no step count), a step
+        of a worker process begun after the failure (``failed_since``, Unix seconds) is when it
+        did, from a step not known."""
         for record in self.reader.poll():
             self.records += 1
             self.processes.setdefault((record.rank, record.attempt),
@@ -158,7 +161,13 @@ class ProgressWatch:
                 continue
             if record.step is None:
                 continue
-            if recovery is not None and recovery.resumed_from is not None:
+            if (recovery is not None and recovery.resumed_from is None and failed_since is not None
+                    and self.processes[(record.rank, record.attempt)][1] > failed_since):
+                recovery.resumed_at = now  # a new worker trains: the job went on, from a step it did not say
+                self.record("resumed", node=recovery.node, step=record.step, recovery_s=recovery.recovery_s,
+                            steps_lost=None)
+                recovery = None
+            elif recovery is not None and recovery.resumed_from is not None:
                 recovery.resumed_at = now
                 self.record("resumed", node=recovery.node, step=record.step, recovery_s=recovery.recovery_s,
                             steps_lost=recovery.steps_lost)

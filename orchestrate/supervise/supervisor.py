@@ -450,7 +450,8 @@ class Supervisor:
 
     def read_channels(self, now: float) -> None:
         """What the workers and ``fault RUN`` wrote meanwhile: steps, files, faults, storage events."""
-        self.progress.poll(now, self.restarts.open_recovery)
+        recovery = self.restarts.open_recovery
+        self.progress.poll(now, recovery, None if recovery is None else self.wall_time(recovery.failed_at))
         self.say_debugger_changes()
         if self.progress.init_records > self.init_records:
             self.init_records = self.progress.init_records

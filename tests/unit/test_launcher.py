@@ -60,15 +60,17 @@ def once_followed(job: Run, node: str):
     return decorate
 
 
-def progress_writer(job, rank: int, steps: range, resumed: int | None = None):
-    """A Script.then that reports steps on the run's progress channel, as a worker would."""
+def progress_writer(job, rank: int, steps: range, resumed: int | None = None, attempt: str = ""):
+    """A Script.then that reports steps on the run's progress channel, as a worker would (with
+    ``attempt``, a worker process of that token begun now; else one begun long ago)."""
     def write() -> None:
         path = job.run_dir / "progress" / f"rank{rank}.jsonl"
+        began = {"attempt": attempt, "time": time.time()} if attempt else {"time": 1.0}
         with open(path, "a") as handle:
             if resumed is not None:
-                handle.write(json.dumps({"rank": rank, "resumed": resumed, "time": 1.0}) + "\n")
+                handle.write(json.dumps({"rank": rank, "resumed": resumed, **began}) + "\n")
             for step in steps:
-                handle.write(json.dumps({"rank": rank, "step": step, "time": 1.0, "loss": 0.5}) + "\n")
+                handle.write(json.dumps({"rank": rank, "step": step, "loss": 0.5, **began}) + "\n")
     return write
 
 
@@ -370,6 +372,34 @@ def test_elastic_mode_restarts_every_node_when_one_dies_and_measures_the_recover
     assert (recovery.node, recovery.resumed_from) == ("node1", 2)
     assert recovery.step_before >= 2 and recovery.steps_lost == recovery.step_before - 2
     assert recovery.recovery_s is not None and recovery.recovery_s >= 0
+
+
+def test_a_recovery_whose_workers_do_not_say_where_they_resumed_is_timed_by_their_first_step(make_run):
+    """A plain script whose optimizer keeps no step count (SGD) says nowhere where it resumed: the
+    first step of a worker process begun after the failure is when the job went on."""
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=1, faults=(parse_fault("kill:node1@step=2"),))
+    client = FakeDockerClient()
+    late, again = progress_writer(job, 0, range(4, 5)), progress_writer(job, 0, range(1, 3), attempt="second")
+
+    def late_then_again() -> None:  # the old worker's last step, read after the failure, is not the resume
+        late()
+        again()
+
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)), hang=True),
+               Script(["[0|0]:again"], then=late_then_again)],
+        node1=[Script(["[1|0]:up"], hang=True), Script(["[1|0]:up again"])],
+    )
+    assert outcome.succeeded, text
+    [recovery] = outcome.timings.recoveries
+    assert (recovery.resumed_from, recovery.steps_lost) == (None, None)
+    assert recovery.recovery_s is not None and recovery.recovery_s >= 0
+    assert recovery.describe().startswith("node1 rejoined after injected fault kill:node1@step=2: recovery (failure"
+                                          " detected to first step after resume) ")
+    assert recovery.describe().endswith(f"; last step before it {recovery.step_before}")
+    [resumed] = [e for e in read_events(job.run_dir) if e["event"] == "resumed"]
+    assert (resumed["node"], resumed["step"], resumed["steps_lost"]) == ("node1", 1, None)
 
 
 def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_to_recover_from(make_run):

@@ -319,6 +319,10 @@ def test_an_elastic_recovery_restarts_every_lane_and_reports_the_resume():
     assert restart.lane is None and round(restart.time, 1) == 8.3
     assert resumed.label == "resumed at step 9 at 13.0 s: recovery 4.7 s, 4 steps lost"
     assert 'id="recoveries"' in render_html(model)
+    # a plain script's workers did not say where they resumed
+    records["events"] = [e if e["event"] != "resumed" else {**e, "steps_lost": None} for e in events]
+    unsaid = next(m for m in build_model(records).markers if m.kind == "resumed")
+    assert unsaid.label == "resumed at step 9 at 13.0 s: recovery 4.7 s, steps lost not known"
 
 
 def test_the_page_is_self_contained_and_marks_times_in_the_svg(tmp_path):
