@@ -8,6 +8,7 @@ from typing import Any, Optional
 from orchestrate.cli.down import what_was_removed
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.runs import RunInfo, list_runs, remove_run
+from orchestrate.launch.recorded_runs import runs_as_recorded
 
 
 def add_parsers(sub: Any) -> None:
@@ -25,7 +26,7 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     pruned, running = 0, 0
-    for run in list_runs(client):
+    for run in runs_as_recorded(list_runs(client)):
         if not kept_in(run, args.runs_dir):
             continue
         if not run.state.ended:

@@ -271,7 +271,7 @@ def run_state(detached: bool, launcher_alive: Optional[bool],
     2. Every node ended: orphaned if one stopped itself because the launcher vanished.
     3. Its launcher said how it ended (``launcher_exit``): its word, as its summary said it
        (0 succeeded; 128 + a signal stopped; else failed: a job whose nodes all exited 0 fails
-       where a fault asked for never fired).
+       where a fault asked for never fired). A teardown that failed after it is not the job's.
     4. Else from the nodes: failed if one exited otherwise than 0 or by a stop signal; stopped if
        one was stopped; else succeeded.
     """

@@ -88,10 +88,12 @@ class HangWatch:
         self.diagnosis: Optional[HangDiagnosis] = None  # the latest hung one
         self.working: Optional[HangDiagnosis] = None  # the latest look that found the job quiet but working
 
-    def progress(self, now: float) -> None:
-        """The job moved (a worker line, a progress report): the quiet time starts again. Where
-        it was said to look hung, that is taken back: it was a long wait, not a hang."""
-        if self.said_hung and self.quiet_since is not None:
+    def progress(self, now: float, moved: bool = True) -> None:
+        """The job moved (a worker line, a progress report), or is held as asked (``moved``
+        False: a fault with an end, a terminal debugging a rank, the lines of its own ending):
+        the quiet time starts again. Where the job was said to look hung and then moved, that is
+        taken back: it was a long wait, not a hang."""
+        if moved and self.said_hung and self.quiet_since is not None:
             self.say(f"the job moved again after {now - self.quiet_since:.0f} s without progress: what looked hung"
                      " was a long wait (a rank that waits on the network or a disk uses no CPU, so no look can"
                      " tell it from a hang)")

@@ -244,6 +244,11 @@ def hang_section(hang: dict) -> list[str]:
     return parts
 
 
+def _or_dash(value: Any) -> Any:
+    """A value of a table's cell, or "-" where it is not known (None)."""
+    return "-" if value is None else value
+
+
 def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str = "") -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -286,7 +291,7 @@ def render_html(model: ReportModel) -> str:
     if model.recoveries:
         parts += ["<h2>Recoveries</h2>", _table(
             ("node", "cause", "step before", "resumed from", "steps lost", "recovery"),
-            [(r["node"], r["cause"], r.get("step_before"), r.get("resumed_from"), r.get("steps_lost"),
+            [(r["node"], r["cause"], r.get("step_before"), _or_dash(r.get("resumed_from")), _or_dash(r.get("steps_lost")),
               f"{r['recovery_s']:.1f} s" if r.get("recovery_s") is not None else "-") for r in model.recoveries],
             "recoveries")]
     if model.progress:

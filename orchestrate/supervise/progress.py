@@ -20,6 +20,9 @@ class ProgressWatch:
         self.reader = ProgressReader(directory)
         self.record = record
         self.max_step: Optional[int] = None
+        # the latest recovery timed by a new worker's first step before any said where it resumed:
+        # a rank that says it later (its optimizer's count, held a step) still tells
+        self.unsaid: Optional[Recovery] = None
         self.seen = False
         self.records = 0  # every record read so far: progress, to the hang watchdog
         # each rank's attempts (worker processes): when the first record came, the steps done
@@ -110,7 +113,7 @@ class ProgressWatch:
         waiting for training to resume, learns the step it resumed from and when it did. Where no
         worker says where it resumed (a plain script whose optimizer keeps no step count), a step
         of a worker process begun after the failure (``failed_since``, Unix seconds) is when it
-        did, from a step not known."""
+        did, from a step not known until a rank says it."""
         for record in self.reader.poll():
             self.records += 1
             self.processes.setdefault((record.rank, record.attempt),
@@ -158,6 +161,8 @@ class ProgressWatch:
             if record.resumed is not None:
                 if recovery is not None:
                     recovery.resumed_from = record.resumed
+                elif self.unsaid is not None and self.unsaid.resumed_from is None:
+                    self.unsaid.resumed_from = record.resumed  # a rank said it after another's first step
                 continue
             if record.step is None:
                 continue
@@ -166,7 +171,7 @@ class ProgressWatch:
                 recovery.resumed_at = now  # a new worker trains: the job went on, from a step it did not say
                 self.record("resumed", node=recovery.node, step=record.step, recovery_s=recovery.recovery_s,
                             steps_lost=None)
-                recovery = None
+                self.unsaid, recovery = recovery, None
             elif recovery is not None and recovery.resumed_from is not None:
                 recovery.resumed_at = now
                 self.record("resumed", node=recovery.node, step=record.step, recovery_s=recovery.recovery_s,

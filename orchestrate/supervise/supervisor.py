@@ -329,6 +329,11 @@ class Supervisor:
         self.stop(self.live, self.spec.stop_grace_s)
 
     @property
+    def ending(self) -> bool:
+        """The job is ending (its first failure, a hang verdict): its lines are its end, not a move."""
+        return self.first_failure_seen or self.kill_at is not None
+
+    @property
     def live(self) -> list[NodeTracker]:
         return [t for t in self.trackers.values() if not t.phase.final]
 
@@ -499,9 +504,11 @@ class Supervisor:
             if (self.progress.records > self.progress_records or self.faults.lasting or self.live_faults.holding
                     or self.progress.debugger.attached()):
                 # a step reported, a fault with an end holding the job as asked, or a terminal
-                # debugging a rank: not a hang
+                # debugging a rank: not a hang (the job moved only where a record came of itself)
+                held = self.faults.lasting or self.live_faults.holding or self.progress.debugger.attached()
+                moved = self.progress.records > self.progress_records and not held and not self.ending
                 self.progress_records = self.progress.records
-                self.hangs.progress(now)
+                self.hangs.progress(now, moved)
             if not (self.first_failure_seen or self.kill_at is not None or self.looking_at_the_end):
                 found = self.hangs.poll(now)
                 if found is not None:
@@ -561,7 +568,7 @@ class Supervisor:
         line but torch's own log lines is progress."""
         if self.hangs is not None and not self.winding_down and any(
                 line.global_rank is not None and is_progress_line(line.text) for line in lines):
-            self.hangs.progress(at)
+            self.hangs.progress(at, moved=not self.ending)  # (a failure's traceback, a hang's end: no move)
         for line in lines:
             if line.global_rank is not None and line.global_rank not in self.ranks_seen:
                 self.ranks_seen.add(line.global_rank)

@@ -3,6 +3,7 @@ collectives, the watchdog's progress rules, torch's mismatch error in one line, 
 workers' collective record (without torch)."""
 from __future__ import annotations
 
+import io
 import json
 import re
 import time
@@ -736,6 +737,12 @@ def test_the_watchdog_looks_twice_says_a_hang_once_and_ends_it_only_when_asked()
     watched.watch.progress(502)  # taken back once
     assert len(watched.said) == said + 1
 
+    held = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(2)])
+    held.watch.progress(0.0)
+    assert held.until(61) is None and held.said[0].startswith("the job looks hung")
+    held.watch.progress(70, moved=False)  # held as asked (a fault with an end, a debugger), or its end's lines
+    assert not any(line.startswith("the job moved again") for line in held.said)
+
     ending = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(2)], end_after_s=20)
     ending.watch.progress(0.0)
     found = ending.until(30)
@@ -1324,6 +1331,34 @@ def quick_watchdog(monkeypatch):
     """The watchdog's looks a second apart, their answers half a second later."""
     monkeypatch.setattr("orchestrate.hangs.watchdog.RECHECK_S", 1.0)
     monkeypatch.setattr("orchestrate.hangs.watchdog.ANSWER_WINDOW_S", 0.5)
+
+
+@pytest.mark.timeout(60)
+def test_the_lines_of_a_hung_runs_own_end_do_not_take_its_hang_back(make_run, quick_watchdog):
+    """Said to look hung, then ended by --hang-timeout: what its ranks print as they are stopped
+    is the end the launcher made, not the job moving again."""
+    import threading
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    out = io.StringIO()
+    job = make_run(nodes=2, hang_diagnose_after=2, hang_timeout=4, out=out)
+    stuck = [{"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
+              "state": "entered"}]
+    job.client = fake_engine(
+        FakeDockerClient(),
+        node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, stuck, stop=stop),
+                      on_sigterm=["[0|0]:caught SIGTERM, saving"])],
+        node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, stuck, stop=stop),
+                      on_sigterm=["[1|0]:caught SIGTERM, saving"])])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    text = out.getvalue()
+    assert result.hung and "the job looks hung" in text and "caught SIGTERM, saving" in text
+    assert "the job moved again" not in text
 
 
 @pytest.mark.timeout(60)

@@ -402,6 +402,29 @@ def test_a_recovery_whose_workers_do_not_say_where_they_resumed_is_timed_by_thei
     assert (resumed["node"], resumed["step"], resumed["steps_lost"]) == ("node1", 1, None)
 
 
+def test_a_rank_that_says_where_it_resumed_after_another_ranks_first_step_still_tells_the_steps_lost(make_run):
+    """Rank 0 reports its own steps and says no resume; rank 1's optimizer count says it resumed
+    from step 2, held until its second step: read after rank 0's first step, it still counts."""
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=1, faults=(parse_fault("kill:node1@step=3"),))
+    client = FakeDockerClient()
+    rank0, rank1 = progress_writer(job, 0, range(1, 3), attempt="second"), progress_writer(job, 1, range(3, 5),
+                                                                                          resumed=2, attempt="again")
+
+    def rank1_after_rank0() -> None:
+        wait_until(lambda: '"second"' in (job.run_dir / "progress" / "rank0.jsonl").read_text())
+        rank1()
+
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)), hang=True),
+               Script(["[0|0]:again"], then=rank0)],
+        node1=[Script(["[1|0]:up"], hang=True), Script(["[1|0]:up again"], then=rank1_after_rank0)],
+    )
+    assert outcome.succeeded, text
+    [recovery] = outcome.timings.recoveries
+    assert recovery.recovery_s is not None and (recovery.resumed_from, recovery.steps_lost) == (2, 1)
+
+
 def test_stop_from_another_terminal_ends_an_elastic_job_as_stopped_not_a_death_to_recover_from(make_run):
     job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
     client = FakeDockerClient()

@@ -321,8 +321,12 @@ def test_an_elastic_recovery_restarts_every_lane_and_reports_the_resume():
     assert 'id="recoveries"' in render_html(model)
     # a plain script's workers did not say where they resumed
     records["events"] = [e if e["event"] != "resumed" else {**e, "steps_lost": None} for e in events]
-    unsaid = next(m for m in build_model(records).markers if m.kind == "resumed")
+    records["outcome"]["recoveries"][0].update(steps_lost=None, resumed_from=None)
+    unsaid_model = build_model(records)
+    unsaid = next(m for m in unsaid_model.markers if m.kind == "resumed")
     assert unsaid.label == "resumed at step 9 at 13.0 s: recovery 4.7 s, steps lost not known"
+    table = render_html(unsaid_model).split('id="recoveries"')[1].split("</table>")[0]
+    assert "None" not in table and "<td>-</td><td>-</td><td>4.7 s</td>" in table
 
 
 def test_the_page_is_self_contained_and_marks_times_in_the_svg(tmp_path):

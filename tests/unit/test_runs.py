@@ -171,8 +171,9 @@ def test_ps_and_stop_name_a_run_that_went_on_without_a_lost_node_by_how_it_ended
     assert out.getvalue() == "run went-on has already ended (succeeded); nothing to stop\n"
     # a launcher that followed it (attach) ended with 1: its word, as its summary said
     record_event(plan.run_dir, "run-ended", exit_code=0, succeeded=True, interrupted=False, error="")
+    record_event(plan.run_dir, "teardown-failed", error="network in use", exit_code=2)  # not the job's ending
     assert ps_state() == "succeeded"
-    record_event(plan.run_dir, "teardown-failed", error="network in use", exit_code=2)  # its last word
+    record_event(plan.run_dir, "run-ended", exit_code=1, succeeded=False, interrupted=False, error="")  # its last word
     assert ps_state() == "failed"
     assert [r.state for r in runs_as_recorded(list_runs(client))] == [RunState.FAILED]
 
