@@ -14,7 +14,7 @@ from orchestrate.debugger.session import connect, socket_path, talk
 from orchestrate.debugger.states import choose
 from orchestrate.engine.runs import find_run
 from orchestrate.errors import OrchestrateError, UsageError
-from orchestrate.launch.recorded_runs import runs_as_recorded
+from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.progress import DebuggerWatch
@@ -71,8 +71,8 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
                 raise
             now = find_run(client, run.run_id)  # the run found first, not a part of its id that may name another now
             if not now.live_nodes:
-                raise UsageError(f"run {run.run_id} ended ({runs_as_recorded([now])[0].state.value}) while no rank was in its debugger;"
-                                 f" its output: python -m orchestrate logs {run.run_id}")
+                raise UsageError(f"run {run.run_id} ended ({run_as_recorded(now).state.value}) while no rank was in its"
+                                 f" debugger; its output: python -m orchestrate logs {run.run_id}")
             time.sleep(WAIT_POLL_S)
     say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
     node = f" ({stopped.node})" if stopped.node else ""

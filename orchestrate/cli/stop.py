@@ -8,7 +8,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run
-from orchestrate.launch.recorded_runs import runs_as_recorded
+from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.stop import stop_nodes, stop_timeout
 
 
@@ -36,5 +36,6 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; logs and state kept"
                       f" (remove it with: python -m orchestrate down {run.run_id})\n")
     else:
-        inv.out.write(f"run {run.run_id} has already ended ({runs_as_recorded([run])[0].state.value}); nothing to stop\n")
+        ended = run_as_recorded(run).state.value
+        inv.out.write(f"run {run.run_id} has already ended ({ended}); nothing to stop\n")
     return 0

@@ -31,10 +31,11 @@ class FaultStep:
     fault_id: Optional[str] = None
 
 
-def fault_steps(run_dir: Path) -> list[FaultStep]:
-    """Every fault done or undone in the run, in time order."""
+def fault_steps(run_dir: Path, events: Optional[list[dict[str, Any]]] = None) -> list[FaultStep]:
+    """Every fault done or undone in the run, in time order (``events``: its events, where the
+    caller read them already)."""
     steps = []
-    for event in read_events(run_dir):
+    for event in read_events(run_dir) if events is None else events:
         if event["event"] in ("fault", "fault-ended") and event.get("node") and event.get("spec"):
             steps.append(FaultStep(float(event["time"]), str(event["node"]), str(event["spec"]),
                                    event["event"] == "fault-ended", event.get("fault_id")))
@@ -77,12 +78,12 @@ def faults_now(run_dir: Path, containers: dict[str, Any]) -> dict[str, list[Faul
             if name in containers}
 
 
-def lost_nodes(run_dir: Path) -> frozenset[str]:
+def lost_nodes(run_dir: Path, events: Optional[list[dict[str, Any]]] = None) -> frozenset[str]:
     """The nodes a ``lose`` fault took for good, from the run's record (none for a run with no
-    directory): the launcher's ``lose``, or ``fault RUN``'s."""
+    directory): the launcher's ``lose``, or ``fault RUN``'s (``events``: as for fault_steps)."""
     if not run_dir.name:
         return frozenset()
-    return frozenset(step.node for step in fault_steps(run_dir) if not step.ended
+    return frozenset(step.node for step in fault_steps(run_dir, events) if not step.ended
                      for spec in [parsed_fault(step.spec)] if spec is not None and spec.action is FaultAction.LOSE)
 
 

@@ -1,18 +1,26 @@
 """Runs found in the engine, with what their own record says that the engine cannot: the nodes
 a ``lose`` fault took for good (the engine sees a node killed, and the job went on without it),
 and the exit code the launcher ended with (a job whose nodes all exited 0 still failed where a
-fault asked for never fired). ``ps`` and ``stop`` name a run's state by them, as its summary did."""
+fault asked for never fired). ``ps``, ``stop``, ``prune``, ``attach`` and ``debug`` name a run's
+state by them, as its summary did."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from orchestrate.engine.runs import RunInfo
 from orchestrate.faults.in_effect import lost_nodes
-from orchestrate.outcome.events import launcher_exit_code
+from orchestrate.outcome.events import launcher_exit_code, read_events
+
+
+def run_as_recorded(run: RunInfo) -> RunInfo:
+    """The run, if it ended, with its record's lost nodes and launcher's exit code (a run that
+    still runs needs neither: it is running, whatever they say; one with no directory has none)."""
+    if not run.state.ended or not run.run_dir.name:
+        return run
+    events = read_events(run.run_dir)  # (read once: the losses and the launcher's ending are both there)
+    return replace(run, lost=lost_nodes(run.run_dir, events), launcher_exit=launcher_exit_code(events))
 
 
 def runs_as_recorded(runs: list[RunInfo]) -> list[RunInfo]:
-    """The runs, each ended one with its record's lost nodes and launcher's exit code (a run that
-    still runs needs neither: it is running, whatever they say; one with no directory has none)."""
-    return [replace(run, lost=lost_nodes(run.run_dir), launcher_exit=launcher_exit_code(run.run_dir))
-            if run.state.ended and run.run_dir.name else run for run in runs]
+    """Each run as :func:`run_as_recorded` gives it."""
+    return [run_as_recorded(run) for run in runs]

@@ -45,7 +45,7 @@ from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import gpu_lease
 from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
-from orchestrate.launch.recorded_runs import runs_as_recorded
+from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.run_dir import prepare_run_dir
 from orchestrate.launch.teardown import finish_record, tear_down_and_record, teardown
 from orchestrate.outcome.events import record_event
@@ -380,8 +380,7 @@ class Run:
         with try_lock(spec.run_dir / SUPERVISOR_LOCK) as holds_lock:
             active = run.detached and holds_lock and not run.state.ended
             role = "acting as its launcher" if active else "watching"
-            self.say(f"attached to run {run.run_id} ({runs_as_recorded([run])[0].state.value}, {role}); Ctrl-C"
-                     " detaches")
+            self.say(f"attached to run {run.run_id} ({run_as_recorded(run).state.value}, {role}); Ctrl-C detaches")
             backend = ComposeBackend(spec, self.client, self.out, active=active,
                                      containers={n.name: n.container for n in run.nodes}, clock=self.clock,
                                      verbose=self.verbose)

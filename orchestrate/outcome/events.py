@@ -74,11 +74,11 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: e["time"])
 
 
-def launcher_exit_code(run_dir: Path) -> Optional[int]:
-    """The exit code the run's launcher ended with, as its last ``run-ended`` event says: how the
-    job ended, as the summary's last line said it (a teardown that failed after it is not the
-    job's; None: no launcher has said, as for a detached run that nobody attached to until it
-    ended)."""
-    ended = [event for event in read_events(run_dir) if event["event"] == "run-ended"]
+def launcher_exit_code(events: list[dict[str, Any]]) -> Optional[int]:
+    """The exit code a run's launcher ended with, as the last ``run-ended`` of its ``events``
+    says: how the job ended, as the summary's last line said it (a teardown that failed after it
+    is not the job's; None: no launcher has said, as for a detached run that nobody attached to
+    until it ended)."""
+    ended = [event for event in events if event["event"] == "run-ended"]
     code = ended[-1].get("exit_code") if ended else None
     return code if isinstance(code, int) else None

@@ -280,16 +280,18 @@ def oom_too(result: NodeResult) -> str:
 def restart_lines(outcome: RunResult) -> list[str]:
     """Where torchrun restarted a node's workers in place (--max-restarts): how often on each node;
     the injected faults that struck a worker (their nodes' peers fail on them, so a peer's error
-    can be the first in the logs), and the nodes lost for good (the nodes left go on so); and, for a node that then ended well, the error each restarted
-    attempt ended in that was not a lost peer's (a failed node's are said under its failure). A job
-    that succeeded only after a restart is never a plain success."""
+    can be the first in the logs), and the nodes lost for good (the nodes left go on so); and, for
+    a node that then ended well, the error each restarted attempt ended in that was not a lost
+    peer's (a failed node's are said under its failure). A job that succeeded only after a restart
+    is never a plain success."""
     counts = outcome.restarts_in_place
     if not counts:
         return []
     lines = [restarted_line(counts, len(outcome.results))]
     lines += [f"  after injected fault {f.spec} on {f.node}" for f in outcome.fired_faults if f.spec.startswith(RANK_FAULTS)]
     # (the nodes left restart their workers to go on in a smaller world: what a loss asks of torchrun)
-    lines += [f"  after {node} was lost for good ({fault}): the nodes left go on so" for node, fault in outcome.lost.items()]
+    lines += [f"  after {node} was lost for good ({fault}): the nodes left go on so"
+              for node, fault in outcome.lost.items()]
     for result in (r for r in outcome.results if r.restarts_in_place and r.state is NodePhase.SUCCEEDED):
         lines += [f"  attempt {e.attempt} of {result.node.name}'s workers ended with local rank {e.local_rank}'s"
                   f" error: {brief(e.exception)}" for e in result.attempts if e.own]

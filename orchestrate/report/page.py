@@ -291,8 +291,9 @@ def render_html(model: ReportModel) -> str:
     if model.recoveries:
         parts += ["<h2>Recoveries</h2>", _table(
             ("node", "cause", "step before", "resumed from", "steps lost", "recovery"),
-            [(r["node"], r["cause"], r.get("step_before"), _or_dash(r.get("resumed_from")), _or_dash(r.get("steps_lost")),
-              f"{r['recovery_s']:.1f} s" if r.get("recovery_s") is not None else "-") for r in model.recoveries],
+            [(r["node"], r["cause"], r.get("step_before"), _or_dash(r.get("resumed_from")),
+              _or_dash(r.get("steps_lost")), f"{r['recovery_s']:.1f} s" if r.get("recovery_s") is not None else "-")
+             for r in model.recoveries],
             "recoveries")]
     if model.progress:
         parts += ["<h2>Progress</h2>", f'<div id="progress">{progress_svg(model)}</div>']

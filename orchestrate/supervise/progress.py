@@ -166,19 +166,18 @@ class ProgressWatch:
                 continue
             if record.step is None:
                 continue
-            if (recovery is not None and recovery.resumed_from is None and failed_since is not None
-                    and self.processes[(record.rank, record.attempt)][1] > failed_since):
-                recovery.resumed_at = now  # a new worker trains: the job went on, from a step it did not say
-                self.record("resumed", node=recovery.node, step=record.step, recovery_s=recovery.recovery_s,
-                            steps_lost=None)
-                self.unsaid, recovery = recovery, None
-            elif recovery is not None and recovery.resumed_from is not None:
+            if recovery is not None and (recovery.resumed_from is not None or (
+                    failed_since is not None and self.processes[(record.rank, record.attempt)][1] > failed_since)):
+                # training resumed: from the step a worker said, or, none having said one, a new
+                # worker trains, from a step not known until a rank says it
                 recovery.resumed_at = now
                 self.record("resumed", node=recovery.node, step=record.step, recovery_s=recovery.recovery_s,
                             steps_lost=recovery.steps_lost)
-                self.max_step = record.step
-                recovery = None
-                continue
+                said, recovery = recovery, None
+                if said.resumed_from is not None:
+                    self.max_step = record.step
+                    continue
+                self.unsaid = said
             self.max_step = max(self.max_step or 0, record.step)
 
 

@@ -66,8 +66,9 @@ def test_a_script_outside_the_work_directory_is_refused_naming_the_workdir_that_
 @pytest.mark.parametrize("overrides, message", [
     (dict(nodes=2), "--fault lose:node1@step=3: a lost node is for an elastic job that goes on without it"
                     " (--rdzv c10d --nnodes MIN:2 with MIN below 2); a static job cannot, and kill:node1 shows it die"),
-    (dict(nodes=2, rdzv="c10d", max_restarts=3), "--fault lose:node1@step=3: losing node1 leaves 1 of 2 nodes, fewer than --nnodes"
-                                 " MIN (2): the job could not go on; give --nnodes 1:2"),
+    (dict(nodes=2, rdzv="c10d", max_restarts=3),
+     "--fault lose:node1@step=3: losing node1 leaves 1 of 2 nodes, fewer than --nnodes MIN (2): the job could not go on;"
+     " give --nnodes 1:2"),
     (dict(nodes=3, rdzv="c10d", min_nodes=2, max_restarts=3, more=("lose:node2@t=5",)),
      "--fault lose:node1@step=3: losing node1 and node2 leaves 1 of 3 nodes, fewer than --nnodes MIN (2): the job"
      " could not go on; give --nnodes 1:3"),

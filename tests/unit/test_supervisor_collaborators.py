@@ -113,7 +113,8 @@ def test_the_log_pump_joins_a_workers_pieces_each_from_its_own_stream(make_job, 
         return len(shown) >= 3
 
     drain(inbox, three_lines_shown)
-    assert sorted((line.global_rank, line.text) for line in shown) == [(0, ""), (0, "rank 0 half and the rest"), (1, "")]
+    assert sorted((line.global_rank, line.text) for line in shown) == [(0, ""), (0, "rank 0 half and the rest"),
+                                                                        (1, "")]
     assert set(tracker.last_log_stamps) == {"stdout", "stderr"}
     # a stream that broke off is followed again from where each stream was: no line twice
     pump.follow(tracker, since=dict(tracker.last_log_stamps))
