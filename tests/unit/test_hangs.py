@@ -737,11 +737,15 @@ def test_the_watchdog_looks_twice_says_a_hang_once_and_ends_it_only_when_asked()
     watched.watch.progress(502)  # taken back once
     assert len(watched.said) == said + 1
 
-    held = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(2)])
+    held = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(4)])
     held.watch.progress(0.0)
     assert held.until(61) is None and held.said[0].startswith("the job looks hung")
     held.watch.progress(70, moved=False)  # held as asked (a fault with an end, a debugger), or its end's lines
     assert not any(line.startswith("the job moved again") for line in held.said)
+    held.now = 70.0
+    assert held.until(131) is None and held.said[-1].startswith("the run goes on")  # hung again, from 70 s
+    held.watch.progress(150)
+    assert held.said[-1].startswith("the job moved again after 80 s without progress")  # the quiet since the hold
 
     ending = Watched([probe(0, r0=snap(0, waiting), r1=snap(1, waiting)) for _ in range(2)], end_after_s=20)
     ending.watch.progress(0.0)

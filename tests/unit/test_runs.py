@@ -178,6 +178,18 @@ def test_ps_and_stop_name_a_run_that_went_on_without_a_lost_node_by_how_it_ended
     assert [r.state for r in runs_as_recorded(list_runs(client))] == [RunState.FAILED]
 
 
+def test_the_launchers_exit_code_is_the_number_its_last_run_ended_event_gives():
+    from orchestrate.outcome.events import launcher_exit_code
+
+    def ended(code):
+        return {"event": "run-ended", "time": 1.0, "exit_code": code}
+
+    assert launcher_exit_code([]) is None  # no launcher said (a detached run nobody attached to)
+    assert launcher_exit_code([ended(1), {"event": "teardown-failed", "time": 2.0, "exit_code": 2}]) == 1
+    assert launcher_exit_code([ended(0), ended(130)]) == 130
+    assert launcher_exit_code([ended(1), ended("0")]) is None  # not a number: not read as one
+
+
 def test_a_lost_node_does_not_count_in_a_runs_state_unless_every_node_was_lost(tmp_path, monkeypatch):
     def run(codes, lost=()):
         nodes = tuple(NodeInfo(f"node{i}", i, None, "exited", code, False, ()) for i, code in enumerate(codes))

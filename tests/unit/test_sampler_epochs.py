@@ -98,3 +98,14 @@ def test_the_launcher_warns_of_each_line_with_its_ranks_and_the_record_keeps_the
                         " at the start of each epoch, before iterating its DataLoader"]
     record = json.loads(json.dumps(outcome_record(result)))
     assert record["shuffled_alike"] == {"train.py:14": {"epoch": 2, "ranks": [0, 1]}}
+
+
+def test_an_epoch_never_set_is_said_as_epoch_0(tmp_path, monkeypatch):
+    """set_epoch never called (the common case) leaves the epoch 0: said as 0, not as no epoch."""
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(progress, "_channel", None)
+    progress.report_same_shuffle("train.py:30", 0)
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert watch.shuffled_alike() == {"train.py:30": (0, (1,))}

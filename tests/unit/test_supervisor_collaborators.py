@@ -393,19 +393,54 @@ def test_progress_watch_follows_the_steps_and_times_the_resume(tmp_path):
 
     recorder = Recorder()
     watch = ProgressWatch(tmp_path, recorder.record)
-    (tmp_path / "rank0.jsonl").write_text("".join(json.dumps({"rank": 0, "step": s, "time": 1.0}) + "\n"
-                                                  for s in (1, 2, 3)))
+    (tmp_path / "rank0.jsonl").write_text(json.dumps({"rank": 0, "step": 0, "time": 1.0}) + "\n")
+    watch.poll(5.0, None)
+    assert (watch.max_step, watch.seen) == (0, True)  # a script that counts from 0
+    with open(tmp_path / "rank0.jsonl", "a") as handle:
+        handle.writelines(json.dumps({"rank": 0, "step": s, "time": 1.0}) + "\n" for s in (1, 2, 3, 4, 5))
     watch.poll(10.0, None)
-    assert (watch.max_step, watch.seen) == (3, True)
-    recovery = Recovery("node1", "its death", failed_at=11.0, step_before=3)
+    assert watch.max_step == 5
+    recovery = Recovery("node1", "its death", failed_at=11.0, step_before=5)
     with open(tmp_path / "rank0.jsonl", "a") as handle:
         handle.write(json.dumps({"rank": 0, "resumed": 2, "time": 2.0}) + "\n")
-        handle.write(json.dumps({"rank": 0, "step": 3, "time": 3.0}) + "\n")
+        handle.writelines(json.dumps({"rank": 0, "step": s, "time": 3.0}) + "\n" for s in (3, 4))
     watch.poll(14.5, recovery)
-    assert (recovery.resumed_from, recovery.resumed_at, recovery.recovery_s, recovery.steps_lost) == (2, 14.5, 3.5, 1)
-    assert recorder.events == [("resumed", {"node": "node1", "step": 3, "recovery_s": 3.5, "steps_lost": 1})]
-    assert watch.max_step == 3  # counted again from the resume
+    assert (recovery.resumed_from, recovery.resumed_at, recovery.recovery_s, recovery.steps_lost) == (2, 14.5, 3.5, 3)
+    assert recorder.events == [("resumed", {"node": "node1", "step": 3, "recovery_s": 3.5, "steps_lost": 3})]
+    assert watch.max_step == 4  # counted again from the resume, and on past it
 
+
+def test_progress_watch_times_a_resume_nobody_said_by_a_new_workers_first_step(tmp_path):
+    """No worker says where it resumed (SGD keeps no step count): the old worker's steps read after
+    the failure are not the resume, a new worker's first step is; a rank that says it later fills
+    in the steps lost, once (a second saying does not move it), and the steps go on counting."""
+    from orchestrate.outcome.model import Recovery
+
+    def write(*records: dict) -> None:
+        with open(tmp_path / "rank0.jsonl", "a") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in records)
+
+    recorder = Recorder()
+    watch = ProgressWatch(tmp_path, recorder.record)
+    write(*({"rank": 0, "attempt": "old", "began": 1.0, "step": s, "time": 1.0 + s} for s in (1, 2, 3)))
+    watch.poll(5.0, None)
+    recovery = Recovery("node1", "its death", failed_at=11.0, step_before=3)
+    write({"rank": 0, "attempt": "old", "began": 1.0, "step": 4, "time": 6.0})  # read late, begun before
+    watch.poll(12.0, recovery, failed_since=10.0)
+    assert recovery.resumed_at is None and watch.max_step == 4
+    write({"rank": 0, "attempt": "new", "began": 10.5, "step": 1, "time": 11.0})
+    watch.poll(12.6, recovery)  # a failure whose time is not known: no step of anyone's is the resume
+    assert recovery.resumed_at is None
+    write({"rank": 0, "attempt": "new", "began": 10.5, "step": 2, "time": 12.0})
+    watch.poll(14.0, recovery, failed_since=10.0)
+    assert (recovery.resumed_at, recovery.resumed_from, recovery.steps_lost) == (14.0, None, None)
+    assert recorder.events == [("resumed", {"node": "node1", "step": 2, "recovery_s": 3.0, "steps_lost": None})]
+    assert watch.max_step == 4  # not counted again from a resume nobody said
+    write({"rank": 0, "attempt": "new", "resumed": 1, "time": 12.5},
+          {"rank": 0, "attempt": "new", "resumed": 0, "time": 12.6},
+          {"rank": 0, "attempt": "new", "step": 5, "time": 13.0})
+    watch.poll(15.0, None)
+    assert (recovery.resumed_from, recovery.steps_lost, watch.max_step) == (1, 2, 5)
 
 def test_diagnosis_reads_the_error_file_names_a_paused_node_and_counts_oom_kills(make_job, tmp_path):
     plan = make_job(nodes=2, nproc_per_node=2)
@@ -577,3 +612,32 @@ def test_diagnosis_reads_where_a_rank_crashed_from_its_dump(make_job, tmp_path, 
     where = failed.result.root_cause.crashed
     assert where == ("Segmentation fault in __getitem__ at train.py:13 (in a DataLoader worker process); every"
                      f" thread's stack: {tmp_path / 'debug' / 'rank1.crash'}" if dumped is True else "")
+
+
+def test_progress_watch_keys_a_group_by_the_records_rank_where_torchrun_gave_none(tmp_path):
+    """A call made where torchrun named no rank (its environment changed, an older hook) is the
+    rank's that reported it; one with torchrun's rank is that rank's, whatever RANK the script set."""
+    (tmp_path / "rank3.jsonl").write_text(
+        json.dumps({"rank": 3, "time": 1.0, "init_call": {"rank": 0, "world_size": 1}}) + "\n"
+        + json.dumps({"rank": 0, "time": 1.0, "init_call": {"rank": 0, "world_size": 2,
+                                                             "torchrun": {"rank": 1, "world_size": 2}}}) + "\n")
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(2.0, None)
+    assert {rank: call.world_size for rank, call in watch.groups_made().items()} == {1: 2, 3: 1}
+
+
+def test_progress_watch_keeps_a_rank_finished_until_a_new_process_of_it_steps(tmp_path):
+    """A step its own finished process wrote late does not undo its end; an elastic restart's does."""
+    def write(*records: dict) -> None:
+        with open(tmp_path / "rank0.jsonl", "a") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in records)
+
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    write({"rank": 0, "attempt": "a", "step": 4, "time": 1.0},
+          {"rank": 0, "attempt": "a", "finished": True, "after_step": 4, "time": 2.0},
+          {"rank": 0, "attempt": "a", "step": 4, "time": 2.5})
+    watch.poll(3.0, None)
+    assert watch.finished_before(10.0) == {0: 4}
+    write({"rank": 0, "attempt": "b", "step": 1, "time": 4.0})
+    watch.poll(5.0, None)
+    assert watch.finished_before(10.0) == {}
