@@ -98,7 +98,8 @@ class ChaosVerdict(Verdict):
             reasons.append(f"the undisturbed run was not: torchrun restarted its workers after a failure ({restarted}),"
                            " so the job fails without faults too (its summary says how)")
         if self.disturbed is None:  # no trial ran: the reference, or what it left to compare, says why
-            return reasons + [c.describe() for c in self.comparisons if not c.equal]
+            return (reasons + [c.describe() for c in self.comparisons if not c.equal]
+                    or ["no run with faults was made: nothing was tested"])  # never a hold by accident
         if not self.disturbed.job_succeeded:
             failure = self.disturbed.failure
             reasons.append("the job did not complete under the faults"

@@ -3,7 +3,7 @@ script a node runs, here under the test's own torch), and the verdict."""
 from __future__ import annotations
 
 import io
-
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,7 +18,7 @@ from orchestrate.chaos.step_metrics import StepsComparison, compare_step_metrics
 from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.errors import UsageError
-from orchestrate.outcome.model import FaultRecord, RunResult, Timings, WrittenFile
+from orchestrate.outcome.model import FaultRecord, Recovery, RunResult, Timings, WrittenFile
 from orchestrate.outcome.progress import ProgressRecord
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
@@ -411,7 +411,8 @@ def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_
     assert before_any_save.inconclusive == [
         "no fault struck after the job had written a file in its work directory, so the resume path was never"
         " exercised (the undisturbed run wrote its first, ckpt.pt, before step 4)"]
-    assert "VERDICT INCONCLUSIVE: the check could not have caught a broken resume:" in before_any_save.format()
+    assert "VERDICT INCONCLUSIVE: the check could not have caught a broken resume:" in (
+        before_any_save.format().splitlines())
     from_scratch = verdict_of(make_job, tmp_path, [strike(resumed_from=0, redone=12)])
     assert from_scratch.inconclusive == ["no attempt resumed: after kill:node1@step=12 the job restarted from the"
                                          " beginning (12 step(s) redone) although it had written ckpt.pt"]
@@ -469,6 +470,13 @@ def test_a_bound_on_steps_redone_and_a_per_step_difference_fail_the_trial(make_j
     # no number tells them apart (before 2026-11-30 this raised a TypeError, ending the check)
     (FileComparison("final.pt", "tensors", False, None, "model.w (shape (2,) torch.float32 vs (3,) torch.float32)"),
      "final.pt: differs (tensors; at model.w (shape (2,) torch.float32 vs (3,) torch.float32))"),
+    (FileComparison("final.pt", "tensors", False, None, ""), "final.pt: differs (tensors; at ?)"),
+    (FileComparison("final.pt", "tensors", True, None, "step"), "final.pt: matches (tensors; at step)"),
+    (FileComparison("final.pt", "tensors", False, 0.25, ""), "final.pt: differs (tensors; largest difference 0.25)"),
+    (FileComparison("log.txt", "bytes", True), "log.txt: identical (bytes)"),
+    (FileComparison("log.txt", "bytes", False), "log.txt: differs (bytes)"),
+    (FileComparison("log.txt", "bytes", False, problem="the run with faults wrote no such file"),
+     "log.txt: the run with faults wrote no such file"),
 ])
 def test_a_comparison_says_every_value_equal_or_the_largest_difference_and_where(comparison, said):
     assert comparison.describe() == said
@@ -532,6 +540,12 @@ def test_a_compared_file_the_undisturbed_run_did_not_write_ends_the_check_before
     assert verdict.failures == ["finl.pt: the undisturbed run wrote no such file (it wrote final.pt); no trial was run"]
     assert "VERDICT DOES NOT HOLD:\n  finl.pt: the undisturbed run wrote no such file" in verdict.format()
     assert "the next attempt" not in verdict.format()  # no trial: no table of its faults
+    assert f"runs: undisturbed {tmp_path / 'ref'}\n" in verdict.format()  # and no run with faults
+    assert verdict.record()["disturbed_run"] is None and verdict.record()["schedule"] == []
+    assert ChaosResult(verdict.reference, [verdict, verdict]).rows()[0] == ("1", "-", "-", "-", "DOES NOT HOLD")
+    # a verdict with no run with faults holds by no accident: whatever made it, it says nothing was tested
+    nothing = ChaosVerdict(1, verdict.reference, None, [])
+    assert nothing.status == "DOES NOT HOLD" and nothing.failures == ["no run with faults was made: nothing was tested"]
 
 
 def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job, tmp_path):
@@ -548,6 +562,115 @@ def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job,
     text = mixed.format()
     assert "=== chaos check: 3 trials against one undisturbed run" in text
     assert "VERDICT DOES NOT HOLD: 1 of 3 trials does not hold:" in text
+
+
+def test_a_trials_whole_verdict_says_each_fault_what_it_struck_the_recoveries_and_what_was_compared(
+        make_job, tmp_path):
+    """What ``chaos`` prints of one trial, and ``chaos.json`` keeps, whole: a fault that struck
+    later than it fired (a torn write) says both; one the job went on through struck nothing."""
+    torn = FaultRecord("torn-write:node0@step=20", "node0", elapsed_s=15.0, step=20, fired_time=115.0,
+                       struck_time=117.5)
+    pause = FaultRecord("pause:node1@t=25..27", "node1", elapsed_s=25.0, fired_time=125.0)
+    disturbed = result(make_job, tmp_path, faults=[KILL, torn, pause], job_s=44.0, run_id="dis")
+    disturbed.results[0].restarts_in_place = 2
+    disturbed.timings.recoveries.append(Recovery("node1", "injected fault kill:node1@step=12", failed_at=10.0,
+                                                 step_before=12, resumed_from=9, resumed_at=14.0))
+    verdict = ChaosVerdict(
+        11, result(make_job, tmp_path, run_id="ref"), disturbed, [KILL.spec, torn.spec, pause.spec],
+        [FileComparison("final.pt", "tensors", True, 0.0, "w"), FileComparison("log.txt", "bytes", True)],
+        facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), steps_redone=5, steps=StepsComparison(12),
+        strikes=[strike(), Strike(torn.spec, 15.0, 20, 8, 5.0, ("ckpt.pt",), True, 18, 2, struck_step=22)])
+    assert verdict.format().splitlines() == [
+        "",
+        "=== chaos check (seed 11) ===",
+        "fault                     fired at                                    the attempt it struck had done"
+        "  saved before it  the next attempt",
+        "------------------------  ------------------------------------------  ------------------------------"
+        "  ---------------  --------------------------------------",
+        "kill:node1@step=12        8.5 s, step 12                              12 step(s), 6.0 s training    "
+        "  yes: ckpt.pt     resumed from step 9: 3 step(s) redone",
+        "torn-write:node0@step=20  15.0 s, step 20; struck at 17.5 s, step 22  8 step(s), 5.0 s training     "
+        "  yes: ckpt.pt     resumed from step 18: 2 step(s) redone",
+        "pause:node1@t=25..27      25.0 s                                      -                             "
+        "  -                -",
+        "recovery: node1 rejoined after injected fault kill:node1@step=12: recovery (failure detected to first step"
+        " after resume) 4.0 s; steps lost 3 (last step 12, resumed from 9)",
+        "recoveries 1 | restarts in place 2 | steps redone 5 (35 done against 30 undisturbed) | time lost +14.0 s"
+        " (job 44.0 s against 30.0 s undisturbed)",
+        "compared final.pt: matches (tensors; every value equal)",
+        "compared log.txt: identical (bytes)",
+        "compared per-step metrics: 12 value(s) match the undisturbed run's",
+        f"runs: undisturbed {tmp_path / 'ref'}, with faults {tmp_path / 'dis'}",
+        "VERDICT HOLDS: the job survived 3 fault(s), resumed after a save, and ended where the undisturbed run ended"]
+    assert json.loads(json.dumps(verdict.record())) == {
+        "seed": 11, "status": "HOLDS", "holds": True, "failures": [], "inconclusive": [], "rtol": 0.0,
+        "schedule": [
+            {"fault": "kill:node1@step=12", "fired_at": "8.5 s, step 12", "struck": "12 step(s), 6.0 s training",
+             "saved_before": "yes: ckpt.pt", "next_attempt": "resumed from step 9: 3 step(s) redone"},
+            {"fault": "torn-write:node0@step=20", "fired_at": "15.0 s, step 20; struck at 17.5 s, step 22",
+             "struck": "8 step(s), 5.0 s training", "saved_before": "yes: ckpt.pt",
+             "next_attempt": "resumed from step 18: 2 step(s) redone"},
+            {"fault": "pause:node1@t=25..27", "fired_at": "25.0 s", "struck": "-", "saved_before": "-",
+             "next_attempt": "-"}],
+        "comparisons": [
+            {"path": "final.pt", "kind": "tensors", "equal": True, "max_difference": 0.0, "where": "w", "problem": ""},
+            {"path": "log.txt", "kind": "bytes", "equal": True, "max_difference": None, "where": "", "problem": ""}],
+        "steps_compared": "per-step metrics: 12 value(s) match the undisturbed run's", "steps_redone": 5,
+        "time_lost_s": 14.0, "reference_run": "ref", "disturbed_run": "dis"}
+    # a torn write whose step at the cut is not known, or whose strike was not found: its times alone
+    unknown_step = replace(verdict, strikes=[verdict.strikes[0], replace(verdict.strikes[1], struck_step=None)])
+    assert unknown_step.fault_rows()[1][1] == "15.0 s, step 20; struck at 17.5 s"
+    assert replace(verdict, strikes=verdict.strikes[:1]).fault_rows()[1][1:] == (
+        "15.0 s, step 20; struck at 17.5 s", "-", "-", "-")
+
+
+def test_trials_that_did_not_hold_are_each_said_with_their_seed_under_the_checks_verdict(make_job, tmp_path):
+    """A fault that never fired says why, one the run never got to says so; every trial's line,
+    then the reasons of each that did not hold or was inconclusive, named by its seed."""
+    reference = result(make_job, tmp_path, run_id="ref")
+    unfired = FaultRecord("restart:node0@step=40", "node0", fired=False, reason="the workers never reached step 40")
+    failed = ChaosVerdict(12, reference, result(make_job, tmp_path, faults=[unfired], job_s=31.0, run_id="dis2"),
+                          [unfired.spec, "kill:node1@step=45"],
+                          [FileComparison("final.pt", "tensors", False, 0.25, "")])
+    assert failed.format().splitlines()[2:] == [
+        "fault                  fired at                                         the attempt it struck had done"
+        "  saved before it  the next attempt",
+        "---------------------  -----------------------------------------------  ------------------------------"
+        "  ---------------  ----------------",
+        "restart:node0@step=40  did not fire: the workers never reached step 40  -                             "
+        "  -                -",
+        "kill:node1@step=45     did not fire: the run did not get there          -                             "
+        "  -                -",
+        "recoveries 0 | steps redone - | time lost +1.0 s (job 31.0 s against 30.0 s undisturbed)",
+        "compared final.pt: differs (tensors; largest difference 0.25)",
+        f"runs: undisturbed {tmp_path / 'ref'}, with faults {tmp_path / 'dis2'}",
+        "VERDICT DOES NOT HOLD:",
+        "  fault restart:node0@step=40 did not fire: the workers never reached step 40",
+        "  final.pt: differs (tensors; largest difference 0.25)"]
+    disturbed = result(make_job, tmp_path, faults=[KILL], job_s=41.5, run_id="dis")
+    disturbed.timings.recoveries.append(Recovery("node1", "its death", failed_at=10.0))
+    facts = Reference(30, 30.0, "ckpt.pt", 3.0, 4)
+    held = ChaosVerdict(7, reference, disturbed, [KILL.spec], facts=facts, strikes=[strike()])
+    unsure = ChaosVerdict(8, reference, disturbed, [KILL.spec], facts=facts, strikes=[strike(saved=())],
+                          steps_redone=0)
+    assert ChaosResult(reference, [held, failed, unsure]).format().splitlines() == [
+        "",
+        f"=== chaos check: 3 trials against one undisturbed run ({tmp_path / 'ref'}) ===",
+        "seed  schedule                                  recoveries  steps redone  verdict",
+        "----  ----------------------------------------  ----------  ------------  -------------",
+        "7     kill:node1@step=12                        1           -             HOLDS",
+        "12    restart:node0@step=40 kill:node1@step=45  0           -             DOES NOT HOLD",
+        "8     kill:node1@step=12                        1           0             INCONCLUSIVE",
+        "VERDICT DOES NOT HOLD: 1 of 3 trials does not hold:",
+        "  seed 12: fault restart:node0@step=40 did not fire: the workers never reached step 40",
+        "  seed 12: final.pt: differs (tensors; largest difference 0.25)",
+        "  seed 8: no fault struck after the job had written a file in its work directory, so the resume path was"
+        " never exercised (the undisturbed run wrote its first, ckpt.pt, before step 4)"]
+    assert ChaosResult(reference, [held, unsure]).format().splitlines()[-2] == (
+        "VERDICT INCONCLUSIVE: 1 of 2 trials inconclusive:")
+    assert ChaosResult(reference, [held, held]).format().splitlines()[-1] == "VERDICT HOLDS: every one of 2 trials held"
+    assert ChaosResult(reference, [held, unsure]).rows()[0] == ("7", "kill:node1@step=12", "1", "-", "HOLDS")
+    assert ChaosResult(reference, [failed]).format() == failed.format()  # one trial: its own verdict
 
 
 @pytest.mark.parametrize("asked, runs_with, said", [
