@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -366,3 +367,103 @@ def test_a_cause_whose_message_has_several_lines_is_said_by_its_first():
                             "KeyError: 'label' is what the loader said", "", "During handling of the above exception, another exception"
                             " occurred:", "", "Traceback (most recent call last):", "  y", "RuntimeError: gave up"]) == (
         "raised while handling: ValueError: bad batch 7",)
+
+
+@pytest.mark.parametrize("text, raised", [
+    (['  File "t.py", line 3, in <module>', "    f()", "ValueError: bad", "", ""], "ValueError: bad"),
+    (['  File "t.py", line 3, in <module>', "    raise StopIteration", "StopIteration"], "StopIteration"),
+    (['  File "t.py", line 3, in <module>', "    f()", "RuntimeError: bad", "Note: a line of its message"],
+     "RuntimeError: bad"),
+    # neither an error's name nor a class's: the first line shaped as an exception's
+    (['  File "t.py", line 3, in <module>', "    f()", "custom.failure: went wrong", "see: above"],
+     "custom.failure: went wrong"),
+    (["Traceback (most recent call last):", "KeyError: 'x'"], "KeyError: 'x'"),  # no frame
+    (["loss: 0.5", "", "ValueError: y"], "ValueError: y"),  # raised with no traceback: up to the blank line
+    (["", ""], ""),
+    ([], ""),
+])
+def test_the_exception_above_a_chain_line_is_its_error_else_its_class_else_its_first_line(text, raised):
+    """What Python prints above "The above exception was the direct cause of ...": the lines from
+    the last frame's source (or the traceback's start, or a blank line) to the blank line above it."""
+    from orchestrate.outcome.root_cause import raised_above
+
+    assert raised_above(["Traceback (most recent call last):", *text]) == raised
+
+
+def test_the_hooks_frames_leave_a_traceback_unless_the_hooks_own_code_raised():
+    """The collective recorder's wrapper stands between the script's call and torch's: its frame
+    (the ``File`` line and the lines under it) goes, also where the wrapped call raised from C
+    (``original(...)`` the innermost line); where the hook's own code raised, its frames are the
+    story and the traceback is kept whole."""
+    from orchestrate.hangs.crash_dump import HOOK_DIRS
+    from orchestrate.outcome.root_cause import without_hook_frames
+
+    start = ["Traceback (most recent call last):"]
+    script = ['  File "/workspace/train.py", line 12, in <module>', "    step()",
+              '  File "/workspace/train.py", line 9, in step', "    dist.all_reduce(t)"]
+    wrapper = [f'  File "{HOOK_DIRS[0]}collective_log.py", line 40, in wrapper', "    return original(*args, **kwargs)",
+               "           ^^^^^^^^^^^^^^^^^^^^^^^^^"]
+    torchs = ['  File "/opt/venv/torch/distributed/distributed_c10d.py", line 2000, in all_reduce',
+              "    work = group.allreduce([tensor], opts)"]
+    through = "\n".join(start + script + wrapper + torchs + ["RuntimeError: boom"]) + "\n"
+    assert without_hook_frames(through) == "\n".join(start + script + torchs + ["RuntimeError: boom"]) + "\n"
+    from_c = "\n".join(start + script + wrapper + ["FileNotFoundError: [Errno 2] No such file: 'x'"])
+    assert without_hook_frames(from_c) == "\n".join(start + script + ["FileNotFoundError: [Errno 2] No such file: 'x'"])
+    own = "\n".join(start + script + [wrapper[0], "    record(entry)", "KeyError: 'seq'"])
+    assert without_hook_frames(own) == own
+    cut = "\n".join(start + script + [wrapper[0]])  # the hook's frame last, with no line under it: its own
+    assert without_hook_frames(cut) == cut
+    assert without_hook_frames("") == ""
+
+
+def test_an_error_file_gives_its_message_traceback_and_time_or_a_plain_message():
+    cause = RootCause(1, 1, 1, "from the log")
+    cause.add_error_file(json.dumps({"message": {"message": "ValueError: bad", "extraInfo": {"timestamp": "7"}}}))
+    assert (cause.exception, cause.traceback, cause.timestamp) == ("ValueError: bad", "", 7.0)
+    cause.add_error_file(json.dumps({"message": "Signal 9 (SIGKILL) received by PID 4"}))  # torch's, for a signal
+    assert cause.exception == "Signal 9 (SIGKILL) received by PID 4"
+    cause.add_error_file("not json")
+    assert cause.exception == "Signal 9 (SIGKILL) received by PID 4"
+
+
+def test_the_root_cause_is_read_from_torchruns_report_up_to_its_end_only():
+    lines = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-12-01_22:00:00", "  host      : node1",
+             "  rank      : 3 (local_rank: 1)", "  exitcode  : 1 (pid: 42)",
+             "  error_file: /tmp/torchelastic_x/attempt_0/1/error.json",
+             "  traceback : Traceback (most recent call last):", '    File "/workspace/train.py", line 5, in <module>',
+             "      main()", "  ValueError: bad batch", "============================================================",
+             "KeyError: a line after the report"]
+    cause = parse_root_cause(lines)
+    assert (cause.rank, cause.local_rank, cause.exit_code) == (3, 1, 1)
+    assert (cause.error_file, cause.exception) == ("/tmp/torchelastic_x/attempt_0/1/error.json", "ValueError: bad batch")
+    # an exit code with the signal's name after it (as a report of a worker killed by one may give it)
+    signalled = parse_root_cause(lines[:5] + ["  exitcode  : -15 (pid: 13623)  (SIGTERM)", "  error_file: <N/A>",
+                                              "  traceback : Signal 15 (SIGTERM) received by PID 13623", lines[-2]])
+    assert (signalled.exit_code, signalled.exception) == (-15, "SIGTERM")
+
+
+def test_a_workers_log_gives_the_exception_and_its_whole_traceback_a_quoted_one_within_it(tmp_path):
+    """torch's DataLoader quotes its worker process's traceback inside the error it raises, after
+    "Original ": that is part of the rank's traceback, not the start of another."""
+    import os
+
+    body = ["Traceback (most recent call last):", '  File "/workspace/train.py", line 20, in <module>',
+            "    for batch in loader:", "ValueError: Caught ValueError in DataLoader worker process 0.",
+            "Original Traceback (most recent call last):",
+            '  File "/opt/venv/torch/utils/data/_utils/worker.py", line 308, in _worker_loop',
+            "    data = fetcher.fetch(index)", "ValueError: bad sample"]
+    log = tmp_path / "stderr.log"
+    log.write_text("\n".join(["[rank0]: loss 0.5", *(f"[rank0]: {line}" for line in body)]) + "\n")
+    cause = RootCause(0, 0, 1)
+    cause.add_worker_log(log)
+    assert (cause.exception, cause.traceback, cause.timestamp) == ("ValueError: bad sample", "\n".join(body),
+                                                                   os.stat(log).st_mtime)
+
+
+def test_a_frame_line_is_pythons_shape_not_any_line_that_names_a_file():
+    from orchestrate.outcome.root_cause import is_frame_line
+
+    assert is_frame_line('[rank0]:   File "/workspace/train.py", line 9, in main')
+    assert is_frame_line('  File "<string>", line 1')
+    assert not is_frame_line('File "ckpt.pt" saved at step 9')
+    assert not is_frame_line("loss 0.5")
