@@ -1092,8 +1092,9 @@ def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
                                        " collective of another kind (torch's check could not read it: it came back as"
                                        " GATHER #0)")  # not torch's 'sequence number: 8 vs 0', against nothing
     first = barrier.replace("SequenceNumber=8", "SequenceNumber=0").replace("8vs 0", "0vs 0")
-    assert short_mismatch(first).startswith("collectives differ (--debug-collectives): rank 0 ran BARRIER #0; rank 1"
-                                            " ran GATHER #0 (")  # at the group's first collective #0 is a number
+    assert short_mismatch(first) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER #0; rank 1 ran"
+                                     " GATHER #0 (sequence number: 0 vs 0; op type: BARRIER vs GATHER)")  # at the
+    # group's first collective #0 is a number; each aspect torch names, in its order
     assert short_mismatch("ValueError: x") == "ValueError: x"
 
 

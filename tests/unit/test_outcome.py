@@ -71,6 +71,24 @@ def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
     assert "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s" in text
     assert "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: boom" in text
     assert "  | last of node1" in text
+    # the whole of it, with the traceback of the rank's error file in place of its last lines
+    results[1].root_cause.traceback = ('Traceback (most recent call last):\n  File "/workspace/train.py", line 9,'
+                                       ' in <module>\n    step()\nRuntimeError: boom\n')
+    assert format_summary(outcome(results)).splitlines() == [
+        "",
+        "=== run run-1 summary ===",
+        "node   ranks  state    exit code  wall time",
+        "-----  -----  -------  ---------  ---------",
+        "node0  0,1    stopped  -          6.0 s",
+        "node1  2,3    failed   1          5.0 s",
+        "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s | teardown 0.5 s",
+        "logs: /tmp/runs/run-1",
+        "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: boom",
+        "traceback from the error file of node1/rank3:",
+        "  | Traceback (most recent call last):",
+        '  |   File "/workspace/train.py", line 9, in <module>',
+        "  |     step()",
+        "  | RuntimeError: boom"]
 
 
 def test_a_node_killed_when_its_stop_grace_ran_out_is_named_under_each_kind_of_ending(make_job):
@@ -113,7 +131,14 @@ def test_summary_of_a_success_says_so(make_job):
     plan = make_job(nodes=2)
     text = format_summary(outcome(results_for(
         plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))))
-    assert text.rstrip().endswith("SUCCEEDED: all 2 nodes exited 0")
+    assert text.splitlines() == ["", "=== run run-1 summary ===",
+                                 "node   ranks  state      exit code  wall time",
+                                 "-----  -----  ---------  ---------  ---------",
+                                 "node0  0      succeeded  0          1.0 s",
+                                 "node1  1      succeeded  0          1.0 s",
+                                 "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s | teardown 0.5 s",
+                                 "logs: /tmp/runs/run-1",
+                                 "SUCCEEDED: all 2 nodes exited 0"]
     one = make_job(nodes=1)
     alone = outcome(results_for(one, (NodePhase.SUCCEEDED, 0, 1, None)))
     assert format_summary(alone).rstrip().endswith("SUCCEEDED: its 1 node exited 0")

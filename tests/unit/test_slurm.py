@@ -726,3 +726,28 @@ def test_a_failed_slurm_job_without_error_files_is_explained_by_the_traceback_a_
     shutil.rmtree(plan.run_dir / "node1")
     slurm_worker_log(plan.run_dir, "node1", ["W1201 a warning"], 99.0)
     assert backend.root_cause(slurm).rank is None
+
+
+def test_a_slurm_summary_says_each_nodes_state_and_the_jobs_line_whole(tmp_path):
+    outcome = RunResult("r1", tmp_path / "r1", [], Timings(1.0, 2.0, 3.0, 0.5), slurm=SlurmJob(
+        "3", job={"JobState": "NODE_FAIL", "Reason": "NodeDown", "ExitCode": "0:15", "NodeList": "node[0-1]",
+                  "RunTime": "00:00:42"},
+        nodes={"node1": {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}, "node0": {"State": "IDLE"}}))
+    assert format_slurm_summary(outcome).splitlines() == [
+        "",
+        "=== run r1 summary (Slurm job 3) ===",
+        "node   Slurm state          reason",
+        "-----  -------------------  --------------",
+        "node0  IDLE                 -",
+        "node1  DOWN+NOT_RESPONDING  Not responding",
+        "job 3: NODE_FAIL (reason NodeDown), exit code 0:15, on node[0-1], run time 00:00:42",
+        "bring-up 1.0 s | job 3.0 s",
+        f"logs: {tmp_path / 'r1'}",
+        "FAILED: Slurm job 3 NODE_FAIL (reason NodeDown, exit code 0:15); Slurm reports node1 DOWN+NOT_RESPONDING"
+        " (Not responding)"]
+    # what Slurm did not say is said as not known, and no table of nodes it said nothing of
+    bare = RunResult("r2", tmp_path / "r2", [], Timings(), slurm=SlurmJob("5", job={"JobState": "TIMEOUT"}))
+    assert format_slurm_summary(bare).splitlines()[1:4] == [
+        "=== run r2 summary (Slurm job 5) ===", "job 5: TIMEOUT (reason -), exit code ?, on -, run time -",
+        "bring-up 0.0 s | job 0.0 s"]
+    assert format_slurm_summary(bare).splitlines()[-1] == "FAILED: Slurm job 5 TIMEOUT (reason -, exit code ?)"
