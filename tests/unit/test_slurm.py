@@ -751,3 +751,8 @@ def test_a_slurm_summary_says_each_nodes_state_and_the_jobs_line_whole(tmp_path)
         "=== run r2 summary (Slurm job 5) ===", "job 5: TIMEOUT (reason -), exit code ?, on -, run time -",
         "bring-up 0.0 s | job 0.0 s"]
     assert format_slurm_summary(bare).splitlines()[-1] == "FAILED: Slurm job 5 TIMEOUT (reason -, exit code ?)"
+    # the launcher's own error, and a teardown that failed after it, each in a line of its own
+    refused = RunResult("r3", tmp_path / "r3", [], Timings(), error="sbatch refused the job: Invalid partition",
+                        teardown_error="scancel: no such job", slurm=SlurmJob("6", job={"JobState": "FAILED"}))
+    assert format_slurm_summary(refused).splitlines()[-2:] == ["TEARDOWN FAILED: scancel: no such job",
+                                                               "FAILED: sbatch refused the job: Invalid partition"]
