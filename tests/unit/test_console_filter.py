@@ -147,3 +147,25 @@ def test_a_ranks_own_line_as_it_stops_in_its_debugger_is_left_to_the_logs_and_ot
     note = "[ddp-compose] rank 1 starts 2 processes of its own with torch.multiprocessing under torchrun"
     lines = [OutputLine("node0", text, 0, 1) for text in ("", stop, note, "step 3")]
     assert shown(lines) == ["", note, "step 3"]  # (an empty line before it still shows)
+
+
+def test_a_nodes_stream_ending_says_its_own_counts_agent_first_then_by_rank_and_leaves_the_other_nodes_be():
+    backtrace = ["Exception raised from recvBytes at Utils.hpp:682 (most recent call first):",
+                 "frame #0: c10::Error::Error() + 0x80"]
+    agent = "W1130 07:06:24.412000 8 torch/.../dynamic_rendezvous.py:1341] keep-alive heartbeat failed"
+    console = ConsoleFilter()
+    lines = [OutputLine("node1", agent), OutputLine("node1", agent.replace("24.412", "29.412"))]
+    lines += [OutputLine("node1", connect_failed(s), 1, 3) for s in range(2)]  # a worker's line ends only its run
+    lines += [OutputLine("node1", connect_failed(s), 0, 2) for s in range(3)]
+    lines += [OutputLine(node, text) for node in ("node0", "node1") for text in backtrace]  # both in a backtrace
+    lines += [OutputLine("node0", connect_failed(s), 0, 0) for s in range(2)]  # node0's rank 0: muted, said again
+    for line in lines:
+        console.shown(line)
+    assert [(s.prefix, s.text) for s in console.flush("node1")] == [
+        ("node1", "(the same line 1 more time: see the node log, or -v)"),
+        ("node1/rank2", "(the same line 2 more times: see the node log, or -v)"),
+        ("node1/rank3", "(the same line 1 more time: see the node log, or -v)")]
+    # node0 is still in its backtrace: its next frame stays out; node1's stream began anew: its frame shows
+    assert console.shown(OutputLine("node0", "frame #1: <unknown function> + 0x891f5")) == []
+    assert [s.text for s in console.shown(OutputLine("node1", "frame #1: x"))] == ["frame #1: x"]
+    assert console.shown(OutputLine("node0", backtrace[0], 0, 0)) == []  # its rank 0's repeat's backtrace

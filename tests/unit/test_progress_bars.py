@@ -31,6 +31,8 @@ def test_tqdms_meters_are_read_with_and_without_a_total():
         "train", 1200, 24000, 3607)
     assert parse_redraw("epoch 3: 1.20kimg [02:03, 3.1kimg/s]") == Redraw("epoch 3", 1200, None, 123)
     assert parse_redraw("epoch 10: 100%|██████████| 150/150 [00:15<00:00,  9.54it/s]").desc == "epoch 10"
+    # tqdm pads a redraw shorter than the one before with spaces, to wipe it
+    assert parse_redraw(CAPTURED[1] + "     ") == Redraw("epoch 0", 10, 150, 1)
 
 
 @pytest.mark.parametrize("text", ["epoch 1 loss 0.5", "rank0 step 3/40", "step 5 [00:01, loss 0.3]",
