@@ -543,8 +543,12 @@ def test_a_compared_file_the_undisturbed_run_did_not_write_ends_the_check_before
     assert f"runs: undisturbed {tmp_path / 'ref'}\n" in verdict.format()  # and no run with faults
     assert verdict.record()["disturbed_run"] is None and verdict.record()["schedule"] == []
     assert ChaosResult(verdict.reference, [verdict, verdict]).rows()[0] == ("1", "-", "-", "-", "DOES NOT HOLD")
-    # a verdict with no run with faults holds by no accident: whatever made it, it says nothing was tested
-    nothing = ChaosVerdict(1, verdict.reference, None, [])
+
+
+def test_a_verdict_with_no_run_with_faults_never_holds_whatever_made_it(make_job, tmp_path):
+    """`chaos` makes one only with a reason (the undisturbed run failed, or did not write a compared
+    file); one made without any still does not hold: it says nothing was tested."""
+    nothing = ChaosVerdict(1, result(make_job, tmp_path, run_id="ref"), None, [])
     assert nothing.status == "DOES NOT HOLD" and nothing.failures == ["no run with faults was made: nothing was tested"]
 
 

@@ -742,8 +742,9 @@ def test_the_watchdog_looks_twice_says_a_hang_once_and_ends_it_only_when_asked()
     assert held.until(61) is None and held.said[0].startswith("the job looks hung")
     held.watch.progress(70, moved=False)  # held as asked (a fault with an end, a debugger), or its end's lines
     assert not any(line.startswith("the job moved again") for line in held.said)
-    held.now = 70.0
-    assert held.until(131) is None and held.said[-1].startswith("the run goes on")  # hung again, from 70 s
+    held.now, before = 70.0, len(held.said)
+    assert held.until(125) is None and len(held.said) == before  # quiet since the hold, not since 0 s
+    assert held.until(131) is None and held.said[before].startswith("the job looks hung: no progress for 6")
     held.watch.progress(150)
     assert held.said[-1].startswith("the job moved again after 80 s without progress")  # the quiet since the hold
 

@@ -377,8 +377,8 @@ def test_a_cause_whose_message_has_several_lines_is_said_by_its_first():
     # neither an error's name nor a class's: the first line shaped as an exception's
     (['  File "t.py", line 3, in <module>', "    f()", "custom.failure: went wrong", "see: above"],
      "custom.failure: went wrong"),
-    (["Traceback (most recent call last):", "KeyError: 'x'"], "KeyError: 'x'"),  # no frame
-    (["loss: 0.5", "", "ValueError: y"], "ValueError: y"),  # raised with no traceback: up to the blank line
+    (["OSError: x", "Traceback (most recent call last):", "KeyError: 'x'"], "KeyError: 'x'"),  # no frame: its start
+    (["OSError: printed", "", "ValueError: y"], "ValueError: y"),  # raised with no traceback: up to the blank line
     (["", ""], ""),
     ([], ""),
 ])

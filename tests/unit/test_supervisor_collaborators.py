@@ -412,8 +412,10 @@ def test_progress_watch_follows_the_steps_and_times_the_resume(tmp_path):
 
 def test_progress_watch_times_a_resume_nobody_said_by_a_new_workers_first_step(tmp_path):
     """No worker says where it resumed (SGD keeps no step count): the old worker's steps read after
-    the failure are not the resume, a new worker's first step is; a rank that says it later fills
-    in the steps lost, once (a second saying does not move it), and the steps go on counting."""
+    the failure are not the resume, a new worker's first step read with the failure's time is (the
+    supervisor always gives it while a recovery waits; without it no step is taken for the resume);
+    a rank that says it later fills in the steps lost, once (a second saying does not move it), and
+    the steps go on counting."""
     from orchestrate.outcome.model import Recovery
 
     def write(*records: dict) -> None:
