@@ -141,6 +141,9 @@ class Strike:
         redone: The steps the next attempt did again (None: unknown).
         struck_step: The job's step when it struck, where that was later than it fired (a torn
             write's cut; None: it struck as it fired, or the step is not known).
+        last_save: The file of ``saved`` to name: the newest still there when the run ended (a
+            temporary file seen before it was renamed onto the save is no save); None: none was,
+            and the newest is named.
     """
 
     spec: str
@@ -153,10 +156,16 @@ class Strike:
     resumed_from: Optional[int]
     redone: Optional[int]
     struck_step: Optional[int] = None
+    last_save: Optional[str] = None
 
     @property
     def after_a_save(self) -> bool:
         return bool(self.saved)
+
+    @property
+    def named_save(self) -> Optional[str]:
+        """The file said to have been saved before it (None: nothing was, or not followed)."""
+        return self.last_save or (self.saved[-1] if self.saved else None)
 
     @property
     def resumed(self) -> Optional[bool]:
@@ -177,7 +186,7 @@ class Strike:
         if not self.saved:
             return "no"
         more = f" (+{len(self.saved) - 1} more)" if len(self.saved) > 1 else ""
-        return f"yes: {self.saved[-1]}{more}"
+        return f"yes: {self.named_save}{more}"
 
     def describe_next(self) -> str:
         if not self.restarted:
@@ -212,15 +221,16 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         redone = None
         if after is not None and after.offset is not None and reached is not None:
             redone = max(0, reached - after.offset)
-        saved = None if writes is None else tuple(w.path for w in writes
-                                                  if w.time <= at and w.path != fault.struck_file)
+        before = [w for w in writes or [] if w.time <= at and w.path != fault.struck_file]
+        saved = None if writes is None else tuple(w.path for w in before)
+        kept = [w.path for w in before if w.kept]
         start = after.offset if after is not None else None
         if after is not None and start is None and saved == ():
             start = after.offset = 0  # nothing saved yet: nothing to resume from (its steps are the job's)
             redone = reached
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
                              at - done[0][1] if done else None, saved, after is not None, start, redone,
-                             reached if fault.struck_time is not None else None))
+                             reached if fault.struck_time is not None else None, kept[-1] if kept else None))
     return result
 
 

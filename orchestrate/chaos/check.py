@@ -180,10 +180,12 @@ class ChaosCheck:
 
 def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Reference:
     """Where the undisturbed run trained and first saved: its steps, its first write in the work
-    directory and the first step reported after it."""
+    directory (the first still there at its end, where any was) and the first step reported after
+    it."""
     attempts = attempts_of(records)
     last = job_steps(attempts[-1]) if attempts else None
-    first = result.writes[0] if result.writes else None
+    kept = [w for w in result.writes or [] if w.kept]  # a temporary file renamed onto a save is no save
+    first = kept[0] if kept else result.writes[0] if result.writes else None
     if first is None:
         return Reference(last, result.timings.job_s)
     after = [r.step for r in sorted(one_ranks_records(records), key=lambda r: r.time)

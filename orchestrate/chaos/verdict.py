@@ -144,7 +144,7 @@ class ChaosVerdict(Verdict):
             fresh = next(s for s in after_save if s.resumed is False)
             reasons.append(f"no attempt resumed: after {fresh.spec} the job restarted from the beginning"
                            f" ({fresh.redone if fresh.redone is not None else '?'} step(s) redone) although it had"
-                           f" written {fresh.saved[-1] if fresh.saved else 'files'}")
+                           f" written {fresh.named_save or 'files'}")
         if self.steps is not None and self.steps.compared == 0:
             reasons.append("--compare-steps: no metric was reported at a step both runs reached (report them with"
                            " orchestrate.progress.report(step, loss=...))")

@@ -85,11 +85,13 @@ class Recovery:
 
 @dataclass(frozen=True)
 class WrittenFile:
-    """A file the job created or changed in its work directory: its path there, and the epoch
-    time it was first seen written (its modification time then)."""
+    """A file the job created or changed in its work directory: its path there, the epoch time
+    it was first seen written (its modification time then), and whether it was still there at
+    the last look (False: gone by then, as a temporary file renamed onto a save is)."""
 
     path: str
     time: float
+    kept: bool = True
 
 
 @dataclass

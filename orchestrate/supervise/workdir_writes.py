@@ -1,5 +1,6 @@
 """The files a job writes in its work directory, followed from the host: every file created or
-changed since the run began, with the time it was first seen so (its modification time).
+changed since the run began, with the time it was first seen so (its modification time), and
+whether it was still there at the last walk (a temporary file a save renames is not).
 
 The directory is walked every few seconds, and once more when a fault fires, so a fault knows
 whether the job had saved anything before it. The walk leaves out hidden directories, caches
@@ -33,6 +34,7 @@ class WorkdirWrites:
         self.clock = clock
         self.seen: dict[str, float] = {}  # every file's modification time at the last walk
         self.written: dict[str, WrittenFile] = {}
+        self.present: set[str] = set()  # the files there at the last whole walk
         self.followed = root.is_dir()
         self.next_at = 0.0
 
@@ -47,6 +49,7 @@ class WorkdirWrites:
             return
         began = self.clock()
         entries = 0
+        present = set()
         for directory, names, files in os.walk(self.root):
             names[:] = [n for n in names if not n.startswith(".") and n not in SKIPPED_DIRS
                         and os.path.realpath(os.path.join(directory, n)) not in self.skip]
@@ -62,9 +65,11 @@ class WorkdirWrites:
                 except OSError:  # gone meanwhile
                     continue
                 relative = os.path.relpath(path, self.root)
+                present.add(relative)
                 if mtime >= self.since and self.seen.get(relative) != mtime and relative not in self.written:
                     self.written[relative] = WrittenFile(relative, mtime)
                 self.seen[relative] = mtime
+        self.present = present
         spent = self.clock() - began
         self.next_at = self.clock() + max(POLL_S, 20 * spent)
 
@@ -76,5 +81,9 @@ class WorkdirWrites:
         return max(self.written, key=lambda path: self.seen.get(path, 0.0))
 
     def files(self) -> Optional[list[WrittenFile]]:
-        """Every file written, the first first (None: the directory was not followed)."""
-        return sorted(self.written.values(), key=lambda w: w.time) if self.followed else None
+        """Every file written, the first first, each saying whether it was there at the last walk
+        (None: the directory was not followed)."""
+        if not self.followed:
+            return None
+        return [WrittenFile(w.path, w.time, w.path in self.present)
+                for w in sorted(self.written.values(), key=lambda w: w.time)]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrate.chaos.check import reference_facts
 from orchestrate.chaos.compare import COMPARE_SCRIPT, compare_files
 from orchestrate.chaos.schedule import DEFAULT_KINDS, Reference, draw_schedule, parse_kinds
 from orchestrate.chaos.attempts import Strike, attempts_of, steps_redone, strikes
@@ -389,6 +390,37 @@ def verdict_of(make_job, tmp_path, strikes=(), **options) -> ChaosVerdict:
                         result(make_job, tmp_path, faults=[KILL], job_s=41.5, run_id="dis"), [KILL.spec],
                         [FileComparison("final.pt", "tensors", True, 0.0, "w")],
                         facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), strikes=list(strikes), steps_redone=3, **options)
+
+
+def test_a_temporary_file_seen_before_it_was_renamed_onto_the_save_is_never_named_as_the_save(make_job, tmp_path):
+    # a walk caught checkpoint.pt.tmp at step 6, between its write and its rename onto checkpoint.pt
+    records = steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(7, 11), 111.0, counted=False)
+    attempts = attempts_of(records, 10, completed=True)
+    writes = [WrittenFile("checkpoint.pt", 102.1), WrittenFile("checkpoint.pt.tmp", 106.1, kept=False)]
+    [kill] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, writes)
+    assert kill.saved == ("checkpoint.pt", "checkpoint.pt.tmp") and kill.after_a_save
+    assert (kill.named_save, kill.describe_saved()) == ("checkpoint.pt", "yes: checkpoint.pt (+1 more)")
+    fresh = replace(kill, resumed_from=0, redone=6)
+    assert verdict_of(make_job, tmp_path, [fresh]).inconclusive == [
+        "no attempt resumed: after kill:node1@step=6 the job restarted from the beginning (6 step(s) redone) although"
+        " it had written checkpoint.pt"]
+    # where every file written before the fault was gone by the end, the newest is named
+    gone = [WrittenFile("a.tmp", 102.1, kept=False), WrittenFile("b.tmp", 104.0, kept=False)]
+    [only_gone] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, gone)
+    assert (only_gone.named_save, only_gone.describe_saved()) == ("b.tmp", "yes: b.tmp (+1 more)")
+    assert Strike("kill:node1@step=6", 6.5, 6, 6, 5.5, (), True, 0, 6).named_save is None
+    # the undisturbed run's first save is the first file still there at its end, and its time that file's
+    reference = result(make_job, tmp_path, run_id="ref")
+    reference.started_time, reference.writes = 100.0, [WrittenFile("checkpoint.pt.tmp", 101.5, kept=False),
+                                                       WrittenFile("checkpoint.pt", 103.5), WrittenFile("final.pt", 110.5)]
+    facts = reference_facts(reference, records[:6])
+    assert (facts.last_step, facts.first_write, facts.first_write_s, facts.first_step_after_write) == (
+        6, "checkpoint.pt", 3.5, 4)
+    reference.writes = [WrittenFile("checkpoint.pt.tmp", 101.5, kept=False)]  # none kept: the first write
+    assert (reference_facts(reference, records[:6]).first_write, reference_facts(reference, records[:6]).first_write_s) \
+        == ("checkpoint.pt.tmp", 1.5)
+    reference.writes = []
+    assert reference_facts(reference, records[:6]).first_write is None
 
 
 def test_the_verdict_holds_when_a_fault_after_a_save_was_followed_by_a_resume_and_the_files_match(make_job, tmp_path):

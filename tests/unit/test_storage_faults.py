@@ -257,3 +257,17 @@ def test_the_latest_write_is_the_newest_modification_not_the_newest_file(tmp_pat
     writes.walk()
     assert writes.latest() == "ckpt/model.pt"
     assert [w.path for w in writes.files()] == ["ckpt/model.pt", "data/downloaded.bin"]  # first writes, in order
+
+
+def test_a_file_gone_by_the_last_walk_is_written_but_not_kept(tmp_path):
+    from orchestrate.supervise.workdir_writes import WorkdirWrites
+    writes = WorkdirWrites(tmp_path, since=0.0)
+    (tmp_path / "checkpoint.pt.tmp").write_text("1")
+    writes.walk()  # caught between the write and the rename
+    assert [(w.path, w.kept) for w in writes.files()] == [("checkpoint.pt.tmp", True)]
+    (tmp_path / "checkpoint.pt.tmp").replace(tmp_path / "checkpoint.pt")
+    writes.walk()
+    assert sorted((w.path, w.kept) for w in writes.files()) == [("checkpoint.pt", True), ("checkpoint.pt.tmp", False)]
+    (tmp_path / "checkpoint.pt.tmp").write_text("2")  # the next save's: there again
+    writes.walk()
+    assert sorted((w.path, w.kept) for w in writes.files()) == [("checkpoint.pt", True), ("checkpoint.pt.tmp", True)]
