@@ -82,6 +82,7 @@ def test_a_script_outside_the_work_directory_is_refused_naming_the_workdir_that_
      " world: give --max-restarts 1 or more"),
 ])
 def test_a_lost_node_the_job_could_not_go_on_without_is_refused(tmp_path, overrides, message):
+    overrides = dict(overrides)  # the parameter's own dict is shared by every run of the test (mutmut runs it twice)
     more = overrides.pop("more", ())
     faults = tuple(parse_fault(text) for text in ("lose:node1@step=3", *more))
     with pytest.raises(UsageError) as refused:

@@ -60,6 +60,7 @@ def test_a_cpp_exceptions_type_and_what_are_the_error():
                    "[rank0]: step 2 done"]
     assert native_exception(interleaved) == native_exception(lines)
     assert native_exception(["terminate called without an active exception", "Traceback"]) == ""
+    assert native_exception([]) == ""  # no lines at all (a worker that printed nothing)
 
 
 def test_a_header_that_names_its_thread_is_read_too():

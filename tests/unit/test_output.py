@@ -151,10 +151,20 @@ def test_a_ranks_own_line_that_it_stopped_in_its_debugger_is_logged_but_not_in_i
     # the traceback's start scrolled out of the tail: a line that names an error
     (['  File "t.py", line 9, in step', "RuntimeError: x happened", "cleanup done"], "RuntimeError: x happened"),
     (["step 1", "all good"], ""),
+    # ... never a line shaped as an exception's that names no error (what the script printed)
+    (["step 3", "loss: 0.5"], ""),
+    # an indented line under the exception's (a hint torch adds) is the message's, not an exception
+    (["Traceback (most recent call last):", '  File "t.py", line 3, in <module>', "    model(x)",
+      "RuntimeError: Expected to have finished reduction in the prior iteration",
+      "    hint: pass find_unused_parameters=True"],
+     "RuntimeError: Expected to have finished reduction in the prior iteration"),
     # a traceback indented as a whole (torch's DataLoader left a NUL where "[rank0]:" would go)
     ([" Traceback (most recent call last):", '   File "t.py", line 24, in <module>', "     loss.backward()",
       " RuntimeError: DataLoader worker (pid 17) is killed by signal: Segmentation fault. "],
      "RuntimeError: DataLoader worker (pid 17) is killed by signal: Segmentation fault."),
+    # ... and a line after it less indented than it is read whole
+    ([" Traceback (most recent call last):", '   File "t.py", line 24, in <module>', "     next(it)", " StopIteration",
+      "ValueError: the epoch ran out"], "ValueError: the epoch ran out"),
 ])
 def test_the_exception_a_worker_printed_is_found_in_its_last_lines(lines, exception):
     assert exception_in_lines(lines) == exception
@@ -232,6 +242,15 @@ TORCH_DEEP = ["[rank1]: Traceback (most recent call last):",
     (["Traceback (most recent call last):", '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code',
       "    exec(code)", "SystemError: x"], ""),
     (["step 1", "RuntimeError: said, not raised"], ""),
+    # the log cut as the worker died printing its traceback: the last line a frame, or its source
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 8, in <module>', "    main()",
+      '  File "/workspace/t.py", line 5, in main'], "t.py:5 in main"),
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 5, in main', "    step(batch)"],
+     "t.py:5 in main: step(batch)"),
+    # a recursion's repeats are Python's note, not the frame's source (the source unreadable)
+    (["Traceback (most recent call last):", '  File "/workspace/t.py", line 3, in walk',
+      "  [Previous line repeated 996 more times]", "RecursionError: maximum recursion depth exceeded"],
+     "t.py:3 in walk"),
 ])
 def test_the_users_innermost_frame_is_found_under_torchs_own(lines, where):
     assert users_frame_in(lines) == where
