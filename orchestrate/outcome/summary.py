@@ -350,6 +350,12 @@ def interrupted_slurm_job(slurm: SlurmJob) -> str:
     return f"Slurm job {slurm.job_id} went with the cluster (Slurm did not stop it)"
 
 
+def slurm_exit_code(job: dict[str, str]) -> str:
+    """A Slurm job's exit code as Slurm gave it (``0:0``: the code, then the signal), or that it
+    gave none: never one made up."""
+    return job.get("ExitCode") or "not given by Slurm"
+
+
 def format_slurm_summary(outcome: RunResult) -> str:
     """The table and verdict of a run under Slurm, in Slurm's words and the workers'."""
     slurm = outcome.slurm
@@ -361,7 +367,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
     job = slurm.job
     if job:
         lines.append(f"job {slurm.job_id}: {job.get('JobState', '?')} (reason {job.get('Reason', '-')}),"
-                     f" exit code {job.get('ExitCode', '?')}, on {job.get('NodeList', '-')},"
+                     f" exit code {slurm_exit_code(job)}, on {job.get('NodeList', '-')},"
                      f" run time {job.get('RunTime', '-')}")
     bring_up = outcome.timings.bring_up_s or 0.0
     lines.append(f"bring-up {bring_up:.1f} s | job {outcome.timings.job_s:.1f} s")
@@ -375,10 +381,10 @@ def format_slurm_summary(outcome: RunResult) -> str:
     if outcome.teardown_error:
         lines.append(f"TEARDOWN FAILED: {outcome.teardown_error}")
     if outcome.succeeded:
-        lines.append(f"SUCCEEDED: Slurm job {slurm.job_id} COMPLETED, exit code {job.get('ExitCode', '0:0')}")
+        lines.append(f"SUCCEEDED: Slurm job {slurm.job_id} COMPLETED, exit code {slurm_exit_code(job)}")
         return "\n".join(lines)
     if outcome.job_succeeded:  # the job did, but the experiment asked for did not happen
-        lines.append(f"FAILED: Slurm job {slurm.job_id} COMPLETED, exit code {job.get('ExitCode', '0:0')},"
+        lines.append(f"FAILED: Slurm job {slurm.job_id} COMPLETED, exit code {slurm_exit_code(job)},"
                      f" but {'; and '.join(outcome.missed)}")
         return "\n".join(lines)
     if outcome.interrupted and outcome.stopped_by:
@@ -392,7 +398,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
         down = [f"{n} {i.get('State')} ({i.get('Reason') or 'no reason given'})" for n, i in sorted(slurm.nodes.items())
                 if any(s in i.get("State", "") for s in _SLURM_TROUBLE)]
         lines.append(f"FAILED: Slurm job {slurm.job_id} {slurm.state} (reason {job.get('Reason', '-')},"
-                     f" exit code {job.get('ExitCode', '?')})" + (f"; Slurm reports {', '.join(down)}" if down else ""))
+                     f" exit code {slurm_exit_code(job)})" + (f"; Slurm reports {', '.join(down)}" if down else ""))
         failure = outcome.failure
         if failure is not None and failure.rank is not None:
             # A peer's closed connection only follows from what Slurm reported: say so, briefly.

@@ -248,6 +248,19 @@ def test_failed_summary_says_what_slurm_reported(tmp_path):
     assert unfired.exit_code == 1
     assert text.splitlines()[-1] == ("FAILED: Slurm job 5 COMPLETED, exit code 0:0, but 1 fault(s) asked for never"
                                      " fired: kill:node1@t=500")
+    # Slurm gave no exit code: the job line and the verdict say so alike, and neither makes one up
+    unsaid = RunResult("r4", tmp_path, [], Timings(),
+                       slurm=SlurmJob("6", job={"JobState": "COMPLETED", "NodeList": "n[0-1]"}))
+    lines = format_slurm_summary(unsaid).splitlines()
+    assert lines[-1] == "SUCCEEDED: Slurm job 6 COMPLETED, exit code not given by Slurm"
+    assert "job 6: COMPLETED (reason -), exit code not given by Slurm, on n[0-1], run time -" in lines
+    unsaid.slurm.job = {"JobState": "FAILED", "Reason": "NonZeroExitCode"}
+    assert format_slurm_summary(unsaid).splitlines()[-1] == ("FAILED: Slurm job 6 FAILED (reason NonZeroExitCode,"
+                                                             " exit code not given by Slurm)")
+    unsaid.slurm.job, unsaid.faults = {"JobState": "COMPLETED"}, unfired.faults
+    assert format_slurm_summary(unsaid).splitlines()[-1] == ("FAILED: Slurm job 6 COMPLETED, exit code not given by"
+                                                             " Slurm, but 1 fault(s) asked for never fired:"
+                                                             " kill:node1@t=500")
 
 
 def test_the_plan_of_a_slurm_run_shows_its_cluster_and_the_script_its_run_submits(make_job, tmp_path, monkeypatch):
@@ -748,9 +761,11 @@ def test_a_slurm_summary_says_each_nodes_state_and_the_jobs_line_whole(tmp_path)
     # what Slurm did not say is said as not known, and no table of nodes it said nothing of
     bare = RunResult("r2", tmp_path / "r2", [], Timings(), slurm=SlurmJob("5", job={"JobState": "TIMEOUT"}))
     assert format_slurm_summary(bare).splitlines()[1:4] == [
-        "=== run r2 summary (Slurm job 5) ===", "job 5: TIMEOUT (reason -), exit code ?, on -, run time -",
+        "=== run r2 summary (Slurm job 5) ===",
+        "job 5: TIMEOUT (reason -), exit code not given by Slurm, on -, run time -",
         "bring-up 0.0 s | job 0.0 s"]
-    assert format_slurm_summary(bare).splitlines()[-1] == "FAILED: Slurm job 5 TIMEOUT (reason -, exit code ?)"
+    assert format_slurm_summary(bare).splitlines()[-1] == ("FAILED: Slurm job 5 TIMEOUT (reason -, exit code not given"
+                                                           " by Slurm)")
     # the launcher's own error, and a teardown that failed after it, each in a line of its own
     refused = RunResult("r3", tmp_path / "r3", [], Timings(), error="sbatch refused the job: Invalid partition",
                         teardown_error="scancel: no such job", slurm=SlurmJob("6", job={"JobState": "FAILED"}))
