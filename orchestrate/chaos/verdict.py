@@ -3,10 +3,10 @@
 A trial **does not hold** when the disturbed job did not complete, a scheduled fault did not
 fire, a compared file or per-step metric differs, more steps were redone than
 ``--max-steps-redone``, or no run with faults was made (nothing was tested). It is
-**inconclusive** when it could not have failed for a broken resume: no fault ended an attempt (a pause the job waited out), none that did struck after the
-job had written a file in its work directory (so there was nothing to resume from), or no attempt
-resumed although the job had saved. Otherwise it
-**holds**. A check holds only when every trial holds.
+**inconclusive** when it could not have failed for a broken resume: no fault ended an attempt (a
+pause the job waited out), none that did struck after the job had written a file in its work
+directory (so there was nothing to resume from), or no attempt resumed although the job had
+saved. Otherwise it **holds**. A check holds only when every trial holds.
 """
 from __future__ import annotations
 
