@@ -140,16 +140,19 @@ def script_reports() -> bool:
     return _reported_by_script
 
 
-def report_counted(step: int) -> None:
-    """Report a step counted by the workers' start-up hook (the optimizer's steps)."""
-    _write_step(step, {}, counted=True)
+def report_counted(step: int, taken: float) -> None:
+    """Report a step counted by the workers' start-up hook (the optimizer's steps), taken at
+    epoch time ``taken`` (a first step is reported at the second: see
+    :mod:`orchestrate.node.step_counter`)."""
+    _write_step(step, {}, counted=True, taken=taken)
 
 
-def _write_step(step: int, metrics: dict, counted: bool = False) -> None:
+def _write_step(step: int, metrics: dict, counted: bool = False, taken: Optional[float] = None) -> None:
     channel = _get_channel()
     if channel is None:
         return
-    record = {"rank": channel.rank, "step": int(step), "time": time.time(), **{k: float(v) for k, v in metrics.items()}}
+    record = {"rank": channel.rank, "step": int(step), "time": time.time() if taken is None else taken,
+              **{k: float(v) for k, v in metrics.items()}}
     if counted:
         record["counted"] = "optimizer"
     channel.write(record)
@@ -226,9 +229,15 @@ def report_debugger(state: dict[str, Any]) -> None:
 
 def report_resumed(step: int) -> None:
     """Report that this rank resumed from a checkpoint taken at ``step``."""
+    report_counted_resume(step, time.time())
+
+
+def report_counted_resume(step: int, taken: float) -> None:
+    """Report a resume the workers' start-up hook read from an optimizer's own step count, at
+    epoch time ``taken`` (its first step here)."""
     channel = _get_channel()
     if channel is not None:
-        channel.write({"rank": channel.rank, "resumed": int(step), "time": time.time()})
+        channel.write({"rank": channel.rank, "resumed": int(step), "time": taken})
 
 
 def report_finished() -> None:

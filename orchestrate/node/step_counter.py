@@ -14,11 +14,14 @@ how ``torch.distributed.checkpoint``'s ``get_state_dict`` gives a fresh optimize
 before a resume loads into it; counted, it would hide where the resumed job starts.
 
 Nothing is reported before the second step: a script that reports its own steps does so after
-its first, and the counter then stays out of the channel altogether. Standard library only;
-torch's optimizer is reached through the hook's arguments.
+its first, and the counter then stays out of the channel altogether. A step held so is reported
+with the time it was taken, not the second step's: a file saved between the two is then after
+step 1, as it was. Standard library only; torch's optimizer is reached through the hook's
+arguments.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 
@@ -50,13 +53,15 @@ def changes_nothing(optimizer: Any) -> bool:
 
 class StepCounter:
     """Counts optimizer steps (see the module's text); ``report`` and ``report_resumed`` are the
-    progress channel's, ``script_reports`` says whether the script reports its own."""
+    progress channel's (each given a step and the epoch time it was taken), ``script_reports``
+    says whether the script reports its own, ``clock`` gives the time."""
 
-    def __init__(self, report: Callable[[int], None], report_resumed: Callable[[int], None],
-                 script_reports: Callable[[], bool]) -> None:
+    def __init__(self, report: Callable[[int, float], None], report_resumed: Callable[[int, float], None],
+                 script_reports: Callable[[], bool], clock: Callable[[], float] = time.time) -> None:
         self.report = report
         self.report_resumed = report_resumed
         self.script_reports = script_reports
+        self.clock = clock
         self.counts: Dict[int, int] = {}
         self.reported = 0
         self.held: List[Callable[[], None]] = []  # the first step's reports, until the second
@@ -67,16 +72,17 @@ class StepCounter:
         if changes_nothing(optimizer):
             return
         key = id(optimizer)
+        taken = self.clock()
         if key not in self.counts:
             carried = carried_step(optimizer)
             self.counts[key] = carried - 1 if carried is not None and carried > 1 else 0
             if self.counts[key] > self.reported:
                 self.reported = resumed = self.counts[key]
-                self.say(lambda: self.report_resumed(resumed))
+                self.say(lambda: self.report_resumed(resumed, taken))
         self.counts[key] += 1
         if self.counts[key] > self.reported:
             self.reported = step = self.counts[key]
-            self.say(lambda: self.report(step))
+            self.say(lambda: self.report(step, taken))
             self.started = True
 
     def say(self, report: Callable[[], None]) -> None:
@@ -95,9 +101,9 @@ class StepCounter:
 
 def install() -> StepCounter:
     """Register a counter on every optimizer of this process (torch is imported by then)."""
-    from orchestrate.node.progress import report_counted, report_resumed, script_reports
+    from orchestrate.node.progress import report_counted, report_counted_resume, script_reports
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    counter = StepCounter(report_counted, report_resumed, script_reports)
+    counter = StepCounter(report_counted, report_counted_resume, script_reports)
     register_optimizer_step_post_hook(counter.after_step)
     return counter

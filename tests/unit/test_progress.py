@@ -52,6 +52,18 @@ def test_steps_and_resumes_reach_the_reader_and_torn_lines_wait(tmp_path, monkey
     assert [r.step for r in reader.poll()] == [10]
 
 
+def test_counted_steps_and_resumes_keep_the_time_they_were_taken_and_say_they_were_counted(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(progress, "_channel", None)
+    progress.report_counted_resume(3, 1000.25)
+    progress.report_counted(4, 1000.25)
+    progress.report_counted(5, 1002.5)
+    records = ProgressReader(tmp_path).poll()
+    assert [(r.resumed, r.step, r.time, r.counted) for r in records] == [
+        (3, None, 1000.25, False), (None, 4, 1000.25, True), (None, 5, 1002.5, True)]
+
+
 def test_a_finished_rank_says_after_which_step_and_is_no_step_itself(tmp_path, monkeypatch):
     monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
     monkeypatch.setenv("RANK", "1")

@@ -20,8 +20,21 @@ class FloatTensor:
 
 def counter(script_reports: bool = False) -> tuple[StepCounter, list]:
     said: list = []
-    return StepCounter(lambda s: said.append(("step", s)), lambda s: said.append(("resumed", s)),
+    return StepCounter(lambda s, _: said.append(("step", s)), lambda s, _: said.append(("resumed", s)),
                        lambda: script_reports), said
+
+
+def test_a_held_first_step_is_reported_with_the_time_it_was_taken_not_the_seconds():
+    said: list = []
+    clock = iter([100.0, 107.5, 109.0])
+    count = StepCounter(lambda s, t: said.append(("step", s, t)), lambda s, t: said.append(("resumed", s, t)),
+                        lambda: False, clock=lambda: next(clock))
+    adam = Optimizer(step=FloatTensor(5.0))  # resumed from step 4: its first step here is its 5th
+    count.after_step(adam)  # taken at 100.0, held
+    adam.state["weight"]["step"] = FloatTensor(6.0)
+    count.after_step(adam)  # taken at 107.5 (a save between the two took 7 s)
+    count.after_step(adam)
+    assert said == [("resumed", 4, 100.0), ("step", 5, 100.0), ("step", 6, 107.5), ("step", 7, 109.0)]
 
 
 def test_steps_are_counted_and_the_first_held_until_the_second():

@@ -25,13 +25,15 @@ def run_hooked(tmp_path: Path, script: Path, *args: str) -> dict[int, list[dict]
 
 
 def test_a_plain_scripts_optimizer_steps_reach_the_progress_channel(tmp_path):
-    records = run_hooked(tmp_path, JOBS / "plain_sgd.py", "--steps", "12", "--step-seconds", "0")
+    records = run_hooked(tmp_path, JOBS / "plain_sgd.py", "--steps", "12", "--step-seconds", "0.1")
     for rank in (0, 1):
         asked, made, *steps, last = records[rank]
         assert asked["init_asked"]["world_size"] == 2  # the call as it was made, first
         assert made["init_call"]["world_size"] == 2  # then the group it made
         assert [r["step"] for r in steps] == list(range(1, 13))
         assert {r["counted"] for r in steps} == {"optimizer"}
+        # step 1, held until step 2, keeps its own time: 0.1 s of sleep after each step
+        assert all(later["time"] - earlier["time"] >= 0.09 for earlier, later in zip(steps, steps[1:])), steps
         assert (last["finished"], last["after_step"]) == (True, 12)  # the hook's word that the script returned
 
 
