@@ -43,6 +43,10 @@ CHAOS_FILE = "chaos.json"
 CHAOS_DIR = re.compile(r"chaos-\d{8}-\d{6}-[0-9a-f]{6}")
 # Restarts an elastic run may use beyond one per fault: a fault is one recovery, and a little slack.
 SPARE_RESTARTS = 2
+# How far behind a worker's clock a file's modification time may be: the kernel stamps it from its
+# coarse clock, up to a tick behind (4 ms at HZ=250, 10 at HZ=100). Measured here: a save begun
+# 1.3 ms after a step's report had a modification time 3.9 ms before it.
+MTIME_BEHIND_S = 0.02
 
 
 class ChaosCheck:
@@ -181,7 +185,8 @@ class ChaosCheck:
 def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Reference:
     """Where the undisturbed run trained and first saved: its steps, its first write in the work
     directory (the first still there at its end, where any was) and the first step reported after
-    it."""
+    it: later than its modification time by more than that time can be behind, so the write surely
+    came before that step."""
     attempts = attempts_of(records)
     last = job_steps(attempts[-1]) if attempts else None
     kept = [w for w in result.writes or [] if w.kept]  # a temporary file renamed onto a save is no save
@@ -189,7 +194,7 @@ def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Referen
     if first is None:
         return Reference(last, result.timings.job_s)
     after = [r.step for r in sorted(one_ranks_records(records), key=lambda r: r.time)
-             if r.step is not None and r.time > first.time]
+             if r.step is not None and r.time > first.time + MTIME_BEHIND_S]
     into_s = first.time - result.started_time if result.started_time is not None else None
     return Reference(last, result.timings.job_s, first.path, into_s, after[0] if after else None)
 
