@@ -222,7 +222,7 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
     calls that asked for what torchrun gave, or numbered the ranks in another order, say nothing."""
     from orchestrate.hangs.diagnosis import HangDiagnosis
     from orchestrate.node import progress
-    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.model import FaultRecord, RunResult, Timings
     from orchestrate.outcome.node_result import NodeResult
     from orchestrate.outcome.record import outcome_record
     from orchestrate.outcome.states import NodePhase
@@ -268,6 +268,12 @@ def test_a_run_whose_ranks_asked_for_another_world_is_warned_whatever_its_end(tm
                          f" ({facts}); under torchrun leave init_method, rank and world_size out: env:// reads what"
                          " torchrun sets")
     assert not [ln for ln in lines if ln.startswith("warning:")]  # said once, in the FAILED line
+    unfired = RunResult("r1", tmp_path, nodes, Timings(), init_calls=watch.groups_made(),
+                        faults=[FaultRecord("kill:node1@step=99", "node1", fired=False)])
+    assert format_summary(unfired).splitlines()[-1] == (
+        "FAILED: all 2 nodes exited 0, but 1 fault(s) asked for never fired: kill:node1@step=99; and the ranks did"
+        f" not form the one job torchrun started ({facts}); under torchrun leave init_method, rank and world_size out:"
+        " env:// reads what torchrun sets")
     assert f"FAILED (exit code 1): the ranks did not form the one job torchrun started ({facts})" in repr(result)
     failed = RunResult("r0", tmp_path, [NodeResult(nodes[0].node, NodePhase.FAILED, 1), nodes[1]], Timings(),
                        init_calls=watch.groups_made())

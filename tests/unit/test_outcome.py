@@ -1017,3 +1017,120 @@ def test_a_hang_in_init_process_group_after_a_loss_says_the_loss_came_before_the
                                                                             cause="no progress for 7 s")))
     results[1].state, results[1].lost = NodePhase.STOPPED, ""
     assert "lost for good before they met" not in format_summary(outcome(results, hang=hang))
+
+
+def test_the_summary_names_every_node_lost_for_good_in_each_ending_line_for_line(make_job):
+    # one lost node and several: the SUCCEEDED line, an interrupt's and a failure's, read whole
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+    from orchestrate.hangs.stacks import StackGroup
+
+    plan2, plan3 = make_job(nodes=2, rdzv="c10d", min_nodes=1), make_job(nodes=3, rdzv="c10d", min_nodes=1)
+    one = results_for(plan2, (NodePhase.SUCCEEDED, 0, 9.0, None), (NodePhase.LOST, 137, 3.0, None))
+    one[1].lost = "lose:node1@step=3"
+    assert format_summary(outcome(one)).splitlines()[-1] == (
+        "SUCCEEDED: 1 of 2 nodes exited 0; node1 was lost for good (lose:node1@step=3), and the job went on without it")
+    two = results_for(plan3, (NodePhase.SUCCEEDED, 0, 9.0, None), (NodePhase.LOST, 137, 3.0, None),
+                      (NodePhase.LOST, 137, 5.0, None))
+    two[1].lost, two[2].lost = "lose:node1@step=3", "lose:node2@t=5"
+    assert format_summary(outcome(two)).splitlines()[-1] == (
+        "SUCCEEDED: 1 of 3 nodes exited 0; node1 and node2 were lost for good (lose:node1@step=3, lose:node2@t=5),"
+        " and the job went on without them")
+    two[0].state, two[0].exit_code = NodePhase.STOPPED, 130
+    assert ("INTERRUPTED by SIGINT: every node left was stopped; node1 and node2 had been lost for good"
+            " (lose:node1@step=3, lose:node2@t=5)") in format_summary(outcome(two, interrupted=True)).splitlines()
+    # the ranks left wait in init_process_group for two lost nodes' ranks; a hang no rank answered says nothing of it
+    two[0].state, two[0].exit_code = NodePhase.STOPPED, 143
+    joining = HangDiagnosis(7.0, [StackGroup((0,), (), "init_process_group at train.py:9 in <module>")], {}, None,
+                            cause="no progress for 7 s")
+    assert ("  the ranks left wait for the ranks of node1 (lose:node1@step=3) and node2 (lose:node2@t=5), lost for"
+            " good before they met: a loss then fails no worker, so torchrun restarts none, and they wait until the"
+            " process group's timeout (lose a node once the job trains, at a step: @step=N)"
+            ) in format_summary(outcome(two, hang=joining)).splitlines()
+    unanswered = HangDiagnosis(7.0, [], {}, None, cause="no progress for 7 s")
+    assert "lost for good before they met" not in format_summary(outcome(two, hang=unanswered))
+    # a failure after two other nodes were lost: both named, and how many nodes were left
+    plan4 = make_job(nodes=4, rdzv="c10d", min_nodes=1)
+    three = results_for(plan4, (NodePhase.FAILED, 1, 9.0, RootCause(0, 0, 1, "RuntimeError: Connection closed by"
+                                                                     " peer")),
+                        (NodePhase.LOST, 137, 2.0, None), (NodePhase.LOST, 137, 3.0, None),
+                        (NodePhase.LOST, 137, 5.0, None))
+    three[1].lost, three[2].lost, three[3].lost = "lose:node1@t=2", "lose:node2@t=3", "lose:node3@t=5"
+    lines = format_summary(outcome(three)).splitlines()
+    assert ("FAILED: node3 was lost for good (injected fault lose:node3@t=5), and the nodes left could not go on"
+            " without it: node0 failed") in lines
+    assert ("  after node1 and node2 were lost for good (lose:node1@t=2, lose:node2@t=3): the job went on with 1 of 4"
+            " nodes") in lines
+
+
+def test_the_summary_reads_whole_where_the_hang_watchdog_looked(make_job):
+    # every line of the watchdog's look follows the ending's: hung, interrupted while quiet, and a
+    # collective's timeout while a rank still worked
+    from orchestrate.hangs.diagnosis import HangDiagnosis, RankActivity
+    from orchestrate.hangs.stacks import StackGroup
+
+    plan = make_job(nodes=2)
+    groups = [StackGroup((0,), (), "all_reduce at train.py:20 in <module>"),
+              StackGroup((1,), (), "barrier at train.py:25 in <module>")]
+    where = ["  rank 0: all_reduce at train.py:20 in <module>", "  rank 1: barrier at train.py:25 in <module>"]
+    stopped = results_for(plan, (NodePhase.STOPPED, 143, 9.0, None), (NodePhase.STOPPED, 143, 9.0, None))
+    hung = format_summary(outcome(stopped, hang=HangDiagnosis(7.0, groups, {}, None, cause="no progress for 7 s")))
+    assert hung.splitlines()[-3:] == [
+        "HUNG: no progress for 7 s: rank 0: all_reduce at train.py:20 in <module>; rank 1: barrier at train.py:25 in"
+        " <module>", *where]
+    working = HangDiagnosis(7.0, groups, {}, None, hung=False, activities=[RankActivity(1, "busy", "computing")])
+    interrupted = format_summary(outcome(stopped, hang=working, interrupted=True)).splitlines()
+    assert interrupted[-5:] == ["INTERRUPTED by SIGINT: every node was stopped",
+                                "  at the last look: no output for 7 s, but the job is working: rank 1 computing",
+                                *where, "  rank 1 is computing"]
+    failed = results_for(plan, (NodePhase.FAILED, 1, 9.0, RootCause(0, 0, 1, "RuntimeError: timed out")),
+                         (NodePhase.STOPPED, 143, 9.0, None))
+    timed_out = HangDiagnosis(7.0, groups, {}, None, hung=False, timed_out=True, cause="a collective timed out",
+                              activities=[RankActivity(1, "busy", "computing")])
+    lines = format_summary(outcome(failed, hang=timed_out)).splitlines()
+    at = lines.index("  a collective timed out as the job still worked: rank 1 computing")
+    assert lines[at + 1:at + 4] == [*where, "  rank 1 is computing"]
+
+
+def test_the_summary_reads_whole_in_its_rarer_branches(make_job, tmp_path):
+    from orchestrate.outcome.model import SlurmJob
+    from orchestrate.outcome.summary import format_slurm_summary
+
+    slurm = RunResult("r1", tmp_path, [], Timings(), slurm=SlurmJob("4", job={"JobState": "COMPLETED", "ExitCode": "0:0"}))
+    assert format_summary(slurm) == format_slurm_summary(slurm) and "Slurm" in format_summary(slurm)
+    # an elastic node's ranks are the rendezvous', and a phase not timed is "-"
+    elastic = make_job(nodes=2, rdzv="c10d", min_nodes=1)
+    results = results_for(elastic, (NodePhase.SUCCEEDED, 0, 1.0, None), (NodePhase.SUCCEEDED, 0, 1.0, None))
+    text = RunResult("run-1", Path("/tmp/runs/run-1"), results, Timings(None, None, 3.0, None))
+    assert format_summary(text).splitlines()[4:7] == ["node0  elastic  succeeded  0          1.0 s",
+                                                       "node1  elastic  succeeded  0          1.0 s",
+                                                       "bring-up - | rendezvous - | job 3.0 s | teardown -"]
+    # a fault that fired before the job's first step is said with no detail of its own
+    plan = make_job(nodes=2)
+    ok = results_for(plan, (NodePhase.SUCCEEDED, 0, 1.0, None), (NodePhase.SUCCEEDED, 0, 1.0, None))
+    early = FaultRecord("kill:node1@t=1", "node1", elapsed_s=1.0, before_first_step=True)
+    said = [ln for ln in format_summary(outcome(ok, faults=[early])).splitlines() if ln.startswith("fault injected:")]
+    assert said == [f"fault injected: {early.describe()}"] and "before its first step" in said[0]
+    # no failure found and nothing else said: that not every node exited 0; with the run's own error, that alone
+    stopped = results_for(plan, (NodePhase.STOPPED, 143, 1.0, None), (NodePhase.STOPPED, 143, 1.0, None))
+    assert format_summary(outcome(stopped)).splitlines()[-1] == "FAILED: not every node exited 0"
+    limited = format_summary(outcome(stopped, error="timed out after 60 s")).splitlines()
+    assert limited[-1] == "FAILED: timed out after 60 s" and "FAILED: not every node exited 0" not in limited
+    # a node stopped after the failure is not said OOM-killed too, however its kernel counted
+    failed = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(1, 0, 1, "RuntimeError: boom")),
+                         (NodePhase.STOPPED, 143, 6.0, None))
+    failed[1].oom_kills = 2
+    assert not [ln for ln in format_summary(outcome(failed)).splitlines() if "OOM-killed too" in ln]
+
+
+def test_a_failures_traceback_shows_its_last_15_lines_and_last_lines_name_the_rank(make_job):
+    plan = make_job(nodes=2)
+    results = results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(1, 0, 1, "RuntimeError: boom")),
+                          (NodePhase.STOPPED, 143, 6.0, None))
+    frames = "".join(f'  File "t.py", line {n}, in f{n}\n' for n in range(1, 20))
+    results[0].root_cause.traceback = f"Traceback (most recent call last):\n{frames}RuntimeError: boom\n\n\n"
+    lines = format_summary(outcome(results)).splitlines()
+    at = lines.index("traceback from the error file of node0/rank1:")
+    assert lines[at + 1:] == [*(f'  |   File "t.py", line {n}, in f{n}' for n in range(6, 20)), "  | RuntimeError: boom"]
+    results[0].root_cause.traceback = ""
+    lines = format_summary(outcome(results)).splitlines()
+    assert lines[-2:] == ["last lines of node0/rank1:", "  | last of node0"]
