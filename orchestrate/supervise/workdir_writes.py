@@ -66,7 +66,7 @@ class WorkdirWrites:
                     continue
                 relative = os.path.relpath(path, self.root)
                 present.add(relative)
-                if mtime >= self.since and self.seen.get(relative) != mtime and relative not in self.written:
+                if mtime >= self.since and relative not in self.written:
                     self.written[relative] = WrittenFile(relative, mtime)
                 self.seen[relative] = mtime
         self.present = present

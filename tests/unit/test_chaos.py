@@ -262,6 +262,66 @@ def test_an_attempt_that_resumed_says_where_from_and_the_fault_before_it_what_wa
     assert [a.first_time for a in attempts_of(asked + made + records, 10, completed=True)] == [101.0, 110.0]
 
 
+def test_a_resumed_record_alone_makes_an_attempt_and_says_where_it_started_whatever_else_would():
+    # the second attempt said it resumed from step 2 (not 10 - 6 = 4, which the reference would
+    # give); the third died after saying it resumed, before its first step; a rank's token with
+    # neither a step nor a resume is no attempt
+    records = (steps(0, "a", range(1, 7), 101.0) + [ProgressRecord(0, 110.0, resumed=2, attempt="b")]
+               + steps(0, "b", range(3, 9), 111.0) + [ProgressRecord(0, 120.0, resumed=8, attempt="c"),
+                                                      ProgressRecord(0, 121.0, attempt="d", finished=True)])
+    attempts = attempts_of(records, reference_steps=10, completed=True)
+    assert [(a.token, a.resumed, a.offset, a.count) for a in attempts] == [
+        ("a", None, 0, 6), ("b", 2, 2, 6), ("c", 8, 8, 0)]
+    # the last attempt's start is the reference's less its steps only for a job that completed
+    counted = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 5), 111.0)
+    assert [a.offset for a in attempts_of(counted, reference_steps=10)] == [0, None]
+    assert [a.offset for a in attempts_of(counted, reference_steps=10, completed=True)] == [0, 6]
+    assert attempts_of([ProgressRecord(0, 100.0, attempt="a", finished=True)]) == []  # no rank reported a step
+
+
+def test_an_attempts_step_is_the_jobs_once_its_start_is_known():
+    from orchestrate.chaos.attempts import Attempt
+    assert Attempt("b", 1.0, [(1, 2.0)], counted=True, offset=10).job_step(3) == 13
+    assert Attempt("b", 1.0, [(1, 2.0)], counted=True).job_step(3) is None
+    assert Attempt("b", 1.0, [(7, 2.0)], counted=False).job_step(7) == 7  # the script's own numbers
+
+
+def test_each_strike_is_read_whole_with_what_is_not_known_said_so():
+    from orchestrate.chaos.attempts import lasts
+    # counted steps: the second attempt's start is not known (the job did not complete)
+    attempts = attempts_of(steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 5), 111.0), 10)
+    [kill] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, None)  # the work directory not followed
+    assert kill == Strike("kill:node1@step=6", 6.5, 6, 6, 5.5, None, True, None, None)
+    assert (kill.describe_struck(), kill.describe_saved()) == ("6 step(s), 5.5 s training", "unknown")
+    assert kill.describe_next() == ("started from a step not known (its steps were counted from 1, with no step count"
+                                    " carried)")
+    assert Strike("k", 1.0, 3, 3, None, (), True, 5, None).describe_struck() == "3 step(s)"
+    assert Strike("k", 1.0, 3, 3, None, (), True, 5, None).describe_next() == "resumed from step 5"
+    assert Strike("k", 1.0, 3, 3, None, (), True, 0, None).describe_next() == "restarted from the beginning"
+    # a fault with no time it fired at is not placed; one before the first attempt struck its start-up
+    assert strikes([FaultRecord("kill:node1@t=1", "node1", elapsed_s=1.0)], attempts, []) == []
+    [early] = strikes([fired("kill:node1@t=0.5", 100.5)], attempts, [])
+    assert (early.steps_done, early.describe_struck(), early.training_s, early.saved) == (
+        0, "in its start-up (no step yet)", None, ())
+    # a fault between an attempt's resume and its first step struck it with no step done
+    resumed = attempts_of([ProgressRecord(0, 101.0, resumed=4, attempt="a")] + steps(0, "a", range(5, 9), 103.0)
+                          + steps(0, "b", range(5, 9), 111.0, counted=False))
+    [between] = strikes([fired("kill:node1@t=2", 102.0)], resumed, [])
+    assert (between.steps_done, between.restarted, between.resumed_from, between.redone) == (0, True, 4, None)
+    # a rank read a step behind the launcher: the step the fault fired at counts, not the one after
+    behind = attempts_of(steps(0, "a", [1, 2], 101.0) + [ProgressRecord(0, 103.2, step=3, attempt="a", counted=True),
+                                                          ProgressRecord(0, 104.0, step=4, attempt="a", counted=True)])
+    [at_three] = strikes([fired("kill:node1@step=3", 103.0, 3)], behind, [])
+    assert at_three.steps_done == 3
+    assert (lasts("pause:node1@t=5..10"), lasts("kill:node1@t=5"), lasts("no such fault")) == (True, False, False)
+
+
+def test_steps_redone_are_every_attempts_less_the_undisturbed_runs():
+    attempts = attempts_of(steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 5), 111.0), 10)
+    assert (steps_redone(attempts, 10), steps_redone(attempts, 12), steps_redone(attempts, None),
+            steps_redone([], 10)) == (0, 0, None, None)
+
+
 def test_counted_steps_without_a_carried_count_resume_as_far_as_the_last_attempt_tells():
     # SGD: every attempt counts from 1; the last one of a completed job did 10 - 4 steps: from step 4
     records = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 7), 111.0)

@@ -1,0 +1,88 @@
+"""The files a job writes in its work directory, as the launcher follows them: what is walked,
+what counts as written and when, how often it looks, and when it gives up."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from orchestrate.supervise import workdir_writes
+from orchestrate.supervise.workdir_writes import WorkdirWrites
+
+
+def write(path: Path, mtime: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("x")
+    os.utime(path, (mtime, mtime))
+
+
+def test_hidden_directories_caches_and_the_runs_directory_are_left_out(tmp_path):
+    for name in ("ckpt/model.pt", "log.txt", ".git/objects/ab", ".cache/x", "__pycache__/m.pyc",
+                 "src/__pycache__/n.pyc", "node_modules/p/index.js", "runs/20261202-1/node0.log", "runs/index.json",
+                 "src/.hidden/y", "src/runs/kept.txt"):
+        write(tmp_path / name, 1000.0)
+    writes = WorkdirWrites(tmp_path, since=500.0, skip=[tmp_path / "runs"])
+    writes.walk()
+    # only the runs directory given is skipped, not another of that name; a hidden file is a write
+    assert sorted(w.path for w in writes.files()) == ["ckpt/model.pt", "log.txt", "src/runs/kept.txt"]
+    (tmp_path / ".env").write_text("x")
+    os.utime(tmp_path / ".env", (1000.0, 1000.0))
+    writes.walk()
+    assert ".env" in [w.path for w in writes.files()]
+
+
+def test_a_file_is_written_from_the_runs_start_on_with_its_modification_time_then(tmp_path):
+    write(tmp_path / "before.txt", 499.0)
+    write(tmp_path / "at.txt", 500.0)
+    write(tmp_path / "after.pt", 700.5)
+    writes = WorkdirWrites(tmp_path, since=500.0)
+    writes.walk()
+    assert [(w.path, w.time, w.kept) for w in writes.files()] == [("at.txt", 500.0, True), ("after.pt", 700.5, True)]
+    os.utime(tmp_path / "before.txt", (800.0, 800.0))  # changed during the run: written now
+    os.utime(tmp_path / "after.pt", (900.0, 900.0))  # written again: its first write's time stays
+    writes.walk()
+    assert [(w.path, w.time) for w in writes.files()] == [("at.txt", 500.0), ("after.pt", 700.5), ("before.txt", 800.0)]
+    assert writes.latest() == "after.pt"  # the newest modification
+
+
+def test_a_file_gone_between_the_listing_and_its_stat_is_skipped_not_the_rest(tmp_path, monkeypatch):
+    write(tmp_path / "a.pt", 1000.0)
+    write(tmp_path / "b.pt", 1000.0)
+    monkeypatch.setattr(workdir_writes.os, "walk", lambda root: iter([(str(root), [], ["gone.tmp", "a.pt", "b.pt"])]))
+    writes = WorkdirWrites(tmp_path, since=0.0)
+    writes.walk()
+    assert [w.path for w in writes.files()] == ["a.pt", "b.pt"]
+
+
+def test_it_looks_at_once_then_spends_at_most_about_5_percent_of_the_time_walking(tmp_path):
+    write(tmp_path / "a.pt", 1000.0)
+    ticks = iter([100.0, 100.5, 100.5,  # a walk of 0.5 s: the next 10 s after it
+                  111.0, 111.01, 111.01])  # a walk of 10 ms: the next 2 s after it
+    writes = WorkdirWrites(tmp_path, since=0.0, clock=lambda: next(ticks))
+    writes.poll(0.0)  # the first poll walks
+    assert [w.path for w in writes.files()] == ["a.pt"] and writes.next_at == 110.5
+    write(tmp_path / "b.pt", 1000.0)
+    writes.poll(110.4)
+    assert [w.path for w in writes.files()] == ["a.pt"]  # not yet
+    writes.poll(110.5)
+    assert [w.path for w in writes.files()] == ["a.pt", "b.pt"] and writes.next_at == 113.01
+
+
+def test_more_entries_than_it_walks_gives_up_and_says_nothing_of_the_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(workdir_writes, "MAX_ENTRIES", 8)
+    for name in ("a/1", "a/2", "a/3", "b/1", "b/2", "b/3"):  # 2 directories and 6 files: 8 entries
+        write(tmp_path / name, 1000.0)
+    writes = WorkdirWrites(tmp_path, since=0.0)
+    writes.walk()
+    assert len(writes.files()) == 6 and writes.followed
+    write(tmp_path / "b" / "4", 1000.0)  # 9, over the limit
+    writes.walk()
+    assert (writes.followed, writes.files(), writes.latest()) == (False, None, None)
+    (tmp_path / "b" / "4").unlink()
+    writes.poll(1e9)  # no longer followed: never walked again
+    assert writes.files() is None
+
+
+def test_a_work_directory_that_is_not_there_is_not_followed(tmp_path):
+    writes = WorkdirWrites(tmp_path / "missing", since=0.0)
+    writes.poll(0.0)
+    assert (writes.followed, writes.files(), writes.latest()) == (False, None, None)
