@@ -326,3 +326,22 @@ def test_run_pdb_gives_every_node_the_switch_the_hook_reads_and_a_slurm_run_refu
     assert main(["run", "--scheduler", "slurm", "--cpu", "--pdb"], out=io.StringIO()) == 2
     assert capsys.readouterr().err == ("error: --pdb is for --scheduler compose: Slurm's srun starts the workers without"
                                        " the start-up hook that takes their pdb to `debug RUN RANK`\n")
+
+
+def test_the_ranks_in_their_debugger_are_read_from_the_progress_channel_with_their_process_and_time(tmp_path):
+    from orchestrate.supervise.progress import DebuggerWatch
+
+    def said(*records: dict) -> None:
+        with open(tmp_path / "rank0.jsonl", "a") as handle:
+            handle.writelines(json.dumps({"rank": 0, "node": "node0", **r}) + "\n" for r in records)
+
+    watch = DebuggerWatch(tmp_path)
+    said({"attempt": "p1", "time": 1000.5, "debugger": {"state": WAITS, "call": "breakpoint()", "file": "bp.py",
+                                                        "line": 9, "function": "<module>"}})
+    assert watch.ranks() == {0: RankInDebugger(0, "node0", "p1", "breakpoint()", "bp.py", 9, "<module>", 1000.5)}
+    said({"attempt": "p1", "time": 1003.0, "finished": True})  # its script ended: in no debugger
+    assert watch.ranks() == {}
+    said({"attempt": "p2", "time": 1010.0, "debugger": {"state": WAITS, "call": "breakpoint()", "file": "bp.py",
+                                                        "line": 9, "function": "<module>"}},
+         {"attempt": "p3", "time": 1020.0, "step": 1})  # a restart's new process of the rank
+    assert watch.ranks() == {}

@@ -403,11 +403,21 @@ def test_progress_watch_follows_the_steps_and_times_the_resume(tmp_path):
     recovery = Recovery("node1", "its death", failed_at=11.0, step_before=5)
     with open(tmp_path / "rank0.jsonl", "a") as handle:
         handle.write(json.dumps({"rank": 0, "resumed": 2, "time": 2.0}) + "\n")
-        handle.writelines(json.dumps({"rank": 0, "step": s, "time": 3.0}) + "\n" for s in (3, 4))
+        handle.write(json.dumps({"rank": 0, "step": 3, "time": 3.0}) + "\n")
     watch.poll(14.5, recovery)
     assert (recovery.resumed_from, recovery.resumed_at, recovery.recovery_s, recovery.steps_lost) == (2, 14.5, 3.5, 3)
     assert recorder.events == [("resumed", {"node": "node1", "step": 3, "recovery_s": 3.5, "steps_lost": 3})]
-    assert watch.max_step == 4  # counted again from the resume, and on past it
+    assert watch.max_step == 3  # counted again from the resume, below the step before it
+    with open(tmp_path / "rank0.jsonl", "a") as handle:
+        handle.write(json.dumps({"rank": 0, "step": 4, "time": 3.5}) + "\n")
+    watch.poll(15.0, None)
+    assert watch.max_step == 4  # and on past it
+    # a resume said with no recovery waiting (its rank's first process, resumed from an old run's save)
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "rank0.jsonl").write_text(json.dumps({"rank": 0, "resumed": 7, "time": 1.0}) + "\n")
+    alone = ProgressWatch(tmp_path / "alone", recorder.record)
+    alone.poll(2.0, None)
+    assert (alone.max_step, alone.unsaid, len(recorder.events)) == (None, None, 1)
 
 
 def test_progress_watch_times_a_resume_nobody_said_by_a_new_workers_first_step(tmp_path):
