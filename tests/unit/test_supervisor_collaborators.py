@@ -418,6 +418,15 @@ def test_progress_watch_follows_the_steps_and_times_the_resume(tmp_path):
     alone = ProgressWatch(tmp_path / "alone", recorder.record)
     alone.poll(2.0, None)
     assert (alone.max_step, alone.unsaid, len(recorder.events)) == (None, None, 1)
+    # in one read: a record of a kind not known, a resume, and the steps after it, every one taken
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"rank": 0, "time": 1.0, "something": "new"}, {"rank": 0, "resumed": 2, "time": 2.0},
+        {"rank": 0, "step": 3, "time": 3.0}, {"rank": 0, "step": 4, "time": 3.5})))
+    one = ProgressWatch(tmp_path / "one", recorder.record)
+    later = Recovery("node1", "its death", failed_at=1.5, step_before=5)
+    one.poll(4.0, later)
+    assert (later.resumed_from, later.resumed_at, one.max_step) == (2, 4.0, 4)
 
 
 def test_progress_watch_times_a_resume_nobody_said_by_a_new_workers_first_step(tmp_path):
