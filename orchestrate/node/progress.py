@@ -229,12 +229,12 @@ def report_debugger(state: dict[str, Any]) -> None:
 
 def report_resumed(step: int) -> None:
     """Report that this rank resumed from a checkpoint taken at ``step``."""
-    report_counted_resume(step, time.time())
+    report_resumed_at(step, time.time())
 
 
-def report_counted_resume(step: int, taken: float) -> None:
-    """Report a resume the workers' start-up hook read from an optimizer's own step count, at
-    epoch time ``taken`` (its first step here)."""
+def report_resumed_at(step: int, taken: float) -> None:
+    """:func:`report_resumed`, said at epoch time ``taken``: the workers' start-up hook says a
+    resume read from an optimizer's own step count at that optimizer's first step here."""
     channel = _get_channel()
     if channel is not None:
         channel.write({"rank": channel.rank, "resumed": int(step), "time": taken})

@@ -101,9 +101,9 @@ class StepCounter:
 
 def install() -> StepCounter:
     """Register a counter on every optimizer of this process (torch is imported by then)."""
-    from orchestrate.node.progress import report_counted, report_counted_resume, script_reports
+    from orchestrate.node.progress import report_counted, report_resumed_at, script_reports
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    counter = StepCounter(report_counted, report_counted_resume, script_reports)
+    counter = StepCounter(report_counted, report_resumed_at, script_reports)
     register_optimizer_step_post_hook(counter.after_step)
     return counter

@@ -56,7 +56,7 @@ def test_counted_steps_and_resumes_keep_the_time_they_were_taken_and_say_they_we
     monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(progress, "_channel", None)
-    progress.report_counted_resume(3, 1000.25)
+    progress.report_resumed_at(3, 1000.25)
     progress.report_counted(4, 1000.25)
     progress.report_counted(5, 1002.5)
     records = ProgressReader(tmp_path).poll()
