@@ -239,35 +239,3 @@ def test_an_appended_file_is_torn_in_what_was_appended_only_and_reads_line_by_li
         assert next(file) == "kept\n"
     assert 100 < (workspace / "log.txt").stat().st_size < 300
     assert (workspace / "log.txt").read_text().startswith("kept\n" * 20)
-
-
-def test_the_latest_write_is_the_newest_modification_not_the_newest_file(tmp_path):
-    from orchestrate.supervise.workdir_writes import WorkdirWrites
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "data").mkdir()
-    writes = WorkdirWrites(tmp_path, since=0.0)
-    (tmp_path / "ckpt" / "model.pt").write_text("1")
-    os.utime(tmp_path / "ckpt" / "model.pt", (1000, 1000))
-    writes.walk()
-    (tmp_path / "data" / "downloaded.bin").write_text("x")
-    os.utime(tmp_path / "data" / "downloaded.bin", (2000, 2000))
-    writes.walk()
-    assert writes.latest() == "data/downloaded.bin"
-    os.utime(tmp_path / "ckpt" / "model.pt", (3000, 3000))  # saved again: the latest save
-    writes.walk()
-    assert writes.latest() == "ckpt/model.pt"
-    assert [w.path for w in writes.files()] == ["ckpt/model.pt", "data/downloaded.bin"]  # first writes, in order
-
-
-def test_a_file_gone_by_the_last_walk_is_written_but_not_kept(tmp_path):
-    from orchestrate.supervise.workdir_writes import WorkdirWrites
-    writes = WorkdirWrites(tmp_path, since=0.0)
-    (tmp_path / "checkpoint.pt.tmp").write_text("1")
-    writes.walk()  # caught between the write and the rename
-    assert [(w.path, w.kept) for w in writes.files()] == [("checkpoint.pt.tmp", True)]
-    (tmp_path / "checkpoint.pt.tmp").replace(tmp_path / "checkpoint.pt")
-    writes.walk()
-    assert sorted((w.path, w.kept) for w in writes.files()) == [("checkpoint.pt", True), ("checkpoint.pt.tmp", False)]
-    (tmp_path / "checkpoint.pt.tmp").write_text("2")  # the next save's: there again
-    writes.walk()
-    assert sorted((w.path, w.kept) for w in writes.files()) == [("checkpoint.pt", True), ("checkpoint.pt.tmp", True)]

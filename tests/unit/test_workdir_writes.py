@@ -44,6 +44,36 @@ def test_a_file_is_written_from_the_runs_start_on_with_its_modification_time_the
     assert writes.latest() == "after.pt"  # the newest modification
 
 
+def test_the_latest_write_is_the_newest_modification_not_the_newest_file(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "data").mkdir()
+    writes = WorkdirWrites(tmp_path, since=0.0)
+    (tmp_path / "ckpt" / "model.pt").write_text("1")
+    os.utime(tmp_path / "ckpt" / "model.pt", (1000, 1000))
+    writes.walk()
+    (tmp_path / "data" / "downloaded.bin").write_text("x")
+    os.utime(tmp_path / "data" / "downloaded.bin", (2000, 2000))
+    writes.walk()
+    assert writes.latest() == "data/downloaded.bin"
+    os.utime(tmp_path / "ckpt" / "model.pt", (3000, 3000))  # saved again: the latest save
+    writes.walk()
+    assert writes.latest() == "ckpt/model.pt"
+    assert [w.path for w in writes.files()] == ["ckpt/model.pt", "data/downloaded.bin"]  # first writes, in order
+
+
+def test_a_file_gone_by_the_last_walk_is_written_but_not_kept(tmp_path):
+    writes = WorkdirWrites(tmp_path, since=0.0)
+    (tmp_path / "checkpoint.pt.tmp").write_text("1")
+    writes.walk()  # caught between the write and the rename
+    assert [(w.path, w.kept) for w in writes.files()] == [("checkpoint.pt.tmp", True)]
+    (tmp_path / "checkpoint.pt.tmp").replace(tmp_path / "checkpoint.pt")
+    writes.walk()
+    assert sorted((w.path, w.kept) for w in writes.files()) == [("checkpoint.pt", True), ("checkpoint.pt.tmp", False)]
+    (tmp_path / "checkpoint.pt.tmp").write_text("2")  # the next save's: there again
+    writes.walk()
+    assert sorted((w.path, w.kept) for w in writes.files()) == [("checkpoint.pt", True), ("checkpoint.pt.tmp", True)]
+
+
 def test_a_file_gone_between_the_listing_and_its_stat_is_skipped_not_the_rest(tmp_path, monkeypatch):
     write(tmp_path / "a.pt", 1000.0)
     write(tmp_path / "b.pt", 1000.0)
