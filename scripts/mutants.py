@@ -31,8 +31,8 @@ PER_TEST_TIMEOUT_S = 60
 
 SUPERVISOR = ("tests/unit/test_launcher.py", "tests/unit/test_supervisor_collaborators.py",
               "tests/unit/test_reliability.py", "tests/unit/test_faults.py", "tests/unit/test_fault_kinds.py")
-FAULTS = ("tests/unit/test_faults.py", "tests/unit/test_fault_kinds.py", "tests/unit/test_supervisor_collaborators.py",
-          "tests/unit/test_launcher.py", "tests/unit/test_progress.py")
+FAULTS = ("tests/unit/test_faults.py", "tests/unit/test_fault_kinds.py", "tests/unit/test_fault_scheduler.py",
+          "tests/unit/test_supervisor_collaborators.py", "tests/unit/test_launcher.py", "tests/unit/test_progress.py")
 JUDGE = ("tests/unit/test_outcome.py", "tests/unit/test_launcher.py", "tests/unit/test_reliability.py")
 SECRETS = ("tests/unit/test_user_env.py", "tests/unit/test_config.py", "tests/unit/test_cli.py", "tests/unit/test_runs.py")
 TEARDOWN = ("tests/unit/test_launcher.py", "tests/unit/test_reliability.py")

@@ -6,17 +6,12 @@ import json
 import queue
 import time
 
-import docker.errors
-import docker
 import pytest
 
 from orchestrate.config.fault_spec import parse_fault
 from orchestrate.engine.client import engine_time
-from orchestrate.faults.scheduler import FaultScheduler
-from orchestrate.outcome.model import RunResult, Timings, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.outcome.summary import format_summary
 from orchestrate.supervise.api import EngineEvent, LineArrived, LogEnded, NodeTracker
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
@@ -145,41 +140,6 @@ def test_engine_events_of_the_runs_nodes_reach_the_inbox_and_others_do_not(tmp_p
     assert all(m.attrs["io.ddp-compose.run-id"] == "r" for m in taken)
 
 
-def test_the_fault_scheduler_fires_by_time_and_by_step_once_each(tmp_path):
-    recorder, injected = Recorder(), []
-    scheduler = FaultScheduler((parse_fault("pause:node1@t=5"), parse_fault("kill:node0@step=3")),
-                               injected.append, tmp_path, recorder.say, recorder.record)
-    scheduler.announce()
-    assert recorder.said == ["kill:node0@step=3: fires when a worker reaches that step (its optimizer's steps,"
-                             " counted, or its own orchestrate.progress.report(step)); ranks wait at that step until"
-                             " the fault is injected"]
-    assert scheduler.fire_due(4.9, 2) == [] and injected == []
-    assert [str(f) for f in scheduler.fire_due(5.0, 2)] == ["pause:node1@t=5"]
-    assert [str(f) for f in scheduler.fire_due(6.0, 3)] == ["kill:node0@step=3"]
-    assert scheduler.fire_due(100.0, 50) == [] and len(injected) == 2
-    assert (tmp_path / "fired-3").exists()  # the ranks waiting at step 3 may go on
-    assert [(f.spec, f.elapsed_s, f.step) for f in scheduler.fired] == [("pause:node1@t=5", 5.0, 2),
-                                                                      ("kill:node0@step=3", 6.0, 3)]
-    assert [kind for kind, _ in recorder.events] == ["fault", "fault"]
-
-
-def test_ranks_held_at_a_step_go_on_only_once_every_fault_of_that_step_is_injected(tmp_path):
-    recorder, released_when_injecting = Recorder(), []
-
-    def inject(fault) -> None:  # a fault that takes a while (an exec in the node) must not find them gone
-        released_when_injecting.append((str(fault), (tmp_path / "fired-5").exists()))
-        if fault.node == "node1":
-            raise docker.errors.APIError("container is not running")
-
-    scheduler = FaultScheduler((parse_fault("pause:node0@step=5"), parse_fault("disconnect:node1@step=5"),
-                                parse_fault("kill:node0@step=5")), inject, tmp_path, recorder.say, recorder.record)
-    assert [str(f) for f in scheduler.fire_due(1.0, 5)] == ["pause:node0@step=5", "kill:node0@step=5"]
-    assert released_when_injecting == [("pause:node0@step=5", False), ("disconnect:node1@step=5", False),
-                                       ("kill:node0@step=5", False)]
-    assert (tmp_path / "fired-5").exists()  # released after the last, the one that failed too
-    assert [kind for kind, _ in recorder.events] == ["fault", "fault-failed", "fault"]
-
-
 def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_reports(tmp_path):
     watch = ProgressWatch(tmp_path, Recorder().record)
 
@@ -205,71 +165,6 @@ def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_repo
     assert not fresh.seen and fresh.records == 1  # a finish is activity, not a step
 
 
-def test_a_fault_in_an_attempt_is_armed_by_the_one_before_and_counts_only_attempts_begun_after_it(tmp_path):
-    recorder, injected, clock = Recorder(), [], [100.0]
-    watch = ProgressWatch(tmp_path, recorder.record)
-    scheduler = FaultScheduler((parse_fault("kill:node0@step=4"), parse_fault("kill:node1@step=+2"),
-                                parse_fault("kill:node1@step=+2")), injected.append, tmp_path, recorder.say,
-                               recorder.record, wall=lambda: clock[0])
-
-    def report(rank: int, attempt: str, step: int, at: float) -> None:
-        with open(tmp_path / f"rank{rank}.jsonl", "a") as handle:
-            handle.write(json.dumps({"rank": rank, "step": step, "time": at, "attempt": attempt}) + "\n")
-        watch.poll(0.0, None)
-
-    for step in range(1, 5):
-        report(0, "first", step, 90.0 + step)
-    assert not (tmp_path / "triggers.json").exists()  # nothing armed before the first fault fires
-    assert [str(f) for f in scheduler.fire_due(5.0, watch.max_step, watch.attempt_steps)] == ["kill:node0@step=4"]
-    # armed at the first fault: the second is listed for the attempts to come, the third waits its turn
-    assert json.loads((tmp_path / "triggers.json").read_text()) == {"steps": [4], "in_attempt": [[2, "a1"]]}
-    report(0, "first", 5, 101.0)  # the struck attempt's last step: not the next attempt's
-    report(1, "first-b", 1, 99.0)
-    assert scheduler.fire_due(6.0, watch.max_step, watch.attempt_steps) == []
-    clock[0] = 110.0
-    report(0, "second", 3, 105.0)
-    assert scheduler.fire_due(7.0, watch.max_step, watch.attempt_steps) == []  # one step into it
-    report(0, "second", 4, 106.0)
-    assert [str(f) for f in scheduler.fire_due(8.0, watch.max_step, watch.attempt_steps)] == ["kill:node1@step=+2"]
-    assert (tmp_path / "fired-a1").exists() and not (tmp_path / "fired-a2").exists()
-    assert scheduler.armed == {1: 100.0, 2: 110.0}
-    assert [f.fired_time for f in scheduler.fired] == [100.0, 110.0]
-    assert [r.fired for r in scheduler.records(9.0, 5, True)] == [True, True, False]  # the third: same spec
-    assert [r.reason for r in scheduler.records(9.0, 5, True) if not r.fired] == [
-        "no attempt that began after the fault before it reached 2 step(s)"]
-
-
-def test_a_stopped_run_fires_nothing_more_and_says_what_never_fired(tmp_path):
-    recorder, injected = Recorder(), []
-    scheduler = FaultScheduler((parse_fault("kill:node1@t=5"), parse_fault("pause:node0@t=1..9")), injected.append,
-                               tmp_path, recorder.say, recorder.record)
-    assert [str(f) for f in scheduler.fire_due(1.0, None)] == ["pause:node0@t=1..9"]
-    scheduler.cancel()  # Ctrl-C: the run is being stopped
-    assert not scheduler.waiting
-    assert scheduler.fire_due(100.0, 50) == [] and len(injected) == 1  # no kill, and no undo of the pause either
-    assert [(r.spec, r.fired, r.reason) for r in scheduler.records(100.0, 50, True)] == [
-        ("pause:node0@t=1..9", True, ""), ("kill:node1@t=5", False, "the run was stopped before it fired")]
-
-
-def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(tmp_path):
-    recorder = Recorder()
-    scheduler = FaultScheduler((parse_fault("partition:node0|node1@t=2..8"), parse_fault("pause:node1@t=9..10"),
-                                parse_fault("torn-write:node0,path=ckpt/*@t=1")),
-                               lambda fault: None, tmp_path, recorder.say, recorder.record)
-    assert len(scheduler.fire_due(2.5, None)) == 2  # no worker has reported a step yet
-    assert len(scheduler.fire_due(9.5, 3)) == 1
-    early, later, torn = marked_before_first_step(scheduler.records(20.0, 30, True), 30)
-    assert early.before_first_step and early.describe() == \
-        "partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"
-    assert not later.before_first_step and later.describe() == "pause:node1@t=9..10 (9.5 s into the job, at step 3)"
-    assert not torn.fired and not torn.before_first_step  # armed, but it cut no file: it did not fire
-    # a job that never reports a step: nothing is known of its steps, and nothing is said of them
-    assert not any(r.before_first_step for r in marked_before_first_step(scheduler.records(20.0, None, False), None))
-    outcome = RunResult("r", tmp_path, [], Timings(job_s=20.0), faults=[early, later, torn])
-    assert [line for line in format_summary(outcome).splitlines() if line.startswith("fault injected")] == [
-        "fault injected: partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"]
-
-
 def test_a_fault_from_another_terminal_before_the_first_step_is_marked_and_one_not_confirmed_is_not(tmp_path):
     from orchestrate.faults.live_notes import LiveFaultNote
     from orchestrate.outcome.model import FaultRecord
@@ -285,41 +180,6 @@ def test_a_fault_from_another_terminal_before_the_first_step_is_marked_and_one_n
     assert (early.before_first_step, later.before_first_step) == (True, False)
     assert not unconfirmed.before_first_step and unconfirmed.step is None  # when it came, in steps, is not known
     assert not any(r.before_first_step for r in watch.records(None))
-
-
-def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its_step(tmp_path):
-    recorder = Recorder()
-
-    def refuse(fault):
-        raise docker.errors.APIError("Container node1 is not running")
-
-    scheduler = FaultScheduler((parse_fault("kill:node1@step=2"),), refuse, tmp_path, recorder.say, recorder.record)
-    assert scheduler.fire_due(1.0, 2) == [] and scheduler.fired == []
-    assert recorder.said == ["fault kill:node1@step=2 could not be injected: Container node1 is not running"]
-    assert recorder.events[0][0] == "fault-failed" and (tmp_path / "fired-2").exists()
-
-
-def test_an_injection_error_without_a_message_is_named_by_its_kind(tmp_path):
-    recorder = Recorder()
-
-    def time_out(fault):
-        raise TimeoutError()  # an engine that did not answer in time says nothing more
-
-    scheduler = FaultScheduler((parse_fault("kill:node1@t=1"),), time_out, tmp_path, recorder.say, recorder.record)
-    assert scheduler.fire_due(1.0, None) == []
-    assert recorder.said == ["fault kill:node1@t=1 could not be injected: TimeoutError"]
-
-
-def test_the_fault_scheduler_warns_once_when_no_step_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr("orchestrate.faults.scheduler.NO_PROGRESS_WARNING_S", 1.0)
-    recorder = Recorder()
-    scheduler = FaultScheduler((parse_fault("kill:node1@step=2"),), print, tmp_path, recorder.say, recorder.record)
-    scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=0.5)
-    scheduler.warn_if_no_progress(progress_seen=True, since_first_worker_s=5.0)
-    assert recorder.said == []
-    scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=5.0)
-    scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=9.0)
-    assert len(recorder.said) == 1 and "kill:node1@step=2 cannot fire" in recorder.said[0]
 
 
 @pytest.mark.parametrize("enabled, exit_code, fault, ending, restarts, expected", [
@@ -546,7 +406,6 @@ def test_restart_node_of_the_store_host_ends_the_job_and_the_failure_says_why(ma
     assert other.lost_store(dead) is None
     assert RestartPolicy(enabled=True, max_restarts=3, say=print, record=print, clock=time.monotonic,
                          scope="all", store_host="node0").lost_store(dead) is None
-
 
 
 def test_each_restart_is_counted_said_and_recorded_with_its_cause_and_kills_at_once(make_job, tmp_path):
