@@ -82,9 +82,11 @@ def signal_number(name: str) -> str:
 
 
 class FakeEventStream:
-    def __init__(self, engine: "FakeDockerClient", wanted: Any, since: Optional[float] = None) -> None:
+    def __init__(self, engine: "FakeDockerClient", wanted: Any, since: Optional[float] = None,
+                 decode: bool = False) -> None:
         self.engine = engine
         self.wanted = wanted
+        self.decode = decode  # as docker-py: dicts when decoded, else each event's raw JSON bytes
         self.events: "queue.Queue[Optional[dict]]" = queue.Queue()
         with engine.emitting:  # the past since ``since`` first, as the engine replays it, then what comes
             for event in engine.history:
@@ -104,7 +106,7 @@ class FakeEventStream:
                 return
             time.sleep(self.engine.events_lag_s)
             delivered += 1
-            yield event
+            yield event if self.decode else json.dumps(event).encode()  # type: ignore[misc]
 
     def close(self) -> None:
         self.events.put(None)
@@ -693,13 +695,18 @@ class FakeDockerClient:
 
     @staticmethod
     def wanted_by(event: dict, filters: Any) -> bool:
+        """As the engine filters events: by their labels, and by their type where one is given."""
+        types = (filters or {}).get("type") or []
+        if types and event["Type"] not in ([types] if isinstance(types, str) else types):
+            return False
         return all_labels_match(event["Actor"]["Attributes"], (filters or {}).get("label", []))
 
-    def events(self, decode: bool = True, since: Any = None, filters: Optional[dict] = None) -> FakeEventStream:
-        """The event stream; ``since`` (epoch seconds) replays the events from then first."""
+    def events(self, decode: Optional[bool] = None, since: Any = None, filters: Optional[dict] = None) -> FakeEventStream:
+        """The event stream; ``since`` (epoch seconds) replays the events from then first;
+        raw bytes unless ``decode``, as docker-py's."""
         self.calls.append(("events", json.dumps(filters, sort_keys=True)))
         self.maybe_fail("events")
-        return FakeEventStream(self, filters, since)
+        return FakeEventStream(self, filters, since, bool(decode))
 
     def info(self) -> dict:
         """The engine's answer; the NVIDIA runtime is there when ``gpus`` lists the host's GPUs."""

@@ -46,6 +46,8 @@ class EngineEvents:
             self.stream = self.client.events(
                 decode=True, since=int(time.time()) - 1,
                 filters={"type": "container", "label": f"{RUN_ID_LABEL}={self.run_id}"})
+            if self.closed.is_set():  # closed while the stream was being opened: close() did not see it
+                self.stream.close()
             for event in self.stream:
                 attrs = (event.get("Actor") or {}).get("Attributes") or {}
                 node = attrs.get(COMPOSE_SERVICE_LABEL, "")

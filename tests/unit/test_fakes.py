@@ -129,11 +129,22 @@ def test_list_shows_the_live_unless_all_and_events_since_replay_the_past(tmp_pat
     assert [c.name for c in client.containers.list()] == [live.name]
     assert {c.name for c in client.containers.list(all=True)} == {done.name, live.name}
     before = time.time() - 1
-    replayed = iter(client.events(since=int(before), filters={"label": ["com.docker.compose.service=node0"]}))
+    replayed = iter(client.events(since=int(before), filters={"label": ["com.docker.compose.service=node0"]},
+                                  decode=True))
     assert [next(replayed)["Action"] for _ in range(3)] == ["start", "kill", "die"]
-    fresh = client.events(filters={})  # no since: only what comes
+    fresh = client.events(filters={}, decode=True)  # no since: only what comes
     live.kill()
     assert next(iter(fresh))["Action"] == "kill"
+
+
+def test_events_are_raw_bytes_unless_decoded_and_a_type_filter_keeps_that_type_alone(tmp_path):
+    client, [node] = started(tmp_path)
+    since = int(time.time()) - 1
+    raw = next(iter(client.events(since=since, filters={"type": "container"})))  # docker-py's default
+    assert isinstance(raw, bytes) and json.loads(raw)["Action"] == "start"
+    assert next(iter(client.events(since=since, filters={"type": ["container"]}, decode=True)))["Action"] == "start"
+    elsewhere = client.events(since=since, filters={"type": "network"}, decode=True)
+    assert elsewhere.events.empty()  # no network event was replayed
 
 
 @pytest.mark.parametrize("call", ["pause", "unpause", "stop", "restart", "remove", "kill", "logs", "exec",

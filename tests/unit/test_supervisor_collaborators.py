@@ -1,7 +1,8 @@
-"""Each of the Supervisor's collaborators alone, against the fake engine of tests/fakes.py."""
+"""Each of the Supervisor's collaborators alone, against the fake engine of tests/fakes.py, and the
+helpers the other collaborators' tests share (the fault scheduler, engine events, inspections, log
+pump and timings have files of their own)."""
 from __future__ import annotations
 
-import io
 import json
 import queue
 import time
@@ -12,10 +13,8 @@ from orchestrate.config.fault_spec import parse_fault
 from orchestrate.engine.client import engine_time
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
-from orchestrate.supervise.api import EngineEvent, LineArrived, LogEnded, NodeTracker
+from orchestrate.supervise.api import NodeTracker
 from orchestrate.supervise.diagnosis import Diagnosis
-from orchestrate.supervise.engine_events import EngineEvents
-from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.restart_policy import RestartPolicy
 from orchestrate.supervise.worker_lines import NodeOutput
@@ -62,82 +61,6 @@ def drain(inbox: "queue.Queue", until, timeout_s: float = 10.0) -> list:
         if until(message):
             return taken
     raise AssertionError(f"no such message within {timeout_s} s; got {taken}")
-
-
-def test_the_log_pump_shows_whole_worker_lines_and_drops_a_superseded_stream(make_job, tmp_path):
-    plan = make_job(nodes=1, nproc_per_node=2)
-    client = FakeDockerClient()
-    # rank 1's line comes in two pieces around rank 0's whole line, as torchrun's tee cuts it
-    # and a NUL byte, as torch's DataLoader worker writes with its segfault message, is dropped
-    container = node_container(client, "r", "node0", Script(["[1|1]:half[0|0]:ze\0ro", "[1|1]: and the rest"]))
-    tracker = tracker_for(plan, 0, container, tmp_path)
-    container.start()
-    inbox: "queue.Queue" = queue.Queue()
-    out = io.StringIO()
-    pump = LogPump(inbox, out, width=12)
-    pump.follow(tracker)
-    shown = []
-    for message in drain(inbox, lambda m: isinstance(m, LogEnded)):
-        shown += pump.take(tracker, message)
-    assert [(line.global_rank, line.text) for line in shown] == [(0, "zero"), (1, "half and the rest")]
-    assert not tracker.log_open
-    assert out.getvalue().splitlines() == [f"{'[node0/rank0]':<14} zero", f"{'[node0/rank1]':<14} half and the rest"]
-    tracker.output.log_file.close()
-    assert (tmp_path / "node0.log").read_text().splitlines() == ["[node0/rank0] zero", "[node0/rank1] half and the rest"]
-    stale = LineArrived("node0", tracker.stream - 1, "[0|0]:old", 0.0, 0.0)
-    assert pump.take(tracker, stale) == []
-
-
-def test_the_log_pump_joins_a_workers_pieces_each_from_its_own_stream(make_job, tmp_path):
-    """Rank 0 prints a line in two parts on stdout while its progress bar begins on stderr, whose
-    first "\\r" torchrun's tee copies as an empty line of rank 0's."""
-    plan = make_job(nodes=1, nproc_per_node=2)
-    client = FakeDockerClient()
-    container = node_container(client, "r", "node0", Script(hang=True))
-    tracker = tracker_for(plan, 0, container, tmp_path)
-    container.start()
-    for raw, source in (("[0|0]:rank 0 half[1|1]:", "stdout"), ("[0|0]:", "stderr"), ("[0|0]: and the rest", "stdout")):
-        container.write(raw, source)
-    inbox: "queue.Queue" = queue.Queue()
-    pump = LogPump(inbox, io.StringIO(), width=12, verbose=True)
-    pump.follow(tracker)
-    shown = []
-
-    def three_lines_shown(message) -> bool:  # (the two streams are read apart: their lines come in either order)
-        shown.extend(pump.take(tracker, message))
-        return len(shown) >= 3
-
-    drain(inbox, three_lines_shown)
-    assert sorted((line.global_rank, line.text) for line in shown) == [(0, ""), (0, "rank 0 half and the rest"),
-                                                                        (1, "")]
-    assert set(tracker.last_log_stamps) == {"stdout", "stderr"}
-    # a stream that broke off is followed again from where each stream was: no line twice
-    pump.follow(tracker, since=dict(tracker.last_log_stamps))
-    container.write("[1|1]:after", "stderr")
-    again = drain(inbox, lambda m: isinstance(m, LineArrived) and m.stream == tracker.stream and m.text == "[1|1]:after")
-    assert [m.text for m in again if m.stream == tracker.stream] == ["[1|1]:after"]
-    container.kill()
-
-
-def test_engine_events_of_the_runs_nodes_reach_the_inbox_and_others_do_not(tmp_path):
-    client = FakeDockerClient()
-    mine = node_container(client, "r", "node0", Script(exit_code=3))
-    other = node_container(client, "other", "node1", Script())  # a node of the same name, in another run
-    inbox: "queue.Queue" = queue.Queue()
-    events = EngineEvents(client, "r", {"node0", "node1"}, inbox).start()
-    try:
-        deadline = time.monotonic() + 10
-        while not any(c[0] == "events" for c in client.calls):  # subscribed
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        other.start()
-        mine.start()
-        taken = drain(inbox, lambda m: m.action == "die")
-    finally:
-        events.close()
-    assert all(isinstance(m, EngineEvent) and m.node == "node0" for m in taken)
-    assert [m.action for m in taken] == ["start", "die"] and taken[-1].attrs["exitCode"] == "3"
-    assert all(m.attrs["io.ddp-compose.run-id"] == "r" for m in taken)
 
 
 def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_reports(tmp_path):
