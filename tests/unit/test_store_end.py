@@ -55,3 +55,32 @@ def test_an_engine_that_does_not_answer_leaves_the_cause_unknown():
     del client.failures["containers.list"]
     client.failures["reload"] = docker.errors.NotFound("No such container: node0")
     assert store_ended_before(client, "r1", "rdzv-store", client.containers_by_name["node0"]) is None
+
+
+def test_a_dead_store_counts_as_ended_and_a_running_one_never_by_an_earlier_finish():
+    client = FakeDockerClient()
+    ended(client, "rdzv-store", EARLIER, 137)
+    ended(client, "node0", LATER, 1)
+    store = client.containers_by_name["rdzv-store"]
+    store.status = "dead"  # the engine could not stop it cleanly
+    assert store_ended_before(client, "r1", "rdzv-store", client.containers_by_name["node0"]) == StoreEnd(137)
+    store.status = "running"  # restarted: its last finish, before the node's, is not an end now
+    assert store_ended_before(client, "r1", "rdzv-store", client.containers_by_name["node0"]) is None
+
+
+def test_a_store_whose_exit_code_the_engine_did_not_give_ended_with_none():
+    client = FakeDockerClient()
+    ended(client, "rdzv-store", EARLIER, 137)
+    ended(client, "node0", LATER, 1)
+    client.containers_by_name["rdzv-store"].exit_code = None
+    assert store_ended_before(client, "r1", "rdzv-store", client.containers_by_name["node0"]) == StoreEnd(None)
+
+
+def test_a_store_container_removed_as_it_is_listed_leaves_the_one_that_ended():
+    client = FakeDockerClient()
+    ended(client, "old-rdzv-store", EARLIER, 0)  # a store Compose replaced, being removed
+    client.containers_by_name["old-rdzv-store"].labels[COMPOSE_SERVICE_LABEL] = "rdzv-store"
+    client.containers_by_name["old-rdzv-store"].vanishing = True
+    ended(client, "rdzv-store", EARLIER, 137)
+    ended(client, "node0", LATER, 1)
+    assert store_ended_before(client, "r1", "rdzv-store", client.containers_by_name["node0"]) == StoreEnd(137)
