@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import io
 import json
+from collections import deque
 from pathlib import Path
 
 import pytest
 
 from orchestrate.outcome.root_cause import (RootCause, chains_on, exception_chain, exception_in_lines, is_collateral,
                                             parse_root_cause, users_frame_in)
-from orchestrate.supervise.worker_lines import NodeOutput, WorkerLines, parse_line
+from orchestrate.supervise.worker_lines import NodeOutput, OutputLine, WorkerLines, parse_line
 
 SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
 
@@ -71,6 +72,40 @@ def test_node_output_keeps_a_log_file_and_per_rank_tails(make_job):
     assert output.last_lines(rank=1) == ["b", "c"]
     assert output.last_lines() == ["starting", "[default0]:a", "[default1]:b", "[default1]:c"]
     assert log.getvalue().splitlines()[1] == "[node0/rank0] a"
+
+
+def test_the_local_rank_just_past_the_plan_is_neither_attributed_nor_a_cut(make_job):
+    node0 = make_job(nodes=1, nproc_per_node=2).nodes[0]  # local ranks 0 and 1
+    assert parse_line(node0, "[default2]:x") == OutputLine("node0", "[default2]:x")
+    assert whole_lines(node0, ["[0|0]:a[default2]:b", "[0|0]:c[2|2]:d"]) == [(0, "a[default2]:b"), (0, "c[2|2]:d")]
+
+
+def test_an_elastic_nodes_line_is_its_local_ranks_and_its_tail_is_kept_by_that_rank(make_job):
+    elastic = make_job(nodes=2, rdzv="c10d").nodes[1]  # the rendezvous, not the plan, gives its ranks
+    assert parse_line(elastic, "[default0]:loss 0.5") == OutputLine("node1", "loss 0.5", 0)
+    output = NodeOutput(elastic, io.StringIO())
+    output.add("[default0]:loss 0.5", at=1.0)
+    assert output.rank_tails == {0: deque(["loss 0.5"], maxlen=20)} and output.last_lines(rank=0) == ["loss 0.5"]
+
+
+def test_a_line_in_three_pieces_keeps_every_piece(make_job):
+    node0 = make_job(nodes=1, nproc_per_node=2).nodes[0]
+    raws = ["[0|0]:a[1|1]:x", "[0|0]:b[1|1]:y", "[0|0]:c"]
+    assert whole_lines(node0, raws) == [(1, "x"), (1, "y"), (0, "abc")]
+
+
+def test_a_ranks_last_lines_keep_its_latest_twenty_a_bars_redraw_replacing_its_last(make_job):
+    node0 = make_job(nodes=1, nproc_per_node=1).nodes[0]
+    output = NodeOutput(node0, io.StringIO())
+    for i in range(25):
+        output.add(f"[0|0]:line {i}", at=float(i))
+    assert output.last_lines(rank=0, count=30) == [f"line {i}" for i in range(5, 25)]  # LAST_LINES
+    assert output.last_lines(rank=0) == [f"line {i}" for i in range(15, 25)]  # 10 unless asked
+    for done in (5, 6):
+        output.add(f"[0|0]:train:  {done * 10}%|#####     | {done}/10 [00:0{done}<00:05,  1.00it/s]", at=30.0)
+    assert output.last_lines(rank=0, count=3) == ["line 23", "line 24",
+                                                  "train:  60%|#####     | 6/10 [00:06<00:05,  1.00it/s]"]
+    assert output.last_lines(rank=7, count=2) == output.last_lines(count=2)  # a rank with no line: the node's
 
 
 def whole_lines(node, raws):

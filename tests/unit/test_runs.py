@@ -841,13 +841,15 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
     node1.log = [(1001.0, "[1|0]:b"), (1003.0, "[1|0]:d")]
     out = io.StringIO()
     assert main(client=client, argv=["logs", "r"], out=out) == 0
+    assert out.getvalue().splitlines()[:2] == ["[node0/rank0]  a", "[node1/rank1]  b"]  # the labels padded alike
     lines = [" ".join(ln.split()) for ln in out.getvalue().splitlines()]
     assert lines == ["[node0/rank0] a", "[node1/rank1] b", "[node0/rank0] c", "[node1/rank1] d"]
     out = io.StringIO()
     assert main(client=client, argv=["logs", "r", "--node", "node1"], out=out) == 0
     assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node1/rank1] b", "[node1/rank1] d"]
-    assert main(client=client, argv=["logs", "r", "--node", "node7"], out=io.StringIO()) == 2
     capsys.readouterr()
+    assert main(client=client, argv=["logs", "r", "--node", "node7"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == "error: --node node7: run r has no such node (nodes: node0, node1)\n"
     # --rank: that rank's lines alone, not its node's own (torchrun's)
     node1.log.insert(0, (1000.5, "W1130 23:38:55.773000 8 torch/distributed/elastic/agent/server/api.py:725] hi"))
     for argv, shown in ((["--rank", "1"], ["[node1/rank1] b", "[node1/rank1] d"]),
@@ -864,6 +866,18 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
                        (["--node", "node0", "--rank", "1"], "error: --rank 1 is on node1, not on --node node0\n")):
         assert main(client=client, argv=["logs", "r", *argv], out=io.StringIO()) == 2
         assert capsys.readouterr().err == said
+
+
+def test_logs_of_a_rank_the_run_does_not_have_names_the_runs_whole_range(make_run, capsys):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("q", {"node0": Script(["[0|0]:a"]), "node1": Script(["[2|0]:b"])},
+                                    dict(nodes=2, nproc_per_node=2)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    capsys.readouterr()
+    assert main(client=client, argv=["logs", "q", "--rank", "9"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == "error: --rank 9: run q has no such rank (ranks 0-3)\n"
 
 
 def test_logs_rank_of_an_elastic_run_says_the_rank_is_not_checked(make_run, capsys):
