@@ -320,6 +320,34 @@ def test_a_worker_keeps_its_latest_traceback_past_its_last_lines_for_that_error_
     assert output.users_frame(1, "RuntimeError: retrying") == "train.py:50 in main: step()"  # (its message's lines)
     printed(*(f"step {i}" for i in range(60)), "RuntimeError: out of memory")
     assert output.users_frame(1, "RuntimeError: out of memory") == ""
+    assert output.traceback_of(1, "RuntimeError: out of memory") == []  # no traceback of its own
+
+
+def test_a_traceback_is_the_errors_by_its_first_lines_first_80_characters(make_job):
+    output = NodeOutput(make_job(nodes=1, nproc_per_node=1).nodes[0], io.StringIO())
+    message = "RuntimeError: " + "x" * 66  # 80 characters
+    for line in ("Traceback (most recent call last):", '  File "/workspace/t.py", line 2, in <module>', "    go()",
+                 message + "? as the worker printed it"):
+        output.add(f"[0|0]:{line}", at=1.0)
+    assert output.traceback_of(0, message + "! as the error file has it\nand a second line")[-1] == \
+        message + "? as the worker printed it"
+    assert output.traceback_of(0, "") == []  # no error said: no traceback is its
+
+
+def test_a_traceback_keeps_fifty_lines_after_its_last_frame_and_four_hundred_in_all(make_job):
+    output = NodeOutput(make_job(nodes=1, nproc_per_node=1).nodes[0], io.StringIO())
+
+    def printed(*lines: str) -> None:
+        for line in lines:
+            output.add(f"[0|0]:{line}", at=1.0)
+
+    printed("Traceback (most recent call last):", '  File "/workspace/t.py", line 2, in <module>',
+            *(f"note {i}" for i in range(1, 51)), "LateError: the 51st line after the frame")
+    assert output.traceback_of(0, "note 50")[-1] == "note 50"
+    assert output.traceback_of(0, "LateError: the 51st line after the frame") == []  # printed after it went on
+    frames = [f'  File "/workspace/t.py", line {i}, in f' for i in range(399)]
+    printed("Traceback (most recent call last):", *frames, "Boom: the 401st line")
+    assert len(output.traceback_of(0, "Traceback")) == 400 and output.traceback_of(0, "Boom: the 401st line") == []
 
 
 # A DataLoader whose worker process was killed: torch raises its own error from the one that says why.
