@@ -868,6 +868,29 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
         assert capsys.readouterr().err == said
 
 
+def test_logs_follow_shows_what_a_running_node_prints_next_and_ends_when_it_stops(make_run):
+    import threading
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:before"], hang=True)}, dict(nodes=1)))
+    node0 = client.containers_by_name["ddp-r-node0-1"]
+    wait_until(lambda: bool(node0.log))  # its first line
+    out, codes = io.StringIO(), []
+    follower = threading.Thread(target=lambda: codes.append(main(client=client, argv=["logs", "r", "-f"], out=out)),
+                                daemon=True)
+    follower.start()
+    wait_until(lambda: "before" in out.getvalue())  # what was printed so far
+    node0.write("[0|0]:after")  # printed while logs -f follows
+    wait_until(lambda: "after" in out.getvalue())  # the line printed next
+    assert follower.is_alive()  # still following: the node runs
+    node0.kill()
+    follower.join(10)
+    assert not follower.is_alive() and codes == [0]
+    assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node0/rank0] before", "[node0/rank0] after"]
+
+
 def test_logs_of_a_rank_the_run_does_not_have_names_the_runs_whole_range(make_run, capsys):
     from orchestrate.cli.main import main
 
