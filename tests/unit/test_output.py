@@ -443,6 +443,32 @@ def test_a_long_chained_traceback_keeps_its_last_tracebacks_own_lines_and_a_caus
     assert output.exception_chain(0, "RuntimeError: cannot load") == ("caused by: ValueError: bad shard 7",)
 
 
+def test_a_chained_traceback_keeps_the_last_200_lines_of_those_before_it_and_fifty_after_its_chain_line(make_job):
+    node = make_job(nodes=1, nproc_per_node=1).nodes[0]
+
+    def printed(output: NodeOutput, *lines: str) -> None:
+        for line in lines:
+            output.add(f"[0|0]:{line}", at=1.0)
+
+    chain = "The above exception was the direct cause of the following exception:"
+    frames = [line for i in range(149) for line in (f'  File "/opt/lib/m{i}.py", line {i}, in f{i}', f"    g{i}()")]
+    cause = ["Traceback (most recent call last):", *frames, "OSError: short read", "", chain, ""]  # 303 lines
+    output = NodeOutput(node, io.StringIO())
+    printed(output, *cause, "Traceback (most recent call last):", '  File "/workspace/t.py", line 9, in main',
+            "    step()", "RuntimeError: backend failed")
+    kept = output.traceback_of(0, "RuntimeError: backend failed")
+    assert kept[:200] == cause[-200:] and len(kept) == 204  # half of TRACEBACK_LINES of the cause, then its own
+    # a cause printed without a traceback: the lines before the chain line, then 50 after it
+    output = NodeOutput(node, io.StringIO())
+    printed(output, "retrying", "ValueError: bad shard 7", "", chain, *(f"note {i}" for i in range(1, 52)))
+    assert output.traceback_of(0, "note 50")[:5] == ["retrying", "ValueError: bad shard 7", "", chain, "note 1"]
+    assert output.traceback_of(0, "note 50")[-1] == "note 50" and output.traceback_of(0, "note 51") == []
+    # a traceback's first line, then lines that are no frame: 50 of them
+    output = NodeOutput(node, io.StringIO())
+    printed(output, "Traceback (most recent call last):", *(f"line {i}" for i in range(1, 52)))
+    assert output.traceback_of(0, "line 50")[-1] == "line 50" and output.traceback_of(0, "line 51") == []
+
+
 def test_a_cause_whose_message_has_several_lines_is_said_by_its_first():
     assert exception_chain(["Traceback (most recent call last):", '  File "/workspace/a.py", line 3, in f',
                             "    raise KeyError(k)", "    ^^^^^^^^^^^^^^^^^", "ValueError: bad batch 7",
