@@ -57,8 +57,13 @@ class Script:
             raise ValueError("after_when holds back the after lines: a Script with none would not wait")
 
 
+def filter_values(wanted: Any) -> list:
+    """A filter's values as the engine takes them: one string, or a list of them."""
+    return [wanted] if isinstance(wanted, str) else list(wanted)
+
+
 def all_labels_match(labels: dict[str, str], wanted: Any) -> bool:
-    for item in [wanted] if isinstance(wanted, str) else list(wanted):
+    for item in filter_values(wanted):
         key, sep, value = item.partition("=")
         if key not in labels or (sep and labels[key] != value):
             return False
@@ -94,7 +99,7 @@ class FakeEventStream:
                     self.events.put(event)
             engine.subscribers.append(self)
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[Any]:  # dicts, or bytes where not decoded
         delivered = 0
         while True:
             if self.engine.events_break_after is not None and delivered >= self.engine.events_break_after:
@@ -106,7 +111,7 @@ class FakeEventStream:
                 return
             time.sleep(self.engine.events_lag_s)
             delivered += 1
-            yield event if self.decode else json.dumps(event).encode()  # type: ignore[misc]
+            yield event if self.decode else json.dumps(event).encode()
 
     def close(self) -> None:
         self.events.put(None)
@@ -486,7 +491,7 @@ class _Collection:
         import docker.errors
 
         wanted = (filters or {}).get("label", [])
-        self.client.calls.append((f"{self.attr}.list", tuple([wanted] if isinstance(wanted, str) else wanted)))
+        self.client.calls.append((f"{self.attr}.list", tuple(filter_values(wanted))))
         self.client.maybe_fail(f"{self.attr.split('_')[0]}.list")
         found = [item for item in list(getattr(self.client, self.attr).values()) if all_labels_match(item.labels, wanted)
                  and (all or getattr(item, "status", "running") in ("running", "paused"))]  # as docker ps: the live
@@ -696,8 +701,8 @@ class FakeDockerClient:
     @staticmethod
     def wanted_by(event: dict, filters: Any) -> bool:
         """As the engine filters events: by their labels, and by their type where one is given."""
-        types = (filters or {}).get("type") or []
-        if types and event["Type"] not in ([types] if isinstance(types, str) else types):
+        types = filter_values((filters or {}).get("type") or [])
+        if types and event["Type"] not in types:
             return False
         return all_labels_match(event["Actor"]["Attributes"], (filters or {}).get("label", []))
 

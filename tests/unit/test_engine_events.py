@@ -45,10 +45,7 @@ def test_engine_events_of_the_runs_nodes_reach_the_inbox_and_others_do_not(tmp_p
     inbox: "queue.Queue" = queue.Queue()
     events = EngineEvents(client, "r", {"node0", "node1"}, inbox).start()
     try:
-        deadline = time.monotonic() + 10
-        while not any(c[0] == "events" for c in client.calls):  # subscribed
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        subscribed(client)
         other.start()
         mine.start()
         taken = drain(inbox, lambda m: m.action == "die")
