@@ -17,7 +17,7 @@ import requests
 from orchestrate.errors import ComposeError, EngineError, ImageUnavailableError, LockTimeoutError, UsageError
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.states import NodePhase
-from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine
+from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine, wait_until
 
 engine = fake_engine
 
@@ -335,6 +335,94 @@ def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_
     if events_lag_s:  # the store had ended too when node1's exit was seen, but after node1
         events = [json.loads(line) for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
         assert [e.get("via") for e in events if e["event"] == "node-exited" and e["node"] == "node1"] == ["inspection"]
+
+
+STORE_DIED = "the run's rendezvous store (its container rdzv-store) died (exit code 137)"
+
+
+def store_deaths(job) -> list[tuple[str, int]]:
+    return [(e["service"], e["exit_code"]) for e in read_events(job.run_dir) if e["event"] == "store-died"]
+
+
+def test_a_store_that_dies_while_the_nodes_hang_on_is_said_when_it_dies_and_once(make_run):
+    # No node fails (the time limit ends the run): the store's death is said from its event, as
+    # it comes, not only looked for at a first failure. Started again by hand, its second death
+    # is not said again.
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=1, timeout_s=4.0)
+    client = FakeDockerClient()
+    store = "ddp-test-run-rdzv-store-1"
+
+    def start_it_again() -> None:  # `docker start` by hand
+        wait_until(lambda: exited(client, "rdzv-store")() and "rendezvous store" in job.out.getvalue())
+        client.containers_by_name[store].start()
+
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, delay_s=0.3),
+                                                  Script(["serving again"], exit_code=137, delay_s=0.3)]},
+                        node0=[Script(["[0|0]:step 1"], hang=True)],
+                        node1=[Script(["[1|0]:step 1"], hang=True, then=lambda: threading.Thread(
+                            target=start_it_again, daemon=True).start())])
+    result = job.run()
+    assert [e["Action"] for e in client.history if e["Actor"]["Attributes"]["name"] == store].count("die") == 2
+    text = job.out.getvalue()
+    assert result.store_lost == STORE_DIED, text
+    assert text.index(f"[orchestrate] {STORE_DIED}") < text.index("did not end within its time limit"), text
+    assert text.count("rendezvous store") == 1 and store_deaths(job) == [("rdzv-store", 137)]
+
+
+def store_dies_when(client: FakeDockerClient, condition) -> Script:
+    """The store container's script: it serves until ``condition`` holds, then dies with 137."""
+    return Script(["serving"], exit_code=137, after=["going"], after_when=condition)
+
+
+def test_a_store_that_dies_as_ctrl_c_stops_the_nodes_is_no_cause(make_run, when):
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=2)
+    client = FakeDockerClient()
+    sigterm_sent = lambda: "SIGTERM" in signals_to(client, "ddp-test-run-node1-1")  # noqa: E731
+    job.client = engine(client, **{"rdzv-store": [store_dies_when(client, sigterm_sent)]},
+                        node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)],  # live past it
+                        node1=[Script(["[1|0]:training"], hang=True)])
+    when(lambda: job.out.getvalue().count("training") == 2, interrupt)
+    result = job.run()
+    assert exited(client, "rdzv-store")(), "the store never died: the test tested nothing"
+    assert result.exit_code == 130 and result.store_lost == "", job.out.getvalue()
+    assert "rendezvous store" not in job.out.getvalue() and store_deaths(job) == []
+
+
+def test_a_store_that_dies_as_a_failures_grace_ends_and_the_others_are_stopped_is_no_cause(make_run, monkeypatch):
+    monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 0.5)
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=2)
+    client = FakeDockerClient()
+    sigterm_sent = lambda: "SIGTERM" in signals_to(client, "ddp-test-run-node0-1")  # noqa: E731
+    job.client = engine(client, **{"rdzv-store": [store_dies_when(client, sigterm_sent)]},
+                        node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)],  # live past it
+                        node1=[Script(["[1|0]:training", "[1|0]:ValueError: bad batch"], exit_code=1, delay_s=0.2)])
+    result = job.run()
+    assert exited(client, "rdzv-store")(), "the store never died: the test tested nothing"
+    assert result.failure is not None and result.failure.describe().startswith("node1"), job.out.getvalue()
+    assert result.store_lost == "" and "rendezvous store" not in job.out.getvalue() and store_deaths(job) == []
+
+
+def test_a_store_that_dies_while_stop_run_stops_the_nodes_is_no_cause(make_run):
+    from orchestrate.engine.runs import list_runs, mark_stop_requested
+
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container")
+    client = FakeDockerClient()
+    asked = lambda: (job.run_dir / "stop-requested").exists()  # noqa: E731
+
+    def stop_from_another_terminal() -> None:  # the request first, as `stop RUN` writes it; the SIGTERMs later
+        wait_until(lambda: job.out.getvalue().count("training") == 2)
+        mark_stop_requested(list_runs(client)[0], ["node0", "node1"], grace_s=5)
+        wait_until(exited(client, "rdzv-store"))
+        for node in ("node0", "node1"):
+            client.containers_by_name[f"ddp-test-run-{node}-1"].kill("SIGTERM")
+
+    job.client = engine(client, **{"rdzv-store": [store_dies_when(client, asked)]},
+                        node0=[Script(["[0|0]:training"], hang=True)],
+                        node1=[Script(["[1|0]:training"], hang=True, then=lambda: threading.Thread(
+                            target=stop_from_another_terminal, daemon=True).start())])
+    result = job.run()
+    assert result.stopped_by and result.store_lost == "", job.out.getvalue()
+    assert "rendezvous store" not in job.out.getvalue() and store_deaths(job) == []
 
 
 def test_a_preempts_sigkill_belongs_to_the_attempt_it_was_set_for(make_run):
