@@ -792,12 +792,15 @@ def test_a_lost_node_is_never_restarted_and_the_job_goes_on_without_it(make_run)
     assert outcome.lost == {"node1": "lose:node1@step=2"}
     [recovery] = outcome.timings.recoveries  # timed as a restart's: the job went on without it
     assert (recovery.node, recovery.lost, recovery.cause) == ("node1", True, "injected fault lose:node1@step=2")
+    # timed from the node's end, with the step the job had reached then (progress_writer wrote up to 3)
+    assert (recovery.failed_at, recovery.step_before) == (outcome.results[1].ended_at, 3)
     assert "node1 is lost for good (lose:node1@step=2): the job goes on with the nodes left" in text
     assert format_summary(outcome).endswith("SUCCEEDED: 1 of 2 nodes exited 0; node1 was lost for good"
                                             " (lose:node1@step=2), and the job went on without it")
     outcome.results[0].restarts_in_place = 1  # (torchrun's restart of node0's workers, as its log would count it)
     assert "  after node1 was lost for good (lose:node1@step=2): the nodes left go on so" in format_summary(outcome)
-    assert [e["fault"] for e in read_events(job.run_dir) if e["event"] == "node-lost"] == ["lose:node1@step=2"]
+    assert [{k: e[k] for k in ("node", "exit_code", "fault")} for e in read_events(job.run_dir)
+            if e["event"] == "node-lost"] == [{"node": "node1", "exit_code": 137, "fault": "lose:node1@step=2"}]
 
 
 def node0_fails_after_node1_is_lost(make_run, error: str):
