@@ -226,21 +226,22 @@ class FakeContainer:
 
     # the SDK's model methods ------------------------------------------------------------
 
-    def reload(self) -> None:
-        self.client.calls.append(("reload", self.name))
-        self.client.maybe_fail("reload")
+    def must_exist(self) -> None:
+        """The engine's 404 for any call on a container removed (``docker rm -f`` from elsewhere)."""
         if self.name not in self.client.containers_by_name:
             import docker.errors
 
             raise docker.errors.NotFound(f"No such container: {self.name}")
 
+    def reload(self) -> None:
+        self.client.calls.append(("reload", self.name))
+        self.client.maybe_fail("reload")
+        self.must_exist()
+
     def kill(self, signal: str = "SIGKILL") -> None:
         self.client.calls.append(("kill", self.name) if signal == "SIGKILL" else ("kill", self.name, signal))
         self.client.maybe_fail("kill")
-        if self.name not in self.client.containers_by_name:  # removed (`docker rm -f` from elsewhere)
-            import docker.errors
-
-            raise docker.errors.NotFound(f"No such container: {self.id}")
+        self.must_exist()
         if self.status not in ("running", "paused"):
             raise conflict(f"Container {self.name} is not running")
         self.send(signal)
@@ -300,6 +301,7 @@ class FakeContainer:
         self.client.calls.append(("stop", self.name))
         self.stop_timeouts.append(timeout)
         self.client.maybe_fail("stop")
+        self.must_exist()
         if self.status not in ("running", "paused"):
             return
         self.send(self.stop_signal or "SIGTERM")  # the container's own stop signal: a paused one resumes
@@ -314,6 +316,7 @@ class FakeContainer:
         engine's 500 when ``ps_args`` leave out the PID column it needs to tell them apart."""
         self.client.calls.append(("top", self.name))
         self.client.maybe_fail("top")
+        self.must_exist()
         if self.status not in ("running", "paused"):
             raise conflict(f"Container {self.name} is not running")
         columns = ps_args.split("-o", 1)[1].strip().split(",") if "-o" in ps_args else ["pid", "tty", "time", "args"]
@@ -330,6 +333,7 @@ class FakeContainer:
     def pause(self) -> None:
         self.client.calls.append(("pause", self.name))
         self.client.maybe_fail("pause")
+        self.must_exist()
         if self.status != "running":
             raise conflict(f"Container {self.name} is not running" if self.status != "paused"
                            else f"Container {self.name} is already paused")
@@ -339,6 +343,7 @@ class FakeContainer:
     def unpause(self) -> None:
         self.client.calls.append(("unpause", self.name))
         self.client.maybe_fail("unpause")
+        self.must_exist()
         if self.status != "paused":
             raise conflict(f"Container {self.name} is not paused")
         self.thaw()
@@ -347,6 +352,7 @@ class FakeContainer:
         """``docker update``: the CPU quota (``cpu_period``, ``cpu_quota``; -1 lifts it)."""
         self.client.calls.append(("update", self.name, tuple(sorted(resources.items()))))
         self.client.maybe_fail("update")
+        self.must_exist()
         if self.status not in ("running", "paused", "created"):
             import docker.errors
 
@@ -365,6 +371,7 @@ class FakeContainer:
         self.client.calls.append(("restart", self.name))
         self.restart_timeouts.append(timeout)
         self.client.maybe_fail("restart")
+        self.must_exist()
         if self.status in ("running", "paused"):
             first = self.stop_signal or "SIGTERM"
             if timeout > 0:
@@ -418,6 +425,7 @@ class FakeContainer:
             return sorted(asked, key=lambda entry: entry[0]) if stdout and stderr else asked
 
         self.client.maybe_fail("logs")
+        self.must_exist()
         if not stream:
             with self.changed:
                 return b"".join(render(s, ln) for s, ln in lines() if since is None or s >= since)

@@ -218,6 +218,17 @@ def test_an_unkillable_process_outlives_every_signal_and_a_removed_container_is_
     with pytest.raises(docker.errors.NotFound):
         other.kill(signal="SIGTERM")
 
+
+@pytest.mark.parametrize("call", ["reload", "kill", "stop", "restart", "pause", "unpause", "top", "update", "logs"])
+def test_every_call_on_a_removed_container_is_a_404(tmp_path, call):
+    # A restart of a removed container used to start it again: an elastic job's launcher passed
+    # for one that Docker stops with its 404.
+    client, [node] = started(tmp_path)
+    node.remove(force=True)
+    with pytest.raises(docker.errors.NotFound, match=f"No such container: {node.name}"):
+        getattr(node, call)(**({"cpu_quota": -1} if call == "update" else {}))
+    assert node.status == "exited" and node.name not in client.containers_by_name
+
 def test_a_network_with_a_container_on_it_and_a_container_another_client_removes_are_refused(tmp_path):
     client, [node] = started(tmp_path)
     network = next(iter(client.networks_by_name.values()))

@@ -61,6 +61,7 @@ def test_a_slow_node_without_a_cpu_limit_gets_none_back():
 
     client = FakeDockerClient()
     container = FakeContainer(client, "n1", {"labels": {}})
+    client.containers_by_name[container.name] = container
     container.status = "running"
     undo(client, "p", container, parse_fault("slow:node1"), node="node1")
     assert container.resources["cpu_quota"] == -1  # the engine's "no quota"
