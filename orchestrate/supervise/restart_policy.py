@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
 from orchestrate.engine.client import engine_time
-from orchestrate.engine.errors import engine_errors
+from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.outcome.model import Recovery
 from orchestrate.outcome.states import NodePhase
 from orchestrate.supervise.api import NodeTracker
@@ -13,6 +15,9 @@ from orchestrate.supervise.api import NodeTracker
 # What the death of the node whose torchrun agent served the c10d rendezvous store does to the job.
 STORE_WENT = ("held the c10d rendezvous store (its torchrun agent served it): every other node's agent lost the"
               " rendezvous with it, as on a real cluster")
+# How often, and how far apart, a restarted container's new start is asked for where the engine
+# does not answer at once.
+START_LOOKS, START_LOOK_RETRY_S = 3, 0.2
 # Exit codes of a node that was killed or stopped from outside, not one whose job failed.
 DEATH_EXIT_CODES = (None, 137, 143)
 
@@ -21,8 +26,9 @@ class RestartPolicy:
     """Restarts an elastic job's nodes when one dies, up to ``max_restarts`` times.
 
     Only an active supervisor of an elastic run restarts; a node's death counts when its
-    container was killed (137), stopped (143) or gone (no exit code), or when a fault was
-    injected into it. A job that is already ending is never restarted.
+    container was killed (137), stopped (143) or ended with no exit code, or when a fault was
+    injected into it. A job that is already ending is never restarted, nor a container that is
+    gone (the supervisor looks first: ``docker rm -f`` leaves nothing to restart).
     """
 
     def __init__(self, *, enabled: bool, max_restarts: int, say: Callable[[str], None],
@@ -103,11 +109,21 @@ class RestartPolicy:
             tracker.move(NodePhase.RESTARTING)
             tracker.exited_at = tracker.exit_code = None
         for tracker in trackers:
-            tracker.container.restart(timeout=0)
-            # Its new start, by the engine's clock: what the events still bring from before it
-            # (this restart's die, a restart fault's start and die) is over.
             try:
-                tracker.container.reload()
-            except engine_errors():  # the engine cannot say now: its start event will
+                tracker.container.restart(timeout=0)
+            except engine_errors() as exc:
+                if classify(exc) not in (EngineFault.NOT_FOUND, EngineFault.CONFLICT):
+                    raise
+                continue  # removed (or being removed) from elsewhere: an inspection finds it gone, a failure
+            # Its new start, by the engine's clock: what the events still bring from before it
+            # (this restart's die, a restart fault's start and die) is over. Looked at again where
+            # the engine does not answer at once: without it, a late event of the start before
+            # would pass for this restart's, and this restart's own die for a death.
+            try:
+                for attempt in Retrying(stop=stop_after_attempt(START_LOOKS), wait=wait_fixed(START_LOOK_RETRY_S),
+                                        retry=retry_if_exception_type(engine_errors()), reraise=True):
+                    with attempt:
+                        tracker.container.reload()
+            except engine_errors():  # the engine cannot say for a while: an inspection will
                 continue
             tracker.latest_start = engine_time(tracker.container.attrs.get("State", {}).get("StartedAt", ""))

@@ -38,7 +38,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.debugger.states import LEFT, WAITS, waits_line
 from orchestrate.engine.client import engine_time
-from orchestrate.engine.errors import EngineFault, classify, engine_errors
+from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.processes import processes_at_once
 from orchestrate.engine.runs import (KILL_TIME_SLACK_S, KILLED_EXIT_CODE, STOP_EXIT_CODES, StopRequest,
                                      read_stop_request, unpause_if_paused)
@@ -630,11 +630,12 @@ class Supervisor:
             if seen.status == "gone" and not self.stopped_on_request(tracker):  # `down RUN` removes what it stops
                 tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({seen.detail})"
             self.on_exit(tracker, seen.exit_code, self.clock(), via="inspection")
-        elif seen.status == "running" and tracker.phase is NodePhase.RESTARTING:
+        elif tracker.phase is NodePhase.RESTARTING and (seen.status == "running" or seen.ended):
             if tracker.predates_start(seen.started_at, STAMP_SLACK_S):
                 return  # seen before its restart (one inspection's sightings outlive a restart it caused)
             tracker.move(NodePhase.STARTING)  # its start event is late, or was missed
             tracker.latest_start = max(tracker.latest_start or 0.0, seen.started_at or 0.0) or None
+            # (one that started and already ended, between two looks: the next look sees its end)
             self.on_lines(tracker, self.logs.follow(tracker, since=dict(tracker.last_log_stamps)), self.clock())
         elif seen.status in ("running", "paused") and not tracker.log_open and tracker.exited_at is None:
             # its log stream broke off (the engine's connection dropped): go on where it stopped
@@ -650,12 +651,24 @@ class Supervisor:
         self.record("node-exited", node=tracker.name, exit_code=code, **({"via": via} if via else {}))
         ending = (self.kill_at is not None or self.first_failure_seen or self.winding_down
                   or self.stopped_on_request(tracker))
-        if self.restarts.should_restart(tracker, ending):
+        if self.restarts.should_restart(tracker, ending) and not self.container_gone(tracker):
             self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
             self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands
             self.ranks_seen.clear()
         elif not tracker.log_open:
             self.finish(tracker)
+
+    def container_gone(self, tracker: NodeTracker) -> bool:
+        """Whether a node's container no longer exists (``docker rm -f`` from elsewhere): nothing
+        can restart it, and its end is a failure that says so."""
+        try:
+            tracker.container.reload()
+        except engine_errors() as exc:
+            if classify(exc) is not EngineFault.NOT_FOUND:
+                return False  # the engine cannot say now: the restart tries
+            tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({describe(exc)})"
+            return True
+        return False
 
     # Endings -----------------------------------------------------------------------------
 

@@ -1,0 +1,203 @@
+"""How the launcher learns that a node ended or started again: by the engine's event or by an
+inspection, whichever comes first, and once; a container removed from elsewhere, which nothing
+can restart; a restart that only inspections see, or whose new start the engine does not say at
+once. Against the fake engine, whose events may come late or not at all."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from orchestrate.outcome.events import read_events
+from orchestrate.outcome.states import NodePhase
+from tests.fakes import FakeContainer, FakeDockerClient, Script, fake_engine, wait_until
+
+INSPECTION = "orchestrate.supervise.inspection"
+SUPERVISOR = "orchestrate.supervise.supervisor"
+
+
+def in_a_thread(action):
+    """A Script's ``then`` that does ``action`` beside the node's script, as another terminal would."""
+    return lambda: threading.Thread(target=action, daemon=True).start()
+
+
+def node_events(job, kind: str) -> list[dict]:
+    return [{k: v for k, v in e.items() if k != "time"} for e in read_events(job.run_dir) if e["event"] == kind]
+
+
+def test_a_container_removed_from_elsewhere_and_seen_gone_by_an_inspection_says_so(make_run, monkeypatch):
+    # With no event stream, only an inspection can see it: the container is gone, exit code and all.
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 0.5)
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    client.events_break_after = 0
+
+    def removed_by_hand() -> None:  # `docker rm -f`
+        wait_until(lambda: job.out.getvalue().count("training") == 2)
+        client.containers_by_name["ddp-test-run-node1-1"].remove(force=True)
+
+    job.client = fake_engine(client, node0=[Script(["[0|0]:training"], hang=True)],
+                             node1=[Script(["[1|0]:training"], hang=True, then=in_a_thread(removed_by_hand))])
+    result = job.run()
+    gone = "its container is gone (No such container: ddp-test-run-node1-1)"
+    assert [(r.state, r.exit_code, r.unresponsive) for r in result.results] == [
+        (NodePhase.STOPPED, 143, ""), (NodePhase.FAILED, None, gone)], job.out.getvalue()
+    assert result.failure is not None and result.failure.describe() == f"node1 stopped answering: {gone}"
+    assert node_events(job, "node-exited")[0] == {"event": "node-exited", "node": "node1", "exit_code": None,
+                                                  "via": "inspection"}
+
+
+def test_an_exit_an_inspection_saw_before_its_log_ended_is_one_exit_timed_when_seen(make_run, monkeypatch):
+    # The engine's event comes late, and the node's log stream ends a while after its exit (the
+    # engine's connection lags): the exit is the inspection's, once, at its time.
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    log_ended_at: list[float] = []
+    logs = FakeContainer.logs
+
+    def log_that_ends_late(self, *args, **kwargs):
+        chunks = logs(self, *args, **kwargs)
+        if not kwargs.get("stream") or self.name != "ddp-test-run-node1-1":
+            return chunks
+
+        def late():
+            yield from chunks
+            wait_until(lambda: any(e["event"] == "node-exited" for e in read_events(job.run_dir)))
+            time.sleep(0.5)  # an inspection or two more
+            log_ended_at.append(time.monotonic())
+        return late()
+
+    monkeypatch.setattr(FakeContainer, "logs", log_that_ends_late)
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    client.events_lag_s = 5.0
+    job.client = fake_engine(client, node0=[Script(["[0|0]:a"], hang=True)],
+                             node1=[Script(["[1|0]:b"], exit_code=3)])
+    result = job.run()
+    assert [(r.state, r.exit_code) for r in result.results] == [
+        (NodePhase.STOPPED, 143), (NodePhase.FAILED, 3)], job.out.getvalue()
+    assert node_events(job, "node-exited") == [
+        {"event": "node-exited", "node": "node1", "exit_code": 3, "via": "inspection"},
+        {"event": "node-exited", "node": "node0", "exit_code": 143, "via": "inspection"}]
+    assert log_ended_at and result.results[1].ended_at < log_ended_at[0]
+
+
+def looked_at_since_its_restart(client: FakeDockerClient, container: str):
+    """An ``after_when``: an inspection has looked at ``container`` since its latest restart
+    (the restart's own look aside)."""
+    def holds() -> bool:
+        calls = list(client.calls)
+        restarted = max((i for i, call in enumerate(calls) if call[:2] == ("restart", container)), default=None)
+        return restarted is not None and sum(call[:2] == ("reload", container) for call in calls[restarted:]) >= 2
+    return holds
+
+
+@pytest.mark.parametrize("seen_running", [True, False], ids=["seen-running", "ended-between-two-looks"])
+def test_a_restart_that_only_inspections_see_is_followed_to_its_end(make_run, monkeypatch, seen_running):
+    # No event stream: an inspection sees the restarted nodes running (they are marked running
+    # again), or already ended (a quick job, or one that fails at once), and their new lines are
+    # read. (An ended one was left "restarting" until the run's time limit.)
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_WITHOUT_EVENTS_S", 0.05)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"])
+    client = FakeDockerClient()
+    client.events_break_after = 0
+
+    def attempt(rank: int, first: str) -> Script:
+        lines = [f"[{rank}|0]:{first}", f"[{rank}|0]:done"]
+        if seen_running:  # it prints once an inspection has seen it running
+            return Script([], after=lines, after_when=looked_at_since_its_restart(client, f"ddp-test-run-node{rank}-1"))
+        return Script(lines)
+
+    job.client = fake_engine(client, node0=[Script(["[0|0]:step"], hang=True), attempt(0, "resumed")],
+                             node1=[Script(["[1|0]:step"], hang=True), attempt(1, "back")])
+    result = job.run()
+    text = job.out.getvalue()
+    assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], text
+    assert "[node0/rank0]  resumed" in text and "[node1/rank1]  back" in text
+    assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.SUCCEEDED, 0)] * 2
+    assert len(node_events(job, "node-exited")) == 3  # node1's kill, then each node's end once
+    if seen_running:
+        assert sorted(e["node"] for e in node_events(job, "node-running")) == ["node0", "node0", "node1", "node1"]
+
+
+@pytest.mark.parametrize("events", [True, False], ids=["with-events", "inspections-only"])
+def test_a_node_of_an_elastic_job_removed_from_elsewhere_cannot_rejoin_and_fails_saying_why(
+        make_run, monkeypatch, events):
+    # `docker rm -f` of a node: nothing can restart a container that is gone. (The restart was
+    # tried, and the engine's 404 ended the run as an engine error, exit 2.)
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 0.5)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
+    client = FakeDockerClient()
+    client.events_break_after = None if events else 0
+
+    def removed_by_hand() -> None:
+        wait_until(lambda: job.out.getvalue().count("training") == 2)
+        client.containers_by_name["ddp-test-run-node1-1"].remove(force=True)
+
+    job.client = fake_engine(client, node0=[Script(["[0|0]:training"], hang=True)],
+                             node1=[Script(["[1|0]:training"], hang=True, then=in_a_thread(removed_by_hand))])
+    result = job.run()
+    gone = "its container is gone (No such container: ddp-test-run-node1-1)"
+    assert (result.exit_code, result.error) == (1, ""), job.out.getvalue()
+    assert result.failure is not None and result.failure.describe() == f"node1 stopped answering: {gone}"
+    assert [(r.state, r.unresponsive) for r in result.results] == [(NodePhase.STOPPED, ""), (NodePhase.FAILED, gone)]
+    assert not [c for c in client.calls if c[0] == "restart"] and node_events(job, "restart") == []
+
+
+def test_a_node_removed_from_elsewhere_as_every_node_restarts_fails_and_the_others_restart(make_run, monkeypatch):
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 0.5)
+    restart = FakeContainer.restart
+
+    def removed_as_it_restarts(self, timeout: int = 10) -> None:
+        if self.name == "ddp-test-run-node0-1":
+            self.remove(force=True)  # `docker rm -f` just before: the restart meets the engine's 404
+        restart(self, timeout)
+
+    monkeypatch.setattr(FakeContainer, "restart", removed_as_it_restarts)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"])
+    client = FakeDockerClient()
+    job.client = fake_engine(client, node0=[Script(["[0|0]:step"], hang=True)],
+                             node1=[Script(["[1|0]:step"], hang=True), Script(["[1|0]:back"], hang=True)])
+    result = job.run()
+    gone = "its container is gone (No such container: ddp-test-run-node0-1)"
+    assert (result.exit_code, result.error) == (1, ""), job.out.getvalue()
+    assert result.failure is not None and result.failure.describe() == f"node0 stopped answering: {gone}"
+    assert [(r.state, r.unresponsive) for r in result.results] == [(NodePhase.FAILED, gone), (NodePhase.STOPPED, "")]
+    assert "[node1/rank1]  back" in job.out.getvalue()  # node1 restarted all the same
+
+
+def test_a_restart_whose_new_start_the_engine_does_not_say_at_once_is_asked_again(make_run, monkeypatch):
+    # The engine does not answer the look right after each restart, and its events come late:
+    # the start event from before the restart must not pass for the restart's, nor the
+    # restart's own die for a second death. (It did: "node0 died (its death)", a second restart.)
+    import requests
+
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    restart, reload = FakeContainer.restart, FakeContainer.reload
+    unanswered: set[str] = set()
+
+    def restarted(self, timeout: int = 10) -> None:
+        restart(self, timeout)
+        unanswered.add(self.name)
+
+    def looked_at(self) -> None:
+        if self.name in unanswered:
+            unanswered.discard(self.name)
+            raise requests.exceptions.ConnectionError("Connection aborted")
+        reload(self)
+
+    monkeypatch.setattr(FakeContainer, "restart", restarted)
+    monkeypatch.setattr(FakeContainer, "reload", looked_at)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"])
+    client = FakeDockerClient()
+    client.events_lag_s = 0.3  # each: the kill's die comes a second or so after it
+    job.client = fake_engine(
+        client, node0=[Script(["[0|0]:step"], hang=True), Script(["[0|0]:resumed", "[0|0]:done"], delay_s=1.0)],
+        node1=[Script(["[1|0]:step"], hang=True), Script(["[1|0]:back", "[1|0]:done"], delay_s=1.0)])
+    result = job.run()
+    assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
+    assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-test-run-node0-1", "ddp-test-run-node1-1"]
