@@ -152,6 +152,8 @@ class FakeContainer:
         self.restart_timeouts: list[int] = []  # what each restart() was given (0: SIGKILL at once)
         # another client is removing it: remove() answers 409 this many times, then NotFound (gone)
         self.removing_elsewhere: Optional[int] = None
+        self.removal_s = 0.0  # how long a forced removal of a live container takes after its die
+        self.being_removed = False
         self.networks = {f"{self.labels.get('com.docker.compose.project')}_ddp": {}}
         # its address on every network it is on, as the engine says it only while it runs
         client.addresses_given += 1
@@ -219,8 +221,9 @@ class FakeContainer:
             self.changed.notify_all()
 
     def exit(self, code: int) -> None:
-        with self.changed:
-            self.status, self.exit_code, self.finished = "exited", code, now_rfc3339()
+        with self.changed:  # (the engine says "removing" from the kill of a forced removal on)
+            self.status = "removing" if self.being_removed else "exited"
+            self.exit_code, self.finished = code, now_rfc3339()
             self.changed.notify_all()
         self.client.emit(self, "die", exitCode=str(code))
 
@@ -407,8 +410,10 @@ class FakeContainer:
         if self.status in ("running", "paused") and not force:
             raise conflict(f"You cannot remove a running container {self.id}. Stop the container before attempting"
                            " removal or force remove")
-        if self.status in ("running", "paused"):  # `rm -f`: as the engine records it, kill 9, die 137, destroy
+        if self.status in ("running", "paused"):  # `rm -f`: as the engine records it, kill 9, die 137, destroy,
+            self.being_removed = True  # the status "removing" at the die (moby, measured)
             self.send("SIGKILL")  # an unkillable process: the engine fails after ~12 s, not modelled
+            time.sleep(self.removal_s)
         self.killed.set()
         self.client.containers_by_name.pop(self.name, None)
         self.client.emit(self, "destroy")

@@ -659,16 +659,21 @@ class Supervisor:
             self.finish(tracker)
 
     def container_gone(self, tracker: NodeTracker) -> bool:
-        """Whether a node's container no longer exists (``docker rm -f`` from elsewhere): nothing
-        can restart it, and its end is a failure that says so."""
+        """Whether a node's container no longer exists, or is being removed (``docker rm -f``
+        from elsewhere: its die comes with the status "removing"): nothing can restart it, and
+        its end is a failure that says so."""
         try:
             tracker.container.reload()
         except engine_errors() as exc:
             if classify(exc) is not EngineFault.NOT_FOUND:
                 return False  # the engine cannot say now: the restart tries
-            tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({describe(exc)})"
-            return True
-        return False
+            gone = describe(exc)
+        else:
+            if tracker.container.status != "removing":
+                return False
+            gone = "being removed"
+        tracker.result.unresponsive = tracker.result.unresponsive or f"its container is gone ({gone})"
+        return True
 
     # Endings -----------------------------------------------------------------------------
 

@@ -122,11 +122,16 @@ def test_a_restart_that_only_inspections_see_is_followed_to_its_end(make_run, mo
         assert sorted(e["node"] for e in node_events(job, "node-running")) == ["node0", "node0", "node1", "node1"]
 
 
-@pytest.mark.parametrize("events", [True, False], ids=["with-events", "inspections-only"])
+@pytest.mark.parametrize("events, removal_s, gone", [
+    (True, 0.0, "No such container: ddp-test-run-node1-1"),
+    (True, 1.0, "being removed"),  # its die event comes while the engine removes it, as it does
+    (False, 0.0, "No such container: ddp-test-run-node1-1")], ids=["with-events", "die-while-removing",
+                                                                     "inspections-only"])
 def test_a_node_of_an_elastic_job_removed_from_elsewhere_cannot_rejoin_and_fails_saying_why(
-        make_run, monkeypatch, events):
+        make_run, monkeypatch, events, removal_s, gone):
     # `docker rm -f` of a node: nothing can restart a container that is gone. (The restart was
-    # tried, and the engine's 404 ended the run as an engine error, exit 2.)
+    # tried: the engine's 404 ended the run as an engine error, exit 2; or, caught while the
+    # engine removed it, every other node was restarted for nothing.)
     monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
     monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 0.5)
     job = make_run(nodes=2, rdzv="c10d", max_restarts=3)
@@ -135,16 +140,19 @@ def test_a_node_of_an_elastic_job_removed_from_elsewhere_cannot_rejoin_and_fails
 
     def removed_by_hand() -> None:
         wait_until(lambda: job.out.getvalue().count("training") == 2)
-        client.containers_by_name["ddp-test-run-node1-1"].remove(force=True)
+        node1 = client.containers_by_name["ddp-test-run-node1-1"]
+        node1.removal_s = removal_s
+        node1.remove(force=True)
 
     job.client = fake_engine(client, node0=[Script(["[0|0]:training"], hang=True)],
                              node1=[Script(["[1|0]:training"], hang=True, then=in_a_thread(removed_by_hand))])
     result = job.run()
-    gone = "its container is gone (No such container: ddp-test-run-node1-1)"
+    gone = f"its container is gone ({gone})"
     assert (result.exit_code, result.error) == (1, ""), job.out.getvalue()
     assert result.failure is not None and result.failure.describe() == f"node1 stopped answering: {gone}"
     assert [(r.state, r.unresponsive) for r in result.results] == [(NodePhase.STOPPED, ""), (NodePhase.FAILED, gone)]
     assert not [c for c in client.calls if c[0] == "restart"] and node_events(job, "restart") == []
+    assert "restarting" not in job.out.getvalue() and result.recoveries == []
 
 
 def test_a_node_removed_from_elsewhere_as_every_node_restarts_fails_and_the_others_restart(make_run, monkeypatch):
