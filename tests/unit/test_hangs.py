@@ -1368,26 +1368,29 @@ def test_the_lines_of_a_hung_runs_own_end_do_not_take_its_hang_back(make_run, qu
 
 
 @pytest.mark.timeout(60)
-def test_a_run_whose_ranks_make_no_progress_ends_hung_with_the_divergence(make_run, quick_watchdog):
+@pytest.mark.parametrize("elastic", [{}, {"rdzv": "c10d", "max_restarts": 3}], ids=["static", "elastic"])
+def test_a_run_whose_ranks_make_no_progress_ends_hung_with_the_divergence(make_run, quick_watchdog, elastic):
+    # (an elastic job's nodes, stopped for the hang, are not restarted: the job is ending)
     import threading
 
     from orchestrate.outcome.summary import format_summary
     from tests.fakes import FakeDockerClient, Script, fake_engine
 
     stop = threading.Event()
-    job = make_run(nodes=2, hang_timeout=3)
+    job = make_run(nodes=2, hang_timeout=3, **elastic)
     done = {"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
             "state": "done"}
     stuck = [done, {**done, "seq": 2, "state": "entered", "at": "train.py:20"}]
     odd = [done, {**done, "seq": 2, "shapes": "float32[1]", "state": "entered", "at": "train.py:21"}]
-    job.client = fake_engine(FakeDockerClient(),
-                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, stuck, stop=stop))],
-                             node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, odd, stop=stop))])
+    job.client = client = fake_engine(
+        FakeDockerClient(), node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, stuck, stop=stop))],
+        node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, odd, stop=stop))])
     try:
         result = job.run()
     finally:
         stop.set()
     assert result.hung and result.exit_code == 1
+    assert not [call for call in client.calls if call[0] == "restart"] and result.recoveries == []
     assert result.hang is not None and result.hang.divergence is not None
     assert result.hang.divergence.text == ("collective #2: rank 0 entered all_reduce(float32[4]) at train.py:20;"
                                            " rank 1 entered all_reduce(float32[1]) at train.py:21")

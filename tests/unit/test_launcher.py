@@ -468,13 +468,35 @@ def test_a_node_stop_run_had_to_sigkill_is_named_in_its_launchers_summary_and_re
         f"  {line}", summary
     assert "node1 did not stop" not in "\n".join(summary)
     assert [(r.grace_ran_out, r.still_running) for r in outcome.results] == [(True, still), (False, [])]
-    stopped = {e["node"]: e for e in read_events(job.run_dir) if e["event"] == "node-stopped"}
-    assert (stopped["node0"]["grace_ran_out"], stopped["node0"]["still_running"]) == (True, still)
-    assert "grace_ran_out" not in stopped["node1"] and "still_running" not in stopped["node1"]
+    stopped = {e["node"]: {k: v for k, v in e.items() if k not in ("time", "event", "node")}
+               for e in read_events(job.run_dir) if e["event"] == "node-stopped"}
+    assert stopped == {"node0": {"exit_code": 137, "by": "python -m orchestrate stop", "grace_ran_out": True,
+                                 "still_running": still},
+                       "node1": {"exit_code": 143, "by": "python -m orchestrate stop"}}
     deadline = time.monotonic() + 10
     while "its launcher says how it ended" not in said.getvalue() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert said.getvalue().startswith(f"{line}\n"), said.getvalue()  # `stop` said it on its own terminal too
+
+
+def test_a_node_stop_run_had_to_sigkill_with_nothing_listed_in_it_has_no_list_in_its_record(make_run):
+    from orchestrate.cli.main import main
+
+    job = make_run(nodes=1)
+    client = FakeDockerClient()
+
+    @once_followed(job, "node0")
+    def stop_from_another_terminal() -> None:
+        threading.Thread(target=lambda: main(client=client, argv=["stop", "test-run", "--timeout", "2"],
+                                             out=io.StringIO()), daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True, ignore_sigterm=True, processes=(),
+                                                      then=stop_from_another_terminal)])
+    assert [(r.state, r.exit_code, r.grace_ran_out, r.still_running) for r in outcome.results] == [
+        (NodePhase.STOPPED, 137, True, [])], text
+    assert [{k: v for k, v in e.items() if k not in ("time", "event")} for e in read_events(job.run_dir)
+            if e["event"] == "node-stopped"] == [
+        {"node": "node0", "exit_code": 137, "by": "python -m orchestrate stop", "grace_ran_out": True}]
 
 
 def killed_during_the_grace(job: Run, client: FakeDockerClient) -> None:
@@ -851,6 +873,21 @@ def test_an_oom_killed_node_is_named_from_the_engine(make_run):
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], hang=True)],
                            node1=[Script(report(1, 0, exit_code=-9, exc="Signal 9 (SIGKILL)"), exit_code=1, oom=True)])
     assert outcome.failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es)")
+
+
+def test_each_oom_event_of_the_engine_is_a_kill_counted_and_recorded(make_run):
+    # The container's OOMKilled flag says one kill at least; the engine's oom events count them.
+    job = make_run(nodes=2, memory_per_node=1024**3)
+    client = FakeDockerClient()
+
+    def another_oom_kill() -> None:  # a DataLoader worker, say, before the rank itself
+        client.emit(client.containers_by_name["ddp-test-run-node1-1"], "oom")
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], hang=True)],
+                           node1=[Script(report(1, 0, exit_code=-9, exc="Signal 9 (SIGKILL)"), exit_code=1, oom=True,
+                                         then=another_oom_kill)])
+    assert outcome.failure.describe().startswith("node1 OOM-killed: the kernel killed 2 process(es)"), text
+    assert [e["node"] for e in read_events(job.run_dir) if e["event"] == "oom"] == ["node1", "node1"]
 
 
 def test_a_teardown_that_fails_is_never_success(make_run, monkeypatch):

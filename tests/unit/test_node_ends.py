@@ -40,7 +40,10 @@ def test_a_container_removed_from_elsewhere_and_seen_gone_by_an_inspection_says_
 
     job.client = fake_engine(client, node0=[Script(["[0|0]:training"], hang=True)],
                              node1=[Script(["[1|0]:training"], hang=True, then=in_a_thread(removed_by_hand))])
+    started = time.monotonic()
     result = job.run()
+    # the engine cannot time a container that is gone: the launcher's own clock did
+    assert 0 < result.results[1].wall_s < time.monotonic() - started
     gone = "its container is gone (No such container: ddp-test-run-node1-1)"
     assert [(r.state, r.exit_code, r.unresponsive) for r in result.results] == [
         (NodePhase.STOPPED, 143, ""), (NodePhase.FAILED, None, gone)], job.out.getvalue()
@@ -209,3 +212,41 @@ def test_a_restart_whose_new_start_the_engine_does_not_say_at_once_is_asked_agai
     result = job.run()
     assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
     assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-test-run-node0-1", "ddp-test-run-node1-1"]
+
+
+def test_the_first_failure_ends_the_job_once_and_each_failure_is_recorded_whole(make_run, monkeypatch):
+    from tests.unit.test_launcher import report
+
+    monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 1.0)
+    job = make_run(nodes=3)
+    client = FakeDockerClient()
+    node1_failed = lambda: any(e["event"] == "node-failed" for e in read_events(job.run_dir))  # noqa: E731
+    job.client = fake_engine(client, node0=[Script(["[0|0]:training"], hang=True)],
+                             node1=[Script(["[1|0]:training", *report(1, 0, exc="ValueError: bad batch")], exit_code=1)],
+                             node2=[Script(["[2|0]:training"], after=report(2, 0, exc="RuntimeError: peer gone"),
+                                           after_when=node1_failed, exit_code=2)])
+    started = time.monotonic()
+    result = job.run()
+    took = time.monotonic() - started
+    text = job.out.getvalue()
+    assert text.count("stopping the other nodes") == 1 and "node1 failed; stopping the other nodes in 1 s" in text
+    assert [{k: v for k, v in e.items() if k != "event"} for e in node_events(job, "node-failed")] == [
+        {"node": "node1", "exit_code": 1, "rank": 1}, {"node": "node2", "exit_code": 2, "rank": 2}], text
+    assert [e["node"] for e in node_events(job, "node-stopping")] == ["node0"]  # once, after the grace
+    assert sorted((e["node"], e["exit_code"]) for e in node_events(job, "node-exited")) == [
+        ("node0", 143), ("node1", 1), ("node2", 2)]
+    assert all("via" not in e for e in node_events(job, "node-exited"))  # all said by the engine's events
+    assert [(r.state, r.exit_code) for r in result.results] == [
+        (NodePhase.STOPPED, 143), (NodePhase.FAILED, 1), (NodePhase.FAILED, 2)]
+    assert all(0 < r.wall_s <= took for r in result.results), [r.wall_s for r in result.results]
+
+
+def test_a_node_whose_launcher_went_away_is_orphaned_not_failed(make_run):
+    from orchestrate.node.main import EXIT_LAUNCHER_GONE
+
+    job = make_run(nodes=2)
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(["[0|0]:done"])],
+                             node1=[Script(["[1|0]:alone"], exit_code=EXIT_LAUNCHER_GONE)])
+    result = job.run()
+    assert [r.state for r in result.results] == [NodePhase.SUCCEEDED, NodePhase.ORPHANED], job.out.getvalue()
+    assert node_events(job, "node-failed") == []
