@@ -212,6 +212,7 @@ def test_a_restart_whose_new_start_the_engine_does_not_say_at_once_is_asked_agai
     result = job.run()
     assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
     assert [c[1] for c in client.calls if c[0] == "restart"] == ["ddp-test-run-node0-1", "ddp-test-run-node1-1"]
+    assert job.out.getvalue().count("[node0/rank0]  step") == 1  # the late start event before: not followed again
 
 
 def test_the_first_failure_ends_the_job_once_and_each_failure_is_recorded_whole(make_run, monkeypatch):
@@ -250,3 +251,43 @@ def test_a_node_whose_launcher_went_away_is_orphaned_not_failed(make_run):
     result = job.run()
     assert [r.state for r in result.results] == [NodePhase.SUCCEEDED, NodePhase.ORPHANED], job.out.getvalue()
     assert node_events(job, "node-failed") == []
+
+
+def test_a_restart_the_engines_events_tell_shows_each_line_once_and_marks_the_nodes_running_again(
+        make_run, monkeypatch):
+    restart, logs = FakeContainer.restart, FakeContainer.logs
+    restarted_at: dict[str, float] = {}
+    followed_since: dict[str, list[float]] = {}
+
+    def restarted(self, timeout: int = 10) -> None:
+        restarted_at[self.name] = time.time()
+        restart(self, timeout)
+
+    def log_asked(self, *args, **kwargs):
+        if kwargs.get("stream") and kwargs.get("since") is not None:
+            followed_since.setdefault(self.name, []).append(kwargs["since"])
+        return logs(self, *args, **kwargs)
+
+    def followed_anew(rank: int):
+        """An ``after_when``: the launcher follows the node's restarted container (a stream from
+        its new start on): torchrun takes seconds to print anything, the fake none."""
+        name = f"ddp-test-run-node{rank}-1"
+        return lambda: any(since >= restarted_at.get(name, float("inf")) for since in followed_since.get(name, []))
+
+    monkeypatch.setattr(FakeContainer, "restart", restarted)
+    monkeypatch.setattr(FakeContainer, "logs", log_asked)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"])
+    client = FakeDockerClient()
+    job.client = fake_engine(
+        client, node0=[Script(["[0|0]:step"], hang=True), Script([], after=["[0|0]:resumed", "[0|0]:done"],
+                                                                   after_when=followed_anew(0))],
+        node1=[Script(["[1|0]:step"], hang=True), Script([], after=["[1|0]:back", "[1|0]:done"],
+                                                          after_when=followed_anew(1))])
+    result = job.run()
+    text = job.out.getvalue()
+    assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], text
+    for line in ("[node0/rank0]  step", "[node1/rank1]  step", "[node0/rank0]  resumed", "[node1/rank1]  back"):
+        assert text.count(line) == 1, (line, text)  # the attempt before is not read again
+    assert text.index("restarting every node") < text.index("[node0/rank0]  resumed")
+    assert sorted(e["node"] for e in node_events(job, "node-running")) == ["node0", "node0", "node1", "node1"]
+    assert all("via" not in e for e in node_events(job, "node-exited"))  # the engine's events told every end

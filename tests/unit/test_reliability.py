@@ -501,10 +501,11 @@ def test_a_broken_event_stream_is_said_and_the_nodes_are_followed_by_inspection(
     client.events_break_after = 0  # as a daemon restart cuts it
     job.client = client
     result = job.run()
-    assert "the engine's event stream ended (Connection aborted" in job.out.getvalue()
+    reason = "Connection aborted: the engine went away"
+    assert (f"[orchestrate] the engine's event stream ended ({reason}); following the nodes by inspecting their"
+            " containers\n") in job.out.getvalue()
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.SUCCEEDED, 0), (NodePhase.FAILED, 3)]
-    events = [json.loads(line)["event"] for line in (job.run_dir / "events.jsonl").read_text().splitlines()]
-    assert "events-ended" in events
+    assert [e["reason"] for e in read_events(job.run_dir) if e["event"] == "events-ended"] == [reason]
 
 
 def test_a_lost_engine_ends_the_run_with_exit_2_and_one_line(make_run, monkeypatch, when):
