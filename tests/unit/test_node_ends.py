@@ -222,7 +222,7 @@ def test_the_first_failure_ends_the_job_once_and_each_failure_is_recorded_whole(
     job = make_run(nodes=3)
     client = FakeDockerClient()
     node1_failed = lambda: any(e["event"] == "node-failed" for e in read_events(job.run_dir))  # noqa: E731
-    job.client = fake_engine(client, node0=[Script(["[0|0]:training"], hang=True)],
+    job.client = fake_engine(client, node0=[Script(["[0|0]:training", "[0|0]:still training"], hang=True)],
                              node1=[Script(["[1|0]:training", *report(1, 0, exc="ValueError: bad batch")], exit_code=1)],
                              node2=[Script(["[2|0]:training"], after=report(2, 0, exc="RuntimeError: peer gone"),
                                            after_when=node1_failed, exit_code=2)])
@@ -234,6 +234,8 @@ def test_the_first_failure_ends_the_job_once_and_each_failure_is_recorded_whole(
     assert [{k: v for k, v in e.items() if k != "event"} for e in node_events(job, "node-failed")] == [
         {"node": "node1", "exit_code": 1, "rank": 1}, {"node": "node2", "exit_code": 2, "rank": 2}], text
     assert [e["node"] for e in node_events(job, "node-stopping")] == ["node0"]  # once, after the grace
+    assert sorted((e["node"], e["rank"]) for e in node_events(job, "rank-started")) == [
+        ("node0", 0), ("node1", 1), ("node2", 2)]  # each rank once, at its first line
     assert sorted((e["node"], e["exit_code"]) for e in node_events(job, "node-exited")) == [
         ("node0", 143), ("node1", 1), ("node2", 2)]
     assert all("via" not in e for e in node_events(job, "node-exited"))  # all said by the engine's events
