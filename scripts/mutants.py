@@ -1625,6 +1625,20 @@ MUTANTS = [
     Mutant("a run with no directory reads the working directory's record", "orchestrate/launch/recorded_runs.py",
            "    if not run.state.ended or not run.run_dir.name:", "    if not run.state.ended:",
            ("tests/unit/test_runs.py",)),
+    Mutant("a node removed from elsewhere is restarted", "orchestrate/supervise/supervisor.py",
+           "self.restarts.should_restart(tracker, ending) and not self.container_gone(tracker)",
+           "self.restarts.should_restart(tracker, ending)", ("tests/unit/test_node_ends.py",)),
+    Mutant("a node whose die comes as it is removed is restarted", "orchestrate/supervise/supervisor.py",
+           '            if tracker.container.status != "removing":\n', "            if True:\n",
+           ("tests/unit/test_node_ends.py",)),
+    Mutant("a restarted node that ended before a look stays restarting", "orchestrate/supervise/supervisor.py",
+           'elif tracker.phase is NodePhase.RESTARTING and (seen.status == "running" or seen.ended):',
+           'elif tracker.phase is NodePhase.RESTARTING and seen.status == "running":', ("tests/unit/test_node_ends.py",)),
+    Mutant("a restart's new start is asked once", "orchestrate/supervise/restart_policy.py",
+           "stop=stop_after_attempt(START_LOOKS)", "stop=stop_after_attempt(1)", ("tests/unit/test_node_ends.py",)),
+    Mutant("the engine's 404 for a restart ends the run", "orchestrate/supervise/restart_policy.py",
+           "                if classify(exc) not in (EngineFault.NOT_FOUND, EngineFault.CONFLICT):\n",
+           "                if True:\n", ("tests/unit/test_node_ends.py",)),
 ]
 
 
