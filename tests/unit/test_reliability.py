@@ -348,7 +348,7 @@ def test_a_store_that_dies_while_the_nodes_hang_on_is_said_when_it_dies_and_once
     # No node fails (the time limit ends the run): the store's death is said from its event, as
     # it comes, not only looked for at a first failure. Started again by hand, its second death
     # is not said again.
-    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=1, timeout_s=4.0)
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=1, timeout_s=6.0)
     client = FakeDockerClient()
     store = "ddp-test-run-rdzv-store-1"
 
