@@ -298,3 +298,42 @@ def test_a_restart_the_engines_events_tell_shows_each_line_once_and_marks_the_no
     assert text.index("restarting every node") < text.index("[node0/rank0]  resumed")
     assert sorted(e["node"] for e in node_events(job, "node-running")) == ["node0", "node0", "node1", "node1"]
     assert all("via" not in e for e in node_events(job, "node-exited"))  # recorded with no "via"
+
+
+def test_a_log_stream_the_engine_keeps_dropping_is_followed_again_from_where_it_stopped(make_run, monkeypatch):
+    # The engine drops node1's log stream after each line (a flaky connection) more often than a
+    # stream asks again by itself: the stream ends while node1 runs, and an inspection that sees
+    # it running follows its log again from its last line.
+    from orchestrate.engine.container_log import RESUMES
+
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    logs = FakeContainer.logs
+    dropped = {"stdout": 0, "stderr": 0}
+
+    node0_streams: list[str] = []
+
+    def dropping(self, *args, **kwargs):  # each of node1's streams: a line at most, RESUMES + 1 times
+        chunks = logs(self, *args, **kwargs)
+        if kwargs.get("stream") and self.name == "ddp-test-run-node0-1":
+            node0_streams.append("stdout" if kwargs.get("stdout", True) else "stderr")
+        source = "stdout" if kwargs.get("stdout", True) else "stderr"
+        if not kwargs.get("stream") or self.name != "ddp-test-run-node1-1" or dropped[source] > RESUMES:
+            return chunks
+        dropped[source] += 1
+
+        def a_line_at_most():
+            for chunk in chunks if source == "stdout" else ():  # (it prints nothing on stderr)
+                yield chunk
+                return
+        return a_line_at_most()
+
+    monkeypatch.setattr(FakeContainer, "logs", dropping)
+    job = make_run(nodes=2)
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(["[0|0]:ok"], after=["[0|0]:bye"],
+                                                               after_when=lambda: "line 5" in job.out.getvalue())],
+                             node1=[Script([f"[1|0]:line {i}" for i in range(6)], delay_s=0.3)])
+    result = job.run()
+    text = job.out.getvalue()
+    assert result.succeeded and dropped == {"stdout": RESUMES + 1, "stderr": RESUMES + 1}, text
+    assert [text.count(f"[node1/rank1]  line {i}") for i in range(6)] == [1] * 6, text
+    assert sorted(node0_streams) == ["stderr", "stdout"]  # node0's log, whole all along, is not asked for again
