@@ -337,3 +337,26 @@ def test_a_log_stream_the_engine_keeps_dropping_is_followed_again_from_where_it_
     assert result.succeeded and dropped == {"stdout": RESUMES + 1, "stderr": RESUMES + 1}, text
     assert [text.count(f"[node1/rank1]  line {i}") for i in range(6)] == [1] * 6, text
     assert sorted(node0_streams) == ["stderr", "stdout"]  # node0's log, whole all along, is not asked for again
+
+
+def test_a_dead_node_the_engine_cannot_look_at_for_a_moment_is_restarted_not_taken_for_gone(make_run, monkeypatch):
+    import requests
+
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 60.0)  # the look before the restart is the only one
+    reload = FakeContainer.reload
+    unanswered: list[str] = []
+
+    def looked_at(self) -> None:
+        if self.name == "ddp-test-run-node1-1" and self.status == "exited":  # until its restart
+            unanswered.append(self.name)
+            raise requests.exceptions.ConnectionError("Connection aborted")
+        reload(self)
+
+    monkeypatch.setattr(FakeContainer, "reload", looked_at)
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"])
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:step"], hang=True), Script(["[0|0]:resumed", "[0|0]:done"])],
+                             node1=[Script(["[1|0]:step"], hang=True), Script(["[1|0]:back", "[1|0]:done"])])
+    result = job.run()
+    assert unanswered, "the look after node1's death was never made: the test tested nothing"
+    assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
