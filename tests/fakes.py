@@ -808,6 +808,11 @@ def fake_engine(client: Optional["FakeDockerClient"] = None, **scripts: list[Scr
     return client
 
 
+def in_a_thread(action: Callable[[], None]) -> Callable[[], None]:
+    """A Script's ``then`` that does ``action`` beside the node's script, as another terminal would."""
+    return lambda: threading.Thread(target=action, daemon=True).start()
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     """Poll ``condition`` until it holds; fail the test when it has not within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

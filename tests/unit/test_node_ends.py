@@ -4,22 +4,16 @@ can restart; a restart that only inspections see, or whose new start the engine 
 once. Against the fake engine, whose events may come late or not at all."""
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.states import NodePhase
-from tests.fakes import FakeContainer, FakeDockerClient, Script, fake_engine, wait_until
+from tests.fakes import FakeContainer, FakeDockerClient, Script, fake_engine, in_a_thread, wait_until
 
 INSPECTION = "orchestrate.supervise.inspection"
 SUPERVISOR = "orchestrate.supervise.supervisor"
-
-
-def in_a_thread(action):
-    """A Script's ``then`` that does ``action`` beside the node's script, as another terminal would."""
-    return lambda: threading.Thread(target=action, daemon=True).start()
 
 
 def node_events(job, kind: str) -> list[dict]:
@@ -309,14 +303,13 @@ def test_a_log_stream_the_engine_keeps_dropping_is_followed_again_from_where_it_
     monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
     logs = FakeContainer.logs
     dropped = {"stdout": 0, "stderr": 0}
-
     node0_streams: list[str] = []
 
     def dropping(self, *args, **kwargs):  # each of node1's streams: a line at most, RESUMES + 1 times
         chunks = logs(self, *args, **kwargs)
-        if kwargs.get("stream") and self.name == "ddp-test-run-node0-1":
-            node0_streams.append("stdout" if kwargs.get("stdout", True) else "stderr")
         source = "stdout" if kwargs.get("stdout", True) else "stderr"
+        if kwargs.get("stream") and self.name == "ddp-test-run-node0-1":
+            node0_streams.append(source)
         if not kwargs.get("stream") or self.name != "ddp-test-run-node1-1" or dropped[source] > RESUMES:
             return chunks
         dropped[source] += 1
@@ -339,7 +332,8 @@ def test_a_log_stream_the_engine_keeps_dropping_is_followed_again_from_where_it_
     assert sorted(node0_streams) == ["stderr", "stdout"]  # node0's log, whole all along, is not asked for again
 
 
-def test_a_dead_node_the_engine_cannot_look_at_for_a_moment_is_restarted_not_taken_for_gone(make_run, monkeypatch):
+def test_a_dead_node_the_engine_cannot_look_at_until_its_restart_is_restarted_not_taken_for_gone(
+        make_run, monkeypatch):
     import requests
 
     monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 60.0)  # the look before the restart is the only one

@@ -17,7 +17,7 @@ import requests
 from orchestrate.errors import ComposeError, EngineError, ImageUnavailableError, LockTimeoutError, UsageError
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.states import NodePhase
-from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine, wait_until
+from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine, in_a_thread, wait_until
 
 engine = fake_engine
 
@@ -359,8 +359,7 @@ def test_a_store_that_dies_while_the_nodes_hang_on_is_said_when_it_dies_and_once
     job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, delay_s=0.3),
                                                   Script(["serving again"], exit_code=137, delay_s=0.3)]},
                         node0=[Script(["[0|0]:step 1"], hang=True)],
-                        node1=[Script(["[1|0]:step 1"], hang=True, then=lambda: threading.Thread(
-                            target=start_it_again, daemon=True).start())])
+                        node1=[Script(["[1|0]:step 1"], hang=True, then=in_a_thread(start_it_again))])
     result = job.run()
     assert [e["Action"] for e in client.history if e["Actor"]["Attributes"]["name"] == store].count("die") == 2
     text = job.out.getvalue()
@@ -369,7 +368,7 @@ def test_a_store_that_dies_while_the_nodes_hang_on_is_said_when_it_dies_and_once
     assert text.count("rendezvous store") == 1 and store_deaths(job) == [("rdzv-store", 137)]
 
 
-def store_dies_when(client: FakeDockerClient, condition) -> Script:
+def store_dies_when(condition) -> Script:
     """The store container's script: it serves until ``condition`` holds, then dies with 137."""
     return Script(["serving"], exit_code=137, after=["going"], after_when=condition)
 
@@ -378,7 +377,7 @@ def test_a_store_that_dies_as_ctrl_c_stops_the_nodes_is_no_cause(make_run, when)
     job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=2)
     client = FakeDockerClient()
     sigterm_sent = lambda: "SIGTERM" in signals_to(client, "ddp-test-run-node1-1")  # noqa: E731
-    job.client = engine(client, **{"rdzv-store": [store_dies_when(client, sigterm_sent)]},
+    job.client = engine(client, **{"rdzv-store": [store_dies_when(sigterm_sent)]},
                         node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)],  # live past it
                         node1=[Script(["[1|0]:training"], hang=True)])
     when(lambda: job.out.getvalue().count("training") == 2, interrupt)
@@ -393,7 +392,7 @@ def test_a_store_that_dies_as_a_failures_grace_ends_and_the_others_are_stopped_i
     job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=2)
     client = FakeDockerClient()
     sigterm_sent = lambda: "SIGTERM" in signals_to(client, "ddp-test-run-node0-1")  # noqa: E731
-    job.client = engine(client, **{"rdzv-store": [store_dies_when(client, sigterm_sent)]},
+    job.client = engine(client, **{"rdzv-store": [store_dies_when(sigterm_sent)]},
                         node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)],  # live past it
                         node1=[Script(["[1|0]:training", "[1|0]:ValueError: bad batch"], exit_code=1, delay_s=0.2)])
     result = job.run()
@@ -416,10 +415,9 @@ def test_a_store_that_dies_while_stop_run_stops_the_nodes_is_no_cause(make_run):
         for node in ("node0", "node1"):
             client.containers_by_name[f"ddp-test-run-{node}-1"].kill("SIGTERM")
 
-    job.client = engine(client, **{"rdzv-store": [store_dies_when(client, asked)]},
+    job.client = engine(client, **{"rdzv-store": [store_dies_when(asked)]},
                         node0=[Script(["[0|0]:training"], hang=True)],
-                        node1=[Script(["[1|0]:training"], hang=True, then=lambda: threading.Thread(
-                            target=stop_from_another_terminal, daemon=True).start())])
+                        node1=[Script(["[1|0]:training"], hang=True, then=in_a_thread(stop_from_another_terminal))])
     result = job.run()
     assert result.stopped_by and result.store_lost == "", job.out.getvalue()
     assert "rendezvous store" not in job.out.getvalue() and store_deaths(job) == []
