@@ -148,6 +148,8 @@ class FakeContainer:
         self.stderr_log: list[tuple[float, str]] = []
         self.changed = threading.Condition()
         self.killed = threading.Event()
+        self.runs = 0  # how many times it started: a log stream follows one run, and ends with it
+        self.run_ended: dict[int, float] = {}  # each ended run's last moment (a line's time.time())
         self.stop_timeouts: list[int] = []  # what each stop() was given
         self.restart_timeouts: list[int] = []  # what each restart() was given (0: SIGKILL at once)
         # another client is removing it: remove() answers 409 this many times, then NotFound (gone)
@@ -186,7 +188,10 @@ class FakeContainer:
         self.script = script
         self.killed = threading.Event()
         _STARTED.append(self.killed)
-        self.status, self.started = "running", now_rfc3339()
+        with self.changed:
+            self.status, self.started = "running", now_rfc3339()
+            self.runs += 1
+            self.changed.notify_all()
         self.client.emit(self, "start")
         threading.Thread(target=self._run, args=(script, self.killed), daemon=True).start()
 
@@ -224,6 +229,7 @@ class FakeContainer:
         with self.changed:  # (the engine says "removing" from the kill of a forced removal on)
             self.status = "removing" if self.being_removed else "exited"
             self.exit_code, self.finished = code, now_rfc3339()
+            self.run_ended[self.runs] = time.time()
             self.changed.notify_all()
         self.client.emit(self, "die", exitCode=str(code))
 
@@ -435,15 +441,20 @@ class FakeContainer:
             with self.changed:
                 return b"".join(render(s, ln) for s, ln in lines() if since is None or s >= since)
 
-        def chunks() -> Iterator[bytes]:
+        run = self.runs  # as the engine's follow: it follows the run it was asked in, and ends with it,
+
+        def chunks() -> Iterator[bytes]:  # even where the container has started again by the time it looks
             index = 0
             while True:
                 with self.changed:
-                    while index >= len(lines()) and follow and self.status in ("running", "paused"):
+                    while (index >= len(lines()) and follow and self.status in ("running", "paused")
+                           and self.runs == run):
                         self.changed.wait(timeout=0.5)
                     pending = lines()[index:]
                     index += len(pending)
-                    running = self.status in ("running", "paused")
+                    running = self.status in ("running", "paused") and self.runs == run
+                    if run in self.run_ended:
+                        pending = [(stamp, line) for stamp, line in pending if stamp <= self.run_ended[run]]
                 for stamp, line in pending:
                     if since is None or stamp >= since:
                         yield render(stamp, line)

@@ -107,15 +107,24 @@ def _still_running(container: Any) -> bool:
     return container.status in ("running", "paused")
 
 
+def _run_started(container: Any) -> Optional[float]:
+    """When the container's current run started, as the engine said at its latest look (None:
+    it never started)."""
+    started = container.attrs.get("State", {}).get("StartedAt", "")
+    return engine_time(started) if isinstance(started, str) else None
+
+
 class _Stream:
     """One stream of the log, followed live from where the lines read so far end. The engine
     ends a live stream as its container stops, whether or not the reader has read what it
     holds (a job that printed 200,000 lines in 17 s lost nine in ten): the rest is then read
-    from the stream's last line."""
+    from the stream's last line. A stream follows one run of the container: where it has
+    started again by the time its stream ends (a restart), the new run is the next stream's."""
 
     def __init__(self, container: Any, source: str, read: list[LogLine], since: Position) -> None:
         self.container, self.source = container, source
         self.position = since
+        self.run_started = _run_started(container)  # the run followed (as the container was last looked at)
         for line in read:
             if line.source == source:
                 self.position = advanced(self.position, line.stamp)
@@ -131,7 +140,7 @@ class _Stream:
                     put(line)
             except engine_errors() as exc:  # the container went away before its log could be asked for
                 log.debug("%s: %s stream ended: %s", name, self.source, exc)
-            if not _still_running(self.container):
+            if not _still_running(self.container) or self.started_again():
                 if not self.rest(put, name):
                     for raw in unfinished:  # its last words, with no line end
                         put(parse_log_line(raw, self.source))
@@ -140,17 +149,24 @@ class _Stream:
         log.warning("%s: the engine ended the %s stream of a running container %d times: its later lines are not"
                     " followed", name, self.source, RESUMES + 1)
 
+    def started_again(self) -> bool:
+        """The container runs a later run than the one this stream followed (just looked at):
+        asked for again, the stream would go on with the new run's lines as the old run's."""
+        started = _run_started(self.container)
+        return started is not None and (self.run_started is None or started > self.run_started)
+
     def rest(self, put: Callable[[LogLine], None], name: str) -> bool:
         """Put what the stream holds past its last line read, the container stopped; False where
-        the engine cannot say (the container is gone). A container started again meanwhile (a
-        restart) keeps its new run's lines for the stream that follows that run."""
+        the engine cannot say (the container is gone). A container started again since the
+        stream began (a restart, whether its new run still runs or has ended too) keeps its new
+        run's lines for the stream that follows that run."""
         try:
             raw = self.container.logs(**_ask(self.source, self.position[0]))
         except engine_errors() as exc:
             log.debug("%s: the rest of the %s stream: %s", name, self.source, exc)
             return False
-        restarted_at = (engine_time(self.container.attrs.get("State", {}).get("StartedAt", ""))
-                        if _still_running(self.container) else None)
+        _still_running(self.container)  # looked at after the read: a run started since has lines of its own
+        restarted_at = _run_started(self.container) if self.started_again() else None
         for line in _unread((parse_log_line(piece, self.source) for piece in raw.split(b"\n") if piece),
                             self.position):
             if restarted_at is not None and line.stamp is not None and line.stamp >= restarted_at:

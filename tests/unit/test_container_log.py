@@ -13,7 +13,7 @@ import pytest
 from orchestrate.engine.container_log import LogLine, follow_log, read_log
 from orchestrate.supervise.logs import follow, history
 from orchestrate.supervise.worker_lines import WorkerLines
-from tests.fakes import FakeDockerClient, wait_until
+from tests.fakes import FakeDockerClient, Script, wait_until
 
 
 def running() -> tuple[FakeDockerClient, object]:
@@ -144,6 +144,56 @@ def test_what_the_engine_held_when_it_ended_the_stream_at_the_stop_is_read_after
     got = [arrived.get(timeout=5) for _ in range(7)]
     assert got[-1] is None and arrived.empty()
     assert [line.text for line in got[:-1]] == [f"[0|0]:line {i}" for i in range(1, 7)]  # each once, in order
+
+
+
+class EndedLate:
+    """A container whose engine ends its live stdout stream late: only once the container has
+    started again (a restart), printed ``lines`` lines in all and, where ``ended``, ended again
+    (its connection lagged)."""
+
+    def __init__(self, container, lines: int, ended: bool) -> None:
+        self.container, self.lines, self.ended, self.opened = container, lines, ended, threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        chunks = self.container.logs(**kwargs)
+        if not (kwargs.get("stream") and kwargs.get("stdout")):
+            return chunks
+        self.opened.set()
+
+        def late():
+            yield from chunks
+            wait_until(lambda: self.container.runs > 1 and len(self.container.log) >= self.lines
+                       and (self.container.status == "exited" or not self.ended))
+        return late()
+
+
+@pytest.mark.parametrize("new_run_ends", [False, True], ids=["new-run-runs", "new-run-ended-too"])
+def test_a_stream_that_ends_after_its_container_started_again_leaves_the_new_runs_lines_to_the_next_stream(
+        new_run_ends):
+    # Asked for again as if the engine had dropped it, the stream went on with the new run's
+    # lines: the launcher took them for the old run's, before it followed the new one. (And the
+    # rest of a stream read after a quick new run had ended gave that run's lines too.)
+    client, node = running()
+    late = EndedLate(node, lines=3, ended=new_run_ends)
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    node.write("[0|0]:before the restart")
+    follow_log(late, arrived.put)
+    assert arrived.get(timeout=5).text == "[0|0]:before the restart"
+    assert late.opened.wait(timeout=5)
+    node.write("[0|0]:as it stops")
+    node.kill()
+    client.script(node.name, Script(["[0|0]:the new run's"], hang=not new_run_ends))
+    node.start()
+    got = [arrived.get(timeout=5), arrived.get(timeout=5)]
+    assert [line.text if line else line for line in got] == ["[0|0]:as it stops", None]
+    assert node.status == ("exited" if new_run_ends else "running")
+    if not new_run_ends:
+        node.kill()
+
 
 
 def test_each_stream_is_read_from_its_own_time():
