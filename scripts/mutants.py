@@ -1647,6 +1647,13 @@ MUTANTS = [
     Mutant("the engine's 404 for a restart ends the run", "orchestrate/supervise/restart_policy.py",
            "                if classify(exc) not in (EngineFault.NOT_FOUND, EngineFault.CONFLICT):\n",
            "                if True:\n", ("tests/unit/test_node_ends.py",)),
+    Mutant("the late end of a node's log ends the node again", "orchestrate/supervise/supervisor.py",
+           "                and not tracker.phase.final):", "                and True):",
+           ("tests/unit/test_node_ends.py",)),
+    Mutant("a piece the old attempt's stream left is shown as no node's", "orchestrate/supervise/supervisor.py",
+           "            self.on_lines(tracker, self.logs.follow(tracker, since=dict(tracker.last_log_stamps)),"
+           " self.clock())\n        elif", "            self.on_lines(None, self.logs.follow(tracker,"
+           " since=dict(tracker.last_log_stamps)), self.clock())\n        elif", ("tests/unit/test_node_ends.py",)),
 ]
 
 

@@ -556,7 +556,10 @@ class Supervisor:
         if isinstance(message, LineArrived) and message.stream == tracker.stream:  # taken now: a backlog still read
             tracker.last_line_at = self.clock()
         self.on_lines(tracker, self.logs.take(tracker, message), message.at)
-        if isinstance(message, LogEnded) and not tracker.log_open and tracker.phase is not NodePhase.RESTARTING:
+        # (not final: the late end of a stream a restart superseded, or of one the node's end no
+        # longer waited for after its exit, is not the node's end again)
+        if (isinstance(message, LogEnded) and not tracker.log_open and tracker.phase is not NodePhase.RESTARTING
+                and not tracker.phase.final):
             if tracker.exited_at is not None:
                 self.finish(tracker)
             else:  # the stream ended, but no exit was seen: ask the engine what happened
