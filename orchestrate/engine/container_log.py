@@ -10,9 +10,11 @@ time order, and then each stream is followed live, each from its own last line.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
@@ -48,6 +50,7 @@ def parse_log_line(raw: bytes, source: str) -> LogLine:
 Position = tuple[float, int]
 Since = Union[None, float, Mapping[str, Position]]
 RESUMES = 3  # how often a stream that ends while its container runs (a dropped connection) is asked for again
+RESUME_SLOWLY_S = 2.0  # at once; after that, every this often while the container runs: no line is lost for good
 
 
 def _since(since: Since, source: str) -> Position:
@@ -130,7 +133,7 @@ class _Stream:
                 self.position = advanced(self.position, line.stamp)
 
     def follow(self, put: Callable[[LogLine], None], name: str) -> None:
-        for _ in range(RESUMES + 1):
+        for tries in itertools.count(1):
             unfinished: list[bytes] = []  # cut off by a dropped connection: asked for again, whole
             try:
                 chunks = self.container.logs(stream=True, follow=True, **_ask(self.source, self.position[0]))
@@ -146,8 +149,11 @@ class _Stream:
                         put(parse_log_line(raw, self.source))
                 return
             log.debug("%s: the %s stream ended while the container runs: asked for again", name, self.source)
-        log.warning("%s: the engine ended the %s stream of a running container %d times: its later lines are not"
-                    " followed", name, self.source, RESUMES + 1)
+            if tries == RESUMES + 1:
+                log.warning("%s: the engine ended the %s stream of a running container %d times: asked for again"
+                            " every %g s while it runs", name, self.source, tries, RESUME_SLOWLY_S)
+            if tries > RESUMES:
+                time.sleep(RESUME_SLOWLY_S)  # a back-off, not a wait for readiness: the engine keeps dropping it
 
     def started_again(self) -> bool:
         """The container runs a later run than the one this stream followed (just looked at):

@@ -104,6 +104,44 @@ def test_a_stream_that_ends_while_its_container_runs_is_asked_for_again_from_its
     assert arrived.get(timeout=5) is None
 
 
+
+class DroppedOften:
+    """A container whose engine ends each of its first ``times`` live stderr streams at once,
+    with nothing in them (a connection that keeps dropping), while its stdout stream stays."""
+
+    def __init__(self, container, times: int) -> None:
+        self.container, self.times, self.dropped = container, times, 0
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        if kwargs.get("stream") and kwargs.get("stderr") and self.dropped < self.times:
+            self.dropped += 1
+            return iter(())
+        return self.container.logs(**kwargs)
+
+
+def test_a_stream_the_engine_keeps_dropping_is_asked_for_again_slower_while_its_container_runs(monkeypatch):
+    # After RESUMES times at once, its later lines were never followed (the other stream's
+    # staying open kept the log from ending, so no one asked again until the node ended).
+    import orchestrate.engine.container_log as container_log
+
+    monkeypatch.setattr(container_log, "RESUME_SLOWLY_S", 0.05)
+    _, node = running()
+    dropping = DroppedOften(node, times=container_log.RESUMES + 3)
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(dropping, arrived.put)
+    node.write("[0|0]:on stdout")
+    assert arrived.get(timeout=5).text == "[0|0]:on stdout"
+    wait_until(lambda: dropping.dropped == dropping.times)
+    node.write("[0|0]:Traceback (most recent call last):", "stderr")
+    got = arrived.get(timeout=5)
+    assert (got.source, got.text) == ("stderr", "[0|0]:Traceback (most recent call last):")
+    node.kill()
+    assert arrived.get(timeout=5) is None and arrived.empty()
+
+
 class EndedAtStop:
     """A container whose engine ends its live stdout stream as the container stops, whatever it
     still held: the stream brings the lines written before ``stop`` is set, and no more, and

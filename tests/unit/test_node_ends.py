@@ -298,11 +298,10 @@ def test_a_restart_the_engines_events_tell_shows_each_line_once_and_marks_the_no
 
 def test_a_log_stream_the_engine_keeps_dropping_is_followed_again_from_where_it_stopped(make_run, monkeypatch):
     # The engine drops node1's log stream after each line (a flaky connection) more often than a
-    # stream asks again by itself: the stream ends while node1 runs, and an inspection that sees
-    # it running follows its log again from its last line.
+    # stream asks again at once: it is asked for again, slower, from its last line.
     from orchestrate.engine.container_log import RESUMES
 
-    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    monkeypatch.setattr("orchestrate.engine.container_log.RESUME_SLOWLY_S", 0.1)
     logs = FakeContainer.logs
     dropped = {"stdout": 0, "stderr": 0}
     node0_streams: list[str] = []
@@ -332,6 +331,34 @@ def test_a_log_stream_the_engine_keeps_dropping_is_followed_again_from_where_it_
     assert result.succeeded and dropped == {"stdout": RESUMES + 1, "stderr": RESUMES + 1}, text
     assert [text.count(f"[node1/rank1]  line {i}") for i in range(6)] == [1] * 6, text
     assert sorted(node0_streams) == ["stderr", "stdout"]  # node0's log, whole all along, is not asked for again
+
+
+
+def test_a_node_whose_log_could_not_be_read_is_followed_again_once_an_inspection_sees_it_running(
+        make_run, monkeypatch):
+    # The engine did not answer the first read of node1's log (its connection dropped): the log
+    # ended at once, with node1 running; an inspection that sees it running follows it again.
+    import requests
+
+    monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
+    logs = FakeContainer.logs
+    unanswered: list[str] = []
+
+    def first_read_fails(self, *args, **kwargs):
+        if self.name == "ddp-test-run-node1-1" and not kwargs.get("stream") and not unanswered:
+            unanswered.append(self.name)
+            raise requests.exceptions.ConnectionError("Connection aborted")
+        return logs(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakeContainer, "logs", first_read_fails)
+    job = make_run(nodes=2)
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(["[0|0]:ok"])],
+                             node1=[Script([f"[1|0]:line {i}" for i in range(3)], delay_s=0.2)])
+    result = job.run()
+    text = job.out.getvalue()
+    assert unanswered and result.succeeded, text
+    assert [text.count(f"[node1/rank1]  line {i}") for i in range(3)] == [1] * 3, text
+    assert sorted(e["node"] for e in node_events(job, "node-running")) == ["node0", "node1"]
 
 
 def test_a_dead_node_the_engine_cannot_look_at_until_its_restart_is_restarted_not_taken_for_gone(
