@@ -31,12 +31,28 @@ def test_the_lines_so_far_come_from_both_streams_in_time_each_with_its_stream():
     assert [line.text for line in read_log(node, since=1001.5)] == ["[0|0]:c", "W1129 a warning"]
 
 
+class StreamsCounted:
+    """A container whose live streams asked for are counted, by source."""
+
+    def __init__(self, container) -> None:
+        self.container, self.streams = container, []
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        if kwargs.get("stream"):
+            self.streams.append("stdout" if kwargs.get("stdout") else "stderr")
+        return self.container.logs(**kwargs)
+
+
 def test_following_gives_every_line_once_then_says_the_log_ended_once():
     _, node = running()
     node.write("[0|0]:before")
     node.write("[0|0]:before too", "stderr")
     arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
-    follow_log(node, arrived.put, name="log-test")
+    counted = StreamsCounted(node)
+    follow_log(counted, arrived.put, name="log-test")
     wait_until(lambda: arrived.qsize() == 2)
     node.write("[0|0]:live", "stderr")
     node.write("[0|0]:live too")
@@ -48,6 +64,8 @@ def test_following_gives_every_line_once_then_says_the_log_ended_once():
     # that line again: it is not shown twice)
     assert [(line.source, line.text) for line in got[:2]] == [("stdout", "[0|0]:before"), ("stderr", "[0|0]:before too")]
     assert sorted((line.source, line.text) for line in got[2:4]) == [("stderr", "[0|0]:live"), ("stdout", "[0|0]:live too")]
+    # followed live: each stream asked for once (not read, and asked for again, and again)
+    assert sorted(counted.streams) == ["stderr", "stdout"]
 
 
 @pytest.mark.parametrize("error", [docker.errors.NotFound("No such container: ddp-r-node0-1"),
@@ -122,7 +140,7 @@ class DroppedOften:
         return self.container.logs(**kwargs)
 
 
-def test_a_stream_the_engine_keeps_dropping_is_asked_for_again_slower_while_its_container_runs(monkeypatch):
+def test_a_stream_the_engine_keeps_dropping_is_asked_for_again_slower_while_its_container_runs(monkeypatch, caplog):
     # After RESUMES times at once, its later lines were never followed (the other stream's
     # staying open kept the log from ending, so no one asked again until the node ended).
     import orchestrate.engine.container_log as container_log
@@ -140,6 +158,43 @@ def test_a_stream_the_engine_keeps_dropping_is_asked_for_again_slower_while_its_
     assert (got.source, got.text) == ("stderr", "[0|0]:Traceback (most recent call last):")
     node.kill()
     assert arrived.get(timeout=5) is None and arrived.empty()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"log: the engine ended the stderr stream of a running container {container_log.RESUMES + 1} times: asked"
+        " for again every 0.05 s while it runs"]
+
+
+
+class CutAndGone:
+    """A container whose live stdout stream ends in the middle of a line, as ``docker rm -f``
+    removes it: the engine can say nothing more of it."""
+
+    def __init__(self, container) -> None:
+        self.container = container
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        if kwargs.get("stream") and kwargs.get("stdout"):
+            def cut():
+                wait_until(lambda: len(self.container.log) == 2)
+                whole = b"".join(self.container.logs(**{**kwargs, "follow": False}))
+                self.container.remove(force=True)
+                yield whole[:-4]
+            return cut()
+        return self.container.logs(**kwargs)
+
+
+def test_the_last_words_of_a_stream_cut_as_its_container_was_removed_are_given_as_they_are():
+    _, node = running()
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(CutAndGone(node), arrived.put)
+    node.write("[0|0]:whole")
+    node.write("[0|0]:Killed by a sig")
+    got = [arrived.get(timeout=5) for _ in range(3)]
+    assert [(line.source, line.text) if line else line for line in got] == [
+        ("stdout", "[0|0]:whole"), ("stdout", "[0|0]:Killed by a "), None]
+    assert arrived.empty()
 
 
 class EndedAtStop:
@@ -188,7 +243,8 @@ def test_what_the_engine_held_when_it_ended_the_stream_at_the_stop_is_read_after
 class EndedLate:
     """A container whose engine ends its live stdout stream late: only once the container has
     started again (a restart), printed ``lines`` lines in all and, where ``ended``, ended again
-    (its connection lagged)."""
+    (its connection lagged); the lines with "held" in them it never streams (it ended the stream
+    at the stop with them still in it)."""
 
     def __init__(self, container, lines: int, ended: bool) -> None:
         self.container, self.lines, self.ended, self.opened = container, lines, ended, threading.Event()
@@ -203,7 +259,7 @@ class EndedLate:
         self.opened.set()
 
         def late():
-            yield from chunks
+            yield from (chunk for chunk in chunks if b"held" not in chunk)
             wait_until(lambda: self.container.runs > 1 and len(self.container.log) >= self.lines
                        and (self.container.status == "exited" or not self.ended))
         return late()
@@ -216,18 +272,20 @@ def test_a_stream_that_ends_after_its_container_started_again_leaves_the_new_run
     # lines: the launcher took them for the old run's, before it followed the new one. (And the
     # rest of a stream read after a quick new run had ended gave that run's lines too.)
     client, node = running()
-    late = EndedLate(node, lines=3, ended=new_run_ends)
+    late = EndedLate(node, lines=4, ended=new_run_ends)
     arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
     node.write("[0|0]:before the restart")
     follow_log(late, arrived.put)
     assert arrived.get(timeout=5).text == "[0|0]:before the restart"
     assert late.opened.wait(timeout=5)
     node.write("[0|0]:as it stops")
+    node.write("[0|0]:held as it stops")  # read after the stream, from the engine's log
     node.kill()
     client.script(node.name, Script(["[0|0]:the new run's"], hang=not new_run_ends))
     node.start()
-    got = [arrived.get(timeout=5), arrived.get(timeout=5)]
-    assert [line.text if line else line for line in got] == ["[0|0]:as it stops", None]
+    got = [arrived.get(timeout=5) for _ in range(3)]
+    assert [(line.source, line.text) if line else line for line in got] == [
+        ("stdout", "[0|0]:as it stops"), ("stdout", "[0|0]:held as it stops"), None]
     assert node.status == ("exited" if new_run_ends else "running")
     if not new_run_ends:
         node.kill()
