@@ -10,7 +10,6 @@ time order, and then each stream is followed live, each from its own last line.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import re
 import threading
@@ -133,33 +132,47 @@ class _Stream:
                 self.position = advanced(self.position, line.stamp)
 
     def follow(self, put: Callable[[LogLine], None], name: str) -> None:
-        for tries in itertools.count(1):
+        drops = 0  # in a row: ended while the container runs, with no new line
+        while True:
             unfinished: list[bytes] = []  # cut off by a dropped connection: asked for again, whole
+            read = False
             try:
                 chunks = self.container.logs(stream=True, follow=True, **_ask(self.source, self.position[0]))
                 raws = stream_lines(chunks, unfinished)
                 for line in _unread((parse_log_line(raw, self.source) for raw in raws), self.position):
                     self.position = advanced(self.position, line.stamp)
                     put(line)
+                    read = True
             except engine_errors() as exc:  # the container went away before its log could be asked for
                 log.debug("%s: %s stream ended: %s", name, self.source, exc)
-            if not _still_running(self.container) or self.started_again():
+            drops = 0 if read else drops + 1
+            if drops > RESUMES and not self.run_over():  # the engine keeps dropping it: asked for again, slower
+                if drops == RESUMES + 1:
+                    log.warning("%s: the engine ended the %s stream of a running container %d times in a row: asked"
+                                " for again every %g s while it runs", name, self.source, drops, RESUME_SLOWLY_S)
+                time.sleep(RESUME_SLOWLY_S)  # a back-off, not a wait for readiness (then looked at again)
+            if self.run_over():
                 if not self.rest(put, name):
                     for raw in unfinished:  # its last words, with no line end
                         put(parse_log_line(raw, self.source))
                 return
             log.debug("%s: the %s stream ended while the container runs: asked for again", name, self.source)
-            if tries == RESUMES + 1:
-                log.warning("%s: the engine ended the %s stream of a running container %d times: asked for again"
-                            " every %g s while it runs", name, self.source, tries, RESUME_SLOWLY_S)
-            if tries > RESUMES:
-                time.sleep(RESUME_SLOWLY_S)  # a back-off, not a wait for readiness: the engine keeps dropping it
+
+    def run_over(self) -> bool:
+        """The run this stream follows has ended: its container stopped, is gone, or has started
+        again (looked at now)."""
+        return not _still_running(self.container) or self.started_again()
 
     def started_again(self) -> bool:
-        """The container runs a later run than the one this stream followed (just looked at):
-        asked for again, the stream would go on with the new run's lines as the old run's."""
+        """The container runs a later run than the one this stream follows (as last looked at):
+        asked for again, the stream would go on with the new run's lines as the old run's. The
+        run followed started by the latest of the start seen as the stream began and the lines
+        read since (where the container had started again before the stream began, they are the
+        new run's); a stream begun before any start follows the first."""
         started = _run_started(self.container)
-        return started is not None and (self.run_started is None or started > self.run_started)
+        if started is None or self.run_started is None:
+            return False
+        return started > max(self.run_started, self.position[0])
 
     def rest(self, put: Callable[[LogLine], None], name: str) -> bool:
         """Put what the stream holds past its last line read, the container stopped; False where

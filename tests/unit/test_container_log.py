@@ -3,6 +3,7 @@ stream followed from its own last line; a worker's line written in pieces is put
 from its own stream, whatever the other stream prints meanwhile."""
 from __future__ import annotations
 
+import copy
 import queue
 import threading
 from typing import Optional
@@ -13,7 +14,7 @@ import pytest
 from orchestrate.engine.container_log import LogLine, follow_log, read_log
 from orchestrate.supervise.logs import follow, history
 from orchestrate.supervise.worker_lines import WorkerLines
-from tests.fakes import FakeDockerClient, Script, wait_until
+from tests.fakes import FakeContainer, FakeDockerClient, Script, wait_until
 
 
 def running() -> tuple[FakeDockerClient, object]:
@@ -122,13 +123,13 @@ def test_a_stream_that_ends_while_its_container_runs_is_asked_for_again_from_its
     assert arrived.get(timeout=5) is None
 
 
-
 class DroppedOften:
     """A container whose engine ends each of its first ``times`` live stderr streams at once,
     with nothing in them (a connection that keeps dropping), while its stdout stream stays."""
 
-    def __init__(self, container, times: int) -> None:
-        self.container, self.times, self.dropped = container, times, 0
+    def __init__(self, container, times: int, then=None) -> None:
+        self.container, self.times, self.dropped, self.then = container, times, 0, then  # then: at the last drop
+        self.stdout_followed = threading.Event()
 
     def __getattr__(self, name):
         return getattr(self.container, name)
@@ -136,7 +137,11 @@ class DroppedOften:
     def logs(self, **kwargs):
         if kwargs.get("stream") and kwargs.get("stderr") and self.dropped < self.times:
             self.dropped += 1
+            if self.dropped == self.times and self.then is not None:
+                self.then()
             return iter(())
+        if kwargs.get("stream") and kwargs.get("stdout"):
+            self.stdout_followed.set()
         return self.container.logs(**kwargs)
 
 
@@ -159,9 +164,8 @@ def test_a_stream_the_engine_keeps_dropping_is_asked_for_again_slower_while_its_
     node.kill()
     assert arrived.get(timeout=5) is None and arrived.empty()
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
-        f"log: the engine ended the stderr stream of a running container {container_log.RESUMES + 1} times: asked"
-        " for again every 0.05 s while it runs"]
-
+        f"log: the engine ended the stderr stream of a running container {container_log.RESUMES + 1} times in a"
+        " row: asked for again every 0.05 s while it runs"]
 
 
 class CutAndGone:
@@ -195,6 +199,171 @@ def test_the_last_words_of_a_stream_cut_as_its_container_was_removed_are_given_a
     assert [(line.source, line.text) if line else line for line in got] == [
         ("stdout", "[0|0]:whole"), ("stdout", "[0|0]:Killed by a "), None]
     assert arrived.empty()
+
+
+class DroppedAfterEachLine:
+    """A container whose engine ends each live stdout stream after its first new line (a
+    connection that drops, though lines get through)."""
+
+    def __init__(self, container) -> None:
+        self.container, self.asked, self.given = container, 0, set()
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        chunks = self.container.logs(**kwargs)
+        if not (kwargs.get("stream") and kwargs.get("stdout")):
+            return chunks
+        self.asked += 1
+
+        def one_new_line():
+            for chunk in chunks:
+                yield chunk
+                if chunk not in self.given:  # (the engine's since gives the last line read again)
+                    self.given.add(chunk)
+                    return
+        return one_new_line()
+
+
+def test_only_drops_in_a_row_with_no_line_between_slow_a_stream_down(monkeypatch, caplog):
+    # A long job whose connection drops now and then is asked for again at once each time.
+    import orchestrate.engine.container_log as container_log
+
+    monkeypatch.setattr(container_log, "RESUME_SLOWLY_S", 30.0)  # a stream slowed down fails the test
+    _, node = running()
+    dropping = DroppedAfterEachLine(node)
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(dropping, arrived.put)
+    for i in range(container_log.RESUMES + 3):
+        node.write(f"[0|0]:step {i}")
+        assert arrived.get(timeout=5).text == f"[0|0]:step {i}"
+    assert dropping.asked >= container_log.RESUMES + 3
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    node.kill()
+    assert arrived.get(timeout=5) is None
+
+
+def test_a_container_restarted_while_its_dropped_stream_waits_to_be_asked_again_is_followed_no_further(
+        monkeypatch):
+    # The engine kept dropping the stream, so it waits before asking again; the container is
+    # restarted meanwhile: the new run is the next stream's, not this one's.
+    import types
+
+    import orchestrate.engine.container_log as container_log
+
+    client, node = running()
+    dropping = DroppedOften(node, times=container_log.RESUMES + 1)  # the next ask, after the wait, is answered
+    old_line_read = threading.Event()
+
+    def restarted_during(seconds: float) -> None:
+        if node.runs == 1:
+            assert dropping.stdout_followed.wait(timeout=5) and old_line_read.wait(timeout=5)
+            node.kill()
+            client.script(node.name, Script([], hang=True))
+            node.start()
+            node.write("[0|0]:the new run's", "stderr")
+
+    monkeypatch.setattr(container_log, "time", types.SimpleNamespace(sleep=restarted_during))
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(dropping, arrived.put)
+    node.write("[0|0]:the old run's")
+    assert arrived.get(timeout=5).text == "[0|0]:the old run's"
+    old_line_read.set()
+    # stderr, dropped and waiting, ends with the old run; stdout, followed, ends with it too
+    assert arrived.get(timeout=5) is None
+    assert node.runs == 2 and arrived.empty()
+    node.kill()
+
+
+def test_a_stream_begun_before_its_container_first_started_follows_that_first_run():
+    client = FakeDockerClient()
+    node = FakeContainer(client, "ddp-r-node0-1", {"labels": {}})
+    client.containers_by_name[node.name] = node
+    client.script(node.name, Script(["[0|0]:first"], hang=True))
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(StartedAtFirstAsk(node), arrived.put)  # its first stream ends at once: it had not started
+    got = arrived.get(timeout=5)
+    assert (got.source, got.text) == ("stdout", "[0|0]:first")
+    node.kill()
+    assert arrived.get(timeout=5) is None
+
+
+class StaleUntilLookedAt:
+    """A container object as the SDK gives it: its ``attrs`` are the engine's answer when it was
+    made, until ``reload()`` asks again; its live stdout stream is dropped once, after a line."""
+
+    def __init__(self, container) -> None:
+        self.container, self.attrs, self.dropped = container, copy.deepcopy(container.attrs), False
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def reload(self) -> None:
+        self.container.reload()
+        self.attrs = copy.deepcopy(self.container.attrs)
+
+    def logs(self, **kwargs):
+        chunks = self.container.logs(**kwargs)
+        if kwargs.get("stream") and kwargs.get("stdout") and not self.dropped:
+            self.dropped = True
+
+            def a_line():
+                for chunk in chunks:
+                    yield chunk
+                    return
+            return a_line()
+        return chunks
+
+
+def test_a_stream_whose_container_was_looked_at_before_its_latest_start_follows_the_run_it_reads():
+    # The container object was last looked at before a restart: the stream's lines, read after
+    # that start, say which run it follows, and a dropped connection is asked for again.
+    client, node = running()
+    stale = StaleUntilLookedAt(node)
+    node.kill()
+    client.script(node.name, Script(["[0|0]:the run followed"], hang=True))
+    node.start()
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(stale, arrived.put)
+    assert arrived.get(timeout=5).text == "[0|0]:the run followed"
+    wait_until(lambda: stale.dropped)
+    node.write("[0|0]:after the dropped connection")
+    got = arrived.get(timeout=5)
+    assert got is not None and got.text == "[0|0]:after the dropped connection"
+    node.kill()
+    assert arrived.get(timeout=5) is None
+
+
+def test_a_stream_dropped_as_its_container_stops_ends_without_waiting_or_a_warning(monkeypatch, caplog):
+    import orchestrate.engine.container_log as container_log
+
+    monkeypatch.setattr(container_log, "RESUME_SLOWLY_S", 30.0)  # a wait fails the test
+    _, node = running()
+    dropping = DroppedOften(node, times=container_log.RESUMES + 1, then=node.kill)  # the last drop: the stop
+    arrived: "queue.Queue[Optional[LogLine]]" = queue.Queue()
+    follow_log(dropping, arrived.put)
+    assert arrived.get(timeout=5) is None
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+class StartedAtFirstAsk:
+    """A container only created, started just as its first live stream is asked for (which the
+    engine ends at once: it was not running)."""
+
+    def __init__(self, container) -> None:
+        self.container = container
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+    def logs(self, **kwargs):
+        chunks = self.container.logs(**kwargs)
+        if kwargs.get("stream") and kwargs.get("stdout") and self.container.status == "created":
+            list(chunks)  # (nothing: it ends at once)
+            self.container.start()
+            return iter(())
+        return chunks
 
 
 class EndedAtStop:
@@ -237,7 +406,6 @@ def test_what_the_engine_held_when_it_ended_the_stream_at_the_stop_is_read_after
     got = [arrived.get(timeout=5) for _ in range(7)]
     assert got[-1] is None and arrived.empty()
     assert [line.text for line in got[:-1]] == [f"[0|0]:line {i}" for i in range(1, 7)]  # each once, in order
-
 
 
 class EndedLate:
@@ -289,7 +457,6 @@ def test_a_stream_that_ends_after_its_container_started_again_leaves_the_new_run
     assert node.status == ("exited" if new_run_ends else "running")
     if not new_run_ends:
         node.kill()
-
 
 
 def test_each_stream_is_read_from_its_own_time():

@@ -333,7 +333,6 @@ def test_a_log_stream_the_engine_keeps_dropping_is_followed_again_from_where_it_
     assert sorted(node0_streams) == ["stderr", "stdout"]  # node0's log, whole all along, is not asked for again
 
 
-
 def test_a_node_whose_log_could_not_be_read_is_followed_again_once_an_inspection_sees_it_running(
         make_run, monkeypatch):
     # The engine did not answer the first read of node1's log (its connection dropped): the log
@@ -383,7 +382,6 @@ def test_a_dead_node_the_engine_cannot_look_at_until_its_restart_is_restarted_no
     result = job.run()
     assert unanswered, "the look after node1's death was never made: the test tested nothing"
     assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
-
 
 
 @pytest.mark.timeout(60)
