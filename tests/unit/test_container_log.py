@@ -32,14 +32,22 @@ def test_the_lines_so_far_come_from_both_streams_in_time_each_with_its_stream():
     assert [line.text for line in read_log(node, since=1001.5)] == ["[0|0]:c", "W1129 a warning"]
 
 
-class StreamsCounted:
+class SeenThroughAnEngine:
+    """A container seen through an engine that answers some of its calls otherwise (a
+    subclass's methods); every other call is the fake's own."""
+
+    def __init__(self, container) -> None:
+        self.container = container
+
+    def __getattr__(self, name):
+        return getattr(self.container, name)
+
+
+class StreamsCounted(SeenThroughAnEngine):
     """A container whose live streams asked for are counted, by source."""
 
     def __init__(self, container) -> None:
         self.container, self.streams = container, []
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         if kwargs.get("stream"):
@@ -82,15 +90,12 @@ def test_a_log_that_cannot_be_read_ends_with_no_line(error):
         arrived.get(timeout=0.3)
 
 
-class DroppedOnce:
+class DroppedOnce(SeenThroughAnEngine):
     """A container whose engine connection drops the first live stream of stderr once ``go`` is
     set, after the lines it had by then, in the middle of the last one."""
 
     def __init__(self, container) -> None:
         self.container, self.dropped, self.go = container, False, threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         if kwargs.get("stream") and kwargs.get("stderr") and not self.dropped:
@@ -123,16 +128,13 @@ def test_a_stream_that_ends_while_its_container_runs_is_asked_for_again_from_its
     assert arrived.get(timeout=5) is None
 
 
-class DroppedOften:
+class DroppedOften(SeenThroughAnEngine):
     """A container whose engine ends each of its first ``times`` live stderr streams at once,
     with nothing in them (a connection that keeps dropping), while its stdout stream stays."""
 
     def __init__(self, container, times: int, then=None) -> None:
         self.container, self.times, self.dropped, self.then = container, times, 0, then  # then: at the last drop
         self.stdout_followed = threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         if kwargs.get("stream") and kwargs.get("stderr") and self.dropped < self.times:
@@ -168,15 +170,9 @@ def test_a_stream_the_engine_keeps_dropping_is_asked_for_again_slower_while_its_
         " row: asked for again every 0.05 s while it runs"]
 
 
-class CutAndGone:
+class CutAndGone(SeenThroughAnEngine):
     """A container whose live stdout stream ends in the middle of a line, as ``docker rm -f``
     removes it: the engine can say nothing more of it."""
-
-    def __init__(self, container) -> None:
-        self.container = container
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         if kwargs.get("stream") and kwargs.get("stdout"):
@@ -201,15 +197,12 @@ def test_the_last_words_of_a_stream_cut_as_its_container_was_removed_are_given_a
     assert arrived.empty()
 
 
-class DroppedAfterEachLine:
+class DroppedAfterEachLine(SeenThroughAnEngine):
     """A container whose engine ends each live stdout stream after its first new line (a
     connection that drops, though lines get through)."""
 
     def __init__(self, container) -> None:
         self.container, self.asked, self.given = container, 0, set()
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         chunks = self.container.logs(**kwargs)
@@ -289,15 +282,12 @@ def test_a_stream_begun_before_its_container_first_started_follows_that_first_ru
     assert arrived.get(timeout=5) is None
 
 
-class StaleUntilLookedAt:
+class StaleUntilLookedAt(SeenThroughAnEngine):
     """A container object as the SDK gives it: its ``attrs`` are the engine's answer when it was
     made, until ``reload()`` asks again; its live stdout stream is dropped once, after a line."""
 
     def __init__(self, container) -> None:
         self.container, self.attrs, self.dropped = container, copy.deepcopy(container.attrs), False
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def reload(self) -> None:
         self.container.reload()
@@ -347,15 +337,9 @@ def test_a_stream_dropped_as_its_container_stops_ends_without_waiting_or_a_warni
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
-class StartedAtFirstAsk:
+class StartedAtFirstAsk(SeenThroughAnEngine):
     """A container only created, started just as its first live stream is asked for (which the
     engine ends at once: it was not running)."""
-
-    def __init__(self, container) -> None:
-        self.container = container
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         chunks = self.container.logs(**kwargs)
@@ -366,16 +350,13 @@ class StartedAtFirstAsk:
         return chunks
 
 
-class EndedAtStop:
+class EndedAtStop(SeenThroughAnEngine):
     """A container whose engine ends its live stdout stream as the container stops, whatever it
     still held: the stream brings the lines written before ``stop`` is set, and no more, and
     ends when the container stops."""
 
     def __init__(self, container) -> None:
         self.container, self.stop = container, threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         if kwargs.get("stream") and kwargs.get("stdout"):
@@ -408,7 +389,7 @@ def test_what_the_engine_held_when_it_ended_the_stream_at_the_stop_is_read_after
     assert [line.text for line in got[:-1]] == [f"[0|0]:line {i}" for i in range(1, 7)]  # each once, in order
 
 
-class EndedLate:
+class EndedLate(SeenThroughAnEngine):
     """A container whose engine ends its live stdout stream late: only once the container has
     started again (a restart), printed ``lines`` lines in all and, where ``ended``, ended again
     (its connection lagged); the lines with "held" in them it never streams (it ended the stream
@@ -416,9 +397,6 @@ class EndedLate:
 
     def __init__(self, container, lines: int, ended: bool) -> None:
         self.container, self.lines, self.ended, self.opened = container, lines, ended, threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.container, name)
 
     def logs(self, **kwargs):
         chunks = self.container.logs(**kwargs)

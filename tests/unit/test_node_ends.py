@@ -13,6 +13,7 @@ from orchestrate.outcome.events import read_events
 from orchestrate.outcome.states import NodePhase
 from tests.fakes import FakeContainer, FakeDockerClient, Script, fake_engine, in_a_thread, wait_until
 from tests.unit.test_hangs import answering_worker, quick_watchdog  # noqa: F401 - a fixture
+from tests.unit.test_reliability import recorded
 
 INSPECTION = "orchestrate.supervise.inspection"
 SUPERVISOR = "orchestrate.supervise.supervisor"
@@ -384,6 +385,30 @@ def test_a_dead_node_the_engine_cannot_look_at_until_its_restart_is_restarted_no
     assert result.succeeded and [r.node for r in result.recoveries] == ["node1"], job.out.getvalue()
 
 
+def ends_late(monkeypatch, container: str, until, first_stream_only: bool = False) -> list[str]:
+    """The engine ends ``container``'s live log streams (its first two, one per source, where
+    ``first_stream_only``) only once ``until`` holds, whatever they held: its connection lags.
+    Returns the live streams asked for, one entry each."""
+    logs = FakeContainer.logs
+    asked: list[str] = []
+
+    def lagging(self, *args, **kwargs):
+        chunks = logs(self, *args, **kwargs)
+        if not kwargs.get("stream") or self.name != container:
+            return chunks
+        asked.append(self.name)
+        if first_stream_only and len(asked) > 2:
+            return chunks
+
+        def late():
+            yield from chunks
+            wait_until(until)
+        return late()
+
+    monkeypatch.setattr(FakeContainer, "logs", lagging)
+    return asked
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("new_attempt", ["prints", "hangs"])
 def test_a_piece_of_a_line_the_old_attempts_stream_left_is_shown_once_as_a_restart_only_inspections_see_is_followed(
@@ -396,31 +421,8 @@ def test_a_piece_of_a_line_the_old_attempts_stream_left_is_shown_once_as_a_resta
     # hung, --hang-timeout seconds on.
     monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_S", 0.05)
     monkeypatch.setattr(f"{INSPECTION}.INSPECT_EVERY_WITHOUT_EVENTS_S", 0.05)
-    logs, restart = FakeContainer.logs, FakeContainer.restart
-    node0 = "ddp-test-run-node0-1"
-    restarted: list[float] = []
-    streams_since_restart: list[str] = []
-
-    def restarted_at(self, timeout: int = 10) -> None:
-        if self.name == node0:
-            restarted.append(time.monotonic())
-        restart(self, timeout)
-
-    def old_stream_ends_late(self, *args, **kwargs):
-        chunks = logs(self, *args, **kwargs)
-        if not kwargs.get("stream") or self.name != node0:
-            return chunks
-        if restarted:
-            streams_since_restart.append("stdout" if kwargs.get("stdout", True) else "stderr")
-            return chunks
-
-        def late():
-            yield from chunks
-            wait_until(lambda: len(streams_since_restart) >= 2)  # node0 followed anew, both streams
-        return late()
-
-    monkeypatch.setattr(FakeContainer, "restart", restarted_at)
-    monkeypatch.setattr(FakeContainer, "logs", old_stream_ends_late)
+    # (node0's first two streams, the attempt before, end once it is followed anew: two more)
+    followed = ends_late(monkeypatch, "ddp-test-run-node0-1", lambda: len(followed) >= 4, first_stream_only=True)
     stop = threading.Event()
     job = make_run(nodes=2, nproc_per_node=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"],
                    **({"hang_timeout": 2} if new_attempt == "hangs" else {}))
@@ -445,7 +447,7 @@ def test_a_piece_of_a_line_the_old_attempts_stream_left_is_shown_once_as_a_resta
         stop.set()
     text = job.out.getvalue()
     assert [r.node for r in result.recoveries] == ["node1"], text
-    assert restarted and len(streams_since_restart) >= 2, "node0's old stream ended in time: the test tested nothing"
+    assert len(followed) >= 4, "node0's old stream ended in time: the test tested nothing"
     assert text.count("[node0/rank0]  saving ...") == 1, text
     assert "[node0/rank1]  step 1" in text
     if new_attempt == "prints":
@@ -455,39 +457,13 @@ def test_a_piece_of_a_line_the_old_attempts_stream_left_is_shown_once_as_a_resta
         assert result.hung and "HUNG: no progress for 2 s (--hang-timeout 2)" in text, text
 
 
-def ends_late(monkeypatch, container: str, until, first_stream_only: bool = False) -> None:
-    """The engine ends ``container``'s live log streams (its first two, one per source, where
-    ``first_stream_only``) only once ``until`` holds, whatever they held: its connection lags."""
-    logs = FakeContainer.logs
-    asked: list[str] = []
-
-    def lagging(self, *args, **kwargs):
-        chunks = logs(self, *args, **kwargs)
-        if not kwargs.get("stream") or self.name != container:
-            return chunks
-        asked.append(self.name)
-        if first_stream_only and len(asked) > 2:
-            return chunks
-
-        def late():
-            yield from chunks
-            wait_until(until)
-        return late()
-
-    monkeypatch.setattr(FakeContainer, "logs", lagging)
-
-
-def recorded(job, kind: str):
-    return lambda: any(e["event"] == kind for e in read_events(job.run_dir))
-
-
 def test_the_late_end_of_a_log_stream_a_restart_superseded_does_not_end_the_node_again(make_run, monkeypatch):
     # node0's stream of the attempt before the restart ends only after its new attempt failed:
     # the node failed once (taken again, the end recorded a second failure, and a lost node
     # would have been taken out of the job twice).
     monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 0.5)
     job = make_run(nodes=2, rdzv="c10d", max_restarts=1, faults=["kill:node1@t=0"])
-    ends_late(monkeypatch, "ddp-test-run-node0-1", recorded(job, "node-failed"), first_stream_only=True)
+    ends_late(monkeypatch, "ddp-test-run-node0-1", recorded(job, "node-failed", settle_s=0), first_stream_only=True)
     job.client = fake_engine(
         FakeDockerClient(), node0=[Script(["[0|0]:step"], hang=True), Script(["[0|0]:oops"], exit_code=3)],
         node1=[Script(["[1|0]:step"], hang=True), Script(["[1|0]:back"], hang=True)])
@@ -503,7 +479,7 @@ def test_a_log_that_ends_after_the_node_ended_without_it_does_not_end_the_node_a
     monkeypatch.setattr(f"{SUPERVISOR}.FAILURE_GRACE_S", 0.5)
     monkeypatch.setattr(f"{SUPERVISOR}.LOG_DRAIN_S", 0.2)
     job = make_run(nodes=2)
-    ends_late(monkeypatch, "ddp-test-run-node0-1", recorded(job, "node-failed"))
+    ends_late(monkeypatch, "ddp-test-run-node0-1", recorded(job, "node-failed", settle_s=0))
     job.client = fake_engine(FakeDockerClient(), node0=[Script(["[0|0]:oops"], exit_code=3)],
                              node1=[Script(["[1|0]:step"], hang=True)])
     result = job.run()
