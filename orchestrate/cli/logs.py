@@ -24,7 +24,9 @@ def add_parsers(sub: Any) -> None:
     logs.add_argument("-n", "--tail", type=argparse_type(non_negative_int, "--tail"), default=None, metavar="N",
                       help="only the last N lines printed so far (with -f: then the new ones; 0: the new ones only)"
                            " (default: every line)")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the nodes end")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep printing until the run ends: a node started again (a restart, an elastic recovery)"
+                           " is followed into its new run")
     logs.set_defaults(handler=command)
 
 

@@ -116,6 +116,16 @@ def _run_started(container: Any) -> Optional[float]:
     return engine_time(started) if isinstance(started, str) else None
 
 
+def looked_at(container: Any) -> tuple[str, Optional[float]]:
+    """The container's status and when its latest run started, looked at now ("gone" and None
+    for one that is gone; None for one that has never started)."""
+    try:
+        container.reload()
+    except engine_errors():
+        return "gone", None
+    return container.status, _run_started(container)
+
+
 class _Stream:
     """One stream of the log, followed live from where the lines read so far end. The engine
     ends a live stream as its container stops, whether or not the reader has read what it

@@ -1,12 +1,17 @@
 """``logs RUN``: a run's output from the engine, rank-prefixed, merged in time or followed."""
 from __future__ import annotations
 
+import contextlib
 import queue
+import time
+from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
-from orchestrate.engine.container_log import SOURCES, LogLine, Position, advanced, follow_log, read_log
-from orchestrate.engine.runs import RunInfo, node_plans
+from orchestrate.engine.container_log import SOURCES, LogLine, Position, advanced, follow_log, looked_at, read_log
+from orchestrate.engine.labels import LAUNCHER_LABEL
+from orchestrate.engine.runs import RunInfo, launcher_alive, node_plans
 from orchestrate.errors import UsageError
+from orchestrate.outcome.events import launcher_exit_code, read_events
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
 
@@ -102,30 +107,93 @@ def history(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Op
         yield line.render(width)
 
 
-def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Optional[int] = None) -> Iterator[str]:
-    """The nodes' lines (those ``keep`` takes) as they come, until every node's container has
-    stopped: from the first, or from the last ``tail`` of those printed so far."""
+LOOK_AGAIN_S = 0.5  # how often a node whose log ended is looked at for a start again, while the run may start it
+
+
+def nothing_starts_again() -> bool:
+    return False
+
+
+def may_start_nodes_again(run: RunInfo) -> Callable[[], bool]:
+    """Whether the run may still start a node again, looked at now: its launcher runs and has
+    not said how the run ended (an elastic recovery, a preempted node's return, a restart fault
+    are its doing; a detached run's nodes only start again with a follower, as its own)."""
+    def goes_on() -> bool:
+        return (launcher_alive(run.labels.get(LAUNCHER_LABEL, "")) is True
+                and launcher_exit_code(read_events(run.run_dir)) is None)
+    return goes_on
+
+
+YET_TO_START = ("created", "restarting")  # a container that will start: its log is followed when it does
+
+
+@dataclass
+class FollowedNode:
+    """One node as ``logs -f`` follows it: the reader of its lines, where each of its streams
+    was read to, and the start of the run of its container followed."""
+
+    plan: NodePlan
+    container: Any
+    reader: WorkerLines
+    read_to: dict[str, Position]
+    run_started: Optional[float] = None
+    log_open: bool = False
+
+
+def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Optional[int] = None,
+           goes_on: Callable[[], bool] = nothing_starts_again, say: Callable[[str], None] = print
+           ) -> Iterator[str]:
+    """The nodes' lines (those ``keep`` takes) as they come, from the first, or from the last
+    ``tail`` of those printed so far; a node whose container starts again (a restart, an
+    elastic recovery) is followed on into its new run. Ends when every node's log has ended
+    and none will start: none is yet to, and ``goes_on`` says the run may start none again."""
     width = label_width(pairs)
     arrived: "queue.Queue[tuple[int, Optional[LogLine]]]" = queue.Queue()
     if tail is None:
         readers = [WorkerLines(plan) for plan, _ in pairs]
-        since: list[Optional[dict[str, Position]]] = [None] * len(pairs)
+        read_to: list[dict[str, Position]] = [{} for _ in pairs]
     else:
         lines, readers, read_to = read_so_far(pairs, keep, ended=False)
         yield from (line.render(width) for line in last(lines, tail))
-        since = list(read_to)  # followed from there, by the same readers: a line begun before goes on
-    for order, (plan, container) in enumerate(pairs):
-        follow_log(container, lambda line, order=order: arrived.put((order, line)), since=since[order],
-                   name=f"logs-{plan.name}")
-    open_streams = len(pairs)
-    while open_streams:
-        order, line = arrived.get()
-        if line is None:
-            open_streams -= 1
-            done = readers[order].flush()
-        else:
-            done = readers[order].feed(line.text, line.source)
-        yield from (ln.render(width) for ln in done if keep(ln))
+        # followed from there, by the same readers: a line begun before goes on
+    nodes = [FollowedNode(plan, container, reader, dict(since))
+             for (plan, container), reader, since in zip(pairs, readers, read_to)]
+
+    def start(order: int, node: FollowedNode) -> None:
+        _, node.run_started = looked_at(node.container)  # (before its streams look: a start after is a new run)
+        node.log_open = True
+        follow_log(node.container, lambda line: arrived.put((order, line)), since=dict(node.read_to),
+                   name=f"logs-{node.plan.name}")
+
+    for order, node in enumerate(nodes):
+        start(order, node)
+    look_at = time.monotonic() + LOOK_AGAIN_S
+    while True:
+        with contextlib.suppress(queue.Empty):
+            order, line = arrived.get(timeout=max(0.0, look_at - time.monotonic()))
+            node = nodes[order]
+            if line is None:
+                node.log_open = False
+                done = node.reader.flush()
+            else:
+                node.read_to[line.source] = advanced(node.read_to.get(line.source, (0.0, 0)), line.stamp)
+                done = node.reader.feed(line.text, line.source)
+            yield from (ln.render(width) for ln in done if keep(ln))
+        if time.monotonic() < look_at:  # (looked at on time, not per line: a node prints on)
+            continue
+        yet_to_start = False
+        for order, node in enumerate(nodes):
+            if node.log_open:
+                continue
+            status, started = looked_at(node.container)
+            if started is not None and (node.run_started is None or started > node.run_started):
+                if node.run_started is not None:  # (a first start is no news)
+                    say(f"{node.plan.name} started again: its new run follows")
+                start(order, node)
+            yet_to_start = yet_to_start or status in YET_TO_START
+        if not any(n.log_open for n in nodes) and not yet_to_start and not goes_on():
+            return
+        look_at = time.monotonic() + LOOK_AGAIN_S
 
 
 def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks: Iterable[int] = (),
@@ -141,6 +209,8 @@ def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks:
     def keep(line: OutputLine) -> bool:
         return not wanted or line.global_rank in wanted
 
-    for line in (follow(pairs, keep, tail) if follow_live else history(pairs, keep, tail)):
+    lines = (follow(pairs, keep, tail, goes_on=may_start_nodes_again(run), say=say) if follow_live
+             else history(pairs, keep, tail))
+    for line in lines:
         out.write(line + "\n")
         out.flush()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+import time
 from typing import Optional
 
 import docker.errors
@@ -511,3 +512,98 @@ def test_logs_tail_keeps_the_last_lines_of_those_asked_for(make_job):
     shown = [" ".join(line.split()) for line in history(pair, lambda line: line.global_rank == 1, tail=2)]
     assert shown == ["[node0/rank1] line 3", "[node0/rank1] line 5"]
     assert list(history(pair, tail=0)) == [] and len(list(history(pair, tail=99))) == 6
+
+
+def followed(pairs, **options) -> "queue.Queue[Optional[str]]":
+    """The lines ``follow`` gives (spaces squeezed), read in a thread of its own; then None."""
+    shown: "queue.Queue[Optional[str]]" = queue.Queue()
+
+    def read() -> None:
+        for line in follow(pairs, **options):
+            shown.put(" ".join(line.split()))
+        shown.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return shown
+
+
+def test_logs_f_follows_a_node_into_its_next_run_and_waits_while_the_run_may_start_one(make_job):
+    client, node = running()
+    node.write("[0|0]:the first run's line")
+    looked, said = [], []
+    over = threading.Event()
+
+    def goes_on() -> bool:  # asked only while every node's log has ended
+        looked.append(node.status)
+        return not over.is_set()
+
+    shown = followed([(make_job(nodes=1).nodes[0], node)], goes_on=goes_on, say=said.append)
+    assert shown.get(timeout=5) == "[node0/rank0] the first run's line"
+    assert looked == []  # its log is open: nothing to ask
+    node.kill()
+    wait_until(lambda: len(looked) >= 2)  # its log ended, and it is waited for while the run may start it again
+    assert set(looked) == {"exited"} and shown.empty() and said == []
+    client.script(node.name, Script(["[0|0]:the next run's line"], hang=True))
+    node.start()
+    assert shown.get(timeout=5) == "[node0/rank0] the next run's line"  # once: the first run's line not again
+    assert said == ["node0 started again: its new run follows"]
+    over.set()
+    node.kill()
+    assert shown.get(timeout=5) is None  # ended: its log did, and nothing may start it again
+
+
+def test_logs_f_of_a_run_that_may_start_no_node_again_ends_with_its_nodes_logs(make_job):
+    _, node = running()
+    node.write("[0|0]:its only line")
+    node.kill()
+    shown = followed([(make_job(nodes=1).nodes[0], node)])
+    assert [shown.get(timeout=5), shown.get(timeout=5)] == ["[node0/rank0] its only line", None]
+
+
+def test_logs_f_of_a_node_yet_to_start_waits_for_it_and_follows_its_first_run(make_job):
+    client = FakeDockerClient()
+    later = FakeContainer(client, "ddp-r-node0-1", {"labels": {}})  # created, not started
+    client.containers_by_name[later.name] = later
+    client.script(later.name, Script(["[0|0]:its first line"], hang=True))
+    ended = client.running("ddp-r-node1-1")
+    ended.write("[1|0]:the other node's line")
+    ended.kill()
+    said: list[str] = []
+    plans = make_job(nodes=2).nodes
+    shown = followed([(plans[0], later), (plans[1], ended)], say=said.append)
+    assert shown.get(timeout=5) == "[node1/rank1] the other node's line"
+    with pytest.raises(queue.Empty):
+        shown.get(timeout=1.5)  # both logs end at once, and the node yet to start is waited for
+    later.start()
+    assert shown.get(timeout=5) == "[node0/rank0] its first line"
+    later.kill()
+    assert shown.get(timeout=5) is None and said == []  # a first start is no news
+
+
+class LooksCounted(SeenThroughAnEngine):
+    """A container whose looks (reloads) are counted."""
+
+    def __init__(self, container) -> None:
+        self.container, self.looks = container, 0
+
+    def reload(self):
+        self.looks += 1
+        return self.container.reload()
+
+
+def test_logs_f_looks_at_a_node_whose_log_ended_on_a_timer_not_at_each_line_of_another(make_job):
+    client = FakeDockerClient()
+    printing = client.running("ddp-r-node0-1")
+    ended = LooksCounted(client.running("ddp-r-node1-1"))
+    ended.write("[1|0]:its last line")
+    ended.kill()
+    plans = make_job(nodes=2).nodes
+    shown = followed([(plans[0], printing), (plans[1], ended)])
+    assert shown.get(timeout=5) == "[node1/rank1] its last line"
+    for i in range(300):  # printed over about 1.5 s, as the other node's log ends and after
+        printing.write(f"[0|0]:line {i}")
+        time.sleep(0.005)  # (the pace of a printing job, not a wait for something to be ready)
+    assert [shown.get(timeout=5) for _ in range(300)][-1] == "[node0/rank0] line 299"
+    printing.kill()
+    assert shown.get(timeout=5) is None
+    assert ended.looks < 60  # a look each 0.5 s (and its own streams' few), not 300

@@ -891,6 +891,65 @@ def test_logs_follow_shows_what_a_running_node_prints_next_and_ends_when_it_stop
     assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node0/rank0] before", "[node0/rank0] after"]
 
 
+def test_logs_follow_goes_on_with_a_node_restarted_while_another_runs(make_run, capsys):
+    import threading
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:zero"], hang=True),
+                                          "node1": Script(["[1|0]:one"], hang=True)}, dict(nodes=2)))
+    node0, node1 = (client.containers_by_name[f"ddp-r-node{i}-1"] for i in range(2))
+    wait_until(lambda: bool(node0.log and node1.log))
+    capsys.readouterr()
+    out, codes = io.StringIO(), []
+    follower = threading.Thread(target=lambda: codes.append(main(client=client, argv=["logs", "r", "-f"], out=out)),
+                                daemon=True)
+    follower.start()
+    wait_until(lambda: "one" in out.getvalue() and "zero" in out.getvalue())
+    ticking = threading.Event()
+
+    def tick() -> None:  # node0 prints all along, faster than a node whose log ended is looked at
+        while not ticking.wait(0.05):
+            node0.write("[0|0]:tick")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    node1.kill()  # a restart (a preempted node's return, an elastic recovery) while node0 runs on
+    client.script("node1", Script(["[1|0]:one again"], hang=True))
+    node1.start()
+    wait_until(lambda: "one again" in out.getvalue())
+    ticking.set()
+    ticker.join(5)
+    node0.write("[0|0]:zero goes on")
+    wait_until(lambda: "zero goes on" in out.getvalue())
+    assert follower.is_alive()
+    node0.kill()
+    node1.kill()
+    follower.join(10)
+    assert not follower.is_alive() and codes == [0]
+    assert sorted(" ".join(ln.split()) for ln in out.getvalue().splitlines() if not ln.endswith("tick")) == [
+        "[node0/rank0] zero", "[node0/rank0] zero goes on", "[node1/rank1] one", "[node1/rank1] one again"]
+    assert capsys.readouterr().err == "[orchestrate] node1 started again: its new run follows\n"
+
+
+def test_a_run_may_start_its_nodes_again_while_its_launcher_runs_and_has_not_said_how_it_ended(tmp_path):
+    from orchestrate.engine.labels import LAUNCHER_LABEL, RUN_DIR_LABEL
+    from orchestrate.supervise.logs import may_start_nodes_again
+
+    def run(launcher: str) -> RunInfo:
+        return RunInfo("r", "ddp-r", (), {LAUNCHER_LABEL: launcher, RUN_DIR_LABEL: str(tmp_path)}, None)
+
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait(10)
+    ours = may_start_nodes_again(run(launcher_identity()))
+    assert ours()  # this process runs, and has not said how the run ended
+    for launcher in ("", f"{socket.gethostname()}:{gone.pid}:1", f"another-host:{os.getpid()}:1"):
+        assert not may_start_nodes_again(run(launcher))(), launcher  # detached, gone, or not to be seen from here
+    record_event(tmp_path, "run-ended", exit_code=1)
+    assert not ours()
+
+
 def test_logs_of_a_rank_the_run_does_not_have_names_the_runs_whole_range(make_run, capsys):
     from orchestrate.cli.main import main
 
