@@ -284,6 +284,36 @@ def faulted_run(docker_client, tmp_path_factory):
     return make
 
 
+class LogsFollower:
+    """``logs RUN -f`` in a thread, begun as soon as the nodes of the run in ``runs_dir`` are in
+    the engine, as a user in another terminal would; what it printed and its exit code."""
+
+    def __init__(self, docker_client, runs_dir: Path, appear_within_s: float = 120.0) -> None:
+        self.client, self.runs_dir, self.appear_within_s = docker_client, runs_dir, appear_within_s
+        self.out, self.code, self.error = io.StringIO(), None, ""
+        self.thread = threading.Thread(target=self.follow, name="logs-follower", daemon=True)
+        self.thread.start()
+
+    def follow(self) -> None:
+        deadline = time.monotonic() + self.appear_within_s
+        while time.monotonic() < deadline:
+            ours = [c.labels["io.ddp-compose.run-id"] for c in self.client.containers.list(
+                        all=True, ignore_removed=True, filters={"label": RUN_DIR_LABEL})
+                    if Path(c.labels[RUN_DIR_LABEL]).parent == self.runs_dir]
+            if ours:
+                self.code = main(["logs", ours[0], "-f"], out=self.out)
+                return
+            time.sleep(0.2)  # polled, with a deadline
+        self.error = f"no run of {self.runs_dir} appeared in the engine within {self.appear_within_s:g} s"
+
+    def lines(self, timeout_s: float = 60.0) -> list[str]:
+        """Its lines, spaces squeezed, once it has ended (it must, within ``timeout_s``)."""
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "logs -f went on after its run ended"
+        assert self.code == 0, self.error or f"logs -f exited {self.code}"
+        return [" ".join(line.split()) for line in self.out.getvalue().splitlines()]
+
+
 @dataclass
 class ElasticRecovery:
     """The elastic run whose node1 was killed at step 12 and rejoined."""
@@ -291,6 +321,7 @@ class ElasticRecovery:
     run: RunResult
     workdir: Path
     leftovers: list[str]
+    followed: LogsFollower  # ``logs RUN -f`` from its start to its end
 
 
 @pytest.fixture(scope="session")
@@ -300,11 +331,12 @@ def elastic_recovery(docker_client, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("elastic-recovery")
     runs_dir = workdir / "runs"
     out = io.StringIO()
+    followed = LogsFollower(docker_client, runs_dir)
     code = main(["run", "--runs-dir", str(runs_dir), *ELASTIC, "--workdir", str(workdir),
                  "--fault", "kill:node1@step=12", "--", *ELASTIC_TRAIN, "--checkpoint-dir", "ck-hit",
                  "--save-params", "hit.pt"], out=out)
     run_dirs = sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []
     run_dir = run_dirs[0] if run_dirs else runs_dir
     run = RunResult(code, out.getvalue(), run_dir.name, run_dir)
-    yield ElasticRecovery(run, workdir, leftovers(docker_client, run.project))
+    yield ElasticRecovery(run, workdir, leftovers(docker_client, run.project), followed)
     remove_project(docker_client, run.project)

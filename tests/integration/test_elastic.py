@@ -39,6 +39,13 @@ def test_killed_node_rejoins_and_the_result_equals_an_undisturbed_run(elastic_re
     # exact: the ranks waited at step 12 for the kill; step 12's checkpoint was never written
     assert 0 < seconds < 180 and (last, resumed, lost) == (12, 8, 4)  # 12 s unloaded; CPU-bound, so slow under load
     assert "SUCCEEDED: all 2 nodes exited 0" in hit.output
+    # logs -f from another terminal follows both nodes through the restart to the end: every
+    # line each node's log kept, in its order, and nothing else
+    followed = elastic_recovery.followed.lines()
+    assert any("resumed from ck-hit/step-0000008.pt" in line for line in followed), followed[-20:]
+    for node in ("node0", "node1"):
+        kept = [" ".join(line.split()) for line in (hit.run_dir / f"{node}.log").read_text().splitlines()]
+        assert [line for line in followed if line.startswith(f"[{node}")] == kept, node
 
     calm_params = torch.load(tmp_path / "calm.pt", weights_only=True)
     hit_params = torch.load(elastic_recovery.workdir / "hit.pt", weights_only=True)
