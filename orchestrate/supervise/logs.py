@@ -146,7 +146,8 @@ def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Opt
     """The nodes' lines (those ``keep`` takes) as they come, from the first, or from the last
     ``tail`` of those printed so far; a node whose container starts again (a restart, an
     elastic recovery) is followed on into its new run. Ends when every node's log has ended
-    and none will start: none is yet to, and ``goes_on`` says the run may start none again."""
+    and none will start: none is yet to, and ``goes_on`` says the run may start none again, or
+    every node's container is gone."""
     width = label_width(pairs)
     arrived: "queue.Queue[tuple[int, Optional[LogLine]]]" = queue.Queue()
     if tail is None:
@@ -181,18 +182,20 @@ def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Opt
             yield from (ln.render(width) for ln in done if keep(ln))
         if time.monotonic() < look_at:  # (looked at on time, not per line: a node prints on)
             continue
-        yet_to_start = False
+        yet_to_start, every_one_gone = False, True
         for order, node in enumerate(nodes):
             if node.log_open:
+                every_one_gone = False
                 continue
             status, started = looked_at(node.container)
+            every_one_gone = every_one_gone and status == "gone"
             if started is not None and (node.run_started is None or started > node.run_started):
                 if node.run_started is not None:  # (a first start is no news)
                     say(f"{node.plan.name} started again: its new run follows")
                 start(order, node)
             yet_to_start = yet_to_start or status in YET_TO_START
-        if not any(n.log_open for n in nodes) and not yet_to_start and not goes_on():
-            return
+        if every_one_gone or not any(n.log_open for n in nodes) and not yet_to_start and not goes_on():
+            return  # (a container removed starts no more: a launcher kept alive by more work has no say)
         look_at = time.monotonic() + LOOK_AGAIN_S
 
 

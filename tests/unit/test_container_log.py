@@ -552,6 +552,36 @@ def test_logs_f_follows_a_node_into_its_next_run_and_waits_while_the_run_may_sta
     assert shown.get(timeout=5) is None  # ended: its log did, and nothing may start it again
 
 
+def test_logs_f_ends_once_every_nodes_container_is_gone_though_the_launcher_may_start_nodes(make_job):
+    client, node = running()
+    node.write("[0|0]:its line")
+    shown = followed([(make_job(nodes=1).nodes[0], node)], goes_on=lambda: True)  # (a launcher busy on)
+    assert shown.get(timeout=5) == "[node0/rank0] its line"
+    node.kill()
+    with pytest.raises(queue.Empty):
+        shown.get(timeout=1.2)  # its container may start again
+    node.remove()
+    assert shown.get(timeout=5) is None  # removed: it starts no more
+
+
+def test_logs_f_goes_on_while_one_nodes_container_is_gone_and_another_is_not(make_job):
+    client = FakeDockerClient()
+    staying, removed = client.running("ddp-r-node0-1"), client.running("ddp-r-node1-1")
+    removed.kill()
+    removed.remove()
+    plans = make_job(nodes=2).nodes
+    shown = followed([(plans[0], staying), (plans[1], removed)], goes_on=lambda: True)
+    with pytest.raises(queue.Empty):
+        shown.get(timeout=1.2)  # looked at since node1 went: node0's log is open
+    staying.write("[0|0]:node0 goes on")
+    assert shown.get(timeout=5) == "[node0/rank0] node0 goes on"
+    staying.kill()
+    with pytest.raises(queue.Empty):
+        shown.get(timeout=1.2)  # node0 ended, not gone: it may start again
+    staying.remove()
+    assert shown.get(timeout=5) is None
+
+
 def test_logs_f_of_a_run_that_may_start_no_node_again_ends_with_its_nodes_logs(make_job):
     _, node = running()
     node.write("[0|0]:its only line")
