@@ -933,6 +933,47 @@ def test_logs_follow_goes_on_with_a_node_restarted_while_another_runs(make_run, 
     assert capsys.readouterr().err == "[orchestrate] node1 started again: its new run follows\n"
 
 
+def test_logs_follow_waits_through_every_node_down_while_the_launcher_runs_and_shows_each_line_once(make_run):
+    """Every node down at once (a restart of the whole job) ends no follow while the run's launcher
+    runs and has not said how the run ended; a node started again is followed from where its
+    lines were read, two lines of one time included, and the run's end then ends the follow."""
+    import threading
+
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+    from orchestrate.supervise.logs import LOOK_AGAIN_S
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:zero"], hang=True), "node1": Script(hang=True)},
+                                    dict(nodes=2)))
+    node0, node1 = (client.containers_by_name[f"ddp-r-node{i}-1"] for i in range(2))
+    for node in (node0, node1):  # a run whose launcher stays: this process
+        node.labels[LAUNCHER_LABEL] = launcher_identity()
+    stamp = time.time()
+    with node1.changed:  # two lines the engine stamped alike
+        node1.log += [(stamp, "[1|0]:one"), (stamp, "[1|0]:two")]
+        node1.changed.notify_all()
+    wait_until(lambda: bool(node0.log))
+    out, codes = io.StringIO(), []
+    follower = threading.Thread(target=lambda: codes.append(main(client=client, argv=["logs", "r", "-f"], out=out)),
+                                daemon=True)
+    follower.start()
+    wait_until(lambda: "two" in out.getvalue() and "zero" in out.getvalue())
+    node0.kill()
+    node1.kill()
+    follower.join(4 * LOOK_AGAIN_S)  # every log ended, and looked at again and again
+    assert follower.is_alive()  # the launcher may start them again
+    client.script("node1", Script(["[1|0]:three"], hang=True))
+    node1.start()
+    wait_until(lambda: "three" in out.getvalue())
+    record_event(list_runs(client)[0].run_dir, "run-ended", exit_code=0)
+    node1.kill()
+    follower.join(10)
+    assert not follower.is_alive() and codes == [0]
+    assert [" ".join(ln.split()) for ln in out.getvalue().splitlines() if "node1" in ln] == [
+        "[node1/rank1] one", "[node1/rank1] two", "[node1/rank1] three"]
+
+
 def test_a_run_may_start_its_nodes_again_while_its_launcher_runs_and_has_not_said_how_it_ended(tmp_path):
     from orchestrate.engine.labels import LAUNCHER_LABEL, RUN_DIR_LABEL
     from orchestrate.supervise.logs import may_start_nodes_again
