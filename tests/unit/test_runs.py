@@ -121,6 +121,24 @@ def started_runs(make_run, client, *specs):
     return plans
 
 
+def printed_lines(out: io.StringIO) -> list[str]:
+    """The lines written to ``out``, their label padding squeezed to one space."""
+    return [" ".join(ln.split()) for ln in out.getvalue().splitlines()]
+
+
+def following(client, run_id: str) -> tuple["threading.Thread", io.StringIO, list[int]]:
+    """``logs RUN -f`` run in a thread: the thread, what it printed so far, and its exit code once it ended."""
+    import threading
+
+    from orchestrate.cli.main import main
+
+    out, codes = io.StringIO(), []
+    follower = threading.Thread(target=lambda: codes.append(main(client=client, argv=["logs", run_id, "-f"], out=out)),
+                                daemon=True)
+    follower.start()
+    return follower, out, codes
+
+
 def test_runs_are_rebuilt_from_labels_and_their_gpus_are_leased(make_run, monkeypatch):
     client = FakeDockerClient()
     client.gpus = ("2", "3")
@@ -842,11 +860,11 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
     out = io.StringIO()
     assert main(client=client, argv=["logs", "r"], out=out) == 0
     assert out.getvalue().splitlines()[:2] == ["[node0/rank0]  a", "[node1/rank1]  b"]  # the labels padded alike
-    lines = [" ".join(ln.split()) for ln in out.getvalue().splitlines()]
+    lines = printed_lines(out)
     assert lines == ["[node0/rank0] a", "[node1/rank1] b", "[node0/rank0] c", "[node1/rank1] d"]
     out = io.StringIO()
     assert main(client=client, argv=["logs", "r", "--node", "node1"], out=out) == 0
-    assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node1/rank1] b", "[node1/rank1] d"]
+    assert printed_lines(out) == ["[node1/rank1] b", "[node1/rank1] d"]
     capsys.readouterr()
     assert main(client=client, argv=["logs", "r", "--node", "node7"], out=io.StringIO()) == 2
     assert capsys.readouterr().err == "error: --node node7: run r has no such node (nodes: node0, node1)\n"
@@ -861,7 +879,7 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
                         (["--tail", "1", "-f"], ["[node1/rank1] d"]), (["--tail", "0", "-f"], [])):
         out = io.StringIO()
         assert main(client=client, argv=["logs", "r", *argv], out=out) == 0
-        assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == shown, argv
+        assert printed_lines(out) == shown, argv
     for argv, said in ((["--rank", "5"], "error: --rank 5: run r has no such rank (ranks 0-1)\n"),
                        (["--node", "node0", "--rank", "1"], "error: --rank 1 is on node1, not on --node node0\n")):
         assert main(client=client, argv=["logs", "r", *argv], out=io.StringIO()) == 2
@@ -869,18 +887,11 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
 
 
 def test_logs_follow_shows_what_a_running_node_prints_next_and_ends_when_it_stops(make_run):
-    import threading
-
-    from orchestrate.cli.main import main
-
     client = FakeDockerClient()
     started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:before"], hang=True)}, dict(nodes=1)))
     node0 = client.containers_by_name["ddp-r-node0-1"]
     wait_until(lambda: bool(node0.log))  # its first line
-    out, codes = io.StringIO(), []
-    follower = threading.Thread(target=lambda: codes.append(main(client=client, argv=["logs", "r", "-f"], out=out)),
-                                daemon=True)
-    follower.start()
+    follower, out, codes = following(client, "r")
     wait_until(lambda: "before" in out.getvalue())  # what was printed so far
     node0.write("[0|0]:after")  # printed while logs -f follows
     wait_until(lambda: "after" in out.getvalue())  # the line printed next
@@ -888,13 +899,11 @@ def test_logs_follow_shows_what_a_running_node_prints_next_and_ends_when_it_stop
     node0.kill()
     follower.join(10)
     assert not follower.is_alive() and codes == [0]
-    assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node0/rank0] before", "[node0/rank0] after"]
+    assert printed_lines(out) == ["[node0/rank0] before", "[node0/rank0] after"]
 
 
 def test_logs_follow_goes_on_with_a_node_restarted_while_another_runs(make_run, capsys):
     import threading
-
-    from orchestrate.cli.main import main
 
     client = FakeDockerClient()
     started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:zero"], hang=True),
@@ -902,10 +911,7 @@ def test_logs_follow_goes_on_with_a_node_restarted_while_another_runs(make_run, 
     node0, node1 = (client.containers_by_name[f"ddp-r-node{i}-1"] for i in range(2))
     wait_until(lambda: bool(node0.log and node1.log))
     capsys.readouterr()
-    out, codes = io.StringIO(), []
-    follower = threading.Thread(target=lambda: codes.append(main(client=client, argv=["logs", "r", "-f"], out=out)),
-                                daemon=True)
-    follower.start()
+    follower, out, codes = following(client, "r")
     wait_until(lambda: "one" in out.getvalue() and "zero" in out.getvalue())
     ticking = threading.Event()
 
@@ -928,7 +934,7 @@ def test_logs_follow_goes_on_with_a_node_restarted_while_another_runs(make_run, 
     node1.kill()
     follower.join(10)
     assert not follower.is_alive() and codes == [0]
-    assert sorted(" ".join(ln.split()) for ln in out.getvalue().splitlines() if not ln.endswith("tick")) == [
+    assert sorted(ln for ln in printed_lines(out) if not ln.endswith("tick")) == [
         "[node0/rank0] zero", "[node0/rank0] zero goes on", "[node1/rank1] one", "[node1/rank1] one again"]
     assert capsys.readouterr().err == "[orchestrate] node1 started again: its new run follows\n"
 
@@ -937,9 +943,6 @@ def test_logs_follow_waits_through_every_node_down_while_the_launcher_runs_and_s
     """Every node down at once (a restart of the whole job) ends no follow while the run's launcher
     runs and has not said how the run ended; a node started again is followed from where its
     lines were read, two lines of one time included, and the run's end then ends the follow."""
-    import threading
-
-    from orchestrate.cli.main import main
     from orchestrate.engine.labels import LAUNCHER_LABEL
     from orchestrate.supervise.logs import LOOK_AGAIN_S
 
@@ -949,15 +952,12 @@ def test_logs_follow_waits_through_every_node_down_while_the_launcher_runs_and_s
     node0, node1 = (client.containers_by_name[f"ddp-r-node{i}-1"] for i in range(2))
     for node in (node0, node1):  # a run whose launcher stays: this process
         node.labels[LAUNCHER_LABEL] = launcher_identity()
-    stamp = time.time()
+    stamp = float(int(time.time()))  # (a whole second: the time the fake prints reads back as the same float)
     with node1.changed:  # two lines the engine stamped alike
         node1.log += [(stamp, "[1|0]:one"), (stamp, "[1|0]:two")]
         node1.changed.notify_all()
     wait_until(lambda: bool(node0.log))
-    out, codes = io.StringIO(), []
-    follower = threading.Thread(target=lambda: codes.append(main(client=client, argv=["logs", "r", "-f"], out=out)),
-                                daemon=True)
-    follower.start()
+    follower, out, codes = following(client, "r")
     wait_until(lambda: "two" in out.getvalue() and "zero" in out.getvalue())
     node0.kill()
     node1.kill()
@@ -970,7 +970,7 @@ def test_logs_follow_waits_through_every_node_down_while_the_launcher_runs_and_s
     node1.kill()
     follower.join(10)
     assert not follower.is_alive() and codes == [0]
-    assert [" ".join(ln.split()) for ln in out.getvalue().splitlines() if "node1" in ln] == [
+    assert [ln for ln in printed_lines(out) if "node1" in ln] == [
         "[node1/rank1] one", "[node1/rank1] two", "[node1/rank1] three"]
 
 
@@ -1013,7 +1013,7 @@ def test_logs_rank_of_an_elastic_run_says_the_rank_is_not_checked(make_run, caps
     capsys.readouterr()
     out = io.StringIO()
     assert main(client=client, argv=["logs", "e", "--rank", "1"], out=out) == 0
-    assert [" ".join(ln.split()) for ln in out.getvalue().splitlines()] == ["[node1/rank1] b"]
+    assert printed_lines(out) == ["[node1/rank1] b"]
     assert capsys.readouterr().err == ("[orchestrate] run e is elastic: its rendezvous gives the ranks out, so --rank 1"
                                        " is not checked against it (a rank that never ran shows no line)\n")
 
