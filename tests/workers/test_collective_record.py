@@ -85,29 +85,35 @@ def stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def hung_probe(tmp_path: Path, proc: subprocess.Popen, timeout_s: float = 60):
+def hung_probe(tmp_path: Path, proc: subprocess.Popen, timeout_s: float = 60) -> Probe:
     """Ask until both ranks answer from inside a collective, the same one two answers in a row
     (two ranks that meet in a collective of a healthy step are in one too, for a moment)."""
-    deadline, before = time.monotonic() + timeout_s, None
-    while True:
-        probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
-        inside = {rank: (s.in_collective.seq, s.in_collective.op) for rank, s in probe.snapshots.items()
-                  if s.in_collective is not None}
-        if len(inside) == 2 and inside == before:
-            return probe
-        before = inside
-        assert time.monotonic() < deadline and proc.poll() is None, "the ranks never hung where expected"
-        time.sleep(0.5)
+    return probe_when(tmp_path, proc, lambda p: len([s for s in p.snapshots.values() if s.in_collective]) == 2,
+                      "hung where expected", timeout_s)
+
+
+def where_each_rank_is(probe: Probe) -> dict[int, tuple]:
+    """Each rank's collectives done and the one it is in: what moves while a job makes progress."""
+    return {rank: (s.completed, s.in_collective and (s.in_collective.group, s.in_collective.seq, s.in_collective.op))
+            for rank, s in probe.snapshots.items()}
 
 
 def probe_when(tmp_path: Path, proc: subprocess.Popen, ready: Callable[[Probe], bool], what: str,
                timeout_s: float = 60) -> Probe:
-    """Ask until the ranks' answers are ``ready``; the probe that was (``what``: for the failure)."""
-    deadline = time.monotonic() + timeout_s
+    """Ask until the ranks' answers are ``ready`` two answers in a row, with every rank where it
+    was the time before; the later probe (``what``: for the failure). One answer is not enough:
+    each rank answers at its own moment, and rank 0 may answer from inside the collective that
+    rank 1, answering a moment later, has already left (the ranks look hung, and their records
+    agree)."""
+    deadline, before = time.monotonic() + timeout_s, None
     while True:
         probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=2)
         if ready(probe):
-            return probe
+            if before is not None and where_each_rank_is(probe) == where_each_rank_is(before):
+                return probe
+            before = probe
+        else:
+            before = None
         assert time.monotonic() < deadline and proc.poll() is None, f"the ranks never {what}"
         time.sleep(0.5)
 
