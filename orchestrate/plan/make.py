@@ -69,8 +69,7 @@ def lease_args(config: RunConfig, detached: bool) -> tuple[str, ...]:
             "--stop-grace", f"{config.stop_grace_s:g}")
 
 
-def node_command(config: RunConfig, node: str, torchrun: tuple[str, ...], detached: bool,
-                 netem: bool = True) -> tuple[str, ...]:
+def node_command(config: RunConfig, torchrun: tuple[str, ...], detached: bool, netem: bool) -> tuple[str, ...]:
     """The container's main process: the node supervisor (``orchestrate/node/main.py``)
     waiting for the peers, holding the launcher's lease unless detached, and running torchrun;
     ``netem``: whether the kernel has it (else a link's loss is an iptables rule)."""
@@ -238,7 +237,7 @@ def make_plan(config: RunConfig, run_id: str, *, detached: bool = False,
             )
         nodes.append(NodePlan(node_name(rank), rank, global_ranks, gpus, process_gpus(gpus, counts[rank]),
                               argv, {**env, NODE_NAME_ENV: node_name(rank), "DDP_RUN_ID": run_id},
-                              node_command(config, node_name(rank), argv, detached, netem)))
+                              node_command(config, argv, detached, netem)))
     return JobPlan(
         run_id=run_id,
         project_name=project_name(run_id),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from orchestrate.plan.make import assign_ranks
@@ -304,3 +306,107 @@ def test_a_supervisor_that_attaches_later_keeps_the_runs_restart_scope_and_store
     plain = make_job(nodes=2, rdzv="c10d")
     spec = spec_for_run(RunInfo(plain.run_id, plain.project_name, nodes, node_labels(plain, plain.nodes[0]), True))
     assert (spec.restart_scope, spec.store_host) == ("all", "node0")
+
+
+# What the nodes read: the plan's commands and environment are the wire between the launcher and
+# the node supervisor, torchrun and the workers, so these tests spell them out whole.
+SUPERVISOR = ("python3", "/opt/ddp-compose/orchestrate/node/main.py")
+
+
+def test_the_nodes_environment_is_the_launchers_own_and_each_option_adds_its_variable(make_job):
+    base = {
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": "/opt/ddp-compose",
+        "DDP_BACKEND": "gloo",
+        "DDP_SHARED_DIR": "/shared",
+        "DDP_PROGRESS_DIR": "/ddp-run/progress",
+        "DDP_DEBUG_DIR": "/ddp-run/debug",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}|${local_rank}]:",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "DDP_NODE": "node1",
+        "DDP_RUN_ID": "r1",
+    }
+    assert make_job("r1", nodes=2).nodes[1].env == base
+    every = make_job("r1", nodes=2, collective_timeout_s=90.5, debug_collectives=True, post_mortem=True,
+                     rdzv="c10d").nodes[1].env
+    assert every == {**base, "DDP_TIMEOUT": "90.5", "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "DDP_POST_MORTEM": "1",
+                     "LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    # the user's PYTHONPATH goes first; the project stays at its end for -m app.NAME
+    mine = make_job("r1", nodes=2, user_env={"PYTHONPATH": "/work/src", "DDP_BACKEND": "mine"}).nodes[1].env
+    assert mine == {**base, "PYTHONPATH": "/work/src:/opt/ddp-compose", "DDP_BACKEND": "mine"}
+
+
+def test_a_foreground_runs_nodes_and_store_hold_the_launchers_lease_and_a_detached_runs_hold_none(tmp_path):
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.make import make_plan
+
+    config = RunConfig(nodes=2, rdzv="c10d", rdzv_store="container", ready_timeout_s=45, lease_timeout_s=12.5,
+                       stop_grace_s=7, workdir=tmp_path, runs_dir=tmp_path / "runs")
+    lease = ("--lease", "/ddp-run/heartbeat", "--lease-timeout", "12.5", "--stop-grace", "7")
+    for detached, held in ((False, lease), (True, ())):
+        plan = make_plan(config, "r", detached=detached)
+        node = plan.nodes[1]
+        assert node.command == (*SUPERVISOR, "--peers", "node0,node1", "--ready-timeout", "45", *held, "--",
+                                *node.torchrun_argv), detached
+        assert plan.store_command == (*SUPERVISOR, "--peers", "rdzv-store", "--ready-timeout", "45", *held, "--",
+                                      "python3", "/opt/ddp-compose/orchestrate/node/rdzv_store.py", "29400"), detached
+        assert plan.detached is detached
+
+
+@pytest.mark.parametrize("netem, loss", [
+    (True, ("tc qdisc add dev eth0 root handle 1: netem loss 0.5%",)),
+    # a kernel without netem: the loss is an iptables rule
+    (False, ("iptables -w -A INPUT -i eth0 -m statistic --mode random --probability 0.005 -j DROP",)),
+])
+def test_a_shaped_link_is_set_up_by_the_node_supervisor_as_root_then_torchrun_runs_as_the_user(
+        tmp_path, netem, loss):
+    from orchestrate.config.link import parse_link
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.plan.make import make_plan
+
+    config = RunConfig(nodes=2, link=parse_link("loss=0.5%"), run_as="1000:1000", workdir=tmp_path,
+                       runs_dir=tmp_path / "runs")
+    plan = make_plan(config, "r", **({} if netem else {"netem": False}))  # a kernel with netem: the default
+    command = plan.nodes[0].command
+    shaping = command[command.index("--stop-grace") + 2:command.index("--")]
+    assert shaping == (*(a for cmd in loss for a in ("--tc", cmd)), "--run-as", "1000:1000")
+    unshaped = make_plan(RunConfig(nodes=2, run_as="1000:1000", workdir=tmp_path, runs_dir=tmp_path / "runs"), "r")
+    command = unshaped.nodes[0].command
+    assert command[command.index("--stop-grace") + 2] == "--"  # no link: root's work is none, nor --run-as
+
+
+def test_the_workers_start_up_hook_gets_every_flag_the_run_asks_for(make_job):
+    argv = make_job(nodes=2, nccl_as_gloo=True, collective_timeout_s=30).nodes[0].torchrun_argv
+    target = argv[argv.index("/opt/ddp-compose/orchestrate/node/worker_start.py"):]
+    assert target == ("/opt/ddp-compose/orchestrate/node/worker_start.py", "--nccl-as-gloo",
+                      "--collective-timeout", "30", "--", *make_job().config.target)
+
+
+def test_a_plan_needs_a_gpu_per_node_unless_the_nodes_share_them(make_job):
+    from orchestrate.plan.make import make_plan
+
+    config = make_job(nodes=2, gpus_per_node=2, backend="nccl").config
+    with pytest.raises(ValueError, match=r"^4 GPUs planned but only 3 given$"):
+        make_plan(config, "r", gpu_ids=("0", "1", "2"))
+    shared = make_job(nodes=2, gpus_per_node=2, backend="nccl", share_gpus=True).config
+    assert [n.gpu_ids for n in make_plan(shared, "r", gpu_ids=("4", "5")).nodes] == [("4", "5"), ("4", "5")]
+
+
+def test_a_plan_keeps_who_asked_for_it_when_and_how_and_the_image(make_job):
+    from orchestrate.plan.make import make_plan
+
+    config = make_job(image="mine:1").config
+    plan = make_plan(config, "r", launcher="host:12:34", command_line="run --nodes 2", created="2026-12-03T10:00:00")
+    assert (plan.image, plan.launcher, plan.command_line, plan.created) == (
+        "mine:1", "host:12:34", "run --nodes 2", "2026-12-03T10:00:00")
+    plain = make_plan(config, "r")
+    assert (plain.launcher, plain.command_line, plain.created, plain.detached) == ("", "", "", False)
+
+
+def test_a_mount_onto_the_nodes_root_is_refused_with_a_path_that_would_do(make_job):
+    from orchestrate.config.mounts import Mount
+    from orchestrate.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"e\.g\. --mount /:/data/host$"):
+        make_job(mounts=(Mount(Path("/"), "/opt/ddp-compose"),))
