@@ -37,15 +37,42 @@ def test_backend_can_be_overridden():
         layout(backend="nccl")
 
 
+ALTERNATIVES = "use fewer nodes, fewer processes per node, --share-gpus, or --cpu for the Gloo variant"
+
+
 @pytest.mark.parametrize("kw, message", [
-    (dict(gpus_per_node=2, available=2), "--nodes 2 x --gpus-per-node 2 needs 4 GPUs, but the engine has 2"),
-    (dict(available=1), "1 GPU\\(s\\) cannot give 2 nodes a GPU each \\(NCCL refuses two nodes on one GPU\\)"),
-    (dict(available=4, nproc_per_node=3), "--nproc-per-node 3 is more than the 2 GPU\\(s\\) per node"),
-    (dict(gpus_per_node=3, available=8, nproc_per_node=2), "--gpus-per-node 3 cannot be split evenly among 2"),
+    (dict(gpus_per_node=2, available=2),
+     f"--nodes 2 x --gpus-per-node 2 needs 4 GPUs, but the engine has 2: {ALTERNATIVES}"),
+    (dict(available=1), "1 GPU(s) cannot give 2 nodes a GPU each (NCCL refuses two nodes on one GPU): use --nodes 1 or"
+                        " fewer, --share-gpus to share them, or --cpu"),
+    (dict(available=4, nproc_per_node=3), "--nproc-per-node 3 is more than the 2 GPU(s) per node: each process needs"
+                                          " its own GPU (NCCL refuses two ranks on one): use fewer processes per node,"
+                                          " --share-gpus, or --cpu for the Gloo variant"),
+    (dict(gpus_per_node=3, available=8, nproc_per_node=2), "--gpus-per-node 3 cannot be split evenly among 2 processes"
+                                                           " that each span several GPUs: use a divisor of 3 for"
+                                                           " --nproc-per-node"),
+    (dict(backend="nccl"), "--backend nccl needs GPUs: drop --cpu/--gpus-per-node 0, or use --backend gloo"),
+    (dict(share=True), "--share-gpus shares GPUs, and this run has none: drop --share-gpus or --cpu"),
+    (dict(gpus_per_node=3, available=2, share=True),
+     "--gpus-per-node 3 is more than the 2 GPU(s) the engine has, even shared: ask for fewer"),
 ])
 def test_impossible_layouts_are_refused_with_the_alternatives(kw, message):
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError) as refused:
         layout(**kw)
+    assert str(refused.value) == message
+
+
+def test_a_run_leases_the_first_free_gpus_and_a_refusal_names_who_holds_the_others():
+    from orchestrate.config.gpu_layout import check_lease
+
+    held = {"3": "run-b", "0": "run-a", "2": "run-a"}
+    assert check_lease(2, ("0", "1", "2", "3", "4"), held) == ("1", "4")
+    assert check_lease(1, ("0", "1"), {}) == ("0",)
+    with pytest.raises(UsageError) as refused:
+        check_lease(3, ("0", "1", "2", "3", "4"), held)
+    assert str(refused.value) == ("3 GPU(s) wanted but only 2 of 5 are free: GPUs 0,2 are held by run run-a;"
+                                  " GPUs 3 are held by run run-b"
+                                  " (stop it with `python -m orchestrate stop RUN`, or ask for fewer)")
 
 
 def test_unknown_availability_trusts_the_request():

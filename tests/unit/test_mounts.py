@@ -49,6 +49,7 @@ def test_a_node_path_may_not_cover_lie_above_or_inside_the_nodes_own():
     assert mount_conflict("/workspace") == "/workspace"
     assert mount_conflict("/workspace/data") == "/workspace"  # would put a mount point in the user's work directory
     assert mount_conflict("/opt") == "/opt/ddp-compose"  # above: hides the tool and the image's Python
+    assert mount_conflict("/opt/") == "/opt/ddp-compose" and mount_conflict("/optX") == ""  # a name, not a prefix
     assert mount_conflict("/") == "/workspace"
     assert mount_conflict("/etc/hosts") == "/etc"
     assert mount_conflict("/tmp") == "/tmp" and mount_conflict("/home") == "/home/node"

@@ -70,7 +70,13 @@ def test_a_shared_plan_puts_every_node_on_the_one_gpu_and_says_so(plan_for):
 def test_three_nodes_on_two_gpus_take_them_in_turn(plan_for):
     plan = plan_for(2, nodes=3, share_gpus=True)
     assert [n.gpu_ids for n in plan.nodes] == [("0",), ("1",), ("0",)]
-    assert "GPU 0 by node0/local0, node2/local0" in format_plan(plan)
+    # only the GPUs more than one worker uses are named
+    assert "GPUs shared (--share-gpus): GPU 0 by node0/local0, node2/local0. Correctness" in format_plan(plan)
+
+
+def test_a_node_of_several_shared_gpus_takes_the_next_ones_wrapping_around(plan_for):
+    plan = plan_for(3, nodes=2, gpus_per_node=2, share_gpus=True)
+    assert [n.gpu_ids for n in plan.nodes] == [("0", "1"), ("2", "0")]
 
 
 def test_the_hook_always_runs_and_takes_only_the_flags_asked_for(plan_for):
