@@ -53,6 +53,7 @@ _SPEC = re.compile(
 # A straggler's CPU quota unless ``cpus=`` says otherwise, and a degraded link's rate.
 DEFAULT_SLOW_CPUS = 0.25
 DEFAULT_DEGRADED_RATE = "10mbit"
+DEFAULT_DEGRADED_RATE_BITS = parse_rate(DEFAULT_DEGRADED_RATE, "rate")
 DEFAULT_LOSSY_PCT = 1.0  # a lossy node's share of packets dropped, in percent
 
 
@@ -182,7 +183,7 @@ class FaultSpec:
 
     @property
     def degraded_rate_bits(self) -> int:
-        return self.rate_bits if self.rate_bits is not None else parse_rate(DEFAULT_DEGRADED_RATE, "rate")
+        return self.rate_bits if self.rate_bits is not None else DEFAULT_DEGRADED_RATE_BITS
 
     def due(self, elapsed_s: float, step: Optional[int], attempt_steps: Optional[int] = None) -> bool:
         """Whether the fault should fire, ``elapsed_s`` into the job at training ``step``, the
@@ -301,7 +302,7 @@ def _options(text: str, action: FaultAction, written: str) -> dict:
     if action is FaultAction.SLOW:
         options.setdefault("cpus", DEFAULT_SLOW_CPUS)
     if action is FaultAction.DEGRADE:
-        options.setdefault("rate_bits", parse_rate(DEFAULT_DEGRADED_RATE, "rate"))
+        options.setdefault("rate_bits", DEFAULT_DEGRADED_RATE_BITS)
     return options
 
 

@@ -77,6 +77,9 @@ def test_a_script_outside_the_work_directory_is_refused_naming_the_workdir_that_
     (dict(nodes=3, rdzv="c10d", min_nodes=1, max_restarts=3, more=("lose:node1@step=+2",)),
      "--fault lose:node1@step=3: node1 is lost twice, and a lost node is gone for good: the second loss could never"
      " fire"),
+    (dict(nodes=4, rdzv="c10d", min_nodes=1, max_restarts=3, more=("lose:node2@t=5", "lose:node2@step=+2")),
+     "--fault lose:node1@step=3: node2 is lost twice, and a lost node is gone for good: the second loss could never"
+     " fire"),
     (dict(nodes=2, rdzv="c10d", min_nodes=1, max_restarts=0),
      "--fault lose:node1@step=3: the nodes left go on only where torchrun may restart their workers in a smaller"
      " world: give --max-restarts 1 or more"),

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets, parse_fault
+from orchestrate.config.fault_spec import USAGE, FaultAction, FaultSpec, check_fault_targets, parse_fault
 from orchestrate.errors import EngineError, NodeLookupError, UsageError
 from orchestrate.faults.inject import probe_node
 from tests.fakes import FakeContainer, FakeDockerClient
@@ -52,26 +52,80 @@ def test_a_fault_says_its_defaults_when_printed():
     assert str(parse_fault("hang-rank:1@t=0..12")) == "hang-rank:1@t=0..12"
 
 
+LASTING = "pause, disconnect, slow, degrade, hang-rank, disk-full, partition, lossy"
+AFTER_THE_START = "the end must come after the start"
+PERCENTAGE = "p is a percentage above 0 and below 100, e.g. p=1%"
+IN_ATTEMPT = "@step=+N counts N steps (1 or more) into an attempt, with no end"
+CPUS = "cpus must be a number of CPUs of 0.01 or more, e.g. 0.2"
+RELATIVE_GLOB = "path is a glob relative to the work directory, e.g. path=checkpoints/*"
+
+
 @pytest.mark.parametrize("text, message", [
     ("explode:node1", "the kind must be one of kill, lose, pause, disconnect, restart, preempt, slow, degrade,"
-                      " kill-rank, hang-rank"),
-    ("kill", "usage: KIND:TARGET"),
-    ("kill:node1@step=x", "usage: KIND:TARGET"),
-    ("kill:node1@when=3", "usage: KIND:TARGET"),
+                      " kill-rank, hang-rank, torn-write, disk-full, partition, lossy"),
+    ("kill", USAGE),
+    ("kill:node1@step=x", USAGE),
+    ("kill:node1@when=3", USAGE),
     ("kill:worker1", "kill aims at a node, e.g. kill:node1"),
     ("kill-rank:node1", "kill-rank aims at a global rank, e.g. kill-rank:1"),
-    ("kill:node1@t=2..5", "kill has no end (only pause, disconnect, slow, degrade, hang-rank, disk-full, partition, lossy last)"),
-    ("kill-rank:1@step=3..5", "kill-rank has no end"),
-    ("slow:node1@t=9..5", "the end must come after the start"),
-    ("hang-rank:1@step=5..9", "no step is reported, so an end at a step never comes; give it in seconds"),
+    ("kill:node1@t=2..5", f"kill has no end (only {LASTING} last)"),
+    ("kill-rank:1@step=3..5", f"kill-rank has no end (only {LASTING} last)"),
+    ("slow:node1@t=9..5", AFTER_THE_START),
+    ("slow:node1@t=5..5", AFTER_THE_START),  # an end at its start: over before it began
+    ("degrade:node1@step=5..5", AFTER_THE_START),
+    ("degrade:node1@step=5..3", AFTER_THE_START),
+    ("hang-rank:1@step=5..9", "while hang-rank lasts no step is reported, so an end at a step never comes; give it in"
+                              " seconds, e.g. @t=5..20"),
+    ("kill:node1@step=+0", IN_ATTEMPT),
+    ("degrade:node1@step=+2..5", IN_ATTEMPT),
     ("slow:node1,rate=1gbit", "slow takes cpus="),
+    ("degrade:node1,rate=1gbit,rate=2gbit", "degrade takes rate="),  # once
     ("pause:node1,cpus=1", "pause takes no options"),
-    ("slow:node1,cpus=0", "cpus must be a number of CPUs of 0.01 or more"),
-    ("degrade:node1,rate=fast", "expected e.g. 100mbit, 1gbit, 10gbit"),
+    ("slow:node1,cpus=0", CPUS),
+    ("slow:node1,cpus=0.009", CPUS),
+    ("slow:node1,cpus=many", CPUS),
+    ("degrade:node1,rate=fast", "rate 'fast': expected e.g. 100mbit, 1gbit, 10gbit"),
+    ("lossy:node1,p=0", PERCENTAGE),
+    ("lossy:node1,p=100%", PERCENTAGE),
+    ("lossy:node1,p=half", PERCENTAGE),
+    ("torn-write:node1,path=/etc/x", RELATIVE_GLOB),
+    ("disk-full:node1,path=ckpt/../../x", RELATIVE_GLOB),
+    ("partition:node0;node1", "usage: partition:NODES|NODES[@t=S[..END]|@step=N], e.g. partition:node0,node1|node2,"
+                              "node3@t=5..20 (a partition's end is in seconds: no step comes while the network is"
+                              " split)"),
+    ("partition:node0|node1@t=5..5", AFTER_THE_START),
 ])
 def test_bad_fault_specs_are_refused_saying_what_is_wrong(text, message):
-    with pytest.raises(UsageError, match=re.escape(message)):
+    with pytest.raises(UsageError) as refused:
         parse_fault(text)
+    assert str(refused.value) == f"invalid --fault {text!r}: {message}"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("slow:node1,cpus=0.01", FaultSpec(FaultAction.SLOW, "node1", cpus=0.01)),  # the least
+    ("lossy:node1,p=0.5%", FaultSpec(FaultAction.LOSSY, "node1", loss_pct=0.5)),
+    ("lossy:node1,p=99.9", FaultSpec(FaultAction.LOSSY, "node1", loss_pct=99.9)),
+    ("lossy:node1", FaultSpec(FaultAction.LOSSY, "node1", loss_pct=1.0)),  # the defaults, said in the spec
+    ("degrade:node1", FaultSpec(FaultAction.DEGRADE, "node1", rate_bits=10_000_000)),
+    # a save's name may hold an "=" (Lightning's "epoch=3-step=100.ckpt")
+    ("torn-write:node0,path=ckpt/epoch=*.ckpt", FaultSpec(FaultAction.TORN_WRITE, "node0", path="ckpt/epoch=*.ckpt")),
+    ("kill:node1@step=+3", FaultSpec(FaultAction.KILL, "node1", at_step=3, in_attempt=True)),
+    ("degrade:node1@step=0..1", FaultSpec(FaultAction.DEGRADE, "node1", at_step=0, until_step=1,
+                                          rate_bits=10_000_000)),  # a script that counts from step 0
+    ("partition:node0|node1@t=0..0.5", FaultSpec(FaultAction.PARTITION, at_seconds=0.0, until_seconds=0.5,
+                                                 groups=(("node0",), ("node1",)))),
+    ("partition:node0|node1@step=4", FaultSpec(FaultAction.PARTITION, at_step=4, groups=(("node0",), ("node1",)))),
+])
+def test_fault_specs_at_their_bounds_parse_and_print_back(text, expected):
+    assert parse_fault(text) == expected
+    assert parse_fault(str(expected)) == expected
+
+
+def test_a_fault_in_an_attempt_fires_when_that_attempt_has_done_its_steps():
+    fault = parse_fault("kill:node1@step=+3")
+    assert str(fault) == "kill:node1@step=+3"
+    assert not fault.due(100.0, 50, None)  # no attempt begun since the fault before it fired
+    assert not fault.due(100.0, 50, 2) and fault.due(0.0, None, 3) and fault.due(0.0, None, 4)
 
 
 def test_faults_fire_at_their_time_or_step_and_end_at_theirs():
@@ -88,8 +142,13 @@ def test_faults_fire_at_their_time_or_step_and_end_at_theirs():
 def test_faults_must_target_nodes_and_ranks_of_the_run():
     nodes = ["node0", "node1"]
     check_fault_targets([parse_fault("kill:node1"), parse_fault("kill-rank:3")], nodes, world_size=4)
-    with pytest.raises(UsageError, match="no node2 in this run"):
+    with pytest.raises(UsageError) as refused:
         check_fault_targets([parse_fault("kill:node2")], nodes, world_size=4)
+    assert str(refused.value) == "--fault kill:node2: no node2 in this run (nodes: node0, node1)"
+    with pytest.raises(UsageError) as refused:
+        check_fault_targets([parse_fault("partition:node0,node3|node1,node4")], nodes, world_size=4)
+    assert str(refused.value) == ("--fault partition:node0,node3|node1,node4: no node3, node4 in this run"
+                                  " (nodes: node0, node1)")
     with pytest.raises(UsageError, match=r"no rank 4 in this run \(ranks 0-3\)"):
         check_fault_targets([parse_fault("hang-rank:4")], nodes, world_size=4)
 
