@@ -127,7 +127,7 @@ LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers 
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
 
 
-def loader_lines(rank: int, workers: list[LoaderSnapshot], hung: bool = True) -> list[str]:
+def loader_lines(rank: int, workers: list[LoaderSnapshot], hung: bool) -> list[str]:
     """What a rank waiting for its DataLoader waits for: each of its worker processes' place (the
     busy ones' innermost frames too), or why they cannot be shown; how to make the wait fail, when
     the job is hung."""
@@ -159,8 +159,9 @@ def loading_where(workers: list[LoaderSnapshot], whose: str = "its") -> str:
 
 def loader_name(worker: LoaderSnapshot, workers: list[LoaderSnapshot]) -> str:
     """``worker 1 (pid 18)``; ``worker 0 of DataLoader 2 (pid 20)`` where the rank has several
-    (numbered oldest first, as ``workers`` is ordered)."""
-    which = f"worker {worker.worker}" if worker.worker is not None else "a worker"
+    (numbered oldest first, as ``workers`` is ordered); ``worker (pid 18)`` where its id is not
+    known yet."""
+    which = f"worker {worker.worker}" if worker.worker is not None else "worker"
     loaders = list(dict.fromkeys(w.loader for w in workers))
     if len(loaders) > 1:
         which += f" of DataLoader {loaders.index(worker.loader) + 1}"
@@ -246,7 +247,7 @@ def cpu_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: flo
     return (now.cpu_s - before.cpu_s) / interval_s
 
 
-def progressed(before: Probe, now: Probe, diverged: bool = False) -> bool:
+def progressed(before: Probe, now: Probe, diverged: bool) -> bool:
     """Whether any rank finished a collective, or computed, between the probes; its GPU too: a
     GPU that moved on through the collectives queued on it, or that computes before them. A rank
     whose GPU waits in a collective all that time did not compute, whatever CPU it used

@@ -14,8 +14,8 @@ from typing import Optional
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, diagnose, loader_lines,
-                                        loading_where, timeout_diagnosis)
+from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, HangDiagnosis, diagnose,
+                                        loader_lines, loading_where, timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
 from orchestrate.hangs.stacks import group_stacks
@@ -172,6 +172,33 @@ def test_a_ddp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_broadcast
     elsewhere = probe(5, r0=snap(0, history + (other,), frames=stack(35)), r1=snap(1, history + (barrier,), stack(40)))
     lines = diagnose(elsewhere, None, {0, 1}, {}, 30).lines()
     assert f"  {DEBUG_HINT}" in lines and not any(DDP_FORWARD_HINT in line for line in lines)
+
+
+def test_a_forward_pass_is_made_alone_only_where_no_record_and_no_count_of_call_lines_shows_it_before():
+    """Past the entries a record keeps, each rank's count of the collectives made from each line
+    says whether a line is a training step's: the waiting rank's own count of more than one, or
+    any count of another rank's; the waiting rank's own kept entries before its last say it too."""
+    gradients = (coll(5, "gradients of DDP(Net)", at="train.py:20"), coll(6, "gradients of DDP(Net)", at="train.py:20"))
+    buffers = coll(7, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:30")
+    barrier = coll(7, "", "entered", op="barrier", at="train.py:40")
+
+    def hint(rank0: tuple, lines0: tuple = (), lines1: tuple = ()) -> bool:
+        parted = probe(5, r0=snap(0, rank0, frames=stack(30), lines=lines0),
+                       r1=snap(1, gradients + (barrier,), stack(40), lines=lines1))
+        return any(DDP_FORWARD_HINT in line for line in diagnose(parted, None, {0, 1}, {}, 30).lines())
+
+    assert hint(gradients + (buffers,), lines0=(("train.py:30", 1),))  # its first time: made alone
+    assert not hint(gradients + (buffers,), lines0=(("train.py:30", 2),))  # it made it before, past the kept entries
+    assert not hint(gradients + (buffers,), lines1=(("train.py:30", 40),))  # so did rank 1, past its kept entries
+    # its own kept entries: the same line's forward pass before the last, wherever it is among them
+    elsewhere = coll(4, "buffers of DDP(Net)", op="broadcast", at="train.py:50")
+    before = coll(5, "buffers of DDP(Net)", op="broadcast", at="train.py:30")
+    assert not hint((elsewhere, before, buffers))
+    assert hint((elsewhere, coll(5, "gradients of DDP(Net)", at="train.py:20"), buffers))
+    # a diagnosis made with no counts (the dataclass's default) reads the records alone
+    alone = HangDiagnosis(30.0, [], {0: [c.__dict__ for c in gradients + (buffers,)],
+                                     1: [c.__dict__ for c in gradients + (barrier,)]}, None)
+    assert alone.made_alone == DDP_FORWARD_HINT
 
 
 def test_an_fsdp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_gathers_the_parameters():
@@ -684,6 +711,42 @@ def test_progress_between_two_probes_is_a_finished_collective_or_cpu_work():
     assert computing.headline == "no output for 60 s, but the job is working: rank 0 computing"
 
 
+def test_a_share_of_a_core_is_cpu_time_over_the_time_between_probes_of_one_process():
+    waiting = (coll(1), coll(2, state="entered"))
+
+    def busy(cpu_before: float, cpu_now: float, at: float, pid_now: int = 100) -> tuple[bool, str]:
+        found = diagnose(probe(at, r0=snap(0, (coll(1),), cpu_s=cpu_now, pid=pid_now), r1=snap(1, waiting)),
+                         probe(0, r0=snap(0, (coll(1),), cpu_s=cpu_before), r1=snap(1, waiting)), {0, 1}, {}, 60)
+        return not found.hung, found.activities[0].state
+
+    assert busy(1.0, 1.25, 5) == (True, "busy")  # 5% of a core, the least that computes
+    assert busy(1.0, 1.2, 5) == (False, "idle")
+    assert busy(1.0, 1.03, 0.5) == (True, "busy")  # probes under a second apart: 6%
+    # another process in its place: a restart (progress), its CPU time not compared with the last one's
+    assert busy(1.0, 9.0, 5, pid_now=300) == (True, "idle")
+    # its DataLoader's workers at 5% of a core compute its next batch
+    loading = probe(5, r0=snap(0, frames=LOADING), r1=snap(1, waiting))
+    loading.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=0.75)]}
+    before = probe(0, r0=snap(0, frames=LOADING), r1=snap(1, waiting))
+    before.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=0.5)]}
+    assert not diagnose(loading, before, {0, 1}, {}, 60).hung
+
+
+def test_a_working_jobs_ranks_whose_collectives_differ_in_shape_are_said_to_part_and_unheard_nodes_are_listed():
+    """A job that works on (rank 0 computes inside its all-reduce) is looked at a moment apart: a
+    divergence by ops or shapes is still worth saying, with its hint."""
+    rank0, rank1 = coll(3, "float32[4]", "entered"), coll(3, "float32[1]", "entered")
+    now = probe(5, r0=snap(0, (coll(1), coll(2), rank0), cpu_s=5.0), r1=snap(1, (coll(1), coll(2), rank1)))
+    before = probe(0, r0=snap(0, (coll(1), coll(2), rank0), cpu_s=1.0), r1=snap(1, (coll(1), coll(2), rank1)))
+    found = diagnose(now, before, {0, 1}, {}, 60)
+    lines = found.lines()
+    assert not found.hung and lines[0] == "no output for 60 s, but the job is working: collectives completing"
+    assert lines[-2:] == ["  first divergence: collective #3: rank 0 entered all_reduce(float32[4]) at desync.py:11;"
+                          " rank 1 entered all_reduce(float32[1]) at desync.py:11", f"  {DEBUG_HINT}"]
+    found.unheard_nodes = ["node1: 1 of its 2 ranks answered"]
+    assert "  node1: 1 of its 2 ranks answered" in found.lines()
+
+
 class Watched:
     """A HangWatch on a hand-moved clock, answering from a list of prepared probes."""
 
@@ -873,7 +936,10 @@ def test_a_data_loader_worker_is_placed_in_its_own_loop_and_a_ranks_loaders_are_
     # two DataLoaders (a persistent one, idle, and the one being read): numbered oldest first
     workers = [loader(0, 0, IDLE_WORKER, of=3, pid=150), loader(0, 1, IDLE_WORKER, of=3, pid=151),
                loader(0, 0, READING_WORKER, of=9, pid=300), loader(0, 1, IDLE_WORKER, of=9, pid=301)]
-    lines = loader_lines(0, workers)
+    lines = loader_lines(0, workers, hung=True)
+    assert lines[0] == ("rank 0 waits for its DataLoader's worker processes; DataLoader(timeout=S) makes that wait fail"
+                        " after S s:")
+    assert loader_lines(0, workers, hung=False)[0] == "rank 0 waits for its DataLoader's worker processes:"
     assert [line.split(":")[0] for line in lines[1:] if not line.startswith("      ")] == [
         "  worker 0 of DataLoader 1 (pid 150)", "  worker 1 of DataLoader 1 (pid 151)",
         "  worker 0 of DataLoader 2 (pid 300)", "  worker 1 of DataLoader 2 (pid 301)"]
@@ -884,6 +950,25 @@ def test_a_data_loader_worker_is_placed_in_its_own_loop_and_a_ranks_loaders_are_
     found = diagnose(both, both, {0, 1}, {}, 20)
     assert found.headline == ("no progress for 20 s: ranks 0, 1: __next__ at train.py:21 in <module>, for rank 1's"
                               " DataLoader's worker 0 (pid 300): __getitem__ at data.py:40")
+
+
+def test_a_headline_names_the_first_three_places_and_a_lone_ranks_loader_worker_as_its_own():
+    # five ranks, each somewhere else, none in a collective: the odd ones out, three of them
+    apart = probe(5, **{f"r{r}": snap(r, frames=(Frame("wait.py", 10 + r, "<module>"),)) for r in range(5)})
+    assert diagnose(apart, apart, set(range(5)), {}, 30).headline == (
+        "no progress for 30 s: rank 0: <module> at wait.py:10; rank 1: <module> at wait.py:11;"
+        " rank 2: <module> at wait.py:12")
+    # a rank alone in its group, waiting for its loader: "its" worker; a worker whose id is not
+    # known yet is named by its pid alone
+    alone = probe(5, r0=snap(0, frames=LOADING), r1=snap(1, frames=(Frame("wait.py", 3, "<module>"),)))
+    alone.loaders = {0: [loader(0, 0, READING_WORKER, pid=300), loader(0, 1, IDLE_WORKER, pid=301)]}
+    assert diagnose(alone, alone, {0, 1}, {}, 20).headline == (
+        "no progress for 20 s: rank 0: __next__ at train.py:21 in <module>, for its DataLoader's worker 0 (pid 300):"
+        " __getitem__ at data.py:40; rank 1: <module> at wait.py:3")
+    unnumbered = LoaderSnapshot.from_json({"rank": 0, "pid": 300, "cpu_s": 0.5, "stacks": [
+        {"main": True, "frames": [[f.file, f.line, f.function, f.code] for f in READING_WORKER]}]})
+    assert unnumbered.worker is None
+    assert loading_where([unnumbered]) == ", for its DataLoader's worker (pid 300): __getitem__ at data.py:40"
 
 
 def test_a_request_waits_for_every_worker_of_a_waiting_ranks_loaders():
@@ -951,6 +1036,20 @@ def test_a_collective_that_timed_out_is_diagnosed_from_what_the_ranks_wrote_as_i
     refused = Failure("node0", 0, 1, "RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out"
                       " connecting: SO_ERROR: Connection refused, remote=[172.26.0.2]:59829", ())
     assert timeout_diagnosis(refused, tmp_path, {0, 1}) is None
+    # what torch said, after the exception's name and gloo's source file alone, and 120 characters of it
+    assert found.cause == ("a collective timed out on node0 rank 0 (Timed out waiting 15000ms for recv operation to"
+                           " complete)")
+    colons = Failure("node0", 0, 1, "DistBackendError: [pair.cc:1] Timed out: waiting for rank 1: recv", ())
+    assert timeout_diagnosis(colons, tmp_path, {0, 1}).cause.endswith("rank 0 (Timed out: waiting for rank 1: recv)")
+    bare = Failure("node0", 0, 1, "Timed out waiting 15000ms for recv", ())
+    assert timeout_diagnosis(bare, tmp_path, {0, 1}).cause.endswith("rank 0 (Timed out waiting 15000ms for recv)")
+    long = Failure("node0", 0, 1, "RuntimeError: Timed out " + "x" * 200, ())
+    assert timeout_diagnosis(long, tmp_path, {0, 1}).cause.endswith(f"rank 0 (Timed out {'x' * 110})")
+    # a failure that names no rank (its node's torchrun's own): the node alone
+    node_only = Failure("node1", None, 1, failure.exception, ())
+    assert timeout_diagnosis(node_only, tmp_path, {0, 1}).cause.startswith("a collective timed out on node1 (Timed")
+    # no ranks expected (none known): the ranks that wrote a record
+    assert [a.rank for a in timeout_diagnosis(failure, tmp_path, set()).activities] == [0, 1]
 
 
 def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_as_it_failed(tmp_path):
@@ -1032,6 +1131,10 @@ def test_a_timeout_places_a_rank_that_wrote_no_record_by_its_answer_when_the_job
     # an answer from before the ranks were asked (an earlier look of the watchdog's) is not taken:
     # the rank may have moved on since
     assert timeout_diagnosis(failure, tmp_path, {0, 1}, since=1001.0).headline.endswith("rank 1 did not answer")
+    # one written as the ranks were asked is taken
+    assert timeout_diagnosis(failure, tmp_path, {0, 1}, since=1000.5).headline.endswith("rank 1 is at #7 (not in a"
+                                                                                        " collective: next_batch at"
+                                                                                        " spin.py:11)")
     assert timeout_diagnosis(failure, tmp_path, {0, 1}).headline.endswith("rank 1 did not answer")
     # it did not answer, but left its stacks as torchrun ended it: where it was is said
     ended = timeout_diagnosis(failure, tmp_path, {0, 1}, since=1001.0, stopped_where={1: "next_batch at spin.py:11"})
@@ -1075,6 +1178,27 @@ def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_
     record["collectives"][-1]["state"] = "done"
     (tmp_path / "rank1.json").write_text(json.dumps(record))
     assert mismatch_divergence(aborted, tmp_path) == ""
+
+
+def test_an_aborted_ranks_peers_are_named_three_at_most_with_a_group_not_the_default_one(tmp_path):
+    from orchestrate.hangs.diagnosis import mismatch_divergence
+
+    for rank in range(1, 6):
+        group = "default" if rank != 2 else "1"
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [],
+            "collectives": [{"seq": 5, "op": "all_reduce", "group": group, "shapes": "float32[8]",
+                             "at": "train.py:20", "state": "failed"}]}))
+    aborted = Failure("node0", 0, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 12 vs 4. Received data size"
+                      " doesn't match expected size. Is there a distributed collective mismatch in your code?", ())
+    assert mismatch_divergence(aborted, tmp_path) == (
+        "rank 0 aborted; rank 1 was in all_reduce(float32[8]) #5 at train.py:20; rank 2 was in all_reduce(float32[8])"
+        " #5 of group 1 at train.py:20; rank 3 was in all_reduce(float32[8]) #5 at train.py:20; 2 more rank(s) too")
+    (tmp_path / "rank5.json").unlink()  # four peers: one more
+    assert mismatch_divergence(aborted, tmp_path).endswith("rank 3 was in all_reduce(float32[8]) #5 at train.py:20;"
+                                                           " 1 more rank(s) too")
+    (tmp_path / "rank4.json").unlink()  # three: all named
+    assert mismatch_divergence(aborted, tmp_path).endswith("rank 3 was in all_reduce(float32[8]) #5 at train.py:20")
 
 
 def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():

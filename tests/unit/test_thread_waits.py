@@ -114,6 +114,38 @@ def test_every_rank_waiting_for_its_threads_is_placed_by_the_first_ones_threads(
     assert both.lines()[-1] == f"  {THREAD_ENDED_HINT}"
 
 
+def test_a_rank_alone_in_its_group_is_placed_by_its_own_threads():
+    elsewhere = (Frame("train.py", 40, "<module>", "time.sleep(3600)"),)
+    found = hung(snap(0, IN_QUEUE_GET, done(5), (PRODUCING,)), snap(1, elsewhere, done(5)))
+    assert found.headline == ("no progress for 30 s: rank 0: get at train.py:16 in <module>; its thread producer:"
+                              " produce at train.py:9; rank 1: <module> at train.py:40")
+
+
+def test_a_diagnosis_is_written_whole_for_the_report_and_hang_json():
+    """What the report page and the run's hang.json read: every field, a thread with no frame of
+    the user's as null."""
+    idle = ThreadStack("idle", (Frame(f"{STDLIB}/threading.py", 320, "wait"),))
+    found = hung(snap(0, IN_ALL_REDUCE, waiting_in(2)), snap(1, IN_QUEUE_GET, done(1), (PRODUCING, idle)))
+    where = ("rank 0 waits in all_reduce(float32[2]) #2 at train.py:17; rank 1 is at #1 (not in a collective: get at"
+             " train.py:16 in <module>; its threads producer: produce at train.py:9, idle: wait at threading.py:320)")
+    assert found.to_json() == {
+        "headline": f"no progress for 30 s: {where}", "hung": True, "quiet_s": 30, "cause": "", "timed_out": False,
+        "groups": [{"ranks": [0], "where": "all_reduce at train.py:17 in <module>",
+                    "stack": [[f.file, f.line, f.function] for f in IN_ALL_REDUCE], "threads": []},
+                   {"ranks": [1], "where": "get at train.py:16 in <module>",
+                    "stack": [[f.file, f.line, f.function] for f in IN_QUEUE_GET],
+                    "threads": [{"name": "producer", "where": "produce at train.py:9", "ranks": [1],
+                                 "frame": ["train.py", 9, "produce", "time.sleep(3600)"]},
+                                {"name": "idle", "where": "wait at threading.py:320", "ranks": [1], "frame": None}]}],
+        "divergence": where, "loaders": {},
+        "activities": [{"rank": 0, "state": "collective", "detail": "waits in all_reduce(float32[2]) #2 at train.py:17",
+                        "stopped_by": ""},
+                       {"rank": 1, "state": "idle", "detail": "neither computing nor in a recorded collective",
+                        "stopped_by": ""}],
+        "unheard_nodes": [],
+        "collectives": {"0": [c.__dict__ for c in waiting_in(2)], "1": [c.__dict__ for c in done(1)]}}
+
+
 def test_a_groups_threads_at_one_place_are_one_line_and_those_on_some_of_its_ranks_name_them():
     other = ThreadStack("producer", PRODUCING.stack[:-1] + (Frame("train.py", 12, "produce", "q.put(batch)"),))
     groups = group_stacks({0: snap(0, IN_QUEUE_GET, threads=(PRODUCING,)), 1: snap(1, IN_QUEUE_GET, threads=(PRODUCING,)),
