@@ -15,7 +15,7 @@ import pytest
 
 from orchestrate.hangs.collectives import first_divergence
 from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, HangDiagnosis, diagnose,
-                                        loader_lines, loading_where, timeout_diagnosis)
+                                        loader_lines, loading_where, mismatch_divergence, timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
 from orchestrate.hangs.stacks import group_stacks
@@ -1053,8 +1053,6 @@ def test_a_collective_that_timed_out_is_diagnosed_from_what_the_ranks_wrote_as_i
 
 
 def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_as_it_failed(tmp_path):
-    from orchestrate.hangs.diagnosis import mismatch_divergence
-
     for rank, (op, shapes, line) in enumerate((("barrier", "", 30), ("all_reduce", "gradients of DDP(Net)", 25))):
         (tmp_path / f"rank{rank}.json").write_text(json.dumps({
             "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [],
@@ -1082,8 +1080,6 @@ def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_a
 def test_a_mismatch_nobody_caught_is_placed_by_the_records_of_the_ranks_that_lost_their_peers(tmp_path):
     """gloo all-reduced 12 elements on rank 1 and 10 on the others: ranks 0 and 3 went on with
     what it gave them and finished, ranks 1 and 2 lost them. Their records say the sizes differ."""
-    from orchestrate.hangs.diagnosis import mismatch_divergence
-
     for rank, size in ((1, 12), (2, 10)):
         (tmp_path / f"rank{rank}.json").write_text(json.dumps({
             "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [], "time": 1000.0,
@@ -1145,8 +1141,6 @@ def test_a_timeout_places_a_rank_that_wrote_no_record_by_its_answer_when_the_job
     assert answered.headline.endswith("rank 1 is at #7 (not in a collective: next_batch at spin.py:11)")
 
 def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_failed_collectives(tmp_path):
-    from orchestrate.hangs.diagnosis import mismatch_divergence
-
     (tmp_path / "rank1.json").write_text(json.dumps({
         "request": "failed", "reason": "collective failed", "rank": 1, "stacks": [],
         "collectives": [{"seq": 4, "op": "all_reduce", "group": "default", "shapes": "gradients of DDP(Net)",
@@ -1181,8 +1175,6 @@ def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_
 
 
 def test_an_aborted_ranks_peers_are_named_three_at_most_with_a_group_not_the_default_one(tmp_path):
-    from orchestrate.hangs.diagnosis import mismatch_divergence
-
     for rank in range(1, 6):
         group = "default" if rank != 2 else "1"
         (tmp_path / f"rank{rank}.json").write_text(json.dumps({
@@ -1920,7 +1912,6 @@ def test_a_start_up_callback_that_fails_says_so_and_never_fails_the_import(tmp_p
 
 
 def test_stacks_says_the_first_divergence_of_every_kind_though_it_leaves_the_headline_out():
-    from orchestrate.hangs.diagnosis import DEBUG_HINT
     from orchestrate.supervise.rank_probe import stack_lines
 
     def lines_of(r0: RankSnapshot, r1: RankSnapshot) -> list[str]:
