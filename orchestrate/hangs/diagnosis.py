@@ -191,8 +191,8 @@ class RankActivity:
 
 
 def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapshot], interval_s: float,
-             absent_why: dict[int, str], loaders: tuple[tuple[LoaderSnapshot, float], ...] = (),
-             diverged: bool = False) -> RankActivity:
+             absent_why: dict[int, str], loaders: tuple[tuple[LoaderSnapshot, float], ...],
+             diverged: bool) -> RankActivity:
     """A rank's activity from its snapshots of two probes (``before`` may be missing); ``loaders``:
     its DataLoader's workers, each with the share of a core it used meanwhile; ``diverged``: the
     ranks' records part (see :func:`gpu_waits`)."""
@@ -611,12 +611,12 @@ def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> st
     if GLOO_MISMATCH in exception and rank is not None:
         return aborted_mismatch(rank, snapshots, directory)
     if any(words in exception for words in CHECKED_MISMATCH):
-        found = first_divergence(snapshots) if len(snapshots) > 1 else None
+        found = first_divergence(snapshots)  # (one rank's record alone shows no mismatch)
         return found.text if found is not None and found.kind == "mismatch" else ""
     # Otherwise gloo matched what it was given (it checks neither the op nor the sizes), and the
     # ranks failed later, on a lost peer or a timeout: where the failing rank's own collective
     # failed, the records of those that failed so still say they differed.
-    found = mismatch(snapshots) if len(snapshots) > 1 and rank in snapshots else None
+    found = mismatch(snapshots) if rank in snapshots else None
     # (not where the records say why they part otherwise: roots that differ, uneven steps)
     return found.text if found is not None and not found.hint else ""
 

@@ -206,9 +206,9 @@ def test_ranks_whose_gpus_stay_in_mismatched_collectives_are_hung_however_much_c
     assert found.hung
     assert found.headline == ("no progress for 15 s: collective #4: rank 0 entered all_reduce(float32[1]) at"
                               " gpu_desync.py:26; rank 1 entered all_reduce(float32[4]) at gpu_desync.py:23")
-    assert [(a.state, a.detail) for a in found.activities] == [
-        ("collective", "waits in all_reduce(float32[4]) #5 at gpu_desync.py:23, on the GPU"),
-        ("collective", "waits in all_reduce(float32[4]) #4 at gpu_desync.py:23, on the GPU")]
+    assert [(a.rank, a.state, a.detail) for a in found.activities] == [
+        (0, "collective", "waits in all_reduce(float32[4]) #5 at gpu_desync.py:23, on the GPU"),
+        (1, "collective", "waits in all_reduce(float32[4]) #4 at gpu_desync.py:23, on the GPU")]
     # the main threads are at one line, their GPUs in different collectives: two groups
     assert [g.where for g in found.groups] == [
         "<module> at gpu_desync.py:27; its GPU waits in all_reduce(float32[4]) #5 from gpu_desync.py:23",
@@ -241,7 +241,8 @@ def test_a_backward_pass_on_the_gpu_is_computing_until_the_records_part():
     before, now = probes({0: agreed, 1: agreed}, {0: agreed, 1: agreed})
     long_step = diagnose(now, before, {0, 1}, {}, 15)
     assert not long_step.hung  # its GPU may be computing the gradients
-    assert long_step.activities[0].detail == "computing on the GPU, in all_reduce(gradients of DDP(Net)) #3 at train.py:40"
+    assert [(a.rank, a.state, a.detail) for a in long_step.activities] == [
+        (rank, "busy", "computing on the GPU, in all_reduce(gradients of DDP(Net)) #3 at train.py:40") for rank in (0, 1)]
     odd = (coll(1), coll(2), coll(3, shapes="float32[1]", at="train.py:44"), coll(4, "running"))
     before, now = probes({0: odd, 1: agreed}, {0: odd, 1: agreed})
     parted = diagnose(now, before, {0, 1}, {}, 15)

@@ -14,8 +14,9 @@ from typing import Optional
 import pytest
 
 from orchestrate.hangs.collectives import first_divergence
-from orchestrate.hangs.diagnosis import (DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT, HangDiagnosis, diagnose,
-                                        loader_lines, loading_where, mismatch_divergence, timeout_diagnosis)
+from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
+                                        HangDiagnosis, diagnose, loader_lines, loading_where, mismatch_divergence,
+                                        timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          request_snapshots)
 from orchestrate.hangs.stacks import group_stacks
@@ -504,6 +505,21 @@ def test_a_rank_waiting_for_its_data_loader_is_shown_with_its_worker_processes()
     fine = probe(5, r0=snap(0), r1=snap(1))
     assert not any("DataLoader" in line for line in diagnose(fine, probe(0, r0=snap(0), r1=snap(1)), {0, 1}, {},
                                                              20).lines())
+    # workers of a rank that does not wait for them, or that did not answer itself, are not its wait
+    fine.loaders = {0: [loader(0, 1, READING_WORKER)], 2: [loader(2, 1, READING_WORKER)]}
+    assert diagnose(fine, probe(0, r0=snap(0), r1=snap(1)), {0, 1}, {}, 20).loaders == {}
+    # a rank whose workers are all idle waits for none of them: its place is its own
+    idle = probe(5, r0=snap(0, frames=LOADING), r1=snap(1, (coll(5, state="entered"),)))
+    idle.loaders = {0: [loader(0, 0, IDLE_WORKER), loader(0, 1, IDLE_WORKER)]}
+    assert diagnose(idle, probe(0, r0=snap(0, frames=LOADING), r1=snap(1, (coll(5, state="entered"),))), {0, 1}, {},
+                    20).headline.endswith("rank 0 is at #0 (not in a collective: __next__ at train.py:21 in <module>)")
+
+
+def test_a_diagnosis_keeps_each_ranks_last_eight_collectives_for_the_report():
+    history = tuple(coll(seq) for seq in range(1, 11))
+    found = diagnose(probe(5, r1=snap(1, history[:3]), r0=snap(0, history)), None, {0, 1}, {}, 20)
+    assert {rank: [c["seq"] for c in entries] for rank, entries in found.collectives.items()} == {
+        0: list(range(3, 11)), 1: [1, 2, 3]}
 
 
 def test_the_first_divergence_is_the_same_collective_called_with_other_shapes():
@@ -729,7 +745,34 @@ def test_a_share_of_a_core_is_cpu_time_over_the_time_between_probes_of_one_proce
     loading.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=0.75)]}
     before = probe(0, r0=snap(0, frames=LOADING), r1=snap(1, waiting))
     before.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=0.5)]}
-    assert not diagnose(loading, before, {0, 1}, {}, 60).hung
+    found = diagnose(loading, before, {0, 1}, {}, 60)
+    assert not found.hung and found.activities[0].state == "busy"
+    # of two such workers, the one that computes the most is named
+    loading.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=1.0), loader(0, 1, READING_WORKER, cpu_s=2.0)]}
+    before.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=0.5), loader(0, 1, READING_WORKER, cpu_s=0.5)]}
+    assert diagnose(loading, before, {0, 1}, {}, 60).activities[0].detail == (
+        "loading data: its DataLoader's worker 1 (pid 201) computes (30% of a core) at __getitem__ at data.py:40")
+    before.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=0.5)]}
+    # in DDP's backward pass, 5% of a core computes the gradients it then all-reduces
+    backward = (coll(1), coll(2, "gradients of DDP(Net)", "entered"))
+    found = diagnose(probe(5, r0=snap(0, backward, cpu_s=1.25), r1=snap(1, waiting)),
+                     probe(0, r0=snap(0, backward, cpu_s=1.0), r1=snap(1, waiting)), {0, 1}, {}, 60)
+    assert (found.activities[0].state, found.activities[0].detail) == ("busy", "computing (5% of a core)")
+    # probes under a second apart: 0.03 s of a worker's CPU in 0.5 s is 6% of a core
+    soon = probe(0.5, r0=snap(0, frames=LOADING), r1=snap(1, waiting))
+    soon.loaders = {0: [loader(0, 0, READING_WORKER, cpu_s=0.53)]}
+    found = diagnose(soon, before, {0, 1}, {}, 60)
+    assert not found.hung and found.activities[0].detail == ("loading data: its DataLoader's worker 0 (pid 200)"
+                                                             " computes (6% of a core) at __getitem__ at data.py:40")
+
+
+def test_a_rank_that_did_not_answer_is_stopped_exited_or_absent_by_why_it_could_not():
+    now, before = probe(5, r0=snap(0, (coll(1),))), probe(0, r0=snap(0, (coll(1),)))
+    why = {1: "is stopped: its process on node1 got SIGSTOP", 2: "is on node2, whose container is paused",
+           3: "has exited: its script returned on node3, which finished (exit code 0)"}
+    found = diagnose(now, before, {0, 1, 2, 3, 4}, why, 60)
+    assert [(a.rank, a.state, a.detail) for a in found.activities[1:]] == [
+        (1, "stopped", why[1]), (2, "stopped", why[2]), (3, "exited", why[3]), (4, "absent", "did not answer")]
 
 
 def test_a_working_jobs_ranks_whose_collectives_differ_in_shape_are_said_to_part_and_unheard_nodes_are_listed():
@@ -1090,6 +1133,9 @@ def test_a_mismatch_nobody_caught_is_placed_by_the_records_of_the_ranks_that_los
                 " all_reduce(float32[10]) at shapes.py:6")
     assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path) == expected
     assert mismatch_divergence(Failure("node1", 2, 1, lost, ()), tmp_path, since=999.5) == expected
+    # a record the slack for two nodes' clocks before the attempt began is still the attempt's
+    assert mismatch_divergence(Failure("node1", 2, 1, lost, ()), tmp_path,
+                               since=1000.0 + ATTEMPT_CLOCK_SLACK_S) == expected
     # the rank the failure names wrote no failed record (its error was its own), or an earlier attempt's
     assert mismatch_divergence(Failure("node0", 0, 1, lost, ()), tmp_path) == ""
     assert mismatch_divergence(Failure("node0", 1, 1, lost, ()), tmp_path, since=1100.0) == ""

@@ -174,8 +174,21 @@ def test_a_hung_job_whose_ranks_wait_in_init_is_told_why_in_place_of_the_general
     snapshots = {r: RankSnapshot.from_json(record(r, elsewhere(r), CONNECTING)) for r in (0, 1)}
     found = diagnose(Probe("r1", 5.0, snapshots), Probe("r0", 0.0, snapshots), {0, 1}, {}, 30)
     assert found.hung and found.headline == "no progress for 30 s: ranks 0, 1: init_process_group at train.py:8 in setup"
-    assert found.lines()[-1].startswith("  ranks 0, 1 called init_process_group for a store at localhost:12355,")
-    assert not any("every rank waits in init_process_group" in line for line in found.lines())
+    assert found.lines() == [
+        found.headline, "  ranks 0, 1: init_process_group at train.py:8 in setup",
+        '      train.py:8 in setup: dist.init_process_group("gloo", rank=rank, world_size=world_size)',
+        "      torch/distributed/c10d_logger.py:95 in wrapper",
+        "      torch/distributed/distributed_c10d.py:1762 in init_process_group",
+        "      torch/distributed/rendezvous.py:189 in _create_c10d_store",
+        "  ranks 0, 1 called init_process_group for a store at localhost:12355, from the MASTER_ADDR and MASTER_PORT"
+        " the script set itself, where torchrun's store is at node0:29500: they wait for a store that is not the"
+        " job's; under torchrun leave init_method out, and MASTER_ADDR and MASTER_PORT as torchrun sets them"]
+    # a file store each node has its own of: the ranks' nodes are the ones their records name
+    files = {r: RankSnapshot.from_json(record(r, {**elsewhere(r), "store": "/tmp/ddp_init", "via": "file"}, CONNECTING))
+             for r in (0, 1)}
+    found = diagnose(Probe("r1", 5.0, files), Probe("r0", 0.0, files), {0, 1}, {}, 30)
+    assert found.lines()[-1].startswith("  ranks 0, 1 called init_process_group for a file store, /tmp/ddp_init,"
+                                        " which each node has its own of")
     # a rank past init_process_group is not asked about it: its call found the store
     past = {0: snapshots[0], 1: RankSnapshot.from_json(record(1, elsewhere(1), [["train.py", 30, "<module>", ""]]))}
     found = diagnose(Probe("r1", 5.0, past), Probe("r0", 0.0, past), {0, 1}, {}, 30)
