@@ -13,7 +13,7 @@ from typing import Optional
 
 import pytest
 
-from orchestrate.hangs.collectives import first_divergence
+from orchestrate.hangs.collectives import channel_ends, elements, first_divergence
 from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
                                         HangDiagnosis, diagnose, loader_lines, loading_where, mismatch_divergence,
                                         timeout_diagnosis)
@@ -532,6 +532,22 @@ def test_the_first_divergence_is_the_same_collective_called_with_other_shapes():
                           " all_reduce(float32[4]) at desync.py:11")
 
 
+def test_a_mismatch_is_found_past_the_groups_it_cannot_compare_by_op_as_by_shape_and_names_four_ranks():
+    # channels sort first: one whose receiver took from any rank, and that any-rank channel of one rank
+    zero = snap(0, (coll(1, op="send", group="p2p 0->1"), coll(1, group="ranks 0,1", state="entered")))
+    one = snap(1, (coll(1, op="recv", group="p2p any->1"), coll(1, op="recv", group="p2p 0->1"),
+                   coll(1, op="all_gather", group="ranks 0,1", state="entered")))
+    found = first_divergence({0: zero, 1: one})
+    assert found is not None and found.text == ("collective #1 (group ranks 0,1): rank 0 entered all_reduce(float32[4])"
+                                                " at desync.py:11; rank 1 entered all_gather(float32[4]) at desync.py:11")
+    # the first rank, then three that differ from it
+    many = {rank: snap(rank, (coll(1, "float32[4]" if rank == 0 else "float32[1]", "entered"),)) for rank in range(6)}
+    assert first_divergence(many).text == ("collective #1: rank 0 entered all_reduce(float32[4]) at desync.py:11;"
+                                           " rank 1 entered all_reduce(float32[1]) at desync.py:11; rank 2 entered"
+                                           " all_reduce(float32[1]) at desync.py:11; rank 3 entered"
+                                           " all_reduce(float32[1]) at desync.py:11")
+
+
 def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
     sub = "ranks 0,1"  # sorts after "default": the groups are not named in the order they are looked at
     before = tuple(coll(s) for s in range(1, 5)) + (coll(1, group=sub),)
@@ -543,6 +559,9 @@ def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
     assert found is not None and (found.seq, found.group) == (2, sub)
     assert found.text == ("collective #2 (group ranks 0,1): rank 0 entered all_reduce(float32[1]) at desync.py:30;"
                           " rank 1 entered all_reduce(float32[4]) at desync.py:31")
+    # at one number in both: the group looked at first
+    tied = {0: snap(0, (coll(1, "float32[1]"), coll(1, "float32[1]", group=sub))), 1: snap(1, (coll(1), coll(1, group=sub)))}
+    assert first_divergence(tied).group == "default"
 
 
 def test_a_different_op_at_one_sequence_number_diverges_too():
@@ -576,8 +595,13 @@ def test_ranks_waiting_in_different_process_groups_have_diverged():
                  1: snap(1, (coll(3, op="barrier", shapes="", state="entered"),))}
     found = first_divergence(snapshots)
     assert found is not None and found.kind == "groups"
-    assert "rank 0 waits in all_reduce(float32[4]) #5 of group ranks 0,1" in found.text
-    assert "rank 1 waits in barrier() #3 of group default" in found.text
+    # by their lowest rank, not by the groups' names ("default" sorts first)
+    assert found.text == ("the ranks wait in different process groups: rank 0 waits in all_reduce(float32[4]) #5 of"
+                          " group ranks 0,1 at desync.py:11; rank 1 waits in barrier() #3 of group default at"
+                          " desync.py:11")
+    snapshots[2] = snap(2, (coll(5, group="ranks 0,1", state="entered"),))
+    assert first_divergence(snapshots).text.startswith("the ranks wait in different process groups: ranks 0, 2 wait in"
+                                                       " all_reduce(float32[4]) #5 of group ranks 0,1 at desync.py:11;")
 
 
 def sends(group: str, count: int, op: str = "send", last: str = "done", shapes: str = "float32[8]",
@@ -590,7 +614,7 @@ def test_a_send_its_peer_never_receives_is_named_with_where_the_peer_is_instead(
     receiver = snap(1, sends("p2p 0->1", 4, op="recv", at="pipe.py:13") + (coll(1, "float32[8]", "entered",
                                                                                  at="pipe.py:14"),))
     found = first_divergence({0: sender, 1: receiver}, {0, 1})
-    assert found is not None and found.kind == "p2p"
+    assert found is not None and (found.kind, found.seq, found.group) == ("p2p", 5, "p2p 0->1")
     assert found.text == ("rank 0 waits in send(float32[8]) #5 to rank 1 at pipe.py:10; rank 1 received 4 and waits"
                           " in all_reduce(float32[8]) #1 at pipe.py:14")
     lines = diagnose(probe(5, r0=sender, r1=receiver), probe(0, r0=sender, r1=receiver), {0, 1}, {}, 20).lines()
@@ -661,6 +685,68 @@ def test_a_chain_of_transfers_is_followed_to_the_rank_that_holds_it_up():
     assert not first_divergence(chain, {0, 1, 2}, stopped).hint
 
 
+def test_a_transfers_peer_is_placed_on_its_gpu_past_its_stack_or_by_nothing_it_showed():
+    waiting = snap(1, sends("p2p 0->1", 3, op="recv", last="entered", at="pipe.py:13"))
+    on_gpu = snap(0, sends("p2p 0->1", 2) + (coll(1, state="running", at="pipe.py:20"),))
+    found = first_divergence({0: on_gpu, 1: waiting}, {0, 1})
+    assert found is not None and found.text.endswith("; rank 0 sent 2 and waits in all_reduce(float32[4]) #1 at"
+                                                     " pipe.py:20, on the GPU")
+    # what it waits for past its own stack (its DataLoader's worker), or a rank that showed no stack
+    saving = snap(0, sends("p2p 0->1", 2), frames=(Frame("pipe.py", 30, "<module>"), Frame("pipe.py", 5, "save")))
+    found = first_divergence({0: saving, 1: waiting}, {0, 1}, {}, {0: ", for its DataLoader's worker 1 (pid 201)"})
+    assert found is not None and found.text.endswith("; rank 0 sent 2 and is not in a collective: save at pipe.py:5,"
+                                                     " for its DataLoader's worker 1 (pid 201)")
+    found = first_divergence({0: snap(0, sends("p2p 0->1", 2), frames=()), 1: waiting}, {0, 1})
+    assert found is not None and found.text.endswith("; rank 0 sent 2 and is not in a collective")
+    # a peer that did not answer, with no reason known; one not expected at all is not named
+    found = first_divergence({1: waiting}, {0, 1})
+    assert found is not None and found.text.endswith("from rank 0 at pipe.py:13; rank 0 did not answer")
+    assert first_divergence({1: waiting}) is None
+    # down a chain of transfers, the last rank's place past its stack
+    chain = {0: snap(0, sends("p2p 0->2", 4, last="entered")), 1: saving,
+             2: snap(2, sends("p2p 0->2", 3, op="recv") + sends("p2p 2->1", 3, last="entered"))}
+    found = first_divergence(chain, {0, 1, 2}, {}, {1: ", for its DataLoader's worker 1 (pid 201)"})
+    assert found is not None and found.text == (
+        "rank 0 waits in send(float32[8]) #4 to rank 2 at pipe.py:10; rank 2 received 3 and waits in send(float32[8])"
+        " #3 to rank 1 at pipe.py:10; rank 1 is not in a collective: save at pipe.py:5, for its DataLoader's worker 1"
+        " (pid 201)")
+    # the peer waits in a group's collective: each member not there, one past its stack too
+    grouped = {0: snap(0, sends("p2p 0->1", 1, last="entered")),
+               1: snap(1, (coll(1, group="ranks 1,2,3", state="entered", at="pipe.py:20"),)),
+               2: snap(2, frames=(Frame("pipe.py", 30, "<module>"), Frame("pipe.py", 5, "save")))}
+    found = first_divergence(grouped, {0, 1, 2, 3}, {3: "is stopped: its node is paused"},
+                             {2: ", for its DataLoader's worker 1 (pid 201)"})
+    assert found is not None and found.text == (
+        "rank 0 waits in send(float32[8]) #1 to rank 1 at pipe.py:10; rank 1 waits in all_reduce(float32[4]) #1 of"
+        " group ranks 1,2,3 at pipe.py:20; rank 2 is at #0 (not in a collective: save at pipe.py:5, for its"
+        " DataLoader's worker 1 (pid 201)); rank 3 is stopped: its node is paused")
+
+
+def test_a_channel_whose_receiver_took_from_any_rank_names_its_own_sender_alone_as_not_there():
+    """Its receives are not matched with the sender's entry by entry (they may be out of step), but
+    the sender that did not answer is still named, and no rank outside the channel."""
+    receiver = snap(1, (coll(1, "float32[4]", op="recv", group="p2p any->1"),
+                        coll(1, "float32[8]", "entered", op="recv", group="p2p 0->1", at="pipe.py:13")))
+    found = first_divergence({1: receiver}, {0, 1, 2}, {0: "is stopped: its node is paused"})
+    assert found is not None and found.text == ("rank 1 waits in recv(float32[8]) #1 of group p2p 0->1 at pipe.py:13;"
+                                                " rank 0 is stopped: its node is paused")
+
+
+def test_a_channel_is_read_from_its_group_name():
+    assert channel_ends("p2p 0->1") == (0, 1)
+    assert channel_ends("p2p 0->1 in pipeline stage") == (0, 1)  # a channel within a named process group
+    assert channel_ends("p2p any->1") == (None, 1)
+    assert channel_ends("p2p batch of rank 0") == (None, None)
+    assert channel_ends("default") is None and channel_ends("ranks 0,1") is None
+
+
+def test_a_tensors_dtype_and_element_count_are_what_a_send_and_its_receive_must_agree_on():
+    assert elements("float32[2,4]") == ("float32", 8)
+    assert elements("int64[3]") == ("int64", 3)
+    assert elements("float32[]") == ("float32", 1)  # a scalar
+    assert elements("gradients of DDP(Net)") == "gradients of DDP(Net)"  # not one tensor's: the text itself
+
+
 def test_receives_from_any_rank_batches_and_reshaped_tensors_are_no_divergence():
     # a receive from any rank not yet returned: the receiver's channels are not compared, as the
     # receives after it may be out of step with the sender's sends
@@ -697,7 +783,7 @@ def test_only_a_groups_own_ranks_are_named_as_not_there():
     in_group = (coll(1, group="ranks 0,1"), coll(2, group="ranks 0,1", state="entered"))
     snapshots = {0: snap(0, in_group), 1: snap(1, in_group[:1]), 2: snap(2, (coll(1),))}
     found = first_divergence(snapshots, {0, 1, 2, 3}, {3: "did not answer"})
-    assert found is not None
+    assert found is not None and (found.kind, found.seq, found.group) == ("missing", 2, "ranks 0,1")
     # ranks 2 and 3 are not of the group: neither is behind in it, nor missing from it
     assert found.text == ("rank 0 waits in all_reduce(float32[4]) #2 of group ranks 0,1 at desync.py:11; rank 1 is at"
                           " #1 (not in a collective: all_reduce at desync.py:11 in <module>)")
