@@ -242,7 +242,8 @@ def test_a_backward_pass_on_the_gpu_is_computing_until_the_records_part():
     long_step = diagnose(now, before, {0, 1}, {}, 15)
     assert not long_step.hung  # its GPU may be computing the gradients
     assert [(a.rank, a.state, a.detail) for a in long_step.activities] == [
-        (rank, "busy", "computing on the GPU, in all_reduce(gradients of DDP(Net)) #3 at train.py:40") for rank in (0, 1)]
+        (rank, "busy", "computing on the GPU, in all_reduce(gradients of DDP(Net)) #3 at train.py:40")
+        for rank in (0, 1)]
     odd = (coll(1), coll(2), coll(3, shapes="float32[1]", at="train.py:44"), coll(4, "running"))
     before, now = probes({0: odd, 1: agreed}, {0: odd, 1: agreed})
     parted = diagnose(now, before, {0, 1}, {}, 15)

@@ -538,8 +538,9 @@ def test_a_mismatch_is_found_past_the_groups_it_cannot_compare_by_op_as_by_shape
     one = snap(1, (coll(1, op="recv", group="p2p any->1"), coll(1, op="recv", group="p2p 0->1"),
                    coll(1, op="all_gather", group="ranks 0,1", state="entered")))
     found = first_divergence({0: zero, 1: one})
-    assert found is not None and found.text == ("collective #1 (group ranks 0,1): rank 0 entered all_reduce(float32[4])"
-                                                " at desync.py:11; rank 1 entered all_gather(float32[4]) at desync.py:11")
+    assert found is not None and found.text == (
+        "collective #1 (group ranks 0,1): rank 0 entered all_reduce(float32[4]) at desync.py:11; rank 1 entered"
+        " all_gather(float32[4]) at desync.py:11")
     # the first rank, then three that differ from it
     many = {rank: snap(rank, (coll(1, "float32[4]" if rank == 0 else "float32[1]", "entered"),)) for rank in range(6)}
     assert first_divergence(many).text == ("collective #1: rank 0 entered all_reduce(float32[4]) at desync.py:11;"
@@ -560,7 +561,8 @@ def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
     assert found.text == ("collective #2 (group ranks 0,1): rank 0 entered all_reduce(float32[1]) at desync.py:30;"
                           " rank 1 entered all_reduce(float32[4]) at desync.py:31")
     # at one number in both: the group looked at first
-    tied = {0: snap(0, (coll(1, "float32[1]"), coll(1, "float32[1]", group=sub))), 1: snap(1, (coll(1), coll(1, group=sub)))}
+    tied = {0: snap(0, (coll(1, "float32[1]"), coll(1, "float32[1]", group=sub))),
+            1: snap(1, (coll(1), coll(1, group=sub)))}
     assert first_divergence(tied).group == "default"
 
 

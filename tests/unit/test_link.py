@@ -5,7 +5,8 @@ import io
 
 import pytest
 
-from orchestrate.config.link import LinkSpec, netem_missing_message, parse_link, tc_commands
+from orchestrate.config.link import (USAGE, LinkSpec, link_commands, netem_missing_message, parse_link, tc_commands,
+                                    tbf_burst_bytes)
 from orchestrate.engine.compose_file import render_compose
 from orchestrate.errors import UsageError
 
@@ -21,6 +22,68 @@ from orchestrate.errors import UsageError
 ])
 def test_link_specs_and_presets_parse(text, spec):
     assert parse_link(text) == spec
+
+
+@pytest.mark.parametrize("text, bits", [
+    ("rate=1.5gbit", 1_500_000_000), ("rate=10Gbps", 10 * 10**9), ("rate=800kbit", 800_000), ("rate=512bit", 512),
+    (" 10gbe ", 10 * 10**9), ("rate=1gbit,", 10**9), ("ib-hdr", 200 * 10**9),
+])
+def test_rates_read_with_their_units_fractions_and_case(text, bits):
+    assert parse_link(text).rate_bits == bits
+
+
+def test_delays_and_losses_read_in_their_units_and_bounds():
+    assert parse_link("delay=1s") == LinkSpec(None, 1000.0)
+    assert parse_link("delay=250us").delay_ms == 0.25
+    assert parse_link("loss=99.5%") == LinkSpec(None, 0.0, 99.5)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("fast", f"invalid --link 'fast': {USAGE}"),
+    ("", f"invalid --link '': {USAGE}"),
+    ("rate", f"invalid --link 'rate': {USAGE}"),
+    ("rate=1gbit,rate=2gbit", f"invalid --link 'rate=1gbit,rate=2gbit': {USAGE}"),
+    ("jitter=3ms", f"invalid --link 'jitter=3ms': {USAGE}"),
+    ("rate=10", "invalid --link rate '10': expected e.g. 100mbit, 1gbit, 10gbit"),
+    ("rate=0gbit", "invalid --link rate '0gbit': expected e.g. 100mbit, 1gbit, 10gbit"),
+    ("rate=1gbit,delay=5", "invalid --link delay '5': expected e.g. 500us, 5ms"),
+    ("loss=150%", "invalid --link loss '150%': expected a percentage below 100, e.g. 0.1%"),
+    ("loss=100%", "invalid --link loss '100%': expected a percentage below 100, e.g. 0.1%"),
+    ("loss=1", "invalid --link loss '1': expected a percentage below 100, e.g. 0.1%"),
+])
+def test_each_bad_link_spec_is_refused_whole(text, message):
+    with pytest.raises(UsageError) as refused:
+        parse_link(text)
+    assert str(refused.value) == message
+
+
+def test_a_link_reads_back_as_it_is_written():
+    assert USAGE == ("usage: --link rate=10gbit[,delay=5ms][,loss=0.1%] or a preset (1gbe, 10gbe, 25gbe, 100gbe,"
+                     " ib-hdr, wan)")
+    assert str(LinkSpec(1_500_000_000, 0.5, 0.1)) == "rate=1500mbit,delay=0.5ms,loss=0.1%"
+    assert str(LinkSpec(2_000)) == "rate=2kbit" and str(LinkSpec(10**9)) == "rate=1gbit"
+    assert str(LinkSpec(1_234)) == "rate=1234bit" and str(LinkSpec(999)) == "rate=999bit"
+    assert str(LinkSpec(None, 2.0)) == "delay=2ms" and str(LinkSpec(None, 0.0, 1.0)) == "loss=1%"
+    assert not LinkSpec(10**9).needs_netem
+    assert LinkSpec(None, 2.0).needs_netem and LinkSpec(None, 0.0, 1.0).needs_netem
+
+
+def test_without_netem_a_delay_is_left_out_and_only_a_loss_becomes_a_rule():
+    delayed = LinkSpec(10**9, 5.0)
+    assert tc_commands(delayed, "eth0", netem=False) == tc_commands(LinkSpec(10**9), "eth0")
+    assert link_commands(delayed, "eth0", netem=False) == tc_commands(LinkSpec(10**9), "eth0")
+    assert link_commands(LinkSpec(None, 0.0, 0.5), "eth1", netem=False) == [
+        ["iptables", "-w", "-A", "INPUT", "-i", "eth1", "-m", "statistic", "--mode", "random", "--probability",
+         "0.005", "-j", "DROP"]]
+    assert link_commands(LinkSpec(None, 0.0, 0.5), "eth1") == [
+        ["tc", "qdisc", "add", "dev", "eth1", "root", "handle", "1:", "netem", "loss", "0.5%"]]
+
+
+def test_a_buckets_size_is_4_ms_of_traffic_and_32_kb_at_least():
+    floor = 32 * 1024 * 8 * 250  # the rate whose 4 ms are 32 KB
+    assert tbf_burst_bytes(floor) == 32 * 1024
+    assert tbf_burst_bytes(floor - 8000) == 32 * 1024
+    assert tbf_burst_bytes(floor + 8000) == 32 * 1024 + 4
 
 
 @pytest.mark.parametrize("text, message", [
@@ -87,3 +150,10 @@ def test_the_refusal_names_only_the_delay_which_nothing_but_netem_gives():
     assert message.startswith("--link delay=5ms needs the kernel's netem qdisc, which this kernel lacks (tc: Error:"
                               " Specified qdisc kind is unknown.)")
     assert "userspace queue" in message and "--link rate=1gbit,loss=1%" in message
+    # a tc that said nothing, or said it over several lines: its last line
+    assert "(tc: netem unavailable):" in netem_missing_message(LinkSpec(None, 2.5), "  \n")
+    assert netem_missing_message(LinkSpec(None, 2.5), "RTNETLINK answers: No such file or directory\nWe have an"
+                                 " error talking to the kernel\n") == (
+        "--link delay=2.5ms needs the kernel's netem qdisc, which this kernel lacks (tc: We have an error talking to"
+        " the kernel): nothing else delays every packet without a userspace queue that would cap the link far below its"
+        " rate; shape the rate and loss only (e.g. --link rate=1gbit,loss=1%), or load sch_netem on the host")
