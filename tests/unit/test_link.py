@@ -50,6 +50,7 @@ def test_delays_and_losses_read_in_their_units_and_bounds():
     ("loss=150%", "invalid --link loss '150%': expected a percentage below 100, e.g. 0.1%"),
     ("loss=100%", "invalid --link loss '100%': expected a percentage below 100, e.g. 0.1%"),
     ("loss=1", "invalid --link loss '1': expected a percentage below 100, e.g. 0.1%"),
+    ("rate=1gbit=2", "invalid --link rate '1gbit=2': expected e.g. 100mbit, 1gbit, 10gbit"),  # split at its first =
 ])
 def test_each_bad_link_spec_is_refused_whole(text, message):
     with pytest.raises(UsageError) as refused:
@@ -73,6 +74,10 @@ def test_without_netem_a_delay_is_left_out_and_only_a_loss_becomes_a_rule():
     assert tc_commands(delayed, "eth0", netem=False) == tc_commands(LinkSpec(10**9), "eth0")
     assert link_commands(delayed, "eth0", netem=False) == tc_commands(LinkSpec(10**9), "eth0")
     assert link_commands(LinkSpec(None, 0.0, 0.5), "eth1", netem=False) == [
+        ["iptables", "-w", "-A", "INPUT", "-i", "eth1", "-m", "statistic", "--mode", "random", "--probability",
+         "0.005", "-j", "DROP"]]
+    assert link_commands(LinkSpec(10**9, 0.0, 0.5), "eth1", netem=False) == [
+        ["tc", "qdisc", "add", "dev", "eth1", "root", "tbf", "rate", "1gbit", "burst", "500000", "latency", "100ms"],
         ["iptables", "-w", "-A", "INPUT", "-i", "eth1", "-m", "statistic", "--mode", "random", "--probability",
          "0.005", "-j", "DROP"]]
     assert link_commands(LinkSpec(None, 0.0, 0.5), "eth1") == [
