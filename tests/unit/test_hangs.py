@@ -611,6 +611,9 @@ def sends(group: str, count: int, op: str = "send", last: str = "done", shapes: 
     return tuple(coll(n, shapes, last if n == count else "done", op=op, group=group, at=at) for n in range(1, count + 1))
 
 
+SAVING = (Frame("pipe.py", 30, "<module>"), Frame("pipe.py", 5, "save"))  # a rank outside any collective
+
+
 def test_a_send_its_peer_never_receives_is_named_with_where_the_peer_is_instead():
     sender = snap(0, sends("p2p 0->1", 5, last="entered"))
     receiver = snap(1, sends("p2p 0->1", 4, op="recv", at="pipe.py:13") + (coll(1, "float32[8]", "entered",
@@ -623,7 +626,7 @@ def test_a_send_its_peer_never_receives_is_named_with_where_the_peer_is_instead(
     assert not any("--debug-collectives" in line for line in lines)  # torch's check compares no sends
     # the other way round: a receive its peer never sends, the peer in no collective at all
     waiting = snap(1, sends("p2p 0->1", 3, op="recv", last="entered", at="pipe.py:13"))
-    elsewhere = snap(0, sends("p2p 0->1", 2), frames=(Frame("pipe.py", 30, "<module>"), Frame("pipe.py", 5, "save")))
+    elsewhere = snap(0, sends("p2p 0->1", 2), frames=SAVING)
     found = first_divergence({0: elsewhere, 1: waiting}, {0, 1})
     assert found is not None and found.text == ("rank 1 waits in recv(float32[8]) #3 from rank 0 at pipe.py:13; rank 0"
                                                 " sent 2 and is not in a collective: save at pipe.py:5")
@@ -694,7 +697,7 @@ def test_a_transfers_peer_is_placed_on_its_gpu_past_its_stack_or_by_nothing_it_s
     assert found is not None and found.text.endswith("; rank 0 sent 2 and waits in all_reduce(float32[4]) #1 at"
                                                      " pipe.py:20, on the GPU")
     # what it waits for past its own stack (its DataLoader's worker), or a rank that showed no stack
-    saving = snap(0, sends("p2p 0->1", 2), frames=(Frame("pipe.py", 30, "<module>"), Frame("pipe.py", 5, "save")))
+    saving = snap(0, sends("p2p 0->1", 2), frames=SAVING)
     found = first_divergence({0: saving, 1: waiting}, {0, 1}, {}, {0: ", for its DataLoader's worker 1 (pid 201)"})
     assert found is not None and found.text.endswith("; rank 0 sent 2 and is not in a collective: save at pipe.py:5,"
                                                      " for its DataLoader's worker 1 (pid 201)")
@@ -715,7 +718,7 @@ def test_a_transfers_peer_is_placed_on_its_gpu_past_its_stack_or_by_nothing_it_s
     # the peer waits in a group's collective: each member not there, one past its stack too
     grouped = {0: snap(0, sends("p2p 0->1", 1, last="entered")),
                1: snap(1, (coll(1, group="ranks 1,2,3", state="entered", at="pipe.py:20"),)),
-               2: snap(2, frames=(Frame("pipe.py", 30, "<module>"), Frame("pipe.py", 5, "save")))}
+               2: snap(2, frames=SAVING)}
     found = first_divergence(grouped, {0, 1, 2, 3}, {3: "is stopped: its node is paused"},
                              {2: ", for its DataLoader's worker 1 (pid 201)"})
     assert found is not None and found.text == (
