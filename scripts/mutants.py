@@ -12,12 +12,20 @@ a test hang is caught as a failure, not waited out.
     .venv/bin/python scripts/mutants.py -k stop    # those whose name has "stop"
     .venv/bin/python scripts/mutants.py -k chaos/  # those of one package's files
 
+It also replays a tool's survivors: ``scripts/mutmut.sh`` prints each mutant it could not kill
+with its change, and ``--replay`` takes that log and applies each change in turn against the tests
+given, to learn which new tests kill them without the tool's hour over every mutant again:
+
+    bash scripts/mutmut.sh orchestrate/config/request.py > mutmut.log
+    .venv/bin/python scripts/mutants.py --replay mutmut.log --tests tests/unit/test_request.py
+
 It works in a copy of the checkout (a temporary clone of HEAD with the working tree's changes),
 so the checkout itself is never changed, and prints a table and the score.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_TEST_TIMEOUT_S = 60
@@ -1692,12 +1701,51 @@ MUTANTS = [
 ]
 
 
+def survivors_of(log: str, read_source: Callable[[str], str], tests: tuple[str, ...]) -> list[Mutant]:
+    """The mutants a ``scripts/mutmut.sh`` log says were not killed, as mutants of this script.
+
+    Each is a ``== orchestrate.pkg.module.x_function__mutmut_N (survived)`` line and its diff's
+    ``-`` and ``+`` lines. mutmut shows a method's lines less indented than its file has them, so
+    the lines take the indentation (4, 8 or 12 more spaces) that finds them once in the file, at
+    the start of a line (``read_source`` gives a path's text); a change found nowhere, or in
+    several places, is refused.
+    """
+    _, _, listed = log.partition("each one not killed, with its change:")
+    mutants = []
+    for block in re.split(r"^== ", listed, flags=re.M)[1:]:
+        heading, *lines = block.splitlines()
+        name = heading.split(" ", 1)[0]
+        module = name.split(".x", 1)[0]
+        path = module.replace(".", "/") + ".py"
+        old_lines = [line[1:] for line in lines if line.startswith("- ")]
+        new_lines = [line[1:] for line in lines if line.startswith("+ ")]
+        source = read_source(path)
+        for extra in (0, 4, 8, 12):
+            old, new = (_indented(old_lines, extra), _indented(new_lines, extra))
+            if source.count(old) == 1 and f"\n{source}".count(f"\n{old}") == 1:
+                break
+        else:
+            raise ValueError(f"{name}: its change is not found exactly once in {path}")
+        mutants.append(Mutant(name.rsplit(".", 1)[1], path, old, new, tests))
+    return mutants
+
+
+def _indented(lines: list[str], extra: int) -> str:
+    """Lines as one text, each indented ``extra`` spaces more ("" for none)."""
+    return "".join(" " * extra + line + "\n" for line in lines)
+
+
 def copy_of_checkout(into: Path) -> Path:
-    """HEAD with the working tree's changes, in ``into``."""
+    """HEAD with the working tree's changes and new files (a test being written), in ``into``."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(into)], check=True)
     diff = subprocess.run(["git", "diff", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
     if diff:
         subprocess.run(["git", "apply"], cwd=into, input=diff, check=True)
+    untracked = subprocess.run(["git", "ls-files", "-z", "--others", "--exclude-standard"], cwd=ROOT,
+                               capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, untracked):
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, into / name, follow_symlinks=False)
     return into
 
 
@@ -1714,10 +1762,25 @@ def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[bool, float, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", default="", help="only the mutants whose name or file has this text (chaos/, hangs/)")
+    parser.add_argument("--replay", metavar="LOG", type=Path,
+                        help="the survivors a scripts/mutmut.sh log lists, instead of the hand-written mutants")
+    parser.add_argument("--tests", nargs="+", default=[], metavar="TEST",
+                        help="the tests each replayed survivor is run against (needed with --replay)")
     args = parser.parse_args()
-    mutants = [m for m in MUTANTS if args.k in m.name or args.k in m.path]
+    if args.replay is not None:
+        if not args.tests:
+            parser.error("--replay needs --tests: the tests each survivor is run against")
+        try:
+            chosen = survivors_of(args.replay.read_text(), lambda path: (ROOT / path).read_text(), tuple(args.tests))
+        except (OSError, ValueError) as exc:
+            print(f"cannot replay {args.replay}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        chosen = MUTANTS
+    mutants = [m for m in chosen if args.k in m.name or args.k in m.path]
     if not mutants:  # else the baseline would be every test there is
-        print(f"no mutant's name or file has {args.k!r}", file=sys.stderr)
+        print(f"no mutant's name or file has {args.k!r}" if chosen else f"{args.replay} lists no survivor",
+              file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="ddp-mutants-") as scratch:
         copy = copy_of_checkout(Path(scratch) / "checkout")

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def hand_written_mutants() -> list:
+def mutants_script():
     spec = importlib.util.spec_from_file_location("hand_written_mutants", ROOT / "scripts" / "mutants.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -21,7 +21,11 @@ def hand_written_mutants() -> list:
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
-    return module.MUTANTS
+    return module
+
+
+def hand_written_mutants() -> list:
+    return mutants_script().MUTANTS
 
 
 @pytest.mark.parametrize("mutant", hand_written_mutants(), ids=lambda mutant: mutant.name)
@@ -29,3 +33,47 @@ def test_each_hand_written_mutant_still_applies(mutant):
     assert (ROOT / mutant.path).read_text().count(mutant.old) == 1, f"{mutant.path} no longer has {mutant.old!r}"
     assert mutant.old != mutant.new
     assert [test for test in mutant.tests if not (ROOT / test).is_file()] == []
+
+
+SOURCE = """class Request:
+    def check(self):
+        if self.detach and self.keep:
+            raise UsageError("--keep needs the launcher attached:"
+                             " drop --detach")
+        return None
+"""
+# What scripts/mutmut.sh prints of three survivors: mutmut shows a method's lines 4 spaces less
+# indented than the file has them.
+MUTMUT_LOG = """[mutmut] mutants by verdict:
+      3 survived
+[mutmut] each one not killed, with its change:
+== orchestrate.config.request.xǁRequestǁcheck__mutmut_1 (survived)
+-    if self.detach and self.keep:
++    if self.detach or self.keep:
+== orchestrate.config.request.xǁRequestǁcheck__mutmut_2 (survived)
+-        raise UsageError("--keep needs the launcher attached:"
+-                         " drop --detach")
++        raise UsageError(None)
+== orchestrate.config.request.xǁRequestǁcheck__mutmut_3 (survived)
+-    return None
+"""
+
+
+def test_a_tools_survivors_are_replayed_as_the_changes_it_printed():
+    read = {"orchestrate/config/request.py": SOURCE}.__getitem__
+    mutants = mutants_script().survivors_of(MUTMUT_LOG, read, ("tests/unit/test_request.py",))
+    assert [(m.name, m.path, m.tests) for m in mutants] == [
+        (f"xǁRequestǁcheck__mutmut_{n}", "orchestrate/config/request.py", ("tests/unit/test_request.py",))
+        for n in (1, 2, 3)]
+    applied = [SOURCE.replace(m.old, m.new) for m in mutants]
+    assert applied == [SOURCE.replace("detach and self", "detach or self"),
+                       SOURCE.replace('UsageError("--keep needs the launcher attached:"\n'
+                                      '                             " drop --detach")', "UsageError(None)"),
+                       SOURCE.replace("        return None\n", "")]
+
+
+def test_a_survivor_whose_change_is_not_in_the_file_is_refused():
+    read = {"orchestrate/config/request.py": SOURCE.replace("self.keep", "self.faults")}.__getitem__
+    with pytest.raises(ValueError, match=r"check__mutmut_1: its change is not found exactly once in"
+                                         r" orchestrate/config/request.py"):
+        mutants_script().survivors_of(MUTMUT_LOG, read, ())
