@@ -1704,30 +1704,55 @@ MUTANTS = [
 def survivors_of(log: str, read_source: Callable[[str], str], tests: tuple[str, ...]) -> list[Mutant]:
     """The mutants a ``scripts/mutmut.sh`` log says were not killed, as mutants of this script.
 
-    Each is a ``== orchestrate.pkg.module.x_function__mutmut_N (survived)`` line and its diff's
-    ``-`` and ``+`` lines. mutmut shows a method's lines less indented than its file has them, so
-    the lines take the indentation (4, 8 or 12 more spaces) that finds them once in the file, at
-    the start of a line (``read_source`` gives a path's text); a change found nowhere, or in
-    several places, is refused.
+    Each is a ``== orchestrate.pkg.module.x_function__mutmut_N (survived)`` line (a method's is
+    ``xǁClassǁmethod``) and its diff's ``-`` and ``+`` lines. The change is looked for in that
+    function alone (``read_source`` gives a path's text), at the start of a line: mutmut shows a
+    method's lines less indented than its file has them, so they take the indentation (4, 8 or 12
+    more spaces) that finds them once there. The mutant's text runs from the function's ``def``,
+    so it is found once in the file even where another function has the same line. A change
+    found nowhere, or several times in its function, is refused.
     """
     _, _, listed = log.partition("each one not killed, with its change:")
     mutants = []
     for block in re.split(r"^== ", listed, flags=re.M)[1:]:
         heading, *lines = block.splitlines()
         name = heading.split(" ", 1)[0]
-        module = name.split(".x", 1)[0]
+        module, mutant_name = name.rsplit(".", 1)
         path = module.replace(".", "/") + ".py"
+        source = read_source(path)
+        begin, end = _function_span(source, mutant_name.split("__mutmut_", 1)[0])
+        function = source[begin:end]
         old_lines = [line[1:] for line in lines if line.startswith("- ")]
         new_lines = [line[1:] for line in lines if line.startswith("+ ")]
-        source = read_source(path)
         for extra in (0, 4, 8, 12):
             old, new = (_indented(old_lines, extra), _indented(new_lines, extra))
-            if source.count(old) == 1 and f"\n{source}".count(f"\n{old}") == 1:
+            if function.count(f"\n{old}") == 1:
                 break
         else:
             raise ValueError(f"{name}: its change is not found exactly once in {path}")
-        mutants.append(Mutant(name.rsplit(".", 1)[1], path, old, new, tests))
+        at = function.index(f"\n{old}") + 1
+        mutants.append(Mutant(mutant_name, path, function[:at] + old, function[:at] + new, tests))
     return mutants
+
+
+def _function_span(source: str, mangled: str) -> tuple[int, int]:
+    """Where the function mutmut calls ``mangled`` (``x_name``, ``xǁClassǁname``) begins and ends
+    in ``source``: its ``def`` line to the next line indented no deeper."""
+    *classes, function = mangled[2:].split("ǁ") if mangled.startswith("xǁ") else ("", mangled[2:])
+    after = 0
+    for cls in filter(None, classes):
+        found = re.search(rf"^\s*class {re.escape(cls)}\b", source[after:], flags=re.M)
+        if found is None:
+            raise ValueError(f"{mangled}: no class {cls}")
+        after += found.end()
+    found = re.search(rf"^( *)(async )?def {re.escape(function)}\(", source[after:], flags=re.M)
+    if found is None:
+        raise ValueError(f"{mangled}: no function {function}")
+    begin, depth = after + found.start(), len(found.group(1))
+    rest = re.compile(rf"^ {{0,{depth}}}[^\s)]", flags=re.M)  # a signature's closing ")" is its own
+    body_from = source.index("\n", begin) + 1
+    closing = rest.search(source, body_from)
+    return begin, closing.start() if closing else len(source)
 
 
 def _indented(lines: list[str], extra: int) -> str:

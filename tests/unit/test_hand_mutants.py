@@ -35,17 +35,34 @@ def test_each_hand_written_mutant_still_applies(mutant):
     assert [test for test in mutant.tests if not (ROOT / test).is_file()] == []
 
 
-SOURCE = """class Request:
-    def check(self):
+SOURCE = """def check(text):
+    return text
+
+
+def seconds(text):
+    value = float(text)
+    return value
+
+
+class Request:
+    def check(
+        self,
+    ) -> None:
         if self.detach and self.keep:
             raise UsageError("--keep needs the launcher attached:"
                              " drop --detach")
+        value = float(text)
         return None
+
+
+def later(text):
+    value = float(text)
+    return -value
 """
-# What scripts/mutmut.sh prints of three survivors: mutmut shows a method's lines 4 spaces less
+# What scripts/mutmut.sh prints of four survivors: mutmut shows a method's lines 4 spaces less
 # indented than the file has them.
 MUTMUT_LOG = """[mutmut] mutants by verdict:
-      3 survived
+      4 survived
 [mutmut] each one not killed, with its change:
 == orchestrate.config.request.xǁRequestǁcheck__mutmut_1 (survived)
 -    if self.detach and self.keep:
@@ -54,26 +71,38 @@ MUTMUT_LOG = """[mutmut] mutants by verdict:
 -        raise UsageError("--keep needs the launcher attached:"
 -                         " drop --detach")
 +        raise UsageError(None)
-== orchestrate.config.request.xǁRequestǁcheck__mutmut_3 (survived)
+== orchestrate.config.request.xǁRequestǁcheck__mutmut_3 (no tests)
+-    value = float(text)
++    value = None
 -    return None
+== orchestrate.config.request.x_seconds__mutmut_4 (survived)
+-    value = float(text)
++    value = float(None)
 """
 
 
 def test_a_tools_survivors_are_replayed_as_the_changes_it_printed():
     read = {"orchestrate/config/request.py": SOURCE}.__getitem__
     mutants = mutants_script().survivors_of(MUTMUT_LOG, read, ("tests/unit/test_request.py",))
+    names = [f"xǁRequestǁcheck__mutmut_{n}" for n in (1, 2, 3)] + ["x_seconds__mutmut_4"]
     assert [(m.name, m.path, m.tests) for m in mutants] == [
-        (f"xǁRequestǁcheck__mutmut_{n}", "orchestrate/config/request.py", ("tests/unit/test_request.py",))
-        for n in (1, 2, 3)]
+        (name, "orchestrate/config/request.py", ("tests/unit/test_request.py",)) for name in names]
+    assert [SOURCE.count(m.old) for m in mutants] == [1, 1, 1, 1]
     applied = [SOURCE.replace(m.old, m.new) for m in mutants]
-    assert applied == [SOURCE.replace("detach and self", "detach or self"),
-                       SOURCE.replace('UsageError("--keep needs the launcher attached:"\n'
-                                      '                             " drop --detach")', "UsageError(None)"),
-                       SOURCE.replace("        return None\n", "")]
+    assert applied == [
+        SOURCE.replace("detach and self", "detach or self"),
+        SOURCE.replace('UsageError("--keep needs the launcher attached:"\n'
+                       '                             " drop --detach")', "UsageError(None)"),
+        SOURCE.replace("        value = float(text)\n        return None\n", "        value = None\n"),  # the method's
+        SOURCE.replace("    value = float(text)\n    return value", "    value = float(None)\n    return value"),
+    ]
 
 
-def test_a_survivor_whose_change_is_not_in_the_file_is_refused():
+def test_a_survivor_whose_change_is_not_in_its_function_is_refused():
     read = {"orchestrate/config/request.py": SOURCE.replace("self.keep", "self.faults")}.__getitem__
     with pytest.raises(ValueError, match=r"check__mutmut_1: its change is not found exactly once in"
                                          r" orchestrate/config/request.py"):
         mutants_script().survivors_of(MUTMUT_LOG, read, ())
+    elsewhere = {"orchestrate/config/request.py": SOURCE.replace("def check(", "def checked(")}.__getitem__
+    with pytest.raises(ValueError, match=r"no function check$"):
+        mutants_script().survivors_of(MUTMUT_LOG, elsewhere, ())
