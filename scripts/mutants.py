@@ -1725,7 +1725,7 @@ def survivors_of(log: str, read_source: Callable[[str], str], tests: tuple[str, 
         old_lines = [line[1:] for line in lines if line.startswith("- ")]
         new_lines = [line[1:] for line in lines if line.startswith("+ ")]
         for extra in (0, 4, 8, 12):
-            old, new = (_indented(old_lines, extra), _indented(new_lines, extra))
+            old, new = _indented(old_lines, extra), _indented(new_lines, extra)
             if function.count(f"\n{old}") == 1:
                 break
         else:
@@ -1738,9 +1738,9 @@ def survivors_of(log: str, read_source: Callable[[str], str], tests: tuple[str, 
 def _function_span(source: str, mangled: str) -> tuple[int, int]:
     """Where the function mutmut calls ``mangled`` (``x_name``, ``xǁClassǁname``) begins and ends
     in ``source``: its ``def`` line to the next line indented no deeper."""
-    *classes, function = mangled[2:].split("ǁ") if mangled.startswith("xǁ") else ("", mangled[2:])
+    *classes, function = mangled[2:].split("ǁ")  # x_name: [name]; xǁClassǁname: [Class, name]
     after = 0
-    for cls in filter(None, classes):
+    for cls in classes:
         found = re.search(rf"^\s*class {re.escape(cls)}\b", source[after:], flags=re.M)
         if found is None:
             raise ValueError(f"{mangled}: no class {cls}")
