@@ -338,7 +338,8 @@ def _node_info(container: Any) -> NodeInfo:
 
 
 def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
-    """Every run the engine has containers of (or just ``run_id``), newest first."""
+    """Every run the engine has containers of (or just ``run_id``), newest first (runs asked for in
+    the same second, by their ids: the newer id first, as ids start with the time)."""
     import docker.errors
 
     wanted = f"{RUN_ID_LABEL}={run_id}" if run_id else RUN_ID_LABEL
@@ -357,7 +358,7 @@ def list_runs(client: Any, run_id: Optional[str] = None) -> list[RunInfo]:
         nodes = tuple(sorted((_node_info(c) for c in members), key=lambda n: n.node_rank))
         runs.append(RunInfo(rid, labels.get(COMPOSE_PROJECT_LABEL, f"ddp-{rid}"), nodes, labels,
                             launcher_alive(labels.get(LAUNCHER_LABEL, ""))))
-    return sorted(runs, key=lambda r: r.labels.get(CREATED_LABEL, ""), reverse=True)
+    return sorted(runs, key=lambda r: (r.labels.get(CREATED_LABEL, ""), r.run_id), reverse=True)
 
 
 def find_run(client: Any, run_id: str) -> RunInfo:

@@ -226,6 +226,24 @@ def test_a_lost_node_does_not_count_in_a_runs_state_unless_every_node_was_lost(t
     assert (bare.lost, bare.launcher_exit, bare.state) == (frozenset(), None, RunState.STOPPED)
 
 
+def test_runs_are_listed_newest_first_and_those_of_one_second_by_their_ids():
+    from orchestrate.engine.labels import CREATED_LABEL, RUN_ID_LABEL
+
+    client = FakeDockerClient()
+    # added in an order that is neither: the engine's own order must not decide
+    for run_id, created in (("20261204-100000-aaa", "2026-12-04T10:00:00+00:00"),
+                            ("20261204-095959-zzz", "2026-12-04T09:59:59+00:00"),
+                            ("20261204-100001-mmm", "2026-12-04T10:00:01+00:00"),
+                            ("20261204-100000-bbb", "2026-12-04T10:00:00+00:00")):
+        client.running(f"ddp-{run_id}-node0-1", {RUN_ID_LABEL: run_id, CREATED_LABEL: created})
+    try:
+        assert [run.run_id for run in list_runs(client)] == [
+            "20261204-100001-mmm", "20261204-100000-bbb", "20261204-100000-aaa", "20261204-095959-zzz"]
+    finally:
+        for container in list(client.containers_by_name.values()):
+            container.remove(force=True)
+
+
 def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys, monkeypatch):
     from orchestrate.cli.main import main
 
@@ -239,8 +257,9 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert main(client=client, argv=["ps"], out=out) == 0
     rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[2:]}
     assert rows["done"][2] == "succeeded" and rows["going"][2] == "running"
-    for argv, listed in ((["ps", "-q"], "done\ngoing\n"), (["ps", "-q", "--state", "running"], "going\n"),
-                         (["ps", "-aq"], "done\ngoing\n"),  # docker's -a: every run, as ps lists them anyway
+    # newest first: "going" was asked for after "done", or in the same second with an id that sorts after it
+    for argv, listed in ((["ps", "-q"], "going\ndone\n"), (["ps", "-q", "--state", "running"], "going\n"),
+                         (["ps", "-aq"], "going\ndone\n"),  # docker's -a: every run, as ps lists them anyway
                          (["ps", "--quiet", "--state", "failed"], ""),  # nothing at all: a script's xargs runs nothing
                          (["ps", "--state", "failed", "--state", "stopped"], "no failed or stopped runs\n")):
         out = io.StringIO()
