@@ -511,13 +511,17 @@ class _Collection:
 
     def list(self, all: bool = False, filters: Optional[dict] = None, ignore_removed: bool = False) -> list:
         """As docker-py lists: the ids first, then each one inspected; one removed in between
-        (``vanishing``) raises NotFound unless ``ignore_removed``."""
+        (``vanishing``) raises NotFound unless ``ignore_removed``. Containers come newest first,
+        as the engine lists them."""
         import docker.errors
 
         wanted = (filters or {}).get("label", [])
         self.client.calls.append((f"{self.attr}.list", tuple(filter_values(wanted))))
         self.client.maybe_fail(f"{self.attr.split('_')[0]}.list")
-        found = [item for item in list(getattr(self.client, self.attr).values()) if all_labels_match(item.labels, wanted)
+        items = list(getattr(self.client, self.attr).values())
+        if self.attr == "containers_by_name":
+            items.reverse()  # created in this order
+        found = [item for item in items if all_labels_match(item.labels, wanted)
                  and (all or getattr(item, "status", "running") in ("running", "paused"))]  # as docker ps: the live
         vanished = [item for item in found if getattr(item, "vanishing", False)]
         if vanished and not ignore_removed:

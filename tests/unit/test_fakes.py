@@ -128,7 +128,7 @@ def test_list_shows_the_live_unless_all_and_events_since_replay_the_past(tmp_pat
     client, [done, live] = started(tmp_path, nodes=2)
     done.kill()
     assert [c.name for c in client.containers.list()] == [live.name]
-    assert {c.name for c in client.containers.list(all=True)} == {done.name, live.name}
+    assert [c.name for c in client.containers.list(all=True)] == [live.name, done.name]  # newest first, as docker ps
     before = time.time() - 1
     replayed = iter(client.events(since=int(before), filters={"label": ["com.docker.compose.service=node0"]},
                                   decode=True))
