@@ -1701,8 +1701,11 @@ MUTANTS = [
 ]
 
 
-def survivors_of(log: str, read_source: Callable[[str], str], tests: tuple[str, ...]) -> list[Mutant]:
-    """The mutants a ``scripts/mutmut.sh`` log says were not killed, as mutants of this script.
+def survivors_of(log: str, read_source: Callable[[str], str],
+                 tests: tuple[str, ...]) -> tuple[list[Mutant], list[tuple[str, str]]]:
+    """The mutants a ``scripts/mutmut.sh`` log says were not killed, as mutants of this script;
+    and those gone since the log (a name and why: their function, or their line, is no longer in
+    the code, changed since the tool's pass).
 
     Each is a ``== orchestrate.pkg.module.x_function__mutmut_N (survived)`` line (a method's is
     ``xǁClassǁmethod``) and its diff's ``-`` and ``+`` lines. The change is looked for in that
@@ -1710,29 +1713,38 @@ def survivors_of(log: str, read_source: Callable[[str], str], tests: tuple[str, 
     method's lines less indented than its file has them, so they take the indentation (4, 8 or 12
     more spaces) that finds them once there. The mutant's text runs from the function's ``def``,
     so it is found once in the file even where another function has the same line. A change
-    found nowhere, or several times in its function, is refused.
+    found several times in its function is refused.
     """
     _, _, listed = log.partition("each one not killed, with its change:")
-    mutants = []
+    mutants, gone = [], []
     for block in re.split(r"^== ", listed, flags=re.M)[1:]:
         heading, *lines = block.splitlines()
         name = heading.split(" ", 1)[0]
         module, mutant_name = name.rsplit(".", 1)
         path = module.replace(".", "/") + ".py"
         source = read_source(path)
-        begin, end = _function_span(source, mutant_name.split("__mutmut_", 1)[0])
+        try:
+            begin, end = _function_span(source, mutant_name.split("__mutmut_", 1)[0])
+        except LookupError as exc:
+            gone.append((mutant_name, f"{exc} in {path}"))
+            continue
         function = source[begin:end]
         old_lines = [line[1:] for line in lines if line.startswith("- ")]
         new_lines = [line[1:] for line in lines if line.startswith("+ ")]
+        counts = []
         for extra in (0, 4, 8, 12):
             old, new = _indented(old_lines, extra), _indented(new_lines, extra)
-            if function.count(f"\n{old}") == 1:
+            counts.append(_occurrences(function, f"\n{old}"))
+            if counts[-1] == 1:
                 break
         else:
-            raise ValueError(f"{name}: its change is not found exactly once in {path}")
+            if any(counts):
+                raise ValueError(f"{name}: its change is found several times in its function in {path}")
+            gone.append((mutant_name, f"its line is no longer in its function in {path}"))
+            continue
         at = function.index(f"\n{old}") + 1
         mutants.append(Mutant(mutant_name, path, function[:at] + old, function[:at] + new, tests))
-    return mutants
+    return mutants, gone
 
 
 def _function_span(source: str, mangled: str) -> tuple[int, int]:
@@ -1743,16 +1755,25 @@ def _function_span(source: str, mangled: str) -> tuple[int, int]:
     for cls in classes:
         found = re.search(rf"^\s*class {re.escape(cls)}\b", source[after:], flags=re.M)
         if found is None:
-            raise ValueError(f"{mangled}: no class {cls}")
+            raise LookupError(f"{mangled}: no class {cls}")
         after += found.end()
     found = re.search(rf"^( *)(async )?def {re.escape(function)}\(", source[after:], flags=re.M)
     if found is None:
-        raise ValueError(f"{mangled}: no function {function}")
+        raise LookupError(f"{mangled}: no function {function}")
     begin, depth = after + found.start(), len(found.group(1))
     rest = re.compile(rf"^ {{0,{depth}}}[^\s)]", flags=re.M)  # a signature's closing ")" is its own
     body_from = source.index("\n", begin) + 1
     closing = rest.search(source, body_from)
     return begin, closing.start() if closing else len(source)
+
+
+def _occurrences(text: str, part: str) -> int:
+    """How many times ``part`` is in ``text``, overlaps counted (``str.count`` would count a block of
+    lines twice in a row, each starting at a line's end, once)."""
+    found, at = 0, text.find(part)
+    while at != -1:
+        found, at = found + 1, text.find(part, at + 1)
+    return found
 
 
 def _indented(lines: list[str], extra: int) -> str:
@@ -1792,20 +1813,25 @@ def main() -> int:
     parser.add_argument("--tests", nargs="+", default=[], metavar="TEST",
                         help="the tests each replayed survivor is run against (needed with --replay)")
     args = parser.parse_args()
+    gone: list[tuple[str, str]] = []
     if args.replay is not None:
         if not args.tests:
             parser.error("--replay needs --tests: the tests each survivor is run against")
         try:
-            chosen = survivors_of(args.replay.read_text(), lambda path: (ROOT / path).read_text(), tuple(args.tests))
+            chosen, gone = survivors_of(args.replay.read_text(), lambda path: (ROOT / path).read_text(),
+                                        tuple(args.tests))
         except (OSError, ValueError) as exc:
             print(f"cannot replay {args.replay}: {exc}", file=sys.stderr)
             return 2
+        gone = [(name, why) for name, why in gone if args.k in name or args.k in why]
+        for name, why in gone:
+            print(f"gone      {name}  ({why}: the code changed since the pass)", flush=True)
     else:
         chosen = MUTANTS
     mutants = [m for m in chosen if args.k in m.name or args.k in m.path]
     if not mutants:  # else the baseline would be every test there is
-        print(f"no mutant's name or file has {args.k!r}" if chosen else f"{args.replay} lists no survivor",
-              file=sys.stderr)
+        print(f"no mutant's name or file has {args.k!r}" if chosen else
+              f"{args.replay} lists no survivor{' still in the code' if gone else ''}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="ddp-mutants-") as scratch:
         copy = copy_of_checkout(Path(scratch) / "checkout")
@@ -1834,7 +1860,8 @@ def main() -> int:
     killed = sum(1 for r in rows if r[1] == "killed")
     equivalent = sum(1 for r in rows if r[1] == "equivalent")
     print(f"\nmutation score: {killed} of {len(rows) - equivalent} mutants killed"
-          f" ({equivalent} equivalent, written down with why)")
+          f" ({equivalent} equivalent, written down with why)"
+          + (f"; {len(gone)} of the log's gone from the code since its pass" if gone else ""))
     return 0 if killed + equivalent == len(rows) else 1
 
 
