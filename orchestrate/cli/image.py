@@ -37,7 +37,7 @@ def image_tag_for(torch_version: str) -> str:
     """The tag ``image build --torch VERSION`` uses when no --image is given."""
     if torch_version == DEFAULT_TORCH:
         return DEFAULT_IMAGE
-    return f"{DEFAULT_IMAGE.partition(':')[0]}:torch-{torch_version}"
+    return f"{DEFAULT_IMAGE.rpartition(':')[0]}:torch-{torch_version}"  # (a registry's port is not the tag)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:

@@ -109,9 +109,11 @@ def job_hinting(options: list[str], target: list[str]) -> type[OneLineParser]:
     return JobHintingParser
 
 
-def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client: Any = None) -> int:
-    """Run the command line and return its exit code (see the module's text); ``client`` is
-    the engine to use (default: the environment's, connected when a command needs it)."""
+def main(argv: Optional[Sequence[str]] = None, out: Optional[IO[str]] = None, client: Any = None) -> int:
+    """Run the command line and return its exit code (see the module's text); ``out`` is where
+    the commands print (default: standard output, as it is when called, ending the command as
+    SIGPIPE would when its reader goes away); ``client`` is the engine to use (default: the
+    environment's, connected when a command needs it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, target = split_target(argv)
     parser = build_parser(job_hinting(options, target))
@@ -126,8 +128,8 @@ def main(argv: Optional[Sequence[str]] = None, out: IO[str] = sys.stdout, client
         return EXIT_USAGE
     if target and not getattr(args, "takes_target", False):
         parser.error(f"{command_of(options)} takes no job after --, got: -- {shlex.join(target)}")
-    if out is sys.stdout:
-        out = ReaderAwareOutput(out)  # type: ignore[assignment]  # `| head`: ends as SIGPIPE would
+    if out is None:
+        out = ReaderAwareOutput(sys.stdout)  # type: ignore[assignment]  # `| head`: ends as SIGPIPE would
     try:
         return handler(args, Invocation(argv, target, out, client, args.verbose))
     except OrchestrateError as exc:

@@ -42,12 +42,11 @@ def argparse_type(parse: Callable[[str], Any], flag: str) -> Callable[[str], Any
     return convert
 
 
-def add_options(parser: Any, options: Sequence[Option], *, help_overrides: Optional[dict[str, str]] = None,
-                defaults: Optional[dict[str, Any]] = None) -> None:
-    """Add ``options`` to a parser or argument group, with RunRequest's defaults (or ``defaults``)."""
+def add_options(parser: Any, options: Sequence[Option], *, help_overrides: Optional[dict[str, str]] = None) -> None:
+    """Add ``options`` to a parser or argument group, with RunRequest's defaults."""
     for option in options:
         kwargs: dict[str, Any] = {"dest": option.dest, "help": (help_overrides or {}).get(option.dest, option.help)}
-        default = (defaults or {}).get(option.dest, _DEFAULTS.get(option.dest))
+        default = _DEFAULTS.get(option.dest)
         if option.switch:
             kwargs.update(action="store_true", default=bool(default))
         else:

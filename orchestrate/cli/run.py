@@ -64,7 +64,7 @@ def show_plan(request: RunRequest, inv: Invocation) -> int:
     from orchestrate.engine.gpus import gpu_topology
     from orchestrate.engine.images import image_exists
 
-    run = Run(request, out=inv.out, client=inv.client, command_line=inv.command_line)
+    run = Run(request, out=inv.out, client=inv.client)  # a plan printed, never recorded: who asked is no matter
     plan = run.dry_plan()
     if request.scheduler == "slurm":
         inv.out.write(format_slurm_plan(plan, request.sbatch) + "\n")
