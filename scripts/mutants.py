@@ -1704,19 +1704,19 @@ MUTANTS = [
 def survivors_of(log: str, read_source: Callable[[str], str],
                  tests: tuple[str, ...]) -> tuple[list[Mutant], list[tuple[str, str]]]:
     """The mutants a ``scripts/mutmut.sh`` log says were not killed, as mutants of this script;
-    and those gone since the log (a name and why: their function, or their line, is no longer in
-    the code, changed since the tool's pass).
+    and those it cannot place, each a name and why: gone since the log (its function or its line
+    is no longer in the code, changed since the tool's pass), or found several times in its
+    function (mutmut shows the changed lines alone: ``continue`` to ``break`` in a loop with two).
 
     Each is a ``== orchestrate.pkg.module.x_function__mutmut_N (survived)`` line (a method's is
     ``xǁClassǁmethod``) and its diff's ``-`` and ``+`` lines. The change is looked for in that
     function alone (``read_source`` gives a path's text), at the start of a line: mutmut shows a
     method's lines less indented than its file has them, so they take the indentation (4, 8 or 12
     more spaces) that finds them once there. The mutant's text runs from the function's ``def``,
-    so it is found once in the file even where another function has the same line. A change
-    found several times in its function is refused.
+    so it is found once in the file even where another function has the same line.
     """
     _, _, listed = log.partition("each one not killed, with its change:")
-    mutants, gone = [], []
+    mutants, unplaced = [], []
     for block in re.split(r"^== ", listed, flags=re.M)[1:]:
         heading, *lines = block.splitlines()
         name = heading.split(" ", 1)[0]
@@ -1726,7 +1726,7 @@ def survivors_of(log: str, read_source: Callable[[str], str],
         try:
             begin, end = _function_span(source, mutant_name.split("__mutmut_", 1)[0])
         except LookupError as exc:
-            gone.append((mutant_name, f"{exc} in {path}"))
+            unplaced.append((name, f"{exc} in {path}: the code changed since the pass"))
             continue
         function = source[begin:end]
         old_lines = [line[1:] for line in lines if line.startswith("- ")]
@@ -1738,13 +1738,14 @@ def survivors_of(log: str, read_source: Callable[[str], str],
             if counts[-1] == 1:
                 break
         else:
-            if any(counts):
-                raise ValueError(f"{name}: its change is found several times in its function in {path}")
-            gone.append((mutant_name, f"its line is no longer in its function in {path}"))
+            unplaced.append((name, f"its change is found {max(counts)} times in its function in {path}: try"
+                                          " it by hand" if any(counts) else
+                                          f"its line is no longer in its function in {path}: the code changed since"
+                                          " the pass"))
             continue
         at = function.index(f"\n{old}") + 1
-        mutants.append(Mutant(mutant_name, path, function[:at] + old, function[:at] + new, tests))
-    return mutants, gone
+        mutants.append(Mutant(name, path, function[:at] + old, function[:at] + new, tests))
+    return mutants, unplaced
 
 
 def _function_span(source: str, mangled: str) -> tuple[int, int]:
@@ -1813,25 +1814,25 @@ def main() -> int:
     parser.add_argument("--tests", nargs="+", default=[], metavar="TEST",
                         help="the tests each replayed survivor is run against (needed with --replay)")
     args = parser.parse_args()
-    gone: list[tuple[str, str]] = []
+    unplaced: list[tuple[str, str]] = []
     if args.replay is not None:
         if not args.tests:
             parser.error("--replay needs --tests: the tests each survivor is run against")
         try:
-            chosen, gone = survivors_of(args.replay.read_text(), lambda path: (ROOT / path).read_text(),
+            chosen, unplaced = survivors_of(args.replay.read_text(), lambda path: (ROOT / path).read_text(),
                                         tuple(args.tests))
         except (OSError, ValueError) as exc:
             print(f"cannot replay {args.replay}: {exc}", file=sys.stderr)
             return 2
-        gone = [(name, why) for name, why in gone if args.k in name or args.k in why]
-        for name, why in gone:
-            print(f"gone      {name}  ({why}: the code changed since the pass)", flush=True)
+        unplaced = [(name, why) for name, why in unplaced if args.k in name or args.k in why]
+        for name, why in unplaced:
+            print(f"skipped   {name}  ({why})", flush=True)
     else:
         chosen = MUTANTS
     mutants = [m for m in chosen if args.k in m.name or args.k in m.path]
     if not mutants:  # else the baseline would be every test there is
         print(f"no mutant's name or file has {args.k!r}" if chosen else
-              f"{args.replay} lists no survivor{' still in the code' if gone else ''}", file=sys.stderr)
+              f"{args.replay} lists no survivor{' it can place' if unplaced else ''}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="ddp-mutants-") as scratch:
         copy = copy_of_checkout(Path(scratch) / "checkout")
@@ -1861,7 +1862,7 @@ def main() -> int:
     equivalent = sum(1 for r in rows if r[1] == "equivalent")
     print(f"\nmutation score: {killed} of {len(rows) - equivalent} mutants killed"
           f" ({equivalent} equivalent, written down with why)"
-          + (f"; {len(gone)} of the log's gone from the code since its pass" if gone else ""))
+          + (f"; {len(unplaced)} of the log's skipped, each listed above with why" if unplaced else ""))
     return 0 if killed + equivalent == len(rows) else 1
 
 

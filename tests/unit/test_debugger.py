@@ -345,3 +345,11 @@ def test_the_ranks_in_their_debugger_are_read_from_the_progress_channel_with_the
                                                         "line": 9, "function": "<module>"}},
          {"attempt": "p3", "time": 1020.0, "step": 1})  # a restart's new process of the rank
     assert watch.ranks() == {}
+
+
+def test_debug_refuses_a_negative_rank_in_one_line_before_the_engine_is_asked(capsys):
+    from orchestrate.cli.main import main
+
+    # no client: the engine asked would be the unit tests' missing one, and its error said instead
+    assert main(["debug", "r", "-1"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == "error: RANK must be 0 or more, got -1\n"

@@ -83,9 +83,10 @@ MUTMUT_LOG = """[mutmut] mutants by verdict:
 
 def test_a_tools_survivors_are_replayed_as_the_changes_it_printed():
     read = {"orchestrate/config/request.py": SOURCE}.__getitem__
-    mutants, gone = mutants_script().survivors_of(MUTMUT_LOG, read, ("tests/unit/test_request.py",))
-    assert gone == []
-    names = [f"xǁRequestǁcheck__mutmut_{n}" for n in (1, 2, 3)] + ["x_seconds__mutmut_4"]
+    mutants, skipped = mutants_script().survivors_of(MUTMUT_LOG, read, ("tests/unit/test_request.py",))
+    assert skipped == []
+    names = [f"orchestrate.config.request.{name}" for name in
+             [f"xǁRequestǁcheck__mutmut_{n}" for n in (1, 2, 3)] + ["x_seconds__mutmut_4"]]
     assert [(m.name, m.path, m.tests) for m in mutants] == [
         (name, "orchestrate/config/request.py", ("tests/unit/test_request.py",)) for name in names]
     assert [SOURCE.count(m.old) for m in mutants] == [1, 1, 1, 1]
@@ -99,19 +100,22 @@ def test_a_tools_survivors_are_replayed_as_the_changes_it_printed():
     ]
 
 
-def test_a_survivor_whose_line_or_function_is_gone_is_said_and_one_found_twice_is_refused():
-    changed = {"orchestrate/config/request.py": SOURCE.replace("self.keep", "self.faults")}.__getitem__
-    mutants, gone = mutants_script().survivors_of(MUTMUT_LOG, changed, ())
-    assert [m.name for m in mutants] == ["xǁRequestǁcheck__mutmut_2", "xǁRequestǁcheck__mutmut_3",
-                                         "x_seconds__mutmut_4"]
-    assert gone == [("xǁRequestǁcheck__mutmut_1", "its line is no longer in its function in"
-                                                 " orchestrate/config/request.py")]
-    renamed = {"orchestrate/config/request.py": SOURCE.replace("def check(", "def checked(")}.__getitem__
-    mutants, gone = mutants_script().survivors_of(MUTMUT_LOG, renamed, ())
-    assert [m.name for m in mutants] == ["x_seconds__mutmut_4"]
-    assert [why for _, why in gone] == ["xǁRequestǁcheck: no function check in orchestrate/config/request.py"] * 3
-    block = "        value = float(text)\n        return None\n"
-    twice = {"orchestrate/config/request.py": SOURCE.replace(block, block * 2)}
-    with pytest.raises(ValueError, match=r"check__mutmut_3: its change is found several times in its function in"
-                                         r" orchestrate/config/request.py"):
-        mutants_script().survivors_of(MUTMUT_LOG, twice.__getitem__, ())
+def test_a_survivor_whose_line_or_function_is_gone_or_whose_change_is_there_twice_is_skipped_with_why():
+    path = "orchestrate/config/request.py"
+    changed = {path: SOURCE.replace("self.keep", "self.faults")}.__getitem__
+    mutants, skipped = mutants_script().survivors_of(MUTMUT_LOG, changed, ())
+    assert [m.name for m in mutants] == [f"orchestrate.config.request.{name}" for name in (
+        "xǁRequestǁcheck__mutmut_2", "xǁRequestǁcheck__mutmut_3", "x_seconds__mutmut_4")]
+    assert skipped == [("orchestrate.config.request.xǁRequestǁcheck__mutmut_1", f"its line is no longer in its function in {path}: the code"
+                                                     " changed since the pass")]
+    renamed = {path: SOURCE.replace("def check(", "def checked(")}.__getitem__
+    mutants, skipped = mutants_script().survivors_of(MUTMUT_LOG, renamed, ())
+    assert [m.name for m in mutants] == ["orchestrate.config.request.x_seconds__mutmut_4"]
+    assert [why for _, why in skipped] == [f"xǁRequestǁcheck: no function check in {path}: the code changed since"
+                                           " the pass"] * 3
+    block = "        value = float(text)\n        return None\n"  # twice in a row: str.count finds it once
+    twice = {path: SOURCE.replace(block, block * 2)}.__getitem__
+    mutants, skipped = mutants_script().survivors_of(MUTMUT_LOG, twice, ())
+    assert "orchestrate.config.request.xǁRequestǁcheck__mutmut_3" not in [m.name for m in mutants]
+    assert skipped == [("orchestrate.config.request.xǁRequestǁcheck__mutmut_3", f"its change is found 2 times in its function in {path}: try it"
+                                                     " by hand")]

@@ -9,6 +9,7 @@ import json
 from dataclasses import replace
 
 import docker.errors
+import pytest
 
 from orchestrate.config.fault_spec import FaultSpec, parse_fault
 from orchestrate.supervise.rank_probe import RankHost, absent_reasons
@@ -459,3 +460,19 @@ def test_where_ranks_are_in_an_elastic_run_names_each_paused_nodes_own_ranks(tmp
     found = workers.where_ranks_are(client, elastic)
     assert [(a.rank, a.detail) for a in found.activities] == [(0, "is on node0, whose container is paused"),
                                                               (1, "is on node1, whose container is paused")]
+
+
+@pytest.mark.parametrize("interval, said", [
+    ("-1", "error: --interval must be 0 or more seconds, got -1"),
+    ("nan", "error: --interval must be 0 or more seconds, got nan"),
+    ("0", "error: no run r in the engine"),  # taken: the run is looked for
+    ("0.5", "error: no run r in the engine"),
+])
+def test_stacks_takes_an_interval_of_0_or_more_seconds(capsys, interval, said):
+    import io
+
+    from orchestrate.cli.main import main
+
+    assert main(["stacks", "r", "--interval", interval], out=io.StringIO(), client=FakeDockerClient()) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1, err

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+import threading
 import time
 import subprocess
 import sys
@@ -1183,3 +1184,158 @@ def test_a_live_fault_from_before_a_nodes_latest_start_is_not_blamed_on_it(make_
     text = out.getvalue()
     assert "fault injected by `python -m orchestrate fault`: kill:node1" in text
     assert "injected fault kill:node1" not in text.split("summary ===")[1], text[-1500:]
+
+
+def test_ps_says_when_there_is_no_run_and_shows_each_runs_nodes_state_mode_age_and_workdir(make_run, tmp_path):
+    import re
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    for argv, said in ((["ps"], "no runs\n"), (["ps", "--state", "running"], "no running runs\n")):
+        out = io.StringIO()
+        assert main(argv, out=out, client=client) == 0 and out.getvalue() == said
+    started_runs(make_run, client, ("pair", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)),
+                 ("solo", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    client.script("node0", Script(hang=True))
+    make_run("fg", client=client, nodes=1).start()  # a foreground run: its launcher is this process
+    wait_until(lambda: {r.run_id: r.state for r in list_runs(client)}["solo"] is RunState.SUCCEEDED)
+    client.containers_by_name["ddp-pair-node1-1"].remove(force=True)  # a node gone: 1 of its 2 nodes is left
+    out = io.StringIO()
+    assert main(["ps"], out=out, client=client) == 0
+    header, rule, *rows = [line.split() for line in out.getvalue().splitlines()]
+    assert header == ["RUN", "ID", "NODES", "STATE", "MODE", "AGE", "WORKDIR"] and set("".join(rule)) == {"-"}
+    by_id = {row[0]: row for row in rows}
+    assert sorted(by_id) == ["fg", "pair", "solo"]
+    assert [by_id[run_id][1:4] for run_id in ("pair", "solo", "fg")] == [
+        ["1/2", "running", "detached"], ["1", "succeeded", "detached"], ["1", "running", "foreground"]]
+    assert all(re.fullmatch(r"\d+s", row[4]) and row[5] == str(tmp_path) for row in rows), rows
+
+
+def test_stop_of_a_foreground_run_leaves_the_end_to_its_launcher_and_takes_the_timeout_given(make_run, monkeypatch):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
+    client.script("node0", Script(hang=True))
+    client.script("node1", Script(hang=True))
+    plan = make_run("fg", client=client, nodes=2, stop_grace=30).start()  # its launcher: this process
+    graces = []
+
+    def stop_run_recorded(run, timeout_s, by, say, **hooks):
+        graces.append(timeout_s)
+        return stop_run(run, timeout_s, by, say, **hooks)
+    monkeypatch.setattr("orchestrate.launch.stop.stop_run", stop_run_recorded)
+    out = io.StringIO()
+    assert main(["stop", "fg", "--timeout", "1"], out=out, client=client) == 0
+    assert graces == [1]  # --timeout, not the run's own 30 s
+    assert out.getvalue() == (f"stopped node0, node1 of run fg; its launcher says how it ended (logs stay in"
+                              f" {plan.run_dir})\n")
+
+
+def test_prune_removes_the_ended_runs_whatever_order_and_counts_those_still_running(make_run):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("b-done", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
+                 ("c-going", {"node0": Script(hang=True)}, dict(nodes=1)),
+                 ("d-going", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: {r.run_id: r.state for r in list_runs(client)}["b-done"] is RunState.SUCCEEDED)
+    assert [r.run_id for r in list_runs(client)][-1] == "b-done"  # listed after both running ones
+    out = io.StringIO()
+    assert main(["prune"], out=out, client=client) == 0
+    assert out.getvalue().splitlines() == [
+        "removed run b-done (succeeded): container ddp-b-done-node0-1, network ddp-b-done_ddp, volume"
+        " ddp-b-done_shared",
+        "pruned 1 run(s) in the engine (2 still running)"]
+    assert sorted(r.run_id for r in list_runs(client)) == ["c-going", "d-going"]
+
+
+def test_down_stops_a_live_run_first_says_what_needed_sigkill_and_what_it_removed(make_run, monkeypatch):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    monkeypatch.setattr("orchestrate.launch.stop.TEARDOWN_POLLS", 2)  # its launcher (this process) never tears down
+    [detached] = started_runs(make_run, client, ("away", {"node0": Script(hang=True, ignore_sigterm=True)},
+                                                 dict(nodes=1, stop_grace=1)))
+    out = io.StringIO()
+    assert main(["down", "away"], out=out, client=client) == 0
+    assert out.getvalue().splitlines() == [
+        "node0 did not stop within its grace after SIGTERM, so it got SIGKILL",  # (a grace of 1 s lists nothing)
+        "stopped node0 of run away first (SIGTERM, SIGKILL after 1 s)",
+        "removed run away: container ddp-away-node0-1, network ddp-away_ddp, volume ddp-away_shared",
+        f"its logs stay in {detached.run_dir}"]
+    client.script("node0", Script(hang=True))
+    foreground = make_run("here", client=client, nodes=1, stop_grace=1).start()
+    out = io.StringIO()
+    assert main(["down", "here"], out=out, client=client) == 0
+    assert out.getvalue().splitlines() == [
+        "stopped node0 of run here first (SIGTERM, SIGKILL after 1 s)",
+        "its launcher says how it ended and tears it down",
+        "its launcher did not tear it down within 1 s: removing it here",
+        "removed run here: container ddp-here-node0-1, network ddp-here_ddp, volume ddp-here_shared",
+        f"its logs stay in {foreground.run_dir}"]
+    assert list_runs(client) == []
+
+
+@pytest.mark.timeout(60)  # an attach that never ended, or a Ctrl-C it missed, would follow a node that never ends
+@pytest.mark.parametrize("verbose", [False, True])
+def test_attach_follows_a_detached_run_to_its_summary_and_verbose_shows_torchruns_records(make_run, verbose):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    agent_record = "I1204 10:00:00.000000 321 api.py:890] rendezvous round 1"
+    started_runs(make_run, client, ("away", {"node0": Script([agent_record, "[0|0]:hi"], hang=True)}, dict(nodes=1)))
+    out = io.StringIO()
+
+    def node_ends_once_followed():
+        deadline = time.monotonic() + 30
+        while "hi" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.containers_by_name["ddp-away-node0-1"].exit(0)
+    threading.Thread(target=node_ends_once_followed, daemon=True).start()
+    assert main(["-v"] * verbose + ["attach", "away"], out=out, client=client) == 0
+    lines = out.getvalue().splitlines()
+    assert (agent_record in out.getvalue()) is verbose and "[node0/rank0]  hi" in lines
+    assert lines[-2:] == ["SUCCEEDED: its 1 node exited 0", "remove it with: python -m orchestrate down away"]
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_detaches_attach_from_a_run_that_keeps_running(make_run):
+    import _thread
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("away", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1)))
+    out = io.StringIO()
+
+    def ctrl_c_once_it_follows():
+        deadline = time.monotonic() + 30
+        while "step 1" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _thread.interrupt_main()
+    threading.Thread(target=ctrl_c_once_it_follows, daemon=True).start()
+    assert main(["attach", "away"], out=out, client=client) == 130
+    assert out.getvalue().endswith("\n[orchestrate] detached from run away; it keeps running (stop it with:"
+                                   " python -m orchestrate stop away)\n")
+    assert {r.run_id: r.state for r in list_runs(client)} == {"away": RunState.RUNNING}
+
+
+def test_stop_of_a_foreground_run_whose_launcher_is_gone_keeps_its_logs_and_state(make_run):
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
+    for node in ("node0", "node1"):
+        client.script(node, Script(hang=True))
+    make_run("orphan", client=client, nodes=2, stop_grace=1).start()
+    for container in client.containers_by_name.values():  # its launcher was killed: none follows the run now
+        container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+    out = io.StringIO()
+    assert main(["stop", "orphan"], out=out, client=client) == 0
+    assert out.getvalue() == ("stopped node0, node1 of run orphan; logs and state kept (remove it with: python -m"
+                              " orchestrate down orphan)\n")
