@@ -6,7 +6,7 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP
-from orchestrate.cli.signals import interrupt_exit_code
+from orchestrate.cli.signals import install_teardown_signals, interrupt_exit_code
 from orchestrate.launch.run import Run
 from orchestrate.outcome.summary import format_summary
 
@@ -16,13 +16,14 @@ def add_parsers(sub: Any) -> None:
                             description="Re-stream a run's output from the start and end with the same summary"
                                         " as run, from any terminal, even after the launcher that started it is"
                                         " gone. For a detached run, attach also acts as its launcher (ends it on a"
-                                        " failure, restarts elastic nodes); Ctrl-C detaches and leaves the run"
-                                        " going.")
+                                        " failure, restarts elastic nodes); Ctrl-C (or SIGTERM, SIGHUP) detaches and"
+                                        " leaves the run going.")
     attach.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     attach.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
+    install_teardown_signals()  # a closed terminal (SIGHUP) or a kill (SIGTERM) detaches as Ctrl-C does
     run = Run.attach(args.run_id, out=inv.out, client=inv.client, verbose=inv.verbose)
     try:
         result = run.follow()

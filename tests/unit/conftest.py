@@ -28,13 +28,18 @@ def fake_scripts_end_with_the_test():
 def ctrl_c_reaches_python():
     """A Ctrl-C a test simulates (``_thread.interrupt_main``) raises KeyboardInterrupt, as the CLI
     makes sure it does (``cli/signals.py``), even where the process that runs the tests ignores
-    SIGINT (a mutation tool's workers do): it would otherwise be swallowed."""
+    SIGINT (a mutation tool's workers do): it would otherwise be swallowed. The handlers a command
+    installs (SIGTERM, SIGHUP, SIGQUIT tear down as Ctrl-C does) are the test's: given back after."""
+    from orchestrate.cli.signals import TEARDOWN_SIGNALS
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.getsignal(signal.SIGINT)
+    numbers = [signal.SIGINT] + [getattr(signal, name) for name in TEARDOWN_SIGNALS if hasattr(signal, name)]
+    before = {number: signal.getsignal(number) for number in numbers}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        for number, handler in before.items():
+            signal.signal(number, handler)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import socket
 import threading
 import time
@@ -1302,7 +1303,8 @@ def test_attach_follows_a_detached_run_to_its_summary_and_verbose_shows_torchrun
 
 
 @pytest.mark.timeout(60)
-def test_ctrl_c_detaches_attach_from_a_run_that_keeps_running(make_run):
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_ctrl_c_or_a_kill_detaches_attach_from_a_run_that_keeps_running(make_run, signum, code):
     import _thread
 
     from orchestrate.cli.main import main
@@ -1315,9 +1317,9 @@ def test_ctrl_c_detaches_attach_from_a_run_that_keeps_running(make_run):
         deadline = time.monotonic() + 30
         while "step 1" not in out.getvalue() and time.monotonic() < deadline:
             time.sleep(0.05)
-        _thread.interrupt_main()
+        _thread.interrupt_main(signum)  # as the signal would, through the handler attach installed
     threading.Thread(target=ctrl_c_once_it_follows, daemon=True).start()
-    assert main(["attach", "away"], out=out, client=client) == 130
+    assert main(["attach", "away"], out=out, client=client) == code
     assert out.getvalue().endswith("\n[orchestrate] detached from run away; it keeps running (stop it with:"
                                    " python -m orchestrate stop away)\n")
     assert {r.run_id: r.state for r in list_runs(client)} == {"away": RunState.RUNNING}
