@@ -1738,10 +1738,9 @@ def survivors_of(log: str, read_source: Callable[[str], str],
             if counts[-1] == 1:
                 break
         else:
-            unplaced.append((name, f"its change is found {max(counts)} times in its function in {path}: try"
-                                          " it by hand" if any(counts) else
-                                          f"its line is no longer in its function in {path}: the code changed since"
-                                          " the pass"))
+            why = (f"its change is found {max(counts)} times in its function in {path}: try it by hand" if any(counts)
+                   else f"its line is no longer in its function in {path}: the code changed since the pass")
+            unplaced.append((name, why))
             continue
         at = function.index(f"\n{old}") + 1
         mutants.append(Mutant(name, path, function[:at] + old, function[:at] + new, tests))
@@ -1820,8 +1819,8 @@ def main() -> int:
             parser.error("--replay needs --tests: the tests each survivor is run against")
         try:
             chosen, unplaced = survivors_of(args.replay.read_text(), lambda path: (ROOT / path).read_text(),
-                                        tuple(args.tests))
-        except (OSError, ValueError) as exc:
+                                            tuple(args.tests))
+        except OSError as exc:
             print(f"cannot replay {args.replay}: {exc}", file=sys.stderr)
             return 2
         unplaced = [(name, why) for name, why in unplaced if args.k in name or args.k in why]

@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 import pytest
 
@@ -161,17 +160,11 @@ def fake_runs(monkeypatch, *scripts: Script) -> FakeDockerClient:
 @pytest.mark.timeout(60)  # a Ctrl-C that did not stop the run would follow a node that never ends
 @pytest.mark.parametrize("verbose", [False, True])
 def test_a_foreground_run_stopped_by_ctrl_c_says_nothing_of_a_reader_and_verbose_shows_torchruns_records(
-        tmp_path, monkeypatch, capsys, verbose):
+        tmp_path, monkeypatch, capsys, when, verbose):
     agent_record = "I1204 10:00:00.000000 321 api.py:890] rendezvous round 1"
     client = fake_runs(monkeypatch, Script([agent_record, "[0|0]:step 1"], hang=True))
     out = io.StringIO()
-
-    def ctrl_c_once_a_rank_spoke():
-        deadline = time.monotonic() + 30
-        while "step 1" not in out.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        _thread.interrupt_main()
-    threading.Thread(target=ctrl_c_once_a_rank_spoke, daemon=True).start()
+    when(lambda: "step 1" in out.getvalue(), _thread.interrupt_main)
     code = main(["-v"] * verbose + ["run", "--cpu", "--nodes", "1", "--workdir", str(tmp_path), "--runs-dir",
                                     str(tmp_path / "runs")], out=out, client=client)
     assert code == 130 and "step 1" in out.getvalue()

@@ -22,37 +22,6 @@ from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine, in_a
 engine = fake_engine
 
 
-@pytest.fixture
-def when():
-    """``when(condition, then)``: do ``then`` once ``condition`` holds (polled in a thread).
-    Each watcher must have fired by the test's end; none outlives it (an interrupt from a
-    watcher left running would land in a later test)."""
-    done = threading.Event()
-    watchers: list[tuple[threading.Thread, list[bool]]] = []
-
-    def start(condition, then, timeout_s: float = 20.0) -> None:
-        fired: list[bool] = []
-
-        def watch() -> None:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and not done.is_set():
-                if condition():
-                    fired.append(True)
-                    then()
-                    return
-                time.sleep(0.01)
-
-        thread = threading.Thread(target=watch, daemon=True)
-        thread.start()
-        watchers.append((thread, fired))
-
-    yield start
-    done.set()
-    for thread, _ in watchers:
-        thread.join(timeout=5)
-    assert all(fired for _, fired in watchers), "a watcher's condition never held"
-
-
 def interrupt() -> None:
     """What Ctrl-C does to the launcher: a KeyboardInterrupt in its main thread."""
     _thread.interrupt_main()

@@ -1282,20 +1282,14 @@ def test_down_stops_a_live_run_first_says_what_needed_sigkill_and_what_it_remove
 
 @pytest.mark.timeout(60)  # an attach that never ended, or a Ctrl-C it missed, would follow a node that never ends
 @pytest.mark.parametrize("verbose", [False, True])
-def test_attach_follows_a_detached_run_to_its_summary_and_verbose_shows_torchruns_records(make_run, verbose):
+def test_attach_follows_a_detached_run_to_its_summary_and_verbose_shows_torchruns_records(make_run, when, verbose):
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
     agent_record = "I1204 10:00:00.000000 321 api.py:890] rendezvous round 1"
     started_runs(make_run, client, ("away", {"node0": Script([agent_record, "[0|0]:hi"], hang=True)}, dict(nodes=1)))
     out = io.StringIO()
-
-    def node_ends_once_followed():
-        deadline = time.monotonic() + 30
-        while "hi" not in out.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        client.containers_by_name["ddp-away-node0-1"].exit(0)
-    threading.Thread(target=node_ends_once_followed, daemon=True).start()
+    when(lambda: "hi" in out.getvalue(), lambda: client.containers_by_name["ddp-away-node0-1"].exit(0))
     assert main(["-v"] * verbose + ["attach", "away"], out=out, client=client) == 0
     lines = out.getvalue().splitlines()
     assert (agent_record in out.getvalue()) is verbose and "[node0/rank0]  hi" in lines
@@ -1304,7 +1298,7 @@ def test_attach_follows_a_detached_run_to_its_summary_and_verbose_shows_torchrun
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-def test_ctrl_c_or_a_kill_detaches_attach_from_a_run_that_keeps_running(make_run, signum, code):
+def test_ctrl_c_or_a_kill_detaches_attach_from_a_run_that_keeps_running(make_run, when, signum, code):
     import _thread
 
     from orchestrate.cli.main import main
@@ -1312,13 +1306,8 @@ def test_ctrl_c_or_a_kill_detaches_attach_from_a_run_that_keeps_running(make_run
     client = FakeDockerClient()
     started_runs(make_run, client, ("away", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1)))
     out = io.StringIO()
-
-    def ctrl_c_once_it_follows():
-        deadline = time.monotonic() + 30
-        while "step 1" not in out.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        _thread.interrupt_main(signum)  # as the signal would, through the handler attach installed
-    threading.Thread(target=ctrl_c_once_it_follows, daemon=True).start()
+    # as the signal would, through the handler attach installed
+    when(lambda: "step 1" in out.getvalue(), lambda: _thread.interrupt_main(signum))
     assert main(["attach", "away"], out=out, client=client) == code
     assert out.getvalue().endswith("\n[orchestrate] detached from run away; it keeps running (stop it with:"
                                    " python -m orchestrate stop away)\n")
