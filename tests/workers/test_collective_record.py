@@ -288,21 +288,26 @@ def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_h
     proc = start(tmp_path, "--", str(LOADER_STUCK), "--start", start_method, *(["--slow"] if slow else []))
     try:
         deadline = time.monotonic() + 90
-        # Until rank 0 waits for its loader, the worker with item 37 is in the dataset, and rank 1
-        # waits in its all-reduce: a rank missing from the earlier look, or one that still had a
-        # step to finish, would be progress between the two looks.
+        at_item_37 = {"decode_for_minutes", "<genexpr>"} if slow else {"__getitem__"}
+        read = line_of(LOADER_STUCK, "# READ")
+        # Until rank 0 has taken its 4 steps (batches 0-3) and waits for its loader, the worker with
+        # item 37 is at it (its read, or its decoder), and rank 1 waits in its all-reduce: a rank
+        # missing from the earlier look, or one that still had a step to finish, would be progress
+        # between the two looks. A worker at item 37 alone is not enough: under load the other
+        # worker's batch 3 can lag behind it, and rank 0 then takes step 3 between the looks.
         while True:
             before = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=3)
             zero, one = before.snapshots.get(0), before.snapshots.get(1)
             # rank 1 in an all-reduce rank 0 has not entered: not the one of step 4 it still finishes
             ahead = one is not None and one.in_collective is not None and zero is not None and all(
                 c.seq < one.in_collective.seq for c in zero.collectives if c.group == one.in_collective.group)
-            if zero is not None and zero.waits_for_data_loader and ahead and any(
-                    f.file == str(LOADER_STUCK) and f.function in ("__getitem__", "decode_for_minutes", "<genexpr>")
+            steps = sum(c.is_backward_pass and c.state == "done" for c in zero.collectives) if zero else 0
+            if zero is not None and steps == 4 and zero.waits_for_data_loader and ahead and any(
+                    f.file == str(LOADER_STUCK) and f.function in at_item_37 and (slow or f.line == read)
                     for w in before.loaders.get(0, []) for f in w.stack):
                 break
             assert time.monotonic() < deadline and proc.poll() is None, (
-                "rank 0 never waited for its DataLoader's stuck worker with rank 1 in its all-reduce",
+                "rank 0 never waited for its DataLoader's stuck worker with rank 1 in its all-reduce", steps,
                 {r: (s.stack[-1:], s.in_collective) for r, s in before.snapshots.items()}, before.loaders)
             time.sleep(0.5)
         time.sleep(2)  # two looks some seconds apart, as the watchdog takes them
@@ -323,7 +328,6 @@ def test_a_rank_waiting_for_its_data_loader_answers_with_its_workers_stuck_one_h
         assert found.activities[0].detail.startswith(f"loading data: its DataLoader's worker 0 (pid {busy.pid})")
         assert "loader_stuck.py:" in found.activities[0].detail
     else:
-        read = line_of(LOADER_STUCK, "# READ")
         looks = [({r: (s.pid, s.completed, s.cpu_s) for r, s in probe.snapshots.items()},
                   {r: [(w.pid, w.cpu_s) for w in ws] for r, ws in probe.loaders.items()}, probe.at) for probe in (before, now)]
         assert found.hung, (found.lines(), found.activities, looks)
