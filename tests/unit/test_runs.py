@@ -867,6 +867,39 @@ def test_fault_checks_every_target_first_and_undoes_what_it_held_when_a_later_on
     assert "ended pause:node1@t=0..30 on node1 of run r" in out.getvalue()
 
 
+def test_fault_does_its_faults_with_the_runs_own_settings(make_run):
+    """`fault RUN` hands its faults what the run recorded: its project's network (a disconnect),
+    its CPUs and link (what a slow and a degrade are undone to), its elastic range and restarts
+    (a lost node it can go on without), its stop grace (a preempt's SIGKILL)."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)},
+                                    dict(nodes=2, rdzv="c10d", nnodes="1:2", max_restarts=1, cpus_per_node=0.5,
+                                         link="rate=1gbit", stop_grace=7)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    node0, node1 = "ddp-r-node0-1", "ddp-r-node1-1"
+    before = len(client.calls)
+    out = io.StringIO()
+    assert main(client=client, argv=["fault", "r", "slow:node0,cpus=0.2@t=0..0.1", "degrade:node0,rate=10mbit@t=0..0.1",
+                                     "disconnect:node1@t=0..0.1"], out=out) == 0, out.getvalue()
+    done = client.calls[before:]
+    [network] = [name for name in client.networks_by_name if name.startswith("ddp-r_")]
+    assert [c for c in done if c[0] in ("disconnect", "connect")] == [
+        ("disconnect", node1, network), ("connect", node1, network, ("node1",))]
+    updates = [dict(c[2]) for c in done if c[:2] == ("update", node0)]
+    assert [u["cpu_quota"] for u in updates] == [20_000, 50_000]  # slowed to 0.2, then the run's 0.5 again
+    shaped = [c[2] for c in done if c[:2] == ("exec_create", node0) and c[2][0] == "tc"]
+    assert shaped[1] == ("tc", "qdisc", "del", "dev", "eth0", "root")
+    assert shaped[2][:8] == ("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate") and shaped[2][8] == "1gbit"
+
+    # nnodes 1:2 and a restart left: node0 goes on without node1
+    assert main(client=client, argv=["fault", "r", "lose:node1"], out=io.StringIO()) == 0
+    assert ("kill", node1) in client.calls
+    assert main(client=client, argv=["fault", "r", "preempt:node0"], out=io.StringIO()) == 0
+    assert client.containers_by_name[node0].stop_timeouts == [7]
+
+
 def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsys):
     from orchestrate.cli.main import main
 
