@@ -36,13 +36,11 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     run.require_live_nodes("look at")
-    plans = {plan.name: plan for plan in node_plans(run)}
+    plans = {plan.name: plan for plan in node_plans(run)}  # every node of the run's, the live ones among them
     live = run.live_nodes
     faults = faults_now(run.run_dir, {n.name: n.container for n in live})
-    hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks if n.name in plans else (),
-                      run.nprocs_of(n.node_rank), tuple(faults.get(n.name, []))) for n in live]
-    if not hosts:
-        raise UsageError(f"run {run.run_id} has no running node (see `python -m orchestrate ps`)")
+    hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks, run.nprocs_of(n.node_rank),
+                      tuple(faults.get(n.name, []))) for n in live]
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)
     found.run_id = run.run_id
     answered = sum(1 for a in found.activities if a.state not in SILENT_STATES)

@@ -132,6 +132,7 @@ class AnsweringWorkers:
         self.cpu_s = {rank: 1.0 for rank in ranks}
         self.answering = set(ranks)
         self.late: set[int] = set()
+        self.in_debugger: set[int] = set()  # ranks stopped at a breakpoint() of train.py's, no terminal come
         self.waiting_at = waiting_at
         self.per_node = per_node
         self.between_looks = lambda: None
@@ -159,14 +160,17 @@ class AnsweringWorkers:
 
     def answer(self, rank: int) -> None:
         self.answered.add(rank)
-        line = self.waiting_at.get(rank)
+        line = None if rank in self.in_debugger else self.waiting_at.get(rank)
         done = {"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
                 "state": "done"}
         waits = [{**done, "seq": 2, "at": f"train.py:{line}", "state": "entered"}] if line else []
         (self.directory / f"rank{rank}.json").write_text(json.dumps({
             "request": self.request, "rank": rank, "pid": 40 + rank, "node": f"node{rank // self.per_node}",
             "completed": 1, "cpu_s": self.cpu_s[rank], "collectives": [done, *waits],
-            "stacks": [{"thread": "MainThread", "main": True, "frames": [["train.py", line or 30, "<module>", ""]]}]}))
+            "stacks": [{"thread": "MainThread", "main": True, "frames": [["train.py", line or 30, "<module>", ""]]}],
+            **({"debugger": {"state": "waits", "call": "breakpoint()", "file": "train.py", "line": 30,
+                             "function": "<module>", "text": "breakpoint()", "attached": False}}
+               if rank in self.in_debugger else {})}))
 
     def where_ranks_are(self, client, hosts: list[RankHost]):
         from orchestrate.supervise.rank_probe import where_ranks_are
@@ -303,9 +307,11 @@ def test_where_ranks_are_in_an_elastic_run_counts_a_node_still_starting_without_
     assert found.unheard_nodes == ["node1: 1 of its 1 ranks did not answer"]  # its fault is not what stopped it
 
 
-def run_stacks(tmp_path, monkeypatch, before=lambda run_dir, nodes: None) -> tuple[int, list[str]]:
-    """``stacks RUN`` as a user runs it, on an elastic run of 2 nodes x 2 workers in the fake
-    engine, node1 paused and ranks 0 and 1 answering (``before``: done to the run first)."""
+def run_stacks(tmp_path, monkeypatch, before=lambda run_dir, nodes: None, *, rdzv: str = "c10d", nprocs: str = "2",
+               answering: tuple[int, ...] = (0, 1), in_debugger: tuple[int, ...] = ()) -> tuple[int, list[str]]:
+    """``stacks RUN`` as a user runs it, on a run of 2 nodes in the fake engine (by default
+    elastic, 2 workers each), node1 paused and ranks 0 and 1 answering (``before``: done to the
+    run first; ``in_debugger``: ranks that answer from their debugger's wait)."""
     import functools
     import io
 
@@ -317,14 +323,15 @@ def run_stacks(tmp_path, monkeypatch, before=lambda run_dir, nodes: None) -> tup
     client = FakeDockerClient()
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True)
-    common = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", RUN_DIR_LABEL: str(run_dir), NPROC_LABEL: "2",
-              RDZV_LABEL: "c10d"}
+    common = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", RUN_DIR_LABEL: str(run_dir), NPROC_LABEL: nprocs,
+              RDZV_LABEL: rdzv}
     nodes = [client.running(f"ddp-r-node{n}-1", {**common, NODE_RANK_LABEL: str(n), COMPOSE_SERVICE_LABEL: f"node{n}"},
                             script_as=f"node{n}")
              for n in (0, 1)]
     before(run_dir, nodes)
     nodes[1].pause()
-    workers = AnsweringWorkers(run_dir, (0, 1), {0: 20, 1: 21}, per_node=2)
+    workers = AnsweringWorkers(run_dir, answering, {0: 20, 1: 21}, per_node=2)
+    workers.in_debugger = set(in_debugger)
     monkeypatch.setattr("orchestrate.cli.stacks.where_ranks_are",
                         functools.partial(where_ranks_are, sleep=workers.sleep, clock=workers.clock))
     out = io.StringIO()
@@ -340,6 +347,29 @@ def test_stacks_of_an_elastic_run_waits_for_each_nodes_workers_and_says_the_node
     assert code == 0, said
     assert said[0] == "run r: 2 of 4 ranks answered"
     assert "node1: 2 of its 2 ranks did not answer: its container is paused" in said
+
+
+def test_stacks_of_a_static_run_names_each_nodes_own_ranks_and_the_command_for_a_rank_in_its_debugger(
+        tmp_path, monkeypatch):
+    """A static run of 2 + 1 workers: node1's rank is named by the run's plan (rank 2, not a
+    count of ranks that did not answer), rank 1, silent on a running node, is asked of the engine,
+    and rank 0, at its breakpoint(), is named with the debug command for this run."""
+    code, said = run_stacks(tmp_path, monkeypatch, rdzv="static", nprocs="2,1", answering=(0,), in_debugger=(0,))
+    assert code == 0, said
+    assert said[:-1] == [
+        "run r: 1 of 3 ranks answered",
+        "rank 0: stopped in its debugger at train.py:30 in <module>", "    train.py:30 in <module>",
+        "rank 1: did not answer",
+        "rank 2: is on node1, whose container is paused",
+        "rank 0 stopped in its debugger at train.py:30 (breakpoint()), no terminal came: debug it with python -m"
+        " orchestrate debug r 0, or take the breakpoint out"], said
+    assert said[-1] == f"(written to {tmp_path / 'runs' / 'r' / 'stacks.json'})"
+
+
+def test_stacks_exits_1_when_no_rank_answered(tmp_path, monkeypatch):
+    code, said = run_stacks(tmp_path, monkeypatch, rdzv="static", nprocs="2,1", answering=())
+    assert code == 1, said
+    assert said[0] == "run r: 0 of 3 ranks answered"
 
 
 def test_stacks_names_the_fault_that_paused_a_node_from_the_runs_record(tmp_path, monkeypatch):
