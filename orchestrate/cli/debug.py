@@ -74,14 +74,15 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
                 raise UsageError(f"run {run.run_id} ended ({run_as_recorded(now).state.value}) while no rank was in its"
                                  f" debugger; its output: python -m orchestrate logs {run.run_id}")
             time.sleep(WAIT_POLL_S)
-    say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    say = lambda text: print(f"[orchestrate] {text}", file=sys.stderr)  # noqa: E731 (stderr: line-buffered)
     node = f" ({stopped.node})" if stopped.node else ""
     say(f"rank {stopped.rank}{node} stopped at {stopped.where()}: {stopped.what()}")
     say(ENDINGS.get(stopped.call, AT_A_BREAKPOINT))
     try:
         heard = talk(connection, sys.stdin, inv.out)
     except KeyboardInterrupt:
-        say(f"\ninterrupted: rank {stopped.rank} goes on without its debugger")
+        sys.stderr.write("\n")  # past the ^C on pdb's prompt line
+        say(f"interrupted: rank {stopped.rank} goes on without its debugger")
         raise
     if not heard:  # another terminal's `debug` connected first
         raise OrchestrateError(f"rank {stopped.rank} of run {run.run_id} is in a debugging session already (another"

@@ -71,9 +71,9 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
             return
         end_input(connection, ended)
 
-    threading.Thread(target=send_lines, name="debug-input", daemon=True).start()
     heard = 0
-    try:
+    try:  # (an interrupt as soon as the input's thread runs still ends the session as one)
+        threading.Thread(target=send_lines, name="debug-input", daemon=True).start()
         heard = receive_all(connection, out, ended, linger_s)
     except KeyboardInterrupt:
         end_input(connection, ended)

@@ -9,6 +9,7 @@ import json
 import socket
 import sys
 import threading
+import time
 
 import pytest
 
@@ -304,6 +305,112 @@ def test_debug_reaches_the_rank_and_says_where_it_stopped_how_the_session_ends_a
     server.close()
     assert code == 0 and out == "(Pdb) 42\n"
     assert err.splitlines() == [*said, "[orchestrate] the session with rank 0 ended"]
+
+
+def listening(run_dir, rank: int, debugger) -> tuple[threading.Thread, socket.socket]:
+    """A rank's debugger socket, served once by ``debugger(connection)`` on a thread of its own."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(run_dir / "debug" / socket_name(rank)))
+    server.listen(1)
+    server.settimeout(10)
+
+    def serve() -> None:
+        try:
+            connection, _ = server.accept()
+        except OSError:
+            return  # never reached
+        with connection:
+            connection.settimeout(10)  # a debugger that waits for what never comes ends: no test hangs on it
+            debugger(connection)
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, server
+
+
+def answers_once(connection: socket.socket, heard: list[bytes]) -> None:
+    connection.sendall(b"(Pdb) ")
+    heard.append(connection.recv(100))
+
+
+def test_debug_reaches_the_rank_asked_for_among_several_and_names_no_node_where_none_was_recorded(tmp_path):
+    client, run_dir, _ = engine_with_a_run(tmp_path)
+    write_records(run_dir / "progress", 0, {"debugger": STOP})
+    write_records(run_dir / "progress", 1, {"debugger": {**STOP, "line": 11}, "node": ""})
+    zero = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # rank 0 listens too, but nobody takes its calls
+    zero.bind(str(run_dir / "debug" / socket_name(0)))
+    zero.listen(1)
+    heard: list[bytes] = []
+    one, one_server = listening(run_dir, 1, lambda connection: answers_once(connection, heard))
+    try:
+        code, out, err = debug_command(client, "1", typed="c\n")
+        one.join(10)
+        zero.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            zero.accept()  # no terminal called rank 0
+    finally:
+        zero.close()
+        one_server.close()
+    assert code == 0 and out == "(Pdb) " and heard == [b"c\n"]
+    assert err.splitlines()[0] == "[orchestrate] rank 1 stopped at train.py:11 in <module>: if rank == 1: breakpoint()"
+    assert err.splitlines()[-1] == "[orchestrate] the session with rank 1 ended"
+
+
+def test_debug_interrupted_lets_the_rank_go_on_and_says_so(tmp_path):
+    """Ctrl-C while the terminal still types (its input open): end-of-input goes to pdb, its last
+    words are shown, and the session ends with the interrupt's exit code and a line saying so."""
+    import _thread
+    import os
+
+    client, run_dir, _ = engine_with_a_run(tmp_path)
+    write_records(run_dir / "progress", 0, {"debugger": STOP})
+    heard = []
+    out = io.StringIO()
+
+    def debugger(connection: socket.socket) -> None:
+        connection.settimeout(10)
+        connection.sendall(b"(Pdb) ")
+        heard.append(connection.recv(100))  # what was typed: the session is under way
+        deadline = time.monotonic() + 10
+        while "(Pdb) " not in out.getvalue() and time.monotonic() < deadline:  # the prompt shown
+            time.sleep(0.01)
+        _thread.interrupt_main()  # Ctrl-C in the terminal that debugs it
+        heard.append(connection.recv(100))  # end-of-input: pdb lets the rank go on
+        connection.sendall(b"--Return--\n")
+    thread, server = listening(run_dir, 0, debugger)
+    typing, typed = os.pipe()
+    os.write(typed, b"p x\n")  # and more could come: the input stays open
+    old = sys.stdin, sys.stderr
+    terminal = os.fdopen(typing)
+    sys.stdin, sys.stderr = terminal, io.StringIO()
+    try:
+        from orchestrate.cli.main import main
+
+        code = main(["debug", "r"], out=out, client=client)
+        err = sys.stderr.getvalue()
+        thread.join(10)
+    finally:
+        sys.stdin, sys.stderr = old
+        os.close(typed)  # the input's end: the thread that reads it ends, and lets go of it
+        server.close()
+    terminal.close()
+    assert code == 130 and heard == [b"p x\n", b""]
+    assert out.getvalue() == "(Pdb) --Return--\n"
+    assert err.splitlines()[-3:] == ["", "[orchestrate] interrupted: rank 0 goes on without its debugger",
+                                     "interrupted"], err  # (the last line: main's, after any command's interrupt)
+
+
+def test_debug_of_a_rank_another_terminal_debugs_says_one_terminal_at_a_time(tmp_path):
+    client, run_dir, _ = engine_with_a_run(tmp_path)
+    write_records(run_dir / "progress", 0, {"debugger": STOP})
+    thread, server = listening(run_dir, 0, lambda connection: None)  # taken: closed unheard
+    try:
+        code, out, err = debug_command(client, typed="p x\n")
+        thread.join(10)
+    finally:
+        server.close()
+    assert code == 1 and out == ""
+    assert err.splitlines()[-1] == ("error: rank 0 of run r is in a debugging session already (another terminal's"
+                                    " debug); one terminal at a time")
 
 
 def test_debug_of_a_rank_whose_socket_is_gone_says_so(tmp_path):
