@@ -729,7 +729,9 @@ def test_a_node_removed_in_its_grace_is_not_named_and_a_refused_stop_is_raised_a
                     " n1.py (sleeping)"]
 
 
-def test_stop_continues_the_ranks_a_hang_rank_fault_in_effect_stopped_before_the_engines_stop(make_run):
+@pytest.mark.parametrize("command", ["stop", "down"])
+def test_stop_and_down_continue_the_ranks_a_hang_rank_fault_in_effect_stopped_before_the_engines_stop(make_run,
+                                                                                                      command):
     """Read from the run's record: rank 1's hang-rank is in effect (continued first, so that its
     worker takes the SIGTERM and its node does not wait out the grace), rank 0's was undone."""
     from orchestrate.cli.main import main
@@ -747,7 +749,7 @@ def test_stop_continues_the_ranks_a_hang_rank_fault_in_effect_stopped_before_the
     client.command_outputs[("ddp-hung-node1-1", "python3")] = lambda cmd: (0, b"") if cmd[-2] == "1" else (
         rank_signal.NOT_HERE, b"")
     run.nodes[1].container.pause()  # paused too: unpaused, then its rank continued
-    assert main(client=client, argv=["stop", "hung"], out=io.StringIO()) == 0
+    assert main(client=client, argv=[command, "hung"], out=io.StringIO()) == 0
     asked = {node: [c[2][-3:] if c[0] == "exec_create" else c[0] for c in client.calls
                     if c[0] in ("exec_create", "stop", "unpause") and c[1] == f"ddp-hung-{node}-1"]
              for node in ("node0", "node1")}
@@ -1085,6 +1087,24 @@ def test_attach_after_the_end_reports_what_the_run_did(make_run):
     assert "[node1/rank1] hello" in " ".join(text.split())
     assert "SUCCEEDED: all 2 nodes exited 0" in text
     assert "remove it with: python -m orchestrate down r" in text
+
+
+@pytest.mark.timeout(60)
+def test_attach_to_a_run_its_launcher_follows_leaves_its_removal_to_the_launcher(make_run):
+    """A foreground run (its launcher, here this process, tears it down): attach reports its end
+    but does not tell the user to remove it."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
+    client.script("node0", Script(["[0|0]:hello"]))
+    make_run("fg", client=client, nodes=1).start()
+    wait_until(lambda: list_runs(client)[0].nodes[0].status == "exited")
+    out = io.StringIO()
+    assert main(client=client, argv=["attach", "fg"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "SUCCEEDED: its 1 node exited 0", lines
 
 
 def test_an_engine_error_is_one_line_and_exit_2(capsys):
