@@ -4,12 +4,14 @@ lets the rank go on."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
+import signal
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, Iterator, Optional
 
 from orchestrate.errors import OrchestrateError
 from orchestrate.node.remote_debugger import socket_name
@@ -55,7 +57,8 @@ def connect(path: Path) -> socket.socket:
 def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: float = LINGER_S) -> int:
     """Send the lines ``typed`` to the debugger and write what it says to ``out``, until it closes
     the connection; the end of ``typed`` is sent as end-of-input (pdb then lets the rank go on).
-    An interrupt sends end-of-input too, reads the debugger's last words, and is raised again. A
+    An interrupt sends end-of-input too, reads the debugger's last words, and is raised again
+    (taken between two reads, so that nothing pdb said is lost: see :func:`interrupts_between_reads`). A
     rank that runs on in the session (to a breakpoint set in it) reads end-of-input only when it
     next stops: the connection is closed once it has said nothing for ``linger_s`` since the input
     ended (at most ``LINGER_CAP`` times that after it), and the rank, meeting a closed terminal
@@ -72,22 +75,43 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
         end_input(connection, ended)
 
     heard = 0
+    interrupted = threading.Event()
     try:  # (an interrupt as soon as the input's thread runs still ends the session as one)
-        threading.Thread(target=send_lines, name="debug-input", daemon=True).start()
-        heard = receive_all(connection, out, ended, linger_s)
+        with interrupts_between_reads(interrupted):
+            threading.Thread(target=send_lines, name="debug-input", daemon=True).start()
+            heard = receive_all(connection, out, ended, linger_s, interrupted)
     except KeyboardInterrupt:
         end_input(connection, ended)
-        receive_all(connection, out, ended, linger_s)
+        receive_all(connection, out, ended, linger_s)  # (a second Ctrl-C ends this at once)
         raise
     finally:
         connection.close()
     return heard
 
 
-def receive_all(connection: socket.socket, out: IO[str], ended: list[float], linger_s: float) -> int:
+@contextlib.contextmanager
+def interrupts_between_reads(interrupted: threading.Event) -> Iterator[None]:
+    """Ctrl-C only sets ``interrupted`` while this lasts, for :func:`receive_all` to raise between
+    two reads: Python's own KeyboardInterrupt may come between a read and its write, and what the
+    debugger said in that read would be lost. Nothing changes off the main thread (no handler can
+    be set there) or where SIGINT is not Python's to take (ignored, or a handler of the caller's)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def receive_all(connection: socket.socket, out: IO[str], ended: list[float], linger_s: float,
+                interrupted: Optional[threading.Event] = None) -> int:
     """Write what the debugger says until it closes the connection, or until it has said nothing
     for ``linger_s`` since the input ended (``ended``), or ``LINGER_CAP`` times that has passed
-    since; how many bytes it said."""
+    since; how many bytes it said. Raises KeyboardInterrupt once ``interrupted`` is set, with what
+    was read written."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
     heard, last_heard = 0, 0.0
     connection.settimeout(POLL_S)
@@ -103,6 +127,8 @@ def receive_all(connection: socket.socket, out: IO[str], ended: list[float], lin
             heard += len(data)
             out.write(decoder.decode(data))
             out.flush()
+        if interrupted is not None and interrupted.is_set():
+            raise KeyboardInterrupt
         now = time.monotonic()
         if data == b"" or (ended and (now - max(ended[0], last_heard) >= linger_s
                                       or now - ended[0] >= LINGER_CAP * linger_s)):
