@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator, Optional
+from typing import IO, Any, Iterator, Optional
 
 from orchestrate.errors import OrchestrateError
 from orchestrate.node.remote_debugger import socket_name
@@ -75,11 +75,13 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
         end_input(connection, ended)
 
     heard = 0
-    interrupted = threading.Event()
+    interrupted: list[int] = []
     try:  # (an interrupt as soon as the input's thread runs still ends the session as one)
         with interrupts_between_reads(interrupted):
             threading.Thread(target=send_lines, name="debug-input", daemon=True).start()
             heard = receive_all(connection, out, ended, linger_s, interrupted)
+            if interrupted:  # came after the last read
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         end_input(connection, ended)
         receive_all(connection, out, ended, linger_s)  # (a second Ctrl-C ends this at once)
@@ -90,28 +92,35 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
 
 
 @contextlib.contextmanager
-def interrupts_between_reads(interrupted: threading.Event) -> Iterator[None]:
-    """Ctrl-C only sets ``interrupted`` while this lasts, for :func:`receive_all` to raise between
-    two reads: Python's own KeyboardInterrupt may come between a read and its write, and what the
-    debugger said in that read would be lost. Nothing changes off the main thread (no handler can
-    be set there) or where SIGINT is not Python's to take (ignored, or a handler of the caller's)."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+def interrupts_between_reads(interrupted: list[int]) -> Iterator[None]:
+    """A first Ctrl-C only lands in ``interrupted`` while this lasts, for :func:`receive_all` to
+    raise between two reads: Python's own KeyboardInterrupt may come between a read and its write,
+    and what the debugger said in that read would be lost. A second Ctrl-C is Python's own again
+    (a write blocked on a stalled terminal never gets back to look). Nothing changes off the main
+    thread (no handler can be set there) or where SIGINT is not Python's to take (ignored, or a
+    handler of the caller's)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is not signal.default_int_handler:
         yield
         return
-    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+
+    def first_interrupt(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        signal.signal(signal.SIGINT, previous)
+
+    signal.signal(signal.SIGINT, first_interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
 
 
 def receive_all(connection: socket.socket, out: IO[str], ended: list[float], linger_s: float,
-                interrupted: Optional[threading.Event] = None) -> int:
+                interrupted: Optional[list[int]] = None) -> int:
     """Write what the debugger says until it closes the connection, or until it has said nothing
     for ``linger_s`` since the input ended (``ended``), or ``LINGER_CAP`` times that has passed
-    since; how many bytes it said. Raises KeyboardInterrupt once ``interrupted`` is set, with what
-    was read written."""
+    since; how many bytes it said. Raises KeyboardInterrupt once ``interrupted`` holds a signal,
+    with what was read written."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
     heard, last_heard = 0, 0.0
     connection.settimeout(POLL_S)
@@ -127,7 +136,7 @@ def receive_all(connection: socket.socket, out: IO[str], ended: list[float], lin
             heard += len(data)
             out.write(decoder.decode(data))
             out.flush()
-        if interrupted is not None and interrupted.is_set():
+        if interrupted:
             raise KeyboardInterrupt
         now = time.monotonic()
         if data == b"" or (ended and (now - max(ended[0], last_heard) >= linger_s

@@ -4,8 +4,10 @@ held while a terminal debugs a rank and naming a rank no terminal came to; and `
 run as a user runs it against the fake engine."""
 from __future__ import annotations
 
+import _thread
 import io
 import json
+import os
 import signal
 import socket
 import sys
@@ -287,22 +289,19 @@ def test_debug_reaches_the_rank_and_says_where_it_stopped_how_the_session_ends_a
                                                                                                   said):
     client, run_dir, _ = engine_with_a_run(tmp_path)
     write_records(run_dir / "progress", 0, {"debugger": stop})
-    path = run_dir / "debug" / socket_name(0)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen(1)
+    heard: list[bytes] = []
 
-    def rank() -> None:  # a debugger that answers one command, then goes on
-        connection, _ = server.accept()
+    def rank(connection: socket.socket) -> None:  # a debugger that answers one command, then goes on
         connection.sendall(b"(Pdb) ")
-        assert connection.recv(100) == b"p x\n"
+        heard.append(connection.recv(100))
         connection.sendall(b"42\n")
-        connection.close()
-    thread = threading.Thread(target=rank)
-    thread.start()
-    code, out, err = debug_command(client, "0", typed="p x\n")
-    thread.join(10)
-    server.close()
+    thread, server = listening(run_dir, 0, rank)
+    try:
+        code, out, err = debug_command(client, "0", typed="p x\n")
+        thread.join(10)
+    finally:
+        server.close()
+    assert heard == [b"p x\n"]
     assert code == 0 and out == "(Pdb) 42\n"
     assert err.splitlines() == [*said, "[orchestrate] the session with rank 0 ended"]
 
@@ -318,7 +317,7 @@ def listening(run_dir, rank: int, debugger) -> tuple[threading.Thread, socket.so
         try:
             connection, _ = server.accept()
         except OSError:
-            return  # never reached
+            return  # no terminal came (the test closed the socket, or 10 s passed)
         with connection:
             connection.settimeout(10)  # a debugger that waits for what never comes ends: no test hangs on it
             debugger(connection)
@@ -358,16 +357,12 @@ def test_debug_reaches_the_rank_asked_for_among_several_and_names_no_node_where_
 def test_debug_interrupted_lets_the_rank_go_on_and_says_so(tmp_path):
     """Ctrl-C while the terminal still types (its input open): end-of-input goes to pdb, its last
     words are shown, and the session ends with the interrupt's exit code and a line saying so."""
-    import _thread
-    import os
-
     client, run_dir, _ = engine_with_a_run(tmp_path)
     write_records(run_dir / "progress", 0, {"debugger": STOP})
-    heard = []
+    heard: list[bytes] = []
     out = io.StringIO()
 
     def debugger(connection: socket.socket) -> None:
-        connection.settimeout(10)
         connection.sendall(b"(Pdb) ")
         heard.append(connection.recv(100))  # what was typed: the session is under way
         _thread.interrupt_main()  # Ctrl-C in the terminal that debugs it, maybe as its prompt is read
@@ -389,12 +384,77 @@ def test_debug_interrupted_lets_the_rank_go_on_and_says_so(tmp_path):
         sys.stdin, sys.stderr = old
         os.close(typed)  # the input's end: the thread that reads it ends, and lets go of it
         server.close()
-    terminal.close()
+        terminal.close()
     assert code == 130 and heard == [b"p x\n", b""]
     assert out.getvalue() == "(Pdb) --Return--\n"  # the prompt too, read as Ctrl-C came or not
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C is Python's again
     assert err.splitlines()[-3:] == ["", "[orchestrate] interrupted: rank 0 goes on without its debugger",
                                      "interrupted"], err  # (the last line: main's, after any command's interrupt)
+
+
+def test_a_first_ctrl_c_waits_for_a_moment_between_reads_and_a_second_is_pythons_own():
+    from orchestrate.debugger.session import interrupts_between_reads
+
+    interrupted: list[int] = []
+    with interrupts_between_reads(interrupted):
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt here: between a read and its write, maybe
+        assert interrupted == [signal.SIGINT]
+        with pytest.raises(KeyboardInterrupt):  # a write blocked on a stalled terminal would never look
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(RuntimeError):
+        with interrupts_between_reads([]):
+            raise RuntimeError("the session failed")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back on every way out
+
+    def callers_own(signum, frame) -> None:
+        pass
+    signal.signal(signal.SIGINT, callers_own)
+    with interrupts_between_reads([]):
+        assert signal.getsignal(signal.SIGINT) is callers_own  # not Python's to take: left alone
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    seen = []
+
+    def elsewhere() -> None:
+        with interrupts_between_reads([]):
+            seen.append(signal.getsignal(signal.SIGINT))
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(10)
+    assert seen == [signal.default_int_handler]  # off the main thread, where no handler can be set
+
+
+def test_an_interrupt_waiting_is_raised_once_what_was_read_is_written():
+    from orchestrate.debugger.session import receive_all
+
+    pdb, terminal = socket.socketpair()
+    with pdb, terminal:
+        pdb.sendall("-> x = 1\n(Pdb) ".encode())
+        out = io.StringIO()
+        with pytest.raises(KeyboardInterrupt):
+            receive_all(terminal, out, [], 5.0, [signal.SIGINT])
+        assert out.getvalue() == "-> x = 1\n(Pdb) "
+
+
+def test_an_interrupt_after_the_last_read_still_ends_the_session_as_interrupted():
+    """Ctrl-C as the debugger's last words are written out (here: at the final flush of the
+    session's text): the session is interrupted, not ended as if the rank had gone on by itself."""
+    from orchestrate.debugger.session import talk
+
+    class Terminal(io.StringIO):
+        def write(self, text: str) -> int:
+            if text == "":  # the session's last write, after the debugger closed
+                signal.raise_signal(signal.SIGINT)
+            return super().write(text)
+
+    pdb, terminal = socket.socketpair()
+    with pdb:
+        pdb.sendall(b"--Return--\n")
+        pdb.shutdown(socket.SHUT_WR)
+        out = Terminal()
+        with pytest.raises(KeyboardInterrupt):
+            talk(terminal, io.StringIO(""), out)
+    assert out.getvalue() == "--Return--\n"
 
 
 def test_debug_of_a_rank_another_terminal_debugs_says_one_terminal_at_a_time(tmp_path):

@@ -132,7 +132,7 @@ class AnsweringWorkers:
         self.cpu_s = {rank: 1.0 for rank in ranks}
         self.answering = set(ranks)
         self.late: set[int] = set()
-        self.in_debugger: set[int] = set()  # ranks stopped at a breakpoint() of train.py's, no terminal come
+        self.in_debugger: set[int] = set()  # ranks stopped at a breakpoint() of train.py's, no terminal came
         self.waiting_at = waiting_at
         self.per_node = per_node
         self.between_looks = lambda: None

@@ -112,14 +112,15 @@ def test_ages_read_like_docker_ps():
 
 
 def started_runs(make_run, client, *specs):
-    """Start detached runs in the fake engine; each spec: (run id, node scripts, options)."""
+    """Start runs in the fake engine, detached unless its options say ``detach=False`` (then its
+    launcher is this process); each spec: (run id, node scripts, options)."""
     FakeCompose.engine = client
     client.images.add(DEFAULT_IMAGE)
     plans = []
     for run_id, scripts, options in specs:
         for node, script in scripts.items():
             client.script(node, script)
-        plans.append(make_run(run_id, client=client, detach=True, **options).start())
+        plans.append(make_run(run_id, client=client, **{"detach": True, **options}).start())
     return plans
 
 
@@ -1096,15 +1097,12 @@ def test_attach_to_a_run_its_launcher_follows_leaves_its_removal_to_the_launcher
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    FakeCompose.engine = client
-    client.images.add(DEFAULT_IMAGE)
-    client.script("node0", Script(["[0|0]:hello"]))
-    make_run("fg", client=client, nodes=1).start()
+    started_runs(make_run, client, ("fg", {"node0": Script(["[0|0]:hello"])}, dict(nodes=1, detach=False)))
     wait_until(lambda: list_runs(client)[0].nodes[0].status == "exited")
     out = io.StringIO()
     assert main(client=client, argv=["attach", "fg"], out=out) == 0
-    lines = out.getvalue().splitlines()
-    assert lines[-1] == "SUCCEEDED: its 1 node exited 0", lines
+    assert out.getvalue().splitlines()[-1] == "SUCCEEDED: its 1 node exited 0", out.getvalue()
+    assert "remove it with" not in out.getvalue()
 
 
 def test_an_engine_error_is_one_line_and_exit_2(capsys):
