@@ -81,14 +81,20 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
             threading.Thread(target=send_lines, name="debug-input", daemon=True).start()
             heard = receive_all(connection, out, ended, linger_s, interrupted)
             if interrupted:  # came after the last read
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
+                raise InterruptedBetweenReads
+    except KeyboardInterrupt as exc:
         end_input(connection, ended)
-        receive_all(connection, out, ended, linger_s)  # (a second Ctrl-C ends this at once)
+        if isinstance(exc, InterruptedBetweenReads) or not interrupted:  # not a second Ctrl-C: that ends it now
+            receive_all(connection, out, ended, linger_s)  # (a second Ctrl-C ends this at once)
         raise
     finally:
         connection.close()
     return heard
+
+
+class InterruptedBetweenReads(KeyboardInterrupt):
+    """A session's first Ctrl-C, raised between two reads from the debugger (its last words are
+    still to be read); a second one is Python's own KeyboardInterrupt."""
 
 
 @contextlib.contextmanager
@@ -137,7 +143,7 @@ def receive_all(connection: socket.socket, out: IO[str], ended: list[float], lin
             out.write(decoder.decode(data))
             out.flush()
         if interrupted:
-            raise KeyboardInterrupt
+            raise InterruptedBetweenReads
         now = time.monotonic()
         if data == b"" or (ended and (now - max(ended[0], last_heard) >= linger_s
                                       or now - ended[0] >= LINGER_CAP * linger_s)):

@@ -457,6 +457,68 @@ def test_an_interrupt_after_the_last_read_still_ends_the_session_as_interrupted(
     assert out.getvalue() == "--Return--\n"
 
 
+def test_a_second_ctrl_c_ends_the_session_at_once_without_waiting_for_the_last_words():
+    """A terminal that takes no output (a paused pager): the write of pdb's prompt blocks, a first
+    Ctrl-C waits for it, the second ends the session there and then, reading no more."""
+    from orchestrate.debugger.session import talk
+
+    class StalledTerminal(io.StringIO):
+        tried: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.tried.append(text)
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C, twice, as the write hangs
+            signal.raise_signal(signal.SIGINT)
+            return super().write(text)
+
+    pdb, terminal = socket.socketpair()
+    with pdb:
+        pdb.sendall(b"(Pdb) ")
+        out = StalledTerminal()
+        with pytest.raises(KeyboardInterrupt) as raised:
+            talk(terminal, io.StringIO(), out, linger_s=0.2)
+    assert type(raised.value) is KeyboardInterrupt  # Python's own: the second
+    assert out.tried == ["(Pdb) "]  # no last words read after it
+
+
+def test_where_ctrl_c_is_the_callers_own_the_session_still_reads_the_last_words():
+    """A program that took SIGINT itself (its handler raises KeyboardInterrupt) keeps it: its first
+    Ctrl-C ends the session as before, pdb told the input ended and its last words shown."""
+    from orchestrate.debugger.session import talk
+
+    def callers_own(signum, frame) -> None:
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, callers_own)
+
+    class Terminal(io.StringIO):
+        def write(self, text: str) -> int:
+            if text == "(Pdb) ":
+                signal.raise_signal(signal.SIGINT)
+            return super().write(text)
+
+    pdb, terminal = socket.socketpair()
+
+    def debugger() -> None:
+        pdb.settimeout(10)
+        pdb.sendall(b"(Pdb) ")
+        if pdb.recv(100) == b"":  # end-of-input: pdb lets the rank go on
+            pdb.sendall(b"--Return--\n")
+        pdb.close()
+    thread = threading.Thread(target=debugger)
+    thread.start()
+    typing, typed = os.pipe()  # a terminal that could type on: the input ends only by the interrupt
+    keyboard = os.fdopen(typing)
+    out = Terminal()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            talk(terminal, keyboard, out)
+        thread.join(10)
+    finally:
+        os.close(typed)
+        keyboard.close()
+    assert out.getvalue() == "--Return--\n"  # the prompt's write was the one interrupted
+
+
 def test_debug_of_a_rank_another_terminal_debugs_says_one_terminal_at_a_time(tmp_path):
     client, run_dir, _ = engine_with_a_run(tmp_path)
     write_records(run_dir / "progress", 0, {"debugger": STOP})
