@@ -84,8 +84,8 @@ def talk(connection: socket.socket, typed: IO[str], out: IO[str], linger_s: floa
                 raise InterruptedBetweenReads
     except KeyboardInterrupt as exc:
         end_input(connection, ended)
-        if isinstance(exc, InterruptedBetweenReads) or not interrupted:  # not a second Ctrl-C: that ends it now
-            receive_all(connection, out, ended, linger_s)  # (a second Ctrl-C ends this at once)
+        if isinstance(exc, InterruptedBetweenReads) or not interrupted:  # a second Ctrl-C ends it now
+            receive_all(connection, out, ended, linger_s)  # its last words (a second Ctrl-C ends this too)
         raise
     finally:
         connection.close()

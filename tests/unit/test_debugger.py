@@ -5,6 +5,7 @@ run as a user runs it against the fake engine."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import socket
 import sys
 import threading
+from typing import IO, Iterator, Optional
 
 import pytest
 
@@ -354,6 +356,37 @@ def test_debug_reaches_the_rank_asked_for_among_several_and_names_no_node_where_
     assert err.splitlines()[-1] == "[orchestrate] the session with rank 1 ended"
 
 
+@contextlib.contextmanager
+def open_keyboard(typed: bytes = b"") -> Iterator[IO[str]]:
+    """A terminal's input with ``typed`` on it that stays open (more could be typed): it ends only
+    with the test, never by itself."""
+    reading, writing = os.pipe()
+    os.write(writing, typed)
+    keyboard = os.fdopen(reading)
+    try:
+        yield keyboard
+    finally:
+        os.close(writing)  # its end first: the session's thread that reads it returns, and lets go of it
+        keyboard.close()
+
+
+class InterruptingTerminal(io.StringIO):
+    """A terminal that brings ``times`` Ctrl-Cs as it is written ``at`` (any text, when None), before
+    the text is shown; ``tried``: every text it was asked to write."""
+
+    def __init__(self, at: Optional[str] = None, times: int = 1) -> None:
+        super().__init__()
+        self.at, self.times = at, times
+        self.tried: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.tried.append(text)
+        if self.at is None or text == self.at:
+            for _ in range(self.times):
+                signal.raise_signal(signal.SIGINT)
+        return super().write(text)
+
+
 def test_debug_interrupted_lets_the_rank_go_on_and_says_so(tmp_path):
     """Ctrl-C while the terminal still types (its input open): end-of-input goes to pdb, its last
     words are shown, and the session ends with the interrupt's exit code and a line saying so."""
@@ -369,22 +402,18 @@ def test_debug_interrupted_lets_the_rank_go_on_and_says_so(tmp_path):
         heard.append(connection.recv(100))  # end-of-input: pdb lets the rank go on
         connection.sendall(b"--Return--\n")
     thread, server = listening(run_dir, 0, debugger)
-    typing, typed = os.pipe()
-    os.write(typed, b"p x\n")  # and more could come: the input stays open
     old = sys.stdin, sys.stderr
-    terminal = os.fdopen(typing)
-    sys.stdin, sys.stderr = terminal, io.StringIO()
     try:
         from orchestrate.cli.main import main
 
-        code = main(["debug", "r"], out=out, client=client)
-        err = sys.stderr.getvalue()
-        thread.join(10)
+        with open_keyboard(b"p x\n") as keyboard:
+            sys.stdin, sys.stderr = keyboard, io.StringIO()
+            code = main(["debug", "r"], out=out, client=client)
+            err = sys.stderr.getvalue()
+            thread.join(10)
     finally:
         sys.stdin, sys.stderr = old
-        os.close(typed)  # the input's end: the thread that reads it ends, and lets go of it
         server.close()
-        terminal.close()
     assert code == 130 and heard == [b"p x\n", b""]
     assert out.getvalue() == "(Pdb) --Return--\n"  # the prompt too, read as Ctrl-C came or not
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C is Python's again
@@ -441,17 +470,11 @@ def test_an_interrupt_after_the_last_read_still_ends_the_session_as_interrupted(
     session's text): the session is interrupted, not ended as if the rank had gone on by itself."""
     from orchestrate.debugger.session import talk
 
-    class Terminal(io.StringIO):
-        def write(self, text: str) -> int:
-            if text == "":  # the session's last write, after the debugger closed
-                signal.raise_signal(signal.SIGINT)
-            return super().write(text)
-
     pdb, terminal = socket.socketpair()
     with pdb:
         pdb.sendall(b"--Return--\n")
         pdb.shutdown(socket.SHUT_WR)
-        out = Terminal()
+        out = InterruptingTerminal(at="")  # the session's last write, after the debugger closed
         with pytest.raises(KeyboardInterrupt):
             talk(terminal, io.StringIO(""), out)
     assert out.getvalue() == "--Return--\n"
@@ -462,19 +485,10 @@ def test_a_second_ctrl_c_ends_the_session_at_once_without_waiting_for_the_last_w
     Ctrl-C waits for it, the second ends the session there and then, reading no more."""
     from orchestrate.debugger.session import talk
 
-    class StalledTerminal(io.StringIO):
-        tried: list[str] = []
-
-        def write(self, text: str) -> int:
-            self.tried.append(text)
-            signal.raise_signal(signal.SIGINT)  # Ctrl-C, twice, as the write hangs
-            signal.raise_signal(signal.SIGINT)
-            return super().write(text)
-
     pdb, terminal = socket.socketpair()
     with pdb:
         pdb.sendall(b"(Pdb) ")
-        out = StalledTerminal()
+        out = InterruptingTerminal(times=2)  # Ctrl-C, twice, as the write hangs
         with pytest.raises(KeyboardInterrupt) as raised:
             talk(terminal, io.StringIO(), out, linger_s=0.2)
     assert type(raised.value) is KeyboardInterrupt  # Python's own: the second
@@ -490,12 +504,6 @@ def test_where_ctrl_c_is_the_callers_own_the_session_still_reads_the_last_words(
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, callers_own)
 
-    class Terminal(io.StringIO):
-        def write(self, text: str) -> int:
-            if text == "(Pdb) ":
-                signal.raise_signal(signal.SIGINT)
-            return super().write(text)
-
     pdb, terminal = socket.socketpair()
 
     def debugger() -> None:
@@ -506,16 +514,11 @@ def test_where_ctrl_c_is_the_callers_own_the_session_still_reads_the_last_words(
         pdb.close()
     thread = threading.Thread(target=debugger)
     thread.start()
-    typing, typed = os.pipe()  # a terminal that could type on: the input ends only by the interrupt
-    keyboard = os.fdopen(typing)
-    out = Terminal()
-    try:
+    out = InterruptingTerminal(at="(Pdb) ")
+    with open_keyboard() as keyboard:  # the input ends only by the interrupt
         with pytest.raises(KeyboardInterrupt):
             talk(terminal, keyboard, out)
         thread.join(10)
-    finally:
-        os.close(typed)
-        keyboard.close()
     assert out.getvalue() == "--Return--\n"  # the prompt's write was the one interrupted
 
 
