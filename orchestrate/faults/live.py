@@ -17,7 +17,7 @@ from orchestrate.engine.errors import EngineFault, classify, describe, engine_er
 from orchestrate.errors import EngineError, UsageError
 from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.live_notes import new_fault_id, note_live_fault
-from orchestrate.faults.storage import ArmedStorageFaults
+from orchestrate.faults.storage import STORAGE_REACH, ArmedStorageFaults, StorageEvent
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 
 # How often a torn write held by `fault RUN` looks for the worker's tear.
@@ -65,6 +65,7 @@ class LiveFaults:
         progress = None if run_dir is None or not run_dir.name else run_dir / PROGRESS_SUBDIR  # "": none
         self.storage = ArmedStorageFaults(progress) if progress is not None and progress.is_dir() else None
         self.tearing: list[FaultSpec] = []  # torn writes armed, their write still to come
+        self.met: dict[str, list[StorageEvent]] = {}  # what the workers met of each storage fault armed here
 
     def check(self, specs: list[FaultSpec]) -> None:
         """Refuse what cannot be done now, before anything is done.
@@ -174,7 +175,7 @@ class LiveFaults:
                 self.storage.end(spec)
                 self.note(spec, spec.node, "ended")
                 self.say(f"disarmed {spec}: {spec.node} is no longer running, and no write of it was cut")
-            for spec, event in self.storage.poll():
+            for spec, event in self.take_storage_events():
                 if spec not in self.tearing or not event.torn:
                     continue
                 self.tearing.remove(spec)
@@ -186,6 +187,16 @@ class LiveFaults:
                     self.say(f"{spec.node} was not killed here: {describe(exc)}")
             if self.tearing:
                 sleep(TEAR_POLL_S)
+
+    def take_storage_events(self) -> list[tuple[FaultSpec, StorageEvent]]:
+        """What the workers met of the storage faults armed here since the last look, also kept
+        by fault (a full disk's failed writes, said at its end)."""
+        if self.storage is None:
+            return []
+        taken = [(spec, event) for spec, event in self.storage.poll() if spec is not None]
+        for spec, event in taken:
+            self.met.setdefault(str(spec), []).append(event)
+        return taken
 
     def running(self, node: str) -> bool:
         """Whether ``node``'s container still runs (the engine's word; gone counts as not)."""
@@ -228,7 +239,8 @@ class LiveFaults:
         if spec.action.on_storage and self.storage is not None:
             self.storage.end(spec)
             self.note(spec, node, "ended")
-            self.say(f"ended {spec} on {node} of run {self.run_id}")
+            self.take_storage_events()
+            self.say(f"ended {spec} on {node} of run {self.run_id}: {met_writes(self.met.get(str(spec), []), node)}")
             return
         try:
             end_fault(self.client, self.project, self.live, spec, node=node, cpus_per_node=self.cpus_per_node,
@@ -239,6 +251,16 @@ class LiveFaults:
             return
         self.note(spec, node, "ended")
         self.say(f"ended {spec} on {node} of run {self.run_id}")
+
+
+def met_writes(events: list[StorageEvent], node: str) -> str:
+    """What a full disk did while it lasted (pure): the files whose writes it failed, or that no
+    write of ``node``'s workers reached it, and what it reaches."""
+    if not events:
+        return f"no write of {node}'s workers reached it ({STORAGE_REACH})"
+    files = list(dict.fromkeys(event.file for event in events))
+    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+    return f"writes to {len(files)} file(s) failed with ENOSPC: {', '.join(files[:3])}{more}"
 
 
 def duration_s(spec: FaultSpec) -> float:

@@ -18,6 +18,7 @@ from typing import Callable, Optional, Sequence
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
+from orchestrate.faults.storage import STORAGE_REACH
 from orchestrate.node.progress import TRIGGERS_FILE
 from orchestrate.outcome.model import FaultRecord
 
@@ -175,15 +176,14 @@ class FaultScheduler:
 
     def records(self, elapsed_s: float, step: Optional[int], progress_seen: bool) -> list[FaultRecord]:
         """Every fault asked for: those that fired, then those that did not, with why (the job
-        ending ``elapsed_s`` in, having reached training ``step``). A torn write that was armed
-        but cut no file did not fire."""
+        ending ``elapsed_s`` in, having reached training ``step``). A storage fault that was
+        armed but met no write did not fire: a torn write that cut no file, a full disk that
+        failed no write while it lasted."""
         fired, unfired = [], []
-        torn_writes = {str(f) for f in self.faults if f.action is FaultAction.TORN_WRITE}
+        on_storage = {str(f) for f in self.faults if f.action.on_storage}
         for record in self.fired:
-            if record.spec in torn_writes and not record.detail:
-                unfired.append(replace(record, fired=False, reason=(
-                    f"it was armed {record.elapsed_s or 0.0:.1f} s into the job, but no worker of {record.node}"
-                    " wrote a file it reaches after that")))
+            if record.spec in on_storage and not record.detail:
+                unfired.append(replace(record, fired=False, reason=unmet_storage_fault(record)))
             else:
                 fired.append(record)
         for index in self.to_fire:
@@ -215,6 +215,17 @@ class FaultScheduler:
         self.say(f"no worker has reported a training step in {NO_PROGRESS_WARNING_S:.0f} s: {steps} cannot"
                  " fire; no optimizer stepped (its steps are counted), and the script reports none with"
                  " orchestrate.progress.report(step)")
+
+
+def unmet_storage_fault(record: FaultRecord) -> str:
+    """Why a storage fault that was armed did not fire (pure): no worker of its node wrote a
+    file it reaches while it was armed (from ``record.elapsed_s`` into the job, until its end,
+    ``record.ended_s``, if it had one), and what such a fault reaches."""
+    armed = f"it was armed {record.elapsed_s or 0.0:.1f} s into the job"
+    if record.ended_s is not None:
+        armed += f" until {record.ended_s:.1f} s"
+    meanwhile = "meanwhile" if record.ended_s is not None else "after that"
+    return f"{armed}, but no worker of {record.node} wrote a file it reaches {meanwhile} ({STORAGE_REACH})"
 
 
 def attempt_key(index: int) -> str:

@@ -21,6 +21,9 @@ from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.node.storage_faults import EVENTS_FILE, FAULTS_FILE
 
 ANY_FILE = "*"
+# What the workers' hook reaches, said where a storage fault met no write (:mod:`orchestrate.node.storage_faults`).
+STORAGE_REACH = ("storage faults reach the writes of Python's open() and torch.save, not os.open() and os.write(),"
+                 " memory maps, or a native library's own files")
 
 
 def default_glob(last_saved: Optional[str]) -> str:

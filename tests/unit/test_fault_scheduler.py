@@ -116,13 +116,34 @@ def test_every_fault_that_never_fired_says_why_in_its_own_words(tmp_path):
                            ("pause:node1@t=50", "node1"), ("kill:node2", "node2")]]
 
 
+REACH = ("(storage faults reach the writes of Python's open() and torch.save, not os.open() and os.write(), memory"
+         " maps, or a native library's own files)")
+
+
+@pytest.mark.parametrize("kind", ["torn-write", "disk-full"])
 @pytest.mark.parametrize("armed_s", [0.0, 2.5])
-def test_a_torn_write_armed_that_cut_nothing_did_not_fire(tmp_path, armed_s):
-    scheduler, _ = scheduler_of(tmp_path, "torn-write:node0,path=ckpt/*")
+def test_a_storage_fault_armed_that_met_no_write_did_not_fire_and_says_what_it_reaches(tmp_path, armed_s, kind):
+    """A job that saves with os.write() (or a native library) passes by both: a run or a chaos
+    check over such a fault tested nothing, and must not pass for one that did."""
+    scheduler, _ = scheduler_of(tmp_path, f"{kind}:node0,path=ckpt/*")
     scheduler.fire_due(armed_s, None)
     assert scheduler.records(9.0, 3, True) == [FaultRecord(
-        "torn-write:node0,path=ckpt/*", "node0", False, armed_s, None, fired_time=50.0,
-        reason=f"it was armed {armed_s} s into the job, but no worker of node0 wrote a file it reaches after that")]
+        f"{kind}:node0,path=ckpt/*", "node0", False, armed_s, None, fired_time=50.0,
+        reason=f"it was armed {armed_s:.1f} s into the job, but no worker of node0 wrote a file it reaches after that"
+               f" {REACH}")]
+
+
+def test_a_full_disk_with_an_end_that_failed_no_write_did_not_fire_and_one_that_failed_a_write_did(tmp_path):
+    scheduler, _ = scheduler_of(tmp_path, "disk-full:node0@step=2..4", "disk-full:node1@step=2..4",
+                                inject=lambda fault: fault.node, undo=lambda fault, node: None)
+    scheduler.fire_due(3.0, 2)
+    scheduler.note(parse_fault("disk-full:node1@step=2..4"), "rank 1's write to a.pt failed: no space left")
+    scheduler.fire_due(7.5, 4)
+    met, unmet = scheduler.records(9.0, 5, True)  # the fired first
+    assert (met.spec, met.fired, met.ended_s) == ("disk-full:node1@step=2..4", True, 7.5)
+    assert (unmet.spec, unmet.fired, unmet.ended_s) == ("disk-full:node0@step=2..4", False, 7.5)
+    assert unmet.reason == ("it was armed 3.0 s into the job until 7.5 s, but no worker of node0 wrote a file it"
+                            f" reaches meanwhile {REACH}")
 
 
 def test_step_faults_are_announced_together_and_the_no_progress_warning_waits_its_full_time(tmp_path):

@@ -191,7 +191,48 @@ def test_a_full_disk_is_armed_for_the_nodes_workers_held_then_disarmed(tmp_path)
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
     assert clock.slept == [1.0] * 8 and armed(progress) == []
     assert run.notes() == [(str(spec), "node1", "done", ""), (str(spec), "node1", "ended", "")]
-    assert run.said[-1] == "ended disk-full:node1,path=ckpt/*@t=0..8 on node1 of run R1"
+    assert run.said[-1] == ("ended disk-full:node1,path=ckpt/*@t=0..8 on node1 of run R1: no write of node1's workers"
+                            " reached it (storage faults reach the writes of Python's open() and torch.save, not"
+                            " os.open() and os.write(), memory maps, or a native library's own files)")
+
+
+def test_a_full_disk_says_at_its_end_the_files_whose_writes_it_failed_and_no_other_commands(tmp_path):
+    run = Run(tmp_path)
+    clock = Clock()
+    spec = parse_fault("disk-full:node1@t=0..3")
+    run.faults.inject(spec)
+    [listed] = armed(run.run_dir / PROGRESS_SUBDIR)
+
+    def workers_write(seconds: float) -> None:  # while it is held, rank 1 saves four files, and again
+        clock.sleep(seconds)
+        if len(clock.slept) == 2:
+            for name in ("a.pt", "b.pt", "a.pt", "c.pt", "d.pt"):
+                write_storage_event(run, kind="disk-full", key=listed["key"], node="node1", file=name, rank=1)
+            write_storage_event(run, kind="disk-full", key="s-other", node="node1", file="e.pt", rank=1)
+
+    run.faults.hold(sleep=workers_write, clock=clock.time)
+    assert run.said[-1] == ("ended disk-full:node1@t=0..3 on node1 of run R1: writes to 4 file(s) failed with ENOSPC:"
+                            " a.pt, b.pt, c.pt and 1 more")
+
+
+def test_a_full_disk_held_after_a_torn_write_counts_the_writes_it_failed_while_the_tear_was_awaited(tmp_path):
+    run = Run(tmp_path)
+    clock = Clock()
+    run.faults.inject(parse_fault("torn-write:node1"))
+    run.faults.inject(parse_fault("disk-full:node0@t=0..3"))
+    torn, full = armed(run.run_dir / PROGRESS_SUBDIR)
+
+    def workers_write(seconds: float) -> None:  # node0's save fails while node1's next write is awaited
+        clock.sleep(seconds)
+        if len(clock.slept) == 1:
+            write_storage_event(run, kind="disk-full", key=full["key"], node="node0", file="opt.pt", rank=0)
+            write_storage_event(run, kind="torn-write", key=torn["key"], node="node1", file="m.pt", rank=1, byte=1,
+                                size=2)
+
+    run.faults.hold(sleep=workers_write, clock=clock.time)
+    assert "torn-write:node1: rank 1's write of m.pt was cut at byte 1 of 2; killing node1" in run.said
+    assert run.said[-1] == ("ended disk-full:node0@t=0..3 on node0 of run R1: writes to 1 file(s) failed with ENOSPC:"
+                            " opt.pt")
 
 
 def write_storage_event(run: Run, **fields) -> None:

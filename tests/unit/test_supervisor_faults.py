@@ -16,6 +16,7 @@ from orchestrate.faults import storage
 from orchestrate.faults.live_notes import new_fault_id, note_live_fault
 from orchestrate.node.storage_faults import EVENTS_FILE
 from orchestrate.outcome.events import read_events
+from orchestrate.outcome.summary import format_summary
 from tests.fakes import FakeDockerClient, Script
 from tests.unit.test_launcher import once_followed, progress_writer, run
 
@@ -102,9 +103,11 @@ def test_faults_with_an_end_are_undone_and_their_blame_goes_with_them(make_run):
         updates = [c for c in client.calls if c[0] == "update" and c[1] == NODE1]
         return len(updates) == 2 and storage.armed(job.run_dir / "progress") == []
 
-    def steps_held_at_the_faults() -> None:
+    def steps_held_at_the_faults() -> None:  # a save that fails on the full disk, which the script lets pass
         progress_writer(job, 0, range(1, 3))()
         wait_for(lambda: storage.armed(job.run_dir / "progress"), "the disk full")
+        met(job, "disk-full", "node0", 0, "step-2.pt")
+        wait_for(lambda: "rank 0's write to step-2.pt failed" in job.out.getvalue(), "the failed write said")
         progress_writer(job, 0, range(3, 5))()
 
     outcome, text, _ = run(
@@ -116,6 +119,33 @@ def test_faults_with_an_end_are_undone_and_their_blame_goes_with_them(make_run):
     assert {r.node.name: (r.fault, r.culprit_rank) for r in outcome.results} == {"node0": ("", None),
                                                                                   "node1": ("", None)}
     assert [(r.spec, r.fired, r.step) for r in outcome.faults] == [(disk, True, 2), (slow, True, 2)]
+
+
+def test_a_full_disk_that_failed_no_write_while_it_lasted_did_not_fire_and_fails_the_run(make_run):
+    """A script that saves with os.write(), which the workers' hook does not reach: the job went
+    well, but the fault asked for tested nothing, and the run says so instead of succeeding."""
+    disk = "disk-full:node0@step=2..3"
+    job = make_run(nodes=1, faults=(parse_fault(disk),))
+    client = FakeDockerClient()
+
+    def steps_through_the_fault_writing_nothing_it_reaches() -> None:
+        progress_writer(job, 0, range(1, 3))()
+        wait_for(lambda: storage.armed(job.run_dir / "progress"), "the disk full")
+        progress_writer(job, 0, range(3, 5))()
+
+    outcome, text, _ = run(
+        job, client, node0=[Script(["[0|0]:training"],
+                                   then=once_followed(job, "node0")(steps_through_the_fault_writing_nothing_it_reaches),
+                                   after_when=lambda: storage.armed(job.run_dir / "progress") == [],
+                                   after=["[0|0]:done"])])
+    assert outcome.job_succeeded and not outcome.succeeded and outcome.exit_code == 1, text
+    [record] = outcome.faults
+    assert (record.spec, record.fired) == (disk, False)
+    assert record.reason.startswith("it was armed ") and "but no worker of node0 wrote a file it reaches meanwhile" \
+        in record.reason
+    summary = format_summary(outcome)
+    assert f"fault not fired: {disk} did not fire: it was armed" in summary
+    assert summary.splitlines()[-1] == f"FAILED: its 1 node exited 0, but 1 fault(s) asked for never fired: {disk}", summary
 
 
 def test_a_storage_fault_armed_from_another_terminal_is_named_by_its_kind_and_its_torn_node_killed(make_run):
