@@ -13,7 +13,7 @@ from orchestrate.hangs.crash_dump import rank_dump
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          training_pass, waits_for_data_loader)
-from orchestrate.hangs.stacks import SHOWN_FRAMES, StackGroup, awaited_threads, frame_line, group_stacks, summary
+from orchestrate.hangs.stacks import StackGroup, awaited_threads, group_stacks, shown_frames, summary
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
@@ -141,7 +141,7 @@ def loader_lines(rank: int, workers: list[LoaderSnapshot], hung: bool) -> list[s
         out.append(f"  {loader_name(worker, workers)}: {loader_place(worker)}")
         if worker.idle:
             continue
-        out += [f"      {frame_line(f)}" for f in worker.stack[-SHOWN_FRAMES:]]
+        out += [f"      {line}" for line in shown_frames(worker.stack)]
     return out
 
 

@@ -62,6 +62,18 @@ def frame_line(frame: Frame) -> str:
     return f"{frame.short_file}:{frame.line} in {frame.function}" + (f": {frame.code}" if frame.code else "")
 
 
+def shown_frames(stack: tuple[Frame, ...]) -> list[str]:
+    """The lines of a stack that are shown, innermost last: its innermost :data:`SHOWN_FRAMES`
+    frames, led by the user's innermost frame, and how many frames lie between, where that
+    frame is not among them (a deep call into torch would otherwise hide the user's own line)."""
+    lines = [frame_line(frame) for frame in stack[-SHOWN_FRAMES:]]
+    mine = next((i for i in range(len(stack) - 1, -1, -1) if stack[i].is_users), None)
+    if mine is None or mine >= len(stack) - SHOWN_FRAMES:
+        return lines
+    between = len(stack) - SHOWN_FRAMES - mine - 1
+    return [frame_line(stack[mine]), *([f"... {between} frame(s)"] if between else []), *lines]
+
+
 @dataclass(frozen=True)
 class ThreadPlace:
     """Where a thread of the user's, by its name, is on some ranks: the summary of its stack and
@@ -117,7 +129,7 @@ class StackGroup:
     def lines(self) -> list[str]:
         """The group's line, then its innermost frames (innermost last), then each of its user's
         threads with its innermost frame of the user's code."""
-        out = [f"{ranks_text(self.ranks)}: {self.where}"] + [f"    {frame_line(f)}" for f in self.stack[-SHOWN_FRAMES:]]
+        out = [f"{ranks_text(self.ranks)}: {self.where}"] + [f"    {line}" for line in shown_frames(self.stack)]
         for thread in self.threads[:SHOWN_THREADS]:
             on = "" if thread.ranks == self.ranks else f" ({ranks_text(thread.ranks)})"
             out.append(f"  thread {thread.name}{on}: {thread.where}")

@@ -63,6 +63,31 @@ def test_ranks_with_one_stack_form_one_group_and_the_odd_rank_comes_first():
     assert groups[1].lines()[-1] == "    torch/distributed/distributed_c10d.py:2942 in all_reduce"
 
 
+def test_a_deep_stack_shows_the_users_own_line_first_then_how_many_frames_lie_before_the_innermost():
+    """broadcast_object_list calls broadcast: the innermost frames are all torch's, and the line
+    of the user's that made the call would be left out (as on 2026-12-04, a p2p script's hang)."""
+    frames = (Frame("p2p.py", 2, "<module>", "main()"), Frame("p2p.py", 15, "main", "dist.broadcast_object_list(o)"),
+              Frame(f"{TORCH}/c10d_logger.py", 81, "wrapper"),
+              Frame(f"{TORCH}/distributed_c10d.py", 3691, "broadcast_object_list", "broadcast(sizes)"),
+              Frame(f"{TORCH}/c10d_logger.py", 81, "wrapper"),
+              Frame(f"{TORCH}/distributed_c10d.py", 2841, "broadcast", "work.wait()"))
+    [group] = group_stacks({0: snap(0, frames=frames)})
+    assert group.lines() == [
+        "rank 0: broadcast_object_list at p2p.py:15 in main",
+        "    p2p.py:15 in main: dist.broadcast_object_list(o)",  # right before the innermost four: none between
+        "    torch/distributed/c10d_logger.py:81 in wrapper",
+        "    torch/distributed/distributed_c10d.py:3691 in broadcast_object_list: broadcast(sizes)",
+        "    torch/distributed/c10d_logger.py:81 in wrapper",
+        "    torch/distributed/distributed_c10d.py:2841 in broadcast: work.wait()"]
+    deeper = frames[:2] + (Frame(f"{TORCH}/c10d_logger.py", 95, "inner"),) + frames[2:]
+    assert group_stacks({0: snap(0, frames=deeper)})[0].lines()[1:4] == [
+        "    p2p.py:15 in main: dist.broadcast_object_list(o)", "    ... 1 frame(s)",
+        "    torch/distributed/c10d_logger.py:81 in wrapper"]
+    # among them, or none of the user's: the innermost four alone
+    assert len(group_stacks({0: snap(0, frames=frames[1:5])})[0].lines()) == 5
+    assert len(group_stacks({0: snap(0, frames=frames[2:])})[0].lines()) == 5
+
+
 def test_a_rank_outside_any_call_is_placed_at_its_own_frame():
     computing = (Frame("train.py", 40, "train"), Frame("train.py", 12, "evaluate"))
     assert group_stacks({0: snap(0, frames=computing)})[0].where == "evaluate at train.py:12"
@@ -1077,6 +1102,13 @@ def test_a_data_loader_worker_is_placed_in_its_own_loop_and_a_ranks_loaders_are_
     assert [line.split(":")[0] for line in lines[1:] if not line.startswith("      ")] == [
         "  worker 0 of DataLoader 1 (pid 150)", "  worker 1 of DataLoader 1 (pid 151)",
         "  worker 0 of DataLoader 2 (pid 300)", "  worker 1 of DataLoader 2 (pid 301)"]
+    # a worker deep in a library its dataset called: the dataset's own line first, then the innermost
+    deep = (*FORKED, Frame(f"{SITE}/torch/utils/data/_utils/fetch.py", 52, "fetch"),
+            Frame("data.py", 40, "__getitem__", "return decode(path)"),
+            *(Frame(f"{SITE}/imagelib/io.py", line, f"step{line}") for line in range(1, 6)))
+    assert loader_lines(0, [loader(0, 0, deep)], hung=False)[2:5] == [
+        "      data.py:40 in __getitem__: return decode(path)", "      ... 1 frame(s)",
+        "      imagelib/io.py:2 in step2"]
     # two ranks in one group, each waiting for its loader: the worker is named with its rank
     both = probe(5, r0=snap(0, frames=LOADING), r1=snap(1, frames=LOADING))
     both.loaders = {0: [loader(0, 0, IDLE_WORKER), loader(0, 1, IDLE_WORKER)],
