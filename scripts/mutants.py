@@ -969,7 +969,7 @@ MUTANTS = [
            "for p in attempts[-1].glob(\"*/error.json\")", "for p in attempts[0].glob(\"*/error.json\")",
            ("tests/unit/test_slurm.py",)),
     Mutant("a C++ backtrace's frames show on the console", "orchestrate/supervise/console_filter.py",
-           "            if _CPP_FRAME.match(line.text) or not line.text.strip():", "            if False:",
+           "            if CPP_FRAME.match(line.text) or not line.text.strip():", "            if False:",
            ("tests/unit/test_console_filter.py",)),
     Mutant("a C++ backtrace never ends on the console", "orchestrate/supervise/console_filter.py",
            "            self.in_backtrace.discard(key)\n", "", ("tests/unit/test_console_filter.py",)),

@@ -35,14 +35,19 @@ BUSY_REMINDER_FACTOR = 4.0
 # time, then the thread and the source (``[W1125 04:47:18.251384384 socket.cpp:767] [c10d] ...``,
 # ``[rank0]:W1125 04:44:57.430000 25084 torch/_logging/_internal.py:1199] ...``).
 _TORCH_LOG_LINE = re.compile(r"^(\[rank\d+\]:)?\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ")
+# The C++ backtrace torch prints under some of its log lines (a store's failed connect, each retry):
+# its head, then a line per frame.
+CPP_BACKTRACE = re.compile(r"^Exception raised from .+ at .+ \(most recent call first\):$")
+CPP_FRAME = re.compile(r"^frame #\d+: ")
 
 
 def is_progress_line(text: str) -> bool:
-    """Whether a worker's line shows that the job moves: any line but torch's own log lines. A
-    store whose connection fails says so every few seconds while nothing moves (a script's
-    ``init_method`` naming an address where no store listens); a rank that works beside such
-    lines still counts, by its CPU time or its collectives."""
-    return _TORCH_LOG_LINE.match(text) is None
+    """Whether a worker's line shows that the job moves: any line but torch's own log lines and
+    the C++ backtraces under them. A store whose connection fails says so, backtrace and all,
+    every few seconds while nothing moves (a script's ``init_method`` naming an address where no
+    store listens, a store host cut off or lost); a rank that works beside such lines still
+    counts, by its CPU time or its collectives."""
+    return not (_TORCH_LOG_LINE.match(text) or CPP_BACKTRACE.match(text.strip()) or CPP_FRAME.match(text))
 
 
 class HangWatch:
@@ -87,12 +92,22 @@ class HangWatch:
         self.said_hung = self.said_busy = False
         self.diagnosis: Optional[HangDiagnosis] = None  # the latest hung one
         self.working: Optional[HangDiagnosis] = None  # the latest look that found the job quiet but working
+        self.moved_at: Optional[float] = None  # the latest progress of the job's own (not a hold)
+        self.said_held = False  # said that a fault holds the job past the threshold, since it last moved
 
-    def progress(self, now: float, moved: bool = True) -> None:
+    def progress(self, now: float, moved: bool = True, held_by: str = "") -> None:
         """The job moved (a worker line, a progress report), or is held as asked (``moved``
         False: a fault with an end, a terminal debugging a rank, the lines of its own ending):
         the quiet time starts again. Where the job was said to look hung and then moved, that is
-        taken back: it was a long wait, not a hang."""
+        taken back: it was a long wait, not a hang. A job that ``held_by`` (faults with an end)
+        keeps quiet past the threshold is said once, since a hang is not judged meanwhile."""
+        if moved:
+            self.moved_at, self.said_held = now, False
+        elif (held_by and not self.said_held and self.threshold is not None and self.moved_at is not None
+              and now - self.moved_at >= self.threshold):
+            self.said_held = True
+            self.say(f"no progress for {now - self.moved_at:.0f} s while {held_by} holds the job as asked: no hang is"
+                     " judged until it ends")
         if moved and self.said_hung and self.quiet_since is not None:
             self.say(f"the job moved again after {now - self.quiet_since:.0f} s without progress: what looked hung"
                      " was a long wait (a rank that waits on the network or a disk uses no CPU, so no look can"

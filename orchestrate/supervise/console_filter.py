@@ -27,6 +27,7 @@ import re
 from typing import Optional
 
 from orchestrate.debugger.states import is_stop_line
+from orchestrate.hangs.watchdog import CPP_BACKTRACE, CPP_FRAME
 from orchestrate.supervise.progress_bars import BarThrottle, parse_redraw
 from orchestrate.supervise.worker_lines import OutputLine
 from orchestrate.text import counted
@@ -37,8 +38,6 @@ _TRACEBACK = "Traceback (most recent call last):"
 _AGENT_FRAME = re.compile(r'^\s*File ".*(/torchrun|torch/distributed/run\.py)", line \d+')
 _RULE = re.compile(r"^=+$")
 REPORT_NOTE = "(torchrun's ChildFailedError report: see the summary below, the node log, or -v)"
-_CPP_BACKTRACE = re.compile(r"^Exception raised from .+ at .+ \(most recent call first\):$")
-_CPP_FRAME = re.compile(r"^frame #\d+: ")
 BACKTRACE_NOTE = "(a C++ backtrace: see the node log, or -v)"
 # One of torch's log lines, C++ (glog: "[W1130 07:39:43.381603347 socket.cpp:767] ...") or Python
 # ("W1130 07:08:17.270000 9 torch/.../api.py:725] ..."): ``said`` is it without its time (and pid).
@@ -84,10 +83,10 @@ class ConsoleFilter:
         (and the empty line after them) nothing; None for a line that is none of those."""
         key = (line.node, line.local_rank)
         if key in self.in_backtrace:
-            if _CPP_FRAME.match(line.text) or not line.text.strip():
+            if CPP_FRAME.match(line.text) or not line.text.strip():
                 return []
             self.in_backtrace.discard(key)
-        if _CPP_BACKTRACE.match(line.text.strip()):
+        if CPP_BACKTRACE.match(line.text.strip()):
             self.in_backtrace.add(key)
             return [OutputLine(line.node, BACKTRACE_NOTE, line.local_rank, line.global_rank)]
         return None

@@ -492,6 +492,12 @@ class Supervisor:
             if self.active:
                 self.record("init-will-wait", text=text)
 
+    def held_by(self) -> str:
+        """The faults with an end that hold the job now, named (those from another terminal as such)."""
+        held = [str(fault) for fault, _ in self.faults.lasting]
+        held += ["a fault from `python -m orchestrate fault`"] if self.live_faults.holding else []
+        return ", ".join(held)
+
     def tick(self) -> None:
         """What time alone decides: progress, due faults, the end of a failure's grace, stop
         graces that ran out, inspections, exits whose log never ended."""
@@ -507,7 +513,7 @@ class Supervisor:
                 # a step reported, a fault with an end holding the job as asked, or a terminal
                 # debugging a rank: not a hang (the job moved only where a record came of itself)
                 self.progress_records = self.progress.records
-                self.hangs.progress(now, moved=reported and not held and not self.ending)
+                self.hangs.progress(now, moved=reported and not held and not self.ending, held_by=self.held_by())
             if not (self.first_failure_seen or self.kill_at is not None or self.looking_at_the_end):
                 found = self.hangs.poll(now)
                 if found is not None:
