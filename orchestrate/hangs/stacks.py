@@ -12,9 +12,15 @@ from orchestrate.text import ranks_text
 SHOWN_FRAMES = 4
 
 
+def users_frame_index(stack: tuple[Frame, ...]) -> Optional[int]:
+    """Where the innermost frame of the user's own code is in ``stack`` (None: nowhere)."""
+    return next((i for i in range(len(stack) - 1, -1, -1) if stack[i].is_users), None)
+
+
 def users_frame(stack: tuple[Frame, ...]) -> Optional[Frame]:
     """The innermost frame of the user's own code."""
-    return next((frame for frame in reversed(stack) if frame.is_users), None)
+    index = users_frame_index(stack)
+    return None if index is None else stack[index]
 
 
 # Frames that only pass a call on (torch's logging and profiling decorators, nn.Module's call):
@@ -67,7 +73,7 @@ def shown_frames(stack: tuple[Frame, ...]) -> list[str]:
     frames, led by the user's innermost frame, and how many frames lie between, where that
     frame is not among them (a deep call into torch would otherwise hide the user's own line)."""
     lines = [frame_line(frame) for frame in stack[-SHOWN_FRAMES:]]
-    mine = next((i for i in range(len(stack) - 1, -1, -1) if stack[i].is_users), None)
+    mine = users_frame_index(stack)
     if mine is None or mine >= len(stack) - SHOWN_FRAMES:
         return lines
     between = len(stack) - SHOWN_FRAMES - mine - 1

@@ -508,12 +508,13 @@ class Supervisor:
             self.faults.cancel()
         if self.hangs is not None and not self.winding_down:  # (a stop's lines keep the verdict of the quiet before it)
             reported = self.progress.records > self.progress_records
-            held = self.faults.lasting or self.live_faults.holding or self.progress.debugger.attached()
+            held_by = self.held_by()
+            held = bool(held_by) or self.progress.debugger.attached()
             if reported or held:
                 # a step reported, a fault with an end holding the job as asked, or a terminal
                 # debugging a rank: not a hang (the job moved only where a record came of itself)
                 self.progress_records = self.progress.records
-                self.hangs.progress(now, moved=reported and not held and not self.ending, held_by=self.held_by())
+                self.hangs.progress(now, moved=reported and not held and not self.ending, held_by=held_by)
             if not (self.first_failure_seen or self.kill_at is not None or self.looking_at_the_end):
                 found = self.hangs.poll(now)
                 if found is not None:
