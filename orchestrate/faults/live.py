@@ -93,9 +93,9 @@ class LiveFaults:
             EngineError: When the engine refused it.
         """
         if spec.action.on_storage and self.storage is not None:
-            glob = self.storage.arm(spec)
-            self.note(spec, spec.node, "done")
-            self.say(f"armed {spec} on {spec.node}'s workers of run {self.run_id}, files {glob!r} of the work"
+            armed = self.storage.arm(spec)
+            self.note(spec, spec.node, "done", storage_key=armed.key)
+            self.say(f"armed {spec} on {spec.node}'s workers of run {self.run_id}, files {armed.glob!r} of the work"
                      " directory")
             if spec.action is FaultAction.TORN_WRITE:
                 self.tearing.append(spec)
@@ -124,11 +124,11 @@ class LiveFaults:
             self.held.append((spec, node))
         return node
 
-    def note(self, spec: FaultSpec, node: str, phase: str, error: str = "") -> None:
+    def note(self, spec: FaultSpec, node: str, phase: str, error: str = "", storage_key: str = "") -> None:
         """Note a step of a fault in the run's directory for whoever follows the run (see
         :mod:`~orchestrate.faults.live_notes`); say once where that cannot be done from here."""
         fault_id = self.ids.setdefault(id(spec), new_fault_id())
-        if note_live_fault(self.run_dir, fault_id, spec, node, phase, error) or self.unnoted_said:
+        if note_live_fault(self.run_dir, fault_id, spec, node, phase, error, storage_key) or self.unnoted_said:
             return
         self.unnoted_said = True
         self.say(f"run {self.run_id}'s directory cannot be written from here: its summary will not name the faults"

@@ -12,6 +12,9 @@ and ``phase``:
 - ``done``: done (a rank fault has this note alone);
 - ``failed``: refused (``error`` says why): it was not done;
 - ``ended``: a fault with an end was undone, or its end came.
+
+A storage fault's ``done`` note has its ``storage_key`` too: the key of the workers' events of it
+(:mod:`~orchestrate.faults.storage`), by which a follower knows whether it met a write.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ class LiveFaultNote:
     node: str
     phase: str
     error: str = ""
+    storage_key: str = ""
 
 
 def new_fault_id() -> str:
@@ -50,7 +54,7 @@ def new_fault_id() -> str:
 
 
 def note_live_fault(run_dir: Optional[Path], fault_id: str, spec: FaultSpec, node: str, phase: str,
-                    error: str = "") -> bool:
+                    error: str = "", storage_key: str = "") -> bool:
     """Append one note; False where the run's directory is gone or cannot be written here (the
     run is then judged by its exits alone)."""
     assert phase in PHASES, phase
@@ -59,6 +63,8 @@ def note_live_fault(run_dir: Optional[Path], fault_id: str, spec: FaultSpec, nod
     entry: dict = {"id": fault_id, "time": time.time(), "spec": str(spec), "node": node, "phase": phase}
     if error:
         entry["error"] = error
+    if storage_key:
+        entry["storage_key"] = storage_key
     try:
         with open(run_dir / LIVE_FAULTS_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry) + "\n")
@@ -103,7 +109,8 @@ def parse_note(line: str) -> Optional[LiveFaultNote]:
         if phase not in PHASES:
             raise ValueError(f"no phase {phase!r}")
         return LiveFaultNote(str(entry["id"]), float(entry["time"]), parse_fault(str(entry["spec"])),
-                             str(entry["node"]), phase, str(entry.get("error", "")))
+                             str(entry["node"]), phase, str(entry.get("error", "")),
+                             str(entry.get("storage_key", "")))
     except (ValueError, KeyError, TypeError, AttributeError, UsageError) as exc:
         log.debug("a live fault note that is not one (%r): %s", line[:200], exc)
         return None

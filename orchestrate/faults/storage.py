@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.node.storage_faults import EVENTS_FILE, FAULTS_FILE
@@ -101,14 +101,17 @@ class StorageEvent:
 
 class StorageEvents:
     """The workers' storage events, read as they come: those recorded from now on (an earlier
-    follower's, already acted on, are not read again)."""
+    follower's, already acted on, are not read again), or every one from the first
+    (``from_start``: what a fault did, whoever followed the run then)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, from_start: bool = False) -> None:
         self.path = directory / EVENTS_FILE
-        try:
-            self.offset = self.path.stat().st_size
-        except OSError:
-            self.offset = 0
+        self.offset = 0
+        if not from_start:
+            try:
+                self.offset = self.path.stat().st_size
+            except OSError:
+                pass
 
     def poll(self) -> list[StorageEvent]:
         """The events recorded since the last poll (whole lines only)."""
@@ -132,6 +135,13 @@ class StorageEvents:
         return events
 
 
+class ArmedFault(NamedTuple):
+    """One storage fault as armed: its key (in the workers' events) and the files it reaches."""
+
+    key: str
+    glob: str
+
+
 class ArmedStorageFaults:
     """The storage faults one launcher armed in a run: arming, ending, and what the workers met."""
 
@@ -140,12 +150,13 @@ class ArmedStorageFaults:
         self.keys: dict[str, FaultSpec] = {}
         self.events = StorageEvents(directory)
 
-    def arm(self, fault: FaultSpec, last_saved: Optional[str] = None) -> str:
+    def arm(self, fault: FaultSpec, last_saved: Optional[str] = None) -> ArmedFault:
         """Arm ``fault`` on its node, over its ``path=`` or :func:`default_glob` of
-        ``last_saved``; return the glob it reaches."""
+        ``last_saved``."""
         glob = fault.path or default_glob(last_saved)
-        self.keys[arm(self.directory, fault, fault.node, glob)] = fault
-        return glob
+        key = arm(self.directory, fault, fault.node, glob)
+        self.keys[key] = fault
+        return ArmedFault(key, glob)
 
     def end(self, fault: FaultSpec) -> None:
         """Disarm ``fault`` (its end came, or its write was torn)."""

@@ -1,6 +1,8 @@
 """The faults ``fault RUN`` did from another terminal, as the supervisor follows them: read from
 the run's notes (:mod:`~orchestrate.faults.live_notes`), said, recorded once each, and blamed on
-their node, as the run's own faults are."""
+their node, as the run's own faults are. A storage fault armed from there fired only where a
+worker met it (the workers' events of its key, read from the first): one that met no write is
+listed as not fired, with why, as the run's own is."""
 from __future__ import annotations
 
 import time
@@ -9,8 +11,11 @@ from typing import Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
+from orchestrate.faults.scheduler import unmet_storage_fault
+from orchestrate.faults.storage import StorageEvent, StorageEvents
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.model import FaultRecord, marked_before_first_step
+from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.api import NodeTracker, RunSpec
 
 # A fault from another terminal with an end is held at most this long beyond it, should its end
@@ -44,6 +49,11 @@ class LiveFaultWatch:
         self.held: dict[str, float] = {}  # those with an end still to come: when it is due at the latest
         self.blamed: dict[str, list[LiveFaultNote]] = {}  # node -> the live faults it is blamed for, latest last
         self.recorded: Optional[set[tuple[str, str]]] = None  # events of them already in events.jsonl
+        self.ended: set[str] = set()  # the ids of those whose end was noted
+        self.storage_keys: dict[str, str] = {}  # a storage fault's key in the workers' events, by fault id
+        self.met: dict[str, StorageEvent] = {}  # the first event of each key the workers recorded
+        self.storage_events = StorageEvents(spec.run_dir / PROGRESS_SUBDIR, from_start=True) if spec.run_dir.name \
+            else None
 
     @property
     def holding(self) -> bool:
@@ -51,11 +61,14 @@ class LiveFaultWatch:
         return bool(self.held)
 
     def poll(self) -> None:
-        """Take the notes added since the last poll; let go of holds whose end never came."""
+        """Take the notes and the workers' storage events added since the last poll; let go of
+        holds whose end never came."""
         for note in self.reader.take():
             tracker = self.trackers.get(note.node)
             if tracker is not None:
                 self.on_note(tracker, note)
+        for event in self.storage_events.poll() if self.storage_events is not None else []:
+            self.met.setdefault(event.key, event)
         wall = time.time()
         for fault_id in [i for i, until in self.held.items() if wall > until]:
             del self.held[fault_id]  # its end never came (the `fault` process was killed): held no more
@@ -66,7 +79,26 @@ class LiveFaultWatch:
         answered (when, in steps, is not known of them)."""
         unconfirmed = [FaultRecord(str(n.spec), n.node, True, self.into_job(n.time), fired_time=n.time,
                                    detail="`fault` ended before the engine answered") for n in self.doing.values()]
-        return [*marked_before_first_step(list(self.done.values()), max_step), *unconfirmed]
+        done = [self.as_met(fault_id, record) for fault_id, record in self.done.items()]
+        return [*marked_before_first_step(done, max_step), *unconfirmed]
+
+    def as_met(self, fault_id: str, record: FaultRecord) -> FaultRecord:
+        """A fault done, as far as it was met: a storage fault fired only where a worker met it
+        (what it did is its detail); one that met no write did not fire."""
+        key = self.storage_keys.get(fault_id)
+        if key is None:
+            return record
+        event = self.met.get(key)
+        if event is None:
+            return replace(record, fired=False, reason=unmet_storage_fault(record, ended=fault_id in self.ended))
+        return replace(record, detail=event.describe(), struck_file=event.file if event.torn else "")
+
+    def spec_of(self, storage_key: str) -> Optional[str]:
+        """The live storage fault whose workers' events have ``storage_key``; None: not one of them."""
+        for fault_id, key in self.storage_keys.items():
+            if key == storage_key and fault_id in self.done:
+                return self.done[fault_id].spec
+        return None
 
     def into_job(self, at: float) -> Optional[float]:
         """Seconds into the job of epoch time ``at``; None before the supervisor followed it (an
@@ -92,6 +124,7 @@ class LiveFaultWatch:
             self.record_once(note, "fault-failed", node=node, spec=spec, error=note.error[:500])
             return
         if note.phase == "ended":
+            self.ended.add(note.id)
             self.held.pop(note.id, None)
             if note.id in self.done:
                 self.done[note.id] = replace(self.done[note.id], ended_s=self.into_job(note.time))
@@ -104,12 +137,15 @@ class LiveFaultWatch:
         fired = FaultRecord(spec, node, True, elapsed, self.max_step() if elapsed is not None else None,
                             fired_time=began.time)
         self.done[note.id] = fired
+        if note.storage_key:
+            self.storage_keys[note.id] = note.storage_key
         if note.spec.until_seconds is not None:  # `fault RUN` takes no end at a step
             held_s = note.spec.until_seconds - (note.spec.at_seconds or 0.0)
             self.held[note.id] = began.time + held_s + LIVE_HOLD_MARGIN_S
         if current and began is note:  # a rank fault, noted once done
             self.blame(tracker, note)
-        self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
+        done = "armed" if note.spec.action.on_storage else "injected"  # a storage fault fires at a write, if one comes
+        self.say(f"fault {done} by `python -m orchestrate fault`: {fired.describe()}")
         self.record_once(began, "fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step,
                          **({"rank": note.spec.rank} if note.spec.rank is not None else {}))
 

@@ -238,7 +238,7 @@ class Supervisor:
         A torn write blames its node once it tears (:meth:`on_storage_event`), a full disk now."""
         if fault.node not in {t.name for t in self.live}:
             raise NodeLookupError(f"{fault.node} is not running")
-        glob = self.storage.arm(fault, self.writes.latest() if self.writes is not None else None)
+        glob = self.storage.arm(fault, self.writes.latest() if self.writes is not None else None).glob
         what = "the next write is cut short, and the node killed"
         if fault.action is FaultAction.DISK_FULL:
             what = "writes fail with ENOSPC"
@@ -249,7 +249,7 @@ class Supervisor:
     def on_storage_event(self, fault: Optional[FaultSpec], event: StorageEvent) -> None:
         """A worker met a storage fault: say where; a torn write's node dies at once (killed by
         the supervisor that follows the run actively, not by one that only watches)."""
-        spec = str(fault) if fault is not None else f"{event.kind}:{event.node}"
+        spec = str(fault) if fault is not None else self.live_faults.spec_of(event.key) or f"{event.kind}:{event.node}"
         self.say(f"{spec}: {event.describe()}")
         self.record("storage-fault", node=event.node, spec=spec, storage=event.kind, file=event.file, rank=event.rank,
                     byte=event.byte, size=event.size)

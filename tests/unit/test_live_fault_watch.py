@@ -8,9 +8,11 @@ import time
 
 import pytest
 
+from orchestrate.faults.storage import STORAGE_REACH
+from orchestrate.node.storage_faults import EVENTS_FILE as STORAGE_EVENTS_FILE
 from orchestrate.outcome.events import EVENTS_FILE
 from orchestrate.outcome.model import FaultRecord
-from orchestrate.plan.layout import LIVE_FAULTS_FILE
+from orchestrate.plan.layout import LIVE_FAULTS_FILE, PROGRESS_SUBDIR
 from orchestrate.supervise.api import RunSpec
 from orchestrate.supervise.live_faults import LIVE_HOLD_MARGIN_S, LiveFaultWatch
 from tests.fakes import FakeDockerClient
@@ -195,3 +197,70 @@ def test_a_note_of_another_node_is_ignored_and_one_before_the_watch_began_has_no
     watched.note("g", 1.0, "pause:node1", "node1", "doing")  # its `fault` ended before the engine answered
     assert watched.watch.records(7)[-1] == FaultRecord("pause:node1", "node1", True, 4.0, fired_time=watched.now + 1,
                                                        detail="`fault` ended before the engine answered")
+
+
+def storage_event(watched: Watched, key: str, kind: str = "disk-full", **fields) -> None:
+    """What a worker of node1 records where it meets a storage fault."""
+    progress = watched.run_dir / PROGRESS_SUBDIR
+    progress.mkdir(exist_ok=True)
+    with open(progress / STORAGE_EVENTS_FILE, "a") as handle:
+        handle.write(json.dumps({"kind": kind, "key": key, "node": "node1", "file": "ckpt.pt", "rank": 1, **fields})
+                     + "\n")
+
+
+def storage_note(watched: Watched, fault_id: str, at_s: float, spec: str, phase: str, key: str = "") -> None:
+    entry = {"id": fault_id, "time": watched.now + at_s, "spec": spec, "node": "node1", "phase": phase,
+             **({"storage_key": key} if key else {})}
+    with open(watched.run_dir / LIVE_FAULTS_FILE, "a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+    watched.watch.poll()
+
+
+def test_a_full_disk_armed_from_another_terminal_fired_only_where_a_worker_met_it(watched):
+    met, unmet = "disk-full:node1@t=0..4", "disk-full:node1,path=x/*@t=0..2"
+    storage_note(watched, "m", 0.0, met, "done", key="s1")
+    storage_note(watched, "u", 0.0, unmet, "done", key="s2")
+    assert watched.recorder.said[0] == f"fault armed by `python -m orchestrate fault`: {met} (3.0 s into the job, at step 7)"
+    storage_event(watched, "s1")
+    storage_event(watched, "s-own")  # the run's own fault's: not this one's
+    watched.watch.poll()
+    storage_note(watched, "u", 2.0, unmet, "ended")
+    assert watched.watch.spec_of("s1") == met and watched.watch.spec_of("s-own") is None
+    fired, not_fired = watched.watch.records(7)
+    assert fired == FaultRecord(met, "node1", True, 3.0, 7, fired_time=watched.now,
+                                detail="rank 1's write to ckpt.pt failed: no space left on device (ENOSPC)")
+    assert not not_fired.fired and not_fired.spec == unmet
+    assert not_fired.reason == ("it was armed 3.0 s into the job until 5.0 s, but no worker of node1 wrote a file it"
+                                f" reaches meanwhile ({STORAGE_REACH})")
+
+
+def test_a_torn_write_from_another_terminal_names_the_file_it_cut_and_one_that_cut_none_did_not_fire(watched):
+    spec = "torn-write:node1"
+    storage_note(watched, "t", 0.0, spec, "done", key="s1")
+    assert not watched.watch.records(7)[0].fired  # armed: no write met it yet
+    storage_event(watched, "s1", kind="torn-write", byte=10, size=20)
+    watched.watch.poll()
+    [record] = watched.watch.records(7)
+    assert record.fired and record.struck_file == "ckpt.pt"
+    assert record.detail == "rank 1's write of ckpt.pt was cut at byte 10 of 20"
+
+
+def test_a_storage_event_read_before_its_note_or_before_the_watch_began_still_counts(make_job, tmp_path):
+    first = Watched(make_job, tmp_path)
+    storage_event(first, "s1")  # a worker met it before the watch read the note (or `attach` began)
+    later = Watched(make_job, tmp_path)
+    storage_note(later, "m", 0.0, "disk-full:node1", "done", key="s1")
+    [record] = later.watch.records(7)
+    assert record.fired and "ENOSPC" in record.detail
+
+
+def test_a_storage_fault_done_before_an_attach_that_met_no_write_says_no_time_it_does_not_know(watched):
+    # `attach` came after: the notes fall before it followed the run, and their times into the job are not known
+    spec = "disk-full:node1@t=0..2"
+    storage_note(watched, "u", -10.0, spec, "done", key="s1")
+    storage_note(watched, "u", -8.0, spec, "ended")
+    storage_note(watched, "v", -10.0, "disk-full:node1", "done", key="s2")  # still armed as the job ended
+    ended, armed = watched.watch.records(7)
+    assert (ended.fired, ended.elapsed_s, ended.ended_s) == (False, None, None)
+    assert ended.reason == f"it was armed, but no worker of node1 wrote a file it reaches meanwhile ({STORAGE_REACH})"
+    assert armed.reason == f"it was armed, but no worker of node1 wrote a file it reaches after that ({STORAGE_REACH})"

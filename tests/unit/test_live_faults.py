@@ -188,6 +188,9 @@ def test_a_full_disk_is_armed_for_the_nodes_workers_held_then_disarmed(tmp_path)
     assert run.said == ["armed disk-full:node1,path=ckpt/*@t=0..8 on node1's workers of run R1, files 'ckpt/*' of the"
                         " work directory"]
     assert run.client.calls == []  # the engine is not asked: the workers meet it
+    [done] = run.reader.take()  # its key goes with it: a follower knows the workers' events of it
+    assert (done.phase, done.storage_key) == ("done", listed["key"])
+    run.reader = LiveFaultReader(run.run_dir)
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
     assert clock.slept == [1.0] * 8 and armed(progress) == []
     assert run.notes() == [(str(spec), "node1", "done", ""), (str(spec), "node1", "ended", "")]

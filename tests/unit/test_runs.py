@@ -1381,3 +1381,42 @@ def test_stop_of_a_foreground_run_whose_launcher_is_gone_keeps_its_logs_and_stat
     assert main(["stop", "orphan"], out=out, client=client) == 0
     assert out.getvalue() == ("stopped node0, node1 of run orphan; logs and state kept (remove it with: python -m"
                               " orchestrate down orphan)\n")
+
+
+@pytest.mark.parametrize("met", [True, False])
+def test_a_full_disk_from_another_terminal_fired_only_where_a_worker_met_it(make_run, met):
+    """`fault r disk-full:node1` arms it: the run's summary lists it fired only where a worker's
+    write met it (the events read from the first, though `attach` came after), else not fired,
+    with why, and the run fails as for its own."""
+    import json
+
+    from orchestrate.cli.main import main
+    from orchestrate.faults.storage import armed
+    from orchestrate.node.storage_faults import EVENTS_FILE
+    from orchestrate.plan.layout import PROGRESS_SUBDIR
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    out = io.StringIO()
+    assert main(client=client, argv=["fault", "r", "disk-full:node1,path=*.pt"], out=out) == 0, out.getvalue()
+    progress = make_run("r").run_dir / PROGRESS_SUBDIR
+    [listed] = armed(progress)
+    if met:
+        with open(progress / EVENTS_FILE, "a") as events:
+            events.write(json.dumps({"kind": "disk-full", "key": listed["key"], "node": "node1", "file": "ckpt.pt",
+                                     "rank": 1}) + "\n")
+    for name in ("ddp-r-node1-1", "ddp-r-node0-1"):
+        client.containers_by_name[name].exit(0)
+    out = io.StringIO()
+    code = main(client=client, argv=["attach", "r"], out=out)
+    summary = out.getvalue().split("summary ===")[1]
+    if met:
+        assert code == 0, summary
+        assert "rank 1's write to ckpt.pt failed: no space left on device (ENOSPC)" in summary
+        assert "fault not fired" not in summary
+    else:
+        assert code == 1, summary
+        assert ("fault not fired: disk-full:node1,path=*.pt did not fire: it was armed, but no worker of node1 wrote a"
+                " file it reaches after that") in summary, summary  # `attach` came later: no time it cannot know
+        assert "1 fault(s) asked for never fired: disk-full:node1,path=*.pt" in summary

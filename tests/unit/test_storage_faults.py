@@ -52,11 +52,11 @@ def test_a_storage_fault_reaches_the_directory_of_the_last_save_or_any_file():
 def test_arming_lists_the_fault_for_its_node_and_disarming_takes_it_off(tmp_path):
     armed = storage.ArmedStorageFaults(tmp_path)
     torn, full = parse_fault("torn-write:node1"), parse_fault("disk-full:node0,path=ckpt/*")
-    assert armed.arm(torn, "ckpt/a.pt") == "ckpt/*"
-    assert armed.arm(full) == "ckpt/*"
+    torn_armed, full_armed = armed.arm(torn, "ckpt/a.pt"), armed.arm(full)
+    assert (torn_armed.glob, full_armed.glob) == ("ckpt/*", "ckpt/*")
     listed = storage.armed(tmp_path)
-    assert [(f["kind"], f["node"], f["path"]) for f in listed] == [("torn-write", "node1", "ckpt/*"),
-                                                                  ("disk-full", "node0", "ckpt/*")]
+    assert [(f["kind"], f["node"], f["path"], f["key"]) for f in listed] == [
+        ("torn-write", "node1", "ckpt/*", torn_armed.key), ("disk-full", "node0", "ckpt/*", full_armed.key)]
     worker = storage_faults.StorageFaults(str(tmp_path), "node1", workspace=str(tmp_path / "ws"))
     assert [f["kind"] for f in worker.armed()] == ["torn-write"]  # its own node's only
     armed.end(torn)

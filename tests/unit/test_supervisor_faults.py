@@ -167,6 +167,28 @@ def test_a_storage_fault_armed_from_another_terminal_is_named_by_its_kind_and_it
     assert {r.node.name: r.fault for r in outcome.results}["node1"] == "torn-write:node1"
 
 
+def test_a_storage_fault_armed_and_noted_from_another_terminal_is_named_by_its_spec_and_fired_where_met(make_run):
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    spec = parse_fault("torn-write:node1,path=*.pt")
+
+    def armed_and_noted_by_fault_run_then_torn() -> None:
+        key = storage.arm(job.run_dir / "progress", spec, "node1", "*.pt")
+        note_live_fault(job.run_dir, new_fault_id(), spec, "node1", "done", storage_key=key)
+        wait_for(lambda: "fault armed by `python -m orchestrate fault`" in job.out.getvalue(), "the note read")
+        met(job, "torn-write", "node1", 1, "model.pt", key=key, byte=3, size=8)
+
+    outcome, text, _ = run(
+        job, client, node0=[Script(["[0|0]:training"], after_when=lambda: ("kill", NODE1) in client.calls,
+                                   after=["[0|0]:peer lost"], exit_code=1)],
+        node1=[Script(["[1|0]:training"], then=once_followed(job, "node1")(armed_and_noted_by_fault_run_then_torn),
+                      hang=True)])
+    assert f"{spec}: rank 1's write of model.pt was cut at byte 3 of 8" in text
+    assert {r.node.name: r.fault for r in outcome.results}["node1"] == str(spec)
+    [record] = outcome.faults
+    assert record.fired and record.detail == "rank 1's write of model.pt was cut at byte 3 of 8"
+
+
 def test_a_preempt_sends_sigterm_at_its_step_and_sigkill_only_after_the_stop_grace(make_run):
     fault = "preempt:node1@step=2"
     job = make_run(nodes=2, faults=(parse_fault(fault),), stop_grace=1)
