@@ -172,8 +172,8 @@ class ChaosVerdict(Verdict):
         rows = []
         for spec in self.schedule:
             record, strike = records.get(spec), strikes.get(spec)
-            if record is None or not record.fired:
-                why = record.reason if record else "the run did not get there"
+            if record is None or not record.fired:  # its whole reason is the verdict's (failures)
+                why = gist(record.reason) if record else "the run did not get there"
                 rows.append((spec, f"did not fire: {why}", "-", "-", "-"))
                 continue
             at = f"{record.elapsed_s or 0.0:.1f} s" + ("" if record.step is None else f", step {record.step}")
@@ -280,3 +280,8 @@ class ChaosResult(Verdict):
             lines += [f"  {reason}" for reason in self.failures]
         return "\n".join(lines)
 
+
+def gist(reason: str) -> str:
+    """A reason without what it adds in parentheses (pure): a table's cell, where the verdict
+    below says the whole (what a storage fault reaches runs to 150 characters)."""
+    return reason.split(" (", 1)[0]

@@ -591,6 +591,20 @@ def test_the_verdict_names_a_file_that_differs_and_a_fault_that_never_fired(make
     assert verdict.fault_rows()[0][1] == "did not fire: the workers never reached step 30"
 
 
+def test_a_long_reason_a_fault_did_not_fire_is_whole_in_the_verdict_and_its_gist_in_the_table(make_job, tmp_path):
+    from orchestrate.faults.scheduler import unmet_storage_fault
+
+    spec = "disk-full:node0@step=3"
+    armed = FaultRecord(spec, "node0", elapsed_s=4.2)
+    unfired = FaultRecord(spec, "node0", fired=False, reason=unmet_storage_fault(armed))
+    verdict = ChaosVerdict(3, result(make_job, tmp_path, run_id="ref"),
+                           result(make_job, tmp_path, faults=[unfired], run_id="dis"), [spec])
+    assert verdict.failures == [f"fault {unfired.describe()}"] and "os.write()" in verdict.failures[0]
+    assert verdict.fault_rows()[0][1] == ("did not fire: it was armed 4.2 s into the job, but no worker of node0"
+                                          " wrote a file it reaches after that")
+    assert verdict.record()["schedule"][0]["fired_at"] == verdict.fault_rows()[0][1]
+
+
 def test_a_job_that_failed_under_the_faults_or_a_reference_that_failed_is_the_reason(make_job, tmp_path):
     broken = ChaosVerdict(1, result(make_job, tmp_path, run_id="ref"), result(make_job, tmp_path, ok=False, run_id="d"),
                           ["kill:node1@t=5.0"])
