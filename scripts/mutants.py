@@ -1698,6 +1698,22 @@ MUTANTS = [
            "            self.on_lines(tracker, self.logs.follow(tracker, since=dict(tracker.last_log_stamps)),"
            " self.clock())\n        elif", "            self.on_lines(None, self.logs.follow(tracker,"
            " since=dict(tracker.last_log_stamps)), self.clock())\n        elif", ("tests/unit/test_node_ends.py",)),
+    Mutant("a storage fault from `fault RUN` that met no write counts as fired", "orchestrate/supervise/live_faults.py",
+           "            return replace(record, fired=False, reason=unmet_storage_fault(record, ended=fault_id in self.ended))",
+           "            return record", ("tests/unit/test_live_fault_watch.py", "tests/unit/test_runs.py")),
+    Mutant("the workers' events of a live storage fault are read from when the follower began",
+           "orchestrate/supervise/live_faults.py", "from_start=True) if", "from_start=False) if",
+           ("tests/unit/test_live_fault_watch.py", "tests/unit/test_runs.py")),
+    Mutant("a live storage fault's note carries no key", "orchestrate/faults/live.py",
+           'self.note(spec, spec.node, "done", storage_key=armed.key)', 'self.note(spec, spec.node, "done")',
+           ("tests/unit/test_live_faults.py",)),
+    Mutant("a live storage event is named by its kind, not its spec", "orchestrate/supervise/supervisor.py",
+           'self.live_faults.spec_of(event.key) or f"', 'f"', ("tests/unit/test_supervisor_faults.py",)),
+    Mutant("an unmet storage fault's reason says a time into the job an attach cannot know",
+           "orchestrate/faults/scheduler.py", 'if record.elapsed_s is not None else "")', 'if True else "")',
+           ("tests/unit/test_live_fault_watch.py",)),
+    Mutant("a chaos table's cell holds the whole reason a fault did not fire", "orchestrate/chaos/verdict.py",
+           "why = gist(record.reason) if record", "why = record.reason if record", ("tests/unit/test_chaos.py",)),
 ]
 
 
