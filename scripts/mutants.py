@@ -1714,6 +1714,23 @@ MUTANTS = [
            ("tests/unit/test_live_fault_watch.py",)),
     Mutant("a chaos table's cell holds the whole reason a fault did not fire", "orchestrate/chaos/verdict.py",
            "why = gist(record.reason) if record", "why = record.reason if record", ("tests/unit/test_chaos.py",)),
+    Mutant("a network fault is named where no rank waits for another", "orchestrate/hangs/diagnosis.py",
+           "        if not self.cut_by or not self.someone_waits:", "        if not self.cut_by:", HANGS),
+    Mutant("a hang across a cut network leaves the fault out of its headline", "orchestrate/hangs/diagnosis.py",
+           '        where += f"; {self.cut_note}" if self.cut_note and where else ""', "        pass", HANGS),
+    Mutant("a job that works across a cut network gets the fault's hint", "orchestrate/hangs/diagnosis.py",
+           "        if self.hung and self.cut_note:", "        if self.cut_note:", HANGS),
+    Mutant("the watchdog asks no one which faults cut the network", "orchestrate/hangs/watchdog.py",
+           "found.run_id, found.cut_by = self.run_id, tuple(self.cut_by())", "found.run_id = self.run_id", HANGS),
+    Mutant("any fault in effect counts as a cut network", "orchestrate/supervise/supervisor.py",
+           "                if spec is not None and spec.action.cuts_network]", "                if spec is not None]",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("a disconnected node cuts no network", "orchestrate/config/fault_spec.py",
+           "        return self in (FaultAction.DISCONNECT, FaultAction.PARTITION)",
+           "        return self in (FaultAction.PARTITION,)", ("tests/unit/test_hangs.py",)),
+    Mutant("`stacks RUN` names no network fault", "orchestrate/supervise/rank_probe.py",
+           "for f in host.faults if f.action.cuts_network))", "for f in host.faults if False))",
+           ("tests/unit/test_rank_probe.py",)),
 ]
 
 

@@ -97,6 +97,11 @@ class FaultAction(str, Enum):
         return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.HANG_RANK, FaultAction.PARTITION)
 
     @property
+    def cuts_network(self) -> bool:
+        """While it lasts the nodes' collectives across it wait: no packet gets through."""
+        return self in (FaultAction.DISCONNECT, FaultAction.PARTITION)
+
+    @property
     def options(self) -> tuple[str, ...]:
         """The ``,KEY=VALUE`` options it takes."""
         return {FaultAction.SLOW: ("cpus",), FaultAction.DEGRADE: ("rate",), FaultAction.TORN_WRITE: ("path",),

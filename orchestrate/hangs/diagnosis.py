@@ -81,6 +81,14 @@ def in_init(group: StackGroup) -> bool:
 # A DDP model's forward pass broadcasts its buffers: the frames of it in a failed rank's traceback
 # (each a set of words that are all in it).
 DDP_FORWARD_FRAMES = (("in _sync_buffers",), ("in _sync_module_buffers",))
+# Where a fault of the run's cuts the nodes' network (a partition, a node disconnected) while ranks
+# wait in collectives: the hang is the fault's, as asked, and says what a real cluster would do.
+CUT_HINT = ("the ranks wait on peers that {faults} cut off: a collective across a cut network is not failed by gloo or"
+            " NCCL, which wait out the process group's timeout (--collective-timeout, else torch's 10-30 min), as on"
+            " a real cluster; give the fault an end in seconds (@t=5..20: no step comes while it lasts) to see whether"
+            " the job goes on once the network heals")
+
+
 DDP_FORWARD_HINT = ("a DDP model's forward pass broadcasts the model's buffers from rank 0 (broadcast_buffers=True, the"
                     " default; BatchNorm's running statistics are buffers), so it is a collective every rank must"
                     " make: a forward pass only some ranks make (an evaluation on rank 0 alone, a step the others do"
@@ -304,6 +312,7 @@ class HangDiagnosis:
     run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
     awaited_threads: dict[int, str] = field(default_factory=dict)  # where a waiting main thread's threads are
     awaits_ended_thread: tuple[int, ...] = ()  # the ranks among them one of whose threads ended with an error
+    cut_by: tuple[str, ...] = ()  # the faults in effect that cut the nodes' network (a partition, a disconnect)
 
     @property
     def headline(self) -> str:
@@ -318,7 +327,16 @@ class HangDiagnosis:
         quiet = "" if self.quiet_s is None else f" for {self.quiet_s:.0f} s"
         cause = self.cause or f"no progress{quiet}"
         where = self.divergence.text if self.divergence else self.where_they_wait()
+        where += f"; {self.cut_note}" if self.cut_note and where else ""
         return f"{cause}: {where}" if where else cause
+
+    @property
+    def cut_note(self) -> str:
+        """That faults of the run cut the network the ranks wait across ("" when none does, or no
+        rank waits for another)."""
+        if not self.cut_by or not self.someone_waits:
+            return ""
+        return f"{faults_text(self.cut_by)} {'cut' if len(self.cut_by) > 1 else 'cuts'} the nodes' network"
 
     @property
     def doing(self) -> str:
@@ -472,6 +490,8 @@ class HangDiagnosis:
                 out.append(f"  {DEBUG_HINT}")
         if not self.hung and self.timed_out:
             out.append(f"  {SHORT_TIMEOUT_HINT}")
+        if self.hung and self.cut_note:
+            out.append("  " + CUT_HINT.format(faults=faults_text(self.cut_by)))
         if made_alone:
             out.append(f"  {made_alone}")
         elif self.hung and self.awaits_ended_thread:
@@ -507,10 +527,16 @@ class HangDiagnosis:
                                         for t in g.threads]}
                            for g in self.groups],
                 "divergence": None if self.divergence is None else self.divergence.text,
+                "cut_by": list(self.cut_by),
                 "loaders": {str(rank): [{**w.to_json(), "where": loader_place(w)} for w in workers]
                             for rank, workers in self.loaders.items()},
                 "activities": [a.__dict__ for a in self.activities], "unheard_nodes": self.unheard_nodes,
                 "collectives": {str(rank): entries for rank, entries in self.collectives.items()}}
+
+
+def faults_text(faults: tuple[str, ...]) -> str:
+    """``injected fault partition:node0|node1@step=5`` (pure), or ``injected faults A, B``."""
+    return f"injected fault{'s' if len(faults) > 1 else ''} {', '.join(faults)}"
 
 
 def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why: dict[int, str],

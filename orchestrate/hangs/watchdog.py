@@ -17,7 +17,7 @@ without progress, with the diagnosis as its root cause.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from orchestrate.hangs.diagnosis import HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import Probe
@@ -65,13 +65,16 @@ class HangWatch:
         say: Prints one line.
         clock: Monotonic seconds.
         run_id: The run, named in the diagnosis where a rank waits in its debugger.
+        cut_by: The faults in effect now that cut the nodes' network (a partition, a disconnect),
+            named where ranks wait across it.
     """
 
     def __init__(self, diagnose_after_s: float, end_after_s: Optional[float], ask: Callable[[], str],
                  answers: Callable[[str, float], Probe], expected: Callable[[], set[int]],
                  absent_why: Callable[[set[int]], dict[int, str]], say: Callable[[str], None],
                  clock: Callable[[], float], recheck_s: Optional[float] = None,
-                 answer_window_s: Optional[float] = None, run_id: str = "") -> None:
+                 answer_window_s: Optional[float] = None, run_id: str = "",
+                 cut_by: Callable[[], Sequence[str]] = tuple) -> None:
         thresholds = [t for t in (diagnose_after_s, end_after_s) if t]
         self.threshold = min(thresholds) if thresholds else None
         self.end_after_s = end_after_s
@@ -82,6 +85,7 @@ class HangWatch:
         self.say = say
         self.clock = clock
         self.run_id = run_id
+        self.cut_by = cut_by
         self.recheck_s = RECHECK_S if recheck_s is None else recheck_s
         self.answer_window_s = ANSWER_WINDOW_S if answer_window_s is None else answer_window_s
         self.last_progress: Optional[float] = None  # the latest progress, or look that found the job working
@@ -170,7 +174,7 @@ class HangWatch:
         if expected - set(second.snapshots) - set(absent) or not (second.snapshots or absent):
             return None
         found = diagnose(second, first, expected, absent, quiet)
-        found.run_id = self.run_id
+        found.run_id, found.cut_by = self.run_id, tuple(self.cut_by())
         return found
 
     def judge(self, first: Optional[Probe], second: Probe, quiet: float, now: float) -> Optional[HangDiagnosis]:

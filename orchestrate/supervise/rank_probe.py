@@ -143,6 +143,7 @@ def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_
     apart = max(second.at - first.at, 0.0)
     found = diagnose(second, first, expected, why, None, f"no rank made progress between two looks {apart:.1f} s apart")
     found.unheard_nodes = unheard
+    found.cut_by = tuple(dict.fromkeys(str(f) for host in hosts for f in host.faults if f.action.cuts_network))
     try:
         (Path(run_dir) / STACKS_FILE).write_text(json.dumps({"time": time.time(), **found.to_json()}, indent=1))
     except OSError:

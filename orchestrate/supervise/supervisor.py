@@ -146,7 +146,8 @@ class Supervisor:
         debug = debug_dir(spec.run_dir)
         self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, lambda: ask_snapshots(debug),
                                lambda request, at: answers(debug, request, at), self.expected_ranks,
-                               self.why_absent, self.say, clock, run_id=spec.run_id) if active else None
+                               self.why_absent, self.say, clock, run_id=spec.run_id,
+                               cut_by=self.network_cuts) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
         self.init_records = 0  # the init_process_group calls looked at (see warn_of_certain_init_waits)
@@ -287,6 +288,13 @@ class Supervisor:
         why.update({rank: finished_node_reason(t.name) for t in self.trackers.values()
                     if t.phase is NodePhase.SUCCEEDED for rank in t.plan.global_ranks if rank in ranks})
         return why
+
+    def network_cuts(self) -> list[str]:
+        """The faults in effect now, the run's own or another terminal's, that cut the nodes'
+        network (the hang watchdog's callback: ranks that wait across it wait for the fault)."""
+        cuts = [spec for t in self.live for spec in [parsed_fault(t.result.fault)]
+                if spec is not None and spec.action.cuts_network]
+        return list(dict.fromkeys(str(spec) for spec in cuts))
 
     def look_at_the_end(self) -> None:
         """Before the time limit stops a run whose quiet time the watchdog has not judged yet (a

@@ -14,7 +14,8 @@ from typing import Optional
 import pytest
 
 from orchestrate.hangs.collectives import channel_ends, elements, first_divergence
-from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
+from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, CUT_HINT, DDP_FORWARD_HINT, DEBUG_HINT,
+                                        FSDP_FORWARD_HINT,
                                         HangDiagnosis, diagnose, loader_lines, loading_where, mismatch_divergence,
                                         timeout_diagnosis)
 from orchestrate.hangs.snapshots import (Collective, Frame, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
@@ -2190,3 +2191,68 @@ def test_a_rank_whose_script_returned_is_named_where_the_other_waits_for_it(make
         (0, "collective", "waits in all_reduce(float32[1]) #1 at train.py:9"), (1, "exited", reason)]
     summary = format_summary(result)
     assert "  a rank that exits while the others wait for it" in summary
+
+
+def test_a_fault_that_cuts_the_network_the_ranks_wait_across_is_named_in_the_headline_and_a_hint():
+    waiting = (coll(1), coll(2, state="entered"))
+    both = (probe(5, r0=snap(0, waiting), r1=snap(1, waiting)), probe(0, r0=snap(0, waiting), r1=snap(1, waiting)))
+    found = diagnose(*both, {0, 1}, {}, 60)
+    assert found.cut_note == "" and "cut" not in " ".join(found.lines())  # none in effect: nothing said
+    found.cut_by = ("partition:node0|node1@step=5",)
+    assert found.headline.endswith(
+        "ranks 0, 1: all_reduce at desync.py:11 in <module>; injected fault partition:node0|node1@step=5 cuts the"
+        " nodes' network")
+    assert found.lines()[-1] == "  " + CUT_HINT.format(faults="injected fault partition:node0|node1@step=5")
+    assert found.to_json()["cut_by"] == ["partition:node0|node1@step=5"]
+    found.cut_by = ("disconnect:node1", "partition:node0|node2")
+    assert found.cut_note == "injected faults disconnect:node1, partition:node0|node2 cut the nodes' network"
+    # ranks that wait for no other rank (idle outside any collective) wait for no network either
+    idle = diagnose(probe(5, r0=snap(0, (coll(1),)), r1=snap(1, (coll(1),))),
+                    probe(0, r0=snap(0, (coll(1),)), r1=snap(1, (coll(1),))), {0, 1}, {}, 60)
+    idle.cut_by = ("disconnect:node1",)
+    assert idle.hung and idle.cut_note == "" and "cut" not in " ".join(idle.lines())
+    # a job that works is not the fault's hang
+    working = diagnose(probe(5, r0=snap(0, waiting, cpu_s=5.0), r1=snap(1, waiting)), both[1], {0, 1}, {}, 60)
+    working.cut_by = ("disconnect:node1",)
+    assert not working.hung and not any("cut off" in line for line in working.lines())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("whose", ["the run's", "another terminal's", "none"])
+def test_a_hang_across_a_network_a_fault_cut_names_the_fault_and_no_other(make_run, quick_watchdog, whose):
+    import threading
+
+    from orchestrate.config.fault_spec import parse_fault
+    from orchestrate.faults.live_notes import note_live_fault
+    from orchestrate.outcome.summary import format_summary
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    spec = "disconnect:node1"
+    slow = "slow:node0,cpus=0.5"  # in effect too, and cuts nothing
+    job = make_run(nodes=2, hang_timeout=2, faults=[slow, f"{spec}@t=0"] if whose == "the run's" else [slow])
+    stuck = [{"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
+              "state": "entered"}]
+
+    def node1_starts() -> None:
+        answering_worker(job, 1, stuck, stop=stop)()
+        if whose == "another terminal's":  # as `python -m orchestrate fault RUN disconnect:node1` notes it
+            for phase in ("doing", "done"):
+                note_live_fault(job.run_dir, "f1", parse_fault(spec), "node1", phase)
+
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, stuck, stop=stop))],
+                             node1=[Script(["[1|0]:step 1"], hang=True, then=node1_starts)])
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    summary = format_summary(result)
+    assert result.hung, summary
+    named = spec  # (the run's own, @t=0, is written without its start)
+    if whose == "none":
+        assert "cuts the nodes' network" not in summary and "cut off" not in summary
+        return
+    assert result.hang.headline.endswith(f"all_reduce at train.py:21 in <module>; injected fault {named} cuts the"
+                                         " nodes' network"), summary
+    assert CUT_HINT.format(faults=f"injected fault {named}") in summary

@@ -506,3 +506,20 @@ def test_stacks_takes_an_interval_of_0_or_more_seconds(capsys, interval, said):
     assert main(["stacks", "r", "--interval", interval], out=io.StringIO(), client=FakeDockerClient()) == 2
     err = capsys.readouterr().err
     assert err.startswith(said) and err.count("\n") == 1, err
+
+
+def test_where_ranks_are_names_the_fault_in_effect_that_cut_the_network_they_wait_across(tmp_path):
+    """`stacks RUN` of a run a partition split: the ranks answer (their answers go through the run's
+    directory), both wait in the same all_reduce, and the fault is why."""
+    client = FakeDockerClient()
+    spec = "partition:node0|node1@step=5"
+    split = hosts(client, ("node0", (0,), spec), ("node1", (1,), "slow:node1,cpus=0.5"))
+    workers = AnsweringWorkers(tmp_path, (0, 1), {0: 20, 1: 20})
+    found = workers.where_ranks_are(client, split)
+    assert found.hung and found.cut_by == (spec,)  # the slow node cuts nothing
+    assert found.headline.endswith(f"; injected fault {spec} cuts the nodes' network")
+    assert json.loads((tmp_path / "stacks.json").read_text())["cut_by"] == [spec]
+    from orchestrate.hangs.diagnosis import CUT_HINT
+    from orchestrate.supervise.rank_probe import stack_lines
+
+    assert stack_lines(found)[-1] == CUT_HINT.format(faults=f"injected fault {spec}")  # what `stacks` prints
