@@ -87,8 +87,6 @@ CUT_HINT = ("the ranks wait on peers that {faults} cut off: a collective across 
             " NCCL, which wait out the process group's timeout (--collective-timeout, else torch's 10-30 min), as on"
             " a real cluster; give the fault an end in seconds (@t=5..20: no step comes while it lasts) to see whether"
             " the job goes on once the network heals")
-
-
 DDP_FORWARD_HINT = ("a DDP model's forward pass broadcasts the model's buffers from rank 0 (broadcast_buffers=True, the"
                     " default; BatchNorm's running statistics are buffers), so it is a collective every rank must"
                     " make: a forward pass only some ranks make (an evaluation on rank 0 alone, a step the others do"
