@@ -264,3 +264,13 @@ def test_a_storage_fault_done_before_an_attach_that_met_no_write_says_no_time_it
     assert (ended.fired, ended.elapsed_s, ended.ended_s) == (False, None, None)
     assert ended.reason == f"it was armed, but no worker of node1 wrote a file it reaches meanwhile ({STORAGE_REACH})"
     assert armed.reason == f"it was armed, but no worker of node1 wrote a file it reaches after that ({STORAGE_REACH})"
+
+
+def test_a_run_without_a_directory_has_no_notes_and_no_storage_events_to_read(make_job, tmp_path):
+    from pathlib import Path
+
+    watched = Watched(make_job, tmp_path)
+    bare = LiveFaultWatch(RunSpec("r", "ddp-r", Path(""), ()), watched.trackers, watched.now, lambda: 7,
+                          watched.recorder.say, watched.recorder.record)
+    bare.poll()  # nothing to read, and no error for it
+    assert bare.records(7) == [] and bare.storage_events is None
