@@ -1731,6 +1731,21 @@ MUTANTS = [
     Mutant("`stacks RUN` names no network fault", "orchestrate/supervise/rank_probe.py",
            "for f in host.faults if f.action.cuts_network))", "for f in host.faults if False))",
            ("tests/unit/test_rank_probe.py",)),
+    Mutant("the first attach after a detached run's unwatched end does not record how it ended",
+           "orchestrate/launch/run.py", "        if active or unjudged:", "        if active:", ("tests/unit/test_runs.py",)),
+    Mutant("every attach to an ended detached run records its end again", "orchestrate/launch/run.py",
+           "                        and launcher_exit_code(read_events(spec.run_dir)) is None)", "                        )",
+           ("tests/unit/test_runs.py",)),
+    Mutant("an attach records the end of a run another attach is judging", "orchestrate/launch/run.py",
+           "            unjudged = (run.detached and holds_lock and run.state.ended",
+           "            unjudged = (run.detached and run.state.ended", ("tests/unit/test_runs.py",)),
+    Mutant("an attach records the end of a foreground run its launcher has yet to", "orchestrate/launch/run.py",
+           "            unjudged = (run.detached and holds_lock and run.state.ended",
+           "            unjudged = (holds_lock and run.state.ended", ("tests/unit/test_runs.py",)),
+    Mutant("a run with no directory is followed from the working directory", "orchestrate/engine/runs.py",
+           "        if not self.run_dir.name:\n            raise UsageError(f\"run {self.run_id} names no directory",
+           "        if False:\n            raise UsageError(f\"run {self.run_id} names no directory",
+           ("tests/unit/test_runs.py",)),
 ]
 
 

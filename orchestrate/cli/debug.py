@@ -59,6 +59,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     run.require_live_nodes("debug")
+    run.require_run_dir("debug")  # a stopped rank's socket is in it
     deadline = time.monotonic() + args.wait
     watch = DebuggerWatch(run.run_dir / PROGRESS_SUBDIR)
     while True:

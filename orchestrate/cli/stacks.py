@@ -36,6 +36,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
     run.require_live_nodes("look at")
+    run.require_run_dir("look at")  # the ranks answer in it
     plans = {plan.name: plan for plan in node_plans(run)}  # every node of the run's, the live ones among them
     live = run.live_nodes
     faults = faults_now(run.run_dir, {n.name: n.container for n in live})

@@ -262,6 +262,20 @@ class RunInfo:
                              f" python -m orchestrate logs {self.run_id}")
 
 
+    def require_run_dir(self, doing: str) -> None:
+        """Refuse ``doing`` (``attach to``) a run that names no directory of its own (an empty
+        run-dir label: started by another tool or version): what the command reads and writes
+        there would be the working directory's.
+
+        Raises:
+            UsageError: When the run names none.
+        """
+        if not self.run_dir.name:
+            raise UsageError(f"run {self.run_id} names no directory of its own (an empty {RUN_DIR_LABEL} label: started"
+                             f" by another tool or version), which is needed to {doing} it; its output:"
+                             f" python -m orchestrate logs {self.run_id}")
+
+
 def run_state(detached: bool, launcher_alive: Optional[bool],
               nodes: list[tuple[str, Optional[int]]], launcher_exit: Optional[int] = None) -> RunState:
     """Name a run's state from its nodes' container states and exit codes (pure).

@@ -128,6 +128,7 @@ class Run:
         acts as its launcher when it is a detached run that nobody else follows."""
         client = client if client is not None else connect()
         found = find_run(client, run_id)  # the id may be a unique part of it
+        found.require_run_dir("attach to")  # its follower's logs and record would be the working directory's
         run = cls(RunRequest(), out=out, client=client, run_id=found.run_id, clock=clock, verbose=verbose)
         run.attached = found
         return run
@@ -370,8 +371,12 @@ class Run:
 
     def _follow_attached(self) -> RunResult:
         """Follow a run found in the engine; act as its launcher when it is detached and no one
-        else does (then its record is this process's to finish). KeyboardInterrupt propagates:
-        for ``attach`` it only detaches."""
+        else does (then its record is this process's to finish). A detached run that ended while
+        no one followed it has no launcher's word on how it ended: the first to attach then
+        finishes its record with the summary it says (a fault asked for that never fired fails a
+        job whose nodes all exited 0), so that ``ps`` names it so too. KeyboardInterrupt
+        propagates: for ``attach`` it only detaches."""
+        from orchestrate.outcome.events import launcher_exit_code, read_events
         from orchestrate.outcome.record import write_outcome
 
         run = self.attached
@@ -379,6 +384,8 @@ class Run:
         spec = spec_for_run(run)
         with try_lock(spec.run_dir / SUPERVISOR_LOCK) as holds_lock:
             active = run.detached and holds_lock and not run.state.ended
+            unjudged = (run.detached and holds_lock and run.state.ended
+                        and launcher_exit_code(read_events(spec.run_dir)) is None)
             role = "acting as its launcher" if active else "watching"
             self.say(f"attached to run {run.run_id} ({run_as_recorded(run).state.value}, {role}); Ctrl-C detaches")
             backend = ComposeBackend(spec, self.client, self.out, active=active,
@@ -391,7 +398,7 @@ class Run:
                 raise
         image = run.nodes[0].container.attrs.get("Config", {}).get("Image", "") if run.nodes else ""
         result.image_torch = image_label(self.client, image, TORCH_LABEL) if image else ""
-        if active:  # the run's launcher: its record is ours to finish
+        if active or unjudged:  # the run's launcher, or the first to judge it: its record is ours to finish
             write_outcome(result)
             finish_record(result)
         return result

@@ -1408,6 +1408,14 @@ def test_a_full_disk_from_another_terminal_fired_only_where_a_worker_met_it(make
                                      "rank": 1}) + "\n")
     for name in ("ddp-r-node1-1", "ddp-r-node0-1"):
         client.containers_by_name[name].exit(0)
+    import filelock
+
+    from orchestrate.launch.compose_backend import SUPERVISOR_LOCK
+    from orchestrate.outcome.events import read_events
+
+    with filelock.FileLock(str(make_run("r").run_dir / SUPERVISOR_LOCK)):  # another attach judges it meanwhile
+        assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == (0 if met else 1)
+    assert not [e for e in read_events(make_run("r").run_dir) if e["event"] == "run-ended"]  # that one's to write
     out = io.StringIO()
     code = main(client=client, argv=["attach", "r"], out=out)
     summary = out.getvalue().split("summary ===")[1]
@@ -1420,3 +1428,67 @@ def test_a_full_disk_from_another_terminal_fired_only_where_a_worker_met_it(make
         assert ("fault not fired: disk-full:node1,path=*.pt did not fire: it was armed, but no worker of node1 wrote a"
                 " file it reaches after that") in summary, summary  # `attach` came later: no time it cannot know
         assert "1 fault(s) asked for never fired: disk-full:node1,path=*.pt" in summary
+    out = io.StringIO()  # `ps` names the run's state as its summary said it
+    assert main(client=client, argv=["ps"], out=out) == 0
+    [row] = [line.split() for line in out.getvalue().splitlines() if line.startswith("r ")]
+    assert row[2] == ("succeeded" if met else "failed"), out.getvalue()
+    # the first attach after its end judged it (no launcher had said how it ended); the next only watches
+    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == code
+    ended = [e for e in read_events(make_run("r").run_dir) if e["event"] == "run-ended"]
+    assert [e["exit_code"] for e in ended] == [code]
+    assert json.loads((make_run("r").run_dir / "outcome.json").read_text())["faults"][0]["fired"] is met
+
+
+def test_an_attach_to_a_foreground_run_that_ended_leaves_its_record_to_its_launcher(make_run):
+    """The run's launcher (here, this process, which has not finished it yet) says how it ended:
+    an `attach` meanwhile only watches, and writes no end of its own."""
+    from orchestrate.cli.main import main
+    from orchestrate.outcome.events import read_events
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("fg", {"node0": Script(["[0|0]:done"])}, dict(nodes=1, detach=False)))
+    wait_until(lambda: list_runs(client)[0].state.ended)
+    out = io.StringIO()
+    assert main(client=client, argv=["attach", "fg"], out=out) == 0, out.getvalue()
+    assert "watching" in out.getvalue()
+    assert not [e for e in read_events(make_run("fg").run_dir) if e["event"] == "run-ended"]
+    assert not (make_run("fg").run_dir / "outcome.json").exists()
+
+
+def test_an_attach_to_a_run_with_no_directory_is_refused_writing_nothing_into_the_working_directory(
+        make_run, tmp_path, monkeypatch):
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import RUN_DIR_LABEL
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:done"])}, dict(nodes=1)))
+    wait_until(lambda: list_runs(client)[0].state.ended)
+    client.containers_by_name["ddp-r-node0-1"].labels[RUN_DIR_LABEL] = ""  # no directory (an empty label)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == 2
+    assert list(here.iterdir()) == []  # before 2026-12-04: its node log and events, here
+    assert (f"run r names no directory of its own (an empty {RUN_DIR_LABEL} label: started by another tool or"
+            " version), which is needed to attach to it; its output: python -m orchestrate logs r") in err.getvalue()
+
+
+@pytest.mark.parametrize("command", [["stacks", "r", "--interval", "0"], ["debug", "r"]])
+def test_stacks_and_debug_of_a_running_run_with_no_directory_are_refused_writing_nothing(make_run, tmp_path,
+                                                                                         monkeypatch, command):
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import RUN_DIR_LABEL
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True)}, dict(nodes=1)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.RUNNING)
+    client.containers_by_name["ddp-r-node0-1"].labels[RUN_DIR_LABEL] = ""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(client=client, argv=command, out=io.StringIO()) == 2
+    assert list(here.iterdir()) == [] and "run r names no directory of its own" in err.getvalue()
