@@ -17,7 +17,9 @@ def add_parsers(sub: Any) -> None:
                                         " as run, from any terminal, even after the launcher that started it is"
                                         " gone. For a detached run, attach also acts as its launcher (ends it on a"
                                         " failure, restarts elastic nodes); Ctrl-C (or SIGTERM, SIGHUP) detaches and"
-                                        " leaves the run going.")
+                                        " leaves the run going. The first attach after a detached run ended with no"
+                                        " one following it records that summary, so that ps names the run as it"
+                                        " did.")
     attach.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     attach.set_defaults(handler=command)
 
