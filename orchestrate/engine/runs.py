@@ -261,7 +261,6 @@ class RunInfo:
             raise UsageError(f"run {self.run_id} has ended ({self.state.value}): no node to {doing}; its output:"
                              f" python -m orchestrate logs {self.run_id}")
 
-
     def require_run_dir(self, doing: str) -> None:
         """Refuse ``doing`` (``attach to``) a run that names no directory of its own (an empty
         run-dir label: started by another tool or version): what the command reads and writes

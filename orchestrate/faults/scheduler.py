@@ -217,17 +217,16 @@ class FaultScheduler:
                  " orchestrate.progress.report(step)")
 
 
-def unmet_storage_fault(record: FaultRecord, ended: Optional[bool] = None) -> str:
+def unmet_storage_fault(record: FaultRecord, ended: bool = False) -> str:
     """Why a storage fault that was armed did not fire (pure): no worker of its node wrote a
     file it reaches while it was armed (from ``record.elapsed_s`` into the job, until its end,
-    ``record.ended_s``, if it had one), and what such a fault reaches. ``ended``: whether its end
-    came, where when is not known (an ``attach`` that came later knows no time of a fault done
-    before it); by default, whether ``record.ended_s`` is known."""
-    ended = record.ended_s is not None if ended is None else ended
+    ``record.ended_s``, if it had one), and what such a fault reaches. ``ended``: its end came
+    where when is not known (an ``attach`` that came later knows no time of a fault done before
+    it); a time not known is left out."""
     armed = "it was armed" + (f" {record.elapsed_s:.1f} s into the job" if record.elapsed_s is not None else "")
     if record.ended_s is not None:
         armed += f" until {record.ended_s:.1f} s"
-    meanwhile = "meanwhile" if ended else "after that"
+    meanwhile = "meanwhile" if ended or record.ended_s is not None else "after that"
     return f"{armed}, but no worker of {record.node} wrote a file it reaches {meanwhile} ({STORAGE_REACH})"
 
 

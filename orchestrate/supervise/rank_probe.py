@@ -66,6 +66,12 @@ def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int],
     return why
 
 
+def network_cuts(hosts: list[RankHost]) -> tuple[str, ...]:
+    """The faults these nodes suffer that cut the nodes' network (a partition, a disconnect),
+    each once: ranks that wait across them wait for the fault."""
+    return tuple(dict.fromkeys(str(f) for host in hosts for f in host.faults if f.action.cuts_network))
+
+
 def fault_note(fault: str) -> str:
     """A fault, as said after what it explains ("" when none)."""
     return f" (injected fault {fault})" if fault else ""
@@ -143,7 +149,7 @@ def where_ranks_are(client: Any, run_dir: Path, hosts: list[RankHost], interval_
     apart = max(second.at - first.at, 0.0)
     found = diagnose(second, first, expected, why, None, f"no rank made progress between two looks {apart:.1f} s apart")
     found.unheard_nodes = unheard
-    found.cut_by = tuple(dict.fromkeys(str(f) for host in hosts for f in host.faults if f.action.cuts_network))
+    found.cut_by = network_cuts(hosts)
     try:
         (Path(run_dir) / STACKS_FILE).write_text(json.dumps({"time": time.time(), **found.to_json()}, indent=1))
     except OSError:

@@ -70,7 +70,7 @@ from orchestrate.supervise.inspection import Inspector, Seen, store_ended_before
 from orchestrate.supervise.live_faults import LiveFaultWatch
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
-from orchestrate.supervise.rank_probe import RankHost, absent_reasons, finished_node_reason
+from orchestrate.supervise.rank_probe import RankHost, absent_reasons, finished_node_reason, network_cuts
 from orchestrate.supervise.restart_policy import RestartPolicy
 from orchestrate.supervise.timings import run_timings
 from orchestrate.supervise.workdir_writes import WorkdirWrites
@@ -147,7 +147,7 @@ class Supervisor:
         self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, lambda: ask_snapshots(debug),
                                lambda request, at: answers(debug, request, at), self.expected_ranks,
                                self.why_absent, self.say, clock, run_id=spec.run_id,
-                               cut_by=self.network_cuts) if active else None
+                               cut_by=lambda: network_cuts(self.rank_hosts())) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
         self.init_records = 0  # the init_process_group calls looked at (see warn_of_certain_init_waits)
@@ -280,21 +280,17 @@ class Supervisor:
         return planned | {rank for t in self.trackers.values() if t.phase is NodePhase.SUCCEEDED
                           for rank in t.plan.global_ranks}
 
+    def rank_hosts(self) -> list[RankHost]:
+        """The live nodes as the rank probe sees them, each with the fault it suffers now."""
+        return [RankHost(t.name, t.container, t.plan.global_ranks, len(t.plan.process_gpus),
+                         tuple(filter(None, [parsed_fault(t.result.fault)]))) for t in self.live]
+
     def why_absent(self, ranks: set[int]) -> dict[int, str]:
         """Why ranks that did not answer cannot (the hang watchdog's callback)."""
-        hosts = [RankHost(t.name, t.container, t.plan.global_ranks, len(t.plan.process_gpus),
-                          tuple(filter(None, [parsed_fault(t.result.fault)]))) for t in self.live]
-        why = absent_reasons(self.client, hosts, ranks, returned=set(self.progress.finished))
+        why = absent_reasons(self.client, self.rank_hosts(), ranks, returned=set(self.progress.finished))
         why.update({rank: finished_node_reason(t.name) for t in self.trackers.values()
                     if t.phase is NodePhase.SUCCEEDED for rank in t.plan.global_ranks if rank in ranks})
         return why
-
-    def network_cuts(self) -> list[str]:
-        """The faults in effect now, the run's own or another terminal's, that cut the nodes'
-        network (the hang watchdog's callback: ranks that wait across it wait for the fault)."""
-        cuts = [spec for t in self.live for spec in [parsed_fault(t.result.fault)]
-                if spec is not None and spec.action.cuts_network]
-        return list(dict.fromkeys(str(spec) for spec in cuts))
 
     def look_at_the_end(self) -> None:
         """Before the time limit stops a run whose quiet time the watchdog has not judged yet (a
