@@ -509,6 +509,14 @@ class HangDiagnosis:
                 out += ["  " + line for line in loader_lines(rank, self.loaders.get(rank, []), self.hung)]
         return out
 
+    def __str__(self) -> str:
+        """What ``print(result.hang)`` shows: the summary's lines (:meth:`lines`)."""
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        """What a failed ``assert result.hang is None`` shows: the headline, not every field."""
+        return f"HangDiagnosis({'hung' if self.hung else 'not hung'}: {self.headline})"
+
     @property
     def waiting_for_loaders(self) -> set[int]:
         """The ranks whose main thread waits for their DataLoader's worker processes."""

@@ -2217,6 +2217,17 @@ def test_a_fault_that_cuts_the_network_the_ranks_wait_across_is_named_in_the_hea
     assert not working.hung and not any("cut off" in line for line in working.lines())
 
 
+def test_a_diagnosis_prints_as_the_summary_says_it_and_a_failed_assert_shows_its_headline():
+    waiting = (coll(1), coll(2, state="entered"))
+    found = diagnose(probe(5, r0=snap(0, waiting), r1=snap(1, waiting)),
+                     probe(0, r0=snap(0, waiting), r1=snap(1, waiting)), {0, 1}, {}, 60)
+    assert str(found) == "\n".join(found.lines()) and len(found.lines()) > 1  # print(result.hang): every line
+    assert repr(found) == f"HangDiagnosis(hung: {found.headline})"  # `assert result.hang is None`: not 16 fields
+    working = diagnose(probe(5, r0=snap(0, waiting, cpu_s=5.0), r1=snap(1, waiting)),
+                       probe(0, r0=snap(0, waiting), r1=snap(1, waiting)), {0, 1}, {}, 60)
+    assert repr(working) == f"HangDiagnosis(not hung: {working.headline})"
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("whose", ["the run's", "another terminal's", "none"])
 def test_a_hang_across_a_network_a_fault_cut_names_the_fault_and_no_other(make_run, quick_watchdog, whose):
