@@ -47,6 +47,8 @@ SPARE_RESTARTS = 2
 # coarse clock, up to a tick behind (4 ms at HZ=250, 10 at HZ=100). Measured here: a save begun
 # 1.3 ms after a step's report had a modification time 3.9 ms before it.
 MTIME_BEHIND_S = 0.02
+# What a --compare file a run did not write is: its copy of the work directory's own.
+LEFT_AS_IT_WAS = "the file there is the work directory's own, from before the check, unchanged"
 
 
 class ChaosCheck:
@@ -128,8 +130,7 @@ class ChaosCheck:
     def judge(self, seed: int, reference: RunResult, reference_records: list[ProgressRecord], facts: Reference,
               disturbed: RunResult, schedule: list[str], undisturbed: Path, workdir: Path) -> ChaosVerdict:
         """One trial's verdict, recorded in its run's directory and shown on its report page."""
-        comparisons = compare_files(self.engine(), self.request.image, undisturbed, workdir, list(self.compare),
-                                    self.rtol, self.run_as()) if disturbed.job_succeeded else []
+        comparisons = self.compared(undisturbed, workdir, disturbed) if disturbed.job_succeeded else []
         records = read_all(disturbed.run_dir / PROGRESS_SUBDIR)
         attempts = attempts_of(records, facts.last_step, completed=disturbed.job_succeeded)
         steps = compare_step_metrics(reference_records, records, self.rtol) if self.compare_steps else None
@@ -140,6 +141,19 @@ class ChaosCheck:
         (disturbed.run_dir / CHAOS_FILE).write_text(json.dumps(verdict.record(), indent=2) + "\n")
         write_report_quietly(disturbed.run_dir)  # again, with the schedule and the verdict
         return verdict
+
+    def compared(self, undisturbed: Path, workdir: Path, disturbed: RunResult) -> list[FileComparison]:
+        """The ``--compare`` files of the two runs, in the order asked; one the run with faults left
+        as its copy held it from before the check (it did not write it) is that, not compared: the
+        undisturbed run's file against the work directory's own would match by accident where an
+        earlier run of the job wrote it."""
+        stale = {path: FileComparison(path, "bytes", False,
+                                      problem=f"the run with faults did not write it: {LEFT_AS_IT_WAS}")
+                 for path in self.compare if (workdir / path).is_file() and not wrote(disturbed, path)}
+        fresh = [path for path in self.compare if path not in stale]
+        found = {c.path: c for c in compare_files(self.engine(), self.request.image, undisturbed, workdir, fresh,
+                                                   self.rtol, self.run_as())} if fresh else {}
+        return [stale.get(path) or found[path] for path in self.compare]
 
     def one_run(self, request: RunRequest) -> RunResult:
         run = Run(request, out=self.out, client=self.client, command_line=self.command_line, verbose=self.verbose,
@@ -206,14 +220,27 @@ def describe_reference(facts: Reference) -> str:
     return f"the undisturbed job: {steps} in {facts.job_s:.1f} s; {saved}"
 
 
+def wrote(result: RunResult, path: str) -> bool:
+    """Whether the run created or changed ``path`` (relative) in its work directory (True where
+    the directory was not followed: not known)."""
+    if result.writes is None:
+        return True
+    return os.path.normpath(path) in {os.path.normpath(w.path) for w in result.writes}
+
+
 def unwritten_comparisons(undisturbed: Path, paths: tuple[str, ...], reference: RunResult) -> list[FileComparison]:
-    """The ``--compare`` files the undisturbed run did not write (a typo, a path the job never
-    writes), each saying what it did write: no trial can be compared on them."""
+    """The ``--compare`` files the undisturbed run did not write, each saying what it did write:
+    no trial can be compared on them. One it has no such file of (a typo, a path the job never
+    writes); or one its copy of the work directory held from before the check, which it left as
+    it was (a file an earlier run of the job wrote, that this one writes no more)."""
     missing = [path for path in paths if not (undisturbed / path).is_file()]
-    if not missing:
+    stale = [path for path in paths if path not in missing and not wrote(reference, path)]
+    if not missing and not stale:
         return []
     written = sorted({w.path for w in reference.writes or []})
-    wrote = (f"it wrote {', '.join(written[:6])}{f' and {len(written) - 6} more' if len(written) > 6 else ''}"
-             if written else "it wrote no file in its work directory")
-    return [FileComparison(path, "bytes", False, problem=f"the undisturbed run wrote no such file ({wrote}); no"
-                                                           " trial was run") for path in missing]
+    said = (f"it wrote {', '.join(written[:6])}{f' and {len(written) - 6} more' if len(written) > 6 else ''}"
+            if written else "it wrote no file in its work directory")
+    problems = {**{path: f"the undisturbed run wrote no such file ({said})" for path in missing},
+                **{path: f"the undisturbed run did not write it: {LEFT_AS_IT_WAS} ({said})" for path in stale}}
+    return [FileComparison(path, "bytes", False, problem=f"{problems[path]}; no trial was run")
+            for path in paths if path in problems]

@@ -655,6 +655,63 @@ def test_a_compared_file_the_undisturbed_run_did_not_write_ends_the_check_before
     assert ChaosResult(verdict.reference, [verdict, verdict]).rows()[0] == ("1", "-", "-", "-", "DOES NOT HOLD")
 
 
+@pytest.mark.parametrize("which", ["the undisturbed run", "the run with faults", "the run with faults, removing it",
+                                   "neither (not followed)"])
+def test_a_compared_file_a_run_left_as_the_work_directory_held_it_never_matches(which, make_job, tmp_path,
+                                                                                monkeypatch):
+    """The work directory holds final.pt from an earlier run of the job (`run` before `chaos`), and
+    the job now writes its model elsewhere: every copy holds the same old final.pt, which compared
+    byte for byte matched, and the verdict held although nothing was compared. A run that did not
+    write a compared file leaves it as the work directory held it: said so, never compared."""
+    import orchestrate.chaos.check as check_module
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    (work / "final.pt").write_bytes(b"an earlier run's weights")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    check = ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS, compare=("final.pt",), out=io.StringIO())
+    compared = []
+    monkeypatch.setattr(check_module, "compare_files", lambda client, image, first, second, paths, *rest: (
+        compared.extend(paths) or [FileComparison(p, "bytes", True) for p in paths]))
+    check.engine = lambda: None
+    runs = []
+
+    def one_run(run_request):
+        runs.append(run_request)
+        ran = result(make_job, tmp_path, run_id=f"run{len(runs)}", faults=[KILL] if run_request.faults else [])
+        ran.run_dir.mkdir()
+        this_run = "the run with faults" if run_request.faults else "the undisturbed run"
+        if run_request.faults and which.endswith("removing it"):
+            (Path(run_request.workdir) / "final.pt").unlink()
+            this_run = which
+        ran.writes = ([WrittenFile("ckpt.pt", 1.0)] + ([] if which == this_run else [WrittenFile("./final.pt", 2.0)])
+                      if not which.startswith("neither") else None)
+        return ran
+
+    check.one_run = one_run
+    [verdict] = check.run().trials
+    if which == "the undisturbed run":
+        assert len(runs) == 1 and compared == []  # no trial: nothing it could be compared on
+        assert verdict.failures == ["final.pt: the undisturbed run did not write it: the file there is the work"
+                                    " directory's own, from before the check, unchanged (it wrote ckpt.pt); no trial"
+                                    " was run"]
+    elif which == "the run with faults":
+        assert len(runs) == 2 and compared == []
+        assert verdict.failures == ["final.pt: the run with faults did not write it: the file there is the work"
+                                    " directory's own, from before the check, unchanged"]
+    elif which == "the run with faults, removing it":  # not left as it was: compare_files says it is missing
+        assert len(runs) == 2 and compared == ["final.pt"]
+        return
+    else:  # the writes are not known: compared, as they may have been written
+        assert len(runs) == 2 and compared == ["final.pt"] and verdict.comparisons[0].equal
+        assert not any("final.pt" in reason for reason in verdict.failures)
+        return
+    assert verdict.status == "DOES NOT HOLD"
+
+
 def test_a_verdict_with_no_run_with_faults_never_holds_whatever_made_it(make_job, tmp_path):
     """`chaos` makes one only with a reason (the undisturbed run failed, or did not write a compared
     file); one made without any still does not hold: it says nothing was tested."""
