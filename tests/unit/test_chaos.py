@@ -712,6 +712,124 @@ def test_a_compared_file_a_run_left_as_the_work_directory_held_it_never_matches(
     assert verdict.status == "DOES NOT HOLD"
 
 
+def fake_job_run(make_job, tmp_path: Path, runs: list, t0: float = 1000.0, failing: bool = False):
+    """A stand-in for ChaosCheck.one_run: each run as a job of 10 steps, reported by rank 0 one a
+    second from ``t0`` with a loss, that saves ckpt.pt after step 3 and final.pt at its end, in
+    the work directory it was given. With faults (a kill at a step), the first attempt reaches that
+    step, and the next resumes from step 3. ``failing``: the undisturbed run fails."""
+
+    def one_run(request):
+        runs.append(request)
+        faults = list(request.faults)
+        ran = result(make_job, tmp_path, ok=not (failing and not faults), run_id=f"run{len(runs)}",
+                     faults=[FaultRecord(str(f), f.node or "node0", elapsed_s=f.at_step + 0.5, step=f.at_step,
+                                         fired_time=t0 + f.at_step + 0.5) for f in faults])
+        ran.started_time = t0
+        ran.run_dir = Path(request.runs_dir) / ran.run_id
+        (ran.run_dir / "progress").mkdir(parents=True)
+        struck_at = faults[0].at_step if faults else None
+        first = range(1, (struck_at or 10) + 1)
+        lines = [{"rank": 0, "time": t0 + n, "step": n, "attempt": "a", "loss": 1.0 / n} for n in first]
+        if struck_at:
+            lines.append({"rank": 0, "time": t0 + 20.0, "resumed": 3, "attempt": "b"})
+            lines += [{"rank": 0, "time": t0 + 20 + n, "step": n, "attempt": "b", "loss": 1.0 / n} for n in range(4, 11)]
+        (ran.run_dir / "progress" / "rank0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        (Path(request.workdir) / "final.pt").write_bytes(b"weights")
+        ran.writes = [WrittenFile("ckpt.pt", t0 + 3.5), WrittenFile("final.pt", t0 + 31.0)]
+        return ran
+
+    return one_run
+
+
+def test_a_whole_check_runs_the_reference_then_each_trial_from_its_own_copy_and_judges_each(make_job, tmp_path,
+                                                                                             monkeypatch):
+    """Two trials (seeds 5 and 6) of one kill each: every run elastic, in its own copy of the work
+    directory, with restarts for its faults; each trial with the schedule its seed draws from the
+    reference's facts, its files compared with the reference's, its steps compared and counted
+    redone, its verdict kept in its run's directory. Trial 6's final.pt differs: the check does
+    not hold, and says so by seed."""
+    import orchestrate.chaos.check as check_module
+    from orchestrate.chaos.check import CHAOS_FILE, ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True,
+                                      max_restarts=1)
+    out = io.StringIO()
+    kinds = (FaultAction.KILL,)
+    check = ChaosCheck(request, faults=1, seed=5, kinds=kinds, compare=("final.pt",), rtol=0.01, trials=2,
+                       compare_steps=True, max_steps_redone=10, out=out)
+    compared = []
+
+    def compare(client, image, first, second, paths, rtol, run_as):
+        compared.append((first.name, second.name, paths, rtol))
+        return [FileComparison(p, "tensors", second.name.endswith("seed5"), 0.0 if second.name.endswith("seed5")
+                               else 0.5, "w") for p in paths]
+
+    monkeypatch.setattr(check_module, "compare_files", compare)
+    check.engine = lambda: None
+    runs = []
+    check.one_run = fake_job_run(make_job, tmp_path, runs)
+    outcome = check.run()
+
+    [base] = (tmp_path / "runs").iterdir()
+    assert [Path(r.workdir) for r in runs] == [base / "undisturbed", base / "with-faults-seed5",
+                                               base / "with-faults-seed6"]
+    assert all(r.rdzv == "c10d" and Path(r.runs_dir) == base / "runs" and r.max_restarts == 3 for r in runs)
+    facts = Reference(10, 30.0, "ckpt.pt", 3.5, 4)
+    schedules = [draw_schedule(seed, 1, kinds, ["node0", "node1"], facts, world_size=2) for seed in (5, 6)]
+    assert [tuple(r.faults) for r in runs] == [(), *schedules]
+    said = out.getvalue().splitlines()
+    assert said[:5] == [
+        "[chaos] --max-restarts 1 raised to 3: a restart for each of the 1 fault(s), and 2 to spare",
+        f"[chaos] run 1 of 3: the job undisturbed, in a copy of the work directory ({base / 'undisturbed'})",
+        "[chaos] the undisturbed job: 10 steps in 30.0 s; it first wrote ckpt.pt, before step 4",
+        f"[chaos] run 2 of 3: the same job with 1 fault(s) drawn from seed 5: {schedules[0][0]}",
+        ""]  # then trial 5's verdict
+    assert f"[chaos] run 3 of 3: the same job with 1 fault(s) drawn from seed 6: {schedules[1][0]}" in said
+    assert compared == [("undisturbed", "with-faults-seed5", ["final.pt"], 0.01),
+                        ("undisturbed", "with-faults-seed6", ["final.pt"], 0.01)]
+    assert outcome.reference.run_id == "run1" and [t.seed for t in outcome.trials] == [5, 6]
+    held, differs = outcome.trials
+    for trial, run_id, schedule in ((held, "run2", schedules[0]), (differs, "run3", schedules[1])):
+        step = schedule[0].at_step
+        assert trial.disturbed.run_id == run_id and trial.schedule == [str(schedule[0])]
+        assert trial.reference is outcome.reference and trial.facts == facts and trial.rtol == 0.01
+        assert trial.steps_redone == step - 3 and trial.max_steps_redone == 10
+        assert trial.steps.equal and trial.steps.compared == step + 7  # each attempt's steps, with a loss
+        [struck] = trial.strikes
+        assert (struck.spec, struck.steps_done, struck.saved, struck.resumed_from) == (
+            str(schedule[0]), step, ("ckpt.pt",), 3)
+        kept = json.loads((trial.disturbed.run_dir / CHAOS_FILE).read_text())
+        assert (kept["seed"], kept["status"], kept["disturbed_run"]) == (trial.seed, trial.status, run_id)
+    assert held.status == "HOLDS" and differs.status == "DOES NOT HOLD"
+    assert outcome.status == "DOES NOT HOLD" and outcome.exit_code == 1
+    assert outcome.failures == ["seed 6: final.pt: differs (tensors; largest difference 0.5 at w)"]
+    assert "VERDICT HOLDS" in out.getvalue() and "VERDICT DOES NOT HOLD" in out.getvalue()  # each trial's, as it ends
+
+
+def test_a_check_whose_undisturbed_run_failed_runs_no_trial(make_job, tmp_path):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    check = ChaosCheck(request, faults=1, seed=5, kinds=DEFAULT_KINDS, trials=3, rtol=0.5, compare_steps=True,
+                       out=io.StringIO())
+    runs = []
+    check.one_run = fake_job_run(make_job, tmp_path, runs, failing=True)
+    outcome = check.run()
+    assert len(runs) == 1 and outcome.reference.run_id == "run1"
+    [verdict] = outcome.trials
+    assert (verdict.seed, verdict.disturbed, verdict.schedule, verdict.rtol) == (5, None, [], 0.5)
+    assert verdict.failures == ["the undisturbed run failed (exit code 1): nothing to compare with"]
+    assert outcome.exit_code == 1
+
+
 def test_a_verdict_with_no_run_with_faults_never_holds_whatever_made_it(make_job, tmp_path):
     """`chaos` makes one only with a reason (the undisturbed run failed, or did not write a compared
     file); one made without any still does not hold: it says nothing was tested."""
