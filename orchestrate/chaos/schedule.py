@@ -142,7 +142,8 @@ def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: 
 
 
 def _stretch(low: int, high: int, count: int, index: int) -> tuple[int, int]:
-    """The steps of stretch ``index`` of ``count`` equal stretches of [low, high]."""
-    width = (high - low + 1) / count
-    first = low + int(index * width)
-    return first, max(first, low + int((index + 1) * width) - 1)
+    """The steps of stretch ``index`` of ``count`` equal stretches of [low, high], in whole
+    numbers (a float's width lost the last step where ``count`` times it rounded down)."""
+    steps = high - low + 1
+    first = low + index * steps // count
+    return first, max(first, low + (index + 1) * steps // count - 1)

@@ -103,6 +103,95 @@ def test_a_reference_too_short_for_the_faults_and_an_unknown_kind_are_usage_erro
         parse_kinds("kill,lose")
 
 
+def test_the_stretches_of_steps_cover_the_range_once_each_never_empty():
+    from orchestrate.chaos.schedule import _stretch
+
+    for low, high in ((2, 9), (5, 9), (2, 40), (11, 11), (3, 100)):
+        for count in range(1, high - low + 2):
+            stretches = [_stretch(low, high, count, i) for i in range(count)]
+            covered = [step for first, last in stretches for step in range(first, last + 1)]
+            assert covered == list(range(low, high + 1)), (low, high, count, stretches)
+
+
+def test_the_steps_and_seconds_faults_fall_in_with_their_bounds():
+    # steps: after the first save (step 4 came after it) where there are `count` steps from there to
+    # the one before the last, else from step 2
+    reference = Reference(10, 100.0, "ckpt.pt", 3.5, 4)
+    assert [reference.step_range(n) for n in (1, 5, 6)] == [(5, 9), (5, 9), (2, 9)]
+    assert Reference(None, 100.0).step_range(1) == (2, -1)
+    # seconds: the middle 80% of the job, from a second after the first save where `count` seconds
+    # are left from there
+    assert Reference(None, 100.0, "ckpt.pt", 20.0).time_range(1) == (21.0, 90.0)
+    assert Reference(None, 100.0, "ckpt.pt", 5.0).time_range(1) == (10.0, 90.0)  # (the first tenth is left out)
+    assert Reference(None, 100.0, "ckpt.pt", 88.0).time_range(1) == (89.0, 90.0)
+    assert Reference(None, 100.0, "ckpt.pt", 88.0).time_range(2) == (10.0, 90.0)
+    assert Reference(None, 100.0).time_range(1) == (10.0, 90.0)
+    # where the first write was made: before a step, or only when
+    assert Reference(10, 100.0, "ckpt.pt", 3.5, 4).describe_first_write() == "ckpt.pt, before step 4"
+    assert Reference(10, 100.0, "ckpt.pt", 3.5).describe_first_write() == "ckpt.pt, 3.5 s into the job"
+    assert Reference(10, 100.0, "ckpt.pt").describe_first_write() == "ckpt.pt, 0.0 s into the job"
+    assert Reference(10, 100.0).describe_first_write() == ""
+    # exactly as many distinct steps, or seconds, as faults: room enough; one fewer: none
+    assert len(draw_schedule(1, 3, (FaultAction.KILL,), NODES, Reference(5, 60.0))) == 3  # steps 2, 3, 4
+    with pytest.raises(UsageError) as no_room:
+        draw_schedule(1, 4, (FaultAction.KILL,), NODES, Reference(5, 60.0))
+    assert str(no_room.value) == ("the undisturbed run reached step 5: no room for 4 faults at distinct steps; ask"
+                                  " for fewer, or train longer")
+    assert len(draw_schedule(1, 4, (FaultAction.KILL,), NODES, Reference(None, 5.0))) == 4  # 0.5 s to 4.5 s
+    with pytest.raises(UsageError) as too_short:
+        draw_schedule(1, 5, (FaultAction.KILL,), NODES, Reference(None, 5.0))
+    assert str(too_short.value) == ("the undisturbed run's job took 5.0 s: too short for 5 faults spread over it; ask"
+                                    " for fewer, or train longer")
+
+
+def test_faults_at_seconds_fall_in_their_stretch_and_a_lasting_one_ends_within_it():
+    reference = Reference(None, 100.0)  # 10 s to 90 s: four stretches of 20 s
+    for seed in range(40):
+        for i, fault in enumerate(draw_schedule(seed, 4, (FaultAction.KILL, FaultAction.PAUSE), NODES, reference)):
+            assert fault.at_step is None and fault.at_seconds == round(fault.at_seconds, 1)
+            stretch_start = 10.0 + 20.0 * i
+            if fault.action is FaultAction.KILL:
+                assert fault.until_seconds is None
+                assert stretch_start - 0.05 <= fault.at_seconds <= stretch_start + 20.0 + 0.05, (i, fault)
+            else:  # begins in the first half, lasts 10 s at most (and half its stretch)
+                assert stretch_start - 0.05 <= fault.at_seconds <= stretch_start + 10.0 + 0.05, (i, fault)
+                assert fault.until_seconds == round(fault.at_seconds + 10.0, 1), fault
+    # a short stretch: a lasting fault lasts half of it
+    short = draw_schedule(3, 2, (FaultAction.PAUSE,), NODES, Reference(None, 10.0))  # 1 s to 9 s: stretches of 4 s
+    assert [round(f.until_seconds - f.at_seconds, 1) for f in short] == [2.0, 2.0]
+    # with steps, a lasting fault still falls at a time (no step comes while it lasts)
+    [paused] = draw_schedule(3, 1, (FaultAction.PAUSE,), NODES, Reference(30, 100.0))
+    assert paused.at_step is None and 10.0 <= paused.at_seconds <= 50.0
+
+
+def test_rank_faults_aim_at_every_rank_of_the_world_and_storage_faults_at_the_first_node():
+    reference = Reference(30, 20.0)
+    drawn = [f for seed in range(60) for f in draw_schedule(seed, 2, (FaultAction.KILL_RANK,), NODES, reference,
+                                                            world_size=6)]
+    assert {f.rank for f in drawn} == set(range(6)) and not any(f.node for f in drawn)
+    without_size = [f for seed in range(60) for f in draw_schedule(seed, 2, (FaultAction.KILL_RANK,), NODES,
+                                                                   reference)]
+    assert {f.rank for f in without_size} == {0, 1, 2}  # a rank per node
+    storage = [f for seed in range(20) for f in draw_schedule(seed, 2, (FaultAction.DISK_FULL,), NODES, reference)]
+    assert {f.node for f in storage} == {"node0"}
+
+
+def test_kinds_chaos_cannot_draw_are_refused_with_what_to_do_instead():
+    with pytest.raises(UsageError) as unknown:
+        parse_kinds("kill,explode")
+    assert str(unknown.value) == f"--kinds: no fault kind 'explode' (kinds: {', '.join(a.value for a in FaultAction)})"
+    with pytest.raises(UsageError) as partition:
+        parse_kinds("partition")
+    assert str(partition.value) == ("--kinds: chaos does not draw partitions (their groups are yours to choose: give"
+                                    " one to run --fault, e.g. 'partition:node0|node1@t=5..20')")
+    with pytest.raises(UsageError) as lose:
+        parse_kinds("lose")
+    assert str(lose.value).endswith("; give run --fault lose:node1 with --nnodes MIN:MAX")
+    with pytest.raises(UsageError) as none:
+        parse_kinds(" , ")
+    assert str(none.value) == "--kinds: name at least one fault kind, e.g. kill,restart"
+
+
 def test_each_runs_copy_of_the_work_directory_leaves_the_runs_directory_out(tmp_path):
     from orchestrate.chaos.check import ChaosCheck
     from orchestrate.config.request import RunRequest
