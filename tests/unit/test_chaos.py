@@ -1124,6 +1124,37 @@ def test_bad_chaos_input_is_one_line_and_exit_2(argv, message, tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing copied, nothing run
 
 
+@pytest.mark.parametrize("asked, options, said", [
+    ({"faults": ("kill:node1@step=3",)}, {}, "chaos draws its faults itself: drop --fault (or use run --fault)"),
+    ({"scheduler": "slurm"}, {}, "chaos runs the job twice in the foreground: no --scheduler slurm, --detach or --keep"),
+    ({"detach": True}, {}, "chaos runs the job twice in the foreground: no --scheduler slurm, --detach or --keep"),
+    ({"keep": True}, {}, "chaos runs the job twice in the foreground: no --scheduler slurm, --detach or --keep"),
+    ({}, {"faults": 0}, "--faults must be 1 or more, got 0"),
+    ({}, {"trials": 0}, "--trials must be 1 or more, got 0"),
+    ({}, {"compare": ("../final.pt",)}, "--compare ../final.pt: give a path relative to the work directory"),
+    ({}, {"compare": ("/tmp/final.pt",)}, "--compare /tmp/final.pt: give a path relative to the work directory"),
+    ({}, {"rtol": 0.1}, "--rtol 0.1 is the tolerance of --compare and --compare-steps: give one of them"),
+    ({}, {"rtol": 0.1, "compare": ("final.pt",)}, None),
+    ({}, {"rtol": 0.1, "compare_steps": True}, None),
+])
+def test_what_a_check_cannot_do_is_refused_word_for_word_before_anything_runs(asked, options, said, tmp_path):
+    from dataclasses import replace as changed
+
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    request = changed(RunRequest.from_options(("train.py",), workdir=tmp_path, runs_dir=tmp_path / "runs"), **asked)
+    settings = {"faults": 1, "seed": 1, "kinds": DEFAULT_KINDS, **options}
+    if said is None:
+        check = ChaosCheck(request, **settings)
+        assert (check.rtol, check.compare, check.compare_steps) == (
+            0.1, options.get("compare", ()), options.get("compare_steps", False))
+        return
+    with pytest.raises(UsageError) as refused:
+        ChaosCheck(request, **settings)
+    assert str(refused.value) == said
+
+
 def test_a_fault_fired_on_another_ranks_report_counts_the_step_the_launcher_saw():
     # rank 1 reported step 6 first and the launcher fired at 106.02; rank 0 reported step 6 at 106.05
     records = [ProgressRecord(0, t, step=n, attempt="a") for n, t in [(4, 104.0), (5, 105.0), (6, 106.05)]] \
