@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -156,6 +157,10 @@ def test_faults_at_seconds_fall_in_their_stretch_and_a_lasting_one_ends_within_i
             else:  # begins in the first half, lasts 10 s at most (and half its stretch)
                 assert stretch_start - 0.05 <= fault.at_seconds <= stretch_start + 10.0 + 0.05, (i, fault)
                 assert fault.until_seconds == round(fault.at_seconds + 10.0, 1), fault
+    # a fault that ends an attempt falls anywhere in its stretch, the second half too
+    kills = [(i, f.at_seconds) for seed in range(40)
+             for i, f in enumerate(draw_schedule(seed, 4, (FaultAction.KILL,), NODES, reference))]
+    assert any(at > 10.0 + 20.0 * i + 10.0 for i, at in kills)
     # a short stretch: a lasting fault lasts half of it
     short = draw_schedule(3, 2, (FaultAction.PAUSE,), NODES, Reference(None, 10.0))  # 1 s to 9 s: stretches of 4 s
     assert [round(f.until_seconds - f.at_seconds, 1) for f in short] == [2.0, 2.0]
@@ -789,8 +794,10 @@ def test_a_compared_file_a_run_left_as_the_work_directory_held_it_never_matches(
                                     " was run"]
     elif which == "the run with faults":
         assert len(runs) == 2 and compared == []
-        assert verdict.failures == ["final.pt: the run with faults did not write it: the file there is the work"
-                                    " directory's own, from before the check, unchanged"]
+        assert verdict.comparisons == [FileComparison(
+            "final.pt", "bytes", False, problem="the run with faults did not write it: the file there is the work"
+                                                " directory's own, from before the check, unchanged")]
+        assert verdict.failures == [verdict.comparisons[0].describe()]
     elif which == "the run with faults, removing it":  # not left as it was: compare_files says it is missing
         assert len(runs) == 2 and compared == ["final.pt"]
         return
@@ -801,16 +808,19 @@ def test_a_compared_file_a_run_left_as_the_work_directory_held_it_never_matches(
     assert verdict.status == "DOES NOT HOLD"
 
 
-def fake_job_run(make_job, tmp_path: Path, runs: list, t0: float = 1000.0, failing: bool = False):
+def fake_job_run(make_job, tmp_path: Path, runs: list, t0: float = 1000.0, failing: str = "", counted: bool = False):
     """A stand-in for ChaosCheck.one_run: each run as a job of 10 steps, reported by rank 0 one a
     second from ``t0`` with a loss, that saves ckpt.pt after step 3 and final.pt at its end, in
     the work directory it was given. With faults (a kill at a step), the first attempt reaches that
-    step, and the next resumes from step 3. ``failing``: the undisturbed run fails."""
+    step, and the next resumes from step 3. ``failing``: which run fails ("undisturbed", "with
+    faults"); ``counted``: the steps are the optimizer's, counted from 1 in each attempt, and no
+    attempt says where it resumed."""
 
     def one_run(request):
         runs.append(request)
         faults = list(request.faults)
-        ran = result(make_job, tmp_path, ok=not (failing and not faults), run_id=f"run{len(runs)}",
+        ran = result(make_job, tmp_path, ok=failing != ("with faults" if faults else "undisturbed"),
+                     run_id=f"run{len(runs)}",
                      faults=[FaultRecord(str(f), f.node or "node0", elapsed_s=f.at_step + 0.5, step=f.at_step,
                                          fired_time=t0 + f.at_step + 0.5) for f in faults])
         ran.started_time = t0
@@ -818,10 +828,13 @@ def fake_job_run(make_job, tmp_path: Path, runs: list, t0: float = 1000.0, faili
         (ran.run_dir / "progress").mkdir(parents=True)
         struck_at = faults[0].at_step if faults else None
         first = range(1, (struck_at or 10) + 1)
-        lines = [{"rank": 0, "time": t0 + n, "step": n, "attempt": "a", "loss": 1.0 / n} for n in first]
+        lines = [{"rank": 0, "time": t0 + n, "step": n, "attempt": "a", "loss": 1.0 / n, "counted": counted}
+                 for n in first]
         if struck_at:
-            lines.append({"rank": 0, "time": t0 + 20.0, "resumed": 3, "attempt": "b"})
-            lines += [{"rank": 0, "time": t0 + 20 + n, "step": n, "attempt": "b", "loss": 1.0 / n} for n in range(4, 11)]
+            if not counted:
+                lines.append({"rank": 0, "time": t0 + 20.0, "resumed": 3, "attempt": "b"})
+            lines += [{"rank": 0, "time": t0 + 20 + n, "step": n - 3 if counted else n, "attempt": "b",
+                       "loss": 1.0 / n, "counted": counted} for n in range(4, 11)]
         (ran.run_dir / "progress" / "rank0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
         (Path(request.workdir) / "final.pt").write_bytes(b"weights")
         ran.writes = [WrittenFile("ckpt.pt", t0 + 3.5), WrittenFile("final.pt", t0 + 31.0)]
@@ -853,12 +866,13 @@ def test_a_whole_check_runs_the_reference_then_each_trial_from_its_own_copy_and_
     compared = []
 
     def compare(client, image, first, second, paths, rtol, run_as):
+        assert (client, image, run_as) == ("the engine", request.image, check.run_as())
         compared.append((first.name, second.name, paths, rtol))
         return [FileComparison(p, "tensors", second.name.endswith("seed5"), 0.0 if second.name.endswith("seed5")
                                else 0.5, "w") for p in paths]
 
     monkeypatch.setattr(check_module, "compare_files", compare)
-    check.engine = lambda: None
+    check.engine = lambda: "the engine"
     runs = []
     check.one_run = fake_job_run(make_job, tmp_path, runs)
     outcome = check.run()
@@ -891,12 +905,164 @@ def test_a_whole_check_runs_the_reference_then_each_trial_from_its_own_copy_and_
         [struck] = trial.strikes
         assert (struck.spec, struck.steps_done, struck.saved, struck.resumed_from) == (
             str(schedule[0]), step, ("ckpt.pt",), 3)
-        kept = json.loads((trial.disturbed.run_dir / CHAOS_FILE).read_text())
+        text = (trial.disturbed.run_dir / CHAOS_FILE).read_text()
+        assert text.startswith('{\n  "') and text.endswith("}\n")  # indented for a reader
+        kept = json.loads(text)
         assert (kept["seed"], kept["status"], kept["disturbed_run"]) == (trial.seed, trial.status, run_id)
     assert held.status == "HOLDS" and differs.status == "DOES NOT HOLD"
     assert outcome.status == "DOES NOT HOLD" and outcome.exit_code == 1
     assert outcome.failures == ["seed 6: final.pt: differs (tensors; largest difference 0.5 at w)"]
     assert "VERDICT HOLDS" in out.getvalue() and "VERDICT DOES NOT HOLD" in out.getvalue()  # each trial's, as it ends
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_one_trial_runs_in_a_copy_of_its_own_and_its_verdict_is_printed_by_the_command_not_the_check(
+        counted, make_job, tmp_path, monkeypatch):
+    """One trial of a rank fault on 2 nodes of 2 workers: its copy is `with-faults`, the ranks
+    drawn from are the world's 4, and the check prints no verdict itself (`chaos` prints the
+    result's). Counted steps (no attempt said where it resumed) still give where the last attempt
+    resumed, from the undisturbed run's count."""
+    import orchestrate.chaos.check as check_module
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2,
+                                      nproc_per_node=2, cpu=True)
+    facts = Reference(10, 30.0, "ckpt.pt", 3.5, 4)
+    kinds = (FaultAction.KILL_RANK,)
+    seed = next(seed for seed in range(100)  # one whose rank needs the world's size to be drawn
+                if draw_schedule(seed, 1, kinds, ["node0", "node1"], facts, world_size=4)
+                != draw_schedule(seed, 1, kinds, ["node0", "node1"], facts))
+    out = io.StringIO()
+    check = ChaosCheck(request, faults=1, seed=seed, kinds=kinds, compare=("final.pt",), out=out)
+    monkeypatch.setattr(check_module, "compare_files", lambda *args: [FileComparison("final.pt", "tensors", True, 0.0)])
+    check.engine = lambda: None
+    runs = []
+    check.one_run = fake_job_run(make_job, tmp_path, runs, counted=counted)
+    outcome = check.run()
+    [base] = (tmp_path / "runs").iterdir()
+    assert [Path(r.workdir).name for r in runs] == ["undisturbed", "with-faults"]
+    [schedule] = [tuple(r.faults) for r in runs[1:]]
+    assert schedule == draw_schedule(seed, 1, kinds, ["node0", "node1"], facts, world_size=4)
+    assert f"drawn from seed {seed}: {schedule[0]}\n" in out.getvalue()
+    assert "VERDICT" not in out.getvalue() and "VERDICT HOLDS" in outcome.format()
+    [trial] = outcome.trials
+    assert trial.steps is None  # no --compare-steps
+    [struck] = trial.strikes
+    assert (struck.resumed_from, trial.steps_redone) == (3, schedule[0].at_step - 3)
+
+
+def test_a_trial_whose_job_failed_under_its_faults_compares_no_file(make_job, tmp_path, monkeypatch):
+    import orchestrate.chaos.check as check_module
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    check = ChaosCheck(request, faults=1, seed=2, kinds=(FaultAction.KILL,), compare=("final.pt",),
+                       out=io.StringIO())
+    monkeypatch.setattr(check_module, "compare_files", lambda *args: pytest.fail("compared a failed job's files"))
+    runs = []
+    check.one_run = fake_job_run(make_job, tmp_path, runs, failing="with faults")
+    [trial] = check.run().trials
+    assert trial.comparisons == [] and trial.status == "DOES NOT HOLD"
+    assert trial.failures[0].startswith("the job did not complete under the faults")
+
+
+def test_each_run_of_a_check_is_a_run_as_the_command_runs_one_and_a_stop_from_elsewhere_stops_the_check(
+        make_job, tmp_path, monkeypatch):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+    from orchestrate.interrupts import SignalInterrupt
+
+    request = RunRequest.from_options(("train.py",), workdir=tmp_path, runs_dir=tmp_path / "runs")
+    out = io.StringIO()
+    check = ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS, out=out, client="given engine",
+                       command_line="python -m orchestrate chaos ...", verbose=True)
+    followed = []
+    ended = result(make_job, tmp_path)
+
+    def run_and_report(run, raise_interrupt):
+        followed.append((run.request, run.out, run.client, run.command_line, run.verbose, run.notes, raise_interrupt))
+        run.client = "the engine the run connected to"
+        return ended
+
+    monkeypatch.setattr("orchestrate.chaos.check.run_and_report", run_and_report)
+    assert check.one_run(request) is ended
+    assert followed == [(request, out, "given engine", "python -m orchestrate chaos ...", True, False, True)]
+    assert check.client == "the engine the run connected to"  # the next run, and the comparison, use it
+    ended.interrupted, ended.stopped_by, ended.signal_number = True, "stop RUN from another terminal", 15
+    with pytest.raises(SignalInterrupt) as stopped:
+        check.one_run(request)
+    assert stopped.value.signum == 15
+    plain = ChaosCheck(request, faults=1, seed=1, kinds=DEFAULT_KINDS)
+    assert (plain.client, plain.command_line, plain.verbose, plain.compare_steps) == (None, "", False, False)
+
+
+def test_the_check_connects_to_the_engine_once_where_it_was_given_none(tmp_path, monkeypatch):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    connected = []
+    monkeypatch.setattr("orchestrate.engine.client.connect", lambda: connected.append(1) or f"engine {len(connected)}")
+    check = ChaosCheck(RunRequest.from_options(("train.py",), workdir=tmp_path), faults=1, seed=1, kinds=DEFAULT_KINDS)
+    assert (check.engine(), check.engine(), connected) == ("engine 1", "engine 1", [1])
+
+
+def test_a_copy_keeps_links_as_links_and_copies_a_file_named_as_a_checks_directory(tmp_path):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "datasets").mkdir()
+    (work / "data").symlink_to(tmp_path / "datasets")  # a dataset linked in: not copied whole
+    (work / "chaos-20261204-101010-abcdef").write_text("a file, not a check's directory")
+    check = ChaosCheck(RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs"), faults=1,
+                       seed=1, kinds=DEFAULT_KINDS)
+    [copy] = check.copies(tmp_path / "runs" / "chaos-x", ["undisturbed"])
+    assert (copy / "data").is_symlink() and os.readlink(copy / "data") == str(tmp_path / "datasets")
+    assert (copy / "chaos-20261204-101010-abcdef").read_text() == "a file, not a check's directory"
+
+
+def test_what_the_undisturbed_run_did_not_write_names_what_it_wrote_six_at_most_and_ends_the_check(
+        make_job, tmp_path):
+    from orchestrate.chaos.check import ChaosCheck, describe_reference, unwritten_comparisons
+    from orchestrate.config.request import RunRequest
+
+    reference = result(make_job, tmp_path)
+    reference.writes = [WrittenFile(f"ckpt/step_{n}.pt", float(n)) for n in range(8, 0, -1)]
+    (tmp_path / "log.txt").write_text("an earlier run's")
+    assert unwritten_comparisons(tmp_path, ("final.pt", "log.txt"), reference) == [
+        FileComparison("final.pt", "bytes", False, problem="the undisturbed run wrote no such file (it wrote"
+                       " ckpt/step_1.pt, ckpt/step_2.pt, ckpt/step_3.pt, ckpt/step_4.pt, ckpt/step_5.pt,"
+                       " ckpt/step_6.pt and 2 more); no trial was run"),
+        FileComparison("log.txt", "bytes", False, problem="the undisturbed run did not write it: the file there is"
+                       " the work directory's own, from before the check, unchanged (it wrote ckpt/step_1.pt,"
+                       " ckpt/step_2.pt, ckpt/step_3.pt, ckpt/step_4.pt, ckpt/step_5.pt, ckpt/step_6.pt and 2 more);"
+                       " no trial was run")]
+    reference.writes = reference.writes[:6]
+    assert "ckpt/step_8.pt); no trial" in unwritten_comparisons(tmp_path, ("final.pt",), reference)[0].problem
+    reference.writes = []
+    assert unwritten_comparisons(tmp_path, ("final.pt",), reference)[0].problem == (
+        "the undisturbed run wrote no such file (it wrote no file in its work directory); no trial was run")
+    assert describe_reference(Reference(None, 12.25)) == (
+        "the undisturbed job: no steps reported or counted in 12.2 s; it wrote no file in its work directory")
+    # the check ends with its verdict on the reference, kept whole
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    check = ChaosCheck(RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs"), faults=1,
+                       seed=4, kinds=DEFAULT_KINDS, compare=("final.pt",), rtol=0.25, out=io.StringIO())
+    check.one_run = lambda request: reference
+    outcome = check.run()
+    assert outcome.reference is reference and outcome.trials[0].reference is reference
+    assert (outcome.trials[0].seed, outcome.trials[0].rtol, outcome.trials[0].disturbed) == (4, 0.25, None)
 
 
 def test_a_check_whose_undisturbed_run_failed_runs_no_trial(make_job, tmp_path):
@@ -910,7 +1076,7 @@ def test_a_check_whose_undisturbed_run_failed_runs_no_trial(make_job, tmp_path):
     check = ChaosCheck(request, faults=1, seed=5, kinds=DEFAULT_KINDS, trials=3, rtol=0.5, compare_steps=True,
                        out=io.StringIO())
     runs = []
-    check.one_run = fake_job_run(make_job, tmp_path, runs, failing=True)
+    check.one_run = fake_job_run(make_job, tmp_path, runs, failing="undisturbed")
     outcome = check.run()
     assert len(runs) == 1 and outcome.reference.run_id == "run1"
     [verdict] = outcome.trials
