@@ -51,6 +51,11 @@ class FileComparison:
                 f" {self.max_difference:.3g}{at})")
 
 
+# What a verdict that holds cannot say where no file or step was compared.
+NOTHING_COMPARED = ("where it ended was not compared with the undisturbed run (--compare FILE, --compare-steps"
+                    " compare what it saved or reported)")
+
+
 class Verdict:
     """What a trial's verdict and a whole check's share: a ``status``, whether it holds, and the
     exit code it gives."""
@@ -159,6 +164,13 @@ class ChaosVerdict(Verdict):
         return INCONCLUSIVE if self.inconclusive else HOLDS
 
     @property
+    def unchecked(self) -> str:
+        """What a trial that holds did not test ("" where it compared files or steps, or does not hold)."""
+        if self.status != HOLDS or self.comparisons or self.steps is not None:
+            return ""
+        return NOTHING_COMPARED
+
+    @property
     def time_lost_s(self) -> Optional[float]:
         if self.disturbed is None:
             return None
@@ -213,9 +225,12 @@ class ChaosVerdict(Verdict):
         lines.append(f"runs: undisturbed {self.reference.run_dir}"
                      + (f", with faults {self.disturbed.run_dir}" if self.disturbed else ""))
         status = self.status
-        if status == HOLDS:
+        if status == HOLDS and not self.unchecked:
             lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s), resumed after a save, and"
                          " ended where the undisturbed run ended")
+        elif status == HOLDS:  # said as far as it was tested: nothing was compared
+            lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s) and resumed after a save;"
+                         f" {NOTHING_COMPARED}")
         elif status == DOES_NOT_HOLD:
             lines.append("VERDICT DOES NOT HOLD:")
             lines += [f"  {reason}" for reason in self.failures]
@@ -232,7 +247,7 @@ class ChaosVerdict(Verdict):
                              for row in self.fault_rows()],
                 "comparisons": [{"path": c.path, "kind": c.kind, "equal": c.equal, "max_difference": c.max_difference,
                                  "where": c.where, "problem": c.problem} for c in self.comparisons],
-                "steps_compared": self.steps.describe() if self.steps else None,
+                "steps_compared": self.steps.describe() if self.steps else None, "unchecked": self.unchecked,
                 "steps_redone": self.steps_redone, "time_lost_s": self.time_lost_s,
                 "reference_run": self.reference.run_id,
                 "disturbed_run": self.disturbed.run_id if self.disturbed else None}

@@ -196,6 +196,8 @@ def chaos_section(chaos: dict) -> list[str]:
                               c.get("problem", "")) for c in chaos["comparisons"]], "chaos-comparisons"))
     if chaos.get("steps_compared"):
         parts.append(f"<p>{esc(chaos['steps_compared'])}</p>")
+    if chaos.get("unchecked"):  # a verdict that holds, on less than it could have
+        parts.append(f'<p id="chaos-unchecked">Not tested: {esc(chaos["unchecked"])}</p>')
     reasons = chaos.get("failures") or chaos.get("inconclusive") or []
     if reasons:
         parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in reasons) + "</ul>")

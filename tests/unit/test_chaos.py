@@ -595,6 +595,26 @@ def test_the_verdict_holds_when_a_fault_after_a_save_was_followed_by_a_resume_an
     assert verdict.record()["status"] == "HOLDS" and verdict.record()["reference_run"] == "ref"
 
 
+def test_a_verdict_that_holds_with_nothing_compared_does_not_say_the_job_ended_where_the_undisturbed_run_ended(
+        make_job, tmp_path):
+    """No --compare, no --compare-steps: the job survived and resumed, but where it ended was never
+    compared. The verdict holds (as the help says), and says what it did not test, on the page too."""
+    from orchestrate.report.page import chaos_section
+
+    bare = replace(verdict_of(make_job, tmp_path, [strike()]), comparisons=[])
+    assert bare.status == "HOLDS" and bare.unchecked
+    assert bare.format().splitlines()[-1] == (
+        "VERDICT HOLDS: the job survived 1 fault(s) and resumed after a save; where it ended was not compared with the"
+        " undisturbed run (--compare FILE, --compare-steps compare what it saved or reported)")
+    assert bare.record()["unchecked"] == bare.unchecked
+    assert f'<p id="chaos-unchecked">Not tested: {bare.unchecked}</p>' in chaos_section(bare.record())
+    for compared in (verdict_of(make_job, tmp_path, [strike()]),
+                     replace(bare, steps=StepsComparison(compared=3, first_difference=""))):
+        assert compared.unchecked == "" and compared.format().endswith("and ended where the undisturbed run ended")
+        assert not any("chaos-unchecked" in part for part in chaos_section(compared.record()))
+    assert replace(bare, strikes=[strike(saved=())]).unchecked == ""  # inconclusive: its reasons say it
+
+
 def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_a_hold(make_job, tmp_path):
     before_any_save = verdict_of(make_job, tmp_path, [strike(saved=())])
     assert before_any_save.status == "INCONCLUSIVE" and before_any_save.exit_code == 1
@@ -1159,7 +1179,8 @@ def test_a_trials_whole_verdict_says_each_fault_what_it_struck_the_recoveries_an
         "comparisons": [
             {"path": "final.pt", "kind": "tensors", "equal": True, "max_difference": 0.0, "where": "w", "problem": ""},
             {"path": "log.txt", "kind": "bytes", "equal": True, "max_difference": None, "where": "", "problem": ""}],
-        "steps_compared": "per-step metrics: 12 value(s) match the undisturbed run's", "steps_redone": 5,
+        "steps_compared": "per-step metrics: 12 value(s) match the undisturbed run's", "unchecked": "",
+        "steps_redone": 5,
         "time_lost_s": 14.0, "reference_run": "ref", "disturbed_run": "dis"}
     # a torn write whose step at the cut is not known, or whose strike was not found: its times alone
     unknown_step = replace(verdict, strikes=[verdict.strikes[0], replace(verdict.strikes[1], struck_step=None)])
