@@ -574,7 +574,8 @@ def test_a_temporary_file_seen_before_it_was_renamed_onto_the_save_is_never_name
     assert (reference_facts(reference, records[:6]).first_write, reference_facts(reference, records[:6]).first_write_s) \
         == ("checkpoint.pt.tmp", 1.5)
     reference.writes = []
-    assert reference_facts(reference, records[:6]).first_write is None
+    assert (reference_facts(reference, records[:6]).first_write, reference_facts(reference, records[:6]).last_step) \
+        == (None, 6)
     # a save just after step 1's report may carry a modification time a tick before it (the kernel's
     # coarse clock): step 1 is not taken to come after it
     reference.writes = [WrittenFile("checkpoint.pt", 101.0 - 0.004)]
@@ -790,7 +791,9 @@ def test_a_compared_file_a_run_left_as_the_work_directory_held_it_never_matches(
     compared = []
     monkeypatch.setattr(check_module, "compare_files", lambda client, image, first, second, paths, *rest: (
         compared.extend(paths) or [FileComparison(p, "bytes", True) for p in paths]))
-    check.engine = lambda: None
+    # (a file not compared needs no engine: none is reached for it)
+    check.engine = (lambda: None) if "removing" in which or "neither" in which else (
+        lambda: pytest.fail("reached the engine with nothing to compare"))
     runs = []
 
     def one_run(run_request):
@@ -984,12 +987,14 @@ def test_a_trial_whose_job_failed_under_its_faults_compares_no_file(make_job, tm
     work.mkdir()
     (work / "train.py").write_text("print('hi')\n")
     request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
-    check = ChaosCheck(request, faults=1, seed=2, kinds=(FaultAction.KILL,), compare=("final.pt",),
-                       out=io.StringIO())
+    out = io.StringIO()
+    check = ChaosCheck(request, faults=2, seed=2, kinds=(FaultAction.KILL,), compare=("final.pt",), out=out)
     monkeypatch.setattr(check_module, "compare_files", lambda *args: pytest.fail("compared a failed job's files"))
     runs = []
     check.one_run = fake_job_run(make_job, tmp_path, runs, failing="with faults")
     [trial] = check.run().trials
+    first, second = runs[1].faults
+    assert f"drawn from seed 2: {first} {second}\n" in out.getvalue()
     assert trial.comparisons == [] and trial.status == "DOES NOT HOLD"
     assert trial.failures[0].startswith("the job did not complete under the faults")
 
@@ -1066,8 +1071,10 @@ def test_what_the_undisturbed_run_did_not_write_names_what_it_wrote_six_at_most_
                        " the work directory's own, from before the check, unchanged (it wrote ckpt/step_1.pt,"
                        " ckpt/step_2.pt, ckpt/step_3.pt, ckpt/step_4.pt, ckpt/step_5.pt, ckpt/step_6.pt and 2 more);"
                        " no trial was run")]
-    reference.writes = reference.writes[:6]
-    assert "ckpt/step_8.pt); no trial" in unwritten_comparisons(tmp_path, ("final.pt",), reference)[0].problem
+    reference.writes = reference.writes[1:]
+    assert "ckpt/step_6.pt and 1 more); no trial" in unwritten_comparisons(tmp_path, ("final.pt",), reference)[0].problem
+    reference.writes = reference.writes[1:]
+    assert "ckpt/step_6.pt); no trial" in unwritten_comparisons(tmp_path, ("final.pt",), reference)[0].problem
     reference.writes = []
     assert unwritten_comparisons(tmp_path, ("final.pt",), reference)[0].problem == (
         "the undisturbed run wrote no such file (it wrote no file in its work directory); no trial was run")
