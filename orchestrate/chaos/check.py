@@ -228,19 +228,31 @@ def wrote(result: RunResult, path: str) -> bool:
     return os.path.normpath(path) in {os.path.normpath(w.path) for w in result.writes}
 
 
+def in_folder(folder: str, written: list[str]) -> str:
+    """What the run wrote in ``folder`` (relative), as ``--compare`` would name it."""
+    inside = [path for path in written if Path(path).is_relative_to(Path(folder))]
+    if not inside:
+        return "the undisturbed run wrote no file in it"
+    return f"it wrote {', '.join(inside[:3])}{f' and {len(inside) - 3} more' if len(inside) > 3 else ''}"
+
+
 def unwritten_comparisons(undisturbed: Path, paths: tuple[str, ...], reference: RunResult) -> list[FileComparison]:
     """The ``--compare`` files the undisturbed run did not write, each saying what it did write:
     no trial can be compared on them. One it has no such file of (a typo, a path the job never
-    writes); or one its copy of the work directory held from before the check, which it left as
-    it was (a file an earlier run of the job wrote, that this one writes no more)."""
-    missing = [path for path in paths if not (undisturbed / path).is_file()]
-    stale = [path for path in paths if path not in missing and not wrote(reference, path)]
-    if not missing and not stale:
+    writes); one its copy of the work directory held from before the check, which it left as
+    it was (a file an earlier run of the job wrote, that this one writes no more); or a
+    directory (a checkpoint's), named with the files in it that can be compared instead."""
+    folders = [path for path in paths if (undisturbed / path).is_dir()]
+    missing = [path for path in paths if not (undisturbed / path).is_file() and path not in folders]
+    stale = [path for path in paths if path not in missing + folders and not wrote(reference, path)]
+    if not missing and not stale and not folders:
         return []
     written = sorted({w.path for w in reference.writes or []})
     said = (f"it wrote {', '.join(written[:6])}{f' and {len(written) - 6} more' if len(written) > 6 else ''}"
             if written else "it wrote no file in its work directory")
     problems = {**{path: f"the undisturbed run wrote no such file ({said})" for path in missing},
-                **{path: f"the undisturbed run did not write it: {LEFT_AS_IT_WAS} ({said})" for path in stale}}
+                **{path: f"the undisturbed run did not write it: {LEFT_AS_IT_WAS} ({said})" for path in stale},
+                **{path: f"a directory: --compare takes files; name those in it to compare ({in_folder(path, written)})"
+                   for path in folders}}
     return [FileComparison(path, "bytes", False, problem=f"{problems[path]}; no trial was run")
             for path in paths if path in problems]

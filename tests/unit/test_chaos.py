@@ -1078,6 +1078,19 @@ def test_what_the_undisturbed_run_did_not_write_names_what_it_wrote_six_at_most_
     reference.writes = []
     assert unwritten_comparisons(tmp_path, ("final.pt",), reference)[0].problem == (
         "the undisturbed run wrote no such file (it wrote no file in its work directory); no trial was run")
+    # a directory (a DCP checkpoint's): its files are what can be compared
+    (tmp_path / "ckpt" / "final").mkdir(parents=True)
+    reference.writes = [WrittenFile(f"ckpt/final/__{n}_0.distcp", 1.0) for n in range(4)] + [
+        WrittenFile("ckpt/final/.metadata", 2.0), WrittenFile("ckpt/step_3/__0_0.distcp", 0.5)]
+    assert [c.problem for c in unwritten_comparisons(tmp_path, ("ckpt/final/", "ckpt"), reference)] == [
+        "a directory: --compare takes files; name those in it to compare (it wrote ckpt/final/.metadata,"
+        " ckpt/final/__0_0.distcp, ckpt/final/__1_0.distcp and 2 more); no trial was run",
+        "a directory: --compare takes files; name those in it to compare (it wrote ckpt/final/.metadata,"
+        " ckpt/final/__0_0.distcp, ckpt/final/__1_0.distcp and 3 more); no trial was run"]
+    reference.writes = []
+    assert unwritten_comparisons(tmp_path, ("ckpt",), reference)[0].problem == (
+        "a directory: --compare takes files; name those in it to compare (the undisturbed run wrote no file in it);"
+        " no trial was run")
     assert describe_reference(Reference(None, 12.25)) == (
         "the undisturbed job: no steps reported or counted in 12.2 s; it wrote no file in its work directory")
     # the check ends with its verdict on the reference, kept whole
