@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import re
 from pathlib import Path
 
@@ -354,6 +355,56 @@ def test_a_ranks_output_finds_a_piece_of_text_as_the_whole_output_does(tmp_path)
     assert "Traceback" not in lines and "Traceback" in result.rank_output(1)  # an assert on it can fail
     assert str(result.rank_output(1)) == "Traceback (most recent call)\n"
     assert "ACCEPT OK: 3 steps" in lines and 3 not in lines
+    from orchestrate.outcome.model import Lines
+    assert str(Lines(["ACCEPT OK: 3 steps", "Traceback"])) == "ACCEPT OK: 3 steps\nTraceback\n"
+
+
+def test_a_failed_assert_on_a_result_shows_how_the_run_ended_and_why_then_the_last_lines(make_job):
+    """`assert result.succeeded` in a user's test shows the result's repr: read whole, for each
+    part it can have."""
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+    from orchestrate.outcome.judge import Failure
+
+    plan = make_job(nodes=2)
+    done = outcome(results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None)))
+    assert repr(done) == "RunResult(run-1: SUCCEEDED, 2 nodes, run_dir=/tmp/runs/run-1)"
+    failed = results_for(plan, (NodePhase.FAILED, 1, 1, None), (NodePhase.STOPPED, 143, 2, None))
+    failure = Failure("node1", 3, 1, "ValueError: bad batch", ("l1", "l2", "l3", "l4"),
+                      traceback="Traceback (most recent call last):\n  File x\n    load()\nValueError: bad batch\n\n",
+                      description="node1 rank 3 failed (exit code 1): ValueError: bad batch",
+                      users_frame="train.py:6 in load: raise ValueError", chain=("caused by: KeyError: 'x'",
+                                                                                 "caused by: OSError"))
+    unfired = FaultRecord("kill:node0@step=50", "node0", fired=False, reason="the workers never reached step 50")
+    result = outcome(failed, reported_failure=failure, faults=[unfired])
+    assert repr(result) == (
+        "RunResult(run-1: FAILED (exit code 1): node1 rank 3 failed (exit code 1): ValueError: bad batch, in your code"
+        " at train.py:6 in load: raise ValueError, caused by: KeyError: 'x'; fault kill:node0@step=50 did not fire:"
+        " the workers never reached step 50; last lines of node1/rank3: File x | load() | ValueError: bad batch)")
+    # no traceback: its last lines; a node's failure without a rank; whose lines they are, where said
+    plain = Failure("node1", None, 137, "", ("l1", "l2", "l3", "l4"), description="node1 was OOM-killed")
+    assert repr(outcome(failed, reported_failure=plain)) == (
+        "RunResult(run-1: FAILED (exit code 1): node1 was OOM-killed; last lines of node1: l2 | l3 | l4)")
+    assert repr(outcome(failed, reported_failure=replace(plain, lines_of="node1/rank2", last_lines=()))) == (
+        "RunResult(run-1: FAILED (exit code 1): node1 was OOM-killed)")
+    assert repr(outcome(failed, reported_failure=replace(plain, rank=2, lines_of="node0/rank0"))).endswith(
+        "; last lines of node0/rank0: l2 | l3 | l4)")
+    # an interrupt, an engine's error, a look at a quiet job it stopped
+    stopped = outcome(failed, reported_failure=replace(plain, users_frame="", last_lines=()), interrupted=True,
+                      signal_number=15, error="cannot reach the engine",
+                      hang=HangDiagnosis(5.0, [], {}, None, hung=False))
+    assert repr(stopped) == ("RunResult(run-1: FAILED (exit code 143): interrupted by signal 15; cannot reach the"
+                             f" engine; node1 was OOM-killed; at the last look: {stopped.hang.headline})")
+    quiet = outcome(failed, reported_failure=replace(plain, last_lines=()), hang=HangDiagnosis(5.0, [], {}, None))
+    assert repr(quiet).endswith(f"; while hung: {quiet.hang.headline})")  # hung, but not what ended it
+    ended_by_it = outcome(failed, reported_failure=replace(plain, last_lines=()),
+                          hang=HangDiagnosis(5.0, [], {}, None, cause="no progress for 5 s"))
+    assert "while hung" not in repr(ended_by_it)  # its failure's own line says it
+    # the environment's failure alone: no failure of the job, no last lines
+    assert repr(outcome([], error="cannot bring up the nodes: no such image")) == (
+        "RunResult(run-1: FAILED (exit code 2): cannot bring up the nodes: no such image)")
+    # a fault that fired says what it did where it knows
+    assert FaultRecord("disk-full:node0", "node0", elapsed_s=1.0, detail="rank 0's write failed").describe() == (
+        "disk-full:node0 (1.0 s into the job): rank 0's write failed")
 
 
 def test_a_worker_that_crashed_is_the_cause_named_with_its_signal_and_where_it_was(make_job):
