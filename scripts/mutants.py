@@ -148,7 +148,7 @@ MUTANTS = [
            "        statuses = [t.status for t in self.trials] or [DOES_NOT_HOLD]\n",
            "        statuses = [t.status for t in self.trials]\n", CHAOS),
     Mutant("a compared file the undisturbed run left as it was is compared", "orchestrate/chaos/check.py",
-           "    stale = [path for path in paths if path not in missing and not wrote(reference, path)]\n",
+           "    stale = [path for path in paths if path not in missing + folders and not wrote(reference, path)]\n",
            "    stale = []\n", CHAOS),
     Mutant("a compared file the run with faults left as it was is compared", "orchestrate/chaos/check.py",
            "                 for path in self.compare if (workdir / path).is_file() and not wrote(disturbed, path)}\n",
