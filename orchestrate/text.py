@@ -38,6 +38,13 @@ def brief(exception: str) -> str:
     return (words if len(words) - message_at >= BRIEF_MESSAGE_CHARS else head).rstrip(" ,;") + " …"
 
 
+def listed(items: list[str], most: int) -> str:
+    """``items`` joined with commas, the first ``most`` of them, and how many more ("a, b and 3
+    more")."""
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
+
+
 def times(count: int) -> str:
     """``once``, ``2 times``."""
     return "once" if count == 1 else f"{count} times"
@@ -119,5 +126,4 @@ def runs_named(given: str, run_ids: Iterable[str]) -> list[str]:
 
 def several_runs(given: str, matches: list[str], where: str) -> str:
     """The one-line error for a ``given`` that names several runs (``matches``) ``where``."""
-    shown = ", ".join(matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
-    return f"{given!r} names {len(matches)} runs {where}: {shown}; give more of the run id"
+    return f"{given!r} names {len(matches)} runs {where}: {listed(matches, 5)}; give more of the run id"

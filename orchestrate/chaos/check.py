@@ -37,6 +37,7 @@ from orchestrate.outcome.progress import ProgressRecord, read_all
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.plan.make import node_name
 from orchestrate.report.page import write_report_quietly
+from orchestrate.text import listed
 
 CHAOS_FILE = "chaos.json"
 # A chaos check's directory under a runs directory (``chaos-<run id>``): its copies and runs.
@@ -228,31 +229,25 @@ def wrote(result: RunResult, path: str) -> bool:
     return os.path.normpath(path) in {os.path.normpath(w.path) for w in result.writes}
 
 
-def in_folder(folder: str, written: list[str]) -> str:
-    """What the run wrote in ``folder`` (relative), as ``--compare`` would name it."""
-    inside = [path for path in written if Path(path).is_relative_to(Path(folder))]
-    if not inside:
-        return "the undisturbed run wrote no file in it"
-    return f"it wrote {', '.join(inside[:3])}{f' and {len(inside) - 3} more' if len(inside) > 3 else ''}"
-
-
 def unwritten_comparisons(undisturbed: Path, paths: tuple[str, ...], reference: RunResult) -> list[FileComparison]:
     """The ``--compare`` files the undisturbed run did not write, each saying what it did write:
     no trial can be compared on them. One it has no such file of (a typo, a path the job never
     writes); one its copy of the work directory held from before the check, which it left as
     it was (a file an earlier run of the job wrote, that this one writes no more); or a
     directory (a checkpoint's), named with the files in it that can be compared instead."""
-    folders = [path for path in paths if (undisturbed / path).is_dir()]
-    missing = [path for path in paths if not (undisturbed / path).is_file() and path not in folders]
-    stale = [path for path in paths if path not in missing + folders and not wrote(reference, path)]
-    if not missing and not stale and not folders:
-        return []
     written = sorted({w.path for w in reference.writes or []})
-    said = (f"it wrote {', '.join(written[:6])}{f' and {len(written) - 6} more' if len(written) > 6 else ''}"
-            if written else "it wrote no file in its work directory")
-    problems = {**{path: f"the undisturbed run wrote no such file ({said})" for path in missing},
-                **{path: f"the undisturbed run did not write it: {LEFT_AS_IT_WAS} ({said})" for path in stale},
-                **{path: f"a directory: --compare takes files; name those in it to compare ({in_folder(path, written)})"
-                   for path in folders}}
-    return [FileComparison(path, "bytes", False, problem=f"{problems[path]}; no trial was run")
-            for path in paths if path in problems]
+    said = f"it wrote {listed(written, 6)}" if written else "it wrote no file in its work directory"
+
+    def problem(path: str) -> str:
+        if (undisturbed / path).is_dir():
+            inside = [w for w in written if Path(w).is_relative_to(Path(path))]
+            return ("a directory: --compare takes files; name those in it to compare ("
+                    + (f"it wrote {listed(inside, 3)})" if inside else "the undisturbed run wrote no file in it)"))
+        if not (undisturbed / path).is_file():
+            return f"the undisturbed run wrote no such file ({said})"
+        if not wrote(reference, path):
+            return f"the undisturbed run did not write it: {LEFT_AS_IT_WAS} ({said})"
+        return ""
+
+    return [FileComparison(path, "bytes", False, problem=f"{why}; no trial was run")
+            for path in paths if (why := problem(path))]

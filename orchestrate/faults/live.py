@@ -19,6 +19,7 @@ from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.live_notes import new_fault_id, note_live_fault
 from orchestrate.faults.storage import STORAGE_REACH, ArmedStorageFaults, StorageEvent
 from orchestrate.plan.layout import PROGRESS_SUBDIR
+from orchestrate.text import listed
 
 # How often a torn write held by `fault RUN` looks for the worker's tear.
 TEAR_POLL_S = 0.2
@@ -259,8 +260,7 @@ def met_writes(events: list[StorageEvent], node: str) -> str:
     if not events:
         return f"no write of {node}'s workers reached it ({STORAGE_REACH})"
     files = list(dict.fromkeys(event.file for event in events))
-    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
-    return f"writes to {len(files)} file(s) failed with ENOSPC: {', '.join(files[:3])}{more}"
+    return f"writes to {len(files)} file(s) failed with ENOSPC: {listed(files, 3)}"
 
 
 def duration_s(spec: FaultSpec) -> float:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from orchestrate.hangs.snapshots import Frame, RankSnapshot, ThreadStack
-from orchestrate.text import ranks_text
+from orchestrate.text import listed, ranks_text
 
 # How many of a group's innermost frames are shown.
 SHOWN_FRAMES = 4
@@ -118,9 +118,8 @@ def awaited_threads(snapshot: RankSnapshot) -> str:
     user's are (``thread producer: sleep at train.py:9 in produce``); "" otherwise."""
     if not snapshot.waits_for_threads or not snapshot.threads:
         return ""
-    places = [f"{thread.name}: {thread_place(thread)}" for thread in snapshot.threads[:2]]
-    more = f" and {len(snapshot.threads) - 2} more" if len(snapshot.threads) > 2 else ""
-    return f"thread{'s' if len(snapshot.threads) > 1 else ''} " + ", ".join(places) + more
+    places = [f"{thread.name}: {thread_place(thread)}" for thread in snapshot.threads]
+    return f"thread{'s' if len(snapshot.threads) > 1 else ''} " + listed(places, 2)
 
 
 @dataclass(frozen=True)
