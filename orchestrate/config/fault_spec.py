@@ -15,7 +15,9 @@ A fault is written ``KIND:TARGET[,KEY=VALUE...][@t=S[..E]|@step=N[..M]]``:
   dies at once: a crash in the middle of a save) and ``disk-full`` (such writes fail with
   ENOSPC while it lasts);
 - a network fault aims at groups of nodes: ``partition:node0,node1|node2,node3`` splits the
-  run's nodes into two groups that cannot reach each other, each group keeping its own links.
+  run's nodes into two groups that cannot reach each other, each group keeping its own links;
+- ``kill``, ``pause`` and ``disconnect`` may aim at the run's own rendezvous store instead
+  (``kill:store``; ``--rdzv-store container``): the rendezvous host lost, hung or cut off.
 
 Without a trigger a fault fires as soon as the job starts. The faults that last
 (``pause``, ``disconnect``, ``slow``, ``degrade``, ``hang-rank``) may be given an end:
@@ -46,7 +48,7 @@ _NUMBER = r"\d+(?:\.\d+)?"
 # A time and its end: @t=5..20, and as a user may well write it, @t=5s..20s or @t=5..t=20.
 _AT_SECONDS = rf"t=(?P<seconds>{_NUMBER})s?(?:\.\.(?:t=)?(?P<until_seconds>{_NUMBER})s?)?"
 _SPEC = re.compile(
-    r"^(?P<kind>[a-z][a-z-]*):(?P<target>[a-z]*\d+)(?P<options>(?:,[a-z]+=[^,@]*)*)"
+    r"^(?P<kind>[a-z][a-z-]*):(?P<target>[a-z]*\d+|store)(?P<options>(?:,[a-z]+=[^,@]*)*)"
     rf"(?:@(?:{_AT_SECONDS}"
     r"|step=(?P<in_attempt>\+)?(?P<step>\d+)(?:\.\.(?:step=)?(?P<until_step>\d+))?))?$"
 )
@@ -55,6 +57,8 @@ DEFAULT_SLOW_CPUS = 0.25
 DEFAULT_DEGRADED_RATE = "10mbit"
 DEFAULT_DEGRADED_RATE_BITS = parse_rate(DEFAULT_DEGRADED_RATE, "rate")
 DEFAULT_LOSSY_PCT = 1.0  # a lossy node's share of packets dropped, in percent
+# The target that names the run's own rendezvous store (``--rdzv-store container``), not a node.
+STORE_TARGET = "store"
 
 
 class FaultAction(str, Enum):
@@ -100,6 +104,11 @@ class FaultAction(str, Enum):
     def cuts_network(self) -> bool:
         """While it lasts the nodes' collectives across it wait: no packet gets through."""
         return self in (FaultAction.DISCONNECT, FaultAction.PARTITION)
+
+    @property
+    def reaches_store(self) -> bool:
+        """It may aim at the run's own rendezvous store: its host dies, hangs or is cut off."""
+        return self in (FaultAction.KILL, FaultAction.PAUSE, FaultAction.DISCONNECT)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -149,6 +158,11 @@ class FaultSpec:
         if self.groups:
             return "|".join(",".join(group) for group in self.groups)
         return str(self.rank) if self.action.on_rank else self.node
+
+    @property
+    def on_store(self) -> bool:
+        """Aimed at the run's own rendezvous store (``kill:store``), not at a node."""
+        return self.node == STORE_TARGET
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -236,7 +250,7 @@ def parse_fault(text: str) -> FaultSpec:
     in_attempt = bool(match["in_attempt"])
     if in_attempt and (until_step is not None or not step):
         raise UsageError(f"invalid --fault {text!r}: @step=+N counts N steps (1 or more) into an attempt, with no end")
-    if until_step is not None and action.stops_progress:
+    if until_step is not None and action.stops_progress and node != STORE_TARGET:
         raise UsageError(f"invalid --fault {text!r}: while {action.value} lasts no step is reported, so an end at a"
                          " step never comes; give it in seconds, e.g. @t=5..20")
     return FaultSpec(action, node, seconds, step, rank, until_seconds, until_step, **options, in_attempt=in_attempt)
@@ -272,6 +286,13 @@ def _target(text: str, action: FaultAction, target: str) -> tuple[str, Optional[
             raise UsageError(f"invalid --fault {text!r}: {action.value} aims at a global rank, e.g."
                              f" {action.value}:1")
         return "", int(target)
+    if target == STORE_TARGET:
+        if not action.reaches_store:
+            *others, last = [a.value for a in FaultAction if a.reaches_store]
+            reaching = f"{', '.join(others)} or {last}"
+            raise UsageError(f"invalid --fault {text!r}: {action.value} aims at a node, e.g. {action.value}:node1;"
+                             f" the rendezvous store takes {reaching}")
+        return target, None
     if not re.fullmatch(r"node\d+", target):
         raise UsageError(f"invalid --fault {text!r}: {action.value} aims at a node, e.g. {action.value}:node1")
     return target, None
@@ -348,10 +369,17 @@ def check_lost_nodes(faults: list[FaultSpec], nodes: int, min_nodes: Optional[in
                          f" MIN ({min_nodes}): the job could not go on; give --nnodes {left}:{nodes}")
 
 
-def check_fault_targets(faults: list[FaultSpec], node_names: list[str], world_size: int) -> None:
-    """Refuse faults aimed at nodes or ranks the run does not have."""
+def check_fault_targets(faults: list[FaultSpec], node_names: list[str], world_size: int,
+                        store_container: bool = False) -> None:
+    """Refuse faults aimed at nodes or ranks the run does not have, or at a rendezvous store
+    that is no container of the run's own (``store_container``: ``--rdzv-store container``)."""
     for fault in faults:
-        if fault.groups:
+        if fault.on_store:
+            if not store_container:
+                raise UsageError(f"--fault {fault}: the rendezvous store is a container of the run's own only with"
+                                 " --rdzv c10d --rdzv-store container; otherwise node0's torchrun agent holds it,"
+                                 f" and {fault.action.value}:node0 takes it with the node")
+        elif fault.groups:
             missing = [n for n in fault.nodes if n not in node_names]
             if missing:
                 raise UsageError(f"--fault {fault}: no {', '.join(missing)} in this run (nodes: {', '.join(node_names)})")

@@ -264,6 +264,8 @@ RUN_OPTIONS = (
            " rank): kill-rank (the worker dies, its node lives), hang-rank (the worker is stopped). Storage faults"
            " (TARGET nodeN, path=GLOB under the work directory): torn-write (its next save cut short, the node"
            " killed), disk-full (writes fail with ENOSPC). partition:NODES|NODES splits the network in two."
+           " kill, pause and disconnect may aim at the rendezvous store (TARGET store, with --rdzv-store"
+           " container): its host lost, hung or cut off."
            " pause, disconnect, slow, degrade, lossy, hang-rank, disk-full and partition may end (..END). A fault that"
            " never fires fails the run. e.g. kill:node1@step=20, slow:node1,cpus=0.2@t=5..20, hang-rank:3@t=10,"
            " torn-write:node0@step=5, 'partition:node0|node1@t=5..20'; repeatable",

@@ -218,7 +218,8 @@ class RunConfig:
         self._check_rendezvous()
         most_nodes = self.nodes if self.max_nodes is None else max(self.nodes, self.max_nodes)
         check_fault_targets(list(self.faults), [f"node{i}" for i in range(self.nodes)],
-                            self.world_size + (most_nodes - self.nodes) * self.nproc_per_node)
+                            self.world_size + (most_nodes - self.nodes) * self.nproc_per_node,
+                            store_container=self.rdzv_store == "container")  # (elastic: checked above)
         check_lost_nodes(list(self.faults), self.nodes, self.min_nodes if self.elastic else None, self.max_restarts)
         if not self.image:
             raise UsageError("--image must not be empty")

@@ -11,6 +11,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixe
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.config.link import NETEM_MISSING, LinkSpec, format_rate, loss_rule, tbf_burst_bytes, tc_commands
+from orchestrate.config.run_config import STORE_SERVICE
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
 from orchestrate.errors import EngineError, NodeLookupError
@@ -27,7 +28,8 @@ RANK_SIGNALS = {FaultAction.KILL_RANK: "SIGKILL", FaultAction.HANG_RANK: "SIGSTO
 
 def do_fault(client: Any, project: str, containers: dict[str, Any], fault: FaultSpec) -> str:
     """Do ``fault`` to its node, or to its rank's worker on whichever of ``containers`` (node
-    name -> live container) runs it; return the node it landed on. A preemption's SIGKILL after
+    name -> live container; the run's own rendezvous store under ``store``) runs it; return the
+    node it landed on. A preemption's SIGKILL after
     the grace is the caller's to send.
 
     Raises:
@@ -119,8 +121,8 @@ def undo(client: Any, project: str, container: Any, fault: FaultSpec, *, node: s
     action = fault.action
     if action is FaultAction.PAUSE:
         container.unpause()
-    elif action is FaultAction.DISCONNECT:
-        project_network(client, project).connect(container, aliases=[node])
+    elif action is FaultAction.DISCONNECT:  # (the store is found by its service's name, as its host)
+        project_network(client, project).connect(container, aliases=[STORE_SERVICE if fault.on_store else node])
     elif action is FaultAction.SLOW:
         quota = int(round(cpus_per_node * CPU_PERIOD_US)) if cpus_per_node else -1  # -1: no quota
         container.update(cpu_period=CPU_PERIOD_US, cpu_quota=quota)

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.config.fault_spec import STORE_TARGET, FaultAction, FaultSpec
 from orchestrate.debugger.states import LEFT, WAITS, waits_line
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
@@ -66,7 +66,7 @@ from orchestrate.plan.layout import PROGRESS_SUBDIR, SIGTERM_MARK_PREFIX
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LineArrived, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
-from orchestrate.supervise.inspection import Inspector, Seen, store_ended_before
+from orchestrate.supervise.inspection import Inspector, Seen, store_container, store_ended_before
 from orchestrate.supervise.live_faults import LiveFaultWatch
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
@@ -132,6 +132,7 @@ class Supervisor:
         # the run's own rendezvous store (--rdzv-store container), a container of its own: followed for its death
         self.store_service = spec.store_host if spec.elastic and spec.store_host not in self.trackers else None
         self.store_lost = ""
+        self.store_killed_by = ""  # the injected fault that killed the store (kill:store), if one did
         self.engine_events = EngineEvents(client, spec.run_id, set(self.trackers) | {self.store_service} - {None},
                                           self.inbox, clock)
         self.progress = ProgressWatch(spec.run_dir / PROGRESS_SUBDIR, self.record)
@@ -187,6 +188,8 @@ class Supervisor:
             self.writes.walk()  # what the job had saved before the fault, to the moment
         if fault.action.on_storage:
             return self.arm_storage(fault)
+        if fault.on_store:
+            return self.fault_store(fault)
         mark = self.mark_sigterm(fault.node) if fault.action is FaultAction.PREEMPT else None
         try:  # a rank fault lands on whichever node runs the rank now
             node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
@@ -221,8 +224,30 @@ class Supervisor:
             return None
         return mark
 
+    def fault_store(self, fault: FaultSpec) -> str:
+        """Do a fault to the run's own rendezvous store (the scheduler's inject); return its target.
+
+        Raises:
+            NodeLookupError: When the run has no such store, or it is gone.
+        """
+        if self.store_service is None:
+            raise NodeLookupError("the run has no rendezvous store of its own (--rdzv-store container)")
+        if fault.action is FaultAction.KILL:  # set first: its death may be seen before the engine answers
+            self.store_killed_by = str(fault)
+        try:
+            container = store_container(self.client, self.spec.run_id, self.store_service)
+            return do_fault(self.client, self.spec.project, {STORE_TARGET: container}, fault)
+        except BaseException:
+            self.store_killed_by = ""
+            raise
+
     def undo(self, fault: FaultSpec, node: str) -> None:
         """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
+        if fault.on_store:
+            assert self.store_service is not None
+            container = store_container(self.client, self.spec.run_id, self.store_service)
+            end_fault(self.client, self.spec.project, {STORE_TARGET: container}, fault, node=STORE_TARGET)
+            return
         tracker = self.trackers[node]
         if fault.action.on_storage:
             self.storage.end(fault)
@@ -624,7 +649,8 @@ class Supervisor:
     def lost_store(self, service: str, code: Optional[int]) -> None:
         """Say and record that the store died: the cause of the nodes' failures that follow."""
         self.store_lost = (f"the run's rendezvous store (its container {service}) died"
-                           f" (exit code {code if code is not None else 'unknown'})")
+                           f" (exit code {code if code is not None else 'unknown'})"
+                           + (f", killed by injected fault {self.store_killed_by}" if self.store_killed_by else ""))
         self.say(self.store_lost)
         self.record("store-died", service=service, exit_code=code)
 

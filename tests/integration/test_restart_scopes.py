@@ -2,7 +2,7 @@
 restart) losing node0, which holds the c10d rendezvous store, ends the job and the root cause
 says so; with the run's own store container (``--rdzv-store container``) the same loss is
 survived, the job resuming from its checkpoint (tests/jobs/resume_training.py); and that store's
-own death is named as what ended the job."""
+own death (``--fault kill:store``: the rendezvous host lost) is named as what ended the job."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import job_workdir, leftovers, read_to_end, remove_project, start_run, wait_for
+from tests.integration.conftest import job_workdir, leftovers
 
 pytestmark = pytest.mark.integration
 
@@ -52,23 +52,17 @@ def test_a_store_container_of_the_runs_own_survives_node0_and_the_job_resumes(or
     assert leftovers(docker_client, result.project) == []
 
 
-def test_the_store_containers_death_is_named_as_what_ended_the_job(docker_client, workdir, tmp_path):
-    proc, lines = start_run(tmp_path, *ELASTIC, "--rdzv-store", "container", "--workdir", str(workdir), "--",
-                            "resume_training.py", "--steps", "200")
-    seen: list[str] = []
-    run_id = wait_for(lines, r"run (\S+): bringing up", seen).group(1)
-    try:
-        wait_for(lines, r"rank 1 step 3 ", seen)
-        [store] = docker_client.containers.list(ignore_removed=True, filters={"label": [f"com.docker.compose.project=ddp-{run_id}",
-                                                                   "com.docker.compose.service=rdzv-store"]})
-        store.kill()  # as a lost host would take it
-        output = read_to_end(proc, lines, seen, timeout_s=120)
-    finally:
-        proc.kill()
-        remove_project(docker_client, f"ddp-{run_id}")
-    assert proc.returncode == 1, output[-3000:]
-    said = "the run's rendezvous store (its container rdzv-store) died (exit code 137)"
-    assert f"[orchestrate] {said}\n" in output
+def test_the_store_containers_death_by_a_fault_is_named_as_what_ended_the_job(orchestrate_run, docker_client,
+                                                                             workdir):
+    result = orchestrate_run(*ELASTIC, "--rdzv-store", "container", "--workdir", str(workdir), "--fault",
+                             "kill:store@step=3", "--", "resume_training.py", "--steps", "200")
+    assert result.code == 1, result.output[-3000:]
+    said = ("the run's rendezvous store (its container rdzv-store) died (exit code 137), killed by injected fault"
+            " kill:store@step=3")
+    assert f"[orchestrate] {said}\n" in result.output, result.output[-3000:]
     assert re.search(rf"^FAILED: {re.escape(said)}: every node's torchrun agent lost the rendezvous; then node[01] ",
-                     output, re.M), output[-3000:]
-    assert leftovers(docker_client, f"ddp-{run_id}") == []
+                     result.output, re.M), result.output[-3000:]
+    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
+    assert [(e["node"], e["spec"]) for e in events if e["event"] == "fault"] == [("store", "kill:store@step=3")]
+    assert not [e for e in events if e["event"] == "restart"]  # a lost store: no node to bring back
+    assert leftovers(docker_client, result.project) == []

@@ -103,6 +103,22 @@ def test_a_config_keeps_its_paths_absolute_and_its_elastic_range_filled_in(tmp_p
     assert str(refused.value) == "--fault kill-rank:8: no rank 8 in this run (ranks 0-7)"
 
 
+@pytest.mark.parametrize("rendezvous, store_container", [
+    ({"rdzv": "c10d", "rdzv_store": "container"}, True),
+    ({"rdzv": "c10d", "rdzv_store": "node0"}, False),  # node0's torchrun agent holds it
+    ({}, False),  # a static job has no rendezvous store
+])
+def test_a_fault_to_the_store_is_for_a_run_whose_store_is_a_container_of_its_own(tmp_path, rendezvous,
+                                                                                 store_container):
+    faults = (parse_fault("kill:store@step=3"),)
+    if store_container:
+        assert RunConfig(workdir=tmp_path, faults=faults, **rendezvous).faults == faults
+        return
+    with pytest.raises(UsageError, match=r"^--fault kill:store@step=3: the rendezvous store is a container of the"
+                                         r" run's own only with --rdzv c10d --rdzv-store container;"):
+        RunConfig(workdir=tmp_path, faults=faults, **rendezvous)
+
+
 def test_missing_workdir_is_refused(tmp_path):
     with pytest.raises(UsageError) as refused:
         RunConfig(workdir=tmp_path / "nope")

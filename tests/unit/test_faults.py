@@ -23,6 +23,11 @@ from tests.fakes import FakeContainer, FakeDockerClient
     ("kill-rank:3@step=7", FaultSpec(FaultAction.KILL_RANK, at_step=7, rank=3)),
     ("hang-rank:1@t=0..12", FaultSpec(FaultAction.HANG_RANK, at_seconds=0.0, rank=1, until_seconds=12.0)),
     ("pause:node1@t=4..9.5", FaultSpec(FaultAction.PAUSE, "node1", 4.0, until_seconds=9.5)),
+    # the run's own rendezvous store: its host lost, hung or cut off (a hung store leaves the
+    # workers' steps going, so its end may be a step)
+    ("kill:store@step=5", FaultSpec(FaultAction.KILL, "store", at_step=5)),
+    ("pause:store@step=5..15", FaultSpec(FaultAction.PAUSE, "store", at_step=5, until_step=15)),
+    ("disconnect:store@t=2..30", FaultSpec(FaultAction.DISCONNECT, "store", 2.0, until_seconds=30.0)),
 ])
 def test_fault_specs_parse_and_print_back(text, expected):
     assert parse_fault(text) == expected
@@ -68,6 +73,13 @@ RELATIVE_GLOB = "path is a glob relative to the work directory, e.g. path=checkp
     ("kill:node1@when=3", USAGE),
     ("kill:worker1", "kill aims at a node, e.g. kill:node1"),
     ("kill-rank:node1", "kill-rank aims at a global rank, e.g. kill-rank:1"),
+    ("restart:store", "restart aims at a node, e.g. restart:node1; the rendezvous store takes kill, pause or"
+                      " disconnect"),
+    ("kill-rank:store", "kill-rank aims at a global rank, e.g. kill-rank:1"),
+    ("torn-write:store", "torn-write aims at a node, e.g. torn-write:node1; the rendezvous store takes kill, pause or"
+                         " disconnect"),
+    ("pause:node1@step=5..9", "while pause lasts no step is reported, so an end at a step never comes; give it in"
+                              " seconds, e.g. @t=5..20"),
     ("kill:node1@t=2..5", f"kill has no end (only {LASTING} last)"),
     ("kill-rank:1@step=3..5", f"kill-rank has no end (only {LASTING} last)"),
     ("slow:node1@t=9..5", AFTER_THE_START),
@@ -151,6 +163,16 @@ def test_faults_must_target_nodes_and_ranks_of_the_run():
                                   " (nodes: node0, node1)")
     with pytest.raises(UsageError, match=r"no rank 4 in this run \(ranks 0-3\)"):
         check_fault_targets([parse_fault("hang-rank:4")], nodes, world_size=4)
+
+
+def test_a_fault_to_the_store_needs_a_store_container_of_the_runs_own():
+    store_faults = [parse_fault("kill:store@step=3"), parse_fault("pause:store@t=1..4")]
+    check_fault_targets(store_faults, ["node0", "node1"], world_size=2, store_container=True)
+    with pytest.raises(UsageError) as refused:
+        check_fault_targets(store_faults, ["node0", "node1"], world_size=2)
+    assert str(refused.value) == ("--fault kill:store@step=3: the rendezvous store is a container of the run's own"
+                                  " only with --rdzv c10d --rdzv-store container; otherwise node0's torchrun agent"
+                                  " holds it, and kill:node0 takes it with the node")
 
 
 def test_probe_names_paused_gone_and_cut_off_nodes_but_not_ended_ones():

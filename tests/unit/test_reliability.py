@@ -347,6 +347,49 @@ def test_a_store_that_dies_while_the_nodes_hang_on_is_said_when_it_dies_and_once
     assert text.count("rendezvous store") == 1 and store_deaths(job) == [("rdzv-store", 137)]
 
 
+def test_a_store_killed_by_a_fault_is_named_with_it_as_what_ended_the_job(make_run):
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", max_restarts=3, faults=["kill:store@t=0.2"])
+    client = FakeDockerClient()
+    store_gone = exited(client, "rdzv-store")
+    lost = "RendezvousConnectionError: The connection to the C10d store has failed."
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], hang=True)]},
+                        node0=[Script(["[0|0]:step 1"], exit_code=1, after=[f"[0|0]:{lost}"], after_when=store_gone)],
+                        node1=[Script(["[1|0]:step 1"], exit_code=1, after=[f"[1|0]:{lost}"], after_when=store_gone)])
+    result = job.run()
+    assert ("kill", "ddp-test-run-rdzv-store-1") in client.calls, job.out.getvalue()
+    said = f"{STORE_DIED}, killed by injected fault kill:store@t=0.2"
+    assert result.store_lost == said and f"[orchestrate] {said}\n" in job.out.getvalue()
+    assert result.failure is not None and result.failure.describe().startswith(
+        f"{said}: every node's torchrun agent lost the rendezvous; then node"), result.failure.describe()
+    [fault] = result.faults
+    assert (fault.spec, fault.node, fault.fired) == ("kill:store@t=0.2", "store", True)
+    assert [(e["node"], e["spec"]) for e in read_events(job.run_dir) if e["event"] == "fault"] == [
+        ("store", "kill:store@t=0.2")]
+    assert store_deaths(job) == [("rdzv-store", 137)]
+
+
+@pytest.mark.parametrize("spec, done, undone", [
+    ("pause:store@t=0.2..0.6", [("pause", "ddp-test-run-rdzv-store-1")], [("unpause", "ddp-test-run-rdzv-store-1")]),
+    # connected again under its service's name, the host the agents reach it by
+    ("disconnect:store@t=0.2..0.6", [("disconnect", "ddp-test-run-rdzv-store-1", "ddp-test-run_ddp")],
+     [("connect", "ddp-test-run-rdzv-store-1", "ddp-test-run_ddp", ("rdzv-store",))]),
+])
+def test_a_store_hung_or_cut_off_for_a_while_is_made_whole_at_its_end_and_no_cause(make_run, spec, done, undone):
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", faults=[spec])
+    client = FakeDockerClient()
+    ended = lambda: "fault ended" in job.out.getvalue()  # noqa: E731
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], hang=True)]},
+                        node0=[Script(["[0|0]:step 1"], after_when=ended, after=["[0|0]:step 2"])],
+                        node1=[Script(["[1|0]:step 1"], after_when=ended, after=["[1|0]:step 2"])])
+    result = job.run()
+    assert result.succeeded and result.store_lost == "", job.out.getvalue()
+    acted = [c for c in client.calls if c[0] in ("pause", "unpause", "disconnect", "connect")]
+    assert acted == done + undone
+    [fault] = result.faults
+    assert (fault.spec, fault.node, fault.fired) == (spec, "store", True) and fault.ended_s is not None
+    assert f"fault ended: {spec} (" in job.out.getvalue()
+
+
 def store_dies_when(condition) -> Script:
     """The store container's script: it serves until ``condition`` holds, then dies with 137."""
     return Script(["serving"], exit_code=137, after=["going"], after_when=condition)
