@@ -19,7 +19,8 @@ def add_parsers(sub: Any) -> None:
         description="Do faults to nodes or workers of a running run, now: kill, lose (for good), pause, disconnect,"
                     " restart or preempt a node, slow it (cpus=F) or degrade its link (rate=R), kill or hang one"
                     " rank, tear a node's next write (torn-write: waits for it, then kills the node) or fill its"
-                    " disk. A fault given an end (@t=START..END) is held for END-START seconds, then undone. The run id"
+                    " disk; kill, pause or disconnect the run's own rendezvous store (kill:store, in a run with"
+                    " --rdzv-store container). A fault given an end (@t=START..END) is held for END-START seconds, then undone. The run id"
                     " is printed when the run starts (and names its runs/ directory).",
         epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
                " python -m orchestrate fault 20261121-093012 slow:node1,cpus=0.2@t=0..30")
@@ -36,7 +37,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run.require_live_nodes("inject a fault into")
     faults = LiveFaults(client, run.run_id, run.project, {n.name: n.container for n in run.live_nodes},
                         stop_grace_s=run.stop_grace_s, cpus_per_node=run.cpus_per_node, link=run.link,
-                        run_dir=run.run_dir, min_nodes=run.min_nodes, max_restarts=run.max_restarts, say=inv.say)
+                        run_dir=run.run_dir, min_nodes=run.min_nodes, max_restarts=run.max_restarts,
+                        store=run.store_container(client) if any(s.on_store for s in args.specs) else None,
+                        say=inv.say)
     faults.check(args.specs)
     try:
         for spec in args.specs:

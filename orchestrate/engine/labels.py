@@ -131,6 +131,20 @@ def find_node_container(client: Any, project_name: str, node: NodePlan) -> Any:
     return found[0]
 
 
+def find_store_container(client: Any, run_id: str, service: str) -> Any:
+    """Run ``run_id``'s own rendezvous store container (Compose service ``service``).
+
+    Raises:
+        NodeLookupError: When the engine has not one such container.
+        docker.errors.DockerException: When the engine does not answer.
+    """
+    labels = [f"{RUN_ID_LABEL}={run_id}", f"{COMPOSE_SERVICE_LABEL}={service}"]
+    found = client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
+    if len(found) != 1:
+        raise NodeLookupError(f"the run's rendezvous store ({service}): expected one container, found {len(found)}")
+    return found[0]
+
+
 def containers_of_project(client: Any, project_name: str) -> dict[str, Any]:
     """Every container of a Compose project, by its service name."""
     found = client.containers.list(all=True, ignore_removed=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={project_name}"})

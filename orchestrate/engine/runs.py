@@ -49,12 +49,13 @@ from orchestrate.engine.labels import (
     STORE_HOST_LABEL,
     HANG_LABEL,
     WORKDIR_LABEL,
+    find_store_container,
 )
 from orchestrate.engine.background import in_background
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.processes import processes_at_once
-from orchestrate.errors import EngineError, UsageError
+from orchestrate.errors import EngineError, NodeLookupError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.layout import STOP_REQUEST_FILE
@@ -199,6 +200,19 @@ class RunInfo:
     def store_host(self) -> str:
         """Who holds the elastic rendezvous's store: node0, or the run's store container."""
         return self.labels.get(STORE_HOST_LABEL, "node0") or "node0"
+
+    def store_container(self, client: Any) -> Optional[Any]:
+        """Its own rendezvous store's container (None: it has none, node0's agent holds the store).
+
+        Raises:
+            UsageError: When it had one, and the engine has it no more.
+        """
+        if self.store_host == "node0":
+            return None
+        try:
+            return find_store_container(client, self.run_id, self.store_host)
+        except (*engine_errors(), NodeLookupError) as exc:
+            raise UsageError(f"run {self.run_id}'s rendezvous store cannot be found: {describe(exc)}") from None
 
     @property
     def scheduler(self) -> str:

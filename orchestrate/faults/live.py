@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_lost_nodes
+from orchestrate.config.fault_spec import STORE_TARGET, FaultAction, FaultSpec, check_lost_nodes
 from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
@@ -42,17 +42,22 @@ class LiveFaults:
         min_nodes: An elastic run's --nnodes MIN (how many nodes a lost one must leave); None for
             a static run, which cannot go on without a node.
         max_restarts: The run's --max-restarts (the nodes left go on through torchrun's restarts).
+        store: Its own rendezvous store's container (``--rdzv-store container``; None: it has none),
+            which ``kill:store``, ``pause:store`` and ``disconnect:store`` aim at.
         say: Where the lines go.
     """
 
     def __init__(self, client: Any, run_id: str, project: str, live: dict[str, Any], *, stop_grace_s: float,
                  cpus_per_node: Optional[float] = None, link: Optional[LinkSpec] = None,
                  run_dir: Optional[Path] = None, min_nodes: Optional[int] = None, max_restarts: int = 0,
-                 say: Callable[[str], None] = print) -> None:
+                 store: Optional[Any] = None, say: Callable[[str], None] = print) -> None:
         self.client = client
         self.run_id = run_id
         self.project = project
         self.live = live
+        self.store = store
+        # what a fault may be done to: the live nodes, and the run's own store as its target names it
+        self.targets = {**live, STORE_TARGET: store} if store is not None else dict(live)
         self.stop_grace_s = stop_grace_s
         self.cpus_per_node = cpus_per_node
         self.link = link
@@ -79,6 +84,9 @@ class LiveFaults:
             if spec.until_step is not None:
                 raise UsageError(f"{spec}: an end at a step needs the run's launcher (give it to run --fault); here"
                                  " give an end in seconds, e.g. @t=0..30")
+            if spec.on_store:
+                self.check_store(spec)
+                continue
             missing = [n for n in spec.nodes if n not in self.live] if not spec.action.on_rank else []
             if missing:
                 raise UsageError(f"no running {', '.join(missing)} in run {self.run_id} (see `python -m orchestrate ps`)")
@@ -86,6 +94,20 @@ class LiveFaults:
                 raise UsageError(f"{spec}: run {self.run_id}'s directory cannot be reached from here, and storage"
                                  " faults are armed there")
         check_lost_nodes(specs, len(self.live), self.min_nodes, self.max_restarts, said="")
+
+    def check_store(self, spec: FaultSpec) -> None:
+        """Refuse a fault to a store the run has not, or that has ended."""
+        if self.store is None:
+            raise UsageError(f"{spec}: run {self.run_id} has no rendezvous store of its own (--rdzv c10d --rdzv-store"
+                             f" container); node0's torchrun agent holds it, if any: {spec.action.value}:node0 takes"
+                             " it with the node")
+        try:
+            self.store.reload()
+            status = self.store.status
+        except engine_errors() as exc:
+            status = describe(exc)
+        if status not in ("running", "paused"):
+            raise UsageError(f"{spec}: run {self.run_id}'s rendezvous store is not running ({status})")
 
     def inject(self, spec: FaultSpec) -> str:
         """Do one fault now; return the node it landed on; hold it when it has an end.
@@ -110,7 +132,7 @@ class LiveFaults:
                 self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
                 node = spec.node
             else:
-                node = do_fault(self.client, self.project, self.live, spec)
+                node = do_fault(self.client, self.project, self.targets, spec)
         except Exception as exc:  # the engine's refusal, or the node's own (no NET_ADMIN for a partition)
             why = describe(exc) if isinstance(exc, engine_errors()) else str(exc) or type(exc).__name__
             if not spec.action.on_rank:
@@ -119,7 +141,8 @@ class LiveFaults:
                 raise EngineError(f"cannot {spec.action.value} {spec.target} of run {self.run_id}: {why}") from None
             raise
         self.note(spec, node, "done")  # a rank fault's node is known only now
-        into = spec.target if spec.groups else node if spec.rank is None else f"rank {spec.rank} on {node}"
+        into = (spec.target if spec.groups else "the rendezvous store" if spec.on_store
+                else node if spec.rank is None else f"rank {spec.rank} on {node}")
         self.say(f"injected {spec.action.value} into {into} of run {self.run_id}")
         if spec.has_end:
             self.held.append((spec, node))
@@ -202,10 +225,10 @@ class LiveFaults:
     def running(self, node: str) -> bool:
         """Whether ``node``'s container still runs (the engine's word; gone counts as not)."""
         try:
-            self.live[node].reload()
+            self.targets[node].reload()
         except engine_errors():
             return False
-        return self.live[node].status in ("running", "paused")
+        return self.targets[node].status in ("running", "paused")
 
     @staticmethod
     def fault_nodes(spec: FaultSpec, node: str) -> list[str]:
@@ -218,7 +241,7 @@ class LiveFaults:
         at its end, as asked)."""
         for node in self.fault_nodes(*held):
             try:
-                self.live[node].reload()
+                self.targets[node].reload()
             except engine_errors() as exc:
                 if classify(exc) is EngineFault.NOT_FOUND:
                     continue
@@ -244,7 +267,7 @@ class LiveFaults:
             self.say(f"ended {spec} on {node} of run {self.run_id}: {met_writes(self.met.get(str(spec), []), node)}")
             return
         try:
-            end_fault(self.client, self.project, self.live, spec, node=node, cpus_per_node=self.cpus_per_node,
+            end_fault(self.client, self.project, self.targets, spec, node=node, cpus_per_node=self.cpus_per_node,
                       link=self.link)
         except (*engine_errors(), EngineError) as exc:
             self.say(f"could not end {spec} on {node}: {describe(exc)}")

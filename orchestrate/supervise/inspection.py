@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
-from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL, RUN_ID_LABEL
+from orchestrate.engine.labels import find_store_container
 from orchestrate.errors import EngineLostError, NodeLookupError
 from orchestrate.supervise.api import NodeTracker
 
@@ -110,20 +110,6 @@ class StoreEnd:
     exit_code: Optional[int]
 
 
-def store_container(client: Any, run_id: str, service: str) -> Any:
-    """Run ``run_id``'s own rendezvous store container (Compose service ``service``).
-
-    Raises:
-        NodeLookupError: When the engine has not one such container.
-        docker.errors.DockerException: When the engine does not answer.
-    """
-    labels = [f"{RUN_ID_LABEL}={run_id}", f"{COMPOSE_SERVICE_LABEL}={service}"]
-    found = client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
-    if len(found) != 1:
-        raise NodeLookupError(f"the run's rendezvous store ({service}): expected one container, found {len(found)}")
-    return found[0]
-
-
 def store_ended_before(client: Any, run_id: str, service: str, node_container: Any) -> Optional[StoreEnd]:
     """Whether run ``run_id``'s store container (Compose service ``service``) had ended before
     the node's container did, as the engine's own clock says (None if not, or unknown).
@@ -131,7 +117,7 @@ def store_ended_before(client: Any, run_id: str, service: str, node_container: A
     The store's ``die`` event can come after the nodes' exits, which an inspection may have
     seen first; the engine's finish times put them back in order."""
     try:
-        found = store_container(client, run_id, service)
+        found = find_store_container(client, run_id, service)
         node_container.reload()
     except (*engine_errors(), NodeLookupError):
         return None

@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
-from orchestrate.config.fault_spec import FaultAction
+from orchestrate.config.fault_spec import STORE_TARGET, FaultAction
 from orchestrate.faults.live_notes import LiveFaultNote, LiveFaultReader
 from orchestrate.faults.scheduler import unmet_storage_fault
 from orchestrate.faults.storage import StorageEvent, StorageEvents
@@ -52,6 +52,7 @@ class LiveFaultWatch:
         self.ended: set[str] = set()  # the ids of those whose end was noted
         self.storage_keys: dict[str, str] = {}  # a storage fault's key in the workers' events, by fault id
         self.met: dict[str, StorageEvent] = {}  # the first event of each key the workers recorded
+        self.store_killed_by = ""  # the `fault RUN kill:store` that killed the run's own store, if one did
         self.storage_events = StorageEvents(spec.run_dir / PROGRESS_SUBDIR, from_start=True) if spec.run_dir.name \
             else None
 
@@ -65,7 +66,7 @@ class LiveFaultWatch:
         holds whose end never came."""
         for note in self.reader.take():
             tracker = self.trackers.get(note.node)
-            if tracker is not None:
+            if tracker is not None or note.node == STORE_TARGET:  # (the run's own store is no node)
                 self.on_note(tracker, note)
         for event in self.storage_events.poll() if self.storage_events is not None else []:
             self.met.setdefault(event.key, event)
@@ -106,9 +107,13 @@ class LiveFaultWatch:
         elapsed = at - self.started_time
         return elapsed if elapsed >= 0 else None
 
-    def on_note(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
+    def on_note(self, tracker: Optional[NodeTracker], note: LiveFaultNote) -> None:
         """One note. A node is blamed only for a fault done since its latest start: an earlier
-        attempt's fault is not the restarted node's."""
+        attempt's fault is not the restarted node's. (``tracker`` None: a fault to the run's own
+        store, which a ``kill`` is blamed for as :attr:`store_killed_by`.)"""
+        if tracker is None:
+            self.on_store_note(note)
+            return
         spec, node = str(note.spec), tracker.name
         start = tracker.latest_start or tracker.first_started
         current = start is None or note.time >= start  # both the host's clock; a restart may follow in ms
@@ -148,6 +153,38 @@ class LiveFaultWatch:
         self.say(f"fault {done} by `python -m orchestrate fault`: {fired.describe()}")
         self.record_once(began, "fault", node=node, spec=spec, action=note.spec.action.value, step=fired.step,
                          **({"rank": note.spec.rank} if note.spec.rank is not None else {}))
+
+    def on_store_note(self, note: LiveFaultNote) -> None:
+        """A note of a fault to the run's own store: said and recorded as a node's is; a kill is
+        what killed the store from when it began until it was refused."""
+        spec = str(note.spec)
+        if note.phase == "doing":
+            self.doing[note.id] = note
+            if note.spec.action is FaultAction.KILL:
+                self.store_killed_by = spec
+            return
+        if note.phase == "failed":
+            self.doing.pop(note.id, None)
+            if self.store_killed_by == spec:
+                self.store_killed_by = ""
+            self.say(f"fault from `python -m orchestrate fault` not done: {spec}: {note.error}")
+            self.record_once(note, "fault-failed", node=note.node, spec=spec, error=note.error[:500])
+            return
+        if note.phase == "ended":
+            self.ended.add(note.id)
+            self.held.pop(note.id, None)
+            if note.id in self.done:
+                self.done[note.id] = replace(self.done[note.id], ended_s=self.into_job(note.time))
+            self.say(f"fault ended by `python -m orchestrate fault`: {spec}")
+            self.record_once(note, "fault-ended", node=note.node, spec=spec, action=note.spec.action.value)
+            return
+        began = self.doing.pop(note.id, note)
+        elapsed = self.into_job(began.time)
+        fired = FaultRecord(spec, note.node, True, elapsed, self.max_step() if elapsed is not None else None,
+                            fired_time=began.time)
+        self.done[note.id] = fired
+        self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
+        self.record_once(began, "fault", node=note.node, spec=spec, action=note.spec.action.value, step=fired.step)
 
     def blame(self, tracker: NodeTracker, note: LiveFaultNote) -> None:
         """The node's fault, for the judge, the restart policy and the hang watch (a torn write's

@@ -39,6 +39,7 @@ from orchestrate.config.fault_spec import STORE_TARGET, FaultAction, FaultSpec
 from orchestrate.debugger.states import LEFT, WAITS, waits_line
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
+from orchestrate.engine.labels import find_store_container
 from orchestrate.engine.processes import processes_at_once
 from orchestrate.engine.runs import (KILL_TIME_SLACK_S, KILLED_EXIT_CODE, STOP_EXIT_CODES, StopRequest,
                                      read_stop_request, unpause_if_paused)
@@ -66,7 +67,7 @@ from orchestrate.plan.layout import PROGRESS_SUBDIR, SIGTERM_MARK_PREFIX
 from orchestrate.supervise.api import EngineEvent, EventsEnded, LineArrived, LogEnded, Message, NodeTracker, RunSpec
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
-from orchestrate.supervise.inspection import Inspector, Seen, store_container, store_ended_before
+from orchestrate.supervise.inspection import Inspector, Seen, store_ended_before
 from orchestrate.supervise.live_faults import LiveFaultWatch
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
@@ -133,6 +134,7 @@ class Supervisor:
         self.store_service = spec.store_host if spec.elastic and spec.store_host not in self.trackers else None
         self.store_lost = ""
         self.store_killed_by = ""  # the injected fault that killed the store (kill:store), if one did
+        self.store_looked_for = False  # whether the store's death was looked for at the first failure
         self.engine_events = EngineEvents(client, spec.run_id, set(self.trackers) | {self.store_service} - {None},
                                           self.inbox, clock)
         self.progress = ProgressWatch(spec.run_dir / PROGRESS_SUBDIR, self.record)
@@ -235,7 +237,7 @@ class Supervisor:
         if fault.action is FaultAction.KILL:  # set first: its death may be seen before the engine answers
             self.store_killed_by = str(fault)
         try:
-            container = store_container(self.client, self.spec.run_id, self.store_service)
+            container = find_store_container(self.client, self.spec.run_id, self.store_service)
             return do_fault(self.client, self.spec.project, {STORE_TARGET: container}, fault)
         except BaseException:
             self.store_killed_by = ""
@@ -245,7 +247,7 @@ class Supervisor:
         """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
         if fault.on_store:
             assert self.store_service is not None
-            container = store_container(self.client, self.spec.run_id, self.store_service)
+            container = find_store_container(self.client, self.spec.run_id, self.store_service)
             end_fault(self.client, self.spec.project, {STORE_TARGET: container}, fault, node=STORE_TARGET)
             return
         tracker = self.trackers[node]
@@ -648,9 +650,11 @@ class Supervisor:
 
     def lost_store(self, service: str, code: Optional[int]) -> None:
         """Say and record that the store died: the cause of the nodes' failures that follow."""
+        self.live_faults.poll()  # a kill from another terminal is noted before it is done
+        killed_by = self.store_killed_by or self.live_faults.store_killed_by
         self.store_lost = (f"the run's rendezvous store (its container {service}) died"
                            f" (exit code {code if code is not None else 'unknown'})"
-                           + (f", killed by injected fault {self.store_killed_by}" if self.store_killed_by else ""))
+                           + (f", killed by injected fault {killed_by}" if killed_by else ""))
         self.say(self.store_lost)
         self.record("store-died", service=service, exit_code=code)
 
@@ -778,8 +782,10 @@ class Supervisor:
             cause = result.root_cause
             self.record("node-failed", node=tracker.name, exit_code=result.exit_code,
                         rank=cause.rank if cause else None)
-            if self.active and not self.first_failure_seen:
+            if not self.first_failure_seen and not self.store_looked_for:  # a watcher's summary names it too
+                self.store_looked_for = True
                 self.store_died_first(tracker)
+            if self.active and not self.first_failure_seen:
                 self.first_failure_seen = True
                 self.end_job_after(tracker)
 

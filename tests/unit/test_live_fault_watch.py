@@ -274,3 +274,31 @@ def test_a_run_without_a_directory_has_no_notes_and_no_storage_events_to_read(ma
                           watched.recorder.say, watched.recorder.record)
     bare.poll()  # nothing to read, and no error for it
     assert bare.records(7) == [] and bare.storage_events is None
+
+
+def test_a_kill_of_the_store_from_another_terminal_is_its_killer_from_its_start_until_refused(watched):
+    watched.note("k", 0.0, "kill:store", "store", "doing")
+    assert watched.watch.store_killed_by == "kill:store"  # as it begins: the store's death may be seen first
+    assert watched.blame("node0") == ("", None) and watched.blame("node1") == ("", None)  # no node's fault
+    watched.note("k", 0.2, "kill:store", "store", "failed", error="409 Conflict: not running")
+    assert watched.watch.store_killed_by == ""
+    assert watched.recorder.said == ["fault from `python -m orchestrate fault` not done: kill:store: 409 Conflict:"
+                                     " not running"]
+    watched.note("j", 1.0, "kill:store", "store", "doing")
+    watched.note("j", 1.5, "kill:store", "store", "done")
+    assert watched.watch.store_killed_by == "kill:store"
+    assert watched.recorder.said[-1] == SAID + "kill:store (4.0 s into the job, at step 7)"
+    assert [e for e in watched.recorder.events if e[0] == "fault"] == [
+        ("fault", {"node": "store", "spec": "kill:store", "action": "kill", "step": 7, "by": "fault",
+                   "fault_id": "j", "time": watched.now + 1.0})]
+    assert watched.watch.records(7) == [FaultRecord("kill:store", "store", True, 4.0, 7, fired_time=watched.now + 1.0)]
+
+
+def test_a_store_hung_from_another_terminal_holds_no_job_and_its_end_is_said(watched):
+    spec = "pause:store@t=0..5"
+    watched.note("p", 0.0, spec, "store", "doing")
+    watched.note("p", 0.1, spec, "store", "done")
+    assert not watched.watch.holding and watched.watch.store_killed_by == ""  # the workers go on meanwhile
+    watched.note("p", 5.0, spec, "store", "ended")
+    assert watched.recorder.said[-1] == f"fault ended by `python -m orchestrate fault`: {spec}"
+    assert watched.watch.records(7) == [FaultRecord(spec, "store", True, 3.0, 7, ended_s=8.0, fired_time=watched.now)]

@@ -29,7 +29,7 @@ class Run:
     """A run of ``nodes`` live nodes on the fake engine, and a LiveFaults for it."""
 
     def __init__(self, tmp_path: Path, nodes: tuple[str, ...] = ("node0", "node1"), *, with_dir: bool = True,
-                 link: Optional[str] = None) -> None:
+                 link: Optional[str] = None, store: bool = False) -> None:
         self.client = FakeDockerClient()
         labels = {"com.docker.compose.project": PROJECT, "com.docker.compose.network": "ddp"}
         self.client.networks_by_name[f"{PROJECT}_ddp"] = FakeNetwork(self.client, f"{PROJECT}_ddp", labels)
@@ -40,9 +40,11 @@ class Run:
         self.run_dir = tmp_path / "run"
         (self.run_dir / PROGRESS_SUBDIR).mkdir(parents=True)
         self.said: list[str] = []
+        self.store = self.client.running(f"{PROJECT}-rdzv-store-1", labels={"com.docker.compose.project": PROJECT}) \
+            if store else None
         self.faults = LiveFaults(self.client, "R1", PROJECT, dict(self.nodes), stop_grace_s=2.5, cpus_per_node=1.5,
                                  link=parse_link(link) if link else None, run_dir=self.run_dir if with_dir else None,
-                                 say=self.said.append)
+                                 store=self.store, say=self.said.append)
         self.reader = LiveFaultReader(self.run_dir)
 
     def notes(self) -> list[tuple[str, str, str, str]]:
@@ -112,6 +114,44 @@ def test_held_faults_end_shortest_first_each_at_its_own_time_and_a_slow_node_get
                            " them now")
     assert [n[:3] for n in run.notes() if n[2] == "ended"] == [("slow:node1,cpus=0.2@t=0..2", "node1", "ended"),
                                                                ("pause:node0@t=0..5", "node0", "ended")]
+
+
+def test_a_store_cut_off_for_a_while_is_its_containers_and_connected_again_under_its_hosts_name(tmp_path):
+    run = Run(tmp_path, store=True)
+    clock = Clock()
+    spec = parse_fault("disconnect:store@t=0..4")
+    run.faults.check([spec])
+    assert run.faults.inject(spec) == "store"
+    assert run.calls("disconnect") == [(f"{PROJECT}-rdzv-store-1", f"{PROJECT}_ddp")]
+    assert run.said == ["injected disconnect into the rendezvous store of run R1"]
+    run.faults.hold(sleep=clock.sleep, clock=clock.time)
+    assert run.calls("connect") == [(f"{PROJECT}-rdzv-store-1", f"{PROJECT}_ddp", ("rdzv-store",))]
+    assert run.notes() == [(str(spec), "store", "doing", ""), (str(spec), "store", "done", ""),
+                           (str(spec), "store", "ended", "")]
+    assert run.said[-1] == f"ended {spec} on store of run R1"
+    assert all(node.status == "running" for node in run.nodes.values())
+
+
+def test_a_killed_store_is_the_stores_container_and_no_node(tmp_path):
+    run = Run(tmp_path, store=True)
+    run.faults.check([parse_fault("kill:store")])
+    run.faults.inject(parse_fault("kill:store"))
+    assert run.store.status == "exited" and [n.status for n in run.nodes.values()] == ["running", "running"]
+
+
+def test_a_fault_to_a_store_the_run_has_not_or_that_ended_is_refused_before_anything_is_done(tmp_path):
+    run = Run(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        run.faults.check([parse_fault("pause:node1"), parse_fault("kill:store")])
+    assert str(refused.value) == ("kill:store: run R1 has no rendezvous store of its own (--rdzv c10d --rdzv-store"
+                                  " container); node0's torchrun agent holds it, if any: kill:node0 takes it with the"
+                                  " node")
+    stored = Run(tmp_path / "stored", store=True)
+    stored.store.kill()
+    with pytest.raises(UsageError) as refused:
+        stored.faults.check([parse_fault("pause:store@t=0..5")])
+    assert str(refused.value) == "pause:store@t=0..5: run R1's rendezvous store is not running (exited)"
+    assert run.client.calls.count(("pause", f"{PROJECT}-node1-1")) == 0 and run.notes() == []
 
 
 def test_a_fault_without_an_end_is_not_held(tmp_path):

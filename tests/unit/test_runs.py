@@ -1188,6 +1188,33 @@ def test_a_refused_repeat_of_a_live_fault_leaves_the_first_standing(make_run):
     assert "(injected fault pause:node0)" in text.split("summary ===")[1], text[-1500:]
 
 
+def test_a_store_killed_by_fault_run_is_named_with_it_by_the_runs_summary(make_run):
+    """`fault r kill:store` kills the run's own store container, no node; `attach` then names
+    that fault as what ended the job."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    store_gone = lambda: client.containers_by_name["ddp-r-rdzv-store-1"].status == "exited"  # noqa: E731
+    lost = "RendezvousConnectionError: The connection to the C10d store has failed."
+    nodes = {f"node{i}": Script([f"[{i}|0]:step 1"], exit_code=1, after=[f"[{i}|0]:{lost}"], after_when=store_gone)
+             for i in range(2)}
+    started_runs(make_run, client, ("r", {"rdzv-store": Script(["serving"], hang=True), **nodes},
+                                    dict(nodes=2, rdzv="c10d", rdzv_store="container")))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    out = io.StringIO()
+    assert main(client=client, argv=["fault", "r", "kill:store"], out=out) == 0, out.getvalue()
+    assert "injected kill into the rendezvous store of run r" in out.getvalue()
+    out = io.StringIO()
+    assert main(client=client, argv=["attach", "r"], out=out) == 1
+    said = ("FAILED: the run's rendezvous store (its container rdzv-store) died (exit code 137), killed by injected"
+            " fault kill:store: every node's torchrun agent lost the rendezvous; then node")
+    summary = out.getvalue().split("summary ===")[1]
+    assert said in summary, summary
+    out = io.StringIO()  # attached again, to the run that ended: it only watches, and says the same
+    assert main(client=client, argv=["attach", "r"], out=out) == 1
+    assert "(failed, watching)" in out.getvalue() and said in out.getvalue().split("summary ===")[1], out.getvalue()
+
+
 def test_a_live_fault_the_node_refuses_itself_is_noted_as_not_done(make_run, monkeypatch):
     """A partition without NET_ADMIN fails in the node (an EngineError, not the engine's): its
     note says refused, so the launcher never blames it."""
