@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Optional
 
@@ -26,7 +27,7 @@ from orchestrate.chaos.attempts import attempts_of, job_steps, one_ranks_records
 from orchestrate.chaos.compare import compare_files
 from orchestrate.chaos.schedule import Reference, draw_schedule
 from orchestrate.chaos.step_metrics import compare_step_metrics
-from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
+from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison, held_before_note
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
@@ -111,8 +112,11 @@ class ChaosCheck:
         if unwritten:  # no trial could be compared: say so now, not after every trial has run
             return ChaosResult(reference, [ChaosVerdict(self.seed, reference, None, [], unwritten, rtol=self.rtol)])
         reference_records = read_all(reference.run_dir / PROGRESS_SUBDIR)
-        facts = reference_facts(reference, reference_records)
+        facts = replace(reference_facts(reference, reference_records),
+                        held_before=written_again(reference, with_faults[0]))  # a copy no run has touched yet
         self.say(describe_reference(facts))
+        if facts.held_before:
+            self.say(f"note: {held_before_note(facts.held_before)}")
         verdicts = []
         for number, (seed, workdir) in enumerate(zip(seeds, with_faults), start=2):
             nodes = [node_name(i) for i in range(self.request.nodes)]
@@ -212,6 +216,13 @@ def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Referen
              if r.step is not None and r.time > first.time + MTIME_BEHIND_S]
     into_s = first.time - result.started_time if result.started_time is not None else None
     return Reference(last, result.timings.job_s, first.path, into_s, after[0] if after else None)
+
+
+def written_again(result: RunResult, untouched: Path) -> tuple[str, ...]:
+    """The files a run wrote and kept in its work directory that ``untouched`` (a copy of that
+    directory as the check found it) already holds: an earlier run's saves."""
+    kept = dict.fromkeys(w.path for w in result.writes or [] if w.kept)
+    return tuple(path for path in kept if (untouched / path).is_file())
 
 
 def describe_reference(facts: Reference) -> str:

@@ -33,13 +33,15 @@ class Reference:
     """What the undisturbed run showed: its last training step (None: none reported or
     counted), how long its job ran, and the first file it wrote in its work directory (None:
     none, or not followed) with when: seconds into the job, and the first step reported
-    after it."""
+    after it; and the files it wrote that the work directory held before the check (an
+    earlier run's saves, which a job that resumes began from)."""
 
     last_step: Optional[int]
     job_s: float
     first_write: Optional[str] = None
     first_write_s: Optional[float] = None
     first_step_after_write: Optional[int] = None
+    held_before: tuple[str, ...] = ()
 
     def describe_first_write(self) -> str:
         if not self.first_write:

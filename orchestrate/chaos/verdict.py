@@ -17,7 +17,7 @@ from orchestrate.chaos.attempts import Strike, lasts
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, RunResult
-from orchestrate.text import format_table, times
+from orchestrate.text import format_table, listed, times
 
 HOLDS = "HOLDS"
 DOES_NOT_HOLD = "DOES NOT HOLD"
@@ -224,6 +224,8 @@ class ChaosVerdict(Verdict):
             lines.append(f"compared {self.steps.describe()}")
         lines.append(f"runs: undisturbed {self.reference.run_dir}"
                      + (f", with faults {self.disturbed.run_dir}" if self.disturbed else ""))
+        if self.facts is not None and self.facts.held_before:
+            lines.append(f"note: {held_before_note(self.facts.held_before)}")
         status = self.status
         if status == HOLDS and not self.unchecked:
             lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s), resumed after a save, and"
@@ -248,9 +250,18 @@ class ChaosVerdict(Verdict):
                 "comparisons": [{"path": c.path, "kind": c.kind, "equal": c.equal, "max_difference": c.max_difference,
                                  "where": c.where, "problem": c.problem} for c in self.comparisons],
                 "steps_compared": self.steps.describe() if self.steps else None, "unchecked": self.unchecked,
+                "held_before": list(self.facts.held_before) if self.facts else [],
                 "steps_redone": self.steps_redone, "time_lost_s": self.time_lost_s,
                 "reference_run": self.reference.run_id,
                 "disturbed_run": self.disturbed.run_id if self.disturbed else None}
+
+
+def held_before_note(paths: tuple[str, ...]) -> str:
+    """What a check whose work directory held the job's saves before it tested (pure)."""
+    files, them = listed(list(paths), 3), "them" if len(paths) > 1 else "it"
+    return (f"the work directory held {files} before the check, and the undisturbed run wrote {them} again: a job"
+            f" that resumes from its saves began every run from there, not from its start (move {them} out of the"
+            " work directory to check the job from its start)")
 
 
 @dataclass

@@ -198,6 +198,10 @@ def chaos_section(chaos: dict) -> list[str]:
         parts.append(f"<p>{esc(chaos['steps_compared'])}</p>")
     if chaos.get("unchecked"):  # a verdict that holds, on less than it could have
         parts.append(f'<p id="chaos-unchecked">Not tested: {esc(chaos["unchecked"])}</p>')
+    if chaos.get("held_before"):  # an earlier run's saves, which a job that resumes began every run from
+        parts.append(f'<p id="chaos-held-before">Begun from saves the work directory held before the check:'
+                     f' {esc(", ".join(chaos["held_before"]))} (written again by the undisturbed run; a job that'
+                     ' resumes from its saves began every run there, not from its start)</p>')
     reasons = chaos.get("failures") or chaos.get("inconclusive") or []
     if reasons:
         parts.append("<ul>" + "".join(f"<li>{esc(f)}</li>" for f in reasons) + "</ul>")

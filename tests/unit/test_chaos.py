@@ -938,6 +938,72 @@ def test_a_whole_check_runs_the_reference_then_each_trial_from_its_own_copy_and_
     assert "VERDICT HOLDS" in out.getvalue() and "VERDICT DOES NOT HOLD" in out.getvalue()  # each trial's, as it ends
 
 
+def test_saves_the_work_directory_held_before_the_check_and_the_job_wrote_again_are_named_as_its_start(
+        make_job, tmp_path, monkeypatch):
+    """An earlier run left ckpt.pt (and notes.txt, never written) in the work directory: the
+    undisturbed run wrote ckpt.pt again, so a job that resumes began every run from it. Said when
+    the reference ends, under the verdict, and in chaos.json; the file the job did not write is
+    not named."""
+    import orchestrate.chaos.check as check_module
+    from orchestrate.chaos.check import CHAOS_FILE, ChaosCheck
+    from orchestrate.config.request import RunRequest
+    from orchestrate.report.page import chaos_section
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for name, text in (("train.py", "print('hi')\n"), ("ckpt.pt", "an earlier run's"), ("notes.txt", "mine")):
+        (work / name).write_text(text)
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    out = io.StringIO()
+    check = ChaosCheck(request, faults=1, seed=5, kinds=(FaultAction.KILL,), compare=("final.pt",), out=out)
+    monkeypatch.setattr(check_module, "compare_files", lambda client, image, first, second, paths, rtol, run_as: [
+        FileComparison(p, "bytes", True) for p in paths])
+    check.engine = lambda: "the engine"
+    check.one_run = fake_job_run(make_job, tmp_path, [])
+    [trial] = check.run().trials
+    note = ("note: the work directory held ckpt.pt before the check, and the undisturbed run wrote it again: a job that"
+            " resumes from its saves began every run from there, not from its start (move it out of the work"
+            " directory to check the job from its start)")
+    said = out.getvalue().splitlines()
+    assert said[1:3] == ["[chaos] the undisturbed job: 10 steps in 30.0 s; it first wrote ckpt.pt, before step 4",
+                         f"[chaos] {note}"]
+    assert trial.facts.held_before == ("ckpt.pt",) and trial.status == "HOLDS"
+    assert trial.format().splitlines()[-2:] == [note, "VERDICT HOLDS: the job survived 1 fault(s), resumed after a"
+                                                      " save, and ended where the undisturbed run ended"]
+    kept = json.loads((trial.disturbed.run_dir / CHAOS_FILE).read_text())
+    assert kept["held_before"] == ["ckpt.pt"]
+    assert ('<p id="chaos-held-before">Begun from saves the work directory held before the check: ckpt.pt (written'
+            ' again by the undisturbed run; a job that resumes from its saves began every run there, not from its'
+            ' start)</p>') in chaos_section(kept)
+    assert not any("chaos-held-before" in part for part in chaos_section({**kept, "held_before": []}))
+
+
+def test_a_save_held_before_is_one_the_run_kept_not_a_temporary_file_it_renamed_away(make_job, tmp_path):
+    """An earlier run that crashed mid-save left ckpt.tmp beside ckpt.pt; this run wrote both
+    again, and renamed ckpt.tmp onto ckpt.pt: only ckpt.pt is what a job resumes from."""
+    from orchestrate.chaos.check import written_again
+
+    untouched = tmp_path / "copy"
+    untouched.mkdir()
+    for name in ("ckpt.pt", "ckpt.tmp", "train.py"):
+        (untouched / name).write_text("x")
+    ran = result(make_job, tmp_path)
+    ran.writes = [WrittenFile("ckpt.tmp", 1.0, kept=False), WrittenFile("ckpt.pt", 1.1), WrittenFile("log.txt", 1.2),
+                  WrittenFile("ckpt.pt", 2.0)]
+    assert written_again(ran, untouched) == ("ckpt.pt",)
+
+
+def test_a_note_of_saves_held_before_names_each_or_a_few_and_how_many_more():
+    from orchestrate.chaos.verdict import held_before_note
+
+    assert held_before_note(("a.pt", "b.pt")).startswith("the work directory held a.pt, b.pt before the check, and"
+                                                          " the undisturbed run wrote them again:")
+    assert held_before_note(("a.pt", "b.pt")).endswith("(move them out of the work directory to check the job from"
+                                                       " its start)")
+    assert held_before_note(tuple(f"{n}.pt" for n in "abcde")).startswith("the work directory held a.pt, b.pt, c.pt"
+                                                                         " and 2 more before the check")
+
+
 @pytest.mark.parametrize("counted", [False, True])
 def test_one_trial_runs_in_a_copy_of_its_own_and_its_verdict_is_printed_by_the_command_not_the_check(
         counted, make_job, tmp_path, monkeypatch):
@@ -1200,7 +1266,7 @@ def test_a_trials_whole_verdict_says_each_fault_what_it_struck_the_recoveries_an
             {"path": "final.pt", "kind": "tensors", "equal": True, "max_difference": 0.0, "where": "w", "problem": ""},
             {"path": "log.txt", "kind": "bytes", "equal": True, "max_difference": None, "where": "", "problem": ""}],
         "steps_compared": "per-step metrics: 12 value(s) match the undisturbed run's", "unchecked": "",
-        "steps_redone": 5,
+        "held_before": [], "steps_redone": 5,
         "time_lost_s": 14.0, "reference_run": "ref", "disturbed_run": "dis"}
     # a torn write whose step at the cut is not known, or whose strike was not found: its times alone
     unknown_step = replace(verdict, strikes=[verdict.strikes[0], replace(verdict.strikes[1], struck_step=None)])
