@@ -7,11 +7,12 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP
+from orchestrate.config.fault_spec import STORE_TARGET
 from orchestrate.engine.runs import find_run, node_plans
 from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.hangs.diagnosis import SILENT_STATES
-from orchestrate.supervise.rank_probe import STACKS_FILE, RankHost, stack_lines, where_ranks_are
+from orchestrate.supervise.rank_probe import STACKS_FILE, RankHost, stack_lines, store_state, where_ranks_are
 
 
 def add_parsers(sub: Any) -> None:
@@ -47,6 +48,14 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     answered = sum(1 for a in found.activities if a.state not in SILENT_STATES)
     ranks = max(len(found.activities), sum(host.nproc for host in hosts))  # elastic: some never said who they are
     inv.out.write(f"run {run.run_id}: {answered} of {ranks} ranks answered\n")
+    try:
+        store = run.store_container(client)  # its own rendezvous store (None: node0's agent holds it)
+    except UsageError as gone:  # removed by hand: said, and the ranks' stacks all the same
+        inv.out.write(f"{gone}\n")
+    else:
+        if store is not None:
+            faults = faults_now(run.run_dir, {STORE_TARGET: store}).get(STORE_TARGET, ())
+            inv.out.write(store_state(store, faults) + "\n")
     for line in stack_lines(found):
         inv.out.write(line + "\n")
     inv.out.write(f"(written to {run.run_dir / STACKS_FILE})\n")

@@ -211,8 +211,11 @@ class RunInfo:
             return None
         try:
             return find_store_container(client, self.run_id, self.store_host)
-        except (*engine_errors(), NodeLookupError) as exc:
-            raise UsageError(f"run {self.run_id}'s rendezvous store cannot be found: {describe(exc)}") from None
+        except NodeLookupError:
+            raise UsageError(f"run {self.run_id}'s rendezvous store (its container {self.store_host}) is gone from the"
+                             " engine") from None
+        except engine_errors() as exc:
+            raise UsageError(f"run {self.run_id}'s rendezvous store cannot be looked at: {describe(exc)}") from None
 
     @property
     def scheduler(self) -> str:

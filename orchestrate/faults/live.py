@@ -274,7 +274,7 @@ class LiveFaults:
             self.note(spec, node, "ended", error=describe(exc))  # its hold is over all the same
             return
         self.note(spec, node, "ended")
-        self.say(f"ended {spec} on {node} of run {self.run_id}")
+        self.say(f"ended {spec} on {'the rendezvous store' if spec.on_store else node} of run {self.run_id}")
 
 
 def met_writes(events: list[StorageEvent], node: str) -> str:

@@ -11,11 +11,13 @@ from typing import Any, Callable, Collection
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import engine_errors
+from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL
+from orchestrate.faults.inject import probe_node
 from orchestrate.faults.ranks import stopped_ranks, worker_states
 from orchestrate.hangs.diagnosis import DEBUG_HINT, EXITED, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, Probe, debug_dir, request_snapshots
 from orchestrate.outcome.progress import ProgressReader
-from orchestrate.plan.layout import PROGRESS_SUBDIR
+from orchestrate.plan.layout import NETWORK, PROGRESS_SUBDIR
 
 STACKS_FILE = "stacks.json"
 
@@ -70,6 +72,21 @@ def network_cuts(hosts: list[RankHost]) -> tuple[str, ...]:
     """The faults these nodes suffer that cut the nodes' network (a partition, a disconnect),
     each once: ranks that wait across them wait for the fault."""
     return tuple(dict.fromkeys(str(f) for host in hosts for f in host.faults if f.action.cuts_network))
+
+
+def store_state(container: Any, faults: Collection[FaultSpec] = ()) -> str:
+    """What ``stacks`` says of a run's own rendezvous store (its container, just looked at):
+    serving, or why it cannot (paused, cut off, ended, gone), with the faults in effect on it."""
+    store = f"the run's rendezvous store (its container {container.labels.get(COMPOSE_SERVICE_LABEL) or container.name})"
+    why = probe_node(container, NETWORK)
+    status = getattr(container, "status", "")
+    if why is None and status in ("exited", "dead"):
+        code = container.attrs.get("State", {}).get("ExitCode")
+        why = f"its container has ended (exit code {code if code is not None else 'unknown'})"
+    note = fault_note(", ".join(str(f) for f in faults))
+    if why is None:
+        return f"{store} is serving{note}"
+    return f"{store}: {why}{note}: no rendezvous can form while it cannot answer (a worker group restarted waits)"
 
 
 def fault_note(fault: str) -> str:

@@ -128,7 +128,7 @@ def test_a_store_cut_off_for_a_while_is_its_containers_and_connected_again_under
     assert run.calls("connect") == [(f"{PROJECT}-rdzv-store-1", f"{PROJECT}_ddp", ("rdzv-store",))]
     assert run.notes() == [(str(spec), "store", "doing", ""), (str(spec), "store", "done", ""),
                            (str(spec), "store", "ended", "")]
-    assert run.said[-1] == f"ended {spec} on store of run R1"
+    assert run.said[-1] == f"ended {spec} on the rendezvous store of run R1"
     assert all(node.status == "running" for node in run.nodes.values())
 
 

@@ -308,26 +308,33 @@ def test_where_ranks_are_in_an_elastic_run_counts_a_node_still_starting_without_
 
 
 def run_stacks(tmp_path, monkeypatch, before=lambda run_dir, nodes: None, *, rdzv: str = "c10d", nprocs: str = "2",
-               answering: tuple[int, ...] = (0, 1), in_debugger: tuple[int, ...] = ()) -> tuple[int, list[str]]:
+               answering: tuple[int, ...] = (0, 1), in_debugger: tuple[int, ...] = (),
+               store: bool = False) -> tuple[int, list[str]]:
     """``stacks RUN`` as a user runs it, on a run of 2 nodes in the fake engine (by default
     elastic, 2 workers each), node1 paused and ranks 0 and 1 answering (``before``: done to the
-    run first; ``in_debugger``: ranks that answer from their debugger's wait)."""
+    run first, given the store's container last where ``store`` gives the run one of its own;
+    ``in_debugger``: ranks that answer from their debugger's wait)."""
     import functools
     import io
 
     from orchestrate.cli.main import main
     from orchestrate.engine.labels import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NODE_RANK_LABEL,
-                                           NPROC_LABEL, RDZV_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL)
+                                           NPROC_LABEL, RDZV_LABEL, ROLE_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL,
+                                           STORE_HOST_LABEL, STORE_ROLE)
     from orchestrate.supervise.rank_probe import where_ranks_are
 
     client = FakeDockerClient()
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True)
     common = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", RUN_DIR_LABEL: str(run_dir), NPROC_LABEL: nprocs,
-              RDZV_LABEL: rdzv}
+              RDZV_LABEL: rdzv, **({STORE_HOST_LABEL: "rdzv-store"} if store else {})}
     nodes = [client.running(f"ddp-r-node{n}-1", {**common, NODE_RANK_LABEL: str(n), COMPOSE_SERVICE_LABEL: f"node{n}"},
                             script_as=f"node{n}")
              for n in (0, 1)]
+    if store:
+        nodes.append(client.running("ddp-r-rdzv-store-1", {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r",
+                                                           COMPOSE_SERVICE_LABEL: "rdzv-store", ROLE_LABEL: STORE_ROLE},
+                                    script_as="rdzv-store"))
     before(run_dir, nodes)
     nodes[1].pause()
     workers = AnsweringWorkers(run_dir, answering, {0: 20, 1: 21}, per_node=2)
@@ -364,6 +371,35 @@ def test_stacks_of_a_static_run_names_each_nodes_own_ranks_and_the_command_for_a
         "rank 0 stopped in its debugger at train.py:30 (breakpoint()), no terminal came: debug it with python -m"
         " orchestrate debug r 0, or take the breakpoint out"], said
     assert said[-1] == f"(written to {tmp_path / 'runs' / 'r' / 'stacks.json'})"
+
+
+STORE_WAITS = "no rendezvous can form while it cannot answer (a worker group restarted waits)"
+
+
+def test_stacks_of_a_run_with_a_store_of_its_own_says_it_serves_or_why_not_with_its_fault(tmp_path, monkeypatch):
+    """A store paused by ``fault RUN pause:store`` (noted for a run no launcher follows), one
+    killed, one serving; the store is said after the count of ranks, and the ranks as before."""
+    from orchestrate.config.fault_spec import parse_fault
+    from orchestrate.faults.live_notes import note_live_fault
+
+    def paused(run_dir, containers) -> None:
+        assert note_live_fault(run_dir, "p", parse_fault("pause:store@t=0..30"), "store", "done")
+        containers[-1].pause()
+
+    code, said = run_stacks(tmp_path / "paused", monkeypatch, paused, store=True)
+    assert code == 0 and said[0] == "run r: 2 of 4 ranks answered", said
+    assert said[1] == ("the run's rendezvous store (its container rdzv-store): its container is paused (hung) (injected"
+                       f" fault pause:store@t=0..30): {STORE_WAITS}")
+    assert "node1: 2 of its 2 ranks did not answer: its container is paused" in said
+    _, said = run_stacks(tmp_path / "killed", monkeypatch, lambda run_dir, containers: containers[-1].kill(),
+                         store=True)
+    assert said[1] == f"the run's rendezvous store (its container rdzv-store): its container has ended (exit code 137): {STORE_WAITS}"
+    _, said = run_stacks(tmp_path / "serving", monkeypatch, store=True)
+    assert said[1] == "the run's rendezvous store (its container rdzv-store) is serving"
+    code, said = run_stacks(tmp_path / "removed", monkeypatch, lambda run_dir, containers: containers[-1].remove(
+        force=True), store=True)
+    assert code == 0 and said[1] == "run r's rendezvous store (its container rdzv-store) is gone from the engine", said
+    assert "node1: 2 of its 2 ranks did not answer: its container is paused" in said  # the ranks all the same
 
 
 def test_stacks_exits_1_when_no_rank_answered(tmp_path, monkeypatch):
