@@ -149,16 +149,17 @@ class RunRequest:
         if self.share_gpus or self.nccl_as_gloo:
             raise UsageError("--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated Slurm"
                              " cluster runs CPU/Gloo nodes")
-        if self.post_mortem:
-            raise UsageError("--pdb is for --scheduler compose: Slurm's srun starts the workers without the"
-                             " start-up hook that takes their pdb to `debug RUN RANK`")
+        if self.post_mortem and self.sbatch is not None:
+            raise UsageError(f"--pdb needs the generated batch script: --sbatch {self.sbatch} starts its workers as"
+                             " it says, without the start-up hook that takes their pdb to `debug RUN RANK`")
         if self.link is not None:
             raise UsageError("--link is for --scheduler compose: the simulated Slurm cluster's nodes do not shape"
                              " their network")
-        if self.hang_timeout is not None or self.hang_diagnose_after != DEFAULT_HANG_DIAGNOSE_AFTER_S:
-            raise UsageError("--hang-timeout and --hang-diagnose-after are for --scheduler compose: a Slurm run has"
-                             " no hang watchdog (srun starts its workers without the hook that says where each"
-                             " rank waits)")
+        if self.sbatch is not None and (self.hang_timeout is not None
+                                        or self.hang_diagnose_after != DEFAULT_HANG_DIAGNOSE_AFTER_S):
+            raise UsageError(f"--hang-timeout and --hang-diagnose-after need the generated batch script: --sbatch"
+                             f" {self.sbatch} starts its workers as it says, without the start-up hook that says"
+                             " where each rank waits")
         if self.restart != "all" or self.rdzv_store != "node0":
             raise UsageError("--restart and --rdzv-store are for --scheduler compose: under Slurm, Slurm restarts"
                              " (a requeue restarts the whole job) and torchrun's rendezvous is the batch host's")

@@ -168,7 +168,7 @@ class Run:
         if self.notes:
             for note in copy_env_notes(request.copy_env, self.host.environ):
                 self.say(note)
-            for note in slurm_caveats(config) if request.scheduler == "slurm" else []:
+            for note in slurm_caveats(config, request.sbatch) if request.scheduler == "slurm" else []:
                 self.say(note)
         return config
 

@@ -431,8 +431,9 @@ class RunResult:
     def failure(self) -> Optional[Failure]:
         """The failure to report, chosen by :func:`~orchestrate.outcome.judge.find_failure`."""
         if self.reported_failure is not None or self.slurm is not None:
-            return self.reported_failure
-        failure = find_failure(self.results, diverged=bool(self.divergence))
+            failure = self.reported_failure
+        else:
+            failure = find_failure(self.results, diverged=bool(self.divergence))
         if failure is not None and self.store_lost:  # every node's agent lost the rendezvous with it
             failure = replace(failure, description=f"{self.store_lost}: every node's torchrun agent lost the"
                                                    f" rendezvous; then {failure.describe()}")

@@ -89,7 +89,11 @@ class RootCause:
             return
         text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
         starts = [i for i, line in enumerate(text) if starts_traceback(line)]
-        self.traceback = "\n".join(text[starts[-1]:] if starts else text[-_LOG_LINES_SHOWN:])
+        shown = text[starts[-1]:] if starts else text[-_LOG_LINES_SHOWN:]
+        if starts:  # up to its exception: what the worker said after it (its post-mortem's wait) is no traceback
+            ends = [i for i, line in enumerate(shown) if line.strip() == self.exception]
+            shown = shown[:ends[-1] + 1] if ends else shown
+        self.traceback = "\n".join(shown)
         self.timestamp = written_at
 
 

@@ -387,6 +387,13 @@ def format_slurm_summary(outcome: RunResult) -> str:
         lines.append(f"FAILED: Slurm job {slurm.job_id} COMPLETED, exit code {slurm_exit_code(job)},"
                      f" but {'; and '.join(outcome.missed)}")
         return "\n".join(lines)
+    if ended_hung(outcome):  # the watchdog cancelled the job: where every rank waited says more than Slurm's state
+        assert outcome.hang is not None
+        lines.append(f"HUNG: {outcome.hang.headline}")
+        lines += outcome.hang.lines()[1:]
+        lines.append(f"  the launcher then cancelled Slurm job {slurm.job_id} ({slurm.state or 'its state unknown'},"
+                     f" exit code {slurm_exit_code(job)})")
+        return "\n".join(lines)
     if outcome.interrupted and outcome.stopped_by:
         lines.append(f"STOPPED by {outcome.stopped_by} ({signal.Signals(outcome.signal_number).name} to Slurm job"
                      f" {slurm.job_id or '-'}'s tasks): every node was stopped")

@@ -6,7 +6,10 @@ Slurm configuration, the munge key, the batch script, the Compose project), wait
 slurmd is idle, submits with ``sbatch`` and follows the job. The job's state comes from Slurm
 itself (``scontrol show job``, ``scontrol show node``); its output is the file Slurm writes
 (``StdOut``), followed in the batch host; the workers' root cause comes from torchrun's error
-files in the run directory, as with Compose.
+files in the run directory, as with Compose. The generated script starts every worker through
+the start-up hook, as a Compose node does, so the hang watchdog follows the job as it follows a
+Compose run's (:class:`~orchestrate.hangs.watchdog.HangWatch`): a job quiet past
+``--hang-timeout`` is said HUNG, with where every rank waits, and cancelled through Slurm.
 """
 from __future__ import annotations
 
@@ -30,8 +33,12 @@ from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, doc
 from orchestrate.engine.labels import containers_of_project
 from orchestrate.engine.runs import read_stop_request
 from orchestrate.errors import EngineError, NodesNotReadyError, OrchestrateError
+from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
+from orchestrate.hangs.diagnosis import HangDiagnosis
+from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
+from orchestrate.hangs.watchdog import HangWatch, is_progress_line
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
@@ -53,6 +60,7 @@ from orchestrate.slurm.cluster import (
 from orchestrate.slurm.script import render_sbatch
 from orchestrate.slurm.stop import kill_jobs_after, terminate_jobs
 from orchestrate.supervise.progress import ProgressWatch
+from orchestrate.supervise.rank_probe import RankHost, absent_reasons
 from orchestrate.supervise.worker_lines import WorkerLines
 from orchestrate.text import counted
 
@@ -93,6 +101,8 @@ class JobLines:
         self.width = width
         self.tasks_are_nodes = tasks_are_nodes
         self.tasks: dict[int, WorkerLines] = {}
+        self.ranks_seen: set[int] = set()  # the global ranks that printed a line
+        self.progress_lines = 0  # the workers' lines that show the job moves (not torch's own log lines)
 
     def feed(self, raw: str) -> list[str]:
         """The rendered lines that ``raw``, one line of the output file, completes."""
@@ -102,7 +112,10 @@ class JobLines:
         task = int(match["task"])
         if task not in self.tasks:
             self.tasks[task] = WorkerLines(self.task_node(task))
-        return [line.render(self.width) for line in self.tasks[task].feed(match["text"])]
+        lines = self.tasks[task].feed(match["text"])
+        self.ranks_seen.update(line.global_rank for line in lines if line.global_rank is not None)
+        self.progress_lines += sum(1 for line in lines if is_progress_line(line.text))
+        return [line.render(self.width) for line in lines]
 
     def flush(self) -> list[str]:
         """The lines the workers left unfinished (the job has ended)."""
@@ -138,6 +151,13 @@ class SlurmBackend:
                                      self.record)
         self.width = max(len(f"{n.name}/rank{max(n.global_ranks, default=9)}") for n in plan.nodes) + 1
         self.job_lines = JobLines(plan, self.width, tasks_are_nodes=sbatch is None)
+        cfg, debug = plan.config, debug_dir(plan.run_dir)
+        # (a script of the user's own starts its workers without the hook: none would answer)
+        self.hangs = (HangWatch(cfg.hang_diagnose_after_s, cfg.hang_timeout_s, lambda: ask_snapshots(debug),
+                                lambda request, at: answers(debug, request, at), self.expected_ranks,
+                                self.why_absent, self.say, clock, run_id=plan.run_id) if sbatch is None else None)
+        self.hang: Optional[HangDiagnosis] = None  # the hang that ended the job
+        self.moves_seen = 0  # the progress records and lines the watchdog has taken
 
     def say(self, text: str) -> None:
         self.out.write(f"[orchestrate] {text}\n")
@@ -149,6 +169,53 @@ class SlurmBackend:
     def inject(self, fault: FaultSpec) -> str:
         inject(self.client, self.plan.project_name, self.containers[fault.node], fault)
         return fault.node
+
+    # The hang watchdog's view of the job ------------------------------------------------------
+
+    def expected_ranks(self) -> set[int]:
+        """The ranks that should answer: the plan's (an elastic job's: those that printed)."""
+        return {rank for node in self.plan.nodes for rank in node.global_ranks} or set(self.job_lines.ranks_seen)
+
+    def why_absent(self, ranks: set[int]) -> dict[int, str]:
+        """Why ranks that did not answer cannot: their node paused or their process stopped (with
+        the fault that did it), or their script returned."""
+        nodes = {node.name: self.containers[node.name] for node in self.plan.nodes if node.name in self.containers}
+        faults = faults_now(self.plan.run_dir, nodes)
+        hosts = [RankHost(node.name, nodes[node.name], node.global_ranks, self.plan.config.nproc_per_node,
+                          tuple(faults.get(node.name, []))) for node in self.plan.nodes if node.name in nodes]
+        return absent_reasons(self.client, hosts, ranks, returned=set(self.progress.finished))
+
+    def watch_for_a_hang(self, log_file: IO[str]) -> None:
+        """Take what moved since the last look (a worker's line, a progress record); end the job
+        when the watchdog finds it hung past --hang-timeout."""
+        if self.hangs is None or self.hang is not None:
+            return
+        now = self.clock()
+        moves = self.progress.records + self.job_lines.progress_lines
+        if self.progress.debugger.attached():  # a terminal debugging a rank holds the job as asked
+            self.hangs.progress(now, moved=False)
+        elif moves > self.moves_seen:
+            self.hangs.progress(now)
+        self.moves_seen = moves
+        found = self.hangs.poll(now)
+        if found is not None:
+            self.end_hung(found, log_file)
+
+    def end_hung(self, found: HangDiagnosis, log_file: IO[str]) -> None:
+        """Say where every rank waits, then end the job as ``stop RUN`` does, through Slurm:
+        SIGTERM to its tasks, SIGKILL after the run's stop grace."""
+        self.hang = found
+        self.say(f"HUNG: {found.headline}")
+        for line in found.lines()[1:]:
+            self.say(line)
+        self.record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
+        grace_s = self.plan.config.stop_grace_s
+        self.say(f"cancelling Slurm job {self.job_id}: SIGTERM to its tasks, SIGKILL after {grace_s:g} s")
+        controller, jobs = self.containers[CONTROLLER], [self.job_id]
+        if grace_s > 0:
+            terminate_jobs(self.client, controller, self.plan.run_id, jobs)
+        kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say, self.clock,
+                        meanwhile=lambda: self.drain_output(log_file))
 
     # Bring-up --------------------------------------------------------------------------------
 
@@ -266,6 +333,8 @@ class SlurmBackend:
         slurm = SlurmJob(self.job_id)
         result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(), slurm=slurm)
         self.started_at = started = self.clock()
+        if self.hangs is not None:  # a job stuck before its first line (a rendezvous) counts too
+            self.hangs.progress(started)
         following = False
         try:
             with open(self.plan.run_dir / "slurm-job.log", "w", encoding="utf-8") as log_file:
@@ -291,13 +360,16 @@ class SlurmBackend:
                         self.drain_output(log_file, ended=True)
                         slurm.job = job
                         break
+                    self.progress.poll(self.clock(), None)
                     if self.faults.waiting:
-                        self.progress.poll(self.clock(), None)
                         self.faults.fire_due(self.clock() - started, self.progress.max_step, self.progress.attempt_steps)
+                    if not result.error:  # (a job past its time limit is being cancelled)
+                        self.watch_for_a_hang(log_file)
                     time.sleep(0.5)
         finally:
             result.timings.job_s = self.clock() - started
             result.faults = self.fault_records(result.timings.job_s)
+            result.hang = self.hang
         slurm.nodes = self.node_records()
         slurm.restarts_in_place = {node.name: count for node in self.plan.nodes  # (whatever scontrol answered)
                                    if (count := restarts_in_place(self.plan.run_dir, node.name))}

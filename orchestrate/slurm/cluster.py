@@ -11,7 +11,8 @@ user, as whom the jobs run.
 from __future__ import annotations
 
 import re
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from orchestrate.config.run_config import RunConfig
 from orchestrate.engine.compose_file import escape_interpolation, user_mounts
@@ -27,7 +28,7 @@ from orchestrate.plan.layout import (
     SHM_SIZE,
     WORKSPACE_DIR,
 )
-from orchestrate.plan.make import lease_args
+from orchestrate.plan.make import lease_args, worker_target
 from orchestrate.plan.model import JobPlan
 from orchestrate.slurm.script import BatchOptions
 
@@ -89,26 +90,28 @@ def job_environment(plan: JobPlan) -> dict[str, str]:
 
 def cluster_batch_options(plan: JobPlan) -> BatchOptions:
     """How the generated batch script runs on the simulated cluster: its output and torchrun's
-    logs in the run directory, from the work directory. The user's variables reach the job
-    through sbatch's own environment (it exports it to every task): the script, a record of the
-    run, never holds their values. Each task names its own node (``DDP_NODE``: the script is
-    one for every node)."""
+    logs in the run directory, from the work directory, and each worker through the start-up hook
+    (:func:`orchestrate.plan.make.worker_target`), as in a Compose node: its steps, collectives and
+    stacks reach the launcher (the hang watchdog, faults at a step, ``stacks RUN``). The user's
+    variables reach the job through sbatch's own environment (it exports it to every task): the
+    script, a record of the run, never holds their values. Each task names its own node
+    (``DDP_NODE``: the script is one for every node)."""
     user = plan.config.user_env
     env = {k: v for k, v in job_environment(plan).items() if k not in user}
     return BatchOptions(job_name=f"ddp-{plan.run_id}", output=f"{RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out",
                         chdir=WORKSPACE_DIR, env=env, task_env={NODE_NAME_ENV: "$SLURMD_NODENAME"},
-                        log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun")
+                        log_dir=f"{RUN_DIR_MOUNT}/$SLURMD_NODENAME/torchrun", worker_command=worker_target(plan.config))
 
 
-def slurm_caveats(config: RunConfig) -> list[str]:
-    """What a run under the simulated Slurm does of ``config`` less than a Compose run would:
-    srun starts the workers without the start-up hook, so a script's init_process_group gets no
-    default timeout from it."""
-    if config.collective_timeout_s is None:
+def slurm_caveats(config: RunConfig, sbatch: Optional[Path]) -> list[str]:
+    """What a run under the simulated Slurm does of ``config`` less than a Compose run would: a
+    batch script of the user's own (``--sbatch``) starts the workers without the start-up hook,
+    so a script's init_process_group gets no default timeout from it."""
+    if config.collective_timeout_s is None or sbatch is None:
         return []
-    return [f"--collective-timeout {config.collective_timeout_s:g} reaches the workers under Slurm as DDP_TIMEOUT"
-            " only (app/ reads it; a script must pass it to init_process_group itself): srun starts them without"
-            " the start-up hook that gives it to init_process_group"]
+    return [f"--collective-timeout {config.collective_timeout_s:g} reaches the workers of --sbatch {sbatch}"
+            " as DDP_TIMEOUT only (app/ reads it; a script must pass it to init_process_group itself): that script"
+            " starts them without the start-up hook that gives it to init_process_group"]
 
 
 def daemon_command(plan: JobPlan, daemon: list[str], run_as: str) -> list[str]:

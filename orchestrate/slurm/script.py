@@ -49,6 +49,9 @@ class BatchOptions:
         container_mounts: ``srun --container-mounts`` with ``container_image``.
         time_limit: ``#SBATCH --time`` (e.g. ``01:00:00``).
         partition: ``#SBATCH --partition``.
+        worker_command: What torchrun runs in place of the plan's target (the simulated
+            cluster's: the workers' start-up hook around it); empty: the target itself, as on any
+            cluster.
     """
 
     job_name: str = "ddp"
@@ -61,6 +64,7 @@ class BatchOptions:
     container_mounts: Optional[str] = None
     time_limit: Optional[str] = None
     partition: Optional[str] = None
+    worker_command: tuple[str, ...] = ()
 
 
 def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
@@ -77,7 +81,7 @@ def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
     log_dir = f' --log-dir "{options.log_dir}"' if options.log_dir else ""
     assignments = "".join(f'{name}="{value}" ' for name, value in sorted(options.task_env.items()))
     return (f"{assignments}exec torchrun {rendezvous} --nproc-per-node {cfg.nproc_per_node} --tee 3{log_dir} "
-            + shlex.join(cfg.target))
+            + shlex.join(options.worker_command or cfg.target))
 
 
 def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:

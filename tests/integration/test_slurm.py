@@ -3,8 +3,10 @@ sbatch and srun, the state from Slurm (CPU/Gloo)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -100,12 +102,40 @@ def test_a_failing_rank_is_named_from_slurms_state_and_the_workers(orchestrate_r
 
 @pytest.mark.slow
 def test_a_killed_node_is_reported_down_by_slurm(orchestrate_run, docker_client, tmp_path):
-    result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--fault", "kill:node1@step=3", "--", *TRAIN[:-2])
+    # a plain script that reports no step: the workers' start-up hook counts its optimizer's under Slurm too
+    shutil.copyfile(JOBS / "plain_sgd.py", tmp_path / "plain_sgd.py")
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--fault", "kill:node1@step=3", "--",
+                             "plain_sgd.py", "--steps", "200", "--step-seconds", "0.2")
     assert result.code == 1, result.output[-4000:]
     summary = result.output.split("summary (Slurm job")[1]
     assert re.search(r"^fault injected: kill:node1@step=3 \(.* at step 3\)$", summary, re.M)
     assert re.search(r"^node1\s+DOWN\S*\s+Not responding", summary, re.M)
     assert re.search(r"^FAILED: Slurm job \d+ NODE_FAIL \(reason NodeDown", summary, re.M)
+    assert leftovers(docker_client, result.project) == []
+
+
+def test_a_hung_slurm_job_is_said_hung_with_where_every_rank_waits_then_cancelled(orchestrate_run, docker_client,
+                                                                                  tmp_path):
+    shutil.copyfile(JOBS / "desync.py", tmp_path / "desync.py")
+    lines = (JOBS / "desync.py").read_text().splitlines()
+    every, extra = (next(i for i, line in enumerate(lines, 1) if text in line)
+                    for text in ("dist.all_reduce(stats)", "# DESYNC"))
+    started = time.monotonic()
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--hang-timeout", "15", "--",
+                             "desync.py")
+    assert result.code == 1, result.output[-4000:]
+    assert time.monotonic() - started < 300  # the watchdog ended it, not torch's 30-minute timeout
+    summary = result.output.split("summary (Slurm job")[1]
+    headline = next(line for line in summary.splitlines() if line.startswith("HUNG:"))
+    assert headline.startswith("HUNG: no progress for ") and "(--hang-timeout 15)" in headline
+    assert (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
+            f" desync.py:{every}") in headline
+    assert re.search(r"^  the launcher then cancelled Slurm job \d+ \(", summary, re.M)
+    assert "cancelling Slurm job" in result.output.split("summary (Slurm job")[0]
+    outcome = json.loads((result.run_dir / "outcome.json").read_text())
+    assert outcome["failure"]["describe"] == headline
+    assert [e["event"] for e in map(json.loads, (result.run_dir / "events.jsonl").read_text().splitlines())
+            ].count("hung") == 1
     assert leftovers(docker_client, result.project) == []
 
 

@@ -543,7 +543,7 @@ def test_debug_of_a_rank_whose_socket_is_gone_says_so(tmp_path):
     assert code == 1 and err.startswith("error: no debugger listens at ") and "pdb-rank0.sock" in err
 
 
-def test_run_pdb_gives_every_node_the_switch_the_hook_reads_and_a_slurm_run_refuses_it(make_job, capsys):
+def test_run_pdb_gives_every_node_the_switch_the_hook_reads_and_a_users_sbatch_script_refuses_it(make_job, capsys):
     from orchestrate.cli.main import main
     from orchestrate.node.remote_debugger import POST_MORTEM_ENV
 
@@ -553,9 +553,15 @@ def test_run_pdb_gives_every_node_the_switch_the_hook_reads_and_a_slurm_run_refu
     planned = io.StringIO()
     assert main(["plan", "--nodes", "2", "--pdb"], out=planned) == 0  # from the option to the nodes' environment
     assert f" {POST_MORTEM_ENV}=1 " in planned.getvalue()
-    assert main(["run", "--scheduler", "slurm", "--cpu", "--pdb"], out=io.StringIO()) == 2
-    assert capsys.readouterr().err == ("error: --pdb is for --scheduler compose: Slurm's srun starts the workers without"
-                                       " the start-up hook that takes their pdb to `debug RUN RANK`\n")
+    # under Slurm, the generated script's workers start through the hook; a script of the user's own does not
+    slurm = io.StringIO()
+    assert main(["plan", "--scheduler", "slurm", "--cpu", "--nodes", "2", "--pdb"], out=slurm) == 0
+    assert f"export {POST_MORTEM_ENV}=1" in slurm.getvalue()
+    assert main(["run", "--scheduler", "slurm", "--cpu", "--pdb", "--sbatch", "tests/jobs/user_job.sbatch"],
+                out=io.StringIO()) == 2
+    assert capsys.readouterr().err == ("error: --pdb needs the generated batch script: --sbatch tests/jobs/user_job.sbatch"
+                                       " starts its workers as it says, without the start-up hook that takes their pdb"
+                                       " to `debug RUN RANK`\n")
 
 
 def test_the_ranks_in_their_debugger_are_read_from_the_progress_channel_with_their_process_and_time(tmp_path):

@@ -566,6 +566,12 @@ def test_a_workers_log_gives_the_exception_and_its_whole_traceback_a_quoted_one_
     cause.add_worker_log(log)
     assert (cause.exception, cause.traceback, cause.timestamp) == ("ValueError: bad sample", "\n".join(body),
                                                                    os.stat(log).st_mtime)
+    # what the rank said after its error (a post-mortem's wait for `debug RUN RANK`) is not part of the traceback
+    waits = "[ddp-compose] rank 0 stopped in its debugger at train.py:20 in <module>: uncaught ValueError: bad sample"
+    log.write_text("\n".join(f"[rank0]: {line}" for line in [*body, waits]) + "\n")
+    cause = RootCause(0, 0, 1)
+    cause.add_worker_log(log)
+    assert (cause.exception, cause.traceback) == ("ValueError: bad sample", "\n".join(body))
 
 
 def test_a_frame_line_is_pythons_shape_not_any_line_that_names_a_file():

@@ -201,14 +201,16 @@ REFUSED_COMBINATIONS = [
      " Slurm cluster runs CPU/Gloo nodes"),
     ({**SLURM, "nccl_as_gloo": True}, "--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated"
      " Slurm cluster runs CPU/Gloo nodes"),
-    ({**SLURM, "post_mortem": True}, "--pdb is for --scheduler compose: Slurm's srun starts the workers without the"
-     " start-up hook that takes their pdb to `debug RUN RANK`"),
+    ({**SLURM, "sbatch": SBATCH, "post_mortem": True}, f"--pdb needs the generated batch script: --sbatch {SBATCH}"
+     " starts its workers as it says, without the start-up hook that takes their pdb to `debug RUN RANK`"),
     ({**SLURM, "link": "1gbe"}, "--link is for --scheduler compose: the simulated Slurm cluster's nodes do not shape"
      " their network"),
-    ({**SLURM, "hang_timeout": 60}, "--hang-timeout and --hang-diagnose-after are for --scheduler compose: a Slurm"
-     " run has no hang watchdog (srun starts its workers without the hook that says where each rank waits)"),
-    ({**SLURM, "hang_diagnose_after": 5}, "--hang-timeout and --hang-diagnose-after are for --scheduler compose: a"
-     " Slurm run has no hang watchdog (srun starts its workers without the hook that says where each rank waits)"),
+    ({**SLURM, "sbatch": SBATCH, "hang_timeout": 60}, "--hang-timeout and --hang-diagnose-after need the generated"
+     f" batch script: --sbatch {SBATCH} starts its workers as it says, without the start-up hook that says where each"
+     " rank waits"),
+    ({**SLURM, "sbatch": SBATCH, "hang_diagnose_after": 5}, "--hang-timeout and --hang-diagnose-after need the"
+     f" generated batch script: --sbatch {SBATCH} starts its workers as it says, without the start-up hook that says"
+     " where each rank waits"),
     ({**SLURM, "restart": "node"}, "--restart and --rdzv-store are for --scheduler compose: under Slurm, Slurm"
      " restarts (a requeue restarts the whole job) and torchrun's rendezvous is the batch host's"),
     ({**SLURM, "rdzv_store": "container"}, "--restart and --rdzv-store are for --scheduler compose: under Slurm,"

@@ -323,13 +323,17 @@ def test_a_users_sbatch_script_is_copied_into_the_run_as_readable_as_it_was(make
     assert copy.read_bytes() == mine.read_bytes() and stat.S_IMODE(copy.stat().st_mode) == 0o700
 
 
-def test_a_collective_timeout_that_reaches_a_slurm_jobs_scripts_only_as_a_variable_is_said(tmp_path):
-    said = ("[orchestrate] --collective-timeout 60 reaches the workers under Slurm as DDP_TIMEOUT only (app/ reads it;"
-            " a script must pass it to init_process_group itself)")
-    for scheduler, says in (("slurm", True), ("compose", False)):
+def test_a_collective_timeout_that_reaches_a_users_sbatch_scripts_only_as_a_variable_is_said(tmp_path):
+    mine = tmp_path / "mine.sbatch"
+    mine.write_text("#!/bin/bash\nsrun python3 train.py\n")
+    said = (f"[orchestrate] --collective-timeout 60 reaches the workers of --sbatch {mine} as DDP_TIMEOUT only (app/"
+            " reads it; a script must pass it to init_process_group itself): that script starts them without the"
+            " start-up hook that gives it to init_process_group")
+    # the generated script starts its workers through the hook, which gives init_process_group the timeout
+    for args, says in ((["--scheduler", "slurm", "--sbatch", str(mine)], True), (["--scheduler", "slurm"], False),
+                       (["--scheduler", "compose"], False)):
         out = io.StringIO()
-        assert main(["plan", "--scheduler", scheduler, "--cpu", "--workdir", str(tmp_path), "--collective-timeout", "60"],
-                    out=out) == 0
+        assert main(["plan", *args, "--cpu", "--workdir", str(tmp_path), "--collective-timeout", "60"], out=out) == 0
         assert (said in out.getvalue()) == says, out.getvalue()
 
 
@@ -342,6 +346,18 @@ def test_slurm_refuses_what_it_cannot_do(tmp_path, capsys):
     assert main(["run", "--scheduler", "slurm", "--cpu", "--backend", "gloo", "--nccl-as-gloo", "--", "-m", "app.hello"],
                 out=out) == 2
     assert "--nccl-as-gloo are for --scheduler compose" in capsys.readouterr().err
+    # the watchdog and --pdb need the hook, which a script of the user's own does not start its workers through
+    mine = tmp_path / "mine.sbatch"
+    mine.write_text("#!/bin/bash\nsrun python3 train.py\n")
+    for flags, refused in ((["--hang-timeout", "30"], "--hang-timeout and --hang-diagnose-after need"),
+                           (["--hang-diagnose-after", "10"], "--hang-timeout and --hang-diagnose-after need"),
+                           (["--pdb"], "--pdb needs")):
+        assert main(["plan", "--scheduler", "slurm", "--cpu", "--workdir", str(tmp_path), "--sbatch", str(mine),
+                     *flags], out=out) == 2
+        assert f"error: {refused} the generated batch script: --sbatch {mine} starts its workers as it says," \
+            in capsys.readouterr().err
+        assert main(["plan", "--scheduler", "slurm", "--cpu", "--workdir", str(tmp_path), *flags, "--", "-m",
+                     "app.hello"], out=out) == 0
 
 
 def test_a_peers_closed_connection_after_a_dead_node_is_not_shown_as_the_cause(tmp_path):
@@ -771,3 +787,101 @@ def test_a_slurm_summary_says_each_nodes_state_and_the_jobs_line_whole(tmp_path)
                         teardown_error="scancel: no such job", slurm=SlurmJob("6", job={"JobState": "FAILED"}))
     assert format_slurm_summary(refused).splitlines()[-2:] == ["TEARDOWN FAILED: scancel: no such job",
                                                                "FAILED: sbatch refused the job: Invalid partition"]
+
+
+def test_the_clusters_script_starts_every_worker_through_the_hook_and_an_exported_one_runs_the_target(make_job,
+                                                                                                      tmp_path):
+    from orchestrate.export.options import ExportOptions
+    from orchestrate.export.slurm import export_slurm
+    from orchestrate.plan.layout import WORKER_START
+
+    plan = make_job(nodes=2, target=("-m", "app.train", "--epochs", "2"))
+    lines = run_script(tmp_path, render_sbatch(plan, cluster_batch_options(plan)), nodes=2)
+    # the hook: the launcher sees the workers' steps, collectives and stacks (the hang watchdog, stacks RUN)
+    assert len(lines) == 2 and all(line.endswith(f" {WORKER_START} -- -m app.train --epochs 2") for line in lines)
+    exported = export_slurm(plan, ExportOptions(name="ddp-x"))  # a real cluster has no hook: the target itself
+    assert WORKER_START not in exported and "--tee 3 -m app.train --epochs 2'" in exported
+
+
+class WatchStub:
+    """A hang watchdog that keeps what it is told and finds what it is given."""
+
+    def __init__(self, found=None) -> None:
+        self.found = found
+        self.told: list[bool] = []  # each progress: moved (True) or held (False)
+        self.polls = 0
+
+    def progress(self, now, moved=True, held_by=""):
+        self.told.append(moved)
+
+    def poll(self, now):
+        self.polls += 1
+        return self.found
+
+
+def test_a_slurm_jobs_lines_and_reports_are_its_progress_and_a_rank_being_debugged_holds_it(make_job, tmp_path):
+    backend, _ = slurm_backend_following(make_job, tmp_path)
+    backend.hangs = watch = WatchStub()
+    log_file = io.StringIO()
+    backend.watch_for_a_hang(log_file)
+    assert watch.told == [] and watch.polls == 1  # nothing moved yet
+    backend.job_lines.feed("1: [1|0]:step 3 loss 0.5")
+    backend.watch_for_a_hang(log_file)
+    backend.watch_for_a_hang(log_file)  # (the same line is one move)
+    assert watch.told == [True]
+    # torch's own log lines (a store's failed connect, every few seconds) are no move
+    backend.job_lines.feed("0: [0|0]:[W1205 07:58:46.236000 48 torch/distributed/elastic/agent/server/api.py:725] x")
+    backend.watch_for_a_hang(log_file)
+    assert watch.told == [True] and backend.job_lines.ranks_seen == {0, 1}
+    (backend.plan.run_dir / "progress").mkdir()
+    (backend.plan.run_dir / "progress" / "rank0.jsonl").write_text(
+        json.dumps({"rank": 0, "step": 4, "time": 1.0, "attempt": "a"}) + "\n")
+    backend.progress.poll(backend.clock(), None)
+    backend.watch_for_a_hang(log_file)
+    assert watch.told == [True, True]  # a report
+    backend.progress.debugger.attached = lambda: [1]  # a terminal debugs rank 1: held, not a hang
+    backend.job_lines.feed("1: [1|0]:(Pdb) ")
+    backend.watch_for_a_hang(log_file)
+    assert watch.told == [True, True, False]
+
+
+def test_a_slurm_job_found_hung_is_said_hung_then_cancelled_through_slurm_with_the_stop_grace(make_job, tmp_path):
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+    from orchestrate.outcome.events import read_events
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    backend.job_id = "7"
+    client.command_outputs["squeue"] = (0, b"7\n")
+    job_ends_on(client, "--signal=TERM")
+    heard: list[str] = []
+    backend.say = heard.append
+    found = HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s (--hang-timeout 20)")
+    backend.hangs = watch = WatchStub(found)
+    backend.watch_for_a_hang(io.StringIO())
+    assert heard[0] == f"HUNG: {found.headline}" and heard[-1] == (
+        f"cancelling Slurm job 7: SIGTERM to its tasks, SIGKILL after {backend.plan.config.stop_grace_s:g} s")
+    assert scancels(client) == [("--signal=TERM", "7")]  # the tasks took their SIGTERM: no SIGKILL
+    assert [e["headline"] for e in read_events(backend.plan.run_dir) if e["event"] == "hung"] == [found.headline]
+    backend.watch_for_a_hang(io.StringIO())
+    assert watch.polls == 1 and backend.hang is found  # judged once: the job is ending
+    # the summary: where the ranks waited first, then what the launcher did to the job
+    job = {"JobId": "7", "JobState": "CANCELLED", "Reason": "None", "ExitCode": "0:15"}
+    result = RunResult("r1", tmp_path, [], Timings(job_s=30.0), slurm=SlurmJob("7", job=job), hang=found)
+    lines = format_slurm_summary(result).splitlines()
+    at = lines.index(f"HUNG: {found.headline}")
+    assert lines[at + 1:] == ["  the launcher then cancelled Slurm job 7 (CANCELLED, exit code 0:15)"]
+    assert result.failure is not None and result.failure.describe() == f"HUNG: {found.headline}"
+    assert result.exit_code == 1
+
+
+def test_a_users_own_sbatch_script_has_no_hang_watchdog(make_job, tmp_path):
+    from orchestrate.slurm.backend import SlurmBackend
+    from tests.fakes import FakeDockerClient
+
+    mine = tmp_path / "mine.sbatch"
+    mine.write_text("#!/bin/bash\nsrun python3 train.py\n")
+    plan = make_job(nodes=2)
+    generated = SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="0:0", image="img")
+    own = SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="0:0", image="img", sbatch=mine)
+    assert generated.hangs is not None and own.hangs is None  # its workers start without the hook: none would answer
+    own.watch_for_a_hang(io.StringIO())  # and it looks at nothing
