@@ -167,6 +167,11 @@ class RunRequest:
             raise UsageError(f"--nproc-per-node {','.join(map(str, self.nproc_per_node))}: under --scheduler slurm"
                              " one srun starts the same torchrun on every node, so the nodes' workers are even")
         for fault in self.faults:
+            if fault.on_store:  # (before the store's own check, whose way out Slurm refuses)
+                raise UsageError(f"--fault {fault}: under --scheduler slurm the rendezvous store is torchrun's agent on"
+                                 " the batch host (the first node), and kill:node0 takes it with the node; a fault to a"
+                                 " store container of the run's own is for --scheduler compose with --rdzv c10d"
+                                 " --rdzv-store container")
             if fault.action not in SLURM_FAULTS or fault.has_end:
                 raise UsageError(f"--fault {fault}: under --scheduler slurm a fault is one of"
                                  f" {', '.join(a.value for a in SLURM_FAULTS)}, without an end")

@@ -70,6 +70,13 @@ class FaultScheduler:
         self.to_fire.clear()
         self.lasting.clear()
 
+    def end_early(self, which: Callable[[FaultSpec], bool], elapsed_s: float) -> None:
+        """End now, before their end, the lasting faults that ``which`` takes (the run is being
+        stopped: what they hold is let go first, and said)."""
+        for fault, node in [(f, n) for f, n in self.lasting if which(f)]:
+            self.lasting.remove((fault, node))
+            self.end(fault, node, elapsed_s)
+
     @property
     def waiting(self) -> bool:
         """Faults still to fire, or to end."""

@@ -184,7 +184,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                                 ",".join(map(str, ranks)) or "elastic", ",".join(node.get("gpus") or []) or "-"))
     moments = [e["time"] for e in events] + [r.time for r in progress]
     t0 = min(moments) if moments else 0.0
-    node_names = [n["name"] for n in nodes] or sorted({e["node"] for e in events if e.get("node")})
+    node_names = [n["name"] for n in nodes] or sorted(  # (a fault's "node" may be the run's store)
+        {e["node"] for e in events if e.get("node") and e["event"].startswith("node-")})
     ranks_of: dict[str, list[int]] = {n["name"]: list(n.get("global_ranks") or []) for n in nodes}
     for event in events:  # elastic runs learn their ranks as they start
         if event["event"] == "rank-started" and event.get("rank") not in ranks_of.setdefault(event["node"], []):
@@ -211,15 +212,20 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             lanes.begin(node, "running", when)
         elif kind == "rank-started":
             rank_first.setdefault(event["rank"], when)
-        elif kind == "fault":
-            lanes.mark("fault", when, node, f"fault injected: {event.get('spec')} at {_fmt(when)}"
+        elif kind == "fault":  # (the run's own store has no lane: its fault is the whole job's, a line across)
+            lanes.mark("fault", when, node if node in node_names else None,
+                       f"fault injected: {event.get('spec')} at {_fmt(when)}"
                        + (f", step {event['step']}" if event.get("step") is not None else ""))
             if event.get("action") == "pause" and node in lanes.open:
                 lanes.begin(node, "hung", when)
         elif kind == "fault-ended":
-            lanes.mark("fault", when, node, f"fault ended: {event.get('spec')} at {_fmt(when)}")
+            lanes.mark("fault", when, node if node in node_names else None, f"fault ended: {event.get('spec')} at {_fmt(when)}")
             if event.get("action") == "pause" and node in lanes.open:
                 lanes.begin(node, "running", when)
+        elif kind == "store-died":  # every node's agent loses the rendezvous with it: a line across
+            code = event.get("exit_code")
+            lanes.mark("failed", when, None, f"the run's rendezvous store ({event.get('service', 'its container')}) died"
+                       + (f" (exit code {code})" if code is not None else "") + f" at {_fmt(when)}")
         elif kind == "node-unresponsive":
             lanes.mark("detected", when, node, f"{node} detected at {_fmt(when)}: {event.get('reason', '')}")
         elif kind == "oom":

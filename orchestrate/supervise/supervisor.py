@@ -243,6 +243,12 @@ class Supervisor:
             self.store_killed_by = ""
             raise
 
+    def let_the_store_go(self) -> None:
+        """As the nodes are stopped: a fault that still holds the run's store (paused, cut off)
+        is ended first, and said. The agents' shutdown may reach for it, and a kept run
+        (``--keep``) keeps no store hung; the nodes' own are let go by their stop."""
+        self.faults.end_early(lambda fault: fault.on_store, self.clock() - self.started_at)
+
     def undo(self, fault: FaultSpec, node: str) -> None:
         """End a lasting fault (the scheduler's callback): the node, or its worker, is well again."""
         if fault.on_store:
@@ -441,6 +447,7 @@ class Supervisor:
         follow them to their end, so that their last lines and real times are kept. A second
         interrupt kills them at once."""
         self.winding_down = True
+        self.let_the_store_go()
         self.faults.cancel()
         killed_all, deadline = False, None  # every node has had its SIGKILL
         said: list[bool] = []
@@ -536,6 +543,7 @@ class Supervisor:
         self.read_channels(now)
         if not self.winding_down and self.stop_requested():
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
+            self.let_the_store_go()
             self.faults.cancel()
         if self.hangs is not None and not self.winding_down:  # (a stop's lines keep the verdict of the quiet before it)
             reported = self.progress.records > self.progress_records

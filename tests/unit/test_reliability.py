@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import io
 import json
+import re
 import stat
 import subprocess
 import threading
@@ -390,6 +391,32 @@ def test_a_store_hung_or_cut_off_for_a_while_is_made_whole_at_its_end_and_no_cau
     assert f"fault ended: {spec} (" in job.out.getvalue()
 
 
+@pytest.mark.parametrize("spec, undone", [
+    ("pause:store@t=0.1..300", [("unpause", "ddp-test-run-rdzv-store-1")]),
+    ("disconnect:store@t=0.1..300", [("connect", "ddp-test-run-rdzv-store-1", "ddp-test-run_ddp", ("rdzv-store",))]),
+])
+def test_ctrl_c_lets_a_store_still_held_by_its_fault_go_before_the_nodes_are_stopped(make_run, when, spec, undone):
+    # (a node's own fault is let go by its stop, which unpauses it first: not ended early, nor said ended)
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", stop_grace=2,
+                   faults=[spec, "slow:node1,cpus=0.5@t=0.1..300"])
+    client = FakeDockerClient()
+    store = "ddp-test-run-rdzv-store-1"
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], hang=True)]},
+                        node0=[Script(["[0|0]:training"], hang=True)], node1=[Script(["[1|0]:training"], hang=True)])
+    when(lambda: job.out.getvalue().count("fault injected") == 2, interrupt)
+    result = job.run()
+    assert result.exit_code == 130, job.out.getvalue()
+    acted = [c for c in client.calls
+             if c[0] in ("unpause", "connect") and c[1] == store or c[:2] == ("kill", "ddp-test-run-node0-1")]
+    assert acted[:2] == [*undone, ("kill", "ddp-test-run-node0-1", "SIGTERM")], acted  # the store first
+    assert re.search(rf"^\[orchestrate\] fault ended: {re.escape(spec)} \(\d+\.\d s into the job\)$", job.out.getvalue(),
+                     re.M)
+    assert "fault ended: slow:node1" not in job.out.getvalue()
+    assert [(f.spec, f.ended_s is not None) for f in result.faults] == [(spec, True), ("slow:node1,cpus=0.5@t=0.1..300",
+                                                                                     False)]
+    assert [e["event"] for e in read_events(job.run_dir)].count("fault-ended") == 1
+
+
 def store_dies_when(condition) -> Script:
     """The store container's script: it serves until ``condition`` holds, then dies with 137."""
     return Script(["serving"], exit_code=137, after=["going"], after_when=condition)
@@ -443,6 +470,28 @@ def test_a_store_that_dies_while_stop_run_stops_the_nodes_is_no_cause(make_run):
     result = job.run()
     assert result.stopped_by and result.store_lost == "", job.out.getvalue()
     assert "rendezvous store" not in job.out.getvalue() and store_deaths(job) == []
+
+
+def test_stop_run_lets_a_store_still_held_by_its_fault_go(make_run):
+    from orchestrate.engine.runs import list_runs, mark_stop_requested
+
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", faults=["pause:store@t=0.1..300"])
+    client = FakeDockerClient()
+
+    def stop_from_another_terminal() -> None:  # the request first, as `stop RUN` writes it; the SIGTERMs later
+        wait_until(lambda: "fault injected" in job.out.getvalue())
+        mark_stop_requested(list_runs(client)[0], ["node0", "node1"], grace_s=5)
+        wait_until(lambda: "fault ended" in job.out.getvalue())
+        for node in ("node0", "node1"):
+            client.containers_by_name[f"ddp-test-run-{node}-1"].kill("SIGTERM")
+
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], hang=True)]},
+                        node0=[Script(["[0|0]:training"], hang=True)],
+                        node1=[Script(["[1|0]:training"], hang=True, then=in_a_thread(stop_from_another_terminal))])
+    result = job.run()
+    assert result.stopped_by, job.out.getvalue()
+    acted = [c[0] for c in client.calls if c[0] in ("pause", "unpause")]
+    assert acted == ["pause", "unpause"] and result.faults[0].ended_s is not None
 
 
 def test_a_preempts_sigkill_belongs_to_the_attempt_it_was_set_for(make_run):

@@ -340,6 +340,23 @@ def test_the_page_is_self_contained_and_marks_times_in_the_svg(tmp_path):
     assert fault and float(fault[1]) == pytest.approx(4.9) and "pause:node1@t=4.9" in fault[2]
 
 
+def test_a_fault_to_the_runs_store_and_its_death_are_lines_across_every_lane_not_a_nodes_marks():
+    events = started() + [ev(4.9, "fault", node="store", spec="kill:store@step=5", action="kill", step=5),
+                          ev(5.0, "store-died", service="rdzv-store", exit_code=137)]
+    model = build_model({"run": plan(), "events": events, "progress": steps(0, 4.0, 5)})
+    marks = [(m.kind, m.lane, m.label) for m in model.markers if m.kind in ("fault", "failed")]
+    assert marks == [("fault", None, "fault injected: kill:store@step=5 at 4.9 s, step 5"),
+                     ("failed", None, "the run's rendezvous store (rdzv-store) died (exit code 137) at"
+                                      " 5.0 s")]
+    assert "store" not in [lane.key for lane in model.lanes]
+    page = render_html(model)
+    assert re.search(r'<g id="marker-fault-0" data-time="[\d.]+">\s*<title>fault injected: kill:store@step=5', page)
+    # a node's fault keeps its own lane
+    node_fault = [ev(4.9, "fault", node="node1", spec="pause:node1@t=4.9", action="pause", step=None)]
+    assert [m.lane for m in build_model({"run": plan(), "events": started() + node_fault}).markers
+            if m.kind == "fault"] == ["node1"]
+
+
 def test_a_run_of_eight_nodes_stays_small():
     nodes, nproc = 8, 8
     events = started(nodes, nproc) + [ev(60.0 + n, "node-exited", node=f"node{n}", exit_code=0) for n in range(nodes)]

@@ -219,6 +219,9 @@ REFUSED_COMBINATIONS = [
      " starts the same torchrun on every node, so the nodes' workers are even"),
     ({**SLURM, "faults": ["slow:node1,cpus=0.5@t=5"]}, "--fault slow:node1,cpus=0.5@t=5: under --scheduler slurm a"
      " fault is one of kill, pause, disconnect, restart, preempt, without an end"),
+    ({**SLURM, "faults": ["kill:store@step=3"]}, "--fault kill:store@step=3: under --scheduler slurm the rendezvous"
+     " store is torchrun's agent on the batch host (the first node), and kill:node0 takes it with the node; a fault to"
+     " a store container of the run's own is for --scheduler compose with --rdzv c10d --rdzv-store container"),
     ({**SLURM, "faults": ["pause:node1@t=5..10"]}, "--fault pause:node1@t=5..10: under --scheduler slurm a fault is"
      " one of kill, pause, disconnect, restart, preempt, without an end"),
 ]
