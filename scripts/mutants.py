@@ -103,6 +103,12 @@ MUTANTS = [
            "if f.end_due(elapsed_s, step)]:\n            self.lasting.remove((fault, node))\n"
            "            self.end(fault, node, elapsed_s)\n",
            "if f.end_due(elapsed_s, step)]:\n            self.lasting.remove((fault, node))\n", FAULTS),
+    Mutant("a dead store's nodes are restarted into a rendezvous with no store", "orchestrate/supervise/supervisor.py",
+           "        ending = ending or bool(self.store_lost)", "        ending = ending or False",
+           ("tests/unit/test_reliability.py",)),
+    Mutant("a node's exit seen before the store's death restarts it", "orchestrate/supervise/supervisor.py",
+           "            self.store_died_first(tracker)  # (its die event", "            pass  # (its die event",
+           ("tests/unit/test_reliability.py",)),
     Mutant("Ctrl-C leaves the store held by its fault", "orchestrate/supervise/supervisor.py",
            "        self.winding_down = True\n        self.let_the_store_go()\n", "        self.winding_down = True\n",
            ("tests/unit/test_reliability.py",)),

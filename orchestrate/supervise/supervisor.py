@@ -703,6 +703,9 @@ class Supervisor:
         self.record("node-exited", node=tracker.name, exit_code=code, **({"via": via} if via else {}))
         ending = (self.kill_at is not None or self.first_failure_seen or self.winding_down
                   or self.stopped_on_request(tracker))
+        if not ending and code != 0 and self.store_service is not None:
+            self.store_died_first(tracker)  # (its die event may come later than this exit)
+        ending = ending or bool(self.store_lost)  # a dead store: no node restarted could rejoin a rendezvous
         if self.restarts.should_restart(tracker, ending) and not self.container_gone(tracker):
             self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
             self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands

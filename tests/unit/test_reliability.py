@@ -369,6 +369,24 @@ def test_a_store_killed_by_a_fault_is_named_with_it_as_what_ended_the_job(make_r
     assert store_deaths(job) == [("rdzv-store", 137)]
 
 
+@EVENTS_IN_ORDER
+def test_a_dead_store_restarts_no_node_even_one_its_own_fault_would_restart(make_run, events_lag_s):
+    # a node a fault slows fails as the store dies: a restart would wait out its rendezvous with no store
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", max_restarts=3,
+                   faults=["slow:node1,cpus=0.5@t=0", "kill:store@t=0.3"])
+    client = FakeDockerClient()
+    client.events_lag_s = events_lag_s
+    store_gone = exited(client, "rdzv-store")
+    lost = "RendezvousConnectionError: The connection to the C10d store has failed."
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], hang=True)]},
+                        node0=[Script(["[0|0]:step 1"], hang=True)],  # (node1's exit is the first one seen)
+                        node1=[Script(["[1|0]:step 1"], exit_code=1, after=[f"[1|0]:{lost}"], after_when=store_gone)])
+    result = job.run()
+    assert [e for e in read_events(job.run_dir) if e["event"] == "restart"] == [], job.out.getvalue()
+    assert result.failure is not None and result.failure.describe().startswith(
+        f"{STORE_DIED}, killed by injected fault kill:store@t=0.3: every node's torchrun agent lost the rendezvous")
+
+
 @pytest.mark.parametrize("spec, done, undone", [
     ("pause:store@t=0.2..0.6", [("pause", "ddp-test-run-rdzv-store-1")], [("unpause", "ddp-test-run-rdzv-store-1")]),
     # connected again under its service's name, the host the agents reach it by
