@@ -370,6 +370,11 @@ class SlurmBackend:
             result.timings.job_s = self.clock() - started
             result.faults = self.fault_records(result.timings.job_s)
             result.hang = self.hang
+        self.progress.poll(self.clock(), None)  # what the workers' hook recorded last: the warnings' facts
+        result.written_shared = self.progress.written_whole()
+        result.written_locally = self.progress.written_on_nodes_disks()
+        result.shuffled_alike = self.progress.shuffled_alike()
+        result.init_calls = self.progress.groups_made()
         slurm.nodes = self.node_records()
         slurm.restarts_in_place = {node.name: count for node in self.plan.nodes  # (whatever scontrol answered)
                                    if (count := restarts_in_place(self.plan.run_dir, node.name))}

@@ -139,6 +139,25 @@ def test_a_hung_slurm_job_is_said_hung_with_where_every_rank_waits_then_cancelle
     assert leftovers(docker_client, result.project) == []
 
 
+def test_a_slurm_jobs_mistakes_that_fail_nothing_are_warned_of_as_in_compose(orchestrate_run, docker_client, tmp_path):
+    shutil.copyfile(JOBS / "sampler_without_epoch.py", tmp_path / "sampler_without_epoch.py")
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--", "sampler_without_epoch.py")
+    assert result.code == 0, result.output[-4000:]  # a warning fails no job
+    summary = result.output.split("summary (Slurm job")[1]
+    line = next(i for i, text in enumerate((JOBS / "sampler_without_epoch.py").read_text().splitlines(), 1)
+                if "MISTAKE: no sampler.set_epoch" in text)
+    assert re.findall(r"^warning: .*", summary, re.M) == [
+        "warning: ranks 0, 1 each wrote ckpt.pt whole, in a directory every node shares: writers of one file race, so it"
+        " holds whichever finished last (parts of each, where they wrote different bytes), and a rank that reads it"
+        " meanwhile may find it half-written; write it on one rank (if dist.get_rank() == 0:), or a file per rank",
+        f"warning: ranks 0, 1 iterated a shuffling DistributedSampler at sampler_without_epoch.py:{line} again with its"
+        " epoch still 0: every epoch reads the data in the same order; call sampler.set_epoch(epoch) at the start of"
+        " each epoch, before iterating its DataLoader"], summary
+    outcome = json.loads((result.run_dir / "outcome.json").read_text())
+    assert outcome["written_by_several"] == {"ckpt.pt": [0, 1]}
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_an_elastic_slurm_job_trains_on_every_node_it_asked_for(orchestrate_run, docker_client, tmp_path):
     # Given --nodes=1-2, Slurm allocated one node with both idle, and the job trained as a world of one
     result = orchestrate_run(*SLURM, "--nodes", "2", "--rdzv", "c10d", "--nnodes", "1:2", "--workdir", str(tmp_path),
