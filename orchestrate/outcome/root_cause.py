@@ -90,12 +90,15 @@ class RootCause:
         text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
         starts = [i for i, line in enumerate(text) if starts_traceback(line)]
         shown = text[starts[-1]:] if starts else text[-_LOG_LINES_SHOWN:]
-        if starts:  # up to its exception: what the worker said after it (its post-mortem's wait) is no traceback
-            ends = [i for i, line in enumerate(shown) if line.strip() == self.exception]
-            shown = shown[:ends[-1] + 1] if ends else shown
+        # the start-up hook's own lines (a post-mortem's wait for `debug RUN RANK`) are no part of it
+        shown = [line for line in shown if not line.startswith(HOOK_LINE_PREFIX)]
         self.traceback = "\n".join(shown)
         self.timestamp = written_at
 
+
+# What the workers' start-up hook's own lines start with (node.remote_debugger.STOP_LINE_PREFIX and the
+# others: outcome imports none of the nodes' modules).
+HOOK_LINE_PREFIX = "[ddp-compose] "
 
 # A frame of a traceback: its file, line and (where Python gave it) function.
 _FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>.+?))?\s*$')

@@ -102,7 +102,7 @@ class JobLines:
         self.tasks_are_nodes = tasks_are_nodes
         self.tasks: dict[int, WorkerLines] = {}
         self.ranks_seen: set[int] = set()  # the global ranks that printed a line
-        self.progress_lines = 0  # the workers' lines that show the job moves (not torch's own log lines)
+        self.progress_lines = 0  # the workers' lines that show the job moves (not torchrun's, nor torch's log lines)
 
     def feed(self, raw: str) -> list[str]:
         """The rendered lines that ``raw``, one line of the output file, completes."""
@@ -114,7 +114,7 @@ class JobLines:
             self.tasks[task] = WorkerLines(self.task_node(task))
         lines = self.tasks[task].feed(match["text"])
         self.ranks_seen.update(line.global_rank for line in lines if line.global_rank is not None)
-        self.progress_lines += sum(1 for line in lines if is_progress_line(line.text))
+        self.progress_lines += sum(1 for line in lines if line.global_rank is not None and is_progress_line(line.text))
         return [line.render(self.width) for line in lines]
 
     def flush(self) -> list[str]:
@@ -350,7 +350,8 @@ class SlurmBackend:
                         self.follow_output(job["BatchHost"], job["StdOut"])
                         following = True
                     self.drain_output(log_file)
-                    if timeout_s is not None and self.clock() - started > timeout_s and not result.error:
+                    if (timeout_s is not None and self.clock() - started > timeout_s and not result.error
+                            and self.hang is None):  # (a job found hung is being cancelled already)
                         self.say(f"the job did not end within its time limit of {timeout_s:g} s: cancelling it")
                         exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
                         result.error = f"timed out: the job did not end within {timeout_s:g} s"
@@ -363,8 +364,8 @@ class SlurmBackend:
                     self.progress.poll(self.clock(), None)
                     if self.faults.waiting:
                         self.faults.fire_due(self.clock() - started, self.progress.max_step, self.progress.attempt_steps)
-                    if not result.error:  # (a job past its time limit is being cancelled)
-                        self.watch_for_a_hang(log_file)
+                    if not result.error and not read_stop_request(self.plan.run_dir).nodes:
+                        self.watch_for_a_hang(log_file)  # (not while its time limit or `stop RUN` cancels it)
                     time.sleep(0.5)
         finally:
             result.timings.job_s = self.clock() - started
@@ -392,7 +393,7 @@ class SlurmBackend:
         what failed)."""
         elapsed = self.clock() - self.started_at if self.started_at is not None else 0.0
         return RunResult(self.plan.run_id, self.plan.run_dir, [], Timings(job_s=elapsed),
-                         slurm=SlurmJob(self.job_id), faults=self.fault_records(elapsed))
+                         slurm=SlurmJob(self.job_id), faults=self.fault_records(elapsed), hang=self.hang)
 
     def fault_records(self, elapsed_s: float) -> list[FaultRecord]:
         """Every fault asked for, ``elapsed_s`` into the job: those that fell before its first

@@ -566,12 +566,15 @@ def test_a_workers_log_gives_the_exception_and_its_whole_traceback_a_quoted_one_
     cause.add_worker_log(log)
     assert (cause.exception, cause.traceback, cause.timestamp) == ("ValueError: bad sample", "\n".join(body),
                                                                    os.stat(log).st_mtime)
-    # what the rank said after its error (a post-mortem's wait for `debug RUN RANK`) is not part of the traceback
-    waits = "[ddp-compose] rank 0 stopped in its debugger at train.py:20 in <module>: uncaught ValueError: bad sample"
-    log.write_text("\n".join(f"[rank0]: {line}" for line in [*body, waits]) + "\n")
+    # what the hook said after the error (a post-mortem's wait for `debug RUN RANK`) is not part of the traceback,
+    # but an error's own lines after its first are
+    waits = "[ddp-compose] rank 0 stopped in its debugger at train.py:20 in <module>: uncaught RuntimeError: Error(s)"
+    multi = [*body[:3], "RuntimeError: Error(s) in loading state_dict for Linear:", '\tMissing key(s) in state_dict: "bias".']
+    log.write_text("\n".join(f"[rank0]: {line}" for line in [*multi, waits]) + "\n")
     cause = RootCause(0, 0, 1)
     cause.add_worker_log(log)
-    assert (cause.exception, cause.traceback) == ("ValueError: bad sample", "\n".join(body))
+    assert (cause.exception, cause.traceback) == ("RuntimeError: Error(s) in loading state_dict for Linear:",
+                                                  "\n".join(multi))
 
 
 def test_a_frame_line_is_pythons_shape_not_any_line_that_names_a_file():

@@ -831,6 +831,7 @@ def test_a_slurm_jobs_lines_and_reports_are_its_progress_and_a_rank_being_debugg
     assert watch.told == [True]
     # torch's own log lines (a store's failed connect, every few seconds) are no move
     backend.job_lines.feed("0: [0|0]:[W1205 07:58:46.236000 48 torch/distributed/elastic/agent/server/api.py:725] x")
+    backend.job_lines.feed("0: torchrun's agent says hi")  # and torchrun's own lines, a node's, no rank's
     backend.watch_for_a_hang(log_file)
     assert watch.told == [True] and backend.job_lines.ranks_seen == {0, 1}
     (backend.plan.run_dir / "progress").mkdir()
@@ -864,6 +865,7 @@ def test_a_slurm_job_found_hung_is_said_hung_then_cancelled_through_slurm_with_t
     assert [e["headline"] for e in read_events(backend.plan.run_dir) if e["event"] == "hung"] == [found.headline]
     backend.watch_for_a_hang(io.StringIO())
     assert watch.polls == 1 and backend.hang is found  # judged once: the job is ending
+    assert backend.partial_result().hang is found  # a Ctrl-C meanwhile keeps the verdict
     # the summary: where the ranks waited first, then what the launcher did to the job
     job = {"JobId": "7", "JobState": "CANCELLED", "Reason": "None", "ExitCode": "0:15"}
     result = RunResult("r1", tmp_path, [], Timings(job_s=30.0), slurm=SlurmJob("7", job=job), hang=found)
@@ -885,3 +887,49 @@ def test_a_users_own_sbatch_script_has_no_hang_watchdog(make_job, tmp_path):
     own = SlurmBackend(plan, FakeDockerClient(), io.StringIO(), run_as="0:0", image="img", sbatch=mine)
     assert generated.hangs is not None and own.hangs is None  # its workers start without the hook: none would answer
     own.watch_for_a_hang(io.StringIO())  # and it looks at nothing
+
+
+def job_state_after(client, running: int, final: bytes) -> None:
+    """``scontrol show job`` answers RUNNING ``running`` times, then ``final``."""
+    real_exec = client.api.exec_create
+    asked = []
+
+    def exec_create(container_id, cmd, **kwargs):
+        if cmd[:3] == ["scontrol", "show", "job"]:
+            asked.append(cmd)
+            client.command_outputs["scontrol"] = (0, final if len(asked) > running else
+                                                  b"JobId=7 JobState=RUNNING Reason=None ExitCode=0:0\n")
+        return real_exec(container_id, cmd, **kwargs)
+
+    client.api.exec_create = exec_create
+
+
+def test_a_hung_slurm_job_being_cancelled_is_not_cancelled_again_by_its_time_limit(make_job, tmp_path):
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    client.command_outputs["squeue"] = (0, b"7\n")
+    job_ends_on(client, "--signal=TERM")
+    job_state_after(client, 3, b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0\n")
+    found = HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s (--hang-timeout 20)")
+    backend.hangs = WatchStub(found)
+    result = backend.follow(timeout_s=0.6)  # ends past the limit: the verdict came first
+    assert not result.error and result.hang is found, result.error
+    assert scancels(client) == [("--signal=TERM", "7")]  # one cancel, the verdict's
+    assert f"HUNG: {found.headline}" in format_slurm_summary(result) and result.exit_code == 1
+
+
+def test_a_slurm_job_that_stop_run_is_stopping_is_not_judged(make_job, tmp_path):
+    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    job_state_after(client, 2, b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=0:15\n")
+    backend.hangs = watch = WatchStub(HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s"))
+    mark_stop_requested(RunInfo("test-run", "ddp-test-run", (), {"io.ddp-compose.run-dir": str(backend.plan.run_dir)},
+                                None), ["node0", "node1"])
+    result = backend.follow(timeout_s=30)
+    assert watch.polls == 0 and result.hang is None and scancels(client) == []  # `stop RUN` cancels it, alone
+    assert (result.interrupted, result.exit_code) == (True, 143)
