@@ -60,7 +60,7 @@ from orchestrate.slurm.cluster import (
 from orchestrate.slurm.script import render_sbatch
 from orchestrate.slurm.stop import kill_jobs_after, terminate_jobs
 from orchestrate.supervise.progress import ProgressWatch
-from orchestrate.supervise.rank_probe import RankHost, absent_reasons
+from orchestrate.supervise.rank_probe import RankHost, absent_reasons, network_cuts
 from orchestrate.supervise.worker_lines import WorkerLines
 from orchestrate.text import counted
 
@@ -155,7 +155,8 @@ class SlurmBackend:
         # (a script of the user's own starts its workers without the hook: none would answer)
         self.hangs = (HangWatch(cfg.hang_diagnose_after_s, cfg.hang_timeout_s, lambda: ask_snapshots(debug),
                                 lambda request, at: answers(debug, request, at), self.expected_ranks,
-                                self.why_absent, self.say, clock, run_id=plan.run_id) if sbatch is None else None)
+                                self.why_absent, self.say, clock, run_id=plan.run_id,
+                                cut_by=lambda: network_cuts(self.rank_hosts())) if sbatch is None else None)
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the job
         self.moves_seen = 0  # the progress records and lines the watchdog has taken
 
@@ -176,14 +177,17 @@ class SlurmBackend:
         """The ranks that should answer: the plan's (an elastic job's: those that printed)."""
         return {rank for node in self.plan.nodes for rank in node.global_ranks} or set(self.job_lines.ranks_seen)
 
+    def rank_hosts(self) -> list[RankHost]:
+        """The nodes as the rank probe sees them, each with the faults it suffers now."""
+        nodes = {node.name: self.containers[node.name] for node in self.plan.nodes if node.name in self.containers}
+        faults = faults_now(self.plan.run_dir, nodes)
+        return [RankHost(node.name, nodes[node.name], node.global_ranks, self.plan.config.nproc_per_node,
+                         tuple(faults.get(node.name, []))) for node in self.plan.nodes if node.name in nodes]
+
     def why_absent(self, ranks: set[int]) -> dict[int, str]:
         """Why ranks that did not answer cannot: their node paused or their process stopped (with
         the fault that did it), or their script returned."""
-        nodes = {node.name: self.containers[node.name] for node in self.plan.nodes if node.name in self.containers}
-        faults = faults_now(self.plan.run_dir, nodes)
-        hosts = [RankHost(node.name, nodes[node.name], node.global_ranks, self.plan.config.nproc_per_node,
-                          tuple(faults.get(node.name, []))) for node in self.plan.nodes if node.name in nodes]
-        return absent_reasons(self.client, hosts, ranks, returned=set(self.progress.finished))
+        return absent_reasons(self.client, self.rank_hosts(), ranks, returned=set(self.progress.finished))
 
     def watch_for_a_hang(self, log_file: IO[str]) -> None:
         """Take what moved since the last look (a worker's line, a progress record); end the job

@@ -933,3 +933,16 @@ def test_a_slurm_job_that_stop_run_is_stopping_is_not_judged(make_job, tmp_path)
     result = backend.follow(timeout_s=30)
     assert watch.polls == 0 and result.hang is None and scancels(client) == []  # `stop RUN` cancels it, alone
     assert (result.interrupted, result.exit_code) == (True, 143)
+
+
+def test_the_slurm_watchdog_names_the_faults_that_cut_a_nodes_network(make_job, tmp_path):
+    import json as json_module
+    import time
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    backend.containers.update({name: client.running(f"ddp-test-run-{name}-1") for name in ("node0", "node1")})
+    (backend.plan.run_dir / "events.jsonl").write_text(json_module.dumps(
+        {"time": time.time() + 1.0, "event": "fault", "node": "node1", "spec": "disconnect:node1@t=5",
+         "action": "disconnect"}) + "\n")
+    assert backend.hangs is not None and backend.hangs.cut_by() == ("disconnect:node1@t=5",)
+    assert [host.name for host in backend.rank_hosts()] == ["node0", "node1"]
