@@ -1419,6 +1419,8 @@ MUTANTS = [
     Mutant("Ctrl-C as a hung Slurm job is cancelled forgets the verdict", "orchestrate/slurm/backend.py",
            "faults=self.fault_records(elapsed), hang=self.hang)", "faults=self.fault_records(elapsed))",
            ("tests/unit/test_slurm.py",)),
+    Mutant("a Slurm rank's stops in its debugger go unrecorded", "orchestrate/slurm/backend.py",
+           "                    self.note_debugger_changes()\n", "", ("tests/unit/test_slurm.py",)),
     Mutant("a Slurm job's lines are no progress", "orchestrate/slurm/backend.py",
            "        moves = self.progress.records + self.job_lines.progress_lines\n",
            "        moves = self.progress.records\n", ("tests/unit/test_slurm.py",)),

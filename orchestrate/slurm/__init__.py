@@ -11,4 +11,4 @@
 
 # What this package may import of the others, beside errors, text and interrupts (a package, or one
 # module of it); tests/unit/test_import_contract.py holds every module to it.
-MAY_IMPORT = ("config", "plan", "engine", "faults", "hangs", "outcome", "supervise")
+MAY_IMPORT = ("config", "plan", "engine", "faults", "hangs", "outcome", "supervise", "debugger")

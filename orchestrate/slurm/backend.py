@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.debugger.states import LEFT
 from orchestrate.engine.client import exec_answer, exec_output, stream_lines
 from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.images import DOCKER_DIR, build_context, build_lock, docker_build, image_exists
@@ -188,6 +189,16 @@ class SlurmBackend:
         """Why ranks that did not answer cannot: their node paused or their process stopped (with
         the fault that did it), or their script returned."""
         return absent_reasons(self.client, self.rank_hosts(), ranks, returned=set(self.progress.finished))
+
+    def note_debugger_changes(self) -> None:
+        """Record each rank that stopped in its debugger or left it, for the report; say one that
+        left (one that stops says so itself, with the command that reaches it, in its lines)."""
+        changes, self.progress.debugger_changes = self.progress.debugger_changes, []
+        for change, rank in changes:
+            if change == LEFT:
+                self.say(f"rank {rank.rank} left its debugger")
+            self.record("debugger", rank=rank.rank, node=rank.node, state=change, call=rank.call,
+                        where=rank.where(), what=rank.what())
 
     def watch_for_a_hang(self, log_file: IO[str]) -> None:
         """Take what moved since the last look (a worker's line, a progress record); end the job
@@ -366,6 +377,7 @@ class SlurmBackend:
                         slurm.job = job
                         break
                     self.progress.poll(self.clock(), None)
+                    self.note_debugger_changes()
                     if self.faults.waiting:
                         self.faults.fire_due(self.clock() - started, self.progress.max_step, self.progress.attempt_steps)
                     if not result.error and not read_stop_request(self.plan.run_dir).nodes:

@@ -946,3 +946,32 @@ def test_the_slurm_watchdog_names_the_faults_that_cut_a_nodes_network(make_job, 
          "action": "disconnect"}) + "\n")
     assert backend.hangs is not None and backend.hangs.cut_by() == ("disconnect:node1@t=5",)
     assert [host.name for host in backend.rank_hosts()] == ["node0", "node1"]
+
+
+def test_a_slurm_ranks_stops_in_its_debugger_are_recorded_for_the_report_and_its_leaving_said(make_job, tmp_path):
+    from orchestrate.debugger.states import LEFT, WAITS
+    from orchestrate.outcome.events import read_events
+    from tests.unit.test_debugger import STOP, write_records
+
+    backend, _ = slurm_backend_following(make_job, tmp_path)
+    heard: list[str] = []
+    backend.say = heard.append
+    progress_dir = backend.plan.run_dir / "progress"
+    progress_dir.mkdir()
+    write_records(progress_dir, 1, {"debugger": STOP})
+    backend.progress.poll(backend.clock(), None)
+    backend.note_debugger_changes()
+    assert heard == []  # the rank says where it stopped, and how to reach it, in its own lines
+    write_records(progress_dir, 1, {"debugger": {"state": LEFT}})
+    backend.progress.poll(backend.clock(), None)
+    backend.note_debugger_changes()
+    assert heard == ["rank 1 left its debugger"]
+    recorded = [(e["rank"], e["node"], e["state"], e["call"]) for e in read_events(backend.plan.run_dir)
+                if e["event"] == "debugger"]
+    assert recorded == [(1, "node1", WAITS, "breakpoint()"), (1, "node1", LEFT, "breakpoint()")]
+    # and as the launcher follows the job
+    write_records(progress_dir, 0, {"debugger": STOP})
+    backend.client.command_outputs["sbatch"] = (0, b"7\n")
+    job_state_after(backend.client, 1, b"JobId=7 JobState=COMPLETED Reason=None ExitCode=0:0\n")
+    backend.follow(timeout_s=30)
+    assert [e["rank"] for e in read_events(backend.plan.run_dir) if e["event"] == "debugger"] == [1, 1, 0]
