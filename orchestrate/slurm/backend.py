@@ -227,10 +227,14 @@ class SlurmBackend:
         grace_s = self.plan.config.stop_grace_s
         self.say(f"cancelling Slurm job {self.job_id}: SIGTERM to its tasks, SIGKILL after {grace_s:g} s")
         controller, jobs = self.containers[CONTROLLER], [self.job_id]
-        if grace_s > 0:
-            terminate_jobs(self.client, controller, self.plan.run_id, jobs)
-        kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say, self.clock,
-                        meanwhile=lambda: self.drain_output(log_file))
+        try:
+            if grace_s > 0:
+                terminate_jobs(self.client, controller, self.plan.run_id, jobs)
+            kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say, self.clock,
+                            meanwhile=lambda: self.drain_output(log_file))
+        except EngineError as exc:  # the teardown removes the cluster, and the job with it
+            self.say(f"{exc}; the teardown removes the cluster")
+            raise OrchestrateError(f"the job was found hung, and {exc}") from exc
 
     # Bring-up --------------------------------------------------------------------------------
 

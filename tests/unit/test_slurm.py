@@ -975,3 +975,21 @@ def test_a_slurm_ranks_stops_in_its_debugger_are_recorded_for_the_report_and_its
     job_state_after(backend.client, 1, b"JobId=7 JobState=COMPLETED Reason=None ExitCode=0:0\n")
     backend.follow(timeout_s=30)
     assert [e["rank"] for e in read_events(backend.plan.run_dir) if e["event"] == "debugger"] == [1, 1, 0]
+
+
+def test_a_hung_slurm_job_whose_cancel_slurm_refuses_ends_the_run_saying_both(make_job, tmp_path):
+    from orchestrate.errors import OrchestrateError
+    from orchestrate.hangs.diagnosis import HangDiagnosis
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    backend.job_id = "7"
+    client.command_outputs["squeue"] = (0, b"7\n")
+    client.command_outputs["scancel"] = (1, b"scancel: error: Kill job error on job id 7: Access/permission denied\n")
+    heard: list[str] = []
+    backend.say = heard.append
+    backend.hangs = WatchStub(HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s"))
+    with pytest.raises(OrchestrateError, match="^the job was found hung, and Slurm refused to stop the job of run"
+                                               " test-run: scancel: error: Kill job error"):
+        backend.watch_for_a_hang(io.StringIO())
+    assert heard[-1].endswith("Access/permission denied; the teardown removes the cluster")
+    assert backend.partial_result().hang is not None  # the summary keeps where the ranks waited
