@@ -1427,7 +1427,7 @@ MUTANTS = [
     Mutant("a rank debugged under Slurm does not hold the watchdog", "orchestrate/slurm/backend.py",
            "        if self.progress.debugger.attached():", "        if False:", ("tests/unit/test_slurm.py",)),
     Mutant("a hung Slurm job is left running", "orchestrate/slurm/backend.py",
-           "        if grace_s > 0:\n            terminate_jobs(", "        if False:\n            terminate_jobs(",
+           "            if grace_s > 0:\n                terminate_jobs(self.client, controller, self.plan.run_id, jobs)\n            kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say, self.clock,\n                            meanwhile=lambda: self.drain_output(log_file))\n        except EngineError as exc:  # the teardown removes the cluster, and the job with it\n            self.say(f\"{exc}; the teardown removes the cluster\")\n            raise OrchestrateError(", "            if False:\n                terminate_jobs(self.client, controller, self.plan.run_id, jobs)\n            kill_jobs_after(self.client, controller, self.plan.run_id, jobs, grace_s, self.say, self.clock,\n                            meanwhile=lambda: self.drain_output(log_file))\n        except EngineError as exc:  # the teardown removes the cluster, and the job with it\n            self.say(f\"{exc}; the teardown removes the cluster\")\n            raise OrchestrateError(",
            ("tests/unit/test_slurm.py",)),
     Mutant("the generated Slurm script runs the target without the hook", "orchestrate/slurm/cluster.py",
            ", worker_command=worker_target(plan.config))", ")", ("tests/unit/test_slurm.py",)),
