@@ -56,7 +56,7 @@ UNEVEN_HINT = ("every rank must take as many training steps with a DDP model as 
                " batches first (its share of the data is smaller), skips a step or makes a collective of its own"
                " leaves the others waiting; give every rank as many batches (DistributedSampler splits a dataset"
                " evenly, padding it; drop_last=True drops the rest), or train under `with model.join():`, where"
-               " a rank that has run out of data shadows the others' collectives until every rank has")
+               " a rank that has run out of data shadows the others' collectives until every rank has run out")
 # The root a collective's record names, at the end of what it moves: ``float32[4] from rank 0``.
 ROOT_TEXT = re.compile(r"(?:from|to) rank \S+$")
 

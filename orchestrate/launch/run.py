@@ -234,7 +234,7 @@ class Run:
         if self.request.scheduler == "slurm":
             sbatch = Path(self.request.sbatch).resolve() if self.request.sbatch else None
             return SlurmBackend(plan, self.client, self.out, run_as=plan.config.run_as or "0:0", image=node_image,
-                                sbatch=sbatch, clock=self.clock)
+                                sbatch=sbatch, clock=self.clock, verbose=self.verbose)
         return ComposeBackend.for_plan(plan, self.client, self.out, self.clock, self.verbose)
 
     def _bring_up(self) -> None:

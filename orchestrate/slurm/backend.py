@@ -62,7 +62,8 @@ from orchestrate.slurm.script import render_sbatch
 from orchestrate.slurm.stop import kill_jobs_after, terminate_jobs
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.rank_probe import RankHost, absent_reasons, network_cuts
-from orchestrate.supervise.worker_lines import WorkerLines
+from orchestrate.supervise.console_filter import ConsoleFilter
+from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
 from orchestrate.text import counted
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ CONTROLLER_SILENCE_S = 30.0
 JOB_LOOKUP_S = 15.0
 JOB_LOOKUP_POLL_S = 0.5
 # "T: [R|L]:text" (srun --label, then torchrun's prefix), or "T: text" (torchrun's agent).
+# A line without a task label is srun's own ("srun: error: node1: task 1: Exited ..."), shown as this node's.
+SRUN = "slurm"
 _LABELLED = re.compile(r"^\s*(?P<task>\d+): (?P<text>.*)$")
 
 
@@ -95,32 +98,47 @@ class JobLines:
     """The job's output, as ``srun --label`` writes it, in whole lines with the node and global
     rank in front, as ``run`` shows them. ``srun --label`` puts the task id first: the node's
     index when the script runs one task per node (ours), else just the task (a user's script
-    may run one per process); what follows is torchrun's output, joined as a node's is."""
+    may run one per process); what follows is torchrun's output, joined as a node's is.
 
-    def __init__(self, plan: JobPlan, width: int, tasks_are_nodes: bool = True) -> None:
+    The job's log keeps every line; the console shows what a Compose run's console shows of a
+    node's lines (:class:`~orchestrate.supervise.console_filter.ConsoleFilter`: not torchrun's INFO
+    records, nor its own traceback as the job is cancelled), or every line with ``verbose``."""
+
+    def __init__(self, plan: JobPlan, width: int, tasks_are_nodes: bool = True, verbose: bool = False) -> None:
         self.plan = plan
         self.width = width
         self.tasks_are_nodes = tasks_are_nodes
         self.tasks: dict[int, WorkerLines] = {}
+        self.console = None if verbose else ConsoleFilter()
         self.ranks_seen: set[int] = set()  # the global ranks that printed a line
         self.progress_lines = 0  # the workers' lines that show the job moves (not torchrun's, nor torch's log lines)
 
-    def feed(self, raw: str) -> list[str]:
-        """The rendered lines that ``raw``, one line of the output file, completes."""
+    def feed(self, raw: str) -> list[OutputLine]:
+        """The lines that ``raw``, one line of the output file, completes (srun's own as ``slurm``'s)."""
         match = _LABELLED.match(raw)
         if not match:
-            return ["[slurm]".ljust(self.width + 2) + " " + raw]
+            return [OutputLine(SRUN, raw)]
         task = int(match["task"])
         if task not in self.tasks:
             self.tasks[task] = WorkerLines(self.task_node(task))
         lines = self.tasks[task].feed(match["text"])
         self.ranks_seen.update(line.global_rank for line in lines if line.global_rank is not None)
         self.progress_lines += sum(1 for line in lines if line.global_rank is not None and is_progress_line(line.text))
-        return [line.render(self.width) for line in lines]
+        return lines
 
-    def flush(self) -> list[str]:
+    def flush(self) -> list[OutputLine]:
         """The lines the workers left unfinished (the job has ended)."""
-        return [line.render(self.width) for lines in self.tasks.values() for line in lines.flush()]
+        return [line for lines in self.tasks.values() for line in lines.flush()]
+
+    def shown(self, lines: list[OutputLine], *, ended: bool = False) -> list[OutputLine]:
+        """The console's share of ``lines``; with ``ended``, what it held back too."""
+        if self.console is None:
+            return lines
+        shown = [kept for line in lines for kept in self.console.shown(line)]
+        if ended:
+            for name in [SRUN, *(self.task_node(task).name for task in self.tasks)]:
+                shown += self.console.flush(name)
+        return shown
 
     def task_node(self, task: int) -> NodePlan:
         """The node a task stands for; a task of a user's script is named for itself, and its
@@ -135,7 +153,8 @@ class SlurmBackend:
     """One plan as a Slurm job; the :class:`~orchestrate.launch.run.Run` drives it."""
 
     def __init__(self, plan: JobPlan, client: Any, out: IO[str], *, run_as: str, image: str,
-                 sbatch: Optional[Path] = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 sbatch: Optional[Path] = None, clock: Callable[[], float] = time.monotonic,
+                 verbose: bool = False) -> None:
         self.plan = plan
         self.client = client
         self.out = out
@@ -151,7 +170,7 @@ class SlurmBackend:
         self.faults = FaultScheduler(plan.config.faults, self.inject, plan.run_dir / PROGRESS_SUBDIR, self.say,
                                      self.record)
         self.width = max(len(f"{n.name}/rank{max(n.global_ranks, default=9)}") for n in plan.nodes) + 1
-        self.job_lines = JobLines(plan, self.width, tasks_are_nodes=sbatch is None)
+        self.job_lines = JobLines(plan, self.width, tasks_are_nodes=sbatch is None, verbose=verbose)
         cfg, debug = plan.config, debug_dir(plan.run_dir)
         # (a script of the user's own starts its workers without the hook: none would answer)
         self.hangs = (HangWatch(cfg.hang_diagnose_after_s, cfg.hang_timeout_s, lambda: ask_snapshots(debug),
@@ -334,14 +353,17 @@ class SlurmBackend:
         threading.Thread(target=read, name="slurm-output", daemon=True).start()
 
     def drain_output(self, log_file: IO[str], *, ended: bool = False) -> None:
-        rendered = []
+        """Take the job's output that came: every line into the job's log, the console's share
+        of them to the console."""
+        lines = []
         while not self.lines.empty():
-            rendered += self.job_lines.feed(self.lines.get())
+            lines += self.job_lines.feed(self.lines.get())
         if ended:
-            rendered += self.job_lines.flush()
-        for line in rendered:
-            self.out.write(line + "\n")
-            log_file.write(line + "\n")
+            lines += self.job_lines.flush()
+        for line in lines:
+            log_file.write(line.render(self.width) + "\n")
+        for line in self.job_lines.shown(lines, ended=ended):
+            self.out.write(line.render(self.width) + "\n")
         self.out.flush()
 
     def follow(self, timeout_s: Optional[float] = None) -> RunResult:

@@ -202,14 +202,69 @@ def test_sinfo_idle_needs_every_node_idle(output, nodes, idle):
     assert sinfo_idle(output, nodes) is idle
 
 
+def rendered(lines) -> list[str]:
+    return [line.render(14) for line in lines]
+
+
 def test_job_output_lines_get_node_and_rank_prefixes(make_job):
     plan = make_job(nodes=2, nproc_per_node=2)
     lines = JobLines(plan, 14)
-    assert lines.feed("1: [3|1]:loss 0.5") == ["[node1/rank3]".ljust(16) + " loss 0.5"]
-    assert lines.feed("0: agent says hi") == ["[node0]".ljust(16) + " agent says hi"]
-    assert lines.feed("srun: error: node1: task 1") == ["[slurm]".ljust(16) + " srun: error: node1: task 1"]
+    assert rendered(lines.feed("1: [3|1]:loss 0.5")) == ["[node1/rank3]".ljust(16) + " loss 0.5"]
+    assert rendered(lines.feed("0: agent says hi")) == ["[node0]".ljust(16) + " agent says hi"]
+    assert rendered(lines.feed("srun: error: node1: task 1")) == ["[slurm]".ljust(16) + " srun: error: node1: task 1"]
     # a user's script may run a task per process: the label is then the task, not the node
-    assert JobLines(plan, 14, tasks_are_nodes=False).feed("3: hello") == ["[task3]".ljust(16) + " hello"]
+    assert rendered(JobLines(plan, 14, tasks_are_nodes=False).feed("3: hello")) == ["[task3]".ljust(16) + " hello"]
+
+
+# What torchrun prints as the launcher cancels a job (its agent's traceback), around a worker's line.
+CANCELLED = ["0: I1205 11:34:20.127000 47 torch/distributed/elastic/agent/server/api.py:525] [default] Rendezvous",
+             "1: [1|0]:step 3 loss 0.5",
+             "0: W1205 11:35:08.586000 47 torch/distributed/elastic/agent/server/api.py:725] Received 15 death signal",
+             "0: Traceback (most recent call last):",
+             '1: Traceback (most recent call last):',
+             '0:   File "/opt/venv/bin/torchrun", line 10, in <module>',
+             '1:   File "/opt/venv/bin/torchrun", line 10, in <module>',
+             "0:     sys.exit(main())",
+             "0: torch.distributed.elastic.multiprocessing.api.SignalException: Process 47 got signal: 15",
+             "1: torch.distributed.elastic.multiprocessing.api.SignalException: Process 30 got signal: 15",
+             "srun: error: node0: task 0: Exited with exit code 1"]
+
+
+def test_the_console_shows_a_jobs_lines_as_a_compose_runs_and_the_log_keeps_every_one(make_job):
+    lines = JobLines(make_job(nodes=2, nproc_per_node=1), 14)
+    every = [line for raw in CANCELLED for line in lines.feed(raw)] + lines.flush()
+    assert len(every) == len(CANCELLED)  # (the job's log)
+    shown = lines.shown(every, ended=True)
+    # not torchrun's INFO record, nor its own traceback as the job is cancelled: its warning,
+    # the worker's line and srun's stay
+    assert [line.text for line in shown] == [
+        "step 3 loss 0.5",
+        "W1205 11:35:08.586000 47 torch/distributed/elastic/agent/server/api.py:725] Received 15 death signal",
+        "srun: error: node0: task 0: Exited with exit code 1"]
+    assert [line.prefix for line in shown] == ["node1/rank1", "node0", "slurm"]
+
+
+def test_verbose_shows_every_line_of_the_job_and_a_traceback_cut_short_shows_at_its_end(make_job):
+    verbose = JobLines(make_job(nodes=2, nproc_per_node=1), 14, verbose=True)
+    every = [line for raw in CANCELLED for line in verbose.feed(raw)]
+    assert verbose.shown(every, ended=True) == every
+    # a traceback's first line is held until the next says whose: the job's end lets it out
+    lines = JobLines(make_job(nodes=2, nproc_per_node=1), 14)
+    assert lines.shown(lines.feed("0: Traceback (most recent call last):")) == []
+    assert [line.text for line in lines.shown([], ended=True)] == ["Traceback (most recent call last):"]
+
+
+def test_a_slurm_jobs_output_goes_whole_to_its_log_and_filtered_to_the_console(make_job, tmp_path):
+    backend, _ = slurm_backend_following(make_job, tmp_path)
+    for raw in CANCELLED:
+        backend.lines.put(raw)
+    log_file = io.StringIO()
+    backend.drain_output(log_file, ended=True)
+    assert log_file.getvalue().count("\n") == len(CANCELLED)
+    assert "SignalException" in log_file.getvalue() and "Rendezvous" in log_file.getvalue()
+    console = backend.out.getvalue()
+    assert console.count("\n") == 3 and "step 3 loss 0.5" in console and "srun: error: node0" in console
+    assert "SignalException" not in console and "Rendezvous" not in console
 
 
 def test_job_output_lines_written_in_pieces_are_joined_per_task(make_job):
@@ -217,7 +272,7 @@ def test_job_output_lines_written_in_pieces_are_joined_per_task(make_job):
     # what srun --label makes of torchrun's tee when on node1 rank 3 draws a bar ("\rstep 1",
     # "\rstep 2", no newline) while rank 2 prints "half", then " done\n"
     raws = ["1: [3|1]:", "1: [3|1]:step 1[2|0]:half[3|1]:", "0: [0|0]:other", "1: [3|1]:step 2[2|0]: done"]
-    shown = [line for raw in raws for line in lines.feed(raw)] + lines.flush()
+    shown = rendered([line for raw in raws for line in lines.feed(raw)] + lines.flush())
     assert [line.split(maxsplit=1) for line in shown] == [
         ["[node1/rank3]"], ["[node1/rank3]", "step 1"], ["[node0/rank0]", "other"], ["[node1/rank2]", "half done"],
         ["[node1/rank3]", "step 2"]]
