@@ -391,8 +391,12 @@ def format_slurm_summary(outcome: RunResult) -> str:
         assert outcome.hang is not None
         lines.append(f"HUNG: {outcome.hang.headline}")
         lines += outcome.hang.lines()[1:]
-        lines.append(f"  the launcher then cancelled Slurm job {slurm.job_id} ({slurm.state or 'its state unknown'},"
-                     f" exit code {slurm_exit_code(job)})")
+        if outcome.hang.timed_out:  # torch ended the wait, and the job with it
+            lines.append(f"  then Slurm job {slurm.job_id} ended {slurm.state or 'in a state unknown'}"
+                         f" (reason {job.get('Reason', '-')}, exit code {slurm_exit_code(job)})")
+        else:
+            lines.append(f"  the launcher then cancelled Slurm job {slurm.job_id} ({slurm.state or 'its state unknown'},"
+                         f" exit code {slurm_exit_code(job)})")
         return "\n".join(lines)
     if outcome.interrupted and outcome.stopped_by:
         lines.append(f"STOPPED by {outcome.stopped_by} ({signal.Signals(outcome.signal_number).name} to Slurm job"
@@ -414,5 +418,11 @@ def format_slurm_summary(outcome: RunResult) -> str:
                          f" {failure.exception or 'exit code ' + str(failure.exit_code)}")
             if label == "workers":
                 lines += own_error_lines(failure)
+                lines += absent_from_barrier_lines(failure, outcome.stopped_where)
+                if outcome.divergence:
+                    lines.append(f"  where, by the ranks' collective records: {outcome.divergence}")
+                hang = outcome.hang
+                if hang is not None and hang.timed_out and not hang.hung:  # a timeout, but a rank worked
+                    lines += [f"  {hang.headline}", *hang.lines()[1:]]
                 lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-12:]]
     return "\n".join(lines)

@@ -37,7 +37,8 @@ from orchestrate.errors import EngineError, NodesNotReadyError, OrchestrateError
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
-from orchestrate.hangs.diagnosis import HangDiagnosis
+from orchestrate.hangs.crash_dump import where_stopped
+from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, mismatch_divergence, timeout_diagnosis
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch, is_progress_line
 from orchestrate.outcome.events import record_event
@@ -165,6 +166,7 @@ class SlurmBackend:
         self.containers: dict[str, Any] = {}
         self.job_id = ""
         self.started_at: Optional[float] = None  # when the job was submitted
+        self.submitted_time = 0.0  # the same, in Unix seconds (the workers' records' clock)
         self.lines: "queue.Queue[str]" = queue.Queue()
         self.progress = ProgressWatch(plan.run_dir / PROGRESS_SUBDIR, self.record)
         self.faults = FaultScheduler(plan.config.faults, self.inject, plan.run_dir / PROGRESS_SUBDIR, self.say,
@@ -369,6 +371,7 @@ class SlurmBackend:
     def follow(self, timeout_s: Optional[float] = None) -> RunResult:
         """Submit the job and follow it to its end in Slurm's state (cancelled after
         ``timeout_s``); judge it."""
+        self.submitted_time = time.time()
         self.job_id = self.submit()
         self.say(f"sbatch submitted job {self.job_id}")
         slurm = SlurmJob(self.job_id)
@@ -428,7 +431,25 @@ class SlurmBackend:
             self.record("job-stopped", job=self.job_id, state=slurm.state, by=result.stopped_by)
         elif not result.succeeded:
             result.reported_failure = self.root_cause(slurm)
+            self.place_the_failure(result)
         return result
+
+    def place_the_failure(self, result: RunResult) -> None:
+        """Where the ranks were as the job failed, by what the workers' hook wrote, as for a Compose
+        run: a collective that timed out is a hang that torch ended (its diagnosis, where every
+        rank waited), collectives that differ are said, and so is where torchrun's SIGTERM found
+        the ranks it ended. Records written before the job was submitted are an earlier run's."""
+        directory = debug_dir(self.plan.run_dir)
+        ranks = self.expected_ranks()
+        since = self.submitted_time - ATTEMPT_CLOCK_SLACK_S
+        result.stopped_where = {rank: where for rank in sorted(ranks)
+                                if (where := where_stopped(directory, rank, since))}
+        if result.hang is None:
+            result.hang = timeout_diagnosis(result.reported_failure, directory, ranks,
+                                            stopped_where=result.stopped_where)
+            if result.hang is not None:
+                result.hang.run_id = self.plan.run_id
+        result.divergence = mismatch_divergence(result.reported_failure, directory, self.submitted_time)
 
     def partial_result(self) -> RunResult:
         """What is known of a job that was interrupted, without asking Slurm (the engine may be

@@ -114,6 +114,26 @@ def test_a_killed_node_is_reported_down_by_slurm(orchestrate_run, docker_client,
     assert leftovers(docker_client, result.project) == []
 
 
+def test_a_slurm_job_whose_collective_timed_out_is_said_hung_where_its_ranks_collectives_part(
+        orchestrate_run, docker_client, tmp_path):
+    shutil.copyfile(JOBS / "desync.py", tmp_path / "desync.py")
+    lines = (JOBS / "desync.py").read_text().splitlines()
+    every, extra = (next(i for i, line in enumerate(lines, 1) if text in line)
+                    for text in ("dist.all_reduce(stats)", "# DESYNC"))
+    result = orchestrate_run(*SLURM, "--nodes", "2", "--workdir", str(tmp_path), "--collective-timeout", "10", "--",
+                             "desync.py")
+    assert result.code == 1, result.output[-4000:]
+    summary = result.output.split("summary (Slurm job")[1]
+    headline = next(line for line in summary.splitlines() if line.startswith("HUNG:"))
+    assert headline.startswith("HUNG: a collective timed out on node") and "Timed out waiting 10000ms" in headline
+    assert (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
+            f" desync.py:{every}") in headline
+    # torch's timeout ended the job, not the launcher
+    assert re.search(r"^  then Slurm job \d+ ended FAILED \(reason NonZeroExitCode", summary, re.M), summary
+    assert "cancelling Slurm job" not in result.output
+    assert leftovers(docker_client, result.project) == []
+
+
 def test_a_hung_slurm_job_is_said_hung_with_where_every_rank_waits_then_cancelled(orchestrate_run, docker_client,
                                                                                   tmp_path):
     shutil.copyfile(JOBS / "desync.py", tmp_path / "desync.py")

@@ -1048,3 +1048,73 @@ def test_a_hung_slurm_job_whose_cancel_slurm_refuses_ends_the_run_saying_both(ma
         backend.watch_for_a_hang(io.StringIO())
     assert heard[-1].endswith("Access/permission denied; the teardown removes the cluster")
     assert backend.partial_result().hang is not None  # the summary keeps where the ranks waited
+
+
+def write_failed_records(debug: Path, written: float, *calls: tuple[str, str, int]) -> None:
+    """The records the workers' hook writes as their collectives fail: rank N's ``calls[N]``
+    (op, what it moves, line of desync.py), all collective #5, written at ``written`` (Unix s)."""
+    debug.mkdir(parents=True, exist_ok=True)
+    for rank, (op, shapes, line) in enumerate(calls):
+        (debug / f"rank{rank}.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [], "time": written,
+            "collectives": [{"seq": 5, "op": op, "group": "default", "shapes": shapes, "at": f"desync.py:{line}",
+                             "state": "failed"}]}))
+
+
+TIMED_OUT = "RuntimeError: [/pytorch/gloo/unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation to complete"
+CALLS = (("all_reduce", "float32[4]", 9), ("barrier", "", 11))
+
+
+def failed_job_result(tmp_path: Path, exception: str) -> RunResult:
+    job = {"JobId": "7", "JobState": "FAILED", "Reason": "NonZeroExitCode", "ExitCode": "1:0"}
+    return RunResult("r1", tmp_path, [], Timings(job_s=30.0), slurm=SlurmJob("7", job=job),
+                     reported_failure=Failure("node1", 1, 1, exception, (), traceback=f"Traceback\n{exception}"))
+
+
+def test_a_slurm_job_whose_collective_timed_out_is_said_hung_with_where_every_rank_waited(make_job, tmp_path):
+    backend, _ = slurm_backend_following(make_job, tmp_path)
+    backend.submitted_time = 1000.0
+    write_failed_records(backend.plan.run_dir / "debug", 1010.0, *CALLS)
+    result = failed_job_result(tmp_path, TIMED_OUT)
+    backend.place_the_failure(result)
+    assert result.hang is not None and result.hang.timed_out and result.hung and result.hang.run_id == "test-run"
+    headline = ("a collective timed out on node1 rank 1 (Timed out waiting 20000ms for recv operation to complete):"
+                " collective #5: rank 0 entered all_reduce(float32[4]) at desync.py:9; rank 1 entered barrier() at"
+                " desync.py:11")
+    assert result.hang.headline == headline
+    lines = format_slurm_summary(result).splitlines()
+    at = lines.index(f"HUNG: {headline}")
+    # torch ended the wait, not the launcher: the job's own end, as Slurm says it
+    assert lines[-1] == "  then Slurm job 7 ended FAILED (reason NonZeroExitCode, exit code 1:0)"
+    assert lines[at + 2].startswith("  rerun with --debug-collectives") and not any("cancelled" in ln for ln in lines)
+    assert result.failure is not None and result.failure.describe() == f"HUNG: {headline}" and result.exit_code == 1
+    # another failure is no hang; records an earlier run left (before the job was submitted) place nothing
+    other = failed_job_result(tmp_path, "ValueError: bad batch")
+    backend.place_the_failure(other)
+    assert other.hang is None
+    backend.submitted_time = 1100.0
+    late = failed_job_result(tmp_path, "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 ...")
+    backend.place_the_failure(late)
+    assert late.divergence == ""
+
+
+def test_a_slurm_job_that_failed_on_a_mismatch_says_where_the_ranks_collectives_part(make_job, tmp_path):
+    backend, _ = slurm_backend_following(make_job, tmp_path)
+    backend.submitted_time = 1000.0
+    write_failed_records(backend.plan.run_dir / "debug", 1010.0, *CALLS)
+    result = failed_job_result(tmp_path, "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 ...")
+    backend.place_the_failure(result)
+    assert result.hang is None
+    lines = format_slurm_summary(result).splitlines()
+    assert lines[lines.index("FAILED: Slurm job 7 FAILED (reason NonZeroExitCode, exit code 1:0)") + 1].startswith(
+        "  workers: node1 rank 1: RuntimeError: Detected mismatch")
+    assert ("  where, by the ranks' collective records: collective #5: rank 0 entered all_reduce(float32[4]) at"
+            " desync.py:9; rank 1 entered barrier() at desync.py:11") in lines
+
+
+def test_a_slurm_jobs_monitored_barrier_names_where_the_late_rank_was_when_torchrun_ended_it(tmp_path):
+    result = failed_job_result(tmp_path, "RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 5000 ms")
+    result.stopped_where = {1: "read_shard at late.py:11"}
+    lines = format_slurm_summary(result).splitlines()
+    assert lines[lines.index("  rank 1 did not pass the barrier in time: it was in read_shard at late.py:11 when"
+                             " torchrun ended it") - 1].startswith("  workers: node1 rank 1: RuntimeError: [Rank 0]")
