@@ -211,16 +211,26 @@ def ended_hung(outcome: RunResult) -> bool:
 def ending_hint(outcome: RunResult) -> str:
     """The one hint the summary gives under how the run ended, what to change and why ("" where
     none applies): for a hang, files a waiting node cannot see; for a failure, the first hint
-    of the judge's that explains it (none under Slurm, whose summary speaks Slurm's words). Kept
-    in outcome.json and on the report page too."""
+    of the judge's that explains it (under Slurm, for a worker's own error: not one that a
+    peer's lost connection made, nor a job stopped or timed out). Kept in outcome.json and on
+    the report page too."""
     if outcome.slurm is not None:
-        return ""
+        failure = outcome.failure
+        if (failure is None or failure.rank is None or outcome.succeeded or outcome.job_succeeded
+                or ended_hung(outcome) or outcome.interrupted or outcome.error or outcome.slurm.workers_collateral):
+            return ""
+        return failure_hint(outcome, failure)
     if ended_hung(outcome):
         return local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
     if not says_failure(outcome):
         return ""
     failure = outcome.failure
     assert failure is not None
+    return failure_hint(outcome, failure)
+
+
+def failure_hint(outcome: RunResult, failure: Failure) -> str:
+    """The first of the judge's hints that explains ``failure`` ("" where none does)."""
     torn = [(f.spec, f.struck_file) for f in outcome.fired_faults if f.struck_file]
     return (died_at_exit(failure, outcome.results, outcome.image_torch) or torn_save_hint(failure, torn)
             or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
@@ -424,5 +434,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
                 hang = outcome.hang
                 if hang is not None and hang.timed_out and not hang.hung:  # a timeout, but a rank worked
                     lines += [f"  {hang.headline}", *hang.lines()[1:]]
+                advice = ending_hint(outcome)
+                lines += [advice] if advice else []
                 lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-12:]]
     return "\n".join(lines)

@@ -1118,3 +1118,29 @@ def test_a_slurm_jobs_monitored_barrier_names_where_the_late_rank_was_when_torch
     lines = format_slurm_summary(result).splitlines()
     assert lines[lines.index("  rank 1 did not pass the barrier in time: it was in read_shard at late.py:11 when"
                              " torchrun ended it") - 1].startswith("  workers: node1 rank 1: RuntimeError: [Rank 0]")
+
+
+UNUSED = "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one."
+
+
+def test_a_slurm_jobs_own_worker_error_gets_the_judges_hint_as_a_compose_runs_does(tmp_path):
+    from orchestrate.outcome.record import outcome_record
+
+    result = failed_job_result(tmp_path, UNUSED)
+    result.reported_failure = replace(result.reported_failure, traceback=(
+        f"Traceback\n{UNUSED}\n[rank1]: Parameter indices which did not receive grad for rank 1: 2 3"))
+    lines = format_slurm_summary(result).splitlines()
+    hint = ("  hint: DDP got no gradient for the parameters at 2, 3 of model.parameters() (rank 1) in a step: a model"
+            " whose loss leaves parameters out on some steps needs DistributedDataParallel(model,"
+            " find_unused_parameters=True)")
+    said = next(line for line in lines if line.startswith("  hint:"))
+    assert said.startswith(hint) and lines.index(said) < lines.index("  | Traceback")  # above the traceback
+    assert outcome_record(result)["hint"].startswith(hint.strip())
+    # not for an error that a peer's lost connection made, where Slurm's own report is the cause
+    result.slurm.workers_collateral = True
+    assert not any(line.startswith("  hint:") for line in format_slurm_summary(result).splitlines())
+    # nor for a job a stop ended
+    stopped = failed_job_result(tmp_path, UNUSED)
+    stopped.interrupted, stopped.signal_number, stopped.stopped_by = True, 15, "stop RUN"
+    assert not any(line.startswith("  hint:") for line in format_slurm_summary(stopped).splitlines())
+    assert outcome_record(stopped)["hint"] is None
