@@ -50,6 +50,15 @@ def is_progress_line(text: str) -> bool:
     return not (_TORCH_LOG_LINE.match(text) or CPP_BACKTRACE.match(text.strip()) or CPP_FRAME.match(text))
 
 
+def say_hung(found: HangDiagnosis, say: Callable[[str], None], record: Callable[..., None]) -> None:
+    """Say the verdict that ends a hung run, its headline then where every rank waits, and keep it
+    in the run's events (``hung``): the Compose supervisor's and the Slurm backend's alike."""
+    say(f"HUNG: {found.headline}")
+    for line in found.lines()[1:]:
+        say(line)
+    record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
+
+
 class HangWatch:
     """Watches one run's progress (see the module's text). It never blocks: a look sends the
     request, and takes the answers one answer window later.

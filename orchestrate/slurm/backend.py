@@ -40,7 +40,7 @@ from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.hangs.crash_dump import where_stopped
 from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, mismatch_divergence, timeout_diagnosis
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import HangWatch, is_progress_line
+from orchestrate.hangs.watchdog import HangWatch, is_progress_line, say_hung
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
@@ -241,10 +241,7 @@ class SlurmBackend:
         """Say where every rank waits, then end the job as ``stop RUN`` does, through Slurm:
         SIGTERM to its tasks, SIGKILL after the run's stop grace."""
         self.hang = found
-        self.say(f"HUNG: {found.headline}")
-        for line in found.lines()[1:]:
-            self.say(line)
-        self.record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
+        say_hung(found, self.say, self.record)
         grace_s = self.plan.config.stop_grace_s
         self.say(f"cancelling Slurm job {self.job_id}: SIGTERM to its tasks, SIGKILL after {grace_s:g} s")
         controller, jobs = self.containers[CONTROLLER], [self.job_id]

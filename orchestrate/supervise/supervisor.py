@@ -54,7 +54,7 @@ from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, m
                                         timeout_diagnosis)
 from orchestrate.hangs.init_calls import certain_init_waits
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import HangWatch, is_progress_line
+from orchestrate.hangs.watchdog import HangWatch, is_progress_line, say_hung
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
@@ -357,10 +357,7 @@ class Supervisor:
         """End a run that made no progress for --hang-timeout: say where every rank waits, then
         stop every node."""
         self.hang = found
-        self.say(f"HUNG: {found.headline}")
-        for line in found.lines()[1:]:
-            self.say(line)
-        self.record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
+        say_hung(found, self.say, self.record)
         self.say("stopping every node")
         self.first_failure_seen = True
         self.stop(self.live, self.spec.stop_grace_s)
