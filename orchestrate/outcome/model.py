@@ -391,8 +391,9 @@ class RunResult:
         """What a failed ``assert result.succeeded`` shows: how the run ended and why first, the
         failing rank's last lines last (pytest keeps a long repr's head and tail)."""
         if self.succeeded:
-            nodes = counted(len(self.results), "node")
-            return f"RunResult({self.run_id}: SUCCEEDED, {nodes}, run_dir={self.run_dir})"
+            ran = (f"Slurm job {self.slurm.job_id} on {counted(len(self.slurm.nodes), 'node')}" if self.slurm is not None
+                   else counted(len(self.results), "node"))
+            return f"RunResult({self.run_id}: SUCCEEDED, {ran}, run_dir={self.run_dir})"
         why = []
         if self.interrupted:
             why.append(f"interrupted by signal {self.signal_number}")

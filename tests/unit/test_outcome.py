@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrate.outcome.judge import find_failure
-from orchestrate.outcome.model import FaultRecord, Recovery, RunResult, Timings
+from orchestrate.outcome.model import FaultRecord, Recovery, RunResult, SlurmJob, Timings
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
@@ -368,6 +368,10 @@ def test_a_failed_assert_on_a_result_shows_how_the_run_ended_and_why_then_the_la
     plan = make_job(nodes=2)
     done = outcome(results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None)))
     assert repr(done) == "RunResult(run-1: SUCCEEDED, 2 nodes, run_dir=/tmp/runs/run-1)"
+    # a Slurm run has no node results of its own: its job, and the nodes Slurm ran it on
+    job = SlurmJob("4", job={"JobState": "COMPLETED", "ExitCode": "0:0"}, nodes={"node0": {}, "node1": {}})
+    assert repr(RunResult("run-2", Path("/tmp/runs/run-2"), [], Timings(), slurm=job)) == (
+        "RunResult(run-2: SUCCEEDED, Slurm job 4 on 2 nodes, run_dir=/tmp/runs/run-2)")
     failed = results_for(plan, (NodePhase.FAILED, 1, 1, None), (NodePhase.STOPPED, 143, 2, None))
     failure = Failure("node1", 3, 1, "ValueError: bad batch", ("l1", "l2", "l3", "l4"),
                       traceback="Traceback (most recent call last):\n  File x\n    load()\nValueError: bad batch\n\n",
