@@ -30,6 +30,10 @@ still part of a reference cycle at exit is never finalized, so its ``__del__`` d
 that relies on ``__del__`` to flush or delete something at exit, rather than on ``close()``,
 a ``with`` block or ``atexit``, should set ``DDP_EXIT_FREEZE=0``.
 
+A signal that arrives in the guard's pause, and whose handler raises (torchrun's agent turns
+SIGTERM into ``SignalException``), ends the pause without a word: the process is exiting
+already, with its own status.
+
 ``DDP_EXIT_FREEZE=0`` turns the freeze off; ``DDP_EXIT_GUARD=0`` turns both off.
 """
 import atexit
@@ -45,7 +49,14 @@ DRAIN_SECONDS = 0.05
 
 def _at_exit() -> None:
     if "torch.distributed" in sys.modules:
-        time.sleep(DRAIN_SECONDS)  # let gloo's threads finish while the interpreter is whole
+        try:
+            time.sleep(DRAIN_SECONDS)  # let gloo's threads finish while the interpreter is whole
+        except BaseException:  # noqa: B036
+            # A signal's handler raised in the pause: torchrun's agent raises SignalException on
+            # the SIGTERM that srun, or a stop, sends every node as the job ends. The process is
+            # ending already, with its own exit status; Python would print the exception as
+            # "Exception ignored in atexit callback", a traceback of ours in the user's output.
+            pass
     if os.environ.get("DDP_EXIT_FREEZE", "1") != "0":
         gc.freeze()  # the final collections skip what is alive now
 

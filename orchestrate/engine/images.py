@@ -42,9 +42,10 @@ DEFAULT_GPU_BASE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
 # The image recipe: bumped when what the node image holds changes (2: iptables, for a link's loss
 # where the kernel has no netem; 3: the exit guard skips the final garbage collections; 4: with
 # a switch of its own, DDP_EXIT_FREEZE; 5: a C++ compiler, which torch.compile's inductor needs
-# to build its CPU kernels, and Triton its GPU launchers), so that an engine's older image is
-# rebuilt rather than used.
-IMAGE_RECIPE = "5"
+# to build its CPU kernels, and Triton its GPU launchers; 6: the exit guard's pause is quiet when
+# a signal's handler raises in it, as torchrun's agent's does on SIGTERM), so that an engine's
+# older image is rebuilt rather than used.
+IMAGE_RECIPE = "6"
 RECIPE_LABEL = "io.ddp-compose.recipe"
 # The offline base's own recipe: bumped when OFFLINE_PACKAGES change (2: iptables; 3: g++ and
 # Python's headers, for torch.compile), so that an older base is rebuilt; a node image's change

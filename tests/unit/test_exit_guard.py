@@ -57,3 +57,26 @@ def test_the_final_collections_skip_what_was_alive_at_exit_unless_the_freeze_is_
     for done in (unfrozen, unguarded):  # the interpreter's own behaviour
         assert "cycle finalized" in done.stdout.splitlines()
         assert done.returncode == 3 and "weakref.finalize ran" in done.stdout
+
+
+# A torchrun agent that exits while a SIGTERM arrives (srun ends every task of a job that one
+# failed): its handler raises in the guard's pause, here made to raise at once.
+SIGNALLED = """
+import sys, time, types
+
+sys.modules["torch.distributed"] = types.ModuleType("torch.distributed")  # the guard pauses for it
+
+def interrupted(seconds):
+    raise RuntimeError("Process 30 got signal: 15")  # as torchrun's SIGTERM handler raises
+
+time.sleep = interrupted
+sys.exit(1)
+"""
+
+
+def test_a_signal_whose_handler_raises_in_the_guards_pause_ends_it_quietly_and_keeps_the_status():
+    env = {**os.environ, "PYTHONPATH": str(GUARD_DIR), "DDP_EXIT_GUARD": "1"}
+    done = subprocess.run([sys.executable, "-S", "-c", f"import ddp_compose_exit\n{SIGNALLED}"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == ""  # not "Exception ignored in atexit callback" and a traceback of the guard's
