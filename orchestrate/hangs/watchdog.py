@@ -158,6 +158,35 @@ class HangWatch:
         self.asked, self.first = [], None
         return self.judge(first, second, quiet, now)
 
+    def due_at_the_end(self) -> bool:
+        """Whether the run, about to be ended from outside (its time limit), has a quiet time the
+        watchdog has not judged (a limit shorter than --hang-diagnose-after): not when a line came
+        a moment ago (the job moves, and was too slow for its limit)."""
+        if self.threshold is None or self.diagnosis is not None or self.working is not None:
+            return False
+        return self.quiet_since is not None and self.clock() - self.quiet_since >= self.recheck_s
+
+    def look_at_the_end(self, go_on_until: Callable[[float], None]) -> Optional[HangDiagnosis]:
+        """Two looks at every rank, an answer window apart, as the run is about to be ended from
+        outside (see :meth:`due_at_the_end`), and where each rank is said, so that the summary
+        tells a hang from a slow job. ``go_on_until(t)`` follows the run (its lines, its records)
+        until clock time ``t``. None when the job moved during the looks, or a rank's silence
+        leaves it unknown."""
+        quiet_since = self.quiet_since
+        probes = []
+        for _ in range(2):
+            request, at = self.ask(), self.clock()
+            go_on_until(at + self.answer_window_s)  # the lines go on meanwhile
+            probes.append(self.answers(request, at))
+        if self.quiet_since != quiet_since:
+            return None  # a worker's line during the looks: it moves
+        found = self.judge_at_the_end(probes[0], probes[1], self.clock())
+        if found is not None:
+            self.say(f"at the time limit, {'hung' if found.hung else 'working'}: {found.headline}")
+            for line in found.lines()[1:]:
+                self.say(line)
+        return found
+
     def judge_at_the_end(self, first: Probe, second: Probe, now: float) -> Optional[HangDiagnosis]:
         """Judge two looks taken as the run is ended from outside (its time limit) before the
         watchdog judged its quiet time: kept as :attr:`diagnosis` (hung) or :attr:`working`.

@@ -415,6 +415,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
         lines.append(f"INTERRUPTED: {interrupted_slurm_job(slurm)}; every node stopped")
     elif outcome.error:
         lines.append(f"FAILED: {outcome.error}")
+        lines += last_look_lines(outcome)
     else:
         down = [f"{n} {i.get('State')} ({i.get('Reason') or 'no reason given'})" for n, i in sorted(slurm.nodes.items())
                 if any(s in i.get("State", "") for s in _SLURM_TROUBLE)]

@@ -180,6 +180,7 @@ class SlurmBackend:
                                 self.why_absent, self.say, clock, run_id=plan.run_id,
                                 cut_by=lambda: network_cuts(self.rank_hosts())) if sbatch is None else None)
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the job
+        self.last_look: Optional[HangDiagnosis] = None  # where the ranks were as its time limit cancelled it
         self.moves_seen = 0  # the progress records and lines the watchdog has taken
 
     def say(self, text: str) -> None:
@@ -226,6 +227,15 @@ class SlurmBackend:
         when the watchdog finds it hung past --hang-timeout."""
         if self.hangs is None or self.hang is not None:
             return
+        self.take_moves()
+        found = self.hangs.poll(self.clock())
+        if found is not None:
+            self.end_hung(found, log_file)
+
+    def take_moves(self) -> None:
+        """Tell the watchdog what moved since it last heard (a worker's line, a progress record),
+        or that a terminal debugging a rank holds the job as asked."""
+        assert self.hangs is not None
         now = self.clock()
         moves = self.progress.records + self.job_lines.progress_lines
         if self.progress.debugger.attached():  # a terminal debugging a rank holds the job as asked
@@ -233,9 +243,27 @@ class SlurmBackend:
         elif moves > self.moves_seen:
             self.hangs.progress(now)
         self.moves_seen = moves
-        found = self.hangs.poll(now)
-        if found is not None:
-            self.end_hung(found, log_file)
+
+    def look_at_the_end(self, log_file: IO[str]) -> Optional[HangDiagnosis]:
+        """Before the time limit cancels a job whose quiet time the watchdog has not judged yet:
+        its two looks at every rank, as a Compose run's supervisor takes them, no fault firing
+        meanwhile; what the watchdog found last otherwise (hung, or quiet and working)."""
+        hangs = self.hangs
+        if hangs is None or self.hang is not None:
+            return None
+        self.take_moves()
+        if hangs.due_at_the_end():
+            self.faults.cancel()
+
+            def go_on_until(until: float) -> None:
+                while self.clock() < until:
+                    time.sleep(0.25)
+                    self.drain_output(log_file)
+                    self.progress.poll(self.clock(), None)
+                    self.take_moves()
+
+            hangs.look_at_the_end(go_on_until)
+        return hangs.diagnosis or hangs.working
 
     def end_hung(self, found: HangDiagnosis, log_file: IO[str]) -> None:
         """Say where every rank waits, then end the job as ``stop RUN`` does, through Slurm:
@@ -393,10 +421,13 @@ class SlurmBackend:
                     self.drain_output(log_file)
                     if (timeout_s is not None and self.clock() - started > timeout_s and not result.error
                             and self.hang is None):  # (a job found hung is being cancelled already)
-                        self.say(f"the job did not end within its time limit of {timeout_s:g} s: cancelling it")
-                        exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
-                        result.error = f"timed out: the job did not end within {timeout_s:g} s"
-                        result.error_exit_code = 1
+                        self.last_look = self.look_at_the_end(log_file)
+                        job = self.job_record(self.job_id) or job
+                        if job.get("JobState") not in FINAL_JOB_STATES:  # (it may have ended during the looks)
+                            self.say(f"the job did not end within its time limit of {timeout_s:g} s: cancelling it")
+                            exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
+                            result.error = f"timed out: the job did not end within {timeout_s:g} s"
+                            result.error_exit_code = 1
                     if job.get("JobState") in FINAL_JOB_STATES:
                         time.sleep(1.0)  # the last lines of the file
                         self.drain_output(log_file, ended=True)
@@ -412,7 +443,7 @@ class SlurmBackend:
         finally:
             result.timings.job_s = self.clock() - started
             result.faults = self.fault_records(result.timings.job_s)
-            result.hang = self.hang
+            result.hang = self.hang or (self.last_look if result.error else None)
         self.progress.poll(self.clock(), None)  # what the workers' hook recorded last: the warnings' facts
         result.written_shared = self.progress.written_whole()
         result.written_locally = self.progress.written_on_nodes_disks()

@@ -326,32 +326,18 @@ class Supervisor:
         return why
 
     def look_at_the_end(self) -> None:
-        """Before the time limit stops a run whose quiet time the watchdog has not judged yet (a
-        limit shorter than --hang-diagnose-after): two looks at every rank, an answer window
-        apart, and where each is said, so that the summary tells a hang from a slow job."""
+        """Before the time limit stops a run whose quiet time the watchdog has not judged yet: its
+        two looks at every rank (:meth:`HangWatch.look_at_the_end`), no fault firing meanwhile, nor
+        a verdict of the watchdog's own."""
         hangs = self.hangs
-        if hangs is None or hangs.threshold is None or hangs.diagnosis is not None or hangs.working is not None:
+        if hangs is None or not hangs.due_at_the_end():
             return
-        quiet_since = hangs.quiet_since
-        if quiet_since is None or self.clock() - quiet_since < hangs.recheck_s:
-            return  # a worker's line a moment ago: the job moves, and was too slow for its limit
         self.faults.cancel()
         self.looking_at_the_end = True
         try:
-            probes = []
-            for _ in range(2):
-                request, at = hangs.ask(), self.clock()
-                self.loop(until=at + hangs.answer_window_s)  # the lines go on meanwhile
-                probes.append(hangs.answers(request, at))
+            hangs.look_at_the_end(lambda until: self.loop(until=until))
         finally:
             self.looking_at_the_end = False
-        if hangs.quiet_since != quiet_since:
-            return  # a worker's line during the looks: it moves
-        found = hangs.judge_at_the_end(probes[0], probes[1], self.clock())
-        if found is not None:
-            self.say(f"at the time limit, {'hung' if found.hung else 'working'}: {found.headline}")
-            for line in found.lines()[1:]:
-                self.say(line)
 
     def end_hung(self, found: HangDiagnosis) -> None:
         """End a run that made no progress for --hang-timeout: say where every rank waits, then

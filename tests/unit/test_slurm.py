@@ -1144,3 +1144,66 @@ def test_a_slurm_jobs_own_worker_error_gets_the_judges_hint_as_a_compose_runs_do
     stopped.interrupted, stopped.signal_number, stopped.stopped_by = True, 15, "stop RUN"
     assert not any(line.startswith("  hint:") for line in format_slurm_summary(stopped).splitlines())
     assert outcome_record(stopped)["hint"] is None
+
+
+def test_a_quiet_slurm_job_at_its_time_limit_is_looked_at_twice_and_said_hung_before_it_is_cancelled(make_job,
+                                                                                                   tmp_path):
+    """A time limit shorter than --hang-diagnose-after (the plugin's ``timeout``): before the
+    cancel, two looks at every rank say where each waited, as a Compose run's do."""
+    from orchestrate.hangs.watchdog import HangWatch
+    from tests.unit.test_hangs import coll, probe, snap, stack
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    job_state_after(client, 3, b"JobId=7 JobState=CANCELLED Reason=None ExitCode=0:15\n")
+    heard: list[str] = []
+    backend.say = heard.append
+    asked: list[float] = []
+
+    def answers(request: str, at: float):  # both ranks wait in the collective #3 they entered, using no CPU
+        waiting = (coll(3, state="entered", at="desync.py:11"),)
+        return probe(at, r0=snap(0, waiting, stack(11), cpu_s=1.0), r1=snap(1, waiting, stack(11), cpu_s=1.0))
+
+    backend.hangs = HangWatch(120.0, None, lambda: asked.append(backend.clock()) or f"r{len(asked)}", answers,
+                              backend.expected_ranks, lambda ranks: {}, heard.append, backend.clock, recheck_s=0.05,
+                              answer_window_s=0.1)
+    result = backend.follow(timeout_s=0.3)
+    assert len(asked) == 2 and asked[1] - asked[0] >= 0.1  # two looks, an answer window apart
+    assert result.error.startswith("timed out") and result.hang is not None and result.hang.hung
+    look = next(i for i, line in enumerate(heard) if line.startswith("at the time limit, hung: "))
+    assert heard[look + 1:][-1].startswith("the job did not end within its time limit of 0.3 s: cancelling it")
+    lines = format_slurm_summary(result).splitlines()
+    at = lines.index("FAILED: timed out: the job did not end within 0.3 s")
+    assert re.match(r"  while hung: no progress for \d+ s: ranks 0, 1: all_reduce at desync.py:11", lines[at + 1])
+    assert scancels(client) == [("7",)]  # then cancelled, once
+
+
+def test_a_slurm_job_that_prints_at_its_time_limit_is_not_looked_at(make_job, tmp_path):
+    from orchestrate.hangs.watchdog import HangWatch
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    job_state_after(client, 3, b"JobId=7 JobState=CANCELLED Reason=None ExitCode=0:15\n")
+    asked: list[str] = []
+    backend.hangs = HangWatch(120.0, None, lambda: asked.append("r") or "r", lambda request, at: None,
+                              backend.expected_ranks, lambda ranks: {}, lambda line: None, backend.clock,
+                              recheck_s=60.0, answer_window_s=0.1)
+    result = backend.follow(timeout_s=0.3)  # (quiet for less than a recheck: it moved a moment ago)
+    assert asked == [] and result.error.startswith("timed out") and result.hang is None
+
+
+def test_a_slurm_job_that_ends_during_its_time_limits_looks_is_not_cancelled_and_succeeds(make_job, tmp_path):
+    from orchestrate.hangs.watchdog import HangWatch
+    from tests.unit.test_hangs import coll, probe, snap, stack
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    # RUNNING as the limit passes, COMPLETED when asked again after the looks
+    job_state_after(client, 2, b"JobId=7 JobState=COMPLETED Reason=None ExitCode=0:0\n")
+    waiting = (coll(3, state="entered"),)
+    backend.hangs = HangWatch(120.0, None, lambda: "r", lambda request, at: probe(at, r0=snap(0, waiting, stack(11)),
+                                                                                   r1=snap(1, waiting, stack(11))),
+                              backend.expected_ranks, lambda ranks: {}, lambda line: None, backend.clock,
+                              recheck_s=0.05, answer_window_s=0.1)
+    result = backend.follow(timeout_s=0.3)
+    assert scancels(client) == [] and not result.error and result.succeeded and result.hang is None
