@@ -966,7 +966,8 @@ def test_a_hung_slurm_job_being_cancelled_is_not_cancelled_again_by_its_time_lim
     client.command_outputs["sbatch"] = (0, b"7\n")
     client.command_outputs["squeue"] = (0, b"7\n")
     job_ends_on(client, "--signal=TERM")
-    job_state_after(client, 3, b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0\n")
+    # (still RUNNING when asked again past the limit: a cancel by it would come then)
+    job_state_after(client, 5, b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0\n")
     found = HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s (--hang-timeout 20)")
     backend.hangs = WatchStub(found)
     result = backend.follow(timeout_s=0.6)  # ends past the limit: the verdict came first
