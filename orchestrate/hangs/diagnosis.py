@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, channel_ends, first_divergence, mismatch,
                                            step_counts)
-from orchestrate.hangs.crash_dump import rank_dump
+from orchestrate.hangs.crash_dump import rank_dump, where_stopped
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          training_pass, waits_for_data_loader)
@@ -624,6 +624,30 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int], since: 
     # is shorter than its work, and the job was not hung
     found.hung = not any(a.state == "busy" for a in found.activities)
     return found
+
+
+@dataclass
+class FailurePlace:
+    """Where the ranks were as a job failed, by the records the workers' hook wrote in its latest
+    attempt: where torchrun's SIGTERM found each (by rank), the hang torch ended where a
+    collective timed out, and where the ranks' collectives part ("" where nothing says)."""
+
+    stopped_where: dict[int, str]
+    timed_out: Optional[HangDiagnosis]
+    divergence: str
+
+
+def place_failure(failure: Any, directory: Path, ranks: set[int], attempt_began: float,
+                  asked_since: Optional[float] = None) -> FailurePlace:
+    """Place ``failure`` by the records in ``directory`` written since ``attempt_began`` (Unix
+    seconds), for a Compose run's result and a Slurm job's alike; ``asked_since``: when the
+    ranks were asked where they were as the failure ended the job (see
+    :func:`timeout_diagnosis`)."""
+    stopped_where = {rank: where for rank in sorted(ranks)
+                     if (where := where_stopped(directory, rank, attempt_began - ATTEMPT_CLOCK_SLACK_S))}
+    return FailurePlace(stopped_where,
+                        timeout_diagnosis(failure, directory, ranks, since=asked_since, stopped_where=stopped_where),
+                        mismatch_divergence(failure, directory, attempt_began))
 
 
 def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> str:

@@ -156,12 +156,10 @@ def format_summary(outcome: RunResult) -> str:
         lines += absent_from_barrier_lines(failure, outcome.stopped_where)
         if not outcome.interrupted:
             lines += grace_lines(outcome)
-        if outcome.divergence:
-            lines.append(f"  where, by the ranks' collective records: {outcome.divergence}")
+        lines += divergence_lines(outcome)
         if failure.crashed:
             lines.append(f"  where it crashed: {failure.crashed}")
-        if outcome.hang is not None and outcome.hang.timed_out and not outcome.hang.hung:  # a timeout, but working
-            lines += [f"  {outcome.hang.headline}", *outcome.hang.lines()[1:]]
+        lines += timed_out_working_lines(outcome)
         advice = ending_hint(outcome)
         if advice:
             lines.append(advice)
@@ -182,6 +180,20 @@ def format_summary(outcome: RunResult) -> str:
     elif not outcome.interrupted and not outcome.error:
         lines.append("FAILED: not every node exited 0")
     return "\n".join(lines)
+
+
+def divergence_lines(outcome: RunResult) -> list[str]:
+    """Where the ranks' collectives part, by their records, for a failure (none where they do not say)."""
+    return [f"  where, by the ranks' collective records: {outcome.divergence}"] if outcome.divergence else []
+
+
+def timed_out_working_lines(outcome: RunResult) -> list[str]:
+    """For a collective that timed out while a rank computed (the timeout was shorter than its
+    work, and the job was not hung): where every rank was."""
+    hang = outcome.hang
+    if hang is None or not hang.timed_out or hang.hung:
+        return []
+    return [f"  {hang.headline}", *hang.lines()[1:]]
 
 
 def last_look_lines(outcome: RunResult) -> list[str]:
@@ -430,11 +442,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
             if label == "workers":
                 lines += own_error_lines(failure)
                 lines += absent_from_barrier_lines(failure, outcome.stopped_where)
-                if outcome.divergence:
-                    lines.append(f"  where, by the ranks' collective records: {outcome.divergence}")
-                hang = outcome.hang
-                if hang is not None and hang.timed_out and not hang.hung:  # a timeout, but a rank worked
-                    lines += [f"  {hang.headline}", *hang.lines()[1:]]
+                lines += divergence_lines(outcome) + timed_out_working_lines(outcome)
                 advice = ending_hint(outcome)
                 lines += [advice] if advice else []
                 lines += [f"  | {ln}" for ln in failure.traceback.rstrip().splitlines()[-12:]]

@@ -37,8 +37,7 @@ from orchestrate.errors import EngineError, NodesNotReadyError, OrchestrateError
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
-from orchestrate.hangs.crash_dump import where_stopped
-from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, mismatch_divergence, timeout_diagnosis
+from orchestrate.hangs.diagnosis import HangDiagnosis, place_failure
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch, is_progress_line, say_hung
 from orchestrate.outcome.events import record_event
@@ -467,17 +466,12 @@ class SlurmBackend:
         run: a collective that timed out is a hang that torch ended (its diagnosis, where every
         rank waited), collectives that differ are said, and so is where torchrun's SIGTERM found
         the ranks it ended. Records written before the job was submitted are an earlier run's."""
-        directory = debug_dir(self.plan.run_dir)
-        ranks = self.expected_ranks()
-        since = self.submitted_time - ATTEMPT_CLOCK_SLACK_S
-        result.stopped_where = {rank: where for rank in sorted(ranks)
-                                if (where := where_stopped(directory, rank, since))}
-        if result.hang is None:
-            result.hang = timeout_diagnosis(result.reported_failure, directory, ranks,
-                                            stopped_where=result.stopped_where)
-            if result.hang is not None:
-                result.hang.run_id = self.plan.run_id
-        result.divergence = mismatch_divergence(result.reported_failure, directory, self.submitted_time)
+        placed = place_failure(result.reported_failure, debug_dir(self.plan.run_dir), self.expected_ranks(),
+                               self.submitted_time)
+        result.stopped_where, result.divergence = placed.stopped_where, placed.divergence
+        if result.hang is None and placed.timed_out is not None:
+            result.hang = placed.timed_out
+            result.hang.run_id = self.plan.run_id
 
     def partial_result(self) -> RunResult:
         """What is known of a job that was interrupted, without asking Slurm (the engine may be

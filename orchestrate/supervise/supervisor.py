@@ -49,9 +49,7 @@ from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
-from orchestrate.hangs.crash_dump import where_stopped
-from orchestrate.hangs.diagnosis import (ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, mismatch_divergence,
-                                        timeout_diagnosis)
+from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, place_failure
 from orchestrate.hangs.init_calls import certain_init_waits
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import HangWatch, is_progress_line, say_hung
@@ -928,17 +926,16 @@ class Supervisor:
             result.stopped_by = self.stop_request.by
         attempt_began = max((t.latest_start or t.first_started or 0.0 for t in trackers), default=0.0)
         ranks = {r for t in trackers for r in t.plan.global_ranks}
-        result.stopped_where = {rank: where for rank in sorted(ranks) if (where := where_stopped(
-            debug_dir(self.spec.run_dir), rank, attempt_began - ATTEMPT_CLOCK_SLACK_S))}
+        placed = place_failure(result.failure, debug_dir(self.spec.run_dir), ranks, attempt_began,
+                               asked_since=self.asked_at_failure)
+        result.stopped_where = placed.stopped_where
         said = self.hangs.diagnosis if self.hangs else None  # found hung, not ended: the run ended otherwise
         # found quiet but working, and ended from outside (an interrupt, `stop`, the time limit): where it was
         working = self.hangs.working if self.hangs and self.winding_down else None
-        result.hang = self.hang or said or working or timeout_diagnosis(result.failure, debug_dir(self.spec.run_dir), ranks,
-                                                             since=self.asked_at_failure,
-                                                             stopped_where=result.stopped_where)
+        result.hang = self.hang or said or working or placed.timed_out
         if result.hang is not None:
             result.hang.run_id = self.spec.run_id
-        result.divergence = mismatch_divergence(result.failure, debug_dir(self.spec.run_dir), attempt_began)
+        result.divergence = placed.divergence
         return result
 
     def fault_records(self) -> list[FaultRecord]:

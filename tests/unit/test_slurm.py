@@ -556,13 +556,19 @@ def test_an_interrupted_slurm_run_gives_its_tasks_the_runs_stop_grace(grace, end
     assert re.search(r"\| job 1[2-9]\.\d s", summary), summary
 
 
-def test_an_interrupted_slurm_run_whose_cancel_slurm_refuses_says_so_and_is_torn_down(make_job, tmp_path):
+def slurm_job_whose_cancel_is_refused(make_job, tmp_path):
+    """A backend following Slurm job 7, whose scancel Slurm refuses; and what it says."""
     backend, client = slurm_backend_following(make_job, tmp_path)
     backend.job_id = "7"
     client.command_outputs["squeue"] = (0, b"7\n")
     client.command_outputs["scancel"] = (1, b"scancel: error: Kill job error on job id 7: Access/permission denied\n")
     heard: list[str] = []
     backend.say = heard.append
+    return backend, client, heard
+
+
+def test_an_interrupted_slurm_run_whose_cancel_slurm_refuses_says_so_and_is_torn_down(make_job, tmp_path):
+    backend, client, heard = slurm_job_whose_cancel_is_refused(make_job, tmp_path)
     client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=RUNNING Reason=None ExitCode=0:0\n")
     result = backend.wind_down(0)
     assert heard == ["Slurm refused to stop the job of run test-run: scancel: error: Kill job error on job id 7:"
@@ -1037,12 +1043,7 @@ def test_a_hung_slurm_job_whose_cancel_slurm_refuses_ends_the_run_saying_both(ma
     from orchestrate.errors import OrchestrateError
     from orchestrate.hangs.diagnosis import HangDiagnosis
 
-    backend, client = slurm_backend_following(make_job, tmp_path)
-    backend.job_id = "7"
-    client.command_outputs["squeue"] = (0, b"7\n")
-    client.command_outputs["scancel"] = (1, b"scancel: error: Kill job error on job id 7: Access/permission denied\n")
-    heard: list[str] = []
-    backend.say = heard.append
+    backend, client, heard = slurm_job_whose_cancel_is_refused(make_job, tmp_path)
     backend.hangs = WatchStub(HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s"))
     with pytest.raises(OrchestrateError, match="^the job was found hung, and Slurm refused to stop the job of run"
                                                " test-run: scancel: error: Kill job error"):
