@@ -20,6 +20,10 @@ class UsageError(OrchestrateError):
     exit_code = 2
 
 
+class NoSuchRunError(UsageError):
+    """Raised when no run goes by the id given: in the engine, or in a runs directory."""
+
+
 class EngineUnavailableError(OrchestrateError):
     """Raised when no Docker engine answers, or Compose v2 cannot be found."""
 

@@ -13,7 +13,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type, request_from_args
 from orchestrate.cli.run import add_job_options, run_request
 from orchestrate.config.options import positive_int
-from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_RUNS_DIR
 from orchestrate.errors import UsageError
 
 
@@ -73,8 +73,8 @@ def add_parsers(sub: Any) -> None:
     launch.add_argument("--repeats", type=count, default=5, help="rounds side by side (default: 5)")
     launch.add_argument("--scaling", type=count, nargs="*", default=[1, 2, 4, 8], metavar="N",
                         help="node counts of the scaling series (default: 1 2 4 8; none: skip)")
-    launch.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
-                        help="where the runs and the results go (default: ./runs)")
+    launch.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, metavar="DIR",
+                        help="where the runs and the results go (default: ./%(default)s)")
     launch.add_argument("--image", default=DEFAULT_IMAGE, help=f"node image (default: {DEFAULT_IMAGE})")
 
 

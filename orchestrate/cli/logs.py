@@ -1,20 +1,24 @@
-"""``logs RUN``: a run's rank-prefixed output from the engine, merged in time (``-f``: followed)."""
+"""``logs RUN``: a run's rank-prefixed output from the engine, merged in time (``-f``: followed), or
+from its directory once the engine no longer has it."""
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
-from orchestrate.engine.runs import find_run
-from orchestrate.supervise.logs import print_logs
+from orchestrate.config.run_config import DEFAULT_RUNS_DIR
+from orchestrate.supervise.logs import print_run_logs
 
 
 def add_parsers(sub: Any) -> None:
     logs = sub.add_parser("logs", help="print a run's rank-prefixed output",
-                          description="The output of a run's nodes from the engine, merged in time.",
+                          description="The output of a run's nodes from the engine, merged in time. A run"
+                                      " the engine no longer has (a foreground run tears its nodes down as it"
+                                      " ends) is read from its directory in --runs-dir, node by node.",
                           epilog="usage example: python -m orchestrate logs 20261121-093012-1f2e3d --rank 3 -f")
     logs.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     logs.add_argument("--node", default=None, metavar="NAME", help="one node only, e.g. node1")
@@ -27,10 +31,14 @@ def add_parsers(sub: Any) -> None:
     logs.add_argument("-f", "--follow", action="store_true",
                       help="keep printing until the run ends: a node started again (a restart, an elastic recovery)"
                            " is followed into its new run")
+    logs.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, metavar="DIR",
+                      help="where to look for a run the engine no longer has: as `run --runs-dir` named it"
+                           " (default: ./%(default)s)")
     logs.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    print_logs(find_run(inv.engine(), args.run_id), inv.out, node=args.node, ranks=args.rank, tail=args.tail,
-               follow_live=args.follow, say=lambda text: print(f"[orchestrate] {text}", file=sys.stderr))
+    print_run_logs(inv.engine(), args.run_id, args.runs_dir, inv.out, node=args.node, ranks=args.rank,
+                   tail=args.tail, follow_live=args.follow,
+                   say=lambda text: print(f"[orchestrate] {text}", file=sys.stderr))
     return 0

@@ -7,7 +7,9 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP
-from orchestrate.report.page import find_run_dir, write_report
+from orchestrate.config.run_config import DEFAULT_RUNS_DIR
+from orchestrate.outcome.run_dirs import find_run_dir
+from orchestrate.report.page import write_report
 
 
 def add_parsers(sub: Any) -> None:
@@ -18,8 +20,8 @@ def add_parsers(sub: Any) -> None:
                                         " offline. Works for a running or an ended run.",
                             epilog="usage example: python -m orchestrate report 20261121-093012-1f2e3d")
     report.add_argument("run_id", metavar="RUN", help=f"the run: {RUN_ID_HELP}; or its directory")
-    report.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR",
-                        help="where the runs' directories are (default: ./runs)")
+    report.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, metavar="DIR",
+                        help="where the runs' directories are (default: ./%(default)s)")
     report.set_defaults(handler=command)
 
 

@@ -242,7 +242,7 @@ NODE_OPTIONS = (
 
 # How a run is carried out here: where its records go, its faults, its scheduler.
 RUN_OPTIONS = (
-    Option("runs_dir", "--runs-dir", "where each run gets a directory of node logs (default: ./runs)", Path,
+    Option("runs_dir", "--runs-dir", "where each run gets a directory of node logs (default: ./%(default)s)", Path,
            metavar="DIR"),
     Option("ready_timeout", "--ready-timeout", "deadline for the nodes to come up and resolve each other"
            f" (default: {DEFAULT_READY_TIMEOUT_S:g})", seconds, metavar="SECONDS"),

@@ -25,6 +25,7 @@ from orchestrate.config.run_config import (
     DEFAULT_MASTER_PORT,
     DEFAULT_RDZV_TIMEOUT_S,
     DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_RUNS_DIR,
     DEFAULT_STOP_GRACE_S,
     LEASE_TIMEOUT_ENV,
     LEASE_TIMEOUT_S,
@@ -71,7 +72,7 @@ class RunRequest:
     link: Optional[LinkSpec] = None
     cpus_per_node: Optional[float] = None
     memory_per_node: Optional[int] = None
-    runs_dir: Path = Path("runs")
+    runs_dir: Path = DEFAULT_RUNS_DIR
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S
     scheduler: str = "compose"
     sbatch: Optional[Path] = None

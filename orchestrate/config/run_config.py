@@ -25,6 +25,8 @@ MIN_NODE_MEMORY = 6 * 1024**2
 # A node stops itself when the foreground launcher's heartbeat is this old: with the poll and
 # the stop grace, its containers end within LEASE_TIMEOUT_S + 7 s of the launcher's death.
 LEASE_TIMEOUT_S = 30.0
+# Where each run gets its directory (--runs-dir), relative to the directory the command runs in.
+DEFAULT_RUNS_DIR = Path("runs")
 # The workers' time between SIGTERM and SIGKILL when a run is stopped (--stop-grace).
 DEFAULT_STOP_GRACE_S = 10.0
 # How long the nodes wait for each other, and the launcher for them (--ready-timeout).

@@ -55,7 +55,7 @@ from orchestrate.engine.background import in_background
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.processes import processes_at_once
-from orchestrate.errors import EngineError, NodeLookupError, UsageError
+from orchestrate.errors import EngineError, NodeLookupError, NoSuchRunError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.layout import STOP_REQUEST_FILE
@@ -396,7 +396,8 @@ def find_run(client: Any, run_id: str) -> RunInfo:
     random end: see :func:`~orchestrate.text.runs_named`).
 
     Raises:
-        UsageError: When the engine has no container of it, or it names several runs.
+        NoSuchRunError: When the engine has no container of it.
+        UsageError: When it names several runs.
     """
     if not run_id:  # the label filter with no value would list every run
         raise UsageError("no run id given (see `python -m orchestrate ps`)")
@@ -408,7 +409,7 @@ def find_run(client: Any, run_id: str) -> RunInfo:
     if len(matches) > 1:
         raise UsageError(several_runs(run_id, matches, "in the engine"))
     if not matches:
-        raise UsageError(f"no run {run_id} in the engine (see `python -m orchestrate ps`)")
+        raise NoSuchRunError(f"no run {run_id} in the engine (see `python -m orchestrate ps`)")
     return runs[matches[0]]
 
 

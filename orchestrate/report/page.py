@@ -28,7 +28,6 @@ from typing import Any, Optional
 from orchestrate.outcome.events import record_event
 from orchestrate.report import svg
 from orchestrate.report.model import IN_DEBUGGER, ReportModel, _fmt, build_model, load_run
-from orchestrate.text import runs_named, several_runs
 
 log = logging.getLogger(__name__)
 
@@ -416,19 +415,3 @@ def end_record(run_dir: Path, **fields: Any) -> None:
     """A run's last event (``run-ended`` with ``fields``), then its report page."""
     record_event(run_dir, "run-ended", **fields)
     write_report_quietly(run_dir)
-
-
-def find_run_dir(runs_dir: Path, run: str) -> Path:
-    """A run's directory from its id (or a unique start or end of it), or a path to it."""
-    from orchestrate.errors import UsageError
-
-    given = Path(run)
-    if (given / "run.json").is_file():
-        return given
-    recorded = [p.name for p in runs_dir.iterdir() if (p / "run.json").is_file()] if runs_dir.is_dir() else []
-    matches = runs_named(run, recorded)
-    if len(matches) == 1:
-        return runs_dir / matches[0]
-    if not matches:
-        raise UsageError(f"no run {run!r} in {runs_dir} (give the run id, or --runs-dir)")
-    raise UsageError(several_runs(run, matches, f"in {runs_dir}"))

@@ -1,59 +1,24 @@
-"""``logs RUN``: a run's output from the engine, rank-prefixed, merged in time or followed."""
+"""``logs RUN``: a run's output from the engine, rank-prefixed, merged in time or followed; from its
+directory once the engine no longer has it (see :mod:`~orchestrate.supervise.recorded_logs`)."""
 from __future__ import annotations
 
 import contextlib
 import queue
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
 from orchestrate.engine.container_log import SOURCES, LogLine, Position, advanced, follow_log, looked_at, read_log
 from orchestrate.engine.labels import LAUNCHER_LABEL
-from orchestrate.engine.runs import RunInfo, launcher_alive, node_plans
-from orchestrate.errors import UsageError
+from orchestrate.engine.runs import RunInfo, find_run, launcher_alive, node_plans
+from orchestrate.errors import NoSuchRunError
 from orchestrate.outcome.events import launcher_exit_code, read_events
+from orchestrate.outcome.run_dirs import find_run_dir
 from orchestrate.plan.model import NodePlan
+from orchestrate.supervise.log_selection import say_elastic_ranks_unchecked, select_nodes, select_ranks
+from orchestrate.supervise.recorded_logs import recorded_lines
 from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
-
-
-def select_nodes(run: RunInfo, node: Optional[str]) -> list[tuple[NodePlan, Any]]:
-    """The (plan, container) of every node, or of ``node`` only.
-
-    Raises:
-        UsageError: For a node the run does not have.
-    """
-    pairs = node_plans_of(run)
-    if node is None:
-        return pairs
-    chosen = [pair for pair in pairs if pair[0].name == node]
-    if not chosen:
-        names = ", ".join(p.name for p, _ in pairs)
-        raise UsageError(f"--node {node}: run {run.run_id} has no such node (nodes: {names})")
-    return chosen
-
-
-def select_ranks(run: RunInfo, pairs: list[tuple[NodePlan, Any]], ranks: Iterable[int]
-                 ) -> list[tuple[NodePlan, Any]]:
-    """The nodes that hold ``ranks`` (every node of an elastic run: its rendezvous, not its
-    plan, gave the ranks out).
-
-    Raises:
-        UsageError: For a rank the run does not have.
-    """
-    wanted = set(ranks)
-    if not wanted or run.elastic:
-        return pairs
-    every = node_plans_of(run)
-    held = sorted(rank for plan, _ in every for rank in plan.global_ranks)
-    missing = sorted(wanted - set(held))
-    if missing:
-        raise UsageError(f"--rank {missing[0]}: run {run.run_id} has no such rank (ranks {held[0]}-{held[-1]})")
-    chosen = [pair for pair in pairs if wanted & set(pair[0].global_ranks)]
-    if not chosen:
-        rank = min(wanted)
-        home = next(plan.name for plan, _ in every if rank in plan.global_ranks)
-        raise UsageError(f"--rank {rank} is on {home}, not on --node {', '.join(plan.name for plan, _ in pairs)}")
-    return chosen
 
 
 def node_plans_of(run: RunInfo) -> list[tuple[NodePlan, Any]]:
@@ -199,15 +164,42 @@ def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Opt
         look_at = time.monotonic() + LOOK_AGAIN_S
 
 
+def print_run_logs(client: Any, run_id: str, runs_dir: Path, out: IO[str], *, node: Optional[str] = None,
+                   ranks: Iterable[int] = (), tail: Optional[int] = None, follow_live: bool = False,
+                   say: Callable[[str], None] = print) -> None:
+    """``logs RUN``: the run's output from the engine (see :func:`print_logs`), or, where the
+    engine no longer has it, as its directory in ``runs_dir`` recorded it.
+
+    Raises:
+        UsageError: For a run neither has, or a run id that names several runs, a node or rank the
+            run does not have.
+    """
+    try:
+        run = find_run(client, run_id)
+    except NoSuchRunError:
+        try:
+            run_dir = find_run_dir(runs_dir, run_id)
+        except NoSuchRunError:
+            raise NoSuchRunError(f"no run {run_id} in the engine, nor in {runs_dir} (see `python -m orchestrate ps`,"
+                                 " or give --runs-dir)") from None
+        for line in recorded_lines(run_dir, node=node, ranks=ranks, tail=tail, say=say):
+            out.write(line + "\n")
+        out.flush()
+        if follow_live:
+            say(f"run {run_dir.name} has ended: there is nothing more to follow")
+        return
+    print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say)
+
+
 def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks: Iterable[int] = (),
                tail: Optional[int] = None, follow_live: bool = False, say: Callable[[str], None] = print) -> None:
     """Print a run's output (all nodes, or one; every line, or those of ``ranks``; all of it, or
     its last ``tail`` lines), then follow it if asked; ``say`` says what the choice could not check."""
     wanted = set(ranks)
-    pairs = select_ranks(run, select_nodes(run, node), wanted)
+    every = node_plans_of(run)
+    pairs = select_ranks(run.run_id, run.elastic, every, select_nodes(run.run_id, every, node), wanted)
     if wanted and run.elastic:
-        say(f"run {run.run_id} is elastic: its rendezvous gives the ranks out, so --rank {min(wanted)} is not"
-            " checked against it (a rank that never ran shows no line)")
+        say_elastic_ranks_unchecked(run.run_id, wanted, say)
 
     def keep(line: OutputLine) -> bool:
         return not wanted or line.global_rank in wanted

@@ -113,7 +113,9 @@ def test_stop_keeps_the_logs_and_state_down_and_prune_remove_everything(docker_c
         code, out = cli("prune", "--runs-dir", str(tmp_path))  # not other tests' kept runs
         assert code == 0 and f"removed run {first} (stopped)" in out
         assert leftovers(docker_client, f"ddp-{first}") == []
-        assert cli("logs", first)[0] == 2  # gone from the engine
+        assert cli("logs", first)[0] == 2  # gone from the engine, and not in ./runs
+        code, logs = cli("logs", first, "--runs-dir", str(tmp_path))  # but its directory kept its lines
+        assert code == 0 and "basic step" in logs
     finally:
         for run_id in runs:
             remove_project(docker_client, f"ddp-{run_id}")

@@ -11,7 +11,8 @@ from orchestrate.cli.main import main
 from orchestrate.outcome.events import read_events, record_event
 from orchestrate.outcome.progress import ProgressRecord
 from orchestrate.report.model import build_model, load_run
-from orchestrate.report.page import find_run_dir, render_html, write_report
+from orchestrate.outcome.run_dirs import find_run_dir
+from orchestrate.report.page import render_html, write_report
 
 T0 = 1_800_000_000.0
 
