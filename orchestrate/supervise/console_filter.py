@@ -9,6 +9,11 @@
   recvBytes at .../Utils.hpp:682 (most recent call first):``, then a ``frame #N: ...`` line per
   frame), as a node whose rendezvous store is lost prints 25 of them: one line in their place,
   after the warning that says what went wrong;
+- the traceback under one of torchrun's own log records (``E1205 14:32:06.395000 8
+  torch/.../api.py:965] Error waiting on exit barrier``, then ``Traceback (most recent call last):``,
+  its frames and the exception, each line behind the record's header), as a node whose peer failed
+  prints at its exit barrier: the record's first line and its exception show, one line in place
+  of the frames;
 - a log line of torch's said again and again (``[W1130 07:39:43.38 socket.cpp:767] [c10d] The client
   socket has failed to connect to [localhost]:12355``, once a second by every rank that looks for a
   store that is not there): the first shows, and the count of those that follow it in a row, once
@@ -39,6 +44,7 @@ _AGENT_FRAME = re.compile(r'^\s*File ".*(/torchrun|torch/distributed/run\.py)", 
 _RULE = re.compile(r"^=+$")
 REPORT_NOTE = "(torchrun's ChildFailedError report: see the summary below, the node log, or -v)"
 BACKTRACE_NOTE = "(a C++ backtrace: see the node log, or -v)"
+LOGGED_TRACEBACK_NOTE = "(its traceback: see the node log, or -v)"
 # One of torch's log lines, C++ (glog: "[W1130 07:39:43.381603347 socket.cpp:767] ...") or Python
 # ("W1130 07:08:17.270000 9 torch/.../api.py:725] ..."): ``said`` is it without its time (and pid).
 _TORCH_LOG = re.compile(r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? (?P<said>[^\s\]]+\] .*)$")
@@ -61,6 +67,9 @@ class ConsoleFilter:
         self.last_log: dict[SaidBy, str] = {}
         self.repeats: dict[SaidBy, int] = {}
         self.muted: set[tuple[str, Optional[int]]] = set()  # said again just now: its backtrace too is not shown
+        # node -> where torchrun's log record came from ("torch/.../api.py:965]"), while in the
+        # traceback under it
+        self.in_logged_traceback: dict[str, str] = {}
 
     def _said_again(self, said_by: SaidBy) -> list[OutputLine]:
         """The line that counts the repeats of a torch log line (none if there were none); the
@@ -91,6 +100,30 @@ class ConsoleFilter:
             return [OutputLine(line.node, BACKTRACE_NOTE, line.local_rank, line.global_rank)]
         return None
 
+    def _logged_traceback(self, line: OutputLine, log: Optional[re.Match]) -> Optional[list[OutputLine]]:
+        """What shows of the traceback under one of torchrun's log records: its first line
+        becomes :data:`LOGGED_TRACEBACK_NOTE`, its frames nothing, its exception itself; None for
+        a line that is none of those (a worker's, another record's)."""
+        if line.local_rank is not None:
+            return None  # (a worker's line, between the node's: the node's record goes on)
+        if log is None:
+            where = self.in_logged_traceback.get(line.node)
+            if where is not None and line.text.strip().endswith(f" {where}]"):
+                return []  # the record's empty line (the header alone)
+            self.in_logged_traceback.pop(line.node, None)
+            return None
+        where, _, said = log["said"].partition("] ")
+        if self.in_logged_traceback.get(line.node) == where:
+            if said[:1].isspace() or not said.strip():
+                return []  # a frame, its code, its carets
+            del self.in_logged_traceback[line.node]
+            return None  # the exception: it shows
+        self.in_logged_traceback.pop(line.node, None)
+        if said.strip() == _TRACEBACK:
+            self.in_logged_traceback[line.node] = where
+            return [OutputLine(line.node, LOGGED_TRACEBACK_NOTE)]
+        return None
+
     def shown(self, line: OutputLine) -> list[OutputLine]:
         """The lines to show now that ``line`` arrived (none, it, or lines held back before it)."""
         # (not inside torchrun's report, nor after a node's line held back: they come first)
@@ -102,6 +135,9 @@ class ConsoleFilter:
         key = (line.node, line.local_rank)
         said_by = (line.node, line.local_rank, line.global_rank)
         log = _TORCH_LOG.match(line.text.strip())
+        logged = self._logged_traceback(line, log)
+        if logged is not None:
+            return logged
         if log is not None and self.last_log.get(said_by) == log["said"]:
             self.repeats[said_by] = self.repeats.get(said_by, 0) + 1
             self.muted.add(key)
@@ -147,6 +183,7 @@ class ConsoleFilter:
         counted = [said for run in self._runs_of(node) for said in self._said_again(run)]
         self.muted = {key for key in self.muted if key[0] != node}
         self.in_backtrace = {key for key in self.in_backtrace if key[0] != node}
+        self.in_logged_traceback.pop(node, None)
         return [*self.held.pop(node, []), *self.bars.flush(node), *blanks, *counted]
 
     def _worker_line(self, line: OutputLine) -> list[OutputLine]:

@@ -3,7 +3,7 @@ ChildFailedError report are left to the node log (one line in the report's place
 lines and any other traceback always show."""
 from __future__ import annotations
 
-from orchestrate.supervise.console_filter import BACKTRACE_NOTE, REPORT_NOTE, ConsoleFilter
+from orchestrate.supervise.console_filter import BACKTRACE_NOTE, LOGGED_TRACEBACK_NOTE, REPORT_NOTE, ConsoleFilter
 from orchestrate.supervise.worker_lines import OutputLine
 
 TORCHRUN_REPORT = """Traceback (most recent call last):
@@ -169,3 +169,29 @@ def test_a_nodes_stream_ending_says_its_own_counts_agent_first_then_by_rank_and_
     assert console.shown(OutputLine("node0", "frame #1: <unknown function> + 0x891f5")) == []
     assert [s.text for s in console.shown(OutputLine("node1", "frame #1: x"))] == ["frame #1: x"]
     assert console.shown(OutputLine("node0", backtrace[0], 0, 0)) == []  # its rank 0's repeat's backtrace
+
+
+def test_the_traceback_under_a_torchrun_log_record_becomes_one_line_between_the_record_and_its_exception():
+    header = "E1205 14:32:06.395000 8 torch/distributed/elastic/agent/server/api.py:965] "
+    record = [header + text for text in [
+        "Error waiting on exit barrier. Elapsed: 0.168 seconds", "Traceback (most recent call last):",
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/agent/server/api.py", line 951,'
+        " in _exit_barrier", "    store_util.barrier(", "    ^^^^^^^^^^^^^^^^^^^", "",
+        "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes."]]
+    lines = [OutputLine("node1", text) for text in record[:3]]
+    lines.append(OutputLine("node1", "a worker's line between", 0, 1))
+    lines += [OutputLine("node1", text) for text in record[3:]]
+    lines.append(OutputLine("node1", header.replace("965", "966") + "    indented, another record's"))
+    assert shown(lines) == [record[0], LOGGED_TRACEBACK_NOTE, "a worker's line between", record[-1],
+                            header.replace("965", "966") + "    indented, another record's"]
+    # a record of another place, or a line of the node's own, ends the traceback: what follows shows
+    other = OutputLine("node1", "W1205 14:32:07.000000 8 torch/distributed/run.py:1] " + "  File \"x.py\", line 1")
+    plain = OutputLine("node1", "    plain indented line")
+    assert shown([OutputLine("node1", t) for t in record[:3]] + [other]) == [record[0], LOGGED_TRACEBACK_NOTE,
+                                                                            other.text]
+    assert shown([OutputLine("node1", t) for t in record[:3]] + [plain]) == [record[0], LOGGED_TRACEBACK_NOTE,
+                                                                            plain.text]
+    # a worker's own torch log record's traceback is its own business: every line shows
+    worker = [OutputLine("node1", text, 0, 1) for text in record]
+    console = ConsoleFilter()
+    assert [s.text for line in worker for s in console.shown(line)] == record
