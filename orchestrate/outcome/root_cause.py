@@ -226,6 +226,8 @@ CHAIN_LINKS = {
     "The above exception was the direct cause of the following exception:": CAUSED_BY,
     "During handling of the above exception, another exception occurred:": "raised while handling",
 }
+# A link whose exception is the one raised from it, word for word, says so in place of saying it again.
+SAME_ERROR = "the same error"
 # How many links of a chain are said: the nearest ones.
 CHAIN_SAID = 3
 
@@ -237,19 +239,30 @@ def exception_chain(lines: Sequence[str]) -> tuple[str, ...]:
     library's error often wraps the one that explains it: a DataLoader worker that "exited
     unexpectedly" was killed, a user's "could not load the checkpoint" met a missing file."""
     text = [_RANK_PREFIX.sub("", line.rstrip()) for line in lines]
-    links = []
+    links = []  # (how, exception), the first raised first
     for i, line in enumerate(text):
         how = CHAIN_LINKS.get(line.strip())
         exception = raised_above(text[:i]) if how else ""
         if exception:
-            links.append(f"{how}: {exception}")
-    return tuple(reversed(links))[:CHAIN_SAID]
+            links.append((how, exception))
+    said = []
+    later = raised_above(text)  # the exception raised from (or while handling) the link looked at
+    for how, exception in reversed(links):
+        # (a save's clean-up meeting a full disk again raises the same error while handling it)
+        said.append(f"{how} {SAME_ERROR}" if exception == later else f"{how}: {exception}")
+        later = exception
+    return tuple(said)[:CHAIN_SAID]
 
 
 def linked_exceptions(chain: Sequence[str], how: str = "") -> list[str]:
     """The exceptions of a chain's links (:func:`exception_chain`'s), those linked ``how`` only
     where given (``CAUSED_BY``)."""
-    return [link.split(": ", 1)[1] for link in chain if link.startswith(f"{how}: ") or not how]
+    linked = []
+    for link in chain:
+        said_how, said, exception = link.partition(": ")
+        if said and said_how in CHAIN_LINKS.values() and (said_how == how or not how):
+            linked.append(exception)  # (not a link to the same error: that one is said already)
+    return linked
 
 
 def raised_above(text: list[str]) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.outcome.root_cause import (RootCause, chains_on, exception_chain, exception_in_lines, is_collateral,
-                                            parse_root_cause, users_frame_in)
+from orchestrate.outcome.root_cause import (CAUSED_BY, RootCause, chains_on, exception_chain, exception_in_lines,
+                                            is_collateral, linked_exceptions, parse_root_cause, users_frame_in)
 from orchestrate.supervise.worker_lines import NodeOutput, OutputLine, WorkerLines, parse_line
 
 SAMPLE = (Path(__file__).parent / "data" / "torchrun_failure.txt").read_text().splitlines()
@@ -387,6 +387,18 @@ KILLED_LOADER_WORKER = [
     # a cause with no traceback of its own, after lines the script printed: its class's name tells it
     (["loss: 0.5", "StopIteration", "", "During handling of the above exception, another exception occurred:", "",
       "Traceback (most recent call last):", "  x", "RuntimeError: gave up"], ("raised while handling: StopIteration",)),
+    # a save cut short by a full disk, its clean-up meeting the full disk again: the same error,
+    # said as such, and a link to another error after it said in full
+    (["Traceback (most recent call last):", "  x", "OSError: [Errno 28] No space left on device: 'ckpt/a.pt'", "",
+      "During handling of the above exception, another exception occurred:", "",
+      "Traceback (most recent call last):", "  y", "OSError: [Errno 28] No space left on device: 'ckpt/a.pt'"],
+     ("raised while handling the same error",)),
+    (["Traceback (most recent call last):", "  w", "KeyError: 'a'", "",
+      "During handling of the above exception, another exception occurred:", "",
+      "Traceback (most recent call last):", "  x", "OSError: full", "",
+      "During handling of the above exception, another exception occurred:", "",
+      "Traceback (most recent call last):", "  y", "OSError: full"],
+     ("raised while handling the same error", "raised while handling: KeyError: 'a'")),
     # raised alone, or a DataLoader worker's traceback quoted in its error: no chain
     (KILLED_LOADER_WORKER[9:], ()),
     (["Traceback (most recent call last):", "  x", "ValueError: Caught ValueError in DataLoader worker process 0.",
@@ -584,3 +596,9 @@ def test_a_frame_line_is_pythons_shape_not_any_line_that_names_a_file():
     assert is_frame_line('  File "<string>", line 1')
     assert not is_frame_line('File "ckpt.pt" saved at step 9')
     assert not is_frame_line("loss 0.5")
+
+
+def test_the_exceptions_linked_in_a_chain_leave_out_a_link_to_the_same_error():
+    chain = ("raised while handling the same error", "caused by: OSError: disk", "raised while handling: KeyError: 'a'")
+    assert linked_exceptions(chain) == ["OSError: disk", "KeyError: 'a'"]
+    assert linked_exceptions(chain, CAUSED_BY) == ["OSError: disk"]
