@@ -4,4 +4,4 @@ May import every package below the CLI."""
 
 # What this package may import of the others, beside errors, text and interrupts (a package, or one
 # module of it); tests/unit/test_import_contract.py holds every module to it.
-MAY_IMPORT = ("config", "plan", "engine", "outcome", "report", "launch", "node.compare_tensors")
+MAY_IMPORT = ("config", "plan", "engine", "outcome", "report", "launch", "node.compare_tensors", "node.params_digest")

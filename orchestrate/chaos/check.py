@@ -27,6 +27,7 @@ from orchestrate.chaos.attempts import attempts_of, job_steps, one_ranks_records
 from orchestrate.chaos.compare import compare_files
 from orchestrate.chaos.schedule import Reference, draw_schedule
 from orchestrate.chaos.step_metrics import compare_step_metrics
+from orchestrate.node.params_digest import STEP_DIGEST_ENV
 from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison, held_before_note
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
@@ -98,7 +99,9 @@ class ChaosCheck:
         seeds = [self.seed + k for k in range(self.trials)]
         undisturbed, *with_faults = self.copies(base, ["undisturbed"] + (
             ["with-faults"] if self.trials == 1 else [f"with-faults-seed{seed}" for seed in seeds]))
-        elastic = self.request.replace(rdzv="c10d", runs_dir=base / "runs",
+        # (the workers' hook digests their parameters at each step: a script's steps compared without metrics of its own)
+        digest = ((STEP_DIGEST_ENV, "1"),) if self.compare_steps else ()
+        elastic = self.request.replace(rdzv="c10d", runs_dir=base / "runs", env=self.request.env + digest,
                                        max_restarts=max(self.request.max_restarts or 0, self.count + SPARE_RESTARTS))
         if self.request.max_restarts is not None and self.request.max_restarts < elastic.max_restarts:
             self.say(f"--max-restarts {self.request.max_restarts} raised to {elastic.max_restarts}: a restart for"
@@ -138,7 +141,8 @@ class ChaosCheck:
         comparisons = self.compared(undisturbed, workdir, disturbed) if disturbed.job_succeeded else []
         records = read_all(disturbed.run_dir / PROGRESS_SUBDIR)
         attempts = attempts_of(records, facts.last_step, completed=disturbed.job_succeeded)
-        steps = compare_step_metrics(reference_records, records, self.rtol) if self.compare_steps else None
+        steps = (compare_step_metrics(reference_records, records, self.rtol, facts.last_step, disturbed.job_succeeded)
+                 if self.compare_steps else None)
         verdict = ChaosVerdict(seed, reference, disturbed, schedule, comparisons, self.rtol, facts=facts,
                                strikes=strikes(disturbed.faults, attempts, disturbed.writes),
                                steps_redone=steps_redone(attempts, facts.last_step), steps=steps,

@@ -1,12 +1,16 @@
-"""``--compare-steps`` (pure): the metrics the ranks report per step (``report(step, loss=...)``)
-in a disturbed run against the undisturbed run's, at every step both reached, every attempt's
-included. A resume that restores the weights but not the data order or the random state shows
-at the first step after it, before the final weights tell (if they ever do)."""
+"""``--compare-steps`` (pure): the metrics the ranks report per step (``report(step, loss=...)``;
+for a script that reports none, the digest of its parameters the start-up hook takes at each
+optimizer step, ``params``) in a disturbed run against the undisturbed run's, at every step both
+reached, every attempt's included, each at the job's step (an attempt the hook counted from 1
+again is placed where it started: :mod:`orchestrate.chaos.attempts`). A resume that restores the
+weights but not the optimizer's state, the data order or the random state shows at the first
+step after it, before the final weights tell (if they ever do), and is said to be that step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, Optional
 
+from orchestrate.chaos.attempts import Attempt, attempts_of
 from orchestrate.outcome.progress import ProgressRecord
 
 
@@ -24,6 +28,8 @@ class StepsComparison:
     def describe(self) -> str:
         if self.first_difference:
             return f"per-step metrics: {self.first_difference}"
+        if not self.compared:
+            return "per-step metrics: none compared (no metric at a step both runs reached)"
         return f"per-step metrics: {self.compared} value(s) match the undisturbed run's"
 
 
@@ -31,26 +37,69 @@ def close(value: float, reference: float, rtol: float) -> bool:
     return value == reference if rtol == 0 else abs(value - reference) <= rtol * abs(reference)
 
 
+def apart(value: float, reference: float) -> tuple[str, str]:
+    """The two values in 6 significant digits, or in full where those are alike."""
+    shown = f"{value:.6g}", f"{reference:.6g}"
+    return shown if shown[0] != shown[1] else (repr(value), repr(reference))
+
+
+AttemptOf = Callable[[ProgressRecord], Optional[Attempt]]
+
+
+def attempts_by_rank(records: Iterable[ProgressRecord], reference_steps: Optional[int] = None,
+                     completed: bool = False) -> AttemptOf:
+    """The attempt each record's worker was in, rank by rank (see
+    :func:`~orchestrate.chaos.attempts.attempts_of`: ``reference_steps``, ``completed``)."""
+    records = list(records)
+    found: dict[tuple[int, str], Attempt] = {}
+    for rank in {r.rank for r in records}:
+        for attempt in attempts_of([r for r in records if r.rank == rank], reference_steps, completed):
+            found[(rank, attempt.token)] = attempt
+    return lambda record: found.get((record.rank, record.attempt))
+
+
+def job_step(record: ProgressRecord, attempt_of: AttemptOf) -> Optional[int]:
+    """The record's step as the job's (None: not known, as for an attempt the hook counted from 1
+    whose start is not known)."""
+    if record.step is None:
+        return None
+    attempt = attempt_of(record)
+    return record.step if attempt is None else attempt.job_step(record.step)
+
+
 def compare_step_metrics(reference: Iterable[ProgressRecord], disturbed: Iterable[ProgressRecord],
-                         rtol: float) -> StepsComparison:
-    """Every metric of ``disturbed`` at a (rank, step) that ``reference`` reported too, in the
-    order they were reported."""
-    expected = {(r.rank, r.step): r.metrics for r in reference if r.step is not None and r.metrics}
+                         rtol: float, reference_steps: Optional[int] = None, completed: bool = False
+                         ) -> StepsComparison:
+    """Every metric of ``disturbed`` at a (rank, job step) that ``reference`` reported too, in
+    the order they were reported; ``reference_steps``, ``completed``: the undisturbed run's steps,
+    and whether the disturbed job ended where it ended (where an attempt counted from 1 started)."""
+    reference, disturbed = list(reference), list(disturbed)
+    in_reference = attempts_by_rank(reference, completed=True)
+    expected = {(r.rank, job_step(r, in_reference)): r.metrics for r in reference if r.step is not None and r.metrics}
+    attempt_of = attempts_by_rank(disturbed, reference_steps, completed)
     attempts: dict[int, list[str]] = {}
     compared = 0
     for record in sorted(disturbed, key=lambda r: r.time):
         seen = attempts.setdefault(record.rank, [])
         if record.attempt not in seen:
             seen.append(record.attempt)
-        want = expected.get((record.rank, record.step))
-        if record.step is None or not want:
+        step = job_step(record, attempt_of)
+        want = expected.get((record.rank, step)) if step is not None else None
+        if not want:
             continue
         for name in sorted(record.metrics.keys() & want.keys()):
             compared += 1
             if not close(record.metrics[name], want[name], rtol):
                 within = "" if rtol == 0 else f" (beyond --rtol {rtol:g})"
-                return StepsComparison(compared, f"{name} first differs at step {record.step} (rank {record.rank},"
-                                                 f" attempt {seen.index(record.attempt) + 1}):"
-                                                 f" {record.metrics[name]:.6g} against {want[name]:.6g}"
-                                                 f" undisturbed{within}")
+                attempt = attempt_of(record)
+                number = seen.index(record.attempt) + 1
+                after_resume = (f": the first step after the resume from step {attempt.offset}, so what the resume"
+                                " restored (the optimizer's state, the random state, the data order) is not what"
+                                " the undisturbed run had there"
+                                if number > 1 and attempt is not None and attempt.offset and step == attempt.offset + 1
+                                else "")
+                value, against = apart(record.metrics[name], want[name])
+                return StepsComparison(compared, f"{name} first differs at step {step} (rank {record.rank},"
+                                                 f" attempt {number}): {value} against {against}"
+                                                 f" undisturbed{within}{after_resume}")
     return StepsComparison(compared)

@@ -55,9 +55,10 @@ def add_parsers(sub: Any) -> None:
     check.add_argument("--rtol", type=argparse_type(non_negative_float, "--rtol"), default=0.0, metavar="X",
                        help="relative tolerance of tensor and --compare-steps comparisons (default: 0, exactly equal)")
     check.add_argument("--compare-steps", action="store_true",
-                       help="also compare the metrics the ranks report per step (report(step, loss=...)) with the"
+                       help="also compare the metrics the ranks report per step (report(step, loss=...)), or for a"
+                            " script that reports none a digest of the parameters at each optimizer step, with the"
                             " undisturbed run's, at every step both reached, every attempt's included; the first"
-                            " step that differs is named")
+                            " step that differs is named, and said where it is the first after a resume")
     check.add_argument("--trials", type=argparse_type(positive_int, "--trials"), default=1, metavar="K",
                        help="disturbed runs, with seeds SEED to SEED+K-1, against one undisturbed run; the check"
                             " holds only if every trial holds (default: 1)")

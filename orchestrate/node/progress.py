@@ -140,11 +140,11 @@ def script_reports() -> bool:
     return _reported_by_script
 
 
-def report_counted(step: int, taken: float) -> None:
+def report_counted(step: int, taken: float, metrics: Optional[dict] = None) -> None:
     """Report a step counted by the workers' start-up hook (the optimizer's steps), taken at
     epoch time ``taken`` (a first step is reported at the second: see
-    :mod:`orchestrate.node.step_counter`)."""
-    _write_step(step, {}, counted=True, taken=taken)
+    :mod:`orchestrate.node.step_counter`), with the ``metrics`` the hook took of it."""
+    _write_step(step, metrics or {}, counted=True, taken=taken)
 
 
 def _write_step(step: int, metrics: dict, counted: bool = False, taken: Optional[float] = None) -> None:

@@ -17,12 +17,15 @@ Nothing is reported before the second step: a script that reports its own steps 
 its first, and the counter then stays out of the channel altogether. A step held so is reported
 with the time it was taken, not the second step's: a file saved between the two is then after
 step 1, as it was. Standard library only; torch's optimizer is reached through the hook's
-arguments.
+arguments. Where the run compares its steps (chaos --compare-steps), each step reported carries
+the stepped parameters' digest (:mod:`orchestrate.node.params_digest`) as its metric.
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable, Dict, List, Optional
+
+from orchestrate.node.params_digest import METRIC, digest_wanted, params_digest
 
 
 def carried_step(optimizer: Any) -> Optional[int]:
@@ -56,9 +59,12 @@ class StepCounter:
     progress channel's (each given a step and the epoch time it was taken), ``script_reports``
     says whether the script reports its own, ``clock`` gives the time."""
 
-    def __init__(self, report: Callable[[int, float], None], report_resumed: Callable[[int, float], None],
-                 script_reports: Callable[[], bool], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, report: Callable[[int, float, Dict[str, float]], None],
+                 report_resumed: Callable[[int, float], None], script_reports: Callable[[], bool],
+                 clock: Callable[[], float] = time.time,
+                 digest: Optional[Callable[[Any], Optional[float]]] = None) -> None:
         self.report = report
+        self.digest = digest  # the metric of a reported step: the stepped parameters' digest (chaos --compare-steps)
         self.report_resumed = report_resumed
         self.script_reports = script_reports
         self.clock = clock
@@ -82,8 +88,17 @@ class StepCounter:
         self.counts[key] += 1
         if self.counts[key] > self.reported:
             self.reported = step = self.counts[key]
-            self.say(lambda: self.report(step, taken))
+            metrics = self.metrics_of(optimizer)
+            self.say(lambda: self.report(step, taken, metrics))
             self.started = True
+
+    def metrics_of(self, optimizer: Any) -> Dict[str, float]:
+        """The metrics of the step ``optimizer`` just took: its parameters' digest, where asked
+        for (and not where the script reports its own steps, whose numbering stands)."""
+        if self.digest is None or self.script_reports():
+            return {}
+        value = self.digest(optimizer)
+        return {} if value is None else {METRIC: value}
 
     def say(self, report: Callable[[], None]) -> None:
         """Report now, or hold it until the second step (see the module's text)."""
@@ -104,6 +119,7 @@ def install() -> StepCounter:
     from orchestrate.node.progress import report_counted, report_resumed_at, script_reports
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    counter = StepCounter(report_counted, report_resumed_at, script_reports)
+    counter = StepCounter(report_counted, report_resumed_at, script_reports,
+                          digest=params_digest if digest_wanted() else None)
     register_optimizer_step_post_hook(counter.after_step)
     return counter

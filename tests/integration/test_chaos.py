@@ -101,8 +101,11 @@ DCP_JOB = ("--seed", "3", "--", "dcp_resume.py", "--steps", "30", "--startup", "
 
 @pytest.mark.slow
 def test_a_users_dcp_resume_holds_with_every_fault_after_a_checkpoint_and_a_resumed_attempt(chaos):
-    code, output = chaos("--faults", "2", *DCP_JOB, job="dcp_resume.py")
+    code, output = chaos("--faults", "2", "--compare-steps", *DCP_JOB, job="dcp_resume.py")
     assert code == 0, output[-5000:]
+    # no metric of its own: the digests of its parameters at each counted step match, every attempt's
+    compared = re.search(r"compared per-step metrics: (\d+) value\(s\) match the undisturbed run's", output)
+    assert compared and int(compared[1]) >= 60, output[-5000:]  # 30 steps and those redone, on 2 ranks
     assert re.search(r"it first wrote ckpt/step_3/\S+, before step 4", output), output[-5000:]
     first, second = re.search(r"drawn from seed 3: (\S+@step=\d+) (\S+@step=\+\d+)", output).groups()
     for spec in (first, second):  # in training time, after a checkpoint, followed by a resume
@@ -113,9 +116,14 @@ def test_a_users_dcp_resume_holds_with_every_fault_after_a_checkpoint_and_a_resu
 
 @pytest.mark.slow
 def test_a_users_dcp_resume_that_forgets_the_optimizer_does_not_hold(chaos):
-    code, output = chaos("--faults", "1", *DCP_JOB, "--forget-optimizer", job="dcp_resume.py")
+    code, output = chaos("--faults", "1", "--compare-steps", *DCP_JOB, "--forget-optimizer", job="dcp_resume.py")
     assert code == 1, output[-5000:]
     assert re.search(r"final\.pt: differs \(tensors; largest difference [\d.e-]+ at", output), output[-5000:]
+    # and where it went wrong: the digest of its parameters at the first step after the resume
+    first = re.search(r"per-step metrics: params first differs at step (\d+) \(rank \d, attempt 2\): \S+ against \S+"
+                      r" undisturbed: the first step after the resume from step (\d+), so what the resume restored",
+                      output)
+    assert first and int(first[1]) == int(first[2]) + 1, output[-5000:]
     assert "VERDICT DOES NOT HOLD:" in output
 
 

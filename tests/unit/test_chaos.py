@@ -516,11 +516,50 @@ def test_the_per_step_metrics_name_the_first_step_that_differs_and_its_attempt()
     assert compare_step_metrics(reference, same, 0.0) == StepsComparison(5)
     drifted = same[:3] + [ProgressRecord(0, 20.0, step=3, attempt="b", metrics={"loss": 1.25})]
     comparison = compare_step_metrics(reference, drifted, 0.0)
-    assert comparison.first_difference == "loss first differs at step 3 (rank 0, attempt 2): 1.25 against 1 undisturbed"
+    assert comparison.first_difference == (
+        "loss first differs at step 3 (rank 0, attempt 2): 1.25 against 1 undisturbed: the first step after the resume"
+        " from step 2, so what the resume restored (the optimizer's state, the random state, the data order) is not"
+        " what the undisturbed run had there")
     assert compare_step_metrics(reference, drifted, 0.5).equal
     beyond = compare_step_metrics(reference, drifted, 0.2)  # 25% off: past a 20% tolerance
-    assert beyond.first_difference.endswith("1.25 against 1 undisturbed (beyond --rtol 0.2)")
-    assert compare_step_metrics(reference, steps(0, "a", [1, 2], 1.0), 0.0).compared == 0  # no metrics: nothing
+    assert beyond.first_difference.endswith("1.25 against 1 undisturbed (beyond --rtol 0.2): the first step after"
+                                            " the resume from step 2, so what the resume restored (the optimizer's"
+                                            " state, the random state, the data order) is not what the undisturbed"
+                                            " run had there")
+    later = same[:4] + [ProgressRecord(0, 21.0, step=4, attempt="b", metrics={"loss": 0.5})]  # not its first step
+    assert compare_step_metrics(reference, later, 0.0).first_difference == (
+        "loss first differs at step 4 (rank 0, attempt 2): 0.5 against 1 undisturbed")
+    nothing = compare_step_metrics(reference, steps(0, "a", [1, 2], 1.0), 0.0)  # no metrics: nothing
+    assert nothing.compared == 0
+    assert nothing.describe() == "per-step metrics: none compared (no metric at a step both runs reached)"
+
+
+def digests(rank: int, attempt: str, numbers, start: float, values) -> list[ProgressRecord]:
+    """Steps the start-up hook counted, each with its parameters' digest."""
+    return [ProgressRecord(rank, start + i, step=n, attempt=attempt, counted=True, metrics={"params": v})
+            for i, (n, v) in enumerate(zip(numbers, values))]
+
+
+def test_the_digests_of_a_script_that_reports_no_steps_are_compared_at_the_jobs_steps_across_its_attempts():
+    # undisturbed: 10 steps; with a fault at step 7, a second attempt the hook counted from 1 again,
+    # 6 steps: it resumed from step 4 (10 - 6), its steps 1-6 being the job's 5-10
+    digest = [0.1 * n + 1e-9 for n in range(1, 11)]
+    reference = digests(0, "r", range(1, 11), 1.0, digest) + digests(1, "q", range(1, 11), 1.0, digest)
+    first = digests(0, "a", range(1, 8), 100.0, digest[:7])
+    resumed = digests(0, "b", range(1, 7), 120.0, digest[4:])
+    assert compare_step_metrics(reference, first + resumed, 0.0, 10, True) == StepsComparison(13)
+    # the same job whose resume did not restore the optimizer's state: off from its first step, in the 10th digit
+    off = digests(0, "b", range(1, 7), 120.0, [v + 1e-10 for v in digest[4:]])
+    assert compare_step_metrics(reference, first + off, 0.0, 10, True).first_difference == (
+        "params first differs at step 5 (rank 0, attempt 2): 0.5000000011 against 0.500000001 undisturbed: the first"
+        " step after the resume from step 4, so what the resume restored (the optimizer's state, the random state,"
+        " the data order) is not what the undisturbed run had there")
+    # an attempt counted from 1 whose start is not known (the job did not end where the undisturbed one
+    # did) is not compared at steps it may not have been at
+    assert compare_step_metrics(reference, first + off, 0.0, 10, False) == StepsComparison(7)
+    # rank 1's attempts are its own (its worker's tokens): placed the same way
+    rank1 = digests(1, "c", range(1, 8), 100.0, digest[:7]) + digests(1, "d", range(1, 7), 120.0, digest[4:])
+    assert compare_step_metrics(reference, rank1, 0.0, 10, True) == StepsComparison(13)
 
 
 # --- the verdict ----------------------------------------------------------------------------

@@ -20,14 +20,14 @@ class FloatTensor:
 
 def counter(script_reports: bool = False) -> tuple[StepCounter, list]:
     said: list = []
-    return StepCounter(lambda s, _: said.append(("step", s)), lambda s, _: said.append(("resumed", s)),
+    return StepCounter(lambda s, _, m: said.append(("step", s)), lambda s, _: said.append(("resumed", s)),
                        lambda: script_reports), said
 
 
 def test_a_held_first_step_is_reported_with_the_time_it_was_taken_not_the_seconds():
     said: list = []
     clock = iter([100.0, 107.5, 109.0])
-    count = StepCounter(lambda s, t: said.append(("step", s, t)), lambda s, t: said.append(("resumed", s, t)),
+    count = StepCounter(lambda s, t, m: said.append(("step", s, t)), lambda s, t: said.append(("resumed", s, t)),
                         lambda: False, clock=lambda: next(clock))
     adam = Optimizer(step=FloatTensor(5.0))  # resumed from step 4: its first step here is its 5th
     count.after_step(adam)  # taken at 100.0, held
@@ -82,3 +82,63 @@ def test_the_carried_step_is_read_from_tensors_numbers_or_nothing():
     assert carried_step(Optimizer(step=FloatTensor(7.0))) == 7
     assert carried_step(Optimizer(step=3)) == 3
     assert carried_step(Optimizer()) is None
+
+
+def test_where_the_run_compares_steps_each_reported_step_carries_its_parameters_digest_taken_then():
+    said: list = []
+    weights = [1.0]
+    script_reports = [False]
+    count = StepCounter(lambda s, t, m: said.append((s, m)), lambda s, t: None, lambda: script_reports[0],
+                        digest=lambda optimizer: weights[0])
+    sgd = Optimizer()
+    count.after_step(sgd)  # held until the second, with the digest of its own moment
+    weights[0] = 2.0
+    count.after_step(sgd)
+    weights[0] = 3.0
+    count.after_step(sgd)
+    assert said == [(1, {"params": 1.0}), (2, {"params": 2.0}), (3, {"params": 3.0})]
+    undigested = StepCounter(lambda s, t, m: said.append((s, m)), lambda s, t: None, lambda: False,
+                             digest=lambda optimizer: None)
+    for _ in range(2):
+        undigested.after_step(sgd)
+    assert said[-2:] == [(1, {}), (2, {})]  # a digest that could not be taken: the step still counts
+
+
+class Sum:
+    """A stand-in for a parameter's float64 sum on a device."""
+
+    def __init__(self, value: float, device: str) -> None:
+        self.value, self.device = value, device
+
+    def __add__(self, other: "Sum") -> "Sum":
+        return Sum(self.value + other.value, self.device)
+
+    def item(self) -> float:
+        return self.value
+
+
+class Parameter:
+    def __init__(self, value: float, device: str = "cpu") -> None:
+        self.sum_ = Sum(value, device)
+
+    def detach(self) -> "Parameter":
+        return self
+
+    def double(self) -> "Parameter":
+        return self
+
+    def sum(self) -> Sum:
+        return self.sum_
+
+
+class Stepping:
+    def __init__(self, *groups: list) -> None:
+        self.param_groups = [{"params": params} for params in groups]
+
+
+def test_the_parameters_digest_is_their_sum_over_every_group_and_device_and_none_for_no_parameters():
+    from orchestrate.node.params_digest import params_digest
+
+    assert params_digest(Stepping([Parameter(1.5), Parameter(2.0, "cuda:0")], [Parameter(-0.25)])) == 3.25
+    assert params_digest(Stepping([])) is None
+    assert params_digest(Stepping([object()])) is None  # not a tensor: no digest

@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from orchestrate.node.params_digest import STEP_DIGEST_ENV
 from tests.workers.conftest import ROOT, hooked_torchrun, host_env
 
 JOBS = ROOT / "tests" / "jobs"
 
 
-def run_hooked(tmp_path: Path, script: Path, *args: str) -> dict[int, list[dict]]:
+def run_hooked(tmp_path: Path, script: Path, *args: str, **extra_env: str) -> dict[int, list[dict]]:
     progress = tmp_path / "progress"
     progress.mkdir()
-    env = host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT))
+    env = host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT), **extra_env)
     done = subprocess.run(hooked_torchrun(2, "--", str(script), *args), cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -24,8 +25,13 @@ def run_hooked(tmp_path: Path, script: Path, *args: str) -> dict[int, list[dict]
             for rank in (0, 1)}
 
 
-def test_a_plain_scripts_optimizer_steps_reach_the_progress_channel(tmp_path):
-    records = run_hooked(tmp_path, JOBS / "plain_sgd.py", "--steps", "12", "--step-seconds", "0.1")
+def test_a_plain_scripts_optimizer_steps_reach_the_progress_channel_with_their_parameters_digest(tmp_path):
+    # (as in a run of chaos --compare-steps: the digest is asked for)
+    records = run_hooked(tmp_path, JOBS / "plain_sgd.py", "--steps", "12", "--step-seconds", "0.1",
+                         **{STEP_DIGEST_ENV: "1"})
+    digests = {rank: [r["params"] for r in records[rank] if "step" in r] for rank in (0, 1)}
+    # DDP keeps the ranks' parameters equal: so are their digests, step by step, and each step moves them
+    assert digests[0] == digests[1] and len(digests[0]) == 12 and len(set(digests[0])) == 12, digests
     for rank in (0, 1):
         asked, made, *steps, last = records[rank]
         assert asked["init_asked"]["world_size"] == 2  # the call as it was made, first
