@@ -42,6 +42,9 @@ def recorded_nodes(run_dir: Path) -> list[tuple[str, tuple[int, ...]]]:
     """
     try:
         plan = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
-        return [(node["name"], tuple(node.get("global_ranks", ()))) for node in plan["nodes"]]
+        nodes = [(node["name"], tuple(node.get("global_ranks", ()))) for node in plan["nodes"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"cannot read the plan of run {run_dir.name} ({run_dir / PLAN_FILE}): {exc}") from exc
+    if not nodes:
+        raise UsageError(f"the plan of run {run_dir.name} ({run_dir / PLAN_FILE}) names no node")
+    return nodes

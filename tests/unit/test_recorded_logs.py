@@ -99,6 +99,9 @@ def test_a_plan_that_cannot_be_read_is_a_usage_error(tmp_path):
     (run_dir / "run.json").write_text("{")
     with pytest.raises(UsageError, match=r"cannot read the plan of run 20261205-111111-123456 \("):
         list(recorded_lines(run_dir))
+    (run_dir / "run.json").write_text('{"nodes": []}')
+    with pytest.raises(UsageError, match=r"the plan of run 20261205-111111-123456 \(.*\) names no node"):
+        list(recorded_lines(run_dir, ranks=[0]))
 
 
 @pytest.mark.parametrize("line, node, rank", [
