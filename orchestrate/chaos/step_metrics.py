@@ -49,11 +49,20 @@ AttemptOf = Callable[[ProgressRecord], Optional[Attempt]]
 def attempts_by_rank(records: Iterable[ProgressRecord], reference_steps: Optional[int] = None,
                      completed: bool = False) -> AttemptOf:
     """The attempt each record's worker was in, rank by rank (see
-    :func:`~orchestrate.chaos.attempts.attempts_of`: ``reference_steps``, ``completed``)."""
+    :func:`~orchestrate.chaos.attempts.attempts_of`: ``reference_steps``, ``completed``). A rank's
+    last attempt counts as the job's last (its start guessed from ``reference_steps``) only where
+    it began after the lowest rank's attempt before its last had stepped for the last time: a rank
+    an elastic job went on without has no part in the job's last attempt."""
     records = list(records)
     found: dict[tuple[int, str], Attempt] = {}
+    job_attempts = attempts_of(records, reference_steps, completed)  # (the lowest rank's)
+    last_began_after = (job_attempts[-2].steps[-1][1] if len(job_attempts) > 1 and job_attempts[-2].steps
+                        else float("-inf"))
     for rank in {r.rank for r in records}:
-        for attempt in attempts_of([r for r in records if r.rank == rank], reference_steps, completed):
+        own = [r for r in records if r.rank == rank]
+        mine = attempts_of(own, reference_steps, completed=False)
+        in_last = completed and bool(mine) and mine[-1].first_time > last_began_after
+        for attempt in attempts_of(own, reference_steps, in_last):
             found[(rank, attempt.token)] = attempt
     return lambda record: found.get((record.rank, record.attempt))
 
@@ -71,10 +80,11 @@ def compare_step_metrics(reference: Iterable[ProgressRecord], disturbed: Iterabl
                          rtol: float, reference_steps: Optional[int] = None, completed: bool = False
                          ) -> StepsComparison:
     """Every metric of ``disturbed`` at a (rank, job step) that ``reference`` reported too, in
-    the order they were reported; ``reference_steps``, ``completed``: the undisturbed run's steps,
-    and whether the disturbed job ended where it ended (where an attempt counted from 1 started)."""
+    the order they were reported; ``reference_steps``: the undisturbed run's steps, ``completed``:
+    the disturbed job succeeded, so its last attempt ended at the reference's last step (where an
+    attempt counted from 1 started is guessed from both)."""
     reference, disturbed = list(reference), list(disturbed)
-    in_reference = attempts_by_rank(reference, completed=True)
+    in_reference = attempts_by_rank(reference)
     expected = {(r.rank, job_step(r, in_reference)): r.metrics for r in reference if r.step is not None and r.metrics}
     attempt_of = attempts_by_rank(disturbed, reference_steps, completed)
     attempts: dict[int, list[str]] = {}
@@ -97,6 +107,7 @@ def compare_step_metrics(reference: Iterable[ProgressRecord], disturbed: Iterabl
                                 " restored (the optimizer's state, the random state, the data order) is not what"
                                 " the undisturbed run had there"
                                 if number > 1 and attempt is not None and attempt.offset and step == attempt.offset + 1
+                                and (attempt.resumed is not None or attempt.counted)  # (else its first reported)
                                 else "")
                 value, against = apart(record.metrics[name], want[name])
                 return StepsComparison(compared, f"{name} first differs at step {step} (rank {record.rank},"

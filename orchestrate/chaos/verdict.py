@@ -151,8 +151,10 @@ class ChaosVerdict(Verdict):
                            f" ({fresh.redone if fresh.redone is not None else '?'} step(s) redone) although it had"
                            f" written {fresh.named_save or 'files'}")
         if self.steps is not None and self.steps.compared == 0:
-            reasons.append("--compare-steps: no metric was reported at a step both runs reached (report them with"
-                           " orchestrate.progress.report(step, loss=...))")
+            reasons.append("--compare-steps: no metric was reported at a step both runs reached (a script that"
+                           " reports its own steps reports its metrics with orchestrate.progress.report(step,"
+                           " loss=...); one that does not gets its parameters' digest at each optimizer step,"
+                           " compared only where its attempts' steps are placed in the job's)")
         if self.max_steps_redone is not None and self.steps_redone is None:
             reasons.append("--max-steps-redone: the steps redone are not known (no steps were reported or counted)")
         return reasons

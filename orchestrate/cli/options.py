@@ -11,7 +11,7 @@ from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
 
 EXIT_USAGE = 2
-# What every command that takes a run's id takes (engine.runs.find_run, report.page.find_run_dir).
+# What every command that takes a run's id takes (engine.runs.find_run, outcome.run_dirs.find_run_dir).
 RUN_ID_HELP = "its id, or a unique start or end of it (its last part, 728639)"
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunRequest)}
 

@@ -11,11 +11,12 @@ gives another at the first step after it, long before the final weights tell (if
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Optional
 
 # Set in every node of a run that compares its steps (chaos --compare-steps): the digest is taken
 STEP_DIGEST_ENV = "DDP_COMPOSE_STEP_DIGEST"
-METRIC = "params"
+DIGEST_METRIC = "params"
 
 
 def digest_wanted() -> bool:
@@ -25,11 +26,14 @@ def digest_wanted() -> bool:
 def params_digest(optimizer: Any) -> Optional[float]:
     """The sum of every parameter the optimizer steps, in float64 (one value read back per
     device, not one per parameter); None where it cannot be taken."""
+    torch = sys.modules.get("torch")  # (imported by the script that steps an optimizer)
+    if torch is None:
+        return None
     try:
         by_device: dict = {}
         for group in getattr(optimizer, "param_groups", None) or []:
             for param in group.get("params", []):
-                total = param.detach().double().sum()
+                total = param.detach().sum(dtype=torch.float64)  # (no float64 copy of the parameter)
                 device = str(total.device)
                 by_device[device] = total if device not in by_device else by_device[device] + total
         if not by_device:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from orchestrate.node.params_digest import METRIC, digest_wanted, params_digest
+from orchestrate.node.params_digest import DIGEST_METRIC, digest_wanted, params_digest
 
 
 def carried_step(optimizer: Any) -> Optional[int]:
@@ -98,7 +98,7 @@ class StepCounter:
         if self.digest is None or self.script_reports():
             return {}
         value = self.digest(optimizer)
-        return {} if value is None else {METRIC: value}
+        return {} if value is None else {DIGEST_METRIC: value}
 
     def say(self, report: Callable[[], None]) -> None:
         """Report now, or hold it until the second step (see the module's text)."""

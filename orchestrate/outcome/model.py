@@ -12,6 +12,7 @@ from orchestrate.hangs.snapshots import InitCall
 from orchestrate.outcome.judge import Failure, find_failure
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import RankAfterSigterm
+from orchestrate.outcome.root_cause import wrapping_links
 from orchestrate.outcome.states import NodePhase
 from orchestrate.text import counted
 
@@ -402,7 +403,7 @@ class RunResult:
         failure = self.failure
         if failure is not None:
             why.append(failure.describe() + (f", in your code at {failure.users_frame}" if failure.users_frame else "")
-                       + "".join(f", {link}" for link in failure.chain[:1]))  # the nearest: what it wraps
+                       + "".join(f", {link}" for link in wrapping_links(failure.chain)[:1]))  # the nearest: what it wraps
         if self.hang is not None and not self.hung and not self.hang.timed_out:  # (else the failure's own line)
             why.append(f"{'while hung' if self.hang.hung else 'at the last look'}: {self.hang.headline}")
         why += [f"fault {f.describe()}" for f in self.unfired_faults]

@@ -259,10 +259,15 @@ def linked_exceptions(chain: Sequence[str], how: str = "") -> list[str]:
     where given (``CAUSED_BY``)."""
     linked = []
     for link in chain:
-        said_how, said, exception = link.partition(": ")
-        if said and said_how in CHAIN_LINKS.values() and (said_how == how or not how):
+        link_how, separator, exception = link.partition(": ")
+        if separator and link_how in CHAIN_LINKS.values() and (link_how == how or not how):
             linked.append(exception)  # (not a link to the same error: that one is said already)
     return linked
+
+
+def wrapping_links(chain: Sequence[str]) -> list[str]:
+    """The chain's links that name an error of their own (not ``... the same error``)."""
+    return [link for link in chain if not link.endswith(f" {SAME_ERROR}")]
 
 
 def raised_above(text: list[str]) -> str:

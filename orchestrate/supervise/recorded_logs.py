@@ -67,10 +67,8 @@ def recorded_lines(run_dir: Path, *, node: Optional[str] = None, ranks: Iterable
     if wanted and elastic:
         say_elastic_ranks_unchecked(run_id, wanted, say)
 
-    def kept(line: RecordedLine) -> bool:
-        if wanted:  # a rank's own lines only, as from the engine
-            return line.rank in wanted
-        return node is None or line.node == node
+    def kept(line: RecordedLine) -> bool:  # (with --rank, a rank's own lines only, as from the engine)
+        return (node is None or line.node == node) and (not wanted or line.rank in wanted)
 
     job_log = run_dir / SLURM_JOB_LOG
     if not any(path.is_file() for _, path in nodes) and job_log.is_file():

@@ -266,6 +266,19 @@ def test_what_a_failures_error_was_raised_from_is_said_under_it_and_recorded(mak
             " resume\") from e, caused by: FileNotFoundError: [Errno 2]") in repr(outcome)
 
 
+def test_a_failed_runs_line_names_what_its_error_wraps_past_a_link_to_the_same_error(make_run):
+    job = make_run(nodes=1, nproc_per_node=1)
+    printed = ["Traceback (most recent call last):", "  w", "KeyError: 'a'", "",
+               "During handling of the above exception, another exception occurred:", "",
+               "Traceback (most recent call last):", "  x", "OSError: full", "",
+               "During handling of the above exception, another exception occurred:", "",
+               "Traceback (most recent call last):", "  y", "OSError: full"]
+    outcome, _, _ = run(job, FakeDockerClient(), node0=[Script(
+        [f"[0|0]:[rank0]: {line}" for line in printed] + report(0, 0, exc="OSError: full"), exit_code=1)])
+    assert outcome.failure.chain == ("raised while handling the same error", "raised while handling: KeyError: 'a'")
+    assert "OSError: full, raised while handling: KeyError: 'a'" in repr(outcome), repr(outcome)
+
+
 def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_named(make_run):
     job = make_run(nodes=2, faults=(parse_fault("pause:node1@step=3"),))
     triggers = json.loads((Path(job.run_dir) / "progress" / "triggers.json").read_text()) \

@@ -92,6 +92,11 @@ def test_an_elastic_runs_ranks_are_not_checked_and_a_node_without_a_log_is_named
     assert said[0] == (f"run {run_dir.name} is elastic: its rendezvous gives the ranks out, so --rank 1 is not"
                        " checked against it (a rank that never ran shows no line)")
     assert said[-1] == (f"node1 left no log in {run_dir} (it did not start, or its lines were never read)")
+    # an elastic Slurm run's job log: --node and --rank together keep that node's lines of that rank
+    (tmp_path / "slurm").mkdir()
+    job = ["[node0/rank0] a", "[node1/rank0] b", "[node1/rank1] c"]
+    slurm_dir = recorded_run(tmp_path / "slurm", [("node0", []), ("node1", [])], slurm_job_log=job)
+    assert list(recorded_lines(slurm_dir, node="node1", ranks=[0], say=said.append)) == ["[node1/rank0] b"]
 
 
 def test_a_plan_that_cannot_be_read_is_a_usage_error(tmp_path):

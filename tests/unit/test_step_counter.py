@@ -124,10 +124,8 @@ class Parameter:
     def detach(self) -> "Parameter":
         return self
 
-    def double(self) -> "Parameter":
-        return self
-
-    def sum(self) -> Sum:
+    def sum(self, dtype=None) -> Sum:
+        assert dtype == "float64"  # summed in float64, without a float64 copy of the parameter
         return self.sum_
 
 
@@ -136,9 +134,16 @@ class Stepping:
         self.param_groups = [{"params": params} for params in groups]
 
 
-def test_the_parameters_digest_is_their_sum_over_every_group_and_device_and_none_for_no_parameters():
+def test_the_parameters_digest_is_their_sum_over_every_group_and_device_and_none_for_no_parameters(monkeypatch):
+    import sys
+    import types
+
     from orchestrate.node.params_digest import params_digest
+
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(float64="float64"))
 
     assert params_digest(Stepping([Parameter(1.5), Parameter(2.0, "cuda:0")], [Parameter(-0.25)])) == 3.25
     assert params_digest(Stepping([])) is None
     assert params_digest(Stepping([object()])) is None  # not a tensor: no digest
+    monkeypatch.delitem(sys.modules, "torch")
+    assert params_digest(Stepping([Parameter(1.0)])) is None  # no torch imported: no tensor either
