@@ -20,6 +20,15 @@ class NamedNode(Protocol):
 Chosen = TypeVar("Chosen", bound="tuple[NamedNode, Any]")
 
 
+Line = TypeVar("Line")
+
+
+def last(lines: Iterable[Line], tail: Optional[int]) -> list[Line]:
+    """The last ``tail`` of ``lines`` (all of them for None): ``logs --tail``."""
+    every = list(lines)
+    return every if tail is None else every[max(0, len(every) - tail):]
+
+
 def select_nodes(run_id: str, every: list[Chosen], node: Optional[str]) -> list[Chosen]:
     """Of ``every`` (node, source) pair, each pair, or ``node``'s only.
 

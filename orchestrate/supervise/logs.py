@@ -16,7 +16,7 @@ from orchestrate.errors import NoSuchRunError
 from orchestrate.outcome.events import launcher_exit_code, read_events
 from orchestrate.outcome.run_dirs import find_run_dir
 from orchestrate.plan.model import NodePlan
-from orchestrate.supervise.log_selection import say_elastic_ranks_unchecked, select_nodes, select_ranks
+from orchestrate.supervise.log_selection import last, say_elastic_ranks_unchecked, select_nodes, select_ranks
 from orchestrate.supervise.recorded_logs import recorded_lines
 from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
 
@@ -56,11 +56,6 @@ def read_so_far(pairs: list[tuple[NodePlan, Any]], keep: Keep, *, ended: bool
         readers.append(worker_lines)
         positions.append(read_to)
     return [line for *_, line in sorted(stamped, key=lambda s: s[:3]) if keep(line)], readers, positions
-
-
-def last(lines: list[OutputLine], tail: Optional[int]) -> list[OutputLine]:
-    """The last ``tail`` of ``lines`` (all of them for None)."""
-    return lines if tail is None else lines[max(0, len(lines) - tail):]
 
 
 def history(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Optional[int] = None) -> Iterator[str]:

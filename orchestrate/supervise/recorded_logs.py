@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
 from orchestrate.outcome.run_dirs import recorded_nodes
-from orchestrate.supervise.log_selection import say_elastic_ranks_unchecked, select_nodes, select_ranks
+from orchestrate.supervise.log_selection import last, say_elastic_ranks_unchecked, select_nodes, select_ranks
 
 SLURM_JOB_LOG = "slurm-job.log"  # a Slurm run's job output, every node's lines in the order they came
 
@@ -86,9 +86,3 @@ def recorded_lines(run_dir: Path, *, node: Optional[str] = None, ranks: Iterable
                 f" node by node{each} (the files keep no times to merge them by)")
             said_where = True
         yield from last((ln.text for ln in read_recorded(path) if kept(ln)), tail)
-
-
-def last(lines: Iterable[str], tail: Optional[int]) -> list[str]:
-    """The last ``tail`` of ``lines`` (all of them for None)."""
-    every = list(lines)
-    return every if tail is None else every[max(0, len(every) - tail):]
