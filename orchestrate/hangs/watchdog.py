@@ -59,6 +59,17 @@ def say_hung(found: HangDiagnosis, say: Callable[[str], None], record: Callable[
     record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
 
 
+def not_ended_note(end_after_s: float, found: HangDiagnosis) -> str:
+    """Why --hang-timeout passed without ending a job that works quietly, and, where ranks wait in
+    a collective for the ones that work, what bounds that wait."""
+    note = (f"--hang-timeout {end_after_s:g} does not end the run: a rank that computes makes progress, and no"
+            " look tells a long step from an endless loop")
+    if found.someone_waits:
+        note += ("; --collective-timeout S ends a wait in a collective after S seconds, saying where every rank"
+                 " was")
+    return note
+
+
 class HangWatch:
     """Watches one run's progress (see the module's text). It never blocks: a look sends the
     request, and takes the answers one answer window later.
@@ -103,6 +114,7 @@ class HangWatch:
         self.asked: list[tuple[str, float]] = []  # this judgement's requests: at most two
         self.first: Optional[Probe] = None
         self.said_hung = self.said_busy = False
+        self.said_not_ended = False  # said that --hang-timeout passed with the job working, since it last moved
         self.diagnosis: Optional[HangDiagnosis] = None  # the latest hung one
         self.working: Optional[HangDiagnosis] = None  # the latest look that found the job quiet but working
         self.moved_at: Optional[float] = None  # the latest progress of the job's own (not a hold)
@@ -128,7 +140,7 @@ class HangWatch:
         self.last_progress = self.quiet_since = now
         self.asked, self.first = [], None
         self.diagnosis = self.working = None
-        self.said_hung = self.said_busy = False
+        self.said_hung = self.said_busy = self.said_not_ended = False
 
     def poll(self, now: float) -> Optional[HangDiagnosis]:
         """Look and judge when due; return the diagnosis when the run must end as hung."""
@@ -231,6 +243,9 @@ class HangWatch:
                 self.say(f"still no output after {quiet_in_all:.0f} s, and the job still works: {found.doing};"
                          f" {found.where_they_wait()}")
                 self.busy_reminder_at *= 2
+            if self.end_after_s is not None and quiet_in_all >= self.end_after_s and not self.said_not_ended:
+                self.said_not_ended = True
+                self.say(not_ended_note(self.end_after_s, found))
             self.last_progress = now
             self.said_busy = True
             return None

@@ -1005,6 +1005,42 @@ def test_a_rank_busy_in_a_long_step_is_not_called_hung():
     assert not any("hung" in line for line in watched.said)
 
 
+@pytest.mark.parametrize("end_after_s", [None, 60.0])
+def test_a_hang_timeout_that_passes_while_a_rank_computes_is_said_once_with_what_bounds_the_others_wait(end_after_s):
+    """Rank 0 loops (``while True``) while rank 1 waits in its all-reduce: --hang-timeout never ends
+    it (a computing rank makes progress), and, once its time has passed, that is said, with the
+    option that bounds rank 1's wait; again after the job moved and went quiet again."""
+    waiting = (coll(1), coll(2, state="entered"))
+    looping = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
+    probes = [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=10.0 + 5 * i), r1=snap(1, waiting)) for i in range(200)]
+    watched = Watched(probes, diagnose_after_s=10, end_after_s=end_after_s)
+    watched.watch.progress(0.0)
+    assert watched.until(50) is None and watched.said[0].startswith("no output for 1")
+    assert not any("--hang-timeout" in line for line in watched.said)  # its time has not passed
+    assert watched.until(300) is None
+    notes = [line for line in watched.said if "--hang-timeout" in line]
+    if end_after_s is None:
+        assert notes == []
+        return
+    assert notes == ["--hang-timeout 60 does not end the run: a rank that computes makes progress, and no look"
+                     " tells a long step from an endless loop; --collective-timeout S ends a wait in a collective"
+                     " after S seconds, saying where every rank was"]
+    watched.watch.progress(300.0)
+    assert watched.until(600) is None
+    assert len([line for line in watched.said if "--hang-timeout" in line]) == 2
+
+
+def test_a_hang_timeout_passed_while_every_rank_computes_names_no_collective_timeout():
+    looping = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
+    probes = [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=10.0 + 5 * i),
+                    r1=snap(1, (coll(1),), looping, cpu_s=10.0 + 5 * i)) for i in range(40)]
+    watched = Watched(probes, diagnose_after_s=20, end_after_s=20)
+    watched.watch.progress(0.0)
+    assert watched.until(100) is None
+    notes = [line for line in watched.said if "--hang-timeout" in line]
+    assert len(notes) == 1 and notes[0].endswith("no look tells a long step from an endless loop")
+
+
 def test_a_job_that_stays_quiet_and_working_is_said_again_with_where_every_rank_is_less_and_less_often():
     """No look tells a long step from a loop that never ends (``while True`` on rank 0 while rank 1
     waits): said again at 4, 8, 16... times the threshold of quiet, and never ended."""
