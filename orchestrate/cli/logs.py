@@ -38,7 +38,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    print_run_logs(inv.engine(), args.run_id, args.runs_dir, inv.out, node=args.node, ranks=args.rank,
+    print_run_logs(inv.engine, args.run_id, args.runs_dir, inv.out, node=args.node, ranks=args.rank,
                    tail=args.tail, follow_live=args.follow,
                    say=lambda text: print(f"[orchestrate] {text}", file=sys.stderr))
     return 0

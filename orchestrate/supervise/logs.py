@@ -12,7 +12,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Optional
 from orchestrate.engine.container_log import SOURCES, LogLine, Position, advanced, follow_log, looked_at, read_log
 from orchestrate.engine.labels import LAUNCHER_LABEL
 from orchestrate.engine.runs import RunInfo, find_run, launcher_alive, node_plans
-from orchestrate.errors import NoSuchRunError
+from orchestrate.errors import EngineUnavailableError, NoSuchRunError
 from orchestrate.outcome.events import launcher_exit_code, read_events
 from orchestrate.outcome.run_dirs import find_run_dir
 from orchestrate.plan.model import NodePlan
@@ -159,31 +159,41 @@ def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Opt
         look_at = time.monotonic() + LOOK_AGAIN_S
 
 
-def print_run_logs(client: Any, run_id: str, runs_dir: Path, out: IO[str], *, node: Optional[str] = None,
-                   ranks: Iterable[int] = (), tail: Optional[int] = None, follow_live: bool = False,
-                   say: Callable[[str], None] = print) -> None:
+def print_run_logs(engine: Callable[[], Any], run_id: str, runs_dir: Path, out: IO[str], *,
+                   node: Optional[str] = None, ranks: Iterable[int] = (), tail: Optional[int] = None,
+                   follow_live: bool = False, say: Callable[[str], None] = print) -> None:
     """``logs RUN``: the run's output from the engine (see :func:`print_logs`), or, where the
-    engine no longer has it, as its directory in ``runs_dir`` recorded it.
+    engine no longer has it or cannot be reached (``engine()`` connects to it), as its directory
+    in ``runs_dir`` recorded it.
 
     Raises:
         UsageError: For a run neither has, or a run id that names several runs, a node or rank the
             run does not have.
+        EngineUnavailableError: When no engine answers and ``runs_dir`` has no such run.
     """
     try:
-        run = find_run(client, run_id)
+        run = find_run(engine(), run_id)
     except NoSuchRunError:
         try:
             run_dir = find_run_dir(runs_dir, run_id)
         except NoSuchRunError:
             raise NoSuchRunError(f"no run {run_id} in the engine, nor in {runs_dir} (see `python -m orchestrate ps`,"
                                  " or give --runs-dir)") from None
-        for line in recorded_lines(run_dir, node=node, ranks=ranks, tail=tail, say=say):
-            out.write(line + "\n")
-        out.flush()
-        if follow_live:
-            say(f"run {run_dir.name} has ended: there is nothing more to follow")
+        why, no_follow = "is no longer in the engine", "has ended: there is nothing more to follow"
+    except EngineUnavailableError as unreachable:
+        try:
+            run_dir = find_run_dir(runs_dir, run_id)
+        except NoSuchRunError:
+            raise unreachable from None
+        why, no_follow = "cannot be looked up, as no Docker engine answers", "cannot be followed without the engine"
+    else:
+        print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say)
         return
-    print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say)
+    for line in recorded_lines(run_dir, node=node, ranks=ranks, tail=tail, say=say, why=why):
+        out.write(line + "\n")
+    out.flush()
+    if follow_live:
+        say(f"run {run_dir.name} {no_follow}")
 
 
 def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks: Iterable[int] = (),

@@ -52,9 +52,10 @@ def read_recorded(path: Path) -> list[RecordedLine]:
 
 
 def recorded_lines(run_dir: Path, *, node: Optional[str] = None, ranks: Iterable[int] = (),
-                   tail: Optional[int] = None, say: Callable[[str], None] = print) -> Iterator[str]:
+                   tail: Optional[int] = None, say: Callable[[str], None] = print,
+                   why: str = "is no longer in the engine") -> Iterator[str]:
     """The lines the run's directory recorded (all nodes, or one; every line, or those of
-    ``ranks``; all, or the last ``tail`` of each log), saying where they come from.
+    ``ranks``; all, or the last ``tail`` of each log), saying where they come from, and ``why``.
 
     Raises:
         UsageError: For a node or rank the run does not have, or a plan that cannot be read.
@@ -72,7 +73,7 @@ def recorded_lines(run_dir: Path, *, node: Optional[str] = None, ranks: Iterable
 
     job_log = run_dir / SLURM_JOB_LOG
     if not any(path.is_file() for _, path in nodes) and job_log.is_file():
-        say(f"run {run_id} is no longer in the engine: its Slurm job's lines as {job_log} recorded them")
+        say(f"run {run_id} {why}: its Slurm job's lines as {job_log} recorded them")
         yield from last((ln.text for ln in read_recorded(job_log) if kept(ln)), tail)
         return
     said_where = False
@@ -82,7 +83,7 @@ def recorded_lines(run_dir: Path, *, node: Optional[str] = None, ranks: Iterable
             continue
         if not said_where:
             each = f", the last {tail} of each node's" if tail is not None and len(chosen) > 1 else ""
-            say(f"run {run_id} is no longer in the engine: its lines as {run_dir} recorded them,"
+            say(f"run {run_id} {why}: its lines as {run_dir} recorded them,"
                 f" node by node{each} (the files keep no times to merge them by)")
             said_where = True
         yield from last((ln.text for ln in read_recorded(path) if kept(ln)), tail)

@@ -63,6 +63,20 @@ def test_logs_of_a_run_neither_the_engine_nor_the_directory_has_is_one_error(mak
                                        " (nodes: node0, node1)\n")
 
 
+def test_logs_reads_a_runs_directory_when_no_engine_answers_and_says_why(make_run, tmp_path, monkeypatch, capsys):
+    run_dir, _ = ended_foreground_run(make_run)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # the real SDK, and nothing there
+    capsys.readouterr()
+    code, lines = logs(None, run_dir, run_dir.name, "--rank", "2", "-f")
+    assert code == 0 and lines == ["[node1/rank2] two a"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"[orchestrate] run {run_dir.name} cannot be looked up, as no Docker engine answers: its lines as {run_dir}"
+        " recorded them, node by node (the files keep no times to merge them by)",
+        f"[orchestrate] run {run_dir.name} cannot be followed without the engine"]
+    assert logs(None, run_dir, "fedcba")[0] == 2  # in neither: the engine's own error
+    assert capsys.readouterr().err.startswith("error: cannot reach the Docker engine (")
+
+
 def recorded_run(tmp_path, nodes, **logs):
     run_dir = tmp_path / "20261205-111111-123456"
     run_dir.mkdir()
