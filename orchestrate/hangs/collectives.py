@@ -134,12 +134,16 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
             continue
         if not compared(group, snapshots):
             continue
-        shared = set.intersection(*(set(calls) for calls in members.values()))
+        # each call as the ranks that made it made it: a rank still behind (in another group's
+        # call, say) must not hide two that made the same call differently
+        made = set().union(*(set(calls) for calls in members.values()))
         # a channel's ends call it differently by design (send, recv): their tensors' dtype and
         # size must agree, as gloo and NCCL check (a [2,4] tensor may be received as an [8] one)
         kind: Any = (lambda c: elements(c.shapes)) if channel_ends(group) is not None else (lambda c: (c.op, c.shapes))
-        for seq in sorted(shared):
-            calls = {rank: members[rank][seq] for rank in sorted(members)}
+        for seq in sorted(made):
+            calls = {rank: members[rank][seq] for rank in sorted(members) if seq in members[rank]}
+            if len(calls) < 2:
+                continue
             kinds = {kind(c) for c in calls.values()}
             if len(kinds) > 1:
                 first = min(calls)

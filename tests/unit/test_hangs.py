@@ -632,6 +632,24 @@ def test_ranks_waiting_in_different_process_groups_have_diverged():
                                                        " all_reduce(float32[4]) #5 of group ranks 0,1 at desync.py:11;")
 
 
+def test_a_rank_behind_in_another_group_does_not_hide_two_that_made_one_call_differently():
+    """Pairs (0,1) and (2,3) reduce in their own groups, then all four over the world; rank 1 skips
+    its pair's reduce and reduces over the world, while ranks 2, 3 go on to a barrier. Rank 0 waits
+    for rank 1 in the pair's reduce, so it never made the world's call #6; ranks 1-3 made #6
+    differently: that is the divergence, not "ranks 1-3 wait in all_reduce #6"."""
+    done = tuple(coll(s) for s in range(1, 6))
+    snapshots = {0: snap(0, done + (coll(4, group="ranks 0,1", state="entered", at="sub.py:16"),)),
+                 1: snap(1, done + (coll(6, state="entered", at="sub.py:14"),)),
+                 2: snap(2, done + (coll(6, op="barrier", shapes="", state="entered", at="sub.py:17"),)),
+                 3: snap(3, done + (coll(6, op="barrier", shapes="", state="entered", at="sub.py:17"),))}
+    found = first_divergence(snapshots, {0, 1, 2, 3})
+    assert found is not None and found.kind == "mismatch"
+    assert found.text == ("collective #6: rank 1 entered all_reduce(float32[4]) at sub.py:14; rank 2 entered barrier()"
+                          " at sub.py:17; rank 3 entered barrier() at sub.py:17")
+    alike = {**snapshots, 1: snap(1, done + (coll(6, op="barrier", shapes="", state="entered", at="sub.py:17"),))}
+    assert first_divergence(alike, {0, 1, 2, 3}).kind == "groups"  # #6 made alike: rank 0 waits elsewhere
+
+
 def sends(group: str, count: int, op: str = "send", last: str = "done", shapes: str = "float32[8]",
           at: str = "pipe.py:10") -> tuple[Collective, ...]:
     return tuple(coll(n, shapes, last if n == count else "done", op=op, group=group, at=at) for n in range(1, count + 1))
