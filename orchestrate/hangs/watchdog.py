@@ -26,6 +26,8 @@ from orchestrate.hangs.snapshots import Probe
 RECHECK_S = 5.0
 # Seconds a look waits for the workers' answers (they look for requests every 0.25 s).
 ANSWER_WINDOW_S = 1.5
+# What ends a run from outside, before which the ranks are looked at (see HangWatch.look_at_the_end).
+AT_THE_TIME_LIMIT, AT_THE_INTERRUPT = "at the time limit", "at the interrupt"
 # The default quiet time before a diagnosis is printed (--hang-diagnose-after).
 DIAGNOSE_AFTER_S = 120.0
 # A job that works without a line is said again when its quiet time reaches this many times the
@@ -171,20 +173,25 @@ class HangWatch:
         return self.judge(first, second, quiet, now)
 
     def due_at_the_end(self) -> bool:
-        """Whether the run, about to be ended from outside (its time limit), has a quiet time the
+        """Whether the run, about to be ended from outside (its time limit, an interrupt), has a quiet time the
         watchdog has not judged (a limit shorter than --hang-diagnose-after): not when a line came
         a moment ago (the job moves, and was too slow for its limit)."""
         if self.threshold is None or self.diagnosis is not None or self.working is not None:
             return False
         return self.quiet_since is not None and self.clock() - self.quiet_since >= self.recheck_s
 
-    def look_at_the_end(self, go_on_until: Callable[[float], None]) -> Optional[HangDiagnosis]:
+    def look_at_the_end(self, go_on_until: Callable[[float], None], occasion: str = AT_THE_TIME_LIMIT
+                        ) -> Optional[HangDiagnosis]:
         """Two looks at every rank, an answer window apart, as the run is about to be ended from
-        outside (see :meth:`due_at_the_end`), and where each rank is said, so that the summary
-        tells a hang from a slow job. ``go_on_until(t)`` follows the run (its lines, its records)
-        until clock time ``t``. None when the job moved during the looks, or a rank's silence
-        leaves it unknown."""
+        outside (see :meth:`due_at_the_end`; ``occasion``: by what), and where each rank is said,
+        so that the summary tells a hang from a slow job; at an interrupt, the look is said first
+        (a person waits on it). ``go_on_until(t)`` follows the run (its lines, its records) until
+        clock time ``t``. None when the job moved during the looks, or a rank's silence leaves it
+        unknown."""
         quiet_since = self.quiet_since
+        if occasion == AT_THE_INTERRUPT:
+            self.say(f"no progress for {self.quiet_for(self.clock()):.0f} s: looking where every rank waits before"
+                     f" they stop ({2 * self.answer_window_s:g} s)")
         probes = []
         for _ in range(2):
             request, at = self.ask(), self.clock()
@@ -194,7 +201,7 @@ class HangWatch:
             return None  # a worker's line during the looks: it moves
         found = self.judge_at_the_end(probes[0], probes[1], self.clock())
         if found is not None:
-            self.say(f"at the time limit, {'hung' if found.hung else 'working'}: {found.headline}")
+            self.say(f"{occasion}, {'hung' if found.hung else 'working'}: {found.headline}")
             for line in found.lines()[1:]:
                 self.say(line)
         return found

@@ -39,7 +39,7 @@ from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.hangs.diagnosis import HangDiagnosis, place_failure
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import HangWatch, is_progress_line, say_hung
+from orchestrate.hangs.watchdog import AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_progress_line, say_hung
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
@@ -243,10 +243,11 @@ class SlurmBackend:
             self.hangs.progress(now)
         self.moves_seen = moves
 
-    def look_at_the_end(self, log_file: IO[str]) -> Optional[HangDiagnosis]:
-        """Before the time limit cancels a job whose quiet time the watchdog has not judged yet:
-        its two looks at every rank, as a Compose run's supervisor takes them, no fault firing
-        meanwhile; what the watchdog found last otherwise (hung, or quiet and working)."""
+    def look_at_the_end(self, log_file: IO[str], occasion: str = AT_THE_TIME_LIMIT) -> Optional[HangDiagnosis]:
+        """Before the time limit (or an interrupt: ``occasion``) cancels a job whose quiet time the
+        watchdog has not judged yet: its two looks at every rank, as a Compose run's supervisor
+        takes them, no fault firing meanwhile; what the watchdog found last otherwise (hung, or
+        quiet and working)."""
         hangs = self.hangs
         if hangs is None or self.hang is not None:
             return None
@@ -261,7 +262,7 @@ class SlurmBackend:
                     self.progress.poll(self.clock(), None)
                     self.take_moves()
 
-            hangs.look_at_the_end(go_on_until)
+            hangs.look_at_the_end(go_on_until, occasion)
         return hangs.diagnosis or hangs.working
 
     def end_hung(self, found: HangDiagnosis, log_file: IO[str]) -> None:
@@ -490,10 +491,12 @@ class SlurmBackend:
         """After an interrupt: end the job as ``stop RUN`` does, through Slurm: SIGTERM to its
         tasks, SIGKILL after ``grace_s`` (the run's --stop-grace; at once with 0), the job
         cancelled; the nodes go with the teardown."""
-        ended_on = ""
+        ended_on, last_look = "", None
         if self.job_id and CONTROLLER in self.containers:
             controller, jobs = self.containers[CONTROLLER], [self.job_id]
             with open(self.plan.run_dir / "slurm-job.log", "a", encoding="utf-8") as log_file:
+                if grace_s > 0:  # (a further interrupt cuts the look short: the caller then cancels at once)
+                    last_look = self.look_at_the_end(log_file, AT_THE_INTERRUPT)
                 try:
                     if grace_s > 0:
                         terminate_jobs(self.client, controller, self.plan.run_id, jobs)
@@ -504,6 +507,7 @@ class SlurmBackend:
                     self.say(f"{exc}; the teardown removes the cluster")
                 self.drain_output(log_file, ended=True)
         result = self.partial_result()
+        result.hang = result.hang or last_look
         assert result.slurm is not None
         result.slurm.ended_on = ended_on
         if ended_on:  # Slurm answered: how it saw the job end, for the summary's table

@@ -52,7 +52,7 @@ from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, place_failure
 from orchestrate.hangs.init_calls import certain_init_waits
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import HangWatch, is_progress_line, say_hung
+from orchestrate.hangs.watchdog import AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_progress_line, say_hung
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import record_event
@@ -323,17 +323,18 @@ class Supervisor:
                     if t.phase is NodePhase.SUCCEEDED for rank in t.plan.global_ranks if rank in ranks})
         return why
 
-    def look_at_the_end(self) -> None:
-        """Before the time limit stops a run whose quiet time the watchdog has not judged yet: its
-        two looks at every rank (:meth:`HangWatch.look_at_the_end`), no fault firing meanwhile, nor
-        a verdict of the watchdog's own."""
+    def look_at_the_end(self, occasion: str = AT_THE_TIME_LIMIT) -> None:
+        """Before the time limit (or an interrupt: ``occasion``) stops a run whose quiet time the
+        watchdog has not judged yet: its two looks at every rank
+        (:meth:`HangWatch.look_at_the_end`), no fault firing meanwhile, nor a verdict of the
+        watchdog's own."""
         hangs = self.hangs
         if hangs is None or not hangs.due_at_the_end():
             return
         self.faults.cancel()
         self.looking_at_the_end = True
         try:
-            hangs.look_at_the_end(lambda until: self.loop(until=until))
+            hangs.look_at_the_end(lambda until: self.loop(until=until), occasion)
         finally:
             self.looking_at_the_end = False
 
@@ -383,7 +384,7 @@ class Supervisor:
             self.look_at_the_end()
         if self.live:  # (the job may have ended during the look)
             self.say(f"the run did not end within its time limit of {timeout_s:g} s: stopping every node")
-            result = self.wind_down(self.spec.stop_grace_s)
+            result = self.wind_down(self.spec.stop_grace_s, look_first=False)  # (looked at above)
             result.error, result.error_exit_code = f"timed out: the job did not end within {timeout_s:g} s", 1
             return result
         self.close()
@@ -423,13 +424,12 @@ class Supervisor:
         for tracker in self.trackers.values():
             tracker.output.log_file.close()
 
-    def wind_down(self, grace_s: float) -> RunResult:
+    def wind_down(self, grace_s: float, look_first: bool = True) -> RunResult:
         """After an interrupt: stop every node (SIGTERM, then SIGKILL after ``grace_s``) and
         follow them to their end, so that their last lines and real times are kept. A second
-        interrupt kills them at once."""
-        self.winding_down = True
-        self.let_the_store_go()
-        self.faults.cancel()
+        interrupt kills them at once. ``look_first``: a job quiet since its last line is looked at
+        first (:meth:`look_at_the_end`), unless the stop has no grace; an interrupt during the
+        look propagates, for the caller to wind down again without one (the launcher: at once)."""
         killed_all, deadline = False, None  # every node has had its SIGKILL
         said: list[bool] = []
 
@@ -440,6 +440,11 @@ class Supervisor:
             self.kill(self.live)
             return self.clock() + LOG_DRAIN_S + WIND_DOWN_MARGIN_S
 
+        if look_first and grace_s > 0:  # a job quiet since its last line: where every rank waits, before the stop
+            self.look_at_the_end(AT_THE_INTERRUPT)  # (a further interrupt cuts it short: the caller then kills)
+        self.winding_down = True
+        self.let_the_store_go()
+        self.faults.cancel()
         while True:  # an interrupt anywhere in here forces; a further one is waited out
             try:
                 if deadline is None:

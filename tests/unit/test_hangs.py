@@ -1875,6 +1875,71 @@ def test_a_time_limit_shorter_than_the_watchdogs_wait_looks_at_every_rank_before
 
 
 @pytest.mark.timeout(60)
+def test_ctrl_c_on_a_quiet_job_looks_at_every_rank_before_it_stops_them(make_run, quick_watchdog, when):
+    """A user's Ctrl-C on a job that looks stuck, before --hang-diagnose-after's 120 s: where every
+    rank waits is said and kept in the summary, then the nodes get their SIGTERM; a further
+    Ctrl-C during the look cuts it short and kills them."""
+    import _thread
+    import threading
+    import time
+
+    from orchestrate.outcome.summary import format_summary
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    waiting = [{"seq": 3, "op": "barrier", "group": "default", "shapes": "", "at": "train.py:30", "state": "entered"}]
+    stop = threading.Event()
+    job = make_run(nodes=2, stop_grace=5)
+    job.client = fake_engine(FakeDockerClient(),
+                             node0=[Script(["[0|0]:step 1"], hang=True, then=answering_worker(job, 0, waiting, stop=stop),
+                                           on_sigterm=["[0|0]:stopped by SIGTERM"])],
+                             node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, waiting, stop=stop))])
+    quiet_since: list[float] = []
+
+    def quiet_for_2_s() -> bool:
+        if not quiet_since and job.out.getvalue().count("step 1") == 2:
+            quiet_since.append(time.monotonic())
+        return bool(quiet_since) and time.monotonic() - quiet_since[0] > 2
+
+    when(quiet_for_2_s, _thread.interrupt_main)
+    try:
+        result = job.run()
+    finally:
+        stop.set()
+    said = job.out.getvalue().splitlines()
+    look = next(i for i, line in enumerate(said) if "at the interrupt, hung: no progress for " in line)
+    assert re.search(r"no progress for \d+ s: looking where every rank waits before they stop \(1 s\)$", said[look - 1])
+    assert any("stopped by SIGTERM" in line for line in said[look + 1:])  # looked, then stopped
+    assert result.interrupted and result.exit_code == 130 and result.hang is not None and result.hang.hung
+    assert any(re.fullmatch(r"  while hung: no progress for \d+ s: rank 0: barrier at train.py:20 in <module>; rank 1:"
+                            r" barrier at train.py:21 in <module>", line) for line in format_summary(result).splitlines())
+
+    # a further Ctrl-C during the look: no verdict, and the nodes killed at once
+    stop.clear()
+    again = make_run("again-run", nodes=1, stop_grace=60)
+    again.client = fake_engine(FakeDockerClient(),
+                               node0=[Script(["[0|0]:step 1"], hang=True, ignore_sigterm=True,
+                                             then=answering_worker(again, 0, waiting, stop=stop))])
+    quiet_since.clear()
+
+    def quiet_again() -> bool:
+        if not quiet_since and "step 1" in again.out.getvalue():
+            quiet_since.append(time.monotonic())
+        return bool(quiet_since) and time.monotonic() - quiet_since[0] > 2
+
+    when(quiet_again, _thread.interrupt_main)
+    when(lambda: "looking where every rank waits" in again.out.getvalue(), _thread.interrupt_main)
+    started = time.monotonic()
+    try:
+        ended = again.run()
+    finally:
+        stop.set()
+    assert time.monotonic() - started < 30  # not the 60 s grace
+    assert "interrupted again: killing every node now" in again.out.getvalue()
+    assert "at the interrupt" not in again.out.getvalue() and ended.hang is None
+    assert [r.exit_code for r in ended.results] == [137]
+
+
+@pytest.mark.timeout(60)
 def test_a_time_limit_takes_no_look_at_a_job_that_prints_and_a_job_done_during_the_look_succeeds(make_run,
                                                                                                  quick_watchdog,
                                                                                                  monkeypatch):

@@ -556,6 +556,44 @@ def test_an_interrupted_slurm_run_gives_its_tasks_the_runs_stop_grace(grace, end
     assert re.search(r"\| job 1[2-9]\.\d s", summary), summary
 
 
+@pytest.mark.parametrize("grace", [10, 0])
+def test_an_interrupted_quiet_slurm_job_is_looked_at_before_its_tasks_get_sigterm(grace, make_job, tmp_path):
+    """Ctrl-C on a job that looks stuck: where every rank waits is said, and kept in the summary,
+    before the cancel; with --stop-grace 0 (kill at once), no look."""
+    from orchestrate.hangs.watchdog import HangWatch
+    from tests.unit.test_hangs import coll, probe, snap, stack
+
+    def answers(request: str, at: float):  # both ranks wait in the collective #3 they entered, using no CPU
+        waiting = (coll(3, state="entered", at="desync.py:11"),)
+        return probe(at, r0=snap(0, waiting, stack(11), cpu_s=1.0), r1=snap(1, waiting, stack(11), cpu_s=1.0))
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    backend.job_id = "7"
+    client.command_outputs["squeue"] = (0, b"7\n")
+    client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=CANCELLED Reason=None ExitCode=0:15\n")
+    job_ends_on(client, "--signal=TERM" if grace else "--signal=KILL")
+    heard: list[str] = []
+    asked: list[str] = []
+    backend.say = heard.append
+    backend.hangs = HangWatch(120.0, None, lambda: asked.append("r") or f"r{len(asked)}", answers,
+                              backend.expected_ranks, lambda ranks: {}, heard.append, backend.clock, recheck_s=0.05,
+                              answer_window_s=0.1)
+    backend.hangs.progress(backend.clock() - 30.0)  # its last line 30 s ago
+    result = backend.wind_down(grace)
+    result.interrupted, result.signal_number = True, 2
+    lines = format_slurm_summary(result).splitlines()
+    if not grace:
+        assert asked == [] and result.hang is None and not any("hung" in line for line in heard + lines)
+        return
+    assert len(asked) == 2 and re.fullmatch(r"no progress for 3\d s: looking where every rank waits before they"
+                                            r" stop \(0\.2 s\)", heard[0])
+    assert heard[1].startswith("at the interrupt, hung: no progress for 3")
+    assert scancels(client)[0] == ("--signal=TERM", "7")  # then the stop
+    assert result.hang is not None and result.hang.hung
+    assert any(re.match(r"  while hung: no progress for 3\d s: ranks 0, 1: all_reduce at desync.py:11", line)
+               for line in lines), "\n".join(lines)
+
+
 def slurm_job_whose_cancel_is_refused(make_job, tmp_path):
     """A backend following Slurm job 7, whose scancel Slurm refuses; and what it says."""
     backend, client = slurm_backend_following(make_job, tmp_path)
