@@ -80,6 +80,9 @@ class Run:
         verbose: Show torchrun's own INFO records too (``-v``; the node logs always keep them).
         timeout_s: The most the job may run once its nodes are up; then every node is stopped
             and the run fails (None: no limit).
+        ends_by: A clock time by which the job must have been ended, and why (a test's own time
+            limit): where it comes before ``timeout_s`` would, it is the job's time limit, and a
+            run that meets it says why.
         notes: Say what the request asks that the run does less of than asked (a ``--copy-env``
             pattern that matches nothing, ...); a check that runs one job many times says them once.
     """
@@ -88,7 +91,8 @@ class Run:
                  host: Optional[HostFacts] = None, command_line: str = "", run_id: Optional[str] = None,
                  compose_factory: Callable[[str, Path], ComposeProject] = ComposeProject,
                  clock: Callable[[], float] = time.monotonic, verbose: bool = False,
-                 timeout_s: Optional[float] = None, notes: bool = True) -> None:
+                 timeout_s: Optional[float] = None, notes: bool = True,
+                 ends_by: Optional[tuple[float, str]] = None) -> None:
         self.request = request
         self.out = out
         # Detached, the caller's output carries only the run id (RUN=$(python -m orchestrate run -d ...)).
@@ -101,6 +105,7 @@ class Run:
         self.clock = clock
         self.verbose = verbose
         self.timeout_s = timeout_s
+        self.ends_by = ends_by
         self.notes = notes
         self.plan: Optional[JobPlan] = None
         self.backend: Optional[Backend] = None
@@ -336,11 +341,25 @@ class Run:
         if self.attached is not None:
             return self._follow_attached()
         assert self.backend is not None and self.plan is not None
+        timeout_s, why = self.time_limit()
         with try_lock(self.plan.run_dir / SUPERVISOR_LOCK):  # a later attach then only watches
-            result = self.backend.follow(self.timeout_s)
+            result = self.backend.follow(timeout_s)
+        if why and result.error.startswith("timed out"):
+            result.error += f" ({why})"
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch
         return result
+
+    def time_limit(self) -> tuple[Optional[float], str]:
+        """The job's time limit from now, its nodes up: ``timeout_s``, or what :attr:`ends_by`
+        leaves where that is less (at least 1 s), with why ("" for ``timeout_s``)."""
+        if self.ends_by is None:
+            return self.timeout_s, ""
+        at, why = self.ends_by
+        left = max(1.0, float(round(at - self.clock())))
+        if self.timeout_s is not None and self.timeout_s <= left:
+            return self.timeout_s, ""
+        return left, why
 
     def _partial_result(self) -> RunResult:
         """What is known of a run that an error ended early (the teardown stops its nodes)."""

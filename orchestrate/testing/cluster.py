@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Any, Iterable, Mapping, Optional, Union
+from typing import IO, Any, Callable, Iterable, Mapping, Optional, Union
 
 from orchestrate.chaos.check import ChaosCheck
 from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
@@ -25,6 +25,11 @@ from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import RunResult
 
 
+# Seconds a run needs after its job's time limit, beyond its nodes' stop grace: the look at every
+# rank (3 s), the teardown and the summary.
+STOP_MARGIN_S = 10.0
+
+
 class DdpCluster:
     """Runs jobs across simulated nodes for one test.
 
@@ -35,11 +40,16 @@ class DdpCluster:
         keep_failed: ``--ddp-keep``: keep the nodes of a failing test's runs for a look.
         out: Where the runs' lines go (default: the standard output of the moment, which
             pytest captures and shows for a failing test).
+        test_limit: The test's own time limit, once it runs: the clock time at which it ends the
+            test, and its seconds (pytest-timeout's, see the plugin), or None. A run then ends
+            its job in time to stop its nodes and say where every rank waits before that.
     """
 
     def __init__(self, workdir: Path, runs_dir: Path, *, image: Optional[str] = None, keep_failed: bool = False,
-                 out: Optional[IO[str]] = None) -> None:
+                 out: Optional[IO[str]] = None,
+                 test_limit: Callable[[], Optional[tuple[float, float]]] = lambda: None) -> None:
         self.workdir = workdir
+        self.test_limit = test_limit
         self.runs_dir = runs_dir
         self.image = image
         self.keep_failed = keep_failed
@@ -75,11 +85,21 @@ class DdpCluster:
         request = RunRequest.from_options((target, *args), **options)
         words = [repr(a) for a in (target, *args)] + [f"{k}={v!r}" for k, v in run_options.items()]
         run = Run(request, out=self.out or sys.stdout, command_line=f"ddp_cluster.run({', '.join(words)})",
-                  timeout_s=timeout)
+                  timeout_s=timeout, ends_by=self.ends_by(request.stop_grace))
         # the summary is shown when the test fails; an interrupt stops the session, as pytest would
         result = run_and_report(run, raise_interrupt=True)
         self.results.append(result)
         return result
+
+    def ends_by(self, stop_grace_s: float) -> Optional[tuple[float, str]]:
+        """When a run's job must end for the test's own time limit to leave it time to stop its
+        nodes (their grace), look at its ranks and tear down; and why. None without a limit."""
+        limit = self.test_limit()
+        if limit is None:
+            return None
+        ends_at, seconds = limit
+        return (ends_at - stop_grace_s - STOP_MARGIN_S,
+                f"the test's own time limit, pytest-timeout's {seconds:g} s, left it no longer")
 
     def chaos(self, target: str, *args: str, faults: int = 1, seed: int = 0,
               kinds: Union[str, Iterable[FaultAction]] = DEFAULT_KINDS, compare: Iterable[str] = (),

@@ -13,6 +13,7 @@ nodes for a look). Runs get unique projects, so tests may run at once under pyte
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -37,12 +38,22 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
         item.ddp_test_failed = report.failed
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item: Any, settings: Any) -> None:
+    """pytest-timeout's limit for this test, as it starts its timer (before the fixtures, or, with
+    func_only, before the test's body): a ``ddp_cluster`` run then ends its job with where every
+    rank waits, and tears down, before that limit ends the test with no word of the ranks.
+    Returns None: pytest-timeout sets its timer as ever."""
+    item.ddp_test_limit = (time.monotonic() + float(settings.timeout), float(settings.timeout))
+
+
 @pytest.fixture
 def ddp_cluster(request: Any, tmp_path: Any, capsys: Any) -> Iterator[DdpCluster]:
     """Runs jobs across simulated nodes; see :class:`orchestrate.testing.cluster.DdpCluster`.
     The work directory defaults to the directory of the test file."""
     cluster = DdpCluster(request.path.parent, tmp_path / "runs", image=request.config.getoption("--ddp-image"),
-                         keep_failed=request.config.getoption("--ddp-keep"))
+                         keep_failed=request.config.getoption("--ddp-keep"),
+                         test_limit=lambda: getattr(request.node, "ddp_test_limit", None))
     yield cluster
     for line in cluster.finish(getattr(request.node, "ddp_test_failed", True)):
         with capsys.disabled():

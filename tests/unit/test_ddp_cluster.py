@@ -9,6 +9,8 @@ import pytest
 from orchestrate.errors import UsageError
 from orchestrate.testing.cluster import DdpCluster
 
+pytest_plugins = ["pytester"]
+
 
 def test_chaos_refuses_a_static_rendezvous_it_would_have_replaced(tmp_path):
     cluster = DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO())
@@ -29,3 +31,62 @@ def test_a_failing_test_under_ddp_keep_says_its_chaos_runs_were_not_kept(tmp_pat
     lines = cluster.finish(test_failed=failed)
     assert lines == ([f"the chaos check's runs are not kept (--ddp-keep keeps ddp_cluster.run's): their logs and"
                       f" pages are under {tmp_path / 'runs'}"] if said else [])
+
+
+def test_a_tests_own_time_limit_ends_a_runs_job_in_time_to_stop_it_and_say_why(tmp_path, make_run):
+    """pytest-timeout's 40 s for a test: its runs' jobs end with the nodes' grace and a margin to
+    spare, so the run's time limit (its look at every rank, its summary) comes before the test's;
+    a run's own shorter limit is left as it is."""
+    import time
+
+    from orchestrate.testing.cluster import STOP_MARGIN_S
+
+    now = time.monotonic()
+    cluster = DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO(), test_limit=lambda: (now + 40.0, 40.0))
+    at, why = cluster.ends_by(stop_grace_s=10.0)
+    assert at == now + 40.0 - 10.0 - STOP_MARGIN_S
+    assert why == "the test's own time limit, pytest-timeout's 40 s, left it no longer"
+    assert DdpCluster(tmp_path, tmp_path / "runs").ends_by(10.0) is None  # no limit: nothing to end by
+
+    job = make_run(timeout_s=600)
+    job.ends_by = (job.clock() + 25.0, why)
+    limit, said = job.time_limit()
+    assert 24.0 <= limit <= 25.0 and limit == int(limit) and said == why  # what the test's limit leaves
+    job.timeout_s = 10.0
+    assert job.time_limit() == (10.0, "")  # the run's own limit comes first
+    job.ends_by = (job.clock() - 5.0, why)
+    assert job.time_limit() == (1.0, why)  # already past: at once, never a negative limit
+
+
+@pytest.mark.timeout(60)
+def test_a_job_ended_by_the_tests_own_time_limit_says_so_in_its_error(make_run):
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    job = make_run(nodes=1, stop_grace=1)
+    job.ends_by = (job.clock() + 3.0, "the test's own time limit, pytest-timeout's 15 s, left it no longer")
+    job.client = fake_engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)])
+    result = job.run()
+    assert result.error == ("timed out: the job did not end within 3 s (the test's own time limit, pytest-timeout's"
+                            " 15 s, left it no longer)")
+
+
+def test_the_plugin_takes_the_tests_limit_as_pytest_timeout_sets_its_timer(pytester):
+    pytester.makepyfile(test_limit="""
+        import time
+        import pytest
+
+        @pytest.mark.timeout(30)
+        def test_marked(request):
+            ends_at, seconds = request.node.ddp_test_limit
+            assert seconds == 30.0 and 25 < ends_at - time.monotonic() <= 30
+
+        @pytest.mark.timeout(30, func_only=True)
+        def test_body_only(request, ddp_cluster):
+            ends_at, seconds = ddp_cluster.test_limit()  # set after the fixtures, read as a run starts
+            assert seconds == 30.0 and 25 < ends_at - time.monotonic() <= 30
+
+        def test_unlimited(ddp_cluster):
+            assert ddp_cluster.test_limit() is None
+    """)
+    outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", "-o", "timeout=0")
+    outcome.assert_outcomes(passed=3)
