@@ -5,7 +5,8 @@ Collectives are matched by process group and sequence number within it: every ra
 must call the group's collectives in the same order, with the same op and the same shapes. The
 steps:
 
-1. In each group, the sequence numbers every member recorded are compared in order; the first
+1. In each group, the sequence numbers its members recorded are compared in order, each among
+   the ranks that made it, from the oldest that every member's record still holds; the first
    where ops or shapes differ is the divergence ("collective #21: rank 0 entered
    all_reduce(float32[1]) at desync.py:14; rank 1 entered all_reduce(float32[4]) at
    desync.py:11").
@@ -135,8 +136,11 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
         if not compared(group, snapshots):
             continue
         # each call as the ranks that made it made it: a rank still behind (in another group's
-        # call, say) must not hide two that made the same call differently
-        made = set().union(*(set(calls) for calls in members.values()))
+        # call, say) must not hide two that made the same call differently; but none older than
+        # every record still holds (a record keeps its last entries: an older call compared among
+        # the longer records alone could be an old, meant difference, as an uneven all_to_all's)
+        floor = max(min(calls) for calls in members.values())
+        made = {seq for calls in members.values() for seq in calls if seq >= floor}
         # a channel's ends call it differently by design (send, recv): their tensors' dtype and
         # size must agree, as gloo and NCCL check (a [2,4] tensor may be received as an [8] one)
         kind: Any = (lambda c: elements(c.shapes)) if channel_ends(group) is not None else (lambda c: (c.op, c.shapes))

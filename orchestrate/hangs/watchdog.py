@@ -64,9 +64,9 @@ def say_hung(found: HangDiagnosis, say: Callable[[str], None], record: Callable[
 def not_ended_note(end_after_s: float, found: HangDiagnosis) -> str:
     """Why --hang-timeout passed without ending a job that works quietly, and, where ranks wait in
     a collective for the ones that work, what bounds that wait."""
-    note = (f"--hang-timeout {end_after_s:g} does not end the run: a rank that computes makes progress, and no"
+    note = (f"--hang-timeout {end_after_s:g} has not ended the run: a rank that computes makes progress, and no"
             " look tells a long step from an endless loop")
-    if found.someone_waits:
+    if any(a.state == "collective" for a in found.activities):
         note += ("; --collective-timeout S ends a wait in a collective after S seconds, saying where every rank"
                  " was")
     return note
@@ -198,8 +198,12 @@ class HangWatch:
             go_on_until(at + self.answer_window_s)  # the lines go on meanwhile
             probes.append(self.answers(request, at))
         if self.quiet_since != quiet_since:
+            if occasion == AT_THE_INTERRUPT:
+                self.say("the job printed during the look: it moves, so no verdict")
             return None  # a worker's line during the looks: it moves
         found = self.judge_at_the_end(probes[0], probes[1], self.clock())
+        if found is None and occasion == AT_THE_INTERRUPT:
+            self.say("not every rank answered the look (one may be busy): no verdict")
         if found is not None:
             self.say(f"{occasion}, {'hung' if found.hung else 'working'}: {found.headline}")
             for line in found.lines()[1:]:

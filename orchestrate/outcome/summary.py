@@ -423,7 +423,6 @@ def format_slurm_summary(outcome: RunResult) -> str:
     if outcome.interrupted and outcome.stopped_by:
         lines.append(f"STOPPED by {outcome.stopped_by} ({signal.Signals(outcome.signal_number).name} to Slurm job"
                      f" {slurm.job_id or '-'}'s tasks): every node was stopped")
-        lines += last_look_lines(outcome)
     elif outcome.interrupted:
         lines.append(f"INTERRUPTED: {interrupted_slurm_job(slurm)}; every node stopped")
         lines += last_look_lines(outcome)

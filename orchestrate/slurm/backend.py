@@ -497,6 +497,8 @@ class SlurmBackend:
             with open(self.plan.run_dir / "slurm-job.log", "a", encoding="utf-8") as log_file:
                 if grace_s > 0:  # (a further interrupt cuts the look short: the caller then cancels at once)
                     last_look = self.look_at_the_end(log_file, AT_THE_INTERRUPT)
+                elif self.hangs is not None:  # no look, but what the watchdog found before is kept
+                    last_look = self.hangs.diagnosis or self.hangs.working
                 try:
                     if grace_s > 0:
                         terminate_jobs(self.client, controller, self.plan.run_id, jobs)

@@ -329,8 +329,8 @@ class Supervisor:
         (:meth:`HangWatch.look_at_the_end`), no fault firing meanwhile, nor a verdict of the
         watchdog's own."""
         hangs = self.hangs
-        if hangs is None or not hangs.due_at_the_end():
-            return
+        if hangs is None or self.ending or self.winding_down or not hangs.due_at_the_end():
+            return  # (a run already ending, by a failure or a stop, waits on that, not on a hang)
         self.faults.cancel()
         self.looking_at_the_end = True
         try:
