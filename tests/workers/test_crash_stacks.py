@@ -198,10 +198,13 @@ def test_a_worker_ended_by_sigterm_still_dies_of_it_at_once_and_a_child_keeps_th
     handler (unregistering would have put SIG_DFL back)."""
     code = ("import os, signal, sys, time\nfrom orchestrate.node import crash_stacks\n"
             f"assert crash_stacks.dump_when_stopped({str(tmp_path)!r}, 3)\n"
+            f"open({str(tmp_path / 'registered')!r}, 'w').close()\n"
             "time.sleep(60)\n")
     worker = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 30
-    while not (tmp_path / "rank3.stopped").exists():  # it registered
+    # its handler is in place once the call returned (the stacks' file is made a moment before it:
+    # a SIGTERM between the two ended the worker with an empty file, once in CI)
+    while not (tmp_path / "registered").exists():
         assert time.monotonic() < deadline
         time.sleep(0.05)
     worker.terminate()
