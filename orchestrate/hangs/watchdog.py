@@ -172,6 +172,11 @@ class HangWatch:
         self.asked, self.first = [], None
         return self.judge(first, second, quiet, now)
 
+    @property
+    def last_verdict(self) -> Optional[HangDiagnosis]:
+        """What the latest look found of the quiet time it judged: hung, else quiet and working."""
+        return self.diagnosis or self.working
+
     def due_at_the_end(self) -> bool:
         """Whether the run, about to be ended from outside (its time limit, an interrupt), has a quiet time the
         watchdog has not judged (a limit shorter than --hang-diagnose-after): not when a line came

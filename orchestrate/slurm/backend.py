@@ -263,7 +263,7 @@ class SlurmBackend:
                     self.take_moves()
 
             hangs.look_at_the_end(go_on_until, occasion)
-        return hangs.diagnosis or hangs.working
+        return hangs.last_verdict
 
     def end_hung(self, found: HangDiagnosis, log_file: IO[str]) -> None:
         """Say where every rank waits, then end the job as ``stop RUN`` does, through Slurm:
@@ -498,7 +498,7 @@ class SlurmBackend:
                 if grace_s > 0:  # (a further interrupt cuts the look short: the caller then cancels at once)
                     last_look = self.look_at_the_end(log_file, AT_THE_INTERRUPT)
                 elif self.hangs is not None:  # no look, but what the watchdog found before is kept
-                    last_look = self.hangs.diagnosis or self.hangs.working
+                    last_look = self.hangs.last_verdict
                 try:
                     if grace_s > 0:
                         terminate_jobs(self.client, controller, self.plan.run_id, jobs)

@@ -173,22 +173,20 @@ def print_run_logs(engine: Callable[[], Any], run_id: str, runs_dir: Path, out: 
     """
     try:
         run = find_run(engine(), run_id)
-    except NoSuchRunError:
+    except (NoSuchRunError, EngineUnavailableError) as not_there:
+        unreachable = isinstance(not_there, EngineUnavailableError)
         try:
             run_dir = find_run_dir(runs_dir, run_id)
         except NoSuchRunError:
+            if unreachable:
+                raise not_there from None
             raise NoSuchRunError(f"no run {run_id} in the engine, nor in {runs_dir} (see `python -m orchestrate ps`,"
                                  " or give --runs-dir)") from None
-        why, no_follow = "is no longer in the engine", "has ended: there is nothing more to follow"
-    except EngineUnavailableError as unreachable:
-        try:
-            run_dir = find_run_dir(runs_dir, run_id)
-        except NoSuchRunError:
-            raise unreachable from None
-        why, no_follow = "cannot be looked up, as no Docker engine answers", "cannot be followed without the engine"
     else:
         print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say)
         return
+    why, no_follow = (("cannot be looked up, as no Docker engine answers", "cannot be followed without the engine")
+                      if unreachable else ("is no longer in the engine", "has ended: there is nothing more to follow"))
     for line in recorded_lines(run_dir, node=node, ranks=ranks, tail=tail, say=say, why=why):
         out.write(line + "\n")
     out.flush()
