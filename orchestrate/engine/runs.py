@@ -59,7 +59,7 @@ from orchestrate.errors import EngineError, NodeLookupError, NoSuchRunError, Usa
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.layout import STOP_REQUEST_FILE
-from orchestrate.plan.make import assign_uneven_ranks
+from orchestrate.plan.make import COLLECTIVE_TIMEOUT_ENV, assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
 from orchestrate.text import grace_ran_out, runs_named, several_runs
 
@@ -234,6 +234,19 @@ class RunInfo:
             return (float(diagnose) if diagnose else DEFAULT_HANG_DIAGNOSE_AFTER_S), (float(end) if end else None)
         except ValueError:
             return DEFAULT_HANG_DIAGNOSE_AFTER_S, None
+
+    @property
+    def collective_timeout_s(self) -> Optional[float]:
+        """Its ``--collective-timeout`` (None: not set), as its nodes' workers were told it."""
+        for node in self.nodes:
+            for entry in node.container.attrs.get("Config", {}).get("Env") or ():
+                key, _, value = entry.partition("=")
+                if key == COLLECTIVE_TIMEOUT_ENV:
+                    try:
+                        return float(value)
+                    except ValueError:
+                        return None
+        return None
 
     @property
     def cpus_per_node(self) -> Optional[float]:

@@ -61,15 +61,18 @@ def say_hung(found: HangDiagnosis, say: Callable[[str], None], record: Callable[
     record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
 
 
-def not_ended_note(end_after_s: float, found: HangDiagnosis) -> str:
+def not_ended_note(end_after_s: float, found: HangDiagnosis, collective_timeout_s: Optional[float] = None) -> str:
     """Why --hang-timeout passed without ending a job that works quietly, and, where ranks wait in
-    a collective for the ones that work, what bounds that wait."""
+    a collective for the ones that work, what bounds that wait: the run's own --collective-timeout,
+    else that option."""
     note = (f"--hang-timeout {end_after_s:g} has not ended the run: a rank that computes makes progress, and no"
             " look tells a long step from an endless loop")
-    if any(a.state == "collective" for a in found.activities):
-        note += ("; --collective-timeout S ends a wait in a collective after S seconds, saying where every rank"
-                 " was")
-    return note
+    if not any(a.state == "collective" for a in found.activities):
+        return note
+    if collective_timeout_s is not None:
+        return note + (f"; this run's --collective-timeout {collective_timeout_s:g} ends the waits in a collective"
+                       " (where the script gives its process groups no timeout of its own)")
+    return note + "; --collective-timeout S ends a wait in a collective after S seconds, saying where every rank was"
 
 
 class HangWatch:
@@ -89,6 +92,8 @@ class HangWatch:
         run_id: The run, named in the diagnosis where a rank waits in its debugger.
         cut_by: The faults in effect now that cut the nodes' network (a partition, a disconnect),
             named where ranks wait across it.
+        collective_timeout_s: The run's ``--collective-timeout`` (None: not set), named where
+            ``--hang-timeout`` passes while ranks wait in a collective for a computing one.
     """
 
     def __init__(self, diagnose_after_s: float, end_after_s: Optional[float], ask: Callable[[], str],
@@ -96,7 +101,7 @@ class HangWatch:
                  absent_why: Callable[[set[int]], dict[int, str]], say: Callable[[str], None],
                  clock: Callable[[], float], recheck_s: Optional[float] = None,
                  answer_window_s: Optional[float] = None, run_id: str = "",
-                 cut_by: Callable[[], Sequence[str]] = tuple) -> None:
+                 cut_by: Callable[[], Sequence[str]] = tuple, collective_timeout_s: Optional[float] = None) -> None:
         thresholds = [t for t in (diagnose_after_s, end_after_s) if t]
         self.threshold = min(thresholds) if thresholds else None
         self.end_after_s = end_after_s
@@ -108,6 +113,7 @@ class HangWatch:
         self.clock = clock
         self.run_id = run_id
         self.cut_by = cut_by
+        self.collective_timeout_s = collective_timeout_s
         self.recheck_s = RECHECK_S if recheck_s is None else recheck_s
         self.answer_window_s = ANSWER_WINDOW_S if answer_window_s is None else answer_window_s
         self.last_progress: Optional[float] = None  # the latest progress, or look that found the job working
@@ -261,7 +267,7 @@ class HangWatch:
                 self.busy_reminder_at *= 2
             if self.end_after_s is not None and quiet_in_all >= self.end_after_s and not self.said_not_ended:
                 self.said_not_ended = True
-                self.say(not_ended_note(self.end_after_s, found))
+                self.say(not_ended_note(self.end_after_s, found, self.collective_timeout_s))
             self.last_progress = now
             self.said_busy = True
             return None

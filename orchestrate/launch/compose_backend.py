@@ -33,6 +33,7 @@ def spec_for(plan: JobPlan) -> RunSpec:
                    faults=cfg.faults, ready_timeout_s=cfg.ready_timeout_s, stop_grace_s=cfg.stop_grace_s,
                    cpus_per_node=cfg.cpus_per_node, link=cfg.link,
                    hang_diagnose_after_s=cfg.hang_diagnose_after_s, hang_timeout_s=cfg.hang_timeout_s,
+                   collective_timeout_s=cfg.collective_timeout_s,
                    workdir=Path(cfg.workdir), restart_scope=cfg.restart, store_host=cfg.store_host)
 
 

@@ -444,6 +444,7 @@ def spec_for_run(run: RunInfo) -> RunSpec:
     return RunSpec(run.run_id, run.project, run.run_dir, node_plans(run), elastic=run.elastic,
                    max_restarts=run.max_restarts, stop_grace_s=run.stop_grace_s,
                    hang_diagnose_after_s=run.hang_limits[0], hang_timeout_s=run.hang_limits[1],
+                   collective_timeout_s=run.collective_timeout_s,
                    memory_limited=any(n.container.attrs.get("HostConfig", {}).get("Memory") for n in run.nodes),
                    restart_scope=run.restart_scope, store_host=run.store_host)
 

@@ -31,6 +31,9 @@ from orchestrate.plan.layout import (
 from orchestrate.plan.model import JobPlan, NodePlan, node_name
 from orchestrate.plan.torchrun import STORE_PER_ROUND_ENV, elastic_torchrun_argv, torchrun_argv
 
+# --collective-timeout, in every node's environment: app/ reads it, and `attach` tells a run's from it
+COLLECTIVE_TIMEOUT_ENV = "DDP_TIMEOUT"
+
 
 def assign_ranks(nodes: int, nproc_per_node: int) -> list[tuple[int, ...]]:
     """Assign global ranks to every node's workers, ``nproc_per_node`` each (see
@@ -134,7 +137,7 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
     if config.share_gpus:
         env["DDP_SHARED_GPUS"] = "1"  # app/: local rank l takes GPU l mod the node's GPUs
     if config.collective_timeout_s is not None:
-        env["DDP_TIMEOUT"] = f"{config.collective_timeout_s:g}"
+        env[COLLECTIVE_TIMEOUT_ENV] = f"{config.collective_timeout_s:g}"
     if config.debug_collectives:
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if config.post_mortem:  # (node.remote_debugger.POST_MORTEM_ENV: the plan imports nothing of the nodes')

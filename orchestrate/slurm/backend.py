@@ -177,7 +177,8 @@ class SlurmBackend:
         self.hangs = (HangWatch(cfg.hang_diagnose_after_s, cfg.hang_timeout_s, lambda: ask_snapshots(debug),
                                 lambda request, at: answers(debug, request, at), self.expected_ranks,
                                 self.why_absent, self.say, clock, run_id=plan.run_id,
-                                cut_by=lambda: network_cuts(self.rank_hosts())) if sbatch is None else None)
+                                cut_by=lambda: network_cuts(self.rank_hosts()),
+                                collective_timeout_s=cfg.collective_timeout_s) if sbatch is None else None)
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the job
         self.last_look: Optional[HangDiagnosis] = None  # where the ranks were as its time limit cancelled it
         self.moves_seen = 0  # the progress records and lines the watchdog has taken

@@ -33,6 +33,7 @@ class RunSpec:
     link: Optional[LinkSpec] = None  # what a degrade fault's end gives back
     hang_diagnose_after_s: float = DEFAULT_HANG_DIAGNOSE_AFTER_S  # 0: never
     hang_timeout_s: Optional[float] = None  # end a run without progress for this long (None: never)
+    collective_timeout_s: Optional[float] = None  # the workers' process group timeout (None: not set)
     workdir: Optional[Path] = None  # the work directory, whose writes are followed (None: not followed)
     restart_scope: str = "all"  # what an elastic job's node death restarts: "all" its nodes, or the dead "node"
     store_host: str = "node0"  # who holds the elastic rendezvous's store: a node, or the run's store container

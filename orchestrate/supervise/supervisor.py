@@ -148,7 +148,8 @@ class Supervisor:
         self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, lambda: ask_snapshots(debug),
                                lambda request, at: answers(debug, request, at), self.expected_ranks,
                                self.why_absent, self.say, clock, run_id=spec.run_id,
-                               cut_by=lambda: network_cuts(self.rank_hosts())) if active else None
+                               cut_by=lambda: network_cuts(self.rank_hosts()),
+                               collective_timeout_s=spec.collective_timeout_s) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
         self.progress_records = 0
         self.init_records = 0  # the init_process_group calls looked at (see warn_of_certain_init_waits)

@@ -939,14 +939,15 @@ class Watched:
     """A HangWatch on a hand-moved clock, answering from a list of prepared probes."""
 
     def __init__(self, probes: list[Probe], diagnose_after_s: float = 60, end_after_s: Optional[float] = None,
-                 absent: Optional[dict[int, str]] = None) -> None:
+                 absent: Optional[dict[int, str]] = None, collective_timeout_s: Optional[float] = None) -> None:
         self.now = 0.0
         self.probes = probes
         self.said: list[str] = []
         self.asked = 0
         self.watch = HangWatch(diagnose_after_s, end_after_s, self.ask, self.answer, lambda: {0, 1},
                                lambda ranks: {r: w for r, w in (absent or {}).items() if r in ranks},
-                               self.said.append, lambda: self.now, recheck_s=5.0, answer_window_s=1.5)
+                               self.said.append, lambda: self.now, recheck_s=5.0, answer_window_s=1.5,
+                               collective_timeout_s=collective_timeout_s)
 
     def ask(self) -> str:
         self.asked += 1
@@ -1056,6 +1057,20 @@ def test_a_hang_timeout_that_passes_while_a_rank_computes_is_said_once_with_what
     watched.watch.progress(300.0)
     assert watched.until(600) is None
     assert len([line for line in watched.said if "--hang-timeout" in line]) == 2
+
+
+def test_a_hang_timeout_passed_where_the_run_has_a_collective_timeout_names_that_one_not_the_option():
+    """The user set both: the note says what already bounds the waiting ranks, not to set it."""
+    waiting = (coll(1), coll(2, state="entered"))
+    looping = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
+    probes = [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=10.0 + 5 * i), r1=snap(1, waiting)) for i in range(80)]
+    watched = Watched(probes, diagnose_after_s=10, end_after_s=60, collective_timeout_s=900)
+    watched.watch.progress(0.0)
+    assert watched.until(150) is None
+    notes = [line for line in watched.said if "--hang-timeout" in line]
+    assert notes == ["--hang-timeout 60 has not ended the run: a rank that computes makes progress, and no look"
+                     " tells a long step from an endless loop; this run's --collective-timeout 900 ends the waits"
+                     " in a collective (where the script gives its process groups no timeout of its own)"]
 
 
 def test_a_hang_timeout_passed_while_every_rank_computes_names_no_collective_timeout():
