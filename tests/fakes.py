@@ -425,8 +425,9 @@ class FakeContainer:
         self.client.emit(self, "destroy")
 
     def logs(self, stream: bool = False, follow: bool = False, timestamps: bool = False,
-             since: Optional[float] = None, stdout: bool = True, stderr: bool = True) -> Any:
-        """The engine's log: the streams asked for (both: merged in time), from ``since`` on."""
+             since: Optional[float] = None, stdout: bool = True, stderr: bool = True, tail: Any = "all") -> Any:
+        """The engine's log: the streams asked for (both: merged in time), from ``since`` on; of
+        a log read whole, its last ``tail`` lines (docker-py's: a number, or "all")."""
         def render(stamp: float, line: str) -> bytes:
             prefix = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z ")
             return ((prefix if timestamps else "") + line + "\n").encode()
@@ -439,7 +440,10 @@ class FakeContainer:
         self.must_exist()
         if not stream:
             with self.changed:
-                return b"".join(render(s, ln) for s, ln in lines() if since is None or s >= since)
+                asked = [(s, ln) for s, ln in lines() if since is None or s >= since]
+            if tail != "all":
+                asked = asked[len(asked) - int(tail):] if int(tail) > 0 else []
+            return b"".join(render(s, ln) for s, ln in asked)
 
         run = self.runs  # as the engine's follow: it follows the run it was asked in, and ends with it,
 

@@ -8,11 +8,11 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.config.fault_spec import STORE_TARGET
-from orchestrate.engine.runs import find_run, node_plans
+from orchestrate.engine.runs import find_run
 from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.hangs.diagnosis import SILENT_STATES
-from orchestrate.supervise.rank_probe import STACKS_FILE, RankHost, stack_lines, store_state, where_ranks_are
+from orchestrate.supervise.rank_probe import STACKS_FILE, rank_hosts, stack_lines, store_state, where_ranks_are
 
 
 def add_parsers(sub: Any) -> None:
@@ -38,11 +38,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run = find_run(client, args.run_id)
     run.require_live_nodes("look at")
     run.require_run_dir("look at")  # the ranks answer in it
-    plans = {plan.name: plan for plan in node_plans(run)}  # every node of the run's, the live ones among them
-    live = run.live_nodes
-    faults = faults_now(run.run_dir, {n.name: n.container for n in live})
-    hosts = [RankHost(n.name, n.container, plans[n.name].global_ranks, run.nprocs_of(n.node_rank),
-                      tuple(faults.get(n.name, []))) for n in live]
+    hosts = rank_hosts(run)
     found = where_ranks_are(client, run.run_dir, hosts, args.interval)
     found.run_id = run.run_id
     answered = sum(1 for a in found.activities if a.state not in SILENT_STATES)

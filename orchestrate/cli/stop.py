@@ -10,6 +10,7 @@ from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.stop import stop_nodes, stop_timeout
+from orchestrate.supervise.look_before_stop import ANSWER_WINDOW_S, QUIET_BEFORE_LOOK_S
 
 
 def add_parsers(sub: Any) -> None:
@@ -17,7 +18,10 @@ def add_parsers(sub: Any) -> None:
                           description="SIGTERM every node of the run (SIGKILL after --timeout: by default the"
                                       " run's own --stop-grace); the containers, logs and state stay until down or"
                                       " prune. A Slurm run's job is stopped through Slurm (scancel --signal=TERM,"
-                                      " then SIGKILL after --timeout), and its launcher tears the cluster down.")
+                                      " then SIGKILL after --timeout), and its launcher tears the cluster down. A Compose job"
+                                      f" whose workers have printed nothing for {QUIET_BEFORE_LOOK_S:g} s or more is"
+                                      f" looked at first (about {2 * ANSWER_WINDOW_S:g} s): where every rank waits is said here and kept in the run's summary, so a"
+                                      " hung job stopped by hand still says where it hung; Ctrl-C cuts that look short.")
     stop.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     stop.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
                       help="seconds between SIGTERM and SIGKILL (default: the run's own --stop-grace, as its"
@@ -28,7 +32,7 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
-    stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say)
+    stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say, look_first=True)
     if stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
         inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended"
                       f" (logs stay in {run.run_dir})\n")

@@ -438,7 +438,7 @@ def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:
 
 
 def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Callable[[str], None] = log.info,
-             before_stop: Callable[[NodeInfo], None] = lambda node: None) -> list[str]:
+             before_stop: Callable[[NodeInfo], None] = lambda node: None, look: Optional[dict] = None) -> list[str]:
     """Stop every live node with the engine's stop (SIGTERM, then SIGKILL after ``timeout_s``,
     which the engine sends even if this process is interrupted or dies); keep containers, logs
     and state. Returns the nodes stopped.
@@ -446,7 +446,8 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     Every node gets its SIGTERM at once, as a cluster stops a job: one node stopped after
     another leaves the later ones' ranks failing on their departed peers (and writing no
     checkpoint) before their own signal comes. ``before_stop`` is done to each node first, in
-    its own thread (once a paused node is unpaused). A node the engine had to SIGKILL is named
+    its own thread (once a paused node is unpaused); ``look``, where the ranks were at a look taken
+    first, goes into the stop request for the run's launcher. A node the engine had to SIGKILL is named
     (``say``) with what still ran in it a moment before (listed ``LIST_BEFORE_KILL_S`` before
     the grace ends), as its launcher names one. An interrupt is not held until the stops end:
     the engine finishes them.
@@ -457,7 +458,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     live = run.live_nodes
     if not live:
         return []
-    mark_stop_requested(run, [node.name for node in live], by, grace_s=timeout_s)
+    mark_stop_requested(run, [node.name for node in live], by, grace_s=timeout_s, look=look)
     sent = time.time()  # the engine's stop starts its grace about now
     stops = [(node, in_background(stop_node, run, node, timeout_s, before_stop, name=f"ddp-stop-{node.name}"))
              for node in live]
@@ -542,11 +543,13 @@ def unpause_if_paused(container: Any) -> None:
 
 
 def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
-                        grace_s: Optional[float] = None) -> None:
+                        grace_s: Optional[float] = None, look: Optional[dict] = None) -> None:
     """Say in the run's directory which of its nodes are stopped on request, when, by which
-    command and with how long a grace between SIGTERM and SIGKILL (see STOP_REQUEST_FILE); a
-    directory that is gone or not writable here leaves the run to be judged by its exits."""
-    write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s})
+    command and with how long a grace between SIGTERM and SIGKILL (see STOP_REQUEST_FILE), and
+    where the ranks were at a look taken first (``look``: ``hung`` and ``lines``); a directory
+    that is gone or not writable here leaves the run to be judged by its exits."""
+    write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s,
+                             **({"look": look} if look else {})})
 
 
 def note_still_running(run: RunInfo, listed: dict[str, list[str]]) -> None:
@@ -597,6 +600,8 @@ class StopRequest:
     time: Optional[float] = None
     grace_s: Optional[float] = None
     still_running: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    look: tuple[str, ...] = ()  # where the ranks were as it came (a quiet job's, looked at first): headline first
+    look_hung: bool = False  # whether that look found the job hung (else quiet and working)
 
     def left_running(self, node: str) -> list[str]:
         """What still ran in ``node`` a moment before its grace ran out, where the stop listed it."""
@@ -616,8 +621,11 @@ def read_stop_request(run_dir: Path) -> StopRequest:
     listed = request.get("still_running")
     still = tuple((str(node), tuple(str(p) for p in processes)) for node, processes in listed.items()
                   if isinstance(processes, list)) if isinstance(listed, dict) else ()
+    look = request.get("look")
+    lines = look.get("lines") if isinstance(look, dict) else None
+    lines = tuple(str(line) for line in lines) if isinstance(lines, list) else ()
     return StopRequest(nodes, by if isinstance(by, str) and by else STOPPED_BY, a_number(request.get("time")),
-                       a_number(request.get("grace_s")), still)
+                       a_number(request.get("grace_s")), still, lines, bool(lines) and look.get("hung") is True)
 
 
 def a_number(value: Any) -> Optional[float]:

@@ -10,7 +10,7 @@ from typing import Optional
 
 from orchestrate.hangs.snapshots import Frame, debug_dir
 from orchestrate.hangs.stacks import call_made, summary, users_frame
-from orchestrate.node.crash_stacks import crash_file, stopped_file
+from orchestrate.node.crash_stacks import SUFFIX, crash_file, stopped_file
 from orchestrate.node.snapshot import HOOK_DIR, calls_wrapped, is_hook_file  # calls_wrapped: for outcome's
 from orchestrate.plan.layout import PROJECT_MOUNT_DIR
 
@@ -109,6 +109,12 @@ def thread_stacks(lines: list[str]) -> tuple[ThreadStack, ...]:
 
 # A thread that Python's threading module started (not the one that runs the script).
 _THREAD_START = "threading.py"
+
+
+def hooked_workers_began(run_dir: Path) -> bool:
+    """Whether a worker of the run began under the workers' hook, by the crash file it makes as it
+    begins (none where the script's own faulthandler is on): such workers answer a look."""
+    return any(debug_dir(run_dir).glob(f"rank*{SUFFIX}"))
 
 
 def where_stopped(directory: Path, rank: int, since: float = 0.0) -> str:

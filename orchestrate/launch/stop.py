@@ -16,6 +16,7 @@ from orchestrate.engine.runs import STOPPED_BY, NodeInfo, RunInfo, launcher_aliv
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.slurm.stop import stop_slurm_run
+from orchestrate.supervise.look_before_stop import look_before_stop, recorded_look
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,11 @@ def stop_timeout(run: RunInfo, asked_s: Optional[int]) -> int:
 
 
 def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], None],
-               by: str = STOPPED_BY) -> list[str]:
+               by: str = STOPPED_BY, look_first: bool = False) -> list[str]:
     """Stop the run's live nodes (its Slurm job, through Slurm); return the nodes that were live.
+    ``look_first``: a Compose job that has printed nothing for a while is looked at first, where
+    every rank waits said and kept for the run's summary (:mod:`orchestrate.supervise.look_before_stop`);
+    an interrupt cuts the look short, not the stop.
 
     Raises:
         EngineError: When the engine or Slurm refused.
@@ -44,8 +48,13 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
         for node in run.nodes:
             continue_ranks(client, node, hung.get(node.name, []))
         return stop_slurm_run(client, run, timeout_s, say=say, by=by)
-    return stop_run(run, timeout_s, by, say,
-                    before_stop=lambda node: continue_ranks(client, node, hung.get(node.name, [])))
+    look = None
+    try:
+        look = look_before_stop(client, run, say) if look_first else None
+    except KeyboardInterrupt:  # Ctrl-C, or a reader gone (`stop RUN | head`): the stop was asked all the same
+        say("interrupted: the look is cut short, and the nodes are stopped now")
+    return stop_run(run, timeout_s, by, say, before_stop=lambda node: continue_ranks(client, node, hung.get(node.name, [])),
+                    look=recorded_look(look))
 
 
 def hung_ranks(run: RunInfo) -> dict[str, list[int]]:

@@ -211,6 +211,9 @@ class RunResult:
         faults: Every fault asked for, in the order they fired, then those that did not.
         interrupted: A signal stopped the run (``signal_number``).
         stopped_by: Who sent it, where that was not the launcher's own terminal (``stop RUN``).
+        stop_look: Where the ranks were at the look ``stop RUN`` took before it stopped a quiet
+            job, its lines (the headline first), where the watchdog had found nothing itself.
+        stop_look_hung: Whether that look found the job hung (else quiet and working).
         error: Why the environment failed the run (bring-up, the engine), if it did.
         error_exit_code: The exit code of that error.
         teardown_error: What was left behind, if the teardown failed.
@@ -262,6 +265,8 @@ class RunResult:
     interrupted: bool = False
     signal_number: int = 2
     stopped_by: str = ""
+    stop_look: tuple[str, ...] = ()
+    stop_look_hung: bool = False
     error: str = ""
     error_exit_code: int = 2
     teardown_error: str = ""

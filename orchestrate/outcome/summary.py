@@ -198,8 +198,12 @@ def timed_out_working_lines(outcome: RunResult) -> list[str]:
 
 def last_look_lines(outcome: RunResult) -> list[str]:
     """For a run ended from outside (an interrupt, ``stop``, its time limit): where the ranks
-    were at the watchdog's last look, hung or quiet and working; none where it had not looked."""
+    were at the watchdog's last look, else at the look ``stop`` took first, hung or quiet and
+    working; none where no one looked."""
     hang = outcome.hang
+    if hang is None and outcome.stop_look:
+        headline, *rest = outcome.stop_look
+        return [f"  {'while hung' if outcome.stop_look_hung else 'at the last look'}: {headline}", *rest]
     if hang is None or hang.timed_out:  # (a collective's timeout is the failure's, said with it)
         return []
     return [f"  {'while hung' if hang.hung else 'at the last look'}: {hang.headline}", *hang.lines()[1:]]

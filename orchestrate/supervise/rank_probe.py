@@ -12,6 +12,8 @@ from typing import Any, Callable, Collection
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.labels import COMPOSE_SERVICE_LABEL
+from orchestrate.engine.runs import RunInfo, node_plans
+from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.inject import probe_node
 from orchestrate.faults.ranks import stopped_ranks, worker_states
 from orchestrate.hangs.diagnosis import DEBUG_HINT, EXITED, HangDiagnosis, diagnose
@@ -32,6 +34,16 @@ class RankHost:
     ranks: tuple[int, ...]
     nproc: int
     faults: tuple[FaultSpec, ...] = ()
+
+
+def rank_hosts(run: RunInfo) -> list[RankHost]:
+    """The run's live nodes as the probe needs them: their planned ranks (none where the rendezvous
+    numbers them), their worker counts and the faults in effect on them now."""
+    plans = {plan.name: plan for plan in node_plans(run)}  # every node of the run's, the live ones among them
+    live = run.live_nodes
+    faults = faults_now(run.run_dir, {n.name: n.container for n in live})
+    return [RankHost(n.name, n.container, plans[n.name].global_ranks, run.nprocs_of(n.node_rank),
+                     tuple(faults.get(n.name, []))) for n in live]
 
 
 def absent_reasons(client: Any, hosts: list[RankHost], ranks: set[int],

@@ -930,6 +930,7 @@ class Supervisor:
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands
             result.interrupted, result.signal_number = True, int(signal.SIGTERM)
             result.stopped_by = self.stop_request.by
+            result.stop_look, result.stop_look_hung = self.stop_request.look, self.stop_request.look_hung
         attempt_began = max((t.latest_start or t.first_started or 0.0 for t in trackers), default=0.0)
         ranks = {r for t in trackers for r in t.plan.global_ranks}
         placed = place_failure(result.failure, debug_dir(self.spec.run_dir), ranks, attempt_began,

@@ -226,6 +226,24 @@ def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir
         assert "rank 2: is on node2, whose container is paused (injected fault pause:node2)" in said, said
         written = json.loads((run_dir / "stacks.json").read_text())
         assert written["headline"].startswith("no rank made progress between two looks "), written["headline"]
+        # `stop` of the quiet job looks first: where every rank waits, said there and in the summary
+        from orchestrate.engine.runs import find_run
+        from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S, seconds_quiet
+        deadline = time.monotonic() + 30
+        while seconds_quiet(find_run(docker_client, run_id), time.time()) < QUIET_BEFORE_LOOK_S:
+            assert time.monotonic() < deadline, "the job never went quiet"
+            time.sleep(0.5)
+        out = io.StringIO()
+        assert main(["stop", run_id], out=out) == 0, out.getvalue()
+        said = out.getvalue().splitlines()
+        assert re.fullmatch(r"no output for \d+ s: looking where every rank waits before they stop \(3 s\)", said[0]), said
+        assert said[1].startswith("at the stop, hung: no progress for "), said
+        assert "  rank 1: is stopped: its process on node1 got SIGSTOP (injected fault hang-rank:1)" in said, said
+        out = io.StringIO()
+        main(["attach", run_id], out=out)
+        summary = out.getvalue().splitlines()
+        at = summary.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped")
+        assert summary[at + 1] == f"  while hung: {said[1].removeprefix('at the stop, hung: ')}", summary[at:]
     finally:
         main(["down", run_id], out=io.StringIO())
         remove_project(docker_client, f"ddp-{run_id}")

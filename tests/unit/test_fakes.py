@@ -267,3 +267,15 @@ def test_top_lists_a_running_containers_processes_and_says_no_as_the_engine_does
     with pytest.raises(docker.errors.APIError, match="is not running") as refused:
         container.top(ps_args="-o pid,stat,args")
     assert refused.value.status_code == 409
+
+
+def test_logs_read_whole_keep_their_last_tail_lines_as_docker_pys_tail_does(tmp_path):
+    client, [node] = started(tmp_path, Script(["a", "b", "c"], hang=True))
+    deadline = time.monotonic() + 5
+    while len(node.log) < 3:
+        assert time.monotonic() < deadline, "the script never printed"
+        time.sleep(0.01)
+    assert node.logs() == node.logs(tail="all") == b"a\nb\nc\n"
+    assert node.logs(tail=2) == b"b\nc\n" and node.logs(tail=0) == b"" and node.logs(tail=10) == b"a\nb\nc\n"
+    stamped = node.logs(tail=1, timestamps=True).decode()
+    assert stamped.endswith("Z c\n") and stamped.count("\n") == 1

@@ -492,6 +492,45 @@ def test_a_node_stop_run_had_to_sigkill_is_named_in_its_launchers_summary_and_re
     assert said.getvalue().startswith(f"{line}\n"), said.getvalue()  # `stop` said it on its own terminal too
 
 
+def test_stop_from_another_terminal_of_a_quiet_job_says_where_it_hung_there_and_in_the_launchers_summary(
+        make_run, monkeypatch):
+    """`stop RUN` beside a foreground run whose ranks wait in an all-reduce: it looks first (the job
+    quiet for 60 s, on a clock moved on; the ranks answer in simulated time), says where they wait,
+    and the launcher's summary and record keep it under STOPPED, as after a Ctrl-C."""
+    from orchestrate.cli.main import main
+    from orchestrate.supervise import look_before_stop as module
+    from tests.unit.test_rank_probe import INTERVAL_S, AnsweringWorkers
+
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    said, codes = io.StringIO(), []
+    workers: list[AnsweringWorkers] = []  # once the run's directory is made
+    real_look = module.look_before_stop
+    monkeypatch.setattr("orchestrate.launch.stop.look_before_stop", lambda client, run, say: real_look(
+        client, run, say, INTERVAL_S, now=lambda: time.time() + 60, sleep=workers[0].sleep, clock=workers[0].clock))
+
+    @once_followed(job, "node1")
+    def stop_from_another_terminal() -> None:
+        workers.append(AnsweringWorkers(job.run_dir, (0, 1), {0: 20, 1: 20}))
+        (job.run_dir / "debug" / "rank0.crash").write_text("")  # the workers' hook began
+        threading.Thread(target=lambda: codes.append(main(client=client, argv=["stop", "test-run", "--timeout", "2"],
+                                                          out=said)), daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True)],
+                           node1=[Script(["[1|0]:step 1"], then=stop_from_another_terminal, hang=True)])
+    wait_until(lambda: codes == [0])
+    looked = said.getvalue().splitlines()
+    assert looked[:2] == ["no output for 60 s: looking where every rank waits before they stop (14 s)",
+                          "at the stop, hung: no progress for 60 s: ranks 0, 1: all_reduce at train.py:20 in <module>"]
+    summary = format_summary(outcome).splitlines()
+    at = summary.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped")
+    assert summary[at + 1] == "  while hung: no progress for 60 s: ranks 0, 1: all_reduce at train.py:20 in <module>"
+    assert summary[at + 2:at + 4] == looked[2:4]  # where each group waits, as `stop` said it
+    record = outcome_record(outcome)["stop_look"]
+    assert record["hung"] is True and record["lines"][0] == looked[1].removeprefix("at the stop, hung: ")
+    assert outcome.interrupted and outcome.stopped_by == "python -m orchestrate stop"
+
+
 def test_a_node_stop_run_had_to_sigkill_with_nothing_listed_in_it_has_no_list_in_its_record(make_run):
     from orchestrate.cli.main import main
 
