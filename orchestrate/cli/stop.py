@@ -10,7 +10,7 @@ from orchestrate.config.options import non_negative_int
 from orchestrate.engine.runs import find_run
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.stop import stop_nodes, stop_timeout
-from orchestrate.supervise.look_before_stop import ANSWER_WINDOW_S, QUIET_BEFORE_LOOK_S
+from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S
 
 
 def add_parsers(sub: Any) -> None:
@@ -20,7 +20,7 @@ def add_parsers(sub: Any) -> None:
                                       " prune. A Slurm run's job is stopped through Slurm (scancel --signal=TERM,"
                                       " then SIGKILL after --timeout), and its launcher tears the cluster down. A Compose job"
                                       f" whose workers have printed nothing for {QUIET_BEFORE_LOOK_S:g} s or more is"
-                                      f" looked at first (about {2 * ANSWER_WINDOW_S:g} s): where every rank waits is said here and kept in the run's summary, so a"
+                                      " looked at first (a few seconds): where every rank waits is said here and kept in the run's summary, so a"
                                       " hung job stopped by hand still says where it hung; Ctrl-C cuts that look short.")
     stop.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     stop.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",

@@ -58,8 +58,8 @@ from orchestrate.engine.processes import processes_at_once
 from orchestrate.errors import EngineError, NodeLookupError, NoSuchRunError, UsageError
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.plan.gpu_assignment import process_gpus
-from orchestrate.plan.layout import STOP_REQUEST_FILE
-from orchestrate.plan.make import COLLECTIVE_TIMEOUT_ENV, assign_uneven_ranks
+from orchestrate.plan.layout import STOP_REQUEST_FILE, WORKER_START
+from orchestrate.plan.make import assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
 from orchestrate.text import grace_ran_out, runs_named, several_runs
 
@@ -237,15 +237,20 @@ class RunInfo:
 
     @property
     def collective_timeout_s(self) -> Optional[float]:
-        """Its ``--collective-timeout`` (None: not set), as its nodes' workers were told it."""
+        """Its ``--collective-timeout`` (None: not set), as the workers' hook was given it in its
+        nodes' command (not ``DDP_TIMEOUT``, which a user's ``--env`` may set for ``app/`` alone)."""
         for node in self.nodes:
-            for entry in node.container.attrs.get("Config", {}).get("Env") or ():
-                key, _, value = entry.partition("=")
-                if key == COLLECTIVE_TIMEOUT_ENV:
-                    try:
-                        return float(value)
-                    except ValueError:
-                        return None
+            command = list(node.container.attrs.get("Config", {}).get("Cmd") or ())
+            if WORKER_START not in command:
+                continue
+            flags = command[command.index(WORKER_START) + 1:]
+            flags = flags[:flags.index("--")] if "--" in flags else flags  # the user's own target after it
+            if "--collective-timeout" in flags[:-1]:
+                try:
+                    return float(flags[flags.index("--collective-timeout") + 1])
+                except ValueError:
+                    return None
+            return None
         return None
 
     @property
@@ -548,6 +553,11 @@ def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
     command and with how long a grace between SIGTERM and SIGKILL (see STOP_REQUEST_FILE), and
     where the ranks were at a look taken first (``look``: ``hung`` and ``lines``); a directory
     that is gone or not writable here leaves the run to be judged by its exits."""
+    if look is None and run.run_dir.name:  # a later stop (its grace runs) keeps the first one's look
+        try:
+            look = json.loads((run.run_dir / STOP_REQUEST_FILE).read_text()).get("look")
+        except (OSError, ValueError, AttributeError):
+            look = None
     write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s,
                              **({"look": look} if look else {})})
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, LAUNCHER_LABEL
-from orchestrate.engine.runs import STOPPED_BY, NodeInfo, RunInfo, launcher_alive, stop_run
+from orchestrate.engine.runs import STOPPED_BY, NodeInfo, RunInfo, find_run, launcher_alive, stop_run
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.slurm.stop import stop_slurm_run
@@ -38,7 +38,7 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
     """Stop the run's live nodes (its Slurm job, through Slurm); return the nodes that were live.
     ``look_first``: a Compose job that has printed nothing for a while is looked at first, where
     every rank waits said and kept for the run's summary (:mod:`orchestrate.supervise.look_before_stop`);
-    an interrupt cuts the look short, not the stop.
+    an interrupt cuts the look short, not the stop, and so does an error (said).
 
     Raises:
         EngineError: When the engine or Slurm refused.
@@ -49,10 +49,14 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
             continue_ranks(client, node, hung.get(node.name, []))
         return stop_slurm_run(client, run, timeout_s, say=say, by=by)
     look = None
-    try:
-        look = look_before_stop(client, run, say) if look_first else None
-    except KeyboardInterrupt:  # Ctrl-C, or a reader gone (`stop RUN | head`): the stop was asked all the same
-        say("interrupted: the look is cut short, and the nodes are stopped now")
+    if look_first:
+        try:
+            look = look_before_stop(client, run, say)
+        except KeyboardInterrupt:  # Ctrl-C, or a reader gone (`stop RUN | head`): the stop was asked all the same
+            say("interrupted: the look is cut short, and the nodes are stopped now")
+        except Exception as exc:  # a run directory not writable here, the engine: the stop goes on without it
+            say(f"could not look where the ranks wait ({exc}): the nodes are stopped without it")
+        run = find_run(client, run.run_id)  # as it is now: nodes may have ended, or been paused, meanwhile
     return stop_run(run, timeout_s, by, say, before_stop=lambda node: continue_ranks(client, node, hung.get(node.name, [])),
                     look=recorded_look(look))
 

@@ -31,7 +31,7 @@ from orchestrate.plan.layout import (
 from orchestrate.plan.model import JobPlan, NodePlan, node_name
 from orchestrate.plan.torchrun import STORE_PER_ROUND_ENV, elastic_torchrun_argv, torchrun_argv
 
-# --collective-timeout, in every node's environment: app/ reads it, and `attach` tells a run's from it
+# --collective-timeout, in every node's environment, where app/ reads it
 COLLECTIVE_TIMEOUT_ENV = "DDP_TIMEOUT"
 
 

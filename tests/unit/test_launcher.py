@@ -507,7 +507,9 @@ def test_stop_from_another_terminal_of_a_quiet_job_says_where_it_hung_there_and_
     workers: list[AnsweringWorkers] = []  # once the run's directory is made
     real_look = module.look_before_stop
     monkeypatch.setattr("orchestrate.launch.stop.look_before_stop", lambda client, run, say: real_look(
-        client, run, say, INTERVAL_S, now=lambda: time.time() + 60, sleep=workers[0].sleep, clock=workers[0].clock))
+        client, run, say, INTERVAL_S, now=lambda: max(stamp for c in client.containers_by_name.values()
+                                                      for stamp, _ in c.log) + 60,  # 60 s after the last line
+        sleep=workers[0].sleep, clock=workers[0].clock))
 
     @once_followed(job, "node1")
     def stop_from_another_terminal() -> None:
@@ -520,7 +522,8 @@ def test_stop_from_another_terminal_of_a_quiet_job_says_where_it_hung_there_and_
                            node1=[Script(["[1|0]:step 1"], then=stop_from_another_terminal, hang=True)])
     wait_until(lambda: codes == [0])
     looked = said.getvalue().splitlines()
-    assert looked[:2] == ["no output for 60 s: looking where every rank waits before they stop (14 s)",
+    assert looked[:2] == [("no output for 60 s: looking where every rank waits before they stop (a few seconds; up to"
+                           " 13 s where a rank does not answer)"),
                           "at the stop, hung: no progress for 60 s: ranks 0, 1: all_reduce at train.py:20 in <module>"]
     summary = format_summary(outcome).splitlines()
     at = summary.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped")

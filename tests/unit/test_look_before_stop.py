@@ -26,6 +26,11 @@ def quiet_run(make_run, client: FakeDockerClient, nodes: int = 2):
     return find_run(client, "quiet")
 
 
+def a_minute_after_the_last_line(client: FakeDockerClient):
+    """A clock 60 s after the latest line any node printed (a loaded machine's delays left out)."""
+    return lambda: max(stamp for c in client.containers_by_name.values() for stamp, _ in c.log) + 60
+
+
 def node_log(client: FakeDockerClient, node: str) -> list:
     return client.containers_by_name[f"ddp-quiet-{node}-1"].log
 
@@ -65,10 +70,11 @@ def test_a_quiet_job_is_looked_at_said_and_kept_in_the_stop_request(make_run):
     workers = AnsweringWorkers(run.run_dir, (0, 1), {0: 20, 1: 20})
     (run.run_dir / "debug" / "rank0.crash").write_text("")  # the workers' hook began
     said: list[str] = []
-    found = look_before_stop(client, run, said.append, interval_s=INTERVAL_S, now=lambda: time.time() + 60,
+    found = look_before_stop(client, run, said.append, interval_s=INTERVAL_S, now=a_minute_after_the_last_line(client),
                              sleep=workers.sleep, clock=workers.clock)
     assert found is not None and found.hung
-    assert said[0] == f"no output for 60 s: looking where every rank waits before they stop ({2 * INTERVAL_S:g} s)"
+    assert said[0] == ("no output for 60 s: looking where every rank waits before they stop (a few seconds; up to"
+                       f" {INTERVAL_S + 2 * 3:g} s where a rank does not answer)")
     assert said[1] == "at the stop, hung: no progress for 60 s: ranks 0, 1: all_reduce at train.py:20 in <module>"
     assert said[2:] == found.lines()[1:] and "  ranks 0, 1: all_reduce at train.py:20 in <module>" in said
     assert (run.run_dir / "stacks.json").is_file()  # as `stacks` writes it: the report page shows it
@@ -89,7 +95,7 @@ def test_a_computing_rank_makes_the_look_say_working_not_hung(make_run):
     workers.between_looks = rank_1_computes
     (run.run_dir / "debug" / "rank1.crash").write_text("")
     said: list[str] = []
-    found = look_before_stop(client, run, said.append, interval_s=INTERVAL_S, now=lambda: time.time() + 60,
+    found = look_before_stop(client, run, said.append, interval_s=INTERVAL_S, now=a_minute_after_the_last_line(client),
                              sleep=workers.sleep, clock=workers.clock)
     assert found is not None and not found.hung
     assert said[1] == "at the stop, working: no output for 60 s, but the job is working: rank 1 computing"
@@ -103,15 +109,19 @@ def test_no_look_at_a_job_that_printed_a_moment_ago_or_has_no_hooked_worker_and_
     said: list[str] = []
     options = dict(interval_s=INTERVAL_S, sleep=workers.sleep, clock=workers.clock)
     # no worker began under the hook (a script that starts its own workers): none would answer
-    assert look_before_stop(client, run, said.append, now=lambda: time.time() + 60, **options) is None
+    assert look_before_stop(client, run, said.append, now=a_minute_after_the_last_line(client), **options) is None
     assert said == [] and workers.slept == []
     (run.run_dir / "progress").mkdir(exist_ok=True)
     (run.run_dir / "progress" / "rank0.jsonl").write_text("")  # a worker began, faulthandler its own
-    assert look_before_stop(client, run, said.append, now=lambda: time.time() + QUIET_BEFORE_LOOK_S - 1,
-                            **options) is None
+    assert look_before_stop(client, run, said.append, now=lambda: a_minute_after_the_last_line(client)() - 60
+                            + QUIET_BEFORE_LOOK_S - 1, **options) is None
     assert said == [] and workers.slept == []  # it printed a moment ago: stopped at once
-    workers.answering = set()  # every rank busy in C code, say
-    assert look_before_stop(client, run, said.append, now=lambda: time.time() + 60, answer_timeout_s=1,
+    workers.answering = {0}  # rank 1 busy in C code, say, or answering the watchdog's own request
+    assert look_before_stop(client, run, said.append, now=a_minute_after_the_last_line(client), answer_timeout_s=1,
+                            **options) is None
+    assert said[-1] == "rank 1 did not answer the look (busy, perhaps): no verdict"
+    workers.answering = set()  # every rank busy
+    assert look_before_stop(client, run, said.append, now=a_minute_after_the_last_line(client), answer_timeout_s=1,
                             **options) is None
     assert said[-1] == ("no rank answered the look (stopped, paused, or started without the workers' hook):"
                         " no verdict")
@@ -135,3 +145,40 @@ def test_an_interrupt_during_the_look_cuts_the_look_short_not_the_stop(make_run,
     assert said[1] == "interrupted: the look is cut short, and the nodes are stopped now"
     assert all(c.status == "exited" for c in client.containers_by_name.values() if "node" in c.name)
     assert read_stop_request(run.run_dir).look == ()
+
+
+def test_an_error_during_the_look_leaves_the_stop_to_go_on_and_nodes_ended_meanwhile_are_not_stopped(
+        make_run, monkeypatch):
+    """A run directory another user's launcher made, not writable here: the look cannot ask the
+    ranks, and the stop was asked all the same. A node that ended during the look is not said to be
+    stopped (the run is read again after it)."""
+    from orchestrate.launch.stop import stop_nodes
+
+    client = FakeDockerClient()
+    run = quiet_run(make_run, client)
+
+    def not_writable(client, run, say):
+        client.containers_by_name["ddp-quiet-node0-1"].kill()  # it ended meanwhile
+        raise PermissionError(13, "Permission denied", str(run.run_dir / "debug" / "request.json"))
+    monkeypatch.setattr("orchestrate.launch.stop.look_before_stop", not_writable)
+    said: list[str] = []
+    assert stop_nodes(client, run, 1, said.append, look_first=True) == ["node1"]
+    assert said[0] == (f"could not look where the ranks wait ([Errno 13] Permission denied:"
+                       f" '{run.run_dir / 'debug' / 'request.json'}'): the nodes are stopped without it")
+    assert read_stop_request(run.run_dir).nodes == {"node1"}
+
+
+def test_a_second_stop_in_the_grace_takes_no_look_and_keeps_the_first_ones(make_run):
+    client = FakeDockerClient()
+    run = quiet_run(make_run, client)
+    look = {"hung": True, "lines": ["no progress for 60 s: ranks 0, 1: all_reduce at train.py:20 in <module>"]}
+    from orchestrate.engine.runs import mark_stop_requested
+    mark_stop_requested(run, ["node0", "node1"], grace_s=30, look=look)
+    (run.run_dir / "debug").mkdir(exist_ok=True)
+    (run.run_dir / "debug" / "rank0.crash").write_text("")
+    said: list[str] = []
+    assert look_before_stop(client, run, said.append, now=a_minute_after_the_last_line(client)) is None
+    assert said == []  # no rank would answer in the grace: no 7 s of waiting for none
+    mark_stop_requested(run, ["node0", "node1"], grace_s=1)  # `stop --timeout 1` to hurry it
+    request = read_stop_request(run.run_dir)
+    assert (request.look, request.look_hung, request.grace_s) == (tuple(look["lines"]), True, 1)

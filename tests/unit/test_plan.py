@@ -309,17 +309,22 @@ def test_a_supervisor_that_attaches_later_keeps_the_runs_restart_scope_and_store
 
 
 @pytest.mark.parametrize("timeout_s", [None, 900.0])
-def test_the_supervisor_of_a_run_and_one_that_attaches_later_know_its_collective_timeout(make_job, timeout_s):
-    """What the watchdog names where --hang-timeout passes while ranks wait for a computing one."""
+def test_the_supervisor_of_a_run_and_one_that_attaches_later_know_its_collective_timeout(make_job, timeout_s,
+                                                                                         tmp_path):
+    """What the watchdog names where --hang-timeout passes while ranks wait for a computing one: the
+    hook's flag in the nodes' command, not a DDP_TIMEOUT the user's --env gave app/, nor the flag
+    of the user's own script after the hook's "--"."""
     from orchestrate.engine.labels import node_labels
     from orchestrate.engine.runs import NodeInfo, RunInfo
     from orchestrate.launch.compose_backend import spec_for
     from orchestrate.launch.run import spec_for_run
-    plan = make_job(nodes=2, collective_timeout_s=timeout_s)
+    (tmp_path / "train.py").write_text("")
+    plan = make_job(nodes=2, collective_timeout_s=timeout_s, user_env={"DDP_TIMEOUT": "600"},
+                    target=("train.py", "--collective-timeout", "5"))
     assert spec_for(plan).collective_timeout_s == timeout_s
     nodes = tuple(NodeInfo(n.name, n.node_rank, type("C", (), {"attrs": {"Config": {
-        "Env": [f"{key}={value}" for key, value in n.env.items()]}}})(), "running", None, False, ())
-        for n in plan.nodes)
+        "Cmd": list(n.command), "Env": [f"{key}={value}" for key, value in n.env.items()]}}})(), "running", None,
+        False, ()) for n in plan.nodes)
     spec = spec_for_run(RunInfo(plan.run_id, plan.project_name, nodes, node_labels(plan, plan.nodes[0]), True))
     assert spec.collective_timeout_s == timeout_s
 
