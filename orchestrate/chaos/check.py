@@ -54,13 +54,18 @@ MTIME_BEHIND_S = 0.02
 LEFT_AS_IT_WAS = "the file there is the work directory's own, from before the check, unchanged"
 
 
+def not_made(first: int, last: int) -> str:
+    """``run 3 is not made``, ``runs 2 to 4 are not made`` (pure)."""
+    return f"run {last} is not made" if first == last else f"runs {first} to {last} are not made"
+
+
 class ChaosCheck:
     """One chaos check of a job (see the module's text)."""
 
     def __init__(self, request: RunRequest, *, faults: int, seed: int, kinds: tuple[FaultAction, ...],
                  compare: tuple[str, ...] = (), rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
                  max_steps_redone: Optional[int] = None, out: IO[str] = sys.stdout, client: Any = None,
-                 command_line: str = "", verbose: bool = False) -> None:
+                 command_line: str = "", verbose: bool = False, ends_by: Optional[tuple[float, str]] = None) -> None:
         if faults < 1:
             raise UsageError(f"--faults must be 1 or more, got {faults}")
         if trials < 1:
@@ -87,6 +92,7 @@ class ChaosCheck:
         self.client = client
         self.command_line = command_line
         self.verbose = verbose
+        self.ends_by = ends_by  # when every run's job must have ended, and why (a test's own time limit)
 
     def say(self, text: str) -> None:
         print(f"[chaos] {text}", file=self.out, flush=True)
@@ -109,6 +115,8 @@ class ChaosCheck:
         runs = 1 + self.trials
         self.say(f"run 1 of {runs}: the job undisturbed, in a copy of the work directory ({undisturbed})")
         reference = self.one_run(elastic.replace(workdir=undisturbed))
+        if reference.limited_by:
+            self.say(f"{not_made(2, runs)}: {reference.limited_by}")
         if not reference.succeeded:
             return ChaosResult(reference, [ChaosVerdict(self.seed, reference, None, [], rtol=self.rtol)])
         unwritten = unwritten_comparisons(undisturbed, self.compare, reference)
@@ -133,6 +141,9 @@ class ChaosCheck:
             if self.trials > 1:
                 print(verdict.format(), file=self.out, flush=True)
             verdicts.append(verdict)
+            if disturbed.limited_by and number < runs:  # no time is left for the trials after it
+                self.say(f"{not_made(number + 1, runs)}: {disturbed.limited_by}")
+                break
         return ChaosResult(reference, verdicts)
 
     def judge(self, seed: int, reference: RunResult, reference_records: list[ProgressRecord], facts: Reference,
@@ -166,7 +177,7 @@ class ChaosCheck:
 
     def one_run(self, request: RunRequest) -> RunResult:
         run = Run(request, out=self.out, client=self.client, command_line=self.command_line, verbose=self.verbose,
-                  notes=False)  # said once, by the check before the first run
+                  notes=False, ends_by=self.ends_by)  # (notes: said once, by the check before the first run)
         try:
             result = run_and_report(run, raise_interrupt=True)
             if result.stopped_by:  # a trial stopped from another terminal: the check stops with it

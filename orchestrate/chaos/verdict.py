@@ -91,8 +91,19 @@ class ChaosVerdict(Verdict):
     max_steps_redone: Optional[int] = None
 
     @property
+    def cut_short(self) -> str:
+        """Why a run of the trial was ended before its job ended by a limit not its own (a test's
+        time limit), naming the run; "" where none was. Nothing is concluded of such a trial."""
+        for which, run in (("the undisturbed run", self.reference), ("the run with faults", self.disturbed)):
+            if run is not None and run.limited_by:
+                return f"{which} was ended before its job ended ({run.limited_by}): nothing was concluded"
+        return ""
+
+    @property
     def failures(self) -> list[str]:
         """Why the trial does not hold, one line each (none: it holds or is inconclusive)."""
+        if self.cut_short:  # the job was not let finish: neither a hold nor a failure of its own
+            return []
         reasons = []
         if not self.reference.succeeded and self.reference.job_succeeded:  # (it has no faults)
             reasons.append(f"in the undisturbed run, {'; and '.join(self.reference.missed)}: nothing to compare with")
@@ -125,6 +136,8 @@ class ChaosVerdict(Verdict):
     @property
     def inconclusive(self) -> list[str]:
         """Why the trial could not have caught a broken resume, one line each."""
+        if self.cut_short:
+            return [self.cut_short]
         if self.disturbed is None or self.failures:
             return []
         reasons = []

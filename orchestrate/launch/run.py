@@ -346,6 +346,7 @@ class Run:
             result = self.backend.follow(timeout_s)
         if why and result.error.startswith("timed out"):
             result.error += f" ({why})"
+            result.limited_by = why
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch
         return result

@@ -214,6 +214,8 @@ class RunResult:
         stop_look: Where the ranks were at the look ``stop RUN`` took before it stopped a quiet
             job, its lines (the headline first), where the watchdog had found nothing itself.
         stop_look_hung: Whether that look found the job hung (else quiet and working).
+        limited_by: Why the job's time limit was shorter than the run's own ``timeout`` (a test's
+            own time limit), where that limit ended it ("" otherwise): the job was not judged.
         error: Why the environment failed the run (bring-up, the engine), if it did.
         error_exit_code: The exit code of that error.
         teardown_error: What was left behind, if the teardown failed.
@@ -267,6 +269,7 @@ class RunResult:
     stopped_by: str = ""
     stop_look: tuple[str, ...] = ()
     stop_look_hung: bool = False
+    limited_by: str = ""
     error: str = ""
     error_exit_code: int = 2
     teardown_error: str = ""

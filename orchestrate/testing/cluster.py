@@ -132,7 +132,7 @@ class DdpCluster:
                            kinds=parse_kinds(kinds) if isinstance(kinds, str) else tuple(kinds),
                            compare=tuple(compare), rtol=rtol, trials=trials, compare_steps=compare_steps,
                            max_steps_redone=max_steps_redone, out=self.out or sys.stdout,
-                           command_line=f"ddp_cluster.chaos({target!r}, ...)")
+                           command_line=f"ddp_cluster.chaos({target!r}, ...)", ends_by=self.ends_by(request.stop_grace))
         result = check.run()
         print(result.format(), file=self.out or sys.stdout, flush=True)
         return result

@@ -1487,3 +1487,85 @@ def test_a_fault_fired_on_another_ranks_report_counts_the_step_the_launcher_saw(
     # a torn write struck later than it fired: the steps by its strike only
     torn = replace(fired("torn-write:node0@step=6", 106.02, 6), struck_time=106.02)
     assert strikes([torn], attempts, writes)[0].steps_done == 2
+
+
+LIMITED = "the test's own time limit, pytest-timeout's 300 s, left it no longer"
+
+
+def test_a_run_the_tests_own_time_limit_ended_makes_the_trial_inconclusive_never_a_failure_or_a_hold(
+        make_job, tmp_path):
+    """A job ended by a limit not its own was not let finish: its unfired faults and its failure
+    are not the job's, and it resumed nothing anyone saw."""
+    cut = verdict_of(make_job, tmp_path, [strike()])
+    cut.disturbed.limited_by = LIMITED
+    cut.disturbed.results[0].state = NodePhase.FAILED
+    assert cut.failures == [] and cut.status == "INCONCLUSIVE" and cut.exit_code == 1
+    assert cut.inconclusive == [f"the run with faults was ended before its job ended ({LIMITED}): nothing was"
+                                " concluded"]
+    no_reference = ChaosVerdict(1, result(make_job, tmp_path, ok=False, run_id="ref"), None, [])
+    no_reference.reference.limited_by = LIMITED
+    assert no_reference.status == "INCONCLUSIVE" and no_reference.inconclusive == [
+        f"the undisturbed run was ended before its job ended ({LIMITED}): nothing was concluded"]
+
+
+def test_a_check_whose_trial_the_tests_time_limit_ended_makes_no_more_trials_and_says_so(
+        make_job, tmp_path, monkeypatch):
+    import orchestrate.chaos.check as check_module
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    out = io.StringIO()
+    ends_by = (12345.0, LIMITED)
+    check = ChaosCheck(request, faults=1, seed=5, kinds=(FaultAction.KILL,), compare=("final.pt",), trials=3, out=out,
+                       ends_by=ends_by)
+    monkeypatch.setattr(check_module, "compare_files", lambda client, image, first, second, paths, rtol, run_as: [
+        FileComparison(path, "tensors", True, 0.0, "w") for path in paths])
+    check.engine = lambda: "the engine"
+    runs: list = []
+    made = fake_job_run(make_job, tmp_path, runs)
+
+    def one_run(run_request):
+        ran = made(run_request)
+        if len(runs) == 2:  # the first trial: the test's limit came
+            ran.limited_by = LIMITED
+        return ran
+    check.one_run = one_run
+    outcome = check.run()
+    assert len(runs) == 2 and [t.seed for t in outcome.trials] == [5]
+    assert f"[chaos] runs 3 to 4 are not made: {LIMITED}" in out.getvalue().splitlines()
+    assert outcome.status == "INCONCLUSIVE"
+
+    # the runs are made with the limit: Run's own ends_by
+    made_runs = []
+    monkeypatch.setattr(check_module, "run_and_report", lambda run, raise_interrupt: made_runs.append(run) or
+                        result(make_job, tmp_path, run_id="ref"))
+    ChaosCheck(request, faults=1, seed=5, kinds=(FaultAction.KILL,), out=out, ends_by=ends_by).one_run(request)
+    assert made_runs[0].ends_by == ends_by
+
+
+def test_a_check_whose_undisturbed_run_the_tests_time_limit_ended_makes_no_trial(make_job, tmp_path):
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    out = io.StringIO()
+    check = ChaosCheck(request, faults=1, seed=5, kinds=(FaultAction.KILL,), out=out)
+    runs: list = []
+
+    def one_run(run_request):
+        runs.append(run_request)
+        ran = result(make_job, tmp_path, ok=False, run_id="ref")
+        ran.limited_by = LIMITED
+        return ran
+    check.one_run = one_run
+    outcome = check.run()
+    assert len(runs) == 1 and outcome.status == "INCONCLUSIVE"
+    assert f"[chaos] run 2 is not made: {LIMITED}" in out.getvalue().splitlines()
+    assert outcome.failures == [f"the undisturbed run was ended before its job ended ({LIMITED}): nothing was concluded"]

@@ -58,6 +58,29 @@ def test_a_tests_own_time_limit_ends_a_runs_job_in_time_to_stop_it_and_say_why(t
     assert job.time_limit() == (1.0, why)  # already past: at once, never a negative limit
 
 
+def test_a_chaos_check_under_a_tests_own_time_limit_ends_its_runs_by_it_too(tmp_path, monkeypatch):
+    """pytest-timeout's 300 s: each run of the check ends by the limit less the grace and margin, so
+    the check ends INCONCLUSIVE with why, not killed by pytest-timeout with the launcher's threads."""
+    import time
+
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.testing.cluster import STOP_MARGIN_S
+
+    now = time.monotonic()
+    cluster = DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO(), test_limit=lambda: (now + 300.0, 300.0))
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    seen = []
+
+    def run(check):
+        seen.append(check.ends_by)
+        raise KeyboardInterrupt  # nothing more is needed of it
+    monkeypatch.setattr(ChaosCheck, "run", run)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.chaos("train.py", nodes=2, cpu=True, stop_grace=5)
+    assert seen == [(now + 300.0 - 5.0 - STOP_MARGIN_S,
+                     "the test's own time limit, pytest-timeout's 300 s, left it no longer")]
+
+
 @pytest.mark.timeout(60)
 def test_a_job_ended_by_the_tests_own_time_limit_says_so_in_its_error(make_run):
     from tests.fakes import FakeDockerClient, Script, fake_engine
@@ -68,6 +91,7 @@ def test_a_job_ended_by_the_tests_own_time_limit_says_so_in_its_error(make_run):
     result = job.run()
     assert result.error == ("timed out: the job did not end within 3 s (the test's own time limit, pytest-timeout's"
                             " 15 s, left it no longer)")
+    assert result.limited_by == "the test's own time limit, pytest-timeout's 15 s, left it no longer"
 
 
 def test_the_plugin_takes_the_tests_limit_as_pytest_timeout_sets_its_timer(pytester):
