@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Optional
@@ -93,6 +94,7 @@ class ChaosCheck:
         self.command_line = command_line
         self.verbose = verbose
         self.ends_by = ends_by  # when every run's job must have ended, and why (a test's own time limit)
+        self.clock = time.monotonic  # the clock of ends_by
 
     def say(self, text: str) -> None:
         print(f"[chaos] {text}", file=self.out, flush=True)
@@ -130,6 +132,12 @@ class ChaosCheck:
             self.say(f"note: {held_before_note(facts.held_before)}")
         verdicts = []
         for number, (seed, workdir) in enumerate(zip(seeds, with_faults), start=2):
+            no_time = self.no_time_for_a_trial(reference)
+            if no_time:  # it could not end before the test's own limit ends it, unjudged
+                self.say(f"{not_made(number, runs)}: {no_time}")
+                verdicts = verdicts or [ChaosVerdict(seed, reference, None, [], rtol=self.rtol, facts=facts,
+                                                     not_made=no_time)]
+                break
             nodes = [node_name(i) for i in range(self.request.nodes)]
             schedule = draw_schedule(seed, self.count, self.kinds, nodes, facts,
                                      world_size=config.world_size)
@@ -144,7 +152,19 @@ class ChaosCheck:
             if disturbed.limited_by and number < runs:  # no time is left for the trials after it
                 self.say(f"{not_made(number + 1, runs)}: {disturbed.limited_by}")
                 break
-        return ChaosResult(reference, verdicts)
+        return ChaosResult(reference, verdicts, trials_asked=self.trials)
+
+    def no_time_for_a_trial(self, reference: RunResult) -> str:
+        """Why no trial can be made now: less time is left before :attr:`ends_by` than the
+        undisturbed run took from its bring-up to its job's end; "" where there is enough (or no
+        limit)."""
+        if self.ends_by is None:
+            return ""
+        left = self.ends_by[0] - self.clock()
+        needs = reference.timings.bring_up_s + reference.timings.job_s
+        if left >= needs:
+            return ""
+        return f"{self.ends_by[1]} ({max(left, 0.0):.0f} s left, and the undisturbed run took {needs:.0f} s)"
 
     def judge(self, seed: int, reference: RunResult, reference_records: list[ProgressRecord], facts: Reference,
               disturbed: RunResult, schedule: list[str], undisturbed: Path, workdir: Path) -> ChaosVerdict:

@@ -89,13 +89,18 @@ class ChaosVerdict(Verdict):
     steps_redone: Optional[int] = None
     steps: Optional[StepsComparison] = None  # --compare-steps
     max_steps_redone: Optional[int] = None
+    not_made: str = ""  # why no run with faults was made though the reference succeeded (no time was left)
 
     @property
     def cut_short(self) -> str:
         """Why a run of the trial was ended before its job ended by a limit not its own (a test's
-        time limit), naming the run; "" where none was. Nothing is concluded of such a trial."""
+        time limit), naming the run, or why the trial was not made; "" where neither. Nothing is
+        concluded of such a trial, unless the job had failed or was found hung before it ended:
+        that is its own (a fault that leaves the ranks hung is what the check is for)."""
+        if self.not_made:
+            return f"no run with faults was made: {self.not_made}"
         for which, run in (("the undisturbed run", self.reference), ("the run with faults", self.disturbed)):
-            if run is not None and run.limited_by:
+            if run is not None and run.limited_by and not run.hung_or_failed:
                 return f"{which} was ended before its job ended ({run.limited_by}): nothing was concluded"
         return ""
 
@@ -285,6 +290,7 @@ class ChaosResult(Verdict):
 
     reference: RunResult
     trials: list[ChaosVerdict]
+    trials_asked: int = 1  # more than were made where the check stopped early (a test's own time limit)
 
     @property
     def status(self) -> str:
@@ -305,12 +311,13 @@ class ChaosResult(Verdict):
                  "-" if t.steps_redone is None else str(t.steps_redone), t.status) for t in self.trials]
 
     def format(self) -> str:
-        """What ``chaos`` prints at the end: the one trial's verdict, or every trial's line and
-        the check's verdict."""
-        if len(self.trials) == 1:
+        """What ``chaos`` prints at the end: the one trial's verdict (or why none was made), or
+        every trial's line and the check's verdict (each trial's own was printed as it ended)."""
+        if len(self.trials) == 1 and (self.trials_asked <= 1 or self.trials[0].disturbed is None):
             return self.trials[0].format()
-        lines = ["", f"=== chaos check: {len(self.trials)} trials against one undisturbed run"
-                     f" ({self.reference.run_dir}) ==="]
+        made = (f"{len(self.trials)} of {self.trials_asked} trials" if self.trials_asked > len(self.trials)
+                else f"{len(self.trials)} trials")
+        lines = ["", f"=== chaos check: {made} against one undisturbed run ({self.reference.run_dir}) ==="]
         lines += format_table(("seed", "schedule", "recoveries", "steps redone", "verdict"), self.rows())
         status = self.status
         if status == HOLDS:

@@ -438,6 +438,12 @@ class RunResult:
         return 2 if self.teardown_error else 0
 
     @property
+    def hung_or_failed(self) -> bool:
+        """Whether the job failed on a node of its own, or was found hung (by the watchdog, or the
+        look at its time limit), whatever ended it then."""
+        return (self.hang is not None and self.hang.hung) or any(r.state is NodePhase.FAILED for r in self.results)
+
+    @property
     def failure(self) -> Optional[Failure]:
         """The failure to report, chosen by :func:`~orchestrate.outcome.judge.find_failure`."""
         if self.reported_failure is not None or self.slurm is not None:

@@ -25,6 +25,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "exit_code": outcome.exit_code,
         "interrupted": outcome.interrupted,
         "stopped_by": outcome.stopped_by,
+        # why its time limit was shorter than its own timeout (a test's own), where that limit ended it
+        "limited_by": outcome.limited_by or None,
         # where the ranks were at the look `stop RUN` took before it stopped a quiet job (see summary)
         "stop_look": {"hung": outcome.stop_look_hung, "lines": list(outcome.stop_look)} if outcome.stop_look else None,
         "error": outcome.error,

@@ -20,6 +20,7 @@ from orchestrate.chaos.step_metrics import StepsComparison, compare_step_metrics
 from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.errors import UsageError
+from orchestrate.hangs.diagnosis import HangDiagnosis
 from orchestrate.outcome.model import FaultRecord, Recovery, RunResult, Timings, WrittenFile
 from orchestrate.outcome.progress import ProgressRecord
 from orchestrate.outcome.node_result import NodeResult
@@ -1498,12 +1499,29 @@ def test_a_run_the_tests_own_time_limit_ended_makes_the_trial_inconclusive_never
     are not the job's, and it resumed nothing anyone saw."""
     cut = verdict_of(make_job, tmp_path, [strike()])
     cut.disturbed.limited_by = LIMITED
-    cut.disturbed.results[0].state = NodePhase.FAILED
+    cut.disturbed.results[0].state = NodePhase.STOPPED  # by the limit, not of its own
     assert cut.failures == [] and cut.status == "INCONCLUSIVE" and cut.exit_code == 1
     assert cut.inconclusive == [f"the run with faults was ended before its job ended ({LIMITED}): nothing was"
                                 " concluded"]
+    # a job that failed on a node of its own, or was found hung, before the limit ended it: its own
+    def stopped_by_the_limit(verdict):
+        verdict.disturbed.limited_by = LIMITED
+        for node in verdict.disturbed.results:
+            node.state, node.exit_code = NodePhase.STOPPED, 143
+        return verdict
+    hung = stopped_by_the_limit(verdict_of(make_job, tmp_path, [strike()]))
+    hung.disturbed.hang = HangDiagnosis(60.0, [], {}, None, hung=True)
+    assert hung.status == "DOES NOT HOLD" and hung.failures[0].startswith("the job did not complete under the faults")
+    failed = stopped_by_the_limit(verdict_of(make_job, tmp_path, [strike()]))
+    failed.disturbed.results[1].state = NodePhase.FAILED
+    assert failed.status == "DOES NOT HOLD"
+    working = stopped_by_the_limit(verdict_of(make_job, tmp_path, [strike()]))  # quiet, working: not its own failure
+    working.disturbed.hang = HangDiagnosis(60.0, [], {}, None, hung=False)
+    assert working.status == "INCONCLUSIVE"
     no_reference = ChaosVerdict(1, result(make_job, tmp_path, ok=False, run_id="ref"), None, [])
     no_reference.reference.limited_by = LIMITED
+    for node in no_reference.reference.results:
+        node.state = NodePhase.STOPPED
     assert no_reference.status == "INCONCLUSIVE" and no_reference.inconclusive == [
         f"the undisturbed run was ended before its job ended ({LIMITED}): nothing was concluded"]
 
@@ -1525,6 +1543,7 @@ def test_a_check_whose_trial_the_tests_time_limit_ended_makes_no_more_trials_and
     monkeypatch.setattr(check_module, "compare_files", lambda client, image, first, second, paths, rtol, run_as: [
         FileComparison(path, "tensors", True, 0.0, "w") for path in paths])
     check.engine = lambda: "the engine"
+    check.clock = lambda: 0.0  # the limit far off: every trial has the time the undisturbed run took
     runs: list = []
     made = fake_job_run(make_job, tmp_path, runs)
 
@@ -1538,6 +1557,11 @@ def test_a_check_whose_trial_the_tests_time_limit_ended_makes_no_more_trials_and
     assert len(runs) == 2 and [t.seed for t in outcome.trials] == [5]
     assert f"[chaos] runs 3 to 4 are not made: {LIMITED}" in out.getvalue().splitlines()
     assert outcome.status == "INCONCLUSIVE"
+    # the check's own lines, not the one trial's verdict again (printed as that trial ended)
+    text = outcome.format().splitlines()
+    assert text[1].startswith("=== chaos check: 1 of 3 trials against one undisturbed run")
+    assert text[-2:] == ["VERDICT INCONCLUSIVE: 1 of 1 trials inconclusive:",
+                         f"  the run with faults was ended before its job ended ({LIMITED}): nothing was concluded"]
 
     # the runs are made with the limit: Run's own ends_by
     made_runs = []
@@ -1563,9 +1587,46 @@ def test_a_check_whose_undisturbed_run_the_tests_time_limit_ended_makes_no_trial
         runs.append(run_request)
         ran = result(make_job, tmp_path, ok=False, run_id="ref")
         ran.limited_by = LIMITED
+        for node in ran.results:  # the limit stopped them: no failure of their own
+            node.state, node.exit_code = NodePhase.STOPPED, 143
         return ran
     check.one_run = one_run
     outcome = check.run()
     assert len(runs) == 1 and outcome.status == "INCONCLUSIVE"
     assert f"[chaos] run 2 is not made: {LIMITED}" in out.getvalue().splitlines()
     assert outcome.failures == [f"the undisturbed run was ended before its job ended ({LIMITED}): nothing was concluded"]
+
+
+def test_no_trial_is_started_with_less_time_left_than_the_undisturbed_run_took(make_job, tmp_path, monkeypatch):
+    """A trial begun with less time left before the test's limit than the undisturbed run needed
+    would be cut short unjudged: it is not made, said, and with no trial made at all the check is
+    INCONCLUSIVE, never a failure."""
+    import orchestrate.chaos.check as check_module
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs", nodes=2, cpu=True)
+    monkeypatch.setattr(check_module, "compare_files", lambda client, image, first, second, paths, rtol, run_as: [
+        FileComparison(path, "tensors", True, 0.0, "w") for path in paths])
+    for times, made, said in (([80.0], 1, "runs 2 to 4 are not made"), ([0.0, 80.0], 2, "runs 3 to 4 are not made")):
+        out = io.StringIO()
+        check = ChaosCheck(request, faults=1, seed=5, kinds=(FaultAction.KILL,), compare=("final.pt",), trials=3,
+                           out=out, ends_by=(100.0, LIMITED))
+        check.engine = lambda: "the engine"
+        ticks = iter(times)
+        check.clock = lambda: next(ticks)
+        runs: list = []
+        check.one_run = fake_job_run(make_job, tmp_path / said.replace(" ", "-"), runs)
+        outcome = check.run()
+        assert len(runs) == made, said
+        # the fake undisturbed run: 1 s of bring-up, a 30 s job
+        assert f"[chaos] {said}: {LIMITED} (20 s left, and the undisturbed run took 31 s)" in out.getvalue().splitlines()
+        if made == 1:
+            [verdict] = outcome.trials
+            assert outcome.status == "INCONCLUSIVE" and verdict.disturbed is None and verdict.inconclusive == [
+                f"no run with faults was made: {LIMITED} (20 s left, and the undisturbed run took 31 s)"]
+        else:
+            assert [t.status for t in outcome.trials] == ["HOLDS"] and outcome.trials_asked == 3

@@ -92,6 +92,8 @@ def test_a_job_ended_by_the_tests_own_time_limit_says_so_in_its_error(make_run):
     assert result.error == ("timed out: the job did not end within 3 s (the test's own time limit, pytest-timeout's"
                             " 15 s, left it no longer)")
     assert result.limited_by == "the test's own time limit, pytest-timeout's 15 s, left it no longer"
+    from orchestrate.outcome.record import outcome_record
+    assert outcome_record(result)["limited_by"] == result.limited_by  # outcome.json: told from its own timeout
 
 
 def test_the_plugin_takes_the_tests_limit_as_pytest_timeout_sets_its_timer(pytester):
