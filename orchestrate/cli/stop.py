@@ -18,10 +18,12 @@ def add_parsers(sub: Any) -> None:
                           description="SIGTERM every node of the run (SIGKILL after --timeout: by default the"
                                       " run's own --stop-grace); the containers, logs and state stay until down or"
                                       " prune. A Slurm run's job is stopped through Slurm (scancel --signal=TERM,"
-                                      " then SIGKILL after --timeout), and its launcher tears the cluster down. A Compose job"
-                                      f" whose workers have printed nothing for {QUIET_BEFORE_LOOK_S:g} s or more is"
-                                      " looked at first (a few seconds): where every rank waits is said here and kept in the run's summary, so a"
-                                      " hung job stopped by hand still says where it hung; Ctrl-C cuts that look short.")
+                                      " then SIGKILL after --timeout), and its launcher tears the cluster down."
+                                      " A Compose job whose workers have printed nothing for"
+                                      f" {QUIET_BEFORE_LOOK_S:g} s or more is looked at first (a few seconds):"
+                                      " where every rank waits is said here and kept in the run's summary, so a"
+                                      " hung job stopped by hand still says where it hung; Ctrl-C cuts that look"
+                                      " short.")
     stop.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     stop.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
                       help="seconds between SIGTERM and SIGKILL (default: the run's own --stop-grace, as its"

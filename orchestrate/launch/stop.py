@@ -57,8 +57,8 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
         except Exception as exc:  # a run directory not writable here, the engine: the stop goes on without it
             say(f"could not look where the ranks wait ({exc}): the nodes are stopped without it")
         run = find_run(client, run.run_id)  # as it is now: nodes may have ended, or been paused, meanwhile
-    return stop_run(run, timeout_s, by, say, before_stop=lambda node: continue_ranks(client, node, hung.get(node.name, [])),
-                    look=recorded_look(look))
+    return stop_run(run, timeout_s, by, say, look=recorded_look(look),
+                    before_stop=lambda node: continue_ranks(client, node, hung.get(node.name, [])))
 
 
 def hung_ranks(run: RunInfo) -> dict[str, list[int]]:
