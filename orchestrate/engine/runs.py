@@ -553,11 +553,8 @@ def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
     command and with how long a grace between SIGTERM and SIGKILL (see STOP_REQUEST_FILE), and
     where the ranks were at a look taken first (``look``: ``hung`` and ``lines``); a directory
     that is gone or not writable here leaves the run to be judged by its exits."""
-    if look is None and run.run_dir.name:  # a later stop (its grace runs) keeps the first one's look
-        try:
-            look = json.loads((run.run_dir / STOP_REQUEST_FILE).read_text()).get("look")
-        except (OSError, ValueError, AttributeError):
-            look = None
+    if look is None:  # a later stop (its grace runs) keeps the first one's look
+        look = stop_request_data(run.run_dir).get("look")
     write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s,
                              **({"look": look} if look else {})})
 
@@ -565,14 +562,21 @@ def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
 def note_still_running(run: RunInfo, listed: dict[str, list[str]]) -> None:
     """Add to the run's stop request what still ran in each node a moment before its grace ran
     out, so that whoever follows the run names it with the node the SIGKILL ended."""
-    if not run.run_dir.name:
-        return
-    try:
-        request = json.loads((run.run_dir / STOP_REQUEST_FILE).read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(request, dict):
+    request = stop_request_data(run.run_dir)
+    if request:
         write_stop_request(run, {**request, "still_running": listed})
+
+
+def stop_request_data(run_dir: Path) -> dict:
+    """The run's stop request as written ({} where none came, it cannot be read, or the run names
+    no directory: not the current directory's file)."""
+    if not run_dir.name:
+        return {}
+    try:
+        request = json.loads((run_dir / STOP_REQUEST_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return request if isinstance(request, dict) else {}
 
 
 def write_stop_request(run: RunInfo, request: dict) -> None:
@@ -620,14 +624,12 @@ class StopRequest:
 
 def read_stop_request(run_dir: Path) -> StopRequest:
     """The run's stop request (see :func:`mark_stop_requested`); an empty one where none came."""
-    if not run_dir.name:  # no run directory (an empty label): not the current directory's file
-        return StopRequest()
+    request = stop_request_data(run_dir)
     try:
-        request = json.loads((run_dir / STOP_REQUEST_FILE).read_text())
         nodes = frozenset(str(node) for node in request.get("nodes", []))
-        by = request.get("by")
-    except (OSError, ValueError, AttributeError, TypeError):
+    except TypeError:  # not a list
         return StopRequest()
+    by = request.get("by")
     listed = request.get("still_running")
     still = tuple((str(node), tuple(str(p) for p in processes)) for node, processes in listed.items()
                   if isinstance(processes, list)) if isinstance(listed, dict) else ()
