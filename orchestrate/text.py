@@ -55,6 +55,15 @@ def counted(count: int, noun: str, plural: str = "") -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
+def short_duration(seconds: float) -> str:
+    """``42s``, ``5m``, ``3h``, ``2d``: whole units, the largest that fits, as ``docker ps`` lists ages."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     """Format rows as left-aligned columns under a header and a rule."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]

@@ -1966,11 +1966,12 @@ MUTANTS = [
            "                        if job.get(\"JobState\") not in FINAL_JOB_STATES:  # (it may have ended",
            "                        if True:  # (it may have ended", ("tests/unit/test_slurm.py",)),
     # session 103: `stop RUN` looks where every rank waits first; a run's own --collective-timeout named
-    Mutant("the stop's quiet time counts torch's own log lines", "orchestrate/supervise/look_before_stop.py",
+    Mutant("the stop's quiet time counts torch's own log lines", "orchestrate/supervise/worker_quiet.py",
            "                 and is_progress_line(worker.text)]", "                 ]",
            ("tests/unit/test_look_before_stop.py",)),
     Mutant("stop looks at a job that printed a moment ago", "orchestrate/supervise/look_before_stop.py",
-           "    if quiet < QUIET_BEFORE_LOOK_S:", "    if False:", ("tests/unit/test_look_before_stop.py",)),
+           "    if quiet is None or quiet < QUIET_BEFORE_LOOK_S:", "    if quiet is None:",
+           ("tests/unit/test_look_before_stop.py",)),
     Mutant("stop looks at workers that began without the hook", "orchestrate/supervise/look_before_stop.py",
            "    if not (hooked_workers_began(run.run_dir) or any(", "    if False and (hooked_workers_began(run.run_dir) or any(",
            ("tests/unit/test_look_before_stop.py",)),
@@ -2038,6 +2039,19 @@ MUTANTS = [
     Mutant("the plugin's chaos is not given the test's limit", "orchestrate/testing/cluster.py",
            ", ends_by=self.ends_by(request.stop_grace))\n        result = check.run()", ")\n        result = check.run()",
            ("tests/unit/test_ddp_cluster.py",)),
+    # session 104: `ps` lists how long a running run has been quiet, and names one quiet past its --hang-diagnose-after
+    Mutant("ps lists a Slurm job's quiet time from Slurm's lines", "orchestrate/cli/ps.py",
+           '    return seconds_quiet(run, now) if run.scheduler == "compose" else None',
+           "    return seconds_quiet(run, now)", ("tests/unit/test_runs.py",)),
+    Mutant("ps names a run that asked never to be diagnosed", "orchestrate/cli/ps.py",
+           "        if seconds is not None and diagnose_after and seconds >= diagnose_after:",
+           "        if seconds is not None and seconds >= 0:", ("tests/unit/test_runs.py",)),
+    Mutant("ps names a run quiet for less than its --hang-diagnose-after", "orchestrate/cli/ps.py",
+           "        if seconds is not None and diagnose_after and seconds >= diagnose_after:",
+           "        if seconds is not None and diagnose_after:", ("tests/unit/test_runs.py",)),
+    Mutant("a later stop in the grace says it stopped the job, under the first one's look", "orchestrate/engine/runs.py",
+           "    if first.get(\"nodes\"):  # ... and says who stopped the job first", "    if False:",
+           ("tests/unit/test_look_before_stop.py",)),
 ]
 
 

@@ -2,20 +2,26 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import time
+from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.engine.runs import RunState, age, list_runs
+from orchestrate.engine.runs import RunInfo, RunState, age, list_runs
 from orchestrate.launch.recorded_runs import runs_as_recorded
-from orchestrate.text import format_table
+from orchestrate.supervise.worker_quiet import seconds_quiet
+from orchestrate.text import format_table, short_duration
 
 
 def add_parsers(sub: Any) -> None:
-    ps = sub.add_parser("ps", aliases=["list"], help="list runs: id, nodes, state, age, work directory",
+    ps = sub.add_parser("ps", aliases=["list"], help="list runs: id, nodes, state, age, quiet time, work directory",
                         description="Every run the engine has, rebuilt from container labels: running,"
                                     " succeeded, failed, stopped, or orphaned (its launcher is gone). An ended run's"
                                     " state is its launcher's word where it said one, and a node a lose fault"
-                                    " took for good does not count: the job went on without it.",
+                                    " took for good does not count: the job went on without it. QUIET: how long"
+                                    " no worker of a run whose nodes still run has printed (torch's own warnings do"
+                                    " not count; '-' for an ended run or a Slurm job); a run quiet for longer than"
+                                    " its --hang-diagnose-after is named below the list, with the command that"
+                                    " shows where every rank waits.",
                         epilog="usage example: python -m orchestrate ps -q --state failed | xargs -r -n1"
                                " python -m orchestrate down")
     ps.add_argument("-q", "--quiet", action="store_true",
@@ -38,7 +44,22 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if not runs:
         inv.out.write(f"no {' or '.join(args.state)} runs\n" if args.state else "no runs\n")
         return 0
+    now = time.time()
+    quiet = {r.run_id: quiet_for(r, now) for r in runs}
     rows = [(r.run_id, f"{len(r.nodes)}" if len(r.nodes) == r.planned_nodes else f"{len(r.nodes)}/{r.planned_nodes}",
-             r.state.value, "detached" if r.detached else "foreground", age(r.created), r.workdir) for r in runs]
-    inv.out.write("\n".join(format_table(("RUN ID", "NODES", "STATE", "MODE", "AGE", "WORKDIR"), rows)) + "\n")
+             r.state.value, "detached" if r.detached else "foreground", age(r.created),
+             "-" if quiet[r.run_id] is None else short_duration(quiet[r.run_id]), r.workdir) for r in runs]
+    inv.out.write("\n".join(format_table(("RUN ID", "NODES", "STATE", "MODE", "AGE", "QUIET", "WORKDIR"), rows)) + "\n")
+    for r in runs:
+        seconds, diagnose_after = quiet[r.run_id], r.hang_limits[0]
+        if seconds is not None and diagnose_after and seconds >= diagnose_after:
+            inv.out.write(f"run {r.run_id}: no worker has printed for {short_duration(seconds)}; where every rank"
+                          f" waits: python -m orchestrate stacks {r.run_id}\n")
     return 0
+
+
+def quiet_for(run: RunInfo, now: float) -> Optional[float]:
+    """How long no worker of ``run`` has printed, for a Compose run whose nodes still run; None
+    otherwise (ended, or a Slurm job, whose workers' lines are Slurm's), or where the engine
+    cannot say (a run that went while being listed)."""
+    return seconds_quiet(run, now) if run.scheduler == "compose" else None

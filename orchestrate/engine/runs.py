@@ -61,7 +61,7 @@ from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.layout import STOP_REQUEST_FILE, WORKER_START
 from orchestrate.plan.make import assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
-from orchestrate.text import grace_ran_out, runs_named, several_runs
+from orchestrate.text import grace_ran_out, runs_named, several_runs, short_duration
 
 log = logging.getLogger(__name__)
 
@@ -552,9 +552,14 @@ def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
     """Say in the run's directory which of its nodes are stopped on request, when, by which
     command and with how long a grace between SIGTERM and SIGKILL (see STOP_REQUEST_FILE), and
     where the ranks were at a look taken first (``look``: ``hung`` and ``lines``); a directory
-    that is gone or not writable here leaves the run to be judged by its exits."""
+    that is gone or not writable here leaves the run to be judged by its exits. A later request
+    (``stop --timeout 1`` or ``down`` while the first one's grace runs) keeps the first one's
+    look and ``by``: that command stopped the job, and the look was its own."""
+    first = stop_request_data(run.run_dir)
     if look is None:  # a later stop (its grace runs) keeps the first one's look
-        look = stop_request_data(run.run_dir).get("look")
+        look = first.get("look")
+    if first.get("nodes"):  # ... and says who stopped the job first
+        by = first.get("by") if isinstance(first.get("by"), str) and first.get("by") else by
     write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s,
                              **({"look": look} if look else {})})
 
@@ -710,11 +715,7 @@ def age(created: Optional[datetime], now: Optional[datetime] = None) -> str:
     now = now or datetime.now(timezone.utc)
     if created.tzinfo is None:
         created = created.replace(tzinfo=timezone.utc)
-    seconds = max(0, int((now - created).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    return short_duration((now - created).total_seconds())
 
 
 def node_plans(run: RunInfo) -> tuple[NodePlan, ...]:

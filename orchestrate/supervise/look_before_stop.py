@@ -7,52 +7,19 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from orchestrate.engine.container_log import parse_log_line
-from orchestrate.engine.client import engine_time
-from orchestrate.engine.errors import engine_errors
-from orchestrate.engine.runs import RunInfo, node_plans, read_stop_request
+from orchestrate.engine.runs import RunInfo, read_stop_request
 from orchestrate.hangs.crash_dump import hooked_workers_began
 from orchestrate.hangs.diagnosis import SILENT_STATES, HangDiagnosis
 from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S
-from orchestrate.hangs.watchdog import ANSWER_WINDOW_S, RECHECK_S, is_progress_line
+from orchestrate.hangs.watchdog import ANSWER_WINDOW_S, RECHECK_S
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.supervise.rank_probe import rank_hosts, where_ranks_are
-from orchestrate.supervise.worker_lines import parse_line
+from orchestrate.supervise.worker_quiet import seconds_quiet
 from orchestrate.text import ranks_text
 
 # A job none of whose workers printed for this long is looked at before it is stopped (the
 # launcher's Ctrl-C waits as long); one that prints is stopped at once.
 QUIET_BEFORE_LOOK_S = RECHECK_S
-# The lines of each node's log read for its workers' latest: a hung job's torch warnings may
-# follow it, and a chatty one's latest line is near the end.
-LOG_TAIL_LINES = 500
-
-
-def seconds_quiet(run: RunInfo, now: float) -> float:
-    """Seconds since the latest line a worker of the run's live nodes printed that shows progress
-    (torch's own log lines do not), by the engine's timestamps; where none is among a node's last
-    ``LOG_TAIL_LINES``, since the oldest of them or the node's start. 0 where the engine cannot
-    say (a node ended meanwhile): no look then."""
-    plans = {plan.name: plan for plan in node_plans(run)}
-    latest = 0.0
-    for node in run.live_nodes:
-        try:
-            raw = node.container.logs(stdout=True, stderr=True, timestamps=True, tail=LOG_TAIL_LINES)
-        except engine_errors():
-            return 0.0
-        lines = [parse_log_line(line, "stdout") for line in raw.split(b"\n") if line]
-        moved = [line.stamp for line in lines if line.stamp is not None
-                 and (worker := parse_line(plans[node.name], line.text)).local_rank is not None
-                 and is_progress_line(worker.text)]
-        if moved:
-            latest = max(latest, max(moved))
-            continue
-        started = engine_time(node.container.attrs.get("State", {}).get("StartedAt", "")) or 0.0
-        oldest = min((line.stamp for line in lines if line.stamp is not None), default=0.0)
-        latest = max(latest, started, oldest if len(lines) >= LOG_TAIL_LINES else 0.0)
-    return max(0.0, now - latest) if latest else 0.0
-
-
 def look_before_stop(client: Any, run: RunInfo, say: Callable[[str], None], interval_s: float = ANSWER_WINDOW_S,
                      now: Callable[[], float] = time.time, answer_timeout_s: float = ANSWER_TIMEOUT_S,
                      sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic
@@ -73,7 +40,7 @@ def look_before_stop(client: Any, run: RunInfo, say: Callable[[str], None], inte
     if not (hooked_workers_began(run.run_dir) or any((run.run_dir / PROGRESS_SUBDIR).glob("rank*.jsonl"))):
         return None
     quiet = seconds_quiet(run, now())
-    if quiet < QUIET_BEFORE_LOOK_S:
+    if quiet is None or quiet < QUIET_BEFORE_LOOK_S:
         return None
     say(f"no output for {quiet:.0f} s: looking where every rank waits before they stop (a few seconds; up to"
         f" {interval_s + 2 * answer_timeout_s:g} s where a rank does not answer)")

@@ -190,7 +190,7 @@ def test_debug_collectives_names_the_mismatch_of_a_ddp_job_in_one_line(orchestra
 def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir, tmp_path, capsys):
     out = io.StringIO()
     code = main(["run", "--detach", "--nodes", "3", "--workdir", str(workdir), "--runs-dir", str(tmp_path / "runs"),
-                 "--hang-timeout", "900", "--", "wait_apart.py"], out=out)
+                 "--hang-timeout", "900", "--hang-diagnose-after", "8", "--", "wait_apart.py"], out=out)
     run_id = out.getvalue().strip()
     try:
         assert code == 0, out.getvalue()
@@ -227,12 +227,21 @@ def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir
         written = json.loads((run_dir / "stacks.json").read_text())
         assert written["headline"].startswith("no rank made progress between two looks "), written["headline"]
         # `stop` of the quiet job looks first: where every rank waits, said there and in the summary
-        from orchestrate.engine.runs import find_run
-        from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S, seconds_quiet
+        # `ps` says how long it has been quiet, and names it once past its --hang-diagnose-after (8 s)
         deadline = time.monotonic() + 30
-        while seconds_quiet(find_run(docker_client, run_id), time.time()) < QUIET_BEFORE_LOOK_S:
-            assert time.monotonic() < deadline, "the job never went quiet"
+        while True:
+            out = io.StringIO()
+            assert main(["ps"], out=out) == 0, out.getvalue()
+            listed = out.getvalue().splitlines()
+            named = f"run {run_id}: no worker has printed for "
+            if any(line.startswith(named) for line in listed):
+                break
+            assert time.monotonic() < deadline, f"ps never named the quiet job: {listed}"
             time.sleep(0.5)
+        [row] = [line.split() for line in listed if line.startswith(run_id)]
+        assert row[2] == "running" and re.fullmatch(r"\d+[sm]", row[5]) and (row[5][-1] == "m" or int(row[5][:-1]) >= 8), row
+        [hint] = [line for line in listed if line.startswith(named)]
+        assert re.fullmatch(rf"{named}\d+[sm]; where every rank waits: python -m orchestrate stacks {run_id}", hint), hint
         out = io.StringIO()
         assert main(["stop", run_id], out=out) == 0, out.getvalue()
         said = out.getvalue().splitlines()

@@ -54,7 +54,7 @@ def test_detach_ps_logs_attach_then_the_same_summary(docker_client, tmp_path):
         assert code == 0 and re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run_id), out
         assert run_state(docker_client, run_id) == "running"  # detach returns once the nodes run
         code, listing = cli("ps")
-        assert re.search(rf"^{run_id}\s+2\s+running\s+detached\s+\S+\s+{re.escape(str(ROOT))}$", listing, re.M)
+        assert re.search(rf"^{run_id}\s+2\s+running\s+detached\s+\S+\s+\d+[sm]\s+{re.escape(str(ROOT))}$", listing, re.M)
 
         code, attached = cli("attach", run_id)  # from the start, to the end, with the summary
         assert code == 0, attached[-3000:]

@@ -8,8 +8,8 @@ import json
 import time
 
 from orchestrate.engine.runs import find_run, read_stop_request, stop_run
-from orchestrate.supervise.look_before_stop import (LOG_TAIL_LINES, QUIET_BEFORE_LOOK_S, look_before_stop,
-                                                    recorded_look, seconds_quiet)
+from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S, look_before_stop, recorded_look
+from orchestrate.supervise.worker_quiet import LOG_TAIL_LINES, seconds_quiet
 from tests.fakes import FakeDockerClient, Script, wait_until
 from tests.unit.test_rank_probe import INTERVAL_S, AnsweringWorkers
 from tests.unit.test_runs import started_runs
@@ -179,6 +179,7 @@ def test_a_second_stop_in_the_grace_takes_no_look_and_keeps_the_first_ones(make_
     said: list[str] = []
     assert look_before_stop(client, run, said.append, now=a_minute_after_the_last_line(client)) is None
     assert said == []  # no rank would answer in the grace: no 7 s of waiting for none
-    mark_stop_requested(run, ["node0", "node1"], grace_s=1)  # `stop --timeout 1` to hurry it
+    mark_stop_requested(run, ["node0", "node1"], by="python -m orchestrate down", grace_s=1)  # `down` hurries it
     request = read_stop_request(run.run_dir)
     assert (request.look, request.look_hung, request.grace_s) == (tuple(look["lines"]), True, 1)
+    assert request.by == "python -m orchestrate stop"  # the stop whose look it is ended the job, not down

@@ -1283,12 +1283,55 @@ def test_ps_says_when_there_is_no_run_and_shows_each_runs_nodes_state_mode_age_a
     out = io.StringIO()
     assert main(["ps"], out=out, client=client) == 0
     header, rule, *rows = [line.split() for line in out.getvalue().splitlines()]
-    assert header == ["RUN", "ID", "NODES", "STATE", "MODE", "AGE", "WORKDIR"] and set("".join(rule)) == {"-"}
+    assert header == ["RUN", "ID", "NODES", "STATE", "MODE", "AGE", "QUIET", "WORKDIR"] and set("".join(rule)) == {"-"}
     by_id = {row[0]: row for row in rows}
     assert sorted(by_id) == ["fg", "pair", "solo"]
     assert [by_id[run_id][1:4] for run_id in ("pair", "solo", "fg")] == [
         ["1/2", "running", "detached"], ["1", "succeeded", "detached"], ["1", "running", "foreground"]]
-    assert all(re.fullmatch(r"\d+s", row[4]) and row[5] == str(tmp_path) for row in rows), rows
+    assert all(re.fullmatch(r"\d+s", row[4]) and row[6] == str(tmp_path) for row in rows), rows
+    # quiet since their start (no worker printed); an ended run has no quiet time
+    assert [by_id[run_id][5] for run_id in ("pair", "fg")] == ["0s", "0s"] and by_id["solo"][5] == "-"
+
+
+def test_ps_lists_how_long_a_running_run_has_been_quiet_and_names_one_quiet_past_its_diagnose_after(make_run):
+    from datetime import datetime, timezone
+
+    from orchestrate.engine.labels import CREATED_LABEL, RUN_ID_LABEL, SCHEDULER_LABEL
+    """QUIET runs from a worker's latest line (torch's own log lines do not count); a run quiet
+    for its --hang-diagnose-after or longer is named under the list with the command that shows
+    where its ranks wait; one that asked never to be diagnosed (0), or that printed a moment
+    ago, is not."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client,
+                 ("stuck", {f"node{n}": Script([f"[{n}|0]:step 1"], hang=True) for n in range(2)}, dict(nodes=2)),
+                 ("busy", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1, hang_diagnose_after=600)),
+                 ("never", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1, hang_diagnose_after=0)))
+    wait_until(lambda: all(len(c.log) == 1 for c in client.containers_by_name.values() if "node" in c.name))
+    now = time.time()
+    slurm = client.running("ddp-slurm-node0-1", {RUN_ID_LABEL: "slurm", SCHEDULER_LABEL: "slurm", CREATED_LABEL:
+                                                 datetime.fromtimestamp(now - 400, timezone.utc).isoformat()})
+    slurm.log[:] = [(now - 300, "[0|0]:step 1")]  # a Slurm job's workers print through Slurm: no quiet time
+    for name in ("ddp-stuck-node0-1", "ddp-busy-node0-1", "ddp-never-node0-1"):
+        client.containers_by_name[name].log[:] = [(now - 300, "[0|0]:step 1")]
+    client.containers_by_name["ddp-stuck-node1-1"].log[:] = [
+        (now - 200, "[1|0]:step 1"), (now - 10, "W1205 20:35:02.738000 8 torch/distributed/c10d.py:1] a warning")]
+    out = io.StringIO()
+    assert main(["ps"], out=out, client=client) == 0
+    lines = out.getvalue().splitlines()
+    quiet = {line.split()[0]: line.split()[5] for line in lines[2:6]}
+    assert quiet == {"stuck": "3m", "busy": "5m", "never": "5m", "slurm": "-"}, lines  # node1's line 200 s ago, not its warning
+    assert lines[6:] == ["run stuck: no worker has printed for 3m; where every rank waits:"
+                         " python -m orchestrate stacks stuck"], lines
+    client.containers_by_name["ddp-stuck-node0-1"].log.append((time.time(), "[0|0]:step 2"))
+    out = io.StringIO()
+    assert main(["ps"], out=out, client=client) == 0
+    assert {line.split()[0]: line.split()[5] for line in out.getvalue().splitlines()[2:]} == {
+        "stuck": "0s", "busy": "5m", "never": "5m", "slurm": "-"}
+    assert len(out.getvalue().splitlines()) == 6  # no run named: "busy" is under its 600 s
+    out = io.StringIO()
+    assert main(["ps", "-q"], out=out, client=client) == 0 and sorted(out.getvalue().split()) == ["busy", "never", "slurm", "stuck"]
 
 
 def test_stop_of_a_foreground_run_leaves_the_end_to_its_launcher_and_takes_the_timeout_given(make_run, monkeypatch):
