@@ -2052,6 +2052,13 @@ MUTANTS = [
     Mutant("a later stop in the grace says it stopped the job, under the first one's look", "orchestrate/engine/runs.py",
            "    if first.get(\"nodes\"):  # ... and says who stopped the job first", "    if False:",
            ("tests/unit/test_look_before_stop.py",)),
+    # session 104: an engine that takes the connection and never answers is given up on in 20 s, not 120
+    Mutant("the engine's first answer is waited for as long as any request", "orchestrate/engine/client.py",
+           "        client = docker.from_env(timeout=reach_timeout_s)", "        client = docker.from_env(timeout=timeout_s)",
+           ("tests/unit/test_reliability.py",)),
+    Mutant("requests after the engine's first answer keep its short limit", "orchestrate/engine/client.py",
+           "    client.api.timeout = timeout_s  # each request's own limit from here on", "",
+           ("tests/unit/test_reliability.py",)),
 ]
 
 

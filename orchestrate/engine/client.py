@@ -11,23 +11,39 @@ from orchestrate.errors import EngineUnavailableError
 log = logging.getLogger(__name__)
 
 
-def connect(timeout_s: int = 120) -> Any:
-    """Return a Docker client for the engine of the environment (DOCKER_HOST or the socket).
+# How long the engine has to answer its version and a ping before a command gives up on it: an
+# engine that takes the connection and never answers (a wedged dockerd, a tunnel to a machine that
+# went away) would otherwise hold every command for the whole request timeout, saying nothing.
+REACH_TIMEOUT_S = 20
+
+
+def connect(timeout_s: int = 120, reach_timeout_s: float = REACH_TIMEOUT_S) -> Any:
+    """Return a Docker client for the engine of the environment (DOCKER_HOST or the socket),
+    whose requests wait up to ``timeout_s``, once the engine has answered within
+    ``reach_timeout_s``.
 
     Raises:
         EngineUnavailableError: When no engine answers.
     """
-    import docker.errors
+    import os
 
     import docker
 
     try:
-        client = docker.from_env(timeout=timeout_s)
+        client = docker.from_env(timeout=reach_timeout_s)
         client.ping()
-    except docker.errors.DockerException as exc:
+    except engine_errors() as exc:
+        where = os.environ.get("DOCKER_HOST") or "the local socket"
+        said = describe(exc)
+        if "timed out" in said.lower():
+            raise EngineUnavailableError(
+                f"the Docker engine at {where} did not answer within {reach_timeout_s:g} s (a stuck dockerd, or a"
+                " host or tunnel gone); restart it, or point DOCKER_HOST at one that answers"
+            ) from None
         raise EngineUnavailableError(
-            f"cannot reach the Docker engine ({describe(exc)[:160]}); start it (dockerd) or set DOCKER_HOST"
+            f"cannot reach the Docker engine ({said[:160]}); start it (dockerd) or set DOCKER_HOST"
         ) from None
+    client.api.timeout = timeout_s  # each request's own limit from here on
     return client
 
 

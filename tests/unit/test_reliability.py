@@ -688,6 +688,64 @@ def test_a_lost_connection_in_a_command_is_one_line_and_exit_2(capsys):
     assert capsys.readouterr().err.strip().splitlines() == ["error: engine error: Connection aborted"]
 
 
+def test_an_engine_that_takes_the_connection_and_never_answers_is_given_up_on_quickly_in_one_line(monkeypatch):
+    """A wedged dockerd (or a tunnel to a machine gone) accepts and says nothing: the commands
+    gave up only after the 120 s request limit, saying nothing meanwhile. Here a real socket that
+    listens and never answers, as DOCKER_HOST."""
+    import socket
+
+    from orchestrate.engine.client import connect
+    from orchestrate.errors import EngineUnavailableError
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    taken: list[socket.socket] = []
+    threading.Thread(target=lambda: taken.append(silent.accept()[0]), daemon=True).start()
+    monkeypatch.setenv("DOCKER_HOST", address)
+    started = time.monotonic()
+    try:
+        with pytest.raises(EngineUnavailableError) as raised:
+            connect(timeout_s=30, reach_timeout_s=0.5)
+    finally:
+        silent.close()
+        for connection in taken:
+            connection.close()
+    assert time.monotonic() - started < 5  # not the 30 s each later request may take
+    assert str(raised.value) == (f"the Docker engine at {address} did not answer within 0.5 s (a stuck dockerd, or a"
+                                 " host or tunnel gone); restart it, or point DOCKER_HOST at one that answers")
+
+
+def test_an_engine_that_answers_gets_the_whole_request_limit_after_its_quick_first_answer(monkeypatch):
+    """The short limit is for the engine's first answer only: a request after it (a container's
+    wait, a build) has the client's whole ``timeout_s``. A stand-in engine that answers the
+    version and the ping over real HTTP."""
+    import http.server
+
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"ApiVersion": "1.41"}' if self.path.endswith("/version") else b"OK"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    from orchestrate.engine.client import connect
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.server_address[1]}")
+    try:
+        client = connect(timeout_s=77, reach_timeout_s=0.5)
+        assert client.api.timeout == 77
+        assert client.ping() is True
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # Teardown gaps ----------------------------------------------------------------------------------
 
 def test_a_hung_compose_is_a_compose_error(tmp_path, monkeypatch):
