@@ -19,4 +19,67 @@ default_workers() {
     [ "$workers" -ge 2 ] || workers=2
     echo "$workers"
 }
-exec "$PY" -m pytest -n "${DDP_TEST_WORKERS:-$(default_workers)}" --dist loadgroup "$@"
+WORKERS="${DDP_TEST_WORKERS:-$(default_workers)}"
+
+# The whole suite (no test file or directory named, no -n 0) runs in two pytest sessions at once:
+# the unit tests (tests/unit) in one of their own, beside the rest. The unit tests mostly wait
+# (simulated engines and clocks: about 85 core-s in 155 s on 3 workers), so run last in one
+# session they left the cores idle for over 2 minutes at its end; beside the real runs they
+# fill the cores those leave idle. DDP_TEST_UNIT_BESIDE=0 runs one session, as before.
+names_tests() {
+    local arg
+    for arg in "$@"; do
+        case "$arg" in
+            tests|tests/*|*.py|*::*|-n0|--numprocesses=0) return 0 ;;
+        esac
+    done
+    local previous=""
+    for arg in "$@"; do
+        if [ "$previous" = "-n" ] || [ "$previous" = "--numprocesses" ]; then
+            [ "$arg" != "0" ] || return 0
+        fi
+        previous="$arg"
+    done
+    return 1
+}
+if [ "${DDP_TEST_UNIT_BESIDE:-1}" = "0" ] || names_tests "$@"; then
+    exec "$PY" -m pytest -n "$WORKERS" --dist loadgroup "$@"
+fi
+
+UNIT_LOG="$(mktemp "${TMPDIR:-/tmp}/ddp-compose-unit-tests.XXXXXX")"
+echo "[run-tests] the unit tests run beside the rest, in a pytest session of their own; their output follows at the end"
+# Each session in a process group of its own (job control on while they start), so that Ctrl-C,
+# a closed terminal or a kill reaches this script alone, which passes one SIGINT to each: both
+# end as pytest ends on Ctrl-C, removing what their tests made, and nothing is left running. Their
+# input is /dev/null: a process of a background group that read the terminal would be stopped.
+set -m
+"$PY" -m pytest -n "${DDP_TEST_UNIT_WORKERS:-2}" -p no:cacheprovider "$@" tests/unit </dev/null >"$UNIT_LOG" 2>&1 &
+UNIT_PID=$!
+"$PY" -m pytest -n "$WORKERS" --dist loadgroup --ignore=tests/unit "$@" tests </dev/null &
+REST_PID=$!
+set +m
+interrupted() {
+    kill -INT -- "-$REST_PID" "-$UNIT_PID" 2>/dev/null || true
+    wait "$REST_PID" "$UNIT_PID" 2>/dev/null || true
+    echo "[run-tests] interrupted; the unit tests' output so far: $UNIT_LOG" >&2
+    exit 130
+}
+trap interrupted INT TERM HUP
+set +e
+wait "$REST_PID"
+REST=$?
+wait "$UNIT_PID"
+UNIT=$?
+set -e
+trap - INT TERM HUP
+echo
+echo "==================== the unit tests (tests/unit), run beside the rest ===================="
+cat "$UNIT_LOG"
+rm -f "$UNIT_LOG"
+# pytest's 5 is "no test selected": fine for one session when the other ran tests
+if [ "$REST" -eq 5 ] && [ "$UNIT" -eq 5 ]; then exit 5; fi
+[ "$REST" -ne 5 ] || REST=0
+[ "$UNIT" -ne 5 ] || UNIT=0
+echo "[run-tests] the rest: exit $REST; the unit tests: exit $UNIT"
+[ "$REST" -eq 0 ] || exit "$REST"
+exit "$UNIT"
