@@ -30,7 +30,9 @@ names_tests() {
     local arg
     for arg in "$@"; do
         case "$arg" in
-            tests|tests/*|*.py|*::*|-n0|--numprocesses=0) return 0 ;;
+            -n0|--numprocesses=0) return 0 ;;
+            -*) ;;
+            *) [ ! -e "${arg%%::*}" ] || return 0 ;;  # a test file or directory (file::test too)
         esac
     done
     local previous=""
