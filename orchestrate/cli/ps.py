@@ -21,7 +21,7 @@ def add_parsers(sub: Any) -> None:
                                     " no worker of a run whose nodes still run has printed (torch's own warnings do"
                                     " not count; '-' for an ended run or a Slurm job); a run quiet for longer than"
                                     " its --hang-diagnose-after is named below the list, with the command that"
-                                    " shows where every rank waits.",
+                                    " shows where every rank is.",
                         epilog="usage example: python -m orchestrate ps -q --state failed | xargs -r -n1"
                                " python -m orchestrate down")
     ps.add_argument("-q", "--quiet", action="store_true",
@@ -54,7 +54,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         seconds, diagnose_after = quiet[r.run_id], r.hang_limits[0]
         if seconds is not None and diagnose_after and seconds >= diagnose_after:
             inv.out.write(f"run {r.run_id}: no worker has printed for {short_duration(seconds)}; where every rank"
-                          f" waits: python -m orchestrate stacks {r.run_id}\n")
+                          f" is (waiting or computing): python -m orchestrate stacks {r.run_id}\n")
     return 0
 
 

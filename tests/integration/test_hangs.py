@@ -241,7 +241,7 @@ def test_stacks_of_a_detached_run_show_the_odd_rank_apart(docker_client, workdir
         [row] = [line.split() for line in listed if line.startswith(run_id)]
         assert row[2] == "running" and re.fullmatch(r"\d+[sm]", row[5]) and (row[5][-1] == "m" or int(row[5][:-1]) >= 8), row
         [hint] = [line for line in listed if line.startswith(named)]
-        assert re.fullmatch(rf"{named}\d+[sm]; where every rank waits: python -m orchestrate stacks {run_id}", hint), hint
+        assert re.fullmatch(rf"{named}\d+[sm]; where every rank is \(waiting or computing\): python -m orchestrate stacks {run_id}", hint), hint
         out = io.StringIO()
         assert main(["stop", run_id], out=out) == 0, out.getvalue()
         said = out.getvalue().splitlines()

@@ -1322,7 +1322,7 @@ def test_ps_lists_how_long_a_running_run_has_been_quiet_and_names_one_quiet_past
     lines = out.getvalue().splitlines()
     quiet = {line.split()[0]: line.split()[5] for line in lines[2:6]}
     assert quiet == {"stuck": "3m", "busy": "5m", "never": "5m", "slurm": "-"}, lines  # node1's line 200 s ago, not its warning
-    assert lines[6:] == ["run stuck: no worker has printed for 3m; where every rank waits:"
+    assert lines[6:] == ["run stuck: no worker has printed for 3m; where every rank is (waiting or computing):"
                          " python -m orchestrate stacks stuck"], lines
     client.containers_by_name["ddp-stuck-node0-1"].log.append((time.time(), "[0|0]:step 2"))
     out = io.StringIO()
