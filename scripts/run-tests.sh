@@ -63,7 +63,9 @@ set +m
 interrupted() {
     kill -INT -- "-$REST_PID" "-$UNIT_PID" 2>/dev/null || true
     wait "$REST_PID" "$UNIT_PID" 2>/dev/null || true
-    echo "[run-tests] interrupted; the unit tests' output so far: $UNIT_LOG" >&2
+    echo "[run-tests] interrupted; the unit tests' session ended with:" >&2
+    tail -n 5 "$UNIT_LOG" >&2
+    rm -f "$UNIT_LOG"
     exit 130
 }
 trap interrupted INT TERM HUP
