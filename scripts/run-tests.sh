@@ -27,19 +27,20 @@ WORKERS="${DDP_TEST_WORKERS:-$(default_workers)}"
 # session they left the cores idle for over 2 minutes at its end; beside the real runs they
 # fill the cores those leave idle. DDP_TEST_UNIT_BESIDE=0 runs one session, as before.
 names_tests() {
-    local arg
+    local arg previous=""
     for arg in "$@"; do
-        case "$arg" in
-            -n0|--numprocesses=0) return 0 ;;
-            -*) ;;
-            *) [ ! -e "${arg%%::*}" ] || return 0 ;;  # a test file or directory (file::test too)
+        case "$previous" in
+            # the value of an option that takes one is no test path (-k tests, -c pyproject.toml)
+            -k|-m|-p|-c|-o|--ignore|--ignore-glob|--deselect|--rootdir|--basetemp|--junitxml|--confcutdir) ;;
+            -n|--numprocesses) [ "$arg" != "0" ] || return 0 ;;
+            *) case "$arg" in
+                   -n0|--numprocesses=0) return 0 ;;
+                   # --lf and the like read the one session's cache of failures
+                   --lf|--last-failed|--ff|--failed-first|--nf|--new-first|--sw|--stepwise|--sw-skip|--stepwise-skip) return 0 ;;
+                   -*) ;;
+                   *) [ ! -e "${arg%%::*}" ] || return 0 ;;  # a test file or directory (file::test too)
+               esac ;;
         esac
-    done
-    local previous=""
-    for arg in "$@"; do
-        if [ "$previous" = "-n" ] || [ "$previous" = "--numprocesses" ]; then
-            [ "$arg" != "0" ] || return 0
-        fi
         previous="$arg"
     done
     return 1
@@ -49,26 +50,32 @@ if [ "${DDP_TEST_UNIT_BESIDE:-1}" = "0" ] || names_tests "$@"; then
 fi
 
 UNIT_LOG="$(mktemp "${TMPDIR:-/tmp}/ddp-compose-unit-tests.XXXXXX")"
+REST_PID="" UNIT_PID=""
+interrupted() {
+    for pid in "$REST_PID" "$UNIT_PID"; do
+        [ -z "$pid" ] || kill -INT -- "-$pid" 2>/dev/null || true
+    done
+    for pid in "$REST_PID" "$UNIT_PID"; do
+        [ -z "$pid" ] || wait "$pid" 2>/dev/null || true
+    done
+    echo "[run-tests] interrupted; the unit tests' output: $UNIT_LOG" >&2
+    tail -n 5 "$UNIT_LOG" >&2
+    exit 130
+}
+trap interrupted INT TERM HUP
 echo "[run-tests] the unit tests run beside the rest, in a pytest session of their own; their output follows at the end"
 # Each session in a process group of its own (job control on while they start), so that Ctrl-C,
 # a closed terminal or a kill reaches this script alone, which passes one SIGINT to each: both
 # end as pytest ends on Ctrl-C, removing what their tests made, and nothing is left running. Their
 # input is /dev/null: a process of a background group that read the terminal would be stopped.
+# The unit tests keep their own cache of failures (--lf runs one session, reading the other's).
 set -m
-"$PY" -m pytest -n "${DDP_TEST_UNIT_WORKERS:-2}" -p no:cacheprovider "$@" tests/unit </dev/null >"$UNIT_LOG" 2>&1 &
+"$PY" -m pytest "$@" -n "${DDP_TEST_UNIT_WORKERS:-2}" -o cache_dir=.pytest_cache/unit tests/unit \
+    </dev/null >"$UNIT_LOG" 2>&1 &
 UNIT_PID=$!
 "$PY" -m pytest -n "$WORKERS" --dist loadgroup --ignore=tests/unit "$@" tests </dev/null &
 REST_PID=$!
 set +m
-interrupted() {
-    kill -INT -- "-$REST_PID" "-$UNIT_PID" 2>/dev/null || true
-    wait "$REST_PID" "$UNIT_PID" 2>/dev/null || true
-    echo "[run-tests] interrupted; the unit tests' session ended with:" >&2
-    tail -n 5 "$UNIT_LOG" >&2
-    rm -f "$UNIT_LOG"
-    exit 130
-}
-trap interrupted INT TERM HUP
 set +e
 wait "$REST_PID"
 REST=$?

@@ -683,6 +683,7 @@ class FakeDockerClient:
         self.history: list[dict] = []  # every event emitted, for a stream opened with since=
         self.emitting = threading.Lock()
         self.gpus: tuple[str, ...] = ()
+        self.clock_offset_s = 0.0  # the engine's clock (info's SystemTime) this far ahead of the host's
         self.failures: dict[str, BaseException] = {}
         self.events_break_after: Optional[int] = None
         self.events_lag_s = 0.0  # each event reaches its reader this late (a busy engine)
@@ -749,7 +750,9 @@ class FakeDockerClient:
         """The engine's answer; the NVIDIA runtime is there when ``gpus`` lists the host's GPUs."""
         self.maybe_fail("info")
         runtimes = {"runc": {}, **({"nvidia": {}} if self.gpus else {})}
-        return {"NCPU": 2, "MemTotal": 24 * 1024**3, "Runtimes": runtimes}
+        clock = datetime.fromtimestamp(time.time() + self.clock_offset_s, timezone.utc)
+        return {"NCPU": 2, "MemTotal": 24 * 1024**3, "Runtimes": runtimes,
+                "SystemTime": clock.strftime("%Y-%m-%dT%H:%M:%S.%f000Z")}
 
     def up(self, compose_file: Path, start: bool = True) -> None:
         """What ``docker compose up -d`` does to the engine for the rendered project (``start``

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
+from orchestrate.engine.client import engine_now
 from orchestrate.engine.runs import RunInfo, RunState, age, list_runs
 from orchestrate.launch.recorded_runs import runs_as_recorded
 from orchestrate.supervise.worker_quiet import seconds_quiet
@@ -44,22 +44,23 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if not runs:
         inv.out.write(f"no {' or '.join(args.state)} runs\n" if args.state else "no runs\n")
         return 0
-    now = time.time()
-    quiet = {r.run_id: quiet_for(r, now) for r in runs}
+    running = [r for r in runs if r.state is RunState.RUNNING]
+    now = engine_now(inv.engine()) if running else 0.0  # the clock of the engine's log stamps
+    quiet = {r.run_id: quiet_for(r, now) for r in running}
     rows = [(r.run_id, f"{len(r.nodes)}" if len(r.nodes) == r.planned_nodes else f"{len(r.nodes)}/{r.planned_nodes}",
              r.state.value, "detached" if r.detached else "foreground", age(r.created),
-             "-" if quiet[r.run_id] is None else short_duration(quiet[r.run_id]), r.workdir) for r in runs]
+             "-" if quiet.get(r.run_id) is None else short_duration(quiet[r.run_id]), r.workdir) for r in runs]
     inv.out.write("\n".join(format_table(("RUN ID", "NODES", "STATE", "MODE", "AGE", "QUIET", "WORKDIR"), rows)) + "\n")
-    for r in runs:
+    for r in running:
         seconds, diagnose_after = quiet[r.run_id], r.hang_limits[0]
-        if seconds is not None and diagnose_after and seconds >= diagnose_after:
+        if seconds is not None and diagnose_after and seconds >= diagnose_after and r.run_dir.name:
             inv.out.write(f"run {r.run_id}: no worker has printed for {short_duration(seconds)}; where every rank"
                           f" is (waiting or computing): python -m orchestrate stacks {r.run_id}\n")
     return 0
 
 
 def quiet_for(run: RunInfo, now: float) -> Optional[float]:
-    """How long no worker of ``run`` has printed, for a Compose run whose nodes still run; None
-    otherwise (ended, or a Slurm job, whose workers' lines are Slurm's), or where the engine
-    cannot say (a run that went while being listed)."""
+    """How long no worker of a running Compose ``run`` has printed, by the engine's clock ``now``;
+    None for a Slurm job (its workers' lines are Slurm's), or where the engine cannot say (a run
+    that went while being listed)."""
     return seconds_quiet(run, now) if run.scheduler == "compose" else None

@@ -94,6 +94,19 @@ def stream_lines(chunks: Iterable[bytes], unfinished: Optional[list[bytes]] = No
         yield pending
 
 
+def engine_now(client: Any) -> float:
+    """The engine's clock, in epoch seconds (``docker info``'s SystemTime): what its log stamps
+    are to be compared with, the host's own clock where the engine cannot say. A remote
+    DOCKER_HOST's clock may be minutes off the host's."""
+    import time
+
+    try:
+        now = engine_time(str((client.info() or {}).get("SystemTime") or ""))
+    except engine_errors():
+        now = None
+    return now if now is not None else time.time()
+
+
 def engine_time(text: str) -> Optional[float]:
     """Epoch seconds of an engine timestamp (RFC 3339, nanoseconds, ``Z``); None if unset."""
     if not text or text.startswith("0001-"):

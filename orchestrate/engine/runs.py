@@ -558,10 +558,20 @@ def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
     first = stop_request_data(run.run_dir)
     if look is None:  # a later stop (its grace runs) keeps the first one's look
         look = first.get("look")
-    if first.get("nodes"):  # ... and says who stopped the job first
+    if first.get("nodes") and in_its_grace(first):  # ... and says who stopped the job first
         by = first.get("by") if isinstance(first.get("by"), str) and first.get("by") else by
     write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s,
                              **({"look": look} if look else {})})
+
+
+def in_its_grace(request: dict, now: Optional[float] = None) -> bool:
+    """Whether a stop request's grace (its SIGTERM's, before the SIGKILL) may still run, a minute
+    of slack after it: a request left from a stop that failed long ago is not the stop of now."""
+    started, grace = request.get("time"), request.get("grace_s")
+    if not isinstance(started, (int, float)):
+        return False
+    grace = grace if isinstance(grace, (int, float)) else 0.0
+    return (now if now is not None else time.time()) <= started + grace + 60
 
 
 def note_still_running(run: RunInfo, listed: dict[str, list[str]]) -> None:

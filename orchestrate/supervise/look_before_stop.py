@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
+from orchestrate.engine.client import engine_now
 from orchestrate.engine.runs import RunInfo, read_stop_request
 from orchestrate.hangs.crash_dump import hooked_workers_began
 from orchestrate.hangs.diagnosis import SILENT_STATES, HangDiagnosis
@@ -21,7 +22,7 @@ from orchestrate.text import ranks_text
 # launcher's Ctrl-C waits as long); one that prints is stopped at once.
 QUIET_BEFORE_LOOK_S = RECHECK_S
 def look_before_stop(client: Any, run: RunInfo, say: Callable[[str], None], interval_s: float = ANSWER_WINDOW_S,
-                     now: Callable[[], float] = time.time, answer_timeout_s: float = ANSWER_TIMEOUT_S,
+                     now: Optional[Callable[[], float]] = None, answer_timeout_s: float = ANSWER_TIMEOUT_S,
                      sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic
                      ) -> Optional[HangDiagnosis]:
     """Where every rank of a quiet Compose job waits (:func:`seconds_quiet` at least
@@ -32,14 +33,15 @@ def look_before_stop(client: Any, run: RunInfo, say: Callable[[str], None], inte
     workers, or none yet), or that a stop has already come to (its grace runs: no rank would
     answer); and None where a rank did not answer and nothing says why (busy, or the launcher's own
     watchdog asked meanwhile: the ranks answer the latest request), said: no verdict. ``now``: Unix
-    seconds (the engine's log stamps); ``sleep`` and ``clock`` are the looks' (:func:`where_ranks_are`)."""
+    seconds by the clock of the engine's log stamps (the engine's own, asked, where not given); ``sleep``
+    and ``clock`` are the looks' (:func:`where_ranks_are`)."""
     if run.scheduler != "compose" or not run.live_nodes or not run.run_dir.name or not run.run_dir.is_dir():
         return None
     if read_stop_request(run.run_dir).nodes:
         return None
     if not (hooked_workers_began(run.run_dir) or any((run.run_dir / PROGRESS_SUBDIR).glob("rank*.jsonl"))):
         return None
-    quiet = seconds_quiet(run, now())
+    quiet = seconds_quiet(run, now() if now is not None else engine_now(client))
     if quiet is None or quiet < QUIET_BEFORE_LOOK_S:
         return None
     say(f"no output for {quiet:.0f} s: looking where every rank waits before they stop (a few seconds; up to"

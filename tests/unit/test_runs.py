@@ -1333,6 +1333,38 @@ def test_ps_lists_how_long_a_running_run_has_been_quiet_and_names_one_quiet_past
     out = io.StringIO()
     assert main(["ps", "-q"], out=out, client=client) == 0 and sorted(out.getvalue().split()) == ["busy", "never", "slurm", "stuck"]
 
+    # the engine's clock, not the host's, against its stamps: a remote engine an hour ahead
+    client.clock_offset_s = 3600.0
+    for container in client.containers_by_name.values():
+        container.log[:] = [(stamp + 3600, text) for stamp, text in container.log]
+    out = io.StringIO()
+    assert main(["ps"], out=out, client=client) == 0
+    assert {line.split()[0]: line.split()[5] for line in out.getvalue().splitlines()[2:6]} == {
+        "stuck": "0s", "busy": "5m", "never": "5m", "slurm": "-"}
+    # a run whose logs the engine cannot give (it went while listed) has no quiet time, and no error
+    client.failures["logs"] = __import__("docker").errors.NotFound("No such container")
+    out = io.StringIO()
+    assert main(["ps"], out=out, client=client) == 0
+    assert {line.split()[5] for line in out.getvalue().splitlines()[2:]} == {"-"}
+
+
+def test_ps_names_no_quiet_run_that_stacks_would_refuse(make_run):
+    """A run that names no directory of its own (started by another tool) is refused by
+    ``stacks``: ps lists its quiet time but names no command that fails."""
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import RUN_DIR_LABEL
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("bare", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1)))
+    wait_until(lambda: len(client.containers_by_name["ddp-bare-node0-1"].log) == 1)
+    container = client.containers_by_name["ddp-bare-node0-1"]
+    container.labels[RUN_DIR_LABEL] = ""
+    container.log[:] = [(time.time() - 300, "[0|0]:step 1")]
+    out = io.StringIO()
+    assert main(["ps"], out=out, client=client) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[2].split()[5] == "5m" and len(lines) == 3, lines
+
 
 def test_stop_of_a_foreground_run_leaves_the_end_to_its_launcher_and_takes_the_timeout_given(make_run, monkeypatch):
     from orchestrate.cli.main import main
