@@ -18,9 +18,9 @@ def add_parsers(sub: Any) -> None:
                                     " succeeded, failed, stopped, or orphaned (its launcher is gone). An ended run's"
                                     " state is its launcher's word where it said one, and a node a lose fault"
                                     " took for good does not count: the job went on without it. QUIET: how long"
-                                    " no worker of a run whose nodes still run has printed (torch's own warnings do"
-                                    " not count; '-' for an ended run or a Slurm job); a run quiet for longer than"
-                                    " its --hang-diagnose-after is named below the list, with the command that"
+                                    " no worker of a running run has printed (torch's own warnings do not count;"
+                                    " '-' for a run not running, or a Slurm job); a run quiet for its"
+                                    " --hang-diagnose-after or longer is named below the list, with the command that"
                                     " shows where every rank is.",
                         epilog="usage example: python -m orchestrate ps -q --state failed | xargs -r -n1"
                                " python -m orchestrate down")

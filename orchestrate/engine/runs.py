@@ -564,14 +564,14 @@ def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
                              **({"look": look} if look else {})})
 
 
-def in_its_grace(request: dict, now: Optional[float] = None) -> bool:
+def in_its_grace(request: dict) -> bool:
     """Whether a stop request's grace (its SIGTERM's, before the SIGKILL) may still run, a minute
     of slack after it: a request left from a stop that failed long ago is not the stop of now."""
     started, grace = request.get("time"), request.get("grace_s")
     if not isinstance(started, (int, float)):
         return False
     grace = grace if isinstance(grace, (int, float)) else 0.0
-    return (now if now is not None else time.time()) <= started + grace + 60
+    return time.time() <= started + grace + 60
 
 
 def note_still_running(run: RunInfo, listed: dict[str, list[str]]) -> None:
