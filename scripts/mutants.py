@@ -2068,6 +2068,20 @@ MUTANTS = [
     Mutant("a stop request of long ago takes the credit for a later stop", "orchestrate/engine/runs.py",
            "    if first.get(\"nodes\") and in_its_grace(first):  # ... and says who stopped the job first",
            "    if first.get(\"nodes\"):  # ... and says who stopped the job first", ("tests/unit/test_look_before_stop.py",)),
+    # session 105: run-tests.sh's choice of one pytest session or two, now unit-tested
+    Mutant("run-tests.sh takes an option's value for a test path (-k tests)", "scripts/run-tests.sh",
+           "            -k|-m|-p|-c|-o|--ignore|", "            -m|-p|-c|-o|--ignore|", ("tests/unit/test_suite_order.py",)),
+    Mutant("run-tests.sh splits the unit tests off under -n 0", "scripts/run-tests.sh",
+           '            -n|--numprocesses) [ "$arg" != "0" ] || return 0 ;;', "            -n|--numprocesses) ;;",
+           ("tests/unit/test_suite_order.py",)),
+    Mutant("run-tests.sh runs --lf in two sessions, each with its own cache", "scripts/run-tests.sh",
+           "                   --lf|--last-failed|", "                   --last-failed|", ("tests/unit/test_suite_order.py",)),
+    Mutant("run-tests.sh runs a named test file in two sessions", "scripts/run-tests.sh",
+           '                   *) [ ! -e "${arg%%::*}" ] || return 0 ;;', "                   *) ;;",
+           ("tests/unit/test_suite_order.py",)),
+    Mutant("run-tests.sh takes file::test for no test path", "scripts/run-tests.sh",
+           '                   *) [ ! -e "${arg%%::*}" ] || return 0 ;;', '                   *) [ ! -e "$arg" ] || return 0 ;;',
+           ("tests/unit/test_suite_order.py",)),
 ]
 
 

@@ -51,12 +51,17 @@ def test_slow_tests_start_first_and_unit_tests_last_each_kind_in_collection_orde
         "tests/unit/test_b.py::one", "tests/unit/test_b.py::two"]
 
 
+def shell_function(name: str) -> str:
+    """The text of run-tests.sh's own bash function NAME, to run apart from the set-up it sources."""
+    script = (ROOT / "scripts" / "run-tests.sh").read_text()
+    function = script[script.index(f"{name}() {{"):]
+    return function[:function.index("\n}\n") + 3]
+
+
 @pytest.mark.parametrize("cores, mem_gib, workers", [(2, 23, 3), (8, 64, 9), (16, 24, 8), (1, 2, 2)])
 def test_the_default_worker_count_follows_the_cores_within_the_memory(tmp_path: Path, cores, mem_gib, workers):
     # stand-ins for nproc and /proc/meminfo, read by the script's own function
-    script = (ROOT / "scripts" / "run-tests.sh").read_text()
-    function = script[script.index("default_workers() {"):]
-    function = function[:function.index("\n}\n") + 3]
+    function = shell_function("default_workers")
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(f"MemTotal:       {mem_gib * 1048576} kB\nMemFree:        1 kB\n")
     shell = (f"nproc() {{ echo {cores}; }}\n" + function.replace("/proc/meminfo", str(meminfo))
@@ -64,6 +69,40 @@ def test_the_default_worker_count_follows_the_cores_within_the_memory(tmp_path: 
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(workers)
+
+
+@pytest.mark.parametrize("args, one_session", [
+    # the whole suite, filtered or not: two sessions, the unit tests beside the rest
+    ((), False),
+    (("-k", "failing_rank"), False),
+    (("-m", "not integration", "-x"), False),
+    (("-n", "4"), False),
+    (("--numprocesses=4", "--timeout=900"), False),
+    # an option's value that is also a path here is no test path: -k tests, -c pyproject.toml
+    (("-k", "tests"), False),
+    (("-c", "pyproject.toml", "-p", "tests", "--ignore", "tests/workers"), False),
+    (("--deselect", "tests/unit/test_cli.py::test_x", "--basetemp", "tests"), False),
+    # a test path, one process, or the cache of failures: one session
+    (("tests/unit",), True),
+    (("-q", "tests/unit/test_cli.py"), True),
+    (("tests/unit/test_cli.py::test_no_such_test",), True),
+    (("-k", "x", "tests"), True),
+    (("-n", "0"), True),
+    (("-n0",), True),
+    (("--numprocesses", "0"), True),
+    (("--numprocesses=0",), True),
+    (("--lf",), True),
+    (("-x", "--last-failed"), True),
+    (("--ff",), True), (("--failed-first",), True), (("--nf",), True), (("--new-first",), True),
+    (("--sw",), True), (("--stepwise",), True), (("--sw-skip",), True), (("--stepwise-skip",), True),
+    # a path that does not exist is a filter pytest will refuse, not a test path
+    (("no/such/dir",), False),
+])
+def test_the_whole_suite_runs_two_sessions_and_a_named_test_path_or_one_process_one(args, one_session):
+    shell = shell_function("names_tests") + 'names_tests "$@"\n'
+    done = subprocess.run(["bash", "-c", shell, "run-tests.sh", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == (0 if one_session else 1), (args, done.stderr)
 
 
 # A suite of four tests in two groups, each writing down the xdist worker that ran it. Without
