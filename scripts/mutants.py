@@ -2082,6 +2082,16 @@ MUTANTS = [
     Mutant("run-tests.sh takes file::test for no test path", "scripts/run-tests.sh",
            '                   *) [ ! -e "${arg%%::*}" ] || return 0 ;;', '                   *) [ ! -e "$arg" ] || return 0 ;;',
            ("tests/unit/test_suite_order.py",)),
+    # session 105: the empty line of a tqdm bar's first "\r" is dropped when stdout prints between it and the bar
+    Mutant("a bar's first empty line is shown before the rank's other stream's line", "orchestrate/supervise/console_filter.py",
+           "        stream = (*rank, line.source)", '        stream = (*rank, "")', ("tests/unit/test_progress_bars.py",)),
+    Mutant("a whole worker line does not say its stream", "orchestrate/supervise/worker_lines.py",
+           "        return [replace(self._joined(last, source) if last.local_rank is not None else last, source=source)]",
+           "        return [self._joined(last, source) if last.local_rank is not None else last]",
+           ("tests/unit/test_progress_bars.py",)),
+    Mutant("an unfinished line flushed at the end does not say its stream", "orchestrate/supervise/worker_lines.py",
+           "[replace(line, source=source) for (source, _), line in self.unfinished.items()]",
+           "list(self.unfinished.values())", ("tests/unit/test_progress_bars.py",)),
 ]
 
 

@@ -21,8 +21,9 @@
 - a rank's own line as it stops in its debugger (``[ddp-compose] rank 1 stopped in its debugger at
   ...``, for ``logs RUN``): the launcher says the same in its own line;
 - most redraws of the workers' progress bars, each a line of its own (``progress_bars``), the
-  empty line that a bar's first "\\r" makes, and the spaces that wipe a bar left with
-  ``leave=False``.
+  empty line that a bar's first "\\r" makes (held until the next line on its stream: the rank's
+  other stream may print before the bar's first redraw comes), and the spaces that wipe a bar
+  left with ``leave=False``.
 
 Every other worker line passes, and so does any other traceback (of the node supervisor, say).
 """
@@ -59,7 +60,8 @@ class ConsoleFilter:
         self.held: dict[str, list[OutputLine]] = {}  # a traceback's first line, until its next says whose
         self.in_report: dict[str, int] = {}  # node -> rules seen so far in torchrun's report
         self.bars: BarThrottle[OutputLine] = BarThrottle()
-        self.blank: dict[tuple[str, Optional[int]], OutputLine] = {}  # a worker's empty line, until its next
+        # a worker's empty line, until its next on the same stream (node, local rank, stream)
+        self.blank: dict[tuple[str, Optional[int], str], OutputLine] = {}
         self.after_bar: set[tuple[str, Optional[int]]] = set()  # the workers whose last line was a redraw
         self.in_backtrace: set[tuple[str, Optional[int]]] = set()  # node or worker -> in a C++ backtrace
         # by node, local and global rank (a restarted worker is another): the torch log line said
@@ -188,7 +190,10 @@ class ConsoleFilter:
 
     def _worker_line(self, line: OutputLine) -> list[OutputLine]:
         rank = (line.node, line.local_rank)
-        blank = self.blank.pop(rank, None)
+        # (the empty line of a bar's first "\r" is on the bar's stream, stderr for tqdm; the
+        # rank's stdout lines may arrive between it and the bar's first redraw)
+        stream = (*rank, line.source)
+        blank = self.blank.pop(stream, None)
         redraw = parse_redraw(line.text)
         if redraw is not None:  # the empty line before it, if any, is tqdm's first "\r"
             self.after_bar.add(rank)
@@ -201,6 +206,6 @@ class ConsoleFilter:
         if is_stop_line(line.text):
             return before
         if line.text == "":
-            self.blank[rank] = line
+            self.blank[stream] = line
             return before
         return [*before, line]

@@ -42,6 +42,9 @@ class OutputLine:
     text: str
     local_rank: Optional[int] = None
     global_rank: Optional[int] = None
+    # The stream it came on ("stdout", "stderr"; "" where not known): a worker's two streams are
+    # tee'd apart, so a line of one may arrive between two lines the worker wrote to the other.
+    source: str = field(default="", compare=False)
 
     @property
     def prefix(self) -> str:
@@ -91,11 +94,11 @@ class WorkerLines:
         for piece in pieces[:-1]:
             self.unfinished[(source, piece.local_rank)] = self._joined(piece, source)  # type: ignore[index]
         last = pieces[-1]
-        return [self._joined(last, source) if last.local_rank is not None else last]
+        return [replace(self._joined(last, source) if last.local_rank is not None else last, source=source)]
 
     def flush(self) -> list[OutputLine]:
         """The unfinished lines as they are (their node's output has ended)."""
-        lines, self.unfinished = list(self.unfinished.values()), {}
+        lines, self.unfinished = [replace(line, source=source) for (source, _), line in self.unfinished.items()], {}
         return lines
 
     def _joined(self, piece: OutputLine, source: str) -> OutputLine:

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrate.supervise.console_filter import ConsoleFilter
 from orchestrate.supervise.progress_bars import BAR_EVERY_S, BarThrottle, Redraw, parse_redraw
-from orchestrate.supervise.worker_lines import LAST_LINES, NodeOutput, OutputLine
+from orchestrate.supervise.worker_lines import LAST_LINES, NodeOutput, OutputLine, WorkerLines
 
 # Verbatim from a 2-node run of a script with tqdm 4.70.1 (torchrun's tee, then the log pump).
 CAPTURED = ["epoch 0:   0%|          | 0/150 [00:00<?, ?it/s]",
@@ -116,6 +116,34 @@ def test_the_console_drops_the_empty_line_of_a_bars_first_carriage_return_and_no
     wiped = " " * 60
     assert console_texts([line(bar), line(wiped), line("done"), line("   ")]) == [
         f"node0/0: {bar}", "node0/0: done", "node0/0:    "]
+
+
+def test_a_bars_first_carriage_return_is_dropped_when_the_ranks_other_stream_prints_before_the_bar():
+    # tqdm draws on stderr: "\r" then its bar, which torchrun's tee reads as an empty line, then the
+    # bar's line once the next "\r" comes; the rank's own stdout lines may arrive in between
+    def line(text: str, source: str, rank: int = 0) -> OutputLine:
+        return OutputLine(f"node{rank}", text, 0, rank, source=source)
+
+    bar = redraw_text("epoch 1", 0, 9, 0)
+    assert console_texts([line("", "stderr"), line("[Gloo] Rank 0 is connected", "stdout"), line("loss 0.5", "stdout"),
+                          line(bar, "stderr")]) == [
+        "node0/0: [Gloo] Rank 0 is connected", "node0/0: loss 0.5", f"node0/0: {bar}"]
+    # a user's own empty line on one stream still shows: before that stream's next line, or at the end
+    assert console_texts([line("", "stderr"), line("on stdout", "stdout"), line("warned", "stderr")]) == [
+        "node0/0: on stdout", "node0/0: ", "node0/0: warned"]
+    assert console_texts([line("", "stderr"), line("on stdout", "stdout")], end="node0") == [
+        "node0/0: on stdout", "node0/0: "]
+    assert console_texts([line("", "stdout"), line("", "stderr"), line("next", "stdout")], end="node0") == [
+        "node0/0: ", "node0/0: next", "node0/0: "]
+
+
+def test_each_whole_worker_line_says_the_stream_it_came_on(make_job):
+    worker_lines = WorkerLines(make_job(nodes=1, nproc_per_node=2).nodes[0])
+    assert [(line.text, line.source) for line in worker_lines.feed("[0|0]:hello", "stdout")] == [("hello", "stdout")]
+    # a piece left unfinished on stderr, while stdout goes on, is stderr's when its line ends or the output does
+    assert worker_lines.feed("[1|1]:  0%|[0|0]:warned", "stderr")[0].source == "stderr"
+    assert [(line.text, line.source) for line in worker_lines.feed("[0|0]:step 1", "stdout")] == [("step 1", "stdout")]
+    assert [(line.text, line.source) for line in worker_lines.flush()] == [("  0%|", "stderr")]
 
 
 def test_the_last_lines_of_a_rank_keep_one_redraw_of_a_bar_and_the_log_keeps_them_all(make_job):
