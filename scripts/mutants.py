@@ -2092,6 +2092,19 @@ MUTANTS = [
     Mutant("an unfinished line flushed at the end does not say its stream", "orchestrate/supervise/worker_lines.py",
            "[replace(line, source=source) for (source, _), line in self.unfinished.items()]",
            "list(self.unfinished.values())", ("tests/unit/test_progress_bars.py",)),
+    # session 105: what a mutmut pass over supervise/worker_quiet.py found no test of
+    Mutant("a run with no live node is quiet since the epoch", "orchestrate/supervise/worker_quiet.py",
+           "    latest = 0.0\n", "    latest = 1.0\n", ("tests/unit/test_look_before_stop.py",)),
+    Mutant("a worker's line on stderr is not progress", "orchestrate/supervise/worker_quiet.py",
+           "stdout=True, stderr=True, timestamps=True", "stdout=True, stderr=False, timestamps=True",
+           ("tests/unit/test_look_before_stop.py",)),
+    Mutant("a node with no worker's line takes another node's later line back", "orchestrate/supervise/worker_quiet.py",
+           "        latest = max(latest, started, oldest if", "        latest = max(started, oldest if",
+           ("tests/unit/test_look_before_stop.py",)),
+    Mutant("a node's torch warning counts as its workers' last word", "orchestrate/supervise/worker_quiet.py",
+           "oldest if len(lines) >= LOG_TAIL_LINES else 0.0)", "oldest)", ("tests/unit/test_look_before_stop.py",)),
+    Mutant("ps names a run only once quiet for longer than its --hang-diagnose-after", "orchestrate/cli/ps.py",
+           "and seconds >= diagnose_after and", "and seconds > diagnose_after and", ("tests/unit/test_runs.py",)),
 ]
 
 

@@ -64,6 +64,37 @@ def test_a_node_with_no_workers_line_is_quiet_since_its_start_or_its_logs_oldest
     assert seconds_quiet(run, started + 1000) == 10.0
 
 
+
+def test_a_node_with_no_workers_line_takes_no_later_line_of_another_node_back(make_run):
+    """The run's quiet time is the least of its nodes': a node that printed no worker line (since
+    its start) leaves another node's later line counted, and its torch warnings count for nothing."""
+    client = FakeDockerClient()
+    run = quiet_run(make_run, client)
+    started = 1796500800.0  # 20:00:00
+    for node in run.nodes:
+        node.container.started = "2026-12-05T20:00:00.000000000Z"
+    node_log(client, "node0")[:] = [(started + 400, "[0|0]:step 7")]
+    node_log(client, "node1")[:] = [(started + 450, TORCH_WARNING)]  # after its start, and no worker's
+    assert seconds_quiet(run, started + 500) == 100.0  # node0's line, not node1's start (500) nor its warning (50)
+
+
+def test_a_workers_line_on_stderr_is_progress_too(make_run):
+    # (Python's logging module writes to stderr by default: a job that logs its steps prints nothing on stdout)
+    client = FakeDockerClient()
+    run = quiet_run(make_run, client, nodes=1)
+    container = run.nodes[0].container
+    container.log[:] = [(1000.0, "[0|0]:step 1")]
+    container.stderr_log[:] = [(1080.0, "[0|0]:INFO:train:step 2 loss 0.5")]
+    assert seconds_quiet(run, 1100.0) == 20.0
+
+
+def test_a_run_with_no_live_node_has_no_quiet_time(make_run):
+    client = FakeDockerClient()
+    run = quiet_run(make_run, client, nodes=1)
+    run.nodes[0].container.stop(timeout=0)
+    assert not find_run(client, "quiet").live_nodes
+    assert seconds_quiet(find_run(client, "quiet"), 1e10) is None
+
 def test_a_quiet_job_is_looked_at_said_and_kept_in_the_stop_request(make_run):
     client = FakeDockerClient()
     run = quiet_run(make_run, client)

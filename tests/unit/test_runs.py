@@ -1348,6 +1348,24 @@ def test_ps_lists_how_long_a_running_run_has_been_quiet_and_names_one_quiet_past
     assert {line.split()[5] for line in out.getvalue().splitlines()[2:]} == {"-"}
 
 
+
+def test_ps_names_a_run_quiet_for_exactly_its_diagnose_after(make_run, monkeypatch):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("edge", {"node0": Script(["[0|0]:step 1"], hang=True)},
+                                    dict(nodes=1, hang_diagnose_after=120)),
+                 ("under", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1, hang_diagnose_after=121)))
+    wait_until(lambda: all(len(c.log) == 1 for c in client.containers_by_name.values()))
+    now = 1796500800.0
+    monkeypatch.setattr("orchestrate.cli.ps.engine_now", lambda engine: now)
+    for container in client.containers_by_name.values():
+        container.log[:] = [(now - 120, "[0|0]:step 1")]
+    out = io.StringIO()
+    assert main(["ps"], out=out, client=client) == 0
+    assert out.getvalue().splitlines()[4:] == ["run edge: no worker has printed for 2m; where every rank is (waiting or"
+                                               " computing): python -m orchestrate stacks edge"], out.getvalue()
+
 def test_ps_names_no_quiet_run_that_stacks_would_refuse(make_run):
     """A run that names no directory of its own (started by another tool) is refused by
     ``stacks``: ps lists its quiet time but names no command that fails."""
