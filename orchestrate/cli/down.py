@@ -8,8 +8,10 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
-from orchestrate.engine.runs import REMOVED_BY, find_run, remove_run
+from orchestrate.errors import NoSuchRunError
+from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
+from orchestrate.launch.unfollowed import record_before_removal
 
 
 def add_parsers(sub: Any) -> None:
@@ -41,6 +43,8 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
             if why_not:
                 inv.out.write(f"{why_not}: removing it here\n")
             torn_down = not why_not
+    if not torn_down:
+        kept_first(inv, client, run)
     removed = remove_run(client, run)
     if removed or not torn_down:
         inv.out.write(f"removed run {run.run_id}: {what_was_removed(removed)}\n")
@@ -49,6 +53,20 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if run.run_dir.is_dir():
         inv.out.write(f"its logs stay in {run.run_dir}\n")
     return 0
+
+
+def kept_first(inv: Invocation, client: Any, run: RunInfo) -> None:
+    """Before the run goes: a run nobody followed to its end gets its node logs (and a detached
+    one its summary and report page) written into its directory from the engine, and says so."""
+    try:
+        now = find_run(client, run.run_id)  # (its nodes as they are after the stop above)
+        recorded = record_before_removal(client, now)
+    except NoSuchRunError:
+        return  # another command removed it meanwhile
+    if recorded is not None:
+        what = "node logs, summary and report page" if now.detached else "node logs"
+        inv.out.write(f"run {run.run_id}: no one followed it to its end; its {what} were written from the"
+                      f" engine first\n")
 
 
 def what_was_removed(removed: list[str]) -> str:

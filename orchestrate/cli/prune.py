@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.cli.down import what_was_removed
+from orchestrate.cli.down import kept_first, what_was_removed
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.runs import RunInfo, list_runs, remove_run
 from orchestrate.launch.recorded_runs import runs_as_recorded
@@ -32,6 +32,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         if not run.state.ended:
             running += 1
             continue
+        kept_first(inv, client, run)
         removed = remove_run(client, run)
         inv.out.write(f"removed run {run.run_id} ({run.state.value}): {what_was_removed(removed)}\n")
         pruned += 1

@@ -109,6 +109,11 @@ def test_stop_keeps_the_logs_and_state_down_and_prune_remove_everything(docker_c
         assert leftovers(docker_client, f"ddp-{second}") == []
         request = json.loads((tmp_path / second / "stop-requested").read_text())
         assert request["by"] == "python -m orchestrate down" and request["nodes"] == ["node0", "node1"]
+        # no one followed it: its lines and its summary were written from the engine before it went
+        assert any(f"run {second}: no one followed it to its end" in text for text in said), said
+        assert "basic step" in (tmp_path / second / "node0.log").read_text()
+        outcome = json.loads((tmp_path / second / "outcome.json").read_text())
+        assert outcome["stopped_by"] == "python -m orchestrate down" and outcome["exit_code"] == 143, outcome
 
         code, out = cli("prune", "--runs-dir", str(tmp_path))  # not other tests' kept runs
         assert code == 0 and f"removed run {first} (stopped)" in out

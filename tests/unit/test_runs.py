@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
@@ -34,7 +35,7 @@ from orchestrate.engine.runs import (
 from orchestrate.errors import UsageError
 from orchestrate.launch.recorded_runs import runs_as_recorded
 from orchestrate.node import rank_signal
-from orchestrate.outcome.events import record_event
+from orchestrate.outcome.events import launcher_exit_code, read_events, record_event
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
 from orchestrate.text import runs_named, several_runs
 from tests.fakes import FakeCompose, FakeDockerClient, Script, wait_until
@@ -1410,7 +1411,7 @@ def test_prune_removes_the_ended_runs_whatever_order_and_counts_those_still_runn
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
-    started_runs(make_run, client, ("b-done", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
+    plans = started_runs(make_run, client, ("b-done", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
                  ("c-going", {"node0": Script(hang=True)}, dict(nodes=1)),
                  ("d-going", {"node0": Script(hang=True)}, dict(nodes=1)))
     wait_until(lambda: {r.run_id: r.state for r in list_runs(client)}["b-done"] is RunState.SUCCEEDED)
@@ -1418,10 +1419,16 @@ def test_prune_removes_the_ended_runs_whatever_order_and_counts_those_still_runn
     out = io.StringIO()
     assert main(["prune"], out=out, client=client) == 0
     assert out.getvalue().splitlines() == [
+        "run b-done: no one followed it to its end; its node logs, summary and report page were written from the"
+        " engine first",
         "removed run b-done (succeeded): container ddp-b-done-node0-1, network ddp-b-done_ddp, volume"
         " ddp-b-done_shared",
         "pruned 1 run(s) in the engine (2 still running)"]
     assert sorted(r.run_id for r in list_runs(client)) == ["c-going", "d-going"]
+    # what only the engine had is kept: the node's lines, and how the run ended
+    done_dir = plans[0].run_dir
+    assert (done_dir / "node0.log").read_text().splitlines() == ["[node0/rank0] hi"]
+    assert launcher_exit_code(read_events(done_dir)) == 0 and json.loads((done_dir / "outcome.json").read_text())["succeeded"]
 
 
 def test_down_stops_a_live_run_first_says_what_needed_sigkill_and_what_it_removed(make_run, monkeypatch):
@@ -1436,8 +1443,13 @@ def test_down_stops_a_live_run_first_says_what_needed_sigkill_and_what_it_remove
     assert out.getvalue().splitlines() == [
         "node0 did not stop within its grace after SIGTERM, so it got SIGKILL",  # (a grace of 1 s lists nothing)
         "stopped node0 of run away first (SIGTERM, SIGKILL after 1 s)",
+        "run away: no one followed it to its end; its node logs, summary and report page were written from the"
+        " engine first",
         "removed run away: container ddp-away-node0-1, network ddp-away_ddp, volume ddp-away_shared",
         f"its logs stay in {detached.run_dir}"]
+    outcome = json.loads((detached.run_dir / "outcome.json").read_text())
+    assert outcome["stopped_by"] == "python -m orchestrate down" and outcome["exit_code"] == 143, outcome
+    assert (detached.run_dir / "node0.log").exists()
     client.script("node0", Script(hang=True))
     foreground = make_run("here", client=client, nodes=1, stop_grace=1).start()
     out = io.StringIO()
@@ -1612,3 +1624,104 @@ def test_stacks_and_debug_of_a_running_run_with_no_directory_are_refused_writing
     monkeypatch.setattr("sys.stderr", err)
     assert main(client=client, argv=command, out=io.StringIO()) == 2
     assert list(here.iterdir()) == [] and "run r names no directory of its own" in err.getvalue()
+
+
+def test_down_and_prune_keep_what_only_the_engine_had_and_leave_a_followed_runs_record_alone(make_run, monkeypatch):
+    """A run nobody followed to its end is followed once before it goes (its node logs, its summary);
+    one whose record an attach finished, one an attach follows now (waited for while it finishes),
+    and an orphaned run whose nodes still run (a follow would wait for their end) are not."""
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+    from orchestrate.engine.locks import try_lock
+    from orchestrate.launch.compose_backend import SUPERVISOR_LOCK
+
+    client = FakeDockerClient()
+    judged, finishing, followed = started_runs(
+        make_run, client, ("judged", {"node0": Script(["[0|0]:first"])}, dict(nodes=1)),
+        ("finishing", {"node0": Script(["[0|0]:second"])}, dict(nodes=1)),
+        ("followed", {"node0": Script(["[0|0]:third"])}, dict(nodes=1)))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    assert main(["attach", "judged"], out=io.StringIO(), client=client) == 0  # the first attach records its end
+    record = (judged.run_dir / "events.jsonl").read_text()
+    out = io.StringIO()
+    assert main(["down", "judged"], out=out, client=client) == 0
+    assert (judged.run_dir / "events.jsonl").read_text() == record  # not judged twice
+
+    # an attach in another terminal records the end while down waits for it: down records nothing more
+    holding, release = threading.Event(), threading.Event()
+
+    def attach_that_finishes() -> None:
+        with try_lock(finishing.run_dir / SUPERVISOR_LOCK) as held:
+            assert held
+            holding.set()
+            release.wait(timeout=10)
+            record_event(finishing.run_dir, "run-ended", exit_code=0, succeeded=True)
+    follower = threading.Thread(target=attach_that_finishes, daemon=True)
+    follower.start()
+    assert holding.wait(timeout=10)
+    threading.Timer(1.0, release.set).start()
+    assert main(["down", "finishing"], out=out, client=client) == 0
+    follower.join(timeout=10)
+    assert (finishing.run_dir / "events.jsonl").read_text().count('"run-ended"') == 1
+
+    # one followed for longer than down waits: its follower keeps what it reads
+    monkeypatch.setattr("orchestrate.launch.unfollowed.FOLLOWER_POLLS", 2)
+    with try_lock(followed.run_dir / SUPERVISOR_LOCK) as held:
+        assert held
+        assert main(["down", "followed"], out=out, client=client) == 0
+    assert not (followed.run_dir / "outcome.json").exists()  # (its follower's to write)
+    assert [line for line in out.getvalue().splitlines() if "followed it" in line] == [], out.getvalue()
+
+    # an orphaned run whose node still runs: removed at once, nothing followed
+    client.script("node0", Script(["[0|0]:going"], hang=True))
+    orphan = make_run("orphan", client=client, nodes=1, stop_grace=1).start()
+    for container in client.containers_by_name.values():  # its launcher was killed
+        container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+    wait_until(lambda: len(client.containers_by_name["ddp-orphan-node0-1"].log) == 1)
+    out, codes = io.StringIO(), []
+    pruning = threading.Thread(target=lambda: codes.append(main(["prune"], out=out, client=client)), daemon=True)
+    pruning.start()
+    pruning.join(timeout=10)
+    assert codes == [0], "prune waited for the orphaned run's end"
+    assert out.getvalue().splitlines()[0].startswith("removed run orphan (orphaned): "), out.getvalue()
+    assert not (orphan.run_dir / "outcome.json").exists()
+
+
+def test_down_of_an_orphaned_run_writes_its_node_logs_whole_but_no_summary(make_run):
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
+    client.script("node0", Script(["[0|0]:one", "[0|0]:two"]))
+    plan = make_run("gone", client=client, nodes=1).start()  # its launcher (this process) never follows it
+    for container in client.containers_by_name.values():  # ... and is killed
+        container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+    wait_until(lambda: not list_runs(client, "gone")[0].live_nodes)
+    out = io.StringIO()
+    assert main(["down", "gone"], out=out, client=client) == 0
+    assert out.getvalue().splitlines()[0] == ("run gone: no one followed it to its end; its node logs were written"
+                                              " from the engine first")
+    assert (plan.run_dir / "node0.log").read_text().splitlines() == ["[node0/rank0] one", "[node0/rank0] two"]
+    assert not (plan.run_dir / "outcome.json").exists()  # a foreground run's summary is its launcher's alone
+
+
+def test_only_a_compose_run_with_a_directory_of_its_own_is_followed_before_it_goes(make_run, tmp_path, monkeypatch):
+    import dataclasses
+
+    from orchestrate.engine.labels import RUN_DIR_LABEL, SCHEDULER_LABEL
+    from orchestrate.launch.unfollowed import unrecorded
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("ended", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    run = list_runs(client)[0]
+    assert unrecorded(run)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # (a run with no directory must not read or lock the current one either)
+    assert not unrecorded(dataclasses.replace(run, labels={**run.labels, RUN_DIR_LABEL: ""}))
+    # a Slurm job's lines are Slurm's, in its directory already: a Compose follower would misread its nodes
+    assert not unrecorded(dataclasses.replace(run, labels={**run.labels, SCHEDULER_LABEL: "slurm"}))
+    assert list(elsewhere.iterdir()) == []
