@@ -2129,6 +2129,14 @@ MUTANTS = [
            ' or run.scheduler != "compose" or', " or", ("tests/unit/test_runs.py", "tests/unit/test_slurm.py")),
     Mutant("down follows a run with no directory of its own", "orchestrate/launch/unfollowed.py",
            ' or not run.run_dir.name or', " or", ("tests/unit/test_runs.py",)),
+    # session 105: a --runs-dir no run's directory can be made in is refused in one line
+    Mutant("run asks the engine before it finds the runs directory unusable", "orchestrate/launch/run.py",
+           "        check_runs_dir(cpu_config.runs_dir)\n", "", ("tests/unit/test_run_dir.py",)),
+    Mutant("a run directory the system will not make is a traceback", "orchestrate/launch/run_dir.py",
+           "    except OSError as exc:\n        raise UsageError", "    except ValueError as exc:\n        raise UsageError",
+           ("tests/unit/test_run_dir.py",)),
+    Mutant("a runs directory under a file is said to be no directory itself", "orchestrate/launch/run_dir.py",
+           "        existing = existing.parent\n", "        break\n", ("tests/unit/test_run_dir.py",)),
 ]
 
 

@@ -38,7 +38,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         pruned += 1
     where = f" in {args.runs_dir}" if args.runs_dir else " in the engine"
     if args.runs_dir and not args.runs_dir.is_dir():
-        where += " (no such directory here)"
+        where += " (not a directory)" if args.runs_dir.exists() else " (no such directory here)"
     left = f" ({running} still running)" if running else ""
     inv.out.write(f"pruned {pruned} run(s){where}{left}\n" if pruned
                   else f"nothing to prune{where}: no run there has ended{left}\n")

@@ -46,7 +46,7 @@ from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import gpu_lease
 from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
 from orchestrate.launch.recorded_runs import run_as_recorded
-from orchestrate.launch.run_dir import prepare_run_dir
+from orchestrate.launch.run_dir import check_runs_dir, prepare_run_dir
 from orchestrate.launch.teardown import finish_record, tear_down_and_record, teardown
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult, Timings
@@ -166,6 +166,7 @@ class Run:
         as_cpu = request.replace(cpu=True, backend="gloo", share_gpus=False)
         cpu_config = resolve_config(as_cpu, self.host)
         derived_image_spec(cpu_config)
+        check_runs_dir(cpu_config.runs_dir)
         # a CPU run is that run itself (its "auto" backend is gloo): built once
         cpu_already = request.cpu and not request.share_gpus and request.backend in ("auto", "gloo")
         config = cpu_config if cpu_already else resolve_config(request, self.host)

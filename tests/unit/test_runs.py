@@ -832,7 +832,10 @@ def test_prune_says_what_it_left_running_and_a_runs_dir_that_is_not_there(make_r
                        (["prune", "--runs-dir", str(runs_dir)],
                         f"nothing to prune in {runs_dir}: no run there has ended (1 still running)\n"),
                        (["prune", "--runs-dir", str(tmp_path / "rusn")],  # a typo
-                        f"nothing to prune in {tmp_path / 'rusn'} (no such directory here): no run there has ended\n")):
+                        f"nothing to prune in {tmp_path / 'rusn'} (no such directory here): no run there has ended\n"),
+                       (["prune", "--runs-dir", str(runs_dir / "going" / "run.json")],  # a file
+                        f"nothing to prune in {runs_dir / 'going' / 'run.json'} (not a directory): no run there has"
+                        f" ended\n")):
         out = io.StringIO()
         assert main(client=client, argv=argv, out=out) == 0
         assert out.getvalue() == said
