@@ -2137,6 +2137,12 @@ MUTANTS = [
            ("tests/unit/test_run_dir.py",)),
     Mutant("a runs directory under a file is said to be no directory itself", "orchestrate/launch/run_dir.py",
            "        existing = existing.parent\n", "        break\n", ("tests/unit/test_run_dir.py",)),
+    Mutant("-v after the command is refused", "orchestrate/cli/main.py",
+           '        command_parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)\n',
+           "        pass\n", ("tests/unit/test_cli_main.py",)),
+    Mutant("-v left out after the command takes back the one before it", "orchestrate/cli/main.py",
+           'action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)', 'action="store_true", help=VERBOSE_HELP)',
+           ("tests/unit/test_cli_main.py",)),
 ]
 
 

@@ -23,6 +23,7 @@ environment, 128 + the signal when interrupted.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import shlex
 import signal
@@ -38,6 +39,9 @@ from orchestrate.cli.signals import interrupt_exit_code
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError, UsageError
 
+VERBOSE_HELP = ("log debug details, and show every line the nodes print (torchrun's INFO records and failure report,"
+                " every redraw of a progress bar)")
+
 # In the order ``--help`` lists them.
 COMMANDS = (run, chaos, ps, logs, attach, stacks, debug, stop, down, prune, bench, fault, export, report, image)
 
@@ -50,11 +54,14 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> OneLinePa
         epilog="TARGET (after --) is what torchrun runs: a script relative to --workdir with its arguments, or"
                " -m MODULE [ARGS]. Default: -m app.toy.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details, and show every line the nodes print"
-                        " (torchrun's INFO records and failure report, every redraw of a progress bar)")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     for command in COMMANDS:
         command.add_parsers(sub)
+    # after the command too (`run -v`, as the console's "or -v" notes read): given there, it is the
+    # same switch; left out there, the one before the command stands
+    for command_parser in {id(p): p for p in sub.choices.values()}.values():
+        command_parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     parser.commands = sub.choices  # each command's parser, by its name (and alias)
     return parser
 
