@@ -38,6 +38,21 @@ def brief(exception: str) -> str:
     return (words if len(words) - message_at >= BRIEF_MESSAGE_CHARS else head).rstrip(" ,;") + " …"
 
 
+# torchrun's prefix of a worker's line in its node's output: "[<global rank>|<local rank>]:" as the
+# launcher asks, "[<role><local rank>]:" by default; never torch's own "[rank<N>]:" in an error.
+_TORCHRUN_PREFIX = re.compile(r"^\[(?:(?P<rank>\d+)\|\d+|(?!rank\d)(?P<role>[A-Za-z_]+?)(?P<local>\d+))\]:")
+
+
+def readable_node_line(raw: str) -> str:
+    """One raw line of a node's output as a reader of the node's last lines wants it: a worker's
+    with ``[rank3] `` (or ``[local1] ``, where the rank is not known) for torchrun's prefix."""
+    match = _TORCHRUN_PREFIX.match(raw)
+    if match is None:
+        return raw
+    whose = f"rank{match['rank']}" if match["rank"] is not None else f"local{match['local']}"
+    return f"[{whose}] {raw[match.end():]}"
+
+
 def listed(items: list[str], most: int) -> str:
     """``items`` joined with commas, the first ``most`` of them, and how many more ("a, b and 3
     more")."""

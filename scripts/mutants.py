@@ -2143,6 +2143,12 @@ MUTANTS = [
     Mutant("-v left out after the command takes back the one before it", "orchestrate/cli/main.py",
            'action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)', 'action="store_true", help=VERBOSE_HELP)',
            ("tests/unit/test_cli_main.py",)),
+    # session 105: a node's last lines in the summary without torchrun's "[3|1]:" prefix
+    Mutant("a node's last lines keep torchrun's prefix in the summary", "orchestrate/outcome/summary.py",
+           '            lines += [f"  | {readable_node_line(ln)}" for ln in failure.last_lines]',
+           '            lines += [f"  | {ln}" for ln in failure.last_lines]', ("tests/unit/test_outcome.py",)),
+    Mutant("torch's own [rank1]: is read as torchrun's prefix", "orchestrate/text.py",
+           r'|(?!rank\d)(?P<role>', r'|(?P<role>', ("tests/unit/test_outcome.py",)),
 ]
 
 

@@ -14,7 +14,7 @@ from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import RankAfterSigterm
 from orchestrate.outcome.root_cause import wrapping_links
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import counted
+from orchestrate.text import counted, readable_node_line
 
 
 class Lines(list):
@@ -421,7 +421,7 @@ class RunResult:
             last = (failure.traceback.rstrip().splitlines() if failure.traceback else list(failure.last_lines))[-3:]
             where = failure.lines_of or (f"{failure.node}/rank{failure.rank}" if failure.rank is not None
                                          else failure.node)
-            tail = f"; last lines of {where}: " + " | ".join(line.strip() for line in last) if last else ""
+            tail = f"; last lines of {where}: " + " | ".join(readable_node_line(line).strip() for line in last) if last else ""
         return f"RunResult({self.run_id}: FAILED (exit code {self.exit_code}): {'; '.join(why)}{tail})"
 
     @property

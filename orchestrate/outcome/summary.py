@@ -16,8 +16,8 @@ from orchestrate.outcome.model import RunResult, SlurmJob
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said, recovered_preemption_said
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import (brief, counted, format_table, grace_ran_out, peers_named, ranks_text, shuffled_alike,
-                             times, written_by_several)
+from orchestrate.text import (brief, counted, format_table, grace_ran_out, peers_named, ranks_text, readable_node_line,
+                              shuffled_alike, times, written_by_several)
 
 
 def every_node(count: int) -> str:
@@ -176,7 +176,7 @@ def format_summary(outcome: RunResult) -> str:
             whose = failure.lines_of or (f"{failure.node}/rank{failure.rank}" if failure.rank is not None
                                          else failure.node)
             lines.append(f"last lines of {whose}:")
-            lines += [f"  | {ln}" for ln in failure.last_lines]
+            lines += [f"  | {readable_node_line(ln)}" for ln in failure.last_lines]
     elif not outcome.interrupted and not outcome.error:
         lines.append("FAILED: not every node exited 0")
     return "\n".join(lines)

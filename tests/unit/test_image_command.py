@@ -46,7 +46,7 @@ def image_build(*words: str, client=None, out=None) -> int:
 def test_image_alone_prints_its_help_and_exits_2(builds):
     out = io.StringIO()
     assert main(["image"], out=out) == 2
-    assert out.getvalue().startswith("usage: python -m orchestrate image [-h] ACTION ...") and builds == []
+    assert out.getvalue().startswith("usage: python -m orchestrate image [-h] [-v] ACTION ...") and builds == []
 
 
 def test_the_default_build_is_the_default_tag_by_the_path_that_works_and_says_its_progress_at_once(builds):

@@ -14,6 +14,7 @@ from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
+from orchestrate.text import readable_node_line
 from orchestrate.text import brief, counted
 
 
@@ -388,6 +389,18 @@ def test_a_failed_assert_on_a_result_shows_how_the_run_ended_and_why_then_the_la
     plain = Failure("node1", None, 137, "", ("l1", "l2", "l3", "l4"), description="node1 was OOM-killed")
     assert repr(outcome(failed, reported_failure=plain)) == (
         "RunResult(run-1: FAILED (exit code 1): node1 was OOM-killed; last lines of node1: l2 | l3 | l4)")
+    # a node's own lines come as the node printed them: its workers' read without torchrun's prefix
+    raw = replace(plain, last_lines=("[3|1]:step 7", "W1206 03:01:02.000000 8 api.py:725] Received 9 death signal",
+                                     "[default0]:loss 0.5"))
+    assert repr(outcome(failed, reported_failure=raw)) == (
+        "RunResult(run-1: FAILED (exit code 1): node1 was OOM-killed; last lines of node1: [rank3] step 7 | W1206"
+        " 03:01:02.000000 8 api.py:725] Received 9 death signal | [local0] loss 0.5)")
+    assert format_summary(outcome(failed, reported_failure=raw)).splitlines()[-4:] == [
+        "last lines of node1:", "  | [rank3] step 7", "  | W1206 03:01:02.000000 8 api.py:725] Received 9 death signal",
+        "  | [local0] loss 0.5"]
+    # torch's own "[rank1]:" before each line of a worker's error is the worker's text, never torchrun's prefix
+    assert readable_node_line("[rank1]: Traceback (most recent call last):") == "[rank1]: Traceback (most recent call last):"
+    assert readable_node_line("[1|1]:[rank1]: ValueError") == "[rank1] [rank1]: ValueError"
     assert repr(outcome(failed, reported_failure=replace(plain, lines_of="node1/rank2", last_lines=()))) == (
         "RunResult(run-1: FAILED (exit code 1): node1 was OOM-killed)")
     assert repr(outcome(failed, reported_failure=replace(plain, rank=2, lines_of="node0/rank0"))).endswith(
