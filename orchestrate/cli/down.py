@@ -8,7 +8,8 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
-from orchestrate.errors import NoSuchRunError
+from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.errors import EngineError, NoSuchRunError
 from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
 from orchestrate.launch.unfollowed import record_before_removal
@@ -57,16 +58,16 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
 
 def kept_first(inv: Invocation, client: Any, run: RunInfo) -> None:
     """Before the run goes: a run nobody followed to its end gets its node logs (and a detached
-    one its summary and report page) written into its directory from the engine, and says so."""
+    one its summary and report page) written into its directory from the engine, and says so;
+    where that fails, it says why, and the run is removed all the same."""
+    say = lambda text: inv.out.write(text + "\n")  # noqa: E731
     try:
         now = find_run(client, run.run_id)  # (its nodes as they are after the stop above)
-        recorded = record_before_removal(client, now)
+        record_before_removal(client, now, say)
     except NoSuchRunError:
         return  # another command removed it meanwhile
-    if recorded is not None:
-        what = "node logs, summary and report page" if now.detached else "node logs"
-        inv.out.write(f"run {run.run_id}: no one followed it to its end; its {what} were written from the"
-                      f" engine first\n")
+    except (OSError, EngineError, *engine_errors()) as exc:
+        say(f"run {run.run_id}: could not keep its lines from the engine ({describe(exc)}); removing it all the same")
 
 
 def what_was_removed(removed: list[str]) -> str:

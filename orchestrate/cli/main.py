@@ -58,12 +58,25 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> OneLinePa
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     for command in COMMANDS:
         command.add_parsers(sub)
-    # after the command too (`run -v`, as the console's "or -v" notes read): given there, it is the
-    # same switch; left out there, the one before the command stands
-    for command_parser in {id(p): p for p in sub.choices.values()}.values():
+    # after the command too (`run -v`, `image build -v`, as the console's "or -v" notes read): given
+    # there, it is the same switch; left out there, the one before the command stands
+    for command_parser in parsers_under(parser):
         command_parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     parser.commands = sub.choices  # each command's parser, by its name (and alias)
     return parser
+
+
+def parsers_under(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser under ``parser``, its subcommands' too (``image build``), once each
+    (an alias names the same parser)."""
+    found: dict[int, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if id(child) not in found:
+                    found[id(child)] = child
+                    found.update({id(p): p for p in parsers_under(child)})
+    return list(found.values())
 
 
 class TrialParser(OneLineParser):

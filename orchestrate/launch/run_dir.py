@@ -15,9 +15,9 @@ def runs_dir_problem(runs_dir: Path) -> str:
     """Why no run's directory can be made in ``runs_dir`` ("" where one can, as far as can be told
     without making it): the nearest part of it that exists is a file, or not writable."""
     existing = runs_dir
-    while not existing.exists() and existing != existing.parent:
+    while not os.path.exists(existing) and existing != existing.parent:  # (False too where it may not be looked at)
         existing = existing.parent
-    if not existing.is_dir():
+    if not os.path.isdir(existing):
         return f"{existing} is not a directory"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} is not writable by this user"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from orchestrate.engine.locks import try_lock
 from orchestrate.engine.runs import RunInfo
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK
-from orchestrate.outcome.events import launcher_exit_code, read_events
+from orchestrate.outcome.events import launcher_exit_code, read_events, record_event
 from orchestrate.outcome.model import RunResult
 
 # How long a removal waits for whoever follows the run now (an `attach`, another `down`) to finish
@@ -22,13 +22,22 @@ FOLLOWER_POLL_S = 0.5
 FOLLOWER_POLLS = 120
 
 
+LINES_KEPT = "lines-kept"  # the event a quiet follow leaves: a second removal then follows no more
+
+
 def unrecorded(run: RunInfo) -> bool:
     """Whether removing the run would take lines its directory does not keep: a Compose run with a
-    directory and no node left running (a follow of a live one would wait for its end), whose
-    launcher is not alive (detached, or gone), and whose record no launcher or ``attach`` finished."""
-    if run.live_nodes or run.scheduler != "compose" or not run.run_dir.name or not run.run_dir.is_dir():
+    directory this user may write, and no node left running (a follow of a live one would wait for
+    its end); detached, or foreground with its launcher gone (not one on another host, which may
+    still run); whose record no launcher, ``attach`` or earlier removal finished."""
+    if run.live_nodes or run.scheduler != "compose" or not run.run_dir.name:
         return False
-    return not run.launcher_alive and launcher_exit_code(read_events(run.run_dir)) is None
+    if not (os.path.isdir(run.run_dir) and os.access(run.run_dir, os.W_OK | os.X_OK)):
+        return False  # (another user's run, which prune may remove: its directory is theirs)
+    if not (run.detached or run.launcher_alive is False):
+        return False
+    events = read_events(run.run_dir)
+    return launcher_exit_code(events) is None and not any(e["event"] == LINES_KEPT for e in events)
 
 
 def followed_now(run: RunInfo) -> bool:
@@ -37,22 +46,29 @@ def followed_now(run: RunInfo) -> bool:
         return not free
 
 
-def record_before_removal(client: Any, run: RunInfo,
+def record_before_removal(client: Any, run: RunInfo, say: Callable[[str], None],
                           sleep: Callable[[float], None] = time.sleep) -> Optional[RunResult]:
-    """Follow the ``run`` once, printing nothing, so that its directory keeps what a follower
-    writes; its result, or None where nothing needed it (:func:`unrecorded`), or whoever followed
-    it meanwhile recorded it (waited for, up to ``FOLLOWER_POLLS`` looks)."""
+    """Follow the ``run`` once, printing nothing of its lines, so that its directory keeps what a
+    follower writes (``say`` tells what it waits for and does); its result, or None where nothing
+    needed it (:func:`unrecorded`), or whoever followed it meanwhile recorded it (waited for, up to
+    ``FOLLOWER_POLLS`` looks)."""
     from orchestrate.launch.run import Run
 
     if not unrecorded(run):
         return None
-    for _ in range(FOLLOWER_POLLS):
+    for look in range(FOLLOWER_POLLS):
         if not followed_now(run):
             break
+        if look == 0:
+            say(f"run {run.run_id}: another command follows it; waiting for it to keep its lines")
         sleep(FOLLOWER_POLL_S)
     else:
         return None  # still followed: that follower keeps what it reads
     if not unrecorded(run):
         return None  # the follower waited for judged it
+    what = "node logs, summary and report page" if run.detached else "node logs"
+    say(f"run {run.run_id}: no one followed it to its end; writing its {what} from the engine first")
     with open(os.devnull, "w", encoding="utf-8") as nowhere:
-        return Run.attach(run.run_id, out=nowhere, client=client).follow()
+        result = Run.attach(run.run_id, out=nowhere, client=client).follow()
+    record_event(run.run_dir, LINES_KEPT)
+    return result

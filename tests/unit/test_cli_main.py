@@ -297,3 +297,16 @@ def test_an_invocation_connects_the_environments_engine_once_and_says_a_line_at_
     out = Flushed()
     Invocation([], [], out).say("nodes up")
     assert out.flushed_at == ["nodes up\n"]
+
+
+def test_verbose_is_taken_after_every_command_and_subcommand_and_never_from_the_job(tmp_path):
+    from orchestrate.cli.main import build_parser
+
+    parser = build_parser()
+    for words in (["run", "-v"], ["image", "build", "-v"], ["bench", "ddp", "-v"], ["ps", "-v"], ["-v", "logs", "r1"]):
+        assert parser.parse_known_args(words)[0].verbose is True, words
+    assert parser.parse_known_args(["image", "build"])[0].verbose is False
+    # a job's own -v, after --, is the job's
+    out = io.StringIO()
+    assert main(["plan", "--cpu", "--workdir", str(tmp_path), "--", "-m", "app.toy", "-v"], out=out) == 0
+    assert "-m app.toy -v" in out.getvalue()

@@ -1422,8 +1422,8 @@ def test_prune_removes_the_ended_runs_whatever_order_and_counts_those_still_runn
     out = io.StringIO()
     assert main(["prune"], out=out, client=client) == 0
     assert out.getvalue().splitlines() == [
-        "run b-done: no one followed it to its end; its node logs, summary and report page were written from the"
-        " engine first",
+        "run b-done: no one followed it to its end; writing its node logs, summary and report page from the engine"
+        " first",
         "removed run b-done (succeeded): container ddp-b-done-node0-1, network ddp-b-done_ddp, volume"
         " ddp-b-done_shared",
         "pruned 1 run(s) in the engine (2 still running)"]
@@ -1446,8 +1446,8 @@ def test_down_stops_a_live_run_first_says_what_needed_sigkill_and_what_it_remove
     assert out.getvalue().splitlines() == [
         "node0 did not stop within its grace after SIGTERM, so it got SIGKILL",  # (a grace of 1 s lists nothing)
         "stopped node0 of run away first (SIGTERM, SIGKILL after 1 s)",
-        "run away: no one followed it to its end; its node logs, summary and report page were written from the"
-        " engine first",
+        "run away: no one followed it to its end; writing its node logs, summary and report page from the engine"
+        " first",
         "removed run away: container ddp-away-node0-1, network ddp-away_ddp, volume ddp-away_shared",
         f"its logs stay in {detached.run_dir}"]
     outcome = json.loads((detached.run_dir / "outcome.json").read_text())
@@ -1666,6 +1666,7 @@ def test_down_and_prune_keep_what_only_the_engine_had_and_leave_a_followed_runs_
     assert main(["down", "finishing"], out=out, client=client) == 0
     follower.join(timeout=10)
     assert (finishing.run_dir / "events.jsonl").read_text().count('"run-ended"') == 1
+    assert "run finishing: another command follows it; waiting for it to keep its lines" in out.getvalue().splitlines()
 
     # one followed for longer than down waits: its follower keeps what it reads
     monkeypatch.setattr("orchestrate.launch.unfollowed.FOLLOWER_POLLS", 2)
@@ -1673,7 +1674,7 @@ def test_down_and_prune_keep_what_only_the_engine_had_and_leave_a_followed_runs_
         assert held
         assert main(["down", "followed"], out=out, client=client) == 0
     assert not (followed.run_dir / "outcome.json").exists()  # (its follower's to write)
-    assert [line for line in out.getvalue().splitlines() if "followed it" in line] == [], out.getvalue()
+    assert [line for line in out.getvalue().splitlines() if "no one followed it" in line] == [], out.getvalue()
 
     # an orphaned run whose node still runs: removed at once, nothing followed
     client.script("node0", Script(["[0|0]:going"], hang=True))
@@ -1704,10 +1705,67 @@ def test_down_of_an_orphaned_run_writes_its_node_logs_whole_but_no_summary(make_
     wait_until(lambda: not list_runs(client, "gone")[0].live_nodes)
     out = io.StringIO()
     assert main(["down", "gone"], out=out, client=client) == 0
-    assert out.getvalue().splitlines()[0] == ("run gone: no one followed it to its end; its node logs were written"
-                                              " from the engine first")
+    assert out.getvalue().splitlines()[0] == ("run gone: no one followed it to its end; writing its node logs from"
+                                              " the engine first")
     assert (plan.run_dir / "node0.log").read_text().splitlines() == ["[node0/rank0] one", "[node0/rank0] two"]
     assert not (plan.run_dir / "outcome.json").exists()  # a foreground run's summary is its launcher's alone
+
+
+def test_an_orphaned_run_kept_once_is_not_followed_again_by_a_second_removal(make_run):
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+    from orchestrate.launch.unfollowed import record_before_removal
+
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
+    client.script("node0", Script(["[0|0]:one"]))
+    plan = make_run("gone", client=client, nodes=1).start()
+    for container in client.containers_by_name.values():
+        container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+    wait_until(lambda: not list_runs(client, "gone")[0].live_nodes)
+    said: list[str] = []
+    assert record_before_removal(client, list_runs(client, "gone")[0], said.append) is not None
+    kept = (plan.run_dir / "node0.log").read_text()
+    assert record_before_removal(client, list_runs(client, "gone")[0], said.append) is None  # (a down and a prune at once)
+    assert (plan.run_dir / "node0.log").read_text() == kept == "[node0/rank0] one\n"
+    assert said == ["run gone: no one followed it to its end; writing its node logs from the engine first"]
+
+
+def test_a_run_whose_lines_cannot_be_kept_is_removed_all_the_same_saying_why(make_run, monkeypatch):
+    from orchestrate.cli.main import main
+    from orchestrate.errors import EngineError
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("lost", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+
+    def engine_fails(client, run, say):
+        raise EngineError("the engine stopped answering")
+    monkeypatch.setattr("orchestrate.cli.down.record_before_removal", engine_fails)
+    out = io.StringIO()
+    assert main(["down", "lost"], out=out, client=client) == 0
+    assert out.getvalue().splitlines()[:2] == [
+        "run lost: could not keep its lines from the engine (the engine stopped answering); removing it all the same",
+        "removed run lost: container ddp-lost-node0-1, network ddp-lost_ddp, volume ddp-lost_shared"]
+
+
+def test_another_users_run_and_a_launcher_on_another_host_are_not_followed_before_removal(make_run, monkeypatch):
+    import dataclasses
+
+    from orchestrate.engine.labels import DETACHED_LABEL
+    from orchestrate.launch.unfollowed import unrecorded
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("theirs", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    run = list_runs(client)[0]
+    assert unrecorded(run)
+    # a foreground run whose launcher lives on another host (None: this host cannot tell) may still be followed
+    assert not unrecorded(dataclasses.replace(run, labels={**run.labels, DETACHED_LABEL: ""}, launcher_alive=None))
+    assert unrecorded(dataclasses.replace(run, labels={**run.labels, DETACHED_LABEL: ""}, launcher_alive=False))
+    # a directory this user may not write (another user's run, which prune may remove): theirs to keep
+    monkeypatch.setattr("orchestrate.launch.unfollowed.os.access", lambda path, mode: False)
+    assert not unrecorded(run)
 
 
 def test_only_a_compose_run_with_a_directory_of_its_own_is_followed_before_it_goes(make_run, tmp_path, monkeypatch):
