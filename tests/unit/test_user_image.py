@@ -35,6 +35,43 @@ def test_the_spec_excludes_the_runs_directory_inside_the_context(tmp_path):
     assert spec.context == tmp_path and spec.excluded == ("runs",)
 
 
+def test_the_spec_holds_the_node_image_the_requirements_and_the_dockerfile(tmp_path):
+    (tmp_path / "requirements.txt").write_text("six\n")
+    spec = derived_image_spec(RunConfig(workdir=tmp_path, requirements=tmp_path / "requirements.txt"))
+    assert (spec.base, spec.requirements, spec.dockerfile, spec.context) == (
+        "ddp-compose-node:latest", tmp_path / "requirements.txt", None, None)  # no Dockerfile: no context to send
+    (tmp_path / "Dockerfile").write_text("FROM my-node:1\n")  # FROM the node image by its name
+    spec = derived_image_spec(RunConfig(workdir=tmp_path, image="my-node:1", dockerfile=tmp_path / "Dockerfile"))
+    assert (spec.base, spec.requirements, spec.dockerfile, spec.context) == (
+        "my-node:1", None, tmp_path / "Dockerfile", tmp_path)
+    with pytest.raises(UsageError, match=rf"^{tmp_path}/Dockerfile must build on the node image: .* found FROM"
+                                         r" my-node:1;"):
+        derived_image_spec(RunConfig(workdir=tmp_path, dockerfile=tmp_path / "Dockerfile"))
+    (tmp_path / "Dockerfile").write_text("RUN true\n")
+    with pytest.raises(UsageError, match=r"found FROM nothing;"):
+        derived_image_spec(RunConfig(workdir=tmp_path, dockerfile=tmp_path / "Dockerfile"))
+    (tmp_path / "Dockerfile").write_bytes(b"# caf\xe9 (Latin-1)\nFROM nvidia/cuda:12\n")  # not UTF-8: still read
+    with pytest.raises(UsageError, match=r"found FROM nvidia/cuda:12;"):
+        derived_image_spec(RunConfig(workdir=tmp_path, dockerfile=tmp_path / "Dockerfile"))
+
+
+def test_a_context_without_dockerignore_and_runs_outside_it_send_every_file(tmp_path):
+    context = tmp_path / "project"
+    (context / "src").mkdir(parents=True)
+    (context / "src" / "model.py").write_text("x")
+    (context / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY src /app/src\n")
+    spec = derived_image_spec(RunConfig(workdir=context, runs_dir=tmp_path / "runs", dockerfile=context / "Dockerfile"))
+    assert spec.excluded == ()  # the runs are not in the context: nothing to leave out
+    assert context_files(spec.context, spec.dockerfile, spec.excluded) == ["Dockerfile", "src", "src/model.py"]
+
+
+def test_the_dockerfile_is_sent_whatever_dockerignore_says(tmp_path):
+    (tmp_path / "train.py").write_text("x")
+    (tmp_path / "Dockerfile").write_text("FROM x\n")
+    (tmp_path / ".dockerignore").write_text("Dockerfile\n\n# train.py\n")  # (a blank line and a comment: no patterns)
+    assert context_files(tmp_path, tmp_path / "Dockerfile", ()) == [".dockerignore", "Dockerfile", "train.py"]
+
+
 def test_context_files_follow_dockerignore_and_leave_out_the_runs(tmp_path):
     for name in ("train.py", "data/big.bin", "runs/r1/node0.log", "notes.tmp"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +95,10 @@ def test_the_digest_changes_with_every_input_and_only_then():
 
 @pytest.mark.parametrize("text, local", [("six==1.16\n", False), ("--find-links wheels\nsix\n", True),
                                           ("-e .\n", True), ("./pkg\n", True), ("pkg @ file:///x.whl\n", True),
-                                          ("numpy>=1  # -e not really\n", False)])
+                                          ("numpy>=1  # -e not really\n", False),
+                                          ("/opt/wheels/x.whl\n", True), ("~/src/pkg\n", True),
+                                          ("numpy  # -e\n# ./pkg #2\n", False), ("-r more.txt  # # twice\n", True),
+                                          ("numpy  # see file:///notes.txt\n", False)])
 def test_requirements_naming_host_paths_are_resolved_on_the_host(text, local):
     assert refers_to_local_files(text) is local
 
@@ -71,6 +111,11 @@ def test_requirements_naming_host_paths_are_resolved_on_the_host(text, local):
     ("FROM x\nCOPY . /app\n", ["."]),
     ("FROM x AS b\nRUN make\nFROM x\nCOPY --from=b /out /out\n", []),
     ("FROM x\nCOPY a \\\n     b /dst/\n", ["a", "b"]),
+    # every COPY counts, the ones after a stage's copy too
+    ("FROM x AS b\nRUN make\nFROM x\nCOPY --from=b /out /out\nCOPY src /app/src\nCOPY conf.yaml /app/\n",
+     ["src", "conf.yaml"]),
+    ("FROM x\nCOPY /src/ /app/src\nCOPY / /app\n", ["src", "."]),  # the context's root, however written
+    ("FROM x\nCOPY onlyone\n", None), ('FROM x\nCOPY ["a", \n', None),  # unreadable: every file counts
 ])
 def test_the_dockerfiles_copies_say_which_context_files_count(text, sources):
     from orchestrate.engine.user_image import copied_sources
@@ -83,6 +128,7 @@ def test_outputs_a_job_writes_do_not_count_unless_copied():
 
     files = ["Dockerfile", "src/model.py", "src/data/x.bin", "checkpoints/step-1.pt", "conf.yaml"]
     assert files_copied(files, ["src"]) == ["src/model.py", "src/data/x.bin"]
+    assert files_copied(files, ["src/"]) == ["src/model.py", "src/data/x.bin"]
     assert files_copied(files, ["*.yaml"]) == ["conf.yaml"]
     assert files_copied(files, []) == []
     assert files_copied(files, None) == files and files_copied(files, ["."]) == files
