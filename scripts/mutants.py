@@ -2163,6 +2163,12 @@ MUTANTS = [
            '            lines += [f"  | {ln}" for ln in failure.last_lines]', ("tests/unit/test_outcome.py",)),
     Mutant("torch's own [rank1]: is read as torchrun's prefix", "orchestrate/text.py",
            r'|(?!rank\d)(?P<role>', r'|(?P<role>', ("tests/unit/test_outcome.py",)),
+    Mutant("a run gone from the engine is not said to have left its logs", "orchestrate/cli/main.py",
+           '        print(f"error: {exc}{ended_hint(args)}", file=sys.stderr)', '        print(f"error: {exc}", file=sys.stderr)',
+           ("tests/unit/test_cli_main.py",)),
+    Mutant("a part of an id that names no recorded run is said to have left logs", "orchestrate/cli/main.py",
+           "    if len(matches) != 1:\n        return \"\"", "    if not recorded:\n        return \"\"",
+           ("tests/unit/test_cli_main.py",)),
 ]
 
 

@@ -28,6 +28,7 @@ import logging
 import shlex
 import signal
 import sys
+from pathlib import Path
 from typing import IO, Any, NoReturn, Optional, Sequence
 
 from orchestrate.cli import (attach, bench, chaos, debug, down, export, fault, image, logs, prune, ps, report, run,
@@ -36,8 +37,10 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
 from orchestrate.cli.output import ReaderAwareOutput
 from orchestrate.cli.signals import interrupt_exit_code
+from orchestrate.config.run_config import DEFAULT_RUNS_DIR
 from orchestrate.engine.errors import describe, engine_errors
-from orchestrate.errors import OrchestrateError, UsageError
+from orchestrate.errors import NoSuchRunError, OrchestrateError, UsageError
+from orchestrate.text import runs_named
 
 VERBOSE_HELP = ("log debug details, and show every line the nodes print (torchrun's INFO records and failure report,"
                 " every redraw of a progress bar)")
@@ -77,6 +80,22 @@ def parsers_under(parser: argparse.ArgumentParser) -> list[argparse.ArgumentPars
                     found[id(child)] = child
                     found.update({id(p): p for p in parsers_under(child)})
     return list(found.values())
+
+
+def ended_hint(args: argparse.Namespace) -> str:
+    """For a run the engine no longer has whose directory is in the runs directory (a foreground
+    run that ended and was torn down, a removed one): where its lines are; "" otherwise."""
+    run_id = getattr(args, "run_id", "") or ""
+    runs_dir = Path(getattr(args, "runs_dir", None) or DEFAULT_RUNS_DIR)
+    try:
+        recorded = [entry.name for entry in runs_dir.iterdir() if entry.is_dir()]
+    except OSError:
+        return ""
+    matches = runs_named(run_id, recorded) if run_id else []
+    if len(matches) != 1:
+        return ""
+    return (f"; it ended and was removed, and its logs stay in {runs_dir / matches[0]}"
+            f" (python -m orchestrate logs {matches[0]}, report {matches[0]})")
 
 
 class TrialParser(OneLineParser):
@@ -152,6 +171,9 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[IO[str]] = None, cl
         out = ReaderAwareOutput(sys.stdout)  # type: ignore[assignment]  # `| head`: ends as SIGPIPE would
     try:
         return handler(args, Invocation(argv, target, out, client, args.verbose))
+    except NoSuchRunError as exc:
+        print(f"error: {exc}{ended_hint(args)}", file=sys.stderr)
+        return exc.exit_code
     except OrchestrateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

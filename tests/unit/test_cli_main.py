@@ -310,3 +310,19 @@ def test_verbose_is_taken_after_every_command_and_subcommand_and_never_from_the_
     out = io.StringIO()
     assert main(["plan", "--cpu", "--workdir", str(tmp_path), "--", "-m", "app.toy", "-v"], out=out) == 0
     assert "-m app.toy -v" in out.getvalue()
+
+
+def test_a_run_gone_from_the_engine_whose_directory_stays_is_named_with_where_its_logs_are(tmp_path, monkeypatch,
+                                                                                           capsys):
+    from tests.fakes import FakeDockerClient
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "20261206-024200-7f5e9c").mkdir(parents=True)  # a foreground run that ended
+    for words in (["attach", "7f5e9c"], ["down", "20261206-024200-7f5e9c"], ["stop", "7f5e9c"]):
+        assert main(words, out=io.StringIO(), client=FakeDockerClient()) == 2
+        assert capsys.readouterr().err == (
+            f"error: no run {words[1]} in the engine (see `python -m orchestrate ps`); it ended and was removed, and its"
+            " logs stay in runs/20261206-024200-7f5e9c (python -m orchestrate logs 20261206-024200-7f5e9c, report"
+            " 20261206-024200-7f5e9c)\n")
+    assert main(["attach", "0facef"], out=io.StringIO(), client=FakeDockerClient()) == 2  # no directory of it either
+    assert capsys.readouterr().err == "error: no run 0facef in the engine (see `python -m orchestrate ps`)\n"
