@@ -2169,6 +2169,8 @@ MUTANTS = [
     Mutant("a part of an id that names no recorded run is said to have left logs", "orchestrate/cli/main.py",
            "    if len(matches) != 1:\n        return \"\"", "    if not recorded:\n        return \"\"",
            ("tests/unit/test_cli_main.py",)),
+    Mutant("torch's sequence number of a mismatch is said as the record's #", "orchestrate/outcome/root_cause.py",
+           "+ f\" (torch's sequence number {m['seq']})\"", "+ f\" #{m['seq']}\"", ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -523,8 +523,9 @@ _DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(?P<how>.*
 
 def short_mismatch(exception: str) -> str:
     """torch's "Detected mismatch between collectives" error in one readable line naming both
-    ranks' collectives (``collectives differ: rank 1 ran ALLREDUCE #3 of Float[4]; rank 0 ran
-    ALLREDUCE #3 of Float[1] (Tensor shapes: 4vs 1)``); any other text unchanged."""
+    ranks' collectives (``collectives differ: rank 1 ran ALLREDUCE of Float[4] (torch's sequence
+    number 3); rank 0 ran ALLREDUCE of Float[1] (torch's sequence number 3) (tensor shapes: 4 vs
+    1)``); any other text unchanged."""
     if "Detected mismatch between collectives" not in exception:
         return exception
     found = list(_FINGERPRINT.finditer(exception))
@@ -535,10 +536,12 @@ def short_mismatch(exception: str) -> str:
     # of fingerprints brings back an empty one (seen as REDUCE #0, GATHER #0), and its
     # "differences" are against that.
     unread = {m["rank"] for m in found[1:] if m["seq"] == "0" and found[0]["seq"] != "0"}
+    # (torch counts a group's collectives from 0: its number is said as torch's, apart from the
+    # collective record's, which counts from 1 and may count others, DDP's own among them)
     ranks = [f"rank {m['rank']} ran a collective of another kind (torch's check could not read it: it came back as"
-             f" {m['op']} #0)" if m["rank"] in unread else
-             f"rank {m['rank']} ran {m['op']} #{m['seq']}" + (f" of {m['dtype'] or ''}[{m['shape']}]"
-                                                             if m["shape"] is not None else "")
+             f" {m['op']}, torch's sequence number 0)" if m["rank"] in unread else
+             f"rank {m['rank']} ran {m['op']}" + (f" of {m['dtype'] or ''}[{m['shape']}]" if m["shape"] is not None
+                                                 else "") + f" (torch's sequence number {m['seq']})"
              for m in found]
     how = None if unread else _DIFFER.search(exception)
     # torch's words, tidied: "Tensor Tensor shapes: 4vs 1  Op type: ..." reads "tensor shapes: 4 vs 1; op type: ..."

@@ -173,8 +173,9 @@ def test_debug_collectives_names_the_mismatch_of_a_ddp_job_in_one_line(orchestra
     assert result.code == 1, result.output[-3000:]
     assert "rank 1 step 2 done" in result.output, result.output[-3000:]  # DDP was built, and trained
     failed = next(line for line in result.output.splitlines() if line.startswith("FAILED:"))
-    assert re.search(r"collectives differ \(--debug-collectives\): rank (0|1) ran ALLREDUCE #\d+ of Float\[(1|68)\];"
-                     r" rank (0|1) ran ALLREDUCE #\d+ of Float\[(1|68)\]", failed), failed
+    assert re.search(r"collectives differ \(--debug-collectives\): rank (0|1) ran ALLREDUCE of Float\[(1|68)\] \(torch's"
+                     r" sequence number \d+\); rank (0|1) ran ALLREDUCE of Float\[(1|68)\] \(torch's sequence number"
+                     r" \d+\)", failed), failed
     assert "Float[1]" in failed and "Float[68]" in failed
     # torch names the ops; the ranks' own records name the lines
     sync, extra = line_of("ddp_desync.py", "loss.backward()"), line_of("ddp_desync.py", "# DESYNC")

@@ -1323,8 +1323,8 @@ def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_a
                              "at": "train.py:25", "state": "done"},
                             {"seq": 4, "op": op, "group": "default", "shapes": shapes, "at": f"train.py:{line}",
                              "state": "failed"}]}))
-    caught = Failure("node0", 0, 1, "collectives differ (--debug-collectives): rank 0 ran BARRIER #8; rank 1 ran"
-                     " GATHER #0", ())
+    caught = Failure("node0", 0, 1, "collectives differ (--debug-collectives): rank 0 ran BARRIER (torch's sequence"
+                     " number 8); rank 1 ran GATHER (torch's sequence number 0)", ())
     assert mismatch_divergence(caught, tmp_path) == ("collective #4: rank 0 entered barrier() at train.py:30; rank 1"
                                                      " entered all_reduce(gradients of DDP(Net)) at train.py:25")
     # rank 2 failed by itself, outside any collective: the others' records do not explain it
@@ -1465,19 +1465,21 @@ def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
     text = (f"RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective:"
             f" {fingerprint.format(4)}, but Rank 0 is running collective: {fingerprint.format(1)}.Collectives differ"
             " in the following aspects: \t Tensor Tensor shapes: 4vs 1")
-    assert short_mismatch(text) == ("collectives differ (--debug-collectives): rank 1 ran ALLREDUCE #3 of Float[4];"
-                                    " rank 0 ran ALLREDUCE #3 of Float[1] (tensor shapes: 4 vs 1)")
+    assert short_mismatch(text) == ("collectives differ (--debug-collectives): rank 1 ran ALLREDUCE of Float[4] (torch's"
+                                    " sequence number 3); rank 0 ran ALLREDUCE of Float[1] (torch's sequence number 3)"
+                                    " (tensor shapes: 4 vs 1)")
     barrier = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective:"
                " CollectiveFingerPrint(SequenceNumber=8OpType=BARRIER), but Rank 1 is running collective:"
                " CollectiveFingerPrint(SequenceNumber=0OpType=GATHER).Collectives differ in the following aspects:"
                " \t Sequence number: 8vs 0  Op type: BARRIERvs GATHER")  # torch 2.9.1's words for a barrier
-    assert short_mismatch(barrier) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER #8; rank 1 ran a"
-                                       " collective of another kind (torch's check could not read it: it came back as"
-                                       " GATHER #0)")  # not torch's 'sequence number: 8 vs 0', against nothing
+    assert short_mismatch(barrier) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER (torch's sequence"
+                                       " number 8); rank 1 ran a collective of another kind (torch's check could not"
+                                       " read it: it came back as GATHER, torch's sequence number 0)")  # not torch's 'sequence number: 8 vs 0', against nothing
     first = barrier.replace("SequenceNumber=8", "SequenceNumber=0").replace("8vs 0", "0vs 0")
-    assert short_mismatch(first) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER #0; rank 1 ran"
-                                     " GATHER #0 (sequence number: 0 vs 0; op type: BARRIER vs GATHER)")  # at the
-    # group's first collective #0 is a number; each aspect torch names, in its order
+    assert short_mismatch(first) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER (torch's sequence"
+                                     " number 0); rank 1 ran GATHER (torch's sequence number 0) (sequence number: 0 vs"
+                                     " 0; op type: BARRIER vs GATHER)")  # at the
+    # group's first collective, 0 is a number; each aspect torch names, in its order
     assert short_mismatch("ValueError: x") == "ValueError: x"
 
 
