@@ -2171,6 +2171,12 @@ MUTANTS = [
            ("tests/unit/test_cli_main.py",)),
     Mutant("torch's sequence number of a mismatch is said as the record's #", "orchestrate/outcome/root_cause.py",
            "+ f\" (torch's sequence number {m['seq']})\"", "+ f\" #{m['seq']}\"", ("tests/unit/test_hangs.py",)),
+    # session 105: the nodes' addresses as they came up, for a follower that attaches once a node is down
+    Mutant("an attach names no peer whose node is down by its address", "orchestrate/supervise/supervisor.py",
+           "        self.node_addresses: dict[str, str] = recorded_addresses(spec.run_dir)",
+           "        self.node_addresses: dict[str, str] = {}", ("tests/unit/test_runs.py",)),
+    Mutant("the nodes' addresses are not recorded as they come up", "orchestrate/launch/compose_backend.py",
+           "        record_event(self.spec.run_dir, NODE_ADDRESSES, addresses=addresses)\n", "", ("tests/unit/test_runs.py",)),
 ]
 
 

@@ -16,10 +16,11 @@ from orchestrate.engine.compose_file import write_compose_file
 from orchestrate.engine.gpus import gpu_topology
 from orchestrate.engine.labels import find_node_container
 from orchestrate.errors import NodesNotReadyError
+from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.plan.model import JobPlan
 from orchestrate.supervise.api import RunSpec
-from orchestrate.supervise.supervisor import Supervisor
+from orchestrate.supervise.supervisor import NODE_ADDRESSES, Supervisor, addresses_with
 from orchestrate.text import counted
 
 SUPERVISOR_LOCK = "supervisor.lock"  # in the run directory: who holds it acts, others only watch
@@ -90,9 +91,15 @@ class ComposeBackend:
         return write_compose_file(self.plan, run_dir / "compose.json")
 
     def wait_ready(self) -> None:
-        """Find every node's container by its labels and wait until it has started."""
+        """Find every node's container by its labels and wait until it has started; record the
+        nodes' addresses on the run's network, which a follower that attaches once a node is down
+        could no longer ask the engine for (a peer an error names by address is named by node)."""
         self.containers = {n.name: find_node_container(self.client, self.spec.project, n) for n in self.spec.nodes}
         wait_until_started(self.containers, self.spec.ready_timeout_s)
+        addresses: dict[str, str] = {}
+        for name, container in self.containers.items():  # (each reloaded as it was waited for)
+            addresses = addresses_with(addresses, name, container.attrs)
+        record_event(self.spec.run_dir, NODE_ADDRESSES, addresses=addresses)
 
     def ready_lines(self, bring_up_s: float) -> list[str]:
         lines = []

@@ -55,7 +55,7 @@ from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_progress_line, say_hung
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
-from orchestrate.outcome.events import record_event
+from orchestrate.outcome.events import read_events, record_event
 from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import Preemption
@@ -93,6 +93,18 @@ TICK_S = 0.2
 STAMP_SLACK_S = 0.001
 # After an interrupt, how long beyond the stop grace the supervisor waits for the nodes' ends.
 WIND_DOWN_MARGIN_S = 5.0
+
+
+NODE_ADDRESSES = "node-addresses"  # the event with the nodes' addresses as they came up
+
+
+def recorded_addresses(run_dir: Path) -> dict[str, str]:
+    """The nodes by their addresses as the launcher recorded them once they came up (none where
+    it did not: a run started before 2026-12-06, or with no directory)."""
+    if not run_dir.name:
+        return {}
+    recorded = [e.get("addresses") for e in read_events(run_dir) if e["event"] == NODE_ADDRESSES]
+    return dict(recorded[-1]) if recorded and isinstance(recorded[-1], dict) else {}
 
 
 def addresses_with(addresses: dict[str, str], node: str, attrs: dict) -> dict[str, str]:
@@ -160,7 +172,8 @@ class Supervisor:
         self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
         # the nodes a preempt sent SIGTERM: its fault, and when (Unix seconds) the first one came
         self.preempted_at: dict[str, tuple[str, float]] = {}
-        self.node_addresses: dict[str, str] = {}  # the nodes by their addresses on the run's network
+        # the nodes by their addresses on the run's network: as they came up, then as the engine says
+        self.node_addresses: dict[str, str] = recorded_addresses(spec.run_dir)
         self.winding_down = False
         self.looking_at_the_end = False  # the time limit's looks: no verdict of the watchdog's own meanwhile
         self.closed = False

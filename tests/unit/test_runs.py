@@ -1786,3 +1786,20 @@ def test_only_a_compose_run_with_a_directory_of_its_own_is_followed_before_it_go
     # a Slurm job's lines are Slurm's, in its directory already: a Compose follower would misread its nodes
     assert not unrecorded(dataclasses.replace(run, labels={**run.labels, SCHEDULER_LABEL: "slurm"}))
     assert list(elsewhere.iterdir()) == []
+
+
+def test_an_attach_once_the_nodes_are_down_names_peers_by_the_addresses_they_came_up_with(make_run):
+    import os
+
+    from orchestrate.launch.run import Run
+    from orchestrate.supervise.supervisor import recorded_addresses
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("gone", {"node0": Script(["[0|0]:hi"], exit_code=1),
+                                                      "node1": Script(["[1|0]:hi"])}, dict(nodes=2)))
+    recorded = recorded_addresses(plan.run_dir)
+    assert sorted(recorded.values()) == ["node0", "node1"] and all(address.startswith("172.30.0.") for address in recorded)
+    wait_until(lambda: not list_runs(client, "gone")[0].live_nodes)  # (the engine no longer gives their addresses)
+    with open(os.devnull, "w") as nowhere:
+        result = Run.attach("gone", out=nowhere, client=client).follow()
+    assert result.node_addresses == recorded
