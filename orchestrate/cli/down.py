@@ -9,8 +9,8 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_int
 from orchestrate.engine.errors import describe, engine_errors
-from orchestrate.errors import EngineError, NoSuchRunError
 from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
+from orchestrate.errors import EngineError, NoSuchRunError
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
 from orchestrate.launch.unfollowed import record_before_removal
 

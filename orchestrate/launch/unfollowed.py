@@ -20,8 +20,6 @@ from orchestrate.outcome.model import RunResult
 # its record once the nodes are down: 120 looks, 0.5 s apart, as `down` waits for a launcher.
 FOLLOWER_POLL_S = 0.5
 FOLLOWER_POLLS = 120
-
-
 LINES_KEPT = "lines-kept"  # the event a quiet follow leaves: a second removal then follows no more
 
 
