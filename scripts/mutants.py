@@ -2177,6 +2177,18 @@ MUTANTS = [
            "        self.node_addresses: dict[str, str] = {}", ("tests/unit/test_runs.py",)),
     Mutant("the nodes' addresses are not recorded as they come up", "orchestrate/launch/compose_backend.py",
            "        record_event(self.spec.run_dir, NODE_ADDRESSES, addresses=addresses)\n", "", ("tests/unit/test_runs.py",)),
+    # session 106: the Compose file's rendering, its mutmut pass
+    Mutant("the store's service key misspelt (Compose refuses the file)", "orchestrate/engine/compose_file.py",
+           '        "hostname": STORE_SERVICE,', '        "host_name": STORE_SERVICE,', ("tests/unit/test_compose_render.py",)),
+    Mutant("the store may write to the project's code", "orchestrate/engine/compose_file.py",
+           '"target": PROJECT_MOUNT_DIR, "read_only": True},\n            {"type": "bind", "source": str(plan.run_dir)',
+           '"target": PROJECT_MOUNT_DIR, "read_only": False},\n            {"type": "bind", "source": str(plan.run_dir)',
+           ("tests/unit/test_compose_render.py",)),
+    Mutant("the store runs as root while the nodes run as the user", "orchestrate/engine/compose_file.py",
+           "    if cfg.run_as:\n        service[\"user\"] = cfg.run_as\n    return service",
+           "    return service", ("tests/unit/test_compose_render.py",)),
+    Mutant("a GPU node asks the engine for a capability it does not know", "orchestrate/engine/compose_file.py",
+           '"capabilities": ["gpu"],', '"capabilities": ["GPU"],', ("tests/unit/test_compose_render.py",)),
 ]
 
 

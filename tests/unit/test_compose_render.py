@@ -2,9 +2,63 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrate.config.link import parse_link
+from orchestrate.config.mounts import Mount
+from orchestrate.config.run_config import STORE_SERVICE
 from orchestrate.engine.compose_file import render_compose, write_compose_file
-from orchestrate.engine.labels import NODE_RANK_LABEL, RUN_ID_LABEL
-from orchestrate.plan.layout import NETWORK
+from orchestrate.engine.labels import NODE_RANK_LABEL, ROLE_LABEL, RUN_ID_LABEL, STORE_ROLE
+from orchestrate.plan.layout import NETWORK, SHARED_VOLUME
+
+
+def compose_spec_errors(project: dict) -> list[str]:
+    """What the Compose specification (the schema check-jsonschema ships, offline) says is wrong
+    with a rendered project: a misspelt key, a mount type or pull policy Compose does not know."""
+    import importlib.resources
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+                         / "compose-spec.json").read_text())
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in Draft202012Validator(schema).iter_errors(project)]
+
+
+def seconds(duration: str) -> float:
+    """A Compose duration of whole or fractional seconds ("2s", "10s", "0.5s")."""
+    assert duration.endswith("s") and duration[:-1].replace(".", "", 1).isdigit(), duration
+    return float(duration[:-1])
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    dict(nodes=2, rdzv="c10d", rdzv_store="container", run_as="1000:1000"),
+    dict(nodes=2, nproc_per_node=2, gpus_per_node=2, backend="nccl", cpus_per_node=1.5,
+         memory_per_node=2 * 1024**3),
+    dict(link="rate=1gbit", run_as="1000:1000"),
+    dict(mounts="both"),
+], ids=["plain", "store-container", "gpus-and-sizes", "shaped-link", "mounts"])
+def test_every_rendered_project_is_valid_under_the_compose_specification(make_job, tmp_path, options):
+    if options.get("link"):
+        options = {**options, "link": parse_link(options["link"])}
+    if options.get("mounts"):
+        (tmp_path / "data").mkdir()
+        (tmp_path / "cache").mkdir()
+        options = {**options, "mounts": (Mount(tmp_path / "data", "/data", read_only=True),
+                                         Mount(tmp_path / "cache"))}
+    project = render_compose(make_job(**options))
+    assert compose_spec_errors(project) == []
+
+
+def test_the_specification_check_finds_a_misspelt_key_and_an_unknown_mount_type(make_job):
+    """The check above can fail: the schema is strict about what a service may hold."""
+    project = render_compose(make_job())
+    node = project["services"]["node0"]
+    node["IMAGE"] = node.pop("image")
+    node["volumes"][0]["type"] = "BIND"
+    project["VOLUMES"] = project.pop("volumes")
+    errors = compose_spec_errors(project)
+    assert len(errors) == 3 and any("IMAGE" in e for e in errors) and any("VOLUMES" in e for e in errors), errors
 
 
 def test_every_node_is_a_service_on_one_bridge_network(make_job):
@@ -28,10 +82,13 @@ def test_nodes_publish_no_ports_and_use_init_and_big_shm(make_job):
 
 
 def test_workdir_project_and_shared_volume_are_mounted(make_job, tmp_path):
-    service = render_compose(make_job())["services"]["node0"]
+    plan = make_job()
+    service = render_compose(plan)["services"]["node0"]
     mounts = {m["target"]: m for m in service["volumes"]}
-    assert mounts["/workspace"]["source"] == str(tmp_path)
-    assert mounts["/opt/ddp-compose"]["read_only"] is True
+    assert mounts["/workspace"] == {"type": "bind", "source": str(tmp_path), "target": "/workspace"}
+    assert mounts["/opt/ddp-compose"] == {"type": "bind", "source": str(plan.config.project_root),
+                                          "target": "/opt/ddp-compose", "read_only": True}
+    assert plan.config.project_root != tmp_path
     assert mounts["/shared"] == {"type": "volume", "source": "shared", "target": "/shared"}
     assert service["working_dir"] == "/workspace"
 
@@ -48,7 +105,7 @@ def test_nodes_carry_the_runs_record_in_their_labels(make_job, tmp_path):
 def test_the_run_directory_is_mounted_and_dollars_reach_the_node_unchanged(make_job, tmp_path):
     service = render_compose(make_job("r1", user_env={"PRICE": "$5"}))["services"]["node0"]
     mounts = {m["target"]: m for m in service["volumes"]}
-    assert mounts["/ddp-run"]["source"] == str(tmp_path / "runs" / "r1")
+    assert mounts["/ddp-run"] == {"type": "bind", "source": str(tmp_path / "runs" / "r1"), "target": "/ddp-run"}
     # Compose interpolates $VAR: every $ is doubled so torchrun's template and user values survive
     assert service["environment"]["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[$${rank}|$${local_rank}]:"
     assert service["environment"]["PRICE"] == "$$5"
@@ -62,7 +119,8 @@ def test_gpu_nodes_reserve_distinct_device_ids_never_count(make_job):
     services = render_compose(make_job(nodes=2, nproc_per_node=2, gpus_per_node=2, backend="nccl"))["services"]
     devices = [s["deploy"]["resources"]["reservations"]["devices"][0] for s in services.values()]
     assert [d["device_ids"] for d in devices] == [["0", "1"], ["2", "3"]]
-    assert all(d["driver"] == "nvidia" and "count" not in d for d in devices)
+    # the engine matches a device request by its capabilities, as they are spelt ("gpu")
+    assert all(d["driver"] == "nvidia" and d["capabilities"] == ["gpu"] and "count" not in d for d in devices)
 
 
 def test_the_written_file_reads_back_as_yaml_and_only_its_owner_may_read_it(make_job, tmp_path):
@@ -115,6 +173,42 @@ def test_no_sizes_and_no_uid_unless_asked(make_job):
 def test_the_compose_file_is_private_to_its_owner(make_job, tmp_path):
     path = write_compose_file(make_job(user_env={"WANDB_API_KEY": "s"}), tmp_path / "compose.json")
     assert path.stat().st_mode & 0o077 == 0
+
+
+def test_the_compose_file_is_written_for_a_person_to_read_one_setting_a_line(make_job, tmp_path):
+    """A user reads runs/<id>/compose.json to see what the nodes were given."""
+    path = write_compose_file(make_job(nodes=2), tmp_path / "compose.json")
+    lines = path.read_text().splitlines()
+    assert '      "hostname": "node1",' in lines
+    assert max(map(len, lines)) < 200
+
+
+def test_the_rendezvous_store_runs_like_a_node_and_holds_nothing_to_save(make_job, tmp_path):
+    plan = make_job("r1", nodes=2, rdzv="c10d", rdzv_store="container", run_as="1000:1000")
+    project = render_compose(plan)
+    store, node = project["services"][STORE_SERVICE], project["services"]["node0"]
+    assert list(project["services"]) == ["node0", "node1", STORE_SERVICE]
+    # the nodes' own image, never pulled, with an init to reap its children, on the nodes' network
+    # under the name their torchrun agents dial, as the invoking user
+    for key in ("image", "pull_policy", "init", "networks", "user"):
+        assert store[key] == node[key], key
+    assert (store["image"], store["init"], store["user"]) == (plan.image, True, "1000:1000")
+    assert store["hostname"] == STORE_SERVICE
+    assert store["environment"] == {"PYTHONUNBUFFERED": "1"}  # its lines reach the run's log as they are said
+    assert seconds(store["stop_grace_period"]) < seconds(node["stop_grace_period"])
+    assert store["labels"] == {RUN_ID_LABEL: "r1", ROLE_LABEL: STORE_ROLE}
+    mounts = {m["target"]: m for m in store["volumes"]}
+    assert mounts == {
+        "/opt/ddp-compose": {"type": "bind", "source": str(plan.config.project_root), "target": "/opt/ddp-compose",
+                             "read_only": True},
+        "/ddp-run": {"type": "bind", "source": str(tmp_path / "runs" / "r1"), "target": "/ddp-run"},
+    }
+    assert "/shared" not in mounts and SHARED_VOLUME in project["volumes"]
+
+
+def test_the_store_runs_as_the_engine_default_unless_a_user_is_given(make_job):
+    store = render_compose(make_job(nodes=2, rdzv="c10d", rdzv_store="container"))["services"][STORE_SERVICE]
+    assert "user" not in store
 
 
 @pytest.mark.parametrize("version, bundled, found", [
