@@ -2189,6 +2189,9 @@ MUTANTS = [
            "    return service", ("tests/unit/test_compose_render.py",)),
     Mutant("a GPU node asks the engine for a capability it does not know", "orchestrate/engine/compose_file.py",
            '"capabilities": ["gpu"],', '"capabilities": ["GPU"],', ("tests/unit/test_compose_render.py",)),
+    Mutant("a job command's usage line leaves out its -- TARGET", "orchestrate/cli/options.py",
+           "        if not self.get_default(\"takes_target\"):\n            return text",
+           "        if True:\n            return text", ("tests/unit/test_cli_main.py",)),
 ]
 
 

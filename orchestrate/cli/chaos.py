@@ -10,7 +10,7 @@ from typing import Any
 from orchestrate.chaos.check import ChaosCheck
 from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import add_options, argparse_type, request_from_args
+from orchestrate.cli.options import TARGET_HELP, add_options, argparse_type, request_from_args
 from orchestrate.cli.signals import install_teardown_signals
 from orchestrate.config.options import (
     JOB_HELP_ORDER,
@@ -37,7 +37,7 @@ def add_parsers(sub: Any) -> None:
                     " with torch.load, exactly or within --rtol; other files byte for byte), and some attempt"
                     " resumed after a save. It is INCONCLUSIVE (exit 1) when no fault struck after a save, or no"
                     " attempt resumed: the check could not have caught a broken resume.",
-        epilog="usage example: python -m orchestrate chaos --nodes 2 --faults 2 --seed 7 --compare final.pt --"
+        epilog=TARGET_HELP + " Usage example: python -m orchestrate chaos --nodes 2 --faults 2 --seed 7 --compare final.pt --"
                " train.py --epochs 2 --save final.pt")
     add_options(chaos, [OPTIONS_BY_DEST[d] for d in JOB_HELP_ORDER if d not in NOT_CHAOS])
     add_options(chaos.add_argument_group("the user's environment, dependencies and node sizes"), NODE_OPTIONS)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import add_options, request_from_args
+from orchestrate.cli.options import TARGET_HELP, add_options, request_from_args
 from orchestrate.config.options import OPTIONS_BY_DEST
 from orchestrate.errors import UsageError
 from orchestrate.export.job import export_job
@@ -41,7 +41,7 @@ def add_parsers(sub: Any) -> None:
                     " an Indexed Job (node rank from the completion index, master <job>-0.<job>, torchrun's options"
                     " as Kubeflow's PET_* variables), and a Kubeflow Trainer TrainJob with --trainjob. Nothing is"
                     " started.",
-        epilog="usage example: python -m orchestrate export --to kubernetes --nodes 4 --gpus-per-node 8"
+        epilog=TARGET_HELP + " Usage example: python -m orchestrate export --to kubernetes --nodes 4 --gpus-per-node 8"
                " --image registry.example.com/me/train:1 -o k8s.yaml -- train.py --epochs 10")
     export.add_argument("--to", choices=TARGETS, required=True,
                         help="slurm: an sbatch script; kubernetes: Service + Indexed Job manifests (YAML)")

@@ -34,7 +34,7 @@ from typing import IO, Any, NoReturn, Optional, Sequence
 from orchestrate.cli import (attach, bench, chaos, debug, down, export, fault, image, logs, prune, ps, report, run,
                              stacks, stop)
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import EXIT_USAGE, OneLineParser, split_target
+from orchestrate.cli.options import EXIT_USAGE, TARGET_HELP, OneLineParser, split_target
 from orchestrate.cli.output import ReaderAwareOutput
 from orchestrate.cli.signals import interrupt_exit_code
 from orchestrate.config.run_config import DEFAULT_RUNS_DIR
@@ -54,8 +54,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> OneLinePa
     parser = parser_class(
         prog="python -m orchestrate",
         description="Simulate multi-node PyTorch DDP training: N Docker Compose containers, one torchrun node each.",
-        epilog="TARGET (after --) is what torchrun runs: a script relative to --workdir with its arguments, or"
-               " -m MODULE [ARGS]. Default: -m app.toy.",
+        epilog=TARGET_HELP,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)

@@ -8,12 +8,18 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from orchestrate.config.options import Option
 from orchestrate.config.request import RunRequest
+from orchestrate.config.run_config import DEFAULT_TARGET
 from orchestrate.errors import UsageError
 
 EXIT_USAGE = 2
 # What every command that takes a run's id takes (engine.runs.find_run, outcome.run_dirs.find_run_dir).
 RUN_ID_HELP = "its id, or a unique start or end of it (its last part, 728639)"
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunRequest)}
+# How a command that runs a job shows it in its usage line: the job is split off at ``--`` before
+# the options are parsed, so argparse itself never sees it.
+TARGET_USAGE = "[-- TARGET ...]"
+TARGET_HELP = ("TARGET (after --) is what torchrun runs: a script relative to --workdir with its arguments, or"
+               f" -m MODULE [ARGS]. Default: {' '.join(DEFAULT_TARGET)}.")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -23,6 +29,29 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+    def format_usage(self) -> str:
+        return self.with_target_usage(super().format_usage())
+
+    def format_help(self) -> str:
+        return self.with_target_usage(super().format_help())
+
+    def with_target_usage(self, text: str) -> str:
+        """``text`` (usage first) with a job command's ``[-- TARGET ...]`` at the end of its usage
+        lines, on the last one where it fits, else on a line of its own indented as theirs."""
+        if not self.get_default("takes_target"):
+            return text
+        usage, blank, rest = text.partition("\n\n")
+        lines = usage.rstrip("\n").split("\n")
+        if len(lines) > 1:
+            indent = len(lines[1]) - len(lines[1].lstrip())
+        else:
+            indent = len(f"usage: {self.prog} ")
+        if len(lines[-1]) + 1 + len(TARGET_USAGE) <= self._get_formatter()._width:
+            lines[-1] += " " + TARGET_USAGE
+        else:
+            lines.append(" " * indent + TARGET_USAGE)
+        return "\n".join(lines) + (blank + rest if blank else "\n")
 
 
 def argparse_type(parse: Callable[[str], Any], flag: str) -> Callable[[str], Any]:

@@ -8,7 +8,7 @@ import sys
 from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import add_options, request_from_args
+from orchestrate.cli.options import TARGET_HELP, add_options, request_from_args
 from orchestrate.cli.signals import install_teardown_signals
 from orchestrate.config.options import JOB_HELP_ORDER, NODE_OPTIONS, OPTIONS_BY_DEST
 from orchestrate.config.request import RunRequest
@@ -31,7 +31,7 @@ def add_parsers(sub: Any) -> None:
     run = sub.add_parser("run", help="run a torchrun job across N simulated nodes",
                          description="Bring up N nodes, run torchrun on each, stream every rank's output, report"
                                      " how it ended, tear down.",
-                         epilog="usage example: python -m orchestrate run --nodes 2 --nproc-per-node 2 --"
+                         epilog=TARGET_HELP + " Usage example: python -m orchestrate run --nodes 2 --nproc-per-node 2 --"
                                 " -m app.toy --steps 20")
     add_job_options(run)
     add_options(run, [OPTIONS_BY_DEST["keep"]])
@@ -42,7 +42,8 @@ def add_parsers(sub: Any) -> None:
     run.set_defaults(handler=command_run, takes_target=True)
     plan = sub.add_parser("plan", help="print the plan of a run without starting anything",
                           description="Print nodes, ranks and torchrun commands of a run (under --scheduler slurm: its"
-                                      " cluster, ranks and the batch script sbatch gets).")
+                                      " cluster, ranks and the batch script sbatch gets).",
+                          epilog=TARGET_HELP)
     add_job_options(plan)
     plan.set_defaults(handler=command_plan, takes_target=True)
 

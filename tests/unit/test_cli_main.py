@@ -19,7 +19,7 @@ import pytest
 
 from orchestrate.cli import run as run_command
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.main import command_of, main
+from orchestrate.cli.main import build_parser, command_of, main
 from orchestrate.cli.signals import TEARDOWN_SIGNALS, install_teardown_signals, interrupt_exit_code
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.labels import COMMAND_LABEL
@@ -326,3 +326,34 @@ def test_a_run_gone_from_the_engine_whose_directory_stays_is_named_with_where_it
             " 20261206-024200-7f5e9c)\n")
     assert main(["attach", "0facef"], out=io.StringIO(), client=FakeDockerClient()) == 2  # no directory of it either
     assert capsys.readouterr().err == "error: no run 0facef in the engine (see `python -m orchestrate ps`)\n"
+
+
+def usage_lines(text: str) -> list[str]:
+    """The usage block of a help text: its lines up to the first blank one."""
+    return text.split("\n\n")[0].rstrip("\n").split("\n")
+
+
+@pytest.mark.parametrize("command", ["run", "plan", "chaos", "export"])
+def test_a_command_that_runs_a_job_shows_it_after_its_options_in_the_usage_and_says_what_it_is(command, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser().commands[command]
+    lines = usage_lines(parser.format_help())
+    assert lines[-1].endswith(" [-- TARGET ...]") and all(len(line) <= 78 for line in lines), lines
+    assert sum(line.count("[-- TARGET ...]") for line in lines) == 1
+    # on a continuation line, as indented as the options' own lines
+    assert len(lines[-1]) - len(lines[-1].lstrip()) == len(lines[1]) - len(lines[1].lstrip())
+    assert parser.format_usage().rstrip("\n").endswith("[-- TARGET ...]")
+    assert "TARGET (after --) is what torchrun runs" in parser.format_help()
+    assert "Default: -m app.toy." in " ".join(parser.format_help().split())
+
+
+def test_a_usage_line_with_room_left_takes_the_job_on_its_last_line(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    lines = usage_lines(build_parser().commands["plan"].format_help())
+    assert lines[-1].endswith(" [--memory-per-node SIZE] [-v] [-- TARGET ...]"), lines
+
+
+@pytest.mark.parametrize("command", ["ps", "logs", "stop", "down", "fault", "image"])
+def test_a_command_that_runs_no_job_shows_none_in_its_usage(command):
+    parser = build_parser().commands[command]
+    assert "TARGET" not in parser.format_usage() and "[-- " not in parser.format_help()
