@@ -384,7 +384,7 @@ def test_exports_help_says_what_each_option_means_on_a_real_cluster(capsys):
     for said in ("-o FILE, --output FILE", "--container-image IMAGE", "--time LIMIT",
                  "--container-mounts SRC:DST[,...]", "exported as DDP_TIMEOUT (default: not set)",
                  "Kubernetes: the container image, pullable by the cluster, holding your code in /workspace",
-                 "(default: torch-distributed)", "usage example: python -m orchestrate export --to kubernetes"):
+                 "(default: torch-distributed)", "Usage example: python -m orchestrate export --to kubernetes"):
         assert said in text
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--nodes", "2"])
