@@ -39,8 +39,10 @@ def brief(exception: str) -> str:
 
 
 # torchrun's prefix of a worker's line in its node's output: "[<global rank>|<local rank>]:" as the
-# launcher asks, "[<role><local rank>]:" by default; never torch's own "[rank<N>]:" in an error.
-_TORCHRUN_PREFIX = re.compile(r"^\[(?:(?P<rank>\d+)\|\d+|(?!rank\d)(?P<role>[A-Za-z_]+?)(?P<local>\d+))\]:")
+# launcher asks (groups rank, local), "[<role><local rank>]:" by default (role, local_rank); never
+# torch's own "[rank<N>]:" in an error. The node's console reads its workers' lines by it too.
+TORCHRUN_PREFIX = r"\[(?:(?P<rank>\d+)\|(?P<local>\d+)|(?P<role>(?!rank\d)[A-Za-z_]+?)(?P<local_rank>\d+))\]:"
+_TORCHRUN_PREFIX = re.compile("^" + TORCHRUN_PREFIX)
 
 
 def readable_node_line(raw: str) -> str:
@@ -49,7 +51,7 @@ def readable_node_line(raw: str) -> str:
     match = _TORCHRUN_PREFIX.match(raw)
     if match is None:
         return raw
-    whose = f"rank{match['rank']}" if match["rank"] is not None else f"local{match['local']}"
+    whose = f"rank{match['rank']}" if match["rank"] is not None else f"local{match['local_rank']}"
     return f"[{whose}] {raw[match.end():]}"
 
 

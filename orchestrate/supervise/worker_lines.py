@@ -12,19 +12,20 @@ from orchestrate.outcome.root_cause import (RootCause, chains_on, exception_chai
                                             parse_root_cause, says_chained, starts_traceback, users_frame_in)
 from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.progress_bars import continues, parse_redraw
+from orchestrate.text import TORCHRUN_PREFIX
 
 # torchrun --tee prefixes every worker line: "[<global rank>|<local rank>]:" with the launcher's
 # template (plan.LOG_LINE_PREFIX_TEMPLATE), "[<role><local rank>]:" by default (plain compose up).
 # torch's own "[rank<global rank>]:", before each line of an uncaught error on stderr, is part of
 # the worker's text, never torchrun's prefix: taken for one, an elastic node's traceback was
 # "local rank 1"'s, and a static node0's lines were cut at it.
-_ROLE = r"(?!rank\d)[A-Za-z_]+?"
-_WORKER_LINE = re.compile(rf"^\[(?:(?P<rank>\d+)\|(?P<local>\d+)|(?P<role>{_ROLE})(?P<local_rank>\d+))\]:(?P<text>.*)$")
+# (text.TORCHRUN_PREFIX, which the summary's last lines of a node read too.)
+_WORKER_LINE = re.compile(rf"^{TORCHRUN_PREFIX}(?P<text>.*)$")
 # The same prefix anywhere in a line. torchrun's tee copies a worker's log file line by line,
 # and a line the worker has not finished yet (a progress bar's "\r" update, print(..., end=""))
 # is copied as far as it goes, prefixed: the rest follows later under a prefix of its own.
 # So in "[0|0]:epoch 1[1|1]:loss 0.5", rank 0's line goes on after rank 1's, in a later line.
-_WORKER_PREFIX = re.compile(rf"\[(?:\d+\|\d+|{_ROLE}\d+)\]:")
+_WORKER_PREFIX = re.compile(TORCHRUN_PREFIX)
 LAST_LINES = 20
 # How many lines of a worker's latest traceback are kept, from its first on: where the user's own
 # code was can lie far above the last lines, under torch's own frames.
