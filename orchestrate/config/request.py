@@ -8,6 +8,7 @@ with one line before anything starts.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -101,8 +102,7 @@ class RunRequest:
         for name, given in options.items():
             option = OPTIONS_BY_DEST.get(name)
             if option is None:
-                known = ", ".join(sorted(OPTIONS_BY_DEST))
-                raise UsageError(f"no run option {name!r} (options: {known})")
+                raise UsageError(unknown_option(name, OPTIONS_BY_DEST))
             if name == "env" and isinstance(given, Mapping):
                 given = tuple(given.items())
             values[name] = option.value(given)
@@ -319,3 +319,16 @@ def lease_timeout(environ: Mapping[str, str]) -> float:
         return float(text)
     except ValueError:
         raise UsageError(f"{LEASE_TIMEOUT_ENV} must be seconds, e.g. 5, got {text!r}") from None
+
+
+def unknown_option(name: str, options: Mapping[str, Any]) -> str:
+    """What to say of a keyword no option of ``run`` has (``options``: each option by its keyword):
+    the keyword a flag's own spelling stands for (``fault`` for ``--fault``: ``faults``), or the
+    nearest keyword (a typo), then every keyword."""
+    by_flag = {option.flag.lstrip("-").replace("-", "_"): keyword for keyword, option in options.items()}
+    if name in by_flag:
+        hint = f": {options[by_flag[name]].flag}'s keyword is {by_flag[name]!r}"
+    else:
+        near = difflib.get_close_matches(name, list(options), n=1, cutoff=0.75)
+        hint = f": did you mean {near[0]!r}?" if near else ""
+    return f"no run option {name!r}{hint} (options: {', '.join(sorted(options))})"

@@ -393,8 +393,17 @@ class RunResult:
 
     def rank_output(self, rank: int) -> Lines:
         """The lines of global rank ``rank``, without their prefix: a list whose ``in`` finds a
-        piece of text, as on :attr:`output` (see :class:`Lines`)."""
-        return Lines(re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", self.output, re.M))
+        piece of text, as on :attr:`output` (see :class:`Lines`).
+
+        Raises:
+            IndexError: For a rank the run never had (its ranks are 0 to the world size less 1), which
+                would read as a rank that printed nothing.
+        """
+        lines = Lines(re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", self.output, re.M))
+        world_size = sum(len(result.node.global_ranks) for result in self.results)
+        if not lines and world_size and not 0 <= rank < world_size:
+            raise IndexError(f"rank {rank}: this run's ranks are 0 to {world_size - 1}")
+        return lines
 
     def __repr__(self) -> str:
         """What a failed ``assert result.succeeded`` shows: how the run ended and why first, the

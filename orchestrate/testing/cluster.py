@@ -8,6 +8,7 @@ remove it.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Mapping, Optional, Union
@@ -28,6 +29,22 @@ from orchestrate.outcome.model import RunResult
 # Seconds a run needs after its job's time limit, beyond its nodes' stop grace: the look at every
 # rank (3 s), the teardown and the summary.
 STOP_MARGIN_S = 10.0
+
+
+def fails_at_the_tests_line(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A bad option (a keyword ``run`` has not, a value it refuses, a script that is not there)
+    fails the test at the test's own line with ``run``'s one-line error: the UsageError is raised
+    afresh, and pytest leaves this frame out of the traceback (``__tracebackhide__``)."""
+
+    @functools.wraps(method)
+    def raising_at_the_callers_line(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (read by pytest)
+        try:
+            return method(*args, **kwargs)
+        except UsageError as exc:
+            raise exc.with_traceback(None) from None
+
+    return raising_at_the_callers_line
 
 
 class DdpCluster:
@@ -57,6 +74,7 @@ class DdpCluster:
         self.results: list[RunResult] = []
         self.checks = 0  # chaos checks made
 
+    @fails_at_the_tests_line
     def run(self, target: str, *args: str, nodes: Optional[int] = None,
             nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
             workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None, faults: Iterable[Any] = (),
@@ -101,6 +119,7 @@ class DdpCluster:
         return (ends_at - stop_grace_s - STOP_MARGIN_S,
                 f"the test's own time limit, pytest-timeout's {seconds:g} s, left it no longer")
 
+    @fails_at_the_tests_line
     def chaos(self, target: str, *args: str, faults: int = 1, seed: int = 0,
               kinds: Union[str, Iterable[FaultAction]] = DEFAULT_KINDS, compare: Iterable[str] = (),
               rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,

@@ -116,3 +116,31 @@ def test_the_plugin_takes_the_tests_limit_as_pytest_timeout_sets_its_timer(pytes
     """)
     outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", "-o", "timeout=0")
     outcome.assert_outcomes(passed=3)
+
+
+def test_a_bad_option_fails_the_test_at_its_own_line_with_runs_one_line_error(pytester):
+    pytester.makepyfile(train="print('hi')\n")
+    pytester.makepyfile(test_bad="""
+        def test_typo(ddp_cluster):
+            ddp_cluster.run("train.py", nodes=2, colective_timeout=10)
+
+        def test_flag_spelling(ddp_cluster):
+            ddp_cluster.run("train.py", fault=["kill:node1@t=1"])
+
+        def test_no_script(ddp_cluster):
+            ddp_cluster.run("trian.py")
+
+        def test_chaos_typo(ddp_cluster):
+            ddp_cluster.chaos("train.py", colective_timeout=10)
+    """)
+    outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    outcome.assert_outcomes(failed=4)
+    text = outcome.stdout.str()
+    assert "E       orchestrate.errors.UsageError: no run option 'colective_timeout': did you mean" \
+           " 'collective_timeout'? (options: " in text
+    assert "E       orchestrate.errors.UsageError: no run option 'fault': --fault's keyword is 'faults'" in text
+    assert "E       orchestrate.errors.UsageError: script 'trian.py' not found in work directory" in text
+    # the test's own line, and none of the plugin's or the library's frames
+    assert text.count('>       ddp_cluster.run("train.py", nodes=2, colective_timeout=10)') == 1
+    assert "orchestrate/testing/cluster.py" not in text and "orchestrate/config/" not in text
+    assert "orchestrate/launch/" not in text and "During handling" not in text

@@ -360,6 +360,19 @@ def test_a_ranks_output_finds_a_piece_of_text_as_the_whole_output_does(tmp_path)
     assert str(Lines(["ACCEPT OK: 3 steps", "Traceback"])) == "ACCEPT OK: 3 steps\nTraceback\n"
 
 
+def test_a_rank_the_run_never_had_is_refused_not_read_as_one_that_printed_nothing(make_job, tmp_path):
+    from orchestrate.outcome.model import RunResult, Timings
+
+    plan = make_job(nodes=2, nproc_per_node=2)
+    (tmp_path / "node0.log").write_text("[node0/rank0] hello\n")
+    result = RunResult("r", tmp_path, results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None),
+                                                  (NodePhase.SUCCEEDED, 0, 1, None)), Timings())
+    assert result.rank_output(3) == [] and result.rank_output(0) == ["hello"]  # rank 3 was there, and quiet
+    for missing in (4, 7, -1):
+        with pytest.raises(IndexError, match=rf"^rank {missing}: this run's ranks are 0 to 3$"):
+            result.rank_output(missing)
+
+
 def test_a_failed_assert_on_a_result_shows_how_the_run_ended_and_why_then_the_last_lines(make_job):
     """`assert result.succeeded` in a user's test shows the result's repr: read whole, for each
     part it can have."""
