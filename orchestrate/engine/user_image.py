@@ -98,7 +98,8 @@ def derived_image_spec(config: RunConfig) -> Optional[DerivedImageSpec]:
         return None
     excluded: tuple[str, ...] = ()
     if config.dockerfile is not None:
-        check_dockerfile_base(config.dockerfile.read_text(errors="replace"), config.image, config.dockerfile)
+        check_dockerfile_base(config.dockerfile.read_text(errors="replace"), config.image, config.dockerfile,
+                              requirements=config.requirements is not None)
         try:
             excluded = (str(config.runs_dir.relative_to(config.workdir)),)
         except ValueError:
@@ -107,16 +108,25 @@ def derived_image_spec(config: RunConfig) -> Optional[DerivedImageSpec]:
                             config.workdir if config.dockerfile else None, excluded)
 
 
-def check_dockerfile_base(text: str, node_image: str, path: Path) -> None:
-    """Refuse a Dockerfile whose first stage does not start from the node image.
+def check_dockerfile_base(text: str, node_image: str, path: Path, requirements: bool = False) -> None:
+    """Refuse a Dockerfile whose first stage does not start from the node image; with
+    ``--requirements``, one that names the node image itself, which would build past the
+    requirements' layer (``FROM ${BASE_IMAGE}`` is that layer then).
 
     Raises:
-        UsageError: With the two accepted forms.
+        UsageError: With the accepted forms.
     """
     match = _FROM.search(text)
     base = match["image"] if match else ""
-    if base in ("${BASE_IMAGE}", "$BASE_IMAGE", node_image):
+    if base in ("${BASE_IMAGE}", "$BASE_IMAGE"):
         return
+    if base == node_image and not requirements:
+        return
+    if base == node_image:
+        raise UsageError(
+            f"{path} starts FROM {node_image}, which leaves out what --requirements installs: start it with"
+            f" `ARG BASE_IMAGE` and `FROM ${{BASE_IMAGE}}` to build on both; pass --no-dockerfile to ignore it"
+        )
     raise UsageError(
         f"{path} must build on the node image: start it with `ARG BASE_IMAGE` and"
         f" `FROM ${{BASE_IMAGE}}` (or `FROM {node_image}`), found FROM {base or 'nothing'};"

@@ -25,6 +25,18 @@ def test_a_dockerfile_on_another_base_is_refused_with_the_accepted_forms(tmp_pat
         check_dockerfile_base("FROM nvidia/cuda:12\n", "ddp-compose-node:latest", tmp_path / "Dockerfile")
 
 
+def test_a_dockerfile_from_the_node_image_itself_is_refused_with_requirements_it_would_leave_out(tmp_path):
+    (tmp_path / "requirements.txt").write_text("six\n")
+    (tmp_path / "Dockerfile").write_text("FROM ddp-compose-node:latest\nRUN true\n")
+    config = RunConfig(workdir=tmp_path, requirements=tmp_path / "requirements.txt", dockerfile=tmp_path / "Dockerfile")
+    with pytest.raises(UsageError, match=rf"^{tmp_path}/Dockerfile starts FROM ddp-compose-node:latest, which leaves"
+                                         r" out what --requirements installs: start it with `ARG BASE_IMAGE` and"
+                                         r" `FROM \$\{BASE_IMAGE\}` to build on both; pass --no-dockerfile"):
+        derived_image_spec(config)
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN true\n")
+    assert derived_image_spec(config).requirements == tmp_path / "requirements.txt"  # the form that builds on both
+
+
 def test_no_requirements_and_no_dockerfile_need_no_derived_image(tmp_path):
     assert derived_image_spec(RunConfig(workdir=tmp_path)) is None
 
