@@ -77,6 +77,13 @@ class EngineLostError(EngineError):
     """Raised when the engine stops answering in the middle of a run."""
 
 
+class RunDirError(OrchestrateError):
+    """Raised when a run's directory cannot be made or written as the run starts (a full disk, a
+    read-only file system, a path the system refuses)."""
+
+    exit_code = 2
+
+
 class LockTimeoutError(OrchestrateError):
     """Raised when another launch holds a host lock (the GPU lease, an image build) for too long."""
 

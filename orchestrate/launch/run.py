@@ -46,7 +46,7 @@ from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import gpu_lease
 from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
 from orchestrate.launch.recorded_runs import run_as_recorded
-from orchestrate.launch.run_dir import check_runs_dir, prepare_run_dir
+from orchestrate.launch.run_dir import check_runs_dir, prepare_run_dir, writing_run_dir
 from orchestrate.launch.teardown import finish_record, tear_down_and_record, teardown
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult, Timings
@@ -247,7 +247,9 @@ class Run:
         plan, backend = self.plan, self.backend
         assert plan is not None and backend is not None
         run_dir = prepare_run_dir(plan)
-        self.compose = self.compose_factory(plan.project_name, backend.render(run_dir))
+        with writing_run_dir(run_dir):
+            compose_file = backend.render(run_dir)
+        self.compose = self.compose_factory(plan.project_name, compose_file)
         self.heartbeat = None if plan.detached else Heartbeat(run_dir / HEARTBEAT_FILE).start()
         started = self.clock()
         self.say(backend.bring_up_line())
