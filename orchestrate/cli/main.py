@@ -24,6 +24,7 @@ environment, 128 + the signal when interrupted.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import shlex
 import signal
@@ -79,6 +80,19 @@ def parsers_under(parser: argparse.ArgumentParser) -> list[argparse.ArgumentPars
                     found[id(child)] = child
                     found.update({id(p): p for p in parsers_under(child)})
     return list(found.values())
+
+
+def nearest_option(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """For words the command does not know that start with a misspelt option of its own
+    (``--enviroment``, ``--node=2``), the option meant, as " (did you mean --env?)"; "" otherwise
+    (a job's words given without their ``--``: the job's hint says where they go)."""
+    word = unknown[0].split("=", 1)[0]
+    if not word.startswith("--"):
+        return ""
+    flags = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    started = [flag for flag in flags if word.startswith(flag) and len(flag) > 4]  # --env in --enviroment
+    near = sorted(started, key=len)[-1:] or difflib.get_close_matches(word, flags, n=1, cutoff=0.75)
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def ended_hint(args: argparse.Namespace) -> str:
@@ -157,7 +171,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[IO[str]] = None, cl
     parser = build_parser(job_hinting(options, target))
     args, unknown = parser.parse_known_args(options)
     if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        command_parser = parser.commands.get(getattr(args, "command", None) or "", parser)
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}{nearest_option(command_parser, unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     handler = getattr(args, "handler", None)

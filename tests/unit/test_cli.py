@@ -113,12 +113,18 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
      " python -m orchestrate export -- train.py --to slurm"),
     (["run", "--bogus"], "unrecognized arguments: --bogus"),
     (["ps", "extra"], "unrecognized arguments: extra"),  # ps runs no job
+    # a misspelt option of the command's own: the one meant
+    (["run", "--enviroment", "X=1"], "unrecognized arguments: --enviroment X=1 (did you mean --env?)"),
+    (["run", "--colective-timeout=3"], "unrecognized arguments: --colective-timeout=3 (did you mean"
+     " --collective-timeout?)"),
+    (["stop", "r1", "--timout", "3"], "unrecognized arguments: --timout 3 (did you mean --timeout?)"),
 ])
 def test_a_job_given_without_its_double_dash_is_told_where_it_goes(args, said, capsys):
     with pytest.raises(SystemExit) as exited:
         main(args)
     assert exited.value.code == 2
-    assert capsys.readouterr().err == f"python -m orchestrate: error: {said} (see --help)\n"
+    command = next(word for word in args if not word.startswith("-"))  # the command's own parser says it
+    assert capsys.readouterr().err == f"python -m orchestrate {command}: error: {said} (see --help)\n"
 
 
 @pytest.mark.parametrize("args, said", [
@@ -136,8 +142,7 @@ def test_a_commands_own_error_over_a_job_given_without_its_double_dash_says_wher
     with pytest.raises(SystemExit) as exited:
         main(args)
     assert exited.value.code == 2
-    prog = "python -m orchestrate" + (f" {args[0]}" if not said.startswith("unrecognized") else "")
-    assert capsys.readouterr().err == f"{prog}: error: {said} (see --help)\n"
+    assert capsys.readouterr().err == f"python -m orchestrate {args[0]}: error: {said} (see --help)\n"
 
 
 def test_unreachable_engine_is_one_line_and_exit_2(tmp_path):
