@@ -35,7 +35,7 @@ from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
 from orchestrate.interrupts import SignalInterrupt
 from orchestrate.launch.run import Run, new_run_id, run_and_report
-from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.model import RunResult, WrittenFile
 from orchestrate.outcome.progress import ProgressRecord, read_all
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.plan.make import node_name
@@ -176,7 +176,7 @@ class ChaosCheck:
                  if self.compare_steps else None)
         verdict = ChaosVerdict(seed, reference, disturbed, schedule, comparisons, self.rtol, facts=facts,
                                strikes=strikes(disturbed.faults, attempts, disturbed.writes),
-                               steps_redone=steps_redone(attempts, facts.last_step), steps=steps,
+                               steps_redone=steps_redone(attempts, facts.step_count), steps=steps,
                                max_steps_redone=self.max_steps_redone)
         (disturbed.run_dir / CHAOS_FILE).write_text(json.dumps(verdict.record(), indent=2) + "\n")
         write_report_quietly(disturbed.run_dir)  # again, with the schedule and the verdict
@@ -243,14 +243,30 @@ def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Referen
     came before that step."""
     attempts = attempts_of(records)
     last = job_steps(attempts[-1]) if attempts else None
+    began = attempts[0].job_step(attempts[0].steps[0][0]) if attempts and attempts[0].steps else None
+    steps = {"first_step": began, "steps_done": sum(a.count for a in attempts) if last is not None else None}
     kept = [w for w in result.writes or [] if w.kept]  # a temporary file renamed onto a save is no save
     first = kept[0] if kept else result.writes[0] if result.writes else None
     if first is None:
-        return Reference(last, result.timings.job_s)
+        return Reference(last, result.timings.job_s, **steps)
+    reported = reported_writes(first, kept, records)
+    surely_before = min([first.time + MTIME_BEHIND_S, *reported])  # a report's time is exact, not coarse
     after = [r.step for r in sorted(one_ranks_records(records), key=lambda r: r.time)
-             if r.step is not None and r.time > first.time + MTIME_BEHIND_S]
-    into_s = first.time - result.started_time if result.started_time is not None else None
-    return Reference(last, result.timings.job_s, first.path, into_s, after[0] if after else None)
+             if r.step is not None and r.time > surely_before]
+    first_time = min([first.time, *reported])
+    into_s = first_time - result.started_time if result.started_time is not None else None
+    return Reference(last, result.timings.job_s, first.path, into_s, after[0] if after else None, **steps)
+
+
+def reported_writes(first: WrittenFile, kept: list[WrittenFile], records: list[ProgressRecord]) -> list[float]:
+    """When the ranks said they began to write ``first`` whole, or a file gone by the end beside
+    it (the temporary file a save renames onto it): the work directory's walk dates a file by the
+    modification time it had when first seen, every few seconds, so a save made again before the
+    next walk (every 3 steps of a fast job) is dated to the later one; a rank's report is exact."""
+    others_kept = {w.path for w in kept} - {first.path}
+    folder = os.path.dirname(first.path)
+    return [r.time for r in records if r.wrote and (r.wrote == first.path or (
+        r.wrote not in others_kept and os.path.dirname(r.wrote) == folder))]
 
 
 def written_again(result: RunResult, untouched: Path) -> tuple[str, ...]:
@@ -261,10 +277,9 @@ def written_again(result: RunResult, untouched: Path) -> tuple[str, ...]:
 
 
 def describe_reference(facts: Reference) -> str:
-    steps = f"{facts.last_step} steps" if facts.last_step is not None else "no steps reported or counted"
     saved = (f"it first wrote {facts.describe_first_write()}" if facts.first_write
              else "it wrote no file in its work directory")
-    return f"the undisturbed job: {steps} in {facts.job_s:.1f} s; {saved}"
+    return f"the undisturbed job: {facts.describe_steps()} in {facts.job_s:.1f} s; {saved}"
 
 
 def wrote(result: RunResult, path: str) -> bool:

@@ -33,8 +33,10 @@ class Reference:
     """What the undisturbed run showed: its last training step (None: none reported or
     counted), how long its job ran, and the first file it wrote in its work directory (None:
     none, or not followed) with when: seconds into the job, and the first step reported
-    after it; and the files it wrote that the work directory held before the check (an
-    earlier run's saves, which a job that resumes began from)."""
+    after it; the files it wrote that the work directory held before the check (an earlier
+    run's saves, which a job that resumes began from); and its first step and how many steps it
+    did, where it did not begin at step 1 (a job that resumed from such a save: steps 7 to 30 are
+    24 steps; None: from step 1 to its last)."""
 
     last_step: Optional[int]
     job_s: float
@@ -42,6 +44,21 @@ class Reference:
     first_write_s: Optional[float] = None
     first_step_after_write: Optional[int] = None
     held_before: tuple[str, ...] = ()
+    first_step: Optional[int] = None
+    steps_done: Optional[int] = None
+
+    @property
+    def step_count(self) -> Optional[int]:
+        """How many steps the undisturbed run did (what steps redone are counted against)."""
+        return self.steps_done if self.steps_done is not None else self.last_step
+
+    def describe_steps(self) -> str:
+        if self.last_step is None:
+            return "no steps reported or counted"
+        if (self.first_step or 1) > 1:
+            return (f"{self.step_count} steps ({self.first_step} to {self.last_step}: it began from a save the work"
+                    f" directory held)")
+        return f"{self.step_count} steps"
 
     def describe_first_write(self) -> str:
         if not self.first_write:
@@ -52,12 +69,12 @@ class Reference:
 
     def step_range(self, count: int) -> tuple[int, int]:
         """The steps faults fall at: after the first write when there is room for ``count``,
-        else from step 2; never the last step."""
+        else from the job's second step (2, where it began at 1); never the last step."""
         last = (self.last_step or 0) - 1
         saved = self.first_step_after_write
         if saved is not None and last - saved >= count:
             return saved + 1, last
-        return 2, last
+        return (self.first_step or 1) + 1, last
 
     def time_range(self, count: int) -> tuple[float, float]:
         """The seconds into the job faults fall at: after the first write when there is room,

@@ -228,7 +228,7 @@ class ChaosVerdict(Verdict):
         if self.disturbed is not None:
             for recovery in self.disturbed.recoveries:
                 lines.append(f"recovery: {recovery.describe()}")
-            reference_steps = self.facts.last_step if self.facts else None
+            reference_steps = self.facts.step_count if self.facts else None
             redone = ("-" if self.steps_redone is None else
                       f"{self.steps_redone} ({self.steps_redone + (reference_steps or 0)} done against"
                       f" {reference_steps} undisturbed)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.chaos.check import reference_facts
+from orchestrate.chaos.check import describe_reference, reference_facts
 from orchestrate.chaos.compare import COMPARE_SCRIPT, compare_files
 from orchestrate.chaos.schedule import DEFAULT_KINDS, Reference, draw_schedule, parse_kinds
 from orchestrate.chaos.attempts import Strike, attempts_of, steps_redone, strikes
@@ -25,6 +25,7 @@ from orchestrate.outcome.model import FaultRecord, Recovery, RunResult, Timings,
 from orchestrate.outcome.progress import ProgressRecord
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.states import NodePhase
+from orchestrate.plan.layout import PROGRESS_SUBDIR
 from tests.unit.test_cli import orchestrate
 
 NODES = ["node0", "node1", "node2"]
@@ -625,6 +626,85 @@ def test_a_temporary_file_seen_before_it_was_renamed_onto_the_save_is_never_name
     assert reference_facts(reference, records[:6]).first_step_after_write == 2
 
 
+
+def test_a_trials_steps_redone_are_counted_against_the_steps_a_reference_that_began_later_did(make_job, tmp_path):
+    """The check's own judgement of a trial, whose job (as the undisturbed one) began from a save
+    of step 6 the work directory held: killed after step 16, resumed from step 14, 2 steps redone."""
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    check = ChaosCheck(RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs"), faults=1,
+                       seed=1, kinds=DEFAULT_KINDS, compare=(), rtol=0.0, out=io.StringIO())
+    reference = result(make_job, tmp_path, run_id="ref")
+    held = [ProgressRecord(0, 100.0, resumed=6, attempt="a")] + steps(0, "a", range(7, 31), 101.0, counted=False)
+    disturbed = result(make_job, tmp_path, ok=False, run_id="dis")
+    (disturbed.run_dir / PROGRESS_SUBDIR).mkdir(parents=True)
+    lines = ([{"rank": 0, "time": 100.0, "resumed": 6, "attempt": "a"}]
+             + [{"rank": 0, "time": 101.0 + i, "step": n, "attempt": "a"} for i, n in enumerate(range(7, 17))]
+             + [{"rank": 0, "time": 120.0, "resumed": 14, "attempt": "b"}]
+             + [{"rank": 0, "time": 121.0 + i, "step": n, "attempt": "b"} for i, n in enumerate(range(15, 31))])
+    (disturbed.run_dir / PROGRESS_SUBDIR / "rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    verdict = check.judge(1, reference, held, reference_facts(reference, held), disturbed, ["kill:node1@step=16"],
+                          tmp_path / "undisturbed", work)
+    assert verdict.steps_redone == 2
+
+
+def test_a_save_made_again_before_the_directorys_next_walk_is_dated_by_the_ranks_report_of_its_first(
+        make_job, tmp_path):
+    """The walk (every 2 s) first saw ckpt.pt as step 12's save had left it; rank 0 reported opening
+    ckpt.pt.tmp (renamed onto it) after step 9: the first save came before step 10, not 13."""
+    reference = result(make_job, tmp_path, run_id="ref")
+    reference.started_time = 100.0
+    reference.writes = [WrittenFile("ckpt.pt", 112.6), WrittenFile("final.pt", 130.0)]
+    records = (steps(0, "a", range(1, 31), 101.0, counted=False)
+               + [ProgressRecord(0, 109.5, attempt="a", wrote="ckpt.pt.tmp"),
+                  ProgressRecord(0, 100.5, attempt="a", wrote="final.pt"),  # another file kept: not this save
+                  ProgressRecord(0, 100.2, attempt="a", wrote="logs/metrics.csv")])  # gone, elsewhere: not it
+    facts = reference_facts(reference, records)
+    assert (facts.first_write, facts.first_write_s, facts.first_step_after_write) == ("ckpt.pt", 9.5, 10)
+    # the file's own report counts too, and the walk's time where it is the earlier
+    records[-3] = ProgressRecord(0, 109.5, attempt="a", wrote="ckpt.pt")
+    assert reference_facts(reference, records).first_step_after_write == 10
+    reference.writes = [WrittenFile("ckpt.pt", 105.6), WrittenFile("final.pt", 130.0)]
+    assert reference_facts(reference, records).first_step_after_write == 6
+    # a report is exact: 5 ms before step 10's is before step 10 (the 20 ms a modification time may
+    # lag is the file clock's, not the report's)
+    reference.writes = [WrittenFile("ckpt.pt", 112.6), WrittenFile("final.pt", 130.0)]
+    records[-3] = ProgressRecord(0, 109.995, attempt="a", wrote="ckpt.pt.tmp")
+    assert reference_facts(reference, records).first_step_after_write == 10
+
+
+def test_a_reference_that_began_from_a_save_already_there_counts_the_steps_it_did_not_its_last_number(
+        make_job, tmp_path):
+    """A job that resumes from a checkpoint the work directory held (an earlier run's) does steps
+    7 to 30 undisturbed: 24 steps. Where its steps are the job's own numbers (reported, or a
+    saved optimizer's count), its last number is not how many it did: counted against 30, the
+    trial's 26 steps were 0 redone, and --max-steps-redone could not fail."""
+    reference = result(make_job, tmp_path, run_id="ref")
+    held = [ProgressRecord(0, 100.0, resumed=6, attempt="a")] + steps(0, "a", range(7, 31), 101.0, counted=False)
+    facts = reference_facts(reference, held)
+    assert (facts.first_step, facts.last_step, facts.steps_done, facts.step_count) == (7, 30, 24, 24)
+    assert describe_reference(facts) == ("the undisturbed job: 24 steps (7 to 30: it began from a save the work"
+                                         " directory held) in 30.0 s; it wrote no file in its work directory")
+    # the trial: killed after step 16, resumed from the save of step 14: 2 steps redone
+    trial = (held[:11] + [ProgressRecord(0, 120.0, resumed=14, attempt="b")]
+             + steps(0, "b", range(15, 31), 121.0, counted=False))
+    assert steps_redone(attempts_of(trial, facts.last_step, completed=True), facts.step_count) == 2
+    verdict = ChaosVerdict(7, reference, result(make_job, tmp_path, faults=[KILL], job_s=41.5, run_id="dis"),
+                           [KILL.spec], [], facts=facts, steps_redone=2)
+    assert "steps redone 2 (26 done against 24 undisturbed)" in verdict.format()
+    # faults fall from its second step, not from step 2, which it never had
+    assert facts.step_range(1) == (8, 29)
+    # a job from step 1 counts as before
+    fresh = reference_facts(reference, steps(0, "a", range(1, 25), 101.0))
+    assert (fresh.first_step, fresh.steps_done, fresh.step_count) == (1, 24, 24)
+    assert describe_reference(fresh).startswith("the undisturbed job: 24 steps in 30.0 s;")
+    assert Reference(30, 30.0).step_count == 30  # (made without its count: the last step is it)
+
+
 def test_the_verdict_holds_when_a_fault_after_a_save_was_followed_by_a_resume_and_the_files_match(make_job, tmp_path):
     verdict = verdict_of(make_job, tmp_path, [strike()])
     assert verdict.status == "HOLDS" and verdict.holds and verdict.exit_code == 0
@@ -947,7 +1027,7 @@ def test_a_whole_check_runs_the_reference_then_each_trial_from_its_own_copy_and_
     assert [Path(r.workdir) for r in runs] == [base / "undisturbed", base / "with-faults-seed5",
                                                base / "with-faults-seed6"]
     assert all(r.rdzv == "c10d" and Path(r.runs_dir) == base / "runs" and r.max_restarts == 3 for r in runs)
-    facts = Reference(10, 30.0, "ckpt.pt", 3.5, 4)
+    facts = Reference(10, 30.0, "ckpt.pt", 3.5, 4, first_step=1, steps_done=10)
     schedules = [draw_schedule(seed, 1, kinds, ["node0", "node1"], facts, world_size=2) for seed in (5, 6)]
     assert [tuple(r.faults) for r in runs] == [(), *schedules]
     said = out.getvalue().splitlines()
