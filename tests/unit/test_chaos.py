@@ -703,6 +703,9 @@ def test_a_reference_that_began_from_a_save_already_there_counts_the_steps_it_di
     assert (fresh.first_step, fresh.steps_done, fresh.step_count) == (1, 24, 24)
     assert describe_reference(fresh).startswith("the undisturbed job: 24 steps in 30.0 s;")
     assert Reference(30, 30.0).step_count == 30  # (made without its count: the last step is it)
+    # a job that said where it resumed and reported no step did no step known: none counted
+    silent = reference_facts(reference, [ProgressRecord(0, 100.0, resumed=6, attempt="a")])
+    assert (silent.last_step, silent.steps_done, silent.step_count) == (None, None, None)
 
 
 def test_the_verdict_holds_when_a_fault_after_a_save_was_followed_by_a_resume_and_the_files_match(make_job, tmp_path):
