@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from orchestrate.engine.locks import try_lock
-from orchestrate.engine.runs import RunInfo
+from orchestrate.engine.runs import RunInfo, RunState, find_run
+from orchestrate.errors import NoSuchRunError
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK
+from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.outcome.events import launcher_exit_code, read_events, record_event
 from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.record import OUTCOME_FILE
+from orchestrate.report.model import ENDED_AS, GONE, ORPHANED
 
 # How long a removal waits for whoever follows the run now (an `attach`, another `down`) to finish
 # its record once the nodes are down: 120 looks, 0.5 s apart, as `down` waits for a launcher.
@@ -70,3 +75,29 @@ def record_before_removal(client: Any, run: RunInfo, say: Callable[[str], None],
         result = Run.attach(run.run_id, out=nowhere, client=client).follow()
     record_event(run.run_dir, LINES_KEPT)
     return result
+
+
+def ending_for_report(client: Any, run_dir: Path, say: Callable[[str], None]) -> str:
+    """What the engine says of a run whose outcome is not recorded, for its report page: an ended
+    run nobody followed has its lines kept first, as ``down`` keeps them (which finishes a detached
+    run's record); then "orphaned" where its launcher died, "gone" where the engine no longer has
+    it, ``ended:<state>`` where its nodes ended and no one recorded it (a launcher killed after),
+    "" where it runs (or its record is now whole)."""
+    if (run_dir / OUTCOME_FILE).is_file():
+        return ""
+    try:
+        run = find_run(client, run_dir.name)
+    except NoSuchRunError:
+        return GONE
+    if os.path.realpath(run.run_dir) != os.path.realpath(run_dir):
+        return ""  # the engine's run of that id keeps another directory: nothing said of this one
+    record_before_removal(client, run, say)
+    if (run_dir / OUTCOME_FILE).is_file():
+        return ""
+    try:
+        now = run_as_recorded(find_run(client, run.run_id))
+    except NoSuchRunError:
+        return GONE
+    if now.state is RunState.ORPHANED:
+        return ORPHANED
+    return f"{ENDED_AS}{now.state.value}" if now.state.ended else ""

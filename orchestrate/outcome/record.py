@@ -12,6 +12,9 @@ from orchestrate.outcome.summary import at_exit_barrier, ending_hint, says_failu
 
 log = logging.getLogger(__name__)
 
+OUTCOME_FILE = "outcome.json"  # how the run ended, in its directory
+
+
 def outcome_record(outcome: RunResult) -> dict:
     """The outcome as JSON-ready data (``runs/<id>/outcome.json``): for reports and benchmarks."""
     t = outcome.timings
@@ -95,6 +98,6 @@ def outcome_record(outcome: RunResult) -> dict:
 def write_outcome(outcome: RunResult) -> None:
     """Record how the run ended in its directory (``outcome.json``)."""
     try:
-        (outcome.run_dir / "outcome.json").write_text(json.dumps(outcome_record(outcome), indent=2) + "\n")
+        (outcome.run_dir / OUTCOME_FILE).write_text(json.dumps(outcome_record(outcome), indent=2) + "\n")
     except OSError as exc:  # the run directory went away: the summary on screen still says it all
         log.debug("outcome.json: %s", exc)

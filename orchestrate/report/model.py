@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.progress import read_all
+from orchestrate.outcome.record import OUTCOME_FILE
 from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.text import grace_ran_out, shuffled_alike, times, written_by_several
@@ -103,7 +104,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     return {
         "run_id": run_dir.name,
         "run": _load_json(run_dir / "run.json") or {},
-        "outcome": _load_json(run_dir / "outcome.json"),
+        "outcome": _load_json(run_dir / OUTCOME_FILE),
         "events": read_events(run_dir),
         "progress": read_all(run_dir / PROGRESS_SUBDIR),
         "bench": _load_json(run_dir / "bench.json"),
@@ -115,6 +116,26 @@ def load_run(run_dir: Path) -> dict[str, Any]:
 
 
 IN_DEBUGGER = "in its debugger"  # a rank lane's phase while it is stopped there
+
+# What the engine said of a run with no outcome recorded (``report RUN``), as the page says it in
+# place of "running": its files alone cannot tell a run that runs from one whose end nobody recorded.
+ORPHANED, GONE, NOT_ASKED = "orphaned", "gone", "not asked"
+ENDED_AS = "ended:"  # then the state the nodes' exit codes name (``ended:failed``)
+UNRECORDED_ENDINGS = {
+    ORPHANED: ("ORPHANED: its launcher died before it said how the run ended (its nodes stop themselves when they"
+               " notice, prune removes what is left, and its node logs keep what they printed)"),
+    GONE: ("ENDED, with no record of how: the engine no longer has the run, and no launcher or follower wrote"
+           " its outcome (its node logs keep what was followed)"),
+    NOT_ASKED: "running, as far as its files say (the engine could not be asked)",
+}
+
+
+def unrecorded_ending(engine_state: str) -> str:
+    """What the page says in place of "running" for ``engine_state`` ("" where nothing)."""
+    if engine_state.startswith(ENDED_AS):
+        return (f"ENDED: {engine_state[len(ENDED_AS):]}, as its nodes' exit codes say; its launcher did not record"
+                " its summary")
+    return UNRECORDED_ENDINGS.get(engine_state, "")
 
 
 def end_stops(spans: list[list[Any]], when: float) -> None:
@@ -300,6 +321,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             lane.phases = overlaid(lane.phases, Phase(IN_DEBUGGER, since, until if until is not None else model.end,
                                                       what))
 
+    if not outcome and unrecorded_ending(records.get("engine_state") or ""):
+        model.outcome = unrecorded_ending(records["engine_state"])
     if outcome:
         model.succeeded = outcome.get("succeeded")
         model.exit_code = outcome.get("exit_code", model.exit_code)

@@ -391,10 +391,11 @@ def hint_paragraph(hint: str) -> str:
     return f'<p id="hint"><b>Hint:</b> {"<br>".join(html.escape(line) for line in lines)}</p>'
 
 
-def write_report(run_dir: Path) -> Path:
-    """Build ``run_dir/report.html`` from the run's records and return its path."""
+def write_report(run_dir: Path, engine_state: str = "") -> Path:
+    """Build ``run_dir/report.html`` from the run's records and return its path; ``engine_state``:
+    what the engine said of a run whose outcome is not recorded (see ``UNRECORDED_ENDINGS``)."""
     path = run_dir / REPORT_FILE
-    text = render_html(build_model(load_run(run_dir)))
+    text = render_html(build_model({**load_run(run_dir), "engine_state": engine_state}))
     temporary = path.with_suffix(".html.tmp")
     temporary.write_text(text, encoding="utf-8")
     temporary.replace(path)

@@ -374,21 +374,25 @@ def test_events_file_roundtrip_skips_a_torn_line(tmp_path):
 
 
 def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys):
+    from tests.fakes import FakeDockerClient
+
+    engine = FakeDockerClient()  # (it has no such run: the page says so, not "running")
     run_dir = tmp_path / "runs" / "20261121-101010-abcdef"
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps(plan()))
     (run_dir / "events.jsonl").write_text("\n".join(json.dumps(e) for e in started()) + "\n")
     out = io.StringIO()
-    assert main(["report", "20261121-1010", "--runs-dir", str(tmp_path / "runs")], out=out) == 0
+    assert main(["report", "20261121-1010", "--runs-dir", str(tmp_path / "runs")], out=out, client=engine) == 0
     assert out.getvalue().strip() == str((run_dir / "report.html").resolve())
-    assert "One lane per node" in (run_dir / "report.html").read_text()
-    assert main(["report", "nope", "--runs-dir", str(tmp_path / "runs")]) == 2
+    page = (run_dir / "report.html").read_text()
+    assert "One lane per node" in page and "ENDED, with no record of how: the engine no longer has the run" in page
+    assert main(["report", "nope", "--runs-dir", str(tmp_path / "runs")], client=engine) == 2
     assert "no run 'nope'" in capsys.readouterr().err
     other = tmp_path / "runs" / "20261121-111111-fedcba"
     other.mkdir()
     (other / "run.json").write_text(json.dumps(plan()))
-    assert main(["report", "abcdef", "--runs-dir", str(tmp_path / "runs")], out=io.StringIO()) == 0  # its random end
-    assert main(["report", "20261121", "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert main(["report", "abcdef", "--runs-dir", str(tmp_path / "runs")], out=io.StringIO(), client=engine) == 0
+    assert main(["report", "20261121", "--runs-dir", str(tmp_path / "runs")], client=engine) == 2
     assert capsys.readouterr().err.strip().endswith(
         "'20261121' names 2 runs in " + str(tmp_path / "runs") + ": 20261121-101010-abcdef, 20261121-111111-fedcba;"
         " give more of the run id")

@@ -1803,3 +1803,77 @@ def test_an_attach_once_the_nodes_are_down_names_peers_by_the_addresses_they_cam
     with open(os.devnull, "w") as nowhere:
         result = Run.attach("gone", out=nowhere, client=client).follow()
     assert result.node_addresses == recorded
+
+
+def report_says(client, plan, tmp_path, capsys) -> str:
+    """``report RUN`` against ``client``: the page's ending line (what it says in place of "running")."""
+    import html
+    import re
+
+    from orchestrate.cli.main import main
+
+    out = io.StringIO()
+    assert main(["report", plan.run_id, "--runs-dir", str(plan.run_dir.parent)], out=out, client=client) == 0
+    assert out.getvalue() == f"{(plan.run_dir / 'report.html').resolve()}\n"  # the path alone on stdout
+    page = (plan.run_dir / "report.html").read_text()
+    return html.unescape(re.search(r'<p id="outcome" class="outcome \w+">([^<]*)</p>', page).group(1))
+
+
+def test_report_asks_the_engine_how_a_run_with_no_recorded_outcome_stands(make_run, tmp_path, capsys):
+    """A run's files alone cannot tell one that runs from one whose end nobody recorded: a detached
+    run that ended unfollowed (its lines kept first, its record finished), an orphaned one, one
+    whose nodes ended after its launcher died, one the engine no longer has, and one that runs."""
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+
+    client = FakeDockerClient()
+    detached, running = started_runs(make_run, client,
+                                     ("ended", {"node0": Script(["[0|0]:one"], exit_code=3)}, {"nodes": 1}),
+                                     ("runs", {"node0": Script(["[0|0]:on"], hang=True)}, {"nodes": 1}))
+    wait_until(lambda: not list_runs(client, "ended")[0].live_nodes)
+    capsys.readouterr()  # (their starts' lines)
+    assert report_says(client, detached, tmp_path, capsys) == "FAILED (exit code 1): node0 failed (exit code 3)"
+    assert capsys.readouterr().err == ("run ended: no one followed it to its end; writing its node logs, summary and"
+                                       " report page from the engine first\n")
+    assert (detached.run_dir / "outcome.json").is_file() and (detached.run_dir / "node0.log").is_file()
+    assert report_says(client, running, tmp_path, capsys) == "running" and capsys.readouterr().err == ""
+
+    client.script("node0", Script(["[0|0]:done"]))
+    [foreground] = started_runs(make_run, client, ("killed", {}, {"nodes": 1, "detach": False}))
+    for container in client.containers_by_name.values():  # its launcher (this process, never following) is gone
+        if container.labels.get("io.ddp-compose.run-id") == "killed":
+            container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+    wait_until(lambda: not list_runs(client, "killed")[0].live_nodes)
+    capsys.readouterr()
+    assert report_says(client, foreground, tmp_path, capsys) == (
+        "ENDED: succeeded, as its nodes' exit codes say; its launcher did not record its summary")
+    assert not (foreground.run_dir / "outcome.json").exists()  # (a foreground run's summary is its launcher's)
+    assert "writing its node logs from the engine first" in capsys.readouterr().err
+
+    client.script("node0", Script(["[0|0]:going"], hang=True))
+    [orphan] = started_runs(make_run, client, ("orphan", {}, {"nodes": 1, "detach": False}))
+    for container in client.containers_by_name.values():
+        if container.labels.get("io.ddp-compose.run-id") == "orphan":
+            container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+    assert report_says(client, orphan, tmp_path, capsys).startswith(
+        "ORPHANED: its launcher died before it said how the run ended")
+
+    for container in list(client.containers_by_name.values()):
+        if container.labels.get("io.ddp-compose.run-id") == "killed":
+            container.remove(force=True)
+    assert report_says(client, foreground, tmp_path, capsys).startswith(
+        "ENDED, with no record of how: the engine no longer has the run")
+
+
+def test_report_without_an_engine_says_the_page_holds_what_the_files_say(make_run, tmp_path, capsys):
+    import requests
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("r1", {"node0": Script(["[0|0]:on"], hang=True)}, {"nodes": 1}))
+
+    class Unreachable:
+        @property
+        def containers(self):
+            raise requests.exceptions.ConnectionError("connection refused")
+
+    assert report_says(Unreachable(), plan, tmp_path, capsys) == (
+        "running, as far as its files say (the engine could not be asked)")
