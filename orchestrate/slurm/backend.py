@@ -73,6 +73,18 @@ FINAL_JOB_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", 
 SLURM_REPOSITORY = "ddp-compose-slurm"
 # How long the controller may fail to answer for the job before the run gives up on it.
 CONTROLLER_SILENCE_S = 30.0
+# A job still pending this long is said to be, with Slurm's reason (once).
+PENDING_SAID_AFTER_S = 5.0
+# Slurm's reasons for holding a job pending that the run's own cluster never meets: the job is
+# cancelled and the run fails, saying why, instead of waiting for ever; once the reason has stood
+# this long (Slurm names PartitionConfig first, then PartitionNodeLimit, for one job too large).
+NEVER_STARTS_AFTER_S = 2.0
+NEVER_STARTS = {
+    "PartitionNodeLimit": "it asks for more nodes than the cluster has: its #SBATCH --nodes against --nodes",
+    "PartitionTimeLimit": "its time limit is longer than the cluster's partition allows",
+    "PartitionConfig": "it asks for what the cluster's partition does not have",
+    "BadConstraints": "its constraints match no node of the cluster",
+}
 # How long, and how often, the queue is asked for a job sbatch gave no id for.
 JOB_LOOKUP_S = 15.0
 JOB_LOOKUP_POLL_S = 0.5
@@ -405,7 +417,7 @@ class SlurmBackend:
         self.started_at = started = self.clock()
         if self.hangs is not None:  # a job stuck before its first line (a rendezvous) counts too
             self.hangs.progress(started)
-        following = False
+        following = said_pending = False
         try:
             with open(self.plan.run_dir / "slurm-job.log", "w", encoding="utf-8") as log_file:
                 last_seen = self.clock()
@@ -419,6 +431,8 @@ class SlurmBackend:
                     if not following and job.get("BatchHost") in self.containers and job.get("StdOut"):
                         self.follow_output(job["BatchHost"], job["StdOut"])
                         following = True
+                    if job.get("JobState") == "PENDING" and not result.error:
+                        said_pending = self.note_pending(job, said_pending, result)
                     self.drain_output(log_file)
                     if (timeout_s is not None and self.clock() - started > timeout_s and not result.error
                             and self.hang is None):  # (a job found hung is being cancelled already)
@@ -462,6 +476,23 @@ class SlurmBackend:
             result.reported_failure = self.root_cause(slurm)
             self.place_the_failure(result)
         return result
+
+    def note_pending(self, job: dict[str, str], said: bool, result: RunResult) -> bool:
+        """A job Slurm still holds pending: cancelled, the run failing, where its reason is one the
+        cluster never meets (:data:`NEVER_STARTS`); else said once, with the reason, after
+        :data:`PENDING_SAID_AFTER_S`. Whether it has been said."""
+        reason = job.get("Reason", "") or "-"
+        if reason in NEVER_STARTS and self.clock() - self.started_at >= NEVER_STARTS_AFTER_S:
+            self.say(f"Slurm holds job {self.job_id} pending (reason {reason}): {NEVER_STARTS[reason]}; cancelling it")
+            exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
+            result.error = (f"Slurm cannot start job {self.job_id} in this cluster of"
+                            f" {len(self.plan.nodes)} node(s): pending, reason {reason} ({NEVER_STARTS[reason]})")
+            result.error_exit_code = 2
+            return True
+        if not said and self.clock() - self.started_at >= PENDING_SAID_AFTER_S:
+            self.say(f"job {self.job_id} is still pending in Slurm (reason {reason})")
+            return True
+        return said
 
     def place_the_failure(self, result: RunResult) -> None:
         """Where the ranks were as the job failed, by what the workers' hook wrote, as for a Compose

@@ -16,7 +16,7 @@ from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import containers_of_project
 from orchestrate.engine.runs import STOPPED_BY, RunInfo, forget_stop_request, mark_stop_requested, stop_run
 from orchestrate.errors import EngineError
-from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S
+from orchestrate.slurm.cluster import CONTROLLER, KILL_WAIT_S, parse_scontrol
 
 # How often the queue is looked at while the job ends.
 QUEUE_POLL_S = 0.5
@@ -60,13 +60,31 @@ def terminate_jobs(client: Any, controller: Any, run_id: str, jobs: list[str]) -
     """SIGTERM to the tasks of ``jobs`` through Slurm (``scancel --signal=TERM``: the job's steps,
     torchrun in every node, which hands it to its workers; the batch script waits for them, as
     ``--full`` would not: it would end the script, and with it the job, at once); a job still
-    pending is cancelled instead.
+    pending is cancelled instead, at once (a signal to it made ``scancel`` retry for 95 s).
 
     Raises:
         EngineError: When Slurm refused both.
     """
-    if not scancel(client, controller, run_id, ["--signal=TERM", *jobs]):
-        scancel(client, controller, run_id, jobs, refused_raises=True)  # a pending job: cancelled
+    pending = pending_jobs(client, controller, jobs)
+    if pending:  # no task to signal: cancelled (scancel --signal retries on one for 95 s, then refuses)
+        scancel(client, controller, run_id, pending, refused_raises=True)
+    started = [job for job in jobs if job not in pending]
+    if started and not scancel(client, controller, run_id, ["--signal=TERM", *started]):
+        scancel(client, controller, run_id, started, refused_raises=True)  # pending after all: cancelled
+
+
+def pending_jobs(client: Any, controller: Any, jobs: list[str]) -> list[str]:
+    """Those of ``jobs`` Slurm holds pending, as ``scontrol show job`` says (none where it cannot
+    be asked: the signal is tried, as before)."""
+    pending = []
+    for job in jobs:
+        try:
+            code, text = exec_output(client, controller, ["scontrol", "show", "job", job, "-o"])
+        except engine_errors():
+            continue
+        if code == 0 and parse_scontrol(text).get("JobState") == "PENDING":
+            pending.append(job)
+    return pending
 
 
 def kill_jobs_after(client: Any, controller: Any, run_id: str, jobs: list[str], grace_s: float,

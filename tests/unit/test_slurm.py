@@ -672,6 +672,73 @@ def test_a_slurm_job_whose_tasks_took_the_stops_sigterm_and_failed_is_stopped_an
         assert (result.interrupted, result.exit_code) == ((True, 143) if stopped else (False, 1)), end
 
 
+@pytest.mark.timeout(30)
+def test_a_job_the_cluster_can_never_start_is_cancelled_and_fails_saying_why(make_job, tmp_path):
+    """A batch script asking for more nodes than the run's cluster has stays pending for ever in
+    Slurm (PartitionNodeLimit): cancelled once the reason has stood 2 s, the run failing (exit 2)."""
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=PENDING Reason=PartitionNodeLimit ExitCode=0:0\n")
+    real_exec = client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):
+        if cmd == ["scancel", "7"]:
+            client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=CANCELLED Reason=PartitionNodeLimit"
+                                                     b" ExitCode=0:0\n")
+        return real_exec(container_id, cmd, **kwargs)
+
+    client.api.exec_create = exec_create
+    heard: list[str] = []
+    backend.say = heard.append
+    result = backend.follow(timeout_s=30)
+    assert scancels(client) == [("7",)]
+    assert heard[-1] == ("Slurm holds job 7 pending (reason PartitionNodeLimit): it asks for more nodes than the"
+                         " cluster has: its #SBATCH --nodes against --nodes; cancelling it")
+    assert result.error == ("Slurm cannot start job 7 in this cluster of 2 node(s): pending, reason"
+                            " PartitionNodeLimit (it asks for more nodes than the cluster has: its #SBATCH --nodes"
+                            " against --nodes)")
+    assert result.exit_code == 2 and 2.0 <= result.timings.job_s < 10
+
+
+@pytest.mark.timeout(30)
+def test_a_job_pending_for_a_reason_the_cluster_may_meet_is_said_once_and_waited_for(make_job, tmp_path):
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["sbatch"] = (0, b"7\n")
+    client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=PENDING Reason=Resources ExitCode=0:0\n")
+    heard: list[str] = []
+    looks_after: list[int] = []
+    real_exec = client.api.exec_create
+
+    def exec_create(container_id, cmd, **kwargs):
+        if cmd[:3] == ["scontrol", "show", "job"] and any("pending" in h for h in heard):
+            looks_after.append(1)
+            if len(looks_after) == 4:  # a few looks after it was said: it starts, and ends
+                client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=COMPLETED Reason=None ExitCode=0:0"
+                                                         b" NodeList=node[0-1]\n")
+        return real_exec(container_id, cmd, **kwargs)
+
+    client.api.exec_create = exec_create
+    backend.say = heard.append
+    result = backend.follow(timeout_s=30)
+    assert [h for h in heard if "pending" in h] == ["job 7 is still pending in Slurm (reason Resources)"]
+    assert result.succeeded and scancels(client) == [] and result.timings.job_s >= 5.0
+
+
+def test_an_interrupt_cancels_a_pending_job_at_once_instead_of_signalling_it(make_job, tmp_path):
+    """scancel --signal=TERM on a job still pending retries for 95 s before it refuses: a Ctrl-C of
+    a job that never started took that long."""
+    from orchestrate.slurm.stop import terminate_jobs
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=PENDING Reason=Resources ExitCode=0:0\n")
+    terminate_jobs(client, backend.containers[CONTROLLER], "test-run", ["7"])
+    assert scancels(client) == [("7",)]
+    client.calls.clear()
+    client.command_outputs["scontrol"] = (0, b"JobId=7 JobState=RUNNING Reason=None ExitCode=0:0\n")
+    terminate_jobs(client, backend.containers[CONTROLLER], "test-run", ["7"])
+    assert scancels(client) == [("--signal=TERM", "7")]
+
+
 def test_sbatch_passes_every_task_the_plans_environment_but_a_nodes_name(make_job, tmp_path):
     backend, client = slurm_backend_following(make_job, tmp_path)
     client.command_outputs["sbatch"] = (0, b"7\n")
