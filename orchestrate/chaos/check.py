@@ -259,14 +259,14 @@ def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Referen
 
 
 def reported_writes(first: WrittenFile, kept: list[WrittenFile], records: list[ProgressRecord]) -> list[float]:
-    """When the ranks said they began to write ``first`` whole, or a file gone by the end beside
-    it (the temporary file a save renames onto it): the work directory's walk dates a file by the
+    """When the ranks said they began to write ``first`` whole, or a file gone by the end whose name
+    extends its name (``ckpt.pt.tmp``, the temporary file a save renames onto it; not any other
+    file beside it, a scratch file of the start-up): the work directory's walk dates a file by the
     modification time it had when first seen, every few seconds, so a save made again before the
     next walk (every 3 steps of a fast job) is dated to the later one; a rank's report is exact."""
-    others_kept = {w.path for w in kept} - {first.path}
-    folder = os.path.dirname(first.path)
+    kept_paths = {w.path for w in kept}
     return [r.time for r in records if r.wrote and (r.wrote == first.path or (
-        r.wrote not in others_kept and os.path.dirname(r.wrote) == folder))]
+        r.wrote.startswith(first.path) and r.wrote not in kept_paths))]
 
 
 def written_again(result: RunResult, untouched: Path) -> tuple[str, ...]:

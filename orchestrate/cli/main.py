@@ -82,6 +82,17 @@ def parsers_under(parser: argparse.ArgumentParser) -> list[argparse.ArgumentPars
     return list(found.values())
 
 
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` chose, its subcommand's where it has one (``image
+    build``); ``parser`` itself where none was chosen."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            child = action.choices.get(getattr(args, action.dest, None) or "")
+            if child is not None:
+                return chosen_parser(child, args)
+    return parser
+
+
 def nearest_option(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
     """For words the command does not know that start with a misspelt option of its own
     (``--enviroment``, ``--node=2``), the option meant, as " (did you mean --env?)"; "" otherwise
@@ -91,7 +102,7 @@ def nearest_option(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
         return ""
     flags = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
     started = [flag for flag in flags if word.startswith(flag) and len(flag) > 4]  # --env in --enviroment
-    near = sorted(started, key=len)[-1:] or difflib.get_close_matches(word, flags, n=1, cutoff=0.75)
+    near = difflib.get_close_matches(word, flags, n=1, cutoff=0.75) or sorted(started, key=len)[-1:]
     return f" (did you mean {near[0]}?)" if near else ""
 
 
@@ -171,7 +182,7 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[IO[str]] = None, cl
     parser = build_parser(job_hinting(options, target))
     args, unknown = parser.parse_known_args(options)
     if unknown:
-        command_parser = parser.commands.get(getattr(args, "command", None) or "", parser)
+        command_parser = chosen_parser(parser, args)
         command_parser.error(f"unrecognized arguments: {' '.join(unknown)}{nearest_option(command_parser, unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

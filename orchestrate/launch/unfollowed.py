@@ -100,4 +100,6 @@ def ending_for_report(client: Any, run_dir: Path, say: Callable[[str], None]) ->
         return GONE
     if now.state is RunState.ORPHANED:
         return ORPHANED
-    return f"{ENDED_AS}{now.state.value}" if now.state.ended else ""
+    if not now.state.ended or not (now.detached or now.launcher_alive is False):
+        return ""  # it runs, or its launcher (alive, or on another host) is about to record how it ended
+    return f"{ENDED_AS}{now.state.value}"

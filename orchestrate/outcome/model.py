@@ -400,7 +400,8 @@ class RunResult:
                 would read as a rank that printed nothing.
         """
         lines = Lines(re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", self.output, re.M))
-        world_size = sum(len(result.node.global_ranks) for result in self.results)
+        # (an elastic plan gives no ranks: its rendezvous does, at most as many as the nodes' processes)
+        world_size = sum(len(result.node.global_ranks or result.node.process_gpus) for result in self.results)
         if not lines and world_size and not 0 <= rank < world_size:
             raise IndexError(f"rank {rank}: this run's ranks are 0 to {world_size - 1}")
         return lines

@@ -21,7 +21,7 @@ from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.engine.client import connect
 from orchestrate.engine.runs import find_run, remove_run
-from orchestrate.errors import UsageError
+from orchestrate.errors import OrchestrateError, UsageError
 from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import RunResult
 
@@ -32,16 +32,17 @@ STOP_MARGIN_S = 10.0
 
 
 def fails_at_the_tests_line(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A bad option (a keyword ``run`` has not, a value it refuses, a script that is not there)
-    fails the test at the test's own line with ``run``'s one-line error: the UsageError is raised
-    afresh, and pytest leaves this frame out of the traceback (``__tracebackhide__``)."""
+    """An error of ours (a keyword ``run`` has not, a value it refuses, a script that is not there,
+    a runs directory the disk refuses) fails the test at the test's own line with ``run``'s
+    one-line error: it is raised afresh, and pytest leaves this frame out of the traceback
+    (``__tracebackhide__``)."""
 
     @functools.wraps(method)
     def raising_at_the_callers_line(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841  (read by pytest)
         try:
             return method(*args, **kwargs)
-        except UsageError as exc:
+        except OrchestrateError as exc:  # (a bad option; a runs directory the disk refuses)
             raise exc.with_traceback(None) from None
 
     return raising_at_the_callers_line

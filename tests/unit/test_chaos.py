@@ -660,7 +660,8 @@ def test_a_save_made_again_before_the_directorys_next_walk_is_dated_by_the_ranks
     reference.started_time = 100.0
     reference.writes = [WrittenFile("ckpt.pt", 112.6), WrittenFile("final.pt", 130.0)]
     records = (steps(0, "a", range(1, 31), 101.0, counted=False)
-               + [ProgressRecord(0, 109.5, attempt="a", wrote="ckpt.pt.tmp"),
+               + [ProgressRecord(0, 100.1, attempt="a", wrote="scratch.bin"),  # gone, beside it: not its own
+                  ProgressRecord(0, 109.5, attempt="a", wrote="ckpt.pt.tmp"),
                   ProgressRecord(0, 100.5, attempt="a", wrote="final.pt"),  # another file kept: not this save
                   ProgressRecord(0, 100.2, attempt="a", wrote="logs/metrics.csv")])  # gone, elsewhere: not it
     facts = reference_facts(reference, records)

@@ -118,12 +118,17 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     (["run", "--colective-timeout=3"], "unrecognized arguments: --colective-timeout=3 (did you mean"
      " --collective-timeout?)"),
     (["stop", "r1", "--timout", "3"], "unrecognized arguments: --timout 3 (did you mean --timeout?)"),
+    # the nearest option, before one that only starts the word
+    (["run", "--cpu-per-node", "2"], "unrecognized arguments: --cpu-per-node 2 (did you mean --cpus-per-node?)"),
+    # a subcommand's own (image build)
+    (["image", "build", "--ofline"], "unrecognized arguments: --ofline (did you mean --offline?)"),
 ])
 def test_a_job_given_without_its_double_dash_is_told_where_it_goes(args, said, capsys):
     with pytest.raises(SystemExit) as exited:
         main(args)
     assert exited.value.code == 2
     command = next(word for word in args if not word.startswith("-"))  # the command's own parser says it
+    command += " build" * (command == "image")
     assert capsys.readouterr().err == f"python -m orchestrate {command}: error: {said} (see --help)\n"
 
 

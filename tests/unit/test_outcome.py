@@ -371,6 +371,13 @@ def test_a_rank_the_run_never_had_is_refused_not_read_as_one_that_printed_nothin
     for missing in (4, 7, -1):
         with pytest.raises(IndexError, match=rf"^rank {missing}: this run's ranks are 0 to 3$"):
             result.rank_output(missing)
+    # an elastic plan names no ranks: its rendezvous gives out at most its nodes' processes
+    elastic = make_job("e", nodes=2, nproc_per_node=2, rdzv="c10d")
+    result = RunResult("e", tmp_path, results_for(elastic, (NodePhase.SUCCEEDED, 0, 1, None),
+                                                  (NodePhase.SUCCEEDED, 0, 1, None)), Timings())
+    assert result.rank_output(3) == []
+    with pytest.raises(IndexError, match=r"^rank 4: this run's ranks are 0 to 3$"):
+        result.rank_output(4)
 
 
 def test_a_failed_assert_on_a_result_shows_how_the_run_ended_and_why_then_the_last_lines(make_job):

@@ -1839,6 +1839,10 @@ def test_report_asks_the_engine_how_a_run_with_no_recorded_outcome_stands(make_r
 
     client.script("node0", Script(["[0|0]:done"]))
     [foreground] = started_runs(make_run, client, ("killed", {}, {"nodes": 1, "detach": False}))
+    wait_until(lambda: not list_runs(client, "killed")[0].live_nodes)
+    capsys.readouterr()
+    # its launcher (this process) lives: how the run ended is its to record, about to be
+    assert report_says(client, foreground, tmp_path, capsys) == "running" and capsys.readouterr().err == ""
     for container in client.containers_by_name.values():  # its launcher (this process, never following) is gone
         if container.labels.get("io.ddp-compose.run-id") == "killed":
             container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
