@@ -2266,6 +2266,12 @@ MUTANTS = [
            '            self.say(f"job {self.job_id} is still pending in Slurm (reason {reason})")\n            return True',
            '            self.say(f"job {self.job_id} is still pending in Slurm (reason {reason})")\n            return said',
            ("tests/unit/test_slurm.py",)),
+    # session 106: export --trainjob (a helper's walk through slurm-and-export.md)
+    Mutant("--trainjob writes the Indexed Job too (applied, it trains twice)", "orchestrate/export/kubernetes.py",
+           "        return [trainjob(plan, options, container)]", "        return [service, job, trainjob(plan, options, container)]",
+           ("tests/unit/test_export.py",)),
+    Mutant("a TrainJob names its script relative to a working directory it does not set", "orchestrate/export/kubernetes.py",
+           '        target[0] = f"{CONTAINER_WORKDIR}/{target[0]}"', "        pass", ("tests/unit/test_export.py",)),
     Mutant("a job command's usage line leaves out its -- TARGET", "orchestrate/cli/options.py",
            "        if not self.get_default(\"takes_target\"):\n            return text",
            "        if True:\n            return text", ("tests/unit/test_cli_main.py",)),

@@ -61,7 +61,8 @@ def add_parsers(sub: Any) -> None:
     kubernetes = export.add_argument_group("kubernetes")
     kubernetes.add_argument("--namespace", default=None, help="namespace of every object (default: none given)")
     kubernetes.add_argument("--trainjob", action="store_true",
-                            help="also write a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)")
+                            help="write the job as a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)"
+                                 " instead of the Service and Indexed Job (both applied would train twice)")
     kubernetes.add_argument("--runtime", default=DEFAULT_RUNTIME,
                             help="with --trainjob: the TrainJob's ClusterTrainingRuntime (default: %(default)s)")
     export.set_defaults(handler=command, takes_target=True)

@@ -90,7 +90,8 @@ def pod_failure_limits(plan: JobPlan) -> dict[str, int]:
 
 
 def export_kubernetes(plan: JobPlan, options: ExportOptions) -> list[dict[str, Any]]:
-    """The headless Service and the Indexed Job (and a TrainJob where asked)."""
+    """The headless Service and the Indexed Job; or, where asked, the same job as a TrainJob alone
+    (both in one file would train twice, applied together)."""
     cfg = plan.config
     name = options.name
     ports = [{"name": "rendezvous", "port": RDZV_PORT if cfg.elastic else plan.master_port}]
@@ -123,18 +124,22 @@ def export_kubernetes(plan: JobPlan, options: ExportOptions) -> list[dict[str, A
             },
         },
     }
-    objects = [service, job]
     if options.trainjob:
-        objects.append(trainjob(plan, options, container))
-    return objects
+        return [trainjob(plan, options, container)]
+    return [service, job]
 
 
 def trainjob(plan: JobPlan, options: ExportOptions, container: dict[str, Any]) -> dict[str, Any]:
     """The same job as a Kubeflow Trainer ``TrainJob``: the runtime sets the ``PET_*``
-    variables and the network itself, so only the image, command and sizes go in."""
+    variables and the network itself, so only the image, command and sizes go in. A script is
+    named by its path in the image (``/workspace/train.py``): a TrainJob sets no working directory,
+    and the image's own may be another."""
     cfg = plan.config
+    target = list(cfg.target)
+    if target and target[0] != "-m" and not target[0].startswith("/"):
+        target[0] = f"{CONTAINER_WORKDIR}/{target[0]}"
     trainer: dict[str, Any] = {
-        "image": cfg.image, "command": ["torchrun", *cfg.target], "numNodes": cfg.nodes,
+        "image": cfg.image, "command": ["torchrun", *target], "numNodes": cfg.nodes,
         "numProcPerNode": cfg.nproc_per_node,
         "env": [{"name": k, "value": v} for k, v in sorted(job_env(plan).items())],
     }
@@ -142,7 +147,7 @@ def trainjob(plan: JobPlan, options: ExportOptions, container: dict[str, Any]) -
         trainer["resourcesPerNode"] = container["resources"]
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": _metadata(f"{options.name}-trainjob", options),
+        "metadata": _metadata(options.name, options),
         "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
                                 "name": options.runtime},
                  "trainer": trainer},

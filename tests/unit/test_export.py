@@ -245,12 +245,12 @@ def test_an_elastic_kubernetes_export_says_where_its_rendezvous_lives(tmp_path, 
     assert "the TrainJob is not elastic" in capsys.readouterr().err
 
 
-def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job):
+def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job, tmp_path):
     plan = make_job(nodes=2, nproc_per_node=4, gpus_per_node=4, backend="nccl", target=("-m", "app.train"))
-    trainjob = export_kubernetes(plan, ExportOptions(name="ddp-train", trainjob=True))[2]
+    [trainjob] = export_kubernetes(plan, ExportOptions(name="ddp-train", trainjob=True))  # alone: one job, not two
     assert trainjob["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and trainjob["kind"] == "TrainJob"
     assert trainjob["spec"]["runtimeRef"]["name"] == "torch-distributed"
-    assert trainjob["metadata"]["name"] == "ddp-train-trainjob"
+    assert trainjob["metadata"]["name"] == "ddp-train"
     assert trainjob["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
                                               "name": "torch-distributed"}
     trainer = trainjob["spec"]["trainer"]
@@ -258,6 +258,11 @@ def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job):
     assert trainer["command"] == ["torchrun", "-m", "app.train"] and trainer["image"] == plan.config.image
     assert {"name": "DDP_BACKEND", "value": "nccl"} in trainer["env"]
     assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": 4}
+    # a script by its path in the image: a TrainJob sets no working directory
+    (tmp_path / "train.py").write_text("")
+    script = make_job(nodes=2, target=("train.py", "--epochs", "2"))
+    [trainjob] = export_kubernetes(script, ExportOptions(name="t", trainjob=True))
+    assert trainjob["spec"]["trainer"]["command"] == ["torchrun", "/workspace/train.py", "--epochs", "2"]
 
 
 def test_exported_sbatch_has_no_simulation_paths(make_job):
@@ -436,5 +441,5 @@ def test_each_targets_own_options_are_taken_and_the_local_image_is_noted(tmp_pat
     assert main(["export", "--to", "kubernetes", "--workdir", str(tmp_path), "--image", "r.io/me/t:1", "--namespace",
                  "ml", "--cpus-per-node", "4", "--trainjob", "--runtime", "mine", "--", "train.py"], out=out) == 0
     assert capsys.readouterr().err == ""
-    objects = list(yaml.safe_load_all(out.getvalue()))
-    assert objects[2]["spec"]["runtimeRef"]["name"] == "mine" and objects[1]["metadata"]["namespace"] == "ml"
+    [trainjob] = list(yaml.safe_load_all(out.getvalue()))
+    assert trainjob["spec"]["runtimeRef"]["name"] == "mine" and trainjob["metadata"]["namespace"] == "ml"
