@@ -342,7 +342,13 @@ class SlurmBackend:
 
     def submit(self) -> str:
         script = f"{RUN_DIR_MOUNT}/{SLURM_DIR}/{self.sbatch.name if self.sbatch else JOB_SCRIPT}"
-        code, output = exec_output(self.client, self.containers[CONTROLLER], ["sbatch", "--parsable", script],
+        argv = ["sbatch", "--parsable"]
+        if self.sbatch is not None and not names_output(
+                (self.plan.run_dir / SLURM_DIR / self.sbatch.name).read_text(errors="replace")):
+            # Slurm's default is the submitting directory, the work directory: every run's job 1
+            # would write over the last one's slurm-1.out there
+            argv.append(f"--output={RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out")
+        code, output = exec_output(self.client, self.containers[CONTROLLER], [*argv, script],
                                    user=self.run_as, workdir=WORKSPACE_DIR, environment=job_environment(self.plan))
         output = output.strip()
         if code != 0:
@@ -580,6 +586,21 @@ class SlurmBackend:
                        description=f"{describe}; workers: {node} rank {cause.rank}: {cause.exception}",
                        users_frame=users_frame_in(cause.traceback.splitlines()),
                        chain=exception_chain(cause.traceback.splitlines()))
+
+
+# An #SBATCH line that names the job's output file (-o FILE, -oFILE, --output FILE, --output=FILE).
+_OUTPUT_DIRECTIVE = re.compile(r"^#SBATCH\b.*?\s(?:-o|--output(?:=|\s|$))")
+
+
+def names_output(script: str) -> bool:
+    """Whether a batch script's ``#SBATCH`` lines (those before its first command) name its output."""
+    for line in script.splitlines()[1:] if script.startswith("#!") else script.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return False  # sbatch reads no directive after the first command
+        if _OUTPUT_DIRECTIVE.match(stripped):
+            return True
+    return False
 
 
 def ended_by_a_stop(job: dict[str, str], requested_at: Optional[float] = None) -> bool:

@@ -739,6 +739,35 @@ def test_an_interrupt_cancels_a_pending_job_at_once_instead_of_signalling_it(mak
     assert scancels(client) == [("--signal=TERM", "7")]
 
 
+@pytest.mark.parametrize("directives, output", [
+    ("#SBATCH --nodes=2\n", "--output=/ddp-run/slurm/slurm-%j.out"),  # Slurm's default: the work directory
+    ("#SBATCH --nodes=2\n#SBATCH --output=train-%j.log\n", None),  # the script's own stands
+    ("#SBATCH -o train.log\n", None),
+    ("#SBATCH --open-mode=append\n", "--output=/ddp-run/slurm/slurm-%j.out"),  # (no output named)
+    ("#SBATCH -N 2\nsrun hostname\n#SBATCH -o late.log\n", "--output=/ddp-run/slurm/slurm-%j.out"),  # after a command
+])
+def test_a_users_batch_script_naming_no_output_writes_it_in_the_run_directory(make_job, tmp_path, directives,
+                                                                              output):
+    """Every run's first job is job 1: Slurm's default slurm-1.out in the work directory was written
+    over by each run."""
+    from orchestrate.slurm.backend import SlurmBackend
+    from orchestrate.slurm.cluster import SLURM_DIR
+    from tests.fakes import FakeDockerClient
+
+    script = tmp_path / "my_job.sbatch"
+    script.write_text("#!/bin/bash\n" + directives + "srun torchrun train.py\n")
+    plan = make_job(nodes=2)
+    (plan.run_dir / SLURM_DIR).mkdir(parents=True)
+    client = FakeDockerClient()
+    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img", sbatch=script)
+    backend.containers = {CONTROLLER: client.running("ddp-test-run-slurmctl-1")}
+    (plan.run_dir / SLURM_DIR / script.name).write_text(script.read_text())  # (the run's copy, as render makes it)
+    client.command_outputs["sbatch"] = (0, b"1\n")
+    assert backend.submit() == "1"
+    [sbatch] = [call[2] for call in client.calls if call[0] == "exec_create" and call[2][0] == "sbatch"]
+    assert sbatch == ("sbatch", "--parsable", *([output] if output else []), "/ddp-run/slurm/my_job.sbatch")
+
+
 def test_sbatch_passes_every_task_the_plans_environment_but_a_nodes_name(make_job, tmp_path):
     backend, client = slurm_backend_following(make_job, tmp_path)
     client.command_outputs["sbatch"] = (0, b"7\n")
