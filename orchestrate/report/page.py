@@ -269,6 +269,7 @@ th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertic
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
 .outcome { font-weight: bold; padding: 0.4em 0.8em; display: inline-block; border-radius: 4px; }
 .succeeded { background: #e5f5e0; } .failed { background: #fee0d2; } .running { background: #eee; }
+.unrecorded { background: #fff3cd; }
 code { background: #f6f6f6; padding: 0 0.2em; }
 svg { max-width: 100%; height: auto; }
 """
@@ -278,6 +279,8 @@ def render_html(model: ReportModel) -> str:
     """The whole page (pure)."""
     esc = html.escape
     verdict = "succeeded" if model.succeeded else ("running" if model.succeeded is None else "failed")
+    if model.succeeded is None and model.outcome != "running":  # ended (or not known to run), nobody said how
+        verdict = "unrecorded"
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         # No network, ever: the page says so to the browser too.

@@ -386,6 +386,7 @@ def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys
     assert out.getvalue().strip() == str((run_dir / "report.html").resolve())
     page = (run_dir / "report.html").read_text()
     assert "One lane per node" in page and "ENDED, with no record of how: the engine no longer has the run" in page
+    assert '<p id="outcome" class="outcome unrecorded">' in page  # not drawn as running
     assert main(["report", "nope", "--runs-dir", str(tmp_path / "runs")], client=engine) == 2
     assert "no run 'nope'" in capsys.readouterr().err
     other = tmp_path / "runs" / "20261121-111111-fedcba"
