@@ -259,14 +259,26 @@ def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Referen
 
 
 def reported_writes(first: WrittenFile, kept: list[WrittenFile], records: list[ProgressRecord]) -> list[float]:
-    """When the ranks said they began to write ``first`` whole, or a file gone by the end whose name
-    extends its name (``ckpt.pt.tmp``, the temporary file a save renames onto it; not any other
-    file beside it, a scratch file of the start-up): the work directory's walk dates a file by the
-    modification time it had when first seen, every few seconds, so a save made again before the
-    next walk (every 3 steps of a fast job) is dated to the later one; a rank's report is exact."""
+    """When the ranks said they began to write ``first`` whole, or a temporary file of it gone by
+    the end (:func:`temporary_of`): the work directory's walk dates a file by the modification time
+    it had when first seen, every few seconds, so a save made again before the next walk (every 3
+    steps of a fast job) is dated to the later one; a rank's report is exact."""
     kept_paths = {w.path for w in kept}
     return [r.time for r in records if r.wrote and (r.wrote == first.path or (
-        r.wrote.startswith(first.path) and r.wrote not in kept_paths))]
+        r.wrote not in kept_paths and temporary_of(r.wrote, first.path)))]
+
+
+def temporary_of(path: str, save: str) -> bool:
+    """Whether ``path`` looks like the temporary file a save renames onto ``save``: beside it, and
+    named after it (``ckpt.pt.tmp``, ``.ckpt.pt.tmp``, ``ckpt.tmp``) or as a temporary file
+    (``tmpa1b2c3``); not another file beside it (a scratch file of the start-up, ``model_old``)."""
+    folder, name = os.path.split(path)
+    save_folder, save_name = os.path.split(save)
+    if folder != save_folder:
+        return False
+    stem = os.path.splitext(save_name)[0]
+    return (name.startswith(f"{stem}.") or name.startswith(f".{stem}.") or name.startswith(f".{save_name}")
+            or "tmp" in name.lower())
 
 
 def written_again(result: RunResult, untouched: Path) -> tuple[str, ...]:

@@ -65,14 +65,14 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
         notes += (f"--collective-timeout {config.collective_timeout_s:g} reaches the workers as DDP_TIMEOUT only"
                   " (app/ reads it; a script must pass it to init_process_group itself): the exported job starts"
                   " them without the start-up hook that gives it to init_process_group in a run",)
-    if to == "kubernetes" and config.elastic:
+    if to == "kubernetes" and config.elastic and not options.trainjob:  # (a TrainJob alone: no Indexed Job)
         notes += (elastic_job_note(options.name, config.max_restarts),)
     if to == "slurm" and config.elastic:
         notes += (elastic_batch_note(config.max_restarts),)
     if options.trainjob and config.elastic:
         notes += (f"the TrainJob is not elastic: Kubeflow Trainer's TrainJob has no place for --nnodes"
                   f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"
-                  f" runtime ({options.runtime}) starts them; the Indexed Job is the elastic one",)
+                  f" runtime ({options.runtime}) starts them; without --trainjob, the Indexed Job is the elastic one",)
     return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes, tuple(sorted(config.user_env)))
 
 

@@ -37,7 +37,8 @@ class ExportOptions:
         time_limit: Slurm: ``#SBATCH --time``.
         partition: Slurm: ``#SBATCH --partition``.
         namespace: Kubernetes: the namespace of every object (None: the current one).
-        trainjob: Kubernetes: add a Kubeflow Trainer ``TrainJob`` for the same job.
+        trainjob: Kubernetes: the job as a Kubeflow Trainer ``TrainJob``, instead of the Service and
+            Indexed Job.
         runtime: Kubernetes: the ``ClusterTrainingRuntime`` the TrainJob refers to.
     """
 

@@ -19,6 +19,7 @@ import queue
 import re
 import secrets
 import shutil
+import shlex
 import signal
 import threading
 import time
@@ -424,6 +425,7 @@ class SlurmBackend:
         if self.hangs is not None:  # a job stuck before its first line (a rendezvous) counts too
             self.hangs.progress(started)
         following = said_pending = False
+        self.pending_reason: tuple[str, float] = ("", self.clock())
         try:
             with open(self.plan.run_dir / "slurm-job.log", "w", encoding="utf-8") as log_file:
                 last_seen = self.clock()
@@ -488,7 +490,9 @@ class SlurmBackend:
         cluster never meets (:data:`NEVER_STARTS`); else said once, with the reason, after
         :data:`PENDING_SAID_AFTER_S`. Whether it has been said."""
         reason = job.get("Reason", "") or "-"
-        if reason in NEVER_STARTS and self.clock() - self.started_at >= NEVER_STARTS_AFTER_S:
+        if self.pending_reason[0] != reason:
+            self.pending_reason = (reason, self.clock())  # (a reason counts from when Slurm first gave it)
+        if reason in NEVER_STARTS and self.clock() - self.pending_reason[1] >= NEVER_STARTS_AFTER_S:
             self.say(f"Slurm holds job {self.job_id} pending (reason {reason}): {NEVER_STARTS[reason]}; cancelling it")
             exec_output(self.client, self.containers[CONTROLLER], ["scancel", self.job_id])
             result.error = (f"Slurm cannot start job {self.job_id} in this cluster of"
@@ -588,18 +592,26 @@ class SlurmBackend:
                        chain=exception_chain(cause.traceback.splitlines()))
 
 
-# An #SBATCH line that names the job's output file (-o FILE, -oFILE, --output FILE, --output=FILE).
-_OUTPUT_DIRECTIVE = re.compile(r"^#SBATCH\b.*?\s(?:-o|--output(?:=|\s|$))")
-
-
 def names_output(script: str) -> bool:
-    """Whether a batch script's ``#SBATCH`` lines (those before its first command) name its output."""
+    """Whether a batch script's ``#SBATCH`` lines name its output file, as sbatch reads them: lines
+    that begin with ``#SBATCH`` (at their first column) before the script's first command, their
+    words split as a shell would, a ``#`` starting a comment; ``-o FILE``, ``-oFILE``, ``--output``
+    or a start of it that getopt takes for it (``--out=FILE``)."""
     for line in script.splitlines()[1:] if script.startswith("#!") else script.splitlines():
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
             return False  # sbatch reads no directive after the first command
-        if _OUTPUT_DIRECTIVE.match(stripped):
-            return True
+        if not line.startswith("#SBATCH") or line[len("#SBATCH"):][:1] not in (" ", "\t"):
+            continue
+        try:
+            words = shlex.split(line[len("#SBATCH"):], comments=True)
+        except ValueError:  # an unclosed quote: sbatch would refuse the line too
+            continue
+        for word in words:
+            name = word.split("=", 1)[0]
+            if (word.startswith("-o") and not word.startswith("--")) or (
+                    len(name) >= len("--out") and "--output".startswith(name)):
+                return True
     return False
 
 

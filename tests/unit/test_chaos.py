@@ -627,6 +627,18 @@ def test_a_temporary_file_seen_before_it_was_renamed_onto_the_save_is_never_name
 
 
 
+@pytest.mark.parametrize("path, save, is_its_temporary", [
+    ("ckpt.pt.tmp", "ckpt.pt", True), ("ckpt/model.tmp", "ckpt/model.pt", True),  # Path.with_suffix(".tmp")
+    ("ckpt/.model.pt.tmp", "ckpt/model.pt", True), ("ckpt/tmpa1b2c3", "ckpt/model.pt", True),  # tempfile's
+    ("scratch.bin", "ckpt.pt", False), ("out/model_old", "out/model", False),  # other files beside it
+    ("logs/ckpt.pt.tmp", "ckpt.pt", False),  # elsewhere
+])
+def test_a_saves_temporary_file_is_told_from_other_files(path, save, is_its_temporary):
+    from orchestrate.chaos.check import temporary_of
+
+    assert temporary_of(path, save) is is_its_temporary
+
+
 def test_a_trials_steps_redone_are_counted_against_the_steps_a_reference_that_began_later_did(make_job, tmp_path):
     """The check's own judgement of a trial, whose job (as the undisturbed one) began from a save
     of step 6 the work directory held: killed after step 16, resumed from step 14, 2 steps redone."""

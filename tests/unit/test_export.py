@@ -263,6 +263,9 @@ def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job, tmp_path):
     script = make_job(nodes=2, target=("train.py", "--epochs", "2"))
     [trainjob] = export_kubernetes(script, ExportOptions(name="t", trainjob=True))
     assert trainjob["spec"]["trainer"]["command"] == ["torchrun", "/workspace/train.py", "--epochs", "2"]
+    for module in ("-m", "--module"):  # a module is no path
+        [trainjob] = export_kubernetes(make_job(nodes=2, target=(module, "app.train")), ExportOptions(name="t", trainjob=True))
+        assert trainjob["spec"]["trainer"]["command"] == ["torchrun", module, "app.train"]
 
 
 def test_exported_sbatch_has_no_simulation_paths(make_job):
@@ -319,7 +322,8 @@ def test_every_note_of_one_export_is_said_together(tmp_path, capsys):
                  "--collective-timeout", "60", "--copy-env", "NO_SUCH_VAR_*", "--workdir", str(tmp_path),
                  "--", "train.py"], out=io.StringIO()) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
-    assert [n.split()[1] for n in notes] == ["--copy-env", "the", "--collective-timeout", "pod", "the"]
+    # (no note of the Indexed Job's pods: a TrainJob is written instead of it)
+    assert [n.split()[1] for n in notes] == ["--copy-env", "the", "--collective-timeout", "the"]
 
 
 def test_an_export_with_gpus_gives_each_node_its_gpus_and_nccl(tmp_path):

@@ -724,6 +724,24 @@ def test_a_job_pending_for_a_reason_the_cluster_may_meet_is_said_once_and_waited
     assert result.succeeded and scancels(client) == [] and result.timings.job_s >= 5.0
 
 
+def test_a_reason_the_cluster_never_meets_counts_from_when_slurm_first_gave_it(make_job, tmp_path):
+    """Pending 5 s for Resources, then PartitionConfig: not cancelled at its first look, 2 s later."""
+    from orchestrate.outcome.model import RunResult, Timings
+
+    backend, client = slurm_backend_following(make_job, tmp_path)
+    now = [0.0]
+    backend.clock, backend.job_id, backend.started_at = (lambda: now[0]), "7", 0.0
+    backend.pending_reason = ("", 0.0)
+    backend.say = lambda line: None
+    result = RunResult("r", tmp_path, [], Timings())
+    for at, reason, cancelled in ((5.0, "Resources", False), (10.0, "PartitionConfig", False),
+                                  (11.5, "PartitionConfig", False), (12.0, "PartitionConfig", True)):
+        now[0] = at
+        backend.note_pending({"JobState": "PENDING", "Reason": reason}, True, result)
+        assert bool(result.error) is cancelled, at
+    assert scancels(client) == [("7",)]
+
+
 def test_an_interrupt_cancels_a_pending_job_at_once_instead_of_signalling_it(make_job, tmp_path):
     """scancel --signal=TERM on a job still pending retries for 95 s before it refuses: a Ctrl-C of
     a job that never started took that long."""
@@ -745,6 +763,10 @@ def test_an_interrupt_cancels_a_pending_job_at_once_instead_of_signalling_it(mak
     ("#SBATCH -o train.log\n", None),
     ("#SBATCH --open-mode=append\n", "--output=/ddp-run/slurm/slurm-%j.out"),  # (no output named)
     ("#SBATCH -N 2\nsrun hostname\n#SBATCH -o late.log\n", "--output=/ddp-run/slurm/slurm-%j.out"),  # after a command
+    ("#SBATCH -N 2 # -o in a comment\n", "--output=/ddp-run/slurm/slurm-%j.out"),
+    ("  #SBATCH -o not.read\n", "--output=/ddp-run/slurm/slurm-%j.out"),  # sbatch reads column 0 alone
+    ('#SBATCH --comment="a -o b"\n', "--output=/ddp-run/slurm/slurm-%j.out"),
+    ("#SBATCH --out=train.log\n", None),  # getopt takes a start of --output for it
 ])
 def test_a_users_batch_script_naming_no_output_writes_it_in_the_run_directory(make_job, tmp_path, directives,
                                                                               output):
