@@ -98,7 +98,7 @@ def signal_name(exit_code: Optional[int]) -> str:
         return ""
 
 
-def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[Failure]:
+def find_failure(results: list[NodeResult], diverged: bool = False, interrupted: bool = False) -> Optional[Failure]:
     """Choose the failure that explains a run.
 
     1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
@@ -118,6 +118,10 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
        them (uneven data), and the failure says so (:func:`left_early`); where the ranks'
        records show they ``diverged`` (the same collective with other tensors), not that they
        ran uneven steps.
+
+    In a run that was ``interrupted`` (Ctrl-C, ``stop RUN``), a node a fault struck that the stop
+    then stopped with the others did not fail: the stop ended it (a pause's hang is said as where
+    the stop found the ranks).
 
     Returns:
         The failure, or None when no node failed.
@@ -140,7 +144,8 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
     for result in results:
         if result.state is NodePhase.LOST:  # its end was the fault's; the job's is the nodes' left
             continue
-        if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED):
+        stopped = interrupted and result.state is NodePhase.STOPPED
+        if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED and not stopped):
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
             if result.fault:
                 reason += f" (injected fault {result.fault})"

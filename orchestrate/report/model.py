@@ -321,8 +321,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
             lane.phases = overlaid(lane.phases, Phase(IN_DEBUGGER, since, until if until is not None else model.end,
                                                       what))
 
-    if not outcome and unrecorded_ending(records.get("engine_state") or ""):
-        model.outcome = unrecorded_ending(records["engine_state"])
+    if not outcome:
+        model.outcome = unrecorded_ending(records.get("engine_state") or "") or model.outcome
     if outcome:
         model.succeeded = outcome.get("succeeded")
         model.exit_code = outcome.get("exit_code", model.exit_code)

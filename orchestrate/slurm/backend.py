@@ -179,6 +179,8 @@ class SlurmBackend:
         self.job_id = ""
         self.started_at: Optional[float] = None  # when the job was submitted
         self.submitted_time = 0.0  # the same, in Unix seconds (the workers' records' clock)
+        # the job's pending reason, and when Slurm first gave it (a reason never met counts from then)
+        self.pending_reason: tuple[str, float] = ("", 0.0)
         self.lines: "queue.Queue[str]" = queue.Queue()
         self.progress = ProgressWatch(plan.run_dir / PROGRESS_SUBDIR, self.record)
         self.faults = FaultScheduler(plan.config.faults, self.inject, plan.run_dir / PROGRESS_SUBDIR, self.say,
@@ -425,7 +427,7 @@ class SlurmBackend:
         if self.hangs is not None:  # a job stuck before its first line (a rendezvous) counts too
             self.hangs.progress(started)
         following = said_pending = False
-        self.pending_reason: tuple[str, float] = ("", self.clock())
+        self.pending_reason = ("", started)
         try:
             with open(self.plan.run_dir / "slurm-job.log", "w", encoding="utf-8") as log_file:
                 last_seen = self.clock()

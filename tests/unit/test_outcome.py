@@ -270,6 +270,23 @@ def test_a_run_stopped_from_another_terminal_says_so_and_exits_as_a_sigterm_woul
     assert "INTERRUPTED by SIGINT: every node was stopped" in format_summary(outcome(stopped, interrupted=True))
 
 
+def test_a_node_a_fault_struck_that_the_stop_then_stopped_is_not_a_failure_of_the_stopped_run(make_job):
+    # `fault RUN pause:node1`, then `stop RUN`: both nodes stopped. The summary said STOPPED, then
+    # "FAILED: node1 failed (injected fault pause:node1)", two verdicts of one run.
+    plan = make_job(nodes=2)
+    stopped = results_for(plan, (NodePhase.STOPPED, 143, 5.0, None), (NodePhase.STOPPED, 143, 5.0, None))
+    stopped[1].fault = "pause:node1"
+    result = outcome(stopped, interrupted=True, signal_number=15, stopped_by="python -m orchestrate stop")
+    assert result.failure is None
+    assert "FAILED" not in format_summary(result)
+    # a node the fault ended before the stop came failed, stop or not
+    stopped[1].state, stopped[1].exit_code = NodePhase.FAILED, 137
+    assert outcome(stopped, interrupted=True).failure.describe() == "node1 failed (injected fault pause:node1)"
+    # and with no stop, the node that a fault struck explains the run
+    stopped[1].state = NodePhase.STOPPED
+    assert outcome(stopped).failure.describe() == "node1 failed (injected fault pause:node1)"
+
+
 def test_a_stop_from_another_terminal_is_a_result_to_report_and_a_ctrl_c_an_interrupt_to_raise(make_job):
     import io
 
