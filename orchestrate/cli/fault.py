@@ -17,17 +17,19 @@ def add_parsers(sub: Any) -> None:
     fault = sub.add_parser(
         "fault", help="inject faults into a run that is already going",
         description="Do faults to nodes or workers of a running run, now: kill, lose (for good), pause, disconnect,"
-                    " restart or preempt a node, slow it (cpus=F) or degrade its link (rate=R), kill or hang one"
-                    " rank, tear a node's next write (torn-write: waits for it, then kills the node) or fill its"
-                    " disk; kill, pause or disconnect the run's own rendezvous store (kill:store, in a run with"
-                    " --rdzv-store container). A fault given an end (@t=START..END) is held for END-START seconds, then undone. The run id"
-                    " is printed when the run starts (and names its runs/ directory).",
+                    " restart or preempt a node, slow it (cpus=F), degrade its link (rate=R) or drop its incoming"
+                    " packets (lossy, p=P%), split the nodes in two (partition:node0|node1, needs NET_ADMIN),"
+                    " kill or hang one rank, tear a node's next write (torn-write: waits for it, then kills the"
+                    " node) or fill its disk; kill, pause or disconnect the run's own rendezvous store (kill:store,"
+                    " in a run with --rdzv-store container). A fault is injected now, so it takes no start; one"
+                    " given an end (@t=0..SECONDS) is held that long, then undone. The run id is printed when the"
+                    " run starts (and names its runs/ directory).",
         epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
                " python -m orchestrate fault 20261121-093012 slow:node1,cpus=0.2@t=0..30")
     fault.add_argument("run_id", metavar="RUN_ID", help=f"the run to inject into (see ps): {RUN_ID_HELP}")
     fault.add_argument("specs", nargs="+", type=argparse_type(parse_fault, "--fault"), metavar="SPEC",
-                       help="KIND:TARGET[,KEY=VALUE] as --fault takes it (see `run --help`); a start is ignored, an"
-                            " end is held from now")
+                       help="KIND:TARGET[,KEY=VALUE][@t=0..SECONDS] as --fault takes it (see `run --help`), with no"
+                            " start: an end is held from now")
     fault.set_defaults(handler=command)
 
 

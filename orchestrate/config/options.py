@@ -255,7 +255,8 @@ RUN_OPTIONS = (
     Option("stop_grace", "--stop-grace", "seconds the workers get between SIGTERM and SIGKILL when the run is"
            f" stopped: Ctrl-C, SIGTERM, the end of a failure's grace, a preempt fault (default: {DEFAULT_STOP_GRACE_S:g})",
            non_negative_seconds, metavar="SECONDS"),
-    Option("faults", "--fault", "inject a fault: KIND:TARGET[,KEY=VALUE][@t=S[..END]|@step=N[..END]]. Node faults"
+    Option("faults", "--fault", "inject a fault: KIND:TARGET[,KEY=VALUE][@t=S[..END]|@step=N[..END]|@step=+N] (+N: the"
+           " Nth step of the first attempt that began after the fault before it fired). Node faults"
            " (TARGET nodeN): kill (dies), lose (dies for good: an elastic job with --nnodes MIN:MAX goes on"
            " without it), pause (hangs), disconnect (cut off the network), restart (reboots),"
            " preempt (SIGTERM, then SIGKILL after --stop-grace), slow[,cpus=F] (a straggler: CPU quota cut to F,"

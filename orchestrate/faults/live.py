@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -77,13 +78,23 @@ class LiveFaults:
         """Refuse what cannot be done now, before anything is done.
 
         Raises:
-            UsageError: An end at a step (no launcher of ours counts steps here), a node
-                that is not running, or a lost node the run could not go on without.
+            UsageError: A start at a step (no launcher of ours counts steps here), a start in
+                seconds (a fault is injected now: a start would be ignored, and said of
+                it as if it had been waited for), a node that is not running, or a lost node the
+                run could not go on without.
         """
         for spec in specs:
-            if spec.until_step is not None:
-                raise UsageError(f"{spec}: an end at a step needs the run's launcher (give it to run --fault); here"
-                                 " give an end in seconds, e.g. @t=0..30")
+            if spec.at_step is not None:  # (an end at a step comes only after a start at one)
+                now = replace(spec, at_step=None, until_step=None, in_attempt=False)
+                raise UsageError(f"{spec}: a start at a step needs the run's launcher (give it to run --fault); here"
+                                 f" a fault is injected now: give {now}"
+                                 + (f", or an end in seconds: {now}@t=0..30" if spec.action.lasting else ""))
+            if spec.at_seconds:
+                now = replace(spec, at_seconds=None, until_seconds=None)
+                held = (f", or {replace(spec, at_seconds=0.0, until_seconds=duration_s(spec))} to hold it"
+                        f" {duration_s(spec):g} s" if spec.until_seconds is not None else "")
+                raise UsageError(f"{spec}: a fault is injected now, not at t={spec.at_seconds:g} (a start needs the"
+                                 f" run's launcher: give it to run --fault); give {now}{held}")
             if spec.on_store:
                 self.check_store(spec)
                 continue

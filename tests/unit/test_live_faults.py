@@ -80,20 +80,44 @@ class Clock:
 def test_a_pause_with_an_end_is_held_its_duration_from_now_then_undone_and_each_step_noted(tmp_path):
     run = Run(tmp_path)
     clock = Clock()
-    spec = parse_fault("pause:node1@t=5..30")  # the start is ignored: held 25 s from now
+    spec = parse_fault("pause:node1@t=0..25")  # held 25 s from now
     run.faults.check([spec])
     assert run.faults.inject(spec) == "node1"
     assert run.nodes["node1"].status == "paused" and run.nodes["node0"].status == "running"
-    assert run.notes() == [("pause:node1@t=5..30", "node1", "doing", ""), ("pause:node1@t=5..30", "node1", "done", "")]
+    assert run.notes() == [("pause:node1@t=0..25", "node1", "doing", ""), ("pause:node1@t=0..25", "node1", "done", "")]
     assert run.said == ["injected pause into node1 of run R1"]
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
     assert clock.slept == [1.0] * 25  # its nodes looked for once a second, and undone after 25 s
     assert run.nodes["node1"].status == "running"
-    assert run.notes() == [("pause:node1@t=5..30", "node1", "ended", "")]
-    assert run.said[1:] == ["holding pause:node1@t=5..30 for up to 25 s; Ctrl-C ends them now",
-                            "ended pause:node1@t=5..30 on node1 of run R1"]
+    assert run.notes() == [("pause:node1@t=0..25", "node1", "ended", "")]
+    assert run.said[1:] == ["holding pause:node1@t=0..25 for up to 25 s; Ctrl-C ends them now",
+                            "ended pause:node1@t=0..25 on node1 of run R1"]
     ids = {json.loads(line)["id"] for line in (run.run_dir / "live-faults.jsonl").read_text().splitlines()}
     assert len(ids) == 1  # one fault's notes share its id
+
+
+@pytest.mark.parametrize("text, said", [
+    ("pause:node1@step=3", "pause:node1@step=3: a start at a step needs the run's launcher (give it to run --fault);"
+                           " here a fault is injected now: give pause:node1, or an end in seconds: pause:node1@t=0..30"),
+    ("kill:node1@step=+2", "kill:node1@step=+2: a start at a step needs the run's launcher (give it to run --fault);"
+                           " here a fault is injected now: give kill:node1"),
+    ("pause:node1@t=5..30", "pause:node1@t=5..30: a fault is injected now, not at t=5 (a start needs the run's"
+                            " launcher: give it to run --fault); give pause:node1, or pause:node1@t=0..25 to hold it 25 s"),
+    ("kill:node0@t=5", "kill:node0@t=5: a fault is injected now, not at t=5 (a start needs the run's launcher: give"
+                       " it to run --fault); give kill:node0"),
+    ("slow:node1,cpus=0.5@t=0..3", None)])
+def test_a_start_is_refused_before_anything_is_done_as_fault_run_injects_now(tmp_path, text, said):
+    # A start was ignored without a word, then named everywhere as if waited for ("injected fault
+    # pause:node1@step=3" in stacks, stop and the summary, of a pause done at step 40).
+    run = Run(tmp_path)
+    spec = parse_fault(text)
+    if said is None:
+        run.faults.check([spec])
+        return
+    with pytest.raises(UsageError) as refused:
+        run.faults.check([parse_fault("pause:node0"), spec])
+    assert str(refused.value) == said
+    assert run.notes() == [] and all(node.status == "running" for node in run.nodes.values())
 
 
 def test_held_faults_end_shortest_first_each_at_its_own_time_and_a_slow_node_gets_the_runs_quota_back(
@@ -407,8 +431,9 @@ def test_a_degrade_ends_by_restoring_the_runs_link_and_without_netem_its_rate_al
 
 
 @pytest.mark.parametrize("text, message", [
-    ("slow:node1,cpus=0.5@step=3..9", "slow:node1,cpus=0.5@step=3..9: an end at a step needs the run's launcher"
-                                      " (give it to run --fault); here give an end in seconds, e.g. @t=0..30"),
+    ("slow:node1,cpus=0.5@step=3..9", "slow:node1,cpus=0.5@step=3..9: a start at a step needs the run's launcher"
+                                      " (give it to run --fault); here a fault is injected now: give"
+                                      " slow:node1,cpus=0.5, or an end in seconds: slow:node1,cpus=0.5@t=0..30"),
     ("partition:node0|node7", "no running node7 in run R1 (see `python -m orchestrate ps`)"),
     ("kill:node5", "no running node5 in run R1 (see `python -m orchestrate ps`)"),
 ])
