@@ -46,6 +46,9 @@ WORKSPACE = "/workspace"  # the work directory, as every node mounts it
 DIE_AFTER_S = 60.0
 TORN_EXIT_CODE = 137
 _WRITING = set("wax+")
+# On an error a fault raised as the system would (a full disk's ENOSPC): the script's traceback
+# leaves the hook's frames out, as for an error of the builtin that the hook wraps.
+AS_THE_SYSTEM = "ddp_compose_as_the_system"
 
 
 class StorageFaults:
@@ -128,7 +131,9 @@ class StorageFaults:
         if (fault["key"], relative) not in self.reported:
             self.reported.add((fault["key"], relative))
             self.record(kind="disk-full", key=fault["key"], file=relative)
-        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsdecode(os.fspath(file)))
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsdecode(os.fspath(file)))
+        setattr(full, AS_THE_SYSTEM, True)
+        return full
 
 
 class FaultyFile:

@@ -154,8 +154,10 @@ def without_hook_frames(exc: BaseException) -> None:
     """Leave the hook's own frames out of ``exc``'s traceback, and out of those of the
     exceptions it was raised from or during (or groups), so that the script's traceback reads as
     under ``python3 script.py``; an error the hook's own code raised keeps them (not one a
-    wrapper's call of a builtin raised: ``open`` of a missing file)."""
+    wrapper's call of a builtin raised: ``open`` of a missing file; nor a storage fault's, which
+    the system would have raised: a full disk's ENOSPC)."""
     from orchestrate.node.snapshot import HOOK_DIR, calls_wrapped, is_hook_file  # importable since install_recorder
+    from orchestrate.node.storage_faults import AS_THE_SYSTEM
 
     seen: set[int] = set()
     pending: list[Optional[BaseException]] = [exc]
@@ -170,7 +172,7 @@ def without_hook_frames(exc: BaseException) -> None:
             entries.append(entry)
             entry = entry.tb_next
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
-        if entries and raised_by_hook(entries[-1], HOOK_DIR, calls_wrapped):
+        if entries and raised_by_hook(entries[-1], HOOK_DIR, calls_wrapped) and not getattr(current, AS_THE_SYSTEM, False):
             continue  # raised by the hook's own code: its frames are the story
         kept = [entry for entry in entries if not is_hook_file(entry.tb_frame.f_code.co_filename)]
         for earlier, later in zip(kept, kept[1:]):
