@@ -40,11 +40,18 @@ TCP_CHUNK = 4 << 20
 
 
 def parse_size(text: str) -> int:
+    """Bytes in ``4``, ``1K``, ``64M`` or ``1.5G`` (a ``B`` after them or not), 0 or more."""
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     number, unit = text.rstrip("bB"), ""
     if number and number[-1].lower() in units:
         number, unit = number[:-1], number[-1].lower()
-    return int(float(number) * units[unit])
+    try:
+        size = int(float(number) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes like 4, 1K or 64M, got {text!r}") from None
+    if size < 0:
+        raise argparse.ArgumentTypeError(f"expected a size of 0 bytes or more, got {text!r}")
+    return size
 
 
 def message_sizes(low: int, high: int, factor: int = 4) -> list[int]:
@@ -250,6 +257,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="rank 0 writes the results here (JSON)")
     add_timeout_option(parser)
     args = parser.parse_args(argv)
+    if not 0 < args.min_size <= args.max_size:  # (sizes from 0 would grow by --factor for ever)
+        parser.error(f"message sizes must run from above 0 up to --max-size, got {args.min_size} to {args.max_size}")
+    if args.factor < 2 or not args.min_time > 0:
+        parser.error("--factor must be 2 or more and --min-time above 0")
     env = WorkerEnv.from_environ()
     device = select_device(env.local_rank)
     with process_group(device, args.timeout) as backend:

@@ -12,11 +12,34 @@ from typing import Optional, Sequence
 
 from orchestrate.bench import collectives, ddp, plots
 from orchestrate.bench.artifacts import BENCH_FILE, write_artifacts
+from orchestrate.errors import UsageError
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 from orchestrate.report.page import write_report_quietly
 
 # Where a benchmark's workers write their figures: the run's directory, as the nodes see it.
 BENCH_OUT = f"{RUN_DIR_MOUNT}/{BENCH_FILE}"
+# The collectives app.bench_collectives measures (its --ops choices).
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def message_bytes(text: str, allow_zero: bool = False) -> int:
+    """Bytes in a message size as ``app.bench_collectives`` reads it (``4``, ``1K``, ``64M``,
+    ``1.5G``, a ``B`` after them or not), above 0 (or 0 where ``allow_zero``: none).
+
+    Raises:
+        UsageError: Not a size, or one too small.
+    """
+    number = text.strip().rstrip("bB")
+    unit = number[-1:].lower() if number[-1:].lower() in _SIZE_UNITS else ""
+    try:
+        size = int(float(number[:len(number) - len(unit)]) * _SIZE_UNITS[unit])
+    except ValueError:
+        raise UsageError(f"expected a size in bytes like 4, 1K or 64M, got {text!r}") from None
+    if size < 0 or (size == 0 and not allow_zero):
+        raise UsageError(f"expected a size {'of 0 bytes or more' if allow_zero else 'above 0 bytes'}, e.g. 4 or 1K,"
+                         f" got {text!r}")
+    return size
 
 
 @dataclass(frozen=True)
@@ -33,14 +56,41 @@ class BenchReport:
 
 def collectives_target(*, min_size: str, max_size: str, min_time_s: float, wire_bytes: str,
                        ops: Optional[Sequence[str]] = None) -> list[str]:
-    """The workers' command line of ``bench collectives``."""
+    """The workers' command line of ``bench collectives``.
+
+    Raises:
+        UsageError: What its workers would refuse, or never end on, before any node starts: an
+            operation they do not measure, a size that is none or below 1 byte, a smallest
+            message above the largest, timed calls of no time.
+    """
+    unknown = [op for op in ops or () if op not in COLLECTIVE_OPS]
+    if unknown:
+        raise UsageError(f"--ops: no collective {', '.join(map(repr, unknown))} (choose from"
+                         f" {', '.join(COLLECTIVE_OPS)})")
+    sizes = {}
+    for flag, text in (("--min-size", min_size), ("--max-size", max_size), ("--wire-bytes", wire_bytes)):
+        try:
+            sizes[flag] = message_bytes(text, allow_zero=flag == "--wire-bytes")
+        except UsageError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+    smallest, largest = sizes["--min-size"], sizes["--max-size"]
+    if smallest > largest:
+        raise UsageError(f"--min-size {min_size} is above --max-size {max_size}")
+    if not min_time_s > 0:
+        raise UsageError(f"--min-time must be above 0 seconds, got {min_time_s:g}")
     return ["-m", "app.bench_collectives", "--out", BENCH_OUT, "--min-size", min_size, "--max-size", max_size,
             "--min-time", f"{min_time_s:g}", "--wire-bytes", wire_bytes, *(["--ops", *ops] if ops else [])]
 
 
 def ddp_target(*, steps: int, batch_size: int, image_size: int, buckets_mb: Sequence[float],
                batch_sizes: Optional[Sequence[int]] = None, sweep: Optional[bool] = None) -> list[str]:
-    """The workers' command line of ``bench ddp``."""
+    """The workers' command line of ``bench ddp``.
+
+    Raises:
+        UsageError: A bucket size of no bytes.
+    """
+    if any(not bucket > 0 for bucket in buckets_mb):
+        raise UsageError(f"--buckets: bucket sizes must be above 0 MB, got {' '.join(f'{b:g}' for b in buckets_mb)}")
     target = ["-m", "app.bench_ddp", "--out", BENCH_OUT, "--steps", str(steps), "--batch-size", str(batch_size),
               "--image-size", str(image_size), "--buckets", *[f"{b:g}" for b in buckets_mb]]
     if batch_sizes:

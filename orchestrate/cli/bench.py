@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrate.bench import launcher, plots
 from orchestrate.bench.artifacts import write_artifacts
-from orchestrate.bench.jobs import collectives_target, ddp_target, report_collectives, report_ddp
+from orchestrate.bench.jobs import COLLECTIVE_OPS, collectives_target, ddp_target, report_collectives, report_ddp
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type, request_from_args
 from orchestrate.cli.run import add_job_options, run_request
@@ -31,8 +31,8 @@ def add_parsers(sub: Any) -> None:
                     " result checked, next to the raw TCP limit between the nodes.",
         epilog="usage example: python -m orchestrate bench collectives --nodes 2 --link rate=1gbit")
     add_job_options(coll)
-    coll.add_argument("--ops", nargs="+", default=None, metavar="OP",
-                      help="operations (default: all_reduce all_gather reduce_scatter broadcast all_to_all)")
+    coll.add_argument("--ops", nargs="+", default=None, metavar="OP", choices=COLLECTIVE_OPS,
+                      help=f"operations (default: {' '.join(COLLECTIVE_OPS)})")
     coll.add_argument("--min-size", default="4", help="smallest message, e.g. 4, 1K (default: 4)")
     coll.add_argument("--max-size", default="256M", help="largest message, e.g. 64M (default: 256M)")
     coll.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",

@@ -54,6 +54,17 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["bench", "collectives", "--cpu", "--", "train.py", "--epochs", "3"],
          "bench takes no job after --, got: -- train.py --epochs 3"),
         (["ps", "--", "train.py"], "ps takes no job after --, got: -- train.py"),
+        # what the benchmark's workers would refuse, or spin on for ever (sizes from 0), after the nodes came up
+        (["bench", "collectives", "--cpu", "--min-size", "0"], "--min-size: expected a size above 0 bytes, e.g. 4 or"
+         " 1K, got '0'"),
+        (["bench", "collectives", "--cpu", "--min-size", "4M", "--max-size", "1M"], "--min-size 4M is above"
+         " --max-size 1M"),
+        (["bench", "collectives", "--cpu", "--max-size", "abc"], "--max-size: expected a size in bytes like 4, 1K or"
+         " 64M, got 'abc'"),
+        (["bench", "collectives", "--cpu", "--wire-bytes", "-1"], "--wire-bytes: expected a size of 0 bytes or more"),
+        (["bench", "collectives", "--cpu", "--ops", "bogus"], "argument --ops: invalid choice: 'bogus'"),
+        (["bench", "collectives", "--cpu", "--min-time", "0"], "--min-time must be above 0 seconds, got 0"),
+        (["bench", "ddp", "--cpu", "--buckets", "25", "0"], "--buckets: bucket sizes must be above 0 MB, got 25 0"),
         (["logs", "r", "--tail", "-1"], "argument -n/--tail: expected an integer >= 0, got '-1'"),
         (["logs", "r", "--rank", "x"], "argument --rank: expected an integer >= 0, got 'x'"),
         # options a run would leave out without a word

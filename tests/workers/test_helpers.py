@@ -97,3 +97,21 @@ def test_collective_timings_end_once_the_device_has_done_the_calls(tmp_path, mon
     # warm-up, finish; the one timed call; then the timed loop: each clock read that ends a timing
     # comes right after a finish
     assert timed == "cf" + "tcft" + "f" + "t" + "c" * iters + "ft" + "c", timed
+
+
+@pytest.mark.parametrize("argv", [["--min-size", "0"], ["--min-size", "4M", "--max-size", "1M"],
+                                  ["--max-size", "-1"], ["--factor", "1"], ["--min-time", "0"]])
+def test_the_collectives_benchmark_refuses_sizes_it_would_spin_on_before_any_process_group(argv, capsys):
+    # sizes from 0 grew by the factor for ever: every rank spun, appending 0 to a list
+    import app.bench_collectives as bench
+
+    with pytest.raises(SystemExit) as refused:
+        bench.main(argv)
+    assert refused.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+def test_the_launcher_offers_the_collectives_the_benchmark_measures():
+    import app.bench_collectives as bench
+    from orchestrate.bench.jobs import COLLECTIVE_OPS
+
+    assert COLLECTIVE_OPS == bench.OPS
