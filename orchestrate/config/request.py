@@ -119,9 +119,12 @@ class RunRequest:
         """Refuse options that cannot go together, before anything is asked of the engine."""
         if self.sbatch is not None and self.scheduler != "slurm":
             raise UsageError("--sbatch needs --scheduler slurm")
-        if self.detach and (self.faults or self.keep):
-            raise UsageError("--fault and --keep need the launcher attached: drop --detach (inject faults into"
-                             " a detached run with `python -m orchestrate fault RUN SPEC`)")
+        if self.detach and self.faults:
+            raise UsageError("--fault needs the launcher attached: drop --detach (inject faults into a detached run"
+                             " with `python -m orchestrate fault RUN SPEC`)")
+        if self.detach and self.keep:
+            raise UsageError("--keep is for a run in the foreground: a detached run is kept until"
+                             " `python -m orchestrate down RUN` removes it; drop --keep")
         if self.cpu and self.gpus_per_node:
             raise UsageError(f"--cpu reserves no GPUs: drop --gpus-per-node {self.gpus_per_node}, or --cpu")
         if self.dockerfile is not None and self.no_dockerfile:

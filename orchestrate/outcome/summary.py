@@ -178,7 +178,12 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"last lines of {whose}:")
             lines += [f"  | {readable_node_line(ln)}" for ln in failure.last_lines]
     elif not outcome.interrupted and not outcome.error:
-        lines.append("FAILED: not every node exited 0")
+        orphaned = [r for r in outcome.results if r.state is NodePhase.ORPHANED]
+        codes = ", ".join(sorted({str(r.exit_code) for r in orphaned}))  # (the node supervisor's own, 75)
+        lines.append(f"ORPHANED: the run's launcher died before the job ended, and"
+                     f" {' and '.join(r.node.name for r in orphaned)} stopped"
+                     f" {'itself' if len(orphaned) == 1 else 'themselves'} once its heartbeat lapsed (exit code"
+                     f" {codes})" if orphaned else "FAILED: not every node exited 0")
     return "\n".join(lines)
 
 

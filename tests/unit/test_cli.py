@@ -30,6 +30,7 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--nodes", "abc"], "argument --nodes: expected a positive integer, got 'abc'"),
         (["run", "--nproc-per-node", "0"], "argument --nproc-per-node: expected a positive integer"),
         (["run", "--", "no_such_script.py"], "script 'no_such_script.py' not found in work directory"),
+        (["run", "--", "tests"], "script 'tests' is a directory in work directory"),
         (["run", "--workdir", "/no/such/dir"], "work directory '/no/such/dir' does not exist"),
         (["run", "--", "-m"], "-m needs a module name"),
         (["run", "--bogus"], "unrecognized arguments: --bogus"),

@@ -174,10 +174,10 @@ SLURM_BOUND = "is for --scheduler compose"
 # Each combination refused before anything is asked of the engine, and its one line, whole.
 REFUSED_COMBINATIONS = [
     ({"sbatch": SBATCH}, "--sbatch needs --scheduler slurm"),
-    ({"detach": True, "faults": ["kill:node1@t=5"]}, "--fault and --keep need the launcher attached: drop --detach"
-     " (inject faults into a detached run with `python -m orchestrate fault RUN SPEC`)"),
-    ({"detach": True, "keep": True}, "--fault and --keep need the launcher attached: drop --detach (inject faults"
-     " into a detached run with `python -m orchestrate fault RUN SPEC`)"),
+    ({"detach": True, "faults": ["kill:node1@t=5"]}, "--fault needs the launcher attached: drop --detach (inject"
+     " faults into a detached run with `python -m orchestrate fault RUN SPEC`)"),
+    ({"detach": True, "keep": True}, "--keep is for a run in the foreground: a detached run is kept until"
+     " `python -m orchestrate down RUN` removes it; drop --keep"),
     ({"cpu": True, "gpus_per_node": 2}, "--cpu reserves no GPUs: drop --gpus-per-node 2, or --cpu"),
     ({"dockerfile": "/no/Dockerfile", "no_dockerfile": True},
      "--dockerfile /no/Dockerfile and --no-dockerfile: give one of them"),
