@@ -98,7 +98,7 @@ def signal_name(exit_code: Optional[int]) -> str:
         return ""
 
 
-def find_failure(results: list[NodeResult], diverged: bool = False, interrupted: bool = False) -> Optional[Failure]:
+def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[Failure]:
     """Choose the failure that explains a run.
 
     1. A node that was OOM-killed, stopped answering (paused, cut off, gone) or that a fault
@@ -119,9 +119,10 @@ def find_failure(results: list[NodeResult], diverged: bool = False, interrupted:
        records show they ``diverged`` (the same collective with other tensors), not that they
        ran uneven steps.
 
-    In a run that was ``interrupted`` (Ctrl-C, ``stop RUN``), a node a fault struck that the stop
-    then stopped with the others did not fail: the stop ended it (a pause's hang is said as where
-    the stop found the ranks).
+    A node a fault struck that a stop asked of the run then stopped (Ctrl-C, ``stop RUN``) did
+    not fail: the stop ended it (a pause's hang is said as where the stop found the ranks); unless
+    a worker of it had raised (a save that met a full disk), or the launcher was already ending
+    the run (a hang's verdict, a failure's grace) when the stop came.
 
     Returns:
         The failure, or None when no node failed.
@@ -144,7 +145,8 @@ def find_failure(results: list[NodeResult], diverged: bool = False, interrupted:
     for result in results:
         if result.state is NodePhase.LOST:  # its end was the fault's; the job's is the nodes' left
             continue
-        stopped = interrupted and result.state is NodePhase.STOPPED
+        raised = result.root_cause is not None and bool(result.root_cause.exception)
+        stopped = result.stopped_by_request and result.state is NodePhase.STOPPED and not raised
         if result.unresponsive or (result.fault and result.state is not NodePhase.SUCCEEDED and not stopped):
             reason = f"stopped answering: {result.unresponsive}" if result.unresponsive else "failed"
             if result.fault:

@@ -459,7 +459,7 @@ class RunResult:
         if self.reported_failure is not None or self.slurm is not None:
             failure = self.reported_failure
         else:
-            failure = find_failure(self.results, diverged=bool(self.divergence), interrupted=self.interrupted)
+            failure = find_failure(self.results, diverged=bool(self.divergence))
         if failure is not None and self.store_lost:  # every node's agent lost the rendezvous with it
             failure = replace(failure, description=f"{self.store_lost}: every node's torchrun agent lost the"
                                                    f" rendezvous; then {failure.describe()}")

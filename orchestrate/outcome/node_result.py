@@ -33,6 +33,8 @@ class NodeResult:
         oom_kills: Processes the kernel OOM-killed in the node (its memory limit was reached).
         oom_reported: Whether the OOM kill was announced already.
         killed_by_launcher: The launcher ended it (after another node failed, or on Ctrl-C).
+        stopped_by_request: A stop asked of the run ended it (Ctrl-C or SIGTERM to the launcher,
+            ``stop RUN``, ``down RUN``), not an ending the launcher had begun (a failure's, a hang's).
         grace_ran_out: Its stop's grace ran out before it ended, so a SIGKILL ended it.
         still_running: What still ran in it a moment before that SIGKILL, where it was listed.
         oom_events: The engine's ``oom`` events of it.
@@ -73,6 +75,7 @@ class NodeResult:
     oom_kills: int = 0
     oom_reported: bool = False
     killed_by_launcher: bool = False
+    stopped_by_request: bool = False
     grace_ran_out: bool = False
     still_running: list[str] = field(default_factory=list)
     oom_events: int = 0

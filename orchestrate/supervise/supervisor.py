@@ -463,6 +463,8 @@ class Supervisor:
             try:
                 if deadline is None:
                     deadline = self.clock() + grace_s + WIND_DOWN_MARGIN_S
+                    for tracker in self.live:  # (not those an ending of the launcher's own was stopping)
+                        tracker.result.stopped_by_request = not tracker.result.killed_by_launcher
                     self.stop(self.live, grace_s)
                     killed_all = grace_s <= 0  # a stop without a grace kills
                 self.loop(until=deadline)
@@ -782,6 +784,7 @@ class Supervisor:
             # `stop RUN` stopped it from another terminal, or `down RUN` stopped and removed it (its
             # exit code gone with it where an inspection saw it gone before its die event came)
             self.stop_came = True
+            result.stopped_by_request = True
             tracker.move(NodePhase.STOPPED)
             extra = self.grace_ran_out_on_request(tracker)
             self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by, **extra)

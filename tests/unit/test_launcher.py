@@ -26,7 +26,7 @@ from orchestrate.outcome.record import outcome_record
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE, NODE_MAIN
-from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine, wait_until
+from tests.fakes import FakeCompose, FakeDockerClient, Script, fake_engine, in_a_thread, wait_until
 
 
 def report(rank: int, local: int, exit_code: int = 1, error_file: str = "<N/A>", exc: str = "RuntimeError: boom"):
@@ -1037,6 +1037,7 @@ def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_un
                       then=paused_then_ctrl_c(job, client, names, "node2", meanwhile=with_its_own_stop_signal))])
     assert outcome.interrupted and outcome.exit_code == 130
     assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
+    assert all(r.stopped_by_request for r in outcome.results)  # the Ctrl-C's stop, not the launcher's ending
     assert compose.calls == ["up", "down"]
     sent = {node: [call[2] if len(call) > 2 else call[0] if call[0] != "kill" else "SIGKILL"
                    for call in client.calls if call[1] == name and call[0] in ("kill", "unpause")]
@@ -1060,6 +1061,25 @@ def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_un
         f" ran: {'; '.join(still)}", summary
     assert [(n["name"], n["grace_ran_out"], n["still_running"]) for n in outcome_record(outcome)["nodes"]] == [
         ("node0", False, []), ("node1", True, still), ("node2", False, [])]
+
+
+def test_a_ctrl_c_while_a_failure_stops_the_job_leaves_the_failure_the_runs_and_the_stop_the_launchers(make_run):
+    # node1 fails; node0, stubborn, is stopped with a long grace; a Ctrl-C then kills it. node0 was
+    # stopped by the failure's ending, not by the stop asked of the run: what the failure did stands.
+    job = make_run(nodes=2, stop_grace=2)
+    client = FakeDockerClient()
+
+    def ctrl_c_once_node0_is_stopping() -> None:
+        wait_until(lambda: any(e["event"] == "node-stopping" for e in read_events(job.run_dir)))
+        _thread.interrupt_main()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:training"], hang=True, ignore_sigterm=True)],
+                           node1=[Script(["[1|0]:training", "[1|0]:RuntimeError: boom", *report(1, 0)], exit_code=1,
+                                         then=in_a_thread(ctrl_c_once_node0_is_stopping))])
+    assert outcome.interrupted and outcome.exit_code == 130, text
+    assert [(r.state, r.stopped_by_request) for r in outcome.results] == [(NodePhase.STOPPED, False),
+                                                                          (NodePhase.FAILED, False)]
+    assert outcome.failure is not None and outcome.failure.node == "node1"
 
 
 def test_a_node_seen_paused_but_unpaused_elsewhere_meanwhile_still_gets_its_sigterm(make_run):

@@ -275,16 +275,22 @@ def test_a_node_a_fault_struck_that_the_stop_then_stopped_is_not_a_failure_of_th
     # "FAILED: node1 failed (injected fault pause:node1)", two verdicts of one run.
     plan = make_job(nodes=2)
     stopped = results_for(plan, (NodePhase.STOPPED, 143, 5.0, None), (NodePhase.STOPPED, 143, 5.0, None))
+    for result in stopped:
+        result.stopped_by_request = True
     stopped[1].fault = "pause:node1"
     result = outcome(stopped, interrupted=True, signal_number=15, stopped_by="python -m orchestrate stop")
     assert result.failure is None
     assert "FAILED" not in format_summary(result)
-    # a node the fault ended before the stop came failed, stop or not
-    stopped[1].state, stopped[1].exit_code = NodePhase.FAILED, 137
+    # a worker that raised under the fault (a full disk) before the stop came: its error is the failure
+    stopped[1].root_cause = RootCause(1, 0, 1, "OSError: [Errno 28] No space left on device: 'ckpt.pt'")
+    assert outcome(stopped, interrupted=True).failure.describe() == (
+        "node1 rank 1 failed (injected fault pause:node1): OSError: [Errno 28] No space left on device: 'ckpt.pt'")
+    stopped[1].root_cause = None
+    # a node the launcher was already stopping (a hang's verdict), or the fault ended, failed, stop or not
+    stopped[1].stopped_by_request = False
     assert outcome(stopped, interrupted=True).failure.describe() == "node1 failed (injected fault pause:node1)"
-    # and with no stop, the node that a fault struck explains the run
-    stopped[1].state = NodePhase.STOPPED
-    assert outcome(stopped).failure.describe() == "node1 failed (injected fault pause:node1)"
+    stopped[1].stopped_by_request, stopped[1].state, stopped[1].exit_code = True, NodePhase.FAILED, 137
+    assert outcome(stopped, interrupted=True).failure.describe() == "node1 failed (injected fault pause:node1)"
 
 
 def test_a_stop_from_another_terminal_is_a_result_to_report_and_a_ctrl_c_an_interrupt_to_raise(make_job):
