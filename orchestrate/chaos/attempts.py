@@ -274,6 +274,16 @@ def ended_its_attempt(spec: str, struck: Optional[Attempt], at: float) -> bool:
     return struck is not None and not any(t > at for _, t in struck.steps)
 
 
+def ended_at(attempts: list[Attempt]) -> Optional[int]:
+    """The job's step the last attempt ended at, where its own records tell it: steps numbered as
+    the job's (reported by the script, or counted on from a carried count or from the beginning);
+    None where that would only be assumed from where the undisturbed run ended."""
+    if not attempts or not attempts[-1].steps:
+        return None
+    last = attempts[-1]
+    return last.steps[-1][0] if last.numbered_as_the_job or len(attempts) == 1 else None
+
+
 def steps_redone(attempts: list[Attempt], reference_steps: Optional[int]) -> Optional[int]:
     """The steps of every attempt less the undisturbed run's (None: no steps known)."""
     if reference_steps is None or not attempts:

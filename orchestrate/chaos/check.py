@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from orchestrate.chaos.attempts import attempts_of, job_steps, one_ranks_records, steps_redone, strikes
+from orchestrate.chaos.attempts import attempts_of, ended_at, job_steps, one_ranks_records, steps_redone, strikes
 from orchestrate.chaos.compare import compare_files
 from orchestrate.chaos.schedule import Reference, draw_schedule
 from orchestrate.chaos.step_metrics import compare_step_metrics
@@ -174,10 +174,11 @@ class ChaosCheck:
         attempts = attempts_of(records, facts.last_step, completed=disturbed.job_succeeded)
         steps = (compare_step_metrics(reference_records, records, self.rtol, facts.last_step, disturbed.job_succeeded)
                  if self.compare_steps else None)
+        struck = strikes(disturbed.faults, attempts, disturbed.writes)  # (where an attempt began from nothing)
         verdict = ChaosVerdict(seed, reference, disturbed, schedule, comparisons, self.rtol, facts=facts,
-                               strikes=strikes(disturbed.faults, attempts, disturbed.writes),
-                               steps_redone=steps_redone(attempts, facts.step_count), steps=steps,
-                               max_steps_redone=self.max_steps_redone)
+                               strikes=struck, steps_redone=steps_redone(attempts, facts.step_count),
+                               steps_done=sum(a.count for a in attempts) if attempts else None,
+                               ended_at_step=ended_at(attempts), steps=steps, max_steps_redone=self.max_steps_redone)
         (disturbed.run_dir / CHAOS_FILE).write_text(json.dumps(verdict.record(), indent=2) + "\n")
         write_report_quietly(disturbed.run_dir)  # again, with the schedule and the verdict
         return verdict

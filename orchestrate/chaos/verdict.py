@@ -87,6 +87,8 @@ class ChaosVerdict(Verdict):
     facts: Optional[Reference] = None
     strikes: list[Strike] = field(default_factory=list)
     steps_redone: Optional[int] = None
+    steps_done: Optional[int] = None  # the steps of every attempt, in all
+    ended_at_step: Optional[int] = None  # the job's step its last attempt ended at, where its records say it
     steps: Optional[StepsComparison] = None  # --compare-steps
     max_steps_redone: Optional[int] = None
     not_made: str = ""  # why no run with faults was made though the reference succeeded (no time was left)
@@ -132,6 +134,11 @@ class ChaosVerdict(Verdict):
         reasons += [f"{c.describe()}" for c in self.comparisons if not c.equal]
         if self.steps is not None and not self.steps.equal:
             reasons.append(self.steps.describe())
+        skipped = self.steps_skipped
+        if skipped:
+            reasons.append(f"the job ended at step {self.ended_at_step}, the undisturbed run at step"
+                           f" {self.facts.last_step if self.facts else '?'}: {skipped} step(s) it did were never done"
+                           " under the faults (a resume went on past the step it restored)")
         if self.max_steps_redone is not None and self.steps_redone is not None \
                 and self.steps_redone > self.max_steps_redone:
             reasons.append(f"{self.steps_redone} step(s) redone in all, more than --max-steps-redone"
@@ -191,6 +198,15 @@ class ChaosVerdict(Verdict):
         return NOTHING_COMPARED
 
     @property
+    def steps_skipped(self) -> int:
+        """The undisturbed run's steps the job with faults never did: where it ended short of the
+        undisturbed run's last step, having completed (0: none, or not known)."""
+        last = self.facts.last_step if self.facts else None
+        if self.disturbed is None or not self.disturbed.job_succeeded or last is None or self.ended_at_step is None:
+            return 0
+        return max(0, last - self.ended_at_step)
+
+    @property
     def time_lost_s(self) -> Optional[float]:
         if self.disturbed is None:
             return None
@@ -229,9 +245,10 @@ class ChaosVerdict(Verdict):
             for recovery in self.disturbed.recoveries:
                 lines.append(f"recovery: {recovery.describe()}")
             reference_steps = self.facts.step_count if self.facts else None
+            done = self.steps_done if self.steps_done is not None else self.steps_redone + (reference_steps or 0) \
+                if self.steps_redone is not None else None
             redone = ("-" if self.steps_redone is None else
-                      f"{self.steps_redone} ({self.steps_redone + (reference_steps or 0)} done against"
-                      f" {reference_steps} undisturbed)")
+                      f"{self.steps_redone} ({done} done against {reference_steps} undisturbed)")
             # a node the launcher restarted is a recovery; workers torchrun restarted in place, a restart
             restarts = sum(self.disturbed.restarts_in_place.values())
             lines.append(f"recoveries {len(self.disturbed.recoveries)}"
@@ -271,7 +288,9 @@ class ChaosVerdict(Verdict):
                                  "where": c.where, "problem": c.problem} for c in self.comparisons],
                 "steps_compared": self.steps.describe() if self.steps else None, "unchecked": self.unchecked,
                 "held_before": list(self.facts.held_before) if self.facts else [],
-                "steps_redone": self.steps_redone, "time_lost_s": self.time_lost_s,
+                "steps_redone": self.steps_redone, "steps_done": self.steps_done,
+                "ended_at_step": self.ended_at_step, "steps_skipped": self.steps_skipped,
+                "time_lost_s": self.time_lost_s,
                 "reference_run": self.reference.run_id,
                 "disturbed_run": self.disturbed.run_id if self.disturbed else None}
 

@@ -375,6 +375,41 @@ def test_a_resumed_record_alone_makes_an_attempt_and_says_where_it_started_whate
     assert attempts_of([ProgressRecord(0, 100.0, attempt="a", finished=True)]) == []  # no rank reported a step
 
 
+def test_where_the_job_ended_is_what_its_last_attempts_own_records_say_never_the_undisturbed_runs():
+    from orchestrate.chaos.attempts import ended_at
+
+    # Adam's carried count: resumed from 12, then 13 steps counted on (a loop that skipped 5): step 25
+    skipped = (steps(0, "a", range(1, 17), 101.0) + [ProgressRecord(0, 120.0, resumed=12, attempt="b")]
+               + steps(0, "b", range(13, 26), 121.0))
+    assert ended_at(attempts_of(skipped, reference_steps=30, completed=True)) == 25
+    # steps the script reports are the job's own; one attempt alone counted from the beginning
+    reported = steps(0, "a", range(1, 9), 101.0, counted=False) + steps(0, "b", range(7, 29), 111.0, counted=False)
+    assert ended_at(attempts_of(reported, reference_steps=30, completed=True)) == 28
+    assert ended_at(attempts_of(steps(0, "a", range(1, 28), 101.0), reference_steps=30, completed=True)) == 27
+    # counted with no carried count: where it began is only assumed from the undisturbed run's end
+    counted = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 20), 111.0)
+    assert ended_at(attempts_of(counted, reference_steps=30, completed=True)) is None
+    assert ended_at([]) is None
+
+
+def test_a_resume_that_skipped_steps_does_not_hold_and_the_steps_done_are_the_attempts_own(make_job, tmp_path):
+    # resumed from step 12 (Adam's count) but its loop went on from 17: 26 steps done, ending at
+    # step 25. It said HOLDS, with "steps redone 0 (30 done against 30 undisturbed)".
+    verdict = verdict_of(make_job, tmp_path, [strike(resumed_from=12, redone=4)], steps_done=26, ended_at_step=25)
+    verdict.steps_redone = 0
+    assert verdict.status == "DOES NOT HOLD" and verdict.steps_skipped == 5
+    assert verdict.failures == ["the job ended at step 25, the undisturbed run at step 30: 5 step(s) it did were"
+                                " never done under the faults (a resume went on past the step it restored)"]
+    assert "| steps redone 0 (26 done against 30 undisturbed) |" in verdict.format()
+    # one that ended where the undisturbed run ended, or whose end is not known, is not held to it
+    assert verdict_of(make_job, tmp_path, [strike()], steps_done=33, ended_at_step=30).status == "HOLDS"
+    assert verdict_of(make_job, tmp_path, [strike()], steps_done=26).status == "HOLDS"
+    # nor one that did not complete: its failure says why
+    failed = verdict_of(make_job, tmp_path, [strike()], ended_at_step=20)
+    failed.disturbed = result(make_job, tmp_path, ok=False, faults=[KILL], run_id="dis")
+    assert failed.steps_skipped == 0 and not any("never done" in reason for reason in failed.failures)
+
+
 def test_an_attempts_step_is_the_jobs_once_its_start_is_known():
     from orchestrate.chaos.attempts import Attempt
     assert Attempt("b", 1.0, [(1, 2.0)], counted=True, offset=10).job_step(3) == 13
@@ -1405,7 +1440,7 @@ def test_a_trials_whole_verdict_says_each_fault_what_it_struck_the_recoveries_an
             {"path": "final.pt", "kind": "tensors", "equal": True, "max_difference": 0.0, "where": "w", "problem": ""},
             {"path": "log.txt", "kind": "bytes", "equal": True, "max_difference": None, "where": "", "problem": ""}],
         "steps_compared": "per-step metrics: 12 value(s) match the undisturbed run's", "unchecked": "",
-        "held_before": [], "steps_redone": 5,
+        "held_before": [], "steps_redone": 5, "steps_done": None, "ended_at_step": None, "steps_skipped": 0,
         "time_lost_s": 14.0, "reference_run": "ref", "disturbed_run": "dis"}
     # a torn write whose step at the cut is not known, or whose strike was not found: its times alone
     unknown_step = replace(verdict, strikes=[verdict.strikes[0], replace(verdict.strikes[1], struck_step=None)])

@@ -121,7 +121,7 @@ def test_a_restart_that_only_inspections_see_is_followed_to_its_end(make_run, mo
     if seen_running:  # (the first attempt's: the kill at t=0 may come before any line is read)
         events = [(e["event"], e.get("node")) for e in read_events(job.run_dir)]
         since_restart = events[events.index(("restart", "node1")):]
-        assert sorted(node for kind, node in since_restart if kind == "node-running") == ["node0", "node1"], events
+        assert sorted(node for kind, node in since_restart if kind == "node-running") == ["node0", "node1"], (read_events(job.run_dir), text)
 
 
 REMOVED, BEING_REMOVED = "No such container: ddp-test-run-node1-1", "being removed"
