@@ -47,7 +47,7 @@ def parse_size(text: str) -> int:
         number, unit = number[:-1], number[-1].lower()
     try:
         size = int(float(number) * units[unit])
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"expected a size in bytes like 4, 1K or 64M, got {text!r}") from None
     if size < 0:
         raise argparse.ArgumentTypeError(f"expected a size of 0 bytes or more, got {text!r}")

@@ -6,6 +6,7 @@ prints."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -34,7 +35,7 @@ def message_bytes(text: str, allow_zero: bool = False) -> int:
     unit = number[-1:].lower() if number[-1:].lower() in _SIZE_UNITS else ""
     try:
         size = int(float(number[:len(number) - len(unit)]) * _SIZE_UNITS[unit])
-    except ValueError:
+    except (ValueError, OverflowError):  # (inf, nan)
         raise UsageError(f"expected a size in bytes like 4, 1K or 64M, got {text!r}") from None
     if size < 0 or (size == 0 and not allow_zero):
         raise UsageError(f"expected a size {'of 0 bytes or more' if allow_zero else 'above 0 bytes'}, e.g. 4 or 1K,"
@@ -76,8 +77,10 @@ def collectives_target(*, min_size: str, max_size: str, min_time_s: float, wire_
     smallest, largest = sizes["--min-size"], sizes["--max-size"]
     if smallest > largest:
         raise UsageError(f"--min-size {min_size} is above --max-size {max_size}")
-    if not min_time_s > 0:
+    if not 0 < min_time_s < math.inf:
         raise UsageError(f"--min-time must be above 0 seconds, got {min_time_s:g}")
+    # (the workers get the bytes read here: two readers of one text could disagree)
+    min_size, max_size, wire_bytes = (str(sizes[flag]) for flag in ("--min-size", "--max-size", "--wire-bytes"))
     return ["-m", "app.bench_collectives", "--out", BENCH_OUT, "--min-size", min_size, "--max-size", max_size,
             "--min-time", f"{min_time_s:g}", "--wire-bytes", wire_bytes, *(["--ops", *ops] if ops else [])]
 
@@ -89,7 +92,7 @@ def ddp_target(*, steps: int, batch_size: int, image_size: int, buckets_mb: Sequ
     Raises:
         UsageError: A bucket size of no bytes.
     """
-    if any(not bucket > 0 for bucket in buckets_mb):
+    if any(not 0 < bucket < math.inf for bucket in buckets_mb):
         raise UsageError(f"--buckets: bucket sizes must be above 0 MB, got {' '.join(f'{b:g}' for b in buckets_mb)}")
     target = ["-m", "app.bench_ddp", "--out", BENCH_OUT, "--steps", str(steps), "--batch-size", str(batch_size),
               "--image-size", str(image_size), "--buckets", *[f"{b:g}" for b in buckets_mb]]

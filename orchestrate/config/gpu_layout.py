@@ -54,10 +54,15 @@ def resolve_gpu_layout(
     """
     alternatives = "use fewer nodes, fewer processes per node, --share-gpus, or --cpu for the Gloo variant"
     if cpu or (gpus_per_node is None and not available) or gpus_per_node == 0:
+        why = ("--cpu" if cpu else "--gpus-per-node 0" if gpus_per_node == 0
+               else "the engine has no GPUs (no NVIDIA runtime in it)" if available == 0
+               else "no GPUs are known here (no engine was asked)")
         if backend == "nccl":
-            raise UsageError("--backend nccl needs GPUs: drop --cpu/--gpus-per-node 0, or use --backend gloo")
+            raise UsageError(f"--backend nccl needs GPUs, and this run has none: {why}; use --backend gloo"
+                             + (f", or drop {why}" if why.startswith("--") else ""))
         if share:
-            raise UsageError("--share-gpus shares GPUs, and this run has none: drop --share-gpus or --cpu")
+            raise UsageError(f"--share-gpus shares GPUs, and this run has none: {why}; drop --share-gpus"
+                             + (f", or drop {why}" if why.startswith("--") else ""))
         return GpuLayout(0, nproc_per_node or 1, "gloo")
     if gpus_per_node is None:
         assert available is not None

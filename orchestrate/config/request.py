@@ -121,7 +121,8 @@ class RunRequest:
             raise UsageError("--sbatch needs --scheduler slurm")
         if self.detach and self.faults:
             raise UsageError("--fault needs the launcher attached: drop --detach (inject faults into a detached run"
-                             " with `python -m orchestrate fault RUN SPEC`)")
+                             " with `python -m orchestrate fault RUN SPEC`)"
+                             + ("; and --keep is for a run in the foreground" if self.keep else ""))
         if self.detach and self.keep:
             raise UsageError("--keep is for a run in the foreground: a detached run is kept until"
                              " `python -m orchestrate down RUN` removes it; drop --keep")

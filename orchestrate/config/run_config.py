@@ -351,8 +351,8 @@ class RunConfig:
                 f"script {target[0]!r} must be a path relative to the work directory {self.workdir} ({hint})"
             )
         if (self.workdir / script).is_dir():
-            raise UsageError(f"script {target[0]!r} is a directory in work directory {self.workdir}: give a script"
-                             " in it, or -m MODULE")
+            raise UsageError(f"script {target[0]!r} is a directory (work directory {self.workdir}): give a script,"
+                             " or -m MODULE")
         if not (self.workdir / script).is_file():
             raise UsageError(f"script {target[0]!r} not found in work directory {self.workdir}")
         if _relative_inside(self.workdir / script, self.workdir) is None:

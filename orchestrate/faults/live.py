@@ -90,11 +90,11 @@ class LiveFaults:
                                  f" a fault is injected now: give {now}"
                                  + (f", or an end in seconds: {now}@t=0..30" if spec.action.lasting else ""))
             if spec.at_seconds:
-                now = replace(spec, at_seconds=None, until_seconds=None)
-                held = (f", or {replace(spec, at_seconds=0.0, until_seconds=duration_s(spec))} to hold it"
-                        f" {duration_s(spec):g} s" if spec.until_seconds is not None else "")
+                now = (f"{replace(spec, at_seconds=0.0, until_seconds=duration_s(spec))} to hold it"
+                       f" {duration_s(spec):g} s" if spec.until_seconds is not None
+                       else str(replace(spec, at_seconds=None)))
                 raise UsageError(f"{spec}: a fault is injected now, not at t={spec.at_seconds:g} (a start needs the"
-                                 f" run's launcher: give it to run --fault); give {now}{held}")
+                                 f" run's launcher: give it to run --fault); give {now}")
             if spec.on_store:
                 self.check_store(spec)
                 continue

@@ -16,8 +16,8 @@ from orchestrate.outcome.model import RunResult, SlurmJob
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said, recovered_preemption_said
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import (brief, counted, format_table, grace_ran_out, peers_named, ranks_text, readable_node_line,
-                              shuffled_alike, times, written_by_several)
+from orchestrate.text import (brief, counted, format_table, grace_ran_out, listed, peers_named, ranks_text,
+                              readable_node_line, shuffled_alike, times, written_by_several)
 
 
 def every_node(count: int) -> str:
@@ -180,10 +180,9 @@ def format_summary(outcome: RunResult) -> str:
     elif not outcome.interrupted and not outcome.error:
         orphaned = [r for r in outcome.results if r.state is NodePhase.ORPHANED]
         codes = ", ".join(sorted({str(r.exit_code) for r in orphaned}))  # (the node supervisor's own, 75)
-        lines.append(f"ORPHANED: the run's launcher died before the job ended, and"
-                     f" {' and '.join(r.node.name for r in orphaned)} stopped"
-                     f" {'itself' if len(orphaned) == 1 else 'themselves'} once its heartbeat lapsed (exit code"
-                     f" {codes})" if orphaned else "FAILED: not every node exited 0")
+        lines.append(f"ORPHANED: {listed([r.node.name for r in orphaned], 8)} lost the run's launcher before the job"
+                     f" ended, and stopped {'itself' if len(orphaned) == 1 else 'themselves'} (exit code {codes}):"
+                     " its heartbeat lapsed (it died, or was stopped)" if orphaned else "FAILED: not every node exited 0")
     return "\n".join(lines)
 
 

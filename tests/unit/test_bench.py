@@ -109,3 +109,12 @@ def test_the_launcher_is_judged_against_the_hand_made_baseline():
     assert "torchx local_docker" not in summary["side_by_side"]  # not installed: no column
     assert summary["scaling"][0]["rest_of_job_s"] == pytest.approx(1.0)
     assert "launcher / hand-made: 1.09x (meets the 1.1x goal)" in format_launcher(summary)
+
+
+def test_the_collectives_workers_get_the_sizes_the_launcher_read_in_bytes():
+    # a size the launcher took (" 4K ", "1.5M") the workers' own reader may refuse after the nodes came up
+    from orchestrate.bench.jobs import collectives_target
+
+    target = collectives_target(min_size=" 4K ", max_size="1.5MB", min_time_s=0.3, wire_bytes="0", ops=["broadcast"])
+    assert target == ["-m", "app.bench_collectives", "--out", "/ddp-run/bench.json", "--min-size", "4096",
+                      "--max-size", "1572864", "--min-time", "0.3", "--wire-bytes", "0", "--ops", "broadcast"]

@@ -30,7 +30,7 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--nodes", "abc"], "argument --nodes: expected a positive integer, got 'abc'"),
         (["run", "--nproc-per-node", "0"], "argument --nproc-per-node: expected a positive integer"),
         (["run", "--", "no_such_script.py"], "script 'no_such_script.py' not found in work directory"),
-        (["run", "--", "tests"], "script 'tests' is a directory in work directory"),
+        (["run", "--", "tests"], "script 'tests' is a directory (work directory"),
         (["run", "--workdir", "/no/such/dir"], "work directory '/no/such/dir' does not exist"),
         (["run", "--", "-m"], "-m needs a module name"),
         (["run", "--bogus"], "unrecognized arguments: --bogus"),
@@ -63,6 +63,8 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["bench", "collectives", "--cpu", "--max-size", "abc"], "--max-size: expected a size in bytes like 4, 1K or"
          " 64M, got 'abc'"),
         (["bench", "collectives", "--cpu", "--wire-bytes", "-1"], "--wire-bytes: expected a size of 0 bytes or more"),
+        (["bench", "collectives", "--cpu", "--max-size", "inf"], "--max-size: expected a size in bytes like 4, 1K or"
+         " 64M, got 'inf'"),
         (["bench", "collectives", "--cpu", "--ops", "bogus"], "argument --ops: invalid choice: 'bogus'"),
         (["bench", "collectives", "--cpu", "--min-time", "0"], "--min-time must be above 0 seconds, got 0"),
         (["bench", "ddp", "--cpu", "--buckets", "25", "0"], "--buckets: bucket sizes must be above 0 MB, got 25 0"),

@@ -51,8 +51,17 @@ ALTERNATIVES = "use fewer nodes, fewer processes per node, --share-gpus, or --cp
     (dict(gpus_per_node=3, available=8, nproc_per_node=2), "--gpus-per-node 3 cannot be split evenly among 2 processes"
                                                            " that each span several GPUs: use a divisor of 3 for"
                                                            " --nproc-per-node"),
-    (dict(backend="nccl"), "--backend nccl needs GPUs: drop --cpu/--gpus-per-node 0, or use --backend gloo"),
-    (dict(share=True), "--share-gpus shares GPUs, and this run has none: drop --share-gpus or --cpu"),
+    # why this run has none, as it is: not an option the user never gave
+    (dict(backend="nccl"), "--backend nccl needs GPUs, and this run has none: the engine has no GPUs (no NVIDIA"
+                           " runtime in it); use --backend gloo"),
+    (dict(backend="nccl", available=None), "--backend nccl needs GPUs, and this run has none: no GPUs are known here"
+                                           " (no engine was asked); use --backend gloo"),
+    (dict(backend="nccl", available=4, cpu=True), "--backend nccl needs GPUs, and this run has none: --cpu; use"
+                                                  " --backend gloo, or drop --cpu"),
+    (dict(share=True), "--share-gpus shares GPUs, and this run has none: the engine has no GPUs (no NVIDIA runtime in"
+                       " it); drop --share-gpus"),
+    (dict(share=True, available=4, gpus_per_node=0), "--share-gpus shares GPUs, and this run has none:"
+                                                     " --gpus-per-node 0; drop --share-gpus, or drop --gpus-per-node 0"),
     (dict(gpus_per_node=3, available=2, share=True),
      "--gpus-per-node 3 is more than the 2 GPU(s) the engine has, even shared: ask for fewer"),
 ])

@@ -102,7 +102,7 @@ def test_a_pause_with_an_end_is_held_its_duration_from_now_then_undone_and_each_
     ("kill:node1@step=+2", "kill:node1@step=+2: a start at a step needs the run's launcher (give it to run --fault);"
                            " here a fault is injected now: give kill:node1"),
     ("pause:node1@t=5..30", "pause:node1@t=5..30: a fault is injected now, not at t=5 (a start needs the run's"
-                            " launcher: give it to run --fault); give pause:node1, or pause:node1@t=0..25 to hold it 25 s"),
+                            " launcher: give it to run --fault); give pause:node1@t=0..25 to hold it 25 s"),
     ("kill:node0@t=5", "kill:node0@t=5: a fault is injected now, not at t=5 (a start needs the run's launcher: give"
                        " it to run --fault); give kill:node0"),
     ("slow:node1,cpus=0.5@t=0..3", None)])
