@@ -551,8 +551,12 @@ class FakeImages:
         self.vanishing: list[FakeImage] = []  # listed, but removed by another client before a look
 
     def listed(self, filters: Optional[dict]) -> list[FakeImage]:
-        """What the engine's list answers, before anything is inspected."""
-        return list(self.dangling) if (filters or {}).get("dangling") else list(self.by_name.values())
+        """What the engine's list answers, before anything is inspected: the dangling ones, or
+        the tagged ones whose labels match (``label``: KEY or KEY=VALUE, one or several)."""
+        if (filters or {}).get("dangling"):
+            return list(self.dangling)
+        wanted = (filters or {}).get("label") or []
+        return [image for image in self.by_name.values() if all_labels_match(image.labels, wanted)]
 
     def list(self, filters: Optional[dict] = None) -> list:
         """As the SDK's: the engine's list, then an inspection of each image in it, which raises
@@ -573,8 +577,14 @@ class FakeImages:
         gone = [i for i in self.vanishing if image in (i.id, *i.tags)]
         if gone or not any(image in (i.id, *i.tags) for i in [*self.dangling, *self.by_name.values()]):
             raise docker.errors.ImageNotFound(f"No such image: {image}")
+        named = [name for name, i in self.by_name.items() if image in (i.id, *i.tags)]
+        users = [c for c in self.client.containers_by_name.values() if c.service.get("image") in named]
+        if users and not force:  # the engine's 409, for a stopped container's image too
+            raise conflict(f"conflict: unable to remove repository reference {image!r} (must force) - container"
+                           f" {users[0].id} is using its referenced image")
         self.dangling = [i for i in self.dangling if i.id != image]
-        self.by_name.pop(image, None)
+        for name in named:
+            self.by_name.pop(name, None)
 
     def add(self, name: str, **labels: str) -> FakeImage:
         self.by_name[name] = FakeImage(name, labels)

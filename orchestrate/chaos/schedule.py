@@ -96,8 +96,8 @@ def parse_kinds(text: str) -> tuple[FaultAction, ...]:
         try:
             kinds.append(FaultAction(word))
         except ValueError:
-            known = ", ".join(a.value for a in FaultAction)
-            raise UsageError(f"--kinds: no fault kind {word!r} (kinds: {known})") from None
+            known = ", ".join(a.value for a in FaultAction if a not in (FaultAction.PARTITION, FaultAction.LOSE))
+            raise UsageError(f"--kinds: no fault kind {word!r} (kinds chaos draws: {known})") from None
         if kinds[-1] is FaultAction.PARTITION:
             raise UsageError("--kinds: chaos does not draw partitions (their groups are yours to choose: give one to"
                              " run --fault, e.g. 'partition:node0|node1@t=5..20')")

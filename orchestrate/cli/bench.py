@@ -12,7 +12,7 @@ from orchestrate.bench.jobs import COLLECTIVE_OPS, collectives_target, ddp_targe
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type, request_from_args
 from orchestrate.cli.run import add_job_options, run_request
-from orchestrate.config.options import positive_int
+from orchestrate.config.options import image_reference, positive_int
 from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_RUNS_DIR
 from orchestrate.errors import UsageError
 
@@ -75,7 +75,8 @@ def add_parsers(sub: Any) -> None:
                         help="node counts of the scaling series (default: 1 2 4 8; none: skip)")
     launch.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, metavar="DIR",
                         help="where the runs and the results go (default: ./%(default)s)")
-    launch.add_argument("--image", default=DEFAULT_IMAGE, help=f"node image (default: {DEFAULT_IMAGE})")
+    launch.add_argument("--image", default=DEFAULT_IMAGE, type=argparse_type(image_reference, "--image"),
+                        help=f"node image (default: {DEFAULT_IMAGE})")
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:

@@ -8,6 +8,7 @@ Parsers take the text a user types and raise :class:`~orchestrate.errors.UsageEr
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -94,6 +95,27 @@ def non_negative_seconds(text: str) -> float:
     return value
 
 
+# An image reference as the engine takes it (the distribution project's grammar): a registry host
+# (with its port) or none, lower-case path components, then a tag, a digest, or both.
+_HOST_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+
+
+def image_reference(text: str) -> str:
+    """An image name the engine can take (``ddp-compose-node:latest``, ``registry:5000/team/img:tag``).
+
+    Raises:
+        UsageError: For one it would refuse (``Bad:Tag::``), before anything is asked of it.
+    """
+    if not IMAGE_REFERENCE.fullmatch(text) or len(text.split("@")[0].rsplit(":", 1)[0]) > 255:
+        raise UsageError(f"expected an image name like ddp-compose-node:latest or registry:5000/team/image:tag"
+                         f" (lower-case, then :TAG), got {text!r}")
+    return text
+
+
 def node_range(text: str) -> tuple[int, int]:
     """``MIN:MAX`` (or ``N``) node counts."""
     low, _, high = text.partition(":")
@@ -176,7 +198,7 @@ JOB_OPTIONS = (
     Option("workdir", "--workdir", "host directory mounted into every node as its working directory; TARGET"
            " scripts are relative to it (default: current directory)", Path, metavar="DIR"),
     Option("image", "--image", "node image: used if present, else pulled, else refused (exit 2); only the"
-           f" default is built on first use (default: {DEFAULT_IMAGE})"),
+           f" default is built on first use (default: {DEFAULT_IMAGE})", image_reference),
     Option("master_port", "--master-port", "a static job's rendezvous port on node0, inside the run's private"
            f" network (default: {DEFAULT_MASTER_PORT}; an elastic job's c10d rendezvous has {ELASTIC_RDZV_PORT})",
            positive_int),

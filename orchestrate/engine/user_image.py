@@ -352,3 +352,41 @@ def untag(client: Any, tag: str) -> None:
     except docker.errors.APIError as exc:
         log.debug("removing %s: %s", tag, exc)
 
+
+
+def remove_unused_derived_images(client: Any, say: Progress) -> list[str]:
+    """``image prune``: remove the derived images (``ddp-compose-user:<digest>``) that no container
+    uses, a stopped one's included: each change of a requirements file or a Dockerfile leaves the
+    one built before it. One the engine refuses to remove (a run began to use it meanwhile) is
+    said and kept; one another client removed meanwhile is gone all the same.
+
+    Returns:
+        The tags removed.
+
+    Raises:
+        EngineError: Where the engine cannot list its images or containers.
+    """
+    from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
+    from orchestrate.errors import EngineError
+
+    try:
+        containers = client.containers.list(all=True, ignore_removed=True)
+        used = {name for c in containers for name in (c.attrs.get("Config", {}).get("Image", ""), c.attrs.get("Image"))}
+        # (the engine's own list: the SDK's inspects each image, and one removed meanwhile would raise)
+        images = client.api.images(filters={"label": DERIVED_LABEL})
+    except engine_errors() as exc:
+        raise EngineError(f"cannot list the derived images: {describe(exc)}") from None
+    removed = []
+    for image in images:
+        names = image.get("RepoTags") or []
+        tags = sorted(t for t in names if t.startswith(f"{DERIVED_REPOSITORY}:"))
+        if not tags or image["Id"] in used or any(t in used for t in names):
+            continue
+        try:
+            client.images.remove(image["Id"])
+        except engine_errors() as exc:
+            if classify(exc) is not EngineFault.NOT_FOUND:  # (gone meanwhile: removed all the same)
+                say(f"kept {', '.join(tags)}: {describe(exc)}")
+                continue
+        removed += tags
+    return removed

@@ -55,6 +55,10 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["bench", "collectives", "--cpu", "--", "train.py", "--epochs", "3"],
          "bench takes no job after --, got: -- train.py --epochs 3"),
         (["ps", "--", "train.py"], "ps takes no job after --, got: -- train.py"),
+        # an image name the engine would refuse (it said "engine error: no such image: ...", after a build began)
+        (["image", "build", "--image", "Bad:Tag::"], "argument --image: expected an image name like"
+         " ddp-compose-node:latest or registry:5000/team/image:tag (lower-case, then :TAG), got 'Bad:Tag::'"),
+        (["run", "--image", "My-Image"], "argument --image: expected an image name like"),
         # what the benchmark's workers would refuse, or spin on for ever (sizes from 0), after the nodes came up
         (["bench", "collectives", "--cpu", "--min-size", "0"], "--min-size: expected a size above 0 bytes, e.g. 4 or"
          " 1K, got '0'"),

@@ -4,6 +4,7 @@ refuses before the engine is asked, and what it prints. The build itself is engi
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -43,10 +44,39 @@ def image_build(*words: str, client=None, out=None) -> int:
     return main(["image", "build", *words], out=out if out is not None else io.StringIO(), client=client)
 
 
-def test_image_alone_prints_its_help_and_exits_2(builds):
+def test_image_alone_says_its_actions_in_one_line_and_exits_2(builds, capsys):
     out = io.StringIO()
     assert main(["image"], out=out) == 2
-    assert out.getvalue().startswith("usage: python -m orchestrate image [-h] [-v] ACTION ...") and builds == []
+    assert capsys.readouterr().err == "error: image needs an ACTION: build or prune (see python -m orchestrate image" \
+                                      " --help)\n" and builds == []
+
+
+def test_image_prune_removes_the_derived_images_no_container_uses_and_says_each(capsys):
+    # each change of a Dockerfile left the image built before it, 7.7 GB listed, with no way but docker rmi
+    from orchestrate.engine.user_image import DERIVED_LABEL
+    from tests.fakes import FakeContainer
+
+    client = FakeDockerClient()
+    client.images.add(DEFAULT_IMAGE, **{"io.ddp-compose.image": "node"})
+    for digest in ("aaa", "bbb", "ccc"):
+        client.images.add(f"ddp-compose-user:{digest}", **{DERIVED_LABEL: DEFAULT_IMAGE})
+    client.images.add("someone/else:1", **{DERIVED_LABEL: "x"})  # their label, not our repository: not ours
+    stopped = FakeContainer(client, "stopped-run-node0", {"image": "ddp-compose-user:bbb"})  # a stopped run's
+    client.containers_by_name[stopped.name] = stopped
+    vanished = client.images.by_name["ddp-compose-user:ccc"]
+    client.images.vanishing.append(vanished)  # removed by another client between the list and the removal
+    out = io.StringIO()
+    assert main(["image", "prune"], out=out, client=client) == 0
+    assert out.getvalue().splitlines() == ["removed ddp-compose-user:aaa", "removed ddp-compose-user:ccc",
+                                           "removed 2 derived image(s) no container uses"]
+    assert ("api.images", json.dumps({"label": DERIVED_LABEL})) in client.calls
+    assert set(client.images.by_name) == {DEFAULT_IMAGE, "ddp-compose-user:bbb", "ddp-compose-user:ccc",
+                                          "someone/else:1"}  # (ccc: the fake's other client keeps it listed)
+    again = io.StringIO()
+    client.images.vanishing.clear()
+    client.images.by_name.pop("ddp-compose-user:ccc")
+    assert main(["image", "prune"], out=again, client=client) == 0
+    assert again.getvalue() == "no derived image to remove: none exists, or a container uses each\n"
 
 
 def test_the_default_build_is_the_default_tag_by_the_path_that_works_and_says_its_progress_at_once(builds):

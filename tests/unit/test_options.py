@@ -2,6 +2,8 @@
 line's tests reach them only through a subprocess."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrate.config.link import parse_link
@@ -100,3 +102,23 @@ def test_a_parsers_refusal_names_the_flag_once():
     assert refusal(OPTIONS_BY_DEST["memory_per_node"].value, "abc") == (
         "--memory-per-node: expected a size like 512m or 2g. Given: 'abc'")
     assert refusal(OPTIONS_BY_DEST["link"].value, "fast").startswith("invalid --link 'fast'")
+
+
+@pytest.mark.parametrize("name", ["ddp-compose-node:latest", "ddp-compose-node", "localhost:5000/team/img:v1",
+                                  "nvcr.io/nvidia/pytorch:24.01-py3", "python:3.11-slim-bookworm", "ghcr.io/a_b/c-d",
+                                  "ddp-compose-user:3f2a9c0e", "img@sha256:" + "0" * 64, "img:tag@sha256:" + "f" * 64])
+def test_an_image_name_the_engine_takes_is_taken_as_given(name):
+    from orchestrate.config.options import image_reference
+
+    assert image_reference(name) == name
+
+
+@pytest.mark.parametrize("name", ["Bad:Tag::", "My-Image", "", "a b", ":latest", "img:", "img:-x", "img:a/b",
+                                  "a//b", "-img", "img@sha256:abc", "x" * 256])
+def test_an_image_name_the_engine_would_refuse_is_refused_in_one_line(name):
+    from orchestrate.config.options import image_reference
+    from orchestrate.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^expected an image name like ddp-compose-node:latest or"
+                                         rf" registry:5000/team/image:tag \(lower-case, then :TAG\), got {re.escape(repr(name))}$"):
+        image_reference(name)

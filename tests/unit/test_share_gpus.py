@@ -48,7 +48,7 @@ def test_the_shared_layout_gives_every_node_a_gpu_and_lets_processes_share():
     assert resolve_gpu_layout(nodes=2, nproc_per_node=2, **shared) == GpuLayout(1, 2, "nccl", True)
     assert resolve_gpu_layout(nodes=3, nproc_per_node=None, gpus_per_node=None, available=2,
                               share=True) == GpuLayout(1, 1, "nccl", True)
-    with pytest.raises(UsageError, match="has none: drop --share-gpus or --cpu"):
+    with pytest.raises(UsageError, match="has none: --cpu; drop --share-gpus, or drop --cpu"):
         resolve_gpu_layout(nodes=2, nproc_per_node=None, gpus_per_node=None, available=1, cpu=True, share=True)
     with pytest.raises(UsageError, match="more than the 1 GPU"):
         resolve_gpu_layout(nodes=2, nproc_per_node=None, gpus_per_node=2, available=1, share=True)
