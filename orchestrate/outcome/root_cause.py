@@ -100,6 +100,9 @@ class RootCause:
 # others: outcome imports none of the nodes' modules).
 HOOK_LINE_PREFIX = "[ddp-compose] "
 
+# The storage faults' shim in the workers (node/storage_faults.py), whose full disk raises ENOSPC.
+STORAGE_FAULTS_FILE = "storage_faults.py"
+
 # A frame of a traceback: its file, line and (where Python gave it) function.
 _FRAME_LINE = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>.+?))?\s*$')
 
@@ -113,7 +116,9 @@ def without_hook_frames(traceback: str) -> str:
     frames = [(i, m["file"]) for i, m in enumerate(map(_FRAME_LINE.match, lines)) if m]
     if frames and frames[-1][1].startswith(HOOK_DIRS):
         line = frames[-1][0] + 1
-        if not calls_wrapped(lines[line] if line < len(lines) else ""):
+        # (a disk-full fault's ENOSPC is the system's, as the worker's own traceback shows it)
+        full_disk = frames[-1][1].endswith(STORAGE_FAULTS_FILE) and "[Errno 28]" in (lines[-1] if lines else "")
+        if not calls_wrapped(lines[line] if line < len(lines) else "") and not full_disk:
             return traceback
     kept, skipping_under = [], None
     for line in traceback.splitlines():

@@ -77,6 +77,7 @@ def test_a_full_disk_fails_the_save_naming_the_rank_and_the_file(orchestrate_run
     assert "No space left on device" in result.output  # the worker's own error
     # as the system's ENOSPC reads: the traceback has none of the hook's frames (they were all there)
     assert 'File "/opt/ddp-compose/orchestrate/' not in result.output, result.output[-3000:]
+    assert 'File "/workspace/tutorial_save.py", line 50, in <module>' in result.output  # (a traceback was shown)
     # raised deep in torch.save: the script's own line that saved, printed a traceback of 20 lines and more above
     assert re.search(r"^  in your code: tutorial_save\.py:50 in <module>: torch\.save\(state, CHECKPOINT_PATH\)$",
                      result.output, re.M), result.output[-3000:]

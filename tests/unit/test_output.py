@@ -534,6 +534,12 @@ def test_the_hooks_frames_leave_a_traceback_unless_the_hooks_own_code_raised():
     cut = "\n".join(start + script + [wrapper[0]])  # the hook's frame last, with no line under it: its own
     assert without_hook_frames(cut) == cut
     assert without_hook_frames("") == ""
+    # a disk-full fault's ENOSPC (an error file of @record): the system's, as the worker's own traceback has it
+    full = [f'  File "{HOOK_DIRS[0]}storage_faults.py", line 151, in write', "    raise full"]
+    enospc = "OSError: [Errno 28] No space left on device: 'ckpt.pt'"
+    assert without_hook_frames("\n".join(start + script + full + [enospc])) == "\n".join(start + script + [enospc])
+    assert without_hook_frames("\n".join(start + script + full + ["KeyError: 'key'"])) == "\n".join(
+        start + script + full + ["KeyError: 'key'"])  # the shim's own error: its frames stay
 
 
 def test_an_error_file_gives_its_message_traceback_and_time_or_a_plain_message():
