@@ -122,7 +122,7 @@ def job_steps(attempt: Attempt) -> Optional[int]:
     """The job's last step in an attempt that ran alone (the undisturbed run's count)."""
     if not attempt.steps:
         return None
-    return attempt.job_step(attempt.steps[-1][0])
+    return attempt.job_step(max(step for step, _ in attempt.steps))
 
 
 @dataclass(frozen=True)
@@ -274,14 +274,23 @@ def ended_its_attempt(spec: str, struck: Optional[Attempt], at: float) -> bool:
     return struck is not None and not any(t > at for _, t in struck.steps)
 
 
-def ended_at(attempts: list[Attempt]) -> Optional[int]:
-    """The job's step the last attempt ended at, where its own records tell it: steps numbered as
-    the job's (reported by the script, or counted on from a carried count or from the beginning);
-    None where that would only be assumed from where the undisturbed run ended."""
+def ended_at(attempts: list[Attempt], records: Iterable[ProgressRecord]) -> Optional[int]:
+    """The job's step the last attempt ended at (its highest), where its own records tell it:
+    steps numbered as the job's (reported by the script, or counted on from a carried count or
+    from the beginning). None where that would only be assumed from where the undisturbed run
+    ended, or where an attempt of the rank's records reported no step (one that did a single
+    counted step reports none: the counter holds a first step until the second), so that the
+    attempts known are not all the job did."""
     if not attempts or not attempts[-1].steps:
         return None
+    stepped = {a.token for a in attempts if a.steps}
+    # (a worker's own records: its group made or asked, a resume, its end; not a DataLoader worker's writes)
+    if any(record.attempt not in stepped and (record.init_call is not None or record.init_asked is not None
+                                              or record.resumed is not None or record.finished)
+           for record in one_ranks_records(records)):
+        return None
     last = attempts[-1]
-    return last.steps[-1][0] if last.numbered_as_the_job or len(attempts) == 1 else None
+    return max(step for step, _ in last.steps) if last.numbered_as_the_job else None
 
 
 def steps_redone(attempts: list[Attempt], reference_steps: Optional[int]) -> Optional[int]:

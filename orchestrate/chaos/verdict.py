@@ -200,9 +200,13 @@ class ChaosVerdict(Verdict):
     @property
     def steps_skipped(self) -> int:
         """The undisturbed run's steps the job with faults never did: where it ended short of the
-        undisturbed run's last step, having completed (0: none, or not known)."""
+        undisturbed run's last step, having completed, and did fewer steps in all than it (a
+        misnumbered attempt, of a counter that took a second optimizer's carried count, still did
+        them all); 0: none, or not known."""
         last = self.facts.last_step if self.facts else None
-        if self.disturbed is None or not self.disturbed.job_succeeded or last is None or self.ended_at_step is None:
+        count = self.facts.step_count if self.facts else None
+        if (self.disturbed is None or not self.disturbed.job_succeeded or last is None or self.ended_at_step is None
+                or count is None or self.steps_done is None or self.steps_done >= count):
             return 0
         return max(0, last - self.ended_at_step)
 

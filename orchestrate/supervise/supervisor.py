@@ -398,7 +398,7 @@ class Supervisor:
             self.look_at_the_end()
         if self.live:  # (the job may have ended during the look)
             self.say(f"the run did not end within its time limit of {timeout_s:g} s: stopping every node")
-            result = self.wind_down(self.spec.stop_grace_s, look_first=False)  # (looked at above)
+            result = self.wind_down(self.spec.stop_grace_s, look_first=False, by_request=False)  # (looked at above)
             result.error, result.error_exit_code = f"timed out: the job did not end within {timeout_s:g} s", 1
             return result
         self.close()
@@ -438,12 +438,13 @@ class Supervisor:
         for tracker in self.trackers.values():
             tracker.output.log_file.close()
 
-    def wind_down(self, grace_s: float, look_first: bool = True) -> RunResult:
+    def wind_down(self, grace_s: float, look_first: bool = True, by_request: bool = True) -> RunResult:
         """After an interrupt: stop every node (SIGTERM, then SIGKILL after ``grace_s``) and
         follow them to their end, so that their last lines and real times are kept. A second
         interrupt kills them at once. ``look_first``: a job quiet since its last line is looked at
         first (:meth:`look_at_the_end`), unless the stop has no grace; an interrupt during the
-        look propagates, for the caller to wind down again without one (the launcher: at once)."""
+        look propagates, for the caller to wind down again without one (the launcher: at once).
+        ``by_request``: a stop asked of the run stops them (not the run's own time limit)."""
         killed_all, deadline = False, None  # every node has had its SIGKILL
         said: list[bool] = []
 
@@ -463,8 +464,9 @@ class Supervisor:
             try:
                 if deadline is None:
                     deadline = self.clock() + grace_s + WIND_DOWN_MARGIN_S
-                    for tracker in self.live:  # (not those an ending of the launcher's own was stopping)
-                        tracker.result.stopped_by_request = not tracker.result.killed_by_launcher
+                    for tracker in self.live:  # (not where an ending of the launcher's own had begun)
+                        tracker.result.stopped_by_request = by_request and not (
+                            tracker.result.killed_by_launcher or self.ending)
                     self.stop(self.live, grace_s)
                     killed_all = grace_s <= 0  # a stop without a grace kills
                 self.loop(until=deadline)
@@ -784,7 +786,7 @@ class Supervisor:
             # `stop RUN` stopped it from another terminal, or `down RUN` stopped and removed it (its
             # exit code gone with it where an inspection saw it gone before its die event came)
             self.stop_came = True
-            result.stopped_by_request = True
+            result.stopped_by_request = not self.ending
             tracker.move(NodePhase.STOPPED)
             extra = self.grace_ran_out_on_request(tracker)
             self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by, **extra)

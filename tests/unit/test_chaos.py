@@ -380,18 +380,30 @@ def test_a_resumed_record_alone_makes_an_attempt_and_says_where_it_started_whate
 def test_where_the_job_ended_is_what_its_last_attempts_own_records_say_never_the_undisturbed_runs():
     from orchestrate.chaos.attempts import ended_at
 
+    def end(records):
+        return ended_at(attempts_of(records, reference_steps=30, completed=True), records)
+
     # Adam's carried count: resumed from 12, then 13 steps counted on (a loop that skipped 5): step 25
     skipped = (steps(0, "a", range(1, 17), 101.0) + [ProgressRecord(0, 120.0, resumed=12, attempt="b")]
                + steps(0, "b", range(13, 26), 121.0))
-    assert ended_at(attempts_of(skipped, reference_steps=30, completed=True)) == 25
+    assert end(skipped) == 25
     # steps the script reports are the job's own; one attempt alone counted from the beginning
     reported = steps(0, "a", range(1, 9), 101.0, counted=False) + steps(0, "b", range(7, 29), 111.0, counted=False)
-    assert ended_at(attempts_of(reported, reference_steps=30, completed=True)) == 28
-    assert ended_at(attempts_of(steps(0, "a", range(1, 28), 101.0), reference_steps=30, completed=True)) == 27
+    assert end(reported) == 28
+    assert end(steps(0, "a", range(1, 28), 101.0)) == 27
+    # its highest step, not its last reported (a script that reports an epoch's number after its steps)
+    assert end(reported + steps(0, "b", [3], 140.0, counted=False)) == 28
     # counted with no carried count: where it began is only assumed from the undisturbed run's end
     counted = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 20), 111.0)
-    assert ended_at(attempts_of(counted, reference_steps=30, completed=True)) is None
-    assert ended_at([]) is None
+    assert end(counted) is None
+    # a last attempt that did one counted step reports none (the counter holds it for a second):
+    # its group and its end are all it says, and where the job ended is not known
+    one_step = skipped + [ProgressRecord(0, 150.0, attempt="c", init_call={"backend": "gloo"}),
+                          ProgressRecord(0, 151.0, attempt="c", finished=True, after_step=None)]
+    assert end(one_step) is None
+    # a DataLoader worker's write, under a token of its own, is no attempt of the job
+    assert end(skipped + [ProgressRecord(0, 130.0, attempt="loader", wrote="cache.pt")]) == 25
+    assert ended_at([], []) is None
 
 
 def test_a_resume_that_skipped_steps_does_not_hold_and_the_steps_done_are_the_attempts_own(make_job, tmp_path):
@@ -406,6 +418,9 @@ def test_a_resume_that_skipped_steps_does_not_hold_and_the_steps_done_are_the_at
     # one that ended where the undisturbed run ended, or whose end is not known, is not held to it
     assert verdict_of(make_job, tmp_path, [strike()], steps_done=33, ended_at_step=30).status == "HOLDS"
     assert verdict_of(make_job, tmp_path, [strike()], steps_done=26).status == "HOLDS"
+    # nor one that did all the undisturbed run's steps, numbered short (a counter that took the carried
+    # count of an optimizer that steps every other step): it did them all
+    assert verdict_of(make_job, tmp_path, [strike()], steps_done=31, ended_at_step=20).status == "HOLDS"
     # nor one that did not complete: its failure says why
     failed = verdict_of(make_job, tmp_path, [strike()], ended_at_step=20)
     failed.disturbed = result(make_job, tmp_path, ok=False, faults=[KILL], run_id="dis")

@@ -1082,6 +1082,19 @@ def test_a_ctrl_c_while_a_failure_stops_the_job_leaves_the_failure_the_runs_and_
     assert outcome.failure is not None and outcome.failure.node == "node1"
 
 
+def test_the_runs_own_time_limit_is_no_stop_asked_of_it_and_a_fault_that_held_a_node_stays_its_failure(make_run):
+    # (the time limit winds the run down as a Ctrl-C does: its nodes were taken as stopped by a request,
+    # and the pause that held node1 went unnamed)
+    job = make_run(nodes=2, stop_grace=1, timeout_s=2.0, faults=["pause:node1@t=0"])
+    client = FakeDockerClient()
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:training"], hang=True)],
+                           node1=[Script(["[1|0]:training"], hang=True)])
+    assert outcome.error.startswith("timed out") and not outcome.interrupted, text
+    assert [r.stopped_by_request for r in outcome.results] == [False, False]
+    assert outcome.failure is not None and outcome.failure.node == "node1", text
+    assert outcome.failure.describe() == "node1 failed (injected fault pause:node1)"
+
+
 def test_a_node_seen_paused_but_unpaused_elsewhere_meanwhile_still_gets_its_sigterm(make_run):
     # The supervisor knows a node's status as of its last look. Another command (a `fault RUN`
     # undoing its pause) unpaused node1 after that, and before the Ctrl-C: the engine answers the
