@@ -556,7 +556,8 @@ class FakeImages:
         if (filters or {}).get("dangling"):
             return list(self.dangling)
         wanted = (filters or {}).get("label") or []
-        return [image for image in self.by_name.values() if all_labels_match(image.labels, wanted)]
+        unique = {id(image): image for image in self.by_name.values()}.values()  # (one image under several tags: once)
+        return [image for image in unique if all_labels_match(image.labels, wanted)]
 
     def list(self, filters: Optional[dict] = None) -> list:
         """As the SDK's: the engine's list, then an inspection of each image in it, which raises
@@ -578,6 +579,11 @@ class FakeImages:
         if gone or not any(image in (i.id, *i.tags) for i in [*self.dangling, *self.by_name.values()]):
             raise docker.errors.ImageNotFound(f"No such image: {image}")
         named = [name for name, i in self.by_name.items() if image in (i.id, *i.tags)]
+        if image not in named and len(named) > 1 and not force:  # an id that several tags name
+            raise conflict(f"conflict: unable to delete {image} (must be forced) - image is referenced in multiple"
+                           " repositories")
+        if image in named:  # by name: that tag alone goes
+            named = [image]
         users = [c for c in self.client.containers_by_name.values() if c.service.get("image") in named]
         if users and not force:  # the engine's 409, for a stopped container's image too
             raise conflict(f"conflict: unable to remove repository reference {image!r} (must force) - container"

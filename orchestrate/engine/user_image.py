@@ -382,11 +382,12 @@ def remove_unused_derived_images(client: Any, say: Progress) -> list[str]:
         tags = sorted(t for t in names if t.startswith(f"{DERIVED_REPOSITORY}:"))
         if not tags or image["Id"] in used or any(t in used for t in names):
             continue
-        try:
-            client.images.remove(image["Id"])
-        except engine_errors() as exc:
-            if classify(exc) is not EngineFault.NOT_FOUND:  # (gone meanwhile: removed all the same)
-                say(f"kept {', '.join(tags)}: {describe(exc)}")
-                continue
-        removed += tags
+        for tag in tags:  # by name: the engine refuses an id that more than one tag names
+            try:
+                client.images.remove(tag)
+            except engine_errors() as exc:
+                if classify(exc) is not EngineFault.NOT_FOUND:  # (gone meanwhile: removed all the same)
+                    say(f"kept {tag}: {describe(exc)}")
+                    continue
+            removed.append(tag)
     return removed

@@ -61,6 +61,9 @@ def test_image_prune_removes_the_derived_images_no_container_uses_and_says_each(
     for digest in ("aaa", "bbb", "ccc"):
         client.images.add(f"ddp-compose-user:{digest}", **{DERIVED_LABEL: DEFAULT_IMAGE})
     client.images.add("someone/else:1", **{DERIVED_LABEL: "x"})  # their label, not our repository: not ours
+    tagged_too = client.images.add("ddp-compose-user:ddd", **{DERIVED_LABEL: DEFAULT_IMAGE})
+    tagged_too.tags.append("me/kept:1")  # the user tagged it too: ours goes, theirs stays (by id, the engine refuses)
+    client.images.by_name["me/kept:1"] = tagged_too
     stopped = FakeContainer(client, "stopped-run-node0", {"image": "ddp-compose-user:bbb"})  # a stopped run's
     client.containers_by_name[stopped.name] = stopped
     vanished = client.images.by_name["ddp-compose-user:ccc"]
@@ -68,10 +71,11 @@ def test_image_prune_removes_the_derived_images_no_container_uses_and_says_each(
     out = io.StringIO()
     assert main(["image", "prune"], out=out, client=client) == 0
     assert out.getvalue().splitlines() == ["removed ddp-compose-user:aaa", "removed ddp-compose-user:ccc",
-                                           "removed 2 derived image(s) no container uses"]
+                                           "removed ddp-compose-user:ddd", "removed 3 derived image(s) no container uses"]
+    assert "me/kept:1" in client.images.by_name and "ddp-compose-user:ddd" not in client.images.by_name
     assert ("api.images", json.dumps({"label": DERIVED_LABEL})) in client.calls
     assert set(client.images.by_name) == {DEFAULT_IMAGE, "ddp-compose-user:bbb", "ddp-compose-user:ccc",
-                                          "someone/else:1"}  # (ccc: the fake's other client keeps it listed)
+                                          "someone/else:1", "me/kept:1"}  # (ccc: the fake's other client keeps it listed)
     again = io.StringIO()
     client.images.vanishing.clear()
     client.images.by_name.pop("ddp-compose-user:ccc")
