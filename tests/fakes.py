@@ -576,21 +576,26 @@ class FakeImages:
 
         self.client.calls.append(("images.remove", image))
         gone = [i for i in self.vanishing if image in (i.id, *i.tags)]
-        if gone or not any(image in (i.id, *i.tags) for i in [*self.dangling, *self.by_name.values()]):
+        holders = [i for i in {id(x): x for x in [*self.dangling, *self.by_name.values()]}.values()
+                   if image in (i.id, *i.tags)]
+        if gone or not holders:
             raise docker.errors.ImageNotFound(f"No such image: {image}")
-        named = [name for name, i in self.by_name.items() if image in (i.id, *i.tags)]
-        if image not in named and len(named) > 1 and not force:  # an id that several tags name
+        target = holders[0]
+        by_tag = image in target.tags
+        if not by_tag and len(target.tags) > 1 and not force:  # an id that several tags name
             raise conflict(f"conflict: unable to delete {image} (must be forced) - image is referenced in multiple"
                            " repositories")
-        if image in named:  # by name: that tag alone goes
-            named = [image]
-        users = [c for c in self.client.containers_by_name.values() if c.service.get("image") in named]
-        if users and not force:  # the engine's 409, for a stopped container's image too
+        names = [image] if by_tag else list(target.tags)
+        remaining = [tag for tag in target.tags if tag not in names]
+        users = [c for c in self.client.containers_by_name.values() if c.service.get("image") in target.tags]
+        if not remaining and users and not force:  # the engine's 409, for a stopped container's image too
             raise conflict(f"conflict: unable to remove repository reference {image!r} (must force) - container"
                            f" {users[0].id} is using its referenced image")
-        self.dangling = [i for i in self.dangling if i.id != image]
-        for name in named:
+        target.tags = remaining  # (a tag of several: that tag alone goes)
+        for name in names:
             self.by_name.pop(name, None)
+        if not remaining:
+            self.dangling = [i for i in self.dangling if i is not target]
 
     def add(self, name: str, **labels: str) -> FakeImage:
         self.by_name[name] = FakeImage(name, labels)
