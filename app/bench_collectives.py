@@ -31,9 +31,19 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from app import busbw as bandwidth
-from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, select_device
+from app.distenv import (
+    WorkerEnv,
+    add_timeout_option,
+    at_least,
+    log0,
+    non_negative_int,
+    positive_int,
+    process_group,
+    select_device,
+)
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 TCP_CHUNK = 4 << 20
@@ -242,16 +252,17 @@ def wire_limit(env: WorkerEnv, total: int, rounds: int) -> Optional[dict]:
             "bytes": total}
 
 
+@record
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="app.bench_collectives", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="operations (default: all)")
     parser.add_argument("--min-size", type=parse_size, default=4, help="smallest message, e.g. 4, 1K (default: 4)")
     parser.add_argument("--max-size", type=parse_size, default=256 << 20, help="largest message (default: 256M)")
-    parser.add_argument("--factor", type=int, default=4, help="size step (default: x4)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per size (default: 3)")
+    parser.add_argument("--factor", type=at_least(2), default=4, help="size step (default: x4)")
+    parser.add_argument("--warmup", type=non_negative_int, default=3, help="untimed calls per size (default: 3)")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed calls per size, about")
-    parser.add_argument("--max-iters", type=int, default=50, help="timed calls per size at most (default: 50)")
+    parser.add_argument("--max-iters", type=positive_int, default=50, help="timed calls per size at most (default: 50)")
     parser.add_argument("--wire-bytes", type=parse_size, default=256 << 20,
                         help="bytes per TCP stream for the wire's limit (0: skip) (default: 256M)")
     parser.add_argument("--out", type=Path, default=None, help="rank 0 writes the results here (JSON)")
@@ -259,8 +270,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.min_size <= args.max_size:  # (sizes from 0 would grow by --factor for ever)
         parser.error(f"message sizes must run from above 0 up to --max-size, got {args.min_size} to {args.max_size}")
-    if args.factor < 2 or not args.min_time > 0:
-        parser.error("--factor must be 2 or more and --min-time above 0")
+    if not args.min_time > 0:
+        parser.error(f"--min-time must be above 0 seconds, got {args.min_time:g}")
+    if args.out is not None and not args.out.resolve().parent.is_dir():  # (found only once every size was measured)
+        parser.error(f"--out {args.out}: no directory {args.out.resolve().parent} to write it in")
     env = WorkerEnv.from_environ()
     device = select_device(env.local_rank)
     with process_group(device, args.timeout) as backend:

@@ -42,9 +42,18 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, select_device
+from app.distenv import (
+    WorkerEnv,
+    add_timeout_option,
+    log0,
+    non_negative_int,
+    positive_int,
+    process_group,
+    select_device,
+)
 from app.toy import parameter_checksum, replicas_agree
 
 # Doubling the batch makes a GPU-bound step at least this much slower (its time grows with
@@ -192,26 +201,29 @@ def batch_sizes(args: argparse.Namespace, device: torch.device) -> list[int]:
     return sorted(swept)
 
 
+@record
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="app.bench_ddp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet50", help="a torchvision model (default: resnet50)")
-    parser.add_argument("--batch-size", type=int, default=8,
+    parser.add_argument("--batch-size", type=positive_int, default=8,
                         help="images per rank and step; where a sweep starts (default: 8)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None, metavar="N",
+    parser.add_argument("--batch-sizes", type=positive_int, nargs="+", default=None, metavar="N",
                         help="measure at these batch sizes instead (no sweep)")
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument("--sweep", dest="sweep", action="store_true", default=None,
                        help="double the batch from --batch-size until the step is GPU-bound (default on GPUs)")
     sweep.add_argument("--no-sweep", dest="sweep", action="store_false", help="measure at --batch-size only")
-    parser.add_argument("--image-size", type=int, default=64, help="image side in pixels (default: 64)")
+    parser.add_argument("--image-size", type=positive_int, default=64, help="image side in pixels (default: 64)")
     parser.add_argument("--buckets", type=float, nargs="+", default=[25.0],
                         help="DDP bucket sizes in MB to try with DDP's defaults (default: 25, DDP's own)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per form (default: 2)")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per form (default: 5)")
+    parser.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps per form (default: 2)")
+    parser.add_argument("--steps", type=positive_int, default=5, help="timed steps per form (default: 5)")
     parser.add_argument("--out", type=Path, default=None, help="rank 0 writes the results here (JSON)")
     add_timeout_option(parser)
     args = parser.parse_args(argv)
+    if args.out is not None and not args.out.resolve().parent.is_dir():  # (found only once every size was measured)
+        parser.error(f"--out {args.out}: no directory {args.out.resolve().parent} to write it in")
     env = WorkerEnv.from_environ()
     device = select_device(env.local_rank)
     with process_group(device, args.timeout) as backend:

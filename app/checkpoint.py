@@ -7,6 +7,7 @@ the previous checkpoint and pointer intact.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -65,12 +66,23 @@ def write_checkpoint(directory: Path, name: str, state: dict[str, Any]) -> Path:
 
 
 def latest_checkpoint(directory: Path) -> Optional[Path]:
-    """The checkpoint LATEST points to, or None when there is none."""
+    """The checkpoint LATEST points to, or None when there is none. Where LATEST names a file
+    that is not there (removed by hand, or a copy of the directory without it), the newest
+    ``step-*.pt`` by its step, said on stderr: starting from scratch would overwrite LATEST and
+    lose the way to it."""
     pointer = directory / LATEST
     if not pointer.is_file():
         return None
-    path = directory / pointer.read_text().strip()
-    return path if path.is_file() else None
+    named = pointer.read_text().strip()
+    path = directory / named
+    if path.is_file():
+        return path
+    saved = sorted(directory.glob("step-*.pt"))  # (zero-padded step numbers: their names sort as the steps)
+    if saved:
+        print(f"{directory / LATEST} names {named!r}, which is not there: resuming from the newest, {saved[-1].name}",
+              file=sys.stderr, flush=True)
+        return saved[-1]
+    return None
 
 
 def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:

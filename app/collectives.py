@@ -17,7 +17,15 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from app.distenv import WorkerEnv, add_timeout_option, log0, process_group, select_device
+from app.distenv import (
+    WorkerEnv,
+    add_timeout_option,
+    log0,
+    non_negative_float,
+    positive_int,
+    process_group,
+    select_device,
+)
 from app.gradsync import butterfly_all_reduce
 
 Step = Callable[[torch.device, argparse.Namespace], bool]
@@ -144,12 +152,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", default=",".join(STEPS),
                         help=f"comma-separated steps to run (default: all: {','.join(STEPS)})")
-    parser.add_argument("--rounds", type=int, default=5, help="ping-pong rounds (default: 5)")
-    parser.add_argument("--barrier-delay", type=float, default=0.5,
+    parser.add_argument("--rounds", type=positive_int, default=5, help="ping-pong rounds (default: 5)")
+    parser.add_argument("--barrier-delay", type=non_negative_float, default=0.5,
                         help="seconds rank 0 works before the barrier (default: 0.5)")
-    parser.add_argument("--isend-delay", type=float, default=0.5,
+    parser.add_argument("--isend-delay", type=non_negative_float, default=0.5,
                         help="seconds rank 0 waits before isend (default: 0.5)")
-    parser.add_argument("--vector-size", type=int, default=10, help="butterfly vector length")
+    parser.add_argument("--vector-size", type=positive_int, default=10, help="butterfly vector length")
     add_timeout_option(parser, 120.0)
     args = parser.parse_args(argv)
     unknown = sorted(set(args.steps.split(",")) - set(STEPS))

@@ -12,7 +12,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -211,7 +211,27 @@ def default_timeout_s(fallback: float = 300.0) -> float:
         return fallback
 
 
+def at_least(minimum: float, kind: type = int) -> Callable[[str], Any]:
+    """An argparse ``type``: a number of ``kind`` of ``minimum`` or more, else argparse's one-line
+    error and exit 2 (a batch of 0 ran to a loss of nan, a log interval of 0 divided by zero)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a{'n integer' if kind is int else ' number'} of"
+                                             f" {minimum:g} or more, got {text!r}")
+        return value
+    return parse
+
+
+positive_int = at_least(1)
+non_negative_int = at_least(0)
+non_negative_float = at_least(0.0, float)
+
+
 def add_timeout_option(parser: argparse.ArgumentParser, fallback: float = 300.0) -> None:
     """The ``--timeout`` every worker takes: stragglers beyond it fail instead of hanging."""
-    parser.add_argument("--timeout", type=float, default=default_timeout_s(fallback),
+    parser.add_argument("--timeout", type=at_least(0.001, float), default=default_timeout_s(fallback),
                         help=f"process group timeout in seconds (default: $DDP_TIMEOUT, else {fallback:g})")

@@ -27,12 +27,13 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from app.checkpoint import load_checkpoint, save_checkpoint
+from app.checkpoint import LATEST, load_checkpoint, save_checkpoint
 from app.distenv import (
     WorkerEnv,
     accelerator_count,
     add_timeout_option,
     log0,
+    positive_int,
     process_devices,
     process_group,
     refuse,
@@ -156,6 +157,9 @@ def run_demo(args: argparse.Namespace, env: WorkerEnv, devices: list[torch.devic
     dist.barrier()  # nobody may still be reading when rank 0 removes the file
     if env.rank == 0:
         path.unlink(missing_ok=True)
+        latest = args.checkpoint_dir / LATEST  # (left naming the file just removed, it misled a later --resume)
+        if latest.is_file() and latest.read_text().strip() == name:
+            latest.unlink(missing_ok=True)
     return ok and agree
 
 
@@ -166,11 +170,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.toy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", choices=DEMOS, default="basic", help="which demo (default: basic)")
-    parser.add_argument("--steps", type=int, default=20, help="training steps (default: 20)")
-    parser.add_argument("--batch-size", type=int, default=20, help="per-rank batch size (default: 20)")
+    parser.add_argument("--steps", type=positive_int, default=20, help="training steps (default: 20)")
+    parser.add_argument("--batch-size", type=positive_int, default=20, help="per-rank batch size (default: 20)")
     parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default: 0.01)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument("--log-every", type=int, default=5, help="print progress every N steps")
+    parser.add_argument("--log-every", type=positive_int, default=5, help="print progress every N steps")
     parser.add_argument("--checkpoint-dir", type=Path,
                         default=Path(os.environ.get("DDP_SHARED_DIR", tempfile.gettempdir())),
                         help="directory all ranks can read (default: $DDP_SHARED_DIR, else the temp dir)")

@@ -39,6 +39,9 @@ from app.distenv import (
     WorkerEnv,
     add_timeout_option,
     log0,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
     process_group,
     refuse,
     report_resumed,
@@ -242,8 +245,8 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=2, help="epochs to train (default: 2)")
-    parser.add_argument("--batch-size", type=int, default=32, help="batch size per rank (default: 32)")
+    parser.add_argument("--epochs", type=non_negative_int, default=2, help="epochs to train (default: 2)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="batch size per rank (default: 32)")
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default: 0.05)")
     parser.add_argument("--momentum", type=float, default=0.5, help="SGD momentum (default: 0.5)")
     parser.add_argument("--seed", type=int, default=1234, help="seed of weights and data order")
@@ -256,26 +259,26 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="dataset directory, shared by the ranks (default: ./data)")
     parser.add_argument("--prepare-per-node", action="store_true",
                         help="local rank 0 of every node prepares the data (no shared data dir)")
-    parser.add_argument("--train-size", type=int, default=2048, help="synthetic training samples")
-    parser.add_argument("--test-size", type=int, default=512, help="synthetic test samples")
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    parser.add_argument("--train-size", type=positive_int, default=2048, help="synthetic training samples")
+    parser.add_argument("--test-size", type=positive_int, default=512, help="synthetic test samples")
+    parser.add_argument("--workers", type=non_negative_int, default=0, help="DataLoader workers per rank")
     # In the work directory, as the tutorials keep theirs: the checkpoints a run may resume from
     # must outlive it (ddp-compose's shared volume goes with every run's teardown).
     parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints") / "train",
                         help="where rank 0 saves checkpoints, shared by the ranks (default: ./checkpoints/train,"
                              " in the work directory, which every node mounts)")
-    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
+    parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="STEPS",
                         help="also checkpoint every STEPS steps within an epoch (default: 0, per epoch only)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    parser.add_argument("--stop-after-epoch", type=int, default=0,
+    parser.add_argument("--stop-after-epoch", type=non_negative_int, default=0,
                         help="stop (exit 0) after this epoch's checkpoint, to be resumed")
-    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all")
+    parser.add_argument("--max-steps", type=non_negative_int, default=0, help="stop after this many steps in all")
     parser.add_argument("--emulate-world-size", type=int, default=0, metavar="W",
                         help="one process trains on the concatenated batches of W ranks (reference)")
     parser.add_argument("--save-params", type=Path, help="rank 0 saves the final parameters here")
     parser.add_argument("--min-accuracy", type=float, default=0.5,
                         help="fail unless the final test accuracy reaches this (default: 0.5)")
-    parser.add_argument("--log-interval", type=float, default=2.0, help="seconds between progress lines")
+    parser.add_argument("--log-interval", type=non_negative_float, default=2.0, help="seconds between progress lines")
     add_timeout_option(parser)
     return parser.parse_args(argv)
 

@@ -115,3 +115,41 @@ def test_the_launcher_offers_the_collectives_the_benchmark_measures():
     from orchestrate.bench.jobs import COLLECTIVE_OPS
 
     assert COLLECTIVE_OPS == bench.OPS
+
+
+def test_resume_finds_the_newest_save_where_latest_names_one_that_is_not_there(tmp_path, capsys):
+    # --resume said "no checkpoint; starting from scratch", then overwrote LATEST: the way to step 64 was lost
+    from app.checkpoint import LATEST, latest_checkpoint
+
+    assert latest_checkpoint(tmp_path) is None
+    for step in (32, 64, 128):
+        (tmp_path / f"step-{step:07d}.pt").write_bytes(b"x")
+    (tmp_path / LATEST).write_text("step-0000064.pt")
+    assert latest_checkpoint(tmp_path) == tmp_path / "step-0000064.pt" and capsys.readouterr().err == ""
+    (tmp_path / LATEST).write_text("garbage")
+    assert latest_checkpoint(tmp_path) == tmp_path / "step-0000128.pt"
+    assert capsys.readouterr().err == (f"{tmp_path / LATEST} names 'garbage', which is not there: resuming from the"
+                                       " newest, step-0000128.pt\n")
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--out", "no/such/dir/ddp.json"], ["--warmup", "-1"]])
+def test_the_ddp_benchmark_refuses_what_it_would_fail_on_after_measuring_before_any_process_group(argv, capsys):
+    # an --out in a missing directory lost every measurement at the end; --steps 0 ended in StatisticsError
+    import app.bench_ddp as bench
+
+    with pytest.raises(SystemExit) as refused:
+        bench.main(argv)
+    assert refused.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, value", [("3", 3), ("0", None), ("-1", None), ("x", None), ("inf", None)])
+def test_a_workers_count_option_takes_its_least_or_more_in_one_line(text, value):
+    import argparse
+
+    from app.distenv import positive_int
+
+    if value is not None:
+        assert positive_int(text) == value
+        return
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"^expected an integer of 1 or more, got '{text}'$"):
+        positive_int(text)
