@@ -33,6 +33,15 @@ def has_mnist(root: Path) -> bool:
     return all((folder / name).is_file() for pair in RAW_FILES.values() for name in pair)
 
 
+# Beside synthetic IDX files: they are the stand-in, not MNIST (--data download must not take them).
+SYNTHETIC_MARK = "SYNTHETIC"
+
+
+def has_synthetic_mnist(root: Path) -> bool:
+    """Whether ``root`` holds the synthetic stand-in that :func:`write_synthetic_mnist` wrote."""
+    return has_mnist(root) and (raw_dir(root) / SYNTHETIC_MARK).is_file()
+
+
 def write_idx_images(path: Path, images: torch.Tensor) -> None:
     """Write uint8 images (N, 28, 28) in the IDX3 format (magic 2051, big-endian sizes)."""
     n, rows, cols = images.shape
@@ -90,6 +99,9 @@ def write_synthetic_mnist(root: Path, train_size: int = 2048, test_size: int = 5
             image_file, label_file = RAW_FILES[split]
             write_idx_images(staging / image_file, images)
             write_idx_labels(staging / label_file, labels)
+        (staging / SYNTHETIC_MARK).write_text("synthetic MNIST-format data of app.mnist_data, not MNIST\n")
+        for split in ("train", "test"):
+            image_file, label_file = RAW_FILES[split]
             for name in (image_file, label_file):
                 with open(staging / name, "rb") as f:
                     os.fsync(f.fileno())
@@ -109,6 +121,8 @@ def prepare_mnist(root: Path, source: str, train_size: int = 2048, test_size: in
         root: The data directory.
         source: ``"download"`` (torchvision's real download) or ``"synthetic"``.
     """
+    if has_synthetic_mnist(root):
+        return f"found synthetic MNIST in {root}"
     if has_mnist(root):
         return f"found MNIST in {root}"
     if source == "synthetic":

@@ -49,7 +49,7 @@ from app.distenv import (
     select_device,
 )
 from app.gradsync import average_gradients, butterfly_average_gradients
-from app.mnist_data import prepare_mnist
+from app.mnist_data import has_synthetic_mnist, prepare_mnist, raw_dir
 from app.toy import parameter_checksum, replicas_agree
 
 SYNC_MODES = ("ddp", "allreduce", "butterfly")
@@ -83,6 +83,10 @@ def mnist(root: Path, train: bool) -> Dataset:
 
 def prepare_data(args: argparse.Namespace, env: WorkerEnv) -> None:
     """Prepare the dataset once (rank 0, or local rank 0 of each node), the others wait."""
+    if args.data == "download" and has_synthetic_mnist(args.data_dir):  # (every rank: each refuses alike)
+        refuse(f"--data download: {raw_dir(args.data_dir)} holds the synthetic stand-in (an earlier --data synthetic,"
+               f" or auto without a network, wrote it); remove {raw_dir(args.data_dir).parent}, or give another"
+               " --data-dir")
     preparer = env.local_rank == 0 if args.prepare_per_node else env.rank == 0
     if preparer:
         if args.data == "auto":
