@@ -15,6 +15,7 @@ Every demo ends with a checksum of each rank's parameters and checks that all ag
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -109,6 +110,9 @@ def finish(model: nn.Module, devices: list[torch.device], env: WorkerEnv, what: 
     checksum = parameter_checksum(model)
     print(f"param_checksum rank={env.rank} value={checksum:.12f}", flush=True)
     agree = replicas_agree(checksum, devices[0])
+    if not math.isfinite(checksum):  # (nan differs from itself: "replicas DIFFER" named the wrong fault)
+        log0(f"{what}: training diverged: the parameters are {checksum} (a learning rate too high, or of nan?)")
+        return False
     log0(f"{what}: replicas {'identical' if agree else 'DIFFER'} across {env.world_size} ranks")
     return agree
 
