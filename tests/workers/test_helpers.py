@@ -163,3 +163,24 @@ def test_a_workers_count_option_takes_its_least_or_more_in_one_line(text, value)
         return
     with pytest.raises(argparse.ArgumentTypeError, match=rf"^expected an integer of 1 or more, got '{text}'$"):
         positive_int(text)
+
+
+def test_toy_says_training_diverged_where_the_parameters_are_nan_not_that_replicas_differ(tmp_path, capsys):
+    import torch
+    import torch.distributed as dist
+
+    from app.distenv import WorkerEnv
+    from app.toy import finish
+
+    model = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.fill_(float("nan"))
+    env = WorkerEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, master_addr="localhost", master_port="0",
+                    host="localhost")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        assert finish(model, [torch.device("cpu")], env, "basic") is False
+    finally:
+        dist.destroy_process_group()
+    said = capsys.readouterr().out
+    assert "basic: training diverged: the parameters are nan" in said and "DIFFER" not in said
