@@ -353,7 +353,6 @@ def untag(client: Any, tag: str) -> None:
         log.debug("removing %s: %s", tag, exc)
 
 
-
 def remove_unused_derived_images(client: Any, say: Progress) -> list[str]:
     """``image prune``: remove the derived images (``ddp-compose-user:<digest>``) that no container
     uses, a stopped one's included: each change of a requirements file or a Dockerfile leaves the

@@ -172,7 +172,8 @@ def without_hook_frames(exc: BaseException) -> None:
             entries.append(entry)
             entry = entry.tb_next
         pending += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
-        if entries and raised_by_hook(entries[-1], HOOK_DIR, calls_wrapped) and not getattr(current, AS_THE_SYSTEM, False):
+        as_the_system = getattr(current, AS_THE_SYSTEM, False)  # (a full disk's ENOSPC)
+        if entries and raised_by_hook(entries[-1], HOOK_DIR, calls_wrapped) and not as_the_system:
             continue  # raised by the hook's own code: its frames are the story
         kept = [entry for entry in entries if not is_hook_file(entry.tb_frame.f_code.co_filename)]
         for earlier, later in zip(kept, kept[1:]):

@@ -180,9 +180,12 @@ def format_summary(outcome: RunResult) -> str:
     elif not outcome.interrupted and not outcome.error:
         orphaned = [r for r in outcome.results if r.state is NodePhase.ORPHANED]
         codes = ", ".join(sorted({str(r.exit_code) for r in orphaned}))  # (the node supervisor's own, 75)
-        lines.append(f"ORPHANED: {listed([r.node.name for r in orphaned], 8)} lost the run's launcher before the job"
-                     f" ended, and stopped {'itself' if len(orphaned) == 1 else 'themselves'} (exit code {codes}):"
-                     " its heartbeat lapsed (it died, or was stopped)" if orphaned else "FAILED: not every node exited 0")
+        if orphaned:
+            lines.append(f"ORPHANED: {listed([r.node.name for r in orphaned], 8)} lost the run's launcher before the"
+                         f" job ended, and stopped {'itself' if len(orphaned) == 1 else 'themselves'} (exit code"
+                         f" {codes}): its heartbeat lapsed (it died, or was stopped)")
+        else:
+            lines.append("FAILED: not every node exited 0")
     return "\n".join(lines)
 
 

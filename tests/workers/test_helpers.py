@@ -26,7 +26,8 @@ def test_the_synthetic_stand_in_is_said_to_be_one_and_never_taken_for_mnist(tmp_
     from app.mnist_data import SYNTHETIC_MARK, has_synthetic_mnist, prepare_mnist
 
     assert prepare_mnist(tmp_path, "synthetic", 50, 10) == f"wrote synthetic MNIST (50 train / 10 test) to {tmp_path}"
-    assert has_synthetic_mnist(tmp_path) and prepare_mnist(tmp_path, "synthetic") == f"found synthetic MNIST in {tmp_path}"
+    assert has_synthetic_mnist(tmp_path)
+    assert prepare_mnist(tmp_path, "synthetic") == f"found synthetic MNIST in {tmp_path}"
     (raw_dir(tmp_path) / SYNTHETIC_MARK).unlink()  # as a real download's files are: no mark
     assert not has_synthetic_mnist(tmp_path) and prepare_mnist(tmp_path, "download") == f"found MNIST in {tmp_path}"
 
