@@ -81,6 +81,22 @@ def mnist(root: Path, train: bool) -> Dataset:
     return datasets.MNIST(str(root), train=train, download=False, transform=transform)
 
 
+def resume_notes(state: dict, world: int, batch_size: int) -> list[str]:
+    """What a resume cannot continue exactly, said rather than done silently: the checkpoint's
+    step counts batches of its own size and world, and each rank's random state is its own."""
+    notes = []
+    saved_world, saved_batch = state.get("world_size"), state.get("batch_size")
+    if saved_batch is not None and saved_batch != batch_size:
+        notes.append(f"the checkpoint was made with --batch-size {saved_batch}, this run has {batch_size}: the"
+                     f" {state['step']} step(s) it skips are batches of {batch_size}, so the data it goes on"
+                     " from is not where the checkpoint left off")
+    if saved_world is not None and saved_world != world:
+        notes.append(f"the checkpoint was made by {saved_world} rank(s), this run has {world}: each rank's"
+                     " random state starts afresh, and the data it goes on from is not where the checkpoint"
+                     " left off")
+    return notes
+
+
 def prepare_data(args: argparse.Namespace, env: WorkerEnv) -> None:
     """Prepare the dataset once (rank 0, or local rank 0 of each node), the others wait."""
     if args.data == "download" and has_synthetic_mnist(args.data_dir):  # (every rank: each refuses alike)
@@ -172,6 +188,8 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
             if state.get("world_size") == world:
                 torch.set_rng_state(state["rng"][rank].cpu())
             log0(f"resumed from {path} (epoch {start_epoch}, step {step})")
+            for note in resume_notes(state, world, args.batch_size):
+                log0(f"--resume: {note}")
             report_resumed(step)
 
     loader, sampler = train_loader(train_set, args, world, rank)
@@ -186,6 +204,7 @@ def main_process_loop(args: argparse.Namespace, env: WorkerEnv, device: torch.de
         save_checkpoint(args.checkpoint_dir, f"step-{step:07d}.pt", {
             "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "epoch": epoch_to_continue, "step": step, "rng": rng, "world_size": world,
+            "batch_size": args.batch_size,
         })
 
     for epoch in range(start_epoch, args.epochs):

@@ -185,3 +185,15 @@ def test_toy_says_training_diverged_where_the_parameters_are_nan_not_that_replic
         dist.destroy_process_group()
     said = capsys.readouterr().out
     assert "basic: training diverged: the parameters are nan" in said and "DIFFER" not in said
+
+
+def test_a_resume_of_another_batch_size_or_world_says_what_it_cannot_continue_exactly():
+    # it skipped the checkpoint's steps in batches of the new size, and dropped the random state, silently
+    from app.train import resume_notes
+
+    state = {"step": 10, "world_size": 2, "batch_size": 32}
+    assert resume_notes(state, 2, 32) == []
+    assert resume_notes({"step": 10, "world_size": 2}, 2, 64) == []  # (a checkpoint from before it was kept)
+    batch, world = resume_notes(state, 4, 64)
+    assert batch.startswith("the checkpoint was made with --batch-size 32, this run has 64: the 10 step(s)")
+    assert world.startswith("the checkpoint was made by 2 rank(s), this run has 4: each rank's random state")
