@@ -21,21 +21,21 @@ from orchestrate.report.page import write_report_quietly
 BENCH_OUT = f"{RUN_DIR_MOUNT}/{BENCH_FILE}"
 # The collectives app.bench_collectives measures (its --ops choices).
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def message_bytes(text: str, allow_zero: bool = False) -> int:
-    """Bytes in a message size as ``app.bench_collectives`` reads it (``4``, ``1K``, ``64M``,
-    ``1.5G``, a ``B`` after them or not), above 0 (or 0 where ``allow_zero``: none).
+    """Bytes in a message size as ``app.bench_collectives`` and Docker read it (``4``, ``1K``,
+    ``64M``, ``1.5G``, a ``B`` after them or not), above 0 (or 0 where ``allow_zero``: none).
 
     Raises:
         UsageError: Not a size, or one too small.
     """
-    number = text.strip().rstrip("bB")
-    unit = number[-1:].lower() if number[-1:].lower() in _SIZE_UNITS else ""
+    from docker.errors import DockerException
+    from docker.utils import parse_bytes
+
     try:
-        size = int(float(number[:len(number) - len(unit)]) * _SIZE_UNITS[unit])
-    except (ValueError, OverflowError):  # (inf, nan)
+        size = int(parse_bytes(text.strip()))
+    except (DockerException, ValueError, OverflowError):
         raise UsageError(f"expected a size in bytes like 4, 1K or 64M, got {text!r}") from None
     if size < 0 or (size == 0 and not allow_zero):
         raise UsageError(f"expected a size {'of 0 bytes or more' if allow_zero else 'above 0 bytes'}, e.g. 4 or 1K,"
