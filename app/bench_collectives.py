@@ -26,7 +26,6 @@ import socket
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -37,6 +36,7 @@ from app import busbw as bandwidth
 from app.distenv import (
     WorkerEnv,
     add_timeout_option,
+    file_to_write,
     at_least,
     log0,
     non_negative_int,
@@ -265,15 +265,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-iters", type=positive_int, default=50, help="timed calls per size at most (default: 50)")
     parser.add_argument("--wire-bytes", type=parse_size, default=256 << 20,
                         help="bytes per TCP stream for the wire's limit (0: skip) (default: 256M)")
-    parser.add_argument("--out", type=Path, default=None, help="rank 0 writes the results here (JSON)")
+    parser.add_argument("--out", type=file_to_write, default=None, help="rank 0 writes the results here (JSON)")
     add_timeout_option(parser)
     args = parser.parse_args(argv)
     if not 0 < args.min_size <= args.max_size:  # (sizes from 0 would grow by --factor for ever)
         parser.error(f"message sizes must run from above 0 up to --max-size, got {args.min_size} to {args.max_size}")
     if not args.min_time > 0:
         parser.error(f"--min-time must be above 0 seconds, got {args.min_time:g}")
-    if args.out is not None and not args.out.resolve().parent.is_dir():  # (found only once every size was measured)
-        parser.error(f"--out {args.out}: no directory {args.out.resolve().parent} to write it in")
     env = WorkerEnv.from_environ()
     device = select_device(env.local_rank)
     with process_group(device, args.timeout) as backend:

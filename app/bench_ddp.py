@@ -36,7 +36,6 @@ import math
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -48,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from app.distenv import (
     WorkerEnv,
     add_timeout_option,
+    file_to_write,
     log0,
     non_negative_int,
     positive_int,
@@ -219,11 +219,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="DDP bucket sizes in MB to try with DDP's defaults (default: 25, DDP's own)")
     parser.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps per form (default: 2)")
     parser.add_argument("--steps", type=positive_int, default=5, help="timed steps per form (default: 5)")
-    parser.add_argument("--out", type=Path, default=None, help="rank 0 writes the results here (JSON)")
+    parser.add_argument("--out", type=file_to_write, default=None, help="rank 0 writes the results here (JSON)")
     add_timeout_option(parser)
     args = parser.parse_args(argv)
-    if args.out is not None and not args.out.resolve().parent.is_dir():  # (found only once every size was measured)
-        parser.error(f"--out {args.out}: no directory {args.out.resolve().parent} to write it in")
     env = WorkerEnv.from_environ()
     device = select_device(env.local_rank)
     with process_group(device, args.timeout) as backend:

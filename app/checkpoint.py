@@ -85,6 +85,15 @@ def latest_checkpoint(directory: Path) -> Optional[Path]:
     return None
 
 
+def remove_checkpoint(directory: Path, name: str) -> None:
+    """Remove ``directory/name``, and LATEST where it points there (left so, it would send a
+    later ``--resume`` to a file that is gone)."""
+    (directory / name).unlink(missing_ok=True)
+    pointer = directory / LATEST
+    if pointer.is_file() and pointer.read_text().strip() == name:
+        pointer.unlink(missing_ok=True)
+
+
 def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
     """Load a checkpoint onto this rank's own device (never onto rank 0's)."""
     return torch.load(path, map_location=device, weights_only=True)

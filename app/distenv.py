@@ -12,6 +12,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn
 
 import torch
@@ -224,6 +225,15 @@ def at_least(minimum: float, kind: type = int) -> Callable[[str], Any]:
                                              f" {minimum:g} or more, got {text!r}")
         return value
     return parse
+
+
+def file_to_write(text: str) -> Path:
+    """An argparse ``type``: a file path whose directory exists (found missing only as rank 0
+    wrote the results, it lost every measurement made before)."""
+    path = Path(text)
+    if not path.resolve().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"no directory {path.resolve().parent} to write {text} in")
+    return path
 
 
 positive_int = at_least(1)

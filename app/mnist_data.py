@@ -99,12 +99,10 @@ def write_synthetic_mnist(root: Path, train_size: int = 2048, test_size: int = 5
             image_file, label_file = RAW_FILES[split]
             write_idx_images(staging / image_file, images)
             write_idx_labels(staging / label_file, labels)
-        (staging / SYNTHETIC_MARK).write_text("synthetic MNIST-format data of app.mnist_data, not MNIST\n")
-        for split in ("train", "test"):
-            image_file, label_file = RAW_FILES[split]
             for name in (image_file, label_file):
                 with open(staging / name, "rb") as f:
                     os.fsync(f.fileno())
+        (staging / SYNTHETIC_MARK).write_text("synthetic MNIST-format data of app.mnist_data, not MNIST\n")
         try:
             os.rename(staging, target)
         except OSError:

@@ -28,7 +28,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from app.checkpoint import LATEST, load_checkpoint, save_checkpoint
+from app.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from app.distenv import (
     WorkerEnv,
     accelerator_count,
@@ -160,10 +160,7 @@ def run_demo(args: argparse.Namespace, env: WorkerEnv, devices: list[torch.devic
     agree = finish(model, devices, env, "checkpoint")
     dist.barrier()  # nobody may still be reading when rank 0 removes the file
     if env.rank == 0:
-        path.unlink(missing_ok=True)
-        latest = args.checkpoint_dir / LATEST  # (left naming the file just removed, it misled a later --resume)
-        if latest.is_file() and latest.read_text().strip() == name:
-            latest.unlink(missing_ok=True)
+        remove_checkpoint(args.checkpoint_dir, name)
     return ok and agree
 
 

@@ -100,9 +100,9 @@ def resume_notes(state: dict, world: int, batch_size: int) -> list[str]:
 def prepare_data(args: argparse.Namespace, env: WorkerEnv) -> None:
     """Prepare the dataset once (rank 0, or local rank 0 of each node), the others wait."""
     if args.data == "download" and has_synthetic_mnist(args.data_dir):  # (every rank: each refuses alike)
-        refuse(f"--data download: {raw_dir(args.data_dir)} holds the synthetic stand-in (an earlier --data synthetic,"
-               f" or auto without a network, wrote it); remove {raw_dir(args.data_dir).parent}, or give another"
-               " --data-dir")
+        raw = raw_dir(args.data_dir)
+        refuse(f"--data download: {raw} holds the synthetic stand-in (an earlier --data synthetic, or auto without"
+               f" a network, wrote it); remove {raw.parent}, or give another --data-dir")
     preparer = env.local_rank == 0 if args.prepare_per_node else env.rank == 0
     if preparer:
         if args.data == "auto":

@@ -197,3 +197,16 @@ def test_a_resume_of_another_batch_size_or_world_says_what_it_cannot_continue_ex
     batch, world = resume_notes(state, 4, 64)
     assert batch.startswith("the checkpoint was made with --batch-size 32, this run has 64: the 10 step(s)")
     assert world.startswith("the checkpoint was made by 2 rank(s), this run has 4: each rank's random state")
+
+
+def test_a_removed_checkpoint_takes_latest_with_it_only_where_latest_named_it(tmp_path):
+    # toy's checkpoint demo left LATEST naming the file it had removed; a later --resume followed it
+    from app.checkpoint import LATEST, remove_checkpoint
+
+    for name in ("a.pt", "b.pt"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / LATEST).write_text("b.pt")
+    remove_checkpoint(tmp_path, "a.pt")
+    assert not (tmp_path / "a.pt").exists() and (tmp_path / LATEST).read_text() == "b.pt"
+    remove_checkpoint(tmp_path, "b.pt")
+    assert not (tmp_path / "b.pt").exists() and not (tmp_path / LATEST).exists()
