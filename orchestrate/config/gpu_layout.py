@@ -54,15 +54,14 @@ def resolve_gpu_layout(
     """
     alternatives = "use fewer nodes, fewer processes per node, --share-gpus, or --cpu for the Gloo variant"
     if cpu or (gpus_per_node is None and not available) or gpus_per_node == 0:
-        why = ("--cpu" if cpu else "--gpus-per-node 0" if gpus_per_node == 0
-               else "the engine has no GPUs (no NVIDIA runtime in it)" if available == 0
-               else "no GPUs are known here (no engine was asked)")
+        given = "--cpu" if cpu else "--gpus-per-node 0" if gpus_per_node == 0 else ""
+        why = given or ("the engine has no GPUs (no NVIDIA runtime in it)" if available == 0
+                        else "no GPUs are known here (no engine was asked)")
+        or_drop = f", or drop {given}" if given else ""
         if backend == "nccl":
-            raise UsageError(f"--backend nccl needs GPUs, and this run has none: {why}; use --backend gloo"
-                             + (f", or drop {why}" if why.startswith("--") else ""))
+            raise UsageError(f"--backend nccl needs GPUs, and this run has none: {why}; use --backend gloo{or_drop}")
         if share:
-            raise UsageError(f"--share-gpus shares GPUs, and this run has none: {why}; drop --share-gpus"
-                             + (f", or drop {why}" if why.startswith("--") else ""))
+            raise UsageError(f"--share-gpus shares GPUs, and this run has none: {why}; drop --share-gpus{or_drop}")
         return GpuLayout(0, nproc_per_node or 1, "gloo")
     if gpus_per_node is None:
         assert available is not None

@@ -179,8 +179,8 @@ def format_summary(outcome: RunResult) -> str:
             lines += [f"  | {readable_node_line(ln)}" for ln in failure.last_lines]
     elif not outcome.interrupted and not outcome.error:
         orphaned = [r for r in outcome.results if r.state is NodePhase.ORPHANED]
-        codes = ", ".join(sorted({str(r.exit_code) for r in orphaned}))  # (the node supervisor's own, 75)
         if orphaned:
+            codes = ", ".join(sorted({str(r.exit_code) for r in orphaned}))  # (the node supervisor's own, 75)
             lines.append(f"ORPHANED: {listed([r.node.name for r in orphaned], 8)} lost the run's launcher before the"
                          f" job ended, and stopped {'itself' if len(orphaned) == 1 else 'themselves'} (exit code"
                          f" {codes}): its heartbeat lapsed (it died, or was stopped)")
