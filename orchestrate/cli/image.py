@@ -6,7 +6,7 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type
-from orchestrate.config.options import image_reference
+from orchestrate.config.options import image_tag
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.config.torch_versions import DEFAULT_TORCH, torchvision_for
 from orchestrate.errors import UsageError
@@ -23,7 +23,7 @@ def add_parsers(sub: Any) -> None:
     build.add_argument("--torch", default=DEFAULT_TORCH, metavar="VERSION",
                        help=f"torch release to install, with its matching torchvision (default: {DEFAULT_TORCH},"
                             " the release the exit-soundness benchmark proved sound)")
-    build.add_argument("--image", default=None, type=argparse_type(image_reference, "--image"),
+    build.add_argument("--image", default=None, type=argparse_type(image_tag, "--image"),
                        help=f"tag to build (default: {DEFAULT_IMAGE} for torch {DEFAULT_TORCH}, else"
                             " ddp-compose-node:torch-VERSION)")
     build.add_argument("--base-image", default=None, help="official base image (default: python:3.11-slim-bookworm)")

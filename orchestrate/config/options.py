@@ -99,8 +99,9 @@ def non_negative_seconds(text: str) -> float:
 # (with its port) or none, lower-case path components, then a tag, a digest, or both.
 _HOST_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IPV6_HOST = r"\[[0-9a-fA-F:]+\]"  # [::1]:5000/img, as the distribution grammar allows
 IMAGE_REFERENCE = re.compile(
-    rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    rf"(?:(?:{_HOST_PART}(?:\.{_HOST_PART})*|{_IPV6_HOST})(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
     r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
 
 
@@ -113,6 +114,19 @@ def image_reference(text: str) -> str:
     if not IMAGE_REFERENCE.fullmatch(text) or len(text.split("@")[0].rsplit(":", 1)[0]) > 255:
         raise UsageError(f"expected an image name like ddp-compose-node:latest or registry:5000/team/image:tag"
                          f" (lower-case, then :TAG), got {text!r}")
+    return text
+
+
+def image_tag(text: str) -> str:
+    """An image name a build can tag: :func:`image_reference` without a digest.
+
+    Raises:
+        UsageError: For a digest (``img@sha256:...``): a build makes an image, its digest is the
+            engine's to give.
+    """
+    if "@" in image_reference(text):
+        raise UsageError(f"a build tags a name, not a digest (the engine gives the digest): give a name like"
+                         f" {text.split('@')[0]}:TAG, got {text!r}")
     return text
 
 

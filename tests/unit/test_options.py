@@ -106,7 +106,8 @@ def test_a_parsers_refusal_names_the_flag_once():
 
 @pytest.mark.parametrize("name", ["ddp-compose-node:latest", "ddp-compose-node", "localhost:5000/team/img:v1",
                                   "nvcr.io/nvidia/pytorch:24.01-py3", "python:3.11-slim-bookworm", "ghcr.io/a_b/c-d",
-                                  "ddp-compose-user:3f2a9c0e", "img@sha256:" + "0" * 64, "img:tag@sha256:" + "f" * 64])
+                                  "ddp-compose-user:3f2a9c0e", "img@sha256:" + "0" * 64, "img:tag@sha256:" + "f" * 64,
+                                  "[::1]:5000/img:v1", "[fe80::1]/team/img"])
 def test_an_image_name_the_engine_takes_is_taken_as_given(name):
     from orchestrate.config.options import image_reference
 
@@ -114,7 +115,7 @@ def test_an_image_name_the_engine_takes_is_taken_as_given(name):
 
 
 @pytest.mark.parametrize("name", ["Bad:Tag::", "My-Image", "", "a b", ":latest", "img:", "img:-x", "img:a/b",
-                                  "a//b", "-img", "img@sha256:abc", "x" * 256])
+                                  "a//b", "-img", "img@sha256:abc", "x" * 256, "[::1/img", "[xyz]:5000/img"])
 def test_an_image_name_the_engine_would_refuse_is_refused_in_one_line(name):
     from orchestrate.config.options import image_reference
     from orchestrate.errors import UsageError
@@ -122,3 +123,15 @@ def test_an_image_name_the_engine_would_refuse_is_refused_in_one_line(name):
     with pytest.raises(UsageError, match=r"^expected an image name like ddp-compose-node:latest or"
                                          rf" registry:5000/team/image:tag \(lower-case, then :TAG\), got {re.escape(repr(name))}$"):
         image_reference(name)
+
+
+def test_a_build_tags_a_name_and_refuses_a_digest_in_one_line():
+    from orchestrate.config.options import image_tag
+    from orchestrate.errors import UsageError
+
+    assert image_tag("[::1]:5000/img:v1") == "[::1]:5000/img:v1"
+    with pytest.raises(UsageError, match=r"^a build tags a name, not a digest \(the engine gives the digest\): give a"
+                                         r" name like img:TAG, got 'img@sha256:0{64}'$"):
+        image_tag("img@sha256:" + "0" * 64)
+    with pytest.raises(UsageError, match="^expected an image name"):  # a bad name is still said as such
+        image_tag("Bad:Tag::")
