@@ -15,8 +15,10 @@ file it opens for writing that matches:
   middle of the save leaves it; the worker records where (``storage-events.jsonl``) and stops
   writing anything: it waits for the launcher to kill its node, and exits by itself after
   :data:`DIE_AFTER_S`.
-- ``disk-full``: every write to such a file fails with ``ENOSPC`` while the fault is listed,
-  as on a full disk; each file and rank that met it is recorded once.
+- ``disk-full``: every write of such a file to the system fails with ``ENOSPC`` while the
+  fault is listed, as on a full disk: under Python's own buffers, so a small write is kept
+  there and the error comes at a flush or close, and ``torch.save`` raises its own error around
+  it; each file and rank that met it is recorded once.
 
 Where it reaches: Python's ``open`` (``builtins.open``, ``io.open``, so ``pathlib.Path.open``
 and ``torch.distributed.checkpoint``'s file system writer) and ``torch.save`` to a path (which
@@ -136,35 +138,65 @@ class StorageFaults:
         return full
 
 
-class FaultyFile:
-    """A file opened for writing that storage faults reach: its writes fail while the disk is
-    full; a torn one is cut short when closed, and the worker stops there."""
+class FullDiskFile(io.FileIO):
+    """The raw file under Python's buffers of a file a disk-full fault reaches: each write the
+    buffers pass down to the system fails with ENOSPC while the fault is listed. So a script
+    meets what a full disk gives it: a small write kept in the buffer, the error at a flush or at
+    close, and ``torch.save``'s own error around it (torch's ``RuntimeError``, the ENOSPC its
+    context), not one raised at every write."""
 
-    def __init__(self, inner: Any, path: Any, faults: StorageFaults, torn: Optional[tuple[dict[str, Any], str]]) -> None:
-        self._inner = inner
+    def __init__(self, descriptor: int, mode: str, path: Any, faults: StorageFaults) -> None:
+        super().__init__(descriptor, mode.replace("x", "w").replace("b", "").replace("t", ""), closefd=True)
+        self.name = path  # as open() names it
         self._path = path
         self._faults = faults
-        self._torn = torn
-        try:  # where this writer's bytes begin (an appended file's earlier bytes are not its to tear)
-            self._start = inner.tell() if torn is not None else 0
-        except (OSError, ValueError):
-            self._start = 0
 
     def write(self, data: Any) -> int:
         full = self._faults.disk_full(self._path)
         if full is not None:
             raise full
-        return self._inner.write(data)
+        return super().write(data)
 
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
+
+def _open_options(buffering: int = -1, encoding: Optional[str] = None, errors: Optional[str] = None,
+                  newline: Optional[str] = None, closefd: bool = True, opener: Any = None) -> dict[str, Any]:
+    """``open``'s arguments after the mode, by name."""
+    return {"buffering": buffering, "encoding": encoding, "errors": errors, "newline": newline}
+
+
+def on_a_full_disk(opened: Any, file: Any, mode: str, options: dict[str, Any], faults: StorageFaults) -> Any:
+    """``opened`` again, the same layers (buffer, text) over a :class:`FullDiskFile` of its
+    descriptor: the file stays as ``open`` made it (created, truncated), its writes now meet the
+    full disk."""
+    raw = FullDiskFile(os.dup(opened.fileno()), mode, file, faults)
+    opened.close()
+    if options["buffering"] == 0:  # unbuffered binary: the raw file itself
+        return raw
+    size = options["buffering"] if options["buffering"] > 1 else max(os.fstat(raw.fileno()).st_blksize, 1)
+    buffered = (io.BufferedRandom if "+" in mode else io.BufferedWriter)(raw, buffer_size=size)
+    if "b" in mode:
+        return buffered
+    text = io.TextIOWrapper(buffered, encoding=options["encoding"], errors=options["errors"],
+                            newline=options["newline"], line_buffering=options["buffering"] == 1)
+    text.mode = mode  # as open() gives it
+    return text
+
+
+class FaultyFile:
+    """A file opened for writing that a torn write reaches: cut short when closed, and the
+    worker stops there."""
+
+    def __init__(self, inner: Any, faults: StorageFaults, torn: tuple[dict[str, Any], str]) -> None:
+        self._inner = inner
+        self._faults = faults
+        self._torn = torn
+        try:  # where this writer's bytes begin (an appended file's earlier bytes are not its to tear)
+            self._start = inner.tell()
+        except (OSError, ValueError):
+            self._start = 0
 
     def close(self) -> None:
         if self._inner.closed:
-            return
-        if self._torn is None:
-            self._inner.close()
             return
         self._inner.flush()
         size = os.fstat(self._inner.fileno()).st_size
@@ -213,11 +245,11 @@ def wrap_open(faults: StorageFaults, original: Any = None) -> Any:
         if not _WRITING & set(str(mode)) or not faults.armed():
             return opened
         torn = faults.matching(file, "torn-write")
-        if torn is not None and not faults.claim(torn[0]["key"]):
-            torn = None
-        if torn is None and faults.matching(file, "disk-full") is None:
+        if torn is not None and faults.claim(torn[0]["key"]):
+            return FaultyFile(opened, faults, torn)
+        if faults.matching(file, "disk-full") is None or isinstance(file, int):
             return opened
-        return FaultyFile(opened, file, faults, torn)
+        return on_a_full_disk(opened, file, str(mode), _open_options(*args, **kwargs), faults)
 
     faulty_open.__wrapped__ = original  # type: ignore[attr-defined]
     return faulty_open
@@ -235,8 +267,17 @@ def wrap_torch_save(faults: StorageFaults) -> None:
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(f, (str, os.PathLike)) and faults.armed() and (
                 faults.matching(f, "torn-write") or faults.matching(f, "disk-full")):
-            with opener(f, "wb") as file:
-                return original(obj, file, *args, **kwargs)
+            file = opener(f, "wb")
+            try:
+                saved = original(obj, file, *args, **kwargs)
+            except BaseException:
+                try:
+                    file.close()
+                except OSError:  # the full disk's again: torch's own writer closes its file quietly after its error
+                    pass
+                raise
+            file.close()
+            return saved
         return original(obj, f, *args, **kwargs)
 
     save.__wrapped__ = original  # type: ignore[attr-defined]

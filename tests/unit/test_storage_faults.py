@@ -145,18 +145,60 @@ def test_a_full_disk_fails_writes_with_enospc_while_armed_and_records_each_file_
     with opener(workspace / "notes.txt", "w") as file:
         file.write("fine")
     file = opener(workspace / "model.pt", "wb")
+    assert file.name == workspace / "model.pt" and not file.closed
+    assert file.write(b"abc") == 3  # kept in Python's buffer, as on a full disk: the system is not asked yet
     for _ in range(2):
         with pytest.raises(OSError) as raised:
-            file.write(b"abc")
+            file.flush()
         assert raised.value.errno == errno.ENOSPC and raised.value.filename.endswith("model.pt")
+    with pytest.raises(OSError, match="No space left on device"):  # unbuffered: at the write itself
+        opener(workspace / "raw.pt", "wb", buffering=0).write(b"abc")
     storage.disarm(progress, storage.armed(progress)[0]["key"])
-    file.write(b"abc")  # the disk has room again
+    file.write(b"def")  # the disk has room again: what the buffer kept is written too
     file.close()
-    assert (workspace / "model.pt").read_bytes() == b"abc"
+    assert (workspace / "model.pt").read_bytes() == b"abcdef" and (workspace / "notes.txt").read_text() == "fine"
     events = reader.poll()
     assert storage.StorageEvents(progress).poll() == []  # a later follower (attach) does not act on them again
-    assert [(e.kind, e.file, e.rank) for e in events] == [("disk-full", "model.pt", 3)]
+    assert [(e.kind, e.file, e.rank) for e in events] == [("disk-full", "model.pt", 3), ("disk-full", "raw.pt", 3)]
     assert events[0].describe() == "rank 3's write to model.pt failed: no space left on device (ENOSPC)"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device every write of fails with ENOSPC")
+@pytest.mark.parametrize("mode, data", [("w", "x" * 10), ("wb", b"x" * 10), ("w", "x" * 100_000), ("a", "line\n"),
+                                        ("w+", "x" * 10)])
+def test_a_file_on_the_full_disk_fails_where_and_as_a_file_on_dev_full_does(node, mode, data):
+    faults, opener, arm, progress, workspace = node
+    arm("disk-full")
+
+    def what_happens(path: str) -> list[str]:
+        seen = []
+        file = opener(path, mode)
+        for step in (lambda: file.write(data), file.flush, file.close):
+            try:
+                step()
+                seen.append("ok")
+            except OSError as exc:
+                seen.append(f"errno {exc.errno}")
+        return seen
+
+    assert what_happens(str(workspace / "ckpt.txt")) == what_happens("/dev/full")
+
+
+def test_torch_save_on_the_full_disk_raises_torchs_own_error_as_on_dev_full(node, monkeypatch):
+    torch = pytest.importorskip("torch")
+    faults, opener, arm, progress, workspace = node
+    monkeypatch.setattr(torch, "save", torch.save)
+    monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
+    storage_faults.wrap_torch_save(faults)
+    arm("disk-full", "*.pt")
+    raised = []
+    for path in (str(workspace / "model.pt"), "/dev/full"):
+        with pytest.raises(Exception) as error:
+            torch.save({"w": torch.zeros(1000)}, path)
+        raised.append(error.value)
+    assert [type(e) for e in raised] == [RuntimeError, RuntimeError], raised  # torch's, not the ENOSPC itself
+    assert isinstance(raised[0].__context__, OSError) and raised[0].__context__.errno == errno.ENOSPC
+    assert getattr(raised[0].__context__, storage_faults.AS_THE_SYSTEM)  # its traceback leaves the hook out
 
 
 def test_torch_save_to_a_path_is_reached_though_torch_writes_it_from_cpp(node, monkeypatch):
