@@ -20,8 +20,9 @@ file it opens for writing that matches:
   there and the error comes at a flush or close, and ``torch.save`` raises its own error around
   it; each file and rank that met it is recorded once.
 
-Where it reaches: Python's ``open`` (``builtins.open``, ``io.open``, so ``pathlib.Path.open``
-and ``torch.distributed.checkpoint``'s file system writer) and ``torch.save`` to a path (which
+Where it reaches: Python's ``open`` (``builtins.open``, ``io.open``, so ``pathlib.Path.open``,
+``os.fdopen`` of a descriptor such as ``tempfile.mkstemp``'s, and
+``torch.distributed.checkpoint``'s file system writer) and ``torch.save`` to a path (which
 torch writes from C++: while a fault is armed it is given a file opened here instead). Not
 reached: ``os.open``/``os.write``, memory maps, and native code that opens files itself
 (safetensors, a C++ extension's own writer).
@@ -84,9 +85,13 @@ class StorageFaults:
         return self.faults
 
     def relative(self, file: Any) -> Optional[str]:
-        """``file``'s path relative to the work directory, or None (not a path under it)."""
+        """``file``'s path relative to the work directory, or None (not a path under it). A
+        descriptor is taken by the path it was opened at (``os.fdopen`` of ``mkstemp``'s, as
+        ``tempfile`` and an atomic save open theirs)."""
         if isinstance(file, int):
-            return None
+            file = descriptor_path(file)
+            if file is None:
+                return None
         try:
             path = os.path.abspath(os.fsdecode(os.fspath(file)))
         except TypeError:
@@ -133,9 +138,18 @@ class StorageFaults:
         if (fault["key"], relative) not in self.reported:
             self.reported.add((fault["key"], relative))
             self.record(kind="disk-full", key=fault["key"], file=relative)
-        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsdecode(os.fspath(file)))
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as the system's: a write's error names no file
         setattr(full, AS_THE_SYSTEM, True)
         return full
+
+
+def descriptor_path(descriptor: int) -> Optional[str]:
+    """The path a descriptor of this process was opened at (None: not a file, or not known)."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{descriptor}")
+    except OSError:
+        return None
+    return path if path.startswith("/") and not path.endswith(" (deleted)") else None
 
 
 class FullDiskFile(io.FileIO):
@@ -145,9 +159,9 @@ class FullDiskFile(io.FileIO):
     close, and ``torch.save``'s own error around it (torch's ``RuntimeError``, the ENOSPC its
     context), not one raised at every write."""
 
-    def __init__(self, descriptor: int, mode: str, path: Any, faults: StorageFaults) -> None:
+    def __init__(self, descriptor: int, mode: str, name: Any, path: str, faults: StorageFaults) -> None:
         super().__init__(descriptor, mode.replace("x", "w").replace("b", "").replace("t", ""), closefd=True)
-        self.name = path  # as open() names it
+        self.name = name  # as open() names it (a path, or the descriptor given)
         self._path = path
         self._faults = faults
 
@@ -168,8 +182,9 @@ def on_a_full_disk(opened: Any, file: Any, mode: str, options: dict[str, Any], f
     """``opened`` again, the same layers (buffer, text) over a :class:`FullDiskFile` of its
     descriptor: the file stays as ``open`` made it (created, truncated), its writes now meet the
     full disk."""
-    raw = FullDiskFile(os.dup(opened.fileno()), mode, file, faults)
-    opened.close()
+    path = descriptor_path(file) if isinstance(file, int) else os.fsdecode(os.fspath(file))
+    raw = FullDiskFile(os.dup(opened.fileno()), mode, file, path or "", faults)
+    opened.close()  # (a descriptor given with closefd=False stays open, as it would)
     if options["buffering"] == 0:  # unbuffered binary: the raw file itself
         return raw
     size = options["buffering"] if options["buffering"] > 1 else max(os.fstat(raw.fileno()).st_blksize, 1)
@@ -247,7 +262,7 @@ def wrap_open(faults: StorageFaults, original: Any = None) -> Any:
         torn = faults.matching(file, "torn-write")
         if torn is not None and faults.claim(torn[0]["key"]):
             return FaultyFile(opened, faults, torn)
-        if faults.matching(file, "disk-full") is None or isinstance(file, int):
+        if faults.matching(file, "disk-full") is None:
             return opened
         return on_a_full_disk(opened, file, str(mode), _open_options(*args, **kwargs), faults)
 

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import re
+import tempfile
 
 import pytest
 
@@ -150,7 +151,7 @@ def test_a_full_disk_fails_writes_with_enospc_while_armed_and_records_each_file_
     for _ in range(2):
         with pytest.raises(OSError) as raised:
             file.flush()
-        assert raised.value.errno == errno.ENOSPC and raised.value.filename.endswith("model.pt")
+        assert raised.value.errno == errno.ENOSPC and raised.value.filename is None  # as the system's names none
     with pytest.raises(OSError, match="No space left on device"):  # unbuffered: at the write itself
         opener(workspace / "raw.pt", "wb", buffering=0).write(b"abc")
     storage.disarm(progress, storage.armed(progress)[0]["key"])
@@ -178,10 +179,34 @@ def test_a_file_on_the_full_disk_fails_where_and_as_a_file_on_dev_full_does(node
                 step()
                 seen.append("ok")
             except OSError as exc:
-                seen.append(f"errno {exc.errno}")
+                seen.append(f"{type(exc).__name__}: {exc}")
         return seen
 
     assert what_happens(str(workspace / "ckpt.txt")) == what_happens("/dev/full")
+
+
+def test_a_file_opened_from_a_descriptor_is_reached_by_the_path_it_was_opened_at(node, monkeypatch):
+    faults, opener, arm, progress, workspace = node
+    monkeypatch.setattr(os, "fdopen", lambda fd, *args, **kwargs: opener(fd, *args, **kwargs))  # as io.open, patched
+    reader = storage.StorageEvents(progress)
+    arm("disk-full", "ckpt/*")
+    (workspace / "ckpt").mkdir()
+    descriptor, temporary = tempfile.mkstemp(prefix=".model.", suffix=".tmp", dir=workspace / "ckpt")
+    with pytest.raises(OSError, match=r"^\[Errno 28\] No space left on device$"):
+        with os.fdopen(descriptor, "wb") as file:  # an atomic save's temporary file
+            file.write(b"x" * 10)
+    descriptor, elsewhere = tempfile.mkstemp(dir=workspace)  # not matched: written whole
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(b"y" * 10)
+    assert os.path.getsize(elsewhere) == 10 and os.path.getsize(temporary) == 0
+    assert [(e.kind, e.file) for e in reader.poll()] == [("disk-full", f"ckpt/{os.path.basename(temporary)}")]
+    keep = os.open(workspace / "ckpt" / "kept.bin", os.O_WRONLY | os.O_CREAT)
+    file = opener(keep, "wb", closefd=False)
+    file.write(b"z")
+    with pytest.raises(OSError):
+        file.close()
+    os.fstat(keep)  # closefd=False: the caller's descriptor stays open, as it would
+    os.close(keep)
 
 
 def test_torch_save_on_the_full_disk_raises_torchs_own_error_as_on_dev_full(node, monkeypatch):
