@@ -1,18 +1,20 @@
 """A node's main process: wait for the peers, run torchrun, end with its exit code.
 
-    python3 orchestrate/node/main.py --peers node0,node1 [--lease FILE --lease-timeout 30] -- torchrun ...
+    python3 orchestrate/node/main.py --peers node0,node1 --ready-timeout 60 \
+        [--lease FILE --lease-timeout 30 --stop-grace 10] [--tc "COMMAND" --run-as UID:GID] -- torchrun ...
 
 It runs inside the node container under ``init`` (standard library only, any Python 3.8+),
 so the engine owns what matters: the container's exit code is torchrun's, its log is
 torchrun's output, and restarting the container restarts torchrun.
 
-1. Wait until every peer's name resolves (Compose starts the containers in parallel), at most
-   ``--ready-timeout`` seconds.
-2. Start torchrun in a process group of its own; pass SIGTERM/SIGINT/SIGHUP on to that group.
+1. With ``--tc "COMMAND"`` (a shaped link, see ``orchestrate/config/link.py``): run each traffic-
+   control command (as root, with NET_ADMIN), and later start torchrun as ``--run-as UID:GID``;
+   exit :data:`EXIT_SHAPING_FAILED` when one fails.
+2. Wait until every peer's name resolves (Compose starts the containers in parallel), at most
+   ``--ready-timeout`` seconds; exit :data:`EXIT_PEERS_UNREACHABLE` when one never does.
+3. Start torchrun in a process group of its own; pass SIGTERM/SIGINT/SIGHUP on to that group.
    Whoever sent the signal decides when to SIGKILL (``docker stop``'s timeout, the launcher's
    stop grace), so a ``stop --timeout 60`` gives the workers their 60 s.
-3. With ``--tc "COMMAND"`` (a shaped link, see ``orchestrate/config/link.py``): run each traffic-
-   control command (as root, with NET_ADMIN), then start torchrun as ``--run-as UID:GID``.
 4. With ``--lease FILE`` (a foreground run), watch the launcher's heartbeat: the launcher
    rewrites FILE every few seconds; when its content has not changed for ``--lease-timeout``
    seconds of this node's own clock, the launcher is gone, and the node stops torchrun
