@@ -36,6 +36,7 @@ from orchestrate.cli import (attach, bench, chaos, debug, down, export, fault, i
                              stacks, stop)
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import EXIT_USAGE, TARGET_HELP, OneLineParser, split_target
+from orchestrate.config.run_config import DEFAULT_TARGET
 from orchestrate.cli.output import ReaderAwareOutput
 from orchestrate.cli.signals import interrupt_exit_code
 from orchestrate.config.run_config import DEFAULT_RUNS_DIR
@@ -192,6 +193,9 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[IO[str]] = None, cl
         return EXIT_USAGE
     if target and not getattr(args, "takes_target", False):
         parser.error(f"{command_of(options)} takes no job after --, got: -- {shlex.join(target)}")
+    if "--" in argv and not target and getattr(args, "takes_target", False):  # (a script's "$@" that was empty)
+        chosen_parser(parser, args).error(f"nothing after --: give the job (a script relative to --workdir, or -m"
+                                          f" MODULE), or leave the -- out for the demo job ({' '.join(DEFAULT_TARGET)})")
     if out is None:
         out = ReaderAwareOutput(sys.stdout)  # type: ignore[assignment]  # `| head`: ends as SIGPIPE would
     try:

@@ -55,6 +55,12 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["bench", "collectives", "--cpu", "--", "train.py", "--epochs", "3"],
          "bench takes no job after --, got: -- train.py --epochs 3"),
         (["ps", "--", "train.py"], "ps takes no job after --, got: -- train.py"),
+        # a -- with nothing after it (a wrapper's empty "$@") ran the demo job in the user's directory
+        (["run", "--nodes", "2", "--"], "nothing after --: give the job (a script relative to --workdir, or -m"
+         " MODULE), or leave the -- out for the demo job (-m app.toy)"),
+        (["chaos", "--"], "nothing after --: give the job"),
+        (["image", "build", "--image", "img@sha256:" + "0" * 64], "argument --image: a build tags a name, not a"
+         " digest"),
         # an image name the engine would refuse (it said "engine error: no such image: ...", after a build began)
         (["image", "build", "--image", "Bad:Tag::"], "argument --image: expected an image name like"
          " ddp-compose-node:latest or registry:5000/team/image:tag (lower-case, then :TAG), got 'Bad:Tag::'"),
