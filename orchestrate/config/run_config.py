@@ -336,6 +336,9 @@ class RunConfig:
                 raise UsageError(
                     f"-m needs a module name, usage example: -- -m app.toy. Given: {given}"
                 )
+            missing = missing_module(target[1], self.workdir)
+            if missing:
+                raise UsageError(missing)
             return
         if target[0].startswith("-"):
             raise UsageError(
@@ -362,6 +365,47 @@ class RunConfig:
                 f" is mounted in the nodes; give --workdir {real.parent} and the script as {real.name!r}, or move"
                 " the script into it"
             )
+
+
+_MODULE_SUFFIXES = (".py", ".pyc", ".so")  # a source, a compiled module, an extension (name.cpython-311-...so)
+
+
+def missing_module(name: str, workdir: Path) -> str:
+    """Why ``python -m name`` would fail to find it in the nodes, where its top-level package (a
+    directory with ``__init__.py``) or module lies in the work directory, the first place Python
+    looks: a part of it that is not there, or a package with no ``__main__``; "" where it is
+    there, or its top level is not in the work directory (the image's, or a mount's)."""
+    parts = name.split(".")
+    top = workdir / parts[0]
+    if not ((top / "__init__.py").is_file() or module_file(workdir, parts[0]) is not None):
+        return ""
+    where = workdir
+    for depth, part in enumerate(parts):
+        found = module_file(where, part)  # a regular package comes first, then a module, then a namespace
+        if found is not None and not (where / part / "__init__.py").is_file():
+            if depth < len(parts) - 1:
+                return (f"-m {name}: {found.relative_to(workdir)} is a module, not a package, so it has no"
+                        f" {parts[depth + 1]} (work directory {workdir})")
+            return ""
+        if not (where / part).is_dir():
+            here = where.relative_to(workdir)
+            prefix = "" if str(here) == "." else f"{here}/"
+            return (f"-m {name}: no module {'.'.join(parts[:depth + 1])} in the work directory {workdir} (neither"
+                    f" {prefix}{part}.py nor {prefix}{part}/ is there)")
+        where = where / part
+    if module_file(where, "__main__") is None:
+        return (f"-m {name}: {where.relative_to(workdir)}/ is a package with no __main__.py, so python -m cannot run"
+                f" it (work directory {workdir}); name one of its modules")
+    return ""
+
+
+def module_file(directory: Path, name: str) -> Optional[Path]:
+    """The file of module ``name`` in ``directory`` (a source, compiled, or an extension), or None."""
+    for suffix in _MODULE_SUFFIXES:
+        if (directory / f"{name}{suffix}").is_file():
+            return directory / f"{name}{suffix}"
+    extensions = sorted(directory.glob(f"{name}.*.so")) if directory.is_dir() else []
+    return extensions[0] if extensions else None
 
 
 def _relative_inside(path: Path, workdir: Path) -> Optional[Path]:

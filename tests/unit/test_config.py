@@ -10,6 +10,32 @@ from orchestrate.errors import UsageError
 ELASTIC = dict(rdzv="c10d")
 
 
+def test_a_module_whose_package_is_in_the_work_directory_is_looked_for_there_before_the_nodes_start(tmp_path):
+    """python -m looks in the work directory first: where the module's top level is there, a
+    missing part of it (or a package with no __main__) is refused now, not after the nodes came
+    up; a top level that is not there may be the image's (app, as the demo runs it), and passes."""
+    for path in ("pkg/__init__.py", "pkg/a.py", "pkg/sub/x.py", "pkg/run/__init__.py", "pkg/run/__main__.py",
+                 "mod.py", "ext.cpython-311-x86_64-linux-gnu.so", "nsdir/x.py", "both/__init__.py", "both.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    workdir = tmp_path.resolve()
+    for taken in ("pkg.a", "pkg.run", "pkg.sub.x", "mod", "ext", "nsdir.nope", "app.toy", "other.thing"):
+        RunConfig(workdir=tmp_path, target=("-m", taken, "--flag"))
+    for module, message in (
+            ("pkg.b", f"-m pkg.b: no module pkg.b in the work directory {workdir} (neither pkg/b.py nor pkg/b/ is"
+                      " there)"),
+            ("pkg.sub.y", f"-m pkg.sub.y: no module pkg.sub.y in the work directory {workdir} (neither pkg/sub/y.py"
+                          " nor pkg/sub/y/ is there)"),
+            ("pkg", f"-m pkg: pkg/ is a package with no __main__.py, so python -m cannot run it (work directory"
+                    f" {workdir}); name one of its modules"),
+            ("both", f"-m both: both/ is a package with no __main__.py, so python -m cannot run it (work directory"
+                     f" {workdir}); name one of its modules"),  # the package comes before both.py, as in Python
+            ("mod.x", f"-m mod.x: mod.py is a module, not a package, so it has no x (work directory {workdir})")):
+        with pytest.raises(UsageError) as refused:
+            RunConfig(workdir=tmp_path, target=("-m", module))
+        assert str(refused.value) == message
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
