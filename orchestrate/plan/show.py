@@ -65,9 +65,15 @@ def mount_lines(plan: JobPlan) -> list[str]:
 
 
 def env_line(plan: JobPlan, leave_out: tuple[str, ...] = ()) -> str:
-    """The nodes' environment (but ``leave_out``), the user's values masked."""
+    """The nodes' environment (but ``leave_out``), the user's values masked; a variable whose value
+    is each node's own shows as ``DDP_NODE=<node name>`` (or ``<per node>``), not node0's."""
     cfg = plan.config
     env = {k: v for k, v in (plan.nodes[0].env if plan.nodes else {}).items() if k not in leave_out}
+    for key in env:
+        values = [node.env.get(key) for node in plan.nodes]
+        if len(set(values)) > 1:
+            named = all(value == node.name for value, node in zip(values, plan.nodes))
+            env[key] = "<node name>" if named else "<per node>"
     return ("env: " + " ".join(f"{k}={MASK if k in cfg.user_env else v}" for k, v in sorted(env.items()))
             + (" (your variables' values are not shown)" if cfg.user_env else ""))
 

@@ -112,6 +112,14 @@ def test_format_plan_shows_nodes_x_local_ranks_x_global_ranks_x_gpus(make_job):
     assert "node1$ torchrun --nnodes 2 --node-rank 1" in text
 
 
+def test_the_plans_env_line_shows_a_value_each_node_has_its_own_as_such_not_node0s(make_job):
+    plan = make_job(nodes=2, user_env={"WANDB_MODE": "offline"})
+    [line] = [ln for ln in format_plan(plan).splitlines() if ln.startswith("env: ")]
+    assert " DDP_NODE=<node name> " in line and "node0" not in line, line
+    assert [n.env["DDP_NODE"] for n in plan.nodes] == ["node0", "node1"]  # (what each node is given)
+    assert " DDP_BACKEND=gloo " in line and " WANDB_MODE=" in line and "offline" not in line  # the user's masked
+
+
 def test_format_plan_names_the_master_port_of_a_static_job_and_the_rendezvous_of_an_elastic_one(make_job):
     static = format_plan(make_job(nodes=2, master_port=31000))
     assert "world size W=2  master node0:31000" in static and "c10d rendezvous" not in static
