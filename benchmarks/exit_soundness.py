@@ -65,6 +65,29 @@ class Tally:
             self.examples.append(output[-1500:])
 
 
+def positive_int(text: str) -> int:
+    """A count of 1 or more (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """Seconds above 0, finite (argparse type): 0 would mean no deadline in one mode and hung at
+    once in the other."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
+
+
 def image_labels(image: str) -> dict[str, str]:
     out = subprocess.run(["docker", "image", "inspect", image, "--format", "{{ json .Config.Labels }}"],
                          capture_output=True, text=True)
@@ -149,20 +172,21 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", nargs="+", default=["ddp-compose-node:latest"],
                         help="node images to compare, one per torch version (default: the default image)")
-    parser.add_argument("--runs", type=int, default=100, help="runs per image and mode (default: 100)")
+    parser.add_argument("--runs", type=positive_int, default=100, help="runs per image and mode (default: 100)")
     parser.add_argument("--modes", nargs="+", choices=("launcher", "standalone"),
                         default=["launcher", "standalone"], help="which modes to run (default: both)")
     parser.add_argument("--guard", nargs="+", choices=("on", "off"), default=["on"],
                         help="exit guard settings to compare, alternating run by run (default: on)")
-    parser.add_argument("--deadline", type=float, default=120.0,
+    parser.add_argument("--deadline", type=positive_seconds, default=120.0,
                         help="seconds after which a run counts as hung and is killed (default: 120)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
 
+    labelled = {image: image_labels(image) for image in args.images}  # every image there before the first run
     tallies = []
     with tempfile.TemporaryDirectory(prefix="exit-soundness-") as runs_dir:
         for image in args.images:
-            labels = image_labels(image)
+            labels = labelled[image]
             version = labels.get("io.ddp-compose.torch", "unknown")
             settings = args.guard if labels.get("io.ddp-compose.exit-guard") == "1" else ["absent"]
             for mode in args.modes:

@@ -7,6 +7,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
+from orchestrate.config.torch_versions import DEFAULT_TORCH  # the default image's, which aborted least at exit
 from orchestrate.hangs.collectives import UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
@@ -237,31 +238,64 @@ def left_early(first: NodeResult, results: list[NodeResult], uneven: bool = True
             f" {ranks_text(still)}'s collectives lost {lost}{UNEVEN_QUESTION if uneven else ''}")
 
 
+def at_exit_barrier(result: NodeResult) -> bool:
+    """Whether a node's every rank had finished its script (however long after another node
+    ended), and only its torchrun still ran (an elastic node's planned ranks are not known: never)."""
+    ranks = result.node.global_ranks
+    return (bool(ranks) and all(rank in result.returned_ranks for rank in ranks)
+            and bool(result.still_running) and all(p.startswith("torchrun ") for p in result.still_running))
+
+
+def had_finished(result: NodeResult) -> bool:
+    """Whether a node's part of the job was done when the run ended: it succeeded, or every rank of
+    it had finished its script before any node ended, or only its torchrun still ran, waiting at
+    its exit barrier for the others (stopped then, as the run ended)."""
+    ranks = result.node.global_ranks
+    return (result.state is NodePhase.SUCCEEDED or (bool(ranks) and all(r in result.finished_ranks for r in ranks))
+            or at_exit_barrier(result))
+
+
 def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_torch: str = "") -> Optional[str]:
     """Explain a worker that died by a signal after its peers finished, or return None.
 
-    Every other node exited 0 and the failing rank died by a signal with no Python error: the
-    job's work was done, and the process crashed on its way out. SIGABRT there is the known
-    gloo crash at interpreter exit of torch 2.10 and later (``image_torch``: the nodes' torch).
+    Every other node had done its part (exited 0, or waited at its torchrun's exit barrier until
+    the run ended) and the failing rank died by a signal with no Python error: the job's work was
+    done, and the process crashed on its way out. SIGABRT there is the known gloo crash at
+    interpreter exit, seen with every torch tried (``image_torch``: the nodes' torch).
     """
     if failure is None or failure.reason or failure.exit_code is None or failure.exit_code >= 0:
         return None
     if failure.exception and not failure.exception.startswith(("SIG", "Signal ")):  # (torchrun's words for a signal)
         return None  # it died of an error it met (gloo's abort on sizes that differ), not on its way out
     others = [r for r in results if r.node.name != failure.node and r.state is not NodePhase.LOST]
-    if not others or any(r.state is not NodePhase.SUCCEEDED for r in others):
+    if not others or not all(had_finished(r) for r in others):
         return None
     name = signal_name(failure.exit_code) or f"signal {-failure.exit_code}"
     rank = f" rank {failure.rank}" if failure.rank is not None else ""
+    if name == "SIGTERM":  # sent by someone, not a crash
+        return (f"{failure.node}{rank} was ended by SIGTERM after its peers finished: the job's work was done; a"
+                " process sent it (the script itself, a library's own timeout, or another process in the node).")
     lines = [f"{failure.node}{rank} died by {name} after its peers finished: the job's work was done,"
              " and the worker process crashed while exiting."]
-    if name == "SIGABRT":
+    # the crash dump places it in the script's own thread and code (an atexit handler's os.abort, a native call):
+    # that, not gloo's threads, aborted it
+    in_own_code = bool(failure.crashed) and " in " in failure.crashed and "thread, while" not in failure.crashed
+    if name == "SIGABRT" and not in_own_code:
         torch = f" (this image has torch {image_torch})" if image_torch else ""
         lines.append("  cause: gloo's worker threads release tensors during Python's interpreter shutdown"
-                     f" and abort (\"terminate called without an active exception\"); torch 2.10 to 2.15"
-                     f" do this{torch}.")
-        lines.append("  remedy: run on the default node image (torch 2.9.1, measured sound), or free"
-                     " the DDP model (del model; gc.collect()) before destroy_process_group().")
+                     " and abort (\"terminate called without an active exception\"); seen with every torch tried,"
+                     f" 2.9 to 2.15{torch}.")
+        if image_torch and image_torch != DEFAULT_TORCH:
+            lines.append(f"  remedy: run on the default node image (torch {DEFAULT_TORCH}, which aborted least, with"
+                         " its exit guard), or free the DDP model (del model; gc.collect()) before"
+                         " destroy_process_group().")
+        else:
+            lines.append("  remedy: free the DDP model (del model; gc.collect()) before destroy_process_group(); the"
+                         " node image's exit guard makes this rare (check that the run does not set"
+                         " DDP_EXIT_GUARD=0).")
+    elif in_own_code:
+        lines.append("  it crashed in the script's own thread, where the crash dump says (above): look there, and at"
+                     " the native extensions or atexit handlers it calls.")
     else:
         lines.append("  look for native extensions or atexit handlers that outlive destroy_process_group().")
     return "\n".join(lines)

@@ -6,7 +6,7 @@ from typing import Optional
 
 from orchestrate.hangs.diagnosis import in_init
 from orchestrate.hangs.init_calls import apart_warning
-from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, compiler_hint, ddp_prefix_hint,
+from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, at_exit_barrier, compiler_hint, ddp_prefix_hint,
                                        device_ordinal_hint, died_at_exit, diverged_hint, interface_hint,
                                        local_files_while_hung, local_rank_argument_hint, made_alone_hint,
                                        mismatch_hint, missing_module_hint, no_gpu_hint, node_local_file_hint,
@@ -357,14 +357,6 @@ def grace_lines(outcome: RunResult) -> list[str]:
     still ran in it a moment before, and why where its ranks had all finished their scripts."""
     return [f"  {grace_ran_out(r.node.name, r.still_running)}{EXIT_BARRIER_NOTE * at_exit_barrier(r)}"
             for r in outcome.results if r.grace_ran_out]
-
-
-def at_exit_barrier(result: NodeResult) -> bool:
-    """Whether a node's every rank had finished its script (however long after another node
-    ended), and only its torchrun still ran (an elastic node's planned ranks are not known: never)."""
-    ranks = result.node.global_ranks
-    return (bool(ranks) and all(rank in result.returned_ranks for rank in ranks)
-            and bool(result.still_running) and all(p.startswith("torchrun ") for p in result.still_running))
 
 
 # Slurm node states that explain a failed job.

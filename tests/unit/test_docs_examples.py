@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -283,6 +284,47 @@ def check_orchestrate(command: Command) -> None:
         pytest.fail(f"{command.where}: `{args.command}` takes no torchrun target after --: {command.text}")
 
 
+class _Parsed(Exception):
+    """Raised once a benchmark's options were parsed: nothing of it runs."""
+
+
+def check_benchmark_options(command: Command, module: str, args: list[str]) -> None:
+    """A benchmark example's options, parsed by the benchmark's own parser (its ``main(argv)``,
+    stopped as soon as they are read); one whose main takes no argv is not asked."""
+    import argparse
+    import inspect
+
+    loaded = importlib.import_module(module)
+    if not inspect.signature(loaded.main).parameters:
+        return
+    parse_args, parse_known_args = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
+    inside_parse_args = []
+
+    def parse_then_stop(self, *given, **options):
+        inside_parse_args.append(True)
+        parse_args(self, *given, **options)  # (its own parse_known_args, below, returns to it)
+        raise _Parsed()
+
+    def parse_known_then_stop(self, *given, **options):
+        parsed = parse_known_args(self, *given, **options)
+        if inside_parse_args:
+            return parsed
+        raise _Parsed()  # a main that reads the rest itself (suite_cost's pytest arguments)
+
+    errors = io.StringIO()
+    try:
+        with mock.patch.object(argparse.ArgumentParser, "parse_args", parse_then_stop), \
+                mock.patch.object(argparse.ArgumentParser, "parse_known_args", parse_known_then_stop), \
+                contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            loaded.main(args)
+    except _Parsed:
+        return
+    except SystemExit as exc:
+        pytest.fail(f"{command.where}: {module} refuses {args} (exit {exc.code}): {errors.getvalue().strip()}\n"
+                    f"  {command.text}")
+    pytest.fail(f"{command.where}: {module}'s main read no options with argparse: {command.text}")
+
+
 @pytest.mark.parametrize("command", CHECKED, ids=[c.where for c in CHECKED])
 def test_example_is_true(command: Command) -> None:
     if command.kind == "orchestrate":
@@ -295,6 +337,7 @@ def test_example_is_true(command: Command) -> None:
         module = words[2]
         path = ROOT / (module.replace(".", "/") + ".py")
         assert path.is_file(), f"{command.where}: {path.relative_to(ROOT)} does not exist: {command.text}"
+        check_benchmark_options(command, module, [w for w in words[3:] if w != "..."])
     elif command.kind == "app":
         for module, args in app_modules(list(command.words)):
             check_app_target(command, module, args)

@@ -198,7 +198,7 @@ def test_a_worker_killed_by_a_signal_after_its_peers_finished_is_explained(make_
                           (NodePhase.FAILED, 1, 1.2, RootCause(3, 1, -6, "Signal 6 (SIGABRT) received by PID 42")))
     text = format_summary(outcome(results, image_torch="2.14.1"))
     assert "node1 rank 3 died by SIGABRT after its peers finished: the job's work was done" in text
-    assert "torch 2.10 to 2.15 do this (this image has torch 2.14.1)" in text
+    assert "seen with every torch tried, 2.9 to 2.15 (this image has torch 2.14.1)" in text
     assert "remedy: run on the default node image (torch 2.9.1" in text
 
 
