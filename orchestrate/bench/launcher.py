@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,12 +66,36 @@ def format_launcher(summary: dict) -> str:
 TRIVIAL_JOB = ("-m", "app.hello")
 
 
+# How long an interrupted launcher is given to tear its run down before it is killed.
+LAUNCHER_TEARDOWN_S = 60.0
+
+
+def run_to_its_end(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of a launcher, its output captured, in a session of its own (a
+    terminal's Ctrl-C reaches this process alone): an interrupt here is passed on to it as one
+    SIGINT, and its teardown waited for, where ``subprocess.run`` would SIGKILL it and leave its
+    nodes running."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=LAUNCHER_TEARDOWN_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
 def time_launcher(nodes: int, nproc: int, runs_dir: Path, image: str) -> tuple[float, dict]:
     """Wall time of ``python -m orchestrate run`` for a trivial job, and its outcome record."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "orchestrate", "run", "--nodes", str(nodes), "--nproc-per-node",
+    proc = run_to_its_end([sys.executable, "-m", "orchestrate", "run", "--nodes", str(nodes), "--nproc-per-node",
                            str(nproc), "--cpu", "--no-build", "--image", image, "--runs-dir", str(runs_dir), "--",
-                           *TRIVIAL_JOB], capture_output=True, text=True, cwd=PROJECT_ROOT)
+                           *TRIVIAL_JOB], cwd=PROJECT_ROOT)
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"launcher run failed ({proc.returncode}): {proc.stdout[-500:]}{proc.stderr[-500:]}")

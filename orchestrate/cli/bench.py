@@ -12,9 +12,10 @@ from orchestrate.bench.jobs import COLLECTIVE_OPS, collectives_target, ddp_targe
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type, request_from_args
 from orchestrate.cli.run import add_job_options, run_request
+from orchestrate.cli.signals import install_teardown_signals
 from orchestrate.config.options import image_reference, positive_int
 from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_RUNS_DIR
-from orchestrate.errors import UsageError
+from orchestrate.errors import RunDirError, UsageError
 
 
 def add_parsers(sub: Any) -> None:
@@ -92,10 +93,17 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
 def bench_launcher(args: argparse.Namespace, inv: Invocation) -> int:
     from orchestrate.engine.images import ensure_image
     from orchestrate.launch.run import new_run_id
+    from orchestrate.launch.run_dir import check_runs_dir
 
-    ensure_image(inv.engine(), args.image, progress=lambda t: print(f"[image] {t}", file=inv.out, flush=True))
+    check_runs_dir(args.runs_dir.resolve())  # one line, before the image or any run
+    install_teardown_signals()  # SIGTERM, SIGHUP: the baseline's project is taken down, as on Ctrl-C
     directory = args.runs_dir.resolve() / f"bench-launcher-{new_run_id()}"
-    directory.mkdir(parents=True)
+    try:
+        directory.mkdir(parents=True)
+    except OSError as exc:  # what check_runs_dir cannot foresee (a path the system refuses)
+        raise RunDirError(f"cannot make the bench's directory {directory}: {exc.strerror or exc}"
+                          f" (--runs-dir {args.runs_dir})") from None
+    ensure_image(inv.engine(), args.image, progress=lambda t: print(f"[image] {t}", file=inv.out, flush=True))
     summary = launcher.run_launcher_bench(directory, args.repeats, args.scaling, inv.out, args.image)
     data, plot = write_artifacts(directory, "bench", summary, plots.plot_launcher, summary)
     inv.out.write(launcher.format_launcher(summary) + f"\nresults: {data}\nplot: {plot}\n")

@@ -1,11 +1,14 @@
 """The benchmarks' summaries: pure functions of the figures."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from orchestrate.bench.collectives import collectives_summary, format_collectives
 from orchestrate.bench.ddp import ddp_summary, format_ddp
 from orchestrate.bench.launcher import format_launcher, launcher_summary
+from tests.fakes import wait_until
 
 
 def all_reduce_at_64mb(busbw: float, pairs: int = 1, **wire: float) -> dict:
@@ -118,3 +121,35 @@ def test_the_collectives_workers_get_the_sizes_the_launcher_read_in_bytes():
     target = collectives_target(min_size=" 4K ", max_size="1.5MB", min_time_s=0.3, wire_bytes="0", ops=["broadcast"])
     assert target == ["-m", "app.bench_collectives", "--out", "/ddp-run/bench.json", "--min-size", "4096",
                       "--max-size", "1572864", "--min-time", "0.3", "--wire-bytes", "0", "--ops", "broadcast"]
+
+
+@pytest.mark.timeout(60)
+def test_an_interrupted_launcher_bench_passes_one_sigint_to_its_launcher_and_waits_for_its_teardown(tmp_path):
+    """bench launcher's runs are launchers of their own: an interrupt of the bench reaches each
+    as one SIGINT, and its teardown is waited for (subprocess.run would SIGKILL it, and its nodes
+    would run on)."""
+    import os
+    import signal
+    import threading
+
+    from orchestrate.bench.launcher import run_to_its_end
+
+    ready, said = tmp_path / "ready", tmp_path / "said"
+    child = (f"import signal, sys, time\n"
+             f"def stop(signum, frame):\n"
+             f"    time.sleep(0.5)  # a teardown that takes a while\n"
+             f"    open({str(said)!r}, 'a').write('SIGINT ')\n"
+             f"    sys.exit(130)\n"
+             f"signal.signal(signal.SIGINT, stop)\n"
+             f"open({str(ready)!r}, 'w').close()\n"
+             f"time.sleep(50)\n")
+
+    def interrupt_once_started() -> None:
+        wait_until(ready.exists, timeout_s=30)
+        os.kill(os.getpid(), signal.SIGINT)  # a real signal: it wakes the main thread's wait, as Ctrl-C does
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_to_its_end([sys.executable, "-c", child], cwd=tmp_path)
+    assert said.read_text() == "SIGINT "  # one, and its teardown ran to its end before the interrupt went on
+    assert run_to_its_end([sys.executable, "-c", "print('hi')"], cwd=tmp_path).stdout == "hi\n"

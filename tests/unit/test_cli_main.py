@@ -59,6 +59,20 @@ def test_a_command_that_runs_no_job_refuses_one_in_one_line(capsys):
                                        " 0.1 (see --help)\n")
 
 
+def test_bench_launcher_refuses_a_runs_dir_the_system_refuses_in_one_line_before_the_engine_is_asked(
+        capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # asked first, it would say so instead
+    client = None
+    (tmp_path / "a-file").write_text("")
+    assert main(["bench", "launcher", "--runs-dir", "/proc/nope"], client=client) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot make the bench's directory /proc/nope/bench-launcher-") and err.endswith(
+        ": No such file or directory (--runs-dir /proc/nope)\n"), err
+    assert main(["bench", "launcher", "--runs-dir", str(tmp_path / "a-file")], client=client) == 2
+    assert capsys.readouterr().err == (f"error: --runs-dir {tmp_path / 'a-file'}: no run's directory can be made there:"
+                                       f" {tmp_path / 'a-file'} is not a directory\n")
+
+
 @pytest.mark.parametrize("verbose, level", [(True, logging.DEBUG), (False, logging.WARNING)])
 def test_verbose_logs_debug_details_and_otherwise_warnings_alone(tmp_path, verbose, level):
     root = logging.getLogger()
