@@ -183,7 +183,7 @@ def tcp_receive(server: socket.socket, total: int) -> float:
     received, started = 0, None
     with connection:
         while received < total:
-            got = connection.recv_into(view)
+            got = connection.recv_into(view, min(TCP_CHUNK, total - received))
             if not got:
                 break
             if started is None:
@@ -193,12 +193,15 @@ def tcp_receive(server: socket.socket, total: int) -> float:
 
 
 def tcp_send(address: tuple[str, int], total: int) -> None:
-    payload = bytes(TCP_CHUNK)
+    """Send exactly ``total`` bytes (the receiver stops there and closes: a byte more resets the
+    connection)."""
+    payload = memoryview(bytes(TCP_CHUNK))
     with socket.create_connection(address, timeout=60) as connection:
         sent = 0
         while sent < total:
-            connection.sendall(payload)
-            sent += TCP_CHUNK
+            chunk = min(TCP_CHUNK, total - sent)
+            connection.sendall(payload[:chunk])
+            sent += chunk
 
 
 def tcp_both_ways(server: socket.socket, address: tuple[str, int], total: int) -> float:

@@ -210,3 +210,17 @@ def test_a_removed_checkpoint_takes_latest_with_it_only_where_latest_named_it(tm
     assert not (tmp_path / "a.pt").exists() and (tmp_path / LATEST).read_text() == "b.pt"
     remove_checkpoint(tmp_path, "b.pt")
     assert not (tmp_path / "b.pt").exists() and not (tmp_path / LATEST).exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("total", [100, 1 << 20, 6 << 20, 4 << 20])
+def test_the_wire_measure_sends_exactly_what_the_receiver_reads_whatever_the_size(total):
+    """--wire-bytes 1M: the sender sent whole 4 MiB chunks past what the receiver read, which
+    then closed, and the connection was reset (the job failed)."""
+    import socket
+
+    import app.bench_collectives as bench
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        rate = bench.tcp_both_ways(server, server.getsockname(), total)  # raises on a reset
+    assert rate > 0
