@@ -64,6 +64,9 @@ def parse_size(text: str) -> int:
     return size
 
 
+SPLIT_OPS = ("all_gather", "reduce_scatter", "all_to_all")  # these split their elements evenly among the ranks
+
+
 def message_sizes(low: int, high: int, factor: int = 4) -> list[int]:
     """``low``, ``low*factor``, ... up to ``high`` (included)."""
     sizes, size = [], low
@@ -79,7 +82,7 @@ class Collective:
     def __init__(self, op: str, nbytes: int, rank: int, world: int, device: torch.device) -> None:
         self.op, self.rank, self.world = op, rank, world
         elements = max(1, nbytes // 4)
-        if op in ("all_gather", "reduce_scatter", "all_to_all"):  # these split evenly among ranks
+        if op in SPLIT_OPS:
             elements = max(world, elements - elements % world)
         self.elements = elements
         self.nbytes = elements * 4
@@ -292,8 +295,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         log0(f"{'op':<15} {'size':>12} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'iters':>6} check")
         all_ok = True
         for op in args.ops:
+            rounded_said = False
             for size in message_sizes(args.min_size, args.max_size, args.factor):
                 collective = Collective(op, size, env.rank, world, device)
+                if collective.nbytes != size and not rounded_said:  # said once per op, not silently
+                    split = f", split evenly among the {world} ranks" if op in SPLIT_OPS else ""
+                    log0(f"note: {op} moves whole float32 elements{split}: {size} B is measured as"
+                         f" {collective.nbytes} B (the size column is what moved)")
+                    rounded_said = True
                 seconds, iters, ok = measure(collective, args.warmup, args.min_time, args.max_iters, device)
                 algbw = bandwidth.algbw(collective.nbytes, seconds)
                 busbw = bandwidth.busbw(op, collective.nbytes, seconds, world)

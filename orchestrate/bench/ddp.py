@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from orchestrate.text import counted
+
 DDP_SPEEDUP_GOAL = 1.5  # DDP over one all_reduce per parameter
 # DDP's overhead over no DDP at world size 1 on a GPU-bound batch (PyTorch's own benchmark: ~3%)
 OVERHEAD_GOAL = 0.03
@@ -33,7 +35,8 @@ def overhead_goal(run: dict, batches: list[dict]) -> dict:
     what the run would need)."""
     gpu_bound = [b for b in batches if b["regime"] == "gpu-bound"]
     if run.get("world_size") != 1 or not gpu_bound:
-        need = "world size 1" if run.get("world_size") != 1 else "a GPU-bound batch (a GPU, and --sweep)"
+        need = (f"world size 1 (it has {run.get('world_size')})" if run.get("world_size") != 1
+                else "a GPU-bound batch (a GPU, and --sweep)")
         return {"judged": False, "why_not": f"judged at world size 1 on a GPU-bound batch; this run lacks {need}"}
     batch = max(gpu_bound, key=lambda b: b["batch_size"])
     form = min(batch["overheads"], key=lambda name: batch["overheads"][name] if name.startswith("ddp-")
@@ -71,7 +74,7 @@ def batch_line(run: dict, batch: dict) -> str:
     """One batch size of one run, in words: every form's overhead, and the speed-up over naive."""
     overheads = batch["overheads"]
     noop: Optional[float] = overheads.get("ddp-noop")
-    parts = [f"{run['nodes']} nodes (world {run.get('world_size', run['nodes'])}), batch {batch['batch_size']}"
+    parts = [f"{counted(run['nodes'], 'node')} (world {run.get('world_size', run['nodes'])}), batch {batch['batch_size']}"
              f" ({batch['regime']}): DDP's overhead over no DDP " + ", ".join(
                  f"{name} {value:+.1%}" for name, value in overheads.items() if name.startswith("ddp-"))]
     if noop is not None:

@@ -90,8 +90,11 @@ def ddp_target(*, steps: int, batch_size: int, image_size: int, buckets_mb: Sequ
     """The workers' command line of ``bench ddp``.
 
     Raises:
-        UsageError: A bucket size of no bytes.
+        UsageError: A bucket size of no bytes, or --sweep with --batch-sizes.
     """
+    if batch_sizes and sweep:
+        raise UsageError("--sweep searches batch sizes from --batch-size, and --batch-sizes measures the sizes given:"
+                         " give one")
     if any(not 0 < bucket < math.inf for bucket in buckets_mb):
         raise UsageError(f"--buckets: bucket sizes must be above 0 MB, got {' '.join(f'{b:g}' for b in buckets_mb)}")
     target = ["-m", "app.bench_ddp", "--out", BENCH_OUT, "--steps", str(steps), "--batch-size", str(batch_size),

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrate.report.drawing import _pyplot
+from orchestrate.text import counted
 
 
 def human_size(size: float) -> str:
@@ -62,7 +63,7 @@ def plot_ddp(runs: list[dict], path: Path) -> Path:
         ax.bar(names, [compute * 1e3] * len(forms), label="compute (step without DDP)", color="#4c72b0")
         ax.bar(names, [e * 1e3 for e in exposed], bottom=[compute * 1e3] * len(forms),
                label="added by DDP or communication", color="#dd8452")
-        ax.set_title(f"{run['model']}, {run['nodes']} nodes x {run['local_world_size']},"
+        ax.set_title(f"{run['model']}, {counted(run['nodes'], 'node')} x {run['local_world_size']},"
                      f" batch {batch['batch_size']} ({batch['regime']})")
         ax.set_ylabel("step time (ms)")
         ax.tick_params(axis="x", rotation=30)

@@ -47,7 +47,7 @@ def add_parsers(sub: Any) -> None:
                     " (gradient_as_bucket_view, broadcast_buffers=False, static_graph), with a no-op communication"
                     " hook (DDP's bookkeeping alone), and with one all_reduce per parameter; each batch size's regime"
                     " (GPU-bound or CPU launch-bound; on GPUs the batch is swept until the step is GPU-bound);"
-                    " overhead per form, scaling efficiency, and the <=3%% overhead goal at world size 1.",
+                    " overhead per form, scaling efficiency, and the <=3% overhead goal at world size 1.",
         epilog="usage examples: python -m orchestrate bench ddp --node-counts 2 4;"
                " python -m orchestrate bench ddp --node-counts 1 2 --share-gpus --image-size 224 --batch-size 16")
     add_job_options(ddp_parser)

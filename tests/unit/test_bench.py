@@ -72,7 +72,9 @@ def test_ddp_overhead_per_form_efficiency_and_speedup_over_the_naive_form():
     assert ("2 nodes (world 2), batch 8 (cpu): DDP's overhead over no DDP ddp-1MB +25.0%, ddp-25MB +10.0%,"
             " ddp-tuned +5.0%, ddp-noop +2.0%; of which bookkeeping (ddp-noop, no communication) +2.0%; best DDP"
             " (ddp-tuned) 2.00x faster than one all_reduce per parameter (meets the 1.5x goal; 161 tensors)") in text
-    assert "not judged: judged at world size 1 on a GPU-bound batch; this run lacks world size 1" in text
+    assert "not judged: judged at world size 1 on a GPU-bound batch; this run lacks world size 1 (it has 2)" in text
+    one = ddp_run(1, {8: "cpu"}, [(8, "local", 1.0), (8, "ddp-1MB", 1.1)])
+    assert "\n1 node (world 1), batch 8 (cpu): " in "\n" + format_ddp([ddp_summary(one)])  # not "1 nodes"
 
 
 def test_the_overhead_goal_is_judged_at_world_size_1_on_the_gpu_bound_batch():

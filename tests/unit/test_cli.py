@@ -59,6 +59,8 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--nodes", "2", "--"], "nothing after --: give the job (a script relative to --workdir, or -m"
          " MODULE), or leave the -- out for the demo job (-m app.toy)"),
         (["chaos", "--"], "nothing after --: give the job"),
+        (["bench", "ddp", "--cpu", "--sweep", "--batch-sizes", "4", "8"], "--sweep searches batch sizes from"
+         " --batch-size, and --batch-sizes measures the sizes given: give one"),  # (--sweep was dropped silently)
         (["image", "build", "--image", "img@sha256:" + "0" * 64], "argument --image: a build tags a name, not a"
          " digest"),
         # an image name the engine would refuse (it said "engine error: no such image: ...", after a build began)
