@@ -74,7 +74,8 @@ def batch_line(run: dict, batch: dict) -> str:
     """One batch size of one run, in words: every form's overhead, and the speed-up over naive."""
     overheads = batch["overheads"]
     noop: Optional[float] = overheads.get("ddp-noop")
-    parts = [f"{counted(run['nodes'], 'node')} (world {run.get('world_size', run['nodes'])}), batch {batch['batch_size']}"
+    nodes = counted(run["nodes"], "node")
+    parts = [f"{nodes} (world {run.get('world_size', run['nodes'])}), batch {batch['batch_size']}"
              f" ({batch['regime']}): DDP's overhead over no DDP " + ", ".join(
                  f"{name} {value:+.1%}" for name, value in overheads.items() if name.startswith("ddp-"))]
     if noop is not None:

@@ -194,8 +194,9 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[IO[str]] = None, cl
     if target and not getattr(args, "takes_target", False):
         parser.error(f"{command_of(options)} takes no job after --, got: -- {shlex.join(target)}")
     if "--" in argv and not target and getattr(args, "takes_target", False):  # (a script's "$@" that was empty)
+        demo = " ".join(DEFAULT_TARGET)
         chosen_parser(parser, args).error(f"nothing after --: give the job (a script relative to --workdir, or -m"
-                                          f" MODULE), or leave the -- out for the demo job ({' '.join(DEFAULT_TARGET)})")
+                                          f" MODULE), or leave the -- out for the demo job ({demo})")
     if out is None:
         out = ReaderAwareOutput(sys.stdout)  # type: ignore[assignment]  # `| head`: ends as SIGPIPE would
     try:

@@ -77,7 +77,8 @@ def test_a_full_disk_fails_the_save_naming_the_rank_and_the_file(orchestrate_run
                      r" RuntimeError: \[enforce fail at inline_container\.cc:\d+\] \. ", result.output, re.M), \
         result.output[-3000:]
     # the worker's own ENOSPC, in the traceback torch's error was raised during
-    assert "\n  raised while handling: OSError: [Errno 28] No space left on device\n" in result.output, result.output[-3000:]
+    assert "\n  raised while handling: OSError: [Errno 28] No space left on device\n" in result.output, \
+        result.output[-3000:]
     # as the system's ENOSPC reads: the traceback has none of the hook's frames (they were all there)
     assert 'File "/opt/ddp-compose/orchestrate/' not in result.output, result.output[-3000:]
     assert 'File "/workspace/tutorial_save.py", line 50, in <module>' in result.output  # (a traceback was shown)

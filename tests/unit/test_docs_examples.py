@@ -29,9 +29,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
+from unittest import mock
 
 import pytest
-from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -405,7 +405,8 @@ def test_a_crash_at_exit_after_the_peers_finished_is_explained_word_for_word(nod
                       " image's exit guard makes this rare (check that the run does not set DDP_EXIT_GUARD=0).")
     assert died_at_exit(failure, results) == said.format(torch="") + on_the_default
     # on the default image, its remedy is not that image
-    assert died_at_exit(failure, results, "2.9.1") == said.format(torch=" (this image has torch 2.9.1)") + on_the_default
+    on_2_9_1 = died_at_exit(failure, results, "2.9.1")
+    assert on_2_9_1 == said.format(torch=" (this image has torch 2.9.1)") + on_the_default
     assert died_at_exit(failure, results, "2.14.1") == said.format(torch=" (this image has torch 2.14.1)") + (
         "  remedy: run on the default node image (torch 2.9.1, which aborted least, with its exit guard), or free the"
         " DDP model (del model; gc.collect()) before destroy_process_group().")

@@ -164,7 +164,7 @@ def test_a_full_disk_fails_writes_with_enospc_while_armed_and_records_each_file_
     assert events[0].describe() == "rank 3's write to model.pt failed: no space left on device (ENOSPC)"
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device every write of fails with ENOSPC")
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, where every write fails with ENOSPC")
 @pytest.mark.parametrize("mode, data", [("w", "x" * 10), ("wb", b"x" * 10), ("w", "x" * 100_000), ("a", "line\n"),
                                         ("w+", "x" * 10)])
 def test_a_file_on_the_full_disk_fails_where_and_as_a_file_on_dev_full_does(node, mode, data):
