@@ -45,6 +45,10 @@ class Divergence:
 ROOT_HINT = ("the ranks name different roots: src and dst are global ranks (a node's first rank is not rank 0:"
              " LOCAL_RANK is no root), and every rank of the group must name the same one; with group=, name it"
              " by group_src or group_dst, the rank within the group")
+# Ranks that wait in different groups (torch's --debug-collectives checks each group on its own).
+GROUPS_HINT = ("each rank waits for the others in a group they have not reached: every rank must call its groups'"
+               " collectives in one order (torch's --debug-collectives checks each group on its own, so it does not"
+               " see this)")
 # Point-to-point transfers that wait for one another round a ring of ranks, and what to change.
 CYCLE = "a cycle, each waits for the next"
 CYCLE_HINT = ("dist.send returns only once its peer has received, and dist.recv once its peer has sent: ranks"
@@ -281,7 +285,7 @@ def waiting_in_different_groups(snapshots: dict[int, RankSnapshot]) -> Optional[
         assert collective is not None
         parts.append(f"{ranks_text(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {collective.call} #{collective.seq} of group {group} at"
                      f" {collective.at}")
-    return Divergence("groups", "the ranks wait in different process groups: " + "; ".join(parts))
+    return Divergence("groups", "the ranks wait in different process groups: " + "; ".join(parts), hint=GROUPS_HINT)
 
 
 def missing(snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],

@@ -433,7 +433,10 @@ def global_rank(rank: Any, group_rank: Any, group: Any) -> Optional[int]:
 
 
 def group_namer() -> Callable[[Any], str]:
-    """Names process groups: ``default``, or ``ranks 0,2`` (cached per group object)."""
+    """Names process groups: ``default``, or ``ranks 0,2`` (cached per group object); a later
+    group of the same ranks ``ranks 0,2 (2nd group of them)``, by the order torch made them in
+    (every rank makes its groups in one order), so that two groups of one set of ranks are not
+    taken for one, whenever each is first used."""
     names: Dict[int, str] = {}
 
     def name(group: Any) -> str:
@@ -447,12 +450,31 @@ def group_namer() -> Callable[[Any], str]:
                 if group is dist.GroupMember.WORLD:
                     names[key] = "default"
                 else:
-                    names[key] = "ranks " + ",".join(str(r) for r in dist.get_process_group_ranks(group))
+                    ranks = dist.get_process_group_ranks(group)
+                    names[key] = "ranks " + ",".join(str(r) for r in ranks) + nth_of_its_ranks(group, ranks)
             except Exception:  # a group torch cannot describe: still a group of its own
                 names[key] = f"group {len(names) + 1}"
         return names[key]
 
     return name
+
+
+def nth_of_its_ranks(group: Any, ranks: List[int]) -> str:
+    """`` (2nd group of them)`` for the second group torch made of exactly ``ranks``, and so on;
+    "" for the first (torch keeps its groups in the order they were made)."""
+    try:
+        from torch.distributed.distributed_c10d import _world
+
+        made = [g for g, members in _world.pg_group_ranks.items()
+                if g is not _world.default_pg and sorted(members) == sorted(ranks)]
+        place = next(i for i, g in enumerate(made) if g is group)
+    except Exception:  # a torch that keeps them otherwise: named by its ranks alone
+        return ""
+    if place == 0:
+        return ""
+    nth = place + 1
+    suffix = "th" if 10 <= nth % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(nth % 10, "th")
+    return f" ({nth}{suffix} group of them)"
 
 
 # What a failed collective calls (the snapshot writer, once it runs): the record is then on disk

@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from orchestrate.hangs.collectives import ROOT_HINT, UNEVEN_HINT, first_divergence
+from orchestrate.hangs.collectives import GROUPS_HINT, ROOT_HINT, UNEVEN_HINT, first_divergence
 from orchestrate.hangs.diagnosis import (BUSY_CPU_SHARE, DCP_HINT, DDP_FORWARD_HINT, DEBUG_HINT, FSDP_FORWARD_HINT,
                                         NEW_GROUP_HINT, SHORT_TIMEOUT_HINT, THREAD_ENDED_HINT, diagnose,
                                         timeout_diagnosis)
@@ -28,6 +28,7 @@ P2P_SHORT = ROOT / "tests" / "jobs" / "p2p_short.py"
 EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "evaluate_on_rank0.py"
 FSDP_EVALUATE_ON_RANK0 = ROOT / "tests" / "jobs" / "fsdp_evaluate_on_rank0.py"
 GROUP_ON_ONE_RANK = ROOT / "tests" / "jobs" / "group_on_one_rank.py"
+GROUPS_IN_ANOTHER_ORDER = ROOT / "tests" / "jobs" / "groups_in_another_order.py"
 DCP_SAVE_ON_RANK0 = ROOT / "tests" / "jobs" / "dcp_save_on_rank0.py"
 ROOTS_DIFFER = ROOT / "tests" / "jobs" / "roots_differ.py"
 TUTORIAL_SETUP = ROOT / "tests" / "jobs" / "tutorial_setup.py"
@@ -202,6 +203,21 @@ def test_a_group_made_on_one_rank_only_is_the_first_divergence_with_its_own_hint
                                f" new_group(ranks 0,1) at {job}:{every}")
     lines = diagnose(probe, None, {0, 1}, {}, None).lines()
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
+
+
+def test_two_groups_of_the_same_ranks_used_in_another_order_are_told_apart_by_the_order_torch_made_them(tmp_path):
+    """Both groups are ranks 0,1: named by their ranks alone they were one group, both ranks
+    waiting in its #1, and no divergence was found."""
+    job = GROUPS_IN_ANOTHER_ORDER
+    first, second = line_of(job, "# RANK_0_FIRST"), line_of(job, "# RANK_1_FIRST")
+    probe = probe_of_hung_job(tmp_path, job)
+    divergence = first_divergence(probe.snapshots)
+    assert divergence is not None
+    assert divergence.text == (f"the ranks wait in different process groups: rank 0 waits in all_reduce(float32[4]) #1"
+                               f" of group ranks 0,1 at {job}:{first}; rank 1 waits in all_reduce(float32[4]) #1 of"
+                               f" group ranks 0,1 (2nd group of them) at {job}:{second}")
+    lines = diagnose(probe, None, {0, 1}, {}, None).lines()
+    assert f"  {GROUPS_HINT}" in lines and f"  {DEBUG_HINT}" not in lines  # torch's check sees no such order
 
 
 def test_ranks_that_broadcast_from_different_roots_part_there_and_a_gather_to_one_root_does_not(tmp_path):
