@@ -539,8 +539,10 @@ def short_mismatch(exception: str) -> str:
     # The first fingerprint is the rank's own. A peer's that reads #0 where the rank's own is
     # further on is not the peer's: where the ranks' collectives differ in kind, torch's exchange
     # of fingerprints brings back an empty one (seen as REDUCE #0, GATHER #0), and its
-    # "differences" are against that.
-    unread = {m["rank"] for m in found[1:] if m["seq"] == "0" and found[0]["seq"] != "0"}
+    # "differences" are against that. At a group's first collective (its own #0 too), such a
+    # fingerprint is told by what it lacks: a real reduce or gather moves tensors, and names them.
+    unread = {m["rank"] for m in found[1:] if m["seq"] == "0" and (
+        found[0]["seq"] != "0" or (m["shape"] is None and m["op"] in ("REDUCE", "GATHER")))}
     # (torch counts a group's collectives from 0: its number is said as torch's, apart from the
     # collective record's, which counts from 1 and may count others, DDP's own among them)
     ranks = [f"rank {m['rank']} ran a collective of another kind (torch's check could not read it: it came back as"

@@ -1476,10 +1476,21 @@ def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
                                        " number 8); rank 1 ran a collective of another kind (torch's check could not"
                                        " read it: it came back as GATHER, torch's sequence number 0)")  # not torch's 'sequence number: 8 vs 0', against nothing
     first = barrier.replace("SequenceNumber=8", "SequenceNumber=0").replace("8vs 0", "0vs 0")
+    # at the group's first collective, 0 is a number, but a gather with no tensors is no gather a script made
     assert short_mismatch(first) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER (torch's sequence"
-                                     " number 0); rank 1 ran GATHER (torch's sequence number 0) (sequence number: 0 vs"
-                                     " 0; op type: BARRIER vs GATHER)")  # at the
-    # group's first collective, 0 is a number; each aspect torch names, in its order
+                                     " number 0); rank 1 ran a collective of another kind (torch's check could not"
+                                     " read it: it came back as GATHER, torch's sequence number 0)")
+    reduce = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective:"
+              f" {fingerprint.format(2).replace('=3', '=0')}, but Rank 1 is running collective:"
+              " CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE).Collectives differ in the following aspects:"
+              " \t Op type: ALLREDUCEvs REDUCE  Tensor Tensor shapes: 2vs  Tensor Tensor dtypes: Floatvs")
+    assert short_mismatch(reduce) == ("collectives differ (--debug-collectives): rank 0 ran ALLREDUCE of Float[2]"
+                                      " (torch's sequence number 0); rank 1 ran a collective of another kind (torch's"
+                                      " check could not read it: it came back as REDUCE, torch's sequence number 0)")
+    real = first.replace("SequenceNumber=0OpType=GATHER", "SequenceNumber=0, OpType=GATHER, TensorShape=[4],"
+                                                          " TensorDtypes=Float")
+    assert "rank 1 ran GATHER of Float[4] (torch's sequence number 0)" in short_mismatch(real)  # a gather it made
+    # each aspect torch names, in its order
     assert short_mismatch("ValueError: x") == "ValueError: x"
 
 
