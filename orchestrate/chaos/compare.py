@@ -36,7 +36,8 @@ def compare_files(client: Any, image: str, undisturbed: Path, with_faults: Path,
     for row in load_and_compare(client, image, undisturbed, with_faults, present, rtol, run_as):
         path = row["path"]
         if row["loadable"]:
-            comparisons[path] = FileComparison(path, "tensors", row["equal"], row["max_difference"], row["where"])
+            comparisons[path] = FileComparison(path, "tensors", row["equal"], row["max_difference"], row["where"],
+                                               rtol=rtol)
         else:
             same = (undisturbed / path).read_bytes() == (with_faults / path).read_bytes()
             comparisons[path] = FileComparison(path, "bytes", same)
@@ -54,6 +55,11 @@ def load_and_compare(client: Any, image: str, undisturbed: Path, with_faults: Pa
             volumes={str(undisturbed): {"bind": "/undisturbed", "mode": "ro"},
                      str(with_faults): {"bind": "/with-faults", "mode": "ro"}})
     except engine_errors() as exc:
-        raise EngineError(f"cannot compare the runs' files in a container of {image}: {describe(exc)}") from None
+        stderr = getattr(exc, "stderr", None)  # a ContainerError's: what the comparison said, not its command line
+        said = [ln for ln in (stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else str(stderr or ""))
+                .splitlines() if ln.strip()]
+        why = (f"the comparison exited {getattr(exc, 'exit_status', '?')}: {said[-1].strip()}" if said
+               else describe(exc))
+        raise EngineError(f"cannot compare the runs' files in a container of {image}: {why}") from None
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]

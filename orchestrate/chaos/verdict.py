@@ -36,6 +36,7 @@ class FileComparison:
     max_difference: Optional[float] = None
     where: str = ""
     problem: str = ""
+    rtol: float = 0.0  # the tolerance tensors were compared within (--rtol; 0: exactly)
 
     def describe(self) -> str:
         if self.problem:
@@ -47,8 +48,9 @@ class FileComparison:
         if self.max_difference is None:  # no number tells them apart: shapes, keys or values of other kinds
             return f"{self.path}: {'matches' if self.equal else 'differs'} (tensors; at {self.where or '?'})"
         at = f" at {self.where}" if self.where else ""
+        within = f", within --rtol {self.rtol:g}" if self.rtol and self.equal else ""  # said: it is not equal
         return (f"{self.path}: {'matches' if self.equal else 'differs'} (tensors; largest difference"
-                f" {self.max_difference:.3g}{at})")
+                f" {self.max_difference:.3g}{at}{within})")
 
 
 # What a verdict that holds cannot say where no file or step was compared.

@@ -35,10 +35,34 @@ def walk(torch, a, b, where, rtol, worst):
     if isinstance(a, float) and isinstance(b, float):
         worst.append((abs(a - b), where))
         return a == b if rtol == 0 else abs(a - b) <= rtol * abs(b)
-    same = a == b
+    if isinstance(a, torch.nn.Module) and isinstance(b, torch.nn.Module):  # torch.save(model): by its state
+        if type(a) is not type(b):
+            worst.append((float("inf"), where + f" (a {type(a).__name__} vs a {type(b).__name__})"))
+            return False
+        return walk(torch, a.state_dict(), b.state_dict(), where, rtol, worst)
+    if is_array(a) and is_array(b):  # numpy's, as tensors (their == is elementwise)
+        return walk(torch, torch.as_tensor(a), torch.as_tensor(b), where, rtol, worst)
+    try:
+        same = bool(a == b)
+    except Exception:  # an == that is elementwise, or refuses: by the objects' own state where they have one
+        state_a, state_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
+        if type(a) is type(b) and isinstance(state_a, dict) and isinstance(state_b, dict):
+            return walk(torch, state_a, state_b, where, rtol, worst)
+        same = False
     if not same:
-        worst.append((float("inf"), where + f" ({a!r} vs {b!r})"))
-    return bool(same)
+        worst.append((float("inf"), where + f" ({short(a)} vs {short(b)})"))
+    return same
+
+
+def is_array(value):
+    """Whether ``value`` is a numpy array (numpy is not imported here: the node's torch may lack it)."""
+    return type(value).__module__ == "numpy" and type(value).__name__ == "ndarray"
+
+
+def short(value):
+    """A value in one short line, for where two differ."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def main(argv):

@@ -504,12 +504,20 @@ LOCAL_FILES_SHOWN = 3
 def local_files_while_hung(hang: Optional[HangDiagnosis], results: list[NodeResult],
                            written_locally: dict[str, tuple[int, ...]]) -> str:
     """For a hung job whose ranks of one node wait outside any collective (idle: a loop that
-    sleeps, polling for a file): the files that ranks of other nodes wrote on their own disks and
-    none of that node's ranks did, which that node cannot see ("" where there are none)."""
-    if hang is None or not hang.hung:
+    sleeps, polling for a file), or a job that looked at work where they spun on the CPU outside
+    any collective while others waited in one (a loop that polls without sleeping): the files
+    that ranks of other nodes wrote on their own disks and none of that node's ranks did, which
+    that node cannot see ("" where there are none)."""
+    if hang is None:
         return ""
     node_of = nodes_of_ranks(results)
-    idle = sorted(a.rank for a in hang.activities if a.state == "idle" and a.rank in node_of)
+    if hang.hung:
+        idle = sorted(a.rank for a in hang.activities if a.state == "idle" and a.rank in node_of)
+    elif any(a.state == "collective" for a in hang.activities):  # the others wait for the spinning ones
+        idle = sorted(a.rank for a in hang.activities if a.state == "busy" and a.detail.startswith("computing (")
+                      and a.rank in node_of)
+    else:
+        return ""
     for node in dict.fromkeys(node_of[rank] for rank in idle):
         others = {path: ranks for path, ranks in written_locally.items()
                   if ranks and all(node_of.get(rank) not in (None, node) for rank in ranks)}

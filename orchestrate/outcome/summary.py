@@ -112,11 +112,13 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"{how}: every node was stopped")
         lines += grace_lines(outcome)
         lines += last_look_lines(outcome)
+        lines += last_look_hint(outcome)
     elif outcome.error:
         lines.append(f"FAILED: {outcome.error}")
         if outcome.failure is None:  # its time limit, the engine: the nodes were stopped after it
             lines += grace_lines(outcome)
         lines += last_look_lines(outcome)
+        lines += last_look_hint(outcome)
     failure = outcome.failure
     if failure is not None:
         lines.append(f"FAILED: {peers_named(failure.describe(), outcome.node_addresses)}")
@@ -231,6 +233,16 @@ def ended_hung(outcome: RunResult) -> bool:
             and not outcome.interrupted and not outcome.error and outcome.hung)
 
 
+def last_look_hint(outcome: RunResult) -> list[str]:
+    """Under an interrupt's or a time limit's ending with no failed rank: the hint of what the
+    last look at a job that seemed to work found (a rank that spins polling for a file it cannot
+    see), where the failure's own lines will not give it."""
+    if outcome.failure is not None or outcome.hang is None or outcome.hang.hung:
+        return []
+    hint = ending_hint(outcome)
+    return [hint] if hint else []
+
+
 def ending_hint(outcome: RunResult) -> str:
     """The one hint the summary gives under how the run ended, what to change and why ("" where
     none applies): for a hang, files a waiting node cannot see; for a failure, the first hint
@@ -244,6 +256,10 @@ def ending_hint(outcome: RunResult) -> str:
             return ""
         return failure_hint(outcome, failure)
     if ended_hung(outcome):
+        return local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
+    if outcome.hang is not None and not outcome.hang.hung and not outcome.succeeded and outcome.failure is None:
+        # a job the last look found at work, ended by an interrupt or its time limit: a rank that spun polling for a
+        # file it cannot see
         return local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
     if not says_failure(outcome):
         return ""

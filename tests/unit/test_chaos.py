@@ -293,6 +293,31 @@ def test_tensors_compare_exactly_and_name_the_largest_difference_and_where(tmp_p
     assert rows["final.pt"]["where"] == "optimizer.state.0.momentum"
 
 
+def test_a_whole_model_numpy_arrays_and_other_objects_compare_by_their_values(tmp_path, torch):
+    """torch.save(model) compared the modules by identity (never equal); numpy arrays' elementwise
+    == failed the check with no verdict."""
+    import numpy
+
+    first, second = two_copies(tmp_path)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    torch.save(model, first / "model.pt")
+    torch.save(model, second / "model.pt")
+    torch.save({"w": numpy.array([1.0, 2.0]), "n": numpy.float64(3.0)}, first / "arrays.pt")
+    torch.save({"w": numpy.array([1.0, 2.0]), "n": numpy.float64(3.0)}, second / "arrays.pt")
+    rows = {r["path"]: r for r in compare_in_process(0.0, first, second, "model.pt", "arrays.pt")}
+    assert rows["model.pt"]["equal"] is True and rows["arrays.pt"]["equal"] is True, rows
+    with torch.no_grad():
+        model[0].bias += 0.5
+    torch.save(model, second / "model.pt")
+    torch.save({"w": numpy.array([1.0, 2.25]), "n": numpy.float64(3.0)}, second / "arrays.pt")
+    rows = {r["path"]: r for r in compare_in_process(0.0, first, second, "model.pt", "arrays.pt")}
+    assert (rows["model.pt"]["equal"], rows["model.pt"]["where"]) == (False, "0.bias")
+    assert rows["model.pt"]["max_difference"] == pytest.approx(0.5)
+    assert (rows["arrays.pt"]["equal"], rows["arrays.pt"]["where"]) == (False, "w")
+    assert rows["arrays.pt"]["max_difference"] == pytest.approx(0.25)
+
+
 def test_a_relative_tolerance_lets_small_differences_pass_and_not_large_ones(tmp_path, torch):
     first, second = two_copies(tmp_path)
     torch.save({"w": torch.tensor([1.0, 2.0])}, first / "a.pt")
@@ -879,6 +904,11 @@ def test_a_bound_on_steps_redone_and_a_per_step_difference_fail_the_trial(make_j
     (FileComparison("log.txt", "bytes", False), "log.txt: differs (bytes)"),
     (FileComparison("log.txt", "bytes", False, problem="the run with faults wrote no such file"),
      "log.txt: the run with faults wrote no such file"),
+    # a match within a tolerance says the tolerance (it is no equality); a difference beyond it needs no word
+    (FileComparison("final.pt", "tensors", True, 0.000115, "0.bias", rtol=0.1),
+     "final.pt: matches (tensors; largest difference 0.000115 at 0.bias, within --rtol 0.1)"),
+    (FileComparison("final.pt", "tensors", False, 0.5, "0.bias", rtol=0.1),
+     "final.pt: differs (tensors; largest difference 0.5 at 0.bias)"),
 ])
 def test_a_comparison_says_every_value_equal_or_the_largest_difference_and_where(comparison, said):
     assert comparison.describe() == said
@@ -1778,3 +1808,24 @@ def test_no_trial_is_started_with_less_time_left_than_the_undisturbed_run_took(m
                 f"no run with faults was made: {LIMITED} (20 s left, and the undisturbed run took 31 s)"]
         else:
             assert [t.status for t in outcome.trials] == ["HOLDS"] and outcome.trials_asked == 3
+
+
+def test_a_comparison_that_fails_in_its_container_says_its_own_last_words_not_its_command_line(tmp_path):
+    """The error quoted the whole comparison script (its command line), cut off before the reason."""
+    import types
+
+    import docker
+
+    from orchestrate.chaos.compare import COMPARE_SCRIPT, load_and_compare
+    from orchestrate.errors import EngineError
+
+    def run(image, command, **options):
+        raise docker.errors.ContainerError("c1", 1, command, image,
+                                           b"Traceback (most recent call last):\n  ...\nValueError: the truth value\n\n")
+
+    client = types.SimpleNamespace(containers=types.SimpleNamespace(run=run))
+    with pytest.raises(EngineError) as error:
+        load_and_compare(client, "img", tmp_path, tmp_path, ["final.pt"], 0.0, None)
+    assert str(error.value) == ("cannot compare the runs' files in a container of img: the comparison exited 1:"
+                                " ValueError: the truth value")
+    assert COMPARE_SCRIPT[:40] not in str(error.value)

@@ -760,6 +760,22 @@ def test_a_hung_rank_that_waits_outside_any_collective_is_told_of_the_files_othe
     assert not any("cannot see" in line for line in format_summary(result).splitlines())
     assert local_files_while_hung(result.hang, results, {"/tmp/data_ready": (0,)}) == ""  # what the summary asks
     assert local_files_while_hung(None, results, {"/tmp/data_ready": (0,)}) == ""
+    # a rank that spins polling (no sleep: "computing") while the others wait in a collective: a job that looked at
+    # work to the watchdog, interrupted at last; the same files explain it
+    spinning = HangDiagnosis(30.0, [], {}, None, cause="no output for 30 s", hung=False,
+                             activities=[RankActivity(0, "collective", "waits in barrier"),
+                                         RankActivity(1, "busy", "computing (97% of a core)"),
+                                         RankActivity(2, "collective", "waits in barrier")])
+    stopped = outcome(results, hang=spinning, interrupted=True, written_locally={"/tmp/data_ready": (0,)})
+    assert format_summary(stopped).splitlines()[-1] == (
+        "  hint: rank 1 (node1) waits outside any collective, and ranks of other nodes wrote files on their own disks"
+        " that node1 cannot see: /tmp/data_ready (rank 0 on node0); if rank 1 waits for one, write it under /workspace or"
+        " /shared, which every node has, or make it on every node (where LOCAL_RANK is 0)")
+    # ... not a rank computing on its GPU, nor one computing while nobody waits for it
+    spinning.activities[1] = RankActivity(1, "busy", "computing on the GPU, in all_reduce at train.py:9")
+    assert not any("cannot see" in line for line in format_summary(stopped).splitlines())
+    spinning.activities = [RankActivity(r, "busy", "computing (97% of a core)") for r in range(3)]
+    assert not any("cannot see" in line for line in format_summary(stopped).splitlines())
 
 
 def test_a_compiled_model_without_a_compiler_and_a_forward_pass_made_alone_get_their_hints(make_job):
