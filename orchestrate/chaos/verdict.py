@@ -213,6 +213,16 @@ class ChaosVerdict(Verdict):
         return max(0, last - self.ended_at_step)
 
     @property
+    def steps_overran(self) -> int:
+        """How many steps past the undisturbed run's last the job with faults ended, by its
+        attempts' records (0: not past it, or not known); said, not judged: a second optimizer's
+        carried count may misnumber a resume that did every step once."""
+        last = self.facts.last_step if self.facts else None
+        if self.disturbed is None or not self.disturbed.job_succeeded or last is None or self.ended_at_step is None:
+            return 0
+        return max(0, self.ended_at_step - last)
+
+    @property
     def time_lost_s(self) -> Optional[float]:
         if self.disturbed is None:
             return None
@@ -274,6 +284,12 @@ class ChaosVerdict(Verdict):
             lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s), resumed after a save, and"
                          " ended where the undisturbed run ended")
         elif status == HOLDS:  # said as far as it was tested: nothing was compared
+            overran = self.steps_overran
+            if overran:
+                lines.append(f"note: the job ended at step {self.ended_at_step}, the undisturbed run at step"
+                             f" {self.facts.last_step if self.facts else '?'}, by the steps its attempts reported or"
+                             " counted: a resume that did a step twice ends past it (a second optimizer's carried"
+                             " count may number them so too); --compare what it saved to know")
             lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s) and resumed after a save;"
                          f" {NOTHING_COMPARED}")
         elif status == DOES_NOT_HOLD:

@@ -830,6 +830,16 @@ def test_a_verdict_that_holds_with_nothing_compared_does_not_say_the_job_ended_w
         assert compared.unchecked == "" and compared.format().endswith("and ended where the undisturbed run ended")
         assert not any("chaos-unchecked" in part for part in chaos_section(compared.record()))
     assert replace(bare, strikes=[strike(saved=())]).unchecked == ""  # inconclusive: its reasons say it
+    # a job that ended past the undisturbed run's last step (a step done twice, by its counted steps): said, as a
+    # second optimizer's carried count may number a right resume so too; not judged
+    overran = replace(bare, steps_done=32, ended_at_step=31)
+    assert overran.status == "HOLDS" and overran.steps_overran == 1
+    assert overran.format().splitlines()[-2] == (
+        "note: the job ended at step 31, the undisturbed run at step 30, by the steps its attempts reported or counted:"
+        " a resume that did a step twice ends past it (a second optimizer's carried count may number them so too);"
+        " --compare what it saved to know")
+    assert replace(bare, steps_done=33, ended_at_step=30).steps_overran == 0
+    assert not any(ln.startswith("note: the job ended") for ln in replace(bare, ended_at_step=30).format().splitlines())
 
 
 def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_a_hold(make_job, tmp_path):
