@@ -144,6 +144,8 @@ class Strike:
         last_save: The file of ``saved`` to name: the newest still there when the run ended (a
             temporary file seen before it was renamed onto the save is no save); None: none was,
             and the newest is named.
+        cut_save: A torn write's file, where the job had written it whole before the cut: the
+            save it would have resumed from, cut (so not in ``saved``); "" for none.
     """
 
     spec: str
@@ -157,6 +159,7 @@ class Strike:
     redone: Optional[int]
     struck_step: Optional[int] = None
     last_save: Optional[str] = None
+    cut_save: str = ""
 
     @property
     def after_a_save(self) -> bool:
@@ -184,13 +187,13 @@ class Strike:
         if self.saved is None:
             return "unknown"
         if not self.saved:
-            return "no"
+            return f"only {self.cut_save}, the file it cut" if self.cut_save else "no"
         more = f" (+{len(self.saved) - 1} more)" if len(self.saved) > 1 else ""
         return f"yes: {self.named_save}{more}"
 
     def describe_next(self) -> str:
-        if not self.restarted:
-            return "no new attempt"
+        if not self.restarted:  # (a fault that ends its attempt, whose next ones reported no step: they failed early)
+            return "no new attempt" if lasts(self.spec) else "no new attempt reported a step"
         if self.resumed_from is None:
             return "started from a step not known (its steps were counted from 1, with no step count carried)"
         redone = "" if self.redone is None else f": {self.redone} step(s) redone"
@@ -228,9 +231,13 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         if after is not None and start is None and saved == ():
             start = after.offset = 0  # nothing saved yet: nothing to resume from (its steps are the job's)
             redone = reached
+        # the torn file, first written before the fault was armed (the write it cut came after): a whole save, cut
+        cut = fault.struck_file if fault.struck_file and any(
+            w.path == fault.struck_file and w.time < (fault.fired_time or 0.0) for w in writes or []) else ""
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
                              at - done[0][1] if done else None, saved, after is not None, start, redone,
-                             reached if fault.struck_time is not None else None, kept[-1] if kept else None))
+                             reached if fault.struck_time is not None else None, kept[-1] if kept else None,
+                             cut_save=cut or ""))
     return result
 
 

@@ -567,7 +567,16 @@ def test_a_torn_write_strikes_at_the_write_it_cut_not_at_the_step_it_was_armed(m
     assert strike.saved == ("ckpt/step_6/__0_0.distcp",)
     assert (strike.steps_done, strike.resumed_from, strike.redone, strike.struck_step) == (9, 6, 3, 9)
     assert strike.describe_struck() == "9 step(s), 8.6 s training"
+    assert strike.cut_save == ""  # the file it cut was first written after it was armed: no save it cut
     assert torn.struck_s == pytest.approx(9.6) and KILL.struck_s is None
+    # a save straight onto the file it resumes from, whole since step 1, cut at step 9; the restarts that followed
+    # failed reading it, reporting no step: its only save was the file it cut, and no new attempt reported a step
+    in_place = replace(torn, struck_file="ckpt.pt")
+    [cut_whole] = strikes([in_place], attempts_of(steps(0, "a", range(1, 10), 101.0, counted=False), 30,
+                                                   completed=False), [WrittenFile("ckpt.pt", 101.2)])
+    assert (cut_whole.saved, cut_whole.cut_save, cut_whole.describe_saved()) == ((), "ckpt.pt",
+                                                                                 "only ckpt.pt, the file it cut")
+    assert cut_whole.describe_next() == "no new attempt reported a step"
     verdict = ChaosVerdict(7, result(make_job, tmp_path, run_id="ref"),
                            result(make_job, tmp_path, faults=[torn], run_id="dis"), [torn.spec], [],
                            facts=Reference(30, 30.0, "ckpt/step_6/__0_0.distcp", 3.0, 4), strikes=[strike])
