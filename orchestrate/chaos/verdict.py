@@ -17,6 +17,7 @@ from orchestrate.chaos.attempts import Strike, lasts
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, RunResult
+from orchestrate.outcome.summary import ending_hint
 from orchestrate.text import format_table, listed, times
 
 HOLDS = "HOLDS"
@@ -129,6 +130,9 @@ class ChaosVerdict(Verdict):
             failure = self.disturbed.failure
             reasons.append("the job did not complete under the faults"
                            + (f": {failure.describe()}" if failure else f" (exit code {self.disturbed.exit_code})"))
+            hint = ending_hint(self.disturbed).strip()  # what its run's summary said to change, said here too
+            if hint:
+                reasons.append(hint)
         reasons += [f"fault {f.describe()}" for f in self.disturbed.unfired_faults]
         if self.disturbed.apart:
             reasons.append(f"in the run with faults, the ranks did not form the one job torchrun started"

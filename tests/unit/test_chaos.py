@@ -1848,3 +1848,22 @@ def test_a_comparison_that_fails_in_its_container_says_its_own_last_words_not_it
     assert str(error.value) == ("cannot compare the runs' files in a container of img: the comparison exited 1:"
                                 " ValueError: the truth value")
     assert COMPARE_SCRIPT[:40] not in str(error.value)
+
+
+def test_a_job_that_did_not_complete_under_the_faults_gives_its_runs_hint_in_the_verdict_too(make_job, tmp_path):
+    """The run's summary said what to change (a file only one node could see, a save cut short);
+    the verdict below it said only that a node failed."""
+    from orchestrate.outcome.root_cause import RootCause
+
+    failed = result(make_job, tmp_path, ok=False, faults=[KILL], run_id="dis")
+    failed.results[0].root_cause = RootCause(0, 0, 1, "RuntimeError: ProcessGroupNCCL is only supported with GPUs,"
+                                                      " no GPUs found!")
+    verdict = ChaosVerdict(7, result(make_job, tmp_path, run_id="ref"), failed, [KILL.spec], [],
+                           facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), strikes=[strike()])
+    assert verdict.status == "DOES NOT HOLD"
+    assert verdict.failures[0].startswith("the job did not complete under the faults: node0 rank 0 failed")
+    assert verdict.failures[1].startswith("hint: these nodes have no GPU, and the script asks for NCCL")
+    assert "  hint: these nodes have no GPU" in verdict.format()
+    plain = ChaosVerdict(7, result(make_job, tmp_path, run_id="ref"), result(make_job, tmp_path, ok=False, run_id="x"),
+                         [KILL.spec], [], facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), strikes=[strike()])
+    assert not any(r.startswith("hint:") for r in plain.failures)  # none where the run's summary gave none
