@@ -52,6 +52,7 @@ from app.distenv import (
     non_negative_int,
     positive_int,
     process_group,
+    refuse,
     select_device,
 )
 from app.toy import parameter_checksum, replicas_agree
@@ -201,6 +202,19 @@ def batch_sizes(args: argparse.Namespace, device: torch.device) -> list[int]:
     return sorted(swept)
 
 
+def check_one_image_trains(model: nn.Module, args: argparse.Namespace, device: torch.device) -> None:
+    """Refuse, in one line, a batch of one image the model cannot train on (BatchNorm, where the
+    last feature map is 1x1 at this image size), before anything is measured."""
+    try:
+        model(torch.zeros(1, 3, args.image_size, args.image_size, device=device))
+    except ValueError as exc:
+        if "Expected more than 1 value per channel" not in str(exc):
+            raise
+        refuse(f"--batch-size 1 at --image-size {args.image_size}: {args.model}'s batch norm needs more than one"
+               " value per channel in training, and one image makes one at its last layer here: give a batch of 2"
+               " or more, or a larger --image-size")
+
+
 @record
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="app.bench_ddp", description=__doc__,
@@ -229,6 +243,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         probe = make_model(args.model, device)
         tensors = sum(1 for _ in probe.parameters())
         params = sum(p.numel() for p in probe.parameters())
+        if min(args.batch_sizes or [args.batch_size]) == 1:  # batch norm in training needs two values a channel
+            check_one_image_trains(probe, args, device)
         del probe
         log0(f"{args.model}: {tensors} parameter tensors, {params / 1e6:.1f} M parameters; world size {world},"
              f" {args.image_size}px images, backend {backend}, device {device.type}")

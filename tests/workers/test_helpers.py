@@ -224,3 +224,23 @@ def test_the_wire_measure_sends_exactly_what_the_receiver_reads_whatever_the_siz
     with socket.create_server(("127.0.0.1", 0)) as server:
         rate = bench.tcp_both_ways(server, server.getsockname(), total)  # raises on a reset
     assert rate > 0
+
+
+def test_the_ddp_benchmark_refuses_one_image_its_model_cannot_train_on_in_one_line(capsys):
+    """--batch-size 1 at a small --image-size: resnet's batch norm failed mid-measure, its error
+    said to be in the user's code."""
+    import argparse
+
+    import torch
+
+    from app.bench_ddp import check_one_image_trains
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=4), torch.nn.BatchNorm2d(4))
+    small = argparse.Namespace(image_size=3, model="tiny")  # a 1x1 map of one image: one value a channel
+    with pytest.raises(SystemExit) as exited:
+        check_one_image_trains(model, small, torch.device("cpu"))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "--batch-size 1 at --image-size 3: tiny's batch norm needs more than one value per channel in training, and one"
+        " image makes one at its last layer here: give a batch of 2 or more, or a larger --image-size")
+    check_one_image_trains(model, argparse.Namespace(image_size=16, model="tiny"), torch.device("cpu"))  # 4x4: fine
