@@ -2328,8 +2328,11 @@ MUTANTS = [
     Mutant("the default image is the remedy on the default image", "orchestrate/outcome/judge.py",
            "        if image_torch and image_torch != DEFAULT_TORCH:", "        if True:", ("tests/unit/test_judge.py",)),
     Mutant("an abort in the script's own code is blamed on gloo", "orchestrate/outcome/judge.py",
-           '    in_own_code = bool(failure.crashed) and " in " in failure.crashed and "thread, while" not in'
-           " failure.crashed", "    in_own_code = False", ("tests/unit/test_judge.py",)),
+           '    in_own_code = " in " in place and "thread, while" not in place', "    in_own_code = False",
+           ("tests/unit/test_judge.py",)),
+    Mutant("a rank that died before its script returned is said to have crashed on its way out",
+           "orchestrate/outcome/judge.py", "failure.rank not in own.returned_ranks):", "False):",
+           ("tests/unit/test_judge.py",)),
     Mutant("an interrupted bench kills its launcher, leaving its nodes", "orchestrate/bench/launcher.py",
            "        proc.send_signal(signal.SIGINT)\n", "        proc.kill()\n", ("tests/unit/test_bench.py",)),
     Mutant("a -m module missing from its package in the work directory is passed on", "orchestrate/config/run_config.py",

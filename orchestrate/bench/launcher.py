@@ -13,6 +13,7 @@ The summaries are pure functions of the figures, tested apart from any engine.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import statistics
@@ -84,7 +85,7 @@ def run_to_its_end(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
         try:
             proc.communicate(timeout=LAUNCHER_TEARDOWN_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # its session: the launcher and what it started
             proc.communicate()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)

@@ -130,7 +130,7 @@ class ChaosVerdict(Verdict):
             failure = self.disturbed.failure
             reasons.append("the job did not complete under the faults"
                            + (f": {failure.describe()}" if failure else f" (exit code {self.disturbed.exit_code})"))
-            hint = ending_hint(self.disturbed).strip()  # what its run's summary said to change, said here too
+            hint = " ".join(ending_hint(self.disturbed).split())  # its run's summary's advice, here too, one line
             if hint:
                 reasons.append(hint)
         reasons += [f"fault {f.describe()}" for f in self.disturbed.unfired_faults]

@@ -193,7 +193,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[IO[str]] = None, cl
         return EXIT_USAGE
     if target and not getattr(args, "takes_target", False):
         parser.error(f"{command_of(options)} takes no job after --, got: -- {shlex.join(target)}")
-    if "--" in argv and not target and getattr(args, "takes_target", False):  # (a script's "$@" that was empty)
+    if ("--" in argv and not target and getattr(args, "takes_target", False)  # (a script's "$@" that was empty)
+            and not getattr(args, "sbatch", None)):  # (a batch script of the user's runs no target of ours)
         demo = " ".join(DEFAULT_TARGET)
         chosen_parser(parser, args).error(f"nothing after --: give the job (a script relative to --workdir, or -m"
                                           f" MODULE), or leave the -- out for the demo job ({demo})")

@@ -377,10 +377,25 @@ def missing_module(name: str, workdir: Path) -> str:
     there, or its top level is not in the work directory (the image's, or a mount's)."""
     parts = name.split(".")
     top = workdir / parts[0]
-    if not ((top / "__init__.py").is_file() or module_file(workdir, parts[0]) is not None):
+    try:
+        if not ((top / "__init__.py").is_file() or module_file(workdir, parts[0]) is not None):
+            return ""
+        return missing_part(name, parts, workdir)
+    except OSError:  # a directory this user may not read: left to Python in the nodes
         return ""
+
+
+def missing_part(name: str, parts: list[str], workdir: Path) -> str:
+    """:func:`missing_module`'s walk down ``parts`` from the work directory; "" where a link (it
+    may point somewhere only the nodes have) or a package that extends its ``__path__`` (its
+    modules may lie elsewhere) leaves the rest to Python."""
     where = workdir
     for depth, part in enumerate(parts):
+        if any(candidate.is_symlink() for candidate in (where / part, where / f"{part}.py")):
+            return ""
+        init = where / part / "__init__.py"
+        if init.is_file() and "__path__" in init.read_text(encoding="utf-8", errors="replace"):
+            return ""
         found = module_file(where, part)  # a regular package comes first, then a module, then a namespace
         if found is not None and not (where / part / "__init__.py").is_file():
             if depth < len(parts) - 1:

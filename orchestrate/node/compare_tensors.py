@@ -35,18 +35,20 @@ def walk(torch, a, b, where, rtol, worst):
     if isinstance(a, float) and isinstance(b, float):
         worst.append((abs(a - b), where))
         return a == b if rtol == 0 else abs(a - b) <= rtol * abs(b)
-    if isinstance(a, torch.nn.Module) and isinstance(b, torch.nn.Module):  # torch.save(model): by its state
-        if type(a) is not type(b):
-            worst.append((float("inf"), where + f" (a {type(a).__name__} vs a {type(b).__name__})"))
-            return False
+    if callable(getattr(a, "state_dict", None)) and type(a) is type(b) and not isinstance(a, dict):
+        # saved whole (a model, an optimizer, a scheduler, a scaler): by its state, as identity says nothing
         return walk(torch, a.state_dict(), b.state_dict(), where, rtol, worst)
-    if is_array(a) and is_array(b):  # numpy's, as tensors (their == is elementwise)
-        return walk(torch, torch.as_tensor(a), torch.as_tensor(b), where, rtol, worst)
+    if is_array(a) and is_array(b):  # numpy's, as tensors where they can be (their == is elementwise)
+        try:
+            return walk(torch, torch.as_tensor(a.copy()), torch.as_tensor(b.copy()), where, rtol, worst)
+        except (TypeError, RuntimeError, ValueError):  # strings, objects: value for value
+            a, b = (a.shape, a.dtype.str, a.tolist()), (b.shape, b.dtype.str, b.tolist())
     try:
         same = bool(a == b)
     except Exception:  # an == that is elementwise, or refuses: by the objects' own state where they have one
         state_a, state_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
-        if type(a) is type(b) and isinstance(state_a, dict) and isinstance(state_b, dict):
+        depth = where.count(".")  # (an object that holds itself would be walked for ever)
+        if type(a) is type(b) and isinstance(state_a, dict) and isinstance(state_b, dict) and depth < 50:
             return walk(torch, state_a, state_b, where, rtol, worst)
         same = False
     if not same:
@@ -82,7 +84,11 @@ def compare_one(rtol, first, second, path):
         print(json.dumps({"path": path, "loadable": False}))
         return
     worst = []
-    equal = walk(torch, a, b, "", rtol, worst)
+    try:
+        equal = walk(torch, a, b, "", rtol, worst)
+    except Exception as exc:  # what cannot be compared is no match: said, and the other files still compared
+        worst.append((float("inf"), f" (not comparable: {type(exc).__name__}: {exc})"[:200]))
+        equal = False
     largest = max(worst, default=(0.0, ""))
     # (where every value is equal no key is the largest difference's)
     print(json.dumps({"path": path, "loadable": True, "equal": equal,

@@ -21,7 +21,7 @@ file it opens for writing that matches:
   it; each file and rank that met it is recorded once.
 
 Where it reaches: Python's ``open`` (``builtins.open``, ``io.open``, so ``pathlib.Path.open``,
-``os.fdopen`` of a descriptor such as ``tempfile.mkstemp``'s, and
+``os.fdopen`` of a descriptor such as ``tempfile.mkstemp``'s, ``tempfile``'s own files, and
 ``torch.distributed.checkpoint``'s file system writer) and ``torch.save`` to a path (which
 torch writes from C++: while a fault is armed it is given a file opened here instead). Not
 reached: ``os.open``/``os.write``, memory maps, and native code that opens files itself
@@ -159,9 +159,11 @@ class FullDiskFile(io.FileIO):
     close, and ``torch.save``'s own error around it (torch's ``RuntimeError``, the ENOSPC its
     context), not one raised at every write."""
 
-    def __init__(self, descriptor: int, mode: str, name: Any, path: str, faults: StorageFaults) -> None:
-        super().__init__(descriptor, mode.replace("x", "w").replace("b", "").replace("t", ""), closefd=True)
-        self.name = name  # as open() names it (a path, or the descriptor given)
+    def __init__(self, descriptor: int, mode: str, name: Any, path: str, faults: StorageFaults,
+                 closefd: bool = True) -> None:
+        super().__init__(descriptor, mode.replace("x", "w").replace("b", "").replace("t", ""), closefd=closefd)
+        # as open() names it: the path given (a str, for a path-like one), or the descriptor
+        self.name = os.fspath(name) if isinstance(name, os.PathLike) else name
         self._path = path
         self._faults = faults
 
@@ -175,16 +177,22 @@ class FullDiskFile(io.FileIO):
 def _open_options(buffering: int = -1, encoding: Optional[str] = None, errors: Optional[str] = None,
                   newline: Optional[str] = None, closefd: bool = True, opener: Any = None) -> dict[str, Any]:
     """``open``'s arguments after the mode, by name."""
-    return {"buffering": buffering, "encoding": encoding, "errors": errors, "newline": newline}
+    return {"buffering": buffering, "encoding": encoding, "errors": errors, "newline": newline, "closefd": closefd,
+            "opener": opener}
 
 
-def on_a_full_disk(opened: Any, file: Any, mode: str, options: dict[str, Any], faults: StorageFaults) -> Any:
-    """``opened`` again, the same layers (buffer, text) over a :class:`FullDiskFile` of its
-    descriptor: the file stays as ``open`` made it (created, truncated), its writes now meet the
-    full disk."""
-    path = descriptor_path(file) if isinstance(file, int) else os.fsdecode(os.fspath(file))
-    raw = FullDiskFile(os.dup(opened.fileno()), mode, file, path or "", faults)
-    opened.close()  # (a descriptor given with closefd=False stays open, as it would)
+def on_a_full_disk(opened: Any, file: Any, path: str, mode: str, options: dict[str, Any],
+                   faults: StorageFaults) -> Any:
+    """``opened`` again, the same layers (buffer, text) over a :class:`FullDiskFile`: the file
+    stays as ``open`` made it (created, truncated), its writes now meet the full disk. A
+    descriptor the caller gave (``file``, an int: ``opened`` must not own it) is the raw file's
+    own, closed by it where the caller's ``closefd`` says, so its number stays the caller's; a
+    path's is a duplicate of ``opened``'s, which is closed."""
+    if isinstance(file, int):
+        raw = FullDiskFile(file, mode, file, path, faults, closefd=options["closefd"])
+    else:
+        raw = FullDiskFile(os.dup(opened.fileno()), mode, file, path, faults)
+    opened.close()
     if options["buffering"] == 0:  # unbuffered binary: the raw file itself
         return raw
     size = options["buffering"] if options["buffering"] > 1 else max(os.fstat(raw.fileno()).st_blksize, 1)
@@ -256,15 +264,27 @@ def wrap_open(faults: StorageFaults, original: Any = None) -> Any:
     original = original or _original_open
 
     def faulty_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        opened = original(file, mode, *args, **kwargs)
         if not _WRITING & set(str(mode)) or not faults.armed():
-            return opened
-        torn = faults.matching(file, "torn-write")
+            return original(file, mode, *args, **kwargs)
+        if isinstance(file, int):  # a descriptor (os.fdopen of mkstemp's): by the path it was opened at
+            where = descriptor_path(file)
+            if where is None or not (faults.matching(where, "torn-write") or faults.matching(where, "disk-full")):
+                return original(file, mode, *args, **kwargs)
+            opened = None
+        else:
+            opened = original(file, mode, *args, **kwargs)
+            # the file opened, not the argument (tempfile opens a directory's name with an opener of its own)
+            where = descriptor_path(opened.fileno()) or file
+        torn = faults.matching(where, "torn-write")
         if torn is not None and faults.claim(torn[0]["key"]):
-            return FaultyFile(opened, faults, torn)
-        if faults.matching(file, "disk-full") is None:
-            return opened
-        return on_a_full_disk(opened, file, str(mode), _open_options(*args, **kwargs), faults)
+            return FaultyFile(opened or original(file, mode, *args, **kwargs), faults, torn)
+        if faults.matching(where, "disk-full") is None:
+            return opened or original(file, mode, *args, **kwargs)
+        options = _open_options(*args, **kwargs)
+        if opened is None:  # opened here without taking the caller's descriptor: the raw layer takes it
+            opened = original(file, mode, options["buffering"], options["encoding"], options["errors"],
+                              options["newline"], False, options["opener"])
+        return on_a_full_disk(opened, file, os.fsdecode(os.fspath(where)), str(mode), options, faults)
 
     faulty_open.__wrapped__ = original  # type: ignore[attr-defined]
     return faulty_open
@@ -285,13 +305,20 @@ def wrap_torch_save(faults: StorageFaults) -> None:
             file = opener(f, "wb")
             try:
                 saved = original(obj, file, *args, **kwargs)
-            except BaseException:
+            except BaseException as exc:
                 try:
                     file.close()
                 except OSError:  # the full disk's again: torch's own writer closes its file quietly after its error
                     pass
+                if isinstance(exc, OSError) and getattr(exc, AS_THE_SYSTEM, False):
+                    return None  # met only at the flush of a save small enough for the buffer: torch's own writer
+                    # of a path does not check that, and returns (its bytes are lost), as on /dev/full
                 raise
-            file.close()
+            try:
+                file.close()
+            except OSError as exc:  # a save small enough to sit in the buffer: torch's own writer of a path does
+                if not getattr(exc, AS_THE_SYSTEM, False):  # not check its close, and returns (its bytes are lost)
+                    raise
             return saved
         return original(obj, f, *args, **kwargs)
 

@@ -270,6 +270,10 @@ def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_to
     others = [r for r in results if r.node.name != failure.node and r.state is not NodePhase.LOST]
     if not others or not all(had_finished(r) for r in others):
         return None
+    own = next((r for r in results if r.node.name == failure.node), None)
+    if not all(r.state is NodePhase.SUCCEEDED for r in others) and (
+            own is None or failure.rank is None or failure.rank not in own.returned_ranks):
+        return None  # peers stopped as the run ended: only a rank whose own script had returned died on its way out
     name = signal_name(failure.exit_code) or f"signal {-failure.exit_code}"
     rank = f" rank {failure.rank}" if failure.rank is not None else ""
     if name == "SIGTERM":  # sent by someone, not a crash
@@ -279,7 +283,8 @@ def died_at_exit(failure: Optional[Failure], results: list[NodeResult], image_to
              " and the worker process crashed while exiting."]
     # the crash dump places it in the script's own thread and code (an atexit handler's os.abort, a native call):
     # that, not gloo's threads, aborted it
-    in_own_code = bool(failure.crashed) and " in " in failure.crashed and "thread, while" not in failure.crashed
+    place = failure.crashed.split("; every thread's stack:")[0]  # (not the crash file's path, which may hold " in ")
+    in_own_code = " in " in place and "thread, while" not in place
     if name == "SIGABRT" and not in_own_code:
         torch = f" (this image has torch {image_torch})" if image_torch else ""
         lines.append("  cause: gloo's worker threads release tensors during Python's interpreter shutdown"

@@ -257,7 +257,8 @@ def ending_hint(outcome: RunResult) -> str:
         return failure_hint(outcome, failure)
     if ended_hung(outcome):
         return local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)
-    if outcome.hang is not None and not outcome.hang.hung and not outcome.succeeded and outcome.failure is None:
+    if (outcome.hang is not None and not outcome.hang.hung and outcome.failure is None
+            and (outcome.interrupted or bool(outcome.error))):
         # a job the last look found at work, ended by an interrupt or its time limit: a rank that spun polling for a
         # file it cannot see
         return local_files_while_hung(outcome.hang, outcome.results, outcome.written_locally)

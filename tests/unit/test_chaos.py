@@ -293,6 +293,16 @@ def test_tensors_compare_exactly_and_name_the_largest_difference_and_where(tmp_p
     assert rows["final.pt"]["where"] == "optimizer.state.0.momentum"
 
 
+class SelfHolding:
+    """An object that holds itself and whose == refuses (a compared file may hold anything)."""
+
+    def __init__(self):
+        self.me = self
+
+    def __eq__(self, other):
+        raise TypeError("no")
+
+
 def test_a_whole_model_numpy_arrays_and_other_objects_compare_by_their_values(tmp_path, torch):
     """torch.save(model) compared the modules by identity (never equal); numpy arrays' elementwise
     == failed the check with no verdict."""
@@ -316,6 +326,17 @@ def test_a_whole_model_numpy_arrays_and_other_objects_compare_by_their_values(tm
     assert rows["model.pt"]["max_difference"] == pytest.approx(0.5)
     assert (rows["arrays.pt"]["equal"], rows["arrays.pt"]["where"]) == (False, "w")
     assert rows["arrays.pt"]["max_difference"] == pytest.approx(0.25)
+    # arrays torch cannot hold (strings, a reversed view), an optimizer saved whole, and an object that holds itself
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for base in (first, second):
+        torch.save({"names": numpy.array(["cat", "dog"]), "back": numpy.arange(4.0)[::-1], "opt": optimizer,
+                    "loop": SelfHolding()}, base / "odd.pt")
+    [odd] = compare_in_process(0.0, first, second, "odd.pt")
+    assert odd["loadable"] and odd["equal"] is False and "loop" in odd["where"], odd  # no crash: said, not equal
+    for base in (first, second):
+        torch.save({"names": numpy.array(["cat", "dog"]), "back": numpy.arange(4.0)[::-1], "opt": optimizer},
+                   base / "odd.pt")
+    assert compare_in_process(0.0, first, second, "odd.pt")[0]["equal"] is True
 
 
 def test_a_relative_tolerance_lets_small_differences_pass_and_not_large_ones(tmp_path, torch):
@@ -1834,7 +1855,6 @@ def test_a_comparison_that_fails_in_its_container_says_its_own_last_words_not_it
     import types
 
     import docker
-
     from orchestrate.chaos.compare import COMPARE_SCRIPT, load_and_compare
     from orchestrate.errors import EngineError
 

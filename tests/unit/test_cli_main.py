@@ -59,6 +59,17 @@ def test_a_command_that_runs_no_job_refuses_one_in_one_line(capsys):
                                        " 0.1 (see --help)\n")
 
 
+def test_an_empty_job_after_dash_dash_is_refused_but_not_beside_a_users_own_batch_script(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--nodes", "2", "--"], client=FakeDockerClient())
+    assert exited.value.code == 2 and "nothing after --: give the job" in capsys.readouterr().err
+    batch = tmp_path / "job.sh"
+    batch.write_text("#!/bin/bash\n#SBATCH --nodes=2\nsrun python3 train.py\n")
+    out = io.StringIO()  # a wrapper's empty "$@" after --sbatch: the batch script is the job
+    assert main(["plan", "--scheduler", "slurm", "--sbatch", str(batch), "--"], out=out, client=FakeDockerClient()) == 0
+    assert f"job: {batch}, submitted unchanged" in out.getvalue()
+
+
 def test_bench_launcher_refuses_a_runs_dir_the_system_refuses_in_one_line_before_the_engine_is_asked(
         capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # asked first, it would say so instead

@@ -18,8 +18,12 @@ def test_a_module_whose_package_is_in_the_work_directory_is_looked_for_there_bef
                  "mod.py", "ext.cpython-311-x86_64-linux-gnu.so", "nsdir/x.py", "both/__init__.py", "both.py"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("")
+    (tmp_path / "pkg" / "vendor").symlink_to("/opt/only-in-the-nodes")  # a link the nodes may resolve
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / "__init__.py").write_text("__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n")
     workdir = tmp_path.resolve()
-    for taken in ("pkg.a", "pkg.run", "pkg.sub.x", "mod", "ext", "nsdir.nope", "app.toy", "other.thing"):
+    for taken in ("pkg.a", "pkg.run", "pkg.sub.x", "mod", "ext", "nsdir.nope", "app.toy", "other.thing",
+                  "pkg.vendor.x", "plug.elsewhere"):
         RunConfig(workdir=tmp_path, target=("-m", taken, "--flag"))
     for module, message in (
             ("pkg.b", f"-m pkg.b: no module pkg.b in the work directory {workdir} (neither pkg/b.py nor pkg/b/ is"

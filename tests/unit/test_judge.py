@@ -413,16 +413,22 @@ def test_a_crash_at_exit_after_the_peers_finished_is_explained_word_for_word(nod
     # a peer stopped as the run ended, its ranks done and its torchrun waiting at its exit barrier, had finished too
     barrier = ended(node0, NodePhase.STOPPED, 137, grace_ran_out=True, returned_ranks=tuple(node0.global_ranks),
                     still_running=("torchrun --nnodes 2",))
-    assert died_at_exit(failure, [barrier, results[1]]) == said.format(torch="") + on_the_default
+    returned = ended(node1, code=1, cause=RootCause(3, 1, -6, "SIGABRT"), returned_ranks=(3,))  # its script returned
+    assert died_at_exit(failure, [barrier, returned]) == said.format(torch="") + on_the_default
     finished = ended(node0, NodePhase.STOPPED, 143, finished_ranks={r: 20 for r in node0.global_ranks})
-    assert died_at_exit(failure, [finished, results[1]]) is not None
+    assert died_at_exit(failure, [finished, returned]) is not None
+    # ... but a rank that died before its own script returned (rank-only work after the peers' last collective)
+    # did not crash on its way out: its peers waiting at their barrier say nothing of it
+    assert died_at_exit(failure, [barrier, results[1]]) is None
     # ... not one whose ranks still ran, or one of whose ranks had not returned
     working = ended(node0, NodePhase.STOPPED, 137, grace_ran_out=True, returned_ranks=(),
                     still_running=("torchrun --nnodes 2", "python3 train.py"))
-    assert died_at_exit(failure, [working, results[1]]) is None
-    assert died_at_exit(failure, [ended(node0, NodePhase.STOPPED, 143), results[1]]) is None
+    assert died_at_exit(failure, [working, returned]) is None
+    assert died_at_exit(failure, [ended(node0, NodePhase.STOPPED, 143), returned]) is None
     # aborted in the script's own thread and code (its atexit handler's os.abort): not gloo's threads
-    own = replace(failure, crashed="Aborted in <lambda> at abort_at_exit.py:17")
+    stack = "; every thread's stack: /runs in x/debug/rank3.crash"  # (a path holding " in " is no place in the code)
+    own = replace(failure, crashed="Aborted in <lambda> at abort_at_exit.py:17" + stack)
+    assert "cause: gloo's" in died_at_exit(replace(failure, crashed="Aborted" + stack), results, "2.9.1")
     assert died_at_exit(own, results, "2.9.1").splitlines()[1:] == [
         "  it crashed in the script's own thread, where the crash dump says (above): look there, and at the native"
         " extensions or atexit handlers it calls."]

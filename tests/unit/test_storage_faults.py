@@ -4,6 +4,7 @@ here in-process over temporary directories (the node's work directory is one of 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import multiprocessing
 import os
@@ -146,7 +147,7 @@ def test_a_full_disk_fails_writes_with_enospc_while_armed_and_records_each_file_
     with opener(workspace / "notes.txt", "w") as file:
         file.write("fine")
     file = opener(workspace / "model.pt", "wb")
-    assert file.name == workspace / "model.pt" and not file.closed
+    assert file.name == str(workspace / "model.pt") and not file.closed  # a str, as open() names a path-like one
     assert file.write(b"abc") == 3  # kept in Python's buffer, as on a full disk: the system is not asked yet
     for _ in range(2):
         with pytest.raises(OSError) as raised:
@@ -194,12 +195,21 @@ def test_a_file_opened_from_a_descriptor_is_reached_by_the_path_it_was_opened_at
     descriptor, temporary = tempfile.mkstemp(prefix=".model.", suffix=".tmp", dir=workspace / "ckpt")
     with pytest.raises(OSError, match=r"^\[Errno 28\] No space left on device$"):
         with os.fdopen(descriptor, "wb") as file:  # an atomic save's temporary file
+            assert file.fileno() == descriptor  # the caller's number, still (os.fsync(descriptor) syncs this file)
             file.write(b"x" * 10)
+    with pytest.raises(OSError):
+        os.fstat(descriptor)  # closed with the file, as closefd=True says
     descriptor, elsewhere = tempfile.mkstemp(dir=workspace)  # not matched: written whole
     with os.fdopen(descriptor, "wb") as file:
         file.write(b"y" * 10)
     assert os.path.getsize(elsewhere) == 10 and os.path.getsize(temporary) == 0
     assert [(e.kind, e.file) for e in reader.poll()] == [("disk-full", f"ckpt/{os.path.basename(temporary)}")]
+    monkeypatch.setattr(io, "open", opener)  # tempfile's own files: a directory's name, opened with an opener
+    with pytest.raises(OSError):
+        with tempfile.NamedTemporaryFile(dir=workspace / "ckpt", prefix="nt.") as named:
+            named.write(b"y" * 10)
+            named.flush()
+    assert [(e.kind, e.file.startswith("ckpt/nt.")) for e in reader.poll()] == [("disk-full", True)]
     keep = os.open(workspace / "ckpt" / "kept.bin", os.O_WRONLY | os.O_CREAT)
     file = opener(keep, "wb", closefd=False)
     file.write(b"z")
@@ -224,6 +234,9 @@ def test_torch_save_on_the_full_disk_raises_torchs_own_error_as_on_dev_full(node
     assert [type(e) for e in raised] == [RuntimeError, RuntimeError], raised  # torch's, not the ENOSPC itself
     assert isinstance(raised[0].__context__, OSError) and raised[0].__context__.errno == errno.ENOSPC
     assert getattr(raised[0].__context__, storage_faults.AS_THE_SYSTEM)  # its traceback leaves the hook out
+    # a save small enough for the buffer: torch's writer of a path returns, its bytes lost, on /dev/full as here
+    returned = [torch.save({"w": torch.zeros(1)}, path) for path in (str(workspace / "small.pt"), "/dev/full")]
+    assert returned == [None, None] and (workspace / "small.pt").stat().st_size < 100
 
 
 def test_torch_save_to_a_path_is_reached_though_torch_writes_it_from_cpp(node, monkeypatch):
