@@ -2314,7 +2314,7 @@ MUTANTS = [
            "        if True:\n            return text", ("tests/unit/test_cli_main.py",)),
     # 2026-12-06: a full disk as Python and torch meet it; the faults' reach; the crash at exit; bench launcher
     Mutant("a full disk fails every write itself, not under Python's buffers", "orchestrate/node/storage_faults.py",
-           "        return on_a_full_disk(opened, file, str(mode), _open_options(*args, **kwargs), faults)",
+           "        return on_a_full_disk(opened, file, os.fsdecode(os.fspath(where)), str(mode), options, faults)",
            "        return opened", ("tests/unit/test_storage_faults.py",)),
     Mutant("torch.save's own error is replaced by the full disk's at close", "orchestrate/node/storage_faults.py",
            "                except OSError:  # the full disk's again: torch's own writer closes its file quietly"
@@ -2346,7 +2346,8 @@ MUTANTS = [
            "            missing = missing_module(target[1], self.workdir)", "            missing = ''",
            ("tests/unit/test_config.py",)),
     Mutant("a -- with nothing after it runs the demo job", "orchestrate/cli/main.py",
-           '    if "--" in argv and not target and getattr(args, "takes_target", False):', "    if False:",
+           '    if ("--" in argv and not target and getattr(args, "takes_target", False)',
+           '    if (False and getattr(args, "takes_target", False)',
            ("tests/unit/test_cli.py",)),
     Mutant("two groups of the same ranks are named as one", "orchestrate/node/collective_log.py",
            '"ranks " + ",".join(str(r) for r in ranks) + nth_of_its_ranks(group, ranks)',
