@@ -29,6 +29,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from orchestrate.cli.options import argparse_type
+from orchestrate.config.options import positive_float, positive_int
+
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "benchmarks" / "jobs"
 SCRIPT = "plain_ddp.py"
@@ -63,29 +66,6 @@ class Tally:
             self.other_failures += 1
         if len(self.examples) < 3:
             self.examples.append(output[-1500:])
-
-
-def positive_int(text: str) -> int:
-    """A count of 1 or more (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """Seconds above 0, finite (argparse type): 0 would mean no deadline in one mode and hung at
-    once in the other."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
-    return value
 
 
 def image_labels(image: str) -> dict[str, str]:
@@ -172,12 +152,13 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", nargs="+", default=["ddp-compose-node:latest"],
                         help="node images to compare, one per torch version (default: the default image)")
-    parser.add_argument("--runs", type=positive_int, default=100, help="runs per image and mode (default: 100)")
+    parser.add_argument("--runs", type=argparse_type(positive_int, "--runs"), default=100,
+                        help="runs per image and mode (default: 100)")
     parser.add_argument("--modes", nargs="+", choices=("launcher", "standalone"),
                         default=["launcher", "standalone"], help="which modes to run (default: both)")
     parser.add_argument("--guard", nargs="+", choices=("on", "off"), default=["on"],
                         help="exit guard settings to compare, alternating run by run (default: on)")
-    parser.add_argument("--deadline", type=positive_seconds, default=120.0,
+    parser.add_argument("--deadline", type=argparse_type(positive_float, "--deadline"), default=120.0,
                         help="seconds after which a run counts as hung and is killed (default: 120)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
