@@ -85,13 +85,10 @@ class StorageFaults:
         return self.faults
 
     def relative(self, file: Any) -> Optional[str]:
-        """``file``'s path relative to the work directory, or None (not a path under it). A
-        descriptor is taken by the path it was opened at (``os.fdopen`` of ``mkstemp``'s, as
-        ``tempfile`` and an atomic save open theirs)."""
+        """``file``'s path relative to the work directory, or None (not a path under it; a
+        descriptor is resolved to its path by :func:`wrap_open` first)."""
         if isinstance(file, int):
-            file = descriptor_path(file)
-            if file is None:
-                return None
+            return None
         try:
             path = os.path.abspath(os.fsdecode(os.fspath(file)))
         except TypeError:
