@@ -158,7 +158,7 @@ MUTANTS = [
            '            say("teardown in progress; please wait")\n            raise TryAgain from None\n',
            "            raise\n", TEARDOWN),
     Mutant("a resume that skipped steps holds", "orchestrate/chaos/verdict.py",
-           "        return max(0, last - self.ended_at_step)\n", "        return 0\n", CHAOS),
+           "        return max(0, -self.ended_apart)\n", "        return 0\n", CHAOS),
     Mutant("where the job ended is taken from an assumed start", "orchestrate/chaos/attempts.py",
            "    return max(step for step, _ in last.steps) if last.numbered_as_the_job else None\n",
            "    return last.job_step(max(step for step, _ in last.steps))\n", CHAOS),

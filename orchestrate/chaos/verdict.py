@@ -204,27 +204,31 @@ class ChaosVerdict(Verdict):
         return NOTHING_COMPARED
 
     @property
+    def ended_apart(self) -> int:
+        """The job's last step with faults less the undisturbed run's, as its attempts' records
+        say, where it completed (0: not known)."""
+        last = self.facts.last_step if self.facts else None
+        if self.disturbed is None or not self.disturbed.job_succeeded or last is None or self.ended_at_step is None:
+            return 0
+        return self.ended_at_step - last
+
+    @property
     def steps_skipped(self) -> int:
         """The undisturbed run's steps the job with faults never did: where it ended short of the
         undisturbed run's last step, having completed, and did fewer steps in all than it (a
         misnumbered attempt, of a counter that took a second optimizer's carried count, still did
         them all); 0: none, or not known."""
-        last = self.facts.last_step if self.facts else None
         count = self.facts.step_count if self.facts else None
-        if (self.disturbed is None or not self.disturbed.job_succeeded or last is None or self.ended_at_step is None
-                or count is None or self.steps_done is None or self.steps_done >= count):
+        if count is None or self.steps_done is None or self.steps_done >= count:
             return 0
-        return max(0, last - self.ended_at_step)
+        return max(0, -self.ended_apart)
 
     @property
     def steps_overran(self) -> int:
         """How many steps past the undisturbed run's last the job with faults ended, by its
         attempts' records (0: not past it, or not known); said, not judged: a second optimizer's
         carried count may misnumber a resume that did every step once."""
-        last = self.facts.last_step if self.facts else None
-        if self.disturbed is None or not self.disturbed.job_succeeded or last is None or self.ended_at_step is None:
-            return 0
-        return max(0, self.ended_at_step - last)
+        return max(0, self.ended_apart)
 
     @property
     def time_lost_s(self) -> Optional[float]:
