@@ -233,6 +233,8 @@ class RunConfig:
         object.__setattr__(self, "runs_dir", Path(self.runs_dir).resolve())
         object.__setattr__(self, "project_root", Path(self.project_root).resolve())
         target = tuple(self.target) or DEFAULT_TARGET
+        if target[0] == "--module":  # python's and torchrun's long spelling; the nodes run "-m"
+            target = ("-m", *target[1:])
         object.__setattr__(self, "target", target)
         self._check_target(target)
         self._check_node_options()
@@ -330,7 +332,7 @@ class RunConfig:
         return mounts
 
     def _check_target(self, target: tuple[str, ...]) -> None:
-        if target[0] in ("-m", "--module"):
+        if target[0] == "-m":
             if len(target) < 2 or not _MODULE_NAME.match(target[1]):
                 given = target[1] if len(target) > 1 else "nothing"
                 raise UsageError(

@@ -40,6 +40,15 @@ def test_a_module_whose_package_is_in_the_work_directory_is_looked_for_there_bef
         assert str(refused.value) == message
 
 
+def test_the_long_spelling_of_minus_m_is_taken_as_minus_m_which_the_nodes_run(tmp_path):
+    """python and torchrun both take --module for -m; the nodes' start-up runs "-m" alone, so the
+    config keeps one spelling, and checks the module the same way."""
+    (tmp_path / "mod.py").write_text("")
+    assert RunConfig(workdir=tmp_path, target=("--module", "mod", "--flag")).target == ("-m", "mod", "--flag")
+    with pytest.raises(UsageError, match="-m needs a module name"):
+        RunConfig(workdir=tmp_path, target=("--module",))
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
