@@ -62,11 +62,13 @@ class ComposeBackend:
 
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool = True,
                  containers: Optional[dict[str, Any]] = None, plan: Optional[JobPlan] = None,
-                 clock: Callable[[], float] = time.monotonic, verbose: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, verbose: bool = False,
+                 records: Optional[bool] = None) -> None:
         self.spec = spec
         self.client = client
         self.out = out
         self.active = active
+        self.records = active if records is None else records  # whether the run's events are its to write
         self.containers = dict(containers or {})
         self.plan = plan
         self.clock = clock
@@ -111,7 +113,8 @@ class ComposeBackend:
     def follow(self, timeout_s: Optional[float] = None) -> RunResult:
         """Supervise the run to its end (or ``timeout_s``)."""
         self.supervisor = Supervisor(self.spec, self.client, self.out, active=self.active,
-                                     containers=self.containers, clock=self.clock, verbose=self.verbose)
+                                     containers=self.containers, clock=self.clock, verbose=self.verbose,
+                                     records=self.records)
         return self.supervisor.follow(timeout_s)
 
     def wind_down(self, grace_s: float) -> RunResult:

@@ -413,7 +413,7 @@ class Run:
             self.say(f"attached to run {run.run_id} ({run_as_recorded(run).state.value}, {role}); Ctrl-C detaches")
             backend = ComposeBackend(spec, self.client, self.out, active=active,
                                      containers={n.name: n.container for n in run.nodes}, clock=self.clock,
-                                     verbose=self.verbose)
+                                     verbose=self.verbose, records=active or unjudged)
             try:
                 result = backend.follow()
             except KeyboardInterrupt:

@@ -46,10 +46,11 @@ EVENTS_FILE = "events.jsonl"
 log = logging.getLogger(__name__)
 
 
-def record_event(run_dir: Path, kind: str, **fields: Any) -> None:
-    """Append one event, stamped now. The file is a record of the run, never its outcome: a
-    run directory that went away is logged, and the run goes on."""
-    entry = {"time": time.time(), "event": kind, **fields}
+def record_event(run_dir: Path, kind: str, *, when: Optional[float] = None, **fields: Any) -> None:
+    """Append one event, stamped ``when`` (a time in seconds since the epoch: the engine's own
+    time of what it records) or now. The file is a record of the run, never its outcome: a run
+    directory that went away is logged, and the run goes on."""
+    entry = {"time": time.time() if when is None else when, "event": kind, **fields}
     try:
         with open(run_dir / EVENTS_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry) + "\n")

@@ -124,11 +124,14 @@ class Supervisor:
 
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool,
                  containers: dict[str, Any], clock: Callable[[], float] = time.monotonic,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, records: Optional[bool] = None) -> None:
         self.spec = spec
         self.client = client
         self.out = out
         self.active = active
+        # whether the run's record (events.jsonl) is this follower's to write: its launcher's, or
+        # the first to judge a detached run that ended unfollowed; never a watcher's (default: active)
+        self.records = active if records is None else records
         self.clock = clock
         # (a SimpleQueue: no Python-level lock that an interrupt could leave held mid-get)
         self.inbox: "queue.SimpleQueue[Message]" = queue.SimpleQueue()
@@ -192,9 +195,11 @@ class Supervisor:
         self.out.write(f"[orchestrate] {text}\n")
         self.out.flush()
 
-    def record(self, kind: str, **fields: Any) -> None:
-        """Append one event to the run's event file (events.jsonl)."""
-        record_event(self.spec.run_dir, kind, **fields)
+    def record(self, kind: str, *, when: Optional[float] = None, **fields: Any) -> None:
+        """Append one event to the run's event file (events.jsonl), stamped ``when`` (the
+        engine's time of it) or now; a follower that only watches records nothing."""
+        if self.records:
+            record_event(self.spec.run_dir, kind, when=when, **fields)
 
     def inject(self, fault: FaultSpec) -> str:
         """Do a fault (the scheduler's callback); return the node it landed on."""
@@ -492,7 +497,8 @@ class Supervisor:
             tracker.move(NodePhase.STARTING)
             tracker.exit_code = state.get("ExitCode")
             tracker.exited_at = self.clock()
-            self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection")
+            self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection",
+                        when=engine_time(state.get("FinishedAt", "")) or None)
             tracker.result.note_oom(in_state=bool(state.get("OOMKilled")))
 
     def read_channels(self, now: float) -> None:
@@ -605,7 +611,8 @@ class Supervisor:
             return
         if isinstance(message, LineArrived) and message.stream == tracker.stream:  # taken now: a backlog still read
             tracker.last_line_at = self.clock()
-        self.on_lines(tracker, self.logs.take(tracker, message), message.at)
+        self.on_lines(tracker, self.logs.take(tracker, message), message.at,
+                      message.stamp if isinstance(message, LineArrived) else None)
         # (not final: the late end of a stream a restart superseded, or of one the node's end no
         # longer waited for after its exit, is not the node's end again)
         if (isinstance(message, LogEnded) and not tracker.log_open and tracker.phase is not NodePhase.RESTARTING
@@ -615,19 +622,21 @@ class Supervisor:
             else:  # the stream ended, but no exit was seen: ask the engine what happened
                 self.inspector.soon()
 
-    def on_lines(self, tracker: NodeTracker, lines: list[OutputLine], at: float) -> None:
-        """A node's workers' first lines mark its ranks started and the node running; any worker
-        line but torch's own log lines is progress."""
+    def on_lines(self, tracker: NodeTracker, lines: list[OutputLine], at: float,
+                 stamp: Optional[float] = None) -> None:
+        """A node's workers' first lines mark its ranks started and the node running, recorded at
+        the engine's time of the line (``stamp``) where known: a log read after the node ended
+        is not when it ran; any worker line but torch's own log lines is progress."""
         if self.hangs is not None and not self.winding_down and any(
                 line.global_rank is not None and is_progress_line(line.text) for line in lines):
             self.hangs.progress(at, moved=not self.ending)  # (a failure's traceback, a hang's end: no move)
         for line in lines:
             if line.global_rank is not None and line.global_rank not in self.ranks_seen:
                 self.ranks_seen.add(line.global_rank)
-                self.record("rank-started", node=tracker.name, rank=line.global_rank)
+                self.record("rank-started", node=tracker.name, rank=line.global_rank, when=stamp or None)
             if line.local_rank is not None and tracker.phase is NodePhase.STARTING:
                 tracker.move(NodePhase.RUNNING)
-                self.record("node-running", node=tracker.name)
+                self.record("node-running", node=tracker.name, when=stamp or None)
                 if self.first_worker_at is None:
                     self.first_worker_at = at
 

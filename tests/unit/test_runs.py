@@ -1094,6 +1094,31 @@ def test_attach_after_the_end_reports_what_the_run_did(make_run):
     assert "remove it with: python -m orchestrate down r" in text
 
 
+def test_attaches_after_the_end_record_each_event_once_at_the_engines_time_and_a_watcher_records_none(make_run):
+    """The first attach to a detached run that ended unfollowed writes its record: its nodes'
+    exits at the engine's time of them, its ranks' starts at their first lines' (not when it read
+    the log, after the exits); a later attach only watches, and writes nothing."""
+    from orchestrate.cli.main import main
+    from orchestrate.outcome.events import read_events
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:hello"], delay_s=0.3),
+                                          "node1": Script(["[1|0]:hello"], delay_s=0.3)}, dict(nodes=2)))
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    time.sleep(0.5)  # a judge that comes later: its reading time is apart from the run's own times
+    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == 0
+    judged = read_events(make_run("r").run_dir)
+    kinds = [e["event"] for e in judged]
+    assert sorted(k for k in kinds if k in ("node-exited", "rank-started", "node-running")) == sorted(
+        ["node-exited"] * 2 + ["rank-started"] * 2 + ["node-running"] * 2), kinds
+    at = {(e["event"], e.get("node")): e["time"] for e in judged}
+    ended = [e["time"] for e in judged if e["event"] == "run-ended"][0]
+    for node in ("node0", "node1"):
+        assert at[("rank-started", node)] <= at[("node-exited", node)] < ended - 0.3, judged
+    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == 0
+    assert read_events(make_run("r").run_dir) == judged
+
+
 @pytest.mark.timeout(60)
 def test_attach_to_a_run_its_launcher_follows_leaves_its_removal_to_the_launcher(make_run):
     """A foreground run (its launcher, here this process, tears it down): attach reports its end
