@@ -8,6 +8,7 @@ Parsers take the text a user types and raise :class:`~orchestrate.errors.UsageEr
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,8 +171,9 @@ class Option:
 
     def value(self, given: Any) -> Any:
         """A keyword option's value: text goes through the parser, like the command line's."""
-        if self.repeat and not isinstance(given, (str, bytes)):
-            return tuple(self.value_of_one(item) for item in given)
+        if self.repeat:  # one value given alone is one of them
+            one = isinstance(given, (str, bytes, os.PathLike))
+            return tuple(self.value_of_one(item) for item in ((given,) if one else given))
         return self.value_of_one(given)
 
     def value_of_one(self, given: Any) -> Any:
@@ -257,7 +259,8 @@ NODE_OPTIONS = (
     Option("env", "--env", "set a variable in every node (repeatable); wins over --copy-env and --env-file;"
            " e.g. --env WANDB_MODE=offline", parse_assignment, metavar="KEY=VALUE", repeat=True),
     Option("env_file", "--env-file", "variables for every node from a file of KEY=VALUE lines (# comments,"
-           " optional 'export ' and quotes)", Path, metavar="FILE"),
+           " optional 'export ' and quotes, as Compose's env files) (repeatable; a later file wins)", Path,
+           metavar="FILE", repeat=True),
     Option("copy_env", "--copy-env", "copy the host's variables matching a shell pattern into every node"
            " (repeatable), e.g. --copy-env 'NCCL_*' --copy-env 'WANDB_*'", metavar="PATTERN", repeat=True),
     Option("mounts", "--mount", "mount a host file or directory into every node (repeatable): HOST[:NODE][:ro];"

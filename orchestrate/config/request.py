@@ -64,7 +64,7 @@ class RunRequest:
     restart: str = "all"
     rdzv_store: str = "node0"
     env: tuple[tuple[str, str], ...] = ()
-    env_file: Optional[Path] = None
+    env_file: tuple[Path, ...] = ()
     copy_env: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
     requirements: Optional[Path] = None
@@ -233,14 +233,16 @@ def invoking_user_name() -> str:
 
 
 def user_env(request: RunRequest, environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of --env-file, --copy-env and --env, in that order of precedence."""
+    """The variables of --env-file (each file over the one before it), --copy-env and --env, in
+    that order of precedence."""
     from_file: dict[str, str] = {}
-    if request.env_file is not None:
+    files = (request.env_file,) if isinstance(request.env_file, (str, os.PathLike)) else request.env_file
+    for path in files:
         try:
-            text = Path(request.env_file).read_text()
+            text = Path(path).read_text()
         except OSError as exc:
-            raise UsageError(f"--env-file {request.env_file}: {exc.strerror or exc}") from None
-        from_file = parse_env_file(text, str(request.env_file))
+            raise UsageError(f"--env-file {path}: {exc.strerror or exc}") from None
+        from_file.update(parse_env_file(text, str(path)))
     return merge_user_env(from_file, copy_env(request.copy_env, environ), request.env)
 
 

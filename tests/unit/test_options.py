@@ -3,6 +3,7 @@ line's tests reach them only through a subprocess."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -83,7 +84,8 @@ def test_an_option_parses_text_and_takes_other_values_as_they_are():
 
 def test_a_repeated_option_takes_one_text_or_many_values():
     env, faults = OPTIONS_BY_DEST["env"], OPTIONS_BY_DEST["faults"]
-    assert env.value("A=1") == ("A", "1")  # one text is one value, not its characters
+    assert env.value("A=1") == (("A", "1"),)  # one text is one value, not its characters
+    assert OPTIONS_BY_DEST["env_file"].value(Path("a.env")) == (Path("a.env"),)  # so is one path
     assert env.value(["A=1", ("B", "2")]) == (("A", "1"), ("B", "2"))
     assert [str(f) for f in faults.value(("kill:node1@t=5", "pause:node0@t=1..2"))] == [
         "kill:node1@t=5", "pause:node0@t=1..2"]

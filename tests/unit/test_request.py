@@ -112,6 +112,19 @@ def test_the_env_file_is_read_and_named_in_its_own_errors(tmp_path):
         user_env(request, {})
 
 
+def test_every_env_file_given_is_read_a_later_one_winning_as_composes(tmp_path):
+    from orchestrate.cli.main import build_parser
+
+    (tmp_path / "job.env").write_text("A=1\nB=job\n")
+    (tmp_path / "other.env").write_text("B=other\nC=2\n")
+    args = build_parser().parse_args(["plan", "--env-file", str(tmp_path / "job.env"),
+                                      "--env-file", str(tmp_path / "other.env")])
+    request = RunRequest.from_options(env_file=args.env_file)
+    assert request.env_file == (tmp_path / "job.env", tmp_path / "other.env")
+    assert user_env(request, {}) == {"A": "1", "B": "other", "C": "2"}
+    assert RunRequest.from_options(env_file=tmp_path / "job.env").env_file == (tmp_path / "job.env",)
+
+
 @pytest.mark.parametrize("make, why", [
     (lambda tmp_path: tmp_path / "missing.env", "No such file or directory"),
     (lambda tmp_path: tmp_path, "Is a directory"),

@@ -88,10 +88,43 @@ def test_an_assignment_quoted_whole_in_either_quote_is_masked_whole():
         """x 'API_KEY=***' "API_KEY=***" y"""
 
 
-def test_env_file_quotes_are_taken_off_only_in_pairs_and_export_takes_any_spaces():
-    text = "export    A=1\nEMPTY=\"\"\nOPEN='abc\nMIXED=\"a'\nQ='\nX=XabcX\n"
-    assert parse_env_file(text, "job.env") == {"A": "1", "EMPTY": "", "OPEN": "'abc", "MIXED": "\"a'", "Q": "'",
-                                               "X": "XabcX"}
+def test_env_file_values_are_read_as_composes_quotes_escapes_comments_and_export_with_any_spaces():
+    text = ("export    A=1\nEMPTY=\"\"\nX=XabcX\nQ=\"quoted\" # a comment\nU=x # a comment\nH=x#not-one\n"
+            "D=\"a\\\"b\\nc\\\\d\"\nS='lit\\n $HOME'  # and one\nT=\"  kept  \"\n")
+    assert parse_env_file(text, "job.env") == {
+        "A": "1", "EMPTY": "", "X": "XabcX", "Q": "quoted", "U": "x", "H": "x#not-one", "D": 'a"b\nc\\d',
+        "S": "lit\\n $HOME", "T": "  kept  "}
+
+
+@pytest.mark.parametrize("line, message", [
+    ("OPEN='abc", "--env-file job.env:2: OPEN: the value's opening ' is never closed"),
+    ('MIXED="a\'', "--env-file job.env:2: MIXED: the value's opening \" is never closed"),
+    ("Q='", "--env-file job.env:2: Q: the value's opening ' is never closed"),
+    ('E="a\\"', "--env-file job.env:2: E: the value's opening \" is never closed"),  # its quote is escaped
+    ('AFTER="a" b', "--env-file job.env:2: AFTER: 'b' follows the closing \": quote the value whole"),
+])
+def test_an_env_file_quote_never_closed_or_text_after_it_is_refused_naming_the_line(line, message):
+    with pytest.raises(UsageError) as refused:
+        parse_env_file(f"A=1\n{line}\n", "job.env")
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
+def test_path_is_the_images_and_refused_from_every_source_with_where_to_set_it():
+    for refuse in (lambda: parse_assignment("PATH=/usr/bin"), lambda: parse_env_file("PATH=/x\n", "job.env"),
+                   lambda: copy_env(["PATH"], {"PATH": "/usr/bin"})):
+        with pytest.raises(UsageError, match=r"PATH is the node image's, by which the nodes find python3 and"
+                                             r" torchrun; .* Dockerfile \(ENV PATH=/your/bin:\$\{PATH\}\)$"):
+            refuse()
+
+
+def test_a_pattern_leaves_this_machines_own_shell_out_and_says_so_but_a_name_alone_is_copied():
+    host = {"PATH": "/usr/bin", "HOME": "/root", "PWD": "/work", "HOSTNAME": "box", "_": "/usr/bin/python",
+            "LANG": "C.UTF-8", "WANDB_MODE": "offline", "NCCL_DEBUG": "INFO"}
+    assert copy_env(["*"], host) == {"LANG": "C.UTF-8", "WANDB_MODE": "offline", "NCCL_DEBUG": "INFO"}
+    assert copy_env(["HOME", "H*"], host) == {"HOME": "/root"}
+    assert copy_env_notes(["*", "HOME", "NCCL_*"], host) == [
+        "--copy-env '*': left out HOME, HOSTNAME, PATH, PWD, _, this machine's own shell's; the nodes keep theirs"
+        " (name one alone to copy it)"]
 
 
 def test_a_reserved_name_is_refused_naming_where_it_came_from():
