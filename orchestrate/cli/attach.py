@@ -7,6 +7,7 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.cli.signals import install_teardown_signals, interrupt_exit_code
+from orchestrate.engine.runs import REMOVED_BY
 from orchestrate.launch.run import Run
 from orchestrate.outcome.summary import format_summary
 
@@ -34,6 +35,6 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
                       f" python -m orchestrate stop {run.run_id})\n")
         return interrupt_exit_code(exc)
     inv.out.write(format_summary(result) + "\n")
-    if run.attached is not None and run.attached.detached:
+    if run.attached is not None and run.attached.detached and result.stopped_by != REMOVED_BY:  # down removes it
         inv.out.write(f"remove it with: python -m orchestrate down {run.run_id}\n")
     return result.exit_code

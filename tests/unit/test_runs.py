@@ -1525,6 +1525,22 @@ def test_ctrl_c_or_a_kill_detaches_attach_from_a_run_that_keeps_running(make_run
     assert {r.run_id: r.state for r in list_runs(client)} == {"away": RunState.RUNNING}
 
 
+@pytest.mark.timeout(60)
+def test_an_attach_following_a_run_that_down_removes_says_it_was_stopped_by_down_and_does_not_advise_down(
+        make_run, when):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("away", {"node0": Script(["[0|0]:step 1"], hang=True)},
+                                    dict(nodes=1, stop_grace=1)))
+    out, removed = io.StringIO(), io.StringIO()
+    when(lambda: "step 1" in out.getvalue(), lambda: main(["down", "away"], out=removed, client=client))
+    assert main(["attach", "away"], out=out, client=client) == 143
+    assert "STOPPED by python -m orchestrate down (SIGTERM)" in out.getvalue(), out.getvalue()
+    assert "remove it with" not in out.getvalue()
+    wait_until(lambda: "removed run away" in removed.getvalue())
+
+
 def test_stop_of_a_foreground_run_whose_launcher_is_gone_keeps_its_logs_and_state(make_run):
     from orchestrate.cli.main import main
     from orchestrate.engine.labels import LAUNCHER_LABEL
