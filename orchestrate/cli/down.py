@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
-from orchestrate.config.options import non_negative_int
+from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.errors import EngineError, NoSuchRunError
@@ -22,9 +22,10 @@ def add_parsers(sub: Any) -> None:
                                       " (SIGTERM, then SIGKILL after --timeout); its launcher then says it was"
                                       " stopped by down.")
     down.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
-    down.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
-                      help="for a run that still runs: seconds between SIGTERM and SIGKILL (default: the run's own"
-                           " --stop-grace, as its launcher would give)")
+    down.add_argument("--timeout", type=argparse_type(non_negative_seconds, "--timeout"), default=None,
+                      metavar="SECONDS", help="for a run that still runs: seconds between SIGTERM and SIGKILL, a"
+                                              " fraction rounded up to a whole second as the engine's stop takes them"
+                                              " (default: the run's own --stop-grace, as its launcher would give)")
     down.set_defaults(handler=command)
 
 

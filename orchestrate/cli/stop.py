@@ -6,7 +6,7 @@ from typing import Any
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
-from orchestrate.config.options import non_negative_int
+from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.runs import find_run
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.stop import stop_nodes, stop_timeout
@@ -25,9 +25,10 @@ def add_parsers(sub: Any) -> None:
                                       " hung job stopped by hand still says where it hung; Ctrl-C cuts that look"
                                       " short.")
     stop.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
-    stop.add_argument("--timeout", type=argparse_type(non_negative_int, "--timeout"), default=None, metavar="SECONDS",
-                      help="seconds between SIGTERM and SIGKILL (default: the run's own --stop-grace, as its"
-                           " launcher would give)")
+    stop.add_argument("--timeout", type=argparse_type(non_negative_seconds, "--timeout"), default=None,
+                      metavar="SECONDS", help="seconds between SIGTERM and SIGKILL, a fraction rounded up to a whole"
+                                              " second as the engine's stop takes them (default: the run's own"
+                                              " --stop-grace, as its launcher would give)")
     stop.set_defaults(handler=command)
 
 

@@ -8,6 +8,7 @@ Parsers take the text a user types and raise :class:`~orchestrate.errors.UsageEr
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -58,10 +59,19 @@ def nproc_counts(text: str) -> Union[int, tuple[int, ...]]:
     return counts[0] if len(counts) == 1 else counts
 
 
+def finite(text: str) -> float:
+    """``text`` as a number; ValueError for one that is not, or is infinite or not a number
+    (``inf``, ``nan``: float() takes them, and no count or duration is one)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def positive_float(text: str) -> float:
     """A number above 0."""
     try:
-        value = float(text)
+        value = finite(text)
     except ValueError:
         value = 0.0
     if not value > 0:
@@ -72,7 +82,7 @@ def positive_float(text: str) -> float:
 def seconds(text: str) -> float:
     """A duration in seconds (a number)."""
     try:
-        return float(text)
+        return finite(text)
     except ValueError:
         raise UsageError(f"expected seconds, e.g. 60, got {text!r}") from None
 
@@ -80,7 +90,7 @@ def seconds(text: str) -> float:
 def non_negative_float(text: str) -> float:
     """A number of 0 or more."""
     try:
-        value = float(text)
+        value = finite(text)
     except ValueError:
         value = -1.0
     if value < 0:

@@ -27,10 +27,10 @@ TEARDOWN_POLL_S = 0.5
 TEARDOWN_POLLS = 120
 
 
-def stop_timeout(run: RunInfo, asked_s: Optional[int]) -> int:
-    """Seconds between SIGTERM and SIGKILL: what was asked, else the run's own stop grace (what
-    its launcher would give)."""
-    return asked_s if asked_s is not None else math.ceil(run.stop_grace_s)
+def stop_timeout(run: RunInfo, asked_s: Optional[float]) -> int:
+    """Whole seconds between SIGTERM and SIGKILL, as the engine's stop takes them: what was
+    asked, else the run's own stop grace (what its launcher would give), a fraction rounded up."""
+    return math.ceil(asked_s if asked_s is not None else run.stop_grace_s)
 
 
 def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], None],

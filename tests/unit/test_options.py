@@ -137,3 +137,11 @@ def test_a_build_tags_a_name_and_refuses_a_digest_in_one_line():
         image_tag("img@sha256:" + "0" * 64)
     with pytest.raises(UsageError, match="^expected an image name"):  # a bad name is still said as such
         image_tag("Bad:Tag::")
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan", "Infinity"])
+def test_no_count_or_duration_is_infinite_or_not_a_number_though_float_takes_the_text(text):
+    assert refusal(positive_float, text) == f"expected a positive number, e.g. 1 or 0.5, got {text!r}"
+    assert refusal(non_negative_float, text) == f"expected a number of 0 or more, e.g. 1e-6, got {text!r}"
+    assert refusal(seconds, text) == f"expected seconds, e.g. 60, got {text!r}"
+    assert refusal(non_negative_seconds, text) == f"expected seconds, e.g. 60, got {text!r}"

@@ -629,6 +629,29 @@ def test_an_interrupted_stop_is_not_held_by_the_engines_stops_and_says_the_engin
     assert run.nodes[0].container.stop_timeouts == [60]
 
 
+@pytest.mark.parametrize("asked, grace, sent", [(["--timeout", "1.2"], 5, 2), ([], 2.5, 3), (["--timeout", "0"], 5, 0)])
+def test_stop_takes_a_fraction_of_a_second_as_stop_grace_does_and_gives_the_engine_it_rounded_up(
+        make_run, asked, grace, sent):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True)}, dict(nodes=1, stop_grace=grace)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    assert main(client=client, argv=["stop", "r", *asked], out=io.StringIO()) == 0
+    assert list_runs(client)[0].nodes[0].container.stop_timeouts == [sent]
+
+
+@pytest.mark.parametrize("command", ["stop", "down"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "soon"])
+def test_a_stop_timeout_that_is_no_number_of_seconds_is_refused_in_one_line(command, value, capsys):
+    from orchestrate.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(client=FakeDockerClient(), argv=[command, "r", "--timeout", value], out=io.StringIO())
+    assert exited.value.code == 2
+    assert "argument --timeout: expected seconds" in capsys.readouterr().err
+
+
 def test_every_refused_stop_is_said_in_one_error(make_run):
     import docker.errors
 
