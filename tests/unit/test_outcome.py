@@ -268,6 +268,9 @@ def test_a_run_stopped_from_another_terminal_says_so_and_exits_as_a_sigterm_woul
     assert "FAILED" not in text and "INTERRUPTED" not in text
     assert (result.exit_code, result.succeeded) == (143, False)
     assert "INTERRUPTED by SIGINT: every node was stopped" in format_summary(outcome(stopped, interrupted=True))
+    # a Ctrl-C in the bring-up: no node to stop
+    assert "INTERRUPTED by SIGINT during the bring-up, before any node started" in format_summary(
+        outcome([], interrupted=True)).splitlines()
 
 
 def test_a_node_a_fault_struck_that_the_stop_then_stopped_is_not_a_failure_of_the_stopped_run(make_job):
