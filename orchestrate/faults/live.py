@@ -259,6 +259,21 @@ class LiveFaults:
             return False
         return True
 
+    def stopped_meanwhile(self, spec: FaultSpec, node: str) -> list[str]:
+        """The nodes a fault was done to, where every one of them is stopped now or gone ([] where
+        any still runs, or the engine cannot say)."""
+        nodes = self.fault_nodes(spec, node)
+        for name in nodes:
+            try:
+                self.targets[name].reload()
+            except engine_errors() as exc:
+                if classify(exc) is EngineFault.NOT_FOUND:
+                    continue
+                return []
+            if self.targets[name].status in ("running", "paused", "restarting"):
+                return []
+        return nodes
+
     def end_all(self) -> None:
         """Undo every fault still held, and disarm the torn writes still to come."""
         while self.held:
@@ -281,6 +296,12 @@ class LiveFaults:
             end_fault(self.client, self.project, self.targets, spec, node=node, cpus_per_node=self.cpus_per_node,
                       link=self.link)
         except (*engine_errors(), EngineError) as exc:
+            stopped = self.stopped_meanwhile(spec, node)
+            if stopped:  # `stop RUN`, or its end: a stopped node has nothing to undo (its pause, its shaping)
+                text = f"{', '.join(stopped)} of run {self.run_id} stopped meanwhile"
+                self.note(spec, node, "ended", error=text)
+                self.say(f"{spec}: {text}; nothing left to undo")
+                return
             self.say(f"could not end {spec} on {node}: {describe(exc)}")
             self.note(spec, node, "ended", error=describe(exc))  # its hold is over all the same
             return

@@ -221,6 +221,26 @@ def test_an_end_the_engine_refuses_is_said_and_noted_and_its_hold_is_over(tmp_pa
     assert len(run.calls("unpause")) == 1
 
 
+def test_a_paused_node_stopped_during_the_hold_has_nothing_left_to_undo_and_says_so_not_the_engines_refusal(
+        tmp_path):
+    """`stop RUN` unpauses a paused node before its SIGTERM; the hold's unpause then meets a
+    stopped container, which the engine refuses (409): nothing failed."""
+    run = Run(tmp_path)
+    clock = Clock()
+    run.faults.inject(parse_fault("pause:node1@t=0..10"))
+    run.notes()
+
+    def stopped_on_request(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now - 1000.0 == 3.0:
+            run.nodes["node1"].unpause()
+            run.nodes["node1"].stop(timeout=1)
+    run.faults.hold(sleep=stopped_on_request, clock=clock.time)
+    assert run.said[-1] == "pause:node1@t=0..10: node1 of run R1 stopped meanwhile; nothing left to undo", run.said
+    assert run.notes() == [("pause:node1@t=0..10", "node1", "ended", "node1 of run R1 stopped meanwhile")]
+    assert len(run.calls("unpause")) == 2  # stop's, and the hold's, which the engine refused
+
+
 def test_end_all_undoes_every_fault_still_held_and_disarms_the_torn_writes_still_to_come(tmp_path):
     run = Run(tmp_path)
     progress = run.run_dir / PROGRESS_SUBDIR
