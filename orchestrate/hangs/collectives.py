@@ -57,11 +57,14 @@ CYCLE_HINT = ("dist.send returns only once its peer has received, and dist.recv 
               " dist.batch_isend_irecv) and wait on them")
 UNEVEN_HINT = ("every rank must take as many training steps with a DDP model as the others, and make the same"
                " collectives between them: each step's backward pass all-reduces the gradients with theirs (and"
-               " its forward pass broadcasts the model's buffers, where it has any), so a rank that runs out of"
-               " batches first (its share of the data is smaller), skips a step or makes a collective of its own"
-               " leaves the others waiting; give every rank as many batches (DistributedSampler splits a dataset"
-               " evenly, padding it; drop_last=True drops the rest), or train under `with model.join():`, where"
-               " a rank that has run out of data shadows the others' collectives until every rank has run out")
+               " its forward pass broadcasts the model's buffers, where it has any); the others are left waiting"
+               " by a rank that runs out of batches first (give every rank as many: DistributedSampler splits a"
+               " dataset evenly, padding it, drop_last=True drops the rest; or train under `with model.join():`,"
+               " where a rank that has run out of data shadows the others' collectives until every rank has run"
+               " out), that syncs its gradients on other steps (`no_sync()` accumulation over a count of steps"
+               " that differs from rank to rank), or that makes a collective of its own within a step (one under"
+               " `if rank == 0:`, such as a checkpoint's ZeroRedundancyOptimizer.consolidate_state_dict or a"
+               " broadcast of a file only its node has: every rank of the group makes it, or none does)")
 # The root a collective's record names, at the end of what it moves: ``float32[4] from rank 0``.
 ROOT_TEXT = re.compile(r"(?:from|to) rank \S+$")
 
