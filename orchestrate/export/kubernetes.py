@@ -136,7 +136,7 @@ def trainjob(plan: JobPlan, options: ExportOptions, container: dict[str, Any]) -
     and the image's own may be another."""
     cfg = plan.config
     target = list(cfg.target)
-    if target and target[0] not in ("-m", "--module") and not target[0].startswith("/"):
+    if target and target[0] != "-m" and not target[0].startswith("/"):
         target[0] = f"{CONTAINER_WORKDIR}/{target[0]}"
     trainer: dict[str, Any] = {
         "image": cfg.image, "command": ["torchrun", *target], "numNodes": cfg.nodes,

@@ -26,6 +26,13 @@ MAX_JOB_NAME = 50
 DEFAULT_RUNTIME = "torch-distributed"
 
 
+# ``#SBATCH --time``'s forms (sbatch(1)); a value is one line's word, so nothing can follow it.
+_SLURM_TIME = re.compile(r"(?:\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}|(?i:unlimited|infinite))\Z")
+_SLURM_PARTITIONS = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*\Z")
+# A Kubernetes namespace: an RFC 1123 label (a digit may start it, unlike a Service's name).
+_NAMESPACE = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\Z")
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     """What only a real cluster needs.
@@ -57,6 +64,15 @@ class ExportOptions:
                              f" letter and be at most {MAX_JOB_NAME} characters (it names Kubernetes objects)")
         if self.container_mounts and not self.container_image:
             raise UsageError("--container-mounts needs --container-image")
+        if self.time_limit is not None and not _SLURM_TIME.match(self.time_limit):
+            raise UsageError(f"--time {self.time_limit!r} is not a Slurm time: MINUTES, MINUTES:SECONDS,"
+                             " HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]] or UNLIMITED, e.g. 04:00:00")
+        if self.partition is not None and not _SLURM_PARTITIONS.match(self.partition):
+            raise UsageError(f"--partition {self.partition!r} must be a partition's name, or several separated by"
+                             " commas (letters, digits, '_', '-', '.'), e.g. gpu or gpu,debug")
+        if self.namespace is not None and not (_NAMESPACE.match(self.namespace) and len(self.namespace) <= 63):
+            raise UsageError(f"--namespace {self.namespace!r} must be lower-case letters, digits and '-', start and"
+                             " end with a letter or digit, and be at most 63 characters (a Kubernetes namespace)")
 
 
 def given_flags(options: Mapping[str, Any]) -> set[str]:

@@ -263,9 +263,9 @@ def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job, tmp_path):
     script = make_job(nodes=2, target=("train.py", "--epochs", "2"))
     [trainjob] = export_kubernetes(script, ExportOptions(name="t", trainjob=True))
     assert trainjob["spec"]["trainer"]["command"] == ["torchrun", "/workspace/train.py", "--epochs", "2"]
-    for module in ("-m", "--module"):  # a module is no path
+    for module in ("-m", "--module"):  # a module is no path (the config spells it -m)
         [trainjob] = export_kubernetes(make_job(nodes=2, target=(module, "app.train")), ExportOptions(name="t", trainjob=True))
-        assert trainjob["spec"]["trainer"]["command"] == ["torchrun", module, "app.train"]
+        assert trainjob["spec"]["trainer"]["command"] == ["torchrun", "-m", "app.train"]
 
 
 def test_exported_sbatch_has_no_simulation_paths(make_job):
@@ -305,6 +305,29 @@ def test_the_longest_name_kubernetes_takes_is_taken():
     assert ExportOptions(name="a" * 50).name == "a" * 50
     with pytest.raises(UsageError, match="^--container-mounts needs --container-image$"):
         ExportOptions(name="ddp-x", container_mounts="/a:/a")
+
+
+@pytest.mark.parametrize("field, value, flag", [
+    ("time_limit", "4 hours", "--time"),  # sbatch refuses the script: "Invalid directive found in batch script: hours"
+    ("time_limit", "00:10:00\n#SBATCH --exclusive", "--time"),  # a line of its own in the script
+    ("time_limit", "1:2:3:4", "--time"), ("time_limit", "", "--time"),
+    ("partition", "gpu debug", "--partition"), ("partition", "gpu,", "--partition"),
+    ("partition", "gpu\n#SBATCH --exclusive", "--partition"),
+    ("namespace", "Bad NS", "--namespace"), ("namespace", "team-", "--namespace"), ("namespace", "a" * 64, "--namespace"),
+])
+def test_a_slurm_time_or_partition_or_a_namespace_the_cluster_would_refuse_is_refused_naming_its_option(
+        field, value, flag):
+    with pytest.raises(UsageError) as refused:
+        ExportOptions(**{field: value})
+    assert str(refused.value).startswith(f"{flag} {value!r} "), str(refused.value)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("time_limit", "90"), ("time_limit", "90:30"), ("time_limit", "04:00:00"), ("time_limit", "2-12"),
+    ("time_limit", "2-12:30:00"), ("time_limit", "UNLIMITED"), ("partition", "gpu"), ("partition", "gpu,debug_2.a"),
+    ("namespace", "team-1"), ("namespace", "1team"), ("namespace", "a" * 63)])
+def test_every_form_of_slurm_time_partitions_and_a_namespace_kubernetes_takes_are_taken(field, value):
+    assert getattr(ExportOptions(**{field: value}), field) == value
 
 
 @pytest.mark.parametrize("to, why", [("slurm", "one srun starts the same torchrun on every node"),
