@@ -63,6 +63,9 @@ def resolve_gpu_layout(
         if share:
             raise UsageError(f"--share-gpus shares GPUs, and this run has none: {why}; drop --share-gpus{or_drop}")
         return GpuLayout(0, nproc_per_node or 1, "gloo")
+    if available == 0:  # (GPUs asked for by number): none of the alternatives for fewer of them helps
+        raise UsageError(f"--gpus-per-node {gpus_per_node} needs GPUs, and the engine has none (no NVIDIA runtime in"
+                         f" it): drop --gpus-per-node, or use --cpu for the Gloo variant")
     if gpus_per_node is None:
         assert available is not None
         if available < nodes and not share:

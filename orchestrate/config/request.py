@@ -149,8 +149,9 @@ class RunRequest:
         if self.detach:
             raise UsageError("--detach is for --scheduler compose; a Slurm run stays attached (Slurm keeps the queue)")
         if not self.cpu and (self.gpus_per_node or 0) > 0:
-            raise UsageError("the simulated Slurm cluster runs CPU/Gloo nodes: use --cpu (export --to slurm writes"
-                             " #SBATCH --gpus-per-node for a real cluster)")
+            raise UsageError(f"the simulated Slurm cluster runs CPU/Gloo nodes: drop --gpus-per-node"
+                             f" {self.gpus_per_node} (export --to slurm writes #SBATCH --gpus-per-node for a real"
+                             " cluster)")
         if self.share_gpus or self.nccl_as_gloo:
             raise UsageError("--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated Slurm"
                              " cluster runs CPU/Gloo nodes")

@@ -64,6 +64,13 @@ ALTERNATIVES = "use fewer nodes, fewer processes per node, --share-gpus, or --cp
                                                      " --gpus-per-node 0; drop --share-gpus, or drop --gpus-per-node 0"),
     (dict(gpus_per_node=3, available=2, share=True),
      "--gpus-per-node 3 is more than the 2 GPU(s) the engine has, even shared: ask for fewer"),
+    # an engine with none: fewer nodes, processes or sharing would not help
+    (dict(gpus_per_node=1, available=0, nodes=1), "--gpus-per-node 1 needs GPUs, and the engine has none (no NVIDIA"
+                                                  " runtime in it): drop --gpus-per-node, or use --cpu for the Gloo"
+                                                  " variant"),
+    (dict(gpus_per_node=2, available=0, share=True), "--gpus-per-node 2 needs GPUs, and the engine has none (no NVIDIA"
+                                                     " runtime in it): drop --gpus-per-node, or use --cpu for the Gloo"
+                                                     " variant"),
 ])
 def test_impossible_layouts_are_refused_with_the_alternatives(kw, message):
     with pytest.raises(UsageError) as refused:

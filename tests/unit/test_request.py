@@ -208,8 +208,9 @@ REFUSED_COMBINATIONS = [
      " the nodes it starts on, so MAX is --nodes: give --nnodes 1:2"),
     ({**SLURM, "detach": True},
      "--detach is for --scheduler compose; a Slurm run stays attached (Slurm keeps the queue)"),
-    ({"scheduler": "slurm", "gpus_per_node": 1}, "the simulated Slurm cluster runs CPU/Gloo nodes: use --cpu (export"
-     " --to slurm writes #SBATCH --gpus-per-node for a real cluster)"),
+    ({"scheduler": "slurm", "gpus_per_node": 1}, "the simulated Slurm cluster runs CPU/Gloo nodes: drop"
+     " --gpus-per-node 1 (export --to slurm writes #SBATCH --gpus-per-node for a real cluster)"),  # not --cpu: it
+    # refuses --gpus-per-node too
     ({**SLURM, "share_gpus": True}, "--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated"
      " Slurm cluster runs CPU/Gloo nodes"),
     ({**SLURM, "nccl_as_gloo": True}, "--share-gpus and --nccl-as-gloo are for --scheduler compose: the simulated"
