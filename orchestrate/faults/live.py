@@ -205,11 +205,8 @@ class LiveFaults:
             return
         self.say(f"waiting for the next write on {', '.join(s.node for s in self.tearing)}; Ctrl-C disarms")
         while self.tearing:
-            for spec in [s for s in self.tearing if not self.running(s.node)]:
-                self.tearing.remove(spec)
-                self.storage.end(spec)
-                self.note(spec, spec.node, "ended")
-                self.say(f"disarmed {spec}: {spec.node} is no longer running, and no write of it was cut")
+            # what was cut first: a node whose worker cut a write and that ended since (its run's
+            # launcher, following it, kills it at once) was torn, not missed
             for spec, event in self.take_storage_events():
                 if spec not in self.tearing or not event.torn:
                     continue
@@ -220,6 +217,11 @@ class LiveFaults:
                     self.live[spec.node].kill()
                 except engine_errors() as exc:  # its run's launcher was first, or it ended
                     self.say(f"{spec.node} was not killed here: {describe(exc)}")
+            for spec in [s for s in self.tearing if not self.running(s.node)]:
+                self.tearing.remove(spec)
+                self.storage.end(spec)
+                self.note(spec, spec.node, "ended")
+                self.say(f"disarmed {spec}: {spec.node} is no longer running, and no write of it was cut")
             if self.tearing:
                 sleep(TEAR_POLL_S)
 

@@ -361,6 +361,26 @@ def test_a_torn_write_whose_node_ended_first_is_disarmed_saying_no_write_was_cut
     assert run.notes()[-1] == ("torn-write:node1", "node1", "ended", "")
 
 
+def test_a_torn_write_whose_node_its_launcher_killed_before_this_looked_is_said_as_cut_not_missed(tmp_path):
+    """`attach` following the run kills the node the moment its worker cut the write: `fault`,
+    polling, then finds the node ended, and the cut already written."""
+    run = Run(tmp_path)
+    clock = Clock()
+    spec = parse_fault("torn-write:node1")
+    run.faults.inject(spec)
+    [listed] = armed(run.run_dir / PROGRESS_SUBDIR)
+
+    def cut_and_killed_meanwhile(seconds: float) -> None:
+        clock.sleep(seconds)
+        write_storage_event(run, kind="torn-write", key=listed["key"], node="node1", file="ckpt.pt", rank=1,
+                            byte=100, size=4096)
+        run.nodes["node1"].kill()
+
+    run.faults.hold(sleep=cut_and_killed_meanwhile, clock=clock.time)
+    assert run.said[2] == "torn-write:node1: rank 1's write of ckpt.pt was cut at byte 100 of 4096; killing node1"
+    assert not any("no write of it was cut" in line for line in run.said), run.said
+
+
 def test_a_torn_node_the_engine_will_not_kill_is_said(tmp_path):
     run = Run(tmp_path)
     clock = Clock()
