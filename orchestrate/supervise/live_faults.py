@@ -70,6 +70,10 @@ class LiveFaultWatch:
                 self.on_note(tracker, note)
         for event in self.storage_events.poll() if self.storage_events is not None else []:
             self.met.setdefault(event.key, event)
+            spec = self.spec_of(event.key) if event.torn else None
+            tracker = self.trackers.get(event.node)
+            if spec and tracker is not None and not tracker.result.fault:
+                tracker.result.fault = spec  # its node's end is the tear's, whoever killed it (`fault RUN` did)
         wall = time.time()
         for fault_id in [i for i, until in self.held.items() if wall > until]:
             del self.held[fault_id]  # its end never came (the `fault` process was killed): held no more

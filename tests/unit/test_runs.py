@@ -1564,6 +1564,41 @@ def test_an_attach_following_a_run_that_down_removes_says_it_was_stopped_by_down
     wait_until(lambda: "removed run away" in removed.getvalue())
 
 
+@pytest.mark.timeout(60)
+def test_a_node_that_fault_run_killed_after_its_torn_write_is_blamed_on_the_fault_by_the_attach_that_judges_it(
+        make_run):
+    """Nobody followed the run: `fault RUN torn-write` killed the node after its worker cut the
+    write; the first attach after the end names that fault as the node's failure, as a follower
+    that killed it itself would."""
+    import json
+
+    from orchestrate.cli.main import main
+    from orchestrate.faults.storage import armed
+    from orchestrate.node.storage_faults import EVENTS_FILE
+    from orchestrate.plan.layout import PROGRESS_SUBDIR
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    progress = make_run("r").run_dir / PROGRESS_SUBDIR
+    out = io.StringIO()
+    injecting = threading.Thread(target=main, kwargs=dict(client=client, argv=["fault", "r", "torn-write:node1"],
+                                                          out=out))
+    injecting.start()
+    wait_until(lambda: armed(progress))
+    [listed] = armed(progress)
+    with open(progress / EVENTS_FILE, "a") as events:
+        events.write(json.dumps({"kind": "torn-write", "key": listed["key"], "node": "node1", "file": "ckpt.pt",
+                                 "rank": 1, "byte": 10, "size": 100}) + "\n")
+    injecting.join(30)
+    assert "killing node1" in out.getvalue(), out.getvalue()
+    client.containers_by_name["ddp-r-node0-1"].exit(0)
+    out = io.StringIO()
+    assert main(client=client, argv=["attach", "r"], out=out) == 1
+    summary = out.getvalue().split("summary ===")[1]
+    assert "FAILED: node1 failed (injected fault torn-write:node1)" in summary, summary
+
+
 def test_stop_of_a_foreground_run_whose_launcher_is_gone_keeps_its_logs_and_state(make_run):
     from orchestrate.cli.main import main
     from orchestrate.engine.labels import LAUNCHER_LABEL
