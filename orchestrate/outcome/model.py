@@ -104,6 +104,9 @@ class Timings:
     job_s: float = 0.0
     teardown_s: Optional[float] = None
     recoveries: list[Recovery] = field(default_factory=list)
+    # A death an elastic job would have recovered from, with no restart left (its --max-restarts
+    # all used): said, as a recovery that did not come ("" where none).
+    unrecovered: str = ""
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,8 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"recovery: {recovery.describe()}")
         met = recovered_preemption_said(recovery.node, recovery.cause, outcome.results)
         lines += [f"  {met}"] if met else []  # (an elastic job got a preempted node back)
+    if t.unrecovered and not outcome.succeeded:
+        lines.append(f"recovery: none: {t.unrecovered}")
     lines += restart_lines(outcome)
     # what a fault did beyond its spec (the file a torn write cut, where, by which rank), or that
     # it fell before the job's first step (then it tested no training)

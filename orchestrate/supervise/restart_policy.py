@@ -42,6 +42,7 @@ class RestartPolicy:
         self.clock = clock
         self.restarts = 0
         self.recoveries: list[Recovery] = []
+        self.unrecovered = ""  # the first death it had no restart left for (see :meth:`out_of_restarts`)
 
     @property
     def open_recovery(self) -> Optional[Recovery]:
@@ -50,11 +51,29 @@ class RestartPolicy:
 
     def should_restart(self, tracker: NodeTracker, ending: bool) -> bool:
         """Whether ``tracker``'s exit is a death the job recovers from."""
-        if not self.enabled or ending or tracker.exit_code == 0 or self.restarts >= self.max_restarts:
+        return self.recoverable(tracker, ending) and self.restarts < self.max_restarts
+
+    def recoverable(self, tracker: NodeTracker, ending: bool) -> bool:
+        """Whether ``tracker``'s exit is a death of the kind the job recovers from, restarts left or not."""
+        if not self.enabled or ending or tracker.exit_code == 0:
             return False
         if tracker.result.lost:  # a host lost for good: the job goes on without it, or fails
             return False
         return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
+
+    def out_of_restarts(self, tracker: NodeTracker, ending: bool) -> str:
+        """Where ``tracker``'s exit is a death the job would recover from but every restart of
+        ``--max-restarts`` was used: say so, keep it (the first) for the summary, and return it;
+        "" otherwise."""
+        if not self.recoverable(tracker, ending) or self.restarts < self.max_restarts or not self.max_restarts:
+            return ""
+        cause = f"injected fault {tracker.result.fault}" if tracker.result.fault else "its death"
+        text = (f"{tracker.name} died ({cause}) with no restart left: the {self.max_restarts} of --max-restarts"
+                f" {self.max_restarts} went to the deaths before it, so the job ends")
+        self.say(text)
+        self.record("restarts-used-up", node=tracker.name, cause=cause, max_restarts=self.max_restarts)
+        self.unrecovered = self.unrecovered or text
+        return text
 
     def go_on_without(self, lost: NodeTracker, step: Optional[int], at: Optional[float] = None) -> str:
         """A node lost for good (``at``: when it ended; None: now): nothing restarts it, and the

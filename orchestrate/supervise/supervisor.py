@@ -723,7 +723,9 @@ class Supervisor:
             self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
             self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands
             self.ranks_seen.clear()
-        elif not tracker.log_open:
+            return
+        self.restarts.out_of_restarts(tracker, ending)
+        if not tracker.log_open:
             self.finish(tracker)
 
     def container_gone(self, tracker: NodeTracker) -> bool:
@@ -934,6 +936,7 @@ class Supervisor:
             if recovery.lost and recovery.resumed_at is not None:
                 self.trackers[recovery.node].result.went_on_without = True
         timings = run_timings(trackers, self.clock() - self.started_at, self.restarts.recoveries)
+        timings.unrecovered = self.restarts.unrecovered
         if self.writes is not None:
             self.writes.walk()
         for name, (fault, signalled) in self.preempted_at.items():  # how the preempted nodes' ranks met the SIGTERM

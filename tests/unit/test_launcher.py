@@ -387,6 +387,24 @@ def test_elastic_mode_restarts_every_node_when_one_dies_and_measures_the_recover
     assert recovery.recovery_s is not None and recovery.recovery_s >= 0
 
 
+def test_a_death_with_no_restart_left_is_said_and_the_summary_says_no_recovery_came_and_why(make_run):
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=1, faults=(parse_fault("kill:node1@step=2"),))
+    client = FakeDockerClient()
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:step"], then=progress_writer(job, 0, range(1, 4)), hang=True),
+               Script(["[0|0]:resumed"], hang=True)],
+        node1=[Script(["[1|0]:up"], hang=True), Script(["[1|0]:up again"], exit_code=137)],
+    )
+    assert not outcome.succeeded, text
+    said = ("node1 died (its death) with no restart left: the 1 of --max-restarts 1 went to the deaths before it,"
+            " so the job ends")
+    assert f"[orchestrate] {said}" in text.splitlines()
+    assert f"recovery: none: {said}" in format_summary(outcome).splitlines()
+    assert [c[1] for c in client.calls if c[0] == "restart"].count("ddp-test-run-node1-1") == 1
+    assert [e["node"] for e in read_events(job.run_dir) if e["event"] == "restarts-used-up"] == ["node1"]
+
+
 def test_a_recovery_whose_workers_do_not_say_where_they_resumed_is_timed_by_their_first_step(make_run):
     """A plain script whose optimizer keeps no step count (SGD) says nowhere where it resumed: the
     first step of a worker process begun after the failure is when the job went on."""
