@@ -162,6 +162,16 @@ class JobLines:
                         global_ranks=(), gpu_ids=(), process_gpus=(), torchrun_argv=(), env={})
 
 
+def sbatch_refusal(output: str) -> str:
+    """What sbatch said when it refused a job, as one line: every line of it, the ``sbatch:
+    error:`` that starts each taken off all but the first (sbatch wraps one reason over several,
+    and its last alone may be only an example: "For instance: #!/bin/sh")."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return "no output"
+    return " ".join([lines[0], *(line.removeprefix("sbatch: error:").strip() for line in lines[1:])])
+
+
 class SlurmBackend:
     """One plan as a Slurm job; the :class:`~orchestrate.launch.run.Run` drives it."""
 
@@ -355,7 +365,7 @@ class SlurmBackend:
                                    user=self.run_as, workdir=WORKSPACE_DIR, environment=job_environment(self.plan))
         output = output.strip()
         if code != 0:
-            raise OrchestrateError(f"sbatch refused the job: {output.splitlines()[-1] if output else 'no output'}")
+            raise OrchestrateError(f"sbatch refused the job: {sbatch_refusal(output)}")
         job_id = output.splitlines()[-1].split(";")[0].strip() if output else ""
         # docker's exec can lose a short command's output (docker/docker-py#2042; seen once in CI):
         # the job is then asked of Slurm. Submitting again would run it twice.

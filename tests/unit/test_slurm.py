@@ -1369,3 +1369,16 @@ def test_a_slurm_job_that_ends_during_its_time_limits_looks_is_not_cancelled_and
                               recheck_s=0.05, answer_window_s=0.1)
     result = backend.follow(timeout_s=0.3)
     assert scancels(client) == [] and not result.error and result.succeeded and result.hang is None
+
+
+def test_sbatchs_refusal_is_said_whole_on_one_line_not_its_last_line_alone():
+    from orchestrate.slurm.backend import sbatch_refusal
+
+    output = ("sbatch: error: This does not look like a batch script.  The first\n"
+              "sbatch: error: line must start with #! followed by the path to an interpreter.\n"
+              "sbatch: error: For instance: #!/bin/sh\n")
+    assert sbatch_refusal(output) == ("sbatch: error: This does not look like a batch script.  The first line must"
+                                      " start with #! followed by the path to an interpreter. For instance: #!/bin/sh")
+    assert sbatch_refusal("sbatch: error: Invalid partition name specified\n") == (
+        "sbatch: error: Invalid partition name specified")
+    assert sbatch_refusal("") == "no output"
