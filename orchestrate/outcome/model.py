@@ -163,14 +163,22 @@ class FaultRecord:
         return f"{self.spec}{f' ({said})' if said else ''}{did}"
 
 
-def marked_before_first_step(records: list[FaultRecord], max_step: Optional[int]) -> list[FaultRecord]:
+def marked_before_first_step(records: list[FaultRecord], max_step: Optional[int],
+                             first_step_time: Optional[float] = None) -> list[FaultRecord]:
     """The records, those that fired before any worker reported a step marked
     ``before_first_step`` where the workers reported steps later (``max_step``: the highest the
-    job reached; None: it reported none, and nothing is known of its steps)."""
+    job reached; None: it reported none, and nothing is known of its steps). A step the workers
+    took before a fault fired, though read only after it (``first_step_time``: the epoch time of
+    the job's first step, as its record says; a worker's record may come a step late), is before
+    it: that fault did not fall before the first step."""
     if max_step is None:
         return records
-    return [replace(r, before_first_step=True) if r.fired and r.step is None and r.elapsed_s is not None else r
-            for r in records]
+
+    def before(record: FaultRecord) -> bool:
+        if not record.fired or record.step is not None or record.elapsed_s is None:
+            return False
+        return first_step_time is None or record.fired_time is None or record.fired_time < first_step_time
+    return [replace(r, before_first_step=True) if before(r) else r for r in records]
 
 
 @dataclass

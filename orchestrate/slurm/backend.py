@@ -539,7 +539,8 @@ class SlurmBackend:
         """Every fault asked for, ``elapsed_s`` into the job: those that fell before its first
         step marked so."""
         step = self.progress.max_step
-        return marked_before_first_step(self.faults.records(elapsed_s, step, self.progress.seen), step)
+        return marked_before_first_step(self.faults.records(elapsed_s, step, self.progress.seen), step,
+                                        self.progress.first_step_time)
 
     def wind_down(self, grace_s: float) -> RunResult:
         """After an interrupt: end the job as ``stop RUN`` does, through Slurm: SIGTERM to its

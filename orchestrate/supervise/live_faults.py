@@ -78,14 +78,14 @@ class LiveFaultWatch:
         for fault_id in [i for i, until in self.held.items() if wall > until]:
             del self.held[fault_id]  # its end never came (the `fault` process was killed): held no more
 
-    def records(self, max_step: Optional[int] = None) -> list[FaultRecord]:
+    def records(self, max_step: Optional[int] = None, first_step_time: Optional[float] = None) -> list[FaultRecord]:
         """Every live fault done (those done before the job's first step marked so, where it
         reached ``max_step`` later), then those begun whose `fault` ended before the engine
         answered (when, in steps, is not known of them)."""
         unconfirmed = [FaultRecord(str(n.spec), n.node, True, self.into_job(n.time), fired_time=n.time,
                                    detail="`fault` ended before the engine answered") for n in self.doing.values()]
         done = [self.as_met(fault_id, record) for fault_id, record in self.done.items()]
-        return [*marked_before_first_step(done, max_step), *unconfirmed]
+        return [*marked_before_first_step(done, max_step, first_step_time), *unconfirmed]
 
     def as_met(self, fault_id: str, record: FaultRecord) -> FaultRecord:
         """A fault done, as far as it was met: a storage fault fired only where a worker met it

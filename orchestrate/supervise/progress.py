@@ -24,6 +24,7 @@ class ProgressWatch:
         # a rank that says it later (its optimizer's count, held a step) still tells
         self.unsaid: Optional[Recovery] = None
         self.seen = False
+        self.first_step_time: Optional[float] = None  # the epoch time of the first step a worker took
         self.records = 0  # every record read so far: progress, to the hang watchdog
         # each rank's attempts (worker processes): when the first record came, the steps done
         self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
@@ -158,6 +159,7 @@ class ProgressWatch:
             first, steps = self.attempts.setdefault((record.rank, record.attempt), (record.time, set()))
             if record.step is not None:
                 steps.add(record.step)
+                self.first_step_time = min(self.first_step_time or record.time, record.time)
             if record.resumed is not None:
                 if recovery is not None:
                     recovery.resumed_from = record.resumed

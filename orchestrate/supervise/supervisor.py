@@ -981,4 +981,5 @@ class Supervisor:
         job's first step marked so."""
         step = self.progress.max_step
         return [*marked_before_first_step(self.faults.records(self.clock() - self.started_at, step, self.progress.seen),
-                                          step), *self.live_faults.records(step)]
+                                          step, self.progress.first_step_time),
+                *self.live_faults.records(step, self.progress.first_step_time)]

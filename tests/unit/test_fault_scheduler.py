@@ -223,6 +223,9 @@ def test_a_fault_in_an_attempt_is_armed_by_the_one_before_and_counts_only_attemp
 
     for step in range(1, 5):
         report(0, "first", step, 90.0 + step)
+    assert watch.first_step_time == 91.0  # the first step's own time, kept as later steps come
+    report(1, "first-b", 1, 90.5)  # another rank's, read later but taken earlier
+    assert watch.first_step_time == 90.5
     assert not (tmp_path / "triggers.json").exists()  # nothing armed before the first fault fires
     assert [str(f) for f in scheduler.fire_due(5.0, watch.max_step, watch.attempt_steps)] == ["kill:node0@step=4"]
     # armed at the first fault: the second is listed for the attempts to come, the third waits its turn
@@ -253,6 +256,21 @@ def test_a_stopped_run_fires_nothing_more_and_says_what_never_fired(tmp_path):
     assert scheduler.fire_due(100.0, 50) == [] and len(injected) == 1  # no kill, and no undo of the pause either
     assert [(r.spec, r.fired, r.reason) for r in scheduler.records(100.0, 50, True)] == [
         ("pause:node0@t=1..9", True, ""), ("kill:node1@t=5", False, "the run was stopped before it fired")]
+
+
+def test_a_fault_that_fired_after_a_first_step_read_only_later_did_not_fall_before_the_first_step(tmp_path):
+    """A worker's record of its first step can come a step late: a fault that fired when no
+    step had been read yet, but after the first step's own time, came after it."""
+    recorder, clock = Recorder(), [1000.0]
+    scheduler = FaultScheduler((parse_fault("disconnect:node1@t=7..11"), parse_fault("pause:node0@t=2..3")),
+                               lambda fault: None, tmp_path, recorder.say, recorder.record, wall=lambda: clock[0])
+    clock[0] = 1002.0
+    assert len(scheduler.fire_due(2.0, None)) == 1  # before the first step (at 1006.9)
+    clock[0] = 1007.0
+    assert len(scheduler.fire_due(7.0, None)) == 1  # step 1 was at 1006.9, its record not read yet
+    paused, disconnected = marked_before_first_step(scheduler.records(20.0, 9, True), 9, first_step_time=1006.9)
+    assert paused.before_first_step and not disconnected.before_first_step
+    assert disconnected.describe() == "disconnect:node1@t=7..11 (7.0 s into the job)"
 
 
 def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(tmp_path):
