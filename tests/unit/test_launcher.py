@@ -314,7 +314,7 @@ def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first
         while paused not in client.calls:
             assert time.monotonic() < deadline, "the fault never fired"
             time.sleep(0.01)
-        progress_writer(job, 0, range(1, 4))()
+        progress_writer(job, 0, range(1, 4), attempt="first")()  # steps taken now, after the pause
 
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:starting"], then=steps_after_the_pause)],
                            node1=[Script(["[1|0]:starting"], then=lambda: None, after=["[1|0]:trained"],
