@@ -335,6 +335,11 @@ def mismatch_hint(failure: Optional[Failure]) -> str:
             f" first mismatched collective, naming both (it does not compare sends and receives){sizes}")
 
 
+# torch's own check of one call's arguments, on the rank that made it: ``ProcessGroupGloo::allgather:
+# invalid output tensor list at index 0 (expected length 2, got 3)`` (not a difference gloo let by).
+ARGUMENTS_REFUSED = re.compile(r"ProcessGroup\w+::\w+: invalid ")
+
+
 def diverged_hint(failure: Optional[Failure], divergence: str) -> str:
     """For a failure whose ranks' records show the same collective made with other tensors, or
     other collectives made at the same place, where neither gloo nor torch's check stopped it
@@ -344,6 +349,10 @@ def diverged_hint(failure: Optional[Failure], divergence: str) -> str:
         return ""
     if any(words in failure.errors for words in (GLOO_MISMATCH, *CHECKED_MISMATCH)):
         return ""  # caught, and said so
+    if ARGUMENTS_REFUSED.search(failure.errors):
+        return ("  hint: torch refused this call's own arguments on the rank that made it, before any data moved"
+                " (a gather's or all_gather's output list holds one tensor per rank of its group, on every rank):"
+                " the error says which")
     finished = " (the ranks that finished did so on such data)" if failure.peers_finished else ""
     return ("  hint: the ranks made this collective with different tensors, or different collectives: gloo checks"
             " neither, so it may hand a rank wrong data with no error, and a rank fails only later"

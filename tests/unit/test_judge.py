@@ -272,6 +272,12 @@ def test_ranks_that_finished_on_a_collective_whose_tensors_differed_are_not_aske
     assert diverged_hint(Failure("node0", 1, -6, MISMATCH, ()), where) == ""
     checked = "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: ..."
     assert diverged_hint(Failure("node0", 1, 1, checked, ()), where) == ""
+    # torch refused one rank's own arguments at once: no difference gloo let by
+    refused = ("RuntimeError: ProcessGroupGloo::allgather: invalid output tensor list at index 0 (expected length 2,"
+               " got 3)")
+    assert diverged_hint(Failure("node1", 1, 1, refused, ()), where) == (
+        "  hint: torch refused this call's own arguments on the rank that made it, before any data moved (a gather's"
+        " or all_gather's output list holds one tensor per rank of its group, on every rank): the error says which")
 
 
 def test_a_monitored_barrier_that_names_who_did_not_reach_it_explains_the_peers_it_left(nodes):
