@@ -140,6 +140,13 @@ def peers_named(text: str, node_addresses: dict[str, str]) -> str:
     return _PEER_ADDRESS.sub(name, text)
 
 
+def peer_nodes(text: str, node_addresses: dict[str, str]) -> list[str]:
+    """The nodes whose addresses ``text`` names as peers (``[172.20.0.3]:12933``), each once, in
+    the order named."""
+    named = (node_addresses.get(match.group(1)) for match in _PEER_ADDRESS.finditer(text))
+    return list(dict.fromkeys(node for node in named if node))
+
+
 def runs_named(given: str, run_ids: Iterable[str]) -> list[str]:
     """The run ids (``20261201-072714-728639``) that ``given`` names, sorted: itself where it is
     one; else each that starts with it (a unique prefix, as docker takes an id's) or ends with it

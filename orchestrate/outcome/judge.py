@@ -16,7 +16,7 @@ from orchestrate.outcome.root_cause import (CAUSED_BY, CRASH_EXIT_CODES, Earlier
                                             is_collateral, linked_exceptions, lost_peer_in)
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
-from orchestrate.text import brief, ranks_text
+from orchestrate.text import brief, peer_nodes, ranks_text
 
 # What a lost peer that ranks which left early explain asks, unless the ranks' records differ.
 UNEVEN_QUESTION = " (do all ranks run the same number of steps?)"
@@ -357,6 +357,20 @@ def diverged_hint(failure: Optional[Failure], divergence: str) -> str:
     return ("  hint: the ranks made this collective with different tensors, or different collectives: gloo checks"
             " neither, so it may hand a rank wrong data with no error, and a rank fails only later"
             f"{finished}; --debug-collectives makes torch stop at the first mismatched collective, naming both")
+
+
+def lost_peer_lines(failure: Optional[Failure], stopped_where: dict[int, str], node_addresses: dict[str, str],
+                    results: Sequence[NodeResult]) -> list[str]:
+    """For a failure whose error names the peer it lost by its address, on a node whose ranks
+    failed of nothing of their own (the failure is the run's first, with nothing earlier said):
+    where each of that node's ranks was when torchrun ended it (``stopped_where``, by rank), as
+    a rank that left the group early (``destroy_process_group``, then other work) is found."""
+    if failure is None or failure.peers_finished or failure.earlier is not None:
+        return []
+    lost = [node for node in peer_nodes(failure.errors, node_addresses) if node != failure.node]
+    return [f"  the peer it lost: rank {rank} ({result.node.name}) was in {stopped_where[rank]} when torchrun ended it"
+            for result in results if result.node.name in lost
+            for rank in result.node.global_ranks if rank in stopped_where]
 
 
 def absent_from_barrier_lines(failure: Optional[Failure], stopped_where: dict[int, str]) -> list[str]:

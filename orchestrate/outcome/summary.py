@@ -8,7 +8,8 @@ from orchestrate.hangs.diagnosis import in_init
 from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, at_exit_barrier,
                                        compiler_hint, ddp_prefix_hint, device_ordinal_hint, died_at_exit,
-                                       diverged_hint, interface_hint, local_files_while_hung, local_rank_argument_hint, made_alone_hint,
+                                       diverged_hint, interface_hint, local_files_while_hung, local_rank_argument_hint,
+                                       lost_peer_lines, made_alone_hint,
                                        mismatch_hint, missing_module_hint, no_gpu_hint, node_local_file_hint,
                                        read_too_early_hint, repeated_error_line, said_error, torn_save_hint,
                                        uneven_hint, unused_parameters_hint)
@@ -160,6 +161,7 @@ def format_summary(outcome: RunResult) -> str:
         repeated = repeated_error_line(failure, outcome.results)
         lines += [repeated] if repeated else []
         lines += absent_from_barrier_lines(failure, outcome.stopped_where)
+        lines += lost_peer_lines(failure, outcome.stopped_where, outcome.node_addresses, outcome.results)
         if not outcome.interrupted:
             lines += grace_lines(outcome)
         lines += divergence_lines(outcome)

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from orchestrate.outcome.judge import (Failure, absent_from_barrier_lines, compiler_hint, device_ordinal_hint,
-                                       died_at_exit, diverged_hint, find_failure, interface_hint, made_alone_hint,
-                                       mismatch_hint, missing_module_hint, no_gpu_hint, repeated_error_line, signal_name,
-                                       torn_save_hint, uneven_hint)
+                                       died_at_exit, diverged_hint, find_failure, interface_hint, lost_peer_lines,
+                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
+                                       repeated_error_line, signal_name, torn_save_hint, uneven_hint)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
 from orchestrate.outcome.states import NodePhase
@@ -304,6 +304,25 @@ def test_a_monitored_barrier_that_names_who_did_not_reach_it_explains_the_peers_
     # a failure of its own still wins over both
     own = [results[0], ended(node1, at=3.0, cause=RootCause(3, 1, 1, "ValueError: bad shard"))]
     assert find_failure(own).exception == "ValueError: bad shard"
+
+
+def test_the_peer_a_failure_lost_by_its_address_is_said_where_its_ranks_were_when_torchrun_ended_them(nodes):
+    """Rank 1 destroyed its process group and went on with other work: rank 0's next collective
+    lost it (gloo names it by its address only), and rank 1, ended by torchrun, failed of nothing
+    of its own. Where rank 1 was is what explains it."""
+    node0, node1 = nodes(per_node=1)
+    closed = "RuntimeError: [../gloo/transport/tcp/pair.cc:547] Connection closed by peer [172.28.0.3]:36034"
+    results = [ended(node0, cause=RootCause(0, 0, 1, closed)), ended(node1, state=NodePhase.STOPPED, code=143)]
+    addresses = {"172.28.0.2": "node0", "172.28.0.3": "node1"}
+    failure = find_failure(results)
+    assert lost_peer_lines(failure, {1: "<module> at early_destroy.py:8", 0: "<module> at early_destroy.py:9"},
+                           addresses, results) == [
+        "  the peer it lost: rank 1 (node1) was in <module> at early_destroy.py:8 when torchrun ended it"]
+    assert lost_peer_lines(failure, {}, addresses, results) == []  # no stacks of its
+    assert lost_peer_lines(failure, {1: "f at t.py:1"}, {}, results) == []  # its address names no node
+    assert lost_peer_lines(replace(failure, peers_finished=True), {1: "f at t.py:1"}, addresses, results) == []
+    self_named = replace(failure, exception=closed.replace("172.28.0.3", "172.28.0.2"))
+    assert lost_peer_lines(self_named, {0: "f at t.py:1"}, addresses, results) == []  # its own node is no lost peer
 
 
 def test_a_node_whose_torchrun_lost_the_rendezvous_store_yields_to_an_error_of_its_own(nodes):
