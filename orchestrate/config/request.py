@@ -31,6 +31,7 @@ from orchestrate.config.run_config import (
     LEASE_TIMEOUT_ENV,
     LEASE_TIMEOUT_S,
     RunConfig,
+    not_a_file,
 )
 from orchestrate.config.user_env import copy_env, merge_user_env, parse_env_file
 from orchestrate.errors import UsageError
@@ -136,7 +137,7 @@ class RunRequest:
             raise UsageError(f"--sbatch {self.sbatch} runs what that script runs: drop the job after --"
                              f" ({shlex.join(self.target)})")
         if self.sbatch is not None and not self.sbatch.is_file():
-            raise UsageError(f"--sbatch file {str(self.sbatch)!r} not found")
+            raise UsageError(f"--sbatch file {str(self.sbatch)!r} {not_a_file(self.sbatch)}")
         shaping = [flag for flag, given in (
             ("--nproc-per-node", self.nproc_per_node is not None), ("--rdzv", self.rdzv != "static"),
             ("--nnodes", self.nnodes is not None), ("--max-restarts", self.max_restarts is not None),

@@ -73,6 +73,10 @@ def format_bytes(size: int) -> str:
     return f"{size}b"
 
 
+def not_a_file(path: Path) -> str:
+    """Why ``path``, given as a file, is none: "is a directory", or "not found"."""
+    return "is a directory, not a file" if path.is_dir() else "not found"
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run needs to know, checked when it is made.
@@ -252,7 +256,7 @@ class RunConfig:
             if path is None:
                 continue
             if not Path(path).is_file():
-                raise UsageError(f"{option} file {str(path)!r} not found")
+                raise UsageError(f"{option} file {str(path)!r} {not_a_file(Path(path))}")
             object.__setattr__(self, option.strip("-"), Path(path).resolve())
 
     @property

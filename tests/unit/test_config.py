@@ -96,6 +96,7 @@ def test_the_long_spelling_of_minus_m_is_taken_as_minus_m_which_the_nodes_run(tm
         (dict(memory_per_node=6 * 1024**2 - 1), "--memory-per-node must be at least 6m, got 6291455 bytes"),
         (dict(requirements="nowhere.txt"), "--requirements file 'nowhere.txt' not found"),
         (dict(dockerfile="Nodefile"), "--dockerfile file 'Nodefile' not found"),
+        (dict(dockerfile="/"), "--dockerfile file '/' is a directory, not a file"),
         (dict(target=("missing.py",)), "script 'missing.py' not found in work directory {workdir}"),
         (dict(target=("-m",)), "-m needs a module name, usage example: -- -m app.toy. Given: nothing"),
         (dict(target=("--module", "not a module")),

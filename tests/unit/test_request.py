@@ -197,6 +197,7 @@ REFUSED_COMBINATIONS = [
     ({**SLURM, "sbatch": SBATCH, "target": ("train.py", "--name", "a b")},
      f"--sbatch {SBATCH} runs what that script runs: drop the job after -- (train.py --name 'a b')"),
     ({**SLURM, "sbatch": "/no/job.sh"}, "--sbatch file '/no/job.sh' not found"),
+    ({**SLURM, "sbatch": "/tmp"}, "--sbatch file '/tmp' is a directory, not a file"),
     ({**SLURM, "sbatch": SBATCH, "nproc_per_node": "2", "rdzv": "c10d", "nnodes": "1:2", "max_restarts": 1,
       "rdzv_timeout": 5, "master_port": 3000},
      f"--sbatch {SBATCH} starts torchrun as that script says: drop --nproc-per-node, --rdzv, --nnodes,"
