@@ -110,10 +110,10 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
         'DDP_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "export DDP_MASTER_ADDR",
     ]
-    if any(options.env.get(name) == value for name, value in STORE_PER_ROUND_ENV.items()):
-        lines += ["# A store of its own for each rendezvous round: a restarted worker group then reads no address",
-                  "# of the attempt before it from torchrun's shared store (pytorch#135712)."]
     for name, value in sorted(options.env.items()):
+        if STORE_PER_ROUND_ENV.get(name) == value:  # said above its own line
+            lines += ["# A store of its own for each rendezvous round: a restarted worker group then reads no"
+                      " address", "# of the attempt before it from torchrun's shared store (pytorch#135712)."]
         lines.append(f"export {name}={shlex.quote(value)}")
     srun = ["srun", "--label", "--kill-on-bad-exit=1", "--ntasks-per-node=1"]
     if options.container_image:
