@@ -217,7 +217,7 @@ def test_faults_that_never_fired_say_why_with_the_jobs_own_step_and_time(make_ru
         for phase in ("doing", "done"):
             note_live_fault(job.run_dir, fault_id, parse_fault("slow:node1"), "node1", phase)
         wait_for(lambda: "fault injected by `python -m orchestrate fault`" in job.out.getvalue(), "the note read")
-        progress_writer(job, 0, range(1, 4))()
+        progress_writer(job, 0, range(1, 4), attempt="first")()  # steps taken now, after the fault
 
     steps = job.run_dir / "progress" / "rank0.jsonl"
     outcome, _, _ = run(job, client, node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(live_fault_then_steps))],
