@@ -181,7 +181,9 @@ class Option:
 
     def value(self, given: Any) -> Any:
         """A keyword option's value: text goes through the parser, like the command line's."""
-        if self.repeat:  # one value given alone is one of them
+        if self.repeat:  # one value given alone is one of them; None, none
+            if given is None:
+                return ()
             one = isinstance(given, (str, bytes, os.PathLike))
             return tuple(self.value_of_one(item) for item in ((given,) if one else given))
         return self.value_of_one(given)

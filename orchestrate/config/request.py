@@ -238,7 +238,8 @@ def user_env(request: RunRequest, environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of --env-file (each file over the one before it), --copy-env and --env, in
     that order of precedence."""
     from_file: dict[str, str] = {}
-    files = (request.env_file,) if isinstance(request.env_file, (str, os.PathLike)) else request.env_file
+    given = request.env_file
+    files = (given,) if isinstance(given, (str, os.PathLike)) else () if given is None else given
     for path in files:
         try:
             text = Path(path).read_text()

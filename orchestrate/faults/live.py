@@ -205,8 +205,9 @@ class LiveFaults:
             return
         self.say(f"waiting for the next write on {', '.join(s.node for s in self.tearing)}; Ctrl-C disarms")
         while self.tearing:
-            # what was cut first: a node whose worker cut a write and that ended since (its run's
-            # launcher, following it, kills it at once) was torn, not missed
+            # which nodes ended, then what was cut: a node whose worker cut a write and that ended
+            # since (its run's launcher, following it, kills it at once) was torn, not missed
+            ended = [s for s in self.tearing if not self.running(s.node)]
             for spec, event in self.take_storage_events():
                 if spec not in self.tearing or not event.torn:
                     continue
@@ -217,7 +218,7 @@ class LiveFaults:
                     self.live[spec.node].kill()
                 except engine_errors() as exc:  # its run's launcher was first, or it ended
                     self.say(f"{spec.node} was not killed here: {describe(exc)}")
-            for spec in [s for s in self.tearing if not self.running(s.node)]:
+            for spec in [s for s in ended if s in self.tearing]:
                 self.tearing.remove(spec)
                 self.storage.end(spec)
                 self.note(spec, spec.node, "ended")

@@ -399,6 +399,7 @@ class Run:
         finishes its record with the summary it says (a fault asked for that never fired fails a
         job whose nodes all exited 0), so that ``ps`` names it so too. KeyboardInterrupt
         propagates: for ``attach`` it only detaches."""
+        from orchestrate.launch.unfollowed import LINES_KEPT
         from orchestrate.outcome.events import launcher_exit_code, read_events
         from orchestrate.outcome.record import write_outcome
 
@@ -407,13 +408,16 @@ class Run:
         spec = spec_for_run(run)
         with try_lock(spec.run_dir / SUPERVISOR_LOCK) as holds_lock:
             active = run.detached and holds_lock and not run.state.ended
-            unjudged = (run.detached and holds_lock and run.state.ended
-                        and launcher_exit_code(read_events(spec.run_dir)) is None)
+            events = read_events(spec.run_dir)
+            unjudged = run.detached and holds_lock and run.state.ended and launcher_exit_code(events) is None
+            # a foreground run whose launcher died: the first to follow it after writes its events
+            orphaned = (not run.detached and holds_lock and run.launcher_alive is False
+                        and not any(e["event"] == LINES_KEPT for e in events))
             role = "acting as its launcher" if active else "watching"
             self.say(f"attached to run {run.run_id} ({run_as_recorded(run).state.value}, {role}); Ctrl-C detaches")
             backend = ComposeBackend(spec, self.client, self.out, active=active,
                                      containers={n.name: n.container for n in run.nodes}, clock=self.clock,
-                                     verbose=self.verbose, records=active or unjudged)
+                                     verbose=self.verbose, records=active or unjudged or orphaned)
             try:
                 result = backend.follow()
             except KeyboardInterrupt:

@@ -111,8 +111,8 @@ def format_summary(outcome: RunResult) -> str:
             lost = outcome.lost
             lines.append(f"{how}: every node left was stopped; {' and '.join(lost)} had been lost for good"
                          f" ({', '.join(lost.values())})")
-        elif not outcome.results:  # during the bring-up: no node had started
-            lines.append(f"{how} during the bring-up, before any node started")
+        elif not outcome.results:  # during the bring-up, before the nodes were followed
+            lines.append(f"{how} during the bring-up, before its nodes were followed")
         else:
             lines.append(f"{how}: every node was stopped")
         lines += grace_lines(outcome)

@@ -163,10 +163,13 @@ class JobLines:
 
 
 def sbatch_refusal(output: str) -> str:
-    """What sbatch said when it refused a job, as one line: every line of it, the ``sbatch:
-    error:`` that starts each taken off all but the first (sbatch wraps one reason over several,
-    and its last alone may be only an example: "For instance: #!/bin/sh")."""
+    """What sbatch said when it refused a job, as one line: its error lines from the first on, the
+    ``sbatch: error:`` that starts each taken off all but the first (sbatch wraps one reason over
+    several, and its last alone may be only an example: "For instance: #!/bin/sh"); every line
+    where none is an error's."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if line.startswith("sbatch: error:")]
+    lines = lines[errors[0]:] if errors else lines  # (a warning before it is not its reason)
     if not lines:
         return "no output"
     return " ".join([lines[0], *(line.removeprefix("sbatch: error:").strip() for line in lines[1:])])

@@ -51,6 +51,8 @@ class NodeTracker:
         stream: The number of its current log stream (a restart starts a new one).
         log_open: Whether that stream is still open.
         exited_at: Monotonic time the engine said its container died (None while it runs).
+        exited_time: The engine's epoch time of that death, where the container had ended before
+            the follow began (an ``attach`` after the end): what its end is recorded at.
         last_line_at: Monotonic time the latest line of its log was taken in (0: none yet).
         exit_code: That exit code.
         first_started: Engine time of the container's first start seen.
@@ -69,6 +71,7 @@ class NodeTracker:
     stream: int = 0
     log_open: bool = False
     exited_at: Optional[float] = None
+    exited_time: Optional[float] = None  # the engine's time of an exit it had seen before the follow began
     last_line_at: float = 0.0
     exit_code: Optional[int] = None
     first_started: Optional[float] = None

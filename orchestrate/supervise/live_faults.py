@@ -70,10 +70,13 @@ class LiveFaultWatch:
                 self.on_note(tracker, note)
         for event in self.storage_events.poll() if self.storage_events is not None else []:
             self.met.setdefault(event.key, event)
-            spec = self.spec_of(event.key) if event.torn else None
+            fired = self.done_with_key(event.key) if event.torn else None
             tracker = self.trackers.get(event.node)
-            if spec and tracker is not None and not tracker.result.fault:
-                tracker.result.fault = spec  # its node's end is the tear's, whoever killed it (`fault RUN` did)
+            if fired is None or tracker is None or tracker.result.fault:
+                continue
+            start = tracker.latest_start or tracker.first_started  # a tear of an earlier container is not this one's
+            if start is None or fired.fired_time is None or fired.fired_time >= start:
+                tracker.result.fault = fired.spec  # its node's end is the tear's, whoever killed it (`fault RUN` did)
         wall = time.time()
         for fault_id in [i for i, until in self.held.items() if wall > until]:
             del self.held[fault_id]  # its end never came (the `fault` process was killed): held no more
@@ -100,9 +103,14 @@ class LiveFaultWatch:
 
     def spec_of(self, storage_key: str) -> Optional[str]:
         """The live storage fault whose workers' events have ``storage_key``; None: not one of them."""
+        done = self.done_with_key(storage_key)
+        return done.spec if done is not None else None
+
+    def done_with_key(self, storage_key: str) -> Optional[FaultRecord]:
+        """The record of the live storage fault done whose workers' events have ``storage_key``."""
         for fault_id, key in self.storage_keys.items():
             if key == storage_key and fault_id in self.done:
-                return self.done[fault_id].spec
+                return self.done[fault_id]
         return None
 
     def into_job(self, at: float) -> Optional[float]:

@@ -126,7 +126,7 @@ class RestartPolicy:
         trackers = [t for t in trackers if not t.result.lost]  # nothing brings a lost node back, ended yet or not
         for tracker in trackers:
             tracker.move(NodePhase.RESTARTING)
-            tracker.exited_at = tracker.exit_code = None
+            tracker.exited_at = tracker.exit_code = tracker.exited_time = None
         for tracker in trackers:
             try:
                 tracker.container.restart(timeout=0)

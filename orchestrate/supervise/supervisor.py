@@ -497,8 +497,9 @@ class Supervisor:
             tracker.move(NodePhase.STARTING)
             tracker.exit_code = state.get("ExitCode")
             tracker.exited_at = self.clock()
+            tracker.exited_time = engine_time(state.get("FinishedAt", "")) or None
             self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection",
-                        when=engine_time(state.get("FinishedAt", "")) or None)
+                        when=tracker.exited_time)
             tracker.result.note_oom(in_state=bool(state.get("OOMKilled")))
 
     def read_channels(self, now: float) -> None:
@@ -800,7 +801,8 @@ class Supervisor:
             result.stopped_by_request = not self.ending
             tracker.move(NodePhase.STOPPED)
             extra = self.grace_ran_out_on_request(tracker)
-            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by, **extra)
+            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by,
+                        when=tracker.exited_time, **extra)
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
         else:
@@ -808,7 +810,7 @@ class Supervisor:
             self.diagnosis.explain_failure(tracker)
             cause = result.root_cause
             self.record("node-failed", node=tracker.name, exit_code=result.exit_code,
-                        rank=cause.rank if cause else None)
+                        rank=cause.rank if cause else None, when=tracker.exited_time)
             if not self.first_failure_seen and not self.store_looked_for:  # a watcher's summary names it too
                 self.store_looked_for = True
                 self.store_died_first(tracker)
@@ -826,7 +828,8 @@ class Supervisor:
         result.consequence = self.restarts.go_on_without(tracker, self.progress.max_step, at=result.ended_at)
         self.say(f"{tracker.name} {result.consequence}" if result.consequence else
                  f"{tracker.name} is lost for good ({result.lost}): the job goes on with the nodes left")
-        self.record("node-lost", node=tracker.name, exit_code=result.exit_code, fault=result.lost)
+        self.record("node-lost", node=tracker.name, exit_code=result.exit_code, fault=result.lost,
+                    when=tracker.exited_time)
 
     def end_job_after(self, failed: NodeTracker) -> None:
         """After the first failure: name and kill hung nodes now (they cannot finish anything),

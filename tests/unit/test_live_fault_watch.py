@@ -266,6 +266,27 @@ def test_a_storage_fault_done_before_an_attach_that_met_no_write_says_no_time_it
     assert armed.reason == f"it was armed, but no worker of node1 wrote a file it reaches after that ({STORAGE_REACH})"
 
 
+def test_a_torn_write_blames_the_container_it_cut_not_one_restarted_after_it(watched):
+    """`fault RUN torn-write` cut node1's write and killed it: an attach that reads the cut blames
+    node1's end on it; once node1 restarted after the cut (an elastic job), that container's
+    end is its own."""
+    storage_note(watched, "t", -5.0, "torn-write:node1", "done", key="s1")
+    (watched.run_dir / PROGRESS_SUBDIR).mkdir(exist_ok=True)
+    with open(watched.run_dir / PROGRESS_SUBDIR / STORAGE_EVENTS_FILE, "a") as handle:
+        handle.write(json.dumps({"kind": "torn-write", "key": "s1", "node": "node1", "file": "ckpt.pt", "rank": 1,
+                                 "byte": 10, "size": 100}) + "\n")
+    restarted = watched.trackers["node1"]
+    restarted.latest_start = watched.now - 1.0  # started again after the cut
+    watched.watch.poll()
+    assert watched.blame("node1") == ("", None)
+    with open(watched.run_dir / PROGRESS_SUBDIR / STORAGE_EVENTS_FILE, "a") as handle:  # the same cut, read anew
+        handle.write(json.dumps({"kind": "torn-write", "key": "s1", "node": "node1", "file": "ckpt.pt", "rank": 1,
+                                 "byte": 10, "size": 100}) + "\n")
+    restarted.latest_start = watched.now - 6.0  # the container the cut was in
+    watched.watch.poll()
+    assert watched.blame("node1") == ("torn-write:node1", None)
+
+
 def test_a_run_without_a_directory_has_no_notes_and_no_storage_events_to_read(make_job, tmp_path):
     from pathlib import Path
 

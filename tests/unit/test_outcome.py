@@ -269,7 +269,7 @@ def test_a_run_stopped_from_another_terminal_says_so_and_exits_as_a_sigterm_woul
     assert (result.exit_code, result.succeeded) == (143, False)
     assert "INTERRUPTED by SIGINT: every node was stopped" in format_summary(outcome(stopped, interrupted=True))
     # a Ctrl-C in the bring-up: no node to stop
-    assert "INTERRUPTED by SIGINT during the bring-up, before any node started" in format_summary(
+    assert "INTERRUPTED by SIGINT during the bring-up, before its nodes were followed" in format_summary(
         outcome([], interrupted=True)).splitlines()
 
 

@@ -123,6 +123,8 @@ def test_every_env_file_given_is_read_a_later_one_winning_as_composes(tmp_path):
     assert request.env_file == (tmp_path / "job.env", tmp_path / "other.env")
     assert user_env(request, {}) == {"A": "1", "B": "other", "C": "2"}
     assert RunRequest.from_options(env_file=tmp_path / "job.env").env_file == (tmp_path / "job.env",)
+    assert RunRequest.from_options(env_file=None).env_file == ()  # the field's old default: no file
+    assert user_env(RunRequest(env_file=None), {}) == {}
 
 
 @pytest.mark.parametrize("make, why", [

@@ -1126,19 +1126,20 @@ def test_attaches_after_the_end_record_each_event_once_at_the_engines_time_and_a
 
     client = FakeDockerClient()
     started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:hello"], delay_s=0.3),
-                                          "node1": Script(["[1|0]:hello"], delay_s=0.3)}, dict(nodes=2)))
-    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+                                          "node1": Script(["[1|0]:hello"], delay_s=0.3, exit_code=1)}, dict(nodes=2)))
+    wait_until(lambda: list_runs(client)[0].state.ended)
     time.sleep(0.5)  # a judge that comes later: its reading time is apart from the run's own times
-    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == 0
+    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == 1
     judged = read_events(make_run("r").run_dir)
     kinds = [e["event"] for e in judged]
-    assert sorted(k for k in kinds if k in ("node-exited", "rank-started", "node-running")) == sorted(
-        ["node-exited"] * 2 + ["rank-started"] * 2 + ["node-running"] * 2), kinds
+    assert sorted(k for k in kinds if k in ("node-exited", "rank-started", "node-running", "node-failed")) == sorted(
+        ["node-exited"] * 2 + ["rank-started"] * 2 + ["node-running"] * 2 + ["node-failed"]), kinds
     at = {(e["event"], e.get("node")): e["time"] for e in judged}
     ended = [e["time"] for e in judged if e["event"] == "run-ended"][0]
     for node in ("node0", "node1"):
         assert at[("rank-started", node)] <= at[("node-exited", node)] < ended - 0.3, judged
-    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == 0
+    assert at[("node-failed", "node1")] == at[("node-exited", "node1")]  # its end, not the judge's reading of it
+    assert main(client=client, argv=["attach", "r"], out=io.StringIO()) == 1
     assert read_events(make_run("r").run_dir) == judged
 
 
@@ -1597,6 +1598,27 @@ def test_a_node_that_fault_run_killed_after_its_torn_write_is_blamed_on_the_faul
     assert main(client=client, argv=["attach", "r"], out=out) == 1
     summary = out.getvalue().split("summary ===")[1]
     assert "FAILED: node1 failed (injected fault torn-write:node1)" in summary, summary
+
+
+def test_the_first_follow_of_a_foreground_run_whose_launcher_died_records_its_nodes_ends(make_run):
+    """No launcher is left to record how its nodes ended: the first to follow the run after (an
+    attach, or down's quiet follow) writes those events, as a detached run's first judge does."""
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+    from orchestrate.outcome.events import read_events
+
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
+    for node in ("node0", "node1"):
+        client.script(node, Script(["[0|0]:hi"], hang=True))
+    make_run("orphan", client=client, nodes=2, stop_grace=1).start()
+    for container in client.containers_by_name.values():  # its launcher was killed: none follows the run now
+        container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+        container.exit(0)
+    main(["attach", "orphan"], out=io.StringIO(), client=client)
+    exits = [e["node"] for e in read_events(make_run("orphan").run_dir) if e["event"] == "node-exited"]
+    assert sorted(exits) == ["node0", "node1"]
 
 
 def test_stop_of_a_foreground_run_whose_launcher_is_gone_keeps_its_logs_and_state(make_run):

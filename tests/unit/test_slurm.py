@@ -1382,3 +1382,7 @@ def test_sbatchs_refusal_is_said_whole_on_one_line_not_its_last_line_alone():
     assert sbatch_refusal("sbatch: error: Invalid partition name specified\n") == (
         "sbatch: error: Invalid partition name specified")
     assert sbatch_refusal("") == "no output"
+    assert sbatch_refusal("sbatch: warning: can not honor --exclusive\nsbatch: error: Batch job submission failed:"
+                          " Invalid partition name specified\n") == (
+        "sbatch: error: Batch job submission failed: Invalid partition name specified")  # its reason, not a warning's
+    assert sbatch_refusal("something else\n") == "something else"
