@@ -2374,7 +2374,7 @@ MUTANTS = [
            "            if True:\n                continue",
            ("tests/unit/test_runs.py",)),
     Mutant("a held fault on a stopped node says the engine's refusal", "orchestrate/faults/live.py",
-           "            stopped = self.stopped_meanwhile(spec, node)\n", "            stopped = []\n",
+           "            if self.all_ended(spec, node, stopped_too=True):", "            if False:",
            ("tests/unit/test_live_faults.py",)),
     Mutant("a fault after a first step read late falls before it", "orchestrate/outcome/model.py",
            "        return first_step_time is None or record.fired_time is None or record.fired_time < first_step_time",

@@ -237,10 +237,10 @@ def invoking_user_name() -> str:
 def user_env(request: RunRequest, environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of --env-file (each file over the one before it), --copy-env and --env, in
     that order of precedence."""
+    from orchestrate.config.options import OPTIONS_BY_DEST
+
     from_file: dict[str, str] = {}
-    given = request.env_file
-    files = (given,) if isinstance(given, (str, os.PathLike)) else () if given is None else given
-    for path in files:
+    for path in OPTIONS_BY_DEST["env_file"].value(request.env_file):  # one path, several or None, as run takes them
         try:
             text = Path(path).read_text()
         except OSError as exc:

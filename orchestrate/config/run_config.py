@@ -77,6 +77,7 @@ def not_a_file(path: Path) -> str:
     """Why ``path``, given as a file, is none: "is a directory", or "not found"."""
     return "is a directory, not a file" if path.is_dir() else "not found"
 
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run needs to know, checked when it is made.

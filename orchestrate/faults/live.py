@@ -253,29 +253,22 @@ class LiveFaults:
         """Whether every node a held fault was done to is gone from the engine (an engine that
         cannot answer now, or a node that only ended, counts as still there: its fault is undone
         at its end, as asked)."""
-        for node in self.fault_nodes(*held):
-            try:
-                self.targets[node].reload()
-            except engine_errors() as exc:
-                if classify(exc) is EngineFault.NOT_FOUND:
-                    continue
-            return False
-        return True
+        return self.all_ended(*held, stopped_too=False)
 
-    def stopped_meanwhile(self, spec: FaultSpec, node: str) -> list[str]:
-        """The nodes a fault was done to, where every one of them is stopped now or gone ([] where
-        any still runs, or the engine cannot say)."""
-        nodes = self.fault_nodes(spec, node)
-        for name in nodes:
+    def all_ended(self, spec: FaultSpec, node: str, stopped_too: bool) -> bool:
+        """Whether every node a fault was done to is gone from the engine, or, ``stopped_too``,
+        stopped (not running, paused or restarting); one the engine cannot answer for now counts
+        as still there."""
+        for name in self.fault_nodes(spec, node):
             try:
                 self.targets[name].reload()
             except engine_errors() as exc:
                 if classify(exc) is EngineFault.NOT_FOUND:
                     continue
-                return []
-            if self.targets[name].status in ("running", "paused", "restarting"):
-                return []
-        return nodes
+                return False
+            if not stopped_too or self.targets[name].status in ("running", "paused", "restarting"):
+                return False
+        return True
 
     def end_all(self) -> None:
         """Undo every fault still held, and disarm the torn writes still to come."""
@@ -299,9 +292,8 @@ class LiveFaults:
             end_fault(self.client, self.project, self.targets, spec, node=node, cpus_per_node=self.cpus_per_node,
                       link=self.link)
         except (*engine_errors(), EngineError) as exc:
-            stopped = self.stopped_meanwhile(spec, node)
-            if stopped:  # `stop RUN`, or its end: a stopped node has nothing to undo (its pause, its shaping)
-                text = f"{', '.join(stopped)} of run {self.run_id} stopped meanwhile"
+            if self.all_ended(spec, node, stopped_too=True):  # `stop RUN`, or its end: nothing to undo on it
+                text = f"{', '.join(self.fault_nodes(spec, node))} of run {self.run_id} stopped meanwhile"
                 self.note(spec, node, "ended", error=text)
                 self.say(f"{spec}: {text}; nothing left to undo")
                 return

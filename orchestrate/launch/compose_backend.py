@@ -68,7 +68,7 @@ class ComposeBackend:
         self.client = client
         self.out = out
         self.active = active
-        self.records = active if records is None else records  # whether the run's events are its to write
+        self.records = records  # whether the run's events are its to write (None: the Supervisor's default, active)
         self.containers = dict(containers or {})
         self.plan = plan
         self.clock = clock

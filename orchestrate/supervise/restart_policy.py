@@ -22,6 +22,11 @@ START_LOOKS, START_LOOK_RETRY_S = 3, 0.2
 DEATH_EXIT_CODES = (None, 137, 143)
 
 
+def death_cause(dead: NodeTracker) -> str:
+    """What a node's death is put down to: the fault injected into it, or none."""
+    return f"injected fault {dead.result.fault}" if dead.result.fault else "its death"
+
+
 class RestartPolicy:
     """Restarts an elastic job's nodes when one dies, up to ``max_restarts`` times.
 
@@ -67,7 +72,7 @@ class RestartPolicy:
         "" otherwise."""
         if not self.recoverable(tracker, ending) or self.restarts < self.max_restarts or not self.max_restarts:
             return ""
-        cause = f"injected fault {tracker.result.fault}" if tracker.result.fault else "its death"
+        cause = death_cause(tracker)
         text = (f"{tracker.name} died ({cause}) with no restart left: the {self.max_restarts} of --max-restarts"
                 f" {self.max_restarts} went to the deaths before it, so the job ends")
         self.say(text)
@@ -109,7 +114,7 @@ class RestartPolicy:
         """
         self.restarts += 1
         result = dead.result
-        cause = f"injected fault {result.fault}" if result.fault else "its death"
+        cause = death_cause(dead)
         lost = self.lost_store(dead)
         if not lost:  # a death that ends the job is no recovery
             self.recoveries.append(Recovery(dead.name, cause, self.clock(), step_before=step))
