@@ -408,7 +408,8 @@ def format_slurm_summary(outcome: RunResult) -> str:
     """The table and verdict of a run under Slurm, in Slurm's words and the workers'."""
     slurm = outcome.slurm
     assert slurm is not None
-    lines = ["", f"=== run {outcome.run_id} summary (Slurm job {slurm.job_id or '-'}) ==="]
+    job_named = f"Slurm job {slurm.job_id}" if slurm.job_id else "no Slurm job: it was never submitted"
+    lines = ["", f"=== run {outcome.run_id} summary ({job_named}) ==="]
     rows = [(name, info.get("State", "?"), info.get("Reason", "") or "-") for name, info in sorted(slurm.nodes.items())]
     if rows:
         lines += format_table(("node", "Slurm state", "reason"), rows)

@@ -1008,6 +1008,11 @@ def test_a_slurm_summary_says_each_nodes_state_and_the_jobs_line_whole(tmp_path)
                         teardown_error="scancel: no such job", slurm=SlurmJob("6", job={"JobState": "FAILED"}))
     assert format_slurm_summary(refused).splitlines()[-2:] == ["TEARDOWN FAILED: scancel: no such job",
                                                                "FAILED: sbatch refused the job: Invalid partition"]
+    # sbatch refused it: no job to name in the header, said so, not "Slurm job -"
+    unsubmitted = RunResult("r4", tmp_path / "r4", [], Timings(), error="sbatch refused the job: Invalid partition",
+                            slurm=SlurmJob(""))
+    assert format_slurm_summary(unsubmitted).splitlines()[1] == (
+        "=== run r4 summary (no Slurm job: it was never submitted) ===")
 
 
 def test_the_clusters_script_starts_every_worker_through_the_hook_and_an_exported_one_runs_the_target(make_job,
