@@ -10,7 +10,7 @@ from typing import Optional
 
 from orchestrate.hangs.snapshots import Frame, debug_dir
 from orchestrate.hangs.stacks import call_made, summary, users_frame
-from orchestrate.node.crash_stacks import SUFFIX, crash_file, stopped_file
+from orchestrate.node.crash_stacks import STOPPED_SUFFIX, SUFFIX, crash_file, stopped_file
 from orchestrate.node.snapshot import HOOK_DIR, calls_wrapped, is_hook_file  # calls_wrapped: for outcome's
 from orchestrate.plan.layout import PROJECT_MOUNT_DIR
 
@@ -115,6 +115,23 @@ def hooked_workers_began(run_dir: Path) -> bool:
     """Whether a worker of the run began under the workers' hook, by the crash file it makes as it
     begins (none where the script's own faulthandler is on): such workers answer a look."""
     return any(debug_dir(run_dir).glob(f"rank*{SUFFIX}"))
+
+
+def remove_empty_dumps(run_dir: Path) -> list[Path]:
+    """Remove the crash and SIGTERM files no stack was written to, once the run's workers are
+    gone: a worker ended by SIGKILL, or by SIGTERM where the script handles it, never reached the
+    exit that removes its own. Returns what it removed (a file it cannot remove stays)."""
+    removed = []
+    for path in sorted(debug_dir(run_dir).glob("rank*")):
+        if not path.name.endswith((SUFFIX, STOPPED_SUFFIX)):
+            continue
+        try:
+            if path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            pass
+    return removed
 
 
 def where_stopped(directory: Path, rank: int, since: float = 0.0) -> str:

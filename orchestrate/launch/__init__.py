@@ -3,4 +3,4 @@ start, follow, judge, tear down). May import every package below it; never cli."
 
 # What this package may import of the others, beside errors, text and interrupts (a package, or one
 # module of it); tests/unit/test_import_contract.py holds every module to it.
-MAY_IMPORT = ("config", "plan", "engine", "faults", "outcome", "report", "slurm", "supervise")
+MAY_IMPORT = ("config", "plan", "engine", "faults", "hangs", "outcome", "report", "slurm", "supervise")

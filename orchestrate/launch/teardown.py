@@ -15,6 +15,7 @@ from tenacity import (
 
 from orchestrate.engine.compose_cli import ComposeProject
 from orchestrate.errors import OrchestrateError
+from orchestrate.hangs.crash_dump import remove_empty_dumps
 from orchestrate.interrupts import uninterrupted
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.model import RunResult
@@ -64,10 +65,12 @@ def end_fields(result: RunResult) -> dict[str, Any]:
 
 
 def finish_record(result: RunResult) -> None:
-    """The run's last event, then its report page (neither may fail the run)."""
+    """The run's last event, then its report page (neither may fail the run), and no empty
+    crash file left."""
     from orchestrate.report.page import end_record
 
     end_record(result.run_dir, **end_fields(result))
+    remove_empty_dumps(result.run_dir)  # the run has ended: what none of its workers wrote to
 
 
 def tear_down_and_record(result: RunResult, compose: Optional[ComposeProject], say: Callable[[str], Any],
@@ -90,6 +93,7 @@ def tear_down_and_record(result: RunResult, compose: Optional[ComposeProject], s
             result.teardown_error = uninterrupted(teardown, compose, say)
         result.timings.teardown_s = clock() - started
     uninterrupted(write_outcome, result)
+    uninterrupted(remove_empty_dumps, result.run_dir)  # its workers are gone: what none of them wrote to
     if result.teardown_error:
         uninterrupted(record_event, result.run_dir, "teardown-failed", error=result.teardown_error,
                       exit_code=result.exit_code)

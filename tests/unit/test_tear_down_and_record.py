@@ -120,3 +120,26 @@ def test_a_bug_in_the_teardown_is_raised_at_once_not_retried(monkeypatch):
     with pytest.raises(TypeError, match="a bug of ours"):
         teardown_steps.teardown(compose, print)
     assert compose.attempts == 1  # only an engine that did not answer is asked again
+
+
+def test_the_crash_files_no_worker_wrote_to_are_gone_after_the_run_and_a_written_one_stays(tmp_path):
+    """A worker ended by SIGKILL (or by SIGTERM its script handles) leaves the empty files its
+    hook opened as it began: once the run has ended they are removed, whichever end records it."""
+    from orchestrate.hangs.snapshots import debug_dir
+    from orchestrate.launch.teardown import finish_record
+
+    def torn_down(result: RunResult) -> None:  # a foreground run's end (--keep: no project to remove)
+        tear_down_and_record(result, None, print, lambda: 0.0)
+
+    for finish in (torn_down, finish_record):  # and the end a follower of a detached run records
+        (tmp_path / finish.__name__).mkdir()
+        run_dir = a_run_dir(tmp_path / finish.__name__)
+        debug = debug_dir(run_dir)
+        debug.mkdir(parents=True)
+        for name in ("rank0.crash", "rank1.crash", "rank1.stopped", "rank0.crash.1", "rank2.snapshot.json"):
+            (debug / name).write_text("")
+        (debug / "rank1.crash").write_text("Fatal Python error: Segmentation fault\n")
+        (debug / "rank0.stopped").write_text('Thread 0x1 (most recent call first):\n  File "t.py", line 3 in f\n')
+        finish(RunResult("r1", run_dir, [], Timings()))
+        assert sorted(p.name for p in debug.iterdir()) == ["rank0.crash.1", "rank0.stopped", "rank1.crash",
+                                                            "rank2.snapshot.json"]
