@@ -32,6 +32,9 @@ def walk(torch, a, b, where, rtol, worst):
             worst.append((float("inf"), where + f" (lengths {len(a)} vs {len(b)})"))
             return False
         return all([walk(torch, x, y, f"{where}[{i}]", rtol, worst) for i, (x, y) in enumerate(zip(a, b))])
+    if is_numpy_scalar(a) or is_numpy_scalar(b):  # np.float32(0.5) is no float: as Python's number, so --rtol holds
+        return walk(torch, a.item() if is_numpy_scalar(a) else a, b.item() if is_numpy_scalar(b) else b, where, rtol,
+                    worst)
     if isinstance(a, float) and isinstance(b, float):
         worst.append((abs(a - b), where))
         return a == b if rtol == 0 else abs(a - b) <= rtol * abs(b)
@@ -59,6 +62,12 @@ def walk(torch, a, b, where, rtol, worst):
 def is_array(value):
     """Whether ``value`` is a numpy array (numpy is not imported here: the node's torch may lack it)."""
     return type(value).__module__ == "numpy" and type(value).__name__ == "ndarray"
+
+
+def is_numpy_scalar(value):
+    """Whether ``value`` is one of numpy's scalars (``np.float32(0.5)``, ``np.int64(3)``)."""
+    return type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and not is_array(value) \
+        and callable(getattr(value, "item", None))
 
 
 def short(value):

@@ -349,6 +349,21 @@ def test_a_relative_tolerance_lets_small_differences_pass_and_not_large_ones(tmp
     assert compare_in_process(1e-4, first, second, "a.pt")[0]["equal"] is False
 
 
+def test_numpy_scalars_compare_as_numbers_within_the_tolerance_too(tmp_path, torch):
+    """np.float32 is no Python float: its loss compared exactly whatever --rtol said."""
+    import numpy
+
+    first, second = two_copies(tmp_path)
+    torch.save({"loss": numpy.float32(0.5), "step": numpy.int64(7)}, first / "m.pt")
+    torch.save({"loss": numpy.float32(0.5000001), "step": numpy.int64(7)}, second / "m.pt")
+    [exact] = compare_in_process(0.0, first, second, "m.pt")
+    assert (exact["equal"], exact["where"]) == (False, "loss") and 0 < exact["max_difference"] < 1e-6, exact
+    assert compare_in_process(1e-4, first, second, "m.pt")[0]["equal"] is True
+    torch.save({"loss": numpy.float32(0.5000001), "step": numpy.int64(8)}, second / "m.pt")  # a count is exact
+    [count] = compare_in_process(1e-4, first, second, "m.pt")
+    assert count["equal"] is False and count["where"].startswith("step"), count
+
+
 def test_a_changed_shape_or_key_is_a_difference_without_a_number(tmp_path, torch):
     first, second = two_copies(tmp_path)
     torch.save({"w": torch.zeros(2), "extra": 1}, first / "a.pt")
