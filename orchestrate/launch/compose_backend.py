@@ -63,12 +63,13 @@ class ComposeBackend:
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool = True,
                  containers: Optional[dict[str, Any]] = None, plan: Optional[JobPlan] = None,
                  clock: Callable[[], float] = time.monotonic, verbose: bool = False,
-                 records: Optional[bool] = None) -> None:
+                 records: Optional[bool] = None, job_began: Optional[float] = None) -> None:
         self.spec = spec
         self.client = client
         self.out = out
         self.active = active
         self.records = records  # whether the run's events are its to write (None: the Supervisor's default, active)
+        self.job_began = job_began  # an attach's: the epoch time the run's nodes came up (None: as it follows)
         self.containers = dict(containers or {})
         self.plan = plan
         self.clock = clock
@@ -114,7 +115,7 @@ class ComposeBackend:
         """Supervise the run to its end (or ``timeout_s``)."""
         self.supervisor = Supervisor(self.spec, self.client, self.out, active=self.active,
                                      containers=self.containers, clock=self.clock, verbose=self.verbose,
-                                     records=self.records)
+                                     records=self.records, job_began=self.job_began)
         return self.supervisor.follow(timeout_s)
 
     def wind_down(self, grace_s: float) -> RunResult:

@@ -48,7 +48,7 @@ from orchestrate.launch.preflight import check_node_size, link_netem, prepare_im
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.run_dir import check_runs_dir, prepare_run_dir, writing_run_dir
 from orchestrate.launch.teardown import finish_record, tear_down_and_record, teardown
-from orchestrate.outcome.events import record_event
+from orchestrate.outcome.events import NODES_UP, record_event
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.outcome.summary import format_summary
 from orchestrate.plan.layout import HEARTBEAT_FILE
@@ -256,7 +256,7 @@ class Run:
         record_event(run_dir, "bring-up", nodes=[n.name for n in plan.nodes])
         self.compose.up()
         backend.wait_ready()
-        record_event(run_dir, "nodes-up")
+        record_event(run_dir, NODES_UP)
         self.bring_up_s = self.clock() - started
         for line in backend.ready_lines(self.bring_up_s):
             self.say(line)
@@ -415,9 +415,11 @@ class Run:
                         and not any(e["event"] == LINES_KEPT for e in events))
             role = "acting as its launcher" if active else "watching"
             self.say(f"attached to run {run.run_id} ({run_as_recorded(run).state.value}, {role}); Ctrl-C detaches")
+            nodes_up = [e["time"] for e in events if e["event"] == NODES_UP]  # where the job's seconds count from
             backend = ComposeBackend(spec, self.client, self.out, active=active,
                                      containers={n.name: n.container for n in run.nodes}, clock=self.clock,
-                                     verbose=self.verbose, records=active or unjudged or orphaned)
+                                     verbose=self.verbose, records=active or unjudged or orphaned,
+                                     job_began=nodes_up[-1] if nodes_up else None)
             try:
                 result = backend.follow()
             except KeyboardInterrupt:

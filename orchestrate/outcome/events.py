@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 EVENTS_FILE = "events.jsonl"
+NODES_UP = "nodes-up"  # every node is up: the job's seconds count from here
 
 log = logging.getLogger(__name__)
 

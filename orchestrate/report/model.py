@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.outcome.events import read_events
+from orchestrate.outcome.events import NODES_UP, read_events
 from orchestrate.outcome.progress import read_all
 from orchestrate.outcome.record import OUTCOME_FILE
 from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
@@ -226,7 +226,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         if kind == "bring-up":
             for name in node_names:
                 lanes.begin(name, "bring-up", when)
-        elif kind == "nodes-up":
+        elif kind == NODES_UP:
             for name in node_names:
                 lanes.begin(name, "rendezvous", when)
         elif kind == "node-running" and node in node_names:

@@ -30,16 +30,19 @@ class LiveFaultWatch:
         spec: The run.
         trackers: Its nodes, by name (a node's ``result.fault`` is where its blame goes).
         started_time: The epoch time the supervisor began to follow the run.
+        job_began: The epoch time the job began, where it began before that (an ``attach``:
+            its nodes came up then); None: as the supervisor began (its launcher's own).
         max_step: The highest training step reported so far.
         say, record: Where its lines and events go.
     """
 
     def __init__(self, spec: RunSpec, trackers: dict[str, NodeTracker], started_time: float,
                  max_step: Callable[[], Optional[int]], say: Callable[[str], None],
-                 record: Callable[..., None]) -> None:
+                 record: Callable[..., None], job_began: Optional[float] = None) -> None:
         self.spec = spec
         self.trackers = trackers
         self.started_time = started_time
+        self.job_began = started_time if job_began is None else job_began
         self.max_step = max_step
         self.say = say
         self.record = record
@@ -114,10 +117,15 @@ class LiveFaultWatch:
         return None
 
     def into_job(self, at: float) -> Optional[float]:
-        """Seconds into the job of epoch time ``at``; None before the supervisor followed it (an
-        ``attach`` reads every note from the first)."""
-        elapsed = at - self.started_time
+        """Seconds into the job of epoch time ``at``; None before the job began (its nodes came
+        up), where nothing of the job is known to be before it."""
+        elapsed = at - self.job_began
         return elapsed if elapsed >= 0 else None
+
+    def step_at(self, at: float) -> Optional[int]:
+        """The job's step at epoch time ``at``: the highest reported so far, where the supervisor
+        followed the run then (a fault ``attach`` reads from before it followed: not known)."""
+        return self.max_step() if at >= self.started_time else None
 
     def on_note(self, tracker: Optional[NodeTracker], note: LiveFaultNote) -> None:
         """One note. A node is blamed only for a fault done since its latest start: an earlier
@@ -151,7 +159,7 @@ class LiveFaultWatch:
             return
         began = self.doing.pop(note.id, note)  # done: from when it began (blamed then, if noted then)
         elapsed = self.into_job(began.time)
-        fired = FaultRecord(spec, node, True, elapsed, self.max_step() if elapsed is not None else None,
+        fired = FaultRecord(spec, node, True, elapsed, self.step_at(began.time) if elapsed is not None else None,
                             fired_time=began.time)
         self.done[note.id] = fired
         if note.storage_key:
@@ -192,8 +200,8 @@ class LiveFaultWatch:
             return
         began = self.doing.pop(note.id, note)
         elapsed = self.into_job(began.time)
-        fired = FaultRecord(spec, note.node, True, elapsed, self.max_step() if elapsed is not None else None,
-                            fired_time=began.time)
+        fired = FaultRecord(spec, note.node, True, elapsed,
+                            self.step_at(began.time) if elapsed is not None else None, fired_time=began.time)
         self.done[note.id] = fired
         self.say(f"fault injected by `python -m orchestrate fault`: {fired.describe()}")
         self.record_once(began, "fault", node=note.node, spec=spec, action=note.spec.action.value, step=fired.step)

@@ -124,7 +124,7 @@ class Supervisor:
 
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool,
                  containers: dict[str, Any], clock: Callable[[], float] = time.monotonic,
-                 verbose: bool = False, records: Optional[bool] = None) -> None:
+                 verbose: bool = False, records: Optional[bool] = None, job_began: Optional[float] = None) -> None:
         self.spec = spec
         self.client = client
         self.out = out
@@ -184,8 +184,10 @@ class Supervisor:
         self.asked_at_failure: Optional[float] = None  # when the ranks still running were asked where they are
         self.started_at = clock()
         self.started_time = time.time()  # the same moment, on the progress records' clock
+        # what `fault RUN` did from another terminal, in seconds into the job (job_began: an attach's, as its nodes
+        # came up; else now)
         self.live_faults = LiveFaultWatch(spec, self.trackers, self.started_time, lambda: self.progress.max_step,
-                                          self.say, self.record)  # what `fault RUN` did from another terminal
+                                          self.say, self.record, job_began=job_began)
         self.writes = (WorkdirWrites(spec.workdir, self.started_time, skip=[spec.run_dir.parent], clock=clock)
                        if active and spec.workdir is not None else None)
         self.first_worker_at: Optional[float] = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Optional
 
 import pytest
 
@@ -27,7 +28,8 @@ class Watched:
 
     STARTED_S = 3.0
 
-    def __init__(self, make_job, tmp_path) -> None:
+    def __init__(self, make_job, tmp_path, job_began_s: Optional[float] = None) -> None:
+        """``job_began_s``: an attach's, seconds before now its nodes came up."""
         self.now = float(int(time.time()))  # whole seconds: the times below add up exactly
         self.run_dir = tmp_path
         self.recorder = Recorder()
@@ -36,7 +38,8 @@ class Watched:
         self.trackers = {f"node{i}": tracker_for(plan, i, node_container(client, "r", f"node{i}"), tmp_path)
                          for i in range(2)}
         self.watch = LiveFaultWatch(RunSpec("r", "ddp-r", tmp_path, ()), self.trackers, self.now - self.STARTED_S,
-                                    lambda: 7, self.recorder.say, self.recorder.record)
+                                    lambda: 7, self.recorder.say, self.recorder.record,
+                                    job_began=None if job_began_s is None else self.now - job_began_s)
 
     def note(self, fault_id: str, at_s: float, spec: str, node: str, phase: str, error: str = "") -> None:
         """A note ``at_s`` seconds from now, then the watch's poll."""
@@ -197,6 +200,25 @@ def test_a_note_of_another_node_is_ignored_and_one_before_the_watch_began_has_no
     watched.note("g", 1.0, "pause:node1", "node1", "doing")  # its `fault` ended before the engine answered
     assert watched.watch.records(7)[-1] == FaultRecord("pause:node1", "node1", True, 4.0, fired_time=watched.now + 1,
                                                        detail="`fault` ended before the engine answered")
+
+
+def test_an_attach_times_a_fault_from_when_the_nodes_came_up_and_gives_a_step_only_once_it_followed(make_job,
+                                                                                                      tmp_path):
+    """An attach begun 3 s ago on a run whose nodes came up 20 s ago and whose first step came 15 s
+    ago: a fault done now is 20 s into the job (not 3), at the step the workers reported; one done
+    before the attach followed is timed too, but its step then is not known (whether it came
+    before the first step is: by the step's own record)."""
+    attached = Watched(make_job, tmp_path, job_began_s=20.0)
+    attached.note("a", 0.0, "pause:node1", "node1", "done")
+    attached.note("b", -10.0, "pause:node0", "node0", "done")
+    attached.note("c", -18.0, "pause:node0", "node0", "done")
+    attached.note("d", -25.0, "pause:node0", "node0", "done")  # before its nodes came up: no time in the job
+    assert attached.watch.records(7, first_step_time=attached.now - 15) == [
+        FaultRecord("pause:node1", "node1", True, 20.0, 7, fired_time=attached.now),
+        FaultRecord("pause:node0", "node0", True, 10.0, None, fired_time=attached.now - 10),
+        FaultRecord("pause:node0", "node0", True, 2.0, None, fired_time=attached.now - 18, before_first_step=True),
+        FaultRecord("pause:node0", "node0", True, None, None, fired_time=attached.now - 25)]
+    assert attached.recorder.said[0] == SAID + "pause:node1 (20.0 s into the job, at step 7)"
 
 
 def storage_event(watched: Watched, key: str, kind: str = "disk-full", **fields) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -1600,6 +1601,36 @@ def test_a_node_that_fault_run_killed_after_its_torn_write_is_blamed_on_the_faul
     assert "FAILED: node1 failed (injected fault torn-write:node1)" in summary, summary
 
 
+@pytest.mark.timeout(60)
+def test_an_attach_times_a_fault_from_another_terminal_from_when_the_nodes_came_up_not_from_its_own_start(make_run):
+    """The run's nodes came up long before the attach: `fault RUN` done once it follows is said
+    that far into the job, as the run's own launcher would have said it."""
+    import json
+
+    from orchestrate.cli.main import main
+    from orchestrate.outcome.events import EVENTS_FILE, NODES_UP
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    events = make_run("r").run_dir / EVENTS_FILE
+    kept = [json.loads(line) for line in events.read_text().splitlines()]
+    [up] = [e for e in kept if e["event"] == NODES_UP]
+    up["time"] -= 100.0  # its nodes came up 100 s ago
+    events.write_text("".join(json.dumps(e) + "\n" for e in kept))
+    out = io.StringIO()
+    attaching = threading.Thread(target=main, kwargs=dict(client=client, argv=["attach", "r"], out=out))
+    attaching.start()
+    wait_until(lambda: "attached to run r" in out.getvalue())
+    assert main(client=client, argv=["fault", "r", "pause:node1"], out=io.StringIO()) == 0
+    wait_until(lambda: "fault injected by" in out.getvalue())
+    for node in ("node0", "node1"):
+        client.containers_by_name[f"ddp-r-{node}-1"].exit(0)
+    attaching.join(30)
+    said = next(line for line in out.getvalue().splitlines() if "fault injected by" in line)
+    seconds = float(re.search(r"\(([\d.]+) s into the job", said).group(1))
+    assert 100.0 <= seconds < 130.0, said
+
+
 def test_the_first_follow_of_a_foreground_run_whose_launcher_died_records_its_nodes_ends(make_run):
     """No launcher is left to record how its nodes ended: the first to follow the run after (an
     attach, or down's quiet follow) writes those events, as a detached run's first judge does."""
@@ -1681,8 +1712,9 @@ def test_a_full_disk_from_another_terminal_fired_only_where_a_worker_met_it(make
         assert "fault not fired" not in summary
     else:
         assert code == 1, summary
-        assert ("fault not fired: disk-full:node1,path=*.pt did not fire: it was armed, but no worker of node1 wrote a"
-                " file it reaches after that") in summary, summary  # `attach` came later: no time it cannot know
+        # `attach` came later: timed from when the nodes came up, as the run's launcher would have
+        assert re.search(r"fault not fired: disk-full:node1,path=\*\.pt did not fire: it was armed \d+\.\d s into the"
+                         r" job, but no worker of node1 wrote a file it reaches after that", summary), summary
         assert "1 fault(s) asked for never fired: disk-full:node1,path=*.pt" in summary
     out = io.StringIO()  # `ps` names the run's state as its summary said it
     assert main(client=client, argv=["ps"], out=out) == 0
