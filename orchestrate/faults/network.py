@@ -30,9 +30,16 @@ def as_root(client: Any, container: Any, commands: list[list[str]], what: str) -
         code, output = exec_output(client, container, command, user="0:0")
         if code != 0:
             hint = (" (the run's nodes lack NET_ADMIN: only runs started with --link or a degrade, lossy or"
-                    " partition fault have it)") if "not permitted" in output else ""
+                    " partition fault have it)") if lacks_net_admin(output) else ""
             raise EngineError(f"cannot {what} at {container.name} ({' '.join(command)}):"
                               f" {output.strip()[-200:]}{hint}")
+
+
+def lacks_net_admin(output: str) -> bool:
+    """Whether a network command's refusal is the node's missing NET_ADMIN (pure): ``ip`` and
+    ``tc`` say "Operation not permitted"; iptables, run as root all the same, "Permission denied
+    (you must be root)"."""
+    return "not permitted" in output or "Permission denied" in output
 
 
 def partition_routes(groups: tuple[tuple[str, ...], ...], addresses: dict[str, str]) -> dict[str, list[str]]:

@@ -280,6 +280,20 @@ def test_a_heal_flushes_every_blackhole_route_of_the_running_nodes_and_passes_on
         heal(client, containers, (("node0",), ("node1", "node2")))
 
 
+def test_a_lossy_fault_refused_for_want_of_net_admin_says_so_not_iptables_own_you_must_be_root():
+    """iptables in a node without NET_ADMIN, run as root all the same, blames root."""
+    from orchestrate.faults.network import as_root
+
+    client = FakeDockerClient()
+    container = FakeContainer(client, "p-node1-1", {"labels": {"com.docker.compose.project": "p"}})
+    client.containers_by_name[container.name] = container
+    container.status = "running"
+    client.command_outputs[("p-node1-1", "iptables")] = (
+        4, b"iptables v1.8.9 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)\n")
+    with pytest.raises(EngineError, match=r"Permission denied \(you must be root\) \(the run's nodes lack NET_ADMIN"):
+        as_root(client, container, [["iptables", "-w", "-A", "INPUT", "-j", "DROP"]], "shape the link")
+
+
 def test_live_fault_notes_are_read_once_each_and_a_line_still_being_written_waits(tmp_path):
     from orchestrate.faults.live_notes import LiveFaultReader, note_live_fault
     from orchestrate.plan.layout import LIVE_FAULTS_FILE
