@@ -887,6 +887,32 @@ def test_a_verdict_that_holds_with_nothing_compared_does_not_say_the_job_ended_w
     assert not any(ln.startswith("note: the job ended") for ln in replace(bare, ended_at_step=30).format().splitlines())
 
 
+def test_a_torn_write_that_cut_the_only_save_so_the_job_started_over_does_not_hold(make_job, tmp_path):
+    """A save straight onto ckpt.pt, whole since step 3, cut at step 18: the job caught the failed
+    load and started over, every saved step lost. Not "no fault struck after a save": it did, and
+    destroyed it."""
+    torn = "torn-write:node0@step=17"
+    started_over = verdict_of(make_job, tmp_path, [replace(strike(torn, saved=(), resumed_from=0, redone=18),
+                                                           cut_save="ckpt.pt")])
+    assert started_over.status == "DOES NOT HOLD"
+    assert started_over.failures == [
+        "torn-write:node0@step=17 cut ckpt.pt, the only save the job had written, and the next attempt restarted from"
+        " the beginning (18 step(s) redone): a crash in the middle of a save loses every step saved; write each save"
+        " to a temporary file beside it, then os.replace() it onto ckpt.pt (a rename is atomic), so that a cut leaves"
+        " the last whole one"]
+    # where the next attempt started is not known (its steps counted from 1): not concluded, and not for want of a save
+    unknown = verdict_of(make_job, tmp_path, [replace(strike(torn, saved=(), resumed_from=None, redone=None),
+                                                      cut_save="ckpt.pt")])
+    assert unknown.status == "INCONCLUSIVE" and unknown.inconclusive == [
+        "the only save the job had written before torn-write:node0@step=17 was ckpt.pt, the file it cut, and whether"
+        " the next attempt resumed is not known, so the resume path was never exercised: write each save to a"
+        " temporary file beside it, then os.replace() it onto ckpt.pt (a rename is atomic), so that a cut leaves the"
+        " last whole one"]
+    # a cut of a file the job had not saved whole before (its first write): no save lost, as before
+    first_write = verdict_of(make_job, tmp_path, [strike(torn, saved=(), resumed_from=0, redone=18)])
+    assert first_write.status == "INCONCLUSIVE" and first_write.inconclusive[0].startswith("no fault struck after")
+
+
 def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_a_hold(make_job, tmp_path):
     before_any_save = verdict_of(make_job, tmp_path, [strike(saved=())])
     assert before_any_save.status == "INCONCLUSIVE" and before_any_save.exit_code == 1
