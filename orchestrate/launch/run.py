@@ -169,7 +169,9 @@ class Run:
         check_runs_dir(cpu_config.runs_dir)
         # a CPU run is that run itself (its "auto" backend is gloo): built once
         cpu_already = request.cpu and not request.share_gpus and request.backend in ("auto", "gloo")
-        config = cpu_config if cpu_already else resolve_config(request, self.host)
+        # GPUs whose count is the engine's (no --gpus-per-node): the GPU options are checked against the count
+        # once it is known (_plan), not refused now as if none were there
+        config = cpu_config if cpu_already or self.gpu_count_pending else resolve_config(request, self.host)
         self.config = config
         if self.notes:
             for note in copy_env_notes(request.copy_env, self.host.environ):
@@ -177,6 +179,12 @@ class Run:
             for note in slurm_caveats(config, request.sbatch) if request.scheduler == "slurm" else []:
                 self.say(note)
         return config
+
+    @property
+    def gpu_count_pending(self) -> bool:
+        """Whether the run's GPU layout waits for the engine's count of GPUs: it may have GPUs and
+        does not say how many per node."""
+        return not self.request.cpu and self.request.gpus_per_node is None
 
     def dry_plan(self) -> JobPlan:
         """The plan alone (``plan``, ``run --dry-run``): the engine is asked at most which GPUs
@@ -196,7 +204,12 @@ class Run:
         return self.plan
 
     def _plan(self, engine_info: dict, image: str, free_gpus: Optional[tuple[str, ...]], netem: bool = True) -> JobPlan:
-        config = self.check() if free_gpus is None else resolve_config(self.request, self.host, len(free_gpus))
+        if free_gpus is not None:
+            config = resolve_config(self.request, self.host, len(free_gpus))
+        elif self.gpu_count_pending:  # no engine answered (a dry run): its GPU options are refused as unknown
+            config = resolve_config(self.request, self.host)
+        else:
+            config = self.check()
         detached = self.request.detach
         plan = make_plan(config, self.run_id, detached=detached, gpu_ids=free_gpus or (),
                          launcher="" if detached else launcher_identity(),

@@ -119,3 +119,26 @@ def test_cdi_specs_for_nvidia_are_recognised(tmp_path):
     assert not has_nvidia_cdi((tmp_path,))
     (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices: []\n")
     assert has_nvidia_cdi((tmp_path,))
+
+
+@pytest.mark.parametrize("options, layout_wanted", [
+    (dict(share_gpus=True, nproc_per_node=2), (1, 2, "nccl", True)),  # one GPU, two nodes of two ranks: the recipe
+    (dict(backend="nccl"), (1, 1, "nccl", False)),
+])
+def test_gpu_options_whose_count_is_the_engines_are_planned_on_a_gpu_host_not_refused_as_if_it_had_none(
+        make_run, monkeypatch, options, layout_wanted):
+    """--share-gpus, or --backend nccl, with no --gpus-per-node: the count is the engine's, so the
+    check before the engine is asked leaves them to the plan that knows it. They were refused on
+    every host: "this run has none: no GPUs are known here (no engine was asked)"."""
+    from tests.fakes import FakeDockerClient
+
+    client = FakeDockerClient()
+    client.gpus = ("0",) if options.get("share_gpus") else ("0", "1")
+    monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: client.gpus)
+    plan = make_run(nodes=2, cpu=False, client=client, **options).dry_plan()
+    config = plan.config
+    assert (config.gpus_per_node, config.nproc_per_node, config.backend, config.share_gpus) == layout_wanted
+    # an engine with none refuses them as none, naming the engine; with no engine, as unknown
+    client.gpus = ()
+    with pytest.raises(UsageError, match=r"this run has none: the engine has no GPUs \(no NVIDIA runtime in it\)"):
+        make_run(nodes=2, cpu=False, client=client, **options).dry_plan()
