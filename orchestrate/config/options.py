@@ -33,6 +33,9 @@ from orchestrate.config.user_env import parse_assignment
 from orchestrate.errors import UsageError
 
 
+# The least CPU limit the engine takes: a CFS quota of 1 ms in its 100 ms period.
+MIN_CPUS = 0.01
+
 def int_at_least(minimum: int) -> Callable[[str], int]:
     """A parser of integers of ``minimum`` or more."""
     wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
@@ -85,6 +88,22 @@ def seconds(text: str) -> float:
         return finite(text)
     except ValueError:
         raise UsageError(f"expected seconds, e.g. 60, got {text!r}") from None
+
+
+def positive_seconds(text: str) -> float:
+    """A duration above 0 seconds (a deadline: one of 0 or less never lets anything come)."""
+    value = seconds(text)
+    if not value > 0:
+        raise UsageError(f"expected seconds above 0, e.g. 60, got {text!r}")
+    return value
+
+
+def cpus(text: str) -> float:
+    """A CPU limit the engine takes: 0.01 CPUs or more (a CFS quota of 1 ms in its 100 ms period)."""
+    value = positive_float(text)
+    if value < MIN_CPUS:
+        raise UsageError(f"expected {MIN_CPUS:g} CPUs or more (the engine's least CPU limit), got {text!r}")
+    return value
 
 
 def non_negative_float(text: str) -> float:
@@ -256,7 +275,7 @@ JOB_OPTIONS = (
            f" makes, in elastic mode (default: {DEFAULT_ELASTIC_RESTARTS}; --rdzv c10d only)", non_negative_int,
            metavar="R"),
     Option("rdzv_timeout", "--rdzv-timeout", "how long an elastic rendezvous waits for nodes to join"
-           f" (default: {DEFAULT_RDZV_TIMEOUT_S:g}; --rdzv c10d only)", seconds, metavar="SECONDS"),
+           f" (default: {DEFAULT_RDZV_TIMEOUT_S:g}; --rdzv c10d only)", positive_seconds, metavar="SECONDS"),
     Option("restart", "--restart", "what the launcher restarts when a node of an elastic job dies: all (every"
            " node, as a Slurm requeue or a JobSet's recreate-all does) or node (the dead node only, as Kubernetes"
            " restarts one pod of a PyTorchJob; losing the node that holds the rendezvous store then ends the job,"
@@ -286,7 +305,7 @@ NODE_OPTIONS = (
     Option("no_dockerfile", "--no-dockerfile", "ignore a Dockerfile in the work directory", switch=True),
     Option("link", "--link", _LINK_HELP, parse_link, metavar="SPEC"),
     Option("cpus_per_node", "--cpus-per-node", "CPU limit of every node container, e.g. 1 or 0.5 (default: none)",
-           positive_float, metavar="CPUS"),
+           cpus, metavar="CPUS"),
     Option("memory_per_node", "--memory-per-node", "memory limit of every node container, e.g. 512m or 2g; a node"
            " past it is OOM-killed and named as such (default: none)", parse_memory, metavar="SIZE"),
 )
@@ -296,7 +315,7 @@ RUN_OPTIONS = (
     Option("runs_dir", "--runs-dir", "where each run gets a directory of node logs (default: ./%(default)s)", Path,
            metavar="DIR"),
     Option("ready_timeout", "--ready-timeout", "deadline for the nodes to come up and resolve each other"
-           f" (default: {DEFAULT_READY_TIMEOUT_S:g})", seconds, metavar="SECONDS"),
+           f" (default: {DEFAULT_READY_TIMEOUT_S:g})", positive_seconds, metavar="SECONDS"),
     Option("scheduler", "--scheduler", "compose: torchrun in every node (default); slurm: the nodes form a real"
            " Slurm cluster (slurmctld, slurmd, munge) and the job goes through sbatch and srun",
            choices=("compose", "slurm")),

@@ -47,6 +47,12 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["run", "--memory-per-node", "abc"], "--memory-per-node: expected a size like 512m or 2g. Given: 'abc'"),
         (["run", "--memory-per-node", "1k"], "at least 6m"),
         (["run", "--cpus-per-node", "0"], "--cpus-per-node: expected a positive number"),
+        # the engine refused it at the bring-up ("CPU cfs quota can not be less than 1ms"), exit 2, after the image
+        (["run", "--cpus-per-node", "0.001"], "--cpus-per-node: expected 0.01 CPUs or more (the engine's least CPU"
+         " limit), got '0.001'"),
+        # a deadline of 0 or less was taken, and waited for nothing
+        (["run", "--ready-timeout", "0"], "--ready-timeout: expected seconds above 0, e.g. 60, got '0'"),
+        (["run", "--rdzv", "c10d", "--rdzv-timeout", "-1"], "--rdzv-timeout: expected seconds above 0"),
         (["run", "--copy-env", ""], "--copy-env: expected a variable name or pattern"),
         (["image", "build", "--torch", "3.1"], "--torch must be a torch release like 2.9.1"),
         (["image", "build", "--offline", "--base-image", "python:3.12-slim"],
