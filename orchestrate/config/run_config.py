@@ -1,6 +1,7 @@
 """The launch configuration: what the user asked for, validated in one place."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -365,13 +366,18 @@ class RunConfig:
                              " or -m MODULE")
         if not (self.workdir / script).is_file():
             raise UsageError(f"script {target[0]!r} not found in work directory {self.workdir}")
-        if _relative_inside(self.workdir / script, self.workdir) is None:
+        inside = _relative_inside(self.workdir / script, self.workdir)
+        if inside is None:
             real = (self.workdir / script).resolve()
             raise UsageError(
                 f"script {target[0]!r} is outside the work directory {self.workdir}: only the work directory"
                 f" is mounted in the nodes; give --workdir {real.parent} and the script as {real.name!r}, or move"
                 " the script into it"
             )
+        if Path(os.path.normpath(script)).parts[0] == "..":  # above the work directory, then back into it: in the
+            # nodes, above it is not the host's directory (/workspace/../proj is /proj)
+            raise UsageError(f"script {target[0]!r} climbs out of the work directory {self.workdir} and back: in the"
+                             f" nodes nothing of the host is above it; give it as {str(inside)!r}")
 
 
 _MODULE_SUFFIXES = (".py", ".pyc", ".so")  # a source, a compiled module, an extension (name.cpython-311-...so)

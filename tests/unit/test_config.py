@@ -195,6 +195,11 @@ def test_a_script_outside_the_work_directory_is_refused_naming_the_workdir_that_
     with pytest.raises(UsageError, match=rf"\(or give --workdir {other} and the script as 'train.py'\)"):
         RunConfig(workdir=work, target=(str(other / "train.py"),))
     assert RunConfig(workdir=work, target=("sub/../sub/train.py",)).target == ("sub/../sub/train.py",)
+    # out of the work directory and back in: here it is the same file, in the nodes /workspace/../work is /work
+    with pytest.raises(UsageError, match=rf"script '../work/sub/train.py' climbs out of the work directory {work} and"
+                                         r" back: in the nodes nothing of the host is above it; give it as"
+                                         r" 'sub/train.py'$"):
+        RunConfig(workdir=work, target=("../work/sub/train.py",))
 
 
 @pytest.mark.parametrize("overrides, message", [
