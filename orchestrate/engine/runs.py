@@ -463,7 +463,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     live = run.live_nodes
     if not live:
         return []
-    mark_stop_requested(run, [node.name for node in live], by, grace_s=timeout_s, look=look)
+    mark_stop_requested(run.run_dir, [node.name for node in live], by, grace_s=timeout_s, look=look)
     sent = time.time()  # the engine's stop starts its grace about now
     stops = [(node, in_background(stop_node, run, node, timeout_s, before_stop, name=f"ddp-stop-{node.name}"))
              for node in live]
@@ -474,7 +474,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
         still = [node for node, stop in stops if not stop.done()] if timeout_s > 0 else []
         if still and timeout_s > LIST_BEFORE_KILL_S:
             listed = processes_at_once({node.name: node.container for node in still}, limit_s=LIST_BEFORE_KILL_S * 0.8)
-            note_still_running(run, listed)  # before the SIGKILL: the run's launcher reads it at the node's end
+            note_still_running(run.run_dir, listed)  # before the SIGKILL: the run's launcher reads it at the node's end
         concurrent.futures.wait([stop for _, stop in stops])
     except KeyboardInterrupt:
         say(f"interrupted: the engine still sends SIGKILL to the nodes of run {run.run_id} that have not stopped"
@@ -547,7 +547,7 @@ def unpause_if_paused(container: Any) -> None:
             raise
 
 
-def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
+def mark_stop_requested(run_dir: Path, nodes: list[str], by: str = STOPPED_BY,
                         grace_s: Optional[float] = None, look: Optional[dict] = None) -> None:
     """Say in the run's directory which of its nodes are stopped on request, when, by which
     command and with how long a grace between SIGTERM and SIGKILL (see STOP_REQUEST_FILE), and
@@ -555,12 +555,12 @@ def mark_stop_requested(run: RunInfo, nodes: list[str], by: str = STOPPED_BY,
     that is gone or not writable here leaves the run to be judged by its exits. A later request
     (``stop --timeout 1`` or ``down`` while the first one's grace runs) keeps the first one's
     look and ``by``: that command stopped the job, and the look was its own."""
-    first = stop_request_data(run.run_dir)
+    first = stop_request_data(run_dir)
     if look is None:  # a later stop (its grace runs) keeps the first one's look
         look = first.get("look")
     if first.get("nodes") and in_its_grace(first):  # ... and says who stopped the job first
         by = first.get("by") if isinstance(first.get("by"), str) and first.get("by") else by
-    write_stop_request(run, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s,
+    write_stop_request(run_dir, {"time": time.time(), "nodes": nodes, "by": by, "grace_s": grace_s,
                              **({"look": look} if look else {})})
 
 
@@ -574,12 +574,12 @@ def in_its_grace(request: dict) -> bool:
     return time.time() <= started + grace + 60
 
 
-def note_still_running(run: RunInfo, listed: dict[str, list[str]]) -> None:
+def note_still_running(run_dir: Path, listed: dict[str, list[str]]) -> None:
     """Add to the run's stop request what still ran in each node a moment before its grace ran
     out, so that whoever follows the run names it with the node the SIGKILL ended."""
-    request = stop_request_data(run.run_dir)
+    request = stop_request_data(run_dir)
     if request:
-        write_stop_request(run, {**request, "still_running": listed})
+        write_stop_request(run_dir, {**request, "still_running": listed})
 
 
 def stop_request_data(run_dir: Path) -> dict:
@@ -594,27 +594,27 @@ def stop_request_data(run_dir: Path) -> dict:
     return request if isinstance(request, dict) else {}
 
 
-def write_stop_request(run: RunInfo, request: dict) -> None:
+def write_stop_request(run_dir: Path, request: dict) -> None:
     """Write the stop request whole (a new file moved into place: a reader never sees half),
     readable by all: the run's launcher may be another user's."""
-    if not run.run_dir.name:
+    if not run_dir.name:
         return
-    written = run.run_dir / f".{STOP_REQUEST_FILE}.{os.getpid()}"
+    written = run_dir / f".{STOP_REQUEST_FILE}.{os.getpid()}"
     try:
-        if run.run_dir.is_dir():
+        if run_dir.is_dir():
             written.write_text(json.dumps(request) + "\n")
             written.chmod(0o644)
-            os.replace(written, run.run_dir / STOP_REQUEST_FILE)
+            os.replace(written, run_dir / STOP_REQUEST_FILE)
     except OSError:
         with contextlib.suppress(OSError):
             written.unlink(missing_ok=True)  # half written, or not moved into place
 
 
-def forget_stop_request(run: RunInfo) -> None:
+def forget_stop_request(run_dir: Path) -> None:
     """Take back the stop request: nothing was stopped (Slurm refused), so the run's own end stands."""
     try:
-        if run.run_dir.name:
-            (run.run_dir / STOP_REQUEST_FILE).unlink(missing_ok=True)
+        if run_dir.name:
+            (run_dir / STOP_REQUEST_FILE).unlink(missing_ok=True)
     except OSError:
         pass
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import secrets
+import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -36,7 +37,7 @@ from orchestrate.engine.compose_cli import ComposeProject, find_compose_meanwhil
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.images import TORCH_LABEL, image_label
 from orchestrate.engine.locks import try_lock
-from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, node_plans
+from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, mark_stop_requested, node_plans
 from orchestrate.engine.user_image import derived_image_spec
 from orchestrate.errors import EngineUnavailableError, OrchestrateError
 from orchestrate.interrupts import SignalInterrupt, uninterrupted
@@ -333,6 +334,9 @@ class Run:
         if self.backend is None:
             result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
         else:
+            if self.request.scheduler == "compose":  # an attach watching from another terminal: stopped, not failed
+                mark_stop_requested(self.plan.run_dir, [n.name for n in self.plan.nodes], interrupted_by(signal_number),
+                                    grace_s=grace)
             again = False
             while True:
                 try:
@@ -444,6 +448,17 @@ class Run:
             write_outcome(result)
             finish_record(result)
         return result
+
+
+def interrupted_by(signal_number: int) -> str:
+    """Who stopped a run whose launcher was interrupted, as a follower in another terminal says
+    it (``STOPPED by its launcher's Ctrl-C``)."""
+    if signal_number == signal.SIGINT:
+        return "its launcher's Ctrl-C"
+    try:
+        return f"its launcher's {signal.Signals(signal_number).name}"
+    except ValueError:
+        return f"its launcher's signal {signal_number}"
 
 
 def unwatched_while_detached(config: RunConfig) -> str:

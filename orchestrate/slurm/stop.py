@@ -37,11 +37,11 @@ def stop_slurm_run(client: Any, run: RunInfo, timeout_s: float, say: Callable[[s
         return stop_run(run, round(timeout_s), by, say)
     jobs = queued_jobs(client, controller)
     if jobs:
-        mark_stop_requested(run, live, by)  # whoever follows the run says STOPPED, not a failure
+        mark_stop_requested(run.run_dir, live, by)  # whoever follows the run says STOPPED, not a failure
         try:
             terminate_jobs(client, controller, run.run_id, jobs)
         except EngineError:
-            forget_stop_request(run)  # nothing was stopped: the job's own end stands
+            forget_stop_request(run.run_dir)  # nothing was stopped: the job's own end stands
             raise
         say(f"sent SIGTERM to Slurm job {', '.join(jobs)} of run {run.run_id} (scancel --signal=TERM);"
             f" SIGKILL after {timeout_s:g} s")

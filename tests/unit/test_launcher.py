@@ -598,7 +598,7 @@ def ended_by_itself_late_in_the_grace(job: Run, client: FakeDockerClient) -> Non
     engine's part, so that no SIGKILL can beat it)."""
     from orchestrate.engine.runs import mark_stop_requested
 
-    mark_stop_requested(list_runs(client)[0], ["node0"], grace_s=2)
+    mark_stop_requested(list_runs(client)[0].run_dir, ["node0"], grace_s=2)
     time.sleep(1.8)
     node = client.containers_by_name["ddp-test-run-node0-1"]
     node.exit(143)
@@ -707,7 +707,7 @@ def test_nodes_a_stop_request_names_that_an_inspection_finds_gone_are_stopped_no
 
     @once_followed(job, "node1")
     def removed_from_another_terminal() -> None:
-        mark_stop_requested(list_runs(client)[0], ["node0", "node1"], REMOVED_BY)
+        mark_stop_requested(list_runs(client)[0].run_dir, ["node0", "node1"], REMOVED_BY)
         for name in ("ddp-test-run-node0-1", "ddp-test-run-node1-1"):
             client.containers_by_name[name].remove(force=True)
 
@@ -1056,6 +1056,11 @@ def test_ctrl_c_in_the_real_follow_sends_sigterm_then_sigkill_after_the_grace_un
     assert outcome.interrupted and outcome.exit_code == 130
     assert {r.state for r in outcome.results} == {NodePhase.STOPPED}
     assert all(r.stopped_by_request for r in outcome.results)  # the Ctrl-C's stop, not the launcher's ending
+    # an attach watching from another terminal reads who stopped the nodes (it said "FAILED: node1 failed (exit
+    # code 143)"), as it reads `stop RUN`'s
+    from orchestrate.engine.runs import read_stop_request
+    stop = read_stop_request(job.run_dir)
+    assert (stop.nodes, stop.by, stop.grace_s) == ({"node0", "node1", "node2"}, "its launcher's Ctrl-C", 1.0)
     assert compose.calls == ["up", "down"]
     sent = {node: [call[2] if len(call) > 2 else call[0] if call[0] != "kill" else "SIGKILL"
                    for call in client.calls if call[1] == name and call[0] in ("kill", "unpause")]

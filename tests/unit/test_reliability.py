@@ -477,7 +477,7 @@ def test_a_store_that_dies_while_stop_run_stops_the_nodes_is_no_cause(make_run):
 
     def stop_from_another_terminal() -> None:  # the request first, as `stop RUN` writes it; the SIGTERMs later
         wait_until(lambda: job.out.getvalue().count("training") == 2)
-        mark_stop_requested(list_runs(client)[0], ["node0", "node1"], grace_s=5)
+        mark_stop_requested(list_runs(client)[0].run_dir, ["node0", "node1"], grace_s=5)
         wait_until(exited(client, "rdzv-store"))
         for node in ("node0", "node1"):
             client.containers_by_name[f"ddp-test-run-{node}-1"].kill("SIGTERM")
@@ -498,7 +498,7 @@ def test_stop_run_lets_a_store_still_held_by_its_fault_go(make_run):
 
     def stop_from_another_terminal() -> None:  # the request first, as `stop RUN` writes it; the SIGTERMs later
         wait_until(lambda: "fault injected" in job.out.getvalue())
-        mark_stop_requested(list_runs(client)[0], ["node0", "node1"], grace_s=5)
+        mark_stop_requested(list_runs(client)[0].run_dir, ["node0", "node1"], grace_s=5)
         wait_until(lambda: "fault ended" in job.out.getvalue())
         for node in ("node0", "node1"):
             client.containers_by_name[f"ddp-test-run-{node}-1"].kill("SIGTERM")

@@ -350,7 +350,7 @@ def test_a_stop_request_is_readable_by_the_runs_launcher_whoever_wrote_it(make_r
     run = list_runs(client)[0]
     old = os.umask(0o077)
     try:
-        mark_stop_requested(run, ["node0"], grace_s=3)
+        mark_stop_requested(run.run_dir, ["node0"], grace_s=3)
     finally:
         os.umask(old)
     assert (run.run_dir / STOP_REQUEST_FILE).stat().st_mode & 0o777 == 0o644
@@ -359,7 +359,7 @@ def test_a_stop_request_is_readable_by_the_runs_launcher_whoever_wrote_it(make_r
     def refused(*args) -> None:
         raise PermissionError("refused")
     monkeypatch.setattr(os, "replace", refused)  # the move into place fails: nothing half written is left
-    mark_stop_requested(run, ["node0"], grace_s=5)
+    mark_stop_requested(run.run_dir, ["node0"], grace_s=5)
     monkeypatch.undo()
     assert read_stop_request(run.run_dir).grace_s == 3.0
     assert sorted(p.name for p in run.run_dir.iterdir() if p.name.startswith(".")) == []

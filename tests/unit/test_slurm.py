@@ -622,16 +622,15 @@ def test_an_interrupted_slurm_run_whose_cancel_slurm_refuses_says_so_and_is_torn
 
 
 def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(make_job, tmp_path):
-    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+    from orchestrate.engine.runs import mark_stop_requested
 
     backend, client = slurm_backend_following(make_job, tmp_path)
     plan = backend.plan
     client.command_outputs["sbatch"] = (0, b"7\n")
     ended = b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=0:15 NodeList=node[0-1]\n"
     client.command_outputs["scontrol"] = (0, ended)
-    stopped_run = RunInfo("test-run", "ddp-test-run", (), {"io.ddp-compose.run-dir": str(plan.run_dir)}, None)
 
-    mark_stop_requested(stopped_run, ["node0", "node1"])
+    mark_stop_requested(plan.run_dir, ["node0", "node1"])
     result = backend.follow(timeout_s=30)
     assert (result.interrupted, result.stopped_by, result.exit_code) == (True, "python -m orchestrate stop", 143)
     assert ("STOPPED by python -m orchestrate stop (SIGTERM to Slurm job 7's tasks): every node was stopped"
@@ -641,7 +640,7 @@ def test_a_slurm_job_stopped_from_another_terminal_ends_as_stopped_not_failed(ma
     assert (failed.interrupted, failed.exit_code) == (False, 1)
     assert "FAILED: Slurm job 7 FAILED (reason NonZeroExitCode" in format_slurm_summary(failed)
     # a stop came, but the job had failed by itself (exit 1, no signal): its failure stands
-    mark_stop_requested(stopped_run, ["node0", "node1"])
+    mark_stop_requested(plan.run_dir, ["node0", "node1"])
     client.command_outputs["scontrol"] = (0, ended.replace(b"ExitCode=0:15", b"ExitCode=1:0"))
     own = backend.follow(timeout_s=30)
     assert (own.interrupted, own.exit_code) == (False, 1)
@@ -656,12 +655,11 @@ def test_a_slurm_job_whose_tasks_took_the_stops_sigterm_and_failed_is_stopped_an
     import json
     from datetime import datetime, timezone
 
-    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+    from orchestrate.engine.runs import mark_stop_requested
 
     backend, client = slurm_backend_following(make_job, tmp_path)
     client.command_outputs["sbatch"] = (0, b"7\n")
-    stopped_run = RunInfo("test-run", "ddp-test-run", (), {"io.ddp-compose.run-dir": str(backend.plan.run_dir)}, None)
-    mark_stop_requested(stopped_run, ["node0", "node1"])
+    mark_stop_requested(backend.plan.run_dir, ["node0", "node1"])
     asked = json.loads((backend.plan.run_dir / "stop-requested").read_text())["time"]
     # EndTime has whole seconds: an end in the stop's own second is after it
     for ended_s, stopped in ((asked + 4, True), (int(asked), True), (asked - 60, False)):
@@ -1148,15 +1146,14 @@ def test_a_hung_slurm_job_being_cancelled_is_not_cancelled_again_by_its_time_lim
 
 
 def test_a_slurm_job_that_stop_run_is_stopping_is_not_judged(make_job, tmp_path):
-    from orchestrate.engine.runs import RunInfo, mark_stop_requested
+    from orchestrate.engine.runs import mark_stop_requested
     from orchestrate.hangs.diagnosis import HangDiagnosis
 
     backend, client = slurm_backend_following(make_job, tmp_path)
     client.command_outputs["sbatch"] = (0, b"7\n")
     job_state_after(client, 2, b"JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=0:15\n")
     backend.hangs = watch = WatchStub(HangDiagnosis(20.0, [], {}, None, cause="no progress for 20 s"))
-    mark_stop_requested(RunInfo("test-run", "ddp-test-run", (), {"io.ddp-compose.run-dir": str(backend.plan.run_dir)},
-                                None), ["node0", "node1"])
+    mark_stop_requested(backend.plan.run_dir, ["node0", "node1"])
     result = backend.follow(timeout_s=30)
     assert watch.polls == 0 and result.hang is None and scancels(client) == []  # `stop RUN` cancels it, alone
     assert (result.interrupted, result.exit_code) == (True, 143)
