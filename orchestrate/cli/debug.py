@@ -12,7 +12,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.debugger.session import connect, socket_path, talk
 from orchestrate.debugger.states import choose
-from orchestrate.engine.runs import find_run
+from orchestrate.engine.runs import find_run, node_plans
 from orchestrate.errors import OrchestrateError, UsageError
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL
@@ -60,6 +60,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run = find_run(client, args.run_id)
     run.require_live_nodes("debug")
     run.require_run_dir("debug")  # a stopped rank's socket is in it
+    world_size = sum(len(node.global_ranks) for node in node_plans(run))  # 0: an elastic run's ranks are its rounds'
+    if args.rank is not None and world_size and args.rank >= world_size:
+        raise UsageError(f"no rank {args.rank} in run {run.run_id} (ranks 0-{world_size - 1})")
     deadline = time.monotonic() + args.wait
     watch = DebuggerWatch(run.run_dir / PROGRESS_SUBDIR)
     while True:

@@ -226,14 +226,14 @@ def test_a_rank_no_terminal_came_to_ends_a_hang_timeout_run_hung_with_the_comman
     assert "debug it with python -m orchestrate debug test-run 0, or take the breakpoint out" in summary
 
 
-def engine_with_a_run(tmp_path):
+def engine_with_a_run(tmp_path, nproc: int = 1):
     from orchestrate.engine.labels import (COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, NODE_RANK_LABEL,
                                            NPROC_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL)
     client = FakeDockerClient()
     run_dir = tmp_path / "runs" / "r"
     (run_dir / "progress").mkdir(parents=True)
     (run_dir / "debug").mkdir()
-    labels = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", RUN_DIR_LABEL: str(run_dir), NPROC_LABEL: "1",
+    labels = {RUN_ID_LABEL: "r", COMPOSE_PROJECT_LABEL: "ddp-r", RUN_DIR_LABEL: str(run_dir), NPROC_LABEL: str(nproc),
               NODE_RANK_LABEL: "0", COMPOSE_SERVICE_LABEL: "node0"}
     node = client.running("ddp-r-node0-1", labels, script_as="node0")
     return client, run_dir, node
@@ -258,6 +258,9 @@ def test_debug_says_when_no_rank_is_in_its_debugger_and_when_the_run_has_no_runn
     assert code == 1 and err.startswith("error: no rank of run r is in its debugger")
     code, _, err = debug_command(client, "--wait", "-1")
     assert code == 2 and err == "error: --wait must be 0 or more seconds, got -1\n"
+    # a rank the run never had is bad input (it said "rank 7 of run r is not in its debugger", exit 1)
+    code, _, err = debug_command(client, "7", "--wait", "20")
+    assert code == 2 and err == "error: no rank 7 in run r (ranks 0-0)\n"
     stopping = threading.Timer(1.0, node.stop)  # the run ends while debug waits for a rank
     stopping.start()
     try:
@@ -334,7 +337,7 @@ def answers_once(connection: socket.socket, heard: list[bytes]) -> None:
 
 
 def test_debug_reaches_the_rank_asked_for_among_several_and_names_no_node_where_none_was_recorded(tmp_path):
-    client, run_dir, _ = engine_with_a_run(tmp_path)
+    client, run_dir, _ = engine_with_a_run(tmp_path, nproc=2)
     write_records(run_dir / "progress", 0, {"debugger": STOP})
     write_records(run_dir / "progress", 1, {"debugger": {**STOP, "line": 11}, "node": ""})
     zero = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # rank 0 listens too, but nobody takes its calls
