@@ -13,6 +13,7 @@ nodes for a look). Runs get unique projects, so tests may run at once under pyte
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Iterator
 
@@ -48,13 +49,24 @@ def pytest_timeout_set_timer(item: Any, settings: Any) -> None:
 
 
 @pytest.fixture
-def ddp_cluster(request: Any, tmp_path: Any, capsys: Any) -> Iterator[DdpCluster]:
+def ddp_cluster(request: Any, tmp_path: Any) -> Iterator[DdpCluster]:
     """Runs jobs across simulated nodes; see :class:`orchestrate.testing.cluster.DdpCluster`.
     The work directory defaults to the directory of the test file."""
     cluster = DdpCluster(request.path.parent, tmp_path / "runs", image=request.config.getoption("--ddp-image"),
                          keep_failed=request.config.getoption("--ddp-keep"),
                          test_limit=lambda: getattr(request.node, "ddp_test_limit", None))
     yield cluster
-    for line in cluster.finish(getattr(request.node, "ddp_test_failed", True)):
-        with capsys.disabled():
-            print(f"\n[ddp-compose] {line}")
+    print_past_the_capture(request.config, cluster.finish(getattr(request.node, "ddp_test_failed", True)))
+
+
+def print_past_the_capture(config: Any, lines: list[str]) -> None:
+    """Print ``lines`` (what ``--ddp-keep`` kept) on the terminal as the test ends, past pytest's
+    capture, as ``capsys.disabled()`` does, but through the capture manager itself: the fixture
+    asks for no capture fixture, which would keep its test from asking for another (``capfd``:
+    "cannot use capfd and capsys at the same time")."""
+    if not lines:
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")  # None under -p no:capture: nothing to pass
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        for line in lines:
+            print(f"\n[ddp-compose] {line}", flush=True)

@@ -144,3 +144,36 @@ def test_a_bad_option_fails_the_test_at_its_own_line_with_runs_one_line_error(py
     assert text.count('>       ddp_cluster.run("train.py", nodes=2, colective_timeout=10)') == 1
     assert "orchestrate/testing/cluster.py" not in text and "orchestrate/config/" not in text
     assert "orchestrate/launch/" not in text and "During handling" not in text
+
+
+def test_the_fixture_leaves_every_capture_fixture_to_its_test_and_still_shows_what_it_kept(pytester):
+    """It once asked for capsys to print --ddp-keep's lines, so a test of its could not ask for capfd
+    ("cannot use capfd and capsys at the same time"); its lines still reach the terminal, past the capture."""
+    pytester.makeconftest("""
+        import pytest
+        from orchestrate.testing.cluster import DdpCluster
+
+        @pytest.fixture(autouse=True)
+        def kept(monkeypatch):
+            monkeypatch.setattr(DdpCluster, "finish", lambda self, test_failed: ["kept run r1 for a look"])
+    """)
+    pytester.makepyfile(test_capture="""
+        def test_capsys(capsys, ddp_cluster):
+            print("hello")
+            assert capsys.readouterr().out == "hello\\n"
+
+        def test_capfd(capfd, ddp_cluster):
+            print("hello")
+            assert capfd.readouterr().out == "hello\\n"
+
+        def test_capsysbinary(capsysbinary, ddp_cluster):
+            print("hello")
+            assert capsysbinary.readouterr().out == b"hello\\n"
+
+        def test_capfdbinary(capfdbinary, ddp_cluster):
+            print("hello")
+            assert capfdbinary.readouterr().out == b"hello\\n"
+    """)
+    outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    outcome.assert_outcomes(passed=4)
+    assert outcome.stdout.str().count("\n[ddp-compose] kept run r1 for a look\n") == 4
