@@ -9,6 +9,7 @@ remove it.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Mapping, Optional, Union
@@ -122,7 +123,8 @@ class DdpCluster:
 
     @fails_at_the_tests_line
     def chaos(self, target: str, *args: str, faults: int = 1, seed: int = 0,
-              kinds: Union[str, Iterable[FaultAction]] = DEFAULT_KINDS, compare: Iterable[str] = (),
+              kinds: Union[str, Iterable[Union[str, FaultAction]]] = DEFAULT_KINDS,
+              compare: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]] = (),
               rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
               max_steps_redone: Optional[int] = None, nodes: Optional[int] = None,
               nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
@@ -132,15 +134,18 @@ class DdpCluster:
         undisturbed run, then ``trials`` runs with ``faults`` faults drawn from seeds ``seed``
         on. Returns the verdict: ``.holds``, ``.status`` (``HOLDS``, ``DOES NOT HOLD``,
         ``INCONCLUSIVE``), ``.failures`` and ``.format()`` (printed too, so a failing test shows
-        it); every run is torn down at its end.
+        it); every run is torn down at its end. ``kinds`` is text as ``--kinds`` takes it
+        (``"kill,restart"``) or a list of kinds (``["kill", "restart"]``, :class:`FaultAction`
+        members); ``compare`` is one path or a list of them (``"final.pt"``, ``["final.pt", "log.txt"]``).
 
         Raises:
-            UsageError: For a bad option.
+            UsageError: For a bad option, before any run starts.
             KeyboardInterrupt: When the test session is interrupted (the run is torn down first).
         """
         if run_options.get("rdzv", "c10d") != "c10d":
             raise UsageError(f"ddp_cluster.chaos runs every run elastic (c10d), which its faults need:"
                              f" drop rdzv={run_options['rdzv']!r}")
+        kinds, compare = fault_kinds(kinds), compared_paths(compare)
         options: dict[str, Any] = {**sizes(nodes, nproc_per_node), "rdzv": "c10d",
                                    "workdir": Path(workdir) if workdir is not None else self.workdir,
                                    "env": dict(env or {}), "runs_dir": self.runs_dir, **run_options}
@@ -148,10 +153,8 @@ class DdpCluster:
             options["image"] = self.image
         request = RunRequest.from_options((target, *args), **options)
         self.checks += 1
-        check = ChaosCheck(request, faults=faults, seed=seed,
-                           kinds=parse_kinds(kinds) if isinstance(kinds, str) else tuple(kinds),
-                           compare=tuple(compare), rtol=rtol, trials=trials, compare_steps=compare_steps,
-                           max_steps_redone=max_steps_redone, out=self.out or sys.stdout,
+        check = ChaosCheck(request, faults=faults, seed=seed, kinds=kinds, compare=compare, rtol=rtol, trials=trials,
+                           compare_steps=compare_steps, max_steps_redone=max_steps_redone, out=self.out or sys.stdout,
                            command_line=f"ddp_cluster.chaos({target!r}, ...)", ends_by=self.ends_by(request.stop_grace))
         result = check.run()
         print(result.format(), file=self.out or sys.stdout, flush=True)
@@ -183,3 +186,45 @@ def sizes(nodes: Optional[int], nproc_per_node: Optional[Union[int, tuple[int, .
     """The sizes a test gave; those it did not are the run's own defaults (``run``'s, as on the
     command line)."""
     return {k: v for k, v in (("nodes", nodes), ("nproc_per_node", nproc_per_node)) if v is not None}
+
+
+def fault_kinds(kinds: Union[str, Iterable[Union[str, FaultAction]]]) -> tuple[FaultAction, ...]:
+    """``ddp_cluster.chaos``'s ``kinds``, parsed as ``--kinds`` is: text (``"kill,restart"``) or a
+    list of kinds (their names or :class:`FaultAction` members), refused at the call when it is
+    neither: a kind that is not one failed only when the undisturbed run was spent.
+
+    Raises:
+        UsageError: For what is not a kind, naming it.
+    """
+    if isinstance(kinds, str):  # (a FaultAction is one too)
+        return parse_kinds(kinds)
+    try:
+        given = list(kinds)
+    except TypeError:
+        raise UsageError(f"ddp_cluster.chaos: kinds takes fault kinds, e.g. 'kill,restart' or ['kill', 'restart'],"
+                         f" got {kinds!r}") from None
+    for kind in given:
+        if not isinstance(kind, str):
+            raise UsageError(f"ddp_cluster.chaos: kinds takes fault kinds, e.g. 'kill,restart' or ['kill', 'restart'],"
+                             f" got {kind!r}, of type {type(kind).__name__}")
+    return parse_kinds(",".join(given))
+
+
+def compared_paths(compare: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]) -> tuple[str, ...]:
+    """``ddp_cluster.chaos``'s ``compare``: one path alone is one (``"final.pt"``: once split into
+    its characters), as ``faults`` and ``mounts`` of ``run`` take one; a list gives each.
+
+    Raises:
+        UsageError: For what is not a path, naming it.
+    """
+    if isinstance(compare, (str, os.PathLike)):
+        compare = (compare,)
+    try:
+        given = list(compare)
+    except TypeError:
+        raise UsageError(f"ddp_cluster.chaos: compare takes a path or a list of paths, got {compare!r}") from None
+    for path in given:
+        if not isinstance(path, (str, os.PathLike)):
+            raise UsageError(f"ddp_cluster.chaos: compare takes a path or a list of paths, got {path!r},"
+                             f" of type {type(path).__name__}")
+    return tuple(os.fspath(path) for path in given)

@@ -3,9 +3,11 @@ says at a test's end."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
+from orchestrate.config.fault_spec import FaultAction
 from orchestrate.errors import UsageError
 from orchestrate.testing.cluster import DdpCluster
 
@@ -177,3 +179,55 @@ def test_the_fixture_leaves_every_capture_fixture_to_its_test_and_still_shows_wh
     outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist")
     outcome.assert_outcomes(passed=4)
     assert outcome.stdout.str().count("\n[ddp-compose] kept run r1 for a look\n") == 4
+
+
+def checks_asked(tmp_path, monkeypatch) -> tuple[DdpCluster, list]:
+    """A cluster whose chaos checks are recorded as they would start, and started no further."""
+    from orchestrate.chaos.check import ChaosCheck
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    asked = []
+
+    def run(check):
+        asked.append(check)
+        raise Started  # nothing more is needed of it
+    monkeypatch.setattr(ChaosCheck, "run", run)
+    return DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO()), asked
+
+
+class Started(Exception):
+    """Raised where a recorded run or check would have started."""
+
+
+@pytest.mark.parametrize("kinds, compare, parsed, paths", [
+    ("kill", "final.pt", ("kill",), ("final.pt",)),  # one alone: once "compared f: ...", "compared i: ..."
+    (["kill", "restart"], ["final.pt", "log.txt"], ("kill", "restart"), ("final.pt", "log.txt")),
+    ("kill,pause", [Path("ckpt") / "final.pt"], ("kill", "pause"), ("ckpt/final.pt",)),
+    (["kill,restart", FaultAction.PREEMPT], (), ("kill", "restart", "preempt"), ()),  # as --kinds parses each
+])
+def test_a_chaos_check_takes_one_kind_or_path_alone_or_a_list_of_them(tmp_path, monkeypatch, kinds, compare, parsed,
+                                                                       paths):
+    cluster, asked = checks_asked(tmp_path, monkeypatch)
+    with pytest.raises(Started):
+        cluster.chaos("train.py", kinds=kinds, compare=compare)
+    [check] = asked
+    assert check.kinds == tuple(FaultAction(kind) for kind in parsed) and check.compare == paths
+    assert all(type(kind) is FaultAction for kind in check.kinds)  # (a name alone equals its kind, and has no .lasting)
+
+
+@pytest.mark.parametrize("options, said", [
+    ({"kinds": ["kill", 3]}, "ddp_cluster.chaos: kinds takes fault kinds, e.g. 'kill,restart' or ['kill', 'restart'],"
+                             " got 3, of type int"),
+    ({"kinds": 3}, "ddp_cluster.chaos: kinds takes fault kinds, e.g. 'kill,restart' or ['kill', 'restart'], got 3"),
+    ({"kinds": ["kil"]}, "--kinds: no fault kind 'kil' (kinds chaos draws: "),
+    ({"compare": ["final.pt", None]}, "ddp_cluster.chaos: compare takes a path or a list of paths, got None,"
+                                      " of type NoneType"),
+    ({"compare": 1}, "ddp_cluster.chaos: compare takes a path or a list of paths, got 1"),
+])
+def test_a_chaos_check_refuses_what_is_not_a_kind_or_a_path_before_any_run(tmp_path, monkeypatch, options, said):
+    """A list of kinds once failed with an AttributeError, after the undisturbed run was spent."""
+    cluster, asked = checks_asked(tmp_path, monkeypatch)
+    with pytest.raises(UsageError) as refused:
+        cluster.chaos("train.py", **options)
+    assert str(refused.value).startswith(said)
+    assert not asked and cluster.checks == 0 and not (tmp_path / "runs").exists()
