@@ -79,14 +79,17 @@ class DdpCluster:
     @fails_at_the_tests_line
     def run(self, target: str, *args: str, nodes: Optional[int] = None,
             nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
-            workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None, faults: Iterable[Any] = (),
-            rdzv: str = "static", timeout: Optional[float] = 600, **run_options: Any) -> RunResult:
+            workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+            faults: Union[str, Iterable[Any]] = (), rdzv: str = "static", timeout: Optional[float] = 600,
+            **run_options: Any) -> RunResult:
         """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
         with its arguments, or ``"-m", "module"``) and return how it ended.
 
         Every other option of ``run`` is a keyword, as on the command line (``cpu=True``,
         ``requirements="requirements.txt"``, ``link="1gbe"``, ``memory_per_node="2g"``).
-        ``timeout`` is the most the job may run once its nodes are up (None: no limit).
+        ``timeout`` is the most the job may run once its nodes are up (None: no limit). ``faults``,
+        like ``mounts`` and ``copy_env``, takes one spec alone as a list of one
+        (``faults="kill-rank:1@step=5"``).
 
         Raises:
             UsageError: For a bad option (a test that asks the impossible should fail loudly).
@@ -94,7 +97,7 @@ class DdpCluster:
         """
         options: dict[str, Any] = {**sizes(nodes, nproc_per_node), "rdzv": rdzv,
                                    "workdir": Path(workdir) if workdir is not None else self.workdir,
-                                   "env": dict(env or {}), "faults": list(faults), "runs_dir": self.runs_dir,
+                                   "env": dict(env or {}), "faults": faults, "runs_dir": self.runs_dir,
                                    **run_options}
         if self.image and "image" not in run_options:
             options["image"] = self.image

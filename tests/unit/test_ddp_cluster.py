@@ -231,3 +231,30 @@ def test_a_chaos_check_refuses_what_is_not_a_kind_or_a_path_before_any_run(tmp_p
         cluster.chaos("train.py", **options)
     assert str(refused.value).startswith(said)
     assert not asked and cluster.checks == 0 and not (tmp_path / "runs").exists()
+
+
+def runs_asked(tmp_path, monkeypatch) -> tuple[DdpCluster, list]:
+    """A cluster whose runs' requests are recorded as the runs would start, and started no further."""
+    from orchestrate.testing import cluster
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    asked = []
+
+    def started(request, **_):
+        asked.append(request)
+        raise Started
+    monkeypatch.setattr(cluster, "Run", started)
+    return DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO()), asked
+
+
+@pytest.mark.parametrize("faults, specs", [
+    ("kill-rank:1@step=5", ["kill-rank:1@step=5"]),  # one alone, as mounts= and copy_env= take one: once its characters
+    (["kill-rank:1@step=5", "kill:node1@t=5"], ["kill-rank:1@step=5", "kill:node1@t=5"]),
+    ((), []),
+])
+def test_a_run_takes_one_fault_alone_or_a_list_of_them(tmp_path, monkeypatch, faults, specs):
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(Started):
+        cluster.run("train.py", faults=faults)
+    [request] = asked
+    assert [str(fault) for fault in request.faults] == specs
