@@ -77,13 +77,16 @@ class DdpCluster:
         self.checks = 0  # chaos checks made
 
     @fails_at_the_tests_line
-    def run(self, target: str, *args: str, nodes: Optional[int] = None,
+    def run(self, target: Union[str, os.PathLike], *args: Union[str, int, float, os.PathLike],
+            nodes: Optional[int] = None,
             nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
             workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
             faults: Union[str, Iterable[Any]] = (), rdzv: str = "static", timeout: Optional[float] = 600,
             **run_options: Any) -> RunResult:
         """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
-        with its arguments, or ``"-m", "module"``) and return how it ended.
+        with its arguments, or ``"-m", "module"``) and return how it ended. Each argument is text;
+        a number or a path is taken as its text (``"--steps", 2`` is ``"--steps", "2"``), and
+        anything else (a list given as one argument, a bool, None) is refused at the call.
 
         Every other option of ``run`` is a keyword, as on the command line (``cpu=True``,
         ``requirements="requirements.txt"``, ``link="1gbe"``, ``memory_per_node="2g"``).
@@ -105,8 +108,9 @@ class DdpCluster:
             options["keep"] = True  # removed at the test's end unless it failed
         if options.get("detach"):
             raise UsageError("ddp_cluster.run follows a run to its end: detach is not for tests")
-        request = RunRequest.from_options((target, *args), **options)
-        words = [repr(a) for a in (target, *args)] + [f"{k}={v!r}" for k, v in run_options.items()]
+        command = command_words("ddp_cluster.run", target, args)
+        request = RunRequest.from_options(command, **options)
+        words = [repr(a) for a in command] + [f"{k}={v!r}" for k, v in run_options.items()]
         run = Run(request, out=self.out or sys.stdout, command_line=f"ddp_cluster.run({', '.join(words)})",
                   timeout_s=timeout, ends_by=self.ends_by(request.stop_grace))
         # the summary is shown when the test fails; an interrupt stops the session, as pytest would
@@ -125,8 +129,8 @@ class DdpCluster:
                 f"the test's own time limit, pytest-timeout's {seconds:g} s, left it no longer")
 
     @fails_at_the_tests_line
-    def chaos(self, target: str, *args: str, faults: int = 1, seed: int = 0,
-              kinds: Union[str, Iterable[Union[str, FaultAction]]] = DEFAULT_KINDS,
+    def chaos(self, target: Union[str, os.PathLike], *args: Union[str, int, float, os.PathLike], faults: int = 1,
+              seed: int = 0, kinds: Union[str, Iterable[Union[str, FaultAction]]] = DEFAULT_KINDS,
               compare: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]] = (),
               rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
               max_steps_redone: Optional[int] = None, nodes: Optional[int] = None,
@@ -135,9 +139,10 @@ class DdpCluster:
               **run_options: Any) -> ChaosResult:
         """The ``chaos`` check of ``target``, as ``python -m orchestrate chaos`` runs it: one
         undisturbed run, then ``trials`` runs with ``faults`` faults drawn from seeds ``seed``
-        on. Returns the verdict: ``.holds``, ``.status`` (``HOLDS``, ``DOES NOT HOLD``,
-        ``INCONCLUSIVE``), ``.failures`` and ``.format()`` (printed too, so a failing test shows
-        it); every run is torn down at its end. ``kinds`` is text as ``--kinds`` takes it
+        on (``target`` and its arguments as :meth:`run` takes them). Returns the verdict:
+        ``.holds``, ``.status`` (``HOLDS``, ``DOES NOT HOLD``, ``INCONCLUSIVE``), ``.failures``
+        and ``.format()`` (printed too, so a failing test shows it); every run is torn down at
+        its end. ``kinds`` is text as ``--kinds`` takes it
         (``"kill,restart"``) or a list of kinds (``["kill", "restart"]``, :class:`FaultAction`
         members); ``compare`` is one path or a list of them (``"final.pt"``, ``["final.pt", "log.txt"]``).
 
@@ -148,17 +153,19 @@ class DdpCluster:
         if run_options.get("rdzv", "c10d") != "c10d":
             raise UsageError(f"ddp_cluster.chaos runs every run elastic (c10d), which its faults need:"
                              f" drop rdzv={run_options['rdzv']!r}")
+        command = command_words("ddp_cluster.chaos", target, args)
         kinds, compare = fault_kinds(kinds), compared_paths(compare)
         options: dict[str, Any] = {**sizes(nodes, nproc_per_node), "rdzv": "c10d",
                                    "workdir": Path(workdir) if workdir is not None else self.workdir,
                                    "env": dict(env or {}), "runs_dir": self.runs_dir, **run_options}
         if self.image and "image" not in run_options:
             options["image"] = self.image
-        request = RunRequest.from_options((target, *args), **options)
+        request = RunRequest.from_options(command, **options)
         self.checks += 1
         check = ChaosCheck(request, faults=faults, seed=seed, kinds=kinds, compare=compare, rtol=rtol, trials=trials,
-                           compare_steps=compare_steps, max_steps_redone=max_steps_redone, out=self.out or sys.stdout,
-                           command_line=f"ddp_cluster.chaos({target!r}, ...)", ends_by=self.ends_by(request.stop_grace))
+                           compare_steps=compare_steps, max_steps_redone=max_steps_redone,
+                           command_line=f"ddp_cluster.chaos({command[0]!r}, ...)",
+                           out=self.out or sys.stdout, ends_by=self.ends_by(request.stop_grace))
         result = check.run()
         print(result.format(), file=self.out or sys.stdout, flush=True)
         return result
@@ -189,6 +196,29 @@ def sizes(nodes: Optional[int], nproc_per_node: Optional[Union[int, tuple[int, .
     """The sizes a test gave; those it did not are the run's own defaults (``run``'s, as on the
     command line)."""
     return {k: v for k, v in (("nodes", nodes), ("nproc_per_node", nproc_per_node)) if v is not None}
+
+
+def command_words(call: str, target: Any, args: tuple[Any, ...]) -> tuple[str, ...]:
+    """The job's command as text: ``target`` and its arguments, a number or a path taken as its
+    text, as a command line gives it. Anything else is refused here, before any run starts: the
+    engine refused it only once the nodes were asked for, with five tries at the teardown
+    (``services.node0.command.34 must be a string``).
+
+    Raises:
+        UsageError: Naming the argument, its value and its type.
+    """
+    words = []
+    for position, word in enumerate((target, *args)):
+        if isinstance(word, (str, os.PathLike)):
+            words.append(os.fspath(word))
+        elif isinstance(word, (int, float)) and not isinstance(word, bool):
+            words.append(str(word))
+        else:
+            which = "the target" if position == 0 else f"argument {position} after the target"
+            raise UsageError(f"{call}: {which}, {word!r}, is of type {type(word).__name__}: each of the script's"
+                             f" arguments is text of its own (a number or a path is taken as its text; a list goes"
+                             f" as *args)")
+    return tuple(words)
 
 
 def fault_kinds(kinds: Union[str, Iterable[Union[str, FaultAction]]]) -> tuple[FaultAction, ...]:

@@ -258,3 +258,31 @@ def test_a_run_takes_one_fault_alone_or_a_list_of_them(tmp_path, monkeypatch, fa
         cluster.run("train.py", faults=faults)
     [request] = asked
     assert [str(fault) for fault in request.faults] == specs
+
+
+def test_a_number_or_a_path_among_a_scripts_arguments_is_taken_as_its_text(tmp_path, monkeypatch):
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(Started):
+        cluster.run(Path("train.py"), "--steps", 2, "--lr", 0.5, "--data", Path("data") / "x")
+    [request] = asked
+    assert request.target == ("train.py", "--steps", "2", "--lr", "0.5", "--data", "data/x")
+
+
+@pytest.mark.parametrize("call", ["run", "chaos"])
+@pytest.mark.parametrize("target, args, said", [
+    ("train.py", (["--steps", "2"],), "argument 1 after the target, ['--steps', '2'], is of type list"),
+    ("train.py", ("--steps", "2", "--fast", True), "argument 4 after the target, True, is of type bool"),
+    ("train.py", ("--data", None), "argument 2 after the target, None, is of type NoneType"),
+    (None, (), "the target, None, is of type NoneType"),
+])
+def test_a_scripts_argument_that_is_not_text_is_refused_at_the_call_before_any_run(tmp_path, monkeypatch, call,
+                                                                                  target, args, said):
+    """It once reached the engine, which refused it once the nodes were asked for ("services.node0.command.34
+    must be a string"), after five tries at the teardown."""
+    cluster, runs = runs_asked(tmp_path, monkeypatch)
+    _, checks = checks_asked(tmp_path, monkeypatch)
+    with pytest.raises(UsageError) as refused:
+        getattr(cluster, call)(target, *args)
+    assert str(refused.value) == (f"ddp_cluster.{call}: {said}: each of the script's arguments is text of its own"
+                                  " (a number or a path is taken as its text; a list goes as *args)")
+    assert not runs and not checks and cluster.checks == 0 and not (tmp_path / "runs").exists()
