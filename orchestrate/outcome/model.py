@@ -407,14 +407,20 @@ class RunResult:
         piece of text, as on :attr:`output` (see :class:`Lines`).
 
         Raises:
-            IndexError: For a rank the run never had (its ranks are 0 to the world size less 1), which
-                would read as a rank that printed nothing.
+            IndexError: For a rank the run never had (its ranks are 0 to the world size less 1), or
+                any rank of a run that never came up (no node result, and no rank printed a line),
+                which would read as a rank that printed nothing: ``"Traceback" not in`` it would hold.
         """
-        lines = Lines(re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", self.output, re.M))
+        output = self.output
+        lines = Lines(re.findall(rf"^\[[^\]/]+/rank{rank}\] (.*)$", output, re.M))
         # (an elastic plan gives no ranks: its rendezvous does, at most as many as the nodes' processes)
         world_size = sum(len(result.node.global_ranks or result.node.process_gpus) for result in self.results)
         if not lines and world_size and not 0 <= rank < world_size:
             raise IndexError(f"rank {rank}: this run's ranks are 0 to {world_size - 1}")
+        # (a Slurm run has no node results of its own: the ranks that printed say it came up)
+        if not lines and not world_size and not re.search(r"^\[[^\]/]+/rank\d+\] ", output, re.M):
+            raise IndexError(f"rank {rank}: this run has no ranks: it never came up (no node ran the job, and no"
+                             " rank printed a line)")
         return lines
 
     def __repr__(self) -> str:

@@ -406,6 +406,23 @@ def test_a_rank_the_run_never_had_is_refused_not_read_as_one_that_printed_nothin
         result.rank_output(4)
 
 
+def test_any_rank_of_a_run_that_never_came_up_is_refused_not_read_as_one_that_printed_nothing(tmp_path):
+    """A run whose bring-up failed has no node results and no lines: `"Traceback" not in
+    result.rank_output(0)` once held of it. A run with no node results of its own whose ranks
+    printed (a Slurm run) came up: a rank of it that printed nothing is quiet, as ever."""
+    from orchestrate.outcome.model import RunResult, SlurmJob, Timings
+
+    never = RunResult("r", tmp_path / "r", [], Timings(), error="bring-up failed: no such image")
+    for rank in (0, 3):
+        with pytest.raises(IndexError, match=rf"^rank {rank}: this run has no ranks: it never came up \(no node ran"
+                                             r" the job, and no rank printed a line\)$"):
+            never.rank_output(rank)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "slurm-job.log").write_text("[node0/rank0] hello\n")
+    slurm = RunResult("s", tmp_path / "s", [], Timings(), slurm=SlurmJob("4"))
+    assert slurm.rank_output(0) == ["hello"] and slurm.rank_output(1) == []
+
+
 def test_a_failed_assert_on_a_result_shows_how_the_run_ended_and_why_then_the_last_lines(make_job):
     """`assert result.succeeded` in a user's test shows the result's repr: read whole, for each
     part it can have."""
