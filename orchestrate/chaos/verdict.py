@@ -18,7 +18,7 @@ from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, RunResult
 from orchestrate.outcome.summary import ending_hint
-from orchestrate.text import format_table, listed, times
+from orchestrate.text import counted, format_table, listed, times
 
 HOLDS = "HOLDS"
 DOES_NOT_HOLD = "DOES NOT HOLD"
@@ -53,6 +53,9 @@ class FileComparison:
         return (f"{self.path}: {'matches' if self.equal else 'differs'} (tensors; largest difference"
                 f" {self.max_difference:.3g}{at}{within})")
 
+
+# How many of a verdict's reasons its repr shows (what a failed ``assert verdict.holds`` shows).
+REASONS_SHOWN = 2
 
 # What a verdict that holds cannot say where no file or step was compared.
 NOTHING_COMPARED = ("where it ended was not compared with the undisturbed run (--compare FILE, --compare-steps"
@@ -201,6 +204,21 @@ class ChaosVerdict(Verdict):
         if self.failures:
             return DOES_NOT_HOLD
         return INCONCLUSIVE if self.inconclusive else HOLDS
+
+    @property
+    def headline(self) -> str:
+        """The trial in one line: its seed, its status, and why (its first reasons), or the
+        faults it held through."""
+        status, reasons = self.status, self.failures or self.inconclusive
+        if reasons:
+            return f"seed {self.seed}: {status}: {first_reasons(reasons)}"
+        faults = counted(len(self.schedule), "fault") + (f": {' '.join(self.schedule)}" if self.schedule else "")
+        return f"seed {self.seed}: {status}, {faults}" + ("; where it ended was not compared" if self.unchecked else "")
+
+    def __repr__(self) -> str:
+        """What a failed ``assert verdict.holds`` shows: the trial's headline, not every field of its
+        runs (pytest keeps a long repr's head and tail, and the dataclass's cut off the why)."""
+        return f"ChaosVerdict({self.headline})"
 
     @property
     def unchecked(self) -> str:
@@ -374,6 +392,19 @@ class ChaosResult(Verdict):
         many = len(self.trials) > 1
         return [f"seed {t.seed}: {r}" if many else r for t in self.trials for r in (t.failures or t.inconclusive)]
 
+    def __repr__(self) -> str:
+        """What a failed ``assert result.holds`` shows: its status, its seeds, and why first (the
+        first reasons, each naming its trial's seed where there were several), as a trial's."""
+        if len(self.trials) == 1 and self.trials_asked <= 1:
+            return f"ChaosResult({self.trials[0].headline})"
+        made = (f"{len(self.trials)} of {counted(self.trials_asked, 'trial')}" if self.trials_asked > len(self.trials)
+                else counted(len(self.trials), "trial"))
+        seeds = ", ".join(str(t.seed) for t in self.trials)
+        if seeds:
+            made += f", {'seeds' if len(self.trials) > 1 else 'seed'} {seeds}"
+        reasons = self.failures or ([] if self.trials else ["no trial was made: nothing was tested"])
+        return f"ChaosResult({made}: {self.status}" + (f": {first_reasons(reasons)})" if reasons else ")")
+
     def rows(self) -> list[tuple[str, ...]]:
         return [(str(t.seed), " ".join(t.schedule) or "-",
                  str(len(t.disturbed.recoveries)) if t.disturbed else "-",
@@ -396,6 +427,12 @@ class ChaosResult(Verdict):
             lines.append(f"VERDICT {status}: {counted} of {len(self.trials)} trials {status.lower()}:")
             lines += [f"  {reason}" for reason in self.failures]
         return "\n".join(lines)
+
+
+def first_reasons(reasons: list[str]) -> str:
+    """The first :data:`REASONS_SHOWN` of a verdict's reasons, and how many more (pure)."""
+    more = len(reasons) - REASONS_SHOWN
+    return "; ".join(reasons[:REASONS_SHOWN]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def gist(reason: str) -> str:

@@ -28,6 +28,8 @@ from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from tests.unit.test_cli import orchestrate
 
+pytest_plugins = ["pytester"]
+
 NODES = ["node0", "node1", "node2"]
 
 
@@ -1624,6 +1626,51 @@ def test_trials_that_did_not_hold_are_each_said_with_their_seed_under_the_checks
     assert ChaosResult(reference, [held, held]).format().splitlines()[-1] == "VERDICT HOLDS: every one of 2 trials held"
     assert ChaosResult(reference, [held, unsure]).rows()[0] == ("7", "kill:node1@step=12", "1", "-", "HOLDS")
     assert ChaosResult(reference, [failed]).format() == failed.format()  # one trial: its own verdict
+
+
+def test_a_verdicts_repr_says_its_seeds_its_status_and_its_first_reasons(make_job, tmp_path):
+    """What a failed `assert verdict.holds` shows: the dataclass's repr cut off every field it had
+    before the why."""
+    reference = result(make_job, tmp_path, run_id="ref")
+    held = verdict_of(make_job, tmp_path, [strike()])
+    assert repr(held) == "ChaosVerdict(seed 7: HOLDS, 1 fault: kill:node1@step=12)"
+    assert repr(replace(held, comparisons=[])) == (
+        "ChaosVerdict(seed 7: HOLDS, 1 fault: kill:node1@step=12; where it ended was not compared)")
+    unsure = verdict_of(make_job, tmp_path, [strike(saved=())])
+    assert repr(unsure) == ("ChaosVerdict(seed 7: INCONCLUSIVE: no fault struck after the job had written a file in"
+                            " its work directory, so the resume path was never exercised (the undisturbed run wrote"
+                            " its first, ckpt.pt, before step 4))")
+    unfired = FaultRecord("restart:node0@step=40", "node0", fired=False, reason="the workers never reached step 40")
+    failed = ChaosVerdict(12, reference, result(make_job, tmp_path, faults=[unfired], run_id="dis"), [unfired.spec],
+                          [FileComparison("final.pt", "tensors", False, 0.25, ""),
+                           FileComparison("log.txt", "bytes", False)])
+    assert repr(failed) == ("ChaosVerdict(seed 12: DOES NOT HOLD: fault restart:node0@step=40 did not fire: the"
+                            " workers never reached step 40; final.pt: differs (tensors; largest difference 0.25)"
+                            " (+1 more))")
+    assert repr(ChaosResult(reference, [failed])) == "ChaosResult" + repr(failed)[len("ChaosVerdict"):]  # one trial
+    assert repr(ChaosResult(reference, [held, failed, unsure])) == (
+        "ChaosResult(3 trials, seeds 7, 12, 7: DOES NOT HOLD: seed 12: fault restart:node0@step=40 did not fire: the"
+        " workers never reached step 40; seed 12: final.pt: differs (tensors; largest difference 0.25) (+2 more))")
+    assert repr(ChaosResult(reference, [held, held], trials_asked=3)) == "ChaosResult(2 of 3 trials, seeds 7, 7: HOLDS)"
+    assert repr(ChaosResult(reference, [held], trials_asked=2)) == "ChaosResult(1 of 2 trials, seed 7: HOLDS)"
+    assert repr(ChaosResult(reference, [])) == (
+        "ChaosResult(0 of 1 trial: DOES NOT HOLD: no trial was made: nothing was tested)")
+
+
+def test_a_failed_assert_on_a_chaos_verdict_shows_why(pytester):
+    pytester.makepyfile(test_verdict="""
+        from pathlib import Path
+        from orchestrate.chaos.verdict import ChaosResult
+        from orchestrate.outcome.model import RunResult, Timings
+
+        def test_holds():
+            verdict = ChaosResult(RunResult("ref", Path("ref"), [], Timings()), [])
+            assert verdict.holds
+    """)
+    outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    outcome.assert_outcomes(failed=1)
+    outcome.stdout.fnmatch_lines(["E  *where False = ChaosResult(0 of 1 trial: DOES NOT HOLD: no trial was made:"
+                                  " nothing was tested).holds"])
 
 
 @pytest.mark.parametrize("asked, runs_with, said", [
