@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -41,10 +42,26 @@ def connect(timeout_s: int = 120, reach_timeout_s: float = REACH_TIMEOUT_S) -> A
                 " host or tunnel gone); restart it, or point DOCKER_HOST at one that answers"
             ) from None
         raise EngineUnavailableError(
-            f"cannot reach the Docker engine ({said[:160]}); start it (dockerd) or set DOCKER_HOST"
+            f"cannot reach the Docker engine at {where} ({unreachable_why(said)}); start it (dockerd) or set DOCKER_HOST"
         ) from None
     client.api.timeout = timeout_s  # each request's own limit from here on
     return client
+
+
+def unreachable_why(said: str) -> str:
+    """Why the engine could not be reached, from what the SDK said (pure): the system's own words
+    (``Connection refused``, ``No such file or directory``) where it names them, else what it
+    said, cut at a word and marked so (the SDK's nests URLs and reprs a line cannot hold)."""
+    found = re.findall(r"\[Errno -?\d+\] ([^'\"()\]]+)|Error\(\d+, '([^']+)'\)", said)
+    if found:
+        return next(a or b for a, b in reversed(found)).strip()
+    if len(said) <= UNREACHABLE_SAID:
+        return said
+    return said[:UNREACHABLE_SAID].rsplit(" ", 1)[0] + " ..."
+
+
+# The most of the SDK's words an unreachable engine's error quotes, where no system error is named.
+UNREACHABLE_SAID = 160
 
 
 def exec_output(client: Any, container: Any, argv: list[str], *, user: str = "", workdir: Optional[str] = None,

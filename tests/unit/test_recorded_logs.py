@@ -74,7 +74,7 @@ def test_logs_reads_a_runs_directory_when_no_engine_answers_and_says_why(make_ru
         " recorded them, node by node (the files keep no times to merge them by)",
         f"[orchestrate] run {run_dir.name} cannot be followed without the engine"]
     assert logs(None, run_dir, "fedcba")[0] == 2  # in neither: the engine's own error
-    assert capsys.readouterr().err.startswith("error: cannot reach the Docker engine (")
+    assert capsys.readouterr().err.startswith("error: cannot reach the Docker engine at ")
 
 
 def recorded_run(tmp_path, nodes, **logs):
