@@ -472,7 +472,7 @@ MUTANTS = [
     Mutant("the launcher's own grace is not noted for the summary", "orchestrate/supervise/supervisor.py",
            "                tracker.result.grace_ran_out, tracker.result.still_running = True, still\n", "", GRACE),
     Mutant("stop RUN leaves its listing on its own terminal only", "orchestrate/engine/runs.py",
-           "            note_still_running(run, listed)", "            pass", GRACE),
+           "            note_still_running(run.run_dir, listed)", "            pass", GRACE),
     Mutant("a node's end is read after its launcher may have removed it", "orchestrate/engine/runs.py",
            "        node.container.reload()\n    except engine_errors():  # removed meanwhile",
            "        node.container.remove(force=True)\n        node.container.reload()\n"
