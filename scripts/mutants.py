@@ -2395,8 +2395,8 @@ MUTANTS = [
            "    return int(asked_s) if asked_s is not None else math.ceil(run.stop_grace_s)", GRACE),
     # Session 110 (2026-12-06): the trials' findings
     Mutant("a torn write that cut the only save holds", "orchestrate/chaos/verdict.py",
-           "        reasons += [lost_its_only_save(s) for s in self.strikes if s.cut_save and not s.saved and s.resumed is"
-           " False]", "        reasons += []", ("tests/unit/test_chaos.py",)),
+           "        reasons += [lost_its_only_save(s) for s in self.strikes if s.cut_save and not s.saved and"
+           " s.resumed is False]", "        reasons += []", ("tests/unit/test_chaos.py",)),
     Mutant("an attach times a fault from its own start", "orchestrate/supervise/live_faults.py",
            "        elapsed = at - self.job_began", "        elapsed = at - self.started_time",
            ("tests/unit/test_live_fault_watch.py",)),
@@ -2404,8 +2404,8 @@ MUTANTS = [
            "        return self.max_step() if at >= self.started_time else None", "        return self.max_step()",
            ("tests/unit/test_live_fault_watch.py",)),
     Mutant("GPU options are refused before the engine counts its GPUs", "orchestrate/launch/run.py",
-           "config = cpu_config if cpu_already or self.gpu_count_pending else", "config = cpu_config if cpu_already else",
-           ("tests/unit/test_gpus.py",)),
+           "config = cpu_config if cpu_already or self.gpu_count_pending else",
+           "config = cpu_config if cpu_already else", ("tests/unit/test_gpus.py",)),
     Mutant("a crash file with stacks is removed", "orchestrate/hangs/crash_dump.py",
            "            if path.is_file() and path.stat().st_size == 0:", "            if path.is_file():",
            ("tests/unit/test_tear_down_and_record.py",)),
@@ -2415,8 +2415,8 @@ MUTANTS = [
            '        if Path(os.path.normpath(script)).parts[0] == "..":', "        if False:",
            ("tests/unit/test_config.py",)),
     Mutant("iptables' refusal for want of NET_ADMIN is not said so", "orchestrate/faults/network.py",
-           '    return "not permitted" in output or "Permission denied" in output', '    return "not permitted" in output',
-           ("tests/unit/test_faults.py",)),
+           '    return "not permitted" in output or "Permission denied" in output',
+           '    return "not permitted" in output', ("tests/unit/test_faults.py",)),
     Mutant("a launcher's Ctrl-C leaves a watcher no stop request", "orchestrate/launch/run.py",
            '            if self.request.scheduler == "compose":  # an attach', '            if False:  # an attach',
            ("tests/unit/test_launcher.py",)),

@@ -177,8 +177,8 @@ class ChaosVerdict(Verdict):
                            + " (no worker reported a step after it), so whether it resumed is not known")
         elif not after_save and any(s.cut_save and s.resumed is None for s in struck):
             cut = next(s for s in struck if s.cut_save and s.resumed is None)
-            reasons.append(f"the only save the job had written before {cut.spec} was {cut.cut_save}, the file it cut, and"
-                           " whether the next attempt resumed is not known, so the resume path was never exercised: "
+            reasons.append(f"the only save the job had written before {cut.spec} was {cut.cut_save}, the file it cut,"
+                           " and whether the next attempt resumed is not known, so the resume path was never exercised: "
                            + SAVE_WHOLE.format(cut.cut_save))
         elif not after_save:
             first = self.facts.describe_first_write() if self.facts else ""

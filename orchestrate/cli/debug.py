@@ -36,8 +36,8 @@ def add_parsers(sub: Any) -> None:
         description="A rank whose script calls breakpoint(), pdb.set_trace(), torch.distributed.breakpoint() or"
                     " pdb.post_mortem()"
                     " stops there and waits for a terminal (the run says so, with this command). This terminal"
-                    " then is its pdb: all its commands work but interact (run a statement with ! instead). `continue` with"
-                    " no breakpoint left, or Ctrl-D, lets the rank go on and ends the session; `quit` ends the"
+                    " then is its pdb: all its commands work but interact (run a statement with ! instead)."
+                    " `continue` with no breakpoint left, or Ctrl-D, lets the rank go on and ends the session; `quit` ends the"
                     " rank's script (bdb.BdbQuit), as pdb does. The other ranks wait for it in their next"
                     " collective, up to its timeout. One terminal at a time per rank. With run --pdb, a rank"
                     " whose script raised an error it did not catch waits here too, in pdb's post-mortem of it.",

@@ -42,7 +42,8 @@ def connect(timeout_s: int = 120, reach_timeout_s: float = REACH_TIMEOUT_S) -> A
                 " host or tunnel gone); restart it, or point DOCKER_HOST at one that answers"
             ) from None
         raise EngineUnavailableError(
-            f"cannot reach the Docker engine at {where} ({unreachable_why(said)}); start it (dockerd) or set DOCKER_HOST"
+            f"cannot reach the Docker engine at {where} ({unreachable_why(said)}); start it (dockerd) or set"
+            " DOCKER_HOST"
         ) from None
     client.api.timeout = timeout_s  # each request's own limit from here on
     return client

@@ -289,7 +289,8 @@ def test_a_lossy_fault_refused_for_want_of_net_admin_says_so_not_iptables_own_yo
     client.containers_by_name[container.name] = container
     container.status = "running"
     client.command_outputs[("p-node1-1", "iptables")] = (
-        4, b"iptables v1.8.9 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)\n")
+        4, b"iptables v1.8.9 (nf_tables): Could not fetch rule set generation id: Permission denied"
+           b" (you must be root)\n")
     with pytest.raises(EngineError, match=r"Permission denied \(you must be root\) \(the run's nodes lack NET_ADMIN"):
         as_root(client, container, [["iptables", "-w", "-A", "INPUT", "-j", "DROP"]], "shape the link")
 

@@ -210,11 +210,13 @@ def test_a_second_stop_in_the_grace_takes_no_look_and_keeps_the_first_ones(make_
     said: list[str] = []
     assert look_before_stop(client, run, said.append, now=a_minute_after_the_last_line(client)) is None
     assert said == []  # no rank would answer in the grace: no 7 s of waiting for none
-    mark_stop_requested(run.run_dir, ["node0", "node1"], by="python -m orchestrate down", grace_s=1)  # `down` hurries it
+    # `down` hurries it
+    mark_stop_requested(run.run_dir, ["node0", "node1"], by="python -m orchestrate down", grace_s=1)
     request = read_stop_request(run.run_dir)
     assert (request.look, request.look_hung, request.grace_s) == (tuple(look["lines"]), True, 1)
     assert request.by == "python -m orchestrate stop"  # the stop whose look it is ended the job, not down
     from orchestrate.engine.runs import stop_request_data, write_stop_request
-    write_stop_request(run.run_dir, {**stop_request_data(run.run_dir), "time": time.time() - 3600})  # a stop of long ago
+    # a stop of long ago
+    write_stop_request(run.run_dir, {**stop_request_data(run.run_dir), "time": time.time() - 3600})
     mark_stop_requested(run.run_dir, ["node0", "node1"], by="python -m orchestrate down", grace_s=10)
     assert read_stop_request(run.run_dir).by == "python -m orchestrate down"  # not that old stop's
