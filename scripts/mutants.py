@@ -2428,6 +2428,9 @@ MUTANTS = [
     Mutant("a rank of a run that never came up printed nothing", "orchestrate/outcome/model.py",
            '        if not lines and not world_size and not re.search(r"^\\[[^\\]/]+/rank\\d+\\] ", output, re.M):',
            "        if False:", ("tests/unit/test_outcome.py",)),
+    Mutant("stacks of a working job reads as a desync", "orchestrate/supervise/rank_probe.py",
+           "    if not found.hung:\n        return [found.headline,", "    if False:\n        return [found.headline,",
+           ("tests/unit/test_rank_probe.py",)),
 ]
 
 

@@ -238,8 +238,12 @@ def place_ranks(client: Any, hosts: list[RankHost], answered: dict[int, Any]) ->
 
 def stack_lines(found: HangDiagnosis) -> list[str]:
     """What ``stacks`` prints: the groups (odd ones out first), the ranks that cannot answer or
-    are computing, and the first divergence of their collectives."""
+    are computing, and the first divergence of their collectives; where the ranks made progress
+    between the looks, the verdict first (the job is working), and no divergence: its ranks are
+    looked at a moment apart, so one is collectives ahead of another as they go."""
     lines = found.lines()[1:]
+    if not found.hung:
+        return [found.headline, *(line.removeprefix("  ") for line in lines)]
     divergence = found.divergence
     if divergence is not None and not any(divergence.text in line for line in lines):
         # said only in the headline, which this leaves out (ranks missing: said nowhere else)

@@ -195,12 +195,13 @@ def test_where_ranks_are_looks_twice_an_interval_apart_and_writes_what_it_found(
     written = json.loads((tmp_path / "stacks.json").read_text())
     assert written["activities"] == [a.__dict__ for a in found.activities] and written["time"] > 0
     assert written["headline"] == "the job is working: rank 1 computing"  # no time without output: it knows none
+    # the verdict first; no "rank 0 waits in all_reduce #2; rank 1 is at #1": looked at a moment apart, a working
+    # job's ranks are collectives apart as they go (a healthy job read as a desync)
     assert stack_lines(found) == [
+        "the job is working: rank 1 computing",
         "rank 0: all_reduce at train.py:20 in <module>", "    train.py:20 in <module>",
         "rank 1: <module> at train.py:30", "    train.py:30 in <module>",
-        "rank 1 is computing (96% of a core)",
-        "rank 0 waits in all_reduce(float32[4]) #2 at train.py:20; rank 1 is at #1 (not in a collective: <module> at"
-        " train.py:30)"]
+        "rank 1 is computing (96% of a core)"]
 
 
 def test_where_ranks_are_waits_for_no_rank_of_a_paused_node_and_names_it(tmp_path):
