@@ -2431,6 +2431,9 @@ MUTANTS = [
     Mutant("stacks of a working job reads as a desync", "orchestrate/supervise/rank_probe.py",
            "    if not found.hung:\n        return [found.headline,", "    if False:\n        return [found.headline,",
            ("tests/unit/test_rank_probe.py",)),
+    Mutant("a crash names a thread the script began as the script's", "orchestrate/hangs/crash_dump.py",
+           "            return not thread.current, started", "            return not thread.current, False",
+           ("tests/unit/test_crash_dump.py",)),
 ]
 
 

@@ -52,9 +52,13 @@ class CrashDump:
                    for thread in self.threads if thread.current for frame in thread.frames)
 
     def script_thread(self) -> Optional[tuple[ThreadStack, str]]:
-        """The thread that ran the script's code (the one that crashed first) and the call it was
-        in, ``all_reduce at train.py:42``; None when no thread was in the script's code."""
-        for thread in sorted(self.threads, key=lambda thread: not thread.current):
+        """The thread that ran the script's code (the one that crashed first, then the main thread:
+        not one a ``threading.Thread`` of the script's began) and the call it was in, ``all_reduce
+        at train.py:42``; None when no thread was in the script's code."""
+        def order(thread: ThreadStack) -> tuple[bool, bool]:
+            started = bool(thread.frames) and thread.frames[0].file.endswith(_THREAD_START)
+            return not thread.current, started
+        for thread in sorted(self.threads, key=order):
             mine = users_frame(thread.frames)
             if mine is not None:
                 return thread, f"{call_made(thread.frames, mine)} at {mine.where}"

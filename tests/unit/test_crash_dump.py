@@ -40,6 +40,23 @@ def test_a_crash_in_the_scripts_own_thread_names_its_call():
         "in a native thread, while the script was in all_reduce at train.py:9"
 
 
+def test_a_native_threads_abort_names_the_main_thread_not_a_thread_the_script_began():
+    """Two threads of the script in collectives; gloo's thread aborted: the script's line is the
+    main thread's (train.py:12), not its metrics thread's (train.py:7), whichever the dump lists first."""
+    metrics = (SCRIPT_THREAD.replace("Thread 0x00007f11dc621040", "Thread 0x00007f11d0000000")
+               .replace('  File "/workspace/train.py", line 9 in <module>\n  File "<frozen runpy>", line 88 in _run_code\n'
+                        '  File "/opt/ddp-compose/orchestrate/node/worker_start.py", line 189 in <module>\n',
+                        '  File "/workspace/train.py", line 7 in metrics\n'
+                        '  File "/usr/lib/python3.11/threading.py", line 1012 in run\n'
+                        '  File "/usr/lib/python3.11/threading.py", line 1075 in _bootstrap_inner\n'
+                        '  File "/usr/lib/python3.11/threading.py", line 1032 in _bootstrap\n'))
+    main = SCRIPT_THREAD.replace("line 9 in <module>", "line 12 in <module>")
+    assert "train.py\", line 7 in metrics" in metrics
+    for threads in ((metrics, main), (main, metrics)):
+        assert last_dump(dump("Aborted", SNAPSHOT_THREAD, *threads)).where() == \
+            "in a native thread, while the script was in all_reduce at train.py:12"
+
+
 def test_the_last_of_appended_dumps_counts_and_no_dump_is_none():
     first = dump("Aborted", SCRIPT_THREAD)
     second = dump("Segmentation fault", SCRIPT_THREAD.replace("line 9 in <module>", "line 30 in <module>"))
