@@ -2434,6 +2434,12 @@ MUTANTS = [
     Mutant("a crash names a thread the script began as the script's", "orchestrate/hangs/crash_dump.py",
            "            return not thread.current, started", "            return not thread.current, False",
            ("tests/unit/test_crash_dump.py",)),
+    Mutant("a rank whose child processes compute is hung", "orchestrate/hangs/diagnosis.py",
+           "        if children_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:\n            return True",
+           "        if False:\n            return True", ("tests/unit/test_hangs.py",)),
+    Mutant("a rank in a collective is working for its children's CPU", "orchestrate/hangs/diagnosis.py",
+           "    if now.in_collective is not None or now.waits_for_data_loader:\n        return 0.0",
+           "    if False:\n        return 0.0", ("tests/unit/test_hangs.py",)),
 ]
 
 

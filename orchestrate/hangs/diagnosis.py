@@ -230,6 +230,10 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
         worker, used = max(loading, key=lambda pair: pair[1])
         return RankActivity(rank, "busy", f"{LOADING_DATA}: its DataLoader's {loader_name(worker, [w for w, _ in loaders])} computes"
                                           f" ({used:.0%} of a core) at {summary(worker.stack)}")
+    children = children_share(before, now, interval_s)
+    if children >= BUSY_CPU_SHARE:
+        return RankActivity(rank, "busy", f"computing in its child processes ({children:.0%} of a core) while it"
+                                          f" waits at {summary(now.stack)}")
     return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
 
 
@@ -253,6 +257,18 @@ def cpu_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: flo
     return (now.cpu_s - before.cpu_s) / interval_s
 
 
+def children_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
+    """The share of a core a rank's child processes used between two snapshots, where its main
+    thread is in no collective and waits for no DataLoader (a pool's map, a subprocess it waits
+    for): 0 otherwise, or where they are not of one process (a DataLoader's workers prefetch on
+    while their rank waits in a collective; they are counted as its loading)."""
+    if before is None or before.pid != now.pid or interval_s <= 0:
+        return 0.0
+    if now.in_collective is not None or now.waits_for_data_loader:
+        return 0.0
+    return max(0.0, (now.children_cpu_s - before.children_cpu_s) / interval_s)
+
+
 def progressed(before: Probe, now: Probe, diverged: bool) -> bool:
     """Whether any rank finished a collective, or computed, between the probes; its GPU too: a
     GPU that moved on through the collectives queued on it, or that computes before them. A rank
@@ -271,6 +287,8 @@ def progressed(before: Probe, now: Probe, diverged: bool) -> bool:
         if snapshot.waits_for_data_loader and any(used >= BUSY_CPU_SHARE for _, used in
                                                   loader_shares(rank, before, now, interval)):
             return True  # its DataLoader's workers compute its next batch
+        if children_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
+            return True  # its child processes compute for it (a pool's map, a subprocess)
     return False
 
 

@@ -226,6 +226,7 @@ class RankSnapshot:
     cpu_recent: Optional[float] = None  # the share of a core it used over the last 2 s or so
     debugger: Optional[DebuggerStop] = None  # where it is stopped in its debugger, if it is
     threads: tuple[ThreadStack, ...] = ()  # its other threads of the user's: those that ended with an error first
+    children_cpu_s: float = 0.0  # the CPU seconds its live child processes used so far (a pool's, a subprocess's)
 
     @property
     def waits_for_threads(self) -> bool:
@@ -278,7 +279,8 @@ class RankSnapshot:
                               for c in data.get("collectives", [])),
             completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
             lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
-            cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data))
+            cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data),
+            children_cpu_s=float(data.get("children_cpu_s", 0.0) or 0.0))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,

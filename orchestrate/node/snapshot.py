@@ -100,6 +100,37 @@ def linked(ident: int, frame: Any) -> Any:
     return frame
 
 
+def children_cpu_s(pid: int, proc: str = "/proc") -> float:
+    """The CPU seconds the live descendants of process ``pid`` used so far, as ``proc`` lists
+    them: a rank that computes in a child (a multiprocessing pool, a subprocess it waits for) uses
+    none of its own, and was taken as hung. 0.0 where ``proc`` cannot be read."""
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return 0.0
+    children: Dict[int, List[int]] = {}
+    used: Dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat"), "rb") as handle:
+                text = handle.read().decode("ascii", "replace")
+            fields = text[text.rindex(")") + 2:].split()  # past the command's name, which may hold anything
+            parent, user, system = int(fields[1]), int(fields[11]), int(fields[12])
+        except (OSError, ValueError, IndexError):  # ended meanwhile, or not a process's
+            continue
+        children.setdefault(parent, []).append(int(name))
+        used[int(name)] = (user + system) / tick
+    total, left = 0.0, list(children.get(pid, ()))
+    while left:
+        child = left.pop()
+        total += used.get(child, 0.0)
+        left += children.get(child, ())
+    return round(total, 3)
+
+
 def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> List[Dict[str, Any]]:
     """Every thread's stack but the answering thread's (``server_ident``), outermost frame
     first; the main thread first (where a post-mortem examines an error, that thread's are the
@@ -146,6 +177,7 @@ class SnapshotWriter:
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "node": os.environ.get(NODE_ENV) or socket.gethostname(),
             "time": time.time(), "cpu_s": time.process_time(), "cpu_recent": self.recent_cpu_share(),
+            "children_cpu_s": children_cpu_s(os.getpid()),
             "collectives": self.log.snapshot(settle=from_server),
             "completed": self.log.completed, "lines": self.log.call_lines(), "init": self.log.init_call,
             "stacks": thread_stacks(self.main_ident, self.server_ident),

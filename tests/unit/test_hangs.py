@@ -2441,3 +2441,72 @@ def test_a_hang_across_a_network_a_fault_cut_names_the_fault_and_no_other(make_r
     assert result.hang.headline.endswith(f"all_reduce at train.py:21 in <module>; injected fault {named} cuts the"
                                          " nodes' network"), summary
     assert CUT_HINT.format(faults=f"injected fault {named}") in summary
+
+
+def test_a_rank_whose_child_processes_compute_is_working_and_one_in_a_collective_is_not_made_so():
+    """rank 0 waits in a pool's map (no collective) while the pool's process computes: it was
+    taken as hung, "rank 0 is at #1 (not in a collective: map at pool_prep.py:14)"."""
+    from dataclasses import replace
+
+    waiting = (coll(1), coll(2, state="entered"))
+    mapping = stack(14, call="map")
+
+    def rank_0(children_cpu_s: float, collectives: tuple = (coll(1),)) -> RankSnapshot:
+        return replace(snap(0, collectives, frames=mapping), children_cpu_s=children_cpu_s)
+
+    found = diagnose(probe(5, r0=rank_0(9.0), r1=snap(1, waiting)), probe(0, r0=rank_0(4.0), r1=snap(1, waiting)),
+                     {0, 1}, {}, 60)
+    assert not found.hung
+    assert found.activities[0].state == "busy" and found.activities[0].detail.startswith(
+        "computing in its child processes (100% of a core) while it waits at map at")
+    assert found.headline == "no output for 60 s, but the job is working: rank 0 computing"
+    idle = diagnose(probe(5, r0=rank_0(4.0), r1=snap(1, waiting)), probe(0, r0=rank_0(4.0), r1=snap(1, waiting)),
+                    {0, 1}, {}, 60)
+    assert idle.hung  # its children did nothing meanwhile
+    # in a collective, what its children do is no progress of its (a DataLoader's workers prefetching on)
+    in_collective = diagnose(probe(5, r0=rank_0(9.0, waiting), r1=snap(1, waiting)),
+                             probe(0, r0=rank_0(4.0, waiting), r1=snap(1, waiting)), {0, 1}, {}, 60)
+    assert in_collective.hung
+
+
+def test_the_cpu_of_a_processs_live_descendants_is_read_from_proc(tmp_path):
+    import os
+
+    from orchestrate.node.snapshot import children_cpu_s
+
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def process(pid: int, parent: int, ticks: int, name: str = "python3") -> None:
+        (tmp_path / str(pid)).mkdir()
+        # (a command's name may hold spaces and parentheses: the fields are read past its last one)
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) S {parent} 1 1 0 -1 4194560 10 0 0 0"
+                                                  f" {ticks} {ticks} 0 0 20 0 1 0 100 1000 10\n")
+    process(10, 1, 100)  # the rank
+    process(11, 10, 2 * tick, "pool (worker) 1")  # its pool's process: 4 s
+    process(12, 11, tick)  # a grandchild: 2 s
+    process(13, 1, 50 * tick)  # another's
+    (tmp_path / "self").mkdir()
+    assert children_cpu_s(10, str(tmp_path)) == 6.0
+    assert children_cpu_s(13, str(tmp_path)) == 0.0
+    assert children_cpu_s(10, str(tmp_path / "none")) == 0.0
+
+
+@pytest.mark.timeout(60)
+def test_a_real_child_processs_cpu_counts_for_its_parent():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from orchestrate.node.snapshot import children_cpu_s
+
+    before = children_cpu_s(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while children_cpu_s(os.getpid()) < before + 0.3:
+            assert time.monotonic() < deadline, "the child's CPU never counted"
+            time.sleep(0.1)
+    finally:
+        child.kill()
+        child.wait()
