@@ -89,9 +89,9 @@ def tear_down_and_record(result: RunResult, compose: Optional[ComposeProject], s
         uninterrupted(record_event, result.run_dir, "run-ended", **end_fields(result))
     finally:  # the teardown, whatever the record did
         started = clock()
-        if compose is not None:
+        if compose is not None:  # (--keep: nothing is torn down, and no time is said for it)
             result.teardown_error = uninterrupted(teardown, compose, say)
-        result.timings.teardown_s = clock() - started
+            result.timings.teardown_s = clock() - started
     uninterrupted(write_outcome, result)
     uninterrupted(remove_empty_dumps, result.run_dir)  # its workers are gone: what none of them wrote to
     if result.teardown_error:

@@ -134,6 +134,10 @@ def test_the_crash_files_no_worker_wrote_to_are_gone_after_the_run_and_a_written
     for finish in (torn_down, finish_record):  # and the end a follower of a detached run records
         (tmp_path / finish.__name__).mkdir()
         run_dir = a_run_dir(tmp_path / finish.__name__)
+        if finish is torn_down:  # --keep: no teardown, so no time for it (it said "teardown 0.0 s")
+            kept = RunResult("r1", run_dir, [], Timings())
+            torn_down(kept)
+            assert kept.timings.teardown_s is None
         debug = debug_dir(run_dir)
         debug.mkdir(parents=True)
         for name in ("rank0.crash", "rank1.crash", "rank1.stopped", "rank0.crash.1", "rank2.snapshot.json"):
