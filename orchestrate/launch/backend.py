@@ -41,8 +41,9 @@ class Backend(Protocol):
         propagates."""
         ...
 
-    def wind_down(self, grace_s: float) -> RunResult:
-        """After an interrupt: stop the job (SIGTERM, SIGKILL after ``grace_s``) and judge it."""
+    def wind_down(self, grace_s: float, stopped_by: str = "") -> RunResult:
+        """After an interrupt: stop the job (SIGTERM, SIGKILL after ``grace_s``) and judge it;
+        ``stopped_by``: who stopped it, as a follower in another terminal says it."""
         ...
 
     def partial_result(self) -> RunResult:

@@ -118,12 +118,13 @@ class ComposeBackend:
                                      records=self.records, job_began=self.job_began)
         return self.supervisor.follow(timeout_s)
 
-    def wind_down(self, grace_s: float) -> RunResult:
+    def wind_down(self, grace_s: float, stopped_by: str = "") -> RunResult:
         """After an interrupt: stop every node (SIGTERM, SIGKILL after ``grace_s``; a second
-        interrupt kills at once) and follow them to their end."""
+        interrupt kills at once) and follow them to their end; ``stopped_by``: who stopped them,
+        left in the run's stop request for an attach that watches it."""
         if self.supervisor is None:
             return self.partial_result()
-        return self.supervisor.wind_down(grace_s)
+        return self.supervisor.wind_down(grace_s, stopped_by=stopped_by)
 
     def detach(self) -> None:
         """Stop following; the run goes on (``attach`` interrupted)."""

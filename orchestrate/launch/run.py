@@ -35,9 +35,10 @@ from orchestrate.config.user_env import copy_env_notes, mask_assignments
 from orchestrate.engine.client import connect
 from orchestrate.engine.compose_cli import ComposeProject, find_compose_meanwhile
 from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.engine.gpus import detect_gpus
 from orchestrate.engine.images import TORCH_LABEL, image_label
 from orchestrate.engine.locks import try_lock
-from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, mark_stop_requested, node_plans
+from orchestrate.engine.runs import RunInfo, find_run, launcher_identity, node_plans
 from orchestrate.engine.user_image import derived_image_spec
 from orchestrate.errors import EngineUnavailableError, OrchestrateError
 from orchestrate.interrupts import SignalInterrupt, uninterrupted
@@ -234,6 +235,8 @@ class Run:
         client = self.engine()
         info = client.info()
         check_node_size(config, info)
+        if self.gpu_count_pending:  # its GPU options against the engine's GPUs now, not after the image's build
+            resolve_config(self.request, self.host, detect_gpus(client).count)
         compose_found()
         image = prepare_image(client, config, build=not self.request.no_build, progress=self.progress)
         netem = link_netem(client, config, self.say)
@@ -334,9 +337,6 @@ class Run:
         if self.backend is None:
             result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
         else:
-            if self.request.scheduler == "compose":  # an attach watching from another terminal: stopped, not failed
-                mark_stop_requested(self.plan.run_dir, [n.name for n in self.plan.nodes], interrupted_by(signal_number),
-                                    grace_s=grace)
             again = False
             while True:
                 try:
@@ -347,7 +347,7 @@ class Run:
                                  " interrupt again to kill them now)")
                     else:
                         self.say("interrupted: killing every node now (--stop-grace 0)")
-                    result = self.backend.wind_down(grace)
+                    result = self.backend.wind_down(grace, stopped_by=interrupted_by(signal_number))
                     break
                 except KeyboardInterrupt:
                     grace, again = 0, True

@@ -93,7 +93,8 @@ def tear_down_and_record(result: RunResult, compose: Optional[ComposeProject], s
             result.teardown_error = uninterrupted(teardown, compose, say)
             result.timings.teardown_s = clock() - started
     uninterrupted(write_outcome, result)
-    uninterrupted(remove_empty_dumps, result.run_dir)  # its workers are gone: what none of them wrote to
+    if compose is not None:  # its workers are gone: what none of them wrote to (--keep: a kept node may run on)
+        uninterrupted(remove_empty_dumps, result.run_dir)
     if result.teardown_error:
         uninterrupted(record_event, result.run_dir, "teardown-failed", error=result.teardown_error,
                       exit_code=result.exit_code)

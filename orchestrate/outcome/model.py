@@ -417,8 +417,9 @@ class RunResult:
         world_size = sum(len(result.node.global_ranks or result.node.process_gpus) for result in self.results)
         if not lines and world_size and not 0 <= rank < world_size:
             raise IndexError(f"rank {rank}: this run's ranks are 0 to {world_size - 1}")
-        # (a Slurm run has no node results of its own: the ranks that printed say it came up)
-        if not lines and not world_size and not re.search(r"^\[[^\]/]+/rank\d+\] ", output, re.M):
+        # (a Slurm run has no node results of its own: a job submitted, or ranks that printed, say it came up)
+        submitted = self.slurm is not None and bool(self.slurm.job_id)
+        if not lines and not world_size and not submitted and not re.search(r"^\[[^\]/]+/rank\d+\] ", output, re.M):
             raise IndexError(f"rank {rank}: this run has no ranks: it never came up (no node ran the job, and no"
                              " rank printed a line)")
         return lines

@@ -545,7 +545,7 @@ class SlurmBackend:
         return marked_before_first_step(self.faults.records(elapsed_s, step, self.progress.seen), step,
                                         self.progress.first_step_time)
 
-    def wind_down(self, grace_s: float) -> RunResult:
+    def wind_down(self, grace_s: float, stopped_by: str = "") -> RunResult:
         """After an interrupt: end the job as ``stop RUN`` does, through Slurm: SIGTERM to its
         tasks, SIGKILL after ``grace_s`` (the run's --stop-grace; at once with 0), the job
         cancelled; the nodes go with the teardown."""

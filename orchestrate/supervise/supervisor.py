@@ -42,7 +42,7 @@ from orchestrate.engine.errors import EngineFault, classify, describe, engine_er
 from orchestrate.engine.labels import find_store_container
 from orchestrate.engine.processes import processes_at_once
 from orchestrate.engine.runs import (KILL_TIME_SLACK_S, KILLED_EXIT_CODE, STOP_EXIT_CODES, StopRequest,
-                                     read_stop_request, unpause_if_paused)
+                                     mark_stop_requested, read_stop_request, unpause_if_paused)
 from orchestrate.errors import EngineError, NodeLookupError
 from orchestrate.faults.in_effect import parsed_fault
 from orchestrate.faults.inject import do_fault, end_fault
@@ -445,13 +445,16 @@ class Supervisor:
         for tracker in self.trackers.values():
             tracker.output.log_file.close()
 
-    def wind_down(self, grace_s: float, look_first: bool = True, by_request: bool = True) -> RunResult:
+    def wind_down(self, grace_s: float, look_first: bool = True, by_request: bool = True,
+                  stopped_by: str = "") -> RunResult:
         """After an interrupt: stop every node (SIGTERM, then SIGKILL after ``grace_s``) and
         follow them to their end, so that their last lines and real times are kept. A second
         interrupt kills them at once. ``look_first``: a job quiet since its last line is looked at
         first (:meth:`look_at_the_end`), unless the stop has no grace; an interrupt during the
         look propagates, for the caller to wind down again without one (the launcher: at once).
-        ``by_request``: a stop asked of the run stops them (not the run's own time limit)."""
+        ``by_request``: a stop asked of the run stops them (not the run's own time limit).
+        ``stopped_by``: who stopped them (its launcher's Ctrl-C), left in the run's stop request
+        as the stop begins, after the look, so that an attach watching the run says STOPPED."""
         killed_all, deadline = False, None  # every node has had its SIGKILL
         said: list[bool] = []
 
@@ -474,6 +477,9 @@ class Supervisor:
                     for tracker in self.live:  # (not where an ending of the launcher's own had begun)
                         tracker.result.stopped_by_request = by_request and not (
                             tracker.result.killed_by_launcher or self.ending)
+                    if stopped_by and self.live:  # the nodes this stop stops, for whoever watches the run
+                        uninterrupted(mark_stop_requested, self.spec.run_dir, [t.name for t in self.live], stopped_by,
+                                      grace_s=grace_s)
                     self.stop(self.live, grace_s)
                     killed_all = grace_s <= 0  # a stop without a grace kills
                 self.loop(until=deadline)

@@ -142,3 +142,8 @@ def test_gpu_options_whose_count_is_the_engines_are_planned_on_a_gpu_host_not_re
     client.gpus = ()
     with pytest.raises(UsageError, match=r"this run has none: the engine has no GPUs \(no NVIDIA runtime in it\)"):
         make_run(nodes=2, cpu=False, client=client, **options).dry_plan()
+    # and a run is refused so before its image is looked for or built (that may take minutes)
+    asked = len(client.calls)
+    with pytest.raises(UsageError, match=r"this run has none: the engine has no GPUs"):
+        make_run(nodes=2, cpu=False, client=client, **options).start()
+    assert not [call for call in client.calls[asked:] if "image" in call[0] or "build" in call[0]], client.calls[asked:]

@@ -421,6 +421,11 @@ def test_any_rank_of_a_run_that_never_came_up_is_refused_not_read_as_one_that_pr
     (tmp_path / "s" / "slurm-job.log").write_text("[node0/rank0] hello\n")
     slurm = RunResult("s", tmp_path / "s", [], Timings(), slurm=SlurmJob("4"))
     assert slurm.rank_output(0) == ["hello"] and slurm.rank_output(1) == []
+    # a Slurm job that ran and whose ranks printed nothing: submitted, so it came up; one sbatch refused did not
+    (tmp_path / "q").mkdir()
+    assert RunResult("q", tmp_path / "q", [], Timings(), slurm=SlurmJob("5")).rank_output(0) == []
+    with pytest.raises(IndexError, match="it never came up"):
+        RunResult("q", tmp_path / "q", [], Timings(), slurm=SlurmJob("")).rank_output(0)
 
 
 def test_a_failed_assert_on_a_result_shows_how_the_run_ended_and_why_then_the_last_lines(make_job):

@@ -124,20 +124,21 @@ def test_a_bug_in_the_teardown_is_raised_at_once_not_retried(monkeypatch):
 
 def test_the_crash_files_no_worker_wrote_to_are_gone_after_the_run_and_a_written_one_stays(tmp_path):
     """A worker ended by SIGKILL (or by SIGTERM its script handles) leaves the empty files its
-    hook opened as it began: once the run has ended they are removed, whichever end records it."""
+    hook opened as it began: once the run has ended they are removed, whichever end records it;
+    not where its nodes were kept (--keep), whose workers may still write to them."""
     from orchestrate.hangs.snapshots import debug_dir
     from orchestrate.launch.teardown import finish_record
 
-    def torn_down(result: RunResult) -> None:  # a foreground run's end (--keep: no project to remove)
-        tear_down_and_record(result, None, print, lambda: 0.0)
+    def torn_down(result: RunResult) -> None:  # a foreground run's end
+        tear_down_and_record(result, Compose(result.run_dir), print, lambda: 0.0)
 
-    for finish in (torn_down, finish_record):  # and the end a follower of a detached run records
+    def kept(result: RunResult) -> None:  # --keep: no project to remove
+        tear_down_and_record(result, None, print, lambda: 0.0)
+        assert result.timings.teardown_s is None  # no teardown, so no time for it (it said "teardown 0.0 s")
+
+    for finish in (torn_down, finish_record, kept):  # finish_record: the end a follower of a detached run records
         (tmp_path / finish.__name__).mkdir()
         run_dir = a_run_dir(tmp_path / finish.__name__)
-        if finish is torn_down:  # --keep: no teardown, so no time for it (it said "teardown 0.0 s")
-            kept = RunResult("r1", run_dir, [], Timings())
-            torn_down(kept)
-            assert kept.timings.teardown_s is None
         debug = debug_dir(run_dir)
         debug.mkdir(parents=True)
         for name in ("rank0.crash", "rank1.crash", "rank1.stopped", "rank0.crash.1", "rank2.snapshot.json"):
@@ -145,5 +146,7 @@ def test_the_crash_files_no_worker_wrote_to_are_gone_after_the_run_and_a_written
         (debug / "rank1.crash").write_text("Fatal Python error: Segmentation fault\n")
         (debug / "rank0.stopped").write_text('Thread 0x1 (most recent call first):\n  File "t.py", line 3 in f\n')
         finish(RunResult("r1", run_dir, [], Timings()))
-        assert sorted(p.name for p in debug.iterdir()) == ["rank0.crash.1", "rank0.stopped", "rank1.crash",
-                                                            "rank2.snapshot.json"]
+        left = ["rank0.crash.1", "rank0.stopped", "rank1.crash", "rank2.snapshot.json"]
+        if finish is kept:
+            left = ["rank0.crash", *left[:3], "rank1.stopped", left[3]]
+        assert sorted(p.name for p in debug.iterdir()) == left, finish.__name__
