@@ -148,7 +148,6 @@ class ChaosVerdict(Verdict):
             reasons.append(f"the job ended at step {self.ended_at_step}, the undisturbed run at step"
                            f" {self.facts.last_step if self.facts else '?'}: {skipped} step(s) it did were never done"
                            " under the faults (a resume went on past the step it restored)")
-        reasons += [lost_its_only_save(s) for s in self.strikes if s.cut_save and not s.saved and s.resumed is False]
         if self.max_steps_redone is not None and self.steps_redone is not None \
                 and self.steps_redone > self.max_steps_redone:
             reasons.append(f"{self.steps_redone} step(s) redone in all, more than --max-steps-redone"
@@ -175,11 +174,8 @@ class ChaosVerdict(Verdict):
         elif not struck:
             reasons.append("no new attempt of the job was seen after " + ", ".join(s.spec for s in self.strikes)
                            + " (no worker reported a step after it), so whether it resumed is not known")
-        elif not after_save and any(s.cut_save and s.resumed is None for s in struck):
-            cut = next(s for s in struck if s.cut_save and s.resumed is None)
-            reasons.append(f"the only save the job had written before {cut.spec} was {cut.cut_save}, the file it cut,"
-                           " and whether the next attempt resumed is not known, so the resume path was never exercised: "
-                           + SAVE_WHOLE.format(cut.cut_save))
+        elif not after_save and any(s.cut_save for s in struck):  # it wrote one, whole, then the fault cut it
+            reasons.append(only_file_cut(next(s for s in struck if s.cut_save)))
         elif not after_save:
             first = self.facts.describe_first_write() if self.facts else ""
             reasons.append("no fault struck after the job had written a file in its work directory, so the resume"
@@ -354,13 +350,19 @@ SAVE_WHOLE = ("write each save to a temporary file beside it, then os.replace() 
               " that a cut leaves the last whole one")
 
 
-def lost_its_only_save(strike: Strike) -> str:
-    """Why a trial whose torn write cut the job's only save, after which it started over, does
-    not hold (pure): every step it had saved was lost, as a crash in a save would lose them."""
-    redone = "" if strike.redone is None else f" ({strike.redone} step(s) redone)"
-    return (f"{strike.spec} cut {strike.cut_save}, the only save the job had written, and the next attempt restarted"
-            f" from the beginning{redone}: a crash in the middle of a save loses every step saved; "
-            + SAVE_WHOLE.format(strike.cut_save))
+def only_file_cut(strike: Strike) -> str:
+    """Why a trial whose torn write cut the only file the job had written whole is inconclusive
+    (pure): the resume path had nothing left to resume from. Whether that file is the job's save
+    (every saved step lost, as a crash in a save would lose them) or another it rewrites (a
+    metrics file: it had saved nothing yet) only the job knows; either way the check did not hold."""
+    if strike.resumed is False:
+        then = ("the next attempt restarted from the beginning"
+                + ("" if strike.redone is None else f" ({strike.redone} step(s) redone)"))
+    else:
+        then = "where the next attempt started is not known"
+    return (f"{strike.spec} cut {strike.cut_save}, the only file the job had written before it, and {then}, so the"
+            f" resume path was never exercised; if {strike.cut_save} is its save, a crash in the middle of a save loses"
+            " every step saved: " + SAVE_WHOLE.format(strike.cut_save))
 
 
 def held_before_note(paths: tuple[str, ...]) -> str:

@@ -259,12 +259,13 @@ def cpu_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: flo
 
 def children_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
     """The share of a core a rank's child processes used between two snapshots, where its main
-    thread is in no collective and waits for no DataLoader (a pool's map, a subprocess it waits
-    for): 0 otherwise, or where they are not of one process (a DataLoader's workers prefetch on
-    while their rank waits in a collective; they are counted as its loading)."""
+    thread waits for them in the standard library (a pool's map, a subprocess's end) and in no
+    collective: 0 otherwise (a helper process of its own, a logger's, spins on while the rank
+    deadlocks; a DataLoader's workers prefetch on while it waits in a collective), or where they
+    are not of one process."""
     if before is None or before.pid != now.pid or interval_s <= 0:
         return 0.0
-    if now.in_collective is not None or now.waits_for_data_loader:
+    if now.in_collective is not None or not now.waits_for_children:
         return 0.0
     return max(0.0, (now.children_cpu_s - before.children_cpu_s) / interval_s)
 
@@ -287,7 +288,7 @@ def progressed(before: Probe, now: Probe, diverged: bool) -> bool:
         if snapshot.waits_for_data_loader and any(used >= BUSY_CPU_SHARE for _, used in
                                                   loader_shares(rank, before, now, interval)):
             return True  # its DataLoader's workers compute its next batch
-        if children_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
+        if not gpu_waits(snapshot, diverged) and children_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
             return True  # its child processes compute for it (a pool's map, a subprocess)
     return False
 

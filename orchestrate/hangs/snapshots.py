@@ -203,6 +203,10 @@ class ThreadStack:
 # Where a main thread waits for another thread of its process: the standard library's calls that
 # wait on a thread (a queue's get, an Event's wait, a join, a future's result), by their files.
 THREAD_WAIT_FILES = ("/threading.py", "/queue.py", "/concurrent/futures/_base.py", "/concurrent/futures/thread.py")
+# The standard library's waits for child processes: a pool's map, a process's end, a subprocess, a
+# process pool's future.
+CHILD_WAIT_FILES = ("/multiprocessing/pool.py", "/multiprocessing/popen_fork.py", "/multiprocessing/process.py",
+                    "/subprocess.py", "/concurrent/futures/process.py", "/concurrent/futures/_base.py")
 # A lock's wait has no frame of its own (C): the user's innermost line is the wait, an acquire or
 # a ``with`` of a lock.
 LOCK_WAIT_LINE = re.compile(r"\.acquire\(|^with\b.*lock", re.I)
@@ -238,6 +242,12 @@ class RankSnapshot:
     def waits_for_data_loader(self) -> bool:
         """Its main thread waits for the next batch from its DataLoader's worker processes."""
         return waits_for_data_loader(self.stack)
+
+    @property
+    def waits_for_children(self) -> bool:
+        """Its main thread waits in the standard library for its child processes (a pool's map, a
+        subprocess's end): their CPU is its work."""
+        return any(frame.file.endswith(CHILD_WAIT_FILES) for frame in self.stack if not frame.is_users)
 
     @property
     def failed_in_init(self) -> bool:
@@ -280,7 +290,7 @@ class RankSnapshot:
             completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
             lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
             cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data),
-            children_cpu_s=float(data.get("children_cpu_s", 0.0) or 0.0))
+            children_cpu_s=optional_float(data.get("children_cpu_s")) or 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,

@@ -33,8 +33,9 @@ def walk(torch, a, b, where, rtol, worst):
             return False
         return all([walk(torch, x, y, f"{where}[{i}]", rtol, worst) for i, (x, y) in enumerate(zip(a, b))])
     if is_numpy_scalar(a) or is_numpy_scalar(b):  # np.float32(0.5) is no float: as Python's number, so --rtol holds
-        return walk(torch, a.item() if is_numpy_scalar(a) else a, b.item() if is_numpy_scalar(b) else b, where, rtol,
-                    worst)
+        plain_a, plain_b = as_python(a), as_python(b)
+        if plain_a is not a or plain_b is not b:  # (np.longdouble's item() is one of numpy's again: left as it is)
+            return walk(torch, plain_a, plain_b, where, rtol, worst)
     if isinstance(a, float) and isinstance(b, float):
         worst.append((abs(a - b), where))
         return a == b if rtol == 0 else abs(a - b) <= rtol * abs(b)
@@ -68,6 +69,14 @@ def is_numpy_scalar(value):
     """Whether ``value`` is one of numpy's scalars (``np.float32(0.5)``, ``np.int64(3)``)."""
     return type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and not is_array(value) \
         and callable(getattr(value, "item", None))
+
+
+def as_python(value):
+    """A numpy scalar as Python's own number (its ``item()``), where it has one; else ``value``."""
+    if not is_numpy_scalar(value):
+        return value
+    item = value.item()
+    return value if is_numpy_scalar(item) else item
 
 
 def short(value):

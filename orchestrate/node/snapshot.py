@@ -103,11 +103,16 @@ def linked(ident: int, frame: Any) -> Any:
 def children_cpu_s(pid: int, proc: str = "/proc") -> float:
     """The CPU seconds the live descendants of process ``pid`` used so far, as ``proc`` lists
     them: a rank that computes in a child (a multiprocessing pool, a subprocess it waits for) uses
-    none of its own, and was taken as hung. 0.0 where ``proc`` cannot be read."""
+    none of its own, and was taken as hung. 0.0 where ``proc`` cannot be read: it runs in the
+    user's process, and never raises."""
     try:
-        names = os.listdir(proc)
-    except OSError:
+        return _descendants_cpu_s(pid, proc)
+    except Exception:  # noqa: BLE001 - a look at the rank is a help; it must never fail the rank
         return 0.0
+
+
+def _descendants_cpu_s(pid: int, proc: str) -> float:
+    names = os.listdir(proc)
     children: Dict[int, List[int]] = {}
     used: Dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -123,9 +128,12 @@ def children_cpu_s(pid: int, proc: str = "/proc") -> float:
             continue
         children.setdefault(parent, []).append(int(name))
         used[int(name)] = (user + system) / tick
-    total, left = 0.0, list(children.get(pid, ()))
+    total, left, seen = 0.0, list(children.get(pid, ())), {pid}
     while left:
         child = left.pop()
+        if child in seen:  # (a pid used again while the listing was read: no process is counted twice)
+            continue
+        seen.add(child)
         total += used.get(child, 0.0)
         left += children.get(child, ())
     return round(total, 3)

@@ -2449,7 +2449,11 @@ def test_a_rank_whose_child_processes_compute_is_working_and_one_in_a_collective
     from dataclasses import replace
 
     waiting = (coll(1), coll(2, state="entered"))
-    mapping = stack(14, call="map")
+    mapping = (Frame("prep.py", 14, "<module>", "res = pool.map(work, range(2))"),
+               Frame("/usr/lib/python3.11/multiprocessing/pool.py", 367, "map"),
+               Frame("/usr/lib/python3.11/multiprocessing/pool.py", 768, "get"),
+               Frame("/usr/lib/python3.11/threading.py", 622, "wait"))
+    deadlocked = (Frame("prep.py", 20, "<module>", "with lock:"),)  # a helper process of its own spins on
 
     def rank_0(children_cpu_s: float, collectives: tuple = (coll(1),)) -> RankSnapshot:
         return replace(snap(0, collectives, frames=mapping), children_cpu_s=children_cpu_s)
@@ -2467,6 +2471,11 @@ def test_a_rank_whose_child_processes_compute_is_working_and_one_in_a_collective
     in_collective = diagnose(probe(5, r0=rank_0(9.0, waiting), r1=snap(1, waiting)),
                              probe(0, r0=rank_0(4.0, waiting), r1=snap(1, waiting)), {0, 1}, {}, 60)
     assert in_collective.hung
+    # a rank that waits for no child (a lock it holds): a child of its that spins is no progress of its
+    stuck = replace(rank_0(4.0), stack=deadlocked)
+    spinning = diagnose(probe(5, r0=replace(stuck, children_cpu_s=9.0), r1=snap(1, waiting)),
+                        probe(0, r0=stuck, r1=snap(1, waiting)), {0, 1}, {}, 60)
+    assert spinning.hung
 
 
 def test_the_cpu_of_a_processs_live_descendants_is_read_from_proc(tmp_path):
