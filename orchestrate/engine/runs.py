@@ -608,6 +608,10 @@ def write_stop_request(run_dir: Path, request: dict) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             written.unlink(missing_ok=True)  # half written, or not moved into place
+    except BaseException:  # an interrupt (a second Ctrl-C): nothing half written is left either
+        with contextlib.suppress(OSError):
+            written.unlink(missing_ok=True)
+        raise
 
 
 def forget_stop_request(run_dir: Path) -> None:

@@ -477,9 +477,9 @@ class Supervisor:
                     for tracker in self.live:  # (not where an ending of the launcher's own had begun)
                         tracker.result.stopped_by_request = by_request and not (
                             tracker.result.killed_by_launcher or self.ending)
-                    if stopped_by and self.live:  # the nodes this stop stops, for whoever watches the run
-                        uninterrupted(mark_stop_requested, self.spec.run_dir, [t.name for t in self.live], stopped_by,
-                                      grace_s=grace_s)
+                    if stopped_by and self.live:  # the nodes this stop stops, for whoever watches the run (not
+                        # uninterrupted: a second Ctrl-C here kills now, as anywhere in the stop)
+                        mark_stop_requested(self.spec.run_dir, [t.name for t in self.live], stopped_by, grace_s=grace_s)
                     self.stop(self.live, grace_s)
                     killed_all = grace_s <= 0  # a stop without a grace kills
                 self.loop(until=deadline)
