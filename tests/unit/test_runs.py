@@ -1948,10 +1948,13 @@ def test_an_attach_once_the_nodes_are_down_names_peers_by_the_addresses_they_cam
     from orchestrate.supervise.supervisor import recorded_addresses
 
     client = FakeDockerClient()
-    [plan] = started_runs(make_run, client, ("gone", {"node0": Script(["[0|0]:hi"], exit_code=1),
-                                                      "node1": Script(["[1|0]:hi"])}, dict(nodes=2)))
+    # (both run until their addresses are recorded: a node that ended before the bring-up read it has none)
+    [plan] = started_runs(make_run, client, ("gone", {"node0": Script(["[0|0]:hi"], hang=True),
+                                                      "node1": Script(["[1|0]:hi"], hang=True)}, dict(nodes=2)))
     recorded = recorded_addresses(plan.run_dir)
     assert sorted(recorded.values()) == ["node0", "node1"] and all(address.startswith("172.30.0.") for address in recorded)
+    client.containers_by_name["ddp-gone-node0-1"].exit(1)
+    client.containers_by_name["ddp-gone-node1-1"].exit(0)
     wait_until(lambda: not list_runs(client, "gone")[0].live_nodes)  # (the engine no longer gives their addresses)
     with open(os.devnull, "w") as nowhere:
         result = Run.attach("gone", out=nowhere, client=client).follow()
