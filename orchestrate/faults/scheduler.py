@@ -1,8 +1,8 @@
 """The fault scheduler: fires each requested fault when its time or training step comes.
 
-``@step=N`` faults are exact: the ranks that reach step N wait on the progress channel until
-the fault is injected (:func:`mark_fired` lets them go on), so
-no rank gets past step N first. ``@step=+N`` faults count in an attempt: each is armed when
+``@step=N`` faults are exact: the ranks that reach step N (or the first step past it that they
+report) wait on the progress channel until the fault is injected (:func:`mark_fired` lets them
+go on), so no rank gets past step N first. ``@step=+N`` faults count in an attempt: each is armed when
 every fault before it in the list has fired, and then counts the steps of the attempts that
 began after that (the ranks of such an attempt wait at its N-th step the same way). Used by the
 supervisor of a Compose run and by the Slurm backend.

@@ -12,8 +12,9 @@ runs unchanged under plain torchrun or on a cluster)::
 
 Each rank appends JSON lines to ``$DDP_PROGRESS_DIR/rank<RANK>.jsonl`` (the run directory,
 mounted in every node). ``@step=N`` faults are exact: the launcher lists their steps in
-``triggers.json`` before the job starts, and a rank that reports step N waits until the
-launcher has injected the fault (``fired-N``), so no rank gets past step N first.
+``triggers.json`` before the job starts, and a rank that reports step N, or the first step past
+N it reports, waits until the launcher has injected the fault (``fired-N``), so no rank gets past
+step N first.
 
 A preempt's SIGTERM: the launcher leaves ``sigterm-<node>`` in the directory as it sends it, and a
 worker of that node says a file it writes after it again (each is said once per process
@@ -58,6 +59,7 @@ class _Channel:
         self.began = _process_began()
         self.said_after_sigterm: dict[str, int] = {}  # the files said again after the node's SIGTERM, how often
         self.steps_here: set[int] = set()  # the distinct steps this attempt reported
+        self.passed: set[int] = set()  # the fault steps this process waited at, or reported past
         self.written: set[str] = set()  # the shared files reported written (each once)
         self.written_locally: set[str] = set()  # the files on the node's own disk reported written
         try:
@@ -85,10 +87,16 @@ class _Channel:
         self.said_after_sigterm[path] = self.said_after_sigterm.get(path, 0) + 1
         return True
 
-    def trigger_at(self, step: int) -> Optional[str]:
-        """The key of the fault this step waits for, if any (``step`` just reported)."""
+    def triggers_at(self, step: int) -> list[str]:
+        """The keys of the faults this step waits for (``step`` just reported): each fault step
+        this process has not yet passed, at or below ``step`` (a script that never reports the
+        fault's own step, steps counted from 1 against ``@step=0``, or one that reports every
+        tenth, waits at the first step it reports past it), then a count in the attempt."""
         self.steps_here.add(step)
-        return self.triggers.get(step) or self.in_attempt.get(len(self.steps_here))
+        keys = [self.triggers[s] for s in sorted(self.triggers) if s <= step and s not in self.passed]
+        self.passed.update(s for s in self.triggers if s <= step)
+        in_attempt = self.in_attempt.get(len(self.steps_here))
+        return keys + ([in_attempt] if in_attempt is not None else [])
 
     def wait_for_fault(self, key: str) -> None:
         fired = self.directory / f"fired-{key}"
@@ -156,8 +164,7 @@ def _write_step(step: int, metrics: dict, counted: bool = False, taken: Optional
     if counted:
         record["counted"] = "optimizer"
     channel.write(record)
-    key = channel.trigger_at(int(step))
-    if key is not None:
+    for key in channel.triggers_at(int(step)):
         channel.wait_for_fault(key)
 
 

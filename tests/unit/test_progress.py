@@ -119,6 +119,49 @@ def test_a_rank_at_a_fault_step_waits_until_the_fault_is_injected(tmp_path, monk
     assert released.wait(2)
 
 
+def test_a_rank_that_never_reports_a_fault_step_waits_at_the_first_step_past_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(progress, "_channel", None)
+    write_triggers(tmp_path, [0, 15])  # @step=0 on steps counted from 1; @step=15 on every tenth step reported
+
+    def reports_in_a_thread(*steps: int) -> threading.Event:
+        released = threading.Event()
+
+        def worker() -> None:
+            for step in steps:
+                progress.report(step)
+            released.set()
+
+        threading.Thread(target=worker, daemon=True).start()
+        return released
+
+    released = reports_in_a_thread(1)
+    assert not released.wait(0.3)  # its first step is past step 0: it waits there
+    mark_fired(tmp_path, 0)
+    assert released.wait(2)
+    released = reports_in_a_thread(10, 20)
+    assert not released.wait(0.3)  # step 10 is short of 15: it waits at step 20
+    assert json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[-1])["step"] == 20
+    mark_fired(tmp_path, 15)
+    assert released.wait(2)
+    assert reports_in_a_thread(25, 30).wait(2)  # each fault step is waited for once
+    monkeypatch.setattr(progress, "_channel", None)  # a later attempt, resumed past both: they fired
+    assert reports_in_a_thread(31).wait(2)
+
+
+def test_a_fault_step_the_launcher_never_marks_is_waited_out_once_not_at_every_later_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(progress, "_channel", None)
+    write_triggers(tmp_path, [4])  # a fault the stop of the run cancelled: never marked fired
+    waited: list[str] = []
+    monkeypatch.setattr(progress._Channel, "wait_for_fault", lambda self, key: waited.append(key))
+    for step in (3, 5, 6, 7):
+        progress.report(step)
+    assert waited == ["4"]
+
+
 def test_a_rank_waits_at_its_nth_step_in_an_attempt_listed_before_it_began_and_records_carry_the_attempt(
         tmp_path, monkeypatch):
     monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
