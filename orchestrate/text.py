@@ -72,6 +72,12 @@ def counted(count: int, noun: str, plural: str = "") -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``11th``, ``22nd``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def short_duration(seconds: float) -> str:
     """``42s``, ``5m``, ``3h``, ``2d``: whole units, the largest that fits, as ``docker ps`` lists ages."""
     seconds = max(0, int(seconds))

@@ -9,7 +9,9 @@ steps:
    the ranks that made it, from the oldest that every member's record still holds; the first
    where ops or shapes differ is the divergence ("collective #21: rank 0 entered
    all_reduce(float32[1]) at desync.py:14; rank 1 entered all_reduce(float32[4]) at
-   desync.py:11").
+   desync.py:11"). Where the ranks at one line of it made more calls from that line than the
+   others had before they went on (a call one rank skipped), that is said too ("rank 1 made 9
+   collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th").
 2. A rank that waits in a point-to-point call its peer has not made: each direction between two
    ranks is a channel of its own (``p2p 0->1``), whose sends match the peer's receives in order
    ("rank 0 waits in send(float32[8]) #5 to rank 1 at pipe.py:10; rank 1 received 4 and waits in
@@ -28,7 +30,7 @@ from typing import Any, Optional
 from orchestrate.hangs.snapshots import Collective, RankSnapshot, training_pass
 from orchestrate.node.collective_log import P2P
 from orchestrate.hangs.stacks import rank_summary
-from orchestrate.text import ranks_text
+from orchestrate.text import counted, ordinal, ranks_text
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Divergence:
     seq: Optional[int] = None
     group: str = ""
     hint: str = ""  # what to look for, where the divergence itself says it (ranks that name different roots)
+    fewer: str = ""  # where some ranks made fewer calls from a line than the ranks still at it (one skipped)
 
 
 ROOT_HINT = ("the ranks name different roots: src and dst are global ranks (a node's first rank is not rank 0:"
@@ -163,7 +166,8 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 where = "" if group == "default" else f" (group {group})"
                 text = f"collective #{seq}{where}: " + "; ".join(entered(r, calls[r]) for r in shown)
                 hint = ROOT_HINT if roots_alone_differ(calls) else uneven_steps(calls, snapshots)
-                found.append((seq, Divergence("mismatch", text, seq, group, hint)))
+                fewer = "" if hint else fewer_calls(calls, snapshots)
+                found.append((seq, Divergence("mismatch", text, seq, group, hint, fewer)))
                 break
     return min(found, key=lambda item: item[0])[1] if found else None
 
@@ -184,6 +188,35 @@ def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot
         return ""
     elsewhere = [rank for rank in calls if rank not in passes]
     return f"{step_counts(passes, elsewhere, counts)}{UNEVEN_HINT}"
+
+
+def fewer_calls(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot]) -> str:
+    """Where the ranks at one line of a mismatched collective have made more calls from it than
+    the others made before they went on elsewhere (a collective skipped by a condition on the
+    rank or its data, or a loop that ran fewer times there): ``rank 1 made 9 collectives at
+    skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th: ...``, by the ranks'
+    call lines' counts; "" where those are not known or do not say so. The mismatch itself is
+    found where the calls part, later than the skip: this names the line the skip is at."""
+    counts = {rank: dict(snapshots[rank].lines) for rank in calls if rank in snapshots}
+    for line in sorted({call.at for call in calls.values()}):
+        at_it = [rank for rank, call in calls.items() if call.at == line]
+        gone_on = [rank for rank in calls if rank not in at_it]
+        now = {counts.get(rank, {}).get(line) for rank in at_it}
+        made = {counts.get(rank, {}).get(line) for rank in gone_on}
+        if len(now) != 1 or len(made) != 1 or None in now | made:
+            continue
+        current, before = now.pop(), made.pop()
+        if before >= current:
+            continue
+        went_to = sorted({calls[rank].at for rank in gone_on})
+        verb = "is" if len(at_it) == 1 else "are"
+        whose = "its" if len(at_it) == 1 else "their"
+        who = ranks_text(sorted(gone_on))
+        return (f"{who} made {counted(before, 'collective')} at {line} before {'it' if len(gone_on) == 1 else 'they'} went on"
+                f" to {', '.join(went_to)}, where {ranks_text(sorted(at_it))} {verb} in {whose} {ordinal(current)}:"
+                f" {who} skipped {current - before} there (a condition on the rank or its data), or"
+                f" ran that loop fewer times")
+    return ""
 
 
 def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: dict[int, dict[str, int]]) -> str:

@@ -498,6 +498,8 @@ class HangDiagnosis:
         if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
                 out.append(f"  first divergence: {self.divergence.text}")
+            if self.divergence.fewer:  # where they parted is later than where one skipped a call
+                out.append(f"  {self.divergence.fewer}")
             if self.divergence.hint:  # what torch's check does not compare either, or why they part
                 if not (made_alone and self.parted_mid_training):  # a call made alone explains the others' step
                     out.append(f"  {self.divergence.hint}")

@@ -25,7 +25,7 @@ from orchestrate.hangs.watchdog import HangWatch
 from orchestrate.node.collective_log import CollectiveLog, describe_tensors
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.root_cause import short_mismatch
-from orchestrate.text import ranks_text
+from orchestrate.text import ordinal, ranks_text
 
 TORCH = "/opt/venv/lib/python3.11/site-packages/torch/distributed"
 
@@ -52,6 +52,11 @@ def test_ranks_read_as_ranges():
     assert ranks_text([2, 0, 1]) == "ranks 0-2"
     assert ranks_text([0, 2, 5, 6, 7]) == "ranks 0, 2, 5-7"
     assert ranks_text([4, 5]) == "ranks 4, 5"
+
+
+def test_counts_read_as_ordinals():
+    assert [ordinal(n) for n in (1, 2, 3, 4, 10, 11, 12, 13, 21, 22, 23, 101, 111, 112)] == [
+        "1st", "2nd", "3rd", "4th", "10th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th", "112th"]
 
 
 def test_ranks_with_one_stack_form_one_group_and_the_odd_rank_comes_first():
@@ -298,6 +303,34 @@ def test_a_checkpoint_save_one_rank_makes_alone_gets_the_hint_that_dcp_save_is_a
                          "at": "train.py:25", "state": "failed"}]}))
     assert failed_collective(tmp_path, 0) == ("gather_object(in dcp.save)", "")
     assert failed_collective(tmp_path, 0, since=600.0) == ("", "") and failed_collective(tmp_path, 1) == ("", "")
+
+
+def test_a_collective_one_rank_skipped_is_named_at_the_line_it_skipped_it_not_only_where_the_ranks_part():
+    """Rank 1 skipped the loop's 6th all_reduce (``if rank == 1 and i == 5: continue``): the
+    ranks part at #10, where rank 1 has gone on to the broadcast after the loop while rank 0 is in
+    the loop's 10th call. The counts of their call lines say where one is missing."""
+    history = tuple(coll(seq, at="skip.py:9") for seq in range(1, 10))
+    in_loop = coll(10, "float32[4]", "entered", at="skip.py:9")
+    after = coll(10, "float32[1] from rank 0", "entered", op="broadcast", at="skip.py:12")
+    behind = snap(0, history + (in_loop,), stack(9), lines=(("skip.py:9", 10),))
+    skipped = snap(1, history + (after,), stack(12, call="broadcast"), lines=(("skip.py:9", 9), ("skip.py:12", 1)))
+    lines = diagnose(probe(5, r0=behind, r1=skipped), None, {0, 1}, {}, 30).lines()
+    assert lines[0] == ("no progress for 30 s: collective #10: rank 0 entered all_reduce(float32[4]) at skip.py:9;"
+                        " rank 1 entered broadcast(float32[1] from rank 0) at skip.py:12")
+    fewer = ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th:"
+             " rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer times")
+    assert fewer in lines and f"  {DEBUG_HINT}" in lines
+    # three ranks, two of them still in the loop
+    three = {"r0": behind, "r1": skipped, "r2": snap(2, history + (in_loop,), stack(9), lines=(("skip.py:9", 10),))}
+    lines = diagnose(probe(5, **three), None, {0, 1, 2}, {}, 30).lines()
+    assert ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where ranks 0, 2 are in"
+            " their 10th: rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer"
+            " times") in lines
+    # no count said where the records do not show one made fewer: as many, none at all, or not known
+    for rank1_lines in ((("skip.py:9", 10), ("skip.py:12", 1)), (("skip.py:12", 1),), ()):
+        other = snap(1, history + (after,), stack(12, call="broadcast"), lines=rank1_lines)
+        lines = diagnose(probe(5, r0=behind, r1=other), None, {0, 1}, {}, 30).lines()
+        assert not any("skipped" in line for line in lines), (rank1_lines, lines)
 
 
 def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_different_numbers_of_steps(tmp_path):
