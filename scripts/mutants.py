@@ -2443,6 +2443,17 @@ MUTANTS = [
     Mutant("a rank waiting for no child is working for its children's CPU", "orchestrate/hangs/diagnosis.py",
            "    if now.in_collective is not None or not now.waits_for_children:\n        return 0.0",
            "    if now.in_collective is not None:\n        return 0.0", ("tests/unit/test_hangs.py",)),
+    # Session 111 (2026-12-06)
+    Mutant("a step fault holds only a rank that reports its very step", "orchestrate/node/progress.py",
+           "if s <= step and s not in self.passed]", "if s == step and s not in self.passed]",
+           ("tests/unit/test_progress.py",)),
+    Mutant("a fault step never marked is waited out at every later step", "orchestrate/node/progress.py",
+           "        self.passed.update(s for s in self.triggers if s <= step)", "        pass",
+           ("tests/unit/test_progress.py",)),
+    Mutant("a skipped collective is named only where the ranks part", "orchestrate/hangs/diagnosis.py",
+           "            if self.divergence.fewer:", "            if False:", ("tests/unit/test_hangs.py",)),
+    Mutant("ranks that made as many calls from a line are said to have skipped one", "orchestrate/hangs/collectives.py",
+           "        if before >= current:", "        if before > current:", ("tests/unit/test_hangs.py",)),
 ]
 
 
