@@ -8,6 +8,7 @@ from typing import Any, Optional
 from orchestrate.cli.down import kept_first, what_was_removed
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.runs import RunInfo, list_runs, remove_run
+from orchestrate.errors import UsageError
 from orchestrate.launch.recorded_runs import runs_as_recorded
 
 
@@ -19,14 +20,17 @@ def add_parsers(sub: Any) -> None:
                            epilog="usage example: python -m orchestrate prune --runs-dir runs")
     prune.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
                        help="remove only the runs whose directory is in DIR (as `run --runs-dir` named it),"
-                            " leaving other projects' and other users' runs alone (default: every run)")
+                            " leaving other projects' and other users' runs alone; refused where DIR is no directory"
+                            " and no run in the engine names it (default: every run)")
     prune.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
+    runs = runs_as_recorded(list_runs(client))
+    check_runs_dir_named(args.runs_dir, runs)
     pruned, running = 0, 0
-    for run in runs_as_recorded(list_runs(client)):
+    for run in runs:
         if not kept_in(run, args.runs_dir):
             continue
         if not run.state.ended:
@@ -43,6 +47,20 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     inv.out.write(f"pruned {pruned} run(s){where}{left}\n" if pruned
                   else f"nothing to prune{where}: no run there has ended{left}\n")
     return 0
+
+
+def check_runs_dir_named(runs_dir: Optional[Path], runs: list[RunInfo]) -> None:
+    """Refuse a ``--runs-dir`` that is no directory here and that no run in the engine names as
+    its own (a typo would prune nothing, and say so with exit 0); one whose runs are still in the
+    engine after it was deleted is pruned all the same.
+
+    Raises:
+        UsageError: Saying what the directory is not.
+    """
+    if runs_dir is None or runs_dir.is_dir() or any(kept_in(run, runs_dir) for run in runs):
+        return
+    what = "is not a directory" if runs_dir.exists() else "does not exist"
+    raise UsageError(f"--runs-dir {runs_dir} {what}, and no run in the engine has its directory there")
 
 
 def kept_in(run: RunInfo, runs_dir: Optional[Path]) -> bool:

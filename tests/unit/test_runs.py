@@ -845,7 +845,9 @@ def test_a_container_whose_other_removal_never_ends_fails_down_saying_so(make_ru
     assert "ddp-stuck_ddp" in client.networks_by_name  # nothing removed around a container still there
 
 
-def test_prune_says_what_it_left_running_and_a_runs_dir_that_is_not_there(make_run, tmp_path):
+def test_prune_says_what_it_left_running_and_refuses_a_runs_dir_that_is_not_there(make_run, tmp_path, capsys):
+    import shutil
+
     from orchestrate.cli.main import main
 
     client = FakeDockerClient()
@@ -854,15 +856,23 @@ def test_prune_says_what_it_left_running_and_a_runs_dir_that_is_not_there(make_r
     runs_dir = list_runs(client)[0].run_dir.parent
     for argv, said in ((["prune"], "nothing to prune in the engine: no run there has ended (1 still running)\n"),
                        (["prune", "--runs-dir", str(runs_dir)],
-                        f"nothing to prune in {runs_dir}: no run there has ended (1 still running)\n"),
-                       (["prune", "--runs-dir", str(tmp_path / "rusn")],  # a typo
-                        f"nothing to prune in {tmp_path / 'rusn'} (no such directory here): no run there has ended\n"),
-                       (["prune", "--runs-dir", str(runs_dir / "going" / "run.json")],  # a file
-                        f"nothing to prune in {runs_dir / 'going' / 'run.json'} (not a directory): no run there has"
-                        f" ended\n")):
+                        f"nothing to prune in {runs_dir}: no run there has ended (1 still running)\n")):
         out = io.StringIO()
         assert main(client=client, argv=argv, out=out) == 0
         assert out.getvalue() == said
+    capsys.readouterr()
+    for runs_dir_given, refused in ((tmp_path / "rusn", "does not exist"),  # a typo
+                                    (runs_dir / "going" / "run.json", "is not a directory")):  # a file
+        out = io.StringIO()
+        assert main(client=client, argv=["prune", "--runs-dir", str(runs_dir_given)], out=out) == 2
+        assert out.getvalue() == ""
+        assert capsys.readouterr().err == (f"error: --runs-dir {runs_dir_given} {refused}, and no run in the engine"
+                                           f" has its directory there\n")
+    shutil.rmtree(runs_dir)  # deleted while its runs are in the engine: they are its runs all the same
+    out = io.StringIO()
+    assert main(client=client, argv=["prune", "--runs-dir", str(runs_dir)], out=out) == 0
+    assert out.getvalue() == (f"nothing to prune in {runs_dir} (no such directory here): no run there has ended"
+                              f" (1 still running)\n")
     assert [r.run_id for r in list_runs(client)] == ["going"]
 
 
