@@ -36,6 +36,28 @@ class ImageUnavailableError(OrchestrateError):
     exit_code = 2
 
 
+class ImageNotFoundError(ImageUnavailableError):
+    """Raised when an image other than the default is neither in the engine nor pullable.
+
+    Attributes:
+        image: The image asked for.
+        default: The image used when none is asked for.
+        option: How the image was asked for (``--image``; ``--ddp-image`` in the pytest plugin):
+            the option the advice tells the user to drop.
+    """
+
+    def __init__(self, image: str, default: str, option: str = "--image") -> None:
+        self.image = image
+        self.default = default
+        self.option = option
+        super().__init__(f"image {image} is not in the engine and cannot be pulled: build or pull it first, or"
+                         f" drop {option} to use {default}")
+
+    def named_by(self, option: str) -> "ImageNotFoundError":
+        """The same error, for an image that ``option`` asked for."""
+        return ImageNotFoundError(self.image, self.default, option)
+
+
 class EngineError(OrchestrateError):
     """Raised when the engine refuses or fails a request (an API error, not a dead node)."""
 

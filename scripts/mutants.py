@@ -2068,7 +2068,9 @@ MUTANTS = [
     Mutant("outcome.json leaves out the test's limit", "orchestrate/outcome/record.py",
            '        "limited_by": outcome.limited_by or None,', "", ("tests/unit/test_ddp_cluster.py",)),
     Mutant("the plugin's chaos is not given the test's limit", "orchestrate/testing/cluster.py",
-           ", ends_by=self.ends_by(request.stop_grace))\n        result = check.run()", ")\n        result = check.run()",
+           ", ends_by=self.ends_by(request.stop_grace))\n"
+           "        with self.images_named(run_options):\n            result = check.run()",
+           ")\n        with self.images_named(run_options):\n            result = check.run()",
            ("tests/unit/test_ddp_cluster.py",)),
     # session 104: `ps` lists how long a running run has been quiet, and names one quiet past its --hang-diagnose-after
     Mutant("ps lists a Slurm job's quiet time from Slurm's lines", "orchestrate/cli/ps.py",

@@ -30,7 +30,7 @@ from orchestrate.config.run_config import DEFAULT_IMAGE, PROJECT_ROOT
 from orchestrate.config.torch_versions import DEFAULT_TORCH, UV_VERSION, torchvision_for
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.locks import host_lock
-from orchestrate.errors import ImageUnavailableError
+from orchestrate.errors import ImageNotFoundError, ImageUnavailableError
 from orchestrate.text import first_line
 
 log = logging.getLogger(__name__)
@@ -490,10 +490,7 @@ def ensure_image(client: Any, image: str, *, build_default: bool = True, progres
         return
     if try_pull(client, image, progress):
         return
-    raise ImageUnavailableError(
-        f"image {image} is not in the engine and cannot be pulled: build or pull it first, or"
-        f" drop --image to use {DEFAULT_IMAGE}"
-    )
+    raise ImageNotFoundError(image, DEFAULT_IMAGE)
 
 
 def image_label(client: Any, image: str, label: str) -> str:

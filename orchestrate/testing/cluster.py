@@ -8,11 +8,12 @@ remove it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping, Optional, Union
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 from orchestrate.chaos.check import ChaosCheck
 from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
@@ -22,7 +23,7 @@ from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.request import RunRequest
 from orchestrate.engine.client import connect
 from orchestrate.engine.runs import find_run, remove_run
-from orchestrate.errors import OrchestrateError, UsageError
+from orchestrate.errors import ImageNotFoundError, OrchestrateError, UsageError
 from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import RunResult
 
@@ -114,9 +115,21 @@ class DdpCluster:
         run = Run(request, out=self.out or sys.stdout, command_line=f"ddp_cluster.run({', '.join(words)})",
                   timeout_s=timeout, ends_by=self.ends_by(request.stop_grace))
         # the summary is shown when the test fails; an interrupt stops the session, as pytest would
-        result = run_and_report(run, raise_interrupt=True)
+        with self.images_named(run_options):
+            result = run_and_report(run, raise_interrupt=True)
         self.results.append(result)
         return result
+
+    @contextlib.contextmanager
+    def images_named(self, run_options: Mapping[str, Any]) -> Iterator[None]:
+        """An image that cannot be had is named by the option that asked for it: ``--ddp-image``
+        where it is this cluster's (no ``image`` keyword), not ``run``'s ``--image``."""
+        try:
+            yield
+        except ImageNotFoundError as exc:
+            if not self.image or "image" in run_options or exc.image != self.image:
+                raise
+            raise exc.named_by("--ddp-image") from None
 
     def ends_by(self, stop_grace_s: float) -> Optional[tuple[float, str]]:
         """When a run's job must end for the test's own time limit to leave it time to stop its
@@ -166,7 +179,8 @@ class DdpCluster:
                            compare_steps=compare_steps, max_steps_redone=max_steps_redone,
                            command_line=f"ddp_cluster.chaos({command[0]!r}, ...)",
                            out=self.out or sys.stdout, ends_by=self.ends_by(request.stop_grace))
-        result = check.run()
+        with self.images_named(run_options):
+            result = check.run()
         print(result.format(), file=self.out or sys.stdout, flush=True)
         return result
 

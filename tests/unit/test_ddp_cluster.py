@@ -286,3 +286,27 @@ def test_a_scripts_argument_that_is_not_text_is_refused_at_the_call_before_any_r
     assert str(refused.value) == (f"ddp_cluster.{call}: {said}: each of the script's arguments is text of its own"
                                   " (a number or a path is taken as its text; a list goes as *args)")
     assert not runs and not checks and cluster.checks == 0 and not (tmp_path / "runs").exists()
+
+
+def test_an_image_that_cannot_be_had_is_named_by_the_option_that_asked_for_it(tmp_path, monkeypatch):
+    """--ddp-image names every run's image: its refusal says to drop --ddp-image, not run's --image
+    (which the test never gave); an image the test asks for itself is still its own."""
+    from orchestrate.config.run_config import DEFAULT_IMAGE
+    from orchestrate.errors import ImageNotFoundError
+    from orchestrate.launch import run as run_module
+    from tests.fakes import FakeDockerClient
+
+    client = FakeDockerClient()
+    monkeypatch.setattr(run_module, "connect", lambda: client)
+    monkeypatch.setattr(run_module, "find_compose_meanwhile", lambda find_cli: lambda: None)
+    (tmp_path / "train.py").write_text("")
+    cluster = DdpCluster(tmp_path, tmp_path / "runs", image="no/such:1", out=io.StringIO())
+    for call in (lambda: cluster.run("train.py", cpu=True), lambda: cluster.chaos("train.py", cpu=True)):
+        with pytest.raises(ImageNotFoundError) as refused:
+            call()
+        assert str(refused.value) == ("image no/such:1 is not in the engine and cannot be pulled: build or pull it"
+                                      f" first, or drop --ddp-image to use {DEFAULT_IMAGE}")
+    with pytest.raises(ImageNotFoundError, match=r"^image my/own:1 .* drop --image to use"):
+        cluster.run("train.py", cpu=True, image="my/own:1")
+    assert [call for call in client.calls if call[0] == "images.pull"] == [
+        ("images.pull", "no/such:1"), ("images.pull", "no/such:1"), ("images.pull", "my/own:1")]
