@@ -190,13 +190,15 @@ class Run:
 
     def dry_plan(self) -> JobPlan:
         """The plan alone (``plan``, ``run --dry-run``): the engine is asked at most which GPUs
-        it has, and not even that when none answers."""
-        self.check()
+        it has and how many CPUs and how much memory (node sizes it cannot give are refused, as
+        the run would refuse them), and not even that when none answers."""
+        config = self.check()
         client = None
-        if not self.request.cpu:
+        if not self.request.cpu or config.cpus_per_node or config.memory_per_node:
             with contextlib.suppress(EngineUnavailableError):  # a dry run needs no engine
                 client = self.engine()
         info = client.info() if client is not None else {}
+        check_node_size(config, info)
         free = None
         if client is not None:
             from orchestrate.launch.lease import free_gpu_ids, wants_gpus

@@ -382,3 +382,25 @@ def test_a_usage_line_with_room_left_takes_the_job_on_its_last_line(monkeypatch)
 def test_a_command_that_runs_no_job_shows_none_in_its_usage(command):
     parser = build_parser().commands[command]
     assert "TARGET" not in parser.format_usage() and "[-- " not in parser.format_help()
+
+
+@pytest.mark.parametrize("sizes, refused", [
+    (["--cpus-per-node", "100"], "--cpus-per-node 100 is more than the engine's 2 CPUs"),
+    (["--memory-per-node", "100g"], "--memory-per-node 102400m is more than the engine's 24576m of memory"),
+])
+def test_node_sizes_the_engine_cannot_give_are_refused_by_plan_and_run_before_anything_starts(
+        tmp_path, monkeypatch, capsys, sizes, refused):
+    client = fake_runs(monkeypatch, Script(["[0|0]:hi"]))
+    runs = tmp_path / "runs"
+    for command in (["plan", "--cpu"], ["plan"], ["run", "--dry-run", "--cpu"], ["run", "--cpu"]):
+        out = io.StringIO()
+        assert main([*command, "--nodes", "1", *sizes, "--workdir", str(tmp_path), "--runs-dir", str(runs)],
+                    out=out, client=client) == 2, command
+        assert out.getvalue() == "" and capsys.readouterr().err == f"error: {refused}\n"
+    assert not runs.exists() and client.containers_by_name == {}
+    assert [call for call in client.calls if call[0].startswith("images")] == []  # refused before the image step
+    # where no engine answers, a dry run plans all the same: there is nothing to check the sizes against
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    out = io.StringIO()
+    assert main(["plan", "--cpu", "--nodes", "1", *sizes, "--workdir", str(tmp_path)], out=out) == 0
+    assert "node0$ torchrun" in out.getvalue()
