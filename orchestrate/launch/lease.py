@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from orchestrate.config.gpu_layout import check_lease, free_gpus
 from orchestrate.config.request import RunRequest
-from orchestrate.engine.gpus import detect_gpus
+from orchestrate.engine.gpus import GpuInventory, detect_gpus
 from orchestrate.engine.locks import host_lock
 from orchestrate.engine.runs import gpus_in_use, list_runs
 
@@ -21,10 +21,11 @@ def wants_gpus(request: RunRequest) -> bool:
 
 
 @contextlib.contextmanager
-def gpu_lease(client: Any, request: RunRequest, run_id: str,
-              say: Optional[Callable[[str], None]] = None) -> Iterator[Optional[tuple[str, ...]]]:
+def gpu_lease(client: Any, request: RunRequest, run_id: str, say: Optional[Callable[[str], None]] = None,
+              inventory: Optional[GpuInventory] = None) -> Iterator[Optional[tuple[str, ...]]]:
     """Hold the lease while the caller plans and starts run ``run_id``; yield the free GPUs, in
-    order (None for a CPU run, which takes no lock).
+    order (None for a CPU run, which takes no lock). ``inventory``: the engine's GPUs where the
+    caller has asked already (else they are asked here).
 
     Raises:
         UsageError: When the GPUs asked for are held by other runs, naming them.
@@ -34,12 +35,12 @@ def gpu_lease(client: Any, request: RunRequest, run_id: str,
         yield None
         return
     with host_lock("gpu-lease", f"run {run_id}", say=say):
-        yield free_gpu_ids(client, request)
+        yield free_gpu_ids(client, request, inventory)
 
 
-def free_gpu_ids(client: Any, request: RunRequest) -> tuple[str, ...]:
-    """The engine's GPUs that no live run holds."""
-    inventory = detect_gpus(client)
+def free_gpu_ids(client: Any, request: RunRequest, inventory: Optional[GpuInventory] = None) -> tuple[str, ...]:
+    """The engine's GPUs (``inventory``, or asked now) that no live run holds."""
+    inventory = inventory if inventory is not None else detect_gpus(client)
     held = gpus_in_use(list_runs(client)) if inventory.count else {}
     if held and request.gpus_per_node:
         # Shared, the run needs one node's GPUs at least; the nodes take turns on them.

@@ -45,7 +45,7 @@ from orchestrate.interrupts import SignalInterrupt, uninterrupted
 from orchestrate.launch.backend import Backend
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
-from orchestrate.launch.lease import gpu_lease
+from orchestrate.launch.lease import gpu_lease, wants_gpus
 from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.run_dir import check_runs_dir, prepare_run_dir, writing_run_dir
@@ -237,15 +237,16 @@ class Run:
         client = self.engine()
         info = client.info()
         check_node_size(config, info)
-        if self.gpu_count_pending:  # its GPU options against the engine's GPUs now, not after the image's build
-            resolve_config(self.request, self.host, detect_gpus(client).count)
+        inventory = detect_gpus(client) if wants_gpus(self.request) else None  # once a run: the lease takes it
+        if inventory is not None and self.gpu_count_pending:  # its GPU options against it now, not after the image
+            resolve_config(self.request, self.host, inventory.count)
         compose_found()
         image = prepare_image(client, config, build=not self.request.no_build, progress=self.progress)
         netem = link_netem(client, config, self.say)
         self.image_torch = image_label(client, image, TORCH_LABEL)
         node_image = slurm_image(client, image, self.progress) if self.request.scheduler == "slurm" else image
         # The lease is held until the containers, which carry the GPUs' labels, exist.
-        with gpu_lease(client, self.request, self.run_id, self.say) as free:
+        with gpu_lease(client, self.request, self.run_id, self.say, inventory) as free:
             self.plan = self._plan(info, image, free, netem)
             self.backend = self._backend(self.plan, node_image)
             try:

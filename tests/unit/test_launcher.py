@@ -1181,6 +1181,21 @@ def test_gpu_runs_show_the_topology_node0_sees(make_run, monkeypatch):
     assert "GPU topology seen from node0 (nvidia-smi topo -m):\n        GPU0\nGPU0     X" in text
 
 
+@pytest.mark.parametrize("gpus_per_node", [None, 1])
+def test_a_gpu_run_counts_the_engines_gpus_once(make_run, monkeypatch, gpus_per_node):
+    """Its GPU options are checked against the count before the image step, and the lease takes
+    the same count: the host's GPUs (nvidia-smi) were listed twice a run."""
+    client = FakeDockerClient()
+    client.gpus = ("0", "1")
+    listed = []
+    monkeypatch.setattr("orchestrate.engine.gpus.host_gpu_indices", lambda: listed.append(1) or client.gpus)
+    job = make_run(nodes=2, cpu=False, gpus_per_node=gpus_per_node, backend="nccl")
+    outcome, _, _ = run(job, client)
+    assert outcome.succeeded
+    assert [node.gpu_ids for node in job.plan.nodes] == [("0",), ("1",)]
+    assert len(listed) == 1
+
+
 def test_the_image_torch_version_is_reported(make_run):
     job = make_run(nodes=1)
     client = FakeDockerClient()
