@@ -8,7 +8,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.runs import find_run
-from orchestrate.launch.recorded_runs import run_as_recorded
+from orchestrate.launch.recorded_runs import ended_as_recorded, run_as_recorded
 from orchestrate.launch.stop import stop_nodes, stop_timeout
 from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S
 
@@ -35,8 +35,13 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
+    ended = ended_as_recorded(run)  # before the stop, which would make it look stopped
     stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say, look_first=True)
-    if stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
+    if stopped and ended is not None:  # its nodes outlived its job: a kept Slurm run's cluster
+        inv.out.write(f"run {run.run_id} had already ended ({ended.value}); stopped {', '.join(stopped)}, which"
+                      f" outlived its job; logs and state kept (remove it with: python -m orchestrate down"
+                      f" {run.run_id})\n")
+    elif stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
         inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended"
                       f" (logs stay in {run.run_dir})\n")
     elif stopped:

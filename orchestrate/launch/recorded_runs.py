@@ -6,8 +6,9 @@ state by them, as its summary did."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
-from orchestrate.engine.runs import RunInfo
+from orchestrate.engine.runs import RunInfo, RunState, run_state
 from orchestrate.faults.in_effect import lost_nodes
 from orchestrate.outcome.events import launcher_exit_code, read_events
 
@@ -19,6 +20,13 @@ def run_as_recorded(run: RunInfo) -> RunInfo:
         return run
     events = read_events(run.run_dir)  # (read once: the losses and the launcher's ending are both there)
     return replace(run, lost=lost_nodes(run.run_dir, events), launcher_exit=launcher_exit_code(events))
+
+
+def ended_as_recorded(run: RunInfo) -> Optional[RunState]:
+    """How the run ended where a launcher that followed it has said so, whatever its containers
+    still do (a kept Slurm run's cluster outlives its job); None where none has said."""
+    code = launcher_exit_code(read_events(run.run_dir)) if run.run_dir.name else None
+    return None if code is None else run_state(run.detached, run.launcher_alive, [], code)
 
 
 def runs_as_recorded(runs: list[RunInfo]) -> list[RunInfo]:

@@ -513,6 +513,23 @@ def test_stop_kills_a_slurm_job_that_outlives_its_timeout_and_stops_a_cluster_no
         "ddp-r-slurmctl-1": "exited", "ddp-r-node0-1": "exited", "ddp-r-node1-1": "exited"}
 
 
+def test_stop_of_a_kept_slurm_run_whose_job_ended_says_it_had_ended_and_stops_its_cluster(tmp_path):
+    """A kept Slurm run's cluster outlives its job: stop stops its containers, and says the run had
+    already ended, and how, not that its nodes were stopped as if a job ran in them."""
+    from orchestrate.cli.main import main
+    from orchestrate.outcome.events import record_event
+
+    client, run_dir = slurm_run_in_engine(tmp_path, launcher="gone")
+    client.command_outputs["squeue"] = (0, b"")  # its job left the queue
+    record_event(run_dir, "run-ended", exit_code=0, succeeded=True, interrupted=False, error="")
+    out = io.StringIO()
+    assert main(client=client, argv=["stop", "r", "--timeout", "0"], out=out) == 0
+    assert out.getvalue() == ("run r had already ended (succeeded); stopped node0, node1, which outlived its job;"
+                              " logs and state kept (remove it with: python -m orchestrate down r)\n")
+    assert scancels(client) == []
+    assert {c.status for c in client.containers_by_name.values()} == {"exited"}
+
+
 def slurm_backend_following(make_job, tmp_path):
     """A backend whose controller answers ``client.command_outputs``."""
     from orchestrate.slurm.backend import SlurmBackend
