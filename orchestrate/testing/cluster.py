@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import os
 import sys
 from pathlib import Path
@@ -86,7 +87,7 @@ class DdpCluster:
             **run_options: Any) -> RunResult:
         """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
         with its arguments, or ``"-m", "module"``) and return how it ended. Each argument is text;
-        a number or a path is taken as its text (``"--steps", 2`` is ``"--steps", "2"``), and
+        a number (numpy's too) or a path is taken as its text (``"--steps", 2`` is ``"--steps", "2"``), and
         anything else (a list given as one argument, a bool, None) is refused at the call.
 
         Every other option of ``run`` is a keyword, as on the command line (``cpu=True``,
@@ -213,10 +214,11 @@ def sizes(nodes: Optional[int], nproc_per_node: Optional[Union[int, tuple[int, .
 
 
 def command_words(call: str, target: Any, args: tuple[Any, ...]) -> tuple[str, ...]:
-    """The job's command as text: ``target`` and its arguments, a number or a path taken as its
-    text, as a command line gives it. Anything else is refused here, before any run starts: the
-    engine refused it only once the nodes were asked for, with five tries at the teardown
-    (``services.node0.command.34 must be a string``).
+    """The job's command as text: ``target`` and its arguments, a number (of any real kind: an int,
+    a float, numpy's ``int64`` or ``float32``) or a path taken as its text, as a command line gives
+    it. Anything else is refused here, before any run starts: the engine refused it only once the
+    nodes were asked for, with five tries at the teardown (``services.node0.command.34 must be a
+    string``).
 
     Raises:
         UsageError: Naming the argument, its value and its type.
@@ -225,7 +227,7 @@ def command_words(call: str, target: Any, args: tuple[Any, ...]) -> tuple[str, .
     for position, word in enumerate((target, *args)):
         if isinstance(word, (str, os.PathLike)):
             words.append(os.fspath(word))
-        elif isinstance(word, (int, float)) and not isinstance(word, bool):
+        elif isinstance(word, numbers.Real) and not isinstance(word, bool):  # numpy's too (np.int64 is no int)
             words.append(str(word))
         else:
             which = "the target" if position == 0 else f"argument {position} after the target"

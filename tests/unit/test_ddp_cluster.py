@@ -268,6 +268,17 @@ def test_a_number_or_a_path_among_a_scripts_arguments_is_taken_as_its_text(tmp_p
     assert request.target == ("train.py", "--steps", "2", "--lr", "0.5", "--data", "data/x")
 
 
+def test_a_numpy_number_among_a_scripts_arguments_is_taken_as_its_text_as_a_python_one_is(tmp_path, monkeypatch):
+    """``np.int64`` is no ``int`` (nor ``np.float32`` a ``float``): they were once refused as not text."""
+    np = pytest.importorskip("numpy")
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(Started):
+        cluster.run("train.py", "--epochs", np.int64(2), "--workers", np.uint8(3), "--lr", np.float32(0.5),
+                    "--wd", np.float64(0.25))
+    [request] = asked
+    assert request.target == ("train.py", "--epochs", "2", "--workers", "3", "--lr", "0.5", "--wd", "0.25")
+
+
 @pytest.mark.parametrize("call", ["run", "chaos"])
 @pytest.mark.parametrize("target, args, said", [
     ("train.py", (["--steps", "2"],), "argument 1 after the target, ['--steps', '2'], is of type list"),
