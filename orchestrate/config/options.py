@@ -9,6 +9,7 @@ Parsers take the text a user types and raise :class:`~orchestrate.errors.UsageEr
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
 from dataclasses import dataclass
@@ -199,17 +200,23 @@ class Option:
     aliases: tuple[str, ...] = ()
 
     def value(self, given: Any) -> Any:
-        """A keyword option's value: text goes through the parser, like the command line's."""
+        """A keyword option's value: text or a number goes through the parser, like the command
+        line's text, so that a number meets the same rule in the same words."""
         if self.repeat:  # one value given alone is one of them; None, none
             if given is None:
                 return ()
-            one = isinstance(given, (str, bytes, os.PathLike))
+            one = isinstance(given, (str, bytes, os.PathLike, numbers.Number))
             return tuple(self.value_of_one(item) for item in ((given,) if one else given))
         return self.value_of_one(given)
 
     def value_of_one(self, given: Any) -> Any:
+        """One value: text, or a number taken as its text (``nodes=0`` is ``--nodes 0``, refused in
+        the parser's words; numpy's too), goes through the parser; a value of its own kind (a path, a
+        parsed link) is taken as it is."""
         if self.choices and given not in self.choices:
             raise UsageError(f"{self.flag} must be one of {', '.join(self.choices)}, got {given!r}")
+        if isinstance(given, numbers.Number) and self.parse is not None:  # (a bool too: True is no count)
+            given = str(given)
         if not isinstance(given, str) or self.parse is None:
             return given
         try:

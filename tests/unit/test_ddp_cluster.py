@@ -279,6 +279,61 @@ def test_a_numpy_number_among_a_scripts_arguments_is_taken_as_its_text_as_a_pyth
     assert request.target == ("train.py", "--epochs", "2", "--workers", "3", "--lr", "0.5", "--wd", "0.25")
 
 
+@pytest.mark.parametrize("keyword, number", [
+    ("nodes", 0), ("nodes", -1), ("nodes", 2.5), ("nproc_per_node", 0), ("gpus_per_node", -1), ("ready_timeout", -5),
+    ("ready_timeout", 0), ("cpus_per_node", 0), ("cpus_per_node", 0.001), ("hang_timeout", 0), ("stop_grace", -1),
+    ("rdzv_timeout", float("inf")), ("max_restarts", -1), ("master_port", 0),
+])
+def test_a_number_given_to_an_option_is_refused_by_the_command_lines_rule_in_its_words(tmp_path, monkeypatch, capsys,
+                                                                                    keyword, number):
+    """A number went round the option's parser, which only text met: ``nodes=0`` and ``hang_timeout=0`` were
+    refused later in other words, ``ready_timeout=-5`` and ``cpus_per_node=0.001`` not at all (the nodes came up)."""
+    from orchestrate.cli.main import build_parser
+    from orchestrate.config.options import OPTIONS_BY_DEST
+
+    flag = OPTIONS_BY_DEST[keyword].flag
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", flag, str(number)])
+    cli_said = capsys.readouterr().err.strip()  # python -m orchestrate run: error: argument --nodes: ... (see --help)
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(UsageError) as refused:
+        cluster.run("train.py", **{keyword: number})
+    assert cli_said == f"python -m orchestrate run: error: argument {refused.value} (see --help)"
+    assert not asked
+
+
+def test_a_numpy_number_given_to_an_option_meets_the_same_rule_and_is_taken_as_a_python_one(tmp_path, monkeypatch):
+    np = pytest.importorskip("numpy")
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(UsageError, match=r"^--nodes: expected a positive integer, got '0'$"):
+        cluster.run("train.py", nodes=np.int64(0))
+    with pytest.raises(Started):
+        cluster.run("train.py", nodes=np.int64(3), cpus_per_node=np.float32(0.5))
+    [request] = asked
+    assert (request.nodes, request.cpus_per_node) == (3, 0.5) and type(request.nodes) is int
+
+
+def test_a_number_alone_given_to_a_repeated_option_is_one_value_the_parser_refuses(tmp_path, monkeypatch):
+    """``faults=3`` once raised ``TypeError: 'int' object is not iterable``, from the library's frames."""
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(UsageError, match=r"^invalid --fault '3': usage: KIND:TARGET"):
+        cluster.run("train.py", faults=3)
+    assert not asked
+
+
+@pytest.mark.parametrize("keyword, number, taken", [
+    ("nodes", 3, 3), ("cpus_per_node", 0.5, 0.5), ("ready_timeout", 30, 30.0), ("memory_per_node", 2**30, 2**30),
+    ("nproc_per_node", 2, 2),
+])
+def test_a_good_number_given_to_an_option_is_taken_as_the_command_line_takes_its_text(tmp_path, monkeypatch, keyword,
+                                                                                     number, taken):
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(Started):
+        cluster.run("train.py", **{keyword: number})
+    [request] = asked
+    assert getattr(request, keyword) == taken and type(getattr(request, keyword)) is type(taken)
+
+
 @pytest.mark.parametrize("call", ["run", "chaos"])
 @pytest.mark.parametrize("target, args, said", [
     ("train.py", (["--steps", "2"],), "argument 1 after the target, ['--steps', '2'], is of type list"),
