@@ -340,7 +340,12 @@ class RunResult:
     def succeeded(self) -> bool:
         """The job succeeded, and every fault asked for happened, and its ranks formed the one job
         torchrun started: a run whose experiment did not happen is not a success, however the job
-        ended (:attr:`missed`)."""
+        ended (:attr:`missed`).
+
+        The job's verdict, not the environment's: a teardown that left the run's project behind
+        after a job that succeeded leaves it True (a chaos check, a benchmark and a test judge the
+        job), while :attr:`exit_code` is 2, never 0, and :attr:`teardown_error` says what is left
+        and how to remove it (the repr and the summary say it too)."""
         return self.job_succeeded and not self.missed
 
     @property
@@ -430,7 +435,9 @@ class RunResult:
         if self.succeeded:
             ran = (f"Slurm job {self.slurm.job_id} on {counted(len(self.slurm.nodes), 'node')}" if self.slurm is not None
                    else counted(len(self.results), "node"))
-            return f"RunResult({self.run_id}: SUCCEEDED, {ran}, run_dir={self.run_dir})"
+            left = (f"; but exit code {self.exit_code}: TEARDOWN FAILED: {self.teardown_error}"
+                    if self.teardown_error else "")
+            return f"RunResult({self.run_id}: SUCCEEDED, {ran}, run_dir={self.run_dir}{left})"
         why = []
         if self.interrupted:
             why.append(f"interrupted by signal {self.signal_number}")

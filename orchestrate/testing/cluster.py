@@ -187,7 +187,13 @@ class DdpCluster:
 
     def finish(self, test_failed: bool) -> list[str]:
         """At the test's end: remove the runs kept with ``--ddp-keep`` unless the test failed;
-        return what was kept, one line each."""
+        return what was kept, and each run whose teardown left it behind (its result may still
+        have succeeded: the summary that says so is shown only for a failing test), one line each."""
+        left = [f"run {r.run_id}: TEARDOWN FAILED (exit code {r.exit_code}, succeeded={r.succeeded}):"
+                f" {r.teardown_error}" for r in self.results if r.teardown_error]
+        return left + self.finish_kept(test_failed)
+
+    def finish_kept(self, test_failed: bool) -> list[str]:
         kept = [r for r in self.results if self.keep_failed and not r.interrupted]
         unkept = []
         if self.keep_failed and test_failed and self.checks:

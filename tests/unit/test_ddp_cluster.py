@@ -35,6 +35,21 @@ def test_a_failing_test_under_ddp_keep_says_its_chaos_runs_were_not_kept(tmp_pat
                       f" pages are under {tmp_path / 'runs'}"] if said else [])
 
 
+@pytest.mark.parametrize("failed", [False, True])
+def test_a_run_whose_teardown_failed_is_said_at_the_tests_end_though_it_succeeded(tmp_path, make_job, failed):
+    """A passing test's captured summary is never shown: its run's project, left behind, went unsaid."""
+    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.node_result import NodeResult
+    from orchestrate.outcome.states import NodePhase
+
+    left = "could not remove project ddp-r1; run: docker compose -p ddp-r1 down -v"
+    nodes = [NodeResult(node, NodePhase.SUCCEEDED, 0) for node in make_job(nodes=2).nodes]
+    cluster = DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO())
+    cluster.results = [RunResult("r1", tmp_path / "runs" / "r1", nodes, Timings(), teardown_error=left),
+                       RunResult("r2", tmp_path / "runs" / "r2", nodes, Timings())]
+    assert cluster.finish(test_failed=failed) == [f"run r1: TEARDOWN FAILED (exit code 2, succeeded=True): {left}"]
+
+
 def test_a_tests_own_time_limit_ends_a_runs_job_in_time_to_stop_it_and_say_why(tmp_path, make_run):
     """pytest-timeout's 40 s for a test: its runs' jobs end with the nodes' grace and a margin to
     spare, so the run's time limit (its look at every rank, its summary) comes before the test's;

@@ -168,6 +168,19 @@ def test_exit_codes_follow_one_rule(make_job):
     assert "TEARDOWN FAILED: could not remove project" in format_summary(outcome(ok, teardown_error="could not remove project"))
 
 
+def test_a_job_that_succeeded_with_a_failed_teardown_succeeded_and_its_repr_says_exit_code_2(make_job):
+    """``succeeded`` is the job's verdict, ``exit_code`` the environment's too: a passing ``assert result.succeeded``
+    once had a repr of a plain success, though the run's project was left behind and its exit code was 2."""
+    plan = make_job(nodes=2)
+    ok = results_for(plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))
+    left = "could not remove project ddp-run-1; run: docker compose -p ddp-run-1 down -v"
+    result = outcome(ok, teardown_error=left)
+    assert result.succeeded and result.exit_code == 2
+    assert repr(result) == (f"RunResult(run-1: SUCCEEDED, 2 nodes, run_dir=/tmp/runs/run-1; but exit code 2:"
+                            f" TEARDOWN FAILED: {left})")
+    assert repr(outcome(ok)) == "RunResult(run-1: SUCCEEDED, 2 nodes, run_dir=/tmp/runs/run-1)"
+
+
 def test_an_oom_killed_node_is_the_cause_not_its_peers_closed_connections(make_job):
     plan = make_job(nodes=2, memory_per_node=1024**3)
     results = results_for(
