@@ -13,6 +13,7 @@ import functools
 import numbers
 import os
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
@@ -63,7 +64,8 @@ class DdpCluster:
             pytest captures and shows for a failing test).
         test_limit: The test's own time limit, once it runs: the clock time at which it ends the
             test, and its seconds (pytest-timeout's, see the plugin), or None. A run then ends
-            its job in time to stop its nodes and say where every rank waits before that.
+            its job in time to stop its nodes and say where every rank waits before that, and a run the
+            limit leaves no time is refused (:meth:`within_the_tests_limit`).
     """
 
     def __init__(self, workdir: Path, runs_dir: Path, *, image: Optional[str] = None, keep_failed: bool = False,
@@ -111,7 +113,7 @@ class DdpCluster:
         if options.get("detach"):
             raise UsageError("ddp_cluster.run follows a run to its end: detach is not for tests")
         command = command_words("ddp_cluster.run", target, args)
-        request = RunRequest.from_options(command, **options)
+        request = self.within_the_tests_limit("ddp_cluster.run", RunRequest.from_options(command, **options))
         words = [repr(a) for a in command] + [f"{k}={v!r}" for k, v in run_options.items()]
         run = Run(request, out=self.out or sys.stdout, command_line=f"ddp_cluster.run({', '.join(words)})",
                   timeout_s=timeout, ends_by=self.ends_by(request.stop_grace))
@@ -131,6 +133,37 @@ class DdpCluster:
             if not self.image or "image" in run_options or exc.image != self.image:
                 raise
             raise exc.named_by("--ddp-image") from None
+
+    def within_the_tests_limit(self, call: str, request: RunRequest) -> RunRequest:
+        """``request`` fitted to the test's own time limit, before anything is brought up: a run ends
+        its job the nodes' stop grace and :data:`STOP_MARGIN_S` before that limit, so where that
+        leaves it no time the call is refused (it could only fail, after its nodes came up, or be
+        cut short by pytest-timeout mid bring-up); where it leaves less than ``ready_timeout``, the
+        nodes get only that long to come up, said in one line, so that a slow bring-up is ended
+        and torn down by the run before the limit ends the test.
+
+        Raises:
+            UsageError: Naming the limit, what the run needs before it, and the way out.
+        """
+        limit = self.test_limit()
+        if limit is None:
+            return request
+        ends_at, seconds = limit
+        needed = request.stop_grace + STOP_MARGIN_S
+        left = ends_at - time.monotonic() - needed  # for the bring-up and the job
+        if left < 1:
+            raise UsageError(f"{call}: the test's own time limit, pytest-timeout's {seconds:g} s, leaves this run no"
+                             f" time: it ends its job {needed:g} s before that limit (stop_grace={request.stop_grace:g}"
+                             f" s to stop its nodes, {STOP_MARGIN_S:g} s to look at every rank and tear down), and"
+                             f" its nodes need up to ready_timeout={request.ready_timeout:g} s to come up before the"
+                             f" job runs: give the test a longer limit (@pytest.mark.timeout)")
+        if left >= request.ready_timeout:
+            return request
+        print(f"[ddp-compose] the test's own time limit, pytest-timeout's {seconds:g} s, leaves this run {int(left)} s"
+              f" to bring its nodes up and run its job, less than ready_timeout={request.ready_timeout:g} s: its"
+              f" nodes get {int(left)} s to come up, so that the run, not the limit, ends a slower bring-up",
+              file=self.out or sys.stdout, flush=True)
+        return request.replace(ready_timeout=float(int(left)))
 
     def ends_by(self, stop_grace_s: float) -> Optional[tuple[float, str]]:
         """When a run's job must end for the test's own time limit to leave it time to stop its
@@ -174,7 +207,7 @@ class DdpCluster:
                                    "env": dict(env or {}), "runs_dir": self.runs_dir, **run_options}
         if self.image and "image" not in run_options:
             options["image"] = self.image
-        request = RunRequest.from_options(command, **options)
+        request = self.within_the_tests_limit("ddp_cluster.chaos", RunRequest.from_options(command, **options))
         self.checks += 1
         check = ChaosCheck(request, faults=faults, seed=seed, kinds=kinds, compare=compare, rtol=rtol, trials=trials,
                            compare_steps=compare_steps, max_steps_redone=max_steps_redone,

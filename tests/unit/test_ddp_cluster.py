@@ -98,6 +98,48 @@ def test_a_chaos_check_under_a_tests_own_time_limit_ends_its_runs_by_it_too(tmp_
                      "the test's own time limit, pytest-timeout's 300 s, left it no longer")]
 
 
+@pytest.mark.parametrize("call", ["run", "chaos"])
+def test_a_tests_own_time_limit_that_leaves_a_run_no_time_is_refused_before_anything_is_brought_up(tmp_path,
+                                                                                                  monkeypatch, call):
+    """pytest-timeout's 3 s: the run once brought its nodes up, then ended its job at once ("did not end within
+    1 s"), or pytest-timeout ended the test mid bring-up."""
+    import time
+
+    cluster, runs = runs_asked(tmp_path, monkeypatch)
+    _, checks = checks_asked(tmp_path, monkeypatch)
+    cluster.test_limit = lambda: (time.monotonic() + 3.0, 3.0)
+    with pytest.raises(UsageError) as refused:
+        getattr(cluster, call)("train.py", cpu=True)
+    assert str(refused.value) == (
+        f"ddp_cluster.{call}: the test's own time limit, pytest-timeout's 3 s, leaves this run no time: it ends its job"
+        " 20 s before that limit (stop_grace=10 s to stop its nodes, 10 s to look at every rank and tear down), and its"
+        " nodes need up to ready_timeout=60 s to come up before the job runs: give the test a longer limit"
+        " (@pytest.mark.timeout)")
+    assert not runs and not checks and cluster.checks == 0
+
+
+def test_a_tests_own_time_limit_shorter_than_the_ready_timeout_gives_the_nodes_what_it_leaves_and_says_so(
+        tmp_path, monkeypatch):
+    """pytest-timeout's 40 s and the nodes' 60 s to come up: a slow bring-up was ended by pytest-timeout, not by the
+    run with its teardown and its word of why."""
+    import time
+
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    cluster.test_limit = lambda: (time.monotonic() + 40.0, 40.0)
+    with pytest.raises(Started):
+        cluster.run("train.py", cpu=True)
+    [request] = asked
+    assert request.ready_timeout in (19.0, 20.0)  # 40 s less the stop grace (10 s) and the margin (10 s)
+    assert cluster.out.getvalue() == (
+        f"[ddp-compose] the test's own time limit, pytest-timeout's 40 s, leaves this run {request.ready_timeout:g} s"
+        f" to bring its nodes up and run its job, less than ready_timeout=60 s: its nodes get"
+        f" {request.ready_timeout:g} s to come up, so that the run, not the limit, ends a slower bring-up\n")
+    cluster.test_limit = lambda: (time.monotonic() + 300.0, 300.0)
+    with pytest.raises(Started):
+        cluster.run("train.py", cpu=True, ready_timeout=30)
+    assert asked[1].ready_timeout == 30.0  # a limit that leaves it whole: nothing said
+
+
 @pytest.mark.timeout(60)
 def test_a_job_ended_by_the_tests_own_time_limit_says_so_in_its_error(make_run):
     from tests.fakes import FakeDockerClient, Script, fake_engine
