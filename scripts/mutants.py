@@ -2360,8 +2360,8 @@ MUTANTS = [
            ("tests/workers/test_helpers.py",)),
     # Session 109 (2026-12-06): the trials' findings
     Mutant("a watching attach writes into the run's events", "orchestrate/supervise/supervisor.py",
-           "        if self.records:\n            record_event", "        if True:\n            record_event",
-           ("tests/unit/test_runs.py",)),
+           "        if not self.records:\n            return\n        if when",
+           "        if False:\n            return\n        if when", ("tests/unit/test_runs.py",)),
     Mutant("a rank's start is recorded when its log is read", "orchestrate/supervise/supervisor.py",
            'self.record("rank-started", node=tracker.name, rank=line.global_rank, when=stamp or None)',
            'self.record("rank-started", node=tracker.name, rank=line.global_rank)', ("tests/unit/test_runs.py",)),
@@ -2481,6 +2481,9 @@ MUTANTS = [
     Mutant("a succeeded run's failed teardown is not in its repr", "orchestrate/outcome/model.py",
            "                    if self.teardown_error else \"\")", "                    if False else \"\")",
            ("tests/unit/test_outcome.py",)),
+    Mutant("an attach records again the starts an earlier attach recorded", "orchestrate/supervise/supervisor.py",
+           "        if when is not None and event_identity(", "        if False and event_identity(",
+           ("tests/unit/test_runs.py",)),
 ]
 
 

@@ -76,6 +76,13 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: e["time"])
 
 
+def event_identity(entry: dict[str, Any]) -> str:
+    """What one recorded event is: its kind, every field and its time. An event stamped with the
+    engine's time of it (a node's first line, its exit) comes back the same when a follower reads
+    the run again from its start: the same identity is the same event, recorded before."""
+    return json.dumps(entry, sort_keys=True, default=str)
+
+
 def launcher_exit_code(events: list[dict[str, Any]]) -> Optional[int]:
     """The exit code a run's launcher ended with, as the last ``run-ended`` of its ``events``
     says: how the job ended, as the summary's last line said it (a teardown that failed after it

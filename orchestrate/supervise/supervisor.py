@@ -55,7 +55,7 @@ from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_progress_line, say_hung
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
-from orchestrate.outcome.events import read_events, record_event
+from orchestrate.outcome.events import event_identity, read_events, record_event
 from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import Preemption
@@ -132,6 +132,9 @@ class Supervisor:
         # whether the run's record (events.jsonl) is this follower's to write: its launcher's, or
         # the first to judge a detached run that ended unfollowed; never a watcher's (default: active)
         self.records = active if records is None else records
+        # what the record held before this follower: an attach reads the nodes' logs from the start,
+        # and the events it stamps with their engine time (a first line) an earlier follower recorded
+        self.recorded_before = {event_identity(e) for e in read_events(spec.run_dir)} if self.records else set()
         self.clock = clock
         # (a SimpleQueue: no Python-level lock that an interrupt could leave held mid-get)
         self.inbox: "queue.SimpleQueue[Message]" = queue.SimpleQueue()
@@ -199,9 +202,13 @@ class Supervisor:
 
     def record(self, kind: str, *, when: Optional[float] = None, **fields: Any) -> None:
         """Append one event to the run's event file (events.jsonl), stamped ``when`` (the
-        engine's time of it) or now; a follower that only watches records nothing."""
-        if self.records:
-            record_event(self.spec.run_dir, kind, when=when, **fields)
+        engine's time of it) or now; a follower that only watches records nothing, and none
+        records an engine-stamped event that the record held before it (an earlier attach's)."""
+        if not self.records:
+            return
+        if when is not None and event_identity({"time": when, "event": kind, **fields}) in self.recorded_before:
+            return
+        record_event(self.spec.run_dir, kind, when=when, **fields)
 
     def inject(self, fault: FaultSpec) -> str:
         """Do a fault (the scheduler's callback); return the node it landed on."""

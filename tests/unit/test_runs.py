@@ -1561,6 +1561,35 @@ def test_ctrl_c_or_a_kill_detaches_attach_from_a_run_that_keeps_running(make_run
 
 
 @pytest.mark.timeout(60)
+def test_attaches_that_detach_and_come_back_record_each_start_once_and_the_report_draws_one_bar(make_run, when):
+    """Each attach to a detached run replays its log from the start: its nodes' and ranks'
+    first lines, stamped as they were, are events the attach before it already recorded."""
+    import _thread
+
+    from orchestrate.cli.main import main
+    from orchestrate.report.model import build_model, load_run
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:step 1"], hang=True),
+                                                   "node1": Script(["[1|0]:step 1"], hang=True)}, dict(nodes=2)))
+    for signum, code in [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]:
+        out = io.StringIO()
+        when(lambda: "[node1/rank1]  step 1" in out.getvalue(), lambda: _thread.interrupt_main(signum))
+        assert main(["attach", "r"], out=out, client=client) == code
+        assert "detached from run r; it keeps running" in out.getvalue()
+    out = io.StringIO()
+    when(lambda: "[node1/rank1]  step 1" in out.getvalue(),
+         lambda: [client.containers_by_name[f"ddp-r-node{n}-1"].exit(0) for n in (0, 1)])
+    assert main(["attach", "r"], out=out, client=client) == 0
+    starts = [(e["event"], e["node"], e.get("rank")) for e in read_events(plan.run_dir)
+              if e["event"] in ("node-running", "rank-started")]
+    assert sorted(starts, key=str) == [("node-running", "node0", None), ("node-running", "node1", None),
+                                       ("rank-started", "node0", 0), ("rank-started", "node1", 1)], starts
+    model = build_model(load_run(plan.run_dir))
+    assert [p.name for p in model.lane("node0").phases].count("running") == 1, model.lane("node0").phases
+
+
+@pytest.mark.timeout(60)
 def test_an_attach_following_a_run_that_down_removes_says_it_was_stopped_by_down_and_does_not_advise_down(
         make_run, when):
     from orchestrate.cli.main import main
