@@ -83,6 +83,19 @@ def event_identity(entry: dict[str, Any]) -> str:
     return json.dumps(entry, sort_keys=True, default=str)
 
 
+def without_repeats(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` less each exact repeat of an earlier one (see :func:`event_identity`): the
+    start events that every attach to a detached run recorded again before 2026-12-06."""
+    seen: set[str] = set()
+    kept = []
+    for event in events:
+        identity = event_identity(event)
+        if identity not in seen:
+            seen.add(identity)
+            kept.append(event)
+    return kept
+
+
 def launcher_exit_code(events: list[dict[str, Any]]) -> Optional[int]:
     """The exit code a run's launcher ended with, as the last ``run-ended`` of its ``events``
     says: how the job ended, as the summary's last line said it (a teardown that failed after it

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.outcome.events import NODES_UP, read_events
+from orchestrate.outcome.events import NODES_UP, read_events, without_repeats
 from orchestrate.outcome.progress import read_all
 from orchestrate.outcome.record import OUTCOME_FILE
 from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
@@ -192,7 +192,8 @@ class _LaneBuilder:
 
 def build_model(records: dict[str, Any]) -> ReportModel:
     """Lanes, phases, markers and series from a run's records (pure)."""
-    run, outcome, events = records.get("run") or {}, records.get("outcome"), records.get("events") or []
+    run, outcome = records.get("run") or {}, records.get("outcome")
+    events = without_repeats(records.get("events") or [])  # (an older attach's replayed starts: no bar each)
     progress = records.get("progress") or []
     model = ReportModel(run_id=run.get("run_id") or records.get("run_id", ""), command=run.get("command", ""),
                         image=run.get("image", ""), logs=list(records.get("logs") or []),

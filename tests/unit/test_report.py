@@ -71,6 +71,20 @@ def test_a_successful_run_has_a_lane_per_node_and_rank_through_its_phases():
 
 
 
+def test_an_event_recorded_again_exactly_is_drawn_and_listed_once():
+    """A run that attaches of an older version recorded again (each replayed the log from the
+    start): the same start, at the same time, is one event; an elastic restart's later start is
+    another."""
+    events = started(nproc=1) + [ev(10.0, "node-exited", node="node0", exit_code=0),
+                                 ev(10.2, "node-exited", node="node1", exit_code=0)]
+    again = [e for e in events if e["event"] in ("node-running", "rank-started")] * 3
+    model = build_model({"run": plan(nproc=1), "events": sorted(events + again, key=lambda e: e["time"])})
+    assert model.events == build_model({"run": plan(nproc=1), "events": events}).events
+    assert phases(model, "node0") == [("bring-up", 0.0, 1.0), ("rendezvous", 1.0, 3.0), ("running", 3.0, 10.0)]
+    assert phases(model, "node1-rank1") == [("running", 3.1, 10.2)]
+    restarted = build_model({"run": plan(nproc=1), "events": events + [ev(6.0, "node-running", node="node0")]})
+    assert [p[0] for p in phases(restarted, "node0")].count("running") == 2
+
 def test_a_node_lost_for_good_is_marked_and_named_in_the_ending():
     events = started() + [ev(5.0, "node-exited", node="node1", exit_code=137),
                           ev(5.0, "node-lost", node="node1", exit_code=137, fault="lose:node1@step=3"),
