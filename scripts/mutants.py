@@ -2484,6 +2484,8 @@ MUTANTS = [
     Mutant("an attach records again the starts an earlier attach recorded", "orchestrate/supervise/supervisor.py",
            "        if when is not None and event_identity(", "        if False and event_identity(",
            ("tests/unit/test_runs.py",)),
+    Mutant("an attach records again the exit an earlier attach saw", "orchestrate/supervise/supervisor.py",
+           "            if not self.exit_recorded(tracker):", "            if True:", ("tests/unit/test_runs.py",)),
     Mutant("the report draws a bar for each repeat of a start", "orchestrate/report/model.py",
            '    events = without_repeats(records.get("events") or [])', '    events = records.get("events") or []',
            ("tests/unit/test_report.py",)),

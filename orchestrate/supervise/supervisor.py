@@ -134,7 +134,8 @@ class Supervisor:
         self.records = active if records is None else records
         # what the record held before this follower: an attach reads the nodes' logs from the start,
         # and the events it stamps with their engine time (a first line) an earlier follower recorded
-        self.recorded_before = {event_identity(e) for e in read_events(spec.run_dir)} if self.records else set()
+        self.recorded_before = read_events(spec.run_dir) if self.records else []
+        self.recorded_identities = {event_identity(e) for e in self.recorded_before}
         self.clock = clock
         # (a SimpleQueue: no Python-level lock that an interrupt could leave held mid-get)
         self.inbox: "queue.SimpleQueue[Message]" = queue.SimpleQueue()
@@ -206,7 +207,7 @@ class Supervisor:
         records an engine-stamped event that the record held before it (an earlier attach's)."""
         if not self.records:
             return
-        if when is not None and event_identity({"time": when, "event": kind, **fields}) in self.recorded_before:
+        if when is not None and event_identity({"time": when, "event": kind, **fields}) in self.recorded_identities:
             return
         record_event(self.spec.run_dir, kind, when=when, **fields)
 
@@ -513,9 +514,17 @@ class Supervisor:
             tracker.exit_code = state.get("ExitCode")
             tracker.exited_at = self.clock()
             tracker.exited_time = engine_time(state.get("FinishedAt", "")) or None
-            self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection",
-                        when=tracker.exited_time)
+            if not self.exit_recorded(tracker):
+                self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection",
+                            when=tracker.exited_time)
             tracker.result.note_oom(in_state=bool(state.get("OOMKilled")))
+
+    def exit_recorded(self, tracker: NodeTracker) -> bool:
+        """Whether the record before this follower holds an exit of the node since its container's
+        latest start: an earlier attach saw it end, and recorded it as its die event came (at its
+        own time of it, not the engine's); an exit before that start was an earlier attempt's."""
+        return any(e["event"] == "node-exited" and e.get("node") == tracker.name
+                   and e["time"] >= (tracker.first_started or 0.0) for e in self.recorded_before)
 
     def read_channels(self, now: float) -> None:
         """What the workers and ``fault RUN`` wrote meanwhile: steps, files, faults, storage events."""

@@ -1590,6 +1590,31 @@ def test_attaches_that_detach_and_come_back_record_each_start_once_and_the_repor
 
 
 @pytest.mark.timeout(60)
+def test_an_attach_records_no_exit_of_a_node_that_an_earlier_attach_saw_end(make_run, when):
+    """node0 ended while an attach followed (its die event recorded it); the next attach finds
+    it exited: the same exit of the same container, not recorded again."""
+    import _thread
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:step 1"], hang=True),
+                                                   "node1": Script(["[1|0]:step 1"], hang=True)}, dict(nodes=2)))
+
+    def exits() -> list[str]:
+        return [e["node"] for e in read_events(plan.run_dir) if e["event"] == "node-exited"]
+
+    out = io.StringIO()
+    when(lambda: "[node1/rank1]  step 1" in out.getvalue(), lambda: client.containers_by_name["ddp-r-node0-1"].exit(0))
+    when(lambda: exits() == ["node0"], lambda: _thread.interrupt_main(signal.SIGINT))
+    assert main(["attach", "r"], out=out, client=client) == 130
+    out = io.StringIO()
+    when(lambda: "[node1/rank1]  step 1" in out.getvalue(), lambda: client.containers_by_name["ddp-r-node1-1"].exit(0))
+    assert main(["attach", "r"], out=out, client=client) == 0
+    assert exits() == ["node0", "node1"]
+
+
+@pytest.mark.timeout(60)
 def test_an_attach_following_a_run_that_down_removes_says_it_was_stopped_by_down_and_does_not_advise_down(
         make_run, when):
     from orchestrate.cli.main import main
