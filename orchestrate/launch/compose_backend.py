@@ -16,11 +16,11 @@ from orchestrate.engine.compose_file import write_compose_file
 from orchestrate.engine.gpus import gpu_topology
 from orchestrate.engine.labels import find_node_container
 from orchestrate.errors import NodesNotReadyError
-from orchestrate.outcome.events import record_event
+from orchestrate.outcome.events import NODE_ADDRESSES, record_event
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.plan.model import JobPlan
 from orchestrate.supervise.api import RunSpec
-from orchestrate.supervise.supervisor import NODE_ADDRESSES, Supervisor, addresses_with
+from orchestrate.supervise.supervisor import Supervisor, addresses_with
 from orchestrate.text import counted
 
 SUPERVISOR_LOCK = "supervisor.lock"  # in the run directory: who holds it acts, others only watch

@@ -5,6 +5,7 @@ One object per line with ``time`` (Unix seconds) and ``event``, and the event's 
 =================  ==============================================================
 bring-up           the launcher starts the nodes (``nodes``)
 nodes-up           every node container runs
+node-addresses     the nodes' addresses on the run's network as they came up (``addresses``: address -> node)
 node-running       a node's first worker spoke: its rendezvous is done (``node``)
 rank-started       a rank's first line (``node``, ``rank``)
 fault              a fault was injected (``node``, ``spec``, ``action``, ``step``; ``rank`` for a rank's;
@@ -43,6 +44,7 @@ from typing import Any, Optional
 
 EVENTS_FILE = "events.jsonl"
 NODES_UP = "nodes-up"  # every node is up: the job's seconds count from here
+NODE_ADDRESSES = "node-addresses"  # the event with the nodes' addresses as they came up
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +106,10 @@ def launcher_exit_code(events: list[dict[str, Any]]) -> Optional[int]:
     ended = [event for event in events if event["event"] == "run-ended"]
     code = ended[-1].get("exit_code") if ended else None
     return code if isinstance(code, int) else None
+
+
+def addresses_in(events: list[dict[str, Any]]) -> dict[str, str]:
+    """The nodes by their addresses (address -> node) as the last ``node-addresses`` of a run's
+    ``events`` recorded them ({} where none did: a run started before 2026-12-06)."""
+    recorded = [event.get("addresses") for event in events if event["event"] == NODE_ADDRESSES]
+    return {str(a): str(n) for a, n in recorded[-1].items()} if recorded and isinstance(recorded[-1], dict) else {}

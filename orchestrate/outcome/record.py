@@ -49,6 +49,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "hint": "\n".join(line.strip() for line in ending_hint(outcome).splitlines()) or None,
         # where each rank's script was when torchrun's SIGTERM ended it (its stacks then), by rank
         "stopped_where": {str(rank): where for rank, where in sorted(outcome.stopped_where.items())},
+        # the nodes by their addresses (address -> node), which the summary names a peer an error gives by address by
+        "node_addresses": dict(outcome.node_addresses),
         # the shared files more than one rank wrote whole, each with its writers
         "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
         # ranks whose init_process_group asked for another world size than torchrun's, or the same rank

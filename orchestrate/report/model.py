@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.outcome.events import NODES_UP, read_events, without_repeats
+from orchestrate.outcome.events import NODES_UP, addresses_in, read_events, without_repeats
 from orchestrate.outcome.progress import read_all
 from orchestrate.outcome.record import OUTCOME_FILE
 from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.text import grace_ran_out, shuffled_alike, times, written_by_several
+from orchestrate.text import grace_ran_out, peers_named, shuffled_alike, times, written_by_several
 
 
 @dataclass
@@ -328,7 +328,9 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.succeeded = outcome.get("succeeded")
         model.exit_code = outcome.get("exit_code", model.exit_code)
         model.torch = outcome.get("image_torch", "")
-        model.failure = outcome.get("failure")
+        # (a run recorded before outcome.json kept its addresses: those its nodes came up with)
+        addresses = outcome.get("node_addresses") or addresses_in(events)
+        model.failure = failure_with_peers_named(outcome.get("failure"), addresses)
         model.hint = outcome.get("hint") or ""
         model.recoveries = outcome.get("recoveries") or []
         model.graces_run_out = [grace_ran_out(str(node.get("name")), [str(p) for p in node.get("still_running") or []])
@@ -365,6 +367,17 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         if outcome.get("teardown_error"):
             model.outcome += f"; TEARDOWN FAILED: {outcome['teardown_error']}"
     return model
+
+
+def failure_with_peers_named(failure: Optional[dict], node_addresses: dict[str, str]) -> Optional[dict]:
+    """The recorded failure with each peer its errors name by address followed by its node, as the
+    summary says them (:func:`~orchestrate.text.peers_named`): its own (the root cause) and the
+    failures it caused."""
+    if not failure or not node_addresses:
+        return failure
+    return {**failure, "describe": peers_named(str(failure.get("describe") or ""), node_addresses),
+            "then": [{**then, "exception": peers_named(str(then.get("exception") or ""), node_addresses)}
+                     for then in failure.get("then") or []]}
 
 
 def _exit_words(code: Any) -> str:

@@ -55,7 +55,7 @@ from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
 from orchestrate.hangs.watchdog import AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_progress_line, say_hung
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
-from orchestrate.outcome.events import event_identity, read_events, record_event
+from orchestrate.outcome.events import addresses_in, event_identity, read_events, record_event
 from orchestrate.outcome.model import FaultRecord, RunResult, marked_before_first_step
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import Preemption
@@ -95,16 +95,10 @@ STAMP_SLACK_S = 0.001
 WIND_DOWN_MARGIN_S = 5.0
 
 
-NODE_ADDRESSES = "node-addresses"  # the event with the nodes' addresses as they came up
-
-
 def recorded_addresses(run_dir: Path) -> dict[str, str]:
     """The nodes by their addresses as the launcher recorded them once they came up (none where
     it did not: a run started before 2026-12-06, or with no directory)."""
-    if not run_dir.name:
-        return {}
-    recorded = [e.get("addresses") for e in read_events(run_dir) if e["event"] == NODE_ADDRESSES]
-    return dict(recorded[-1]) if recorded and isinstance(recorded[-1], dict) else {}
+    return addresses_in(read_events(run_dir)) if run_dir.name else {}
 
 
 def addresses_with(addresses: dict[str, str], node: str, attrs: dict) -> dict[str, str]:

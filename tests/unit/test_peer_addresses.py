@@ -3,9 +3,11 @@ is named by its node too: the addresses the launcher read from the nodes' contai
 summary's lines that say the errors."""
 from __future__ import annotations
 
+import html
 import json
 
 from orchestrate.outcome.summary import format_summary
+from orchestrate.report.page import write_report
 from orchestrate.text import peers_named
 from tests.fakes import FakeDockerClient, Script
 from tests.unit.test_launcher import report, run
@@ -49,6 +51,11 @@ def test_the_summary_names_the_node_of_a_peer_whose_connection_closed(make_run):
     summary = format_summary(outcome).splitlines()
     assert "FAILED: node1 rank 1 failed (exit code 1): ValueError: bad" in summary, summary
     assert f"  then node0 rank 0: {LOST.format(node1_address)} (node1)" in summary, summary
+    recorded = json.loads((job.run_dir / "outcome.json").read_text(encoding="utf-8"))
+    assert recorded["node_addresses"] == outcome.node_addresses
+    # the report page, written again from the run's directory alone (``report RUN``), says it as the summary does
+    page = write_report(job.run_dir).read_text(encoding="utf-8")
+    assert f"<li>node0 rank 0: {html.escape(LOST.format(node1_address))} (node1)</li>" in page
 
 
 def test_the_failure_line_names_the_peer_too(make_job, tmp_path):

@@ -475,3 +475,21 @@ def test_a_stop_in_the_debugger_ends_with_its_process_and_is_drawn_on_its_own_no
     on_node0 = [p for p in phases(model, "node0-rank1") if p[0] == "in its debugger"]
     assert on_node1 == [("in its debugger", 5.0, 8.3)]  # its process ended with the restart
     assert on_node0 == [("in its debugger", 15.0, 18.0)]  # never left: until its node exited
+
+
+def test_a_peer_an_error_names_by_address_is_named_by_its_node_as_the_summary_names_it():
+    lost = "RuntimeError: [pair.cc:547] Connection closed by peer [172.26.0.2]:27042"
+    failure = {"node": "node1", "rank": 1, "describe": f"node1 rank 1 failed (exit code 1): {lost}", "reason": "",
+               "then": [{"node": "node0", "rank": 0, "exception": lost}], "last_lines": []}
+    outcome = {"succeeded": False, "exit_code": 1, "failure": failure}
+    # the addresses outcome.json kept (the summary's own), else those the nodes came up with, from events.jsonl
+    for recorded, events in (({"node_addresses": {"172.26.0.2": "node1"}}, started()),
+                             ({}, [ev(0.5, "node-addresses", addresses={"172.26.0.2": "node1",
+                                                                         "172.26.0.3": "node0"})] + started())):
+        page = render_html(build_model({"run": plan(), "events": events, "progress": [],
+                                        "outcome": {**outcome, **recorded}}))
+        assert f"<li>node0 rank 0: {lost} (node1)</li>" in page
+        assert re.search(r'id="root-cause"><b>Root cause:</b> node1 rank 1 failed .*27042 \(node1\)</p>', page)
+    # none recorded (an address of no node): as it was
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": outcome}))
+    assert f"<li>node0 rank 0: {lost}</li>" in page
