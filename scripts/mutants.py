@@ -463,12 +463,12 @@ MUTANTS = [
            "        unfinished = []\n", HANGS),
     # a node whose stop grace ran out, named in the summary (2026-11-27)
     Mutant("any 137 in a stop counts as the grace running out", "orchestrate/supervise/supervisor.py",
-           " or ended < request.time + request.grace_s - KILL_TIME_SLACK_S:", ":", GRACE),
+           "\n                or ended < request.time + request.grace_s - KILL_TIME_SLACK_S):", "):", GRACE),
     Mutant("the launcher keeps the first stop's grace", "orchestrate/supervise/supervisor.py",
            "        request = read_stop_request(self.spec.run_dir)\n        ended", "        request = self.stop_request\n"
            "        ended", GRACE),
-    Mutant("a stop with no grace names its nodes", "orchestrate/supervise/supervisor.py",
-           "if not request.grace_s or request.time is None", "if request.time is None", GRACE),
+    Mutant("a stop with no grace is said as a grace that ran out", "orchestrate/supervise/supervisor.py",
+           "        result.no_grace = request.grace_s <= 0", "        result.no_grace = False", GRACE),
     Mutant("the launcher's own grace is not noted for the summary", "orchestrate/supervise/supervisor.py",
            "                tracker.result.grace_ran_out, tracker.result.still_running = True, still\n", "", GRACE),
     Mutant("stop RUN leaves its listing on its own terminal only", "orchestrate/engine/runs.py",

@@ -454,8 +454,9 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     its own thread (once a paused node is unpaused); ``look``, where the ranks were at a look taken
     first, goes into the stop request for the run's launcher. A node the engine had to SIGKILL is named
     (``say``) with what still ran in it a moment before (listed ``LIST_BEFORE_KILL_S`` before
-    the grace ends), as its launcher names one. An interrupt is not held until the stops end:
-    the engine finishes them.
+    the grace ends), as its launcher names one; with no grace (``timeout_s`` 0) the SIGKILL comes
+    with the SIGTERM, so every node that ends by it is named, with what ran in it as the stop began.
+    An interrupt is not held until the stops end: the engine finishes them.
 
     Raises:
         EngineError: When the engine refused to stop nodes (once every node's stop has ended).
@@ -463,15 +464,19 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     live = run.live_nodes
     if not live:
         return []
+    # no grace: what runs now is what the SIGKILL ends, and no later moment comes to list it
+    listed = (processes_at_once({node.name: node.container for node in live}, limit_s=LIST_BEFORE_KILL_S * 0.8)
+              if timeout_s <= 0 else {})
     mark_stop_requested(run.run_dir, [node.name for node in live], by, grace_s=timeout_s, look=look)
+    if listed:
+        note_still_running(run.run_dir, listed)
     sent = time.time()  # the engine's stop starts its grace about now
     stops = [(node, in_background(stop_node, run, node, timeout_s, before_stop, name=f"ddp-stop-{node.name}"))
              for node in live]
-    listed: dict[str, list[str]] = {}
     try:
         if timeout_s > LIST_BEFORE_KILL_S:
             concurrent.futures.wait([stop for _, stop in stops], timeout=timeout_s - LIST_BEFORE_KILL_S)
-        still = [node for node, stop in stops if not stop.done()] if timeout_s > 0 else []
+        still = [node for node, stop in stops if not stop.done()] if timeout_s > 0 else list(live)
         if still and timeout_s > LIST_BEFORE_KILL_S:
             listed = processes_at_once({node.name: node.container for node in still}, limit_s=LIST_BEFORE_KILL_S * 0.8)
             note_still_running(run.run_dir, listed)  # before the SIGKILL: the run's launcher reads it at the node's end
@@ -483,7 +488,7 @@ def stop_run(run: RunInfo, timeout_s: int = 10, by: str = STOPPED_BY, say: Calla
     for node, stop in stops:
         if node in still and stop.exception() is None and killed_by_engine(
                 stop.result(), not_before=sent + timeout_s - KILL_TIME_SLACK_S):
-            say(grace_ran_out(node.name, listed.get(node.name, [])))
+            say(grace_ran_out(node.name, listed.get(node.name, []), no_grace=timeout_s <= 0))
     refused = [(node, stop.exception()) for node, stop in stops if stop.exception() is not None]
     if refused:
         errors = [error for _, error in refused if not isinstance(error, EngineError)]

@@ -22,8 +22,8 @@ node-lost          a ``lose`` fault took a node for good; the job goes on withou
 node-stopping      the launcher sent a node SIGTERM; SIGKILL follows after ``grace_s`` (``node``)
 node-killed        the launcher killed a node (``node``; ``still_running``: what its stop grace left running)
 node-stopped       ``stop RUN`` stopped a node, from another terminal (``node``, ``exit_code``, ``by``;
-                   ``grace_ran_out``: its grace ran out, so it got SIGKILL; ``still_running``: what
-                   still ran in it a moment before)
+                   ``grace_ran_out``: its grace ran out, so it got SIGKILL; ``no_grace``: the stop
+                   gave none, 0 s; ``still_running``: what still ran in it a moment before)
 job-stopped        ``stop RUN`` stopped a Slurm run's job, from another terminal (``job``, ``state``, ``by``)
 events-ended       the engine's event stream ended; inspection follows the nodes (``reason``)
 restart            an elastic recovery restarts every node (``node``: the dead one, ``cause``, ``step``)

@@ -64,7 +64,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "nodes": [{"name": r.node.name, "ranks": list(r.node.global_ranks), "state": r.state.value,
                    "exit_code": r.exit_code, "wall_s": r.wall_s, "fault": r.fault, "unresponsive": r.unresponsive,
                    "lost": r.lost or None,  # the lose fault that took it for good, if one did
-                   "oom_kills": r.oom_kills, "grace_ran_out": r.grace_ran_out, "still_running": r.still_running,
+                   "oom_kills": r.oom_kills, "grace_ran_out": r.grace_ran_out, "no_grace": r.no_grace,
+                   "still_running": r.still_running,
                    "at_exit_barrier": at_exit_barrier(r),  # its ranks had finished: its torchrun waited for the others
                    "restarts_in_place": r.restarts_in_place,
                    # a preempted node's ranks after its SIGTERM: whether each exited 0, how soon, what it wrote

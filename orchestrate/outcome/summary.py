@@ -378,7 +378,7 @@ EXIT_BARRIER_NOTE = ("; its ranks had finished their scripts, and its torchrun w
 def grace_lines(outcome: RunResult) -> list[str]:
     """A line for each node that a SIGKILL ended because its stop's grace ran out, with what
     still ran in it a moment before, and why where its ranks had all finished their scripts."""
-    return [f"  {grace_ran_out(r.node.name, r.still_running)}{EXIT_BARRIER_NOTE * at_exit_barrier(r)}"
+    return [f"  {grace_ran_out(r.node.name, r.still_running, r.no_grace)}{EXIT_BARRIER_NOTE * at_exit_barrier(r)}"
             for r in outcome.results if r.grace_ran_out]
 
 

@@ -333,7 +333,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.failure = failure_with_peers_named(outcome.get("failure"), addresses)
         model.hint = outcome.get("hint") or ""
         model.recoveries = outcome.get("recoveries") or []
-        model.graces_run_out = [grace_ran_out(str(node.get("name")), [str(p) for p in node.get("still_running") or []])
+        model.graces_run_out = [grace_ran_out(str(node.get("name")), [str(p) for p in node.get("still_running") or []],
+                                              node.get("no_grace") is True)
                                 + EXIT_BARRIER_NOTE * bool(node.get("at_exit_barrier"))
                                 for node in outcome.get("nodes") or [] if node.get("grace_ran_out")]
         model.written_by_several = [written_by_several(str(path), [int(r) for r in ranks])

@@ -784,7 +784,8 @@ class Supervisor:
 
     def grace_ran_out_on_request(self, tracker: NodeTracker) -> dict[str, Any]:
         """Whether ``stop RUN`` had to SIGKILL this node it stopped: it ended 137 when the grace
-        of the latest stop asked ran out, not before (a fault's kill, ``docker kill``). The
+        of the latest stop asked ran out (at once, where it gave none), not before (a fault's
+        kill, ``docker kill``). The
         request is read anew: a later ``stop`` or ``down`` may have asked another grace, and
         ``stop`` adds what still ran in the node just before the SIGKILL. Noted in the node's
         result; the node-stopped event's fields that say so."""
@@ -793,11 +794,14 @@ class Supervisor:
             return {}
         request = read_stop_request(self.spec.run_dir)
         ended = self.wall_time(tracker.exited_at or self.clock())
-        if not request.grace_s or request.time is None or ended < request.time + request.grace_s - KILL_TIME_SLACK_S:
+        if (request.grace_s is None or request.time is None
+                or ended < request.time + request.grace_s - KILL_TIME_SLACK_S):
             return {}
         result.grace_ran_out = True
+        result.no_grace = request.grace_s <= 0  # (`stop --timeout 0`: its SIGKILL came with the SIGTERM)
         result.still_running = request.left_running(tracker.name)
-        return {"grace_ran_out": True, **({"still_running": result.still_running} if result.still_running else {})}
+        return {"grace_ran_out": True, **({"no_grace": True} if result.no_grace else {}),
+                **({"still_running": result.still_running} if result.still_running else {})}
 
     def finish(self, tracker: NodeTracker) -> None:
         """A node ended: record how, and on the first failure start ending the job."""

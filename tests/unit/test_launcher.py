@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import _thread
+import html
 
 import io
 import json
@@ -572,6 +573,50 @@ def test_a_node_stop_run_had_to_sigkill_with_nothing_listed_in_it_has_no_list_in
         {"node": "node0", "exit_code": 137, "by": "python -m orchestrate stop", "grace_ran_out": True}]
 
 
+@pytest.mark.parametrize("again", [False, True], ids=["stop --timeout 0", "then stop --timeout 0 in its grace"])
+def test_a_node_a_stop_without_a_grace_killed_is_named_as_given_none(make_run, again):
+    """`stop RUN --timeout 0` beside a foreground run (alone, or after a `stop --timeout 30` whose
+    grace runs): node0 ignores its SIGTERM, and the engine's SIGKILL comes with it; `stop` and the
+    launcher's summary, record and page say it had no grace, with what ran in it as the stop
+    began. node1 took its SIGTERM (143): not named."""
+    from orchestrate.cli.main import main
+    from orchestrate.report.page import write_report
+
+    job = make_run(nodes=2)
+    client = FakeDockerClient()
+    said, codes = io.StringIO(), []
+
+    @once_followed(job, "node1")
+    def stop_from_another_terminal() -> None:
+        def stop() -> None:
+            if again:
+                threading.Thread(target=lambda: stop_run(list_runs(client)[0], 30), daemon=True).start()
+                wait_until(lambda: (job.run_dir / "stop-requested").exists())
+            codes.append(main(client=client, argv=["stop", "test-run", "--timeout", "0"], out=said))
+        threading.Thread(target=stop, daemon=True).start()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:step 1"], hang=True, ignore_sigterm=True)],
+                           node1=[Script(["[1|0]:step 1"], then=stop_from_another_terminal, hang=True)])
+    assert [(r.state, r.exit_code) for r in outcome.results] == [(NodePhase.STOPPED, 137), (NodePhase.STOPPED, 143)]
+    still = ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"]
+    line = ("node0 had no grace after SIGTERM (its stop gave 0 s), so it got SIGKILL at once; what still ran:"
+            f" {'; '.join(still)}")
+    summary = format_summary(outcome).splitlines()
+    assert summary[summary.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped") + 1] == \
+        f"  {line}", summary
+    assert "node1 had no grace" not in "\n".join(summary) and "did not stop within" not in "\n".join(summary)
+    assert [(r.grace_ran_out, r.no_grace, r.still_running) for r in outcome.results] == [(True, True, still),
+                                                                                         (False, False, [])]
+    stopped = {e["node"]: {k: v for k, v in e.items() if k not in ("time", "event", "node")}
+               for e in read_events(job.run_dir) if e["event"] == "node-stopped"}
+    assert stopped["node0"] == {"exit_code": 137, "by": "python -m orchestrate stop", "grace_ran_out": True,
+                                "no_grace": True, "still_running": still}
+    assert [n["no_grace"] for n in outcome_record(outcome)["nodes"]] == [True, False]
+    assert f"<li>{html.escape(line)}</li>" in write_report(job.run_dir).read_text(encoding="utf-8")
+    wait_until(lambda: codes == [0])
+    assert said.getvalue().startswith(f"{line}\n"), said.getvalue()  # `stop` said it on its own terminal too
+
+
 def killed_during_the_grace(job: Run, client: FakeDockerClient) -> None:
     """`stop RUN --timeout 30`, then a kill from elsewhere 1 s in (a fault's, `docker kill`)."""
     threading.Thread(target=lambda: stop_run(list_runs(client)[0], 30), daemon=True).start()
@@ -584,11 +629,6 @@ def stopped_again_without_grace(job: Run, client: FakeDockerClient) -> None:
     """`stop RUN --timeout 30`, then an impatient `stop RUN --timeout 0`: the latest one counts."""
     threading.Thread(target=lambda: stop_run(list_runs(client)[0], 30), daemon=True).start()
     wait_until(lambda: (job.run_dir / "stop-requested").exists())
-    stop_run(list_runs(client)[0], 0)
-
-
-def stopped_without_grace(job: Run, client: FakeDockerClient) -> None:
-    """`stop RUN --timeout 0`: a kill was asked."""
     stop_run(list_runs(client)[0], 0)
 
 
@@ -605,8 +645,7 @@ def ended_by_itself_late_in_the_grace(job: Run, client: FakeDockerClient) -> Non
     node.killed.set()
 
 
-@pytest.mark.parametrize("stop, exit_code", [(killed_during_the_grace, 137), (stopped_again_without_grace, 137),
-                                             (stopped_without_grace, 137), (ended_by_itself_late_in_the_grace, 143)],
+@pytest.mark.parametrize("stop, exit_code", [(killed_during_the_grace, 137), (ended_by_itself_late_in_the_grace, 143)],
                          ids=lambda p: getattr(p, "__name__", str(p)))
 def test_a_node_whose_stop_grace_did_not_run_out_is_not_named(make_run, stop, exit_code):
     """A node that ignores SIGTERM, stopped from another terminal: it ended, stopped, but not by

@@ -573,9 +573,12 @@ def test_a_node_counts_as_killed_by_its_stop_only_for_a_sigkill_at_the_end_of_it
     assert not killed_by_engine({}, not_before=at - 2)  # gone: the engine could not say
 
 
-def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_end_of_is_not_named(make_run):
-    """A grace of 0 (``stop --timeout 0``) is a kill, as the launcher's is: said of no node. A node
-    whose end the engine cannot tell (it does not answer) is not said to have been killed."""
+def test_a_stop_with_no_grace_names_a_node_it_killed_as_given_none_and_one_whose_end_is_unknown_is_not_named(
+        make_run):
+    """A grace of 0 (``stop --timeout 0``) gives none: the engine's SIGKILL comes with the SIGTERM,
+    and a node it ended is named as given none, with what ran in it listed as the stop began (no
+    later moment comes; until 2026-12-06 it was said of no node). A node whose end the engine
+    cannot tell (it does not answer) is not said to have been killed."""
     import docker.errors
 
     client = FakeDockerClient()
@@ -591,8 +594,15 @@ def test_a_stop_with_no_grace_names_nobody_and_one_the_engine_cannot_tell_the_en
         real_stop(timeout)
     now.nodes[0].container.stop = engine_takes_a_moment
     assert stop_run(now, 0, say=said.append) == ["node0"]
-    assert now.nodes[0].container.exit_code == 137 and said == [] and ("top", now.nodes[0].container.name) not in \
-        client.calls
+    assert now.nodes[0].container.exit_code == 137 and said == [
+        "node0 had no grace after SIGTERM (its stop gave 0 s), so it got SIGKILL at once; what still ran:"
+        " torchrun ... train.py (sleeping); python train.py (sleeping)"]
+    name = now.nodes[0].container.name
+    assert [call for call in client.calls if call[0] in ("top", "stop") and call[1] == name] == [("top", name),
+                                                                                                  ("stop", name)]
+    assert read_stop_request(now.run_dir).left_running("node0") == [
+        "torchrun ... train.py (sleeping)", "python train.py (sleeping)"]  # for whoever follows the run
+    said.clear()
     client.failures["reload"] = docker.errors.APIError("the engine is busy")
     assert stop_run(quiet, 2, say=said.append) == ["node0"]
     assert quiet.nodes[0].container.exit_code == 137 and said == []
@@ -664,8 +674,10 @@ def test_every_refused_stop_is_said_in_one_error(make_run):
     client.failures["stop"] = docker.errors.APIError("the engine refused")
     with pytest.raises(EngineError) as refused:
         stop_run(list_runs(client)[0], 0)
-    assert str(refused.value) == ("cannot stop node0 of run two: the engine refused; cannot stop node1 of run two: the"
-                                  " engine refused")
+    # (with no grace, what ran in each node is listed before its stop: said with the refusal, as it still runs)
+    ran = "what still ran: torchrun ... train.py (sleeping); python train.py (sleeping)"
+    assert str(refused.value) == (f"cannot stop node0 of run two: the engine refused; {ran}; cannot stop node1 of run"
+                                  f" two: the engine refused; {ran}")
 
 
 def test_a_node_killed_by_something_else_as_its_grace_runs_is_not_named(make_run):
