@@ -21,7 +21,15 @@ class UsageError(OrchestrateError):
 
 
 class NoSuchRunError(UsageError):
-    """Raised when no run goes by the id given: in the engine, or in a runs directory."""
+    """Raised when no run goes by the id given: in the engine, or in a runs directory.
+
+    Attributes:
+        in_middle: The run ids there that hold the id given in their middle, which names none.
+    """
+
+    def __init__(self, message: str, in_middle: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.in_middle = in_middle
 
 
 class EngineUnavailableError(OrchestrateError):

@@ -166,6 +166,25 @@ def runs_named(given: str, run_ids: Iterable[str]) -> list[str]:
     return [rid for rid in ids if rid.startswith(given) or rid.endswith(given)]
 
 
+def in_their_middle(given: str, run_ids: Iterable[str]) -> list[str]:
+    """The run ids that hold ``given`` only in their middle (``211811`` in
+    ``20261206-211811-16df5c``), sorted: it names none of them (see :func:`runs_named`)."""
+    return sorted({rid for rid in run_ids
+                   if given and given in rid and not rid.startswith(given) and not rid.endswith(given)})
+
+
+def no_run_named(given: str, where: str, see: str, in_middle: Iterable[str] = ()) -> str:
+    """The one-line error for a ``given`` that names no run ``where`` ("in the engine"): that no
+    run goes by it there, and ``see``, where to look; or, where run ids hold it in their middle
+    (``in_middle``, see :func:`in_their_middle`), which names none, that they do, so that a part
+    of an id that looks right is not said to be no run's."""
+    middle = sorted(set(in_middle))
+    if not middle:
+        return f"no run {given} {where} ({see})"
+    holds = "has it in its middle" if len(middle) == 1 else "have it in their middles"
+    return f"no run id {where} starts or ends with {given} ({listed(middle, 5)} {holds}: give the whole id or its end)"
+
+
 def several_runs(given: str, matches: list[str], where: str) -> str:
     """The one-line error for a ``given`` that names several runs (``matches``) ``where``."""
     return f"{given!r} names {len(matches)} runs {where}: {listed(matches, 5)}; give more of the run id"

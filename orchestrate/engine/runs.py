@@ -61,7 +61,7 @@ from orchestrate.plan.gpu_assignment import process_gpus
 from orchestrate.plan.layout import STOP_REQUEST_FILE, WORKER_START
 from orchestrate.plan.make import assign_uneven_ranks
 from orchestrate.plan.model import NodePlan
-from orchestrate.text import grace_ran_out, runs_named, several_runs, short_duration
+from orchestrate.text import grace_ran_out, in_their_middle, no_run_named, runs_named, several_runs, short_duration
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +427,8 @@ def find_run(client: Any, run_id: str) -> RunInfo:
     if len(matches) > 1:
         raise UsageError(several_runs(run_id, matches, "in the engine"))
     if not matches:
-        raise NoSuchRunError(f"no run {run_id} in the engine (see `python -m orchestrate ps`)")
+        middle = tuple(in_their_middle(run_id, runs))
+        raise NoSuchRunError(no_run_named(run_id, "in the engine", "see `python -m orchestrate ps`", middle), middle)
     return runs[matches[0]]
 
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from orchestrate.errors import NoSuchRunError, UsageError
-from orchestrate.text import runs_named, several_runs
+from orchestrate.text import in_their_middle, no_run_named, runs_named, several_runs
 
 PLAN_FILE = "run.json"  # written as the run's directory is made (launch.run_dir)
 
@@ -29,7 +29,8 @@ def find_run_dir(runs_dir: Path, run: str) -> Path:
     if len(matches) == 1:
         return runs_dir / matches[0]
     if not matches:
-        raise NoSuchRunError(f"no run {run!r} in {runs_dir} (give the run id, or --runs-dir)")
+        middle = tuple(in_their_middle(run, recorded))
+        raise NoSuchRunError(no_run_named(run, f"in {runs_dir}", "give the run id, or --runs-dir", middle), middle)
     raise UsageError(several_runs(run, matches, f"in {runs_dir}"))
 
 

@@ -19,6 +19,7 @@ from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.log_selection import last, say_elastic_ranks_unchecked, select_nodes, select_ranks
 from orchestrate.supervise.recorded_logs import recorded_lines
 from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
+from orchestrate.text import no_run_named
 
 
 def node_plans_of(run: RunInfo) -> list[tuple[NodePlan, Any]]:
@@ -177,11 +178,13 @@ def print_run_logs(engine: Callable[[], Any], run_id: str, runs_dir: Path, out: 
         unreachable = isinstance(not_there, EngineUnavailableError)
         try:
             run_dir = find_run_dir(runs_dir, run_id)
-        except NoSuchRunError:
-            if unreachable:
+        except NoSuchRunError as not_recorded:
+            if not isinstance(not_there, NoSuchRunError):  # no engine answers: it may have the run
                 raise not_there from None
-            raise NoSuchRunError(f"no run {run_id} in the engine, nor in {runs_dir} (see `python -m orchestrate ps`,"
-                                 " or give --runs-dir)") from None
+            middle = tuple(sorted({*not_there.in_middle, *not_recorded.in_middle}))
+            raise NoSuchRunError(no_run_named(run_id, f"in the engine or in {runs_dir}",
+                                              "see `python -m orchestrate ps`, or give --runs-dir", middle),
+                                 middle) from None
     else:
         print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say)
         return

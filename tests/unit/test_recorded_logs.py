@@ -54,8 +54,13 @@ def test_logs_of_a_run_neither_the_engine_nor_the_directory_has_is_one_error(mak
     run_dir, client = ended_foreground_run(make_run)
     capsys.readouterr()
     assert logs(client, run_dir, "fedcba")[0] == 2
-    assert capsys.readouterr().err == (f"error: no run fedcba in the engine, nor in {run_dir.parent} (see"
+    assert capsys.readouterr().err == (f"error: no run fedcba in the engine or in {run_dir.parent} (see"
                                        " `python -m orchestrate ps`, or give --runs-dir)\n")
+    middle = run_dir.name.split("-")[1]  # 101010 (its directory's alone: the engine's run went with its teardown)
+    assert logs(client, run_dir, middle)[0] == 2
+    assert capsys.readouterr().err == (f"error: no run id in the engine or in {run_dir.parent} starts or ends with"
+                                       f" {middle} ({run_dir.name} has it in its middle: give the whole id or its"
+                                       " end)\n")
     assert logs(client, run_dir, run_dir.name, "--rank", "4")[0] == 2
     assert capsys.readouterr().err == f"error: --rank 4: run {run_dir.name} has no such rank (ranks 0-3)\n"
     assert logs(client, run_dir, run_dir.name, "--node", "node7")[0] == 2

@@ -402,7 +402,10 @@ def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys
     assert "One lane per node" in page and "ENDED, with no record of how: the engine no longer has the run" in page
     assert '<p id="outcome" class="outcome unrecorded">' in page  # not drawn as running
     assert main(["report", "nope", "--runs-dir", str(tmp_path / "runs")], client=engine) == 2
-    assert "no run 'nope'" in capsys.readouterr().err
+    assert f"error: no run nope in {tmp_path / 'runs'} (give the run id, or --runs-dir)" in capsys.readouterr().err
+    assert main(["report", "101010", "--runs-dir", str(tmp_path / "runs")], client=engine) == 2  # its middle
+    assert capsys.readouterr().err == (f"error: no run id in {tmp_path / 'runs'} starts or ends with 101010"
+                                       " (20261121-101010-abcdef has it in its middle: give the whole id or its end)\n")
     other = tmp_path / "runs" / "20261121-111111-fedcba"
     other.mkdir()
     (other / "run.json").write_text(json.dumps(plan()))

@@ -38,7 +38,7 @@ from orchestrate.launch.recorded_runs import runs_as_recorded
 from orchestrate.node import rank_signal
 from orchestrate.outcome.events import launcher_exit_code, read_events, record_event
 from orchestrate.outcome.states import IllegalTransition, NodePhase, advance
-from orchestrate.text import runs_named, several_runs
+from orchestrate.text import in_their_middle, no_run_named, runs_named, several_runs
 from tests.fakes import FakeCompose, FakeDockerClient, Script, wait_until
 
 
@@ -274,6 +274,9 @@ def test_ps_stop_down_and_prune_act_on_runs_found_in_the_engine(make_run, capsys
     assert main(client=client, argv=["ps", "--state", "succeeded"], out=out) == 0
     assert [line.split()[0] for line in out.getvalue().splitlines()[2:]] == ["done"]
     assert find_run(client, "one").run_id == "done"  # the end of its id names it too
+    assert main(client=client, argv=["stop", "oin"], out=io.StringIO()) == 2  # the middle of "going"
+    assert capsys.readouterr().err.splitlines()[-1] == ("error: no run id in the engine starts or ends with oin (going"
+                                                        " has it in its middle: give the whole id or its end)")
 
     out = io.StringIO()
     graces = []
@@ -308,6 +311,17 @@ def test_a_run_is_named_by_its_id_or_a_unique_start_or_end_of_it():
     assert runs_named("728639", ids) == ["20261201-072714-728639"]  # an end, not a piece in the middle
     assert runs_named("20261201", ids) == ["20261201-072714-728639", "20261201-072901-a1b2c3"]
     assert runs_named("", ids) == [] and runs_named("nope", ids) == []
+    # a piece from the middle names none, and is said to be in the middle of the ids that hold it, not no run's
+    assert runs_named("072714", ids) == [] and in_their_middle("072714", ids) == ["20261201-072714-728639"]
+    assert in_their_middle("728639", ids) == ["20261130-235959-728639x"]  # (the other one ends with it)
+    assert in_their_middle("-", ids) == sorted(ids) and in_their_middle("", ids) == []
+    assert no_run_named("072714", "in the engine", "see ps", in_their_middle("072714", ids)) == (
+        "no run id in the engine starts or ends with 072714 (20261201-072714-728639 has it in its middle: give the"
+        " whole id or its end)")
+    assert no_run_named("07", "in the engine", "see ps", ids[:2]) == (
+        "no run id in the engine starts or ends with 07 (20261201-072714-728639, 20261201-072901-a1b2c3 have it in"
+        " their middles: give the whole id or its end)")
+    assert no_run_named("nope", "in the engine", "see ps") == "no run nope in the engine (see ps)"
     assert several_runs("20261201", ids[:2], "in the engine") == (
         "'20261201' names 2 runs in the engine: 20261201-072714-728639, 20261201-072901-a1b2c3; give more of the run id")
 
