@@ -2489,6 +2489,12 @@ MUTANTS = [
     Mutant("the report draws a bar for each repeat of a start", "orchestrate/report/model.py",
            '    events = without_repeats(records.get("events") or [])', '    events = records.get("events") or []',
            ("tests/unit/test_report.py",)),
+    Mutant("the report page leaves a peer's address unnamed", "orchestrate/report/model.py",
+           '        model.failure = failure_with_peers_named(outcome.get("failure"), addresses)',
+           '        model.failure = outcome.get("failure")', ("tests/unit/test_report.py",)),
+    Mutant("a run id's middle is said to be no run's", "orchestrate/text.py",
+           "                   if given and given in rid and not rid.startswith(given) and not rid.endswith(given)})",
+           "                   if False})", ("tests/unit/test_runs.py", "tests/unit/test_report.py")),
 ]
 
 
