@@ -2495,6 +2495,20 @@ MUTANTS = [
     Mutant("a run id's middle is said to be no run's", "orchestrate/text.py",
            "                   if given and given in rid and not rid.startswith(given) and not rid.endswith(given)})",
            "                   if False})", ("tests/unit/test_runs.py", "tests/unit/test_report.py")),
+    # Link and fault-level checks (2026-12)
+    Mutant("a degrade at the run's own link rate is taken", "orchestrate/config/fault_spec.py",
+           "                and fault.degraded_rate_bits >= link.rate_bits:",
+           "                and fault.degraded_rate_bits > link.rate_bits:", ("tests/unit/test_faults.py",)),
+    Mutant("a slow at the node's own CPUs is taken", "orchestrate/config/fault_spec.py",
+           "        if fault.action is FaultAction.SLOW and cpus and fault.slow_cpus >= cpus:",
+           "        if fault.action is FaultAction.SLOW and cpus and fault.slow_cpus > cpus:",
+           ("tests/unit/test_faults.py",)),
+    Mutant("fault RUN takes a slow or degrade that leaves its node no slower", "orchestrate/faults/live.py",
+           '        check_fault_levels(specs, self.link, cpus, cpus_said, said="")', "        pass",
+           ("tests/unit/test_live_faults.py",)),
+    Mutant("a slow in a run without a CPU limit is never compared with the engine's CPUs",
+           "orchestrate/launch/preflight.py", "    if not config.cpus_per_node and cpus:",
+           "    if False:", ("tests/unit/test_cli_main.py",)),
 ]
 
 

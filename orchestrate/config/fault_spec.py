@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from orchestrate.config.link import format_rate, parse_rate
+from orchestrate.config.link import LinkSpec, format_rate, parse_rate
 from orchestrate.errors import UsageError
 
 USAGE = ("usage: KIND:TARGET[,KEY=VALUE][@t=SECONDS[..END]|@step=N[..END]|@step=+N], e.g. kill:node1@step=20,"
@@ -367,6 +367,29 @@ def check_lost_nodes(faults: list[FaultSpec], nodes: int, min_nodes: Optional[in
     if left < min_nodes:
         raise UsageError(f"{spec}: losing {' and '.join(lost)} leaves {left} of {nodes} nodes, fewer than --nnodes"
                          f" MIN ({min_nodes}): the job could not go on; give --nnodes {left}:{nodes}")
+
+
+def check_fault_levels(faults: list[FaultSpec], link: Optional[LinkSpec], cpus: Optional[float],
+                       cpus_said: str = "", said: str = "--fault ") -> None:
+    """Refuse a fault whose level would leave its node as the run made it, or better: a degrade
+    whose rate is not below the run's ``--link`` rate (a run without one is unshaped: any rate
+    degrades it), or a slow whose CPUs are not below what the node has (``cpus``: its
+    ``--cpus-per-node``, or where it has none the engine's CPUs, which ``cpus_said`` then names;
+    None: unknown, not checked). Such a fault would raise the node's rate or quota, or change nothing,
+    and still be said as injected. ``said``: how the refusal names a fault, as in
+    :func:`check_lost_nodes`."""
+    for fault in faults:
+        if fault.action is FaultAction.DEGRADE and link is not None and link.rate_bits \
+                and fault.degraded_rate_bits >= link.rate_bits:
+            raise UsageError(f"{said}{fault}: a degraded link's rate must be below the run's --link"
+                             f" rate={format_rate(link.rate_bits)} (rate={format_rate(fault.degraded_rate_bits)} would"
+                             f" leave {fault.node}'s link as fast, or make it faster); e.g."
+                             f" rate={format_rate(max(link.rate_bits // 10, 1))}")
+        if fault.action is FaultAction.SLOW and cpus and fault.slow_cpus >= cpus:
+            limit = cpus_said or f"its --cpus-per-node {cpus:g}"
+            raise UsageError(f"{said}{fault}: a slow node's cpus must be below {limit}"
+                             f" (cpus={fault.slow_cpus:g} would leave {fault.node} as fast, or make it faster); e.g."
+                             f" cpus={max(cpus / 2, 0.01):g}")
 
 
 def check_fault_targets(faults: list[FaultSpec], node_names: list[str], world_size: int,

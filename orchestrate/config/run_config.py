@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec, check_fault_targets, check_lost_nodes
+from orchestrate.config.fault_spec import (FaultAction, FaultSpec, check_fault_levels, check_fault_targets,
+                                          check_lost_nodes)
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.mounts import Mount
 from orchestrate.config.user_env import check_name
@@ -244,6 +245,7 @@ class RunConfig:
         object.__setattr__(self, "target", target)
         self._check_target(target)
         self._check_node_options()
+        check_fault_levels(list(self.faults), self.link, self.cpus_per_node)  # (its sizes checked first)
 
     def _check_node_options(self) -> None:
         for name in self.user_env:

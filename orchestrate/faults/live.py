@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from orchestrate.config.fault_spec import STORE_TARGET, FaultAction, FaultSpec, check_lost_nodes
+from orchestrate.config.fault_spec import STORE_TARGET, FaultAction, FaultSpec, check_fault_levels, check_lost_nodes
 from orchestrate.config.link import LinkSpec
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.errors import EngineError, UsageError
@@ -80,8 +80,10 @@ class LiveFaults:
         Raises:
             UsageError: A start at a step (no launcher of ours counts steps here), a start in
                 seconds (a fault is injected now: a start would be ignored, and said of
-                it as if it had been waited for), a node that is not running, or a lost node the
-                run could not go on without.
+                it as if it had been waited for), a node that is not running, a lost node the
+                run could not go on without, or a slow or degrade that would leave its node no
+                slower than the run made it (its recorded --cpus-per-node, else the engine's
+                CPUs, and --link).
         """
         for spec in specs:
             if spec.at_step is not None:  # (an end at a step comes only after a start at one)
@@ -105,6 +107,19 @@ class LiveFaults:
                 raise UsageError(f"{spec}: run {self.run_id}'s directory cannot be reached from here, and storage"
                                  " faults are armed there")
         check_lost_nodes(specs, len(self.live), self.min_nodes, self.max_restarts, said="")
+        cpus, cpus_said = self.cpus_per_node, ""
+        if cpus is None and any(spec.action is FaultAction.SLOW for spec in specs):
+            cpus = self.engine_cpus()
+            cpus_said = f"the engine's {cpus} CPUs, all a node of run {self.run_id} (no --cpus-per-node) has"
+        check_fault_levels(specs, self.link, cpus, cpus_said, said="")
+
+    def engine_cpus(self) -> Optional[int]:
+        """The engine's CPU count: what a node without ``--cpus-per-node`` may use (None: the
+        engine did not say; a slow fault is then not checked against it)."""
+        try:
+            return self.client.info().get("NCPU") or None
+        except engine_errors():
+            return None
 
     def check_store(self, spec: FaultSpec) -> None:
         """Refuse a fault to a store the run has not, or that has ended."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from orchestrate.config.fault_spec import check_fault_levels
 from orchestrate.config.link import netem_missing_message
 from orchestrate.config.run_config import RunConfig
 from orchestrate.engine.images import ensure_image
@@ -18,10 +19,14 @@ from orchestrate.errors import UsageError
 
 
 def check_node_size(config: RunConfig, engine_info: dict) -> None:
-    """Refuse node sizes the engine cannot give (it would fail every container at start)."""
+    """Refuse node sizes the engine cannot give (it would fail every container at start), and
+    where the nodes have no CPU limit, a slow fault that the engine's CPUs leave no slower."""
     cpus = engine_info.get("NCPU")
     if config.cpus_per_node and cpus and config.cpus_per_node > cpus:
         raise UsageError(f"--cpus-per-node {config.cpus_per_node:g} is more than the engine's {cpus} CPUs")
+    if not config.cpus_per_node and cpus:
+        check_fault_levels(list(config.faults), None, cpus,
+                           f"the engine's {cpus} CPUs, all a node without --cpus-per-node has")
     memory = engine_info.get("MemTotal")
     if config.memory_per_node and memory and config.memory_per_node > memory:
         raise UsageError(f"--memory-per-node {config.memory_per_node // 2**20}m is more than the"

@@ -384,6 +384,24 @@ def test_a_command_that_runs_no_job_shows_none_in_its_usage(command):
     assert "TARGET" not in parser.format_usage() and "[-- " not in parser.format_help()
 
 
+def test_a_slow_fault_in_a_run_without_a_cpu_limit_is_compared_with_the_engines_cpus_before_anything_starts(
+        tmp_path, monkeypatch, capsys):
+    client = fake_runs(monkeypatch, Script(["[0|0]:hi"]))
+    runs = tmp_path / "runs"
+    for command in (["plan"], ["run", "--dry-run"], ["run", "--cpu"]):
+        out = io.StringIO()
+        assert main([*command, "--nodes", "2", "--fault", "slow:node1,cpus=2", "--workdir", str(tmp_path),
+                     "--runs-dir", str(runs)], out=out, client=client) == 2, command
+        assert out.getvalue() == "" and capsys.readouterr().err == (
+            "error: --fault slow:node1,cpus=2: a slow node's cpus must be below the engine's 2 CPUs, all a node"
+            " without --cpus-per-node has (cpus=2 would leave node1 as fast, or make it faster); e.g. cpus=1\n")
+    assert not runs.exists() and client.containers_by_name == {}
+    out = io.StringIO()
+    assert main(["plan", "--nodes", "2", "--fault", "slow:node1,cpus=1.5", "--workdir", str(tmp_path)], out=out,
+                client=client) == 0
+    assert "faults: slow:node1,cpus=1.5" in out.getvalue()
+
+
 @pytest.mark.parametrize("sizes, refused", [
     (["--cpus-per-node", "100"], "--cpus-per-node 100 is more than the engine's 2 CPUs"),
     (["--memory-per-node", "100g"], "--memory-per-node 102400m is more than the engine's 24576m of memory"),

@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.config.fault_spec import USAGE, FaultAction, FaultSpec, check_fault_targets, parse_fault
+from orchestrate.config.fault_spec import (USAGE, FaultAction, FaultSpec, check_fault_levels, check_fault_targets,
+                                          parse_fault)
+from orchestrate.config.link import parse_link
+from orchestrate.config.run_config import RunConfig
 from orchestrate.errors import EngineError, NodeLookupError, UsageError
 from orchestrate.faults.inject import probe_node
 from tests.fakes import FakeContainer, FakeDockerClient
@@ -163,6 +166,54 @@ def test_faults_must_target_nodes_and_ranks_of_the_run():
                                   " (nodes: node0, node1)")
     with pytest.raises(UsageError, match=r"no rank 4 in this run \(ranks 0-3\)"):
         check_fault_targets([parse_fault("hang-rank:4")], nodes, world_size=4)
+
+
+NO_SLOWER = "would leave node1 as fast, or make it faster"
+NO_SLOWER_LINK = "would leave node1's link as fast, or make it faster"
+
+
+@pytest.mark.parametrize("link, cpus, fault, refused", [
+    # the user's trial: node1's link went from 50 Mbit/s up to 1 Gbit/s, and the fault was "injected"
+    ("rate=50mbit", None, "degrade:node1,rate=1gbit@step=3..6",
+     f"degrade:node1,rate=1gbit@step=3..6: a degraded link's rate must be below the run's --link rate=50mbit"
+     f" (rate=1gbit {NO_SLOWER_LINK}); e.g. rate=5mbit"),
+    ("rate=50mbit", None, "degrade:node1,rate=50mbit", f"degrade:node1,rate=50mbit: a degraded link's rate must be"
+     f" below the run's --link rate=50mbit (rate=50mbit {NO_SLOWER_LINK}); e.g. rate=5mbit"),  # the same: a no-op
+    ("rate=10mbit,delay=5ms", None, "degrade:node1", f"degrade:node1,rate=10mbit: a degraded link's rate must be"
+     f" below the run's --link rate=10mbit (rate=10mbit {NO_SLOWER_LINK}); e.g. rate=1mbit"),  # its default rate
+    (None, 0.5, "slow:node1,cpus=1", f"slow:node1,cpus=1: a slow node's cpus must be below its --cpus-per-node 0.5"
+     f" (cpus=1 {NO_SLOWER}); e.g. cpus=0.25"),
+    (None, 0.5, "slow:node1,cpus=0.5@t=1..5", f"slow:node1,cpus=0.5@t=1..5: a slow node's cpus must be below its"
+     f" --cpus-per-node 0.5 (cpus=0.5 {NO_SLOWER}); e.g. cpus=0.25"),
+    (None, 0.25, "slow:node1", f"slow:node1,cpus=0.25: a slow node's cpus must be below its --cpus-per-node 0.25"
+     f" (cpus=0.25 {NO_SLOWER}); e.g. cpus=0.125"),  # its default quota
+])
+def test_a_slow_or_degrade_that_would_leave_its_node_no_slower_is_refused_by_the_runs_config(link, cpus, fault,
+                                                                                              refused):
+    with pytest.raises(UsageError) as refusal:
+        RunConfig(nodes=2, link=parse_link(link) if link else None, cpus_per_node=cpus, faults=(parse_fault(fault),))
+    assert str(refusal.value) == f"--fault {refused}"
+
+
+@pytest.mark.parametrize("link, cpus, fault", [
+    ("rate=50mbit", None, "degrade:node1,rate=49mbit"),
+    ("delay=20ms", None, "degrade:node1,rate=100gbit"),  # a link without a rate is unshaped: any rate degrades it
+    (None, None, "degrade:node1,rate=100gbit"),
+    (None, 0.5, "slow:node1,cpus=0.49"),
+    (None, None, "slow:node1,cpus=64"),  # no limit here: the engine's CPUs are the pre-flight's to compare
+    ("rate=1mbit", 0.1, "kill:node1"),
+])
+def test_a_slow_or_degrade_below_what_the_node_has_is_taken(link, cpus, fault):
+    RunConfig(nodes=2, link=parse_link(link) if link else None, cpus_per_node=cpus, faults=(parse_fault(fault),))
+
+
+def test_the_levels_rule_names_a_limit_it_is_given_and_the_fault_as_the_caller_says():
+    check_fault_levels([parse_fault("slow:node1,cpus=4")], None, None)  # nothing known: nothing to compare
+    with pytest.raises(UsageError) as refusal:
+        check_fault_levels([parse_fault("degrade:node0,rate=1mbit"), parse_fault("slow:node1,cpus=2")], None, 2,
+                           "the engine's 2 CPUs", said="")
+    assert str(refusal.value) == f"slow:node1,cpus=2: a slow node's cpus must be below the engine's 2 CPUs (cpus=2" \
+                                 f" {NO_SLOWER}); e.g. cpus=1"
 
 
 def test_a_fault_to_the_store_needs_a_store_container_of_the_runs_own():

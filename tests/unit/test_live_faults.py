@@ -120,6 +120,33 @@ def test_a_start_is_refused_before_anything_is_done_as_fault_run_injects_now(tmp
     assert run.notes() == [] and all(node.status == "running" for node in run.nodes.values())
 
 
+@pytest.mark.parametrize("text, said", [
+    ("degrade:node1,rate=1gbit@t=0..30", "degrade:node1,rate=1gbit@t=0..30: a degraded link's rate must be below the"
+                                         " run's --link rate=50mbit (rate=1gbit would leave node1's link as fast, or"
+                                         " make it faster); e.g. rate=5mbit"),
+    ("slow:node1,cpus=2", "slow:node1,cpus=2: a slow node's cpus must be below its --cpus-per-node 1.5 (cpus=2 would"
+                          " leave node1 as fast, or make it faster); e.g. cpus=0.75"),
+])
+def test_fault_run_refuses_a_fault_that_would_leave_its_node_no_slower_than_the_run_made_it(tmp_path, text, said):
+    run = Run(tmp_path, link="rate=50mbit")  # and --cpus-per-node 1.5, as the run recorded them
+    with pytest.raises(UsageError) as refused:
+        run.faults.check([parse_fault("pause:node0"), parse_fault(text)])
+    assert str(refused.value) == said
+    assert run.notes() == [] and all(node.status == "running" for node in run.nodes.values())
+    run.faults.check([parse_fault("degrade:node1,rate=10mbit@t=0..30"), parse_fault("slow:node1,cpus=1")])
+
+
+def test_fault_run_compares_a_slow_in_a_run_without_a_cpu_limit_with_the_engines_cpus(tmp_path):
+    run = Run(tmp_path)
+    run.faults.cpus_per_node = None
+    with pytest.raises(UsageError) as refused:
+        run.faults.check([parse_fault("slow:node1,cpus=2")])
+    assert str(refused.value) == ("slow:node1,cpus=2: a slow node's cpus must be below the engine's 2 CPUs, all a node"
+                                  " of run R1 (no --cpus-per-node) has (cpus=2 would leave node1 as fast, or make it"
+                                  " faster); e.g. cpus=1")
+    run.faults.check([parse_fault("slow:node1,cpus=1.5")])
+
+
 def test_held_faults_end_shortest_first_each_at_its_own_time_and_a_slow_node_gets_the_runs_quota_back(
         tmp_path):
     run = Run(tmp_path)
