@@ -2509,6 +2509,9 @@ MUTANTS = [
     Mutant("a slow in a run without a CPU limit is never compared with the engine's CPUs",
            "orchestrate/launch/preflight.py", "    if not config.cpus_per_node and cpus:",
            "    if False:", ("tests/unit/test_cli_main.py",)),
+    Mutant("a rate in bps is read as bits", "orchestrate/config/link.py",
+           '    if rate["per"].lower() == "bps":', "    if False:",
+           ("tests/unit/test_link.py", "tests/unit/test_faults.py")),
 ]
 
 

@@ -24,7 +24,8 @@ PRESETS = {
     "wan": "rate=100mbit,delay=20ms",
 }
 USAGE = ("usage: --link rate=10gbit[,delay=5ms][,loss=0.1%] or a preset (" + ", ".join(PRESETS) + ")")
-_RATE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[kmg]?)(?:bit|bps)$", re.I)
+# tc reads "bit" as bits and "bps" as BYTES per second: "bps" is matched only to be refused
+_RATE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[kmg]?)(?P<per>bit|bps)$", re.I)
 _RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 _DELAY = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>us|ms|s)$")
 _DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
@@ -101,7 +102,8 @@ def parse_link(text: str) -> LinkSpec:
 
 
 def parse_rate(text: str, option: str) -> int:
-    """A rate such as ``100mbit`` or ``1gbit``, in bits per second.
+    """A rate such as ``100mbit`` or ``1gbit``, in bits per second. ``bps`` is refused: tc reads
+    it as bytes per second, many people as bits, so either reading would surprise someone.
 
     Raises:
         UsageError: Naming ``option``.
@@ -109,7 +111,11 @@ def parse_rate(text: str, option: str) -> int:
     rate = _RATE.match(text.strip())
     if not rate or float(rate["n"]) <= 0:
         raise UsageError(f"invalid {option} {text!r}: expected e.g. 100mbit, 1gbit, 10gbit")
-    return int(float(rate["n"]) * _RATE_UNITS[rate["unit"].lower()])
+    bits = int(float(rate["n"]) * _RATE_UNITS[rate["unit"].lower()])
+    if rate["per"].lower() == "bps":  # a tc user's 1gbps is a gigabyte a second; others mean a gigabit
+        raise UsageError(f"invalid {option}={text.strip()}: tc reads bps as bytes per second; write"
+                         f" rate={format_rate(bits * 8)}, or rate={rate['n']}{rate['unit'].lower()}bit for bits")
+    return bits
 
 
 def tbf_burst_bytes(rate_bits: int) -> int:

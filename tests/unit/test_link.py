@@ -25,7 +25,7 @@ def test_link_specs_and_presets_parse(text, spec):
 
 
 @pytest.mark.parametrize("text, bits", [
-    ("rate=1.5gbit", 1_500_000_000), ("rate=10Gbps", 10 * 10**9), ("rate=800kbit", 800_000), ("rate=512bit", 512),
+    ("rate=1.5gbit", 1_500_000_000), ("rate=10Gbit", 10 * 10**9), ("rate=800kbit", 800_000), ("rate=512bit", 512),
     (" 10gbe ", 10 * 10**9), ("rate=1gbit,", 10**9), ("ib-hdr", 200 * 10**9),
 ])
 def test_rates_read_with_their_units_fractions_and_case(text, bits):
@@ -51,6 +51,13 @@ def test_delays_and_losses_read_in_their_units_and_bounds():
     ("loss=100%", "invalid --link loss '100%': expected a percentage below 100, e.g. 0.1%"),
     ("loss=1", "invalid --link loss '1': expected a percentage below 100, e.g. 0.1%"),
     ("rate=1gbit=2", "invalid --link rate '1gbit=2': expected e.g. 100mbit, 1gbit, 10gbit"),  # split at its first =
+    # tc reads bps as bytes a second: taken as bits, a tc user's link was 8x slower than meant
+    ("rate=1gbps", "invalid --link rate=1gbps: tc reads bps as bytes per second; write rate=8gbit, or rate=1gbit for"
+                   " bits"),
+    ("rate=1.5Mbps,delay=5ms", "invalid --link rate=1.5Mbps: tc reads bps as bytes per second; write rate=12mbit, or"
+                               " rate=1.5mbit for bits"),
+    ("rate=100bps", "invalid --link rate=100bps: tc reads bps as bytes per second; write rate=800bit, or rate=100bit"
+                    " for bits"),
 ])
 def test_each_bad_link_spec_is_refused_whole(text, message):
     with pytest.raises(UsageError) as refused:
