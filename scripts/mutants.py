@@ -2512,6 +2512,10 @@ MUTANTS = [
     Mutant("a rate in bps is read as bits", "orchestrate/config/link.py",
            '    if rate["per"].lower() == "bps":', "    if False:",
            ("tests/unit/test_link.py", "tests/unit/test_faults.py")),
+    Mutant("a link that shapes nothing is planned blank", "orchestrate/config/link.py",
+           "    if not (spec.rate_bits or spec.needs_netem):", "    if False:", ("tests/unit/test_link.py",)),
+    Mutant("a rate of less than one bit is taken as 0 bits", "orchestrate/config/link.py",
+           "    if bits < 1:", "    if not rate:", ("tests/unit/test_faults.py",)),
 ]
 
 

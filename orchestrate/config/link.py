@@ -94,11 +94,16 @@ def parse_link(text: str) -> LinkSpec:
         loss = _LOSS.match(fields["loss"])
         if not loss or float(loss["n"]) >= 100:
             raise UsageError(f"invalid --link loss {fields['loss']!r}: expected a percentage below 100, e.g. 0.1%")
-    return LinkSpec(
+    spec = LinkSpec(
         rate_bits=rate_bits,
         delay_ms=float(delay["n"]) * _DELAY_UNITS[delay["unit"]] if delay else 0.0,
         loss_pct=float(loss["n"]) if loss else 0.0,
     )
+    if not (spec.rate_bits or spec.needs_netem):  # it would give the nodes NET_ADMIN, and no rule
+        raise UsageError(f"invalid --link {text!r}: it shapes nothing (a delay of 0 delays nothing, a loss of 0% drops"
+                         " nothing); leave --link out for the bridge's own link, or give a rate, or a delay or loss"
+                         " above 0")
+    return spec
 
 
 def parse_rate(text: str, option: str) -> int:
@@ -109,9 +114,9 @@ def parse_rate(text: str, option: str) -> int:
         UsageError: Naming ``option``.
     """
     rate = _RATE.match(text.strip())
-    if not rate or float(rate["n"]) <= 0:
+    bits = int(float(rate["n"]) * _RATE_UNITS[rate["unit"].lower()]) if rate else 0
+    if bits < 1:  # (0.5bit is 0 bits: an unshaped link, or a tbf the kernel refuses)
         raise UsageError(f"invalid {option} {text!r}: expected e.g. 100mbit, 1gbit, 10gbit")
-    bits = int(float(rate["n"]) * _RATE_UNITS[rate["unit"].lower()])
     if rate["per"].lower() == "bps":  # a tc user's 1gbps is a gigabyte a second; others mean a gigabit
         raise UsageError(f"invalid {option}={text.strip()}: tc reads bps as bytes per second; write"
                          f" rate={format_rate(bits * 8)}, or rate={rate['n']}{rate['unit'].lower()}bit for bits")

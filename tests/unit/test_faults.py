@@ -100,6 +100,7 @@ RELATIVE_GLOB = "path is a glob relative to the work directory, e.g. path=checkp
     ("slow:node1,cpus=0.009", CPUS),
     ("slow:node1,cpus=many", CPUS),
     ("degrade:node1,rate=fast", "rate 'fast': expected e.g. 100mbit, 1gbit, 10gbit"),
+    ("degrade:node1,rate=0.5bit", "rate '0.5bit': expected e.g. 100mbit, 1gbit, 10gbit"),  # 0 bits: a tbf tc refuses
     ("degrade:node1,rate=10mbps", "rate=10mbps: tc reads bps as bytes per second; write rate=80mbit, or rate=10mbit for"
                                   " bits"),
     ("lossy:node1,p=0", PERCENTAGE),

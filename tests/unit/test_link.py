@@ -32,10 +32,20 @@ def test_rates_read_with_their_units_fractions_and_case(text, bits):
     assert parse_link(text).rate_bits == bits
 
 
+def test_a_value_that_shapes_nothing_beside_one_that_shapes_is_taken_as_written():
+    assert parse_link("rate=1gbit,delay=0ms,loss=0%") == LinkSpec(10**9)
+    assert parse_link("delay=0us,loss=0.5%") == LinkSpec(None, 0.0, 0.5)
+    assert parse_link("rate=1bit") == LinkSpec(1)
+
+
 def test_delays_and_losses_read_in_their_units_and_bounds():
     assert parse_link("delay=1s") == LinkSpec(None, 1000.0)
     assert parse_link("delay=250us").delay_ms == 0.25
     assert parse_link("loss=99.5%") == LinkSpec(None, 0.0, 99.5)
+
+
+SHAPES_NOTHING = ("it shapes nothing (a delay of 0 delays nothing, a loss of 0% drops nothing); leave --link out for"
+                  " the bridge's own link, or give a rate, or a delay or loss above 0")
 
 
 @pytest.mark.parametrize("text, message", [
@@ -51,6 +61,11 @@ def test_delays_and_losses_read_in_their_units_and_bounds():
     ("loss=100%", "invalid --link loss '100%': expected a percentage below 100, e.g. 0.1%"),
     ("loss=1", "invalid --link loss '1': expected a percentage below 100, e.g. 0.1%"),
     ("rate=1gbit=2", "invalid --link rate '1gbit=2': expected e.g. 100mbit, 1gbit, 10gbit"),  # split at its first =
+    # a link that shapes nothing planned "link " and gave the nodes NET_ADMIN and no tc rule
+    ("delay=0ms", f"invalid --link 'delay=0ms': {SHAPES_NOTHING}"),
+    ("loss=0%", f"invalid --link 'loss=0%': {SHAPES_NOTHING}"),
+    ("delay=0.0s,loss=0.0%", f"invalid --link 'delay=0.0s,loss=0.0%': {SHAPES_NOTHING}"),
+    ("rate=0.5bit", "invalid --link rate '0.5bit': expected e.g. 100mbit, 1gbit, 10gbit"),  # 0 bits: unshaped
     # tc reads bps as bytes a second: taken as bits, a tc user's link was 8x slower than meant
     ("rate=1gbps", "invalid --link rate=1gbps: tc reads bps as bytes per second; write rate=8gbit, or rate=1gbit for"
                    " bits"),
