@@ -2516,6 +2516,9 @@ MUTANTS = [
            "    if not (spec.rate_bits or spec.needs_netem):", "    if False:", ("tests/unit/test_link.py",)),
     Mutant("a rate of less than one bit is taken as 0 bits", "orchestrate/config/link.py",
            "    if bits < 1:", "    if not rate:", ("tests/unit/test_faults.py",)),
+    Mutant("a dry run plans a delay the engine's kernel cannot make", "orchestrate/launch/run.py",
+           "        netem = self._dry_link_netem(client, config) if needs_netem else True\n",
+           "        netem = True\n", ("tests/unit/test_link.py",)),
 ]
 
 

@@ -36,8 +36,9 @@ def add_parsers(sub: Any) -> None:
     add_job_options(run)
     add_options(run, [OPTIONS_BY_DEST["keep"]])
     run.add_argument("--dry-run", action="store_true",
-                     help="print the plan (nodes, ranks, commands) and exit; starts nothing, asks the engine at"
-                          " most which GPUs it has")
+                     help="print the plan (nodes, ranks, commands) and exit; asks the engine at most which GPUs,"
+                          " CPUs and memory it has, and starts nothing but the throwaway container that"
+                          " probes its kernel's netem for a --link delay or loss")
     add_options(run, [OPTIONS_BY_DEST["no_build"], OPTIONS_BY_DEST["detach"]])
     run.set_defaults(handler=command_run, takes_target=True)
     plan = sub.add_parser("plan", help="print the plan of a run without starting anything",

@@ -190,22 +190,50 @@ class Run:
 
     def dry_plan(self) -> JobPlan:
         """The plan alone (``plan``, ``run --dry-run``): the engine is asked at most which GPUs
-        it has and how many CPUs and how much memory (node sizes it cannot give are refused, as
-        the run would refuse them), and not even that when none answers."""
+        it has, how many CPUs and how much memory, and whether its kernel has netem where the
+        link needs it (node sizes it cannot give and a delay it cannot make are refused, as the
+        run would refuse them), and nothing when none answers.
+
+        The netem probe is the run's own: it starts a throwaway container of the node image
+        (about a second), so a dry run with a ``--link`` delay or loss starts that one container.
+        Where no engine answers, or the node image is not built yet, the link is planned
+        unchecked, and that is said in one line.
+
+        Raises:
+            UsageError: As the run would refuse the request (node sizes, a delay without netem).
+        """
         config = self.check()
         client = None
-        if not self.request.cpu or config.cpus_per_node or config.memory_per_node:
+        needs_netem = config.link is not None and config.link.needs_netem
+        if not self.request.cpu or config.cpus_per_node or config.memory_per_node or needs_netem:
             with contextlib.suppress(EngineUnavailableError):  # a dry run needs no engine
                 client = self.engine()
         info = client.info() if client is not None else {}
         check_node_size(config, info)
+        netem = self._dry_link_netem(client, config) if needs_netem else True
         free = None
         if client is not None:
             from orchestrate.launch.lease import free_gpu_ids, wants_gpus
 
             free = free_gpu_ids(client, self.request) if wants_gpus(self.request) else None
-        self.plan = self._plan(info, self.request.image, free)
+        self.plan = self._plan(info, self.request.image, free, netem)
         return self.plan
+
+    def _dry_link_netem(self, client: Any, config: RunConfig) -> bool:
+        """:func:`~orchestrate.launch.preflight.link_netem` for a dry run: the probe where the
+        engine and the node image are there (a dry run builds nothing), else the plan as if the
+        kernel had netem, said to be unchecked."""
+        from orchestrate.engine.images import image_exists
+
+        why = ("no engine answers" if client is None
+               else "" if image_exists(client, config.image) else f"the image {config.image} is not built yet")
+        if not why:
+            return link_netem(client, config, self.say)
+        assert config.link is not None
+        needs = ("the run refuses its delay where the kernel has no netem" if config.link.delay_ms
+                 else "where the kernel has no netem, the run drops its loss by iptables")
+        self.say(f"--link {config.link}: not checked against the engine's kernel ({why}); {needs}")
+        return True
 
     def _plan(self, engine_info: dict, image: str, free_gpus: Optional[tuple[str, ...]], netem: bool = True) -> JobPlan:
         if free_gpus is not None:

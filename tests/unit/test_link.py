@@ -171,3 +171,52 @@ def test_the_refusal_names_only_the_delay_which_nothing_but_netem_gives():
         "--link delay=2.5ms needs the kernel's netem qdisc, which this kernel lacks (tc: We have an error talking to"
         " the kernel): nothing else delays every packet without a userspace queue that would cap the link far below its"
         " rate; shape the rate and loss only (e.g. --link rate=1gbit,loss=1%), or load sch_netem on the host")
+
+
+def test_a_dry_run_refuses_a_delay_without_netem_as_the_run_would_and_drops_a_loss_by_iptables(
+        tmp_path, monkeypatch, capsys):
+    from orchestrate.cli.main import main
+    from orchestrate.config.run_config import DEFAULT_IMAGE
+    from tests.fakes import FakeDockerClient
+
+    client = FakeDockerClient()
+    client.images.add(DEFAULT_IMAGE)
+    probed = []
+    monkeypatch.setattr("orchestrate.launch.preflight.probe_netem",
+                        lambda c, image: probed.append(image) or "Error: Specified qdisc kind is unknown.\n")
+    for command in (["plan"], ["run", "--dry-run"]):
+        out = io.StringIO()
+        code = main([*command, "--cpu", "--workdir", str(tmp_path), "--link", "wan"], out=out, client=client)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and out.getvalue() == "" and len(err) == 1, command
+        assert err[0].startswith("error: --link delay=20ms needs the kernel's netem qdisc, which this kernel lacks")
+    assert probed == [DEFAULT_IMAGE] * 2
+    out = io.StringIO()
+    assert main(["plan", "--cpu", "--workdir", str(tmp_path), "--link", "rate=1gbit,loss=1%"], out=out,
+                client=client) == 0
+    said = "[orchestrate] --link loss=1%: by iptables statistic (this kernel has no netem)"
+    assert out.getvalue().splitlines()[0] == said
+    out = io.StringIO()  # a link netem has no part in is not probed
+    assert main(["plan", "--cpu", "--workdir", str(tmp_path), "--link", "1gbe"], out=out, client=client) == 0
+    assert len(probed) == 3 and "[orchestrate]" not in out.getvalue()
+
+
+def test_a_dry_run_that_cannot_probe_netem_plans_the_link_and_says_it_was_not_checked(tmp_path, monkeypatch):
+    from orchestrate.cli.main import main
+    from tests.fakes import FakeDockerClient
+
+    monkeypatch.setattr("orchestrate.launch.preflight.probe_netem", lambda c, image: pytest.fail("probed"))
+    out = io.StringIO()  # the engine answers, but has no node image to probe with (a dry run builds none)
+    assert main(["plan", "--cpu", "--workdir", str(tmp_path), "--link", "wan"], out=out,
+                client=FakeDockerClient()) == 0
+    notes = [ln for ln in out.getvalue().splitlines() if ln.startswith("[orchestrate]")]
+    assert notes == [("[orchestrate] --link rate=100mbit,delay=20ms: not checked against the engine's kernel (the image"
+                      " ddp-compose-node:latest is not built yet); the run refuses its delay where the kernel has no"
+                      " netem")]
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    out = io.StringIO()
+    assert main(["run", "--dry-run", "--cpu", "--workdir", str(tmp_path), "--link", "loss=1%"], out=out) == 0
+    notes = [ln for ln in out.getvalue().splitlines() if ln.startswith("[orchestrate]")]
+    assert notes == [("[orchestrate] --link loss=1%: not checked against the engine's kernel (no engine answers);"
+                      " where the kernel has no netem, the run drops its loss by iptables")]
+    assert "link loss=1%" in out.getvalue()
