@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Optional
 
 
 def first_line(text: str) -> str:
@@ -188,3 +188,22 @@ def no_run_named(given: str, where: str, see: str, in_middle: Iterable[str] = ()
 def several_runs(given: str, matches: list[str], where: str) -> str:
     """The one-line error for a ``given`` that names several runs (``matches``) ``where``."""
     return f"{given!r} names {len(matches)} runs {where}: {listed(matches, 5)}; give more of the run id"
+
+
+def format_bytes(size: int) -> str:
+    """``2147483648`` -> ``2g``, ``536870912`` -> ``512m``."""
+    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}b"
+
+
+def node_conditions(link: str = "", cpus_per_node: Optional[float] = None,
+                    memory_per_node: Optional[int] = None) -> str:
+    """What a run's nodes were given beyond the bridge and the engine's whole host, as the summary
+    and the report say it (``link rate=100mbit,delay=20ms; each node 1.5 CPUs, 2g memory``); ""
+    where neither a link nor a node size was given."""
+    sizes = [f"{cpus_per_node:g} CPU{'' if cpus_per_node == 1 else 's'}" if cpus_per_node else "",
+             f"{format_bytes(memory_per_node)} memory" if memory_per_node else ""]
+    parts = [f"link {link}" if link else "", "each node " + ", ".join(s for s in sizes if s) if any(sizes) else ""]
+    return "; ".join(p for p in parts if p)

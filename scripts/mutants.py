@@ -2519,6 +2519,9 @@ MUTANTS = [
     Mutant("a dry run plans a delay the engine's kernel cannot make", "orchestrate/launch/run.py",
            "        netem = self._dry_link_netem(client, config) if needs_netem else True\n",
            "        netem = True\n", ("tests/unit/test_link.py",)),
+    Mutant("a shaped run's summary leaves out its link and node sizes", "orchestrate/outcome/summary.py",
+           "    lines += [outcome.conditions] if outcome.conditions else []  # only where given",
+           "    lines += []  # only where given", ("tests/unit/test_cli_main.py",)),
 ]
 
 

@@ -15,6 +15,12 @@ def human(size: float) -> str:
     return str(int(size))
 
 
+def link_lines(link: str) -> list[str]:
+    """The line a benchmark's table starts with where its nodes' links were shaped (``--link``),
+    so that its figures are never read as the bridge's; none where they were not."""
+    return [f"link {link}: every figure below was measured over this shaped link (--link)"] if link else []
+
+
 def write_artifacts(directory: Path, name: str, data: dict, plot: Callable[[Any, Path], Path], plot_input: Any) -> tuple[Path, Path]:
     """Write ``<name>.json`` and draw ``<name>.png`` into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)

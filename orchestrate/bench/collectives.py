@@ -1,7 +1,7 @@
 """``bench collectives``: busbw against the wire (pure summaries of the figures)."""
 from __future__ import annotations
 
-from orchestrate.bench.artifacts import human
+from orchestrate.bench.artifacts import human, link_lines
 
 # The issue's goals, printed next to the figures.
 ALLREDUCE_GOAL_FRACTION = 0.60  # gloo all_reduce busbw at 64 MB, of one TCP stream, 2 nodes
@@ -27,8 +27,9 @@ def collectives_summary(results: dict, link: str = "") -> dict:
 
 def format_collectives(summary: dict) -> str:
     wire = summary.get("wire") or {}
-    lines = [f"{'op':<15} {'size':>10} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"
-             f" {'of wire':>8} {'check':>6}"]
+    lines = [*link_lines(summary.get("link") or ""),
+             (f"{'op':<15} {'size':>10} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"
+              f" {'of wire':>8} {'check':>6}")]
     for r in summary["results"]:
         fraction = "-" if r.get("of_wire") is None else f"{r['of_wire']:.0%}"
         lines.append(f"{r['op']:<15} {human(r['size']):>10} {r['time_s'] * 1e6:>11.1f} {r['algbw_Bps'] / 1e9:>11.3f}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from orchestrate.bench.artifacts import link_lines
 from orchestrate.text import counted
 
 DDP_SPEEDUP_GOAL = 1.5  # DDP over one all_reduce per parameter
@@ -11,9 +12,10 @@ DDP_SPEEDUP_GOAL = 1.5  # DDP over one all_reduce per parameter
 OVERHEAD_GOAL = 0.03
 
 
-def ddp_summary(run: dict) -> dict:
+def ddp_summary(run: dict, link: str = "") -> dict:
     """Per batch size: each form's overhead against no DDP, the best DDP form, scaling
-    efficiency and DDP's speed-up over the naive form; and the overhead goal's verdict."""
+    efficiency and DDP's speed-up over the naive form; and the overhead goal's verdict (and the
+    run's ``--link``, "" for none)."""
     batches = []
     for batch in sorted({f.get("batch_size", 0) for f in run["forms"]}):
         forms = {f["form"]: f for f in run["forms"] if f.get("batch_size", 0) == batch}
@@ -27,7 +29,7 @@ def ddp_summary(run: dict) -> dict:
             "best_ddp": best["form"], "overhead": best["step_s"] / local - 1,
             "scaling_efficiency": local / best["step_s"],
             "speedup_over_naive": naive / best["step_s"] if naive else None})
-    return dict(run, batches=batches, goal=overhead_goal(run, batches))
+    return dict(run, link=link, batches=batches, goal=overhead_goal(run, batches))
 
 
 def overhead_goal(run: dict, batches: list[dict]) -> dict:
@@ -47,8 +49,10 @@ def overhead_goal(run: dict, batches: list[dict]) -> dict:
 
 
 def format_ddp(summaries: list[dict]) -> str:
-    lines = [f"{'nodes':>5} {'world':>5} {'batch':>5} {'regime':<12} {'form':<12} {'step (ms)':>10}"
-             f" {'exposed comm (ms)':>18} {'vs local':>9}"]
+    link = (summaries[0].get("link") or "") if summaries else ""  # one bench's runs share one --link
+    lines = [*link_lines(link),
+             (f"{'nodes':>5} {'world':>5} {'batch':>5} {'regime':<12} {'form':<12} {'step (ms)':>10}"
+              f" {'exposed comm (ms)':>18} {'vs local':>9}")]
     for s in summaries:
         for batch in s["batches"]:
             rows = [f for f in s["forms"] if f.get("batch_size", 0) == batch["batch_size"]]

@@ -129,5 +129,5 @@ def bench_ddp(args: argparse.Namespace, inv: Invocation) -> int:
         if result is None or not result.succeeded:
             return code
         run_dirs.append(result.run_dir)
-    inv.out.write(report_ddp(run_dirs).format() + "\n")
+    inv.out.write(report_ddp(run_dirs, str(args.link or "")).format() + "\n")
     return 0

@@ -13,6 +13,7 @@ from orchestrate.config.link import LinkSpec
 from orchestrate.config.mounts import Mount
 from orchestrate.config.user_env import check_name
 from orchestrate.errors import UsageError
+from orchestrate.text import node_conditions
 
 DEFAULT_IMAGE = "ddp-compose-node:latest"
 DEFAULT_TARGET: tuple[str, ...] = ("-m", "app.toy")
@@ -65,14 +66,6 @@ def parse_memory(text: str) -> int:
     if size < MIN_NODE_MEMORY:
         raise UsageError(f"--memory-per-node must be at least 6m (the engine's minimum), got {text!r}")
     return size
-
-
-def format_bytes(size: int) -> str:
-    """``2147483648`` -> ``2g``, ``536870912`` -> ``512m``."""
-    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor}{unit}"
-    return f"{size}b"
 
 
 def not_a_file(path: Path) -> str:
@@ -269,6 +262,11 @@ class RunConfig:
         split by a ``partition``, which need NET_ADMIN in the nodes."""
         return self.link is not None or any(f.action in (FaultAction.DEGRADE, FaultAction.PARTITION, FaultAction.LOSSY)
                                             for f in self.faults)
+
+    @property
+    def conditions(self) -> str:
+        """The link and node sizes given (:func:`~orchestrate.text.node_conditions`); "" where none was."""
+        return node_conditions(str(self.link or ""), self.cpus_per_node, self.memory_per_node)
 
     @property
     def store_host(self) -> str:

@@ -383,9 +383,7 @@ class Run:
                 except KeyboardInterrupt:
                     grace, again = 0, True
         result.interrupted, result.signal_number, result.stopped_by = True, signal_number, ""
-        result.timings.bring_up_s = self.bring_up_s
-        result.image_torch = self.image_torch
-        return result
+        return self._known(result)
 
     def follow(self) -> RunResult:
         """Follow the started (or attached) run to its end and judge it; nothing is torn down."""
@@ -398,9 +396,7 @@ class Run:
         if why and result.error.startswith("timed out"):
             result.error += f" ({why})"
             result.limited_by = why
-        result.timings.bring_up_s = self.bring_up_s
-        result.image_torch = self.image_torch
-        return result
+        return self._known(result)
 
     def time_limit(self) -> tuple[Optional[float], str]:
         """The job's time limit from now, its nodes up: ``timeout_s``, or what :attr:`ends_by`
@@ -420,8 +416,15 @@ class Run:
             result = RunResult(self.plan.run_id, self.plan.run_dir, [], Timings())
         else:
             result = self.backend.partial_result()
+        return self._known(result)
+
+    def _known(self, result: RunResult) -> RunResult:
+        """``result`` with what the launcher knows beyond the nodes: the bring-up's time, the
+        image's torch, and the link and node sizes asked for."""
+        assert self.plan is not None
         result.timings.bring_up_s = self.bring_up_s
         result.image_torch = self.image_torch
+        result.conditions = self.plan.config.conditions
         return result
 
     def _finish(self, result: RunResult) -> None:
@@ -450,6 +453,7 @@ class Run:
         from orchestrate.launch.unfollowed import LINES_KEPT
         from orchestrate.outcome.events import launcher_exit_code, read_events
         from orchestrate.outcome.record import write_outcome
+        from orchestrate.outcome.run_dirs import read_conditions
 
         run = self.attached
         assert run is not None
@@ -475,6 +479,7 @@ class Run:
                 raise
         image = run.nodes[0].container.attrs.get("Config", {}).get("Image", "") if run.nodes else ""
         result.image_torch = image_label(self.client, image, TORCH_LABEL) if image else ""
+        result.conditions = read_conditions(spec.run_dir)
         if active or unjudged:  # the run's launcher, or the first to judge it: its record is ours to finish
             write_outcome(result)
             finish_record(result)

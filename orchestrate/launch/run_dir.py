@@ -61,6 +61,9 @@ def prepare_run_dir(plan: JobPlan) -> Path:
             "run_id": plan.run_id, "command": plan.command_line, "created": plan.created, "image": plan.image,
             "backend": plan.backend, "world_size": plan.world_size, "detached": plan.detached,
             "faults": [str(f) for f in plan.config.faults],
+            # the conditions the nodes ran in (None: the bridge as it is, no limit), for report and attach
+            "link": str(plan.config.link) if plan.config.link else None,
+            "cpus_per_node": plan.config.cpus_per_node, "memory_per_node": plan.config.memory_per_node,
             "nodes": [{"name": n.name, "node_rank": n.node_rank, "global_ranks": list(n.global_ranks),
                        "gpus": list(n.gpu_ids), "torchrun": list(n.torchrun_argv)} for n in plan.nodes],
         }, indent=2) + "\n")

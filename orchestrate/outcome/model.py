@@ -231,6 +231,8 @@ class RunResult:
         error_exit_code: The exit code of that error.
         teardown_error: What was left behind, if the teardown failed.
         image_torch: The torch version of the nodes' image.
+        conditions: The link and node sizes the run was given
+            (:func:`~orchestrate.text.node_conditions`); "" where none was.
         slurm: The Slurm job, for a run under ``--scheduler slurm``.
         reported_failure: The failure as the scheduler reported it (Slurm); None: judged from
             the nodes' results.
@@ -285,6 +287,7 @@ class RunResult:
     error_exit_code: int = 2
     teardown_error: str = ""
     image_torch: str = ""
+    conditions: str = ""
     slurm: Optional[SlurmJob] = None
     reported_failure: Optional[Failure] = None
     hang: Optional[HangDiagnosis] = None

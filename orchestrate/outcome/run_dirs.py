@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from orchestrate.errors import NoSuchRunError, UsageError
-from orchestrate.text import in_their_middle, no_run_named, runs_named, several_runs
+from orchestrate.text import in_their_middle, no_run_named, node_conditions, runs_named, several_runs
 
 PLAN_FILE = "run.json"  # written as the run's directory is made (launch.run_dir)
 
@@ -49,3 +49,19 @@ def recorded_nodes(run_dir: Path) -> list[tuple[str, tuple[int, ...]]]:
     if not nodes:
         raise UsageError(f"the plan of run {run_dir.name} ({run_dir / PLAN_FILE}) names no node")
     return nodes
+
+
+def recorded_conditions(plan: dict) -> str:
+    """The link and node sizes a run's plan (``run.json``, read) recorded, as the summary says
+    them (:func:`~orchestrate.text.node_conditions`); "" where it recorded none (a plan written
+    before they were recorded too)."""
+    return node_conditions(plan.get("link") or "", plan.get("cpus_per_node"), plan.get("memory_per_node"))
+
+
+def read_conditions(run_dir: Path) -> str:
+    """:func:`recorded_conditions` of the plan in ``run_dir``; "" where it cannot be read."""
+    try:
+        plan = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return recorded_conditions(plan) if isinstance(plan, dict) else ""

@@ -71,6 +71,7 @@ def format_summary(outcome: RunResult) -> str:
         return "-" if value is None else f"{value:.1f} s"
 
     lines = ["", f"=== run {outcome.run_id} summary ===", *format_table(header, rows)]
+    lines += [outcome.conditions] if outcome.conditions else []  # only where given: else the summary is as ever
     lines.append(
         f"bring-up {seconds(t.bring_up_s)} | rendezvous {seconds(t.rendezvous_s)} | job {t.job_s:.1f} s"
         f" | teardown {seconds(t.teardown_s)}"
@@ -418,6 +419,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
         lines.append(f"job {slurm.job_id}: {job.get('JobState', '?')} (reason {job.get('Reason', '-')}),"
                      f" exit code {slurm_exit_code(job)}, on {job.get('NodeList', '-')},"
                      f" run time {job.get('RunTime', '-')}")
+    lines += [outcome.conditions] if outcome.conditions else []
     bring_up = outcome.timings.bring_up_s or 0.0
     lines.append(f"bring-up {bring_up:.1f} s | job {outcome.timings.job_s:.1f} s")
     if slurm.restarts_in_place:  # within the job's tasks: Slurm's accounting does not see them

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import shlex
 
-from orchestrate.config.run_config import format_bytes
 from orchestrate.config.user_env import MASK
 from orchestrate.plan.gpu_assignment import shared_gpus
 from orchestrate.plan.layout import RDZV_PORT, WORKSPACE_DIR
 from orchestrate.plan.model import JobPlan
-from orchestrate.text import format_table
+from orchestrate.text import format_bytes, format_table
 
 
 def format_plan(plan: JobPlan) -> str:

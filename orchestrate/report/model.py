@@ -9,6 +9,7 @@ from typing import Any, Optional
 from orchestrate.outcome.events import NODES_UP, addresses_in, read_events, without_repeats
 from orchestrate.outcome.progress import read_all
 from orchestrate.outcome.record import OUTCOME_FILE
+from orchestrate.outcome.run_dirs import recorded_conditions
 from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
 from orchestrate.plan.layout import PROGRESS_SUBDIR
 from orchestrate.text import grace_ran_out, peers_named, shuffled_alike, times, written_by_several
@@ -56,6 +57,7 @@ class ReportModel:
     command: str = ""
     image: str = ""
     torch: str = ""
+    conditions: str = ""  # the link and node sizes given ("" where none was)
     outcome: str = "running"
     succeeded: Optional[bool] = None
     exit_code: Optional[int] = None
@@ -196,7 +198,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
     events = without_repeats(records.get("events") or [])  # (an older attach's replayed starts: no bar each)
     progress = records.get("progress") or []
     model = ReportModel(run_id=run.get("run_id") or records.get("run_id", ""), command=run.get("command", ""),
-                        image=run.get("image", ""), logs=list(records.get("logs") or []),
+                        image=run.get("image", ""), conditions=recorded_conditions(run),
+                        logs=list(records.get("logs") or []),
                         bench=records.get("bench"), bench_png=records.get("bench_png"), chaos=records.get("chaos"),
                         hang=(outcome or {}).get("hang") or records.get("stacks"))
     nodes = run.get("nodes") or []

@@ -291,6 +291,7 @@ def render_html(model: ReportModel) -> str:
         f'<p id="outcome" class="outcome {verdict}">{esc(model.outcome)}</p>',
         f'<p>Command: <code id="command">{esc(model.command or "-")}</code></p>',
         f'<p>Image: <code>{esc(model.image or "-")}</code>, torch {esc(model.torch or "unknown")}</p>',
+        *([f'<p id="conditions">Nodes: {esc(model.conditions)}</p>'] if model.conditions else []),
         "<h2>Plan</h2>", _table(("node", "node rank", "global ranks", "GPUs"), model.plan_rows, "plan"),
         "<h2>Timeline</h2>",
         "<p>One lane per node and one per rank. Hover a bar or a marker for its exact times.</p>",

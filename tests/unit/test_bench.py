@@ -60,6 +60,19 @@ def ddp_run(world: int, regimes: dict, rows: list[tuple[int, str, float]]) -> di
             "forms": [{"form": form, "batch_size": batch, "step_s": step} for batch, form, step in rows]}
 
 
+def test_a_benchmarks_table_names_the_shaped_link_it_was_measured_over_and_none_where_there_was_none():
+    results = all_reduce_at_64mb(0.09e9, single_stream_Bps=0.12e9, per_pair_Bps=0.12e9)
+    said = "link rate=1gbit,delay=5ms: every figure below was measured over this shaped link (--link)"
+    assert format_collectives(collectives_summary(results, "rate=1gbit,delay=5ms")).splitlines()[0] == said
+    assert format_collectives(collectives_summary(results)).splitlines()[0].startswith("op ")
+    run = ddp_run(2, {8: "cpu"}, [(8, "local", 1.0), (8, "ddp-25MB", 1.1)])
+    assert ddp_summary(run, "rate=1gbit,delay=5ms")["link"] == "rate=1gbit,delay=5ms"
+    assert format_ddp([ddp_summary(run, "rate=1gbit,delay=5ms")]).splitlines()[0] == said
+    assert format_ddp([ddp_summary(run)]).splitlines()[0].split() == ["nodes", "world", "batch", "regime", "form",
+                                                                      "step", "(ms)", "exposed", "comm", "(ms)",
+                                                                      "vs", "local"]
+
+
 def test_ddp_overhead_per_form_efficiency_and_speedup_over_the_naive_form():
     run = ddp_run(2, {8: "cpu"}, [(8, "local", 1.0), (8, "ddp-1MB", 1.25), (8, "ddp-25MB", 1.1), (8, "ddp-tuned", 1.05),
                                   (8, "ddp-noop", 1.02), (8, "naive", 2.1)])

@@ -422,3 +422,34 @@ def test_node_sizes_the_engine_cannot_give_are_refused_by_plan_and_run_before_an
     out = io.StringIO()
     assert main(["plan", "--cpu", "--nodes", "1", *sizes, "--workdir", str(tmp_path)], out=out) == 0
     assert "node0$ torchrun" in out.getvalue()
+
+
+def test_a_shaped_runs_link_and_node_sizes_are_in_its_plan_record_summary_and_report(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    client = fake_runs(monkeypatch, Script(["[0|0]:hi"]), Script(["[0|0]:hi"]))
+    runs = tmp_path / "runs"
+    out = io.StringIO()
+    assert main(["run", "--cpu", "--nodes", "1", "--link", "1gbe", "--cpus-per-node", "1.5", "--memory-per-node",
+                 "512m", "--workdir", str(tmp_path), "--runs-dir", str(runs)], out=out, client=client) == 0
+    [run_dir] = runs.iterdir()
+    recorded = json.loads((run_dir / "run.json").read_text())
+    assert (recorded["link"], recorded["cpus_per_node"], recorded["memory_per_node"]) == ("rate=1gbit", 1.5, 512 << 20)
+    summary = out.getvalue().split("summary ===\n")[1].splitlines()
+    said = "link rate=1gbit; each node 1.5 CPUs, 512m memory"
+    timings = next(i for i, line in enumerate(summary) if line.startswith("bring-up "))
+    assert summary[timings - 1] == said and said not in summary[:timings - 1]  # under the table, over the timings
+    assert f'<p id="conditions">Nodes: {said}</p>' in (run_dir / "report.html").read_text()
+    # a run given neither says nothing of them: its summary is as it ever was
+    shutil.rmtree(runs)
+    out = io.StringIO()
+    assert main(["run", "--cpu", "--nodes", "1", "--workdir", str(tmp_path), "--runs-dir", str(runs)], out=out,
+                client=client) == 0
+    [run_dir] = runs.iterdir()
+    recorded = json.loads((run_dir / "run.json").read_text())
+    assert (recorded["link"], recorded["cpus_per_node"], recorded["memory_per_node"]) == (None, None, None)
+    summary = out.getvalue().split("summary ===\n")[1].splitlines()
+    timings = next(i for i, line in enumerate(summary) if line.startswith("bring-up "))
+    assert summary[timings - 1].startswith("node0 ")  # the table's last row
+    assert 'id="conditions"' not in (run_dir / "report.html").read_text()

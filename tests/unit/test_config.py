@@ -239,7 +239,8 @@ def test_a_lost_node_an_elastic_job_can_go_on_without_is_taken(tmp_path):
 
 
 def test_memory_sizes_read_as_docker_reads_them_and_print_back_in_the_largest_whole_unit():
-    from orchestrate.config.run_config import format_bytes, parse_memory
+    from orchestrate.config.run_config import parse_memory
+    from orchestrate.text import format_bytes
 
     assert [parse_memory(t) for t in ("512m", " 2g ", "1.5G", "6291456")] == [512 * 1024**2, 2 * 1024**3,
                                                                                1536 * 1024**2, 6 * 1024**2]

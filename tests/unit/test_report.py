@@ -496,3 +496,21 @@ def test_a_peer_an_error_names_by_address_is_named_by_its_node_as_the_summary_na
     # none recorded (an address of no node): as it was
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": outcome}))
     assert f"<li>node0 rank 0: {lost}</li>" in page
+
+
+def test_the_pages_header_shows_the_link_and_node_sizes_the_plan_recorded_and_nothing_for_an_older_plan(tmp_path):
+    from orchestrate.outcome.run_dirs import read_conditions, recorded_conditions
+
+    shaped = {**plan(), "link": "rate=100mbit,delay=20ms", "cpus_per_node": 1.5, "memory_per_node": 2 << 30}
+    said = "link rate=100mbit,delay=20ms; each node 1.5 CPUs, 2g memory"
+    assert recorded_conditions(shaped) == said
+    assert recorded_conditions({**plan(), "link": None, "cpus_per_node": None, "memory_per_node": 1 << 30}) == (
+        "each node 1g memory")
+    assert recorded_conditions({**plan(), "cpus_per_node": 1.0}) == "each node 1 CPU"  # (an older plan: no link)
+    page = render_html(build_model({"run": shaped, "events": started(), "progress": []}))
+    assert f'<p id="conditions">Nodes: {said}</p>' in page
+    assert 'id="conditions"' not in render_html(build_model({"run": plan(), "events": started(), "progress": []}))
+    (tmp_path / "run.json").write_text(json.dumps(shaped))  # what an attach reads, for its summary
+    assert read_conditions(tmp_path) == said
+    (tmp_path / "run.json").write_text("{")
+    assert read_conditions(tmp_path) == "" and read_conditions(tmp_path / "gone") == ""
