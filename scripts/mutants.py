@@ -2522,6 +2522,8 @@ MUTANTS = [
     Mutant("a shaped run's summary leaves out its link and node sizes", "orchestrate/outcome/summary.py",
            "    lines += [outcome.conditions] if outcome.conditions else []  # only where given",
            "    lines += []  # only where given", ("tests/unit/test_cli_main.py",)),
+    Mutant("a bench takes --sbatch, --fault and --pdb as a run would", "orchestrate/bench/jobs.py",
+           "    if given:\n        flags = ", "    if False:\n        flags = ", ("tests/unit/test_cli.py",)),
 ]
 
 

@@ -13,12 +13,21 @@ from typing import Optional, Sequence
 
 from orchestrate.bench import collectives, ddp, plots
 from orchestrate.bench.artifacts import BENCH_FILE, write_artifacts
+from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 from orchestrate.report.page import write_report_quietly
 
 # Where a benchmark's workers write their figures: the run's directory, as the nodes see it.
 BENCH_OUT = f"{RUN_DIR_MOUNT}/{BENCH_FILE}"
+# Run options a benchmark refuses (its request's field -> the option, and why): it builds its own job
+# and measures it as it runs undisturbed.
+NOT_FOR_A_BENCH = {
+    "sbatch": ("--sbatch", "a batch script of your own would run in place of the job the bench builds"),
+    "faults": ("--fault", ("a fault would be measured as if the link and nodes were that slow (a slower link:"
+                           " --link)")),
+    "post_mortem": ("--pdb", "the bench's programs are the tool's own, and a rank stopped in pdb measures nothing"),
+}
 # The collectives app.bench_collectives measures (its --ops choices).
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
@@ -53,6 +62,21 @@ class BenchReport:
 
     def format(self) -> str:
         return f"{self.table}\nresults: {self.data}\nplot: {self.plot}"
+
+
+def check_bench_request(kind: str, request: RunRequest) -> None:
+    """Refuse the run options that have no place in ``bench KIND`` (:data:`NOT_FOR_A_BENCH`),
+    naming the bench, before anything is asked of the engine.
+
+    Raises:
+        UsageError: Naming each option given and why.
+    """
+    given = [NOT_FOR_A_BENCH[dest] for dest in NOT_FOR_A_BENCH if getattr(request, dest)]
+    if given:
+        flags = ", ".join(flag for flag, _ in given)
+        raise UsageError(f"{flags} {'is' if len(given) == 1 else 'are'} not for bench {kind}, which builds and"
+                         f" measures its own job: " + "; ".join(why for _, why in given)
+                         + "; run a job of your own with python -m orchestrate run")
 
 
 def collectives_target(*, min_size: str, max_size: str, min_time_s: float, wire_bytes: str,

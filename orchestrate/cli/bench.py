@@ -8,7 +8,8 @@ from typing import Any
 
 from orchestrate.bench import launcher, plots
 from orchestrate.bench.artifacts import write_artifacts
-from orchestrate.bench.jobs import COLLECTIVE_OPS, collectives_target, ddp_target, report_collectives, report_ddp
+from orchestrate.bench.jobs import (COLLECTIVE_OPS, check_bench_request, collectives_target, ddp_target,
+                                    report_collectives, report_ddp)
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type, request_from_args
 from orchestrate.cli.run import add_job_options, run_request
@@ -113,7 +114,9 @@ def bench_launcher(args: argparse.Namespace, inv: Invocation) -> int:
 def bench_collectives(args: argparse.Namespace, inv: Invocation) -> int:
     target = collectives_target(min_size=args.min_size, max_size=args.max_size, min_time_s=args.min_time,
                                 wire_bytes=args.wire_bytes, ops=args.ops)
-    code, result = run_request(request_from_args(args, target), inv)
+    request = request_from_args(args, target)
+    check_bench_request("collectives", request)
+    code, result = run_request(request, inv)
     if result is None or not result.succeeded:
         return code
     inv.out.write(report_collectives(result.run_dir, str(args.link or "")).format() + "\n")
@@ -123,6 +126,7 @@ def bench_collectives(args: argparse.Namespace, inv: Invocation) -> int:
 def bench_ddp(args: argparse.Namespace, inv: Invocation) -> int:
     target = ddp_target(steps=args.steps, batch_size=args.batch_size, image_size=args.image_size,
                         buckets_mb=args.buckets, batch_sizes=args.batch_sizes, sweep=args.sweep)
+    check_bench_request("ddp", request_from_args(args, target))
     run_dirs = []
     for nodes in args.node_counts:
         code, result = run_request(request_from_args(args, target, nodes=nodes), inv)

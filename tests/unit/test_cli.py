@@ -86,6 +86,16 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subpro
         (["bench", "collectives", "--cpu", "--ops", "bogus"], "argument --ops: invalid choice: 'bogus'"),
         (["bench", "collectives", "--cpu", "--min-time", "0"], "--min-time must be above 0 seconds, got 0"),
         (["bench", "ddp", "--cpu", "--buckets", "25", "0"], "--buckets: bucket sizes must be above 0 MB, got 25 0"),
+        # a bench builds its own job: a batch script, faults and pdb have no place in it (--sbatch was refused as if
+        # the user had given a job after --)
+        (["bench", "collectives", "--cpu", "--scheduler", "slurm", "--sbatch", "x.sh"], "error: --sbatch is not for"
+         " bench collectives, which builds and measures its own job: a batch script of your own would run in place"
+         " of the job the bench builds; run a job of your own with python -m orchestrate run"),
+        (["bench", "ddp", "--cpu", "--scheduler", "slurm", "--sbatch", "x.sh"], "--sbatch is not for bench ddp"),
+        (["bench", "ddp", "--cpu", "--fault", "kill:node1@t=3", "--pdb"], "error: --fault, --pdb are not for bench"
+         " ddp, which builds and measures its own job: a fault would be measured as if the link and nodes were that"
+         " slow (a slower link: --link); the bench's programs are the tool's own"),
+        (["bench", "collectives", "--cpu", "--pdb"], "--pdb is not for bench collectives"),
         (["logs", "r", "--tail", "-1"], "argument -n/--tail: expected an integer >= 0, got '-1'"),
         (["logs", "r", "--rank", "x"], "argument --rank: expected an integer >= 0, got 'x'"),
         # options a run would leave out without a word
