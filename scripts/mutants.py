@@ -2524,6 +2524,9 @@ MUTANTS = [
            "    lines += []  # only where given", ("tests/unit/test_cli_main.py",)),
     Mutant("a bench takes --sbatch, --fault and --pdb as a run would", "orchestrate/bench/jobs.py",
            "    if given:\n        flags = ", "    if False:\n        flags = ", ("tests/unit/test_cli.py",)),
+    Mutant("bench launcher leaves its empty directory behind when its image cannot be had",
+           "orchestrate/bench/launcher.py", "        shutil.rmtree(directory, ignore_errors=True)\n        for parent",
+           "        for parent", ("tests/unit/test_cli_main.py",)),
 ]
 
 

@@ -21,12 +21,44 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, Iterator, Optional
 
 from orchestrate.config.run_config import DEFAULT_IMAGE, PROJECT_ROOT
+from orchestrate.errors import RunDirError
 
 LAUNCHER_GOAL_RATIO = 1.10  # the launcher against the hand-made baseline
+
+
+@contextmanager
+def unmeasured_directory(directory: Path) -> Iterator[Path]:
+    """Make ``directory`` (and the runs directory above it, where missing) for the bench's
+    results, and remove what was made where the block fails (the image cannot be had, an
+    interrupt): what comes before any measurement leaves nothing behind. A parent another
+    process wrote into meanwhile is kept.
+
+    Raises:
+        RunDirError: Where the directory cannot be made (what ``check_runs_dir`` cannot foresee).
+    """
+    made = [directory]
+    while not made[-1].parent.exists() and made[-1].parent != made[-1]:
+        made.append(made[-1].parent)
+    try:
+        directory.mkdir(parents=True)
+    except OSError as exc:
+        raise RunDirError(f"cannot make the bench's directory {directory}: {exc.strerror or exc}"
+                          f" (--runs-dir {directory.parent})") from None
+    try:
+        yield directory
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        for parent in made[1:]:
+            try:
+                parent.rmdir()  # only where still empty
+            except OSError:
+                break
+        raise
 
 
 def launcher_summary(side_by_side: dict[str, list[float]], scaling: list[dict]) -> dict:

@@ -16,7 +16,7 @@ from orchestrate.cli.run import add_job_options, run_request
 from orchestrate.cli.signals import install_teardown_signals
 from orchestrate.config.options import image_reference, positive_int
 from orchestrate.config.run_config import DEFAULT_IMAGE, DEFAULT_RUNS_DIR
-from orchestrate.errors import RunDirError, UsageError
+from orchestrate.errors import UsageError
 
 
 def add_parsers(sub: Any) -> None:
@@ -99,12 +99,8 @@ def bench_launcher(args: argparse.Namespace, inv: Invocation) -> int:
     check_runs_dir(args.runs_dir.resolve())  # one line, before the image or any run
     install_teardown_signals()  # SIGTERM, SIGHUP: the baseline's project is taken down, as on Ctrl-C
     directory = args.runs_dir.resolve() / f"bench-launcher-{new_run_id()}"
-    try:
-        directory.mkdir(parents=True)
-    except OSError as exc:  # what check_runs_dir cannot foresee (a path the system refuses)
-        raise RunDirError(f"cannot make the bench's directory {directory}: {exc.strerror or exc}"
-                          f" (--runs-dir {args.runs_dir})") from None
-    ensure_image(inv.engine(), args.image, progress=lambda t: print(f"[image] {t}", file=inv.out, flush=True))
+    with launcher.unmeasured_directory(directory):  # removed again where the image cannot be had
+        ensure_image(inv.engine(), args.image, progress=lambda t: print(f"[image] {t}", file=inv.out, flush=True))
     summary = launcher.run_launcher_bench(directory, args.repeats, args.scaling, inv.out, args.image)
     data, plot = write_artifacts(directory, "bench", summary, plots.plot_launcher, summary)
     inv.out.write(launcher.format_launcher(summary) + f"\nresults: {data}\nplot: {plot}\n")

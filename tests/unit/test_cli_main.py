@@ -453,3 +453,18 @@ def test_a_shaped_runs_link_and_node_sizes_are_in_its_plan_record_summary_and_re
     timings = next(i for i, line in enumerate(summary) if line.startswith("bring-up "))
     assert summary[timings - 1].startswith("node0 ")  # the table's last row
     assert 'id="conditions"' not in (run_dir / "report.html").read_text()
+
+
+def test_bench_launcher_whose_image_cannot_be_had_leaves_no_directory_behind(tmp_path, capsys):
+    client = FakeDockerClient()
+    runs = tmp_path / "runs"
+    assert main(["bench", "launcher", "--image", "nosuch:img", "--runs-dir", str(runs)], client=client,
+                out=io.StringIO()) == 2
+    [err] = capsys.readouterr().err.splitlines()
+    assert err.startswith("error: ") and "nosuch:img" in err
+    assert not runs.exists()  # neither its bench-launcher-<id> nor the runs directory it made for it
+    runs.mkdir()
+    (runs / "earlier").mkdir()
+    assert main(["bench", "launcher", "--image", "nosuch:img", "--runs-dir", str(runs)], client=client,
+                out=io.StringIO()) == 2
+    assert [p.name for p in runs.iterdir()] == ["earlier"]  # what was there before stays
