@@ -508,17 +508,22 @@ class Supervisor:
             tracker.exit_code = state.get("ExitCode")
             tracker.exited_at = self.clock()
             tracker.exited_time = engine_time(state.get("FinishedAt", "")) or None
-            if not self.exit_recorded(tracker):
-                self.record("node-exited", node=tracker.name, exit_code=tracker.exit_code, via="inspection",
+            self.record_end(tracker, "node-exited", exit_code=tracker.exit_code, via="inspection",
                             when=tracker.exited_time)
             tracker.result.note_oom(in_state=bool(state.get("OOMKilled")))
 
-    def exit_recorded(self, tracker: NodeTracker) -> bool:
-        """Whether the record before this follower holds an exit of the node since its container's
-        latest start: an earlier attach saw it end, and recorded it as its die event came (at its
-        own time of it, not the engine's); an exit before that start was an earlier attempt's."""
-        return any(e["event"] == "node-exited" and e.get("node") == tracker.name
+    def end_recorded(self, tracker: NodeTracker, kind: str) -> bool:
+        """Whether the record before this follower holds an end event ``kind`` of the node
+        (``node-exited``, ``node-failed``, ...) since its container's latest start: an earlier
+        attach saw it end, and recorded it as its die event came (at its own time of it, not the
+        engine's); an end before that start was an earlier attempt's."""
+        return any(e["event"] == kind and e.get("node") == tracker.name
                    and e["time"] >= (tracker.first_started or 0.0) for e in self.recorded_before)
+
+    def record_end(self, tracker: NodeTracker, kind: str, **fields: Any) -> None:
+        """Record how a node ended, unless an earlier follower recorded that end already."""
+        if not self.end_recorded(tracker, kind):
+            self.record(kind, node=tracker.name, **fields)
 
     def read_channels(self, now: float) -> None:
         """What the workers and ``fault RUN`` wrote meanwhile: steps, files, faults, storage events."""
@@ -823,16 +828,16 @@ class Supervisor:
             result.stopped_by_request = not self.ending
             tracker.move(NodePhase.STOPPED)
             extra = self.grace_ran_out_on_request(tracker)
-            self.record("node-stopped", node=tracker.name, exit_code=result.exit_code, by=self.stop_request.by,
-                        when=tracker.exited_time, **extra)
+            self.record_end(tracker, "node-stopped", exit_code=result.exit_code, by=self.stop_request.by,
+                            when=tracker.exited_time, **extra)
         elif result.exit_code == EXIT_LAUNCHER_GONE:
             tracker.move(NodePhase.ORPHANED)
         else:
             tracker.move(NodePhase.FAILED)
             self.diagnosis.explain_failure(tracker)
             cause = result.root_cause
-            self.record("node-failed", node=tracker.name, exit_code=result.exit_code,
-                        rank=cause.rank if cause else None, when=tracker.exited_time)
+            self.record_end(tracker, "node-failed", exit_code=result.exit_code, rank=cause.rank if cause else None,
+                            when=tracker.exited_time)
             if not self.first_failure_seen and not self.store_looked_for:  # a watcher's summary names it too
                 self.store_looked_for = True
                 self.store_died_first(tracker)
@@ -850,8 +855,7 @@ class Supervisor:
         result.consequence = self.restarts.go_on_without(tracker, self.progress.max_step, at=result.ended_at)
         self.say(f"{tracker.name} {result.consequence}" if result.consequence else
                  f"{tracker.name} is lost for good ({result.lost}): the job goes on with the nodes left")
-        self.record("node-lost", node=tracker.name, exit_code=result.exit_code, fault=result.lost,
-                    when=tracker.exited_time)
+        self.record_end(tracker, "node-lost", exit_code=result.exit_code, fault=result.lost, when=tracker.exited_time)
 
     def end_job_after(self, failed: NodeTracker) -> None:
         """After the first failure: name and kill hung nodes now (they cannot finish anything),

@@ -1641,6 +1641,30 @@ def test_an_attach_records_no_exit_of_a_node_that_an_earlier_attach_saw_end(make
 
 
 @pytest.mark.timeout(60)
+def test_an_attach_records_no_failure_of_a_node_that_an_earlier_attach_saw_fail(make_run, when):
+    """node0 failed while an attach followed (node-failed recorded at that attach's time of its die
+    event); the next attach finds it exited 1, at the engine's time of it: the same end, not
+    recorded again as a second failure."""
+    import _thread
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:step 1"], hang=True),
+                                                   "node1": Script(["[1|0]:step 1"], hang=True)}, dict(nodes=2)))
+
+    def recorded(kind: str) -> list[str]:
+        return [e["node"] for e in read_events(plan.run_dir) if e["event"] == kind]
+
+    out = io.StringIO()
+    when(lambda: "[node1/rank1]  step 1" in out.getvalue(), lambda: client.containers_by_name["ddp-r-node0-1"].exit(1))
+    when(lambda: recorded("node-failed") == ["node0"], lambda: _thread.interrupt_main(signal.SIGINT))
+    assert main(["attach", "r"], out=out, client=client) == 130
+    assert main(["attach", "r"], out=io.StringIO(), client=client) == 1
+    assert recorded("node-failed") == ["node0"] and recorded("node-exited").count("node0") == 1
+
+
+@pytest.mark.timeout(60)
 def test_an_attach_following_a_run_that_down_removes_says_it_was_stopped_by_down_and_does_not_advise_down(
         make_run, when):
     from orchestrate.cli.main import main
