@@ -2527,6 +2527,12 @@ MUTANTS = [
     Mutant("bench launcher leaves its empty directory behind when its image cannot be had",
            "orchestrate/bench/launcher.py", "        shutil.rmtree(directory, ignore_errors=True)\n        for parent",
            "        for parent", ("tests/unit/test_cli_main.py",)),
+    Mutant("a skipped call is said of a point-to-point channel", "orchestrate/hangs/collectives.py",
+           '    if channel_ends(group) is not None:\n        return ""\n    counts =',
+           '    if False:\n        return ""\n    counts =', ("tests/unit/test_hangs.py",)),
+    Mutant("a skipped call is said of a line that calls in another group too", "orchestrate/hangs/collectives.py",
+           "    for line in sorted({call.at for call in calls.values()} - elsewhere):",
+           "    for line in sorted({call.at for call in calls.values()}):", ("tests/unit/test_hangs.py",)),
 ]
 
 

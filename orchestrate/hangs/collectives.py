@@ -166,7 +166,7 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 where = "" if group == "default" else f" (group {group})"
                 text = f"collective #{seq}{where}: " + "; ".join(entered(r, calls[r]) for r in shown)
                 hint = ROOT_HINT if roots_alone_differ(calls) else uneven_steps(calls, snapshots)
-                fewer = "" if hint else fewer_calls(calls, snapshots)
+                fewer = "" if hint else fewer_calls(group, calls, snapshots)
                 found.append((seq, Divergence("mismatch", text, seq, group, hint, fewer)))
                 break
     return min(found, key=lambda item: item[0])[1] if found else None
@@ -190,15 +190,22 @@ def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot
     return f"{step_counts(passes, elsewhere, counts)}{UNEVEN_HINT}"
 
 
-def fewer_calls(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot]) -> str:
-    """Where the ranks at one line of a mismatched collective have made more calls from it than
-    the others made before they went on elsewhere (a collective skipped by a condition on the
-    rank or its data, or a loop that ran fewer times there): ``rank 1 made 9 collectives at
-    skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th: ...``, by the ranks'
-    call lines' counts; "" where those are not known or do not say so. The mismatch itself is
-    found where the calls part, later than the skip: this names the line the skip is at."""
+def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, RankSnapshot]) -> str:
+    """Where the ranks at one line of a mismatched collective of ``group`` have made more calls
+    from it than the others made before they went on elsewhere (a collective skipped by a
+    condition on the rank or its data, or a loop that ran fewer times there): ``rank 1 made 9
+    collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th: ...``,
+    by the ranks' call lines' counts; "" where those are not known or do not say so. The mismatch
+    itself is found where the calls part, later than the skip: this names the line the skip is at.
+
+    A line's count takes in every group's calls from it, so nothing is said of a line the ranks'
+    records show in another group too (a helper that reduces in several groups), nor of a
+    point-to-point channel, whose ends call from different lines by design."""
+    if channel_ends(group) is not None:
+        return ""
     counts = {rank: dict(snapshots[rank].lines) for rank in calls if rank in snapshots}
-    for line in sorted({call.at for call in calls.values()}):
+    elsewhere = {c.at for s in snapshots.values() for c in s.collectives if c.group != group}
+    for line in sorted({call.at for call in calls.values()} - elsewhere):
         at_it = [rank for rank, call in calls.items() if call.at == line]
         gone_on = [rank for rank in calls if rank not in at_it]
         now = {counts.get(rank, {}).get(line) for rank in at_it}

@@ -326,6 +326,26 @@ def test_a_collective_one_rank_skipped_is_named_at_the_line_it_skipped_it_not_on
     assert ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where ranks 0, 2 are in"
             " their 10th: rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer"
             " times") in lines
+    # a line that reduces in another group too (its count takes in both): nothing said of it
+    from orchestrate.hangs.collectives import mismatch
+
+    shared = tuple(coll(seq, at="util.py:5") for seq in range(1, 6))
+    subgroup = tuple(coll(seq, group="ranks 0,2", at="util.py:5") for seq in range(1, 6))
+    in_util = coll(6, "float32[4]", "entered", at="util.py:5")
+    helper = {rank: snap(rank, shared + subgroup + (in_util,), stack(5), lines=(("util.py:5", 11),)) for rank in (0, 2)}
+    moved_on = coll(6, "float32[1] from rank 0", "entered", op="broadcast", at="skip.py:12")
+    gone = snap(1, shared + (moved_on,), stack(12, call="broadcast"), lines=(("util.py:5", 5), ("skip.py:12", 1)))
+    found = mismatch({0: helper[0], 1: gone, 2: helper[2]})
+    assert found is not None and found.seq == 6 and found.fewer == "", found
+    # a point-to-point channel's ends call from different lines by design: nothing said
+    sends = tuple(coll(seq, "float32[8]", op="send", group="p2p 0->1", at="pipe.py:10") for seq in (1, 2))
+    receives = tuple(coll(seq, "float32[8]", op="recv", group="p2p 0->1", at="pipe.py:9") for seq in (1, 2))
+    sender = snap(0, sends + (coll(3, "float32[8]", "entered", op="send", group="p2p 0->1", at="pipe.py:10"),),
+                  stack(10, call="send"), lines=(("pipe.py:10", 3),))
+    receiver = snap(1, receives + (coll(3, "float32[4]", "entered", op="recv", group="p2p 0->1", at="pipe.py:9"),),
+                    stack(9, call="recv"), lines=(("pipe.py:9", 3), ("pipe.py:10", 2)))
+    found = mismatch({0: sender, 1: receiver})
+    assert found is not None and (found.group, found.seq) == ("p2p 0->1", 3) and found.fewer == "", found
     # no count said where the records do not show one made fewer: as many, none at all, or not known
     for rank1_lines in ((("skip.py:9", 10), ("skip.py:12", 1)), (("skip.py:12", 1),), ()):
         other = snap(1, history + (after,), stack(12, call="broadcast"), lines=rank1_lines)
