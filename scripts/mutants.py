@@ -197,8 +197,7 @@ MUTANTS = [
            "orchestrate/chaos/verdict.py", "        if status == HOLDS and not self.unchecked:\n",
            "        if status == HOLDS:\n", CHAOS),
     Mutant("a trial's schedule is drawn without the world's size", "orchestrate/chaos/check.py",
-           "                                     world_size=config.world_size)\n", "                                     )\n",
-           CHAOS),
+           "facts, world_size=config.world_size,\n", "facts,\n", CHAOS),
     Mutant("the last step of a stretch is never drawn", "orchestrate/chaos/schedule.py",
            "    return first, max(first, low + (index + 1) * steps // count - 1)\n",
            "    return first, max(first, low + (index + 1) * steps // count - 2)\n", CHAOS),
@@ -2533,6 +2532,11 @@ MUTANTS = [
     Mutant("a skipped call is said of a line that calls in another group too", "orchestrate/hangs/collectives.py",
            "    for line in sorted({call.at for call in calls.values()} - elsewhere):",
            "    for line in sorted({call.at for call in calls.values()}):", ("tests/unit/test_hangs.py",)),
+    Mutant("chaos draws a slow or degrade at its default level whatever the nodes have", "orchestrate/chaos/schedule.py",
+           "        target.update(drawn_levels(kind, node_cpus, link))\n", "", ("tests/unit/test_chaos.py",)),
+    Mutant("chaos runs the undisturbed job before refusing a kind it cannot draw", "orchestrate/chaos/check.py",
+           "        check_drawn_levels(self.kinds, node_name(0), config.cpus_per_node, config.link)\n", "",
+           ("tests/unit/test_chaos.py",)),
 ]
 
 

@@ -26,7 +26,7 @@ from typing import IO, Any, Optional
 
 from orchestrate.chaos.attempts import attempts_of, ended_at, job_steps, one_ranks_records, steps_redone, strikes
 from orchestrate.chaos.compare import compare_files
-from orchestrate.chaos.schedule import Reference, draw_schedule
+from orchestrate.chaos.schedule import Reference, check_drawn_levels, draw_schedule
 from orchestrate.chaos.step_metrics import compare_step_metrics
 from orchestrate.node.params_digest import STEP_DIGEST_ENV
 from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison, held_before_note
@@ -103,6 +103,7 @@ class ChaosCheck:
         """The reference and every trial, and the verdicts. An interrupt stops at once
         (KeyboardInterrupt, with the run already torn down)."""
         config = Run(self.request.replace(rdzv="c10d"), out=self.out).check()  # bad input before any copy or run
+        check_drawn_levels(self.kinds, node_name(0), config.cpus_per_node, config.link)
         base = Path(self.request.runs_dir).resolve() / f"chaos-{new_run_id()}"  # named as CHAOS_DIR matches
         seeds = [self.seed + k for k in range(self.trials)]
         undisturbed, *with_faults = self.copies(base, ["undisturbed"] + (
@@ -139,8 +140,8 @@ class ChaosCheck:
                                                      not_made=no_time)]
                 break
             nodes = [node_name(i) for i in range(self.request.nodes)]
-            schedule = draw_schedule(seed, self.count, self.kinds, nodes, facts,
-                                     world_size=config.world_size)
+            schedule = draw_schedule(seed, self.count, self.kinds, nodes, facts, world_size=config.world_size,
+                                     node_cpus=config.cpus_per_node, link=config.link)
             self.say(f"run {number} of {runs}: the same job with {self.count} fault(s) drawn from seed {seed}:"
                      f" {' '.join(str(f) for f in schedule)}")
             disturbed = self.one_run(elastic.replace(workdir=workdir, faults=schedule))

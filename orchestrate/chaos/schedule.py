@@ -19,7 +19,10 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.config.fault_spec import (DEFAULT_DEGRADED_RATE_BITS, DEFAULT_SLOW_CPUS, FaultAction, FaultSpec,
+                                          check_fault_levels)
+from orchestrate.config.link import LinkSpec
+from orchestrate.config.options import MIN_CPUS
 from orchestrate.errors import UsageError
 
 # The kinds an elastic job is meant to survive: a node that dies, reboots or is taken back.
@@ -110,15 +113,41 @@ def parse_kinds(text: str) -> tuple[FaultAction, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
+def drawn_levels(kind: FaultAction, node_cpus: Optional[float], link: Optional[LinkSpec]) -> dict:
+    """The level a drawn fault of ``kind`` takes: its kind's default, or less where the nodes
+    have less (``--cpus-per-node``, the ``--link`` rate): half the node's CPUs, a tenth of the
+    link's rate, so that a slow or a degrade slows the node it strikes."""
+    if kind is FaultAction.SLOW and node_cpus:
+        return {"cpus": min(DEFAULT_SLOW_CPUS, max(round(node_cpus / 2, 2), MIN_CPUS))}
+    if kind is FaultAction.DEGRADE and link is not None and link.rate_bits:
+        return {"rate_bits": min(DEFAULT_DEGRADED_RATE_BITS, max(link.rate_bits // 10, 1))}
+    return {}
+
+
+def check_drawn_levels(kinds: tuple[FaultAction, ...], node: str, node_cpus: Optional[float],
+                       link: Optional[LinkSpec]) -> None:
+    """Refuse, before any run, kinds whose drawn level could not slow the nodes (a slow of nodes
+    that have the least CPUs a node may have).
+
+    Raises:
+        UsageError: Naming the kind and the node's own level.
+    """
+    drawn = [FaultSpec(kind, node=node, at_seconds=1.0, **drawn_levels(kind, node_cpus, link)) for kind in kinds
+             if kind in (FaultAction.SLOW, FaultAction.DEGRADE)]
+    check_fault_levels(drawn, link, node_cpus, said="--kinds: a drawn ")
+
+
 def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: list[str],
-                  reference: Reference, world_size: Optional[int] = None) -> tuple[FaultSpec, ...]:
+                  reference: Reference, world_size: Optional[int] = None, node_cpus: Optional[float] = None,
+                  link: Optional[LinkSpec] = None) -> tuple[FaultSpec, ...]:
     """``count`` faults from ``seed``, one in each of ``count`` equal stretches of training time
     (see the module's text): at steps of ``reference`` when it had steps (never its last), else
     at times within its job (never its first or last tenth). Node faults aim at one of
     ``nodes``, rank faults at one of ``world_size`` ranks, storage faults at the first node (the
     one of global rank 0, which saves in most scripts). A fault that lasts falls at a time
     (no step comes while a node or a rank hangs) and ends within its stretch, after at most
-    :data:`LASTING_S`; the fault after it counts the job's steps again, as no attempt begins.
+    :data:`LASTING_S`; the fault after it counts the job's steps again, as no attempt begins. A
+    slow or a degrade takes a level below the node's own (:func:`drawn_levels`).
 
     Raises:
         UsageError: When the reference leaves no room for ``count`` faults.
@@ -144,6 +173,7 @@ def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: 
             target = {"node": nodes[0]}
         else:
             target = {"node": rng.choice(nodes)}
+        target.update(drawn_levels(kind, node_cpus, link))
         if by_steps and not kind.lasting:
             first, last = _stretch(low_step, high_step, count, i)
             step = rng.randint(first, last)

@@ -81,6 +81,36 @@ def test_a_fault_after_a_lasting_one_counts_the_jobs_steps_again():
                 assert fault.in_attempt == (before.at_step is not None), schedule
 
 
+def test_a_drawn_slow_or_degrade_takes_a_level_below_the_nodes_own_and_a_kind_that_cannot_is_refused_first(
+        tmp_path):
+    """A slow drew 0.25 CPUs and a degrade 10mbit whatever the nodes had: on nodes of 0.25 CPUs or a
+    10mbit --link the run with faults was refused, after the undisturbed run, for a --fault the user
+    never gave."""
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.chaos.schedule import check_drawn_levels
+    from orchestrate.config.link import parse_link
+    from orchestrate.config.request import RunRequest
+
+    kinds, reference = (FaultAction.SLOW, FaultAction.DEGRADE), Reference(last_step=None, job_s=60.0)
+    drawn = [f for seed in range(20) for f in draw_schedule(seed, 2, kinds, NODES, reference, node_cpus=0.25,
+                                                            link=parse_link("rate=10mbit"))]
+    assert {f.slow_cpus for f in drawn if f.action is FaultAction.SLOW} == {0.12}
+    assert {f.degraded_rate_bits for f in drawn if f.action is FaultAction.DEGRADE} == {10**6}
+    roomy = [f for seed in range(20) for f in draw_schedule(seed, 2, kinds, NODES, reference, node_cpus=4.0,
+                                                            link=parse_link("rate=1gbit"))]
+    assert {(f.slow_cpus if f.action is FaultAction.SLOW else f.degraded_rate_bits) for f in roomy} == {0.25, 10**7}
+    check_drawn_levels(kinds, "node0", 0.25, parse_link("rate=10mbit"))  # (room below both)
+    with pytest.raises(UsageError, match=r"^--kinds: a drawn slow:node0,cpus=0.01@t=1: a slow node's cpus must be"
+                                         r" below its --cpus-per-node 0.01"):
+        check_drawn_levels(kinds, "node0", 0.01, None)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    request = RunRequest.from_options(("train.py",), workdir=tmp_path, runs_dir=tmp_path / "runs", nodes=2,
+                                      cpu=True, cpus_per_node=0.01)
+    with pytest.raises(UsageError, match="--kinds: a drawn slow"):
+        ChaosCheck(request, faults=1, seed=1, kinds=(FaultAction.SLOW,)).run()
+    assert not (tmp_path / "runs").exists()  # before any copy or run
+
+
 def test_without_steps_faults_fall_after_the_first_write_when_there_is_room():
     reference = Reference(last_step=None, job_s=100.0, first_write="ckpt.pt", first_write_s=40.0)
     for seed in range(30):
