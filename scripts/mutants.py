@@ -2537,6 +2537,13 @@ MUTANTS = [
     Mutant("chaos runs the undisturbed job before refusing a kind it cannot draw", "orchestrate/chaos/check.py",
            "        check_drawn_levels(self.kinds, node_name(0), config.cpus_per_node, config.link)\n", "",
            ("tests/unit/test_chaos.py",)),
+    Mutant("the netem probe's container is left where its wait or start fails", "orchestrate/engine/netem.py",
+           "    finally:\n        try:\n            container.remove(force=True)",
+           "    finally:\n        try:\n            pass", ("tests/unit/test_link.py",)),
+    Mutant("a dry run fails where the engine refuses the netem probe", "orchestrate/launch/run.py",
+           "            except engine_errors() as exc:\n                why = f\"the engine refused the probe:",
+           "            except ZeroDivisionError as exc:\n                why = f\"the engine refused the probe:",
+           ("tests/unit/test_link.py",)),
 ]
 
 

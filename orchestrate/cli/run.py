@@ -41,7 +41,8 @@ def add_parsers(sub: Any) -> None:
                           " probes its kernel's netem for a --link delay or loss")
     add_options(run, [OPTIONS_BY_DEST["no_build"], OPTIONS_BY_DEST["detach"]])
     run.set_defaults(handler=command_run, takes_target=True)
-    plan = sub.add_parser("plan", help="print the plan of a run without starting anything",
+    plan = sub.add_parser("plan", help="print the plan of a run without starting it (a --link delay or loss"
+                                       " starts one throwaway container, which probes the kernel's netem)",
                           description="Print nodes, ranks and torchrun commands of a run (under --scheduler slurm: its"
                                       " cluster, ranks and the batch script sbatch gets).",
                           epilog=TARGET_HELP)

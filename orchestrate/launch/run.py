@@ -222,13 +222,17 @@ class Run:
     def _dry_link_netem(self, client: Any, config: RunConfig) -> bool:
         """:func:`~orchestrate.launch.preflight.link_netem` for a dry run: the probe where the
         engine and the node image are there (a dry run builds nothing), else the plan as if the
-        kernel had netem, said to be unchecked."""
+        kernel had netem, said to be unchecked; likewise where the engine refused the probe (an
+        ``--image`` without ``tc``): a plan is still printed, with why it is unchecked."""
         from orchestrate.engine.images import image_exists
 
         why = ("no engine answers" if client is None
                else "" if image_exists(client, config.image) else f"the image {config.image} is not built yet")
         if not why:
-            return link_netem(client, config, self.say)
+            try:
+                return link_netem(client, config, self.say)
+            except engine_errors() as exc:
+                why = f"the engine refused the probe: {describe(exc)}"
         assert config.link is not None
         needs = ("the run refuses its delay where the kernel has no netem" if config.link.delay_ms
                  else "where the kernel has no netem, the run drops its loss by iptables")

@@ -220,3 +220,80 @@ def test_a_dry_run_that_cannot_probe_netem_plans_the_link_and_says_it_was_not_ch
     assert notes == [("[orchestrate] --link loss=1%: not checked against the engine's kernel (no engine answers);"
                       " where the kernel has no netem, the run drops its loss by iptables")]
     assert "link loss=1%" in out.getvalue()
+
+
+class ProbeContainer:
+    """The probe's container, as the engine gives it: it exits with ``code`` and ``stderr``, or its
+    start or its wait raises ``raises``; it records whether it was removed."""
+
+    def __init__(self, code: int = 0, stderr: bytes = b"", raises: tuple[str, BaseException] = ("", None)) -> None:
+        self.code, self.stderr, self.raises, self.removed = code, stderr, raises, False
+
+    def start(self) -> None:
+        if self.raises[0] == "start":
+            raise self.raises[1]
+
+    def wait(self, timeout: int) -> dict:
+        if self.raises[0] == "wait":
+            raise self.raises[1]
+        return {"StatusCode": self.code}
+
+    def logs(self, stdout: bool, stderr: bool) -> bytes:
+        return self.stderr
+
+    def remove(self, force: bool = False) -> None:
+        assert force
+        self.removed = True
+
+
+def test_the_netem_probe_says_tcs_error_and_removes_its_container_whatever_ends_it():
+    """docker-py's run(remove=True) removed the container only once its wait returned: a Ctrl-C
+    during the probe left it exited, and an image without tc left it created, unlabelled."""
+    import docker.errors
+
+    from orchestrate.engine.netem import PROBE_LABEL, probe_netem
+
+    class Containers:
+        def __init__(self, container: ProbeContainer) -> None:
+            self.container, self.asked = container, {}
+
+        def create(self, image: str, command: list, **options) -> ProbeContainer:
+            self.asked = {"image": image, "command": command, **options}
+            return self.container
+
+    class Client:
+        def __init__(self, container: ProbeContainer) -> None:
+            self.containers = Containers(container)
+
+    works = Client(ProbeContainer())
+    assert probe_netem(works, "img") is None and works.containers.container.removed
+    assert works.containers.asked["labels"] == {PROBE_LABEL: "netem"} and "netem" in works.containers.asked["command"]
+    lacks = Client(ProbeContainer(2, b"Error: Specified qdisc kind is unknown.\n"))
+    assert probe_netem(lacks, "img") == "Error: Specified qdisc kind is unknown.\n" and lacks.containers.container.removed
+    for where, error in (("wait", KeyboardInterrupt()), ("start", docker.errors.APIError("no tc in the image"))):
+        ended = Client(ProbeContainer(raises=(where, error)))
+        with pytest.raises(type(error)):
+            probe_netem(ended, "img")
+        assert ended.containers.container.removed, where
+
+
+def test_a_dry_run_whose_probe_the_engine_refuses_plans_the_link_and_says_why_it_was_not_checked(tmp_path,
+                                                                                                 monkeypatch):
+    import docker.errors
+
+    from orchestrate.cli.main import main
+    from orchestrate.config.run_config import DEFAULT_IMAGE
+    from tests.fakes import FakeDockerClient
+
+    def refused(client, image):
+        raise docker.errors.APIError("exec: \"tc\": executable file not found in $PATH")
+
+    monkeypatch.setattr("orchestrate.launch.preflight.probe_netem", refused)
+    client = FakeDockerClient()
+    client.images.add(DEFAULT_IMAGE)
+    out = io.StringIO()
+    assert main(["plan", "--cpu", "--workdir", str(tmp_path), "--link", "wan"], out=out, client=client) == 0
+    [note] = [ln for ln in out.getvalue().splitlines() if ln.startswith("[orchestrate]")]
+    assert note.startswith("[orchestrate] --link rate=100mbit,delay=20ms: not checked against the engine's kernel (the"
+                           " engine refused the probe: ") and "executable file not found" in note
+    assert "link rate=100mbit,delay=20ms" in out.getvalue()
