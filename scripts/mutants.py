@@ -2544,6 +2544,19 @@ MUTANTS = [
            "            except engine_errors() as exc:\n                why = f\"the engine refused the probe:",
            "            except ZeroDivisionError as exc:\n                why = f\"the engine refused the probe:",
            ("tests/unit/test_link.py",)),
+    Mutant("a degrade puts its rate in the root, netem's delay and loss gone", "orchestrate/config/link.py",
+           "    return tc_commands(degraded if netem else LinkSpec(rate_bits), interface, netem, verb=\"replace\")",
+           "    return tc_commands(LinkSpec(rate_bits), interface, netem, verb=\"replace\")",
+           ("tests/unit/test_fault_kinds.py",)),
+    Mutant("a run's degrade is done without its link", "orchestrate/supervise/supervisor.py",
+           "fault,\n                            link=self.spec.link)", "fault)", ("tests/unit/test_fault_kinds.py",)),
+    Mutant("a degrade on a kernel without netem fails where the rate alone would do", "orchestrate/faults/inject.py",
+           "            if link is None or not link.needs_netem or not NETEM_MISSING.search(str(exc)):",
+           "            if True:", ("tests/unit/test_fault_kinds.py",)),
+    Mutant("fault RUN's degrade is done without the run's link", "orchestrate/faults/live.py",
+           "                node = do_fault(self.client, self.project, self.targets, spec, link=self.link)",
+           "                node = do_fault(self.client, self.project, self.targets, spec)",
+           ("tests/unit/test_live_faults.py",)),
 ]
 
 

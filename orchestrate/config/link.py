@@ -145,13 +145,14 @@ def link_commands(spec: LinkSpec, interface: str, netem: bool = True) -> list[li
     return [*tc_commands(spec, interface, netem), ["iptables", "-w", "-A", *loss_rule(interface, spec.loss_pct)]]
 
 
-def tc_commands(spec: LinkSpec, interface: str, netem: bool = True) -> list[list[str]]:
+def tc_commands(spec: LinkSpec, interface: str, netem: bool = True, verb: str = "add") -> list[list[str]]:
     """The ``tc`` commands that shape ``interface`` to ``spec`` (pure); without ``netem``, the
-    loss is left to :func:`link_commands`' iptables rule (and a delay cannot be had)."""
+    loss is left to :func:`link_commands`' iptables rule (and a delay cannot be had). ``verb``:
+    ``add`` to a bare interface, or ``replace`` what it has (each qdisc by its handle)."""
     commands: list[list[str]] = []
     parent = ["root"]
     if spec.needs_netem and netem:
-        qdisc = ["tc", "qdisc", "add", "dev", interface, "root", "handle", "1:", "netem"]
+        qdisc = ["tc", "qdisc", verb, "dev", interface, "root", "handle", "1:", "netem"]
         if spec.delay_ms:
             qdisc += ["delay", f"{spec.delay_ms:g}ms"]
         if spec.loss_pct:
@@ -159,10 +160,20 @@ def tc_commands(spec: LinkSpec, interface: str, netem: bool = True) -> list[list
         commands.append(qdisc)
         parent = ["parent", "1:", "handle", "2:"]
     if spec.rate_bits:
-        commands.append(["tc", "qdisc", "add", "dev", interface, *parent, "tbf",
+        commands.append(["tc", "qdisc", verb, "dev", interface, *parent, "tbf",
                          "rate", format_rate(spec.rate_bits), "burst", str(tbf_burst_bytes(spec.rate_bits)),
                          "latency", "100ms"])
     return commands
+
+
+def degrade_commands(rate_bits: int, link: Optional[LinkSpec], interface: str, netem: bool = True) -> list[list[str]]:
+    """The ``tc`` commands that degrade ``interface``'s rate to ``rate_bits`` (pure), its link
+    (``--link``) otherwise kept: where the link's delay or loss is netem's (``netem``), netem
+    stays the root and the degraded rate its child, so that the delay and loss go on while the
+    rate is down (a tbf in the root's place took them away: a faster link, not a slower one);
+    else the rate is the root's."""
+    degraded = LinkSpec(rate_bits, link.delay_ms, link.loss_pct) if link is not None else LinkSpec(rate_bits)
+    return tc_commands(degraded if netem else LinkSpec(rate_bits), interface, netem, verb="replace")
 
 
 # What a kernel without netem answers (seen: "Specified qdisc kind is unknown").

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
-from orchestrate.config.link import NETEM_MISSING, LinkSpec, format_rate, loss_rule, tbf_burst_bytes, tc_commands
+from orchestrate.config.link import NETEM_MISSING, LinkSpec, degrade_commands, loss_rule, tc_commands
 from orchestrate.config.run_config import STORE_SERVICE
 from orchestrate.engine.errors import EngineFault, classify, describe, engine_errors
 from orchestrate.engine.labels import project_network
@@ -26,10 +26,11 @@ log = logging.getLogger(__name__)
 RANK_SIGNALS = {FaultAction.KILL_RANK: "SIGKILL", FaultAction.HANG_RANK: "SIGSTOP"}
 
 
-def do_fault(client: Any, project: str, containers: dict[str, Any], fault: FaultSpec) -> str:
+def do_fault(client: Any, project: str, containers: dict[str, Any], fault: FaultSpec,
+             link: Optional[LinkSpec] = None) -> str:
     """Do ``fault`` to its node, or to its rank's worker on whichever of ``containers`` (node
     name -> live container; the run's own rendezvous store under ``store``) runs it; return the
-    node it landed on. A preemption's SIGKILL after
+    node it landed on (``link``: the run's, see :func:`inject`). A preemption's SIGKILL after
     the grace is the caller's to send.
 
     Raises:
@@ -42,7 +43,7 @@ def do_fault(client: Any, project: str, containers: dict[str, Any], fault: Fault
         return fault.nodes[0]
     if fault.node not in containers:
         raise NodeLookupError(f"{fault.node} is not running")
-    inject(client, project, containers[fault.node], fault)
+    inject(client, project, containers[fault.node], fault, link)
     return fault.node
 
 
@@ -77,9 +78,10 @@ def pause_node(container: Any, retry_s: float = FREEZE_RETRY_S) -> None:
             container.pause()
 
 
-def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
+def inject(client: Any, project: str, container: Any, fault: FaultSpec, link: Optional[LinkSpec] = None) -> None:
     """Do ``fault`` (a node fault) to a node's container in Compose project ``project``
-    (whose network a disconnect needs).
+    (whose network a disconnect needs); ``link``: the run's ``--link``, which a degrade keeps
+    but for its rate.
 
     Raises:
         docker.errors.DockerException: When the engine refuses (the node already ended).
@@ -101,8 +103,12 @@ def inject(client: Any, project: str, container: Any, fault: FaultSpec) -> None:
         container.update(cpu_period=CPU_PERIOD_US, cpu_quota=int(round(fault.slow_cpus * CPU_PERIOD_US)))
     elif action is FaultAction.DEGRADE:
         rate = fault.degraded_rate_bits
-        shape(client, container, [["tc", "qdisc", "replace", "dev", NODE_INTERFACE, "root", "tbf", "rate",
-                                   format_rate(rate), "burst", str(tbf_burst_bytes(rate)), "latency", "100ms"]])
+        try:
+            shape(client, container, degrade_commands(rate, link, NODE_INTERFACE))
+        except EngineError as exc:  # a link whose loss is iptables' (no netem): the rate alone is tc's
+            if link is None or not link.needs_netem or not NETEM_MISSING.search(str(exc)):
+                raise
+            shape(client, container, degrade_commands(rate, link, NODE_INTERFACE, netem=False))
     elif action is FaultAction.LOSSY:  # iptables, netem or not: a netem qdisc would replace the link's own
         shape(client, container, [["iptables", "-w", "-A", *loss_rule(NODE_INTERFACE, fault.lossy_pct)]])
     else:

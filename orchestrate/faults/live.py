@@ -158,7 +158,7 @@ class LiveFaults:
                 self.live[spec.node].stop(timeout=math.ceil(self.stop_grace_s))
                 node = spec.node
             else:
-                node = do_fault(self.client, self.project, self.targets, spec)
+                node = do_fault(self.client, self.project, self.targets, spec, link=self.link)
         except Exception as exc:  # the engine's refusal, or the node's own (no NET_ADMIN for a partition)
             why = describe(exc) if isinstance(exc, engine_errors()) else str(exc) or type(exc).__name__
             if not spec.action.on_rank:

@@ -215,7 +215,8 @@ class Supervisor:
             return self.fault_store(fault)
         mark = self.mark_sigterm(fault.node) if fault.action is FaultAction.PREEMPT else None
         try:  # a rank fault lands on whichever node runs the rank now
-            node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault)
+            node = do_fault(self.client, self.spec.project, {t.name: t.container for t in self.live}, fault,
+                            link=self.spec.link)
         except BaseException:
             if mark is not None:  # no SIGTERM came: a later preempt's is the one its workers meet
                 mark.unlink(missing_ok=True)

@@ -233,6 +233,53 @@ def test_a_lossy_node_drops_packets_by_an_iptables_rule_as_root_and_its_end_dele
     assert "fault ended: lossy:node1,p=2%@t=0..0.3" in job.out.getvalue()
 
 
+def test_a_degrade_keeps_the_links_delay_and_loss_as_netems_child_and_its_end_restores_the_link(make_run,
+                                                                                               monkeypatch):
+    """A degrade replaced the root qdisc with a tbf: on a kernel with netem, a --link delay and loss
+    were gone while it lasted (a faster link, not a slower one)."""
+    from orchestrate.config.link import degrade_commands, parse_link
+    from orchestrate.errors import EngineError
+    from orchestrate.faults.inject import inject
+
+    link = parse_link("rate=1gbit,delay=5ms,loss=1%")
+    tbf = ["tbf", "rate", "10mbit", "burst", "32768", "latency", "100ms"]
+    assert degrade_commands(10**7, link, "eth0") == [
+        ["tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "netem", "delay", "5ms", "loss", "1%"],
+        ["tc", "qdisc", "replace", "dev", "eth0", "parent", "1:", "handle", "2:", *tbf]]
+    root_tbf = [["tc", "qdisc", "replace", "dev", "eth0", "root", *tbf]]
+    assert degrade_commands(10**7, link, "eth0", netem=False) == root_tbf
+    assert degrade_commands(10**7, None, "eth0") == root_tbf == degrade_commands(10**7, parse_link("1gbe"), "eth0")
+
+    monkeypatch.setattr("orchestrate.launch.preflight.probe_netem", lambda client, image: None)  # a kernel with it
+    job = make_run(nodes=2, link="rate=1gbit,delay=5ms", faults=["degrade:node0,rate=10mbit@t=0..0.3"])
+    job.client = client = engine(node0=[lines(0, 10)], node1=[lines(1, 10)])
+    assert job.run().succeeded, job.out.getvalue()
+    shaped = [cmd for name, cmd in calls(client, "exec_create") if cmd[0] == "tc"]
+    assert shaped[:2] == [("tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "netem", "delay", "5ms"),
+                          ("tc", "qdisc", "replace", "dev", "eth0", "parent", "1:", "handle", "2:", *tbf)]
+    assert shaped[2] == ("tc", "qdisc", "del", "dev", "eth0", "root")  # its end: the link as the run made it
+    assert shaped[3][:9] == ("tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "netem")
+
+    # a kernel without netem (a loss-only link's loss is iptables'): the rate alone, in the root
+    done = []
+
+    def shape(client, container, commands):
+        if any("netem" in command for command in commands):
+            raise EngineError("cannot shape the link at n (tc ...): Error: Specified qdisc kind is unknown.")
+        done.extend(commands)
+
+    monkeypatch.setattr("orchestrate.faults.inject.shape", shape)
+    inject(None, "p", None, parse_fault("degrade:node0,rate=10mbit"), parse_link("loss=1%"))
+    assert done == root_tbf
+
+    def refused(client, container, commands):
+        raise EngineError("cannot shape the link at n (tc ...): Error: Specified qdisc kind is unknown.")
+
+    monkeypatch.setattr("orchestrate.faults.inject.shape", refused)
+    with pytest.raises(EngineError):  # with no netem in the link, tc's refusal is the fault's own
+        inject(None, "p", None, parse_fault("degrade:node0,rate=10mbit"), parse_link("rate=1gbit"))
+
+
 def test_a_links_loss_is_netem_where_the_kernel_has_it_and_an_iptables_rule_where_not(make_job):
     from orchestrate.config.link import link_commands, parse_link
     link = parse_link("rate=1gbit,loss=1%")

@@ -485,11 +485,15 @@ def test_a_heal_a_node_refuses_still_heals_the_others_then_says_the_refusal(tmp_
 def test_a_degrade_ends_by_restoring_the_runs_link_and_without_netem_its_rate_alone(tmp_path):
     run = Run(tmp_path, link="rate=1gbit,loss=1%")
     clock = Clock()
-    run.faults.inject(parse_fault("degrade:node1,rate=10mbit@t=0..1"))
     run.client.command_outputs[(f"{PROJECT}-node1-1", "tc")] = (  # this kernel has no netem: tc refuses that alone
         lambda cmd: (2, b"Error: Specified qdisc kind is unknown.\n") if "netem" in cmd else (0, b""))
+    run.faults.inject(parse_fault("degrade:node1,rate=10mbit@t=0..1"))
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
-    assert run.execs("node1")[1:] == [  # after the degrade's own shaping
+    assert run.execs("node1") == [
+        # the degrade: netem kept as the root, refused here, so the rate alone in the root
+        ("tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "netem", "loss", "1%"),
+        ("tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "10mbit", "burst", "32768", "latency",
+         "100ms"),
         ("tc", "qdisc", "del", "dev", "eth0", "root"),
         ("tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "netem", "loss", "1%"),
         ("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "500000", "latency",
