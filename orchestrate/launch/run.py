@@ -45,7 +45,7 @@ from orchestrate.interrupts import SignalInterrupt, uninterrupted
 from orchestrate.launch.backend import Backend
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
-from orchestrate.launch.lease import gpu_lease, wants_gpus
+from orchestrate.launch.lease import free_gpu_ids, gpu_lease, wants_gpus
 from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.run_dir import check_runs_dir, prepare_run_dir, writing_run_dir
@@ -213,8 +213,6 @@ class Run:
         netem = self._dry_link_netem(client, config) if needs_netem else True
         free = None
         if client is not None:
-            from orchestrate.launch.lease import free_gpu_ids, wants_gpus
-
             free = free_gpu_ids(client, self.request) if wants_gpus(self.request) else None
         self.plan = self._plan(info, self.request.image, free, netem)
         return self.plan
