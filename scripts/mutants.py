@@ -2458,7 +2458,7 @@ MUTANTS = [
     Mutant("prune takes a runs directory that is not there", "orchestrate/cli/prune.py",
            "    if runs_dir is None or runs_dir.is_dir() or any(", "    if True or any(", ("tests/unit/test_runs.py",)),
     Mutant("a dry run plans nodes larger than the engine", "orchestrate/launch/run.py",
-           "        info = client.info() if client is not None else {}\n        check_node_size(config, info)\n",
+           "        info = client.info() if client is not None else {}\n        check_engine_resources(config, info)\n",
            "        info = client.info() if client is not None else {}\n", ("tests/unit/test_cli_main.py",)),
     Mutant("the GPU lease lists the engine's GPUs again", "orchestrate/launch/run.py",
            "with gpu_lease(client, self.request, self.run_id, self.say, inventory) as free:",

@@ -18,7 +18,7 @@ from orchestrate.engine.user_image import derived_image_spec, ensure_derived_ima
 from orchestrate.errors import UsageError
 
 
-def check_node_size(config: RunConfig, engine_info: dict) -> None:
+def check_engine_resources(config: RunConfig, engine_info: dict) -> None:
     """Refuse node sizes the engine cannot give (it would fail every container at start), and
     where the nodes have no CPU limit, a slow fault that the engine's CPUs leave no slower."""
     cpus = engine_info.get("NCPU")

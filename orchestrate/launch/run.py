@@ -46,7 +46,7 @@ from orchestrate.launch.backend import Backend
 from orchestrate.launch.compose_backend import SUPERVISOR_LOCK, ComposeBackend
 from orchestrate.launch.heartbeat import Heartbeat
 from orchestrate.launch.lease import free_gpu_ids, gpu_lease, wants_gpus
-from orchestrate.launch.preflight import check_node_size, link_netem, prepare_image
+from orchestrate.launch.preflight import check_engine_resources, link_netem, prepare_image
 from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.launch.run_dir import check_runs_dir, prepare_run_dir, writing_run_dir
 from orchestrate.launch.teardown import finish_record, tear_down_and_record, teardown
@@ -209,7 +209,7 @@ class Run:
             with contextlib.suppress(EngineUnavailableError):  # a dry run needs no engine
                 client = self.engine()
         info = client.info() if client is not None else {}
-        check_node_size(config, info)
+        check_engine_resources(config, info)
         netem = self._dry_link_netem(client, config) if needs_netem else True
         free = None
         if client is not None:
@@ -266,7 +266,7 @@ class Run:
         compose_found = find_compose_meanwhile(self.compose_factory.find_cli)
         client = self.engine()
         info = client.info()
-        check_node_size(config, info)
+        check_engine_resources(config, info)
         inventory = detect_gpus(client) if wants_gpus(self.request) else None  # once a run: the lease takes it
         if inventory is not None and self.gpu_count_pending:  # its GPU options against it now, not after the image
             resolve_config(self.request, self.host, inventory.count)
