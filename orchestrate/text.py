@@ -98,11 +98,12 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[s
 
 def grace_ran_out(node: str, still_running: list[str], no_grace: bool = False) -> str:
     """The line that names a node whose stop grace ran out, so that it got SIGKILL (``no_grace``:
-    its stop gave it none, 0 s, so the SIGKILL came with the SIGTERM): said by the launcher and by
-    ``stop RUN`` as it happens, and in the run's summary."""
+    its stop gave it none, 0 s: ``stop RUN --timeout 0``, whose SIGKILL came with the SIGTERM, or
+    the launcher's own stop under ``--stop-grace 0``, which sends no SIGTERM): said by the launcher
+    and by ``stop RUN`` as it happens, and in the run's summary."""
     ran = f"; what still ran: {'; '.join(still_running)}" if still_running else ""
     if no_grace:
-        return f"{node} had no grace after SIGTERM (its stop gave 0 s), so it got SIGKILL at once{ran}"
+        return f"{node} had no grace (its stop gave 0 s), so it got SIGKILL at once{ran}"
     return f"{node} did not stop within its grace after SIGTERM, so it got SIGKILL{ran}"
 
 

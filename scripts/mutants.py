@@ -2557,6 +2557,10 @@ MUTANTS = [
            "                node = do_fault(self.client, self.project, self.targets, spec, link=self.link)",
            "                node = do_fault(self.client, self.project, self.targets, spec)",
            ("tests/unit/test_live_faults.py",)),
+    # Session 112 (2026-12-07)
+    Mutant("the launcher's stop with no grace kills without naming a node", "orchestrate/supervise/supervisor.py",
+           "            self.kill_after_grace(trackers, no_grace=True)", "            self.kill(trackers)",
+           ("tests/unit/test_reliability.py",)),
 ]
 
 

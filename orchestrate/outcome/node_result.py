@@ -36,8 +36,8 @@ class NodeResult:
         stopped_by_request: A stop asked of the run ended it (Ctrl-C or SIGTERM to the launcher,
             ``stop RUN``, ``down RUN``), not an ending the launcher had begun (a failure's, a hang's).
         grace_ran_out: Its stop's grace ran out before it ended, so a SIGKILL ended it.
-        no_grace: Its stop gave it no grace (0 s: ``stop RUN --timeout 0``), so that SIGKILL came
-            with the SIGTERM.
+        no_grace: Its stop gave it no grace (0 s: ``stop RUN --timeout 0``, whose SIGKILL came with
+            the SIGTERM, or the launcher's own stop under ``--stop-grace 0``, which sends no SIGTERM).
         still_running: What still ran in it a moment before that SIGKILL, where it was listed.
         oom_events: The engine's ``oom`` events of it.
         oom_in_state: Its container's state says it was OOM-killed.

@@ -893,21 +893,24 @@ class Supervisor:
         now = self.clock()
         for tracker in trackers:
             tracker.result.killed_by_launcher = True
-            if grace_s <= 0:
-                self.kill([tracker])
-                continue
+        if grace_s <= 0:  # (`--stop-grace 0`) killed at once, each named as `stop --timeout 0` names them
+            self.kill_after_grace(trackers, no_grace=True)
+            return
+        for tracker in trackers:
             self.signal(tracker, "SIGTERM")
             self.force_at[tracker.name] = now + grace_s
             self.record("node-stopping", node=tracker.name, grace_s=grace_s)
 
-    def kill_after_grace(self, trackers: list[NodeTracker]) -> None:
-        """SIGKILL nodes whose stop grace ran out, each named with what still ran in it."""
+    def kill_after_grace(self, trackers: list[NodeTracker], no_grace: bool = False) -> None:
+        """SIGKILL nodes whose stop grace ran out (``no_grace``: their stop gave none, 0 s), each
+        named with what still ran in it."""
         left = processes_at_once({tracker.name: tracker.container for tracker in trackers})
         for tracker in trackers:
             still = left.get(tracker.name, [])
             if self.kill([tracker], by_launcher=tracker.result.killed_by_launcher, still_running=still):
                 tracker.result.grace_ran_out, tracker.result.still_running = True, still
-                self.say(grace_ran_out(tracker.name, still))
+                tracker.result.no_grace = no_grace
+                self.say(grace_ran_out(tracker.name, still, no_grace))
 
     def kill(self, trackers: list[NodeTracker], by_launcher: bool = True,
              still_running: Optional[list[str]] = None) -> list[str]:

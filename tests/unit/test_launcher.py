@@ -599,7 +599,7 @@ def test_a_node_a_stop_without_a_grace_killed_is_named_as_given_none(make_run, a
                            node1=[Script(["[1|0]:step 1"], then=stop_from_another_terminal, hang=True)])
     assert [(r.state, r.exit_code) for r in outcome.results] == [(NodePhase.STOPPED, 137), (NodePhase.STOPPED, 143)]
     still = ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"]
-    line = ("node0 had no grace after SIGTERM (its stop gave 0 s), so it got SIGKILL at once; what still ran:"
+    line = ("node0 had no grace (its stop gave 0 s), so it got SIGKILL at once; what still ran:"
             f" {'; '.join(still)}")
     summary = format_summary(outcome).splitlines()
     assert summary[summary.index("STOPPED by python -m orchestrate stop (SIGTERM): every node was stopped") + 1] == \

@@ -114,6 +114,33 @@ def test_ctrl_c_with_no_stop_grace_kills_every_node_without_a_sigterm(make_run, 
     assert [(r.state, r.exit_code) for r in result.results] == [(NodePhase.STOPPED, 137)] * 2
 
 
+@pytest.mark.parametrize("ended_by", ["ctrl-c", "failure"])
+def test_the_launchers_own_stop_with_no_stop_grace_names_each_node_it_killed_as_given_none(make_run, when, ended_by):
+    """`run --stop-grace 0`: the launcher's own stop (a Ctrl-C's, or the ending after a failure)
+    kills at once, and says so of each node it killed, with what ran in it, as `stop --timeout 0`
+    does: as it happens, in the summary and in the record (until 2026-12-07 it said nothing)."""
+    from orchestrate.outcome.record import outcome_record
+    from orchestrate.outcome.summary import format_summary
+
+    job = make_run(nodes=2, stop_grace=0)
+    failing = [Script(["[1|0]:training", "[1|0]:RuntimeError: boom"], exit_code=1)]
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:training"], hang=True)],
+                    node1=failing if ended_by == "failure" else [Script(["[1|0]:training"], hang=True)])
+    job.client = client
+    if ended_by == "ctrl-c":
+        when(lambda: job.out.getvalue().count("training") == 2, interrupt)
+    result = job.run()
+    killed = ["node0", "node1"] if ended_by == "ctrl-c" else ["node0"]
+    still = ["torchrun ... train.py (sleeping)", "python train.py (sleeping)"]
+    lines = [f"{node} had no grace (its stop gave 0 s), so it got SIGKILL at once; what still ran: {'; '.join(still)}"
+             for node in killed]
+    assert [line.removeprefix("[orchestrate] ") for line in said_lines(job, "had no grace")] == lines
+    summary = format_summary(result).splitlines()
+    assert [line.strip() for line in summary if "had no grace" in line] == lines, summary
+    assert [(n["name"], n["no_grace"], n["still_running"]) for n in outcome_record(result)["nodes"]] == [
+        (node, node in killed, still if node in killed else []) for node in ("node0", "node1")]
+
+
 def test_a_node_no_signal_ends_is_left_to_the_teardown_after_the_grace_and_a_margin(make_run, when, monkeypatch):
     monkeypatch.setattr(f"{SUPERVISOR}.WIND_DOWN_MARGIN_S", 1.0)
     job = make_run(nodes=1, stop_grace=0.5)

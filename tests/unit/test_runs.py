@@ -609,7 +609,7 @@ def test_a_stop_with_no_grace_names_a_node_it_killed_as_given_none_and_one_whose
     now.nodes[0].container.stop = engine_takes_a_moment
     assert stop_run(now, 0, say=said.append) == ["node0"]
     assert now.nodes[0].container.exit_code == 137 and said == [
-        "node0 had no grace after SIGTERM (its stop gave 0 s), so it got SIGKILL at once; what still ran:"
+        "node0 had no grace (its stop gave 0 s), so it got SIGKILL at once; what still ran:"
         " torchrun ... train.py (sleeping); python train.py (sleeping)"]
     name = now.nodes[0].container.name
     assert [call for call in client.calls if call[0] in ("top", "stop") and call[1] == name] == [("top", name),
