@@ -2309,7 +2309,7 @@ MUTANTS = [
            "orchestrate/slurm/backend.py", "        if self.sbatch is not None and not names_output(",
            "        if False and not names_output(", ("tests/unit/test_slurm.py",)),
     Mutant("an #SBATCH line after the script's first command is read as a directive", "orchestrate/slurm/backend.py",
-           "            return False  # sbatch reads no directive after the first command", "            continue",
+           "            break  # sbatch reads no directive after the first command", "            continue",
            ("tests/unit/test_slurm.py",)),
     Mutant("a job command's usage line leaves out its -- TARGET", "orchestrate/cli/options.py",
            "        if not self.get_default(\"takes_target\"):\n            return text",
@@ -2561,6 +2561,13 @@ MUTANTS = [
     Mutant("the launcher's stop with no grace kills without naming a node", "orchestrate/supervise/supervisor.py",
            "            self.kill_after_grace(trackers, no_grace=True)", "            self.kill(trackers)",
            ("tests/unit/test_reliability.py",)),
+    Mutant("an exported sbatch script runs where sbatch is called from", "orchestrate/export/slurm.py",
+           "job_name=options.name, chdir=str(plan.config.workdir), env=job_env(plan),",
+           "job_name=options.name, env=job_env(plan),", ("tests/unit/test_export.py",)),
+    Mutant("the simulated cluster runs a script in the host's work directory path", "orchestrate/slurm/backend.py",
+           "        if chdir:  # (sbatch's own options override its script's directives)",
+           "        if False:  # (sbatch's own options override its script's directives)",
+           ("tests/unit/test_slurm.py",)),
 ]
 
 

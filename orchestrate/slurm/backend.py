@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import FaultSpec
@@ -359,11 +359,14 @@ class SlurmBackend:
     def submit(self) -> str:
         script = f"{RUN_DIR_MOUNT}/{SLURM_DIR}/{self.sbatch.name if self.sbatch else JOB_SCRIPT}"
         argv = ["sbatch", "--parsable"]
-        if self.sbatch is not None and not names_output(
-                (self.plan.run_dir / SLURM_DIR / self.sbatch.name).read_text(errors="replace")):
+        text = (self.plan.run_dir / SLURM_DIR / self.sbatch.name).read_text(errors="replace") if self.sbatch else ""
+        if self.sbatch is not None and not names_output(text):
             # Slurm's default is the submitting directory, the work directory: every run's job 1
             # would write over the last one's slurm-1.out there
             argv.append(f"--output={RUN_DIR_MOUNT}/{SLURM_DIR}/slurm-%j.out")
+        chdir = chdir_in_the_nodes(text, self.plan.config.workdir) if self.sbatch is not None else None
+        if chdir:  # (sbatch's own options override its script's directives)
+            argv.append(f"--chdir={chdir}")
         code, output = exec_output(self.client, self.containers[CONTROLLER], [*argv, script],
                                    user=self.run_as, workdir=WORKSPACE_DIR, environment=job_environment(self.plan))
         output = output.strip()
@@ -608,27 +611,57 @@ class SlurmBackend:
                        chain=exception_chain(cause.traceback.splitlines()))
 
 
-def names_output(script: str) -> bool:
-    """Whether a batch script's ``#SBATCH`` lines name its output file, as sbatch reads them: lines
-    that begin with ``#SBATCH`` (at their first column) before the script's first command, their
-    words split as a shell would, a ``#`` starting a comment; ``-o FILE``, ``-oFILE``, ``--output``
-    or a start of it that getopt takes for it (``--out=FILE``)."""
+def directive_words(script: str) -> list[str]:
+    """A batch script's ``#SBATCH`` words, as sbatch reads them: lines that begin with ``#SBATCH``
+    (at their first column) before the script's first command, their words split as a shell
+    would, a ``#`` starting a comment."""
+    found: list[str] = []
     for line in script.splitlines()[1:] if script.startswith("#!") else script.splitlines():
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
-            return False  # sbatch reads no directive after the first command
+            break  # sbatch reads no directive after the first command
         if not line.startswith("#SBATCH") or line[len("#SBATCH"):][:1] not in (" ", "\t"):
             continue
         try:
-            words = shlex.split(line[len("#SBATCH"):], comments=True)
+            found += shlex.split(line[len("#SBATCH"):], comments=True)
         except ValueError:  # an unclosed quote: sbatch would refuse the line too
             continue
-        for word in words:
-            name = word.split("=", 1)[0]
-            if (word.startswith("-o") and not word.startswith("--")) or (
-                    len(name) >= len("--out") and "--output".startswith(name)):
-                return True
+    return found
+
+
+def names_output(script: str) -> bool:
+    """Whether a batch script's ``#SBATCH`` lines (:func:`directive_words`) name its output file:
+    ``-o FILE``, ``-oFILE``, ``--output`` or a start of it that getopt takes for it
+    (``--out=FILE``)."""
+    for word in directive_words(script):
+        name = word.split("=", 1)[0]
+        if (word.startswith("-o") and not word.startswith("--")) or (
+                len(name) >= len("--out") and "--output".startswith(name)):
+            return True
     return False
+
+
+def chdir_in_the_nodes(script: str, workdir: Path) -> Optional[str]:
+    """Where a batch script's ``#SBATCH --chdir`` (``-D DIR``, ``-DDIR``, ``--chdir DIR``; the last
+    one) is in the simulated cluster's nodes, where it names the work directory or a directory in
+    it: the nodes have the work directory at ``WORKSPACE_DIR``, and the host's path (an exported
+    script's) is in none of them. None where it names no such directory."""
+    words, named = directive_words(script), None
+    for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else None
+        if word in ("-D", "--chdir"):
+            named = following
+        elif word.startswith("--chdir="):
+            named = word[len("--chdir="):]
+        elif word.startswith("-D"):
+            named = word[len("-D"):]
+    if not named or not Path(named).is_absolute():
+        return None
+    try:
+        inside = Path(named).relative_to(workdir)
+    except ValueError:
+        return None
+    return str(PurePosixPath(WORKSPACE_DIR, inside))
 
 
 def ended_by_a_stop(job: dict[str, str], requested_at: Optional[float] = None) -> bool:

@@ -100,8 +100,8 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
         lines.append(f"#SBATCH --gpus-per-node={cfg.gpus_per_node}")
     for flag, value in (("output", options.output), ("chdir", options.chdir), ("time", options.time_limit),
                         ("partition", options.partition)):
-        if value:
-            lines.append(f"#SBATCH --{flag}={value}")
+        if value:  # (sbatch reads a directive's quotes as a shell does: a path with a space stays one word)
+            lines.append(f"#SBATCH --{flag}={shlex.quote(value)}")
     lines += [
         "set -euo pipefail",
         "",

@@ -279,6 +279,22 @@ def test_exported_sbatch_has_no_simulation_paths(make_job):
     assert "export DDP_BACKEND=nccl" in script
 
 
+def test_an_exported_sbatch_runs_in_the_work_directory_whatever_directory_sbatch_is_called_from(make_job, tmp_path):
+    """A relative script path is the work directory's: without ``--chdir`` the job ran where sbatch
+    was called from, and found no train.py there. Its path is quoted as sbatch reads a directive."""
+    from orchestrate.slurm.backend import directive_words
+
+    (tmp_path / "train.py").write_text("")
+    plan = make_job(nodes=2, target=("train.py",))
+    lines = export_slurm(plan, ExportOptions(name="ddp-train")).splitlines()
+    assert f"#SBATCH --chdir={tmp_path.resolve()}" in lines
+    assert lines.index(f"#SBATCH --chdir={tmp_path.resolve()}") < lines.index("set -euo pipefail")
+    spaced = tmp_path / "my project"
+    spaced.mkdir()
+    script = export_slurm(make_job(nodes=2, workdir=spaced), ExportOptions(name="ddp-train"))
+    assert f"--chdir={spaced.resolve()}" in directive_words(script)
+
+
 @pytest.mark.parametrize("target, name", [
     (("-m", "app.train", "--epochs", "1"), "ddp-train"),
     (("-m", "pkg.models.big_lm"), "ddp-big-lm"),

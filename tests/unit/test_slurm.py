@@ -805,6 +805,38 @@ def test_a_users_batch_script_naming_no_output_writes_it_in_the_run_directory(ma
     assert sbatch == ("sbatch", "--parsable", *([output] if output else []), "/ddp-run/slurm/my_job.sbatch")
 
 
+@pytest.mark.parametrize("directive, chdir", [
+    ("#SBATCH --chdir={workdir}\n", "--chdir=/workspace"),  # an exported script's: the host's path
+    ("#SBATCH -D {workdir}/sub\n", "--chdir=/workspace/sub"),
+    ("#SBATCH -D{workdir}\n", "--chdir=/workspace"),
+    ("#SBATCH --chdir '{workdir}'\n", "--chdir=/workspace"),
+    ("#SBATCH --chdir=/elsewhere\n", None),  # not the work directory's: sbatch takes it as it is
+    ("#SBATCH --chdir=sub\n", None),  # relative: to where sbatch runs, the work directory already
+    ("#SBATCH -N 2\nsrun hostname\n#SBATCH --chdir={workdir}\n", None),  # after a command: not read
+])
+def test_a_users_batch_script_changing_to_the_work_directory_runs_there_in_the_nodes(make_job, tmp_path, directive,
+                                                                                      chdir):
+    """An exported script names the work directory's path on the host (`#SBATCH --chdir`), which
+    no node has: the nodes have it at /workspace, and sbatch's own --chdir says so."""
+    from orchestrate.slurm.backend import SlurmBackend
+    from orchestrate.slurm.cluster import SLURM_DIR
+    from tests.fakes import FakeDockerClient
+
+    script = tmp_path / "my_job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH -o out.log\n" + directive.format(workdir=tmp_path.resolve())
+                      + "srun torchrun train.py\n")
+    plan = make_job(nodes=2)
+    (plan.run_dir / SLURM_DIR).mkdir(parents=True)
+    (plan.run_dir / SLURM_DIR / script.name).write_text(script.read_text())
+    client = FakeDockerClient()
+    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img", sbatch=script)
+    backend.containers = {CONTROLLER: client.running("ddp-test-run-slurmctl-1")}
+    client.command_outputs["sbatch"] = (0, b"1\n")
+    assert backend.submit() == "1"
+    [sbatch] = [call[2] for call in client.calls if call[0] == "exec_create" and call[2][0] == "sbatch"]
+    assert sbatch == ("sbatch", "--parsable", *([chdir] if chdir else []), "/ddp-run/slurm/my_job.sbatch")
+
+
 def test_sbatch_passes_every_task_the_plans_environment_but_a_nodes_name(make_job, tmp_path):
     backend, client = slurm_backend_following(make_job, tmp_path)
     client.command_outputs["sbatch"] = (0, b"7\n")
