@@ -2568,6 +2568,12 @@ MUTANTS = [
            "        if chdir:  # (sbatch's own options override its script's directives)",
            "        if False:  # (sbatch's own options override its script's directives)",
            ("tests/unit/test_slurm.py",)),
+    Mutant("the plugin takes a bool for the job's time limit", "orchestrate/testing/cluster.py",
+           "    if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):",
+           "    if not isinstance(timeout, numbers.Real):", ("tests/unit/test_ddp_cluster.py",)),
+    Mutant("the plugin takes a job time limit of 0 s", "orchestrate/testing/cluster.py",
+           "        return positive_seconds(str(timeout))", "        return float(timeout)",
+           ("tests/unit/test_ddp_cluster.py",)),
 ]
 
 

@@ -22,6 +22,7 @@ from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
 from orchestrate.chaos.verdict import ChaosResult
 from orchestrate.config.fault_spec import FaultAction
 
+from orchestrate.config.options import positive_seconds
 from orchestrate.config.request import RunRequest
 from orchestrate.engine.client import connect
 from orchestrate.engine.runs import find_run, remove_run
@@ -94,7 +95,8 @@ class DdpCluster:
 
         Every other option of ``run`` is a keyword, as on the command line (``cpu=True``,
         ``requirements="requirements.txt"``, ``link="1gbe"``, ``memory_per_node="2g"``).
-        ``timeout`` is the most the job may run once its nodes are up (None: no limit). ``faults``,
+        ``timeout`` is the most the job may run once its nodes are up, seconds above 0 (None: no
+        limit; anything else is refused at the call, :func:`job_time_limit`). ``faults``,
         like ``mounts`` and ``copy_env``, takes one spec alone as a list of one
         (``faults="kill-rank:1@step=5"``).
 
@@ -113,6 +115,7 @@ class DdpCluster:
         if options.get("detach"):
             raise UsageError("ddp_cluster.run follows a run to its end: detach is not for tests")
         command = command_words("ddp_cluster.run", target, args)
+        timeout = job_time_limit("ddp_cluster.run", timeout)
         request = self.within_the_tests_limit("ddp_cluster.run", RunRequest.from_options(command, **options))
         words = [repr(a) for a in command] + [f"{k}={v!r}" for k, v in run_options.items()]
         run = Run(request, out=self.out or sys.stdout, command_line=f"ddp_cluster.run({', '.join(words)})",
@@ -274,6 +277,27 @@ def command_words(call: str, target: Any, args: tuple[Any, ...]) -> tuple[str, .
                              f" arguments is text of its own (a number or a path is taken as its text; a list goes"
                              f" as *args)")
     return tuple(words)
+
+
+def job_time_limit(call: str, timeout: Any) -> Optional[float]:
+    """``ddp_cluster.run``'s ``timeout``: seconds above 0, a number of any real kind (numpy's too),
+    as ``positive_seconds`` takes a duration's text, or None (no limit). Anything else is refused
+    here, before any run starts: 0 or less ended the job as TIMED OUT the moment it began, after
+    its nodes came up; a bool was taken as 1 s (True) or 0 s (False); text failed with a TypeError
+    in the launcher's frames.
+
+    Raises:
+        UsageError: Naming the value, and its type where it is no number.
+    """
+    if timeout is None:
+        return None
+    if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
+        raise UsageError(f"{call}: timeout, {timeout!r}, is of type {type(timeout).__name__}: it is the job's time"
+                         f" limit in seconds, a number above 0 (None: no limit)")
+    try:
+        return positive_seconds(str(timeout))
+    except UsageError as exc:
+        raise UsageError(f"{call}: timeout: {exc} (None: no limit)") from None
 
 
 def fault_kinds(kinds: Union[str, Iterable[Union[str, FaultAction]]]) -> tuple[FaultAction, ...]:

@@ -391,6 +391,42 @@ def test_a_good_number_given_to_an_option_is_taken_as_the_command_line_takes_its
     assert getattr(request, keyword) == taken and type(getattr(request, keyword)) is type(taken)
 
 
+@pytest.mark.parametrize("timeout, said", [
+    (0, "timeout: expected seconds above 0, e.g. 60, got '0' (None: no limit)"),
+    (-5, "timeout: expected seconds above 0, e.g. 60, got '-5' (None: no limit)"),
+    (float("nan"), "timeout: expected seconds, e.g. 60, got 'nan' (None: no limit)"),
+    (True, "timeout, True, is of type bool: it is the job's time limit in seconds, a number above 0 (None: no limit)"),
+    ("60", "timeout, '60', is of type str: it is the job's time limit in seconds, a number above 0 (None: no limit)"),
+])
+def test_a_job_time_limit_that_is_no_number_above_0_is_refused_at_the_call_before_any_run(tmp_path, monkeypatch,
+                                                                                         timeout, said):
+    """``timeout=0`` (or less) ended the job as TIMED OUT once its nodes had come up, ``True`` was taken as 1 s,
+    and ``"60"`` failed with a TypeError from the launcher's frames."""
+    cluster, asked = runs_asked(tmp_path, monkeypatch)
+    with pytest.raises(UsageError) as refused:
+        cluster.run("train.py", timeout=timeout)
+    assert str(refused.value) == f"ddp_cluster.run: {said}"
+    assert not asked and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("timeout, taken", [(600, 600.0), (0.5, 0.5), (None, None), ("np.int64", 30.0)])
+def test_a_job_time_limit_of_seconds_above_0_or_none_is_taken(tmp_path, monkeypatch, timeout, taken):
+    from orchestrate.testing import cluster as plugin_cluster
+
+    if timeout == "np.int64":
+        timeout = pytest.importorskip("numpy").int64(30)
+    cluster, _ = runs_asked(tmp_path, monkeypatch)
+    limits = []
+
+    def started(request, **options):
+        limits.append(options["timeout_s"])
+        raise Started
+    monkeypatch.setattr(plugin_cluster, "Run", started)
+    with pytest.raises(Started):
+        cluster.run("train.py", timeout=timeout)
+    assert limits == [taken] and type(limits[0]) is type(taken)
+
+
 @pytest.mark.parametrize("call", ["run", "chaos"])
 @pytest.mark.parametrize("target, args, said", [
     ("train.py", (["--steps", "2"],), "argument 1 after the target, ['--steps', '2'], is of type list"),
