@@ -199,6 +199,21 @@ def format_bytes(size: int) -> str:
     return f"{size}b"
 
 
+def format_bandwidth(bytes_per_s: float) -> str:
+    """``1.2e9`` -> ``1.200 GB/s``: decimal gigabytes a second, as the benchmarks say bandwidth."""
+    return f"{bytes_per_s / 1e9:.3f} GB/s"
+
+
+def format_short_time(seconds: float) -> str:
+    """A measured time, in the unit that shows it best: ``7e-05`` -> ``70.0 us``, ``0.0123`` ->
+    ``12.3 ms``, ``2.5`` -> ``2.50 s``."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
 def node_conditions(link: str = "", cpus_per_node: Optional[float] = None,
                     memory_per_node: Optional[int] = None) -> str:
     """What a run's nodes were given beyond the bridge and the engine's whole host, as the summary

@@ -2574,6 +2574,12 @@ MUTANTS = [
     Mutant("the plugin takes a job time limit of 0 s", "orchestrate/testing/cluster.py",
            "        return positive_seconds(str(timeout))", "        return float(timeout)",
            ("tests/unit/test_ddp_cluster.py",)),
+    Mutant("bench ddp's plot title leaves out its link", "orchestrate/bench/plots.py",
+           " ({batch['regime']}){link_title(run.get('link') or '')}\")", " ({batch['regime']})\")",
+           ("tests/unit/test_bench.py",)),
+    Mutant("the report's bench table shows a bandwidth as a bare number", "orchestrate/report/page.py",
+           "    if key.endswith(\"_Bps\"):\n        return format_bandwidth(value)\n", "",
+           ("tests/unit/test_report.py",)),
 ]
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from orchestrate.bench.artifacts import human, link_lines
+from orchestrate.text import format_bandwidth
 
 # The goals, printed next to the figures.
 ALLREDUCE_GOAL_FRACTION = 0.60  # gloo all_reduce busbw at 64 MB, of one TCP stream, 2 nodes
@@ -36,9 +37,9 @@ def format_collectives(summary: dict) -> str:
                      f" {r['busbw_Bps'] / 1e9:>11.3f} {fraction:>8} {'ok' if r['ok'] else 'WRONG':>6}")
     if wire:
         both = wire.get("both_ways_Bps")
-        lines.append(f"wire: one TCP stream {wire['single_stream_Bps'] / 1e9:.3f} GB/s;"
-                     f" {wire['pairs']} at once {wire['per_pair_Bps'] / 1e9:.3f} GB/s"
-                     + (f"; both ways at once {both / 1e9:.3f} GB/s each way"
+        lines.append(f"wire: one TCP stream {format_bandwidth(wire['single_stream_Bps'])};"
+                     f" {wire['pairs']} at once {format_bandwidth(wire['per_pair_Bps'])}"
+                     + (f"; both ways at once {format_bandwidth(both)} each way"
                         f" ({summary['both_ways_of_single_stream']:.0%} of one stream)" if both else ""))
     fraction = summary.get("all_reduce_64MB_of_wire")
     if fraction is not None:

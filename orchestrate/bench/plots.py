@@ -14,6 +14,13 @@ def human_size(size: float) -> str:
     return f"{size:g}"
 
 
+def link_title(link: str) -> str:
+    """What a plot's title adds for the shaped link its figures were measured over (``--link``,
+    as :func:`~orchestrate.bench.artifacts.link_lines` says it above the tables): ``, link
+    rate=1gbit``; "" for the bridge as it is."""
+    return f", link {link}" if link else ""
+
+
 def plot_collectives(results: dict, path: Path) -> Path:
     """busbw against message size, one line per operation, with the wire's limits as lines."""
     plt = _pyplot()
@@ -32,7 +39,8 @@ def plot_collectives(results: dict, path: Path) -> Path:
         ax.axhline(wire["per_pair_Bps"] / 1e9, color="gray", linestyle=":",
                    label=f"{wire['pairs']} streams at once ({wire['per_pair_Bps'] / 1e9:.2f} GB/s)")
     if results.get("link"):
-        ax.set_title(f"gloo collectives, {results['nodes']} nodes x {results['local_world_size']}, link {results['link']}")
+        ax.set_title(f"gloo collectives, {results['nodes']} nodes x {results['local_world_size']}"
+                     f"{link_title(results['link'])}")
     else:
         ax.set_title(f"gloo collectives, {results['nodes']} nodes x {results['local_world_size']} process(es)")
     ax.set_xscale("log", base=2)
@@ -64,7 +72,7 @@ def plot_ddp(runs: list[dict], path: Path) -> Path:
         ax.bar(names, [e * 1e3 for e in exposed], bottom=[compute * 1e3] * len(forms),
                label="added by DDP or communication", color="#dd8452")
         ax.set_title(f"{run['model']}, {counted(run['nodes'], 'node')} x {run['local_world_size']},"
-                     f" batch {batch['batch_size']} ({batch['regime']})")
+                     f" batch {batch['batch_size']} ({batch['regime']}){link_title(run.get('link') or '')}")
         ax.set_ylabel("step time (ms)")
         ax.tick_params(axis="x", rotation=30)
         ax.legend(fontsize=8)

@@ -28,6 +28,7 @@ from typing import Any, Optional
 from orchestrate.outcome.events import record_event
 from orchestrate.report import svg
 from orchestrate.report.model import IN_DEBUGGER, ReportModel, _fmt, build_model, load_run
+from orchestrate.text import format_bandwidth, format_bytes, format_short_time
 
 log = logging.getLogger(__name__)
 
@@ -381,12 +382,38 @@ def render_html(model: ReportModel) -> str:
             parts.append(f'<img id="bench-plot" alt="benchmark plot" src="data:image/png;base64,{data}">')
         rows = (model.bench or {}).get("results") or []
         if rows and isinstance(rows[0], dict):
-            headers = tuple(rows[0])
-            parts.append(_table(headers, [tuple(r.get(h, "") for h in headers) for r in rows], "bench-table"))
+            keys = tuple(rows[0])
+            parts.append(_table(tuple(bench_header(k) for k in keys),
+                                [tuple(bench_cell(k, r.get(k)) for k in keys) for r in rows], "bench-table"))
     parts += ["<h2>Events</h2>", _table(("time", "node", "event", "details"),
                                        [(f"{t:.3f} s", n, k, d) for t, n, k, d in model.events], "events")]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def bench_header(key: str) -> str:
+    """The bench table's column for a figure's key in bench.json, its unit left to the cells
+    (``busbw_Bps`` -> ``busbw``, ``time_s`` -> ``time``, ``of_wire`` -> ``of wire``)."""
+    return key.removesuffix("_Bps").removesuffix("_s").replace("_", " ")
+
+
+def bench_cell(key: str, value: Any) -> str:
+    """A figure of the bench table with its unit, read from its key (``busbw_Bps`` 1.2e9 ->
+    ``1.200 GB/s``, ``time_s`` 7e-05 -> ``70.0 us``, ``size`` 67108864 -> ``64m``, ``of_wire``
+    0.64 -> ``64%``); ``-`` for none, text or a bool as it is."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if key == "size":
+        return format_bytes(int(value))
+    if key.endswith("_Bps"):
+        return format_bandwidth(value)
+    if key.endswith("_s"):
+        return format_short_time(value)
+    if key.startswith("of_"):
+        return f"{value:.0%}"
+    return f"{value:g}"
 
 
 def hint_paragraph(hint: str) -> str:

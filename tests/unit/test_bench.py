@@ -73,6 +73,30 @@ def test_a_benchmarks_table_names_the_shaped_link_it_was_measured_over_and_none_
                                                                       "vs", "local"]
 
 
+@pytest.mark.parametrize("link", ["rate=1gbit,delay=5ms", ""])
+def test_a_benchmarks_plot_names_the_shaped_link_in_its_title_as_its_table_does(tmp_path, monkeypatch, link):
+    """bench ddp's plot said nothing of --link (bench collectives' did): its step times over a shaped
+    link were read as the bridge's."""
+    matplotlib = pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
+    from orchestrate.bench.plots import plot_collectives, plot_ddp
+
+    titles: list[str] = []
+    real = matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                        lambda ax, label, *args, **kwargs: (titles.append(label), real(ax, label, *args, **kwargs))[1])
+    run = ddp_run(2, {8: "cpu", 16: "cpu"}, [(8, "local", 1.0), (8, "ddp-25MB", 1.1), (16, "local", 2.0),
+                                            (16, "ddp-25MB", 2.1)])
+    plot_ddp([ddp_summary(run, link)], tmp_path / "ddp.png")
+    plot_collectives(collectives_summary(all_reduce_at_64mb(0.09e9, single_stream_Bps=0.12e9,
+                                                            per_pair_Bps=0.12e9), link), tmp_path / "collectives.png")
+    said = f", link {link}" if link else ""
+    assert titles == [f"resnet50, 2 nodes x 1, batch 8 (cpu){said}", f"resnet50, 2 nodes x 1, batch 16 (cpu){said}",
+                      f"gloo collectives, 2 nodes x 1{said}" if link else "gloo collectives, 2 nodes x 1 process(es)"]
+    assert (tmp_path / "ddp.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_ddp_overhead_per_form_efficiency_and_speedup_over_the_naive_form():
     run = ddp_run(2, {8: "cpu"}, [(8, "local", 1.0), (8, "ddp-1MB", 1.25), (8, "ddp-25MB", 1.1), (8, "ddp-tuned", 1.05),
                                   (8, "ddp-noop", 1.02), (8, "naive", 2.1)])
