@@ -94,6 +94,14 @@ class NodeTracker:
         ``slack_s``): what it tells of belongs to a run of the container that is over."""
         return bool(self.latest_start and stamp and stamp < self.latest_start - slack_s)
 
+    def of_an_earlier_run(self, stamp: Optional[float]) -> bool:
+        """Whether a log line stamped ``stamp`` (engine time) was written before the container's
+        current run started (its latest start taken in, else its start as the follow began): a
+        line of the attempt before a restart, which a stream that follows the new one reads
+        again from where the lines taken in end, or which an attach reads from the log's start."""
+        start = self.latest_start or self.first_started
+        return bool(start and stamp and stamp < start)
+
 
 @dataclass(frozen=True)
 class LineArrived:

@@ -651,10 +651,14 @@ class Supervisor:
                  stamp: Optional[float] = None) -> None:
         """A node's workers' first lines mark its ranks started and the node running, recorded at
         the engine's time of the line (``stamp``) where known: a log read after the node ended
-        is not when it ran; any worker line but torch's own log lines is progress."""
+        is not when it ran; any worker line but torch's own log lines is progress. A line from
+        before the container's current run (the attempt before a restart, read again by the
+        stream that follows the new one) is shown and is progress, but marks nothing started."""
         if self.hangs is not None and not self.winding_down and any(
                 line.global_rank is not None and is_progress_line(line.text) for line in lines):
             self.hangs.progress(at, moved=not self.ending)  # (a failure's traceback, a hang's end: no move)
+        if tracker.of_an_earlier_run(stamp):
+            return
         for line in lines:
             if line.global_rank is not None and line.global_rank not in self.ranks_seen:
                 self.ranks_seen.add(line.global_rank)
