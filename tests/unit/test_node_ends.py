@@ -112,16 +112,6 @@ class SupervisorLooks:
         return holds
 
 
-def looked_at_since_its_restart(client: FakeDockerClient, container: str):
-    """An ``after_when``: an inspection has looked at ``container`` since its latest restart
-    (the restart's own look aside)."""
-    def holds() -> bool:
-        calls = list(client.calls)
-        restarted = max((i for i, call in enumerate(calls) if call[:2] == ("restart", container)), default=None)
-        return restarted is not None and sum(call[:2] == ("reload", container) for call in calls[restarted:]) >= 2
-    return holds
-
-
 @pytest.mark.parametrize("seen_running", [True, False], ids=["seen-running", "ended-between-two-looks"])
 def test_a_restart_that_only_inspections_see_is_followed_to_its_end(make_run, monkeypatch, seen_running):
     # No event stream: an inspection sees the restarted nodes running (they are marked running
@@ -132,11 +122,12 @@ def test_a_restart_that_only_inspections_see_is_followed_to_its_end(make_run, mo
     job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=["kill:node1@t=0"])
     client = FakeDockerClient()
     client.events_break_after = 0
+    looks = SupervisorLooks(monkeypatch)
 
     def attempt(rank: int, first: str) -> Script:
         lines = [f"[{rank}|0]:{first}", f"[{rank}|0]:done"]
         if seen_running:  # it prints once an inspection has seen it running
-            return Script([], after=lines, after_when=looked_at_since_its_restart(client, f"ddp-test-run-node{rank}-1"))
+            return Script([], after=lines, after_when=looks.since_its_restart(f"ddp-test-run-node{rank}-1"))
         return Script(lines)
 
     job.client = fake_engine(client, node0=[Script(["[0|0]:step"], hang=True), attempt(0, "resumed")],
