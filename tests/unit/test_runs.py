@@ -1616,6 +1616,35 @@ def test_attaches_that_detach_and_come_back_record_each_start_once_and_the_repor
 
 
 @pytest.mark.timeout(60)
+def test_an_attach_after_a_restart_marks_the_node_running_again_by_its_new_runs_first_line(make_run, when):
+    """node0's container was restarted after an attach had recorded it running (the follower that
+    restarted it detached before the new run's first line): the next attach reads the log from
+    the start, and the old run's first line is no start of the new run (taken for one, it was the
+    start recorded before, and the new run's was never recorded)."""
+    import _thread
+
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1)))
+    out = io.StringIO()
+    when(lambda: "[node0/rank0]  step 1" in out.getvalue(), lambda: _thread.interrupt_main(signal.SIGINT))
+    assert main(["attach", "r"], out=out, client=client) == 130
+    node0 = client.containers_by_name["ddp-r-node0-1"]
+    client.script("node0", Script(["[0|0]:step 2"], hang=True))
+    restarted = time.time()
+    node0.restart(timeout=0)
+    client.history.clear()  # long enough ago that the next attach's replay of the events (a second back) misses them
+    out = io.StringIO()
+    when(lambda: "[node0/rank0]  step 2" in out.getvalue(), lambda: node0.exit(0))
+    assert main(["attach", "r"], out=out, client=client) == 0, out.getvalue()
+    starts = [(e["event"], e.get("rank"), e["time"] > restarted) for e in read_events(plan.run_dir)
+              if e["event"] in ("node-running", "rank-started")]
+    assert sorted(starts, key=str) == [("node-running", None, False), ("node-running", None, True),
+                                       ("rank-started", 0, False), ("rank-started", 0, True)], (starts, out.getvalue())
+
+
+@pytest.mark.timeout(60)
 def test_an_attach_records_no_exit_of_a_node_that_an_earlier_attach_saw_end(make_run, when):
     """node0 ended while an attach followed (its die event recorded it); the next attach finds
     it exited: the same exit of the same container, not recorded again."""
