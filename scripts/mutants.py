@@ -2580,6 +2580,12 @@ MUTANTS = [
     Mutant("the report's bench table shows a bandwidth as a bare number", "orchestrate/report/page.py",
            "    if key.endswith(\"_Bps\"):\n        return format_bandwidth(value)\n", "",
            ("tests/unit/test_report.py",)),
+    Mutant("a line of the attempt before a restart marks the new attempt running", "orchestrate/supervise/supervisor.py",
+           "        if tracker.of_an_earlier_run(stamp):\n            return\n", "",
+           ("tests/unit/test_node_ends.py", "tests/unit/test_runs.py")),
+    Mutant("an attach takes the old run's first line for the restarted node's start", "orchestrate/supervise/api.py",
+           "        start = self.latest_start or self.first_started\n", "        start = self.latest_start\n",
+           ("tests/unit/test_runs.py",)),
 ]
 
 
