@@ -57,6 +57,9 @@ def add_parsers(sub: Any) -> None:
     slurm.add_argument("--container-mounts", default=None, metavar="SRC:DST[,...]",
                        help="srun --container-mounts, with --container-image")
     slurm.add_argument("--time", default=None, metavar="LIMIT", help="#SBATCH --time, e.g. 04:00:00")
+    slurm.add_argument("--chdir", default=None, metavar="DIR",
+                       help="#SBATCH --chdir: your project's directory on the cluster, where the job runs and"
+                            " TARGET's path starts (default: the directory sbatch is called from)")
     slurm.add_argument("--partition", default=None, help="#SBATCH --partition")
     kubernetes = export.add_argument_group("kubernetes")
     kubernetes.add_argument("--namespace", default=None, help="namespace of every object (default: none given)")
@@ -72,7 +75,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     """Write the plan for a real cluster."""
     job = export_job(request_from_args(args, inv.target), args.to, os.environ, name=args.name,
                      container_image=args.container_image, container_mounts=args.container_mounts,
-                     time_limit=args.time, partition=args.partition, namespace=args.namespace,
+                     time_limit=args.time, chdir=args.chdir, partition=args.partition, namespace=args.namespace,
                      trainjob=args.trainjob, runtime=args.runtime)
     for note in job.notes:
         print(f"note: {note}", file=sys.stderr)

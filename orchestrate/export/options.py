@@ -42,6 +42,8 @@ class ExportOptions:
         container_image: Slurm: run each task in this image (pyxis/enroot ``--container-image``).
         container_mounts: Slurm: ``--container-mounts`` with ``container_image``.
         time_limit: Slurm: ``#SBATCH --time``.
+        chdir: Slurm: ``#SBATCH --chdir``, the project's directory on the cluster (None: where sbatch
+            is called from).
         partition: Slurm: ``#SBATCH --partition``.
         namespace: Kubernetes: the namespace of every object (None: the current one).
         trainjob: Kubernetes: the job as a Kubeflow Trainer ``TrainJob``, instead of the Service and
@@ -53,6 +55,7 @@ class ExportOptions:
     container_image: Optional[str] = None
     container_mounts: Optional[str] = None
     time_limit: Optional[str] = None
+    chdir: Optional[str] = None
     partition: Optional[str] = None
     namespace: Optional[str] = None
     trainjob: bool = False
@@ -67,6 +70,8 @@ class ExportOptions:
         if self.time_limit is not None and not _SLURM_TIME.match(self.time_limit):
             raise UsageError(f"--time {self.time_limit!r} is not a Slurm time: MINUTES, MINUTES:SECONDS,"
                              " HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]] or UNLIMITED, e.g. 04:00:00")
+        if self.chdir is not None and (not self.chdir.strip() or "\n" in self.chdir):
+            raise UsageError(f"--chdir {self.chdir!r} must name a directory on the cluster, on one line")
         if self.partition is not None and not _SLURM_PARTITIONS.match(self.partition):
             raise UsageError(f"--partition {self.partition!r} must be a partition's name, or several separated by"
                              " commas (letters, digits, '_', '-', '.'), e.g. gpu or gpu,debug")
@@ -83,10 +88,10 @@ def given_flags(options: Mapping[str, Any]) -> set[str]:
 
 
 _FLAGS = {"container_image": "--container-image", "container_mounts": "--container-mounts",
-          "time_limit": "--time", "partition": "--partition", "namespace": "--namespace",
+          "time_limit": "--time", "chdir": "--chdir", "partition": "--partition", "namespace": "--namespace",
           "trainjob": "--trainjob", "runtime": "--runtime"}
 # The options (run's, and export's own) that only one target has a place for.
-ONLY_FOR = {"slurm": ("--container-image", "--container-mounts", "--time", "--partition"),
+ONLY_FOR = {"slurm": ("--container-image", "--container-mounts", "--time", "--chdir", "--partition"),
             "kubernetes": ("--image", "--cpus-per-node", "--memory-per-node", "--namespace", "--trainjob",
                            "--runtime")}
 # What the other target takes in an option's place.

@@ -49,6 +49,9 @@ class BatchOptions:
         container_mounts: ``srun --container-mounts`` with ``container_image``.
         time_limit: ``#SBATCH --time`` (e.g. ``01:00:00``).
         partition: ``#SBATCH --partition``.
+        checks_the_script: The script first looks for a script target in its directory, and where
+            it is missing ends saying where to submit from (an exported job's: the simulated
+            cluster's is always there). Not with ``container_image``, whose tasks find it in the image.
         worker_command: What torchrun runs in place of the plan's target (the simulated
             cluster's: the workers' start-up hook around it); empty: the target itself, as on any
             cluster.
@@ -64,6 +67,7 @@ class BatchOptions:
     container_mounts: Optional[str] = None
     time_limit: Optional[str] = None
     partition: Optional[str] = None
+    checks_the_script: bool = False
     worker_command: tuple[str, ...] = ()
 
 
@@ -102,8 +106,20 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
                         ("partition", options.partition)):
         if value:  # (sbatch reads a directive's quotes as a shell does: a path with a space stays one word)
             lines.append(f"#SBATCH --{flag}={shlex.quote(value)}")
+    lines.append("set -euo pipefail")
+    script = cfg.target[0] if cfg.target and cfg.target[0] != "-m" else None
+    if options.checks_the_script and script and not options.container_image:
+        quoted = shlex.quote(script)
+        lines += [
+            "",
+            f"# {script} is the project's: the job runs where sbatch is called (or in #SBATCH --chdir).",
+            f"if [ ! -f {quoted} ]; then",
+            "    printf \"ddp-compose: no %s in %s: call sbatch from your project's directory, or export with"
+            f" --chdir DIR\\n\" {quoted} \"$PWD\" >&2",
+            "    exit 2",
+            "fi",
+        ]
     lines += [
-        "set -euo pipefail",
         "",
         "# The master is the allocation's first host; every task gets it from the environment.",
         "# (sed reads every line: with head, scontrol could die of SIGPIPE and pipefail end the job.)",

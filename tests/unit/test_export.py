@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import os
 import stat
+import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
@@ -279,20 +281,43 @@ def test_exported_sbatch_has_no_simulation_paths(make_job):
     assert "export DDP_BACKEND=nccl" in script
 
 
-def test_an_exported_sbatch_runs_in_the_work_directory_whatever_directory_sbatch_is_called_from(make_job, tmp_path):
-    """A relative script path is the work directory's: without ``--chdir`` the job ran where sbatch
-    was called from, and found no train.py there. Its path is quoted as sbatch reads a directive."""
+def test_an_exported_sbatch_runs_where_sbatch_is_called_or_in_chdir_and_says_where_to_submit_from(
+        make_job, tmp_path):
+    """The job runs where sbatch is called from (this machine's path to the project is not the
+    cluster's), or in ``--chdir``; its first act, run here by bash, is to look for the script
+    there, and to end saying where to submit from where it is missing (not every node's traceback)."""
     from orchestrate.slurm.backend import directive_words
 
-    (tmp_path / "train.py").write_text("")
-    plan = make_job(nodes=2, target=("train.py",))
-    lines = export_slurm(plan, ExportOptions(name="ddp-train")).splitlines()
-    assert f"#SBATCH --chdir={tmp_path.resolve()}" in lines
-    assert lines.index(f"#SBATCH --chdir={tmp_path.resolve()}") < lines.index("set -euo pipefail")
-    spaced = tmp_path / "my project"
-    spaced.mkdir()
-    script = export_slurm(make_job(nodes=2, workdir=spaced), ExportOptions(name="ddp-train"))
-    assert f"--chdir={spaced.resolve()}" in directive_words(script)
+    project, elsewhere = tmp_path / "my project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "train.py").write_text("")
+    plan = make_job(nodes=2, workdir=project, target=("train.py",))
+    script = export_slurm(plan, ExportOptions(name="ddp-train"))
+    assert not [word for word in directive_words(script) if "chdir" in word]
+    head = script[:script.index("DDP_MASTER_ADDR=")]  # (what runs before the job's first srun)
+
+    def run_head(where: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", head], cwd=where, capture_output=True, text=True, timeout=30)
+
+    assert run_head(project).returncode == 0
+    missing = run_head(elsewhere)
+    assert missing.returncode == 2, missing
+    assert missing.stderr == (f"ddp-compose: no train.py in {elsewhere}: call sbatch from your project's"
+                              " directory, or export with --chdir DIR\n")
+    chdir = export_slurm(plan, ExportOptions(name="ddp-train", chdir="/scratch/me/my project"))
+    assert "--chdir=/scratch/me/my project" in directive_words(chdir)
+    lines = chdir.splitlines()
+    assert lines.index("#SBATCH --chdir='/scratch/me/my project'") < lines.index("set -euo pipefail")
+    # a module is found by python, and an image's tasks find the script in the image: no look
+    assert "if [ ! -f" not in export_slurm(make_job(nodes=2, target=("-m", "app.train")), ExportOptions(name="ddp-train"))
+    assert "if [ ! -f" not in export_slurm(plan, ExportOptions(name="ddp-train", container_image="nvcr.io/me/t:1"))
+
+
+@pytest.mark.parametrize("chdir", ["", "  ", "/a\nb"])
+def test_export_refuses_a_chdir_that_names_no_directory_on_one_line(chdir):
+    with pytest.raises(UsageError, match="--chdir .* must name a directory on the cluster, on one line"):
+        ExportOptions(name="ddp-train", chdir=chdir)
 
 
 @pytest.mark.parametrize("target, name", [
@@ -450,6 +475,7 @@ def test_exports_help_says_what_each_option_means_on_a_real_cluster(capsys):
     ("slurm", ["--runtime", "mine"], "--runtime: for --to kubernetes only"),
     ("kubernetes", ["--partition", "gpu", "--time", "1:00:00"],
      "--time, --partition: for --to slurm only, and an export --to kubernetes has no place for them"),
+    ("kubernetes", ["--chdir", "/scratch/me"], "--chdir: for --to slurm only"),
     ("kubernetes", ["--container-image", "r.io/me/t:1"],
      "--container-image: for --to slurm only, and an export --to kubernetes has no place for it; --image names"
      " the pods' image"),
@@ -469,8 +495,9 @@ def test_each_targets_own_options_are_taken_and_the_local_image_is_noted(tmp_pat
     (tmp_path / "train.py").write_text("")
     out = io.StringIO()
     assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--partition", "gpu", "--time", "01:00:00",
-                 "--container-image", "r.io/me/t:1", "--", "train.py"], out=out) == 0
+                 "--chdir", "/scratch/me", "--container-image", "r.io/me/t:1", "--", "train.py"], out=out) == 0
     assert "#SBATCH --partition=gpu" in out.getvalue() and "--container-image=r.io/me/t:1" in out.getvalue()
+    assert "#SBATCH --chdir=/scratch/me" in out.getvalue()
     assert "note:" not in capsys.readouterr().err  # an sbatch script names no image of ours
 
     out = io.StringIO()
