@@ -2589,8 +2589,9 @@ MUTANTS = [
     Mutant("a line of the attempt before a restart marks the new attempt running", "orchestrate/supervise/supervisor.py",
            "        if tracker.of_an_earlier_run(stamp):\n            return\n", "",
            ("tests/unit/test_node_ends.py", "tests/unit/test_runs.py")),
-    Mutant("an attach takes the old run's first line for the restarted node's start", "orchestrate/supervise/api.py",
-           "        start = self.latest_start or self.first_started\n", "        start = self.latest_start\n",
+    Mutant("an attach takes a restart's replayed die, or the old run's first line, for the new run's",
+           "orchestrate/supervise/supervisor.py",
+           "        tracker.latest_start = tracker.latest_start or tracker.first_started\n", "",
            ("tests/unit/test_runs.py",)),
 ]
 

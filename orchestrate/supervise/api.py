@@ -56,8 +56,8 @@ class NodeTracker:
         last_line_at: Monotonic time the latest line of its log was taken in (0: none yet).
         exit_code: That exit code.
         first_started: Engine time of the container's first start seen.
-        latest_start: Engine time of its latest start taken in (from its ``start`` event, the
-            restart that made it, or an inspection): a ``start`` or ``die`` event from before
+        latest_start: Engine time of its latest start taken in (its start as the follow began,
+            then from its ``start`` event, the restart that made it, or an inspection): a ``start`` or ``die`` event from before
             it belongs to a run of the container that is over, however late the event stream
             brings it.
         last_log_stamps: For each stream (stdout, stderr), the engine time of the last log line
@@ -96,11 +96,11 @@ class NodeTracker:
 
     def of_an_earlier_run(self, stamp: Optional[float]) -> bool:
         """Whether a log line stamped ``stamp`` (engine time) was written before the container's
-        current run started (its latest start taken in, else its start as the follow began): a
-        line of the attempt before a restart, which a stream that follows the new one reads
-        again from where the lines taken in end, or which an attach reads from the log's start."""
-        start = self.latest_start or self.first_started
-        return bool(start and stamp and stamp < start)
+        current run started (its latest start taken in, its start as the follow began at the
+        least): a line of the attempt before a restart, which a stream that follows the new one
+        reads again from where the lines taken in end, or which an attach reads from the log's
+        start."""
+        return bool(self.latest_start and stamp and stamp < self.latest_start)
 
 
 @dataclass(frozen=True)

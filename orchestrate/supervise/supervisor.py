@@ -501,6 +501,9 @@ class Supervisor:
         tracker.container.reload()
         state = tracker.container.attrs.get("State", {})
         tracker.first_started = engine_time(state.get("StartedAt", ""))
+        # its current run's start: an event of a run before it (an attach's replay of the last
+        # second: a restart's own die) is no news of this one
+        tracker.latest_start = tracker.latest_start or tracker.first_started
         self.node_addresses = addresses_with(self.node_addresses, tracker.name, tracker.container.attrs)
         if tracker.container.status in ("running", "paused", "restarting"):
             tracker.move(NodePhase.STARTING)
