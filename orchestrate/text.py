@@ -191,12 +191,18 @@ def several_runs(given: str, matches: list[str], where: str) -> str:
     return f"{given!r} names {len(matches)} runs {where}: {listed(matches, 5)}; give more of the run id"
 
 
-def format_bytes(size: int) -> str:
-    """``2147483648`` -> ``2g``, ``536870912`` -> ``512m``."""
+def format_bytes(size: float, upper: bool = False) -> str:
+    """A size in bytes in the largest binary unit that holds it whole, as docker takes a memory
+    size (``--memory-per-node``): ``2147483648`` -> ``2g``, ``1610612736`` -> ``1536m``, ``1025``
+    -> ``1025b``. ``upper``: as the benchmarks take a message size (``--min-size 64M``) and their
+    tables and plots show it: ``64M``, ``1536K``, ``4``. The one home of a size's words: the
+    summary's and the plan's node memory, ``bench collectives``' table and plot, the report page's
+    bench table."""
+    whole = int(size)
     for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor}{unit}"
-    return f"{size}b"
+        if whole >= factor and whole % factor == 0:
+            return f"{whole // factor}{unit.upper() if upper else unit}"
+    return f"{whole}" if upper else f"{whole}b"
 
 
 def format_bandwidth(bytes_per_s: float) -> str:

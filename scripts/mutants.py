@@ -2593,6 +2593,9 @@ MUTANTS = [
            "orchestrate/supervise/supervisor.py",
            "        tracker.latest_start = tracker.latest_start or tracker.first_started\n", "",
            ("tests/unit/test_runs.py",)),
+    Mutant("bench collectives' plot says a size otherwise than its table", "orchestrate/bench/plots.py",
+           "[format_bytes(s, upper=True) for s in sizes[::2]]", "[format_bytes(s) for s in sizes[::2]]",
+           ("tests/unit/test_bench.py",)),
 ]
 
 

@@ -8,13 +8,6 @@ from typing import Any, Callable
 BENCH_FILE = "bench.json"
 
 
-def human(size: float) -> str:
-    for unit, step in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size >= step and size % step == 0:
-            return f"{size // step}{unit}"
-    return str(int(size))
-
-
 def link_lines(link: str) -> list[str]:
     """The line a benchmark's table starts with where its nodes' links were shaped (``--link``),
     so that its figures are never read as the bridge's; none where they were not."""

@@ -4,14 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrate.report.drawing import _pyplot
-from orchestrate.text import counted
-
-
-def human_size(size: float) -> str:
-    for unit, step in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size >= step:
-            return f"{size / step:g}{unit}"
-    return f"{size:g}"
+from orchestrate.text import counted, format_bytes
 
 
 def link_title(link: str) -> str:
@@ -46,7 +39,7 @@ def plot_collectives(results: dict, path: Path) -> Path:
     ax.set_xscale("log", base=2)
     sizes = sorted({r["size"] for r in results["results"]})
     ax.set_xticks(sizes[::2])
-    ax.set_xticklabels([human_size(s) for s in sizes[::2]], rotation=45)
+    ax.set_xticklabels([format_bytes(s, upper=True) for s in sizes[::2]], rotation=45)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("busbw (GB/s)")
     ax.grid(True, alpha=0.3)

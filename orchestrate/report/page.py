@@ -399,14 +399,14 @@ def bench_header(key: str) -> str:
 
 def bench_cell(key: str, value: Any) -> str:
     """A figure of the bench table with its unit, read from its key (``busbw_Bps`` 1.2e9 ->
-    ``1.200 GB/s``, ``time_s`` 7e-05 -> ``70.0 us``, ``size`` 67108864 -> ``64m``, ``of_wire``
-    0.64 -> ``64%``); ``-`` for none, text or a bool as it is."""
+    ``1.200 GB/s``, ``time_s`` 7e-05 -> ``70.0 us``, ``size`` 67108864 -> ``64M`` as the command
+    line's table says it, ``of_wire`` 0.64 -> ``64%``); ``-`` for none, text or a bool as it is."""
     if value is None:
         return "-"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     if key == "size":
-        return format_bytes(int(value))
+        return format_bytes(value, upper=True)
     if key.endswith("_Bps"):
         return format_bandwidth(value)
     if key.endswith("_s"):

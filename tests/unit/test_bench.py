@@ -97,6 +97,33 @@ def test_a_benchmarks_plot_names_the_shaped_link_in_its_title_as_its_table_does(
     assert (tmp_path / "ddp.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_message_size_is_said_alike_by_the_table_the_plot_and_the_report_page(tmp_path, monkeypatch):
+    """A size had three near-copies of its words: the table's said 4000 bytes as ``4000``, the
+    plot's ``3.90625K`` (and 1.5 MiB ``1.5M`` where the table said ``1536K``), the page's ``64m``
+    where the table said ``64M``. text.format_bytes is their one home."""
+    matplotlib = pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
+    from orchestrate.bench.plots import plot_collectives
+    from orchestrate.report.page import bench_cell
+
+    sizes = [4000, 6000, 1536 << 10, 2_000_000, 64 << 20]
+    results = {"world_size": 2, "nodes": 2, "local_world_size": 1, "wire": None,
+               "results": [{"op": "all_reduce", "size": size, "time_s": 0.01, "iters": 5, "algbw_Bps": 1e8,
+                            "busbw_Bps": 1e8, "ok": True} for size in sizes]}
+    summary = collectives_summary(results)
+    table = [line.split()[1] for line in format_collectives(summary).splitlines()[1:]]
+    assert table == ["4000", "6000", "1536K", "2000000", "64M"]
+    ticks: list[list[str]] = []
+    real = matplotlib.axes.Axes.set_xticklabels
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xticklabels",
+                        lambda ax, labels, *args, **kwargs: (ticks.append(list(labels)),
+                                                             real(ax, labels, *args, **kwargs))[1])
+    plot_collectives(summary, tmp_path / "collectives.png")
+    assert ticks == [table[::2]]
+    assert [bench_cell("size", size) for size in sizes] == table
+
+
 def test_ddp_overhead_per_form_efficiency_and_speedup_over_the_naive_form():
     run = ddp_run(2, {8: "cpu"}, [(8, "local", 1.0), (8, "ddp-1MB", 1.25), (8, "ddp-25MB", 1.1), (8, "ddp-tuned", 1.05),
                                   (8, "ddp-noop", 1.02), (8, "naive", 2.1)])

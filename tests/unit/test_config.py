@@ -251,3 +251,5 @@ def test_memory_sizes_read_as_docker_reads_them_and_print_back_in_the_largest_wh
         assert str(refused.value) == message
     assert [format_bytes(n) for n in (2 * 1024**3, 1536 * 1024**2, 512 * 1024**2, 1024, 1025, 1000)] == [
         "2g", "1536m", "512m", "1k", "1025b", "1000b"]
+    assert [format_bytes(n, upper=True) for n in (2 * 1024**3, 1536 * 1024**2, 1024, 1025, 4)] == [
+        "2G", "1536M", "1K", "1025", "4"]  # (a message size, as the benchmarks say one)

@@ -248,9 +248,9 @@ def test_the_bench_table_shows_each_figure_in_its_unit():
     table = table[:table.index("</table>")]
     assert ("<tr><th>op</th><th>size</th><th>time</th><th>iters</th><th>algbw</th><th>busbw</th><th>ok</th>"
             "<th>of wire</th></tr>") in table
-    assert ("<tr><td>all_reduce</td><td>64m</td><td>70.0 ms</td><td>5</td><td>0.960 GB/s</td><td>0.960 GB/s</td>"
+    assert ("<tr><td>all_reduce</td><td>64M</td><td>70.0 ms</td><td>5</td><td>0.960 GB/s</td><td>0.960 GB/s</td>"
             "<td>True</td><td>64%</td></tr>") in table
-    assert ("<tr><td>broadcast</td><td>4b</td><td>45.0 us</td><td>50</td><td>0.089 GB/s</td><td>0.089 GB/s</td>"
+    assert ("<tr><td>broadcast</td><td>4</td><td>45.0 us</td><td>50</td><td>0.089 GB/s</td><td>0.089 GB/s</td>"
             "<td>False</td><td>-</td></tr>") in table
 
 
