@@ -205,6 +205,13 @@ def format_bytes(size: float, upper: bool = False) -> str:
     return f"{whole}" if upper else f"{whole}b"
 
 
+def check_word(ok: bool) -> str:
+    """What a benchmark's ``check`` column says of a result it checked: ``ok``, or ``WRONG`` (the
+    collective's answer was wrong, so its figures measure nothing): ``bench collectives``' table
+    and the report page's."""
+    return "ok" if ok else "WRONG"
+
+
 def format_bandwidth(bytes_per_s: float) -> str:
     """``1.2e9`` -> ``1.200 GB/s``: decimal gigabytes a second, as the benchmarks say bandwidth."""
     return f"{bytes_per_s / 1e9:.3f} GB/s"

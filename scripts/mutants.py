@@ -2596,6 +2596,9 @@ MUTANTS = [
     Mutant("bench collectives' plot says a size otherwise than its table", "orchestrate/bench/plots.py",
            "[format_bytes(s, upper=True) for s in sizes[::2]]", "[format_bytes(s) for s in sizes[::2]]",
            ("tests/unit/test_bench.py",)),
+    Mutant("the report's bench table says a result's check as True or False", "orchestrate/report/page.py",
+           "    if key == \"ok\" and isinstance(value, bool):\n        return check_word(value)\n", "",
+           ("tests/unit/test_report.py",)),
 ]
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from orchestrate.bench.artifacts import link_lines
-from orchestrate.text import format_bandwidth, format_bytes
+from orchestrate.text import check_word, format_bandwidth, format_bytes
 
 # The goals, printed next to the figures.
 ALLREDUCE_GOAL_FRACTION = 0.60  # gloo all_reduce busbw at 64 MB, of one TCP stream, 2 nodes
@@ -33,8 +33,9 @@ def format_collectives(summary: dict) -> str:
               f" {'of wire':>8} {'check':>6}")]
     for r in summary["results"]:
         fraction = "-" if r.get("of_wire") is None else f"{r['of_wire']:.0%}"
-        lines.append(f"{r['op']:<15} {format_bytes(r['size'], upper=True):>10} {r['time_s'] * 1e6:>11.1f} {r['algbw_Bps'] / 1e9:>11.3f}"
-                     f" {r['busbw_Bps'] / 1e9:>11.3f} {fraction:>8} {'ok' if r['ok'] else 'WRONG':>6}")
+        lines.append(f"{r['op']:<15} {format_bytes(r['size'], upper=True):>10} {r['time_s'] * 1e6:>11.1f}"
+                     f" {r['algbw_Bps'] / 1e9:>11.3f} {r['busbw_Bps'] / 1e9:>11.3f} {fraction:>8}"
+                     f" {check_word(r['ok']):>6}")
     if wire:
         both = wire.get("both_ways_Bps")
         lines.append(f"wire: one TCP stream {format_bandwidth(wire['single_stream_Bps'])};"

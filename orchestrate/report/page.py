@@ -28,7 +28,7 @@ from typing import Any, Optional
 from orchestrate.outcome.events import record_event
 from orchestrate.report import svg
 from orchestrate.report.model import IN_DEBUGGER, ReportModel, _fmt, build_model, load_run
-from orchestrate.text import format_bandwidth, format_bytes, format_short_time
+from orchestrate.text import check_word, format_bandwidth, format_bytes, format_short_time
 
 log = logging.getLogger(__name__)
 
@@ -393,16 +393,22 @@ def render_html(model: ReportModel) -> str:
 
 def bench_header(key: str) -> str:
     """The bench table's column for a figure's key in bench.json, its unit left to the cells
-    (``busbw_Bps`` -> ``busbw``, ``time_s`` -> ``time``, ``of_wire`` -> ``of wire``)."""
+    (``busbw_Bps`` -> ``busbw``, ``time_s`` -> ``time``, ``of_wire`` -> ``of wire``; ``ok`` ->
+    ``check``, as the command line's table names it)."""
+    if key == "ok":
+        return "check"
     return key.removesuffix("_Bps").removesuffix("_s").replace("_", " ")
 
 
 def bench_cell(key: str, value: Any) -> str:
     """A figure of the bench table with its unit, read from its key (``busbw_Bps`` 1.2e9 ->
     ``1.200 GB/s``, ``time_s`` 7e-05 -> ``70.0 us``, ``size`` 67108864 -> ``64M`` as the command
-    line's table says it, ``of_wire`` 0.64 -> ``64%``); ``-`` for none, text or a bool as it is."""
+    line's table says it, ``of_wire`` 0.64 -> ``64%``, ``ok`` False -> ``WRONG`` as it says that,
+    with :func:`~orchestrate.text.check_word`); ``-`` for none, text or another bool as it is."""
     if value is None:
         return "-"
+    if key == "ok" and isinstance(value, bool):
+        return check_word(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     if key == "size":

@@ -237,7 +237,8 @@ def test_a_file_several_ranks_wrote_is_a_warning_on_the_page():
 
 def test_the_bench_table_shows_each_figure_in_its_unit():
     """bench.json keeps figures in base units (bytes, seconds, bytes a second); the page's table
-    showed them bare (busbw_Bps 960000000.0), as no one reads them."""
+    showed them bare (busbw_Bps 960000000.0), as no one reads them; and a result's check as
+    True/False, where the command line's table says ok/WRONG under ``check``."""
     bench = {"results": [
         {"op": "all_reduce", "size": 64 << 20, "time_s": 0.07, "iters": 5, "algbw_Bps": 0.96e9, "busbw_Bps": 0.96e9,
          "ok": True, "of_wire": 0.64},
@@ -246,12 +247,14 @@ def test_the_bench_table_shows_each_figure_in_its_unit():
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "bench": bench}))
     table = page[page.index('<table id="bench-table">'):]
     table = table[:table.index("</table>")]
-    assert ("<tr><th>op</th><th>size</th><th>time</th><th>iters</th><th>algbw</th><th>busbw</th><th>ok</th>"
+    assert ("<tr><th>op</th><th>size</th><th>time</th><th>iters</th><th>algbw</th><th>busbw</th><th>check</th>"
             "<th>of wire</th></tr>") in table
     assert ("<tr><td>all_reduce</td><td>64M</td><td>70.0 ms</td><td>5</td><td>0.960 GB/s</td><td>0.960 GB/s</td>"
-            "<td>True</td><td>64%</td></tr>") in table
+            "<td>ok</td><td>64%</td></tr>") in table
     assert ("<tr><td>broadcast</td><td>4</td><td>45.0 us</td><td>50</td><td>0.089 GB/s</td><td>0.089 GB/s</td>"
-            "<td>False</td><td>-</td></tr>") in table
+            "<td>WRONG</td><td>-</td></tr>") in table
+    from orchestrate.bench.collectives import format_collectives
+    assert [line.split()[-1] for line in format_collectives(bench).splitlines()[1:]] == ["ok", "WRONG"]
 
 
 def test_a_sampler_shuffled_alike_every_epoch_is_a_warning_on_the_page():
