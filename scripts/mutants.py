@@ -2599,6 +2599,9 @@ MUTANTS = [
     Mutant("the report's bench table says a result's check as True or False", "orchestrate/report/page.py",
            "    if key == \"ok\" and isinstance(value, bool):\n        return check_word(value)\n", "",
            ("tests/unit/test_report.py",)),
+    Mutant("bench ddp's bench.json keeps no rows for the report page's table", "orchestrate/bench/jobs.py",
+           '{"runs": summaries, "results": ddp.ddp_rows(summaries)}', '{"runs": summaries}',
+           ("tests/unit/test_report.py",)),
 ]
 
 

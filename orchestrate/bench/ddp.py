@@ -48,19 +48,32 @@ def overhead_goal(run: dict, batches: list[dict]) -> dict:
             "batch_size": batch["batch_size"]}
 
 
+def ddp_rows(summaries: list[dict]) -> list[dict]:
+    """The rows of the table, one per run, batch size and form: its ``nodes``, ``world``,
+    ``batch``, ``regime`` and ``form``, its step time (``step_s``), what DDP or communication
+    added to it over no DDP (``exposed_comm_s``, 0 or more) and its step time over no DDP's
+    (``vs_local``). :func:`format_ddp` prints them; bench.json keeps them as its ``results``,
+    which the report page shows as its bench table."""
+    rows = []
+    for s in summaries:
+        for batch in s["batches"]:
+            forms = [f for f in s["forms"] if f.get("batch_size", 0) == batch["batch_size"]]
+            local = next(f["step_s"] for f in forms if f["form"] == "local")
+            rows += [{"nodes": s["nodes"], "world": s.get("world_size", s["nodes"]), "batch": batch["batch_size"],
+                      "regime": batch["regime"], "form": f["form"], "step_s": f["step_s"],
+                      "exposed_comm_s": max(0.0, f["step_s"] - local), "vs_local": f["step_s"] / local}
+                     for f in forms]
+    return rows
+
+
 def format_ddp(summaries: list[dict]) -> str:
     link = (summaries[0].get("link") or "") if summaries else ""  # one bench's runs share one --link
     lines = [*link_lines(link),
              (f"{'nodes':>5} {'world':>5} {'batch':>5} {'regime':<12} {'form':<12} {'step (ms)':>10}"
               f" {'exposed comm (ms)':>18} {'vs local':>9}")]
-    for s in summaries:
-        for batch in s["batches"]:
-            rows = [f for f in s["forms"] if f.get("batch_size", 0) == batch["batch_size"]]
-            local = next(f["step_s"] for f in rows if f["form"] == "local")
-            for f in rows:
-                lines.append(f"{s['nodes']:>5} {s.get('world_size', s['nodes']):>5} {batch['batch_size']:>5}"
-                             f" {batch['regime']:<12} {f['form']:<12} {f['step_s'] * 1e3:>10.1f}"
-                             f" {max(0.0, f['step_s'] - local) * 1e3:>18.1f} {f['step_s'] / local:>8.3f}x")
+    for r in ddp_rows(summaries):
+        lines.append(f"{r['nodes']:>5} {r['world']:>5} {r['batch']:>5} {r['regime']:<12} {r['form']:<12}"
+                     f" {r['step_s'] * 1e3:>10.1f} {r['exposed_comm_s'] * 1e3:>18.1f} {r['vs_local']:>8.3f}x")
     for s in summaries:
         for batch in s["batches"]:
             lines.append(batch_line(s, batch))

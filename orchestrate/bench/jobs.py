@@ -145,8 +145,10 @@ def report_collectives(run_dir: Path, link: str) -> BenchReport:
 
 def report_ddp(run_dirs: Sequence[Path], link: str = "") -> BenchReport:
     """Finished ``bench ddp`` runs, one per node count (over ``link``, "" for the bridge as it
-    is): their summaries, written beside the last."""
+    is): their summaries, and their table's rows as the results the report page shows, written
+    beside the last."""
     summaries = [ddp.ddp_summary(figures(run_dir), link) for run_dir in run_dirs]
-    data, plot = write_artifacts(run_dirs[-1], "bench", {"runs": summaries}, plots.plot_ddp, summaries)
+    data, plot = write_artifacts(run_dirs[-1], "bench", {"runs": summaries, "results": ddp.ddp_rows(summaries)},
+                                 plots.plot_ddp, summaries)
     write_report_quietly(run_dirs[-1])
     return BenchReport(ddp.format_ddp(summaries), data, plot)

@@ -403,8 +403,9 @@ def bench_header(key: str) -> str:
 def bench_cell(key: str, value: Any) -> str:
     """A figure of the bench table with its unit, read from its key (``busbw_Bps`` 1.2e9 ->
     ``1.200 GB/s``, ``time_s`` 7e-05 -> ``70.0 us``, ``size`` 67108864 -> ``64M`` as the command
-    line's table says it, ``of_wire`` 0.64 -> ``64%``, ``ok`` False -> ``WRONG`` as it says that,
-    with :func:`~orchestrate.text.check_word`); ``-`` for none, text or another bool as it is."""
+    line's table says it, ``of_wire`` 0.64 -> ``64%``, ``vs_local`` 1.1824 -> ``1.182x``, ``ok``
+    False -> ``WRONG`` as the command line says that, with :func:`~orchestrate.text.check_word`);
+    ``-`` for none, text or another bool as it is."""
     if value is None:
         return "-"
     if key == "ok" and isinstance(value, bool):
@@ -419,6 +420,8 @@ def bench_cell(key: str, value: Any) -> str:
         return format_short_time(value)
     if key.startswith("of_"):
         return f"{value:.0%}"
+    if key.startswith("vs_"):
+        return f"{value:.3f}x"
     return f"{value:g}"
 
 

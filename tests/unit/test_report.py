@@ -257,6 +257,33 @@ def test_the_bench_table_shows_each_figure_in_its_unit():
     assert [line.split()[-1] for line in format_collectives(bench).splitlines()[1:]] == ["ok", "WRONG"]
 
 
+def test_a_bench_ddp_page_shows_a_table_of_its_runs_as_its_command_line_table_does(tmp_path):
+    """bench ddp's bench.json kept its runs and no rows, so its page showed the plot alone, where
+    docs/reports.md promised a plot and a table, as bench collectives' page has."""
+    pytest.importorskip("matplotlib")  # (the bench draws its plot too)
+    from orchestrate.bench.jobs import report_ddp
+
+    run_dir = tmp_path / "20261207-010101-abcdef"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps(plan(nproc=1)))
+    (run_dir / "events.jsonl").write_text("\n".join(json.dumps(e) for e in started(nproc=1)) + "\n")
+    (run_dir / "bench.json").write_text(json.dumps({  # what app.bench_ddp's rank 0 writes
+        "model": "resnet50", "nodes": 2, "world_size": 2, "local_world_size": 1, "parameter_tensors": 161,
+        "regimes": {"8": "cpu"}, "forms": [{"form": "local", "batch_size": 8, "step_s": 0.6904},
+                                           {"form": "ddp-25MB", "batch_size": 8, "step_s": 0.8162}]}))
+    said = report_ddp([run_dir]).table.splitlines()
+    page = (run_dir / "report.html").read_text()
+    table = page[page.index('<table id="bench-table">'):]
+    table = table[:table.index("</table>")]
+    assert ("<tr><th>nodes</th><th>world</th><th>batch</th><th>regime</th><th>form</th><th>step</th>"
+            "<th>exposed comm</th><th>vs local</th></tr>") in table
+    cells = [row.split("</td><td>") for row in re.findall(r"<tr><td>(.*?)</td></tr>", table)]
+    assert cells == [["2", "2", "8", "cpu", "local", "690.4 ms", "0.0 us", "1.000x"],
+                     ["2", "2", "8", "cpu", "ddp-25MB", "816.2 ms", "125.8 ms", "1.182x"]]
+    assert [line.split() for line in said[1:3]] == [["2", "2", "8", "cpu", "local", "690.4", "0.0", "1.000x"],
+                                                    ["2", "2", "8", "cpu", "ddp-25MB", "816.2", "125.8", "1.182x"]]
+
+
 def test_a_sampler_shuffled_alike_every_epoch_is_a_warning_on_the_page():
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
         "succeeded": True, "exit_code": 0, "shuffled_alike": {"train.py:14": {"epoch": 0, "ranks": [0, 1]}}}}))
