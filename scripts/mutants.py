@@ -70,7 +70,8 @@ class Mutant:
 
 MUTANTS = [
     Mutant("stop sends no SIGTERM and sets no deadline", "orchestrate/supervise/supervisor.py",
-           '            self.signal(tracker, "SIGTERM")\n            self.force_at[tracker.name] = now + grace_s\n',
+           '            self.signal(tracker, "SIGTERM")\n'
+           '            self.force_at[tracker.name] = (now + grace_s, grace_s)\n',
            "            pass\n", SUPERVISOR),
     Mutant("kill sends no SIGKILL", "orchestrate/supervise/supervisor.py",
            'if self.signal(tracker, "SIGKILL"):', "if False:", SUPERVISOR),
@@ -81,7 +82,8 @@ MUTANTS = [
     Mutant("SIGKILL comes at once, not after the grace", "orchestrate/supervise/supervisor.py",
            "            if now >= at:\n", "            if True:\n", SUPERVISOR),
     Mutant("a preempt never gets its SIGKILL", "orchestrate/supervise/supervisor.py",
-           "            self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s\n",
+           "            self.force_at[tracker.name] = (self.clock() + self.spec.stop_grace_s,"
+           " self.spec.stop_grace_s)\n",
            "            pass\n", SUPERVISOR),
     Mutant("a grace timer outlives its attempt", "orchestrate/supervise/supervisor.py",
            "        self.force_at.pop(tracker.name, None)  # a SIGKILL due after a grace: it ended before\n",
@@ -2602,6 +2604,10 @@ MUTANTS = [
     Mutant("bench ddp's bench.json keeps no rows for the report page's table", "orchestrate/bench/jobs.py",
            '{"runs": summaries, "results": ddp.ddp_rows(summaries)}', '{"runs": summaries}',
            ("tests/unit/test_report.py",)),
+    Mutant("a preempt under --stop-grace 0 is said not to have stopped within its grace",
+           "orchestrate/supervise/supervisor.py",
+           "(graces_out if grace_s > 0 else given_none).append", "graces_out.append",
+           ("tests/unit/test_reliability.py",)),
 ]
 
 

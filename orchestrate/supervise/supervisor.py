@@ -170,7 +170,9 @@ class Supervisor:
         self.stop_came = False  # a node ended by `stop RUN` (see finish)
         self.stop_request = StopRequest()  # what `stop RUN` (or `down RUN`) asked, once it has come
         self.kill_at: Optional[float] = None
-        self.force_at: dict[str, float] = {}  # nodes sent SIGTERM, and when they get SIGKILL
+        # nodes sent SIGTERM: when they get SIGKILL, and the grace they were given (0 s: a preempt's
+        # under --stop-grace 0, named as given none)
+        self.force_at: dict[str, tuple[float, float]] = {}
         # the nodes a preempt sent SIGTERM: its fault, and when (Unix seconds) the first one came
         self.preempted_at: dict[str, tuple[str, float]] = {}
         # the nodes by their addresses on the run's network: as they came up, then as the engine says
@@ -231,7 +233,7 @@ class Supervisor:
         if fault.action is FaultAction.LOSE:  # for good: no restart brings it back
             tracker.result.lost = str(fault)
         if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
-            self.force_at[tracker.name] = self.clock() + self.spec.stop_grace_s
+            self.force_at[tracker.name] = (self.clock() + self.spec.stop_grace_s, self.spec.stop_grace_s)
             self.preempted_at.setdefault(tracker.name, (str(fault), signalled))
         return tracker.name
 
@@ -601,14 +603,16 @@ class Supervisor:
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
             self.stop(self.live, self.spec.stop_grace_s)
-        graces_out = []
-        for name, at in list(self.force_at.items()):
+        graces_out, given_none = [], []
+        for name, (at, grace_s) in list(self.force_at.items()):
             if now >= at:
                 del self.force_at[name]
                 if not self.trackers[name].phase.final and self.trackers[name].exited_at is None:
-                    graces_out.append(self.trackers[name])
+                    (graces_out if grace_s > 0 else given_none).append(self.trackers[name])
         if graces_out:
             self.kill_after_grace(graces_out)
+        if given_none:  # (a preempt's under --stop-grace 0: its SIGKILL follows the SIGTERM at once)
+            self.kill_after_grace(given_none, no_grace=True)
         if self.inspector.due(now):
             for seen in self.inspector.inspect([t for t in self.live if t.phase is not NodePhase.CREATED]):
                 self.on_seen(self.trackers[seen.node], seen)
@@ -905,7 +909,7 @@ class Supervisor:
             return
         for tracker in trackers:
             self.signal(tracker, "SIGTERM")
-            self.force_at[tracker.name] = now + grace_s
+            self.force_at[tracker.name] = (now + grace_s, grace_s)
             self.record("node-stopping", node=tracker.name, grace_s=grace_s)
 
     def kill_after_grace(self, trackers: list[NodeTracker], no_grace: bool = False) -> None:

@@ -281,6 +281,31 @@ def test_preempt_sends_sigterm_then_sigkill_after_the_grace(make_run):
     assert result.exit_code == 1
 
 
+def test_a_preempt_with_no_stop_grace_names_the_node_it_killed_as_given_none(make_run):
+    """`run --stop-grace 0` and a preempt: its SIGKILL follows the SIGTERM at once, and the node
+    it killed was said not to have stopped "within its grace" (until 2026-12-07), where it had
+    none; it is named as `stop --timeout 0` and the launcher's own stop name a node given none."""
+    from orchestrate.outcome.record import outcome_record
+    from orchestrate.outcome.summary import format_summary
+
+    job = make_run(nodes=2, stop_grace=0, faults=["preempt:node1@t=0"])
+    client = engine(FakeDockerClient(), node0=[Script(["[0|0]:waiting"], hang=True)],
+                    node1=[Script(["[1|0]:training"], hang=True, ignore_sigterm=True)])
+    job.client = client
+    result = job.run()
+    sent = [c[2] if len(c) > 2 else "SIGKILL" for c in client.calls if c[0] == "kill" and c[1] == "ddp-test-run-node1-1"]
+    assert sent[:2] == ["SIGTERM", "SIGKILL"]  # a preempt's SIGTERM all the same, as a cluster sends it
+    assert result.failure.describe() == "node1 failed (injected fault preempt:node1)"
+    still = "what still ran: torchrun ... train.py (sleeping); python train.py (sleeping)"
+    line = f"node1 had no grace (its stop gave 0 s), so it got SIGKILL at once; {still}"
+    assert [said.removeprefix("[orchestrate] ") for said in said_lines(job, "node1 ")
+            if "SIGKILL" in said] == [line]
+    assert not said_lines(job, "within its grace")
+    assert line in [summary.strip() for summary in format_summary(result).splitlines()]
+    assert [(n["name"], n["grace_ran_out"], n["no_grace"]) for n in outcome_record(result)["nodes"]
+            if n["name"] == "node1"] == [("node1", True, True)]
+
+
 def test_a_preempted_node_of_an_elastic_job_rejoins(make_run):
     job = make_run(nodes=2, rdzv="c10d", max_restarts=1, faults=["preempt:node1@t=0"])
     client = engine(FakeDockerClient(), node0=[Script(["[0|0]:step"], hang=True), Script(["[0|0]:resumed"])],
