@@ -2608,6 +2608,11 @@ MUTANTS = [
            "orchestrate/supervise/supervisor.py",
            "(graces_out if grace_s > 0 else given_none).append", "graces_out.append",
            ("tests/unit/test_reliability.py",)),
+    # Session 112 (2026-12-07) trial
+    Mutant("ranks in init_process_group beside a paused node are told of their init_method",
+           "orchestrate/hangs/diagnosis.py",
+           "        elif self.hung and self.groups and all(in_init(g) for g in self.groups) and any(\n",
+           "        elif False and all(in_init(g) for g in self.groups) and any(\n", ("tests/unit/test_hangs.py",)),
 ]
 
 

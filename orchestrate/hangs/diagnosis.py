@@ -44,6 +44,9 @@ INIT_HINT = ("every rank waits in init_process_group, for its store or for the o
              " init_method out (env://, the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names"
              " itself (tcp://localhost:...) must be one every node reaches, where a store listens")
 
+# Why ranks in init_process_group wait for one that cannot answer (its node paused, its worker stopped).
+INIT_AWAITS_ALL = "the process group forms only once every rank has joined it"
+
 SHORT_TIMEOUT_HINT = ("a rank computed outside any collective while the others waited for it: either its work (an"
                       " evaluation or a save on one rank) takes longer than the process group's timeout, so give"
                       " init_process_group a longer timeout (or --collective-timeout) or let every rank take part in"
@@ -523,6 +526,14 @@ class HangDiagnosis:
             out.append(f"  {EXITED_HINT if self.parted_mid_training else self.left_mid_training or EXITED_HINT}")
         elif self.hung and self.groups and all(any(f.file.endswith(SPAWN_FILE) for f in g.stack) for g in self.groups):
             out.append(f"  {SPAWN_HINT}")
+        elif self.hung and self.groups and all(in_init(g) for g in self.groups) and any(
+                a.state == "stopped" for a in self.activities):
+            # they wait for a rank that cannot answer (its node paused, its worker stopped): that is
+            # why, not where their init_method points
+            waiting = ranks_text(sorted(r for g in self.groups for r in g.ranks))
+            unable = ranks_text(sorted(a.rank for a in self.activities if a.state == "stopped"))
+            out.append(f"  {waiting} {'waits' if waiting.startswith('rank ') else 'wait'} in init_process_group for"
+                       f" {unable}, which cannot answer (above): {INIT_AWAITS_ALL}")
         elif self.hung and self.groups and all(in_init(g) for g in self.groups):
             out.append(f"  {INIT_HINT}")
         for rank in sorted(self.waiting_for_loaders):  # hung, or working: where its workers are

@@ -127,6 +127,23 @@ def test_a_rank_in_torchs_code_is_placed_at_the_call_its_script_made_past_the_de
     assert not any("init_method" in line for line in found.lines())  # rank 1 is past it
 
 
+def test_ranks_in_init_process_group_beside_a_paused_node_get_no_hint_on_their_init_method():
+    # a trial (session 112): Ctrl-C during pause:node1@t=2, before the job's first step; rank 0
+    # waited in init_process_group for rank 1, whose node was paused, and the summary advised on
+    # init_method (env://, tcp://localhost) as if the script's address were wrong
+    site = "/opt/venv/lib/python3.11/site-packages/torch"
+    connecting = (Frame("train.py", 12, "<module>"), Frame(f"{site}/distributed/c10d_logger.py", 95, "wrapper"),
+                  Frame(f"{site}/distributed/distributed_c10d.py", 1769, "init_process_group"))
+    paused = {1: "is on node1, whose container is paused (injected fault pause:node1@t=2)"}
+    found = diagnose(probe(5, r0=snap(0, frames=connecting)), probe(0, r0=snap(0, frames=connecting)), {0, 1},
+                     paused, 13)
+    lines = found.lines()
+    assert found.hung and "  rank 1: " + paused[1] in lines
+    assert not any("init_method" in line for line in lines), lines
+    assert lines[-1] == ("  rank 0 waits in init_process_group for rank 1, which cannot answer (above): the process"
+                         " group forms only once every rank has joined it")
+
+
 def test_ranks_that_wait_for_processes_they_spawned_get_the_hint_that_torchrun_spawns_them_already():
     """The tutorial's mp.spawn script run under torchrun: the processes each rank spawns connect
     to torchrun's store as clients, and wait for ever for the store of their own they named."""
