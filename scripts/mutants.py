@@ -2613,6 +2613,9 @@ MUTANTS = [
            "orchestrate/hangs/diagnosis.py",
            "        elif self.hung and self.groups and all(in_init(g) for g in self.groups) and any(\n",
            "        elif False and all(in_init(g) for g in self.groups) and any(\n", ("tests/unit/test_hangs.py",)),
+    Mutant("a step counted from 1 again after a resume is said as the job's", "orchestrate/supervise/progress.py",
+           '                self.anew_after = said.cause if record.counted and failed_since is not None else ""',
+           '                self.anew_after = ""', ("tests/unit/test_fault_scheduler.py", "tests/unit/test_launcher.py")),
 ]
 
 

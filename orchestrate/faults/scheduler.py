@@ -111,16 +111,19 @@ class FaultScheduler:
         return attempt_steps(self.armed[index]) if index in self.armed else None
 
     def fire_due(self, elapsed_s: float, step: Optional[int],
-                 attempt_steps: Callable[[float], Optional[int]] = lambda since: None) -> list[FaultSpec]:
+                 attempt_steps: Callable[[float], Optional[int]] = lambda since: None,
+                 said: Callable[[], tuple[Optional[int], str]] = lambda: (None, "")) -> list[FaultSpec]:
         """Inject every fault whose time or step has come, and undo every fault whose end has
         come; return those injected. ``attempt_steps(since)`` is the most steps done in an
-        attempt begun after ``since`` (epoch time), for ``@step=+N`` faults."""
+        attempt begun after ``since`` (epoch time), for ``@step=+N`` faults. ``said()``: where the
+        attempt since an elastic recovery counts its steps from 1 again, its step and that
+        recovery's cause, said with the fault ((None, ""): ``step`` is the job's)."""
         injected = []
         self.arm()
         due = [i for i in self.to_fire if self.faults[i].due(elapsed_s, step, self.attempt_steps_of(i, attempt_steps))]
         try:
             for index in due:
-                injected += self.fire(index, elapsed_s, step)
+                injected += self.fire(index, elapsed_s, step, *said())
         finally:  # the ranks held at a step go on once every fault of that step is in (or failed)
             for index in due:
                 fault = self.faults[index]
@@ -135,9 +138,11 @@ class FaultScheduler:
             self.arm()  # the faults that count in the next attempt, listed before it begins
         return injected
 
-    def fire(self, index: int, elapsed_s: float, step: Optional[int]) -> list[FaultSpec]:
+    def fire(self, index: int, elapsed_s: float, step: Optional[int], anew_step: Optional[int] = None,
+             anew_after: str = "") -> list[FaultSpec]:
         """Inject one due fault; say and record it, or why it could not be injected. Returns
-        it, or nothing when it failed."""
+        it, or nothing when it failed. ``anew_after``: the attempt it strikes counts its steps from
+        1 again since that recovery, and is at ``anew_step`` of them, the step said."""
         fault = self.faults[index]
         self.to_fire.remove(index)
         try:
@@ -148,7 +153,8 @@ class FaultScheduler:
             self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
             self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
             return []
-        fired = FaultRecord(str(fault), node, True, elapsed_s, step, fired_time=self.wall())
+        fired = FaultRecord(str(fault), node, True, elapsed_s, anew_step if anew_after else step,
+                            fired_time=self.wall(), counted_anew=anew_after)
         self.fired.append(fired)
         if fault.has_end:
             self.lasting.append((fault, node))

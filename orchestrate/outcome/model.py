@@ -32,6 +32,15 @@ class Lines(list):
         return "".join(f"{line}\n" for line in self)
 
 
+def anew_note(after: str) -> str:
+    """What a step counted in an attempt whose steps began at 1 again is (``after``: the cause of
+    the recovery that attempt followed; "" where the steps go on from where the job resumed)."""
+    if not after:
+        return ""
+    return (f" of the attempt after {after}, counted from 1 again: the optimizer keeps no step count, so a"
+            " resumed attempt's steps are not numbered from where the script resumed")
+
+
 @dataclass
 class Recovery:
     """One node that died and rejoined an elastic job, or that was lost for good and left the
@@ -46,6 +55,8 @@ class Recovery:
         resumed_from: The step the workers resumed from (from "resumed from ... step N").
         resumed_at: Monotonic time of the first training step after the resume.
         lost: The node was lost for good (a ``lose`` fault): the nodes left went on without it.
+        counted_anew: Where ``step_before`` was counted in an attempt whose steps began at 1
+            again (an optimizer without a step count, resumed), the recovery that attempt followed.
     """
 
     node: str
@@ -55,6 +66,7 @@ class Recovery:
     resumed_from: Optional[int] = None
     resumed_at: Optional[float] = None
     lost: bool = False
+    counted_anew: str = ""
 
     @property
     def recovery_s(self) -> Optional[float]:
@@ -80,7 +92,7 @@ class Recovery:
             parts.append(f"steps lost {self.steps_lost} (last step {self.step_before}, resumed from"
                          f" {self.resumed_from})")
         elif self.step_before is not None:
-            parts.append(f"last step before it {self.step_before}")
+            parts.append(f"last step before it {self.step_before}{anew_note(self.counted_anew)}")
         return "; ".join([": ".join(parts[:2])] + parts[2:]) if len(parts) > 1 else parts[0]
 
 
@@ -120,7 +132,9 @@ class FaultRecord:
     write is armed when it fires, and strikes at the write it cuts, when its node is killed), and
     the work-directory file it cut (``struck_file``: a save cut short is no save);
     whether it fell before the job's first step, which the workers reported only later
-    (``before_first_step``: a fault timed into the start-up, which tested no training)."""
+    (``before_first_step``: a fault timed into the start-up, which tested no training); where
+    ``step`` was counted in an attempt whose steps began at 1 again (an elastic job resumed by an
+    optimizer that keeps no step count), the recovery that attempt followed (``counted_anew``)."""
 
     spec: str
     node: str
@@ -134,6 +148,7 @@ class FaultRecord:
     before_first_step: bool = False
     struck_time: Optional[float] = None
     struck_file: str = ""
+    counted_anew: str = ""
 
     @property
     def fired_at_s(self) -> Optional[float]:
@@ -154,7 +169,7 @@ class FaultRecord:
         if not self.fired:
             return f"{self.spec} did not fire: {self.reason}"
         when = [] if self.elapsed_s is None else [f"{self.elapsed_s:.1f} s into the job"]
-        at = ([f"at step {self.step}"] if self.step is not None
+        at = ([f"at step {self.step}{anew_note(self.counted_anew)}"] if self.step is not None
               else ["before its first step"] if self.before_first_step else [])
         on = [f"on {self.node}"] if self.node and f":{self.node}" not in self.spec else []
         until = [] if self.ended_s is None else [f"until {self.ended_s:.1f} s"]

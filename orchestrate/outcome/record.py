@@ -38,11 +38,15 @@ def outcome_record(outcome: RunResult) -> dict:
         "timings": {"bring_up_s": t.bring_up_s, "rendezvous_s": t.rendezvous_s, "job_s": t.job_s,
                     "teardown_s": t.teardown_s},
         "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
-                        "step_before": r.step_before, "resumed_from": r.resumed_from, "lost": r.lost}
+                        "step_before": r.step_before, "resumed_from": r.resumed_from, "lost": r.lost,
+                        # step_before counted from 1 again, in the attempt after this recovery (a plain optimizer)
+                        "step_counted_anew_after": r.counted_anew or None}
                        for r in t.recoveries],
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,
-                    "detail": f.detail or None, "before_first_step": f.before_first_step}
+                    "detail": f.detail or None, "before_first_step": f.before_first_step,
+                    # fired_at_step counted from 1 again, in the attempt after this recovery (a plain optimizer)
+                    "step_counted_anew_after": f.counted_anew or None}
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
         # what the summary's hint says to change, and why (one text, perhaps of several lines)

@@ -24,6 +24,10 @@ class ProgressWatch:
         # a rank that says it later (its optimizer's count, held a step) still tells
         self.unsaid: Optional[Recovery] = None
         self.seen = False
+        # where the latest recovery's new workers counted their steps from 1 again (their optimizer
+        # keeps no step count, and no rank said where it resumed): its cause, and when it failed
+        self.anew_after = ""
+        self.anew_since = 0.0
         self.first_step_time: Optional[float] = None  # the epoch time of the first step a worker took
         self.records = 0  # every record read so far: progress, to the hang watchdog
         # each rank's attempts (worker processes): when the first record came, the steps done
@@ -58,6 +62,14 @@ class ProgressWatch:
         None: no such attempt has reported a step)."""
         counts = [len(steps) for first, steps in self.attempts.values() if first > since and steps]
         return max(counts, default=None)
+
+    def step_said(self) -> tuple[Optional[int], str]:
+        """The step to say a fault or a failure came at, and "" or, where the attempt since the
+        latest recovery counted its steps from 1 again, that recovery's cause: then the step is
+        that attempt's (None: it took none yet), not the job's highest (:attr:`max_step`)."""
+        if not self.anew_after:
+            return self.max_step, ""
+        return self.attempt_steps(self.anew_since), self.anew_after
 
     def written_whole(self) -> dict[str, tuple[int, ...]]:
         """The shared files the workers wrote whole, each with its writers."""
@@ -165,6 +177,7 @@ class ProgressWatch:
                     recovery.resumed_from = record.resumed
                 elif self.unsaid is not None and self.unsaid.resumed_from is None:
                     self.unsaid.resumed_from = record.resumed  # a rank said it after another's first step
+                    self.anew_after = ""
                 continue
             if record.step is None:
                 continue
@@ -178,8 +191,12 @@ class ProgressWatch:
                 said, recovery = recovery, None
                 if said.resumed_from is not None:
                     self.max_step = record.step
+                    self.anew_after = ""
                     continue
                 self.unsaid = said
+                # counted by the start-up hook with no resume said: from 1 again
+                self.anew_after = said.cause if record.counted and failed_since is not None else ""
+                self.anew_since = failed_since or 0.0
             self.max_step = max(self.max_step or 0, record.step)
 
 

@@ -100,9 +100,11 @@ class RestartPolicy:
         return (f"{dead.name} {STORE_WENT} (--restart all restarts every node;"
                 " --rdzv-store container keeps the store apart from the nodes)")
 
-    def restart(self, dead: NodeTracker, trackers: list[NodeTracker], step: Optional[int]) -> None:
+    def restart(self, dead: NodeTracker, trackers: list[NodeTracker], step: Optional[int],
+                counted_anew: str = "") -> None:
         """Restart every node (``--restart all``), or the dead one only (``--restart node``),
-        so that it rejoins.
+        so that it rejoins (``step``: the last step before it; ``counted_anew``: the recovery after
+        which the attempt it struck counted its steps from 1 again, "" where none).
 
         By default every node restarts, not only the dead one, as a Slurm requeue or a JobSet's
         recreate-all does: torch's c10d rendezvous lets a freshly started agent join only if
@@ -117,7 +119,8 @@ class RestartPolicy:
         cause = death_cause(dead)
         lost = self.lost_store(dead)
         if not lost:  # a death that ends the job is no recovery
-            self.recoveries.append(Recovery(dead.name, cause, self.clock(), step_before=step))
+            self.recoveries.append(Recovery(dead.name, cause, self.clock(), step_before=step,
+                                            counted_anew=counted_anew))
         which = "it alone" if self.scope == "node" else "every node"
         self.say(f"{dead.name} died ({cause}); restarting {which} so that it rejoins"
                  f" ({self.restarts}/{self.max_restarts})")

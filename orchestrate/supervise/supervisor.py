@@ -599,7 +599,8 @@ class Supervisor:
                 if found is not None:
                     self.end_hung(found)
         if self.faults.waiting:
-            self.faults.fire_due(now - self.started_at, self.progress.max_step, self.progress.attempt_steps)
+            self.faults.fire_due(now - self.started_at, self.progress.max_step, self.progress.attempt_steps,
+                                 self.progress.step_said)
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
             self.stop(self.live, self.spec.stop_grace_s)
@@ -756,7 +757,7 @@ class Supervisor:
             self.store_died_first(tracker)  # (its die event may come later than this exit)
         ending = ending or bool(self.store_lost)  # a dead store: no node restarted could rejoin a rendezvous
         if self.restarts.should_restart(tracker, ending) and not self.container_gone(tracker):
-            self.restarts.restart(tracker, list(self.trackers.values()), self.progress.max_step)
+            self.restarts.restart(tracker, list(self.trackers.values()), *self.progress.step_said())
             self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands
             self.ranks_seen.clear()
             return

@@ -325,3 +325,50 @@ def test_the_fault_scheduler_warns_once_when_no_step_is_reported(tmp_path, monke
     scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=5.0)
     scheduler.warn_if_no_progress(progress_seen=False, since_first_worker_s=9.0)
     assert len(recorder.said) == 1 and "kill:node1@step=2 cannot fire" in recorder.said[0]
+
+
+def test_a_step_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_so(tmp_path):
+    """A trial (session 112): a plain script (SGD, no step count) killed at step 7 resumed from
+    its step 6; its new workers' counted steps began at 1 again, and kill:node0@step=10 fired at
+    their 10th step, the script's 16th, said "at step 10" as if the job's. The fault and the
+    recovery it makes say which count the step is; a resume said (Adam's count) keeps the job's."""
+    from orchestrate.outcome.model import Recovery
+    recorder, clock = Recorder(), [100.0]
+    watch = ProgressWatch(tmp_path, recorder.record)
+    scheduler = FaultScheduler((parse_fault("kill:node1@step=7"), parse_fault("kill:node0@step=10"),
+                                parse_fault("pause:node1@t=30..31")), lambda fault: None, tmp_path,
+                               recorder.say, recorder.record, wall=lambda: clock[0])
+
+    def report(attempt: str, step: int, at: float, recovery=None, failed_since=None, **more) -> None:
+        with open(tmp_path / "rank0.jsonl", "a") as handle:
+            handle.write(json.dumps({"rank": 0, "step": step, "time": at, "attempt": attempt, "counted": "optimizer",
+                                     "began": 200.0 if attempt == "second" else 10.0, **more}) + "\n")
+        watch.poll(0.0, recovery, failed_since)
+
+    for step in range(1, 8):
+        report("first", step, 90.0 + step)
+    assert [str(f) for f in scheduler.fire_due(5.0, watch.max_step, watch.attempt_steps, watch.step_said)] == [
+        "kill:node1@step=7"]
+    assert scheduler.fired[0].describe() == "kill:node1@step=7 (5.0 s into the job, at step 7)"
+    recovery = Recovery("node1", "injected fault kill:node1@step=7", failed_at=1.0, step_before=7)
+    for step in range(1, 4):  # the new workers, resumed from the script's step 6, count from 1
+        report("second", step, 210.0 + step, recovery if step == 1 else None, 150.0)
+    assert watch.step_said() == (3, "injected fault kill:node1@step=7")
+    scheduler.fire_due(30.0, watch.max_step, watch.attempt_steps, watch.step_said)  # the pause, at their 3rd step
+    for step in range(4, 11):
+        report("second", step, 210.0 + step)
+    assert [str(f) for f in scheduler.fire_due(40.0, watch.max_step, watch.attempt_steps, watch.step_said)] == [
+        "kill:node0@step=10"]
+    paused, killed = scheduler.fired[1:]
+    anew = (" of the attempt after injected fault kill:node1@step=7, counted from 1 again: the optimizer keeps no step"
+            " count, so a resumed attempt's steps are not numbered from where the script resumed")
+    assert killed.describe() == f"kill:node0@step=10 (40.0 s into the job, at step 10{anew})"
+    assert paused.describe() == f"pause:node1@t=30..31 (30.0 s into the job, at step 3{anew}, until 40.0 s)"
+    second = Recovery("node0", "injected fault kill:node0@step=10", 2.0, *watch.step_said()[:1],
+                      counted_anew=watch.step_said()[1])
+    assert second.describe() == f"node0 rejoined after injected fault kill:node0@step=10: last step before it 10{anew}"
+    # a rank that says where it resumed (Adam's count) numbers the steps as the job's again
+    with open(tmp_path / "rank0.jsonl", "a") as handle:
+        handle.write(json.dumps({"rank": 0, "resumed": 15, "time": 230.0}) + "\n")
+    watch.poll(0.0, None)
+    assert watch.step_said() == (10, "")

@@ -434,6 +434,41 @@ def test_a_recovery_whose_workers_do_not_say_where_they_resumed_is_timed_by_thei
     assert (resumed["node"], resumed["step"], resumed["steps_lost"]) == ("node1", 1, None)
 
 
+def test_a_step_fault_after_a_resume_whose_steps_count_from_1_again_says_which_count_its_step_is(make_run):
+    """A trial (session 112): a plain script whose optimizer keeps no step count (SGD), killed at
+    step 2 and resumed; its new workers' counted steps begin at 1 again, so kill:node0@step=4 fires
+    at their 4th step, not the script's 4th. Until then the fault and its recovery said "at step 4"
+    and "last step before it 4" as if the job's own; now they say whose count it is."""
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=2,
+                   faults=(parse_fault("kill:node1@step=2"), parse_fault("kill:node0@step=4")))
+    client = FakeDockerClient()
+
+    def counted(steps: range, attempt: str):
+        def write() -> None:
+            began = {"attempt": attempt, "began": time.time(), "time": time.time()}
+            with open(job.run_dir / "progress" / "rank0.jsonl", "a") as handle:
+                for step in steps:
+                    handle.write(json.dumps({"rank": 0, "step": step, "counted": "optimizer", **began}) + "\n")
+        return write
+
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:step"], then=counted(range(1, 3), "first"), hang=True),
+               Script(["[0|0]:again"], then=counted(range(1, 5), "second"), hang=True),
+               Script(["[0|0]:last"])],
+        node1=[Script(["[1|0]:up"], hang=True), Script(["[1|0]:up again"], hang=True), Script(["[1|0]:last"])],
+    )
+    assert outcome.succeeded, text
+    anew = (" of the attempt after injected fault kill:node1@step=2, counted from 1 again: the optimizer keeps no step"
+            " count, so a resumed attempt's steps are not numbered from where the script resumed")
+    assert f"at step 4{anew})" in " ".join(text.split())
+    first, second = outcome.timings.recoveries
+    assert first.describe().endswith("; last step before it 2") and not first.counted_anew
+    assert second.describe().endswith(f": last step before it 4{anew}")
+    killed = [f for f in outcome.faults if f.spec == "kill:node0@step=4"]
+    assert [(f.step, f.counted_anew) for f in killed] == [(4, "injected fault kill:node1@step=2")]
+
+
 def test_a_rank_that_says_where_it_resumed_after_another_ranks_first_step_still_tells_the_steps_lost(make_run):
     """Rank 0 reports its own steps and says no resume; rank 1's optimizer count says it resumed
     from step 2, held until its second step: read after rank 0's first step, it still counts."""
