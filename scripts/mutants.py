@@ -2616,6 +2616,9 @@ MUTANTS = [
     Mutant("a step counted from 1 again after a resume is said as the job's", "orchestrate/supervise/progress.py",
            '                self.anew_after = said.cause if record.counted and failed_since is not None else ""',
            '                self.anew_after = ""', ("tests/unit/test_fault_scheduler.py", "tests/unit/test_launcher.py")),
+    Mutant("a fault still held at the stop is not said so", "orchestrate/faults/scheduler.py",
+           "        self.held_at_stop.update(str(fault) for fault, _ in self.lasting)\n", "",
+           ("tests/unit/test_launcher.py",)),
 ]
 
 

@@ -57,6 +57,7 @@ class FaultScheduler:
         self.failed: list[FaultRecord] = []
         self.lasting: list[tuple[FaultSpec, str]] = []  # fired, with an end still to come
         self.stopped_first: list[FaultSpec] = []  # still to fire when the run was stopped
+        self.held_at_stop: set[str] = set()  # fired, their end still to come when the run was stopped
         self.warned_no_progress = False
 
     @property
@@ -65,8 +66,10 @@ class FaultScheduler:
         return [self.faults[i] for i in self.to_fire]
 
     def cancel(self) -> None:
-        """Fire nothing more and end nothing more (the run is being stopped)."""
+        """Fire nothing more and end nothing more (the run is being stopped): the faults still
+        held then are said so (the nodes' stop lets them go)."""
         self.stopped_first.extend(self.pending)
+        self.held_at_stop.update(str(fault) for fault, _ in self.lasting)
         self.to_fire.clear()
         self.lasting.clear()
 
@@ -195,6 +198,8 @@ class FaultScheduler:
         fired, unfired = [], []
         on_storage = {str(f) for f in self.faults if f.action.on_storage}
         for record in self.fired:
+            if record.spec in self.held_at_stop and record.ended_s is None:
+                record = replace(record, held_at_stop=True)
             if record.spec in on_storage and not record.detail:
                 unfired.append(replace(record, fired=False, reason=unmet_storage_fault(record)))
             else:

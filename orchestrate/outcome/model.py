@@ -134,7 +134,9 @@ class FaultRecord:
     whether it fell before the job's first step, which the workers reported only later
     (``before_first_step``: a fault timed into the start-up, which tested no training); where
     ``step`` was counted in an attempt whose steps began at 1 again (an elastic job resumed by an
-    optimizer that keeps no step count), the recovery that attempt followed (``counted_anew``)."""
+    optimizer that keeps no step count), the recovery that attempt followed (``counted_anew``);
+    whether a fault with an end still held when the run was stopped, its end not come
+    (``held_at_stop``: an interrupt, ``stop RUN`` or the time limit came first)."""
 
     spec: str
     node: str
@@ -149,6 +151,7 @@ class FaultRecord:
     struck_time: Optional[float] = None
     struck_file: str = ""
     counted_anew: str = ""
+    held_at_stop: bool = False
 
     @property
     def fired_at_s(self) -> Optional[float]:
@@ -172,7 +175,8 @@ class FaultRecord:
         at = ([f"at step {self.step}{anew_note(self.counted_anew)}"] if self.step is not None
               else ["before its first step"] if self.before_first_step else [])
         on = [f"on {self.node}"] if self.node and f":{self.node}" not in self.spec else []
-        until = [] if self.ended_s is None else [f"until {self.ended_s:.1f} s"]
+        until = ([f"until {self.ended_s:.1f} s"] if self.ended_s is not None
+                 else ["still held when the run was stopped"] if self.held_at_stop else [])
         said = ", ".join(when + at + on + until)
         did = f": {self.detail}" if self.detail else ""
         return f"{self.spec}{f' ({said})' if said else ''}{did}"

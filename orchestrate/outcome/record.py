@@ -46,7 +46,8 @@ def outcome_record(outcome: RunResult) -> dict:
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,
                     "detail": f.detail or None, "before_first_step": f.before_first_step,
                     # fired_at_step counted from 1 again, in the attempt after this recovery (a plain optimizer)
-                    "step_counted_anew_after": f.counted_anew or None}
+                    "step_counted_anew_after": f.counted_anew or None,
+                    "held_at_stop": f.held_at_stop}  # its end had not come when the run was stopped
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
         # what the summary's hint says to change, and why (one text, perhaps of several lines)

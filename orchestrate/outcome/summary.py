@@ -84,8 +84,9 @@ def format_summary(outcome: RunResult) -> str:
         lines.append(f"recovery: none: {t.unrecovered}")
     lines += restart_lines(outcome)
     # what a fault did beyond its spec (the file a torn write cut, where, by which rank), or that
-    # it fell before the job's first step (then it tested no training)
-    lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults if f.detail or f.before_first_step]
+    # it fell before the job's first step (then it tested no training), or still held at the stop
+    lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults
+              if f.detail or f.before_first_step or f.held_at_stop]
     lines += fault_lines(outcome)
     lines += warning_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")

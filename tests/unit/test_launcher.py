@@ -1085,6 +1085,33 @@ def paused_then_ctrl_c(job: Run, client: FakeDockerClient, names: dict[str, str]
     return act
 
 
+def test_a_ctrl_c_while_a_fault_with_an_end_holds_a_node_says_the_fault_still_held(make_run):
+    """A trial (session 112): Ctrl-C during pause:node1@t=1..60 of an elastic job, before any
+    worker began (node1 paused, so no rendezvous formed): a fault with an end holds the job as asked,
+    so no watchdog looked, and the summary said only "INTERRUPTED by SIGINT: every node was
+    stopped", nothing of the node the fault still held. It says the fault, held at the stop."""
+    job = make_run(nodes=2, rdzv="c10d", stop_grace=1, faults=(parse_fault("pause:node1@t=0..60"),))
+    client = FakeDockerClient()
+
+    def ctrl_c_once_paused() -> None:
+        deadline = time.monotonic() + 10
+        while "fault injected" not in job.out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        _thread.interrupt_main()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c_once_paused, hang=True)],
+                           node1=[Script(["[1|0]:waiting"], hang=True)])
+    assert outcome.interrupted and outcome.exit_code == 130, text
+    [held] = outcome.fired_faults
+    assert held.held_at_stop and held.ended_s is None
+    summary = format_summary(outcome).splitlines()
+    said = [line for line in summary if line.startswith("fault injected: pause:node1@t=0..60 (")]
+    assert len(said) == 1 and said[0].endswith(" into the job, still held when the run was stopped)"), summary
+    assert summary[-1] == "INTERRUPTED by SIGINT: every node was stopped"
+    recorded = json.loads((job.run_dir / "outcome.json").read_text())
+    assert [f["held_at_stop"] for f in recorded["faults"]] == [True]
+
+
 def with_its_own_stop_signal(container) -> None:
     """The node's image says STOPSIGNAL SIGINT (a user's --dockerfile may): the engine then leaves
     it paused when it is sent SIGTERM, and only an unpause first lets the SIGTERM through."""
