@@ -2619,6 +2619,9 @@ MUTANTS = [
     Mutant("a fault still held at the stop is not said so", "orchestrate/faults/scheduler.py",
            "        self.held_at_stop.update(str(fault) for fault, _ in self.lasting)\n", "",
            ("tests/unit/test_launcher.py",)),
+    Mutant("a look at an interrupt with no worker begun says a rank may be busy", "orchestrate/hangs/watchdog.py",
+           "            if not self.expected() and not probes[1].snapshots:", "            if False:",
+           ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -75,6 +75,12 @@ def not_ended_note(end_after_s: float, found: HangDiagnosis, collective_timeout_
     return note + "; --collective-timeout S ends a wait in a collective after S seconds, saying where every rank was"
 
 
+# What a look at an interrupt says where no worker had begun: an elastic job whose rendezvous never
+# formed (a node paused or cut off before it joined) has no rank to look at, and none to be busy.
+NO_WORKER_YET = ("no worker had started, so there was no rank to look at (an elastic job's ranks are known once its"
+                 " rendezvous forms): no verdict")
+
+
 class HangWatch:
     """Watches one run's progress (see the module's text). It never blocks: a look sends the
     request, and takes the answers one answer window later.
@@ -214,7 +220,10 @@ class HangWatch:
             return None  # a worker's line during the looks: it moves
         found = self.judge_at_the_end(probes[0], probes[1], self.clock())
         if found is None and occasion == AT_THE_INTERRUPT:
-            self.say("not every rank answered the look (one may be busy): no verdict")
+            if not self.expected() and not probes[1].snapshots:  # (no rank to have been busy)
+                self.say(NO_WORKER_YET)
+            else:
+                self.say("not every rank answered the look (one may be busy): no verdict")
         if found is not None:
             self.say(f"{occasion}, {'hung' if found.hung else 'working'}: {found.headline}")
             for line in found.lines()[1:]:

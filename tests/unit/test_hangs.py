@@ -1009,12 +1009,13 @@ class Watched:
     """A HangWatch on a hand-moved clock, answering from a list of prepared probes."""
 
     def __init__(self, probes: list[Probe], diagnose_after_s: float = 60, end_after_s: Optional[float] = None,
-                 absent: Optional[dict[int, str]] = None, collective_timeout_s: Optional[float] = None) -> None:
+                 absent: Optional[dict[int, str]] = None, collective_timeout_s: Optional[float] = None,
+                 expected: frozenset[int] = frozenset({0, 1})) -> None:
         self.now = 0.0
         self.probes = probes
         self.said: list[str] = []
         self.asked = 0
-        self.watch = HangWatch(diagnose_after_s, end_after_s, self.ask, self.answer, lambda: {0, 1},
+        self.watch = HangWatch(diagnose_after_s, end_after_s, self.ask, self.answer, lambda: set(expected),
                                lambda ranks: {r: w for r, w in (absent or {}).items() if r in ranks},
                                self.said.append, lambda: self.now, recheck_s=5.0, answer_window_s=1.5,
                                collective_timeout_s=collective_timeout_s)
@@ -1169,6 +1170,14 @@ def test_a_look_at_an_interrupt_that_gives_no_verdict_says_why():
     moving.now = 30.0
     assert moving.watch.look_at_the_end(lambda until: moving.watch.progress(until), AT_THE_INTERRUPT) is None
     assert moving.said[-1] == "the job printed during the look: it moves, so no verdict"
+    # a trial (session 112): Ctrl-C of an elastic job whose node1 a fault paused before its rendezvous
+    # formed: no worker had begun, so no rank was known, and none could have been busy
+    unstarted = Watched([probe(0) for _ in range(2)], expected=frozenset())
+    unstarted.watch.progress(0.0)
+    unstarted.now = 30.0
+    assert unstarted.watch.look_at_the_end(lambda until: None, AT_THE_INTERRUPT) is None
+    assert unstarted.said[-1] == ("no worker had started, so there was no rank to look at (an elastic job's ranks are"
+                                  " known once its rendezvous forms): no verdict")
 
 
 def test_a_job_that_stays_quiet_and_working_is_said_again_with_where_every_rank_is_less_and_less_often():
