@@ -2622,6 +2622,9 @@ MUTANTS = [
     Mutant("a look at an interrupt with no worker begun says a rank may be busy", "orchestrate/hangs/watchdog.py",
            "            if not self.expected() and not probes[1].snapshots:", "            if False:",
            ("tests/unit/test_hangs.py",)),
+    Mutant("a pause without an end still held at the stop is not said so", "orchestrate/supervise/supervisor.py",
+           "        return [t.result.fault for t in self.live if t.result.fault]", "        return []",
+           ("tests/unit/test_launcher.py",)),
 ]
 
 

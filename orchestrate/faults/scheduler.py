@@ -65,11 +65,16 @@ class FaultScheduler:
         """The faults still to fire, in the order asked."""
         return [self.faults[i] for i in self.to_fire]
 
-    def cancel(self) -> None:
+    def cancel(self, on_nodes: Sequence[str] = ()) -> None:
         """Fire nothing more and end nothing more (the run is being stopped): the faults still
-        held then are said so (the nodes' stop lets them go)."""
+        held then are said so (the nodes' stop lets them go): those with an end to come, and
+        those without one that last (a pause, a disconnect, a hung rank) among ``on_nodes``, the
+        faults the nodes still running suffer now."""
         self.stopped_first.extend(self.pending)
         self.held_at_stop.update(str(fault) for fault, _ in self.lasting)
+        fired = {record.spec for record in self.fired}
+        self.held_at_stop.update(str(f) for f in self.faults if str(f) in on_nodes and str(f) in fired
+                                 and f.action.lasting and not f.has_end)
         self.to_fire.clear()
         self.lasting.clear()
 

@@ -1112,6 +1112,30 @@ def test_a_ctrl_c_while_a_fault_with_an_end_holds_a_node_says_the_fault_still_he
     assert [f["held_at_stop"] for f in recorded["faults"]] == [True]
 
 
+def test_a_ctrl_c_while_a_pause_without_an_end_holds_a_node_says_the_fault_still_held(make_run):
+    """The same trial without an end (pause:node1@t=1): the look at the interrupt found no worker to
+    look at, and the summary said nothing of the node the fault still held. A fault that lasts,
+    fired on a node still running at the stop, is said held; one on a node that ended is not."""
+    job = make_run(nodes=3, rdzv="c10d", stop_grace=1,
+                   faults=(parse_fault("pause:node1@t=0"), parse_fault("disconnect:node2@t=0")))
+    client = FakeDockerClient()
+
+    def ctrl_c_once_both_fired() -> None:
+        deadline = time.monotonic() + 10
+        while job.out.getvalue().count("fault injected") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # node2 exits meanwhile: its fault no longer holds anything
+        _thread.interrupt_main()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c_once_both_fired, hang=True)],
+                           node1=[Script(["[1|0]:waiting"], hang=True)], node2=[Script(["[2|0]:done"])])
+    assert outcome.interrupted, text
+    assert {f.spec: f.held_at_stop for f in outcome.fired_faults} == {"pause:node1": True, "disconnect:node2": False}
+    said = [line for line in format_summary(outcome).splitlines() if line.startswith("fault injected: ")]
+    assert len(said) == 1 and said[0].startswith("fault injected: pause:node1 (") and said[0].endswith(
+        " s into the job, still held when the run was stopped)"), said
+
+
 def with_its_own_stop_signal(container) -> None:
     """The node's image says STOPSIGNAL SIGINT (a user's --dockerfile may): the engine then leaves
     it paused when it is sent SIGTERM, and only an unpause first lets the SIGTERM through."""
