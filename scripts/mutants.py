@@ -2625,6 +2625,9 @@ MUTANTS = [
     Mutant("a pause without an end still held at the stop is not said so", "orchestrate/supervise/supervisor.py",
            "        return [t.result.fault for t in self.live if t.result.fault]", "        return []",
            ("tests/unit/test_launcher.py",)),
+    Mutant("a torch.save that returned on a full disk is not recorded", "orchestrate/node/storage_faults.py",
+           "                    faults.returned_quietly(f)\n                    return None",
+           "                    return None", ("tests/unit/test_storage_faults.py",)),
 ]
 
 

@@ -78,7 +78,9 @@ def _write(directory: Path, faults: list[dict[str, Any]]) -> None:
 
 @dataclass(frozen=True)
 class StorageEvent:
-    """What a worker met: a torn write (``byte`` of ``size`` written) or a full disk."""
+    """What a worker met: a torn write (``byte`` of ``size`` written) or a full disk; of a full
+    disk, also a ``torch.save`` to a path that returned all the same (``returned``: its failed
+    write sat in the buffer, and torch's writer of a path checks no flush or close)."""
 
     kind: str
     key: str
@@ -87,6 +89,7 @@ class StorageEvent:
     rank: Optional[int] = None
     byte: Optional[int] = None
     size: Optional[int] = None
+    returned: bool = False
 
     @property
     def torn(self) -> bool:
@@ -96,6 +99,9 @@ class StorageEvent:
         by = f"rank {self.rank}" if self.rank is not None else f"a worker of {self.node}"
         if self.torn:
             return f"{by}'s write of {self.file} was cut at byte {self.byte} of {self.size}"
+        if self.returned:
+            return (f"{by}'s torch.save to {self.file} returned with no error all the same, as torch's writer of a"
+                    " path does on a full disk: the file lacks the bytes lost, and the script went on")
         return f"{by}'s write to {self.file} failed: no space left on device (ENOSPC)"
 
 
@@ -129,7 +135,7 @@ class StorageEvents:
                 fields = json.loads(line)
                 events.append(StorageEvent(str(fields["kind"]), str(fields["key"]), str(fields["node"]),
                                            str(fields["file"]), fields.get("rank"), fields.get("byte"),
-                                           fields.get("size")))
+                                           fields.get("size"), fields.get("returned") is True))
             except (ValueError, KeyError, TypeError):
                 continue
         return events

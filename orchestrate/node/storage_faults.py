@@ -63,7 +63,7 @@ class StorageFaults:
         self.workspace = workspace
         self.stamp: Optional[tuple[int, int, int]] = None
         self.faults: list[dict[str, Any]] = []
-        self.reported: set[tuple[str, str]] = set()
+        self.reported: set[tuple[str, ...]] = set()
 
     def armed(self) -> list[dict[str, Any]]:
         """The faults armed for this node now (the file is read again only when it changed)."""
@@ -125,6 +125,17 @@ class StorageFaults:
             os.write(descriptor, line.encode())
         finally:
             os.close(descriptor)
+
+    def returned_quietly(self, file: Any) -> None:
+        """A ``torch.save`` to ``file`` returned though a full disk failed its write (the script met
+        no error), recorded once per file: the launcher says so."""
+        found = self.matching(file, "disk-full")
+        if found is None:
+            return
+        fault, relative = found
+        if (fault["key"], relative, "returned") not in self.reported:
+            self.reported.add((fault["key"], relative, "returned"))
+            self.record(kind="disk-full", key=fault["key"], file=relative, returned=True)
 
     def disk_full(self, file: Any) -> Optional[OSError]:
         """The ENOSPC a write to ``file`` meets now, recorded once per file (None: the disk is not full)."""
@@ -308,6 +319,7 @@ def wrap_torch_save(faults: StorageFaults) -> None:
                 except OSError:  # the full disk's again: torch's own writer closes its file quietly after its error
                     pass
                 if isinstance(exc, OSError) and getattr(exc, AS_THE_SYSTEM, False):
+                    faults.returned_quietly(f)
                     return None  # met only at the flush of a save small enough for the buffer: torch's own writer
                     # of a path does not check that, and returns (its bytes are lost), as on /dev/full
                 raise
@@ -316,6 +328,7 @@ def wrap_torch_save(faults: StorageFaults) -> None:
             except OSError as exc:  # a save small enough to sit in the buffer: torch's own writer of a path does
                 if not getattr(exc, AS_THE_SYSTEM, False):  # not check its close, and returns (its bytes are lost)
                     raise
+                faults.returned_quietly(f)
             return saved
         return original(obj, f, *args, **kwargs)
 

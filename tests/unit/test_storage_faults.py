@@ -239,6 +239,28 @@ def test_torch_save_on_the_full_disk_raises_torchs_own_error_as_on_dev_full(node
     assert returned == [None, None] and (workspace / "small.pt").stat().st_size < 100
 
 
+def test_a_torch_save_that_returned_on_the_full_disk_is_said_to_have_gone_on_unaware(node, monkeypatch):
+    """A trial (session 112): disk-full:node0@step=4 on a plain script whose small checkpoint
+    torch.save returned all the same (as on /dev/full); it renamed the empty file onto its
+    checkpoint, and the run SUCCEEDED saying only that the write failed. The worker records that
+    the save returned, once per file, and the launcher says the script went on unaware."""
+    torch = pytest.importorskip("torch")
+    faults, opener, arm, progress, workspace = node
+    monkeypatch.setattr(torch, "save", torch.save)
+    monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
+    storage_faults.wrap_torch_save(faults)
+    arm("disk-full", "*.pt")
+    with pytest.raises(RuntimeError):
+        torch.save({"w": torch.zeros(1000)}, str(workspace / "model.pt"))  # raised: the script knows
+    for _ in range(2):
+        assert torch.save({"w": torch.zeros(1)}, str(workspace / "small.pt")) is None
+    events = storage.StorageEvents(progress, from_start=True).poll()
+    assert [(e.file, e.returned) for e in events] == [("model.pt", False), ("small.pt", False), ("small.pt", True)]
+    assert events[-1].describe() == (
+        "rank 3's torch.save to small.pt returned with no error all the same, as torch's writer of a path does on a"
+        " full disk: the file lacks the bytes lost, and the script went on")
+
+
 def test_torch_save_to_a_path_is_reached_though_torch_writes_it_from_cpp(node, monkeypatch):
     torch = pytest.importorskip("torch")
     faults, opener, arm, progress, workspace = node
