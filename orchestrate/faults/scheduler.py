@@ -70,11 +70,11 @@ class FaultScheduler:
         held then are said so (the nodes' stop lets them go): those with an end to come, and
         those without one that last (a pause, a disconnect, a hung rank) among ``on_nodes``, the
         faults the nodes still running suffer now."""
-        self.stopped_first.extend(self.pending)
         self.held_at_stop.update(str(fault) for fault, _ in self.lasting)
         fired = {record.spec for record in self.fired}
         self.held_at_stop.update(str(f) for f in self.faults if str(f) in on_nodes and str(f) in fired
                                  and f.action.lasting and not f.has_end)
+        self.stopped_first.extend(self.pending)
         self.to_fire.clear()
         self.lasting.clear()
 
