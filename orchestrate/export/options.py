@@ -72,6 +72,9 @@ class ExportOptions:
                              " HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]] or UNLIMITED, e.g. 04:00:00")
         if self.chdir is not None and (not self.chdir.strip() or "\n" in self.chdir):
             raise UsageError(f"--chdir {self.chdir!r} must name a directory on the cluster, on one line")
+        if self.chdir is not None and (self.chdir.startswith("~") or "$" in self.chdir):
+            raise UsageError(f"--chdir {self.chdir!r}: sbatch expands no ~ or $VARIABLE in it: give an absolute"
+                             " path, or one relative to where sbatch is called")
         if self.partition is not None and not _SLURM_PARTITIONS.match(self.partition):
             raise UsageError(f"--partition {self.partition!r} must be a partition's name, or several separated by"
                              " commas (letters, digits, '_', '-', '.'), e.g. gpu or gpu,debug")

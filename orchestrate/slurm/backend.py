@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import os
 import re
 import secrets
-import shutil
 import shlex
+import shutil
 import signal
 import threading
 import time
@@ -658,7 +659,7 @@ def chdir_in_the_nodes(script: str, workdir: Path) -> Optional[str]:
     if not named or not Path(named).is_absolute():
         return None
     try:
-        inside = Path(named).relative_to(workdir)
+        inside = Path(os.path.realpath(named)).relative_to(workdir)  # (its .., its links)
     except ValueError:
         return None
     return str(PurePosixPath(WORKSPACE_DIR, inside))

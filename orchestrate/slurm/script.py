@@ -88,6 +88,28 @@ def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
             + shlex.join(options.worker_command or cfg.target))
 
 
+def script_check(script: str, chdir: Optional[str]) -> list[str]:
+    """The lines that look for ``script`` where the job runs, and end it (exit 2) saying what to
+    do where it is missing: where sbatch is called, or ``chdir``; either way Slurm runs a job in
+    /tmp where the node lacks that directory (a directory the nodes do not share)."""
+    quoted = shlex.quote(script)
+    if chdir is None:
+        advice, values = ("call sbatch from your project's directory, or export with --chdir DIR", "")
+    else:
+        advice, values = ("the job's --chdir is %s: export with your project's directory on the cluster",
+                          f" {shlex.quote(chdir)}")
+    return [
+        "",
+        f"# {script} is the project's: the job runs where sbatch is called (or in #SBATCH --chdir).",
+        f"if [ ! -f {quoted} ]; then",
+        f'    printf "ddp-compose: no %s in %s, where the job runs (in /tmp where the node lacks the job\'s'
+        f' directory): {advice}\\n"'
+        f' {quoted} "$PWD"{values} >&2',
+        "    exit 2",
+        "fi",
+    ]
+
+
 def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
     """The whole batch script."""
     cfg = plan.config
@@ -109,16 +131,7 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
     lines.append("set -euo pipefail")
     script = cfg.target[0] if cfg.target and cfg.target[0] != "-m" else None
     if options.checks_the_script and script and not options.container_image:
-        quoted = shlex.quote(script)
-        lines += [
-            "",
-            f"# {script} is the project's: the job runs where sbatch is called (or in #SBATCH --chdir).",
-            f"if [ ! -f {quoted} ]; then",
-            "    printf \"ddp-compose: no %s in %s: call sbatch from your project's directory, or export with"
-            f" --chdir DIR\\n\" {quoted} \"$PWD\" >&2",
-            "    exit 2",
-            "fi",
-        ]
+        lines += script_check(script, options.chdir)
     lines += [
         "",
         "# The master is the allocation's first host; every task gets it from the environment.",

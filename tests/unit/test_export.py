@@ -303,10 +303,16 @@ def test_an_exported_sbatch_runs_where_sbatch_is_called_or_in_chdir_and_says_whe
     assert run_head(project).returncode == 0
     missing = run_head(elsewhere)
     assert missing.returncode == 2, missing
-    assert missing.stderr == (f"ddp-compose: no train.py in {elsewhere}: call sbatch from your project's"
-                              " directory, or export with --chdir DIR\n")
+    where = f"ddp-compose: no train.py in {elsewhere}, where the job runs (in /tmp where the node lacks the job's directory)"
+    assert missing.stderr == f"{where}: call sbatch from your project's directory, or export with --chdir DIR\n"
     chdir = export_slurm(plan, ExportOptions(name="ddp-train", chdir="/scratch/me/my project"))
     assert "--chdir=/scratch/me/my project" in directive_words(chdir)
+    # (Slurm ran it in /tmp: the --chdir is not on that node; calling sbatch elsewhere would change nothing)
+    head = chdir[:chdir.index("DDP_MASTER_ADDR=")]
+    missing = run_head(elsewhere)
+    assert missing.returncode == 2 and missing.stderr == (
+        f"{where}: the job's --chdir is /scratch/me/my project: export with your project's directory on the"
+        " cluster\n"), missing
     lines = chdir.splitlines()
     assert lines.index("#SBATCH --chdir='/scratch/me/my project'") < lines.index("set -euo pipefail")
     # a module is found by python, and an image's tasks find the script in the image: no look
@@ -318,6 +324,15 @@ def test_an_exported_sbatch_runs_where_sbatch_is_called_or_in_chdir_and_says_whe
 def test_export_refuses_a_chdir_that_names_no_directory_on_one_line(chdir):
     with pytest.raises(UsageError, match="--chdir .* must name a directory on the cluster, on one line"):
         ExportOptions(name="ddp-train", chdir=chdir)
+
+
+@pytest.mark.parametrize("chdir", ["~/proj", "~me/proj", "$HOME/proj", "/scratch/${USER}/proj"])
+def test_export_refuses_a_chdir_that_only_a_shell_would_expand(chdir):
+    """sbatch takes the directive's path as it is (a relative one from where it is called): the job
+    would go to <submit dir>/~/proj, which no node has, and Slurm would run it in /tmp."""
+    with pytest.raises(UsageError, match=r"sbatch expands no ~ or \$VARIABLE in it: give an absolute path"):
+        ExportOptions(name="ddp-train", chdir=chdir)
+    assert ExportOptions(name="ddp-train", chdir="runs/proj~1").chdir == "runs/proj~1"
 
 
 @pytest.mark.parametrize("target, name", [

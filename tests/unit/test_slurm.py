@@ -810,6 +810,9 @@ def test_a_users_batch_script_naming_no_output_writes_it_in_the_run_directory(ma
     ("#SBATCH -D {workdir}/sub\n", "--chdir=/workspace/sub"),
     ("#SBATCH -D{workdir}\n", "--chdir=/workspace"),
     ("#SBATCH --chdir '{workdir}'\n", "--chdir=/workspace"),
+    ("#SBATCH --chdir={workdir}/sub/..\n", "--chdir=/workspace"),  # (not /workspace/sub/..)
+    ("#SBATCH --chdir={workdir}/../{name}\n", "--chdir=/workspace"),  # (not /workspace/../name: /name)
+    ("#SBATCH --chdir={link}/sub\n", "--chdir=/workspace/sub"),  # another spelling of it
     ("#SBATCH --chdir=/elsewhere\n", None),  # not the work directory's: sbatch takes it as it is
     ("#SBATCH --chdir=sub\n", None),  # relative: to where sbatch runs, the work directory already
     ("#SBATCH -N 2\nsrun hostname\n#SBATCH --chdir={workdir}\n", None),  # after a command: not read
@@ -823,7 +826,11 @@ def test_a_users_batch_script_changing_to_the_work_directory_runs_there_in_the_n
     from tests.fakes import FakeDockerClient
 
     script = tmp_path / "my_job.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH -o out.log\n" + directive.format(workdir=tmp_path.resolve())
+    (tmp_path / "sub").mkdir()
+    link = tmp_path.parent / f"{tmp_path.name}-link"
+    link.symlink_to(tmp_path)
+    script.write_text("#!/bin/bash\n#SBATCH -o out.log\n"
+                      + directive.format(workdir=tmp_path.resolve(), name=tmp_path.name, link=link)
                       + "srun torchrun train.py\n")
     plan = make_job(nodes=2)
     (plan.run_dir / SLURM_DIR).mkdir(parents=True)
