@@ -2629,6 +2629,10 @@ MUTANTS = [
     Mutant("a torch.save that returned on a full disk is not recorded", "orchestrate/node/storage_faults.py",
            "                    faults.returned_quietly(f)\n                    return None",
            "                    return None", ("tests/unit/test_storage_faults.py",)),
+    Mutant("a save whose full disk only its close meets is not recorded as returned",
+           "orchestrate/node/storage_faults.py",
+           "                    raise\n                faults.returned_quietly(f)\n            return saved",
+           "                    raise\n            return saved", ("tests/unit/test_storage_faults.py",)),
 ]
 
 

@@ -341,3 +341,22 @@ def test_an_appended_file_is_torn_in_what_was_appended_only_and_reads_line_by_li
         assert next(file) == "kept\n"
     assert 100 < (workspace / "log.txt").stat().st_size < 300
     assert (workspace / "log.txt").read_text().startswith("kept\n" * 20)
+
+
+def test_a_save_whose_full_disk_only_its_close_meets_is_said_to_have_returned(node, monkeypatch):
+    """A writer that leaves its few bytes in the file's buffer (no flush of its own, as torch's
+    legacy writer of small objects may): the full disk is met at the close, which the save
+    outlives as torch's writer of a path does, and that is recorded as at a flush."""
+    torch = pytest.importorskip("torch")
+    faults, opener, arm, progress, workspace = node
+
+    def writes_without_a_flush(obj, f, *args, **kwargs):
+        f.write(b"x" * 10)
+
+    monkeypatch.setattr(torch, "save", torch.save)
+    monkeypatch.setattr(torch.serialization, "save", writes_without_a_flush)
+    storage_faults.wrap_torch_save(faults)
+    arm("disk-full", "*.pt")
+    assert torch.save({"w": 1}, str(workspace / "tiny.pt")) is None
+    events = storage.StorageEvents(progress, from_start=True).poll()
+    assert [(e.file, e.returned) for e in events] == [("tiny.pt", False), ("tiny.pt", True)]
