@@ -219,7 +219,9 @@ def format_bandwidth(bytes_per_s: float) -> str:
 
 def format_short_time(seconds: float) -> str:
     """A measured time, in the unit that shows it best: ``7e-05`` -> ``70.0 us``, ``0.0123`` ->
-    ``12.3 ms``, ``2.5`` -> ``2.50 s``."""
+    ``12.3 ms``, ``2.5`` -> ``2.50 s``; none, ``0``, as ``0`` (not ``0.0 us`` beside others in ms)."""
+    if seconds == 0:
+        return "0"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.1f} us"
     if seconds < 1:

@@ -422,7 +422,7 @@ def bench_cell(key: str, value: Any) -> str:
         return f"{value:.0%}"
     if key.startswith("vs_"):
         return f"{value:.3f}x"
-    return f"{value:g}"
+    return str(value) if isinstance(value, int) else f"{value:g}"  # (a count in full: 1000000, not 1e+06)
 
 
 def hint_paragraph(hint: str) -> str:

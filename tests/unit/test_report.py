@@ -278,7 +278,7 @@ def test_a_bench_ddp_page_shows_a_table_of_its_runs_as_its_command_line_table_do
     assert ("<tr><th>nodes</th><th>world</th><th>batch</th><th>regime</th><th>form</th><th>step</th>"
             "<th>exposed comm</th><th>vs local</th></tr>") in table
     cells = [row.split("</td><td>") for row in re.findall(r"<tr><td>(.*?)</td></tr>", table)]
-    assert cells == [["2", "2", "8", "cpu", "local", "690.4 ms", "0.0 us", "1.000x"],
+    assert cells == [["2", "2", "8", "cpu", "local", "690.4 ms", "0", "1.000x"],
                      ["2", "2", "8", "cpu", "ddp-25MB", "816.2 ms", "125.8 ms", "1.182x"]]
     assert [line.split() for line in said[1:3]] == [["2", "2", "8", "cpu", "local", "690.4", "0.0", "1.000x"],
                                                     ["2", "2", "8", "cpu", "ddp-25MB", "816.2", "125.8", "1.182x"]]
@@ -563,3 +563,13 @@ def test_the_pages_header_shows_the_link_and_node_sizes_the_plan_recorded_and_no
     assert read_conditions(tmp_path) == said
     (tmp_path / "run.json").write_text("{")
     assert read_conditions(tmp_path) == "" and read_conditions(tmp_path / "gone") == ""
+
+
+def test_the_bench_tables_counts_are_whole_and_a_time_of_none_is_0():
+    """A count of a million iterations is 1000000, not 1e+06; no exposed time is 0, not 0.0 us
+    beside the others' ms."""
+    from orchestrate.report.page import bench_cell
+
+    assert [bench_cell("iters", 1_000_000), bench_cell("exposed_comm_s", 0), bench_cell("exposed_comm_s", 0.0)] == [
+        "1000000", "0", "0"]
+    assert [bench_cell("ratio", 1.5), bench_cell("time_s", 7e-05)] == ["1.5", "70.0 us"]
