@@ -294,8 +294,9 @@ def job_time_limit(call: str, timeout: Any) -> Optional[float]:
     if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
         raise UsageError(f"{call}: timeout, {timeout!r}, is of type {type(timeout).__name__}: it is the job's time"
                          f" limit in seconds, a number above 0 (None: no limit)")
+    text = str(timeout) if isinstance(timeout, (int, float)) else repr(float(timeout))  # (a Fraction's "1/2": 0.5)
     try:
-        return positive_seconds(str(timeout))
+        return positive_seconds(text)
     except UsageError as exc:
         raise UsageError(f"{call}: timeout: {exc} (None: no limit)") from None
 

@@ -409,12 +409,17 @@ def test_a_job_time_limit_that_is_no_number_above_0_is_refused_at_the_call_befor
     assert not asked and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("timeout, taken", [(600, 600.0), (0.5, 0.5), (None, None), ("np.int64", 30.0)])
+@pytest.mark.parametrize("timeout, taken", [(600, 600.0), (0.5, 0.5), (None, None), ("np.int64", 30.0),
+                                            ("Fraction", 0.5)])
 def test_a_job_time_limit_of_seconds_above_0_or_none_is_taken(tmp_path, monkeypatch, timeout, taken):
+    from fractions import Fraction
+
     from orchestrate.testing import cluster as plugin_cluster
 
     if timeout == "np.int64":
         timeout = pytest.importorskip("numpy").int64(30)
+    elif timeout == "Fraction":
+        timeout = Fraction(1, 2)  # a real number of any kind (its text, "1/2", is no duration's)
     cluster, _ = runs_asked(tmp_path, monkeypatch)
     limits = []
 
