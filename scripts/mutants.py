@@ -2590,7 +2590,7 @@ MUTANTS = [
            "    if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):",
            "    if not isinstance(timeout, numbers.Real):", ("tests/unit/test_ddp_cluster.py",)),
     Mutant("the plugin takes a job time limit of 0 s", "orchestrate/testing/cluster.py",
-           "        return positive_seconds(str(timeout))", "        return float(timeout)",
+           "        return positive_seconds(text)", "        return float(timeout)",
            ("tests/unit/test_ddp_cluster.py",)),
     Mutant("bench ddp's plot title leaves out its link", "orchestrate/bench/plots.py",
            " ({batch['regime']}){link_title(run.get('link') or '')}\")", " ({batch['regime']})\")",
