@@ -2643,6 +2643,17 @@ MUTANTS = [
            "orchestrate/node/storage_faults.py",
            "                    raise\n                faults.returned_quietly(f)\n            return saved",
            "                    raise\n            return saved", ("tests/unit/test_storage_faults.py",)),
+    Mutant("a legacy torch.save's full disk is swallowed as the zipfile writer's unchecked flush",
+           "orchestrate/node/storage_faults.py", "            quiet = writes_a_zipfile(original, obj, f, args, kwargs)",
+           "            quiet = True", ("tests/unit/test_storage_faults.py",)),
+    Mutant("a legacy torch.save asked for by place is taken for the zipfile writer", "orchestrate/node/storage_faults.py",
+           '    return given.get("_use_new_zipfile_serialization", True) is not False',
+           '    return kwargs.get("_use_new_zipfile_serialization", True) is not False',
+           ("tests/unit/test_storage_faults.py",)),
+    Mutant("a storage event the hook cannot record fails the script's own save", "orchestrate/node/storage_faults.py",
+           "        except OSError as exc:\n            print(f\"ddp-compose: the {fields",
+           "        except ZeroDivisionError as exc:\n            print(f\"ddp-compose: the {fields",
+           ("tests/unit/test_storage_faults.py",)),
 ]
 
 

@@ -32,11 +32,13 @@ from __future__ import annotations
 import builtins
 import errno
 import fnmatch
+import inspect
 import io
 import json
 import os
 import random
 import socket
+import sys
 import time
 from typing import Any, Optional
 
@@ -118,13 +120,20 @@ class StorageFaults:
         return True
 
     def record(self, **fields: Any) -> None:
-        """Append one event for the launcher (a line, written whole)."""
+        """Append one event for the launcher (a line, written whole). One that cannot be written
+        is said on the process's stderr: the script's own write or save must meet what the fault
+        does, not an error of this record."""
         line = json.dumps({**fields, "node": self.node, "rank": _rank(), "time": time.time()}) + "\n"
-        descriptor = os.open(os.path.join(self.directory, EVENTS_FILE), os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o666)
         try:
-            os.write(descriptor, line.encode())
-        finally:
-            os.close(descriptor)
+            descriptor = os.open(os.path.join(self.directory, EVENTS_FILE), os.O_CREAT | os.O_APPEND | os.O_WRONLY,
+                                 0o666)
+            try:
+                os.write(descriptor, line.encode())
+            finally:
+                os.close(descriptor)
+        except OSError as exc:
+            print(f"ddp-compose: the {fields.get('kind')} fault of {fields.get('file')} went unrecorded: {exc}",
+                  file=sys.stderr, flush=True)
 
     def returned_quietly(self, file: Any) -> None:
         """A ``torch.save`` to ``file`` returned though a full disk failed its write (the script met
@@ -298,6 +307,16 @@ def wrap_open(faults: StorageFaults, original: Any = None) -> Any:
     return faulty_open
 
 
+def writes_a_zipfile(save: Any, obj: Any, f: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``save`` (torch's) called so writes its zipfile format, not the legacy one
+    (``_use_new_zipfile_serialization=False``, by keyword or by place)."""
+    try:
+        given = inspect.signature(save).bind_partial(obj, f, *args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return True
+    return given.get("_use_new_zipfile_serialization", True) is not False
+
+
 def wrap_torch_save(faults: StorageFaults) -> None:
     """``torch.save`` to a path that an armed fault matches writes through a file opened here
     (torch writes a path from C++, out of Python's reach)."""
@@ -310,6 +329,9 @@ def wrap_torch_save(faults: StorageFaults) -> None:
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(f, (str, os.PathLike)) and faults.armed() and (
                 faults.matching(f, "torn-write") or faults.matching(f, "disk-full")):
+            # torch's zipfile writer of a path leaves its last flush unchecked; its legacy writer
+            # writes and closes the file in Python, and raises the full disk's error as any write
+            quiet = writes_a_zipfile(original, obj, f, args, kwargs)
             file = opener(f, "wb")
             try:
                 saved = original(obj, file, *args, **kwargs)
@@ -318,7 +340,7 @@ def wrap_torch_save(faults: StorageFaults) -> None:
                     file.close()
                 except OSError:  # the full disk's again: torch's own writer closes its file quietly after its error
                     pass
-                if isinstance(exc, OSError) and getattr(exc, AS_THE_SYSTEM, False):
+                if quiet and isinstance(exc, OSError) and getattr(exc, AS_THE_SYSTEM, False):
                     faults.returned_quietly(f)
                     return None  # met only at the flush of a save small enough for the buffer: torch's own writer
                     # of a path does not check that, and returns (its bytes are lost), as on /dev/full
@@ -326,8 +348,8 @@ def wrap_torch_save(faults: StorageFaults) -> None:
             try:
                 file.close()
             except OSError as exc:  # a save small enough to sit in the buffer: torch's own writer of a path does
-                if not getattr(exc, AS_THE_SYSTEM, False):  # not check its close, and returns (its bytes are lost)
-                    raise
+                if not (quiet and getattr(exc, AS_THE_SYSTEM, False)):  # not check its close, and returns (its
+                    raise  # bytes are lost)
                 faults.returned_quietly(f)
             return saved
         return original(obj, f, *args, **kwargs)

@@ -344,9 +344,9 @@ def test_an_appended_file_is_torn_in_what_was_appended_only_and_reads_line_by_li
 
 
 def test_a_save_whose_full_disk_only_its_close_meets_is_said_to_have_returned(node, monkeypatch):
-    """A writer that leaves its few bytes in the file's buffer (no flush of its own, as torch's
-    legacy writer of small objects may): the full disk is met at the close, which the save
-    outlives as torch's writer of a path does, and that is recorded as at a flush."""
+    """A zipfile writer that leaves its last bytes in the file's buffer (no flush of its own): the
+    full disk is met at the close, which the save outlives as torch's writer of a path does, and
+    that is recorded as at a flush."""
     torch = pytest.importorskip("torch")
     faults, opener, arm, progress, workspace = node
 
@@ -360,3 +360,50 @@ def test_a_save_whose_full_disk_only_its_close_meets_is_said_to_have_returned(no
     assert torch.save({"w": 1}, str(workspace / "tiny.pt")) is None
     events = storage.StorageEvents(progress, from_start=True).poll()
     assert [(e.file, e.returned) for e in events] == [("tiny.pt", False), ("tiny.pt", True)]
+
+
+@pytest.mark.parametrize("size", [1, 100_000], ids=["in-the-buffer", "past-it"])
+@pytest.mark.parametrize("by_place", [False, True], ids=["by-keyword", "by-place"])
+def test_a_legacy_torch_save_meets_the_full_disk_as_torch_raises_it(node, monkeypatch, size, by_place):
+    """torch's legacy writer (``_use_new_zipfile_serialization=False``) writes and closes the file
+    in Python, and raises the full disk's OSError, small save or large, as on /dev/full; the hook
+    took it for the zipfile writer's unchecked flush, returned None over an empty file, and
+    recorded that torch returns there (a review of session 112)."""
+    torch = pytest.importorskip("torch")
+    faults, opener, arm, progress, workspace = node
+    monkeypatch.setattr(torch, "save", torch.save)
+    monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
+    with pytest.raises(OSError) as on_dev_full:
+        torch.save({"w": torch.zeros(size)}, "/dev/full", _use_new_zipfile_serialization=False)
+    assert on_dev_full.value.errno == errno.ENOSPC  # torch's own, without the hook
+    storage_faults.wrap_torch_save(faults)
+    arm("disk-full", "*.pt")
+    legacy = ((torch.serialization.pickle, 2, False), {}) if by_place else ((), {"_use_new_zipfile_serialization": False})
+    with pytest.raises(OSError) as raised:
+        torch.save({"w": torch.zeros(size)}, str(workspace / "old.pt"), *legacy[0], **legacy[1])
+    assert raised.value.errno == errno.ENOSPC
+    events = storage.StorageEvents(progress, from_start=True).poll()
+    assert [(e.file, e.returned) for e in events] == [("old.pt", False)]
+
+
+def test_an_event_the_hook_cannot_record_leaves_the_scripts_save_as_the_fault_makes_it(node, monkeypatch, capsys):
+    """The progress directory refuses the record (full, or read-only): the script's save still
+    returns as torch's does on a full disk, not with an error of the hook's own record; the
+    record's loss is said on stderr."""
+    torch = pytest.importorskip("torch")
+    faults, opener, arm, progress, workspace = node
+    monkeypatch.setattr(torch, "save", torch.save)
+    monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
+    storage_faults.wrap_torch_save(faults)
+    arm("disk-full", "*.pt")
+    faults.armed()  # (read while the directory still answers)
+    real_open = os.open
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(storage_faults.EVENTS_FILE):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(storage_faults.os, "open", refused)
+    assert torch.save({"w": torch.zeros(1)}, str(workspace / "small.pt")) is None
+    assert "ddp-compose: the disk-full fault of small.pt went unrecorded: [Errno 13] Permission denied" in (
+        capsys.readouterr().err)
