@@ -2654,6 +2654,11 @@ MUTANTS = [
            "        except OSError as exc:\n            print(f\"ddp-compose: the {fields",
            "        except ZeroDivisionError as exc:\n            print(f\"ddp-compose: the {fields",
            ("tests/unit/test_storage_faults.py",)),
+    # Session 112 (2026-12-07) trial review
+    Mutant("a step counted from 1 again is put down to an optimizer with no step count",
+           "orchestrate/outcome/model.py",
+           '            " without a step count, or a script that started over)")', '            " without a step count)")',
+           ("tests/unit/test_fault_scheduler.py",)),
 ]
 
 

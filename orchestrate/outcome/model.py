@@ -37,8 +37,8 @@ def anew_note(after: str) -> str:
     the recovery that attempt followed; "" where the steps go on from where the job resumed)."""
     if not after:
         return ""
-    return (f" of the attempt after {after}, counted from 1 again: the optimizer keeps no step count, so a"
-            " resumed attempt's steps are not numbered from where the script resumed")
+    return (f" of the attempt after {after}, counted from 1 again: no rank said where it resumed (an optimizer"
+            " without a step count, or a script that started over)")
 
 
 @dataclass
@@ -56,7 +56,8 @@ class Recovery:
         resumed_at: Monotonic time of the first training step after the resume.
         lost: The node was lost for good (a ``lose`` fault): the nodes left went on without it.
         counted_anew: Where ``step_before`` was counted in an attempt whose steps began at 1
-            again (an optimizer without a step count, resumed), the recovery that attempt followed.
+            again (no rank said where it resumed: an optimizer without a step count, or a script
+            that started over), the recovery that attempt followed.
     """
 
     node: str
@@ -133,8 +134,9 @@ class FaultRecord:
     the work-directory file it cut (``struck_file``: a save cut short is no save);
     whether it fell before the job's first step, which the workers reported only later
     (``before_first_step``: a fault timed into the start-up, which tested no training); where
-    ``step`` was counted in an attempt whose steps began at 1 again (an elastic job resumed by an
-    optimizer that keeps no step count), the recovery that attempt followed (``counted_anew``);
+    ``step`` was counted in an attempt whose steps began at 1 again (an elastic job's attempt none
+    of whose ranks said where it resumed: an optimizer without a step count, or a script that
+    started over), the recovery that attempt followed (``counted_anew``);
     whether a fault with an end still held when the run was stopped, its end not come
     (``held_at_stop``: an interrupt, ``stop RUN`` or the time limit came first)."""
 

@@ -39,13 +39,13 @@ def outcome_record(outcome: RunResult) -> dict:
                     "teardown_s": t.teardown_s},
         "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
                         "step_before": r.step_before, "resumed_from": r.resumed_from, "lost": r.lost,
-                        # step_before counted from 1 again, in the attempt after this recovery (a plain optimizer)
+                        # step_before counted from 1 again, in the attempt after this recovery (no resume said)
                         "step_counted_anew_after": r.counted_anew or None}
                        for r in t.recoveries],
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,
                     "detail": f.detail or None, "before_first_step": f.before_first_step,
-                    # fired_at_step counted from 1 again, in the attempt after this recovery (a plain optimizer)
+                    # fired_at_step counted from 1 again, in the attempt after this recovery (no resume said)
                     "step_counted_anew_after": f.counted_anew or None,
                     "held_at_stop": f.held_at_stop}  # its end had not come when the run was stopped
                    for f in outcome.faults],

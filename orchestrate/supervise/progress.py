@@ -24,8 +24,9 @@ class ProgressWatch:
         # a rank that says it later (its optimizer's count, held a step) still tells
         self.unsaid: Optional[Recovery] = None
         self.seen = False
-        # where the latest recovery's new workers counted their steps from 1 again (their optimizer
-        # keeps no step count, and no rank said where it resumed): its cause, and when it failed
+        # where the latest recovery's new workers counted their steps from 1 again (no rank said where
+        # it resumed: an optimizer without a step count, or a script that started over): its cause,
+        # and when it failed
         self.anew_after = ""
         self.anew_since = 0.0
         self.first_step_time: Optional[float] = None  # the epoch time of the first step a worker took
@@ -124,7 +125,8 @@ class ProgressWatch:
     def poll(self, now: float, recovery: Optional[Recovery], failed_since: Optional[float] = None) -> None:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
         waiting for training to resume, learns the step it resumed from and when it did. Where no
-        worker says where it resumed (a plain script whose optimizer keeps no step count), a step
+        worker says where it resumed (a plain script whose optimizer keeps no step count, or one
+        that started over), a step
         of a worker process begun after the failure (``failed_since``, Unix seconds) is when it
         did, from a step not known until a rank says it."""
         for record in self.reader.poll():
@@ -194,7 +196,8 @@ class ProgressWatch:
                     self.anew_after = ""
                     continue
                 self.unsaid = said
-                # counted by the start-up hook with no resume said: from 1 again
+                # counted by the start-up hook with no resume said: from 1 again (an optimizer without
+                # a step count resumed, or one with a count that loaded none: the script started over)
                 self.anew_after = said.cause if record.counted and failed_since is not None else ""
                 self.anew_since = failed_since or 0.0
             self.max_step = max(self.max_step or 0, record.step)

@@ -360,8 +360,8 @@ def test_a_step_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_so(t
     assert [str(f) for f in scheduler.fire_due(40.0, watch.max_step, watch.attempt_steps, watch.step_said)] == [
         "kill:node0@step=10"]
     paused, killed = scheduler.fired[1:]
-    anew = (" of the attempt after injected fault kill:node1@step=7, counted from 1 again: the optimizer keeps no step"
-            " count, so a resumed attempt's steps are not numbered from where the script resumed")
+    anew = (" of the attempt after injected fault kill:node1@step=7, counted from 1 again: no rank said where it"
+            " resumed (an optimizer without a step count, or a script that started over)")
     assert killed.describe() == f"kill:node0@step=10 (40.0 s into the job, at step 10{anew})"
     assert paused.describe() == f"pause:node1@t=30..31 (30.0 s into the job, at step 3{anew}, until 40.0 s)"
     second = Recovery("node0", "injected fault kill:node0@step=10", 2.0, *watch.step_said()[:1],
@@ -372,3 +372,48 @@ def test_a_step_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_so(t
         handle.write(json.dumps({"rank": 0, "resumed": 15, "time": 230.0}) + "\n")
     watch.poll(0.0, None)
     assert watch.step_said() == (10, "")
+
+
+def test_an_attempt_that_started_over_is_not_said_to_have_an_optimizer_without_a_step_count(tmp_path):
+    """A review (session 112): an Adam script restarted with no checkpoint to load counts its
+    steps 1, 2, 3 again, and no rank says where it resumed (Adam's own count begins at 1 too), so
+    its steps are counted anew as a plain SGD script's are; the note said "the optimizer keeps no
+    step count" of an optimizer that keeps one. It says what is known: no rank said it resumed."""
+    from orchestrate.node.step_counter import StepCounter
+    from orchestrate.outcome.model import Recovery
+    recorder = Recorder()
+    watch = ProgressWatch(tmp_path, recorder.record)
+
+    class Adam:  # its own count, begun anew: a fresh start, no state loaded
+        param_groups = [{"lr": 0.1, "params": []}]
+
+        def __init__(self) -> None:
+            self.state = {"weight": {"step": 0}}
+
+        def step(self) -> None:
+            self.state["weight"]["step"] += 1
+
+    def attempt(attempt: str, steps: int, began: float, recovery=None, failed_since=None) -> None:
+        said = []
+        counter = StepCounter(lambda step, at, metrics: said.append({"step": step, "counted": "optimizer"}),
+                              lambda step, at: said.append({"resumed": step}), lambda: False)
+        optimizer = Adam()
+        for _ in range(steps):
+            optimizer.step()
+            counter.after_step(optimizer)
+        with open(tmp_path / "rank0.jsonl", "a") as handle:
+            for index, fields in enumerate(said):
+                handle.write(json.dumps({"rank": 0, "time": began + index, "attempt": attempt, "began": began,
+                                         **fields}) + "\n")
+        watch.poll(0.0, recovery, failed_since)
+
+    attempt("first", 6, 10.0)
+    recovery = Recovery("node1", "injected fault kill:node1@step=6", failed_at=1.0, step_before=6)
+    attempt("second", 3, 200.0, recovery, 150.0)
+    step, after = watch.step_said()
+    assert step == 3 and after  # its steps 1, 2, 3 again, no resume said
+    record = FaultRecord("kill:node0@step=3", "node0", True, 9.0, step, counted_anew=after)
+    assert record.describe() == (
+        "kill:node0@step=3 (9.0 s into the job, at step 3 of the attempt after injected fault kill:node1@step=6, counted"
+        " from 1 again: no rank said where it resumed (an optimizer without a step count, or a script that started"
+        " over))")

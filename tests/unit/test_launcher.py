@@ -459,8 +459,8 @@ def test_a_step_fault_after_a_resume_whose_steps_count_from_1_again_says_which_c
         node1=[Script(["[1|0]:up"], hang=True), Script(["[1|0]:up again"], hang=True), Script(["[1|0]:last"])],
     )
     assert outcome.succeeded, text
-    anew = (" of the attempt after injected fault kill:node1@step=2, counted from 1 again: the optimizer keeps no step"
-            " count, so a resumed attempt's steps are not numbered from where the script resumed")
+    anew = (" of the attempt after injected fault kill:node1@step=2, counted from 1 again: no rank said where it"
+            " resumed (an optimizer without a step count, or a script that started over)")
     assert f"at step 4{anew})" in " ".join(text.split())
     first, second = outcome.timings.recoveries
     assert first.describe().endswith("; last step before it 2") and not first.counted_anew
