@@ -2624,8 +2624,8 @@ MUTANTS = [
            "        elif self.hung and self.groups and all(in_init(g) for g in self.groups) and any(\n",
            "        elif False and all(in_init(g) for g in self.groups) and any(\n", ("tests/unit/test_hangs.py",)),
     Mutant("a step counted from 1 again after a resume is said as the job's", "orchestrate/supervise/progress.py",
-           '                self.anew_after = said.cause if record.counted and failed_since is not None else ""',
-           '                self.anew_after = ""',
+           '                self.anew_after = said if record.counted and failed_since is not None else None',
+           '                self.anew_after = None',
            ("tests/unit/test_fault_scheduler.py", "tests/unit/test_launcher.py")),
     Mutant("a fault still held at the stop is not said so", "orchestrate/faults/scheduler.py",
            "        self.held_at_stop.update(str(fault) for fault, _ in self.lasting)\n", "",
@@ -2658,6 +2658,10 @@ MUTANTS = [
     Mutant("a step counted from 1 again is put down to an optimizer with no step count",
            "orchestrate/outcome/model.py",
            '            " without a step count, or a script that started over)")', '            " without a step count)")',
+           ("tests/unit/test_fault_scheduler.py",)),
+    Mutant("a step counted anew after a death with no fault says 'its death' of another node",
+           "orchestrate/outcome/model.py",
+           "        return f\"{self.node}'s death\" if self.cause == DEATH else self.cause", "        return self.cause",
            ("tests/unit/test_fault_scheduler.py",)),
 ]
 

@@ -20,7 +20,7 @@ from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 from orchestrate.faults.storage import STORAGE_REACH
 from orchestrate.node.progress import TRIGGERS_FILE
-from orchestrate.outcome.model import FaultRecord
+from orchestrate.outcome.model import FaultRecord, Recovery
 
 # How long a run with @step faults may run with no progress reported before we say so.
 NO_PROGRESS_WARNING_S = 30.0
@@ -120,12 +120,13 @@ class FaultScheduler:
 
     def fire_due(self, elapsed_s: float, step: Optional[int],
                  attempt_steps: Callable[[float], Optional[int]] = lambda since: None,
-                 said: Callable[[], tuple[Optional[int], str]] = lambda: (None, "")) -> list[FaultSpec]:
+                 said: Callable[[], tuple[Optional[int], Optional[Recovery]]] = lambda: (None, None)
+                 ) -> list[FaultSpec]:
         """Inject every fault whose time or step has come, and undo every fault whose end has
         come; return those injected. ``attempt_steps(since)`` is the most steps done in an
         attempt begun after ``since`` (epoch time), for ``@step=+N`` faults. ``said()``: where the
         attempt since an elastic recovery counts its steps from 1 again, its step and that
-        recovery's cause, said with the fault ((None, ""): ``step`` is the job's)."""
+        recovery, said with the fault ((None, None): ``step`` is the job's)."""
         injected = []
         self.arm()
         due = [i for i in self.to_fire if self.faults[i].due(elapsed_s, step, self.attempt_steps_of(i, attempt_steps))]
@@ -147,7 +148,7 @@ class FaultScheduler:
         return injected
 
     def fire(self, index: int, elapsed_s: float, step: Optional[int], anew_step: Optional[int] = None,
-             anew_after: str = "") -> list[FaultSpec]:
+             anew_after: Optional[Recovery] = None) -> list[FaultSpec]:
         """Inject one due fault; say and record it, or why it could not be injected. Returns
         it, or nothing when it failed. ``anew_after``: the attempt it strikes counts its steps from
         1 again since that recovery, and is at ``anew_step`` of them, the step said."""
@@ -161,7 +162,7 @@ class FaultScheduler:
             self.record("fault-failed", node=fault.node, spec=str(fault), error=str(exc)[:500])
             self.failed.append(FaultRecord(str(fault), fault.node, fired=False, reason=reason))
             return []
-        fired = FaultRecord(str(fault), node, True, elapsed_s, anew_step if anew_after else step,
+        fired = FaultRecord(str(fault), node, True, elapsed_s, anew_step if anew_after is not None else step,
                             fired_time=self.wall(), counted_anew=anew_after)
         self.fired.append(fired)
         if fault.has_end:

@@ -32,12 +32,16 @@ class Lines(list):
         return "".join(f"{line}\n" for line in self)
 
 
-def anew_note(after: str) -> str:
-    """What a step counted in an attempt whose steps began at 1 again is (``after``: the cause of
-    the recovery that attempt followed; "" where the steps go on from where the job resumed)."""
-    if not after:
+# The cause of a node's death where no fault was injected into it, said after the node's name.
+DEATH = "its death"
+
+
+def anew_note(after: Optional[Recovery]) -> str:
+    """What a step counted in an attempt whose steps began at 1 again is (``after``: the recovery
+    that attempt followed; None where the steps go on from where the job resumed)."""
+    if after is None:
         return ""
-    return (f" of the attempt after {after}, counted from 1 again: no rank said where it resumed (an optimizer"
+    return (f" of the attempt after {after.named_cause}, counted from 1 again: no rank said where it resumed (an optimizer"
             " without a step count, or a script that started over)")
 
 
@@ -67,7 +71,13 @@ class Recovery:
     resumed_from: Optional[int] = None
     resumed_at: Optional[float] = None
     lost: bool = False
-    counted_anew: str = ""
+    counted_anew: Optional[Recovery] = field(default=None, compare=False, repr=False)
+
+    @property
+    def named_cause(self) -> str:
+        """Its cause, said apart from its own line: a death with no fault injected names its node
+        ("node1's death"), where "its death" would read as another node's."""
+        return f"{self.node}'s death" if self.cause == DEATH else self.cause
 
     @property
     def recovery_s(self) -> Optional[float]:
@@ -152,7 +162,7 @@ class FaultRecord:
     before_first_step: bool = False
     struck_time: Optional[float] = None
     struck_file: str = ""
-    counted_anew: str = ""
+    counted_anew: Optional[Recovery] = field(default=None, compare=False)
     held_at_stop: bool = False
 
     @property

@@ -3,16 +3,26 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Optional
 
 from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import absent_from_barrier_lines, repeated_error_line
-from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.model import Recovery, RunResult
 from orchestrate.outcome.states import NodePhase
 from orchestrate.outcome.summary import at_exit_barrier, ending_hint, says_failure
 
 log = logging.getLogger(__name__)
 
 OUTCOME_FILE = "outcome.json"  # how the run ended, in its directory
+
+
+def recovery_named(recovery: Optional[Recovery], recoveries: list[Recovery]) -> Optional[dict]:
+    """A recovery another record points at, said whole: its index in ``recoveries`` (None where
+    it is not among them), its node and its cause ("its death" alone names no node)."""
+    if recovery is None:
+        return None
+    index = next((i for i, r in enumerate(recoveries) if r is recovery), None)
+    return {"recovery": index, "node": recovery.node, "cause": recovery.cause}
 
 
 def outcome_record(outcome: RunResult) -> dict:
@@ -40,13 +50,13 @@ def outcome_record(outcome: RunResult) -> dict:
         "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
                         "step_before": r.step_before, "resumed_from": r.resumed_from, "lost": r.lost,
                         # step_before counted from 1 again, in the attempt after this recovery (no resume said)
-                        "step_counted_anew_after": r.counted_anew or None}
+                        "step_counted_anew_after": recovery_named(r.counted_anew, t.recoveries)}
                        for r in t.recoveries],
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,
                     "detail": f.detail or None, "before_first_step": f.before_first_step,
                     # fired_at_step counted from 1 again, in the attempt after this recovery (no resume said)
-                    "step_counted_anew_after": f.counted_anew or None,
+                    "step_counted_anew_after": recovery_named(f.counted_anew, t.recoveries),
                     "held_at_stop": f.held_at_stop}  # its end had not come when the run was stopped
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),

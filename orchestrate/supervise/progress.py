@@ -25,9 +25,9 @@ class ProgressWatch:
         self.unsaid: Optional[Recovery] = None
         self.seen = False
         # where the latest recovery's new workers counted their steps from 1 again (no rank said where
-        # it resumed: an optimizer without a step count, or a script that started over): its cause,
-        # and when it failed
-        self.anew_after = ""
+        # it resumed: an optimizer without a step count, or a script that started over): that
+        # recovery, and when it failed
+        self.anew_after: Optional[Recovery] = None
         self.anew_since = 0.0
         self.first_step_time: Optional[float] = None  # the epoch time of the first step a worker took
         self.records = 0  # every record read so far: progress, to the hang watchdog
@@ -64,12 +64,12 @@ class ProgressWatch:
         counts = [len(steps) for first, steps in self.attempts.values() if first > since and steps]
         return max(counts, default=None)
 
-    def step_said(self) -> tuple[Optional[int], str]:
-        """The step to say a fault or a failure came at, and "" or, where the attempt since the
-        latest recovery counted its steps from 1 again, that recovery's cause: then the step is
+    def step_said(self) -> tuple[Optional[int], Optional[Recovery]]:
+        """The step to say a fault or a failure came at, and None or, where the attempt since the
+        latest recovery counted its steps from 1 again, that recovery: then the step is
         that attempt's (None: it took none yet), not the job's highest (:attr:`max_step`)."""
-        if not self.anew_after:
-            return self.max_step, ""
+        if self.anew_after is None:
+            return self.max_step, None
         return self.attempt_steps(self.anew_since), self.anew_after
 
     def written_whole(self) -> dict[str, tuple[int, ...]]:
@@ -179,7 +179,7 @@ class ProgressWatch:
                     recovery.resumed_from = record.resumed
                 elif self.unsaid is not None and self.unsaid.resumed_from is None:
                     self.unsaid.resumed_from = record.resumed  # a rank said it after another's first step
-                    self.anew_after = ""
+                    self.anew_after = None
                 continue
             if record.step is None:
                 continue
@@ -193,12 +193,12 @@ class ProgressWatch:
                 said, recovery = recovery, None
                 if said.resumed_from is not None:
                     self.max_step = record.step
-                    self.anew_after = ""
+                    self.anew_after = None
                     continue
                 self.unsaid = said
                 # counted by the start-up hook with no resume said: from 1 again (an optimizer without
                 # a step count resumed, or one with a count that loaded none: the script started over)
-                self.anew_after = said.cause if record.counted and failed_since is not None else ""
+                self.anew_after = said if record.counted and failed_since is not None else None
                 self.anew_since = failed_since or 0.0
             self.max_step = max(self.max_step or 0, record.step)
 

@@ -8,7 +8,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.outcome.model import Recovery
+from orchestrate.outcome.model import DEATH, Recovery
 from orchestrate.outcome.states import NodePhase
 from orchestrate.supervise.api import NodeTracker
 
@@ -24,7 +24,7 @@ DEATH_EXIT_CODES = (None, 137, 143)
 
 def death_cause(dead: NodeTracker) -> str:
     """What a node's death is put down to: the fault injected into it, or none."""
-    return f"injected fault {dead.result.fault}" if dead.result.fault else "its death"
+    return f"injected fault {dead.result.fault}" if dead.result.fault else DEATH
 
 
 class RestartPolicy:
@@ -101,10 +101,10 @@ class RestartPolicy:
                 " --rdzv-store container keeps the store apart from the nodes)")
 
     def restart(self, dead: NodeTracker, trackers: list[NodeTracker], step: Optional[int],
-                counted_anew: str = "") -> None:
+                counted_anew: Optional[Recovery] = None) -> None:
         """Restart every node (``--restart all``), or the dead one only (``--restart node``),
         so that it rejoins (``step``: the last step before it; ``counted_anew``: the recovery after
-        which the attempt it struck counted its steps from 1 again, "" where none).
+        which the attempt it struck counted its steps from 1 again, None where none).
 
         By default every node restarts, not only the dead one, as a Slurm requeue or a JobSet's
         recreate-all does: torch's c10d rendezvous lets a freshly started agent join only if

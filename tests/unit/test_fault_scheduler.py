@@ -353,7 +353,7 @@ def test_a_step_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_so(t
     recovery = Recovery("node1", "injected fault kill:node1@step=7", failed_at=1.0, step_before=7)
     for step in range(1, 4):  # the new workers, resumed from the script's step 6, count from 1
         report("second", step, 210.0 + step, recovery if step == 1 else None, 150.0)
-    assert watch.step_said() == (3, "injected fault kill:node1@step=7")
+    assert watch.step_said() == (3, recovery)
     scheduler.fire_due(30.0, watch.max_step, watch.attempt_steps, watch.step_said)  # the pause, at their 3rd step
     for step in range(4, 11):
         report("second", step, 210.0 + step)
@@ -371,7 +371,7 @@ def test_a_step_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_so(t
     with open(tmp_path / "rank0.jsonl", "a") as handle:
         handle.write(json.dumps({"rank": 0, "resumed": 15, "time": 230.0}) + "\n")
     watch.poll(0.0, None)
-    assert watch.step_said() == (10, "")
+    assert watch.step_said() == (10, None)
 
 
 def test_an_attempt_that_started_over_is_not_said_to_have_an_optimizer_without_a_step_count(tmp_path):
@@ -411,9 +411,44 @@ def test_an_attempt_that_started_over_is_not_said_to_have_an_optimizer_without_a
     recovery = Recovery("node1", "injected fault kill:node1@step=6", failed_at=1.0, step_before=6)
     attempt("second", 3, 200.0, recovery, 150.0)
     step, after = watch.step_said()
-    assert step == 3 and after  # its steps 1, 2, 3 again, no resume said
+    assert step == 3 and after is recovery  # its steps 1, 2, 3 again, no resume said
     record = FaultRecord("kill:node0@step=3", "node0", True, 9.0, step, counted_anew=after)
     assert record.describe() == (
         "kill:node0@step=3 (9.0 s into the job, at step 3 of the attempt after injected fault kill:node1@step=6, counted"
         " from 1 again: no rank said where it resumed (an optimizer without a step count, or a script that started"
         " over))")
+
+
+def test_a_step_counted_anew_after_a_death_with_no_fault_names_the_node_that_died(tmp_path):
+    """A review (session 112): node1 died with no fault injected ("its death"), and node0 died in
+    the attempt after it, whose steps were counted from 1 again: its recovery read "node0 rejoined
+    after its death: last step before it 4 of the attempt after its death", the second "its" node1's,
+    and outcome.json had "its death" alone. The node is named, and outcome.json says which recovery."""
+    from orchestrate.outcome.model import Recovery
+    from orchestrate.outcome.record import outcome_record
+    recorder = Recorder()
+    watch = ProgressWatch(tmp_path, recorder.record)
+
+    def report(attempt: str, step: int, at: float, recovery=None, failed_since=None) -> None:
+        with open(tmp_path / "rank0.jsonl", "a") as handle:
+            handle.write(json.dumps({"rank": 0, "step": step, "time": at, "attempt": attempt, "counted": "optimizer",
+                                     "began": 200.0 if attempt == "second" else 10.0}) + "\n")
+        watch.poll(0.0, recovery, failed_since)
+
+    for step in range(1, 6):
+        report("first", step, 90.0 + step)
+    first = Recovery("node1", "its death", failed_at=1.0, step_before=5)
+    for step in range(1, 5):
+        report("second", step, 210.0 + step, first if step == 1 else None, 150.0)
+    step, after = watch.step_said()
+    second = Recovery("node0", "its death", 2.0, step, counted_anew=after)
+    assert second.describe() == ("node0 rejoined after its death: last step before it 4 of the attempt after node1's"
+                                 " death, counted from 1 again: no rank said where it resumed (an optimizer without a"
+                                 " step count, or a script that started over)")
+    fault = FaultRecord("pause:node0@step=4", "node0", True, 9.0, step, counted_anew=after)
+    assert "at step 4 of the attempt after node1's death, counted" in fault.describe()
+    outcome = RunResult("r", tmp_path, [], Timings(job_s=20.0, recoveries=[first, second]), faults=[fault])
+    record = json.loads(json.dumps(outcome_record(outcome)))
+    anew = {"recovery": 0, "node": "node1", "cause": "its death"}
+    assert [r["step_counted_anew_after"] for r in record["recoveries"]] == [None, anew]
+    assert [f["step_counted_anew_after"] for f in record["faults"]] == [anew]
