@@ -2628,7 +2628,8 @@ MUTANTS = [
            '                self.anew_after = None',
            ("tests/unit/test_fault_scheduler.py", "tests/unit/test_launcher.py")),
     Mutant("a fault still held at the stop is not said so", "orchestrate/faults/scheduler.py",
-           "        self.held_at_stop.update(str(fault) for fault, _ in self.lasting)\n", "",
+           "        self.held_at_stop.update(str(fault) for fault, node in self.lasting\n"
+           "                                 if live is None or fault.on_store or node in live)\n", "",
            ("tests/unit/test_launcher.py",)),
     Mutant("a look at an interrupt with no worker begun says a rank may be busy", "orchestrate/hangs/watchdog.py",
            "            if not self.expected() and not probes[1].snapshots:", "            if False:",
@@ -2663,6 +2664,12 @@ MUTANTS = [
            "orchestrate/outcome/model.py",
            "        return f\"{self.node}'s death\" if self.cause == DEATH else self.cause", "        return self.cause",
            ("tests/unit/test_fault_scheduler.py",)),
+    Mutant("a fault with an end on a node that exited before the stop is said held at it",
+           "orchestrate/faults/scheduler.py",
+           "        self.held_at_stop.update(str(fault) for fault, node in self.lasting\n"
+           "                                 if live is None or fault.on_store or node in live)\n",
+           "        self.held_at_stop.update(str(fault) for fault, node in self.lasting)\n",
+           ("tests/unit/test_fault_scheduler.py", "tests/unit/test_launcher.py")),
 ]
 
 

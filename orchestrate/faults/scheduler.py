@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Collection, Optional, Sequence
 
 from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.errors import describe, engine_errors
@@ -65,12 +65,15 @@ class FaultScheduler:
         """The faults still to fire, in the order asked."""
         return [self.faults[i] for i in self.to_fire]
 
-    def cancel(self, on_nodes: Sequence[str] = ()) -> None:
+    def cancel(self, on_nodes: Sequence[str] = (), live: Optional[Collection[str]] = None) -> None:
         """Fire nothing more and end nothing more (the run is being stopped): the faults still
-        held then are said so (the nodes' stop lets them go): those with an end to come, and
-        those without one that last (a pause, a disconnect, a hung rank) among ``on_nodes``, the
-        faults the nodes still running suffer now."""
-        self.held_at_stop.update(str(fault) for fault, _ in self.lasting)
+        held then are said so (the nodes' stop lets them go): those with an end to come, on a
+        node among ``live``, the nodes still running (None: every node; the store's are its
+        own), and those without one that last (a pause, a disconnect, a hung rank) among
+        ``on_nodes``, the faults the nodes still running suffer now. A node that exited before
+        the stop held nothing for the stop to let go."""
+        self.held_at_stop.update(str(fault) for fault, node in self.lasting
+                                 if live is None or fault.on_store or node in live)
         fired = {record.spec for record in self.fired}
         self.held_at_stop.update(str(f) for f in self.faults if str(f) in on_nodes and str(f) in fired
                                  and f.action.lasting and not f.has_end)

@@ -362,7 +362,7 @@ class Supervisor:
         hangs = self.hangs
         if hangs is None or self.ending or self.winding_down or not hangs.due_at_the_end():
             return  # (a run already ending, by a failure or a stop, waits on that, not on a hang)
-        self.faults.cancel(self.faults_on_live_nodes())
+        self.faults.cancel(self.faults_on_live_nodes(), [t.name for t in self.live])
         self.looking_at_the_end = True
         try:
             hangs.look_at_the_end(lambda until: self.loop(until=until), occasion)
@@ -479,7 +479,7 @@ class Supervisor:
             self.look_at_the_end(AT_THE_INTERRUPT)  # (a further interrupt cuts it short: the caller then kills)
         self.winding_down = True
         self.let_the_store_go()
-        self.faults.cancel(self.faults_on_live_nodes())
+        self.faults.cancel(self.faults_on_live_nodes(), [t.name for t in self.live])
         while True:  # an interrupt anywhere in here forces; a further one is waited out
             try:
                 if deadline is None:
@@ -589,7 +589,7 @@ class Supervisor:
         if not self.winding_down and self.stop_requested():
             self.winding_down = True  # `stop RUN` is stopping the nodes: no hang verdict, no more faults
             self.let_the_store_go()
-            self.faults.cancel(self.faults_on_live_nodes())
+            self.faults.cancel(self.faults_on_live_nodes(), [t.name for t in self.live])
         if self.hangs is not None and not self.winding_down:  # (a stop's lines keep the verdict of the quiet before it)
             reported = self.progress.records > self.progress_records
             held_by = self.held_by()

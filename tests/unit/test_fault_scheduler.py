@@ -258,6 +258,19 @@ def test_a_stopped_run_fires_nothing_more_and_says_what_never_fired(tmp_path):
         ("pause:node0@t=1..9", True, ""), ("kill:node1@t=5", False, "the run was stopped before it fired")]
 
 
+def test_a_fault_with_an_end_is_said_held_at_the_stop_only_where_its_node_still_ran(tmp_path):
+    """A review (session 112): a fault with an end whose node had exited before the stop (its
+    script returned) was said "still held when the run was stopped", where it held nothing for
+    the stop to let go; only a fault without an end was looked for on the nodes still running.
+    The store's own fault is its own: no node's exit lets it go."""
+    scheduler, _ = scheduler_of(tmp_path, "slow:node2@t=1..100", "pause:node1@t=1..100", "pause:store@t=1..100",
+                                inject=lambda fault: fault.node)
+    assert len(scheduler.fire_due(2.0, None)) == 3
+    scheduler.cancel([], live=["node0", "node1"])  # Ctrl-C, node2 gone
+    assert {r.spec: r.held_at_stop for r in scheduler.records(10.0, None, False)} == {
+        "slow:node2,cpus=0.25@t=1..100": False, "pause:node1@t=1..100": True, "pause:store@t=1..100": True}
+
+
 def test_a_fault_that_fired_after_a_first_step_read_only_later_did_not_fall_before_the_first_step(tmp_path):
     """A worker's record of its first step can come a step late: a fault that fired when no
     step had been read yet, but after the first step's own time, came after it."""

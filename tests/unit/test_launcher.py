@@ -1137,6 +1137,27 @@ def test_a_ctrl_c_while_a_pause_without_an_end_holds_a_node_says_the_fault_still
         " s into the job, still held when the run was stopped)"), said
 
 
+def test_a_ctrl_c_says_a_fault_with_an_end_held_only_on_a_node_still_running(make_run):
+    """A review (session 112): a fault with an end on a node that had exited before the Ctrl-C
+    was said "still held when the run was stopped" though it held nothing for the stop to let go."""
+    job = make_run(nodes=3, rdzv="c10d", stop_grace=1,
+                   faults=(parse_fault("pause:node1@t=0..60"), parse_fault("disconnect:node2@t=0..60")))
+    client = FakeDockerClient()
+
+    def ctrl_c_once_both_fired() -> None:
+        deadline = time.monotonic() + 10
+        while job.out.getvalue().count("fault injected") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # node2 exits meanwhile
+        _thread.interrupt_main()
+
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c_once_both_fired, hang=True)],
+                           node1=[Script(["[1|0]:waiting"], hang=True)], node2=[Script(["[2|0]:done"])])
+    assert outcome.interrupted, text
+    assert {f.spec: f.held_at_stop for f in outcome.fired_faults} == {
+        "pause:node1@t=0..60": True, "disconnect:node2@t=0..60": False}
+
+
 def with_its_own_stop_signal(container) -> None:
     """The node's image says STOPSIGNAL SIGINT (a user's --dockerfile may): the engine then leaves
     it paused when it is sent SIGTERM, and only an unpause first lets the SIGTERM through."""
