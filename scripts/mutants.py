@@ -2670,6 +2670,10 @@ MUTANTS = [
            "                                 if live is None or fault.on_store or node in live)\n",
            "        self.held_at_stop.update(str(fault) for fault, node in self.lasting)\n",
            ("tests/unit/test_fault_scheduler.py", "tests/unit/test_launcher.py")),
+    Mutant("a full disk that met no write is said held at the stop", "orchestrate/faults/scheduler.py",
+           "unfired.append(replace(record, fired=False, reason=unmet_storage_fault(record)))",
+           "unfired.append(replace(record, fired=False, reason=unmet_storage_fault(record),"
+           " held_at_stop=record.spec in self.held_at_stop))", ("tests/unit/test_fault_scheduler.py",)),
 ]
 
 

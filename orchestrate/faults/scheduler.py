@@ -207,10 +207,10 @@ class FaultScheduler:
         fired, unfired = [], []
         on_storage = {str(f) for f in self.faults if f.action.on_storage}
         for record in self.fired:
-            if record.spec in self.held_at_stop and record.ended_s is None:
-                record = replace(record, held_at_stop=True)
-            if record.spec in on_storage and not record.detail:
+            if record.spec in on_storage and not record.detail:  # (so it held nothing at the stop either)
                 unfired.append(replace(record, fired=False, reason=unmet_storage_fault(record)))
+            elif record.spec in self.held_at_stop and record.ended_s is None:
+                fired.append(replace(record, held_at_stop=True))
             else:
                 fired.append(record)
         for index in self.to_fire:

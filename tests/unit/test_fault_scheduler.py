@@ -271,6 +271,17 @@ def test_a_fault_with_an_end_is_said_held_at_the_stop_only_where_its_node_still_
         "slow:node2,cpus=0.25@t=1..100": False, "pause:node1@t=1..100": True, "pause:store@t=1..100": True}
 
 
+def test_a_full_disk_that_met_no_write_before_the_stop_is_not_said_held_at_it(tmp_path):
+    """A review (session 112): disk-full that no write met before a Ctrl-C ended "fired": false
+    and "held_at_stop": true in outcome.json, a fault that did not fire said to hold the run."""
+    scheduler, _ = scheduler_of(tmp_path, "disk-full:node1@t=1..100", inject=lambda fault: fault.node)
+    assert len(scheduler.fire_due(2.0, None)) == 1
+    scheduler.cancel([], live=["node0", "node1"])
+    [full] = scheduler.records(10.0, None, False)
+    assert (full.fired, full.held_at_stop) == (False, False)
+    assert full.describe().startswith("disk-full:node1@t=1..100 did not fire: ")
+
+
 def test_a_fault_that_fired_after_a_first_step_read_only_later_did_not_fall_before_the_first_step(tmp_path):
     """A worker's record of its first step can come a step late: a fault that fired when no
     step had been read yet, but after the first step's own time, came after it."""
