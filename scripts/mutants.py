@@ -2674,6 +2674,9 @@ MUTANTS = [
            "unfired.append(replace(record, fired=False, reason=unmet_storage_fault(record)))",
            "unfired.append(replace(record, fired=False, reason=unmet_storage_fault(record),"
            " held_at_stop=record.spec in self.held_at_stop))", ("tests/unit/test_fault_scheduler.py",)),
+    Mutant("a restart of every node lets go the dead node's fault alone", "orchestrate/supervise/restart_policy.py",
+           "            tracker.result.fault, tracker.result.culprit_rank = \"\", None\n", "",
+           ("tests/unit/test_supervisor_collaborators.py",)),
 ]
 
 

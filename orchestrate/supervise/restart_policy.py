@@ -134,6 +134,9 @@ class RestartPolicy:
         trackers = [t for t in trackers if not t.result.lost]  # nothing brings a lost node back, ended yet or not
         for tracker in trackers:
             tracker.move(NodePhase.RESTARTING)
+            # the fault a node suffered is not its new attempt's (a hung rank's worker is gone): a
+            # stop later would say it still held
+            tracker.result.fault, tracker.result.culprit_rank = "", None
             tracker.exited_at = tracker.exit_code = tracker.exited_time = None
         for tracker in trackers:
             try:

@@ -269,7 +269,8 @@ class Supervisor:
 
     def faults_on_live_nodes(self) -> list[str]:
         """The faults the nodes still running suffer now (a pause without an end holds its node
-        until the stop lets it go)."""
+        until the stop lets it go). A node holds one fault: a later fault on it (a pause, then a
+        slow) takes the earlier's place, which is then not said held at a stop though it may be."""
         return [t.result.fault for t in self.live if t.result.fault]
 
     def let_the_store_go(self) -> None:

@@ -157,6 +157,22 @@ def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
                              " rejoins (1/3)"]
 
 
+def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_job, tmp_path):
+    """A review (session 112): a hung rank on node0 (no end), then kill:node1, restarted every
+    node: only node1's fault was let go, and a stop later said node0's hung rank "still held" though
+    the restart had ended its worker."""
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    trackers[0].result.fault, trackers[0].result.culprit_rank = "hang-rank:0", 0
+    dead = trackers[1]
+    dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record, clock=lambda: 42.0,
+                           scope="all", store_host="node0")
+    policy.restart(dead, trackers, step=5)
+    assert [(t.result.fault, t.result.culprit_rank) for t in trackers] == [("", None), ("", None)]
+
+
 def test_a_restart_of_every_node_leaves_a_lost_one_lost(make_job, tmp_path):
     client = FakeDockerClient()
     trackers = running_trackers(make_job, tmp_path, client)
