@@ -2677,6 +2677,9 @@ MUTANTS = [
     Mutant("a restart of every node lets go the dead node's fault alone", "orchestrate/supervise/restart_policy.py",
            "            tracker.result.fault, tracker.result.culprit_rank = \"\", None\n", "",
            ("tests/unit/test_supervisor_collaborators.py",)),
+    Mutant("a look at an interrupt after a restart says no worker of the job had started", "orchestrate/hangs/watchdog.py",
+           'NO_WORKER_YET = ("no worker of the current attempt had started,', 'NO_WORKER_YET = ("no worker had started,',
+           ("tests/unit/test_hangs.py",)),
 ]
 
 

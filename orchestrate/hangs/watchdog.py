@@ -75,10 +75,12 @@ def not_ended_note(end_after_s: float, found: HangDiagnosis, collective_timeout_
     return note + "; --collective-timeout S ends a wait in a collective after S seconds, saying where every rank was"
 
 
-# What a look at an interrupt says where no worker had begun: an elastic job whose rendezvous never
-# formed (a node paused or cut off before it joined) has no rank to look at, and none to be busy.
-NO_WORKER_YET = ("no worker had started, so there was no rank to look at (an elastic job's ranks are known once its"
-                 " rendezvous forms): no verdict")
+# What a look at an interrupt says where no worker of the job's current attempt had begun: an elastic
+# job whose rendezvous never formed (a node paused or cut off before it joined) has no rank to look
+# at, and none to be busy. (The ranks known are the current attempt's: a restart forgets the earlier's,
+# whose workers may well have started and trained.)
+NO_WORKER_YET = ("no worker of the current attempt had started, so there was no rank to look at (an elastic job's"
+                 " ranks are known once its rendezvous forms): no verdict")
 
 
 class HangWatch:

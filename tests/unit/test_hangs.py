@@ -1176,8 +1176,17 @@ def test_a_look_at_an_interrupt_that_gives_no_verdict_says_why():
     unstarted.watch.progress(0.0)
     unstarted.now = 30.0
     assert unstarted.watch.look_at_the_end(lambda until: None, AT_THE_INTERRUPT) is None
-    assert unstarted.said[-1] == ("no worker had started, so there was no rank to look at (an elastic job's ranks are"
-                                  " known once its rendezvous forms): no verdict")
+    no_worker = ("no worker of the current attempt had started, so there was no rank to look at (an elastic job's"
+                 " ranks are known once its rendezvous forms): no verdict")
+    assert unstarted.said[-1] == no_worker
+    # a review (session 112): after an elastic restart the ranks known are forgotten, though the
+    # attempts before had workers: "no worker had started" was false of the job
+    restarted = Watched([probe(0) for _ in range(2)])
+    restarted.watch.progress(0.0)
+    restarted.watch.expected = set  # every node restarted: the new attempt's ranks not known yet
+    restarted.now = 30.0
+    assert restarted.watch.look_at_the_end(lambda until: None, AT_THE_INTERRUPT) is None
+    assert restarted.said[-1] == no_worker
 
 
 def test_a_job_that_stays_quiet_and_working_is_said_again_with_where_every_rank_is_less_and_less_often():
