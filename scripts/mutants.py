@@ -2658,11 +2658,13 @@ MUTANTS = [
     # Session 112 (2026-12-07) trial review
     Mutant("a step counted from 1 again is put down to an optimizer with no step count",
            "orchestrate/outcome/model.py",
-           '            " without a step count, or a script that started over)")', '            " without a step count)")',
+           '            " resumed (an optimizer without a step count, or a script that started over)")',
+           '            " resumed (an optimizer without a step count)")',
            ("tests/unit/test_fault_scheduler.py",)),
     Mutant("a step counted anew after a death with no fault says 'its death' of another node",
            "orchestrate/outcome/model.py",
-           "        return f\"{self.node}'s death\" if self.cause == DEATH else self.cause", "        return self.cause",
+           "        return f\"{self.node}'s death\" if self.cause == DEATH else self.cause",
+           "        return self.cause",
            ("tests/unit/test_fault_scheduler.py",)),
     Mutant("a fault with an end on a node that exited before the stop is said held at it",
            "orchestrate/faults/scheduler.py",
@@ -2677,8 +2679,10 @@ MUTANTS = [
     Mutant("a restart of every node lets go the dead node's fault alone", "orchestrate/supervise/restart_policy.py",
            "            tracker.result.fault, tracker.result.culprit_rank = \"\", None\n", "",
            ("tests/unit/test_supervisor_collaborators.py",)),
-    Mutant("a look at an interrupt after a restart says no worker of the job had started", "orchestrate/hangs/watchdog.py",
-           'NO_WORKER_YET = ("no worker of the current attempt had started,', 'NO_WORKER_YET = ("no worker had started,',
+    Mutant("a look at an interrupt after a restart says no worker of the job had started",
+           "orchestrate/hangs/watchdog.py",
+           'NO_WORKER_YET = ("no worker of the current attempt had started,',
+           'NO_WORKER_YET = ("no worker had started,',
            ("tests/unit/test_hangs.py",)),
 ]
 

@@ -41,8 +41,8 @@ def anew_note(after: Optional[Recovery]) -> str:
     that attempt followed; None where the steps go on from where the job resumed)."""
     if after is None:
         return ""
-    return (f" of the attempt after {after.named_cause}, counted from 1 again: no rank said where it resumed (an optimizer"
-            " without a step count, or a script that started over)")
+    return (f" of the attempt after {after.named_cause}, counted from 1 again: no rank said where it"
+            " resumed (an optimizer without a step count, or a script that started over)")
 
 
 @dataclass

@@ -438,9 +438,9 @@ def test_an_attempt_that_started_over_is_not_said_to_have_an_optimizer_without_a
     assert step == 3 and after is recovery  # its steps 1, 2, 3 again, no resume said
     record = FaultRecord("kill:node0@step=3", "node0", True, 9.0, step, counted_anew=after)
     assert record.describe() == (
-        "kill:node0@step=3 (9.0 s into the job, at step 3 of the attempt after injected fault kill:node1@step=6, counted"
-        " from 1 again: no rank said where it resumed (an optimizer without a step count, or a script that started"
-        " over))")
+        "kill:node0@step=3 (9.0 s into the job, at step 3 of the attempt after injected fault kill:node1@step=6,"
+        " counted from 1 again: no rank said where it resumed (an optimizer without a step count, or a script that"
+        " started over))")
 
 
 def test_a_step_counted_anew_after_a_death_with_no_fault_names_the_node_that_died(tmp_path):
