@@ -2599,7 +2599,7 @@ MUTANTS = [
            "    if key.endswith(\"_Bps\"):\n        return format_bandwidth(value)\n", "",
            ("tests/unit/test_report.py",)),
     Mutant("a line of the attempt before a restart marks the new attempt running", "orchestrate/supervise/supervisor.py",
-           "        if tracker.of_an_earlier_run(stamp):\n            return\n", "",
+           "        if tracker.predates_start(stamp):  # a line of the attempt before\n            return\n", "",
            ("tests/unit/test_node_ends.py", "tests/unit/test_runs.py")),
     Mutant("an attach takes a restart's replayed die, or the old run's first line, for the new run's",
            "orchestrate/supervise/supervisor.py",

@@ -91,16 +91,10 @@ class NodeTracker:
 
     def predates_start(self, stamp: Optional[float], slack_s: float = 0.0) -> bool:
         """Whether engine time ``stamp`` is from before the latest start taken in (by more than
-        ``slack_s``): what it tells of belongs to a run of the container that is over."""
+        ``slack_s``): what it tells of belongs to a run of the container that is over (a log line
+        of the attempt before a restart, which the new stream reads again from where the lines
+        taken in end, or which an attach reads from the log's start)."""
         return bool(self.latest_start and stamp and stamp < self.latest_start - slack_s)
-
-    def of_an_earlier_run(self, stamp: Optional[float]) -> bool:
-        """Whether a log line stamped ``stamp`` (engine time) was written before the container's
-        current run started (its latest start taken in, its start as the follow began at the
-        least): a line of the attempt before a restart, which a stream that follows the new one
-        reads again from where the lines taken in end, or which an attach reads from the log's
-        start."""
-        return bool(self.latest_start and stamp and stamp < self.latest_start)
 
 
 @dataclass(frozen=True)

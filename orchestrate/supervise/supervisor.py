@@ -671,7 +671,7 @@ class Supervisor:
         if self.hangs is not None and not self.winding_down and any(
                 line.global_rank is not None and is_progress_line(line.text) for line in lines):
             self.hangs.progress(at, moved=not self.ending)  # (a failure's traceback, a hang's end: no move)
-        if tracker.of_an_earlier_run(stamp):
+        if tracker.predates_start(stamp):  # a line of the attempt before
             return
         for line in lines:
             if line.global_rank is not None and line.global_rank not in self.ranks_seen:
