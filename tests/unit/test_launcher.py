@@ -1086,6 +1086,21 @@ def paused_then_ctrl_c(job: Run, client: FakeDockerClient, names: dict[str, str]
     return act
 
 
+def ctrl_c_once(job: Run, faults_fired: int, exited: tuple[str, ...] = ()):
+    """A Script.then: once ``faults_fired`` faults are said injected and the run has recorded the
+    end of each node of ``exited``, press Ctrl-C (pressed all the same when that does not come in
+    time: the test's assertions then say what was missed)."""
+    def ended() -> set[str]:
+        return {e["node"] for e in read_events(job.run_dir) if e["event"] == "node-exited"}
+
+    def act() -> None:
+        try:
+            wait_until(lambda: job.out.getvalue().count("fault injected") >= faults_fired and ended() >= set(exited))
+        finally:
+            _thread.interrupt_main()
+    return act
+
+
 def test_a_ctrl_c_while_a_fault_with_an_end_holds_a_node_says_the_fault_still_held(make_run):
     """A trial (session 112): Ctrl-C during pause:node1@t=1..60 of an elastic job, before any
     worker began (node1 paused, so no rendezvous formed): a fault with an end holds the job as asked,
@@ -1093,14 +1108,8 @@ def test_a_ctrl_c_while_a_fault_with_an_end_holds_a_node_says_the_fault_still_he
     stopped", nothing of the node the fault still held. It says the fault, held at the stop."""
     job = make_run(nodes=2, rdzv="c10d", stop_grace=1, faults=(parse_fault("pause:node1@t=0..60"),))
     client = FakeDockerClient()
-
-    def ctrl_c_once_paused() -> None:
-        deadline = time.monotonic() + 10
-        while "fault injected" not in job.out.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        _thread.interrupt_main()
-
-    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c_once_paused, hang=True)],
+    outcome, text, _ = run(job, client,
+                           node0=[Script(["[0|0]:waiting"], then=ctrl_c_once(job, faults_fired=1), hang=True)],
                            node1=[Script(["[1|0]:waiting"], hang=True)])
     assert outcome.interrupted and outcome.exit_code == 130, text
     [held] = outcome.fired_faults
@@ -1120,15 +1129,8 @@ def test_a_ctrl_c_while_a_pause_without_an_end_holds_a_node_says_the_fault_still
     job = make_run(nodes=3, rdzv="c10d", stop_grace=1,
                    faults=(parse_fault("pause:node1@t=0"), parse_fault("disconnect:node2@t=0")))
     client = FakeDockerClient()
-
-    def ctrl_c_once_both_fired() -> None:
-        deadline = time.monotonic() + 10
-        while job.out.getvalue().count("fault injected") < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # node2 exits meanwhile: its fault no longer holds anything
-        _thread.interrupt_main()
-
-    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c_once_both_fired, hang=True)],
+    ctrl_c = ctrl_c_once(job, faults_fired=2, exited=("node2",))  # node2's fault then holds nothing
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c, hang=True)],
                            node1=[Script(["[1|0]:waiting"], hang=True)], node2=[Script(["[2|0]:done"])])
     assert outcome.interrupted, text
     assert {f.spec: f.held_at_stop for f in outcome.fired_faults} == {"pause:node1": True, "disconnect:node2": False}
@@ -1143,15 +1145,8 @@ def test_a_ctrl_c_says_a_fault_with_an_end_held_only_on_a_node_still_running(mak
     job = make_run(nodes=3, rdzv="c10d", stop_grace=1,
                    faults=(parse_fault("pause:node1@t=0..60"), parse_fault("disconnect:node2@t=0..60")))
     client = FakeDockerClient()
-
-    def ctrl_c_once_both_fired() -> None:
-        deadline = time.monotonic() + 10
-        while job.out.getvalue().count("fault injected") < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # node2 exits meanwhile
-        _thread.interrupt_main()
-
-    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c_once_both_fired, hang=True)],
+    ctrl_c = ctrl_c_once(job, faults_fired=2, exited=("node2",))  # node2's fault then holds nothing
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c, hang=True)],
                            node1=[Script(["[1|0]:waiting"], hang=True)], node2=[Script(["[2|0]:done"])])
     assert outcome.interrupted, text
     assert {f.spec: f.held_at_stop for f in outcome.fired_faults} == {
