@@ -219,13 +219,22 @@ def test_a_file_opened_from_a_descriptor_is_reached_by_the_path_it_was_opened_at
     os.close(keep)
 
 
-def test_torch_save_on_the_full_disk_raises_torchs_own_error_as_on_dev_full(node, monkeypatch):
+@pytest.fixture
+def full_disk_torch(node, monkeypatch):
+    """torch, its ``torch.save`` wrapped by the workers' hook (undone after the test), and a full
+    disk armed for ``*.pt``."""
     torch = pytest.importorskip("torch")
     faults, opener, arm, progress, workspace = node
     monkeypatch.setattr(torch, "save", torch.save)
     monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
     storage_faults.wrap_torch_save(faults)
     arm("disk-full", "*.pt")
+    return torch
+
+
+def test_torch_save_on_the_full_disk_raises_torchs_own_error_as_on_dev_full(node, full_disk_torch):
+    torch = full_disk_torch
+    faults, opener, arm, progress, workspace = node
     raised = []
     for path in (str(workspace / "model.pt"), "/dev/full"):
         with pytest.raises(Exception) as error:
@@ -239,17 +248,13 @@ def test_torch_save_on_the_full_disk_raises_torchs_own_error_as_on_dev_full(node
     assert returned == [None, None] and (workspace / "small.pt").stat().st_size < 100
 
 
-def test_a_torch_save_that_returned_on_the_full_disk_is_said_to_have_gone_on_unaware(node, monkeypatch):
+def test_a_torch_save_that_returned_on_the_full_disk_is_said_to_have_gone_on_unaware(node, full_disk_torch):
     """A trial (session 112): disk-full:node0@step=4 on a plain script whose small checkpoint
     torch.save returned all the same (as on /dev/full); it renamed the empty file onto its
     checkpoint, and the run SUCCEEDED saying only that the write failed. The worker records that
     the save returned, once per file, and the launcher says the script went on unaware."""
-    torch = pytest.importorskip("torch")
+    torch = full_disk_torch
     faults, opener, arm, progress, workspace = node
-    monkeypatch.setattr(torch, "save", torch.save)
-    monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
-    storage_faults.wrap_torch_save(faults)
-    arm("disk-full", "*.pt")
     with pytest.raises(RuntimeError):
         torch.save({"w": torch.zeros(1000)}, str(workspace / "model.pt"))  # raised: the script knows
     for _ in range(2):
@@ -386,16 +391,13 @@ def test_a_legacy_torch_save_meets_the_full_disk_as_torch_raises_it(node, monkey
     assert [(e.file, e.returned) for e in events] == [("old.pt", False)]
 
 
-def test_an_event_the_hook_cannot_record_leaves_the_scripts_save_as_the_fault_makes_it(node, monkeypatch, capsys):
+def test_an_event_the_hook_cannot_record_leaves_the_scripts_save_as_the_fault_makes_it(node, full_disk_torch,
+                                                                                       monkeypatch, capsys):
     """The progress directory refuses the record (full, or read-only): the script's save still
     returns as torch's does on a full disk, not with an error of the hook's own record; the
     record's loss is said on stderr."""
-    torch = pytest.importorskip("torch")
+    torch = full_disk_torch
     faults, opener, arm, progress, workspace = node
-    monkeypatch.setattr(torch, "save", torch.save)
-    monkeypatch.setattr(torch.serialization, "save", torch.serialization.save)
-    storage_faults.wrap_torch_save(faults)
-    arm("disk-full", "*.pt")
     faults.armed()  # (read while the directory still answers)
     real_open = os.open
 
