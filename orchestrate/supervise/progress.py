@@ -126,9 +126,8 @@ class ProgressWatch:
         """Read what the workers reported since the last poll; ``recovery``, the recovery still
         waiting for training to resume, learns the step it resumed from and when it did. Where no
         worker says where it resumed (a plain script whose optimizer keeps no step count, or one
-        that started over), a step
-        of a worker process begun after the failure (``failed_since``, Unix seconds) is when it
-        did, from a step not known until a rank says it."""
+        that started over), a step of a worker process begun after the failure (``failed_since``,
+        Unix seconds) is when it did, from a step not known until a rank says it."""
         for record in self.reader.poll():
             self.records += 1
             self.processes.setdefault((record.rank, record.attempt),
