@@ -231,6 +231,7 @@ class RankSnapshot:
     debugger: Optional[DebuggerStop] = None  # where it is stopped in its debugger, if it is
     threads: tuple[ThreadStack, ...] = ()  # its other threads of the user's: those that ended with an error first
     children_cpu_s: float = 0.0  # the CPU seconds its live child processes used so far (a pool's, a subprocess's)
+    socket_bytes: Optional[int] = None  # the bytes its open TCP sockets sent and received so far
 
     @property
     def waits_for_threads(self) -> bool:
@@ -290,7 +291,8 @@ class RankSnapshot:
             completed=int(data.get("completed", 0)), reason=str(data.get("reason", "requested")),
             lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
             cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data),
-            children_cpu_s=optional_float(data.get("children_cpu_s")) or 0.0)
+            children_cpu_s=optional_float(data.get("children_cpu_s")) or 0.0,
+            socket_bytes=optional_int(data.get("socket_bytes")))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,

@@ -1,5 +1,5 @@
 """A worker's answer to "where are you now?": every thread's Python stack, the threads that
-ended with an error, its last collectives and its CPU time, written by the worker itself, so no
+ended with an error, its last collectives, its CPU time and the bytes its TCP sockets moved, written by the worker itself, so no
 privileges are needed.
 
 The launcher (``stacks RUN``, the hang watchdog) writes :data:`REQUEST_FILE` in the run's debug
@@ -26,6 +26,7 @@ import inspect
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -139,6 +140,49 @@ def _descendants_cpu_s(pid: int, proc: str) -> float:
     return round(total, 3)
 
 
+# Where the kernel's ``struct tcp_info`` (getsockopt TCP_INFO, Linux 4.1 on) holds ``tcpi_bytes_acked``
+# and ``tcpi_bytes_received``, two u64 side by side: the bytes a socket sent that its peer took, and
+# those it received.
+TCP_INFO_BYTES_AT = 120
+TCP_INFO_LENGTH = TCP_INFO_BYTES_AT + 16
+
+
+def socket_bytes(fd_dir: str = "/proc/self/fd") -> Optional[int]:
+    """The bytes this process's open TCP sockets (gloo's pairs, its store's) have sent and
+    received so far, by the kernel's count of each: a rank in a collective that moves a large
+    buffer over a slow link uses next to no CPU, and was taken as hung. Its sockets only, both
+    ways: ``/proc/self/io`` counts neither what gloo receives (``recv``) nor apart from file
+    writes (this record's own), and the network namespace's counters count the node's other
+    processes. None where nothing can be read (no /proc, no TCP_INFO); it runs in the user's
+    process, and never raises."""
+    option = getattr(socket, "TCP_INFO", None)
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return None
+    if option is None:
+        return None
+    total = 0
+    for name in names:
+        try:
+            if not os.readlink(os.path.join(fd_dir, name)).startswith("socket:"):
+                continue
+            # a duplicate of the user's descriptor, closed here; the user's own stays as it was
+            duplicate = socket.fromfd(int(name), socket.AF_INET, socket.SOCK_STREAM)
+        except (OSError, ValueError):  # closed meanwhile, or not a descriptor
+            continue
+        try:
+            info = duplicate.getsockopt(socket.IPPROTO_TCP, option, TCP_INFO_LENGTH)
+            if len(info) >= TCP_INFO_LENGTH:
+                sent, received = struct.unpack_from("QQ", info, TCP_INFO_BYTES_AT)
+                total += sent + received
+        except OSError:  # not a TCP socket (a Unix one)
+            pass
+        finally:
+            duplicate.close()
+    return total
+
+
 def thread_stacks(main_ident: Optional[int], server_ident: Optional[int]) -> List[Dict[str, Any]]:
     """Every thread's stack but the answering thread's (``server_ident``), outermost frame
     first; the main thread first (where a post-mortem examines an error, that thread's are the
@@ -185,7 +229,7 @@ class SnapshotWriter:
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "node": os.environ.get(NODE_ENV) or socket.gethostname(),
             "time": time.time(), "cpu_s": time.process_time(), "cpu_recent": self.recent_cpu_share(),
-            "children_cpu_s": children_cpu_s(os.getpid()),
+            "children_cpu_s": children_cpu_s(os.getpid()), "socket_bytes": socket_bytes(),
             "collectives": self.log.snapshot(settle=from_server),
             "completed": self.log.completed, "lines": self.log.call_lines(), "init": self.log.init_call,
             "stacks": thread_stacks(self.main_ident, self.server_ident),

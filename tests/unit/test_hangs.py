@@ -2566,6 +2566,38 @@ def test_a_rank_whose_child_processes_compute_is_working_and_one_in_a_collective
     assert spinning.hung
 
 
+def test_the_bytes_a_processs_tcp_sockets_moved_are_counted_and_its_other_descriptors_are_not(tmp_path):
+    import socket
+    import threading
+
+    from orchestrate.node.snapshot import socket_bytes
+
+    before = socket_bytes()
+    assert before is not None
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    unix_a, unix_b = socket.socketpair()  # a Unix socket is no TCP: it counts nothing, and fails nothing
+    try:
+        payload = b"x" * 1_000_000
+        total = 0
+        sender = threading.Thread(target=client.sendall, args=(payload,))
+        sender.start()
+        while total < len(payload):
+            total += len(peer.recv(1 << 20))
+        sender.join()
+        unix_a.sendall(b"y" * 10_000)
+        after = socket_bytes()
+        # sent by one of this process's sockets and received by another: counted twice, each way once
+        assert after is not None and after - before >= 2 * len(payload)
+        assert after - before < 2 * len(payload) + 10_000  # the Unix socket's bytes are not counted
+        client.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)  # the process's own sockets stay open
+    finally:
+        for each in (client, peer, server, unix_a, unix_b):
+            each.close()
+    assert socket_bytes(str(tmp_path / "none")) is None
+
+
 def test_the_cpu_of_a_processs_live_descendants_is_read_from_proc(tmp_path):
     import os
 
