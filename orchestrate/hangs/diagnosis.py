@@ -25,6 +25,14 @@ from orchestrate.text import ranks_text
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
 # rank on a crowded host may get a small share: measured in CI, 68% then under 25% of a core.
 BUSY_CPU_SHARE = 0.05
+# A rank in a collective whose TCP sockets moved this many bytes a second between two probes is
+# moving the collective's data (a large buffer over a slow link: gloo's wait uses no CPU), not
+# waiting. Measured with 2 nodes at --link rate=10mbit: a 40 MB all_reduce moved about 2 MB/s per
+# rank (sent and received); ranks hung in a collective for 40 s moved 0 bytes (no store keep-alive
+# is the rank's: torchrun's agent holds them; the snapshots and the progress channel are files).
+# This leaves room for a store's polls (a few hundred bytes a second at most) and counts links
+# down to about 0.3 mbit.
+MOVING_BYTES_PER_S = 32 * 1024
 # gloo's words when a rank receives more data than its collective expects: the ranks' collectives
 # differ (another op, another size), and the receiving rank aborts (a C++ exception nobody catches).
 GLOO_MISMATCH = "Is there a distributed collective mismatch in your code?"
@@ -133,6 +141,7 @@ INSTEAD_OF_DEBUGGING = {POST_MORTEM_CALL: "run without --pdb",
 BREAKPOINT_OUT = "take the breakpoint out"
 PEERS_WAIT = "the others wait for it in their collectives; "  # where a rank does
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
+MOVING_DATA = "moving data"  # a busy rank's detail: its sockets move its collective's data
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
 
 
@@ -193,8 +202,8 @@ class RankActivity:
     """What one rank was doing between two probes."""
 
     rank: int
-    state: str  # "collective" (waits in one), "busy" (computing), "idle" (neither), "debugger" (stopped in
-    # its debugger: its script's breakpoint()), "stopped", "exited", "absent"
+    state: str  # "collective" (waits in one), "busy" (computing, or moving a collective's data), "idle" (neither),
+    # "debugger" (stopped in its debugger: its script's breakpoint()), "stopped", "exited", "absent"
     detail: str = ""
     stopped_by: str = ""  # what stopped a rank in its debugger (its call, or run --pdb's post-mortem)
 
@@ -220,6 +229,9 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
         if gpu_waits(now, diverged):
             return RankActivity(rank, "collective", f"waits in {collective.where}, on the GPU")
         return RankActivity(rank, "busy", f"computing on the GPU, in {collective.where}")
+    moving = socket_rate(before, now, interval_s)
+    if collective is not None and moving >= MOVING_BYTES_PER_S:
+        return RankActivity(rank, "busy", f"{MOVING_DATA} in {collective.where} ({bytes_rate_text(moving)})")
     # a DDP backward pass computes the gradients it all-reduces: busy there is computing
     if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):
         return RankActivity(rank, "collective", f"waits in {collective.where}")
@@ -260,6 +272,22 @@ def cpu_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: flo
     return (now.cpu_s - before.cpu_s) / interval_s
 
 
+def socket_rate(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
+    """The bytes a second one process's TCP sockets moved between two snapshots (0 when they are
+    not of one process, either did not count, or no time passed; a socket that closed meanwhile
+    takes its bytes out of the count, which is never taken below 0)."""
+    if before is None or before.pid != now.pid or interval_s <= 0:
+        return 0.0
+    if before.socket_bytes is None or now.socket_bytes is None:
+        return 0.0
+    return max(0.0, (now.socket_bytes - before.socket_bytes) / interval_s)
+
+
+def bytes_rate_text(per_s: float) -> str:
+    """``1.2 MB/s``, ``48 kB/s``."""
+    return f"{per_s / 1e6:.1f} MB/s" if per_s >= 1e6 else f"{per_s / 1e3:.0f} kB/s"
+
+
 def children_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
     """The share of a core a rank's child processes used between two snapshots, where its main
     thread waits for them in the standard library (a pool's map, a subprocess's end) and in no
@@ -293,6 +321,10 @@ def progressed(before: Probe, now: Probe, diverged: bool) -> bool:
             return True  # its DataLoader's workers compute its next batch
         if not gpu_waits(snapshot, diverged) and children_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
             return True  # its child processes compute for it (a pool's map, a subprocess)
+        collective = snapshot.in_collective
+        if (collective is not None and not collective.on_gpu
+                and socket_rate(earlier, snapshot, interval) >= MOVING_BYTES_PER_S):
+            return True  # its collective moves its data (a large buffer over a slow link)
     return False
 
 
@@ -364,9 +396,11 @@ class HangDiagnosis:
         collectives complete."""
         busy = [a for a in self.activities if a.state == "busy"]
         loading = [a.rank for a in busy if a.detail.startswith(LOADING_DATA)]
-        computing = [a.rank for a in busy if a.rank not in loading]
+        moving = [a.rank for a in busy if a.detail.startswith(MOVING_DATA)]
+        computing = [a.rank for a in busy if a.rank not in loading and a.rank not in moving]
         return ", ".join([f"{ranks_text(computing)} computing"] * bool(computing)
-                         + [f"{ranks_text(loading)} loading data"] * bool(loading)) or "collectives completing"
+                         + [f"{ranks_text(loading)} loading data"] * bool(loading)
+                         + [f"{ranks_text(moving)} {MOVING_DATA}"] * bool(moving)) or "collectives completing"
 
     def where_they_wait(self) -> str:
         not_joined = set(self.not_joined)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional, Sequence
 
-from orchestrate.hangs.diagnosis import HangDiagnosis, diagnose
+from orchestrate.hangs.diagnosis import MOVING_DATA, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import Probe
 
 # Seconds between the two looks of one judgement.
@@ -65,8 +65,12 @@ def not_ended_note(end_after_s: float, found: HangDiagnosis, collective_timeout_
     """Why --hang-timeout passed without ending a job that works quietly, and, where ranks wait in
     a collective for the ones that work, what bounds that wait: the run's own --collective-timeout,
     else that option."""
-    note = (f"--hang-timeout {end_after_s:g} has not ended the run: a rank that computes makes progress, and no"
-            " look tells a long step from an endless loop")
+    working = [a for a in found.activities if a.state == "busy"]
+    if working and all(a.detail.startswith(MOVING_DATA) for a in working):  # a transfer ends once its data moved
+        note = f"--hang-timeout {end_after_s:g} has not ended the run: a rank whose collective moves data makes progress"
+    else:
+        note = (f"--hang-timeout {end_after_s:g} has not ended the run: a rank that computes makes progress, and no"
+                " look tells a long step from an endless loop")
     if not any(a.state == "collective" for a in found.activities):
         return note
     if collective_timeout_s is not None:

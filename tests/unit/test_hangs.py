@@ -1144,6 +1144,21 @@ def test_a_hang_timeout_passed_where_the_run_has_a_collective_timeout_names_that
                      " in a collective (where the script gives its process groups no timeout of its own)"]
 
 
+def test_a_hang_timeout_passed_while_every_rank_moves_its_collectives_data_says_so():
+    """Every rank moves a 40 MB all_reduce over a slow link: the note names that, not a long step."""
+    from dataclasses import replace
+
+    waiting = (coll(1), coll(2, state="entered"))
+    probes = [probe(0, r0=replace(snap(0, waiting), socket_bytes=2_000_000 * 5 * i),
+                    r1=replace(snap(1, waiting), socket_bytes=2_000_000 * 5 * i)) for i in range(40)]
+    watched = Watched(probes, diagnose_after_s=10, end_after_s=60)
+    watched.watch.progress(0.0)
+    assert watched.until(150) is None
+    assert watched.said[0] == "no output for 10 s, but the job is working: ranks 0, 1 moving data"
+    notes = [line for line in watched.said if "--hang-timeout" in line]
+    assert notes == ["--hang-timeout 60 has not ended the run: a rank whose collective moves data makes progress"]
+
+
 def test_a_hang_timeout_passed_while_every_rank_computes_names_no_collective_timeout():
     looping = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
     probes = [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=10.0 + 5 * i),
@@ -2564,6 +2579,66 @@ def test_a_rank_whose_child_processes_compute_is_working_and_one_in_a_collective
     spinning = diagnose(probe(5, r0=replace(stuck, children_cpu_s=9.0), r1=snap(1, waiting)),
                         probe(0, r0=stuck, r1=snap(1, waiting)), {0, 1}, {}, 60)
     assert spinning.hung
+
+
+def test_a_rank_whose_sockets_move_its_collectives_data_is_working_and_one_whose_sockets_are_quiet_is_not():
+    """Every rank waits in an all_reduce of 40 MB over a 10 mbit link, using no CPU: it was taken
+    as hung after --hang-timeout, though its sockets moved about 2 MB/s."""
+    from dataclasses import replace
+
+    from orchestrate.hangs.diagnosis import MOVING_BYTES_PER_S
+
+    waiting = (coll(1), coll(2, shapes="float32[10000000]", state="entered", at="slow.py:7"))
+
+    def rank(r: int, moved: Optional[int], pid: int = 100, collectives: tuple = waiting) -> RankSnapshot:
+        return replace(snap(r, collectives, pid=pid), socket_bytes=moved)
+
+    def judged(now: tuple[Optional[int], Optional[int]], before: tuple[Optional[int], Optional[int]],
+               pid: int = 100, collectives: tuple = waiting) -> HangDiagnosis:
+        return diagnose(probe(5, r0=rank(0, now[0], pid, collectives), r1=rank(1, now[1], collectives=collectives)),
+                        probe(0, r0=rank(0, before[0], collectives=collectives),
+                              r1=rank(1, before[1], collectives=collectives)), {0, 1}, {}, 60)
+
+    moving = judged((1_000_000 + 10_000_000, 1_000_000), (1_000_000, 1_000_000))  # rank 0: 2 MB/s
+    assert not moving.hung
+    assert moving.activities[0].state == "busy"
+    assert moving.activities[0].detail == "moving data in all_reduce(float32[10000000]) #2 at slow.py:7 (2.0 MB/s)"
+    assert moving.activities[1].state == "collective"  # its own sockets were quiet
+    assert moving.headline == "no output for 60 s, but the job is working: rank 0 moving data"
+    assert "  rank 0 is moving data in all_reduce(float32[10000000]) #2 at slow.py:7 (2.0 MB/s)" in moving.lines()
+    # a hung job's ranks: their sockets quiet, or all but quiet (a store's polls), below the threshold
+    quiet = judged((1_000_000, 1_000_000), (1_000_000, 1_000_000))
+    assert quiet.hung and quiet.activities[0].detail.startswith("waits in all_reduce")
+    below = int(5 * MOVING_BYTES_PER_S) - 1
+    assert judged((1_000_000 + below, 1_000_000 + below), (1_000_000, 1_000_000)).hung
+    assert not judged((1_000_000 + below + 1, 1_000_000), (1_000_000, 1_000_000)).hung
+    # a count that fell (a socket closed meanwhile, taking its bytes along) is no progress either
+    assert judged((10, 10), (1_000_000, 1_000_000)).hung
+    # a rank that did not count (an older hook, no /proc) is not compared
+    assert judged((None, None), (1_000_000, 1_000_000)).hung
+    assert judged((10_000_000, 10_000_000), (None, None)).hung
+    # outside any collective, moving bytes is no progress of a collective's
+    assert judged((11_000_000, 1_000_000), (1_000_000, 1_000_000), collectives=(coll(1),)).hung
+    # on a GPU (NCCL), the GPU branch judges: a collective the GPU is in stays a wait
+    on_gpu = (coll(1), coll(2, state="running"))
+    assert judged((11_000_000, 11_000_000), (1_000_000, 1_000_000), collectives=on_gpu).hung
+
+
+def test_a_restarted_ranks_socket_bytes_are_not_compared_with_its_predecessors():
+    from dataclasses import replace
+
+    from orchestrate.hangs.diagnosis import activity, socket_rate
+
+    waiting = (coll(1), coll(2, state="entered"))
+    old = replace(snap(0, waiting, pid=100), socket_bytes=1_000)
+    new = replace(snap(0, waiting, pid=200), socket_bytes=50_000_000)  # its count is its own, from 0
+    assert socket_rate(old, new, 5.0) == 0.0
+    assert activity(0, old, new, 5.0, {}, (), False).detail == "waits in all_reduce(float32[4]) #2 at desync.py:11"
+    same = replace(new, pid=old.pid)
+    assert RankSnapshot.from_json({"rank": 0, "pid": 100, "socket_bytes": 1_000}).socket_bytes == 1_000
+    assert RankSnapshot.from_json({"rank": 0}).socket_bytes is None  # a record of an older hook's
+    assert socket_rate(old, same, 5.0) == (50_000_000 - 1_000) / 5.0
+    assert activity(0, old, same, 5.0, {}, (), False).detail.startswith("moving data in all_reduce")
 
 
 def test_the_bytes_a_processs_tcp_sockets_moved_are_counted_and_its_other_descriptors_are_not(tmp_path):
