@@ -34,6 +34,7 @@ ROOTS_DIFFER = ROOT / "tests" / "jobs" / "roots_differ.py"
 TUTORIAL_SETUP = ROOT / "tests" / "jobs" / "tutorial_setup.py"
 EVALUATE_TOO_LONG = ROOT / "tests" / "jobs" / "evaluate_too_long.py"
 THREAD_ENDS = ROOT / "tests" / "jobs" / "thread_ends.py"
+MOVES_THEN_HANGS = ROOT / "tests" / "jobs" / "moves_then_hangs.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -126,6 +127,35 @@ def probe_of_hung_job(tmp_path: Path, job: Path):
         return hung_probe(tmp_path, proc)
     finally:
         stop(proc)
+
+
+def test_a_ranks_answer_counts_the_bytes_gloo_moved_over_its_sockets_and_a_hung_ranks_count_stands_still(tmp_path):
+    """The count that tells a collective moving a large buffer over a slow link from a hung one,
+    under real gloo (on loopback, so the data moves between collectives that complete)."""
+    proc = start(tmp_path, "--collective-timeout", "60", "--", str(MOVES_THEN_HANGS), str(tmp_path / "hang"))
+    try:
+        moving = probe_when(tmp_path, proc, lambda p: len(p.snapshots) == 2, "answered")
+        counted = {rank: s.socket_bytes for rank, s in moving.snapshots.items()}
+        assert None not in counted.values(), counted
+        deadline = time.monotonic() + 60
+        while True:  # an all-reduce of 40 MB on two ranks sends 40 MB and receives as much on each
+            later = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=5)
+            grown = {rank: (s.socket_bytes or 0) - counted[rank] for rank, s in later.snapshots.items()}
+            if len(grown) == 2 and min(grown.values()) >= 40_000_000:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, grown
+            time.sleep(0.5)
+        (tmp_path / "hang").touch()
+        hung = hung_probe(tmp_path, proc)
+        time.sleep(1.0)
+        still = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=5)
+    finally:
+        stop(proc)
+    assert {r: s.in_collective.op for r, s in still.snapshots.items()} == {0: "recv", 1: "recv"}
+    assert {r: s.socket_bytes for r, s in still.snapshots.items()} == {r: s.socket_bytes
+                                                                        for r, s in hung.snapshots.items()}
+    found = diagnose(still, hung, {0, 1}, {}, 60)
+    assert found.hung and [a.state for a in found.activities] == ["collective", "collective"]
 
 
 def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barrier_meets_it(tmp_path):
