@@ -27,11 +27,12 @@ from orchestrate.text import ranks_text
 BUSY_CPU_SHARE = 0.05
 # A rank in a collective whose TCP sockets moved this many bytes a second between two probes is
 # moving the collective's data (a large buffer over a slow link: gloo's wait uses no CPU), not
-# waiting. Measured with 2 nodes at --link rate=10mbit: a 40 MB all_reduce moved about 2 MB/s per
-# rank (sent and received); ranks hung in a collective for 40 s moved 0 bytes (no store keep-alive
-# is the rank's: torchrun's agent holds them; the snapshots and the progress channel are files).
-# This leaves room for a store's polls (a few hundred bytes a second at most) and counts links
-# down to about 0.3 mbit.
+# waiting. Measured (2026-12-07, 2 nodes, gloo): at --link rate=10mbit a 40 MB all_reduce moved
+# about 2 MB/s per rank (sent and received); ranks hung in a collective for 43 s moved 0 bytes,
+# static and elastic (c10d) rendezvous alike: the store's keep-alives are torchrun's agent's, not
+# the rank's (its node's network counters grew 3 kB/s by them), and the snapshots and the progress
+# channel are files. The threshold leaves room for a store's polls from the rank (a few hundred
+# bytes a second) and still counts links down to about 0.3 mbit.
 MOVING_BYTES_PER_S = 32 * 1024
 # gloo's words when a rank receives more data than its collective expects: the ranks' collectives
 # differ (another op, another size), and the receiving rank aborts (a C++ exception nobody catches).
