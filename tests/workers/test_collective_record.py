@@ -134,16 +134,17 @@ def test_a_ranks_answer_counts_the_bytes_gloo_moved_over_its_sockets_and_a_hung_
     under real gloo (on loopback, so the data moves between collectives that complete)."""
     proc = start(tmp_path, "--collective-timeout", "60", "--", str(MOVES_THEN_HANGS), str(tmp_path / "hang"))
     try:
-        moving = probe_when(tmp_path, proc, lambda p: len(p.snapshots) == 2, "answered")
-        counted = {rank: s.socket_bytes for rank, s in moving.snapshots.items()}
-        assert None not in counted.values(), counted
-        deadline = time.monotonic() + 60
-        while True:  # an all-reduce of 40 MB on two ranks sends 40 MB and receives as much on each
-            later = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=5)
-            grown = {rank: (s.socket_bytes or 0) - counted[rank] for rank, s in later.snapshots.items()}
-            if len(grown) == 2 and min(grown.values()) >= 40_000_000:
+        deadline, counted = time.monotonic() + 60, None
+        while True:  # (the ranks move on between their answers: no two looks agree, nor need to)
+            probe = request_snapshots(tmp_path / "debug", {0, 1}, timeout_s=5)
+            now = {rank: s.socket_bytes for rank, s in probe.snapshots.items()}
+            assert None not in now.values(), now
+            if len(now) == 2 and counted is None:
+                counted = now
+            # an all-reduce of 40 MB on two ranks sends 40 MB and receives as much on each
+            elif len(now) == 2 and min(now[rank] - counted[rank] for rank in (0, 1)) >= 40_000_000:
                 break
-            assert time.monotonic() < deadline and proc.poll() is None, grown
+            assert time.monotonic() < deadline and proc.poll() is None, (counted, now)
             time.sleep(0.5)
         (tmp_path / "hang").touch()
         hung = hung_probe(tmp_path, proc)
