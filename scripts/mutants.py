@@ -2684,6 +2684,17 @@ MUTANTS = [
            'NO_WORKER_YET = ("no worker of the current attempt had started,',
            'NO_WORKER_YET = ("no worker had started,',
            ("tests/unit/test_hangs.py",)),
+    # 2026-12-07: a collective moving a large buffer over a slow link is progress (sockets' bytes)
+    Mutant("a rank whose collective moves data over its sockets is no progress", "orchestrate/hangs/diagnosis.py",
+           "            return True  # its collective moves its data (a large buffer over a slow link)",
+           "            pass", ("tests/unit/test_hangs.py",)),
+    Mutant("a restarted rank's socket bytes are compared with its predecessor's", "orchestrate/hangs/diagnosis.py",
+           "    if before is None or before.pid != now.pid or interval_s <= 0:\n        return 0.0\n"
+           "    if before.socket_bytes",
+           "    if before is None or interval_s <= 0:\n        return 0.0\n    if before.socket_bytes",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("a rank's socket bytes count only those it sent", "orchestrate/node/snapshot.py",
+           "                total += sent + received", "                total += sent", ("tests/unit/test_hangs.py",)),
 ]
 
 
