@@ -2635,7 +2635,7 @@ MUTANTS = [
            "            if not self.expected() and not probes[1].snapshots:", "            if False:",
            ("tests/unit/test_hangs.py",)),
     Mutant("a pause without an end still held at the stop is not said so", "orchestrate/supervise/supervisor.py",
-           "        return [t.result.fault for t in self.live if t.result.fault]", "        return []",
+           "        return [spec for t in self.live for spec in t.holding]", "        return []",
            ("tests/unit/test_launcher.py",)),
     Mutant("a torch.save that returned on a full disk is not recorded", "orchestrate/node/storage_faults.py",
            "                    faults.returned_quietly(f)\n                    return None",
@@ -2695,6 +2695,12 @@ MUTANTS = [
            ("tests/unit/test_hangs.py",)),
     Mutant("a rank's socket bytes count only those it sent", "orchestrate/node/snapshot.py",
            "                total += sent + received", "                total += sent", ("tests/unit/test_hangs.py",)),
+    # Session 113 (2026-12-07): items left by earlier sessions
+    Mutant("a later fault on a node hides an earlier one still held at the stop", "orchestrate/supervise/supervisor.py",
+           "        return [spec for t in self.live for spec in t.holding]",
+           "        return [t.result.fault for t in self.live if t.result.fault]", ("tests/unit/test_launcher.py",)),
+    Mutant("a restart keeps the faults without an end its nodes held before it", "orchestrate/supervise/restart_policy.py",
+           "            tracker.holding.clear()\n", "", ("tests/unit/test_supervisor_collaborators.py",)),
 ]
 
 

@@ -62,6 +62,9 @@ class NodeTracker:
             brings it.
         last_log_stamps: For each stream (stdout, stderr), the engine time of the last log line
             read and how many lines of that time were read: a broken stream resumes there.
+        holding: The run's own faults without an end that last (a pause, a disconnect, a hung
+            rank) done to it since its container's latest start, oldest first: a later fault on
+            it does not let them go (``result.fault`` is the latest one only); a restart does.
     """
 
     plan: NodePlan
@@ -77,6 +80,7 @@ class NodeTracker:
     first_started: Optional[float] = None
     latest_start: Optional[float] = None
     last_log_stamps: dict[str, tuple[float, int]] = field(default_factory=dict)
+    holding: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -230,6 +230,10 @@ class Supervisor:
         if fault.action.on_rank:
             tracker.result.culprit_rank = fault.rank
         tracker.result.fault = str(fault)
+        if fault.action is FaultAction.RESTART:  # its container started again: what held it is gone
+            tracker.holding.clear()
+        elif fault.action.lasting and not fault.has_end:
+            tracker.holding.append(str(fault))
         if fault.action is FaultAction.LOSE:  # for good: no restart brings it back
             tracker.result.lost = str(fault)
         if fault.action is FaultAction.PREEMPT:  # as a cluster preempts: SIGTERM, then SIGKILL after the grace
@@ -268,10 +272,10 @@ class Supervisor:
             raise
 
     def faults_on_live_nodes(self) -> list[str]:
-        """The faults the nodes still running suffer now (a pause without an end holds its node
-        until the stop lets it go). A node holds one fault: a later fault on it (a pause, then a
-        slow) takes the earlier's place, which is then not said held at a stop though it may be."""
-        return [t.result.fault for t in self.live if t.result.fault]
+        """The run's own faults without an end that the nodes still running suffer now (a pause
+        without an end holds its node until the stop lets it go): every one done to a node since
+        its latest start, not only its latest fault (a pause, then a slow: both still hold)."""
+        return [spec for t in self.live for spec in t.holding]
 
     def let_the_store_go(self) -> None:
         """As the nodes are stopped: a fault that still holds the run's store (paused, cut off)
@@ -307,6 +311,8 @@ class Supervisor:
         if fault.action is FaultAction.DISK_FULL:
             what = "writes fail with ENOSPC"
             self.trackers[fault.node].result.fault = str(fault)
+            if not fault.has_end:
+                self.trackers[fault.node].holding.append(str(fault))
         self.say(f"{fault}: armed on {fault.node}'s workers, files {glob!r} of the work directory: {what}")
         return fault.node
 

@@ -1153,6 +1153,31 @@ def test_a_ctrl_c_says_a_fault_with_an_end_held_only_on_a_node_still_running(mak
         "pause:node1@t=0..60": True, "disconnect:node2@t=0..60": False}
 
 
+
+def test_a_ctrl_c_says_every_fault_still_held_on_a_node_not_only_its_latest(make_run):
+    """A note (session 112) left alone: a node held one fault, the latest; pause:node1@t=0 (no
+    end), then slow:node1@t=0..60 on the same node, and only the slow was said held at a Ctrl-C,
+    though the pause still froze the node. Every fault still held is said, on node1 as on node2;
+    a fault that had ended is not (node2's slow, ended before the stop, its pause still held)."""
+    job = make_run(nodes=3, rdzv="c10d", stop_grace=1,
+                   faults=(parse_fault("pause:node1@t=0"), parse_fault("slow:node1@t=0..60"),
+                           parse_fault("pause:node2@t=0"), parse_fault("slow:node2@t=0..0.1")))
+    client = FakeDockerClient()
+
+    def ctrl_c() -> None:
+        try:
+            wait_until(lambda: job.out.getvalue().count("fault injected") >= 4 and "fault ended" in job.out.getvalue())
+        finally:
+            _thread.interrupt_main()
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c, hang=True)],
+                           node1=[Script(["[1|0]:waiting"], hang=True)], node2=[Script(["[2|0]:waiting"], hang=True)])
+    assert outcome.interrupted, text
+    assert {f.spec: f.held_at_stop for f in outcome.fired_faults} == {
+        "pause:node1": True, "slow:node1,cpus=0.25@t=0..60": True,
+        "pause:node2": True, "slow:node2,cpus=0.25@t=0..0.1": False}, text
+    recorded = json.loads((job.run_dir / "outcome.json").read_text())
+    assert [f["held_at_stop"] for f in recorded["faults"]] == [True, True, True, False]
+
 def with_its_own_stop_signal(container) -> None:
     """The node's image says STOPSIGNAL SIGINT (a user's --dockerfile may): the engine then leaves
     it paused when it is sent SIGTERM, and only an unpause first lets the SIGTERM through."""

@@ -164,6 +164,7 @@ def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_
     client = FakeDockerClient()
     trackers = running_trackers(make_job, tmp_path, client)
     trackers[0].result.fault, trackers[0].result.culprit_rank = "hang-rank:0", 0
+    trackers[0].holding = ["pause:node0", "hang-rank:0"]  # the faults without an end a stop would say held
     dead = trackers[1]
     dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
     recorder = Recorder()
@@ -171,6 +172,7 @@ def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_
                            scope="all", store_host="node0")
     policy.restart(dead, trackers, step=5)
     assert [(t.result.fault, t.result.culprit_rank) for t in trackers] == [("", None), ("", None)]
+    assert [t.holding for t in trackers] == [[], []]
 
 
 def test_a_restart_of_every_node_leaves_a_lost_one_lost(make_job, tmp_path):
