@@ -2663,8 +2663,8 @@ MUTANTS = [
            ("tests/unit/test_fault_scheduler.py",)),
     Mutant("a step counted anew after a death with no fault says 'its death' of another node",
            "orchestrate/outcome/model.py",
-           "        return f\"{self.node}'s death\" if self.cause == DEATH else self.cause",
-           "        return self.cause",
+           "    return f\"{node}'s death\" if cause == DEATH else cause",
+           "    return cause",
            ("tests/unit/test_fault_scheduler.py",)),
     Mutant("a fault with an end on a node that exited before the stop is said held at it",
            "orchestrate/faults/scheduler.py",
@@ -2701,6 +2701,13 @@ MUTANTS = [
            "        return [t.result.fault for t in self.live if t.result.fault]", ("tests/unit/test_launcher.py",)),
     Mutant("a restart keeps the faults without an end its nodes held before it", "orchestrate/supervise/restart_policy.py",
            "            tracker.holding.clear()\n", "", ("tests/unit/test_supervisor_collaborators.py",)),
+    Mutant("a fault's event keeps the job's highest step where the summary says its attempt's",
+           "orchestrate/faults/scheduler.py",
+           'action=fault.action.value, step=fired.step,\n                    **anew_fields(fired.counted_anew), ',
+           'action=fault.action.value, step=step,\n                    ', ("tests/unit/test_fault_scheduler.py",)),
+    Mutant("the report page says a step counted from 1 again as the job's", "orchestrate/report/model.py",
+           '    return anew_step_words(event.get("step"), event.get(ANEW_KEY))',
+           '    return f"step {event.get(\'step\')}"', ("tests/unit/test_report.py",)),
 ]
 
 

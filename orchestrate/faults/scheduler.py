@@ -20,7 +20,7 @@ from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 from orchestrate.faults.storage import STORAGE_REACH
 from orchestrate.node.progress import TRIGGERS_FILE
-from orchestrate.outcome.model import FaultRecord, Recovery
+from orchestrate.outcome.model import FaultRecord, Recovery, anew_fields
 
 # How long a run with @step faults may run with no progress reported before we say so.
 NO_PROGRESS_WARNING_S = 30.0
@@ -171,8 +171,8 @@ class FaultScheduler:
         if fault.has_end:
             self.lasting.append((fault, node))
         self.say(f"fault injected: {fired.describe()}")
-        self.record("fault", node=node, spec=str(fault), action=fault.action.value, step=step,
-                    **({"rank": fault.rank} if fault.rank is not None else {}))
+        self.record("fault", node=node, spec=str(fault), action=fault.action.value, step=fired.step,
+                    **anew_fields(fired.counted_anew), **({"rank": fault.rank} if fault.rank is not None else {}))
         return [fault]
 
     def end(self, fault: FaultSpec, node: str, elapsed_s: float) -> None:

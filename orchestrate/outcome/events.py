@@ -8,8 +8,10 @@ nodes-up           every node container runs
 node-addresses     the nodes' addresses on the run's network as they came up (``addresses``: address -> node)
 node-running       a node's first worker spoke: its rendezvous is done (``node``)
 rank-started       a rank's first line (``node``, ``rank``)
-fault              a fault was injected (``node``, ``spec``, ``action``, ``step``; ``rank`` for a rank's;
-                   ``by``: ``fault``, where ``fault RUN`` did it from another terminal)
+fault              a fault was injected (``node``, ``spec``, ``action``, ``step``: the step the summary
+                   says; ``step_counted_anew_after``: where that step is its attempt's, counted from 1
+                   again, the recovery that attempt followed (``node``, ``cause``); ``rank`` for a
+                   rank's; ``by``: ``fault``, where ``fault RUN`` did it from another terminal)
 fault-failed       a fault could not be injected (``node``, ``spec``, ``error``; ``by``, as for ``fault``)
 fault-ended        a fault with an end was undone (``node``, ``spec``, ``action``; ``by``, as for ``fault``)
 fault-end-failed   a fault with an end could not be undone (``node``, ``spec``, ``error``)
@@ -26,7 +28,8 @@ node-stopped       ``stop RUN`` stopped a node, from another terminal (``node``,
                    gave none, 0 s; ``still_running``: what still ran in it a moment before)
 job-stopped        ``stop RUN`` stopped a Slurm run's job, from another terminal (``job``, ``state``, ``by``)
 events-ended       the engine's event stream ended; inspection follows the nodes (``reason``)
-restart            an elastic recovery restarts every node (``node``: the dead one, ``cause``, ``step``)
+restart            an elastic recovery restarts every node (``node``: the dead one, ``cause``, ``step``;
+                   ``step_counted_anew_after``, as for ``fault``)
 resumed            training resumed after a recovery (``node``, ``step``, ``recovery_s``, ``steps_lost``)
 run-ended          the launcher is done (``exit_code``, ``succeeded``, ``interrupted``, ``error``)
 teardown-failed    the nodes could not be removed (``error``, ``exit_code``: the run's, now 2)

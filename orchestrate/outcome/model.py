@@ -36,6 +36,34 @@ class Lines(list):
 DEATH = "its death"
 
 
+def named_cause(node: str, cause: str) -> str:
+    """A recovery's cause, said apart from its own line: a death with no fault injected names its
+    node ("node1's death"), where "its death" would read as another node's."""
+    return f"{node}'s death" if cause == DEATH else cause
+
+
+# The key under which an event's step, or a record's, names the recovery after which its attempt
+# counted its steps from 1 again.
+ANEW_KEY = "step_counted_anew_after"
+
+
+def anew_fields(after: Optional[Recovery]) -> dict[str, dict[str, str]]:
+    """What an event (``events.jsonl``: a fault, a restart) adds to its ``step`` where that step
+    was counted in an attempt whose steps began at 1 again: the recovery that attempt followed, as
+    ``outcome.json`` names it (its node and cause; no index, not known yet); nothing elsewhere."""
+    return {} if after is None else {ANEW_KEY: {"node": after.node, "cause": after.cause}}
+
+
+def anew_step_words(step: object, after: Optional[dict]) -> str:
+    """A step an event recorded, as the report says it: with the count it is in where that
+    attempt counted its steps from 1 again (``after``: the event's ``step_counted_anew_after``),
+    in the summary's words."""
+    if not after:
+        return f"step {step}"
+    return (f"step {step} of the attempt after {named_cause(str(after.get('node')), str(after.get('cause')))},"
+            " counted from 1 again")
+
+
 def anew_note(after: Optional[Recovery]) -> str:
     """What a step counted in an attempt whose steps began at 1 again is (``after``: the recovery
     that attempt followed; None where the steps go on from where the job resumed)."""
@@ -77,7 +105,7 @@ class Recovery:
     def named_cause(self) -> str:
         """Its cause, said apart from its own line: a death with no fault injected names its node
         ("node1's death"), where "its death" would read as another node's."""
-        return f"{self.node}'s death" if self.cause == DEATH else self.cause
+        return named_cause(self.node, self.cause)
 
     @property
     def recovery_s(self) -> Optional[float]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.outcome.events import NODES_UP, addresses_in, read_events, without_repeats
+from orchestrate.outcome.model import ANEW_KEY, anew_step_words
 from orchestrate.outcome.progress import read_all
 from orchestrate.outcome.record import OUTCOME_FILE
 from orchestrate.outcome.run_dirs import recorded_conditions
@@ -240,7 +241,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         elif kind == "fault":  # (the run's own store has no lane: its fault is the whole job's, a line across)
             lanes.mark("fault", when, node if node in node_names else None,
                        f"fault injected: {event.get('spec')} at {_fmt(when)}"
-                       + (f", step {event['step']}" if event.get("step") is not None else ""))
+                       + (f", {_step_words(event)}" if event.get("step") is not None else ""))
             if event.get("action") == "pause" and node in lanes.open:
                 lanes.begin(node, "hung", when)
         elif kind == "fault-ended":
@@ -275,7 +276,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                                            " goes on without it")
         elif kind == "restart":
             lanes.mark("restart", when, None, f"elastic restart at {_fmt(when)}: {node} died ({event.get('cause')}),"
-                                              f" at step {event.get('step')}; every node restarts")
+                                              f" at {_step_words(event)}; every node restarts")
             for name in node_names:
                 lanes.begin(name, "restarting", when)
             for spans in in_debugger.values():  # every rank's process ends
@@ -398,5 +399,12 @@ def _exit_words(code: Any) -> str:
 
 
 def _describe(event: dict) -> str:
-    skip = {"time", "event", "node"}
-    return ", ".join(f"{k} {v}" for k, v in event.items() if k not in skip and v not in (None, "", []))
+    skip = {"time", "event", "node", ANEW_KEY}
+    return ", ".join(_step_words(event) if k == "step" else f"{k} {v}"
+                     for k, v in event.items() if k not in skip and v not in (None, "", []))
+
+
+def _step_words(event: dict) -> str:
+    """An event's step, and the count it is in where its attempt counted from 1 again (the
+    summary's words): the step of a fault or a restart is the one the summary says."""
+    return anew_step_words(event.get("step"), event.get(ANEW_KEY))

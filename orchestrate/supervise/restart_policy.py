@@ -8,7 +8,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
-from orchestrate.outcome.model import DEATH, Recovery
+from orchestrate.outcome.model import DEATH, Recovery, anew_fields
 from orchestrate.outcome.states import NodePhase
 from orchestrate.supervise.api import NodeTracker
 
@@ -124,7 +124,7 @@ class RestartPolicy:
         which = "it alone" if self.scope == "node" else "every node"
         self.say(f"{dead.name} died ({cause}); restarting {which} so that it rejoins"
                  f" ({self.restarts}/{self.max_restarts})")
-        self.record("restart", node=dead.name, cause=cause, step=step, scope=self.scope)
+        self.record("restart", node=dead.name, cause=cause, step=step, scope=self.scope, **anew_fields(counted_anew))
         if lost:
             self.say(lost)
             result.consequence = f"died ({cause}); {lost}"

@@ -391,6 +391,11 @@ def test_a_step_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_so(t
     second = Recovery("node0", "injected fault kill:node0@step=10", 2.0, *watch.step_said()[:1],
                       counted_anew=watch.step_said()[1])
     assert second.describe() == f"node0 rejoined after injected fault kill:node0@step=10: last step before it 10{anew}"
+    # events.jsonl (and the report page, from it) says the same step, in the same count
+    after = {"step_counted_anew_after": {"node": "node1", "cause": "injected fault kill:node1@step=7"}}
+    assert [(fields["spec"], fields["step"], fields.get("step_counted_anew_after")) for kind, fields in recorder.events
+            if kind == "fault"] == [("kill:node1@step=7", 7, None), ("pause:node1@t=30..31", 3, after[
+                "step_counted_anew_after"]), ("kill:node0@step=10", 10, after["step_counted_anew_after"])]
     # a rank that says where it resumed (Adam's count) numbers the steps as the job's again
     with open(tmp_path / "rank0.jsonl", "a") as handle:
         handle.write(json.dumps({"rank": 0, "resumed": 15, "time": 230.0}) + "\n")

@@ -468,6 +468,11 @@ def test_a_step_fault_after_a_resume_whose_steps_count_from_1_again_says_which_c
     killed = [f for f in outcome.faults if f.spec == "kill:node0@step=4"]
     assert [(f.step, f.counted_anew) for f in killed] == [(4, first)]
     assert [f.counted_anew is first for f in killed] == [True]
+    # events.jsonl (the report page's record) says the same steps, and which count they are in
+    after = {"node": "node1", "cause": "injected fault kill:node1@step=2"}
+    recorded = [(e["event"], e["step"], e.get("step_counted_anew_after")) for e in read_events(job.run_dir)
+                if e["event"] in ("fault", "restart")]
+    assert recorded == [("fault", 2, None), ("restart", 2, None), ("fault", 4, after), ("restart", 4, after)]
 
 
 def test_a_rank_that_says_where_it_resumed_after_another_ranks_first_step_still_tells_the_steps_lost(make_run):

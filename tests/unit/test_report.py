@@ -393,6 +393,32 @@ def test_an_elastic_recovery_restarts_every_lane_and_reports_the_resume():
     assert "None" not in table and "<td>-</td><td>-</td><td>4.7 s</td>" in table
 
 
+
+def test_a_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_that_count_on_the_page():
+    """A note (session 112) left alone: the summary said a fault "at step 3 of the attempt after
+    injected fault kill:node1@step=7, counted from 1 again", and the page said "step 7" (the job's
+    highest step, which events.jsonl kept) for the same fault. The event keeps the summary's step,
+    with the recovery after which it was counted from 1 again, and the page says both."""
+    anew = {"node": "node1", "cause": "injected fault kill:node1@step=7"}
+    events = started(nproc=1) + [
+        ev(8.0, "fault", node="node1", spec="kill:node1@step=7", action="kill", step=7),
+        ev(8.3, "restart", node="node1", cause="injected fault kill:node1@step=7", step=7),
+        ev(12.0, "fault", node="node0", spec="kill:node0@step=3", action="kill", step=3,
+           step_counted_anew_after=anew),
+        ev(12.3, "restart", node="node0", cause="injected fault kill:node0@step=3", step=3,
+           step_counted_anew_after={"node": "node1", "cause": "its death"})]
+    model = build_model({"run": plan(nproc=1, elastic=True), "events": events})
+    said = " of the attempt after injected fault kill:node1@step=7, counted from 1 again"
+    assert [m.label for m in model.markers if m.kind in ("fault", "restart")] == [
+        "fault injected: kill:node1@step=7 at 8.0 s, step 7",
+        "elastic restart at 8.3 s: node1 died (injected fault kill:node1@step=7), at step 7; every node restarts",
+        f"fault injected: kill:node0@step=3 at 12.0 s, step 3{said}",
+        "elastic restart at 12.3 s: node0 died (injected fault kill:node0@step=3), at step 3 of the attempt after"
+        " node1's death, counted from 1 again; every node restarts"]
+    listed = [text for _, node, kind, text in model.events if kind == "fault"]
+    assert listed == ["spec kill:node1@step=7, action kill, step 7", f"spec kill:node0@step=3, action kill, step 3{said}"]
+    assert "{" not in render_html(model).split('id="events"')[1]  # no record's dict on the page
+
 def test_the_page_is_self_contained_and_marks_times_in_the_svg(tmp_path):
     events = started() + [ev(4.9, "fault", node="node1", spec="pause:node1@t=4.9", action="pause", step=None)]
     model = build_model({"run": plan(), "events": events, "progress": steps(0, 4.0, 5)})
