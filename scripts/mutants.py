@@ -2708,6 +2708,12 @@ MUTANTS = [
     Mutant("the report page says a step counted from 1 again as the job's", "orchestrate/report/model.py",
            '    return anew_step_words(event.get("step"), event.get(ANEW_KEY))',
            '    return f"step {event.get(\'step\')}"', ("tests/unit/test_report.py",)),
+    Mutant("fault RUN tries a network fault in a run whose nodes lack NET_ADMIN", "orchestrate/faults/live.py",
+           "            if spec.action in NETWORK_TOOLS:\n                self.check_net_admin(spec)\n", "",
+           ("tests/unit/test_live_faults.py",)),
+    Mutant("a node given CAP_NET_ADMIN (a newer engine's spelling) is taken to lack it", "orchestrate/faults/live.py",
+           '    added = {str(cap).upper().removeprefix("CAP_") for cap in host.get("CapAdd") or []}',
+           '    added = {str(cap).upper() for cap in host.get("CapAdd") or []}', ("tests/unit/test_live_faults.py",)),
 ]
 
 

@@ -18,7 +18,8 @@ def add_parsers(sub: Any) -> None:
         "fault", help="inject faults into a run that is already going",
         description="Do faults to nodes or workers of a running run, now: kill, lose (for good), pause, disconnect,"
                     " restart or preempt a node, slow it (cpus=F), degrade its link (rate=R) or drop its incoming"
-                    " packets (lossy, p=P%), split the nodes in two (partition:node0|node1, needs NET_ADMIN),"
+                    " packets (lossy, p=P%), split the nodes in two (partition:node0|node1; these three need the"
+                    " nodes' NET_ADMIN, which a run started with --link or such a --fault has),"
                     " kill or hang one rank, tear a node's next write (torn-write: waits for it, then kills the"
                     " node) or fill its disk; kill, pause or disconnect the run's own rendezvous store (kill:store,"
                     " in a run with --rdzv-store container). A fault is injected now, so it takes no start; one"

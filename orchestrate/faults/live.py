@@ -29,6 +29,20 @@ TEAR_POLL_S = 0.2
 HOLD_POLL_S = 1.0
 
 
+# The faults done from inside their nodes, as root, which need NET_ADMIN there: each with its tool.
+NETWORK_TOOLS = {FaultAction.DEGRADE: "tc", FaultAction.LOSSY: "iptables", FaultAction.PARTITION: "ip route"}
+
+
+def has_net_admin(container: Any) -> bool:
+    """Whether a node's container was given NET_ADMIN (pure: its ``HostConfig``; where the engine
+    says nothing of its capabilities, it is taken to have it, and its own refusal says otherwise)."""
+    host = container.attrs.get("HostConfig") or {}
+    if "CapAdd" not in host:
+        return True
+    added = {str(cap).upper().removeprefix("CAP_") for cap in host.get("CapAdd") or []}
+    return bool(host.get("Privileged")) or bool(added & {"NET_ADMIN", "ALL"})
+
+
 class LiveFaults:
     """Faults for the live nodes of one run.
 
@@ -103,6 +117,8 @@ class LiveFaults:
             missing = [n for n in spec.nodes if n not in self.live] if not spec.action.on_rank else []
             if missing:
                 raise UsageError(f"no running {', '.join(missing)} in run {self.run_id} (see `python -m orchestrate ps`)")
+            if spec.action in NETWORK_TOOLS:
+                self.check_net_admin(spec)
             if spec.action.on_storage and self.storage is None:
                 raise UsageError(f"{spec}: run {self.run_id}'s directory cannot be reached from here, and storage"
                                  " faults are armed there")
@@ -112,6 +128,18 @@ class LiveFaults:
             cpus = self.engine_cpus()
             cpus_said = f"the engine's {cpus} CPUs, all a node of run {self.run_id} (no --cpus-per-node) has"
         check_fault_levels(specs, self.link, cpus, cpus_said, said="")
+
+    def check_net_admin(self, spec: FaultSpec) -> None:
+        """Refuse a fault done from inside its nodes, as root (a degrade, a lossy link, a split),
+        where they lack NET_ADMIN: the engine gives it only to a run that shapes its links. The
+        node would refuse it too, in its tool's words, which say nothing of what to do."""
+        lacking = [n for n in spec.nodes if not has_net_admin(self.live[n])]
+        if lacking:
+            raise UsageError(f"{spec}: run {self.run_id}'s nodes lack NET_ADMIN, which a {spec.action.value} fault"
+                             f" needs ({NETWORK_TOOLS[spec.action]} as root in {', '.join(lacking)}); a run's nodes have"
+                             " it only when it starts with --link or a degrade, lossy or partition --fault: start it"
+                             " again with --link SPEC (e.g. --link 100gbe), or give this fault to run --fault (not"
+                             " with --detach)")
 
     def engine_cpus(self) -> Optional[int]:
         """The engine's CPU count: what a node without ``--cpus-per-node`` may use (None: the

@@ -26,10 +26,11 @@ FLUSH = ("ip", "route", "flush", "type", "blackhole")  # a heal, on each node
 
 
 class Run:
-    """A run of ``nodes`` live nodes on the fake engine, and a LiveFaults for it."""
+    """A run of ``nodes`` live nodes on the fake engine, and a LiveFaults for it (``net_admin``:
+    its nodes have NET_ADMIN, as a run started with --link or a network fault has)."""
 
     def __init__(self, tmp_path: Path, nodes: tuple[str, ...] = ("node0", "node1"), *, with_dir: bool = True,
-                 link: Optional[str] = None, store: bool = False) -> None:
+                 link: Optional[str] = None, store: bool = False, net_admin: bool = True) -> None:
         self.client = FakeDockerClient()
         labels = {"com.docker.compose.project": PROJECT, "com.docker.compose.network": "ddp"}
         self.client.networks_by_name[f"{PROJECT}_ddp"] = FakeNetwork(self.client, f"{PROJECT}_ddp", labels)
@@ -37,6 +38,8 @@ class Run:
                       for n in nodes}
         for index, container in enumerate(self.nodes.values()):
             container.networks[f"{PROJECT}_ddp"]["IPAddress"] = f"10.0.0.{index + 2}"
+            if net_admin:
+                container.service["cap_add"] = ["NET_ADMIN"]
         self.run_dir = tmp_path / "run"
         (self.run_dir / PROGRESS_SUBDIR).mkdir(parents=True)
         self.said: list[str] = []
@@ -515,6 +518,32 @@ def test_what_cannot_be_done_now_is_refused_before_anything_is_done(tmp_path, te
     assert str(refused.value) == message
     assert run.client.calls == [] and run.notes() == []
 
+
+
+def test_a_network_fault_in_a_run_whose_nodes_lack_net_admin_is_refused_in_one_line_saying_what_to_do(tmp_path):
+    """A note (session 112) left alone: `fault RUN lossy:node1,p=30%` on a run started without
+    --link ran iptables in the node all the same, and said its refusal: the command, iptables'
+    "Could not fetch rule set generation id: Permission denied (you must be root)", then a hint.
+    The nodes' capabilities are the engine's to say: such a fault is refused before anything is
+    done, in one line saying why and what to do, exit 2."""
+    run = Run(tmp_path, ("node0", "node1", "node2"), net_admin=False)
+    with pytest.raises(UsageError) as refused:
+        run.faults.check([parse_fault("pause:node0"), parse_fault("lossy:node1,p=30%@t=0..5")])
+    assert str(refused.value) == (
+        "lossy:node1,p=30%@t=0..5: run R1's nodes lack NET_ADMIN, which a lossy fault needs (iptables as root in"
+        " node1); a run's nodes have it only when it starts with --link or a degrade, lossy or partition --fault:"
+        " start it again with --link SPEC (e.g. --link 100gbe), or give this fault to run --fault (not with"
+        " --detach)")
+    assert refused.value.exit_code == 2 and "\n" not in str(refused.value)
+    with pytest.raises(UsageError, match=r"^partition:node0\|node2: run R1's nodes lack NET_ADMIN, which a partition"
+                                         r" fault needs \(ip route as root in node0, node2\); "):
+        run.faults.check([parse_fault("partition:node0|node2")])
+    with pytest.raises(UsageError, match=r"^degrade:node2,rate=1mbit: .* \(tc as root in node2\); "):
+        run.faults.check([parse_fault("degrade:node2,rate=1mbit")])
+    assert run.client.calls == [] and run.notes() == []
+    run.faults.check([parse_fault("pause:node0"), parse_fault("slow:node1,cpus=0.5")])  # no capability needed
+    run.nodes["node1"].service["cap_add"] = ["CAP_NET_ADMIN"]  # as a newer engine spells it
+    run.faults.check([parse_fault("lossy:node1,p=30%@t=0..5")])
 
 def test_a_lost_node_is_refused_where_the_run_could_not_go_on_without_it(tmp_path):
     run = Run(tmp_path)  # a static run
