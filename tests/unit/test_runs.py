@@ -1306,26 +1306,47 @@ def test_a_store_killed_by_fault_run_is_named_with_it_by_the_runs_summary(make_r
 
 
 def test_a_live_fault_the_node_refuses_itself_is_noted_as_not_done(make_run, monkeypatch):
-    """A partition without NET_ADMIN fails in the node (an EngineError, not the engine's): its
-    note says refused, so the launcher never blames it."""
+    """A partition a node refuses in its own words (an EngineError, not the engine's): its note
+    says refused, so the launcher never blames it. (A run whose nodes lack NET_ADMIN is refused
+    before that: the test after this one; this run's --link gives them NET_ADMIN.)"""
     from orchestrate.cli.main import main
     from orchestrate.errors import EngineError
     from orchestrate.faults.live_notes import LiveFaultReader
 
     client = FakeDockerClient()
     [plan] = started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)},
-                                             dict(nodes=2)))
+                                             dict(nodes=2, link="rate=1gbit")))
     wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
 
     def refuse(*args, **kwargs):
-        raise EngineError("ip route: Operation not permitted (the run has no NET_ADMIN)")
+        raise EngineError("ip route: RTNETLINK answers: File exists")
 
     monkeypatch.setattr("orchestrate.faults.live.do_fault", refuse)
     assert main(client=client, argv=["fault", "r", "partition:node0|node1"], out=io.StringIO()) == 2
     notes = LiveFaultReader(make_run("r").run_dir).take()
-    assert [(n.phase, n.error) for n in notes] == [
-        ("doing", ""), ("failed", "ip route: Operation not permitted (the run has no NET_ADMIN)")]
+    assert [(n.phase, n.error) for n in notes] == [("doing", ""), ("failed", "ip route: RTNETLINK answers: File exists")]
     assert notes[0].id == notes[1].id
+
+
+def test_fault_run_refuses_a_lossy_link_in_a_run_started_without_net_admin_in_one_line(make_run, capsys):
+    """A note (session 112) left alone: `fault RUN lossy:...` on a run started without --link said
+    iptables' refusal ("Could not fetch rule set generation id: Permission denied (you must be
+    root)") under the command it ran in the node. It does nothing, and says why and what to do in
+    one line, exit 2."""
+    from orchestrate.cli.main import main
+    from orchestrate.faults.live_notes import LiveFaultReader
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("r", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    wait_until(lambda: all(n.status == "running" for n in list_runs(client)[0].nodes))
+    capsys.readouterr()
+    assert main(client=client, argv=["fault", "r", "lossy:node1,p=30%@t=0..5"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: lossy:node1,p=30%@t=0..5: run r's nodes lack NET_ADMIN, which a lossy fault needs (iptables as root"
+        " in node1); a run's nodes have it only when it starts with --link or a degrade, lossy or partition --fault:"
+        " start it again with --link SPEC (e.g. --link 100gbe), or give this fault to run --fault (not with"
+        " --detach)"]
+    assert not [c for c in client.calls if c[0] == "exec_create"] and LiveFaultReader(make_run("r").run_dir).take() == []
 
 
 def test_a_live_fault_from_before_a_nodes_latest_start_is_not_blamed_on_it(make_run):
