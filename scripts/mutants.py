@@ -2696,10 +2696,12 @@ MUTANTS = [
     Mutant("a rank's socket bytes count only those it sent", "orchestrate/node/snapshot.py",
            "                total += sent + received", "                total += sent", ("tests/unit/test_hangs.py",)),
     # Session 113 (2026-12-07): items left by earlier sessions
+    # Items session 112 (2026-12-07) wrote down and left, fixed by a helper
     Mutant("a later fault on a node hides an earlier one still held at the stop", "orchestrate/supervise/supervisor.py",
            "        return [spec for t in self.live for spec in t.holding]",
            "        return [t.result.fault for t in self.live if t.result.fault]", ("tests/unit/test_launcher.py",)),
-    Mutant("a restart keeps the faults without an end its nodes held before it", "orchestrate/supervise/restart_policy.py",
+    Mutant("a restart keeps the faults without an end its nodes held before it",
+           "orchestrate/supervise/restart_policy.py",
            "            tracker.holding.clear()\n", "", ("tests/unit/test_supervisor_collaborators.py",)),
     Mutant("a fault's event keeps the job's highest step where the summary says its attempt's",
            "orchestrate/faults/scheduler.py",

@@ -136,10 +136,10 @@ class LiveFaults:
         lacking = [n for n in spec.nodes if not has_net_admin(self.live[n])]
         if lacking:
             raise UsageError(f"{spec}: run {self.run_id}'s nodes lack NET_ADMIN, which a {spec.action.value} fault"
-                             f" needs ({NETWORK_TOOLS[spec.action]} as root in {', '.join(lacking)}); a run's nodes have"
-                             " it only when it starts with --link or a degrade, lossy or partition --fault: start it"
-                             " again with --link SPEC (e.g. --link 100gbe), or give this fault to run --fault (not"
-                             " with --detach)")
+                             f" needs ({NETWORK_TOOLS[spec.action]} as root in {', '.join(lacking)}); a run's nodes"
+                             " have it only when it starts with --link or a degrade, lossy or partition --fault:"
+                             " start it again with --link SPEC (e.g. --link 100gbe), or give this fault to run"
+                             " --fault (not with --detach)")
 
     def engine_cpus(self) -> Optional[int]:
         """The engine's CPU count: what a node without ``--cpus-per-node`` may use (None: the

@@ -416,7 +416,8 @@ def test_a_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_that_coun
         "elastic restart at 12.3 s: node0 died (injected fault kill:node0@step=3), at step 3 of the attempt after"
         " node1's death, counted from 1 again; every node restarts"]
     listed = [text for _, node, kind, text in model.events if kind == "fault"]
-    assert listed == ["spec kill:node1@step=7, action kill, step 7", f"spec kill:node0@step=3, action kill, step 3{said}"]
+    assert listed == ["spec kill:node1@step=7, action kill, step 7",
+                      f"spec kill:node0@step=3, action kill, step 3{said}"]
     assert "{" not in render_html(model).split('id="events"')[1]  # no record's dict on the page
 
 def test_the_page_is_self_contained_and_marks_times_in_the_svg(tmp_path):

@@ -1324,7 +1324,8 @@ def test_a_live_fault_the_node_refuses_itself_is_noted_as_not_done(make_run, mon
     monkeypatch.setattr("orchestrate.faults.live.do_fault", refuse)
     assert main(client=client, argv=["fault", "r", "partition:node0|node1"], out=io.StringIO()) == 2
     notes = LiveFaultReader(make_run("r").run_dir).take()
-    assert [(n.phase, n.error) for n in notes] == [("doing", ""), ("failed", "ip route: RTNETLINK answers: File exists")]
+    assert [(n.phase, n.error) for n in notes] == [
+        ("doing", ""), ("failed", "ip route: RTNETLINK answers: File exists")]
     assert notes[0].id == notes[1].id
 
 
@@ -1346,7 +1347,8 @@ def test_fault_run_refuses_a_lossy_link_in_a_run_started_without_net_admin_in_on
         " in node1); a run's nodes have it only when it starts with --link or a degrade, lossy or partition --fault:"
         " start it again with --link SPEC (e.g. --link 100gbe), or give this fault to run --fault (not with"
         " --detach)"]
-    assert not [c for c in client.calls if c[0] == "exec_create"] and LiveFaultReader(make_run("r").run_dir).take() == []
+    assert not [c for c in client.calls if c[0] == "exec_create"]
+    assert LiveFaultReader(make_run("r").run_dir).take() == []
 
 
 def test_a_live_fault_from_before_a_nodes_latest_start_is_not_blamed_on_it(make_run):
