@@ -2684,7 +2684,7 @@ MUTANTS = [
            'NO_WORKER_YET = ("no worker of the current attempt had started,',
            'NO_WORKER_YET = ("no worker had started,',
            ("tests/unit/test_hangs.py",)),
-    # 2026-12-07: a collective moving a large buffer over a slow link is progress (sockets' bytes)
+    # Session 113 (2026-12-07): a collective moving a large buffer over a slow link is progress (sockets' bytes)
     Mutant("a rank whose collective moves data over its sockets is no progress", "orchestrate/hangs/diagnosis.py",
            "            return True  # its collective moves its data (a large buffer over a slow link)",
            "            pass", ("tests/unit/test_hangs.py",)),
@@ -2716,6 +2716,11 @@ MUTANTS = [
     Mutant("a node given CAP_NET_ADMIN (a newer engine's spelling) is taken to lack it", "orchestrate/faults/live.py",
            '    added = {str(cap).upper().removeprefix("CAP_") for cap in host.get("CapAdd") or []}',
            '    added = {str(cap).upper() for cap in host.get("CapAdd") or []}', ("tests/unit/test_live_faults.py",)),
+    # Session 113 (2026-12-07): the end of a fault with an end gives the blame back to what still holds
+    Mutant("an ended fault clears the blame of a fault without an end that still holds the node",
+           "orchestrate/supervise/supervisor.py",
+           "        held = parsed_fault(tracker.holding[-1]) if tracker.holding else None",
+           "        held = None", ("tests/unit/test_launcher.py",)),
 ]
 
 

@@ -293,11 +293,20 @@ class Supervisor:
         tracker = self.trackers[node]
         if fault.action.on_storage:
             self.storage.end(fault)
-            tracker.result.fault = ""
+            self.blame_what_still_holds(tracker)
             return
         end_fault(self.client, self.spec.project, {t.name: t.container for t in self.trackers.values()}, fault, node=node,
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
-        tracker.result.fault, tracker.result.culprit_rank = "", None
+        self.blame_what_still_holds(tracker)
+
+    @staticmethod
+    def blame_what_still_holds(tracker: NodeTracker) -> None:
+        """A fault with an end ended on a node: its blame goes back to the latest fault without an
+        end that still holds it (a pause, then a slow that ended: the pause still freezes it), or
+        to none."""
+        held = parsed_fault(tracker.holding[-1]) if tracker.holding else None
+        tracker.result.fault = str(held) if held is not None else ""
+        tracker.result.culprit_rank = held.rank if held is not None and held.action.on_rank else None
 
     # Storage faults ---------------------------------------------------------------------
 

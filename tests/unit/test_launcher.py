@@ -1290,6 +1290,18 @@ def test_the_runs_own_time_limit_is_no_stop_asked_of_it_and_a_fault_that_held_a_
     assert outcome.failure.describe() == "node1 failed (injected fault pause:node1)"
 
 
+def test_a_fault_with_an_end_that_ended_leaves_the_blame_with_the_fault_that_still_holds_the_node(make_run):
+    """A helper's note (session 113): the end of a fault with an end cleared the node's blame though
+    an earlier fault without an end still held it (pause:node1@t=0, then slow:node1@t=0..0.1), so
+    the paused node failed with no fault named."""
+    job = make_run(nodes=2, stop_grace=1, timeout_s=2.0, faults=["pause:node1@t=0", "slow:node1@t=0..0.1"])
+    client = FakeDockerClient()
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:training"], hang=True)],
+                           node1=[Script(["[1|0]:training"], hang=True)])
+    assert "fault ended: slow:node1" in text, text
+    assert outcome.failure is not None and outcome.failure.describe() == "node1 failed (injected fault pause:node1)", text
+
+
 def test_a_node_seen_paused_but_unpaused_elsewhere_meanwhile_still_gets_its_sigterm(make_run):
     # The supervisor knows a node's status as of its last look. Another command (a `fault RUN`
     # undoing its pause) unpaused node1 after that, and before the Ctrl-C: the engine answers the
