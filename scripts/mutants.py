@@ -2721,6 +2721,13 @@ MUTANTS = [
            "orchestrate/supervise/supervisor.py",
            "        held = parsed_fault(tracker.holding[-1]) if tracker.holding else None",
            "        held = None", ("tests/unit/test_launcher.py",)),
+    Mutant("the resumed event does not say its step counts from 1 again", "orchestrate/supervise/progress.py",
+           "steps_lost=recovery.steps_lost, **anew_fields(anew))", "steps_lost=recovery.steps_lost)",
+           ("tests/unit/test_launcher.py",)),
+    Mutant("the page's resume mark gives its step without the count it is in", "orchestrate/report/model.py",
+           """f"resumed at {_step_words(event)} at {_fmt(when)}: recovery\"""",
+           """f"resumed at step {event.get('step')} at {_fmt(when)}: recovery\"""",
+           ("tests/unit/test_report.py",)),
 ]
 
 

@@ -30,7 +30,8 @@ job-stopped        ``stop RUN`` stopped a Slurm run's job, from another terminal
 events-ended       the engine's event stream ended; inspection follows the nodes (``reason``)
 restart            an elastic recovery restarts every node (``node``: the dead one, ``cause``, ``step``;
                    ``step_counted_anew_after``, as for ``fault``)
-resumed            training resumed after a recovery (``node``, ``step``, ``recovery_s``, ``steps_lost``)
+resumed            training resumed after a recovery (``node``, ``step``: the new attempt's first, ``recovery_s``,
+                   ``steps_lost``; ``step_counted_anew_after``, as for ``fault``, where it counts from 1 again)
 run-ended          the launcher is done (``exit_code``, ``succeeded``, ``interrupted``, ``error``)
 teardown-failed    the nodes could not be removed (``error``, ``exit_code``: the run's, now 2)
 =================  ==============================================================

@@ -283,7 +283,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
                 end_stops(spans, when)
         elif kind == "resumed":
             lost = event.get("steps_lost")  # None: the workers did not say where they resumed
-            lanes.mark("resumed", when, None, f"resumed at step {event.get('step')} at {_fmt(when)}: recovery"
+            lanes.mark("resumed", when, None, f"resumed at {_step_words(event)} at {_fmt(when)}: recovery"
                                               f" {event.get('recovery_s', 0):.1f} s, "
                                               + ("steps lost not known" if lost is None else f"{lost} steps lost"))
         elif kind == "debugger" and event.get("state") in ("waits", "left"):  # (debugger.states' words)

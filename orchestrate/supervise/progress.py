@@ -7,7 +7,7 @@ from typing import Callable, Optional
 from orchestrate.debugger.states import DebuggerStates, RankInDebugger
 from orchestrate.hangs.init_calls import asks_for_torchruns_world
 from orchestrate.hangs.snapshots import InitCall
-from orchestrate.outcome.model import Recovery
+from orchestrate.outcome.model import Recovery, anew_fields
 from orchestrate.outcome.preemption import RankAfterSigterm
 from orchestrate.outcome.progress import ProgressReader, ProgressRecord
 
@@ -187,8 +187,10 @@ class ProgressWatch:
                 # training resumed: from the step a worker said, or, none having said one, a new
                 # worker trains, from a step not known until a rank says it
                 recovery.resumed_at = now
+                # (its step is the new attempt's first, counted from 1 again where no rank said where it resumed)
+                anew = recovery if recovery.resumed_from is None and record.counted and failed_since is not None else None
                 self.record("resumed", node=recovery.node, step=record.step, recovery_s=recovery.recovery_s,
-                            steps_lost=recovery.steps_lost)
+                            steps_lost=recovery.steps_lost, **anew_fields(anew))
                 said, recovery = recovery, None
                 if said.resumed_from is not None:
                     self.max_step = record.step

@@ -471,8 +471,9 @@ def test_a_step_fault_after_a_resume_whose_steps_count_from_1_again_says_which_c
     # events.jsonl (the report page's record) says the same steps, and which count they are in
     after = {"node": "node1", "cause": "injected fault kill:node1@step=2"}
     recorded = [(e["event"], e["step"], e.get("step_counted_anew_after")) for e in read_events(job.run_dir)
-                if e["event"] in ("fault", "restart")]
-    assert recorded == [("fault", 2, None), ("restart", 2, None), ("fault", 4, after), ("restart", 4, after)]
+                if e["event"] in ("fault", "restart", "resumed")]
+    assert recorded == [("fault", 2, None), ("restart", 2, None), ("resumed", 1, after), ("fault", 4, after),
+                        ("restart", 4, after)]
 
 
 def test_a_rank_that_says_where_it_resumed_after_another_ranks_first_step_still_tells_the_steps_lost(make_run):

@@ -403,6 +403,7 @@ def test_a_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_that_coun
     events = started(nproc=1) + [
         ev(8.0, "fault", node="node1", spec="kill:node1@step=7", action="kill", step=7),
         ev(8.3, "restart", node="node1", cause="injected fault kill:node1@step=7", step=7),
+        ev(10.0, "resumed", node="node1", step=1, recovery_s=1.7, steps_lost=None, step_counted_anew_after=anew),
         ev(12.0, "fault", node="node0", spec="kill:node0@step=3", action="kill", step=3,
            step_counted_anew_after=anew),
         ev(12.3, "restart", node="node0", cause="injected fault kill:node0@step=3", step=3,
@@ -415,6 +416,8 @@ def test_a_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_that_coun
         f"fault injected: kill:node0@step=3 at 12.0 s, step 3{said}",
         "elastic restart at 12.3 s: node0 died (injected fault kill:node0@step=3), at step 3 of the attempt after"
         " node1's death, counted from 1 again; every node restarts"]
+    [resumed] = [m.label for m in model.markers if m.kind == "resumed"]
+    assert resumed == f"resumed at step 1{said} at 10.0 s: recovery 1.7 s, steps lost not known"
     listed = [text for _, node, kind, text in model.events if kind == "fault"]
     assert listed == ["spec kill:node1@step=7, action kill, step 7",
                       f"spec kill:node0@step=3, action kill, step 3{said}"]
