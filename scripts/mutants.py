@@ -2728,6 +2728,21 @@ MUTANTS = [
            """f"resumed at {_step_words(event)} at {_fmt(when)}: recovery\"""",
            """f"resumed at step {event.get('step')} at {_fmt(when)}: recovery\"""",
            ("tests/unit/test_report.py",)),
+    # 2026-12-07: a helper's hung scripts (h3)
+    Mutant("a skip the counts say of two lines is said of the line that sorts first",
+           "orchestrate/hangs/collectives.py",
+           '        return likely[0] if len(likely) == 1 else ""',
+           "        return said[0][2]", ("tests/unit/test_hangs.py",)),
+    Mutant("a call one rank makes alone is said only as a skip", "orchestrate/hangs/collectives.py",
+           "        if all(counts.get(rank) and not set(went_to) & set(counts[rank]) for rank in at_it):",
+           "        if False:", ("tests/unit/test_hangs.py",)),
+    Mutant("a call the others made before is said to be made alone", "orchestrate/hangs/collectives.py",
+           "        if all(counts.get(rank) and not set(went_to) & set(counts[rank]) for rank in at_it):",
+           "        if all(counts.get(rank) for rank in at_it):", ("tests/unit/test_hangs.py",)),
+    Mutant("a skip is said of ranks that never went that way before", "orchestrate/hangs/collectives.py",
+           "        went |= {(lines[n], lines[n + 1]) for n in lines if n + 1 in lines}",
+           "        went |= {(lines[n], lines[n + 1]) for n in lines if n + 1 in lines}"
+           " | {(a, b) for a in lines.values() for b in lines.values()}", ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -197,14 +197,26 @@ def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, R
     collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th: ...``,
     by the ranks' call lines' counts; "" where those are not known or do not say so. The mismatch
     itself is found where the calls part, later than the skip: this names the line the skip is at.
+    Where the others never made a call from the line these went on to, that call may as well be
+    one they make alone (rank 0's extra barrier to log, under ``if rank == 0:``), and it is said
+    too (since 2026-12-07; before, a rank that had skipped nothing was said to have skipped one).
 
     A line's count takes in every group's calls from it, so nothing is said of a line the ranks'
     records show in another group too (a helper that reduces in several groups), nor of a
-    point-to-point channel, whose ends call from different lines by design."""
+    point-to-point channel, whose ends call from different lines by design.
+
+    Where the counts say so of two lines (in a loop that makes a call at each, rank 3 skipped
+    the second one, a barrier, once: it is in its 4th call from the first line while the others
+    are in their 3rd barrier, so either side made "fewer" at one line), the line named is the one
+    the ranks said to skip it went there from before, by the records: rank 3 went from the first
+    line to the barrier each time before, never from the first line to itself; before
+    2026-12-07, the line that sorted first was named, and it could blame the ranks that had
+    skipped nothing."""
     if channel_ends(group) is not None:
         return ""
     counts = {rank: dict(snapshots[rank].lines) for rank in calls if rank in snapshots}
     elsewhere = {c.at for s in snapshots.values() for c in s.collectives if c.group != group}
+    said: list[tuple[str, list[int], str]] = []
     for line in sorted({call.at for call in calls.values()} - elsewhere):
         at_it = [rank for rank, call in calls.items() if call.at == line]
         gone_on = [rank for rank in calls if rank not in at_it]
@@ -219,11 +231,44 @@ def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, R
         verb = "is" if len(at_it) == 1 else "are"
         whose = "its" if len(at_it) == 1 else "their"
         who = ranks_text(sorted(gone_on))
-        return (f"{who} made {counted(before, 'collective')} at {line} before {'it' if len(gone_on) == 1 else 'they'} went on"
-                f" to {', '.join(went_to)}, where {ranks_text(sorted(at_it))} {verb} in {whose} {ordinal(current)}:"
-                f" {who} skipped {current - before} there (a condition on the rank or its data), or"
-                f" ran that loop fewer times")
-    return ""
+        head = (f"{who} made {counted(before, 'collective')} at {line} before {'it' if len(gone_on) == 1 else 'they'}"
+                f" went on to {', '.join(went_to)}, where {ranks_text(sorted(at_it))} {verb} in {whose}"
+                f" {ordinal(current)}: {who} skipped {current - before} there")
+        if all(counts.get(rank) and not set(went_to) & set(counts[rank]) for rank in at_it):
+            # the others never called from where these went: as likely a call made alone (rank 0's
+            # extra barrier under `if rank == 0:`) as one skipped before it; the records cannot tell
+            makes = "makes" if len(gone_on) == 1 else "make"
+            never = "has" if len(at_it) == 1 else "have"
+            said.append((line, sorted(gone_on),
+                         f"{head}, or ran that loop fewer times, or {makes} the call at {', '.join(went_to)} that"
+                         f" {ranks_text(sorted(at_it))} {never} never made (a condition on the rank or its data)"))
+        else:
+            said.append((line, sorted(gone_on),
+                         f"{head} (a condition on the rank or its data), or ran that loop fewer times"))
+    if len(said) > 1:
+        seq = next(iter(calls.values())).seq
+        went = transitions(group, snapshots, seq)
+        likely = [text for line, gone_on, text in said
+                  if all((went_from(snapshots.get(rank), group, seq), line) in went for rank in gone_on)]
+        return likely[0] if len(likely) == 1 else ""
+    return said[0][2] if said else ""
+
+
+def went_from(snapshot: Optional[RankSnapshot], group: str, seq: int) -> Optional[str]:
+    """The line of ``snapshot``'s call ``seq - 1`` in ``group`` (None where its record has none)."""
+    if snapshot is None:
+        return None
+    return next((c.at for c in snapshot.collectives if c.group == group and c.seq == seq - 1), None)
+
+
+def transitions(group: str, snapshots: dict[int, RankSnapshot], seq: int) -> set[tuple[str, str]]:
+    """Every (line, next line) that a rank went from one call of ``group`` to its next by, before
+    call ``seq``, in the records."""
+    went = set()
+    for snapshot in snapshots.values():
+        lines = {c.seq: c.at for c in snapshot.collectives if c.group == group and c.seq < seq}
+        went |= {(lines[n], lines[n + 1]) for n in lines if n + 1 in lines}
+    return went
 
 
 def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: dict[int, dict[str, int]]) -> str:

@@ -3,6 +3,7 @@ collectives, the watchdog's progress rules, torch's mismatch error in one line, 
 workers' collective record (without torch)."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -335,14 +336,20 @@ def test_a_collective_one_rank_skipped_is_named_at_the_line_it_skipped_it_not_on
     assert lines[0] == ("no progress for 30 s: collective #10: rank 0 entered all_reduce(float32[4]) at skip.py:9;"
                         " rank 1 entered broadcast(float32[1] from rank 0) at skip.py:12")
     fewer = ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th:"
-             " rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer times")
+             " rank 1 skipped 1 there, or ran that loop fewer times, or makes the call at skip.py:12 that rank 0"
+             " has never made (a condition on the rank or its data)")
     assert fewer in lines and f"  {DEBUG_HINT}" in lines
+    # where rank 0 made calls from skip.py:12 before (a loop in a loop), the call is no extra one
+    before = snap(0, history + (in_loop,), stack(9), lines=(("skip.py:9", 10), ("skip.py:12", 2)))
+    lines = diagnose(probe(5, r0=before, r1=skipped), None, {0, 1}, {}, 30).lines()
+    assert ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th:"
+            " rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer times") in lines
     # three ranks, two of them still in the loop
     three = {"r0": behind, "r1": skipped, "r2": snap(2, history + (in_loop,), stack(9), lines=(("skip.py:9", 10),))}
     lines = diagnose(probe(5, **three), None, {0, 1, 2}, {}, 30).lines()
     assert ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where ranks 0, 2 are in"
-            " their 10th: rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer"
-            " times") in lines
+            " their 10th: rank 1 skipped 1 there, or ran that loop fewer times, or makes the call at skip.py:12 that"
+            " ranks 0, 2 have never made (a condition on the rank or its data)") in lines
     # a line that reduces in another group too (its count takes in both): nothing said of it
     from orchestrate.hangs.collectives import mismatch
 
@@ -368,6 +375,50 @@ def test_a_collective_one_rank_skipped_is_named_at_the_line_it_skipped_it_not_on
         other = snap(1, history + (after,), stack(12, call="broadcast"), lines=rank1_lines)
         lines = diagnose(probe(5, r0=behind, r1=other), None, {0, 1}, {}, 30).lines()
         assert not any("skipped" in line for line in lines), (rank1_lines, lines)
+
+
+def test_a_barrier_one_rank_skipped_in_a_loop_names_that_rank_not_the_ranks_that_wait_in_it():
+    """Each epoch all_reduces at :18, then validates with a barrier at :9; rank 3's validation
+    raised in epoch 3, caught, so it skipped that barrier and is in its 4th all_reduce while
+    ranks 0-2 are in their 3rd barrier. The counts read both ways (ranks 0-2 made "fewer" at :18,
+    rank 3 fewer at :9); the records say every rank went from :18 to :9 before, never from :18 to
+    :18, so rank 3 skipped the barrier. Before, the line that sorted first was named, and the hint
+    said ranks 0-2 skipped an all_reduce."""
+    from orchestrate.hangs.collectives import mismatch
+
+    epoch = lambda n: (coll(2 * n - 1, at="bs.py:18"), coll(2 * n, "", op="barrier", at="bs.py:9"))
+    history = epoch(1) + epoch(2) + (coll(5, at="bs.py:18"),)
+    waiting = snap(0, history + (coll(6, "", "entered", op="barrier", at="bs.py:9"),), stack(9, call="barrier"),
+                   lines=(("bs.py:18", 3), ("bs.py:9", 3)))
+    skipped = snap(3, history + (coll(6, "float32[4]", "entered", at="bs.py:18"),), stack(18),
+                   lines=(("bs.py:18", 4), ("bs.py:9", 2)))
+    others = {rank: dataclasses.replace(waiting, rank=rank) for rank in (0, 1, 2)}
+    found = mismatch({**others, 3: skipped})
+    assert found is not None and found.seq == 6
+    assert found.fewer == ("rank 3 made 2 collectives at bs.py:9 before it went on to bs.py:18, where ranks 0-2 are"
+                           " in their 3rd: rank 3 skipped 1 there (a condition on the rank or its data), or ran"
+                           " that loop fewer times"), found.fewer
+    # records that show neither way taken before: nothing said rather than a guess
+    bare = {rank: dataclasses.replace(s, collectives=s.collectives[-1:]) for rank, s in {**others, 3: skipped}.items()}
+    found = mismatch(bare)
+    assert found is not None and found.fewer == "", found.fewer
+
+
+def test_a_barrier_only_rank_0_makes_is_not_said_to_be_an_all_reduce_it_skipped():
+    """Each step all_reduces at :11; rank 0 alone adds a barrier at :13 in step 3 (to write a log):
+    it made its 4 all_reduces and waits in the barrier, the others in their 5th all_reduce. The
+    counts read as rank 0 having made one fewer at :11; it skipped none. The others never made a
+    call from :13, so the call made alone is said too; before, the hint said only that rank 0
+    skipped an all_reduce."""
+    history = tuple(coll(seq, at="lb.py:11") for seq in range(1, 5))
+    alone = snap(0, history + (coll(5, "", "entered", op="barrier", at="lb.py:13"),), stack(13, call="barrier"),
+                 lines=(("lb.py:11", 4), ("lb.py:13", 1)))
+    stepping = {f"r{rank}": snap(rank, history + (coll(5, "float32[4]", "entered", at="lb.py:11"),), stack(11),
+                                 lines=(("lb.py:11", 5),)) for rank in (1, 2, 3)}
+    lines = diagnose(probe(5, r0=alone, **stepping), None, {0, 1, 2, 3}, {}, 30).lines()
+    assert ("  rank 0 made 4 collectives at lb.py:11 before it went on to lb.py:13, where ranks 1-3 are in their 5th:"
+            " rank 0 skipped 1 there, or ran that loop fewer times, or makes the call at lb.py:13 that ranks 1-3"
+            " have never made (a condition on the rank or its data)") in lines, lines
 
 
 def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_different_numbers_of_steps(tmp_path):
