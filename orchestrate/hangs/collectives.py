@@ -23,7 +23,7 @@ steps:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import re
 from typing import Any, Optional
 
@@ -311,9 +311,37 @@ def unmatched_p2p(snapshots: dict[int, RankSnapshot], expected: set[int], absent
         if text:
             waiting = snapshots[rank].in_collective
             assert waiting is not None
-            return Divergence("p2p", f"rank {rank} {text}", waiting.seq, waiting.group,
+            found = Divergence("p2p", f"rank {rank} {text}", waiting.seq, waiting.group,
                               CYCLE_HINT if text.endswith(CYCLE) else "")
+            return found if found.hint else replace(found, hint=misdirected(snapshots))
     return None
+
+
+def misdirected(snapshots: dict[int, RankSnapshot]) -> str:
+    """Where a rank waits in a send to a peer that waits in a receive from a third rank (or in a
+    receive from a peer that waits in a send to a third): that one of the two names the wrong rank
+    (``dist.recv(buf, src=1)`` where rank 0 sends); "" otherwise."""
+    waiting = {rank: (s.in_collective, channel_ends(s.in_collective.group)) for rank, s in snapshots.items()
+               if s.in_collective is not None and channel_ends(s.in_collective.group) is not None}
+    for rank, (call, (sender, receiver)) in sorted(waiting.items()):
+        sends = rank == sender
+        peer = receiver if sends else sender
+        if peer is None or peer == rank or peer not in waiting:
+            continue
+        theirs, (their_sender, their_receiver) = waiting[peer]
+        # the peer is at the other end of a transfer of its own: a receive (a send) with a third rank
+        other = their_sender if sends and their_receiver == peer else their_receiver if their_sender == peer and not sends else None
+        if other is None or other in (rank, peer):
+            continue
+        if sends:
+            what = (f"rank {rank} sends to rank {peer} ({call.call} at {call.at}), and rank {peer} waits to receive"
+                    f" from rank {other} instead ({theirs.call} at {theirs.at})")
+        else:
+            what = (f"rank {rank} receives from rank {peer} ({call.call} at {call.at}), and rank {peer} waits to send"
+                    f" to rank {other} instead ({theirs.call} at {theirs.at})")
+        return (f"{what}: one of the two names the wrong rank; a send's dst and a recv's src are global ranks, and a"
+                f" send is received only by a recv from its own rank (src=None receives from any)")
+    return ""
 
 
 def waits_for_peer(rank: int, snapshots: dict[int, RankSnapshot], expected: set[int], absent_why: dict[int, str],

@@ -320,19 +320,38 @@ _NO_GPU_HINTS = (
 )
 
 
-def mismatch_hint(failure: Optional[Failure]) -> str:
+# A rank's place in the ranks' records of an aborted mismatch (``rank 1 was in all_reduce(gradients
+# of DDP(Linear)) #13 at train.py:18``): whether it was in a DDP model's training step.
+_IN_DDP_STEP = re.compile(r"\((?:gradients|buffers) of DDP\(")
+
+
+def mismatch_hint(failure: Optional[Failure], divergence: str = "") -> str:
     """For a rank gloo aborted because the ranks' collectives differ: how to find the first
     difference with both call sites ("" for any other failure). torch's check compares
-    collectives, not a send and its receive, and the hint says so."""
+    collectives, not a send and its receive, and the hint says so. Where the ranks' records
+    (``divergence``: where each was) show some in a DDP model's training step and others in
+    another call, that they took different numbers of steps (since 2026-12-07: one more batch on
+    rank 0 and a metric's all_reduce after the loop aborted with the general hint alone)."""
     if failure is None or GLOO_MISMATCH not in failure.errors:
         return ""
+    places = [place for place in divergence.split("; ") if place.startswith("rank ")]
+    step_lines = {place.rsplit(" at ", 1)[-1] for place in places if _IN_DDP_STEP.search(place)}
+    # the aborted rank's own place has no tensors: in a step where it is at a step's line
+    in_step = [place.split(" ")[1] for place in places
+               if _IN_DDP_STEP.search(place) or place.rsplit(" at ", 1)[-1] in step_lines]
+    uneven = ""
+    if in_step and len(in_step) < len(places):
+        who = ranks_text(sorted(int(rank) for rank in in_step if rank.isdigit()))
+        verb = "was" if len(in_step) == 1 else "were"
+        uneven = (f"; here {who} {verb} in a DDP model's training step while the others made another collective:"
+                  f" {UNEVEN_HINT}")
     gathered = re.search(r"\bin (all_gather|gather|all_gather_into_tensor) at ", failure.crashed)
     sizes = (f"; {gathered[1]} takes a tensor of one size from every rank: where ranks hold different counts"
              " (predictions, tokens), gather the sizes first and pad to the largest, or use all_gather_object"
              if gathered else "")
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
-            f" first mismatched collective, naming both (it does not compare sends and receives){sizes}")
+            f" first mismatched collective, naming both (it does not compare sends and receives){sizes}{uneven}")
 
 
 # torch's own check of one call's arguments, on the rank that made it: ``ProcessGroupGloo::allgather:

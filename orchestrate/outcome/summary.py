@@ -284,7 +284,7 @@ def failure_hint(outcome: RunResult, failure: Failure) -> str:
             or interface_hint(failure) or no_gpu_hint(failure, outcome.results)
             or device_ordinal_hint(failure, outcome.results) or unused_parameters_hint(failure)
             or ddp_prefix_hint(failure)
-            or mismatch_hint(failure) or missing_module_hint(failure)
+            or mismatch_hint(failure, outcome.divergence) or missing_module_hint(failure)
             or diverged_hint(failure, outcome.divergence) or uneven_hint(failure)
             or made_alone_hint(failure)
             or node_local_file_hint(failure, outcome.results, outcome.written_locally)

@@ -820,6 +820,37 @@ def test_a_send_its_peer_never_receives_is_named_with_where_the_peer_is_instead(
         " p2p 0->1); rank 1 is at #1 (in recv(float32[8]) #3 of group p2p 0->1)")
 
 
+def test_a_send_whose_peer_receives_from_a_third_rank_is_said_to_name_the_wrong_rank():
+    """Rank 0 sends to rank 2, whose dist.recv names src=1 (a typo for 0); rank 1 (and rank 3) wait
+    in the barrier after it. The chain was named; now also that one of the two names the wrong rank."""
+    sending = snap(0, sends("p2p 0->2", 1, last="entered", at="wrong.py:12"))
+    receiving = snap(2, sends("p2p 1->2", 1, op="recv", last="entered", at="wrong.py:14"))
+    barrier = lambda rank: snap(rank, (coll(1, "", "entered", op="barrier", at="wrong.py:15"),), stack(15, call="barrier"))
+    ranks = {0: sending, 1: barrier(1), 2: receiving, 3: barrier(3)}
+    found = first_divergence(ranks, {0, 1, 2, 3})
+    assert found is not None and found.kind == "p2p"
+    assert found.text.startswith("rank 0 waits in send(float32[8]) #1 to rank 2 at wrong.py:12; rank 2 waits in"
+                                 " recv(float32[8]) #1 from rank 1 at wrong.py:14"), found.text
+    said = ("rank 0 sends to rank 2 (send(float32[8]) at wrong.py:12), and rank 2 waits to receive from rank 1 instead"
+            " (recv(float32[8]) at wrong.py:14): one of the two names the wrong rank; a send's dst and a recv's src"
+            " are global ranks, and a send is received only by a recv from its own rank (src=None receives from any)")
+    assert found.hint == said
+    lines = diagnose(probe(5, **{f"r{r}": s for r, s in ranks.items()}), None, {0, 1, 2, 3}, {}, 20).lines()
+    assert f"  {said}" in lines, lines
+    # the other way: rank 2 receives from rank 0, which sends to rank 3 instead
+    to_three = snap(0, sends("p2p 0->3", 1, last="entered", at="wrong.py:12"))
+    from_zero = snap(2, sends("p2p 0->2", 1, op="recv", last="entered", at="wrong.py:14"))
+    found = first_divergence({0: to_three, 1: barrier(1), 2: from_zero, 3: barrier(3)}, {0, 1, 2, 3})
+    assert found is not None and found.hint == (
+        "rank 2 receives from rank 0 (recv(float32[8]) at wrong.py:14), and rank 0 waits to send to rank 3 instead"
+        " (send(float32[8]) at wrong.py:12): one of the two names the wrong rank; a send's dst and a recv's src are"
+        " global ranks, and a send is received only by a recv from its own rank (src=None receives from any)"), found.hint
+    # a peer that waits in a transfer with the rank itself, or in a collective: no such hint
+    peer_in_barrier = {0: sending, 1: barrier(1), 2: barrier(2)}
+    found = first_divergence(peer_in_barrier, {0, 1, 2})
+    assert found is not None and found.hint == ""
+
+
 def test_sends_and_receives_match_per_direction_and_their_tensors_must_agree():
     # an exchange: both send first, then receive (isend/irecv): no divergence for the order
     zero = snap(0, (coll(1, op="isend", group="p2p 0->1", state="issued"), coll(1, op="irecv", group="p2p 1->0",

@@ -512,6 +512,28 @@ def test_the_mismatch_hint_is_given_for_gloos_size_check_alone():
     assert mismatch_hint(None) == ""
 
 
+def test_the_mismatch_hint_says_the_ranks_took_different_steps_where_one_was_in_a_ddp_step():
+    """Rank 0 had one batch more: its 11th backward pass all-reduced the gradients (10 floats)
+    while the others all-reduced a metric after their loop (1 float), and gloo aborted rank 3.
+    Before, the hint was the general one alone."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+
+    aborted = Failure("node1", 3, -6, MISMATCH, ())
+    where = ("rank 3 aborted in all_reduce at uneven.py:21; rank 0 was in all_reduce(gradients of DDP(Linear)) #13"
+             " at uneven.py:18; rank 1 was in all_reduce(float32[1]) #13 at uneven.py:21; rank 2 was in"
+             " all_reduce(float32[1]) #13 at uneven.py:21")
+    assert mismatch_hint(aborted, where) == (
+        f"{mismatch_hint(aborted)}; here rank 0 was in a DDP model's training step while the others made another"
+        f" collective: {UNEVEN_HINT}")
+    # no rank in a step: the general hint alone
+    assert mismatch_hint(aborted, where.replace("gradients of DDP(Linear)", "float32[10]")) == mismatch_hint(aborted)
+    # the rank aborted at the step's line (its own place has no tensors) is in the step too
+    at_step = where.replace("aborted in all_reduce at uneven.py:21", "aborted in all_reduce at uneven.py:18")
+    assert mismatch_hint(aborted, at_step).startswith(f"{mismatch_hint(aborted)}; here ranks 0, 3 were in")
+    every = at_step.replace("all_reduce(float32[1])", "all_reduce(gradients of DDP(Linear))").replace(".py:21", ".py:18")
+    assert mismatch_hint(aborted, every) == mismatch_hint(aborted)
+
+
 def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look():
     missing = Failure("node0", 0, 1, "ModuleNotFoundError: No module named 'einops'", ())
     assert missing_module_hint(missing) == (

@@ -850,6 +850,12 @@ def test_a_rank_gloo_aborted_on_mismatched_collectives_gets_a_hint_and_the_call_
     assert ("\n  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the first"
             " mismatched collective, naming both (it does not compare sends and receives)\n") in text
+    # rank 1 in its DDP model's backward pass (one batch more), rank 0 in a metric's all_reduce after its
+    # loop: the records say the ranks took different numbers of steps, and the summary says so too
+    aborted.divergence = ("rank 0 aborted in all_reduce at train.py:23; rank 1 was in all_reduce(gradients of"
+                          " DDP(Linear)) #13 at train.py:18")
+    assert (" (it does not compare sends and receives); here rank 1 was in a DDP model's training step while the"
+            " others made another collective: every rank must take as many training steps") in format_summary(aborted)
     # the peer's lost connection alone is no mismatch
     other = outcome(results_for(plan, (NodePhase.FAILED, 1, 1.0, lost), (NodePhase.SUCCEEDED, 0, 1.2, None)))
     assert "hint:" not in format_summary(other)
