@@ -52,6 +52,20 @@ def is_progress_line(text: str) -> bool:
     return not (_TORCH_LOG_LINE.match(text) or CPP_BACKTRACE.match(text.strip()) or CPP_FRAME.match(text))
 
 
+# The lines torch's exception hook prints as a rank dies of an exception it did not catch: its
+# traceback, each line after the rank (``[rank0]: Traceback (most recent call last):``), as when a
+# --collective-timeout ends a hung rank's wait. (torch's own log lines have no space after it.)
+_DYING_LINE = re.compile(r"^\[rank\d+\]: ")
+
+
+def is_dying_line(text: str) -> bool:
+    """Whether a worker's line is of the traceback of a rank that dies of an uncaught exception:
+    progress, as any line, but no sign that a job said to look hung moved again (since
+    2026-12-07: a collective timeout's traceback took a hang back as 'a long wait', and the run
+    then failed HUNG)."""
+    return bool(_DYING_LINE.match(text))
+
+
 def say_hung(found: HangDiagnosis, say: Callable[[str], None], record: Callable[..., None]) -> None:
     """Say the verdict that ends a hung run, its headline then where every rank waits, and keep it
     in the run's events (``hung``): the Compose supervisor's and the Slurm backend's alike."""

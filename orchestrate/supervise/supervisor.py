@@ -52,7 +52,8 @@ from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, place_failure
 from orchestrate.hangs.init_calls import certain_init_waits
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_progress_line, say_hung
+from orchestrate.hangs.watchdog import (AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_dying_line,
+                                        is_progress_line, say_hung)
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
 from orchestrate.outcome.events import addresses_in, event_identity, read_events, record_event
@@ -685,7 +686,11 @@ class Supervisor:
         stream that follows the new one) is shown and is progress, but marks nothing started."""
         if self.hangs is not None and not self.winding_down and any(
                 line.global_rank is not None and is_progress_line(line.text) for line in lines):
-            self.hangs.progress(at, moved=not self.ending)  # (a failure's traceback, a hang's end: no move)
+            if all(is_dying_line(line.text) for line in lines if line.global_rank is not None
+                   and is_progress_line(line.text)):  # a rank dying of its error (its collective's timeout)
+                self.hangs.progress(at, moved=False)
+            else:
+                self.hangs.progress(at, moved=not self.ending)  # (a failure's traceback, a hang's end: no move)
         if tracker.predates_start(stamp):  # a line of the attempt before
             return
         for line in lines:

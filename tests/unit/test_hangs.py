@@ -1920,6 +1920,38 @@ def quick_watchdog(monkeypatch):
 
 
 @pytest.mark.timeout(60)
+def test_the_traceback_of_a_rank_that_dies_of_its_collectives_timeout_does_not_take_its_hang_back(make_run,
+                                                                                                 quick_watchdog):
+    """Said to look hung, then a --collective-timeout ends rank 0's wait: the traceback torch's
+    excepthook prints as the rank dies ([rank0]: ...) is its end, not the job moving again; before,
+    the run said 'the job moved again ...: what looked hung was a long wait', then failed HUNG."""
+    import threading
+
+    from tests.fakes import FakeDockerClient, Script, fake_engine
+
+    stop = threading.Event()
+    out = io.StringIO()
+    job = make_run(nodes=2, hang_diagnose_after=2, out=out)
+    stuck = [{"seq": 1, "op": "all_reduce", "group": "default", "shapes": "float32[4]", "at": "train.py:9",
+              "state": "entered"}]
+    dying = ["[0|0]:[rank0]: Traceback (most recent call last):", '[0|0]:[rank0]:   File "/workspace/train.py",'
+             " line 9, in <module>", "[0|0]:[rank0]:     dist.all_reduce(t)", "[0|0]:[rank0]: RuntimeError:"
+             " [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 40000ms for recv operation to complete"]
+    job.client = fake_engine(
+        FakeDockerClient(),
+        node0=[Script(["[0|0]:step 1"], exit_code=1, then=answering_worker(job, 0, stuck, stop=stop), after=dying,
+                      after_when=lambda: "the job looks hung" in out.getvalue())],
+        node1=[Script(["[1|0]:step 1"], hang=True, then=answering_worker(job, 1, stuck, stop=stop))])
+    try:
+        job.run()
+    finally:
+        stop.set()
+    text = out.getvalue()
+    assert "the job looks hung" in text and "Timed out waiting 40000ms" in text
+    assert "the job moved again" not in text, text
+
+
+@pytest.mark.timeout(60)
 def test_the_lines_of_a_hung_runs_own_end_do_not_take_its_hang_back(make_run, quick_watchdog):
     """Said to look hung, then ended by --hang-timeout: what its ranks print as they are stopped
     is the end the launcher made, not the job moving again."""
