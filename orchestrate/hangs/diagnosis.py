@@ -512,8 +512,9 @@ class HangDiagnosis:
                 return f"; {whose} {self.awaited_threads[rank]}"
         return ""
 
-    def lines(self) -> list[str]:
-        """The headline, what each group of ranks is doing, the divergence and a hint."""
+    def place_lines(self) -> list[str]:
+        """The headline and where every rank is: its group of ranks, or stopped, not heard from, busy,
+        in a debugger."""
         out = [self.headline]
         stopped = [a for a in self.activities if a.state in SILENT_STATES]
         for group in self.groups:
@@ -529,6 +530,18 @@ class HangDiagnosis:
             hint = (PEERS_WAIT if self.someone_waits else "") + DEBUGGER_HINT.format(run=self.run_id or "RUN_ID",
                                                                                       rank=rank.rank, instead=instead)
             out.append(f"  rank {rank.rank} {rank.detail}" + (f": {hint}" if rank.detail.endswith(NO_TERMINAL) else ""))
+        return out
+
+    def advice(self) -> list[str]:
+        """What :meth:`lines` says past where every rank is: the divergence, the line a rank skipped
+        a call at, the hints; kept in ``outcome.json`` and shown on the report page (before
+        2026-12-07 they were said in the terminal alone)."""
+        said = self.lines()
+        return [line.strip() for line in said[len(self.place_lines()):len(said) - len(self.loader_part())]]
+
+    def lines(self) -> list[str]:
+        """The headline, what each group of ranks is doing, the divergence and a hint."""
+        out = self.place_lines()
         # a working job's ranks are looked at a moment apart, and its GPUs are in collectives as
         # they go: there only ops or shapes that differ are worth saying
         shown = self.hung or (self.divergence is not None and self.divergence.kind == "mismatch")
@@ -571,6 +584,11 @@ class HangDiagnosis:
                        f" {unable}, which cannot answer (above): {INIT_AWAITS_ALL}")
         elif self.hung and self.groups and all(in_init(g) for g in self.groups):
             out.append(f"  {INIT_HINT}")
+        return out + self.loader_part()
+
+    def loader_part(self) -> list[str]:
+        """The DataLoader workers of the ranks that wait for theirs, where each is (hung, or working)."""
+        out = []
         for rank in sorted(self.waiting_for_loaders):  # hung, or working: where its workers are
             if self.hung or self.loaders.get(rank):
                 out += ["  " + line for line in loader_lines(rank, self.loaders.get(rank, []), self.hung)]
@@ -600,6 +618,7 @@ class HangDiagnosis:
                                         for t in g.threads]}
                            for g in self.groups],
                 "divergence": None if self.divergence is None else self.divergence.text,
+                "advice": self.advice(),
                 "cut_by": list(self.cut_by),
                 "loaders": {str(rank): [{**w.to_json(), "where": loader_place(w)} for w in workers]
                             for rank, workers in self.loaders.items()},

@@ -1,6 +1,8 @@
 """The report: a run's records (plan, events, progress, outcome) -> lanes, phases, markers; the page."""
 from __future__ import annotations
 
+import html
+
 import io
 import json
 import re
@@ -315,6 +317,32 @@ def test_a_hang_for_a_data_loader_shows_its_worker_processes_on_the_page():
     working = render_html(build_model({"run": plan(), "events": started(), "progress": [],
                                        "outcome": {"succeeded": False, "hang": dict(hang, hung=False)}}))
     assert "<h2>Where every rank was</h2>" in working and "Where every rank waited" not in working
+
+
+def test_a_hangs_hints_and_the_line_a_rank_skipped_a_call_at_are_kept_and_shown_on_the_page():
+    """The terminal said where rank 1 skipped a call and what to rerun with; outcome.json kept the
+    divergence alone, and the page showed neither (before 2026-12-07)."""
+    from orchestrate.hangs.diagnosis import DEBUG_HINT, diagnose
+    from tests.unit.test_hangs import coll, probe, snap, stack
+
+    history = tuple(coll(seq, at="skip.py:9") for seq in range(1, 10))
+    behind = snap(0, history + (coll(10, "float32[4]", "entered", at="skip.py:9"),), stack(9),
+                  lines=(("skip.py:9", 10), ("skip.py:12", 2)))
+    skipped = snap(1, history + (coll(10, "float32[1] from rank 0", "entered", op="broadcast", at="skip.py:12"),),
+                   stack(12, call="broadcast"), lines=(("skip.py:9", 9), ("skip.py:12", 1)))
+    found = diagnose(probe(5, r0=behind, r1=skipped), None, {0, 1}, {}, 30)
+    fewer = ("rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th:"
+             " rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer times")
+    hang = found.to_json()
+    assert hang["advice"] == [fewer, DEBUG_HINT]
+    assert [f"  {line}" for line in hang["advice"]] == found.lines()[-2:]
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                    "outcome": {"succeeded": False, "exit_code": 1, "hang": hang}}))
+    advice = page[page.index('<ul id="hang-advice">'):].split("</ul>")[0]
+    assert f"<li>{html.escape(fewer)}</li>" in advice and "--debug-collectives" in advice
+    assert 'id="hang-advice"' not in render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                                            "outcome": {"succeeded": False,
+                                                                        "hang": dict(hang, advice=[])}}))
 
 
 def test_the_last_stacks_of_an_elastic_run_name_the_node_whose_ranks_did_not_answer():

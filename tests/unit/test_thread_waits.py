@@ -137,7 +137,7 @@ def test_a_diagnosis_is_written_whole_for_the_report_and_hang_json():
                     "threads": [{"name": "producer", "where": "produce at train.py:9", "ranks": [1],
                                  "frame": ["train.py", 9, "produce", "time.sleep(3600)"]},
                                 {"name": "idle", "where": "wait at threading.py:320", "ranks": [1], "frame": None}]}],
-        "divergence": where, "cut_by": [], "loaders": {},
+        "divergence": where, "advice": [], "cut_by": [], "loaders": {},
         "activities": [{"rank": 0, "state": "collective", "detail": "waits in all_reduce(float32[2]) #2 at train.py:17",
                         "stopped_by": ""},
                        {"rank": 1, "state": "idle", "detail": "neither computing nor in a recorded collective",
