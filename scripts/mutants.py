@@ -1475,7 +1475,7 @@ MUTANTS = [
            "                    if not result.error and not read_stop_request(self.plan.run_dir).nodes:",
            "                    if not result.error:", ("tests/unit/test_slurm.py",)),
     Mutant("torchrun's own lines under Slurm are progress", "orchestrate/slurm/backend.py",
-           "if line.global_rank is not None and is_progress_line(line.text))", "if is_progress_line(line.text))",
+           "if line.global_rank is not None and is_progress_line(line.text)]", "if is_progress_line(line.text)]",
            ("tests/unit/test_slurm.py",)),
     Mutant("Ctrl-C as a hung Slurm job is cancelled forgets the verdict", "orchestrate/slurm/backend.py",
            "faults=self.fault_records(elapsed), hang=self.hang)", "faults=self.fault_records(elapsed))",
@@ -2768,6 +2768,9 @@ MUTANTS = [
            "        went |= {(lines[n], lines[n + 1]) for n in lines if n + 1 in lines}",
            "        went |= {(lines[n], lines[n + 1]) for n in lines if n + 1 in lines}"
            " | {(a, b) for a in lines.values() for b in lines.values()}", ("tests/unit/test_hangs.py",)),
+    Mutant("a Slurm job's dying rank's traceback takes a hang back as a long wait", "orchestrate/slurm/backend.py",
+           "            self.hangs.progress(now, moved=moves - self.moves_seen > dying - self.dying_seen)",
+           "            self.hangs.progress(now)", ("tests/unit/test_slurm.py",)),
 ]
 
 

@@ -41,7 +41,8 @@ from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.hangs.diagnosis import HangDiagnosis, place_failure
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_progress_line, say_hung
+from orchestrate.hangs.watchdog import (AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_dying_line,
+                                        is_progress_line, say_hung)
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
 from orchestrate.outcome.model import FaultRecord, RunResult, SlurmJob, Timings, marked_before_first_step
@@ -126,6 +127,7 @@ class JobLines:
         self.console = None if verbose else ConsoleFilter()
         self.ranks_seen: set[int] = set()  # the global ranks that printed a line
         self.progress_lines = 0  # the workers' lines that show the job moves (not torchrun's, nor torch's log lines)
+        self.dying_lines = 0  # those of them of a rank's traceback as it dies (its collective's timeout): no move
 
     def feed(self, raw: str) -> list[OutputLine]:
         """The lines that ``raw``, one line of the output file, completes (srun's own as ``slurm``'s)."""
@@ -137,7 +139,9 @@ class JobLines:
             self.tasks[task] = WorkerLines(self.task_node(task))
         lines = self.tasks[task].feed(match["text"])
         self.ranks_seen.update(line.global_rank for line in lines if line.global_rank is not None)
-        self.progress_lines += sum(1 for line in lines if line.global_rank is not None and is_progress_line(line.text))
+        progress = [line for line in lines if line.global_rank is not None and is_progress_line(line.text)]
+        self.progress_lines += len(progress)
+        self.dying_lines += sum(1 for line in progress if is_dying_line(line.text))
         return lines
 
     def flush(self) -> list[OutputLine]:
@@ -211,6 +215,7 @@ class SlurmBackend:
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the job
         self.last_look: Optional[HangDiagnosis] = None  # where the ranks were as its time limit cancelled it
         self.moves_seen = 0  # the progress records and lines the watchdog has taken
+        self.dying_seen = 0  # the lines of dying ranks' tracebacks among them
 
     def say(self, text: str) -> None:
         self.out.write(f"[orchestrate] {text}\n")
@@ -267,11 +272,12 @@ class SlurmBackend:
         assert self.hangs is not None
         now = self.clock()
         moves = self.progress.records + self.job_lines.progress_lines
+        dying = self.job_lines.dying_lines
         if self.progress.debugger.attached():  # a terminal debugging a rank holds the job as asked
             self.hangs.progress(now, moved=False)
-        elif moves > self.moves_seen:
-            self.hangs.progress(now)
-        self.moves_seen = moves
+        elif moves > self.moves_seen:  # (a dying rank's traceback alone is progress, but takes no hang back)
+            self.hangs.progress(now, moved=moves - self.moves_seen > dying - self.dying_seen)
+        self.moves_seen, self.dying_seen = moves, dying
 
     def look_at_the_end(self, log_file: IO[str], occasion: str = AT_THE_TIME_LIMIT) -> Optional[HangDiagnosis]:
         """Before the time limit (or an interrupt: ``occasion``) cancels a job whose quiet time the

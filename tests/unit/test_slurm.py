@@ -1124,6 +1124,17 @@ def test_a_slurm_jobs_lines_and_reports_are_its_progress_and_a_rank_being_debugg
     backend.job_lines.feed("1: [1|0]:(Pdb) ")
     backend.watch_for_a_hang(log_file)
     assert watch.told == [True, True, False]
+    # a rank dying of its collective's timeout prints its traceback: progress, but no sign the job moved
+    # again (a helper's trial, session 113: it took a hang back as "a long wait", as the Compose runs did)
+    backend.progress.debugger.attached = lambda: []
+    backend.job_lines.feed("1: [1|0]:[rank1]: Traceback (most recent call last):")
+    backend.job_lines.feed("1: [1|0]:[rank1]: torch.distributed.DistBackendError: wait timeout after 40000ms")
+    backend.watch_for_a_hang(log_file)
+    assert watch.told == [True, True, False, False]
+    backend.job_lines.feed("0: [0|0]:[rank0]: Traceback (most recent call last):")
+    backend.job_lines.feed("1: [1|0]:step 4 loss 0.4")  # with a line of the script's: it moved
+    backend.watch_for_a_hang(log_file)
+    assert watch.told == [True, True, False, False, True]
 
 
 def test_a_slurm_job_found_hung_is_said_hung_then_cancelled_through_slurm_with_the_stop_grace(make_job, tmp_path):
