@@ -2771,6 +2771,11 @@ MUTANTS = [
     Mutant("a Slurm job's dying rank's traceback takes a hang back as a long wait", "orchestrate/slurm/backend.py",
            "            self.hangs.progress(now, moved=moves - self.moves_seen > dying - self.dying_seen)",
            "            self.hangs.progress(now)", ("tests/unit/test_slurm.py",)),
+    # Session 113 (2026-12-07) review
+    Mutant("the socket count's copy of a descriptor takes the default timeout, and sets O_NONBLOCK on the user's",
+           "orchestrate/node/snapshot.py",
+           "socket.socket(socket.AF_INET, socket.SOCK_STREAM | NONBLOCKING, 0, copy)",
+           "socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, copy)", ("tests/unit/test_hangs.py",)),
 ]
 
 

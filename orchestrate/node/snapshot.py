@@ -145,6 +145,9 @@ def _descendants_cpu_s(pid: int, proc: str) -> float:
 # those it received.
 TCP_INFO_BYTES_AT = 120
 TCP_INFO_LENGTH = TCP_INFO_BYTES_AT + 16
+# A socket object made over a descriptor with this in its type takes it as non-blocking as it is,
+# and changes none of its flags (see socket_bytes).
+NONBLOCKING = getattr(socket, "SOCK_NONBLOCK", 0)
 
 
 def socket_bytes(fd_dir: str = "/proc/self/fd") -> Optional[int]:
@@ -167,9 +170,17 @@ def socket_bytes(fd_dir: str = "/proc/self/fd") -> Optional[int]:
         try:
             if not os.readlink(os.path.join(fd_dir, name)).startswith("socket:"):
                 continue
-            # a duplicate of the user's descriptor, closed here; the user's own stays as it was
-            duplicate = socket.fromfd(int(name), socket.AF_INET, socket.SOCK_STREAM)
+            copy = os.dup(int(name))
         except (OSError, ValueError):  # closed meanwhile, or not a descriptor
+            continue
+        try:
+            # a socket object over a duplicate of the user's descriptor, closed here. Made as a
+            # non-blocking one, it sets no flag: socket.fromfd under socket.setdefaulttimeout() sets
+            # O_NONBLOCK, which the duplicate shares with the user's descriptor (one open file), so
+            # a look made the user's blocking sockets (a store's, a client's) fail with EAGAIN
+            duplicate = socket.socket(socket.AF_INET, socket.SOCK_STREAM | NONBLOCKING, 0, copy)
+        except OSError:
+            os.close(copy)
             continue
         try:
             info = duplicate.getsockopt(socket.IPPROTO_TCP, option, TCP_INFO_LENGTH)

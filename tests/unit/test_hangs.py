@@ -2787,6 +2787,34 @@ def test_the_bytes_a_processs_tcp_sockets_moved_are_counted_and_its_other_descri
     assert socket_bytes(str(tmp_path / "none")) is None
 
 
+def test_counting_a_processs_socket_bytes_leaves_its_blocking_sockets_blocking():
+    """A review (session 113): the count made a socket object over each descriptor with
+    socket.fromfd, which under socket.setdefaulttimeout() (a script's, for its downloads) set
+    O_NONBLOCK on the open file the user's descriptor shares: its blocking recv then raised
+    BlockingIOError, and a look could crash the job it looked at."""
+    import fcntl
+    import os
+    import socket
+
+    from orchestrate.node.snapshot import socket_bytes
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    client.settimeout(None)  # blocking, as a store's or a native library's socket is
+    socket.setdefaulttimeout(30)
+    try:
+        assert socket_bytes() is not None
+    finally:
+        socket.setdefaulttimeout(None)
+    try:
+        for each in (client, peer):
+            assert not fcntl.fcntl(each.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK
+    finally:
+        for each in (client, peer, server):
+            each.close()
+
+
 def test_the_cpu_of_a_processs_live_descendants_is_read_from_proc(tmp_path):
     import os
 
