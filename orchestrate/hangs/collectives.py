@@ -320,7 +320,8 @@ def unmatched_p2p(snapshots: dict[int, RankSnapshot], expected: set[int], absent
 def misdirected(snapshots: dict[int, RankSnapshot]) -> str:
     """Where a rank waits in a send to a peer that waits in a receive from a third rank (or in a
     receive from a peer that waits in a send to a third): that one of the two names the wrong rank
-    (``dist.recv(buf, src=1)`` where rank 0 sends); "" otherwise."""
+    (``dist.recv(buf, src=1)`` where rank 0 sends), or that the two are made in the wrong order;
+    "" otherwise."""
     waiting = {rank: (s.in_collective, channel_ends(s.in_collective.group)) for rank, s in snapshots.items()
                if s.in_collective is not None and channel_ends(s.in_collective.group) is not None}
     for rank, (call, (sender, receiver)) in sorted(waiting.items()):
@@ -333,14 +334,20 @@ def misdirected(snapshots: dict[int, RankSnapshot]) -> str:
         other = their_sender if sends and their_receiver == peer else their_receiver if their_sender == peer and not sends else None
         if other is None or other in (rank, peer):
             continue
+        # the records cannot tell a wrong rank from a right one in the wrong order: rank 2 receives
+        # from rank 1 first, and rank 1 sends only after a barrier rank 0 waits to reach (a review)
         if sends:
             what = (f"rank {rank} sends to rank {peer} ({call.call} at {call.at}), and rank {peer} waits to receive"
                     f" from rank {other} instead ({theirs.call} at {theirs.at})")
+            order = f"rank {peer} receives from rank {other} before rank {rank}, and rank {other} sends later"
         else:
             what = (f"rank {rank} receives from rank {peer} ({call.call} at {call.at}), and rank {peer} waits to send"
                     f" to rank {other} instead ({theirs.call} at {theirs.at})")
-        return (f"{what}: one of the two names the wrong rank; a send's dst and a recv's src are global ranks, and a"
-                f" send is received only by a recv from its own rank (src=None receives from any)")
+            order = f"rank {peer} sends to rank {other} before rank {rank}, and rank {other} receives later"
+        return (f"{what}: one of the two names the wrong rank, or they are in the wrong order ({order}: make them"
+                f" in the order the peers do, or start them with dist.isend and dist.irecv and wait on both); a"
+                f" send's dst and a recv's src are global ranks, and a send is received only by a recv from its own"
+                f" rank (src=None receives from any)")
     return ""
 
 

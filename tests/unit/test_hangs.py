@@ -822,7 +822,9 @@ def test_a_send_its_peer_never_receives_is_named_with_where_the_peer_is_instead(
 
 def test_a_send_whose_peer_receives_from_a_third_rank_is_said_to_name_the_wrong_rank():
     """Rank 0 sends to rank 2, whose dist.recv names src=1 (a typo for 0); rank 1 (and rank 3) wait
-    in the barrier after it. The chain was named; now also that one of the two names the wrong rank."""
+    in the barrier after it. The chain was named; now also that one of the two names the wrong rank, or
+    (a review, session 113) that they are in the wrong order: the same records come of rank 2 receiving
+    from rank 1 first where rank 1 sends only after the barrier."""
     sending = snap(0, sends("p2p 0->2", 1, last="entered", at="wrong.py:12"))
     receiving = snap(2, sends("p2p 1->2", 1, op="recv", last="entered", at="wrong.py:14"))
     barrier = lambda rank: snap(rank, (coll(1, "", "entered", op="barrier", at="wrong.py:15"),), stack(15, call="barrier"))
@@ -832,7 +834,9 @@ def test_a_send_whose_peer_receives_from_a_third_rank_is_said_to_name_the_wrong_
     assert found.text.startswith("rank 0 waits in send(float32[8]) #1 to rank 2 at wrong.py:12; rank 2 waits in"
                                  " recv(float32[8]) #1 from rank 1 at wrong.py:14"), found.text
     said = ("rank 0 sends to rank 2 (send(float32[8]) at wrong.py:12), and rank 2 waits to receive from rank 1 instead"
-            " (recv(float32[8]) at wrong.py:14): one of the two names the wrong rank; a send's dst and a recv's src"
+            " (recv(float32[8]) at wrong.py:14): one of the two names the wrong rank, or they are in the wrong order"
+            " (rank 2 receives from rank 1 before rank 0, and rank 1 sends later: make them in the order the peers do,"
+            " or start them with dist.isend and dist.irecv and wait on both); a send's dst and a recv's src"
             " are global ranks, and a send is received only by a recv from its own rank (src=None receives from any)")
     assert found.hint == said
     lines = diagnose(probe(5, **{f"r{r}": s for r, s in ranks.items()}), None, {0, 1, 2, 3}, {}, 20).lines()
@@ -843,7 +847,9 @@ def test_a_send_whose_peer_receives_from_a_third_rank_is_said_to_name_the_wrong_
     found = first_divergence({0: to_three, 1: barrier(1), 2: from_zero, 3: barrier(3)}, {0, 1, 2, 3})
     assert found is not None and found.hint == (
         "rank 2 receives from rank 0 (recv(float32[8]) at wrong.py:14), and rank 0 waits to send to rank 3 instead"
-        " (send(float32[8]) at wrong.py:12): one of the two names the wrong rank; a send's dst and a recv's src are"
+        " (send(float32[8]) at wrong.py:12): one of the two names the wrong rank, or they are in the wrong order"
+        " (rank 0 sends to rank 3 before rank 2, and rank 3 receives later: make them in the order the peers do, or"
+        " start them with dist.isend and dist.irecv and wait on both); a send's dst and a recv's src are"
         " global ranks, and a send is received only by a recv from its own rank (src=None receives from any)"), found.hint
     # a peer that waits in a transfer with the rank itself, or in a collective: no such hint
     peer_in_barrier = {0: sending, 1: barrier(1), 2: barrier(2)}
