@@ -2702,7 +2702,15 @@ MUTANTS = [
            "        return [t.result.fault for t in self.live if t.result.fault]", ("tests/unit/test_launcher.py",)),
     Mutant("a restart keeps the faults without an end its nodes held before it",
            "orchestrate/supervise/restart_policy.py",
-           "            tracker.holding.clear()\n", "", ("tests/unit/test_supervisor_collaborators.py",)),
+           "            tracker.restarted()  # (a slow, a disconnect, a full disk hold on: said held at a stop)\n", "",
+           ("tests/unit/test_supervisor_collaborators.py",)),
+    Mutant("a restart lets go of every fault its node held, a slow's CPU quota and a disconnect too",
+           "orchestrate/supervise/api.py",
+           "OUTLIVE_A_RESTART = (FaultAction.SLOW, FaultAction.DISCONNECT, FaultAction.DISK_FULL)",
+           "OUTLIVE_A_RESTART = ()", ("tests/unit/test_supervisor_collaborators.py",)),
+    Mutant("a killed rank leaves its node's hung rank said held", "orchestrate/supervise/supervisor.py",
+           "        elif fault.action is FaultAction.KILL_RANK:\n            tracker.rank_killed()\n", "",
+           ("tests/unit/test_launcher.py",)),
     Mutant("a fault's event keeps the job's highest step where the summary says its attempt's",
            "orchestrate/faults/scheduler.py",
            'action=fault.action.value, step=fired.step,\n                    **anew_fields(fired.counted_anew), ',
@@ -2719,8 +2727,8 @@ MUTANTS = [
     # Session 113 (2026-12-07): the end of a fault with an end gives the blame back to what still holds
     Mutant("an ended fault clears the blame of a fault without an end that still holds the node",
            "orchestrate/supervise/supervisor.py",
-           "        held = parsed_fault(tracker.holding[-1]) if tracker.holding else None",
-           "        held = None", ("tests/unit/test_launcher.py",)),
+           "        still = with_an_end[-1:] or tracker.holding[-1:]",
+           "        still = []", ("tests/unit/test_launcher.py",)),
     Mutant("the resumed event does not say its step counts from 1 again", "orchestrate/supervise/progress.py",
            "steps_lost=recovery.steps_lost, **anew_fields(anew))", "steps_lost=recovery.steps_lost)",
            ("tests/unit/test_launcher.py",)),
@@ -2776,6 +2784,10 @@ MUTANTS = [
            "orchestrate/node/snapshot.py",
            "socket.socket(socket.AF_INET, socket.SOCK_STREAM | NONBLOCKING, 0, copy)",
            "socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, copy)", ("tests/unit/test_hangs.py",)),
+    Mutant("the end of one fault with an end blames none though another with an end still holds the node",
+           "orchestrate/supervise/supervisor.py",
+           "        with_an_end = [str(fault) for fault, node in self.faults.lasting if node == tracker.name]",
+           "        with_an_end = []", ("tests/unit/test_launcher.py",)),
 ]
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from orchestrate.config.fault_spec import FaultSpec
+from orchestrate.config.fault_spec import FaultAction, FaultSpec, parse_fault
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.run_config import DEFAULT_HANG_DIAGNOSE_AFTER_S, DEFAULT_READY_TIMEOUT_S, DEFAULT_STOP_GRACE_S
 from orchestrate.outcome.node_result import NodeResult
@@ -39,6 +39,15 @@ class RunSpec:
     store_host: str = "node0"  # who holds the elastic rendezvous's store: a node, or the run's store container
 
 
+# The faults a restart of a node's container leaves in place (see NodeTracker.restarted).
+OUTLIVE_A_RESTART = (FaultAction.SLOW, FaultAction.DISCONNECT, FaultAction.DISK_FULL)
+
+
+def action_of(spec: str) -> FaultAction:
+    """The action of a fault the run itself fired (its own spec, so it parses)."""
+    return parse_fault(spec).action
+
+
 @dataclass
 class NodeTracker:
     """One node as the supervisor follows it.
@@ -63,8 +72,9 @@ class NodeTracker:
         last_log_stamps: For each stream (stdout, stderr), the engine time of the last log line
             read and how many lines of that time were read: a broken stream resumes there.
         holding: The run's own faults without an end that last (a pause, a disconnect, a hung
-            rank) done to it since its container's latest start, oldest first: a later fault on
-            it does not let them go (``result.fault`` is the latest one only); a restart does.
+            rank) done to it and still holding it, oldest first: a later fault on it does not let
+            them go (``result.fault`` is the latest one only); a restart of its container lets go
+            those a restart ends (:meth:`restarted`), a killed rank its hung ranks.
     """
 
     plan: NodePlan
@@ -81,6 +91,19 @@ class NodeTracker:
     latest_start: Optional[float] = None
     last_log_stamps: dict[str, tuple[float, int]] = field(default_factory=dict)
     holding: list[str] = field(default_factory=list)
+
+    def restarted(self) -> None:
+        """Its container started again (a restart fault, an elastic restart): let go the faults
+        held that a restart ends (a pause; a hung rank, whose worker is gone; a degrade, a lossy
+        link or a split, rules of a network namespace the new start makes anew). A slow (the
+        container's CPU quota), a disconnect (it stays off the run's network) and a full disk
+        (armed in the run's directory) hold on, and are still said held at a stop."""
+        self.holding[:] = [spec for spec in self.holding if action_of(spec) in OUTLIVE_A_RESTART]
+
+    def rank_killed(self) -> None:
+        """One of its ranks was killed: torchrun's agent ends its other workers too (to restart
+        them, or as the job ends), so a hung rank of its no longer holds it."""
+        self.holding[:] = [spec for spec in self.holding if not action_of(spec).on_rank]
 
     @property
     def name(self) -> str:

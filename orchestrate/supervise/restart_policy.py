@@ -137,7 +137,7 @@ class RestartPolicy:
             # the fault a node suffered is not its new attempt's (a hung rank's worker is gone): a
             # stop later would say it still held
             tracker.result.fault, tracker.result.culprit_rank = "", None
-            tracker.holding.clear()
+            tracker.restarted()  # (a slow, a disconnect, a full disk hold on: said held at a stop)
             tracker.exited_at = tracker.exit_code = tracker.exited_time = None
         for tracker in trackers:
             try:

@@ -231,8 +231,10 @@ class Supervisor:
         if fault.action.on_rank:
             tracker.result.culprit_rank = fault.rank
         tracker.result.fault = str(fault)
-        if fault.action is FaultAction.RESTART:  # its container started again: what held it is gone
-            tracker.holding.clear()
+        if fault.action is FaultAction.RESTART:  # its container started again: what a restart ends is gone
+            tracker.restarted()
+        elif fault.action is FaultAction.KILL_RANK:
+            tracker.rank_killed()
         elif fault.action.lasting and not fault.has_end:
             tracker.holding.append(str(fault))
         if fault.action is FaultAction.LOSE:  # for good: no restart brings it back
@@ -300,12 +302,14 @@ class Supervisor:
                   cpus_per_node=self.spec.cpus_per_node, link=self.spec.link)
         self.blame_what_still_holds(tracker)
 
-    @staticmethod
-    def blame_what_still_holds(tracker: NodeTracker) -> None:
-        """A fault with an end ended on a node: its blame goes back to the latest fault without an
-        end that still holds it (a pause, then a slow that ended: the pause still freezes it), or
-        to none."""
-        held = parsed_fault(tracker.holding[-1]) if tracker.holding else None
+    def blame_what_still_holds(self, tracker: NodeTracker) -> None:
+        """A fault with an end ended on a node: its blame goes back to a fault that still holds it,
+        with an end still to come (a slow to 30 s and a degrade to 60: the degrade), else the
+        latest without an end (a pause, then a slow that ended: the pause still freezes it), or to
+        none."""
+        with_an_end = [str(fault) for fault, node in self.faults.lasting if node == tracker.name]
+        still = with_an_end[-1:] or tracker.holding[-1:]
+        held = parsed_fault(still[0]) if still else None
         tracker.result.fault = str(held) if held is not None else ""
         tracker.result.culprit_rank = held.rank if held is not None and held.action.on_rank else None
 

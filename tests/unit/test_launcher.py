@@ -1303,6 +1303,33 @@ def test_a_fault_with_an_end_that_ended_leaves_the_blame_with_the_fault_that_sti
     assert outcome.failure is not None and outcome.failure.describe() == "node1 failed (injected fault pause:node1)", text
 
 
+def test_a_killed_rank_lets_go_of_its_nodes_hung_rank_and_is_not_said_held_at_a_stop(make_run):
+    """A review (session 113): hang-rank:1 (no end), then kill-rank:1 on the same node: torchrun's
+    agent ends the node's other workers with it (a restart, or the job's end), so the stopped
+    worker is gone, yet the stop said hang-rank:1 still held."""
+    job = make_run(nodes=2, stop_grace=1, faults=(parse_fault("hang-rank:1@t=0"), parse_fault("kill-rank:1@t=0")))
+    client = FakeDockerClient()
+    client.command_outputs[("ddp-test-run-node0-1", "python3")] = (3, b"")  # the rank script: not here
+    client.command_outputs[("ddp-test-run-node1-1", "python3")] = (0, b"signalled\n1 4241 S\nend\n")
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], then=ctrl_c_once(job, faults_fired=2), hang=True)],
+                           node1=[Script(["[1|0]:waiting"], hang=True)])
+    assert outcome.interrupted, text
+    assert {f.spec: f.held_at_stop for f in outcome.fired_faults} == {"hang-rank:1": False, "kill-rank:1": False}, text
+
+
+def test_the_end_of_one_fault_with_an_end_leaves_the_blame_with_another_that_still_holds_the_node(make_run):
+    """A review (session 113): slow:node1 to 0.1 s and degrade:node1 to 60 s; when the slow ended,
+    the node's blame went to none though the degrade still held it, and its failure named no fault."""
+    job = make_run(nodes=2, stop_grace=1, timeout_s=2.0, link="rate=1gbit",
+                   faults=["degrade:node1,rate=10mbit@t=0..60", "slow:node1@t=0..0.1"])
+    client = FakeDockerClient()
+    outcome, text, _ = run(job, client, node0=[Script(["[0|0]:training"], hang=True)],
+                           node1=[Script(["[1|0]:training"], hang=True)])
+    assert "fault ended: slow:node1" in text, text
+    assert outcome.failure is not None and outcome.failure.describe() == (
+        "node1 failed (injected fault degrade:node1,rate=10mbit@t=0..60)"), text
+
+
 def test_a_node_seen_paused_but_unpaused_elsewhere_meanwhile_still_gets_its_sigterm(make_run):
     # The supervisor knows a node's status as of its last look. Another command (a `fault RUN`
     # undoing its pause) unpaused node1 after that, and before the Ctrl-C: the engine answers the

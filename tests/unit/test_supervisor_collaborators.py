@@ -164,7 +164,10 @@ def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_
     client = FakeDockerClient()
     trackers = running_trackers(make_job, tmp_path, client)
     trackers[0].result.fault, trackers[0].result.culprit_rank = "hang-rank:0", 0
-    trackers[0].holding = ["pause:node0", "hang-rank:0"]  # the faults without an end a stop would say held
+    # the faults without an end a stop would say held: a restart ends a pause and a hung rank, not
+    # a slow's CPU quota, a disconnect from the run's network or a full disk armed in the run's directory
+    trackers[0].holding = ["pause:node0", "slow:node0,cpus=0.25", "hang-rank:0", "disconnect:node0",
+                           "disk-full:node0", "lossy:node0,p=10%"]
     dead = trackers[1]
     dead.result.fault, dead.exit_code = "kill:node1@step=4", 137
     recorder = Recorder()
@@ -172,7 +175,7 @@ def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_
                            scope="all", store_host="node0")
     policy.restart(dead, trackers, step=5)
     assert [(t.result.fault, t.result.culprit_rank) for t in trackers] == [("", None), ("", None)]
-    assert [t.holding for t in trackers] == [[], []]
+    assert [t.holding for t in trackers] == [["slow:node0,cpus=0.25", "disconnect:node0", "disk-full:node0"], []]
 
 
 def test_a_restart_of_every_node_leaves_a_lost_one_lost(make_job, tmp_path):
