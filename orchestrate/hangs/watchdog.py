@@ -55,15 +55,29 @@ def is_progress_line(text: str) -> bool:
 # The lines torch's exception hook prints as a rank dies of an exception it did not catch: its
 # traceback, each line after the rank (``[rank0]: Traceback (most recent call last):``), as when a
 # --collective-timeout ends a hung rank's wait. (torch's own log lines have no space after it.)
-_DYING_LINE = re.compile(r"^\[rank\d+\]: ")
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ")
+_TRACEBACK_START = re.compile(r"^\[rank\d+\]: Traceback \(most recent call last\):")
 
 
-def is_dying_line(text: str) -> bool:
-    """Whether a worker's line is of the traceback of a rank that dies of an uncaught exception:
-    progress, as any line, but no sign that a job said to look hung moved again (since
-    2026-12-07: a collective timeout's traceback took a hang back as 'a long wait', and the run
-    then failed HUNG)."""
-    return bool(_DYING_LINE.match(text))
+class DyingRanks:
+    """Which ranks print the traceback they die of: progress, as any line, but no sign that a job
+    said to look hung moved again (since 2026-12-07: a collective timeout's traceback took a hang
+    back as 'a long wait', and the run then failed HUNG). A rank is dying from its
+    ``[rankN]: Traceback (most recent call last):`` on, while its lines keep torch's prefix: a
+    script's own lines in that style (``[rank0]: epoch 3 loss 0.52``) are the job moving."""
+
+    def __init__(self) -> None:
+        self.dying: set[int] = set()
+
+    def dying_line(self, rank: int, text: str) -> bool:
+        """Whether ``text``, the next line of ``rank``'s, is of the traceback it dies of (feed
+        every progress line of each rank, in order)."""
+        if not _RANK_PREFIX.match(text):
+            self.dying.discard(rank)
+            return False
+        if _TRACEBACK_START.match(text):
+            self.dying.add(rank)
+        return rank in self.dying
 
 
 def say_hung(found: HangDiagnosis, say: Callable[[str], None], record: Callable[..., None]) -> None:

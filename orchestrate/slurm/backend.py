@@ -41,7 +41,7 @@ from orchestrate.faults.inject import inject
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.hangs.diagnosis import HangDiagnosis, place_failure
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import (AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_dying_line,
+from orchestrate.hangs.watchdog import (AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, DyingRanks, HangWatch,
                                         is_progress_line, say_hung)
 from orchestrate.outcome.events import record_event
 from orchestrate.outcome.judge import Failure
@@ -128,6 +128,7 @@ class JobLines:
         self.ranks_seen: set[int] = set()  # the global ranks that printed a line
         self.progress_lines = 0  # the workers' lines that show the job moves (not torchrun's, nor torch's log lines)
         self.dying_lines = 0  # those of them of a rank's traceback as it dies (its collective's timeout): no move
+        self.dying_ranks = DyingRanks()
 
     def feed(self, raw: str) -> list[OutputLine]:
         """The lines that ``raw``, one line of the output file, completes (srun's own as ``slurm``'s)."""
@@ -141,7 +142,7 @@ class JobLines:
         self.ranks_seen.update(line.global_rank for line in lines if line.global_rank is not None)
         progress = [line for line in lines if line.global_rank is not None and is_progress_line(line.text)]
         self.progress_lines += len(progress)
-        self.dying_lines += sum(1 for line in progress if is_dying_line(line.text))
+        self.dying_lines += sum(1 for line in progress if self.dying_ranks.dying_line(line.global_rank, line.text))
         return lines
 
     def flush(self) -> list[OutputLine]:

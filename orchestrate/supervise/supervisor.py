@@ -52,7 +52,7 @@ from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
 from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, place_failure
 from orchestrate.hangs.init_calls import certain_init_waits
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
-from orchestrate.hangs.watchdog import (AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, HangWatch, is_dying_line,
+from orchestrate.hangs.watchdog import (AT_THE_INTERRUPT, AT_THE_TIME_LIMIT, DyingRanks, HangWatch,
                                         is_progress_line, say_hung)
 from orchestrate.interrupts import uninterrupted
 from orchestrate.node.main import EXIT_LAUNCHER_GONE
@@ -159,6 +159,7 @@ class Supervisor:
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
         self.inspector = Inspector(clock, self.say)
         debug = debug_dir(spec.run_dir)
+        self.dying_ranks = DyingRanks()  # the ranks printing the traceback they die of
         self.hangs = HangWatch(spec.hang_diagnose_after_s, spec.hang_timeout_s, lambda: ask_snapshots(debug),
                                lambda request, at: answers(debug, request, at), self.expected_ranks,
                                self.why_absent, self.say, clock, run_id=spec.run_id,
@@ -688,10 +689,10 @@ class Supervisor:
         is not when it ran; any worker line but torch's own log lines is progress. A line from
         before the container's current run (the attempt before a restart, read again by the
         stream that follows the new one) is shown and is progress, but marks nothing started."""
-        if self.hangs is not None and not self.winding_down and any(
-                line.global_rank is not None and is_progress_line(line.text) for line in lines):
-            if all(is_dying_line(line.text) for line in lines if line.global_rank is not None
-                   and is_progress_line(line.text)):  # a rank dying of its error (its collective's timeout)
+        progress = [line for line in lines if line.global_rank is not None and is_progress_line(line.text)]
+        dying = [self.dying_ranks.dying_line(line.global_rank, line.text) for line in progress]
+        if self.hangs is not None and not self.winding_down and progress:
+            if all(dying):  # a rank dying of its error (its collective's timeout): no move
                 self.hangs.progress(at, moved=False)
             else:
                 self.hangs.progress(at, moved=not self.ending)  # (a failure's traceback, a hang's end: no move)

@@ -1957,6 +1957,21 @@ def test_the_traceback_of_a_rank_that_dies_of_its_collectives_timeout_does_not_t
     assert "the job moved again" not in text, text
 
 
+def test_a_rank_is_dying_from_its_tracebacks_first_line_while_its_lines_keep_torchs_prefix():
+    """A review (session 113): every line beginning ``[rankN]: `` was taken as a dying rank's, so a
+    script that prints in that style (``[rank0]: epoch 3 loss 0.52``) never took a hang back."""
+    from orchestrate.hangs.watchdog import DyingRanks
+
+    ranks = DyingRanks()
+    assert not ranks.dying_line(0, "[rank0]: epoch 3 loss 0.52")  # the script's own style
+    assert ranks.dying_line(0, "[rank0]: Traceback (most recent call last):")
+    assert not ranks.dying_line(1, "[rank1]: epoch 3 loss 0.52")  # another rank's own line, meanwhile
+    assert ranks.dying_line(0, '[rank0]:   File "/workspace/train.py", line 9, in <module>')
+    assert ranks.dying_line(0, "[rank0]: RuntimeError: Timed out waiting 40000ms for recv operation to complete")
+    assert not ranks.dying_line(0, "epoch 4 loss 0.5")  # (a new process of the rank, after a restart)
+    assert not ranks.dying_line(0, "[rank0]: epoch 5 loss 0.49")
+
+
 @pytest.mark.timeout(60)
 def test_the_lines_of_a_hung_runs_own_end_do_not_take_its_hang_back(make_run, quick_watchdog):
     """Said to look hung, then ended by --hang-timeout: what its ranks print as they are stopped

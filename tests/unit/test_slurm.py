@@ -1135,6 +1135,9 @@ def test_a_slurm_jobs_lines_and_reports_are_its_progress_and_a_rank_being_debugg
     backend.job_lines.feed("1: [1|0]:step 4 loss 0.4")  # with a line of the script's: it moved
     backend.watch_for_a_hang(log_file)
     assert watch.told == [True, True, False, False, True]
+    backend.job_lines.feed("3: [3|0]:[rank3]: epoch 2 loss 0.3")  # a script's own lines in torch's style
+    backend.watch_for_a_hang(log_file)
+    assert watch.told == [True, True, False, False, True, True]
 
 
 def test_a_slurm_job_found_hung_is_said_hung_then_cancelled_through_slurm_with_the_stop_grace(make_job, tmp_path):
