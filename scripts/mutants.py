@@ -2790,6 +2790,9 @@ MUTANTS = [
            "orchestrate/supervise/supervisor.py",
            "        with_an_end = [str(fault) for fault, node in self.faults.lasting if node == tracker.name]",
            "        with_an_end = []", ("tests/unit/test_launcher.py",)),
+    Mutant("a hang's advice repeats the divergence outcome.json keeps apart", "orchestrate/hangs/diagnosis.py",
+           '                if not line.startswith(f"  {FIRST_DIVERGENCE}")]', "                ]",
+           ("tests/unit/test_report.py",)),
 ]
 
 

@@ -142,6 +142,7 @@ INSTEAD_OF_DEBUGGING = {POST_MORTEM_CALL: "run without --pdb",
 BREAKPOINT_OUT = "take the breakpoint out"
 PEERS_WAIT = "the others wait for it in their collectives; "  # where a rank does
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
+FIRST_DIVERGENCE = "first divergence: "  # the line of a diagnosis that says where the ranks' collectives part
 MOVING_DATA = "moving data"  # a busy rank's detail: its sockets move its collective's data
 LOADER_TIMEOUT_HINT = "DataLoader(timeout=S) makes that wait fail after S s"
 
@@ -533,11 +534,12 @@ class HangDiagnosis:
         return out
 
     def advice(self) -> list[str]:
-        """What :meth:`lines` says past where every rank is: the divergence, the line a rank skipped
-        a call at, the hints; kept in ``outcome.json`` and shown on the report page (before
-        2026-12-07 they were said in the terminal alone)."""
+        """What :meth:`lines` says past where every rank is and the divergence (``outcome.json``
+        keeps that apart): the line a rank skipped a call at, the hints; kept in ``outcome.json``
+        and shown on the report page (before 2026-12-07 they were said in the terminal alone)."""
         said = self.lines()
-        return [line.strip() for line in said[len(self.place_lines()):len(said) - len(self.loader_part())]]
+        return [line.strip() for line in said[len(self.place_lines()):len(said) - len(self.loader_part())]
+                if not line.startswith(f"  {FIRST_DIVERGENCE}")]
 
     def lines(self) -> list[str]:
         """The headline, what each group of ranks is doing, the divergence and a hint."""
@@ -548,7 +550,7 @@ class HangDiagnosis:
         made_alone = self.made_alone
         if self.divergence is not None and self.divergence.kind != "missing" and shown:
             if self.divergence.text not in self.headline:
-                out.append(f"  first divergence: {self.divergence.text}")
+                out.append(f"  {FIRST_DIVERGENCE}{self.divergence.text}")
             if self.divergence.fewer:  # where they parted is later than where one skipped a call
                 out.append(f"  {self.divergence.fewer}")
             if self.divergence.hint:  # what torch's check does not compare either, or why they part

@@ -228,7 +228,7 @@ def hang_section(hang: dict) -> list[str]:
     if hang.get("divergence"):
         parts.append(f'<p id="hang-divergence"><b>First divergence:</b> {esc(hang["divergence"])}</p>')
     # what the terminal said past where each rank is: the line a rank skipped a call at, the hints
-    advice = [line for line in hang.get("advice") or [] if not line.startswith("first divergence: ")]
+    advice = hang.get("advice") or []
     if advice:
         parts.append('<ul id="hang-advice">' + "".join(f"<li>{esc(line)}</li>" for line in advice) + "</ul>")
     loaders = [(rank, "?" if w.get("worker") is None else w["worker"], w.get("pid"), w.get("where", ""),

@@ -1,6 +1,7 @@
 """The report: a run's records (plan, events, progress, outcome) -> lanes, phases, markers; the page."""
 from __future__ import annotations
 
+import dataclasses
 import html
 
 import io
@@ -336,6 +337,12 @@ def test_a_hangs_hints_and_the_line_a_rank_skipped_a_call_at_are_kept_and_shown_
     hang = found.to_json()
     assert hang["advice"] == [fewer, DEBUG_HINT]
     assert [f"  {line}" for line in hang["advice"]] == found.lines()[-2:]
+    # the divergence is kept apart, not again among the advice (a review, session 113): said on a line
+    # of its own where the headline does not say it (a working job whose collectives part)
+    working = dataclasses.replace(found, hung=False)
+    assert f"  first divergence: {hang['divergence']}" in working.lines()
+    assert working.to_json()["advice"] and not any(line.startswith("first divergence")
+                                                   for line in working.to_json()["advice"])
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [],
                                     "outcome": {"succeeded": False, "exit_code": 1, "hang": hang}}))
     advice = page[page.index('<ul id="hang-advice">'):].split("</ul>")[0]
