@@ -150,6 +150,51 @@ class InitCall:
                    torchrun_store=str(gave.get("store") or ""))
 
 
+@dataclass(frozen=True)
+class StoreWait:
+    """A store call of the script's that blocks until its keys exist (``get``, ``wait``,
+    ``multi_get``; ``TCPStore`` for its constructor, which waits for its master or its workers)."""
+
+    call: str
+    keys: tuple[str, ...]
+    at: str  # file:line of the call
+
+
+@dataclass(frozen=True)
+class TcpStoreMade:
+    """A ``TCPStore`` the script made itself."""
+
+    host: str
+    port: int
+    is_master: bool
+    at: str
+    world_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class StoreCalls:
+    """A rank's script's own store calls (see :mod:`orchestrate.node.store_calls`): the keys it
+    set (``more_keys``: past those kept), where it is blocked in one, the TCPStores it made."""
+
+    keys_set: tuple[str, ...] = ()
+    more_keys: bool = False
+    waiting: tuple[StoreWait, ...] = ()  # its main thread's first
+    tcp_stores: tuple[TcpStoreMade, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any) -> Optional["StoreCalls"]:
+        if not isinstance(data, dict):
+            return None
+        waits = [w for w in data.get("waiting") or () if isinstance(w, dict)]
+        stores = [t for t in data.get("tcp_stores") or () if isinstance(t, dict)]
+        return cls(keys_set=tuple(str(k) for k in data.get("keys_set") or ()), more_keys=data.get("more_keys") is True,
+                   waiting=tuple(StoreWait(str(w.get("call") or ""), tuple(str(k) for k in w.get("keys") or ()),
+                                           str(w.get("at") or "?")) for w in waits),
+                   tcp_stores=tuple(TcpStoreMade(str(t.get("host") or ""), optional_int(t.get("port")) or 0,
+                                                 t.get("is_master") is True, str(t.get("at") or "?"),
+                                                 optional_int(t.get("world_size"))) for t in stores))
+
+
 def optional_float(value: Any) -> Optional[float]:
     try:
         return None if value is None else float(value)
@@ -232,6 +277,7 @@ class RankSnapshot:
     threads: tuple[ThreadStack, ...] = ()  # its other threads of the user's: those that ended with an error first
     children_cpu_s: float = 0.0  # the CPU seconds its live child processes used so far (a pool's, a subprocess's)
     socket_bytes: Optional[int] = None  # the bytes its open TCP sockets sent and received so far
+    store: Optional[StoreCalls] = None  # its script's own store calls, once it made one
 
     @property
     def waits_for_threads(self) -> bool:
@@ -292,7 +338,7 @@ class RankSnapshot:
             lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
             cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data),
             children_cpu_s=optional_float(data.get("children_cpu_s")) or 0.0,
-            socket_bytes=optional_int(data.get("socket_bytes")))
+            socket_bytes=optional_int(data.get("socket_bytes")), store=StoreCalls.from_json(data.get("store")))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,

@@ -99,6 +99,8 @@ class CollectiveLog:
         # How the script called init_process_group, beside what torchrun gave the process
         # (orchestrate.node.init_record); None until it does.
         self.init_call: Optional[Dict[str, Any]] = None
+        # The script's own store calls (orchestrate.node.store_calls.StoreRecord); None until recorded.
+        self.store_calls: Any = None
 
     def enter(self, op: str, group: str, shapes: str, caller: str) -> Dict[str, Any]:
         """Record a collective as entered; return its entry (to be :meth:`leave` d)."""

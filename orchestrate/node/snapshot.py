@@ -243,6 +243,7 @@ class SnapshotWriter:
             "children_cpu_s": children_cpu_s(os.getpid()), "socket_bytes": socket_bytes(),
             "collectives": self.log.snapshot(settle=from_server),
             "completed": self.log.completed, "lines": self.log.call_lines(), "init": self.log.init_call,
+            "store": self.log.store_calls.snapshot() if self.log.store_calls is not None else None,
             "stacks": thread_stacks(self.main_ident, self.server_ident),
             "debugger": stopped_in_debugger(),
             "thread_errors": self.thread_errors.snapshot() if self.thread_errors is not None else [],

@@ -10,6 +10,7 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    :mod:`orchestrate.node.ddp_collectives`, FSDP's and DCP's named by
    :mod:`orchestrate.node.fsdp_collectives` and :mod:`orchestrate.node.checkpoint_collectives`), how its
    script called ``init_process_group`` beside what torchrun gave it (:mod:`orchestrate.node.init_record`),
+   the keys its own store calls set and wait for, and the ``TCPStore`` it makes (:mod:`orchestrate.node.store_calls`),
    and answer the launcher's requests for its stacks
    (:mod:`orchestrate.node.snapshot`), let ``breakpoint()``, ``pdb.set_trace()`` and
    ``torch.distributed.breakpoint()`` wait for the host's ``debug RUN RANK``
@@ -199,7 +200,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
                                   ddp_collectives, fsdp_collectives, init_record, loader_workers, remote_debugger,
-                                  sampler_epochs, shared_writes, snapshot, spawn_note, step_counter, storage_faults)
+                                  sampler_epochs, shared_writes, snapshot, spawn_note, step_counter, storage_faults,
+                                  store_calls)
     from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_debugger, report_init_asked, report_init_call,
                                            report_same_shuffle, report_written, report_written_locally)
 
@@ -231,6 +233,9 @@ def install_recorder(timeout_s: Optional[float]) -> None:
             collective_log.with_default_timeout(timeout_s)
         init_record.install(torchrun_gave, keep_init_call, lambda: collective_log.on_failure(log),
                             made=report_init_call)
+        if directory:  # the keys the script's store calls set and wait for, in its snapshots
+            log.store_calls = store_calls.StoreRecord()
+            store_calls.install(log.store_calls)
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
     collective_log.when_imported("torch.nn.parallel.distributed", lambda: ddp_collectives.install(log, name_group))
