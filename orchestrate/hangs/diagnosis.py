@@ -14,6 +14,7 @@ from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
                                          training_pass, waits_for_data_loader)
 from orchestrate.hangs.stacks import StackGroup, awaited_threads, group_stacks, shown_frames, summary
+from orchestrate.hangs.store_calls import store_hints
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
@@ -362,6 +363,7 @@ class HangDiagnosis:
     unheard_nodes: list[str] = field(default_factory=list)
     call_lines: dict[int, dict[str, int]] = field(default_factory=dict)  # each rank's call lines, with counts
     init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
+    store_hints: list[str] = field(default_factory=list)  # why ranks wait in their script's own store calls
     timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
     run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
     awaited_threads: dict[int, str] = field(default_factory=dict)  # where a waiting main thread's threads are
@@ -570,6 +572,8 @@ class HangDiagnosis:
             out.append(f"  {THREAD_ENDED_HINT}")
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
+        elif self.hung and self.store_hints:
+            out += [f"  {hint}" for hint in self.store_hints]
         elif self.hung and self.not_joined:
             out.append(f"  {NOT_JOINED_HINT}")
         elif self.hung and self.exited and self.someone_waits:
@@ -662,6 +666,7 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
         call_lines={rank: dict(s.lines) for rank, s in now.snapshots.items()},
         init_hints=init_hints({rank: call for rank in joining if (call := now.snapshots[rank].init) is not None},
                               {rank: s.node for rank, s in now.snapshots.items()}),
+        store_hints=store_hints(now.snapshots, expected),
         awaited_threads=threads,
         awaits_ended_thread=tuple(sorted(rank for rank in threads
                                          if any(t.error for t in now.snapshots[rank].threads))),
