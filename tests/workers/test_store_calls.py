@@ -1,0 +1,28 @@
+"""The workers' record of their script's own store calls under real torchrun and gloo: the keys
+a rank set and the key another waits for, and the hint the watchdog reads from them; not the
+rendezvous's keys, which torch sets in the same store."""
+from __future__ import annotations
+
+from orchestrate.hangs.store_calls import store_hints
+from orchestrate.hangs.snapshots import StoreWait
+from tests.workers.conftest import ROOT
+from tests.workers.test_collective_record import line_of, probe_when, start, stop
+
+STORE_KEY_TYPO = ROOT / "tests" / "jobs" / "store_key_typo.py"
+
+
+def test_a_rank_waiting_for_a_misspelled_store_key_is_recorded_with_the_key_and_told_the_key_set(tmp_path):
+    proc = start(tmp_path, "--collective-timeout", "60", "--", str(STORE_KEY_TYPO))
+    try:
+        probe = probe_when(tmp_path, proc, lambda p: all(p.snapshots.get(r) and p.snapshots[r].store for r in (0, 1))
+                           and bool(p.snapshots[1].store.waiting), "waited for the key")  # type: ignore[union-attr]
+    finally:
+        stop(proc)
+    line = line_of(STORE_KEY_TYPO, "# TYPO")
+    assert probe.snapshots[0].store.keys_set == ("dataset_ready",)  # type: ignore[union-attr]
+    assert probe.snapshots[1].store.waiting == (  # type: ignore[union-attr]
+        StoreWait("wait", ("datasetready",), f"{STORE_KEY_TYPO}:{line}"),)
+    assert store_hints(probe.snapshots, {0, 1}) == [
+        f"rank 1 waits in store.wait() at {STORE_KEY_TYPO}:{line} for store key 'datasetready', which no rank set"
+        " (keys set that look like it: 'dataset_ready' by rank 0; check the key's spelling): a store's wait returns"
+        " only once the key is set"]
