@@ -2793,6 +2793,14 @@ MUTANTS = [
     Mutant("a hang's advice repeats the divergence outcome.json keeps apart", "orchestrate/hangs/diagnosis.py",
            '                if not line.startswith(f"  {FIRST_DIVERGENCE}")]', "                ]",
            ("tests/unit/test_report.py",)),
+    Mutant("a store key another rank set is said unset", "orchestrate/hangs/store_calls.py",
+           "missing = tuple(key for key in wait.keys if key not in setters) if wait is not None else ()",
+           "missing = tuple(wait.keys) if wait is not None else ()", ("tests/unit/test_store_calls.py",)),
+    Mutant("torch's own store calls are recorded as the script's", "orchestrate/node/store_calls.py",
+           "    return bool(filename) and _TORCH_FILES not in filename and not is_hook_file(filename)",
+           "    return bool(filename) and not is_hook_file(filename)", ("tests/unit/test_store_calls.py",)),
+    Mutant("a TCPStore on localhost of a one-node job is said to be each node's own", "orchestrate/hangs/store_calls.py",
+           "if len(set(nodes.values())) < 2 or not any(", "if not any(", ("tests/unit/test_store_calls.py",)),
 ]
 
 
