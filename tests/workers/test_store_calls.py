@@ -26,3 +26,18 @@ def test_a_rank_waiting_for_a_misspelled_store_key_is_recorded_with_the_key_and_
         f"rank 1 waits in store.wait() at {STORE_KEY_TYPO}:{line} for store key 'datasetready', which no rank set"
         " (keys set that look like it: 'dataset_ready' by rank 0; check the key's spelling): a store's wait returns"
         " only once the key is set"]
+
+
+def test_a_store_wait_that_times_out_shows_the_scripts_traceback_without_the_recorders_wrapper(tmp_path):
+    script = tmp_path / "wait_timeout.py"
+    script.write_text("from datetime import timedelta\n"
+                      "import torch.distributed as dist\n"
+                      "from torch.distributed.distributed_c10d import _get_default_store\n"
+                      "dist.init_process_group('gloo')\n"
+                      "_get_default_store().wait(['nokey'], timedelta(seconds=1))\n")
+    proc = start(tmp_path, "--", str(script))
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "DistStoreError: wait timeout after 1000ms" in output
+    assert f'File "{script}", line 5, in <module>' in output
+    assert "store_calls.py" not in output
