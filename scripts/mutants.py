@@ -2801,6 +2801,12 @@ MUTANTS = [
            "    return bool(filename) and not is_hook_file(filename)", ("tests/unit/test_store_calls.py",)),
     Mutant("a TCPStore on localhost of a one-node job is said to be each node's own", "orchestrate/hangs/store_calls.py",
            "if len(set(nodes.values())) < 2 or not any(", "if not any(", ("tests/unit/test_store_calls.py",)),
+    Mutant("a main thread waiting for a lock with no other thread alive gets no hint", "orchestrate/hangs/diagnosis.py",
+           "                          if snapshot.waits_for_threads and not snapshot.threads},",
+           "                          if False},", ("tests/unit/test_thread_waits.py",)),
+    Mutant("a lock waited for beside a live thread of the script's is said taken again", "orchestrate/hangs/diagnosis.py",
+           "                          if snapshot.waits_for_threads and not snapshot.threads},",
+           "                          if snapshot.waits_for_threads},", ("tests/unit/test_thread_waits.py",)),
 ]
 
 

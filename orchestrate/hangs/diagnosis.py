@@ -135,6 +135,13 @@ THREAD_ENDED_HINT = ("a thread that ends with an error ends alone: Python prints
                      " the thread and hand it to the main thread (put it on the queue and raise it there), or run"
                      " the work in a concurrent.futures.ThreadPoolExecutor, whose result() raises the thread's error")
 
+# Where a rank's main thread waits for another of its threads and no other thread of the script's
+# is alive (since 2026-12-07: its place alone was said, nothing of why).
+THREAD_ALONE_HINT = ("{ranks} {waits} at {where} for another thread (a lock, a queue, an event), and no other"
+                     " thread of the script's is alive there to answer: a threading.Lock taken again by the thread that holds it waits for ever (a"
+                     " threading.RLock may be taken again by its holder), as does a wait for a thread that ended"
+                     " without letting go of its lock, or setting or putting what the main thread waits for")
+
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
 DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or {instead}"
 # What else ends the wait: by the call that stopped the rank (the rest are its script's breakpoints).
@@ -350,6 +357,8 @@ class HangDiagnosis:
         awaited_threads: For each rank whose main thread waits for another of its threads (a
             queue's get, a join, a lock), where its threads of the user's are.
         awaits_ended_thread: The ranks among those one of whose threads ended with an error.
+        awaits_no_thread: The ranks whose main thread waits for another of its threads while none
+            of the script's is alive (a lock taken again by its holder), each with where it waits.
     """
 
     quiet_s: Optional[float]
@@ -368,6 +377,7 @@ class HangDiagnosis:
     run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
     awaited_threads: dict[int, str] = field(default_factory=dict)  # where a waiting main thread's threads are
     awaits_ended_thread: tuple[int, ...] = ()  # the ranks among them one of whose threads ended with an error
+    awaits_no_thread: dict[int, str] = field(default_factory=dict)  # waits for a thread, none alive: where
     cut_by: tuple[str, ...] = ()  # the faults in effect that cut the nodes' network (a partition, a disconnect)
 
     @property
@@ -570,6 +580,10 @@ class HangDiagnosis:
             out.append(f"  {made_alone}")
         elif self.hung and self.awaits_ended_thread:
             out.append(f"  {THREAD_ENDED_HINT}")
+        elif self.hung and self.awaits_no_thread:
+            ranks = sorted(self.awaits_no_thread)
+            out.append("  " + THREAD_ALONE_HINT.format(ranks=ranks_text(ranks), waits="waits" if len(ranks) == 1 else "wait",
+                                                       where=self.awaits_no_thread[ranks[0]]))
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
         elif self.hung and self.store_hints:
@@ -668,6 +682,8 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
                               {rank: s.node for rank, s in now.snapshots.items()}),
         store_hints=store_hints(now.snapshots, expected),
         awaited_threads=threads,
+        awaits_no_thread={rank: summary(snapshot.stack) for rank, snapshot in sorted(now.snapshots.items())
+                          if snapshot.waits_for_threads and not snapshot.threads},
         awaits_ended_thread=tuple(sorted(rank for rank in threads
                                          if any(t.error for t in now.snapshots[rank].threads))),
     )

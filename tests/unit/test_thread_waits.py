@@ -94,6 +94,26 @@ def test_a_thread_that_ended_with_an_error_is_named_first_with_its_error_and_the
     assert found.awaits_ended_thread == (1,)
 
 
+def test_a_main_thread_waiting_for_a_lock_with_no_other_thread_alive_gets_the_hint_of_a_lock_taken_again():
+    """A note of earlier sessions: a rank whose main thread took a threading.Lock it already held
+    (a helper that logs under the lock, called under it) was placed at its line, and nothing said
+    why; no other thread of the script's was alive to let the lock go. Now the hint says so."""
+    from orchestrate.hangs.diagnosis import THREAD_ALONE_HINT
+
+    relocked = (Frame("train.py", 19, "log_stats", "with stats_lock:"),)
+    found = hung(snap(0, IN_ALL_REDUCE, waiting_in(6)), snap(1, relocked, done(5)))
+    assert found.awaits_no_thread == {1: "log_stats at train.py:19"}
+    assert found.lines()[-1] == "  " + THREAD_ALONE_HINT.format(ranks="rank 1", waits="waits",
+                                                                where="log_stats at train.py:19")
+    assert "a threading.Lock taken again by the thread that holds it" in found.lines()[-1]
+    # a thread of the script's alive to let it go: where it is, and no such hint
+    beside = hung(snap(0, IN_ALL_REDUCE, waiting_in(6)), snap(1, relocked, done(5), (PRODUCING,)))
+    assert not beside.awaits_no_thread and not any("taken again" in line for line in beside.lines())
+    # a thread that ended with an error: its own hint, first
+    ended = hung(snap(0, IN_ALL_REDUCE, waiting_in(6)), snap(1, IN_QUEUE_GET, done(5), (ENDED,)))
+    assert ended.lines()[-1] == f"  {THREAD_ENDED_HINT}"
+
+
 def test_threads_are_not_said_where_the_main_thread_waits_for_no_thread():
     # rank 1 computes outside a collective beside a thread of its own: its place alone
     computing = (Frame("train.py", 40, "<module>", "loss = model(x)"),)
