@@ -217,6 +217,13 @@ def format_bandwidth(bytes_per_s: float) -> str:
     return f"{bytes_per_s / 1e9:.3f} GB/s"
 
 
+def format_byte_rate(bytes_per_s: float) -> str:
+    """``2.0e6`` -> ``2.0 MB/s``, ``48000`` -> ``48 kB/s``: decimal units, as a slow link moves
+    data (a rank's sockets in the hang watchdog's look; a benchmark's bandwidth is
+    :func:`format_bandwidth`'s)."""
+    return f"{bytes_per_s / 1e6:.1f} MB/s" if bytes_per_s >= 1e6 else f"{bytes_per_s / 1e3:.0f} kB/s"
+
+
 def format_short_time(seconds: float) -> str:
     """A measured time, in the unit that shows it best: ``7e-05`` -> ``70.0 us``, ``0.0123`` ->
     ``12.3 ms``, ``2.5`` -> ``2.50 s``; none, ``0``, as ``0`` (not ``0.0 us`` beside others in ms)."""

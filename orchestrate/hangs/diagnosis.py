@@ -20,7 +20,7 @@ from orchestrate.node.collective_log import NEW_GROUP
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
 from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
 from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL
-from orchestrate.text import ranks_text
+from orchestrate.text import format_byte_rate, ranks_text
 
 # A rank that used this share of a core between two probes is computing, not waiting. A rank
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
@@ -241,7 +241,7 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
         return RankActivity(rank, "busy", f"computing on the GPU, in {collective.where}")
     moving = socket_rate(before, now, interval_s)
     if collective is not None and moving >= MOVING_BYTES_PER_S:
-        return RankActivity(rank, "busy", f"{MOVING_DATA} in {collective.where} ({bytes_rate_text(moving)})")
+        return RankActivity(rank, "busy", f"{MOVING_DATA} in {collective.where} ({format_byte_rate(moving)})")
     # a DDP backward pass computes the gradients it all-reduces: busy there is computing
     if collective is not None and not (collective.is_backward_pass and share >= BUSY_CPU_SHARE):
         return RankActivity(rank, "collective", f"waits in {collective.where}")
@@ -291,11 +291,6 @@ def socket_rate(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: f
     if before.socket_bytes is None or now.socket_bytes is None:
         return 0.0
     return max(0.0, (now.socket_bytes - before.socket_bytes) / interval_s)
-
-
-def bytes_rate_text(per_s: float) -> str:
-    """``1.2 MB/s``, ``48 kB/s``."""
-    return f"{per_s / 1e6:.1f} MB/s" if per_s >= 1e6 else f"{per_s / 1e3:.0f} kB/s"
 
 
 def children_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s: float) -> float:
