@@ -2658,8 +2658,8 @@ MUTANTS = [
     # Session 112 (2026-12-07) trial review
     Mutant("a step counted from 1 again is put down to an optimizer with no step count",
            "orchestrate/outcome/model.py",
-           '            " resumed (an optimizer without a step count, or a script that started over)")',
-           '            " resumed (an optimizer without a step count)")',
+           '            " count, or a script that started over)")',
+           '            " count)")',
            ("tests/unit/test_fault_scheduler.py",)),
     Mutant("a step counted anew after a death with no fault says 'its death' of another node",
            "orchestrate/outcome/model.py",

@@ -60,8 +60,12 @@ def anew_step_words(step: object, after: Optional[dict]) -> str:
     in the summary's words."""
     if not after:
         return f"step {step}"
-    return (f"step {step} of the attempt after {named_cause(str(after.get('node')), str(after.get('cause')))},"
-            " counted from 1 again")
+    return f"step {step}{attempt_after(named_cause(str(after.get('node')), str(after.get('cause'))))}"
+
+
+def attempt_after(cause: str) -> str:
+    """Whose count a step counted from 1 again is in: the attempt after ``cause``'s recovery."""
+    return f" of the attempt after {cause}, counted from 1 again"
 
 
 def anew_note(after: Optional[Recovery]) -> str:
@@ -69,8 +73,8 @@ def anew_note(after: Optional[Recovery]) -> str:
     that attempt followed; None where the steps go on from where the job resumed)."""
     if after is None:
         return ""
-    return (f" of the attempt after {after.named_cause}, counted from 1 again: no rank said where it"
-            " resumed (an optimizer without a step count, or a script that started over)")
+    return (f"{attempt_after(after.named_cause)}: no rank said where it resumed (an optimizer without a step"
+            " count, or a script that started over)")
 
 
 @dataclass
