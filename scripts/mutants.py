@@ -2807,6 +2807,10 @@ MUTANTS = [
     Mutant("a lock waited for beside a live thread of the script's is said taken again", "orchestrate/hangs/diagnosis.py",
            "                          if snapshot.waits_for_threads and not snapshot.threads},",
            "                          if snapshot.waits_for_threads},", ("tests/unit/test_thread_waits.py",)),
+    # Session 114 (2026-12-07): a preempt under --stop-grace 0 is said without a grace that ran out
+    Mutant("ranks a preempt killed under no grace are said out of a 0 s grace", "orchestrate/outcome/preemption.py",
+           "        if preemption.grace_s <= 0:  # (--stop-grace 0", "        if False:  # (--stop-grace 0",
+           ("tests/unit/test_preemption.py",)),
 ]
 
 

@@ -119,7 +119,10 @@ def how_ranks_met_sigterm(preemption: Preemption, grace_ran_out: bool, advise: b
         parts.append(f"{_ranks(finished)} finished {_scripts(finished)} (exit 0) {when} the SIGTERM"
                      f"{_writes(finished)}")
     if unfinished:
-        if grace_ran_out:
+        if preemption.grace_s <= 0:  # (--stop-grace 0: the SIGKILL came with the SIGTERM, no grace to run out)
+            parts.append(f"{_ranks(unfinished)} got SIGKILL with the SIGTERM, with no grace to finish"
+                         f" {_scripts(unfinished)} in (--stop-grace 0){_writes(unfinished)}")
+        elif grace_ran_out:
             parts.append(f"{_ranks(unfinished)} had not finished {_scripts(unfinished)} when the {grace} ran out"
                          f"{_writes(unfinished)}")
         else:

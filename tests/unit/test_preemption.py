@@ -70,6 +70,20 @@ def test_a_grace_that_ran_out_is_said_instead_of_the_advice():
         " 10 s grace ran out")
 
 
+def test_under_no_grace_the_ranks_are_said_killed_with_the_sigterm_not_out_of_a_0_s_grace():
+    """`--stop-grace 0`: a preempt's SIGKILL follows its SIGTERM at once. The ranks were said to
+    have "not finished ... when the 0 s grace ran out" (or advised to save "within the 0 s grace")
+    until 2026-12-07: there was no grace to run out or to save in."""
+    said = met(RankAfterSigterm(1, None, ("ckpt.pt",)), grace_s=0.0, grace_ran_out=True)
+    assert said == ("rank 1 got SIGKILL with the SIGTERM, with no grace to finish its script in (--stop-grace 0)"
+                    " (opened to write after it: ckpt.pt)")
+    assert met(RankAfterSigterm(0), RankAfterSigterm(1), grace_s=0.0) == (
+        "ranks 0, 1 got SIGKILL with the SIGTERM, with no grace to finish their scripts in (--stop-grace 0)")
+    assert met(RankAfterSigterm(0, finished_before=True), RankAfterSigterm(1), grace_s=0.0, grace_ran_out=True) == (
+        "rank 0 had finished its script before the SIGTERM; rank 1 got SIGKILL with the SIGTERM, with no grace to"
+        " finish its script in (--stop-grace 0)")
+
+
 def test_a_rank_that_had_finished_before_the_signal_is_said_so_and_gets_no_advice():
     assert met(RankAfterSigterm(0, finished_before=True), RankAfterSigterm(1, 0.2)) == (
         "rank 0 had finished its script before the SIGTERM; rank 1 finished its script (exit 0) 0.2 s after the SIGTERM")
