@@ -1206,7 +1206,7 @@ MUTANTS = [
     Mutant("a file opened to write before the SIGTERM is said as after it", "orchestrate/supervise/progress.py",
            "            after = [r for r in said if r.time >= signalled]", "            after = said", PREEMPT),
     Mutant("a grace that ran out is said as a rank that did not finish", "orchestrate/outcome/preemption.py",
-           "        if grace_ran_out:", "        if False:", PREEMPT),
+           "        elif grace_ran_out:", "        elif False:", PREEMPT),
     Mutant("the advice is given though another rank finished", "orchestrate/outcome/preemption.py",
            '("" if finished or not advise else', '("" if not advise else', PREEMPT),
     Mutant("ranks that finished together are timed by the fastest", "orchestrate/outcome/preemption.py",
