@@ -786,7 +786,7 @@ MUTANTS = [
     Mutant("a peer gloo could not reach is taken for an error of its own", "orchestrate/node/peer_loss.py",
            '    "connectFullMesh failed",\n', "", ("tests/unit/test_output.py", "tests/unit/test_diagnosis.py")),
     Mutant("outcome.json keeps no hint", "orchestrate/outcome/record.py",
-           '"\\n".join(line.strip() for line in ending_hint(outcome).splitlines()) or None', "None",
+           '"hint": hint_text(ending_hint(outcome)),', '"hint": None,',
            ("tests/unit/test_outcome.py",)),
     Mutant("outcome.json keeps no earlier attempt", "orchestrate/outcome/record.py",
            '"earlier": None if failure.earlier is None else {', '"earlier": None if True else {',
@@ -2811,6 +2811,10 @@ MUTANTS = [
     Mutant("ranks a preempt killed under no grace are said out of a 0 s grace", "orchestrate/outcome/preemption.py",
            "        if preemption.grace_s <= 0:  # (--stop-grace 0", "        if False:  # (--stop-grace 0",
            ("tests/unit/test_preemption.py",)),
+    # Session 114 (2026-12-07): outcome.json's hint without the summary's "hint:" label
+    Mutant("outcome.json's hint keeps the summary's hint: label", "orchestrate/outcome/record.py",
+           '        lines[0] = lines[0].removeprefix("hint:").lstrip()', "        pass",
+           ("tests/unit/test_outcome.py", "tests/unit/test_slurm.py")),
 ]
 
 

@@ -61,7 +61,7 @@ def outcome_record(outcome: RunResult) -> dict:
                    for f in outcome.faults],
         "hang": None if outcome.hang is None else outcome.hang.to_json(),
         # what the summary's hint says to change, and why (one text, perhaps of several lines)
-        "hint": "\n".join(line.strip() for line in ending_hint(outcome).splitlines()) or None,
+        "hint": hint_text(ending_hint(outcome)),
         # where each rank's script was when torchrun's SIGTERM ended it (its stacks then), by rank
         "stopped_where": {str(rank): where for rank, where in sorted(outcome.stopped_where.items())},
         # the nodes by their addresses (address -> node), which the summary names a peer an error gives by address by
@@ -119,3 +119,13 @@ def write_outcome(outcome: RunResult) -> None:
         (outcome.run_dir / OUTCOME_FILE).write_text(json.dumps(outcome_record(outcome), indent=2) + "\n")
     except OSError as exc:  # the run directory went away: the summary on screen still says it all
         log.debug("outcome.json: %s", exc)
+
+
+def hint_text(said: str) -> Optional[str]:
+    """The summary's hint as outcome.json keeps it: its lines joined by newlines, without the
+    summary's ``hint:`` label (the key names it; until 2026-12-07 the text began "hint: "); None
+    where there is none."""
+    lines = [line.strip() for line in said.splitlines()]
+    if lines:
+        lines[0] = lines[0].removeprefix("hint:").lstrip()
+    return "\n".join(lines) or None

@@ -1369,7 +1369,7 @@ def test_a_slurm_jobs_own_worker_error_gets_the_judges_hint_as_a_compose_runs_do
             " find_unused_parameters=True)")
     said = next(line for line in lines if line.startswith("  hint:"))
     assert said.startswith(hint) and lines.index(said) < lines.index("  | Traceback")  # above the traceback
-    assert outcome_record(result)["hint"].startswith(hint.strip())
+    assert outcome_record(result)["hint"].startswith(hint.strip().removeprefix("hint: "))
     # not for an error that a peer's lost connection made, where Slurm's own report is the cause
     result.slurm.workers_collateral = True
     assert not any(line.startswith("  hint:") for line in format_slurm_summary(result).splitlines())
