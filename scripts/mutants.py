@@ -2815,6 +2815,12 @@ MUTANTS = [
     Mutant("outcome.json's hint keeps the summary's hint: label", "orchestrate/outcome/record.py",
            '        lines[0] = lines[0].removeprefix("hint:").lstrip()', "        pass",
            ("tests/unit/test_outcome.py", "tests/unit/test_slurm.py")),
+    # Session 114 (2026-12-07): input() in a worker, which has no terminal
+    Mutant("an input() at the end of a worker's stdin gets no hint", "orchestrate/outcome/judge.py",
+           "    if failure is None or _INPUT_AT_EOF not in failure.errors:", "    if True:",
+           ("tests/unit/test_judge.py",)),
+    Mutant("the summary leaves the no-terminal hint out", "orchestrate/outcome/summary.py",
+           " or no_terminal_hint(failure))", ")", ("tests/unit/test_outcome.py",)),
 ]
 
 

@@ -617,6 +617,20 @@ def compiler_hint(failure: Optional[Failure]) -> str:
             " (apt-get install g++ python3-dev), or set CXX and CC to the compilers it has")
 
 
+# Python's words for an input() that met the end of its standard input.
+_INPUT_AT_EOF = "EOFError: EOF when reading a line"
+
+
+def no_terminal_hint(failure: Optional[Failure]) -> str:
+    """For a rank whose ``input()`` met the end of its standard input: a torchrun worker has no
+    terminal to answer it ("" for any other failure)."""
+    if failure is None or _INPUT_AT_EOF not in failure.errors:
+        return ""
+    return ("  hint: a torchrun worker has no terminal: its standard input is empty, so input() meets its end at once;"
+            " give the answer as an argument of the script, in the environment (--env NAME=VALUE), or in a file in the"
+            " work directory (and for pdb at a breakpoint(), see `python -m orchestrate debug`)")
+
+
 # gloo's words for a GLOO_SOCKET_IFNAME the host does not have; NCCL's for an NCCL_SOCKET_IFNAME.
 _NO_SUCH_INTERFACE = re.compile(r"Unable to find address for: (?P<name>\S+)|no socket interface found")
 

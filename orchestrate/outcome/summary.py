@@ -10,7 +10,7 @@ from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_b
                                        compiler_hint, ddp_prefix_hint, device_ordinal_hint, died_at_exit,
                                        diverged_hint, interface_hint, local_files_while_hung, local_rank_argument_hint,
                                        lost_peer_lines, made_alone_hint,
-                                       mismatch_hint, missing_module_hint, no_gpu_hint, node_local_file_hint,
+                                       mismatch_hint, missing_module_hint, no_gpu_hint, no_terminal_hint, node_local_file_hint,
                                        read_too_early_hint, repeated_error_line, said_error, torn_save_hint,
                                        uneven_hint, unused_parameters_hint)
 from orchestrate.outcome.model import RunResult, SlurmJob
@@ -289,7 +289,7 @@ def failure_hint(outcome: RunResult, failure: Failure) -> str:
             or made_alone_hint(failure)
             or node_local_file_hint(failure, outcome.results, outcome.written_locally)
             or read_too_early_hint(failure, outcome.results, outcome.written_shared)
-            or compiler_hint(failure) or local_rank_argument_hint(failure))
+            or compiler_hint(failure) or local_rank_argument_hint(failure) or no_terminal_hint(failure))
 
 
 # How many files written by several ranks are named, at most.

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrate.outcome.judge import (Failure, absent_from_barrier_lines, compiler_hint, device_ordinal_hint,
                                        died_at_exit, diverged_hint, find_failure, interface_hint, lost_peer_lines,
-                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint,
+                                       made_alone_hint, mismatch_hint, missing_module_hint, no_gpu_hint, no_terminal_hint,
                                        repeated_error_line, signal_name, torn_save_hint, uneven_hint)
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.root_cause import AttemptError, EarlierFailure, RootCause
@@ -676,6 +676,16 @@ def test_the_compiler_hint_is_given_where_torch_compile_found_no_compiler_in_the
         assert compiler_hint(Failure("node0", 0, 1, exception, ())) == hint
     assert compiler_hint(Failure("node0", 0, 1, "torch._inductor.exc.InductorError: LoweringException", ())) == ""
     assert compiler_hint(None) == ""
+
+
+def test_an_input_that_met_the_end_of_a_workers_stdin_gets_the_no_terminal_hint():
+    """A trial's rank 0 asked `input("continue? ")`: it failed at once with EOFError, and nothing
+    said that a torchrun worker has no terminal (until 2026-12-07)."""
+    said = no_terminal_hint(Failure("node0", 0, 1, "EOFError: EOF when reading a line", ()))
+    assert said.startswith("  hint: a torchrun worker has no terminal: its standard input is empty, so input() meets"
+                           " its end at once; give the answer as an argument of the script, in the environment (--env")
+    assert no_terminal_hint(Failure("node0", 0, 1, "EOFError: Ran out of input", ())) == ""  # a pickle's, not input()'s
+    assert no_terminal_hint(None) == ""
 
 
 def test_the_no_gpu_hint_is_given_on_a_node_without_a_gpu_to_a_script_that_asked_for_one(nodes):

@@ -816,6 +816,15 @@ def test_a_hung_rank_that_waits_outside_any_collective_is_told_of_the_files_othe
     assert not any("cannot see" in line for line in format_summary(stopped).splitlines())
 
 
+def test_a_rank_whose_input_met_the_end_of_its_stdin_is_told_a_worker_has_no_terminal(make_job):
+    plan = make_job(nodes=2)
+    eof = "EOFError: EOF when reading a line"
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, eof)), (NodePhase.STOPPED, -15, 1.1, None))
+    lines = format_summary(outcome(results)).splitlines()
+    failed = lines.index("FAILED: node0 rank 0 failed (exit code 1): " + eof)
+    assert lines[failed + 1].startswith("  hint: a torchrun worker has no terminal: its standard input is empty")
+
+
 def test_a_compiled_model_without_a_compiler_and_a_forward_pass_made_alone_get_their_hints(make_job):
     plan = make_job(nodes=2)
     no_compiler = "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found"
