@@ -3,9 +3,10 @@ per trial; the verdicts.
 
 1. The work directory is copied once per run, as it is, so that one run's checkpoints never
    leak into another; ``--compare`` files come from each run's own copy.
-2. Run 1, the reference: the job undisturbed. Every run uses the elastic c10d rendezvous, so
-   the faults are the only difference between them. Its steps, and the first file it wrote in
-   its work directory, say where faults can test a resume.
+2. Run 1, the reference: the job undisturbed. Every run uses the elastic c10d rendezvous (its
+   store in a container of the run's own where a kind aims at the store:
+   :func:`chaos_rendezvous`), so the faults are the only difference between them. Its steps, and
+   the first file it wrote in its work directory, say where faults can test a resume.
 3. Each trial (seeds S to S+K-1): a schedule drawn in training time
    (:mod:`orchestrate.chaos.schedule`), the job run with it, what each fault struck and what
    the job redid (:mod:`orchestrate.chaos.attempts`), the files and per-step metrics compared.
@@ -22,11 +23,11 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Optional, Sequence, Union
 
 from orchestrate.chaos.attempts import attempts_of, ended_at, job_steps, one_ranks_records, steps_redone, strikes
 from orchestrate.chaos.compare import compare_files
-from orchestrate.chaos.schedule import Reference, check_drawn_levels, draw_schedule
+from orchestrate.chaos.schedule import ChaosKind, Reference, chaos_kind, check_drawn_levels, draw_schedule
 from orchestrate.chaos.step_metrics import compare_step_metrics
 from orchestrate.node.params_digest import STEP_DIGEST_ENV
 from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison, held_before_note
@@ -63,7 +64,8 @@ def not_made(first: int, last: int) -> str:
 class ChaosCheck:
     """One chaos check of a job (see the module's text)."""
 
-    def __init__(self, request: RunRequest, *, faults: int, seed: int, kinds: tuple[FaultAction, ...],
+    def __init__(self, request: RunRequest, *, faults: int, seed: int,
+                 kinds: Sequence[Union[ChaosKind, FaultAction]],
                  compare: tuple[str, ...] = (), rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
                  max_steps_redone: Optional[int] = None, out: IO[str] = sys.stdout, client: Any = None,
                  command_line: str = "", verbose: bool = False, ends_by: Optional[tuple[float, str]] = None) -> None:
@@ -83,7 +85,7 @@ class ChaosCheck:
         self.request = request
         self.count = faults
         self.seed = seed
-        self.kinds = kinds
+        self.kinds = tuple(chaos_kind(kind) for kind in kinds)
         self.compare = compare
         self.rtol = rtol
         self.trials = trials
@@ -102,7 +104,8 @@ class ChaosCheck:
     def run(self) -> ChaosResult:
         """The reference and every trial, and the verdicts. An interrupt stops at once
         (KeyboardInterrupt, with the run already torn down)."""
-        config = Run(self.request.replace(rdzv="c10d"), out=self.out).check()  # bad input before any copy or run
+        rendezvous, store_note = chaos_rendezvous(self.request, self.kinds)
+        config = Run(rendezvous, out=self.out).check()  # bad input before any copy or run
         check_drawn_levels(self.kinds, node_name(0), config.cpus_per_node, config.link)
         base = Path(self.request.runs_dir).resolve() / f"chaos-{new_run_id()}"  # named as CHAOS_DIR matches
         seeds = [self.seed + k for k in range(self.trials)]
@@ -110,8 +113,10 @@ class ChaosCheck:
             ["with-faults"] if self.trials == 1 else [f"with-faults-seed{seed}" for seed in seeds]))
         # (the workers' hook digests their parameters at each step: a script's steps compared without metrics of its own)
         digest = ((STEP_DIGEST_ENV, "1"),) if self.compare_steps else ()
-        elastic = self.request.replace(rdzv="c10d", runs_dir=base / "runs", env=self.request.env + digest,
-                                       max_restarts=max(self.request.max_restarts or 0, self.count + SPARE_RESTARTS))
+        elastic = rendezvous.replace(runs_dir=base / "runs", env=self.request.env + digest,
+                                     max_restarts=max(self.request.max_restarts or 0, self.count + SPARE_RESTARTS))
+        if store_note:
+            self.say(store_note)
         if self.request.max_restarts is not None and self.request.max_restarts < elastic.max_restarts:
             self.say(f"--max-restarts {self.request.max_restarts} raised to {elastic.max_restarts}: a restart for"
                      f" each of the {self.count} fault(s), and {SPARE_RESTARTS} to spare")
@@ -237,6 +242,20 @@ class ChaosCheck:
         from orchestrate.config.request import invoking_user
 
         return invoking_user()
+
+
+def chaos_rendezvous(request: RunRequest, kinds: Sequence[ChaosKind]) -> tuple[RunRequest, str]:
+    """The rendezvous every run of the check uses (pure): the elastic c10d one, with its store in a
+    container of the run's own where a kind aims at the store (``kill:store``: under the default
+    ``--rdzv-store node0`` the store is node0's torchrun agent, no target of its own); and the line
+    that says so where the user did not ask for it ("" otherwise)."""
+    on_store = [str(kind) for kind in kinds if kind.on_store]
+    if not on_store:
+        return request.replace(rdzv="c10d"), ""
+    note = "" if request.rdzv_store == "container" else (
+        f"every run keeps the rendezvous store in a container of its own (--rdzv-store container), for"
+        f" {listed(on_store, 3)} to aim at")
+    return request.replace(rdzv="c10d", rdzv_store="container"), note
 
 
 def reference_facts(result: RunResult, records: list[ProgressRecord]) -> Reference:

@@ -11,24 +11,53 @@ run's job, after its first write.
 
 The range is cut into N equal stretches and each fault falls in its own, so the faults are
 spread out and each recovery has room before the next; the node and the kind of each are drawn
-too. The same seed, count, kinds and reference give the same schedule.
+too. A kind may name the run's own rendezvous store for its target (``kill:store``,
+``pause:store``): those faults aim at the store, never at a node. The same seed, count, kinds
+and reference give the same schedule.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence, Union
 
-from orchestrate.config.fault_spec import (DEFAULT_DEGRADED_RATE_BITS, DEFAULT_SLOW_CPUS, FaultAction, FaultSpec,
-                                          check_fault_levels)
+from orchestrate.config.fault_spec import (DEFAULT_DEGRADED_RATE_BITS, DEFAULT_SLOW_CPUS, STORE_TARGET, FaultAction,
+                                          FaultSpec, check_fault_levels)
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.options import MIN_CPUS
 from orchestrate.errors import UsageError
 
+
+
+@dataclass(frozen=True)
+class ChaosKind:
+    """A kind of fault chaos draws, as ``--kinds`` names it: its action, aimed at a node or a rank
+    the draw picks (``kill``), or at the run's own rendezvous store (``kill:store``)."""
+
+    action: FaultAction
+    on_store: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.action.value}:{STORE_TARGET}" if self.on_store else self.action.value
+
+    @property
+    def lasting(self) -> bool:
+        return self.action.lasting
+
+
+def chaos_kind(kind: Union[ChaosKind, FaultAction]) -> ChaosKind:
+    """A kind as chaos draws it: a bare :class:`FaultAction` aims at a node or a rank."""
+    return kind if isinstance(kind, ChaosKind) else ChaosKind(FaultAction(kind))
+
+
 # The kinds an elastic job is meant to survive: a node that dies, reboots or is taken back.
-DEFAULT_KINDS = (FaultAction.KILL, FaultAction.RESTART, FaultAction.PREEMPT)
+DEFAULT_KINDS = (ChaosKind(FaultAction.KILL), ChaosKind(FaultAction.RESTART), ChaosKind(FaultAction.PREEMPT))
 # How long a drawn fault that lasts (a pause, a straggler, a hung rank) lasts at most.
 LASTING_S = 10.0
+# How long a drawn pause or disconnect of the rendezvous store lasts at least: torch's c10d agents
+# call the store with a keep-alive every 5 s (its DynamicRendezvousHandler's keep_alive_interval), so
+# a shorter outage may fall between two calls and be felt by none.
+STORE_FELT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -88,26 +117,37 @@ class Reference:
         return low_s, high_s
 
 
-def parse_kinds(text: str) -> tuple[FaultAction, ...]:
-    """``kill,restart,...`` as fault kinds.
+def parse_kinds(text: str) -> tuple[ChaosKind, ...]:
+    """``kill,restart,pause:store,...`` as fault kinds; ``KIND:store`` aims at the run's own
+    rendezvous store (``kill``, ``pause`` and ``disconnect`` may).
 
     Raises:
-        UsageError: Naming a kind that does not exist.
+        UsageError: Naming a kind that does not exist, or a target chaos does not take.
     """
-    kinds = []
+    kinds: list[ChaosKind] = []
     for word in filter(None, (w.strip() for w in text.split(","))):
+        name, colon, target = word.partition(":")
         try:
-            kinds.append(FaultAction(word))
+            action = FaultAction(name)
         except ValueError:
-            known = ", ".join(a.value for a in FaultAction if a not in (FaultAction.PARTITION, FaultAction.LOSE))
+            known = ", ".join([a.value for a in FaultAction if a not in (FaultAction.PARTITION, FaultAction.LOSE)]
+                              + [f"{a.value}:{STORE_TARGET}" for a in FaultAction if a.reaches_store])
             raise UsageError(f"--kinds: no fault kind {word!r} (kinds chaos draws: {known})") from None
-        if kinds[-1] is FaultAction.PARTITION:
+        kinds.append(ChaosKind(action, on_store=bool(colon) and target == STORE_TARGET))
+        if action is FaultAction.PARTITION:
             raise UsageError("--kinds: chaos does not draw partitions (their groups are yours to choose: give one to"
                              " run --fault, e.g. 'partition:node0|node1@t=5..20')")
-        if kinds[-1] is FaultAction.LOSE:
+        if action is FaultAction.LOSE:
             raise UsageError("--kinds: chaos does not draw lose: a job that goes on with fewer nodes ends with other"
                              " results than the undisturbed run's, which the check compares; give run --fault"
                              " lose:node1 with --nnodes MIN:MAX")
+        if colon and target != STORE_TARGET:
+            raise UsageError(f"--kinds: {word!r}: chaos draws the node or rank each fault aims at; the one target a"
+                             f" kind may name is the run's rendezvous store, e.g. {action.value}:{STORE_TARGET}")
+        if colon and not action.reaches_store:
+            *others, last = [a.value for a in FaultAction if a.reaches_store]
+            raise UsageError(f"--kinds: {word}: the rendezvous store takes {', '.join(others)} or {last}"
+                             f" ({action.value} aims at a node)")
     if not kinds:
         raise UsageError("--kinds: name at least one fault kind, e.g. kill,restart")
     return tuple(dict.fromkeys(kinds))
@@ -124,7 +164,7 @@ def drawn_levels(kind: FaultAction, node_cpus: Optional[float], link: Optional[L
     return {}
 
 
-def check_drawn_levels(kinds: tuple[FaultAction, ...], node: str, node_cpus: Optional[float],
+def check_drawn_levels(kinds: Sequence[Union[ChaosKind, FaultAction]], node: str, node_cpus: Optional[float],
                        link: Optional[LinkSpec]) -> None:
     """Refuse, before any run, kinds whose drawn level could not slow the nodes (a slow of nodes
     that have the least CPUs a node may have).
@@ -132,26 +172,31 @@ def check_drawn_levels(kinds: tuple[FaultAction, ...], node: str, node_cpus: Opt
     Raises:
         UsageError: Naming the kind and the node's own level.
     """
-    drawn = [FaultSpec(kind, node=node, at_seconds=1.0, **drawn_levels(kind, node_cpus, link)) for kind in kinds
-             if kind in (FaultAction.SLOW, FaultAction.DEGRADE)]
+    actions = [chaos_kind(kind).action for kind in kinds]
+    drawn = [FaultSpec(action, node=node, at_seconds=1.0, **drawn_levels(action, node_cpus, link))
+             for action in actions if action in (FaultAction.SLOW, FaultAction.DEGRADE)]
     check_fault_levels(drawn, link, node_cpus, said="--kinds: a drawn ")
 
 
-def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: list[str],
+def draw_schedule(seed: int, count: int, kinds: Sequence[Union[ChaosKind, FaultAction]], nodes: list[str],
                   reference: Reference, world_size: Optional[int] = None, node_cpus: Optional[float] = None,
                   link: Optional[LinkSpec] = None) -> tuple[FaultSpec, ...]:
     """``count`` faults from ``seed``, one in each of ``count`` equal stretches of training time
     (see the module's text): at steps of ``reference`` when it had steps (never its last), else
     at times within its job (never its first or last tenth). Node faults aim at one of
     ``nodes``, rank faults at one of ``world_size`` ranks, storage faults at the first node (the
-    one of global rank 0, which saves in most scripts). A fault that lasts falls at a time
+    one of global rank 0, which saves in most scripts), a store kind at the rendezvous store. A
+    fault that lasts falls at a time
     (no step comes while a node or a rank hangs) and ends within its stretch, after at most
     :data:`LASTING_S`; the fault after it counts the job's steps again, as no attempt begins. A
-    slow or a degrade takes a level below the node's own (:func:`drawn_levels`).
+    slow or a degrade takes a level below the node's own (:func:`drawn_levels`). A pause or
+    disconnect of the store lasts :data:`STORE_FELT_S` at least, so that the agents feel it.
 
     Raises:
-        UsageError: When the reference leaves no room for ``count`` faults.
+        UsageError: When the reference leaves no room for ``count`` faults, or its stretches no
+            room for a store fault that lasts to be felt.
     """
+    kinds = tuple(chaos_kind(kind) for kind in kinds)
     rng = random.Random(seed)
     by_steps = reference.last_step is not None and not all(k.lasting for k in kinds)
     low_step, high_step = reference.step_range(count) if by_steps else (0, 0)
@@ -163,12 +208,21 @@ def draw_schedule(seed: int, count: int, kinds: tuple[FaultAction, ...], nodes: 
         raise UsageError(f"the undisturbed run's job took {reference.job_s:.1f} s: too short for {count} faults"
                          " spread over it; ask for fewer, or train longer")
     width_s = (high_s - low_s) / count
+    lasting_on_store = [kind for kind in kinds if kind.on_store and kind.lasting]
+    if lasting_on_store and min(LASTING_S, width_s / 2) < STORE_FELT_S:
+        raise UsageError(f"--kinds {lasting_on_store[0]}: the undisturbed run's job took {reference.job_s:.1f} s, too"
+                         f" short for {count} fault(s) each with {STORE_FELT_S:g} s of store outage in its own"
+                         f" stretch (torchrun's agents call the store every {STORE_FELT_S:g} s: a shorter outage may"
+                         " go unfelt); ask for fewer faults, or train longer")
     schedule: list[FaultSpec] = []
     previous_step: Optional[int] = None  # the step of the fault before, when it began a new attempt
     for i in range(count):
-        kind = rng.choice(kinds)
-        if kind.on_rank:
-            target: dict = {"rank": rng.randrange(world_size or len(nodes))}
+        drawn = rng.choice(kinds)
+        kind = drawn.action
+        if drawn.on_store:
+            target: dict = {"node": STORE_TARGET}
+        elif kind.on_rank:
+            target = {"rank": rng.randrange(world_size or len(nodes))}
         elif kind.on_storage:  # the first node holds global rank 0, which saves in most scripts
             target = {"node": nodes[0]}
         else:

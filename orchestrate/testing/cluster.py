@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 from orchestrate.chaos.check import ChaosCheck
-from orchestrate.chaos.schedule import DEFAULT_KINDS, parse_kinds
+from orchestrate.chaos.schedule import DEFAULT_KINDS, ChaosKind, parse_kinds
 from orchestrate.chaos.verdict import ChaosResult
 from orchestrate.config.fault_spec import FaultAction
 
@@ -180,7 +180,7 @@ class DdpCluster:
 
     @fails_at_the_tests_line
     def chaos(self, target: Union[str, os.PathLike], *args: Union[str, int, float, os.PathLike], faults: int = 1,
-              seed: int = 0, kinds: Union[str, Iterable[Union[str, FaultAction]]] = DEFAULT_KINDS,
+              seed: int = 0, kinds: Union[str, Iterable[Union[str, FaultAction, ChaosKind]]] = DEFAULT_KINDS,
               compare: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]] = (),
               rtol: float = 0.0, trials: int = 1, compare_steps: bool = False,
               max_steps_redone: Optional[int] = None, nodes: Optional[int] = None,
@@ -193,7 +193,7 @@ class DdpCluster:
         ``.holds``, ``.status`` (``HOLDS``, ``DOES NOT HOLD``, ``INCONCLUSIVE``), ``.failures``
         and ``.format()`` (printed too, so a failing test shows it); every run is torn down at
         its end. ``kinds`` is text as ``--kinds`` takes it
-        (``"kill,restart"``) or a list of kinds (``["kill", "restart"]``, :class:`FaultAction`
+        (``"kill,restart"``, ``"kill,pause:store"``) or a list of kinds (``["kill", "restart"]``, :class:`FaultAction`
         members); ``compare`` is one path or a list of them (``"final.pt"``, ``["final.pt", "log.txt"]``).
 
         Raises:
@@ -301,7 +301,7 @@ def job_time_limit(call: str, timeout: Any) -> Optional[float]:
         raise UsageError(f"{call}: timeout: {exc} (None: no limit)") from None
 
 
-def fault_kinds(kinds: Union[str, Iterable[Union[str, FaultAction]]]) -> tuple[FaultAction, ...]:
+def fault_kinds(kinds: Union[str, Iterable[Union[str, FaultAction, ChaosKind]]]) -> tuple[ChaosKind, ...]:
     """``ddp_cluster.chaos``'s ``kinds``, parsed as ``--kinds`` is: text (``"kill,restart"``) or a
     list of kinds (their names or :class:`FaultAction` members), refused at the call when it is
     neither: a kind that is not one failed only when the undisturbed run was spent.
@@ -316,6 +316,7 @@ def fault_kinds(kinds: Union[str, Iterable[Union[str, FaultAction]]]) -> tuple[F
     except TypeError:
         raise UsageError(f"ddp_cluster.chaos: kinds takes fault kinds, e.g. 'kill,restart' or ['kill', 'restart'],"
                          f" got {kinds!r}") from None
+    given = [str(kind) if isinstance(kind, ChaosKind) else kind for kind in given]
     for kind in given:
         if not isinstance(kind, str):
             raise UsageError(f"ddp_cluster.chaos: kinds takes fault kinds, e.g. 'kill,restart' or ['kill', 'restart'],"

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrate.chaos.check import describe_reference, reference_facts
 from orchestrate.chaos.compare import COMPARE_SCRIPT, compare_files
-from orchestrate.chaos.schedule import DEFAULT_KINDS, Reference, draw_schedule, parse_kinds
+from orchestrate.chaos.schedule import DEFAULT_KINDS, ChaosKind, Reference, draw_schedule, parse_kinds
 from orchestrate.chaos.attempts import Strike, attempts_of, steps_redone, strikes
 from orchestrate.chaos.step_metrics import StepsComparison, compare_step_metrics
 from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
@@ -120,9 +120,9 @@ def test_without_steps_faults_fall_after_the_first_write_when_there_is_room():
 
 def test_only_the_kinds_and_nodes_asked_for_are_drawn_and_all_of_them_come_up():
     kinds = parse_kinds("kill, disconnect,kill")
-    assert kinds == (FaultAction.KILL, FaultAction.DISCONNECT)
+    assert kinds == (ChaosKind(FaultAction.KILL), ChaosKind(FaultAction.DISCONNECT))
     drawn = [f for seed in range(40) for f in draw_schedule(seed, 3, kinds, NODES, Reference(30, 20.0))]
-    assert {f.action for f in drawn} == set(kinds)
+    assert {f.action for f in drawn} == {kind.action for kind in kinds}
     assert {f.node for f in drawn} == set(NODES)
 
 
@@ -220,7 +220,8 @@ def test_kinds_chaos_cannot_draw_are_refused_with_what_to_do_instead():
         parse_kinds("kill,explode")
     # (not the kinds it refuses below: it listed lose and partition, then refused them)
     assert str(unknown.value) == ("--kinds: no fault kind 'explode' (kinds chaos draws: kill, pause, disconnect,"
-                                  " restart, preempt, slow, degrade, kill-rank, hang-rank, torn-write, disk-full, lossy)")
+                                  " restart, preempt, slow, degrade, kill-rank, hang-rank, torn-write, disk-full, lossy, kill:store,"
+                                  " pause:store, disconnect:store)")
     with pytest.raises(UsageError) as partition:
         parse_kinds("partition")
     assert str(partition.value) == ("--kinds: chaos does not draw partitions (their groups are yours to choose: give"
@@ -231,6 +232,63 @@ def test_kinds_chaos_cannot_draw_are_refused_with_what_to_do_instead():
     with pytest.raises(UsageError) as none:
         parse_kinds(" , ")
     assert str(none.value) == "--kinds: name at least one fault kind, e.g. kill,restart"
+
+
+def test_store_kinds_are_spelled_as_run_fault_aims_them_and_a_target_chaos_does_not_take_is_refused():
+    assert parse_kinds("kill,pause:store, kill:store") == (
+        ChaosKind(FaultAction.KILL), ChaosKind(FaultAction.PAUSE, on_store=True), ChaosKind(FaultAction.KILL, on_store=True))
+    assert [str(kind) for kind in parse_kinds("disconnect:store,disconnect")] == ["disconnect:store", "disconnect"]
+    with pytest.raises(UsageError) as restart:
+        parse_kinds("kill,restart:store")
+    assert str(restart.value) == ("--kinds: restart:store: the rendezvous store takes kill, pause or disconnect"
+                                  " (restart aims at a node)")
+    with pytest.raises(UsageError) as node:
+        parse_kinds("kill:node1")
+    assert str(node.value) == ("--kinds: 'kill:node1': chaos draws the node or rank each fault aims at; the one target"
+                               " a kind may name is the run's rendezvous store, e.g. kill:store")
+    with pytest.raises(UsageError, match="chaos does not draw partitions"):  # (its own words, not a target's)
+        parse_kinds("partition:node0|node1")
+
+
+def test_store_kinds_aim_at_the_store_drawn_from_the_seed_and_a_pause_of_it_lasts_long_enough_to_be_felt():
+    from orchestrate.chaos.schedule import LASTING_S, STORE_FELT_S
+
+    kinds = parse_kinds("kill,kill:store,pause:store,disconnect:store")
+    reference = Reference(40, 80.0, first_write="ckpt.pt", first_write_s=10.0, first_step_after_write=5)
+    drawn = [draw_schedule(seed, 2, kinds, NODES, reference) for seed in range(40)]
+    assert drawn == [draw_schedule(seed, 2, kinds, NODES, reference) for seed in range(40)]  # the same seed, the same
+    faults = [f for schedule in drawn for f in schedule]
+    on_store = [f for f in faults if f.on_store]
+    assert {f.action for f in on_store} == {FaultAction.KILL, FaultAction.PAUSE, FaultAction.DISCONNECT}
+    assert {f.node for f in faults if f.action is FaultAction.KILL and not f.on_store} <= set(NODES)
+    assert all(str(f).startswith(f"{f.action.value}:store@") for f in on_store)
+    kills_of_the_store = [f for f in on_store if f.action is FaultAction.KILL]
+    assert all(f.at_step is not None for f in kills_of_the_store)  # at a step, as a node's kill
+    outages = [f.until_seconds - f.at_seconds for f in on_store if f.action is not FaultAction.KILL]
+    assert outages and all(STORE_FELT_S <= round(s, 1) <= LASTING_S for s in outages)
+    # stretches too short for 5 s of outage each: refused, naming the kind, not drawn shorter
+    short = Reference(None, 20.0)  # 2 s to 18 s: two stretches of 8 s, outages of 4 s at most
+    with pytest.raises(UsageError) as refused:
+        draw_schedule(1, 2, parse_kinds("pause:store"), NODES, short)
+    assert str(refused.value).startswith("--kinds pause:store: the undisturbed run's job took 20.0 s, too short for 2"
+                                         " fault(s) each with 5 s of store outage in its own stretch")
+    assert [f.node for f in draw_schedule(1, 2, parse_kinds("kill:store"), NODES, short)] == ["store", "store"]
+    assert draw_schedule(1, 1, parse_kinds("pause:store"), NODES, short)[0].until_seconds is not None
+
+
+def test_a_check_with_store_kinds_keeps_every_runs_store_in_a_container_and_says_so_once():
+    from orchestrate.chaos.check import chaos_rendezvous
+    from orchestrate.config.request import RunRequest
+
+    request = RunRequest.from_options(("train.py",), nodes=2)
+    plain, said = chaos_rendezvous(request, parse_kinds("kill,restart"))
+    assert (plain.rdzv, plain.rdzv_store, said) == ("c10d", "node0", "")
+    stored, said = chaos_rendezvous(request, parse_kinds("kill,pause:store,kill:store"))
+    assert (stored.rdzv, stored.rdzv_store) == ("c10d", "container")
+    assert said == ("every run keeps the rendezvous store in a container of its own (--rdzv-store container), for"
+                    " pause:store, kill:store to aim at")
+    asked, said = chaos_rendezvous(request.replace(rdzv_store="container"), parse_kinds("kill:store"))
+    assert asked.rdzv_store == "container" and said == ""  # the user's own choice is not said back
 
 
 def test_each_runs_copy_of_the_work_directory_leaves_the_runs_directory_out(tmp_path):

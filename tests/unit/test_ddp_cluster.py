@@ -261,6 +261,7 @@ class Started(Exception):
     (["kill", "restart"], ["final.pt", "log.txt"], ("kill", "restart"), ("final.pt", "log.txt")),
     ("kill,pause", [Path("ckpt") / "final.pt"], ("kill", "pause"), ("ckpt/final.pt",)),
     (["kill,restart", FaultAction.PREEMPT], (), ("kill", "restart", "preempt"), ()),  # as --kinds parses each
+    (["kill", "pause:store"], (), ("kill", "pause:store"), ()),
 ])
 def test_a_chaos_check_takes_one_kind_or_path_alone_or_a_list_of_them(tmp_path, monkeypatch, kinds, compare, parsed,
                                                                        paths):
@@ -268,8 +269,8 @@ def test_a_chaos_check_takes_one_kind_or_path_alone_or_a_list_of_them(tmp_path, 
     with pytest.raises(Started):
         cluster.chaos("train.py", kinds=kinds, compare=compare)
     [check] = asked
-    assert check.kinds == tuple(FaultAction(kind) for kind in parsed) and check.compare == paths
-    assert all(type(kind) is FaultAction for kind in check.kinds)  # (a name alone equals its kind, and has no .lasting)
+    assert tuple(str(kind) for kind in check.kinds) == parsed and check.compare == paths
+    assert all(type(kind.action) is FaultAction for kind in check.kinds)  # (a name alone equals its kind, has no .lasting)
 
 
 @pytest.mark.parametrize("options, said", [
