@@ -1793,7 +1793,7 @@ MUTANTS = [
            "        self.ranks_seen.clear()  # the nodes left come back numbered anew",
            "        pass  # the nodes left come back numbered anew", ("tests/integration/test_elastic.py",)),
     Mutant("chaos draws lost nodes", "orchestrate/chaos/schedule.py",
-           "        if kinds[-1] is FaultAction.LOSE:", "        if False:", ("tests/unit/test_chaos.py",)),
+           "        if action is FaultAction.LOSE:", "        if False:", ("tests/unit/test_chaos.py",)),
     Mutant("the job going on without a lost node is not timed", "orchestrate/supervise/restart_policy.py",
            "        self.recoveries.append(Recovery(lost.name, f\"injected fault {lost.result.lost}\",",
            "        (Recovery(lost.name, f\"injected fault {lost.result.lost}\",", ("tests/unit/test_launcher.py",)),
@@ -2821,6 +2821,20 @@ MUTANTS = [
            ("tests/unit/test_judge.py",)),
     Mutant("the summary leaves the no-terminal hint out", "orchestrate/outcome/summary.py",
            " or no_terminal_hint(failure))", ")", ("tests/unit/test_outcome.py",)),
+    # Session 114 (2026-12-07): store faults in chaos --kinds (kill:store, pause:store, disconnect:store)
+    Mutant("chaos aims a drawn store kind at a node", "orchestrate/chaos/schedule.py",
+           "        if drawn.on_store:\n            target: dict = {\"node\": STORE_TARGET}",
+           "        if False:\n            target: dict = {\"node\": STORE_TARGET}", ("tests/unit/test_chaos.py",)),
+    Mutant("--kinds KIND:store parses as the node kind", "orchestrate/chaos/schedule.py",
+           "on_store=bool(colon) and target == STORE_TARGET", "on_store=False", ("tests/unit/test_chaos.py",)),
+    Mutant("--kinds takes restart:store", "orchestrate/chaos/schedule.py",
+           "        if colon and not action.reaches_store:", "        if False:", ("tests/unit/test_chaos.py",)),
+    Mutant("a drawn store pause may be too short for the agents to feel", "orchestrate/chaos/schedule.py",
+           "min(LASTING_S, width_s / 2) < STORE_FELT_S", "min(LASTING_S, width_s / 2) < 0",
+           ("tests/unit/test_chaos.py",)),
+    Mutant("a chaos check with store kinds leaves the store in node0's agent", "orchestrate/chaos/check.py",
+           "    return request.replace(rdzv=\"c10d\", rdzv_store=\"container\"), note",
+           "    return request.replace(rdzv=\"c10d\"), note", ("tests/unit/test_chaos.py",)),
 ]
 
 
