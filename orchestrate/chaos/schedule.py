@@ -28,7 +28,6 @@ from orchestrate.config.options import MIN_CPUS
 from orchestrate.errors import UsageError
 
 
-
 @dataclass(frozen=True)
 class ChaosKind:
     """A kind of fault chaos draws, as ``--kinds`` names it: its action, aimed at a node or a rank
