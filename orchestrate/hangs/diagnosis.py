@@ -11,8 +11,8 @@ from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, channel_ends
                                            step_counts)
 from orchestrate.hangs.crash_dump import rank_dump, where_stopped
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
-from orchestrate.hangs.snapshots import (FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot, last_snapshots,
-                                         training_pass, waits_for_data_loader)
+from orchestrate.hangs.snapshots import (FAILED_REASON, STORE_FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot,
+                                         last_snapshots, training_pass, waits_for_data_loader)
 from orchestrate.hangs.stacks import StackGroup, awaited_threads, group_stacks, shown_frames, summary
 from orchestrate.hangs.store_calls import store_hints
 from orchestrate.node.checkpoint_collectives import IN_DCP
@@ -695,29 +695,30 @@ _SOURCE_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 def timeout_diagnosis(failure: Any, directory: Path, expected: set[int], since: Optional[float] = None,
                       stopped_where: Optional[dict[int, str]] = None) -> Optional[HangDiagnosis]:
-    """A run that failed because a collective timed out is a hang that torch ended: its
-    diagnosis from the snapshots the ranks wrote as their collectives failed, and those written
-    from ``since`` on (Unix seconds: the answers of ranks asked where they were as the failure
-    ended the job, which wrote no record of their own: one computing outside any collective);
-    a rank that neither wrote nor answered is placed by where SIGTERM found it
-    (``stopped_where``, by rank). None when the failure is something else, or no rank's
-    collective failed."""
+    """A run that failed because a collective timed out, or a store call of the script's own (a
+    ``get`` or ``wait`` past its store's timeout, shorter than ``--hang-timeout``: its store hint
+    then said as a hang's), is a hang that torch ended: its diagnosis from the snapshots the
+    ranks wrote as their calls failed, and those written from ``since`` on (Unix seconds: the
+    answers of ranks asked where they were as the failure ended the job, which wrote no record
+    of their own: one computing outside any collective); a rank that neither wrote nor answered
+    is placed by where SIGTERM found it (``stopped_where``, by rank). None when the failure is
+    something else, or no rank's call failed."""
     exception = getattr(failure, "exception", "") or ""
     if getattr(failure, "reason", "") or not _TIMED_OUT.search(exception):
         return None  # a node that stopped answering (or was OOM-killed) explains it better
     if _NO_PEER_TO_CONNECT.search(exception):
         return None  # gloo gave up reaching a peer that was not there: no wait of a collective
     latest = last_snapshots(directory)
-    snapshots = {rank: s for rank, s in latest.items() if s.reason == FAILED_REASON}
-    if not snapshots:
+    failed = {rank: s for rank, s in latest.items() if s.reason in (FAILED_REASON, STORE_FAILED_REASON)}
+    if not failed:
         return None
+    snapshots = failed
     if since is not None:
-        snapshots = {**{rank: s for rank, s in latest.items() if s.time >= since}, **snapshots}
+        snapshots = {**{rank: s for rank, s in latest.items() if s.time >= since}, **failed}
     probe = Probe("failed", 0.0, snapshots)
     where = f"{failure.node} rank {failure.rank}" if getattr(failure, "rank", None) is not None else failure.node
     said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()
-    what = ("init_process_group" if all(s.failed_in_init for s in snapshots.values() if s.reason == FAILED_REASON)
-            else "a collective")
+    what = what_timed_out(failed, getattr(failure, "rank", None))
     # (said only of the ranks that neither wrote nor answered)
     unheard = {rank: f"did not answer, and was in {place} when torchrun ended it"
                for rank, place in (stopped_where or {}).items()}
@@ -728,6 +729,20 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int], since: 
     # is shorter than its work, and the job was not hung
     found.hung = not any(a.state == "busy" for a in found.activities)
     return found
+
+
+def what_timed_out(failed: dict[int, RankSnapshot], rank: Optional[int]) -> str:
+    """What timed out, by the records the ranks wrote as their calls failed (the failing rank's
+    first): a store call of the script's own, init_process_group, or a collective."""
+    own = failed.get(rank) if rank is not None else None
+    record = own if own is not None else next(iter(failed.values()))
+    store_call = record.failed_in_store_call
+    if store_call is not None:
+        return "the script's TCPStore" if store_call.call == "TCPStore" else f"the script's store.{store_call.call}()"
+    collective_records = [s for s in failed.values() if s.reason == FAILED_REASON]
+    if not collective_records:
+        return "a store call of the script's"
+    return "init_process_group" if all(s.failed_in_init for s in collective_records) else "a collective"
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from orchestrate.node.collective_log import ON_GPU
 from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS, DESCRIBED as DDP_GRADIENTS
-from orchestrate.node.snapshot import FAILED_REASON, LOADER_PREFIX, REQUEST_FILE
+from orchestrate.node.snapshot import FAILED_REASON, LOADER_PREFIX, REQUEST_FILE, STORE_FAILED_REASON
 from orchestrate.plan.layout import DEBUG_SUBDIR, WORKSPACE_DIR
 # Where torch.compile's inductor writes the code it generates for a model (torchinductor_<user> in
 # the temporary directory): the model's kernels, never the user's own lines.
@@ -295,6 +295,12 @@ class RankSnapshot:
         """Its main thread waits in the standard library for its child processes (a pool's map, a
         subprocess's end): their CPU is its work."""
         return any(frame.file.endswith(CHILD_WAIT_FILES) for frame in self.stack if not frame.is_users)
+
+    @property
+    def failed_in_store_call(self) -> Optional[StoreWait]:
+        """The store call of its script's it wrote its record in as the call failed (timed out), if any."""
+        waits = self.store.waiting if self.store is not None and self.reason == STORE_FAILED_REASON else ()
+        return waits[0] if waits else None
 
     @property
     def failed_in_init(self) -> bool:

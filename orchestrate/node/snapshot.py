@@ -49,6 +49,8 @@ POLL_S = 0.25
 CPU_SAMPLES = 9
 # Why a worker wrote a record unasked: a collective (or its init_process_group) failed.
 FAILED_REASON = "collective failed"
+# ... or a store call of the script's own raised (its store's timeout ended a get, a wait, a TCPStore).
+STORE_FAILED_REASON = "store call failed"
 # How each of the hook's wrappers calls what it wraps: ``original(...)``.
 WRAPPED_CALL = "original("
 
@@ -310,6 +312,11 @@ class SnapshotWriter:
         self.failed_at = self.log.completed
         self.write("failed", FAILED_REASON)
 
+    def on_store_call_failed(self, log: CollectiveLog) -> None:
+        """Unlike a collective's, a later request's answer replaces it: a script may poll with a
+        short timeout, catch the error and go on (where it does not, the process dies at once)."""
+        self.write("failed", STORE_FAILED_REASON)
+
 
 class LoaderSnapshotWriter(SnapshotWriter):
     """Answers for one of a rank's DataLoader worker processes: its stacks and CPU time, which
@@ -368,6 +375,7 @@ def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
     writer.thread_errors = ThreadErrors(relative)
     keep_thread_errors(writer.thread_errors)
     collective_log._failure_hooks.append(writer.on_collective_failed)
+    collective_log._store_failure_hooks.append(writer.on_store_call_failed)
     serve(writer)
     collective_log.when_imported("torch.utils.data._utils.signal_handling",
                                  lambda: answer_in_data_loader_workers(directory, writer.rank))

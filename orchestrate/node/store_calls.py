@@ -1,7 +1,10 @@
 """The calls a worker's script makes on a ``torch.distributed`` store itself: the keys it set, the
 key(s) a ``get`` or ``wait`` of it is blocked on, and the ``TCPStore`` objects it made (host, port,
 whether it is the master). A rank that waits for a key no rank set (a typo), or for a ``TCPStore``
-on its own node's ``localhost``, is told why from them (:mod:`orchestrate.hangs.store_calls`).
+on its own node's ``localhost``, is told why from them (:mod:`orchestrate.hangs.store_calls`). A
+call that raises (the script's own store timeout, shorter than ``--hang-timeout``) calls the
+record's ``on_failure`` while the call is still among those waited in, so that the rank's record of
+it is written before the error ends the process.
 
 ``Store``'s methods are one pybind class's (``TCPStore``, ``PrefixStore``, ``FileStore`` and
 ``HashStore`` define none of their own), and a pybind class takes Python attributes: they are
@@ -51,7 +54,8 @@ def key_list(value: Any) -> List[str]:
 class StoreRecord:
     """One process's record of its script's store calls (see the module's text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_failure: Callable[[], None] = lambda: None) -> None:
+        self.on_failure = on_failure  # a waiting call raised (its wait still kept): write the rank's record
         self.lock = threading.Lock()
         self.keys_set: Dict[str, None] = {}  # in the order first set
         self.more_keys = False  # keys past KEYS_KEPT were set too
@@ -117,6 +121,9 @@ def waiter(original: Callable[..., Any], record: StoreRecord, name: str, argumen
         quietly(lambda: record.begin_wait(name, key_list(args[0] if args else kwargs[argument]), where(caller)))
         try:
             return original(self, *args, **kwargs)
+        except Exception:
+            quietly(record.on_failure)
+            raise
         finally:
             quietly(record.end_wait)
 
@@ -141,6 +148,9 @@ def tcp_store_init(original: Callable[..., Any], record: StoreRecord) -> Callabl
         quietly(keep)
         try:
             return original(self, *args, **kwargs)
+        except Exception:
+            quietly(record.on_failure)
+            raise
         finally:
             quietly(record.end_wait)
 

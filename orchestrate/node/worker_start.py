@@ -234,7 +234,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
         init_record.install(torchrun_gave, keep_init_call, lambda: collective_log.on_failure(log),
                             made=report_init_call)
         if directory:  # the keys the script's store calls set and wait for, in its snapshots
-            log.store_calls = store_calls.StoreRecord()
+            log.store_calls = store_calls.StoreRecord(lambda: collective_log.on_store_failure(log))
             store_calls.install(log.store_calls)
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)

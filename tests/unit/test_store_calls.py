@@ -4,6 +4,7 @@ The recorded snapshots under data/store_hangs/ are the ranks' own, from two runs
 processes: a ``store.wait`` for a misspelled key, and a script's own ``TCPStore("localhost", ...)``."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrate.hangs.diagnosis import diagnose
+from orchestrate.hangs.diagnosis import diagnose, timeout_diagnosis
 from orchestrate.hangs.snapshots import (Frame, Probe, RankSnapshot, StoreCalls, StoreWait, TcpStoreMade,
                                          last_snapshots)
 from orchestrate.hangs.store_calls import store_hints
 from orchestrate.node.collective_log import relative
+from orchestrate.node.snapshot import STORE_FAILED_REASON
 from orchestrate.node.store_calls import KEYS_KEPT, StoreRecord, setter, waiter
+from orchestrate.outcome.judge import Failure
 
 RECORDED = Path(__file__).parent / "data" / "store_hangs"
 
@@ -174,3 +177,51 @@ def test_torchs_store_classes_take_the_recorders_wrappers():
     assert lines[1] == "{'keys_set': ['ready', 'count', 'later'], 'more_keys': False, 'waiting': [], 'tcp_stores': []}"
     assert lines[-1] == ("[{'host': 'localhost', 'port': 1, 'world_size': 2, 'is_master': False, 'at': '<string>:19'}]"
                          " []")
+
+
+def test_a_store_get_that_times_out_records_the_rank_while_its_wait_is_still_kept():
+    class TimingOutStore:
+        def get(self, key: str) -> str:
+            raise RuntimeError(f"wait timeout after 10ms, keys: /{key}")
+
+    seen: list[dict] = []
+    record = StoreRecord(on_failure=lambda: seen.append(record.snapshot()))
+    TimingOutStore.get = waiter(TimingOutStore.get, record, "get", "key")  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="wait timeout"):  # the script's error, as torch raised it
+        TimingOutStore().get("kye")
+    assert [s["waiting"][0]["keys"] for s in seen] == [["kye"]]
+    assert record.snapshot() is None  # then the wait is over (and nothing else was recorded)
+
+
+def write_store_failure(directory: Path, rank: int, node: str, keys_set: list[str], waiting: list[dict]) -> None:
+    (directory / f"rank{rank}.json").write_text(json.dumps({
+        "request": "failed", "reason": STORE_FAILED_REASON, "rank": rank, "node": node, "stacks": [], "collectives": [],
+        "store": {"keys_set": keys_set, "more_keys": False, "waiting": waiting, "tcp_stores": []}}))
+
+
+def test_a_store_get_that_its_own_timeout_ended_is_a_hang_torch_ended_with_the_stores_hint(tmp_path):
+    get = {"call": "get", "keys": ["kye"], "at": "s.py:12"}
+    write_store_failure(tmp_path, 0, "node0", ["key"], [get])
+    write_store_failure(tmp_path, 1, "node1", [], [get])
+    failure = Failure("node0", 0, 1, "torch.distributed.DistStoreError: wait timeout after 10000ms, keys: /kye", ())
+    found = timeout_diagnosis(failure, tmp_path, {0, 1})
+    assert found is not None and found.hung and found.timed_out
+    assert found.cause == "the script's store.get() timed out on node0 rank 0 (wait timeout after 10000ms, keys: /kye)"
+    assert ("  ranks 0, 1 wait in store.get() at s.py:12 for store key 'kye', which no rank set (keys set that look"
+            " like it: 'key' by rank 0; check the key's spelling): a store's get returns only once the key is set"
+            ) in found.lines()
+
+
+def test_a_tcp_store_on_localhost_that_timed_out_is_told_each_node_looks_on_its_own(tmp_path):
+    for rank, master in ((0, True), (1, False)):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({
+            "request": "failed", "reason": STORE_FAILED_REASON, "rank": rank, "node": f"node{rank}", "stacks": [],
+            "collectives": [], "store": {"keys_set": [], "more_keys": False, "tcp_stores": [
+                {"host": "localhost", "port": 29700, "world_size": 2, "is_master": master, "at": "s.py:7"}],
+                "waiting": [{"call": "TCPStore", "keys": [], "at": "s.py:7"}]}}))
+    failure = Failure("node1", 1, 1, "torch.distributed.DistNetworkError: The client socket has timed out after"
+                      " 10000ms while trying to connect to (localhost, 29700).", ())
+    found = timeout_diagnosis(failure, tmp_path, {0, 1})
+    assert found is not None and found.cause.startswith("the script's TCPStore timed out on node1 rank 1 (The client")
+    assert any(line.startswith("  ranks 0, 1 made a TCPStore at localhost:29700 (s.py:7), on each node's own localhost")
+               for line in found.lines())

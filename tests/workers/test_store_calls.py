@@ -4,7 +4,8 @@ rendezvous's keys, which torch sets in the same store."""
 from __future__ import annotations
 
 from orchestrate.hangs.store_calls import store_hints
-from orchestrate.hangs.snapshots import StoreWait
+from orchestrate.hangs.snapshots import StoreWait, last_snapshots
+from orchestrate.node.snapshot import STORE_FAILED_REASON
 from tests.workers.conftest import ROOT
 from tests.workers.test_collective_record import line_of, probe_when, start, stop
 
@@ -41,3 +42,7 @@ def test_a_store_wait_that_times_out_shows_the_scripts_traceback_without_the_rec
     assert "DistStoreError: wait timeout after 1000ms" in output
     assert f'File "{script}", line 5, in <module>' in output
     assert "store_calls.py" not in output
+    # each rank wrote its record as the wait raised, the wait still in it: what the run's end reads
+    records = last_snapshots(tmp_path / "debug")
+    assert {rank: (r.reason, r.failed_in_store_call) for rank, r in records.items()} == {
+        rank: (STORE_FAILED_REASON, StoreWait("wait", ("nokey",), f"{script.name}:5")) for rank in (0, 1)}
