@@ -93,18 +93,29 @@ def not_ended_note(end_after_s: float, found: HangDiagnosis, collective_timeout_
     """Why --hang-timeout passed without ending a job that works quietly, and, where ranks wait in
     a collective for the ones that work, what bounds that wait: the run's own --collective-timeout,
     else that option."""
-    working = [a for a in found.activities if a.state == "busy"]
-    if working and all(a.detail.startswith(MOVING_DATA) for a in working):  # a transfer ends once its data moved
-        note = f"--hang-timeout {end_after_s:g} has not ended the run: a rank whose collective moves data makes progress"
-    else:
-        note = (f"--hang-timeout {end_after_s:g} has not ended the run: a rank that computes makes progress, and no"
-                " look tells a long step from an endless loop")
+    note = f"--hang-timeout {end_after_s:g} has not ended the run: {what_makes_progress(found)}"
     if not any(a.state == "collective" for a in found.activities):
         return note
     if collective_timeout_s is not None:
         return note + (f"; this run's --collective-timeout {collective_timeout_s:g} ends the waits in a collective"
                        " (where the script gives its process groups no timeout of its own)")
     return note + "; --collective-timeout S ends a wait in a collective after S seconds, saying where every rank was"
+
+
+def what_makes_progress(found: HangDiagnosis) -> str:
+    """Why the ranks that work are progress, by what they do: compute (a DataLoader's workers'
+    computing too), move a collective's data, or both; or that collectives complete."""
+    working = [a for a in found.activities if a.state == "busy"]
+    moving = any(a.detail.startswith(MOVING_DATA) for a in working)
+    computing = any(not a.detail.startswith(MOVING_DATA) for a in working)
+    if computing and moving:
+        return ("a rank that computes makes progress, and so does one whose collective moves data; no look tells a"
+                " long step from an endless loop")
+    if moving:  # a transfer ends once its data moved
+        return "a rank whose collective moves data makes progress"
+    if computing:
+        return "a rank that computes makes progress, and no look tells a long step from an endless loop"
+    return "collectives that complete are progress"
 
 
 # What a look at an interrupt says where no worker of the job's current attempt had begun: an elastic

@@ -1247,6 +1247,39 @@ def test_a_hang_timeout_passed_while_every_rank_moves_its_collectives_data_says_
     assert notes == ["--hang-timeout 60 has not ended the run: a rank whose collective moves data makes progress"]
 
 
+def test_a_hang_timeout_passed_while_one_rank_computes_and_another_moves_data_names_both():
+    """Rank 0 computes while rank 1 moves a large collective's data (it waits for rank 0's part
+    in a later one, say): the note says both make progress, not that every busy rank computes."""
+    from dataclasses import replace
+
+    waiting = (coll(1), coll(2, state="entered"))
+    looping = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
+    probes = [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=10.0 + 5 * i),
+                    r1=replace(snap(1, waiting), socket_bytes=2_000_000 * 5 * i)) for i in range(40)]
+    watched = Watched(probes, diagnose_after_s=10, end_after_s=60)
+    watched.watch.progress(0.0)
+    assert watched.until(150) is None
+    assert watched.said[0] == "no output for 10 s, but the job is working: rank 0 computing, rank 1 moving data"
+    notes = [line for line in watched.said if "--hang-timeout" in line]
+    assert notes == ["--hang-timeout 60 has not ended the run: a rank that computes makes progress, and so does one"
+                     " whose collective moves data; no look tells a long step from an endless loop"]
+
+
+def test_a_hang_timeout_passed_while_collectives_complete_with_no_rank_busy_says_they_complete():
+    """Between each two looks both ranks completed a collective, and neither used CPU nor moved
+    32 KiB/s: the note says the collectives completing are the progress, not a computing rank."""
+    def completed(count: int) -> tuple[Collective, ...]:
+        return tuple(coll(seq) for seq in range(1, count + 1))
+
+    probes = [probe(0, r0=snap(0, completed(i + 1)), r1=snap(1, completed(i + 1))) for i in range(40)]
+    watched = Watched(probes, diagnose_after_s=10, end_after_s=60)
+    watched.watch.progress(0.0)
+    assert watched.until(150) is None
+    assert watched.said[0] == "no output for 10 s, but the job is working: collectives completing"
+    notes = [line for line in watched.said if "--hang-timeout" in line]
+    assert notes == ["--hang-timeout 60 has not ended the run: collectives that complete are progress"]
+
+
 def test_a_hang_timeout_passed_while_every_rank_computes_names_no_collective_timeout():
     looping = (Frame("train.py", 80, "main"), Frame("train.py", 31, "evaluate"))
     probes = [probe(0, r0=snap(0, (coll(1),), looping, cpu_s=10.0 + 5 * i),
