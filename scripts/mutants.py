@@ -2835,6 +2835,19 @@ MUTANTS = [
     Mutant("a chaos check with store kinds leaves the store in node0's agent", "orchestrate/chaos/check.py",
            "    return request.replace(rdzv=\"c10d\", rdzv_store=\"container\"), note",
            "    return request.replace(rdzv=\"c10d\"), note", ("tests/unit/test_chaos.py",)),
+    # Session 114 (2026-12-07): a store get or wait that the script's own store timeout ends gets the store hint
+    Mutant("a store get that its own timeout ends writes no record of the wait it was in", "orchestrate/node/store_calls.py",
+           "where(caller)))\n        try:\n            return original(self, *args, **kwargs)\n        except Exception:\n"
+           "            quietly(record.on_failure)\n            raise\n",
+           "where(caller)))\n        try:\n            return original(self, *args, **kwargs)\n        except Exception:\n"
+           "            raise\n", ("tests/unit/test_store_calls.py",)),
+    Mutant("a store call's timeout is not read as a hang torch ended", "orchestrate/hangs/diagnosis.py",
+           "if s.reason in (FAILED_REASON, STORE_FAILED_REASON)}", "if s.reason == FAILED_REASON}",
+           ("tests/unit/test_store_calls.py",)),
+    # Session 114 (2026-12-07): the --hang-timeout note says what the busy ranks do
+    Mutant("the --hang-timeout note says only 'computes' where one rank computes and another moves data",
+           "orchestrate/hangs/watchdog.py", "    if computing and moving:\n", "    if False:\n",
+           ("tests/unit/test_hangs.py",)),
 ]
 
 
