@@ -158,7 +158,9 @@ def test_torchs_store_classes_take_the_recorders_wrappers():
         store.add("count", 1)
         waiter = threading.Thread(target=lambda: store.wait(["later"]))
         waiter.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30  # poll for the wait to be recorded, with a deadline
+        while not record.snapshot()["waiting"] and time.monotonic() < deadline:
+            time.sleep(0.01)
         print(record.snapshot()["waiting"])
         store.set("later", "1")
         waiter.join()
@@ -175,7 +177,7 @@ def test_torchs_store_classes_take_the_recorders_wrappers():
     lines = done.stdout.splitlines()
     assert lines[0] == "[{'call': 'wait', 'keys': ['later'], 'at': '<string>:11'}]"
     assert lines[1] == "{'keys_set': ['ready', 'count', 'later'], 'more_keys': False, 'waiting': [], 'tcp_stores': []}"
-    assert lines[-1] == ("[{'host': 'localhost', 'port': 1, 'world_size': 2, 'is_master': False, 'at': '<string>:19'}]"
+    assert lines[-1] == ("[{'host': 'localhost', 'port': 1, 'world_size': 2, 'is_master': False, 'at': '<string>:21'}]"
                          " []")
 
 
