@@ -51,7 +51,8 @@ def local_tcp_store_hints(snapshots: dict[int, RankSnapshot]) -> list[str]:
         if masters:
             where = (f"its master ({ranks_text(masters)}, is_master=True) serves it on {' and '.join(sorted(served))}"
                      f" alone, so {ranks_text(unserved)} on {' and '.join(sorted({nodes[r] for r in unserved}))}"
-                     " never reach it and the master waits for workers that never come")
+                     f" {'never reaches' if len(unserved) == 1 else 'never reach'} it and the master waits for"
+                     " workers that never come")
         else:
             where = "and no rank made it as is_master=True"
         hints.append(f"{ranks_text(sorted(ranks))} made a TCPStore at {host}:{port} ({', '.join(lines)}), on each"

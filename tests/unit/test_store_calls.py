@@ -227,3 +227,6 @@ def test_a_tcp_store_on_localhost_that_timed_out_is_told_each_node_looks_on_its_
     assert found is not None and found.cause.startswith("the script's TCPStore timed out on node1 rank 1 (The client")
     assert any(line.startswith("  ranks 0, 1 made a TCPStore at localhost:29700 (s.py:7), on each node's own localhost")
                for line in found.lines())
+    # one rank left out is said in the singular ("ranks 2, 3 ... never reach it" in the recorded 2x2 job)
+    assert any("serves it on node0 alone, so rank 1 on node1 never reaches it and the master waits" in line
+               for line in found.lines())
