@@ -2848,6 +2848,10 @@ MUTANTS = [
     Mutant("the --hang-timeout note says only 'computes' where one rank computes and another moves data",
            "orchestrate/hangs/watchdog.py", "    if computing and moving:\n", "    if False:\n",
            ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): a DataLoader worker waiting at a lock the fork copied taken
+    Mutant("a DataLoader worker at a lock gets no fork hint", "orchestrate/hangs/diagnosis.py",
+           "                if not worker.idle and waits_for_threads(worker.stack)]",
+           "                if False]", ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -12,7 +12,7 @@ from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, channel_ends
 from orchestrate.hangs.crash_dump import rank_dump, where_stopped
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, STORE_FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot,
-                                         last_snapshots, training_pass, waits_for_data_loader)
+                                         last_snapshots, training_pass, waits_for_data_loader, waits_for_threads)
 from orchestrate.hangs.stacks import StackGroup, awaited_threads, group_stacks, shown_frames, summary
 from orchestrate.hangs.store_calls import store_hints
 from orchestrate.node.checkpoint_collectives import IN_DCP
@@ -141,6 +141,14 @@ THREAD_ALONE_HINT = ("{ranks} {waits} at {where} for another thread (a lock, a q
                      " thread of the script's is alive there to answer: a threading.Lock taken again by the thread that holds it waits for ever (a"
                      " threading.RLock may be taken again by its holder), as does a wait for a thread that ended"
                      " without letting go of its lock, or setting or putting what the main thread waits for")
+
+# Where a hung rank's DataLoader worker waits at a lock, or for another thread, in the dataset (since
+# 2026-12-07: its place alone was said, and DataLoader(timeout=S), which only ends the wait).
+FORKED_LOCK_HINT = ("{workers} {waits} at a lock or for another thread in the dataset ({where}): a DataLoader worker"
+                    " is a fork of its rank with only the thread that forked it, so a lock that another thread of the"
+                    " rank held at the fork stays taken in the worker for ever, and nothing there sets what it waits"
+                    " for; make the lock in each worker (worker_init_fn), keep the threads that take it out of a rank"
+                    " that forks workers, or start them with DataLoader(multiprocessing_context='spawn')")
 
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
 DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or {instead}"
@@ -579,6 +587,14 @@ class HangDiagnosis:
             ranks = sorted(self.awaits_no_thread)
             out.append("  " + THREAD_ALONE_HINT.format(ranks=ranks_text(ranks), waits="waits" if len(ranks) == 1 else "wait",
                                                        where=self.awaits_no_thread[ranks[0]]))
+        elif self.hung and self.loaders_at_a_lock:
+            waiting = self.loaders_at_a_lock
+            by_rank = {rank: [w for r, w in waiting if r == rank] for rank, _ in waiting}
+            workers = "; ".join(f"{ranks_text([rank])}'s DataLoader "
+                                + " and ".join(loader_name(w, self.loaders[rank]) for w in at_lock)
+                                for rank, at_lock in by_rank.items())
+            out.append("  " + FORKED_LOCK_HINT.format(workers=workers, waits="waits" if len(waiting) == 1 else "wait",
+                                                      where=summary(waiting[0][1].stack)))
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
         elif self.hung and self.store_hints:
@@ -616,6 +632,13 @@ class HangDiagnosis:
     def __repr__(self) -> str:
         """What a failed ``assert result.hang is None`` shows: the headline, not every field."""
         return f"HangDiagnosis({'hung' if self.hung else 'not hung'}: {self.headline})"
+
+    @property
+    def loaders_at_a_lock(self) -> list[tuple[int, LoaderSnapshot]]:
+        """The DataLoader workers, of the ranks that wait for theirs, that wait at a lock or for
+        another thread in the dataset (by rank, then as listed)."""
+        return [(rank, worker) for rank in sorted(self.waiting_for_loaders) for worker in self.loaders.get(rank, [])
+                if not worker.idle and waits_for_threads(worker.stack)]
 
     @property
     def waiting_for_loaders(self) -> set[int]:

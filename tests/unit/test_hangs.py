@@ -1472,6 +1472,32 @@ def test_a_request_waits_for_every_worker_of_a_waiting_ranks_loaders():
     assert answered.loader_workers_missing()  # rank 1 waits too, and none of its answered
 
 
+def test_a_data_loader_worker_waiting_at_a_lock_in_the_dataset_is_told_the_fork_copied_it_taken():
+    """A trial's rank 1 ran a thread that held a threading.Lock while its DataLoader forked the
+    workers, whose __getitem__ then took the lock: each worker waited for ever, and the summary
+    said where and that DataLoader(timeout=S) ends the wait, not why (until 2026-12-07)."""
+    at_lock = (*FORKED, Frame(f"{SITE}/torch/utils/data/_utils/fetch.py", 52, "fetch"),
+               Frame("data.py", 19, "__getitem__", "with cache_lock:"))
+
+    def hung_probe(at: float, *workers: tuple[tuple[Frame, ...], int]) -> Probe:
+        found = probe(at, r0=snap(0, (coll(3, state="entered"),), cpu_s=1.0), r1=snap(1, frames=LOADING, cpu_s=1.0))
+        found.loaders = {1: [loader(1, n, stack, cpu_s=0.5) for n, (stack, _) in enumerate(workers)]}
+        return found
+
+    found = diagnose(hung_probe(5, (at_lock, 0), (at_lock, 1)), hung_probe(0, (at_lock, 0), (at_lock, 1)), {0, 1},
+                     {}, 20)
+    assert found.hung
+    hint = ("  rank 1's DataLoader worker 0 (pid 200) and worker 1 (pid 201) wait at a lock or for another thread in the"
+            " dataset (__getitem__ at data.py:19): a DataLoader worker is a fork of its rank with only the thread that"
+            " forked it, so a lock that another thread of the rank held at the fork stays taken in the worker for ever")
+    assert any(line.startswith(hint) for line in found.lines())
+    assert any(line.startswith(hint.strip()) for line in found.to_json()["advice"])  # kept in outcome.json too
+    # a worker that reads (no lock) or waits idle for its next batch gets no such hint
+    other = diagnose(hung_probe(5, (READING_WORKER, 0), (IDLE_WORKER, 1)),
+                     hung_probe(0, (READING_WORKER, 0), (IDLE_WORKER, 1)), {0, 1}, {}, 20)
+    assert other.hung and not any("a fork of its rank" in line for line in other.lines())
+
+
 def test_a_rank_waiting_for_its_data_loader_is_answered_with_its_loaders_workers(tmp_path):
     frames = [[f.file, f.line, f.function, f.code] for f in LOADING]
     (tmp_path / "loader-rank0-90.json").write_text(json.dumps({"request": "old", "rank": 0, "pid": 90, "stacks": []}))
