@@ -2852,6 +2852,17 @@ MUTANTS = [
     Mutant("a DataLoader worker at a lock gets no fork hint", "orchestrate/hangs/diagnosis.py",
            "                if not worker.idle and waits_for_threads(worker.stack)]",
            "                if False]", ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): a backward pass is counted as one, not as every collective made from its line
+    Mutant("a backward pass is counted by every collective made from its line", "orchestrate/hangs/collectives.py",
+           "    return f\"{step_counts(passes, elsewhere, made, extra, never_made)}{UNEVEN_HINT}\"",
+           "    return f\"{step_counts(passes, elsewhere, counts, extra, never_made)}{UNEVEN_HINT}\"",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("the record counts no training pass apart from its line", "orchestrate/node/collective_log.py",
+           "            if counted_as:\n", "            if False:\n", ("tests/unit/test_hangs.py",)),
+    Mutant("the collective the others are in instead of a training step is never the likely extra one",
+           "orchestrate/hangs/collectives.py",
+           "    never_made = extra is not None and all(", "    never_made = False and all(",
+           ("tests/unit/test_hangs.py",)),
 ]
 
 

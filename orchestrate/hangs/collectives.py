@@ -175,8 +175,11 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
 def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot]) -> str:
     """Where some ranks are in a DDP model's training step and the others made another call in its
     place (they left the training loop, or skipped a step), or a pass of another step: that the
-    ranks took different numbers of steps, with how many each made from the line the ones in a
-    step are at, where the records say ("" where no rank is in a training step)."""
+    ranks took different numbers of steps, with how many passes each made from the line the ones
+    in a step are at, and the call the others are in instead, where the records say ("" where no
+    rank is in a training step). The passes are counted as such, not as every collective made
+    from their line (since 2026-12-07: a ZeroRedundancyOptimizer's step() on the line of the
+    backward pass made "backward pass 16" of the 4th)."""
     counts = {rank: dict(s.lines) for rank, s in snapshots.items()}
     passes = {}
     for rank, call in calls.items():
@@ -187,7 +190,12 @@ def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot
     if not passes:
         return ""
     elsewhere = [rank for rank in calls if rank not in passes]
-    return f"{step_counts(passes, elsewhere, counts)}{UNEVEN_HINT}"
+    kinds = {kind for _, kind in passes.values()}
+    made = {rank: s.passes_made(next(iter(kinds))) for rank, s in snapshots.items()} if len(kinds) == 1 else {}
+    instead = {(calls[rank].call, calls[rank].at) for rank in elsewhere}
+    extra = calls[elsewhere[0]] if len(instead) == 1 else None
+    never_made = extra is not None and all(counts.get(rank) and extra.at not in counts[rank] for rank in passes)
+    return f"{step_counts(passes, elsewhere, made, extra, never_made)}{UNEVEN_HINT}"
 
 
 def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, RankSnapshot]) -> str:
@@ -271,13 +279,16 @@ def transitions(group: str, snapshots: dict[int, RankSnapshot], seq: int) -> set
     return went
 
 
-def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: dict[int, dict[str, int]]) -> str:
-    """``rank 1 is in backward pass 31 at train.py:12, where rank 0 made 30: ``: how many
-    collectives each rank made from the line where the ranks in a training step (``passes``: each
-    one's line and pass) are, by its call lines' counts (``counts``); without the others' part
+def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: dict[int, dict[str, int]],
+                instead: Optional[Collective] = None, never_made: bool = False) -> str:
+    """``rank 1 is in backward pass 31 at train.py:12, where rank 0 made 30: ``: how many passes
+    each rank made from the line where the ranks in a training step (``passes``: each one's line
+    and pass) are, by its counts of that pass (``counts``: by line); without the others' part
     where a count of theirs is not known (a rank that did not answer, a record without that line)
     or they differ; "" where the ranks in a step are at different lines, or their own counts
-    differ or are not known."""
+    differ or are not known. ``instead``: the call the others are all in (``and is in barrier()
+    at train.py:40 instead``), said to be likely the extra one where the ranks in the step never
+    made a collective from its line (``never_made``)."""
     if len(set(passes.values())) != 1:
         return ""
     line, kind = next(iter(passes.values()))
@@ -286,8 +297,20 @@ def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: d
     if len(now) != 1 or None in now:
         return ""
     verb = "is" if len(passes) == 1 else "are"
-    where = f", where {ranks_text(sorted(others))} made {made.pop()}" if len(made) == 1 and None not in made else ""
-    return f"{ranks_text(sorted(passes))} {verb} in {kind} {now.pop()} at {line}{where}: "
+    who = ranks_text(sorted(others))
+    where = f", where {who} made {made.pop()}" if len(made) == 1 and None not in made else ""
+    end = ": "
+    if instead is not None:
+        theirs = "is" if len(others) == 1 else "are"
+        where += (f" and {theirs} in {instead.call} at {instead.at} instead" if where
+                  else f", while {who} {theirs} in {instead.call} at {instead.at}")
+        if never_made:
+            one = len(others) == 1
+            where += (f", which {ranks_text(sorted(passes))} never made: likely the extra collective (one {who}"
+                      f" {'makes' if one else 'make'} on {'its' if one else 'their'} own within a step, or one after"
+                      f" {'its' if one else 'their'} training loop, which {'it' if one else 'they'} left first)")
+            end = "; "
+    return f"{ranks_text(sorted(passes))} {verb} in {kind} {now.pop()} at {line}{where}{end}"
 
 
 def roots_alone_differ(calls: dict[int, Collective]) -> bool:

@@ -17,7 +17,7 @@ from orchestrate.hangs.stacks import StackGroup, awaited_threads, group_stacks, 
 from orchestrate.hangs.store_calls import store_hints
 from orchestrate.node.checkpoint_collectives import IN_DCP
 from orchestrate.node.collective_log import NEW_GROUP
-from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS
+from orchestrate.node.ddp_collectives import BACKWARD_PASS, BUFFERS as DDP_BUFFERS
 from orchestrate.node.fsdp_collectives import PARAMETERS as FSDP_PARAMETERS
 from orchestrate.node.remote_debugger import POST_MORTEM_CALL, USER_POST_MORTEM_CALL
 from orchestrate.text import format_byte_rate, ranks_text
@@ -374,6 +374,7 @@ class HangDiagnosis:
     loaders: dict[int, list[LoaderSnapshot]] = field(default_factory=dict)
     unheard_nodes: list[str] = field(default_factory=list)
     call_lines: dict[int, dict[str, int]] = field(default_factory=dict)  # each rank's call lines, with counts
+    backward_passes: dict[int, dict[str, int]] = field(default_factory=dict)  # each rank's backward passes, by line
     init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
     store_hints: list[str] = field(default_factory=list)  # why ranks wait in their script's own store calls
     timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
@@ -509,7 +510,7 @@ class HangDiagnosis:
                   for rank, e in waiting.items()}
         if not passes or not all(kind for _, kind in passes.values()):
             return ""
-        return f"{step_counts(passes, list(self.exited), self.call_lines)}{UNEVEN_HINT}"
+        return f"{step_counts(passes, list(self.exited), self.backward_passes)}{UNEVEN_HINT}"
 
     def group_loading_where(self, ranks: tuple[int, ...]) -> str:
         """Where the first of these ranks' DataLoader workers with a batch to load is."""
@@ -696,6 +697,7 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
         cause=cause,
         loaders=loaders,
         call_lines={rank: dict(s.lines) for rank, s in now.snapshots.items()},
+        backward_passes={rank: s.passes_made(BACKWARD_PASS) for rank, s in now.snapshots.items()},
         init_hints=init_hints({rank: call for rank in joining if (call := now.snapshots[rank].init) is not None},
                               {rank: s.node for rank, s in now.snapshots.items()}),
         store_hints=store_hints(now.snapshots, expected),

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from orchestrate.node.collective_log import ON_GPU
-from orchestrate.node.ddp_collectives import BUFFERS as DDP_BUFFERS, DESCRIBED as DDP_GRADIENTS
+from orchestrate.node.ddp_collectives import (BACKWARD_PASS, BUFFERS as DDP_BUFFERS, DESCRIBED as DDP_GRADIENTS,
+                                              FORWARD_PASS)
 from orchestrate.node.snapshot import FAILED_REASON, LOADER_PREFIX, REQUEST_FILE, STORE_FAILED_REASON
 from orchestrate.plan.layout import DEBUG_SUBDIR, WORKSPACE_DIR
 # Where torch.compile's inductor writes the code it generates for a model (torchinductor_<user> in
@@ -116,9 +117,9 @@ def training_pass(shapes: str, others_made_it: bool) -> str:
     ranks made collectives from its line too (``others_made_it``: a training step's forward pass
     is made on every rank, an evaluation on rank 0 alone is not); "" for any other collective."""
     if shapes.startswith(DDP_GRADIENTS):
-        return "backward pass"
+        return BACKWARD_PASS
     if shapes.startswith(DDP_BUFFERS) and others_made_it:
-        return "forward pass"
+        return FORWARD_PASS
     return ""
 
 
@@ -278,6 +279,17 @@ class RankSnapshot:
     children_cpu_s: float = 0.0  # the CPU seconds its live child processes used so far (a pool's, a subprocess's)
     socket_bytes: Optional[int] = None  # the bytes its open TCP sockets sent and received so far
     store: Optional[StoreCalls] = None  # its script's own store calls, once it made one
+    # (pass, call line, how many of that pass of a DDP training step were made from it); None: a
+    # record that keeps no such counts
+    passes: Optional[tuple[tuple[str, str, int], ...]] = None
+
+    def passes_made(self, kind: str) -> dict[str, int]:
+        """How many of a training step's ``kind`` of pass ("backward pass") it made, by the line
+        it made them from; where its record keeps no such counts, every collective made from the
+        line (more where other collectives are made from it too)."""
+        if self.passes is None:
+            return dict(self.lines)
+        return {line: count for made, line, count in self.passes if made == kind}
 
     @property
     def waits_for_threads(self) -> bool:
@@ -344,7 +356,8 @@ class RankSnapshot:
             lines=call_lines(data.get("lines")), init=InitCall.from_json(data.get("init")),
             cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data),
             children_cpu_s=optional_float(data.get("children_cpu_s")) or 0.0,
-            socket_bytes=optional_int(data.get("socket_bytes")), store=StoreCalls.from_json(data.get("store")))
+            socket_bytes=optional_int(data.get("socket_bytes")), store=StoreCalls.from_json(data.get("store")),
+            passes=pass_counts(data.get("passes")))
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,
@@ -498,6 +511,17 @@ def call_lines(value: Any) -> tuple[tuple[str, int], ...]:
         return tuple((str(line), int(count)) for line, count in value.items())
     except (TypeError, ValueError):
         return ()
+
+
+def pass_counts(value: Any) -> Optional[tuple[tuple[str, str, int], ...]]:
+    """A snapshot's counts of a training step's passes, by pass and line (None where it has
+    none, or not as a mapping of mappings)."""
+    if not isinstance(value, dict) or not all(isinstance(lines, dict) for lines in value.values()):
+        return None
+    try:
+        return tuple((str(kind), str(line), int(count)) for kind, lines in value.items() for line, count in lines.items())
+    except (TypeError, ValueError):
+        return None
 
 
 def failed_collective(directory: Path, rank: int, since: float = 0.0) -> tuple[str, str]:

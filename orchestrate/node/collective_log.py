@@ -93,6 +93,10 @@ class CollectiveLog:
         self.local = threading.local()
         self.exclusive = 0  # outer calls under way that own every thread's collectives (see call)
         self.lines: Dict[str, int] = {}  # call line -> collectives made from it, the most recent last
+        # a DDP training step's pass ("backward pass") -> call line -> how many of it were made from
+        # there: a line's count takes in every collective made from it (a ZeroRedundancyOptimizer's
+        # step() on the line of the backward pass broadcasts too), this one the passes alone
+        self.passes: Dict[str, Dict[str, int]] = {}
         # Who may name what a collective moves, from its op and its caller's frame, in place of its
         # tensors (FSDP's all-gathers: "parameters of FSDP(Linear)"); the first that names it wins.
         self.describers: List[Callable[[str, Any], Optional[str]]] = []
@@ -102,8 +106,9 @@ class CollectiveLog:
         # The script's own store calls (orchestrate.node.store_calls.StoreRecord); None until recorded.
         self.store_calls: Any = None
 
-    def enter(self, op: str, group: str, shapes: str, caller: str) -> Dict[str, Any]:
-        """Record a collective as entered; return its entry (to be :meth:`leave` d)."""
+    def enter(self, op: str, group: str, shapes: str, caller: str, counted_as: str = "") -> Dict[str, Any]:
+        """Record a collective as entered; return its entry (to be :meth:`leave` d); ``counted_as``:
+        the pass of a training step it is, counted apart by its line (see :attr:`passes`)."""
         with self.lock:
             seq = self.next_seq.get(group, 0) + 1
             self.next_seq[group] = seq
@@ -114,12 +119,22 @@ class CollectiveLog:
             self.lines[caller] = self.lines.pop(caller, 0) + 1
             if len(self.lines) > LINES_KEPT:
                 del self.lines[next(iter(self.lines))]
+            if counted_as:
+                made = self.passes.setdefault(counted_as, {})
+                made[caller] = made.pop(caller, 0) + 1
+                if len(made) > LINES_KEPT:
+                    del made[next(iter(made))]
         return entry
 
     def call_lines(self) -> Dict[str, int]:
         """The lines collectives were made from, each with how many (see :data:`LINES_KEPT`)."""
         with self.lock:
             return dict(self.lines)
+
+    def pass_counts(self) -> Dict[str, Dict[str, int]]:
+        """The training steps' passes made, by pass and line (see :attr:`passes`)."""
+        with self.lock:
+            return {kind: dict(lines) for kind, lines in self.passes.items()}
 
     def trim(self) -> None:
         """Drop the oldest entries beyond :data:`KEEP`, but not one whose GPU work is unfinished
@@ -266,15 +281,16 @@ class CollectiveLog:
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
              shapes: str, at: str, returned: str = "done", exclusive: bool = False,
-             channel: Optional[Callable[[Any], str]] = None, gpus: tuple = ()) -> Any:
+             channel: Optional[Callable[[Any], str]] = None, gpus: tuple = (), counted_as: str = "") -> Any:
         """``original(*args, **kwargs)``, recorded as the collective ``op`` (an outer call: the
         collectives it makes on this thread are not recorded, nor, if ``exclusive``, those any
         thread makes meanwhile: a backward pass's, which autograd's device threads may run);
         ``returned``: its state once it returns (``issued`` for an async one); ``channel``: for a
         receive from any rank, the channel of the source it returns; ``gpus``: the GPU devices
-        whose streams its work joins (the entry is ``queued`` until the GPUs have finished it)."""
+        whose streams its work joins (the entry is ``queued`` until the GPUs have finished it);
+        ``counted_as``: the pass of a DDP training step it is (see :meth:`enter`)."""
         before = self.gpu.place(gpus) if gpus else None
-        entry = self.enter(op, group, shapes, at)
+        entry = self.enter(op, group, shapes, at, counted_as)
         self.local.depth = getattr(self.local, "depth", 0) + 1
         if exclusive:
             with self.lock:

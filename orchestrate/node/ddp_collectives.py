@@ -51,6 +51,9 @@ DESCRIBED = "gradients of DDP("  # how the record's entries start (what they all
 BUFFERS = "buffers of DDP("  # a forward pass's broadcast of the model's buffers
 PARAMETERS = "parameters of DDP("  # the construction's broadcast of the parameters (and buffers)
 SHAPES = "parameter shapes of DDP"  # the construction's check that every rank's parameters match
+# The passes of a training step, as the record counts them by their lines (CollectiveLog.passes).
+BACKWARD_PASS = "backward pass"
+FORWARD_PASS = "forward pass"
 
 
 def described(models: List[Any]) -> str:
@@ -108,14 +111,14 @@ def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
         group = name_group(getattr(models[0], "process_group", None))
         gpus = tuple(dict.fromkeys(device for model in models for device in model_gpus(model)))
         return log.call(original_backward, args, kwargs, OP, group, described(models), caller(sys._getframe(1)),
-                        exclusive=True, gpus=gpus)
+                        exclusive=True, gpus=gpus, counted_as=BACKWARD_PASS)
 
     def shadow(self: Any, *args: Any, **kwargs: Any) -> Any:
         """A joined rank's part in the others' gradient all-reduce."""
         assert original_shadow is not None
         group = name_group(getattr(self, "process_group", None))
         return log.call(original_shadow, (self, *args), kwargs, OP, group, described([self]),
-                        caller(sys._getframe(1)), exclusive=True, gpus=model_gpus(self))
+                        caller(sys._getframe(1)), exclusive=True, gpus=model_gpus(self), counted_as=BACKWARD_PASS)
 
     backward.__ddp_compose_recorded__ = True  # type: ignore[attr-defined]
     autograd.backward = backward
@@ -141,7 +144,7 @@ def record_forward_and_construction(log: CollectiveLog, name_group: Callable[[An
         def sync_module_buffers(self: Any, *args: Any, **kwargs: Any) -> Any:
             return recorded(log, buffers, (self, *args), kwargs, "broadcast",
                             name_group(getattr(self, "process_group", None)), f"{BUFFERS}{model_name(self)})",
-                            gpus=model_gpus(self))
+                            gpus=model_gpus(self), counted_as=FORWARD_PASS)
 
         ddp._sync_module_buffers = sync_module_buffers
         wrappers.append(sync_module_buffers)
@@ -170,12 +173,14 @@ def record_forward_and_construction(log: CollectiveLog, name_group: Callable[[An
 
 
 def recorded(log: CollectiveLog, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str,
-             group: str, shapes: str, gpus: tuple = ()) -> Any:
+             group: str, shapes: str, gpus: tuple = (), counted_as: str = "") -> Any:
     """``original(*args, **kwargs)``, one of DDP's collectives, recorded at the user's line
-    (inside another recorded call: left to that one); ``gpus``: where its work is queued."""
+    (inside another recorded call: left to that one); ``gpus``: where its work is queued;
+    ``counted_as``: the pass of a training step it is."""
     if log.nested():
         return original(*args, **kwargs)
-    return log.call(original, args, kwargs, op, group, shapes, caller(sys._getframe(2)), gpus=gpus)
+    return log.call(original, args, kwargs, op, group, shapes, caller(sys._getframe(2)), gpus=gpus,
+                    counted_as=counted_as)
 
 
 def keep_out_of_compile(functions: List[Callable[..., Any]]) -> None:

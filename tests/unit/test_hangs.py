@@ -438,14 +438,19 @@ def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_diff
     lines = diagnose(probe(5, r0=left, r1=in_step), None, {0, 1}, {}, 30).lines()
     assert lines[0] == ("no progress for 30 s: collective #62: rank 0 entered barrier() at train.py:40; rank 1 entered"
                         " all_reduce(gradients of DDP(Net)) at train.py:20")
-    assert lines[-1] == f"  rank 1 is in backward pass 31 at train.py:20, where rank 0 made 30: {UNEVEN_HINT}"
+    # the call rank 0 is in instead, from a line rank 1 never made one from: likely the extra one
+    extra = ("which rank 1 never made: likely the extra collective (one rank 0 makes on its own within a step, or one"
+             " after its training loop, which it left first); ")
+    assert lines[-1] == (f"  rank 1 is in backward pass 31 at train.py:20, where rank 0 made 30 and is in barrier() at"
+                         f" train.py:40 instead, {extra}{UNEVEN_HINT}")
     assert f"  {DEBUG_HINT}" not in lines
     # a model with buffers: rank 1 waits in its step's forward pass, made from its line 31 times
     forward = coll(62, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:18")
     in_forward = snap(1, history + (forward,), stack(18), lines=(("train.py:18", 31), ("train.py:20", 30)))
     left_too = snap(0, history + (barrier,), stack(40), lines=(("train.py:18", 30), ("train.py:20", 30)))
     lines = diagnose(probe(5, r0=left_too, r1=in_forward), None, {0, 1}, {}, 30).lines()
-    assert lines[-1] == f"  rank 1 is in forward pass 31 at train.py:18, where rank 0 made 30: {UNEVEN_HINT}"
+    assert lines[-1] == (f"  rank 1 is in forward pass 31 at train.py:18, where rank 0 made 30 and is in barrier() at"
+                         f" train.py:40 instead, {extra}{UNEVEN_HINT}")
     assert not any(DDP_FORWARD_HINT in line for line in lines)
     # a forward pass from a line rank 0 never made one from is an evaluation made alone: that
     # hint where it is the first, and neither where it was made before (an evaluation each epoch)
@@ -466,11 +471,12 @@ def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_diff
     assert lines[-1] == f"  {UNEVEN_HINT}"
     alike = snap(2, history + (backward,), stack(20), lines=(("train.py:20", 31),))
     lines = diagnose(probe(5, r0=left, r1=in_step, r2=alike), None, {0, 1, 2}, {}, 30).lines()
-    assert lines[-1] == f"  ranks 1, 2 are in backward pass 31 at train.py:20, where rank 0 made 30: {UNEVEN_HINT}"
+    assert lines[-1] == (f"  ranks 1, 2 are in backward pass 31 at train.py:20, where rank 0 made 30 and is in barrier()"
+                         f" at train.py:40 instead, {extra.replace('rank 1 never', 'ranks 1, 2 never')}{UNEVEN_HINT}")
     # rank 0's record holds no count of that line (it kept other lines): rank 1's count alone
     unknown = snap(0, history + (barrier,), stack(40), lines=(("train.py:40", 1),))
     lines = diagnose(probe(5, r0=unknown, r1=in_step), None, {0, 1}, {}, 30).lines()
-    assert lines[-1] == f"  rank 1 is in backward pass 31 at train.py:20: {UNEVEN_HINT}"
+    assert lines[-1] == f"  rank 1 is in backward pass 31 at train.py:20, while rank 0 is in barrier() at train.py:40, {extra}{UNEVEN_HINT}"
     # a third rank exited as well: the hint once, from the divergence, and the one for any exit
     gone = {2: "has exited: its script returned on node2, whose torchrun runs on"}
     lines = diagnose(probe(5, r0=left, r1=in_step), None, {0, 1, 2}, gone, 30).lines()
@@ -2936,3 +2942,50 @@ def test_a_real_child_processs_cpu_counts_for_its_parent():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_backward_pass_is_counted_apart_from_the_other_collectives_made_from_its_line(tmp_path):
+    """u03 of session 114's trial: ``opt.zero_grad(); loss.backward(); opt.step()`` on one line,
+    where a ZeroRedundancyOptimizer's step() broadcasts 4 times after each backward pass, and rank
+    0 alone makes consolidate_state_dict's broadcast at line 16 after its 3rd step. Rank 1 is in
+    its 4th backward pass, not its 16th (every collective made from the line), and rank 0's
+    broadcast is named as the likely extra collective, from the records as the nodes write them."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+    from orchestrate.node.ddp_collectives import BACKWARD_PASS
+    from orchestrate.node.snapshot import REQUEST_FILE, SnapshotWriter
+
+    def step(log: CollectiveLog) -> None:
+        log.call(lambda: None, (), {}, "all_reduce", "default", "gradients of DDP(Net)", "zero.py:14",
+                 counted_as=BACKWARD_PASS)
+        for _ in range(4):  # the optimizer's step() broadcasts each rank's shard of the parameters
+            log.call(lambda: None, (), {}, "broadcast", "default", "float32[16] from rank 0", "zero.py:14")
+
+    answered = {}
+    for rank in (0, 1):
+        log = CollectiveLog()
+        for _ in range(3):
+            step(log)
+        if rank == 0:
+            log.enter("broadcast", "default", "int64[1] from rank 1", "zero.py:16")
+        else:
+            log.enter("all_reduce", "default", "gradients of DDP(Net)", "zero.py:14", counted_as=BACKWARD_PASS)
+        directory = tmp_path / f"rank{rank}"
+        directory.mkdir()
+        (directory / REQUEST_FILE).write_text(json.dumps({"id": "a"}))
+        SnapshotWriter(str(directory), rank, log).answer_pending()
+        answered[f"r{rank}"] = RankSnapshot.from_json(json.loads((directory / f"rank{rank}.json").read_text()))
+    assert dict(answered["r1"].lines) == {"zero.py:14": 16}  # every collective made from the line
+    lines = diagnose(probe(5, **answered), None, {0, 1}, {}, 30).lines()
+    assert lines[-1] == ("  rank 1 is in backward pass 4 at zero.py:14, where rank 0 made 3 and is in broadcast(int64[1]"
+                         " from rank 1) at zero.py:16 instead, which rank 1 never made: likely the extra collective (one"
+                         " rank 0 makes on its own within a step, or one after its training loop, which it left"
+                         f" first); {UNEVEN_HINT}")
+    # where rank 1 made collectives from line 16 before (a broadcast every epoch), it is not said to be the extra one
+    again = dataclasses.replace(answered["r1"], lines=(("zero.py:14", 16), ("zero.py:16", 1)))
+    lines = diagnose(probe(5, r0=answered["r0"], r1=again), None, {0, 1}, {}, 30).lines()
+    assert lines[-1] == ("  rank 1 is in backward pass 4 at zero.py:14, where rank 0 made 3 and is in broadcast(int64[1]"
+                         f" from rank 1) at zero.py:16 instead: {UNEVEN_HINT}")
+    # rank 0's script returned instead: rank 1's backward passes are counted so too
+    exited = {0: "has exited: its script returned on node0, whose torchrun runs on"}
+    alone = diagnose(probe(5, r1=answered["r1"]), None, {0, 1}, exited, 30)
+    assert alone.lines()[-1] == f"  rank 1 is in backward pass 4 at zero.py:14: {UNEVEN_HINT}"

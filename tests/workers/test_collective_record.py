@@ -171,8 +171,10 @@ def test_a_ddp_backward_pass_is_recorded_as_its_gradient_all_reduce_where_a_barr
     waiting = probe.snapshots[1].in_collective
     assert waiting is not None and waiting.is_backward_pass and not probe.snapshots[0].in_collective.is_backward_pass
     # rank 1 took one step more than rank 0 before they parted: its fourth backward pass
-    assert divergence.hint == (f"rank 1 is in backward pass 4 at {DDP_BARRIER}:{sync}, where rank 0 made 3:"
-                               f" {UNEVEN_HINT}")
+    assert divergence.hint == (f"rank 1 is in backward pass 4 at {DDP_BARRIER}:{sync}, where rank 0 made 3 and is in"
+                               f" barrier() at {DDP_BARRIER}:{barrier} instead, which rank 1 never made: likely the"
+                               " extra collective (one rank 0 makes on its own within a step, or one after its"
+                               f" training loop, which it left first); {UNEVEN_HINT}")
     built = line_of(DDP_BARRIER, "model = DistributedDataParallel(")
     assert [(c.seq, c.op, c.shapes, c.at, c.state) for c in probe.snapshots[1].collectives] == [
         (1, "all_gather", "parameter shapes of DDP", f"{DDP_BARRIER}:{built}", "done"),
