@@ -2863,6 +2863,11 @@ MUTANTS = [
            "orchestrate/hangs/collectives.py",
            "    never_made = extra is not None and all(", "    never_made = False and all(",
            ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): a rank's own decision to stop (early stopping) is among the uneven steps' causes
+    Mutant("the uneven steps' hint leaves out a rank that stopped on a decision of its own",
+           "orchestrate/hangs/collectives.py",
+           "               \" out), that leaves the loop on a decision of its own (early stopping on its own validation loss, a\"\n",
+           "               \" out), (early stopping on its own validation loss, a\"\n", ("tests/unit/test_hangs.py",)),
 ]
 
 

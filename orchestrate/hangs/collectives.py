@@ -64,7 +64,10 @@ UNEVEN_HINT = ("every rank must take as many training steps with a DDP model as 
                " by a rank that runs out of batches first (give every rank as many: DistributedSampler splits a"
                " dataset evenly, padding it, drop_last=True drops the rest; or train under `with model.join():`,"
                " where a rank that has run out of data shadows the others' collectives until every rank has run"
-               " out), that syncs its gradients on other steps (`no_sync()` accumulation over a count of steps"
+               " out), that leaves the loop on a decision of its own (early stopping on its own validation loss, a"
+               " NaN check, a time budget: agree on it, e.g. all_reduce the stop flag with ReduceOp.MAX before"
+               " breaking, so that every rank stops at the same step), that syncs its gradients on other steps"
+               " (`no_sync()` accumulation over a count of steps"
                " that differs from rank to rank), or that makes a collective of its own within a step (one under"
                " `if rank == 0:`, such as a checkpoint's ZeroRedundancyOptimizer.consolidate_state_dict or a"
                " broadcast of a file only its node has: every rank of the group makes it, or none does)")

@@ -2989,3 +2989,19 @@ def test_a_backward_pass_is_counted_apart_from_the_other_collectives_made_from_i
     exited = {0: "has exited: its script returned on node0, whose torchrun runs on"}
     alone = diagnose(probe(5, r1=answered["r1"]), None, {0, 1}, exited, 30)
     assert alone.lines()[-1] == f"  rank 1 is in backward pass 4 at zero.py:14: {UNEVEN_HINT}"
+
+
+def test_a_rank_that_left_its_loop_on_its_own_early_stop_gets_the_hint_to_agree_on_the_stop():
+    """u10 of session 114's trial: each rank early-stops on its own validation loss; rank 1 broke
+    out after 5 steps and waits in the barrier after its loop, rank 0 is in its 6th backward
+    pass. The hint lists a rank's own decision to stop among the causes, with its fix."""
+    history = (coll(6, "gradients of DDP(Linear)", at="stop.py:14"),)
+    trains_on = snap(0, history + (coll(7, "gradients of DDP(Linear)", "entered", at="stop.py:14"),), stack(14),
+                     lines=(("stop.py:14", 6),))
+    stopped = snap(1, history + (coll(7, "", "entered", op="barrier", at="stop.py:23"),), stack(23),
+                   lines=(("stop.py:14", 5), ("stop.py:23", 1)))
+    hint = diagnose(probe(5, r0=trains_on, r1=stopped), None, {0, 1}, {}, 30).lines()[-1]
+    assert hint.startswith("  rank 0 is in backward pass 6 at stop.py:14, where rank 1 made 5 and is in barrier() at"
+                           " stop.py:23 instead, which rank 0 never made: ")
+    assert ("leaves the loop on a decision of its own (early stopping on its own validation loss, a NaN check, a time"
+            " budget: agree on it, e.g. all_reduce the stop flag with ReduceOp.MAX before breaking") in hint
