@@ -2868,6 +2868,16 @@ MUTANTS = [
            "orchestrate/hangs/collectives.py",
            "               \" out), that leaves the loop on a decision of its own (early stopping on its own validation loss, a\"\n",
            "               \" out), (early stopping on its own validation loss, a\"\n", ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): gloo's size abort names the dtype, size or object list length its byte counts show
+    Mutant("gloo's size abort gets the general hint alone where a peer's record moved the bytes that came",
+           "orchestrate/outcome/judge.py",
+           "    sizes_differ = size_difference(failure.errors, places)\n", "    sizes_differ = \"\"\n",
+           ("tests/unit/test_judge.py",)),
+    Mutant("bytes that fit a dtype and a size are said to be a dtype that differs alone", "orchestrate/outcome/judge.py",
+           "        if other_dtype and theirs:\n", "        if False:\n", ("tests/unit/test_judge.py",)),
+    Mutant("broadcast_object_list is recorded without its list's length", "orchestrate/node/collective_log.py",
+           "            if listed:\n                root_text =", "            if False:\n                root_text =",
+           ("tests/unit/test_hangs.py",)),
 ]
 
 

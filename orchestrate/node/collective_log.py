@@ -43,6 +43,10 @@ ROOTS = {"broadcast": "src", "scatter": "src", "broadcast_object_list": "src", "
 # ``object_gather_list``, ``scatter_object_input_list``: the second argument): not described, or
 # every root would differ from its group.
 ROOT_ONLY_LISTS = ("gather", "scatter", "gather_object", "scatter_object_list")
+# Collectives whose list of objects every rank gives at one length, and the argument it is: recorded
+# as ``broadcast_object_list(3 objects from rank 0)``, so that lists of other lengths differ in the
+# record (gloo aborts the rank with the shorter one on their sizes, 8 bytes an object).
+OBJECT_LISTS = {"broadcast_object_list": "object_list"}
 # Point-to-point calls: each direction between two ranks is a channel of its own ("p2p 0->1"),
 # numbered apart from the process group's collectives, which every member calls in one order: a
 # rank's sends to one peer match that peer's receives from it, whatever else either does.
@@ -207,7 +211,10 @@ class CollectiveLog:
         root = ROOTS.get(name)
         root_index = _positional_index(original, root) if root else None
         group_root_index = _positional_index(original, f"group_{root}") if root else None
-        described = slice(1) if name in ROOT_ONLY_LISTS else slice(None)
+        listed = OBJECT_LISTS.get(name)
+        # an object list is described by its length alone: the root's holds the objects, the others' slots
+        described = slice(0) if listed else slice(1) if name in ROOT_ONLY_LISTS else slice(None)
+        listed_index = _positional_index(original, listed) if listed else None
 
         @functools.wraps(original)
         def collective(*args: Any, **kwargs: Any) -> Any:
@@ -235,6 +242,8 @@ class CollectiveLog:
                 rank = global_rank(_argument(args, kwargs, root, root_index),
                                    _argument(args, kwargs, f"group_{root}", group_root_index), group)
                 root_text = f"{'from' if root == 'src' else 'to'} rank {'?' if rank is None else rank}"
+            if listed:
+                root_text = " ".join(filter(None, (objects_in(_argument(args, kwargs, listed, listed_index)), root_text)))
             return self.call(original, args, kwargs, name, where,
                              self.describe(name, args[described], sys._getframe(1), root_text),
                              caller(sys._getframe(1)), "issued" if is_async else "done",
@@ -355,6 +364,13 @@ def describe_ranks(ranks: Any) -> str:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def objects_in(value: Any) -> str:
+    """``3 objects``: how many a list of objects holds ("" for what is no list)."""
+    if not isinstance(value, list):
+        return ""
+    return f"{len(value)} object{'' if len(value) == 1 else 's'}"
 
 
 def describe_tensors(args: tuple) -> str:

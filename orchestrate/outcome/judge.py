@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from orchestrate.config.torch_versions import DEFAULT_TORCH  # the default image's, which aborted least at exit
-from orchestrate.hangs.collectives import UNEVEN_HINT
+from orchestrate.hangs.collectives import ROOT_TEXT as ROOT_NAMED, UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said
@@ -345,13 +345,72 @@ def mismatch_hint(failure: Optional[Failure], divergence: str = "") -> str:
         verb = "was" if len(in_step) == 1 else "were"
         uneven = (f"; here {who} {verb} in a DDP model's training step while the others made another collective:"
                   f" {UNEVEN_HINT}")
+    sizes_differ = size_difference(failure.errors, places)
     gathered = re.search(r"\bin (all_gather|gather|all_gather_into_tensor) at ", failure.crashed)
     sizes = (f"; {gathered[1]} takes a tensor of one size from every rank: where ranks hold different counts"
              " (predictions, tokens), gather the sizes first and pad to the largest, or use all_gather_object"
              if gathered else "")
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
             " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
-            f" first mismatched collective, naming both (it does not compare sends and receives){sizes}{uneven}")
+            f" first mismatched collective, naming both (it does not compare sends and receives){sizes_differ}{sizes}"
+            f"{uneven}")
+
+
+# gloo's size check, as it aborts the receiving rank: the bytes its peer sent, then those it expected.
+_GLOO_SIZES = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)\.")
+# A peer's place in the records of an aborted mismatch: its rank, op and what it moved.
+_PEER_PLACE = re.compile(r"rank (\d+) was in (\w+)\((.*)\) #\d+(?: of group .+)? at \S+")
+# The bytes an element of each dtype takes, as the records name them.
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+               "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
+# broadcast_object_list first broadcasts its objects' sizes, one int64 each: as many as the list holds.
+OBJECT_SIZE_BYTES = 8
+
+
+def size_difference(errors: str, places: list[str]) -> str:
+    """Where gloo's abort says how many bytes came and how many the aborted rank expected, and
+    one peer's record moved exactly what came (``places``: where each rank was): what differs,
+    ``; here rank 1 sent int64[] (8 bytes) where rank 0 expected 4: ...`` (a dtype, a size, an
+    object list's length); "" where the records do not say (since 2026-12-07: the hint was the
+    general one alone)."""
+    found = _GLOO_SIZES.search(errors)
+    aborted = next((place.split(" ")[1] for place in places if " aborted" in place), None)
+    if found is None or aborted is None:
+        return ""
+    sent, expected = int(found[1]), int(found[2])
+    peers = [match for place in places if (match := _PEER_PLACE.fullmatch(place))]
+    for match in peers:
+        rank, op, moved = match[1], match[2], ROOT_NAMED.sub("", match[3]).strip()
+        objects = re.fullmatch(r"(\d+) objects?", moved)
+        if op == "broadcast_object_list" and objects and sent == int(objects[1]) * OBJECT_SIZE_BYTES:
+            theirs = expected // OBJECT_SIZE_BYTES
+            return (f"; here rank {rank} broadcast a list of {objects[1]} objects where rank {aborted} passed"
+                    f" {theirs} slot{'' if theirs == 1 else 's'} (gloo's {sent} vs {expected} bytes are their"
+                    " sizes, 8 bytes each): broadcast_object_list takes a list of the same length on every rank")
+        tensor = re.fullmatch(r"(\w+)\[([\d,]*)\]", moved)
+        if tensor is None or tensor[1] not in DTYPE_BYTES:
+            continue
+        count = 1
+        for size in filter(None, tensor[2].split(",")):
+            count *= int(size)
+        if count == 0 or sent != count * DTYPE_BYTES[tensor[1]]:
+            continue
+        head = f"; here rank {rank} sent {moved} ({sent} bytes) where rank {aborted} expected {expected}"
+        each = expected // count if expected % count == 0 else 0
+        other_dtype = each in DTYPE_BYTES.values() and each != DTYPE_BYTES[tensor[1]]
+        theirs = expected // DTYPE_BYTES[tensor[1]] if expected % DTYPE_BYTES[tensor[1]] == 0 else 0
+        as_dtype = (f"{count} element{'' if count == 1 else 's'} of {each} bytes"
+                    f" ({', '.join(name for name, size in DTYPE_BYTES.items() if size == each and 'complex' not in name)})")
+        as_size = f"{theirs} element{'' if theirs == 1 else 's'} of {tensor[1]}"
+        if other_dtype and theirs:
+            return f"{head}, as {as_dtype} or {as_size}: a dtype or a size that differs"
+        if other_dtype:
+            return (f"{head}, as {as_dtype}: a dtype that differs, e.g. a tensor built from a Python int on one rank"
+                    " (torch.tensor(0), or torch.tensor(sum([])) of an empty list, is int64) and from a float on"
+                    " another (float32): give the tensor its dtype (dtype=torch.float32)")
+        if theirs:
+            return f"{head}, as {as_size}: a size that differs"
+    return ""
 
 
 # torch's own check of one call's arguments, on the rank that made it: ``ProcessGroupGloo::allgather:

@@ -1861,6 +1861,13 @@ def test_a_collective_with_a_root_is_recorded_with_it_and_the_list_only_the_root
     log.add_describer(lambda op, frame: "in dcp.save" if op == "gather_object" else None)
     objects({"plan": 1}, None, 0)  # a library's collective: its root is the library's own
     assert log.snapshot()[-1]["shapes"] == "in dcp.save"
+    # an object list every rank gives at one length: by its length, not the root's objects (since 2026-12-07)
+    def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+        return "ok"
+
+    listed = log.wrap("broadcast_object_list", broadcast_object_list, name)
+    assert listed([{"lr": 0.1}, FakeTensor(3), [1.0]], src=0) == "ok" and listed(object_list=[None, None], src=0) == "ok"
+    assert [e["shapes"] for e in log.snapshot()[-2:]] == ["3 objects from rank 0", "2 objects from rank 0"]
 
 
 def test_ranks_that_name_different_roots_part_there_with_the_root_hint_not_torchs_check():

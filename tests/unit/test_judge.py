@@ -534,6 +534,41 @@ def test_the_mismatch_hint_says_the_ranks_took_different_steps_where_one_was_in_
     assert mismatch_hint(aborted, every) == mismatch_hint(aborted)
 
 
+def test_the_mismatch_hint_names_the_dtype_size_or_list_length_that_gloos_byte_counts_and_a_peers_record_show():
+    """u12 and u04 of session 114's trial: rank 0's loss sum is float32, rank 1's sum([]) an int64
+    tensor, and gloo aborts rank 0 on "8 vs 4"; rank 0 broadcasts a list of 3 objects to a list of
+    2 slots on rank 1, aborted on the lists' sizes, "24 vs 16". Where one peer's record moved
+    exactly the bytes that came, the hint says what differs."""
+    def aborted(rank: int, sent: int, expected: int) -> Failure:
+        return Failure(f"node{rank}", rank, -6, f"gloo::EnforceNotMet: [enforce fail at pair.cc:456]"
+                       f" op.preamble.length <= op.nbytes. {sent} vs {expected}. Received data size doesn't match"
+                       " expected size. Is there a distributed collective mismatch in your code?", ())
+
+    general = mismatch_hint(aborted(0, 8, 4))
+    dtype = "rank 0 aborted in all_reduce at sum.py:8; rank 1 was in all_reduce(int64[]) #1 at sum.py:8"
+    assert mismatch_hint(aborted(0, 8, 4), dtype) == (
+        f"{general}; here rank 1 sent int64[] (8 bytes) where rank 0 expected 4, as 1 element of 4 bytes (float32,"
+        " int32): a dtype that differs, e.g. a tensor built from a Python int on one rank (torch.tensor(0), or"
+        " torch.tensor(sum([])) of an empty list, is int64) and from a float on another (float32): give the tensor"
+        " its dtype (dtype=torch.float32)")
+    # the same dtype, fewer elements on the aborted rank
+    size = "rank 0 aborted in broadcast at b.py:5; rank 1 was in broadcast(float32[8] from rank 1) #3 at b.py:5"
+    assert mismatch_hint(aborted(0, 32, 16), size) == (
+        f"{general}; here rank 1 sent float32[8] (32 bytes) where rank 0 expected 16, as 8 elements of 2 bytes (float16,"
+        " bfloat16, int16) or 4 elements of float32: a dtype or a size that differs")
+    odd = size.replace("float32[8]", "float32[3]")  # 12 bytes came; 8 expected is no whole element count of 3
+    assert mismatch_hint(aborted(0, 12, 8), odd) == (
+        f"{general}; here rank 1 sent float32[3] (12 bytes) where rank 0 expected 8, as 2 elements of float32: a size"
+        " that differs")
+    # the peer's record moved other bytes than came (a chunk of a larger all_reduce): nothing said
+    assert mismatch_hint(aborted(0, 24, 16), size) == general
+    objects = ("rank 1 aborted in broadcast_object_list at objs.py:10; rank 0 was in broadcast_object_list(3 objects"
+               " from rank 0) #1 at objs.py:10")
+    assert mismatch_hint(aborted(1, 24, 16), objects) == (
+        f"{general}; here rank 0 broadcast a list of 3 objects where rank 1 passed 2 slots (gloo's 24 vs 16 bytes"
+        " are their sizes, 8 bytes each): broadcast_object_list takes a list of the same length on every rank")
+
+
 def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look():
     missing = Failure("node0", 0, 1, "ModuleNotFoundError: No module named 'einops'", ())
     assert missing_module_hint(missing) == (
