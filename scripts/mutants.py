@@ -479,8 +479,8 @@ MUTANTS = [
            "        node.container.remove(force=True)\n        node.container.reload()\n"
            "    except engine_errors():  # removed meanwhile", GRACE),
     Mutant("the list only a gather's root gives is described", "orchestrate/node/collective_log.py",
-           '        described = slice(1) if name in ROOT_ONLY_LISTS else slice(None)\n',
-           '        described = slice(None)\n', HANGS),
+           '        described = slice(0) if listed else slice(1) if name in ROOT_ONLY_LISTS else slice(None)\n',
+           '        described = slice(0) if listed else slice(None)\n', HANGS),
     Mutant("a collective's root is not recorded", "orchestrate/node/collective_log.py",
            "        return \" \".join(part for part in (tensors, root) if part)\n", "        return tensors\n", HANGS),
     Mutant("ranks that name different roots get torch's check as the hint", "orchestrate/hangs/collectives.py",
