@@ -2878,6 +2878,9 @@ MUTANTS = [
     Mutant("broadcast_object_list is recorded without its list's length", "orchestrate/node/collective_log.py",
            "            if listed:\n                root_text =", "            if False:\n                root_text =",
            ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): chaos refuses kill:store, a check that could never hold
+    Mutant("chaos draws kill:store, which no job survives", "orchestrate/chaos/schedule.py",
+           "        if kinds[-1].on_store and not action.lasting:", "        if False:", ("tests/unit/test_chaos.py",)),
 ]
 
 

@@ -246,7 +246,7 @@ class ChaosCheck:
 
 def chaos_rendezvous(request: RunRequest, kinds: Sequence[ChaosKind]) -> tuple[RunRequest, str]:
     """The rendezvous every run of the check uses (pure): the elastic c10d one, with its store in a
-    container of the run's own where a kind aims at the store (``kill:store``: under the default
+    container of the run's own where a kind aims at the store (``pause:store``: under the default
     ``--rdzv-store node0`` the store is node0's torchrun agent, no target of its own); and the line
     that says so where the user did not ask for it ("" otherwise)."""
     on_store = [str(kind) for kind in kinds if kind.on_store]

@@ -11,8 +11,8 @@ run's job, after its first write.
 
 The range is cut into N equal stretches and each fault falls in its own, so the faults are
 spread out and each recovery has room before the next; the node and the kind of each are drawn
-too. A kind may name the run's own rendezvous store for its target (``kill:store``,
-``pause:store``): those faults aim at the store, never at a node. The same seed, count, kinds
+too. A kind may name the run's own rendezvous store for its target (``pause:store``,
+``disconnect:store``): those faults aim at the store, never at a node. The same seed, count, kinds
 and reference give the same schedule.
 """
 from __future__ import annotations
@@ -118,7 +118,8 @@ class Reference:
 
 def parse_kinds(text: str) -> tuple[ChaosKind, ...]:
     """``kill,restart,pause:store,...`` as fault kinds; ``KIND:store`` aims at the run's own
-    rendezvous store (``kill``, ``pause`` and ``disconnect`` may).
+    rendezvous store (``pause`` and ``disconnect``: a store that comes back; ``kill:store`` is
+    refused, as no torchrun job outlives its store).
 
     Raises:
         UsageError: Naming a kind that does not exist, or a target chaos does not take.
@@ -130,7 +131,7 @@ def parse_kinds(text: str) -> tuple[ChaosKind, ...]:
             action = FaultAction(name)
         except ValueError:
             known = ", ".join([a.value for a in FaultAction if a not in (FaultAction.PARTITION, FaultAction.LOSE)]
-                              + [f"{a.value}:{STORE_TARGET}" for a in FaultAction if a.reaches_store])
+                              + [f"{a.value}:{STORE_TARGET}" for a in FaultAction if a.reaches_store and a.lasting])
             raise UsageError(f"--kinds: no fault kind {word!r} (kinds chaos draws: {known})") from None
         kinds.append(ChaosKind(action, on_store=bool(colon) and target == STORE_TARGET))
         if action is FaultAction.PARTITION:
@@ -147,6 +148,11 @@ def parse_kinds(text: str) -> tuple[ChaosKind, ...]:
             *others, last = [a.value for a in FaultAction if a.reaches_store]
             raise UsageError(f"--kinds: {word}: the rendezvous store takes {', '.join(others)} or {last}"
                              f" ({action.value} aims at a node)")
+        if kinds[-1].on_store and not action.lasting:  # (a verdict that could never hold tests nothing)
+            raise UsageError(f"--kinds: chaos does not draw {word}: torchrun's agents cannot outlive their rendezvous"
+                             f" store, so no job survives its death and the check could never hold;"
+                             f" pause:{STORE_TARGET} and disconnect:{STORE_TARGET} test a store that comes back"
+                             f" (run --rdzv-store container --fault {word}@step=N shows how a job ends without it)")
     if not kinds:
         raise UsageError("--kinds: name at least one fault kind, e.g. kill,restart")
     return tuple(dict.fromkeys(kinds))

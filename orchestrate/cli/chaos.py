@@ -49,8 +49,9 @@ def add_parsers(sub: Any) -> None:
     check.add_argument("--kinds", type=argparse_type(parse_kinds, "--kinds"), default=DEFAULT_KINDS,
                        metavar="KIND[,KIND...]",
                        help="fault kinds to draw from, e.g. kill,restart,preempt,disconnect, or torn-write (a save cut short,"
-                            " on node0), or kill:store, pause:store, disconnect:store (the rendezvous host lost, hung"
-                            " or cut off: every run then keeps its store in a container, --rdzv-store container)"
+                            " on node0), or pause:store, disconnect:store (the rendezvous host hung or cut off for 5-10 s:"
+                            " every run then keeps its store in a container, --rdzv-store container; kill:store is"
+                            " refused, as no torchrun job outlives its store)"
                             " (default: kill,restart,preempt: those an elastic job is meant to survive)")
     check.add_argument("--compare", action="append", default=[], metavar="PATH",
                        help="a file both runs write (relative to the work directory) that must match (repeatable)")
