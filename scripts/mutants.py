@@ -2881,6 +2881,15 @@ MUTANTS = [
     # Session 114 (2026-12-07): chaos refuses kill:store, a check that could never hold
     Mutant("chaos draws kill:store, which no job survives", "orchestrate/chaos/schedule.py",
            "        if kinds[-1].on_store and not action.lasting:", "        if False:", ("tests/unit/test_chaos.py",)),
+    # Session 114 (2026-12-07): f3, --debug-collectives is no longer suggested where it cannot help
+    Mutant("a hang under torch's check is told to rerun with it", "orchestrate/hangs/diagnosis.py",
+           "    return CHECKED_MISSED_HINT if checked else DEBUG_HINT", "    return DEBUG_HINT",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("a rank's record does not say it runs under torch's check", "orchestrate/node/snapshot.py",
+           '            "collectives_checked": collectives_checked(os.environ),\n', "",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("monitored_barrier against barrier is told to rerun with torch's check", "orchestrate/hangs/diagnosis.py",
+           "    if divergence.ops == MIXED_BARRIERS:", "    if False:", ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -43,6 +43,7 @@ class Divergence:
     group: str = ""
     hint: str = ""  # what to look for, where the divergence itself says it (ranks that name different roots)
     fewer: str = ""  # where some ranks made fewer calls from a line than the ranks still at it (one skipped)
+    ops: tuple[str, ...] = ()  # a mismatch's: the ops the ranks made there (barrier and monitored_barrier)
 
 
 ROOT_HINT = ("the ranks name different roots: src and dst are global ranks (a node's first rank is not rank 0:"
@@ -170,7 +171,8 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 text = f"collective #{seq}{where}: " + "; ".join(entered(r, calls[r]) for r in shown)
                 hint = ROOT_HINT if roots_alone_differ(calls) else uneven_steps(calls, snapshots)
                 fewer = "" if hint else fewer_calls(group, calls, snapshots)
-                found.append((seq, Divergence("mismatch", text, seq, group, hint, fewer)))
+                ops = tuple(sorted({c.op for c in calls.values()}))
+                found.append((seq, Divergence("mismatch", text, seq, group, hint, fewer, ops)))
                 break
     return min(found, key=lambda item: item[0])[1] if found else None
 

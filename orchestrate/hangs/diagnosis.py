@@ -45,6 +45,20 @@ CHECKED_MISMATCH = ("collectives differ", "Detected mismatch between collectives
 # engine stamps a start, and the workers their records, each as it reads the host's clock.
 ATTEMPT_CLOCK_SLACK_S = 1.0
 DEBUG_HINT = "rerun with --debug-collectives: torch then stops at the first mismatched collective, naming both"
+# A mismatch in a run whose ranks already run torch's check (--debug-collectives, or TORCH_DISTRIBUTED_DEBUG=DETAIL
+# by --env): it passed the mismatch by, so rerunning with it cannot help (since 2026-12-07: it was suggested anyway).
+CHECKED_MISSED_HINT = ("this run already has torch's check of every collective (--debug-collectives:"
+                       " TORCH_DISTRIBUTED_DEBUG=DETAIL), and it did not stop the ranks at this one: the calls above"
+                       " differ in a way torch does not compare, and the ranks that made them wait for each other"
+                       " until the timeout; every rank of the group must make the same call there (look for a branch"
+                       " on the rank or on its data before it)")
+# Some ranks in monitored_barrier, the others in barrier: the two never meet (monitored_barrier is made of sends to
+# and receives from rank 0, which barrier never answers), and torch's check does not catch it (tried, 2026-12-07).
+MIXED_BARRIERS = ("barrier", "monitored_barrier")
+MIXED_BARRIERS_HINT = ("monitored_barrier and barrier do not meet: monitored_barrier's ranks exchange messages with"
+                       " rank 0 that barrier never answers, so each side waits for the other (until"
+                       " monitored_barrier's timeout), and torch's check (--debug-collectives) does not catch it;"
+                       " every rank must make the same barrier call: monitored_barrier on every rank or on none")
 NEW_GROUP_HINT = ("every rank must call new_group for every group, in the same order, the groups it is not in too:"
                   " torch pairs the calls by their order, so groups made on their members only take each other's"
                   " places; make every group on every rank and keep the one the rank is in"
@@ -383,6 +397,7 @@ class HangDiagnosis:
     awaits_ended_thread: tuple[int, ...] = ()  # the ranks among them one of whose threads ended with an error
     awaits_no_thread: dict[int, str] = field(default_factory=dict)  # waits for a thread, none alive: where
     cut_by: tuple[str, ...] = ()  # the faults in effect that cut the nodes' network (a partition, a disconnect)
+    collectives_checked: bool = False  # the ranks run under torch's check of every collective (--debug-collectives)
 
     @property
     def headline(self) -> str:
@@ -575,7 +590,7 @@ class HangDiagnosis:
             elif f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
                 out.append(f"  {NEW_GROUP_HINT}")
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
-                out.append(f"  {DEBUG_HINT}")
+                out.append(f"  {mismatch_hint(self.divergence, self.collectives_checked)}")
         if not self.hung and self.timed_out:
             out.append(f"  {SHORT_TIMEOUT_HINT}")
         if self.hung and self.cut_note:
@@ -665,6 +680,16 @@ class HangDiagnosis:
                 "collectives": {str(rank): entries for rank, entries in self.collectives.items()}}
 
 
+def mismatch_hint(divergence: Divergence, checked: bool) -> str:
+    """What to do about ranks whose collectives differ, where the records say no more of why:
+    make one barrier call everywhere, where it is monitored_barrier against barrier (torch's check
+    does not catch that); what the mismatch means, where the ranks already ran under torch's check
+    (``checked``: it passed the mismatch by); else, rerun under the check."""
+    if divergence.ops == MIXED_BARRIERS:
+        return MIXED_BARRIERS_HINT
+    return CHECKED_MISSED_HINT if checked else DEBUG_HINT
+
+
 def faults_text(faults: tuple[str, ...]) -> str:
     """``injected fault partition:node0|node1@step=5`` (pure), or ``injected faults A, B``."""
     return f"injected fault{'s' if len(faults) > 1 else ''} {', '.join(faults)}"
@@ -706,6 +731,7 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
                           if snapshot.waits_for_threads and not snapshot.threads},
         awaits_ended_thread=tuple(sorted(rank for rank in threads
                                          if any(t.error for t in now.snapshots[rank].threads))),
+        collectives_checked=any(s.collectives_checked for s in now.snapshots.values()),
     )
 
 

@@ -282,6 +282,7 @@ class RankSnapshot:
     # (pass, call line, how many of that pass of a DDP training step were made from it); None: a
     # record that keeps no such counts
     passes: Optional[tuple[tuple[str, str, int], ...]] = None
+    collectives_checked: bool = False  # it runs under torch's check of every collective (--debug-collectives)
 
     def passes_made(self, kind: str) -> dict[str, int]:
         """How many of a training step's ``kind`` of pass ("backward pass") it made, by the line
@@ -357,7 +358,8 @@ class RankSnapshot:
             cpu_recent=optional_float(data.get("cpu_recent")), debugger=debugger, threads=users_threads(data),
             children_cpu_s=optional_float(data.get("children_cpu_s")) or 0.0,
             socket_bytes=optional_int(data.get("socket_bytes")), store=StoreCalls.from_json(data.get("store")),
-            passes=pass_counts(data.get("passes")))
+            passes=pass_counts(data.get("passes")),
+            collectives_checked=data.get("collectives_checked") is True)
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node": self.node, "pid": self.pid, "cpu_s": self.cpu_s,

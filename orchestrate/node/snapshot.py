@@ -34,6 +34,7 @@ import traceback
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from orchestrate.node.collective_log import CollectiveLog, relative
+from orchestrate.node.ddp_detail_guard import wanted as collectives_checked
 from orchestrate.node.hook_frames import HOOK_DIR, is_hook_file  # noqa: F401 - the rule, as the launcher reads it here
 from orchestrate.node.remote_debugger import examined_stack, stopped_in_debugger
 from orchestrate.node.thread_errors import ThreadErrors, install as keep_thread_errors
@@ -249,6 +250,8 @@ class SnapshotWriter:
             "store": self.log.store_calls.snapshot() if self.log.store_calls is not None else None,
             "stacks": thread_stacks(self.main_ident, self.server_ident),
             "debugger": stopped_in_debugger(),
+            # torch checks every collective (TORCH_DISTRIBUTED_DEBUG=DETAIL: --debug-collectives, or --env)
+            "collectives_checked": collectives_checked(os.environ),
             "thread_errors": self.thread_errors.snapshot() if self.thread_errors is not None else [],
             **self.more(),
         }

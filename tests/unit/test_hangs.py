@@ -3012,3 +3012,52 @@ def test_a_rank_that_left_its_loop_on_its_own_early_stop_gets_the_hint_to_agree_
                            " stop.py:23 instead, which rank 0 never made: ")
     assert ("leaves the loop on a decision of its own (early stopping on its own validation loss, a NaN check, a time"
             " budget: agree on it, e.g. all_reduce the stop flag with ReduceOp.MAX before breaking") in hint
+
+
+def barriers_apart(checked: bool = False) -> Probe:
+    """Session 114's u11: ranks 0, 1, 3 in monitored_barrier, rank 2 in a plain barrier (2x2)."""
+    snapshots = {rank: dataclasses.replace(
+        snap(rank, (coll(1, "", "entered", op="barrier" if rank == 2 else "monitored_barrier",
+                         at="mixed.py:8" if rank == 2 else "mixed.py:10"),), stack(8 if rank == 2 else 10)),
+        collectives_checked=checked) for rank in range(4)}
+    return Probe("b", 5, snapshots)
+
+
+def test_a_hang_under_torchs_check_is_not_told_to_rerun_with_it_but_what_the_mismatch_means():
+    """Session 114's trial reran a hung job with --debug-collectives, as the hint said, and got the
+    same hang and the same hint. The rank's record says whether it runs under the check."""
+    from orchestrate.hangs.diagnosis import CHECKED_MISSED_HINT
+
+    before = {rank: snap(rank, (coll(5, "float32[4]" if rank else "float32[1]", "entered"),)) for rank in (0, 1)}
+    plain = diagnose(Probe("a", 5, before), None, {0, 1}, {}, 30).lines()
+    assert f"  {DEBUG_HINT}" in plain and f"  {CHECKED_MISSED_HINT}" not in plain
+    checked = {rank: dataclasses.replace(s, collectives_checked=True) for rank, s in before.items()}
+    lines = diagnose(Probe("a", 5, checked), None, {0, 1}, {}, 30).lines()
+    assert f"  {CHECKED_MISSED_HINT}" in lines and not any("rerun with --debug-collectives" in ln for ln in lines)
+    # the rank writes it from its environment: --debug-collectives, or the same level by --env
+    assert RankSnapshot.from_json({"rank": 0, "collectives_checked": True}).collectives_checked
+    assert not RankSnapshot.from_json({"rank": 0}).collectives_checked  # a record of an older hook's
+
+
+def test_a_rank_says_in_its_record_whether_it_runs_under_torchs_check(tmp_path, monkeypatch):
+    from orchestrate.node.snapshot import REQUEST_FILE, SnapshotWriter
+
+    writer = SnapshotWriter(str(tmp_path), 0, CollectiveLog())
+    said = []
+    for level, request in (("DETAIL", "a"), ("INFO", "b")):
+        monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", level)
+        (tmp_path / REQUEST_FILE).write_text(json.dumps({"id": request}))
+        writer.answer_pending()
+        said.append(json.loads((tmp_path / "rank0.json").read_text())["collectives_checked"])
+    assert said == [True, False]
+
+
+def test_monitored_barrier_against_barrier_says_to_make_one_barrier_call_not_to_rerun_with_the_check():
+    """u11 (session 114): torch's check does not catch it, so --debug-collectives was no help."""
+    from orchestrate.hangs.diagnosis import CHECKED_MISSED_HINT, MIXED_BARRIERS_HINT
+
+    for checked in (False, True):
+        lines = diagnose(barriers_apart(checked), None, set(range(4)), {}, 20).lines()
+        assert f"  {MIXED_BARRIERS_HINT}" in lines, lines
+        assert f"  {DEBUG_HINT}" not in lines and f"  {CHECKED_MISSED_HINT}" not in lines
+    assert "monitored_barrier on every rank or on none" in MIXED_BARRIERS_HINT
