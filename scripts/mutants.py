@@ -280,7 +280,7 @@ MUTANTS = [
            'if self.nested() or _argument(args, kwargs, "use_local_synchronization", local_index):',
            "if self.nested():", HANGS),
     Mutant("groups made differently get the debug hint", "orchestrate/hangs/diagnosis.py",
-           'if f"entered {NEW_GROUP}(" in self.divergence.text:', "if False:", HANGS),
+           "elif NEW_GROUP in self.divergence.ops:", "elif False:", HANGS),
     Mutant("the ranks still running are not asked where they are at a failure", "orchestrate/supervise/supervisor.py",
            "            self.asked_at_failure = self.ask_where_ranks_are()\n", "", HANGS),
     Mutant("a timeout takes a rank's answer from before the failure", "orchestrate/hangs/diagnosis.py",
@@ -2890,6 +2890,19 @@ MUTANTS = [
            ("tests/unit/test_hangs.py",)),
     Mutant("monitored_barrier against barrier is told to rerun with torch's check", "orchestrate/hangs/diagnosis.py",
            "    if divergence.ops == MIXED_BARRIERS:", "    if False:", ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): f3, a mismatch the ranks went past says so, and groups made in another order
+    Mutant("a mismatch every rank went past reads as if they waited in it", "orchestrate/hangs/collectives.py",
+           "    if not went_on:\n", "    if True:\n", ("tests/unit/test_hangs.py",)),
+    Mutant("a group made on one side only is said to be made in another order", "orchestrate/hangs/diagnosis.py",
+           "        if not later:  # no rank of the other side made it", "        if False:  # no rank of the other side made it",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("where each rank waits is said where they wait where they part", "orchestrate/hangs/diagnosis.py",
+           "               for entry in self.waiting_in.values()):\n            return \"\"",
+           "               for entry in self.waiting_in.values()) and False:\n            return \"\"",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("where each rank waits past where they part is not said", "orchestrate/hangs/diagnosis.py",
+           "            if self.waits_elsewhere:  # the ranks went on", "            if False:  # the ranks went on",
+           ("tests/unit/test_hangs.py",)),
 ]
 
 

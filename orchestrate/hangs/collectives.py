@@ -72,6 +72,7 @@ UNEVEN_HINT = ("every rank must take as many training steps with a DDP model as 
                " that differs from rank to rank), or that makes a collective of its own within a step (one under"
                " `if rank == 0:`, such as a checkpoint's ZeroRedundancyOptimizer.consolidate_state_dict or a"
                " broadcast of a file only its node has: every rank of the group makes it, or none does)")
+DONE = "done"  # a record's state of a call the rank finished
 # The root a collective's record names, at the end of what it moves: ``float32[4] from rank 0``.
 ROOT_TEXT = re.compile(r"(?:from|to) rank \S+$")
 
@@ -127,8 +128,20 @@ def elements(shapes: str) -> tuple[str, int] | str:
     return match[1], count
 
 
-def entered(rank: int, collective: Collective) -> str:
-    return f"rank {rank} entered {collective.call} at {collective.at}"
+def entered(rank: int, collective: Collective, verb: str = "entered") -> str:
+    return f"rank {rank} {verb} {collective.call} at {collective.at}"
+
+
+def parted_at(seq: int, where: str, calls: dict[int, Collective]) -> tuple[str, str]:
+    """How a mismatch's line starts, and the verb of its calls: ``collective #21: `` and
+    ``entered`` where the ranks wait in it; where some went on past it, that it is where their
+    calls first differ, not where they wait, and ``called`` (since 2026-12-07: a call every rank
+    had finished read as if they waited in it)."""
+    went_on = sorted(rank for rank, call in calls.items() if call.state == DONE)
+    if not went_on:
+        return f"collective #{seq}{where}: ", "entered"
+    who = "every rank" if len(went_on) == len(calls) else ranks_text(went_on)
+    return f"collective #{seq}{where}, where the ranks' calls first differ ({who} went on past it): ", "called"
 
 
 def by_group(snapshot: RankSnapshot) -> dict[str, dict[int, Collective]]:
@@ -168,7 +181,8 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 odd = [r for r in calls if kind(calls[r]) != kind(calls[first])]
                 shown = [first, *odd][:4]
                 where = "" if group == "default" else f" (group {group})"
-                text = f"collective #{seq}{where}: " + "; ".join(entered(r, calls[r]) for r in shown)
+                head, verb = parted_at(seq, where, calls)
+                text = head + "; ".join(entered(r, calls[r], verb) for r in shown)
                 hint = ROOT_HINT if roots_alone_differ(calls) else uneven_steps(calls, snapshots)
                 fewer = "" if hint else fewer_calls(group, calls, snapshots)
                 ops = tuple(sorted({c.op for c in calls.values()}))

@@ -64,6 +64,12 @@ NEW_GROUP_HINT = ("every rank must call new_group for every group, in the same o
                   " places; make every group on every rank and keep the one the rank is in"
                   " (dist.new_subgroups_by_enumeration does), or pass use_local_synchronization=True, which only"
                   " the members call")
+# Every rank makes the same groups, but not in one order (a dict or set ordered differently on some ranks): since
+# 2026-12-07 (before, NEW_GROUP_HINT said to make every group on every rank, which such a script already does).
+NEW_GROUP_ORDER_HINT = ("the ranks make the same groups in different orders: {order}; torch pairs the new_group calls"
+                        " by their order, not by their ranks, so each group takes another's place and the ranks wait"
+                        " in groups whose other members are making other ones; make the groups in one order on every"
+                        " rank (from one list, not from a dict or a set whose order can differ from rank to rank)")
 INIT_HINT = ("every rank waits in init_process_group, for its store or for the others: under torchrun leave"
              " init_method out (env://, the MASTER_ADDR and MASTER_PORT torchrun sets); an address the script names"
              " itself (tcp://localhost:...) must be one every node reaches, where a store listens")
@@ -510,6 +516,24 @@ class HangDiagnosis:
                    and not made_before(rank, str(entry.get("at"))) for rank, entry in waiting.items())
 
     @property
+    def waits_elsewhere(self) -> str:
+        """Where a mismatch is not where the ranks wait (some went on past it): where each waits
+        now, ranks in the same call together (``now rank 0 waits in new_group(ranks 0,1) #3 at
+        t.py:14; ranks 1, 2 wait in ...``); "" otherwise, or where no rank waits in a collective.
+        Their stacks alone can read alike: four ranks in new_group at one line, each in another."""
+        divergence = self.divergence
+        if divergence is None or divergence.kind != "mismatch":
+            return ""
+        if all((entry.get("group"), entry.get("seq")) == (divergence.group, divergence.seq)
+               for entry in self.waiting_in.values()):
+            return ""
+        places: dict[str, list[int]] = {}
+        for waiting in (a for a in self.activities if a.state == "collective"):
+            places.setdefault(waiting.detail.removeprefix("waits in "), []).append(waiting.rank)
+        return "now " + "; ".join(f"{ranks_text(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {place}"
+                                  for place, ranks in places.items()) if places else ""
+
+    @property
     def parted_mid_training(self) -> bool:
         """Whether the divergence's hint is that the ranks took different numbers of steps."""
         return self.divergence is not None and UNEVEN_HINT in self.divergence.hint
@@ -584,11 +608,13 @@ class HangDiagnosis:
                 out.append(f"  {FIRST_DIVERGENCE}{self.divergence.text}")
             if self.divergence.fewer:  # where they parted is later than where one skipped a call
                 out.append(f"  {self.divergence.fewer}")
+            if self.waits_elsewhere:  # the ranks went on past where they parted: where they wait is said
+                out.append(f"  {self.waits_elsewhere}")
             if self.divergence.hint:  # what torch's check does not compare either, or why they part
                 if not (made_alone and self.parted_mid_training):  # a call made alone explains the others' step
                     out.append(f"  {self.divergence.hint}")
-            elif f"entered {NEW_GROUP}(" in self.divergence.text:  # torch's check does not see groups made
-                out.append(f"  {NEW_GROUP_HINT}")
+            elif NEW_GROUP in self.divergence.ops:  # torch's check does not see groups made
+                out.append(f"  {new_group_hint(self.divergence, self.collectives)}")
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
                 out.append(f"  {mismatch_hint(self.divergence, self.collectives_checked)}")
         if not self.hung and self.timed_out:
@@ -688,6 +714,36 @@ def mismatch_hint(divergence: Divergence, checked: bool) -> str:
     if divergence.ops == MIXED_BARRIERS:
         return MIXED_BARRIERS_HINT
     return CHECKED_MISSED_HINT if checked else DEBUG_HINT
+
+
+def new_group_hint(divergence: Divergence, collectives: dict[int, list[dict[str, Any]]]) -> str:
+    """Why ranks part at new_group, by their records (``collectives``: each rank's last entries):
+    where each group made there is made by ranks of the other side too, later, the ranks make the
+    same groups in different orders, and which made which there is said; otherwise groups are
+    made on some ranks only (:data:`NEW_GROUP_HINT`)."""
+    made_there: dict[str, list[int]] = {}
+    made_as: dict[str, dict[int, int]] = {}  # each group made: by which rank, as which call
+    for rank, entries in sorted(collectives.items()):
+        for entry in entries:
+            if entry.get("op") != NEW_GROUP or entry.get("group") != divergence.group:
+                continue
+            made_as.setdefault(str(entry.get("shapes")), {})[rank] = int(entry.get("seq", 0))
+            if entry.get("seq") == divergence.seq:
+                made_there.setdefault(str(entry.get("shapes")), []).append(rank)
+    if len(made_there) < 2:
+        return NEW_GROUP_HINT
+    order = []
+    for group, ranks in made_there.items():
+        later: dict[int, list[int]] = {}
+        for rank, seq in made_as[group].items():
+            if rank not in ranks:
+                later.setdefault(seq, []).append(rank)
+        if not later:  # no rank of the other side made it: a group made on some ranks only
+            return NEW_GROUP_HINT
+        elsewhere = ", ".join(f"{ranks_text(others)} {'makes' if len(others) == 1 else 'make'} as"
+                              f" {'its' if len(others) == 1 else 'their'} #{seq}" for seq, others in sorted(later.items()))
+        order.append(f"{ranks_text(ranks)} {'makes' if len(ranks) == 1 else 'make'} {NEW_GROUP}({group}), which {elsewhere}")
+    return NEW_GROUP_ORDER_HINT.format(order=f"at #{divergence.seq}, " + "; ".join(order))
 
 
 def faults_text(faults: tuple[str, ...]) -> str:

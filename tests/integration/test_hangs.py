@@ -57,8 +57,8 @@ def test_a_desync_ends_as_hung_naming_both_call_sites(orchestrate_run, docker_cl
     summary = result.output.split("=== run")[-1]
     headline = next(line for line in summary.splitlines() if line.startswith("HUNG:"))
     assert "(--hang-timeout 15)" in headline
-    assert (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
-            f" desync.py:{every}") in headline
+    assert (f"rank 0 called all_reduce(float32[1]) at desync.py:{extra}; rank 1 called all_reduce(float32[4]) at"
+            f" desync.py:{every}") in headline  # where they part: rank 0 went on past it (said since 2026-12-07)
     assert "rerun with --debug-collectives" in summary
     outcome = json.loads((result.run_dir / "outcome.json").read_text())
     assert outcome["hang"]["divergence"] in headline and outcome["failure"]["describe"] == headline

@@ -204,8 +204,9 @@ def test_ranks_whose_gpus_stay_in_mismatched_collectives_are_hung_however_much_c
     before, now = probes({0: rank0, 1: rank1}, {0: rank0, 1: rank1})
     found = diagnose(now, before, {0, 1}, {}, 15)
     assert found.hung
-    assert found.headline == ("no progress for 15 s: collective #4: rank 0 entered all_reduce(float32[1]) at"
-                              " gpu_desync.py:26; rank 1 entered all_reduce(float32[4]) at gpu_desync.py:23")
+    assert found.headline == ("no progress for 15 s: collective #4, where the ranks' calls first differ (rank 0 went on"
+                              " past it): rank 0 called all_reduce(float32[1]) at gpu_desync.py:26; rank 1 called"
+                              " all_reduce(float32[4]) at gpu_desync.py:23")
     assert [(a.rank, a.state, a.detail) for a in found.activities] == [
         (0, "collective", "waits in all_reduce(float32[4]) #5 at gpu_desync.py:23, on the GPU"),
         (1, "collective", "waits in all_reduce(float32[4]) #4 at gpu_desync.py:23, on the GPU")]
@@ -247,7 +248,7 @@ def test_a_backward_pass_on_the_gpu_is_computing_until_the_records_part():
     odd = (coll(1), coll(2), coll(3, shapes="float32[1]", at="train.py:44"), coll(4, "running"))
     before, now = probes({0: odd, 1: agreed}, {0: odd, 1: agreed})
     parted = diagnose(now, before, {0, 1}, {}, 15)
-    assert parted.hung and parted.divergence is not None and parted.divergence.text.startswith("collective #3:")
+    assert parted.hung and parted.divergence is not None and parted.divergence.text.startswith("collective #3, ")
 
 
 def test_a_gpu_rank_waiting_for_a_peer_that_computes_on_its_cpu_is_progress():
@@ -282,8 +283,9 @@ def test_a_ddp_desync_on_nccl_as_an_h200_recorded_it_is_hung_at_its_divergence()
     before, now = probes({0: rank0, 1: rank1}, {0: rank0, 1: rank1})
     found = diagnose(now, before, {0, 1}, {}, 16)
     assert found.hung
-    assert found.headline == ("no progress for 16 s: collective #4: rank 0 entered all_reduce(float32[1]) at"
-                              f" gpu_ddp_desync.py:32; rank 1 entered all_reduce({grads}) at gpu_ddp_desync.py:28")
+    assert found.headline == ("no progress for 16 s: collective #4, where the ranks' calls first differ (rank 0 went on"
+                              " past it): rank 0 called all_reduce(float32[1]) at gpu_ddp_desync.py:32; rank 1 called"
+                              f" all_reduce({grads}) at gpu_ddp_desync.py:28")
     assert [a.detail for a in found.activities] == [f"waits in all_reduce({grads}) #5 at gpu_ddp_desync.py:28, on the GPU",
                                                     f"waits in all_reduce({grads}) #4 at gpu_ddp_desync.py:28, on the GPU"]
 
@@ -310,8 +312,9 @@ def test_a_run_whose_gpus_wait_in_collectives_while_cuda_spins_ends_hung(make_ru
         stop.set()
     assert result.hung and result.exit_code == 1
     assert result.hang is not None and result.hang.divergence is not None
-    assert result.hang.divergence.text == ("collective #2: rank 0 entered all_reduce(float32[1]) at train.py:12;"
-                                           " rank 1 entered all_reduce(float32[4]) at train.py:9")
+    assert result.hang.divergence.text == ("collective #2, where the ranks' calls first differ (rank 0 went on past"
+                                           " it): rank 0 called all_reduce(float32[1]) at train.py:12; rank 1 called"
+                                           " all_reduce(float32[4]) at train.py:9")
     assert "working" not in job.out.getvalue()
 
 

@@ -199,7 +199,8 @@ def test_a_ddp_forward_pass_one_rank_makes_alone_gets_the_hint_that_it_broadcast
     past = probe(5, r0=snap(0, history + (coll(7, "buffers of DDP(Net)", op="broadcast", at="train.py:30"),),
                             frames=(Frame("train.py", 31, "<module>"),)), r1=snap(1, history + (barrier,), stack(40)))
     lines = diagnose(past, None, {0, 1}, {}, 30).lines()
-    assert "collective #7: rank 0 entered broadcast(buffers" in lines[0] and not any(DDP_FORWARD_HINT in line for line in lines)
+    assert ("collective #7, where the ranks' calls first differ (rank 0 went on past it): rank 0 called"
+            " broadcast(buffers" in lines[0]) and not any(DDP_FORWARD_HINT in line for line in lines)
     # a training step's forward pass, its line in both ranks' records: rank 0 made an extra barrier
     # (the odd one out is the barrier's rank), or rank 1 left after its last step
     step = coll(7, "buffers of DDP(Net)", "entered", op="broadcast", at="desync.py:11")
@@ -711,8 +712,9 @@ def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
                                       coll(5, state="entered", at="desync.py:41")))}
     found = first_divergence(snapshots)
     assert found is not None and (found.seq, found.group) == (2, sub)
-    assert found.text == ("collective #2 (group ranks 0,1): rank 0 entered all_reduce(float32[1]) at desync.py:30;"
-                          " rank 1 entered all_reduce(float32[4]) at desync.py:31")
+    assert found.text == ("collective #2 (group ranks 0,1), where the ranks' calls first differ (every rank went on past"
+                          " it): rank 0 called all_reduce(float32[1]) at desync.py:30; rank 1 called all_reduce(float32[4])"
+                          " at desync.py:31")
     # at one number in both: the group looked at first
     tied = {0: snap(0, (coll(1, "float32[1]"), coll(1, "float32[1]", group=sub))),
             1: snap(1, (coll(1), coll(1, group=sub)))}
@@ -1824,8 +1826,9 @@ def test_ranks_that_made_their_groups_differently_part_at_new_group_with_its_own
     parted = probe(5, r0=snap(0, (own,) + waiting, frames=stack(10, call="new_group")),
                    r1=snap(1, (every, coll(2, "float32[1]", "entered", at="train.py:12")), stack(12)))
     lines = diagnose(parted, None, {0, 1}, {}, 30).lines()
-    assert lines[0] == ("no progress for 30 s: collective #1: rank 0 entered new_group(ranks 0) at train.py:9; rank 1"
-                        " entered new_group(ranks 0,1) at train.py:10")
+    assert lines[0] == ("no progress for 30 s: collective #1, where the ranks' calls first differ (every rank went on"
+                        " past it): rank 0 called new_group(ranks 0) at train.py:9; rank 1 called new_group(ranks 0,1) at"
+                        " train.py:10")
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
 
 
@@ -3061,3 +3064,39 @@ def test_monitored_barrier_against_barrier_says_to_make_one_barrier_call_not_to_
         assert f"  {MIXED_BARRIERS_HINT}" in lines, lines
         assert f"  {DEBUG_HINT}" not in lines and f"  {CHECKED_MISSED_HINT}" not in lines
     assert "monitored_barrier on every rank or on none" in MIXED_BARRIERS_HINT
+
+
+def groups_made_in_two_orders() -> Probe:
+    """Session 114's u05 (2x2), as its records were: every rank makes the groups 0,2 1,3 0,1 2,3,
+    the odd ranks 0,1 2,3 first; each waits in a later new_group than the one where they parted."""
+    made = {0: ("0,2", "1,3", "0,1"), 1: ("0,1", "2,3", "0,2", "1,3"), 2: ("0,2", "1,3", "0,1", "2,3"), 3: ("0,1", "2,3")}
+    return Probe("g", 5, {rank: snap(rank, tuple(
+        coll(seq, f"ranks {group}", "entered" if seq == len(groups) else "done", op="new_group", at="order.py:14")
+        for seq, group in enumerate(groups, 1)), stack(14, call="new_group")) for rank, groups in made.items()})
+
+
+def test_groups_made_in_another_order_on_some_ranks_say_so_and_where_each_waits_now():
+    """u05: the hint said to make every group on every rank, which the script did, and the
+    headline named collective #1, which every rank had finished, as if they waited in it."""
+    from orchestrate.hangs.diagnosis import NEW_GROUP_HINT, NEW_GROUP_ORDER_HINT
+
+    found = diagnose(groups_made_in_two_orders(), None, set(range(4)), {}, 20)
+    lines = found.lines()
+    assert found.headline.startswith("no progress for 20 s: collective #1, where the ranks' calls first differ (every"
+                                     " rank went on past it): rank 0 called new_group(ranks 0,2) at order.py:14;")
+    hint = next(line for line in lines if line.startswith("  the ranks make the same groups in different orders"))
+    assert hint == "  " + NEW_GROUP_ORDER_HINT.format(order=(
+        "at #1, ranks 0, 2 make new_group(ranks 0,2), which rank 1 makes as its #3; ranks 1, 3 make new_group(ranks"
+        " 0,1), which ranks 0, 2 make as their #3")), hint
+    assert f"  {NEW_GROUP_HINT}" not in lines
+    assert ("  now rank 0 waits in new_group(ranks 0,1) #3 at order.py:14; rank 1 waits in new_group(ranks 1,3) #4 at"
+            " order.py:14; rank 2 waits in new_group(ranks 2,3) #4 at order.py:14; rank 3 waits in new_group(ranks 2,3)"
+            " #2 at order.py:14") in lines
+    # groups made on their members only: the group one side made there the other never makes
+    alone = {0: ("0",), 1: ("0,1",)}
+    parted = Probe("g", 5, {rank: snap(rank, tuple(coll(seq, f"ranks {g}", "entered", op="new_group", at="one.py:9")
+                                                   for seq, g in enumerate(groups, 1)))
+                            for rank, groups in alone.items()})
+    lines = diagnose(parted, None, {0, 1}, {}, 20).lines()
+    assert f"  {NEW_GROUP_HINT}" in lines and not any("different orders" in line for line in lines)
+    assert not any(line.startswith("  now ") for line in lines)  # they wait where they part: said above
