@@ -2903,6 +2903,23 @@ MUTANTS = [
     Mutant("where each rank waits past where they part is not said", "orchestrate/hangs/diagnosis.py",
            "            if self.waits_elsewhere:  # the ranks went on", "            if False:  # the ranks went on",
            ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): f3, ranks with one call at one place are named together, and the page says a divergence once
+    Mutant("a mismatch names each rank one by one", "orchestrate/hangs/collectives.py",
+           "                text = head + calls_text(calls, verb)",
+           '                text = head + "; ".join(entered(r, calls[r], verb) for r in sorted(calls))',
+           ("tests/unit/test_hangs.py",)),
+    Mutant("a mismatch's calls past the fourth are not named", "orchestrate/hangs/collectives.py",
+           "    rest = sorted(rank for ranks, _ in grouped[most:] for rank in ranks)", "    rest: list[int] = []",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("ranks behind at one place are named one by one", "orchestrate/hangs/collectives.py",
+           "{'is' if len(ranks) == 1 else 'are'} {text}\" for ranks, text in alike(behind)]",
+           "{'is' if len(ranks) == 1 else 'are'} {text}\" for ranks, text in [([r], t) for r, t in behind.items()]]",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("an aborted rank's peers are named one by one", "orchestrate/hangs/diagnosis.py",
+           "for ranks, place in places[:3]]", "for ranks, place in [([r], p) for rs, p in places for r in rs][:3]]",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("the report page says a divergence the headline says again", "orchestrate/report/page.py",
+           ' and hang["divergence"] not in hang.get("headline", ""):', ":", ("tests/unit/test_report.py",)),
 ]
 
 

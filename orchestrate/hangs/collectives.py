@@ -132,6 +132,25 @@ def entered(rank: int, collective: Collective, verb: str = "entered") -> str:
     return f"rank {rank} {verb} {collective.call} at {collective.at}"
 
 
+def alike(places: dict[int, str]) -> list[tuple[list[int], str]]:
+    """The ranks whose text (a call and its place) is the same, together, in the order of their
+    first rank: ``{1: "barrier() at t.py:9", 2: "barrier() at t.py:9"}`` as one entry (since
+    2026-12-07: each rank was said one by one)."""
+    together: dict[str, list[int]] = {}
+    for rank in sorted(places):
+        together.setdefault(places[rank], []).append(rank)
+    return [(ranks, text) for text, ranks in together.items()]
+
+
+def calls_text(calls: dict[int, Collective], verb: str, most: int = 4) -> str:
+    """``rank 0 entered all_reduce(float32[1]) at t.py:17; ranks 1-3 entered barrier() at
+    t.py:19``: the ranks that made one call at one place together, at most ``most`` such calls."""
+    grouped = alike({rank: f"{call.call} at {call.at}" for rank, call in calls.items()})
+    said = "; ".join(f"{ranks_text(ranks)} {verb} {text}" for ranks, text in grouped[:most])
+    rest = sorted(rank for ranks, _ in grouped[most:] for rank in ranks)
+    return said + (f"; {ranks_text(rest)} made other calls there" if rest else "")
+
+
 def parted_at(seq: int, where: str, calls: dict[int, Collective]) -> tuple[str, str]:
     """How a mismatch's line starts, and the verb of its calls: ``collective #21: `` and
     ``entered`` where the ranks wait in it; where some went on past it, that it is where their
@@ -177,12 +196,9 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 continue
             kinds = {kind(c) for c in calls.values()}
             if len(kinds) > 1:
-                first = min(calls)
-                odd = [r for r in calls if kind(calls[r]) != kind(calls[first])]
-                shown = [first, *odd][:4]
                 where = "" if group == "default" else f" (group {group})"
                 head, verb = parted_at(seq, where, calls)
-                text = head + "; ".join(entered(r, calls[r], verb) for r in shown)
+                text = head + calls_text(calls, verb)
                 hint = ROOT_HINT if roots_alone_differ(calls) else uneven_steps(calls, snapshots)
                 fewer = "" if hint else fewer_calls(group, calls, snapshots)
                 ops = tuple(sorted({c.op for c in calls.values()}))
@@ -481,7 +497,7 @@ def not_there(target: Collective, snapshots: dict[int, RankSnapshot], expected: 
     ends = channel_ends(target.group)
     everyone = set(snapshots) | expected
     involved = (group_members(target.group, everyone) if ends is None or None not in ends else everyone) - set(named)
-    behind = []
+    behind: dict[int, str] = {}
     for rank in sorted(set(snapshots) & involved) if ends is None else []:
         mine = by_group(snapshots[rank]).get(target.group, {})
         last = max(mine) if mine else 0
@@ -490,10 +506,11 @@ def not_there(target: Collective, snapshots: dict[int, RankSnapshot], expected: 
             outside = f"not in a collective: {rank_summary(snapshots[rank])}{(elsewhere or {}).get(rank, '')}"
             doing = (f"in {where.call} #{where.seq} of group {where.group}" if where
                      else outside if snapshots[rank].stack else "not in a collective")
-            behind.append(f"rank {rank} is at #{last} ({doing})")
-    for rank in sorted((expected & involved) - set(snapshots)):
-        behind.append(f"rank {rank} {absent_why.get(rank, 'did not answer')}")
-    return behind
+            behind[rank] = f"at #{last} ({doing})"
+    # ranks at one place together: ``ranks 2, 3 are at #0 (...)`` (why a rank is silent is its own)
+    return ([f"{ranks_text(ranks)} {'is' if len(ranks) == 1 else 'are'} {text}" for ranks, text in alike(behind)]
+            + [f"rank {rank} {absent_why.get(rank, 'did not answer')}"
+               for rank in sorted((expected & involved) - set(snapshots))])
 
 
 def first_divergence(snapshots: dict[int, RankSnapshot], expected: Optional[set[int]] = None,

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, channel_ends, first_divergence, mismatch,
+from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, alike, channel_ends, first_divergence, mismatch,
                                            step_counts)
 from orchestrate.hangs.crash_dump import rank_dump, where_stopped
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
@@ -527,11 +527,9 @@ class HangDiagnosis:
         if all((entry.get("group"), entry.get("seq")) == (divergence.group, divergence.seq)
                for entry in self.waiting_in.values()):
             return ""
-        places: dict[str, list[int]] = {}
-        for waiting in (a for a in self.activities if a.state == "collective"):
-            places.setdefault(waiting.detail.removeprefix("waits in "), []).append(waiting.rank)
+        places = alike({a.rank: a.detail.removeprefix("waits in ") for a in self.activities if a.state == "collective"})
         return "now " + "; ".join(f"{ranks_text(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {place}"
-                                  for place, ranks in places.items()) if places else ""
+                                  for ranks, place in places) if places else ""
 
     @property
     def parted_mid_training(self) -> bool:
@@ -916,7 +914,10 @@ def aborted_mismatch(rank: int, snapshots: dict[int, RankSnapshot], directory: P
     dump = rank_dump(directory, rank)
     found = dump.script_thread() if dump is not None else None
     own = f"rank {rank} aborted in {found[1]}" if found else f"rank {rank} aborted"
-    theirs = [f"rank {other} was in {c.call} #{c.seq}{'' if c.group == 'default' else ' of group ' + c.group} at {c.at}"
-              for other, c in list(peers.items())[:3]]
-    more = f"; {len(peers) - 3} more rank(s) too" if len(peers) > 3 else ""
+    # peers in one call at one place together: ``ranks 1-3 were in ...`` (since 2026-12-07: one by one, three at most)
+    places = alike({other: f"{c.call} #{c.seq}{'' if c.group == 'default' else ' of group ' + c.group} at {c.at}"
+                    for other, c in peers.items()})
+    theirs = [f"{ranks_text(ranks)} {'was' if len(ranks) == 1 else 'were'} in {place}" for ranks, place in places[:3]]
+    rest = sum(len(ranks) for ranks, _ in places[3:])
+    more = f"; {rest} more rank(s) elsewhere" if rest else ""
     return "; ".join([own, *theirs]) + more

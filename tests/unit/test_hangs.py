@@ -695,12 +695,14 @@ def test_a_mismatch_is_found_past_the_groups_it_cannot_compare_by_op_as_by_shape
     assert found is not None and found.text == (
         "collective #1 (group ranks 0,1): rank 0 entered all_reduce(float32[4]) at desync.py:11; rank 1 entered"
         " all_gather(float32[4]) at desync.py:11")
-    # the first rank, then three that differ from it
+    # the ranks that made one call at one place together (session 114: each was said one by one)
     many = {rank: snap(rank, (coll(1, "float32[4]" if rank == 0 else "float32[1]", "entered"),)) for rank in range(6)}
     assert first_divergence(many).text == ("collective #1: rank 0 entered all_reduce(float32[4]) at desync.py:11;"
-                                           " rank 1 entered all_reduce(float32[1]) at desync.py:11; rank 2 entered"
-                                           " all_reduce(float32[1]) at desync.py:11; rank 3 entered"
-                                           " all_reduce(float32[1]) at desync.py:11")
+                                           " ranks 1-5 entered all_reduce(float32[1]) at desync.py:11")
+    # four calls at most, the ranks of the others named
+    apart = {rank: snap(rank, (coll(1, f"float32[{rank + 1}]", "entered"),)) for rank in range(6)}
+    assert first_divergence(apart).text.endswith("; rank 3 entered all_reduce(float32[4]) at desync.py:11; ranks 4, 5"
+                                                 " made other calls there")
 
 
 def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
@@ -773,8 +775,8 @@ def test_a_rank_behind_in_another_group_does_not_hide_two_that_made_one_call_dif
                  3: snap(3, done + (coll(6, op="barrier", shapes="", state="entered", at="sub.py:17"),))}
     found = first_divergence(snapshots, {0, 1, 2, 3})
     assert found is not None and found.kind == "mismatch"
-    assert found.text == ("collective #6: rank 1 entered all_reduce(float32[4]) at sub.py:14; rank 2 entered barrier()"
-                          " at sub.py:17; rank 3 entered barrier() at sub.py:17")
+    assert found.text == ("collective #6: rank 1 entered all_reduce(float32[4]) at sub.py:14; ranks 2, 3 entered"
+                          " barrier() at sub.py:17")
     alike = {**snapshots, 1: snap(1, done + (coll(6, op="barrier", shapes="", state="entered", at="sub.py:17"),))}
     assert first_divergence(alike, {0, 1, 2, 3}).text.startswith(  # #6 made alike: rank 0 waits elsewhere
         "the ranks wait in different process groups: rank 0 waits in all_reduce(float32[4]) #4 of group ranks 0,1")
@@ -1699,22 +1701,22 @@ def test_a_rank_that_gloo_aborted_is_placed_by_its_crash_stack_beside_its_peers_
 
 
 def test_an_aborted_ranks_peers_are_named_three_at_most_with_a_group_not_the_default_one(tmp_path):
-    for rank in range(1, 6):
+    """Peers in one call at one place are said together (session 114: one by one, three at most)."""
+    lines = {1: 20, 2: 20, 3: 20, 4: 30, 5: 40, 6: 20}
+    for rank, line in lines.items():
         group = "default" if rank != 2 else "1"
         (tmp_path / f"rank{rank}.json").write_text(json.dumps({
             "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [],
             "collectives": [{"seq": 5, "op": "all_reduce", "group": group, "shapes": "float32[8]",
-                             "at": "train.py:20", "state": "failed"}]}))
+                             "at": f"train.py:{line}", "state": "failed"}]}))
     aborted = Failure("node0", 0, -6, "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 12 vs 4. Received data size"
                       " doesn't match expected size. Is there a distributed collective mismatch in your code?", ())
     assert mismatch_divergence(aborted, tmp_path) == (
-        "rank 0 aborted; rank 1 was in all_reduce(float32[8]) #5 at train.py:20; rank 2 was in all_reduce(float32[8])"
-        " #5 of group 1 at train.py:20; rank 3 was in all_reduce(float32[8]) #5 at train.py:20; 2 more rank(s) too")
-    (tmp_path / "rank5.json").unlink()  # four peers: one more
-    assert mismatch_divergence(aborted, tmp_path).endswith("rank 3 was in all_reduce(float32[8]) #5 at train.py:20;"
-                                                           " 1 more rank(s) too")
-    (tmp_path / "rank4.json").unlink()  # three: all named
-    assert mismatch_divergence(aborted, tmp_path).endswith("rank 3 was in all_reduce(float32[8]) #5 at train.py:20")
+        "rank 0 aborted; ranks 1, 3, 6 were in all_reduce(float32[8]) #5 at train.py:20; rank 2 was in"
+        " all_reduce(float32[8]) #5 of group 1 at train.py:20; rank 4 was in all_reduce(float32[8]) #5 at train.py:30;"
+        " 1 more rank(s) elsewhere")
+    (tmp_path / "rank5.json").unlink()  # three places: all named
+    assert mismatch_divergence(aborted, tmp_path).endswith("rank 4 was in all_reduce(float32[8]) #5 at train.py:30")
 
 
 def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
@@ -3082,8 +3084,9 @@ def test_groups_made_in_another_order_on_some_ranks_say_so_and_where_each_waits_
 
     found = diagnose(groups_made_in_two_orders(), None, set(range(4)), {}, 20)
     lines = found.lines()
-    assert found.headline.startswith("no progress for 20 s: collective #1, where the ranks' calls first differ (every"
-                                     " rank went on past it): rank 0 called new_group(ranks 0,2) at order.py:14;")
+    assert found.headline == ("no progress for 20 s: collective #1, where the ranks' calls first differ (every rank went"
+                              " on past it): ranks 0, 2 called new_group(ranks 0,2) at order.py:14; ranks 1, 3 called"
+                              " new_group(ranks 0,1) at order.py:14")
     hint = next(line for line in lines if line.startswith("  the ranks make the same groups in different orders"))
     assert hint == "  " + NEW_GROUP_ORDER_HINT.format(order=(
         "at #1, ranks 0, 2 make new_group(ranks 0,2), which rank 1 makes as its #3; ranks 1, 3 make new_group(ranks"
@@ -3100,3 +3103,20 @@ def test_groups_made_in_another_order_on_some_ranks_say_so_and_where_each_waits_
     lines = diagnose(parted, None, {0, 1}, {}, 20).lines()
     assert f"  {NEW_GROUP_HINT}" in lines and not any("different orders" in line for line in lines)
     assert not any(line.startswith("  now ") for line in lines)  # they wait where they part: said above
+
+
+def test_ranks_behind_at_one_place_are_named_together():
+    """Session 114's u09 (2x2): ranks 2, 3 wait for a file outside any collective while ranks 0, 1
+    wait in a barrier; each of the two was said one by one."""
+    waiting = coll(1, "", "entered", op="barrier", at="local.py:17")
+    polling = (Frame("local.py", 14, "<module>", "time.sleep(0.5)"),)
+    snapshots = {**{r: snap(r, (waiting,), stack(17, call="barrier")) for r in (0, 1)},
+                 **{r: snap(r, (), polling) for r in (2, 3)}}
+    found = first_divergence(snapshots, {0, 1, 2, 3})
+    assert found is not None and found.text == ("ranks 0, 1 wait in barrier() #1 at local.py:17; ranks 2, 3 are at #0"
+                                                " (not in a collective: <module> at local.py:14)")
+    # one rank behind is said as before, and a rank that did not answer by its own words
+    alone = {r: s for r, s in snapshots.items() if r != 3}
+    assert first_divergence(alone, {0, 1, 2, 3}).text.endswith(
+        "; rank 2 is at #0 (not in a collective: <module> at local.py:14); rank 3 did not answer")
+

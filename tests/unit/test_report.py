@@ -638,3 +638,14 @@ def test_the_bench_tables_counts_are_whole_and_a_time_of_none_is_0():
     assert [bench_cell("iters", 1_000_000), bench_cell("exposed_comm_s", 0), bench_cell("exposed_comm_s", 0.0)] == [
         "1000000", "0", "0"]
     assert [bench_cell("ratio", 1.5), bench_cell("time_s", 7e-05)] == ["1.5", "70.0 us"]
+
+
+def test_the_report_page_says_the_divergence_once_where_the_headline_says_it():
+    from orchestrate.report.page import hang_section
+
+    divergence = "collective #1: rank 0 entered barrier() at t.py:8; ranks 1-3 entered all_reduce(float32[4]) at t.py:9"
+    said = "".join(hang_section({"headline": f"no progress for 20 s: {divergence}", "divergence": divergence}))
+    assert said.count("entered barrier()") == 1 and "First divergence:" not in said
+    apart = "".join(hang_section({"headline": "no progress for 20 s: ranks 0-3: barrier at t.py:8",
+                                  "divergence": divergence}))
+    assert "First divergence:</b> collective #1" in apart
