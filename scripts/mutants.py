@@ -2920,6 +2920,9 @@ MUTANTS = [
            ("tests/unit/test_hangs.py",)),
     Mutant("the report page says a divergence the headline says again", "orchestrate/report/page.py",
            ' and hang["divergence"] not in hang.get("headline", ""):', ":", ("tests/unit/test_report.py",)),
+    Mutant("stacks says the divergence past the hints", "orchestrate/supervise/rank_probe.py",
+           "        lines.insert(len(found.place_lines()) - 1, f\"  {divergence.text}\")",
+           "        lines.insert(len(lines), f\"  {divergence.text}\")", ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -16,7 +16,7 @@ from orchestrate.engine.runs import RunInfo, node_plans
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.faults.inject import probe_node
 from orchestrate.faults.ranks import stopped_ranks, worker_states
-from orchestrate.hangs.diagnosis import DEBUG_HINT, EXITED, HangDiagnosis, diagnose
+from orchestrate.hangs.diagnosis import EXITED, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import ANSWER_TIMEOUT_S, Probe, debug_dir, request_snapshots
 from orchestrate.outcome.progress import ProgressReader
 from orchestrate.plan.layout import NETWORK, PROGRESS_SUBDIR
@@ -247,6 +247,7 @@ def stack_lines(found: HangDiagnosis) -> list[str]:
     divergence = found.divergence
     if divergence is not None and not any(divergence.text in line for line in lines):
         # said only in the headline, which this leaves out (ranks missing: said nowhere else)
-        hint = next((i for i, line in enumerate(lines) if line == f"  {DEBUG_HINT}"), len(lines))
-        lines.insert(hint, f"  {divergence.text}")
+        # right past where every rank is, before what says more of it: where each waits now, the hints
+        # (before 2026-12-07, before the --debug-collectives hint alone: past any other, last)
+        lines.insert(len(found.place_lines()) - 1, f"  {divergence.text}")
     return [line.removeprefix("  ") for line in lines]

@@ -2632,6 +2632,15 @@ def test_stacks_says_the_first_divergence_of_every_kind_though_it_leaves_the_hea
     mismatch = ("collective #4: rank 0 entered all_reduce(float32[1]) at desync.py:14; rank 1 entered"
                 " all_reduce(float32[4]) at desync.py:11")
     assert said.index(mismatch) == said.index(DEBUG_HINT) - 1, said
+    # before any other hint too, and before where each rank waits now (session 114: past them, last)
+    from orchestrate.hangs.diagnosis import MIXED_BARRIERS_HINT, NEW_GROUP_ORDER_HINT
+    found = diagnose(barriers_apart(), barriers_apart(), set(range(4)), {}, 0.0)
+    said = stack_lines(found)
+    assert said.index(found.divergence.text) == said.index(MIXED_BARRIERS_HINT) - 1, said
+    found = diagnose(groups_made_in_two_orders(), groups_made_in_two_orders(), set(range(4)), {}, 0.0)
+    said = stack_lines(found)
+    order = next(i for i, line in enumerate(said) if line.startswith(NEW_GROUP_ORDER_HINT[:40]))
+    assert said.index(found.divergence.text) == order - 2 and said[order - 1].startswith("now rank 0 waits"), said
     # a receive its peer never sends
     said = lines_of(snap(0, (coll(1, "", "entered", op="barrier", at="p2p.py:10"),), frames=stack(10, call="barrier")),
                     snap(1, (coll(1, "float32[3]", "entered", op="recv", group="p2p 0->1", at="p2p.py:8"),),
