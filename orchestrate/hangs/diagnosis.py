@@ -739,8 +739,10 @@ def new_group_hint(divergence: Divergence, collectives: dict[int, list[dict[str,
         if not later:  # no rank of the other side made it: a group made on some ranks only
             return NEW_GROUP_HINT
         elsewhere = ", ".join(f"{ranks_text(others)} {'makes' if len(others) == 1 else 'make'} as"
-                              f" {'its' if len(others) == 1 else 'their'} #{seq}" for seq, others in sorted(later.items()))
-        order.append(f"{ranks_text(ranks)} {'makes' if len(ranks) == 1 else 'make'} {NEW_GROUP}({group}), which {elsewhere}")
+                              f" {'its' if len(others) == 1 else 'their'} #{seq}"
+                              for seq, others in sorted(later.items()))
+        makes = "makes" if len(ranks) == 1 else "make"
+        order.append(f"{ranks_text(ranks)} {makes} {NEW_GROUP}({group}), which {elsewhere}")
     return NEW_GROUP_ORDER_HINT.format(order=f"at #{divergence.seq}, " + "; ".join(order))
 
 

@@ -714,9 +714,9 @@ def test_of_two_groups_whose_calls_part_the_one_that_parts_first_is_named():
                                       coll(5, state="entered", at="desync.py:41")))}
     found = first_divergence(snapshots)
     assert found is not None and (found.seq, found.group) == (2, sub)
-    assert found.text == ("collective #2 (group ranks 0,1), where the ranks' calls first differ (every rank went on past"
-                          " it): rank 0 called all_reduce(float32[1]) at desync.py:30; rank 1 called all_reduce(float32[4])"
-                          " at desync.py:31")
+    assert found.text == ("collective #2 (group ranks 0,1), where the ranks' calls first differ (every rank went on"
+                          " past it): rank 0 called all_reduce(float32[1]) at desync.py:30; rank 1 called"
+                          " all_reduce(float32[4]) at desync.py:31")
     # at one number in both: the group looked at first
     tied = {0: snap(0, (coll(1, "float32[1]"), coll(1, "float32[1]", group=sub))),
             1: snap(1, (coll(1), coll(1, group=sub)))}
@@ -1829,8 +1829,8 @@ def test_ranks_that_made_their_groups_differently_part_at_new_group_with_its_own
                    r1=snap(1, (every, coll(2, "float32[1]", "entered", at="train.py:12")), stack(12)))
     lines = diagnose(parted, None, {0, 1}, {}, 30).lines()
     assert lines[0] == ("no progress for 30 s: collective #1, where the ranks' calls first differ (every rank went on"
-                        " past it): rank 0 called new_group(ranks 0) at train.py:9; rank 1 called new_group(ranks 0,1) at"
-                        " train.py:10")
+                        " past it): rank 0 called new_group(ranks 0) at train.py:9; rank 1 called new_group(ranks"
+                        " 0,1) at train.py:10")
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
 
 
@@ -3080,7 +3080,8 @@ def test_monitored_barrier_against_barrier_says_to_make_one_barrier_call_not_to_
 def groups_made_in_two_orders() -> Probe:
     """Session 114's u05 (2x2), as its records were: every rank makes the groups 0,2 1,3 0,1 2,3,
     the odd ranks 0,1 2,3 first; each waits in a later new_group than the one where they parted."""
-    made = {0: ("0,2", "1,3", "0,1"), 1: ("0,1", "2,3", "0,2", "1,3"), 2: ("0,2", "1,3", "0,1", "2,3"), 3: ("0,1", "2,3")}
+    made = {0: ("0,2", "1,3", "0,1"), 1: ("0,1", "2,3", "0,2", "1,3"), 2: ("0,2", "1,3", "0,1", "2,3"),
+            3: ("0,1", "2,3")}
     return Probe("g", 5, {rank: snap(rank, tuple(
         coll(seq, f"ranks {group}", "entered" if seq == len(groups) else "done", op="new_group", at="order.py:14")
         for seq, group in enumerate(groups, 1)), stack(14, call="new_group")) for rank, groups in made.items()})
@@ -3093,9 +3094,9 @@ def test_groups_made_in_another_order_on_some_ranks_say_so_and_where_each_waits_
 
     found = diagnose(groups_made_in_two_orders(), None, set(range(4)), {}, 20)
     lines = found.lines()
-    assert found.headline == ("no progress for 20 s: collective #1, where the ranks' calls first differ (every rank went"
-                              " on past it): ranks 0, 2 called new_group(ranks 0,2) at order.py:14; ranks 1, 3 called"
-                              " new_group(ranks 0,1) at order.py:14")
+    assert found.headline == ("no progress for 20 s: collective #1, where the ranks' calls first differ (every rank"
+                              " went on past it): ranks 0, 2 called new_group(ranks 0,2) at order.py:14; ranks 1, 3"
+                              " called new_group(ranks 0,1) at order.py:14")
     hint = next(line for line in lines if line.startswith("  the ranks make the same groups in different orders"))
     assert hint == "  " + NEW_GROUP_ORDER_HINT.format(order=(
         "at #1, ranks 0, 2 make new_group(ranks 0,2), which rank 1 makes as its #3; ranks 1, 3 make new_group(ranks"

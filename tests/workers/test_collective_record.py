@@ -60,8 +60,9 @@ def test_a_hung_desync_answers_with_its_stacks_and_its_timeout_ends_it(tmp_path)
         divergence = first_divergence(probe.snapshots)
         assert divergence is not None
         # rank 0 went on past it, into its #5 (since 2026-12-07 said so, not as if both waited in #4)
-        assert divergence.text == (f"collective #4, where the ranks' calls first differ (rank 0 went on past it): rank 0 called all_reduce(float32[1])"
-                                   f" at {DESYNC}:{extra}; rank 1 called all_reduce(float32[4]) at {DESYNC}:{every}")
+        assert divergence.text == (f"collective #4, where the ranks' calls first differ (rank 0 went on past it):"
+                                   f" rank 0 called all_reduce(float32[1]) at {DESYNC}:{extra}; rank 1 called"
+                                   f" all_reduce(float32[4]) at {DESYNC}:{every}")
         output, _ = proc.communicate(timeout=90)
     finally:
         proc.kill()
@@ -233,8 +234,9 @@ def test_a_group_made_on_one_rank_only_is_the_first_divergence_with_its_own_hint
     probe = probe_of_hung_job(tmp_path, job)
     divergence = first_divergence(probe.snapshots)
     assert divergence is not None
-    assert divergence.text == (f"collective #1, where the ranks' calls first differ (rank 0 went on past it): rank 0 called new_group(ranks 0) at"
-                               f" {job}:{made}; rank 1 called new_group(ranks 0,1) at {job}:{every}")
+    assert divergence.text == (f"collective #1, where the ranks' calls first differ (rank 0 went on past it): rank 0"
+                               f" called new_group(ranks 0) at {job}:{made}; rank 1 called new_group(ranks 0,1) at"
+                               f" {job}:{every}")
     lines = diagnose(probe, None, {0, 1}, {}, None).lines()
     assert f"  {NEW_GROUP_HINT}" in lines and f"  {DEBUG_HINT}" not in lines
 
