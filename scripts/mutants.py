@@ -2836,11 +2836,16 @@ MUTANTS = [
            "    return request.replace(rdzv=\"c10d\", rdzv_store=\"container\"), note",
            "    return request.replace(rdzv=\"c10d\"), note", ("tests/unit/test_chaos.py",)),
     # Session 114 (2026-12-07): a store get or wait that the script's own store timeout ends gets the store hint
-    Mutant("a store get that its own timeout ends writes no record of the wait it was in", "orchestrate/node/store_calls.py",
-           "where(caller)))\n        try:\n            return original(self, *args, **kwargs)\n        except Exception:\n"
-           "            quietly(record.on_failure)\n            raise\n",
-           "where(caller)))\n        try:\n            return original(self, *args, **kwargs)\n        except Exception:\n"
+    Mutant("a store get that its own timeout ends keeps no record of the wait it was in", "orchestrate/node/store_calls.py",
+           "where(caller)))\n        try:\n            return original(self, *args, **kwargs)\n        except Exception as error:\n"
+           "            quietly(record.raised, error)\n            raise\n",
+           "where(caller)))\n        try:\n            return original(self, *args, **kwargs)\n        except Exception as error:\n"
            "            raise\n", ("tests/unit/test_store_calls.py",)),
+    Mutant("a store timeout the script caught is read as the cause of a later error", "orchestrate/node/store_calls.py",
+           "                if (id(found), str(found)[:200]) == self.failed[:2]:", "                if True:",
+           ("tests/unit/test_store_calls.py",)),
+    Mutant("a worker that dies of its store call's timeout writes no record of it", "orchestrate/node/worker_start.py",
+           "        collective_log.on_uncaught(uncaught)", "        pass", ("tests/workers/test_store_calls.py",)),
     Mutant("a store call's timeout is not read as a hang torch ended", "orchestrate/hangs/diagnosis.py",
            "if s.reason in (FAILED_REASON, STORE_FAILED_REASON)}", "if s.reason == FAILED_REASON}",
            ("tests/unit/test_store_calls.py",)),

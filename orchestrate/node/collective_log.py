@@ -514,20 +514,25 @@ def nth_of_its_ranks(group: Any, ranks: List[int]) -> str:
 # What a failed collective calls (the snapshot writer, once it runs): the record is then on disk
 # before the process dies of the error.
 _failure_hooks: List[Callable[[CollectiveLog], None]] = []
-# What a store call of the script's that raised calls (a get or wait past the store's own timeout).
-_store_failure_hooks: List[Callable[[CollectiveLog], None]] = []
+# What an error that ends the worker's script calls, before Python's own report of it (the snapshot
+# writer: a store call's timeout the script did not catch is written then).
+_uncaught_hooks: List[Callable[[BaseException], None]] = []
 
 
-def on_failure(log: CollectiveLog, hooks: Optional[List[Callable[[CollectiveLog], None]]] = None) -> None:
-    for hook in list(_failure_hooks if hooks is None else hooks):
+def on_failure(log: CollectiveLog) -> None:
+    for hook in list(_failure_hooks):
         try:
             hook(log)
         except Exception:  # the record is a help: never let it mask the job's own error
             pass
 
 
-def on_store_failure(log: CollectiveLog) -> None:
-    on_failure(log, _store_failure_hooks)
+def on_uncaught(error: BaseException) -> None:
+    for hook in list(_uncaught_hooks):
+        try:
+            hook(error)
+        except Exception:  # (as above)
+            pass
 
 
 def wrap_torch_distributed(log: CollectiveLog, name_group: Optional[Callable[[Any], str]] = None) -> None:

@@ -316,10 +316,13 @@ class SnapshotWriter:
         self.failed_at = self.log.completed
         self.write("failed", FAILED_REASON)
 
-    def on_store_call_failed(self, log: CollectiveLog) -> None:
-        """Unlike a collective's, a later request's answer replaces it: a script may poll with a
-        short timeout, catch the error and go on (where it does not, the process dies at once)."""
-        self.write("failed", STORE_FAILED_REASON)
+    def on_uncaught(self, error: BaseException) -> None:
+        """The script ends of ``error``: where it is a store call's that raised (its own store
+        timeout), the record says the call it died in. A store error the script caught writes
+        nothing: it may poll with a short timeout and go on."""
+        record = self.log.store_calls
+        if record is not None and record.dying_of(error):
+            self.write("failed", STORE_FAILED_REASON)
 
 
 class LoaderSnapshotWriter(SnapshotWriter):
@@ -379,7 +382,7 @@ def start(directory: str, log: CollectiveLog) -> Optional[SnapshotWriter]:
     writer.thread_errors = ThreadErrors(relative)
     keep_thread_errors(writer.thread_errors)
     collective_log._failure_hooks.append(writer.on_collective_failed)
-    collective_log._store_failure_hooks.append(writer.on_store_call_failed)
+    collective_log._uncaught_hooks.append(writer.on_uncaught)
     serve(writer)
     collective_log.when_imported("torch.utils.data._utils.signal_handling",
                                  lambda: answer_in_data_loader_workers(directory, writer.rank))

@@ -2,9 +2,10 @@
 key(s) a ``get`` or ``wait`` of it is blocked on, and the ``TCPStore`` objects it made (host, port,
 whether it is the master). A rank that waits for a key no rank set (a typo), or for a ``TCPStore``
 on its own node's ``localhost``, is told why from them (:mod:`orchestrate.hangs.store_calls`). A
-call that raises (the script's own store timeout, shorter than ``--hang-timeout``) calls the
-record's ``on_failure`` while the call is still among those waited in, so that the rank's record of
-it is written before the error ends the process.
+call that raises (the script's own store timeout, shorter than ``--hang-timeout``) is kept, cheaply
+(the error's identity and the wait it ended), and said in the rank's record only where that error
+ends the process (:meth:`StoreRecord.dying_of`, from the worker's own end): a script that catches
+it and polls again pays nothing, and its record is not one of a dying rank.
 
 ``Store``'s methods are one pybind class's (``TCPStore``, ``PrefixStore``, ``FileStore`` and
 ``HashStore`` define none of their own), and a pybind class takes Python attributes: they are
@@ -18,7 +19,7 @@ import functools
 import os
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # The distinct keys kept per rank: past them the record says so, and no key is said unset.
 KEYS_KEPT = 64
@@ -54,9 +55,11 @@ def key_list(value: Any) -> List[str]:
 class StoreRecord:
     """One process's record of its script's store calls (see the module's text)."""
 
-    def __init__(self, on_failure: Callable[[], None] = lambda: None) -> None:
-        self.on_failure = on_failure  # a waiting call raised (its wait still kept): write the rank's record
+    def __init__(self) -> None:
         self.lock = threading.Lock()
+        # the last call that raised: its error's id and words, and the wait it ended
+        self.failed: Optional[Tuple[int, str, Dict[str, Any]]] = None
+        self.dying_in: Optional[Dict[str, Any]] = None  # that wait, where its error ends the process
         self.keys_set: Dict[str, None] = {}  # in the order first set
         self.more_keys = False  # keys past KEYS_KEPT were set too
         self.waiting: Dict[int, Dict[str, Any]] = {}  # thread ident -> the call it is blocked in
@@ -80,6 +83,30 @@ class StoreRecord:
         with self.lock:
             self.waiting.pop(threading.get_ident(), None)
 
+    def raised(self, error: BaseException) -> None:
+        """The calling thread's store call raised ``error``: keep which, and the wait it ended
+        (no reference to the error: its traceback holds the script's frames)."""
+        with self.lock:
+            wait = self.waiting.get(threading.get_ident())
+            if wait is not None:
+                self.failed = (id(error), str(error)[:200], dict(wait))
+
+    def dying_of(self, error: BaseException) -> bool:
+        """Whether ``error``, which ends the process, is the last store call's that raised (or
+        was raised from it, or while handling it); then :meth:`snapshot` says that call as
+        still waited in."""
+        with self.lock:
+            if self.failed is None:
+                return False
+            seen, found = set(), error
+            while found is not None and id(found) not in seen:
+                if (id(found), str(found)[:200]) == self.failed[:2]:
+                    self.dying_in = self.failed[2]
+                    return True
+                seen.add(id(found))
+                found = found.__cause__ or found.__context__
+            return False
+
     def made_tcp_store(self, store: Dict[str, Any]) -> None:
         with self.lock:
             self.tcp_stores = (self.tcp_stores + [store])[-4:]
@@ -87,12 +114,14 @@ class StoreRecord:
     def snapshot(self) -> Optional[Dict[str, Any]]:
         """The record as a snapshot holds it; None where the script made no store call."""
         with self.lock:
-            if not (self.keys_set or self.waiting or self.tcp_stores):
+            if not (self.keys_set or self.waiting or self.tcp_stores or self.dying_in):
                 return None
             main = threading.main_thread().ident
             waits = sorted(self.waiting.items(), key=lambda item: item[0] != main)  # the main thread's first
+            dying = [dict(self.dying_in)] if self.dying_in is not None else []
             return {"keys_set": list(self.keys_set), "more_keys": self.more_keys,
-                    "waiting": [dict(call) for _, call in waits], "tcp_stores": [dict(s) for s in self.tcp_stores]}
+                    "waiting": dying + [dict(call) for _, call in waits],
+                    "tcp_stores": [dict(s) for s in self.tcp_stores]}
 
 
 def quietly(record: Callable[..., None], *args: Any) -> None:
@@ -121,8 +150,8 @@ def waiter(original: Callable[..., Any], record: StoreRecord, name: str, argumen
         quietly(lambda: record.begin_wait(name, key_list(args[0] if args else kwargs[argument]), where(caller)))
         try:
             return original(self, *args, **kwargs)
-        except Exception:
-            quietly(record.on_failure)
+        except Exception as error:
+            quietly(record.raised, error)
             raise
         finally:
             quietly(record.end_wait)
@@ -148,8 +177,8 @@ def tcp_store_init(original: Callable[..., Any], record: StoreRecord) -> Callabl
         quietly(keep)
         try:
             return original(self, *args, **kwargs)
-        except Exception:
-            quietly(record.on_failure)
+        except Exception as error:
+            quietly(record.raised, error)
             raise
         finally:
             quietly(record.end_wait)

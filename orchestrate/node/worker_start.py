@@ -234,7 +234,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
         init_record.install(torchrun_gave, keep_init_call, lambda: collective_log.on_failure(log),
                             made=report_init_call)
         if directory:  # the keys the script's store calls set and wait for, in its snapshots
-            log.store_calls = store_calls.StoreRecord(lambda: collective_log.on_store_failure(log))
+            log.store_calls = store_calls.StoreRecord()
             store_calls.install(log.store_calls)
 
     collective_log.when_imported("torch.distributed", on_torch_distributed)
@@ -281,8 +281,10 @@ def main(argv: list[str]) -> None:
         without_hook_frames(exc)
         uncaught = exc
     if uncaught is not None:
+        from orchestrate.node import collective_log
         from orchestrate.node.remote_debugger import post_mortem  # (run --pdb)
 
+        collective_log.on_uncaught(uncaught)  # (the rank's record of a store call it dies of)
         end_as_python_does(uncaught, post_mortem)
     report_finished()
 

@@ -181,18 +181,27 @@ def test_torchs_store_classes_take_the_recorders_wrappers():
                          " []")
 
 
-def test_a_store_get_that_times_out_records_the_rank_while_its_wait_is_still_kept():
+def test_a_store_get_that_times_out_is_said_only_where_its_error_ends_the_process():
+    """A store call that raised is kept cheaply, and said as the call the rank died in only where
+    its error (or one raised from it) ends the script: a script that catches its own short
+    timeout and polls again is no dying rank (a review found a caught timeout read, ten minutes
+    later, as the cause of an unrelated DataLoader timeout, and a full record written per poll)."""
     class TimingOutStore:
         def get(self, key: str) -> str:
             raise RuntimeError(f"wait timeout after 10ms, keys: /{key}")
 
-    seen: list[dict] = []
-    record = StoreRecord(on_failure=lambda: seen.append(record.snapshot()))
+    record = StoreRecord()
     TimingOutStore.get = waiter(TimingOutStore.get, record, "get", "key")  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="wait timeout"):  # the script's error, as torch raised it
+    with pytest.raises(RuntimeError, match="wait timeout") as raised:  # the script's error, as torch raised it
         TimingOutStore().get("kye")
-    assert [s["waiting"][0]["keys"] for s in seen] == [["kye"]]
-    assert record.snapshot() is None  # then the wait is over (and nothing else was recorded)
+    assert record.snapshot() is None  # the wait is over, and a caught error says nothing
+    assert not record.dying_of(RuntimeError("DataLoader timed out after 30 seconds"))  # another error ends it
+    assert record.snapshot() is None
+    try:  # the script wraps it: raised from it
+        raise ValueError("no config key") from raised.value
+    except ValueError as wrapped:
+        assert record.dying_of(wrapped)
+    assert record.snapshot()["waiting"] == [{"call": "get", "keys": ["kye"], "at": record.snapshot()["waiting"][0]["at"]}]
 
 
 def write_store_failure(directory: Path, rank: int, node: str, keys_set: list[str], waiting: list[dict]) -> None:
