@@ -2928,6 +2928,10 @@ MUTANTS = [
     Mutant("stacks says the divergence past the hints", "orchestrate/supervise/rank_probe.py",
            "        lines.insert(len(found.place_lines()) - 1, f\"  {divergence.text}\")",
            "        lines.insert(len(lines), f\"  {divergence.text}\")", ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): a review's points: a store timeout's remedy is the store's own timeout
+    Mutant("a store call that timed out while a rank computed is told the process group's timeout",
+           "orchestrate/hangs/diagnosis.py", "    found.store_timed_out = what.startswith(STORE_CALL_TIMED_OUT)",
+           "    found.store_timed_out = False", ("tests/unit/test_store_calls.py",)),
 ]
 
 

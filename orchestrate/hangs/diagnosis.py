@@ -81,6 +81,11 @@ SHORT_TIMEOUT_HINT = ("a rank computed outside any collective while the others w
                       " evaluation or a save on one rank) takes longer than the process group's timeout, so give"
                       " init_process_group a longer timeout (or --collective-timeout) or let every rank take part in"
                       " that work; or it is in a loop that never ends, where it is shown above")
+# ... where what timed out was a store call of the script's own: its own timeout, not the process group's
+STORE_SHORT_TIMEOUT_HINT = ("a rank computed while the others waited in their script's own store call: either its work"
+                            " takes longer than that store's timeout, so give the store a longer one"
+                            " (TCPStore(..., timeout=timedelta(minutes=30)), store.set_timeout(...), or the wait's own"
+                            " timeout argument); or it is in a loop that never ends, where it is shown above")
 
 # The file of torch.multiprocessing's spawn and start_processes, in a waiting rank's stack.
 SPAWN_FILE = "torch/multiprocessing/spawn.py"
@@ -398,6 +403,7 @@ class HangDiagnosis:
     init_hints: list[str] = field(default_factory=list)  # what is wrong with the init_process_group calls waited in
     store_hints: list[str] = field(default_factory=list)  # why ranks wait in their script's own store calls
     timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
+    store_timed_out: bool = False  # what timed out was a store call of the script's own
     run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
     awaited_threads: dict[int, str] = field(default_factory=dict)  # where a waiting main thread's threads are
     awaits_ended_thread: tuple[int, ...] = ()  # the ranks among them one of whose threads ended with an error
@@ -616,7 +622,7 @@ class HangDiagnosis:
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
                 out.append(f"  {mismatch_hint(self.divergence, self.collectives_checked)}")
         if not self.hung and self.timed_out:
-            out.append(f"  {SHORT_TIMEOUT_HINT}")
+            out.append(f"  {STORE_SHORT_TIMEOUT_HINT if self.store_timed_out else SHORT_TIMEOUT_HINT}")
         if self.hung and self.cut_note:
             out.append("  " + CUT_HINT.format(faults=faults_text(self.cut_by)))
         if made_alone:
@@ -832,10 +838,15 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int], since: 
     found = diagnose(probe, None, expected or set(snapshots), unheard, 0.0,
                      cause=f"{what} timed out on {where} ({said[:120]})")
     found.timed_out = True
+    found.store_timed_out = what.startswith(STORE_CALL_TIMED_OUT)
     # a rank that was computing as the others' wait timed out (by its own recent CPU): the timeout
     # is shorter than its work, and the job was not hung
     found.hung = not any(a.state == "busy" for a in found.activities)
     return found
+
+
+# How what_timed_out names a store call of the script's own.
+STORE_CALL_TIMED_OUT = "the script's "
 
 
 def what_timed_out(failed: dict[int, RankSnapshot], rank: Optional[int]) -> str:
@@ -848,7 +859,7 @@ def what_timed_out(failed: dict[int, RankSnapshot], rank: Optional[int]) -> str:
         return "the script's TCPStore" if store_call.call == "TCPStore" else f"the script's store.{store_call.call}()"
     collective_records = [s for s in failed.values() if s.reason == FAILED_REASON]
     if not collective_records:
-        return "a store call of the script's"
+        return "the script's store call"
     return "init_process_group" if all(s.failed_in_init for s in collective_records) else "a collective"
 
 

@@ -239,3 +239,21 @@ def test_a_tcp_store_on_localhost_that_timed_out_is_told_each_node_looks_on_its_
     # one rank left out is said in the singular ("ranks 2, 3 ... never reach it" in the recorded 2x2 job)
     assert any("serves it on node0 alone, so rank 1 on node1 never reaches it and the master waits" in line
                for line in found.lines())
+
+
+def test_a_store_wait_that_timed_out_while_a_rank_computed_is_told_the_stores_own_timeout(tmp_path):
+    """The other side of a hang torch ended: rank 1's store.wait timed out while rank 0 still
+    computed (tokenizing before it sets the key). The remedy is that store's own timeout, not the
+    process group's, which a review found advised (until 2026-12-07)."""
+    from orchestrate.hangs.diagnosis import SHORT_TIMEOUT_HINT, STORE_SHORT_TIMEOUT_HINT
+
+    write_store_failure(tmp_path, 1, "node1", [], [{"call": "wait", "keys": ["ready"], "at": "s.py:20"}])
+    (tmp_path / "rank0.json").write_text(json.dumps({
+        "request": "r1", "reason": "requested", "rank": 0, "node": "node0", "time": 100.0, "cpu_recent": 0.97,
+        "stacks": [{"main": True, "frames": [["s.py", 12, "<module>", "tokens = tokenize(corpus)"]]}],
+        "collectives": []}))
+    failure = Failure("node1", 1, 1, "torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /ready", ())
+    found = timeout_diagnosis(failure, tmp_path, {0, 1}, since=50.0)
+    assert found is not None and not found.hung and found.store_timed_out
+    assert f"  {STORE_SHORT_TIMEOUT_HINT}" in found.lines() and f"  {SHORT_TIMEOUT_HINT}" not in found.lines()
+
