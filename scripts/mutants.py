@@ -2817,7 +2817,7 @@ MUTANTS = [
            ("tests/unit/test_outcome.py", "tests/unit/test_slurm.py")),
     # Session 114 (2026-12-07): input() in a worker, which has no terminal
     Mutant("an input() at the end of a worker's stdin gets no hint", "orchestrate/outcome/judge.py",
-           "    if failure is None or _INPUT_AT_EOF not in failure.errors:", "    if True:",
+           "    if failure is None or _INPUT_AT_EOF not in failure.errors_raised_from:", "    if True:",
            ("tests/unit/test_judge.py",)),
     Mutant("the summary leaves the no-terminal hint out", "orchestrate/outcome/summary.py",
            " or no_terminal_hint(failure))", ")", ("tests/unit/test_outcome.py",)),
@@ -2855,7 +2855,7 @@ MUTANTS = [
            ("tests/unit/test_hangs.py",)),
     # Session 114 (2026-12-07): a DataLoader worker waiting at a lock the fork copied taken
     Mutant("a DataLoader worker at a lock gets no fork hint", "orchestrate/hangs/diagnosis.py",
-           "                if not worker.idle and waits_for_threads(worker.stack)]",
+           "                if not worker.idle and waits_at_own_lock(worker.stack)]",
            "                if False]", ("tests/unit/test_hangs.py",)),
     # Session 114 (2026-12-07): a backward pass is counted as one, not as every collective made from its line
     Mutant("a backward pass is counted by every collective made from its line", "orchestrate/hangs/collectives.py",
@@ -2932,6 +2932,18 @@ MUTANTS = [
     Mutant("a store call that timed out while a rank computed is told the process group's timeout",
            "orchestrate/hangs/diagnosis.py", "    found.store_timed_out = what.startswith(STORE_CALL_TIMED_OUT)",
            "    found.store_timed_out = False", ("tests/unit/test_store_calls.py",)),
+    Mutant("a DataLoader worker in a library's thread wait is told of the fork", "orchestrate/hangs/snapshots.py",
+           "    return bool(stack) and stack[-1].is_users and LOCK_WAIT_LINE.search(stack[-1].code) is not None",
+           "    return bool(stack) and (not stack[-1].is_users or LOCK_WAIT_LINE.search(stack[-1].code) is not None)",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("the gloo size hint reads a peer in another collective as a dtype", "orchestrate/outcome/judge.py",
+           "(match := _PEER_PLACE.fullmatch(place)) and match[2] == own[2]]", "(match := _PEER_PLACE.fullmatch(place))]",
+           ("tests/unit/test_judge.py",)),
+    Mutant("a broadcast_object_list receiver is named as the broadcaster", "orchestrate/outcome/judge.py",
+           "broadcaster is not None and broadcaster[1] == rank", "True", ("tests/unit/test_judge.py",)),
+    Mutant("an EOFError the script handled gets the no-terminal hint", "orchestrate/outcome/judge.py",
+           "_INPUT_AT_EOF not in failure.errors_raised_from:", "_INPUT_AT_EOF not in failure.errors:",
+           ("tests/unit/test_judge.py",)),
 ]
 
 

@@ -145,8 +145,8 @@ def parse_kinds(text: str) -> tuple[ChaosKind, ...]:
             raise UsageError(f"--kinds: {word!r}: chaos draws the node or rank each fault aims at; the one target a"
                              f" kind may name is the run's rendezvous store, e.g. {action.value}:{STORE_TARGET}")
         if colon and not action.reaches_store:
-            *others, last = [a.value for a in FaultAction if a.reaches_store]
-            raise UsageError(f"--kinds: {word}: the rendezvous store takes {', '.join(others)} or {last}"
+            *others, last = [a.value for a in FaultAction if a.reaches_store and a.lasting]
+            raise UsageError(f"--kinds: {word}: chaos aims {', '.join(others)} or {last} at the rendezvous store"
                              f" ({action.value} aims at a node)")
         if kinds[-1].on_store and not action.lasting:  # (a verdict that could never hold tests nothing)
             raise UsageError(f"--kinds: chaos does not draw {word}: torchrun's agents cannot outlive their rendezvous"

@@ -12,7 +12,7 @@ from orchestrate.hangs.collectives import (UNEVEN_HINT, Divergence, alike, chann
 from orchestrate.hangs.crash_dump import rank_dump, where_stopped
 from orchestrate.hangs.init_calls import TORCH_WAITS, init_hints
 from orchestrate.hangs.snapshots import (FAILED_REASON, STORE_FAILED_REASON, LoaderSnapshot, Probe, RankSnapshot,
-                                         last_snapshots, training_pass, waits_for_data_loader, waits_for_threads)
+                                         last_snapshots, training_pass, waits_at_own_lock, waits_for_data_loader)
 from orchestrate.hangs.stacks import StackGroup, awaited_threads, group_stacks, shown_frames, summary
 from orchestrate.hangs.store_calls import store_hints
 from orchestrate.node.checkpoint_collectives import IN_DCP
@@ -167,12 +167,11 @@ THREAD_ALONE_HINT = ("{ranks} {waits} at {where} for another thread (a lock, a q
                      " threading.RLock may be taken again by its holder), as does a wait for a thread that ended"
                      " without letting go of its lock, or setting or putting what the main thread waits for")
 
-# Where a hung rank's DataLoader worker waits at a lock, or for another thread, in the dataset (since
-# 2026-12-07: its place alone was said, and DataLoader(timeout=S), which only ends the wait).
-FORKED_LOCK_HINT = ("{workers} {waits} at a lock or for another thread in the dataset ({where}): a DataLoader worker"
-                    " is a fork of its rank with only the thread that forked it, so a lock that another thread of the"
-                    " rank held at the fork stays taken in the worker for ever, and nothing there sets what it waits"
-                    " for; make the lock in each worker (worker_init_fn), keep the threads that take it out of a rank"
+# Where a hung rank's DataLoader worker waits at a lock its dataset's own line takes (since 2026-12-07:
+# its place alone was said, and DataLoader(timeout=S), which only ends the wait).
+FORKED_LOCK_HINT = ("{workers} {waits} at a lock in the dataset ({where}): a DataLoader worker is a fork of its rank"
+                    " with only the thread that forked it, so a lock that another thread of the rank held at the fork"
+                    " stays taken in the worker for ever; make the lock in each worker (worker_init_fn), keep the threads that take it out of a rank"
                     " that forks workers, or start them with DataLoader(multiprocessing_context='spawn')")
 
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
@@ -681,10 +680,11 @@ class HangDiagnosis:
 
     @property
     def loaders_at_a_lock(self) -> list[tuple[int, LoaderSnapshot]]:
-        """The DataLoader workers, of the ranks that wait for theirs, that wait at a lock or for
-        another thread in the dataset (by rank, then as listed)."""
+        """The DataLoader workers, of the ranks that wait for theirs, that wait at a lock a line of
+        the dataset's own takes (by rank, then as listed); not a wait in a library's threads (a
+        pool the dataset made itself, stuck in its I/O), which the fork does not explain."""
         return [(rank, worker) for rank in sorted(self.waiting_for_loaders) for worker in self.loaders.get(rank, [])
-                if not worker.idle and waits_for_threads(worker.stack)]
+                if not worker.idle and waits_at_own_lock(worker.stack)]
 
     @property
     def waiting_for_loaders(self) -> set[int]:

@@ -373,6 +373,11 @@ def waits_for_data_loader(stack: tuple[Frame, ...]) -> bool:
     return any(f.file.endswith(LOADER_WAIT_FILE) and f.function in LOADER_WAIT_FUNCTIONS for f in stack)
 
 
+def waits_at_own_lock(stack: tuple[Frame, ...]) -> bool:
+    """Whether a stack's innermost frame is a line of the user's own that takes a lock."""
+    return bool(stack) and stack[-1].is_users and LOCK_WAIT_LINE.search(stack[-1].code) is not None
+
+
 def waits_for_threads(stack: tuple[Frame, ...]) -> bool:
     """Whether a main thread's stack waits for another thread (see :attr:`RankSnapshot.waits_for_threads`)."""
     if not stack:

@@ -358,6 +358,8 @@ def mismatch_hint(failure: Optional[Failure], divergence: str = "") -> str:
 
 # gloo's size check, as it aborts the receiving rank: the bytes its peer sent, then those it expected.
 _GLOO_SIZES = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)\.")
+# The aborted rank's own place in them: its rank and the op it aborted in.
+_ABORTED_IN = re.compile(r"rank (\d+) aborted in (\w+) at ")
 # A peer's place in the records of an aborted mismatch: its rank, op and what it moved.
 _PEER_PLACE = re.compile(r"rank (\d+) was in (\w+)\((.*)\) #\d+(?: of group .+)? at \S+")
 # The bytes an element of each dtype takes, as the records name them.
@@ -374,15 +376,20 @@ def size_difference(errors: str, places: list[str]) -> str:
     object list's length); "" where the records do not say (since 2026-12-07: the hint was the
     general one alone)."""
     found = _GLOO_SIZES.search(errors)
-    aborted = next((place.split(" ")[1] for place in places if " aborted" in place), None)
-    if found is None or aborted is None:
+    own = next((match for place in places if (match := _ABORTED_IN.match(place))), None)
+    if found is None or own is None:
         return ""
+    aborted = own[1]
     sent, expected = int(found[1]), int(found[2])
-    peers = [match for place in places if (match := _PEER_PLACE.fullmatch(place))]
+    # (a peer in another op made another collective: gloo paired the two all the same, and its bytes
+    # tell nothing of a dtype)
+    peers = [match for place in places if (match := _PEER_PLACE.fullmatch(place)) and match[2] == own[2]]
     for match in peers:
         rank, op, moved = match[1], match[2], ROOT_NAMED.sub("", match[3]).strip()
         objects = re.fullmatch(r"(\d+) objects?", moved)
-        if op == "broadcast_object_list" and objects and sent == int(objects[1]) * OBJECT_SIZE_BYTES:
+        broadcaster = re.search(r"from rank (\d+)$", match[3])
+        if (op == "broadcast_object_list" and objects and broadcaster is not None and broadcaster[1] == rank
+                and sent == int(objects[1]) * OBJECT_SIZE_BYTES):  # (the root's list: another receiver's is no send)
             theirs = expected // OBJECT_SIZE_BYTES
             return (f"; here rank {rank} broadcast a list of {objects[1]} objects where rank {aborted} passed"
                     f" {theirs} slot{'' if theirs == 1 else 's'} (gloo's {sent} vs {expected} bytes are their"
@@ -683,7 +690,7 @@ _INPUT_AT_EOF = "EOFError: EOF when reading a line"
 def no_terminal_hint(failure: Optional[Failure]) -> str:
     """For a rank whose ``input()`` met the end of its standard input: a torchrun worker has no
     terminal to answer it ("" for any other failure)."""
-    if failure is None or _INPUT_AT_EOF not in failure.errors:
+    if failure is None or _INPUT_AT_EOF not in failure.errors_raised_from:  # (not one the script handled)
         return ""
     return ("  hint: a torchrun worker has no terminal: its standard input is empty, so input() meets its end at once;"
             " give the answer as an argument of the script, in the environment (--env NAME=VALUE), or in a file in the"

@@ -241,8 +241,8 @@ def test_store_kinds_are_spelled_as_run_fault_aims_them_and_a_target_chaos_does_
     assert [str(kind) for kind in parse_kinds("disconnect:store,disconnect")] == ["disconnect:store", "disconnect"]
     with pytest.raises(UsageError) as restart:
         parse_kinds("kill,restart:store")
-    assert str(restart.value) == ("--kinds: restart:store: the rendezvous store takes kill, pause or disconnect"
-                                  " (restart aims at a node)")
+    assert str(restart.value) == ("--kinds: restart:store: chaos aims pause or disconnect at the rendezvous store"
+                                  " (restart aims at a node)")  # (not kill, which it refuses there)
     with pytest.raises(UsageError) as node:
         parse_kinds("kill:node1")
     assert str(node.value) == ("--kinds: 'kill:node1': chaos draws the node or rank each fault aims at; the one target"

@@ -1497,8 +1497,8 @@ def test_a_data_loader_worker_waiting_at_a_lock_in_the_dataset_is_told_the_fork_
     found = diagnose(hung_probe(5, (at_lock, 0), (at_lock, 1)), hung_probe(0, (at_lock, 0), (at_lock, 1)), {0, 1},
                      {}, 20)
     assert found.hung
-    hint = ("  rank 1's DataLoader worker 0 (pid 200) and worker 1 (pid 201) wait at a lock or for another thread in the"
-            " dataset (__getitem__ at data.py:19): a DataLoader worker is a fork of its rank with only the thread that"
+    hint = ("  rank 1's DataLoader worker 0 (pid 200) and worker 1 (pid 201) wait at a lock in the dataset"
+            " (__getitem__ at data.py:19): a DataLoader worker is a fork of its rank with only the thread that"
             " forked it, so a lock that another thread of the rank held at the fork stays taken in the worker for ever")
     assert any(line.startswith(hint) for line in found.lines())
     assert any(line.startswith(hint.strip()) for line in found.to_json()["advice"])  # kept in outcome.json too
@@ -1506,6 +1506,9 @@ def test_a_data_loader_worker_waiting_at_a_lock_in_the_dataset_is_told_the_fork_
     other = diagnose(hung_probe(5, (READING_WORKER, 0), (IDLE_WORKER, 1)),
                      hung_probe(0, (READING_WORKER, 0), (IDLE_WORKER, 1)), {0, 1}, {}, 20)
     assert other.hung and not any("a fork of its rank" in line for line in other.lines())
+    # nor one that waits in a library's thread wait (a pool the dataset made itself): the fork is no why
+    library = diagnose(hung_probe(5, (LIBRARY_WORKER, 0)), hung_probe(0, (LIBRARY_WORKER, 0)), {0, 1}, {}, 20)
+    assert library.hung and not any("a fork of its rank" in line for line in library.lines())
 
 
 def test_a_rank_waiting_for_its_data_loader_is_answered_with_its_loaders_workers(tmp_path):

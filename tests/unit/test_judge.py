@@ -567,6 +567,13 @@ def test_the_mismatch_hint_names_the_dtype_size_or_list_length_that_gloos_byte_c
     assert mismatch_hint(aborted(1, 24, 16), objects) == (
         f"{general}; here rank 0 broadcast a list of 3 objects where rank 1 passed 2 slots (gloo's 24 vs 16 bytes"
         " are their sizes, 8 bytes each): broadcast_object_list takes a list of the same length on every rank")
+    # (a review's points) a peer in another collective: gloo paired two calls, and no dtype is to blame
+    other_op = "rank 0 aborted in all_reduce at a.py:8; rank 1 was in broadcast(int64[] from rank 1) #5 at a.py:20"
+    assert mismatch_hint(aborted(0, 8, 4), other_op) == general
+    # a receiver with 3 slots is no broadcaster: the root (rank 2) is the one whose list was sent
+    receiver = ("rank 0 aborted in broadcast_object_list at objs.py:10; rank 1 was in broadcast_object_list(3 objects"
+                " from rank 2) #1 at objs.py:10")
+    assert mismatch_hint(aborted(0, 24, 16), receiver) == general
 
 
 def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look():
@@ -721,6 +728,11 @@ def test_an_input_that_met_the_end_of_a_workers_stdin_gets_the_no_terminal_hint(
                            " its end at once; give the answer as an argument of the script, in the environment (--env")
     assert no_terminal_hint(Failure("node0", 0, 1, "EOFError: Ran out of input", ())) == ""  # a pickle's, not input()'s
     assert no_terminal_hint(None) == ""
+    # an EOFError the script handled (``except EOFError: torch.load(...)``) is not what failed
+    handled = Failure("node0", 0, 1, "RuntimeError: PytorchStreamReader failed reading zip archive", (),
+                      chain=("raised while handling: EOFError: EOF when reading a line",))
+    assert no_terminal_hint(handled) == ""
+    assert no_terminal_hint(replace(handled, chain=("caused by: EOFError: EOF when reading a line",))) != ""
 
 
 def test_the_no_gpu_hint_is_given_on_a_node_without_a_gpu_to_a_script_that_asked_for_one(nodes):
