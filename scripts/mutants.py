@@ -500,11 +500,8 @@ MUTANTS = [
            "    elsewhere = [rank for rank in calls if rank not in passes]\n    if not elsewhere:\n"
            "        return \"\"\n", HANGS),
     Mutant("the steps each side made are not counted", "orchestrate/hangs/collectives.py",
-           'made {made.pop()}" if len(made) == 1 and None not in made else ""', 'made {made.pop()}" if False else ""',
-           HANGS),
-    Mutant("a count not known is said", "orchestrate/hangs/collectives.py",
-           'made {made.pop()}" if len(made) == 1 and None not in made else ""',
-           'made {made.pop()}" if len(made) == 1 else ""', HANGS),
+           "    theirs = made.pop() if len(made) == 1 else None  # (None: a count not known)",
+           "    theirs = None", HANGS),
     Mutant("a step's count is said where its ranks' counts differ", "orchestrate/hangs/collectives.py",
            "    if len(now) != 1 or None in now:\n", "    if None in now:\n", HANGS),
     Mutant("a rank that exited from its training loop gets the hint for any exit", "orchestrate/hangs/diagnosis.py",
@@ -2944,6 +2941,10 @@ MUTANTS = [
     Mutant("an EOFError the script handled gets the no-terminal hint", "orchestrate/outcome/judge.py",
            "_INPUT_AT_EOF not in failure.errors_raised_from:", "_INPUT_AT_EOF not in failure.errors:",
            ("tests/unit/test_judge.py",)),
+    # Session 114 (2026-12-07): ranks in the same pass one collective apart (u02 of the trial)
+    Mutant("ranks as many steps apart by one extra call are told their counts differ", "orchestrate/hangs/collectives.py",
+           "    if instead is not None and never_made and theirs == count:", "    if False:",
+           ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -321,9 +321,11 @@ def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: d
     and pass) are, by its counts of that pass (``counts``: by line); without the others' part
     where a count of theirs is not known (a rank that did not answer, a record without that line)
     or they differ; "" where the ranks in a step are at different lines, or their own counts
-    differ or are not known. ``instead``: the call the others are all in (``and is in barrier()
-    at train.py:40 instead``), said to be likely the extra one where the ranks in the step never
-    made a collective from its line (``never_made``)."""
+    differ or are not known. ``instead``: the call the others all made in its place (``and called
+    barrier() at train.py:40 in its place``: they may have gone on past it since), said to be likely
+    the extra one where the ranks in the step never made a collective from its line
+    (``never_made``); where the others made as many passes, the extra call set every collective
+    after it one apart, and that is said instead of a count that differs."""
     if len(set(passes.values())) != 1:
         return ""
     line, kind = next(iter(passes.values()))
@@ -333,19 +335,26 @@ def step_counts(passes: dict[int, tuple[str, str]], others: list[int], counts: d
         return ""
     verb = "is" if len(passes) == 1 else "are"
     who = ranks_text(sorted(others))
-    where = f", where {who} made {made.pop()}" if len(made) == 1 and None not in made else ""
+    count = now.pop()
+    theirs = made.pop() if len(made) == 1 else None  # (None: a count not known)
+    where = f", where {who} made {theirs}" if theirs is not None else ""
     end = ": "
+    one = len(others) == 1
+    if instead is not None and never_made and theirs == count:  # as many steps: the extra call shifted the rest
+        return (f"{ranks_text(sorted(passes))} {verb} in {kind} {count} at {line}, and {who} made {count} too, one"
+                f" collective apart: {who} called {instead.call} at {instead.at} before {'it' if one else 'them'},"
+                f" which {ranks_text(sorted(passes))} never made: likely an extra collective {who}"
+                f" {'makes' if one else 'make'} on {'its' if one else 'their'} own within a step, which set every"
+                " collective after it one apart; ")
     if instead is not None:
-        theirs = "is" if len(others) == 1 else "are"
-        where += (f" and {theirs} in {instead.call} at {instead.at} instead" if where
-                  else f", while {who} {theirs} in {instead.call} at {instead.at}")
+        where += (f" and called {instead.call} at {instead.at} in its place" if where
+                  else f", while {who} called {instead.call} at {instead.at} in its place")
         if never_made:
-            one = len(others) == 1
             where += (f", which {ranks_text(sorted(passes))} never made: likely the extra collective (one {who}"
                       f" {'makes' if one else 'make'} on {'its' if one else 'their'} own within a step, or one after"
                       f" {'its' if one else 'their'} training loop, which {'it' if one else 'they'} left first)")
             end = "; "
-    return f"{ranks_text(sorted(passes))} {verb} in {kind} {now.pop()} at {line}{where}{end}"
+    return f"{ranks_text(sorted(passes))} {verb} in {kind} {count} at {line}{where}{end}"
 
 
 def roots_alone_differ(calls: dict[int, Collective]) -> bool:

@@ -442,16 +442,16 @@ def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_diff
     # the call rank 0 is in instead, from a line rank 1 never made one from: likely the extra one
     extra = ("which rank 1 never made: likely the extra collective (one rank 0 makes on its own within a step, or one"
              " after its training loop, which it left first); ")
-    assert lines[-1] == (f"  rank 1 is in backward pass 31 at train.py:20, where rank 0 made 30 and is in barrier() at"
-                         f" train.py:40 instead, {extra}{UNEVEN_HINT}")
+    assert lines[-1] == (f"  rank 1 is in backward pass 31 at train.py:20, where rank 0 made 30 and called barrier() at"
+                         f" train.py:40 in its place, {extra}{UNEVEN_HINT}")
     assert f"  {DEBUG_HINT}" not in lines
     # a model with buffers: rank 1 waits in its step's forward pass, made from its line 31 times
     forward = coll(62, "buffers of DDP(Net)", "entered", op="broadcast", at="train.py:18")
     in_forward = snap(1, history + (forward,), stack(18), lines=(("train.py:18", 31), ("train.py:20", 30)))
     left_too = snap(0, history + (barrier,), stack(40), lines=(("train.py:18", 30), ("train.py:20", 30)))
     lines = diagnose(probe(5, r0=left_too, r1=in_forward), None, {0, 1}, {}, 30).lines()
-    assert lines[-1] == (f"  rank 1 is in forward pass 31 at train.py:18, where rank 0 made 30 and is in barrier() at"
-                         f" train.py:40 instead, {extra}{UNEVEN_HINT}")
+    assert lines[-1] == (f"  rank 1 is in forward pass 31 at train.py:18, where rank 0 made 30 and called barrier() at"
+                         f" train.py:40 in its place, {extra}{UNEVEN_HINT}")
     assert not any(DDP_FORWARD_HINT in line for line in lines)
     # a forward pass from a line rank 0 never made one from is an evaluation made alone: that
     # hint where it is the first, and neither where it was made before (an evaluation each epoch)
@@ -472,12 +472,12 @@ def test_ranks_that_part_in_a_ddp_training_step_get_the_hint_that_they_took_diff
     assert lines[-1] == f"  {UNEVEN_HINT}"
     alike = snap(2, history + (backward,), stack(20), lines=(("train.py:20", 31),))
     lines = diagnose(probe(5, r0=left, r1=in_step, r2=alike), None, {0, 1, 2}, {}, 30).lines()
-    assert lines[-1] == (f"  ranks 1, 2 are in backward pass 31 at train.py:20, where rank 0 made 30 and is in barrier()"
-                         f" at train.py:40 instead, {extra.replace('rank 1 never', 'ranks 1, 2 never')}{UNEVEN_HINT}")
+    assert lines[-1] == (f"  ranks 1, 2 are in backward pass 31 at train.py:20, where rank 0 made 30 and called barrier()"
+                         f" at train.py:40 in its place, {extra.replace('rank 1 never', 'ranks 1, 2 never')}{UNEVEN_HINT}")
     # rank 0's record holds no count of that line (it kept other lines): rank 1's count alone
     unknown = snap(0, history + (barrier,), stack(40), lines=(("train.py:40", 1),))
     lines = diagnose(probe(5, r0=unknown, r1=in_step), None, {0, 1}, {}, 30).lines()
-    assert lines[-1] == f"  rank 1 is in backward pass 31 at train.py:20, while rank 0 is in barrier() at train.py:40, {extra}{UNEVEN_HINT}"
+    assert lines[-1] == f"  rank 1 is in backward pass 31 at train.py:20, while rank 0 called barrier() at train.py:40 in its place, {extra}{UNEVEN_HINT}"
     # a third rank exited as well: the hint once, from the divergence, and the one for any exit
     gone = {2: "has exited: its script returned on node2, whose torchrun runs on"}
     lines = diagnose(probe(5, r0=left, r1=in_step), None, {0, 1, 2}, gone, 30).lines()
@@ -3000,15 +3000,15 @@ def test_a_backward_pass_is_counted_apart_from_the_other_collectives_made_from_i
         answered[f"r{rank}"] = RankSnapshot.from_json(json.loads((directory / f"rank{rank}.json").read_text()))
     assert dict(answered["r1"].lines) == {"zero.py:14": 16}  # every collective made from the line
     lines = diagnose(probe(5, **answered), None, {0, 1}, {}, 30).lines()
-    assert lines[-1] == ("  rank 1 is in backward pass 4 at zero.py:14, where rank 0 made 3 and is in broadcast(int64[1]"
-                         " from rank 1) at zero.py:16 instead, which rank 1 never made: likely the extra collective (one"
+    assert lines[-1] == ("  rank 1 is in backward pass 4 at zero.py:14, where rank 0 made 3 and called broadcast(int64[1]"
+                         " from rank 1) at zero.py:16 in its place, which rank 1 never made: likely the extra collective (one"
                          " rank 0 makes on its own within a step, or one after its training loop, which it left"
                          f" first); {UNEVEN_HINT}")
     # where rank 1 made collectives from line 16 before (a broadcast every epoch), it is not said to be the extra one
     again = dataclasses.replace(answered["r1"], lines=(("zero.py:14", 16), ("zero.py:16", 1)))
     lines = diagnose(probe(5, r0=answered["r0"], r1=again), None, {0, 1}, {}, 30).lines()
-    assert lines[-1] == ("  rank 1 is in backward pass 4 at zero.py:14, where rank 0 made 3 and is in broadcast(int64[1]"
-                         f" from rank 1) at zero.py:16 instead: {UNEVEN_HINT}")
+    assert lines[-1] == ("  rank 1 is in backward pass 4 at zero.py:14, where rank 0 made 3 and called broadcast(int64[1]"
+                         f" from rank 1) at zero.py:16 in its place: {UNEVEN_HINT}")
     # rank 0's script returned instead: rank 1's backward passes are counted so too
     exited = {0: "has exited: its script returned on node0, whose torchrun runs on"}
     alone = diagnose(probe(5, r1=answered["r1"]), None, {0, 1}, exited, 30)
@@ -3025,8 +3025,8 @@ def test_a_rank_that_left_its_loop_on_its_own_early_stop_gets_the_hint_to_agree_
     stopped = snap(1, history + (coll(7, "", "entered", op="barrier", at="stop.py:23"),), stack(23),
                    lines=(("stop.py:14", 5), ("stop.py:23", 1)))
     hint = diagnose(probe(5, r0=trains_on, r1=stopped), None, {0, 1}, {}, 30).lines()[-1]
-    assert hint.startswith("  rank 0 is in backward pass 6 at stop.py:14, where rank 1 made 5 and is in barrier() at"
-                           " stop.py:23 instead, which rank 0 never made: ")
+    assert hint.startswith("  rank 0 is in backward pass 6 at stop.py:14, where rank 1 made 5 and called barrier() at"
+                           " stop.py:23 in its place, which rank 0 never made: ")
     assert ("leaves the loop on a decision of its own (early stopping on its own validation loss, a NaN check, a time"
             " budget: agree on it, e.g. all_reduce the stop flag with ReduceOp.MAX before breaking") in hint
 
@@ -3133,3 +3133,24 @@ def test_ranks_behind_at_one_place_are_named_together():
     assert first_divergence(alone, {0, 1, 2, 3}).text.endswith(
         "; rank 2 is at #0 (not in a collective: <module> at local.py:14); rank 3 did not answer")
 
+
+
+def test_ranks_that_made_as_many_steps_one_collective_apart_are_told_of_the_extra_call_not_of_uneven_steps():
+    """u02 of session 114's trial (2x2): rank 0 evaluates alone under `if rank == 0:`, an
+    all_reduce at line 7, which gloo paired with the others' gradient all-reduce #7; rank 0 went
+    on to its next backward pass (#8). Every rank is in its 5th backward pass, one collective
+    apart: "ranks 1-3 are in backward pass 5, where rank 0 made 5 and is in all_reduce(...) at
+    :7 instead" said rank 0 was where it no longer was, and counts alike as if they differed."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+
+    grads = "gradients of DDP(Linear)"
+    evaluating = snap(0, (coll(6, grads, at="e.py:24"), coll(7, "float32[1]", at="e.py:7"),
+                          coll(8, grads, "entered", at="e.py:24")), stack(24),
+                      lines=(("e.py:24", 5), ("e.py:7", 1)))
+    training = snap(1, (coll(6, grads, at="e.py:24"), coll(7, grads, "entered", at="e.py:24")), stack(24),
+                    lines=(("e.py:24", 5),))
+    hint = diagnose(probe(5, r0=evaluating, r1=training), None, {0, 1}, {}, 30).lines()[-1]
+    assert hint == ("  rank 1 is in backward pass 5 at e.py:24, and rank 0 made 5 too, one collective apart: rank 0"
+                    " called all_reduce(float32[1]) at e.py:7 before it, which rank 1 never made: likely an extra"
+                    " collective rank 0 makes on its own within a step, which set every collective after it one apart;"
+                    f" {UNEVEN_HINT}")
