@@ -2945,6 +2945,16 @@ MUTANTS = [
     Mutant("ranks as many steps apart by one extra call are told their counts differ", "orchestrate/hangs/collectives.py",
            "    if instead is not None and never_made and theirs == count:", "    if False:",
            ("tests/unit/test_hangs.py",)),
+    # Session 114 (2026-12-07): a resume that skips the step after its save and redoes one never holds
+    Mutant("a resume that skipped a step and redid one counts as having done every step",
+           "orchestrate/chaos/verdict.py",
+           "        if self.steps_done >= count and self.steps_done - self.steps_redone_by_faults >= count:\n",
+           "        if self.steps_done >= count:\n", ("tests/unit/test_chaos.py",)),
+    Mutant("the summary's steps redone leaves out what the faults' rows say was redone", "orchestrate/chaos/attempts.py",
+           "    return max(0, sum(a.count for a in attempts) - reference_steps, by_faults)",
+           "    return max(0, sum(a.count for a in attempts) - reference_steps)", ("tests/unit/test_chaos.py",)),
+    Mutant("a job numbered short though it did every step holds", "orchestrate/chaos/verdict.py",
+           "        if self.numbered_short:\n", "        if False:\n", ("tests/unit/test_chaos.py",)),
 ]
 
 

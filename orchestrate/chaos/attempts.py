@@ -300,8 +300,12 @@ def ended_at(attempts: list[Attempt], records: Iterable[ProgressRecord]) -> Opti
     return max(step for step, _ in last.steps) if last.numbered_as_the_job else None
 
 
-def steps_redone(attempts: list[Attempt], reference_steps: Optional[int]) -> Optional[int]:
-    """The steps of every attempt less the undisturbed run's (None: no steps known)."""
+def steps_redone(attempts: list[Attempt], reference_steps: Optional[int],
+                 struck: Iterable[Strike] = ()) -> Optional[int]:
+    """The steps redone in all (None: no steps known): the steps of every attempt less the
+    undisturbed run's, or the steps the faults' rows say were redone where more (a resume that
+    skipped a step did as many in all as the undisturbed run, having redone one)."""
     if reference_steps is None or not attempts:
         return None
-    return max(0, sum(a.count for a in attempts) - reference_steps)
+    by_faults = sum(strike.redone for strike in struck if strike.redone is not None)
+    return max(0, sum(a.count for a in attempts) - reference_steps, by_faults)

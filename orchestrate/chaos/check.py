@@ -182,7 +182,7 @@ class ChaosCheck:
                  if self.compare_steps else None)
         struck = strikes(disturbed.faults, attempts, disturbed.writes)  # (where an attempt began from nothing)
         verdict = ChaosVerdict(seed, reference, disturbed, schedule, comparisons, self.rtol, facts=facts,
-                               strikes=struck, steps_redone=steps_redone(attempts, facts.step_count),
+                               strikes=struck, steps_redone=steps_redone(attempts, facts.step_count, struck),
                                steps_done=sum(a.count for a in attempts) if attempts else None,
                                ended_at_step=ended_at(attempts, records), steps=steps,
                                max_steps_redone=self.max_steps_redone)

@@ -2,11 +2,13 @@
 
 A trial **does not hold** when the disturbed job did not complete, a scheduled fault did not
 fire, a compared file or per-step metric differs, more steps were redone than
-``--max-steps-redone``, or no run with faults was made (nothing was tested). It is
+``--max-steps-redone``, it ended short of the undisturbed run's last step having done fewer
+steps, in all or less those redone, or no run with faults was made (nothing was tested). It is
 **inconclusive** when it could not have failed for a broken resume: no fault ended an attempt (a
 pause the job waited out), none that did struck after the job had written a file in its work
 directory (so there was nothing to resume from), or no attempt resumed although the job had
-saved. Otherwise it **holds**. A check holds only when every trial holds.
+saved, or it ended short by its attempts' numbering though it did every step beside those
+redone (a skip, or a misnumbered resume: not known which). Otherwise it **holds**. A check holds only when every trial holds.
 """
 from __future__ import annotations
 
@@ -147,7 +149,7 @@ class ChaosVerdict(Verdict):
         if skipped:
             reasons.append(f"the job ended at step {self.ended_at_step}, the undisturbed run at step"
                            f" {self.facts.last_step if self.facts else '?'}: {skipped} step(s) it did were never done"
-                           " under the faults (a resume went on past the step it restored)")
+                           f" under the faults ({self.describe_skipping_resume()})")
         if self.max_steps_redone is not None and self.steps_redone is not None \
                 and self.steps_redone > self.max_steps_redone:
             reasons.append(f"{self.steps_redone} step(s) redone in all, more than --max-steps-redone"
@@ -164,6 +166,12 @@ class ChaosVerdict(Verdict):
         reasons = []
         struck = [s for s in self.strikes if s.restarted]
         after_save = [s for s in struck if s.after_a_save]
+        if self.numbered_short:
+            reasons.append(f"the job ended at step {self.ended_at_step}, the undisturbed run at step"
+                           f" {self.facts.last_step if self.facts else '?'}, by its attempts' numbering, though it did"
+                           f" {self.steps_done} step(s) in all with {self.steps_redone_by_faults} redone: whether a"
+                           " step was skipped is not known (a second optimizer's carried count may number a resume"
+                           " short); --compare what it saved to know")
         if any(s.saved is None for s in self.strikes):
             reasons.append("the work directory was not followed (too many entries): whether a fault struck after a"
                            " save is not known")
@@ -233,15 +241,45 @@ class ChaosVerdict(Verdict):
         return self.ended_at_step - last
 
     @property
+    def steps_redone_by_faults(self) -> int:
+        """The steps the attempts after the faults did again, as each fault's row says (where the
+        struck attempt had got less where the next one started from; 0 where none is known)."""
+        return sum(strike.redone for strike in self.strikes if strike.redone is not None)
+
+    @property
     def steps_skipped(self) -> int:
         """The undisturbed run's steps the job with faults never did: where it ended short of the
-        undisturbed run's last step, having completed, and did fewer steps in all than it (a
-        misnumbered attempt, of a counter that took a second optimizer's carried count, still did
-        them all); 0: none, or not known."""
+        undisturbed run's last step, having completed, and did fewer steps than it, in all or
+        less the steps its faults' rows say were redone (a resume that skips the step after its
+        save and redoes one done after that save does as many steps in all, and ends a step
+        short); 0: none, or not known (see :attr:`numbered_short`)."""
         count = self.facts.step_count if self.facts else None
-        if count is None or self.steps_done is None or self.steps_done >= count:
+        if count is None or self.steps_done is None:
+            return 0
+        if self.steps_done >= count and self.steps_done - self.steps_redone_by_faults >= count:
             return 0
         return max(0, -self.ended_apart)
+
+    @property
+    def numbered_short(self) -> bool:
+        """The job ended short of the undisturbed run's last step by its attempts' numbering,
+        though it did all of that run's steps beside those redone: a skip, or a counter that took
+        a second optimizer's carried count and misnumbered a resume; not known which, so never
+        a hold."""
+        return self.ended_apart < 0 and not self.steps_skipped and self.steps_done is not None
+
+    def describe_skipping_resume(self) -> str:
+        """What the last resume did, as the records allow: where it resumed from, the steps it
+        did after that, and how many the undisturbed run did after that step."""
+        last = self.facts.last_step if self.facts else None
+        resumes = [s for s in self.strikes if s.restarted and s.resumed_from]
+        if not resumes or last is None or self.ended_at_step is None:
+            return "a resume went on past the step it restored"
+        resume = resumes[-1]
+        after = self.ended_at_step - resume.resumed_from
+        return (f"after {resume.spec} it resumed from step {resume.resumed_from} and did {after} step(s) more, where"
+                f" the undisturbed run did {last - resume.resumed_from} after step {resume.resumed_from}: a resume"
+                " went on past the step it restored, as a loop from the saved step + 2 does")
 
     @property
     def steps_overran(self) -> int:

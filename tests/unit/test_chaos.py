@@ -580,18 +580,54 @@ def test_a_resume_that_skipped_steps_does_not_hold_and_the_steps_done_are_the_at
     verdict.steps_redone = 0
     assert verdict.status == "DOES NOT HOLD" and verdict.steps_skipped == 5
     assert verdict.failures == ["the job ended at step 25, the undisturbed run at step 30: 5 step(s) it did were"
-                                " never done under the faults (a resume went on past the step it restored)"]
+                                " never done under the faults (after kill:node1@step=12 it resumed from step 12 and"
+                                " did 13 step(s) more, where the undisturbed run did 18 after step 12: a resume went"
+                                " on past the step it restored, as a loop from the saved step + 2 does)"]
     assert "| steps redone 0 (26 done against 30 undisturbed) |" in verdict.format()
     # one that ended where the undisturbed run ended, or whose end is not known, is not held to it
     assert verdict_of(make_job, tmp_path, [strike()], steps_done=33, ended_at_step=30).status == "HOLDS"
     assert verdict_of(make_job, tmp_path, [strike()], steps_done=26).status == "HOLDS"
-    # nor one that did all the undisturbed run's steps, numbered short (a counter that took the carried
-    # count of an optimizer that steps every other step): it did them all
-    assert verdict_of(make_job, tmp_path, [strike()], steps_done=31, ended_at_step=20).status == "HOLDS"
+    # one that did all the undisturbed run's steps beside those redone, numbered short (a counter that took
+    # the carried count of an optimizer that steps every other step, or a skip): not known, so never a hold
+    misnumbered = verdict_of(make_job, tmp_path, [strike(redone=1)], steps_done=31, ended_at_step=20)
+    assert misnumbered.status == "INCONCLUSIVE" and misnumbered.steps_skipped == 0
+    assert misnumbered.inconclusive[0].startswith(
+        "the job ended at step 20, the undisturbed run at step 30, by its attempts' numbering, though it did 31"
+        " step(s) in all with 1 redone: whether a step was skipped is not known")
     # nor one that did not complete: its failure says why
     failed = verdict_of(make_job, tmp_path, [strike()], ended_at_step=20)
     failed.disturbed = result(make_job, tmp_path, ok=False, faults=[KILL], run_id="dis")
     assert failed.steps_skipped == 0 and not any("never done" in reason for reason in failed.failures)
+
+
+def test_a_resume_that_skipped_the_step_after_its_save_and_redid_one_never_holds(make_job, tmp_path):
+    # skip_step/train.py: saved step 18, killed after step 19; it resumed at step 20 (the saved step + 2). Adam's
+    # carried count numbers the resumed attempt from 19: it did 21 steps, 19 to 39. 40 steps in all, as the
+    # undisturbed run's, one of them redone: it said "steps redone 0 (40 done against 40 undisturbed)" and
+    # HOLDS, though its row said "resumed from step 18: 1 step(s) redone" and it ended at step 39
+    from orchestrate.chaos.attempts import ended_at
+    records = (steps(0, "a", range(1, 20), 101.0) + [ProgressRecord(0, 121.0, resumed=18, attempt="b")]
+               + steps(0, "b", range(19, 40), 121.0))
+    attempts = attempts_of(records, reference_steps=40, completed=True)
+    writes = [WrittenFile("ckpt.pt", 101.5)]
+    kill = fired("kill:node0@step=19", 119.2, 19)
+    struck = strikes([kill], attempts, writes)
+    assert (struck[0].resumed_from, struck[0].redone) == (18, 1)
+    done = sum(a.count for a in attempts)
+    verdict = ChaosVerdict(1, result(make_job, tmp_path, run_id="ref"),
+                           result(make_job, tmp_path, faults=[kill], run_id="dis"), [kill.spec],
+                           facts=Reference(40, 13.0, "ckpt.pt", 1.0, 2), strikes=struck,
+                           steps_redone=steps_redone(attempts, 40, struck), steps_done=done,
+                           ended_at_step=ended_at(attempts, records))
+    assert (done, verdict.ended_at_step, verdict.steps_redone, verdict.steps_skipped) == (40, 39, 1, 1)
+    assert verdict.status == "DOES NOT HOLD" and verdict.exit_code == 1
+    assert verdict.failures == [
+        "the job ended at step 39, the undisturbed run at step 40: 1 step(s) it did were never done under the"
+        " faults (after kill:node0@step=19 it resumed from step 18 and did 21 step(s) more, where the undisturbed run"
+        " did 22 after step 18: a resume went on past the step it restored, as a loop from the saved step + 2 does)"]
+    # the row and the summary agree on the steps redone
+    text = verdict.format()
+    assert "resumed from step 18: 1 step(s) redone" in text and "| steps redone 1 (40 done against 40 undisturbed) |" in text
 
 
 def test_an_attempts_step_is_the_jobs_once_its_start_is_known():
