@@ -2252,7 +2252,7 @@ MUTANTS = [
            ("tests/unit/test_cli.py",)),
     # session 106: the chaos check's undisturbed run, a helper's reproduction
     Mutant("a reference that began from a held save counts its last step number as its steps", "orchestrate/chaos/check.py",
-           "steps_redone=steps_redone(attempts, facts.step_count)", "steps_redone=steps_redone(attempts, facts.last_step)",
+           "steps_redone=steps_redone(attempts, facts.step_count,", "steps_redone=steps_redone(attempts, facts.last_step,",
            CHAOS),
     Mutant("faults fall from step 2 of a job that began later", "orchestrate/chaos/schedule.py",
            "        return (self.first_step or 1) + 1, last", "        return 2, last", CHAOS),
@@ -2955,6 +2955,13 @@ MUTANTS = [
            "    return max(0, sum(a.count for a in attempts) - reference_steps)", ("tests/unit/test_chaos.py",)),
     Mutant("a job numbered short though it did every step holds", "orchestrate/chaos/verdict.py",
            "        if self.numbered_short:\n", "        if False:\n", ("tests/unit/test_chaos.py",)),
+    # Session 114 (2026-12-07): the step counter says a step it holds when the process ends after one step
+    Mutant("a step the counter holds is never reported at the process's end", "orchestrate/node/step_counter.py",
+           "        held, self.held = self.held, []\n", "        held, self.held = [], []\n",
+           ("tests/unit/test_step_counter.py",)),
+    Mutant("the hook's end of the script does not report the held step", "orchestrate/node/step_counter.py",
+           "    if _installed is not None:\n        _installed.flush()", "    if _installed is not None:\n        pass",
+           ("tests/unit/test_step_counter.py",)),
 ]
 
 

@@ -16,12 +16,15 @@ before a resume loads into it; counted, it would hide where the resumed job star
 Nothing is reported before the second step: a script that reports its own steps does so after
 its first, and the counter then stays out of the channel altogether. A step held so is reported
 with the time it was taken, not the second step's: a file saved between the two is then after
-step 1, as it was. Standard library only; torch's optimizer is reached through the hook's
+step 1, as it was. A step still held when the process ends (an attempt that took one step: a
+resume with one step left) is reported then, before the hook says the script finished
+(:func:`flush_installed`), or at exit where the script failed. Standard library only; torch's optimizer is reached through the hook's
 arguments. Where the run compares its steps (chaos --compare-steps), each step reported carries
 the stepped parameters' digest (:mod:`orchestrate.node.params_digest`) as its metric.
 """
 from __future__ import annotations
 
+import atexit
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -113,6 +116,26 @@ class StepCounter:
         self.held.clear()
         report()
 
+    def flush(self) -> None:
+        """Report what is still held: the process ends after a single step, so no second step
+        will come to say it (a script that reports its own steps has none held)."""
+        if self.script_reports():
+            self.held.clear()
+            return
+        held, self.held = self.held, []
+        for report in held:
+            report()
+
+
+# The counter the workers' start-up hook installed in this process (None: torch.optim not imported).
+_installed: Optional[StepCounter] = None
+
+
+def flush_installed() -> None:
+    """Report the installed counter's held step, if any (the process is ending)."""
+    if _installed is not None:
+        _installed.flush()
+
 
 def install() -> StepCounter:
     """Register a counter on every optimizer of this process (torch is imported by then)."""
@@ -122,4 +145,7 @@ def install() -> StepCounter:
     counter = StepCounter(report_counted, report_resumed_at, script_reports,
                           digest=params_digest if digest_wanted() else None)
     register_optimizer_step_post_hook(counter.after_step)
+    global _installed
+    _installed = counter
+    atexit.register(counter.flush)  # a script that failed after one step: its step is said too
     return counter

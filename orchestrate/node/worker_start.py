@@ -265,7 +265,12 @@ def main(argv: list[str]) -> None:
     install_recorder(float(timeout) if timeout is not None else None)
     if "--nccl-as-gloo" in flags:
         install_gloo_shim()
-    from orchestrate.node.progress import report_finished  # importable since install_recorder
+    from orchestrate.node.progress import report_finished as report_script_finished  # importable since install_recorder
+    from orchestrate.node.step_counter import flush_installed
+
+    def report_finished() -> None:  # a step the counter still holds first (an attempt that took one step)
+        flush_installed()
+        report_script_finished()
 
     report_a_quick_exit_too(report_finished)
     uncaught: Optional[BaseException] = None

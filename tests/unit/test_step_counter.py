@@ -147,3 +147,24 @@ def test_the_parameters_digest_is_their_sum_over_every_group_and_device_and_none
     assert params_digest(Stepping([object()])) is None  # not a tensor: no digest
     monkeypatch.delitem(sys.modules, "torch")
     assert params_digest(Stepping([Parameter(1.0)])) is None  # no torch imported: no tensor either
+
+
+def test_an_attempt_that_took_one_step_reports_it_when_the_process_ends(monkeypatch):
+    # a kill at step 39 of 40: the resumed attempt took step 40 alone and ended. Held for a second
+    # step that never came, it was never said: chaos saw "no new attempt reported a step"
+    from orchestrate.node import step_counter
+
+    count, said = counter()
+    adam = Optimizer(step=FloatTensor(40.0))  # resumed from step 39: its first step here is its 40th
+    count.after_step(adam)
+    assert said == []
+    monkeypatch.setattr(step_counter, "_installed", count)
+    step_counter.flush_installed()  # the hook's end of the script
+    assert said == [("resumed", 39), ("step", 40)]
+    count.flush()  # and at exit: said once
+    assert said == [("resumed", 39), ("step", 40)]
+    # a script that reported its own step meanwhile keeps the counter out, to the end
+    own, said_by_own = counter(script_reports=True)
+    own.after_step(Optimizer())
+    own.flush()
+    assert said_by_own == []
