@@ -2255,7 +2255,7 @@ MUTANTS = [
            "steps_redone=steps_redone(attempts, facts.step_count,", "steps_redone=steps_redone(attempts, facts.last_step,",
            CHAOS),
     Mutant("faults fall from step 2 of a job that began later", "orchestrate/chaos/schedule.py",
-           "        return (self.first_step or 1) + 1, last", "        return 2, last", CHAOS),
+           " + ((self.first_step or 1) + 1,)", " + (2,)", CHAOS),
     Mutant("the first save is dated by the directory's walk alone", "orchestrate/chaos/check.py",
            "    surely_before = min([first.time + MTIME_BEHIND_S, *reported])", "    surely_before = first.time + MTIME_BEHIND_S",
            CHAOS),
@@ -2962,6 +2962,13 @@ MUTANTS = [
     Mutant("the hook's end of the script does not report the held step", "orchestrate/node/step_counter.py",
            "    if _installed is not None:\n        _installed.flush()", "    if _installed is not None:\n        pass",
            ("tests/unit/test_step_counter.py",)),
+    # Session 114 (2026-12-07): drawn faults keep 3 steps before the undisturbed run's last, where there is room
+    Mutant("drawn faults fall up to the step before the last again", "orchestrate/chaos/schedule.py",
+           "        ends = ((self.last_step or 0) - END_MARGIN_STEPS, (self.last_step or 0) - 1)",
+           "        ends = ((self.last_step or 0) - 1, (self.last_step or 0) - 1)", ("tests/unit/test_chaos.py",)),
+    Mutant("a job too short for the margin gets no faults", "orchestrate/chaos/schedule.py",
+           "        ends = ((self.last_step or 0) - END_MARGIN_STEPS, (self.last_step or 0) - 1)",
+           "        ends = ((self.last_step or 0) - END_MARGIN_STEPS,)", ("tests/unit/test_chaos.py",)),
 ]
 
 

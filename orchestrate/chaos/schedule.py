@@ -3,7 +3,9 @@
 Where the undisturbed run had steps (its script's own, or its optimizer's, counted), the faults
 fall at steps, in the stretch after the job first wrote a file in its work directory (its
 first checkpoint, as a rule), so that each can test a resume; where that stretch is too short
-for them, they fall from step 2 on, and the verdict says the check was inconclusive. The first
+for them, they fall from step 2 on, and the verdict says the check was inconclusive. They keep
+3 steps before the undisturbed run's last step (a resume with one step left tests little),
+where the job is long enough, and never fall at its last. The first
 fault is at a step of the job; each later one *into the attempt* that begins after the one
 before (``@step=+N``), so it strikes in training time, whatever that attempt resumed from and
 however long it took to start. Without steps, the faults fall at times over the undisturbed
@@ -59,6 +61,11 @@ LASTING_S = 10.0
 STORE_FELT_S = 5.0
 
 
+# The steps a drawn fault keeps before the undisturbed run's last, where the job is long enough: a
+# resume with one step left tests little (a forgotten LR scheduler shows from its second step on).
+END_MARGIN_STEPS = 3
+
+
 @dataclass(frozen=True)
 class Reference:
     """What the undisturbed run showed: its last training step (None: none reported or
@@ -100,12 +107,16 @@ class Reference:
 
     def step_range(self, count: int) -> tuple[int, int]:
         """The steps faults fall at: after the first write when there is room for ``count``,
-        else from the job's second step (2, where it began at 1); never the last step."""
-        last = (self.last_step or 0) - 1
+        else from the job's second step (2, where it began at 1); up to :data:`END_MARGIN_STEPS`
+        before the last step where there is room for them so, else up to the one before it;
+        never the last step."""
+        ends = ((self.last_step or 0) - END_MARGIN_STEPS, (self.last_step or 0) - 1)
         saved = self.first_step_after_write
-        if saved is not None and last - saved >= count:
-            return saved + 1, last
-        return (self.first_step or 1) + 1, last
+        starts = ((saved + 1,) if saved is not None else ()) + ((self.first_step or 1) + 1,)
+        for first, last in [(first, last) for first in starts for last in ends]:
+            if last - first + 1 >= count:
+                return first, last
+        return starts[-1], ends[-1]
 
     def time_range(self, count: int) -> tuple[float, float]:
         """The seconds into the job faults fall at: after the first write when there is room,
