@@ -2969,6 +2969,13 @@ MUTANTS = [
     Mutant("a job too short for the margin gets no faults", "orchestrate/chaos/schedule.py",
            "        ends = ((self.last_step or 0) - END_MARGIN_STEPS, (self.last_step or 0) - 1)",
            "        ends = ((self.last_step or 0) - END_MARGIN_STEPS,)", ("tests/unit/test_chaos.py",)),
+    # Session 114 (2026-12-07): a job that ended past the undisturbed run's last step never holds where nothing was compared
+    Mutant("a job that ended past the undisturbed run's last step holds with nothing compared",
+           "orchestrate/chaos/verdict.py",
+           "        elif self.steps_overran and not self.compared:\n", "        elif False:\n",
+           ("tests/unit/test_chaos.py",)),
+    Mutant("a job numbered short stays inconclusive though what it saved compared equal", "orchestrate/chaos/verdict.py",
+           "                and not self.compared)\n", "                and True)\n", ("tests/unit/test_chaos.py",)),
 ]
 
 

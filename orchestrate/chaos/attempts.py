@@ -285,9 +285,10 @@ def ended_at(attempts: list[Attempt], records: Iterable[ProgressRecord]) -> Opti
     """The job's step the last attempt ended at (its highest), where its own records tell it:
     steps numbered as the job's (reported by the script, or counted on from a carried count or
     from the beginning). None where that would only be assumed from where the undisturbed run
-    ended, or where an attempt of the rank's records reported no step (one that did a single
-    counted step reports none: the counter holds a first step until the second), so that the
-    attempts known are not all the job did."""
+    ended, or where an attempt of the rank's records reported no step (one killed after a single
+    counted step reports none: the counter holds a first step until the second, and says it at
+    the process's end only where the process ends on its own), so that the attempts known are not
+    all the job did."""
     if not attempts or not attempts[-1].steps:
         return None
     stepped = {a.token for a in attempts if a.steps}

@@ -7,8 +7,9 @@ steps, in all or less those redone, or no run with faults was made (nothing was 
 **inconclusive** when it could not have failed for a broken resume: no fault ended an attempt (a
 pause the job waited out), none that did struck after the job had written a file in its work
 directory (so there was nothing to resume from), or no attempt resumed although the job had
-saved, or it ended short by its attempts' numbering though it did every step beside those
-redone (a skip, or a misnumbered resume: not known which). Otherwise it **holds**. A check holds only when every trial holds.
+saved, or, where nothing was compared, it ended elsewhere than the undisturbed run by its
+attempts' numbering (short though it did every step beside those redone, or past it: a skip or
+a step done twice, or a misnumbered resume: not known which). Otherwise it **holds**. A check holds only when every trial holds.
 """
 from __future__ import annotations
 
@@ -172,6 +173,11 @@ class ChaosVerdict(Verdict):
                            f" {self.steps_done} step(s) in all with {self.steps_redone_by_faults} redone: whether a"
                            " step was skipped is not known (a second optimizer's carried count may number a resume"
                            " short); --compare what it saved to know")
+        elif self.steps_overran and not self.compared:
+            reasons.append(f"the job ended at step {self.ended_at_step}, the undisturbed run at step"
+                           f" {self.facts.last_step if self.facts else '?'}, by the steps its attempts reported or"
+                           " counted: a resume that did a step twice ends past it (a second optimizer's carried count"
+                           " may number them so too); --compare what it saved to know")
         if any(s.saved is None for s in self.strikes):
             reasons.append("the work directory was not followed (too many entries): whether a fault struck after a"
                            " save is not known")
@@ -265,8 +271,15 @@ class ChaosVerdict(Verdict):
         """The job ended short of the undisturbed run's last step by its attempts' numbering,
         though it did all of that run's steps beside those redone: a skip, or a counter that took
         a second optimizer's carried count and misnumbered a resume; not known which, so never
-        a hold."""
-        return self.ended_apart < 0 and not self.steps_skipped and self.steps_done is not None
+        a hold where nothing was compared (what it saved, compared equal, says it did them all)."""
+        return (self.ended_apart < 0 and not self.steps_skipped and self.steps_done is not None
+                and not self.compared)
+
+    @property
+    def compared(self) -> bool:
+        """A ``--compare`` file or ``--compare-steps`` was compared: where the job ended was tested
+        by what it saved or reported, not only by its attempts' numbering."""
+        return bool(self.comparisons) or self.steps is not None
 
     def describe_skipping_resume(self) -> str:
         """What the last resume did, as the records allow: where it resumed from, the steps it
@@ -284,8 +297,9 @@ class ChaosVerdict(Verdict):
     @property
     def steps_overran(self) -> int:
         """How many steps past the undisturbed run's last the job with faults ended, by its
-        attempts' records (0: not past it, or not known); said, not judged: a second optimizer's
-        carried count may misnumber a resume that did every step once."""
+        attempts' records (0: not past it, or not known); not judged a failure, as a second
+        optimizer's carried count may misnumber a resume that did every step once, but never a
+        hold where nothing was compared (inconclusive)."""
         return max(0, self.ended_apart)
 
     @property
@@ -350,12 +364,6 @@ class ChaosVerdict(Verdict):
             lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s), resumed after a save, and"
                          " ended where the undisturbed run ended")
         elif status == HOLDS:  # said as far as it was tested: nothing was compared
-            overran = self.steps_overran
-            if overran:
-                lines.append(f"note: the job ended at step {self.ended_at_step}, the undisturbed run at step"
-                             f" {self.facts.last_step if self.facts else '?'}, by the steps its attempts reported or"
-                             " counted: a resume that did a step twice ends past it (a second optimizer's carried"
-                             " count may number them so too); --compare what it saved to know")
             lines.append(f"VERDICT HOLDS: the job survived {len(self.schedule)} fault(s) and resumed after a save;"
                          f" {NOTHING_COMPARED}")
         elif status == DOES_NOT_HOLD:

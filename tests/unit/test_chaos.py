@@ -592,11 +592,14 @@ def test_a_resume_that_skipped_steps_does_not_hold_and_the_steps_done_are_the_at
     assert verdict_of(make_job, tmp_path, [strike()], steps_done=26).status == "HOLDS"
     # one that did all the undisturbed run's steps beside those redone, numbered short (a counter that took
     # the carried count of an optimizer that steps every other step, or a skip): not known, so never a hold
-    misnumbered = verdict_of(make_job, tmp_path, [strike(redone=1)], steps_done=31, ended_at_step=20)
+    misnumbered = replace(verdict_of(make_job, tmp_path, [strike(redone=1)], steps_done=31, ended_at_step=20),
+                          comparisons=[])
     assert misnumbered.status == "INCONCLUSIVE" and misnumbered.steps_skipped == 0
     assert misnumbered.inconclusive[0].startswith(
         "the job ended at step 20, the undisturbed run at step 30, by its attempts' numbering, though it did 31"
         " step(s) in all with 1 redone: whether a step was skipped is not known")
+    # what it saved, compared equal, says it did them all
+    assert replace(misnumbered, comparisons=[FileComparison("final.pt", "tensors", True, 0.0, "w")]).status == "HOLDS"
     # nor one that did not complete: its failure says why
     failed = verdict_of(make_job, tmp_path, [strike()], ended_at_step=20)
     failed.disturbed = result(make_job, tmp_path, ok=False, faults=[KILL], run_id="dis")
@@ -1020,14 +1023,16 @@ def test_a_verdict_that_holds_with_nothing_compared_does_not_say_the_job_ended_w
         assert compared.unchecked == "" and compared.format().endswith("and ended where the undisturbed run ended")
         assert not any("chaos-unchecked" in part for part in chaos_section(compared.record()))
     assert replace(bare, strikes=[strike(saved=())]).unchecked == ""  # inconclusive: its reasons say it
-    # a job that ended past the undisturbed run's last step (a step done twice, by its counted steps): said, as a
-    # second optimizer's carried count may number a right resume so too; not judged
+    # a job that ended past the undisturbed run's last step (a step done twice, by its counted steps): not a
+    # failure, as a second optimizer's carried count may number a right resume so too, but with nothing compared
+    # never a hold (until 2026-12-07 it held, with a note)
     overran = replace(bare, steps_done=32, ended_at_step=31)
-    assert overran.status == "HOLDS" and overran.steps_overran == 1
-    assert overran.format().splitlines()[-2] == (
-        "note: the job ended at step 31, the undisturbed run at step 30, by the steps its attempts reported or counted:"
+    assert overran.status == "INCONCLUSIVE" and overran.steps_overran == 1 and overran.exit_code == 1
+    assert overran.inconclusive == [
+        "the job ended at step 31, the undisturbed run at step 30, by the steps its attempts reported or counted:"
         " a resume that did a step twice ends past it (a second optimizer's carried count may number them so too);"
-        " --compare what it saved to know")
+        " --compare what it saved to know"]
+    assert replace(overran, comparisons=[FileComparison("final.pt", "tensors", True, 0.0, "w")]).status == "HOLDS"
     assert replace(bare, steps_done=33, ended_at_step=30).steps_overran == 0
     assert not any(ln.startswith("note: the job ended") for ln in replace(bare, ended_at_step=30).format().splitlines())
 
