@@ -2976,6 +2976,14 @@ MUTANTS = [
            ("tests/unit/test_chaos.py",)),
     Mutant("a job numbered short stays inconclusive though what it saved compared equal", "orchestrate/chaos/verdict.py",
            "                and not self.compared)\n", "                and True)\n", ("tests/unit/test_chaos.py",)),
+    # Session 114 (2026-12-07): chaos verdict words that misled a trial (f6)
+    Mutant("an attempt between two of a job that starts over is not known to have started over",
+           "orchestrate/chaos/attempts.py",
+           "    if started_over_at_the_end(ordered):", "    if False:", ("tests/unit/test_chaos.py",)),
+    Mutant("the job that never resumed is told without the steps it redid",
+           "orchestrate/chaos/verdict.py",
+           "    cost = f\": {redone} step(s) redone in all{against}\" if redone is not None else \"\"",
+           "    cost = \"\"", ("tests/unit/test_chaos.py",)),
 ]
 
 

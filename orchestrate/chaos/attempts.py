@@ -11,7 +11,10 @@ Where an attempt started from (its *offset*: the step before its first):
 - a ``resumed`` record says it (the script's ``report_resumed``, or Adam's carried step count);
 - steps the start-up hook counted without a carried count start at 1 in every attempt: the
   first attempt starts from 0, and the last one of a job that ended where the undisturbed run
-  ended did the reference's steps less its own; any other is unknown.
+  ended did the reference's steps less its own; where that is every step (the job started over
+  although it had restarted before), each attempt between them that counted from 1 with no
+  carried count started over too: the same script took the same path on each restart;
+  any other is unknown.
 
 An attempt after a fault that fell before the job had written anything in its work directory
 started from the beginning: there was nothing to resume from.
@@ -102,7 +105,18 @@ def attempts_of(records: Iterable[ProgressRecord], reference_steps: Optional[int
     for index, attempt in enumerate(ordered):
         attempt.offset = starting_point(attempt, first=index == 0, last=index == len(ordered) - 1,
                                         reference_steps=reference_steps if completed else None)
+    if started_over_at_the_end(ordered):
+        for attempt in ordered[1:-1]:
+            if attempt.offset is None and attempt.counted and attempt.resumed is None:
+                attempt.offset = 0
     return ordered
+
+
+def started_over_at_the_end(ordered: list[Attempt]) -> bool:
+    """Whether the last of several attempts, counted from 1 with no carried count, is known to
+    have done every step of the job again (it started from the beginning)."""
+    last = ordered[-1] if len(ordered) > 1 else None
+    return last is not None and last.counted and last.resumed is None and last.offset == 0
 
 
 def starting_point(attempt: Attempt, *, first: bool, last: bool, reference_steps: Optional[int]) -> Optional[int]:
@@ -195,7 +209,8 @@ class Strike:
         if not self.restarted:  # (a fault that ends its attempt, whose next ones reported no step: they failed early)
             return "no new attempt" if lasts(self.spec) else "no new attempt reported a step"
         if self.resumed_from is None:
-            return "started from a step not known (its steps were counted from 1, with no step count carried)"
+            return ("started from a step not known (its steps were counted from 1 and no rank said where it resumed:"
+                    " an optimizer that carries no step count, or one whose state was not loaded)")
         redone = "" if self.redone is None else f": {self.redone} step(s) redone"
         if self.resumed_from == 0:
             return f"restarted from the beginning{redone}"

@@ -196,10 +196,8 @@ class ChaosVerdict(Verdict):
                            " path was never exercised" + (f" (the undisturbed run wrote its first, {first})" if first
                                                           else "; the undisturbed run wrote none either"))
         elif not any(s.resumed for s in after_save) and any(s.resumed is False for s in after_save):
-            fresh = next(s for s in after_save if s.resumed is False)
-            reasons.append(f"no attempt resumed: after {fresh.spec} the job restarted from the beginning"
-                           f" ({fresh.redone if fresh.redone is not None else '?'} step(s) redone) although it had"
-                           f" written {fresh.named_save or 'files'}")
+            reasons.append(never_resumed([s for s in after_save if s.resumed is False], self.steps_redone,
+                                         self.steps_done, self.facts.step_count if self.facts else None))
         if self.steps is not None and self.steps.compared == 0:
             reasons.append("--compare-steps: no metric was reported at a step both runs reached (a script that"
                            " reports its own steps reports its metrics with orchestrate.progress.report(step,"
@@ -369,6 +367,10 @@ class ChaosVerdict(Verdict):
         elif status == DOES_NOT_HOLD:
             lines.append("VERDICT DOES NOT HOLD:")
             lines += [f"  {reason}" for reason in self.failures]
+        elif self.inconclusive[0].startswith(NEVER_RESUMED):  # it caught that: the job starts over
+            first, *others = self.inconclusive
+            lines.append(f"VERDICT INCONCLUSIVE: {NEVER_RESUMED}:")
+            lines += [f"  {first[len(NEVER_RESUMED) + 2:]}"] + [f"  {reason}" for reason in others]
         else:
             lines.append("VERDICT INCONCLUSIVE: the check could not have caught a broken resume:")
             lines += [f"  {reason}" for reason in self.inconclusive]
@@ -409,6 +411,32 @@ def only_file_cut(strike: Strike) -> str:
     return (f"{strike.spec} cut {strike.cut_save}, the only file the job had written before it, and {then}, so the"
             f" resume path was never exercised; if {strike.cut_save} is its save, a crash in the middle of a save loses"
             " every step saved: " + SAVE_WHOLE.format(strike.cut_save))
+
+
+# What an inconclusive verdict says first where its job never resumed from what it saved.
+NEVER_RESUMED = "the job never resumed from what it saved"
+
+
+def never_resumed(started_over: list[Strike], redone: Optional[int], done: Optional[int],
+                  reference_steps: Optional[int]) -> str:
+    """Why a trial whose job restarted from the beginning after every fault that struck after a
+    save is inconclusive (pure): the faults it restarted after, the save, the steps redone. The
+    records show the file written, never read (no load is recorded), so whether it is the save the
+    job means to resume from (its resume skipped) or another file (a log) only the job knows;
+    ``--max-steps-redone`` says which."""
+    save = next((s.named_save for s in started_over if s.named_save), "files")
+    known = [s.redone for s in started_over]
+    if redone is None and None not in known:
+        redone = sum(known)
+    against = (f" ({done} done against {reference_steps} undisturbed)" if done is not None and reference_steps
+               else "")
+    cost = f": {redone} step(s) redone in all{against}" if redone is not None else ""
+    each = "each of " if len(started_over) > 1 else ""
+    return (f"{NEVER_RESUMED}: after {each}{listed([s.spec for s in started_over], 4)} it restarted from the beginning"
+            f" although it had written {save}{cost}; the records show {save} written, not whether it was read: if"
+            f" it is the save the job should resume from, its resume never ran (a load skipped, or a path that"
+            f" differs); --max-steps-redone N (the steps a resume from it may redo: those between two saves) makes"
+            f" a run that starts over not hold")
 
 
 def held_before_note(paths: tuple[str, ...]) -> str:

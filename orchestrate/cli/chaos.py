@@ -35,8 +35,9 @@ def add_parsers(sub: Any) -> None:
                     " its steps into the attempt that began after the one before. The verdict holds when the job"
                     " completed, every fault fired, every --compare file matches the undisturbed run's (tensors"
                     " with torch.load, exactly or within --rtol; other files byte for byte), and some attempt"
-                    " resumed after a save. It is INCONCLUSIVE (exit 1) when no fault struck after a save, or no"
-                    " attempt resumed: the check could not have caught a broken resume.",
+                    " resumed after a save. It is INCONCLUSIVE (exit 1) when no fault struck after a save (the"
+                    " check could not have caught a broken resume), or the job never resumed from what it saved"
+                    " (--max-steps-redone N makes that DOES NOT HOLD).",
         epilog=TARGET_HELP + " Usage example: python -m orchestrate chaos --nodes 2 --faults 2 --seed 7 --compare final.pt --"
                " train.py --epochs 2 --save final.pt")
     add_options(chaos, [OPTIONS_BY_DEST[d] for d in JOB_HELP_ORDER if d not in NOT_CHAOS])

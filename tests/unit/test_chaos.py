@@ -650,8 +650,9 @@ def test_each_strike_is_read_whole_with_what_is_not_known_said_so():
     [kill] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, None)  # the work directory not followed
     assert kill == Strike("kill:node1@step=6", 6.5, 6, 6, 5.5, None, True, None, None)
     assert (kill.describe_struck(), kill.describe_saved()) == ("6 step(s), 5.5 s training", "unknown")
-    assert kill.describe_next() == ("started from a step not known (its steps were counted from 1, with no step count"
-                                    " carried)")
+    assert kill.describe_next() == ("started from a step not known (its steps were counted from 1 and no rank said where"
+                                    " it resumed: an optimizer that carries no step count, or one whose state was not"
+                                    " loaded)")
     assert Strike("k", 1.0, 3, 3, None, (), True, 5, None).describe_struck() == "3 step(s)"
     assert Strike("k", 1.0, 3, 3, None, (), True, 5, None).describe_next() == "resumed from step 5"
     assert Strike("k", 1.0, 3, 3, None, (), True, 0, None).describe_next() == "restarted from the beginning"
@@ -697,14 +698,49 @@ def test_counted_steps_without_a_carried_count_resume_as_far_as_the_last_attempt
     _, second = strikes([fired("kill:node1@step=6", 106.5, 6), fired("kill:node0@step=+5", 115.5, 5)],
                         attempts_of(three, 10, completed=True), [])
     assert (second.resumed_from, second.redone) == (0, 5)
-    assert unknown.describe_next() == ("started from a step not known (its steps were counted from 1, with no step"
-                                       " count carried)")
+    assert unknown.describe_next() == ("started from a step not known (its steps were counted from 1 and no rank said"
+                                       " where it resumed: an optimizer that carries no step count, or one whose"
+                                       " state was not loaded)")
     # a restart from the beginning: 10 steps again
     again = steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 11), 111.0)
     attempts = attempts_of(again, 10, completed=True)
     [fresh] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, [])
     assert fresh.describe_next() == "restarted from the beginning: 6 step(s) redone" and fresh.resumed is False
     assert steps_redone(attempts, 10) == 6
+
+
+def test_a_job_that_saves_but_never_loads_is_said_to_have_never_resumed_from_its_save(make_job, tmp_path):
+    """A trial's scratch/train.py: Adam, a save every step, no load. Every attempt counts from 1
+    with no carried count; the last did all 40 steps again, so the one between them started over
+    too (not "a step not known"), and the verdict names the save, each fault it started over
+    after and the steps redone (33, as the summary line), never "?" nor "could not have caught"."""
+    records = (steps(0, "a", range(1, 5), 101.0) + steps(0, "b", range(1, 30), 120.0)
+               + steps(0, "c", range(1, 41), 160.0))
+    attempts = attempts_of(records, 40, completed=True)
+    assert [a.offset for a in attempts] == [0, 0, 0]
+    faults = [fired("restart:node1@step=4", 104.5, 4), fired("restart:node1@step=+29", 149.5, 29)]
+    first, second = strikes(faults, attempts, [WrittenFile("ckpt.pt", 101.5)])
+    assert first.describe_next() == "restarted from the beginning: 4 step(s) redone"
+    assert second.describe_next() == "restarted from the beginning: 29 step(s) redone"
+    trial = ChaosVerdict(0, result(make_job, tmp_path, run_id="ref"),
+                         result(make_job, tmp_path, faults=faults, job_s=55.1, run_id="dis"), [f.spec for f in faults],
+                         [FileComparison("final.pt", "tensors", True, 0.0)], facts=Reference(40, 18.7, "ckpt.pt", 1.0, 2),
+                         strikes=[first, second], steps_redone=steps_redone(attempts, 40), steps_done=73)
+    assert trial.status == "INCONCLUSIVE" and trial.exit_code == 1
+    assert trial.inconclusive == [
+        "the job never resumed from what it saved: after each of restart:node1@step=4, restart:node1@step=+29 it"
+        " restarted from the beginning although it had written ckpt.pt: 33 step(s) redone in all (73 done against"
+        " 40 undisturbed); the records show ckpt.pt written, not whether it was read: if it is the save the job"
+        " should resume from, its resume never ran (a load skipped, or a path that differs); --max-steps-redone N"
+        " (the steps a resume from it may redo: those between two saves) makes a run that starts over not hold"]
+    text = trial.format()
+    assert "VERDICT INCONCLUSIVE: the job never resumed from what it saved:" in text.splitlines()
+    assert "could not have caught" not in text and "?" not in text
+    assert replace(trial, max_steps_redone=1).status == "DOES NOT HOLD"
+    # an attempt between two that is not followed by one that started over stays not known
+    resumed_last = steps(0, "a", range(1, 5), 101.0) + steps(0, "b", range(1, 30), 120.0) + steps(
+        0, "c", range(1, 8), 160.0)
+    assert [a.offset for a in attempts_of(resumed_last, 40, completed=True)] == [0, None, 33]
 
 
 def test_a_fault_in_the_start_up_of_the_attempt_after_another_struck_no_step():
@@ -869,9 +905,9 @@ def test_a_temporary_file_seen_before_it_was_renamed_onto_the_save_is_never_name
     assert kill.saved == ("checkpoint.pt", "checkpoint.pt.tmp") and kill.after_a_save
     assert (kill.named_save, kill.describe_saved()) == ("checkpoint.pt", "yes: checkpoint.pt (+1 more)")
     fresh = replace(kill, resumed_from=0, redone=6)
-    assert verdict_of(make_job, tmp_path, [fresh]).inconclusive == [
-        "no attempt resumed: after kill:node1@step=6 the job restarted from the beginning (6 step(s) redone) although"
-        " it had written checkpoint.pt"]
+    assert verdict_of(make_job, tmp_path, [fresh]).inconclusive[0].startswith(
+        "the job never resumed from what it saved: after kill:node1@step=6 it restarted from the beginning although"
+        " it had written checkpoint.pt:")
     # where every file written before the fault was gone by the end, the newest is named
     gone = [WrittenFile("a.tmp", 102.1, kept=False), WrittenFile("b.tmp", 104.0, kept=False)]
     [only_gone] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, gone)
@@ -1069,8 +1105,9 @@ def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_
     assert "VERDICT INCONCLUSIVE: the check could not have caught a broken resume:" in (
         before_any_save.format().splitlines())
     from_scratch = verdict_of(make_job, tmp_path, [strike(resumed_from=0, redone=12)])
-    assert from_scratch.inconclusive == ["no attempt resumed: after kill:node1@step=12 the job restarted from the"
-                                         " beginning (12 step(s) redone) although it had written ckpt.pt"]
+    assert from_scratch.inconclusive[0].startswith("the job never resumed from what it saved: after kill:node1@step=12"
+                                                   " it restarted from the beginning although it had written"
+                                                   " ckpt.pt: 3 step(s) redone in all;")
     unknown = verdict_of(make_job, tmp_path, [strike(resumed_from=None, redone=None)])
     assert unknown.status == "HOLDS"  # not known not to have resumed: the files tell
     went_on = verdict_of(make_job, tmp_path, [Strike("pause:node1@t=4..6", 5.5, 5, 5, 4.0, ("ckpt.pt",), False, None,
