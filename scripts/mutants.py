@@ -2827,7 +2827,7 @@ MUTANTS = [
     Mutant("--kinds takes restart:store", "orchestrate/chaos/schedule.py",
            "        if colon and not action.reaches_store:", "        if False:", ("tests/unit/test_chaos.py",)),
     Mutant("a drawn store pause may be too short for the agents to feel", "orchestrate/chaos/schedule.py",
-           "min(LASTING_S, width_s / 2) < STORE_FELT_S", "min(LASTING_S, width_s / 2) < 0",
+           "store_outage_s(reference, count) < STORE_FELT_S", "store_outage_s(reference, count) < 0",
            ("tests/unit/test_chaos.py",)),
     Mutant("a chaos check with store kinds leaves the store in node0's agent", "orchestrate/chaos/check.py",
            "    return request.replace(rdzv=\"c10d\", rdzv_store=\"container\"), note",
@@ -2984,6 +2984,10 @@ MUTANTS = [
            "orchestrate/chaos/verdict.py",
            "    cost = f\": {redone} step(s) redone in all{against}\" if redone is not None else \"\"",
            "    cost = \"\"", ("tests/unit/test_chaos.py",)),
+    Mutant("the store outage refusal names the whole job, not the stretch after the first save the faults fall in",
+           "orchestrate/chaos/schedule.py",
+           "        if self.times_after_the_first_write(count) and low_s > self.job_s * 0.1:",
+           "        if False:", ("tests/unit/test_chaos.py",)),
 ]
 
 

@@ -20,7 +20,7 @@ and reference give the same schedule.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
 
 from orchestrate.config.fault_spec import (DEFAULT_DEGRADED_RATE_BITS, DEFAULT_SLOW_CPUS, STORE_TARGET, FaultAction,
@@ -28,6 +28,7 @@ from orchestrate.config.fault_spec import (DEFAULT_DEGRADED_RATE_BITS, DEFAULT_S
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.options import MIN_CPUS
 from orchestrate.errors import UsageError
+from orchestrate.text import counted
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,23 @@ class Reference:
         """The seconds into the job faults fall at: after the first write when there is room,
         else over the middle 80% of the job."""
         low_s, high_s = self.job_s * 0.1, self.job_s * 0.9
-        if self.first_write_s is not None and high_s - max(low_s, self.first_write_s + 1) >= count:
-            low_s = max(low_s, self.first_write_s + 1)
+        if self.times_after_the_first_write(count):
+            low_s = max(low_s, (self.first_write_s or 0.0) + 1)
         return low_s, high_s
+
+    def times_after_the_first_write(self, count: int) -> bool:
+        """Whether ``count`` faults at times fall after the first write (there is room there)."""
+        low_s, high_s = self.job_s * 0.1, self.job_s * 0.9
+        return self.first_write_s is not None and high_s - max(low_s, self.first_write_s + 1) >= count
+
+    def describe_time_range(self, count: int) -> str:
+        """Where ``count`` faults at times fall, in words: the stretch after the first write, or
+        the job's middle 80%."""
+        low_s, high_s = self.time_range(count)
+        if self.times_after_the_first_write(count) and low_s > self.job_s * 0.1:
+            return (f"after the undisturbed run's first write ({self.first_write}, {self.first_write_s:.1f} s into"
+                    f" its {self.job_s:.1f} s job), from {low_s:.1f} s to {high_s:.1f} s")
+        return f"over the middle of the undisturbed run's {self.job_s:.1f} s job, from {low_s:.1f} s to {high_s:.1f} s"
 
 
 def parse_kinds(text: str) -> tuple[ChaosKind, ...]:
@@ -225,11 +240,8 @@ def draw_schedule(seed: int, count: int, kinds: Sequence[Union[ChaosKind, FaultA
                          " spread over it; ask for fewer, or train longer")
     width_s = (high_s - low_s) / count
     lasting_on_store = [kind for kind in kinds if kind.on_store and kind.lasting]
-    if lasting_on_store and min(LASTING_S, width_s / 2) < STORE_FELT_S:
-        raise UsageError(f"--kinds {lasting_on_store[0]}: the undisturbed run's job took {reference.job_s:.1f} s, too"
-                         f" short for {count} fault(s) each with {STORE_FELT_S:g} s of store outage in its own"
-                         f" stretch (torchrun's agents call the store every {STORE_FELT_S:g} s: a shorter outage may"
-                         " go unfelt); ask for fewer faults, or train longer")
+    if lasting_on_store and store_outage_s(reference, count) < STORE_FELT_S:
+        raise UsageError(f"--kinds {lasting_on_store[0]}: {too_short_for_store_outages(reference, count)}")
     schedule: list[FaultSpec] = []
     previous_step: Optional[int] = None  # the step of the fault before, when it began a new attempt
     for i in range(count):
@@ -258,6 +270,30 @@ def draw_schedule(seed: int, count: int, kinds: Sequence[Union[ChaosKind, FaultA
         until = round(start + min(LASTING_S, width_s / 2), 1) if kind.lasting else None
         schedule.append(FaultSpec(kind, at_seconds=round(start, 1), until_seconds=until, **target))
     return tuple(schedule)
+
+
+def store_outage_s(reference: Reference, count: int) -> float:
+    """How long each of ``count`` drawn outages of the store lasts: half its stretch of the
+    times faults fall at, and :data:`LASTING_S` at most."""
+    low_s, high_s = reference.time_range(count)
+    return min(LASTING_S, (high_s - low_s) / count / 2)
+
+
+def too_short_for_store_outages(reference: Reference, count: int) -> str:
+    """Why ``count`` store outages of :data:`STORE_FELT_S` each do not fit the times faults
+    fall at (pure): that stretch, what it leaves each, how many fit, and how long a job gives
+    them room."""
+    low_s, high_s = reference.time_range(count)
+    fitting = max((n for n in range(count) if n and store_outage_s(reference, n) >= STORE_FELT_S), default=0)
+    longer = reference.job_s
+    while store_outage_s(replace(reference, job_s=longer), count) < STORE_FELT_S:
+        longer = round(longer + 0.1, 1)
+    fewer = f"ask for {counted(fitting, 'fault')}, or " if fitting else ""
+    return (f"the faults fall {reference.describe_time_range(count)}: {high_s - low_s:.1f} s for {count} fault(s),"
+            f" {store_outage_s(reference, count):.1f} s of store outage each at most (half its own stretch), under"
+            f" the {STORE_FELT_S:g} s torchrun's agents need to feel it (they call the store every {STORE_FELT_S:g} s:"
+            f" a shorter outage may go unfelt); {fewer}train longer (a job of {longer:.1f} s or more, against"
+            f" {reference.job_s:.1f} s, gives {count} room)")
 
 
 def _stretch(low: int, high: int, count: int, index: int) -> tuple[int, int]:

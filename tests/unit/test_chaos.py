@@ -283,8 +283,20 @@ def test_store_kinds_aim_at_the_store_drawn_from_the_seed_and_a_pause_of_it_last
     short = Reference(None, 20.0)  # 2 s to 18 s: two stretches of 8 s, outages of 4 s at most
     with pytest.raises(UsageError) as refused:
         draw_schedule(1, 2, parse_kinds("pause:store"), NODES, short)
-    assert str(refused.value).startswith("--kinds pause:store: the undisturbed run's job took 20.0 s, too short for 2"
-                                         " fault(s) each with 5 s of store outage in its own stretch")
+    assert str(refused.value).startswith("--kinds pause:store: the faults fall over the middle of the undisturbed"
+                                         " run's 20.0 s job, from 2.0 s to 18.0 s: 16.0 s for 2 fault(s), 4.0 s of"
+                                         " store outage each at most")
+    # a trial's: the stretch after the first save is the limit, not the whole job (4.3 s each, not 48.1 s)
+    after_save = Reference(80, 48.1, first_write="ckpt.pt", first_write_s=25.1, first_step_after_write=2)
+    with pytest.raises(UsageError) as refused:
+        draw_schedule(2, 2, parse_kinds("kill,pause:store"), NODES, after_save)
+    assert str(refused.value) == (
+        "--kinds pause:store: the faults fall after the undisturbed run's first write (ckpt.pt, 25.1 s into its 48.1 s"
+        " job), from 26.1 s to 43.3 s: 17.2 s for 2 fault(s), 4.3 s of store outage each at most (half its own"
+        " stretch), under the 5 s torchrun's agents need to feel it (they call the store every 5 s: a shorter outage"
+        " may go unfelt); ask for 1 fault, or train longer (a job of 51.3 s or more, against 48.1 s, gives 2 room)")
+    assert draw_schedule(2, 1, parse_kinds("kill,pause:store"), NODES, after_save)  # the 1 fault it names fits
+    assert draw_schedule(2, 2, parse_kinds("kill,pause:store"), NODES, replace(after_save, job_s=51.3))
     assert [f.node for f in draw_schedule(1, 2, (ChaosKind(FaultAction.KILL, on_store=True),), NODES, short)] == [
         "store", "store"]
     assert draw_schedule(1, 1, parse_kinds("pause:store"), NODES, short)[0].until_seconds is not None
