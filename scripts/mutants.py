@@ -2988,6 +2988,8 @@ MUTANTS = [
            "orchestrate/chaos/schedule.py",
            "        if self.times_after_the_first_write(count) and low_s > self.job_s * 0.1:",
            "        if False:", ("tests/unit/test_chaos.py",)),
+    Mutant("a run with faults faster than the undisturbed one is said to have lost negative time",
+           "orchestrate/chaos/verdict.py", "    if round(lost, 1) >= 0:", "    if True:", ("tests/unit/test_chaos.py",)),
 ]
 
 

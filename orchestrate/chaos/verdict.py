@@ -347,8 +347,7 @@ class ChaosVerdict(Verdict):
             restarts = sum(self.disturbed.restarts_in_place.values())
             lines.append(f"recoveries {len(self.disturbed.recoveries)}"
                          + (f" | restarts in place {restarts}" if restarts else "") + f" | steps redone {redone}"
-                         f" | time lost {self.time_lost_s:+.1f} s (job {self.disturbed.timings.job_s:.1f} s against"
-                         f" {self.reference.timings.job_s:.1f} s undisturbed)")
+                         f" | {time_lost(self.disturbed.timings.job_s, self.reference.timings.job_s)}")
         for comparison in self.comparisons:
             lines.append(f"compared {comparison.describe()}")
         if self.steps is not None:
@@ -503,6 +502,18 @@ class ChaosResult(Verdict):
             lines.append(f"VERDICT {status}: {counted} of {len(self.trials)} trials {status.lower()}:")
             lines += [f"  {reason}" for reason in self.failures]
         return "\n".join(lines)
+
+
+def time_lost(job_s: float, undisturbed_s: float) -> str:
+    """The summary line's time lost (pure): the job's time with faults less the undisturbed
+    run's, or none where the run with faults took less (its run's time varied by more than the
+    faults cost: a machine's load, a rendezvous that took longer the first time)."""
+    lost = job_s - undisturbed_s
+    against = f"job {job_s:.1f} s against {undisturbed_s:.1f} s undisturbed"
+    if round(lost, 1) >= 0:
+        return f"time lost {max(lost, 0.0):+.1f} s ({against})"
+    return (f"time lost none ({-lost:.1f} s faster: {against}; a run's time varies with the machine's load by more"
+            " than these faults cost)")
 
 
 def first_reasons(reasons: list[str]) -> str:

@@ -908,6 +908,18 @@ def verdict_of(make_job, tmp_path, strikes=(), **options) -> ChaosVerdict:
                         facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), strikes=list(strikes), steps_redone=3, **options)
 
 
+def test_a_run_with_faults_faster_than_the_undisturbed_one_lost_no_time_and_says_so_not_a_negative_loss(
+        make_job, tmp_path):
+    """A trial's store2: 56.6 s with faults against 62.7 s undisturbed said "time lost -6.1 s"."""
+    faster = verdict_of(make_job, tmp_path, [strike()])
+    faster.disturbed.timings.job_s = 23.9  # against the undisturbed run's 30.0 s
+    line = next(l for l in faster.format().splitlines() if l.startswith("recoveries"))
+    assert line.endswith("| time lost none (6.1 s faster: job 23.9 s against 30.0 s undisturbed; a run's time varies"
+                         " with the machine's load by more than these faults cost)")
+    faster.disturbed.timings.job_s = 29.98  # a tenth of a second's rounding is no gain: no "-0.0"
+    assert "| time lost +0.0 s (job 30.0 s against 30.0 s undisturbed)" in faster.format()
+
+
 def test_a_temporary_file_seen_before_it_was_renamed_onto_the_save_is_never_named_as_the_save(make_job, tmp_path):
     # a walk caught checkpoint.pt.tmp at step 6, between its write and its rename onto checkpoint.pt
     records = steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(7, 11), 111.0, counted=False)
