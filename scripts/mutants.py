@@ -2990,6 +2990,13 @@ MUTANTS = [
            "        if False:", ("tests/unit/test_chaos.py",)),
     Mutant("a run with faults faster than the undisturbed one is said to have lost negative time",
            "orchestrate/chaos/verdict.py", "    if round(lost, 1) >= 0:", "    if True:", ("tests/unit/test_chaos.py",)),
+    Mutant("a node that rejoined before the job failed with no step after it is counted a recovery",
+           "orchestrate/chaos/verdict.py",
+           "if r.resumed_at is not None or self.disturbed.job_succeeded]", "]", ("tests/unit/test_chaos.py",)),
+    Mutant("the --compare files of a job that failed under the faults are left out, unsaid",
+           "orchestrate/chaos/check.py",
+           "not_compared=() if disturbed.job_succeeded else self.compare)", "not_compared=())",
+           ("tests/unit/test_chaos.py",)),
 ]
 
 

@@ -185,7 +185,8 @@ class ChaosCheck:
                                strikes=struck, steps_redone=steps_redone(attempts, facts.step_count, struck),
                                steps_done=sum(a.count for a in attempts) if attempts else None,
                                ended_at_step=ended_at(attempts, records), steps=steps,
-                               max_steps_redone=self.max_steps_redone)
+                               max_steps_redone=self.max_steps_redone,
+                               not_compared=() if disturbed.job_succeeded else self.compare)
         (disturbed.run_dir / CHAOS_FILE).write_text(json.dumps(verdict.record(), indent=2) + "\n")
         write_report_quietly(disturbed.run_dir)  # again, with the schedule and the verdict
         return verdict

@@ -19,7 +19,7 @@ from typing import Optional
 from orchestrate.chaos.attempts import Strike, lasts
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
-from orchestrate.outcome.model import FaultRecord, RunResult
+from orchestrate.outcome.model import FaultRecord, Recovery, RunResult
 from orchestrate.outcome.summary import ending_hint
 from orchestrate.text import counted, format_table, listed, times
 
@@ -101,6 +101,7 @@ class ChaosVerdict(Verdict):
     steps: Optional[StepsComparison] = None  # --compare-steps
     max_steps_redone: Optional[int] = None
     not_made: str = ""  # why no run with faults was made though the reference succeeded (no time was left)
+    not_compared: tuple[str, ...] = ()  # the --compare files left uncompared: the job did not complete under the faults
 
     @property
     def cut_short(self) -> str:
@@ -301,6 +302,16 @@ class ChaosVerdict(Verdict):
         return max(0, self.ended_apart)
 
     @property
+    def recovered(self) -> list[Recovery]:
+        """The run with faults' recoveries the job recovered from: each that a step came after,
+        or, of a job that reports no steps, every one where it completed. A node that rejoined
+        after which the job failed before a step (its workers failed reading a torn save) is no
+        recovery."""
+        if self.disturbed is None:
+            return []
+        return [r for r in self.disturbed.recoveries if r.resumed_at is not None or self.disturbed.job_succeeded]
+
+    @property
     def time_lost_s(self) -> Optional[float]:
         if self.disturbed is None:
             return None
@@ -336,8 +347,10 @@ class ChaosVerdict(Verdict):
             lines += format_table(("fault", "fired at", "the attempt it struck had done", "saved before it",
                                    "the next attempt"), rows)
         if self.disturbed is not None:
+            recovered = self.recovered
             for recovery in self.disturbed.recoveries:
-                lines.append(f"recovery: {recovery.describe()}")
+                lines.append(f"recovery: {recovery.describe()}" if recovery in recovered else
+                             f"no recovery: {recovery.describe()}; the job failed with no step after it")
             reference_steps = self.facts.step_count if self.facts else None
             done = self.steps_done if self.steps_done is not None else self.steps_redone + (reference_steps or 0) \
                 if self.steps_redone is not None else None
@@ -345,11 +358,16 @@ class ChaosVerdict(Verdict):
                       f"{self.steps_redone} ({done} done against {reference_steps} undisturbed)")
             # a node the launcher restarted is a recovery; workers torchrun restarted in place, a restart
             restarts = sum(self.disturbed.restarts_in_place.values())
-            lines.append(f"recoveries {len(self.disturbed.recoveries)}"
+            rejoined = len(self.disturbed.recoveries) - len(recovered)
+            lines.append(f"recoveries {len(recovered)}"
+                         + (f" ({rejoined} rejoin(s) with no step after: the job failed)" if rejoined else "")
                          + (f" | restarts in place {restarts}" if restarts else "") + f" | steps redone {redone}"
                          f" | {time_lost(self.disturbed.timings.job_s, self.reference.timings.job_s)}")
         for comparison in self.comparisons:
             lines.append(f"compared {comparison.describe()}")
+        if self.not_compared:
+            lines.append(f"not compared: {listed(list(self.not_compared), 3)}: the job did not complete under the"
+                         " faults, so it did not end where the undisturbed run ended (what it left is not compared)")
         if self.steps is not None:
             lines.append(f"compared {self.steps.describe()}")
         lines.append(f"runs: undisturbed {self.reference.run_dir}"
@@ -383,6 +401,7 @@ class ChaosVerdict(Verdict):
                              for row in self.fault_rows()],
                 "comparisons": [{"path": c.path, "kind": c.kind, "equal": c.equal, "max_difference": c.max_difference,
                                  "where": c.where, "problem": c.problem} for c in self.comparisons],
+                "not_compared": list(self.not_compared),
                 "steps_compared": self.steps.describe() if self.steps else None, "unchecked": self.unchecked,
                 "held_before": list(self.facts.held_before) if self.facts else [],
                 "steps_redone": self.steps_redone, "steps_done": self.steps_done,
@@ -482,7 +501,7 @@ class ChaosResult(Verdict):
 
     def rows(self) -> list[tuple[str, ...]]:
         return [(str(t.seed), " ".join(t.schedule) or "-",
-                 str(len(t.disturbed.recoveries)) if t.disturbed else "-",
+                 str(len(t.recovered)) if t.disturbed else "-",
                  "-" if t.steps_redone is None else str(t.steps_redone), t.status) for t in self.trials]
 
     def format(self) -> str:

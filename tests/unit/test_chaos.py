@@ -1724,6 +1724,42 @@ def test_trials_hold_only_if_every_one_holds_and_the_worst_one_decides(make_job,
     assert "VERDICT DOES NOT HOLD: 1 of 3 trials does not hold:" in text
 
 
+def test_a_node_that_rejoined_before_the_job_failed_is_no_recovery_and_the_files_not_compared_are_said(
+        make_job, tmp_path):
+    """A trial's torn write: node0 rejoined, its workers failed reading the cut ckpt.pt. Its
+    verdict said "recovery: node0 rejoined" and "recoveries 1", and the --compare final.pt line
+    was gone; the check's own judgement now names the file not compared."""
+    from orchestrate.chaos.check import ChaosCheck
+    from orchestrate.config.request import RunRequest
+
+    torn = FaultRecord("torn-write:node0@step=29", "node0", elapsed_s=16.5, step=29, fired_time=116.5)
+    disturbed = result(make_job, tmp_path, ok=False, faults=[torn], job_s=65.4, run_id="dis")
+    disturbed.timings.recoveries.append(Recovery("node0", f"injected fault {torn.spec}", failed_at=17.0,
+                                                 step_before=29))
+    work = tmp_path / "work"
+    work.mkdir()
+    check = ChaosCheck(RunRequest.from_options(("train.py",), workdir=work, runs_dir=tmp_path / "runs"), faults=1,
+                       seed=0, kinds=DEFAULT_KINDS, compare=("final.pt",), rtol=0.0, out=io.StringIO())
+    reference = result(make_job, tmp_path, run_id="ref")
+    (disturbed.run_dir / PROGRESS_SUBDIR).mkdir(parents=True)
+    verdict = check.judge(0, reference, [], Reference(40, 19.0, "ckpt.pt", 1.0, 2), disturbed, [torn.spec],
+                          tmp_path / "undisturbed", work)
+    lines = verdict.format().splitlines()
+    assert verdict.recovered == [] and verdict.status == "DOES NOT HOLD"
+    assert ("no recovery: node0 rejoined after injected fault torn-write:node0@step=29: last step before it 29; the"
+            " job failed with no step after it") in lines
+    assert any(line.startswith("recoveries 0 (1 rejoin(s) with no step after: the job failed) | steps redone")
+               for line in lines)
+    assert ("not compared: final.pt: the job did not complete under the faults, so it did not end where the"
+            " undisturbed run ended (what it left is not compared)") in lines
+    assert verdict.record()["not_compared"] == ["final.pt"]
+    # a job that completed recovered from each rejoin, with or without steps reported after it
+    assert len(replace(verdict, disturbed=result(make_job, tmp_path, faults=[torn], run_id="ok")).recovered) == 0
+    done = result(make_job, tmp_path, faults=[torn], run_id="done")
+    done.timings.recoveries.append(disturbed.recoveries[0])
+    assert replace(verdict, disturbed=done).recovered == done.recoveries
+
+
 def test_a_trials_whole_verdict_says_each_fault_what_it_struck_the_recoveries_and_what_was_compared(
         make_job, tmp_path):
     """What ``chaos`` prints of one trial, and ``chaos.json`` keeps, whole: a fault that struck
@@ -1776,6 +1812,7 @@ def test_a_trials_whole_verdict_says_each_fault_what_it_struck_the_recoveries_an
             {"path": "final.pt", "kind": "tensors", "equal": True, "max_difference": 0.0, "where": "w", "problem": ""},
             {"path": "log.txt", "kind": "bytes", "equal": True, "max_difference": None, "where": "", "problem": ""}],
         "steps_compared": "per-step metrics: 12 value(s) match the undisturbed run's", "unchecked": "",
+        "not_compared": [],
         "held_before": [], "steps_redone": 5, "steps_done": None, "ended_at_step": None, "steps_skipped": 0,
         "time_lost_s": 14.0, "reference_run": "ref", "disturbed_run": "dis"}
     # a torn write whose step at the cut is not known, or whose strike was not found: its times alone
