@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Optional
 
 from orchestrate.chaos.attempts import Attempt, attempts_of
 from orchestrate.outcome.progress import ProgressRecord
+from orchestrate.text import counted, ordinal
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,26 @@ def job_step(record: ProgressRecord, attempt_of: AttemptOf) -> Optional[int]:
     return record.step if attempt is None else attempt.job_step(record.step)
 
 
+def since_the_resume(step: Optional[int], attempt: Optional[Attempt]) -> str:
+    """What a first difference at the job's ``step`` in ``attempt`` (not the job's first) says of
+    the resume it began with (pure): the first step after it shows what the resume restored; a
+    later one, what it did not restore that is used only from then (a learning-rate scheduler's
+    count, which sets the learning rate after the optimizer's restored one served a step). "": the
+    attempt's start is not known, or was the beginning."""
+    if step is None or attempt is None or not attempt.offset or not (attempt.resumed is not None or attempt.counted):
+        return ""  # (an attempt whose steps the script reports without a resume: its first reported is no resume)
+    after = step - attempt.offset
+    if after == 1:
+        return (f": the first step after the resume from step {attempt.offset}, so what the resume restored (the"
+                " optimizer's state, the random state, the data order) is not what the undisturbed run had there")
+    if after < 1:
+        return ""
+    return (f": the {ordinal(after)} step after the resume from step {attempt.offset}, so what the resume restored"
+            f" served {counted(after - 1, 'step')} and something it did not restore shows only from then: a"
+            " learning-rate scheduler's state, for one (the optimizer's restored learning rate serves the first step"
+            " after a resume; a scheduler counting from 0 again sets the next ones), or an epoch's data order")
+
+
 def compare_step_metrics(reference: Iterable[ProgressRecord], disturbed: Iterable[ProgressRecord],
                          rtol: float, reference_steps: Optional[int] = None, completed: bool = False
                          ) -> StepsComparison:
@@ -103,12 +124,7 @@ def compare_step_metrics(reference: Iterable[ProgressRecord], disturbed: Iterabl
                 within = "" if rtol == 0 else f" (beyond --rtol {rtol:g})"
                 attempt = attempt_of(record)
                 number = seen.index(record.attempt) + 1
-                after_resume = (f": the first step after the resume from step {attempt.offset}, so what the resume"
-                                " restored (the optimizer's state, the random state, the data order) is not what"
-                                " the undisturbed run had there"
-                                if number > 1 and attempt is not None and attempt.offset and step == attempt.offset + 1
-                                and (attempt.resumed is not None or attempt.counted)  # (else its first reported)
-                                else "")
+                after_resume = since_the_resume(step, attempt) if number > 1 else ""
                 value, against = apart(record.metrics[name], want[name])
                 return StepsComparison(compared, f"{name} first differs at step {step} (rank {record.rank},"
                                                  f" attempt {number}): {value} against {against}"

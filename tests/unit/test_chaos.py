@@ -845,6 +845,16 @@ def test_the_per_step_metrics_name_the_first_step_that_differs_and_its_attempt()
                                             " the resume from step 2, so what the resume restored (the optimizer's"
                                             " state, the random state, the data order) is not what the undisturbed"
                                             " run had there")
+    # a trial's forget_sched: the optimizer's restored learning rate served step 5; the scheduler, not restored, set
+    # step 6's (Adam's carried count: resumed from 4)
+    undisturbed = steps(1, "r", range(1, 9), 1.0, params=1.0)
+    resumed = (steps(1, "a", range(1, 5), 10.0, params=1.0) + [ProgressRecord(1, 19.5, resumed=4, attempt="b")]
+               + steps(1, "b", [5], 20.0, params=1.0) + steps(1, "b", [6, 7, 8], 21.0, params=2.0))
+    assert compare_step_metrics(undisturbed, resumed, 0.0, 8, True).first_difference == (
+        "params first differs at step 6 (rank 1, attempt 2): 2 against 1 undisturbed: the 2nd step after the resume"
+        " from step 4, so what the resume restored served 1 step and something it did not restore shows only from"
+        " then: a learning-rate scheduler's state, for one (the optimizer's restored learning rate serves the first"
+        " step after a resume; a scheduler counting from 0 again sets the next ones), or an epoch's data order")
     later = same[:4] + [ProgressRecord(0, 21.0, step=4, attempt="b", metrics={"loss": 0.5})]  # not its first step
     assert compare_step_metrics(reference, later, 0.0).first_difference == (
         "loss first differs at step 4 (rank 0, attempt 2): 0.5 against 1 undisturbed")
