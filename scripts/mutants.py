@@ -1031,7 +1031,7 @@ MUTANTS = [
            "kept = dict.fromkeys(w.path for w in result.writes or [] if w.kept)",
            "kept = dict.fromkeys(w.path for w in result.writes or [])", ("tests/unit/test_chaos.py",)),
     Mutant("a comparison with every value equal names a key anyway", "orchestrate/node/compare_tensors.py",
-           "\"where\": largest[1] if largest[0] else \"\"}", "\"where\": largest[1]}", ("tests/unit/test_chaos.py",)),
+           "\"where\": largest[1] if largest[0] else \"\",", "\"where\": largest[1],", ("tests/unit/test_chaos.py",)),
     Mutant("a comparison within --rtol says every value equal", "orchestrate/chaos/verdict.py",
            "        if self.equal and self.max_difference == 0:", "        if self.equal:", ("tests/unit/test_chaos.py",)),
     Mutant("a comparison with every value equal says a largest difference", "orchestrate/chaos/verdict.py",
@@ -2999,6 +2999,13 @@ MUTANTS = [
            ("tests/unit/test_chaos.py",)),
     Mutant("a first difference two steps after a resume is not tied to it", "orchestrate/chaos/step_metrics.py",
            "    if after < 1:\n        return \"\"", "    if after != 1:\n        return \"\"",
+           ("tests/unit/test_chaos.py",)),
+    Mutant("a difference compared exactly as small as float rounding says nothing of --rtol",
+           "orchestrate/chaos/verdict.py", "not 0 < needed <= FLOAT_NOISE:", "True:", ("tests/unit/test_chaos.py",)),
+    Mutant("a value against a 0 is given a relative tolerance that would accept it",
+           "orchestrate/node/compare_tensors.py",
+           "relative = torch.where(apart == 0, torch.zeros_like(apart), apart / b.double().abs())",
+           "relative = torch.where(apart == 0, torch.zeros_like(apart), apart / b.double().abs().clamp(min=1))",
            ("tests/unit/test_chaos.py",)),
 ]
 

@@ -37,7 +37,7 @@ def compare_files(client: Any, image: str, undisturbed: Path, with_faults: Path,
         path = row["path"]
         if row["loadable"]:
             comparisons[path] = FileComparison(path, "tensors", row["equal"], row["max_difference"], row["where"],
-                                               rtol=rtol)
+                                               rtol=rtol, rtol_needed=row.get("rtol_needed"))
         else:
             same = (undisturbed / path).read_bytes() == (with_faults / path).read_bytes()
             comparisons[path] = FileComparison(path, "bytes", same)

@@ -13,6 +13,7 @@ a step done twice, or a misnumbered resume: not known which). Otherwise it **hol
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -41,6 +42,7 @@ class FileComparison:
     where: str = ""
     problem: str = ""
     rtol: float = 0.0  # the tolerance tensors were compared within (--rtol; 0: exactly)
+    rtol_needed: Optional[float] = None  # the least --rtol that accepts every value (None: not known, or none does)
 
     def describe(self) -> str:
         if self.problem:
@@ -54,7 +56,22 @@ class FileComparison:
         at = f" at {self.where}" if self.where else ""
         within = f", within --rtol {self.rtol:g}" if self.rtol and self.equal else ""  # said: it is not equal
         return (f"{self.path}: {'matches' if self.equal else 'differs'} (tensors; largest difference"
-                f" {self.max_difference:.3g}{at}{within})")
+                f" {self.max_difference:.3g}{at}{within}{self.float_noise})")
+
+    @property
+    def float_noise(self) -> str:
+        """What a difference compared exactly says where it is as small as float rounding (at most
+        :data:`FLOAT_NOISE` of any value): how small, and the ``--rtol`` that accepts it ("" else)."""
+        needed = self.rtol_needed
+        if self.equal or self.rtol or needed is None or not 0 < needed <= FLOAT_NOISE:
+            return ""
+        return (f"; at most {needed:.2g} of any value, the size of float rounding: --rtol"
+                f" {10 ** math.ceil(math.log10(needed)):g} accepts such noise")
+
+
+# The relative difference float rounding leaves (float32's epsilon is 1.2e-07, grown over a few steps): a
+# difference no larger is said to be that, with the --rtol that accepts it.
+FLOAT_NOISE = 1e-5
 
 
 # How many of a verdict's reasons its repr shows (what a failed ``assert verdict.holds`` shows).

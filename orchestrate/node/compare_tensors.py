@@ -19,8 +19,11 @@ def walk(torch, a, b, where, rtol, worst):
             return False
         if not a.is_floating_point():
             a, b = a.double(), b.double()
-        diff = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
-        worst.append((diff, where))
+        apart = (a.double() - b.double()).abs()
+        diff = apart.max().item() if a.numel() else 0.0
+        # the least relative tolerance that accepts every value (|a - b| <= rtol * |b|): inf where b is 0 and a is not
+        relative = torch.where(apart == 0, torch.zeros_like(apart), apart / b.double().abs())
+        worst.append((diff, where, relative.max().item() if a.numel() else 0.0))
         return torch.equal(a, b) if rtol == 0 else bool(torch.allclose(a.double(), b.double(), rtol=rtol, atol=0.0))
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
@@ -37,7 +40,7 @@ def walk(torch, a, b, where, rtol, worst):
         if plain_a is not a or plain_b is not b:  # (np.longdouble's item() is one of numpy's again: left as it is)
             return walk(torch, plain_a, plain_b, where, rtol, worst)
     if isinstance(a, float) and isinstance(b, float):
-        worst.append((abs(a - b), where))
+        worst.append((abs(a - b), where, 0.0 if a == b else abs(a - b) / abs(b) if b else float("inf")))
         return a == b if rtol == 0 else abs(a - b) <= rtol * abs(b)
     if callable(getattr(a, "state_dict", None)) and type(a) is type(b) and not isinstance(a, dict):
         # saved whole (a model, an optimizer, a scheduler, a scaler): by its state, as identity says nothing
@@ -107,11 +110,14 @@ def compare_one(rtol, first, second, path):
     except Exception as exc:  # what cannot be compared is no match: said, and the other files still compared
         worst.append((float("inf"), f" (not comparable: {type(exc).__name__}: {exc})"[:200]))
         equal = False
-    largest = max(worst, default=(0.0, ""))
+    largest = max(worst, default=(0.0, ""), key=lambda leaf: leaf[0])
+    # the least --rtol that accepts every value, where each was compared as a number (None: a shape, a key, ...)
+    relative = max([leaf[2] if len(leaf) > 2 else float("inf") for leaf in worst], default=0.0)
     # (where every value is equal no key is the largest difference's)
     print(json.dumps({"path": path, "loadable": True, "equal": equal,
                       "max_difference": largest[0] if largest[0] != float("inf") else None,
-                      "where": largest[1] if largest[0] else ""}))
+                      "where": largest[1] if largest[0] else "",
+                      "rtol_needed": relative if relative != float("inf") else None}))
 
 
 if __name__ == "__main__":

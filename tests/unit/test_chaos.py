@@ -465,6 +465,34 @@ def test_a_relative_tolerance_lets_small_differences_pass_and_not_large_ones(tmp
     assert compare_in_process(1e-4, first, second, "a.pt")[0]["equal"] is False
 
 
+def test_a_difference_as_small_as_float_rounding_says_how_small_and_the_rtol_that_accepts_it(tmp_path, torch):
+    """A trial's fpnoise: "final.pt: differs (tensors; largest difference 8.94e-08 at 0.weight)"
+    said nothing of its relative size nor of --rtol."""
+    first, second = two_copies(tmp_path)
+    torch.save({"w": torch.tensor([1.0, 4.0]), "lr": 0.5}, first / "a.pt")
+    torch.save({"w": torch.tensor([1.0, 4.0 * (1 + 2e-7)]), "lr": 0.5}, second / "a.pt")
+    [row] = compare_in_process(0.0, first, second, "a.pt")
+    assert row["rtol_needed"] == pytest.approx(2e-7, rel=0.3)  # (float32's rounding of the changed value)
+    comparison = FileComparison("a.pt", "tensors", row["equal"], row["max_difference"], row["where"],
+                                rtol_needed=row["rtol_needed"])
+    assert comparison.describe() == (f"a.pt: differs (tensors; largest difference {row['max_difference']:.3g} at w;"
+                                     f" at most {row['rtol_needed']:.2g} of any value, the size of float rounding:"
+                                     " --rtol 1e-06 accepts such noise)")
+    assert compare_in_process(1e-6, first, second, "a.pt")[0]["equal"] is True  # as it says
+    # a difference beyond rounding, a value against 0, a shape: no such words
+    torch.save({"w": torch.tensor([1.0, 4.1]), "lr": 0.5}, second / "a.pt")
+    [far] = compare_in_process(0.0, first, second, "a.pt")
+    assert "--rtol" not in FileComparison("a.pt", "tensors", False, far["max_difference"], "w",
+                                          rtol_needed=far["rtol_needed"]).describe()
+    torch.save({"w": torch.tensor([1e-9, 4.0]), "lr": 0.5}, first / "a.pt")  # against 0: no tolerance accepts it
+    torch.save({"w": torch.tensor([0.0, 4.0]), "lr": 0.5}, second / "a.pt")
+    assert compare_in_process(0.0, first, second, "a.pt")[0]["rtol_needed"] is None
+    torch.save({"w": torch.tensor([0.0]), "lr": 0.5}, second / "a.pt")
+    assert compare_in_process(0.0, first, second, "a.pt")[0]["rtol_needed"] is None
+    # and a comparison already within --rtol says its tolerance, not another
+    assert FileComparison("a.pt", "tensors", False, 1e-7, "w", rtol=1e-9, rtol_needed=2e-7).float_noise == ""
+
+
 def test_numpy_scalars_compare_as_numbers_within_the_tolerance_too(tmp_path, torch):
     """np.float32 is no Python float: its loss compared exactly whatever --rtol said."""
     import numpy
