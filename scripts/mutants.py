@@ -3007,6 +3007,11 @@ MUTANTS = [
            "relative = torch.where(apart == 0, torch.zeros_like(apart), apart / b.double().abs())",
            "relative = torch.where(apart == 0, torch.zeros_like(apart), apart / b.double().abs().clamp(min=1))",
            ("tests/unit/test_chaos.py",)),
+    Mutant("a chaos verdict's repr runs past what pytest shows whole, which it cuts mid-word",
+           "orchestrate/chaos/verdict.py", "    if len(whole) <= limit:", "    if True:", ("tests/unit/test_chaos.py",)),
+    Mutant("a chaos verdict's repr that does not fit is cut mid-clause", "orchestrate/chaos/verdict.py",
+           "    cut = max(text.rfind(end, 0, room) for end in CLAUSE_ENDS)", "    cut = room",
+           ("tests/unit/test_chaos.py",)),
 ]
 
 

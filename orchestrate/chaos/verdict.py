@@ -244,7 +244,7 @@ class ChaosVerdict(Verdict):
     def __repr__(self) -> str:
         """What a failed ``assert verdict.holds`` shows: the trial's headline, not every field of its
         runs (pytest keeps a long repr's head and tail, and the dataclass's cut off the why)."""
-        return f"ChaosVerdict({self.headline})"
+        return within_repr("ChaosVerdict", self.headline)
 
     @property
     def unchecked(self) -> str:
@@ -507,14 +507,14 @@ class ChaosResult(Verdict):
         """What a failed ``assert result.holds`` shows: its status, its seeds, and why first (the
         first reasons, each naming its trial's seed where there were several), as a trial's."""
         if len(self.trials) == 1 and self.trials_asked <= 1:
-            return f"ChaosResult({self.trials[0].headline})"
+            return within_repr("ChaosResult", self.trials[0].headline)
         made = (f"{len(self.trials)} of {counted(self.trials_asked, 'trial')}" if self.trials_asked > len(self.trials)
                 else counted(len(self.trials), "trial"))
         seeds = ", ".join(str(t.seed) for t in self.trials)
         if seeds:
             made += f", {'seeds' if len(self.trials) > 1 else 'seed'} {seeds}"
         reasons = self.failures or ([] if self.trials else ["no trial was made: nothing was tested"])
-        return f"ChaosResult({made}: {self.status}" + (f": {first_reasons(reasons)})" if reasons else ")")
+        return within_repr("ChaosResult", f"{made}: {self.status}" + (f": {first_reasons(reasons)}" if reasons else ""))
 
     def rows(self) -> list[tuple[str, ...]]:
         return [(str(t.seed), " ".join(t.schedule) or "-",
@@ -556,6 +556,28 @@ def first_reasons(reasons: list[str]) -> str:
     """The first :data:`REASONS_SHOWN` of a verdict's reasons, and how many more (pure)."""
     more = len(reasons) - REASONS_SHOWN
     return "; ".join(reasons[:REASONS_SHOWN]) + (f" (+{more} more)" if more > 0 else "")
+
+
+# The longest repr pytest shows whole in a failed assert's "where" line (its saferepr's
+# DEFAULT_REPR_MAX_SIZE): a longer one it cuts in the middle of a word ("per-step metric...he resume").
+REPR_LIMIT = 240
+# What a repr cut to fit says in place of the rest.
+CUT = " [...: .format() says all]"
+# Where a reason may be cut: after a clause, never inside a word or a number.
+CLAUSE_ENDS = ("; ", ": ", ", ", " (")
+
+
+def within_repr(name: str, text: str, limit: int = REPR_LIMIT) -> str:
+    """``name(text)`` in at most ``limit`` characters (pure): whole where it fits, else cut at
+    the end of the last clause that fits, saying so, so that pytest shows it whole."""
+    whole = f"{name}({text})"
+    if len(whole) <= limit:
+        return whole
+    room = limit - len(name) - 2 - len(CUT)
+    cut = max(text.rfind(end, 0, room) for end in CLAUSE_ENDS)
+    if cut <= 0:  # no clause ends that early: after a word, or where none ends, at the room's end
+        cut = text.rfind(" ", 0, room) if text.rfind(" ", 0, room) > 0 else max(room, 0)
+    return f"{name}({text[:cut].rstrip(';:, ')}{CUT})"
 
 
 def gist(reason: str) -> str:

@@ -1954,6 +1954,34 @@ def test_a_failed_assert_on_a_chaos_verdict_shows_why(pytester):
                                   " nothing was tested).holds"])
 
 
+def test_a_long_reason_is_cut_at_a_clause_so_that_a_failed_assert_shows_the_repr_whole(pytester):
+    """A trial's pytest test: pytest cut the repr in its middle, "per-step metric...he resume
+    restored", as it does any repr over 240 characters; the repr fits, cut after a clause."""
+    pytester.makepyfile(test_verdict="""
+        from pathlib import Path
+        from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict
+        from orchestrate.outcome.model import RunResult, Timings
+
+        def test_holds():
+            reference = RunResult("ref", Path("ref"), [], Timings())
+            why = ("the test's time limit left 12 s, and the undisturbed run took 40 s: per-step metrics: params first"
+                   " differs at step 11 (rank 1, attempt 2): -0.713828 against -0.692093 undisturbed: the first step"
+                   " after the resume from step 10, so what the resume restored is not what the undisturbed run had")
+            verdict = ChaosResult(reference, [ChaosVerdict(1, reference, None, [], not_made=why)])
+            assert verdict.holds
+    """)
+    outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    outcome.assert_outcomes(failed=1)
+    outcome.stdout.fnmatch_lines(["E  *where False = ChaosResult(seed 1: INCONCLUSIVE: no run with faults was made: the"
+                                  " test's time limit left 12 s, and the undisturbed run took 40 s: per-step metrics:"
+                                  " params first differs at step 11 (rank 1, attempt 2) [[]...: .format() says all]).holds"])
+    from orchestrate.chaos.verdict import within_repr
+    assert within_repr("R", "a: b") == "R(a: b)"
+    words = "one two three four five six seven eight"
+    assert within_repr("R", words.replace(" ", ", ", 1), limit=34) == "R(one [...: .format() says all])"
+    assert within_repr("R", words, limit=38) == "R(one two [...: .format() says all])"  # no clause: after a word
+
+
 @pytest.mark.parametrize("asked, runs_with, said", [
     (1, 4, "[chaos] --max-restarts 1 raised to 4: a restart for each of the 2 fault(s), and 2 to spare\n"),
     (None, 4, ""),  # the default: nothing to say
