@@ -78,7 +78,7 @@ def test_a_tests_time_limit_ends_a_hung_run_saying_where_every_rank_waits(docker
     try:
         assert result.error == "timed out: the job did not end within 40 s", out.getvalue()[-3000:]
         assert result.hang is not None and result.hang.hung, out.getvalue()[-3000:]
-        said = (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
+        said = (f"rank 0 called all_reduce(float32[1]) at desync.py:{extra}; rank 1 called all_reduce(float32[4]) at"
                 f" desync.py:{every}")
         assert said in result.hang.headline
         text = out.getvalue()
@@ -142,7 +142,7 @@ def test_collective_timeout_ends_a_plain_scripts_hang_as_hung(orchestrate_run, d
     assert "Timed out waiting 10000ms" in result.output  # the script's own process group got the timeout
     headline = next(line for line in result.output.splitlines() if line.startswith("HUNG:"))
     assert headline.startswith("HUNG: a collective timed out on node")
-    assert f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}" in headline
+    assert f"rank 0 called all_reduce(float32[1]) at desync.py:{extra}" in headline
     assert leftovers(docker_client, result.project) == []
 
 

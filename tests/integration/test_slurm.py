@@ -126,7 +126,7 @@ def test_a_slurm_job_whose_collective_timed_out_is_said_hung_where_its_ranks_col
     summary = result.output.split("summary (Slurm job")[1]
     headline = next(line for line in summary.splitlines() if line.startswith("HUNG:"))
     assert headline.startswith("HUNG: a collective timed out on node") and "Timed out waiting 10000ms" in headline
-    assert (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
+    assert (f"rank 0 called all_reduce(float32[1]) at desync.py:{extra}; rank 1 called all_reduce(float32[4]) at"
             f" desync.py:{every}") in headline
     # torch's timeout ended the job, not the launcher
     assert re.search(r"^  then Slurm job \d+ ended FAILED \(reason NonZeroExitCode", summary, re.M), summary
@@ -148,7 +148,7 @@ def test_a_hung_slurm_job_is_said_hung_with_where_every_rank_waits_then_cancelle
     summary = result.output.split("summary (Slurm job")[1]
     headline = next(line for line in summary.splitlines() if line.startswith("HUNG:"))
     assert headline.startswith("HUNG: no progress for ") and "(--hang-timeout 15)" in headline
-    assert (f"rank 0 entered all_reduce(float32[1]) at desync.py:{extra}; rank 1 entered all_reduce(float32[4]) at"
+    assert (f"rank 0 called all_reduce(float32[1]) at desync.py:{extra}; rank 1 called all_reduce(float32[4]) at"
             f" desync.py:{every}") in headline
     assert re.search(r"^  the launcher then cancelled Slurm job \d+ \(", summary, re.M)
     assert "cancelling Slurm job" in result.output.split("summary (Slurm job")[0]

@@ -20,6 +20,20 @@ def state(pid: int) -> str:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
 
 
+def gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie (its environment no longer readable)."""
+    try:
+        return state(pid) == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_until_gone(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def wait_for(pid: int, stopped: bool) -> None:
     deadline = time.monotonic() + 10
     while (state(pid) == "T") != stopped and time.monotonic() < deadline:
@@ -44,5 +58,6 @@ seen["listed_going_on"] = rank_script("workers").split()
 os.kill(child, 9)
 worker.kill()
 worker.wait()
+wait_until_gone(child)  # (a SIGKILLed child still exiting, orphaned, was listed as the rank's process: '5 3 R')
 seen["listed_after_exit"] = rank_script("workers")
 print(json.dumps(seen))
