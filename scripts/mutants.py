@@ -2852,8 +2852,8 @@ MUTANTS = [
            ("tests/unit/test_hangs.py",)),
     # Session 114 (2026-12-07): a DataLoader worker waiting at a lock the fork copied taken
     Mutant("a DataLoader worker at a lock gets no fork hint", "orchestrate/hangs/diagnosis.py",
-           "                if not worker.idle and waits_at_own_lock(worker.stack)]",
-           "                if False]", ("tests/unit/test_hangs.py",)),
+           "                          if not worker.idle and waits_at_own_lock(worker.stack)]",
+           "                          if False]", ("tests/unit/test_hangs.py",)),
     # Session 114 (2026-12-07): a backward pass is counted as one, not as every collective made from its line
     Mutant("a backward pass is counted by every collective made from its line", "orchestrate/hangs/collectives.py",
            "    return f\"{step_counts(passes, elsewhere, made, extra, never_made)}{UNEVEN_HINT}\"",
@@ -2903,12 +2903,12 @@ MUTANTS = [
            "               for entry in self.waiting_in.values()) and False:\n            return \"\"",
            ("tests/unit/test_hangs.py",)),
     Mutant("where each rank waits past where they part is not said", "orchestrate/hangs/diagnosis.py",
-           "            if self.waits_elsewhere:  # the ranks went on", "            if False:  # the ranks went on",
+           "            if waits_now:  # the ranks went on", "            if False:  # the ranks went on",
            ("tests/unit/test_hangs.py",)),
     # Session 114 (2026-12-07): f3, ranks with one call at one place are named together, and the page says a divergence once
     Mutant("a mismatch names each rank one by one", "orchestrate/hangs/collectives.py",
            "                text = head + calls_text(calls, verb)",
-           '                text = head + "; ".join(entered(r, calls[r], verb) for r in sorted(calls))',
+           '                text = head + "; ".join(f"rank {r} {verb} {calls[r].call} at {calls[r].at}" for r in sorted(calls))',
            ("tests/unit/test_hangs.py",)),
     Mutant("a mismatch's calls past the fourth are not named", "orchestrate/hangs/collectives.py",
            "    rest = sorted(rank for ranks, _ in grouped[most:] for rank in ranks)", "    rest: list[int] = []",
@@ -2927,7 +2927,7 @@ MUTANTS = [
            "        lines.insert(len(lines), f\"  {divergence.text}\")", ("tests/unit/test_hangs.py",)),
     # Session 114 (2026-12-07): a review's points: a store timeout's remedy is the store's own timeout
     Mutant("a store call that timed out while a rank computed is told the process group's timeout",
-           "orchestrate/hangs/diagnosis.py", "    found.store_timed_out = what.startswith(STORE_CALL_TIMED_OUT)",
+           "orchestrate/hangs/diagnosis.py", "    found.store_timed_out = in_store_call",
            "    found.store_timed_out = False", ("tests/unit/test_store_calls.py",)),
     Mutant("a DataLoader worker in a library's thread wait is told of the fork", "orchestrate/hangs/snapshots.py",
            "    return bool(stack) and stack[-1].is_users and LOCK_WAIT_LINE.search(stack[-1].code) is not None",
@@ -2951,7 +2951,7 @@ MUTANTS = [
            "        if self.steps_done >= count and self.steps_done - self.steps_redone_by_faults >= count:\n",
            "        if self.steps_done >= count:\n", ("tests/unit/test_chaos.py",)),
     Mutant("the summary's steps redone leaves out what the faults' rows say was redone", "orchestrate/chaos/attempts.py",
-           "    return max(0, sum(a.count for a in attempts) - reference_steps, by_faults)",
+           "    return max(0, sum(a.count for a in attempts) - reference_steps, redone_by(struck))",
            "    return max(0, sum(a.count for a in attempts) - reference_steps)", ("tests/unit/test_chaos.py",)),
     Mutant("a job numbered short though it did every step holds", "orchestrate/chaos/verdict.py",
            "        if self.numbered_short:\n", "        if False:\n", ("tests/unit/test_chaos.py",)),

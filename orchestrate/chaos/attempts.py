@@ -323,5 +323,9 @@ def steps_redone(attempts: list[Attempt], reference_steps: Optional[int],
     skipped a step did as many in all as the undisturbed run, having redone one)."""
     if reference_steps is None or not attempts:
         return None
-    by_faults = sum(strike.redone for strike in struck if strike.redone is not None)
-    return max(0, sum(a.count for a in attempts) - reference_steps, by_faults)
+    return max(0, sum(a.count for a in attempts) - reference_steps, redone_by(struck))
+
+
+def redone_by(struck: Iterable[Strike]) -> int:
+    """The steps the faults' rows say the attempts after them did again (0 where none is known)."""
+    return sum(strike.redone for strike in struck if strike.redone is not None)

@@ -34,7 +34,7 @@ from orchestrate.text import counted
 @dataclass(frozen=True)
 class ChaosKind:
     """A kind of fault chaos draws, as ``--kinds`` names it: its action, aimed at a node or a rank
-    the draw picks (``kill``), or at the run's own rendezvous store (``kill:store``)."""
+    the draw picks (``kill``), or at the run's own rendezvous store (``pause:store``)."""
 
     action: FaultAction
     on_store: bool = False

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrate.chaos.attempts import Strike, lasts
+from orchestrate.chaos.attempts import Strike, lasts, redone_by
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, Recovery, RunResult
@@ -266,7 +266,7 @@ class ChaosVerdict(Verdict):
     def steps_redone_by_faults(self) -> int:
         """The steps the attempts after the faults did again, as each fault's row says (where the
         struck attempt had got less where the next one started from; 0 where none is known)."""
-        return sum(strike.redone for strike in self.strikes if strike.redone is not None)
+        return redone_by(self.strikes)
 
     @property
     def steps_skipped(self) -> int:
@@ -576,7 +576,8 @@ def within_repr(name: str, text: str, limit: int = REPR_LIMIT) -> str:
     room = limit - len(name) - 2 - len(CUT)
     cut = max(text.rfind(end, 0, room) for end in CLAUSE_ENDS)
     if cut <= 0:  # no clause ends that early: after a word, or where none ends, at the room's end
-        cut = text.rfind(" ", 0, room) if text.rfind(" ", 0, room) > 0 else max(room, 0)
+        space = text.rfind(" ", 0, room)
+        cut = space if space > 0 else max(room, 0)
     return f"{name}({text[:cut].rstrip(';:, ')}{CUT})"
 
 

@@ -128,10 +128,6 @@ def elements(shapes: str) -> tuple[str, int] | str:
     return match[1], count
 
 
-def entered(rank: int, collective: Collective, verb: str = "entered") -> str:
-    return f"rank {rank} {verb} {collective.call} at {collective.at}"
-
-
 def alike(places: dict[int, str]) -> list[tuple[list[int], str]]:
     """The ranks whose text (a call and its place) is the same, together, in the order of their
     first rank: ``{1: "barrier() at t.py:9", 2: "barrier() at t.py:9"}`` as one entry (since

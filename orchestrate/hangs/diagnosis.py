@@ -163,16 +163,18 @@ THREAD_ENDED_HINT = ("a thread that ends with an error ends alone: Python prints
 # Where a rank's main thread waits for another of its threads and no other thread of the script's
 # is alive (since 2026-12-07: its place alone was said, nothing of why).
 THREAD_ALONE_HINT = ("{ranks} {waits} at {where} for another thread (a lock, a queue, an event), and no other"
-                     " thread of the script's is alive there to answer: a threading.Lock taken again by the thread that holds it waits for ever (a"
-                     " threading.RLock may be taken again by its holder), as does a wait for a thread that ended"
-                     " without letting go of its lock, or setting or putting what the main thread waits for")
+                     " thread of the script's is alive there to answer: a threading.Lock taken again by the thread"
+                     " that holds it waits for ever (a threading.RLock may be taken again by its holder), as does a"
+                     " wait for a thread that ended without letting go of its lock, or setting or putting what the"
+                     " main thread waits for")
 
 # Where a hung rank's DataLoader worker waits at a lock its dataset's own line takes (since 2026-12-07:
 # its place alone was said, and DataLoader(timeout=S), which only ends the wait).
 FORKED_LOCK_HINT = ("{workers} {waits} at a lock in the dataset ({where}): a DataLoader worker is a fork of its rank"
                     " with only the thread that forked it, so a lock that another thread of the rank held at the fork"
-                    " stays taken in the worker for ever; make the lock in each worker (worker_init_fn), keep the threads that take it out of a rank"
-                    " that forks workers, or start them with DataLoader(multiprocessing_context='spawn')")
+                    " stays taken in the worker for ever; make the lock in each worker (worker_init_fn), keep the"
+                    " threads that take it out of a rank that forks workers, or start them with"
+                    " DataLoader(multiprocessing_context='spawn')")
 
 NO_TERMINAL = " no terminal came"  # a rank in its debugger that no `debug RUN RANK` reached
 DEBUGGER_HINT = "debug it with python -m orchestrate debug {run} {rank}, or {instead}"
@@ -611,8 +613,9 @@ class HangDiagnosis:
                 out.append(f"  {FIRST_DIVERGENCE}{self.divergence.text}")
             if self.divergence.fewer:  # where they parted is later than where one skipped a call
                 out.append(f"  {self.divergence.fewer}")
-            if self.waits_elsewhere:  # the ranks went on past where they parted: where they wait is said
-                out.append(f"  {self.waits_elsewhere}")
+            waits_now = self.waits_elsewhere
+            if waits_now:  # the ranks went on past where they parted: where they wait is said
+                out.append(f"  {waits_now}")
             if self.divergence.hint:  # what torch's check does not compare either, or why they part
                 if not (made_alone and self.parted_mid_training):  # a call made alone explains the others' step
                     out.append(f"  {self.divergence.hint}")
@@ -630,16 +633,18 @@ class HangDiagnosis:
             out.append(f"  {THREAD_ENDED_HINT}")
         elif self.hung and self.awaits_no_thread:
             ranks = sorted(self.awaits_no_thread)
-            out.append("  " + THREAD_ALONE_HINT.format(ranks=ranks_text(ranks), waits="waits" if len(ranks) == 1 else "wait",
+            out.append("  " + THREAD_ALONE_HINT.format(ranks=ranks_text(ranks),
+                                                       waits="waits" if len(ranks) == 1 else "wait",
                                                        where=self.awaits_no_thread[ranks[0]]))
         elif self.hung and self.loaders_at_a_lock:
-            waiting = self.loaders_at_a_lock
-            by_rank = {rank: [w for r, w in waiting if r == rank] for rank, _ in waiting}
+            at_lock = self.loaders_at_a_lock
             workers = "; ".join(f"{ranks_text([rank])}'s DataLoader "
-                                + " and ".join(loader_name(w, self.loaders[rank]) for w in at_lock)
-                                for rank, at_lock in by_rank.items())
-            out.append("  " + FORKED_LOCK_HINT.format(workers=workers, waits="waits" if len(waiting) == 1 else "wait",
-                                                      where=summary(waiting[0][1].stack)))
+                                + " and ".join(loader_name(w, self.loaders[rank]) for w in waiting)
+                                for rank, waiting in at_lock.items())
+            first = next(iter(at_lock.values()))[0]
+            many = sum(len(waiting) for waiting in at_lock.values()) > 1
+            out.append("  " + FORKED_LOCK_HINT.format(workers=workers, waits="wait" if many else "waits",
+                                                      where=summary(first.stack)))
         elif self.hung and self.init_hints:
             out += [f"  {hint}" for hint in self.init_hints]
         elif self.hung and self.store_hints:
@@ -679,12 +684,14 @@ class HangDiagnosis:
         return f"HangDiagnosis({'hung' if self.hung else 'not hung'}: {self.headline})"
 
     @property
-    def loaders_at_a_lock(self) -> list[tuple[int, LoaderSnapshot]]:
+    def loaders_at_a_lock(self) -> dict[int, list[LoaderSnapshot]]:
         """The DataLoader workers, of the ranks that wait for theirs, that wait at a lock a line of
-        the dataset's own takes (by rank, then as listed); not a wait in a library's threads (a
-        pool the dataset made itself, stuck in its I/O), which the fork does not explain."""
-        return [(rank, worker) for rank in sorted(self.waiting_for_loaders) for worker in self.loaders.get(rank, [])
-                if not worker.idle and waits_at_own_lock(worker.stack)]
+        the dataset's own takes, by rank (those with none left out); not a wait in a library's
+        threads (a pool the dataset made itself, stuck in its I/O), which the fork does not explain."""
+        at_lock = {rank: [worker for worker in self.loaders.get(rank, [])
+                          if not worker.idle and waits_at_own_lock(worker.stack)]
+                   for rank in sorted(self.waiting_for_loaders)}
+        return {rank: workers for rank, workers in at_lock.items() if workers}
 
     @property
     def waiting_for_loaders(self) -> set[int]:
@@ -831,36 +838,34 @@ def timeout_diagnosis(failure: Any, directory: Path, expected: set[int], since: 
     probe = Probe("failed", 0.0, snapshots)
     where = f"{failure.node} rank {failure.rank}" if getattr(failure, "rank", None) is not None else failure.node
     said = _SOURCE_PREFIX.sub("", exception.split(": ", 1)[-1]).strip()
-    what = what_timed_out(failed, getattr(failure, "rank", None))
+    what, in_store_call = what_timed_out(failed, getattr(failure, "rank", None))
     # (said only of the ranks that neither wrote nor answered)
     unheard = {rank: f"did not answer, and was in {place} when torchrun ended it"
                for rank, place in (stopped_where or {}).items()}
     found = diagnose(probe, None, expected or set(snapshots), unheard, 0.0,
                      cause=f"{what} timed out on {where} ({said[:120]})")
     found.timed_out = True
-    found.store_timed_out = what.startswith(STORE_CALL_TIMED_OUT)
+    found.store_timed_out = in_store_call
     # a rank that was computing as the others' wait timed out (by its own recent CPU): the timeout
     # is shorter than its work, and the job was not hung
     found.hung = not any(a.state == "busy" for a in found.activities)
     return found
 
 
-# How what_timed_out names a store call of the script's own.
-STORE_CALL_TIMED_OUT = "the script's "
-
-
-def what_timed_out(failed: dict[int, RankSnapshot], rank: Optional[int]) -> str:
+def what_timed_out(failed: dict[int, RankSnapshot], rank: Optional[int]) -> tuple[str, bool]:
     """What timed out, by the records the ranks wrote as their calls failed (the failing rank's
-    first): a store call of the script's own, init_process_group, or a collective."""
+    first): a store call of the script's own, init_process_group, or a collective; and whether it
+    was a store call of the script's own."""
     own = failed.get(rank) if rank is not None else None
     record = own if own is not None else next(iter(failed.values()))
     store_call = record.failed_in_store_call
     if store_call is not None:
-        return "the script's TCPStore" if store_call.call == "TCPStore" else f"the script's store.{store_call.call}()"
+        called = "TCPStore" if store_call.call == "TCPStore" else f"store.{store_call.call}()"
+        return f"the script's {called}", True
     collective_records = [s for s in failed.values() if s.reason == FAILED_REASON]
     if not collective_records:
-        return "the script's store call"
-    return "init_process_group" if all(s.failed_in_init for s in collective_records) else "a collective"
+        return "the script's store call", True
+    return ("init_process_group" if all(s.failed_in_init for s in collective_records) else "a collective"), False
 
 
 @dataclass
