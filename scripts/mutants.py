@@ -3012,6 +3012,13 @@ MUTANTS = [
     Mutant("a chaos verdict's repr that does not fit is cut mid-clause", "orchestrate/chaos/verdict.py",
            "    cut = max(text.rfind(end, 0, room) for end in CLAUSE_ENDS)", "    cut = room",
            ("tests/unit/test_chaos.py",)),
+    # Session 115 (2026-12-07): a worker's child left behind when the worker died is not the rank's process
+    Mutant("the rank script takes a dead worker's orphaned child for the rank's process",
+           "orchestrate/node/rank_signal.py", " != rank and launched_so(pid)}", " != rank}",
+           ("tests/unit/test_fault_kinds.py",)),
+    Mutant("the rank script drops a worker in its launcher's session (no session of its own)",
+           "orchestrate/node/rank_signal.py", "    return session == pid or (parent", "    return session == pid and (parent",
+           ("tests/unit/test_fault_kinds.py",)),
 ]
 
 

@@ -198,6 +198,7 @@ def in_own_pid_namespace(*command: str) -> subprocess.CompletedProcess:
 
 
 def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_it_until_it_exits(tmp_path):
+    """Also: a child the worker left behind when it died is not taken for the rank's process."""
     script = tmp_path / "rank_signal.py"
     script.write_text(RANK_SCRIPT)  # the text the launcher sends to python3 -c in a node
     harness = Path(__file__).parent / "rank_signal_in_a_namespace.py"
@@ -208,10 +209,15 @@ def test_the_rank_script_stops_the_ranks_own_process_not_its_children_and_lists_
     assert seen["signalled"] == [str(seen["worker"])]  # the worker, not its child
     worker_state, child_state = seen["states_stopped"]
     assert worker_state == "T" and child_state != "T"
-    assert seen["listed_stopped"] == ["5", str(seen["worker"]), "T", "end"]  # the rank's process alone
+    plain = seen["listed_stopped"][4:6]
+    assert seen["listed_stopped"] == ["5", str(seen["worker"]), "T", "7", *plain, "end"]  # the rank's process alone
+    assert plain[0] != str(seen["child"]) and plain[1] in ("S", "R")  # a worker in its launcher's session
     assert seen["other_rank"] == 3  # no such rank here: said by the status (its output may be lost)
-    rank, pid, state, end = seen["listed_going_on"]
-    assert (rank, pid, end) == ("5", str(seen["worker"]), "end") and state in ("S", "R")
+    rank, pid, state, *rank7, end = seen["listed_going_on"]
+    assert (rank, pid, end) == ("5", str(seen["worker"]), "end") and state in ("S", "R") and rank7[:2] == ["7", plain[0]]
+    assert seen["orphan_parent"] == 1  # the dead worker's child lives on, handed to init
+    assert seen["listed_orphan_left"][:2] == ["7", plain[0]] and len(seen["listed_orphan_left"]) == 4
+    assert seen["orphan_signalled"] == 3  # rank 5 runs nowhere here: its orphan is not signalled in its place
     assert seen["listed_after_exit"] == "end\n"  # an exited rank has no line
 
 
