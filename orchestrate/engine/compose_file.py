@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrate.config.run_config import STORE_SERVICE
-from orchestrate.engine.labels import ROLE_LABEL, RUN_ID_LABEL, STORE_ROLE, node_labels
+from orchestrate.engine.labels import ROLE_LABEL, RUN_ID_LABEL, STORE_ROLE, node_labels, owner_labels
 from orchestrate.plan.layout import (
     CPU_PERIOD_US,
     NETWORK,
@@ -125,7 +125,7 @@ def render_store(plan: JobPlan) -> dict[str, Any]:
             {"type": "bind", "source": str(cfg.project_root), "target": PROJECT_MOUNT_DIR, "read_only": True},
             {"type": "bind", "source": str(plan.run_dir), "target": RUN_DIR_MOUNT},
         ],
-        "labels": escape_interpolation({RUN_ID_LABEL: plan.run_id, ROLE_LABEL: STORE_ROLE}),
+        "labels": escape_interpolation({RUN_ID_LABEL: plan.run_id, ROLE_LABEL: STORE_ROLE, **owner_labels(plan)}),
     }
     if cfg.run_as:
         service["user"] = cfg.run_as

@@ -69,6 +69,10 @@ HANG_LABEL = "io.ddp-compose.hang"
 # lives (a node's name, or the store container's): for a supervisor that attaches later.
 RESTART_LABEL = "io.ddp-compose.restart"
 STORE_HOST_LABEL = "io.ddp-compose.rdzv-store"
+# Who launched the run: the uid ("" where the OS has none) and its login name (for display). On a
+# shared engine, `ps --mine` and `prune` tell the caller's runs from other users' by them.
+OWNER_LABEL = "io.ddp-compose.owner"
+OWNER_NAME_LABEL = "io.ddp-compose.owner-name"
 
 
 def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
@@ -96,7 +100,15 @@ def node_labels(plan: JobPlan, node: NodePlan) -> dict[str, str]:
         RESTART_LABEL: cfg.restart,
         STORE_HOST_LABEL: cfg.store_host,
         HANG_LABEL: f"{cfg.hang_diagnose_after_s:g},{'' if cfg.hang_timeout_s is None else f'{cfg.hang_timeout_s:g}'}",
+        **owner_labels(plan),
     }
+
+
+def owner_labels(plan: JobPlan) -> dict[str, str]:
+    """The labels naming who launched the run: the uid of its ``run_as`` (the invoking user's
+    ``UID:GID``) and that user's login name; both "" where the OS has no uids."""
+    cfg = plan.config
+    return {OWNER_LABEL: cfg.run_as.partition(":")[0] if cfg.run_as else "", OWNER_NAME_LABEL: cfg.user_name}
 
 
 def project_network(client: Any, project_name: str) -> Any:

@@ -6,7 +6,8 @@ from orchestrate.config.link import parse_link
 from orchestrate.config.mounts import Mount
 from orchestrate.config.run_config import STORE_SERVICE
 from orchestrate.engine.compose_file import render_compose, write_compose_file
-from orchestrate.engine.labels import NODE_RANK_LABEL, ROLE_LABEL, RUN_ID_LABEL, STORE_ROLE
+from orchestrate.engine.labels import (NODE_RANK_LABEL, OWNER_LABEL, OWNER_NAME_LABEL, ROLE_LABEL, RUN_ID_LABEL,
+                                       STORE_ROLE)
 from orchestrate.plan.layout import NETWORK, SHARED_VOLUME
 
 
@@ -184,7 +185,7 @@ def test_the_compose_file_is_written_for_a_person_to_read_one_setting_a_line(mak
 
 
 def test_the_rendezvous_store_runs_like_a_node_and_holds_nothing_to_save(make_job, tmp_path):
-    plan = make_job("r1", nodes=2, rdzv="c10d", rdzv_store="container", run_as="1000:1000")
+    plan = make_job("r1", nodes=2, rdzv="c10d", rdzv_store="container", run_as="1000:1000", user_name="alice")
     project = render_compose(plan)
     store, node = project["services"][STORE_SERVICE], project["services"]["node0"]
     assert list(project["services"]) == ["node0", "node1", STORE_SERVICE]
@@ -196,7 +197,9 @@ def test_the_rendezvous_store_runs_like_a_node_and_holds_nothing_to_save(make_jo
     assert store["hostname"] == STORE_SERVICE
     assert store["environment"] == {"PYTHONUNBUFFERED": "1"}  # its lines reach the run's log as they are said
     assert seconds(store["stop_grace_period"]) < seconds(node["stop_grace_period"])
-    assert store["labels"] == {RUN_ID_LABEL: "r1", ROLE_LABEL: STORE_ROLE}
+    # the run's owner, as on its nodes: a listing of the engine by label finds it among the user's
+    assert store["labels"] == {RUN_ID_LABEL: "r1", ROLE_LABEL: STORE_ROLE, OWNER_LABEL: "1000",
+                               OWNER_NAME_LABEL: "alice"}
     mounts = {m["target"]: m for m in store["volumes"]}
     assert mounts == {
         "/opt/ddp-compose": {"type": "bind", "source": str(plan.config.project_root), "target": "/opt/ddp-compose",

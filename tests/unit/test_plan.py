@@ -256,6 +256,18 @@ def test_a_run_listed_from_its_labels_keeps_each_nodes_ranks(make_job):
     assert run.nproc_per_node == 2
 
 
+def test_a_runs_labels_name_the_user_who_launched_it_and_none_where_the_os_has_no_uids(make_job):
+    """On an engine several users share, `ps --mine` and `prune` tell whose a run is by them."""
+    from orchestrate.engine.labels import OWNER_LABEL, OWNER_NAME_LABEL, node_labels
+
+    plan = make_job(nodes=2, run_as="1234:100", user_name="alice")
+    for node in plan.nodes:
+        labels = node_labels(plan, node)
+        assert (labels[OWNER_LABEL], labels[OWNER_NAME_LABEL]) == ("1234", "alice")
+    labels = node_labels(make_job(nodes=1), make_job(nodes=1).nodes[0])  # run_as None: no uids here
+    assert (labels[OWNER_LABEL], labels[OWNER_NAME_LABEL]) == ("", "")
+
+
 def test_a_run_listed_from_its_labels_knows_how_many_nodes_its_elastic_job_needs(make_job):
     from orchestrate.engine.labels import MIN_NODES_LABEL, node_labels
     from orchestrate.engine.runs import NodeInfo, RunInfo

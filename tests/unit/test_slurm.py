@@ -168,12 +168,16 @@ def test_slurm_conf_names_every_node_and_needs_no_cgroups(make_job):
 
 
 def test_cluster_compose_has_a_controller_and_unprivileged_nodes(make_job):
-    plan = make_job(nodes=2, stop_grace_s=4)
+    from orchestrate.engine.labels import OWNER_LABEL, OWNER_NAME_LABEL
+
+    plan = make_job(nodes=2, stop_grace_s=4, run_as="1000:1000", user_name="alice")
     project = render_slurm_compose(plan, "ddp-compose-slurm:abc", "1000:1000")
     assert sorted(project["services"]) == sorted([CONTROLLER, "node0", "node1"])
     for name, service in project["services"].items():
         assert "privileged" not in service and "cap_add" not in service
         assert service["hostname"] == name
+        # the cluster is the user's run: its controller and nodes name them as a Compose run's nodes do
+        assert (service["labels"][OWNER_LABEL], service["labels"][OWNER_NAME_LABEL]) == ("1000", "alice")
     assert project["services"]["node1"]["command"][-2:] == ["slurmd", "-D"]
     assert project["services"][CONTROLLER]["command"][-2:] == ["slurmctld", "-D"]
     command = project["services"]["node0"]["command"]  # a lost launcher's workers get the run's grace
