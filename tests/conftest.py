@@ -4,6 +4,7 @@ import collections
 import io
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from orchestrate.config.request import HostFacts  # noqa: E402
 from orchestrate.config.run_config import RunConfig  # noqa: E402
 from orchestrate.plan.make import make_plan  # noqa: E402
 from orchestrate.plan.model import JobPlan
@@ -36,17 +38,18 @@ JOB_LIMIT_S = 20.0
 @pytest.fixture
 def make_run(tmp_path: Path):
     """A Run whose work and runs directories live in tmp_path, with no host environment or
-    user, on the CPU unless GPUs are asked for; ``client`` and ``out`` are the caller's."""
-    from orchestrate.config.request import HostFacts, RunRequest
+    user unless ``host`` gives them, on the CPU unless GPUs are asked for; ``client`` and ``out``
+    are the caller's."""
+    from orchestrate.config.request import RunRequest
     from orchestrate.launch.run import Run
     from tests.fakes import FakeCompose
 
     def make(run_id: str = "test-run", *, client=None, out=None, target=(), timeout_s: float = JOB_LIMIT_S,
-             **options) -> Run:
+             host: Optional[HostFacts] = None, **options) -> Run:
         options = {"workdir": tmp_path, "runs_dir": tmp_path / "runs", **options}
         options.setdefault("cpu", not options.get("gpus_per_node"))
         request = RunRequest.from_options(tuple(target), **options)
-        return Run(request, client=client, out=out or io.StringIO(), host=HostFacts(), run_id=run_id,
+        return Run(request, client=client, out=out or io.StringIO(), host=host or HostFacts(), run_id=run_id,
                    compose_factory=FakeCompose, timeout_s=timeout_s)
 
     return make

@@ -9,6 +9,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.engine.owners import caller_uid, others_note
 from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.errors import EngineError, NoSuchRunError
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
@@ -32,12 +33,13 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
+    named = run.run_id + others_note(run, caller_uid())  # (by its id: another user's run is removed as named)
     torn_down = False  # by its own launcher, after the stop below
     if run.live_nodes:
         timeout = stop_timeout(run, args.timeout)
         stopped = stop_nodes(client, run, timeout, say=inv.say, by=REMOVED_BY)
         if stopped:
-            inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id} first (SIGTERM, SIGKILL after"
+            inv.out.write(f"stopped {', '.join(stopped)} of run {named} first (SIGTERM, SIGKILL after"
                           f" {timeout} s)\n")
         if stopped and run.launcher_alive and not run.detached and not run.kept:
             inv.say("its launcher says how it ended and tears it down")
@@ -49,7 +51,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         kept_first(inv, client, run)
     removed = remove_run(client, run)
     if removed or not torn_down:
-        inv.out.write(f"removed run {run.run_id}: {what_was_removed(removed)}\n")
+        inv.out.write(f"removed run {named}: {what_was_removed(removed)}\n")
     else:
         inv.out.write(f"run {run.run_id} is gone: its launcher tore it down\n")
     if run.run_dir.is_dir():

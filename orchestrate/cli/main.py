@@ -4,14 +4,14 @@ Commands:
     run     run a torchrun job across N simulated nodes (--detach: leave it running)
     plan    print the plan of a run (same as ``run --dry-run``)
     chaos   a resilience check: the job undisturbed, then with faults drawn from a seed; a verdict
-    ps      list runs (alias: list)
+    ps      list runs, every user's (--mine: yours) (alias: list)
     logs    print a run's output (-f: follow it)
     attach  follow a run to its end and print its summary
     stacks  where every rank of a running run is now, grouped, and where their collectives part
     debug   this terminal as the pdb of a rank stopped at breakpoint()
     stop    stop a run's nodes, keep their logs and state
     down    remove a run
-    prune   remove every run that ended or lost its launcher
+    prune   remove your runs that ended or lost their launcher (--all-users: everyone's)
     bench   benchmarks across simulated nodes
     fault   inject faults into a run that is already going
     export  write the job for a real cluster (Slurm, Kubernetes)

@@ -1,4 +1,5 @@
-"""``prune``: remove every run that ended or whose launcher is gone, and say what went."""
+"""``prune``: remove the caller's runs that ended or whose launcher is gone (every user's with
+``--all-users``), and say what went and what it left."""
 from __future__ import annotations
 
 import argparse
@@ -7,21 +8,28 @@ from typing import Any, Optional
 
 from orchestrate.cli.down import kept_first, what_was_removed
 from orchestrate.cli.invocation import Invocation
+from orchestrate.engine.owners import caller_uid, run_owner
 from orchestrate.engine.runs import RunInfo, list_runs, remove_run
 from orchestrate.errors import UsageError
 from orchestrate.launch.recorded_runs import runs_as_recorded
 
 
 def add_parsers(sub: Any) -> None:
-    prune = sub.add_parser("prune", help="remove every run that has ended or lost its launcher",
+    prune = sub.add_parser("prune", help="remove your runs that have ended or lost their launcher",
                            description="Remove the runs that succeeded, failed, were stopped, or are orphaned"
                                        " (their foreground launcher is gone), and say what was removed."
-                                       " Every such run in the engine, unless --runs-dir names whose.",
+                                       " Only the runs you launched, unless --all-users; every such run of yours in"
+                                       " the engine, unless --runs-dir names whose. The ended runs of other users"
+                                       " it leaves are counted.",
                            epilog="usage example: python -m orchestrate prune --runs-dir runs")
     prune.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
                        help="remove only the runs whose directory is in DIR (as `run --runs-dir` named it),"
                             " leaving other projects' and other users' runs alone; refused where DIR is no directory"
-                            " and no run in the engine names it (default: every run)")
+                            " and no run in the engine names it (default: every directory)")
+    prune.add_argument("--all-users", action="store_true",
+                       help="remove other users' ended runs too (default: only the runs you launched; a run started"
+                            " before runs were labelled with their owner is yours where its run directory is,"
+                            " and else another user's)")
     prune.set_defaults(handler=command)
 
 
@@ -29,23 +37,34 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     runs = runs_as_recorded(list_runs(client))
     check_runs_dir_named(args.runs_dir, runs)
-    pruned, running = 0, 0
+    caller = caller_uid()
+    pruned, running, others_left, unknown_left = 0, 0, 0, 0
     for run in runs:
         if not kept_in(run, args.runs_dir):
+            continue
+        owner = run_owner(run)
+        if not args.all_users and not owner.launched_by(caller):
+            others_left += run.state.ended
+            unknown_left += run.state.ended and owner.uid is None
             continue
         if not run.state.ended:
             running += 1
             continue
         kept_first(inv, client, run)
         removed = remove_run(client, run)
-        inv.out.write(f"removed run {run.run_id} ({run.state.value}): {what_was_removed(removed)}\n")
+        whose = "" if owner.launched_by(caller) else f", run of {owner.described}"
+        inv.out.write(f"removed run {run.run_id} ({run.state.value}{whose}): {what_was_removed(removed)}\n")
         pruned += 1
     where = f" in {args.runs_dir}" if args.runs_dir else " in the engine"
     if args.runs_dir and not args.runs_dir.is_dir():
         where += " (not a directory)" if args.runs_dir.exists() else " (no such directory here)"
     left = f" ({running} still running)" if running else ""
+    of_whom = "" if args.all_users else " of yours"
     inv.out.write(f"pruned {pruned} run(s){where}{left}\n" if pruned
-                  else f"nothing to prune{where}: no run there has ended{left}\n")
+                  else f"nothing to prune{where}: no run{of_whom} there has ended{left}\n")
+    if others_left:
+        unknown = f" ({unknown_left} of an unknown user)" if unknown_left else ""
+        inv.out.write(f"left {others_left} ended run(s) of other users{unknown}: --all-users removes them\n")
     return 0
 
 

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.client import engine_now
+from orchestrate.engine.owners import caller_uid, run_owner
 from orchestrate.engine.runs import RunInfo, RunState, age, list_runs
 from orchestrate.launch.recorded_runs import runs_as_recorded
 from orchestrate.supervise.worker_quiet import seconds_quiet
@@ -14,14 +15,17 @@ from orchestrate.text import format_table, short_duration
 
 def add_parsers(sub: Any) -> None:
     ps = sub.add_parser("ps", aliases=["list"], help="list runs: id, nodes, state, age, quiet time, work directory",
-                        description="Every run the engine has, rebuilt from container labels: running,"
+                        description="Every run the engine has, every user's, rebuilt from container labels: running,"
                                     " succeeded, failed, stopped, or orphaned (its launcher is gone). An ended run's"
                                     " state is its launcher's word where it said one, and a node a lose fault"
                                     " took for good does not count: the job went on without it. QUIET: how long"
                                     " no worker of a running run has printed (torch's own warnings do not count;"
                                     " '-' for a run not running, or a Slurm job); a run quiet for its"
                                     " --hang-diagnose-after or longer is named below the list, with the command that"
-                                    " shows where every rank is.",
+                                    " shows where every rank is. OWNER, the user who launched the run, is shown"
+                                    " where a listed run is not yours (another user's, or one of an unknown user:"
+                                    " started before runs were labelled with their owner, in a directory you"
+                                    " cannot look at).",
                         epilog="usage example: python -m orchestrate ps -q --state failed | xargs -r -n1"
                                " python -m orchestrate down")
     ps.add_argument("-q", "--quiet", action="store_true",
@@ -30,6 +34,8 @@ def add_parsers(sub: Any) -> None:
     ps.add_argument("-a", "--all", action="store_true",
                     help="every run, ended and stopped ones too, as without it (docker ps -a's habit; use --state to"
                          " narrow the list)")
+    ps.add_argument("--mine", action="store_true",
+                    help="only the runs you launched (default: every user's; with -q too)")
     ps.add_argument("--state", action="append", choices=[s.value for s in RunState], metavar="STATE",
                     help="only the runs in this state (repeatable): "
                          + ", ".join(s.value for s in RunState) + " (default: every run)")
@@ -38,19 +44,28 @@ def add_parsers(sub: Any) -> None:
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     runs = [r for r in runs_as_recorded(list_runs(inv.engine())) if not args.state or r.state.value in args.state]
+    caller = caller_uid()
+    owners = {r.run_id: run_owner(r) for r in runs}
+    if args.mine:
+        runs = [r for r in runs if owners[r.run_id].launched_by(caller)]
     if args.quiet:
         inv.out.write("".join(f"{r.run_id}\n" for r in runs))
         return 0
     if not runs:
-        inv.out.write(f"no {' or '.join(args.state)} runs\n" if args.state else "no runs\n")
+        states = f"{' or '.join(args.state)} " if args.state else ""
+        inv.out.write(f"no {states}runs{' of yours' if args.mine else ''}\n")
         return 0
     running = [r for r in runs if r.state is RunState.RUNNING]
     now = engine_now(inv.engine()) if running else 0.0  # the clock of the engine's log stamps
     quiet = {r.run_id: quiet_for(r, now) for r in running}
+    # OWNER only where it tells something: on an engine of one user's runs it would repeat their name
+    with_owner = not all(owners[r.run_id].launched_by(caller) for r in runs)
     rows = [(r.run_id, f"{len(r.nodes)}" if len(r.nodes) == r.planned_nodes else f"{len(r.nodes)}/{r.planned_nodes}",
              r.state.value, "detached" if r.detached else "foreground", age(r.created),
-             "-" if quiet.get(r.run_id) is None else short_duration(quiet[r.run_id]), r.workdir) for r in runs]
-    inv.out.write("\n".join(format_table(("RUN ID", "NODES", "STATE", "MODE", "AGE", "QUIET", "WORKDIR"), rows)) + "\n")
+             "-" if quiet.get(r.run_id) is None else short_duration(quiet[r.run_id]),
+             *((owners[r.run_id].shown,) if with_owner else ()), r.workdir) for r in runs]
+    header = ("RUN ID", "NODES", "STATE", "MODE", "AGE", "QUIET", *(("OWNER",) if with_owner else ()), "WORKDIR")
+    inv.out.write("\n".join(format_table(header, rows)) + "\n")
     for r in running:
         seconds, diagnose_after = quiet[r.run_id], r.hang_limits[0]
         if seconds is not None and diagnose_after and seconds >= diagnose_after and r.run_dir.name:

@@ -7,6 +7,7 @@ from typing import Any
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_seconds
+from orchestrate.engine.owners import caller_uid, others_note
 from orchestrate.engine.runs import find_run
 from orchestrate.launch.recorded_runs import ended_as_recorded, run_as_recorded
 from orchestrate.launch.stop import stop_nodes, stop_timeout
@@ -35,19 +36,20 @@ def add_parsers(sub: Any) -> None:
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
     run = find_run(client, args.run_id)
+    named = run.run_id + others_note(run, caller_uid())  # (by its id: another user's run is stopped as named)
     ended = ended_as_recorded(run)  # before the stop, which would make it look stopped
     stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say, look_first=True)
     if stopped and ended is not None:  # its nodes outlived its job: a kept Slurm run's cluster
-        inv.out.write(f"run {run.run_id} had already ended ({ended.value}); stopped {', '.join(stopped)}, which"
+        inv.out.write(f"run {named} had already ended ({ended.value}); stopped {', '.join(stopped)}, which"
                       f" outlived its job; logs and state kept (remove it with: python -m orchestrate down"
                       f" {run.run_id})\n")
     elif stopped and run.launcher_alive and not run.detached:  # its launcher reports the end and tears down
-        inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; its launcher says how it ended"
+        inv.out.write(f"stopped {', '.join(stopped)} of run {named}; its launcher says how it ended"
                       f" (logs stay in {run.run_dir})\n")
     elif stopped:
-        inv.out.write(f"stopped {', '.join(stopped)} of run {run.run_id}; logs and state kept"
+        inv.out.write(f"stopped {', '.join(stopped)} of run {named}; logs and state kept"
                       f" (remove it with: python -m orchestrate down {run.run_id})\n")
     else:
         ended = run_as_recorded(run).state.value
-        inv.out.write(f"run {run.run_id} has already ended ({ended}); nothing to stop\n")
+        inv.out.write(f"run {named} has already ended ({ended}); nothing to stop\n")
     return 0

@@ -876,13 +876,17 @@ def test_prune_says_what_it_left_running_and_refuses_a_runs_dir_that_is_not_ther
 
     from orchestrate.cli.main import main
 
+    from orchestrate.config.request import HostFacts
+
     client = FakeDockerClient()
-    started_runs(make_run, client, ("going", {"node0": Script(hang=True)}, dict(nodes=1)))
+    mine = HostFacts(run_as=f"{os.getuid()}:{os.getgid()}")  # (its owner label: its directory goes below)
+    started_runs(make_run, client, ("going", {"node0": Script(hang=True)}, dict(nodes=1, host=mine)))
     wait_until(lambda: list_runs(client)[0].state is RunState.RUNNING)
     runs_dir = list_runs(client)[0].run_dir.parent
-    for argv, said in ((["prune"], "nothing to prune in the engine: no run there has ended (1 still running)\n"),
+    for argv, said in ((["prune"], "nothing to prune in the engine: no run of yours there has ended (1 still"
+                                   " running)\n"),
                        (["prune", "--runs-dir", str(runs_dir)],
-                        f"nothing to prune in {runs_dir}: no run there has ended (1 still running)\n")):
+                        f"nothing to prune in {runs_dir}: no run of yours there has ended (1 still running)\n")):
         out = io.StringIO()
         assert main(client=client, argv=argv, out=out) == 0
         assert out.getvalue() == said
@@ -897,8 +901,8 @@ def test_prune_says_what_it_left_running_and_refuses_a_runs_dir_that_is_not_ther
     shutil.rmtree(runs_dir)  # deleted while its runs are in the engine: they are its runs all the same
     out = io.StringIO()
     assert main(client=client, argv=["prune", "--runs-dir", str(runs_dir)], out=out) == 0
-    assert out.getvalue() == (f"nothing to prune in {runs_dir} (no such directory here): no run there has ended"
-                              f" (1 still running)\n")
+    assert out.getvalue() == (f"nothing to prune in {runs_dir} (no such directory here): no run of yours there has"
+                              f" ended (1 still running)\n")
     assert [r.run_id for r in list_runs(client)] == ["going"]
 
 
