@@ -26,7 +26,7 @@ def add_parsers(sub: Any) -> None:
                                     " where a listed run is not yours (another user's, or one of an unknown user:"
                                     " started before runs were labelled with their owner, in a directory you"
                                     " cannot look at).",
-                        epilog="usage example: python -m orchestrate ps -q --state failed | xargs -r -n1"
+                        epilog="usage example: python -m orchestrate ps -q --mine --state failed | xargs -r -n1"
                                " python -m orchestrate down")
     ps.add_argument("-q", "--quiet", action="store_true",
                     help="print the run ids alone, one per line, and nothing when there is none (for scripts)")
