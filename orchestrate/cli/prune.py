@@ -28,8 +28,8 @@ def add_parsers(sub: Any) -> None:
                             " and no run in the engine names it (default: every directory)")
     prune.add_argument("--all-users", action="store_true",
                        help="remove other users' ended runs too (default: only the runs you launched; a run started"
-                            " before runs were labelled with their owner is yours where its run directory is,"
-                            " and else another user's)")
+                            " before runs were labelled with their owner is yours where its run directory is yours,"
+                            " else another user's, or of an unknown user where you cannot look at it)")
     prune.set_defaults(handler=command)
 
 
