@@ -1574,7 +1574,8 @@ MUTANTS = [
            "        if self.keep_failed and test_failed and self.checks:\n", "        if False:\n",
            ("tests/unit/test_ddp_cluster.py",)),
     Mutant("ps --state lists every run", "orchestrate/cli/ps.py",
-           "if not args.state or r.state.value in args.state]", "]", ("tests/unit/test_runs.py",)),
+           "(not args.state or r.state.value in args.state) and in_runs_dir", "in_runs_dir",
+           ("tests/unit/test_runs.py",)),
     Mutant("ps -q prints the table", "orchestrate/cli/ps.py", "    if args.quiet:\n", "    if False:\n",
            ("tests/unit/test_runs.py",)),
     Mutant("an interrupted Slurm job Slurm did not stop is said to have ended on SIGTERM", "orchestrate/outcome/summary.py",
@@ -1847,7 +1848,8 @@ MUTANTS = [
            "spec is not None and spec.action is FaultAction.LOSE)", "spec is not None)",
            ("tests/unit/test_faults_in_effect.py",)),
     Mutant("ps reads no run's record", "orchestrate/cli/ps.py",
-           "in runs_as_recorded(list_runs(inv.engine()))", "in list_runs(inv.engine())", ("tests/unit/test_runs.py",)),
+           "    runs = runs_as_recorded(list_runs(inv.engine()))", "    runs = list_runs(inv.engine())",
+           ("tests/unit/test_runs.py",)),
     Mutant("stop names a run that went on without a lost node as stopped", "orchestrate/cli/stop.py",
            "        ended = run_as_recorded(run).state.value", "        ended = run.state.value", ("tests/unit/test_runs.py",)),
     Mutant("a run's state ignores its launcher's word", "orchestrate/engine/runs.py",
@@ -2454,7 +2456,7 @@ MUTANTS = [
            "            if self.divergence.fewer:", "            if False:", ("tests/unit/test_hangs.py",)),
     Mutant("ranks that made as many calls from a line are said to have skipped one", "orchestrate/hangs/collectives.py",
            "        if before >= current:", "        if before > current:", ("tests/unit/test_hangs.py",)),
-    Mutant("prune takes a runs directory that is not there", "orchestrate/cli/prune.py",
+    Mutant("prune takes a runs directory that is not there", "orchestrate/launch/recorded_runs.py",
            "    if runs_dir is None or runs_dir.is_dir() or any(", "    if True or any(", ("tests/unit/test_runs.py",)),
     Mutant("a dry run plans nodes larger than the engine", "orchestrate/launch/run.py",
            "        info = client.info() if client is not None else {}\n        check_engine_resources(config, info)\n",
@@ -3061,6 +3063,11 @@ MUTANTS = [
     Mutant("stop and down of another user's run by its id do not say whose it is", "orchestrate/engine/owners.py",
            '    return "" if owner.launched_by(caller) else f" (run of {owner.described})"', '    return ""',
            ("tests/unit/test_run_owners.py",)),
+    # Session 115 (2026-12-07): ps --runs-dir, one project's runs on a shared engine
+    Mutant("ps --runs-dir lists every directory's runs", "orchestrate/cli/ps.py",
+           " and in_runs_dir(r, args.runs_dir)]", "]", ("tests/unit/test_runs.py",)),
+    Mutant("ps --runs-dir takes a typo for an empty directory", "orchestrate/cli/ps.py",
+           "    check_runs_dir_named(args.runs_dir, runs)\n", "", ("tests/unit/test_runs.py",)),
 ]
 
 

@@ -11,7 +11,7 @@ from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.owners import caller_uid, run_owner
 from orchestrate.engine.runs import RunInfo, list_runs, remove_run
 from orchestrate.errors import UsageError
-from orchestrate.launch.recorded_runs import runs_as_recorded
+from orchestrate.launch.recorded_runs import check_runs_dir_named, in_runs_dir, runs_as_recorded
 
 
 def add_parsers(sub: Any) -> None:
@@ -40,7 +40,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     caller = caller_uid()
     pruned, running, others_left, unknown_left = 0, 0, 0, 0
     for run in runs:
-        if not kept_in(run, args.runs_dir):
+        if not in_runs_dir(run, args.runs_dir):
             continue
         owner = run_owner(run)
         if not args.all_users and not owner.launched_by(caller):
@@ -66,22 +66,3 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         unknown = f" ({unknown_left} of an unknown user)" if unknown_left else ""
         inv.out.write(f"left {others_left} ended run(s) of other users{unknown}: --all-users removes them\n")
     return 0
-
-
-def check_runs_dir_named(runs_dir: Optional[Path], runs: list[RunInfo]) -> None:
-    """Refuse a ``--runs-dir`` that is no directory here and that no run in the engine names as
-    its own (a typo would prune nothing, and say so with exit 0); one whose runs are still in the
-    engine after it was deleted is pruned all the same.
-
-    Raises:
-        UsageError: Saying what the directory is not.
-    """
-    if runs_dir is None or runs_dir.is_dir() or any(kept_in(run, runs_dir) for run in runs):
-        return
-    what = "is not a directory" if runs_dir.exists() else "does not exist"
-    raise UsageError(f"--runs-dir {runs_dir} {what}, and no run in the engine has its directory there")
-
-
-def kept_in(run: RunInfo, runs_dir: Optional[Path]) -> bool:
-    """Whether the run's directory lies in ``runs_dir`` (every run does when it is None)."""
-    return runs_dir is None or run.run_dir.parent == runs_dir.resolve()

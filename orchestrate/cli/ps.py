@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.client import engine_now
 from orchestrate.engine.owners import caller_uid, run_owner
 from orchestrate.engine.runs import RunInfo, RunState, age, list_runs
-from orchestrate.launch.recorded_runs import runs_as_recorded
+from orchestrate.launch.recorded_runs import check_runs_dir_named, in_runs_dir, runs_as_recorded
 from orchestrate.supervise.worker_quiet import seconds_quiet
 from orchestrate.text import format_table, short_duration
 
@@ -36,6 +37,9 @@ def add_parsers(sub: Any) -> None:
                          " narrow the list)")
     ps.add_argument("--mine", action="store_true",
                     help="only the runs you launched (default: every user's; with -q too)")
+    ps.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                    help="only the runs whose directory is in DIR (as `run --runs-dir` named it): one project's;"
+                         " refused where DIR is no directory and no run in the engine names it (default: every run)")
     ps.add_argument("--state", action="append", choices=[s.value for s in RunState], metavar="STATE",
                     help="only the runs in this state (repeatable): "
                          + ", ".join(s.value for s in RunState) + " (default: every run)")
@@ -43,7 +47,9 @@ def add_parsers(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    runs = [r for r in runs_as_recorded(list_runs(inv.engine())) if not args.state or r.state.value in args.state]
+    runs = runs_as_recorded(list_runs(inv.engine()))
+    check_runs_dir_named(args.runs_dir, runs)
+    runs = [r for r in runs if (not args.state or r.state.value in args.state) and in_runs_dir(r, args.runs_dir)]
     caller = caller_uid()
     owners = {r.run_id: run_owner(r) for r in runs}
     if args.mine:
@@ -53,7 +59,8 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         return 0
     if not runs:
         states = f"{' or '.join(args.state)} " if args.state else ""
-        inv.out.write(f"no {states}runs{' of yours' if args.mine else ''}\n")
+        where = f" in {args.runs_dir}" if args.runs_dir else ""
+        inv.out.write(f"no {states}runs{' of yours' if args.mine else ''}{where}\n")
         return 0
     running = [r for r in runs if r.state is RunState.RUNNING]
     now = engine_now(inv.engine()) if running else 0.0  # the clock of the engine's log stamps

@@ -6,9 +6,11 @@ state by them, as its summary did."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Optional
 
 from orchestrate.engine.runs import RunInfo, RunState, run_state
+from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import lost_nodes
 from orchestrate.outcome.events import launcher_exit_code, read_events
 
@@ -32,3 +34,22 @@ def ended_as_recorded(run: RunInfo) -> Optional[RunState]:
 def runs_as_recorded(runs: list[RunInfo]) -> list[RunInfo]:
     """Each run as :func:`run_as_recorded` gives it."""
     return [run_as_recorded(run) for run in runs]
+
+
+def check_runs_dir_named(runs_dir: Optional[Path], runs: list[RunInfo]) -> None:
+    """Refuse a ``--runs-dir`` that is no directory here and that no run in the engine names as
+    its own (a typo would prune or list nothing, and say so with exit 0); one whose runs are still
+    in the engine after it was deleted is taken as named.
+
+    Raises:
+        UsageError: Saying what the directory is not.
+    """
+    if runs_dir is None or runs_dir.is_dir() or any(in_runs_dir(run, runs_dir) for run in runs):
+        return
+    what = "is not a directory" if runs_dir.exists() else "does not exist"
+    raise UsageError(f"--runs-dir {runs_dir} {what}, and no run in the engine has its directory there")
+
+
+def in_runs_dir(run: RunInfo, runs_dir: Optional[Path]) -> bool:
+    """Whether the run's directory lies in ``runs_dir`` (every run does when it is None)."""
+    return runs_dir is None or run.run_dir.parent == runs_dir.resolve()

@@ -423,6 +423,32 @@ def test_prune_with_runs_dir_leaves_other_directories_runs_alone(make_run, tmp_p
     assert [r.run_id for r in list_runs(client)] == ["theirs"]
 
 
+def test_ps_with_runs_dir_lists_that_directorys_runs_alone_and_refuses_one_named_by_none(make_run, tmp_path,
+                                                                                           capsys):
+    """A shared engine holds other projects' and users' runs: ``ps -q --runs-dir`` gives one
+    project's ids alone, to pipe into ``down``; a typo is refused, not an empty list."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("mine", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1)),
+                 ("theirs", {"node0": Script(["[0|0]:hi"])}, dict(nodes=1, runs_dir=tmp_path / "elsewhere")))
+    wait_until(lambda: all(r.state is RunState.SUCCEEDED for r in list_runs(client)))
+    out = io.StringIO()
+    assert main(client=client, argv=["ps", "-q", "--runs-dir", str(tmp_path / "runs")], out=out) == 0
+    assert out.getvalue() == "mine\n"
+    out = io.StringIO()
+    assert main(client=client, argv=["ps", "--runs-dir", str(tmp_path / "elsewhere")], out=out) == 0
+    assert "theirs" in out.getvalue() and "mine" not in out.getvalue()
+    (tmp_path / "empty").mkdir()
+    out = io.StringIO()
+    assert main(client=client, argv=["ps", "--runs-dir", str(tmp_path / "empty")], out=out) == 0
+    assert out.getvalue() == f"no runs in {tmp_path / 'empty'}\n"
+    capsys.readouterr()
+    assert main(client=client, argv=["ps", "--runs-dir", str(tmp_path / "typo")], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == (f"error: --runs-dir {tmp_path / 'typo'} does not exist, and no run in the"
+                                       " engine has its directory there\n")
+
+
 def test_a_run_removed_while_runs_are_listed_is_gone_not_an_error(make_run):
     """Another client removes a run between the engine's listing and its inspection of each
     container (docker-py lists ids, then inspects): ps and prune list the others, exit 0."""
