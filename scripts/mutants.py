@@ -3068,6 +3068,10 @@ MUTANTS = [
            " and in_runs_dir(r, args.runs_dir)]", "]", ("tests/unit/test_runs.py",)),
     Mutant("ps --runs-dir takes a typo for an empty directory", "orchestrate/cli/ps.py",
            "    check_runs_dir_named(args.runs_dir, runs)\n", "", ("tests/unit/test_runs.py",)),
+    # Session 115 (h7): words a user trial read wrong
+    Mutant("the summary's table heads torchrun's exit code as a bare exit code, like its failing worker's",
+           "orchestrate/outcome/summary.py", '"torchrun exit", "wall time")', '"exit code", "wall time")',
+           ("tests/unit/test_outcome.py",)),
 ]
 
 

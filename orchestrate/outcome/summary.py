@@ -55,7 +55,7 @@ def format_summary(outcome: RunResult) -> str:
     """Render the table printed at the end of every run, followed by its verdict."""
     if outcome.slurm is not None:
         return format_slurm_summary(outcome)
-    header = ("node", "ranks", "state", "exit code", "wall time")
+    header = ("node", "ranks", "state", "torchrun exit", "wall time")  # the node's, not its workers'
     rows = [
         (
             r.node.name,

@@ -79,10 +79,10 @@ def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
     assert format_summary(outcome(results)).splitlines() == [
         "",
         "=== run run-1 summary ===",
-        "node   ranks  state    exit code  wall time",
-        "-----  -----  -------  ---------  ---------",
-        "node0  0,1    stopped  -          6.0 s",
-        "node1  2,3    failed   1          5.0 s",
+        "node   ranks  state    torchrun exit  wall time",
+        "-----  -----  -------  -------------  ---------",
+        "node0  0,1    stopped  -              6.0 s",
+        "node1  2,3    failed   1              5.0 s",
         "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s | teardown 0.5 s",
         "logs: /tmp/runs/run-1",
         "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: boom",
@@ -134,10 +134,10 @@ def test_summary_of_a_success_says_so(make_job):
     text = format_summary(outcome(results_for(
         plan, (NodePhase.SUCCEEDED, 0, 1, None), (NodePhase.SUCCEEDED, 0, 1, None))))
     assert text.splitlines() == ["", "=== run run-1 summary ===",
-                                 "node   ranks  state      exit code  wall time",
-                                 "-----  -----  ---------  ---------  ---------",
-                                 "node0  0      succeeded  0          1.0 s",
-                                 "node1  1      succeeded  0          1.0 s",
+                                 "node   ranks  state      torchrun exit  wall time",
+                                 "-----  -----  ---------  -------------  ---------",
+                                 "node0  0      succeeded  0              1.0 s",
+                                 "node1  1      succeeded  0              1.0 s",
                                  "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s | teardown 0.5 s",
                                  "logs: /tmp/runs/run-1",
                                  "SUCCEEDED: all 2 nodes exited 0"]
@@ -1281,8 +1281,8 @@ def test_the_summary_reads_whole_in_its_rarer_branches(make_job, tmp_path):
     elastic = make_job(nodes=2, rdzv="c10d", min_nodes=1)
     results = results_for(elastic, (NodePhase.SUCCEEDED, 0, 1.0, None), (NodePhase.SUCCEEDED, 0, 1.0, None))
     text = RunResult("run-1", Path("/tmp/runs/run-1"), results, Timings(None, None, 3.0, None))
-    assert format_summary(text).splitlines()[4:7] == ["node0  elastic  succeeded  0          1.0 s",
-                                                       "node1  elastic  succeeded  0          1.0 s",
+    assert format_summary(text).splitlines()[4:7] == ["node0  elastic  succeeded  0              1.0 s",
+                                                       "node1  elastic  succeeded  0              1.0 s",
                                                        "bring-up - | rendezvous - | job 3.0 s | teardown -"]
     # a fault that fired before the job's first step is said with no detail of its own
     plan = make_job(nodes=2)
