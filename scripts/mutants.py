@@ -3072,6 +3072,9 @@ MUTANTS = [
     Mutant("the summary's table heads torchrun's exit code as a bare exit code, like its failing worker's",
            "orchestrate/outcome/summary.py", '"torchrun exit", "wall time")', '"exit code", "wall time")',
            ("tests/unit/test_outcome.py",)),
+    Mutant("the summary calls the time until the first worker's output its rendezvous",
+           "orchestrate/outcome/summary.py", "| until first output {seconds(", "| rendezvous {seconds(",
+           ("tests/unit/test_outcome.py",)),
 ]
 
 

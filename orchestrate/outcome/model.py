@@ -152,7 +152,10 @@ class WrittenFile:
 
 @dataclass
 class Timings:
-    """Seconds spent in each phase of a run."""
+    """Seconds spent in each phase of a run. ``rendezvous_s`` is more than torchrun's rendezvous:
+    from the first node's start to the first line any worker printed (the workers' start, their
+    ``import torch``, and the script up to its first output too); the summary says "until first
+    output"."""
 
     bring_up_s: Optional[float] = None
     rendezvous_s: Optional[float] = None

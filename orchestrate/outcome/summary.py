@@ -73,7 +73,7 @@ def format_summary(outcome: RunResult) -> str:
     lines = ["", f"=== run {outcome.run_id} summary ===", *format_table(header, rows)]
     lines += [outcome.conditions] if outcome.conditions else []  # only where given: else the summary is as ever
     lines.append(
-        f"bring-up {seconds(t.bring_up_s)} | rendezvous {seconds(t.rendezvous_s)} | job {t.job_s:.1f} s"
+        f"bring-up {seconds(t.bring_up_s)} | until first output {seconds(t.rendezvous_s)} | job {t.job_s:.1f} s"
         f" | teardown {seconds(t.teardown_s)}"
     )
     for recovery in t.recoveries:

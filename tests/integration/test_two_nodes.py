@@ -43,7 +43,7 @@ def test_toy_ddp_training_leaves_identical_replicas(orchestrate_run, docker_clie
     summary = result.output.split("summary ===")[1]
     assert re.search(r"^node0\s+0,1\s+succeeded\s+0\s", summary, re.M)
     assert re.search(r"^node1\s+2,3\s+succeeded\s+0\s", summary, re.M)
-    assert re.search(r"bring-up [\d.]+ s \| rendezvous [\d.]+ s \| job [\d.]+ s", summary)
+    assert re.search(r"bring-up [\d.]+ s \| until first output [\d.]+ s \| job [\d.]+ s", summary)
     assert leftovers(docker_client, result.project) == []
 
 

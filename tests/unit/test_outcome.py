@@ -70,7 +70,7 @@ def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
     rows = [ln.split() for ln in text.splitlines() if re.match(r"node\d ", ln)]
     assert rows[0][:4] == ["node0", "0,1", "stopped", "-"]
     assert rows[1][:4] == ["node1", "2,3", "failed", "1"]
-    assert "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s" in text
+    assert "bring-up 1.0 s | until first output 2.0 s | job 3.0 s" in text
     assert "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: boom" in text
     assert "  | last of node1" in text
     # the whole of it, with the traceback of the rank's error file in place of its last lines
@@ -83,7 +83,7 @@ def test_summary_has_a_row_per_node_timings_and_the_verdict(make_job):
         "-----  -----  -------  -------------  ---------",
         "node0  0,1    stopped  -              6.0 s",
         "node1  2,3    failed   1              5.0 s",
-        "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s | teardown 0.5 s",
+        "bring-up 1.0 s | until first output 2.0 s | job 3.0 s | teardown 0.5 s",
         "logs: /tmp/runs/run-1",
         "FAILED: node1 rank 3 failed (exit code 1): RuntimeError: boom",
         "traceback from the error file of node1/rank3:",
@@ -138,7 +138,7 @@ def test_summary_of_a_success_says_so(make_job):
                                  "-----  -----  ---------  -------------  ---------",
                                  "node0  0      succeeded  0              1.0 s",
                                  "node1  1      succeeded  0              1.0 s",
-                                 "bring-up 1.0 s | rendezvous 2.0 s | job 3.0 s | teardown 0.5 s",
+                                 "bring-up 1.0 s | until first output 2.0 s | job 3.0 s | teardown 0.5 s",
                                  "logs: /tmp/runs/run-1",
                                  "SUCCEEDED: all 2 nodes exited 0"]
     one = make_job(nodes=1)
@@ -1283,7 +1283,7 @@ def test_the_summary_reads_whole_in_its_rarer_branches(make_job, tmp_path):
     text = RunResult("run-1", Path("/tmp/runs/run-1"), results, Timings(None, None, 3.0, None))
     assert format_summary(text).splitlines()[4:7] == ["node0  elastic  succeeded  0              1.0 s",
                                                        "node1  elastic  succeeded  0              1.0 s",
-                                                       "bring-up - | rendezvous - | job 3.0 s | teardown -"]
+                                                       "bring-up - | until first output - | job 3.0 s | teardown -"]
     # a fault that fired before the job's first step is said with no detail of its own
     plan = make_job(nodes=2)
     ok = results_for(plan, (NodePhase.SUCCEEDED, 0, 1.0, None), (NodePhase.SUCCEEDED, 0, 1.0, None))
