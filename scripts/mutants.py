@@ -3075,6 +3075,20 @@ MUTANTS = [
     Mutant("the summary calls the time until the first worker's output its rendezvous",
            "orchestrate/outcome/summary.py", "| until first output {seconds(", "| rendezvous {seconds(",
            ("tests/unit/test_outcome.py",)),
+    Mutant("an OOM kill's failure says nothing of the step it came after", "orchestrate/outcome/judge.py",
+           '            after = f" after step {step}" if step is not None else ""', '            after = ""',
+           ("tests/unit/test_judge.py",)),
+    Mutant("an OOM kill of a known rank is said after its node's latest step, not the rank's own",
+           "orchestrate/outcome/judge.py",
+           "            step = (result.last_steps.get(cause.rank) if cause and cause.rank is not None else None)",
+           "            step = None", ("tests/unit/test_judge.py",)),
+    Mutant("the supervisor gives the judge no rank's latest step", "orchestrate/supervise/supervisor.py",
+           "            tracker.result.last_steps = self.progress.last_steps_on(",
+           "            tracker.result.last_steps = {} if True else self.progress.last_steps_on(",
+           ("tests/unit/test_launcher.py",)),
+    Mutant("an elastic node's ranks' latest steps are not found by the node their processes named",
+           "orchestrate/supervise/progress.py", "        on = set(ranks) or {rank for", "        on = set(ranks) and {rank for",
+           ("tests/unit/test_supervisor_collaborators.py",)),
 ]
 
 

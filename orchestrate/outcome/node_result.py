@@ -46,6 +46,8 @@ class NodeResult:
         finished_ranks: Its ranks whose script returned (or exited 0), each with the highest
             step it had reported (None: none), as the workers said on the progress channel, before
             any node ended (a rank that returned after a peer's end or a stop is not among them).
+        last_steps: Its ranks' latest training step each, as the workers said on the progress
+            channel (a rank that reported none is not in it): where an OOM kill came.
         returned_ranks: Its ranks whose script returned (or exited 0) at any time of the run, as
             the workers said: a node whose ranks all had, and whose torchrun outlived its grace,
             waited at its exit barrier.
@@ -86,6 +88,7 @@ class NodeResult:
     consequence: str = ""
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
     returned_ranks: tuple[int, ...] = ()
+    last_steps: dict[int, int] = field(default_factory=dict)
     earlier: Optional[EarlierFailure] = None
     attempts: list[AttemptError] = field(default_factory=list)
     restarts_in_place: int = 0

@@ -1004,6 +1004,7 @@ class Supervisor:
         for tracker in trackers:
             tracker.result.finished_ranks = {rank: finished[rank] for rank in tracker.plan.global_ranks if rank in finished}
             tracker.result.returned_ranks = tuple(rank for rank in tracker.plan.global_ranks if rank in returned)
+            tracker.result.last_steps = self.progress.last_steps_on(tracker.name, tuple(tracker.plan.global_ranks))
             # torchrun's restarts in place, and what ended each restarted attempt (a failed node's are read already)
             tracker.result.restarts_in_place = restarts_in_place(self.spec.run_dir, tracker.name)
             if tracker.result.restarts_in_place and not tracker.result.attempts:

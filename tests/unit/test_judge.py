@@ -100,6 +100,20 @@ def test_an_oom_kill_explains_the_run_with_the_killed_rank_and_the_nodes_own_exi
         "node1", 3, 1, "", lines_of(node1),
         reason="OOM-killed: the kernel killed 2 process(es) at the node's memory limit (rank 3 killed); raise"
                " --memory-per-node or use less memory")
+    # where the ranks reported their steps: the killed rank's latest, not its node's other rank's
+    results[1].last_steps = {2: 7, 3: 4}
+    assert find_failure(results).reason == ("OOM-killed: the kernel killed 2 process(es) at the node's memory limit"
+                                            " after step 4 (rank 3 killed); raise --memory-per-node or use less memory")
+
+
+def test_an_oom_kill_of_no_known_rank_says_the_latest_step_of_its_nodes_ranks(nodes):
+    node0, node1 = nodes()
+    results = [succeeded(node0, last_steps={0: 9}),
+               ended(node1, code=137, oom_kills=1, last_steps={1: 5, 2: 6})]  # torchrun itself was killed
+    assert find_failure(results).reason == ("OOM-killed: the kernel killed 1 process(es) at the node's memory limit"
+                                            " after step 6; raise --memory-per-node or use less memory")
+    results[1].last_steps = {}  # no rank of it reported a step: nothing said of where
+    assert "memory limit; raise" in find_failure(results).reason
 
 
 def test_an_oom_kill_whose_rank_was_not_the_killed_one_or_is_unknown_names_no_killed_rank(nodes):

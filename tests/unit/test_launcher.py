@@ -1024,9 +1024,17 @@ def test_a_lost_node_that_held_the_rendezvous_store_ends_the_job_saying_so(make_
 def test_an_oom_killed_node_is_named_from_the_engine(make_run):
     job = make_run(nodes=2, memory_per_node=1024**3)
     client = FakeDockerClient()
+
+    def stepped() -> None:  # rank 1 reported steps 3 and 4 before the kill; rank 0, of the other node, 9
+        for rank, step in ((1, 3), (1, 4), (0, 9)):
+            with open(job.run_dir / "progress" / f"rank{rank}.jsonl", "a") as handle:
+                handle.write(json.dumps({"rank": rank, "step": step, "time": time.time(), "attempt": "a"}) + "\n")
+
     outcome, text, _ = run(job, client, node0=[Script(["[0|0]:waiting"], hang=True)],
-                           node1=[Script(report(1, 0, exit_code=-9, exc="Signal 9 (SIGKILL)"), exit_code=1, oom=True)])
-    assert outcome.failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es)")
+                           node1=[Script(report(1, 0, exit_code=-9, exc="Signal 9 (SIGKILL)"), exit_code=1, oom=True,
+                                         then=stepped)])
+    assert outcome.failure.describe().startswith("node1 OOM-killed: the kernel killed 1 process(es) at the node's"
+                                                 " memory limit after step 4 (rank 1 killed)")
 
 
 def test_each_oom_event_of_the_engine_is_a_kill_counted_and_recorded(make_run):
