@@ -3089,6 +3089,8 @@ MUTANTS = [
     Mutant("an elastic node's ranks' latest steps are not found by the node their processes named",
            "orchestrate/supervise/progress.py", "        on = set(ranks) or {rank for", "        on = set(ranks) and {rank for",
            ("tests/unit/test_supervisor_collaborators.py",)),
+    Mutant("fault tells a lasting fault without an end as if it would end", "orchestrate/faults/live.py",
+           "        if not spec.action.lasting or spec.has_end:", "        if True:", ("tests/unit/test_live_faults.py",)),
 ]
 
 

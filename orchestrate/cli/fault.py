@@ -23,7 +23,9 @@ def add_parsers(sub: Any) -> None:
                     " kill or hang one rank, tear a node's next write (torn-write: waits for it, then kills the"
                     " node) or fill its disk; kill, pause or disconnect the run's own rendezvous store (kill:store,"
                     " in a run with --rdzv-store container). A fault is injected now, so it takes no start; one"
-                    " given an end (@t=0..SECONDS) is held that long, then undone. The run id is printed when the"
+                    " given an end (@t=0..SECONDS) is held that long, then undone; a pause, disconnect, slow,"
+                    " degrade, lossy, partition, hang-rank or disk-full without one holds for the rest of the run: no"
+                    " command undoes it. The run id is printed when the"
                     " run starts (and names its runs/ directory).",
         epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
                " python -m orchestrate fault 20261121-093012 slow:node1,cpus=0.2@t=0..30")

@@ -217,6 +217,25 @@ def test_a_fault_without_an_end_is_not_held(tmp_path):
     assert clock.slept == [] and run.said == ["injected kill into node1 of run R1"]
 
 
+def test_a_lasting_fault_without_an_end_is_said_to_hold_for_the_rest_of_the_run(tmp_path):
+    # a trial's `fault RUN hang-rank:1` said only that it was injected: not that nothing ends it
+    run = Run(tmp_path)
+    clock = Clock()
+    run.client.command_outputs[(f"{PROJECT}-node0-1", "python3")] = (rank_signal.NOT_HERE, b"")
+    run.faults.inject(parse_fault("hang-rank:1"))
+    run.faults.inject(parse_fault("pause:node0"))
+    run.faults.inject(parse_fault("disk-full:node1"))
+    run.faults.hold(sleep=clock.sleep, clock=clock.time)
+    assert clock.slept == [] and run.said == [
+        "injected hang-rank into rank 1 on node1 of run R1; it holds for the rest of the run: no command undoes it"
+        " (`fault R1 hang-rank:1@t=0..SECONDS` holds one for SECONDS, then undoes it)",
+        "injected pause into node0 of run R1; it holds for the rest of the run: no command undoes it"
+        " (`fault R1 pause:node0@t=0..SECONDS` holds one for SECONDS, then undoes it)",
+        "armed disk-full:node1 on node1's workers of run R1, files '*' of the work directory; it holds for the rest"
+        " of the run: no command undoes it (`fault R1 disk-full:node1@t=0..SECONDS` holds one for SECONDS, then"
+        " undoes it)"]
+
+
 def test_a_preempt_is_the_engines_stop_with_the_runs_stop_grace(tmp_path):
     run = Run(tmp_path)
     run.nodes["node1"].script.ignore_sigterm = True  # so the engine waits the grace, then kills
