@@ -3091,6 +3091,9 @@ MUTANTS = [
            ("tests/unit/test_supervisor_collaborators.py",)),
     Mutant("fault tells a lasting fault without an end as if it would end", "orchestrate/faults/live.py",
            "        if not spec.action.lasting or spec.has_end:", "        if True:", ("tests/unit/test_live_faults.py",)),
+    Mutant("an exported job leaves its workers' output buffered, unlike the run's nodes", "orchestrate/export/options.py",
+           '    env = {"PYTHONUNBUFFERED": "1", "DDP_BACKEND": cfg.backend}', '    env = {"DDP_BACKEND": cfg.backend}',
+           ("tests/unit/test_export.py",)),
 ]
 
 

@@ -279,6 +279,8 @@ def test_exported_sbatch_has_no_simulation_paths(make_job):
     assert "--container-mounts=/data:/data" in script
     assert "/ddp-run" not in script and "--log-dir" not in script and "--output" not in script
     assert "export DDP_BACKEND=nccl" in script
+    # a worker's print reaches the job's log as it is printed, as in the run's nodes (not a buffer at a time)
+    assert "export PYTHONUNBUFFERED=1" in script
 
 
 def test_an_exported_sbatch_runs_where_sbatch_is_called_or_in_chdir_and_says_where_to_submit_from(
