@@ -3094,6 +3094,11 @@ MUTANTS = [
     Mutant("an exported job leaves its workers' output buffered, unlike the run's nodes", "orchestrate/export/options.py",
            '    env = {"PYTHONUNBUFFERED": "1", "DDP_BACKEND": cfg.backend}', '    env = {"DDP_BACKEND": cfg.backend}',
            ("tests/unit/test_export.py",)),
+    Mutant("logs of no such run asks for --runs-dir though it was given", "orchestrate/supervise/logs.py",
+           '("" if runs_dir_given else ", or give --runs-dir")', '", or give --runs-dir"',
+           ("tests/unit/test_recorded_logs.py",)),
+    Mutant("logs of no such run in ./runs does not say --runs-dir may name another", "orchestrate/cli/logs.py",
+           "runs_dir_given=given,", "runs_dir_given=True,", ("tests/unit/test_recorded_logs.py",)),
 ]
 
 

@@ -31,14 +31,15 @@ def add_parsers(sub: Any) -> None:
     logs.add_argument("-f", "--follow", action="store_true",
                       help="keep printing until the run ends: a node started again (a restart, an elastic recovery)"
                            " is followed into its new run")
-    logs.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, metavar="DIR",
+    logs.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
                       help="where to look for a run the engine no longer has: as `run --runs-dir` named it"
-                           " (default: ./%(default)s)")
+                           f" (default: ./{DEFAULT_RUNS_DIR})")
     logs.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    print_run_logs(inv.engine, args.run_id, args.runs_dir, inv.out, node=args.node, ranks=args.rank,
-                   tail=args.tail, follow_live=args.follow,
+    given = args.runs_dir is not None
+    print_run_logs(inv.engine, args.run_id, args.runs_dir if given else DEFAULT_RUNS_DIR, inv.out, node=args.node,
+                   ranks=args.rank, tail=args.tail, follow_live=args.follow, runs_dir_given=given,
                    say=lambda text: print(f"[orchestrate] {text}", file=sys.stderr))
     return 0

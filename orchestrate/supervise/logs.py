@@ -162,10 +162,12 @@ def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Opt
 
 def print_run_logs(engine: Callable[[], Any], run_id: str, runs_dir: Path, out: IO[str], *,
                    node: Optional[str] = None, ranks: Iterable[int] = (), tail: Optional[int] = None,
-                   follow_live: bool = False, say: Callable[[str], None] = print) -> None:
+                   follow_live: bool = False, runs_dir_given: bool = False,
+                   say: Callable[[str], None] = print) -> None:
     """``logs RUN``: the run's output from the engine (see :func:`print_logs`), or, where the
     engine no longer has it or cannot be reached (``engine()`` connects to it), as its directory
-    in ``runs_dir`` recorded it.
+    in ``runs_dir`` recorded it (``runs_dir_given``: the user named it, so a run in neither is
+    not told to name one).
 
     Raises:
         UsageError: For a run neither has, or a run id that names several runs, a node or rank the
@@ -182,9 +184,8 @@ def print_run_logs(engine: Callable[[], Any], run_id: str, runs_dir: Path, out: 
             if not isinstance(not_there, NoSuchRunError):  # no engine answers: it may have the run
                 raise not_there from None
             middle = tuple(sorted({*not_there.in_middle, *not_recorded.in_middle}))
-            raise NoSuchRunError(no_run_named(run_id, f"in the engine or in {runs_dir}",
-                                              "see `python -m orchestrate ps`, or give --runs-dir", middle),
-                                 middle) from None
+            see = "see `python -m orchestrate ps`" + ("" if runs_dir_given else ", or give --runs-dir")
+            raise NoSuchRunError(no_run_named(run_id, f"in the engine or in {runs_dir}", see, middle), middle) from None
     else:
         print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say)
         return

@@ -50,17 +50,22 @@ def test_logs_of_a_torn_down_run_reads_its_directory_node_by_node_and_says_so(ma
     assert "the last 1 of each node's" in capsys.readouterr().err
 
 
-def test_logs_of_a_run_neither_the_engine_nor_the_directory_has_is_one_error(make_run, capsys):
+def test_logs_of_a_run_neither_the_engine_nor_the_directory_has_is_one_error(make_run, capsys, monkeypatch):
     run_dir, client = ended_foreground_run(make_run)
     capsys.readouterr()
     assert logs(client, run_dir, "fedcba")[0] == 2
     assert capsys.readouterr().err == (f"error: no run fedcba in the engine or in {run_dir.parent} (see"
-                                       " `python -m orchestrate ps`, or give --runs-dir)\n")
+                                       " `python -m orchestrate ps`)\n")  # --runs-dir was given: not asked for
     middle = run_dir.name.split("-")[1]  # 101010 (its directory's alone: the engine's run went with its teardown)
     assert logs(client, run_dir, middle)[0] == 2
     assert capsys.readouterr().err == (f"error: no run id in the engine or in {run_dir.parent} starts or ends with"
                                        f" {middle} ({run_dir.name} has it in its middle: give the whole id or its"
                                        " end)\n")
+    # without --runs-dir it looked in ./runs, and a run recorded elsewhere needs one named
+    monkeypatch.chdir(run_dir.parent)
+    assert main(client=client, argv=["logs", "fedcba"], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == ("error: no run fedcba in the engine or in runs (see `python -m orchestrate ps`,"
+                                       " or give --runs-dir)\n")
     assert logs(client, run_dir, run_dir.name, "--rank", "4")[0] == 2
     assert capsys.readouterr().err == f"error: --rank 4: run {run_dir.name} has no such rank (ranks 0-3)\n"
     assert logs(client, run_dir, run_dir.name, "--node", "node7")[0] == 2
