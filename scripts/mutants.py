@@ -3099,6 +3099,9 @@ MUTANTS = [
            ("tests/unit/test_recorded_logs.py",)),
     Mutant("logs of no such run in ./runs does not say --runs-dir may name another", "orchestrate/cli/logs.py",
            "runs_dir_given=given,", "runs_dir_given=True,", ("tests/unit/test_recorded_logs.py",)),
+    Mutant("prune where no run is says no run there has ended", "orchestrate/cli/prune.py",
+           '"no run there has ended" if running else "no run there"', '"no run there has ended"',
+           ("tests/unit/test_runs.py",)),
 ]
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from orchestrate.cli.down import kept_first, what_was_removed
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.owners import caller_uid, run_owner
-from orchestrate.engine.runs import RunInfo, list_runs, remove_run
-from orchestrate.errors import UsageError
+from orchestrate.engine.runs import list_runs, remove_run
 from orchestrate.launch.recorded_runs import check_runs_dir_named, in_runs_dir, runs_as_recorded
 
 
@@ -60,8 +59,9 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         where += " (not a directory)" if args.runs_dir.exists() else " (no such directory here)"
     left = f" ({running} still running)" if running else ""
     of_whom = "" if args.all_users else " of yours"
-    inv.out.write(f"pruned {pruned} run(s){where}{left}\n" if pruned
-                  else f"nothing to prune{where}: no run{of_whom} there has ended{left}\n")
+    # (not that one has not ended, where none is)
+    none = f"no run{of_whom} there has ended" if running else f"no run{of_whom} there"
+    inv.out.write(f"pruned {pruned} run(s){where}{left}\n" if pruned else f"nothing to prune{where}: {none}{left}\n")
     if others_left:
         unknown = f" ({unknown_left} of an unknown user)" if unknown_left else ""
         inv.out.write(f"left {others_left} ended run(s) of other users{unknown}: --all-users removes them\n")
