@@ -3102,6 +3102,11 @@ MUTANTS = [
     Mutant("prune where no run is says no run there has ended", "orchestrate/cli/prune.py",
            '"no run there has ended" if running else "no run there"', '"no run there has ended"',
            ("tests/unit/test_runs.py",)),
+    Mutant("the report marks no failure as the root cause", "orchestrate/report/model.py",
+           '            marker.label += ": the root cause"', '            pass', ("tests/unit/test_report.py",)),
+    Mutant("the report marks the first failure by time as the root cause, whichever it was",
+           "orchestrate/report/model.py", '        if marker.kind == "failed" and marker.lane == lane:',
+           '        if marker.kind == "failed":', ("tests/unit/test_report.py",)),
 ]
 
 

@@ -335,6 +335,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         # (a run recorded before outcome.json kept its addresses: those its nodes came up with)
         addresses = outcome.get("node_addresses") or addresses_in(events)
         model.failure = failure_with_peers_named(outcome.get("failure"), addresses)
+        mark_root_cause(model.markers, model.failure)
         model.hint = outcome.get("hint") or ""
         model.recoveries = outcome.get("recoveries") or []
         model.graces_run_out = [grace_ran_out(str(node.get("name")), [str(p) for p in node.get("still_running") or []],
@@ -372,6 +373,19 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         if outcome.get("teardown_error"):
             model.outcome += f"; TEARDOWN FAILED: {outcome['teardown_error']}"
     return model
+
+
+def mark_root_cause(markers: list[Marker], failure: Optional[dict]) -> None:
+    """Say which failure marker is the run's root cause: the markers go by time, and a node that
+    only lost its peers may fail before the one whose rank failed first (its error seen later)."""
+    if not failure or not failure.get("node"):
+        return
+    rank = failure.get("rank")
+    lane = f"{failure['node']}-rank{rank}" if rank is not None else failure["node"]
+    for marker in markers:
+        if marker.kind == "failed" and marker.lane == lane:
+            marker.label += ": the root cause"
+            return
 
 
 def failure_with_peers_named(failure: Optional[dict], node_addresses: dict[str, str]) -> Optional[dict]:

@@ -148,6 +148,7 @@ def test_a_failure_names_its_root_cause_on_the_failing_rank():
                          "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}})
     failed = [m for m in model.markers if m.kind == "failed"]
     assert [(m.lane, round(m.time, 2)) for m in failed] == [("node1-rank3", 6.01)]
+    assert failed[0].label == "node1 failed at 6.0 s (rank 3): the root cause"
     assert [m.label for m in model.markers if m.kind == "killed"] == ["node0 killed by the launcher at 9.0 s"]
     assert "exit code 137 (SIGKILL)" in [m.label for m in model.markers if m.lane == "node0" and m.kind == "exit"][0]
     assert model.outcome.startswith("FAILED (exit code 1): node1 rank 3 failed")
@@ -157,6 +158,17 @@ def test_a_failure_names_its_root_cause_on_the_failing_rank():
     assert "node0 rank 0: RuntimeError: Connection closed by peer" in page
     assert '<pre id="last-lines">step 5\nRuntimeError: boom</pre>' in page
     assert "<p>Last lines of node1 rank 3:</p>" in page
+
+
+def test_the_root_cause_is_marked_among_failures_listed_by_time():
+    # a trial: node1's rank 2 only lost its peer, and failed before node0's rank 1, the root cause
+    events = started() + [ev(6.0, "node-failed", node="node1", exit_code=1, rank=2),
+                          ev(6.6, "node-failed", node="node0", exit_code=1, rank=1)]
+    failure = {"node": "node0", "rank": 1, "describe": "node0 rank 1 failed (exit code 1): RuntimeError: boom"}
+    model = build_model({"run": plan(), "events": events, "progress": [],
+                         "outcome": {"succeeded": False, "exit_code": 1, "failure": failure}})
+    assert [m.label for m in model.markers if m.kind == "failed"] == [
+        "node1 failed at 6.0 s (rank 2)", "node0 failed at 6.6 s (rank 1): the root cause"]
 
 
 def test_a_crash_and_a_caught_mismatch_say_where_on_the_page():
