@@ -100,7 +100,7 @@ def test_prune_removes_only_the_callers_runs_and_says_what_it_left_until_all_use
     assert text.endswith("pruned 2 run(s) in the engine\n"
                          "left 2 ended run(s) of other users (1 of an unknown user): --all-users removes them\n")
     assert sorted(r.run_id for r in list_runs(client)) == ["alices", "alices-going", "old"]
-    assert said(["prune"], client) == ("nothing to prune in the engine: no run of yours there has ended\n"
+    assert said(["prune"], client) == ("nothing to prune in the engine: no run of yours there\n"
                                        "left 2 ended run(s) of other users (1 of an unknown user): --all-users"
                                        " removes them\n")
     text = said(["prune", "--all-users"], client)

@@ -920,7 +920,7 @@ def test_prune_says_what_it_left_running_and_refuses_a_runs_dir_that_is_not_ther
     empty.mkdir()
     out = io.StringIO()
     assert main(client=client, argv=["prune", "--runs-dir", str(empty)], out=out) == 0
-    assert out.getvalue() == f"nothing to prune in {empty}: no run there\n"  # not that one has not ended
+    assert out.getvalue() == f"nothing to prune in {empty}: no run of yours there\n"  # not that one has not ended
     capsys.readouterr()
     for runs_dir_given, refused in ((tmp_path / "rusn", "does not exist"),  # a typo
                                     (runs_dir / "going" / "run.json", "is not a directory")):  # a file
