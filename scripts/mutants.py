@@ -2035,10 +2035,10 @@ MUTANTS = [
            "    if look is None:  # a later stop", "    if False:  # a later stop",
            ("tests/unit/test_look_before_stop.py",)),
     Mutant("an error during the stop's look cuts the stop", "orchestrate/launch/stop.py",
-           "        except Exception as exc:  # a run directory not writable here", "        except ZeroDivisionError as exc:  # a run directory not writable here",
+           "    except Exception as exc:  # a run directory not writable here", "    except ZeroDivisionError as exc:  # a run directory not writable here",
            ("tests/unit/test_look_before_stop.py",)),
     Mutant("the stop uses the nodes as they were before the look", "orchestrate/launch/stop.py",
-           "        run = find_run(client, run.run_id)  # as it is now", "        pass  # as it is now",
+           "    run = find_run(client, run.run_id)  # as it is now", "    pass  # as it is now",
            ("tests/unit/test_look_before_stop.py",)),
     Mutant("a run ended by the test's limit does not say so in its result", "orchestrate/launch/run.py",
            "            result.limited_by = why", "            pass", ("tests/unit/test_ddp_cluster.py",)),
@@ -3111,6 +3111,11 @@ MUTANTS = [
     Mutant("the report marks the first failure by time as the root cause, whichever it was",
            "orchestrate/report/model.py", '        if marker.kind == "failed" and marker.lane == lane:',
            '        if marker.kind == "failed":', ("tests/unit/test_report.py",)),
+    # Session 115 (h5): `down` of a live run looks where a quiet job's ranks wait first, as `stop` does
+    Mutant("down of a quiet live run stops it without the look stop takes", "orchestrate/launch/stop.py",
+           "        look = look_before_stop(client, run, say)",
+           "        look = look_before_stop(client, run, say) if by == STOPPED_BY else None",
+           ("tests/unit/test_look_before_stop.py",)),
 ]
 
 

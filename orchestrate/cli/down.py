@@ -14,13 +14,16 @@ from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.errors import EngineError, NoSuchRunError
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
 from orchestrate.launch.unfollowed import record_before_removal
+from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S
 
 
 def add_parsers(sub: Any) -> None:
     down = sub.add_parser("down", help="remove a run: containers, network, volume",
                           description="Remove everything the run has in the engine (its log files in the runs"
                                       " directory stay). A run that still runs is stopped first, as stop does"
-                                      " (SIGTERM, then SIGKILL after --timeout); its launcher then says it was"
+                                      " (SIGTERM, then SIGKILL after --timeout), a Compose job quiet for"
+                                      f" {QUIET_BEFORE_LOOK_S:g} s or more looked at first: where every rank waits"
+                                      " is said here and kept in the run's summary; its launcher then says it was"
                                       " stopped by down.")
     down.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     down.add_argument("--timeout", type=argparse_type(non_negative_seconds, "--timeout"), default=None,

@@ -38,7 +38,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     run = find_run(client, args.run_id)
     named = run.run_id + others_note(run, caller_uid())  # (by its id: another user's run is stopped as named)
     ended = ended_as_recorded(run)  # before the stop, which would make it look stopped
-    stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say, look_first=True)
+    stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say)
     if stopped and ended is not None:  # its nodes outlived its job: a kept Slurm run's cluster
         inv.out.write(f"run {named} had already ended ({ended.value}); stopped {', '.join(stopped)}, which"
                       f" outlived its job; logs and state kept (remove it with: python -m orchestrate down"

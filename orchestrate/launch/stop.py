@@ -34,11 +34,13 @@ def stop_timeout(run: RunInfo, asked_s: Optional[float]) -> int:
 
 
 def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], None],
-               by: str = STOPPED_BY, look_first: bool = False) -> list[str]:
+               by: str = STOPPED_BY) -> list[str]:
     """Stop the run's live nodes (its Slurm job, through Slurm); return the nodes that were live.
-    ``look_first``: a Compose job that has printed nothing for a while is looked at first, where
-    every rank waits said and kept for the run's summary (:mod:`orchestrate.supervise.look_before_stop`);
-    an interrupt cuts the look short, not the stop, and so does an error (said).
+    A Compose job that has printed nothing for a while is looked at first, whichever command stops
+    it (``stop``, or ``down`` of a live run: a hung detached run removed without a look lost where
+    it hung), where every rank waits said and kept for the run's summary
+    (:mod:`orchestrate.supervise.look_before_stop`); an interrupt cuts the look short, not the stop,
+    and so does an error (said).
 
     Raises:
         EngineError: When the engine or Slurm refused.
@@ -49,14 +51,13 @@ def stop_nodes(client: Any, run: RunInfo, timeout_s: int, say: Callable[[str], N
             continue_ranks(client, node, hung.get(node.name, []))
         return stop_slurm_run(client, run, timeout_s, say=say, by=by)
     look = None
-    if look_first:
-        try:
-            look = look_before_stop(client, run, say)
-        except KeyboardInterrupt:  # Ctrl-C, or a reader gone (`stop RUN | head`): the stop was asked all the same
-            say("interrupted: the look is cut short, and the nodes are stopped now")
-        except Exception as exc:  # a run directory not writable here, the engine: the stop goes on without it
-            say(f"could not look where the ranks wait ({exc}): the nodes are stopped without it")
-        run = find_run(client, run.run_id)  # as it is now: nodes may have ended, or been paused, meanwhile
+    try:
+        look = look_before_stop(client, run, say)
+    except KeyboardInterrupt:  # Ctrl-C, or a reader gone (`stop RUN | head`): the stop was asked all the same
+        say("interrupted: the look is cut short, and the nodes are stopped now")
+    except Exception as exc:  # a run directory not writable here, the engine: the stop goes on without it
+        say(f"could not look where the ranks wait ({exc}): the nodes are stopped without it")
+    run = find_run(client, run.run_id)  # as it is now: nodes may have ended, or been paused, meanwhile
     return stop_run(run, timeout_s, by, say, look=recorded_look(look),
                     before_stop=lambda node: continue_ranks(client, node, hung.get(node.name, [])))
 

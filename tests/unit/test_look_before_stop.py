@@ -4,6 +4,7 @@ do not), when it looks and when not, what it says, and what the stop request kee
 the run's summary."""
 from __future__ import annotations
 
+import io
 import json
 import time
 
@@ -172,7 +173,7 @@ def test_an_interrupt_during_the_look_cuts_the_look_short_not_the_stop(make_run,
         raise SignalInterrupt(13)
     monkeypatch.setattr("orchestrate.launch.stop.look_before_stop", interrupted)
     said: list[str] = []
-    assert stop_nodes(client, run, 1, said.append, look_first=True) == ["node0", "node1"]
+    assert stop_nodes(client, run, 1, said.append) == ["node0", "node1"]
     assert said[1] == "interrupted: the look is cut short, and the nodes are stopped now"
     assert all(c.status == "exited" for c in client.containers_by_name.values() if "node" in c.name)
     assert read_stop_request(run.run_dir).look == ()
@@ -193,7 +194,7 @@ def test_an_error_during_the_look_leaves_the_stop_to_go_on_and_nodes_ended_meanw
         raise PermissionError(13, "Permission denied", str(run.run_dir / "debug" / "request.json"))
     monkeypatch.setattr("orchestrate.launch.stop.look_before_stop", not_writable)
     said: list[str] = []
-    assert stop_nodes(client, run, 1, said.append, look_first=True) == ["node1"]
+    assert stop_nodes(client, run, 1, said.append) == ["node1"]
     assert said[0] == (f"could not look where the ranks wait ([Errno 13] Permission denied:"
                        f" '{run.run_dir / 'debug' / 'request.json'}'): the nodes are stopped without it")
     assert read_stop_request(run.run_dir).nodes == {"node1"}
@@ -220,3 +221,28 @@ def test_a_second_stop_in_the_grace_takes_no_look_and_keeps_the_first_ones(make_
     write_stop_request(run.run_dir, {**stop_request_data(run.run_dir), "time": time.time() - 3600})
     mark_stop_requested(run.run_dir, ["node0", "node1"], by="python -m orchestrate down", grace_s=10)
     assert read_stop_request(run.run_dir).by == "python -m orchestrate down"  # not that old stop's
+
+
+def test_down_of_a_quiet_detached_run_looks_first_as_stop_does_and_its_record_and_page_keep_the_look(
+        make_run, monkeypatch):
+    """`down RUN` of a live run stops it as `stop` does, the look included: a hung detached run that
+    nobody followed, removed without a look, kept no word of where it hung (trial of 2026-12-07)."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    run = quiet_run(make_run, client)
+    workers = AnsweringWorkers(run.run_dir, (0, 1), {0: 20, 1: 20})
+    (run.run_dir / "debug" / "rank0.crash").write_text("")  # the workers' hook began
+    real_look = look_before_stop
+    monkeypatch.setattr("orchestrate.launch.stop.look_before_stop", lambda client, run, say: real_look(
+        client, run, say, INTERVAL_S, now=a_minute_after_the_last_line(client), sleep=workers.sleep,
+        clock=workers.clock))
+    out = io.StringIO()
+    assert main(["down", "quiet", "--timeout", "1"], out=out, client=client) == 0
+    said = out.getvalue().splitlines()
+    assert said[1] == "at the stop, hung: no progress for 60 s: ranks 0, 1: all_reduce at train.py:20 in <module>"
+    assert "stopped node0, node1 of run quiet first (SIGTERM, SIGKILL after 1 s)" in said
+    outcome = json.loads((run.run_dir / "outcome.json").read_text())
+    assert outcome["stopped_by"] == "python -m orchestrate down" and outcome["stop_look"]["hung"] is True
+    assert outcome["stop_look"]["lines"][0] == said[1].removeprefix("at the stop, hung: ")
+    assert "all_reduce at train.py:20" in (run.run_dir / "report.html").read_text()
