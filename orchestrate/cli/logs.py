@@ -30,7 +30,8 @@ def add_parsers(sub: Any) -> None:
                            " (default: every line)")
     logs.add_argument("-f", "--follow", action="store_true",
                       help="keep printing until the run ends: a node started again (a restart, an elastic recovery)"
-                           " is followed into its new run")
+                           " is followed into its new run; a run quiet for its --hang-diagnose-after is said on"
+                           " standard error, once per quiet spell, with the command that shows where every rank is")
     logs.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
                       help="where to look for a run the engine no longer has: as `run --runs-dir` named it"
                            f" (default: ./{DEFAULT_RUNS_DIR})")

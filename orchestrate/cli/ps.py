@@ -10,7 +10,7 @@ from orchestrate.engine.client import engine_now
 from orchestrate.engine.owners import caller_uid, run_owner
 from orchestrate.engine.runs import RunInfo, RunState, age, list_runs
 from orchestrate.launch.recorded_runs import check_runs_dir_named, in_runs_dir, runs_as_recorded
-from orchestrate.supervise.worker_quiet import seconds_quiet
+from orchestrate.supervise.worker_quiet import quiet_note, seconds_quiet
 from orchestrate.text import format_table, short_duration
 
 
@@ -74,10 +74,8 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     header = ("RUN ID", "NODES", "STATE", "MODE", "AGE", "QUIET", *(("OWNER",) if with_owner else ()), "WORKDIR")
     inv.out.write("\n".join(format_table(header, rows)) + "\n")
     for r in running:
-        seconds, diagnose_after = quiet[r.run_id], r.hang_limits[0]
-        if seconds is not None and diagnose_after and seconds >= diagnose_after and r.run_dir.name:
-            inv.out.write(f"run {r.run_id}: no worker has printed for {short_duration(seconds)}; where every rank"
-                          f" is (waiting or computing): python -m orchestrate stacks {r.run_id}\n")
+        if note := quiet_note(r, quiet[r.run_id]):
+            inv.out.write(note + "\n")
     return 0
 
 

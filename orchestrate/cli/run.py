@@ -89,6 +89,7 @@ def run_request(request: RunRequest, inv: Invocation) -> tuple[int, Optional[Run
         run.say(f"run {run.run_id} is running detached; follow it with:\n"
                 f"  python -m orchestrate logs {run.run_id} -f      # its output\n"
                 f"  python -m orchestrate attach {run.run_id}       # its output and summary\n"
+                f"  python -m orchestrate stacks {run.run_id}       # where every rank is, if it goes quiet\n"
                 f"  python -m orchestrate stop {run.run_id} / down {run.run_id}")
         caveat = unwatched_while_detached(run.check())
         if caveat:

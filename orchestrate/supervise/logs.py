@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
+from orchestrate.engine.client import engine_now
 from orchestrate.engine.container_log import SOURCES, LogLine, Position, advanced, follow_log, looked_at, read_log
 from orchestrate.engine.labels import LAUNCHER_LABEL
 from orchestrate.engine.runs import RunInfo, find_run, launcher_alive, node_plans
@@ -19,6 +20,7 @@ from orchestrate.plan.model import NodePlan
 from orchestrate.supervise.log_selection import last, say_elastic_ranks_unchecked, select_nodes, select_ranks
 from orchestrate.supervise.recorded_logs import recorded_lines
 from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
+from orchestrate.supervise.worker_quiet import QuietNotice
 from orchestrate.text import no_run_named
 
 
@@ -102,13 +104,14 @@ class FollowedNode:
 
 
 def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Optional[int] = None,
-           goes_on: Callable[[], bool] = nothing_starts_again, say: Callable[[str], None] = print
-           ) -> Iterator[str]:
+           goes_on: Callable[[], bool] = nothing_starts_again, say: Callable[[str], None] = print,
+           each_look: Callable[[], None] = lambda: None) -> Iterator[str]:
     """The nodes' lines (those ``keep`` takes) as they come, from the first, or from the last
     ``tail`` of those printed so far; a node whose container starts again (a restart, an
     elastic recovery) is followed on into its new run. Ends when every node's log has ended
     and none will start: none is yet to, and ``goes_on`` says the run may start none again, or
-    every node's container is gone."""
+    every node's container is gone. ``each_look`` runs as the nodes are looked at (every
+    ``LOOK_AGAIN_S``), lines or none."""
     width = label_width(pairs)
     arrived: "queue.Queue[tuple[int, Optional[LogLine]]]" = queue.Queue()
     if tail is None:
@@ -143,6 +146,7 @@ def follow(pairs: list[tuple[NodePlan, Any]], keep: Keep = every_line, tail: Opt
             yield from (ln.render(width) for ln in done if keep(ln))
         if time.monotonic() < look_at:  # (looked at on time, not per line: a node prints on)
             continue
+        each_look()
         yet_to_start, every_one_gone = False, True
         for order, node in enumerate(nodes):
             if node.log_open:
@@ -187,7 +191,9 @@ def print_run_logs(engine: Callable[[], Any], run_id: str, runs_dir: Path, out: 
             see = "see `python -m orchestrate ps`" + ("" if runs_dir_given else ", or give --runs-dir")
             raise NoSuchRunError(no_run_named(run_id, f"in the engine or in {runs_dir}", see, middle), middle) from None
     else:
-        print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say)
+        client = engine()
+        print_logs(run, out, node=node, ranks=ranks, tail=tail, follow_live=follow_live, say=say,
+                   engine_clock=lambda: engine_now(client))
         return
     why, no_follow = (("cannot be looked up, as no Docker engine answers", "cannot be followed without the engine")
                       if unreachable else ("is no longer in the engine", "has ended: there is nothing more to follow"))
@@ -199,9 +205,13 @@ def print_run_logs(engine: Callable[[], Any], run_id: str, runs_dir: Path, out: 
 
 
 def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks: Iterable[int] = (),
-               tail: Optional[int] = None, follow_live: bool = False, say: Callable[[str], None] = print) -> None:
+               tail: Optional[int] = None, follow_live: bool = False, say: Callable[[str], None] = print,
+               engine_clock: Optional[Callable[[], float]] = None) -> None:
     """Print a run's output (all nodes, or one; every line, or those of ``ranks``; all of it, or
-    its last ``tail`` lines), then follow it if asked; ``say`` says what the choice could not check."""
+    its last ``tail`` lines), then follow it if asked; ``say`` says what the choice could not check,
+    and, where ``engine_clock`` gives the clock of the engine's log stamps, that a Compose run
+    followed went quiet for its ``--hang-diagnose-after`` (:class:`QuietNotice`), once per quiet
+    spell, so that a hung detached run does not leave ``logs -f`` silent for ever."""
     wanted = set(ranks)
     every = node_plans_of(run)
     pairs = select_ranks(run.run_id, run.elastic, every, select_nodes(run.run_id, every, node), wanted)
@@ -211,7 +221,9 @@ def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks:
     def keep(line: OutputLine) -> bool:
         return not wanted or line.global_rank in wanted
 
-    lines = (follow(pairs, keep, tail, goes_on=may_start_nodes_again(run), say=say) if follow_live
+    quiet = (QuietNotice(run, engine_clock, say) if engine_clock is not None and run.scheduler == "compose"
+             else lambda: None)
+    lines = (follow(pairs, keep, tail, goes_on=may_start_nodes_again(run), say=say, each_look=quiet) if follow_live
              else history(pairs, keep, tail))
     for line in lines:
         out.write(line + "\n")

@@ -211,10 +211,11 @@ def test_a_detached_run_says_how_to_follow_it_and_what_nobody_watches_and_prints
         assert [d.name for d in (tmp_path / "runs").iterdir()] == [run_id]
         [run] = list_runs(client)
         assert run.labels[COMMAND_LABEL] == "python -m orchestrate " + " ".join(words)  # for ps and the report
-        assert capsys.readouterr().err.splitlines()[-5:] == [
+        assert capsys.readouterr().err.splitlines()[-6:] == [
             f"[orchestrate] run {run_id} is running detached; follow it with:",
             f"  python -m orchestrate logs {run_id} -f      # its output",
             f"  python -m orchestrate attach {run_id}       # its output and summary",
+            f"  python -m orchestrate stacks {run_id}       # where every rank is, if it goes quiet",
             f"  python -m orchestrate stop {run_id} / down {run_id}",
             "[orchestrate] --hang-timeout 60 acts only while `attach` follows the run: nobody watches it while it is"
             " detached",

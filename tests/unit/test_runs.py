@@ -1058,6 +1058,66 @@ def test_logs_follow_shows_what_a_running_node_prints_next_and_ends_when_it_stop
     assert printed_lines(out) == ["[node0/rank0] before", "[node0/rank0] after"]
 
 
+def test_logs_follow_of_a_run_quiet_for_its_diagnose_after_says_so_once_on_stderr_with_the_stacks_command(
+        make_run, capsys):
+    """A hung detached run left `logs -f` silent for ever (trial of 2026-12-07): once the run has
+    been quiet for its --hang-diagnose-after, it says so on standard error, as `ps` names it, once
+    per quiet spell; the lines a user pipes stay the run's own."""
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("hung", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1)))
+    node0 = client.containers_by_name["ddp-hung-node0-1"]
+    wait_until(lambda: bool(node0.log))
+    node0.log[:] = [(time.time() - 150, "[0|0]:step 1")]  # quiet for 150 s, past the default 120 s
+    capsys.readouterr()  # (what the run's start said)
+    follower, out, codes = following(client, "hung")
+    note = ("[orchestrate] run hung: no worker has printed for 2m; where every rank is (waiting or computing):"
+            " python -m orchestrate stacks hung")
+    said = []
+    wait_until(lambda: said.append(capsys.readouterr().err) or note in "".join(said))
+    node0.kill()
+    follower.join(10)
+    assert not follower.is_alive() and codes == [0]
+    said.append(capsys.readouterr().err)
+    assert "".join(said).splitlines() == [note]  # once, whatever the looks every 0.5 s
+    assert printed_lines(out) == ["[node0/rank0] step 1"]
+
+
+def test_the_quiet_notice_looks_as_often_as_a_spell_could_reach_diagnose_after_and_says_each_spell_once(make_run):
+    from orchestrate.supervise.worker_quiet import QuietNotice
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("spells", {"node0": Script(["[0|0]:step 1"], hang=True)},
+                                    dict(nodes=1, hang_diagnose_after=100)))
+    node0 = client.containers_by_name["ddp-spells-node0-1"]
+    wait_until(lambda: bool(node0.log))
+    last = 1796500800.0
+    node0.log[:] = [(last, "[0|0]:step 1")]
+    clock, engine, said, looks = [0.0], [last + 60], [], []
+
+    def engine_now() -> float:
+        looks.append(clock[0])
+        return engine[0]
+    notice = QuietNotice(find_run(client, "spells"), engine_now, said.append, clock=lambda: clock[0])
+
+    def at(seconds: float, engine_s: float) -> None:
+        clock[0], engine[0] = seconds, engine_s
+        notice()
+    at(0, last + 60)  # quiet 60 s: nothing yet, the next look in 40 s
+    at(39, last + 200)  # not looked at before then
+    assert looks == [0] and said == []
+    at(40, last + 100)  # quiet for exactly its --hang-diagnose-after
+    assert said == ["run spells: no worker has printed for 1m; where every rank is (waiting or computing):"
+                    " python -m orchestrate stacks spells"]
+    at(140, last + 200)  # the same spell: said once
+    assert looks == [0, 40, 140] and len(said) == 1
+    node0.log.append((last + 250, "[0|0]:step 2"))  # a new spell begins
+    at(300, last + 270)
+    at(379, last + 400)
+    assert looks[-1] == 300 and len(said) == 1  # 20 s of it at 300: looked at again 80 s later
+    at(380, last + 350)
+    assert looks[-1] == 380 and said[-1].startswith("run spells: no worker has printed for 1m;") and len(said) == 2
+
+
 def test_logs_follow_goes_on_with_a_node_restarted_while_another_runs(make_run, capsys):
     import threading
 
