@@ -828,8 +828,9 @@ MUTANTS = [
            "        return self.quiet_since is not None and self.clock() - self.quiet_since >= self.recheck_s\n",
            "        return self.quiet_since is not None\n", ("tests/unit/test_hangs.py", "tests/unit/test_slurm.py")),
     Mutant("lines as the stop comes undo the last look", "orchestrate/supervise/supervisor.py",
-           "        if self.hangs is not None and not self.winding_down and progress:\n",
-           "        if self.hangs is not None and progress:\n", ("tests/unit/test_hangs.py",)),
+           "        if self.hangs is not None and not self.winding_down and progress and not self.before_the_attach(",
+           "        if self.hangs is not None and progress and not self.before_the_attach(",
+           ("tests/unit/test_hangs.py",)),
     Mutant("a job done during the time limit's look is said timed out", "orchestrate/supervise/supervisor.py",
            "        if self.live:  # (the job may have ended during the look)\n",
            "        if True:  # (the job may have ended during the look)\n", ("tests/unit/test_hangs.py",)),
@@ -3130,6 +3131,14 @@ MUTANTS = [
     Mutant("the run -d banner leaves stacks out", "orchestrate/cli/run.py",
            '                f"  python -m orchestrate stacks {run.run_id}       # where every rank is, if it goes quiet\\n"\n',
            "", ("tests/unit/test_cli_main.py",)),
+    # Session 115 (h5): an attach's hang watchdog counts from the run's last output, not from the attach
+    Mutant("an attach's watchdog counts from the attach", "orchestrate/supervise/supervisor.py",
+           "            self.hangs.progress(self.clock() - (quiet_before or 0.0))",
+           "            self.hangs.progress(self.clock())", ("tests/unit/test_runs.py",)),
+    Mutant("an attach takes the run's lines read again for progress", "orchestrate/supervise/supervisor.py",
+           " and progress and not self.before_the_attach(stamp):", " and progress:", ("tests/unit/test_runs.py",)),
+    Mutant("an attach takes the run's old progress records for progress", "orchestrate/supervise/supervisor.py",
+           "self.progress.newest_time <= self.attached_at.host_time)", "False)", ("tests/unit/test_runs.py",)),
 ]
 
 

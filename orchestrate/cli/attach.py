@@ -17,7 +17,8 @@ def add_parsers(sub: Any) -> None:
                             description="Re-stream a run's output from the start and end with the same summary"
                                         " as run, from any terminal, even after the launcher that started it is"
                                         " gone. For a detached run, attach also acts as its launcher (ends it on a"
-                                        " failure, restarts elastic nodes); Ctrl-C (or SIGTERM, SIGHUP) detaches and"
+                                        " failure, restarts elastic nodes, and its hang watchdog counts from the run's"
+                                        " last output, as ps counts QUIET); Ctrl-C (or SIGTERM, SIGHUP) detaches and"
                                         " leaves the run going. The first attach after a detached run ended with no"
                                         " one following it records that summary, so that ps names the run as it"
                                         " did.")

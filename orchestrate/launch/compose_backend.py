@@ -19,7 +19,7 @@ from orchestrate.errors import NodesNotReadyError
 from orchestrate.outcome.events import NODE_ADDRESSES, record_event
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.plan.model import JobPlan
-from orchestrate.supervise.api import RunSpec
+from orchestrate.supervise.api import AttachedAt, RunSpec
 from orchestrate.supervise.supervisor import Supervisor, addresses_with
 from orchestrate.text import counted
 
@@ -63,13 +63,15 @@ class ComposeBackend:
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool = True,
                  containers: Optional[dict[str, Any]] = None, plan: Optional[JobPlan] = None,
                  clock: Callable[[], float] = time.monotonic, verbose: bool = False,
-                 records: Optional[bool] = None, job_began: Optional[float] = None) -> None:
+                 records: Optional[bool] = None, job_began: Optional[float] = None,
+                 attached_at: Optional[AttachedAt] = None) -> None:
         self.spec = spec
         self.client = client
         self.out = out
         self.active = active
         self.records = records  # whether the run's events are its to write (None: the Supervisor's default, active)
         self.job_began = job_began  # an attach's: the epoch time the run's nodes came up (None: as it follows)
+        self.attached_at = attached_at  # an attach's: where it found the run (None: as it follows)
         self.containers = dict(containers or {})
         self.plan = plan
         self.clock = clock
@@ -115,7 +117,7 @@ class ComposeBackend:
         """Supervise the run to its end (or ``timeout_s``)."""
         self.supervisor = Supervisor(self.spec, self.client, self.out, active=self.active,
                                      containers=self.containers, clock=self.clock, verbose=self.verbose,
-                                     records=self.records, job_began=self.job_began)
+                                     records=self.records, job_began=self.job_began, attached_at=self.attached_at)
         return self.supervisor.follow(timeout_s)
 
     def wind_down(self, grace_s: float, stopped_by: str = "") -> RunResult:

@@ -32,7 +32,7 @@ from typing import IO, Any, Callable, Optional
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
 from orchestrate.config.run_config import RunConfig
 from orchestrate.config.user_env import copy_env_notes, mask_assignments
-from orchestrate.engine.client import connect
+from orchestrate.engine.client import connect, engine_now
 from orchestrate.engine.compose_cli import ComposeProject, find_compose_meanwhile
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.gpus import detect_gpus
@@ -58,7 +58,8 @@ from orchestrate.plan.make import make_plan, project_name
 from orchestrate.plan.model import JobPlan
 from orchestrate.slurm.backend import SlurmBackend, slurm_image
 from orchestrate.slurm.cluster import slurm_caveats
-from orchestrate.supervise.api import RunSpec
+from orchestrate.supervise.api import AttachedAt, RunSpec
+from orchestrate.supervise.worker_quiet import seconds_quiet
 
 
 
@@ -473,7 +474,8 @@ class Run:
             backend = ComposeBackend(spec, self.client, self.out, active=active,
                                      containers={n.name: n.container for n in run.nodes}, clock=self.clock,
                                      verbose=self.verbose, records=active or unjudged or orphaned,
-                                     job_began=nodes_up[-1] if nodes_up else None)
+                                     job_began=nodes_up[-1] if nodes_up else None,
+                                     attached_at=attached_at(self.client, run) if active else None)
             try:
                 result = backend.follow()
             except KeyboardInterrupt:
@@ -486,6 +488,13 @@ class Run:
             write_outcome(result)
             finish_record(result)
         return result
+
+
+def attached_at(client: Any, run: RunInfo) -> AttachedAt:
+    """Where an attach finds the run: the engine's clock and this host's now, and how long no
+    worker has printed (as ``ps`` counts QUIET), for its hang watchdog to count from."""
+    engine_time = engine_now(client)
+    return AttachedAt(engine_time, time.time(), seconds_quiet(run, engine_time) if run.scheduler == "compose" else None)
 
 
 def interrupted_by(signal_number: int) -> str:

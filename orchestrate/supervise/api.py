@@ -48,6 +48,17 @@ def action_of(spec: str) -> FaultAction:
     return parse_fault(spec).action
 
 
+@dataclass(frozen=True)
+class AttachedAt:
+    """Where an ``attach`` found a running run, whose output it reads again from the start: what
+    came before the attach is the run's history, no progress of its now, and its hang watchdog's
+    quiet time counts from the run's last output (as ``ps`` counts QUIET), not from the attach."""
+
+    engine_time: float  # the engine's clock as the attach began: lines stamped before it are history
+    host_time: float  # the same moment by this host's clock, that of the workers' progress records
+    quiet_s: Optional[float]  # how long no worker had printed then (None: the engine could not say)
+
+
 @dataclass
 class NodeTracker:
     """One node as the supervisor follows it.

@@ -32,6 +32,7 @@ class ProgressWatch:
         self.first_step_time: Optional[float] = None  # the epoch time of the first step a worker took
         self.last_step: dict[int, int] = {}  # the latest step each rank reported, whatever its attempt
         self.records = 0  # every record read so far: progress, to the hang watchdog
+        self.newest_time = 0.0  # the epoch time of the newest record read (an attach's history is older)
         # each rank's attempts (worker processes): when the first record came, the steps done
         self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
         # the ranks whose script returned: their attempt, the highest step it reported, when
@@ -137,6 +138,7 @@ class ProgressWatch:
         Unix seconds) is when it did, from a step not known until a rank says it."""
         for record in self.reader.poll():
             self.records += 1
+            self.newest_time = max(self.newest_time, record.time)
             self.processes.setdefault((record.rank, record.attempt),
                                       (record.node, record.began if record.began is not None else record.time))
             changed = take_debugger_record(self.debugger, record)

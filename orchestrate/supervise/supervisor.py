@@ -63,7 +63,8 @@ from orchestrate.outcome.preemption import Preemption
 from orchestrate.outcome.root_cause import restarted_attempt_errors, restarts_in_place
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import PROGRESS_SUBDIR, SIGTERM_MARK_PREFIX
-from orchestrate.supervise.api import EngineEvent, EventsEnded, LineArrived, LogEnded, Message, NodeTracker, RunSpec
+from orchestrate.supervise.api import (AttachedAt, EngineEvent, EventsEnded, LineArrived, LogEnded, Message,
+                                      NodeTracker, RunSpec)
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.engine_events import EngineEvents
 from orchestrate.supervise.inspection import Inspector, Seen, store_ended_before
@@ -119,7 +120,8 @@ class Supervisor:
 
     def __init__(self, spec: RunSpec, client: Any, out: IO[str], *, active: bool,
                  containers: dict[str, Any], clock: Callable[[], float] = time.monotonic,
-                 verbose: bool = False, records: Optional[bool] = None, job_began: Optional[float] = None) -> None:
+                 verbose: bool = False, records: Optional[bool] = None, job_began: Optional[float] = None,
+                 attached_at: Optional[AttachedAt] = None) -> None:
         self.spec = spec
         self.client = client
         self.out = out
@@ -166,6 +168,7 @@ class Supervisor:
                                cut_by=lambda: network_cuts(self.rank_hosts()),
                                collective_timeout_s=spec.collective_timeout_s) if active else None
         self.hang: Optional[HangDiagnosis] = None  # the hang that ended the run
+        self.attached_at = attached_at  # an attach's: where it found the run (None: as it follows from its start)
         self.progress_records = 0
         self.init_records = 0  # the init_process_group calls looked at (see warn_of_certain_init_waits)
         self.init_wait_said = False
@@ -425,7 +428,10 @@ class Supervisor:
             self.logs.follow(tracker)
         self.faults.announce()
         if self.hangs is not None:  # a job stuck before its first line (a rendezvous, a stopped rank) counts too
-            self.hangs.progress(self.clock())
+            # (an attach: quiet since the run's last output, not since the attach, so that its words and
+            # its --hang-timeout are true)
+            quiet_before = self.attached_at.quiet_s if self.attached_at is not None else None
+            self.hangs.progress(self.clock() - (quiet_before or 0.0))
         try:
             self.loop(until=None if timeout_s is None else self.clock() + timeout_s)
         except KeyboardInterrupt:
@@ -613,7 +619,8 @@ class Supervisor:
             self.let_the_store_go()
             self.faults.cancel(self.faults_on_live_nodes(), [t.name for t in self.live])
         if self.hangs is not None and not self.winding_down:  # (a stop's lines keep the verdict of the quiet before it)
-            reported = self.progress.records > self.progress_records
+            reported = self.progress.records > self.progress_records and not (
+                self.attached_at is not None and self.progress.newest_time <= self.attached_at.host_time)
             held_by = self.held_by()
             held = bool(held_by) or self.progress.debugger.attached()
             if reported or held:
@@ -682,6 +689,11 @@ class Supervisor:
             else:  # the stream ended, but no exit was seen: ask the engine what happened
                 self.inspector.soon()
 
+    def before_the_attach(self, stamp: Optional[float]) -> bool:
+        """Whether a line the engine stamped so came before the attach that follows the run: read
+        again from the start, the run's history is no progress now (its quiet counted from it)."""
+        return self.attached_at is not None and stamp is not None and stamp < self.attached_at.engine_time
+
     def on_lines(self, tracker: NodeTracker, lines: list[OutputLine], at: float,
                  stamp: Optional[float] = None) -> None:
         """A node's workers' first lines mark its ranks started and the node running, recorded at
@@ -691,7 +703,7 @@ class Supervisor:
         stream that follows the new one) is shown and is progress, but marks nothing started."""
         progress = [line for line in lines if line.global_rank is not None and is_progress_line(line.text)]
         dying = [self.dying_ranks.dying_line(line.global_rank, line.text) for line in progress]
-        if self.hangs is not None and not self.winding_down and progress:
+        if self.hangs is not None and not self.winding_down and progress and not self.before_the_attach(stamp):
             if all(dying):  # a rank dying of its error (its collective's timeout): no move
                 self.hangs.progress(at, moved=False)
             else:

@@ -1687,6 +1687,41 @@ def test_attach_follows_a_detached_run_to_its_summary_and_verbose_shows_torchrun
 
 
 @pytest.mark.timeout(60)
+def test_an_attachs_hang_watchdog_counts_from_the_runs_last_output_not_from_the_attach(make_run, when, monkeypatch):
+    """`ps` said QUIET 48s, and the attach then waited another 20 s and said `no progress for 20 s`
+    (trial of 2026-12-07): the lines and progress records read again from the start are the run's
+    history, and its quiet counts from the last of them, so that --hang-timeout means what it says."""
+    from orchestrate.cli.main import main
+    from orchestrate.supervise import supervisor
+
+    watches = []
+
+    class SeenHangWatch(supervisor.HangWatch):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            watches.append(self)
+    monkeypatch.setattr(supervisor, "HangWatch", SeenHangWatch)
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("away", {"node0": Script(["[0|0]:step 1"], hang=True)},
+                                             dict(nodes=1, hang_diagnose_after=20, hang_timeout=40)))
+    node0 = client.containers_by_name["ddp-away-node0-1"]
+    wait_until(lambda: bool(node0.log))
+    node0.log[:] = [(time.time() - 48, "[0|0]:step 1")]
+    (plan.run_dir / "progress").mkdir(exist_ok=True)
+    (plan.run_dir / "progress" / "rank0.jsonl").write_text(json.dumps(
+        {"rank": 0, "time": time.time() - 50, "step": 1, "attempt": "1-1", "node": "node0"}) + "\n")
+    out, quiet = io.StringIO(), []
+
+    def quiet_once_the_history_is_read() -> None:
+        time.sleep(1)  # (the loop's next ticks read the progress records too)
+        quiet.append(time.monotonic() - watches[0].last_progress)
+        node0.exit(0)
+    when(lambda: "step 1" in out.getvalue() and watches, quiet_once_the_history_is_read)
+    assert main(["attach", "away"], out=out, client=client) == 0
+    assert 47 <= quiet[0] < 60, quiet  # 48 s before the attach, and the second it waited
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_ctrl_c_or_a_kill_detaches_attach_from_a_run_that_keeps_running(make_run, when, signum, code):
     import _thread
