@@ -10,8 +10,8 @@ steps:
    where ops or shapes differ is the divergence ("collective #21: rank 0 entered
    all_reduce(float32[1]) at desync.py:14; rank 1 entered all_reduce(float32[4]) at
    desync.py:11"). Where the ranks at one line of it made more calls from that line than the
-   others had before they went on (a call one rank skipped), that is said too ("rank 1 made 9
-   collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th").
+   others had before they went on (a call one rank skipped), that is said too ("rank 1 made 3
+   barrier() calls at skip.py:23 where rank 0 made 4: rank 1 skipped one (it went on to skip.py:19)").
 2. A rank that waits in a point-to-point call its peer has not made: each direction between two
    ranks is a channel of its own (``p2p 0->1``), whose sends match the peer's receives in order
    ("rank 0 waits in send(float32[8]) #5 to rank 1 at pipe.py:10; rank 1 received 4 and waits in
@@ -30,7 +30,7 @@ from typing import Any, Optional
 from orchestrate.hangs.snapshots import Collective, RankSnapshot, training_pass
 from orchestrate.node.collective_log import P2P
 from orchestrate.hangs.stacks import rank_summary
-from orchestrate.text import counted, ordinal, ranks_text
+from orchestrate.text import counted, ranks_text
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,8 @@ UNEVEN_HINT = ("every rank must take as many training steps with a DDP model as 
                " where a rank that has run out of data shadows the others' collectives until every rank has run"
                " out), that leaves the loop on a decision of its own (early stopping on its own validation loss, a"
                " NaN check, a time budget: agree on it, e.g. all_reduce the stop flag with ReduceOp.MAX before"
-               " breaking, so that every rank stops at the same step), that syncs its gradients on other steps"
+               " breaking, so that every rank stops at the same step), that skips a collective the others make"
+               " (a `continue` or an `if` on the rank or its data around it), that syncs its gradients on other steps"
                " (`no_sync()` accumulation over a count of steps"
                " that differs from rank to rank), or that makes a collective of its own within a step (one under"
                " `if rank == 0:`, such as a checkpoint's ZeroRedundancyOptimizer.consolidate_state_dict or a"
@@ -196,7 +197,13 @@ def mismatch(snapshots: dict[int, RankSnapshot]) -> Optional[Divergence]:
                 head, verb = parted_at(seq, where, calls)
                 text = head + calls_text(calls, verb)
                 hint = ROOT_HINT if roots_alone_differ(calls) else uneven_steps(calls, snapshots)
-                fewer = "" if hint else fewer_calls(group, calls, snapshots)
+                if not hint:
+                    fewer = fewer_calls(group, calls, snapshots)
+                elif UNEVEN_HINT in hint:  # a call skipped besides the step's passes: said first, the hint alone
+                    fewer = fewer_calls(group, calls, snapshots, passes_too=False)
+                    hint = UNEVEN_HINT if fewer else hint
+                else:
+                    fewer = ""
                 ops = tuple(sorted({c.op for c in calls.values()}))
                 found.append((seq, Divergence("mismatch", text, seq, group, hint, fewer, ops)))
                 break
@@ -229,16 +236,22 @@ def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot
     return f"{step_counts(passes, elsewhere, made, extra, never_made)}{UNEVEN_HINT}"
 
 
-def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, RankSnapshot]) -> str:
+def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, RankSnapshot],
+                passes_too: bool = True) -> str:
     """Where the ranks at one line of a mismatched collective of ``group`` have made more calls
     from it than the others made before they went on elsewhere (a collective skipped by a
-    condition on the rank or its data, or a loop that ran fewer times there): ``rank 1 made 9
-    collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th: ...``,
-    by the ranks' call lines' counts; "" where those are not known or do not say so. The mismatch
-    itself is found where the calls part, later than the skip: this names the line the skip is at.
+    condition on the rank or its data, or a loop that ran fewer times there): ``rank 1 made 3
+    barrier() calls at skip.py:23 where rank 0 made 4: rank 1 skipped one (it went on to
+    skip.py:19), by a condition ...``, by the ranks' call lines' counts, the call named where every
+    call the records show from that line is one (else ``collectives``); "" where those counts are
+    not known or do not say so. The mismatch itself is found where the calls part, later than the
+    skip: this names the line the skip is at (since 2026-12-07 in those words: before, ``made 3
+    collectives at skip.py:23 before it went on to skip.py:19, where rank 0 is in its 4th``).
     Where the others never made a call from the line these went on to, that call may as well be
     one they make alone (rank 0's extra barrier to log, under ``if rank == 0:``), and it is said
     too (since 2026-12-07; before, a rank that had skipped nothing was said to have skipped one).
+    ``passes_too``: False leaves out the lines of a DDP training step's passes, whose counts the
+    uneven steps' hint says (a barrier skipped in a training loop is said beside it).
 
     A line's count takes in every group's calls from it, so nothing is said of a line the ranks'
     records show in another group too (a helper that reduces in several groups), nor of a
@@ -258,6 +271,8 @@ def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, R
     said: list[tuple[str, list[int], str]] = []
     for line in sorted({call.at for call in calls.values()} - elsewhere):
         at_it = [rank for rank, call in calls.items() if call.at == line]
+        if not passes_too and any(training_pass(calls[rank].shapes, True) for rank in at_it):
+            continue
         gone_on = [rank for rank in calls if rank not in at_it]
         now = {counts.get(rank, {}).get(line) for rank in at_it}
         made = {counts.get(rank, {}).get(line) for rank in gone_on}
@@ -267,23 +282,25 @@ def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, R
         if before >= current:
             continue
         went_to = sorted({calls[rank].at for rank in gone_on})
-        verb = "is" if len(at_it) == 1 else "are"
-        whose = "its" if len(at_it) == 1 else "their"
+        one = len(gone_on) == 1
         who = ranks_text(sorted(gone_on))
-        head = (f"{who} made {counted(before, 'collective')} at {line} before {'it' if len(gone_on) == 1 else 'they'}"
-                f" went on to {', '.join(went_to)}, where {ranks_text(sorted(at_it))} {verb} in {whose}"
-                f" {ordinal(current)}: {who} skipped {current - before} there")
+        names = {c.call for s in snapshots.values() for c in s.collectives if c.at == line}
+        noun = f"{names.pop()} call" if len(names) == 1 else "collective"
+        skipped = "one" if current - before == 1 else str(current - before)
+        head = (f"{who} made {counted(before, noun)} at {line} where {ranks_text(sorted(at_it))} made {current}:"
+                f" {who} skipped {skipped} ({'it' if one else 'they'} went on to {', '.join(went_to)})")
         if all(counts.get(rank) and not set(went_to) & set(counts[rank]) for rank in at_it):
             # the others never called from where these went: as likely a call made alone (rank 0's
             # extra barrier under `if rank == 0:`) as one skipped before it; the records cannot tell
-            makes = "makes" if len(gone_on) == 1 else "make"
+            makes = "makes" if one else "make"
             never = "has" if len(at_it) == 1 else "have"
             said.append((line, sorted(gone_on),
                          f"{head}, or ran that loop fewer times, or {makes} the call at {', '.join(went_to)} that"
                          f" {ranks_text(sorted(at_it))} {never} never made (a condition on the rank or its data)"))
         else:
             said.append((line, sorted(gone_on),
-                         f"{head} (a condition on the rank or its data), or ran that loop fewer times"))
+                         f"{head}, by a condition on the rank or its data (a `continue` or an `if` around the call),"
+                         " or ran that loop fewer times"))
     if len(said) > 1:
         seq = next(iter(calls.values())).seq
         went = transitions(group, snapshots, seq)

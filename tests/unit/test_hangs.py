@@ -336,20 +336,21 @@ def test_a_collective_one_rank_skipped_is_named_at_the_line_it_skipped_it_not_on
     lines = diagnose(probe(5, r0=behind, r1=skipped), None, {0, 1}, {}, 30).lines()
     assert lines[0] == ("no progress for 30 s: collective #10: rank 0 entered all_reduce(float32[4]) at skip.py:9;"
                         " rank 1 entered broadcast(float32[1] from rank 0) at skip.py:12")
-    fewer = ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th:"
-             " rank 1 skipped 1 there, or ran that loop fewer times, or makes the call at skip.py:12 that rank 0"
+    fewer = ("  rank 1 made 9 all_reduce(float32[4]) calls at skip.py:9 where rank 0 made 10: rank 1 skipped one (it"
+             " went on to skip.py:12), or ran that loop fewer times, or makes the call at skip.py:12 that rank 0"
              " has never made (a condition on the rank or its data)")
     assert fewer in lines and f"  {DEBUG_HINT}" in lines
     # where rank 0 made calls from skip.py:12 before (a loop in a loop), the call is no extra one
     before = snap(0, history + (in_loop,), stack(9), lines=(("skip.py:9", 10), ("skip.py:12", 2)))
     lines = diagnose(probe(5, r0=before, r1=skipped), None, {0, 1}, {}, 30).lines()
-    assert ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th:"
-            " rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer times") in lines
+    assert ("  rank 1 made 9 all_reduce(float32[4]) calls at skip.py:9 where rank 0 made 10: rank 1 skipped one (it"
+            " went on to skip.py:12), by a condition on the rank or its data (a `continue` or an `if` around the"
+            " call), or ran that loop fewer times") in lines
     # three ranks, two of them still in the loop
     three = {"r0": behind, "r1": skipped, "r2": snap(2, history + (in_loop,), stack(9), lines=(("skip.py:9", 10),))}
     lines = diagnose(probe(5, **three), None, {0, 1, 2}, {}, 30).lines()
-    assert ("  rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where ranks 0, 2 are in"
-            " their 10th: rank 1 skipped 1 there, or ran that loop fewer times, or makes the call at skip.py:12 that"
+    assert ("  rank 1 made 9 all_reduce(float32[4]) calls at skip.py:9 where ranks 0, 2 made 10: rank 1 skipped one"
+            " (it went on to skip.py:12), or ran that loop fewer times, or makes the call at skip.py:12 that"
             " ranks 0, 2 have never made (a condition on the rank or its data)") in lines
     # a line that reduces in another group too (its count takes in both): nothing said of it
     from orchestrate.hangs.collectives import mismatch
@@ -396,13 +397,37 @@ def test_a_barrier_one_rank_skipped_in_a_loop_names_that_rank_not_the_ranks_that
     others = {rank: dataclasses.replace(waiting, rank=rank) for rank in (0, 1, 2)}
     found = mismatch({**others, 3: skipped})
     assert found is not None and found.seq == 6
-    assert found.fewer == ("rank 3 made 2 collectives at bs.py:9 before it went on to bs.py:18, where ranks 0-2 are"
-                           " in their 3rd: rank 3 skipped 1 there (a condition on the rank or its data), or ran"
-                           " that loop fewer times"), found.fewer
+    assert found.fewer == ("rank 3 made 2 barrier() calls at bs.py:9 where ranks 0-2 made 3: rank 3 skipped one (it"
+                           " went on to bs.py:18), by a condition on the rank or its data (a `continue` or an `if`"
+                           " around the call), or ran that loop fewer times"), found.fewer
     # records that show neither way taken before: nothing said rather than a guess
     bare = {rank: dataclasses.replace(s, collectives=s.collectives[-1:]) for rank, s in {**others, 3: skipped}.items()}
     found = mismatch(bare)
     assert found is not None and found.fewer == "", found.fewer
+
+
+def test_a_barrier_one_rank_skips_in_a_ddp_training_loop_is_said_as_a_skipped_barrier_first():
+    """barrier_skip.py (a user trial, 2026-12-07): every step's backward pass at :19, then a barrier
+    at :23 that the last rank `continue`s past on an epoch's last batch. Rank 0 waits in its 4th
+    barrier, rank 1 in its 5th backward pass. The counts of :23 say it directly: rank 1 made 3
+    barrier() calls there where rank 0 made 4; before, only "rank 1 is in backward pass 5 ...,
+    where rank 0 made 4 and called barrier() in its place" was said, as if the steps differed."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+
+    step = lambda n: (coll(2 * n + 1, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),
+                      coll(2 * n + 2, "", op="barrier", at="barrier_skip.py:23"))
+    history = step(1) + step(2) + step(3) + (coll(9, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),)
+    waiting = snap(0, history + (coll(10, "", "entered", op="barrier", at="barrier_skip.py:23"),),
+                   stack(23, call="barrier"), lines=(("barrier_skip.py:19", 4), ("barrier_skip.py:23", 4)))
+    skipped = snap(1, history + (coll(10, "gradients of DDP(Sequential)", "entered", at="barrier_skip.py:19"),),
+                   stack(19), lines=(("barrier_skip.py:19", 5), ("barrier_skip.py:23", 3)))
+    lines = diagnose(probe(5, r0=waiting, r1=skipped), None, {0, 1}, {}, 30).lines()
+    fewer = ("  rank 1 made 3 barrier() calls at barrier_skip.py:23 where rank 0 made 4: rank 1 skipped one (it went on"
+             " to barrier_skip.py:19), by a condition on the rank or its data (a `continue` or an `if` around the"
+             " call), or ran that loop fewer times")
+    assert lines[-2:] == [fewer, f"  {UNEVEN_HINT}"], lines
+    assert not any("backward pass 5" in line for line in lines), lines
+    assert "skips a collective the others make" in UNEVEN_HINT
 
 
 def test_a_barrier_only_rank_0_makes_is_not_said_to_be_an_all_reduce_it_skipped():
@@ -417,8 +442,8 @@ def test_a_barrier_only_rank_0_makes_is_not_said_to_be_an_all_reduce_it_skipped(
     stepping = {f"r{rank}": snap(rank, history + (coll(5, "float32[4]", "entered", at="lb.py:11"),), stack(11),
                                  lines=(("lb.py:11", 5),)) for rank in (1, 2, 3)}
     lines = diagnose(probe(5, r0=alone, **stepping), None, {0, 1, 2, 3}, {}, 30).lines()
-    assert ("  rank 0 made 4 collectives at lb.py:11 before it went on to lb.py:13, where ranks 1-3 are in their 5th:"
-            " rank 0 skipped 1 there, or ran that loop fewer times, or makes the call at lb.py:13 that ranks 1-3"
+    assert ("  rank 0 made 4 all_reduce(float32[4]) calls at lb.py:11 where ranks 1-3 made 5: rank 0 skipped one (it"
+            " went on to lb.py:13), or ran that loop fewer times, or makes the call at lb.py:13 that ranks 1-3"
             " have never made (a condition on the rank or its data)") in lines, lines
 
 

@@ -344,8 +344,9 @@ def test_a_hangs_hints_and_the_line_a_rank_skipped_a_call_at_are_kept_and_shown_
     skipped = snap(1, history + (coll(10, "float32[1] from rank 0", "entered", op="broadcast", at="skip.py:12"),),
                    stack(12, call="broadcast"), lines=(("skip.py:9", 9), ("skip.py:12", 1)))
     found = diagnose(probe(5, r0=behind, r1=skipped), None, {0, 1}, {}, 30)
-    fewer = ("rank 1 made 9 collectives at skip.py:9 before it went on to skip.py:12, where rank 0 is in its 10th:"
-             " rank 1 skipped 1 there (a condition on the rank or its data), or ran that loop fewer times")
+    fewer = ("rank 1 made 9 all_reduce(float32[4]) calls at skip.py:9 where rank 0 made 10: rank 1 skipped one (it"
+             " went on to skip.py:12), by a condition on the rank or its data (a `continue` or an `if` around the"
+             " call), or ran that loop fewer times")
     hang = found.to_json()
     assert hang["advice"] == [fewer, DEBUG_HINT]
     assert [f"  {line}" for line in hang["advice"]] == found.lines()[-2:]
