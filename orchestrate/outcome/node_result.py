@@ -48,6 +48,8 @@ class NodeResult:
             any node ended (a rank that returned after a peer's end or a stop is not among them).
         last_steps: Its ranks' latest training step each, as the workers said on the progress
             channel (a rank that reported none is not in it): where an OOM kill came.
+        steps_reached: Its ranks' highest step, each by its latest worker process that reported
+            one, as the workers said on the progress channel (ranks that reported none left out).
         returned_ranks: Its ranks whose script returned (or exited 0) at any time of the run, as
             the workers said: a node whose ranks all had, and whose torchrun outlived its grace,
             waited at its exit barrier.
@@ -87,6 +89,7 @@ class NodeResult:
     oom_in_state: bool = False
     consequence: str = ""
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
+    steps_reached: dict[int, int] = field(default_factory=dict)
     returned_ranks: tuple[int, ...] = ()
     last_steps: dict[int, int] = field(default_factory=dict)
     earlier: Optional[EarlierFailure] = None

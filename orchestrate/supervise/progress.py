@@ -66,6 +66,15 @@ class ProgressWatch:
         counts = [len(steps) for first, steps in self.attempts.values() if first > since and steps]
         return max(counts, default=None)
 
+    def steps_reached(self) -> dict[int, int]:
+        """Each rank's highest step reported by its latest worker process that reported one (a
+        restart's process counts its own), for the ranks that reported any."""
+        latest: dict[int, tuple[float, int]] = {}
+        for (rank, _), (first, steps) in self.attempts.items():
+            if steps and (rank not in latest or first >= latest[rank][0]):
+                latest[rank] = (first, max(steps))
+        return {rank: step for rank, (_, step) in sorted(latest.items())}
+
     def step_said(self) -> tuple[Optional[int], Optional[Recovery]]:
         """The step to say a fault or a failure came at, and None or, where the attempt since the
         latest recovery counted its steps from 1 again, that recovery: then the step is

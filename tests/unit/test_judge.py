@@ -251,6 +251,36 @@ def test_a_lost_peer_is_not_blamed_on_finished_ranks_when_a_worker_crashed_by_it
         f" while ranks 0-2 still ran, and ranks 0-2's collectives lost it as a peer {UNEVEN}")
 
 
+def test_ranks_that_all_reported_as_many_steps_are_not_asked_whether_they_run_the_same_number(nodes):
+    """barrier_skip.py --epochs 1 (a user trial, 2026-12-07): rank 1 skipped its last barrier and
+    finished after step 4 while rank 0 waited in it, after step 4 too; the question whether the
+    ranks run as many steps was asked all the same. It is asked where the counts differ, or where
+    a rank's is not known."""
+    node0, node1 = nodes(per_node=1)
+    lost = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), steps_reached={0: 4})
+    finished = succeeded(node1, at=0.5, finished_ranks={1: 4}, steps_reached={1: 4})
+    said = (f"node0 rank 0 failed (exit code 1): {LOST_PEER}, as rank 1 (node1, after step 4) had finished its script"
+            " while rank 0 still ran, and rank 0's collectives lost it as a peer")
+    assert find_failure([lost, finished]).describe() == said
+    fewer = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), steps_reached={0: 5})
+    assert find_failure([fewer, finished]).describe() == f"{said} {UNEVEN}"
+    unknown = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER))
+    assert find_failure([unknown, finished]).describe() == f"{said} {UNEVEN}"
+
+
+def test_each_ranks_steps_reached_are_its_latest_process_highest(tmp_path):
+    from tests.unit.test_preemption import watch_with
+
+    watch = watch_with(tmp_path,
+                       {"rank": 0, "step": 1, "time": 100.0, "attempt": "a"},
+                       {"rank": 0, "step": 3, "time": 101.0, "attempt": "a"},
+                       {"rank": 0, "step": 2, "time": 102.0, "attempt": "a"},
+                       {"rank": 1, "step": 7, "time": 100.0, "attempt": "b"},
+                       {"rank": 1, "step": 1, "time": 110.0, "attempt": "c"},  # a restart, counting anew
+                       {"rank": 2, "finished": True, "time": 100.0, "attempt": "d"})  # no step: left out
+    assert watch.steps_reached() == {0: 3, 1: 1}
+
+
 def test_a_lost_peer_with_no_rank_finished_or_a_killed_rank_is_said_as_it_is(nodes):
     node0, node1 = nodes()
     none_finished = [ended(node0, cause=RootCause(0, 0, 1, LOST_PEER)),

@@ -303,6 +303,8 @@ def test_a_fault_fires_at_its_step_from_the_progress_channel_and_a_hung_node_is_
     assert [c[0] if c[0] == "unpause" else c[2] if len(c) > 2 else "SIGKILL" for c in client.calls
             if c[0] in ("kill", "unpause") and c[1] == "ddp-test-run-node1-1"] == ["unpause", "SIGKILL"]
     assert {r.node.name: r.state for r in outcome.results}["node1"] is NodePhase.STOPPED
+    # each node's ranks' steps, as they reported them: rank 0 took 5, node1's reported none
+    assert [r.steps_reached for r in outcome.results] == [{0: 5}, {}]
 
 
 def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(make_run):
