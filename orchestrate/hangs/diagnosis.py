@@ -872,11 +872,14 @@ def what_timed_out(failed: dict[int, RankSnapshot], rank: Optional[int]) -> tupl
 class FailurePlace:
     """Where the ranks were as a job failed, by the records the workers' hook wrote in its latest
     attempt: where torchrun's SIGTERM found each (by rank), the hang torch ended where a
-    collective timed out, and where the ranks' collectives part ("" where nothing says)."""
+    collective timed out, and where the ranks' collectives part ("" where nothing says); where
+    torch's check caught them and their records show a call one rank skipped, that skip (``rank 1
+    made 3 barrier() calls at t.py:23 where rank 0 made 4: ...``), the line to look at."""
 
     stopped_where: dict[int, str]
     timed_out: Optional[HangDiagnosis]
     divergence: str
+    skipped: str = ""
 
 
 def place_failure(failure: Any, directory: Path, ranks: set[int], attempt_began: float,
@@ -887,9 +890,23 @@ def place_failure(failure: Any, directory: Path, ranks: set[int], attempt_began:
     :func:`timeout_diagnosis`)."""
     stopped_where = {rank: where for rank in sorted(ranks)
                      if (where := where_stopped(directory, rank, attempt_began - ATTEMPT_CLOCK_SLACK_S))}
+    checked = checked_mismatch(failure, directory, attempt_began)
     return FailurePlace(stopped_where,
                         timeout_diagnosis(failure, directory, ranks, since=asked_since, stopped_where=stopped_where),
-                        mismatch_divergence(failure, directory, attempt_began))
+                        mismatch_divergence(failure, directory, attempt_began),
+                        checked.fewer if checked is not None else "")
+
+
+def checked_mismatch(failure: Any, directory: Path, since: float = 0.0) -> Optional[Divergence]:
+    """For a run that torch's check (``--debug-collectives``) failed on collectives that differ:
+    the ranks' first mismatch by the records they wrote as their collectives failed, from ``since``
+    on (see :func:`mismatch_divergence`); None for any other failure, or where they show none."""
+    if not any(words in (getattr(failure, "exception", "") or "") for words in CHECKED_MISMATCH):
+        return None
+    snapshots = {r: s for r, s in last_snapshots(directory).items()
+                 if s.reason == FAILED_REASON and s.time >= since - ATTEMPT_CLOCK_SLACK_S}
+    found = first_divergence(snapshots)  # (one rank's record alone shows no mismatch)
+    return found if found is not None and found.kind == "mismatch" else None
 
 
 def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> str:
@@ -909,8 +926,8 @@ def mismatch_divergence(failure: Any, directory: Path, since: float = 0.0) -> st
     if GLOO_MISMATCH in exception and rank is not None:
         return aborted_mismatch(rank, snapshots, directory)
     if any(words in exception for words in CHECKED_MISMATCH):
-        found = first_divergence(snapshots)  # (one rank's record alone shows no mismatch)
-        return found.text if found is not None and found.kind == "mismatch" else ""
+        checked = checked_mismatch(failure, directory, since)
+        return checked.text if checked is not None else ""
     # Otherwise gloo matched what it was given (it checks neither the op nor the sizes), and the
     # ranks failed later, on a lost peer or a timeout: where the failing rank's own collective
     # failed, the records of those that failed so still say they differed.

@@ -313,6 +313,10 @@ class RunResult:
             (``--debug-collectives``), the first divergence of the ranks' collective records, with
             their call sites; for a rank gloo aborted on mismatched sizes, where it was and where
             its peers were; "" otherwise.
+        skipped: For a run that failed on torch's check, where the ranks' records show a call one
+            rank skipped before they parted (``rank 1 made 3 barrier() calls at t.py:23 where rank
+            0 made 4: ...``): the line to look at, said in place of the failing rank's own line
+            (since 2026-12-07: that was the line after the skip, where the ranks parted); "".
         stopped_where: Where each rank's script was when SIGTERM ended it in the latest attempt
             (``load_shard at train.py:12``), by the stacks it wrote then: a rank that a
             collective's timeout or a monitored barrier names, ended before anyone asked it.
@@ -361,6 +365,7 @@ class RunResult:
     started_time: Optional[float] = None
     store_lost: str = ""
     divergence: str = ""
+    skipped: str = ""
     stopped_where: dict[int, str] = field(default_factory=dict)
     written_shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)

@@ -545,8 +545,10 @@ def short_mismatch(exception: str) -> str:
         found[0]["seq"] != "0" or (m["shape"] is None and m["op"] in ("REDUCE", "GATHER")))}
     # (torch counts a group's collectives from 0: its number is said as torch's, apart from the
     # collective record's, which counts from 1 and may count others, DDP's own among them)
-    ranks = [f"rank {m['rank']} ran a collective of another kind (torch's check could not read it: it came back as"
-             f" {m['op']}, torch's sequence number 0)" if m["rank"] in unread else
+    # (its op is said as a kind the records show, not as torch's empty fingerprint: "it came back as REDUCE, torch's
+    # sequence number 0" read as a reduce the rank made, before 2026-12-07)
+    ranks = [f"rank {m['rank']} ran a collective of another kind (torch's check does not say which)"
+             if m["rank"] in unread else
              f"rank {m['rank']} ran {m['op']}" + (f" of {m['dtype'] or ''}[{m['shape']}]" if m["shape"] is not None
                                                  else "") + f" (torch's sequence number {m['seq']})"
              for m in found]

@@ -132,7 +132,7 @@ def format_summary(outcome: RunResult) -> str:
         # the line of the script that led there, however deep in torch it was raised (not a lost peer's
         # where an earlier attempt's own error is said below)
         if failure.earlier is None:
-            lines += own_error_lines(failure)
+            lines += own_error_lines(failure, outcome.skipped)
         lost = {node: fault for node, fault in outcome.lost.items() if node != failure.node}
         if lost:  # the nodes left failed: after what, and with how many of them
             lines.append(f"  after {' and '.join(lost)} {'was' if len(lost) == 1 else 'were'} lost for good"
@@ -323,11 +323,13 @@ def written_by_several_lines(outcome: RunResult) -> list[str]:
 RANK_FAULTS = ("kill-rank:", "hang-rank:")
 
 
-def own_error_lines(failure: Failure) -> list[str]:
+def own_error_lines(failure: Failure, skipped: str = "") -> list[str]:
     """Under a failure by an error of its own: the line of the script that led there, however
-    deep in torch it was raised, and what the error was raised from, often what explains it."""
-    return ([f"  in your code: {failure.users_frame}"] if failure.users_frame else []) + [
-        f"  {link}" for link in failure.chain]
+    deep in torch it was raised, and what the error was raised from, often what explains it.
+    ``skipped``: a call one rank skipped before the ranks parted, by their records (torch's check
+    fails the ranks where they part, a line after the skip): said as the line to look at instead."""
+    said = skipped or failure.users_frame
+    return ([f"  in your code: {said}"] if said else []) + [f"  {link}" for link in failure.chain]
 
 
 def oom_too(result: NodeResult) -> str:
@@ -471,7 +473,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
             lines.append(f"  {label}: {failure.node} rank {failure.rank}:"
                          f" {failure.exception or 'exit code ' + str(failure.exit_code)}")
             if label == "workers":
-                lines += own_error_lines(failure)
+                lines += own_error_lines(failure, outcome.skipped)
                 lines += absent_from_barrier_lines(failure, outcome.stopped_where)
                 lines += divergence_lines(outcome) + timed_out_working_lines(outcome)
                 advice = ending_hint(outcome)

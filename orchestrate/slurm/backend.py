@@ -538,6 +538,7 @@ class SlurmBackend:
         placed = place_failure(result.reported_failure, debug_dir(self.plan.run_dir), self.expected_ranks(),
                                self.submitted_time)
         result.stopped_where, result.divergence = placed.stopped_where, placed.divergence
+        result.skipped = placed.skipped
         if result.hang is None and placed.timed_out is not None:
             result.hang = placed.timed_out
             result.hang.run_id = self.plan.run_id

@@ -1064,7 +1064,7 @@ class Supervisor:
         result.hang = self.hang or said or working or placed.timed_out
         if result.hang is not None:
             result.hang.run_id = self.spec.run_id
-        result.divergence = placed.divergence
+        result.divergence, result.skipped = placed.divergence, placed.skipped
         return result
 
     def fault_records(self) -> list[FaultRecord]:

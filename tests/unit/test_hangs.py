@@ -1627,6 +1627,36 @@ def test_a_mismatch_that_torch_caught_is_placed_by_the_records_the_ranks_wrote_a
     assert mismatch_divergence(caught, tmp_path) == ""
 
 
+def test_a_barrier_skipped_that_torch_caught_points_in_your_code_at_the_barrier_not_the_step_after_it(tmp_path):
+    """barrier_skip.py --debug-collectives (a user trial, 2026-12-07): torch's check failed rank 1
+    in its next backward pass, at :19, and `in your code:` named that line; the records show rank 1
+    made 3 barrier() calls at :23 where rank 0 made 4, the line to look at."""
+    from orchestrate.hangs.diagnosis import place_failure
+    from orchestrate.outcome.summary import own_error_lines
+
+    backward = {"op": "all_reduce", "group": "default", "shapes": "gradients of DDP(Net)", "at": "bs.py:19"}
+    barrier = {"op": "barrier", "group": "default", "shapes": "", "at": "bs.py:23"}
+    history = [{**backward, "seq": 1, "state": "done"}, {**barrier, "seq": 2, "state": "done"}]
+    for rank, (last, lines) in enumerate(((barrier, {"bs.py:19": 2, "bs.py:23": 2}),
+                                          (backward, {"bs.py:19": 3, "bs.py:23": 1}))):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({
+            "request": "failed", "reason": "collective failed", "rank": rank, "stacks": [], "time": 500.0,
+            "lines": lines, "collectives": [*history, {**backward, "seq": 3, "state": "done"},
+                                            {**last, "seq": 4, "state": "failed"}]}))
+    caught = Failure("node1", 1, 1, "collectives differ (--debug-collectives): rank 1 ran ALLREDUCE of Float[9]"
+                     " (torch's sequence number 6); rank 0 ran a collective of another kind (torch's check does not"
+                     " say which)", (), users_frame="bs.py:19 in <module>: loss.backward()")
+    placed = place_failure(caught, tmp_path, {0, 1}, 400.0)
+    skipped = ("rank 1 made 1 barrier() call at bs.py:23 where rank 0 made 2: rank 1 skipped one (it went on to"
+               " bs.py:19), by a condition on the rank or its data (a `continue` or an `if` around the call), or ran"
+               " that loop fewer times")
+    assert placed.skipped == skipped
+    assert own_error_lines(caught, placed.skipped) == [f"  in your code: {skipped}"]
+    assert own_error_lines(caught) == ["  in your code: bs.py:19 in <module>: loss.backward()"]
+    # any other failure: nothing skipped is said
+    assert place_failure(Failure("node1", 1, 1, "ValueError: bad batch", ()), tmp_path, {0, 1}, 400.0).skipped == ""
+
+
 
 def test_a_mismatch_nobody_caught_is_placed_by_the_records_of_the_ranks_that_lost_their_peers(tmp_path):
     """gloo all-reduced 12 elements on rank 1 and 10 on the others: ranks 0 and 3 went on with
@@ -1761,20 +1791,20 @@ def test_torchs_mismatch_error_becomes_one_line_naming_both_ranks():
                " CollectiveFingerPrint(SequenceNumber=0OpType=GATHER).Collectives differ in the following aspects:"
                " \t Sequence number: 8vs 0  Op type: BARRIERvs GATHER")  # torch 2.9.1's words for a barrier
     assert short_mismatch(barrier) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER (torch's sequence"
-                                       " number 8); rank 1 ran a collective of another kind (torch's check could not"
-                                       " read it: it came back as GATHER, torch's sequence number 0)")  # not torch's 'sequence number: 8 vs 0', against nothing
+                                       " number 8); rank 1 ran a collective of another kind (torch's check does not"
+                                       " say which)")  # not torch's 'sequence number: 8 vs 0', against nothing
     first = barrier.replace("SequenceNumber=8", "SequenceNumber=0").replace("8vs 0", "0vs 0")
     # at the group's first collective, 0 is a number, but a gather with no tensors is no gather a script made
     assert short_mismatch(first) == ("collectives differ (--debug-collectives): rank 0 ran BARRIER (torch's sequence"
-                                     " number 0); rank 1 ran a collective of another kind (torch's check could not"
-                                     " read it: it came back as GATHER, torch's sequence number 0)")
+                                     " number 0); rank 1 ran a collective of another kind (torch's check does not"
+                                     " say which)")
     reduce = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective:"
               f" {fingerprint.format(2).replace('=3', '=0')}, but Rank 1 is running collective:"
               " CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE).Collectives differ in the following aspects:"
               " \t Op type: ALLREDUCEvs REDUCE  Tensor Tensor shapes: 2vs  Tensor Tensor dtypes: Floatvs")
     assert short_mismatch(reduce) == ("collectives differ (--debug-collectives): rank 0 ran ALLREDUCE of Float[2]"
                                       " (torch's sequence number 0); rank 1 ran a collective of another kind (torch's"
-                                      " check could not read it: it came back as REDUCE, torch's sequence number 0)")
+                                      " check does not say which)")
     real = first.replace("SequenceNumber=0OpType=GATHER", "SequenceNumber=0, OpType=GATHER, TensorShape=[4],"
                                                           " TensorDtypes=Float")
     assert "rank 1 ran GATHER of Float[4] (torch's sequence number 0)" in short_mismatch(real)  # a gather it made
