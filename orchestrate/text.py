@@ -2,7 +2,34 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+import shutil
+import textwrap
+from typing import IO, Iterable, Optional
+
+
+# The width long lines are wrapped to on a terminal where it does not say its own.
+TERMINAL_COLUMNS = 100
+
+
+def for_terminal(text: str, stream: IO[str], prefix: str = "") -> str:
+    """``text`` as printed to ``stream``: where that is a terminal, each line longer than its
+    width (after ``prefix``, which starts every printed line) wrapped at spaces, its continuation
+    lines indented four spaces past the line's own indent (a hint of 1,100 characters no longer
+    wraps as the terminal cuts it, since 2026-12-07); elsewhere (a file, a pipe, a test's
+    capture) as it is, one line for one line."""
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None or not isatty():
+        return text
+    width = shutil.get_terminal_size((TERMINAL_COLUMNS, 24)).columns - len(prefix)
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width or width < 40:
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        out += textwrap.wrap(line.strip(), width, initial_indent=indent, subsequent_indent=indent + "    ",
+                             break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out)
 
 
 def first_line(text: str) -> str:

@@ -10,6 +10,7 @@ from orchestrate.cli.signals import install_teardown_signals, interrupt_exit_cod
 from orchestrate.engine.runs import REMOVED_BY
 from orchestrate.launch.run import Run
 from orchestrate.outcome.summary import format_summary
+from orchestrate.text import for_terminal
 
 
 def add_parsers(sub: Any) -> None:
@@ -35,7 +36,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         inv.out.write(f"\n[orchestrate] detached from run {run.run_id}; it keeps running (stop it with:"
                       f" python -m orchestrate stop {run.run_id})\n")
         return interrupt_exit_code(exc)
-    inv.out.write(format_summary(result) + "\n")
+    inv.out.write(for_terminal(format_summary(result), inv.out) + "\n")
     if run.attached is not None and run.attached.detached and result.stopped_by != REMOVED_BY:  # down removes it
         inv.out.write(f"remove it with: python -m orchestrate down {run.run_id}\n")
     return result.exit_code

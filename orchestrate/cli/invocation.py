@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Sequence
 
 from orchestrate.config.user_env import mask_env_options
+from orchestrate.text import for_terminal
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Invocation:
 
     def say(self, line: str) -> None:
         """Print one line now (what a command says while it waits on the engine)."""
-        print(line, file=self.out, flush=True)
+        print(for_terminal(line, self.out), file=self.out, flush=True)
 
     @property
     def command_line(self) -> str:

@@ -13,6 +13,7 @@ from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.hangs.diagnosis import SILENT_STATES
 from orchestrate.supervise.rank_probe import STACKS_FILE, rank_hosts, stack_lines, store_state, where_ranks_are
+from orchestrate.text import for_terminal
 
 
 def add_parsers(sub: Any) -> None:
@@ -53,6 +54,6 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
             faults = faults_now(run.run_dir, {STORE_TARGET: store}).get(STORE_TARGET, ())
             inv.out.write(store_state(store, faults) + "\n")
     for line in stack_lines(found):
-        inv.out.write(line + "\n")
+        inv.out.write(for_terminal(line, inv.out) + "\n")
     inv.out.write(f"(written to {run.run_dir / STACKS_FILE})\n")
     return 0 if answered else 1

@@ -411,6 +411,7 @@ class HangDiagnosis:
     awaits_no_thread: dict[int, str] = field(default_factory=dict)  # waits for a thread, none alive: where
     cut_by: tuple[str, ...] = ()  # the faults in effect that cut the nodes' network (a partition, a disconnect)
     collectives_checked: bool = False  # the ranks run under torch's check of every collective (--debug-collectives)
+    said: bool = False  # its lines were said as the run went (the watchdog's verdict): the summary's need not repeat
 
     @property
     def headline(self) -> str:

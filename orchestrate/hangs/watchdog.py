@@ -86,6 +86,7 @@ def say_hung(found: HangDiagnosis, say: Callable[[str], None], record: Callable[
     say(f"HUNG: {found.headline}")
     for line in found.lines()[1:]:
         say(line)
+    found.said = True  # (the summary, on the same output, says its long hints in short)
     record("hung", headline=found.headline, divergence=found.divergence.text if found.divergence else None)
 
 

@@ -53,6 +53,7 @@ from orchestrate.launch.teardown import finish_record, tear_down_and_record, tea
 from orchestrate.outcome.events import NODES_UP, record_event
 from orchestrate.outcome.model import RunResult, Timings
 from orchestrate.outcome.summary import format_summary
+from orchestrate.text import for_terminal
 from orchestrate.plan.layout import HEARTBEAT_FILE
 from orchestrate.plan.make import make_plan, project_name
 from orchestrate.plan.model import JobPlan
@@ -548,7 +549,7 @@ def run_and_report(run: Run, *, raise_interrupt: bool) -> RunResult:
     says so (a test that fails, not a session that ends).
     """
     result = run.run()
-    print(format_summary(result), file=run.out, flush=True)
+    print(for_terminal(format_summary(result), run.out), file=run.out, flush=True)
     if result.interrupted and raise_interrupt and not result.stopped_by:
         raise SignalInterrupt(result.signal_number)
     return result

@@ -98,7 +98,8 @@ def outcome_record(outcome: RunResult) -> dict:
                      for r in outcome.results if r.state is NodePhase.FAILED and r.node.name != failure.node
                      and r.root_cause],
             "divergence": outcome.divergence or None,  # where the ranks' collectives part, for a mismatch torch or gloo caught
-            "skipped": outcome.skipped or None,  # a call one rank skipped before they parted, for a mismatch torch caught
+            # a call one rank skipped before the ranks parted, for a mismatch torch's check caught
+            "skipped": outcome.skipped or None,
             "store_lost": outcome.store_lost or None,
             # an earlier attempt of the failing node whose worker failed by an error of its own
             "earlier": None if failure.earlier is None else {

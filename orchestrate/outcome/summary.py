@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import signal
+from textwrap import shorten
 from typing import Optional
 
-from orchestrate.hangs.diagnosis import in_init
+from orchestrate.hangs.diagnosis import HangDiagnosis, in_init
 from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, at_exit_barrier,
                                        compiler_hint, ddp_prefix_hint, device_ordinal_hint, died_at_exit,
@@ -100,7 +101,7 @@ def format_summary(outcome: RunResult) -> str:
         return "\n".join(lines)
     if ended_hung(outcome):
         lines.append(f"HUNG: {outcome.hang.headline}")
-        lines += outcome.hang.lines()[1:]
+        lines += hang_lines(outcome.hang)
         lines += lost_while_joining_lines(outcome)
         hint = ending_hint(outcome)
         lines += [hint] if hint else []
@@ -223,7 +224,25 @@ def last_look_lines(outcome: RunResult) -> list[str]:
         return [f"  {'while hung' if outcome.stop_look_hung else 'at the last look'}: {headline}", *rest]
     if hang is None or hang.timed_out:  # (a collective's timeout is the failure's, said with it)
         return []
-    return [f"  {'while hung' if hang.hung else 'at the last look'}: {hang.headline}", *hang.lines()[1:]]
+    return [f"  {'while hung' if hang.hung else 'at the last look'}: {hang.headline}", *hang_lines(hang)]
+
+
+# A hint said as the run went longer than this is said in short in its summary, on the same output.
+SAID_HINT_CHARS = 200
+SAID_ABOVE = " ... (said in full above)"
+
+
+def hang_lines(hang: HangDiagnosis) -> list[str]:
+    """A hang's lines past its headline, for the summary: where the run's own output said them as
+    it went (the watchdog's verdict), each hint longer than :data:`SAID_HINT_CHARS` cut to its
+    start, said to be in full above (since 2026-12-07: a DDP hint of 1,100 characters was said
+    twice by one command, as the run hung and again in its summary). outcome.json keeps them whole."""
+    lines = hang.lines()[1:]
+    if not hang.said:
+        return lines
+    long_hints = {f"  {hint}" for hint in hang.advice() if len(hint) > SAID_HINT_CHARS}
+    return [f"  {shorten(line.strip(), SAID_HINT_CHARS, placeholder=SAID_ABOVE)}" if line in long_hints else line
+            for line in lines]
 
 
 def says_failure(outcome: RunResult) -> bool:
@@ -444,7 +463,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
     if ended_hung(outcome):  # the watchdog cancelled the job: where every rank waited says more than Slurm's state
         assert outcome.hang is not None
         lines.append(f"HUNG: {outcome.hang.headline}")
-        lines += outcome.hang.lines()[1:]
+        lines += hang_lines(outcome.hang)
         if outcome.hang.timed_out:  # torch ended the wait, and the job with it
             lines.append(f"  then Slurm job {slurm.job_id} ended {slurm.state or 'in a state unknown'}"
                          f" (reason {job.get('Reason', '-')}, exit code {slurm_exit_code(job)})")

@@ -67,7 +67,7 @@ from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.rank_probe import RankHost, absent_reasons, network_cuts
 from orchestrate.supervise.console_filter import ConsoleFilter
 from orchestrate.supervise.worker_lines import OutputLine, WorkerLines
-from orchestrate.text import counted
+from orchestrate.text import counted, for_terminal
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,9 @@ class SlurmBackend:
         self.dying_seen = 0  # the lines of dying ranks' tracebacks among them
 
     def say(self, text: str) -> None:
-        self.out.write(f"[orchestrate] {text}\n")
+        # (wrapped on a terminal, each of its lines prefixed: a long hint wrapped as the terminal cut it)
+        wrapped = for_terminal(text, self.out, "[orchestrate] ").split("\n")
+        self.out.write("".join(f"[orchestrate] {line}\n" for line in wrapped))
         self.out.flush()
 
     def record(self, kind: str, **fields: Any) -> None:

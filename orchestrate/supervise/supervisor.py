@@ -76,7 +76,9 @@ from orchestrate.supervise.restart_policy import RestartPolicy
 from orchestrate.supervise.timings import run_timings
 from orchestrate.supervise.workdir_writes import WorkdirWrites
 from orchestrate.supervise.worker_lines import NodeOutput, OutputLine
-from orchestrate.text import grace_ran_out
+from orchestrate.text import for_terminal, grace_ran_out
+
+PREFIX = "[orchestrate] "  # what starts every line the supervisor says
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +201,8 @@ class Supervisor:
         self.ranks_seen: set[int] = set()  # ranks whose first line was recorded (since the last restart)
 
     def say(self, text: str) -> None:
-        self.out.write(f"[orchestrate] {text}\n")
+        # (wrapped on a terminal, each of its lines prefixed: a long hint wrapped as the terminal cut it)
+        self.out.write("".join(f"{PREFIX}{line}\n" for line in for_terminal(text, self.out, PREFIX).split("\n")))
         self.out.flush()
 
     def record(self, kind: str, *, when: Optional[float] = None, **fields: Any) -> None:

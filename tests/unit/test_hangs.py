@@ -430,6 +430,42 @@ def test_a_barrier_one_rank_skips_in_a_ddp_training_loop_is_said_as_a_skipped_ba
     assert "skips a collective the others make" in UNEVEN_HINT
 
 
+def test_a_long_hint_said_as_the_run_hung_is_said_in_short_in_its_summary_and_wrapped_on_a_terminal(monkeypatch):
+    """The trial's DDP hint (1,100 characters on one line) was said as the run hung and again,
+    whole, in the summary the same command printed; and a terminal wrapped it where it cut it."""
+    from orchestrate.hangs.collectives import UNEVEN_HINT
+    from orchestrate.outcome.summary import SAID_ABOVE, SAID_HINT_CHARS, hang_lines
+    from orchestrate.text import for_terminal
+
+    history = (coll(61, "gradients of DDP(Net)", at="train.py:20"),)
+    left = snap(0, history + (coll(62, "", "entered", op="barrier", at="train.py:40"),), stack(40),
+                lines=(("train.py:20", 30), ("train.py:40", 1)))
+    in_step = snap(1, history + (coll(62, "gradients of DDP(Net)", "entered", at="train.py:20"),), stack(20),
+                   lines=(("train.py:20", 31),))
+    found = diagnose(probe(5, r0=left, r1=in_step), None, {0, 1}, {}, 30)
+    assert hang_lines(found) == found.lines()[1:]  # said nowhere before: whole
+    found.said = True
+    short = hang_lines(found)
+    assert short[:-1] == found.lines()[1:-1] and found.lines()[-1].endswith(UNEVEN_HINT)
+    assert short[-1].startswith("  rank 1 is in backward pass 31") and short[-1].endswith(SAID_ABOVE)
+    assert len(short[-1]) <= SAID_HINT_CHARS + 2
+    assert found.advice()[-1].endswith(UNEVEN_HINT)  # outcome.json's text stays whole
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "80")
+    hint = f"  {UNEVEN_HINT}"
+    wrapped = for_terminal(f"HUNG: no progress\n{hint}", Terminal()).split("\n")
+    assert wrapped[0] == "HUNG: no progress" and wrapped[1].startswith("  every rank must") and len(wrapped) > 10
+    assert all(len(line) <= 80 for line in wrapped) and all(line.startswith("      ") for line in wrapped[2:])
+    assert " ".join(line.strip() for line in wrapped[1:]) == UNEVEN_HINT
+    assert all(len(line) <= 80 - len("[orchestrate] ") for line in for_terminal(hint, Terminal(), "[orchestrate] ")
+               .split("\n"))
+    assert for_terminal(hint, io.StringIO()) == hint  # a file, a pipe: one line as it was
+
+
 def test_a_barrier_only_rank_0_makes_is_not_said_to_be_an_all_reduce_it_skipped():
     """Each step all_reduces at :11; rank 0 alone adds a barrier at :13 in step 3 (to write a log):
     it made its 4 all_reduces and waits in the barrier, the others in their 5th all_reduce. The
@@ -2164,6 +2200,7 @@ def test_a_run_whose_ranks_make_no_progress_ends_hung_with_the_divergence(make_r
                                            " rank 1 entered all_reduce(float32[1]) at train.py:21")
     summary = format_summary(result)
     assert "HUNG: no progress for " in summary and "(--hang-timeout 3): collective #2" in summary
+    assert result.hang.said  # said as it hung, on the output the summary goes to: its long hints are not said again
     assert [r.state.value for r in result.results] == ["stopped", "stopped"]
     assert result.failure is not None and result.failure.describe().startswith("HUNG: no progress")
     outcome = json.loads((job.run_dir / "outcome.json").read_text())
@@ -2822,7 +2859,10 @@ def test_a_hang_across_a_network_a_fault_cut_names_the_fault_and_no_other(make_r
         return
     assert result.hang.headline.endswith(f"all_reduce at train.py:21 in <module>; injected fault {named} cuts the"
                                          " nodes' network"), summary
-    assert CUT_HINT.format(faults=f"injected fault {named}") in summary
+    # said whole as the run hung, then in short in the summary on the same output (since 2026-12-07)
+    assert CUT_HINT.format(faults=f"injected fault {named}") in job.out.getvalue()
+    assert f"  {CUT_HINT.format(faults=f'injected fault {named}')[:60]}" in summary
+    assert "(said in full above)" in summary
 
 
 def test_a_rank_whose_child_processes_compute_is_working_and_one_in_a_collective_is_not_made_so():
