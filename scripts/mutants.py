@@ -981,7 +981,8 @@ MUTANTS = [
            "    return [] + [f\"  {link}\" for link in failure.chain]", ("tests/unit/test_launcher.py",)),
     Mutant("the user's frame is said above an earlier attempt's own error", "orchestrate/outcome/summary.py",
            "        if failure.earlier is None:\n            lines += own_error_lines(failure, outcome.skipped)",
-           "        if True:\n            lines += own_error_lines(failure, outcome.skipped)", ("tests/unit/test_outcome.py",)),
+           "        if True:\n            lines += own_error_lines(failure, outcome.skipped)",
+           ("tests/unit/test_outcome.py",)),
     Mutant("a traceback after a progress bar's redraw is not kept", "orchestrate/outcome/root_cause.py",
            "    return text.endswith(TRACEBACK_START) and not", "    return text == TRACEBACK_START and not",
            ("tests/unit/test_output.py",)),
@@ -3180,6 +3181,9 @@ MUTANTS = [
     Mutant("wrapped lines run past the terminal by their prefix", "orchestrate/text.py",
            "    width = shutil.get_terminal_size((TERMINAL_COLUMNS, 24)).columns - len(prefix)",
            "    width = shutil.get_terminal_size((TERMINAL_COLUMNS, 24)).columns",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("the line of a call one rank skipped is cut in the summary like a hint", "orchestrate/outcome/summary.py",
+           "if len(hint) > SAID_HINT_CHARS and hint != skipped}", "if len(hint) > SAID_HINT_CHARS}",
            ("tests/unit/test_hangs.py",)),
 ]
 

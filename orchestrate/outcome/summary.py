@@ -235,12 +235,14 @@ SAID_ABOVE = " ... (said in full above)"
 def hang_lines(hang: HangDiagnosis) -> list[str]:
     """A hang's lines past its headline, for the summary: where the run's own output said them as
     it went (the watchdog's verdict), each hint longer than :data:`SAID_HINT_CHARS` cut to its
-    start, said to be in full above (since 2026-12-07: a DDP hint of 1,100 characters was said
+    start, said to be in full above (not the line of a call one rank skipped: where to look) (since 2026-12-07: a DDP hint of 1,100 characters was said
     twice by one command, as the run hung and again in its summary). outcome.json keeps them whole."""
     lines = hang.lines()[1:]
     if not hang.said:
         return lines
-    long_hints = {f"  {hint}" for hint in hang.advice() if len(hint) > SAID_HINT_CHARS}
+    # (the call one rank skipped is no hint but where to look: kept whole)
+    skipped = hang.divergence.fewer if hang.divergence is not None else ""
+    long_hints = {f"  {hint}" for hint in hang.advice() if len(hint) > SAID_HINT_CHARS and hint != skipped}
     return [f"  {shorten(line.strip(), SAID_HINT_CHARS, placeholder=SAID_ABOVE)}" if line in long_hints else line
             for line in lines]
 

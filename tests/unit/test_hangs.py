@@ -450,6 +450,18 @@ def test_a_long_hint_said_as_the_run_hung_is_said_in_short_in_its_summary_and_wr
     assert short[-1].startswith("  rank 1 is in backward pass 31") and short[-1].endswith(SAID_ABOVE)
     assert len(short[-1]) <= SAID_HINT_CHARS + 2
     assert found.advice()[-1].endswith(UNEVEN_HINT)  # outcome.json's text stays whole
+    # the line of a call one rank skipped is where to look, no hint: whole
+    step = lambda n: (coll(2 * n + 1, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),
+                      coll(2 * n + 2, "", op="barrier", at="barrier_skip.py:23"))
+    history = step(1) + step(2) + step(3) + (coll(9, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),)
+    waiting = snap(0, history + (coll(10, "", "entered", op="barrier", at="barrier_skip.py:23"),),
+                   stack(23, call="barrier"), lines=(("barrier_skip.py:19", 4), ("barrier_skip.py:23", 4)))
+    skipped = snap(1, history + (coll(10, "gradients of DDP(Sequential)", "entered", at="barrier_skip.py:19"),),
+                   stack(19), lines=(("barrier_skip.py:19", 5), ("barrier_skip.py:23", 3)))
+    found = diagnose(probe(5, r0=waiting, r1=skipped), None, {0, 1}, {}, 30)
+    found.said = True
+    assert len(found.divergence.fewer) > SAID_HINT_CHARS and hang_lines(found)[-2] == f"  {found.divergence.fewer}"
+    assert hang_lines(found)[-1].endswith(SAID_ABOVE)
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
