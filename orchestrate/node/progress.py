@@ -61,6 +61,8 @@ class _Channel:
         self.steps_here: set[int] = set()  # the distinct steps this attempt reported
         self.passed: set[int] = set()  # the fault steps this process waited at, or reported past
         self.written: set[str] = set()  # the shared files reported written (each once)
+        self.torch_saved: set[str] = set()  # those reported saved by torch.save
+        self.loaded: set[str] = set()  # the files reported loaded by torch.load ("": a stream)
         self.written_locally: set[str] = set()  # the files on the node's own disk reported written
         try:
             triggers = json.loads((directory / TRIGGERS_FILE).read_text())
@@ -168,14 +170,39 @@ def _write_step(step: int, metrics: dict, counted: bool = False, taken: Optional
         channel.wait_for_fault(key)
 
 
-def report_written(path: str) -> None:
+def report_written(path: str, by_torch_save: bool = False) -> None:
     """Report that this rank wrote ``path`` whole (a path relative to the work directory), once
-    per process and once more after its node's SIGTERM: the launcher names a file that several
+    per process (once more where it is then saved by ``torch.save``, ``by_torch_save``: a checkpoint
+    by its kind) and once more after its node's SIGTERM: the launcher names a file that several
     ranks write (see :mod:`orchestrate.node.shared_writes`), and what a preempted rank saved."""
     channel = _get_channel()
-    if channel is not None and (path not in channel.written or channel.say_again(path)):
+    if channel is None:
+        return
+    anew = path not in channel.written or (by_torch_save and path not in channel.torch_saved)
+    if anew or channel.say_again(path):
         channel.written.add(path)
-        channel.write({"rank": channel.rank, "wrote": path, "time": time.time()})
+        record: dict[str, Any] = {"rank": channel.rank, "wrote": path, "time": time.time()}
+        if by_torch_save:
+            channel.torch_saved.add(path)
+            record["torch_save"] = True
+        channel.write(record)
+
+
+# How many files one worker reports loaded, at most (a job that loads a data shard per step loads
+# thousands; a resume loads its save at the start).
+LOADS_NOTED = 100
+
+
+def report_loaded(path: str) -> None:
+    """Report that this rank loaded ``path`` with ``torch.load`` (relative to the work directory
+    where it is in it; "": a stream with no path), once per process and file, for the first
+    :data:`LOADS_NOTED` files: the chaos check tells an attempt that read the job's save back from
+    one whose resume never ran."""
+    channel = _get_channel()
+    if channel is None or path in channel.loaded or len(channel.loaded) >= LOADS_NOTED:
+        return
+    channel.loaded.add(path)
+    channel.write({"rank": channel.rank, "loaded": path, "time": time.time()})
 
 
 def report_written_locally(path: str, most: int) -> None:

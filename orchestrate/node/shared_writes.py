@@ -3,7 +3,10 @@ written from its start (``open(path, "w")``, ``"wb"``, ``"w+"``), or saved by ``
 path. Each is reported once on the progress channel (:func:`orchestrate.node.progress.report_written`),
 so that the launcher can name a file that several ranks write: the classic
 ``torch.save(model.state_dict(), "model.pt")`` without ``if rank == 0``, whose writers race in
-one file on the shared file system of a cluster (and of these nodes).
+one file on the shared file system of a cluster (and of these nodes). A ``torch.save`` is said as
+such (a checkpoint by its kind), and each file a worker reads back with ``torch.load``
+(:func:`orchestrate.node.progress.report_loaded`), so that the chaos check knows whether an
+attempt after a fault loaded what the job had saved.
 
 Appending (``"a"``), creating exclusively (``"x"``) and updating in place (``"r+"``) are not
 counted: ranks that append to one log, or take a file by creating it, mean to share it.
@@ -147,6 +150,36 @@ def watching_save(original: Callable[..., Any], report: Callable[[str], None],
     return save
 
 
+def loaded_path(file: Any, shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> Optional[str]:
+    """What a ``torch.load`` of ``file`` read, as the progress channel names it: a path under a
+    shared directory relative to the work directory, any other path whole (links followed), a
+    file object by the path it was opened at; "" for a stream with no path (``io.BytesIO``)."""
+    name = file if isinstance(file, (str, bytes, os.PathLike)) else getattr(file, "name", None)
+    path = real_path(name) if not isinstance(name, int) else None  # (a descriptor's name is its number)
+    if path is None:
+        return ""
+    shared = under(path, shared_dirs)
+    return path if shared is None else shared
+
+
+def watching_load(original: Callable[..., Any], report: Callable[[str], None],
+                  shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> Callable[..., Any]:
+    """``torch.load`` that reports the file it loaded (:func:`loaded_path`), once it loaded: what
+    it returns and raises are torch's own, and a report that fails is left unsaid."""
+
+    @functools.wraps(original)
+    def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(f, *args, **kwargs)
+        if not getattr(_reporting, "active", False):
+            try:
+                report(loaded_path(f, shared_dirs))
+            except Exception:  # the record is a help: never let it fail the script's load
+                pass
+        return result
+
+    return load
+
+
 def install(report: Callable[[str], None], report_local: Optional[Callable[[str], None]] = None) -> None:
     """Watch ``open`` now (``torch.save`` when torch is imported: :func:`watch_torch_save`)."""
     opener = watching_open(builtins.open, report, report_local=report_local)
@@ -161,3 +194,13 @@ def watch_torch_save(report: Callable[[str], None], report_local: Optional[Calla
     save = watching_save(serialization.save, report, report_local=report_local)
     serialization.save = save
     torch.save = save
+
+
+def watch_torch_load(report: Callable[[str], None]) -> None:
+    """Report each file ``torch.load`` loads (:func:`watching_load`), wherever the script finds it."""
+    import torch
+    import torch.serialization as serialization
+
+    load = watching_load(serialization.load, report)
+    serialization.load = load
+    torch.load = load

@@ -18,9 +18,10 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    fatal signal, or be ended by SIGTERM (:mod:`orchestrate.node.crash_stacks`); and count its optimizer steps on the
    progress channel (:mod:`orchestrate.node.step_counter`), unless the script reports its own; and where it
    has a progress channel, let the launcher's storage faults reach the worker's writes
-   (:mod:`orchestrate.node.storage_faults`), name the shared files it writes whole and the files it
-   writes on its node's own disk (:mod:`orchestrate.node.shared_writes`), and a shuffling
-   DistributedSampler iterated again with the same epoch (:mod:`orchestrate.node.sampler_epochs`).
+   (:mod:`orchestrate.node.storage_faults`), name the shared files it writes whole (those ``torch.save``
+   saves said so), the files it writes on its node's own disk and those it loads with ``torch.load``
+   (:mod:`orchestrate.node.shared_writes`), and a shuffling DistributedSampler iterated again with the
+   same epoch (:mod:`orchestrate.node.sampler_epochs`).
    Where the run asks for torch's DETAIL debug level (``--debug-collectives``), keep DDP on gloo from crashing under it
    (:mod:`orchestrate.node.ddp_detail_guard`). A worker that starts processes of its own with
    ``torch.multiprocessing`` is told at once that torchrun's workers cannot
@@ -203,7 +204,8 @@ def install_recorder(timeout_s: Optional[float]) -> None:
                                   sampler_epochs, shared_writes, snapshot, spawn_note, step_counter, storage_faults,
                                   store_calls)
     from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_debugger, report_init_asked, report_init_call,
-                                           report_same_shuffle, report_written, report_written_locally)
+                                           report_loaded, report_same_shuffle, report_written,
+                                           report_written_locally)
 
     log = collective_log.CollectiveLog()
     torchrun_gave = init_record.torchrun_gave(os.environ)  # before the script may change it
@@ -253,8 +255,9 @@ def install_recorder(timeout_s: Optional[float]) -> None:
                                      lambda: sampler_epochs.install(report_same_shuffle))
         local = functools.partial(report_written_locally, most=shared_writes.LOCAL_FILES_NOTED)
         shared_writes.install(report_written, local)
-        collective_log.when_imported("torch.serialization",
-                                     lambda: shared_writes.watch_torch_save(report_written, local))
+        saved = functools.partial(report_written, by_torch_save=True)
+        collective_log.when_imported("torch.serialization", lambda: shared_writes.watch_torch_save(saved, local))
+        collective_log.when_imported("torch.serialization", lambda: shared_writes.watch_torch_load(report_loaded))
 
 
 def main(argv: list[str]) -> None:

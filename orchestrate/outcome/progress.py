@@ -14,7 +14,9 @@ class ProgressRecord:
     restarted ranks are new processes), ``counted`` a step the start-up hook counted from the
     optimizer (the script reported none of its own); ``finished``: the worker's script returned
     (or exited 0), ``after_step`` the highest step it had reported; ``wrote``: a file in a
-    shared directory the worker wrote whole (relative to the work directory); ``wrote_locally``: a
+    shared directory the worker wrote whole (relative to the work directory), ``torch_save``: by
+    ``torch.save``; ``loaded``: a file the worker loaded with ``torch.load`` (relative to the work
+    directory where it is in it; "" a stream with no path; None: no load); ``wrote_locally``: a
     file on its node's own disk the worker wrote (absolute); ``same_shuffle``: the line where the
     worker iterated a shuffling DistributedSampler again with the same epoch (``shuffle_epoch``);
     ``init_call``: how the worker's script called ``init_process_group``, beside what torchrun
@@ -35,6 +37,8 @@ class ProgressRecord:
     finished: bool = False
     after_step: Optional[int] = None
     wrote: str = ""
+    torch_save: bool = False
+    loaded: Optional[str] = None
     wrote_locally: str = ""
     same_shuffle: str = ""
     shuffle_epoch: Optional[int] = None
@@ -61,6 +65,10 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.finished = data.pop("finished", False) is True
     wrote = data.pop("wrote", "")
     record.wrote = wrote if isinstance(wrote, str) else ""
+    record.torch_save = data.pop("torch_save", False) is True
+    if "loaded" in data:
+        loaded = data.pop("loaded")
+        record.loaded = loaded if isinstance(loaded, str) else ""
     locally = data.pop("wrote_locally", "")
     record.wrote_locally = locally if isinstance(locally, str) else ""
     same = data.pop("same_shuffle", "")

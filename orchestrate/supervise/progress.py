@@ -163,6 +163,8 @@ class ProgressWatch:
             if record.wrote_locally:
                 self.written_locally.setdefault(record.wrote_locally, set()).add(record.rank)
                 continue
+            if record.loaded is not None:  # a file torch.load read: the chaos check's, not a step
+                continue
             if record.same_shuffle:
                 _, ranks = self.same_shuffle.setdefault(record.same_shuffle, (record.shuffle_epoch or 0, set()))
                 ranks.add(record.rank)

@@ -3,6 +3,7 @@ opt-in shim) and trains; each local rank gets its own NCCL host id."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -158,3 +159,43 @@ def test_a_sampler_iterated_again_with_its_epoch_unset_and_the_init_call_are_rep
         asked = [r["init_asked"] for r in records if "init_asked" in r]
         assert asked == calls and records.index(next(r for r in records if "init_asked" in r)) < records.index(
             next(r for r in records if "init_call" in r))
+
+
+
+def test_each_torch_load_of_a_file_is_reported_once_per_worker_and_the_torch_save_before_it_as_one(tmp_path):
+    """The chaos verdict's records of a resume: the save said as torch.save's, each file loaded
+    said once with its rank, by its path or the path of the file object it came from (a stream
+    as ""), and a load that failed said not at all; what torch.load returns and raises is the
+    script's own."""
+    script = tmp_path / "resume.py"
+    script.write_text(
+        "import io, os\n"
+        "from orchestrate.node import shared_writes\n"
+        "nodes_mount = shared_writes.under\n"
+        "# the host has no /workspace: this directory stands for it\n"
+        "shared_writes.under = lambda path, dirs: nodes_mount(path, (os.path.realpath(os.getcwd()), *dirs[1:]))\n"
+        "import torch\n"
+        "from torch import load\n"
+        "torch.save({'step': 3}, 'ckpt.pt')\n"
+        "torch.save({'step': 3}, 'model.pt')\n"
+        "assert torch.load('ckpt.pt')['step'] == 3 and load('ckpt.pt')['step'] == 3\n"
+        "with open('model.pt', 'rb') as handle:\n"
+        "    assert torch.load(handle)['step'] == 3\n"
+        "assert torch.load(io.BytesIO(open('ckpt.pt', 'rb').read()))['step'] == 3\n"
+        "try:\n"
+        "    torch.load('missing.pt')\n"
+        "except FileNotFoundError:\n"
+        "    print('missing raised', flush=True)\n"
+        "torch.save({'w': 1}, os.path.join('..', 'elsewhere.pt'))\n"
+        "assert torch.load(os.path.join('..', 'elsewhere.pt')) == {'w': 1}\n")
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    done = subprocess.run(hooked_torchrun(1, "--", str(script)), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT)), timeout=240)
+    assert done.returncode == 0 and "missing raised" in done.stdout, done.stderr[-3000:]
+    records = [json.loads(line) for line in (progress / "rank0.jsonl").read_text().splitlines()]
+    assert [(r["wrote"], r.get("torch_save")) for r in records if "wrote" in r] == [("ckpt.pt", True),
+                                                                                   ("model.pt", True)], records
+    elsewhere = os.path.realpath(tmp_path.parent / "elsewhere.pt")  # not in the work directory: named whole
+    assert [(r["loaded"], r["rank"]) for r in records if "loaded" in r] == [
+        ("ckpt.pt", 0), ("model.pt", 0), ("", 0), (elsewhere, 0)]
