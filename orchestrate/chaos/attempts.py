@@ -29,6 +29,11 @@ after it and a later attempt began. The *next* attempt of a fault that ended its
 first that began after it; one that did not end its attempt has none (the job went on). Steps redone
 for a fault are where the struck attempt had got less where the next one started from; in all,
 the steps of every attempt less the undisturbed run's.
+
+What the attempt after a fault loaded: the files any rank read with ``torch.load`` after the fault
+struck and before the next one did (the workers' start-up hook says each, once per process), and
+which files the job had saved by ``torch.save`` before it: whether a job that started over read
+its save back (and ignored its step) or never looked for it.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ from orchestrate.config.fault_spec import parse_fault
 from orchestrate.errors import UsageError
 from orchestrate.outcome.model import FaultRecord, WrittenFile
 from orchestrate.outcome.progress import ProgressRecord
+from orchestrate.text import listed
 
 
 @dataclass
@@ -93,8 +99,8 @@ def attempts_of(records: Iterable[ProgressRecord], reference_steps: Optional[int
     the undisturbed run's steps, ``completed``: the job ended where it ended."""
     attempts: dict[str, Attempt] = {}
     for record in sorted(one_ranks_records(records), key=lambda r: r.time):
-        if record.init_call is not None or record.init_asked is not None:  # the start-up, not the attempt's work
-            continue
+        if record.init_call is not None or record.init_asked is not None or record.loaded is not None:
+            continue  # the start-up (its group, the save it loads), not the attempt's work
         attempt = attempts.setdefault(record.attempt, Attempt(record.attempt, record.time))
         if record.resumed is not None:
             attempt.resumed = record.resumed
@@ -140,6 +146,27 @@ def job_steps(attempt: Attempt) -> Optional[int]:
 
 
 @dataclass(frozen=True)
+class Load:
+    """A file a rank loaded with ``torch.load``: its path as the workers name it (relative to the
+    work directory where it is in it; "" a stream, whose file is not known), when (epoch time), and
+    the rank."""
+
+    path: str
+    time: float
+    rank: int
+
+
+def loads_of(records: Iterable[ProgressRecord]) -> list[Load]:
+    """Every rank's loads, in the order they were made."""
+    return sorted((Load(r.loaded, r.time, r.rank) for r in records if r.loaded is not None), key=lambda l: l.time)
+
+
+def torch_saves_of(records: Iterable[ProgressRecord]) -> list[tuple[str, float]]:
+    """The files the ranks said ``torch.save`` wrote (path, epoch time), in the order said."""
+    return sorted(((r.wrote, r.time) for r in records if r.wrote and r.torch_save), key=lambda saved: saved[1])
+
+
+@dataclass(frozen=True)
 class Strike:
     """What one fault that fired struck, and what came after it.
 
@@ -160,6 +187,10 @@ class Strike:
             and the newest is named.
         cut_save: A torn write's file, where the job had written it whole before the cut: the
             save it would have resumed from, cut (so not in ``saved``); "" for none.
+        loaded: The files the ranks loaded with ``torch.load`` after it, before the next fault
+            struck (None: loads were not followed).
+        torch_save: The newest file of ``saved`` written by ``torch.save`` (a checkpoint by its
+            kind; where that was a temporary file renamed onto the save, the save); "" for none.
     """
 
     spec: str
@@ -174,6 +205,8 @@ class Strike:
     struck_step: Optional[int] = None
     last_save: Optional[str] = None
     cut_save: str = ""
+    loaded: Optional[tuple[Load, ...]] = None
+    torch_save: str = ""
 
     @property
     def after_a_save(self) -> bool:
@@ -190,6 +223,28 @@ class Strike:
         if not self.restarted or self.resumed_from is None:
             return None
         return self.resumed_from > 0
+
+    @property
+    def started_over(self) -> bool:
+        """The attempt after it restarted from the beginning although the job had saved."""
+        return self.after_a_save and self.resumed is False
+
+    @property
+    def loaded_saves(self) -> list[Load]:
+        """The loads after it of files the job had written before it."""
+        return [load for load in self.loaded or () if load.path and load.path in (self.saved or ())]
+
+    @property
+    def resume_skipped(self) -> bool:
+        """It started over though the job had saved by ``torch.save``, and no rank loaded after it
+        any file the job had written, nor a stream (a file not known): its resume never ran."""
+        return (self.started_over and self.loaded is not None and bool(self.torch_save)
+                and not self.loaded_saves and not any(load.path == "" for load in self.loaded))
+
+    @property
+    def loaded_and_started_over(self) -> bool:
+        """It started over though a rank loaded after it a file the job had written before it."""
+        return self.started_over and bool(self.loaded_saves)
 
     def describe_struck(self) -> str:
         if self.steps_done == 0:
@@ -212,20 +267,38 @@ class Strike:
             return ("started from a step not known (its steps were counted from 1 and no rank said where it resumed:"
                     " an optimizer that carries no step count, or one whose state was not loaded)")
         redone = "" if self.redone is None else f": {self.redone} step(s) redone"
+        if self.loaded_and_started_over:
+            return f"restarted from the beginning though it loaded {describe_loads(self.loaded_saves)}{redone}"
+        if self.resume_skipped:
+            return f"restarted from the beginning, loading no file it had written{redone}"
         if self.resumed_from == 0:
             return f"restarted from the beginning{redone}"
-        return f"resumed from step {self.resumed_from}{redone}"
+        loaded = f" ({describe_loads(self.loaded_saves)})" if self.loaded_saves else ""
+        return f"resumed from step {self.resumed_from}{loaded}{redone}"
 
 
-def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional[list[WrittenFile]]) -> list[Strike]:
-    """What every fault that fired struck, in the order they fired. An attempt found to have
-    started from the beginning (nothing was saved before the fault that ended the one before)
-    gets that offset, 0, so a later fault striking it knows how far it had got."""
+def describe_loads(loads: list[Load]) -> str:
+    """``ckpt.pt, loaded by rank 0``, ``model.pt and 1 more, loaded by ranks 0, 1`` (pure)."""
+    files = list(dict.fromkeys(load.path or "a stream" for load in loads))
+    ranks = sorted({load.rank for load in loads})
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + listed([str(r) for r in ranks], 3)
+    return f"{listed(files, 1)}, loaded by {who}"
+
+
+def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional[list[WrittenFile]],
+            records: Optional[list[ProgressRecord]] = None) -> list[Strike]:
+    """What every fault that fired struck, in the order they fired, and what the ranks loaded
+    after each (``records``: the run's progress records; None: loads not followed). An attempt
+    found to have started from the beginning (nothing was saved before the fault that ended the
+    one before) gets that offset, 0, so a later fault striking it knows how far it had got."""
     fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=struck_at)
+    loads = loads_of(records) if records is not None else None
+    torch_saves = torch_saves_of(records or [])
     result = []
     ended_before: Optional[float] = None  # when the fault before fired, where it ended its attempt
-    for fault in fired:
+    for index, fault in enumerate(fired):
         at = struck_at(fault)
+        until = struck_at(fired[index + 1]) if index + 1 < len(fired) else float("inf")
         running = [a for a in attempts if a.first_time <= at]
         struck = running[-1] if running else None
         if struck is not None and ended_before is not None and ended_before >= struck.first_time:
@@ -249,10 +322,15 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         # the torn file, first written before the fault was armed (the write it cut came after): a whole save, cut
         cut = fault.struck_file if fault.struck_file and any(
             w.path == fault.struck_file and w.time < (fault.fired_time or 0.0) for w in writes or []) else ""
+        saved_by_torch = [path for path, time in torch_saves if time <= at]
+        named = [path for path in kept if path in saved_by_torch]  # a temporary one renamed: the save it made
+        torch_save = named[-1] if named else (kept[-1] if kept and saved_by_torch else "")
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
                              at - done[0][1] if done else None, saved, after is not None, start, redone,
                              reached if fault.struck_time is not None else None, kept[-1] if kept else None,
-                             cut_save=cut or ""))
+                             cut_save=cut or "",
+                             loaded=None if loads is None else tuple(l for l in loads if at < l.time <= until),
+                             torch_save=torch_save))
     return result
 
 

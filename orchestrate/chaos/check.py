@@ -180,7 +180,7 @@ class ChaosCheck:
         attempts = attempts_of(records, facts.last_step, completed=disturbed.job_succeeded)
         steps = (compare_step_metrics(reference_records, records, self.rtol, facts.last_step, disturbed.job_succeeded)
                  if self.compare_steps else None)
-        struck = strikes(disturbed.faults, attempts, disturbed.writes)  # (where an attempt began from nothing)
+        struck = strikes(disturbed.faults, attempts, disturbed.writes, records)  # (an attempt from nothing)
         verdict = ChaosVerdict(seed, reference, disturbed, schedule, comparisons, self.rtol, facts=facts,
                                strikes=struck, steps_redone=steps_redone(attempts, facts.step_count, struck),
                                steps_done=sum(a.count for a in attempts) if attempts else None,

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrate.chaos.attempts import Strike, lasts, redone_by
+from orchestrate.chaos.attempts import Strike, describe_loads, lasts, redone_by
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, Recovery, RunResult
@@ -169,6 +169,8 @@ class ChaosVerdict(Verdict):
             reasons.append(f"the job ended at step {self.ended_at_step}, the undisturbed run at step"
                            f" {self.facts.last_step if self.facts else '?'}: {skipped} step(s) it did were never done"
                            f" under the faults ({self.describe_skipping_resume()})")
+        reasons += [resume_never_ran(s) for s in self.strikes if s.resume_skipped]
+        reasons += [loaded_yet_started_over(s) for s in self.strikes if s.loaded_and_started_over]
         if self.max_steps_redone is not None and self.steps_redone is not None \
                 and self.steps_redone > self.max_steps_redone:
             reasons.append(f"{self.steps_redone} step(s) redone in all, more than --max-steps-redone"
@@ -455,9 +457,12 @@ NEVER_RESUMED = "the job never resumed from what it saved"
 def never_resumed(started_over: list[Strike], redone: Optional[int], done: Optional[int],
                   reference_steps: Optional[int]) -> str:
     """Why a trial whose job restarted from the beginning after every fault that struck after a
-    save is inconclusive (pure): the faults it restarted after, the save, the steps redone. The
-    records show the file written, never read (no load is recorded), so whether it is the save the
-    job means to resume from (its resume skipped) or another file (a log) only the job knows;
+    save is inconclusive (pure): the faults it restarted after, the save, the steps redone, and what
+    the ranks loaded after them. Where the save was by ``torch.save`` and nothing the job had
+    written was loaded, or its save was loaded, the trial does not hold (:func:`resume_never_ran`,
+    :func:`loaded_yet_started_over`); here the records cannot tell: a file not written by
+    ``torch.save`` (a log, or a save read some other way), a load from a stream, or loads not
+    followed. Whether it is the save the job means to resume from only the job knows;
     ``--max-steps-redone`` says which."""
     save = next((s.named_save for s in started_over if s.named_save), "files")
     known = [s.redone for s in started_over]
@@ -468,10 +473,47 @@ def never_resumed(started_over: list[Strike], redone: Optional[int], done: Optio
     cost = f": {redone} step(s) redone in all{against}" if redone is not None else ""
     each = "each of " if len(started_over) > 1 else ""
     return (f"{NEVER_RESUMED}: after {each}{listed([s.spec for s in started_over], 4)} it restarted from the beginning"
-            f" although it had written {save}{cost}; the records show {save} written, not whether it was read: if"
+            f" although it had written {save}{cost}; {loads_seen(started_over, save)}: if"
             f" it is the save the job should resume from, its resume never ran (a load skipped, or a path that"
             f" differs); --max-steps-redone N (the steps a resume from it may redo: those between two saves) makes"
             f" a run that starts over not hold")
+
+
+def loads_seen(started_over: list[Strike], save: str) -> str:
+    """What the records show of ``save`` and the loads after the faults a job started over after,
+    where that cannot tell a skipped resume (pure)."""
+    if any(s.loaded is None for s in started_over):
+        return f"the records show {save} written, not whether it was read"
+    loads = [load for s in started_over for load in s.loaded or ()]
+    streams = [load for load in loads if load.path == ""]
+    if streams:
+        ranks = listed([str(rank) for rank in sorted({load.rank for load in streams})], 3)
+        return f"rank(s) {ranks} loaded a stream with torch.load after it, whose file is not known"
+    others = f"; it loaded only {describe_loads(loads)} with torch.load" if loads else ""
+    return (f"{save} was not written by torch.save, and no rank loaded it with torch.load after it{others}, so whether"
+            " the job reads it back some other way is not known")
+
+
+def resume_never_ran(strike: Strike) -> str:
+    """Why a trial whose job started over after ``strike`` though it had saved by ``torch.save``,
+    and loaded no file it had written, does not hold (pure): a ``torch.save`` is a checkpoint by its
+    kind, read back by ``torch.load``, and the workers say every ``torch.load``; none read it."""
+    redone = "" if strike.redone is None else f" ({strike.redone} step(s) redone)"
+    others = f"; it loaded only {describe_loads(list(strike.loaded or ()))}" if strike.loaded else ""
+    return (f"its resume never ran: after {strike.spec} the job restarted from the beginning{redone} although it had"
+            f" written {strike.torch_save} with torch.save, and no rank loaded {strike.torch_save}, or any file it had"
+            f" written, with torch.load after the fault{others} (a resume that looks for another path, a flag it was"
+            " not given, or a check for a file it never writes)")
+
+
+def loaded_yet_started_over(strike: Strike) -> str:
+    """Why a trial whose job loaded what it had saved after ``strike`` and still started over does
+    not hold (pure): it read its save back and did not take up its step, or it read a stale file."""
+    redone = "" if strike.redone is None else f" ({strike.redone} step(s) redone)"
+    return (f"after {strike.spec} the job loaded {describe_loads(strike.loaded_saves)}, a file it had written before"
+            f" the fault, and still restarted from the beginning{redone}: it loaded its save but did not take up the"
+            " step it was saved at (its step counter, its data position), or the file it loaded is a stale one, not"
+            " its latest save")
 
 
 def held_before_note(paths: tuple[str, ...]) -> str:

@@ -783,6 +783,95 @@ def test_a_job_that_saves_but_never_loads_is_said_to_have_never_resumed_from_its
     assert [a.offset for a in attempts_of(resumed_last, 40, completed=True)] == [0, None, 33]
 
 
+def test_a_job_that_saves_with_torch_save_and_loads_nothing_after_the_fault_does_not_hold(make_job, tmp_path):
+    """A resume that looks for another file name: the job torch.saves ckpt.pt, and after the
+    fault no rank loads anything it wrote (only pretrained weights elsewhere): its resume never
+    ran, and the trial names it, DOES NOT HOLD, where until 2026-12-07 it was inconclusive."""
+    records = (steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(1, 11), 111.0, counted=False)
+               + [ProgressRecord(0, 102.5, wrote="ckpt.pt", torch_save=True),
+                  ProgressRecord(0, 100.5, loaded="/root/.cache/resnet.pth"),  # the first attempt's: before the fault
+                  ProgressRecord(0, 110.2, loaded="/root/.cache/resnet.pth")])
+    attempts = attempts_of(records, 10, completed=True)
+    assert [a.offset for a in attempts] == [0, 0]  # (a load is no step of the attempt)
+    faults = [fired("kill:node1@step=6", 106.5, 6)]
+    [skipped] = strikes(faults, attempts, [WrittenFile("ckpt.pt", 102.5)], records)
+    assert (skipped.torch_save, skipped.resume_skipped, skipped.loaded_and_started_over) == ("ckpt.pt", True, False)
+    assert skipped.describe_next() == "restarted from the beginning, loading no file it had written: 6 step(s) redone"
+    trial = ChaosVerdict(0, result(make_job, tmp_path, run_id="ref"),
+                         result(make_job, tmp_path, faults=faults, run_id="dis"), [f.spec for f in faults],
+                         facts=Reference(10, 18.7, "ckpt.pt", 1.0, 2), strikes=[skipped],
+                         steps_redone=steps_redone(attempts, 10), steps_done=16)
+    assert trial.status == "DOES NOT HOLD" and trial.inconclusive == []
+    assert trial.failures == [
+        "its resume never ran: after kill:node1@step=6 the job restarted from the beginning (6 step(s) redone) although"
+        " it had written ckpt.pt with torch.save, and no rank loaded ckpt.pt, or any file it had written, with"
+        " torch.load after the fault; it loaded only /root/.cache/resnet.pth, loaded by rank 0 (a resume that looks"
+        " for another path, a flag it was not given, or a check for a file it never writes)"]
+    assert replace(trial, max_steps_redone=10).status == "DOES NOT HOLD"  # whatever the steps redone allow
+    # loads not followed (records not given), or a save not by torch.save: inconclusive, as before
+    [unfollowed] = strikes(faults, attempts, [WrittenFile("ckpt.pt", 102.5)])
+    assert unfollowed.loaded is None and not unfollowed.resume_skipped
+    plain = [r for r in records if not r.wrote] + [ProgressRecord(0, 102.5, wrote="ckpt.pt")]
+    [written] = strikes(faults, attempts, [WrittenFile("ckpt.pt", 102.5)], plain)
+    assert written.torch_save == "" and not written.resume_skipped
+    trial = replace(trial, strikes=[written])
+    assert trial.status == "INCONCLUSIVE"
+    assert ("although it had written ckpt.pt: 6 step(s) redone in all (16 done against 10 undisturbed); ckpt.pt was not"
+            " written by torch.save, and no rank loaded it with torch.load after it; it loaded only"
+            " /root/.cache/resnet.pth, loaded by rank 0 with torch.load, so whether the job reads it back some other"
+            " way is not known: if it is the save") in trial.inconclusive[0]
+    # a load from a stream (a file not known): the job may have read its save so
+    stream = records + [ProgressRecord(1, 110.4, loaded="")]
+    [unknown] = strikes(faults, attempts, [WrittenFile("ckpt.pt", 102.5)], stream)
+    assert not unknown.resume_skipped and replace(trial, strikes=[unknown]).status == "INCONCLUSIVE"
+    assert "rank(s) 1 loaded a stream with torch.load after it, whose file is not known" in replace(
+        trial, strikes=[unknown]).inconclusive[0]
+    # a save through a temporary file renamed onto it is named by the save it made
+    renamed = [r for r in records if not r.wrote] + [ProgressRecord(0, 102.5, wrote="ckpt.pt.tmp", torch_save=True)]
+    [tmp] = strikes(faults, attempts, [WrittenFile("ckpt.pt.tmp", 102.4, kept=False), WrittenFile("ckpt.pt", 102.5)],
+                    renamed)
+    assert (tmp.torch_save, tmp.resume_skipped) == ("ckpt.pt", True)
+
+
+def test_a_job_that_loaded_its_save_after_the_fault_and_started_over_does_not_hold_and_one_that_resumed_says_so(
+        make_job, tmp_path):
+    """Loaded ckpt.pt and still numbered its steps from 1 (the step it was saved at not taken
+    up, or a stale file): the trial names the file and the rank, DOES NOT HOLD; a resume from it
+    says in its row which file was loaded, by which rank."""
+    saves = [ProgressRecord(0, 102.5, wrote="ckpt.pt", torch_save=True)]
+    loads = [ProgressRecord(0, 110.3, loaded="ckpt.pt"), ProgressRecord(1, 110.4, loaded="ckpt.pt")]
+    over = steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(1, 11), 111.0, counted=False)
+    faults = [fired("kill:node1@step=6", 106.5, 6)]
+    [started_over] = strikes(faults, attempts_of(over + saves + loads, 10, completed=True),
+                             [WrittenFile("ckpt.pt", 102.5)], over + saves + loads)
+    assert (started_over.loaded_and_started_over, started_over.resume_skipped) == (True, False)
+    assert started_over.describe_next() == ("restarted from the beginning though it loaded ckpt.pt, loaded by ranks 0,"
+                                            " 1: 6 step(s) redone")
+    trial = ChaosVerdict(0, result(make_job, tmp_path, run_id="ref"),
+                         result(make_job, tmp_path, faults=faults, run_id="dis"), [f.spec for f in faults],
+                         facts=Reference(10, 18.7, "ckpt.pt", 1.0, 2), strikes=[started_over], steps_redone=6,
+                         steps_done=16)
+    assert trial.failures == [
+        "after kill:node1@step=6 the job loaded ckpt.pt, loaded by ranks 0, 1, a file it had written before the fault,"
+        " and still restarted from the beginning (6 step(s) redone): it loaded its save but did not take up the step"
+        " it was saved at (its step counter, its data position), or the file it loaded is a stale one, not its latest"
+        " save"]
+    # the same load, and a resume from step 3
+    resumed = steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(4, 11), 111.0, counted=False)
+    [resume] = strikes(faults, attempts_of(resumed + saves + loads[:1], 10, completed=True),
+                       [WrittenFile("ckpt.pt", 102.5)], resumed + saves + loads[:1])
+    assert resume.describe_next() == "resumed from step 3 (ckpt.pt, loaded by rank 0): 3 step(s) redone"
+    assert not (resume.loaded_and_started_over or resume.resume_skipped)
+    trial = replace(trial, strikes=[resume], steps_redone=3, steps_done=13,
+                    comparisons=[FileComparison("final.pt", "tensors", True, 0.0)])
+    assert trial.status == "HOLDS"
+    # a load after the next fault is the next attempt's, not this one's
+    two = [fired("kill:node1@step=6", 106.5, 6), fired("kill:node0@t=9", 109.0)]
+    first, _ = strikes(two, attempts_of(over + saves + loads, 10, completed=True), [WrittenFile("ckpt.pt", 102.5)],
+                       over + saves + loads)
+    assert first.loaded == ()
+
+
 def test_a_fault_in_the_start_up_of_the_attempt_after_another_struck_no_step():
     records = steps(0, "a", [1, 2, 3, 4, 5, 6], 101.0, counted=False) + steps(0, "b", [4, 5, 6, 7, 8, 9, 10], 130.0,
                                                                               counted=False)
