@@ -37,7 +37,10 @@ def add_parsers(sub: Any) -> None:
                     " with torch.load, exactly or within --rtol; other files byte for byte), and some attempt"
                     " resumed after a save. It is INCONCLUSIVE (exit 1) when no fault struck after a save (the"
                     " check could not have caught a broken resume), or the job never resumed from what it saved"
-                    " (--max-steps-redone N makes that DOES NOT HOLD).",
+                    " and the records cannot tell why (--max-steps-redone N makes that DOES NOT HOLD). A job that"
+                    " restarted from the beginning after a fault does not hold where it had saved by torch.save and"
+                    " no rank loaded a file it had written after the fault (its resume never ran), or where it"
+                    " loaded one and still started over.",
         epilog=TARGET_HELP + " Usage example: python -m orchestrate chaos --nodes 2 --faults 2 --seed 7 --compare final.pt --"
                " train.py --epochs 2 --save final.pt")
     add_options(chaos, [OPTIONS_BY_DEST[d] for d in JOB_HELP_ORDER if d not in NOT_CHAOS])
@@ -68,7 +71,9 @@ def add_parsers(sub: Any) -> None:
                             " holds only if every trial holds (default: 1)")
     check.add_argument("--max-steps-redone", type=argparse_type(non_negative_int, "--max-steps-redone"),
                        default=None, metavar="N",
-                       help="fail a trial whose attempts redid more than N training steps in all (default: no bound)")
+                       help="fail a trial whose attempts redid more than N training steps in all, as a job that"
+                            " starts over from a save the workers cannot see it load is not failed otherwise"
+                            " (default: no bound)")
     chaos.set_defaults(handler=command, takes_target=True)
 
 

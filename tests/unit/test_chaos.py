@@ -789,10 +789,10 @@ def test_a_job_that_saves_with_torch_save_and_loads_nothing_after_the_fault_does
     ran, and the trial names it, DOES NOT HOLD, where until 2026-12-07 it was inconclusive."""
     records = (steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(1, 11), 111.0, counted=False)
                + [ProgressRecord(0, 102.5, wrote="ckpt.pt", torch_save=True),
-                  ProgressRecord(0, 100.5, loaded="/root/.cache/resnet.pth"),  # the first attempt's: before the fault
-                  ProgressRecord(0, 110.2, loaded="/root/.cache/resnet.pth")])
+                  ProgressRecord(0, 103.0, loaded="ckpt.pt", attempt="a"),  # the first attempt's: before the fault
+                  ProgressRecord(0, 110.2, loaded="/root/.cache/resnet.pth", attempt="b")])
     attempts = attempts_of(records, 10, completed=True)
-    assert [a.offset for a in attempts] == [0, 0]  # (a load is no step of the attempt)
+    assert [(a.offset, a.first_time) for a in attempts] == [(0, 101.0), (0, 111.0)]  # a load is its start-up's
     faults = [fired("kill:node1@step=6", 106.5, 6)]
     [skipped] = strikes(faults, attempts, [WrittenFile("ckpt.pt", 102.5)], records)
     assert (skipped.torch_save, skipped.resume_skipped, skipped.loaded_and_started_over) == ("ckpt.pt", True, False)

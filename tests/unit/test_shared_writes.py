@@ -307,3 +307,22 @@ def test_the_sigterm_mark_is_named_alike_by_the_launcher_and_the_workers():
 
 def test_the_node_is_named_to_the_workers_in_the_variable_the_plan_sets():
     assert progress.NODE_ENV == snapshot.NODE_ENV == NODE_NAME_ENV
+
+
+def test_a_save_by_torch_save_is_said_so_and_each_file_loaded_once_per_worker_up_to_a_limit(tmp_path, monkeypatch):
+    a_worker(monkeypatch, tmp_path, 0)
+    progress.report_written("ckpt.pt")  # opened to be written first (torch's legacy format), then torch.save's
+    progress.report_written("ckpt.pt", by_torch_save=True)
+    progress.report_written("ckpt.pt", by_torch_save=True)
+    for path in ["ckpt.pt", "ckpt.pt", ""] + [f"shard{i}.pt" for i in range(progress.LOADS_NOTED)]:
+        progress.report_loaded(path)
+    lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert [(line.get("wrote"), line.get("torch_save")) for line in lines[:2]] == [("ckpt.pt", None), ("ckpt.pt", True)]
+    loaded = [line["loaded"] for line in lines if "loaded" in line]
+    assert loaded[:3] == ["ckpt.pt", "", "shard0.pt"] and len(loaded) == progress.LOADS_NOTED
+    records = ProgressReader(tmp_path).poll()
+    assert [(r.wrote, r.torch_save) for r in records if r.wrote] == [("ckpt.pt", False), ("ckpt.pt", True)]
+    assert [r.loaded for r in records][2:5] == ["ckpt.pt", "", "shard0.pt"] and records[0].loaded is None
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert watch.max_step is None and not watch.seen  # a load is not a step
