@@ -3,11 +3,14 @@
 A trial **does not hold** when the disturbed job did not complete, a scheduled fault did not
 fire, a compared file or per-step metric differs, more steps were redone than
 ``--max-steps-redone``, it ended short of the undisturbed run's last step having done fewer
-steps, in all or less those redone, or no run with faults was made (nothing was tested). It is
-**inconclusive** when it could not have failed for a broken resume: no fault ended an attempt (a
-pause the job waited out), none that did struck after the job had written a file in its work
-directory (so there was nothing to resume from), or no attempt resumed although the job had
-saved, or, where nothing was compared, it ended elsewhere than the undisturbed run by its
+steps, in all or less those redone, an attempt after a fault restarted from the beginning though
+the job had saved by ``torch.save`` and no rank loaded a file it had written after the fault (its
+resume never ran), or loaded one and still started over, or no run with faults was made (nothing
+was tested). It is **inconclusive** when it could not have failed for a broken resume: no fault
+ended an attempt (a pause the job waited out), none that did struck after the job had written a
+file in its work directory (so there was nothing to resume from), or no attempt resumed although
+the job had saved and the records cannot tell why (a save not by ``torch.save``, a load from a
+stream), or, where nothing was compared, it ended elsewhere than the undisturbed run by its
 attempts' numbering (short though it did every step beside those redone, or past it: a skip or
 a step done twice, or a misnumbered resume: not known which). Otherwise it **holds**. A check holds only when every trial holds.
 """
