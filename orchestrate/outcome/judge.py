@@ -134,8 +134,8 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
             cause = result.root_cause
             rank = f" (rank {cause.rank} killed)" if cause and cause.exit_code == -9 else ""
             # where in the training it came: its rank's latest step, else the latest of its node's ranks
-            step = (result.last_steps.get(cause.rank) if cause and cause.rank is not None else None)
-            step = step if step is not None else max(result.last_steps.values(), default=None)
+            step = (result.steps_reached.get(cause.rank) if cause and cause.rank is not None else None)
+            step = step if step is not None else max(result.steps_reached.values(), default=None)
             after = f" after step {step}" if step is not None else ""
             # a rank that lived on and raised (its DataLoader worker was the one killed): its error,
             # where in the script, and what that error was raised from

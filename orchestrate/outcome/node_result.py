@@ -46,10 +46,9 @@ class NodeResult:
         finished_ranks: Its ranks whose script returned (or exited 0), each with the highest
             step it had reported (None: none), as the workers said on the progress channel, before
             any node ended (a rank that returned after a peer's end or a stop is not among them).
-        last_steps: Its ranks' latest training step each, as the workers said on the progress
-            channel (a rank that reported none is not in it): where an OOM kill came.
         steps_reached: Its ranks' highest step, each by its latest worker process that reported
-            one, as the workers said on the progress channel (ranks that reported none left out).
+            one, as the workers said on the progress channel (ranks that reported none left out; in
+            an elastic job, the ranks whose processes said they ran on it): where an OOM kill came.
         returned_ranks: Its ranks whose script returned (or exited 0) at any time of the run, as
             the workers said: a node whose ranks all had, and whose torchrun outlived its grace,
             waited at its exit barrier.
@@ -91,7 +90,6 @@ class NodeResult:
     finished_ranks: dict[int, Optional[int]] = field(default_factory=dict)
     steps_reached: dict[int, int] = field(default_factory=dict)
     returned_ranks: tuple[int, ...] = ()
-    last_steps: dict[int, int] = field(default_factory=dict)
     earlier: Optional[EarlierFailure] = None
     attempts: list[AttemptError] = field(default_factory=list)
     restarts_in_place: int = 0

@@ -30,7 +30,6 @@ class ProgressWatch:
         self.anew_after: Optional[Recovery] = None
         self.anew_since = 0.0
         self.first_step_time: Optional[float] = None  # the epoch time of the first step a worker took
-        self.last_step: dict[int, int] = {}  # the latest step each rank reported, whatever its attempt
         self.records = 0  # every record read so far: progress, to the hang watchdog
         self.newest_time = 0.0  # the epoch time of the newest record read (an attach's history is older)
         # each rank's attempts (worker processes): when the first record came, the steps done
@@ -106,11 +105,11 @@ class ProgressWatch:
         step it reported: not those that returned later, when a stop or a peer's end had come."""
         return {rank: step for rank, (_, step, at) in self.finished.items() if at < until}
 
-    def last_steps_on(self, node: str, ranks: tuple[int, ...]) -> dict[int, int]:
-        """The latest step each rank of ``node`` reported: its ``ranks`` (the plan's), or, in an
+    def steps_reached_on(self, node: str, ranks: tuple[int, ...]) -> dict[int, int]:
+        """:meth:`steps_reached` of the ranks of ``node``: its ``ranks`` (the plan's), or, in an
         elastic job, whose ranks the plan does not give, those whose processes said they ran there."""
         on = set(ranks) or {rank for (rank, _), (where, _) in self.processes.items() if where == node}
-        return {rank: step for rank, step in sorted(self.last_step.items()) if rank in on}
+        return {rank: step for rank, step in self.steps_reached().items() if rank in on}
 
     def processes_of(self, rank: int) -> int:
         """How many worker processes of ``rank`` reported (an elastic or in-place restart makes more)."""
@@ -192,7 +191,6 @@ class ProgressWatch:
             first, steps = self.attempts.setdefault((record.rank, record.attempt), (record.time, set()))
             if record.step is not None:
                 steps.add(record.step)
-                self.last_step[record.rank] = record.step
                 self.first_step_time = min(self.first_step_time or record.time, record.time)
             if record.resumed is not None:
                 if recovery is not None:

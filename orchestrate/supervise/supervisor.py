@@ -1016,13 +1016,11 @@ class Supervisor:
         exits = [t.exited_at for t in trackers if t.exited_at is not None]
         until = self.wall_time(min(exits)) if exits else float("inf")
         finished, returned = self.progress.finished_before(until), self.progress.finished_before(float("inf"))
-        reached = self.progress.steps_reached()
         for tracker in trackers:
             tracker.result.finished_ranks = {rank: finished[rank] for rank in tracker.plan.global_ranks if rank in finished}
-            tracker.result.steps_reached = {rank: step for rank, step in reached.items()
-                                            if rank in tracker.plan.global_ranks}
+            tracker.result.steps_reached = self.progress.steps_reached_on(tracker.name,
+                                                                          tuple(tracker.plan.global_ranks))
             tracker.result.returned_ranks = tuple(rank for rank in tracker.plan.global_ranks if rank in returned)
-            tracker.result.last_steps = self.progress.last_steps_on(tracker.name, tuple(tracker.plan.global_ranks))
             # torchrun's restarts in place, and what ended each restarted attempt (a failed node's are read already)
             tracker.result.restarts_in_place = restarts_in_place(self.spec.run_dir, tracker.name)
             if tracker.result.restarts_in_place and not tracker.result.attempts:

@@ -101,18 +101,18 @@ def test_an_oom_kill_explains_the_run_with_the_killed_rank_and_the_nodes_own_exi
         reason="OOM-killed: the kernel killed 2 process(es) at the node's memory limit (rank 3 killed); raise"
                " --memory-per-node or use less memory")
     # where the ranks reported their steps: the killed rank's latest, not its node's other rank's
-    results[1].last_steps = {2: 7, 3: 4}
+    results[1].steps_reached = {2: 7, 3: 4}
     assert find_failure(results).reason == ("OOM-killed: the kernel killed 2 process(es) at the node's memory limit"
                                             " after step 4 (rank 3 killed); raise --memory-per-node or use less memory")
 
 
 def test_an_oom_kill_of_no_known_rank_says_the_latest_step_of_its_nodes_ranks(nodes):
     node0, node1 = nodes()
-    results = [succeeded(node0, last_steps={0: 9}),
-               ended(node1, code=137, oom_kills=1, last_steps={1: 5, 2: 6})]  # torchrun itself was killed
+    results = [succeeded(node0, steps_reached={0: 9}),
+               ended(node1, code=137, oom_kills=1, steps_reached={1: 5, 2: 6})]  # torchrun itself was killed
     assert find_failure(results).reason == ("OOM-killed: the kernel killed 1 process(es) at the node's memory limit"
                                             " after step 6; raise --memory-per-node or use less memory")
-    results[1].last_steps = {}  # no rank of it reported a step: nothing said of where
+    results[1].steps_reached = {}  # no rank of it reported a step: nothing said of where
     assert "memory limit; raise" in find_failure(results).reason
 
 

@@ -81,10 +81,10 @@ def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_repo
     watch.poll(0.0, None)
     assert watch.finished_before(2.0) == {0: None}
     # each rank's latest step, of its latest process too (rank 1's new one stepped at 2), by node
-    assert watch.last_steps_on("node0", (0,)) == {0: 1} and watch.last_steps_on("node1", (1, 2)) == {1: 2}
+    assert watch.steps_reached_on("node0", (0,)) == {0: 1} and watch.steps_reached_on("node1", (1, 2)) == {1: 2}
     write(3, step=8, attempt="c", node="node1")  # an elastic job's rank: its node is the one it said
     watch.poll(0.0, None)
-    assert watch.last_steps_on("node1", ()) == {3: 8} and watch.last_steps_on("node0", ()) == {}
+    assert watch.steps_reached_on("node1", ()) == {3: 8} and watch.steps_reached_on("node0", ()) == {}
     fresh = ProgressWatch(tmp_path / "none", Recorder().record)
     (tmp_path / "none").mkdir()
     with open(tmp_path / "none" / "rank0.jsonl", "w") as handle:
