@@ -3228,6 +3228,16 @@ MUTANTS = [
     Mutant("a file loaded again is said again", "orchestrate/node/progress.py",
            "if channel is None or path in channel.loaded or", "if channel is None or",
            ("tests/unit/test_shared_writes.py",)),
+    # Session 115 (h2): a node that rejoined, after which the job failed before a step, is said so
+    Mutant("a node that rejoined before the job failed with no step after it is said to have rejoined alone",
+           "orchestrate/outcome/model.py",
+           "        return not self.lost and self.resumed_at is None and not job_succeeded",
+           "        return False", ("tests/unit/test_outcome.py",)),
+    Mutant("the summary says a rejoin before the job failed as a recovery", "orchestrate/outcome/summary.py",
+           "recovery.describe(outcome.job_succeeded)", "recovery.describe()", ("tests/unit/test_outcome.py",)),
+    Mutant("the report page gives a rejoin before the job failed no recovery time, as if not known",
+           "orchestrate/report/page.py", "    if recovery.get(\"failed_before_step\"):", "    if False:",
+           ("tests/unit/test_outcome.py",)),
 ]
 
 

@@ -372,7 +372,7 @@ class ChaosVerdict(Verdict):
             recovered = self.recovered
             for recovery in self.disturbed.recoveries:
                 lines.append(f"recovery: {recovery.describe()}" if recovery in recovered else
-                             f"no recovery: {recovery.describe()}; the job failed with no step after it")
+                             f"no recovery: {recovery.describe(job_succeeded=False)}")
             reference_steps = self.facts.step_count if self.facts else None
             done = self.steps_done if self.steps_done is not None else self.steps_redone + (reference_steps or 0) \
                 if self.steps_redone is not None else None

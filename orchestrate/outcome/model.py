@@ -121,14 +121,22 @@ class Recovery:
             return None
         return max(0, self.step_before - self.resumed_from)
 
-    def describe(self) -> str:
+    def failed_before_step(self, job_succeeded: bool) -> bool:
+        """Whether the node rejoined but the job failed before its next step (``job_succeeded``:
+        how the job ended): no recovery, as a rejoin whose workers failed reading a torn save."""
+        return not self.lost and self.resumed_at is None and not job_succeeded
+
+    def describe(self, job_succeeded: bool = True) -> str:
         """One line; what is not known (no steps reported, no resume yet) is left out. A lost node
-        the job was not seen to train on without (no step after it) is said lost, not gone on from."""
+        the job was not seen to train on without (no step after it) is said lost, not gone on from;
+        a node that rejoined, after which the job failed before a step (``job_succeeded``: how the
+        job ended), is said so (since 2026-12-07: "rejoined" alone, as if it had recovered)."""
         if self.lost:
             parts = [f"the job went on without {self.node} after {self.cause}" if self.resumed_at is not None
                      else f"{self.node} was lost for good after {self.cause}"]
         else:
-            parts = [f"{self.node} rejoined after {self.cause}"]
+            but = ", but the job failed before its next step" if self.failed_before_step(job_succeeded) else ""
+            parts = [f"{self.node} rejoined after {self.cause}{but}"]
         if self.recovery_s is not None:
             parts.append(f"recovery (failure detected to first step after resume) {self.recovery_s:.1f} s")
         if self.steps_lost is not None:

@@ -50,7 +50,9 @@ def outcome_record(outcome: RunResult) -> dict:
         "recoveries": [{"node": r.node, "cause": r.cause, "recovery_s": r.recovery_s, "steps_lost": r.steps_lost,
                         "step_before": r.step_before, "resumed_from": r.resumed_from, "lost": r.lost,
                         # step_before counted from 1 again, in the attempt after this recovery (no resume said)
-                        "step_counted_anew_after": recovery_named(r.counted_anew, t.recoveries)}
+                        "step_counted_anew_after": recovery_named(r.counted_anew, t.recoveries),
+                        # it rejoined, but the job failed before its next step: no recovery
+                        "failed_before_step": r.failed_before_step(outcome.job_succeeded)}
                        for r in t.recoveries],
         "faults": [{"spec": f.spec, "node": f.node, "fired": f.fired, "fired_at_s": f.fired_at_s,
                     "fired_at_step": f.fired_at_step, "ended_at_s": f.ended_s, "not_fired_because": f.reason or None,

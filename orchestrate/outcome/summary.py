@@ -78,7 +78,7 @@ def format_summary(outcome: RunResult) -> str:
         f" | teardown {seconds(t.teardown_s)}"
     )
     for recovery in t.recoveries:
-        lines.append(f"recovery: {recovery.describe()}")
+        lines.append(f"recovery: {recovery.describe(outcome.job_succeeded)}")
         met = recovered_preemption_said(recovery.node, recovery.cause, outcome.results)
         lines += [f"  {met}"] if met else []  # (an elastic job got a preempted node back)
     if t.unrecovered and not outcome.succeeded:

@@ -260,6 +260,14 @@ def _or_dash(value: Any) -> Any:
     return "-" if value is None else value
 
 
+def recovery_cell(recovery: dict) -> str:
+    """A recovery's time, as its row says it: none where its node rejoined but the job failed
+    before its next step (``outcome.json``'s ``failed_before_step``), "-" where it is not known."""
+    if recovery.get("failed_before_step"):
+        return "none: the job failed before its next step"
+    return "-" if recovery.get("recovery_s") is None else f"{recovery['recovery_s']:.1f} s"
+
+
 def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], table_id: str = "") -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -307,7 +315,7 @@ def render_html(model: ReportModel) -> str:
         parts += ["<h2>Recoveries</h2>", _table(
             ("node", "cause", "step before", "resumed from", "steps lost", "recovery"),
             [(r["node"], r["cause"], r.get("step_before"), _or_dash(r.get("resumed_from")),
-              _or_dash(r.get("steps_lost")), f"{r['recovery_s']:.1f} s" if r.get("recovery_s") is not None else "-")
+              _or_dash(r.get("steps_lost")), recovery_cell(r))
              for r in model.recoveries],
             "recoveries")]
     if model.progress:

@@ -1873,8 +1873,8 @@ def test_a_node_that_rejoined_before_the_job_failed_is_no_recovery_and_the_files
                           tmp_path / "undisturbed", work)
     lines = verdict.format().splitlines()
     assert verdict.recovered == [] and verdict.status == "DOES NOT HOLD"
-    assert ("no recovery: node0 rejoined after injected fault torn-write:node0@step=29: last step before it 29; the"
-            " job failed with no step after it") in lines
+    assert ("no recovery: node0 rejoined after injected fault torn-write:node0@step=29, but the job failed before its"
+            " next step: last step before it 29") in lines
     assert any(line.startswith("recoveries 0 (1 rejoin(s) with no step after: the job failed) | steps redone")
                for line in lines)
     assert ("not compared: final.pt: the job did not complete under the faults, so it did not end where the"

@@ -1323,3 +1323,33 @@ def test_a_failures_traceback_shows_its_last_15_lines_and_last_lines_name_the_ra
     results[0].root_cause.traceback = ""
     lines = format_summary(outcome(results)).splitlines()
     assert lines[-2:] == ["last lines of node0/rank1:", "  | last of node0"]
+
+
+def test_a_node_that_rejoined_but_after_which_the_job_failed_before_a_step_is_said_so(make_job):
+    """Session 115 (h2): "node0 rejoined after injected fault torn-write:..." read as a recovery
+    in the summary and on the report page of a job that failed with no step after it."""
+    from orchestrate.report.page import recovery_cell
+
+    plan = make_job(nodes=2)
+    torn = "injected fault torn-write:node0@step=29"
+    failed = outcome(results_for(plan, (NodePhase.FAILED, 1, 5.0, RootCause(0, 0, 1, "OSError: [Errno 22] bad")),
+                                 (NodePhase.STOPPED, 143, 5.1, None)))
+    failed.timings.recoveries.append(Recovery("node0", torn, 3.0, step_before=29))
+    lines = format_summary(failed).splitlines()
+    assert (f"recovery: node0 rejoined after {torn}, but the job failed before its next step: last step before it"
+            " 29") in lines, lines
+    [recorded] = outcome_record(failed)["recoveries"]
+    assert recorded["failed_before_step"] is True
+    assert recovery_cell(recorded) == "none: the job failed before its next step"
+    # a job that succeeded (one that reports no steps), or took a step after the rejoin, recovered
+    done = outcome(results_for(plan, (NodePhase.SUCCEEDED, 0, 5.0, None), (NodePhase.SUCCEEDED, 0, 5.0, None)))
+    done.timings.recoveries.append(Recovery("node0", torn, 3.0, step_before=29))
+    assert f"recovery: node0 rejoined after {torn}: last step before it 29" in format_summary(done).splitlines()
+    assert outcome_record(done)["recoveries"][0]["failed_before_step"] is False
+    failed.timings.recoveries[0] = Recovery("node0", torn, 3.0, step_before=29, resumed_from=28, resumed_at=4.5)
+    assert (f"recovery: node0 rejoined after {torn}: recovery (failure detected to first step after resume) 1.5 s;"
+            " steps lost 1 (last step 29, resumed from 28)") in format_summary(failed).splitlines()
+    assert recovery_cell(outcome_record(failed)["recoveries"][0]) == "1.5 s"
+    # a node lost for good is said lost, whatever the job did
+    lost = Recovery("node1", "injected fault lose:node1@step=5", 3.0, lost=True)
+    assert lost.describe(job_succeeded=False) == "node1 was lost for good after injected fault lose:node1@step=5"
