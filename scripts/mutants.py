@@ -3238,6 +3238,23 @@ MUTANTS = [
     Mutant("the report page gives a rejoin before the job failed no recovery time, as if not known",
            "orchestrate/report/page.py", "    if recovery.get(\"failed_before_step\"):", "    if False:",
            ("tests/unit/test_outcome.py",)),
+    # Session 115 (h2): the job long enough for store outages is computed, not searched a tenth at a time
+    Mutant("the job long enough for store outages ignores the faults' move after the first write",
+           "orchestrate/chaos/schedule.py", "    if reference.first_write_s is None or store_outage_s(",
+           "    if True or (",
+           ("tests/unit/test_chaos.py",)),
+    Mutant("the job long enough for store outages never fits before the faults move after the first write",
+           "orchestrate/chaos/schedule.py", "(replace(reference, job_s=over_middle), count) >= STORE_FELT_S:",
+           "(replace(reference, job_s=over_middle), count) >= STORE_FELT_S and False:", ("tests/unit/test_chaos.py",)),
+    Mutant("the job long enough for store outages may be shorter than the undisturbed run's",
+           "orchestrate/chaos/schedule.py", "        return max(past_job, math.ceil(round(job_s * 10, 6))) / 10",
+           "        return math.ceil(round(job_s * 10, 6)) / 10", ("tests/unit/test_chaos.py",)),
+    Mutant("the job long enough for store outages starts two tenths past the undisturbed run's",
+           "orchestrate/chaos/schedule.py", "math.floor(round(reference.job_s * 10, 6)) + 1",
+           "math.floor(round(reference.job_s * 10, 6)) + 2", ("tests/unit/test_chaos.py",)),
+    Mutant("the job long enough for store outages is searched from the job itself, past the tenth it would round to",
+           "orchestrate/chaos/schedule.py", "        return max(past_job, math.ceil(round(job_s * 10, 6))) / 10",
+           "        return max(past_job, math.floor(round(job_s * 10, 6))) / 10", ("tests/unit/test_chaos.py",)),
 ]
 
 

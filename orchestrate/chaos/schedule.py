@@ -19,6 +19,7 @@ and reference give the same schedule.
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
@@ -285,15 +286,41 @@ def too_short_for_store_outages(reference: Reference, count: int) -> str:
     them room."""
     low_s, high_s = reference.time_range(count)
     fitting = max((n for n in range(count) if n and store_outage_s(reference, n) >= STORE_FELT_S), default=0)
-    longer = reference.job_s
-    while store_outage_s(replace(reference, job_s=longer), count) < STORE_FELT_S:
-        longer = round(longer + 0.1, 1)
+    longer = job_s_for_store_outages(reference, count)
     fewer = f"ask for {counted(fitting, 'fault')}, or " if fitting else ""
     return (f"the faults fall {reference.describe_time_range(count)}: {high_s - low_s:.1f} s for {count} fault(s),"
             f" {store_outage_s(reference, count):.1f} s of store outage each at most (half its own stretch), under"
             f" the {STORE_FELT_S:g} s torchrun's agents need to feel it (they call the store every {STORE_FELT_S:g} s:"
             f" a shorter outage may go unfelt); {fewer}train longer (a job of {longer:.1f} s or more, against"
             f" {reference.job_s:.1f} s, gives {count} room)")
+
+
+def job_s_for_store_outages(reference: Reference, count: int) -> float:
+    """The shortest job whose stretch of fault times gives each of ``count`` store outages
+    :data:`STORE_FELT_S` (pure): the undisturbed run's where it does, else the first tenth of a
+    second past it that does (never a shorter job, though one may fit where its faults fall
+    over the middle).
+
+    Each outage lasts half its share of the stretch (:func:`store_outage_s`), so the stretch must
+    be ``2 * count * STORE_FELT_S`` wide. The stretch is the job's middle 80% (``0.8 * job_s``
+    wide), or, where the faults fall after the first write, from a second after that write to
+    90% of the job (``0.9 * job_s - first_write_s - 1`` wide, where that exceeds the middle's
+    start). They fall after it only where that leaves ``count`` seconds, so a job long enough
+    over the middle may already have moved them there: it fits only where they have not moved,
+    and the length after the move is computed then.
+    """
+    if store_outage_s(reference, count) >= STORE_FELT_S:
+        return reference.job_s
+    wanted_s = 2 * count * STORE_FELT_S
+    past_job = math.floor(round(reference.job_s * 10, 6)) + 1  # in tenths: the first past the undisturbed run's
+
+    def tenth_from(job_s: float) -> float:
+        return max(past_job, math.ceil(round(job_s * 10, 6))) / 10
+
+    over_middle = tenth_from(wanted_s / 0.8)
+    if reference.first_write_s is None or store_outage_s(replace(reference, job_s=over_middle), count) >= STORE_FELT_S:
+        return over_middle
+    return tenth_from(max(wanted_s / 0.8, (wanted_s + reference.first_write_s + 1) / 0.9))
 
 
 def _stretch(low: int, high: int, count: int, index: int) -> tuple[int, int]:

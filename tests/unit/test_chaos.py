@@ -2373,3 +2373,44 @@ def test_a_job_that_did_not_complete_under_the_faults_gives_its_runs_hint_in_the
     plain = ChaosVerdict(7, result(make_job, tmp_path, run_id="ref"), result(make_job, tmp_path, ok=False, run_id="x"),
                          [KILL.spec], [], facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), strikes=[strike()])
     assert not any(r.startswith("hint:") for r in plain.failures)  # none where the run's summary gave none
+
+
+def loop_for_store_outages(reference: Reference, count: int) -> float:
+    """The search the computation replaced (session 114's code): a tenth of a second at a time."""
+    from orchestrate.chaos.schedule import STORE_FELT_S, store_outage_s
+
+    longer = reference.job_s
+    while store_outage_s(replace(reference, job_s=longer), count) < STORE_FELT_S:
+        longer = round(longer + 0.1, 1)
+    return longer
+
+
+def test_the_job_long_enough_for_store_outages_is_computed_with_the_search_s_results_at_its_boundaries():
+    """Session 115 (h2): too_short_for_store_outages searched a tenth of a second at a time; the
+    length is computed now, the same at the edges: an outage of exactly 5 s fits, one a tenth
+    shorter does not, and a longer job that moves the faults after the first write needs more."""
+    from orchestrate.chaos.schedule import job_s_for_store_outages
+
+    # the middle 80%: 2 outages of 5 s need 20 s of it, a job of 25 s exactly (24.9 s gives 4.98 s each)
+    assert job_s_for_store_outages(Reference(None, 20.0), 2) == 25.0
+    assert job_s_for_store_outages(Reference(None, 24.9), 2) == 25.0
+    assert job_s_for_store_outages(Reference(None, 25.0), 2) == 25.0  # it fits already: as it is
+    # the first tenth past it (the search stepped from 24.96 s to round(25.06, 1) and said 25.1 s)
+    assert job_s_for_store_outages(Reference(None, 24.96), 2) == 25.0
+    assert job_s_for_store_outages(Reference(None, 24.94), 3) == 37.5
+    # after the first write (25.1 s): from 26.1 s to 90%, (20 + 26.1) / 0.9 = 51.22 s
+    after_save = Reference(80, 48.1, first_write="ckpt.pt", first_write_s=25.1, first_step_after_write=2)
+    assert job_s_for_store_outages(after_save, 2) == 51.3
+    # a late first write: at 25 s the faults still fall over the middle (no room after it), and fit there
+    late = Reference(80, 20.0, first_write="ckpt.pt", first_write_s=20.0)
+    assert job_s_for_store_outages(late, 2) == 25.0
+    # ... one that leaves room after it by 25 s moves them there, where the first fit is later
+    moved = Reference(80, 20.0, first_write="ckpt.pt", first_write_s=19.0)
+    assert job_s_for_store_outages(moved, 2) == 44.5 == loop_for_store_outages(moved, 2)
+    # a job already past the length that fit over the middle: never a shorter one, (20 + 21) / 0.9 = 45.56 s
+    assert job_s_for_store_outages(Reference(80, 30.0, first_write="ckpt.pt", first_write_s=20.0), 2) == 45.6
+    assert job_s_for_store_outages(Reference(80, 25.58, first_write="ckpt.pt", first_write_s=20.0), 2) == 45.6
+    writes = (None, 0.0, 0.5, 3.0, 9.9, 19.0, 25.1, 60.0)
+    cases = [(Reference(80, job_s / 10, first_write="ckpt.pt" if write is not None else None, first_write_s=write), n)
+             for job_s in range(5, 400, 13) for write in writes for n in (1, 2, 3, 5)]
+    assert [job_s_for_store_outages(r, n) for r, n in cases] == [loop_for_store_outages(r, n) for r, n in cases]
