@@ -3255,6 +3255,14 @@ MUTANTS = [
     Mutant("the job long enough for store outages is searched from the job itself, past the tenth it would round to",
            "orchestrate/chaos/schedule.py", "        return max(past_job, math.ceil(round(job_s * 10, 6))) / 10",
            "        return max(past_job, math.floor(round(job_s * 10, 6))) / 10", ("tests/unit/test_chaos.py",)),
+    # Session 115 (h2): the new_group hint reads the groups made in the whole record, not the last 8 collectives shown
+    Mutant("the new_group hint reads only the last collectives a diagnosis shows", "orchestrate/hangs/diagnosis.py",
+           "new_group_hint(self.divergence, self.groups_made)", "new_group_hint(self.divergence, self.collectives)",
+           ("tests/unit/test_hangs.py",)),
+    Mutant("the groups made are taken from the last collectives shown alone", "orchestrate/hangs/diagnosis.py",
+           "[c.__dict__ for c in s.collectives if c.op == NEW_GROUP]",
+           "[c.__dict__ for c in s.collectives[-COLLECTIVES_SHOWN:] if c.op == NEW_GROUP]",
+           ("tests/unit/test_hangs.py",)),
 ]
 
 

@@ -367,6 +367,11 @@ def progressed(before: Probe, now: Probe, diverged: bool) -> bool:
     return False
 
 
+# How many of each rank's last collectives a diagnosis keeps to show (its record keeps more: what
+# reads further back, the groups made, reads the record).
+COLLECTIVES_SHOWN = 8
+
+
 @dataclass
 class HangDiagnosis:
     """Where every rank is and why the job makes no progress.
@@ -412,6 +417,8 @@ class HangDiagnosis:
     cut_by: tuple[str, ...] = ()  # the faults in effect that cut the nodes' network (a partition, a disconnect)
     collectives_checked: bool = False  # the ranks run under torch's check of every collective (--debug-collectives)
     said: bool = False  # its lines were said as the run went (the watchdog's verdict): the summary's need not repeat
+    # each rank's new_group calls in all its record (the KEEP last), where ``collectives`` shows the last few
+    groups_made: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def headline(self) -> str:
@@ -621,7 +628,7 @@ class HangDiagnosis:
                 if not (made_alone and self.parted_mid_training):  # a call made alone explains the others' step
                     out.append(f"  {self.divergence.hint}")
             elif NEW_GROUP in self.divergence.ops:  # torch's check does not see groups made
-                out.append(f"  {new_group_hint(self.divergence, self.collectives)}")
+                out.append(f"  {new_group_hint(self.divergence, self.groups_made)}")
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
                 out.append(f"  {mismatch_hint(self.divergence, self.collectives_checked)}")
         if not self.hung and self.timed_out:
@@ -729,7 +736,8 @@ def mismatch_hint(divergence: Divergence, checked: bool) -> str:
 
 
 def new_group_hint(divergence: Divergence, collectives: dict[int, list[dict[str, Any]]]) -> str:
-    """Why ranks part at new_group, by their records (``collectives``: each rank's last entries):
+    """Why ranks part at new_group, by their records (``collectives``: each rank's new_group
+    entries, all its record keeps: groups made before its last few collectives count too):
     where each group made there is made by ranks of the other side too, later, the ranks make the
     same groups in different orders, and which made which there is said; otherwise groups are
     made on some ranks only (:data:`NEW_GROUP_HINT`)."""
@@ -785,7 +793,10 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
     return HangDiagnosis(
         quiet_s=quiet_s,
         groups=groups,
-        collectives={rank: [c.__dict__ for c in s.collectives[-8:]] for rank, s in sorted(now.snapshots.items())},
+        collectives={rank: [c.__dict__ for c in s.collectives[-COLLECTIVES_SHOWN:]]
+                     for rank, s in sorted(now.snapshots.items())},
+        groups_made={rank: [c.__dict__ for c in s.collectives if c.op == NEW_GROUP]
+                     for rank, s in sorted(now.snapshots.items())},
         divergence=divergence,
         activities=activities,
         hung=before is None or not progressed(before, now, diverged),

@@ -3261,3 +3261,29 @@ def test_ranks_that_made_as_many_steps_one_collective_apart_are_told_of_the_extr
                     " called all_reduce(float32[1]) at e.py:7 before it, which rank 1 never made: likely an extra"
                     " collective rank 0 makes on its own within a step, which set every collective after it one apart;"
                     f" {UNEVEN_HINT}")
+
+
+def test_groups_made_in_two_orders_before_the_last_collectives_shown_are_still_said_made_in_two_orders():
+    """Session 115 (h2): the new_group hint read the diagnosis's last 8 collectives of each rank
+    (what it shows), though the records keep 64: a job that made its groups, trained ten steps on
+    the default group and hung in a subgroup was told to make every group on every rank, which
+    it did. The groups made are read from the whole record."""
+    from orchestrate.hangs.diagnosis import COLLECTIVES_SHOWN, NEW_GROUP_HINT, NEW_GROUP_ORDER_HINT
+
+    made = {0: ("0,2", "1,3", "0,1", "2,3"), 1: ("0,1", "2,3", "0,2", "1,3"), 2: ("0,2", "1,3", "0,1", "2,3"),
+            3: ("0,1", "2,3", "0,2", "1,3")}
+    snapshots = {}
+    for rank, groups in made.items():
+        calls = tuple(coll(seq, f"ranks {group}", op="new_group", at="order.py:14")
+                      for seq, group in enumerate(groups, 1))
+        steps = tuple(coll(seq, at="order.py:20") for seq in range(5, 5 + COLLECTIVES_SHOWN + 2))
+        waiting = coll(1, state="entered", group="ranks 0,1" if rank < 2 else "ranks 2,3", at="order.py:25")
+        snapshots[rank] = snap(rank, calls + steps + (waiting,), stack(25))
+    found = diagnose(Probe("g", 5, snapshots), None, set(range(4)), {}, 20)
+    assert all(not any(c["op"] == "new_group" for c in shown) for shown in found.collectives.values())
+    lines = found.lines()
+    assert "  " + NEW_GROUP_ORDER_HINT.format(order=(
+        "at #1, ranks 0, 2 make new_group(ranks 0,2), which ranks 1, 3 make as their #3; ranks 1, 3 make"
+        " new_group(ranks 0,1), which ranks 0, 2 make as their #3")) in lines, lines
+    assert f"  {NEW_GROUP_HINT}" not in lines
+
