@@ -892,6 +892,7 @@ class FailurePlace:
     timed_out: Optional[HangDiagnosis]
     divergence: str
     skipped: str = ""
+    collectives_checked: bool = False  # a rank's record of the attempt says it ran under torch's check
 
 
 def place_failure(failure: Any, directory: Path, ranks: set[int], attempt_began: float,
@@ -903,10 +904,12 @@ def place_failure(failure: Any, directory: Path, ranks: set[int], attempt_began:
     stopped_where = {rank: where for rank in sorted(ranks)
                      if (where := where_stopped(directory, rank, attempt_began - ATTEMPT_CLOCK_SLACK_S))}
     checked = checked_mismatch(failure, directory, attempt_began)
+    under_check = any(s.collectives_checked for s in last_snapshots(directory).values()
+                      if s.time >= attempt_began - ATTEMPT_CLOCK_SLACK_S)
     return FailurePlace(stopped_where,
                         timeout_diagnosis(failure, directory, ranks, since=asked_since, stopped_where=stopped_where),
                         mismatch_divergence(failure, directory, attempt_began),
-                        checked.fewer if checked is not None else "")
+                        skipped=checked.fewer if checked is not None else "", collectives_checked=under_check)
 
 
 def checked_mismatch(failure: Any, directory: Path, since: float = 0.0) -> Optional[Divergence]:

@@ -15,7 +15,7 @@ from orchestrate.outcome.preemption import preemption_said
 from orchestrate.outcome.root_cause import (CAUSED_BY, CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier,
                                             is_collateral, linked_exceptions, lost_peer_in)
 from orchestrate.outcome.states import NodePhase
-from orchestrate.plan.layout import NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
+from orchestrate.plan.layout import DEBUG_SUBDIR, NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import brief, peer_nodes, ranks_text
 
 # What a lost peer that ranks which left early explain asks, unless the ranks' records differ or every rank
@@ -334,10 +334,24 @@ _NO_GPU_HINTS = (
 _IN_DDP_STEP = re.compile(r"\((?:gradients|buffers) of DDP\(")
 
 
-def mismatch_hint(failure: Optional[Failure], divergence: str = "") -> str:
+# What the hints say in place of --debug-collectives to a run that had it (or TORCH_DISTRIBUTED_DEBUG=DETAIL by
+# --env): torch's check let the calls by, so the option can do no more (since 2026-12-07 it was suggested again).
+CHECK_HAD = "this run already had torch's check of every collective (--debug-collectives), which let them by"
+
+
+def records_said(divergence: str) -> str:
+    """Where a run that had torch's check finds what the ranks did: the line of their collective
+    records above (``divergence``), or the records themselves."""
+    if divergence:
+        return "the line above, from the collective records the ranks wrote, says where each was"
+    return f"each rank's last collectives are in its record, {DEBUG_SUBDIR}/rank<N>.json in the run's directory"
+
+
+def mismatch_hint(failure: Optional[Failure], divergence: str = "", checked: bool = False) -> str:
     """For a rank gloo aborted because the ranks' collectives differ: how to find the first
     difference with both call sites ("" for any other failure). torch's check compares
-    collectives, not a send and its receive, and the hint says so. Where the ranks' records
+    collectives, not a send and its receive, and the hint says so; to a run that had the check
+    (``checked``), it says where the ranks' records are instead. Where the ranks' records
     (``divergence``: where each was) show some in a DDP model's training step and others in
     another call, that they took different numbers of steps (since 2026-12-07: one more batch on
     rank 0 and a metric's all_reduce after the loop aborted with the general hint alone)."""
@@ -359,10 +373,12 @@ def mismatch_hint(failure: Optional[Failure], divergence: str = "") -> str:
     sizes = (f"; {gathered[1]} takes a tensor of one size from every rank: where ranks hold different counts"
              " (predictions, tokens), gather the sizes first and pad to the largest, or use all_gather_object"
              if gathered else "")
+    check = (f"{CHECK_HAD}: it compares each collective's op and shapes, not sends and receives;"
+             f" {records_said(divergence)}" if checked else
+             "--debug-collectives makes torch stop at the first mismatched collective, naming both (it does not"
+             " compare sends and receives)")
     return ("  hint: gloo received more data than expected: the ranks called different collectives, or one with"
-            " different sizes, or a receive is smaller than its send; --debug-collectives makes torch stop at the"
-            f" first mismatched collective, naming both (it does not compare sends and receives){sizes_differ}{sizes}"
-            f"{uneven}")
+            f" different sizes, or a receive is smaller than its send; {check}{sizes_differ}{sizes}{uneven}")
 
 
 # gloo's size check, as it aborts the receiving rank: the bytes its peer sent, then those it expected.
@@ -434,11 +450,12 @@ def size_difference(errors: str, places: list[str]) -> str:
 ARGUMENTS_REFUSED = re.compile(r"ProcessGroup\w+::\w+: invalid ")
 
 
-def diverged_hint(failure: Optional[Failure], divergence: str) -> str:
+def diverged_hint(failure: Optional[Failure], divergence: str, checked: bool = False) -> str:
     """For a failure whose ranks' records show the same collective made with other tensors, or
     other collectives made at the same place, where neither gloo nor torch's check stopped it
     (``divergence``: where they part): that gloo matches them anyway, and what finds the first
-    ("" where gloo or the check caught it, or the records show nothing)."""
+    ("" where gloo or the check caught it, or the records show nothing); to a run that had the
+    check (``checked``), that it let them by, and where the records say they part."""
     if failure is None or not divergence:
         return ""
     if any(words in failure.errors for words in (GLOO_MISMATCH, *CHECKED_MISMATCH)):
@@ -448,9 +465,10 @@ def diverged_hint(failure: Optional[Failure], divergence: str) -> str:
                 " (a gather's or all_gather's output list holds one tensor per rank of its group, on every rank):"
                 " the error says which")
     finished = " (the ranks that finished did so on such data)" if failure.peers_finished else ""
+    check = (f"{CHECK_HAD}; {records_said(divergence)}" if checked
+             else "--debug-collectives makes torch stop at the first mismatched collective, naming both")
     return ("  hint: the ranks made this collective with different tensors, or different collectives: gloo checks"
-            " neither, so it may hand a rank wrong data with no error, and a rank fails only later"
-            f"{finished}; --debug-collectives makes torch stop at the first mismatched collective, naming both")
+            f" neither, so it may hand a rank wrong data with no error, and a rank fails only later{finished}; {check}")
 
 
 def lost_peer_lines(failure: Optional[Failure], stopped_where: dict[int, str], node_addresses: dict[str, str],

@@ -325,6 +325,9 @@ class RunResult:
             rank skipped before they parted (``rank 1 made 3 barrier() calls at t.py:23 where rank
             0 made 4: ...``): the line to look at, said in place of the failing rank's own line
             (since 2026-12-07: that was the line after the skip, where the ranks parted); "".
+        collectives_checked: The ranks ran under torch's check of every collective
+            (``--debug-collectives``, or ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` by ``--env``), as the
+            run's plan or the ranks' records say: a hint then never suggests the option again.
         stopped_where: Where each rank's script was when SIGTERM ended it in the latest attempt
             (``load_shard at train.py:12``), by the stacks it wrote then: a rank that a
             collective's timeout or a monitored barrier names, ended before anyone asked it.
@@ -374,6 +377,7 @@ class RunResult:
     store_lost: str = ""
     divergence: str = ""
     skipped: str = ""
+    collectives_checked: bool = False
     stopped_where: dict[int, str] = field(default_factory=dict)
     written_shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)

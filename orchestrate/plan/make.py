@@ -28,7 +28,7 @@ from orchestrate.plan.layout import (
     WORKER_START,
     mount_conflict,
 )
-from orchestrate.plan.model import JobPlan, NodePlan, node_name
+from orchestrate.plan.model import COLLECTIVE_CHECK_ENV, COLLECTIVE_CHECK_LEVEL, JobPlan, NodePlan, node_name
 from orchestrate.plan.torchrun import STORE_PER_ROUND_ENV, elastic_torchrun_argv, torchrun_argv
 
 # --collective-timeout, in every node's environment, where app/ reads it
@@ -139,7 +139,7 @@ def node_env(config: RunConfig, backend: str, host_cpus: Optional[int] = None) -
     if config.collective_timeout_s is not None:
         env[COLLECTIVE_TIMEOUT_ENV] = f"{config.collective_timeout_s:g}"
     if config.debug_collectives:
-        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        env[COLLECTIVE_CHECK_ENV] = COLLECTIVE_CHECK_LEVEL
     if config.post_mortem:  # (node.remote_debugger.POST_MORTEM_ENV: the plan imports nothing of the nodes')
         env["DDP_POST_MORTEM"] = "1"
     if config.elastic:

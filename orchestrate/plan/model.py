@@ -6,6 +6,11 @@ from dataclasses import dataclass
 from orchestrate.config.run_config import RunConfig
 
 
+# torch's check of every collective: the variable and the level (node.ddp_detail_guard reads it so in the workers).
+COLLECTIVE_CHECK_ENV = "TORCH_DISTRIBUTED_DEBUG"
+COLLECTIVE_CHECK_LEVEL = "DETAIL"
+
+
 @dataclass(frozen=True)
 class NodePlan:
     """One simulated node: a container that runs one torchrun.
@@ -34,6 +39,12 @@ class NodePlan:
     def global_rank(self, local_rank: int) -> int:
         """Return the global rank of this node's worker with ``local_rank``."""
         return self.global_ranks[local_rank]
+
+    @property
+    def checks_collectives(self) -> bool:
+        """Whether its workers run torch's check of every collective (``--debug-collectives``, or
+        the user's ``--env TORCH_DISTRIBUTED_DEBUG=DETAIL``), as its environment says."""
+        return self.env.get(COLLECTIVE_CHECK_ENV, "").strip().upper() == COLLECTIVE_CHECK_LEVEL
 
 
 @dataclass(frozen=True)

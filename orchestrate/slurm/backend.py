@@ -541,6 +541,7 @@ class SlurmBackend:
                                self.submitted_time)
         result.stopped_where, result.divergence = placed.stopped_where, placed.divergence
         result.skipped = placed.skipped
+        result.collectives_checked = placed.collectives_checked or any(n.checks_collectives for n in self.plan.nodes)
         if result.hang is None and placed.timed_out is not None:
             result.hang = placed.timed_out
             result.hang.run_id = self.plan.run_id

@@ -1066,6 +1066,7 @@ class Supervisor:
         if result.hang is not None:
             result.hang.run_id = self.spec.run_id
         result.divergence, result.skipped = placed.divergence, placed.skipped
+        result.collectives_checked = placed.collectives_checked or any(n.checks_collectives for n in self.spec.nodes)
         return result
 
     def fault_records(self) -> list[FaultRecord]:

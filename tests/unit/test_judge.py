@@ -856,3 +856,58 @@ def test_a_hint_reads_the_exceptions_the_failure_was_raised_from_as_it_reads_the
         faulted = Failure("node0", 0, 1, "", (), reason="failed (injected fault disconnect:node0)",
                           chain=(f"caused by: {error}",))
         assert hint(faulted) == ""
+
+
+def test_a_run_that_had_torchs_check_is_never_told_to_rerun_with_it(nodes, tmp_path, monkeypatch):
+    """Session 115 (h2): gloo's size abort and a difference gloo let by both said "--debug-collectives
+    makes torch stop at the first mismatched collective" to a run that had it: its check had let
+    the calls by, so it points at the ranks' collective records instead."""
+    import json
+
+    from orchestrate.hangs.diagnosis import place_failure
+    from orchestrate.node.collective_log import CollectiveLog
+    from orchestrate.node.snapshot import REQUEST_FILE, SnapshotWriter
+    from orchestrate.outcome.judge import CHECK_HAD
+    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.summary import format_summary
+
+    option = "--debug-collectives makes torch"
+    aborted = Failure("node0", 0, -6, MISMATCH, ())
+    where = "rank 0 aborted in recv at p2p.py:9; rank 1 was in send(float32[8]) #3 at p2p.py:7"
+    for divergence, records in ((where, "the line above, from the collective records the ranks wrote"),
+                                ("", "debug/rank<N>.json in the run's directory")):
+        said = mismatch_hint(aborted, divergence, checked=True)
+        assert option not in said and CHECK_HAD in said and records in said, said
+        assert "not sends and receives" in said
+        assert option in mismatch_hint(aborted, divergence)
+    lost = Failure("node0", 1, 1, LOST_PEER, ())
+    parted = ("collective #1: rank 1 entered all_reduce(float32[4]) at s.py:6; rank 2 entered all_reduce(float32[4])"
+              " at s.py:9")
+    assert diverged_hint(lost, parted, checked=True) == (
+        "  hint: the ranks made this collective with different tensors, or different collectives: gloo checks neither,"
+        f" so it may hand a rank wrong data with no error, and a rank fails only later; {CHECK_HAD}; the line above,"
+        " from the collective records the ranks wrote, says where each was")
+    # the summary says it of a run whose result says it had the check
+    node0, node1 = nodes()
+    results = [ended(node0, code=-6, cause=RootCause(0, 0, -6, MISMATCH)), ended(node1, state=NodePhase.STOPPED)]
+    checked_run = RunResult("r", tmp_path, results, Timings(), divergence=where, collectives_checked=True)
+    assert CHECK_HAD in format_summary(checked_run) and option not in format_summary(checked_run)
+    assert option in format_summary(replace(checked_run, collectives_checked=False))
+    # the ranks' records of the attempt say whether they ran under the check
+    writer = SnapshotWriter(str(tmp_path), 0, CollectiveLog())
+    for level, expected in (("DETAIL", True), ("INFO", False)):
+        monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", level)
+        (tmp_path / REQUEST_FILE).write_text(json.dumps({"id": level}))
+        writer.answer_pending()
+        assert place_failure(aborted, tmp_path, {0}, attempt_began=0.0).collectives_checked is expected
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    (tmp_path / REQUEST_FILE).write_text(json.dumps({"id": "again"}))
+    writer.answer_pending()
+    assert not place_failure(aborted, tmp_path, {0}, attempt_began=4e9).collectives_checked  # an earlier attempt's
+
+
+def test_a_node_plan_says_whether_its_workers_run_torchs_check(make_job):
+    assert make_job(nodes=1, debug_collectives=True).nodes[0].checks_collectives
+    assert make_job(nodes=1, user_env={"TORCH_DISTRIBUTED_DEBUG": "detail"}).nodes[0].checks_collectives
+    assert not make_job(nodes=1, user_env={"TORCH_DISTRIBUTED_DEBUG": "INFO"}).nodes[0].checks_collectives
+    assert not make_job(nodes=1).nodes[0].checks_collectives

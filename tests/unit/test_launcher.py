@@ -1517,3 +1517,12 @@ def test_calls_that_can_only_wait_in_init_are_said_once_as_they_are_made(make_ru
     assert [e["text"][:len(said) - 9] for e in read_events(job.run_dir) if e["event"] == "init-will-wait"] == [
         said[9:]]
     assert text.index(said) < text.index("[node0/rank0]  on")
+
+
+def test_a_run_with_debug_collectives_is_judged_as_one_that_had_torchs_check(make_run):
+    """Session 115 (h2): the run's plan says its workers ran torch's check, whatever records they
+    wrote: its result says so, and a hint then never suggests --debug-collectives again."""
+    for asked in (True, False):
+        outcome, _, _ = run(make_run(f"checked-{asked}", nodes=1, debug_collectives=asked), FakeDockerClient(),
+                            node0=[Script(["[0|0]:training"], exit_code=1)])
+        assert outcome.collectives_checked is asked
