@@ -1955,7 +1955,8 @@ MUTANTS = [
     Mutant("`stacks RUN` names no network fault", "orchestrate/supervise/rank_probe.py",
            "    found.cut_by = network_cuts(hosts)\n", "", ("tests/unit/test_rank_probe.py",)),
     Mutant("the first attach after a detached run's unwatched end does not record how it ended",
-           "orchestrate/launch/run.py", "        if active or unjudged:", "        if active:", ("tests/unit/test_runs.py",)),
+           "orchestrate/launch/run.py", "        if active or unjudged or judges_orphan:", "        if active or judges_orphan:",
+           ("tests/unit/test_runs.py",)),
     Mutant("every attach to an ended detached run records its end again", "orchestrate/launch/run.py",
            " and run.state.ended and launcher_exit_code(events) is None", " and run.state.ended",
            ("tests/unit/test_runs.py",)),
@@ -3293,6 +3294,22 @@ MUTANTS = [
     Mutant("a Compose run's plan is not read for torch's check", "orchestrate/supervise/supervisor.py",
            "placed.collectives_checked or any(n.checks_collectives for n in self.spec.nodes)",
            "placed.collectives_checked", ("tests/unit/test_launcher.py",)),
+    # Session 115 (h2): the first follower of an orphaned run that asked for no fault writes its outcome, once
+    Mutant("the first attach of an orphaned run writes no outcome", "orchestrate/launch/run.py",
+           "            judges_orphan = orphaned and recorded_faults(spec.run_dir) == ()",
+           "            judges_orphan = False", ("tests/unit/test_runs.py",)),
+    Mutant("an orphaned run that asked for faults is judged without their records", "orchestrate/launch/run.py",
+           "            judges_orphan = orphaned and recorded_faults(spec.run_dir) == ()",
+           "            judges_orphan = orphaned", ("tests/unit/test_runs.py",)),
+    Mutant("a second attach of an orphaned run records its end again", "orchestrate/launch/run.py",
+           "                        and launcher_exit_code(events) is None and not any(e[\"event\"] == LINES_KEPT",
+           "                        and not any(e[\"event\"] == LINES_KEPT", ("tests/unit/test_runs.py",)),
+    Mutant("down says it writes only the node logs of an orphaned run whose summary it writes too",
+           "orchestrate/launch/unfollowed.py", "    judged = run.detached or recorded_faults(run.run_dir) == ()",
+           "    judged = run.detached", ("tests/unit/test_runs.py",)),
+    Mutant("a plan that recorded no faults list is read as asking for none", "orchestrate/outcome/run_dirs.py",
+           "    return tuple(str(f) for f in faults) if isinstance(faults, list) else None",
+           "    return tuple(str(f) for f in faults) if isinstance(faults, list) else ()", ("tests/unit/test_runs.py",)),
 ]
 
 

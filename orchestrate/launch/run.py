@@ -452,12 +452,15 @@ class Run:
         else does (then its record is this process's to finish). A detached run that ended while
         no one followed it has no launcher's word on how it ended: the first to attach then
         finishes its record with the summary it says (a fault asked for that never fired fails a
-        job whose nodes all exited 0), so that ``ps`` names it so too. KeyboardInterrupt
+        job whose nodes all exited 0), so that ``ps`` names it so too. So does the first to follow
+        a foreground run whose launcher died before it said how the run ended, where the run asked
+        for no fault (the faults' records, and whether each fired, died with that launcher: a
+        judge without them would call a job whose fault never fired a success). KeyboardInterrupt
         propagates: for ``attach`` it only detaches."""
         from orchestrate.launch.unfollowed import LINES_KEPT
         from orchestrate.outcome.events import launcher_exit_code, read_events
         from orchestrate.outcome.record import write_outcome
-        from orchestrate.outcome.run_dirs import read_conditions
+        from orchestrate.outcome.run_dirs import read_conditions, recorded_faults
 
         run = self.attached
         assert run is not None
@@ -466,9 +469,11 @@ class Run:
             active = run.detached and holds_lock and not run.state.ended
             events = read_events(spec.run_dir)
             unjudged = run.detached and holds_lock and run.state.ended and launcher_exit_code(events) is None
-            # a foreground run whose launcher died: the first to follow it after writes its events
+            # a foreground run whose launcher died: the first to follow it after writes its events (and, where it
+            # asked for no fault, its outcome: its run-ended event then tells a second follower so)
             orphaned = (not run.detached and holds_lock and run.launcher_alive is False
-                        and not any(e["event"] == LINES_KEPT for e in events))
+                        and launcher_exit_code(events) is None and not any(e["event"] == LINES_KEPT for e in events))
+            judges_orphan = orphaned and recorded_faults(spec.run_dir) == ()
             role = "acting as its launcher" if active else "watching"
             self.say(f"attached to run {run.run_id} ({run_as_recorded(run).state.value}, {role}); Ctrl-C detaches")
             nodes_up = [e["time"] for e in events if e["event"] == NODES_UP]  # where the job's seconds count from
@@ -485,7 +490,7 @@ class Run:
         image = run.nodes[0].container.attrs.get("Config", {}).get("Image", "") if run.nodes else ""
         result.image_torch = image_label(self.client, image, TORCH_LABEL) if image else ""
         result.conditions = read_conditions(spec.run_dir)
-        if active or unjudged:  # the run's launcher, or the first to judge it: its record is ours to finish
+        if active or unjudged or judges_orphan:  # its launcher, or the first to judge it: its record is ours to finish
             write_outcome(result)
             finish_record(result)
         return result

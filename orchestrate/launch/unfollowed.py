@@ -2,8 +2,9 @@
 ``attach`` followed has no node logs in its directory, nor a summary or a finished report page,
 and an orphaned run's node logs stop where its launcher died. Before ``down`` or ``prune``
 removes such a run, it is followed once, quietly, as the first ``attach`` after its end would
-(:meth:`~orchestrate.launch.run.Run.attach`): its node logs (and, for a detached run, its summary
-and report page) stay in its directory, as the commands say."""
+(:meth:`~orchestrate.launch.run.Run.attach`): its node logs (and, for a detached run or an orphaned
+one that asked for no fault, its summary and report page) stay in its directory, as the commands
+say."""
 from __future__ import annotations
 
 import os
@@ -19,6 +20,7 @@ from orchestrate.launch.recorded_runs import run_as_recorded
 from orchestrate.outcome.events import launcher_exit_code, read_events, record_event
 from orchestrate.outcome.model import RunResult
 from orchestrate.outcome.record import OUTCOME_FILE
+from orchestrate.outcome.run_dirs import recorded_faults
 from orchestrate.report.model import ENDED_AS, GONE, ORPHANED
 
 # How long a removal waits for whoever follows the run now (an `attach`, another `down`) to finish
@@ -69,7 +71,9 @@ def record_before_removal(client: Any, run: RunInfo, say: Callable[[str], None],
         return None  # still followed: that follower keeps what it reads
     if not unrecorded(run):
         return None  # the follower waited for judged it
-    what = "node logs, summary and report page" if run.detached else "node logs"
+    # (an orphaned run's summary is written too where it asked for no fault: see Run._follow_attached)
+    judged = run.detached or recorded_faults(run.run_dir) == ()
+    what = "node logs, summary and report page" if judged else "node logs"
     say(f"run {run.run_id}: no one followed it to its end; writing its {what} from the engine first")
     with open(os.devnull, "w", encoding="utf-8") as nowhere:
         result = Run.attach(run.run_id, out=nowhere, client=client).follow()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from orchestrate.errors import NoSuchRunError, UsageError
 from orchestrate.text import in_their_middle, no_run_named, node_conditions, runs_named, several_runs
@@ -65,3 +66,14 @@ def read_conditions(run_dir: Path) -> str:
     except (OSError, ValueError):
         return ""
     return recorded_conditions(plan) if isinstance(plan, dict) else ""
+
+
+def recorded_faults(run_dir: Path) -> Optional[tuple[str, ...]]:
+    """The faults a run's plan (``run.json``) asked for; None where it cannot be read, or does not
+    say (a plan written before they were recorded)."""
+    try:
+        plan = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    faults = plan.get("faults") if isinstance(plan, dict) else None
+    return tuple(str(f) for f in faults) if isinstance(faults, list) else None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrate.config.fault_spec import parse_fault
 from orchestrate.config.gpu_layout import check_lease
 from orchestrate.config.run_config import DEFAULT_IMAGE
 from orchestrate.engine.client import engine_time
@@ -1952,6 +1953,33 @@ def test_the_first_follow_of_a_foreground_run_whose_launcher_died_records_its_no
     assert sorted(exits) == ["node0", "node1"]
 
 
+def test_the_first_attach_of_an_orphaned_run_writes_its_outcome_and_a_second_writes_nothing_again(make_run):
+    """Session 115 (h2): a foreground run whose launcher died, followed later by attach, had its
+    events recorded but no outcome.json, so report and ps lacked how it ended; a second attach
+    then recorded its nodes' ends again."""
+    from orchestrate.cli.main import main
+    from orchestrate.engine.labels import LAUNCHER_LABEL
+    from orchestrate.outcome.record import OUTCOME_FILE
+
+    client = FakeDockerClient()
+    FakeCompose.engine = client
+    client.images.add(DEFAULT_IMAGE)
+    client.script("node0", Script(["[0|0]:one"], exit_code=3))
+    plan = make_run("orphan", client=client, nodes=1).start()
+    for container in client.containers_by_name.values():  # its launcher was killed
+        container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+    wait_until(lambda: not list_runs(client, "orphan")[0].live_nodes)
+    assert main(["attach", "orphan"], out=io.StringIO(), client=client) == 1
+    outcome = json.loads((plan.run_dir / OUTCOME_FILE).read_text())
+    assert outcome["exit_code"] == 1 and outcome["failure"]["node"] == "node0"
+    events = read_events(plan.run_dir)
+    assert launcher_exit_code(events) == 1 and (plan.run_dir / "report.html").is_file()
+    written = (plan.run_dir / OUTCOME_FILE).stat().st_mtime_ns
+    assert main(["attach", "orphan"], out=io.StringIO(), client=client) == 1
+    assert read_events(plan.run_dir) == events  # nothing recorded again: no node's end, no second run-ended
+    assert (plan.run_dir / OUTCOME_FILE).stat().st_mtime_ns == written
+
+
 def test_stop_of_a_foreground_run_whose_launcher_is_gone_keeps_its_logs_and_state(make_run):
     from orchestrate.cli.main import main
     from orchestrate.engine.labels import LAUNCHER_LABEL
@@ -2144,24 +2172,30 @@ def test_down_and_prune_keep_what_only_the_engine_had_and_leave_a_followed_runs_
     assert not (orphan.run_dir / "outcome.json").exists()
 
 
-def test_down_of_an_orphaned_run_writes_its_node_logs_whole_but_no_summary(make_run):
+def test_down_of_an_orphaned_run_writes_its_node_logs_whole_but_no_summary_where_it_asked_for_faults(make_run):
+    """Session 115 (h2): the summary of an orphaned run that asked for no fault is written too."""
     from orchestrate.cli.main import main
+    from orchestrate.config.fault_spec import parse_fault
     from orchestrate.engine.labels import LAUNCHER_LABEL
 
     client = FakeDockerClient()
     FakeCompose.engine = client
     client.images.add(DEFAULT_IMAGE)
-    client.script("node0", Script(["[0|0]:one", "[0|0]:two"]))
-    plan = make_run("gone", client=client, nodes=1).start()  # its launcher (this process) never follows it
-    for container in client.containers_by_name.values():  # ... and is killed
-        container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
-    wait_until(lambda: not list_runs(client, "gone")[0].live_nodes)
-    out = io.StringIO()
-    assert main(["down", "gone"], out=out, client=client) == 0
-    assert out.getvalue().splitlines()[0] == ("run gone: no one followed it to its end; writing its node logs from"
-                                              " the engine first")
-    assert (plan.run_dir / "node0.log").read_text().splitlines() == ["[node0/rank0] one", "[node0/rank0] two"]
-    assert not (plan.run_dir / "outcome.json").exists()  # a foreground run's summary is its launcher's alone
+    for run_id, faults in (("gone", (parse_fault("kill:node0@step=99"),)), ("plain", ())):
+        client.script("node0", Script(["[0|0]:one", "[0|0]:two"]))
+        # its launcher (this process) never follows it
+        plan = make_run(run_id, client=client, nodes=1, faults=faults).start()
+        for container in client.containers_by_name.values():  # ... and is killed
+            container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
+        wait_until(lambda: not list_runs(client, run_id)[0].live_nodes)
+        out = io.StringIO()
+        assert main(["down", run_id], out=out, client=client) == 0
+        what = "node logs" if faults else "node logs, summary and report page"
+        assert out.getvalue().splitlines()[0] == (f"run {run_id}: no one followed it to its end; writing its {what}"
+                                                  " from the engine first")
+        assert (plan.run_dir / "node0.log").read_text().splitlines() == ["[node0/rank0] one", "[node0/rank0] two"]
+        # the faults' records, and whether each fired, were its launcher's alone: no summary judges it without them
+        assert (plan.run_dir / "outcome.json").exists() is not bool(faults)
 
 
 def test_an_orphaned_run_kept_once_is_not_followed_again_by_a_second_removal(make_run):
@@ -2172,7 +2206,8 @@ def test_an_orphaned_run_kept_once_is_not_followed_again_by_a_second_removal(mak
     FakeCompose.engine = client
     client.images.add(DEFAULT_IMAGE)
     client.script("node0", Script(["[0|0]:one"]))
-    plan = make_run("gone", client=client, nodes=1).start()
+    # (a fault asked for: its first follow records no outcome, and lines-kept alone says it was followed)
+    plan = make_run("gone", client=client, nodes=1, faults=(parse_fault("kill:node0@step=99"),)).start()
     for container in client.containers_by_name.values():
         container.labels[LAUNCHER_LABEL] = f"{socket.gethostname()}:999999999:1"
     wait_until(lambda: not list_runs(client, "gone")[0].live_nodes)
@@ -2294,7 +2329,9 @@ def test_report_asks_the_engine_how_a_run_with_no_recorded_outcome_stands(make_r
     assert report_says(client, running, tmp_path, capsys) == "running" and capsys.readouterr().err == ""
 
     client.script("node0", Script(["[0|0]:done"]))
-    [foreground] = started_runs(make_run, client, ("killed", {}, {"nodes": 1, "detach": False}))
+    # (a fault it asked for: its launcher alone could judge it)
+    [foreground] = started_runs(make_run, client, ("killed", {}, {"nodes": 1, "detach": False,
+                                                                  "faults": (parse_fault("kill:node0@step=99"),)}))
     wait_until(lambda: not list_runs(client, "killed")[0].live_nodes)
     capsys.readouterr()
     # its launcher (this process) lives: how the run ended is its to record, about to be
@@ -2306,7 +2343,7 @@ def test_report_asks_the_engine_how_a_run_with_no_recorded_outcome_stands(make_r
     capsys.readouterr()
     assert report_says(client, foreground, tmp_path, capsys) == (
         "ENDED: succeeded, as its nodes' exit codes say; its launcher did not record its summary")
-    assert not (foreground.run_dir / "outcome.json").exists()  # (a foreground run's summary is its launcher's)
+    assert not (foreground.run_dir / "outcome.json").exists()  # (a run with faults: its summary is its launcher's)
     assert "writing its node logs from the engine first" in capsys.readouterr().err
 
     client.script("node0", Script(["[0|0]:going"], hang=True))
@@ -2337,3 +2374,13 @@ def test_report_without_an_engine_says_the_page_holds_what_the_files_say(make_ru
 
     assert report_says(Unreachable(), plan, tmp_path, capsys) == (
         "running, as far as its files say (the engine could not be asked)")
+
+
+def test_a_runs_plan_says_the_faults_it_asked_for_or_none_where_it_does_not_say(tmp_path):
+    from orchestrate.outcome.run_dirs import recorded_faults
+
+    assert recorded_faults(tmp_path) is None  # no plan
+    for plan, faults in (({"faults": ["kill:node0@step=3"]}, ("kill:node0@step=3",)), ({"faults": []}, ()),
+                         ({}, None), ([], None)):
+        (tmp_path / "run.json").write_text(json.dumps(plan))
+        assert recorded_faults(tmp_path) == faults
