@@ -18,8 +18,9 @@ from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import DEBUG_SUBDIR, NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import brief, peer_nodes, ranks_text
 
-# What a lost peer that ranks which left early explain asks, unless the ranks' records differ or every rank
-# reported as many steps (since 2026-12-07: asked of ranks that had all taken 4 steps, one of which skipped a barrier).
+# What a lost peer that ranks which left early explain asks, unless the ranks' records differ. Asked where
+# every rank reported as many steps too: the optimizer's steps count those done, and a rank that ran out of
+# batches and one waiting in its next step's backward pass reported as many (5 and 5, tests/jobs/uneven_batches.py).
 UNEVEN_QUESTION = " (do all ranks run the same number of steps?)"
 # The exit code of a worker that refused its input, by the convention of argparse and app/.
 REFUSED_EXIT_CODE = 2
@@ -223,8 +224,7 @@ def left_early(first: NodeResult, results: list[NodeResult], uneven: bool = True
     had returned while it still ran (``rank 3 (node1, after step 12) had finished its script while
     ranks 0-2 still ran, and ...``), or "" when that does not explain it (its error is its own,
     a signal ended it, it had finished too, a worker crashed, or no rank had finished). ``uneven``:
-    ask whether the ranks run as many steps (not where their records say they differed), where
-    their step counts differ or some are not known."""
+    ask whether the ranks run as many steps (not where their records say they differed)."""
     cause = first.root_cause
     if cause is None or not is_collateral(cause, first.last_lines) or cause.rank in first.finished_ranks:
         return ""
@@ -240,11 +240,8 @@ def left_early(first: NodeResult, results: list[NodeResult], uneven: bool = True
                     for rank, (node, step) in sorted(finished.items()))
     verb = "had finished its script" if len(finished) == 1 else "had finished their scripts"
     lost = "it as a peer" if len(finished) == 1 else "them as peers"
-    reached = {rank: step for result in results for rank, step in result.steps_reached.items()}
-    steps = {step for _, step in finished.values()} | {reached.get(rank) for rank in still}
-    asked = uneven and (None in steps or len(steps) > 1)
     return (f"{'rank' if len(finished) == 1 else 'ranks'} {who} {verb} while {ranks_text(still)} still ran, and"
-            f" {ranks_text(still)}'s collectives lost {lost}{UNEVEN_QUESTION if asked else ''}")
+            f" {ranks_text(still)}'s collectives lost {lost}{UNEVEN_QUESTION if uneven else ''}")
 
 
 def at_exit_barrier(result: NodeResult) -> bool:

@@ -251,21 +251,20 @@ def test_a_lost_peer_is_not_blamed_on_finished_ranks_when_a_worker_crashed_by_it
         f" while ranks 0-2 still ran, and ranks 0-2's collectives lost it as a peer {UNEVEN}")
 
 
-def test_ranks_that_all_reported_as_many_steps_are_not_asked_whether_they_run_the_same_number(nodes):
-    """barrier_skip.py --epochs 1 (a user trial, 2026-12-07): rank 1 skipped its last barrier and
-    finished after step 4 while rank 0 waited in it, after step 4 too; the question whether the
-    ranks run as many steps was asked all the same. It is asked where the counts differ, or where
-    a rank's is not known."""
+def test_ranks_that_all_reported_as_many_steps_are_asked_all_the_same_whether_they_run_the_same_number(nodes):
+    """The optimizer's steps count the steps done: a rank that ran out of batches after step 5 and
+    one waiting in its sixth step's backward pass reported 5 each (tests/jobs/uneven_batches.py
+    under the hooked torchrun), so equal counts do not say the ranks ran as many steps. (A user
+    trial's rank that skipped a barrier after step 4 is asked too: a review found the question
+    dropped for uneven batches, where it was written for, when equal counts silenced it.)"""
     node0, node1 = nodes(per_node=1)
-    lost = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), steps_reached={0: 4})
-    finished = succeeded(node1, at=0.5, finished_ranks={1: 4}, steps_reached={1: 4})
-    said = (f"node0 rank 0 failed (exit code 1): {LOST_PEER}, as rank 1 (node1, after step 4) had finished its script"
+    lost = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), steps_reached={0: 5})
+    finished = succeeded(node1, at=0.5, finished_ranks={1: 5}, steps_reached={1: 5})
+    said = (f"node0 rank 0 failed (exit code 1): {LOST_PEER}, as rank 1 (node1, after step 5) had finished its script"
             " while rank 0 still ran, and rank 0's collectives lost it as a peer")
-    assert find_failure([lost, finished]).describe() == said
-    fewer = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), steps_reached={0: 5})
+    assert find_failure([lost, finished]).describe() == f"{said} {UNEVEN}"
+    fewer = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER), steps_reached={0: 6})
     assert find_failure([fewer, finished]).describe() == f"{said} {UNEVEN}"
-    unknown = ended(node0, cause=RootCause(0, 0, 1, LOST_PEER))
-    assert find_failure([unknown, finished]).describe() == f"{said} {UNEVEN}"
 
 
 def test_each_ranks_steps_reached_are_its_latest_process_highest(tmp_path):
