@@ -1702,6 +1702,13 @@ def test_an_attachs_hang_watchdog_counts_from_the_runs_last_output_not_from_the_
             super().__init__(*args, **kwargs)
             watches.append(self)
     monkeypatch.setattr(supervisor, "HangWatch", SeenHangWatch)
+    polls = []  # each poll of the attach's progress watch: how many records it had read by its end
+
+    class SeenProgressWatch(supervisor.ProgressWatch):
+        def poll(self, *args, **kwargs):
+            super().poll(*args, **kwargs)
+            polls.append(self.records)
+    monkeypatch.setattr(supervisor, "ProgressWatch", SeenProgressWatch)
     client = FakeDockerClient()
     [plan] = started_runs(make_run, client, ("away", {"node0": Script(["[0|0]:step 1"], hang=True)},
                                              dict(nodes=1, hang_diagnose_after=20, hang_timeout=40)))
@@ -1714,7 +1721,9 @@ def test_an_attachs_hang_watchdog_counts_from_the_runs_last_output_not_from_the_
     out, quiet = io.StringIO(), []
 
     def quiet_once_the_history_is_read() -> None:
-        time.sleep(1)  # (the loop's next ticks read the progress records too)
+        wait_until(lambda: any(polls))  # the record read, then a whole tick after it (the watchdog told)
+        read = len(polls)
+        wait_until(lambda: len(polls) > read)
         quiet.append(time.monotonic() - watches[0].last_progress)
         node0.exit(0)
     when(lambda: "step 1" in out.getvalue() and watches, quiet_once_the_history_is_read)
