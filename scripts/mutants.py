@@ -3190,7 +3190,8 @@ MUTANTS = [
            "        reasons += [loaded_yet_started_over(s) for s in self.strikes if s.loaded_and_started_over]\n", "",
            ("tests/unit/test_chaos.py",)),
     Mutant("a load of a file the job had written counts as none", "orchestrate/chaos/attempts.py",
-           "if load.path and load.path in (self.saved or ())]", "if False]", ("tests/unit/test_chaos.py",)),
+           "                if load.path and (load.path in (self.saved or ())", "                if False and (load.path",
+           ("tests/unit/test_chaos.py",)),
     Mutant("a load from a stream, whose file is not known, counts as no load", "orchestrate/chaos/attempts.py",
            "                and not self.loaded_saves and not any(load.path == \"\" for load in self.loaded))",
            "                and not self.loaded_saves)", ("tests/unit/test_chaos.py",)),
@@ -3203,8 +3204,7 @@ MUTANTS = [
     Mutant("a load before the fault counts as the next attempt's", "orchestrate/chaos/attempts.py",
            "if at < l.time <= until)", "if l.time <= until)", ("tests/unit/test_chaos.py",)),
     Mutant("a save through a temporary file is named by the temporary file", "orchestrate/chaos/attempts.py",
-           "torch_save = named[-1] if named else (kept[-1] if kept and saved_by_torch else \"\")",
-           "torch_save = saved_by_torch[-1] if saved_by_torch else \"\"", ("tests/unit/test_chaos.py",)),
+           "torch_save = (named or renamed or [path", "torch_save = (named or [path", ("tests/unit/test_chaos.py",)),
     Mutant("a load dates its attempt's first record", "orchestrate/chaos/attempts.py",
            "record.init_asked is not None or record.loaded is not None:", "record.init_asked is not None:",
            ("tests/unit/test_chaos.py",)),
@@ -3306,6 +3306,12 @@ MUTANTS = [
     Mutant("a plan that recorded no faults list is read as asking for none", "orchestrate/outcome/run_dirs.py",
            "    return tuple(str(f) for f in faults) if isinstance(faults, list) else None",
            "    return tuple(str(f) for f in faults) if isinstance(faults, list) else ()", ("tests/unit/test_runs.py",)),
+    # Session 115 (2026-12-07, a review): the torch.save a verdict names, and a load of it under /shared
+    Mutant("a kept file first seen before a torch.save since renamed is taken for its rename",
+           "orchestrate/chaos/attempts.py", "if w.kept and any(w.time >= time for time in gone)]",
+           "if w.kept and any(True for time in gone)]", ("tests/unit/test_chaos.py",)),
+    Mutant("a load of the file torch.save wrote under /shared is no load of the save",
+           "orchestrate/chaos/attempts.py", " or load.path == self.torch_save)]", ")]", ("tests/unit/test_chaos.py",)),
 ]
 
 

@@ -231,8 +231,10 @@ class Strike:
 
     @property
     def loaded_saves(self) -> list[Load]:
-        """The loads after it of files the job had written before it."""
-        return [load for load in self.loaded or () if load.path and load.path in (self.saved or ())]
+        """The loads after it of files the job had written before it (its work directory's, or the
+        file its ``torch.save`` wrote: one under ``/shared`` is not in the work directory's)."""
+        return [load for load in self.loaded or ()
+                if load.path and (load.path in (self.saved or ()) or load.path == self.torch_save)]
 
     @property
     def resume_skipped(self) -> bool:
@@ -322,9 +324,12 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         # the torn file, first written before the fault was armed (the write it cut came after): a whole save, cut
         cut = fault.struck_file if fault.struck_file and any(
             w.path == fault.struck_file and w.time < (fault.fired_time or 0.0) for w in writes or []) else ""
-        saved_by_torch = [path for path, time in torch_saves if time <= at]
-        named = [path for path in kept if path in saved_by_torch]  # a temporary one renamed: the save it made
-        torch_save = named[-1] if named else (kept[-1] if kept and saved_by_torch else "")
+        saved_by_torch = [(path, time) for path, time in torch_saves if time <= at]
+        named = [path for path in kept if path in dict(saved_by_torch)]
+        # a temporary file torch.save wrote, then renamed: the save is a kept file first seen after it was written
+        gone = [time for path, time in saved_by_torch if path not in kept]
+        renamed = [w.path for w in before if w.kept and any(w.time >= time for time in gone)]
+        torch_save = (named or renamed or [path for path, _ in saved_by_torch] or [""])[-1]
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
                              at - done[0][1] if done else None, saved, after is not None, start, redone,
                              reached if fault.struck_time is not None else None, kept[-1] if kept else None,

@@ -831,6 +831,19 @@ def test_a_job_that_saves_with_torch_save_and_loads_nothing_after_the_fault_does
     [tmp] = strikes(faults, attempts, [WrittenFile("ckpt.pt.tmp", 102.4, kept=False), WrittenFile("ckpt.pt", 102.5)],
                     renamed)
     assert (tmp.torch_save, tmp.resume_skipped) == ("ckpt.pt", True)
+    # a save under /shared (not in the work directory's files) beside a log there: the save is named, not
+    # the log (a review: "it had written train.log with torch.save"), and a load of it is a load of the save
+    shared = [r for r in records if not r.wrote] + [ProgressRecord(0, 102.5, wrote="/shared/ckpt.pt", torch_save=True)]
+    log = [WrittenFile("train.log", 101.2)]
+    [named] = strikes(faults, attempts, log, shared)
+    assert (named.torch_save, named.resume_skipped) == ("/shared/ckpt.pt", True)
+    [read] = strikes(faults, attempts, log, shared + [ProgressRecord(1, 110.4, loaded="/shared/ckpt.pt")])
+    assert (read.resume_skipped, read.loaded_and_started_over) == (False, True)
+    # a kept file first seen before the torch.save of one no longer there is not its rename
+    [early_log] = strikes(faults, attempts, log + [WrittenFile("ckpt.pt.tmp", 102.4, kept=False)],
+                          [r for r in records if not r.wrote] + [ProgressRecord(0, 102.5, wrote="ckpt.pt.tmp",
+                                                                                 torch_save=True)])
+    assert early_log.torch_save == "ckpt.pt.tmp"
 
 
 def test_a_job_that_loaded_its_save_after_the_fault_and_started_over_does_not_hold_and_one_that_resumed_says_so(
