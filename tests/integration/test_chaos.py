@@ -57,9 +57,11 @@ def test_a_right_resume_survives_a_killed_node_in_three_trials_and_ends_where_th
     assert [(run, seed) for run, seed, _, _ in schedules] == [("2", "5"), ("3", "6"), ("4", "7")], output[-5000:]
     for _, seed, spec, step in schedules:
         # each fault after the first save, and the attempt after it resumed from the checkpoint before (the
-        # save named, never checkpoint.pt.tmp where a walk caught it before its rename: "+1 more" then)
+        # save named, never checkpoint.pt.tmp where a walk caught it before its rename: "+1 more" then), which both
+        # ranks loaded (resume_training.py)
         row = re.search(rf"{re.escape(spec)} +[\d.]+ s, step {step} +{step} step\(s\), [\d.]+ s training +yes:"
-                        rf" checkpoint\.pt(?: \(\+1 more\))? +resumed from step (\d+): (\d+) step\(s\) redone", output)
+                        rf" checkpoint\.pt(?: \(\+1 more\))? +resumed from step (\d+)"
+                        rf" \(checkpoint\.pt, loaded by ranks 0, 1\): (\d+) step\(s\) redone", output)
         assert row and int(row[1]) == int(step) and int(row[2]) == 0, output[-5000:]  # it saved every step
         assert int(step) >= 3
     assert len(re.findall(r"compared final\.pt: matches \(tensors; every value equal\)", output)) == 3

@@ -1794,7 +1794,11 @@ def test_an_attach_after_a_restart_marks_the_node_running_again_by_its_new_runs_
     client = FakeDockerClient()
     [plan] = started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:step 1"], hang=True)}, dict(nodes=1)))
     out = io.StringIO()
-    when(lambda: "[node0/rank0]  step 1" in out.getvalue(), lambda: _thread.interrupt_main(signal.SIGINT))
+
+    def recorded_running() -> bool:  # (the line is shown before its starts are recorded: a CI under load cut between)
+        return {"node-running", "rank-started"} <= {e["event"] for e in read_events(plan.run_dir)}
+    when(lambda: "[node0/rank0]  step 1" in out.getvalue() and recorded_running(),
+         lambda: _thread.interrupt_main(signal.SIGINT))
     assert main(["attach", "r"], out=out, client=client) == 130
     node0 = client.containers_by_name["ddp-r-node0-1"]
     client.script("node0", Script(["[0|0]:step 2"], hang=True))
