@@ -406,6 +406,20 @@ def test_a_barrier_one_rank_skipped_in_a_loop_names_that_rank_not_the_ranks_that
     assert found is not None and found.fewer == "", found.fewer
 
 
+def barrier_skipped():
+    """The probe of barrier_skip.py's hang: every step's backward pass at :19 and a barrier at :23
+    that rank 1 skipped on its last batch; rank 0 waits in its 4th barrier, rank 1 in its 5th
+    backward pass."""
+    step = lambda n: (coll(2 * n + 1, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),
+                      coll(2 * n + 2, "", op="barrier", at="barrier_skip.py:23"))
+    history = step(1) + step(2) + step(3) + (coll(9, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),)
+    waiting = snap(0, history + (coll(10, "", "entered", op="barrier", at="barrier_skip.py:23"),),
+                   stack(23, call="barrier"), lines=(("barrier_skip.py:19", 4), ("barrier_skip.py:23", 4)))
+    skipped = snap(1, history + (coll(10, "gradients of DDP(Sequential)", "entered", at="barrier_skip.py:19"),),
+                   stack(19), lines=(("barrier_skip.py:19", 5), ("barrier_skip.py:23", 3)))
+    return probe(5, r0=waiting, r1=skipped)
+
+
 def test_a_barrier_one_rank_skips_in_a_ddp_training_loop_is_said_as_a_skipped_barrier_first():
     """barrier_skip.py (a user trial, 2026-12-07): every step's backward pass at :19, then a barrier
     at :23 that the last rank `continue`s past on an epoch's last batch. Rank 0 waits in its 4th
@@ -414,14 +428,7 @@ def test_a_barrier_one_rank_skips_in_a_ddp_training_loop_is_said_as_a_skipped_ba
     where rank 0 made 4 and called barrier() in its place" was said, as if the steps differed."""
     from orchestrate.hangs.collectives import UNEVEN_HINT
 
-    step = lambda n: (coll(2 * n + 1, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),
-                      coll(2 * n + 2, "", op="barrier", at="barrier_skip.py:23"))
-    history = step(1) + step(2) + step(3) + (coll(9, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),)
-    waiting = snap(0, history + (coll(10, "", "entered", op="barrier", at="barrier_skip.py:23"),),
-                   stack(23, call="barrier"), lines=(("barrier_skip.py:19", 4), ("barrier_skip.py:23", 4)))
-    skipped = snap(1, history + (coll(10, "gradients of DDP(Sequential)", "entered", at="barrier_skip.py:19"),),
-                   stack(19), lines=(("barrier_skip.py:19", 5), ("barrier_skip.py:23", 3)))
-    lines = diagnose(probe(5, r0=waiting, r1=skipped), None, {0, 1}, {}, 30).lines()
+    lines = diagnose(barrier_skipped(), None, {0, 1}, {}, 30).lines()
     fewer = ("  rank 1 made 3 barrier() calls at barrier_skip.py:23 where rank 0 made 4: rank 1 skipped one (it went on"
              " to barrier_skip.py:19), by a condition on the rank or its data (a `continue` or an `if` around the"
              " call), or ran that loop fewer times")
@@ -451,14 +458,7 @@ def test_a_long_hint_said_as_the_run_hung_is_said_in_short_in_its_summary_and_wr
     assert len(short[-1]) <= SAID_HINT_CHARS + 2
     assert found.advice()[-1].endswith(UNEVEN_HINT)  # outcome.json's text stays whole
     # the line of a call one rank skipped is where to look, no hint: whole
-    step = lambda n: (coll(2 * n + 1, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),
-                      coll(2 * n + 2, "", op="barrier", at="barrier_skip.py:23"))
-    history = step(1) + step(2) + step(3) + (coll(9, "gradients of DDP(Sequential)", at="barrier_skip.py:19"),)
-    waiting = snap(0, history + (coll(10, "", "entered", op="barrier", at="barrier_skip.py:23"),),
-                   stack(23, call="barrier"), lines=(("barrier_skip.py:19", 4), ("barrier_skip.py:23", 4)))
-    skipped = snap(1, history + (coll(10, "gradients of DDP(Sequential)", "entered", at="barrier_skip.py:19"),),
-                   stack(19), lines=(("barrier_skip.py:19", 5), ("barrier_skip.py:23", 3)))
-    found = diagnose(probe(5, r0=waiting, r1=skipped), None, {0, 1}, {}, 30)
+    found = diagnose(barrier_skipped(), None, {0, 1}, {}, 30)
     found.said = True
     assert len(found.divergence.fewer) > SAID_HINT_CHARS and hang_lines(found)[-2] == f"  {found.divergence.fewer}"
     assert hang_lines(found)[-1].endswith(SAID_ABOVE)
