@@ -2,6 +2,7 @@
 script a node runs, here under the test's own torch), and the verdict."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -20,6 +21,7 @@ from orchestrate.chaos.step_metrics import StepsComparison, compare_step_metrics
 from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.errors import UsageError
+from orchestrate.node import compare_tensors
 from orchestrate.hangs.diagnosis import HangDiagnosis
 from orchestrate.outcome.model import FaultRecord, Recovery, RunResult, Timings, WrittenFile
 from orchestrate.outcome.progress import ProgressRecord
@@ -364,13 +366,22 @@ def torch():
     return pytest.importorskip("torch")
 
 
-def compare_in_process(rtol: float, first: Path, second: Path, *paths: str) -> list[dict]:
-    """The node's comparison script, run by this interpreter (which has torch)."""
-    import json
-
+def compare_by_script(rtol: float, first: Path, second: Path, *paths: str) -> list[dict]:
+    """The node's comparison script as a node runs it (``python3 -c`` its text), by this
+    interpreter (which has torch): its JSON lines."""
     done = subprocess.run([sys.executable, "-c", COMPARE_SCRIPT, f"{rtol:g}", str(first), str(second), *paths],
                           capture_output=True, text=True, check=True)
     return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def compare_in_process(rtol: float, first: Path, second: Path, *paths: str) -> list[dict]:
+    """The same script's ``main`` with the same arguments, in this process: its JSON lines. A
+    process that imports torch anew costs seconds on a slow machine, and these tests run about
+    twenty; :func:`compare_by_script` runs the script as a node does."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        compare_tensors.main([f"{rtol:g}", str(first), str(second), *paths])
+    return [json.loads(line) for line in printed.getvalue().splitlines()]
 
 
 class LocalEngine:
@@ -401,7 +412,8 @@ def test_tensors_compare_exactly_and_name_the_largest_difference_and_where(tmp_p
     torch.save(state, first / "same.pt")
     changed = {**state, "optimizer": {"state": {0: {"momentum": torch.tensor([1.0, 1.23, 1.0, 0.9])}}}}
     torch.save(changed, second / "final.pt")
-    rows = {r["path"]: r for r in compare_in_process(0.0, first, second, "final.pt", "same.pt")}
+    rows = {r["path"]: r for r in compare_by_script(0.0, first, second, "final.pt", "same.pt")}
+    assert rows == {r["path"]: r for r in compare_in_process(0.0, first, second, "final.pt", "same.pt")}
     assert rows["same.pt"]["equal"] is True and rows["same.pt"]["max_difference"] == 0.0
     assert rows["same.pt"]["where"] == ""  # no key is the largest where none differs
     assert rows["final.pt"]["equal"] is False
