@@ -3312,6 +3312,19 @@ MUTANTS = [
            "if w.kept and any(True for time in gone)]", ("tests/unit/test_chaos.py",)),
     Mutant("a load of the file torch.save wrote under /shared is no load of the save",
            "orchestrate/chaos/attempts.py", " or load.path == self.torch_save)]", ")]", ("tests/unit/test_chaos.py",)),
+    # Session 116 (hB): stop and down take --runs-dir, as ps and prune do
+    Mutant("stop and down with --runs-dir act on a run in any directory", "orchestrate/launch/recorded_runs.py",
+           "    if runs_dir is None:\n        return find_run(client, run_id)",
+           "    if True:\n        return find_run(client, run_id)", ("tests/unit/test_runs.py",)),
+    Mutant("a run whose directory is not in --runs-dir is stopped or removed all the same",
+           "orchestrate/launch/recorded_runs.py", "    raise UsageError(f\"run {elsewhere.run_id} is not in --runs-dir",
+           "    return elsewhere\n    raise UsageError(f\"run {elsewhere.run_id} is not in --runs-dir",
+           ("tests/unit/test_runs.py",)),
+    Mutant("a part of an id with --runs-dir names the runs of every directory", "orchestrate/launch/recorded_runs.py",
+           "return run_named(run_id, [run for run in runs if in_runs_dir(run, runs_dir)], f\"in {runs_dir}\")",
+           "return run_named(run_id, runs, f\"in {runs_dir}\")", ("tests/unit/test_runs.py",)),
+    Mutant("stop and down take a --runs-dir typo that no run names", "orchestrate/launch/recorded_runs.py",
+           "    check_runs_dir_named(runs_dir, runs)\n    try:", "    try:", ("tests/unit/test_runs.py",)),
 ]
 
 

@@ -3,15 +3,17 @@ are stopped first, as ``stop`` stops them, so that its job may save and its laun
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import RUN_ID_HELP, argparse_type
+from orchestrate.cli.options import ONE_RUN_RUNS_DIR_HELP, RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.owners import caller_uid, others_note
 from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.errors import EngineError, NoSuchRunError
+from orchestrate.launch.recorded_runs import find_run_in
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
 from orchestrate.launch.unfollowed import record_before_removal
 from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S
@@ -30,12 +32,13 @@ def add_parsers(sub: Any) -> None:
                       metavar="SECONDS", help="for a run that still runs: seconds between SIGTERM and SIGKILL, a"
                                               " fraction rounded up to a whole second as the engine's stop takes them"
                                               " (default: the run's own --stop-grace, as its launcher would give)")
+    down.add_argument("--runs-dir", type=Path, default=None, metavar="DIR", help=ONE_RUN_RUNS_DIR_HELP)
     down.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
-    run = find_run(client, args.run_id)
+    run = find_run_in(client, args.run_id, args.runs_dir)
     named = run.run_id + others_note(run, caller_uid())  # (by its id: another user's run is removed as named)
     torn_down = False  # by its own launcher, after the stop below
     if run.live_nodes:

@@ -14,6 +14,10 @@ from orchestrate.errors import UsageError
 EXIT_USAGE = 2
 # What every command that takes a run's id takes (engine.runs.find_run, outcome.run_dirs.find_run_dir).
 RUN_ID_HELP = "its id, or a unique start or end of it (its last part, 728639)"
+# --runs-dir of a command that acts on one run (stop, down), as ps and prune take it
+ONE_RUN_RUNS_DIR_HELP = ("only a run whose directory is in DIR (as `run --runs-dir` named it): a run elsewhere is"
+                         " refused, and a part of an id that a run elsewhere shares names the one in DIR; refused"
+                         " where DIR is no directory and no run in the engine names it (default: any directory)")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunRequest)}
 # How a command that runs a job shows it in its usage line: the job is split off at ``--`` before
 # the options are parsed, so argparse itself never sees it.

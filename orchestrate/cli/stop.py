@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import RUN_ID_HELP, argparse_type
+from orchestrate.cli.options import ONE_RUN_RUNS_DIR_HELP, RUN_ID_HELP, argparse_type
 from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.owners import caller_uid, others_note
-from orchestrate.engine.runs import find_run
-from orchestrate.launch.recorded_runs import ended_as_recorded, run_as_recorded
+from orchestrate.launch.recorded_runs import ended_as_recorded, find_run_in, run_as_recorded
 from orchestrate.launch.stop import stop_nodes, stop_timeout
 from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S
 
@@ -30,12 +30,13 @@ def add_parsers(sub: Any) -> None:
                       metavar="SECONDS", help="seconds between SIGTERM and SIGKILL, a fraction rounded up to a whole"
                                               " second as the engine's stop takes them (default: the run's own"
                                               " --stop-grace, as its launcher would give)")
+    stop.add_argument("--runs-dir", type=Path, default=None, metavar="DIR", help=ONE_RUN_RUNS_DIR_HELP)
     stop.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
-    run = find_run(client, args.run_id)
+    run = find_run_in(client, args.run_id, args.runs_dir)
     named = run.run_id + others_note(run, caller_uid())  # (by its id: another user's run is stopped as named)
     ended = ended_as_recorded(run)  # before the stop, which would make it look stopped
     stopped = stop_nodes(client, run, stop_timeout(run, args.timeout), say=inv.say)

@@ -415,21 +415,39 @@ def find_run(client: Any, run_id: str) -> RunInfo:
 
     Raises:
         NoSuchRunError: When the engine has no container of it.
-        UsageError: When it names several runs.
+        UsageError: When it names several runs, or is empty.
     """
-    if not run_id:  # the label filter with no value would list every run
-        raise UsageError("no run id given (see `python -m orchestrate ps`)")
+    require_run_id(run_id)  # (the label filter with no value would list every run)
     found = list_runs(client, run_id)
-    if found:
-        return found[0]
-    runs = {run.run_id: run for run in list_runs(client)}
-    matches = runs_named(run_id, runs)
+    return found[0] if found else run_named(run_id, list_runs(client), "in the engine")
+
+
+def require_run_id(run_id: str) -> None:
+    """Refuse an empty run id (``down ""``, a script's unset variable): it names no run.
+
+    Raises:
+        UsageError: When it is empty.
+    """
+    if not run_id:
+        raise UsageError("no run id given (see `python -m orchestrate ps`)")
+
+
+def run_named(run_id: str, runs: list[RunInfo], where: str) -> RunInfo:
+    """The one run of ``runs`` (those ``where``: "in the engine") that ``run_id`` names: its
+    whole id, or a unique start or end of it (see :func:`~orchestrate.text.runs_named`).
+
+    Raises:
+        NoSuchRunError: When it names none of them.
+        UsageError: When it names several.
+    """
+    by_id = {run.run_id: run for run in runs}
+    matches = runs_named(run_id, by_id)
     if len(matches) > 1:
-        raise UsageError(several_runs(run_id, matches, "in the engine"))
+        raise UsageError(several_runs(run_id, matches, where))
     if not matches:
-        middle = tuple(in_their_middle(run_id, runs))
-        raise NoSuchRunError(no_run_named(run_id, "in the engine", "see `python -m orchestrate ps`", middle), middle)
-    return runs[matches[0]]
+        middle = tuple(in_their_middle(run_id, by_id))
+        raise NoSuchRunError(no_run_named(run_id, where, "see `python -m orchestrate ps`", middle), middle)
+    return by_id[matches[0]]
 
 
 def gpus_in_use(runs: list[RunInfo]) -> dict[str, str]:

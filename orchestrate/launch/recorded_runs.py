@@ -2,15 +2,15 @@
 a ``lose`` fault took for good (the engine sees a node killed, and the job went on without it),
 and the exit code the launcher ended with (a job whose nodes all exited 0 still failed where a
 fault asked for never fired). ``ps``, ``stop``, ``prune``, ``attach`` and ``debug`` name a run's
-state by them, as its summary did."""
+state by them, as its summary did; ``stop`` and ``down`` find a run in a ``--runs-dir`` here."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from orchestrate.engine.runs import RunInfo, RunState, run_state
-from orchestrate.errors import UsageError
+from orchestrate.engine.runs import RunInfo, RunState, find_run, list_runs, require_run_id, run_named, run_state
+from orchestrate.errors import NoSuchRunError, UsageError
 from orchestrate.faults.in_effect import lost_nodes
 from orchestrate.outcome.events import launcher_exit_code, read_events
 
@@ -53,3 +53,25 @@ def check_runs_dir_named(runs_dir: Optional[Path], runs: list[RunInfo]) -> None:
 def in_runs_dir(run: RunInfo, runs_dir: Optional[Path]) -> bool:
     """Whether the run's directory lies in ``runs_dir`` (every run does when it is None)."""
     return runs_dir is None or run.run_dir.parent == runs_dir.resolve()
+
+
+def find_run_in(client: Any, run_id: str, runs_dir: Optional[Path]) -> RunInfo:
+    """The run ``run_id`` names among those whose directory is in ``runs_dir`` (``--runs-dir``, as
+    ``ps`` and ``prune`` take it; every run's where None): a part of an id that several runs in the
+    engine share names the one of them there.
+
+    Raises:
+        UsageError: When ``runs_dir`` is no directory and no run names it, when the run named has its
+            directory elsewhere, or when the id names several runs there.
+        NoSuchRunError: When the engine has no run by that id.
+    """
+    if runs_dir is None:
+        return find_run(client, run_id)
+    require_run_id(run_id)
+    runs = list_runs(client)
+    check_runs_dir_named(runs_dir, runs)
+    try:
+        return run_named(run_id, [run for run in runs if in_runs_dir(run, runs_dir)], f"in {runs_dir}")
+    except NoSuchRunError:
+        elsewhere = run_named(run_id, runs, "in the engine")  # (none there: the engine's word, where it has none)
+    raise UsageError(f"run {elsewhere.run_id} is not in --runs-dir {runs_dir}: its directory is {elsewhere.run_dir}")

@@ -450,6 +450,45 @@ def test_ps_with_runs_dir_lists_that_directorys_runs_alone_and_refuses_one_named
                                        " engine has its directory there\n")
 
 
+def test_stop_and_down_with_runs_dir_act_on_that_directorys_run_alone(make_run, tmp_path, capsys):
+    """A user who started with ``run -d --runs-dir D`` gives ``down RUN --runs-dir D`` as ps and
+    prune take it (until 2026-12-07 argparse refused it): a run elsewhere is refused in one line
+    and left running, a part of an id shared with a run elsewhere names the one in D, and a run the
+    engine no longer has is pointed at in D."""
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    runs_dir, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    started_runs(make_run, client, ("mine-a1", {"node0": Script(hang=True)}, dict(nodes=1, stop_grace=1)),
+                 ("theirs-a1", {"node0": Script(hang=True)}, dict(nodes=1, runs_dir=elsewhere)))
+    wait_until(lambda: all(r.state is RunState.RUNNING for r in list_runs(client)))
+    capsys.readouterr()
+    for command in ("stop", "down"):
+        assert main(client=client, argv=[command, "theirs-a1", "--runs-dir", str(runs_dir)], out=io.StringIO()) == 2
+        assert capsys.readouterr().err == (f"error: run theirs-a1 is not in --runs-dir {runs_dir}: its directory is"
+                                           f" {elsewhere / 'theirs-a1'}\n")
+    assert main(client=client, argv=["down", "a1", "--runs-dir", str(tmp_path / "typo")], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == (f"error: --runs-dir {tmp_path / 'typo'} does not exist, and no run in the"
+                                       " engine has its directory there\n")
+    assert {r.run_id: r.state for r in list_runs(client)} == {"mine-a1": RunState.RUNNING,
+                                                               "theirs-a1": RunState.RUNNING}
+    assert main(client=client, argv=["stop", "a1"], out=io.StringIO()) == 2  # the end of both ids
+    assert "'a1' names 2 runs in the engine: mine-a1, theirs-a1" in capsys.readouterr().err
+    out = io.StringIO()
+    assert main(client=client, argv=["stop", "a1", "--runs-dir", str(runs_dir), "--timeout", "0"], out=out) == 0
+    assert f"stopped node0 of run mine-a1; logs and state kept" in out.getvalue()
+    assert {r.run_id: r.state for r in list_runs(client)} == {"mine-a1": RunState.STOPPED,
+                                                               "theirs-a1": RunState.RUNNING}
+    out = io.StringIO()
+    assert main(client=client, argv=["down", "a1", "--runs-dir", str(runs_dir)], out=out) == 0
+    assert out.getvalue().splitlines()[-1] == f"its logs stay in {runs_dir / 'mine-a1'}"
+    assert [r.run_id for r in list_runs(client)] == ["theirs-a1"]
+    assert main(client=client, argv=["down", "mine-a1", "--runs-dir", str(runs_dir)], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == (f"error: no run mine-a1 in the engine (see `python -m orchestrate ps`); it ended"
+                                       f" and was removed, and its logs stay in {runs_dir / 'mine-a1'} (python -m"
+                                       " orchestrate logs mine-a1, report mine-a1)\n")
+
+
 def test_a_run_removed_while_runs_are_listed_is_gone_not_an_error(make_run):
     """Another client removes a run between the engine's listing and its inspection of each
     container (docker-py lists ids, then inspects): ps and prune list the others, exit 0."""
