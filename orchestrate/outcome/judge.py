@@ -134,10 +134,6 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
         if result.oom_kills:
             cause = result.root_cause
             rank = f" (rank {cause.rank} killed)" if cause and cause.exit_code == -9 else ""
-            # where in the training it came: its rank's latest step, else the latest of its node's ranks
-            step = (result.steps_reached.get(cause.rank) if cause and cause.rank is not None else None)
-            step = step if step is not None else max(result.steps_reached.values(), default=None)
-            after = f" after step {step}" if step is not None else ""
             # a rank that lived on and raised (its DataLoader worker was the one killed): its error,
             # where in the script, and what that error was raised from
             raised = (cause is not None and not rank and bool(cause.exception)
@@ -147,7 +143,8 @@ def find_failure(results: list[NodeResult], diverged: bool = False) -> Optional[
             return Failure(result.node.name, cause.rank if cause else None, result.exit_code, "",
                            tuple(result.last_lines),
                            reason=f"OOM-killed: the kernel killed {result.oom_kills} process(es) at the"
-                                  f" node's memory limit{after}{rank}; raise --memory-per-node or use less memory",
+                                  f" node's memory limit{result.after_step_of_oom()}{rank}; raise --memory-per-node or"
+                                  " use less memory",
                            users_frame=cause.users_frame if raised else "", chain=cause.chain if raised else ())
     for result in results:
         if result.state is NodePhase.LOST:  # its end was the fault's; the job's is the nodes' left

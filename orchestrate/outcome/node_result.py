@@ -95,6 +95,15 @@ class NodeResult:
     restarts_in_place: int = 0
     preemption: Optional[Preemption] = None
 
+    def after_step_of_oom(self) -> str:
+        """Where in the training its OOM kill came, as " after step N" ("" where no rank of it
+        reported a step): its failed rank's latest step, else the latest of its ranks'. The one
+        wording of the live line (``node1 was OOM-killed: ...``) and the verdict's."""
+        cause = self.root_cause
+        step = self.steps_reached.get(cause.rank) if cause is not None and cause.rank is not None else None
+        step = step if step is not None else max(self.steps_reached.values(), default=None)
+        return f" after step {step}" if step is not None else ""
+
     def note_oom(self, *, event: bool = False, in_state: bool = False, counted: int = 0) -> None:
         """Learn of OOM kills, in whatever order the news comes: an engine ``oom`` event (one
         kill), the container's ``OOMKilled`` flag (at least one), the cgroup's counter."""

@@ -132,7 +132,8 @@ class Diagnosis:
         return reason
 
     def find_oom_kills(self, trackers: list[NodeTracker]) -> None:
-        """Find nodes the kernel OOM-killed processes in (they explain their peers' failures)."""
+        """Find nodes the kernel OOM-killed processes in (they explain their peers' failures), and say
+        each once, after the step its ranks had reached where the caller filled their steps in."""
         for tracker in trackers:
             try:
                 tracker.container.reload()
@@ -146,4 +147,5 @@ class Diagnosis:
             kills = tracker.result.oom_kills
             if kills and not tracker.result.oom_reported:
                 tracker.result.oom_reported = True
-                self.say(f"{tracker.name} was OOM-killed: the kernel killed {kills} process(es) at its memory limit")
+                self.say(f"{tracker.name} was OOM-killed: the kernel killed {kills} process(es) at its memory limit"
+                         f"{tracker.result.after_step_of_oom()}")

@@ -920,7 +920,10 @@ class Supervisor:
         """After the first failure: name and kill hung nodes now (they cannot finish anything),
         and stop the others after a grace in which they may end by themselves."""
         running = self.live
-        if self.spec.memory_limited:
+        if self.spec.memory_limited:  # an OOM kill is said with the step it came after: the steps reported up to now
+            self.read_channels(self.clock())
+            for tracker in self.trackers.values():
+                self.note_steps_reached(tracker)
             self.diagnosis.find_oom_kills(list(self.trackers.values()))
         hung = [t for t in running if self.diagnosis.unresponsive(t)]
         self.kill(hung)
@@ -928,6 +931,10 @@ class Supervisor:
             self.say(f"{failed.name} failed; stopping the other nodes in {FAILURE_GRACE_S:.0f} s")
             self.kill_at = self.clock() + FAILURE_GRACE_S
             self.asked_at_failure = self.ask_where_ranks_are()
+
+    def note_steps_reached(self, tracker: NodeTracker) -> None:
+        """Note in the node's result the highest step each of its ranks has reported so far."""
+        tracker.result.steps_reached = self.progress.steps_reached_on(tracker.name, tuple(tracker.plan.global_ranks))
 
     def ask_where_ranks_are(self) -> Optional[float]:
         """Ask the ranks still running where they are as the first failure ends the job (they
@@ -1018,8 +1025,7 @@ class Supervisor:
         finished, returned = self.progress.finished_before(until), self.progress.finished_before(float("inf"))
         for tracker in trackers:
             tracker.result.finished_ranks = {rank: finished[rank] for rank in tracker.plan.global_ranks if rank in finished}
-            tracker.result.steps_reached = self.progress.steps_reached_on(tracker.name,
-                                                                          tuple(tracker.plan.global_ranks))
+            self.note_steps_reached(tracker)
             tracker.result.returned_ranks = tuple(rank for rank in tracker.plan.global_ranks if rank in returned)
             # torchrun's restarts in place, and what ended each restarted attempt (a failed node's are read already)
             tracker.result.restarts_in_place = restarts_in_place(self.spec.run_dir, tracker.name)

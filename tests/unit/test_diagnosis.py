@@ -227,6 +227,25 @@ def test_an_ended_node_s_oom_kill_is_read_from_its_state_without_asking_inside_i
     assert recorder.said == ["node1 was OOM-killed: the kernel killed 1 process(es) at its memory limit"]
 
 
+@pytest.mark.parametrize("killed_rank, after", [(3, " after step 4"), (None, " after step 7")])
+def test_an_oom_kill_is_said_after_the_step_the_verdict_names(node1, killed_rank, after):
+    """The live line names the step as the verdict does (until 2026-12-07 it named none): the
+    killed rank's latest step, else the latest of the node's ranks'."""
+    from orchestrate.outcome.judge import find_failure
+    from orchestrate.outcome.root_cause import RootCause
+
+    tracker, diagnosis, recorder, _ = node1
+    tracker.container.start()
+    tracker.container.oom_killed = True
+    tracker.container.exit(137)
+    tracker.result.steps_reached = {2: 7, 3: 4}
+    if killed_rank is not None:
+        tracker.result.root_cause = RootCause(killed_rank, 1, -9, "Signal 9 (SIGKILL)")
+    diagnosis.find_oom_kills([tracker])
+    assert recorder.said == [f"node1 was OOM-killed: the kernel killed 1 process(es) at its memory limit{after}"]
+    assert f"memory limit{after}" in find_failure([tracker.result]).reason
+
+
 @pytest.mark.parametrize("exit_code, said", [(-11, True), (1, False)])
 def test_a_rank_killed_by_a_fatal_signal_is_told_where_it_crashed(node1, tmp_path, exit_code, said):
     # faulthandler's dump of rank 3; it explains the failure only if the rank died by the signal
