@@ -3336,6 +3336,20 @@ MUTANTS = [
            "            for tracker in self.trackers.values():\n                self.note_steps_reached(tracker)\n"
            "            self.diagnosis.find_oom_kills(", "            self.diagnosis.find_oom_kills(",
            ("tests/unit/test_launcher.py",)),
+    # Session 116 (hB): the short-timeout hint names the run's own --collective-timeout
+    Mutant("a run that set --collective-timeout is told to set it", "orchestrate/hangs/diagnosis.py",
+           "    if collective_timeout_s is None:\n        return SHORT_TIMEOUT_HINT",
+           "    if True:\n        return SHORT_TIMEOUT_HINT", ("tests/unit/test_hangs.py",)),
+    Mutant("a Compose run's --collective-timeout does not reach its hang's hint", "orchestrate/supervise/supervisor.py",
+           "result.hang.collective_timeout_s = self.spec.run_id, self.spec.collective_timeout_s",
+           "result.hang.collective_timeout_s = self.spec.run_id, None", ("tests/unit/test_hangs.py",)),
+    Mutant("a Slurm job's --collective-timeout does not reach its hang's hint", "orchestrate/slurm/backend.py",
+           "result.hang.collective_timeout_s = self.plan.config.collective_timeout_s if self.sbatch is None else None",
+           "result.hang.collective_timeout_s = None", ("tests/unit/test_slurm.py",)),
+    Mutant("a batch script of the user's own is told of a --collective-timeout that never reached its workers",
+           "orchestrate/slurm/backend.py",
+           "result.hang.collective_timeout_s = self.plan.config.collective_timeout_s if self.sbatch is None else None",
+           "result.hang.collective_timeout_s = self.plan.config.collective_timeout_s", ("tests/unit/test_slurm.py",)),
 ]
 
 

@@ -77,10 +77,13 @@ INIT_HINT = ("every rank waits in init_process_group, for its store or for the o
 # Why ranks in init_process_group wait for one that cannot answer (its node paused, its worker stopped).
 INIT_AWAITS_ALL = "the process group forms only once every rank has joined it"
 
-SHORT_TIMEOUT_HINT = ("a rank computed outside any collective while the others waited for it: either its work (an"
-                      " evaluation or a save on one rank) takes longer than the process group's timeout, so give"
-                      " init_process_group a longer timeout (or --collective-timeout) or let every rank take part in"
-                      " that work; or it is in a loop that never ends, where it is shown above")
+_SHORT_TIMEOUT = ("a rank computed outside any collective while the others waited for it: either its work (an"
+                  " evaluation or a save on one rank) takes longer than the process group's timeout{timeout}, so"
+                  " give {longer} or let every rank take part in that work; or it is in a loop that never ends, where"
+                  " it is shown above")
+# ... said to a run that did not set --collective-timeout (the script's own timeout, or torch's 10 or 30 minutes)
+SHORT_TIMEOUT_HINT = _SHORT_TIMEOUT.format(timeout="",
+                                           longer="init_process_group a longer timeout (or --collective-timeout)")
 # ... where what timed out was a store call of the script's own: its own timeout, not the process group's
 STORE_SHORT_TIMEOUT_HINT = ("a rank computed while the others waited in their script's own store call: either its work"
                             " takes longer than that store's timeout, so give the store a longer one"
@@ -411,6 +414,7 @@ class HangDiagnosis:
     timed_out: bool = False  # a collective's (or init_process_group's) timeout ended the run: the cause says where
     store_timed_out: bool = False  # what timed out was a store call of the script's own
     run_id: str = ""  # the run looked at: a rank in its debugger is named with the command that reaches it
+    collective_timeout_s: Optional[float] = None  # the run's --collective-timeout (None: not set, or not known)
     awaited_threads: dict[int, str] = field(default_factory=dict)  # where a waiting main thread's threads are
     awaits_ended_thread: tuple[int, ...] = ()  # the ranks among them one of whose threads ended with an error
     awaits_no_thread: dict[int, str] = field(default_factory=dict)  # waits for a thread, none alive: where
@@ -632,7 +636,8 @@ class HangDiagnosis:
             elif channel_ends(self.divergence.group) is None and not made_alone:  # it compares no p2p
                 out.append(f"  {mismatch_hint(self.divergence, self.collectives_checked)}")
         if not self.hung and self.timed_out:
-            out.append(f"  {STORE_SHORT_TIMEOUT_HINT if self.store_timed_out else SHORT_TIMEOUT_HINT}")
+            hint = STORE_SHORT_TIMEOUT_HINT if self.store_timed_out else short_timeout_hint(self.collective_timeout_s)
+            out.append(f"  {hint}")
         if self.hung and self.cut_note:
             out.append("  " + CUT_HINT.format(faults=faults_text(self.cut_by)))
         if made_alone:
@@ -723,6 +728,20 @@ class HangDiagnosis:
                             for rank, workers in self.loaders.items()},
                 "activities": [a.__dict__ for a in self.activities], "unheard_nodes": self.unheard_nodes,
                 "collectives": {str(rank): entries for rank, entries in self.collectives.items()}}
+
+
+def short_timeout_hint(collective_timeout_s: Optional[float]) -> str:
+    """What to do where the process group's timeout ended the waits of ranks whose peer computed:
+    a run that set ``--collective-timeout`` is told its value and a longer one (since 2026-12-07:
+    before, it was told of that option as if it had not set it); one that did not,
+    :data:`SHORT_TIMEOUT_HINT`."""
+    if collective_timeout_s is None:
+        return SHORT_TIMEOUT_HINT
+    return _SHORT_TIMEOUT.format(
+        timeout=f", this run's --collective-timeout {collective_timeout_s:g} (where the script gives its process"
+                " groups none of their own)",
+        longer=f"a --collective-timeout longer than {collective_timeout_s:g} (or init_process_group a longer timeout"
+               " of its own)")
 
 
 def mismatch_hint(divergence: Divergence, checked: bool) -> str:

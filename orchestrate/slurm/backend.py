@@ -545,6 +545,8 @@ class SlurmBackend:
         if result.hang is None and placed.timed_out is not None:
             result.hang = placed.timed_out
             result.hang.run_id = self.plan.run_id
+            # (--collective-timeout does not reach the workers of a batch script of the user's own)
+            result.hang.collective_timeout_s = self.plan.config.collective_timeout_s if self.sbatch is None else None
 
     def partial_result(self) -> RunResult:
         """What is known of a job that was interrupted, without asking Slurm (the engine may be

@@ -1069,8 +1069,8 @@ class Supervisor:
         # found quiet but working, and ended from outside (an interrupt, `stop`, the time limit): where it was
         working = self.hangs.working if self.hangs and self.winding_down else None
         result.hang = self.hang or said or working or placed.timed_out
-        if result.hang is not None:
-            result.hang.run_id = self.spec.run_id
+        if result.hang is not None:  # (what the diagnosis knows of the run: its hints name its options)
+            result.hang.run_id, result.hang.collective_timeout_s = self.spec.run_id, self.spec.collective_timeout_s
         result.divergence, result.skipped = placed.divergence, placed.skipped
         result.collectives_checked = placed.collectives_checked or any(n.checks_collectives for n in self.spec.nodes)
         return result

@@ -11,6 +11,7 @@ import stat
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -534,15 +535,15 @@ def test_stop_of_a_kept_slurm_run_whose_job_ended_says_it_had_ended_and_stops_it
     assert {c.status for c in client.containers_by_name.values()} == {"exited"}
 
 
-def slurm_backend_following(make_job, tmp_path):
-    """A backend whose controller answers ``client.command_outputs``."""
+def slurm_backend_following(make_job, tmp_path, sbatch: Optional[Path] = None, **options):
+    """A backend whose controller answers ``client.command_outputs`` (``options``: the run's)."""
     from orchestrate.slurm.backend import SlurmBackend
     from tests.fakes import FakeDockerClient
 
-    plan = make_job(nodes=2)
+    plan = make_job(nodes=2, **options)
     plan.run_dir.mkdir(parents=True)
     client = FakeDockerClient()
-    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img")
+    backend = SlurmBackend(plan, client, io.StringIO(), run_as="1000:1000", image="img", sbatch=sbatch)
     backend.containers = {CONTROLLER: client.running("ddp-test-run-slurmctl-1")}
     return backend, client
 
@@ -1334,6 +1335,20 @@ def test_a_slurm_job_whose_collective_timed_out_is_said_hung_with_where_every_ra
     late = failed_job_result(tmp_path, "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 ...")
     backend.place_the_failure(late)
     assert late.divergence == ""
+
+
+@pytest.mark.parametrize("sbatch, told", [(None, 20.0), ("train.sbatch", None)])
+def test_a_slurm_job_whose_collective_timed_out_is_told_of_the_runs_collective_timeout_where_it_reached(
+        make_job, tmp_path, sbatch, told):
+    """The hint names the run's --collective-timeout (since 2026-12-07), which does not reach the
+    workers of a batch script of the user's own."""
+    backend, _ = slurm_backend_following(make_job, tmp_path, sbatch=sbatch and tmp_path / sbatch,
+                                         collective_timeout_s=20)
+    backend.submitted_time = 1000.0
+    write_failed_records(backend.plan.run_dir / "debug", 1010.0, *CALLS)
+    result = failed_job_result(tmp_path, TIMED_OUT)
+    backend.place_the_failure(result)
+    assert result.hang is not None and result.hang.collective_timeout_s == told
 
 
 def test_a_slurm_job_that_failed_on_a_mismatch_says_where_the_ranks_collectives_part(make_job, tmp_path):
