@@ -3350,6 +3350,21 @@ MUTANTS = [
            "orchestrate/slurm/backend.py",
            "result.hang.collective_timeout_s = self.plan.config.collective_timeout_s if self.sbatch is None else None",
            "result.hang.collective_timeout_s = self.plan.config.collective_timeout_s", ("tests/unit/test_slurm.py",)),
+    # Session 116 (hB): a lasting fault says what a restart of its node does to it, not that no command ends it
+    Mutant("a pause is said to be undone by no command though a restart ends it", "orchestrate/config/fault_spec.py",
+           "        if self in (FaultAction.PAUSE, FaultAction.HANG_RANK, FaultAction.DEGRADE, FaultAction.LOSSY):",
+           "        if self in (FaultAction.HANG_RANK, FaultAction.DEGRADE, FaultAction.LOSSY):",
+           ("tests/unit/test_live_faults.py",)),
+    Mutant("a slow is not said to outlast a restart of its node", "orchestrate/config/fault_spec.py",
+           "            return False\n        return None", "            return None\n        return None",
+           ("tests/unit/test_live_faults.py",)),
+    Mutant("a paused store is told to restart, which no fault does to it", "orchestrate/faults/live.py",
+           "        ends = None if spec.on_store else spec.action.restart_ends",
+           "        ends = spec.action.restart_ends", ("tests/unit/test_live_faults.py",)),
+    Mutant("a fault a restart ends is said to hold for the rest of the run whatever", "orchestrate/faults/live.py",
+           "        if ends:\n            return (f\"; it holds for the rest of the run, or until {node} restarts",
+           "        if False:\n            return (f\"; it holds for the rest of the run, or until {node} restarts",
+           ("tests/unit/test_live_faults.py",)),
 ]
 
 

@@ -25,8 +25,10 @@ def add_parsers(sub: Any) -> None:
                     " in a run with --rdzv-store container). A fault is injected now, so it takes no start; one"
                     " given an end (@t=0..SECONDS) is held that long, then undone; a pause, disconnect, slow,"
                     " degrade, lossy, partition, hang-rank or disk-full without one holds for the rest of the run: no"
-                    " command undoes it. The run id is printed when the"
-                    " run starts (and names its runs/ directory).",
+                    " command of this tool undoes it, though a restart of its node (restart:NODE) ends a pause, a"
+                    " hang-rank, a degrade or a lossy link (its workers start anew; a slow, a disconnect and a"
+                    " disk-full outlast it). The run id is printed when the run starts (and names its runs/"
+                    " directory).",
         epilog="usage examples: python -m orchestrate fault 20261121-093012-1f2e3d pause:node1;"
                " python -m orchestrate fault 20261121-093012 slow:node1,cpus=0.2@t=0..30")
     fault.add_argument("run_id", metavar="RUN_ID", help=f"the run to inject into (see ps): {RUN_ID_HELP}")

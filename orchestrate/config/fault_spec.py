@@ -96,6 +96,20 @@ class FaultAction(str, Enum):
                         FaultAction.HANG_RANK, FaultAction.DISK_FULL, FaultAction.PARTITION, FaultAction.LOSSY)
 
     @property
+    def restart_ends(self) -> Optional[bool]:
+        """Whether a restart of its node ends it (a lasting fault; None: it depends, or no such
+        restart is done). Its processes start anew (pause, hang-rank), or its network namespace, the
+        rules in it with it, and the node is shaped as the run made it (degrade, lossy); a CPU quota
+        (slow), a network left (disconnect) and a storage fault armed in the run's directory
+        (disk-full) outlast it. A split's routes on the other nodes may outlive one node's restart,
+        or match its address no more: not said."""
+        if self in (FaultAction.PAUSE, FaultAction.HANG_RANK, FaultAction.DEGRADE, FaultAction.LOSSY):
+            return True
+        if self in (FaultAction.SLOW, FaultAction.DISCONNECT, FaultAction.DISK_FULL):
+            return False
+        return None
+
+    @property
     def stops_progress(self) -> bool:
         """While it lasts no rank gets past its next collective, so no later step is reported."""
         return self in (FaultAction.PAUSE, FaultAction.DISCONNECT, FaultAction.HANG_RANK, FaultAction.PARTITION)

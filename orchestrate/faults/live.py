@@ -173,7 +173,7 @@ class LiveFaults:
             armed = self.storage.arm(spec)
             self.note(spec, spec.node, "done", storage_key=armed.key)
             self.say(f"armed {spec} on {spec.node}'s workers of run {self.run_id}, files {armed.glob!r} of the work"
-                     f" directory{self.for_the_rest_of_the_run(spec)}")
+                     f" directory{self.for_the_rest_of_the_run(spec, spec.node)}")
             if spec.action is FaultAction.TORN_WRITE:
                 self.tearing.append(spec)
             elif spec.has_end:
@@ -197,19 +197,29 @@ class LiveFaults:
         self.note(spec, node, "done")  # a rank fault's node is known only now
         into = (spec.target if spec.groups else "the rendezvous store" if spec.on_store
                 else node if spec.rank is None else f"rank {spec.rank} on {node}")
-        self.say(f"injected {spec.action.value} into {into} of run {self.run_id}{self.for_the_rest_of_the_run(spec)}")
+        self.say(f"injected {spec.action.value} into {into} of run {self.run_id}"
+                 f"{self.for_the_rest_of_the_run(spec, node)}")
         if spec.has_end:
             self.held.append((spec, node))
         return node
 
-    def for_the_rest_of_the_run(self, spec: FaultSpec) -> str:
-        """What a lasting fault given no end is told with: that it holds until the run ends, as no
-        command undoes it once ``fault`` has returned, and how to give one an end ("" for a fault
-        with an end, which ``fault`` holds and then undoes, or one that is done at once)."""
+    def for_the_rest_of_the_run(self, spec: FaultSpec, node: str) -> str:
+        """What a lasting fault given no end, done to ``node``, is told with: that it holds until the
+        run ends, as no command of ours undoes it once ``fault`` has returned, or until the node
+        restarts where a restart ends it (:attr:`~FaultAction.restart_ends`), and how to give one
+        an end ("" for a fault with an end, which ``fault`` holds and then undoes, or one that is
+        done at once). Until 2026-12-07 it said "no command undoes it" of a pause too, which
+        ``fault RUN restart:NODE`` ends."""
         if not spec.action.lasting or spec.has_end:
             return ""
-        return (f"; it holds for the rest of the run: no command undoes it (`fault {self.run_id} {spec}@t=0..SECONDS`"
-                " holds one for SECONDS, then undoes it)")
+        with_end = f"`fault {self.run_id} {spec}@t=0..SECONDS` holds one for SECONDS, then undoes it"
+        ends = None if spec.on_store else spec.action.restart_ends  # (no fault restarts the store)
+        if ends:
+            return (f"; it holds for the rest of the run, or until {node} restarts (`fault {self.run_id}"
+                    f" restart:{node}` ends it, starting its workers anew): no command of this tool undoes it in"
+                    f" place ({with_end})")
+        neither = f", nor does a restart of {node}" if ends is False else ""
+        return f"; it holds for the rest of the run: no command of this tool undoes it{neither} ({with_end})"
 
     def note(self, spec: FaultSpec, node: str, phase: str, error: str = "", storage_key: str = "") -> None:
         """Note a step of a fault in the run's directory for whoever follows the run (see

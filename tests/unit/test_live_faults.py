@@ -10,7 +10,7 @@ from typing import Optional
 import docker.errors
 import pytest
 
-from orchestrate.config.fault_spec import parse_fault
+from orchestrate.config.fault_spec import FaultAction, parse_fault
 from orchestrate.config.link import parse_link
 from orchestrate.errors import EngineError, NodeLookupError, UsageError
 from orchestrate.faults.live import LiveFaults
@@ -218,22 +218,46 @@ def test_a_fault_without_an_end_is_not_held(tmp_path):
 
 
 def test_a_lasting_fault_without_an_end_is_said_to_hold_for_the_rest_of_the_run(tmp_path):
-    # a trial's `fault RUN hang-rank:1` said only that it was injected: not that nothing ends it
+    # a trial's `fault RUN hang-rank:1` said only that it was injected: not that nothing ends it; then a
+    # pause was said to be undone by no command, where a restart of its node ends it (until 2026-12-07)
     run = Run(tmp_path)
     clock = Clock()
     run.client.command_outputs[(f"{PROJECT}-node0-1", "python3")] = (rank_signal.NOT_HERE, b"")
     run.faults.inject(parse_fault("hang-rank:1"))
     run.faults.inject(parse_fault("pause:node0"))
     run.faults.inject(parse_fault("disk-full:node1"))
+    run.faults.inject(parse_fault("slow:node1,cpus=0.5"))
     run.faults.hold(sleep=clock.sleep, clock=clock.time)
     assert clock.slept == [] and run.said == [
-        "injected hang-rank into rank 1 on node1 of run R1; it holds for the rest of the run: no command undoes it"
-        " (`fault R1 hang-rank:1@t=0..SECONDS` holds one for SECONDS, then undoes it)",
-        "injected pause into node0 of run R1; it holds for the rest of the run: no command undoes it"
-        " (`fault R1 pause:node0@t=0..SECONDS` holds one for SECONDS, then undoes it)",
+        "injected hang-rank into rank 1 on node1 of run R1; it holds for the rest of the run, or until node1"
+        " restarts (`fault R1 restart:node1` ends it, starting its workers anew): no command of this tool undoes it"
+        " in place (`fault R1 hang-rank:1@t=0..SECONDS` holds one for SECONDS, then undoes it)",
+        "injected pause into node0 of run R1; it holds for the rest of the run, or until node0 restarts (`fault R1"
+        " restart:node0` ends it, starting its workers anew): no command of this tool undoes it in place (`fault R1"
+        " pause:node0@t=0..SECONDS` holds one for SECONDS, then undoes it)",
         "armed disk-full:node1 on node1's workers of run R1, files '*' of the work directory; it holds for the rest"
-        " of the run: no command undoes it (`fault R1 disk-full:node1@t=0..SECONDS` holds one for SECONDS, then"
+        " of the run: no command of this tool undoes it, nor does a restart of node1 (`fault R1"
+        " disk-full:node1@t=0..SECONDS` holds one for SECONDS, then undoes it)",
+        "injected slow into node1 of run R1; it holds for the rest of the run: no command of this tool undoes it,"
+        " nor does a restart of node1 (`fault R1 slow:node1,cpus=0.5@t=0..SECONDS` holds one for SECONDS, then"
         " undoes it)"]
+    stored = Run(tmp_path / "stored", store=True)  # no fault restarts the store: none is offered
+    stored.faults.inject(parse_fault("pause:store"))
+    assert stored.said == ["injected pause into the rendezvous store of run R1; it holds for the rest of the run: no"
+                           " command of this tool undoes it (`fault R1 pause:store@t=0..SECONDS` holds one for"
+                           " SECONDS, then undoes it)"]
+
+
+@pytest.mark.parametrize("action", [a for a in FaultAction if a.lasting])
+def test_what_a_restart_does_to_each_lasting_fault_is_known_where_it_is_said(action):
+    """Measured on Docker 20.10 (`docker restart -t 0`, as a restart fault does): a paused container
+    restarts unpaused, its tc qdisc and iptables rules are gone (its node's start shapes its link
+    again), a stopped worker dies with its node; a `docker update` CPU quota and a network left stay.
+    A storage fault is armed in the run's directory, which the new workers read again."""
+    ends = {FaultAction.PAUSE: True, FaultAction.HANG_RANK: True, FaultAction.DEGRADE: True, FaultAction.LOSSY: True,
+            FaultAction.SLOW: False, FaultAction.DISCONNECT: False, FaultAction.DISK_FULL: False,
+            FaultAction.PARTITION: None}
+    assert action.restart_ends is ends[action]
 
 
 def test_a_preempt_is_the_engines_stop_with_the_runs_stop_grace(tmp_path):
