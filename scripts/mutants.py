@@ -3087,7 +3087,8 @@ MUTANTS = [
            ("tests/unit/test_judge.py",)),
     Mutant("an OOM kill of a known rank is said after its node's latest step, not the rank's own",
            "orchestrate/outcome/node_result.py",
-           "        step = self.steps_reached.get(cause.rank) if cause is not None and cause.rank is not None else None",
+           "        step = self.steps_reached.get(cause.rank) if cause is not None and cause.rank is not None"
+           " else None",
            "        step = None", ("tests/unit/test_judge.py",)),
     Mutant("the nodes' results keep no steps reached (the judge has no rank's latest step)",
            "orchestrate/supervise/supervisor.py",
