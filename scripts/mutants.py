@@ -3366,6 +3366,12 @@ MUTANTS = [
            "        if ends:\n            return (f\"; it holds for the rest of the run, or until {node} restarts",
            "        if False:\n            return (f\"; it holds for the rest of the run, or until {node} restarts",
            ("tests/unit/test_live_faults.py",)),
+    # Session 116: a store that dies while a node's own failure is still being read is no cause
+    Mutant("a store dying after a node's own failure is blamed while that failure's log drains",
+           "orchestrate/supervise/supervisor.py",
+           "            return  # a node's own failure came first (its log still draining): it, not the store, ends the job",
+           "            pass  # a node's own failure came first (its log still draining): it, not the store, ends the job",
+           ("tests/unit/test_reliability.py",)),
 ]
 
 

@@ -464,6 +464,8 @@ class FakeContainer:
                     if since is None or stamp >= since:
                         yield render(stamp, line)
                 if not follow or not running:
+                    if follow:
+                        time.sleep(self.client.log_end_lag_s)
                     return
 
         return chunks()
@@ -709,6 +711,7 @@ class FakeDockerClient:
         self.failures: dict[str, BaseException] = {}
         self.events_break_after: Optional[int] = None
         self.events_lag_s = 0.0  # each event reaches its reader this late (a busy engine)
+        self.log_end_lag_s = 0.0  # a followed log ends this late after its container's run (a busy engine)
         self.build_output: list[dict] = []
         self.import_fails_after: Optional[int] = None
         self.containers = _Collection(self, "containers_by_name")

@@ -749,8 +749,17 @@ class Supervisor:
         ending = self.winding_down or self.first_failure_seen or self.kill_at is not None or self.stop_requested()
         if event.action != "die" or ending or not self.live or self.store_lost:
             return
+        if any(self.failed_before_the_store(t) for t in self.trackers.values()):
+            return  # a node's own failure came first (its log still draining): it, not the store, ends the job
         code = event.attrs.get("exitCode")
         self.lost_store(event.node, int(code) if code not in (None, "") else None)
+
+    def failed_before_the_store(self, tracker: NodeTracker) -> bool:
+        """Whether a node had failed before the run's store died: it exited non-zero, not on a
+        stop, and is not restarting. (At its exit the engine's clock was asked whether the store had
+        ended before it, :meth:`store_died_first`: it had not.)"""
+        return (tracker.exited_at is not None and tracker.exit_code != 0
+                and tracker.phase is not NodePhase.RESTARTING and not self.stopped_on_request(tracker))
 
     def lost_store(self, service: str, code: Optional[int]) -> None:
         """Say and record that the store died: the cause of the nodes' failures that follow."""
