@@ -3219,7 +3219,7 @@ MUTANTS = [
            "        saved = functools.partial(report_written, by_torch_save=True)\n",
            "        saved = report_written\n", ("tests/workers/test_worker_start.py",)),
     Mutant("a torch.load of a file object names no file", "orchestrate/node/shared_writes.py",
-           "else getattr(file, \"name\", None)", "else None", ("tests/workers/test_worker_start.py",)),
+           "os.PathLike)) else opened_path(file)", "os.PathLike)) else None", ("tests/workers/test_worker_start.py",)),
     Mutant("a file written plainly first is never said as torch.save's", "orchestrate/node/progress.py",
            "(by_torch_save and path not in channel.torch_saved)", "False", ("tests/unit/test_shared_writes.py",)),
     Mutant("every load is said, however many", "orchestrate/node/progress.py",

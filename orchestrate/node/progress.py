@@ -62,7 +62,8 @@ class _Channel:
         self.passed: set[int] = set()  # the fault steps this process waited at, or reported past
         self.written: set[str] = set()  # the shared files reported written (each once)
         self.torch_saved: set[str] = set()  # those reported saved by torch.save
-        self.loaded: set[str] = set()  # the files reported loaded by torch.load ("": a stream)
+        self.loaded: set[str] = set()  # the files reported loaded by torch.load ("": a stream), DCP's directories
+        self.dcp_saved: set[str] = set()  # the directories reported saved by torch.distributed.checkpoint
         self.written_locally: set[str] = set()  # the files on the node's own disk reported written
         try:
             triggers = json.loads((directory / TRIGGERS_FILE).read_text())
@@ -193,16 +194,32 @@ def report_written(path: str, by_torch_save: bool = False) -> None:
 LOADS_NOTED = 100
 
 
-def report_loaded(path: str) -> None:
+def report_loaded(path: str, by_dcp: bool = False) -> None:
     """Report that this rank loaded ``path`` with ``torch.load`` (relative to the work directory
-    where it is in it; "": a stream with no path), once per process and file, for the first
+    where it is in it; "": a stream with no path), or the checkpoint directory ``path`` with
+    ``torch.distributed.checkpoint``'s load (``by_dcp``), once per process and file, for the first
     :data:`LOADS_NOTED` files: the chaos check tells an attempt that read the job's save back from
     one whose resume never ran."""
     channel = _get_channel()
     if channel is None or path in channel.loaded or len(channel.loaded) >= LOADS_NOTED:
         return
     channel.loaded.add(path)
-    channel.write({"rank": channel.rank, "loaded": path, "time": time.time()})
+    record: dict[str, Any] = {"rank": channel.rank, "loaded": path, "time": time.time()}
+    if by_dcp:
+        record["dcp"] = True
+    channel.write(record)
+
+
+def report_dcp_saved(path: str) -> None:
+    """Report that this rank saved the checkpoint directory ``path`` with
+    ``torch.distributed.checkpoint``'s save (a checkpoint by its kind, as a ``torch.save``), once per
+    process and directory. Apart from the files written whole: every rank saves into the one
+    directory, each its own files, and none of them races another."""
+    channel = _get_channel()
+    if channel is None or path in channel.dcp_saved:
+        return
+    channel.dcp_saved.add(path)
+    channel.write({"rank": channel.rank, "dcp_saved": path, "time": time.time()})
 
 
 def report_written_locally(path: str, most: int) -> None:

@@ -4,9 +4,12 @@ path. Each is reported once on the progress channel (:func:`orchestrate.node.pro
 so that the launcher can name a file that several ranks write: the classic
 ``torch.save(model.state_dict(), "model.pt")`` without ``if rank == 0``, whose writers race in
 one file on the shared file system of a cluster (and of these nodes). A ``torch.save`` is said as
-such (a checkpoint by its kind), and each file a worker reads back with ``torch.load``
-(:func:`orchestrate.node.progress.report_loaded`), so that the chaos check knows whether an
-attempt after a fault loaded what the job had saved.
+such (a checkpoint by its kind; to a path, or to a file object opened to write a file whole),
+and each file a worker reads back with ``torch.load`` (:func:`orchestrate.node.progress.report_loaded`),
+so that the chaos check knows whether an attempt after a fault loaded what the job had saved. The
+``torch.save`` and ``torch.load`` that ``torch.distributed.checkpoint`` makes of each tensor in its
+files are not the script's: its save and load are said by the directory they name
+(:mod:`orchestrate.node.dcp_files`).
 
 Appending (``"a"``), creating exclusively (``"x"``) and updating in place (``"r+"``) are not
 counted: ranks that append to one log, or take a file by creating it, mean to share it.
@@ -29,6 +32,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional, Tuple
 
+from orchestrate.node.checkpoint_collectives import DCP_FILES
 from orchestrate.node.snapshot import HOOK_DIR
 
 # The directories every node mounts (orchestrate.plan.layout's WORKSPACE_DIR and SHARED_DIR, which
@@ -144,18 +148,42 @@ def watching_save(original: Callable[..., Any], report: Callable[[str], None],
     @functools.wraps(original)
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(obj, f, *args, **kwargs)
-        note_write(f, True, report, report_local, shared_dirs)
+        if not called_by_dcp(sys._getframe(1)):
+            note_write(saved_file(f), True, report, report_local, shared_dirs)
         return result
 
     return save
+
+
+def saved_file(f: Any) -> Any:
+    """What a ``torch.save`` to ``f`` saved: a path as given, a file object opened to write a
+    file whole by the path it was opened at (``with open(p, "wb") as f: torch.save(x, f)``);
+    None for a stream with no path, or a file it added to (appended, updated in place)."""
+    if isinstance(f, (str, bytes, os.PathLike)):
+        return f
+    return opened_path(f) if truncates(getattr(f, "mode", "")) else None
+
+
+def opened_path(file: Any) -> Any:
+    """A file object's path, as it was opened (None: a stream with no path, or a descriptor's
+    number, which is its name)."""
+    name = getattr(file, "name", None)
+    return None if isinstance(name, int) else name
+
+
+def called_by_dcp(frame: Any) -> bool:
+    """Whether ``torch.distributed.checkpoint``'s own code made the call whose caller is ``frame``:
+    its save writes each tensor with ``torch.save`` into its files, its load reads them back with
+    ``torch.load``; the checkpoint is the directory its save or load names."""
+    return frame is not None and DCP_FILES in frame.f_code.co_filename
 
 
 def loaded_path(file: Any, shared_dirs: Tuple[str, ...] = SHARED_DIRS) -> Optional[str]:
     """What a ``torch.load`` of ``file`` read, as the progress channel names it: a path under a
     shared directory relative to the work directory, any other path whole (links followed), a
     file object by the path it was opened at; "" for a stream with no path (``io.BytesIO``)."""
-    name = file if isinstance(file, (str, bytes, os.PathLike)) else getattr(file, "name", None)
-    path = real_path(name) if not isinstance(name, int) else None  # (a descriptor's name is its number)
+    name = file if isinstance(file, (str, bytes, os.PathLike)) else opened_path(file)
+    path = real_path(name)
     if path is None:
         return ""
     shared = under(path, shared_dirs)
@@ -170,7 +198,7 @@ def watching_load(original: Callable[..., Any], report: Callable[[str], None],
     @functools.wraps(original)
     def load(f: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(f, *args, **kwargs)
-        if not getattr(_reporting, "active", False):
+        if not getattr(_reporting, "active", False) and not called_by_dcp(sys._getframe(1)):
             try:
                 report(loaded_path(f, shared_dirs))
             except Exception:  # the record is a help: never let it fail the script's load

@@ -20,8 +20,9 @@ Every run uses it (it is cheap enough to leave on, see docs/debugging.md):
    has a progress channel, let the launcher's storage faults reach the worker's writes
    (:mod:`orchestrate.node.storage_faults`), name the shared files it writes whole (those ``torch.save``
    saves said so), the files it writes on its node's own disk and those it loads with ``torch.load``
-   (:mod:`orchestrate.node.shared_writes`), and a shuffling DistributedSampler iterated again with the
-   same epoch (:mod:`orchestrate.node.sampler_epochs`).
+   (:mod:`orchestrate.node.shared_writes`), the checkpoint directories it saves and loads with
+   ``torch.distributed.checkpoint`` (:mod:`orchestrate.node.dcp_files`), and a shuffling
+   DistributedSampler iterated again with the same epoch (:mod:`orchestrate.node.sampler_epochs`).
    Where the run asks for torch's DETAIL debug level (``--debug-collectives``), keep DDP on gloo from crashing under it
    (:mod:`orchestrate.node.ddp_detail_guard`). A worker that starts processes of its own with
    ``torch.multiprocessing`` is told at once that torchrun's workers cannot
@@ -199,12 +200,12 @@ def install_recorder(timeout_s: Optional[float]) -> None:
     ``torch.distributed``, not before."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, ddp_detail_guard,
+    from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, dcp_files, ddp_detail_guard,
                                   ddp_collectives, fsdp_collectives, init_record, loader_workers, remote_debugger,
                                   sampler_epochs, shared_writes, snapshot, spawn_note, step_counter, storage_faults,
                                   store_calls)
-    from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_debugger, report_init_asked, report_init_call,
-                                           report_loaded, report_same_shuffle, report_written,
+    from orchestrate.node.progress import (PROGRESS_DIR_ENV, report_dcp_saved, report_debugger, report_init_asked,
+                                           report_init_call, report_loaded, report_same_shuffle, report_written,
                                            report_written_locally)
 
     log = collective_log.CollectiveLog()
@@ -258,6 +259,9 @@ def install_recorder(timeout_s: Optional[float]) -> None:
         saved = functools.partial(report_written, by_torch_save=True)
         collective_log.when_imported("torch.serialization", lambda: shared_writes.watch_torch_save(saved, local))
         collective_log.when_imported("torch.serialization", lambda: shared_writes.watch_torch_load(report_loaded))
+        dcp_loaded = functools.partial(report_loaded, by_dcp=True)
+        collective_log.when_imported("torch.distributed.checkpoint",
+                                     lambda: dcp_files.install(report_dcp_saved, dcp_loaded))
 
 
 def main(argv: list[str]) -> None:

@@ -16,7 +16,9 @@ class ProgressRecord:
     (or exited 0), ``after_step`` the highest step it had reported; ``wrote``: a file in a
     shared directory the worker wrote whole (relative to the work directory), ``torch_save``: by
     ``torch.save``; ``loaded``: a file the worker loaded with ``torch.load`` (relative to the work
-    directory where it is in it; "" a stream with no path; None: no load); ``wrote_locally``: a
+    directory where it is in it; "" a stream with no path; None: no load), ``loaded_by_dcp``: the
+    checkpoint directory it loaded with ``torch.distributed.checkpoint`` (DCP); ``dcp_saved``: a
+    checkpoint directory it saved with DCP (named as ``loaded``; "" none); ``wrote_locally``: a
     file on its node's own disk the worker wrote (absolute); ``same_shuffle``: the line where the
     worker iterated a shuffling DistributedSampler again with the same epoch (``shuffle_epoch``);
     ``init_call``: how the worker's script called ``init_process_group``, beside what torchrun
@@ -39,6 +41,8 @@ class ProgressRecord:
     wrote: str = ""
     torch_save: bool = False
     loaded: Optional[str] = None
+    loaded_by_dcp: bool = False
+    dcp_saved: str = ""
     wrote_locally: str = ""
     same_shuffle: str = ""
     shuffle_epoch: Optional[int] = None
@@ -69,6 +73,9 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     if "loaded" in data:
         loaded = data.pop("loaded")
         record.loaded = loaded if isinstance(loaded, str) else ""
+        record.loaded_by_dcp = data.pop("dcp", False) is True
+    dcp_saved = data.pop("dcp_saved", "")
+    record.dcp_saved = dcp_saved if isinstance(dcp_saved, str) else ""
     locally = data.pop("wrote_locally", "")
     record.wrote_locally = locally if isinstance(locally, str) else ""
     same = data.pop("same_shuffle", "")

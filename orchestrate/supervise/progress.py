@@ -164,6 +164,8 @@ class ProgressWatch:
                 continue
             if record.loaded is not None:  # a file torch.load read: the chaos check's, not a step
                 continue
+            if record.dcp_saved:  # a checkpoint directory DCP saved: the chaos check's, not a step
+                continue
             if record.same_shuffle:
                 _, ranks = self.same_shuffle.setdefault(record.same_shuffle, (record.shuffle_epoch or 0, set()))
                 ranks.add(record.rank)

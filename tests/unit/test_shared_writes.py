@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,96 @@ def test_a_save_by_torch_save_is_said_so_and_each_file_loaded_once_per_worker_up
     watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
     watch.poll(0.0, None)
     assert watch.max_step is None and not watch.seen  # a load is not a step
+
+
+def test_a_torch_save_to_a_file_object_is_said_by_the_file_it_writes_whole_and_dcps_own_saves_and_loads_are_not(
+        dirs):
+    """``with open(p, "wb") as f: torch.save(x, f)`` is a torch.save of ``p``; a file added to
+    (appended), a stream and a descriptor's number name none; the torch.save and torch.load that
+    torch.distributed.checkpoint makes of each tensor in its files are its own (its save and load
+    are said by their directory)."""
+    said: list[str] = []
+    watched = watching_save(lambda obj, f: f.write(b"x"), said.append, dirs)
+    with open(f"{dirs[0]}/ckpt/model.pt", "wb") as handle:
+        watched({"step": 1}, handle)
+    with open(f"{dirs[0]}/ckpt/log.pt", "ab") as handle:
+        watched({"step": 1}, handle)
+    watched({"step": 1}, io.BytesIO())
+    descriptor = os.open(f"{dirs[0]}/ckpt/fd.pt", os.O_WRONLY | os.O_CREAT)
+    with open(descriptor, "wb") as handle:  # (its name is the descriptor's number)
+        watched({"step": 1}, handle)
+    assert said == ["ckpt/model.pt"]
+    loads: list[str] = []
+    loaded = shared_writes.watching_load(lambda f: "tensor", loads.append, dirs)
+    dcp_code = compile("def dcp_write(save, load, f):\n    save(1, f)\n    return load(f)\n",
+                       os.path.join("site-packages", "torch", "distributed", "checkpoint", "filesystem.py"), "exec")
+    scope: dict = {}
+    exec(dcp_code, scope)
+    with open(f"{dirs[0]}/ckpt/__0_0.distcp", "wb") as handle:
+        assert scope["dcp_write"](watched, loaded, handle) == "tensor"
+    assert said == ["ckpt/model.pt"] and loads == []
+    assert loaded(f"{dirs[0]}/ckpt/model.pt") == "tensor" and loads == ["ckpt/model.pt"]
+
+
+def test_a_dcp_save_and_load_are_said_by_their_directory_once_they_returned(dirs):
+    """The directory: the call's checkpoint_id, else its storage's path (positional in the older
+    save_state_dict and load_state_dict); a URL as given; what DCP returns and raises unchanged, and
+    a report that fails is left unsaid."""
+    from orchestrate.node import dcp_files
+
+    said: list[str] = []
+
+    class Storage:
+        path = Path(dirs[0]) / "ckpt" / "step_4"
+
+    def save(state_dict, storage_writer=None, *, checkpoint_id=None):
+        if checkpoint_id == "missing":
+            raise FileNotFoundError("missing")
+        return "metadata"
+
+    watched = dcp_files.watching(save, said.append, "storage_writer", dirs)
+    assert watched({}, checkpoint_id=f"{dirs[0]}/ckpt") == "metadata"
+    assert watched({}, Storage()) == "metadata" and watched({}, storage_writer=Storage()) == "metadata"
+    watched({}, checkpoint_id="s3://bucket/ckpt", storage_writer=Storage())
+    watched({}, checkpoint_id=f"{dirs[1]}/ckpt")
+    watched({})  # (DCP itself raises for neither)
+    with pytest.raises(FileNotFoundError):
+        watched({}, checkpoint_id="missing")
+    assert said == ["ckpt", "ckpt/step_4", "ckpt/step_4", "s3://bucket/ckpt", f"{os.path.realpath(dirs[1])}/ckpt"]
+
+    def failing(path: str) -> None:
+        raise OSError(116, "Stale file handle")
+
+    assert dcp_files.watching(save, failing, "storage_writer", dirs)({}, checkpoint_id="ckpt") == "metadata"
+
+    def load_state_dict(state_dict, storage_reader):  # DCP's older entry point, as torch deprecates it
+        warnings.warn(load_state_dict.__deprecated__, FutureWarning, stacklevel=2)
+        return undeprecated(state_dict, storage_reader)
+
+    def undeprecated(state_dict, storage_reader):
+        return "loaded"
+
+    load_state_dict.__deprecated__, load_state_dict.__wrapped__ = "`load_state_dict` is deprecated", undeprecated
+    with pytest.warns(FutureWarning, match="load_state_dict") as caught:
+        assert dcp_files.watching(load_state_dict, said.append, "storage_reader", dirs)({}, Storage()) == "loaded"
+    assert [w.filename for w in caught] == [__file__] and said[-1] == "ckpt/step_4"  # the caller's line, once
+
+
+def test_a_dcp_save_and_load_are_said_on_the_channel_and_read_as_no_step_nor_a_file_several_ranks_write(
+        tmp_path, monkeypatch):
+    for rank in (0, 1):
+        a_worker(monkeypatch, tmp_path, rank)
+        progress.report_dcp_saved("ckpt")
+        progress.report_dcp_saved("ckpt")  # each step's save into it: said once
+        progress.report_dcp_saved("ckpt/step_4")
+        progress.report_loaded("ckpt", by_dcp=True)
+        progress.report_loaded("init.pt")
+    records = ProgressReader(tmp_path).poll()
+    assert [(r.rank, r.dcp_saved) for r in records if r.dcp_saved] == [(0, "ckpt"), (0, "ckpt/step_4"), (1, "ckpt"),
+                                                                       (1, "ckpt/step_4")]
+    assert [(r.loaded, r.loaded_by_dcp) for r in records if r.loaded and r.rank == 0] == [("ckpt", True),
+                                                                                          ("init.pt", False)]
+    assert all(r.metrics == {} for r in records)
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert watch.max_step is None and not watch.seen and watch.written == {}

@@ -199,3 +199,50 @@ def test_each_torch_load_of_a_file_is_reported_once_per_worker_and_the_torch_sav
     elsewhere = os.path.realpath(tmp_path.parent / "elsewhere.pt")  # not in the work directory: named whole
     assert [(r["loaded"], r["rank"]) for r in records if "loaded" in r] == [
         ("ckpt.pt", 0), ("model.pt", 0), ("", 0), (elsewhere, 0)]
+
+
+def test_each_dcp_load_is_reported_by_its_directory_and_rank_and_the_dcp_save_before_it_as_a_checkpoint(tmp_path):
+    """A DCP job's resume, under torchrun --standalone on 2 ranks: dcp.save into ckpt/ said by
+    each rank as a save of the directory (not as torch.save's of the files in it), dcp.load and the
+    older load_state_dict said by their directory (the checkpoint_id, or the reader's path), not as
+    the torch.load DCP makes of each tensor; what they load is the script's, and a load that
+    failed is said not at all. A torch.save to a file opened to be written whole is torch.save's."""
+    script = tmp_path / "resume.py"
+    script.write_text(
+        "import os\n"
+        "from orchestrate.node import shared_writes\n"
+        "nodes_mount = shared_writes.under\n"
+        "# the host has no /workspace: this directory stands for it\n"
+        "shared_writes.under = lambda path, dirs: nodes_mount(path, (os.path.realpath(os.getcwd()), *dirs[1:]))\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "import torch.distributed.checkpoint as dcp\n"
+        "from torch.distributed.checkpoint import load\n"
+        "dist.init_process_group('gloo')\n"
+        "rank = dist.get_rank()\n"
+        "dcp.save({'w': torch.full((4,), 3.0), 'step': 3}, checkpoint_id='ckpt')\n"
+        "state = {'w': torch.zeros(4), 'step': 0}\n"
+        "load(state, checkpoint_id='ckpt')\n"
+        "assert state['w'].tolist() == [3.0] * 4 and state['step'] == 3, state\n"
+        "older = {'w': torch.zeros(4), 'step': 0}\n"
+        "dcp.load_state_dict(older, dcp.FileSystemReader('ckpt'))\n"
+        "assert older['step'] == 3\n"
+        "try:\n"
+        "    dcp.load(state, checkpoint_id='missing')\n"
+        "except BaseException:  # (DCP's CheckpointException)\n"
+        "    print('missing raised', flush=True)\n"
+        "with open(f'model{rank}.pt', 'wb') as handle:\n"
+        "    torch.save({'step': 3}, handle)\n"
+        "dist.destroy_process_group()\n")
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    done = subprocess.run(hooked_torchrun(2, "--", str(script)), cwd=tmp_path, capture_output=True, text=True,
+                          env=host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT)), timeout=240)
+    assert done.returncode == 0 and done.stdout.count("missing raised") == 2, done.stderr[-3000:]
+    # the older entry point's deprecation is said at the script's line, not the hook's
+    assert "resume.py:17: FutureWarning: `load_state_dict` is deprecated" in done.stderr and "dcp_files" not in done.stderr
+    for rank in (0, 1):
+        records = [json.loads(line) for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()]
+        assert [r["dcp_saved"] for r in records if "dcp_saved" in r] == ["ckpt"], records
+        assert [(r["loaded"], r.get("dcp"), r["rank"]) for r in records if "loaded" in r] == [("ckpt", True, rank)]
+        assert [(r["wrote"], r.get("torch_save")) for r in records if r.get("torch_save")] == [(f"model{rank}.pt", True)]
