@@ -30,10 +30,12 @@ first that began after it; one that did not end its attempt has none (the job we
 for a fault are where the struck attempt had got less where the next one started from; in all,
 the steps of every attempt less the undisturbed run's.
 
-What the attempt after a fault loaded: the files any rank read with ``torch.load`` after the fault
-struck and before the next one did (the workers' start-up hook says each, once per process), and
-which files the job had saved by ``torch.save`` before it: whether a job that started over read
-its save back (and ignored its step) or never looked for it.
+What the attempt after a fault loaded: the files any rank read with ``torch.load``, and the
+checkpoint directories it read with ``torch.distributed.checkpoint``'s load (``dcp.load``), after
+the fault struck and before the next one did (the workers' start-up hook says each, once per
+process), and which the job had saved by ``torch.save`` or ``dcp.save`` before it (a checkpoint by
+its kind): whether a job that started over read its save back (and ignored its step) or never
+looked for it. A ``dcp.load`` of a directory reads every file the job wrote in it.
 """
 from __future__ import annotations
 
@@ -101,6 +103,8 @@ def attempts_of(records: Iterable[ProgressRecord], reference_steps: Optional[int
     for record in sorted(one_ranks_records(records), key=lambda r: r.time):
         if record.init_call is not None or record.init_asked is not None or record.loaded is not None:
             continue  # the start-up (its group, the save it loads), not the attempt's work
+        if record.dcp_saved:
+            continue  # a checkpoint directory dcp.save wrote, not a step
         attempt = attempts.setdefault(record.attempt, Attempt(record.attempt, record.time))
         if record.resumed is not None:
             attempt.resumed = record.resumed
@@ -145,25 +149,41 @@ def job_steps(attempt: Attempt) -> Optional[int]:
     return attempt.job_step(max(step for step, _ in attempt.steps))
 
 
+TORCH_SAVE, TORCH_LOAD = "torch.save", "torch.load"
+DCP_SAVE, DCP_LOAD = "dcp.save", "dcp.load"  # torch.distributed.checkpoint's, into and from a directory
+
+
 @dataclass(frozen=True)
 class Load:
-    """A file a rank loaded with ``torch.load``: its path as the workers name it (relative to the
-    work directory where it is in it; "" a stream, whose file is not known), when (epoch time), and
-    the rank."""
+    """A file a rank loaded with ``torch.load``, or a checkpoint directory it loaded with
+    ``dcp.load`` (``by``): its path as the workers name it (relative to the work directory where it
+    is in it; "" a stream, whose file is not known), when (epoch time), and the rank."""
 
     path: str
     time: float
     rank: int
+    by: str = TORCH_LOAD
 
 
 def loads_of(records: Iterable[ProgressRecord]) -> list[Load]:
     """Every rank's loads, in the order they were made."""
-    return sorted((Load(r.loaded, r.time, r.rank) for r in records if r.loaded is not None), key=lambda l: l.time)
+    return sorted((Load(r.loaded, r.time, r.rank, DCP_LOAD if r.loaded_by_dcp else TORCH_LOAD)
+                   for r in records if r.loaded is not None), key=lambda l: l.time)
 
 
 def torch_saves_of(records: Iterable[ProgressRecord]) -> list[tuple[str, float]]:
     """The files the ranks said ``torch.save`` wrote (path, epoch time), in the order said."""
     return sorted(((r.wrote, r.time) for r in records if r.wrote and r.torch_save), key=lambda saved: saved[1])
+
+
+def dcp_saves_of(records: Iterable[ProgressRecord]) -> list[tuple[str, float]]:
+    """The checkpoint directories the ranks said ``dcp.save`` wrote (path, epoch time), in the order said."""
+    return sorted(((r.dcp_saved, r.time) for r in records if r.dcp_saved), key=lambda saved: saved[1])
+
+
+def inside(path: str, directory: str) -> bool:
+    """Whether ``path`` is a file under ``directory`` (both named as the workers name them; pure)."""
+    return path.startswith(directory.rstrip("/") + "/")
 
 
 @dataclass(frozen=True)
@@ -189,8 +209,10 @@ class Strike:
             save it would have resumed from, cut (so not in ``saved``); "" for none.
         loaded: The files the ranks loaded with ``torch.load`` after it, before the next fault
             struck (None: loads were not followed).
-        torch_save: The newest file of ``saved`` written by ``torch.save`` (a checkpoint by its
-            kind; where that was a temporary file renamed onto the save, the save); "" for none.
+        torch_save: The newest checkpoint by its kind saved before it: a file of ``saved`` written
+            by ``torch.save`` (where that was a temporary file renamed onto the save, the save), or a
+            directory ``dcp.save`` wrote, whichever was said last; "" for none.
+        saved_by: What saved ``torch_save``: ``torch.save`` or ``dcp.save``.
     """
 
     spec: str
@@ -207,6 +229,7 @@ class Strike:
     cut_save: str = ""
     loaded: Optional[tuple[Load, ...]] = None
     torch_save: str = ""
+    saved_by: str = TORCH_SAVE
 
     @property
     def after_a_save(self) -> bool:
@@ -231,15 +254,27 @@ class Strike:
 
     @property
     def loaded_saves(self) -> list[Load]:
-        """The loads after it of files the job had written before it (its work directory's, or the
-        file its ``torch.save`` wrote: one under ``/shared`` is not in the work directory's)."""
+        """The loads after it of files the job had written before it (its work directory's, a
+        ``dcp.load`` of a directory that holds some, or the checkpoint it saved by its kind: one under
+        ``/shared`` is not in the work directory's)."""
         return [load for load in self.loaded or ()
-                if load.path and (load.path in (self.saved or ()) or load.path == self.torch_save)]
+                if load.path and (load.path in (self.saved or ()) or self.holds_a_save(load)
+                                  or load.path == self.torch_save)]
+
+    def holds_a_save(self, load: Load) -> bool:
+        """Whether ``load`` read a directory in which the job had written files before it (a ``dcp.load``'s)."""
+        return any(inside(path, load.path) for path in self.saved or ())
+
+    @property
+    def loader(self) -> str:
+        """What reads back the checkpoint it saved by its kind: ``torch.load``, or ``dcp.load``."""
+        return DCP_LOAD if self.saved_by == DCP_SAVE else TORCH_LOAD
 
     @property
     def resume_skipped(self) -> bool:
-        """It started over though the job had saved by ``torch.save``, and no rank loaded after it
-        any file the job had written, nor a stream (a file not known): its resume never ran."""
+        """It started over though the job had saved by ``torch.save`` or ``dcp.save``, and no rank
+        loaded after it any file the job had written, nor a stream (a file not known): its resume
+        never ran."""
         return (self.started_over and self.loaded is not None and bool(self.torch_save)
                 and not self.loaded_saves and not any(load.path == "" for load in self.loaded))
 
@@ -296,6 +331,7 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
     fired = sorted((f for f in faults if f.fired and f.fired_time is not None), key=struck_at)
     loads = loads_of(records) if records is not None else None
     torch_saves = torch_saves_of(records or [])
+    dcp_saves = dcp_saves_of(records or [])
     result = []
     ended_before: Optional[float] = None  # when the fault before fired, where it ended its attempt
     for index, fault in enumerate(fired):
@@ -330,12 +366,16 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
         gone = [time for path, time in saved_by_torch if path not in kept]
         renamed = [w.path for w in before if w.kept and any(w.time >= time for time in gone)]
         torch_save = (named or renamed or [path for path, _ in saved_by_torch] or [""])[-1]
+        saved_by_dcp = [(path, time) for path, time in dcp_saves if time <= at]
+        saved_by = TORCH_SAVE
+        if saved_by_dcp and (not saved_by_torch or saved_by_dcp[-1][1] > saved_by_torch[-1][1]):  # said last
+            torch_save, saved_by = saved_by_dcp[-1][0], DCP_SAVE
         result.append(Strike(fault.spec, fault.elapsed_s, fault.step, len(done),
                              at - done[0][1] if done else None, saved, after is not None, start, redone,
                              reached if fault.struck_time is not None else None, kept[-1] if kept else None,
                              cut_save=cut or "",
                              loaded=None if loads is None else tuple(l for l in loads if at < l.time <= until),
-                             torch_save=torch_save))
+                             torch_save=torch_save, saved_by=saved_by))
     return result
 
 

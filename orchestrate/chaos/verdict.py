@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from orchestrate.chaos.attempts import Strike, describe_loads, lasts, redone_by
+from orchestrate.chaos.attempts import DCP_LOAD, Strike, describe_loads, lasts, redone_by
 from orchestrate.chaos.schedule import Reference
 from orchestrate.chaos.step_metrics import StepsComparison
 from orchestrate.outcome.model import FaultRecord, Recovery, RunResult
@@ -492,31 +492,34 @@ def loads_seen(started_over: list[Strike], save: str) -> str:
     if streams:
         ranks = listed([str(rank) for rank in sorted({load.rank for load in streams})], 3)
         return f"rank(s) {ranks} loaded a stream with torch.load after it, whose file is not known"
-    others = f"; it loaded only {describe_loads(loads)} with torch.load" if loads else ""
-    return (f"{save} was not written by torch.save, and no rank loaded it with torch.load after it{others}, so whether"
-            " the job reads it back some other way is not known")
+    others = f"; it loaded only {describe_loads(loads)} with {' and '.join(dict.fromkeys(l.by for l in loads))}" \
+        if loads else ""
+    return (f"{save} was not written by torch.save or dcp.save, and no rank loaded it with torch.load or dcp.load after"
+            f" it{others}, so whether the job reads it back some other way is not known")
 
 
 def resume_never_ran(strike: Strike) -> str:
-    """Why a trial whose job started over after ``strike`` though it had saved by ``torch.save``,
-    and loaded no file it had written, does not hold (pure): a ``torch.save`` is a checkpoint by its
-    kind, read back by ``torch.load``, and the workers say every ``torch.load``; none read it."""
+    """Why a trial whose job started over after ``strike`` though it had saved by ``torch.save``
+    (or ``dcp.save``), and loaded no file it had written, does not hold (pure): such a save is a
+    checkpoint by its kind, read back by ``torch.load`` (``dcp.load``), and the workers say every
+    one of those; none read it."""
     redone = "" if strike.redone is None else f" ({strike.redone} step(s) redone)"
     others = f"; it loaded only {describe_loads(list(strike.loaded or ()))}" if strike.loaded else ""
     return (f"its resume never ran: after {strike.spec} the job restarted from the beginning{redone} although it had"
-            f" written {strike.torch_save} with torch.save, and no rank loaded {strike.torch_save}, or any file it had"
-            f" written, with torch.load after the fault{others} (a resume that looks for another path, a flag it was"
-            " not given, or a check for a file it never writes)")
+            f" written {strike.torch_save} with {strike.saved_by}, and no rank loaded {strike.torch_save}, or any file"
+            f" it had written, with {strike.loader} after the fault{others} (a resume that looks for another path, a"
+            " flag it was not given, or a check for a file it never writes)")
 
 
 def loaded_yet_started_over(strike: Strike) -> str:
     """Why a trial whose job loaded what it had saved after ``strike`` and still started over does
     not hold (pure): it read its save back and did not take up its step, or it read a stale file."""
     redone = "" if strike.redone is None else f" ({strike.redone} step(s) redone)"
-    return (f"after {strike.spec} the job loaded {describe_loads(strike.loaded_saves)}, a file it had written before"
+    what = "a checkpoint" if all(load.by == DCP_LOAD for load in strike.loaded_saves) else "a file"
+    return (f"after {strike.spec} the job loaded {describe_loads(strike.loaded_saves)}, {what} it had written before"
             f" the fault, and still restarted from the beginning{redone}: it loaded its save but did not take up the"
-            " step it was saved at (its step counter, its data position), or the file it loaded is a stale one, not"
-            " its latest save")
+            f" step it was saved at (its step counter, its data position), or the {what[2:]} it loaded is a stale one,"
+            " not its latest save")
 
 
 def held_before_note(paths: tuple[str, ...]) -> str:

@@ -18,7 +18,7 @@ from orchestrate.chaos.compare import COMPARE_SCRIPT, compare_files
 from orchestrate.chaos.schedule import DEFAULT_KINDS, ChaosKind, Reference, draw_schedule, parse_kinds
 from orchestrate.chaos.attempts import Strike, attempts_of, steps_redone, strikes
 from orchestrate.chaos.step_metrics import StepsComparison, compare_step_metrics
-from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison
+from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison, resume_never_ran
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.errors import UsageError
 from orchestrate.node import compare_tensors
@@ -829,9 +829,9 @@ def test_a_job_that_saves_with_torch_save_and_loads_nothing_after_the_fault_does
     trial = replace(trial, strikes=[written])
     assert trial.status == "INCONCLUSIVE"
     assert ("although it had written ckpt.pt: 6 step(s) redone in all (16 done against 10 undisturbed); ckpt.pt was not"
-            " written by torch.save, and no rank loaded it with torch.load after it; it loaded only"
-            " /root/.cache/resnet.pth, loaded by rank 0 with torch.load, so whether the job reads it back some other"
-            " way is not known: if it is the save") in trial.inconclusive[0]
+            " written by torch.save or dcp.save, and no rank loaded it with torch.load or dcp.load after it; it loaded"
+            " only /root/.cache/resnet.pth, loaded by rank 0 with torch.load, so whether the job reads it back some"
+            " other way is not known: if it is the save") in trial.inconclusive[0]
     # a load from a stream (a file not known): the job may have read its save so
     stream = records + [ProgressRecord(1, 110.4, loaded="")]
     [unknown] = strikes(faults, attempts, [WrittenFile("ckpt.pt", 102.5)], stream)
@@ -895,6 +895,68 @@ def test_a_job_that_loaded_its_save_after_the_fault_and_started_over_does_not_ho
     first, _ = strikes(two, attempts_of(over + saves + loads, 10, completed=True), [WrittenFile("ckpt.pt", 102.5)],
                        over + saves + loads)
     assert first.loaded == ()
+
+
+def test_a_dcp_save_and_load_are_judged_as_torch_save_and_torch_load_are(make_job, tmp_path):
+    """A job that saves with torch.distributed.checkpoint (dcp.save into ckpt/, each rank its file,
+    rank 0 the .metadata) and after the fault loads nothing it wrote: its resume never ran, DOES
+    NOT HOLD in words that name dcp, where it was inconclusive ("a save not by torch.save"); one
+    that loaded the directory and still started over does not hold; a resume's row names the
+    directory and the ranks that loaded it."""
+    over = steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(1, 11), 111.0, counted=False)
+    saves = [ProgressRecord(0, 102.5, dcp_saved="ckpt", attempt="a"), ProgressRecord(1, 102.6, dcp_saved="ckpt")]
+    written = [WrittenFile("ckpt/__0_0.distcp", 102.4), WrittenFile("ckpt/__1_0.distcp", 102.4),
+               WrittenFile("ckpt/.metadata", 102.5)]
+    faults = [fired("kill:node1@step=6", 106.5, 6)]
+    attempts = attempts_of(over + saves, 10, completed=True)
+    assert [(a.offset, a.first_time) for a in attempts] == [(0, 101.0), (0, 111.0)]
+    [skipped] = strikes(faults, attempts, written, over + saves)
+    assert (skipped.torch_save, skipped.saved_by, skipped.resume_skipped) == ("ckpt", "dcp.save", True)
+    trial = ChaosVerdict(0, result(make_job, tmp_path, run_id="ref"),
+                         result(make_job, tmp_path, faults=faults, run_id="dis"), [f.spec for f in faults],
+                         facts=Reference(10, 18.7, "ckpt/.metadata", 1.0, 2), strikes=[skipped], steps_redone=6,
+                         steps_done=16)
+    assert trial.status == "DOES NOT HOLD" and trial.inconclusive == []
+    assert trial.failures == [
+        "its resume never ran: after kill:node1@step=6 the job restarted from the beginning (6 step(s) redone) although"
+        " it had written ckpt with dcp.save, and no rank loaded ckpt, or any file it had written, with dcp.load after"
+        " the fault (a resume that looks for another path, a flag it was not given, or a check for a file it never"
+        " writes)"]
+    # a dcp.load of a directory the job wrote nothing in (pretrained weights) is no load of its save
+    other = [ProgressRecord(0, 110.3, loaded="pretrained", loaded_by_dcp=True)]
+    [elsewhere] = strikes(faults, attempts, written, over + saves + other)
+    assert elsewhere.resume_skipped and "; it loaded only pretrained, loaded by rank 0 (" in resume_never_ran(elsewhere)
+    # the directory loaded by both ranks, and the job still numbered its steps from 1
+    loads = [ProgressRecord(0, 110.3, loaded="ckpt", loaded_by_dcp=True),
+             ProgressRecord(1, 110.4, loaded="ckpt", loaded_by_dcp=True)]
+    [started_over] = strikes(faults, attempts_of(over + saves + loads, 10, completed=True), written,
+                             over + saves + loads)
+    assert (started_over.loaded_and_started_over, started_over.resume_skipped) == (True, False)
+    assert replace(trial, strikes=[started_over]).failures == [
+        "after kill:node1@step=6 the job loaded ckpt, loaded by ranks 0, 1, a checkpoint it had written before the"
+        " fault, and still restarted from the beginning (6 step(s) redone): it loaded its save but did not take up the"
+        " step it was saved at (its step counter, its data position), or the checkpoint it loaded is a stale one, not"
+        " its latest save"]
+    # an older step's directory, loaded: a load of files the job wrote (a stale save), not of nothing
+    steps_dirs = [ProgressRecord(0, 102.5, dcp_saved="ckpt/step_2"), ProgressRecord(0, 104.5, dcp_saved="ckpt/step_4")]
+    stale = [ProgressRecord(0, 110.3, loaded="ckpt/step_2", loaded_by_dcp=True)]
+    [old] = strikes(faults, attempts, [WrittenFile("ckpt/step_2/__0_0.distcp", 102.4),
+                                       WrittenFile("ckpt/step_4/__0_0.distcp", 104.4)], over + steps_dirs + stale)
+    assert (old.torch_save, old.loaded_and_started_over, old.resume_skipped) == ("ckpt/step_4", True, False)
+    # the kind said last is the checkpoint: a torch.save after the dcp.save, or before it
+    torch_later = over + saves + [ProgressRecord(0, 103.5, wrote="final.pt", torch_save=True)]
+    [by_torch] = strikes(faults, attempts, written + [WrittenFile("final.pt", 103.5)], torch_later)
+    assert (by_torch.torch_save, by_torch.saved_by, by_torch.loader) == ("final.pt", "torch.save", "torch.load")
+    torch_before = over + saves + [ProgressRecord(0, 101.5, wrote="init.pt", torch_save=True)]
+    [by_dcp] = strikes(faults, attempts, written + [WrittenFile("init.pt", 101.5)], torch_before)
+    assert (by_dcp.torch_save, by_dcp.saved_by, by_dcp.loader) == ("ckpt", "dcp.save", "dcp.load")
+    # a resume from step 3 after the load: its row names the directory and the ranks
+    resumed = steps(0, "a", range(1, 7), 101.0, counted=False) + steps(0, "b", range(4, 11), 111.0, counted=False)
+    [resume] = strikes(faults, attempts_of(resumed + saves + loads, 10, completed=True), written,
+                       resumed + saves + loads)
+    assert resume.describe_next() == "resumed from step 3 (ckpt, loaded by ranks 0, 1): 3 step(s) redone"
+    assert replace(trial, strikes=[resume], steps_redone=3, steps_done=13,
+                   comparisons=[FileComparison("final.pt", "tensors", True, 0.0)]).status == "HOLDS"
 
 
 def test_a_fault_in_the_start_up_of_the_attempt_after_another_struck_no_step():
