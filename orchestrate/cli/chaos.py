@@ -38,9 +38,9 @@ def add_parsers(sub: Any) -> None:
                     " resumed after a save. It is INCONCLUSIVE (exit 1) when no fault struck after a save (the"
                     " check could not have caught a broken resume), or the job never resumed from what it saved"
                     " and the records cannot tell why (--max-steps-redone N makes that DOES NOT HOLD). A job that"
-                    " restarted from the beginning after a fault does not hold where it had saved by torch.save and"
-                    " no rank loaded a file it had written after the fault (its resume never ran), or where it"
-                    " loaded one and still started over.",
+                    " restarted from the beginning after a fault does not hold where it had saved by torch.save (or"
+                    " torch.distributed.checkpoint's save) and no rank loaded a file it had written after the fault"
+                    " (its resume never ran), or where it loaded one and still started over.",
         epilog=TARGET_HELP + " Usage example: python -m orchestrate chaos --nodes 2 --faults 2 --seed 7 --compare final.pt --"
                " train.py --epochs 2 --save final.pt")
     add_options(chaos, [OPTIONS_BY_DEST[d] for d in JOB_HELP_ORDER if d not in NOT_CHAOS])
