@@ -908,8 +908,9 @@ def test_a_dcp_save_and_load_are_judged_as_torch_save_and_torch_load_are(make_jo
     written = [WrittenFile("ckpt/__0_0.distcp", 102.4), WrittenFile("ckpt/__1_0.distcp", 102.4),
                WrittenFile("ckpt/.metadata", 102.5)]
     faults = [fired("kill:node1@step=6", 106.5, 6)]
-    attempts = attempts_of(over + saves, 10, completed=True)
-    assert [(a.offset, a.first_time) for a in attempts] == [(0, 101.0), (0, 111.0)]
+    at_its_start = ProgressRecord(0, 110.5, dcp_saved="ckpt", attempt="b")  # a save before its first step
+    attempts = attempts_of(over + saves + [at_its_start], 10, completed=True)
+    assert [(a.offset, a.first_time) for a in attempts] == [(0, 101.0), (0, 111.0)]  # a save dates no attempt
     [skipped] = strikes(faults, attempts, written, over + saves)
     assert (skipped.torch_save, skipped.saved_by, skipped.resume_skipped) == ("ckpt", "dcp.save", True)
     trial = ChaosVerdict(0, result(make_job, tmp_path, run_id="ref"),

@@ -240,9 +240,11 @@ def test_each_dcp_load_is_reported_by_its_directory_and_rank_and_the_dcp_save_be
                           env=host_env(tmp_path, DDP_PROGRESS_DIR=str(progress), PYTHONPATH=str(ROOT)), timeout=240)
     assert done.returncode == 0 and done.stdout.count("missing raised") == 2, done.stderr[-3000:]
     # the older entry point's deprecation is said at the script's line, not the hook's
-    assert "resume.py:17: FutureWarning: `load_state_dict` is deprecated" in done.stderr and "dcp_files" not in done.stderr
+    assert "resume.py:17: FutureWarning: `load_state_dict` is deprecated" in done.stderr
+    assert "dcp_files" not in done.stderr
     for rank in (0, 1):
         records = [json.loads(line) for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()]
         assert [r["dcp_saved"] for r in records if "dcp_saved" in r] == ["ckpt"], records
         assert [(r["loaded"], r.get("dcp"), r["rank"]) for r in records if "loaded" in r] == [("ckpt", True, rank)]
-        assert [(r["wrote"], r.get("torch_save")) for r in records if r.get("torch_save")] == [(f"model{rank}.pt", True)]
+        saves = [(r["wrote"], r.get("torch_save")) for r in records if r.get("torch_save")]
+        assert saves == [(f"model{rank}.pt", True)], records  # not the files of ckpt/ DCP wrote with it
