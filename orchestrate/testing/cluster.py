@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
+import pytest
+
 from orchestrate.chaos.check import ChaosCheck
 from orchestrate.chaos.schedule import DEFAULT_KINDS, ChaosKind, parse_kinds
 from orchestrate.chaos.verdict import ChaosResult
@@ -87,7 +89,7 @@ class DdpCluster:
             nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
             workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
             faults: Union[str, Iterable[Any]] = (), rdzv: str = "static", timeout: Optional[float] = 600,
-            **run_options: Any) -> RunResult:
+            allow_unfired_faults: bool = False, **run_options: Any) -> RunResult:
         """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
         with its arguments, or ``"-m", "module"``) and return how it ended. Each argument is text;
         a number (numpy's too) or a path is taken as its text (``"--steps", 2`` is ``"--steps", "2"``), and
@@ -98,10 +100,13 @@ class DdpCluster:
         ``timeout`` is the most the job may run once its nodes are up, seconds above 0 (None: no
         limit; anything else is refused at the call, :func:`job_time_limit`). ``faults``,
         like ``mounts`` and ``copy_env``, takes one spec alone as a list of one
-        (``faults="kill-rank:1@step=5"``).
+        (``faults="kill-rank:1@step=5"``). A fault asked for that never fired fails the test here
+        (:func:`fail_where_a_fault_never_fired`), whatever the job's end, unless
+        ``allow_unfired_faults`` is true: the run did not test what the test asked of it.
 
         Raises:
             UsageError: For a bad option (a test that asks the impossible should fail loudly).
+            pytest.fail.Exception: For a fault that never fired (not with ``allow_unfired_faults``).
             KeyboardInterrupt: When the test session is interrupted (the run is torn down first).
         """
         options: dict[str, Any] = {**sizes(nodes, nproc_per_node), "rdzv": rdzv,
@@ -124,6 +129,9 @@ class DdpCluster:
         with self.images_named(run_options):
             result = run_and_report(run, raise_interrupt=True)
         self.results.append(result)
+        if not allow_unfired_faults:
+            __tracebackhide__ = True  # noqa: F841  (read by pytest as the frame ends: shown at the test's line)
+            fail_where_a_fault_never_fired(result)
         return result
 
     @contextlib.contextmanager
@@ -247,6 +255,26 @@ class DdpCluster:
             except UsageError:  # already gone
                 pass
         return []
+
+
+def fail_where_a_fault_never_fired(result: RunResult) -> None:
+    """Fail the test, in one line, where a fault it asked for never fired: the run's result
+    (``not result.succeeded``, exit code 1) would otherwise pass a test that the fault fails the
+    job, though nothing struck it (a fault at a step the job never reached). The faults and why
+    each did not fire are the result's own (:attr:`RunResult.unfired_faults`).
+
+    Raises:
+        pytest.fail.Exception: Naming each fault and why it did not fire.
+    """
+    __tracebackhide__ = True  # noqa: F841  (read by pytest)
+    unfired = result.unfired_faults
+    if not unfired:
+        return
+    job = ("the job itself succeeded" if result.job_succeeded
+           else "the job failed: its summary is in the captured output")
+    pytest.fail(f"ddp_cluster.run: {len(unfired)} fault(s) asked for never fired, so the run did not test what the test"
+                f" asked ({job}): {'; '.join(f.describe() for f in unfired)}: give each a step or a time the job"
+                f" reaches, or allow_unfired_faults=True where a fault that does not fire is what the test expects")
 
 
 def sizes(nodes: Optional[int], nproc_per_node: Optional[Union[int, tuple[int, ...]]]) -> dict[str, int]:

@@ -475,3 +475,74 @@ def test_an_image_that_cannot_be_had_is_named_by_the_option_that_asked_for_it(tm
         cluster.run("train.py", cpu=True, image="my/own:1")
     assert [call for call in client.calls if call[0] == "images.pull"] == [
         ("images.pull", "no/such:1"), ("images.pull", "no/such:1"), ("images.pull", "my/own:1")]
+
+
+def ran(tmp_path, monkeypatch, make_job, *, state, faults) -> tuple[DdpCluster, list]:
+    """A cluster whose runs end, without nodes, in ``state`` on every node with ``faults`` as their records."""
+    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.node_result import NodeResult
+    from orchestrate.testing import cluster
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    nodes = [NodeResult(node, state, 0) for node in make_job(nodes=2).nodes]
+    monkeypatch.setattr(cluster, "Run", lambda request, **_: request)
+    monkeypatch.setattr(cluster, "run_and_report", lambda request, **_: RunResult(
+        "r1", tmp_path / "runs" / "r1", nodes, Timings(), faults=list(faults)))
+    made = DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO())
+    return made, made.results
+
+
+UNFIRED = "kill-rank:1@step=100"
+
+
+def test_a_fault_that_never_fired_fails_the_test_though_the_run_failed_as_the_test_expected(tmp_path, monkeypatch,
+                                                                                            make_job):
+    """A user trial's "my job fails when rank 1 is killed": the fault at step 100 of a 10-step job never fired, the
+    run FAILED (exit code 1) for it, and ``assert not result.succeeded`` passed."""
+    from orchestrate.outcome.model import FaultRecord
+    from orchestrate.outcome.states import NodePhase
+
+    unfired = FaultRecord(UNFIRED, "node0", fired=False, reason="the workers reached step 10 only, not step 100")
+    cluster, results = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED, faults=[unfired])
+    with pytest.raises(pytest.fail.Exception) as failed:
+        cluster.run("train.py", faults=UNFIRED)
+    assert str(failed.value) == (
+        "ddp_cluster.run: 1 fault(s) asked for never fired, so the run did not test what the test asked (the job"
+        " itself succeeded): kill-rank:1@step=100 did not fire: the workers reached step 10 only, not step 100: give"
+        " each a step or a time the job reaches, or allow_unfired_faults=True where a fault that does not fire is what"
+        " the test expects")
+    assert len(results) == 1  # still torn down, or kept for a look, at the test's end
+    result = cluster.run("train.py", faults=UNFIRED, allow_unfired_faults=True)
+    assert not result.succeeded and result.exit_code == 1 and result.unfired_faults == [unfired]
+
+
+def test_a_fault_that_fired_leaves_the_result_to_the_test(tmp_path, monkeypatch, make_job):
+    from orchestrate.outcome.model import FaultRecord
+    from orchestrate.outcome.states import NodePhase
+
+    fired = FaultRecord("kill-rank:1@step=5", "node0", fired=True, step=5)
+    cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.FAILED, faults=[fired])
+    result = cluster.run("train.py", faults="kill-rank:1@step=5")
+    assert not result.succeeded and result.exit_code == 1
+
+
+def test_a_fault_that_never_fired_fails_the_test_at_its_own_line_in_one_line(pytester):
+    pytester.makepyfile(train="print('hi')\n")
+    pytester.makepyfile(test_unfired="""
+        from orchestrate.outcome.model import FaultRecord, RunResult, Timings
+        from orchestrate.testing import cluster
+
+        def test_rank_1_killed_fails_the_job(ddp_cluster, monkeypatch):
+            monkeypatch.setattr(cluster, "Run", lambda request, **_: request)
+            unfired = FaultRecord("kill-rank:1@step=100", "node0", fired=False, reason="the workers reached step 10")
+            monkeypatch.setattr(cluster, "run_and_report", lambda run, **_: RunResult(
+                "r1", ddp_cluster.runs_dir / "r1", [], Timings(), faults=[unfired]))
+            result = ddp_cluster.run("train.py", faults="kill-rank:1@step=100")
+            assert not result.succeeded
+    """)
+    outcome = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    outcome.assert_outcomes(failed=1)
+    said = outcome.stdout.str()
+    assert '>       result = ddp_cluster.run("train.py", faults="kill-rank:1@step=100")' in said
+    assert "Failed: ddp_cluster.run: 1 fault(s) asked for never fired" in said
+    assert "fail_where_a_fault_never_fired" not in said and "def run(" not in said  # the plugin's frames left out
