@@ -86,8 +86,8 @@ NOTHING_COMPARED = ("where it ended was not compared with the undisturbed run (-
 
 
 class Verdict:
-    """What a trial's verdict and a whole check's share: a ``status``, whether it holds, and the
-    exit code it gives."""
+    """What a trial's verdict and a whole check's share: a ``status``, whether it holds or does
+    not, and the exit code it gives. A verdict is neither true nor false (:meth:`__bool__`)."""
 
     @property
     def status(self) -> str:
@@ -96,6 +96,22 @@ class Verdict:
     @property
     def holds(self) -> bool:
         return self.status == HOLDS
+
+    @property
+    def does_not_hold(self) -> bool:
+        """The check caught the job (``DOES NOT HOLD``): what a test that a broken resume is caught
+        asserts. ``not verdict.holds`` is true of an ``INCONCLUSIVE`` verdict too, which tested nothing."""
+        return self.status == DOES_NOT_HOLD
+
+    def __bool__(self) -> bool:
+        """Refused: ``assert verdict`` held for any verdict (an object is true), and ``assert not
+        verdict`` for none; a verdict has three states, each asked for by name.
+
+        Raises:
+            TypeError: Naming the properties to assert instead.
+        """
+        raise TypeError(f"a chaos verdict ({self.status}) is neither true nor false: assert verdict.holds, or"
+                        f" verdict.does_not_hold (not 'not verdict.holds', which an INCONCLUSIVE verdict passes)")
 
     @property
     def exit_code(self) -> int:

@@ -198,7 +198,8 @@ class DdpCluster:
         """The ``chaos`` check of ``target``, as ``python -m orchestrate chaos`` runs it: one
         undisturbed run, then ``trials`` runs with ``faults`` faults drawn from seeds ``seed``
         on (``target`` and its arguments as :meth:`run` takes them). Returns the verdict:
-        ``.holds``, ``.status`` (``HOLDS``, ``DOES NOT HOLD``, ``INCONCLUSIVE``), ``.failures``
+        ``.holds``, ``.does_not_hold`` (``not .holds`` is true of an inconclusive verdict too),
+        ``.status`` (``HOLDS``, ``DOES NOT HOLD``, ``INCONCLUSIVE``), ``.failures``
         and ``.format()`` (printed too, so a failing test shows it); every run is torn down at
         its end. ``kinds`` is text as ``--kinds`` takes it
         (``"kill,restart"``, ``"kill,pause:store"``) or a list of kinds (``["kill", "restart"]``, :class:`FaultAction`

@@ -1335,6 +1335,26 @@ def test_a_torn_write_that_cut_the_only_file_the_job_had_written_is_inconclusive
     assert first_write.status == "INCONCLUSIVE" and first_write.inconclusive[0].startswith("no fault struck after")
 
 
+def test_a_verdict_says_by_name_whether_it_does_not_hold_and_is_neither_true_nor_false(make_job, tmp_path):
+    """A user trial's "my broken resume is caught": ``assert not verdict.holds`` passed on an INCONCLUSIVE
+    verdict, which tested nothing; ``assert verdict`` passed on any verdict, and ``assert not verdict`` on none."""
+    inconclusive = verdict_of(make_job, tmp_path, [strike(saved=(), resumed_from=0, redone=18)])
+    caught = replace(inconclusive, max_steps_redone=1)
+    held = verdict_of(make_job, tmp_path, [strike()], steps_done=33, ended_at_step=30)
+    assert [v.status for v in (inconclusive, caught, held)] == ["INCONCLUSIVE", "DOES NOT HOLD", "HOLDS"]
+    assert [v.does_not_hold for v in (inconclusive, caught, held)] == [False, True, False]
+    assert [v.holds for v in (inconclusive, caught, held)] == [False, False, True]
+    for verdict in (inconclusive, caught, held, ChaosResult(held.reference, [inconclusive]), ChaosResult(
+            held.reference, [caught, held])):
+        with pytest.raises(TypeError) as refused:
+            assert not verdict
+        assert str(refused.value) == (
+            f"a chaos verdict ({verdict.status}) is neither true nor false: assert verdict.holds, or"
+            " verdict.does_not_hold (not 'not verdict.holds', which an INCONCLUSIVE verdict passes)")
+    assert ChaosResult(held.reference, [inconclusive, held]).does_not_hold is False
+    assert ChaosResult(held.reference, [caught, held]).does_not_hold is True
+
+
 def test_no_fault_after_a_save_or_no_attempt_that_resumed_is_inconclusive_never_a_hold(make_job, tmp_path):
     before_any_save = verdict_of(make_job, tmp_path, [strike(saved=())])
     assert before_any_save.status == "INCONCLUSIVE" and before_any_save.exit_code == 1
