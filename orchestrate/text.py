@@ -154,6 +154,15 @@ def shuffled_alike(line: str, epoch: int, ranks: Iterable[int]) -> str:
             " each epoch, before iterating its DataLoader")
 
 
+def loaded_from_before(paths: Iterable[str]) -> str:
+    """The note for files the work directory held before a run that its job then loaded: in the
+    run's summary, and the ``ddp_cluster`` fixture's warning (one text)."""
+    files = listed(list(paths), 3)
+    return (f"the job loaded {files} with torch.load, which the work directory held before the run began (an earlier"
+            " run's save, or a file of your own): a job that resumes from its saves began from that one, not from its"
+            " start; remove it before the run, or run in a fresh copy of the directory")
+
+
 def written_by_several(path: str, ranks: Iterable[int]) -> str:
     """The warning for a file in a shared directory that several ranks wrote whole: in the
     run's summary and on its report page."""

@@ -347,6 +347,9 @@ class RunResult:
             gave it: in its latest attempt, a call that made a group of torchrun's world, else its
             latest; ranks that asked for another world size, or the same rank, did not form the
             job torchrun started (:attr:`apart`).
+        loaded_from_before: The files the work directory held when the run began (an earlier run's
+            saves, or files of the user's own) that a rank loaded with ``torch.load`` before the run
+            wrote them: a job that resumes from its saves began from an earlier run's.
         node_addresses: The nodes by their addresses on the run's network (address -> node), as
             their containers had them when the launcher began to follow them: a peer an error
             names by address (gloo's ``Connection closed by peer [172.20.0.3]:12933``) is named
@@ -384,6 +387,7 @@ class RunResult:
     shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     init_calls: dict[int, InitCall] = field(default_factory=dict)
     node_addresses: dict[str, str] = field(default_factory=dict)
+    loaded_from_before: tuple[str, ...] = ()
 
     @property
     def apart(self) -> str:

@@ -68,6 +68,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "stopped_where": {str(rank): where for rank, where in sorted(outcome.stopped_where.items())},
         # the nodes by their addresses (address -> node), which the summary names a peer an error gives by address by
         "node_addresses": dict(outcome.node_addresses),
+        # the files the work directory held before the run that a rank then loaded with torch.load
+        "loaded_from_before": list(outcome.loaded_from_before),
         # the shared files more than one rank wrote whole, each with its writers
         "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
         # ranks whose init_process_group asked for another world size than torchrun's, or the same rank

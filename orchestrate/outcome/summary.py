@@ -18,8 +18,8 @@ from orchestrate.outcome.model import RunResult, SlurmJob
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said, recovered_preemption_said
 from orchestrate.outcome.states import NodePhase
-from orchestrate.text import (brief, counted, format_table, grace_ran_out, listed, peers_named, ranks_text,
-                              readable_node_line, shuffled_alike, times, written_by_several)
+from orchestrate.text import (brief, counted, format_table, grace_ran_out, listed, loaded_from_before, peers_named,
+                              ranks_text, readable_node_line, shuffled_alike, times, written_by_several)
 
 
 def every_node(count: int) -> str:
@@ -320,11 +320,14 @@ WRITTEN_BY_SEVERAL_SHOWN = 5
 def warning_lines(outcome: RunResult) -> list[str]:
     """What the job did that may fail nothing and still is a mistake, whatever its end: ranks
     whose init_process_group asked for another world than torchrun's, files several ranks wrote
-    whole, a DistributedSampler that shuffled every epoch alike."""
+    whole, a DistributedSampler that shuffled every epoch alike; and a note of the files the work
+    directory held before the run that the job loaded."""
     # (a job that succeeded fails on it, and says it in its FAILED line)
     apart = [f"warning: {apart_warning(outcome.apart)}"] if outcome.apart and not outcome.job_succeeded else []
-    return apart + written_by_several_lines(outcome) + [f"warning: {shuffled_alike(line, epoch, ranks)}"
-                                                        for line, (epoch, ranks) in outcome.shuffled_alike.items()]
+    held = [f"note: {loaded_from_before(outcome.loaded_from_before)}"] if outcome.loaded_from_before else []
+    shuffled = [f"warning: {shuffled_alike(line, epoch, ranks)}"
+                for line, (epoch, ranks) in outcome.shuffled_alike.items()]
+    return apart + written_by_several_lines(outcome) + shuffled + held
 
 
 def written_by_several_lines(outcome: RunResult) -> list[str]:

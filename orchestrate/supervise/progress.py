@@ -38,6 +38,8 @@ class ProgressWatch:
         self.finished: dict[int, tuple[str, Optional[int], float]] = {}
         # the shared files the workers wrote whole, each with the ranks that wrote it
         self.written: dict[str, set[int]] = {}
+        # the files the workers loaded with torch.load, each with the epoch time it was first loaded
+        self.loaded: dict[str, float] = {}
         # the files on a node's own disk the workers wrote, each with the ranks that wrote it
         self.written_locally: dict[str, set[int]] = {}
         # the lines where ranks iterated a shuffling DistributedSampler again with the same epoch
@@ -162,7 +164,9 @@ class ProgressWatch:
             if record.wrote_locally:
                 self.written_locally.setdefault(record.wrote_locally, set()).add(record.rank)
                 continue
-            if record.loaded is not None:  # a file torch.load read: the chaos check's, not a step
+            if record.loaded is not None:  # a file torch.load read, not a step
+                if record.loaded:  # ("" a stream)
+                    self.loaded[record.loaded] = min(record.time, self.loaded.get(record.loaded, record.time))
                 continue
             if record.dcp_saved:  # a checkpoint directory DCP saved: the chaos check's, not a step
                 continue

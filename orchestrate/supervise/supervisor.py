@@ -1061,6 +1061,7 @@ class Supervisor:
                            started_time=self.started_time)
         result.store_lost = self.store_lost
         result.written_shared = self.progress.written_whole()
+        result.loaded_from_before = self.writes.held_when_loaded(self.progress.loaded) if self.writes else ()
         result.written_locally = self.progress.written_on_nodes_disks()
         result.shuffled_alike = self.progress.shuffled_alike()
         result.init_calls = self.progress.groups_made()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from orchestrate.outcome.model import WrittenFile
 
@@ -35,6 +35,7 @@ class WorkdirWrites:
         self.seen: dict[str, float] = {}  # every file's modification time at the last walk
         self.written: dict[str, WrittenFile] = {}
         self.present: set[str] = set()  # the files there at the last whole walk
+        self.held_at_start: Optional[set[str]] = None  # those the first whole walk found from before the run
         self.followed = root.is_dir()
         self.next_at = 0.0
 
@@ -70,6 +71,8 @@ class WorkdirWrites:
                     self.written[relative] = WrittenFile(relative, mtime)
                 self.seen[relative] = mtime
         self.present = present
+        if self.held_at_start is None:
+            self.held_at_start = {path for path in present if self.seen[path] < self.since}
         spent = self.clock() - began
         self.next_at = self.clock() + max(POLL_S, 20 * spent)
 
@@ -79,6 +82,18 @@ class WorkdirWrites:
         if not self.followed or not self.written:
             return None
         return max(self.written, key=lambda path: self.seen.get(path, 0.0))
+
+    def held_when_loaded(self, loads: Mapping[str, float]) -> tuple[str, ...]:
+        """The files among ``loads`` (each path loaded, relative to the directory, with the epoch
+        time it was first loaded) that the directory held when the run began and the run had not
+        written again before that load: an earlier run's saves, or files of the user's own. ()
+        where the directory was not followed."""
+        if not self.followed or not self.held_at_start:
+            return ()
+        held = {os.path.normpath(path) for path in self.held_at_start}
+        written = {os.path.normpath(w.path): w.time for w in self.written.values()}
+        return tuple(sorted(path for path, at in ((os.path.normpath(p), t) for p, t in loads.items())
+                            if path in held and written.get(path, float("inf")) > at))
 
     def files(self) -> Optional[list[WrittenFile]]:
         """Every file written, the first first, each saying whether it was there at the last walk

@@ -14,6 +14,7 @@ import numbers
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
@@ -31,6 +32,7 @@ from orchestrate.engine.runs import find_run, remove_run
 from orchestrate.errors import ImageNotFoundError, OrchestrateError, UsageError
 from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import RunResult
+from orchestrate.text import loaded_from_before
 
 
 # Seconds a run needs after its job's time limit, beyond its nodes' stop grace: the look at every
@@ -129,6 +131,7 @@ class DdpCluster:
         with self.images_named(run_options):
             result = run_and_report(run, raise_interrupt=True)
         self.results.append(result)
+        warn_where_it_loaded_from_before(result)
         if not allow_unfired_faults:
             __tracebackhide__ = True  # noqa: F841  (read by pytest as the frame ends: shown at the test's line)
             fail_where_a_fault_never_fired(result)
@@ -256,6 +259,22 @@ class DdpCluster:
             except UsageError:  # already gone
                 pass
         return []
+
+
+class LoadedFromBeforeWarning(UserWarning):
+    """Raised (as a warning) when a run's job loaded a file its work directory held before the
+    run: another test's save, left in the test file's directory, that its job resumed from."""
+
+
+def warn_where_it_loaded_from_before(result: RunResult) -> None:
+    """Warn, at the test's line, where the job loaded files the work directory held before the run
+    (:attr:`RunResult.loaded_from_before`): a test whose job resumed from another test's save passed
+    having trained nothing. A warning, not a failure: a test may ship a file its job loads."""
+    if result.loaded_from_before:
+        # (1 here, 2 run, 3 the wrapper that fails at the test's line, 4 the test)
+        warnings.warn(f"ddp_cluster.run (run {result.run_id}): {loaded_from_before(result.loaded_from_before)}"
+                      f" (workdir=...: a directory of the test's own, e.g. a copy under tmp_path)",
+                      LoadedFromBeforeWarning, stacklevel=4)
 
 
 def fail_where_a_fault_never_fired(result: RunResult) -> None:

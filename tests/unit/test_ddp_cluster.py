@@ -477,8 +477,9 @@ def test_an_image_that_cannot_be_had_is_named_by_the_option_that_asked_for_it(tm
         ("images.pull", "no/such:1"), ("images.pull", "no/such:1"), ("images.pull", "my/own:1")]
 
 
-def ran(tmp_path, monkeypatch, make_job, *, state, faults) -> tuple[DdpCluster, list]:
-    """A cluster whose runs end, without nodes, in ``state`` on every node with ``faults`` as their records."""
+def ran(tmp_path, monkeypatch, make_job, *, state, faults=(), **fields) -> tuple[DdpCluster, list]:
+    """A cluster whose runs end, without nodes, in ``state`` on every node with ``faults`` as their records (and
+    the result's other ``fields``)."""
     from orchestrate.outcome.model import RunResult, Timings
     from orchestrate.outcome.node_result import NodeResult
     from orchestrate.testing import cluster
@@ -487,7 +488,7 @@ def ran(tmp_path, monkeypatch, make_job, *, state, faults) -> tuple[DdpCluster, 
     nodes = [NodeResult(node, state, 0) for node in make_job(nodes=2).nodes]
     monkeypatch.setattr(cluster, "Run", lambda request, **_: request)
     monkeypatch.setattr(cluster, "run_and_report", lambda request, **_: RunResult(
-        "r1", tmp_path / "runs" / "r1", nodes, Timings(), faults=list(faults)))
+        "r1", tmp_path / "runs" / "r1", nodes, Timings(), faults=list(faults), **fields))
     made = DdpCluster(tmp_path, tmp_path / "runs", out=io.StringIO())
     return made, made.results
 
@@ -546,3 +547,34 @@ def test_a_fault_that_never_fired_fails_the_test_at_its_own_line_in_one_line(pyt
     assert '>       result = ddp_cluster.run("train.py", faults="kill-rank:1@step=100")' in said
     assert "Failed: ddp_cluster.run: 1 fault(s) asked for never fired" in said
     assert "fail_where_a_fault_never_fired" not in said and "def run(" not in said  # the plugin's frames left out
+
+
+def test_a_job_that_loaded_a_file_its_work_directory_held_before_the_run_is_warned_of_at_the_tests_line(
+        tmp_path, monkeypatch, make_job):
+    """A user trial: the first test's ckpt.pt stayed in the test file's directory (the default work directory), the
+    second test's job resumed from it, trained nothing, succeeded, and its test passed without a word."""
+    from orchestrate.outcome.states import NodePhase
+    from orchestrate.testing.cluster import LoadedFromBeforeWarning
+
+    cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED, loaded_from_before=("ckpt.pt",))
+    with pytest.warns(LoadedFromBeforeWarning) as warned:
+        result = cluster.run("train.py")
+    assert result.succeeded
+    [warning] = warned
+    assert str(warning.message) == (
+        "ddp_cluster.run (run r1): the job loaded ckpt.pt with torch.load, which the work directory held before the run"
+        " began (an earlier run's save, or a file of your own): a job that resumes from its saves began from that one,"
+        " not from its start; remove it before the run, or run in a fresh copy of the directory (workdir=...: a"
+        " directory of the test's own, e.g. a copy under tmp_path)")
+    assert warning.filename == __file__  # the test's own line
+
+
+def test_a_job_that_loaded_nothing_from_before_the_run_is_not_warned_of(tmp_path, monkeypatch, make_job):
+    import warnings
+
+    from orchestrate.outcome.states import NodePhase
+
+    cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cluster.run("train.py").succeeded

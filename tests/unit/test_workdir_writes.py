@@ -116,3 +116,76 @@ def test_a_work_directory_that_is_not_there_is_not_followed(tmp_path):
     writes = WorkdirWrites(tmp_path / "missing", since=0.0)
     writes.poll(0.0)
     assert (writes.followed, writes.files(), writes.latest()) == (False, None, None)
+
+
+def test_a_file_held_before_the_run_and_loaded_before_the_run_wrote_it_is_loaded_from_before(tmp_path):
+    """A user trial: the first test's ckpt.pt stayed in the test file's directory, and the second test's job resumed
+    from it ("resuming after step 6"), trained nothing and succeeded."""
+    write(tmp_path / "ckpt.pt", 400.0)  # an earlier run's save
+    write(tmp_path / "resaved.pt", 400.0)
+    write(tmp_path / "pretrained.pt", 300.0)
+    write(tmp_path / "fresh.pt", 600.0)  # this run's own
+    writes = WorkdirWrites(tmp_path, since=500.0)
+    writes.walk()
+    os.utime(tmp_path / "resaved.pt", (650.0, 650.0))  # the run saved it before it loaded it
+    writes.walk()
+    loads = {"ckpt.pt": 620.0, "./resaved.pt": 700.0, "fresh.pt": 700.0, "/data/shard.pt": 510.0}
+    assert writes.held_when_loaded(loads) == ("ckpt.pt",)
+    assert writes.held_when_loaded({**loads, "pretrained.pt": 510.0}) == ("ckpt.pt", "pretrained.pt")
+    os.utime(tmp_path / "ckpt.pt", (900.0, 900.0))  # saved again after the load: still loaded from before
+    writes.walk()
+    assert writes.held_when_loaded(loads) == ("ckpt.pt",)
+    assert WorkdirWrites(tmp_path / "missing", since=0.0).held_when_loaded(loads) == ()
+
+
+def test_the_launcher_notes_a_file_held_before_the_run_that_a_rank_loaded_and_the_record_keeps_it(tmp_path,
+                                                                                                    monkeypatch):
+    import json
+
+    from orchestrate.node import progress
+    from orchestrate.outcome.model import RunResult, Timings
+    from orchestrate.outcome.record import outcome_record
+    from orchestrate.outcome.summary import format_summary
+    from orchestrate.supervise.progress import ProgressWatch
+
+    work, channel = tmp_path / "work", tmp_path / "progress"
+    channel.mkdir()
+    write(work / "ckpt.pt", 400.0)
+    writes = WorkdirWrites(work, since=500.0)
+    writes.walk()
+    monkeypatch.setenv("DDP_PROGRESS_DIR", str(channel))
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setattr(progress, "_channel", None)  # another worker process
+        progress.report_loaded("ckpt.pt")
+        progress.report_loaded("")  # a stream: no file
+    watch = ProgressWatch(channel, lambda *args, **kwargs: None)
+    watch.poll(0.0, None)
+    assert list(watch.loaded) == ["ckpt.pt"]
+    result = RunResult("r1", tmp_path, [], Timings(), loaded_from_before=writes.held_when_loaded(watch.loaded))
+    notes = [line for line in format_summary(result).splitlines() if line.startswith("note: the job loaded")]
+    assert notes == ["note: the job loaded ckpt.pt with torch.load, which the work directory held before the run"
+                     " began (an earlier run's save, or a file of your own): a job that resumes from its saves began"
+                     " from that one, not from its start; remove it before the run, or run in a fresh copy of the"
+                     " directory"]
+    assert json.loads(json.dumps(outcome_record(result)))["loaded_from_before"] == ["ckpt.pt"]
+
+
+def test_a_run_says_the_files_its_job_loaded_that_the_work_directory_held_before_it(make_run, tmp_path):
+    """The supervisor's part, on the fake engine: the work directory (tmp_path) held ckpt.pt from an earlier run."""
+    import json
+    import time
+
+    from tests.fakes import FakeDockerClient, Script
+    from tests.unit.test_launcher import run
+
+    write(tmp_path / "ckpt.pt", 400.0)
+    job = make_run(nodes=1)
+
+    def resumes() -> None:
+        (tmp_path / "final.pt").write_text("x")  # its own, loaded after it wrote it: not from before
+        with open(job.run_dir / "progress" / "rank0.jsonl", "a") as handle:
+            for path in ("ckpt.pt", "final.pt"):
+                handle.write(json.dumps({"rank": 0, "loaded": path, "time": time.time() + 1.0}) + "\n")
+    result, _, _ = run(job, FakeDockerClient(), node0=[Script(["[0|0]:resuming after step 6"], then=resumes)])
+    assert result.succeeded and result.loaded_from_before == ("ckpt.pt",)
