@@ -3451,7 +3451,7 @@ MUTANTS = [
            ("tests/unit/test_workdir_writes.py",)),
     Mutant("the files held before the run include those it wrote before its first walk",
            "orchestrate/supervise/workdir_writes.py",
-           "            self.held_at_start = {path for path in present if self.seen[path] < self.since}",
+           "            self.held_at_start = {path for path in present if self.seen[path] < self.began}",
            "            self.held_at_start = set(present)", ("tests/unit/test_workdir_writes.py",)),
     Mutant("the launcher keeps no file a rank loaded", "orchestrate/supervise/progress.py",
            "                    self.loaded[record.loaded] = min(record.time,"
@@ -3468,6 +3468,9 @@ MUTANTS = [
            "    held = [f\"note: {loaded_from_before(outcome.loaded_from_before)}\"]"
            " if outcome.loaded_from_before else []",
            "    held = []", ("tests/unit/test_workdir_writes.py",)),
+    Mutant("an attach takes the files its job wrote before the attach for files held before the run",
+           "orchestrate/supervise/workdir_writes.py", "        self.began = since if began is None else min(began, since)",
+           "        self.began = since", ("tests/unit/test_workdir_writes.py",)),
     Mutant("ddp_cluster.run says nothing of a file its job loaded from before the run",
            "orchestrate/testing/cluster.py", "        warn_where_it_loaded_from_before(result)", "        pass",
            ("tests/unit/test_ddp_cluster.py",)),

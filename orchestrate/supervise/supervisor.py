@@ -195,8 +195,8 @@ class Supervisor:
         # came up; else now)
         self.live_faults = LiveFaultWatch(spec, self.trackers, self.started_time, lambda: self.progress.max_step,
                                           self.say, self.record, job_began=job_began)
-        self.writes = (WorkdirWrites(spec.workdir, self.started_time, skip=[spec.run_dir.parent], clock=clock)
-                       if active and spec.workdir is not None else None)
+        self.writes = (WorkdirWrites(spec.workdir, self.started_time, skip=[spec.run_dir.parent], clock=clock,
+                                     began=job_began) if active and spec.workdir is not None else None)
         self.first_worker_at: Optional[float] = None
         self.ranks_seen: set[int] = set()  # ranks whose first line was recorded (since the last restart)
 

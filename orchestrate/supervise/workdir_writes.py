@@ -24,12 +24,14 @@ SKIPPED_DIRS = ("__pycache__", "node_modules")
 
 class WorkdirWrites:
     """Follows the writes under ``root`` since ``since`` (epoch time); ``skip``: directories
-    left out (the runs directory)."""
+    left out (the runs directory); ``began``: when the job began, where that was before ``since``
+    (an attach's; default ``since``): the files older than it were there before the run."""
 
     def __init__(self, root: Path, since: float, skip: Iterable[Path] = (),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, began: Optional[float] = None) -> None:
         self.root = root
         self.since = since
+        self.began = since if began is None else min(began, since)
         self.skip = {os.path.realpath(p) for p in skip}
         self.clock = clock
         self.seen: dict[str, float] = {}  # every file's modification time at the last walk
@@ -72,7 +74,7 @@ class WorkdirWrites:
                 self.seen[relative] = mtime
         self.present = present
         if self.held_at_start is None:
-            self.held_at_start = {path for path in present if self.seen[path] < self.since}
+            self.held_at_start = {path for path in present if self.seen[path] < self.began}
         spent = self.clock() - began
         self.next_at = self.clock() + max(POLL_S, 20 * spent)
 

@@ -51,7 +51,9 @@ def pytest_timeout_set_timer(item: Any, settings: Any) -> None:
 @pytest.fixture
 def ddp_cluster(request: Any, tmp_path: Any) -> Iterator[DdpCluster]:
     """Runs jobs across simulated nodes; see :class:`orchestrate.testing.cluster.DdpCluster`.
-    The work directory defaults to the directory of the test file."""
+    The work directory defaults to the directory of the test file, which its tests share: a job
+    that loads a file it held before the run (another test's save) is warned of
+    (:class:`~orchestrate.testing.cluster.LoadedFromBeforeWarning`)."""
     cluster = DdpCluster(request.path.parent, tmp_path / "runs", image=request.config.getoption("--ddp-image"),
                          keep_failed=request.config.getoption("--ddp-keep"),
                          test_limit=lambda: getattr(request.node, "ddp_test_limit", None))

@@ -136,6 +136,11 @@ def test_a_file_held_before_the_run_and_loaded_before_the_run_wrote_it_is_loaded
     writes.walk()
     assert writes.held_when_loaded(loads) == ("ckpt.pt",)
     assert WorkdirWrites(tmp_path / "missing", since=0.0).held_when_loaded(loads) == ()
+    # an attach, following from 500 s a job begun at 450 s: a file the job wrote at 460 s was not there before it
+    write(tmp_path / "early.pt", 460.0)
+    attached = WorkdirWrites(tmp_path, since=500.0, began=450.0)
+    attached.walk()
+    assert attached.held_when_loaded({"early.pt": 510.0, "pretrained.pt": 510.0}) == ("pretrained.pt",)
 
 
 def test_the_launcher_notes_a_file_held_before_the_run_that_a_rank_loaded_and_the_record_keeps_it(tmp_path,
@@ -183,9 +188,11 @@ def test_a_run_says_the_files_its_job_loaded_that_the_work_directory_held_before
     job = make_run(nodes=1)
 
     def resumes() -> None:
-        (tmp_path / "final.pt").write_text("x")  # its own, loaded after it wrote it: not from before
+        # its own, loaded after it wrote it: not from before (dated past the launcher's start, which a loaded machine
+        # may bring after the fake node's script)
+        write(tmp_path / "final.pt", time.time() + 60.0)
         with open(job.run_dir / "progress" / "rank0.jsonl", "a") as handle:
             for path in ("ckpt.pt", "final.pt"):
-                handle.write(json.dumps({"rank": 0, "loaded": path, "time": time.time() + 1.0}) + "\n")
+                handle.write(json.dumps({"rank": 0, "loaded": path, "time": time.time() + 61.0}) + "\n")
     result, _, _ = run(job, FakeDockerClient(), node0=[Script(["[0|0]:resuming after step 6"], then=resumes)])
     assert result.succeeded and result.loaded_from_before == ("ckpt.pt",)
