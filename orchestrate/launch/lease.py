@@ -17,6 +17,7 @@ from orchestrate.engine.runs import gpus_in_use, list_runs
 
 
 def wants_gpus(request: RunRequest) -> bool:
+    """Whether the run may get GPUs (it may still get none: an engine without GPUs runs it on CPUs)."""
     return not request.cpu and request.gpus_per_node != 0
 
 
@@ -24,8 +25,10 @@ def wants_gpus(request: RunRequest) -> bool:
 def gpu_lease(client: Any, request: RunRequest, run_id: str, say: Optional[Callable[[str], None]] = None,
               inventory: Optional[GpuInventory] = None) -> Iterator[Optional[tuple[str, ...]]]:
     """Hold the lease while the caller plans and starts run ``run_id``; yield the free GPUs, in
-    order (None for a CPU run, which takes no lock). ``inventory``: the engine's GPUs where the
-    caller has asked already (else they are asked here).
+    order. A CPU run takes no lock: one with ``--cpu`` or ``--gpus-per-node 0`` (None is yielded),
+    and one on an engine with no GPUs (none are yielded, and the run decides on CPUs as a dry run
+    would). ``inventory``: the engine's GPUs where the caller has asked already (else they are
+    asked here).
 
     Raises:
         UsageError: When the GPUs asked for are held by other runs, naming them.
@@ -33,6 +36,10 @@ def gpu_lease(client: Any, request: RunRequest, run_id: str, say: Optional[Calla
     """
     if not wants_gpus(request):
         yield None
+        return
+    inventory = inventory if inventory is not None else detect_gpus(client)
+    if not inventory.count:  # nothing to share, so nothing to wait for: another run's bring-up holds no GPU of ours
+        yield ()
         return
     with host_lock("gpu-lease", f"run {run_id}", say=say):
         yield free_gpu_ids(client, request, inventory)

@@ -97,6 +97,42 @@ def test_gpu_leases_take_free_gpus_and_name_the_holder():
         check_lease(4, ("0", "1", "2", "3"), held)
 
 
+def test_a_run_on_an_engine_without_gpus_takes_no_gpu_lease(tmp_path, monkeypatch):
+    """Neither --cpu nor --gpus-per-node: the engine's count decides, and with none the run is a CPU
+    run, which does not wait for another run's bring-up (the trial waited up to 120 s for nothing)."""
+    from orchestrate.config.request import RunRequest
+    from orchestrate.engine.gpus import GpuInventory
+    from orchestrate.engine.locks import host_lock
+    from orchestrate.launch.lease import gpu_lease
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    said: list[str] = []
+    yielded: list[object] = []
+
+    def lease(inventory: GpuInventory) -> tuple[threading.Thread, threading.Event]:
+        entered = threading.Event()
+
+        def take() -> None:
+            with gpu_lease(FakeDockerClient(), RunRequest(nodes=2), "run second", said.append, inventory) as free:
+                yielded.append(free)
+                entered.set()
+        thread = threading.Thread(target=take, daemon=True)
+        thread.start()
+        return thread, entered
+
+    with host_lock("gpu-lease", "run first"):
+        thread, entered = lease(GpuInventory())
+        assert entered.wait(timeout=10), said
+    thread.join(timeout=10)
+    assert yielded == [()] and said == []
+    with host_lock("gpu-lease", "run first"):  # with GPUs, the lease waits for the other run's bring-up
+        thread, entered = lease(GpuInventory("nvidia", ("0", "1")))
+        wait_until(lambda: said == ["waiting for run first (gpu-lease), at most 120 s"])
+        assert not entered.is_set()
+    thread.join(timeout=10)
+    assert yielded[1:] == [("0", "1")]
+
+
 def test_engine_times_parse_with_nanoseconds_and_unset_ones_are_none():
     from datetime import datetime, timezone
 
