@@ -59,6 +59,7 @@ class FaultScheduler:
         self.stopped_first: list[FaultSpec] = []  # still to fire when the run was stopped
         self.held_at_stop: set[str] = set()  # fired, their end still to come when the run was stopped
         self.warned_no_progress = False
+        self.notes: dict[str, list[str]] = {}  # what each fault that fired did, by its spec, every time it did it
 
     @property
     def pending(self) -> list[FaultSpec]:
@@ -190,11 +191,14 @@ class FaultScheduler:
         self.record("fault-ended", node=node, spec=str(fault), action=fault.action.value)
 
     def note(self, fault: FaultSpec, detail: str, struck: str = "") -> None:
-        """Add what a fault that fired did (a torn write's file and byte) to its record;
-        ``struck``: the file it cut now (a torn write strikes when its node is killed, later than
-        it fired)."""
+        """Add what a fault that fired did (a torn write's file and byte) to its record, each
+        distinct thing once (:func:`said_once`: a full disk that failed the same write in 8
+        attempts says it once, with ``8 times``); ``struck``: the file it cut now (a torn write
+        strikes when its node is killed, later than it fired)."""
         now = self.wall() if struck else None
-        self.fired = [replace(r, detail="; ".join(filter(None, (r.detail, detail))),
+        notes = self.notes.setdefault(str(fault), [])
+        notes += [detail] if detail else []
+        self.fired = [replace(r, detail=said_once(notes),
                               struck_time=r.struck_time if r.struck_time is not None else now,
                               struck_file=r.struck_file or struck)
                       if r.spec == str(fault) else r for r in self.fired]
@@ -242,6 +246,15 @@ class FaultScheduler:
         self.say(f"no worker has reported a training step in {NO_PROGRESS_WARNING_S:.0f} s: {steps} cannot"
                  " fire; no optimizer stepped (its steps are counted), and the script reports none with"
                  " orchestrate.progress.report(step)")
+
+
+def said_once(details: Sequence[str]) -> str:
+    """``details`` joined, each distinct one once, in the order first met, with how many times where
+    it came more than once (pure): ``rank 0's write to ckpt.pt failed: ... (ENOSPC), 8 times``."""
+    counts: dict[str, int] = {}
+    for detail in details:
+        counts[detail] = counts.get(detail, 0) + 1
+    return "; ".join(detail + (f", {count} times" if count > 1 else "") for detail, count in counts.items())
 
 
 def unmet_storage_fault(record: FaultRecord, ended: bool = False) -> str:

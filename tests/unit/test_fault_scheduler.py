@@ -97,6 +97,19 @@ def test_a_note_adds_to_its_faults_record_and_the_first_file_struck_and_its_time
     assert scheduler.fired[1] == FaultRecord(str(pause), "node1", True, 1.0, None, fired_time=50.0)  # untouched
 
 
+def test_a_note_met_again_is_said_once_with_how_many_times(tmp_path):
+    """An elastic job whose every attempt meets the same full disk: the trial's summary said its one
+    failed write 8 times over."""
+    scheduler, _ = scheduler_of(tmp_path, "disk-full:node0,path=ckpt.*@step=5..8")
+    full, = scheduler.faults
+    scheduler.fire_due(9.1, 5)
+    failed = "rank 0's write to ckpt.pt.tmp failed: no space left on device (ENOSPC)"
+    for detail in [failed] * 3 + ["rank 1's write to ckpt.pt.tmp failed: no space left on device (ENOSPC)"] + [failed]:
+        scheduler.note(full, detail)
+    assert scheduler.fired[0].detail == (f"{failed}, 4 times; rank 1's write to ckpt.pt.tmp failed: no space left"
+                                         " on device (ENOSPC)")
+
+
 def test_every_fault_that_never_fired_says_why_in_its_own_words(tmp_path):
     scheduler, _ = scheduler_of(tmp_path, "kill:node0@step=9", "kill:node1@step=+2", "pause:node1@t=50", "kill:node2")
     assert scheduler.records(12.0, 5, True) == [
