@@ -496,15 +496,16 @@ _TORCH_LOAD_FRAME = re.compile(r'torch/serialization\.py", line \d+, in _?load\b
 def repeated_error_line(failure: Optional[Failure], results: list[NodeResult]) -> str:
     """Where torchrun restarted the failing node's workers and the same error of their own ended
     two attempts or more (the newest such error): which attempts, and that a restart does not get
-    past it ("" otherwise)."""
+    past it, or that the fault blamed for the node's end (a full disk) still held ("" otherwise)."""
     node = next((r for r in results if failure is not None and r.node.name == failure.node), None)
     own = [e for e in node.attempts if e.own] if node is not None else []
     same = [e.attempt for e in own if e.exception == own[-1].exception] if own else []
     if len(same) < 2:
         return ""
     which = ", ".join(str(a) for a in same[:-1]) + f" and {same[-1]}"
-    return (f"  the same error ended attempts {which} of {failure.node}'s workers: {brief(own[-1].exception)};"
-            " a restart runs the same script on the same files again, and does not get past an error of its own")
+    why = ("a restart runs the same script on the same files again, and does not get past an error of its own"
+           if not node.fault else f"injected fault {node.fault} still held, and each attempt met it again")
+    return f"  the same error ended attempts {which} of {failure.node}'s workers: {brief(own[-1].exception)}; {why}"
 
 
 def torn_save_hint(failure: Optional[Failure], torn: list[tuple[str, str]]) -> str:

@@ -10,7 +10,7 @@ from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.outcome.model import DEATH, Recovery, anew_fields
 from orchestrate.outcome.states import NodePhase
-from orchestrate.supervise.api import NodeTracker
+from orchestrate.supervise.api import OUTLIVE_A_RESTART, NodeTracker, action_of
 
 # What the death of the node whose torchrun agent served the c10d rendezvous store does to the job.
 STORE_WENT = ("held the c10d rendezvous store (its torchrun agent served it): every other node's agent lost the"
@@ -25,6 +25,22 @@ DEATH_EXIT_CODES = (None, 137, 143)
 def death_cause(dead: NodeTracker) -> str:
     """What a node's death is put down to: the fault injected into it, or none."""
     return f"injected fault {dead.result.fault}" if dead.result.fault else DEATH
+
+
+def how_it_ended(dead: NodeTracker) -> str:
+    """``node0 died (injected fault kill:node0@step=4)`` where its container was killed, stopped or
+    ended with no exit code; else its torchrun gave up (pure): ``node0's torchrun gave up (exit
+    code 1): a worker raised under injected fault disk-full:node0`` (a full disk kills no
+    container: a rank's write fails, its worker raises, and torchrun's restarts in place run out)."""
+    if dead.exit_code in DEATH_EXIT_CODES:
+        return f"{dead.name} died ({death_cause(dead)})"
+    return f"{dead.name}'s torchrun gave up (exit code {dead.exit_code}): a worker raised under {death_cause(dead)}"
+
+
+def outlives_a_restart(fault: str) -> bool:
+    """Whether the fault ``fault`` (a spec the run fired) still holds on a node restarted (a slow, a
+    disconnect, a full disk: see :data:`~orchestrate.supervise.api.OUTLIVE_A_RESTART`)."""
+    return bool(fault) and action_of(fault) in OUTLIVE_A_RESTART
 
 
 class RestartPolicy:
@@ -48,6 +64,7 @@ class RestartPolicy:
         self.restarts = 0
         self.recoveries: list[Recovery] = []
         self.unrecovered = ""  # the first death it had no restart left for (see :meth:`out_of_restarts`)
+        self.restarted_for: set[str] = set()  # the faults that outlive a restart whose deaths a restart was made for
 
     @property
     def open_recovery(self) -> Optional[Recovery]:
@@ -64,7 +81,23 @@ class RestartPolicy:
             return False
         if tracker.result.lost:  # a host lost for good: the job goes on without it, or fails
             return False
+        if tracker.result.fault in self.restarted_for:  # met again after a restart: another meets it again
+            return False
         return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
+
+    def met_again(self, tracker: NodeTracker, ending: bool) -> str:
+        """Where ``tracker`` ended under a fault that outlives a restart, and a restart was made for
+        it already (a full disk whose window the resumed steps never get past): say that no restart
+        is made, keep it for the summary, and return it; "" otherwise."""
+        fault = tracker.result.fault
+        if not self.enabled or ending or tracker.exit_code == 0 or fault not in self.restarted_for:
+            return ""
+        text = (f"{how_it_ended(tracker)} again, after a restart: the fault outlives a restart and still holds,"
+                " so another restart would meet it again; the job ends")
+        self.say(text)
+        self.record("met-again", node=tracker.name, cause=death_cause(tracker))
+        self.unrecovered = self.unrecovered or text
+        return text
 
     def out_of_restarts(self, tracker: NodeTracker, ending: bool) -> str:
         """Where ``tracker``'s exit is a death the job would recover from but every restart of
@@ -122,8 +155,13 @@ class RestartPolicy:
             self.recoveries.append(Recovery(dead.name, cause, self.clock(), step_before=step,
                                             counted_anew=counted_anew))
         which = "it alone" if self.scope == "node" else "every node"
-        self.say(f"{dead.name} died ({cause}); restarting {which} so that it rejoins"
-                 f" ({self.restarts}/{self.max_restarts})")
+        still = ""
+        if outlives_a_restart(result.fault):
+            self.restarted_for.add(result.fault)
+            still = (f"; {result.fault} outlives a restart: where its end does not come first, the restarted"
+                     " workers meet it again, and the job ends")
+        self.say(f"{how_it_ended(dead)}; restarting {which} so that it rejoins"
+                 f" ({self.restarts}/{self.max_restarts}){still}")
         self.record("restart", node=dead.name, cause=cause, step=step, scope=self.scope, **anew_fields(counted_anew))
         if lost:
             self.say(lost)

@@ -347,6 +347,10 @@ class Supervisor:
         if fault is not None:
             self.faults.note(fault, event.describe(), struck=event.file if event.torn else "")
         tracker = self.trackers.get(event.node)
+        if fault is not None and not event.torn and not event.returned and tracker is not None:
+            # a write it failed raises in the worker: the node's end is the fault's, in whichever attempt (a
+            # restart let its blame go, but the full disk held on)
+            tracker.result.fault = spec
         if not event.torn or not self.active or tracker is None or tracker.phase.final:
             return
         if fault is not None:
@@ -816,7 +820,7 @@ class Supervisor:
             self.force_at.clear()  # every node starts a new attempt: no grace set for the old one stands
             self.ranks_seen.clear()
             return
-        self.restarts.out_of_restarts(tracker, ending)
+        self.restarts.met_again(tracker, ending) or self.restarts.out_of_restarts(tracker, ending)
         if not tracker.log_open:
             self.finish(tracker)
 

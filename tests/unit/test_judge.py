@@ -408,6 +408,11 @@ def test_the_same_error_of_its_own_in_several_attempts_is_said_once_with_which(n
         failed.attempts = once
         assert repeated_error_line(failure, [failed]) == "", once
     failed.attempts = attempts
+    failed.fault = "disk-full:node1,path=ckpt.*@step=5..8"  # every attempt's error was the full disk's
+    assert repeated_error_line(failure, [failed]) == (
+        "  the same error ended attempts 1 and 3 of node1's workers: KeyError: 'momentum'; injected fault"
+        " disk-full:node1,path=ckpt.*@step=5..8 still held, and each attempt met it again")
+    failed.fault = ""
     assert repeated_error_line(None, [failed]) == ""
     assert repeated_error_line(replace(failure, node="node0"), [failed]) == ""  # the failing node's own attempts
 

@@ -162,6 +162,34 @@ def test_a_restart_restarts_every_node_and_opens_a_recovery(make_job, tmp_path):
                              " rejoins (1/3)"]
 
 
+def test_a_full_disk_that_ended_a_node_says_a_worker_raised_and_is_restarted_for_once(make_job, tmp_path):
+    """The trial: a full disk whose window the resumed steps never passed. Its node's container was
+    not killed (a rank's write failed, its worker raised, torchrun gave up), yet the restart said
+    it "died"; and a second restart would meet the same full disk again."""
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    dead = trackers[0]
+    full = "disk-full:node0,path=ckpt.*@step=5..8"
+    dead.result.fault, dead.exit_code = full, 1
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record, clock=lambda: 42.0,
+                           scope="all", store_host="rdzv-store")
+    assert policy.should_restart(dead, False)
+    policy.restart(dead, trackers, step=6)
+    assert recorder.said == [
+        f"node0's torchrun gave up (exit code 1): a worker raised under injected fault {full}; restarting every node"
+        f" so that it rejoins (1/3); {full} outlives a restart: where its end does not come first, the restarted"
+        " workers meet it again, and the job ends"]
+    dead.result.fault, dead.exit_code = full, 1  # its next write failed too: blamed again
+    assert not policy.should_restart(dead, False)
+    assert policy.met_again(dead, False) == policy.unrecovered == (
+        f"node0's torchrun gave up (exit code 1): a worker raised under injected fault {full} again, after a"
+        " restart: the fault outlives a restart and still holds, so another restart would meet it again; the job ends")
+    assert recorder.events[-1] == ("met-again", {"node": "node0", "cause": f"injected fault {full}"})
+    dead.result.fault = "kill:node0@step=9"  # another fault: restarted for as ever
+    assert policy.should_restart(dead, False) and policy.met_again(dead, False) == ""
+
+
 def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_job, tmp_path):
     """A review (session 112): a hung rank on node0 (no end), then kill:node1, restarted every
     node: only node1's fault was let go, and a stop later said node0's hung rank "still held" though

@@ -18,7 +18,7 @@ from orchestrate.node.storage_faults import EVENTS_FILE
 from orchestrate.outcome.events import read_events
 from orchestrate.outcome.summary import format_summary
 from tests.fakes import FakeDockerClient, Script
-from tests.unit.test_launcher import once_followed, progress_writer, run
+from tests.unit.test_launcher import once_followed, progress_writer, report, run
 
 NODE0, NODE1 = "ddp-test-run-node0-1", "ddp-test-run-node1-1"
 
@@ -92,6 +92,41 @@ def test_a_full_disk_is_blamed_from_its_step_said_and_its_node_left_to_fail_by_i
     assert "killing node0" not in text and [c for c in client.calls if c[0] == "kill" and c[1] == NODE0] == []
     assert {r.node.name: r.fault for r in outcome.results}["node0"] == fault  # blamed from its step
     assert outcome.failure.node == "node0"
+
+
+def test_a_full_disk_an_elastic_job_meets_again_after_its_restart_is_blamed_once_more_and_ends_it(make_run):
+    """The trial: a full disk whose window the resumed steps never passed. Its node's torchrun gave up
+    in each life; the restart let the fault's blame go, so the run ended blaming the worker's own
+    error, not the fault, and the summary said the same failed write once for every attempt."""
+    fault = "disk-full:node0@step=2..9"
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=(parse_fault(fault),))
+    client = FakeDockerClient()
+    failed = "rank 0's write to out.pt failed: no space left on device (ENOSPC)"
+
+    def said(times: int):
+        return lambda: job.out.getvalue().count(f"{fault}: {failed}") >= times
+
+    def save_on_the_full_disk() -> None:
+        progress_writer(job, 0, range(1, 4))()
+        met(job, "disk-full", "node0", 0, "out.pt")
+
+    raised = report(0, 0, exc="RuntimeError: [enforce fail at inline_container.cc:664] . unexpected pos 3712 vs 3664")
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(save_on_the_full_disk), after_when=said(1),
+                      after=raised, exit_code=1),
+               Script(["[0|0]:resumed"], then=lambda: met(job, "disk-full", "node0", 0, "out.pt"), after_when=said(2),
+                      after=raised, exit_code=1)],
+        node1=[Script(["[1|0]:training"], hang=True),
+               Script(["[1|0]:again"], after_when=lambda: "node0 failed" in job.out.getvalue(),
+                      after=["[1|0]:peer lost"], exit_code=1)])
+    gave_up = f"node0's torchrun gave up (exit code 1): a worker raised under injected fault {fault}"
+    assert f"{gave_up}; restarting every node so that it rejoins (1/3); {fault} outlives a restart" in text
+    assert f"{gave_up} again, after a restart: the fault outlives a restart and still holds" in text
+    assert [c for c in client.calls if c[0] == "restart" and c[1] == NODE0] == [("restart", NODE0)]  # once only
+    assert f"failed (injected fault {fault})" in outcome.failure.describe(), text  # (not the worker's own error)
+    assert f"fault injected: {fault} (" in format_summary(outcome)
+    assert format_summary(outcome).count(failed) == 1 and f"{failed}, 2 times" in format_summary(outcome)
 
 
 def test_faults_with_an_end_are_undone_and_their_blame_goes_with_them(make_run):
