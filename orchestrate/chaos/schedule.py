@@ -24,8 +24,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
 
-from orchestrate.config.fault_spec import (DEFAULT_DEGRADED_RATE_BITS, DEFAULT_SLOW_CPUS, STORE_TARGET, FaultAction,
-                                          FaultSpec, check_fault_levels)
+from orchestrate.config.fault_spec import (DEFAULT_DEGRADED_RATE_BITS, DEFAULT_SLOW_CPUS, STORE_FELT_S, STORE_TARGET,
+                                           FaultAction, FaultSpec, check_fault_levels)
 from orchestrate.config.link import LinkSpec
 from orchestrate.config.options import MIN_CPUS
 from orchestrate.errors import UsageError
@@ -57,10 +57,6 @@ def chaos_kind(kind: Union[ChaosKind, FaultAction]) -> ChaosKind:
 DEFAULT_KINDS = (ChaosKind(FaultAction.KILL), ChaosKind(FaultAction.RESTART), ChaosKind(FaultAction.PREEMPT))
 # How long a drawn fault that lasts (a pause, a straggler, a hung rank) lasts at most.
 LASTING_S = 10.0
-# How long a drawn pause or disconnect of the rendezvous store lasts at least: torch's c10d agents
-# call the store with a keep-alive every 5 s (its DynamicRendezvousHandler's keep_alive_interval), so
-# a shorter outage may fall between two calls and be felt by none.
-STORE_FELT_S = 5.0
 
 
 # The steps a drawn fault keeps before the undisturbed run's last, where the job is long enough: a

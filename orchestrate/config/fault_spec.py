@@ -59,6 +59,10 @@ DEFAULT_DEGRADED_RATE_BITS = parse_rate(DEFAULT_DEGRADED_RATE, "rate")
 DEFAULT_LOSSY_PCT = 1.0  # a lossy node's share of packets dropped, in percent
 # The target that names the run's own rendezvous store (``--rdzv-store container``), not a node.
 STORE_TARGET = "store"
+# How long a pause or disconnect of the rendezvous store lasts at least for the job to feel it: torch's
+# c10d agents call the store with a keep-alive every 5 s (its DynamicRendezvousHandler's
+# keep_alive_interval), so a shorter outage may fall between two calls and be felt by none.
+STORE_FELT_S = 5.0
 
 
 class FaultAction(str, Enum):
@@ -232,6 +236,25 @@ class FaultSpec:
         if self.until_step is not None:
             return step is not None and step >= self.until_step
         return self.until_seconds is not None and elapsed_s >= self.until_seconds
+
+
+def short_store_outage_note(fault: FaultSpec) -> str:
+    """For a pause or disconnect of the run's store with an end (pure): that one shorter than
+    :data:`STORE_FELT_S` may go unfelt, where its window in seconds is that short, or may be, where
+    its end is a step ("" for any other fault). ``chaos`` draws such outages 5 s long at least; a
+    ``run`` is told, as the trial's ``pause:store@step=3..8`` held 1.8 s and tested nothing."""
+    if not (fault.on_store and fault.action in (FaultAction.PAUSE, FaultAction.DISCONNECT) and fault.has_end):
+        return ""
+    felt = (f"less than the {STORE_FELT_S:g} s between the torchrun agents' keep-alive calls to the store, the job"
+            " may not feel it")
+    if fault.until_seconds is not None and fault.at_step is None:
+        out_s = fault.until_seconds - (fault.at_seconds or 0.0)
+        if out_s >= STORE_FELT_S:
+            return ""
+        return (f"{fault}: the store is out {out_s:g} s only: {felt}; give it an end {STORE_FELT_S:g} s or more after"
+                " its start")
+    return (f"{fault}: how long the store is out depends on how fast the steps go; if {felt} (the summary says how"
+            " long it held)")
 
 
 def parse_fault(text: str) -> FaultSpec:

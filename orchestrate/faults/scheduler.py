@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Collection, Optional, Sequence
 
-from orchestrate.config.fault_spec import FaultAction, FaultSpec
+from orchestrate.config.fault_spec import STORE_FELT_S, FaultAction, FaultSpec
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
 from orchestrate.faults.storage import STORAGE_REACH
@@ -87,7 +87,7 @@ class FaultScheduler:
         stopped: what they hold is let go first, and said)."""
         for fault, node in [(f, n) for f, n in self.lasting if which(f)]:
             self.lasting.remove((fault, node))
-            self.end(fault, node, elapsed_s)
+            self.end(fault, node, elapsed_s, early=True)
 
     @property
     def waiting(self) -> bool:
@@ -176,8 +176,10 @@ class FaultScheduler:
                     **anew_fields(fired.counted_anew), **({"rank": fault.rank} if fault.rank is not None else {}))
         return [fault]
 
-    def end(self, fault: FaultSpec, node: str, elapsed_s: float) -> None:
-        """Undo a lasting fault whose end has come; say so, or why it could not be undone."""
+    def end(self, fault: FaultSpec, node: str, elapsed_s: float, early: bool = False) -> None:
+        """Undo a lasting fault whose end has come (``early``: the run is being stopped first); say
+        so, or why it could not be undone. A store outage that ended as asked before the job could
+        feel it says so (:func:`unfelt_store_outage`), then and in the summary."""
         try:
             if self.undo is not None:
                 self.undo(fault, node)
@@ -185,9 +187,13 @@ class FaultScheduler:
             self.say(f"fault {fault} could not be ended: {describe(exc)}")
             self.record("fault-end-failed", node=node, spec=str(fault), error=str(exc)[:500])
             return
+        began_s = next((r.elapsed_s for r in self.fired if r.spec == str(fault) and r.ended_s is None), None)
         self.fired = [replace(r, ended_s=elapsed_s) if r.spec == str(fault) and r.ended_s is None else r
                       for r in self.fired]
-        self.say(f"fault ended: {fault} ({elapsed_s:.1f} s into the job)")
+        unfelt = unfelt_store_outage(fault, elapsed_s - began_s) if began_s is not None and not early else ""
+        self.say(f"fault ended: {fault} ({elapsed_s:.1f} s into the job){f': {unfelt}' if unfelt else ''}")
+        if unfelt:
+            self.note(fault, unfelt)
         self.record("fault-ended", node=node, spec=str(fault), action=fault.action.value)
 
     def note(self, fault: FaultSpec, detail: str, struck: str = "") -> None:
@@ -246,6 +252,17 @@ class FaultScheduler:
         self.say(f"no worker has reported a training step in {NO_PROGRESS_WARNING_S:.0f} s: {steps} cannot"
                  " fire; no optimizer stepped (its steps are counted), and the script reports none with"
                  " orchestrate.progress.report(step)")
+
+
+def unfelt_store_outage(fault: FaultSpec, held_s: float) -> str:
+    """For a pause or disconnect of the run's store that held less than
+    :data:`~orchestrate.config.fault_spec.STORE_FELT_S` (pure): that the job may not have felt it;
+    "" for any other fault, or one that held long enough."""
+    if not fault.on_store or fault.action not in (FaultAction.PAUSE, FaultAction.DISCONNECT) or held_s >= STORE_FELT_S:
+        return ""
+    return (f"the store was out {held_s:.1f} s only, less than the {STORE_FELT_S:g} s between the torchrun agents'"
+            " keep-alive calls to it, so the job may not have felt it and it tested nothing; give it an end"
+            f" {STORE_FELT_S:g} s or more after its start (chaos draws such outages so)")
 
 
 def said_once(details: Sequence[str]) -> str:

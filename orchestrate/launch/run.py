@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
+from orchestrate.config.fault_spec import short_store_outage_note
 from orchestrate.config.request import HostFacts, RunRequest, resolve_config
 from orchestrate.config.run_config import RunConfig
 from orchestrate.config.user_env import copy_env_notes, mask_assignments
@@ -181,6 +182,8 @@ class Run:
             for note in copy_env_notes(request.copy_env, self.host.environ):
                 self.say(note)
             for note in slurm_caveats(config, request.sbatch) if request.scheduler == "slurm" else []:
+                self.say(note)
+            for note in filter(None, (short_store_outage_note(fault) for fault in config.faults)):
                 self.say(note)
         return config
 

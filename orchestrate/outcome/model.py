@@ -230,7 +230,9 @@ class FaultRecord:
         at = ([f"at step {self.step}{anew_note(self.counted_anew)}"] if self.step is not None
               else ["before its first step"] if self.before_first_step else [])
         on = [f"on {self.node}"] if self.node and f":{self.node}" not in self.spec else []
-        until = ([f"until {self.ended_s:.1f} s"] if self.ended_s is not None
+        ended = self.ended_s is not None and self.elapsed_s is not None
+        held = f", held {(self.ended_s or 0.0) - (self.elapsed_s or 0.0):.1f} s" if ended else ""
+        until = ([f"until {self.ended_s:.1f} s{held}"] if self.ended_s is not None
                  else ["still held when the run was stopped"] if self.held_at_stop else [])
         said = ", ".join(when + at + on + until)
         did = f": {self.detail}" if self.detail else ""

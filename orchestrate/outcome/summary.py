@@ -84,10 +84,7 @@ def format_summary(outcome: RunResult) -> str:
     if t.unrecovered and not outcome.succeeded:
         lines.append(f"recovery: none: {t.unrecovered}")
     lines += restart_lines(outcome)
-    # what a fault did beyond its spec (the file a torn write cut, where, by which rank), or that
-    # it fell before the job's first step (then it tested no training), or still held at the stop
-    lines += [f"fault injected: {f.describe()}" for f in outcome.fired_faults
-              if f.detail or f.before_first_step or f.held_at_stop]
+    lines += fault_injected_lines(outcome)
     lines += fault_lines(outcome)
     lines += warning_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")
@@ -391,6 +388,15 @@ def restarted_line(counts: dict[str, int], nodes: int) -> str:
     return f"restarted in place: torchrun restarted the workers after a failure, {where}"
 
 
+def fault_injected_lines(outcome: RunResult) -> list[str]:
+    """Every fault that fired, each once: when, how long it held where it ended, what it did beyond
+    its spec (the file a torn write cut, a full disk's failed writes, a store outage too short to
+    be felt), that it fell before the job's first step (then it tested no training) or still held
+    at the stop. Until 2026-12-07 a fault with none of these was not said: a store pause too
+    short to be felt left no trace in the summary."""
+    return [f"fault injected: {f.describe()}" for f in outcome.fired_faults]
+
+
 def fault_lines(outcome: RunResult) -> list[str]:
     """The faults asked for that did not fire, with why (those that did are said as they fire)."""
     return [f"fault not fired: {f.describe()}" for f in outcome.unfired_faults]
@@ -451,8 +457,7 @@ def format_slurm_summary(outcome: RunResult) -> str:
     lines.append(f"bring-up {bring_up:.1f} s | job {outcome.timings.job_s:.1f} s")
     if slurm.restarts_in_place:  # within the job's tasks: Slurm's accounting does not see them
         lines.append(restarted_line(slurm.restarts_in_place, len(slurm.nodes)))
-    for fired in outcome.fired_faults:
-        lines.append(f"fault injected: {fired.describe()}")
+    lines += fault_injected_lines(outcome)
     lines += fault_lines(outcome)
     lines += warning_lines(outcome)
     lines.append(f"logs: {outcome.run_dir}")

@@ -310,6 +310,52 @@ def test_a_fault_that_fired_after_a_first_step_read_only_later_did_not_fall_befo
     assert disconnected.describe() == "disconnect:node1@t=7..11 (7.0 s into the job)"
 
 
+def test_every_fault_that_fired_is_in_the_summary_and_a_store_outage_too_short_to_be_felt_says_so(tmp_path):
+    """The trial: pause:store@step=3..8 paused the store 1.8 s, less than the 5 s between the agents'
+    keep-alive calls, and the summary said nothing of it (only a fault with more to say was listed)."""
+    specs = ("pause:store@step=3..8", "disconnect:store@step=3..9", "slow:node1,cpus=0.5@step=3..8",
+             "kill:node0@step=4")
+    scheduler, recorder = scheduler_of(tmp_path, *specs, undo=lambda fault, node: None)
+    scheduler.fire_due(124.0, 3)
+    scheduler.fire_due(125.0, 4)
+    scheduler.fire_due(125.8, 8)
+    scheduler.fire_due(130.0, 9)
+    unfelt = ("the store was out 1.8 s only, less than the 5 s between the torchrun agents' keep-alive calls to it,"
+              " so the job may not have felt it and it tested nothing; give it an end 5 s or more after its start"
+              " (chaos draws such outages so)")
+    assert f"fault ended: pause:store@step=3..8 (125.8 s into the job): {unfelt}" in recorder.said
+    assert "fault ended: slow:node1,cpus=0.5@step=3..8 (125.8 s into the job)" in recorder.said  # not the store
+    outcome = RunResult("r", tmp_path, [], Timings(job_s=130.0), faults=scheduler.records(131.0, 10, True))
+    assert [line for line in format_summary(outcome).splitlines() if line.startswith("fault injected")] == [
+        f"fault injected: pause:store@step=3..8 (124.0 s into the job, at step 3, until 125.8 s, held 1.8 s): {unfelt}",
+        "fault injected: disconnect:store@step=3..9 (124.0 s into the job, at step 3, until 130.0 s, held 6.0 s)",
+        "fault injected: slow:node1,cpus=0.5@step=3..8 (124.0 s into the job, at step 3, until 125.8 s, held 1.8 s)",
+        "fault injected: kill:node0@step=4 (125.0 s into the job, at step 4)"]
+    scheduler, recorder = scheduler_of(tmp_path, "pause:store@step=3..8", undo=lambda fault, node: None)
+    scheduler.fire_due(124.0, 3)
+    scheduler.end_early(lambda fault: fault.on_store, 125.0)  # a stop let it go: it was not asked to be short
+    assert recorder.said[-1] == "fault ended: pause:store@step=3..8 (125.0 s into the job)"
+    assert scheduler.fired[0].detail == ""
+
+
+def test_a_store_outage_that_may_be_too_short_to_be_felt_is_said_before_the_run(make_run):
+    from orchestrate.config.fault_spec import short_store_outage_note
+
+    felt = "less than the 5 s between the torchrun agents' keep-alive calls to the store, the job may not feel it"
+    assert short_store_outage_note(parse_fault("pause:store@t=2..4")) == (
+        f"pause:store@t=2..4: the store is out 2 s only: {felt}; give it an end 5 s or more after its start")
+    assert short_store_outage_note(parse_fault("disconnect:store@t=6..9.5")).startswith(
+        "disconnect:store@t=6..9.5: the store is out 3.5 s only")
+    assert short_store_outage_note(parse_fault("pause:store@step=3..8")) == (
+        f"pause:store@step=3..8: how long the store is out depends on how fast the steps go; if {felt} (the summary"
+        " says how long it held)")
+    for long_enough in ("pause:store@t=2..7", "pause:store@t=3", "pause:node1@t=2..3", "kill:store@t=2"):
+        assert short_store_outage_note(parse_fault(long_enough)) == "", long_enough
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", faults=(parse_fault("pause:store@t=1..2"),))
+    job.check()
+    assert "pause:store@t=1..2: the store is out 1 s only" in job.out.getvalue()
+
+
 def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first_step(tmp_path):
     recorder = Recorder()
     scheduler = FaultScheduler((parse_fault("partition:node0|node1@t=2..8"), parse_fault("pause:node1@t=9..10"),
@@ -319,14 +365,15 @@ def test_a_fault_timed_into_the_start_up_is_said_to_have_fallen_before_the_first
     assert len(scheduler.fire_due(9.5, 3)) == 1
     early, later, torn = marked_before_first_step(scheduler.records(20.0, 30, True), 30)
     assert early.before_first_step and early.describe() == \
-        "partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"
+        "partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s, held 7.0 s)"
     assert not later.before_first_step and later.describe() == "pause:node1@t=9..10 (9.5 s into the job, at step 3)"
     assert not torn.fired and not torn.before_first_step  # armed, but it cut no file: it did not fire
     # a job that never reports a step: nothing is known of its steps, and nothing is said of them
     assert not any(r.before_first_step for r in marked_before_first_step(scheduler.records(20.0, None, False), None))
     outcome = RunResult("r", tmp_path, [], Timings(job_s=20.0), faults=[early, later, torn])
     assert [line for line in format_summary(outcome).splitlines() if line.startswith("fault injected")] == [
-        "fault injected: partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s)"]
+        "fault injected: partition:node0|node1@t=2..8 (2.5 s into the job, before its first step, until 9.5 s, held"
+        " 7.0 s)", "fault injected: pause:node1@t=9..10 (9.5 s into the job, at step 3)"]  # every one that fired
 
 
 def test_a_fault_that_cannot_be_injected_is_said_recorded_and_still_releases_its_step(tmp_path):
@@ -400,7 +447,8 @@ def test_a_step_fault_in_an_attempt_that_counts_its_steps_from_1_again_says_so(t
     anew = (" of the attempt after injected fault kill:node1@step=7, counted from 1 again: no rank said where it"
             " resumed (an optimizer without a step count, or a script that started over)")
     assert killed.describe() == f"kill:node0@step=10 (40.0 s into the job, at step 10{anew})"
-    assert paused.describe() == f"pause:node1@t=30..31 (30.0 s into the job, at step 3{anew}, until 40.0 s)"
+    assert paused.describe() == (f"pause:node1@t=30..31 (30.0 s into the job, at step 3{anew}, until 40.0 s, held"
+                                 " 10.0 s)")
     second = Recovery("node0", "injected fault kill:node0@step=10", 2.0, *watch.step_said()[:1],
                       counted_anew=watch.step_said()[1])
     assert second.describe() == f"node0 rejoined after injected fault kill:node0@step=10: last step before it 10{anew}"

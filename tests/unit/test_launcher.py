@@ -1153,8 +1153,9 @@ def test_a_ctrl_c_while_a_pause_without_an_end_holds_a_node_says_the_fault_still
     assert outcome.interrupted, text
     assert {f.spec: f.held_at_stop for f in outcome.fired_faults} == {"pause:node1": True, "disconnect:node2": False}
     said = [line for line in format_summary(outcome).splitlines() if line.startswith("fault injected: ")]
-    assert len(said) == 1 and said[0].startswith("fault injected: pause:node1 (") and said[0].endswith(
+    assert len(said) == 2 and said[0].startswith("fault injected: pause:node1 (") and said[0].endswith(
         " s into the job, still held when the run was stopped)"), said
+    assert said[1].startswith("fault injected: disconnect:node2 (") and "held" not in said[1], said
 
 
 def test_a_ctrl_c_says_a_fault_with_an_end_held_only_on_a_node_still_running(make_run):

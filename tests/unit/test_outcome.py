@@ -1121,7 +1121,10 @@ def test_a_job_that_succeeded_after_torchrun_restarted_its_workers_says_so_with_
     slowed = FaultRecord("slow:node1@t=2", "node1", elapsed_s=2.0)  # strikes no worker: not the cause
     lines = format_summary(outcome(results, faults=[slowed, killed])).splitlines()
     at = lines.index("restarted in place: torchrun restarted the workers after a failure, 2 times on node1")
-    assert lines[at + 1:at + 3] == ["  after injected fault kill-rank:1@step=5 on node1", "logs: /tmp/runs/run-1"]
+    assert lines[at + 1:at + 5] == ["  after injected fault kill-rank:1@step=5 on node1",
+                                    "fault injected: slow:node1@t=2 (2.0 s into the job)",
+                                    "fault injected: kill-rank:1@step=5 (4.0 s into the job, at step 5, on node1)",
+                                    "logs: /tmp/runs/run-1"]
     # a hung worker on node1 times out its peer on node0, whose error is the one in the logs: the fault comes first
     results[0].restarts_in_place, results[1].restarts_in_place = 1, 0
     results[0].attempts = [AttemptError(1, 0, "RuntimeError: Timed out waiting 15000ms for recv operation", own=True)]
