@@ -6,6 +6,7 @@ from typing import Callable, Optional
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
+from orchestrate.config.fault_spec import FaultAction
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.outcome.model import DEATH, Recovery, anew_fields
@@ -30,11 +31,13 @@ def death_cause(dead: NodeTracker) -> str:
 def how_it_ended(dead: NodeTracker) -> str:
     """``node0 died (injected fault kill:node0@step=4)`` where its container was killed, stopped or
     ended with no exit code; else its torchrun gave up (pure): ``node0's torchrun gave up (exit
-    code 1): a worker raised under injected fault disk-full:node0`` (a full disk kills no
-    container: a rank's write fails, its worker raises, and torchrun's restarts in place run out)."""
+    code 1): a rank's write failed and its worker raised under injected fault disk-full:node0`` (a
+    full disk kills no container: torchrun's restarts in place run out)."""
     if dead.exit_code in DEATH_EXIT_CODES:
         return f"{dead.name} died ({death_cause(dead)})"
-    return f"{dead.name}'s torchrun gave up (exit code {dead.exit_code}): a worker raised under {death_cause(dead)}"
+    full_disk = bool(dead.result.fault) and action_of(dead.result.fault) is FaultAction.DISK_FULL
+    what = "a rank's write failed and its worker raised" if full_disk else "its workers failed"
+    return f"{dead.name}'s torchrun gave up (exit code {dead.exit_code}): {what} under {death_cause(dead)}"
 
 
 def outlives_a_restart(fault: str) -> bool:

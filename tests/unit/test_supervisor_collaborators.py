@@ -176,18 +176,21 @@ def test_a_full_disk_that_ended_a_node_says_a_worker_raised_and_is_restarted_for
                            scope="all", store_host="rdzv-store")
     assert policy.should_restart(dead, False)
     policy.restart(dead, trackers, step=6)
+    gave_up = "node0's torchrun gave up (exit code 1): a rank's write failed and its worker raised under injected fault"
     assert recorder.said == [
-        f"node0's torchrun gave up (exit code 1): a worker raised under injected fault {full}; restarting every node"
-        f" so that it rejoins (1/3); {full} outlives a restart: where its end does not come first, the restarted"
-        " workers meet it again, and the job ends"]
+        f"{gave_up} {full}; restarting every node so that it rejoins (1/3); {full} outlives a restart: where its end"
+        " does not come first, the restarted workers meet it again, and the job ends"]
     dead.result.fault, dead.exit_code = full, 1  # its next write failed too: blamed again
     assert not policy.should_restart(dead, False)
     assert policy.met_again(dead, False) == policy.unrecovered == (
-        f"node0's torchrun gave up (exit code 1): a worker raised under injected fault {full} again, after a"
-        " restart: the fault outlives a restart and still holds, so another restart would meet it again; the job ends")
+        f"{gave_up} {full} again, after a restart: the fault outlives a restart and still holds, so another restart"
+        " would meet it again; the job ends")
     assert recorder.events[-1] == ("met-again", {"node": "node0", "cause": f"injected fault {full}"})
-    dead.result.fault = "kill:node0@step=9"  # another fault: restarted for as ever
+    dead.result.fault = "kill-rank:0@step=9"  # another fault: restarted for as ever, its workers said to have failed
     assert policy.should_restart(dead, False) and policy.met_again(dead, False) == ""
+    policy.restart(dead, trackers, step=9)
+    assert recorder.said[-1] == ("node0's torchrun gave up (exit code 1): its workers failed under injected fault"
+                                 " kill-rank:0@step=9; restarting every node so that it rejoins (2/3)")
 
 
 def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_job, tmp_path):

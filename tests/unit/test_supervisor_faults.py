@@ -120,7 +120,8 @@ def test_a_full_disk_an_elastic_job_meets_again_after_its_restart_is_blamed_once
         node1=[Script(["[1|0]:training"], hang=True),
                Script(["[1|0]:again"], after_when=lambda: "node0 failed" in job.out.getvalue(),
                       after=["[1|0]:peer lost"], exit_code=1)])
-    gave_up = f"node0's torchrun gave up (exit code 1): a worker raised under injected fault {fault}"
+    gave_up = (f"node0's torchrun gave up (exit code 1): a rank's write failed and its worker raised under injected"
+               f" fault {fault}")
     assert f"{gave_up}; restarting every node so that it rejoins (1/3); {fault} outlives a restart" in text
     assert f"{gave_up} again, after a restart: the fault outlives a restart and still holds" in text
     assert [c for c in client.calls if c[0] == "restart" and c[1] == NODE0] == [("restart", NODE0)]  # once only
