@@ -168,3 +168,123 @@ def test_an_attempt_that_took_one_step_reports_it_when_the_process_ends(monkeypa
     own.after_step(Optimizer())
     own.flush()
     assert said_by_own == []
+
+
+class Gradient:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def any(self) -> bool:
+        return self.value != 0.0
+
+
+class Weight:
+    def __init__(self, grad: float = 0.0) -> None:
+        self.grad = Gradient(grad)
+
+
+class Adam:
+    """torch's Adam as the counter sees it: its state's carried ``step``, its parameters'
+    gradients, and its ``state_dict()`` and ``load_state_dict()`` hooks (torch calls the first
+    before it makes the dict, the second after it loaded one)."""
+
+    def __init__(self, grad: float = 0.1) -> None:
+        self.weight = Weight(grad)
+        self.param_groups = [{"lr": 0.01, "params": [self.weight]}]
+        self.state: dict = {}
+        self.before_state_dict: list = []
+        self.after_load: list = []
+
+    def register_state_dict_pre_hook(self, hook) -> None:
+        self.before_state_dict.append(hook)
+
+    def register_load_state_dict_post_hook(self, hook) -> None:
+        self.after_load.append(hook)
+
+    def step(self, count: StepCounter) -> None:
+        count.before_step(self)
+        self.state.setdefault("weight", {"step": FloatTensor(0.0)})
+        self.state["weight"]["step"] = FloatTensor(self.state["weight"]["step"].item() + 1)
+        count.after_step(self)
+
+    def state_dict(self) -> dict:
+        for hook in self.before_state_dict:
+            hook(self)
+        return self.state  # (torch's holds the same tensors: a dcp.load into it loads in place)
+
+    def load_state_dict(self, step: float) -> None:
+        self.state = {"weight": {"step": FloatTensor(step)}}
+        for hook in self.after_load:
+            hook(self)
+
+
+def counted_with(weights: list) -> tuple[StepCounter, list]:
+    """A counter whose parameters' sum is ``weights[0]``: a step changes the parameters where the
+    test changes it."""
+    said: list = []
+    return StepCounter(lambda s, _, m: said.append(("step", s)), lambda s, _: said.append(("resumed", s)),
+                       lambda: False, parameters_sum=lambda optimizer: weights[0]), said
+
+
+def test_a_zero_gradient_warm_up_that_changes_nothing_is_not_counted_and_the_load_after_it_says_the_resume():
+    # a user's DCP resume: one step with zero gradients creates Adam's state (lr 0.01, not 0: it
+    # changes nothing all the same), then dcp.load fills it in place (step 3) and load_state_dict
+    # loads it. Counted, the warm-up was step 1 and the resume was not seen: "resumed from step 2"
+    for load_in_place in (False, True):
+        count, said = counted_with([5.0])
+        adam = Adam(grad=0.0)
+        adam.step(count)  # the warm-up: every gradient zero, the parameters as they were
+        if load_in_place:
+            adam.state_dict()["weight"]["step"] = FloatTensor(3.0)  # dcp.load into it
+        else:
+            adam.load_state_dict(3.0)
+        adam.weight.grad = Gradient(0.2)
+        for _ in range(3):
+            adam.step(count)
+        assert said == [("resumed", 3), ("step", 4), ("step", 5), ("step", 6)], load_in_place
+
+
+def test_a_warm_up_that_changed_the_parameters_counts_until_a_load_says_where_the_job_resumed():
+    # AdamW's weight decay changes the parameters even at zero gradients: the warm-up counts, held
+    # as a first step is; the load after it moves the carried count to 3, and the held step is dropped
+    weights = [5.0]
+    count, said = counted_with(weights)
+    adamw = Adam(grad=0.0)
+    count.before_step(adamw)
+    weights[0] = 4.99  # decayed
+    adamw.state["weight"] = {"step": FloatTensor(1.0)}
+    count.after_step(adamw)
+    assert said == []
+    adamw.load_state_dict(3.0)
+    adamw.weight.grad = Gradient(0.2)
+    adamw.step(count)
+    assert said == []  # the job's first step here: held until the second, as a first is
+    adamw.step(count)
+    assert said == [("resumed", 3), ("step", 4), ("step", 5)]
+
+
+def test_a_save_is_no_load_and_a_warm_up_on_a_fresh_start_leaves_the_count_at_the_jobs():
+    count, said = counted_with([5.0])
+    adam = Adam(grad=0.0)
+    adam.step(count)  # a warm-up on a fresh start too: no load follows it
+    adam.weight.grad = Gradient(0.2)
+    for step in range(1, 7):
+        adam.step(count)
+        if step % 3 == 0:
+            adam.state_dict()  # a save: its carried count (one ahead of the job's: the warm-up) moved by the step
+    assert said == [("step", s) for s in range(1, 7)]
+    # a load of an earlier save in the same process goes back: counted on, the job's steps in order
+    adam.load_state_dict(2.0)
+    adam.step(count)
+    assert said[-1] == ("step", 7)
+
+
+def test_a_step_with_gradients_is_never_summed_and_a_counted_optimizer_never_again():
+    sums: list = []
+    count = StepCounter(lambda s, _, m: None, lambda s, _: None, lambda: False,
+                        parameters_sum=lambda optimizer: sums.append(1) or 5.0)
+    adam = Adam(grad=0.3)
+    adam.step(count)
+    adam.weight.grad = Gradient(0.0)  # a zero-gradient step later in training: a step of the job
+    adam.step(count)
+    assert sums == [] and count.counts[id(adam)] == 2

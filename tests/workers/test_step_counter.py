@@ -2,6 +2,7 @@
 optimizer's steps onto the progress channel, and a script that reports its own is left alone."""
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from pathlib import Path
@@ -67,3 +68,56 @@ def test_a_dcp_resume_with_adam_is_told_by_the_carried_step_and_a_fresh_adam_cou
     forgot = run_hooked(tmp_path, script, "--steps", "9", "--startup", "0", "--sleep", "0", "--forget-optimizer")
     assert [r["step"] for r in forgot[0] if "step" in r] == [1, 2, 3, 4, 5, 6]
     assert not any("resumed" in r for r in forgot[0])
+
+
+@pytest.mark.parametrize("optimizer_kind", ["Adam", "AdamW"])
+def test_a_resume_that_warms_adam_up_then_loads_into_it_is_told_by_the_carried_step_of_the_load(optimizer_kind):
+    # A user's DCP resume (a trial's dcp_train.py): one optimizer step with zero gradients creates
+    # Adam's state, then dcp.load fills what state_dict() returned in place, or load_state_dict
+    # loads a save. The warm-up (lr 0.01) was counted as step 1 and the load's step 3 never read:
+    # chaos said "resumed from step 2: 4 step(s) redone" where the script redid 3. AdamW's decay
+    # changes the parameters at zero gradients: that warm-up counts until the load replaces it.
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    from orchestrate.node.step_counter import StepCounter
+
+    def train(optimizer, steps: int) -> None:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            optimizer.step()
+
+    def warm_up(optimizer) -> None:
+        for parameter in model.parameters():
+            parameter.grad = torch.zeros_like(parameter)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    make = getattr(torch.optim, optimizer_kind)
+    first = make(model.parameters(), lr=0.01)
+    train(first, 3)  # before the counter: the save of step 3
+    for load in ("load_state_dict", "in place"):
+        saved = copy.deepcopy(first.state_dict())  # (a load keeps its tensors: the steps after move them)
+        said: list = []
+        count = StepCounter(lambda s, _, m: said.append(("step", s)), lambda s, _: said.append(("resumed", s)),
+                            lambda: False)
+        handles = [register_optimizer_step_pre_hook(count.before_step),
+                   register_optimizer_step_post_hook(count.after_step)]
+        try:
+            resumed = make(model.parameters(), lr=0.01)
+            warm_up(resumed)
+            if load == "load_state_dict":
+                resumed.load_state_dict(saved)
+            else:  # dcp.load into resumed.state_dict(): its tensors are the optimizer's own
+                for key, state in resumed.state_dict()["state"].items():
+                    for name, value in state.items():
+                        value.copy_(saved["state"][key][name])
+            train(resumed, 3)
+            count.flush()
+        finally:
+            for handle in handles:
+                handle.remove()
+        assert said == [("resumed", 3), ("step", 4), ("step", 5), ("step", 6)], (optimizer_kind, load)
