@@ -213,6 +213,8 @@ class Strike:
             by ``torch.save`` (where that was a temporary file renamed onto the save, the save), or a
             directory ``dcp.save`` wrote, whichever was said last; "" for none.
         saved_by: What saved ``torch_save``: ``torch.save`` or ``dcp.save``.
+        next_counted: The next attempt's steps were counted by the workers' start-up hook: numbered
+            by the optimizer's count (its carried step), not by the script.
     """
 
     spec: str
@@ -230,6 +232,7 @@ class Strike:
     loaded: Optional[tuple[Load, ...]] = None
     torch_save: str = ""
     saved_by: str = TORCH_SAVE
+    next_counted: bool = False
 
     @property
     def after_a_save(self) -> bool:
@@ -297,7 +300,10 @@ class Strike:
         more = f" (+{len(self.saved) - 1} more)" if len(self.saved) > 1 else ""
         return f"yes: {self.named_save}{more}"
 
-    def describe_next(self) -> str:
+    def describe_next(self, skipped: int = 0) -> str:
+        """The row's *next attempt*; ``skipped``: the undisturbed run's steps the verdict says the
+        job never did after this resume (said beside those redone, so that the row does not read as
+        a clean resume), numbered as the optimizer counts them where its steps were counted."""
         if not self.restarted:  # (a fault that ends its attempt, whose next ones reported no step: they failed early)
             return "no new attempt" if lasts(self.spec) else "no new attempt reported a step"
         if self.resumed_from is None:
@@ -311,7 +317,14 @@ class Strike:
         if self.resumed_from == 0:
             return f"restarted from the beginning{redone}"
         loaded = f" ({describe_loads(self.loaded_saves)})" if self.loaded_saves else ""
+        if skipped:
+            redone = (f": {'?' if self.redone is None else self.redone} step(s) redone, {skipped} skipped"
+                      + (f" ({OPTIMIZERS_COUNT})" if self.next_counted else ""))
         return f"resumed from step {self.resumed_from}{loaded}{redone}"
+
+
+# Whose numbering a counted attempt's steps are in, where a script's own may differ (a loop that skipped a step).
+OPTIMIZERS_COUNT = "steps by the optimizer's count"
 
 
 def describe_loads(loads: list[Load]) -> str:
@@ -375,7 +388,8 @@ def strikes(faults: list[FaultRecord], attempts: list[Attempt], writes: Optional
                              reached if fault.struck_time is not None else None, kept[-1] if kept else None,
                              cut_save=cut or "",
                              loaded=None if loads is None else tuple(l for l in loads if at < l.time <= until),
-                             torch_save=torch_save, saved_by=saved_by))
+                             torch_save=torch_save, saved_by=saved_by,
+                             next_counted=after is not None and after.counted))
     return result
 
 

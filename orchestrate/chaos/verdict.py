@@ -80,6 +80,13 @@ FLOAT_NOISE = 1e-5
 # How many of a verdict's reasons its repr shows (what a failed ``assert verdict.holds`` shows).
 REASONS_SHOWN = 2
 
+# What a trial whose compared files differ says where --compare-steps was not given: it would say where they began to.
+COMPARE_STEPS_HINT = ("--compare-steps (ddp_cluster.chaos: compare_steps=True) compares the parameters, or the"
+                      " metrics the ranks report, with the undisturbed run's at every step and names the first"
+                      " step they differ at: where that is the first step after a resume, what the resume restored"
+                      " (the optimizer's state, the data order, the random state) is not what the undisturbed run"
+                      " had there")
+
 # What a verdict that holds cannot say where no file or step was compared.
 NOTHING_COMPARED = ("where it ended was not compared with the undisturbed run (--compare FILE, --compare-steps"
                     " compare what it saved or reported)")
@@ -185,7 +192,9 @@ class ChaosVerdict(Verdict):
             reasons.append(self.steps.describe())
         skipped = self.steps_skipped
         if skipped:
-            reasons.append(f"the job ended at step {self.ended_at_step}, the undisturbed run at step"
+            resume = self.skipping_resume
+            counted = " by its optimizer's count" if resume is not None and resume.next_counted else ""
+            reasons.append(f"the job ended at step {self.ended_at_step}{counted}, the undisturbed run at step"
                            f" {self.facts.last_step if self.facts else '?'}: {skipped} step(s) it did were never done"
                            f" under the faults ({self.describe_skipping_resume()})")
         reasons += [resume_never_ran(s) for s in self.strikes if s.resume_skipped]
@@ -318,18 +327,27 @@ class ChaosVerdict(Verdict):
         by what it saved or reported, not only by its attempts' numbering."""
         return bool(self.comparisons) or self.steps is not None
 
+    @property
+    def skipping_resume(self) -> Optional[Strike]:
+        """The resume the steps skipped are put down to: the last (None: no fault was followed by one)."""
+        resumes = [s for s in self.strikes if s.restarted and s.resumed_from]
+        return resumes[-1] if resumes else None
+
     def describe_skipping_resume(self) -> str:
         """What the last resume did, as the records allow: where it resumed from, the steps it
-        did after that, and how many the undisturbed run did after that step."""
+        did after that, and how many the undisturbed run did after that step; where its steps were
+        counted, that a script's own numbering ran ahead of the optimizer's by the steps it skipped."""
         last = self.facts.last_step if self.facts else None
-        resumes = [s for s in self.strikes if s.restarted and s.resumed_from]
-        if not resumes or last is None or self.ended_at_step is None:
+        resume = self.skipping_resume
+        if resume is None or last is None or self.ended_at_step is None:
             return "a resume went on past the step it restored"
-        resume = resumes[-1]
         after = self.ended_at_step - resume.resumed_from
+        numbering = (f"; such a loop numbers its steps {self.steps_skipped} ahead of the optimizer's count from the"
+                     f" resume on, so the last it prints is step {self.ended_at_step + self.steps_skipped}"
+                     if resume.next_counted else "")
         return (f"after {resume.spec} it resumed from step {resume.resumed_from} and did {after} step(s) more, where"
                 f" the undisturbed run did {last - resume.resumed_from} after step {resume.resumed_from}: a resume"
-                " went on past the step it restored, as a loop from the saved step + 2 does")
+                f" went on past the step it restored, as a loop from the saved step + 2 does{numbering}")
 
     @property
     def steps_overran(self) -> int:
@@ -374,7 +392,9 @@ class ChaosVerdict(Verdict):
             if strike is None:
                 rows.append((spec, at, "-", "-", "-"))
             else:
-                rows.append((spec, at, strike.describe_struck(), strike.describe_saved(), strike.describe_next()))
+                skipped = self.steps_skipped if strike is self.skipping_resume else 0
+                rows.append((spec, at, strike.describe_struck(), strike.describe_saved(),
+                             strike.describe_next(skipped)))
         return rows
 
     def format(self) -> str:
@@ -403,6 +423,8 @@ class ChaosVerdict(Verdict):
                          f" | {time_lost(self.disturbed.timings.job_s, self.reference.timings.job_s)}")
         for comparison in self.comparisons:
             lines.append(f"compared {comparison.describe()}")
+        if self.steps is None and any(not c.equal and not c.problem for c in self.comparisons):
+            lines.append(f"hint: {COMPARE_STEPS_HINT}")  # once, however many files differ
         if self.not_compared:
             lines.append(f"not compared: {listed(list(self.not_compared), 3)}: the job did not complete under the"
                          " faults, so it did not end where the undisturbed run ended (what it left is not compared)")

@@ -18,7 +18,7 @@ from orchestrate.chaos.compare import COMPARE_SCRIPT, compare_files
 from orchestrate.chaos.schedule import DEFAULT_KINDS, ChaosKind, Reference, draw_schedule, parse_kinds
 from orchestrate.chaos.attempts import Strike, attempts_of, steps_redone, strikes
 from orchestrate.chaos.step_metrics import StepsComparison, compare_step_metrics
-from orchestrate.chaos.verdict import ChaosResult, ChaosVerdict, FileComparison, resume_never_ran
+from orchestrate.chaos.verdict import COMPARE_STEPS_HINT, ChaosResult, ChaosVerdict, FileComparison, resume_never_ran
 from orchestrate.config.fault_spec import FaultAction
 from orchestrate.errors import UsageError
 from orchestrate.node import compare_tensors
@@ -639,6 +639,8 @@ def test_a_resume_that_skipped_steps_does_not_hold_and_the_steps_done_are_the_at
                                 " did 13 step(s) more, where the undisturbed run did 18 after step 12: a resume went"
                                 " on past the step it restored, as a loop from the saved step + 2 does)"]
     assert "| steps redone 0 (26 done against 30 undisturbed) |" in verdict.format()
+    # its row says the steps skipped beside those redone (the script's own numbering: no word on whose)
+    assert verdict.fault_rows()[0][4] == "resumed from step 12: 4 step(s) redone, 5 skipped"
     # one that ended where the undisturbed run ended, or whose end is not known, is not held to it
     assert verdict_of(make_job, tmp_path, [strike()], steps_done=33, ended_at_step=30).status == "HOLDS"
     assert verdict_of(make_job, tmp_path, [strike()], steps_done=26).status == "HOLDS"
@@ -680,12 +682,50 @@ def test_a_resume_that_skipped_the_step_after_its_save_and_redid_one_never_holds
     assert (done, verdict.ended_at_step, verdict.steps_redone, verdict.steps_skipped) == (40, 39, 1, 1)
     assert verdict.status == "DOES NOT HOLD" and verdict.exit_code == 1
     assert verdict.failures == [
-        "the job ended at step 39, the undisturbed run at step 40: 1 step(s) it did were never done under the"
-        " faults (after kill:node0@step=19 it resumed from step 18 and did 21 step(s) more, where the undisturbed run"
-        " did 22 after step 18: a resume went on past the step it restored, as a loop from the saved step + 2 does)"]
-    # the row and the summary agree on the steps redone
+        "the job ended at step 39 by its optimizer's count, the undisturbed run at step 40: 1 step(s) it did were"
+        " never done under the faults (after kill:node0@step=19 it resumed from step 18 and did 21 step(s) more, where"
+        " the undisturbed run did 22 after step 18: a resume went on past the step it restored, as a loop from the"
+        " saved step + 2 does; such a loop numbers its steps 1 ahead of the optimizer's count from the resume on, so"
+        " the last it prints is step 40)"]
+    # the row and the summary agree on the steps redone, and the row does not read as a clean resume: the
+    # steps skipped, in the verdict's numbering, which is the optimizer's (the script printed steps 20 to 40)
     text = verdict.format()
-    assert "resumed from step 18: 1 step(s) redone" in text and "| steps redone 1 (40 done against 40 undisturbed) |" in text
+    assert ("resumed from step 18: 1 step(s) redone, 1 skipped (steps by the optimizer's count)" in text
+            and "| steps redone 1 (40 done against 40 undisturbed) |" in text)
+
+
+def test_a_resume_that_redid_nothing_and_skipped_a_step_has_a_row_that_does_not_read_as_clean(make_job, tmp_path):
+    # a trial's ckpt_train.py --bug off-by-one: saved step 6, killed at step 6, its loop went on from step 8; Adam's
+    # count numbers that attempt 7 to 23. The row said "resumed from step 6 (...): 0 step(s) redone" under a
+    # verdict that said a step was never done: it read as a clean resume
+    from orchestrate.chaos.attempts import ended_at
+    records = (steps(0, "a", range(1, 7), 101.0) + [ProgressRecord(0, 121.0, resumed=6, attempt="b")]
+               + steps(0, "b", range(7, 24), 121.0))
+    attempts = attempts_of(records, reference_steps=24, completed=True)
+    kill = fired("kill:node1@step=6", 107.5, 6)
+    struck = strikes([kill], attempts, [WrittenFile("ckpt.pt", 103.5)])
+    verdict = ChaosVerdict(0, result(make_job, tmp_path, run_id="ref"),
+                           result(make_job, tmp_path, faults=[kill], run_id="dis"), [kill.spec],
+                           facts=Reference(24, 13.0, "ckpt.pt", 1.0, 4), strikes=struck,
+                           steps_redone=steps_redone(attempts, 24, struck), steps_done=sum(a.count for a in attempts),
+                           ended_at_step=ended_at(attempts, records))
+    assert (verdict.steps_redone, verdict.ended_at_step, verdict.steps_skipped) == (0, 23, 1)
+    assert verdict.fault_rows()[0][4] == "resumed from step 6: 0 step(s) redone, 1 skipped (steps by the optimizer's count)"
+    assert verdict.failures[0].startswith("the job ended at step 23 by its optimizer's count, the undisturbed run at"
+                                          " step 24: 1 step(s) it did were never done under the faults")
+    assert verdict.failures[0].endswith("numbers its steps 1 ahead of the optimizer's count from the resume on, so the"
+                                        " last it prints is step 24)")
+    # a fault before it, which the job resumed after cleanly, keeps its clean row: the skip is the last resume's
+    earlier = fired("kill:node1@step=3", 95.0, 3)
+    records = (steps(0, "z", range(1, 4), 90.0) + [ProgressRecord(0, 100.5, resumed=3, attempt="a")]
+               + steps(0, "a", range(4, 7), 101.0) + records[6:])
+    attempts = attempts_of(records, reference_steps=24, completed=True)
+    both = strikes([earlier, kill], attempts, [WrittenFile("ckpt.pt", 92.5)])
+    two = replace(verdict, schedule=[earlier.spec, kill.spec], strikes=both,
+                  disturbed=result(make_job, tmp_path, faults=[earlier, kill], run_id="dis2"))
+    assert [row[4] for row in two.fault_rows()] == [
+        "resumed from step 3: 0 step(s) redone",
+        "resumed from step 6: 0 step(s) redone, 1 skipped (steps by the optimizer's count)"]
 
 
 def test_an_attempts_step_is_the_jobs_once_its_start_is_known():
@@ -700,7 +740,7 @@ def test_each_strike_is_read_whole_with_what_is_not_known_said_so():
     # counted steps: the second attempt's start is not known (the job did not complete)
     attempts = attempts_of(steps(0, "a", range(1, 7), 101.0) + steps(0, "b", range(1, 5), 111.0), 10)
     [kill] = strikes([fired("kill:node1@step=6", 106.5, 6)], attempts, None)  # the work directory not followed
-    assert kill == Strike("kill:node1@step=6", 6.5, 6, 6, 5.5, None, True, None, None)
+    assert kill == Strike("kill:node1@step=6", 6.5, 6, 6, 5.5, None, True, None, None, next_counted=True)
     assert (kill.describe_struck(), kill.describe_saved()) == ("6 step(s), 5.5 s training", "unknown")
     assert kill.describe_next() == ("started from a step not known (its steps were counted from 1 and no rank said where"
                                     " it resumed: an optimizer that carries no step count, or one whose state was not"
@@ -1121,6 +1161,26 @@ def verdict_of(make_job, tmp_path, strikes=(), **options) -> ChaosVerdict:
                         result(make_job, tmp_path, faults=[KILL], job_s=41.5, run_id="dis"), [KILL.spec],
                         [FileComparison("final.pt", "tensors", True, 0.0, "w")],
                         facts=Reference(30, 30.0, "ckpt.pt", 3.0, 4), strikes=list(strikes), steps_redone=3, **options)
+
+
+def test_files_that_differ_without_compare_steps_say_once_what_compare_steps_would_tell(make_job, tmp_path):
+    # a trial's forgotten optimizer with --compare final.pt alone said only "final.pt: differs (...)", where
+    # --compare-steps names the first step after the resume as where the runs part
+    differs = [FileComparison("final.pt", "tensors", False, 0.173, "0.weight"),
+               FileComparison("log.txt", "bytes", False)]
+    verdict = replace(verdict_of(make_job, tmp_path, [strike()]), comparisons=differs)
+    hints = [line for line in verdict.format().splitlines() if line.startswith("hint: ")]
+    assert hints == ["hint: --compare-steps (ddp_cluster.chaos: compare_steps=True) compares the parameters, or the"
+                     " metrics the ranks report, with the undisturbed run's at every step and names the first step"
+                     " they differ at: where that is the first step after a resume, what the resume restored (the"
+                     " optimizer's state, the data order, the random state) is not what the undisturbed run had there"]
+    lines = verdict.format().splitlines()
+    assert lines.index(hints[0]) == lines.index("compared log.txt: differs (bytes)") + 1  # under the comparisons
+    # not where steps were compared (they say it), where the files match, or where one was not there to compare
+    assert "hint: " not in replace(verdict, steps=StepsComparison(0)).format()
+    assert "hint: " not in verdict_of(make_job, tmp_path, [strike()]).format()
+    missing = FileComparison("final.pt", "bytes", False, problem="the run with faults did not write it")
+    assert "hint: " not in replace(verdict, comparisons=[missing]).format()
 
 
 def test_a_run_with_faults_faster_than_the_undisturbed_one_lost_no_time_and_says_so_not_a_negative_loss(
@@ -2076,6 +2136,7 @@ def test_trials_that_did_not_hold_are_each_said_with_their_seed_under_the_checks
         "  -                -",
         "recoveries 0 | steps redone - | time lost +1.0 s (job 31.0 s against 30.0 s undisturbed)",
         "compared final.pt: differs (tensors; largest difference 0.25)",
+        f"hint: {COMPARE_STEPS_HINT}",
         f"runs: undisturbed {tmp_path / 'ref'}, with faults {tmp_path / 'dis2'}",
         "VERDICT DOES NOT HOLD:",
         "  fault restart:node0@step=40 did not fire: the workers never reached step 40",
