@@ -3552,6 +3552,28 @@ MUTANTS = [
            "orchestrate/node/step_counter.py",
            "            self.held.clear()\n            self.started = False", "            self.held.clear()",
            ("tests/unit/test_step_counter.py",)),
+    # Session 116 (hC): a row says the steps its resume skipped, and whose numbering; differing files hint at steps
+    Mutant("a resume that skipped steps has a row that reads as clean", "orchestrate/chaos/verdict.py",
+           "                skipped = self.steps_skipped if strike is self.skipping_resume else 0\n",
+           "                skipped = 0\n", ("tests/unit/test_chaos.py",)),
+    Mutant("every resume's row says the steps the last one skipped", "orchestrate/chaos/verdict.py",
+           "self.steps_skipped if strike is self.skipping_resume else 0", "self.steps_skipped",
+           ("tests/unit/test_chaos.py",)),
+    Mutant("a counted resume's row does not say whose numbering its steps are in", "orchestrate/chaos/attempts.py",
+           "                             torch_save=torch_save, next_counted=after is not None and after.counted))",
+           "                             torch_save=torch_save))", ("tests/unit/test_chaos.py",)),
+    Mutant("a skip's verdict does not say the script's numbering runs ahead of the optimizer's",
+           "orchestrate/chaos/verdict.py", "                     if resume.next_counted else \"\")",
+           "                     if False else \"\")", ("tests/unit/test_chaos.py",)),
+    Mutant("files that differ without --compare-steps give no hint", "orchestrate/chaos/verdict.py",
+           "        if self.steps is None and any(not c.equal and not c.problem for c in self.comparisons):\n",
+           "        if False:\n", ("tests/unit/test_chaos.py",)),
+    Mutant("the --compare-steps hint is given where steps were compared", "orchestrate/chaos/verdict.py",
+           "        if self.steps is None and any(not c.equal and not c.problem for c in self.comparisons):\n",
+           "        if any(not c.equal and not c.problem for c in self.comparisons):\n", ("tests/unit/test_chaos.py",)),
+    Mutant("the --compare-steps hint is given for a file the run did not write", "orchestrate/chaos/verdict.py",
+           "any(not c.equal and not c.problem for c in self.comparisons):\n",
+           "any(not c.equal for c in self.comparisons):\n", ("tests/unit/test_chaos.py",)),
 ]
 
 
