@@ -3373,6 +3373,13 @@ MUTANTS = [
            "            return  # a node's own failure came first (its log still draining): it, not the store, ends the job",
            "            pass  # a node's own failure came first (its log still draining): it, not the store, ends the job",
            ("tests/unit/test_reliability.py",)),
+    Mutant("a node lost for good hides every later death of the store", "orchestrate/supervise/supervisor.py",
+           "        return (tracker.exited_at is not None and tracker.exit_code != 0 and not tracker.phase.final",
+           "        return (tracker.exited_at is not None and tracker.exit_code != 0", ("tests/unit/test_reliability.py",)),
+    Mutant("an async_save is said as it starts, before its thread has written it", "orchestrate/node/dcp_files.py",
+           'SAVES = (("state_dict_saver", "save", "storage_writer"), ("state_dict_saver", "save_state_dict",',
+           'SAVES = (("state_dict_saver", "save", "storage_writer"), ("state_dict_saver", "async_save", "storage_writer"),'
+           ' ("state_dict_saver", "save_state_dict",', ("tests/workers/test_worker_start.py",)),
     # Session 116 (hA): a torch.distributed.checkpoint save and load, seen and judged as torch.save and torch.load
     Mutant("a dcp.save is never taken for the job's checkpoint", "orchestrate/chaos/attempts.py",
            "        if saved_by_dcp and (not saved_by_torch or", "        if False and (not saved_by_torch or",

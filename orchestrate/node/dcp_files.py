@@ -11,8 +11,9 @@ attempt after a fault read back what the job had saved. The ``torch.save`` and `
 makes of each tensor inside its files are its own, not the script's
 (:func:`orchestrate.node.shared_writes.called_by_dcp`).
 
-A call is said once it returned (an ``async_save`` once it was started); what it returns and
-raises are DCP's own, and a report that fails is left unsaid. Installed by the workers' start-up
+A call is said once it returned (an ``async_save`` once its thread's ``save`` has written: its
+thread-based executor calls the module's ``save``); what it returns and raises are DCP's own, and
+a report that fails is left unsaid. Installed by the workers' start-up
 hook when DCP's package is imported. Standard library only.
 """
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import Any, Callable, Optional, Tuple
 from orchestrate.node.shared_writes import SHARED_DIRS, loaded_path
 
 # DCP's entry points (in its module) and the keyword of the storage each takes, second where positional.
-SAVES = (("state_dict_saver", "save", "storage_writer"), ("state_dict_saver", "async_save", "storage_writer"),
-         ("state_dict_saver", "save_state_dict", "storage_writer"))
+# (``async_save`` is not among them: it returns once started, and its thread then calls the module's
+# ``save``, said once written; said at its start, a fault during the write would date a save never made.)
+SAVES = (("state_dict_saver", "save", "storage_writer"), ("state_dict_saver", "save_state_dict", "storage_writer"))
 LOADS = (("state_dict_loader", "load", "storage_reader"), ("state_dict_loader", "load_state_dict", "storage_reader"))
 
 

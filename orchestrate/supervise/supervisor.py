@@ -759,10 +759,12 @@ class Supervisor:
         self.lost_store(event.node, int(code) if code not in (None, "") else None)
 
     def failed_before_the_store(self, tracker: NodeTracker) -> bool:
-        """Whether a node had failed before the run's store died: it exited non-zero, not on a
-        stop, and is not restarting. (At its exit the engine's clock was asked whether the store had
-        ended before it, :meth:`store_died_first`: it had not.)"""
-        return (tracker.exited_at is not None and tracker.exit_code != 0
+        """Whether a node's own failure came before the run's store died and is still being read:
+        it exited non-zero, not on a stop, is not restarting, and has not ended yet (its log drains;
+        a node lost for good has ended, and the store's death after it is news). At its exit the
+        engine's clock was asked whether the store had ended before it (:meth:`store_died_first`):
+        it had not."""
+        return (tracker.exited_at is not None and tracker.exit_code != 0 and not tracker.phase.final
                 and tracker.phase is not NodePhase.RESTARTING and not self.stopped_on_request(tracker))
 
     def lost_store(self, service: str, code: Optional[int]) -> None:

@@ -372,6 +372,22 @@ def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_
         assert [e.get("via") for e in events if e["event"] == "node-exited" and e["node"] == "node1"] == ["inspection"]
 
 
+def test_a_store_that_dies_after_a_node_was_lost_for_good_is_still_said(make_run):
+    """A node a lose fault took ends for good, with exit code 137 and no restart: the store's death
+    after it is the job's news, not a failure that came first (review: it went unsaid, and the
+    node left hung on to the time limit with no word of why)."""
+    job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", nnodes="1:2", max_restarts=3, timeout_s=8.0,
+                   faults=["lose:node1@t=1"])
+    client = FakeDockerClient()
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, after_when=exited(client, "node1"),
+                                                         after=["going"], delay_s=0.5)]},
+                        node0=[Script(["[0|0]:step 1"], hang=True)],
+                        node1=[Script(["[1|0]:step 1"], hang=True)])
+    result = job.run()
+    said = "the run's rendezvous store (its container rdzv-store) died (exit code 137)"
+    assert result.store_lost == said and f"[orchestrate] {said}" in job.out.getvalue(), job.out.getvalue()
+
+
 STORE_DIED = "the run's rendezvous store (its container rdzv-store) died (exit code 137)"
 
 

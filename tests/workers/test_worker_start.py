@@ -233,6 +233,12 @@ def test_each_dcp_load_is_reported_by_its_directory_and_rank_and_the_dcp_save_be
         "    print('missing raised', flush=True)\n"
         "with open(f'model{rank}.pt', 'wb') as handle:\n"
         "    torch.save({'step': 3}, handle)\n"
+        "import time\n"
+        "class SlowToFinish(dcp.FileSystemWriter):  # its .metadata written half a second after the call returned\n"
+        "    def finish(self, metadata, results):\n"
+        "        time.sleep(0.5)\n"
+        "        return super().finish(metadata, results)\n"
+        "dcp.async_save({'w': torch.ones(2)}, storage_writer=SlowToFinish('ckpt_async')).result()\n"
         "dist.destroy_process_group()\n")
     progress = tmp_path / "progress"
     progress.mkdir()
@@ -244,7 +250,10 @@ def test_each_dcp_load_is_reported_by_its_directory_and_rank_and_the_dcp_save_be
     assert "dcp_files" not in done.stderr
     for rank in (0, 1):
         records = [json.loads(line) for line in (progress / f"rank{rank}.jsonl").read_text().splitlines()]
-        assert [r["dcp_saved"] for r in records if "dcp_saved" in r] == ["ckpt"], records
+        assert [r["dcp_saved"] for r in records if "dcp_saved" in r] == ["ckpt", "ckpt_async"], records
+        # an async_save is said once written (by its thread's save), not as it starts
+        [async_saved] = [r["time"] for r in records if r.get("dcp_saved") == "ckpt_async"]
+        assert async_saved >= (tmp_path / "ckpt_async" / ".metadata").stat().st_mtime - 0.05, records
         assert [(r["loaded"], r.get("dcp"), r["rank"]) for r in records if "loaded" in r] == [("ckpt", True, rank)]
         saves = [(r["wrote"], r.get("torch_save")) for r in records if r.get("torch_save")]
         assert saves == [(f"model{rank}.pt", True)], records  # not the files of ckpt/ DCP wrote with it
