@@ -156,11 +156,11 @@ def shuffled_alike(line: str, epoch: int, ranks: Iterable[int]) -> str:
 
 def loaded_from_before(paths: Iterable[str]) -> str:
     """The note for files the work directory held before a run that its job then loaded: in the
-    run's summary, and the ``ddp_cluster`` fixture's warning (one text)."""
+    run's summary, and the ``ddp_cluster`` fixture's warning (one text). It states the fact, with
+    advice that fits an earlier run's save and a file shipped for the job to load alike."""
     files = listed(list(paths), 3)
-    return (f"the job loaded {files} with torch.load, which the work directory held before the run began (an earlier"
-            " run's save, or a file of your own): a job that resumes from its saves began from that one, not from its"
-            " start; remove it before the run, or run in a fresh copy of the directory")
+    return (f"the job loaded {files} with torch.load, which its work directory held before this run (an earlier run's"
+            " save? where the job should not resume from it, remove it or give each run a directory of its own)")
 
 
 def written_by_several(path: str, ranks: Iterable[int]) -> str:

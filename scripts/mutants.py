@@ -3479,7 +3479,9 @@ MUTANTS = [
            "orchestrate/supervise/workdir_writes.py", "        self.began = since if began is None else min(began, since)",
            "        self.began = since", ("tests/unit/test_workdir_writes.py",)),
     Mutant("ddp_cluster.run says nothing of a file its job loaded from before the run",
-           "orchestrate/testing/cluster.py", "        warn_where_it_loaded_from_before(result)", "        pass",
+           "orchestrate/testing/cluster.py",
+           "            warn_where_it_loaded_from_before(result, options[\"workdir\"], self.session_began)",
+           "            pass",
            ("tests/unit/test_ddp_cluster.py",)),
     Mutant("the warning of a file loaded from before the run points into the plugin", "orchestrate/testing/cluster.py",
            "                      LoadedFromBeforeWarning, stacklevel=4)",
@@ -3581,6 +3583,16 @@ MUTANTS = [
     Mutant("the --compare-steps hint is given for a file the run did not write", "orchestrate/chaos/verdict.py",
            "any(not c.equal and not c.problem for c in self.comparisons):\n",
            "any(not c.equal for c in self.comparisons):\n", ("tests/unit/test_chaos.py",)),
+    # Session 116 (fx2): the loaded-from-before warning leaves out files older than the session; an opt-out
+    Mutant("ddp_cluster.run warns of a file shipped with the tests that its job loaded",
+           "orchestrate/testing/cluster.py",
+           "        return path.stat().st_mtime >= began", "        return True", ("tests/unit/test_ddp_cluster.py",)),
+    Mutant("ddp_cluster.run warns of a file loaded from before the run though the test allowed it",
+           "orchestrate/testing/cluster.py", "        if not allow_loads_from_before:\n", "        if True:\n",
+           ("tests/unit/test_ddp_cluster.py",)),
+    Mutant("the fixture is not told when the session began", "orchestrate/testing/plugin.py",
+           "    config.ddp_session_began = time.time()", "    config.ddp_session_began = None",
+           ("tests/unit/test_ddp_cluster.py",)),
 ]
 
 

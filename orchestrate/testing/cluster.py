@@ -71,12 +71,17 @@ class DdpCluster:
             test, and its seconds (pytest-timeout's, see the plugin), or None. A run then ends
             its job in time to stop its nodes and say where every rank waits before that, and a run the
             limit leaves no time is refused (:meth:`within_the_tests_limit`).
+        session_began: When the pytest session began (epoch time), or None: a file a job loaded from
+            before its run is warned of only where it was written since (another test's save), not a
+            file older than the session (shipped with the tests); None: every such file is.
     """
 
     def __init__(self, workdir: Path, runs_dir: Path, *, image: Optional[str] = None, keep_failed: bool = False,
                  out: Optional[IO[str]] = None,
-                 test_limit: Callable[[], Optional[tuple[float, float]]] = lambda: None) -> None:
+                 test_limit: Callable[[], Optional[tuple[float, float]]] = lambda: None,
+                 session_began: Optional[float] = None) -> None:
         self.workdir = workdir
+        self.session_began = session_began
         self.test_limit = test_limit
         self.runs_dir = runs_dir
         self.image = image
@@ -91,7 +96,8 @@ class DdpCluster:
             nproc_per_node: Optional[Union[int, tuple[int, ...]]] = None,
             workdir: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
             faults: Union[str, Iterable[Any]] = (), rdzv: str = "static", timeout: Optional[float] = 600,
-            allow_unfired_faults: bool = False, **run_options: Any) -> RunResult:
+            allow_unfired_faults: bool = False, allow_loads_from_before: bool = False,
+            **run_options: Any) -> RunResult:
         """Run ``target`` (what ``run`` takes after ``--``: a script relative to ``workdir``
         with its arguments, or ``"-m", "module"``) and return how it ended. Each argument is text;
         a number (numpy's too) or a path is taken as its text (``"--steps", 2`` is ``"--steps", "2"``), and
@@ -104,7 +110,10 @@ class DdpCluster:
         like ``mounts`` and ``copy_env``, takes one spec alone as a list of one
         (``faults="kill-rank:1@step=5"``). A fault asked for that never fired fails the test here
         (:func:`fail_where_a_fault_never_fired`), whatever the job's end, unless
-        ``allow_unfired_faults`` is true: the run did not test what the test asked of it.
+        ``allow_unfired_faults`` is true: the run did not test what the test asked of it. A job that
+        loaded a file its work directory held before the run, written since the session began
+        (another test's save), is warned of (:func:`warn_where_it_loaded_from_before`) unless
+        ``allow_loads_from_before`` is true (a test that saves and then resumes on purpose).
 
         Raises:
             UsageError: For a bad option (a test that asks the impossible should fail loudly).
@@ -131,7 +140,8 @@ class DdpCluster:
         with self.images_named(run_options):
             result = run_and_report(run, raise_interrupt=True)
         self.results.append(result)
-        warn_where_it_loaded_from_before(result)
+        if not allow_loads_from_before:
+            warn_where_it_loaded_from_before(result, options["workdir"], self.session_began)
         if not allow_unfired_faults:
             __tracebackhide__ = True  # noqa: F841  (read by pytest as the frame ends: shown at the test's line)
             fail_where_a_fault_never_fired(result)
@@ -266,15 +276,30 @@ class LoadedFromBeforeWarning(UserWarning):
     run: another test's save, left in the test file's directory, that its job resumed from."""
 
 
-def warn_where_it_loaded_from_before(result: RunResult) -> None:
+def warn_where_it_loaded_from_before(result: RunResult, workdir: Path, session_began: Optional[float]) -> None:
     """Warn, at the test's line, where the job loaded files the work directory held before the run
-    (:attr:`RunResult.loaded_from_before`): a test whose job resumed from another test's save passed
-    having trained nothing. A warning, not a failure: a test may ship a file its job loads."""
-    if result.loaded_from_before:
+    (:attr:`RunResult.loaded_from_before`) that look like another run's output: a test whose job
+    resumed from another test's save passed having trained nothing. Such a file was written (its
+    modification time as the run ended) since ``session_began``, or is gone; one older than the
+    session was shipped with the tests (a pretrained model) and is not warned of. A warning, not a
+    failure: a test may mean its job to load what an earlier one saved."""
+    others = [path for path in result.loaded_from_before if written_since(workdir / path, session_began)]
+    if others:
         # (1 here, 2 run, 3 the wrapper that fails at the test's line, 4 the test)
-        warnings.warn(f"ddp_cluster.run (run {result.run_id}): {loaded_from_before(result.loaded_from_before)}"
-                      f" (workdir=...: a directory of the test's own, e.g. a copy under tmp_path)",
+        warnings.warn(f"ddp_cluster.run (run {result.run_id}): {loaded_from_before(others)}; written since the test"
+                      f" session began, by another test's run? (workdir=...: a directory of the test's own, e.g. a"
+                      f" copy under tmp_path; allow_loads_from_before=True where the test means it)",
                       LoadedFromBeforeWarning, stacklevel=4)
+
+
+def written_since(path: Path, began: Optional[float]) -> bool:
+    """Whether ``path`` was written at or after ``began`` (epoch time; None: always), or is gone."""
+    if began is None:
+        return True
+    try:
+        return path.stat().st_mtime >= began
+    except OSError:  # removed by the job: not a file shipped beside the test
+        return True
 
 
 def fail_where_a_fault_never_fired(result: RunResult) -> None:

@@ -30,6 +30,11 @@ def pytest_addoption(parser: Any) -> None:
                     help="keep the nodes of a failing test's runs for a look (they are removed when it passes)")
 
 
+def pytest_configure(config: Any) -> None:
+    """Note when the session began: a file a job loads that was written since is another test's save."""
+    config.ddp_session_began = time.time()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
     """Let the fixture know whether its test failed (for --ddp-keep)."""
@@ -52,11 +57,12 @@ def pytest_timeout_set_timer(item: Any, settings: Any) -> None:
 def ddp_cluster(request: Any, tmp_path: Any) -> Iterator[DdpCluster]:
     """Runs jobs across simulated nodes; see :class:`orchestrate.testing.cluster.DdpCluster`.
     The work directory defaults to the directory of the test file, which its tests share: a job
-    that loads a file it held before the run (another test's save) is warned of
-    (:class:`~orchestrate.testing.cluster.LoadedFromBeforeWarning`)."""
+    that loads a file it held before the run, written since the session began (another test's save),
+    is warned of (:class:`~orchestrate.testing.cluster.LoadedFromBeforeWarning`)."""
     cluster = DdpCluster(request.path.parent, tmp_path / "runs", image=request.config.getoption("--ddp-image"),
                          keep_failed=request.config.getoption("--ddp-keep"),
-                         test_limit=lambda: getattr(request.node, "ddp_test_limit", None))
+                         test_limit=lambda: getattr(request.node, "ddp_test_limit", None),
+                         session_began=getattr(request.config, "ddp_session_began", None))
     yield cluster
     print_past_the_capture(request.config, cluster.finish(getattr(request.node, "ddp_test_failed", True)))
 

@@ -2,8 +2,10 @@
 says at a test's end."""
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -553,24 +555,86 @@ def test_a_fault_that_never_fired_fails_the_test_at_its_own_line_in_one_line(pyt
     assert "fail_where_a_fault_never_fired" not in said and "def run(" not in said  # the plugin's frames left out
 
 
-def test_a_job_that_loaded_a_file_its_work_directory_held_before_the_run_is_warned_of_at_the_tests_line(
+def test_a_job_that_loaded_another_tests_save_of_this_session_is_warned_of_at_the_tests_line(
         tmp_path, monkeypatch, make_job):
     """A user trial: the first test's ckpt.pt stayed in the test file's directory (the default work directory), the
     second test's job resumed from it, trained nothing, succeeded, and its test passed without a word."""
+    import os
+
     from orchestrate.outcome.states import NodePhase
     from orchestrate.testing.cluster import LoadedFromBeforeWarning
 
     cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED, loaded_from_before=("ckpt.pt",))
+    cluster.session_began = 1000.0
+    (tmp_path / "ckpt.pt").write_bytes(b"saved")
+    os.utime(tmp_path / "ckpt.pt", (1000.0, 1000.0))  # saved by another test of this session
     with pytest.warns(LoadedFromBeforeWarning) as warned:
         result = cluster.run("train.py")
     assert result.succeeded
     [warning] = warned
     assert str(warning.message) == (
-        "ddp_cluster.run (run r1): the job loaded ckpt.pt with torch.load, which the work directory held before the run"
-        " began (an earlier run's save, or a file of your own): a job that resumes from its saves began from that one,"
-        " not from its start; remove it before the run, or run in a fresh copy of the directory (workdir=...: a"
-        " directory of the test's own, e.g. a copy under tmp_path)")
+        "ddp_cluster.run (run r1): the job loaded ckpt.pt with torch.load, which its work directory held before this"
+        " run (an earlier run's save? where the job should not resume from it, remove it or give each run a directory"
+        " of its own); written since the test session began, by another test's run? (workdir=...: a directory of the"
+        " test's own, e.g. a copy under tmp_path; allow_loads_from_before=True where the test means it)")
     assert warning.filename == __file__  # the test's own line
+
+
+def test_a_job_that_loaded_a_file_shipped_with_the_tests_is_not_warned_of(tmp_path, monkeypatch, make_job):
+    """A review: a job that loads a model shipped beside the test file (older than the session) was warned of, and
+    failed under filterwarnings = error; a save of this session beside it still is, alone."""
+    import os
+
+    from orchestrate.outcome.states import NodePhase
+    from orchestrate.testing.cluster import LoadedFromBeforeWarning
+
+    cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED,
+                     loaded_from_before=("ckpt.pt", "pretrained.pt"))
+    cluster.session_began = 1000.0
+    for name, written in (("pretrained.pt", 999.0), ("ckpt.pt", 1001.0)):
+        (tmp_path / name).write_bytes(b"saved")
+        os.utime(tmp_path / name, (written, written))
+    with pytest.warns(LoadedFromBeforeWarning) as warned:
+        cluster.run("train.py")
+    [warning] = warned
+    assert "loaded ckpt.pt with" in str(warning.message) and "pretrained.pt" not in str(warning.message)
+    only_shipped, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED,
+                          loaded_from_before=("pretrained.pt",))
+    only_shipped.session_began = 1000.0
+    with warnings_as_errors():
+        assert only_shipped.run("train.py").succeeded
+
+
+def test_a_test_that_means_its_job_to_load_an_earlier_save_is_not_warned_of(tmp_path, monkeypatch, make_job):
+    """A save and then a resume in one test, on purpose: allow_loads_from_before=True, as allow_unfired_faults."""
+    from orchestrate.outcome.states import NodePhase
+
+    cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED, loaded_from_before=("ckpt.pt",))
+    cluster.session_began = 0.0
+    (tmp_path / "ckpt.pt").write_bytes(b"saved")
+    with warnings_as_errors():
+        assert cluster.run("train.py", allow_loads_from_before=True).loaded_from_before == ("ckpt.pt",)
+
+
+@contextlib.contextmanager
+def warnings_as_errors() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def test_the_plugin_tells_the_fixture_when_the_session_began(pytester):
+    import time
+
+    pytester.makepyfile(test_began=f"""
+        import time
+
+        def test_began(ddp_cluster):
+            assert {time.time()!r} <= ddp_cluster.session_began <= time.time()
+    """)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=1)
 
 
 def test_a_job_that_loaded_nothing_from_before_the_run_is_not_warned_of(tmp_path, monkeypatch, make_job):
