@@ -261,7 +261,7 @@ def unfelt_store_outage(fault: FaultSpec, held_s: float) -> str:
     if not fault.on_store or fault.action not in (FaultAction.PAUSE, FaultAction.DISCONNECT) or held_s >= STORE_FELT_S:
         return ""
     return (f"the store was out {held_s:.1f} s only, less than the {STORE_FELT_S:g} s between the torchrun agents'"
-            " keep-alive calls to it, so the job may not have felt it and it tested nothing; give it an end"
+            " keep-alive calls to it, so the job may have made no call to it while it lasted; give it an end"
             f" {STORE_FELT_S:g} s or more after its start (chaos draws such outages so)")
 
 

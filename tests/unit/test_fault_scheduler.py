@@ -321,7 +321,7 @@ def test_every_fault_that_fired_is_in_the_summary_and_a_store_outage_too_short_t
     scheduler.fire_due(125.8, 8)
     scheduler.fire_due(130.0, 9)
     unfelt = ("the store was out 1.8 s only, less than the 5 s between the torchrun agents' keep-alive calls to it,"
-              " so the job may not have felt it and it tested nothing; give it an end 5 s or more after its start"
+              " so the job may have made no call to it while it lasted; give it an end 5 s or more after its start"
               " (chaos draws such outages so)")
     assert f"fault ended: pause:store@step=3..8 (125.8 s into the job): {unfelt}" in recorder.said
     assert "fault ended: slow:node1,cpus=0.5@step=3..8 (125.8 s into the job)" in recorder.said  # not the store
