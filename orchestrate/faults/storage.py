@@ -169,6 +169,16 @@ class ArmedStorageFaults:
         for key in [k for k, f in self.keys.items() if f == fault]:
             disarm(self.directory, key)
 
+    def armed_key(self, spec: str, node: str) -> str:
+        """The key of the latest storage fault ``spec`` armed on ``node`` now, by this launcher or
+        by ``fault RUN`` ("": none is armed: it ended, or was never armed)."""
+        keys = [f.get("key", "") for f in armed(self.directory) if f.get("spec") == spec and f.get("node") == node]
+        return keys[-1] if keys else ""
+
+    def still_armed(self, key: str) -> bool:
+        """Whether the storage fault armed as ``key`` is armed still."""
+        return any(f.get("key") == key for f in armed(self.directory))
+
     def poll(self) -> list[tuple[Optional[FaultSpec], StorageEvent]]:
         """What the workers met since the last poll, each with the fault it met (None: a fault
         armed by another command, ``fault RUN``)."""

@@ -56,7 +56,8 @@ class RestartPolicy:
     """
 
     def __init__(self, *, enabled: bool, max_restarts: int, say: Callable[[str], None],
-                 record: Callable[..., None], clock: Callable[[], float], scope: str, store_host: str) -> None:
+                 record: Callable[..., None], clock: Callable[[], float], scope: str, store_host: str,
+                 firing: Optional[Callable[[NodeTracker], str]] = None) -> None:
         self.enabled = enabled
         self.max_restarts = max_restarts
         self.scope = scope
@@ -67,7 +68,10 @@ class RestartPolicy:
         self.restarts = 0
         self.recoveries: list[Recovery] = []
         self.unrecovered = ""  # the first death it had no restart left for (see :meth:`out_of_restarts`)
-        self.restarted_for: set[str] = set()  # the faults that outlive a restart whose deaths a restart was made for
+        # the firing of a node's fault still in effect now: its spec and when it fired, or where it is armed ("":
+        # none, or it ended); a fault that outlives a restart is refused a second restart for the same firing only
+        self.firing = firing or (lambda tracker: "")
+        self.restarted_for: set[str] = set()  # the firings that outlive a restart whose deaths a restart was made for
 
     @property
     def open_recovery(self) -> Optional[Recovery]:
@@ -84,7 +88,7 @@ class RestartPolicy:
             return False
         if tracker.result.lost:  # a host lost for good: the job goes on without it, or fails
             return False
-        if tracker.result.fault in self.restarted_for:  # met again after a restart: another meets it again
+        if self.met_the_same_firing(tracker):  # met again after a restart: another meets it again
             return False
         return tracker.exit_code in DEATH_EXIT_CODES or bool(tracker.result.fault)
 
@@ -92,8 +96,7 @@ class RestartPolicy:
         """Where ``tracker`` ended under a fault that outlives a restart, and a restart was made for
         it already (a full disk whose window the resumed steps never get past): say that no restart
         is made, keep it for the summary, and return it; "" otherwise."""
-        fault = tracker.result.fault
-        if not self.enabled or ending or tracker.exit_code == 0 or fault not in self.restarted_for:
+        if not self.enabled or ending or tracker.exit_code == 0 or not self.met_the_same_firing(tracker):
             return ""
         text = (f"{how_it_ended(tracker)} again, after a restart: the fault outlives a restart and still holds,"
                 " so another restart would meet it again; the job ends")
@@ -101,6 +104,12 @@ class RestartPolicy:
         self.record("met-again", node=tracker.name, cause=death_cause(tracker))
         self.unrecovered = self.unrecovered or text
         return text
+
+    def met_the_same_firing(self, tracker: NodeTracker) -> bool:
+        """Whether ``tracker``'s fault is still in effect and the very firing a restart was made for
+        (the same spec injected again after the first one ended is another firing)."""
+        firing = self.firing(tracker) if tracker.result.fault else ""
+        return bool(firing) and firing in self.restarted_for
 
     def out_of_restarts(self, tracker: NodeTracker, ending: bool) -> str:
         """Where ``tracker``'s exit is a death the job would recover from but every restart of
@@ -159,8 +168,9 @@ class RestartPolicy:
                                             counted_anew=counted_anew))
         which = "it alone" if self.scope == "node" else "every node"
         still = ""
-        if outlives_a_restart(result.fault):
-            self.restarted_for.add(result.fault)
+        firing = self.firing(dead) if outlives_a_restart(result.fault) else ""
+        if firing:
+            self.restarted_for.add(firing)
             still = (f"; {result.fault} outlives a restart: where its end does not come first, the restarted"
                      " workers meet it again, and the job ends")
         self.say(f"{how_it_ended(dead)}; restarting {which} so that it rejoins"

@@ -159,7 +159,7 @@ class Supervisor:
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
-                                      store_host=spec.store_host)
+                                      store_host=spec.store_host, firing=self.firing_in_effect)
         self.diagnosis = Diagnosis(client, spec.run_dir, self.say, self.record)
         self.inspector = Inspector(clock, self.say)
         debug = debug_dir(spec.run_dir)
@@ -320,6 +320,25 @@ class Supervisor:
         tracker.result.fault = str(held) if held is not None else ""
         tracker.result.culprit_rank = held.rank if held is not None and held.action.on_rank else None
 
+    def firing_in_effect(self, tracker: NodeTracker) -> str:
+        """The firing of ``tracker``'s fault that is in effect now ("": none, or it ended): a
+        storage fault by where it is armed, the run's own by when it fired, a ``fault RUN`` one by
+        its id. The same spec fired again after its end is another firing."""
+        spec = tracker.result.fault
+        fault = parsed_fault(spec) if spec else None
+        if fault is None:
+            return ""
+        if fault.action.on_storage:
+            key = self.storage.armed_key(spec, tracker.name)
+            return f"{spec} armed as {key}" if key else ""
+        own = [r for r in self.faults.fired if r.spec == spec and r.node == tracker.name and r.ended_s is None
+               and (any(str(f) == spec and n == tracker.name for f, n in self.faults.lasting) or spec in tracker.holding)]
+        if own:
+            return f"{spec} fired {own[-1].elapsed_s} s into the job"
+        live = [fault_id for fault_id, r in self.live_faults.done.items()
+                if r.spec == spec and r.node == tracker.name and r.ended_s is None]
+        return f"{spec} done by `fault` as {live[-1]}" if live else ""
+
     # Storage faults ---------------------------------------------------------------------
 
     def arm_storage(self, fault: FaultSpec) -> str:
@@ -347,7 +366,8 @@ class Supervisor:
         if fault is not None:
             self.faults.note(fault, event.describe(), struck=event.file if event.torn else "")
         tracker = self.trackers.get(event.node)
-        if fault is not None and not event.torn and not event.returned and tracker is not None:
+        armed_still = fault is not None and self.storage.still_armed(event.key)
+        if armed_still and not event.torn and not event.returned and tracker is not None:
             # a write it failed raises in the worker: the node's end is the fault's, in whichever attempt (a
             # restart let its blame go, but the full disk held on)
             tracker.result.fault = spec

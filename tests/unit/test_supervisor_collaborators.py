@@ -173,7 +173,7 @@ def test_a_full_disk_that_ended_a_node_says_a_worker_raised_and_is_restarted_for
     dead.result.fault, dead.exit_code = full, 1
     recorder = Recorder()
     policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record, clock=lambda: 42.0,
-                           scope="all", store_host="rdzv-store")
+                           scope="all", store_host="rdzv-store", firing=lambda t: f"{t.result.fault} armed as s1")
     assert policy.should_restart(dead, False)
     policy.restart(dead, trackers, step=6)
     gave_up = "node0's torchrun gave up (exit code 1): a rank's write failed and its worker raised under injected fault"
@@ -191,6 +191,30 @@ def test_a_full_disk_that_ended_a_node_says_a_worker_raised_and_is_restarted_for
     policy.restart(dead, trackers, step=9)
     assert recorder.said[-1] == ("node0's torchrun gave up (exit code 1): its workers failed under injected fault"
                                  " kill-rank:0@step=9; restarting every node so that it rejoins (2/3)")
+
+
+def test_a_fault_that_outlives_a_restart_is_refused_again_only_for_the_same_firing_still_in_effect(make_job, tmp_path):
+    """A review (session 116): the second restart was refused by the fault's text, for good. The
+    probe: `fault RUN disconnect:node1@t=0..10`, node1 died and was restarted; long after that
+    window the same spec injected again killed node1, and the job ended, "still holds"."""
+    client = FakeDockerClient()
+    trackers = running_trackers(make_job, tmp_path, client)
+    dead = trackers[1]
+    cut = "disconnect:node1@t=0..10"
+    in_effect = {"firing": f"{cut} done by `fault` as f1"}
+    recorder = Recorder()
+    policy = RestartPolicy(enabled=True, max_restarts=3, say=recorder.say, record=recorder.record, clock=lambda: 42.0,
+                           scope="all", store_host="rdzv-store", firing=lambda t: in_effect["firing"])
+    dead.result.fault, dead.exit_code = cut, 137
+    policy.restart(dead, trackers, step=3)
+    dead.result.fault, dead.exit_code = cut, 137  # its window ended: the same fault is no longer in effect
+    in_effect["firing"] = ""
+    assert policy.should_restart(dead, False) and policy.met_again(dead, False) == ""
+    in_effect["firing"] = f"{cut} done by `fault` as f2"  # the same spec injected again: another firing
+    assert policy.should_restart(dead, False) and policy.met_again(dead, False) == ""
+    policy.restart(dead, trackers, step=7)
+    dead.result.fault, dead.exit_code = cut, 137  # that second firing met again while it lasts: refused
+    assert not policy.should_restart(dead, False) and policy.met_again(dead, False)
 
 
 def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_job, tmp_path):
