@@ -7,13 +7,14 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
+from orchestrate.config.fault_spec import FaultAction
 from orchestrate.config.torch_versions import DEFAULT_TORCH  # the default image's, which aborted least at exit
 from orchestrate.hangs.collectives import ROOT_TEXT as ROOT_NAMED, UNEVEN_HINT
 from orchestrate.hangs.diagnosis import CHECKED_MISMATCH, COLLECTIVES_MADE_ALONE, GLOO_MISMATCH, HangDiagnosis
 from orchestrate.outcome.node_result import NodeResult
 from orchestrate.outcome.preemption import preemption_said
-from orchestrate.outcome.root_cause import (CAUSED_BY, CRASH_EXIT_CODES, EarlierFailure, absent_from_barrier,
-                                            is_collateral, linked_exceptions, lost_peer_in)
+from orchestrate.outcome.root_cause import (CAUSED_BY, CRASH_EXIT_CODES, AttemptError, EarlierFailure,
+                                            absent_from_barrier, is_collateral, linked_exceptions, lost_peer_in)
 from orchestrate.outcome.states import NodePhase
 from orchestrate.plan.layout import DEBUG_SUBDIR, NODE_INTERFACE, SHARED_DIR, WORKSPACE_DIR
 from orchestrate.text import brief, peer_nodes, ranks_text
@@ -493,18 +494,31 @@ def absent_from_barrier_lines(failure: Optional[Failure], stopped_where: dict[in
 _TORCH_LOAD_FRAME = re.compile(r'torch/serialization\.py", line \d+, in _?load\b')
 
 
+# A full disk's error as the system gives it: OSError: [Errno 28] No space left on device
+_NO_SPACE = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")
+
+
+def met_a_full_disk(error: AttemptError) -> bool:
+    """Whether an attempt's error is a full disk's: ENOSPC, in its error or its traceback's last
+    lines (torch.save's own error, with the ENOSPC its context)."""
+    return any(_NO_SPACE.search(text) for text in (error.exception, *error.last_lines))
+
+
 def repeated_error_line(failure: Optional[Failure], results: list[NodeResult]) -> str:
     """Where torchrun restarted the failing node's workers and the same error of their own ended
     two attempts or more (the newest such error): which attempts, and that a restart does not get
-    past it, or that the fault blamed for the node's end (a full disk) still held ("" otherwise)."""
+    past it, or that the full disk blamed for the node's end still held, where the error is the
+    full disk's own ENOSPC (:func:`met_a_full_disk`; another fault held, a slow, is no cause of a
+    script's own error) ("" otherwise)."""
     node = next((r for r in results if failure is not None and r.node.name == failure.node), None)
     own = [e for e in node.attempts if e.own] if node is not None else []
     same = [e.attempt for e in own if e.exception == own[-1].exception] if own else []
     if len(same) < 2:
         return ""
     which = ", ".join(str(a) for a in same[:-1]) + f" and {same[-1]}"
+    full_disk = node.fault.startswith(f"{FaultAction.DISK_FULL.value}:") and met_a_full_disk(own[-1])
     why = ("a restart runs the same script on the same files again, and does not get past an error of its own"
-           if not node.fault else f"injected fault {node.fault} still held, and each attempt met it again")
+           if not full_disk else f"injected fault {node.fault} still held, and each attempt met it again")
     return f"  the same error ended attempts {which} of {failure.node}'s workers: {brief(own[-1].exception)}; {why}"
 
 

@@ -408,11 +408,20 @@ def test_the_same_error_of_its_own_in_several_attempts_is_said_once_with_which(n
         failed.attempts = once
         assert repeated_error_line(failure, [failed]) == "", once
     failed.attempts = attempts
-    failed.fault = "disk-full:node1,path=ckpt.*@step=5..8"  # every attempt's error was the full disk's
+    # a review (session 116): any fault the node held was said to cause the script's own repeated error
+    failed.fault = "slow:node1@t=1"
+    assert repeated_error_line(failure, [failed]).endswith("does not get past an error of its own")
+    failed.fault = "disk-full:node1,path=ckpt.*@step=5..8"  # a full disk, yet the error is the script's own
+    assert repeated_error_line(failure, [failed]).endswith("does not get past an error of its own")
+    full = "OSError: [Errno 28] No space left on device"  # every attempt's error was the full disk's
+    failed.attempts = [AttemptError(1, 0, full, True), AttemptError(2, 0, full, True)]
     assert repeated_error_line(failure, [failed]) == (
-        "  the same error ended attempts 1 and 3 of node1's workers: KeyError: 'momentum'; injected fault"
-        " disk-full:node1,path=ckpt.*@step=5..8 still held, and each attempt met it again")
-    failed.fault = ""
+        "  the same error ended attempts 1 and 2 of node1's workers: OSError: [Errno 28] No space left on device;"
+        " injected fault disk-full:node1,path=ckpt.*@step=5..8 still held, and each attempt met it again")
+    wrapped = "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"  # torch.save's own
+    failed.attempts = [AttemptError(a, 0, wrapped, True, last_lines=(full, "", wrapped)) for a in (1, 2)]
+    assert repeated_error_line(failure, [failed]).endswith("still held, and each attempt met it again")
+    failed.attempts, failed.fault = attempts, ""
     assert repeated_error_line(None, [failed]) == ""
     assert repeated_error_line(replace(failure, node="node0"), [failed]) == ""  # the failing node's own attempts
 
