@@ -495,7 +495,7 @@ _TORCH_LOAD_FRAME = re.compile(r'torch/serialization\.py", line \d+, in _?load\b
 
 
 # A full disk's error as the system gives it: OSError: [Errno 28] No space left on device
-_NO_SPACE = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")
+_NO_SPACE = re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]", re.IGNORECASE)
 
 
 def met_a_full_disk(error: AttemptError) -> bool:
@@ -504,19 +504,22 @@ def met_a_full_disk(error: AttemptError) -> bool:
     return any(_NO_SPACE.search(text) for text in (error.exception, *error.last_lines))
 
 
-def repeated_error_line(failure: Optional[Failure], results: list[NodeResult]) -> str:
+def repeated_error_line(failure: Optional[Failure], results: list[NodeResult],
+                        notes: Sequence[tuple[str, str]] = ()) -> str:
     """Where torchrun restarted the failing node's workers and the same error of their own ended
     two attempts or more (the newest such error): which attempts, and that a restart does not get
     past it, or that the full disk blamed for the node's end still held, where the error is the
     full disk's own ENOSPC (:func:`met_a_full_disk`; another fault held, a slow, is no cause of a
-    script's own error) ("" otherwise)."""
+    script's own error), or where the full disk's notes (``notes``: each fault's spec and what it
+    did) say a write failed on it ("" otherwise)."""
     node = next((r for r in results if failure is not None and r.node.name == failure.node), None)
     own = [e for e in node.attempts if e.own] if node is not None else []
     same = [e.attempt for e in own if e.exception == own[-1].exception] if own else []
     if len(same) < 2:
         return ""
     which = ", ".join(str(a) for a in same[:-1]) + f" and {same[-1]}"
-    full_disk = node.fault.startswith(f"{FaultAction.DISK_FULL.value}:") and met_a_full_disk(own[-1])
+    full_disk = node.fault.startswith(f"{FaultAction.DISK_FULL.value}:") and (
+        met_a_full_disk(own[-1]) or any(spec == node.fault and _NO_SPACE.search(detail) for spec, detail in notes))
     why = ("a restart runs the same script on the same files again, and does not get past an error of its own"
            if not full_disk else f"injected fault {node.fault} still held, and each attempt met it again")
     return f"  the same error ended attempts {which} of {failure.node}'s workers: {brief(own[-1].exception)}; {why}"

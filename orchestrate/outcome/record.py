@@ -111,7 +111,8 @@ def outcome_record(outcome: RunResult) -> dict:
                 "exception": failure.earlier.exception, "describe": failure.earlier.describe(failure.node),
                 "last_lines": list(failure.earlier.last_lines), "users_frame": failure.earlier.users_frame or None},
             # the same error of its own ended several attempts of the failing node's workers
-            "repeated": (repeated_error_line(failure, outcome.results).strip() if said else "") or None,
+            "repeated": (repeated_error_line(failure, outcome.results, [(f.spec, f.detail) for f in outcome.faults])
+                         .strip() if said else "") or None,
             # the ranks a monitored barrier named as not there, with where each was when ended
             "not_at_barrier": [line.strip() for line in absent_from_barrier_lines(failure, outcome.stopped_where)
                                if said],

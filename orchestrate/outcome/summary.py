@@ -158,7 +158,7 @@ def format_summary(outcome: RunResult) -> str:
             lines.append(f"  {failure.earlier.describe(failure.node)}")
             if failure.earlier.users_frame:
                 lines.append(f"  in your code: {failure.earlier.users_frame}")
-        repeated = repeated_error_line(failure, outcome.results)
+        repeated = repeated_error_line(failure, outcome.results, [(f.spec, f.detail) for f in outcome.faults])
         lines += [repeated] if repeated else []
         lines += absent_from_barrier_lines(failure, outcome.stopped_where)
         lines += lost_peer_lines(failure, outcome.stopped_where, outcome.node_addresses, outcome.results)

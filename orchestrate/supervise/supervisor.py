@@ -331,8 +331,9 @@ class Supervisor:
         if fault.action.on_storage:
             key = self.storage.armed_key(spec, tracker.name)
             return f"{spec} armed as {key}" if key else ""
-        own = [r for r in self.faults.fired if r.spec == spec and r.node == tracker.name and r.ended_s is None
-               and (any(str(f) == spec and n == tracker.name for f, n in self.faults.lasting) or spec in tracker.holding)]
+        lasting = any(str(f) == spec and n == tracker.name for f, n in self.faults.lasting) or spec in tracker.holding
+        own = [r for r in self.faults.fired
+               if r.spec == spec and r.node == tracker.name and r.ended_s is None and lasting]
         if own:
             return f"{spec} fired {own[-1].elapsed_s} s into the job"
         live = [fault_id for fault_id, r in self.live_faults.done.items()

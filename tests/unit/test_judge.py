@@ -421,6 +421,11 @@ def test_the_same_error_of_its_own_in_several_attempts_is_said_once_with_which(n
     wrapped = "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"  # torch.save's own
     failed.attempts = [AttemptError(a, 0, wrapped, True, last_lines=(full, "", wrapped)) for a in (1, 2)]
     assert repeated_error_line(failure, [failed]).endswith("still held, and each attempt met it again")
+    torch_only = [AttemptError(a, 0, wrapped, True, last_lines=(wrapped,)) for a in (1, 2)]  # ENOSPC scrolled away
+    failed.attempts = torch_only
+    assert repeated_error_line(failure, [failed]).endswith("does not get past an error of its own")
+    failed_write = [(failed.fault, "rank 0's write to ckpt.pt.tmp failed: no space left on device (ENOSPC), 2 times")]
+    assert repeated_error_line(failure, [failed], failed_write).endswith("still held, and each attempt met it again")
     failed.attempts, failed.fault = attempts, ""
     assert repeated_error_line(None, [failed]) == ""
     assert repeated_error_line(replace(failure, node="node0"), [failed]) == ""  # the failing node's own attempts
