@@ -421,6 +421,9 @@ def test_the_same_error_of_its_own_in_several_attempts_is_said_once_with_which(n
     wrapped = "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"  # torch.save's own
     failed.attempts = [AttemptError(a, 0, wrapped, True, last_lines=(full, "", wrapped)) for a in (1, 2)]
     assert repeated_error_line(failure, [failed]).endswith("still held, and each attempt met it again")
+    failed.fault = "slow:node1@t=1"  # a slow holds no disk: an ENOSPC of the node's own disk is none of its doing
+    assert repeated_error_line(failure, [failed]).endswith("does not get past an error of its own")
+    failed.fault = "disk-full:node1,path=ckpt.*@step=5..8"
     torch_only = [AttemptError(a, 0, wrapped, True, last_lines=(wrapped,)) for a in (1, 2)]  # ENOSPC scrolled away
     failed.attempts = torch_only
     assert repeated_error_line(failure, [failed]).endswith("does not get past an error of its own")

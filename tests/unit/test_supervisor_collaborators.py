@@ -217,6 +217,43 @@ def test_a_fault_that_outlives_a_restart_is_refused_again_only_for_the_same_firi
     assert not policy.should_restart(dead, False) and policy.met_again(dead, False)
 
 
+def test_the_firing_in_effect_of_a_nodes_fault_is_none_once_it_ended_and_another_when_done_again(make_job, tmp_path):
+    """What the restart policy keys a refused restart by (Supervisor.firing_in_effect): a storage
+    fault by where it is armed, the run's own fault by when it fired while it lasts, a `fault RUN`
+    one by its id until its end."""
+    from types import SimpleNamespace
+
+    from orchestrate.faults.scheduler import FaultScheduler
+    from orchestrate.faults.storage import ArmedStorageFaults
+    from orchestrate.outcome.model import FaultRecord
+    from orchestrate.supervise.supervisor import Supervisor
+
+    plan = make_job(nodes=2)
+    node1 = tracker_for(plan, 1, None, tmp_path)
+    full, cut = parse_fault("disk-full:node1@step=2..5"), "disconnect:node1@t=0..10"
+    scheduler = FaultScheduler((), lambda fault: "node1", tmp_path, print, lambda *a, **k: None)
+    seen = SimpleNamespace(faults=scheduler, storage=ArmedStorageFaults(tmp_path), live_faults=SimpleNamespace(done={}))
+    firing = lambda: Supervisor.firing_in_effect(seen, node1)  # noqa: E731
+    node1.result.fault = str(full)
+    assert firing() == ""  # not armed
+    key = seen.storage.arm(full).key
+    assert firing() == f"{full} armed as {key}"
+    seen.storage.end(full)
+    assert firing() == ""
+    node1.result.fault = cut  # `fault RUN`: in effect until its note's end
+    seen.live_faults.done["f1"] = FaultRecord(cut, "node1", elapsed_s=1.0)
+    assert firing() == f"{cut} done by `fault` as f1"
+    seen.live_faults.done["f1"] = FaultRecord(cut, "node1", elapsed_s=1.0, ended_s=11.0)
+    assert firing() == ""
+    seen.live_faults.done["f2"] = FaultRecord(cut, "node1", elapsed_s=40.0)  # the same spec done again
+    assert firing() == f"{cut} done by `fault` as f2"
+    seen.live_faults.done.clear()
+    scheduler.fired.append(FaultRecord(cut, "node1", elapsed_s=3.0))  # the run's own: while it lasts
+    assert firing() == ""
+    scheduler.lasting.append((parse_fault(cut), "node1"))
+    assert firing() == f"{cut} fired 3.0 s into the job"
+
+
 def test_a_restart_of_every_node_ends_the_faults_of_every_node_it_restarts(make_job, tmp_path):
     """A review (session 112): a hung rank on node0 (no end), then kill:node1, restarted every
     node: only node1's fault was let go, and a stop later said node0's hung rank "still held" though
