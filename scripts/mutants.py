@@ -3497,7 +3497,7 @@ MUTANTS = [
            "        self.fired = [replace(r, detail=said_once(notes),",
            "        self.fired = [replace(r, detail=\"; \".join(notes),", ("tests/unit/test_fault_scheduler.py",)),
     Mutant("a note met several times is said once with no count", "orchestrate/faults/scheduler.py",
-           "detail + (f\", {count} times\" if count > 1 else \"\")", "detail", ("tests/unit/test_fault_scheduler.py",)),
+           "detail + (f\", {times(count)}\" if count > 1 else \"\")", "detail", ("tests/unit/test_fault_scheduler.py",)),
     Mutant("a failed write of a restarted node does not blame its full disk", "orchestrate/supervise/supervisor.py",
            "            tracker.result.fault = spec\n        if not event.torn or not self.active",
            "            pass\n        if not event.torn or not self.active", ("tests/unit/test_supervisor_faults.py",)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Collection, Optional, Sequence
@@ -21,6 +22,7 @@ from orchestrate.errors import OrchestrateError
 from orchestrate.faults.storage import STORAGE_REACH
 from orchestrate.node.progress import TRIGGERS_FILE
 from orchestrate.outcome.model import FaultRecord, Recovery, anew_fields
+from orchestrate.text import times
 
 # How long a run with @step faults may run with no progress reported before we say so.
 NO_PROGRESS_WARNING_S = 30.0
@@ -268,10 +270,7 @@ def unfelt_store_outage(fault: FaultSpec, held_s: float) -> str:
 def said_once(details: Sequence[str]) -> str:
     """``details`` joined, each distinct one once, in the order first met, with how many times where
     it came more than once (pure): ``rank 0's write to ckpt.pt failed: ... (ENOSPC), 8 times``."""
-    counts: dict[str, int] = {}
-    for detail in details:
-        counts[detail] = counts.get(detail, 0) + 1
-    return "; ".join(detail + (f", {count} times" if count > 1 else "") for detail, count in counts.items())
+    return "; ".join(detail + (f", {times(count)}" if count > 1 else "") for detail, count in Counter(details).items())
 
 
 def unmet_storage_fault(record: FaultRecord, ended: bool = False) -> str:
