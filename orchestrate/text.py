@@ -14,8 +14,8 @@ TERMINAL_COLUMNS = 100
 def for_terminal(text: str, stream: IO[str], prefix: str = "") -> str:
     """``text`` as printed to ``stream``: where that is a terminal, each line longer than its
     width (after ``prefix``, which starts every printed line) wrapped at spaces, its continuation
-    lines indented four spaces past the line's own indent (a hint of 1,100 characters no longer
-    wraps as the terminal cuts it, since 2026-12-07); elsewhere (a file, a pipe, a test's
+    lines indented four spaces past the line's own indent (so that a hint of 1,100 characters
+    does not wrap as the terminal cuts it); elsewhere (a file, a pipe, a test's
     capture) as it is, one line for one line."""
     isatty = getattr(stream, "isatty", None)
     if isatty is None or not isatty():

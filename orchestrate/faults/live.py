@@ -208,8 +208,7 @@ class LiveFaults:
         run ends, as no command of ours undoes it once ``fault`` has returned, or until the node
         restarts where a restart ends it (:attr:`~FaultAction.restart_ends`), and how to give one
         an end ("" for a fault with an end, which ``fault`` holds and then undoes, or one that is
-        done at once). Until 2026-12-07 it said "no command undoes it" of a pause too, which
-        ``fault RUN restart:NODE`` ends."""
+        done at once). A pause is not one that nothing undoes: ``fault RUN restart:NODE`` ends it."""
         if not spec.action.lasting or spec.has_end:
             return ""
         with_end = f"`fault {self.run_id} {spec}@t=0..SECONDS` holds one for SECONDS, then undoes it"

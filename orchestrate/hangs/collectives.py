@@ -131,8 +131,8 @@ def elements(shapes: str) -> tuple[str, int] | str:
 
 def alike(places: dict[int, str]) -> list[tuple[list[int], str]]:
     """The ranks whose text (a call and its place) is the same, together, in the order of their
-    first rank: ``{1: "barrier() at t.py:9", 2: "barrier() at t.py:9"}`` as one entry (since
-    2026-12-07: each rank was said one by one)."""
+    first rank: ``{1: "barrier() at t.py:9", 2: "barrier() at t.py:9"}`` as one entry, not one
+    line per rank."""
     together: dict[str, list[int]] = {}
     for rank in sorted(places):
         together.setdefault(places[rank], []).append(rank)
@@ -151,8 +151,8 @@ def calls_text(calls: dict[int, Collective], verb: str, most: int = 4) -> str:
 def parted_at(seq: int, where: str, calls: dict[int, Collective]) -> tuple[str, str]:
     """How a mismatch's line starts, and the verb of its calls: ``collective #21: `` and
     ``entered`` where the ranks wait in it; where some went on past it, that it is where their
-    calls first differ, not where they wait, and ``called`` (since 2026-12-07: a call every rank
-    had finished read as if they waited in it)."""
+    calls first differ, not where they wait, and ``called`` (a call every rank has finished is
+    not one they wait in)."""
     went_on = sorted(rank for rank, call in calls.items() if call.state == DONE)
     if not went_on:
         return f"collective #{seq}{where}: ", "entered"
@@ -216,8 +216,8 @@ def uneven_steps(calls: dict[int, Collective], snapshots: dict[int, RankSnapshot
     ranks took different numbers of steps, with how many passes each made from the line the ones
     in a step are at, and the call the others are in instead, where the records say ("" where no
     rank is in a training step). The passes are counted as such, not as every collective made
-    from their line (since 2026-12-07: a ZeroRedundancyOptimizer's step() on the line of the
-    backward pass made "backward pass 16" of the 4th)."""
+    from their line (a ZeroRedundancyOptimizer's step() on the line of the backward pass would
+    make "backward pass 16" of the 4th)."""
     counts = {rank: dict(s.lines) for rank, s in snapshots.items()}
     passes = {}
     for rank, call in calls.items():
@@ -245,11 +245,10 @@ def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, R
     skip.py:19), by a condition ...``, by the ranks' call lines' counts, the call named where every
     call the records show from that line is one (else ``collectives``); "" where those counts are
     not known or do not say so. The mismatch itself is found where the calls part, later than the
-    skip: this names the line the skip is at (since 2026-12-07 in those words: before, ``made 3
-    collectives at skip.py:23 before it went on to skip.py:19, where rank 0 is in its 4th``).
+    skip: this names the line the skip is at.
     Where the others never made a call from the line these went on to, that call may as well be
     one they make alone (rank 0's extra barrier to log, under ``if rank == 0:``), and it is said
-    too (since 2026-12-07; before, a rank that had skipped nothing was said to have skipped one).
+    too, so that a rank that skipped nothing is not said to have skipped one.
     ``passes_too``: False leaves out the lines of a DDP training step's passes, whose counts the
     uneven steps' hint says (a barrier skipped in a training loop is said beside it).
 
@@ -261,9 +260,8 @@ def fewer_calls(group: str, calls: dict[int, Collective], snapshots: dict[int, R
     the second one, a barrier, once: it is in its 4th call from the first line while the others
     are in their 3rd barrier, so either side made "fewer" at one line), the line named is the one
     the ranks said to skip it went there from before, by the records: rank 3 went from the first
-    line to the barrier each time before, never from the first line to itself; before
-    2026-12-07, the line that sorted first was named, and it could blame the ranks that had
-    skipped nothing."""
+    line to the barrier each time before, never from the first line to itself (the line that
+    sorts first could blame the ranks that skipped nothing)."""
     if channel_ends(group) is not None:
         return ""
     counts = {rank: dict(snapshots[rank].lines) for rank in calls if rank in snapshots}

@@ -61,8 +61,8 @@ _TRACEBACK_START = re.compile(r"^\[rank\d+\]: Traceback \(most recent call last\
 
 class DyingRanks:
     """Which ranks print the traceback they die of: progress, as any line, but no sign that a job
-    said to look hung moved again (since 2026-12-07: a collective timeout's traceback took a hang
-    back as 'a long wait', and the run then failed HUNG). A rank is dying from its
+    said to look hung moved again (a collective timeout's traceback must not take a hang back as
+    'a long wait' before the run fails HUNG). A rank is dying from its
     ``[rankN]: Traceback (most recent call last):`` on, while its lines keep torch's prefix: a
     script's own lines in that style (``[rank0]: epoch 3 loss 0.52``) are the job moving."""
 

@@ -330,7 +330,7 @@ _IN_DDP_STEP = re.compile(r"\((?:gradients|buffers) of DDP\(")
 
 
 # What the hints say in place of --debug-collectives to a run that had it (or TORCH_DISTRIBUTED_DEBUG=DETAIL by
-# --env): torch's check let the calls by, so the option can do no more (since 2026-12-07 it was suggested again).
+# --env): torch's check let the calls by, so the option can do no more, and is not suggested again.
 CHECK_HAD = "this run already had torch's check of every collective (--debug-collectives), which let them by"
 
 
@@ -348,8 +348,8 @@ def mismatch_hint(failure: Optional[Failure], divergence: str = "", checked: boo
     collectives, not a send and its receive, and the hint says so; to a run that had the check
     (``checked``), it says where the ranks' records are instead. Where the ranks' records
     (``divergence``: where each was) show some in a DDP model's training step and others in
-    another call, that they took different numbers of steps (since 2026-12-07: one more batch on
-    rank 0 and a metric's all_reduce after the loop aborted with the general hint alone)."""
+    another call, that they took different numbers of steps (one more batch on rank 0 and a
+    metric's all_reduce after the loop, say), not the general hint alone."""
     if failure is None or GLOO_MISMATCH not in failure.errors:
         return ""
     places = [place for place in divergence.split("; ") if place.startswith("rank ")]
@@ -393,8 +393,7 @@ def size_difference(errors: str, places: list[str]) -> str:
     """Where gloo's abort says how many bytes came and how many the aborted rank expected, and
     one peer's record moved exactly what came (``places``: where each rank was): what differs,
     ``; here rank 1 sent int64[] (8 bytes) where rank 0 expected 4: ...`` (a dtype, a size, an
-    object list's length); "" where the records do not say (since 2026-12-07: the hint was the
-    general one alone)."""
+    object list's length); "" where the records do not say (the general hint is said alone)."""
     found = _GLOO_SIZES.search(errors)
     own = next((match for place in places if (match := _ABORTED_IN.match(place))), None)
     if found is None or own is None:

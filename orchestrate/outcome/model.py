@@ -130,7 +130,7 @@ class Recovery:
         """One line; what is not known (no steps reported, no resume yet) is left out. A lost node
         the job was not seen to train on without (no step after it) is said lost, not gone on from;
         a node that rejoined, after which the job failed before a step (``job_succeeded``: how the
-        job ended), is said so (since 2026-12-07: "rejoined" alone, as if it had recovered)."""
+        job ended), is said so, not "rejoined" alone, as if it had recovered."""
         if self.lost:
             parts = [f"the job went on without {self.node} after {self.cause}" if self.resumed_at is not None
                      else f"{self.node} was lost for good after {self.cause}"]
@@ -326,7 +326,7 @@ class RunResult:
         skipped: For a run that failed on torch's check, where the ranks' records show a call one
             rank skipped before they parted (``rank 1 made 3 barrier() calls at t.py:23 where rank
             0 made 4: ...``): the line to look at, said in place of the failing rank's own line
-            (since 2026-12-07: that was the line after the skip, where the ranks parted); "".
+            (that is the line after the skip, where the ranks parted); "".
         collectives_checked: The ranks ran under torch's check of every collective
             (``--debug-collectives``, or ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` by ``--env``), as the
             run's plan or the ranks' records say: a hint then never suggests the option again.

@@ -130,7 +130,7 @@ def write_outcome(outcome: RunResult) -> None:
 
 def hint_text(said: str) -> Optional[str]:
     """The summary's hint as outcome.json keeps it: its lines joined by newlines, without the
-    summary's ``hint:`` label (the key names it; until 2026-12-07 the text began "hint: "); None
+    summary's ``hint:`` label (the key names it; a record written before 2026-12-07 begins "hint: "); None
     where there is none."""
     lines = [line.strip() for line in said.splitlines()]
     if lines:

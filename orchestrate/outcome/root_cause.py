@@ -546,7 +546,7 @@ def short_mismatch(exception: str) -> str:
     # (torch counts a group's collectives from 0: its number is said as torch's, apart from the
     # collective record's, which counts from 1 and may count others, DDP's own among them)
     # (its op is said as a kind the records show, not as torch's empty fingerprint: "it came back as REDUCE, torch's
-    # sequence number 0" read as a reduce the rank made, before 2026-12-07)
+    # sequence number 0" reads as a reduce the rank made)
     ranks = [f"rank {m['rank']} ran a collective of another kind (torch's check does not say which)"
              if m["rank"] in unread else
              f"rank {m['rank']} ran {m['op']}" + (f" of {m['dtype'] or ''}[{m['shape']}]" if m["shape"] is not None

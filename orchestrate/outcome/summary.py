@@ -232,8 +232,9 @@ SAID_ABOVE = " ... (said in full above)"
 def hang_lines(hang: HangDiagnosis) -> list[str]:
     """A hang's lines past its headline, for the summary: where the run's own output said them as
     it went (the watchdog's verdict), each hint longer than :data:`SAID_HINT_CHARS` cut to its
-    start, said to be in full above (not the line of a call one rank skipped: where to look) (since 2026-12-07: a DDP hint of 1,100 characters was said
-    twice by one command, as the run hung and again in its summary). outcome.json keeps them whole."""
+    start, said to be in full above (not the line of a call one rank skipped: where to look), so
+    that one command does not say a DDP hint of 1,100 characters twice, as the run hung and again
+    in its summary. outcome.json keeps them whole."""
     lines = hang.lines()[1:]
     if not hang.said:
         return lines
@@ -392,8 +393,8 @@ def fault_injected_lines(outcome: RunResult) -> list[str]:
     """Every fault that fired, each once: when, how long it held where it ended, what it did beyond
     its spec (the file a torn write cut, a full disk's failed writes, a store outage too short to
     be felt), that it fell before the job's first step (then it tested no training) or still held
-    at the stop. Until 2026-12-07 a fault with none of these was not said: a store pause too
-    short to be felt left no trace in the summary."""
+    at the stop. A fault with none of these is said too: a store pause too short to be felt
+    leaves its trace in the summary."""
     return [f"fault injected: {f.describe()}" for f in outcome.fired_faults]
 
 

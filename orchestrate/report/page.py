@@ -225,7 +225,7 @@ def hang_section(hang: dict) -> list[str]:
     if threads:
         parts.append("<p>The threads of your code beside each rank's main thread:</p>"
                      + _table(("ranks", "thread", "where"), threads, "hang-threads"))
-    # the divergence once: where the headline says it already, not again (since 2026-12-07)
+    # the divergence once: where the headline says it already, not again
     if hang.get("divergence") and hang["divergence"] not in hang.get("headline", ""):
         parts.append(f'<p id="hang-divergence"><b>First divergence:</b> {esc(hang["divergence"])}</p>')
     # what the terminal said past where each rank is: the line a rank skipped a call at, the hints

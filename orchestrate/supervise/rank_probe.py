@@ -248,6 +248,5 @@ def stack_lines(found: HangDiagnosis) -> list[str]:
     if divergence is not None and not any(divergence.text in line for line in lines):
         # said only in the headline, which this leaves out (ranks missing: said nowhere else)
         # right past where every rank is, before what says more of it: where each waits now, the hints
-        # (before 2026-12-07, before the --debug-collectives hint alone: past any other, last)
         lines.insert(len(found.place_lines()) - 1, f"  {divergence.text}")
     return [line.removeprefix("  ") for line in lines]
