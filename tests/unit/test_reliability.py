@@ -372,15 +372,24 @@ def test_a_store_container_that_dies_after_a_nodes_own_failure_is_no_cause(make_
         assert [e.get("via") for e in events if e["event"] == "node-exited" and e["node"] == "node1"] == ["inspection"]
 
 
+def recorded_for(job, kind: str, node: str):
+    """Whether the launcher has recorded an event of ``kind`` for ``node`` (a Script's after_when):
+    the engine's next event then comes after the launcher has dealt with that one, however loaded
+    the machine."""
+    return lambda: any(e["event"] == kind and e.get("node") == node for e in read_events(job.run_dir))
+
+
 def test_a_store_that_dies_after_a_node_was_lost_for_good_is_still_said(make_run):
     """A node a lose fault took ends for good, with exit code 137 and no restart: the store's death
     after it is the job's news, not a failure that came first (review: it went unsaid, and the
-    node left hung on to the time limit with no word of why)."""
+    node left hung on to the time limit with no word of why). The store dies only once the launcher
+    has recorded node1 lost, so the order holds on any machine (a fixed delay after node1's die
+    event let a loaded machine read the store's death before node1's exit, and pass without the fix)."""
     job = make_run(nodes=2, rdzv="c10d", rdzv_store="container", nnodes="1:2", max_restarts=3, timeout_s=8.0,
                    faults=["lose:node1@t=1"])
     client = FakeDockerClient()
-    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, after_when=exited(client, "node1"),
-                                                         after=["going"], delay_s=0.5)]},
+    job.client = engine(client, **{"rdzv-store": [Script(["serving"], exit_code=137, after=["going"],
+                                                         after_when=recorded_for(job, "node-lost", "node1"))]},
                         node0=[Script(["[0|0]:step 1"], hang=True)],
                         node1=[Script(["[1|0]:step 1"], hang=True)])
     result = job.run()
