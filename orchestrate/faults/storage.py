@@ -76,6 +76,16 @@ def _write(directory: Path, faults: list[dict[str, Any]]) -> None:
     temporary.replace(directory / FAULTS_FILE)
 
 
+def whole_number(value: Any) -> Optional[int]:
+    """A record's whole number, or None (absent, or written by another version)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def number(value: Any) -> Optional[float]:
+    """A record's number, or None (absent, or written by another version)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True)
 class StorageEvent:
     """What a worker met: a torn write (``byte`` of ``size`` written) or a full disk; of a full
@@ -90,6 +100,8 @@ class StorageEvent:
     byte: Optional[int] = None
     size: Optional[int] = None
     returned: bool = False
+    attempt: Optional[int] = None  # torchrun's count of the worker group's restarts in place when it came
+    time: Optional[float] = None  # Unix seconds, on the worker's clock
 
     @property
     def torn(self) -> bool:
@@ -135,7 +147,8 @@ class StorageEvents:
                 fields = json.loads(line)
                 events.append(StorageEvent(str(fields["kind"]), str(fields["key"]), str(fields["node"]),
                                            str(fields["file"]), fields.get("rank"), fields.get("byte"),
-                                           fields.get("size"), fields.get("returned") is True))
+                                           fields.get("size"), fields.get("returned") is True,
+                                           whole_number(fields.get("attempt")), number(fields.get("time"))))
             except (ValueError, KeyError, TypeError):
                 continue
         return events

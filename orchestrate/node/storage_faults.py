@@ -123,7 +123,8 @@ class StorageFaults:
         """Append one event for the launcher (a line, written whole). One that cannot be written
         is said on the process's stderr: the script's own write or save must meet what the fault
         does, not an error of this record."""
-        line = json.dumps({**fields, "node": self.node, "rank": _rank(), "time": time.time()}) + "\n"
+        line = json.dumps({**fields, "node": self.node, "rank": _rank(), "attempt": _attempt(),
+                           "time": time.time()}) + "\n"
         try:
             descriptor = os.open(os.path.join(self.directory, EVENTS_FILE), os.O_CREAT | os.O_APPEND | os.O_WRONLY,
                                  0o666)
@@ -372,3 +373,10 @@ def install(directory: str, node: Optional[str] = None) -> StorageFaults:
 def _rank() -> Optional[int]:
     rank = os.environ.get("RANK")
     return int(rank) if rank and rank.isdigit() else None
+
+
+def _attempt() -> Optional[int]:
+    """Which attempt of its node's worker group this process is, counted from 0 by torchrun
+    (a restart in place starts the next; a new torchrun, in a restarted container, starts at 0)."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    return int(count) if count and count.isdigit() else None

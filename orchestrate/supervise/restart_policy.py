@@ -6,7 +6,7 @@ from typing import Callable, Optional
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from orchestrate.config.fault_spec import FaultAction
+from orchestrate.config.fault_spec import FaultAction, FaultSpec
 from orchestrate.engine.client import engine_time
 from orchestrate.engine.errors import EngineFault, classify, engine_errors
 from orchestrate.outcome.model import DEATH, Recovery, anew_fields
@@ -46,6 +46,28 @@ def outlives_a_restart(fault: str) -> bool:
     return bool(fault) and action_of(fault) in OUTLIVE_A_RESTART
 
 
+def full_disk_outlasts(fault: FaultSpec, elapsed_s: float, attempt_s: float) -> str:
+    """Why a full disk ``fault``, still armed ``elapsed_s`` seconds into the job, would still hold
+    when a restarted attempt reaches the write it failed, about ``attempt_s`` seconds from now (the
+    time from the failed write of one attempt to the next one's); "" where its end may come first,
+    and a restart may get past it (pure).
+
+    A fault with no end holds for good. One that ends at a step does not end while every attempt
+    fails: its failed write came before that step, and a restarted attempt resumes from a
+    checkpoint before the write and meets it first. One that ends at a time holds if that time
+    is later than the next attempt's write."""
+    if fault.until_seconds is not None:
+        left_s = fault.until_seconds - elapsed_s
+        if left_s <= attempt_s:
+            return ""
+        return (f"it ends {fault.until_seconds:g} s into the job, {left_s:.1f} s from now, after the next attempt"
+                f" would reach that write (about {attempt_s:.1f} s from now)")
+    if fault.until_step is not None:
+        return (f"it ends at step {fault.until_step}, which no attempt reaches: each resumes before the write"
+                " it failed")
+    return "it has no end"
+
+
 class RestartPolicy:
     """Restarts an elastic job's nodes when one dies, up to ``max_restarts`` times.
 
@@ -72,6 +94,7 @@ class RestartPolicy:
         # none, or it ended); a fault that outlives a restart is refused a second restart for the same firing only
         self.firing = firing or (lambda tracker: "")
         self.restarted_for: set[str] = set()  # the firings that outlive a restart whose deaths a restart was made for
+        self.ended_in_place: set[str] = set()  # the firings torchrun's restarts in place met again: the job ended
 
     @property
     def open_recovery(self) -> Optional[Recovery]:
@@ -98,12 +121,26 @@ class RestartPolicy:
         is made, keep it for the summary, and return it; "" otherwise."""
         if not self.enabled or ending or tracker.exit_code == 0 or not self.met_the_same_firing(tracker):
             return ""
+        if self.firing(tracker) in self.ended_in_place:  # said when the job was ended
+            return self.unrecovered
         text = (f"{how_it_ended(tracker)} again, after a restart: the fault outlives a restart and still holds,"
                 " so another restart would meet it again; the job ends")
         self.say(text)
         self.record("met-again", node=tracker.name, cause=death_cause(tracker))
         self.unrecovered = self.unrecovered or text
         return text
+
+    def met_again_in_place(self, tracker: NodeTracker, text: str) -> None:
+        """torchrun restarted ``tracker``'s workers in place, and the next attempt met the very full
+        disk that failed the one before, which still holds: say ``text`` (why the job ends), and
+        make no restart of the node for that firing."""
+        firing = self.firing(tracker)
+        self.say(text)
+        self.record("met-again", node=tracker.name, cause=death_cause(tracker), in_place=True)
+        self.unrecovered = self.unrecovered or text
+        if firing:
+            self.restarted_for.add(firing)
+            self.ended_in_place.add(firing)
 
     def met_the_same_firing(self, tracker: NodeTracker) -> bool:
         """Whether ``tracker``'s fault is still in effect and the very firing a restart was made for

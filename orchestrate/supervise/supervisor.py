@@ -72,7 +72,7 @@ from orchestrate.supervise.live_faults import LiveFaultWatch
 from orchestrate.supervise.log_pump import LogPump
 from orchestrate.supervise.progress import ProgressWatch
 from orchestrate.supervise.rank_probe import RankHost, absent_reasons, finished_node_reason, network_cuts
-from orchestrate.supervise.restart_policy import RestartPolicy
+from orchestrate.supervise.restart_policy import RestartPolicy, full_disk_outlasts
 from orchestrate.supervise.timings import run_timings
 from orchestrate.supervise.workdir_writes import WorkdirWrites
 from orchestrate.supervise.worker_lines import NodeOutput, OutputLine
@@ -157,6 +157,8 @@ class Supervisor:
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
+        # the latest attempt of a node's workers whose write a full disk failed, and when, by node and armed key
+        self.full_disk_attempts: dict[tuple[str, str], tuple[int, float]] = {}
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
                                       store_host=spec.store_host, firing=self.firing_in_effect)
@@ -357,6 +359,37 @@ class Supervisor:
         self.say(f"{fault}: armed on {fault.node}'s workers, files {glob!r} of the work directory: {what}")
         return fault.node
 
+    def end_a_full_disk_met_again(self, tracker: NodeTracker, fault: FaultSpec, event: StorageEvent) -> None:
+        """A full disk failed a write of a later attempt of ``tracker``'s workers than one whose write
+        it failed before: torchrun restarted them in place, and the new attempt met the same firing.
+        Where it still holds when the next attempt would reach the write, every restart left would
+        meet it again: the node is stopped, and the job ends, naming the fault (a restart in place
+        per firing is let be, as a script may catch a failed write and go on; one whose end comes
+        first is let be too)."""
+        if event.attempt is None or event.time is None:
+            return
+        before = self.full_disk_attempts.get((event.node, event.key))
+        self.full_disk_attempts[(event.node, event.key)] = (event.attempt, event.time)
+        if before is None or event.attempt <= before[0]:  # its first attempt to meet it (a new torchrun counts from 0)
+            return
+        ending = self.winding_down or self.first_failure_seen or self.kill_at is not None or self.stop_requested()
+        if not self.active or ending or tracker.phase.final or tracker.phase is NodePhase.RESTARTING:
+            return
+        attempt_s = max(event.time - before[1], 0.0)
+        holds = full_disk_outlasts(fault, self.clock() - self.started_at, attempt_s)
+        if not holds:
+            return
+        by = f"rank {event.rank}" if event.rank is not None else f"a worker of {event.node}"
+        self.restarts.met_again_in_place(tracker, (
+            f"{fault}: {by}'s write to {event.file} failed again in attempt {event.attempt + 1} of {event.node}'s"
+            f" workers, after torchrun restarted them in place ({attempt_s:.1f} s after attempt {before[0] + 1}'s):"
+            f" the full disk still holds ({holds}), so every restart would meet it again; stopping {event.node},"
+            " and the job ends"))
+        try:
+            tracker.container.kill()
+        except engine_errors() as exc:  # it ended meanwhile
+            log.debug("kill after a full disk met again: %s", exc)
+
     def on_storage_event(self, fault: Optional[FaultSpec], event: StorageEvent) -> None:
         """A worker met a storage fault: say where; a torn write's node dies at once (killed by
         the supervisor that follows the run actively, not by one that only watches)."""
@@ -372,6 +405,7 @@ class Supervisor:
             # a write it failed raises in the worker: the node's end is the fault's, in whichever attempt (a
             # restart let its blame go, but the full disk held on)
             tracker.result.fault = spec
+            self.end_a_full_disk_met_again(tracker, fault, event)
         if not event.torn or not self.active or tracker is None or tracker.phase.final:
             return
         if fault is not None:

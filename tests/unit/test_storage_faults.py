@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import re
 import tempfile
+import time
 
 import pytest
 
@@ -409,3 +410,17 @@ def test_an_event_the_hook_cannot_record_leaves_the_scripts_save_as_the_fault_ma
     assert torch.save({"w": torch.zeros(1)}, str(workspace / "small.pt")) is None
     assert "ddp-compose: the disk-full fault of small.pt went unrecorded: [Errno 13] Permission denied" in (
         capsys.readouterr().err)
+
+
+def test_a_full_disks_event_says_which_attempt_of_the_worker_group_met_it_and_when(node, monkeypatch):
+    """torchrun numbers each restart in place of a node's worker group (TORCHELASTIC_RESTART_COUNT):
+    the launcher reads it to know that a restarted attempt met the same full disk again."""
+    faults, opener, arm, progress, workspace = node
+    reader = storage.StorageEvents(progress)
+    arm("disk-full", "*.pt")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    before = time.time()
+    with pytest.raises(OSError):
+        opener(workspace / "raw.pt", "wb", buffering=0).write(b"abc")
+    [event] = reader.poll()
+    assert event.attempt == 2 and event.time is not None and before <= event.time <= time.time()

@@ -16,7 +16,7 @@ from orchestrate.outcome.states import NodePhase
 from orchestrate.supervise.api import NodeTracker
 from orchestrate.supervise.diagnosis import Diagnosis
 from orchestrate.supervise.progress import ProgressWatch
-from orchestrate.supervise.restart_policy import RestartPolicy
+from orchestrate.supervise.restart_policy import RestartPolicy, full_disk_outlasts
 from orchestrate.supervise.worker_lines import NodeOutput
 from tests.fakes import FakeContainer, FakeDockerClient, Script
 
@@ -562,3 +562,19 @@ def test_progress_watch_keeps_a_rank_finished_until_a_new_process_of_it_steps(tm
     write({"rank": 0, "attempt": "b", "step": 1, "time": 4.0})
     watch.poll(5.0, None)
     assert watch.finished_before(10.0) == {}
+
+
+@pytest.mark.parametrize("spec, elapsed_s, attempt_s, holds", [
+    ("disk-full:node0@step=5", 20.0, 3.0, "it has no end"),
+    ("disk-full:node0@step=5..8", 20.0, 3.0,
+     "it ends at step 8, which no attempt reaches: each resumes before the write it failed"),
+    ("disk-full:node0@t=5..60", 20.0, 3.0,
+     "it ends 60 s into the job, 40.0 s from now, after the next attempt would reach that write"
+     " (about 3.0 s from now)"),
+    ("disk-full:node0@t=5..22", 20.0, 3.0, ""),  # its end comes before the next attempt's write: restart
+    ("disk-full:node0@t=5..23", 20.0, 3.0, ""),  # (at it, as good as before)
+    ("disk-full:node0@t=5..15", 20.0, 3.0, ""),  # ended already (its disarm not yet seen)
+])
+def test_a_full_disk_outlasts_the_next_attempt_unless_its_time_end_comes_before_that_attempts_write(
+        spec, elapsed_s, attempt_s, holds):
+    assert full_disk_outlasts(parse_fault(spec), elapsed_s, attempt_s) == holds

@@ -130,6 +130,62 @@ def test_a_full_disk_an_elastic_job_meets_again_after_its_restart_is_blamed_once
     assert format_summary(outcome).count(failed) == 1 and f"{failed}, 2 times" in format_summary(outcome)
 
 
+def test_a_full_disk_a_restart_in_place_meets_again_ends_the_job_at_once(make_run):
+    """The trial: torchrun restarted the workers in place, each attempt failed the same write on the
+    full disk, until its restarts ran out (8 attempts over two lives of the container), though none
+    could get past the fault. The second attempt to meet the same firing stops the node: the job
+    ends, naming the fault, with no restart of the launcher's."""
+    fault = "disk-full:node0@step=2"
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=(parse_fault(fault),), timeout_s=20.0)
+    client = FakeDockerClient()
+
+    def two_attempts_on_the_full_disk() -> None:
+        progress_writer(job, 0, range(1, 4))()
+        first = time.time()
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=0, time=first)
+        met(job, "disk-full", "node0", 0, "opt.pt", attempt=0, time=first + 0.5)  # the same attempt's: no restart
+        wait_for(lambda: "opt.pt failed: no space left" in job.out.getvalue(), "the first attempt's writes said")
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 3.0)  # the next attempt's
+
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(two_attempts_on_the_full_disk), hang=True)],
+        node1=[Script(["[1|0]:training"], after_when=lambda: "node0 failed" in job.out.getvalue(),
+                      after=["[1|0]:peer lost"], exit_code=1)])
+    again = (f"{fault}: rank 0's write to out.pt failed again in attempt 2 of node0's workers, after torchrun"
+             " restarted them in place (2.5 s after attempt 1's): the full disk still holds (it has no end), so every"
+             " restart would meet it again; stopping node0, and the job ends")
+    assert again in text, text
+    assert [c for c in client.calls if c[0] == "kill" and c[1] == NODE0] == [("kill", NODE0)]
+    assert not [c for c in client.calls if c[0] == "restart"], text  # no restart of the launcher's either
+    assert outcome.failure.node == "node0" and f"failed (injected fault {fault})" in outcome.failure.describe()
+    assert text.count(again) == 1 and "again, after a restart" not in text  # said once, where it ended the job
+    assert [e["in_place"] for e in read_events(job.run_dir) if e["event"] == "met-again"] == [True]
+
+
+def test_a_full_disk_whose_end_comes_before_the_next_attempts_write_stops_nothing(make_run):
+    """A window that ends before a restarted attempt would reach the write again: the restart may
+    get past it, and the job is not ended early."""
+    fault = "disk-full:node0@t=0..3"
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=(parse_fault(fault),), timeout_s=20.0)
+    client = FakeDockerClient()
+
+    def two_attempts_on_the_full_disk() -> None:
+        first = time.time()
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=0, time=first)
+        wait_for(lambda: "out.pt failed: no space left" in job.out.getvalue(), "the first failed write said")
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 5.0)  # its end, 3 s in, comes first
+
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(two_attempts_on_the_full_disk),
+                      after_when=lambda: storage.armed(job.run_dir / "progress") == [], after=["[0|0]:step 9"])],
+        node1=[Script(["[1|0]:training"], after_when=lambda: storage.armed(job.run_dir / "progress") == [],
+                      after=["[1|0]:step 9"])])
+    assert outcome.succeeded, text
+    assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
+
+
 def test_faults_with_an_end_are_undone_and_their_blame_goes_with_them(make_run):
     disk, slow = "disk-full:node0@step=2..3", "slow:node1,cpus=0.25@step=2..3"
     job = make_run(nodes=2, faults=(parse_fault(disk), parse_fault(slow)))
