@@ -3651,6 +3651,9 @@ MUTANTS = [
            "        if self.firing(tracker) in self.ended_in_place:  # said when the job was ended\n",
            "        if False:\n",
            ("tests/unit/test_supervisor_faults.py",)),
+    Mutant("a node stopped on a full disk in an attempt is diagnosed with no worker's error",
+           "orchestrate/supervise/supervisor.py", "stopped_in_an_attempt=tracker.name in self.stopped_on_a_full_disk)",
+           "stopped_in_an_attempt=False)", ("tests/unit/test_supervisor_faults.py",)),
     Mutant("a worker's storage event says no attempt", "orchestrate/node/storage_faults.py",
            '"attempt": _attempt(),', '"attempt": None,', ("tests/unit/test_storage_faults.py",)),
 ]

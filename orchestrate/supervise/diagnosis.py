@@ -22,6 +22,7 @@ from orchestrate.outcome.root_cause import (
     is_collateral,
     is_compile_error,
     latest_error_files,
+    latest_worker_logs,
     native_exception,
     newest_own,
     short_mismatch,
@@ -56,6 +57,19 @@ def own_failure_beside(tracker: NodeTracker, cause: RootCause) -> Optional[RootC
     return None
 
 
+def latest_attempts_own_error(run_dir: Path, tracker: NodeTracker) -> Optional[RootCause]:
+    """The error the lowest local rank of a node's latest attempt ended in, by its log (torchrun's
+    ``stderr.log`` of it), for a node the launcher stopped in the middle of an attempt: torchrun
+    printed no report of it. None where no worker's log ends in an error."""
+    ranks = tracker.plan.global_ranks
+    for local, log in sorted(latest_worker_logs(run_dir, tracker.name).items()):
+        cause = RootCause(ranks[local] if local < len(ranks) else local, local)
+        cause.add_worker_log(log)
+        if cause.exception:
+            return cause
+    return None
+
+
 class Diagnosis:
     """Reads what explains a node's end, from the run directory and the engine."""
 
@@ -65,10 +79,11 @@ class Diagnosis:
         self.say = say
         self.record = record
 
-    def explain_failure(self, tracker: NodeTracker) -> None:
+    def explain_failure(self, tracker: NodeTracker, stopped_in_an_attempt: bool = False) -> None:
         """Fill a failed node's root cause and last lines: torchrun's report in its output,
         completed from the worker's structured error file on the host mount (or, without a
-        report, from the error file of its lowest local rank)."""
+        report, from the error file of its lowest local rank; for a node the launcher stopped
+        in the middle of an attempt, ``stopped_in_an_attempt``, from that attempt's worker logs)."""
         result = tracker.result
         cause = result.root_cause = tracker.output.root_cause()
         result.last_lines = tracker.output.last_lines(cause.rank if cause else None)
@@ -83,6 +98,8 @@ class Diagnosis:
             ranks = tracker.plan.global_ranks
             cause = result.root_cause = RootCause(ranks[local] if local < len(ranks) else local, local,
                                                   result.exit_code)
+        elif stopped_in_an_attempt:
+            cause = result.root_cause = latest_attempts_own_error(self.run_dir, tracker)
         if cause is not None and path is not None and path.exists():
             cause.add_error_file(path.read_text(errors="replace"))
         if cause is not None and not cause.exception:  # no error file: the traceback the worker printed

@@ -159,6 +159,7 @@ class Supervisor:
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
         # the latest attempt of a node's workers whose write a full disk failed, and when, by node and armed key
         self.full_disk_attempts: dict[tuple[str, str], tuple[int, float]] = {}
+        self.stopped_on_a_full_disk: set[str] = set()  # the nodes stopped so, in the middle of an attempt
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
                                       store_host=spec.store_host, firing=self.firing_in_effect)
@@ -385,6 +386,7 @@ class Supervisor:
             f" workers, after torchrun restarted them in place ({attempt_s:.1f} s after attempt {before[0] + 1}'s):"
             f" the full disk still holds ({holds}), so every restart would meet it again; stopping {event.node},"
             " and the job ends"))
+        self.stopped_on_a_full_disk.add(tracker.name)
         try:
             tracker.container.kill()
         except engine_errors() as exc:  # it ended meanwhile
@@ -963,7 +965,7 @@ class Supervisor:
             tracker.move(NodePhase.ORPHANED)
         else:
             tracker.move(NodePhase.FAILED)
-            self.diagnosis.explain_failure(tracker)
+            self.diagnosis.explain_failure(tracker, stopped_in_an_attempt=tracker.name in self.stopped_on_a_full_disk)
             cause = result.root_cause
             self.record_end(tracker, "node-failed", exit_code=result.exit_code, rank=cause.rank if cause else None,
                             when=tracker.exited_time)

@@ -145,6 +145,13 @@ def test_a_full_disk_a_restart_in_place_meets_again_ends_the_job_at_once(make_ru
         met(job, "disk-full", "node0", 0, "out.pt", attempt=0, time=first)
         met(job, "disk-full", "node0", 0, "opt.pt", attempt=0, time=first + 0.5)  # the same attempt's: no restart
         wait_for(lambda: "opt.pt failed: no space left" in job.out.getvalue(), "the first attempt's writes said")
+        for attempt in ("attempt_0", "attempt_1"):  # each attempt's log of its worker, as torchrun keeps it
+            log = job.run_dir / "node0" / "torchrun" / "run_1" / attempt / "0" / "stderr.log"
+            log.parent.mkdir(parents=True)
+            log.write_text("".join(f"[rank0]: {line}\n" for line in (
+                "Traceback (most recent call last):", '  File "/workspace/train.py", line 23, in <module>',
+                '    torch.save(state, "out.pt")', "RuntimeError: [enforce fail at inline_container.cc:664] . unexpected"
+                " pos 896 vs 790")))
         met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 3.0)  # the next attempt's
 
     outcome, text, _ = run(
@@ -158,7 +165,11 @@ def test_a_full_disk_a_restart_in_place_meets_again_ends_the_job_at_once(make_ru
     assert again in text, text
     assert [c for c in client.calls if c[0] == "kill" and c[1] == NODE0] == [("kill", NODE0)]
     assert not [c for c in client.calls if c[0] == "restart"], text  # no restart of the launcher's either
-    assert outcome.failure.node == "node0" and f"failed (injected fault {fault})" in outcome.failure.describe()
+    assert outcome.failure.node == "node0"
+    # torchrun printed no report of the attempt it was stopped in: its worker's log names the error
+    assert outcome.failure.describe() == (f"node0 rank 0 failed (injected fault {fault}): RuntimeError: [enforce fail"
+                                          " at inline_container.cc:664] . unexpected pos 896 vs 790")
+    assert "in your code: train.py:23 in <module>" in format_summary(outcome), format_summary(outcome)
     assert text.count(again) == 1 and "again, after a restart" not in text  # said once, where it ended the job
     assert [e["in_place"] for e in read_events(job.run_dir) if e["event"] == "met-again"] == [True]
 
