@@ -156,10 +156,15 @@ def shuffled_alike(line: str, epoch: int, ranks: Iterable[int]) -> str:
 
 def loaded_from_before(paths: Iterable[str]) -> str:
     """The note for files the work directory held before a run that its job then loaded: in the
-    run's summary, and the ``ddp_cluster`` fixture's warning (one text). It states the fact, with
-    advice that fits an earlier run's save and a file shipped for the job to load alike."""
-    files = listed(list(paths), 3)
-    return (f"the job loaded {files} with torch.load, which its work directory held before this run (an earlier run's"
+    run's summary, on its report page, and the ``ddp_cluster`` fixture's warning (one text). It
+    states the fact, with advice that fits an earlier run's save and a file shipped for the job to
+    load alike. A path with a slash at its end is a checkpoint directory DCP loaded (``dcp.load``)."""
+    named = list(paths)
+    files = [path for path in named if not path.endswith("/")]
+    directories = [path for path in named if path.endswith("/")]
+    loads = " and ".join(f"{listed(found, 3)} with {loader}"
+                         for found, loader in ((files, "torch.load"), (directories, "dcp.load")) if found)
+    return (f"the job loaded {loads}, which its work directory held before this run (an earlier run's"
             " save? where the job should not resume from it, remove it or give each run a directory of its own)")
 
 

@@ -77,6 +77,10 @@ def anew_note(after: Optional[Recovery]) -> str:
             " count, or a script that started over)")
 
 
+# The file of a DCP checkpoint directory that DCP reads it by, written once every rank has written its own
+DCP_METADATA = ".metadata"
+
+
 @dataclass
 class Recovery:
     """One node that died and rejoined an elastic job, or that was lost for good and left the
@@ -351,7 +355,9 @@ class RunResult:
             job torchrun started (:attr:`apart`).
         loaded_from_before: The files the work directory held when the run began (an earlier run's
             saves, or files of the user's own) that a rank loaded with ``torch.load`` before the run
-            wrote them: a job that resumes from its saves began from an earlier run's.
+            wrote them, and the checkpoint directories it held so that a rank loaded with DCP's
+            ``load``, each with a slash at its end (``ckpt/step_9/``): a job that resumes from its
+            saves began from an earlier run's.
         node_addresses: The nodes by their addresses on the run's network (address -> node), as
             their containers had them when the launcher began to follow them: a peer an error
             names by address (gloo's ``Connection closed by peer [172.20.0.3]:12933``) is named

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
-from orchestrate.outcome.model import WrittenFile
+from orchestrate.outcome.model import DCP_METADATA, WrittenFile
 
 MAX_ENTRIES = 20000
 POLL_S = 2.0
@@ -88,14 +88,21 @@ class WorkdirWrites:
     def held_when_loaded(self, loads: Mapping[str, float]) -> tuple[str, ...]:
         """The files among ``loads`` (each path loaded, relative to the directory, with the epoch
         time it was first loaded) that the directory held when the run began and the run had not
-        written again before that load: an earlier run's saves, or files of the user's own. ()
-        where the directory was not followed."""
+        written again before that load: an earlier run's saves, or files of the user's own. A
+        checkpoint directory DCP loaded is one whose ``.metadata`` it held so (DCP writes it last),
+        named with a slash at its end (``ckpt/step_9/``). () where the directory was not followed."""
         if not self.followed or not self.held_at_start:
             return ()
         held = {os.path.normpath(path) for path in self.held_at_start}
         written = {os.path.normpath(w.path): w.time for w in self.written.values()}
-        return tuple(sorted(path for path, at in ((os.path.normpath(p), t) for p, t in loads.items())
-                            if path in held and written.get(path, float("inf")) > at))
+        found = []
+        for path, at in ((os.path.normpath(p), t) for p, t in loads.items()):
+            metadata = os.path.join(path, DCP_METADATA)
+            if path in held and written.get(path, float("inf")) > at:
+                found.append(path)
+            elif metadata in held and written.get(metadata, float("inf")) > at:
+                found.append(path + "/")
+        return tuple(sorted(found))
 
     def files(self) -> Optional[list[WrittenFile]]:
         """Every file written, the first first, each saying whether it was there at the last walk

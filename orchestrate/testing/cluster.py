@@ -31,7 +31,7 @@ from orchestrate.engine.client import connect
 from orchestrate.engine.runs import find_run, remove_run
 from orchestrate.errors import ImageNotFoundError, OrchestrateError, UsageError
 from orchestrate.launch.run import Run, run_and_report
-from orchestrate.outcome.model import RunResult
+from orchestrate.outcome.model import DCP_METADATA, RunResult
 from orchestrate.text import loaded_from_before
 
 
@@ -283,7 +283,11 @@ def warn_where_it_loaded_from_before(result: RunResult, workdir: Path, session_b
     modification time as the run ended) since ``session_began``, or is gone; one older than the
     session was shipped with the tests (a pretrained model) and is not warned of. A warning, not a
     failure: a test may mean its job to load what an earlier one saved."""
-    others = [path for path in result.loaded_from_before if written_since(workdir / path, session_began)]
+    # (a checkpoint directory DCP loaded, by its .metadata: DCP writes it last, and a save again leaves the
+    # directory's own time as it was)
+    others = [path for path in result.loaded_from_before
+              if written_since(workdir / path / DCP_METADATA if path.endswith("/") else workdir / path,
+                               session_began)]
     if others:
         # (1 here, 2 run, 3 the wrapper that fails at the test's line, 4 the test)
         warnings.warn(f"ddp_cluster.run (run {result.run_id}): {loaded_from_before(others)}; written since the test"

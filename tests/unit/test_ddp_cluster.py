@@ -605,6 +605,31 @@ def test_a_job_that_loaded_a_file_shipped_with_the_tests_is_not_warned_of(tmp_pa
         assert only_shipped.run("train.py").succeeded
 
 
+def test_a_dcp_directory_loaded_from_before_is_warned_of_by_when_its_metadata_was_written(tmp_path, monkeypatch,
+                                                                                           make_job):
+    """A checkpoint directory DCP loaded is dated by its .metadata (DCP writes it last): the directory's own time
+    moves with any file made in it, and stays where a save again writes its files in place."""
+    import os
+
+    from orchestrate.outcome.states import NodePhase
+    from orchestrate.testing.cluster import LoadedFromBeforeWarning
+
+    shipped, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED, loaded_from_before=("ckpt/step_9/",))
+    shipped.session_began = 1000.0
+    (tmp_path / "ckpt" / "step_9").mkdir(parents=True)
+    metadata = tmp_path / "ckpt" / "step_9" / ".metadata"
+    metadata.write_bytes(b"saved")
+    os.utime(metadata, (999.0, 999.0))  # shipped with the tests; the directory itself is dated now
+    with warnings_as_errors():
+        assert shipped.run("train.py").succeeded
+    os.utime(metadata, (1001.0, 1001.0))  # saved in this session
+    os.utime(metadata.parent, (999.0, 999.0))
+    again, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED, loaded_from_before=("ckpt/step_9/",))
+    again.session_began = 1000.0
+    with pytest.warns(LoadedFromBeforeWarning, match="loaded ckpt/step_9/ with dcp.load"):
+        again.run("train.py")
+
+
 def test_a_test_that_means_its_job_to_load_an_earlier_save_is_not_warned_of(tmp_path, monkeypatch, make_job):
     """A save and then a resume in one test, on purpose: allow_loads_from_before=True, as allow_unfired_faults."""
     from orchestrate.outcome.states import NodePhase

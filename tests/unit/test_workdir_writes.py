@@ -144,6 +144,27 @@ def test_a_file_held_before_the_run_and_loaded_before_the_run_wrote_it_is_loaded
     assert attached.held_when_loaded({"early.pt": 510.0, "pretrained.pt": 510.0}) == ("pretrained.pt",)
 
 
+def test_a_dcp_checkpoint_directory_held_before_the_run_and_loaded_is_loaded_from_before(tmp_path):
+    """A user trial: a job that dcp.loads an earlier run's ckpt/step_9/ was not noted, while the same job with
+    torch.load was: DCP's load is said by its directory, and the walk holds files. Its .metadata tells."""
+    from orchestrate.text import loaded_from_before
+
+    for name in (".metadata", "__0_0.distcp", "__1_0.distcp"):
+        write(tmp_path / "ckpt" / "step_9" / name, 400.0)  # an earlier run's save
+        write(tmp_path / "ckpt" / "step_3" / name, 400.0)
+    write(tmp_path / "ckpt.pt", 400.0)
+    writes = WorkdirWrites(tmp_path, since=500.0)
+    writes.walk()
+    os.utime(tmp_path / "ckpt" / "step_3" / ".metadata", (650.0, 650.0))  # the run saved it again before it loaded it
+    writes.walk()
+    loads = {"ckpt/step_9": 620.0, "./ckpt/step_3": 700.0, "ckpt.pt": 610.0, "ckpt": 610.0}
+    assert writes.held_when_loaded(loads) == ("ckpt.pt", "ckpt/step_9/")
+    assert loaded_from_before(writes.held_when_loaded(loads)).startswith(
+        "the job loaded ckpt.pt with torch.load and ckpt/step_9/ with dcp.load, which its work directory held before"
+        " this run (")
+    assert loaded_from_before(["ckpt/step_9/"]).startswith("the job loaded ckpt/step_9/ with dcp.load, which its")
+
+
 def test_the_launcher_notes_a_file_held_before_the_run_that_a_rank_loaded_and_the_record_keeps_it(tmp_path,
                                                                                                     monkeypatch):
     import json
