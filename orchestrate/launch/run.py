@@ -462,7 +462,7 @@ class Run:
         propagates: for ``attach`` it only detaches."""
         from orchestrate.launch.unfollowed import LINES_KEPT
         from orchestrate.outcome.events import launcher_exit_code, read_events
-        from orchestrate.outcome.record import write_outcome
+        from orchestrate.outcome.record import recorded_loaded_from_before, write_outcome
         from orchestrate.outcome.run_dirs import read_conditions, recorded_faults
 
         run = self.attached
@@ -496,6 +496,8 @@ class Run:
         if active or unjudged or judges_orphan:  # its launcher, or the first to judge it: its record is ours to finish
             write_outcome(result)
             finish_record(result)
+        elif not result.loaded_from_before:  # what its judge knew of the work directory as the run began
+            result.loaded_from_before = recorded_loaded_from_before(spec.run_dir)
         return result
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Optional
 
 from orchestrate.hangs.init_calls import apart_warning
@@ -126,6 +127,18 @@ def write_outcome(outcome: RunResult) -> None:
         (outcome.run_dir / OUTCOME_FILE).write_text(json.dumps(outcome_record(outcome), indent=2) + "\n")
     except OSError as exc:  # the run directory went away: the summary on screen still says it all
         log.debug("outcome.json: %s", exc)
+
+
+def recorded_loaded_from_before(run_dir: Path) -> tuple[str, ...]:
+    """The files (and DCP checkpoint directories) the run's ``outcome.json`` says its job loaded
+    from before the run (:attr:`RunResult.loaded_from_before`): for a follower that judges the run
+    again from the engine, which cannot tell what its directory held when the run began. () where
+    it says none, or there is no record yet."""
+    try:
+        said = json.loads((run_dir / OUTCOME_FILE).read_text(encoding="utf-8")).get("loaded_from_before")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    return tuple(str(path) for path in said) if isinstance(said, list) else ()
 
 
 def hint_text(said: str) -> Optional[str]:

@@ -13,7 +13,8 @@ from orchestrate.outcome.record import OUTCOME_FILE
 from orchestrate.outcome.run_dirs import recorded_conditions
 from orchestrate.outcome.summary import EXIT_BARRIER_NOTE
 from orchestrate.plan.layout import PROGRESS_SUBDIR
-from orchestrate.text import grace_ran_out, peers_named, shuffled_alike, times, written_by_several
+from orchestrate.text import (grace_ran_out, loaded_from_before, peers_named, shuffled_alike, times,
+                              written_by_several)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class ReportModel:
     written_by_several: list[str] = field(default_factory=list)  # a warning per shared file several ranks wrote
     shuffled_alike: list[str] = field(default_factory=list)  # a warning per line that reshuffled alike
     apart: str = ""  # a warning: ranks whose init_process_group asked for another world than torchrun's
+    loaded_from_before: str = ""  # a note: the files (DCP directories) the work directory held that the job loaded
     logs: list[str] = field(default_factory=list)
     bench: Optional[dict] = None
     bench_png: Optional[bytes] = None
@@ -345,6 +347,8 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.written_by_several = [written_by_several(str(path), [int(r) for r in ranks])
                                     for path, ranks in (outcome.get("written_by_several") or {}).items()]
         model.apart = str(outcome.get("apart") or "")
+        held = outcome.get("loaded_from_before") or []
+        model.loaded_from_before = loaded_from_before([str(path) for path in held]) if held else ""
         model.shuffled_alike = [shuffled_alike(str(line), int(seen.get("epoch", 0)),
                                                [int(r) for r in seen.get("ranks", [])])
                                 for line, seen in (outcome.get("shuffled_alike") or {}).items()]

@@ -385,6 +385,8 @@ def render_html(model: ReportModel) -> str:
     if model.shuffled_alike:
         parts.append('<ul id="shuffled-alike">' + "".join(f"<li>Warning: {esc(line)}</li>"
                                                           for line in model.shuffled_alike) + "</ul>")
+    if model.loaded_from_before:
+        parts.append(f'<p id="loaded-from-before">Note: {esc(model.loaded_from_before)}</p>')
     if model.logs:
         parts.append("<p>Full logs: " + ", ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in model.logs)
                      + "</p>")

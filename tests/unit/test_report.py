@@ -662,3 +662,15 @@ def test_the_report_page_says_the_divergence_once_where_the_headline_says_it():
     apart = "".join(hang_section({"headline": "no progress for 20 s: ranks 0-3: barrier at t.py:8",
                                   "divergence": divergence}))
     assert "First divergence:</b> collective #1" in apart
+
+
+def test_the_files_the_job_loaded_from_before_the_run_are_a_note_on_the_page():
+    """outcome.json kept them, and the summary said them; the page did not."""
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
+        "succeeded": True, "exit_code": 0, "loaded_from_before": ["ckpt/step_9/"]}}))
+    assert ('<p id="loaded-from-before">Note: the job loaded ckpt/step_9/ with dcp.load, which its work directory held'
+            ' before this run (an earlier run&#x27;s save? where the job should not resume from it, remove it or give'
+            ' each run a directory of its own)</p>') in page
+    plain = render_html(build_model({"run": plan(), "events": started(), "progress": [],
+                                     "outcome": {"succeeded": True, "exit_code": 0, "loaded_from_before": []}}))
+    assert 'id="loaded-from-before"' not in plain

@@ -2472,3 +2472,25 @@ def test_a_runs_plan_says_the_faults_it_asked_for_or_none_where_it_does_not_say(
                          ({}, None), ([], None)):
         (tmp_path / "run.json").write_text(json.dumps(plan))
         assert recorded_faults(tmp_path) == faults
+
+
+def test_an_attach_to_a_recorded_run_says_what_its_job_loaded_from_before_as_its_launcher_did(make_run):
+    """A watcher judges the run again from the engine, and cannot tell what the work directory held
+    as the run began: the summary it printed lost the launcher's note. outcome.json keeps it."""
+    import json
+    import os
+
+    from orchestrate.launch.run import Run
+    from orchestrate.outcome.summary import format_summary
+
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("held", {"node0": Script(["[0|0]:resuming after step 9"])},
+                                             dict(nodes=1, detach=False)))
+    wait_until(lambda: list_runs(client, "held")[0].state is RunState.SUCCEEDED)
+    (plan.run_dir / "outcome.json").write_text(json.dumps({"run_id": "held", "loaded_from_before": ["ckpt.pt",
+                                                                                                   "ckpt/step_9/"]}))
+    with open(os.devnull, "w") as nowhere:
+        result = Run.attach("held", out=nowhere, client=client).follow()
+    assert result.loaded_from_before == ("ckpt.pt", "ckpt/step_9/")
+    assert ("note: the job loaded ckpt.pt with torch.load and ckpt/step_9/ with dcp.load, which its work directory held"
+            " before this run") in format_summary(result)
