@@ -293,12 +293,18 @@ class Strike:
         return f"{self.steps_done} step(s){training}"
 
     def describe_saved(self) -> str:
+        """The row's *saved before it*: the save named, and how many more files the job had written.
+        A ``dcp.save``'s files are named by their directory (``ckpt/step_6/``), as its load is."""
         if self.saved is None:
             return "unknown"
         if not self.saved:
             return f"only {self.cut_save}, the file it cut" if self.cut_save else "no"
-        more = f" (+{len(self.saved) - 1} more)" if len(self.saved) > 1 else ""
-        return f"yes: {self.named_save}{more}"
+        named, others = self.named_save, len(self.saved) - 1
+        if self.saved_by == DCP_SAVE and named is not None and inside(named, self.torch_save):
+            named = self.torch_save.rstrip("/") + "/"
+            others = sum(not inside(path, self.torch_save) for path in self.saved)
+        more = f" (+{others} more)" if others else ""
+        return f"yes: {named}{more}"
 
     def describe_next(self, skipped: int = 0) -> str:
         """The row's *next attempt*; ``skipped``: the undisturbed run's steps the verdict says the

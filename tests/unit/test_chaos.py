@@ -2583,3 +2583,21 @@ def test_the_job_long_enough_for_store_outages_is_computed_with_the_search_s_res
     cases = [(Reference(80, job_s / 10, first_write="ckpt.pt" if write is not None else None, first_write_s=write), n)
              for job_s in range(5, 400, 13) for write in writes for n in (1, 2, 3, 5)]
     assert [job_s_for_store_outages(r, n) for r, n in cases] == [loop_for_store_outages(r, n) for r, n in cases]
+
+
+def test_a_dcp_save_before_a_fault_is_named_by_its_directory_in_the_row():
+    """A user trial's row said ``yes: ckpt/step_6/.metadata (+5 more)`` for a dcp.save: the newest file of the
+    directory, where the next attempt's column names the directory loaded."""
+    attempts = attempts_of(steps(0, "a", range(1, 8), 101.0, counted=False)
+                           + steps(0, "b", range(7, 11), 111.0, counted=False), 10, completed=True)
+    saves = [ProgressRecord(0, 103.5, dcp_saved="ckpt/step_3"), ProgressRecord(0, 106.5, dcp_saved="ckpt/step_6")]
+    written = [WrittenFile(f"ckpt/step_{n}/{name}", 100.0 + n + 0.4 + order / 100)
+               for n in (3, 6) for order, name in enumerate(("__0_0.distcp", "__1_0.distcp", ".metadata"))]
+    [strike] = strikes([fired("kill:node1@step=7", 107.5, 7)], attempts, [WrittenFile("log.txt", 101.0)] + written,
+                       steps(0, "a", range(1, 8), 101.0, counted=False) + saves)
+    assert (strike.named_save, strike.torch_save, strike.saved_by) == ("ckpt/step_6/.metadata", "ckpt/step_6",
+                                                                      "dcp.save")
+    assert strike.describe_saved() == "yes: ckpt/step_6/ (+4 more)"  # step_3's three files and log.txt
+    # a torch.save's file is named as it was
+    by_torch = replace(strike, saved_by="torch.save", torch_save="")
+    assert by_torch.describe_saved() == "yes: ckpt/step_6/.metadata (+6 more)"
