@@ -290,14 +290,18 @@ class CollectiveLog:
 
     def call(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str, group: str,
              shapes: str, at: str, returned: str = "done", exclusive: bool = False,
-             channel: Optional[Callable[[Any], str]] = None, gpus: tuple = (), counted_as: str = "") -> Any:
+             channel: Optional[Callable[[Any], str]] = None, gpus: tuple = (), counted_as: str = "",
+             kept: Optional[Callable[[Any], bool]] = None) -> Any:
         """``original(*args, **kwargs)``, recorded as the collective ``op`` (an outer call: the
         collectives it makes on this thread are not recorded, nor, if ``exclusive``, those any
         thread makes meanwhile: a backward pass's, which autograd's device threads may run);
         ``returned``: its state once it returns (``issued`` for an async one); ``channel``: for a
         receive from any rank, the channel of the source it returns; ``gpus``: the GPU devices
         whose streams its work joins (the entry is ``queued`` until the GPUs have finished it);
-        ``counted_as``: the pass of a DDP training step it is (see :meth:`enter`)."""
+        ``counted_as``: the pass of a DDP training step it is (see :meth:`enter`); ``kept``: whether
+        the call was a collective after all, by what it returned (one that may or may not be, as
+        DDP's rebuild of its buckets: recorded while it lasts, taken back out if not, see
+        :meth:`retract`)."""
         before = self.gpu.place(gpus) if gpus else None
         entry = self.enter(op, group, shapes, at, counted_as)
         self.local.depth = getattr(self.local, "depth", 0) + 1
@@ -315,6 +319,8 @@ class CollectiveLog:
             if exclusive:
                 with self.lock:
                     self.exclusive -= 1
+        if kept is not None and not kept(result) and self.retract(entry):
+            return result
         if channel is not None and isinstance(result, int):
             self.move(entry, channel(result))
         after = self.gpu.place(gpus) if before is not None else None
@@ -323,6 +329,23 @@ class CollectiveLog:
         else:
             self.leave(entry, returned)
         return result
+
+    def retract(self, entry: Dict[str, Any]) -> bool:
+        """Take out the last entry, a call that was no collective after all, and its number and line
+        with it, as if never entered; False (it stays) where another has been entered since, whose
+        number it would leave a gap before."""
+        with self.lock:
+            group, caller = entry["group"], entry["at"]
+            if not self.entries or self.entries[-1] is not entry or self.next_seq.get(group) != entry["seq"]:
+                return False
+            self.entries.pop()
+            self.next_seq[group] -= 1
+            made = self.lines.get(caller, 0) - 1
+            if made > 0:
+                self.lines[caller] = made
+            else:
+                self.lines.pop(caller, None)
+            return True
 
     def move(self, entry: Dict[str, Any], group: str) -> None:
         """Number an entry in another group (a receive from any rank, in its sender's channel)."""

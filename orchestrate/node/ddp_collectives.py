@@ -1,5 +1,6 @@
 """DDP's own collectives, in the collective record: its gradient all-reduces, the broadcast of
-its buffers in every forward pass, and the check and broadcast of its construction.
+its buffers in every forward pass and of its rebuilt buckets in one, and the check and broadcast
+of its construction.
 
 DDP issues these from C++ (``dist._broadcast_coalesced``, its reducer), out of reach of the
 Python collectives :mod:`orchestrate.node.collective_log` wraps. Unrecorded, a rank that waits
@@ -15,6 +16,13 @@ DDP)`` then ``broadcast(parameters of DDP(Net))``, each at the user's line that 
 end of a ``Join`` broadcasts the parameters again: recorded under the same name). Under a
 ``Join``, the ranks first agree on the rank to take the buffers from: that ``all_reduce`` is
 recorded apart, before the broadcast, on every rank alike.
+
+The forward pass after a model's first backward pass (its second with ``static_graph=True``;
+never with ``find_unused_parameters=True``) first broadcasts the gradient buckets rank 0 rebuilt
+in the order the gradients came (the reducer's ``_rebuild_buckets``): recorded as
+``broadcast(rebuilt buckets of DDP(Net))`` at the forward pass's line, before its buffers. The
+reducer says whether it rebuilt only as it returns, so the entry is made as it is called and
+taken back out where it did not.
 
 A backward pass (``torch.autograd.backward``, which ``loss.backward()`` calls) that follows a
 DDP model's forward pass made with gradients on and synchronization wanted (not under
@@ -51,6 +59,7 @@ DESCRIBED = "gradients of DDP("  # how the record's entries start (what they all
 BUFFERS = "buffers of DDP("  # a forward pass's broadcast of the model's buffers
 PARAMETERS = "parameters of DDP("  # the construction's broadcast of the parameters (and buffers)
 SHAPES = "parameter shapes of DDP"  # the construction's check that every rank's parameters match
+REBUILT_BUCKETS = "rebuilt buckets of DDP("  # a forward pass's broadcast of the buckets rebuilt after the first step
 # The passes of a training step, as the record counts them by their lines (CollectiveLog.passes).
 BACKWARD_PASS = "backward pass"
 FORWARD_PASS = "forward pass"
@@ -93,13 +102,15 @@ def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
     if getattr(original_backward, "__ddp_compose_recorded__", False):
         return
     forwarded: List["weakref.ReferenceType[Any]"] = []  # DDP models forwarded since the last backward pass
+    forwarding: List[Any] = [None]  # the DDP model whose forward pass was the last to start (a weak reference)
 
     @functools.wraps(original_notify)
     def notify_join_context(joinable: Any) -> Any:
-        if (isinstance(joinable, ddp) and getattr(joinable, "require_backward_grad_sync", False)
-                and sys.modules["torch"].is_grad_enabled()
-                and not any(ref() is joinable for ref in forwarded)):
-            forwarded.append(weakref.ref(joinable))
+        if isinstance(joinable, ddp):
+            forwarding[0] = weakref.ref(joinable)
+            if (getattr(joinable, "require_backward_grad_sync", False) and sys.modules["torch"].is_grad_enabled()
+                    and not any(ref() is joinable for ref in forwarded)):
+                forwarded.append(weakref.ref(joinable))
         return original_notify(joinable)
 
     @functools.wraps(original_backward)
@@ -129,6 +140,9 @@ def install(log: CollectiveLog, name_group: Callable[[Any], str]) -> None:
         ddp._match_all_reduce_for_bwd_pass = functools.wraps(original_shadow)(shadow)
         wrappers.append(shadow)
     wrappers += record_forward_and_construction(log, name_group, ddp, sys.modules[ddp.__module__])
+    reducer = getattr(sys.modules["torch.distributed"], "Reducer", None)
+    if reducer is not None:
+        wrappers += record_bucket_rebuild(log, name_group, reducer, lambda: forwarding[0] and forwarding[0]())
     when_imported("torch._dynamo", lambda: keep_out_of_compile(wrappers))
 
 
@@ -170,6 +184,44 @@ def record_forward_and_construction(log: CollectiveLog, name_group: Callable[[An
         module._sync_module_states = sync_module_states
         wrappers.append(sync_module_states)
     return wrappers + [recorded, model_name]
+
+
+def rebuilds_buckets(model: Any) -> bool:
+    """Whether a DDP model's reducer may still rebuild its buckets: it does so once, in the forward
+    pass after its first backward pass (its second with ``static_graph=True``), and never with
+    ``find_unused_parameters=True`` (unless ``static_graph``)."""
+    return not getattr(model, "_has_rebuilt_buckets", True) and (
+        bool(getattr(model, "static_graph", False)) or not getattr(model, "find_unused_parameters", True))
+
+
+def record_bucket_rebuild(log: CollectiveLog, name_group: Callable[[Any], str], reducer_class: Any,
+                          forwarding: Callable[[], Any]) -> List[Callable[..., Any]]:
+    """Record the broadcast of DDP's rebuilt buckets (the C++ reducer's ``_rebuild_buckets``, which
+    a forward pass calls first: rank 0's new order of the buckets, sent to every rank) as
+    ``broadcast(rebuilt buckets of DDP(Net))``, where ``forwarding()`` (the model whose forward
+    pass is under way) may still rebuild them; return the wrappers. Whether a call broadcasts is
+    known only once it returns (True): one that did not is taken back out of the record.
+    Unrecorded, a rank waiting there for a slow peer showed as in no collective, at its forward
+    pass's line. A torch whose reducer has no such method is left as it is."""
+    original = getattr(reducer_class, "_rebuild_buckets", None)
+    if original is None:
+        return []
+    rebuilt: "weakref.WeakSet[Any]" = weakref.WeakSet()  # models seen to rebuild (a joined rank's too)
+
+    @functools.wraps(original)
+    def rebuild_buckets(reducer: Any) -> Any:
+        model = forwarding()
+        if (model is None or getattr(model, "reducer", None) is not reducer or model in rebuilt
+                or not rebuilds_buckets(model) or log.nested()):
+            return original(reducer)
+        done = log.call(original, (reducer,), {}, "broadcast", name_group(getattr(model, "process_group", None)),
+                        f"{REBUILT_BUCKETS}{model_name(model)})", caller(sys._getframe(1)), kept=bool)
+        if done:
+            rebuilt.add(model)
+        return done
+
+    reducer_class._rebuild_buckets = rebuild_buckets
+    return [rebuild_buckets, rebuilds_buckets]
 
 
 def recorded(log: CollectiveLog, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str,
