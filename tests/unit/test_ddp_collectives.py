@@ -85,12 +85,14 @@ def test_a_call_that_does_not_rebuild_is_taken_back_out_of_the_record_and_its_nu
     assert [(e["seq"], e["op"]) for e in log.snapshot()] == [(1, "all_reduce"), (2, "barrier"), (3, "broadcast")]
 
 
-def test_an_entry_is_not_retracted_once_another_came_after_it():
-    log = CollectiveLog()
-    first = log.enter("broadcast", "default", "x", "t.py:1")
-    log.enter("all_reduce", "default", "y", "t.py:2")
-    assert log.retract(first) is False
-    assert [e["seq"] for e in log.snapshot()] == [1, 2]
+def test_an_entry_is_not_retracted_once_another_came_after_it_in_its_group_or_another():
+    for other_group in ("default", "ranks 0,1"):
+        log = CollectiveLog()
+        first = log.enter("broadcast", "default", "x", "t.py:1")
+        log.enter("all_reduce", other_group, "y", "t.py:2")
+        assert log.retract(first) is False
+        assert [(e["seq"], e["op"]) for e in log.snapshot()] == [(1, "broadcast"), (2 - (other_group != "default"),
+                                                                                     "all_reduce")]
 
 
 def test_models_that_never_rebuild_or_have_rebuilt_are_left_unrecorded():

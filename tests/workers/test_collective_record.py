@@ -35,7 +35,6 @@ TUTORIAL_SETUP = ROOT / "tests" / "jobs" / "tutorial_setup.py"
 EVALUATE_TOO_LONG = ROOT / "tests" / "jobs" / "evaluate_too_long.py"
 THREAD_ENDS = ROOT / "tests" / "jobs" / "thread_ends.py"
 MOVES_THEN_HANGS = ROOT / "tests" / "jobs" / "moves_then_hangs.py"
-SLOW_SECOND_BATCH = ROOT / "tests" / "jobs" / "slow_second_batch.py"
 
 
 def line_of(path: Path, text: str) -> int:
@@ -209,31 +208,6 @@ def test_a_ddp_forward_pass_rank_0_makes_alone_is_named_as_the_broadcast_of_its_
 
 
 
-def test_a_rank_waiting_for_a_slow_peer_in_ddps_rebuild_of_its_buckets_is_said_to_wait_there(tmp_path):
-    """DDP's second forward pass first broadcasts the gradient buckets rank 0 rebuilt (C++, out of
-    the Python collectives' reach): rank 0 waits there while rank 1 loads its batch. Unrecorded,
-    rank 0 read as in no collective ("forward at ..."), like a rank that computes."""
-    job = SLOW_SECOND_BATCH
-    built, forward, backward, slow = (line_of(job, mark) for mark in ("# BUILD", "# FORWARD", "# BACKWARD", "# SLOW"))
-    proc = start(tmp_path, "--collective-timeout", "60", "--", str(job))
-    try:
-        probe = probe_when(tmp_path, proc, lambda p: len(p.snapshots) == 2 and p.snapshots[1].stack[-1].line == slow
-                           and any(f.function == "_pre_forward" for f in p.snapshots[0].stack), "rank 0 waits")
-    finally:
-        stop(proc)
-    waiting = probe.snapshots[0].in_collective
-    assert waiting is not None, [f.where for f in probe.snapshots[0].stack]
-    assert (waiting.seq, waiting.call, waiting.at) == (5, "broadcast(rebuilt buckets of DDP(Sequential))",
-                                                       f"{job}:{forward}")
-    assert [(c.seq, c.shapes, c.at) for c in probe.snapshots[1].collectives] == [
-        (1, "parameter shapes of DDP", f"{job}:{built}"), (2, "parameters of DDP(Sequential)", f"{job}:{built}"),
-        (3, "buffers of DDP(Sequential)", f"{job}:{forward}"), (4, "gradients of DDP(Sequential)", f"{job}:{backward}")]
-    diagnosis = diagnose(probe, None, {0, 1}, {}, 20)
-    assert diagnosis.headline == (f"no progress for 20 s: rank 0 waits in broadcast(rebuilt buckets of"
-                                  f" DDP(Sequential)) #5 at {job}:{forward}; rank 1 is at #4 (not in a collective:"
-                                  f" next_batch at {job.name}:{slow})")
-    assert diagnosis.activities[0].state == "collective"  # rank 1 may still be busy from its start, by its own look
-
 def test_an_fsdp_forward_pass_rank_0_makes_alone_is_named_as_the_gathering_of_its_parameters(tmp_path):
     job = FSDP_EVALUATE_ON_RANK0
     forward, backward = line_of(job, "# FORWARD"), line_of(job, "# BACKWARD")
@@ -350,43 +324,6 @@ def test_every_rank_records_ddps_gradients_alike_with_uneven_inputs_a_kept_model
     # the first model's step, then four of the second (two of them rank 0's joined shadow of rank 1's)
     assert ddp == ["gradients of DDP(Linear)"] + ["gradients of DDP(Bilinear)"] * 4, records[0]
 
-
-REBUILT_BY_SETTING = """
-import json, sys
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-log = sys.modules["orchestrate.node.collective_log"]._failure_hooks[0].__self__.log
-found = {}
-for name, settings in (("default", {}), ("static_graph", {"static_graph": True}),
-                       ("find_unused_parameters", {"find_unused_parameters": True})):
-    model = DDP(torch.nn.Linear(4, 2), **settings)
-    for step in range(4):
-        model(torch.randn(3, 4)).sum().backward()
-    kept = log.snapshot()[-7 if name != "find_unused_parameters" else -6:]  # this model's entries
-    found[name] = [e["shapes"].split(" of ")[0] for e in kept]
-sys.stdout.write(f"RECORD {rank} {json.dumps(found)}\\n")
-sys.stdout.flush()
-dist.destroy_process_group()
-"""
-
-
-def test_ddps_rebuilt_buckets_are_recorded_where_torch_rebuilds_them_and_nowhere_else(tmp_path):
-    """When the reducer rebuilds (and broadcasts) its buckets is known only once it returns: after
-    the first step, after the second with static_graph, never with find_unused_parameters."""
-    script = tmp_path / "rebuilt_by_setting.py"
-    script.write_text(REBUILT_BY_SETTING)
-    proc = start(tmp_path, "--", str(script))
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output[-2000:]
-    records = {int(rank): json.loads(text) for rank, text in re.findall(r"^RECORD (\d) (.*)$", output, re.M)}
-    assert set(records) == {0, 1} and records[0] == records[1], records
-    built, step = ["parameter shapes", "parameters"], ["gradients"]
-    assert records[0] == {"default": built + step + ["rebuilt buckets"] + step * 3,
-                          "static_graph": built + step * 2 + ["rebuilt buckets"] + step * 2,
-                          "find_unused_parameters": built + step * 4}, records[0]
 
 def test_the_hook_imports_no_torch_before_the_script_does(tmp_path):
     script = tmp_path / "order.py"
