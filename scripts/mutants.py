@@ -3711,7 +3711,14 @@ MUTANTS = [
            "            forwarding[0] = weakref.ref(joinable)\n", "            pass\n",
            ("tests/workers/test_ddp_forward_waits.py",)),
     Mutant("the reducer's answer is not asked whether it rebuilt", "orchestrate/node/ddp_collectives.py",
-           "caller(sys._getframe(1)), kept=bool)", "caller(sys._getframe(1)))",
+           "caller(sys._getframe(1)), kept=broadcast_made)", "caller(sys._getframe(1)))",
+           ("tests/unit/test_ddp_collectives.py",)),
+    Mutant("the reducer's own check before the broadcast is recorded as a failed broadcast",
+           "orchestrate/node/ddp_collectives.py",
+           "        return not any(check in str(outcome) for check in REDUCER_CHECKS)\n", "        return True\n",
+           ("tests/unit/test_ddp_collectives.py",)),
+    Mutant("a call that raised is never taken back out of the record", "orchestrate/node/collective_log.py",
+           "            if kept is not None and not kept(exc) and self.retract(entry):\n                raise\n", "",
            ("tests/unit/test_ddp_collectives.py",)),
 ]
 

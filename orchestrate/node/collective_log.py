@@ -299,8 +299,8 @@ class CollectiveLog:
         receive from any rank, the channel of the source it returns; ``gpus``: the GPU devices
         whose streams its work joins (the entry is ``queued`` until the GPUs have finished it);
         ``counted_as``: the pass of a DDP training step it is (see :meth:`enter`); ``kept``: whether
-        the call was a collective after all, by what it returned (one that may or may not be, as
-        DDP's rebuild of its buckets: recorded while it lasts, taken back out if not, see
+        the call was a collective after all, by what it returned or raised (one that may or may not
+        be, as DDP's rebuild of its buckets: recorded while it lasts, taken back out if not, see
         :meth:`retract`)."""
         before = self.gpu.place(gpus) if gpus else None
         entry = self.enter(op, group, shapes, at, counted_as)
@@ -311,6 +311,8 @@ class CollectiveLog:
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
+            if kept is not None and not kept(exc) and self.retract(entry):
+                raise
             self.leave(entry, "failed", first_line(exc))
             on_failure(self)
             raise

@@ -60,6 +60,9 @@ BUFFERS = "buffers of DDP("  # a forward pass's broadcast of the model's buffers
 PARAMETERS = "parameters of DDP("  # the construction's broadcast of the parameters (and buffers)
 SHAPES = "parameter shapes of DDP"  # the construction's check that every rank's parameters match
 REBUILT_BUCKETS = "rebuilt buckets of DDP("  # a forward pass's broadcast of the buckets rebuilt after the first step
+# What the reducer's own check says as it is asked to rebuild, before any broadcast: the step before left its
+# reduction unfinished (parameters the loss left out). Its error is the script's, not a failed collective.
+REDUCER_CHECKS = ("Expected to have finished reduction in the prior iteration",)
 # The passes of a training step, as the record counts them by their lines (CollectiveLog.passes).
 BACKWARD_PASS = "backward pass"
 FORWARD_PASS = "forward pass"
@@ -200,7 +203,8 @@ def record_bucket_rebuild(log: CollectiveLog, name_group: Callable[[Any], str], 
     a forward pass calls first: rank 0's new order of the buckets, sent to every rank) as
     ``broadcast(rebuilt buckets of DDP(Net))``, where ``forwarding()`` (the model whose forward
     pass is under way) may still rebuild them; return the wrappers. Whether a call broadcasts is
-    known only once it returns (True): one that did not is taken back out of the record.
+    known only once it returns (True) or raises (see :func:`broadcast_made`): one that did not is
+    taken back out of the record.
     Unrecorded, a rank waiting there for a slow peer showed as in no collective, at its forward
     pass's line. A torch whose reducer has no such method is left as it is."""
     original = getattr(reducer_class, "_rebuild_buckets", None)
@@ -215,13 +219,21 @@ def record_bucket_rebuild(log: CollectiveLog, name_group: Callable[[Any], str], 
                 or not rebuilds_buckets(model) or log.nested()):
             return original(reducer)
         done = log.call(original, (reducer,), {}, "broadcast", name_group(getattr(model, "process_group", None)),
-                        f"{REBUILT_BUCKETS}{model_name(model)})", caller(sys._getframe(1)), kept=bool)
+                        f"{REBUILT_BUCKETS}{model_name(model)})", caller(sys._getframe(1)), kept=broadcast_made)
         if done:
             rebuilt.add(model)
         return done
 
     reducer_class._rebuild_buckets = rebuild_buckets
-    return [rebuild_buckets, rebuilds_buckets]
+    return [rebuild_buckets, rebuilds_buckets, broadcast_made]
+
+
+def broadcast_made(outcome: Any) -> bool:
+    """Whether a call of the reducer's ``_rebuild_buckets`` broadcast, by what it returned (True:
+    it rebuilt) or raised (an error of the broadcast's, not of the reducer's check before it)."""
+    if isinstance(outcome, BaseException):
+        return not any(check in str(outcome) for check in REDUCER_CHECKS)
+    return outcome is True
 
 
 def recorded(log: CollectiveLog, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any], op: str,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from orchestrate.node.collective_log import CollectiveLog, relative
 from orchestrate.node.ddp_collectives import REBUILT_BUCKETS, rebuilds_buckets, record_bucket_rebuild
 
@@ -16,13 +18,15 @@ class Net:
 
 
 class Reducer:
-    """DDP's C++ reducer: ``_rebuild_buckets`` says whether it rebuilt (and broadcast) them."""
+    """DDP's C++ reducer: ``_rebuild_buckets`` says whether it rebuilt (and broadcast) them, or raises."""
 
     def __init__(self, log: CollectiveLog, rebuilds: bool) -> None:
-        self.log, self.rebuilds, self.seen = log, rebuilds, []
+        self.log, self.rebuilds, self.seen, self.error = log, rebuilds, [], None
 
     def _rebuild_buckets(self) -> bool:
         self.seen.append([(e["seq"], e["op"], e["shapes"], e["state"]) for e in self.log.snapshot()])
+        if self.error is not None:
+            raise self.error
         return self.rebuilds
 
 
@@ -83,6 +87,24 @@ def test_a_call_that_does_not_rebuild_is_taken_back_out_of_the_record_and_its_nu
     model.reducer.rebuilds = True
     model.reducer._rebuild_buckets()
     assert [(e["seq"], e["op"]) for e in log.snapshot()] == [(1, "all_reduce"), (2, "barrier"), (3, "broadcast")]
+
+
+def test_the_reducers_own_check_before_it_broadcasts_is_no_failed_collective_and_the_broadcasts_error_is():
+    """Parameters the loss left out fail DDP's next forward pass in ``_rebuild_buckets``, before it
+    broadcasts anything: the record then says no collective failed (the judge names the error)."""
+    log, model = installed(rebuilds=True)
+    model.reducer.error = RuntimeError("Expected to have finished reduction in the prior iteration before starting a"
+                                       " new one. This error indicates that your module has parameters that were not"
+                                       " used in producing loss.")
+    with pytest.raises(RuntimeError, match="Expected to have finished reduction"):
+        model.reducer._rebuild_buckets()
+    assert model.reducer.seen[0] == [(1, "broadcast", f"{REBUILT_BUCKETS}Net)", "entered")]
+    assert log.snapshot() == [] and log.call_lines() == {}
+    model.reducer.error = RuntimeError("Connection closed by peer [10.0.0.3]:6576")  # the broadcast's own
+    with pytest.raises(RuntimeError):
+        model.reducer._rebuild_buckets()
+    assert [(e["seq"], e["state"], e["error"]) for e in log.snapshot()] == [
+        (1, "failed", "RuntimeError: Connection closed by peer [10.0.0.3]:6576")]
 
 
 def test_an_entry_is_not_retracted_once_another_came_after_it_in_its_group_or_another():
