@@ -28,8 +28,21 @@ HELP = {
     "image": "Kubernetes: the container image, pullable by the cluster, holding your code in"
              f" {CONTAINER_WORKDIR} (default: %(default)s)",
     "collective_timeout": "exported as DDP_TIMEOUT (default: not set)",
-    "cpus_per_node": "Kubernetes: cpu request and limit of every node (default: none)",
-    "memory_per_node": "Kubernetes: memory request and limit of every node, e.g. 64g (default: none)",
+    "cpus_per_node": "CPUs of every node: Slurm: #SBATCH --cpus-per-task and srun's own, a whole number;"
+                     " Kubernetes: cpu request and limit (default: none: the site's default, one CPU per task"
+                     " in most Slurm setups)",
+    "memory_per_node": "memory of every node, e.g. 64g: Slurm: #SBATCH --mem; Kubernetes: memory request and limit"
+                       " (default: none)",
+    "master_port": "a static job's rendezvous port on the first node (default: Slurm: 20000 + $SLURM_JOB_ID %% 10000,"
+                   " so that two jobs sharing a first host differ; Kubernetes: %(default)s)",
+}
+# Run options an export refuses, each in one line saying what the cluster has in its place.
+NOT_FOR_A_CLUSTER = {
+    "--requirements": "a cluster's nodes install nothing for the job: build an image with them and pass it as --image"
+                      " (Kubernetes) or --container-image (Slurm)",
+    "--mount": "a cluster has its own storage: on Slurm the nodes' shared file systems (--container-mounts with"
+               " --container-image), on Kubernetes a volume of the cluster's own in the pod template",
+    "--link": "a real cluster's network has its own latency and bandwidth: shape links in a run",
 }
 
 
@@ -68,11 +81,18 @@ def add_parsers(sub: Any) -> None:
                                  " instead of the Service and Indexed Job (both applied would train twice)")
     kubernetes.add_argument("--runtime", default=DEFAULT_RUNTIME,
                             help="with --trainjob: the TrainJob's ClusterTrainingRuntime (default: %(default)s)")
+    refused = export.add_argument_group("not for a real cluster (refused, saying what to do instead)")
+    for flag, why in NOT_FOR_A_CLUSTER.items():
+        refused.add_argument(flag, action="append", default=[], metavar="VALUE", dest=refused_dest(flag),
+                             help=f"run only: {why}".replace("%", "%%"))
     export.set_defaults(handler=command, takes_target=True)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     """Write the plan for a real cluster."""
+    for flag, why in NOT_FOR_A_CLUSTER.items():
+        if getattr(args, refused_dest(flag)):
+            raise UsageError(f"{flag}: for run only, and an export has no place for it: {why}")
     job = export_job(request_from_args(args, inv.target), args.to, os.environ, name=args.name,
                      container_image=args.container_image, container_mounts=args.container_mounts,
                      time_limit=args.time, chdir=args.chdir, partition=args.partition, namespace=args.namespace,
@@ -104,6 +124,11 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         kept = f": it is readable by you only (mode {private:04o})" if kept_private else ""
         print(f"note: {args.output} holds {values}{kept}", file=sys.stderr)
     return 0
+
+
+def refused_dest(flag: str) -> str:
+    """Where the parser keeps a refused option (not the run option's own name: no request reads it)."""
+    return "refused_" + flag.lstrip("-")
 
 
 def write_private(path: Path, text: str, mode: int) -> bool:

@@ -7,13 +7,13 @@ from typing import Any, Mapping, Optional
 
 from orchestrate.config.request import (SLURM_NODES_ARE_FIXED, HostFacts, RunRequest, refuse_a_range_past_its_nodes,
                                         resolve_config)
-from orchestrate.config.run_config import DEFAULT_IMAGE
+from orchestrate.config.run_config import DEFAULT_IMAGE, RunConfig
 from orchestrate.config.user_env import copy_env_notes
 from orchestrate.errors import UsageError
 from orchestrate.export.kubernetes import export_kubernetes, to_yaml
 from orchestrate.export.options import (CONTAINER_WORKDIR, ExportOptions, default_job_name, given_flags,
                                         refuse_what_the_target_leaves_out)
-from orchestrate.export.slurm import export_slurm
+from orchestrate.export.slurm import export_slurm, module_top_file
 from orchestrate.plan.make import make_plan
 
 
@@ -50,6 +50,9 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     refuse_a_range_past_its_nodes(request.nodes, request.nnodes, SLURM_NODES_ARE_FIXED if to == "slurm" else
                                   "the Indexed Job runs --nodes pods and never more")
     config = resolve_config(request.replace(cpu=not request.gpus_per_node), HostFacts(environ=dict(environ)))
+    if to == "slurm" and config.cpus_per_node and config.cpus_per_node != int(config.cpus_per_node):
+        raise UsageError(f"--cpus-per-node {config.cpus_per_node:g}: Slurm allocates whole CPUs: give a whole number,"
+                         f" e.g. --cpus-per-node {max(1, round(config.cpus_per_node))}")
     if config.node_nprocs:
         why = ("one srun starts the same torchrun on every node" if to == "slurm"
                else "a PyTorchJob gives every replica the same nprocPerNode")
@@ -58,6 +61,10 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
     plan = make_plan(config, options.name)
     text = export_slurm(plan, options) if to == "slurm" else to_yaml(export_kubernetes(plan, options))
     notes = tuple(copy_env_notes(request.copy_env, environ))
+    if to == "slurm":
+        notes += slurm_notes(config, options)
+    if to == "kubernetes":
+        notes += (kept_nothing_note(options.trainjob),)
     if to == "kubernetes" and config.image == DEFAULT_IMAGE:
         notes += (f"the manifests name {DEFAULT_IMAGE}, this machine's node image, which holds none of your code:"
                  f" give --image an image your cluster can pull, with your code in {CONTAINER_WORKDIR}",)
@@ -74,6 +81,31 @@ def export_job(request: RunRequest, to: str, environ: Mapping[str, str], *, name
                   f" {config.min_nodes}:{config.max_nodes} or --max-restarts, so it runs {config.nodes} nodes as its"
                   f" runtime ({options.runtime}) starts them; without --trainjob, the Indexed Job is the elastic one",)
     return ExportedJob(to, text, config.nodes, config.nproc_per_node, notes, tuple(sorted(config.user_env)))
+
+
+def slurm_notes(config: RunConfig, options: ExportOptions) -> tuple[str, ...]:
+    """What an sbatch script leaves to the site: the CPUs of each node's task where none were
+    asked for, and a module the project does not hold."""
+    notes: tuple[str, ...] = ()
+    if not config.cpus_per_node:
+        notes += ("the script asks for no CPUs: most sites then give each node's one task (torchrun, all its"
+                  " workers and their DataLoader workers) a single CPU: export with --cpus-per-node N for"
+                  " #SBATCH --cpus-per-task=N (and srun's own, which Slurm 22.05 and newer no longer inherits)",)
+    target = config.target
+    if target[:1] == ("-m",) and not options.container_image and module_top_file(target, config.workdir) is None:
+        top = target[1].split(".")[0]
+        notes += (f"-m {target[1]}: neither {top}/ nor {top}.py is in the work directory {config.workdir}: the job"
+                  " finds it only where the cluster's Python has it installed; export from your project's directory"
+                  " (or give --workdir) for the script to look for it where sbatch is called",)
+    return notes
+
+
+def kept_nothing_note(trainjob: bool) -> str:
+    """What becomes of the files the job writes in its pods, which the manifests cannot say."""
+    job = "TrainJob" if trainjob else "Job"
+    return (f"nothing the job writes is kept: its pods' files (a checkpoint in {CONTAINER_WORKDIR} too) go with"
+            f" them when the {job} ends, a successful one too: write them to a volume of your cluster's own"
+            " (a PersistentVolumeClaim mounted in the pod template) or to object storage")
 
 
 def elastic_job_note(name: str, max_restarts: int) -> str:

@@ -25,6 +25,9 @@ from orchestrate.export.options import CONTAINER_WORKDIR, ExportOptions, job_env
 from orchestrate.plan.layout import RDZV_PORT
 from orchestrate.plan.model import JobPlan
 
+# A TrainJob's command: torchrun in the job's directory, the target its arguments ("$@"; "torchrun" is $0).
+IN_WORKDIR = f'cd {CONTAINER_WORKDIR} && exec torchrun "$@"'
+
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
@@ -131,15 +134,16 @@ def export_kubernetes(plan: JobPlan, options: ExportOptions) -> list[dict[str, A
 
 def trainjob(plan: JobPlan, options: ExportOptions, container: dict[str, Any]) -> dict[str, Any]:
     """The same job as a Kubeflow Trainer ``TrainJob``: the runtime sets the ``PET_*``
-    variables and the network itself, so only the image, command and sizes go in. A script is
-    named by its path in the image (``/workspace/train.py``): a TrainJob sets no working directory,
-    and the image's own may be another."""
+    variables and the network itself, so only the image, command and sizes go in. A TrainJob's
+    trainer has no working directory of its own and the image's may be another, so the command
+    enters ``/workspace`` first (a ``-m`` target and a script's relative paths are found there, as
+    in the Indexed Job and the simulation's nodes), and a script is named by its path in the image."""
     cfg = plan.config
     target = list(cfg.target)
     if target and target[0] != "-m" and not target[0].startswith("/"):
         target[0] = f"{CONTAINER_WORKDIR}/{target[0]}"
     trainer: dict[str, Any] = {
-        "image": cfg.image, "command": ["torchrun", *target], "numNodes": cfg.nodes,
+        "image": cfg.image, "command": ["sh", "-c", IN_WORKDIR, "torchrun", *target], "numNodes": cfg.nodes,
         "numProcPerNode": cfg.nproc_per_node,
         "env": [{"name": k, "value": v} for k, v in sorted(job_env(plan).items())],
     }

@@ -95,8 +95,7 @@ _FLAGS = {"container_image": "--container-image", "container_mounts": "--contain
           "trainjob": "--trainjob", "runtime": "--runtime"}
 # The options (run's, and export's own) that only one target has a place for.
 ONLY_FOR = {"slurm": ("--container-image", "--container-mounts", "--time", "--chdir", "--partition"),
-            "kubernetes": ("--image", "--cpus-per-node", "--memory-per-node", "--namespace", "--trainjob",
-                           "--runtime")}
+            "kubernetes": ("--image", "--namespace", "--trainjob", "--runtime")}
 # What the other target takes in an option's place.
 INSTEAD = {"--image": "--container-image runs Slurm's tasks in an image",
            "--container-image": "--image names the pods' image"}

@@ -32,6 +32,12 @@ from orchestrate.plan.torchrun import STORE_PER_ROUND_ENV
 from orchestrate.text import counted
 
 
+# The rendezvous port a job derives from its id (a common practice): 20000-29999, so that two jobs whose first
+# host is the same node (a partition that shares nodes) meet on one port only when their ids end alike.
+JOB_PORT = "$DDP_MASTER_PORT"
+JOB_PORT_LINE = "DDP_MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))"
+
+
 @dataclass(frozen=True)
 class BatchOptions:
     """Where and how the script runs.
@@ -52,6 +58,15 @@ class BatchOptions:
         checks_the_script: The script first looks for a script target in its directory, and where
             it is missing ends saying where to submit from (an exported job's: the simulated
             cluster's is always there). Not with ``container_image``, whose tasks find it in the image.
+        module_file: With ``checks_the_script``, a module target's file to look for in the same way
+            (``mytrain/__init__.py``: its top-level package, found in the project at export); None:
+            none looked for (a module installed in the cluster's Python).
+        cpus_per_task: ``#SBATCH --cpus-per-task`` and the same on the srun line (srun of Slurm
+            22.05 and newer does not inherit it), the CPUs of each node's one task: torchrun, its
+            workers and their DataLoader workers; None: the site's default, one CPU in most.
+        memory_mb: ``#SBATCH --mem``, each node's memory in MiB; None: the site's default.
+        port_from_job_id: The rendezvous port is derived from ``$SLURM_JOB_ID`` (two jobs whose
+            first host is the same node then rarely meet on one port); False: the plan's own.
         worker_command: What torchrun runs in place of the plan's target (the simulated
             cluster's: the workers' start-up hook around it); empty: the target itself, as on any
             cluster.
@@ -68,6 +83,10 @@ class BatchOptions:
     time_limit: Optional[str] = None
     partition: Optional[str] = None
     checks_the_script: bool = False
+    module_file: Optional[str] = None
+    cpus_per_task: Optional[int] = None
+    memory_mb: Optional[int] = None
+    port_from_job_id: bool = False
     worker_command: tuple[str, ...] = ()
 
 
@@ -75,13 +94,15 @@ def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
     """The torchrun command each task runs, as shell text (task-side variables unexpanded)."""
     cfg = plan.config
     if cfg.elastic:
+        port = JOB_PORT if options.port_from_job_id else str(RDZV_PORT)
         rendezvous = (f'--nnodes {cfg.min_nodes}:{cfg.max_nodes} --rdzv-backend c10d'
-                      f' --rdzv-endpoint "$DDP_MASTER_ADDR:{RDZV_PORT}" --rdzv-id "$SLURM_JOB_ID"'
+                      f' --rdzv-endpoint "$DDP_MASTER_ADDR:{port}" --rdzv-id "$SLURM_JOB_ID"'
                       f' --rdzv-conf join_timeout={cfg.rdzv_timeout_s:g}'
                       f' --max-restarts {cfg.max_restarts}')
     else:
+        port = f'"{JOB_PORT}"' if options.port_from_job_id else str(plan.master_port)
         rendezvous = (f'--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$DDP_MASTER_ADDR"'
-                      f' --master-port {plan.master_port} --max-restarts 0')
+                      f' --master-port {port} --max-restarts 0')
     log_dir = f' --log-dir "{options.log_dir}"' if options.log_dir else ""
     assignments = "".join(f'{name}="{value}" ' for name, value in sorted(options.task_env.items()))
     return (f"{assignments}exec torchrun {rendezvous} --nproc-per-node {cfg.nproc_per_node} --tee 3{log_dir} "
@@ -89,9 +110,10 @@ def torchrun_line(plan: JobPlan, options: BatchOptions) -> str:
 
 
 def script_check(script: str, chdir: Optional[str]) -> list[str]:
-    """The lines that look for ``script`` where the job runs, and end it (exit 2) saying what to
-    do where it is missing: where sbatch is called, or ``chdir``; either way Slurm runs a job in
-    /tmp where the node lacks that directory (a directory the nodes do not share)."""
+    """The lines that look for ``script`` (or a module's file) where the job runs, and end it
+    (exit 2) saying what to do where it is missing: where sbatch is called, or ``chdir``; either
+    way Slurm runs a job in /tmp where the node lacks that directory (a directory the nodes do
+    not share)."""
     quoted = shlex.quote(script)
     if chdir is None:
         advice, values = ("call sbatch from your project's directory, or export with --chdir DIR", "")
@@ -124,6 +146,10 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
     ]
     if cfg.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={cfg.gpus_per_node}")
+    if options.cpus_per_task:
+        lines.append(f"#SBATCH --cpus-per-task={options.cpus_per_task}")
+    if options.memory_mb:
+        lines.append(f"#SBATCH --mem={options.memory_mb}M")
     for flag, value in (("output", options.output), ("chdir", options.chdir), ("time", options.time_limit),
                         ("partition", options.partition)):
         if value:  # (sbatch reads a directive's quotes as a shell does: a path with a space stays one word)
@@ -132,6 +158,8 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
     script = cfg.target[0] if cfg.target and cfg.target[0] != "-m" else None
     if options.checks_the_script and script and not options.container_image:
         lines += script_check(script, options.chdir)
+    if options.checks_the_script and options.module_file and not options.container_image:
+        lines += script_check(options.module_file, options.chdir)
     lines += [
         "",
         "# The master is the allocation's first host; every task gets it from the environment.",
@@ -139,12 +167,17 @@ def render_sbatch(plan: JobPlan, options: BatchOptions) -> str:
         'DDP_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "export DDP_MASTER_ADDR",
     ]
+    if options.port_from_job_id:
+        lines += ["# The rendezvous port comes from the job's id: another job's first host may be this one.",
+                  JOB_PORT_LINE, "export DDP_MASTER_PORT"]
     for name, value in sorted(options.env.items()):
         if STORE_PER_ROUND_ENV.get(name) == value:  # said above its own line
             lines += ["# A store of its own for each rendezvous round: a restarted worker group then reads no"
                       " address", "# of the attempt before it from torchrun's shared store (pytorch#135712)."]
         lines.append(f"export {name}={shlex.quote(value)}")
     srun = ["srun", "--label", "--kill-on-bad-exit=1", "--ntasks-per-node=1"]
+    if options.cpus_per_task:  # (srun of Slurm 22.05 and newer does not take it from the allocation)
+        srun.append(f"--cpus-per-task={options.cpus_per_task}")
     if options.container_image:
         srun.append(f"--container-image={options.container_image}")
         if options.container_mounts:

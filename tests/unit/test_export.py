@@ -257,17 +257,35 @@ def test_trainjob_carries_the_same_job_for_kubeflow_trainer(make_job, tmp_path):
                                               "name": "torch-distributed"}
     trainer = trainjob["spec"]["trainer"]
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 4)
-    assert trainer["command"] == ["torchrun", "-m", "app.train"] and trainer["image"] == plan.config.image
+    in_workdir = ["sh", "-c", 'cd /workspace && exec torchrun "$@"', "torchrun"]
+    assert trainer["command"] == [*in_workdir, "-m", "app.train"] and trainer["image"] == plan.config.image
     assert {"name": "DDP_BACKEND", "value": "nccl"} in trainer["env"]
     assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": 4}
-    # a script by its path in the image: a TrainJob sets no working directory
+    # a script by its path in the image, and the job in /workspace (a TrainJob has no working directory)
     (tmp_path / "train.py").write_text("")
     script = make_job(nodes=2, target=("train.py", "--epochs", "2"))
     [trainjob] = export_kubernetes(script, ExportOptions(name="t", trainjob=True))
-    assert trainjob["spec"]["trainer"]["command"] == ["torchrun", "/workspace/train.py", "--epochs", "2"]
+    assert trainjob["spec"]["trainer"]["command"] == [*in_workdir, "/workspace/train.py", "--epochs", "2"]
     for module in ("-m", "--module"):  # a module is no path (the config spells it -m)
         [trainjob] = export_kubernetes(make_job(nodes=2, target=(module, "app.train")), ExportOptions(name="t", trainjob=True))
-        assert trainjob["spec"]["trainer"]["command"] == ["torchrun", "-m", "app.train"]
+        assert trainjob["spec"]["trainer"]["command"] == [*in_workdir, "-m", "app.train"]
+
+
+def test_a_trainjobs_command_runs_torchrun_in_workspace_with_the_targets_words(make_job, tmp_path):
+    """The image's own WORKDIR may be another: the command enters /workspace, where a ``-m``
+    target and a script's relative paths are found, and torchrun gets the target's words as
+    they are (run here by sh, /workspace and torchrun stood in for)."""
+    [trainjob] = export_kubernetes(make_job(nodes=2, target=("-m", "mytrain.train", "--tag", "a b")),
+                                   ExportOptions(name="t", trainjob=True))
+    command = trainjob["spec"]["trainer"]["command"]
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (tmp_path / "torchrun").write_text('#!/bin/sh\npwd\nprintf "%s\\n" "$@"\n')
+    (tmp_path / "torchrun").chmod(0o755)
+    shown = command[:2] + [command[2].replace("/workspace", str(workspace))] + command[3:]
+    done = subprocess.run(shown, capture_output=True, text=True, timeout=30, env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines() == [str(workspace), "-m", "mytrain.train", "--tag", "a b"]
 
 
 def test_exported_sbatch_has_no_simulation_paths(make_job):
@@ -404,7 +422,7 @@ def test_every_note_of_one_export_is_said_together(tmp_path, capsys):
                  "--", "train.py"], out=io.StringIO()) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
     # (no note of the Indexed Job's pods: a TrainJob is written instead of it)
-    assert [n.split()[1] for n in notes] == ["--copy-env", "the", "--collective-timeout", "the"]
+    assert [n.split()[1] for n in notes] == ["--copy-env", "nothing", "the", "--collective-timeout", "the"]
 
 
 def test_an_export_with_gpus_gives_each_node_its_gpus_and_nccl(tmp_path):
@@ -469,7 +487,8 @@ def test_exports_help_says_what_each_option_means_on_a_real_cluster(capsys):
     assert exit_info.value.code == 0
     raw = capsys.readouterr().out
     assert [line for line in raw.splitlines() if line.endswith(":") and not line.startswith(" ")] == [
-        "options:", "the job:", "slurm:", "kubernetes:"]  # the groups' headings
+        "options:", "the job:", "slurm:", "kubernetes:",
+        "not for a real cluster (refused, saying what to do instead):"]  # the groups' headings
     text = " ".join(raw.split())  # argparse's wrapping aside
     for said in ("-o FILE, --output FILE", "--container-image IMAGE", "--time LIMIT",
                  "--container-mounts SRC:DST[,...]", "exported as DDP_TIMEOUT (default: not set)",
@@ -484,9 +503,18 @@ def test_exports_help_says_what_each_option_means_on_a_real_cluster(capsys):
 
 @pytest.mark.parametrize("to, options, refused", [
     ("slurm", ["--namespace", "ml"], "--namespace: for --to kubernetes only, and an export --to slurm has no place for it"),
-    ("slurm", ["--trainjob", "--cpus-per-node", "4"],
-     "--cpus-per-node, --trainjob: for --to kubernetes only, and an export --to slurm has no place for them"),
-    ("slurm", ["--memory-per-node", "8g"], "--memory-per-node: for --to kubernetes only"),
+    ("slurm", ["--trainjob", "--namespace", "ml"],
+     "--namespace, --trainjob: for --to kubernetes only, and an export --to slurm has no place for them"),
+    ("slurm", ["--cpus-per-node", "0.5"], "--cpus-per-node 0.5: Slurm allocates whole CPUs: give a whole number,"
+                                          " e.g. --cpus-per-node 1"),
+    ("slurm", ["--requirements", "requirements.txt"], "--requirements: for run only, and an export has no place for"
+     " it: a cluster's nodes install nothing for the job: build an image with them and pass it as --image"
+     " (Kubernetes) or --container-image (Slurm)"),
+    ("kubernetes", ["--requirements", "requirements.txt"], "--requirements: for run only"),
+    ("slurm", ["--mount", "/data:/data"], "--mount: for run only, and an export has no place for it: a cluster has"
+     " its own storage"),
+    ("kubernetes", ["--link", "delay=5ms"], "--link: for run only, and an export has no place for it: a real"
+     " cluster's network has its own latency and bandwidth"),
     ("slurm", ["--image", "r.io/me/t:1"], "--image: for --to kubernetes only, and an export --to slurm has no place"
                                           " for it; --container-image runs Slurm's tasks in an image"),
     ("slurm", ["--runtime", "mine"], "--runtime: for --to kubernetes only"),
@@ -508,18 +536,24 @@ def test_an_option_the_targets_job_would_leave_out_is_refused_in_one_line(to, op
     assert not (tmp_path / "job").exists() and out.getvalue() == ""
 
 
+KEPT_NOTHING = ("note: nothing the job writes is kept: its pods' files (a checkpoint in /workspace too) go with them"
+                " when the {job} ends, a successful one too: write them to a volume of your cluster's own (a"
+                " PersistentVolumeClaim mounted in the pod template) or to object storage\n")
+
+
 def test_each_targets_own_options_are_taken_and_the_local_image_is_noted(tmp_path, capsys):
     (tmp_path / "train.py").write_text("")
     out = io.StringIO()
     assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--partition", "gpu", "--time", "01:00:00",
-                 "--chdir", "/scratch/me", "--container-image", "r.io/me/t:1", "--", "train.py"], out=out) == 0
+                 "--chdir", "/scratch/me", "--container-image", "r.io/me/t:1", "--cpus-per-node", "8", "--",
+                 "train.py"], out=out) == 0
     assert "#SBATCH --partition=gpu" in out.getvalue() and "--container-image=r.io/me/t:1" in out.getvalue()
     assert "#SBATCH --chdir=/scratch/me" in out.getvalue()
     assert "note:" not in capsys.readouterr().err  # an sbatch script names no image of ours
 
     out = io.StringIO()
     assert main(["export", "--to", "kubernetes", "--workdir", str(tmp_path), "--", "train.py"], out=out) == 0
-    assert capsys.readouterr().err == (
+    assert capsys.readouterr().err == KEPT_NOTHING.format(job="Job") + (
         "note: the manifests name ddp-compose-node:latest, this machine's node image, which holds none of your code:"
         " give --image an image your cluster can pull, with your code in /workspace\n")
     assert "image: ddp-compose-node:latest" in out.getvalue()
@@ -527,6 +561,114 @@ def test_each_targets_own_options_are_taken_and_the_local_image_is_noted(tmp_pat
     out = io.StringIO()
     assert main(["export", "--to", "kubernetes", "--workdir", str(tmp_path), "--image", "r.io/me/t:1", "--namespace",
                  "ml", "--cpus-per-node", "4", "--trainjob", "--runtime", "mine", "--", "train.py"], out=out) == 0
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == KEPT_NOTHING.format(job="TrainJob")
     [trainjob] = list(yaml.safe_load_all(out.getvalue()))
     assert trainjob["spec"]["runtimeRef"]["name"] == "mine" and trainjob["metadata"]["namespace"] == "ml"
+
+
+def srun_line(script: str) -> str:
+    [line] = [line for line in script.splitlines() if line.startswith("srun ")]
+    return line
+
+
+def test_an_exported_sbatch_gives_each_nodes_task_the_cpus_and_memory_asked_for(make_job):
+    """One task per node runs torchrun, its workers and their DataLoader workers: it asks for the
+    node's CPUs (sbatch's, and srun's own: srun of Slurm 22.05 and newer does not inherit them)
+    and memory; asked for none, the script leaves both to the site."""
+    from orchestrate.slurm.cluster import cluster_batch_options
+    from orchestrate.slurm.script import render_sbatch
+
+    plan = make_job(nodes=2, cpus_per_node=16, memory_per_node=64 * 2**30)
+    script = export_slurm(plan, ExportOptions(name="ddp-train"))
+    lines = script.splitlines()
+    assert "#SBATCH --cpus-per-task=16" in lines and "#SBATCH --mem=65536M" in lines
+    assert lines.index("#SBATCH --cpus-per-task=16") < lines.index("set -euo pipefail")
+    assert " --cpus-per-task=16 bash -c " in srun_line(script)
+    plain = export_slurm(make_job(nodes=2), ExportOptions(name="ddp-train"))
+    assert "--cpus-per-task" not in plain and "--mem" not in plain
+    # the simulated cluster's nodes share the host's CPUs, which its Slurm binds no task to: it asks for none
+    assert "--cpus-per-task" not in render_sbatch(plan, cluster_batch_options(plan))
+
+
+def test_a_slurm_export_takes_the_nodes_cpus_and_says_what_a_task_gets_without_them(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    out = io.StringIO()
+    assert main(["export", "--to", "slurm", "--nodes", "2", "--cpus-per-node", "16", "--workdir", str(tmp_path),
+                 "--", "train.py"], out=out) == 0
+    assert "#SBATCH --cpus-per-task=16" in out.getvalue() and capsys.readouterr().err == ""
+    assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--", "train.py"], out=io.StringIO()) == 0
+    assert capsys.readouterr().err == (
+        "note: the script asks for no CPUs: most sites then give each node's one task (torchrun, all its workers and"
+        " their DataLoader workers) a single CPU: export with --cpus-per-node N for #SBATCH --cpus-per-task=N (and"
+        " srun's own, which Slurm 22.05 and newer no longer inherits)\n")
+
+
+def test_an_exported_sbatch_takes_its_rendezvous_port_from_the_job_id_unless_one_is_given(make_job):
+    """Two jobs whose first host is the same node (a partition that shares nodes) would both
+    listen on 29500: the port is 20000 + the job's id modulo 10000, computed by the script (run
+    here by bash), unless --master-port names one; the simulated cluster keeps the plan's."""
+    from orchestrate.slurm.cluster import cluster_batch_options
+    from orchestrate.slurm.script import render_sbatch
+
+    script = export_slurm(make_job(nodes=2), ExportOptions(name="ddp-train"))
+    assert '--master-port "$DDP_MASTER_PORT" ' in srun_line(script)
+    [derive] = [line for line in script.splitlines() if line.startswith("DDP_MASTER_PORT=")]
+    assert script.index(derive) < script.index("export DDP_MASTER_PORT\n") < script.index(srun_line(script))
+    for job_id, port in (("123457", "23457"), ("7", "20007"), ("40000", "20000")):
+        done = subprocess.run(["bash", "-c", f'{derive}; echo "$DDP_MASTER_PORT"'], capture_output=True, text=True,
+                              env={"SLURM_JOB_ID": job_id}, timeout=30)
+        assert done.stdout == f"{port}\n", done
+    given = export_slurm(make_job(nodes=2, master_port=29999), ExportOptions(name="ddp-train"))
+    assert " --master-port 29999 " in srun_line(given) and "DDP_MASTER_PORT" not in given
+    elastic = export_slurm(make_job(nodes=2, rdzv="c10d", min_nodes=1, max_nodes=2), ExportOptions(name="ddp-e"))
+    assert '--rdzv-endpoint "$DDP_MASTER_ADDR:$DDP_MASTER_PORT"' in srun_line(elastic)
+    plan = make_job(nodes=2)
+    simulated = render_sbatch(plan, cluster_batch_options(plan))
+    assert " --master-port 29500 " in srun_line(simulated) and "DDP_MASTER_PORT" not in simulated
+
+
+@pytest.mark.parametrize("layout, looked_for", [
+    ({"mytrain/__init__.py": "", "mytrain/train.py": ""}, "mytrain/__init__.py"),
+    ({"mytrain.py": ""}, "mytrain.py"),
+])
+def test_an_exported_sbatch_looks_for_a_module_the_project_holds_where_it_runs(make_job, tmp_path, layout,
+                                                                                looked_for):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    for relative, text in layout.items():
+        (project / relative).parent.mkdir(parents=True, exist_ok=True)
+        (project / relative).write_text(text)
+    elsewhere.mkdir()
+    target = ("-m", "mytrain.train") if "mytrain/train.py" in layout else ("-m", "mytrain")
+    script = export_slurm(make_job(nodes=2, workdir=project, target=target), ExportOptions(name="ddp-train"))
+    head = script[:script.index("DDP_MASTER_ADDR=")]
+    assert subprocess.run(["bash", "-c", head], cwd=project, timeout=30).returncode == 0
+    missing = subprocess.run(["bash", "-c", head], cwd=elsewhere, capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 2 and missing.stderr.startswith(f"ddp-compose: no {looked_for} in {elsewhere},")
+    # an image's tasks find it in the image
+    imaged = export_slurm(make_job(nodes=2, workdir=project, target=target),
+                          ExportOptions(name="ddp-train", container_image="r.io/me/t:1"))
+    assert "if [ ! -f" not in imaged
+
+
+def test_a_module_the_project_does_not_hold_is_exported_saying_where_the_job_must_find_it(tmp_path, capsys):
+    """It may be installed in the cluster's Python (as app/ is in the node image): no refusal, and no
+    look in the script, but a note; a module the project holds gets neither note."""
+    (tmp_path / "mytrain").mkdir()
+    (tmp_path / "mytrain" / "__init__.py").write_text("")
+    (tmp_path / "mytrain" / "train.py").write_text("")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = io.StringIO()
+    assert main(["export", "--to", "slurm", "--cpus-per-node", "4", "--workdir", str(elsewhere), "--", "-m",
+                 "mytrain.train"], out=out) == 0
+    assert capsys.readouterr().err == (
+        f"note: -m mytrain.train: neither mytrain/ nor mytrain.py is in the work directory {elsewhere}: the job finds"
+        " it only where the cluster's Python has it installed; export from your project's directory (or give"
+        " --workdir) for the script to look for it where sbatch is called\n")
+    assert "if [ ! -f" not in out.getvalue()
+    assert main(["export", "--to", "slurm", "--cpus-per-node", "4", "--workdir", str(tmp_path), "--", "-m",
+                 "mytrain.train"], out=io.StringIO()) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["export", "--to", "slurm", "--cpus-per-node", "4", "--workdir", str(elsewhere),
+                 "--container-image", "r.io/me/t:1", "--", "-m", "mytrain.train"], out=io.StringIO()) == 0
+    assert capsys.readouterr().err == ""  # the image holds it
