@@ -330,8 +330,8 @@ def test_a_copy_env_that_copies_nothing_is_said_by_plan_and_export(tmp_path, mon
     assert [ln for ln in out.getvalue().splitlines() if "--copy-env" in ln] == [f"[orchestrate] {said}"]
     assert "NCCL_DEBUG=***" in out.getvalue()
     (tmp_path / "train.py").write_text("")
-    assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--copy-env", "WANDB_*", "--", "train.py"],
-                out=io.StringIO()) == 0
+    assert main(["export", "--to", "slurm", "--workdir", str(tmp_path), "--cpus-per-node", "4", "--copy-env",
+                 "WANDB_*", "--", "train.py"], out=io.StringIO()) == 0
     assert capsys.readouterr().err == f"note: {said}\n"
 
 
