@@ -3773,6 +3773,12 @@ MUTANTS = [
            "        if getattr(args, refused_dest(flag)):", "        if False:", ("tests/unit/test_export.py",)),
     Mutant("a Kubernetes export says nothing of the files its pods lose", "orchestrate/export/job.py",
            "        notes += (kept_nothing_note(options.trainjob),)", "        pass", ("tests/unit/test_export.py",)),
+    # Session 117 (fE): report finds a run still in the engine where its labels put its directory; the missing-module
+    # hint for a script in a subdirectory; the wire test says what it sends; --link wan refused by its name; a
+    # work directory's requirements.txt said; logs of a run with no output yet say so
+    Mutant("report looks for a run in ./runs only, not where the engine's labels put it",
+           "orchestrate/launch/recorded_runs.py", "        run = find_run(engine(), run_id)\n",
+           "        raise NoSuchRunError(run_id)\n", ("tests/unit/test_report.py",)),
 ]
 
 

@@ -12,8 +12,8 @@ from orchestrate.cli.options import RUN_ID_HELP
 from orchestrate.config.run_config import DEFAULT_RUNS_DIR
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.errors import OrchestrateError
+from orchestrate.launch.recorded_runs import run_dir_named
 from orchestrate.outcome.record import OUTCOME_FILE
-from orchestrate.outcome.run_dirs import find_run_dir
 from orchestrate.report.model import NOT_ASKED
 from orchestrate.report.page import write_report
 
@@ -27,16 +27,20 @@ def add_parsers(sub: Any) -> None:
                                         " progress and the root cause, in one self-contained page that opens"
                                         " offline. Works for a running or an ended run: for one whose outcome is not"
                                         " recorded, the engine is asked how it stands (an ended run nobody"
-                                        " followed has its lines kept first, as down keeps them).",
+                                        " followed has its lines kept first, as down keeps them). A run still in the"
+                                        " engine is found where it keeps its directory (wherever run --runs-dir put"
+                                        " it); one no longer there, in --runs-dir.",
                             epilog="usage example: python -m orchestrate report 20261121-093012-1f2e3d")
     report.add_argument("run_id", metavar="RUN", help=f"the run: {RUN_ID_HELP}; or its directory")
-    report.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, metavar="DIR",
-                        help="where the runs' directories are (default: ./%(default)s)")
+    report.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                        help="where to look for a run the engine no longer has: as `run --runs-dir` named it"
+                             f" (default: ./{DEFAULT_RUNS_DIR})")
     report.set_defaults(handler=command)
 
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
-    run_dir = find_run_dir(args.runs_dir, args.run_id)
+    given = args.runs_dir is not None
+    run_dir = run_dir_named(inv.engine, args.run_id, args.runs_dir if given else DEFAULT_RUNS_DIR, runs_dir_given=given)
     path = write_report(run_dir, engine_state=asked_of_the_engine(inv, run_dir))
     inv.out.write(f"{path.resolve()}\n")
     return 0

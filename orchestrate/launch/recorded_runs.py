@@ -2,17 +2,20 @@
 a ``lose`` fault took for good (the engine sees a node killed, and the job went on without it),
 and the exit code the launcher ended with (a job whose nodes all exited 0 still failed where a
 fault asked for never fired). ``ps``, ``stop``, ``prune``, ``attach`` and ``debug`` name a run's
-state by them, as its summary did; ``stop`` and ``down`` find a run in a ``--runs-dir`` here."""
+state by them, as its summary did; ``stop`` and ``down`` find a run in a ``--runs-dir`` here, and ``report``
+a run's directory, where the engine's labels put it or in a ``--runs-dir``."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from orchestrate.engine.runs import RunInfo, RunState, find_run, list_runs, require_run_id, run_named, run_state
-from orchestrate.errors import NoSuchRunError, UsageError
+from orchestrate.errors import EngineUnavailableError, NoSuchRunError, UsageError
 from orchestrate.faults.in_effect import lost_nodes
 from orchestrate.outcome.events import launcher_exit_code, read_events
+from orchestrate.outcome.run_dirs import PLAN_FILE, find_run_dir
+from orchestrate.text import no_run_named
 
 
 def run_as_recorded(run: RunInfo) -> RunInfo:
@@ -75,3 +78,32 @@ def find_run_in(client: Any, run_id: str, runs_dir: Optional[Path]) -> RunInfo:
     except NoSuchRunError:
         elsewhere = run_named(run_id, runs, "in the engine")  # (none there: the engine's word, where it has none)
     raise UsageError(f"run {elsewhere.run_id} is not in --runs-dir {runs_dir}: its directory is {elsewhere.run_dir}")
+
+
+def run_dir_named(engine: Callable[[], Any], run_id: str, runs_dir: Path, runs_dir_given: bool = False) -> Path:
+    """The directory of the run ``run_id`` names: a path to one; else, for a run still in the engine
+    (``engine()`` connects to it), where its labels put it, wherever ``run --runs-dir`` made it; else
+    the run's in ``runs_dir`` (``runs_dir_given``: the user named it, so a run in neither is not told
+    to name one).
+
+    Raises:
+        NoSuchRunError: For a run neither has.
+        UsageError: For a run id that names several runs.
+    """
+    if (Path(run_id) / PLAN_FILE).is_file():
+        return Path(run_id)
+    try:
+        run = find_run(engine(), run_id)
+    except (NoSuchRunError, EngineUnavailableError) as not_there:
+        try:
+            return find_run_dir(runs_dir, run_id)
+        except NoSuchRunError as not_recorded:
+            if not isinstance(not_there, NoSuchRunError):  # no engine answers: what the directory says is all
+                raise
+            middle = tuple(sorted({*not_there.in_middle, *not_recorded.in_middle}))
+            see = ("see `python -m orchestrate ps`" if runs_dir_given
+                   else "see `python -m orchestrate ps`; for a run no longer in the engine, give its --runs-dir")
+            raise NoSuchRunError(no_run_named(run_id, f"in the engine or in {runs_dir}", see, middle), middle) from None
+    if run.run_dir.name and (run.run_dir / PLAN_FILE).is_file():
+        return run.run_dir
+    return find_run_dir(runs_dir, run.run_id)  # (its labels name no directory here: another host's, or deleted)

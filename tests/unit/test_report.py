@@ -529,9 +529,11 @@ def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys
     assert "One lane per node" in page and "ENDED, with no record of how: the engine no longer has the run" in page
     assert '<p id="outcome" class="outcome unrecorded">' in page  # not drawn as running
     assert main(["report", "nope", "--runs-dir", str(tmp_path / "runs")], client=engine) == 2
-    assert f"error: no run nope in {tmp_path / 'runs'} (give the run id, or --runs-dir)" in capsys.readouterr().err
+    assert (f"error: no run nope in the engine or in {tmp_path / 'runs'} (see `python -m orchestrate ps`)"
+            in capsys.readouterr().err)
     assert main(["report", "101010", "--runs-dir", str(tmp_path / "runs")], client=engine) == 2  # its middle
-    assert capsys.readouterr().err == (f"error: no run id in {tmp_path / 'runs'} starts or ends with 101010"
+    assert capsys.readouterr().err == (f"error: no run id in the engine or in {tmp_path / 'runs'} starts or ends with"
+                                       " 101010"
                                        " (20261121-101010-abcdef has it in its middle: give the whole id or its end)\n")
     other = tmp_path / "runs" / "20261121-111111-fedcba"
     other.mkdir()
@@ -543,6 +545,29 @@ def test_report_command_rebuilds_the_page_of_a_run_by_id_prefix(tmp_path, capsys
         " give more of the run id")
     assert find_run_dir(tmp_path / "runs", str(run_dir)) == run_dir
     assert load_run(run_dir)["outcome"] is None and write_report(run_dir).is_file()
+
+
+def test_report_finds_a_run_still_in_the_engine_where_its_labels_put_its_directory(tmp_path, capsys, monkeypatch):
+    from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, NODE_RANK_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL
+    from tests.fakes import FakeDockerClient
+
+    monkeypatch.chdir(tmp_path)  # (./runs has no such run: it was started with --runs-dir elsewhere)
+    engine = FakeDockerClient()
+    run_dir = tmp_path / "elsewhere" / "20261207-165557-85f727"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps(plan()))
+    (run_dir / "events.jsonl").write_text("\n".join(json.dumps(e) for e in started()) + "\n")
+    engine.running("ddp-20261207-165557-85f727-node0-1", {RUN_ID_LABEL: "20261207-165557-85f727",
+                                                           COMPOSE_PROJECT_LABEL: "ddp-20261207-165557-85f727",
+                                                           RUN_DIR_LABEL: str(run_dir), NODE_RANK_LABEL: "0"})
+    out = io.StringIO()
+    assert main(["report", "85f727"], out=out, client=engine) == 0
+    assert out.getvalue().strip() == str((run_dir / "report.html").resolve())
+    # a run in neither: gone from the engine, its directory in a --runs-dir not given
+    assert main(["report", "20261201"], client=engine) == 2
+    assert capsys.readouterr().err.endswith("error: no run 20261201 in the engine or in runs (see `python -m"
+                                            " orchestrate ps`; for a run no longer in the engine, give its"
+                                            " --runs-dir)\n")
 
 
 def test_step_times_show_a_straggler_and_the_chaos_verdict_is_on_the_page():
