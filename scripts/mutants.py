@@ -3779,6 +3779,12 @@ MUTANTS = [
     Mutant("report looks for a run in ./runs only, not where the engine's labels put it",
            "orchestrate/launch/recorded_runs.py", "        run = find_run(engine(), run_id)\n",
            "        raise NoSuchRunError(run_id)\n", ("tests/unit/test_report.py",)),
+    Mutant("a preset refused for its delay is named by what it means, not as typed", "orchestrate/config/link.py",
+           '    given = f"--link {spec.preset}, which is {spec}," if spec.preset else',
+           '    given = f"--link {spec.preset}, which is {spec}," if False else', ("tests/unit/test_link.py",)),
+    Mutant("a delay refused offers a stock link, not the user's own without its delay", "orchestrate/config/link.py",
+           "    undelayed = str(LinkSpec(spec.rate_bits, 0.0, spec.loss_pct))\n", "    undelayed = 'rate=1gbit'\n",
+           ("tests/unit/test_link.py",)),
 ]
 
 

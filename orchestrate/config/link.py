@@ -9,7 +9,7 @@ drops to the user's uid before torchrun starts.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from orchestrate.errors import UsageError
@@ -40,11 +40,13 @@ class LinkSpec:
         rate_bits: Bits per second each node may send (None: unshaped).
         delay_ms: One-way delay added to every packet a node sends.
         loss_pct: Percentage of packets a node's link drops.
+        preset: The preset's name where the user gave one (``wan``), to name it as typed; "" otherwise.
     """
 
     rate_bits: Optional[int] = None
     delay_ms: float = 0.0
     loss_pct: float = 0.0
+    preset: str = field(default="", compare=False)
 
     @property
     def needs_netem(self) -> bool:
@@ -74,7 +76,8 @@ def parse_link(text: str) -> LinkSpec:
     Raises:
         UsageError: Quoting the value and the usage.
     """
-    spec_text = PRESETS.get(text.strip().lower(), text.strip())
+    preset = text.strip().lower() if text.strip().lower() in PRESETS else ""
+    spec_text = PRESETS.get(preset, text.strip())
     fields: dict[str, str] = {}
     for part in filter(None, spec_text.split(",")):
         key, sep, value = part.partition("=")
@@ -98,6 +101,7 @@ def parse_link(text: str) -> LinkSpec:
         rate_bits=rate_bits,
         delay_ms=float(delay["n"]) * _DELAY_UNITS[delay["unit"]] if delay else 0.0,
         loss_pct=float(loss["n"]) if loss else 0.0,
+        preset=preset,
     )
     if not (spec.rate_bits or spec.needs_netem):  # it would give the nodes NET_ADMIN, and no rule
         raise UsageError(f"invalid --link {text!r}: it shapes nothing (a delay of 0 delays nothing, a loss of 0% drops"
@@ -182,10 +186,14 @@ NETEM_MISSING = re.compile(r"qdisc kind is unknown|No such file or directory|Ope
 
 def netem_missing_message(spec: LinkSpec, tc_stderr: str) -> str:
     """The one line that refuses ``delay=`` where the kernel has no netem (a loss is dropped by
-    iptables instead: :func:`link_commands`)."""
+    iptables instead: :func:`link_commands`): it names the link as the user gave it (a preset by its
+    name, and what it means) and suggests the same link without its delay."""
     reason = tc_stderr.strip().splitlines()[-1] if tc_stderr.strip() else "netem unavailable"
-    return (f"--link delay={spec.delay_ms:g}ms needs the kernel's netem qdisc, which this kernel lacks (tc: {reason}):"
-            " nothing else delays every packet without a userspace queue that would cap the link far below its"
-            " rate; shape the rate and loss only (e.g. --link rate=1gbit,loss=1%), or load sch_netem on the host")
+    given = f"--link {spec.preset}, which is {spec}," if spec.preset else f"--link delay={spec.delay_ms:g}ms"
+    undelayed = str(LinkSpec(spec.rate_bits, 0.0, spec.loss_pct))
+    return (f"{given} needs the kernel's netem qdisc, which this kernel lacks (tc: {reason}): nothing else delays"
+            " every packet without a userspace queue that would cap the link far below its rate; shape the rate and"
+            f" loss only ({f'--link {undelayed}' if undelayed else 'e.g. --link rate=1gbit,loss=1%'}), or load"
+            " sch_netem on the host")
 
 

@@ -189,7 +189,10 @@ def test_a_dry_run_refuses_a_delay_without_netem_as_the_run_would_and_drops_a_lo
         code = main([*command, "--cpu", "--workdir", str(tmp_path), "--link", "wan"], out=out, client=client)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and out.getvalue() == "" and len(err) == 1, command
-        assert err[0].startswith("error: --link delay=20ms needs the kernel's netem qdisc, which this kernel lacks")
+        # named as typed, and the preset's own rate offered without its delay
+        assert err[0].startswith("error: --link wan, which is rate=100mbit,delay=20ms, needs the kernel's netem qdisc,"
+                                 " which this kernel lacks"), err[0]
+        assert err[0].endswith("shape the rate and loss only (--link rate=100mbit), or load sch_netem on the host")
     assert probed == [DEFAULT_IMAGE] * 2
     out = io.StringIO()
     assert main(["plan", "--cpu", "--workdir", str(tmp_path), "--link", "rate=1gbit,loss=1%"], out=out,
