@@ -6,16 +6,20 @@ state by them, as its summary did; ``stop`` and ``down`` find a run in a ``--run
 a run's directory, where the engine's labels put it or in a ``--runs-dir``."""
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from orchestrate.engine.errors import engine_errors
 from orchestrate.engine.runs import RunInfo, RunState, find_run, list_runs, require_run_id, run_named, run_state
-from orchestrate.errors import EngineUnavailableError, NoSuchRunError, UsageError
+from orchestrate.errors import EngineError, EngineUnavailableError, NoSuchRunError, UsageError
 from orchestrate.faults.in_effect import lost_nodes
 from orchestrate.outcome.events import launcher_exit_code, read_events
 from orchestrate.outcome.run_dirs import PLAN_FILE, find_run_dir
 from orchestrate.text import no_run_named
+
+log = logging.getLogger(__name__)
 
 
 def run_as_recorded(run: RunInfo) -> RunInfo:
@@ -94,11 +98,12 @@ def run_dir_named(engine: Callable[[], Any], run_id: str, runs_dir: Path, runs_d
         return Path(run_id)
     try:
         run = find_run(engine(), run_id)
-    except (NoSuchRunError, EngineUnavailableError) as not_there:
+    except (NoSuchRunError, EngineUnavailableError, EngineError, *engine_errors()) as not_there:
+        log.debug("run %s not found in the engine: %s", run_id, not_there)
         try:
             return find_run_dir(runs_dir, run_id)
         except NoSuchRunError as not_recorded:
-            if not isinstance(not_there, NoSuchRunError):  # no engine answers: what the directory says is all
+            if not isinstance(not_there, NoSuchRunError):  # the engine cannot be asked: what the directory says is all
                 raise
             middle = tuple(sorted({*not_there.in_middle, *not_recorded.in_middle}))
             see = ("see `python -m orchestrate ps`" if runs_dir_given
