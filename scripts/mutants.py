@@ -3785,6 +3785,14 @@ MUTANTS = [
     Mutant("a delay refused offers a stock link, not the user's own without its delay", "orchestrate/config/link.py",
            "    undelayed = str(LinkSpec(spec.rate_bits, 0.0, spec.loss_pct))\n", "    undelayed = 'rate=1gbit'\n",
            ("tests/unit/test_link.py",)),
+    Mutant("logs of a run that printed nothing yet say nothing", "orchestrate/supervise/logs.py",
+           "    if not printed and not follow_live and tail != 0:", "    if False:", ("tests/unit/test_runs.py",)),
+    Mutant("logs with --tail 0 say a run printed nothing", "orchestrate/supervise/logs.py",
+           "    if not printed and not follow_live and tail != 0:", "    if not printed and not follow_live:",
+           ("tests/unit/test_runs.py",)),
+    Mutant("logs of an ended run that printed nothing say it may print yet", "orchestrate/supervise/logs.py",
+           "    if run.state.ended:\n        return f\"{whose} printed no output\"", "    if False:\n        pass",
+           ("tests/unit/test_runs.py",)),
 ]
 
 

@@ -225,6 +225,20 @@ def print_logs(run: RunInfo, out: IO[str], *, node: Optional[str] = None, ranks:
              else lambda: None)
     lines = (follow(pairs, keep, tail, goes_on=may_start_nodes_again(run), say=say, each_look=quiet) if follow_live
              else history(pairs, keep, tail))
+    printed = 0
     for line in lines:
         out.write(line + "\n")
         out.flush()
+        printed += 1
+    if not printed and not follow_live and tail != 0:  # (so that no output is not taken for a failed command)
+        say(nothing_printed(run, node, sorted(wanted)))
+
+
+def nothing_printed(run: RunInfo, node: Optional[str], ranks: list[int]) -> str:
+    """What ``logs`` says of a run (its ``node``, its ``ranks``) that printed no line so far."""
+    whose = (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of run {run.run_id}" if ranks
+             else f"node {node} of run {run.run_id}" if node else f"run {run.run_id}")
+    if run.state.ended:
+        return f"{whose} printed no output"
+    return (f"{whose} has printed no output yet (its nodes may still be starting: torchrun and the workers' imports"
+            f" take a while); follow it with: python -m orchestrate logs {run.run_id} -f")

@@ -1118,6 +1118,29 @@ def test_logs_merge_every_nodes_lines_in_time_with_rank_prefixes(make_run, capsy
         assert capsys.readouterr().err == said
 
 
+def test_logs_of_a_run_that_printed_nothing_yet_says_so_on_stderr_and_prints_nothing_on_stdout(make_run, capsys):
+    from orchestrate.cli.main import main
+
+    client = FakeDockerClient()
+    started_runs(make_run, client, ("quiet", {"node0": Script(hang=True), "node1": Script(hang=True)}, dict(nodes=2)))
+    capsys.readouterr()
+    out = io.StringIO()
+    assert main(client=client, argv=["logs", "quiet"], out=out) == 0
+    assert out.getvalue() == ""  # (a pipe of logs stays the logs)
+    assert capsys.readouterr().err == ("[orchestrate] run quiet has printed no output yet (its nodes may still be"
+                                       " starting: torchrun and the workers' imports take a while); follow it with:"
+                                       " python -m orchestrate logs quiet -f\n")
+    assert main(client=client, argv=["logs", "quiet", "--rank", "1"], out=out) == 0
+    assert capsys.readouterr().err.startswith("[orchestrate] rank 1 of run quiet has printed no output yet (")
+    assert main(client=client, argv=["logs", "quiet", "-n", "0"], out=out) == 0  # none asked for: nothing to say
+    assert capsys.readouterr().err == "" and out.getvalue() == ""
+    for node in client.containers_by_name.values():
+        node.exit(0)
+    wait_until(lambda: list_runs(client)[0].state is RunState.SUCCEEDED)
+    assert main(client=client, argv=["logs", "quiet", "--node", "node1"], out=out) == 0
+    assert capsys.readouterr().err == "[orchestrate] node node1 of run quiet printed no output\n"
+
+
 def test_logs_follow_shows_what_a_running_node_prints_next_and_ends_when_it_stops(make_run):
     client = FakeDockerClient()
     started_runs(make_run, client, ("r", {"node0": Script(["[0|0]:before"], hang=True)}, dict(nodes=1)))
