@@ -576,13 +576,38 @@ _MISSING_MODULE = re.compile(r"\bModuleNotFoundError: No module named '(?P<modul
 def missing_module_hint(failure: Optional[Failure]) -> str:
     """For a rank that could not import a module: the two places the nodes look for it, the
     node image and the work directory, and how to put it in either ("" for any other failure).
-    A module the host has is not in the nodes unless one of them holds it."""
+    A module the host has is not in the nodes unless one of them holds it. Where the module is
+    the work directory's package that holds the script itself (``mytrain/train.py`` importing
+    ``mytrain.helpers``), it is there: Python puts the script's own directory first on its import
+    path, not the work directory, and the script runs as a module of its package instead."""
     match = _MISSING_MODULE.search(failure.errors_raised_from) if failure is not None else None
     if match is None:
         return ""
+    assert failure is not None
+    top = match.group("module").split(".")[0]
+    script = script_in_workdir(failure)
+    package, _, _ = script.partition("/")
+    if script.endswith(".py") and "/" in script and package == top:
+        dotted = script[:-len(".py")].replace("/", ".")
+        return (f"  hint: '{top}' is your work directory's own package, but {script} runs with its own directory"
+                f" ({WORKSPACE_DIR}/{script.rpartition('/')[0]}) first on its import path, not {WORKSPACE_DIR}: run it"
+                f" as a module of its package, -- -m {dotted}")
     return (f"  hint: the nodes have no module '{match.group('module')}': a package (at the version your script"
             " needs) goes into the node image by --requirements FILE (pip requirements) or a --dockerfile; a module"
             " of your own must be importable from --workdir, which every node mounts as /workspace")
+
+
+# A traceback's frame in a file of the work directory, as the nodes mount it.
+_WORKDIR_FRAME = re.compile(r'File "' + re.escape(WORKSPACE_DIR) + r'/(?P<file>[^"]+)", line \d+')
+
+
+def script_in_workdir(failure: Failure) -> str:
+    """The script the failing rank ran, as its work directory holds it (``mytrain/train.py``): the
+    outermost frame of its traceback in the work directory; "" where none is there."""
+    for line in [*failure.traceback.splitlines(), *failure.last_lines]:
+        if frame := _WORKDIR_FRAME.search(line):
+            return frame.group("file")
+    return ""
 
 
 def nodes_of_ranks(results: list[NodeResult]) -> dict[int, str]:

@@ -665,6 +665,29 @@ def test_the_missing_module_hint_names_the_module_and_both_places_the_nodes_look
     assert missing_module_hint(None) == ""
 
 
+def test_a_script_in_a_subdirectory_that_imports_its_own_package_is_told_to_run_as_a_module():
+    """Seen in a user trial: `run -- mytrain/train.py`, whose `import mytrain.helpers` failed
+    although mytrain/ is in the work directory: Python searches /workspace/mytrain, not /workspace."""
+    traceback = ('Traceback (most recent call last):\n  File "/workspace/mytrain/train.py", line 9, in <module>\n'
+                 "    from mytrain.helpers import load_config, rank_info\nModuleNotFoundError: No module named"
+                 " 'mytrain'")
+    own = Failure("node0", 0, 1, "ModuleNotFoundError: No module named 'mytrain'", (), traceback=traceback)
+    assert missing_module_hint(own) == (
+        "  hint: 'mytrain' is your work directory's own package, but mytrain/train.py runs with its own directory"
+        " (/workspace/mytrain) first on its import path, not /workspace: run it as a module of its package,"
+        " -- -m mytrain.train")
+    deeper = replace(own, traceback=traceback.replace("mytrain/train.py", "mytrain/jobs/train.py"))
+    assert missing_module_hint(deeper).endswith("-- -m mytrain.jobs.train")
+    # from the node's last lines where the traceback was not kept apart
+    assert "-- -m mytrain.train" in missing_module_hint(replace(own, traceback="", last_lines=tuple(
+        traceback.splitlines())))
+    # another package, or a script at the top of the work directory: the general hint
+    other = replace(own, exception="ModuleNotFoundError: No module named 'einops'")
+    assert missing_module_hint(other).startswith("  hint: the nodes have no module 'einops': a package")
+    top = replace(own, traceback=traceback.replace("mytrain/train.py", "train.py"))
+    assert missing_module_hint(top).startswith("  hint: the nodes have no module 'mytrain': a package")
+
+
 def test_the_made_alone_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_broadcasting_its_buffers(nodes):
     """Rank 0 evaluated its DDP model alone, and rank 1 finished meanwhile: the forward pass's
     buffer broadcast lost its peer (gloo), or torch's check of it found rank 1 gone."""
