@@ -306,7 +306,8 @@ NODE_OPTIONS = (
            " read-only. e.g. --mount ~/datasets:/data:ro", parse_mount, metavar="HOST[:NODE][:ro]", repeat=True),
     Option("requirements", "--requirements", "pip requirements installed into a node image derived from --image;"
            " built once, reused while nothing changed (offline from a host wheelhouse when the nodes cannot reach"
-           " the package index)", Path, metavar="FILE"),
+           " the package index); a requirements.txt in --workdir is not installed without it (the run says so)", Path,
+           metavar="FILE"),
     Option("dockerfile", "--dockerfile", "a Dockerfile built on the node image (it starts with ARG BASE_IMAGE and"
            " FROM ${BASE_IMAGE}); default: DIR/Dockerfile of --workdir when present", Path, metavar="FILE"),
     Option("no_dockerfile", "--no-dockerfile", "ignore a Dockerfile in the work directory", switch=True),

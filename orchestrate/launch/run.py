@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from orchestrate.config.fault_spec import short_store_outage_note
-from orchestrate.config.request import HostFacts, RunRequest, resolve_config
+from orchestrate.config.request import HostFacts, RunRequest, resolve_config, unused_requirements_note
 from orchestrate.config.run_config import RunConfig
 from orchestrate.config.user_env import copy_env_notes, mask_assignments
 from orchestrate.engine.client import connect, engine_now
@@ -184,6 +184,8 @@ class Run:
             for note in slurm_caveats(config, request.sbatch) if request.scheduler == "slurm" else []:
                 self.say(note)
             for note in filter(None, (short_store_outage_note(fault) for fault in config.faults)):
+                self.say(note)
+            if note := unused_requirements_note(request):
                 self.say(note)
         return config
 

@@ -2,6 +2,7 @@
 line's tests reach only through a subprocess, and each option's way into the config."""
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -17,6 +18,7 @@ from orchestrate.config.request import (
     invoking_user_name,
     lease_timeout,
     resolve_config,
+    unused_requirements_note,
     user_env,
 )
 from orchestrate.config.run_config import (
@@ -145,6 +147,32 @@ def test_the_dockerfile_is_the_one_given_else_the_work_directorys_unless_refused
     (tmp_path / "Dockerfile").write_text("FROM scratch\n")
     assert chosen_dockerfile(RunRequest(workdir=tmp_path)) == tmp_path / "Dockerfile"
     assert chosen_dockerfile(RunRequest(workdir=tmp_path, no_dockerfile=True)) is None
+
+
+def test_a_work_directorys_requirements_txt_left_alone_is_said_with_the_option_that_installs_it(
+        tmp_path, monkeypatch):
+    from orchestrate.cli.main import main
+    from tests.fakes import FakeDockerClient
+
+    assert unused_requirements_note(RunRequest(workdir=tmp_path)) == ""  # none there
+    (tmp_path / "requirements.txt").write_text("tabulate==0.9.0\n")
+    said = (f"{tmp_path}/requirements.txt is not installed in the nodes (they run the node image as it is);"
+            f" --requirements {tmp_path}/requirements.txt installs it")
+    assert unused_requirements_note(RunRequest(workdir=tmp_path)) == said
+    monkeypatch.chdir(tmp_path)  # as the user ran it, from the work directory: the option as they would type it
+    assert unused_requirements_note(RunRequest(workdir=Path("."))) == (
+        "requirements.txt is not installed in the nodes (they run the node image as it is);"
+        " --requirements requirements.txt installs it")
+    # given, or a Dockerfile that may install it itself: nothing to say
+    assert unused_requirements_note(RunRequest(workdir=tmp_path, requirements=tmp_path / "requirements.txt")) == ""
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")
+    assert unused_requirements_note(RunRequest(workdir=tmp_path)) == ""
+    assert unused_requirements_note(RunRequest(workdir=tmp_path, no_dockerfile=True)) == said
+    # said at the start of a run (here its plan), one line, before anything else
+    out = io.StringIO()
+    assert main(["plan", "--cpu", "--no-dockerfile", "--workdir", str(tmp_path)], out=out,
+                client=FakeDockerClient()) == 0
+    assert out.getvalue().splitlines()[0] == f"[orchestrate] {said}"
 
 
 def test_the_host_facts_are_this_process_environment_and_user(monkeypatch):
