@@ -17,6 +17,7 @@ from orchestrate.config.request import RunRequest
 from orchestrate.errors import UsageError
 from orchestrate.plan.layout import RUN_DIR_MOUNT
 from orchestrate.report.page import write_report_quietly
+from orchestrate.text import format_bytes, short_duration
 
 # Where a benchmark's workers write their figures: the run's directory, as the nodes see it.
 BENCH_OUT = f"{RUN_DIR_MOUNT}/{BENCH_FILE}"
@@ -77,6 +78,25 @@ def check_bench_request(kind: str, request: RunRequest) -> None:
         raise UsageError(f"{flags} {'is' if len(given) == 1 else 'are'} not for bench {kind}, which builds and"
                          f" measures its own job: " + "; ".join(why for _, why in given)
                          + "; run a job of your own with python -m orchestrate run")
+
+
+WIRE_ROUNDS = 3  # each of the wire test's three measures is taken this often (app.bench_collectives' rounds=3)
+
+
+def wire_test_note(wire_bytes: int, rate_bits: Optional[int], pairs: int = 1) -> str:
+    """What ``bench collectives`` says before its wire test, which prints nothing until it ends:
+    what it sends, and, at a ``--link rate=`` (``rate_bits``), about how long that takes: node 0
+    sends each stream's bytes once alone, then once per process pair (``pairs``), then (both ways)
+    once per pair again, ``WIRE_ROUNDS`` times each, through its shaped egress; "" where it is
+    skipped (``--wire-bytes 0``)."""
+    if not wire_bytes:
+        return ""
+    size = format_bytes(wire_bytes, upper=True)
+    sent = f"the wire test sends {size} per TCP stream, {WIRE_ROUNDS} rounds of each of its three measures"
+    if rate_bits:
+        seconds = WIRE_ROUNDS * wire_bytes * (1 + 2 * pairs) / (rate_bits / 8)
+        sent += f": about {short_duration(seconds)} at the link's rate before the collectives' table"
+    return f"{sent}; --wire-bytes shortens it (e.g. --wire-bytes 16M; 0 skips it)"
 
 
 def collectives_target(*, min_size: str, max_size: str, min_time_s: float, wire_bytes: str,

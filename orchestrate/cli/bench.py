@@ -9,7 +9,7 @@ from typing import Any
 from orchestrate.bench import launcher, plots
 from orchestrate.bench.artifacts import write_artifacts
 from orchestrate.bench.jobs import (COLLECTIVE_OPS, check_bench_request, collectives_target, ddp_target,
-                                    report_collectives, report_ddp)
+                                    message_bytes, report_collectives, report_ddp, wire_test_note)
 from orchestrate.cli.invocation import Invocation
 from orchestrate.cli.options import argparse_type, request_from_args
 from orchestrate.cli.run import add_job_options, run_request
@@ -40,7 +40,8 @@ def add_parsers(sub: Any) -> None:
     coll.add_argument("--min-time", type=float, default=0.3, metavar="SECONDS",
                       help="timed calls per size last about this long (default: 0.3)")
     coll.add_argument("--wire-bytes", default="256M",
-                      help="bytes per TCP stream when measuring the wire (0: skip) (default: 256M)")
+                      help="bytes per TCP stream when measuring the wire, 3 rounds of 3 measures, said with their time at"
+                           " a --link rate= as they start (0: skip) (default: 256M)")
     ddp_parser = kinds.add_parser(
         "ddp", help="DDP's overhead per form (defaults, tuned knobs, no-op hook) and regime, and its speed-up",
         description="ResNet-50 (161 parameter tensors) on synthetic images, on every node count of --node-counts:"
@@ -112,6 +113,10 @@ def bench_collectives(args: argparse.Namespace, inv: Invocation) -> int:
                                 wire_bytes=args.wire_bytes, ops=args.ops)
     request = request_from_args(args, target)
     check_bench_request("collectives", request)
+    pairs = request.nproc_per_node if isinstance(request.nproc_per_node, int) else 1  # (one process a node: auto)
+    wire_bytes = message_bytes(args.wire_bytes, allow_zero=True)  # (checked by collectives_target above)
+    if note := wire_test_note(wire_bytes, args.link.rate_bits if args.link else None, pairs):
+        inv.say(f"[bench] {note}")
     code, result = run_request(request, inv)
     if result is None or not result.succeeded:
         return code

@@ -1,6 +1,8 @@
 """The benchmarks' summaries: pure functions of the figures."""
 from __future__ import annotations
 
+import io
+
 import sys
 
 import pytest
@@ -187,6 +189,28 @@ def test_the_collectives_workers_get_the_sizes_the_launcher_read_in_bytes():
     target = collectives_target(min_size=" 4K ", max_size="1.5MB", min_time_s=0.3, wire_bytes="0", ops=["broadcast"])
     assert target == ["-m", "app.bench_collectives", "--out", "/ddp-run/bench.json", "--min-size", "4096",
                       "--max-size", "1572864", "--min-time", "0.3", "--wire-bytes", "0", "--ops", "broadcast"]
+
+
+def test_the_wire_test_is_said_before_it_starts_with_its_time_at_a_shaped_links_rate(monkeypatch):
+    """Seen in a user trial: at --link rate=100mbit the wire test's 256M per stream took 3.5 of the
+    run's 4.5 minutes, with nothing said but the watchdog's notes."""
+    from orchestrate.bench.jobs import wire_test_note
+    from orchestrate.cli.main import main
+
+    sends = "the wire test sends 256M per TCP stream, 3 rounds of each of its three measures"
+    shortens = "; --wire-bytes shortens it (e.g. --wire-bytes 16M; 0 skips it)"
+    # 3 rounds x 256 MiB x (1 alone + 1 pair + 1 pair both ways) through 12.5 MB/s: about 193 s
+    assert wire_test_note(256 << 20, 100 * 10**6, pairs=1) == (
+        f"{sends}: about 3m at the link's rate before the collectives' table{shortens}")
+    assert "about 5m at the link's rate" in wire_test_note(256 << 20, 100 * 10**6, pairs=2)  # 3 x 268 MB x 5: 322 s
+    assert wire_test_note(256 << 20, None) == sends + shortens  # an unshaped link: no rate to time it by
+    assert wire_test_note(0, 100 * 10**6) == ""  # skipped
+    asked = []
+    monkeypatch.setattr("orchestrate.cli.bench.run_request", lambda request, inv: asked.append(request) or (1, None))
+    out = io.StringIO()
+    assert main(["bench", "collectives", "--cpu", "--link", "rate=100mbit"], out=out, client=object()) == 1
+    assert asked and out.getvalue().splitlines()[0] == (f"[bench] {sends}: about 3m at the link's rate before the"
+                                                        f" collectives' table{shortens}")
 
 
 @pytest.mark.timeout(60)
