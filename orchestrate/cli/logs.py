@@ -18,7 +18,8 @@ def add_parsers(sub: Any) -> None:
     logs = sub.add_parser("logs", help="print a run's rank-prefixed output",
                           description="The output of a run's nodes from the engine, merged in time. A run"
                                       " the engine no longer has (a foreground run tears its nodes down as it"
-                                      " ends) is read from its directory in --runs-dir, node by node.",
+                                      " ends) is read from its directory in --runs-dir, node by node. A run"
+                                      " that has printed nothing yet is said so on standard error.",
                           epilog="usage example: python -m orchestrate logs 20261121-093012-1f2e3d --rank 3 -f")
     logs.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     logs.add_argument("--node", default=None, metavar="NAME", help="one node only, e.g. node1")
