@@ -3793,6 +3793,23 @@ MUTANTS = [
     Mutant("logs of an ended run that printed nothing say it may print yet", "orchestrate/supervise/logs.py",
            "    if run.state.ended:\n        return f\"{whose} printed no output\"", "    if False:\n        pass",
            ("tests/unit/test_runs.py",)),
+    Mutant("a script in a subdirectory importing its own package gets the general missing-module hint",
+           "orchestrate/outcome/judge.py", '    if script.endswith(".py") and "/" in script and package == top:',
+           "    if False:", ("tests/unit/test_judge.py",)),
+    Mutant("any module missing from a script in a subdirectory is taken for its own package",
+           "orchestrate/outcome/judge.py", '    if script.endswith(".py") and "/" in script and package == top:',
+           '    if script.endswith(".py") and "/" in script:', ("tests/unit/test_judge.py",)),
+    Mutant("a work directory's requirements.txt left alone is not said at the start of a run",
+           "orchestrate/launch/run.py", "            if note := unused_requirements_note(request):",
+           "            if note := \"\":", ("tests/unit/test_request.py",)),
+    Mutant("a requirements.txt is said left alone though a Dockerfile may install it", "orchestrate/config/request.py",
+           " or chosen_dockerfile(request) is not None or not found.is_file():", " or not found.is_file():",
+           ("tests/unit/test_request.py",)),
+    Mutant("bench collectives says nothing before its wire test", "orchestrate/cli/bench.py",
+           "        inv.say(f\"[bench] {note}\")", "        pass", ("tests/unit/test_bench.py",)),
+    Mutant("the wire test's time counts node 0's lone stream alone", "orchestrate/bench/jobs.py",
+           "        seconds = WIRE_ROUNDS * wire_bytes * (1 + 2 * pairs) / (rate_bits / 8)",
+           "        seconds = WIRE_ROUNDS * wire_bytes / (rate_bits / 8)", ("tests/unit/test_bench.py",)),
 ]
 
 
