@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from orchestrate.cli.invocation import Invocation
-from orchestrate.cli.options import RUN_ID_HELP
+from orchestrate.cli.options import ONE_RUN_RUNS_DIR_HELP, RUN_ID_HELP
 from orchestrate.config.fault_spec import STORE_TARGET
-from orchestrate.engine.runs import find_run
 from orchestrate.errors import UsageError
 from orchestrate.faults.in_effect import faults_now
 from orchestrate.hangs.diagnosis import SILENT_STATES
+from orchestrate.launch.recorded_runs import find_run_in
 from orchestrate.supervise.rank_probe import STACKS_FILE, rank_hosts, stack_lines, store_state, where_ranks_are
 from orchestrate.text import for_terminal
 
@@ -29,6 +30,7 @@ def add_parsers(sub: Any) -> None:
     stacks.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between the two looks that tell computing ranks from waiting ones"
                              " (default: %(default)s)")
+    stacks.add_argument("--runs-dir", type=Path, default=None, metavar="DIR", help=ONE_RUN_RUNS_DIR_HELP)
     stacks.set_defaults(handler=command)
 
 
@@ -36,7 +38,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if not args.interval >= 0:
         raise UsageError(f"--interval must be 0 or more seconds, got {args.interval:g}")
     client = inv.engine()
-    run = find_run(client, args.run_id)
+    run = find_run_in(client, args.run_id, args.runs_dir)
     run.require_live_nodes("look at")
     run.require_run_dir("look at")  # the ranks answer in it
     hosts = rank_hosts(run)

@@ -487,9 +487,9 @@ def test_ps_with_runs_dir_lists_that_directorys_runs_alone_and_refuses_one_named
 
 
 def test_stop_and_down_with_runs_dir_act_on_that_directorys_run_alone(make_run, tmp_path, capsys):
-    """A user who started with ``run -d --runs-dir D`` gives ``down RUN --runs-dir D`` as ps and
-    prune take it (until 2026-12-07 argparse refused it): a run elsewhere is refused in one line
-    and left running, a part of an id shared with a run elsewhere names the one in D, and a run the
+    """A user who started with ``run -d --runs-dir D`` gives ``down RUN --runs-dir D`` (or stop,
+    stacks) as ps and prune take it (until 2026-12-07 argparse refused it): a run elsewhere is
+    refused in one line and left running, a part of an id shared with a run elsewhere names the one in D, and a run the
     engine no longer has is pointed at in D."""
     from orchestrate.cli.main import main
 
@@ -499,7 +499,7 @@ def test_stop_and_down_with_runs_dir_act_on_that_directorys_run_alone(make_run, 
                  ("theirs-a1", {"node0": Script(hang=True)}, dict(nodes=1, runs_dir=elsewhere)))
     wait_until(lambda: all(r.state is RunState.RUNNING for r in list_runs(client)))
     capsys.readouterr()
-    for command in ("stop", "down"):
+    for command in ("stop", "down", "stacks"):  # stacks, as the others (until 2026-12-07 argparse refused it)
         assert main(client=client, argv=[command, "theirs-a1", "--runs-dir", str(runs_dir)], out=io.StringIO()) == 2
         assert capsys.readouterr().err == (f"error: run theirs-a1 is not in --runs-dir {runs_dir}: its directory is"
                                            f" {elsewhere / 'theirs-a1'}\n")
