@@ -3810,6 +3810,16 @@ MUTANTS = [
     Mutant("the wire test's time counts node 0's lone stream alone", "orchestrate/bench/jobs.py",
            "        seconds = WIRE_ROUNDS * wire_bytes * (1 + 2 * pairs) / (rate_bits / 8)",
            "        seconds = WIRE_ROUNDS * wire_bytes / (rate_bits / 8)", ("tests/unit/test_bench.py",)),
+    # Session 117 (fG): stacks takes --runs-dir as stop and down do; a mismatch's two numbers said as one call
+    Mutant("stacks with --runs-dir looks at a run in another directory", "orchestrate/cli/stacks.py",
+           "run = find_run_in(client, args.run_id, args.runs_dir)", "run = find_run_in(client, args.run_id, None)",
+           ("tests/unit/test_runs.py",)),
+    Mutant("the records' number of a mismatch is said beside torch's without how they relate",
+           "orchestrate/outcome/summary.py", "    if records is None or not torch_said:", "    if True:",
+           ("tests/unit/test_outcome.py",)),
+    Mutant("the records' number is taken for torch's own, not one more", "orchestrate/outcome/summary.py",
+           "    if torch_said == {int(records[1]) - 1}:", "    if torch_said == {int(records[1])}:",
+           ("tests/unit/test_outcome.py",)),
 ]
 
 

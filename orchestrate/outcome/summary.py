@@ -1,6 +1,7 @@
 """The summary printed at the end of every run."""
 from __future__ import annotations
 
+import re
 import signal
 from textwrap import shorten
 from typing import Optional
@@ -197,9 +198,30 @@ def format_summary(outcome: RunResult) -> str:
     return "\n".join(lines)
 
 
+_TORCH_SEQ = re.compile(r"torch's sequence number (\d+)")
+_RECORDS_SEQ = re.compile(r"collective #(\d+)")
+
+
 def divergence_lines(outcome: RunResult) -> list[str]:
     """Where the ranks' collectives part, by their records, for a failure (none where they do not say)."""
-    return [f"  where, by the ranks' collective records: {outcome.divergence}"] if outcome.divergence else []
+    if not outcome.divergence:
+        return []
+    return [f"  where, by the ranks' collective records: {outcome.divergence}{numbers_related(outcome)}"]
+
+
+def numbers_related(outcome: RunResult) -> str:
+    """How the records' number of a collective (``collective #4``, counted from 1) stands to torch's
+    sequence number that the failure above says of it (counted from 0), so one collective does not
+    read as two; nothing where only one of them is said."""
+    records = _RECORDS_SEQ.search(outcome.divergence)
+    torch_said = {int(n) for r in outcome.results if r.root_cause for n in _TORCH_SEQ.findall(r.root_cause.exception)}
+    if records is None or not torch_said:
+        return ""
+    if torch_said == {int(records[1]) - 1}:
+        return (f" (the same call as torch's sequence number {int(records[1]) - 1}: torch counts a group's"
+                " collectives from 0, the records from 1)")
+    return (f" (#{records[1]} counts from 1 the calls the records saw in the group; torch's sequence number counts"
+            " from 0 the operations torch ran in it, which can be more)")
 
 
 def timed_out_working_lines(outcome: RunResult) -> list[str]:

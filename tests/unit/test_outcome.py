@@ -891,6 +891,30 @@ def test_ranks_gloo_let_through_a_collective_of_other_sizes_are_told_so_not_aske
                                         " collectives: gloo checks neither")
 
 
+def test_the_records_number_of_a_mismatched_collective_is_said_beside_torchs_as_the_same_call(make_job):
+    """torch's check names the collective by its sequence number (from 0), the records by theirs
+    (from 1): the summary says they are one call, not two collectives, and says how they count
+    where the two are further apart."""
+    plan = make_job(nodes=2)
+    mismatch = ("collectives differ (--debug-collectives): rank 1 ran ALLGATHER of Float[3] (torch's sequence number"
+                " 3); rank 0 ran ALLGATHER of Float[4] (torch's sequence number 3) (tensor shapes: 3 vs 4)")
+    results = results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, mismatch)),
+                          (NodePhase.FAILED, 1, 0.9, RootCause(1, 0, 1, mismatch)))
+    diverged = outcome(results)
+    records = ("collective #4: rank 0 entered all_gather(2x float32[4], float32[4]) at h7.py:8; rank 1 entered"
+               " all_gather(2x float32[3], float32[3]) at h7.py:8")
+    diverged.divergence = records
+    assert (f"  where, by the ranks' collective records: {records} (the same call as torch's sequence number 3:"
+            " torch counts a group's collectives from 0, the records from 1)\n") in format_summary(diverged)
+    diverged.divergence = records.replace("#4", "#2")  # torch counted operations the records did not see
+    assert ("(#2 counts from 1 the calls the records saw in the group; torch's sequence number counts from 0 the"
+            " operations torch ran in it, which can be more)") in format_summary(diverged)
+    unnumbered = outcome(results_for(plan, (NodePhase.FAILED, 1, 1.0, RootCause(0, 0, 1, "RuntimeError: boom")),
+                                     (NodePhase.SUCCEEDED, 0, 0.9, None)))
+    unnumbered.divergence = records
+    assert f"collective records: {records}\n" in format_summary(unnumbered)  # no torch number: nothing to relate
+
+
 def test_an_error_the_hooks_own_code_raised_keeps_its_frames():
     callstack = ('Traceback (most recent call last):\n'
                  '  File "/workspace/train.py", line 11, in main\n'
