@@ -541,3 +541,72 @@ def first_divergence(snapshots: dict[int, RankSnapshot], expected: Optional[set[
     everyone = set(expected or snapshots)
     return (mismatch(snapshots) or unmatched_p2p(snapshots, everyone, absent_why or {}, elsewhere)
             or waiting_in_different_groups(snapshots) or missing(snapshots, everyone, absent_why or {}, elsewhere))
+
+
+# A run whose every rank's script returned, yet whose ranks made different numbers of collectives
+# in a group they all belong to: gloo paired the extra one with a peer's next call, whatever it was.
+ENDED_APART_HINT = ("every call returned, but gloo pairs a rank's next collective with its peers' next one"
+                    " whatever it is, so from there the ranks' calls moved data between different collectives; a"
+                    " DDP model's forward pass on one rank alone (an evaluation on rank 0, under no_grad too)"
+                    " broadcasts its buffers, a collective the other ranks never make: evaluate model.module"
+                    " there, or run the evaluation on every rank")
+
+
+def members_named(group: str) -> Optional[set[int]]:
+    """The global ranks a group's name says (``ranks 0,2``, ``ranks 0,2 (2nd group of them)``);
+    None for a name that says none (``default``, a group torch could not describe)."""
+    if not group.startswith("ranks "):
+        return None
+    try:
+        return {int(r) for r in group[len("ranks "):].split(" (", 1)[0].split(",")}
+    except ValueError:
+        return None
+
+
+def ended_apart(ended: dict[int, dict]) -> str:
+    """For a run whose every rank's script returned: where the ranks made different numbers of
+    collectives in a process group every rank belongs to (``ended``: each rank's
+    ``collective_log.at_end``), how many each made and the first call where their records part;
+    "" where they agree, or where nothing can be compared rightly: a rank that did not say, ranks
+    renumbered by an elastic restart (their worlds differ from the ranks that said), subgroups of
+    some ranks (only members call them) and point-to-point channels (left out by the workers)."""
+    ranks = set(ended)
+    if len(ranks) < 2 or ranks != set(range(len(ranks))) or any(
+            str(e.get("world")) != str(len(ranks)) or not isinstance(e.get("counts"), dict) for e in ended.values()):
+        return ""
+    for group in sorted({g for e in ended.values() for g in e["counts"]}):
+        named = members_named(group)
+        if channel_ends(group) is not None or (named is None and group != "default") or (named and named != ranks):
+            continue
+        made = {rank: int(e["counts"].get(group, 0)) for rank, e in sorted(ended.items())}
+        if len(set(made.values())) < 2:
+            continue
+        where = "the default group" if group == "default" else f"group {group}"
+        counts = "; ".join(f"{ranks_text(r)} made {n}" for r, n in alike({k: str(v) for k, v in made.items()}))
+        return f"in {where}, {counts} collectives{parted_where(group, ended, made)}"
+    return ""
+
+
+def parted_where(group: str, ended: dict[int, dict], made: dict[int, int]) -> str:
+    """``; they part at collective #13: rank 0 entered ... at e.py:15; rank 1 entered ... at
+    e.py:10``: the first of a group's calls the ranks' kept records hold that differs in op,
+    what it moved or its line, or else the first call some made and others did not."""
+    calls = {rank: {int(c[1]): f"{c[2]}({c[3]}) at {c[4]}" for c in e.get("calls", ())
+                    if isinstance(c, list) and len(c) == 5 and c[0] == group} for rank, e in ended.items()}
+    if any(not held for held in calls.values()):
+        return ""
+    floor = max(min(held) for held in calls.values())
+    for seq in range(floor, min(made.values()) + 1):
+        places = {rank: held.get(seq, "") for rank, held in calls.items()}
+        if "" in places.values():
+            return ""
+        if len(set(places.values())) > 1:
+            said = "; ".join(f"{ranks_text(r)} entered {place}" for r, place in alike(places))
+            return f"; they part at collective #{seq}: {said}"
+    # alike where the records overlap: the extra calls at the end, where the records reach back to the first
+    seq = min(made.values()) + 1
+    extra = {rank: held[seq] for rank, held in calls.items() if seq in held}
+    if floor > 1 or not extra:
+        return ""
+    said = "; ".join(f"{ranks_text(r)} entered {place}" for r, place in alike(extra))
+    return f"; the others never made collective #{seq}: {said}"

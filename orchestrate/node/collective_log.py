@@ -552,6 +552,20 @@ def on_failure(log: CollectiveLog) -> None:
             pass
 
 
+def at_end(log: CollectiveLog) -> Dict[str, Any]:
+    """What a rank's script made in each process group by its end, for the launcher to compare
+    across ranks (``collectives`` of the finished record): how many collectives each group had
+    (``counts``), and the last of them the record keeps, as ``[group, seq, op, shapes, at]``.
+    Point-to-point channels are left out: their two ends differ by design. Empty where it made none."""
+    with log.lock:
+        counts = {group: seq for group, seq in log.next_seq.items() if not group.startswith(P2P)}
+    if not counts:
+        return {}
+    calls = [[e["group"], e["seq"], e["op"], e["shapes"], e["at"]] for e in log.snapshot()
+             if not str(e.get("group", "")).startswith(P2P)]
+    return {"counts": counts, "calls": calls, "world": os.environ.get("WORLD_SIZE", "")}
+
+
 def on_uncaught(error: BaseException) -> None:
     for hook in list(_uncaught_hooks):
         try:

@@ -291,15 +291,18 @@ def report_resumed_at(step: int, taken: float) -> None:
         channel.write({"rank": channel.rank, "resumed": int(step), "time": taken})
 
 
-def report_finished() -> None:
+def report_finished(collectives: Optional[dict] = None) -> None:
     """Report that this rank's script returned (or exited 0), after the highest step it reported
     (null if none): the workers' start-up hook says it, so that a rank that leaves while the
-    others still train (uneven data) is named when their collectives lose it."""
+    others still train (uneven data) is named when their collectives lose it. ``collectives``:
+    what it made in each process group by then (see collective_log.at_end), compared across the
+    ranks of a run that succeeded."""
     try:
         channel = _get_channel()
         if channel is not None:
             after = max(channel.steps_here) if channel.steps_here else None
-            channel.write({"rank": channel.rank, "finished": True, "after_step": after, "time": time.time()})
+            said = {"rank": channel.rank, "finished": True, "after_step": after, "time": time.time()}
+            channel.write({**said, "collectives": collectives} if collectives else said)
     except OSError:
         pass  # the script succeeded: a channel that cannot be written must not fail it
 

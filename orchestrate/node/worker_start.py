@@ -194,10 +194,10 @@ def raised_by_hook(innermost: Any, hook_dir: str, calls_wrapped: Any) -> bool:
     return filename.startswith(hook_dir) and not calls_wrapped(linecache.getline(filename, innermost.tb_lineno))
 
 
-def install_recorder(timeout_s: Optional[float]) -> None:
+def install_recorder(timeout_s: Optional[float]) -> Any:
     """Record collectives and answer stack requests where the run has a debug directory; give
     process groups the run's collective timeout. Both go in when the script imports
-    ``torch.distributed``, not before."""
+    ``torch.distributed``, not before. Returns the collective record, said at the script's end."""
     # this file runs as a script: its package is importable from the checkout it lies in
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from orchestrate.node import (checkpoint_collectives, collective_log, crash_stacks, dcp_files, ddp_detail_guard,
@@ -262,6 +262,7 @@ def install_recorder(timeout_s: Optional[float]) -> None:
         dcp_loaded = functools.partial(report_loaded, by_dcp=True)
         collective_log.when_imported("torch.distributed.checkpoint",
                                      lambda: dcp_files.install(report_dcp_saved, dcp_loaded))
+    return log
 
 
 def main(argv: list[str]) -> None:
@@ -269,15 +270,16 @@ def main(argv: list[str]) -> None:
     if "--nccl-hostid-per-rank" in flags:
         os.environ["NCCL_HOSTID"] = nccl_hostid(socket.gethostname(), os.environ.get("LOCAL_RANK", "0"))
     timeout = flags.get("--collective-timeout")
-    install_recorder(float(timeout) if timeout is not None else None)
+    log = install_recorder(float(timeout) if timeout is not None else None)
     if "--nccl-as-gloo" in flags:
         install_gloo_shim()
     from orchestrate.node.progress import report_finished as report_script_finished  # importable since install_recorder
+    from orchestrate.node.collective_log import at_end
     from orchestrate.node.step_counter import flush_installed
 
     def report_finished() -> None:  # a step the counter still holds first (an attempt that took one step)
         flush_installed()
-        report_script_finished()
+        report_script_finished(at_end(log))  # with what it made in each process group, compared at the end
 
     report_a_quick_exit_too(report_finished)
     uncaught: Optional[BaseException] = None

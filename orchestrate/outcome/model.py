@@ -349,6 +349,10 @@ class RunResult:
             cannot find one is told why.
         shuffled_alike: Each line where ranks iterated a shuffling ``DistributedSampler`` again
             with the same epoch (``set_epoch`` forgotten), with that epoch and those ranks.
+        ended_apart: For a run whose every rank's script returned, where the ranks made
+            different numbers of collectives in a process group they all belong to (gloo paired one
+            rank's extra call with the others' next): how many each made and the first call where
+            their records part (see :func:`orchestrate.hangs.collectives.ended_apart`); "" none.
         init_calls: How each rank's script called ``init_process_group``, beside what torchrun
             gave it: in its latest attempt, a call that made a group of torchrun's world, else its
             latest; ranks that asked for another world size, or the same rank, did not form the
@@ -393,6 +397,7 @@ class RunResult:
     written_shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
     written_locally: dict[str, tuple[int, ...]] = field(default_factory=dict)
     shuffled_alike: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    ended_apart: str = ""
     init_calls: dict[int, InitCall] = field(default_factory=dict)
     node_addresses: dict[str, str] = field(default_factory=dict)
     loaded_from_before: tuple[str, ...] = ()

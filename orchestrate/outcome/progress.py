@@ -27,7 +27,8 @@ class ProgressRecord:
     ``began``: when its process began (Unix seconds; None from a worker that did not say);
     ``debugger``: what the worker said of its debugger (``{"state": "waits", "call": ..., "file":
     ..., "line": ..., "function": ...}``, ``attached``, ``left``; see
-    :mod:`orchestrate.debugger.states`)."""
+    :mod:`orchestrate.debugger.states`). ``collectives``: with ``finished``, what the worker made
+    in each process group by its end (see :func:`orchestrate.node.collective_log.at_end`)."""
 
     rank: int
     time: float
@@ -51,6 +52,7 @@ class ProgressRecord:
     node: str = ""
     began: Optional[float] = None
     debugger: Optional[dict] = None
+    collectives: Optional[dict] = None
 
 
 def parse_record(line: str) -> Optional[ProgressRecord]:
@@ -88,6 +90,8 @@ def parse_record(line: str) -> Optional[ProgressRecord]:
     record.init_asked = init_asked if isinstance(init_asked, dict) else None
     debugger = data.pop("debugger", None)
     record.debugger = debugger if isinstance(debugger, dict) else None
+    collectives = data.pop("collectives", None)
+    record.collectives = collectives if isinstance(collectives, dict) else None
     node = data.pop("node", "")
     record.node = node if isinstance(node, str) else ""
     began = data.pop("began", None)

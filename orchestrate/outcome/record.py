@@ -75,6 +75,8 @@ def outcome_record(outcome: RunResult) -> dict:
         "written_by_several": {path: list(ranks) for path, ranks in outcome.written_by_several.items()},
         # ranks whose init_process_group asked for another world size than torchrun's, or the same rank
         "apart": apart_warning(outcome.apart) or None,
+        # where the ranks of a run that succeeded made different numbers of collectives in a group of them all
+        "ended_apart": outcome.ended_apart or None,
         # what was asked and did not happen though every node exited 0 (the summary's FAILED line)
         "missed": outcome.missed if outcome.job_succeeded else [],
         "shuffled_alike": {line: {"epoch": epoch, "ranks": list(ranks)}

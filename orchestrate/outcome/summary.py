@@ -6,6 +6,7 @@ import signal
 from textwrap import shorten
 from typing import Optional
 
+from orchestrate.hangs.collectives import ENDED_APART_HINT
 from orchestrate.hangs.diagnosis import HangDiagnosis, in_init
 from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, at_exit_barrier,
@@ -339,15 +340,18 @@ WRITTEN_BY_SEVERAL_SHOWN = 5
 
 def warning_lines(outcome: RunResult) -> list[str]:
     """What the job did that may fail nothing and still is a mistake, whatever its end: ranks
-    whose init_process_group asked for another world than torchrun's, files several ranks wrote
-    whole, a DistributedSampler that shuffled every epoch alike; and a note of the files the work
+    whose init_process_group asked for another world than torchrun's, ranks whose collectives
+    ended apart (gloo paired different calls), files several ranks wrote whole, a
+    DistributedSampler that shuffled every epoch alike; and a note of the files the work
     directory held before the run that the job loaded."""
     # (a job that succeeded fails on it, and says it in its FAILED line)
     apart = [f"warning: {apart_warning(outcome.apart)}"] if outcome.apart and not outcome.job_succeeded else []
     held = [f"note: {loaded_from_before(outcome.loaded_from_before)}"] if outcome.loaded_from_before else []
     shuffled = [f"warning: {shuffled_alike(line, epoch, ranks)}"
                 for line, (epoch, ranks) in outcome.shuffled_alike.items()]
-    return apart + written_by_several_lines(outcome) + shuffled + held
+    ended = ([f"warning: the ranks' collectives ended apart: {outcome.ended_apart}", f"  hint: {ENDED_APART_HINT}"]
+             if outcome.ended_apart else [])
+    return ended + apart + written_by_several_lines(outcome) + shuffled + held
 
 
 def written_by_several_lines(outcome: RunResult) -> list[str]:

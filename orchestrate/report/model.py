@@ -76,6 +76,7 @@ class ReportModel:
     shuffled_alike: list[str] = field(default_factory=list)  # a warning per line that reshuffled alike
     apart: str = ""  # a warning: ranks whose init_process_group asked for another world than torchrun's
     loaded_from_before: str = ""  # a note: the files (DCP directories) the work directory held that the job loaded
+    ended_apart: str = ""  # a warning: ranks whose collectives ended apart in a run that succeeded
     logs: list[str] = field(default_factory=list)
     bench: Optional[dict] = None
     bench_png: Optional[bytes] = None
@@ -349,6 +350,7 @@ def build_model(records: dict[str, Any]) -> ReportModel:
         model.apart = str(outcome.get("apart") or "")
         held = outcome.get("loaded_from_before") or []
         model.loaded_from_before = loaded_from_before([str(path) for path in held]) if held else ""
+        model.ended_apart = str(outcome.get("ended_apart") or "")
         model.shuffled_alike = [shuffled_alike(str(line), int(seen.get("epoch", 0)),
                                                [int(r) for r in seen.get("ranks", [])])
                                 for line, seen in (outcome.get("shuffled_alike") or {}).items()]

@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
+from orchestrate.hangs.collectives import ENDED_APART_HINT
 from orchestrate.outcome.events import record_event
 from orchestrate.report import svg
 from orchestrate.report.model import IN_DEBUGGER, ReportModel, _fmt, build_model, load_run
@@ -377,6 +378,9 @@ def render_html(model: ReportModel) -> str:
     if model.graces_run_out:
         parts.append('<ul id="grace-ran-out">' + "".join(f"<li>{esc(line)}</li>" for line in model.graces_run_out)
                      + "</ul>")
+    if model.ended_apart:
+        parts.append(f'<p id="ended-apart">Warning: the ranks\' collectives ended apart: {esc(model.ended_apart)}'
+                     f' ({esc(ENDED_APART_HINT)})</p>')
     if model.apart:
         parts.append(f'<p id="apart">Warning: {esc(model.apart)}</p>')
     if model.written_by_several:

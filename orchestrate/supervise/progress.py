@@ -36,6 +36,8 @@ class ProgressWatch:
         self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
         # the ranks whose script returned: their attempt, the highest step it reported, when
         self.finished: dict[int, tuple[str, Optional[int], float]] = {}
+        # what each of those made in each process group by its end (collective_log.at_end), compared at the end
+        self.ended_collectives: dict[int, dict] = {}
         # the shared files the workers wrote whole, each with the ranks that wrote it
         self.written: dict[str, set[int]] = {}
         # the files the workers loaded with torch.load, each with the epoch time it was first loaded
@@ -190,10 +192,13 @@ class ProgressWatch:
                 continue
             if record.finished:  # not a step: a script without any still says it
                 self.finished[record.rank] = (record.attempt, record.after_step, record.time)
+                if record.collectives is not None:
+                    self.ended_collectives[record.rank] = record.collectives
                 continue
             self.seen = True
             if record.rank in self.finished and self.finished[record.rank][0] != record.attempt:
                 del self.finished[record.rank]  # a new process of the rank (an elastic restart) runs on
+                self.ended_collectives.pop(record.rank, None)
             first, steps = self.attempts.setdefault((record.rank, record.attempt), (record.time, set()))
             if record.step is not None:
                 steps.add(record.step)

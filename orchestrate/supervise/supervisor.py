@@ -49,6 +49,7 @@ from orchestrate.faults.inject import do_fault, end_fault
 from orchestrate.faults.ranks import signal_rank
 from orchestrate.faults.scheduler import FaultScheduler
 from orchestrate.faults.storage import ArmedStorageFaults, StorageEvent
+from orchestrate.hangs.collectives import ended_apart
 from orchestrate.hangs.diagnosis import ATTEMPT_CLOCK_SLACK_S, HangDiagnosis, place_failure
 from orchestrate.hangs.init_calls import certain_init_waits
 from orchestrate.hangs.snapshots import answers, ask_snapshots, debug_dir
@@ -1127,6 +1128,9 @@ class Supervisor:
         result.loaded_from_before = self.writes.held_when_loaded(self.progress.loaded) if self.writes else ()
         result.written_locally = self.progress.written_on_nodes_disks()
         result.shuffled_alike = self.progress.shuffled_alike()
+        if not self.restarts.recoveries and not any(t.result.restarts_in_place for t in trackers):
+            # (an elastic restart renumbers ranks and begins their counts again: nothing to compare)
+            result.ended_apart = ended_apart(self.progress.ended_collectives) if result.job_succeeded else ""
         result.init_calls = self.progress.groups_made()
         result.node_addresses = dict(self.node_addresses)
         if self.stop_came and not any(t.phase is NodePhase.FAILED for t in trackers):  # else the failure stands

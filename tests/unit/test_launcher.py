@@ -1529,3 +1529,31 @@ def test_a_run_with_debug_collectives_is_judged_as_one_that_had_torchs_check(mak
         outcome, _, _ = run(make_run(f"checked-{asked}", nodes=1, debug_collectives=asked), FakeDockerClient(),
                             node0=[Script(["[0|0]:training"], exit_code=1)])
         assert outcome.collectives_checked is asked
+
+
+def test_a_run_that_succeeded_with_its_ranks_collectives_apart_warns_where_they_part(make_run):
+    """Rank 0 alone evaluated its DDP model (one buffer broadcast more): with gloo every call
+    returned and both nodes exited 0; the ranks' finished records say how many collectives each
+    made, and the run's summary, outcome.json and result say where they part."""
+    from orchestrate.hangs.collectives import ENDED_APART_HINT
+
+    job = make_run(nodes=2)
+    step = [["default", 1, "broadcast", "buffers of DDP(Net)", "e.py:10"]]
+
+    def finished(rank: int, calls: list) -> None:
+        with open(job.run_dir / "progress" / f"rank{rank}.jsonl", "a") as handle:
+            handle.write(json.dumps({"rank": rank, "finished": True, "after_step": None, "time": time.time(),
+                                     "attempt": "a", "collectives": {"counts": {"default": len(calls)},
+                                                                     "calls": calls, "world": "2"}}) + "\n")
+
+    evaluated = step + [["default", 2, "broadcast", "buffers of DDP(Net)", "e.py:15"]]
+    outcome, _, _ = run(job, FakeDockerClient(),
+                        node0=[Script(["[0|0]:done"], then=lambda: finished(0, evaluated))],
+                        node1=[Script(["[1|0]:done"], then=lambda: finished(1, step))])
+    assert outcome.job_succeeded
+    assert outcome.ended_apart == ("in the default group, rank 0 made 2; rank 1 made 1 collectives; the others never"
+                                   " made collective #2: rank 0 entered broadcast(buffers of DDP(Net)) at e.py:15")
+    lines = format_summary(outcome).splitlines()
+    assert f"warning: the ranks' collectives ended apart: {outcome.ended_apart}" in lines
+    assert f"  hint: {ENDED_APART_HINT}" in lines
+    assert outcome_record(outcome)["ended_apart"] == outcome.ended_apart

@@ -100,6 +100,30 @@ def test_the_hook_says_a_script_finished_only_when_it_returned_or_exited_0(tmp_p
     assert [(r.rank, r.after_step) for r in records if r.finished] == ([(2, 7)] if finished else [])
 
 
+def test_a_finished_rank_says_how_many_collectives_it_made_in_each_group_but_its_point_to_point_ones(tmp_path):
+    """The launcher compares them across the ranks of a run that succeeded: the hook says them with
+    its finished record (a stand-in torch.distributed here, wrapped as torch's own is)."""
+    c10d = tmp_path / "torch" / "distributed"
+    c10d.mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (c10d / "distributed_c10d.py").write_text(
+        "def init_process_group(*args, **kwargs):\n    return None\n\n\n"
+        "def all_reduce(tensor, op=None, group=None, async_op=False):\n    return None\n\n\n"
+        "def barrier(group=None, async_op=False, device_ids=None):\n    return None\n\n\n"
+        "def send(tensor, dst=None, group=None, tag=0):\n    return None\n")
+    (c10d / "__init__.py").write_text("from torch.distributed.distributed_c10d import *\n")
+    (tmp_path / "job.py").write_text("import torch.distributed as dist\ndist.all_reduce([1.0])\n"
+                                     "dist.send([1.0], dst=0)\ndist.barrier()\n")
+    env = {**os.environ, "DDP_PROGRESS_DIR": str(tmp_path), "RANK": "1", "WORLD_SIZE": "2",
+           "PYTHONPATH": str(Path(worker_start.__file__).parents[2])}
+    done = subprocess.run([sys.executable, worker_start.__file__, "--", "job.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    [finished] = [r for r in ProgressReader(tmp_path).poll() if r.finished]
+    assert finished.collectives == {"counts": {"default": 2}, "world": "2", "calls": [
+        ["default", 1, "all_reduce", "", "job.py:2"], ["default", 2, "barrier", "", "job.py:4"]]}
+
+
 def test_a_rank_at_a_fault_step_waits_until_the_fault_is_injected(tmp_path, monkeypatch):
     monkeypatch.setenv("DDP_PROGRESS_DIR", str(tmp_path))
     monkeypatch.setenv("RANK", "0")

@@ -307,6 +307,14 @@ def test_a_sampler_shuffled_alike_every_epoch_is_a_warning_on_the_page():
             ' at the start of each epoch, before iterating its DataLoader</li></ul>') in page
 
 
+def test_ranks_whose_collectives_ended_apart_are_a_warning_on_the_page():
+    apart = "in the default group, rank 0 made 41; rank 1 made 40 collectives"
+    page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
+        "succeeded": True, "exit_code": 0, "ended_apart": apart}}))
+    assert (f"<p id=\"ended-apart\">Warning: the ranks' collectives ended apart: {apart} (every call returned,"
+            " but gloo pairs") in page
+
+
 def test_a_hang_for_a_data_loader_shows_its_worker_processes_on_the_page():
     from orchestrate.hangs.diagnosis import diagnose
     from tests.unit.test_hangs import IDLE_WORKER, LOADING, READING_WORKER, coll, loader, probe, snap

@@ -72,14 +72,16 @@ def test_the_watch_keeps_the_ranks_that_finished_until_a_new_process_of_one_repo
 
     write(0, step=1, attempt="a")
     write(1, step=1, attempt="b")
-    write(1, finished=True, after_step=1, attempt="b")
+    write(1, finished=True, after_step=1, attempt="b", collectives={"counts": {"default": 4}})
     watch.poll(0.0, None)
     assert watch.finished_before(2.0) == {1: 1} and watch.max_step == 1
+    assert watch.ended_collectives == {1: {"counts": {"default": 4}}}  # compared at the end
     assert watch.finished_before(1.0) == {}  # returned as the first node ended, or after: not counted
     write(0, finished=True, after_step=None, attempt="a")
     write(1, step=2, attempt="b2")  # rank 1 restarted (elastic): it runs again
     watch.poll(0.0, None)
     assert watch.finished_before(2.0) == {0: None}
+    assert watch.ended_collectives == {}  # its new process counts anew
     # each rank's latest step, of its latest process too (rank 1's new one stepped at 2), by node
     assert watch.steps_reached_on("node0", (0,)) == {0: 1} and watch.steps_reached_on("node1", (1, 2)) == {1: 2}
     write(3, step=8, attempt="c", node="node1")  # an elastic job's rank: its node is the one it said
