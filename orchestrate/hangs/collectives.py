@@ -582,8 +582,9 @@ def ended_apart(ended: dict[int, dict]) -> str:
         if len(set(made.values())) < 2:
             continue
         where = "the default group" if group == "default" else f"group {group}"
-        counts = "; ".join(f"{ranks_text(r)} made {n}" for r, n in alike({k: str(v) for k, v in made.items()}))
-        return f"in {where}, {counts} collectives{parted_where(group, ended, made)}"
+        counts = ", ".join(f"{ranks_text(r)} made {n}" for r, n in alike({k: str(v) for k, v in made.items()}))
+        parted = parted_where(group, ended, made)
+        return f"in {where}, the ranks made different numbers of collectives: {counts}{parted}"
     return ""
 
 

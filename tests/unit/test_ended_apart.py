@@ -31,19 +31,20 @@ def at_end(calls: list[list], world: int = 2, **counts: int) -> dict:
 
 def test_rank_0s_evaluation_of_a_ddp_model_ends_its_collectives_one_ahead_and_names_where_they_part():
     said = ended_apart({0: at_end(training(20, eval_after=5)), 1: at_end(training(20))})
-    assert said == ("in the default group, rank 0 made 41; rank 1 made 40 collectives; they part at collective"
-                    f" #13: rank 0 entered broadcast({DDP}) at h1.py:15; rank 1 entered broadcast({DDP}) at h1.py:10")
+    assert said == ("in the default group, the ranks made different numbers of collectives: rank 0 made 41, rank 1"
+                    f" made 40; they part at collective #13: rank 0 entered broadcast({DDP}) at h1.py:15; rank 1"
+                    f" entered broadcast({DDP}) at h1.py:10")
 
 
 def test_an_extra_call_at_the_end_is_named_and_records_cut_short_of_the_start_name_none():
     extra = training(3) + [["default", 7, "barrier", "", "h1.py:30"]]
     assert ended_apart({0: at_end(extra), 1: at_end(training(3))}) == (
-        "in the default group, rank 0 made 7; rank 1 made 6 collectives; the others never made collective #7:"
-        " rank 0 entered barrier() at h1.py:30")
+        "in the default group, the ranks made different numbers of collectives: rank 0 made 7, rank 1 made 6;"
+        " the others never made collective #7: rank 0 entered barrier() at h1.py:30")
     # records that keep the last calls only, all alike: the counts alone, no guess at where
     kept = [c for c in extra if c[1] > 2]
     assert ended_apart({0: at_end(kept), 1: at_end([c for c in training(3) if c[1] > 2])}) == (
-        "in the default group, rank 0 made 7; rank 1 made 6 collectives")
+        "in the default group, the ranks made different numbers of collectives: rank 0 made 7, rank 1 made 6")
 
 
 def test_ranks_alike_subgroups_of_some_ranks_and_point_to_point_are_no_warning():
@@ -56,8 +57,8 @@ def test_ranks_alike_subgroups_of_some_ranks_and_point_to_point_are_no_warning()
     assert ended_apart(members) == ""
     whole = ["ranks 0,1,2 (2nd group of them)", 1, "barrier", "", "s.py:9"]
     apart = {0: at_end(training(4) + [whole], world=3, **{whole[0]: 1}), 1: alike[1], 2: alike[2]}
-    assert ended_apart(apart).startswith("in group ranks 0,1,2 (2nd group of them), rank 0 made 1; ranks 1, 2"
-                                         " made 0 collectives")
+    assert ended_apart(apart).startswith("in group ranks 0,1,2 (2nd group of them), the ranks made different"
+                                         " numbers of collectives: rank 0 made 1, ranks 1, 2 made 0")
     p2p = {0: at_end(training(4), **{"p2p 0->1": 3}), 1: at_end(training(4), **{"p2p 0->1": 2})}
     assert ended_apart(p2p) == ""
 

@@ -1551,8 +1551,9 @@ def test_a_run_that_succeeded_with_its_ranks_collectives_apart_warns_where_they_
                         node0=[Script(["[0|0]:done"], then=lambda: finished(0, evaluated))],
                         node1=[Script(["[1|0]:done"], then=lambda: finished(1, step))])
     assert outcome.job_succeeded
-    assert outcome.ended_apart == ("in the default group, rank 0 made 2; rank 1 made 1 collectives; the others never"
-                                   " made collective #2: rank 0 entered broadcast(buffers of DDP(Net)) at e.py:15")
+    assert outcome.ended_apart == ("in the default group, the ranks made different numbers of collectives: rank 0"
+                                   " made 2, rank 1 made 1; the others never made collective #2: rank 0 entered"
+                                   " broadcast(buffers of DDP(Net)) at e.py:15")
     lines = format_summary(outcome).splitlines()
     assert f"warning: the ranks' collectives ended apart: {outcome.ended_apart}" in lines
     assert f"  hint: {ENDED_APART_HINT}" in lines

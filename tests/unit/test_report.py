@@ -308,7 +308,7 @@ def test_a_sampler_shuffled_alike_every_epoch_is_a_warning_on_the_page():
 
 
 def test_ranks_whose_collectives_ended_apart_are_a_warning_on_the_page():
-    apart = "in the default group, rank 0 made 41; rank 1 made 40 collectives"
+    apart = "in the default group, the ranks made different numbers of collectives: rank 0 made 41, rank 1 made 40"
     page = render_html(build_model({"run": plan(), "events": started(), "progress": [], "outcome": {
         "succeeded": True, "exit_code": 0, "ended_apart": apart}}))
     assert (f"<p id=\"ended-apart\">Warning: the ranks' collectives ended apart: {apart} (every call returned,"
