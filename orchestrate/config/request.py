@@ -259,12 +259,13 @@ def chosen_dockerfile(request: RunRequest) -> Optional[Path]:
 
 def unused_requirements_note(request: RunRequest) -> str:
     """What to say of a ``requirements.txt`` in the work directory that the run leaves alone (no
-    ``--requirements``, and no Dockerfile, which may install it itself): that the nodes do not
+    ``--requirements``, no Dockerfile and no ``--image`` of the user's, which may install it): that the nodes do not
     install it, and how they would; "" where there is none. It is not installed unasked: that
     would build an image for every run of such a directory, and may pin another torch than the
     node image's."""
     found = Path(request.workdir) / "requirements.txt"
-    if request.requirements is not None or chosen_dockerfile(request) is not None or not found.is_file():
+    if request.requirements is not None or request.image != DEFAULT_IMAGE or chosen_dockerfile(request) is not None \
+            or not found.is_file():
         return ""
     return (f"{found} is not installed in the nodes (they run the node image as it is);"
             f" --requirements {found} installs it")

@@ -587,7 +587,9 @@ def missing_module_hint(failure: Optional[Failure]) -> str:
     top = match.group("module").split(".")[0]
     script = script_in_workdir(failure)
     package, _, _ = script.partition("/")
-    if script.endswith(".py") and "/" in script and package == top:
+    # (Python names the package alone where the script's directory, not the work directory, is on the path: a
+    # job run as -m mytrain.train that misses mytrain.helpers is told the general hint)
+    if script.endswith(".py") and "/" in script and package == top == match.group("module"):
         dotted = script[:-len(".py")].replace("/", ".")
         return (f"  hint: '{top}' is your work directory's own package, but {script} runs with its own directory"
                 f" ({WORKSPACE_DIR}/{script.rpartition('/')[0]}) first on its import path, not {WORKSPACE_DIR}: run it"

@@ -686,6 +686,10 @@ def test_a_script_in_a_subdirectory_that_imports_its_own_package_is_told_to_run_
     assert missing_module_hint(other).startswith("  hint: the nodes have no module 'einops': a package")
     top = replace(own, traceback=traceback.replace("mytrain/train.py", "train.py"))
     assert missing_module_hint(top).startswith("  hint: the nodes have no module 'mytrain': a package")
+    # run as -m mytrain.train already, a submodule missing: Python names the submodule, and -m is no cure
+    submodule = replace(own, exception="ModuleNotFoundError: No module named 'mytrain.helpers'",
+                        traceback=traceback.replace("'mytrain'", "'mytrain.helpers'"))
+    assert missing_module_hint(submodule).startswith("  hint: the nodes have no module 'mytrain.helpers': a package")
 
 
 def test_the_made_alone_hint_is_given_to_a_rank_left_alone_in_a_forward_pass_broadcasting_its_buffers(nodes):

@@ -165,6 +165,8 @@ def test_a_work_directorys_requirements_txt_left_alone_is_said_with_the_option_t
         " --requirements requirements.txt installs it")
     # given, or a Dockerfile that may install it itself: nothing to say
     assert unused_requirements_note(RunRequest(workdir=tmp_path, requirements=tmp_path / "requirements.txt")) == ""
+    # a user's own image, which may have them installed
+    assert unused_requirements_note(RunRequest(workdir=tmp_path, image="reg.example.com/me/mytrain:1")) == ""
     (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")
     assert unused_requirements_note(RunRequest(workdir=tmp_path)) == ""
     assert unused_requirements_note(RunRequest(workdir=tmp_path, no_dockerfile=True)) == said
