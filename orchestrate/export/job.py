@@ -92,8 +92,9 @@ def slurm_notes(config: RunConfig, options: ExportOptions) -> tuple[str, ...]:
                   " workers and their DataLoader workers) a single CPU: export with --cpus-per-node N for"
                   " #SBATCH --cpus-per-task=N (and srun's own, which Slurm 22.05 and newer no longer inherits)",)
     target = config.target
-    if target[:1] == ("-m",) and not options.container_image and module_top_file(target, config.workdir) is None:
-        top = target[1].split(".")[0]
+    top = target[1].split(".")[0] if target[:1] == ("-m",) and len(target) > 1 else ""
+    if top and not options.container_image and module_top_file(target, config.workdir) is None \
+            and not (config.workdir / top).is_dir():  # (a namespace package's own file may be elsewhere)
         notes += (f"-m {target[1]}: neither {top}/ nor {top}.py is in the work directory {config.workdir}: the job"
                   " finds it only where the cluster's Python has it installed; export from your project's directory"
                   " (or give --workdir) for the script to look for it where sbatch is called",)

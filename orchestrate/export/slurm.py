@@ -36,12 +36,17 @@ def whole_cpus(cpus: Optional[float]) -> Optional[int]:
 
 def module_top_file(target: tuple[str, ...], workdir: Path) -> Optional[str]:
     """The file, relative to ``workdir``, of a ``-m`` target's top-level package or module where
-    the project holds it (``mytrain/__init__.py``, ``mytrain.py``); None for a script, or a module
-    the project does not hold (one installed in the cluster's Python, or the image's)."""
+    the project holds it (``mytrain/__init__.py``, ``mytrain.py``; of a namespace package, a
+    directory with no ``__init__.py``, the target's own file, ``mytrain/train.py``); None for a
+    script, or a module the project does not hold (one installed in the cluster's Python, or the
+    image's)."""
     if target[:1] != ("-m",) or len(target) < 2:
         return None
     top = target[1].split(".")[0]
     if (workdir / top / "__init__.py").is_file():
         return f"{top}/__init__.py"
     found = module_file(workdir, top)
-    return found.name if found is not None else None
+    if found is not None:
+        return found.name
+    own = "/".join(target[1].split("."))
+    return next((path for path in (f"{own}.py", f"{own}/__main__.py") if (workdir / path).is_file()), None)

@@ -630,6 +630,7 @@ def test_an_exported_sbatch_takes_its_rendezvous_port_from_the_job_id_unless_one
 @pytest.mark.parametrize("layout, looked_for", [
     ({"mytrain/__init__.py": "", "mytrain/train.py": ""}, "mytrain/__init__.py"),
     ({"mytrain.py": ""}, "mytrain.py"),
+    ({"mytrain/train.py": ""}, "mytrain/train.py"),  # a namespace package (no __init__.py): the target's own file
 ])
 def test_an_exported_sbatch_looks_for_a_module_the_project_holds_where_it_runs(make_job, tmp_path, layout,
                                                                                 looked_for):
@@ -672,3 +673,7 @@ def test_a_module_the_project_does_not_hold_is_exported_saying_where_the_job_mus
     assert main(["export", "--to", "slurm", "--cpus-per-node", "4", "--workdir", str(elsewhere),
                  "--container-image", "r.io/me/t:1", "--", "-m", "mytrain.train"], out=io.StringIO()) == 0
     assert capsys.readouterr().err == ""  # the image holds it
+    (tmp_path / "mytrain" / "__init__.py").unlink()  # a namespace package is the project's too: no note
+    assert main(["export", "--to", "slurm", "--cpus-per-node", "4", "--workdir", str(tmp_path), "--", "-m",
+                 "mytrain.sub.train"], out=io.StringIO()) == 0
+    assert capsys.readouterr().err == ""
