@@ -333,14 +333,17 @@ class CollectiveLog:
         return result
 
     def retract(self, entry: Dict[str, Any]) -> bool:
-        """Take out the last entry, a call that was no collective after all, and its number and line
-        with it, as if never entered; False (it stays) where another has been entered since, whose
-        number it would leave a gap before."""
+        """Take out an entry, a call that was no collective after all, and its number and line with
+        it, as if never entered; False (it stays) where another of its group has been entered since,
+        whose number it would leave a gap before, or it is no longer kept. Another group's entry
+        made meanwhile (a thread's) leaves no gap in this group's numbers: it is taken out all the
+        same, so that no rank's record keeps a broadcast its peers never saw."""
         with self.lock:
             group, caller = entry["group"], entry["at"]
-            if not self.entries or self.entries[-1] is not entry or self.next_seq.get(group) != entry["seq"]:
+            at = next((i for i in range(len(self.entries) - 1, -1, -1) if self.entries[i] is entry), None)
+            if at is None or self.next_seq.get(group) != entry["seq"]:
                 return False
-            self.entries.pop()
+            del self.entries[at]
             self.next_seq[group] -= 1
             made = self.lines.get(caller, 0) - 1
             if made > 0:
