@@ -26,6 +26,12 @@ from orchestrate.text import format_byte_rate, ranks_text
 # that waits uses next to none (its snapshot thread wakes four times a second), while a computing
 # rank on a crowded host may get a small share: measured in CI, 68% then under 25% of a core.
 BUSY_CPU_SHARE = 0.05
+# Where no rank waits on another (none in a collective, in init_process_group or in a store call of
+# its script's), a rank that used this share of a core is computing: on a host with 40 runnable
+# processes on 2 cores a rank importing torch gets 4-5% of a core (seen in a user's trial at load
+# 30-54), under BUSY_CPU_SHARE, while a rank asleep or at a lock uses what its snapshot thread
+# does (its four wake-ups a second: well under 1%).
+SLOW_CPU_SHARE = 0.02
 # A rank in a collective whose TCP sockets moved this many bytes a second between two probes is
 # moving the collective's data (a large buffer over a slow link: gloo's wait uses no CPU), not
 # waiting. Measured (2026-12-07, 2 nodes, gloo): at --link rate=10mbit a 40 MB all_reduce moved
@@ -186,6 +192,7 @@ INSTEAD_OF_DEBUGGING = {POST_MORTEM_CALL: "run without --pdb",
                         USER_POST_MORTEM_CALL: f"take the {USER_POST_MORTEM_CALL} call out"}
 BREAKPOINT_OUT = "take the breakpoint out"
 PEERS_WAIT = "the others wait for it in their collectives; "  # where a rank does
+IDLE = "neither computing nor in a recorded collective"  # an idle rank's detail, then its share of a core
 LOADING_DATA = "loading data"  # a busy rank's detail: its DataLoader's workers compute, it waits for them
 FIRST_DIVERGENCE = "first divergence: "  # the line of a diagnosis that says where the ranks' collectives part
 MOVING_DATA = "moving data"  # a busy rank's detail: its sockets move its collective's data
@@ -257,10 +264,11 @@ class RankActivity:
 
 def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapshot], interval_s: float,
              absent_why: dict[int, str], loaders: tuple[tuple[LoaderSnapshot, float], ...],
-             diverged: bool) -> RankActivity:
+             diverged: bool, least_share: float = BUSY_CPU_SHARE) -> RankActivity:
     """A rank's activity from its snapshots of two probes (``before`` may be missing); ``loaders``:
     its DataLoader's workers, each with the share of a core it used meanwhile; ``diverged``: the
-    ranks' records part (see :func:`gpu_waits`)."""
+    ranks' records part (see :func:`gpu_waits`); ``least_share``: the share of a core that is
+    computing outside a collective (see :func:`least_busy_share`)."""
     if now is None:
         why = absent_why.get(rank, "did not answer")
         if why.startswith(EXITED):
@@ -285,8 +293,10 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     behind = now.gpu_behind
     if behind is not None:
         return RankActivity(rank, "busy", f"computing on the GPU, before {behind.where}")
-    if share >= BUSY_CPU_SHARE:
+    if share >= least_share:
         return RankActivity(rank, "busy", f"computing ({share:.0%} of a core)")
+    if stack_moved(before, now):
+        return RankActivity(rank, "busy", f"computing: its stack moved between the looks ({share:.1%} of a core)")
     loading = [(worker, used) for worker, used in loaders if used >= BUSY_CPU_SHARE]
     if now.waits_for_data_loader and loading:
         worker, used = max(loading, key=lambda pair: pair[1])
@@ -296,7 +306,32 @@ def activity(rank: int, before: Optional[RankSnapshot], now: Optional[RankSnapsh
     if children >= BUSY_CPU_SHARE:
         return RankActivity(rank, "busy", f"computing in its child processes ({children:.0%} of a core) while it"
                                           f" waits at {summary(now.stack)}")
-    return RankActivity(rank, "idle", "neither computing nor in a recorded collective")
+    return RankActivity(rank, "idle", f"{IDLE} ({share:.1%} of a core)")
+
+
+def waits_on_peers(snapshot: RankSnapshot) -> bool:
+    """Whether a rank waits on other ranks: in a collective, in init_process_group, or in a store
+    call of its script's."""
+    return (snapshot.in_collective is not None or summary(snapshot.stack).startswith("init_process_group ")
+            or bool(snapshot.store is not None and snapshot.store.waiting))
+
+
+def least_busy_share(now: Probe) -> float:
+    """The share of a core that is computing for a rank outside a collective: BUSY_CPU_SHARE where
+    a rank waits on others (its wait may spin a little), SLOW_CPU_SHARE where none does (a crowded
+    host gives a computing rank only a few percent, and a slow job is no hang)."""
+    if any(waits_on_peers(snapshot) for snapshot in now.snapshots.values()):
+        return BUSY_CPU_SHARE
+    return SLOW_CPU_SHARE
+
+
+def stack_moved(before: Optional[RankSnapshot], now: RankSnapshot) -> bool:
+    """Whether one process's main thread is elsewhere than at the look before, outside any wait on
+    other ranks: it runs (an import, a model's construction), however little CPU a crowded host
+    gives it. A rank asleep, at a lock or in input() shows one stack at every look."""
+    if before is None or before.pid != now.pid or waits_on_peers(now) or waits_on_peers(before):
+        return False
+    return bool(before.stack) and bool(now.stack) and before.stack != now.stack
 
 
 def gpu_waits(snapshot: RankSnapshot, diverged: bool) -> bool:
@@ -343,31 +378,47 @@ def children_share(before: Optional[RankSnapshot], now: RankSnapshot, interval_s
     return max(0.0, (now.children_cpu_s - before.children_cpu_s) / interval_s)
 
 
+COMPLETING = "collectives completing"  # the progress of ranks that finished a collective between the looks
+
+
 def progressed(before: Probe, now: Probe, diverged: bool) -> bool:
-    """Whether any rank finished a collective, or computed, between the probes; its GPU too: a
-    GPU that moved on through the collectives queued on it, or that computes before them. A rank
-    whose GPU waits in a collective all that time did not compute, whatever CPU it used
-    (:func:`gpu_waits`; ``diverged``: the ranks' records part)."""
+    """Whether any rank made progress between the probes (see :func:`progress_made`)."""
+    return bool(progress_made(before, now, diverged))
+
+
+def progress_made(before: Probe, now: Probe, diverged: bool) -> str:
+    """What progress a rank made between the probes ("" for none): it finished a collective, or
+    computed; its GPU too: a GPU that moved on through the collectives queued on it, or that
+    computes before them. A rank whose GPU waits in a collective all that time did not compute,
+    whatever CPU it used (:func:`gpu_waits`; ``diverged``: the ranks' records part). A rank that
+    did not answer the earlier probe is judged by its own recent CPU (no answer is no progress)."""
     interval = max(now.at - before.at, 1e-6)
-    for rank, snapshot in now.snapshots.items():
+    least = least_busy_share(now)
+    for rank, snapshot in sorted(now.snapshots.items()):
         earlier = before.snapshots.get(rank)
-        if earlier is None or earlier.pid != snapshot.pid:
-            return True  # a rank (re)started since: that is progress
-        if snapshot.completed > earlier.completed or snapshot.gpu_states != earlier.gpu_states:
-            return True
+        who = ranks_text([rank])
+        if earlier is not None and earlier.pid != snapshot.pid:
+            return f"{who} restarted"  # another process in its place: that is progress
+        if earlier is not None and snapshot.completed > earlier.completed:
+            return COMPLETING
+        if earlier is not None and snapshot.gpu_states != earlier.gpu_states:
+            return f"{who}'s GPU moving on through its collectives"
         # past here its GPU is where it was at the look before
-        if not gpu_waits(snapshot, diverged) and cpu_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
-            return True
+        share = cpu_share(earlier, snapshot, interval)
+        if not gpu_waits(snapshot, diverged) and share >= least:
+            return f"{who} computing ({share:.0%} of a core)"
+        if stack_moved(earlier, snapshot):
+            return f"{who} computing (its stack moved between the looks)"
         if snapshot.waits_for_data_loader and any(used >= BUSY_CPU_SHARE for _, used in
                                                   loader_shares(rank, before, now, interval)):
-            return True  # its DataLoader's workers compute its next batch
+            return f"{who} {LOADING_DATA}"  # its DataLoader's workers compute its next batch
         if not gpu_waits(snapshot, diverged) and children_share(earlier, snapshot, interval) >= BUSY_CPU_SHARE:
-            return True  # its child processes compute for it (a pool's map, a subprocess)
+            return f"{who} computing in its child processes"  # a pool's map, a subprocess
         collective = snapshot.in_collective
         if (collective is not None and not collective.on_gpu
                 and socket_rate(earlier, snapshot, interval) >= MOVING_BYTES_PER_S):
-            return True  # its collective moves its data (a large buffer over a slow link)
-    return False
+            return f"{who} {MOVING_DATA}"  # its collective moves its data (a large buffer over a slow link)
+    return ""
 
 
 # How many of each rank's last collectives a diagnosis keeps to show (its record keeps more: what
@@ -423,6 +474,7 @@ class HangDiagnosis:
     said: bool = False  # its lines were said as the run went (the watchdog's verdict): the summary's need not repeat
     # each rank's new_group calls in all its record (the KEEP last), where ``collectives`` shows the last few
     groups_made: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    progress: str = ""  # the first progress found between the looks ("rank 1 restarted"; "": none, or not known)
 
     @property
     def headline(self) -> str:
@@ -438,7 +490,19 @@ class HangDiagnosis:
         cause = self.cause or f"no progress{quiet}"
         where = self.divergence.text if self.divergence else self.where_they_wait()
         where += f"; {self.cut_note}" if self.cut_note and where else ""
+        where += f"; {self.idle_note}" if self.idle_note and where else ""
         return f"{cause}: {where}" if where else cause
+
+    @property
+    def idle_note(self) -> str:
+        """Where no rank waits on another, why the idle ranks are hung: neither computing (with the
+        share of a core each used) nor in a collective, so that a hang reads apart from a crowded
+        host's slow ranks ("" where a rank waits on others: the place says why)."""
+        if self.divergence is not None or self.someone_waits or any(store for store in self.store_hints):
+            return ""
+        idle = alike({a.rank: a.detail.removeprefix(IDLE) for a in self.activities if a.state == "idle"})
+        return "; ".join(f"{ranks_text(ranks)} idle: neither computing nor in a collective{share}"
+                         for ranks, share in idle)
 
     @property
     def cut_note(self) -> str:
@@ -450,15 +514,15 @@ class HangDiagnosis:
 
     @property
     def doing(self) -> str:
-        """What the ranks that work do ("rank 1 computing, rank 3 loading data"), or that
-        collectives complete."""
+        """What the ranks that work do ("rank 1 computing, rank 3 loading data"), or else the
+        progress found between the looks (collectives completing, a rank restarted)."""
         busy = [a for a in self.activities if a.state == "busy"]
         loading = [a.rank for a in busy if a.detail.startswith(LOADING_DATA)]
         moving = [a.rank for a in busy if a.detail.startswith(MOVING_DATA)]
         computing = [a.rank for a in busy if a.rank not in loading and a.rank not in moving]
         return ", ".join([f"{ranks_text(computing)} computing"] * bool(computing)
                          + [f"{ranks_text(loading)} loading data"] * bool(loading)
-                         + [f"{ranks_text(moving)} {MOVING_DATA}"] * bool(moving)) or "collectives completing"
+                         + [f"{ranks_text(moving)} {MOVING_DATA}"] * bool(moving)) or self.progress or COMPLETING
 
     def where_they_wait(self) -> str:
         not_joined = set(self.not_joined)
@@ -807,8 +871,11 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
     diverged = divergence is not None
     groups = group_stacks(now.snapshots)
     joining = {rank for g in groups if in_init(g) for rank in g.ranks}
+    least = least_busy_share(now)
     activities = [activity(rank, before.snapshots.get(rank) if before else None, now.snapshots.get(rank), interval,
-                           absent_why, tuple(loader_shares(rank, before, now, interval)), diverged) for rank in ranks]
+                           absent_why, tuple(loader_shares(rank, before, now, interval)), diverged, least)
+                  for rank in ranks]
+    progress = progress_made(before, now, diverged) if before is not None else ""
     return HangDiagnosis(
         quiet_s=quiet_s,
         groups=groups,
@@ -818,7 +885,8 @@ def diagnose(now: Probe, before: Optional[Probe], expected: set[int], absent_why
                      for rank, s in sorted(now.snapshots.items())},
         divergence=divergence,
         activities=activities,
-        hung=before is None or not progressed(before, now, diverged),
+        hung=not progress,
+        progress=progress,
         cause=cause,
         loaders=loaders,
         call_lines={rank: dict(s.lines) for rank, s in now.snapshots.items()},

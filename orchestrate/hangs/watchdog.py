@@ -6,7 +6,8 @@ report (the supervisor calls :meth:`HangWatch.progress` for both), a collective 
 between the probes, or a rank that computed between them (CPU time). So a rank busy in one long step, or rank 0 evaluating alone while the others
 wait in a barrier, is not hung: the diagnosis then says what the ranks are doing. No look can
 tell a long step from a loop that never ends, so a job that stays quiet and working is said
-again, in one line with where every rank is, at 4 times the threshold of quiet, then 8, 16...
+again, in one line with where every rank is, at 4 times the threshold of quiet, then 8, 16... (where
+ranks slow to answer put the first look off, from twice the quiet time it came at).
 
 A rank that does not answer, and that the engine does not explain (stopped, its node paused),
 makes a judgement unknown: nothing is said or ended on it, and the watchdog looks again.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional, Sequence
 
-from orchestrate.hangs.diagnosis import MOVING_DATA, HangDiagnosis, diagnose
+from orchestrate.hangs.diagnosis import COMPLETING, MOVING_DATA, HangDiagnosis, diagnose
 from orchestrate.hangs.snapshots import Probe
 
 # Seconds between the two looks of one judgement.
@@ -116,6 +117,8 @@ def what_makes_progress(found: HangDiagnosis) -> str:
         return "a rank whose collective moves data makes progress"
     if computing:
         return "a rank that computes makes progress, and no look tells a long step from an endless loop"
+    if found.progress and found.progress != COMPLETING:  # (a rank that restarted)
+        return f"progress between the looks: {found.progress}"
     return "collectives that complete are progress"
 
 
@@ -315,7 +318,9 @@ class HangWatch:
             if not self.said_busy:
                 for line in found.lines():
                     self.say(line)
-                self.busy_reminder_at = BUSY_REMINDER_FACTOR * (self.threshold or 0.0)
+                # at 4 times the threshold, or twice the quiet time this first look came at where
+                # ranks slow to answer put it off (seen at 108 s of a 30 s threshold: the reminder came one look later)
+                self.busy_reminder_at = max(BUSY_REMINDER_FACTOR * (self.threshold or 0.0), 2 * quiet_in_all)
             elif quiet_in_all >= self.busy_reminder_at:
                 self.say(f"still no output after {quiet_in_all:.0f} s, and the job still works: {found.doing};"
                          f" {found.where_they_wait()}")

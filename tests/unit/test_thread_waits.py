@@ -160,7 +160,8 @@ def test_a_diagnosis_is_written_whole_for_the_report_and_hang_json():
         "divergence": where, "advice": [], "cut_by": [], "loaders": {},
         "activities": [{"rank": 0, "state": "collective", "detail": "waits in all_reduce(float32[2]) #2 at train.py:17",
                         "stopped_by": ""},
-                       {"rank": 1, "state": "idle", "detail": "neither computing nor in a recorded collective",
+                       {"rank": 1, "state": "idle",
+                        "detail": "neither computing nor in a recorded collective (0.0% of a core)",
                         "stopped_by": ""}],
         "unheard_nodes": [],
         "collectives": {"0": [c.__dict__ for c in waiting_in(2)], "1": [c.__dict__ for c in done(1)]}}
