@@ -2693,7 +2693,8 @@ MUTANTS = [
            ("tests/unit/test_hangs.py",)),
     # Session 113 (2026-12-07): a collective moving a large buffer over a slow link is progress (sockets' bytes)
     Mutant("a rank whose collective moves data over its sockets is no progress", "orchestrate/hangs/diagnosis.py",
-           "            return f\"{who} {MOVING_DATA}\"  # its collective moves its data (a large buffer over a slow link)",
+           "            return f\"{who} {MOVING_DATA}\""
+           "  # its collective moves its data (a large buffer over a slow link)",
            "            pass", ("tests/unit/test_hangs.py",)),
     Mutant("a restarted rank's socket bytes are compared with its predecessor's", "orchestrate/hangs/diagnosis.py",
            "    if before is None or before.pid != now.pid or interval_s <= 0:\n        return 0.0\n"
