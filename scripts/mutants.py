@@ -3897,6 +3897,8 @@ MUTANTS = [
     Mutant("a hung headline leaves the idle ranks' CPU out", "orchestrate/hangs/diagnosis.py",
            "        where += f\"; {self.idle_note}\" if self.idle_note and where else \"\"\n", "",
            ("tests/unit/test_crowded_host.py",)),
+    Mutant("a rank waiting for its threads gets the idle note too", "orchestrate/hangs/diagnosis.py",
+           'if a.state == "idle" and a.rank not in explained})', 'if a.state == "idle"})', THREADS),
     Mutant("a working job first said late is said again one look later", "orchestrate/hangs/watchdog.py",
            "max(BUSY_REMINDER_FACTOR * (self.threshold or 0.0), 2 * quiet_in_all)",
            "BUSY_REMINDER_FACTOR * (self.threshold or 0.0)", ("tests/unit/test_crowded_host.py",)),

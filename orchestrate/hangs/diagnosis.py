@@ -497,10 +497,13 @@ class HangDiagnosis:
     def idle_note(self) -> str:
         """Where no rank waits on another, why the idle ranks are hung: neither computing (with the
         share of a core each used) nor in a collective, so that a hang reads apart from a crowded
-        host's slow ranks ("" where a rank waits on others: the place says why)."""
+        host's slow ranks ("" where a rank waits on others: the place says why; a rank that waits
+        for its threads or its DataLoader is left out: its place says for what)."""
         if self.divergence is not None or self.someone_waits or any(store for store in self.store_hints):
             return ""
-        idle = alike({a.rank: a.detail.removeprefix(IDLE) for a in self.activities if a.state == "idle"})
+        explained = self.awaited_threads.keys() | self.awaits_no_thread.keys() | self.loaders.keys()
+        idle = alike({a.rank: a.detail.removeprefix(IDLE) for a in self.activities
+                      if a.state == "idle" and a.rank not in explained})
         return "; ".join(f"{ranks_text(ranks)} idle: neither computing nor in a collective{share}"
                          for ranks, share in idle)
 

@@ -154,7 +154,8 @@ def test_ranks_that_wait_for_processes_they_spawned_get_the_hint_that_torchrun_s
                 Frame(f"{site}/multiprocessing/spawn.py", 149, "join"))
     waiting = probe(5, r0=snap(0, frames=spawning), r1=snap(1, frames=spawning))
     found = diagnose(waiting, probe(0, r0=snap(0, frames=spawning), r1=snap(1, frames=spawning)), {0, 1}, {}, 120)
-    assert found.hung and found.headline == "no progress for 120 s: ranks 0, 1: spawn at basic.py:21 in <module>"
+    assert found.hung and found.headline == ("no progress for 120 s: ranks 0, 1: spawn at basic.py:21 in <module>;"
+                                             " ranks 0, 1 idle: neither computing nor in a collective (0.0% of a core)")
     assert found.lines()[-1].startswith("  every rank waits for processes it started with torch.multiprocessing.spawn:"
                                         " torchrun already starts one process per rank")
     # one rank elsewhere: not the spawn's doing alone
@@ -1528,14 +1529,15 @@ def test_a_headline_names_the_first_three_places_and_a_lone_ranks_loader_worker_
     apart = probe(5, **{f"r{r}": snap(r, frames=(Frame("wait.py", 10 + r, "<module>"),)) for r in range(5)})
     assert diagnose(apart, apart, set(range(5)), {}, 30).headline == (
         "no progress for 30 s: rank 0: <module> at wait.py:10; rank 1: <module> at wait.py:11;"
-        " rank 2: <module> at wait.py:12")
+        " rank 2: <module> at wait.py:12; ranks 0-4 idle: neither computing nor in a collective (0.0% of a core)")
     # a rank alone in its group, waiting for its loader: "its" worker; a worker whose id is not
     # known yet is named by its pid alone
     alone = probe(5, r0=snap(0, frames=LOADING), r1=snap(1, frames=(Frame("wait.py", 3, "<module>"),)))
     alone.loaders = {0: [loader(0, 0, READING_WORKER, pid=300), loader(0, 1, IDLE_WORKER, pid=301)]}
     assert diagnose(alone, alone, {0, 1}, {}, 20).headline == (
         "no progress for 20 s: rank 0: __next__ at train.py:21 in <module>, for its DataLoader's worker 0 (pid 300):"
-        " __getitem__ at data.py:40; rank 1: <module> at wait.py:3")
+        " __getitem__ at data.py:40; rank 1: <module> at wait.py:3;"
+        " rank 1 idle: neither computing nor in a collective (0.0% of a core)")
     unnumbered = LoaderSnapshot.from_json({"rank": 0, "pid": 300, "cpu_s": 0.5, "stacks": [
         {"main": True, "frames": [[f.file, f.line, f.function, f.code] for f in READING_WORKER]}]})
     assert unnumbered.worker is None

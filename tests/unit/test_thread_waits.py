@@ -138,7 +138,8 @@ def test_a_rank_alone_in_its_group_is_placed_by_its_own_threads():
     elsewhere = (Frame("train.py", 40, "<module>", "time.sleep(3600)"),)
     found = hung(snap(0, IN_QUEUE_GET, done(5), (PRODUCING,)), snap(1, elsewhere, done(5)))
     assert found.headline == ("no progress for 30 s: rank 0: get at train.py:16 in <module>; its thread producer:"
-                              " produce at train.py:9; rank 1: <module> at train.py:40")
+                              " produce at train.py:9; rank 1: <module> at train.py:40;"
+                              " rank 1 idle: neither computing nor in a collective (0.0% of a core)")
 
 
 def test_a_diagnosis_is_written_whole_for_the_report_and_hang_json():
