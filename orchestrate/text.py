@@ -286,3 +286,12 @@ def node_conditions(link: str = "", cpus_per_node: Optional[float] = None,
              f"{format_bytes(memory_per_node)} memory" if memory_per_node else ""]
     parts = [f"link {link}" if link else "", "each node " + ", ".join(s for s in sizes if s) if any(sizes) else ""]
     return "; ".join(p for p in parts if p)
+
+
+# A run whose every rank's script returned, yet whose ranks made different numbers of collectives
+# in a group they all belong to: gloo paired the extra one with a peer's next call, whatever it was.
+ENDED_APART_HINT = ("every call returned, but gloo pairs a rank's next collective with its peers' next one"
+                    " whatever it is, so from there the ranks' calls moved data between different collectives; a"
+                    " DDP model's forward pass on one rank alone (an evaluation on rank 0, under no_grad too)"
+                    " broadcasts its buffers, a collective the other ranks never make: evaluate model.module"
+                    " there, or run the evaluation on every rank")

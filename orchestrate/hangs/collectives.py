@@ -543,15 +543,6 @@ def first_divergence(snapshots: dict[int, RankSnapshot], expected: Optional[set[
             or waiting_in_different_groups(snapshots) or missing(snapshots, everyone, absent_why or {}, elsewhere))
 
 
-# A run whose every rank's script returned, yet whose ranks made different numbers of collectives
-# in a group they all belong to: gloo paired the extra one with a peer's next call, whatever it was.
-ENDED_APART_HINT = ("every call returned, but gloo pairs a rank's next collective with its peers' next one"
-                    " whatever it is, so from there the ranks' calls moved data between different collectives; a"
-                    " DDP model's forward pass on one rank alone (an evaluation on rank 0, under no_grad too)"
-                    " broadcasts its buffers, a collective the other ranks never make: evaluate model.module"
-                    " there, or run the evaluation on every rank")
-
-
 def members_named(group: str) -> Optional[set[int]]:
     """The global ranks a group's name says (``ranks 0,2``, ``ranks 0,2 (2nd group of them)``);
     None for a name that says none (``default``, a group torch could not describe)."""

@@ -6,7 +6,7 @@ import signal
 from textwrap import shorten
 from typing import Optional
 
-from orchestrate.hangs.collectives import ENDED_APART_HINT
+from orchestrate.text import ENDED_APART_HINT
 from orchestrate.hangs.diagnosis import HangDiagnosis, in_init
 from orchestrate.hangs.init_calls import apart_warning
 from orchestrate.outcome.judge import (REFUSED_EXIT_CODE, Failure, absent_from_barrier_lines, at_exit_barrier,

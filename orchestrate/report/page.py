@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrate.hangs.collectives import ENDED_APART_HINT
+from orchestrate.text import ENDED_APART_HINT
 from orchestrate.outcome.events import record_event
 from orchestrate.report import svg
 from orchestrate.report.model import IN_DEBUGGER, ReportModel, _fmt, build_model, load_run

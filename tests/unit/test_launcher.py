@@ -1535,7 +1535,7 @@ def test_a_run_that_succeeded_with_its_ranks_collectives_apart_warns_where_they_
     """Rank 0 alone evaluated its DDP model (one buffer broadcast more): with gloo every call
     returned and both nodes exited 0; the ranks' finished records say how many collectives each
     made, and the run's summary, outcome.json and result say where they part."""
-    from orchestrate.hangs.collectives import ENDED_APART_HINT
+    from orchestrate.text import ENDED_APART_HINT
 
     job = make_run(nodes=2)
     step = [["default", 1, "broadcast", "buffers of DDP(Net)", "e.py:10"]]
