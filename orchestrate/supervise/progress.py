@@ -34,6 +34,8 @@ class ProgressWatch:
         self.newest_time = 0.0  # the epoch time of the newest record read (an attach's history is older)
         # each rank's attempts (worker processes): when the first record came, the steps done
         self.attempts: dict[tuple[int, str], tuple[float, set[int]]] = {}
+        # each worker process's latest step, by its rank and attempt: when it came (epoch time)
+        self.last_step_at: dict[tuple[int, str], float] = {}
         # the ranks whose script returned: their attempt, the highest step it reported, when
         self.finished: dict[int, tuple[str, Optional[int], float]] = {}
         # what each of those made in each process group by its end (collective_log.at_end), compared at the end
@@ -114,6 +116,12 @@ class ProgressWatch:
         elastic job, whose ranks the plan does not give, those whose processes said they ran there."""
         on = set(ranks) or {rank for (rank, _), (where, _) in self.processes.items() if where == node}
         return {rank: step for rank, step in self.steps_reached().items() if rank in on}
+
+    def stepped_after(self, rank: int, since: float) -> bool:
+        """Whether a worker process of ``rank`` that ran at ``since`` (epoch time) reported a step
+        after it: that process went on past what came then (a failed write its script caught)."""
+        return any(at > since and self.processes[key][1] <= since
+                   for key, at in self.last_step_at.items() if key[0] == rank)
 
     def processes_of(self, rank: int) -> int:
         """How many worker processes of ``rank`` reported (an elastic or in-place restart makes more)."""
@@ -202,6 +210,8 @@ class ProgressWatch:
             first, steps = self.attempts.setdefault((record.rank, record.attempt), (record.time, set()))
             if record.step is not None:
                 steps.add(record.step)
+                self.last_step_at[(record.rank, record.attempt)] = max(
+                    record.time, self.last_step_at.get((record.rank, record.attempt), record.time))
                 self.first_step_time = min(self.first_step_time or record.time, record.time)
             if record.resumed is not None:
                 if recovery is not None:

@@ -46,22 +46,25 @@ def outlives_a_restart(fault: str) -> bool:
     return bool(fault) and action_of(fault) in OUTLIVE_A_RESTART
 
 
-def full_disk_outlasts(fault: FaultSpec, elapsed_s: float, attempt_s: float) -> str:
+def full_disk_outlasts(fault: FaultSpec, elapsed_s: float, attempt_s: float, restarts_left: int = 1) -> str:
     """Why a full disk ``fault``, still armed ``elapsed_s`` seconds into the job, would still hold
-    when a restarted attempt reaches the write it failed, about ``attempt_s`` seconds from now (the
-    time from the failed write of one attempt to the next one's); "" where its end may come first,
-    and a restart may get past it (pure).
+    when every attempt torchrun has left (``restarts_left`` restarts in place, one at least) reaches
+    the write it failed, about ``attempt_s`` seconds apart (the time from the failed write of one
+    attempt to the next one's); "" where its end may come first, and a restart may get past it (pure).
 
     A fault with no end holds for good. One that ends at a step does not end while every attempt
     fails: its failed write came before that step, and a restarted attempt resumes from a
     checkpoint before the write and meets it first. One that ends at a time holds if that time
-    is later than the next attempt's write."""
+    is later than the last attempt's write: an earlier end lets that attempt write after it."""
     if fault.until_seconds is not None:
         left_s = fault.until_seconds - elapsed_s
-        if left_s <= attempt_s:
+        attempts = max(restarts_left, 1)
+        last_write_s = attempt_s * attempts
+        if left_s <= last_write_s:
             return ""
-        return (f"it ends {fault.until_seconds:g} s into the job, {left_s:.1f} s from now, after the next attempt"
-                f" would reach that write (about {attempt_s:.1f} s from now)")
+        which = "the next attempt" if attempts == 1 else f"the last of the {attempts} attempts torchrun has left"
+        return (f"it ends {fault.until_seconds:g} s into the job, {left_s:.1f} s from now, after {which}"
+                f" would reach that write (about {last_write_s:.1f} s from now)")
     if fault.until_step is not None:
         return (f"it ends at step {fault.until_step}, which no attempt reaches: each resumes before the write"
                 " it failed")

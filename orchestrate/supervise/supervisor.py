@@ -158,8 +158,9 @@ class Supervisor:
         self.faults = FaultScheduler(spec.faults if active else (), self.inject, spec.run_dir / PROGRESS_SUBDIR,
                                      self.say, self.record, undo=self.undo)
         self.storage = ArmedStorageFaults(spec.run_dir / PROGRESS_SUBDIR)
-        # the latest attempt of a node's workers whose write a full disk failed, and when, by node and armed key
-        self.full_disk_attempts: dict[tuple[str, str], tuple[int, float]] = {}
+        # the latest attempt of a node's workers whose write a full disk failed, when, and the rank whose write it
+        # was, by node and armed key
+        self.full_disk_attempts: dict[tuple[str, str], tuple[int, float, Optional[int]]] = {}
         self.stopped_on_a_full_disk: set[str] = set()  # the nodes stopped so, in the middle of an attempt
         self.restarts = RestartPolicy(enabled=active and spec.elastic, max_restarts=spec.max_restarts,
                                       say=self.say, record=self.record, clock=clock, scope=spec.restart_scope,
@@ -364,21 +365,26 @@ class Supervisor:
     def end_a_full_disk_met_again(self, tracker: NodeTracker, fault: FaultSpec, event: StorageEvent) -> None:
         """A full disk failed a write of a later attempt of ``tracker``'s workers than one whose write
         it failed before: torchrun restarted them in place, and the new attempt met the same firing.
-        Where it still holds when the next attempt would reach the write, every restart left would
-        meet it again: the node is stopped, and the job ends, naming the fault (a restart in place
-        per firing is let be, as a script may catch a failed write and go on; one whose end comes
-        first is let be too)."""
-        if event.attempt is None or event.time is None:
+        Where it still holds when the attempts torchrun has left would reach the write, every restart
+        left would meet it again: the node is stopped, and the job ends, naming the fault (a restart
+        in place per firing is let be, as a script may catch a failed write and go on; one whose end
+        comes first is let be too; so is one after an attempt whose rank reported a step after its
+        failed write: it went on, and its end was another's). An event from before the container's
+        latest start is an earlier container's torchrun's, read late: its attempts are not this one's."""
+        if event.attempt is None or event.time is None or tracker.predates_start(event.time):
             return
         before = self.full_disk_attempts.get((event.node, event.key))
-        self.full_disk_attempts[(event.node, event.key)] = (event.attempt, event.time)
+        self.full_disk_attempts[(event.node, event.key)] = (event.attempt, event.time, event.rank)
         if before is None or event.attempt <= before[0]:  # its first attempt to meet it (a new torchrun counts from 0)
             return
+        if before[2] is not None and self.progress.stepped_after(before[2], before[1]):
+            return  # the earlier attempt caught its failed write and went on: not ended by it
         ending = self.winding_down or self.first_failure_seen or self.kill_at is not None or self.stop_requested()
         if not self.active or ending or tracker.phase.final or tracker.phase is NodePhase.RESTARTING:
             return
         attempt_s = max(event.time - before[1], 0.0)
-        holds = full_disk_outlasts(fault, self.clock() - self.started_at, attempt_s)
+        restarts_left = self.spec.max_restarts - event.attempt  # torchrun's --max-restarts is the run's
+        holds = full_disk_outlasts(fault, self.clock() - self.started_at, attempt_s, restarts_left)
         if not holds:
             return
         by = f"rank {event.rank}" if event.rank is not None else f"a worker of {event.node}"

@@ -566,17 +566,42 @@ def test_progress_watch_keeps_a_rank_finished_until_a_new_process_of_it_steps(tm
     assert watch.finished_before(10.0) == {}
 
 
-@pytest.mark.parametrize("spec, elapsed_s, attempt_s, holds", [
-    ("disk-full:node0@step=5", 20.0, 3.0, "it has no end"),
-    ("disk-full:node0@step=5..8", 20.0, 3.0,
+def test_progress_watch_says_whether_the_process_that_ran_at_a_time_stepped_after_it(tmp_path):
+    """Whether an attempt went on after its failed write: only a step of a process of the rank
+    begun by then, and reported after then, counts (a later attempt's steps do not)."""
+    def write(*records: dict) -> None:
+        with open(tmp_path / "rank0.jsonl", "a") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in records)
+
+    watch = ProgressWatch(tmp_path, lambda *args, **kwargs: None)
+    write({"rank": 0, "attempt": "a", "began": 1.0, "step": 3, "time": 5.0},
+          {"rank": 0, "attempt": "b", "began": 12.0, "step": 1, "time": 15.0})  # the next attempt's
+    watch.poll(20.0, None)
+    assert not watch.stepped_after(0, 10.0)
+    write({"rank": 0, "attempt": "a", "began": 1.0, "step": 4, "time": 11.0})  # attempt a went on
+    watch.poll(21.0, None)
+    assert watch.stepped_after(0, 10.0) and not watch.stepped_after(1, 10.0)
+
+
+@pytest.mark.parametrize("spec, elapsed_s, attempt_s, restarts_left, holds", [
+    ("disk-full:node0@step=5", 20.0, 3.0, 1, "it has no end"),
+    ("disk-full:node0@step=5..8", 20.0, 3.0, 1,
      "it ends at step 8, which no attempt reaches: each resumes before the write it failed"),
-    ("disk-full:node0@t=5..60", 20.0, 3.0,
+    ("disk-full:node0@t=5..60", 20.0, 3.0, 1,
      "it ends 60 s into the job, 40.0 s from now, after the next attempt would reach that write"
      " (about 3.0 s from now)"),
-    ("disk-full:node0@t=5..22", 20.0, 3.0, ""),  # its end comes before the next attempt's write: restart
-    ("disk-full:node0@t=5..23", 20.0, 3.0, ""),  # (at it, as good as before)
-    ("disk-full:node0@t=5..15", 20.0, 3.0, ""),  # ended already (its disarm not yet seen)
+    ("disk-full:node0@t=5..60", 20.0, 3.0, 0,  # torchrun gives up: the launcher's restart is the next attempt
+     "it ends 60 s into the job, 40.0 s from now, after the next attempt would reach that write"
+     " (about 3.0 s from now)"),
+    ("disk-full:node0@t=5..22", 20.0, 3.0, 1, ""),  # its end comes before the next attempt's write: restart
+    ("disk-full:node0@t=5..23", 20.0, 3.0, 1, ""),  # (at it, as good as before)
+    ("disk-full:node0@t=5..15", 20.0, 3.0, 1, ""),  # ended already (its disarm not yet seen)
+    # the review's case: attempts 30 s apart, 2 restarts in place left; the third attempt writes after its end
+    ("disk-full:node0,path=ckpt.*@t=20..90", 50.0, 30.0, 2, ""),
+    ("disk-full:node0,path=ckpt.*@t=20..200", 50.0, 30.0, 2,
+     "it ends 200 s into the job, 150.0 s from now, after the last of the 2 attempts torchrun has left would"
+     " reach that write (about 60.0 s from now)"),
 ])
-def test_a_full_disk_outlasts_the_next_attempt_unless_its_time_end_comes_before_that_attempts_write(
-        spec, elapsed_s, attempt_s, holds):
-    assert full_disk_outlasts(parse_fault(spec), elapsed_s, attempt_s) == holds
+def test_a_full_disk_outlasts_the_attempts_left_unless_its_time_end_comes_before_the_last_ones_write(
+        spec, elapsed_s, attempt_s, restarts_left, holds):
+    assert full_disk_outlasts(parse_fault(spec), elapsed_s, attempt_s, restarts_left) == holds

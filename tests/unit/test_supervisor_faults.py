@@ -174,10 +174,12 @@ def test_a_full_disk_a_restart_in_place_meets_again_ends_the_job_at_once(make_ru
     assert [e["in_place"] for e in read_events(job.run_dir) if e["event"] == "met-again"] == [True]
 
 
-def test_a_full_disk_whose_end_comes_before_the_next_attempts_write_stops_nothing(make_run):
+def test_a_full_disk_whose_end_comes_before_the_last_attempts_write_stops_nothing(make_run):
     """A window that ends before a restarted attempt would reach the write again: the restart may
-    get past it, and the job is not ended early."""
-    fault = "disk-full:node0@t=0..3"
+    get past it, and the job is not ended early. The attempts' times are their events' own (100 s
+    apart), and the window's end (60 s into the job) does not come while the test runs: without
+    the weighing of its end the full disk would hold, on any machine."""
+    fault = "disk-full:node0@t=0..60"
     job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=(parse_fault(fault),), timeout_s=20.0)
     client = FakeDockerClient()
 
@@ -185,15 +187,68 @@ def test_a_full_disk_whose_end_comes_before_the_next_attempts_write_stops_nothin
         first = time.time()
         met(job, "disk-full", "node0", 0, "out.pt", attempt=0, time=first)
         wait_for(lambda: "out.pt failed: no space left" in job.out.getvalue(), "the first failed write said")
-        met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 5.0)  # its end, 3 s in, comes first
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 100.0)  # its end comes first
 
+    twice = lambda: job.out.getvalue().count("out.pt failed: no space left") >= 2  # noqa: E731
     outcome, text, _ = run(
         job, client,
         node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(two_attempts_on_the_full_disk),
-                      after_when=lambda: storage.armed(job.run_dir / "progress") == [], after=["[0|0]:step 9"])],
-        node1=[Script(["[1|0]:training"], after_when=lambda: storage.armed(job.run_dir / "progress") == [],
-                      after=["[1|0]:step 9"])])
-    assert outcome.succeeded, text
+                      after_when=twice, after=["[0|0]:step 9"])],
+        node1=[Script(["[1|0]:training"], after_when=twice, after=["[1|0]:step 9"])])
+    assert twice() and outcome.succeeded, text
+    assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
+
+
+def test_a_full_disk_after_an_attempt_that_caught_its_failed_write_and_went_on_stops_nothing(make_run):
+    """Attempt 0's script caught its failed save and trained on (its rank reported a step after
+    it); torchrun restarted the workers for another reason, and attempt 1 failed the write again
+    and caught it too: no attempt was ended by the full disk, and the job would finish."""
+    fault = "disk-full:node0@step=2"
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=(parse_fault(fault),), timeout_s=20.0)
+    client = FakeDockerClient()
+
+    def two_attempts_on_the_full_disk() -> None:
+        progress_writer(job, 0, range(1, 4))()
+        first = time.time()
+        with open(job.run_dir / "progress" / "rank0.jsonl", "a") as handle:  # attempt 0 went on after it
+            handle.write(json.dumps({"rank": 0, "attempt": "a", "began": first - 5.0, "step": 4, "loss": 0.5,
+                                     "time": first + 1.0}) + "\n")
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=0, time=first)
+        wait_for(lambda: "out.pt failed: no space left" in job.out.getvalue(), "the first failed write said")
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 3.0)
+
+    twice = lambda: job.out.getvalue().count("out.pt failed: no space left") >= 2  # noqa: E731
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(two_attempts_on_the_full_disk),
+                      after_when=twice, after=["[0|0]:step 9"])],
+        node1=[Script(["[1|0]:training"], after_when=twice, after=["[1|0]:step 9"])])
+    assert twice() and outcome.succeeded, text
+    assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
+
+
+def test_a_late_event_of_an_earlier_containers_torchrun_stops_nothing(make_run):
+    """The container's torchrun (attempt 0) failed a write; then an event of the torchrun of the
+    container before this start (its attempt 1, from before the latest start) is read late: it is
+    no attempt of this torchrun's, and does not stop the new container."""
+    fault = "disk-full:node0@step=2"
+    job = make_run(nodes=2, rdzv="c10d", max_restarts=3, faults=(parse_fault(fault),), timeout_s=20.0)
+    client = FakeDockerClient()
+
+    def a_new_attempt_then_an_old_one() -> None:
+        progress_writer(job, 0, range(1, 4))()
+        now = time.time()
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=0, time=now)
+        wait_for(lambda: "out.pt failed: no space left" in job.out.getvalue(), "the first failed write said")
+        met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=now - 1000.0)  # before the container started
+
+    twice = lambda: job.out.getvalue().count("out.pt failed: no space left") >= 2  # noqa: E731
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(a_new_attempt_then_an_old_one),
+                      after_when=twice, after=["[0|0]:step 9"])],
+        node1=[Script(["[1|0]:training"], after_when=twice, after=["[1|0]:step 9"])])
+    assert twice() and outcome.succeeded, text
     assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
 
 
