@@ -3904,6 +3904,23 @@ MUTANTS = [
     Mutant("a working job first said late is said again one look later", "orchestrate/hangs/watchdog.py",
            "max(BUSY_REMINDER_FACTOR * (self.threshold or 0.0), 2 * quiet_in_all)",
            "BUSY_REMINDER_FACTOR * (self.threshold or 0.0)", ("tests/unit/test_crowded_host.py",)),
+    # Session 117 (fH): a full disk met again in place is weighed against every attempt torchrun has left, after an
+    # attempt the full disk ended (not one that caught its failed write and went on), of this container's torchrun
+    Mutant("a full disk's end in seconds is weighed against the next attempt's write only",
+           "orchestrate/supervise/restart_policy.py", "        last_write_s = attempt_s * attempts\n",
+           "        last_write_s = attempt_s\n", ("tests/unit/test_supervisor_collaborators.py",)),
+    Mutant("an attempt that caught its failed write and went on is taken as ended by the full disk",
+           "orchestrate/supervise/supervisor.py", "self.progress.stepped_after(before[2], before[1]):", "False:",
+           ("tests/unit/test_supervisor_faults.py",)),
+    Mutant("a late full disk event of an earlier container's torchrun is taken for this one's",
+           "orchestrate/supervise/supervisor.py", " or tracker.predates_start(event.time):", ":",
+           ("tests/unit/test_supervisor_faults.py",)),
+    Mutant("a step reported before a failed write counts as going on after it", "orchestrate/supervise/progress.py",
+           "        return any(at > since and", "        return any(True and",
+           ("tests/unit/test_supervisor_collaborators.py",)),
+    Mutant("a later attempt's step counts as the earlier one going on after its failed write",
+           "orchestrate/supervise/progress.py", " and self.processes[key][1] <= since\n", "\n",
+           ("tests/unit/test_supervisor_collaborators.py",)),
 ]
 
 
