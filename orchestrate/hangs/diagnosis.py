@@ -52,7 +52,7 @@ CHECKED_MISMATCH = ("collectives differ", "Detected mismatch between collectives
 ATTEMPT_CLOCK_SLACK_S = 1.0
 DEBUG_HINT = "rerun with --debug-collectives: torch then stops at the first mismatched collective, naming both"
 # A mismatch in a run whose ranks already run torch's check (--debug-collectives, or TORCH_DISTRIBUTED_DEBUG=DETAIL
-# by --env): it passed the mismatch by, so rerunning with it cannot help (since 2026-12-07: it was suggested anyway).
+# by --env): it passed the mismatch by, so rerunning with it cannot help, and it is not suggested.
 CHECKED_MISSED_HINT = ("this run already has torch's check of every collective (--debug-collectives:"
                        " TORCH_DISTRIBUTED_DEBUG=DETAIL), and it did not stop the ranks at this one: the calls above"
                        " differ in a way torch does not compare, and the ranks that made them wait for each other"
@@ -70,8 +70,8 @@ NEW_GROUP_HINT = ("every rank must call new_group for every group, in the same o
                   " places; make every group on every rank and keep the one the rank is in"
                   " (dist.new_subgroups_by_enumeration does), or pass use_local_synchronization=True, which only"
                   " the members call")
-# Every rank makes the same groups, but not in one order (a dict or set ordered differently on some ranks): since
-# 2026-12-07 (before, NEW_GROUP_HINT said to make every group on every rank, which such a script already does).
+# Every rank makes the same groups, but not in one order (a dict or set ordered differently on some ranks):
+# NEW_GROUP_HINT would say to make every group on every rank, which such a script already does.
 NEW_GROUP_ORDER_HINT = ("the ranks make the same groups in different orders: {order}; torch pairs the new_group calls"
                         " by their order, not by their ranks, so each group takes another's place and the ranks wait"
                         " in groups whose other members are making other ones; make the groups in one order on every"
@@ -170,15 +170,15 @@ THREAD_ENDED_HINT = ("a thread that ends with an error ends alone: Python prints
                      " the work in a concurrent.futures.ThreadPoolExecutor, whose result() raises the thread's error")
 
 # Where a rank's main thread waits for another of its threads and no other thread of the script's
-# is alive (since 2026-12-07: its place alone was said, nothing of why).
+# is alive: why, not its place alone.
 THREAD_ALONE_HINT = ("{ranks} {waits} at {where} for another thread (a lock, a queue, an event), and no other"
                      " thread of the script's is alive there to answer: a threading.Lock taken again by the thread"
                      " that holds it waits for ever (a threading.RLock may be taken again by its holder), as does a"
                      " wait for a thread that ended without letting go of its lock, or setting or putting what the"
                      " main thread waits for")
 
-# Where a hung rank's DataLoader worker waits at a lock its dataset's own line takes (since 2026-12-07:
-# its place alone was said, and DataLoader(timeout=S), which only ends the wait).
+# Where a hung rank's DataLoader worker waits at a lock its dataset's own line takes: why, not its place alone,
+# nor DataLoader(timeout=S), which only ends the wait.
 FORKED_LOCK_HINT = ("{workers} {waits} at a lock in the dataset ({where}): a DataLoader worker is a fork of its rank"
                     " with only the thread that forked it, so a lock that another thread of the rank held at the fork"
                     " stays taken in the worker for ever; make the lock in each worker (worker_init_fn), keep the"
@@ -675,7 +675,7 @@ class HangDiagnosis:
     def advice(self) -> list[str]:
         """What :meth:`lines` says past where every rank is and the divergence (``outcome.json``
         keeps that apart): the line a rank skipped a call at, the hints; kept in ``outcome.json``
-        and shown on the report page (before 2026-12-07 they were said in the terminal alone)."""
+        and shown on the report page, not in the terminal alone."""
         said = self.lines()
         return [line.strip() for line in said[len(self.place_lines()):len(said) - len(self.loader_part())]
                 if not line.startswith(f"  {FIRST_DIVERGENCE}")]
@@ -799,8 +799,8 @@ class HangDiagnosis:
 
 def short_timeout_hint(collective_timeout_s: Optional[float]) -> str:
     """What to do where the process group's timeout ended the waits of ranks whose peer computed:
-    a run that set ``--collective-timeout`` is told its value and a longer one (since 2026-12-07:
-    before, it was told of that option as if it had not set it); one that did not,
+    a run that set ``--collective-timeout`` is told its value and a longer one (not of that option
+    as if it had not set it); one that did not,
     :data:`SHORT_TIMEOUT_HINT`."""
     if collective_timeout_s is None:
         return SHORT_TIMEOUT_HINT
@@ -1054,7 +1054,7 @@ def aborted_mismatch(rank: int, snapshots: dict[int, RankSnapshot], directory: P
     dump = rank_dump(directory, rank)
     found = dump.script_thread() if dump is not None else None
     own = f"rank {rank} aborted in {found[1]}" if found else f"rank {rank} aborted"
-    # peers in one call at one place together: ``ranks 1-3 were in ...`` (since 2026-12-07: one by one, three at most)
+    # peers in one call at one place together: ``ranks 1-3 were in ...``, not one by one
     places = alike({other: f"{c.call} #{c.seq}{'' if c.group == 'default' else ' of group ' + c.group} at {c.at}"
                     for other, c in peers.items()})
     theirs = [f"{ranks_text(ranks)} {'was' if len(ranks) == 1 else 'were'} in {place}" for ranks, place in places[:3]]
