@@ -174,6 +174,19 @@ def test_a_full_disk_a_restart_in_place_meets_again_ends_the_job_at_once(make_ru
     assert [e["in_place"] for e in read_events(job.run_dir) if e["event"] == "met-again"] == [True]
 
 
+def runs_on_with_nothing_stopped(job, client, on_node0) -> None:
+    """Run ``job`` with node0 doing ``on_node0`` (two full-disk events) as it starts: both failed
+    writes are said, the job trains on to its end, and no node is stopped."""
+    twice = lambda: job.out.getvalue().count("out.pt failed: no space left") >= 2  # noqa: E731
+    outcome, text, _ = run(
+        job, client,
+        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(on_node0),
+                      after_when=twice, after=["[0|0]:step 9"])],
+        node1=[Script(["[1|0]:training"], after_when=twice, after=["[1|0]:step 9"])])
+    assert twice() and outcome.succeeded, text
+    assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
+
+
 def test_a_full_disk_whose_end_comes_before_the_last_attempts_write_stops_nothing(make_run):
     """A window that ends before a restarted attempt would reach the write again: the restart may
     get past it, and the job is not ended early. The attempts' times are their events' own (100 s
@@ -189,14 +202,7 @@ def test_a_full_disk_whose_end_comes_before_the_last_attempts_write_stops_nothin
         wait_for(lambda: "out.pt failed: no space left" in job.out.getvalue(), "the first failed write said")
         met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 100.0)  # its end comes first
 
-    twice = lambda: job.out.getvalue().count("out.pt failed: no space left") >= 2  # noqa: E731
-    outcome, text, _ = run(
-        job, client,
-        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(two_attempts_on_the_full_disk),
-                      after_when=twice, after=["[0|0]:step 9"])],
-        node1=[Script(["[1|0]:training"], after_when=twice, after=["[1|0]:step 9"])])
-    assert twice() and outcome.succeeded, text
-    assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
+    runs_on_with_nothing_stopped(job, client, two_attempts_on_the_full_disk)
 
 
 def test_a_full_disk_after_an_attempt_that_caught_its_failed_write_and_went_on_stops_nothing(make_run):
@@ -217,14 +223,7 @@ def test_a_full_disk_after_an_attempt_that_caught_its_failed_write_and_went_on_s
         wait_for(lambda: "out.pt failed: no space left" in job.out.getvalue(), "the first failed write said")
         met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=first + 3.0)
 
-    twice = lambda: job.out.getvalue().count("out.pt failed: no space left") >= 2  # noqa: E731
-    outcome, text, _ = run(
-        job, client,
-        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(two_attempts_on_the_full_disk),
-                      after_when=twice, after=["[0|0]:step 9"])],
-        node1=[Script(["[1|0]:training"], after_when=twice, after=["[1|0]:step 9"])])
-    assert twice() and outcome.succeeded, text
-    assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
+    runs_on_with_nothing_stopped(job, client, two_attempts_on_the_full_disk)
 
 
 def test_a_late_event_of_an_earlier_containers_torchrun_stops_nothing(make_run):
@@ -242,14 +241,7 @@ def test_a_late_event_of_an_earlier_containers_torchrun_stops_nothing(make_run):
         wait_for(lambda: "out.pt failed: no space left" in job.out.getvalue(), "the first failed write said")
         met(job, "disk-full", "node0", 0, "out.pt", attempt=1, time=now - 1000.0)  # before the container started
 
-    twice = lambda: job.out.getvalue().count("out.pt failed: no space left") >= 2  # noqa: E731
-    outcome, text, _ = run(
-        job, client,
-        node0=[Script(["[0|0]:training"], then=once_followed(job, "node0")(a_new_attempt_then_an_old_one),
-                      after_when=twice, after=["[0|0]:step 9"])],
-        node1=[Script(["[1|0]:training"], after_when=twice, after=["[1|0]:step 9"])])
-    assert twice() and outcome.succeeded, text
-    assert "failed again" not in text and [c for c in client.calls if c[0] == "kill"] == []
+    runs_on_with_nothing_stopped(job, client, a_new_attempt_then_an_old_one)
 
 
 def test_faults_with_an_end_are_undone_and_their_blame_goes_with_them(make_run):
