@@ -9,7 +9,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -47,6 +47,19 @@ def start(tmp_path: Path, *args: str, **env_extra: str) -> subprocess.Popen:
     env = host_env(tmp_path, DDP_DEBUG_DIR=str(debug), PYTHONPATH=str(ROOT), **env_extra)
     return subprocess.Popen(hooked_torchrun(2, *args), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+def records_of_both_ranks(tmp_path: Path, name: str, script_text: str) -> dict[int, Any]:
+    """Run ``script_text`` as ``name`` on two ranks, and return what each printed on its one
+    ``RECORD RANK JSON`` line, checking both ranks said it alike."""
+    script = tmp_path / name
+    script.write_text(script_text)
+    proc = start(tmp_path, "--", str(script))
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-2000:]
+    records = {int(rank): json.loads(text) for rank, text in re.findall(r"^RECORD (\d) (.*)$", output, re.M)}
+    assert set(records) == {0, 1} and records[0] == records[1], records
+    return records
 
 
 def test_a_hung_desync_answers_with_its_stacks_and_its_timeout_ends_it(tmp_path):
@@ -313,13 +326,7 @@ dist.destroy_process_group()
 
 
 def test_every_rank_records_ddps_gradients_alike_with_uneven_inputs_a_kept_model_and_a_probe(tmp_path):
-    script = tmp_path / "record_per_rank.py"
-    script.write_text(RECORD_PER_RANK)
-    proc = start(tmp_path, "--", str(script))
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output[-2000:]
-    records = {int(rank): json.loads(text) for rank, text in re.findall(r"^RECORD (\d) (.*)$", output, re.M)}
-    assert set(records) == {0, 1} and records[0] == records[1], records
+    records = records_of_both_ranks(tmp_path, "record_per_rank.py", RECORD_PER_RANK)
     ddp = [shapes for _, op, shapes in records[0] if shapes.startswith("gradients of")]
     # the first model's step, then four of the second (two of them rank 0's joined shadow of rank 1's)
     assert ddp == ["gradients of DDP(Linear)"] + ["gradients of DDP(Bilinear)"] * 4, records[0]

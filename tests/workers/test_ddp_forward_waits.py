@@ -4,12 +4,9 @@ peer is said to wait there, and the record has that broadcast where torch makes 
 else."""
 from __future__ import annotations
 
-import json
-import re
-
 from orchestrate.hangs.diagnosis import diagnose
 from tests.workers.conftest import ROOT
-from tests.workers.test_collective_record import line_of, probe_when, start, stop
+from tests.workers.test_collective_record import line_of, probe_when, records_of_both_ranks, start, stop
 
 SLOW_SECOND_BATCH = ROOT / "tests" / "jobs" / "slow_second_batch.py"
 
@@ -63,13 +60,7 @@ dist.destroy_process_group()
 def test_ddps_rebuilt_buckets_are_recorded_where_torch_rebuilds_them_and_nowhere_else(tmp_path):
     """When the reducer rebuilds (and broadcasts) its buckets is known only once it returns: after
     the first step, after the second with static_graph, never with find_unused_parameters."""
-    script = tmp_path / "rebuilt_by_setting.py"
-    script.write_text(REBUILT_BY_SETTING)
-    proc = start(tmp_path, "--", str(script))
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output[-2000:]
-    records = {int(rank): json.loads(text) for rank, text in re.findall(r"^RECORD (\d) (.*)$", output, re.M)}
-    assert set(records) == {0, 1} and records[0] == records[1], records
+    records = records_of_both_ranks(tmp_path, "rebuilt_by_setting.py", REBUILT_BY_SETTING)
     built, step = ["parameter shapes", "parameters"], ["gradients"]
     assert records[0] == {"default": built + step + ["rebuilt buckets"] + step * 3,
                           "static_graph": built + step * 2 + ["rebuilt buckets"] + step * 2,
