@@ -89,18 +89,25 @@ def channel_ends(group: str) -> Optional[tuple[Optional[int], Optional[int]]]:
     return tuple(int(end) if end.isdigit() else None for end in ends)  # type: ignore[return-value]
 
 
+def members_named(group: str) -> Optional[set[int]]:
+    """The global ranks a group's name says (``ranks 0,2``, ``ranks 0,2 (2nd group of them)``);
+    None for a name that says none (``default``, a group torch could not describe)."""
+    if not group.startswith("ranks "):
+        return None
+    try:
+        return {int(r) for r in group[len("ranks "):].split(" (", 1)[0].split(",")}
+    except ValueError:
+        return None
+
+
 def group_members(group: str, ranks: set[int]) -> set[int]:
     """Which of ``ranks`` a group's calls involve: every rank of the default group, the ranks a
     group is named by (``ranks 0,2``), a channel's two ends."""
     ends = channel_ends(group)
     if ends is not None:
         return {end for end in ends if end is not None} & ranks
-    if group.startswith("ranks "):
-        try:
-            return {int(r) for r in group[len("ranks "):].split(",")} & ranks
-        except ValueError:
-            return set(ranks)
-    return set(ranks)
+    named = members_named(group)
+    return named & ranks if named is not None else set(ranks)
 
 
 def compared(group: str, snapshots: dict[int, RankSnapshot]) -> bool:
@@ -541,17 +548,6 @@ def first_divergence(snapshots: dict[int, RankSnapshot], expected: Optional[set[
     everyone = set(expected or snapshots)
     return (mismatch(snapshots) or unmatched_p2p(snapshots, everyone, absent_why or {}, elsewhere)
             or waiting_in_different_groups(snapshots) or missing(snapshots, everyone, absent_why or {}, elsewhere))
-
-
-def members_named(group: str) -> Optional[set[int]]:
-    """The global ranks a group's name says (``ranks 0,2``, ``ranks 0,2 (2nd group of them)``);
-    None for a name that says none (``default``, a group torch could not describe)."""
-    if not group.startswith("ranks "):
-        return None
-    try:
-        return {int(r) for r in group[len("ranks "):].split(" (", 1)[0].split(",")}
-    except ValueError:
-        return None
 
 
 def ended_apart(ended: dict[int, dict]) -> str:
